@@ -1,0 +1,100 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/server"
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/crypto"
+)
+
+// cmdAccountCreate adds an account and prints its proxy profile (YAML).
+func cmdAccountCreate(ctx context.Context, args []string, env Env) error {
+	fs := newFlags("account create", env)
+	dir := fs.String("data-dir", "", "the automator's data directory")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return errors.New("usage: automator account create NAME --data-dir DIR")
+	}
+	name := pos[0]
+	if !server.AccountNamePattern.MatchString(name) {
+		return fmt.Errorf("account name %q must match %s", name, server.AccountNamePattern)
+	}
+	if err := requireFlag("data-dir", *dir); err != nil {
+		return err
+	}
+	cfg, err := config.Load(*dir)
+	if err != nil {
+		return err
+	}
+	master, err := crypto.ReadMasterKeyFile(filepath.Join(*dir, config.FileMasterKey))
+	if err != nil {
+		return err
+	}
+	caPEM, err := os.ReadFile(filepath.Join(*dir, config.FileCACert))
+	if err != nil {
+		return fmt.Errorf("reading CA certificate: %w", err)
+	}
+	st, err := openStore(ctx, *dir, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	token, err := crypto.NewToken("opt_")
+	if err != nil {
+		return err
+	}
+	key, err := crypto.NewKey(1)
+	if err != nil {
+		return err
+	}
+	sealedKey, err := master.SealKey(name, key)
+	if err != nil {
+		return err
+	}
+	_, err = st.AccountCreate(ctx, store.AccountCreateParams{
+		Name:      name,
+		TokenHash: crypto.HashToken(token),
+		KeyID:     key.ID,
+		SealedKey: sealedKey,
+		Now:       time.Now(),
+	})
+	if errors.Is(err, store.ErrExists) {
+		return fmt.Errorf("account %q already exists", name)
+	}
+	if err != nil {
+		return fmt.Errorf("creating account %q: %w", name, err)
+	}
+	fmt.Fprint(env.Stdout, Profile(name, cfg.PublicURL, token, key.String(), string(caPEM)))
+	return nil
+}
+
+// Profile renders the proxy configuration for an account: the profile
+// (automator_url, token, key, ca_cert) and the local settings to fill in.
+func Profile(account, url, token, key, caPEM string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Proxy profile of account %q. It holds secrets: keep it mode 0600.\n", account)
+	fmt.Fprintf(&b, "automator_url: %s\n", url)
+	fmt.Fprintf(&b, "token: %s\n", token)
+	fmt.Fprintf(&b, "key: %s\n", key)
+	b.WriteString("ca_cert: |\n")
+	for _, line := range strings.Split(strings.TrimRight(caPEM, "\n"), "\n") {
+		b.WriteString("  " + line + "\n")
+	}
+	b.WriteString("# Local settings (flags of `proxy run` override them):\n")
+	b.WriteString("# scripts_dir: /etc/proxy/scripts   # required, here or as --scripts-dir\n")
+	b.WriteString("# instance_id: host-a               # defaults to the host name\n")
+	b.WriteString("# max_concurrency: 4                # units run at once\n")
+	return b.String()
+}

@@ -1,0 +1,108 @@
+// Package cli is the automator's command line: init, serve, account create
+// and exec. The binary's main only calls Main.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+)
+
+const usage = `usage:
+  automator init    --data-dir DIR [--public-url https://HOST:PORT] [--db DSN]
+  automator serve   --data-dir DIR [--listen ADDR] [--http-listen ADDR] [--db DSN] [--replica-id ID]
+  automator account create NAME --data-dir DIR
+  automator exec    --data-dir DIR --account NAME [--timeout DUR] [--stdin FILE|-] SCRIPT [ARG...]
+  automator exec    --server URL --api-key-file F --ca FILE --account NAME ... SCRIPT [ARG...]
+`
+
+// Exit codes of exec (DESIGN.md); other commands exit 0 or ExitError.
+const (
+	ExitTimeout   = 124
+	ExitFailed    = 125
+	ExitCancelled = 126
+	ExitError     = 255
+)
+
+// Env is what a command may touch of the outside world.
+type Env struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// Main runs one command and returns the process exit code. Errors are
+// printed once, as one line on stderr.
+func Main(ctx context.Context, args []string, env Env) int {
+	code, err := run(ctx, args, env)
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(env.Stderr, "automator: %v\n", err)
+		}
+		return ExitError
+	}
+	return code
+}
+
+func run(ctx context.Context, args []string, env Env) (int, error) {
+	if len(args) == 0 {
+		fmt.Fprint(env.Stderr, usage)
+		return 0, errors.New("no command given")
+	}
+	switch args[0] {
+	case "init":
+		return 0, cmdInit(ctx, args[1:], env)
+	case "serve":
+		return 0, cmdServe(ctx, args[1:], env)
+	case "account":
+		if len(args) < 2 || args[1] != "create" {
+			return 0, errors.New("usage: automator account create NAME --data-dir DIR")
+		}
+		return 0, cmdAccountCreate(ctx, args[2:], env)
+	case "exec":
+		return cmdExec(ctx, args[1:], env)
+	case "help", "-h", "--help":
+		fmt.Fprint(env.Stdout, usage)
+		return 0, nil
+	}
+	return 0, fmt.Errorf("unknown command %q; run `automator help`", args[0])
+}
+
+// newFlags makes a flag set that reports errors as values, not by exiting.
+func newFlags(name string, env Env) *flag.FlagSet {
+	fs := flag.NewFlagSet("automator "+name, flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	return fs
+}
+
+// parseInterspersed parses flags that may stand before or after the
+// positional arguments (as in `account create NAME --data-dir DIR`).
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+func logger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+func requireFlag(name, v string) error {
+	if strings.TrimSpace(v) == "" {
+		return fmt.Errorf("--%s is required", name)
+	}
+	return nil
+}

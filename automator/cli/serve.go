@@ -1,0 +1,161 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/pki"
+	"github.com/opsgate/opsgate/automator/server"
+	"github.com/opsgate/opsgate/crypto"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// maxMessage bounds one gRPC message: a command with its stdin, or a result
+// with both output streams at their caps, fits with room to spare.
+const maxMessage = 8 << 20
+
+// cmdServe runs the automator until ctx is cancelled (SIGINT, SIGTERM).
+func cmdServe(ctx context.Context, args []string, env Env) error {
+	fs := newFlags("serve", env)
+	dir := fs.String("data-dir", "", "the automator's data directory (made by init)")
+	listen := fs.String("listen", "", "gRPC address host:port (overrides automator.yaml)")
+	httpListen := fs.String("http-listen", "", "HTTP address for /healthz (overrides automator.yaml)")
+	db := fs.String("db", "", "database DSN (overrides automator.yaml)")
+	replicaID := fs.String("replica-id", "", "this replica's id among automators sharing a database")
+	plaintext := fs.Bool("insecure-plaintext", false, "serve gRPC without TLS; loopback addresses only (tests and demos)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("serve takes no arguments, got %q", fs.Args())
+	}
+	if err := requireFlag("data-dir", *dir); err != nil {
+		return err
+	}
+	cfg, err := config.Load(*dir)
+	if err != nil {
+		return err
+	}
+	for _, o := range []struct {
+		dst *string
+		v   string
+	}{{&cfg.Listen, *listen}, {&cfg.HTTPListen, *httpListen}, {&cfg.DB, *db}, {&cfg.ReplicaID, *replicaID}} {
+		if o.v != "" {
+			*o.dst = o.v
+		}
+	}
+	cfg.InsecurePlaintext = cfg.InsecurePlaintext || *plaintext
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("invalid settings in %s or flags: %w", filepath.Join(*dir, config.FileConfig), err)
+	}
+	master, err := crypto.ReadMasterKeyFile(filepath.Join(*dir, config.FileMasterKey))
+	if err != nil {
+		return err
+	}
+	creds := insecure.NewCredentials()
+	if !cfg.InsecurePlaintext {
+		tlsCfg, err := pki.ServerTLS(filepath.Join(*dir, config.FileCert), filepath.Join(*dir, config.FileKey))
+		if err != nil {
+			return err
+		}
+		creds = credentials.NewTLS(tlsCfg)
+	}
+	st, err := openStore(ctx, *dir, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	log := logger(env.Stderr)
+	if cfg.ReplicaID != "" {
+		log = log.With("replica_id", cfg.ReplicaID)
+	}
+	srv, err := server.New(server.Options{
+		Store:          st,
+		MasterKey:      master,
+		DefaultTimeout: cfg.DefaultTimeout,
+		PollWindow:     cfg.PollWindow,
+		Logger:         log,
+	})
+	if err != nil {
+		return err
+	}
+	gs := grpc.NewServer(
+		grpc.Creds(creds),
+		grpc.UnaryInterceptor(srv.UnaryInterceptor()),
+		grpc.MaxRecvMsgSize(maxMessage),
+		grpc.MaxSendMsgSize(maxMessage),
+		// Proxies ping every 20 s so middleboxes keep idle connections open
+		// and dead ones are noticed; allow that, refuse faster pings.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+	)
+	automatorv1.RegisterProxyServiceServer(gs, srv.ProxyService())
+	automatorv1.RegisterAutomatorServiceServer(gs, srv.AutomatorService())
+
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listening for gRPC on %s: %w", cfg.Listen, err)
+	}
+	defer lis.Close()
+	hlis, err := net.Listen("tcp", cfg.HTTPListen)
+	if err != nil {
+		return fmt.Errorf("listening for HTTP on %s: %w", cfg.HTTPListen, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 2)
+	go func() { errc <- gs.Serve(lis) }()
+	go func() { errc <- hs.Serve(hlis) }()
+	sweeperDone := make(chan struct{})
+	go func() { srv.Run(runCtx); close(sweeperDone) }()
+
+	if err := config.WriteServing(*dir, config.Serving{
+		GRPC: lis.Addr().String(), HTTP: hlis.Addr().String(), Plaintext: cfg.InsecurePlaintext,
+	}); err != nil {
+		return fmt.Errorf("writing %s: %w", config.FileServing, err)
+	}
+	log.Info("serving", "grpc", lis.Addr().String(), "http", hlis.Addr().String(), "tls", !cfg.InsecurePlaintext, "db", cfg.DBPath(*dir))
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case serveErr = <-errc:
+	}
+	srv.Shutdown()
+	cancel()
+	<-sweeperDone
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		gs.Stop()
+	}
+	shutCtx, cancelShut := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancelShut()
+	_ = hs.Shutdown(shutCtx)
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) && !errors.Is(serveErr, grpc.ErrServerStopped) {
+		return fmt.Errorf("serving: %w", serveErr)
+	}
+	return nil
+}

@@ -1,0 +1,227 @@
+// Package config reads and writes the automator's data directory: the
+// automator.yaml settings file and the files `automator init` makes beside it
+// (master key, CA, server certificate, admin API key).
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Names of the files in a data directory.
+const (
+	FileConfig    = "automator.yaml"
+	FileMasterKey = "master.key"
+	FileCACert    = "ca.pem"
+	FileCAKey     = "ca.key"
+	FileCert      = "server.pem"
+	FileKey       = "server.key"
+	FileAPIKey    = "admin.apikey"
+	FileDB        = "automator.db"
+	// FileServing is written by serve once it listens: the addresses it
+	// actually bound (useful with port 0), read by exec with --data-dir.
+	FileServing = "serving.yaml"
+)
+
+// Defaults.
+const (
+	DefaultTimeout    = 5 * time.Minute
+	DefaultPollWindow = 30 * time.Second
+	DefaultHTTPListen = "127.0.0.1:8080"
+	DefaultPublicURL  = "https://localhost:8443"
+)
+
+// Config is automator.yaml. Flags of `automator serve` override it.
+type Config struct {
+	// Listen is the gRPC address, host:port. Defaults to all interfaces on
+	// the public URL's port.
+	Listen string `yaml:"listen"`
+	// HTTPListen serves /healthz (and later the dashboard and metrics).
+	HTTPListen string `yaml:"http_listen"`
+	// PublicURL is how proxies reach this automator, https://HOST:PORT. It
+	// goes into every profile and names the server certificate's host.
+	PublicURL string `yaml:"public_url"`
+	// DB is the store: a SQLite file path (relative to the data directory),
+	// or "sqlite:PATH".
+	DB string `yaml:"db"`
+	// ReplicaID names this automator among replicas sharing one database.
+	ReplicaID string `yaml:"replica_id,omitempty"`
+	// InsecurePlaintext serves gRPC without TLS. Allowed on loopback only.
+	InsecurePlaintext bool `yaml:"insecure_plaintext,omitempty"`
+	// DefaultTimeout is a unit's time from queueing to its deadline when the
+	// caller gives none.
+	DefaultTimeout time.Duration `yaml:"default_timeout"`
+	// PollWindow is how long a Poll waits for work before returning empty.
+	PollWindow time.Duration `yaml:"poll_window"`
+}
+
+// Default returns the settings init writes for a public URL.
+func Default(publicURL string) Config {
+	c := Config{
+		HTTPListen:     DefaultHTTPListen,
+		PublicURL:      publicURL,
+		DB:             FileDB,
+		DefaultTimeout: DefaultTimeout,
+		PollWindow:     DefaultPollWindow,
+	}
+	if u, err := url.Parse(publicURL); err == nil && u.Port() != "" {
+		c.Listen = net.JoinHostPort("", u.Port())
+	}
+	return c
+}
+
+// Validate returns every problem at once, each naming its field.
+func (c Config) Validate() error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("listen: %q is not host:port", c.Listen))
+	}
+	if _, _, err := net.SplitHostPort(c.HTTPListen); err != nil {
+		errs = append(errs, fmt.Errorf("http_listen: %q is not host:port", c.HTTPListen))
+	}
+	if _, err := PublicHost(c.PublicURL); err != nil {
+		errs = append(errs, fmt.Errorf("public_url: %w", err))
+	}
+	if c.DB == "" {
+		errs = append(errs, errors.New("db: must be set (a SQLite file path)"))
+	}
+	if c.DefaultTimeout <= 0 || c.DefaultTimeout > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("default_timeout: %v is outside (0, 24h]", c.DefaultTimeout))
+	}
+	if c.PollWindow < 100*time.Millisecond || c.PollWindow > 5*time.Minute {
+		errs = append(errs, fmt.Errorf("poll_window: %v is outside [100ms, 5m]", c.PollWindow))
+	}
+	if c.InsecurePlaintext {
+		if err := RequireLoopback(c.Listen); err != nil {
+			errs = append(errs, fmt.Errorf("insecure_plaintext: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RequireLoopback refuses addresses that are not on a loopback interface.
+func RequireLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", addr)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("plaintext is allowed on a loopback address only, not %q; serve TLS or listen on 127.0.0.1", addr)
+	}
+	return nil
+}
+
+// PublicHost returns the host of an https://HOST:PORT URL.
+func PublicHost(publicURL string) (string, error) {
+	u, err := url.Parse(publicURL)
+	if err != nil {
+		return "", fmt.Errorf("%q is not a URL: %w", publicURL, err)
+	}
+	if u.Scheme != "https" && u.Scheme != "http" {
+		return "", fmt.Errorf("%q: scheme must be https (or http for loopback plaintext)", publicURL)
+	}
+	if u.Hostname() == "" || u.Port() == "" {
+		return "", fmt.Errorf("%q: must be https://HOST:PORT", publicURL)
+	}
+	return u.Hostname(), nil
+}
+
+// Load reads DIR/automator.yaml, refusing unknown keys.
+func Load(dir string) (Config, error) {
+	path := filepath.Join(dir, FileConfig)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return Config{}, fmt.Errorf("reading %s: not found; run `automator init --data-dir %s` first", path, dir)
+		}
+		return Config{}, fmt.Errorf("reading %s: %w", path, err)
+	}
+	var c Config
+	if err := Decode(data, &c); err != nil {
+		return Config{}, fmt.Errorf("parsing %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Decode parses YAML strictly: unknown keys and trailing documents are errors.
+func Decode(data []byte, v any) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	var extra any
+	if err := dec.Decode(&extra); err == nil {
+		return errors.New("more than one YAML document")
+	}
+	return nil
+}
+
+// Save writes DIR/automator.yaml.
+func Save(dir string, c Config) error {
+	data, err := yaml.Marshal(c)
+	if err != nil {
+		return err
+	}
+	header := []byte("# automator settings; `automator serve` flags override them.\n")
+	return os.WriteFile(filepath.Join(dir, FileConfig), append(header, data...), 0o644)
+}
+
+// DBPath resolves the SQLite path of c.DB against the data directory.
+func (c Config) DBPath(dir string) string {
+	p := c.DB
+	if len(p) > len("sqlite:") && p[:len("sqlite:")] == "sqlite:" {
+		p = p[len("sqlite:"):]
+	}
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(dir, p)
+	}
+	return p
+}
+
+// Serving is what FileServing holds.
+type Serving struct {
+	GRPC      string `yaml:"grpc"`
+	HTTP      string `yaml:"http"`
+	Plaintext bool   `yaml:"plaintext,omitempty"`
+}
+
+// WriteServing records the bound addresses (atomically: write then rename).
+func WriteServing(dir string, s Serving) error {
+	data, err := yaml.Marshal(s)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, FileServing+".tmp")
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, FileServing))
+}
+
+// ReadServing reads FileServing; ok is false when it does not exist.
+func ReadServing(dir string) (s Serving, ok bool, err error) {
+	data, err := os.ReadFile(filepath.Join(dir, FileServing))
+	if errors.Is(err, os.ErrNotExist) {
+		return Serving{}, false, nil
+	}
+	if err != nil {
+		return Serving{}, false, err
+	}
+	if err := Decode(data, &s); err != nil {
+		return Serving{}, false, fmt.Errorf("parsing %s: %w", FileServing, err)
+	}
+	return s, true, nil
+}

@@ -1,0 +1,168 @@
+// Package pki makes the automator's private certificate authority and its
+// server certificate, and builds the TLS configurations both sides use.
+//
+// The proxy's profile carries the CA certificate, so a proxy trusts exactly
+// this automator without touching the system trust store.
+package pki
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"time"
+)
+
+// Validity of what init makes. The CA outlives the server certificate so a
+// renewed server certificate keeps every proxy profile valid.
+const (
+	caValidity     = 10 * 365 * 24 * time.Hour
+	serverValidity = 2 * 365 * 24 * time.Hour
+)
+
+// Bundle is a PEM certificate and its PEM private key.
+type Bundle struct {
+	CertPEM []byte
+	KeyPEM  []byte
+}
+
+// NewCA makes a self-signed ECDSA P-256 certificate authority.
+func NewCA(name string, now time.Time) (Bundle, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return Bundle{}, fmt.Errorf("generating CA key: %w", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: name},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(caValidity),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLenZero:        true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return Bundle{}, fmt.Errorf("signing CA certificate: %w", err)
+	}
+	return encode(der, key)
+}
+
+// NewServer makes a server certificate signed by ca, valid for hosts (DNS
+// names or IP addresses).
+func NewServer(ca Bundle, hosts []string, now time.Time) (Bundle, error) {
+	caPair, err := tls.X509KeyPair(ca.CertPEM, ca.KeyPEM)
+	if err != nil {
+		return Bundle{}, fmt.Errorf("loading CA: %w", err)
+	}
+	caCert, err := x509.ParseCertificate(caPair.Certificate[0])
+	if err != nil {
+		return Bundle{}, fmt.Errorf("parsing CA certificate: %w", err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return Bundle{}, fmt.Errorf("generating server key: %w", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: hosts[0]},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(serverValidity),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caPair.PrivateKey)
+	if err != nil {
+		return Bundle{}, fmt.Errorf("signing server certificate: %w", err)
+	}
+	return encode(der, key)
+}
+
+// ServerHosts are the names a server certificate is valid for: the public
+// host plus the loopback names, without duplicates.
+func ServerHosts(publicHost string) []string {
+	hosts := []string{}
+	seen := map[string]bool{}
+	for _, h := range []string{publicHost, "localhost", "127.0.0.1", "::1"} {
+		if h != "" && !seen[h] {
+			seen[h] = true
+			hosts = append(hosts, h)
+		}
+	}
+	return hosts
+}
+
+// ServerTLS is the automator's TLS configuration: TLS 1.2 at least, HTTP/2
+// for gRPC.
+func ServerTLS(certFile, keyFile string) (*tls.Config, error) {
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("loading server certificate %q: %w", certFile, err)
+	}
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		Certificates: []tls.Certificate{pair},
+		NextProtos:   []string{"h2", "http/1.1"},
+	}, nil
+}
+
+// ClientTLS trusts exactly the CA in caPEM, never the system store.
+func ClientTLS(caPEM []byte, serverName string) (*tls.Config, error) {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, errors.New("no PEM certificate found in the CA certificate")
+	}
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		RootCAs:    pool,
+		ServerName: serverName,
+	}, nil
+}
+
+// WriteFile writes data with the given mode, refusing to overwrite.
+func WriteFile(path string, data []byte, mode os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func encode(der []byte, key *ecdsa.PrivateKey) (Bundle, error) {
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return Bundle{}, fmt.Errorf("encoding key: %w", err)
+	}
+	return Bundle{
+		CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		KeyPEM:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}),
+	}, nil
+}
+
+func serial() *big.Int {
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		panic(err) // crypto/rand does not fail on supported platforms
+	}
+	return n
+}

@@ -1,0 +1,108 @@
+package server
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/crypto"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// maxFailureLen bounds the plain failure reason a proxy may post.
+const maxFailureLen = 1024
+
+// Complete records the outcome of a claim. The sealed result must open with
+// the account's key for this unit and the result direction; a result for a
+// unit that is already terminal is refused with FAILED_PRECONDITION.
+func (p *ProxyService) Complete(ctx context.Context, req *automatorv1.CompleteRequest) (*automatorv1.CompleteResponse, error) {
+	s := p.s
+	account := accountFrom(ctx)
+	if err := validID("work_id", req.GetWorkId()); err != nil {
+		return nil, err
+	}
+	if err := validID("claim_id", req.GetClaimId()); err != nil {
+		return nil, err
+	}
+	if len(req.GetFailure()) > maxFailureLen {
+		return nil, status.Errorf(codes.InvalidArgument, "failure is longer than %d bytes", maxFailureLen)
+	}
+	w, err := s.store.WorkGet(ctx, req.GetWorkId())
+	if errors.Is(err, store.ErrNotFound) || (err == nil && w.Account != account) {
+		return nil, status.Errorf(codes.NotFound, "work %q not found for this account", req.GetWorkId())
+	}
+	if err != nil {
+		return nil, s.internal(ctx, "reading work", err)
+	}
+
+	var st store.State
+	var reason string
+	switch req.GetOutcome() {
+	case automatorv1.Outcome_OUTCOME_SUCCEEDED:
+		st = store.StateSucceeded
+		if len(req.GetSealedResult()) == 0 {
+			return nil, status.Error(codes.InvalidArgument, "sealed_result is required for outcome SUCCEEDED")
+		}
+	case automatorv1.Outcome_OUTCOME_FAILED:
+		st = store.StateFailed
+		reason = "the proxy could not run the command"
+		if req.GetFailure() != "" {
+			reason = req.GetFailure()
+		}
+	default:
+		return nil, status.Errorf(codes.InvalidArgument, "outcome %v is not SUCCEEDED or FAILED", req.GetOutcome())
+	}
+	if len(req.GetSealedResult()) > 0 {
+		if _, err := s.openResult(ctx, w, req.GetSealedResult()); err != nil {
+			s.log.Warn("result refused", "work_id", w.ID, "instance_id", req.GetInstanceId(), "err", err)
+			return nil, status.Errorf(codes.InvalidArgument, "sealed result of work %q did not open: %v", w.ID, err)
+		}
+	}
+
+	done, err := s.store.WorkComplete(ctx, store.WorkCompleteParams{
+		ID:           w.ID,
+		ClaimID:      req.GetClaimId(),
+		State:        st,
+		SealedResult: req.GetSealedResult(),
+		Reason:       reason,
+		Now:          s.clock.Now(),
+	})
+	switch {
+	case errors.Is(err, store.ErrClaimMismatch):
+		return nil, status.Errorf(codes.FailedPrecondition, "work %q is claimed under another claim id", w.ID)
+	case errors.Is(err, store.ErrNotClaimable):
+		cur, gerr := s.store.WorkGet(ctx, w.ID)
+		if gerr == nil && cur.State == store.StateClaimed {
+			// Past its deadline but not yet swept: end it now.
+			s.expireDue(ctx)
+			cur, _ = s.store.WorkGet(ctx, w.ID)
+		}
+		return nil, status.Errorf(codes.FailedPrecondition, "work %q is %s; result refused", w.ID, cur.State)
+	case err != nil:
+		return nil, s.internal(ctx, "recording a result", err)
+	}
+	s.hub.NotifyDone(done.ID)
+	s.log.Info("work finished", "work_id", done.ID, "account", account, "state", done.State, "instance_id", done.InstanceID)
+	return &automatorv1.CompleteResponse{}, nil
+}
+
+// openResult opens a sealed result of unit w.
+func (s *Server) openResult(ctx context.Context, w store.Work, sealed []byte) (*automatorv1.Result, error) {
+	ks, err := s.accountKeys(ctx, w.Account)
+	if err != nil {
+		return nil, err
+	}
+	plain, err := crypto.Open(ks, w.Account, w.ID, crypto.DirResult, sealed)
+	if err != nil {
+		return nil, err
+	}
+	var r automatorv1.Result
+	if err := proto.Unmarshal(plain, &r); err != nil {
+		return nil, errors.New("sealed result holds no valid Result message")
+	}
+	return &r, nil
+}

@@ -1,0 +1,315 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/crypto"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// AutomatorService serves callers.
+type AutomatorService struct {
+	automatorv1.UnimplementedAutomatorServiceServer
+	s *Server
+}
+
+// AutomatorService returns the caller-facing service of s.
+func (s *Server) AutomatorService() *AutomatorService { return &AutomatorService{s: s} }
+
+// AccountNamePattern is what an account name may look like.
+var AccountNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// ExecuteOnProxy queues the command and waits until the unit is terminal.
+func (a *AutomatorService) ExecuteOnProxy(ctx context.Context, req *automatorv1.ExecuteRequest) (*automatorv1.WorkStatus, error) {
+	w, err := a.s.enqueue(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return a.s.wait(ctx, w.ID)
+}
+
+// Submit queues the command and returns at once.
+func (a *AutomatorService) Submit(ctx context.Context, req *automatorv1.ExecuteRequest) (*automatorv1.WorkStatus, error) {
+	w, err := a.s.enqueue(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return a.s.workStatus(ctx, w)
+}
+
+// Wait blocks until the unit is terminal.
+func (a *AutomatorService) Wait(ctx context.Context, req *automatorv1.WaitRequest) (*automatorv1.WorkStatus, error) {
+	if err := validID("work_id", req.GetWorkId()); err != nil {
+		return nil, err
+	}
+	return a.s.wait(ctx, req.GetWorkId())
+}
+
+// Get returns the unit's status now.
+func (a *AutomatorService) Get(ctx context.Context, req *automatorv1.GetRequest) (*automatorv1.WorkStatus, error) {
+	if err := validID("work_id", req.GetWorkId()); err != nil {
+		return nil, err
+	}
+	w, err := a.s.getWork(ctx, req.GetWorkId())
+	if err != nil {
+		return nil, err
+	}
+	return a.s.workStatus(ctx, w)
+}
+
+// Cancel ends a queued or claimed unit as cancelled and wakes its claimer's
+// poll so the process tree is killed at once. Cancelling a unit that has
+// already ended returns its status unchanged.
+func (a *AutomatorService) Cancel(ctx context.Context, req *automatorv1.CancelRequest) (*automatorv1.WorkStatus, error) {
+	s := a.s
+	if err := validID("work_id", req.GetWorkId()); err != nil {
+		return nil, err
+	}
+	w, err := s.store.WorkCancel(ctx, store.WorkCancelParams{
+		ID:     req.GetWorkId(),
+		Reason: "cancelled by the caller",
+		Now:    s.clock.Now(),
+	})
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, status.Errorf(codes.NotFound, "work %q not found", req.GetWorkId())
+	case errors.Is(err, store.ErrNotClaimable):
+		return s.workStatus(ctx, w)
+	case err != nil:
+		return nil, s.internal(ctx, "cancelling work", err)
+	}
+	s.hub.NotifyDone(w.ID)
+	if w.InstanceID != "" {
+		s.hub.NotifyInstance(w.Account, w.InstanceID)
+	}
+	s.log.Info("work cancelled", "work_id", w.ID, "account", w.Account, "caller", callerFrom(ctx))
+	return s.workStatus(ctx, w)
+}
+
+// ListInstances lists the instances that have polled for an account.
+func (a *AutomatorService) ListInstances(ctx context.Context, req *automatorv1.ListInstancesRequest) (*automatorv1.ListInstancesResponse, error) {
+	s := a.s
+	if _, err := s.accountOrStatus(ctx, req.GetAccount()); err != nil {
+		return nil, err
+	}
+	list, err := s.store.InstanceList(ctx, req.GetAccount())
+	if err != nil {
+		return nil, s.internal(ctx, "listing instances", err)
+	}
+	now := s.clock.Now()
+	resp := &automatorv1.ListInstancesResponse{}
+	for _, in := range list {
+		resp.Instances = append(resp.Instances, &automatorv1.Instance{
+			InstanceId: in.InstanceID,
+			Hostname:   in.Hostname,
+			Version:    in.Version,
+			LastPollAt: timestamppb.New(in.LastPollAt),
+			InFlight:   int32(in.InFlight),
+			Online:     now.Sub(in.LastPollAt) < 2*s.pollWindow+time.Second,
+		})
+	}
+	return resp, nil
+}
+
+func (s *Server) accountOrStatus(ctx context.Context, name string) (store.Account, error) {
+	if !AccountNamePattern.MatchString(name) {
+		return store.Account{}, status.Errorf(codes.InvalidArgument, "account %q is not a valid account name (%s)", name, AccountNamePattern)
+	}
+	acc, err := s.store.AccountGet(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Account{}, status.Errorf(codes.NotFound, "account %q not found", name)
+	}
+	if err != nil {
+		return store.Account{}, s.internal(ctx, "reading account", err)
+	}
+	return acc, nil
+}
+
+// enqueue validates, seals and stores a new unit, then wakes one poller.
+func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest) (store.Work, error) {
+	acc, err := s.accountOrStatus(ctx, req.GetAccount())
+	if err != nil {
+		return store.Work{}, err
+	}
+	if err := s.checkCommand(req.GetCommand()); err != nil {
+		return store.Work{}, status.Error(codes.InvalidArgument, err.Error())
+	}
+	timeout := s.defaultTimeout
+	if t := req.GetTimeout(); t != nil {
+		timeout = t.AsDuration()
+		if timeout <= 0 || timeout > s.maxTimeout {
+			return store.Work{}, status.Errorf(codes.InvalidArgument, "timeout %v is outside (0, %v]", timeout, s.maxTimeout)
+		}
+	}
+	key, err := s.currentKey(ctx, acc.Name)
+	if err != nil {
+		return store.Work{}, s.internal(ctx, "opening the account key", err)
+	}
+	plain, err := proto.Marshal(req.GetCommand())
+	if err != nil {
+		return store.Work{}, s.internal(ctx, "encoding the command", err)
+	}
+	id := newID("w_")
+	sealed, err := crypto.Seal(key, acc.Name, id, crypto.DirCommand, plain)
+	if err != nil {
+		return store.Work{}, s.internal(ctx, "sealing the command", err)
+	}
+	now := s.clock.Now()
+	w, err := s.store.WorkEnqueue(ctx, store.WorkEnqueueParams{
+		ID:            id,
+		Account:       acc.Name,
+		KeyID:         key.ID,
+		SealedCommand: sealed,
+		Now:           now,
+		Deadline:      now.Add(timeout),
+	})
+	if err != nil {
+		return store.Work{}, s.internal(ctx, "queueing work", err)
+	}
+	s.hub.NotifyWork(acc.Name, 1)
+	s.kickSweeper()
+	s.log.Debug("work queued", "work_id", id, "account", acc.Name, "caller", callerFrom(ctx), "deadline", w.Deadline)
+	return w, nil
+}
+
+// checkCommand enforces the size limits with one precise message.
+func (s *Server) checkCommand(c *automatorv1.Command) error {
+	l := s.limits
+	if c == nil || c.GetScript() == "" {
+		return errors.New("command.script is required")
+	}
+	if len(c.GetScript()) > l.MaxScriptName {
+		return fmt.Errorf("command.script is %d bytes, more than the limit of %d", len(c.GetScript()), l.MaxScriptName)
+	}
+	if len(c.GetArgs()) > l.MaxArgs {
+		return fmt.Errorf("command.args has %d arguments, more than the limit of %d", len(c.GetArgs()), l.MaxArgs)
+	}
+	n := 0
+	for _, a := range c.GetArgs() {
+		n += len(a)
+	}
+	if n > l.MaxArgsBytes {
+		return fmt.Errorf("command.args total %d bytes, more than the limit of %d", n, l.MaxArgsBytes)
+	}
+	if len(c.GetEnv()) > l.MaxEnv {
+		return fmt.Errorf("command.env has %d variables, more than the limit of %d", len(c.GetEnv()), l.MaxEnv)
+	}
+	n = 0
+	for k, v := range c.GetEnv() {
+		n += len(k) + len(v)
+	}
+	if n > l.MaxEnvBytes {
+		return fmt.Errorf("command.env totals %d bytes, more than the limit of %d", n, l.MaxEnvBytes)
+	}
+	if len(c.GetStdin()) > l.MaxStdin {
+		return fmt.Errorf("command.stdin is %d bytes, more than the limit of %d", len(c.GetStdin()), l.MaxStdin)
+	}
+	return nil
+}
+
+func (s *Server) getWork(ctx context.Context, id string) (store.Work, error) {
+	w, err := s.store.WorkGet(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Work{}, status.Errorf(codes.NotFound, "work %q not found", id)
+	}
+	if err != nil {
+		return store.Work{}, s.internal(ctx, "reading work", err)
+	}
+	return w, nil
+}
+
+// wait blocks until unit id is terminal. It reads the store once per
+// wake-up: when the unit ends on this automator, and at the deadline (when
+// it expires the unit itself if the sweeper has not yet), so the caller
+// gets its timeout at the deadline in every case.
+func (s *Server) wait(ctx context.Context, id string) (*automatorv1.WorkStatus, error) {
+	sub := s.hub.WaitDone(id)
+	defer sub.Close()
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		w, err := s.getWork(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if w.State.Terminal() {
+			return s.workStatus(ctx, w)
+		}
+		if timer == nil {
+			timer = time.NewTimer(w.Deadline.Sub(s.clock.Now()))
+		}
+		select {
+		case <-sub.c:
+			sub = s.hub.WaitDone(id)
+		case <-timer.C:
+			s.expireDue(ctx)
+			timer.Reset(s.sweepInterval) // another replica may hold it; look again soon
+		case <-s.shutdown:
+			return nil, status.Errorf(codes.Unavailable, "automator shutting down; wait for work %q again", id)
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
+}
+
+// workStatus turns a stored unit into what callers see, opening the result.
+func (s *Server) workStatus(ctx context.Context, w store.Work) (*automatorv1.WorkStatus, error) {
+	st := &automatorv1.WorkStatus{
+		WorkId:     w.ID,
+		Account:    w.Account,
+		State:      stateToProto(w.State),
+		Reason:     w.Reason,
+		QueuedAt:   timestamppb.New(w.QueuedAt),
+		Deadline:   timestamppb.New(w.Deadline),
+		InstanceId: w.InstanceID,
+	}
+	if !w.ClaimedAt.IsZero() {
+		st.ClaimedAt = timestamppb.New(w.ClaimedAt)
+	}
+	if !w.FinishedAt.IsZero() {
+		st.FinishedAt = timestamppb.New(w.FinishedAt)
+	}
+	if len(w.SealedResult) > 0 {
+		r, err := s.openResult(ctx, w, w.SealedResult)
+		if err != nil {
+			return nil, s.internal(ctx, "opening a stored result", err)
+		}
+		st.Result = r
+		if w.State == store.StateFailed && r.GetFailure() != "" {
+			st.Reason = r.GetFailure()
+		}
+	}
+	return st, nil
+}
+
+func stateToProto(s store.State) automatorv1.State {
+	switch s {
+	case store.StateQueued:
+		return automatorv1.State_STATE_QUEUED
+	case store.StateClaimed:
+		return automatorv1.State_STATE_CLAIMED
+	case store.StateSucceeded:
+		return automatorv1.State_STATE_SUCCEEDED
+	case store.StateFailed:
+		return automatorv1.State_STATE_FAILED
+	case store.StateTimedOut:
+		return automatorv1.State_STATE_TIMED_OUT
+	case store.StateCancelled:
+		return automatorv1.State_STATE_CANCELLED
+	}
+	return automatorv1.State_STATE_UNSPECIFIED
+}

@@ -1,0 +1,71 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+// Run ends units at their deadlines until ctx is done. It sleeps until the
+// earliest deadline (or SweepInterval, whichever comes first, so units
+// queued by other replicas are seen) and is kicked awake by new units.
+func (s *Server) Run(ctx context.Context) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.shutdown:
+			return
+		case <-s.kick:
+		case <-t.C:
+		}
+		s.expireDue(ctx)
+		t.Stop()
+		t.Reset(s.nextSweep(ctx))
+	}
+}
+
+func (s *Server) nextSweep(ctx context.Context) time.Duration {
+	next, ok, err := s.store.WorkNextDeadline(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Error("reading the next deadline", "err", err)
+		}
+		return s.sweepInterval
+	}
+	if !ok {
+		return s.sweepInterval
+	}
+	return min(max(next.Sub(s.clock.Now()), 0), s.sweepInterval)
+}
+
+// kickSweeper makes the sweeper look at the next deadline again.
+func (s *Server) kickSweeper() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// expireDue times out every unit whose deadline has passed and wakes its
+// waiting callers. Safe to run from several places and replicas at once:
+// the store's expiry is a conditional write.
+func (s *Server) expireDue(ctx context.Context) {
+	expired, err := s.store.WorkExpire(ctx, store.WorkExpireParams{Now: s.clock.Now()})
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Error("expiring units past their deadline", "err", err)
+		}
+		return
+	}
+	for _, w := range expired {
+		s.hub.NotifyDone(w.ID)
+		if w.InstanceID != "" {
+			s.hub.NotifyInstance(w.Account, w.InstanceID)
+		}
+		s.log.Info("work timed out", "work_id", w.ID, "account", w.Account, "instance_id", w.InstanceID, "reason", w.Reason)
+	}
+}

@@ -1,0 +1,223 @@
+// Package store defines the automator's persistence seam: the Store
+// interface, the types it traffics in and the sentinel errors that form its
+// contract. Backends live in sub-packages (sqlitestore, later pgstore) and
+// all pass the shared conformance suite in storetest.
+//
+// This package imports nothing else of ours.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// State is the lifecycle state of a unit of work.
+//
+//	queued → claimed → succeeded | failed | timed_out | cancelled
+//	queued → timed_out | cancelled
+type State string
+
+const (
+	StateQueued    State = "queued"
+	StateClaimed   State = "claimed"
+	StateSucceeded State = "succeeded"
+	StateFailed    State = "failed"
+	StateTimedOut  State = "timed_out"
+	StateCancelled State = "cancelled"
+)
+
+// Terminal reports whether s is final.
+func (s State) Terminal() bool {
+	switch s {
+	case StateSucceeded, StateFailed, StateTimedOut, StateCancelled:
+		return true
+	}
+	return false
+}
+
+// Valid reports whether s is one of the known states.
+func (s State) Valid() bool {
+	return s == StateQueued || s == StateClaimed || s.Terminal()
+}
+
+// Sentinel errors. Only the gRPC layer turns them into status codes.
+var (
+	// ErrNotFound: no account, work or API key with that identity.
+	ErrNotFound = errors.New("not found")
+	// ErrExists: an account with that name already exists.
+	ErrExists = errors.New("already exists")
+	// ErrClaimMismatch: the work is claimed, but not under the claim id presented.
+	ErrClaimMismatch = errors.New("claim id does not match")
+	// ErrNotClaimable: the work is in a terminal state (or still queued), so a
+	// result or claim-level change is refused.
+	ErrNotClaimable = errors.New("work is not in a state that allows this")
+)
+
+// Account is a named queue with a token (authenticates proxies) and a key
+// (seals commands and results). Only the token's SHA-256 and the key sealed
+// with the master key are stored.
+type Account struct {
+	Name      string
+	TokenHash []byte // SHA-256 of the account token
+	KeyID     uint32 // id of the current key
+	SealedKey []byte // the current account key, sealed with the master key
+	CreatedAt time.Time
+}
+
+// Work is one executeOnProxy call.
+type Work struct {
+	ID            string
+	Account       string
+	State         State
+	KeyID         uint32
+	SealedCommand []byte
+	QueuedAt      time.Time
+	Deadline      time.Time
+	ClaimedAt     time.Time // zero until claimed
+	InstanceID    string    // the claimer; empty until claimed
+	ClaimID       string    // random id the claimer must present to complete
+	FinishedAt    time.Time // zero until terminal
+	SealedResult  []byte    // nil unless a result was posted
+	Reason        string    // why it ended (timeout, failure, cancel), never secret
+}
+
+// Instance is what the automator knows of one proxy process of an account,
+// refreshed on every poll. Instances are never registered nor removed: they
+// appear when they poll.
+type Instance struct {
+	Account    string
+	InstanceID string
+	Hostname   string
+	Version    string
+	LastPollAt time.Time
+	InFlight   int
+}
+
+// APIKey authenticates callers of the AutomatorService.
+type APIKey struct {
+	ID        string // public identifier, shown in listings and logs
+	Hash      []byte // SHA-256 of the secret
+	Name      string
+	CreatedAt time.Time
+}
+
+type AccountCreateParams struct {
+	Name      string
+	TokenHash []byte
+	KeyID     uint32
+	SealedKey []byte
+	Now       time.Time
+}
+
+type WorkEnqueueParams struct {
+	ID            string
+	Account       string
+	KeyID         uint32
+	SealedCommand []byte
+	Now           time.Time // becomes QueuedAt
+	Deadline      time.Time
+}
+
+type WorkClaimParams struct {
+	Account    string
+	InstanceID string
+	// Max is the number of units to claim at most (the caller's free slots).
+	Max int
+	// ClaimIDs holds at least Max fresh random claim ids; the i-th claimed
+	// unit gets ClaimIDs[i].
+	ClaimIDs []string
+	Now      time.Time
+}
+
+type WorkCompleteParams struct {
+	ID      string
+	ClaimID string
+	// State is the terminal state the claimer reports: succeeded, failed or
+	// cancelled.
+	State        State
+	SealedResult []byte
+	Reason       string
+	Now          time.Time
+}
+
+type WorkCancelParams struct {
+	ID     string
+	Reason string
+	Now    time.Time
+}
+
+type WorkExpireParams struct {
+	Now time.Time
+	// Max bounds how many units one call expires (0 means no bound).
+	Max int
+}
+
+type InstanceSeenParams struct {
+	Account    string
+	InstanceID string
+	Hostname   string
+	Version    string
+	InFlight   int
+	Now        time.Time
+}
+
+type APIKeyCreateParams struct {
+	ID   string
+	Hash []byte
+	Name string
+	Now  time.Time
+}
+
+// Store is the whole persistence seam. Every write is durable when the call
+// returns (it survives kill -9 of the process). Consumers declare the few
+// methods they use as their own narrow interfaces.
+type Store interface {
+	// AccountCreate adds an account; ErrExists if the name is taken.
+	AccountCreate(ctx context.Context, p AccountCreateParams) (Account, error)
+	// AccountGet returns the account by name, or ErrNotFound.
+	AccountGet(ctx context.Context, name string) (Account, error)
+	// AccountGetByTokenHash returns the account whose token hashes to h, or ErrNotFound.
+	AccountGetByTokenHash(ctx context.Context, h []byte) (Account, error)
+	// AccountList returns all accounts ordered by name.
+	AccountList(ctx context.Context) ([]Account, error)
+
+	// WorkEnqueue stores a new queued unit. The ID must be new.
+	WorkEnqueue(ctx context.Context, p WorkEnqueueParams) (Work, error)
+	// WorkClaim atomically moves up to p.Max queued units of p.Account whose
+	// deadline is after p.Now to claimed, oldest first, each with its own
+	// claim id, and returns them. A unit is claimed at most once, ever: the
+	// claim is a conditional write on state = 'queued'.
+	WorkClaim(ctx context.Context, p WorkClaimParams) ([]Work, error)
+	// WorkComplete records the claimer's outcome. It succeeds only while the
+	// unit is claimed under p.ClaimID and p.Now is before the deadline.
+	// Errors: ErrNotFound; ErrClaimMismatch (claimed under another claim id);
+	// ErrNotClaimable (queued, terminal, or past its deadline).
+	WorkComplete(ctx context.Context, p WorkCompleteParams) (Work, error)
+	// WorkCancel moves a queued or claimed unit to cancelled and returns it.
+	// A unit already terminal is returned unchanged with ErrNotClaimable.
+	WorkCancel(ctx context.Context, p WorkCancelParams) (Work, error)
+	// WorkExpire moves every queued or claimed unit whose deadline is at or
+	// before p.Now to timed_out (reason says whether it was ever claimed and
+	// by whom) and returns the units it changed.
+	WorkExpire(ctx context.Context, p WorkExpireParams) ([]Work, error)
+	// WorkGet returns a unit by id, or ErrNotFound.
+	WorkGet(ctx context.Context, id string) (Work, error)
+	// WorkNextDeadline returns the earliest deadline among queued and
+	// claimed units; ok is false when there are none.
+	WorkNextDeadline(ctx context.Context) (deadline time.Time, ok bool, err error)
+	// WorkStates returns the state of each of the given ids that exists.
+	WorkStates(ctx context.Context, ids []string) (map[string]State, error)
+
+	// InstanceSeen records a poll of an instance (upsert).
+	InstanceSeen(ctx context.Context, p InstanceSeenParams) error
+	// InstanceList returns the instances of an account, ordered by id.
+	InstanceList(ctx context.Context, account string) ([]Instance, error)
+
+	// APIKeyCreate stores a new API key.
+	APIKeyCreate(ctx context.Context, p APIKeyCreateParams) (APIKey, error)
+	// APIKeyGetByHash returns the key whose secret hashes to h, or ErrNotFound.
+	APIKeyGetByHash(ctx context.Context, h []byte) (APIKey, error)
+
+	Close() error
+}

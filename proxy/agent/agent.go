@@ -1,0 +1,280 @@
+// Package agent is the proxy's poll loop: it long-polls the automator for
+// units of its account, asking only for as many as it has free slots, runs
+// each with the runner and posts the sealed result back, retrying until the
+// unit's deadline.
+//
+// How work arrives (Poll) is kept apart from how it is executed (execute),
+// so a push transport can feed the same execution later.
+package agent
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/opsgate/opsgate/crypto"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+	"github.com/opsgate/opsgate/proxy/runner"
+)
+
+// Client is the part of the automator's ProxyService the agent uses.
+type Client interface {
+	Poll(ctx context.Context, in *automatorv1.PollRequest, opts ...grpc.CallOption) (*automatorv1.PollResponse, error)
+	Complete(ctx context.Context, in *automatorv1.CompleteRequest, opts ...grpc.CallOption) (*automatorv1.CompleteResponse, error)
+}
+
+// Options configure an Agent.
+type Options struct {
+	Client         Client
+	Keys           crypto.KeyRing
+	InstanceID     string
+	Hostname       string
+	Version        string
+	ScriptsDir     string
+	MaxConcurrency int
+	MaxOutput      int
+	// PollWait is the wait the agent asks for; the automator clamps it (30s).
+	PollWait time.Duration
+	// GracePeriod: on stop, running scripts get this long to finish before
+	// they are killed (30s).
+	GracePeriod time.Duration
+	// Backoff bounds the delay between failed polls (100ms to 15s).
+	BackoffMin, BackoffMax time.Duration
+	Logger                 *slog.Logger
+}
+
+// Agent runs the poll loop of one instance.
+type Agent struct {
+	o       Options
+	log     *slog.Logger
+	started time.Time
+
+	mu      sync.Mutex
+	running map[string]context.CancelCauseFunc // work id → cancel of its run
+	free    chan struct{}                      // one token per free slot
+	wg      sync.WaitGroup
+
+	lastPoll time.Time
+}
+
+// errCancelledByAutomator: the automator said the unit ended (cancelled or
+// timed out); nothing is reported for it.
+var errCancelledByAutomator = errors.New("the automator ended this unit")
+
+// errShutdown: the proxy is stopping and the grace period ran out.
+var errShutdown = errors.New("the proxy stopped before the script finished (grace period over)")
+
+// New makes an Agent.
+func New(o Options) *Agent {
+	if o.MaxConcurrency <= 0 {
+		o.MaxConcurrency = 4
+	}
+	if o.PollWait <= 0 {
+		o.PollWait = 30 * time.Second
+	}
+	if o.GracePeriod < 0 {
+		o.GracePeriod = 0
+	}
+	if o.BackoffMin <= 0 {
+		o.BackoffMin = 100 * time.Millisecond
+	}
+	if o.BackoffMax <= 0 {
+		o.BackoffMax = 15 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	a := &Agent{
+		o:       o,
+		log:     o.Logger.With("instance_id", o.InstanceID),
+		started: time.Now(),
+		running: make(map[string]context.CancelCauseFunc),
+		free:    make(chan struct{}, o.MaxConcurrency),
+	}
+	for range o.MaxConcurrency {
+		a.free <- struct{}{}
+	}
+	return a
+}
+
+// Run polls until ctx is cancelled, then stops polling, lets running units
+// finish within the grace period (killing them after it), posts their
+// results and returns.
+func (a *Agent) Run(ctx context.Context) error {
+	// Runs and result posts outlive ctx: they end on their own, or when the
+	// grace period is over.
+	workCtx, stopWork := context.WithCancelCause(context.Background())
+	defer stopWork(errShutdown)
+
+	a.pollLoop(ctx, workCtx)
+
+	done := make(chan struct{})
+	go func() { a.wg.Wait(); close(done) }()
+	if n := a.inFlight(); n > 0 {
+		a.log.Info("stopping: waiting for running units", "running", n, "grace_period", a.o.GracePeriod)
+	}
+	select {
+	case <-done:
+	case <-time.After(a.o.GracePeriod):
+		a.log.Warn("grace period over: killing running units", "running", a.inFlight())
+		a.cancelAll(errShutdown)
+		<-done
+	}
+	a.log.Info("stopped")
+	return nil
+}
+
+// pollLoop asks for work while there are free slots, until ctx is done.
+func (a *Agent) pollLoop(ctx, workCtx context.Context) {
+	st := connState{log: a.log}
+	bo := backoff{min: a.o.BackoffMin, max: a.o.BackoffMax}
+	for {
+		// Wait for at least one free slot, then count all free ones.
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.free:
+		}
+		n := 1
+	count:
+		for {
+			select {
+			case <-a.free:
+				n++
+			default:
+				break count
+			}
+		}
+		resp, err := a.poll(ctx, n)
+		if err != nil {
+			a.release(n)
+			if ctx.Err() != nil {
+				return
+			}
+			st.failed(err)
+			if !sleep(ctx, bo.next()) {
+				return
+			}
+			continue
+		}
+		st.ok()
+		bo.reset()
+		a.mu.Lock()
+		a.lastPoll = time.Now()
+		a.mu.Unlock()
+		for _, id := range resp.GetCancelled() {
+			a.cancel(id, errCancelledByAutomator)
+		}
+		claims := resp.GetClaims()
+		if len(claims) > n {
+			// Never more than asked; a server that sends more is ignored
+			// for the excess (those units time out).
+			a.log.Error("automator sent more claims than free slots", "asked", n, "got", len(claims))
+			claims = claims[:n]
+		}
+		a.release(n - len(claims))
+		for _, c := range claims {
+			a.start(workCtx, c)
+		}
+	}
+}
+
+func (a *Agent) poll(ctx context.Context, n int) (*automatorv1.PollResponse, error) {
+	// The RPC deadline is the wait plus a margin: the server decides the
+	// wait and may add jitter.
+	pctx, cancel := context.WithTimeout(ctx, a.o.PollWait+a.o.PollWait/5+5*time.Second)
+	defer cancel()
+	return a.o.Client.Poll(pctx, &automatorv1.PollRequest{
+		InstanceId: a.o.InstanceID,
+		MaxUnits:   int32(n),
+		Wait:       durationOf(a.o.PollWait),
+		Hostname:   a.o.Hostname,
+		Version:    a.o.Version,
+		Running:    a.runningIDs(),
+	})
+}
+
+// start runs one claim in its own goroutine; its slot is freed when the
+// result is posted (or given up).
+func (a *Agent) start(workCtx context.Context, c *automatorv1.Claim) {
+	runCtx, cancel := context.WithCancelCause(workCtx)
+	a.mu.Lock()
+	a.running[c.GetWorkId()] = cancel
+	a.mu.Unlock()
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		defer a.release(1)
+		defer func() {
+			a.mu.Lock()
+			delete(a.running, c.GetWorkId())
+			a.mu.Unlock()
+			cancel(nil)
+		}()
+		a.handle(runCtx, workCtx, c)
+	}()
+}
+
+func (a *Agent) release(n int) {
+	for range n {
+		a.free <- struct{}{}
+	}
+}
+
+func (a *Agent) cancel(id string, cause error) {
+	a.mu.Lock()
+	c := a.running[id]
+	a.mu.Unlock()
+	if c != nil {
+		c(cause)
+	}
+}
+
+func (a *Agent) cancelAll(cause error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, c := range a.running {
+		c(cause)
+	}
+}
+
+func (a *Agent) runningIDs() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ids := make([]string, 0, len(a.running))
+	for id := range a.running {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func (a *Agent) inFlight() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.running)
+}
+
+// LastPoll is when a poll last succeeded (zero if never).
+func (a *Agent) LastPoll() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lastPoll
+}
+
+// runScript is the runner; a variable so tests can count executions.
+var runScript = runner.Run
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

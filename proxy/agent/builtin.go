@@ -1,0 +1,28 @@
+package agent
+
+import (
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// builtin runs a command whose name starts with "@" inside the proxy,
+// without starting a process. Such names cannot collide with scripts: the
+// runner refuses no name starting with "@", but built-ins are matched first.
+func (a *Agent) builtin(cmd *automatorv1.Command) (*automatorv1.Result, error) {
+	now := time.Now()
+	switch cmd.GetScript() {
+	case "@ping":
+		out := fmt.Sprintf("instance_id=%s\nhostname=%s\nversion=%s\nuptime=%s\n",
+			a.o.InstanceID, a.o.Hostname, a.o.Version, now.Sub(a.started).Round(time.Second))
+		return &automatorv1.Result{
+			Stdout:     []byte(out),
+			StartedAt:  timestamppb.New(now),
+			FinishedAt: timestamppb.New(time.Now()),
+		}, nil
+	}
+	return nil, fmt.Errorf("unknown built-in command %q (built-ins: @ping)", cmd.GetScript())
+}

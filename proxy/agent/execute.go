@@ -1,0 +1,130 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/opsgate/opsgate/crypto"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+	"github.com/opsgate/opsgate/proxy/runner"
+)
+
+// handle opens, runs and reports one claim. The deadline comes from the
+// time remaining on the automator's clock, measured from when the claim
+// arrived here, so this host's clock skew changes nothing (guarantee 6).
+func (a *Agent) handle(runCtx, postCtx context.Context, c *automatorv1.Claim) {
+	deadline := time.Now().Add(c.GetRemaining().AsDuration())
+	log := a.log.With("work_id", c.GetWorkId(), "account", c.GetAccount())
+
+	plain, err := crypto.Open(a.o.Keys, c.GetAccount(), c.GetWorkId(), crypto.DirCommand, c.GetSealedCommand())
+	if err != nil {
+		// Nothing runs. The reason is plain: no result can be sealed for a
+		// unit whose key we may not hold.
+		log.Error("sealed command did not open; nothing runs", "err", err)
+		a.post(postCtx, c, deadline, &automatorv1.CompleteRequest{
+			Outcome: automatorv1.Outcome_OUTCOME_FAILED,
+			Failure: fmt.Sprintf("sealed command did not open on instance %s: %v", a.o.InstanceID, err),
+		})
+		return
+	}
+	var cmd automatorv1.Command
+	if err := proto.Unmarshal(plain, &cmd); err != nil {
+		log.Error("command did not decode; nothing runs", "err", err)
+		a.post(postCtx, c, deadline, &automatorv1.CompleteRequest{
+			Outcome: automatorv1.Outcome_OUTCOME_FAILED,
+			Failure: fmt.Sprintf("command did not decode on instance %s", a.o.InstanceID),
+		})
+		return
+	}
+
+	res, err := a.execute(runCtx, c, &cmd, deadline)
+	switch {
+	case errors.Is(err, runner.ErrDeadline):
+		// Guarantee 7: killed at the deadline, nothing is reported.
+		log.Warn("deadline reached: process tree killed, nothing reported", "script", cmd.GetScript())
+		return
+	case errors.Is(err, runner.ErrCancelled) && errors.Is(context.Cause(runCtx), errCancelledByAutomator):
+		log.Info("unit ended on the automator: process tree killed", "script", cmd.GetScript())
+		return
+	case errors.Is(err, runner.ErrCancelled):
+		res = &automatorv1.Result{Failure: fmt.Sprintf("%v: killed on instance %s", context.Cause(runCtx), a.o.InstanceID)}
+	case err != nil:
+		res = &automatorv1.Result{Failure: err.Error()}
+	}
+	res.InstanceId = a.o.InstanceID
+	outcome := automatorv1.Outcome_OUTCOME_SUCCEEDED
+	if res.GetFailure() != "" {
+		outcome = automatorv1.Outcome_OUTCOME_FAILED
+		log.Warn("could not run the command", "script", cmd.GetScript(), "reason", res.GetFailure())
+	}
+	sealed, err := a.sealResult(c, res)
+	if err != nil {
+		log.Error("sealing the result", "err", err)
+		return
+	}
+	a.post(postCtx, c, deadline, &automatorv1.CompleteRequest{Outcome: outcome, SealedResult: sealed})
+}
+
+// execute runs a built-in (named "@...") or a script from the scripts
+// directory.
+func (a *Agent) execute(ctx context.Context, c *automatorv1.Claim, cmd *automatorv1.Command, deadline time.Time) (*automatorv1.Result, error) {
+	if strings.HasPrefix(cmd.GetScript(), "@") {
+		return a.builtin(cmd)
+	}
+	env := make(map[string]string, len(cmd.GetEnv())+4)
+	for k, v := range cmd.GetEnv() {
+		env[k] = v
+	}
+	// Set last: a caller cannot forge them.
+	env["PROXY_WORK_ID"] = c.GetWorkId()
+	env["PROXY_ACCOUNT"] = c.GetAccount()
+	env["PROXY_INSTANCE_ID"] = a.o.InstanceID
+	env["PROXY_DEADLINE_SECONDS"] = strconv.Itoa(int(time.Until(deadline).Seconds()))
+	r, err := runScript(ctx, runner.Spec{
+		ScriptsDir: a.o.ScriptsDir,
+		Script:     cmd.GetScript(),
+		Args:       cmd.GetArgs(),
+		Stdin:      cmd.GetStdin(),
+		Env:        env,
+		Deadline:   deadline,
+		Limits:     runner.Limits{MaxOutput: a.o.MaxOutput},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &automatorv1.Result{
+		ExitCode:        int32(r.ExitCode),
+		Stdout:          r.Stdout,
+		Stderr:          r.Stderr,
+		StdoutTruncated: r.StdoutTruncated,
+		StderrTruncated: r.StderrTruncated,
+		StartedAt:       timestamppb.New(r.StartedAt),
+		FinishedAt:      timestamppb.New(r.FinishedAt),
+	}, nil
+}
+
+func (a *Agent) sealResult(c *automatorv1.Claim, r *automatorv1.Result) ([]byte, error) {
+	plain, err := proto.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	keyID, err := crypto.BlobKeyID(c.GetSealedCommand())
+	if err != nil {
+		return nil, err
+	}
+	k, ok := a.o.Keys.Key(keyID)
+	if !ok {
+		return nil, fmt.Errorf("no key with id %d", keyID)
+	}
+	return crypto.Seal(k, c.GetAccount(), c.GetWorkId(), crypto.DirResult, plain)
+}
+
+func durationOf(d time.Duration) *durationpb.Duration { return durationpb.New(d) }

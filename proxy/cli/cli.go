@@ -1,0 +1,157 @@
+// Package cli is the proxy's command line. The binary's main only calls Main.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/opsgate/opsgate/automator/pki"
+	"github.com/opsgate/opsgate/crypto"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+	"github.com/opsgate/opsgate/proxy/agent"
+	"github.com/opsgate/opsgate/proxy/config"
+	"github.com/opsgate/opsgate/version"
+)
+
+const usage = `usage:
+  proxy run     --config FILE [--instance-id ID] [--scripts-dir DIR]
+  proxy install --config FILE [--name NAME]
+  proxy start|stop|status|uninstall [--name NAME]
+`
+
+// Env is what a command may touch of the outside world.
+type Env struct {
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// Main runs one command and returns the exit code (0, or 1 on error with
+// one line on stderr).
+func Main(ctx context.Context, args []string, env Env) int {
+	if err := run(ctx, args, env); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(env.Stderr, "proxy: %v\n", err)
+		}
+		return 1
+	}
+	return 0
+}
+
+func run(ctx context.Context, args []string, env Env) error {
+	if len(args) == 0 {
+		fmt.Fprint(env.Stderr, usage)
+		return errors.New("no command given")
+	}
+	switch args[0] {
+	case "run":
+		return cmdRun(ctx, args[1:], env)
+	case "install", "start", "stop", "status", "uninstall":
+		return fmt.Errorf("%s: service management is not in this build yet; run `proxy run` under your service manager", args[0])
+	case "help", "-h", "--help":
+		fmt.Fprint(env.Stdout, usage)
+		return nil
+	}
+	return fmt.Errorf("unknown command %q; run `proxy help`", args[0])
+}
+
+func cmdRun(ctx context.Context, args []string, env Env) error {
+	fs := flag.NewFlagSet("proxy run", flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	path := fs.String("config", "", "proxy config file (the profile from `automator account create` plus local settings)")
+	instanceID := fs.String("instance-id", "", "this instance's id (overrides instance_id; default the host name)")
+	scriptsDir := fs.String("scripts-dir", "", "directory of runnable scripts (overrides scripts_dir)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("run takes no arguments, got %q", fs.Args())
+	}
+	if *path == "" {
+		return errors.New("--config is required")
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		return err
+	}
+	if *instanceID != "" {
+		cfg.InstanceID = *instanceID
+	}
+	if *scriptsDir != "" {
+		cfg.ScriptsDir = *scriptsDir
+	}
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("invalid proxy config %s: %w", *path, err)
+	}
+	key, _ := crypto.ParseKey(cfg.Key) // validated above
+	conn, err := Dial(cfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	log := slog.New(slog.NewTextHandler(env.Stderr, nil))
+	host, _ := os.Hostname()
+	a := agent.New(agent.Options{
+		Client:         automatorv1.NewProxyServiceClient(conn),
+		Keys:           crypto.Keys{key},
+		InstanceID:     cfg.InstanceID,
+		Hostname:       host,
+		Version:        version.Version,
+		ScriptsDir:     cfg.ScriptsDir,
+		MaxConcurrency: cfg.MaxConcurrency,
+		MaxOutput:      cfg.MaxOutputBytes,
+		GracePeriod:    cfg.GracePeriod,
+		Logger:         log,
+	})
+	log.Info("proxy starting", "instance_id", cfg.InstanceID, "automator", cfg.AutomatorURL, "scripts_dir", cfg.ScriptsDir, "max_concurrency", cfg.MaxConcurrency, "version", version.Version)
+	return a.Run(ctx)
+}
+
+// Dial opens the connection to the automator: TLS trusting only the
+// profile's CA, the token on every call, and keepalives so a connection cut
+// by a middlebox is noticed within seconds. Outbound HTTP CONNECT proxies
+// from HTTPS_PROXY are honoured by grpc-go's default dialer.
+func Dial(cfg config.Config) (*grpc.ClientConn, error) {
+	addr, useTLS, err := cfg.Target()
+	if err != nil {
+		return nil, err
+	}
+	creds := insecure.NewCredentials()
+	if useTLS {
+		host, _, _ := net.SplitHostPort(addr)
+		tlsCfg, err := pki.ClientTLS([]byte(cfg.CACert), host)
+		if err != nil {
+			return nil, fmt.Errorf("ca_cert: %w", err)
+		}
+		creds = credentials.NewTLS(tlsCfg)
+	}
+	return grpc.NewClient(addr,
+		grpc.WithTransportCredentials(creds),
+		grpc.WithPerRPCCredentials(bearer{secret: cfg.Token, tls: useTLS}),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20), grpc.MaxCallSendMsgSize(8<<20)),
+	)
+}
+
+type bearer struct {
+	secret string
+	tls    bool
+}
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.secret}, nil
+}
+
+func (b bearer) RequireTransportSecurity() bool { return b.tls }

@@ -1,0 +1,20 @@
+// Command proxy is the agent installed inside customer networks: it
+// long-polls the automator over outbound gRPC, runs claimed commands from
+// its scripts directory and posts sealed results back.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/opsgate/opsgate/proxy/cli"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := cli.Main(ctx, os.Args[1:], cli.Env{Stdout: os.Stdout, Stderr: os.Stderr})
+	stop()
+	os.Exit(code)
+}

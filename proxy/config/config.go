@@ -1,0 +1,155 @@
+// Package config reads a proxy's configuration file: the profile printed by
+// `automator account create` (automator_url, token, key, ca_cert) plus local
+// settings (scripts_dir, instance_id, max_concurrency, ...). Flags of
+// `proxy run` override the local settings, so two instances can share a file.
+package config
+
+import (
+	"bytes"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/opsgate/opsgate/crypto"
+)
+
+// Defaults of the local settings.
+const (
+	DefaultMaxConcurrency = 4
+	DefaultMaxOutput      = 1 << 20
+	DefaultGracePeriod    = 30 * time.Second
+)
+
+// Config is the proxy's configuration file.
+type Config struct {
+	// AutomatorURL is https://HOST:PORT of the automator (http:// only for a
+	// loopback automator serving plaintext in tests and demos).
+	AutomatorURL string `yaml:"automator_url"`
+	// Token authenticates this proxy for its account.
+	Token string `yaml:"token"`
+	// Key opens commands and seals results ("ID:SECRET").
+	Key string `yaml:"key"`
+	// CACert is the PEM certificate of the automator's CA; only it is trusted.
+	CACert string `yaml:"ca_cert"`
+
+	// ScriptsDir is the only directory scripts are run from.
+	ScriptsDir string `yaml:"scripts_dir"`
+	// InstanceID names this process among the account's instances; the host
+	// name by default.
+	InstanceID string `yaml:"instance_id"`
+	// MaxConcurrency is how many units run at once (4).
+	MaxConcurrency int `yaml:"max_concurrency"`
+	// MaxOutputBytes caps each of stdout and stderr of a script (1 MiB).
+	MaxOutputBytes int `yaml:"max_output_bytes"`
+	// GracePeriod is how long a stopping proxy lets running scripts finish
+	// before it kills them (30s).
+	GracePeriod time.Duration `yaml:"grace_period"`
+}
+
+// Load reads and strictly parses a configuration file (unknown keys are
+// errors naming the key and line). It does not apply defaults or validate.
+func Load(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("reading proxy config: %w", err)
+	}
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, fmt.Errorf("parsing proxy config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ApplyDefaults fills unset local settings.
+func (c *Config) ApplyDefaults() {
+	if c.InstanceID == "" {
+		if h, err := os.Hostname(); err == nil {
+			c.InstanceID = h
+		}
+	}
+	if c.MaxConcurrency == 0 {
+		c.MaxConcurrency = DefaultMaxConcurrency
+	}
+	if c.MaxOutputBytes == 0 {
+		c.MaxOutputBytes = DefaultMaxOutput
+	}
+	if c.GracePeriod == 0 {
+		c.GracePeriod = DefaultGracePeriod
+	}
+}
+
+// Validate returns every problem at once, each naming its key.
+func (c Config) Validate() error {
+	var errs []error
+	if _, _, err := c.Target(); err != nil {
+		errs = append(errs, fmt.Errorf("automator_url: %w", err))
+	}
+	if c.Token == "" {
+		errs = append(errs, errors.New("token: required (from `automator account create`)"))
+	}
+	if _, err := crypto.ParseKey(c.Key); err != nil {
+		errs = append(errs, fmt.Errorf("key: %w", err))
+	}
+	if u, err := url.Parse(c.AutomatorURL); err == nil && u.Scheme == "https" {
+		if err := checkPEM(c.CACert); err != nil {
+			errs = append(errs, fmt.Errorf("ca_cert: %w", err))
+		}
+	}
+	if c.ScriptsDir == "" {
+		errs = append(errs, errors.New("scripts_dir: required (in the file or as --scripts-dir)"))
+	} else if fi, err := os.Stat(c.ScriptsDir); err != nil {
+		errs = append(errs, fmt.Errorf("scripts_dir: %w", err))
+	} else if !fi.IsDir() {
+		errs = append(errs, fmt.Errorf("scripts_dir: %s is not a directory", c.ScriptsDir))
+	}
+	if c.InstanceID == "" || len(c.InstanceID) > 128 {
+		errs = append(errs, errors.New("instance_id: must be 1 to 128 bytes (defaults to the host name)"))
+	}
+	if c.MaxConcurrency < 1 || c.MaxConcurrency > 256 {
+		errs = append(errs, fmt.Errorf("max_concurrency: %d is outside [1, 256]", c.MaxConcurrency))
+	}
+	if c.MaxOutputBytes < 1024 || c.MaxOutputBytes > 2<<20 {
+		errs = append(errs, fmt.Errorf("max_output_bytes: %d is outside [1024, %d]", c.MaxOutputBytes, 2<<20))
+	}
+	if c.GracePeriod < 0 || c.GracePeriod > time.Hour {
+		errs = append(errs, fmt.Errorf("grace_period: %v is outside [0, 1h]", c.GracePeriod))
+	}
+	return errors.Join(errs...)
+}
+
+// Target returns the host:port to dial and whether TLS is used.
+func (c Config) Target() (addr string, useTLS bool, err error) {
+	u, err := url.Parse(c.AutomatorURL)
+	if err != nil || u.Hostname() == "" || u.Port() == "" {
+		return "", false, fmt.Errorf("%q must be https://HOST:PORT", c.AutomatorURL)
+	}
+	switch u.Scheme {
+	case "https":
+		return u.Host, true, nil
+	case "http":
+		return u.Host, false, nil
+	}
+	return "", false, fmt.Errorf("%q must be https://HOST:PORT", c.AutomatorURL)
+}
+
+func checkPEM(s string) error {
+	if s == "" {
+		return errors.New("required (the automator's CA certificate, PEM)")
+	}
+	block, _ := pem.Decode([]byte(s))
+	if block == nil || block.Type != "CERTIFICATE" {
+		return errors.New("not a PEM certificate")
+	}
+	if _, err := x509.ParseCertificate(block.Bytes); err != nil {
+		return fmt.Errorf("not a valid certificate: %w", err)
+	}
+	return nil
+}
