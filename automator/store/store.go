@@ -45,7 +45,8 @@ func (s State) Valid() bool {
 var (
 	// ErrNotFound: no account, work or API key with that identity.
 	ErrNotFound = errors.New("not found")
-	// ErrExists: an account with that name already exists.
+	// ErrExists: a record with that identity (account name, work id, API
+	// key id) already exists.
 	ErrExists = errors.New("already exists")
 	// ErrClaimMismatch: the work is claimed, but not under the claim id presented.
 	ErrClaimMismatch = errors.New("claim id does not match")
@@ -134,7 +135,7 @@ type WorkCompleteParams struct {
 	ID      string
 	ClaimID string
 	// State is the terminal state the claimer reports: succeeded, failed or
-	// cancelled.
+	// cancelled. Any other state is an error and changes nothing.
 	State        State
 	SealedResult []byte
 	Reason       string
@@ -182,7 +183,8 @@ type Store interface {
 	// AccountList returns all accounts ordered by name.
 	AccountList(ctx context.Context) ([]Account, error)
 
-	// WorkEnqueue stores a new queued unit. The ID must be new.
+	// WorkEnqueue stores a new queued unit. ErrExists if the ID is taken;
+	// ErrNotFound if the account does not exist.
 	WorkEnqueue(ctx context.Context, p WorkEnqueueParams) (Work, error)
 	// WorkClaim atomically moves up to p.Max queued units of p.Account whose
 	// deadline is after p.Now to claimed, oldest first, each with its own
@@ -214,7 +216,7 @@ type Store interface {
 	// InstanceList returns the instances of an account, ordered by id.
 	InstanceList(ctx context.Context, account string) ([]Instance, error)
 
-	// APIKeyCreate stores a new API key.
+	// APIKeyCreate stores a new API key; ErrExists if the ID is taken.
 	APIKeyCreate(ctx context.Context, p APIKeyCreateParams) (APIKey, error)
 	// APIKeyGetByHash returns the key whose secret hashes to h, or ErrNotFound.
 	APIKeyGetByHash(ctx context.Context, h []byte) (APIKey, error)

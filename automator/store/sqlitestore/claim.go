@@ -1,0 +1,71 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+func (s *Store) WorkClaim(ctx context.Context, p store.WorkClaimParams) ([]store.Work, error) {
+	if p.Max <= 0 {
+		return nil, nil
+	}
+	if len(p.ClaimIDs) < p.Max {
+		return nil, fmt.Errorf("claiming work for account %q: %d claim ids for up to %d units", p.Account, len(p.ClaimIDs), p.Max)
+	}
+	now := toNanos(p.Now)
+	var claimed []store.Work
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		claimed = claimed[:0]
+		ids, err := claimCandidates(ctx, tx, p.Account, now, p.Max)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			// The conditional write is the claim: only a row still queued
+			// changes, and only changed rows come back.
+			w, err := scanWork(tx.QueryRowContext(ctx, `UPDATE work
+SET state = 'claimed', instance_id = ?, claim_id = ?, claimed_at = ?
+WHERE id = ? AND state = 'queued'
+RETURNING `+workColumns,
+				p.InstanceID, p.ClaimIDs[len(claimed)], now, id))
+			if errors.Is(err, sql.ErrNoRows) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			claimed = append(claimed, w)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claiming work for account %q: %w", p.Account, err)
+	}
+	return claimed, nil
+}
+
+// claimCandidates returns the ids of the account's oldest queued units whose
+// deadline is still ahead.
+func claimCandidates(ctx context.Context, tx *sql.Tx, account string, now int64, max int) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT id FROM work
+WHERE account = ? AND state = 'queued' AND deadline > ?
+ORDER BY queued_at, id
+LIMIT ?`, account, now, max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}

@@ -1,0 +1,52 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+// WorkComplete records the claimer's outcome. On ErrClaimMismatch and
+// ErrNotClaimable it also returns the unit as it stands, so the caller can
+// say why the result was refused.
+func (s *Store) WorkComplete(ctx context.Context, p store.WorkCompleteParams) (store.Work, error) {
+	switch p.State {
+	case store.StateSucceeded, store.StateFailed, store.StateCancelled:
+	default:
+		return store.Work{}, fmt.Errorf("completing work %q: %q is not an outcome a claimer reports (succeeded, failed or cancelled)", p.ID, p.State)
+	}
+	now := toNanos(p.Now)
+	var w store.Work
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		var err error
+		w, err = scanWork(tx.QueryRowContext(ctx, `UPDATE work
+SET state = ?, sealed_result = ?, reason = ?, finished_at = ?
+WHERE id = ? AND state = 'claimed' AND claim_id = ? AND deadline > ?
+RETURNING `+workColumns,
+			string(p.State), p.SealedResult, p.Reason, now, p.ID, p.ClaimID, now))
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		// Nothing changed: read the unit to say precisely why.
+		w, err = getWork(ctx, tx, p.ID)
+		if err != nil {
+			return err
+		}
+		switch {
+		case w.State != store.StateClaimed:
+			return fmt.Errorf("it is %s: %w", w.State, store.ErrNotClaimable)
+		case w.ClaimID != p.ClaimID:
+			return store.ErrClaimMismatch
+		default:
+			return fmt.Errorf("its deadline %s has passed: %w", w.Deadline.Format(time.RFC3339Nano), store.ErrNotClaimable)
+		}
+	})
+	if err != nil {
+		return w, fmt.Errorf("completing work %q: %w", p.ID, err)
+	}
+	return w, nil
+}

@@ -1,0 +1,29 @@
+package sqlitestore
+
+import "time"
+
+// Times are stored as INTEGER unix nanoseconds, 0 for the zero time, so that
+// sub-microsecond precision survives and comparisons are integer compares.
+
+func toNanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+// nonNil turns a nil slice into an empty one: the driver binds nil as NULL,
+// and the NOT NULL blob columns want an empty blob instead.
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}

@@ -1,0 +1,46 @@
+package sqlitestore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) error {
+	_, err := s.write.ExecContext(ctx, `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight)
+VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (account, instance_id) DO UPDATE SET
+	hostname = excluded.hostname,
+	version = excluded.version,
+	last_poll_at = excluded.last_poll_at,
+	in_flight = excluded.in_flight`,
+		p.Account, p.InstanceID, p.Hostname, p.Version, toNanos(p.Now), p.InFlight)
+	if err != nil {
+		return fmt.Errorf("recording a poll of instance %q of account %q: %w", p.InstanceID, p.Account, err)
+	}
+	return nil
+}
+
+func (s *Store) InstanceList(ctx context.Context, account string) ([]store.Instance, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT account, instance_id, hostname, version, last_poll_at, in_flight
+FROM instances WHERE account = ? ORDER BY instance_id`, account)
+	if err != nil {
+		return nil, fmt.Errorf("listing instances of account %q: %w", account, err)
+	}
+	defer rows.Close()
+	var out []store.Instance
+	for rows.Next() {
+		var in store.Instance
+		var lastPollAt int64
+		if err := rows.Scan(&in.Account, &in.InstanceID, &in.Hostname, &in.Version, &lastPollAt, &in.InFlight); err != nil {
+			return nil, fmt.Errorf("listing instances of account %q: %w", account, err)
+		}
+		in.LastPollAt = fromNanos(lastPollAt)
+		out = append(out, in)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing instances of account %q: %w", account, err)
+	}
+	return out, nil
+}

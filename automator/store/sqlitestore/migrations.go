@@ -1,0 +1,111 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+)
+
+// migration is one step of the schema. Steps are applied in order, each once;
+// a released step is never edited, a change is a new step.
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+var migrations = []migration{
+	{version: 1, name: "accounts, work, instances, api keys", sql: `
+CREATE TABLE accounts (
+	name       TEXT    PRIMARY KEY,
+	token_hash BLOB    NOT NULL UNIQUE,
+	key_id     INTEGER NOT NULL,
+	sealed_key BLOB    NOT NULL,
+	created_at INTEGER NOT NULL
+) STRICT;
+
+CREATE TABLE work (
+	id             TEXT    PRIMARY KEY,
+	account        TEXT    NOT NULL REFERENCES accounts (name),
+	state          TEXT    NOT NULL CHECK (state IN ('queued', 'claimed', 'succeeded', 'failed', 'timed_out', 'cancelled')),
+	key_id         INTEGER NOT NULL,
+	sealed_command BLOB    NOT NULL,
+	queued_at      INTEGER NOT NULL,
+	deadline       INTEGER NOT NULL,
+	claimed_at     INTEGER NOT NULL DEFAULT 0,
+	instance_id    TEXT    NOT NULL DEFAULT '',
+	claim_id       TEXT    NOT NULL DEFAULT '',
+	finished_at    INTEGER NOT NULL DEFAULT 0,
+	sealed_result  BLOB,
+	reason         TEXT    NOT NULL DEFAULT ''
+) STRICT;
+
+-- WorkClaim: an account's queued units, oldest first.
+CREATE INDEX work_account_state_queued_at ON work (account, state, queued_at);
+-- WorkExpire and WorkNextDeadline: open units by deadline.
+CREATE INDEX work_state_deadline ON work (state, deadline);
+
+CREATE TABLE instances (
+	account      TEXT    NOT NULL REFERENCES accounts (name),
+	instance_id  TEXT    NOT NULL,
+	hostname     TEXT    NOT NULL,
+	version      TEXT    NOT NULL,
+	last_poll_at INTEGER NOT NULL,
+	in_flight    INTEGER NOT NULL,
+	PRIMARY KEY (account, instance_id)
+) STRICT;
+
+CREATE TABLE api_keys (
+	id         TEXT    PRIMARY KEY,
+	hash       BLOB    NOT NULL UNIQUE,
+	name       TEXT    NOT NULL,
+	created_at INTEGER NOT NULL
+) STRICT;
+`},
+}
+
+// migrate applies the migrations not yet recorded in schema_migrations, all
+// in one IMMEDIATE transaction, so a crash leaves the schema at the old
+// version or the new one, never between. It refuses a database whose schema
+// is newer than this binary knows.
+func migrate(ctx context.Context, db *sql.DB) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrating schema: %w", err)
+	}
+	defer tx.Rollback()
+
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+	version    INTEGER PRIMARY KEY,
+	applied_at INTEGER NOT NULL
+)`); err != nil {
+		return fmt.Errorf("migrating schema: creating schema_migrations: %w", err)
+	}
+
+	var current int
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
+		return fmt.Errorf("migrating schema: reading the version: %w", err)
+	}
+	latest := migrations[len(migrations)-1].version
+	if current > latest {
+		return fmt.Errorf("migrating schema: the database is at version %d, newer than this binary knows (%d); run a newer automator", current, latest)
+	}
+
+	for _, m := range migrations {
+		if m.version <= current {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+			return fmt.Errorf("migrating schema to version %d (%s): %w", m.version, m.name, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`,
+			m.version, time.Now().UnixNano()); err != nil {
+			return fmt.Errorf("migrating schema to version %d (%s): recording it: %w", m.version, m.name, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrating schema: %w", err)
+	}
+	return nil
+}

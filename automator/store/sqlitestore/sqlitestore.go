@@ -1,0 +1,169 @@
+// Package sqlitestore is the embedded backend of store.Store, built on
+// modernc.org/sqlite (pure Go, no cgo). It serves one automator.
+//
+// Every write goes through a pool of exactly one connection, so writers queue
+// in Go (honouring their contexts) instead of failing with SQLITE_BUSY, and
+// every write transaction begins IMMEDIATE so it holds the write lock from its
+// first statement. Reads use a separate pool of read-only connections; in WAL
+// mode they never block the writer nor wait for it. synchronous=FULL makes a
+// commit durable before the call returns.
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+// readConns bounds the read pool. SQLite readers in WAL mode run side by
+// side; a few are enough for one automator.
+const readConns = 4
+
+// busyTimeoutMillis is how long a connection waits on a lock held by another
+// connection (the other pool, or another process) before giving up.
+const busyTimeoutMillis = 5000
+
+// Store is a store.Store backed by one SQLite database file.
+type Store struct {
+	path  string
+	write *sql.DB // exactly one connection: all writes
+	read  *sql.DB // read-only connections: all reads outside a write
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the SQLite database at path and brings its
+// schema up to date. The directory must exist.
+func Open(ctx context.Context, path string) (*Store, error) {
+	if path == "" {
+		return nil, errors.New("opening sqlite store: the path is empty")
+	}
+	dir := filepath.Dir(path)
+	if fi, err := os.Stat(dir); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("opening sqlite store %q: directory %q does not exist (create it first): %w", path, dir, err)
+		}
+		return nil, fmt.Errorf("opening sqlite store %q: %w", path, err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("opening sqlite store %q: %q is not a directory", path, dir)
+	}
+
+	write, err := sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		return nil, fmt.Errorf("opening sqlite store %q: %w", path, err)
+	}
+	write.SetMaxOpenConns(1)
+	write.SetMaxIdleConns(1)
+	write.SetConnMaxLifetime(0)
+	write.SetConnMaxIdleTime(0)
+
+	// Migrate before the read pool exists: the first write connection turns
+	// the file into WAL mode, and the readers then find it so.
+	if err := migrate(ctx, write); err != nil {
+		write.Close()
+		return nil, fmt.Errorf("opening sqlite store %q: %w", path, err)
+	}
+
+	read, err := sql.Open("sqlite", dsn(path, true))
+	if err != nil {
+		write.Close()
+		return nil, fmt.Errorf("opening sqlite store %q: %w", path, err)
+	}
+	read.SetMaxOpenConns(readConns)
+	read.SetMaxIdleConns(readConns)
+	read.SetConnMaxLifetime(0)
+	read.SetConnMaxIdleTime(0)
+	if err := read.PingContext(ctx); err != nil {
+		read.Close()
+		write.Close()
+		return nil, fmt.Errorf("opening sqlite store %q: %w", path, err)
+	}
+
+	return &Store{path: path, write: write, read: read}, nil
+}
+
+// Path returns the database file's path as given to Open.
+func (s *Store) Path() string { return s.path }
+
+// Close closes both pools. It is safe to call more than once; later calls
+// return the first call's result.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		// The write pool goes last: the last connection to close
+		// checkpoints the WAL into the database file.
+		if err := errors.Join(s.read.Close(), s.write.Close()); err != nil {
+			s.closeErr = fmt.Errorf("closing sqlite store %q: %w", s.path, err)
+		}
+	})
+	return s.closeErr
+}
+
+// dsn builds the modernc.org/sqlite data source name. Pragmas given as
+// _pragma parameters run on every new connection of the pool, so no pooled
+// connection can miss one.
+func dsn(path string, readOnly bool) string {
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeoutMillis))
+	q.Add("_pragma", "journal_mode(WAL)")
+	// FULL: in WAL mode a commit is fsynced before it returns, so an
+	// acknowledged write survives kill -9 and power loss.
+	q.Add("_pragma", "synchronous(FULL)")
+	q.Add("_pragma", "foreign_keys(1)")
+	if readOnly {
+		q.Add("_pragma", "query_only(1)")
+	} else {
+		q.Set("_txlock", "immediate")
+	}
+	return "file:" + uriPath(path) + "?" + q.Encode()
+}
+
+// uriPath turns a file path into the path part of an SQLite URI filename:
+// forward slashes, the URI's special characters escaped, and an absolute path
+// given an empty authority so that it cannot be read as one.
+func uriPath(path string) string {
+	p := filepath.ToSlash(path)
+	p = strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(p)
+	if runtime.GOOS == "windows" && filepath.VolumeName(path) != "" {
+		p = "/" + p // file:///C:/dir/file.db
+	}
+	if strings.HasPrefix(p, "/") {
+		p = "//" + p
+	}
+	return p
+}
+
+// querier is what *sql.DB and *sql.Tx have in common.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// writeTx runs fn in one IMMEDIATE transaction on the write connection and
+// commits it when fn returns nil.
+func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.write.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}

@@ -1,0 +1,241 @@
+package sqlitestore
+
+import (
+	"database/sql"
+	"errors"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/automator/store/storetest"
+)
+
+func TestMain(m *testing.M) {
+	if path := os.Getenv(childEnv); path != "" {
+		os.Exit(runEnqueueChild(path))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// open opens a store for t and closes it when t ends.
+func open(t *testing.T, path string) *Store {
+	t.Helper()
+	s, err := Open(t.Context(), path)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		return open(t, filepath.Join(t.TempDir(), "automator.db"))
+	})
+}
+
+var testNow = time.Date(2026, 1, 2, 3, 4, 5, 678901234, time.UTC)
+
+func TestReopenKeepsDataAndSchema(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "automator.db")
+
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	if s.Path() != path {
+		t.Errorf("Path() = %q, want %q", s.Path(), path)
+	}
+	if _, err := s.AccountCreate(ctx, store.AccountCreateParams{Name: "acme", TokenHash: []byte("h"), KeyID: 1, SealedKey: []byte("k"), Now: testNow}); err != nil {
+		t.Fatalf("AccountCreate: %v", err)
+	}
+	if _, err := s.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: "w-1", Account: "acme", SealedCommand: []byte("c"), Now: testNow, Deadline: testNow.Add(time.Hour)}); err != nil {
+		t.Fatalf("WorkEnqueue: %v", err)
+	}
+	claimed, err := s.WorkClaim(ctx, store.WorkClaimParams{Account: "acme", InstanceID: "i-1", Max: 1, ClaimIDs: []string{"claim-1"}, Now: testNow.Add(time.Second)})
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("WorkClaim = %v, %v", claimed, err)
+	}
+	before := migrationRows(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+
+	s = open(t, path)
+	if _, err := s.AccountGet(ctx, "acme"); err != nil {
+		t.Errorf("AccountGet after reopening: %v", err)
+	}
+	w, err := s.WorkGet(ctx, "w-1")
+	if err != nil {
+		t.Fatalf("WorkGet after reopening: %v", err)
+	}
+	if w.State != store.StateClaimed || w.ClaimID != "claim-1" || w.InstanceID != "i-1" {
+		t.Errorf("after reopening: %s by %q under %q, want claimed by i-1 under claim-1", w.State, w.InstanceID, w.ClaimID)
+	}
+	// Nanoseconds survive too: times are stored as unix nanoseconds.
+	if !w.QueuedAt.Equal(testNow) {
+		t.Errorf("QueuedAt after reopening = %v, want %v", w.QueuedAt, testNow)
+	}
+
+	after := migrationRows(t, s)
+	if len(after) != len(migrations) {
+		t.Errorf("schema_migrations holds %d rows after reopening, want %d", len(after), len(migrations))
+	}
+	for v, appliedAt := range before {
+		if after[v] != appliedAt {
+			t.Errorf("migration %d: applied_at %d after reopening, was %d: applied twice", v, after[v], appliedAt)
+		}
+	}
+}
+
+// migrationRows returns schema_migrations as version → applied_at.
+func migrationRows(t *testing.T, s *Store) map[int]int64 {
+	t.Helper()
+	rows, err := s.read.QueryContext(t.Context(), `SELECT version, applied_at FROM schema_migrations`)
+	if err != nil {
+		t.Fatalf("reading schema_migrations: %v", err)
+	}
+	defer rows.Close()
+	out := map[int]int64{}
+	for rows.Next() {
+		var v int
+		var at int64
+		if err := rows.Scan(&v, &at); err != nil {
+			t.Fatalf("reading schema_migrations: %v", err)
+		}
+		out[v] = at
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("reading schema_migrations: %v", err)
+	}
+	return out
+}
+
+func TestMigrationsAreOrdered(t *testing.T) {
+	for i, m := range migrations {
+		if m.version != i+1 {
+			t.Errorf("migrations[%d] has version %d, want %d: versions count up from 1 without gaps", i, m.version, i+1)
+		}
+		if m.name == "" || strings.TrimSpace(m.sql) == "" {
+			t.Errorf("migration %d has no name or no SQL", m.version)
+		}
+	}
+}
+
+func TestOpenRefusesANewerSchema(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "automator.db")
+	s := open(t, path)
+	if _, err := s.write.ExecContext(t.Context(), `INSERT INTO schema_migrations (version, applied_at) VALUES (999, 0)`); err != nil {
+		t.Fatalf("inserting a future version: %v", err)
+	}
+	s.Close()
+
+	_, err := Open(t.Context(), path)
+	if err == nil || !strings.Contains(err.Error(), "999") || !strings.Contains(err.Error(), path) {
+		t.Errorf("Open of a database from the future: error = %v, want one naming the path and version 999", err)
+	}
+}
+
+func TestOpenInAMissingDirectoryFailsClearly(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "missing")
+	path := filepath.Join(dir, "automator.db")
+	s, err := Open(t.Context(), path)
+	if err == nil {
+		s.Close()
+		t.Fatal("Open in a missing directory succeeded")
+	}
+	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("Open in a missing directory: error = %v, want fs.ErrNotExist naming the path and saying the directory does not exist", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Open created %s: %v", dir, err)
+	}
+}
+
+// TestEveryConnectionHasTheDurabilityPragmas holds every pooled connection at
+// once, so a pragma applied to only the first one would show.
+func TestEveryConnectionHasTheDurabilityPragmas(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "automator.db"))
+	ctx := t.Context()
+	want := map[string]string{
+		"journal_mode": "wal",
+		"synchronous":  "2", // FULL
+		"foreign_keys": "1",
+		"busy_timeout": "5000",
+	}
+	for _, p := range []struct {
+		name  string
+		conns int
+		extra map[string]string
+	}{
+		{"write", 1, map[string]string{"query_only": "0"}},
+		{"read", readConns, map[string]string{"query_only": "1"}},
+	} {
+		db := s.write
+		if p.name == "read" {
+			db = s.read
+		}
+		var held []*sql.Conn
+		for range p.conns {
+			c, err := db.Conn(ctx)
+			if err != nil {
+				t.Fatalf("%s pool: Conn: %v", p.name, err)
+			}
+			held = append(held, c)
+		}
+		for i, c := range held {
+			all := maps.Clone(want)
+			maps.Copy(all, p.extra)
+			for pragma, v := range all {
+				var got string
+				if err := c.QueryRowContext(ctx, "PRAGMA "+pragma).Scan(&got); err != nil {
+					t.Fatalf("%s pool conn %d: PRAGMA %s: %v", p.name, i, pragma, err)
+				}
+				if got != v {
+					t.Errorf("%s pool conn %d: %s = %s, want %s", p.name, i, pragma, got, v)
+				}
+			}
+		}
+		for _, c := range held {
+			c.Close()
+		}
+	}
+}
+
+// TestOpenTakesAnyPath: the path becomes an SQLite URI, whose special
+// characters must not change which file is opened.
+func TestOpenTakesAnyPath(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a b?c#d%25e&f=g")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "automator.db")
+	open(t, path)
+	if _, err := os.Stat(path); err != nil {
+		t.Errorf("the database is not at %s: %v", path, err)
+	}
+
+	t.Chdir(dir)
+	s := open(t, "relative.db")
+	if s.Path() != "relative.db" {
+		t.Errorf("Path() = %q, want relative.db", s.Path())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "relative.db")); err != nil {
+		t.Errorf("a relative path did not open in the working directory: %v", err)
+	}
+}

@@ -1,0 +1,125 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+const workColumns = `id, account, state, key_id, sealed_command, queued_at, deadline,
+	claimed_at, instance_id, claim_id, finished_at, sealed_result, reason`
+
+func scanWork(r interface{ Scan(...any) error }) (store.Work, error) {
+	var w store.Work
+	var state string
+	var queuedAt, deadline, claimedAt, finishedAt int64
+	if err := r.Scan(&w.ID, &w.Account, &state, &w.KeyID, &w.SealedCommand, &queuedAt, &deadline,
+		&claimedAt, &w.InstanceID, &w.ClaimID, &finishedAt, &w.SealedResult, &w.Reason); err != nil {
+		return store.Work{}, err
+	}
+	w.State = store.State(state)
+	w.QueuedAt = fromNanos(queuedAt)
+	w.Deadline = fromNanos(deadline)
+	w.ClaimedAt = fromNanos(claimedAt)
+	w.FinishedAt = fromNanos(finishedAt)
+	return w, nil
+}
+
+// getWork reads one unit; store.ErrNotFound when there is none.
+func getWork(ctx context.Context, q querier, id string) (store.Work, error) {
+	w, err := scanWork(q.QueryRowContext(ctx, `SELECT `+workColumns+` FROM work WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Work{}, store.ErrNotFound
+	}
+	return w, err
+}
+
+func (s *Store) WorkEnqueue(ctx context.Context, p store.WorkEnqueueParams) (store.Work, error) {
+	if p.ID == "" {
+		return store.Work{}, fmt.Errorf("enqueueing work for account %q: the id is empty", p.Account)
+	}
+	var w store.Work
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		var one int
+		err := tx.QueryRowContext(ctx, `SELECT 1 FROM accounts WHERE name = ?`, p.Account).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("account %q: %w", p.Account, store.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		w, err = scanWork(tx.QueryRowContext(ctx, `INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline)
+VALUES (?, ?, 'queued', ?, ?, ?, ?)
+ON CONFLICT (id) DO NOTHING
+RETURNING `+workColumns,
+			p.ID, p.Account, p.KeyID, nonNil(p.SealedCommand), toNanos(p.Now), toNanos(p.Deadline)))
+		if errors.Is(err, sql.ErrNoRows) {
+			return store.ErrExists
+		}
+		return err
+	})
+	if err != nil {
+		return store.Work{}, fmt.Errorf("enqueueing work %q: %w", p.ID, err)
+	}
+	return w, nil
+}
+
+func (s *Store) WorkGet(ctx context.Context, id string) (store.Work, error) {
+	w, err := getWork(ctx, s.read, id)
+	if err != nil {
+		return store.Work{}, fmt.Errorf("getting work %q: %w", id, err)
+	}
+	return w, nil
+}
+
+func (s *Store) WorkNextDeadline(ctx context.Context) (time.Time, bool, error) {
+	var deadline sql.NullInt64
+	if err := s.read.QueryRowContext(ctx, `SELECT MIN(deadline) FROM work WHERE state IN ('queued', 'claimed')`).Scan(&deadline); err != nil {
+		return time.Time{}, false, fmt.Errorf("finding the next work deadline: %w", err)
+	}
+	if !deadline.Valid {
+		return time.Time{}, false, nil
+	}
+	return fromNanos(deadline.Int64), true, nil
+}
+
+// statesBatch keeps each WorkStates query well under SQLite's limit on bound
+// parameters.
+const statesBatch = 500
+
+func (s *Store) WorkStates(ctx context.Context, ids []string) (map[string]store.State, error) {
+	total := len(ids)
+	out := make(map[string]store.State, total)
+	for len(ids) > 0 {
+		batch := ids[:min(len(ids), statesBatch)]
+		ids = ids[len(batch):]
+		args := make([]any, len(batch))
+		for i, id := range batch {
+			args[i] = id
+		}
+		q := `SELECT id, state FROM work WHERE id IN (?` + strings.Repeat(", ?", len(batch)-1) + `)`
+		if err := func() error {
+			rows, err := s.read.QueryContext(ctx, q, args...)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var id, state string
+				if err := rows.Scan(&id, &state); err != nil {
+					return err
+				}
+				out[id] = store.State(state)
+			}
+			return rows.Err()
+		}(); err != nil {
+			return nil, fmt.Errorf("reading the states of %d units of work: %w", total, err)
+		}
+	}
+	return out, nil
+}

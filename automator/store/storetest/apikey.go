@@ -1,0 +1,65 @@
+package storetest
+
+import (
+	"bytes"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+var apiKeyCases = []testCase{
+	{"APIKeyCreateThenGetByHash", testAPIKeyCreateThenGetByHash},
+	{"APIKeyCreateWithTakenIDIsErrExists", testAPIKeyCreateWithTakenID},
+}
+
+func (f *fixture) wantAPIKey(what string, got, want store.APIKey) {
+	f.t.Helper()
+	if got.ID != want.ID || !bytes.Equal(got.Hash, want.Hash) || got.Name != want.Name || !got.CreatedAt.Equal(want.CreatedAt) {
+		f.t.Errorf("%s = %+v, want %+v", what, got, want)
+	}
+}
+
+func testAPIKeyCreateThenGetByHash(f *fixture) {
+	p := store.APIKeyCreateParams{ID: "key-admin", Hash: hash("admin secret"), Name: "admin", Now: at(7 * time.Second)}
+	want := store.APIKey{ID: p.ID, Hash: p.Hash, Name: p.Name, CreatedAt: p.Now}
+	got, err := f.s.APIKeyCreate(f.ctx, p)
+	if err != nil {
+		f.t.Fatalf("APIKeyCreate: %v", err)
+	}
+	f.wantAPIKey("APIKeyCreate", got, want)
+
+	other, err := f.s.APIKeyCreate(f.ctx, store.APIKeyCreateParams{ID: "key-ci", Hash: hash("ci secret"), Name: "ci", Now: at(8 * time.Second)})
+	if err != nil {
+		f.t.Fatalf("APIKeyCreate: %v", err)
+	}
+
+	for _, want := range []store.APIKey{want, other} {
+		got, err := f.s.APIKeyGetByHash(f.ctx, want.Hash)
+		if err != nil {
+			f.t.Fatalf("APIKeyGetByHash(%s's hash): %v", want.ID, err)
+		}
+		f.wantAPIKey("APIKeyGetByHash", got, want)
+	}
+
+	_, err = f.s.APIKeyGetByHash(f.ctx, hash("a secret nobody has"))
+	f.wantErr("APIKeyGetByHash of an unknown hash", err, store.ErrNotFound)
+	_, err = f.s.APIKeyGetByHash(f.ctx, nil)
+	f.wantErr("APIKeyGetByHash(nil)", err, store.ErrNotFound)
+}
+
+func testAPIKeyCreateWithTakenID(f *fixture) {
+	first, err := f.s.APIKeyCreate(f.ctx, store.APIKeyCreateParams{ID: "key-1", Hash: hash("one"), Name: "one", Now: at(0)})
+	if err != nil {
+		f.t.Fatalf("APIKeyCreate: %v", err)
+	}
+	_, err = f.s.APIKeyCreate(f.ctx, store.APIKeyCreateParams{ID: "key-1", Hash: hash("two"), Name: "two", Now: at(time.Second)})
+	f.wantErr("APIKeyCreate with a taken id", err, store.ErrExists)
+
+	got, err := f.s.APIKeyGetByHash(f.ctx, first.Hash)
+	if err != nil {
+		f.t.Fatalf("APIKeyGetByHash: %v", err)
+	}
+	f.wantAPIKey("APIKeyGetByHash after the refused create", got, first)
+	_, err = f.s.APIKeyGetByHash(f.ctx, hash("two"))
+	f.wantErr("APIKeyGetByHash of the refused key", err, store.ErrNotFound)
+}

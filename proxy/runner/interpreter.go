@@ -1,0 +1,103 @@
+package runner
+
+import (
+	"fmt"
+	"strings"
+)
+
+// The windows command lines, kept portable so they are tested on every OS.
+
+var (
+	powerShellPrefix = []string{"powershell.exe", "-NoProfile", "-NonInteractive", "-ExecutionPolicy", "Bypass", "-File"}
+	// /d skips AutoRun commands from the registry, /v:off turns off delayed
+	// (!var!) expansion, /s makes cmd.exe strip exactly the outer quotes of
+	// what follows /c.
+	batchPrefix = []string{"cmd.exe", "/d", "/v:off", "/s", "/c"}
+)
+
+// interpreterFor returns the argument vector that precedes the script path
+// when the windows script at path runs: the interpreter for .ps1, .cmd and
+// .bat, nothing for .exe. Any other extension is ErrUnknownScript.
+func interpreterFor(path string) ([]string, error) {
+	switch strings.ToLower(extension(path)) {
+	case ".ps1":
+		return powerShellPrefix, nil
+	case ".cmd", ".bat":
+		return batchPrefix, nil
+	case ".exe":
+		return nil, nil
+	}
+	return nil, fmt.Errorf("%w %q: on windows a script ends in .ps1, .cmd, .bat or .exe", ErrUnknownScript, baseName(path))
+}
+
+// windowsCommand returns the argument vector that runs the script at path
+// with args on windows and, for a batch file, the exact command line to hand
+// to CreateProcess (SysProcAttr.CmdLine) instead of the usual quoting, which
+// cmd.exe does not understand.
+func windowsCommand(path string, args []string) (argv []string, cmdLine string, err error) {
+	prefix, err := interpreterFor(path)
+	if err != nil {
+		return nil, "", err
+	}
+	argv = append(append(append([]string(nil), prefix...), path), args...)
+	if !isBatch(path) {
+		return argv, "", nil
+	}
+	cmdLine, err = batchCommandLine(path, args)
+	if err != nil {
+		return nil, "", err
+	}
+	return argv, cmdLine, nil
+}
+
+func isBatch(path string) bool {
+	ext := strings.ToLower(extension(path))
+	return ext == ".cmd" || ext == ".bat"
+}
+
+// batchCommandLine builds `cmd.exe /d /v:off /s /c ""path" arg ..."`.
+//
+// cmd.exe parses the line after /c as a shell would: & | < > ^ ( ) split or
+// redirect, %name% expands, and Go's usual \" quoting means nothing to it (the
+// "BatBadBut" problem). Inside double quotes the operators are literal, so
+// an argument with any special character is quoted. Nothing makes ", % or a
+// line break safe, so arguments holding them are refused. The batch file
+// reads its arguments with %~1 to drop the quotes.
+func batchCommandLine(path string, args []string) (string, error) {
+	if strings.ContainsAny(path, "\"%\r\n\x00") {
+		return "", fmt.Errorf("%w %q: its path %q cannot be passed safely to cmd.exe", ErrStart, baseName(path), path)
+	}
+	var b strings.Builder
+	b.WriteString(strings.Join(batchPrefix, " "))
+	b.WriteString(` ""`)
+	b.WriteString(path)
+	b.WriteString(`"`)
+	for i, a := range args {
+		if strings.ContainsAny(a, "\"%\r\n\x00") {
+			return "", fmt.Errorf("%w %q: argument %d (%q) cannot be passed safely to a batch file: it holds '\"', '%%' or a line break",
+				ErrStart, baseName(path), i+1, a)
+		}
+		b.WriteByte(' ')
+		if a == "" || strings.ContainsAny(a, " \t&|<>^(),;=!") {
+			b.WriteString(`"` + a + `"`)
+		} else {
+			b.WriteString(a)
+		}
+	}
+	b.WriteString(`"`)
+	return b.String(), nil
+}
+
+// extension and baseName read a path with either separator, so the windows
+// logic behaves the same when tested on another OS.
+func extension(path string) string {
+	name := baseName(path)
+	if i := strings.LastIndexByte(name, '.'); i >= 0 {
+		return name[i:]
+	}
+	return ""
+}
+
+func baseName(path string) string {
+	return path[strings.LastIndexAny(path, `/\`)+1:]
+}

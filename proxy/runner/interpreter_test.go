@@ -1,0 +1,72 @@
+package runner
+
+import (
+	"errors"
+	"slices"
+	"testing"
+)
+
+func TestInterpreterFor(t *testing.T) {
+	for _, tc := range []struct {
+		path string
+		want []string
+	}{
+		{`C:\scripts\a.ps1`, powerShellPrefix},
+		{`C:\scripts\A.PS1`, powerShellPrefix},
+		{`C:\scripts\a.cmd`, batchPrefix},
+		{`C:\scripts\a.bat`, batchPrefix},
+		{`C:\scripts\a.exe`, nil},
+		{`C:\scripts\a.Exe`, nil},
+	} {
+		got, err := interpreterFor(tc.path)
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("interpreterFor(%q) = %q, %v; want %q", tc.path, got, err, tc.want)
+		}
+	}
+	for _, path := range []string{`C:\scripts\a.sh`, `C:\scripts\a`, `C:\scripts.d\a`, `C:\scripts\a.ps1.txt`, "/s/a.py"} {
+		if _, err := interpreterFor(path); !errors.Is(err, ErrUnknownScript) {
+			t.Errorf("interpreterFor(%q) = %v, want ErrUnknownScript", path, err)
+		}
+	}
+}
+
+func TestInterpreterForPowerShellBypassesProfileAndPolicy(t *testing.T) {
+	want := []string{"powershell.exe", "-NoProfile", "-NonInteractive", "-ExecutionPolicy", "Bypass", "-File"}
+	if !slices.Equal(powerShellPrefix, want) {
+		t.Errorf("powershell prefix %q, want %q", powerShellPrefix, want)
+	}
+}
+
+func TestWindowsCommandArgv(t *testing.T) {
+	argv, line, err := windowsCommand(`C:\s\a.ps1`, []string{"x y", `"q"`})
+	want := append(slices.Clone(powerShellPrefix), `C:\s\a.ps1`, "x y", `"q"`)
+	if err != nil || line != "" || !slices.Equal(argv, want) {
+		t.Errorf("ps1: %q %q %v; want %q", argv, line, err, want)
+	}
+	argv, line, err = windowsCommand(`C:\s\a.exe`, []string{"-v"})
+	if err != nil || line != "" || !slices.Equal(argv, []string{`C:\s\a.exe`, "-v"}) {
+		t.Errorf("exe: %q %q %v", argv, line, err)
+	}
+}
+
+func TestBatchCommandLineQuotesShellCharacters(t *testing.T) {
+	_, line, err := windowsCommand(`C:\my scripts\a.cmd`, []string{"plain", "two words", "a&calc", "x|y", "<in", "^", "(p)", "", "c:\\dir\\", "!v!"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `cmd.exe /d /v:off /s /c ""C:\my scripts\a.cmd" plain "two words" "a&calc" "x|y" "<in" "^" "(p)" "" c:\dir\ "!v!""`
+	if line != want {
+		t.Errorf("command line\n got %s\nwant %s", line, want)
+	}
+}
+
+func TestBatchCommandLineRefusesUnsafeArguments(t *testing.T) {
+	for _, arg := range []string{`"&calc`, `%PATH%`, "a\r\nb", "a\nb", "a\x00"} {
+		if _, _, err := windowsCommand(`C:\s\a.bat`, []string{arg}); !errors.Is(err, ErrStart) {
+			t.Errorf("argument %q: %v, want ErrStart", arg, err)
+		}
+	}
+	if _, _, err := windowsCommand(`C:\50%\a.bat`, nil); !errors.Is(err, ErrStart) {
+		t.Errorf("path with %%: %v, want ErrStart", err)
+	}
+}

@@ -1,0 +1,115 @@
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// maxNameLen is the longest script name accepted, the usual file system
+// limit for one path component.
+const maxNameLen = 255
+
+// ResolveScript validates name and returns the absolute, symlink-resolved
+// path of the script inside dir. It refuses names that are not a plain file
+// name (ErrBadScriptName), names that resolve outside the real dir
+// (ErrOutsideScripts), and names that are not a runnable regular file in dir
+// (ErrUnknownScript). Errors name the script, quoted.
+func ResolveScript(dir, name string) (string, error) {
+	if reason := badNameReason(name); reason != "" {
+		return "", fmt.Errorf("%w %q: %s; a script is a plain file name inside the scripts directory",
+			ErrBadScriptName, name, reason)
+	}
+	realDir, err := realScriptsDir(dir)
+	if err != nil {
+		return "", fmt.Errorf("%w %q: %w", ErrUnknownScript, name, err)
+	}
+	real, err := filepath.EvalSymlinks(filepath.Join(realDir, name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("%w %q: no such file in scripts directory %q", ErrUnknownScript, name, dir)
+	}
+	if err != nil {
+		return "", fmt.Errorf("%w %q: %w", ErrUnknownScript, name, err)
+	}
+	if !within(realDir, real) {
+		return "", fmt.Errorf("%w: %q resolves to %q, not inside %q", ErrOutsideScripts, name, real, realDir)
+	}
+	fi, err := os.Stat(real)
+	if err != nil {
+		return "", fmt.Errorf("%w %q: %w", ErrUnknownScript, name, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("%w %q: not a regular file", ErrUnknownScript, name)
+	}
+	if err := checkRunnable(name, real); err != nil {
+		return "", err
+	}
+	return real, nil
+}
+
+// badNameReason says why name is not a plain file name, or "" when it is.
+func badNameReason(name string) string {
+	switch {
+	case name == "":
+		return "empty"
+	case name == "." || name == "..":
+		return "names a directory"
+	case len(name) > maxNameLen:
+		return fmt.Sprintf("longer than %d bytes", maxNameLen)
+	case name[0] == '/' || name[0] == '\\':
+		return "is an absolute path"
+	case strings.ContainsAny(name, `/\`):
+		return "contains a path separator"
+	case strings.Contains(name, ":"):
+		// A drive ("C:x") or an alternate data stream ("x:s") on windows;
+		// refused everywhere so a name means the same on every proxy.
+		return "contains ':'"
+	case !utf8.ValidString(name):
+		return "is not valid UTF-8"
+	case strings.IndexFunc(name, unicode.IsControl) >= 0:
+		return "contains a control character"
+	case name[0] == '-':
+		// Harmless for the absolute path we run, but a trap for every tool
+		// (and person) that later passes the name on a command line.
+		return "starts with '-'"
+	}
+	return ""
+}
+
+// realScriptsDir returns the absolute, symlink-resolved scripts directory.
+func realScriptsDir(dir string) (string, error) {
+	if dir == "" {
+		return "", errors.New("no scripts directory configured")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("scripts directory %q: %w", dir, err)
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return "", fmt.Errorf("scripts directory %q: %w", dir, err)
+	}
+	fi, err := os.Stat(real)
+	if err != nil {
+		return "", fmt.Errorf("scripts directory %q: %w", dir, err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("scripts directory %q is not a directory", dir)
+	}
+	return real, nil
+}
+
+// within reports whether path is root or lies below it. Both are clean,
+// absolute and symlink-free.
+func within(root, path string) bool {
+	rel, err := filepath.Rel(root, path)
+	if err != nil || filepath.IsAbs(rel) {
+		return false
+	}
+	return rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}

@@ -1,0 +1,59 @@
+package runner
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestResolveScriptRefusesNamesThatAreNotPlainFileNames(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{
+		"", ".", "..", "../x", "a/b", "/bin/sh", `a\b`, `\x`, `..\x`, `C:\x`, "C:x", "x:stream",
+		"a\x00b", "a\nb", "\tx", "x\x7f", "x\u0085", "\xff", "-rf", strings.Repeat("a", 256),
+	} {
+		_, err := ResolveScript(dir, name)
+		if !errors.Is(err, ErrBadScriptName) {
+			t.Errorf("ResolveScript(%q) = %v, want ErrBadScriptName", name, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), strconv.Quote(name)) {
+			t.Errorf("error %q does not name the script %q", err, name)
+		}
+	}
+}
+
+func TestResolveScriptWithoutScriptsDir(t *testing.T) {
+	if _, err := ResolveScript("", "x"); !errors.Is(err, ErrUnknownScript) {
+		t.Errorf("empty scripts dir: %v, want ErrUnknownScript", err)
+	}
+	missing := t.TempDir() + "/missing"
+	if _, err := ResolveScript(missing, "x"); !errors.Is(err, ErrUnknownScript) {
+		t.Errorf("missing scripts dir: %v, want ErrUnknownScript", err)
+	}
+}
+
+func TestResolveScriptUnknown(t *testing.T) {
+	_, err := ResolveScript(t.TempDir(), "nope.sh")
+	if !errors.Is(err, ErrUnknownScript) {
+		t.Fatalf("got %v, want ErrUnknownScript", err)
+	}
+	if !strings.Contains(err.Error(), `"nope.sh"`) {
+		t.Errorf("error %q does not name the script", err)
+	}
+}
+
+func TestWithin(t *testing.T) {
+	for _, tc := range []struct {
+		path string
+		want bool
+	}{
+		{"/s", true}, {"/s/x", true}, {"/s/d/x", true}, {"/s/..x", true},
+		{"/", false}, {"/sx", false}, {"/t/x", false}, {"/s/../x", false},
+	} {
+		if got := within("/s", tc.path); got != tc.want {
+			t.Errorf("within(/s, %q) = %v, want %v", tc.path, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,108 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Run resolves and runs the script of spec.
+//
+// It returns a Result when the script ran and exited, whatever its exit code.
+// It returns an error and no Result when the script could not be resolved
+// (ErrBadScriptName, ErrUnknownScript, ErrOutsideScripts) or started
+// (ErrStart), when spec.Deadline passed (ErrDeadline) or when ctx was
+// cancelled (ErrCancelled). In the last two cases the whole process tree has
+// been killed; if the deadline had passed or ctx was done before the start,
+// nothing was started.
+func Run(ctx context.Context, spec Spec) (Result, error) {
+	path, err := ResolveScript(spec.ScriptsDir, spec.Script)
+	if err != nil {
+		return Result{}, err
+	}
+	if ctx.Err() != nil {
+		return Result{}, fmt.Errorf("script %q: %w before it started", spec.Script, ErrCancelled)
+	}
+	if !spec.Deadline.IsZero() && !time.Now().Before(spec.Deadline) {
+		return Result{}, fmt.Errorf("script %q: %w before it started", spec.Script, ErrDeadline)
+	}
+	env, err := environ(spec.Env)
+	if err != nil {
+		return Result{}, fmt.Errorf("script %q: %w", spec.Script, err)
+	}
+	cmd, err := commandFor(path, spec.Args)
+	if err != nil {
+		return Result{}, err
+	}
+	cmd.Dir = spec.ScriptsDir
+	cmd.Env = env
+	configureCmd(cmd)
+	streams, err := attachStdio(cmd, spec.Stdin, spec.Limits.maxOutput())
+	if err != nil {
+		return Result{}, fmt.Errorf("%w %q: making pipes: %w", ErrStart, spec.Script, err)
+	}
+	if err := cmd.Start(); err != nil {
+		streams.abort()
+		return Result{}, fmt.Errorf("%w %q: %w", ErrStart, spec.Script, err)
+	}
+	startedAt := time.Now()
+	streams.started()
+	tree, err := afterStart(cmd)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		streams.finish(waitDelay)
+		return Result{}, fmt.Errorf("%w %q: %w", ErrStart, spec.Script, err)
+	}
+	defer tree.release()
+
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var expired <-chan time.Time
+	if !spec.Deadline.IsZero() {
+		timer := time.NewTimer(time.Until(spec.Deadline))
+		defer timer.Stop()
+		expired = timer.C
+	}
+
+	var waitErr, stop error
+	select {
+	case waitErr = <-exited:
+	case <-expired:
+		stop = ErrDeadline
+	case <-ctx.Done():
+		stop = ErrCancelled
+	}
+	finishedAt := time.Now()
+	// Kill the tree in every case: at the deadline or on cancel it is the
+	// point; after a normal exit it ends what the script left behind.
+	killErr := tree.kill()
+	if stop != nil {
+		// Also kill the script itself, however the tree kill went, so that
+		// Wait returns.
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+	streams.finish(waitDelay)
+
+	if stop != nil {
+		if killErr != nil {
+			return Result{}, fmt.Errorf("script %q: %w; killing its process tree: %v", spec.Script, stop, killErr)
+		}
+		return Result{}, fmt.Errorf("script %q: %w; its process tree was killed", spec.Script, stop)
+	}
+	if cmd.ProcessState == nil {
+		return Result{}, fmt.Errorf("waiting for script %q: %w", spec.Script, waitErr)
+	}
+	// A failed kill of leftovers after a normal exit does not undo the
+	// result: the script ran and exited.
+	return Result{
+		ExitCode:        exitCode(cmd.ProcessState),
+		Stdout:          streams.stdout.buf,
+		Stderr:          streams.stderr.buf,
+		StdoutTruncated: streams.stdout.truncated,
+		StderrTruncated: streams.stderr.truncated,
+		StartedAt:       startedAt,
+		FinishedAt:      finishedAt,
+	}, nil
+}

@@ -1,0 +1,72 @@
+//go:build !windows
+
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// baseEnvKeys are the proxy's variables a script inherits, when set.
+var baseEnvKeys = []string{"PATH", "HOME", "USER", "LANG", "TMPDIR"}
+
+// commandFor executes the script directly: its #! line picks the
+// interpreter, and args reach it as an argument vector.
+func commandFor(path string, args []string) (*exec.Cmd, error) {
+	return exec.Command(path, args...), nil
+}
+
+// configureCmd makes the script lead a new process group, so the script
+// and every descendant that stays in the group can be killed as one.
+func configureCmd(cmd *exec.Cmd) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+}
+
+// processTree is the script's process group.
+type processTree struct{ pgid int }
+
+// afterStart returns the started script's tree. The group already exists:
+// the child joined it before exec, so before it could start anything.
+func afterStart(cmd *exec.Cmd) (*processTree, error) {
+	return &processTree{pgid: cmd.Process.Pid}, nil
+}
+
+// kill sends SIGKILL to the whole group. An empty group is not an error. The
+// group id cannot be reused by another group while a member is alive, so
+// this is safe even after the script itself was reaped.
+func (t *processTree) kill() error {
+	err := syscall.Kill(-t.pgid, syscall.SIGKILL)
+	if errors.Is(err, syscall.ESRCH) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("killing process group %d: %w", t.pgid, err)
+	}
+	return nil
+}
+
+func (t *processTree) release() {}
+
+// exitCode reports an exit by signal as 128+signal, like a shell.
+func exitCode(state *os.ProcessState) int {
+	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return state.ExitCode()
+}
+
+// checkRunnable refuses a script the proxy may not execute.
+func checkRunnable(name, path string) error {
+	if err := unix.Access(path, unix.X_OK); err != nil {
+		return fmt.Errorf("%w %q: not executable by the proxy (chmod +x it): %w", ErrUnknownScript, name, err)
+	}
+	return nil
+}

@@ -1,0 +1,142 @@
+//go:build windows
+
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/windows"
+)
+
+// baseEnvKeys are the proxy's variables a script inherits, when set. Beyond
+// the system ones, the folders PowerShell needs to find its modules.
+var baseEnvKeys = []string{
+	"PATH", "PATHEXT", "SystemRoot", "SystemDrive", "WINDIR", "ComSpec",
+	"TEMP", "TMP", "USERPROFILE", "ProgramFiles", "ProgramData", "LOCALAPPDATA", "APPDATA",
+}
+
+// commandFor runs .ps1 through PowerShell, .cmd and .bat through cmd.exe with
+// a command line quoted for it, and .exe directly.
+func commandFor(path string, args []string) (*exec.Cmd, error) {
+	argv, cmdLine, err := windowsCommand(path, args)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	if cmdLine != "" {
+		cmd.SysProcAttr = &syscall.SysProcAttr{CmdLine: cmdLine}
+	}
+	return cmd, nil
+}
+
+// configureCmd starts the script suspended: afterStart puts it in a job
+// object before it runs, so nothing it starts can be outside the job.
+func configureCmd(cmd *exec.Cmd) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.CreationFlags |= windows.CREATE_SUSPENDED | windows.CREATE_NEW_PROCESS_GROUP
+}
+
+// processTree is the job object holding the script and its descendants.
+type processTree struct{ job windows.Handle }
+
+// afterStart creates a job that kills its processes when closed, assigns the
+// suspended script to it, then lets the script run.
+func afterStart(cmd *exec.Cmd) (*processTree, error) {
+	job, err := windows.CreateJobObject(nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("creating job object: %w", err)
+	}
+	t := &processTree{job: job}
+	info := windows.JOBOBJECT_EXTENDED_LIMIT_INFORMATION{
+		BasicLimitInformation: windows.JOBOBJECT_BASIC_LIMIT_INFORMATION{
+			LimitFlags: windows.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
+		},
+	}
+	if _, err := windows.SetInformationJobObject(job, windows.JobObjectExtendedLimitInformation,
+		uintptr(unsafe.Pointer(&info)), uint32(unsafe.Sizeof(info))); err != nil {
+		t.release()
+		return nil, fmt.Errorf("setting job object limits: %w", err)
+	}
+	pid := uint32(cmd.Process.Pid)
+	// os.Process holds a handle, so the pid still names our child.
+	proc, err := windows.OpenProcess(windows.PROCESS_SET_QUOTA|windows.PROCESS_TERMINATE, false, pid)
+	if err != nil {
+		t.release()
+		return nil, fmt.Errorf("opening process %d: %w", pid, err)
+	}
+	defer windows.CloseHandle(proc)
+	if err := windows.AssignProcessToJobObject(job, proc); err != nil {
+		t.release()
+		return nil, fmt.Errorf("assigning process %d to its job object: %w", pid, err)
+	}
+	if err := resumeProcess(pid); err != nil {
+		t.release()
+		return nil, fmt.Errorf("resuming process %d: %w", pid, err)
+	}
+	return t, nil
+}
+
+// resumeProcess resumes the threads of the suspended process pid. os/exec
+// closes the main thread's handle, so the thread is found by a snapshot.
+func resumeProcess(pid uint32) error {
+	snap, err := windows.CreateToolhelp32Snapshot(windows.TH32CS_SNAPTHREAD, 0)
+	if err != nil {
+		return err
+	}
+	defer windows.CloseHandle(snap)
+	entry := windows.ThreadEntry32{Size: uint32(unsafe.Sizeof(windows.ThreadEntry32{}))}
+	resumed := 0
+	for err = windows.Thread32First(snap, &entry); err == nil; err = windows.Thread32Next(snap, &entry) {
+		if entry.OwnerProcessID != pid {
+			continue
+		}
+		th, err := windows.OpenThread(windows.THREAD_SUSPEND_RESUME, false, entry.ThreadID)
+		if err != nil {
+			return fmt.Errorf("opening thread %d: %w", entry.ThreadID, err)
+		}
+		_, err = windows.ResumeThread(th)
+		windows.CloseHandle(th)
+		if err != nil {
+			return fmt.Errorf("resuming thread %d: %w", entry.ThreadID, err)
+		}
+		resumed++
+	}
+	if !errors.Is(err, windows.ERROR_NO_MORE_FILES) {
+		return err
+	}
+	if resumed == 0 {
+		return errors.New("no thread found")
+	}
+	return nil
+}
+
+// kill terminates every process in the job.
+func (t *processTree) kill() error {
+	if err := windows.TerminateJobObject(t.job, 1); err != nil {
+		return fmt.Errorf("terminating job object: %w", err)
+	}
+	return nil
+}
+
+// release closes the job; thanks to KILL_ON_JOB_CLOSE that also kills
+// anything still in it.
+func (t *processTree) release() {
+	windows.CloseHandle(t.job)
+}
+
+func exitCode(state *os.ProcessState) int {
+	return state.ExitCode()
+}
+
+// checkRunnable refuses a file windows cannot run as a script.
+func checkRunnable(_, path string) error {
+	_, err := interpreterFor(path)
+	return err
+}
