@@ -53,10 +53,10 @@ type Agent struct {
 	log     *slog.Logger
 	started time.Time
 
-	mu      sync.Mutex
-	running map[string]context.CancelCauseFunc // work id → cancel of its run
-	free    chan struct{}                      // one token per free slot
-	wg      sync.WaitGroup
+	mu        sync.Mutex
+	running   map[string]context.CancelCauseFunc // work id → cancel of its run
+	slotFreed chan struct{}                      // capacity 1: a unit finished
+	wg        sync.WaitGroup
 
 	lastPoll time.Time
 }
@@ -89,14 +89,11 @@ func New(o Options) *Agent {
 		o.Logger = slog.Default()
 	}
 	a := &Agent{
-		o:       o,
-		log:     o.Logger.With("instance_id", o.InstanceID),
-		started: time.Now(),
-		running: make(map[string]context.CancelCauseFunc),
-		free:    make(chan struct{}, o.MaxConcurrency),
-	}
-	for range o.MaxConcurrency {
-		a.free <- struct{}{}
+		o:         o,
+		log:       o.Logger.With("instance_id", o.InstanceID),
+		started:   time.Now(),
+		running:   make(map[string]context.CancelCauseFunc),
+		slotFreed: make(chan struct{}, 1),
 	}
 	return a
 }
@@ -128,34 +125,48 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// pollLoop asks for work while there are free slots, until ctx is done.
+// pollLoop asks for as many units as there are free slots, until ctx is
+// done. With every slot busy it still polls, for no units, so it hears at
+// once when a running unit is cancelled; that poll is dropped as soon as a
+// slot frees (dropping it is safe: a poll for no units claims nothing).
 func (a *Agent) pollLoop(ctx, workCtx context.Context) {
 	st := connState{log: a.log}
 	bo := backoff{min: a.o.BackoffMin, max: a.o.BackoffMax}
-	for {
-		// Wait for at least one free slot, then count all free ones.
+	// The first poll, and the first after a failure, does not wait: it tells
+	// at once (and logs once) whether the automator accepts this proxy.
+	quick := true
+	for ctx.Err() == nil {
 		select {
-		case <-ctx.Done():
+		case <-a.slotFreed: // counted below
+		default:
+		}
+		n := a.o.MaxConcurrency - a.inFlight()
+		pctx, cancel := context.WithCancel(ctx)
+		if n == 0 {
+			go func() {
+				select {
+				case <-a.slotFreed:
+					cancel()
+				case <-pctx.Done():
+				}
+			}()
+		}
+		wait := a.o.PollWait
+		if quick {
+			wait = 0
+		}
+		resp, err := a.poll(pctx, n, wait)
+		dropped := pctx.Err() != nil && ctx.Err() == nil && n == 0
+		cancel()
+		if ctx.Err() != nil {
 			return
-		case <-a.free:
 		}
-		n := 1
-	count:
-		for {
-			select {
-			case <-a.free:
-				n++
-			default:
-				break count
-			}
+		if dropped {
+			continue
 		}
-		resp, err := a.poll(ctx, n)
 		if err != nil {
-			a.release(n)
-			if ctx.Err() != nil {
-				return
-			}
 			st.failed(err)
+			quick = true
 			if !sleep(ctx, bo.next()) {
 				return
 			}
@@ -163,6 +174,7 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) {
 		}
 		st.ok()
 		bo.reset()
+		quick = false
 		a.mu.Lock()
 		a.lastPoll = time.Now()
 		a.mu.Unlock()
@@ -171,19 +183,17 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) {
 		}
 		claims := resp.GetClaims()
 		if len(claims) > n {
-			// Never more than asked; a server that sends more is ignored
-			// for the excess (those units time out).
+			// Never more than asked; the excess is not run (it times out).
 			a.log.Error("automator sent more claims than free slots", "asked", n, "got", len(claims))
 			claims = claims[:n]
 		}
-		a.release(n - len(claims))
 		for _, c := range claims {
 			a.start(workCtx, c)
 		}
 	}
 }
 
-func (a *Agent) poll(ctx context.Context, n int) (*automatorv1.PollResponse, error) {
+func (a *Agent) poll(ctx context.Context, n int, wait time.Duration) (*automatorv1.PollResponse, error) {
 	// The RPC deadline is the wait plus a margin: the server decides the
 	// wait and may add jitter.
 	pctx, cancel := context.WithTimeout(ctx, a.o.PollWait+a.o.PollWait/5+5*time.Second)
@@ -191,14 +201,14 @@ func (a *Agent) poll(ctx context.Context, n int) (*automatorv1.PollResponse, err
 	return a.o.Client.Poll(pctx, &automatorv1.PollRequest{
 		InstanceId: a.o.InstanceID,
 		MaxUnits:   int32(n),
-		Wait:       durationOf(a.o.PollWait),
+		Wait:       durationOf(wait),
 		Hostname:   a.o.Hostname,
 		Version:    a.o.Version,
 		Running:    a.runningIDs(),
 	})
 }
 
-// start runs one claim in its own goroutine; its slot is freed when the
+// start runs one claim in its own goroutine; its slot is busy until the
 // result is posted (or given up).
 func (a *Agent) start(workCtx context.Context, c *automatorv1.Claim) {
 	runCtx, cancel := context.WithCancelCause(workCtx)
@@ -208,21 +218,18 @@ func (a *Agent) start(workCtx context.Context, c *automatorv1.Claim) {
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
-		defer a.release(1)
 		defer func() {
 			a.mu.Lock()
 			delete(a.running, c.GetWorkId())
 			a.mu.Unlock()
 			cancel(nil)
+			select {
+			case a.slotFreed <- struct{}{}:
+			default:
+			}
 		}()
 		a.handle(runCtx, workCtx, c)
 	}()
-}
-
-func (a *Agent) release(n int) {
-	for range n {
-		a.free <- struct{}{}
-	}
 }
 
 func (a *Agent) cancel(id string, cause error) {

@@ -1,0 +1,211 @@
+package server_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+func submit(t *testing.T, c automatorv1.AutomatorServiceClient, account string, timeout time.Duration) *automatorv1.WorkStatus {
+	t.Helper()
+	req := &automatorv1.ExecuteRequest{Account: account, Command: &automatorv1.Command{Script: "x.sh"}}
+	if timeout > 0 {
+		req.Timeout = durationpb.New(timeout)
+	}
+	st, err := c.Submit(context.Background(), req)
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	return st
+}
+
+func TestDefaultTimeoutIsFiveMinutes(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	st := submit(t, e.callerClient(), e.account, 0)
+	if got := st.GetDeadline().AsTime().Sub(st.GetQueuedAt().AsTime()); got != 5*time.Minute {
+		t.Fatalf("deadline - queued_at = %v, want 5m", got)
+	}
+}
+
+// TestUnclaimedUnitTimesOutAtItsDeadline: with no instance polling,
+// ExecuteOnProxy returns timed_out, not before the deadline.
+func TestUnclaimedUnitTimesOutAtItsDeadline(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	start := time.Now()
+	st, err := e.callerClient().ExecuteOnProxy(context.Background(), &automatorv1.ExecuteRequest{
+		Account: e.account, Command: &automatorv1.Command{Script: "x.sh"}, Timeout: durationpb.New(300 * time.Millisecond),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetState() != automatorv1.State_STATE_TIMED_OUT {
+		t.Fatalf("state %v, want timed out", st.GetState())
+	}
+	if el := time.Since(start); el < 300*time.Millisecond {
+		t.Fatalf("timed out after %v, before the 300ms deadline", el)
+	}
+	if !strings.Contains(st.GetReason(), "no instance claimed it") {
+		t.Fatalf("reason %q does not say nobody claimed it", st.GetReason())
+	}
+}
+
+// TestResultAfterTerminalIsRefused: a result for a cancelled unit gets
+// FAILED_PRECONDITION and does not change the unit.
+func TestResultAfterTerminalIsRefused(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	ctx := context.Background()
+	caller, proxy := e.callerClient(), e.proxyClient()
+	w := submit(t, caller, e.account, time.Minute)
+	resp, err := proxy.Poll(ctx, &automatorv1.PollRequest{InstanceId: "a", MaxUnits: 1})
+	if err != nil || len(resp.GetClaims()) != 1 {
+		t.Fatalf("poll: %v, %d claims", err, len(resp.GetClaims()))
+	}
+	c := resp.GetClaims()[0]
+	if _, err := caller.Cancel(ctx, &automatorv1.CancelRequest{WorkId: w.GetWorkId()}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = proxy.Complete(ctx, &automatorv1.CompleteRequest{
+		WorkId: c.GetWorkId(), ClaimId: c.GetClaimId(), InstanceId: "a",
+		Outcome: automatorv1.Outcome_OUTCOME_SUCCEEDED, SealedResult: e.sealResult(c.GetWorkId(), &automatorv1.Result{}),
+	})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("complete after cancel: %v, want FailedPrecondition", err)
+	}
+	st, _ := caller.Get(ctx, &automatorv1.GetRequest{WorkId: w.GetWorkId()})
+	if st.GetState() != automatorv1.State_STATE_CANCELLED {
+		t.Fatalf("state %v, want cancelled", st.GetState())
+	}
+}
+
+// TestCancelWakesTheClaimersPoll: a poll that lists a running unit returns
+// at once when that unit is cancelled, naming it.
+func TestCancelWakesTheClaimersPoll(t *testing.T) {
+	e := newEnv(t, envOptions{pollWindow: time.Minute})
+	ctx := context.Background()
+	caller, proxy := e.callerClient(), e.proxyClient()
+	w := submit(t, caller, e.account, time.Minute)
+	resp, err := proxy.Poll(ctx, &automatorv1.PollRequest{InstanceId: "a", MaxUnits: 1})
+	if err != nil || len(resp.GetClaims()) != 1 {
+		t.Fatalf("poll: %v", err)
+	}
+	got := make(chan *automatorv1.PollResponse, 1)
+	go func() {
+		r, err := proxy.Poll(ctx, &automatorv1.PollRequest{InstanceId: "a", MaxUnits: 0, Running: []string{w.GetWorkId()}})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- r
+	}()
+	if _, err := caller.Cancel(ctx, &automatorv1.CancelRequest{WorkId: w.GetWorkId()}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		if len(r.GetCancelled()) != 1 || r.GetCancelled()[0] != w.GetWorkId() {
+			t.Fatalf("poll returned cancelled=%v, want [%s]", r.GetCancelled(), w.GetWorkId())
+		}
+	case <-time.After(30 * time.Second): // far below the 1-minute window
+		t.Fatal("the claimer's poll was not woken by the cancel")
+	}
+}
+
+// TestTamperedResultIsRefusedAndUnitStaysClaimed: a result that does not
+// open is refused with a clear message and the claim stays intact, so the
+// genuine result can still be posted.
+func TestTamperedResultIsRefusedAndUnitStaysClaimed(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	ctx := context.Background()
+	caller, proxy := e.callerClient(), e.proxyClient()
+	w := submit(t, caller, e.account, time.Minute)
+	resp, err := proxy.Poll(ctx, &automatorv1.PollRequest{InstanceId: "a", MaxUnits: 1})
+	if err != nil || len(resp.GetClaims()) != 1 {
+		t.Fatalf("poll: %v", err)
+	}
+	c := resp.GetClaims()[0]
+	good := e.sealResult(c.GetWorkId(), &automatorv1.Result{Stdout: []byte("ok")})
+	bad := append([]byte(nil), good...)
+	bad[len(bad)-1] ^= 1
+	// A result sealed for another unit is a replay: refused too.
+	replay := e.sealResult("w_other", &automatorv1.Result{Stdout: []byte("ok")})
+	for name, blob := range map[string][]byte{"tampered": bad, "replayed": replay} {
+		_, err = proxy.Complete(ctx, &automatorv1.CompleteRequest{
+			WorkId: c.GetWorkId(), ClaimId: c.GetClaimId(), InstanceId: "a",
+			Outcome: automatorv1.Outcome_OUTCOME_SUCCEEDED, SealedResult: blob,
+		})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "did not open") {
+			t.Fatalf("%s result: %v, want InvalidArgument saying it did not open", name, err)
+		}
+	}
+	if _, err := proxy.Complete(ctx, &automatorv1.CompleteRequest{
+		WorkId: c.GetWorkId(), ClaimId: c.GetClaimId(), InstanceId: "a",
+		Outcome: automatorv1.Outcome_OUTCOME_SUCCEEDED, SealedResult: good,
+	}); err != nil {
+		t.Fatalf("genuine result after a tampered one: %v", err)
+	}
+	st, _ := caller.Wait(ctx, &automatorv1.WaitRequest{WorkId: w.GetWorkId()})
+	if string(st.GetResult().GetStdout()) != "ok" {
+		t.Fatalf("stdout %q, want ok", st.GetResult().GetStdout())
+	}
+}
+
+func TestWrongSecretsAreUnauthenticated(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	ctx := context.Background()
+	_, err := automatorv1.NewProxyServiceClient(e.conn("opt_wrong")).Poll(ctx, &automatorv1.PollRequest{InstanceId: "a", MaxUnits: 1})
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("poll with a wrong token: %v, want Unauthenticated", err)
+	}
+	_, err = automatorv1.NewAutomatorServiceClient(e.conn("oak_wrong")).Submit(ctx, &automatorv1.ExecuteRequest{Account: e.account, Command: &automatorv1.Command{Script: "x"}})
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("submit with a wrong API key: %v, want Unauthenticated", err)
+	}
+	// A token is not an API key, nor the other way round.
+	_, err = automatorv1.NewAutomatorServiceClient(e.conn(e.token)).Submit(ctx, &automatorv1.ExecuteRequest{Account: e.account, Command: &automatorv1.Command{Script: "x"}})
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("submit with an account token: %v, want Unauthenticated", err)
+	}
+	_, err = automatorv1.NewProxyServiceClient(e.conn(e.apiKey)).Poll(ctx, &automatorv1.PollRequest{InstanceId: "a", MaxUnits: 1})
+	if status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("poll with an API key: %v, want Unauthenticated", err)
+	}
+}
+
+// TestOversizedCommandIsRefusedAndOthersServed: each limit gives one
+// precise InvalidArgument, and the automator keeps serving.
+func TestOversizedCommandIsRefusedAndOthersServed(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	ctx := context.Background()
+	caller := e.callerClient()
+	big := make([]string, 1025)
+	cases := map[string]*automatorv1.Command{
+		"command.stdin":  {Script: "x", Stdin: make([]byte, 1<<20+1)},
+		"command.args":   {Script: "x", Args: big},
+		"command.script": {Script: strings.Repeat("x", 256)},
+	}
+	for field, cmd := range cases {
+		_, err := caller.Submit(ctx, &automatorv1.ExecuteRequest{Account: e.account, Command: cmd})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), field) || !strings.Contains(err.Error(), "limit") {
+			t.Errorf("%s over its limit: %v, want InvalidArgument naming the field and limit", field, err)
+		}
+	}
+	for _, bad := range []*automatorv1.ExecuteRequest{
+		{Account: e.account},
+		{Account: e.account, Command: &automatorv1.Command{Script: "x"}, Timeout: durationpb.New(-time.Second)},
+		{Account: "Not An Account", Command: &automatorv1.Command{Script: "x"}},
+	} {
+		if _, err := caller.Submit(ctx, bad); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("submit %v: %v, want InvalidArgument", bad, err)
+		}
+	}
+	if _, err := caller.Submit(ctx, &automatorv1.ExecuteRequest{Account: "nobody", Command: &automatorv1.Command{Script: "x"}}); status.Code(err) != codes.NotFound {
+		t.Errorf("unknown account: %v, want NotFound", err)
+	}
+	submit(t, caller, e.account, time.Minute) // still serving
+}

@@ -1,0 +1,193 @@
+package server_test
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/opsgate/opsgate/automator/pki"
+	"github.com/opsgate/opsgate/automator/server"
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/automator/store/sqlitestore"
+	"github.com/opsgate/opsgate/crypto"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// env is a real automator on 127.0.0.1:0 over real TLS with a real SQLite
+// file, with shortened windows.
+type env struct {
+	t       *testing.T
+	store   store.Store
+	srv     *server.Server
+	addr    string
+	caPEM   []byte
+	apiKey  string
+	account string
+	token   string
+	key     crypto.Key
+}
+
+type envOptions struct {
+	pollWindow time.Duration
+}
+
+func newEnv(t *testing.T, o envOptions) *env {
+	t.Helper()
+	if o.pollWindow == 0 {
+		o.pollWindow = 2 * time.Second
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := sqlitestore.Open(ctx, filepath.Join(dir, "automator.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	master, err := crypto.NewMasterKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, store: st, account: "acme"}
+
+	// Account and API key, made the way the CLI makes them.
+	e.token, _ = crypto.NewToken("opt_")
+	e.key, _ = crypto.NewKey(1)
+	sealed, err := master.SealKey(e.account, e.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.AccountCreate(ctx, store.AccountCreateParams{Name: e.account, TokenHash: crypto.HashToken(e.token), KeyID: 1, SealedKey: sealed, Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	e.apiKey, _ = crypto.NewToken("oak_")
+	if _, err := st.APIKeyCreate(ctx, store.APIKeyCreateParams{ID: "admin", Hash: crypto.HashToken(e.apiKey), Name: "test", Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+
+	srv, err := server.New(server.Options{
+		Store:      st,
+		MasterKey:  master,
+		PollWindow: o.pollWindow,
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv = srv
+
+	ca, err := pki.NewCA("test CA", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := pki.NewServer(ca, pki.ServerHosts("127.0.0.1"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.caPEM = ca.CertPEM
+	pair, err := tls.X509KeyPair(cert.CertPEM, cert.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(
+		grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12})),
+		grpc.UnaryInterceptor(srv.UnaryInterceptor()),
+	)
+	automatorv1.RegisterProxyServiceServer(gs, srv.ProxyService())
+	automatorv1.RegisterAutomatorServiceServer(gs, srv.AutomatorService())
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.addr = lis.Addr().String()
+	runCtx, cancel := context.WithCancel(ctx)
+	sweeperDone := make(chan struct{})
+	go func() { srv.Run(runCtx); close(sweeperDone) }()
+	served := make(chan struct{})
+	go func() { gs.Serve(lis); close(served) }()
+	t.Cleanup(func() {
+		srv.Shutdown()
+		cancel()
+		<-sweeperDone
+		gs.Stop()
+		<-served
+	})
+	return e
+}
+
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+func (bearer) RequireTransportSecurity() bool { return true }
+
+func (e *env) conn(secret string) *grpc.ClientConn {
+	e.t.Helper()
+	tlsCfg, err := pki.ClientTLS(e.caPEM, "127.0.0.1")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	c, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)), grpc.WithPerRPCCredentials(bearer(secret)))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func (e *env) proxyClient() automatorv1.ProxyServiceClient {
+	return automatorv1.NewProxyServiceClient(e.conn(e.token))
+}
+
+func (e *env) callerClient() automatorv1.AutomatorServiceClient {
+	return automatorv1.NewAutomatorServiceClient(e.conn(e.apiKey))
+}
+
+// sealResult seals a result the way a proxy does.
+func (e *env) sealResult(workID string, r *automatorv1.Result) []byte {
+	e.t.Helper()
+	plain, err := proto.Marshal(r)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	b, err := crypto.Seal(e.key, e.account, workID, crypto.DirResult, plain)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return b
+}
+
+// openCommand opens a claim's command the way a proxy does.
+func (e *env) openCommand(c *automatorv1.Claim) *automatorv1.Command {
+	e.t.Helper()
+	plain, err := crypto.Open(crypto.Keys{e.key}, c.GetAccount(), c.GetWorkId(), crypto.DirCommand, c.GetSealedCommand())
+	if err != nil {
+		e.t.Fatalf("opening command of %s: %v", c.GetWorkId(), err)
+	}
+	var cmd automatorv1.Command
+	if err := proto.Unmarshal(plain, &cmd); err != nil {
+		e.t.Fatal(err)
+	}
+	return &cmd
+}
+
+// waitFor polls cond until it holds or the timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,110 @@
+package server
+
+import (
+	"testing"
+)
+
+func pending(p *poller) bool {
+	select {
+	case <-p.c:
+		return true
+	default:
+		return false
+	}
+}
+
+// TestEnqueueWakesExactlyOnePoller: no thundering herd.
+func TestEnqueueWakesExactlyOnePoller(t *testing.T) {
+	h := newHub()
+	ps := make([]*poller, 100)
+	for i := range ps {
+		ps[i] = h.poller("acme", "i")
+	}
+	other := h.poller("other", "i")
+	h.NotifyWork("acme", 1)
+	woken := 0
+	for i, p := range ps {
+		if pending(p) {
+			woken++
+			if i != 0 {
+				t.Errorf("woke poller %d, want the oldest (0)", i)
+			}
+		}
+	}
+	if woken != 1 {
+		t.Fatalf("woke %d pollers, want 1", woken)
+	}
+	if pending(other) {
+		t.Fatal("woke a poller of another account")
+	}
+	if got := h.waiting("acme"); got != 99 {
+		t.Fatalf("%d pollers still waiting, want 99", got)
+	}
+}
+
+// TestClosedPollerPassesItsWakeUpOn: a poller that leaves holding an
+// unconsumed wake-up hands it to the next one, so no enqueue is lost.
+func TestClosedPollerPassesItsWakeUpOn(t *testing.T) {
+	h := newHub()
+	a, b := h.poller("acme", "a"), h.poller("acme", "b")
+	h.NotifyWork("acme", 1) // wakes a
+	a.Close()
+	if !pending(b) {
+		t.Fatal("the wake-up of a closed poller was lost")
+	}
+	b.Close()
+	if h.waiting("acme") != 0 || len(h.pollers) != 0 {
+		t.Fatal("closed pollers still registered")
+	}
+}
+
+func TestRearmedPollerIsWokenAgain(t *testing.T) {
+	h := newHub()
+	p := h.poller("acme", "a")
+	h.NotifyWork("acme", 1)
+	if !pending(p) {
+		t.Fatal("not woken")
+	}
+	h.NotifyWork("acme", 1) // p is out of the list until it re-arms
+	if pending(p) {
+		t.Fatal("woken while not waiting")
+	}
+	p.rearm()
+	p.rearm() // idempotent
+	if h.waiting("acme") != 1 {
+		t.Fatalf("%d waiting after double rearm, want 1", h.waiting("acme"))
+	}
+	h.NotifyWork("acme", 5)
+	if !pending(p) {
+		t.Fatal("re-armed poller not woken")
+	}
+}
+
+func TestNotifyInstanceWakesOnlyThatInstance(t *testing.T) {
+	h := newHub()
+	a1, a2, b := h.poller("acme", "a"), h.poller("acme", "a"), h.poller("acme", "b")
+	h.NotifyInstance("acme", "a")
+	if !pending(a1) || !pending(a2) || pending(b) {
+		t.Fatal("NotifyInstance woke the wrong pollers")
+	}
+}
+
+func TestNotifyDoneWakesEveryWaiterOfThatUnit(t *testing.T) {
+	h := newHub()
+	s1, s2, other := h.WaitDone("w1"), h.WaitDone("w1"), h.WaitDone("w2")
+	defer other.Close()
+	h.NotifyDone("w1")
+	for _, s := range []*doneSub{s1, s2} {
+		select {
+		case <-s.c:
+		default:
+			t.Fatal("waiter of w1 not woken")
+		}
+		s.Close() // after NotifyDone: harmless
+	}
+	select {
+	case <-other.c:
+		t.Fatal("waiter of w2 woken")
+	default:
+	}
+}

@@ -1,0 +1,315 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/opsgate/opsgate/crypto"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+	"github.com/opsgate/opsgate/proxy/runner"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeAutomator implements Client behind the agent's narrow interface: each
+// Poll takes the next scripted response (or waits for ctx), each Complete is
+// recorded and answered by completeErr.
+type fakeAutomator struct {
+	responses chan *automatorv1.PollResponse
+	pollErr   error
+
+	mu          sync.Mutex
+	polls       []*automatorv1.PollRequest
+	completes   []*automatorv1.CompleteRequest
+	completeErr []error // consumed in order; nil afterwards
+	completed   chan *automatorv1.CompleteRequest
+}
+
+func newFake() *fakeAutomator {
+	return &fakeAutomator{responses: make(chan *automatorv1.PollResponse, 16), completed: make(chan *automatorv1.CompleteRequest, 16)}
+}
+
+func (f *fakeAutomator) Poll(ctx context.Context, in *automatorv1.PollRequest, _ ...grpc.CallOption) (*automatorv1.PollResponse, error) {
+	f.mu.Lock()
+	f.polls = append(f.polls, proto.Clone(in).(*automatorv1.PollRequest))
+	err := f.pollErr
+	f.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-f.responses:
+		return r, nil
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+func (f *fakeAutomator) Complete(ctx context.Context, in *automatorv1.CompleteRequest, _ ...grpc.CallOption) (*automatorv1.CompleteResponse, error) {
+	f.mu.Lock()
+	f.completes = append(f.completes, in)
+	var err error
+	if len(f.completeErr) > 0 {
+		err, f.completeErr = f.completeErr[0], f.completeErr[1:]
+	}
+	f.mu.Unlock()
+	if err == nil {
+		f.completed <- in
+		return &automatorv1.CompleteResponse{}, nil
+	}
+	return nil, err
+}
+
+func (f *fakeAutomator) lastPoll() *automatorv1.PollRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.polls) == 0 {
+		return nil
+	}
+	return f.polls[len(f.polls)-1]
+}
+
+// blockingRunner stands in for runner.Run: each run records its work id and
+// blocks until released or its context ends.
+type blockingRunner struct {
+	mu      sync.Mutex
+	started []string
+	release chan struct{}
+	ended   chan error
+}
+
+func (b *blockingRunner) run(ctx context.Context, s runner.Spec) (runner.Result, error) {
+	b.mu.Lock()
+	b.started = append(b.started, s.Env["PROXY_WORK_ID"])
+	b.mu.Unlock()
+	select {
+	case <-b.release:
+		b.ended <- nil
+		return runner.Result{Stdout: []byte("done")}, nil
+	case <-ctx.Done():
+		b.ended <- ctx.Err()
+		return runner.Result{}, runner.ErrCancelled
+	}
+}
+
+func (b *blockingRunner) count() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.started)
+}
+
+func useRunner(t *testing.T, f func(context.Context, runner.Spec) (runner.Result, error)) {
+	old := runScript
+	runScript = f
+	t.Cleanup(func() { runScript = old })
+}
+
+var testKey = func() crypto.Key {
+	k, _ := crypto.NewKey(1)
+	return k
+}()
+
+func claim(t *testing.T, id string, cmd *automatorv1.Command) *automatorv1.Claim {
+	t.Helper()
+	plain, _ := proto.Marshal(cmd)
+	sealed, err := crypto.Seal(testKey, "acme", id, crypto.DirCommand, plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &automatorv1.Claim{WorkId: id, ClaimId: "c-" + id, Account: "acme", SealedCommand: sealed, Remaining: durationpb.New(time.Minute)}
+}
+
+func startAgent(t *testing.T, f *fakeAutomator, max int, log *bytes.Buffer) (stop func()) {
+	t.Helper()
+	var w = &lockedWriter{b: log}
+	if log == nil {
+		w = &lockedWriter{b: &bytes.Buffer{}}
+	}
+	a := New(Options{
+		Client: f, Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(),
+		MaxConcurrency: max, PollWait: time.Second, GracePeriod: 5 * time.Second,
+		BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(w, nil)),
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { a.Run(ctx); close(done) }()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestPollAsksOnlyForFreeSlots: with both slots busy the agent asks for no
+// units (but still lists what it runs); when one frees it asks for one.
+func TestPollAsksOnlyForFreeSlots(t *testing.T) {
+	b := &blockingRunner{release: make(chan struct{}), ended: make(chan error, 4)}
+	useRunner(t, b.run)
+	f := newFake()
+	startAgent(t, f, 2, nil)
+	waitFor(t, "first poll", func() bool { p := f.lastPoll(); return p != nil && p.GetMaxUnits() == 2 })
+	f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{
+		claim(t, "w1", &automatorv1.Command{Script: "s"}), claim(t, "w2", &automatorv1.Command{Script: "s"}),
+	}}
+	waitFor(t, "both running", func() bool { return b.count() == 2 })
+	waitFor(t, "a poll for no units listing both", func() bool {
+		p := f.lastPoll()
+		return p.GetMaxUnits() == 0 && len(p.GetRunning()) == 2
+	})
+	b.release <- struct{}{}
+	<-f.completed
+	waitFor(t, "a poll for one unit", func() bool { p := f.lastPoll(); return p.GetMaxUnits() == 1 && len(p.GetRunning()) == 1 })
+	b.release <- struct{}{}
+	<-f.completed
+}
+
+// TestCancelledUnitIsKilledAndNothingReported: when the automator says a
+// running unit ended, its run is cancelled and no result is posted.
+func TestCancelledUnitIsKilledAndNothingReported(t *testing.T) {
+	b := &blockingRunner{release: make(chan struct{}), ended: make(chan error, 4)}
+	useRunner(t, b.run)
+	f := newFake()
+	stop := startAgent(t, f, 1, nil)
+	f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{claim(t, "w1", &automatorv1.Command{Script: "s"})}}
+	waitFor(t, "running", func() bool { return b.count() == 1 })
+	f.responses <- &automatorv1.PollResponse{Cancelled: []string{"w1"}}
+	if err := <-b.ended; err == nil {
+		t.Fatal("run was not cancelled")
+	}
+	stop()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.completes) != 0 {
+		t.Fatalf("posted %d results for a cancelled unit, want none", len(f.completes))
+	}
+}
+
+// TestTamperedCommandRunsNothing: a sealed command that does not open is
+// reported failed with a clear reason, and nothing runs.
+func TestTamperedCommandRunsNothing(t *testing.T) {
+	b := &blockingRunner{release: make(chan struct{}), ended: make(chan error, 4)}
+	useRunner(t, b.run)
+	f := newFake()
+	startAgent(t, f, 1, nil)
+	c := claim(t, "w1", &automatorv1.Command{Script: "s"})
+	c.SealedCommand[len(c.SealedCommand)-3] ^= 0x40
+	f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{c}}
+	got := <-f.completed
+	if got.GetOutcome() != automatorv1.Outcome_OUTCOME_FAILED || !strings.Contains(got.GetFailure(), "did not open") {
+		t.Fatalf("completed %v %q, want FAILED saying the command did not open", got.GetOutcome(), got.GetFailure())
+	}
+	if b.count() != 0 {
+		t.Fatal("a command that did not open was run")
+	}
+}
+
+// TestResultIsRetriedUntilAccepted: an unreachable automator does not lose a
+// result; the agent posts again with backoff.
+func TestResultIsRetriedUntilAccepted(t *testing.T) {
+	useRunner(t, func(context.Context, runner.Spec) (runner.Result, error) {
+		return runner.Result{ExitCode: 7, Stdout: []byte("out")}, nil
+	})
+	f := newFake()
+	f.completeErr = []error{status.Error(codes.Unavailable, "down"), status.Error(codes.Unavailable, "down")}
+	startAgent(t, f, 1, nil)
+	f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{claim(t, "w1", &automatorv1.Command{Script: "s"})}}
+	got := <-f.completed
+	f.mu.Lock()
+	n := len(f.completes)
+	f.mu.Unlock()
+	if n != 3 {
+		t.Fatalf("%d Complete calls, want 3 (two refused, one accepted)", n)
+	}
+	plain, err := crypto.Open(crypto.Keys{testKey}, "acme", "w1", crypto.DirResult, got.GetSealedResult())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r automatorv1.Result
+	proto.Unmarshal(plain, &r)
+	if r.GetExitCode() != 7 || string(r.GetStdout()) != "out" || r.GetInstanceId() != "a" {
+		t.Fatalf("result %v", &r)
+	}
+}
+
+// TestRefusedTokenIsLoggedOnce: many failed polls, one log line.
+func TestRefusedTokenIsLoggedOnce(t *testing.T) {
+	f := newFake()
+	f.pollErr = status.Error(codes.Unauthenticated, "invalid account token")
+	var log bytes.Buffer
+	stop := startAgent(t, f, 1, &log)
+	waitFor(t, "10 attempts", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.polls) >= 10 })
+	stop()
+	if n := strings.Count(log.String(), "refused this proxy's token"); n != 1 {
+		t.Fatalf("%d log lines about the token over 10+ attempts, want 1:\n%s", n, log.String())
+	}
+}
+
+func TestBuiltinPingNamesTheInstance(t *testing.T) {
+	useRunner(t, func(context.Context, runner.Spec) (runner.Result, error) {
+		return runner.Result{}, errors.New("a built-in must not start a process")
+	})
+	f := newFake()
+	startAgent(t, f, 1, nil)
+	f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{claim(t, "w1", &automatorv1.Command{Script: "@ping"})}}
+	got := <-f.completed
+	plain, _ := crypto.Open(crypto.Keys{testKey}, "acme", "w1", crypto.DirResult, got.GetSealedResult())
+	var r automatorv1.Result
+	proto.Unmarshal(plain, &r)
+	if got.GetOutcome() != automatorv1.Outcome_OUTCOME_SUCCEEDED || !strings.Contains(string(r.GetStdout()), "instance_id=a\n") {
+		t.Fatalf("@ping: %v %q", got.GetOutcome(), r.GetStdout())
+	}
+}
+
+func TestBackoffIsCappedAndJittered(t *testing.T) {
+	b := backoff{min: 100 * time.Millisecond, max: time.Second}
+	seen := map[time.Duration]bool{}
+	for range 50 {
+		d := b.next()
+		if d < 50*time.Millisecond || d > time.Second {
+			t.Fatalf("delay %v outside [50ms, 1s]", d)
+		}
+		seen[d] = true
+	}
+	if len(seen) < 10 {
+		t.Fatalf("only %d distinct delays: not jittered", len(seen))
+	}
+	b.reset()
+	if d := b.next(); d > 100*time.Millisecond {
+		t.Fatalf("after reset: %v, want <= 100ms", d)
+	}
+}
