@@ -85,7 +85,7 @@ func (p *ProxyService) Complete(ctx context.Context, req *automatorv1.CompleteRe
 	case err != nil:
 		return nil, s.internal(ctx, "recording a result", err)
 	}
-	s.hub.NotifyDone(done.ID)
+	s.emit(ctx, Event{Kind: EventWorkEnded, Account: done.Account, WorkID: done.ID})
 	s.log.Info("work finished", "work_id", done.ID, "account", account, "state", done.State, "instance_id", done.InstanceID)
 	return &automatorv1.CompleteResponse{}, nil
 }

@@ -88,10 +88,7 @@ func (a *AutomatorService) Cancel(ctx context.Context, req *automatorv1.CancelRe
 	case err != nil:
 		return nil, s.internal(ctx, "cancelling work", err)
 	}
-	s.hub.NotifyDone(w.ID)
-	if w.InstanceID != "" {
-		s.hub.NotifyInstance(w.Account, w.InstanceID)
-	}
+	s.emit(ctx, Event{Kind: EventWorkEnded, Account: w.Account, WorkID: w.ID, InstanceID: w.InstanceID})
 	s.log.Info("work cancelled", "work_id", w.ID, "account", w.Account, "caller", callerFrom(ctx))
 	return s.workStatus(ctx, w)
 }
@@ -176,7 +173,7 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest) (
 	if err != nil {
 		return store.Work{}, s.internal(ctx, "queueing work", err)
 	}
-	s.hub.NotifyWork(acc.Name, 1)
+	s.emit(ctx, Event{Kind: EventWorkQueued, Account: acc.Name})
 	s.kickSweeper()
 	s.log.Debug("work queued", "work_id", id, "account", acc.Name, "caller", callerFrom(ctx), "deadline", w.Deadline)
 	return w, nil

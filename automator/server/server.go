@@ -47,8 +47,11 @@ type Options struct {
 	// next deadline (1 s); it matters only for units other replicas queued.
 	SweepInterval time.Duration
 	Limits        Limits
-	Clock         Clock
-	Logger        *slog.Logger
+	// Broadcaster carries queue events to other replicas sharing the store;
+	// nil for a single automator.
+	Broadcaster Broadcaster
+	Clock       Clock
+	Logger      *slog.Logger
 }
 
 // Limits bound what a caller may submit.
@@ -87,6 +90,7 @@ type Server struct {
 	clock          Clock
 	log            *slog.Logger
 	hub            *hub
+	broadcaster    Broadcaster
 
 	keysMu sync.Mutex
 	keys   map[string]crypto.Keys // account → opened keys
@@ -131,6 +135,7 @@ func New(o Options) (*Server, error) {
 		clock:          o.Clock,
 		log:            o.Logger,
 		hub:            newHub(),
+		broadcaster:    o.Broadcaster,
 		keys:           make(map[string]crypto.Keys),
 		kick:           make(chan struct{}, 1),
 		shutdown:       make(chan struct{}),

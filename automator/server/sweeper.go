@@ -10,7 +10,13 @@ import (
 // Run ends units at their deadlines until ctx is done. It sleeps until the
 // earliest deadline (or SweepInterval, whichever comes first, so units
 // queued by other replicas are seen) and is kicked awake by new units.
+//
+// With a Broadcaster it also listens for other replicas' events.
 func (s *Server) Run(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	listening := make(chan struct{})
+	go func() { s.listen(ctx); close(listening) }()
+	defer func() { cancel(); <-listening }()
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -62,10 +68,7 @@ func (s *Server) expireDue(ctx context.Context) {
 		return
 	}
 	for _, w := range expired {
-		s.hub.NotifyDone(w.ID)
-		if w.InstanceID != "" {
-			s.hub.NotifyInstance(w.Account, w.InstanceID)
-		}
+		s.emit(ctx, Event{Kind: EventWorkEnded, Account: w.Account, WorkID: w.ID, InstanceID: w.InstanceID})
 		s.log.Info("work timed out", "work_id", w.ID, "account", w.Account, "instance_id", w.InstanceID, "reason", w.Reason)
 	}
 }

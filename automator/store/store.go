@@ -53,6 +53,10 @@ var (
 	// ErrNotClaimable: the work is in a terminal state (or still queued), so a
 	// result or claim-level change is refused.
 	ErrNotClaimable = errors.New("work is not in a state that allows this")
+	// ErrDuplicate: a unit with the same idempotency key already exists on
+	// the account (within the retention window). WorkEnqueue returns that
+	// unit alongside this error.
+	ErrDuplicate = errors.New("idempotency key already used")
 )
 
 // Account is a named queue with a token (authenticates proxies) and a key
@@ -81,6 +85,9 @@ type Work struct {
 	FinishedAt    time.Time // zero until terminal
 	SealedResult  []byte    // nil unless a result was posted
 	Reason        string    // why it ended (timeout, failure, cancel), never secret
+	// IdempotencyKey is the caller's key for safe retries of a submit; empty
+	// when none was given (or after it aged out of the retention window).
+	IdempotencyKey string
 }
 
 // Instance is what the automator knows of one proxy process of an account,
@@ -118,6 +125,14 @@ type WorkEnqueueParams struct {
 	SealedCommand []byte
 	Now           time.Time // becomes QueuedAt
 	Deadline      time.Time
+	// IdempotencyKey, when set, makes the enqueue happen at most once per
+	// account and key: a second enqueue returns the first unit with
+	// ErrDuplicate. A unique constraint enforces it, so it holds across
+	// automator replicas.
+	IdempotencyKey string
+	// IdempotencySince is the start of the retention window: a unit with the
+	// same key queued before it no longer counts (its key is forgotten).
+	IdempotencySince time.Time
 }
 
 type WorkClaimParams struct {
@@ -184,7 +199,9 @@ type Store interface {
 	AccountList(ctx context.Context) ([]Account, error)
 
 	// WorkEnqueue stores a new queued unit. ErrExists if the ID is taken;
-	// ErrNotFound if the account does not exist.
+	// ErrNotFound if the account does not exist; the existing unit and
+	// ErrDuplicate if p.IdempotencyKey was used on the account at or after
+	// p.IdempotencySince.
 	WorkEnqueue(ctx context.Context, p WorkEnqueueParams) (Work, error)
 	// WorkClaim atomically moves up to p.Max queued units of p.Account whose
 	// deadline is after p.Now to claimed, oldest first, each with its own

@@ -38,8 +38,12 @@ CREATE TABLE work (
 	claim_id       TEXT    NOT NULL DEFAULT '',
 	finished_at    INTEGER NOT NULL DEFAULT 0,
 	sealed_result  BLOB,
-	reason         TEXT    NOT NULL DEFAULT ''
+	reason         TEXT    NOT NULL DEFAULT '',
+	idempotency_key TEXT
 ) STRICT;
+
+-- Idempotent submits: one unit per account and key (NULL: no key).
+CREATE UNIQUE INDEX work_account_idempotency_key ON work (account, idempotency_key) WHERE idempotency_key IS NOT NULL;
 
 -- WorkClaim: an account's queued units, oldest first.
 CREATE INDEX work_account_state_queued_at ON work (account, state, queued_at);

@@ -12,14 +12,15 @@ import (
 )
 
 const workColumns = `id, account, state, key_id, sealed_command, queued_at, deadline,
-	claimed_at, instance_id, claim_id, finished_at, sealed_result, reason`
+	claimed_at, instance_id, claim_id, finished_at, sealed_result, reason,
+	COALESCE(idempotency_key, '')`
 
 func scanWork(r interface{ Scan(...any) error }) (store.Work, error) {
 	var w store.Work
 	var state string
 	var queuedAt, deadline, claimedAt, finishedAt int64
 	if err := r.Scan(&w.ID, &w.Account, &state, &w.KeyID, &w.SealedCommand, &queuedAt, &deadline,
-		&claimedAt, &w.InstanceID, &w.ClaimID, &finishedAt, &w.SealedResult, &w.Reason); err != nil {
+		&claimedAt, &w.InstanceID, &w.ClaimID, &finishedAt, &w.SealedResult, &w.Reason, &w.IdempotencyKey); err != nil {
 		return store.Work{}, err
 	}
 	w.State = store.State(state)
@@ -53,16 +54,36 @@ func (s *Store) WorkEnqueue(ctx context.Context, p store.WorkEnqueueParams) (sto
 		if err != nil {
 			return err
 		}
-		w, err = scanWork(tx.QueryRowContext(ctx, `INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline)
-VALUES (?, ?, 'queued', ?, ?, ?, ?)
+		var key any // NULL when no key is given
+		if p.IdempotencyKey != "" {
+			key = p.IdempotencyKey
+			prev, err := scanWork(tx.QueryRowContext(ctx, `SELECT `+workColumns+` FROM work WHERE account = ? AND idempotency_key = ?`, p.Account, p.IdempotencyKey))
+			switch {
+			case err == nil && !prev.QueuedAt.Before(p.IdempotencySince):
+				w = prev
+				return store.ErrDuplicate
+			case err == nil:
+				// Aged out of the retention window: forget the old key.
+				if _, err := tx.ExecContext(ctx, `UPDATE work SET idempotency_key = NULL WHERE id = ?`, prev.ID); err != nil {
+					return err
+				}
+			case !errors.Is(err, sql.ErrNoRows):
+				return err
+			}
+		}
+		w, err = scanWork(tx.QueryRowContext(ctx, `INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, idempotency_key)
+VALUES (?, ?, 'queued', ?, ?, ?, ?, ?)
 ON CONFLICT (id) DO NOTHING
 RETURNING `+workColumns,
-			p.ID, p.Account, p.KeyID, nonNil(p.SealedCommand), toNanos(p.Now), toNanos(p.Deadline)))
+			p.ID, p.Account, p.KeyID, nonNil(p.SealedCommand), toNanos(p.Now), toNanos(p.Deadline), key))
 		if errors.Is(err, sql.ErrNoRows) {
 			return store.ErrExists
 		}
 		return err
 	})
+	if errors.Is(err, store.ErrDuplicate) {
+		return w, fmt.Errorf("enqueueing work with idempotency key %q: %w", p.IdempotencyKey, err)
+	}
 	if err != nil {
 		return store.Work{}, fmt.Errorf("enqueueing work %q: %w", p.ID, err)
 	}

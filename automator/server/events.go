@@ -1,0 +1,81 @@
+package server
+
+import (
+	"context"
+	"time"
+)
+
+// Event is a change of the queue that other automator replicas sharing the
+// store must hear of, so their long polls and waiting callers wake without
+// polling the store.
+type Event struct {
+	Kind    EventKind
+	Account string
+	// WorkID is set for EventWorkEnded.
+	WorkID string
+	// InstanceID is the claimer of an ended unit, when it was claimed: its
+	// poll is woken to learn of a cancel.
+	InstanceID string
+}
+
+type EventKind int
+
+const (
+	// EventWorkQueued: a unit was queued on Account.
+	EventWorkQueued EventKind = iota + 1
+	// EventWorkEnded: unit WorkID reached a terminal state.
+	EventWorkEnded
+)
+
+// Broadcaster carries Events between replicas (for PostgreSQL: NOTIFY and
+// LISTEN). A single automator needs none: the in-process hub suffices.
+type Broadcaster interface {
+	// Publish sends e to every other replica. Best effort: a lost event
+	// delays a wake-up until the next poll window or sweep, never loses work.
+	Publish(ctx context.Context, e Event) error
+	// Listen calls fn for every event published by any replica (its own
+	// included is fine: handling is idempotent) until ctx is done.
+	Listen(ctx context.Context, fn func(Event)) error
+}
+
+// apply wakes the local goroutines an event concerns.
+func (s *Server) apply(e Event) {
+	switch e.Kind {
+	case EventWorkQueued:
+		s.hub.NotifyWork(e.Account, 1)
+	case EventWorkEnded:
+		s.hub.NotifyDone(e.WorkID)
+		if e.InstanceID != "" {
+			s.hub.NotifyInstance(e.Account, e.InstanceID)
+		}
+	}
+}
+
+// emit applies e here and publishes it to the other replicas.
+func (s *Server) emit(ctx context.Context, e Event) {
+	s.apply(e)
+	if s.broadcaster == nil {
+		return
+	}
+	if err := s.broadcaster.Publish(context.WithoutCancel(ctx), e); err != nil {
+		s.log.Warn("publishing a queue event to other replicas", "kind", e.Kind, "err", err)
+	}
+}
+
+// listen feeds events from other replicas into the hub until ctx is done.
+func (s *Server) listen(ctx context.Context) {
+	if s.broadcaster == nil {
+		return
+	}
+	for ctx.Err() == nil {
+		err := s.broadcaster.Listen(ctx, s.apply)
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("listening for queue events of other replicas; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(s.sweepInterval):
+		}
+	}
+}
