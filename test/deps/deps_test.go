@@ -1,0 +1,83 @@
+// Package deps checks the direction of dependencies, the way Tailscale's
+// tstest/deptest does: the architecture is a fact the build enforces.
+package deps
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/opsgate/opsgate"
+
+// deps lists the packages pkg depends on (non-test), for a GOOS.
+func deps(t *testing.T, goos, pkg string) []string {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", pkg)
+	cmd.Env = append(cmd.Environ(), "GOOS="+goos)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s (GOOS=%s): %v", pkg, goos, err)
+	}
+	return strings.Fields(string(out))
+}
+
+func isStd(p string) bool {
+	first, _, _ := strings.Cut(p, "/")
+	return !strings.Contains(first, ".")
+}
+
+// TestCryptoUsesOnlyStdAndXCrypto: the sealing code can be audited alone.
+func TestCryptoUsesOnlyStdAndXCrypto(t *testing.T) {
+	for _, goos := range []string{"linux", "windows"} {
+		for _, d := range deps(t, goos, module+"/crypto") {
+			if isStd(d) || d == module+"/crypto" || strings.HasPrefix(d, "golang.org/x/crypto/") || strings.HasPrefix(d, "golang.org/x/sys/") {
+				continue
+			}
+			t.Errorf("GOOS=%s: crypto depends on %s", goos, d)
+		}
+	}
+}
+
+// TestProxyNeverImportsTheStore: the agent installed in customer networks
+// carries no database code.
+func TestProxyNeverImportsTheStore(t *testing.T) {
+	forbidden := []string{
+		module + "/automator/store",
+		module + "/automator/server",
+		"github.com/jackc/pgx",
+		"modernc.org/sqlite",
+		"database/sql",
+	}
+	for _, goos := range []string{"linux", "windows"} {
+		for _, d := range deps(t, goos, module+"/proxy/cmd/proxy") {
+			for _, f := range forbidden {
+				if d == f || strings.HasPrefix(d, f+"/") {
+					t.Errorf("GOOS=%s: proxy depends on %s", goos, d)
+				}
+			}
+		}
+	}
+}
+
+// TestRunnerStandsAlone: the script runner imports nothing else of ours.
+func TestRunnerStandsAlone(t *testing.T) {
+	self := module + "/proxy/runner"
+	for _, goos := range []string{"linux", "windows"} {
+		for _, d := range deps(t, goos, self) {
+			if strings.HasPrefix(d, module+"/") && d != self {
+				t.Errorf("GOOS=%s: proxy/runner depends on %s", goos, d)
+			}
+		}
+	}
+}
+
+// TestStoreTypesImportNothingOfOurs: the shared types package is a leaf.
+func TestStoreTypesImportNothingOfOurs(t *testing.T) {
+	self := module + "/automator/store"
+	for _, d := range deps(t, "linux", self) {
+		if strings.HasPrefix(d, module+"/") && d != self {
+			t.Errorf("automator/store depends on %s", d)
+		}
+	}
+}
