@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/opsgate/opsgate/version.Version=$(VERSION)
 GO ?= go
 
-.PHONY: all build test demo generate generate-check fmt-check vet windows race unit
+.PHONY: all build test demo generate generate-check fmt-check vet staticcheck windows race
 
 all: build
 
@@ -26,6 +26,9 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
+staticcheck:
+	scripts/staticcheck.sh
+
 # The Windows build, vet and test compilation, so Windows code never rots.
 windows:
 	GOOS=windows $(GO) build ./...
@@ -37,7 +40,7 @@ windows:
 race:
 	$(GO) test -race -count=1 -timeout 8m ./...
 
-test: fmt-check vet windows generate-check race
+test: fmt-check vet staticcheck windows generate-check race
 
 demo: build
 	scripts/demo.sh
