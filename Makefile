@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/opsgate/opsgate/version.Version=$(VERSION)
 GO ?= go
 
-.PHONY: all build test demo generate generate-check fmt-check vet staticcheck windows race
+.PHONY: all build test demo generate generate-check fmt-check vet staticcheck windows race fuzz
 
 all: build
 
@@ -41,6 +41,10 @@ race:
 	$(GO) test -race -count=1 -timeout 8m ./...
 
 test: fmt-check vet staticcheck windows generate-check race
+
+# Every fuzz target for FUZZTIME (default 30s) each.
+fuzz:
+	scripts/fuzz.sh
 
 demo: build
 	scripts/demo.sh

@@ -313,3 +313,23 @@ func TestBackoffIsCappedAndJittered(t *testing.T) {
 		t.Fatalf("after reset: %v, want <= 100ms", d)
 	}
 }
+
+// FuzzOpenCommand: arbitrary claims never panic the decoder, and only a
+// blob sealed for this unit, account and direction opens.
+func FuzzOpenCommand(f *testing.F) {
+	plain, _ := proto.Marshal(&automatorv1.Command{Script: "s.sh", Args: []string{"a"}, Env: map[string]string{"K": "V"}})
+	good, _ := crypto.Seal(testKey, "acme", "w1", crypto.DirCommand, plain)
+	f.Add("acme", "w1", good)
+	f.Add("acme", "w2", good)
+	f.Add("acme", "w1", []byte{1, 0, 0, 0, 1})
+	f.Add("", "", []byte{})
+	f.Fuzz(func(t *testing.T, account, id string, blob []byte) {
+		cmd, err := openCommand(crypto.Keys{testKey}, &automatorv1.Claim{Account: account, WorkId: id, SealedCommand: blob})
+		if err != nil {
+			return
+		}
+		if account != "acme" || id != "w1" || cmd.GetScript() != "s.sh" {
+			t.Fatalf("opened a command for %q/%q: %v", account, id, cmd)
+		}
+	})
+}

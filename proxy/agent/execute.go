@@ -24,28 +24,19 @@ func (a *Agent) handle(runCtx, postCtx context.Context, c *automatorv1.Claim) {
 	deadline := time.Now().Add(c.GetRemaining().AsDuration())
 	log := a.log.With("work_id", c.GetWorkId(), "account", c.GetAccount())
 
-	plain, err := crypto.Open(a.o.Keys, c.GetAccount(), c.GetWorkId(), crypto.DirCommand, c.GetSealedCommand())
+	cmd, err := openCommand(a.o.Keys, c)
 	if err != nil {
 		// Nothing runs. The reason is plain: no result can be sealed for a
 		// unit whose key we may not hold.
-		log.Error("sealed command did not open; nothing runs", "err", err)
+		log.Error("command did not open; nothing runs", "err", err)
 		a.post(postCtx, c, deadline, &automatorv1.CompleteRequest{
 			Outcome: automatorv1.Outcome_OUTCOME_FAILED,
-			Failure: fmt.Sprintf("sealed command did not open on instance %s: %v", a.o.InstanceID, err),
-		})
-		return
-	}
-	var cmd automatorv1.Command
-	if err := proto.Unmarshal(plain, &cmd); err != nil {
-		log.Error("command did not decode; nothing runs", "err", err)
-		a.post(postCtx, c, deadline, &automatorv1.CompleteRequest{
-			Outcome: automatorv1.Outcome_OUTCOME_FAILED,
-			Failure: fmt.Sprintf("command did not decode on instance %s", a.o.InstanceID),
+			Failure: fmt.Sprintf("%v (on instance %s)", err, a.o.InstanceID),
 		})
 		return
 	}
 
-	res, err := a.execute(runCtx, c, &cmd, deadline)
+	res, err := a.execute(runCtx, c, cmd, deadline)
 	switch {
 	case errors.Is(err, runner.ErrDeadline):
 		// Guarantee 7: killed at the deadline, nothing is reported.
@@ -71,6 +62,19 @@ func (a *Agent) handle(runCtx, postCtx context.Context, c *automatorv1.Claim) {
 		return
 	}
 	a.post(postCtx, c, deadline, &automatorv1.CompleteRequest{Outcome: outcome, SealedResult: sealed})
+}
+
+// openCommand opens and decodes a claim's sealed command.
+func openCommand(keys crypto.KeyRing, c *automatorv1.Claim) (*automatorv1.Command, error) {
+	plain, err := crypto.Open(keys, c.GetAccount(), c.GetWorkId(), crypto.DirCommand, c.GetSealedCommand())
+	if err != nil {
+		return nil, fmt.Errorf("sealed command did not open: %w", err)
+	}
+	var cmd automatorv1.Command
+	if err := proto.Unmarshal(plain, &cmd); err != nil {
+		return nil, errors.New("sealed command opened but holds no valid command")
+	}
+	return &cmd, nil
 }
 
 // execute runs a built-in (named "@...") or a script from the scripts

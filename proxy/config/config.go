@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"time"
@@ -59,11 +60,23 @@ func Load(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("reading proxy config: %w", err)
 	}
+	c, err := Parse(data)
+	if err != nil {
+		return Config{}, fmt.Errorf("parsing proxy config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse decodes a configuration strictly: unknown keys are errors.
+func Parse(data []byte) (Config, error) {
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil {
-		return Config{}, fmt.Errorf("parsing proxy config %s: %w", path, err)
+		if errors.Is(err, io.EOF) {
+			return Config{}, errors.New("the file is empty")
+		}
+		return Config{}, err
 	}
 	return c, nil
 }

@@ -1,0 +1,79 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDefaultIsValidAndListensOnThePublicPort(t *testing.T) {
+	c := Default("https://automator.example:9443")
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != ":9443" || c.DefaultTimeout != 5*time.Minute {
+		t.Fatalf("Default: %+v", c)
+	}
+}
+
+func TestSaveLoadRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	c := Default("https://h:1")
+	if err := Save(dir, c); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(dir)
+	if err != nil || got != c {
+		t.Fatalf("Load = %+v, %v; want %+v", got, err, c)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "automator init") {
+		t.Fatalf("missing file: %v, want a hint to run init", err)
+	}
+	os.WriteFile(filepath.Join(dir, FileConfig), []byte("listen: :1\nlisten_http: x\n"), 0o644)
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "listen_http") {
+		t.Fatalf("unknown key: %v, want it named", err)
+	}
+}
+
+func TestValidateNamesEveryBadField(t *testing.T) {
+	c := Config{Listen: "nope", HTTPListen: "", PublicURL: "ftp://x", DB: "", DefaultTimeout: -1, PollWindow: time.Hour}
+	err := c.Validate()
+	for _, key := range []string{"listen:", "http_listen:", "public_url:", "db:", "default_timeout:", "poll_window:"} {
+		if err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("Validate does not name %s: %v", key, err)
+		}
+	}
+}
+
+func TestPlaintextOnlyOnLoopback(t *testing.T) {
+	for addr, ok := range map[string]bool{"127.0.0.1:1": true, "[::1]:1": true, "localhost:1": true, "0.0.0.0:1": false, ":1": false, "10.1.2.3:1": false} {
+		if err := RequireLoopback(addr); (err == nil) != ok {
+			t.Errorf("RequireLoopback(%q) = %v, want ok=%v", addr, err, ok)
+		}
+	}
+	c := Default("https://h:1")
+	c.InsecurePlaintext = true
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "loopback") {
+		t.Fatalf("plaintext on all interfaces accepted: %v", err)
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte("listen: :8443\nhttp_listen: 127.0.0.1:8080\npublic_url: https://h:8443\ndb: a.db\ndefault_timeout: 5m\npoll_window: 30s\n"))
+	f.Add([]byte("insecure_plaintext: true\n"))
+	f.Add([]byte("---\n---\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var c Config
+		if err := Decode(data, &c); err != nil {
+			return
+		}
+		_ = c.Validate()
+		_ = c.DBPath("/d")
+	})
+}

@@ -1,0 +1,106 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func write(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "proxy.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestUnknownKeyIsAnErrorNamingFileAndKey(t *testing.T) {
+	p := write(t, "automator_url: https://a:1\ntokn: x\n")
+	_, err := Load(p)
+	if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "tokn") || !strings.Contains(err.Error(), "line 2") {
+		t.Fatalf("Load: %v, want an error naming %s, line 2 and the key tokn", err, p)
+	}
+}
+
+func TestMalformedYAMLAndEmptyFileAreClearErrors(t *testing.T) {
+	for body, want := range map[string]string{
+		"automator_url: [unterminated\n": "parsing proxy config",
+		"":                               "empty",
+		"max_concurrency: many\n":        "line 1",
+	} {
+		_, err := Load(write(t, body))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Load(%q): %v, want an error containing %q", body, err, want)
+		}
+	}
+	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+// TestValidateNamesEveryBadField: all problems at once, each by its key.
+func TestValidateNamesEveryBadField(t *testing.T) {
+	c := Config{
+		AutomatorURL:   "ftp://x",
+		Key:            "nope",
+		ScriptsDir:     filepath.Join(t.TempDir(), "absent"),
+		InstanceID:     strings.Repeat("i", 200),
+		MaxConcurrency: 1000,
+		MaxOutputBytes: 10,
+		GracePeriod:    2 * time.Hour,
+	}
+	err := c.Validate()
+	if err == nil {
+		t.Fatal("Validate accepted a bad config")
+	}
+	for _, key := range []string{"automator_url", "token", "key", "scripts_dir", "instance_id", "max_concurrency", "max_output_bytes", "grace_period"} {
+		if !strings.Contains(err.Error(), key+":") {
+			t.Errorf("Validate error does not name %s:\n%v", key, err)
+		}
+	}
+	if strings.Contains(err.Error(), "nope") {
+		t.Errorf("Validate echoes the key text: %v", err)
+	}
+}
+
+func TestDefaultsApply(t *testing.T) {
+	var c Config
+	c.ApplyDefaults()
+	if c.MaxConcurrency != DefaultMaxConcurrency || c.MaxOutputBytes != DefaultMaxOutput || c.GracePeriod != DefaultGracePeriod || c.InstanceID == "" {
+		t.Fatalf("defaults not applied: %+v", c)
+	}
+}
+
+func TestPlainHTTPNeedsNoCA(t *testing.T) {
+	c := Config{AutomatorURL: "http://127.0.0.1:1"}
+	if _, useTLS, err := c.Target(); err != nil || useTLS {
+		t.Fatalf("Target: %v %v", useTLS, err)
+	}
+	c.AutomatorURL = "https://h:1"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "ca_cert:") {
+		t.Fatalf("https without ca_cert: %v, want a ca_cert error", err)
+	}
+	c.CACert = "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "ca_cert:") {
+		t.Fatalf("https with a broken ca_cert: %v, want a ca_cert error", err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte("automator_url: https://a:1\ntoken: t\nkey: 1:abc\nscripts_dir: /x\nmax_concurrency: 3\ngrace_period: 10s\n"))
+	f.Add([]byte("ca_cert: |\n  -----BEGIN CERTIFICATE-----\n  x\n"))
+	f.Add([]byte("{}"))
+	f.Add([]byte("- a\n- b\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(data)
+		if err != nil {
+			return
+		}
+		c.ApplyDefaults()
+		_ = c.Validate()
+		_, _, _ = c.Target()
+	})
+}

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# make fuzz: runs every Fuzz target of the module for FUZZTIME each (30s by
+# default). New crashers land in the package's testdata/fuzz/ and fail the
+# run; fix the code and commit the crasher as a regression seed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+fuzztime=${FUZZTIME:-30s}
+found=0
+for pkg in $(go list ./...); do
+	for target in $(go test -list '^Fuzz' "$pkg" | grep '^Fuzz' || true); do
+		found=$((found + 1))
+		echo "== $pkg $target ($fuzztime)"
+		go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$pkg"
+	done
+done
+echo "fuzzed $found targets for $fuzztime each"
