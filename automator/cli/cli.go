@@ -40,9 +40,11 @@ type Env struct {
 func Main(ctx context.Context, args []string, env Env) int {
 	code, err := run(ctx, args, env)
 	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(env.Stderr, "automator: %v\n", err)
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(env.Stdout, usage)
+			return 0
 		}
+		fmt.Fprintf(env.Stderr, "automator: %v\n", err)
 		return ExitError
 	}
 	return code
@@ -75,7 +77,7 @@ func run(ctx context.Context, args []string, env Env) (int, error) {
 // newFlags makes a flag set that reports errors as values, not by exiting.
 func newFlags(name string, env Env) *flag.FlagSet {
 	fs := flag.NewFlagSet("automator "+name, flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
+	fs.SetOutput(io.Discard) // Main prints the one-line reason
 	return fs
 }
 

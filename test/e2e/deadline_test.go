@@ -1,0 +1,156 @@
+//go:build linux
+
+package e2e
+
+import (
+	"context"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// treeNotKilled names where to look when a script's process tree survives.
+const treeNotKilled = "the proxy must kill the script's whole process tree " +
+	"(proxy/runner: configureCmd must make the script lead its own process group, processTree.kill signals the group)"
+
+// Guarantee 2: with no instance polling, the caller gets the timeout error at
+// the deadline, not before and not much later.
+func TestTimeoutWithNoProxyEndsAtDeadline(t *testing.T) {
+	t.Parallel()
+	a := startAutomator(t)
+	a.createAccount(t, "acme")
+
+	r := a.Exec("--account", "acme", "--timeout", "2s", "anything.sh")
+	if r.code != 124 {
+		t.Fatalf("exec: %v; want exit 124 (timed out)", r)
+	}
+	if r.elapsed < 2*time.Second || r.elapsed > 4*time.Second {
+		t.Errorf("exec took %v; want the 2s deadline (between 2s and 4s)", r.elapsed)
+	}
+	if n := strings.Count(r.stderr, "\n"); n != 1 || !strings.Contains(r.stderr, "timed out") {
+		t.Errorf("stderr %q: want one line saying the work timed out", r.stderr)
+	}
+	if r.stdout != "" {
+		t.Errorf("stdout %q, want nothing", r.stdout)
+	}
+}
+
+// Guarantee 7: at the deadline the proxy kills the script's whole process
+// tree, a background child included.
+func TestScriptPastDeadlineIsKilledWithItsChildren(t *testing.T) {
+	t.Parallel()
+	a := startAutomator(t)
+	cfg := a.createAccount(t, "acme")
+	scripts, dir := t.TempDir(), t.TempDir()
+	childPID, selfPID := filepath.Join(dir, "child.pid"), filepath.Join(dir, "self.pid")
+	killPIDFilesAtCleanup(t, childPID, selfPID)
+	// exec keeps the pid: the script's own pid is the sleeping process.
+	writeScript(t, scripts, "tree.sh", `sleep 300 &
+echo $! > "$1.tmp" && mv "$1.tmp" "$1"
+echo $$ > "$2.tmp" && mv "$2.tmp" "$2"
+exec sleep 300`)
+	startProxy(t, cfg, scripts, "a").WaitPolling(t)
+
+	r := a.Exec("--account", "acme", "--timeout", "2s", "tree.sh", childPID, selfPID)
+	if r.code != 124 {
+		t.Fatalf("exec: %v; want exit 124 (timed out)", r)
+	}
+	if !exists(childPID) || !exists(selfPID) {
+		t.Fatalf("the script never started (no pid files); exec: %v", r)
+	}
+	child, self := readPIDs(t, childPID)[0], readPIDs(t, selfPID)[0]
+	if !poll(5*time.Second, func() bool { return processGone(child) && processGone(self) }) {
+		t.Fatalf("5s after the deadline the script (pid %d, gone=%v) or its background child (pid %d, gone=%v) still runs; %s",
+			self, processGone(self), child, processGone(child), treeNotKilled)
+	}
+}
+
+// Guarantees 1 and 2: when the claimer dies, the unit is not handed to the
+// other instance; the caller gets the timeout at the deadline.
+//
+// The test kills the claimer's script too (by pid), as a host death would:
+// what matters is that no one posts a result and that the surviving instance
+// never gets the claim. A surviving orphan script would not change what the
+// automator sees, and would only leak a process.
+func TestClaimerDeathEndsInTimeoutAtDeadlineAndIsNeverRerun(t *testing.T) {
+	t.Parallel()
+	a := startAutomator(t)
+	cfg := a.createAccount(t, "acme")
+	scripts := t.TempDir()
+	runs := filepath.Join(t.TempDir(), "runs.log")
+	killPIDFilesAtCleanup(t, runs) // the pid is the last field of each line
+	writeScript(t, scripts, "hold.sh", `echo "$PROXY_WORK_ID $PROXY_INSTANCE_ID $$" >> "$1"
+exec sleep 60`)
+	proxies := map[string]*proxy{
+		"a": startProxy(t, cfg, scripts, "a"),
+		"b": startProxy(t, cfg, scripts, "b"),
+	}
+	for _, p := range proxies {
+		p.WaitPolling(t)
+	}
+
+	bg := a.StartExec(t, "--account", "acme", "--timeout", "4s", "hold.sh", runs)
+	waitFor(t, 10*time.Second, "the script to start", func() bool { return len(lines(runs)) > 0 })
+	f := strings.Fields(lines(runs)[0])
+	if len(f) != 3 || proxies[f[1]] == nil {
+		t.Fatalf("run log line %q: want \"WORK_ID a|b PID\"", lines(runs)[0])
+	}
+	claimer := proxies[f[1]]
+	pid, _ := strconv.Atoi(f[2])
+	claimer.Kill(t)
+	if pid > 1 {
+		_ = syscall.Kill(pid, syscall.SIGKILL) // the host died with it
+	}
+
+	r := bg.Wait(t, 15*time.Second)
+	if r.code != 124 {
+		t.Fatalf("exec: %v; want exit 124 (timed out)", r)
+	}
+	if r.elapsed < 4*time.Second || r.elapsed > 6*time.Second {
+		t.Errorf("exec took %v; want the 4s deadline (between 4s and 6s)", r.elapsed)
+	}
+	if !strings.Contains(r.stderr, "claimed by instance "+claimer.InstanceID) {
+		t.Errorf("stderr %q: want the reason to name the dead claimer %q", r.stderr, claimer.InstanceID)
+	}
+	if got := lines(runs); len(got) != 1 {
+		t.Errorf("the unit ran %d times, want once:\n%s", len(got), strings.Join(got, "\n"))
+	}
+}
+
+// Guarantee 2: a unit whose caller gives no timeout has its deadline five
+// minutes after it was queued, on the automator's clock.
+func TestDefaultTimeoutIsFiveMinutes(t *testing.T) {
+	t.Parallel()
+	a := startAutomator(t)
+	a.createAccount(t, "acme")
+	c := a.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	sub, err := c.Submit(ctx, &automatorv1.ExecuteRequest{
+		Account: "acme",
+		Command: &automatorv1.Command{Script: "anything.sh"},
+	})
+	if err != nil {
+		t.Fatalf("Submit: %v", err)
+	}
+	st, err := c.Get(ctx, &automatorv1.GetRequest{WorkId: sub.GetWorkId()})
+	if err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	if st.GetState() != automatorv1.State_STATE_QUEUED {
+		t.Errorf("state %v, want QUEUED", st.GetState())
+	}
+	got := st.GetDeadline().AsTime().Sub(st.GetQueuedAt().AsTime())
+	if got != 5*time.Minute {
+		t.Errorf("deadline - queued_at = %v, want exactly 5m", got)
+	}
+	if sg := sub.GetDeadline().AsTime().Sub(sub.GetQueuedAt().AsTime()); sg != got {
+		t.Errorf("Submit said deadline - queued_at = %v, Get says %v", sg, got)
+	}
+}

@@ -1,0 +1,142 @@
+//go:build linux
+
+package e2e
+
+import (
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// sleeperScript sleeps with a background child, after writing both pids
+// (child first) to the file named by its first argument. exec keeps the pid:
+// the script's own pid is the sleeping process.
+const sleeperScript = `sleep 60 &
+echo "$! $$" > "$1.tmp" && mv "$1.tmp" "$1"
+exec sleep 60`
+
+// `automator exec` exits with the remote exit code, or with 124 (timed
+// out), 125 (the proxy could not run it), 126 (cancelled) and 255 (its own
+// errors), each with a one-line reason.
+func TestExecExitCodes(t *testing.T) {
+	t.Parallel()
+	a := startAutomator(t)
+	cfg := withSettings(t, a.createAccount(t, "acme"), "max_concurrency: 8")
+	scripts, dir := t.TempDir(), t.TempDir()
+	writeScript(t, scripts, "exit.sh", `exit "$1"`)
+	writeScript(t, scripts, "sleeper.sh", sleeperScript)
+	startProxy(t, cfg, scripts, "a").WaitPolling(t)
+	wrongKey := filepath.Join(dir, "wrong.apikey")
+	writeFile(t, wrongKey, "oak_this-is-not-the-key\n")
+
+	oneLine := func(t *testing.T, r result, want string) {
+		t.Helper()
+		if strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr %q: want one line containing %q", r.stderr, want)
+		}
+	}
+
+	t.Run("remote 0", func(t *testing.T) {
+		t.Parallel()
+		if r := a.Exec("--account", "acme", "--timeout", "20s", "exit.sh", "0"); r.code != 0 || r.stderr != "" {
+			t.Errorf("exec: %v; want exit 0, no stderr", r)
+		}
+	})
+	t.Run("remote 42", func(t *testing.T) {
+		t.Parallel()
+		if r := a.Exec("--account", "acme", "--timeout", "20s", "exit.sh", "42"); r.code != 42 || r.stderr != "" {
+			t.Errorf("exec: %v; want exit 42, no stderr", r)
+		}
+	})
+	t.Run("124 timed out", func(t *testing.T) {
+		t.Parallel()
+		pidFile := filepath.Join(t.TempDir(), "pid")
+		killPIDFilesAtCleanup(t, pidFile)
+		r := a.Exec("--account", "acme", "--timeout", "1s", "sleeper.sh", pidFile)
+		if r.code != 124 {
+			t.Errorf("exec: %v; want exit 124", r)
+		}
+		oneLine(t, r, "timed out")
+	})
+	t.Run("125 unknown script", func(t *testing.T) {
+		t.Parallel()
+		r := a.Exec("--account", "acme", "--timeout", "20s", "nope.sh")
+		if r.code != 125 {
+			t.Errorf("exec: %v; want exit 125", r)
+		}
+		oneLine(t, r, "unknown script")
+	})
+	t.Run("126 cancelled by SIGINT", func(t *testing.T) {
+		t.Parallel()
+		pidFile := filepath.Join(t.TempDir(), "pid")
+		killPIDFilesAtCleanup(t, pidFile)
+		bg := a.StartExec(t, "--account", "acme", "--timeout", "30s", "sleeper.sh", pidFile)
+		waitFor(t, 10*time.Second, "the script to start", func() bool { return exists(pidFile) })
+		pids := readPIDs(t, pidFile)
+		bg.Signal(t, syscall.SIGINT)
+		r := bg.Wait(t, 10*time.Second)
+		if r.code != 126 {
+			t.Fatalf("exec: %v; want exit 126", r)
+		}
+		oneLine(t, r, "cancelled")
+		if !poll(5*time.Second, func() bool { return allGone(pids) }) {
+			t.Fatalf("5s after the cancel the script or its child (pids %v) still runs; %s", pids, treeNotKilled)
+		}
+	})
+	t.Run("255 bad flag", func(t *testing.T) {
+		t.Parallel()
+		r := a.Exec("--no-such-flag", "--account", "acme", "exit.sh", "0")
+		if r.code != 255 || !strings.Contains(r.stderr, "no-such-flag") {
+			t.Fatalf("exec: %v; want exit 255 naming the flag", r)
+		}
+		if strings.Count(r.stderr, "\n") != 1 {
+			// DESIGN.md: 255 "for its own errors (flags, connection, auth),
+			// each with a one-line reason on stderr".
+			t.Fatalf("a bad flag printed %d lines on stderr, want one:\n%s", strings.Count(r.stderr, "\n"), r.stderr)
+		}
+	})
+	t.Run("255 unknown account", func(t *testing.T) {
+		t.Parallel()
+		r := a.Exec("--account", "nobody", "--timeout", "20s", "exit.sh", "0")
+		if r.code != 255 {
+			t.Errorf("exec: %v; want exit 255", r)
+		}
+		oneLine(t, r, "nobody")
+	})
+	t.Run("255 wrong API key", func(t *testing.T) {
+		t.Parallel()
+		r := runCLI(bin.automator, "exec", "--server", a.publicURL(), "--api-key-file", wrongKey,
+			"--ca", filepath.Join(a.DataDir, "ca.pem"), "--account", "acme", "--timeout", "20s", "exit.sh", "0")
+		if r.code != 255 {
+			t.Errorf("exec: %v; want exit 255", r)
+		}
+		oneLine(t, r, "Unauthenticated")
+	})
+}
+
+// A cancelled unit's script is killed at once even when its proxy has no
+// free slot (it must still hear about the cancel, not wait for the deadline).
+func TestCancelKillsScriptEvenWhenProxyIsBusy(t *testing.T) {
+	t.Parallel()
+	a := startAutomator(t)
+	cfg := withSettings(t, a.createAccount(t, "acme"), "max_concurrency: 1")
+	scripts := t.TempDir()
+	writeScript(t, scripts, "sleeper.sh", sleeperScript)
+	startProxy(t, cfg, scripts, "a").WaitPolling(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	killPIDFilesAtCleanup(t, pidFile)
+
+	bg := a.StartExec(t, "--account", "acme", "--timeout", "30s", "sleeper.sh", pidFile)
+	waitFor(t, 10*time.Second, "the script to start", func() bool { return exists(pidFile) })
+	pids := readPIDs(t, pidFile)
+	bg.Signal(t, syscall.SIGINT)
+	if r := bg.Wait(t, 10*time.Second); r.code != 126 {
+		t.Fatalf("exec: %v; want exit 126", r)
+	}
+	if !poll(5*time.Second, func() bool { return allGone(pids) }) {
+		t.Fatalf("5s after the cancel the script or its child (pids %v) on the busy proxy still runs; "+
+			"the proxy must learn of cancels while all its slots are taken, and %s", pids, treeNotKilled)
+	}
+}
