@@ -10,14 +10,19 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+
+	"github.com/opsgate/opsgate/proxy/service"
 )
 
 const usage = `usage:
   automator init    --data-dir DIR [--public-url https://HOST:PORT] [--db DSN]
   automator serve   --data-dir DIR [--listen ADDR] [--http-listen ADDR] [--db DSN] [--replica-id ID]
   automator account create NAME --data-dir DIR
+  automator replicas --data-dir DIR [--db DSN]
   automator exec    --data-dir DIR --account NAME [--timeout DUR] [--stdin FILE|-] SCRIPT [ARG...]
   automator exec    --server URL --api-key-file F --ca FILE --account NAME ... SCRIPT [ARG...]
+  automator install --data-dir DIR [--name NAME] [--user USER] [--manual-start]
+  automator start|stop|status|uninstall [--name NAME]
 `
 
 // Exit codes of exec (DESIGN.md); other commands exit 0 or ExitError.
@@ -55,6 +60,12 @@ func run(ctx context.Context, args []string, env Env) (int, error) {
 		fmt.Fprint(env.Stderr, usage)
 		return 0, errors.New("no command given")
 	}
+	if name, rest, ok, err := service.SplitServiceFlag(args); ok || err != nil {
+		if err != nil {
+			return 0, err
+		}
+		return runService(ctx, name, rest, env)
+	}
 	switch args[0] {
 	case "init":
 		return 0, cmdInit(ctx, args[1:], env)
@@ -67,6 +78,10 @@ func run(ctx context.Context, args []string, env Env) (int, error) {
 		return 0, cmdAccountCreate(ctx, args[2:], env)
 	case "exec":
 		return cmdExec(ctx, args[1:], env)
+	case "replicas":
+		return 0, cmdReplicas(ctx, args[1:], env)
+	case "install", "start", "stop", "status", "uninstall":
+		return 0, serviceCommand(args[0], args[1:], env)
 	case "help", "-h", "--help":
 		fmt.Fprint(env.Stdout, usage)
 		return 0, nil

@@ -45,6 +45,11 @@ type Options struct {
 	// Backoff bounds the delay between failed polls (100ms to 15s).
 	BackoffMin, BackoffMax time.Duration
 	Logger                 *slog.Logger
+	// StateFile, when set, is where the agent records its State (when it
+	// last polled successfully, whether it is stopping) for `proxy status`,
+	// after a successful poll at most once every StateEvery (5s).
+	StateFile  string
+	StateEvery time.Duration
 }
 
 // Agent runs the poll loop of one instance.
@@ -59,6 +64,7 @@ type Agent struct {
 	wg        sync.WaitGroup
 
 	lastPoll time.Time
+	state    *stateFile // used by Run's goroutine only
 }
 
 // errCancelledByAutomator: the automator said the unit ended (cancelled or
@@ -95,6 +101,7 @@ func New(o Options) *Agent {
 		running:   make(map[string]context.CancelCauseFunc),
 		slotFreed: make(chan struct{}, 1),
 	}
+	a.state = newStateFile(o, a.log)
 	return a
 }
 
@@ -107,7 +114,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	workCtx, stopWork := context.WithCancelCause(context.Background())
 	defer stopWork(errShutdown)
 
+	a.state.started(a.o, time.Now())
 	a.pollLoop(ctx, workCtx)
+	a.state.stopping(time.Now(), a.inFlight())
 
 	done := make(chan struct{})
 	go func() { a.wg.Wait(); close(done) }()
@@ -121,6 +130,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.cancelAll(errShutdown)
 		<-done
 	}
+	a.state.stopped(time.Now())
 	a.log.Info("stopped")
 	return nil
 }
@@ -175,9 +185,11 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) {
 		st.ok()
 		bo.reset()
 		quick = false
+		now := time.Now()
 		a.mu.Lock()
-		a.lastPoll = time.Now()
+		a.lastPoll = now
 		a.mu.Unlock()
+		a.state.recordPoll(now)
 		for _, id := range resp.GetCancelled() {
 			a.cancel(id, errCancelledByAutomator)
 		}

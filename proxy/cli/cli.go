@@ -22,13 +22,17 @@ import (
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"github.com/opsgate/opsgate/proxy/agent"
 	"github.com/opsgate/opsgate/proxy/config"
+	"github.com/opsgate/opsgate/proxy/service"
 	"github.com/opsgate/opsgate/version"
 )
 
 const usage = `usage:
   proxy run     --config FILE [--instance-id ID] [--scripts-dir DIR]
-  proxy install --config FILE [--name NAME]
+  proxy install --config FILE [--name NAME] [--user USER] [--manual-start]
   proxy start|stop|status|uninstall [--name NAME]
+
+install makes the OS service NAME (default "proxy") that runs
+  proxy --service NAME run --config <its copy of FILE>
 `
 
 // Env is what a command may touch of the outside world.
@@ -41,9 +45,11 @@ type Env struct {
 // one line on stderr).
 func Main(ctx context.Context, args []string, env Env) int {
 	if err := run(ctx, args, env); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(env.Stderr, "proxy: %v\n", err)
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(env.Stdout, usage)
+			return 0
 		}
+		fmt.Fprintf(env.Stderr, "proxy: %v\n", err)
 		return 1
 	}
 	return 0
@@ -54,11 +60,17 @@ func run(ctx context.Context, args []string, env Env) error {
 		fmt.Fprint(env.Stderr, usage)
 		return errors.New("no command given")
 	}
+	if name, rest, ok, err := service.SplitServiceFlag(args); ok || err != nil {
+		if err != nil {
+			return err
+		}
+		return runService(ctx, name, rest, env)
+	}
 	switch args[0] {
 	case "run":
 		return cmdRun(ctx, args[1:], env)
 	case "install", "start", "stop", "status", "uninstall":
-		return fmt.Errorf("%s: service management is not in this build yet; run `proxy run` under your service manager", args[0])
+		return serviceCommand(args[0], args[1:], env)
 	case "help", "-h", "--help":
 		fmt.Fprint(env.Stdout, usage)
 		return nil
@@ -67,23 +79,33 @@ func run(ctx context.Context, args []string, env Env) error {
 }
 
 func cmdRun(ctx context.Context, args []string, env Env) error {
+	cfg, err := runConfig(args, env)
+	if err != nil {
+		return err
+	}
+	return runProxy(ctx, cfg, env)
+}
+
+// runConfig parses the flags of `proxy run` and returns the valid config
+// they name.
+func runConfig(args []string, env Env) (config.Config, error) {
 	fs := flag.NewFlagSet("proxy run", flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
+	fs.SetOutput(io.Discard) // Main prints the one-line reason
 	path := fs.String("config", "", "proxy config file (the profile from `automator account create` plus local settings)")
 	instanceID := fs.String("instance-id", "", "this instance's id (overrides instance_id; default the host name)")
 	scriptsDir := fs.String("scripts-dir", "", "directory of runnable scripts (overrides scripts_dir)")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return config.Config{}, err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("run takes no arguments, got %q", fs.Args())
+		return config.Config{}, fmt.Errorf("run takes no arguments, got %q", fs.Args())
 	}
 	if *path == "" {
-		return errors.New("--config is required")
+		return config.Config{}, errors.New("--config is required")
 	}
 	cfg, err := config.Load(*path)
 	if err != nil {
-		return err
+		return config.Config{}, err
 	}
 	if *instanceID != "" {
 		cfg.InstanceID = *instanceID
@@ -93,9 +115,14 @@ func cmdRun(ctx context.Context, args []string, env Env) error {
 	}
 	cfg.ApplyDefaults()
 	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("invalid proxy config %s: %w", *path, err)
+		return config.Config{}, fmt.Errorf("invalid proxy config %s: %w", *path, err)
 	}
-	key, _ := crypto.ParseKey(cfg.Key) // validated above
+	return cfg, nil
+}
+
+// runProxy runs the agent of a valid config until ctx is cancelled.
+func runProxy(ctx context.Context, cfg config.Config, env Env) error {
+	key, _ := crypto.ParseKey(cfg.Key) // validated by runConfig
 	conn, err := Dial(cfg)
 	if err != nil {
 		return err
@@ -114,6 +141,7 @@ func cmdRun(ctx context.Context, args []string, env Env) error {
 		MaxOutput:      cfg.MaxOutputBytes,
 		GracePeriod:    cfg.GracePeriod,
 		Logger:         log,
+		StateFile:      stateFile(cfg),
 	})
 	log.Info("proxy starting", "instance_id", cfg.InstanceID, "automator", cfg.AutomatorURL, "scripts_dir", cfg.ScriptsDir, "max_concurrency", cfg.MaxConcurrency, "version", version.Version)
 	return a.Run(ctx)

@@ -13,6 +13,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"path/filepath"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -51,6 +52,12 @@ type Config struct {
 	// GracePeriod is how long a stopping proxy lets running scripts finish
 	// before it kills them (30s).
 	GracePeriod time.Duration `yaml:"grace_period"`
+	// StateDir is where the proxy keeps its state file (status.json: when
+	// it last polled the automator successfully), read by `proxy status`.
+	// An absolute path, made if missing; `proxy install` sets it to
+	// /var/lib/<name> (Linux) or %ProgramData%\<name>\state (Windows).
+	// Unset: no state file.
+	StateDir string `yaml:"state_dir"`
 }
 
 // Load reads and strictly parses a configuration file (unknown keys are
@@ -134,6 +141,9 @@ func (c Config) Validate() error {
 	}
 	if c.GracePeriod < 0 || c.GracePeriod > time.Hour {
 		errs = append(errs, fmt.Errorf("grace_period: %v is outside [0, 1h]", c.GracePeriod))
+	}
+	if c.StateDir != "" && !filepath.IsAbs(c.StateDir) {
+		errs = append(errs, fmt.Errorf("state_dir: %q must be an absolute path", c.StateDir))
 	}
 	return errors.Join(errs...)
 }

@@ -1,0 +1,158 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/proxy/service"
+)
+
+const (
+	// defaultServiceName is the service of `automator install` without
+	// --name.
+	defaultServiceName = "automator"
+	// serveStopTimeout bounds a service stop: serve drains gRPC for 5 s and
+	// HTTP for 2 s.
+	serveStopTimeout = 30 * time.Second
+)
+
+// serviceCommand is install, start, stop, status and uninstall: `automator
+// serve` as an OS service.
+func serviceCommand(verb string, args []string, env Env) error {
+	fs := newFlags(verb, env)
+	name := fs.String("name", defaultServiceName, "service name")
+	var dir, userName *string
+	var manual *bool
+	if verb == "install" {
+		dir = fs.String("data-dir", "", "the automator's data directory (made by init)")
+		userName = fs.String("user", "", "run the service as this existing, unprivileged user who owns the data directory (Linux; default root)")
+		manual = fs.Bool("manual-start", false, "do not start the service at boot")
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%s takes no arguments, got %q", verb, fs.Args())
+	}
+	if err := service.CheckName(*name); err != nil {
+		return fmt.Errorf("--name: %w", err)
+	}
+	switch verb {
+	case "install":
+		return installService(*name, *dir, *userName, *manual, env)
+	case "start":
+		if err := service.Start(*name); err != nil {
+			return err
+		}
+		fmt.Fprintf(env.Stdout, "Started service %s.\n", *name)
+	case "stop":
+		if err := service.Stop(*name); err != nil {
+			return err
+		}
+		fmt.Fprintf(env.Stdout, "Stopped service %s.\n", *name)
+	case "status":
+		st, err := service.Query(*name)
+		if err != nil {
+			return err
+		}
+		if !st.Installed {
+			return fmt.Errorf("service %s is not installed (%s); install it with `automator install --data-dir DIR --name %s`", *name, st.Platform, *name)
+		}
+		running := yesNo(st.Running)
+		if st.Detail != "" {
+			running += " (" + st.Detail + ")"
+		}
+		fmt.Fprintf(env.Stdout, "service:        %s (%s, %s)\n", *name, st.Platform, st.Definition)
+		fmt.Fprintf(env.Stdout, "running:        %s\n", running)
+		fmt.Fprintf(env.Stdout, "starts at boot: %s\n", yesNo(st.BootStart))
+		fmt.Fprintf(env.Stdout, "log:            %s\n", service.LogLocation(st))
+	case "uninstall":
+		if err := service.Uninstall(*name); err != nil {
+			return err
+		}
+		fmt.Fprintf(env.Stdout, "Uninstalled service %s; its data directory is untouched.\n", *name)
+	}
+	return nil
+}
+
+// installService installs the service that runs `automator serve
+// --data-dir DIR`. The data directory stays where it is: install only
+// refers to it (and keeps it writable under the systemd hardening).
+func installService(name, dir, userName string, manual bool, env Env) error {
+	if err := requireFlag("data-dir", dir); err != nil {
+		return err
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	cfg, err := config.Load(dir)
+	if err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("invalid settings in %s: %w", filepath.Join(dir, config.FileConfig), err)
+	}
+	spec := service.Spec{
+		Name:          name,
+		Description:   fmt.Sprintf("opsgate automator %s: queues executeOnProxy work for proxies (data in %s)", name, dir),
+		Arguments:     []string{service.Flag, name, "serve", "--data-dir", dir},
+		StopTimeout:   serveStopTimeout,
+		WritablePaths: []string{dir},
+		ManualStart:   manual,
+	}
+	if userName != "" {
+		u, err := service.LookupUser(userName)
+		if err != nil {
+			return fmt.Errorf("--user: %w", err)
+		}
+		if err := service.CheckOwner(dir, u); err != nil {
+			return fmt.Errorf("--user: %w", err)
+		}
+		spec.User, spec.Group = u.Name, u.Group
+	}
+	if spec.Executable, err = os.Executable(); err != nil {
+		return fmt.Errorf("finding this program's path: %w", err)
+	}
+	if err := service.Install(spec); err != nil {
+		return err
+	}
+	st, _ := service.Query(name)
+	fmt.Fprintf(env.Stdout, "Installed service %s (%s): %s\n", name, st.Platform, st.Definition)
+	fmt.Fprintf(env.Stdout, "  runs:           %s %s\n", spec.Executable, strings.Join(spec.Arguments, " "))
+	fmt.Fprintf(env.Stdout, "  starts at boot: %s\n", yesNo(st.BootStart))
+	fmt.Fprintf(env.Stdout, "It is stopped. Start it with `automator start --name %s`.\n", name)
+	return nil
+}
+
+// runService is `automator --service NAME serve ...`, the command line of
+// the installed service: serve under the service manager, logging to the
+// system log.
+func runService(ctx context.Context, name string, args []string, env Env) (int, error) {
+	if len(args) == 0 || args[0] != "serve" {
+		return 0, fmt.Errorf("%s %s: only `serve` runs as a service, got %q", service.Flag, name, args)
+	}
+	err := service.Run(ctx, service.RunOptions{Name: name, StopTimeout: serveStopTimeout, Stderr: env.Stderr},
+		func(ctx context.Context, log io.Writer) error {
+			err := cmdServe(ctx, args[1:], Env{Stdin: env.Stdin, Stdout: env.Stdout, Stderr: log})
+			if err != nil {
+				slog.New(slog.NewTextHandler(log, nil)).Error("serve ended", "service", name, "err", err)
+			}
+			return err
+		})
+	return 0, err
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}

@@ -1,0 +1,451 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/opsgate/opsgate/proxy/agent"
+	"github.com/opsgate/opsgate/proxy/config"
+	"github.com/opsgate/opsgate/proxy/service"
+)
+
+const (
+	// defaultServiceName is the service of `proxy install` without --name.
+	defaultServiceName = "proxy"
+	// configFileName is the service's copy of the config in its ConfigDir.
+	configFileName = "proxy.yaml"
+	// stopMargin is what a stop may take beyond the grace period: posting
+	// the last results and exiting.
+	stopMargin = 30 * time.Second
+	// startWait is how long `proxy start` waits for the first poll.
+	startWait = 10 * time.Second
+	// pollStale: a running proxy whose last successful poll is older than
+	// this is reported as not polling (an idle poll returns every 30 s).
+	pollStale = 2 * time.Minute
+)
+
+// stateFile is the agent's state file in the config's state_dir, if any.
+func stateFile(cfg config.Config) string {
+	if cfg.StateDir == "" {
+		return ""
+	}
+	return filepath.Join(cfg.StateDir, agent.StateFileName)
+}
+
+func serviceCommand(verb string, args []string, env Env) error {
+	switch verb {
+	case "install":
+		return cmdInstall(args, env)
+	case "status":
+		return cmdStatus(args, env)
+	}
+	return cmdControl(verb, args, env)
+}
+
+// runService is `proxy --service NAME run ...`, the command line of the
+// installed service: `proxy run` under the service manager. A stop request
+// cancels ctx exactly as SIGTERM does for `proxy run`; the log goes to the
+// system log.
+func runService(ctx context.Context, name string, args []string, env Env) error {
+	if len(args) == 0 || args[0] != "run" {
+		return fmt.Errorf("%s %s: only `run` runs as a service, got %q", service.Flag, name, args)
+	}
+	// A broken config is reported to the system log, where an operator of a
+	// service looks (on Windows, stderr goes nowhere).
+	cfg, cfgErr := runConfig(args[1:], Env{Stdout: env.Stdout, Stderr: io.Discard})
+	return service.Run(ctx, service.RunOptions{Name: name, StopTimeout: cfg.GracePeriod + stopMargin, Stderr: env.Stderr},
+		func(ctx context.Context, log io.Writer) error {
+			if cfgErr != nil {
+				slog.New(slog.NewTextHandler(log, nil)).Error("the service cannot start", "service", name, "err", cfgErr)
+				return cfgErr
+			}
+			return runProxy(ctx, cfg, Env{Stdout: env.Stdout, Stderr: log})
+		})
+}
+
+func newFlagSet(name string, env Env) *flag.FlagSet {
+	fs := flag.NewFlagSet("proxy "+name, flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	return fs
+}
+
+func parseNoArgs(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%s takes no arguments, got %q", fs.Name(), fs.Args())
+	}
+	return nil
+}
+
+// cmdInstall installs the service: it copies the config to the service's
+// config directory (adding state_dir), makes the state directory and
+// installs the OS service that runs `proxy run` on the copy. It does not
+// start it.
+func cmdInstall(args []string, env Env) error {
+	fs := newFlagSet("install", env)
+	path := fs.String("config", "", "proxy config file (the profile from `automator account create` plus local settings)")
+	name := fs.String("name", defaultServiceName, "service name; several proxies (of different accounts) need different names")
+	userName := fs.String("user", "", "run the service as this existing, unprivileged user (Linux; default root)")
+	manual := fs.Bool("manual-start", false, "do not start the service at boot: a warm standby, started by `proxy start`")
+	if err := parseNoArgs(fs, args); err != nil {
+		return err
+	}
+	if *path == "" {
+		return errors.New("--config is required")
+	}
+	if err := service.CheckName(*name); err != nil {
+		return fmt.Errorf("--name: %w", err)
+	}
+	src, err := filepath.Abs(*path)
+	if err != nil {
+		return err
+	}
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return fmt.Errorf("reading proxy config: %w", err)
+	}
+	cfg, err := config.Load(src)
+	if err != nil {
+		return err
+	}
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("invalid proxy config %s: %w", src, err)
+	}
+	if !filepath.IsAbs(cfg.ScriptsDir) {
+		return fmt.Errorf("scripts_dir in %s: %q must be an absolute path for a service (it does not run in your working directory)", src, cfg.ScriptsDir)
+	}
+	stateDir := service.StateDir(*name)
+	if cfg.StateDir != "" && filepath.Clean(cfg.StateDir) != stateDir {
+		return fmt.Errorf("state_dir in %s: install sets it to %s for service %q; remove the line", src, stateDir, *name)
+	}
+	var u *service.User
+	if *userName != "" {
+		if u, err = service.LookupUser(*userName); err != nil {
+			return fmt.Errorf("--user: %w", err)
+		}
+	}
+	if st, err := service.Query(*name); err != nil {
+		return err
+	} else if st.Installed {
+		return fmt.Errorf("service %q is already installed (%s); uninstall it first or choose another --name", *name, st.Definition)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding this program's path: %w", err)
+	}
+	configDir := service.ConfigDir(*name)
+	installed := filepath.Join(configDir, configFileName)
+
+	var undo []func()
+	fail := func(err error) error {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+		return err
+	}
+	created, err := service.MakeDir(configDir, 0o755, nil, true)
+	if err != nil {
+		return fail(fmt.Errorf("making %s: %w", configDir, err))
+	}
+	if created {
+		undo = append(undo, func() { _ = os.Remove(configDir) })
+	}
+	mode := os.FileMode(0o600)
+	if u != nil {
+		mode = 0o640 // root's, readable by the service's group
+	}
+	if err := service.WriteNewFile(installed, installedConfig(data, *name, cfg.StateDir == "", stateDir), mode, u, true); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return fail(fmt.Errorf("%s exists already: remove it, or uninstall the service that uses it", installed))
+		}
+		return fail(fmt.Errorf("writing %s: %w", installed, err))
+	}
+	undo = append(undo, func() { _ = os.Remove(installed) })
+	if c, err := config.Load(installed); err != nil || filepath.Clean(c.StateDir) != stateDir {
+		return fail(fmt.Errorf("the service's copy of the config %s does not read back with state_dir %s (%v); is %s a YAML mapping?", installed, stateDir, err, src))
+	}
+	created, err = service.MakeDir(stateDir, 0o755, u, false)
+	if err != nil {
+		return fail(fmt.Errorf("making %s: %w", stateDir, err))
+	}
+	if created {
+		undo = append(undo, func() { _ = os.Remove(stateDir) })
+	}
+	spec := installSpec(*name, exe, installed, cfg, u, *manual)
+	runAs := "root"
+	if u != nil {
+		runAs = u.Name
+	}
+	if err := service.Install(spec); err != nil {
+		return fail(err)
+	}
+	st, _ := service.Query(*name)
+	w := env.Stdout
+	fmt.Fprintf(w, "Installed service %s (%s): %s\n", *name, st.Platform, st.Definition)
+	fmt.Fprintf(w, "  runs:           %s %s\n", exe, strings.Join(spec.Arguments, " "))
+	fmt.Fprintf(w, "  config:         %s (a copy of %s: edit the copy, then restart)\n", installed, src)
+	fmt.Fprintf(w, "  state:          %s\n", stateDir)
+	if st.Platform != "windows-service" {
+		fmt.Fprintf(w, "  user:           %s\n", runAs)
+	}
+	fmt.Fprintf(w, "  starts at boot: %s\n", yesNo(st.BootStart))
+	fmt.Fprintf(w, "It is stopped. Start it with `proxy start --name %s`.\n", *name)
+	return nil
+}
+
+// installSpec is the service `proxy install` installs: `proxy run` on the
+// service's copy of the config, with room to stop for the grace period.
+func installSpec(name, exe, configPath string, cfg config.Config, u *service.User, manual bool) service.Spec {
+	spec := service.Spec{
+		Name:        name,
+		Description: fmt.Sprintf("opsgate proxy: runs scripts for the automator %s, polling it over outbound connections", cfg.AutomatorURL),
+		Executable:  exe,
+		Arguments:   []string{service.Flag, name, "run", "--config", configPath},
+		StopTimeout: cfg.GracePeriod + stopMargin,
+		ManualStart: manual,
+	}
+	if u != nil {
+		spec.User, spec.Group = u.Name, u.Group
+	}
+	return spec
+}
+
+// installedConfig is the service's copy of the config: the file as it is,
+// then the mark uninstall looks for, then state_dir when the file does not
+// set it.
+func installedConfig(data []byte, name string, addStateDir bool, stateDir string) []byte {
+	out := append([]byte(nil), data...)
+	if len(out) > 0 && out[len(out)-1] != '\n' {
+		out = append(out, '\n')
+	}
+	out = append(out, "\n"+installMark(name)+"\n"...)
+	if addStateDir {
+		out = append(out, "# The service keeps its status file here.\nstate_dir: '"+strings.ReplaceAll(stateDir, "'", "''")+"'\n"...)
+	}
+	return out
+}
+
+// installMark is the comment that says a config file is the copy `proxy
+// install` made for the service name.
+func installMark(name string) string {
+	return "# Copied by `proxy install --name " + name + "`; `proxy uninstall --name " + name + "` removes this file."
+}
+
+// cmdControl is start, stop and uninstall.
+func cmdControl(verb string, args []string, env Env) error {
+	fs := newFlagSet(verb, env)
+	name := fs.String("name", defaultServiceName, "service name")
+	if err := parseNoArgs(fs, args); err != nil {
+		return err
+	}
+	switch verb {
+	case "start":
+		begin := time.Now()
+		if err := service.Start(*name); err != nil {
+			return err
+		}
+		if st, ok := waitFirstPoll(*name, begin, startWait); ok {
+			fmt.Fprintf(env.Stdout, "Started service %s: it polled the automator at %s as instance %s.\n", *name, st.LastPoll.Format(time.RFC3339), st.InstanceID)
+		} else {
+			fmt.Fprintf(env.Stdout, "Started service %s; it has not polled the automator yet. `proxy status --name %s` tells when it does, and where its log is.\n", *name, *name)
+		}
+	case "stop":
+		if err := service.Stop(*name); err != nil {
+			return err
+		}
+		fmt.Fprintf(env.Stdout, "Stopped service %s.\n", *name)
+	case "uninstall":
+		return uninstall(*name, env)
+	}
+	return nil
+}
+
+// uninstall stops and removes the service, then the files install made:
+// the copy of the config, the state file and their directories, unless they
+// hold files of someone else's.
+func uninstall(name string, env Env) error {
+	if err := service.CheckName(name); err != nil {
+		return err
+	}
+	err := service.Uninstall(name)
+	notInstalled := errors.Is(err, service.ErrNotInstalled)
+	if err != nil && !notInstalled {
+		return err
+	}
+	stateDir, configDir := service.StateDir(name), service.ConfigDir(name)
+	var removed, left []string
+	rm := func(path string) {
+		if err := os.Remove(path); err == nil {
+			removed = append(removed, path)
+		} else if !errors.Is(err, os.ErrNotExist) {
+			left = append(left, fmt.Sprintf("%s (%v)", path, err))
+		}
+	}
+	rmdir := func(dir string) {
+		err := os.Remove(dir)
+		switch {
+		case err == nil:
+			removed = append(removed, dir)
+		case errors.Is(err, os.ErrNotExist):
+		case service.IsDirNotEmpty(err):
+			left = append(left, dir+" (it holds files `proxy install` did not make)")
+		default:
+			left = append(left, fmt.Sprintf("%s (%v)", dir, err))
+		}
+	}
+	cfgCopy := filepath.Join(configDir, configFileName)
+	if notInstalled {
+		// No service of that name: remove only what is visibly a leftover
+		// of one, never a file that merely has the same path.
+		if data, rerr := os.ReadFile(cfgCopy); rerr != nil || !strings.Contains(string(data), installMark(name)) {
+			return err
+		}
+	}
+	rm(filepath.Join(stateDir, agent.StateFileName))
+	temps, _ := filepath.Glob(filepath.Join(stateDir, "."+agent.StateFileName+".*"))
+	for _, p := range temps {
+		rm(p)
+	}
+	rmdir(stateDir)
+	rm(cfgCopy)
+	rmdir(configDir)
+	if notInstalled && len(removed) == 0 {
+		return err
+	}
+	if notInstalled {
+		fmt.Fprintf(env.Stdout, "Service %s was not installed; removed what was left of it:\n", name)
+	} else {
+		fmt.Fprintf(env.Stdout, "Uninstalled service %s; removed:\n", name)
+	}
+	for _, p := range removed {
+		fmt.Fprintf(env.Stdout, "  %s\n", p)
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("left behind: %s", strings.Join(left, "; "))
+	}
+	return nil
+}
+
+// cmdStatus reports the service: installed, running, started at boot, its
+// config, and when it last polled the automator successfully.
+func cmdStatus(args []string, env Env) error {
+	fs := newFlagSet("status", env)
+	name := fs.String("name", defaultServiceName, "service name")
+	if err := parseNoArgs(fs, args); err != nil {
+		return err
+	}
+	st, err := service.Query(*name)
+	if err != nil {
+		return err
+	}
+	if !st.Installed {
+		return fmt.Errorf("service %s is not installed (%s); install it with `proxy install --config FILE --name %s`", *name, st.Platform, *name)
+	}
+	now := time.Now()
+	w := env.Stdout
+	fmt.Fprintf(w, "service:        %s (%s, %s)\n", *name, st.Platform, st.Definition)
+	running := yesNo(st.Running)
+	if st.Detail != "" {
+		running += " (" + st.Detail + ")"
+	}
+	fmt.Fprintf(w, "running:        %s\n", running)
+	fmt.Fprintf(w, "starts at boot: %s\n", yesNo(st.BootStart))
+
+	cfgPath := filepath.Join(service.ConfigDir(*name), configFileName)
+	cfgOK := false
+	cfg, err := config.Load(cfgPath)
+	switch {
+	case errors.Is(err, os.ErrPermission):
+		fmt.Fprintf(w, "config:         %s (not readable by this user; run as root to check it)\n", cfgPath)
+	case err != nil:
+		fmt.Fprintf(w, "config:         %v\n", err)
+	default:
+		cfg.ApplyDefaults()
+		if err := cfg.Validate(); err != nil {
+			fmt.Fprintf(w, "config:         %s is not valid: %s\n", cfgPath, strings.ReplaceAll(err.Error(), "\n", "; "))
+		} else {
+			cfgOK = true
+			fmt.Fprintf(w, "config:         %s (valid: instance %s, automator %s, scripts %s)\n", cfgPath, cfg.InstanceID, cfg.AutomatorURL, cfg.ScriptsDir)
+		}
+	}
+
+	statePath := filepath.Join(service.StateDir(*name), agent.StateFileName)
+	s, serr := agent.ReadState(statePath)
+	switch {
+	case errors.Is(serr, os.ErrNotExist):
+		fmt.Fprintf(w, "last poll:      never (no %s yet)\n", statePath)
+	case serr != nil:
+		fmt.Fprintf(w, "last poll:      unknown (%v)\n", serr)
+	case s.LastPoll.IsZero():
+		fmt.Fprintf(w, "last poll:      never (instance %s)\n", s.InstanceID)
+	default:
+		fmt.Fprintf(w, "last poll:      %s (%s ago), instance %s\n", s.LastPoll.Format(time.RFC3339), ago(now, s.LastPoll), s.InstanceID)
+	}
+	if serr == nil {
+		switch {
+		case !s.StoppedAt.IsZero():
+			fmt.Fprintf(w, "last run:       pid %d, version %s, from %s to %s\n", s.PID, s.Version, s.StartedAt.Format(time.RFC3339), s.StoppedAt.Format(time.RFC3339))
+		case !s.StoppingAt.IsZero():
+			fmt.Fprintf(w, "last run:       pid %d, version %s, since %s; stopping since %s, waiting for %d running units\n", s.PID, s.Version, s.StartedAt.Format(time.RFC3339), s.StoppingAt.Format(time.RFC3339), s.Running)
+		default:
+			fmt.Fprintf(w, "last run:       pid %d, version %s, since %s\n", s.PID, s.Version, s.StartedAt.Format(time.RFC3339))
+		}
+	}
+	fmt.Fprintf(w, "log:            %s\n", service.LogLocation(st))
+
+	polling := serr == nil && !s.LastPoll.IsZero() && now.Sub(s.LastPoll) < pollStale && s.StoppingAt.IsZero()
+	switch {
+	case st.Running && polling:
+		fmt.Fprintln(w, "=> active: running and polling the automator")
+	case st.Running && serr == nil && s.LastPoll.Before(s.StartedAt) && now.Sub(s.StartedAt) < pollStale:
+		fmt.Fprintf(w, "=> running since %s ago, and not polled the automator successfully yet: see its log if that lasts\n", ago(now, s.StartedAt))
+	case st.Running:
+		fmt.Fprintln(w, "=> running, but not polling the automator successfully: see its log")
+	case cfgOK:
+		fmt.Fprintf(w, "=> stopped but configured (a warm standby): `proxy start --name %s` makes it poll\n", *name)
+	default:
+		fmt.Fprintln(w, "=> stopped, and its config needs attention before it can start")
+	}
+	return nil
+}
+
+// waitFirstPoll waits up to d for the service's state file to record a
+// successful poll of a run begun after since.
+func waitFirstPoll(name string, since time.Time, d time.Duration) (agent.State, bool) {
+	path := filepath.Join(service.StateDir(name), agent.StateFileName)
+	for end := time.Now().Add(d); ; time.Sleep(100 * time.Millisecond) {
+		st, err := agent.ReadState(path)
+		if err == nil && !st.StartedAt.Before(since) && !st.LastPoll.Before(st.StartedAt) && st.StoppedAt.IsZero() {
+			return st, true
+		}
+		if time.Now().After(end) {
+			return st, false
+		}
+	}
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func ago(now, t time.Time) time.Duration {
+	d := now.Sub(t).Round(time.Second)
+	if d < 0 {
+		return 0
+	}
+	return d
+}

@@ -1,0 +1,214 @@
+//go:build !windows
+
+package cli
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/proxy/config"
+	"github.com/opsgate/opsgate/proxy/service"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// goldenCheck compares got with testdata/name, or rewrites it with -update.
+func goldenCheck(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != string(want) {
+		t.Errorf("%s changed (rerun with -update if that is intended):\n--- got ---\n%s\n--- want ---\n%s", path, got, want)
+	}
+}
+
+// goldenConfig is the config of the golden units: defaults, so a 30 s grace
+// period.
+func goldenConfig() config.Config {
+	c := config.Config{AutomatorURL: "https://automator.example:8443"}
+	c.ApplyDefaults()
+	return c
+}
+
+// TestInstallWritesTheGoldenSystemdUnit: the unit `proxy install` writes on
+// a systemd host, rendered from the spec install builds, without
+// installing. Any change to it shows here.
+func TestInstallWritesTheGoldenSystemdUnit(t *testing.T) {
+	configPath := filepath.Join(service.ConfigDir("proxy"), configFileName)
+	if configPath != "/etc/proxy/proxy.yaml" {
+		t.Fatalf("the service's config is %s, want /etc/proxy/proxy.yaml", configPath)
+	}
+	spec := installSpec("proxy", "/usr/local/bin/proxy", configPath, goldenConfig(), nil, false)
+	goldenCheck(t, "proxy.service", service.SystemdUnit(spec))
+	if got := goldenConfig().GracePeriod + stopMargin; !strings.Contains(service.SystemdUnit(spec), "\nTimeoutStopSec=60\n") || got != time.Minute {
+		t.Errorf("TimeoutStopSec must cover the 30s grace period plus %v", stopMargin)
+	}
+
+	u := &service.User{Name: "opsgate-proxy", Group: "opsgate-proxy"}
+	spec = installSpec("proxy-acme", "/usr/local/bin/proxy", "/etc/proxy-acme/proxy.yaml", goldenConfig(), u, true)
+	goldenCheck(t, "proxy-acme-user.service", service.SystemdUnit(spec))
+}
+
+// TestInstallWritesTheGoldenSysVScript: the init script of a host without
+// systemd.
+func TestInstallWritesTheGoldenSysVScript(t *testing.T) {
+	spec := installSpec("proxy", "/usr/local/bin/proxy", "/etc/proxy/proxy.yaml", goldenConfig(), nil, false)
+	goldenCheck(t, "proxy.init", service.SysVScript(spec))
+}
+
+// TestDeployedExampleUnitIsWhatInstallWrites: deploy/systemd/proxy.service,
+// for those who manage units themselves, is the golden unit with its own
+// comments.
+func TestDeployedExampleUnitIsWhatInstallWrites(t *testing.T) {
+	example, err := os.ReadFile(filepath.Join("..", "..", "deploy", "systemd", "proxy.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden, err := os.ReadFile(filepath.Join("testdata", "proxy.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := withoutComments(example), withoutComments(golden); a != b {
+		t.Errorf("deploy/systemd/proxy.service differs from what install writes (testdata/proxy.service):\n--- example ---\n%s\n--- install ---\n%s", a, b)
+	}
+}
+
+func withoutComments(data []byte) string {
+	var b strings.Builder
+	for _, l := range strings.Split(string(data), "\n") {
+		if t := strings.TrimSpace(l); t == "" || strings.HasPrefix(t, "#") {
+			continue
+		}
+		b.WriteString(l + "\n")
+	}
+	return b.String()
+}
+
+// TestInstalledConfigAddsStateDir: the service's copy of the config is the
+// operator's file, byte for byte, plus state_dir.
+func TestInstalledConfigAddsStateDir(t *testing.T) {
+	orig := []byte("automator_url: https://a:1 # the automator\ntoken: t\nkey: k")
+	got := installedConfig(orig, "proxy", true, "/var/lib/proxy")
+	if !bytes.HasPrefix(got, orig) {
+		t.Fatalf("the copy does not start with the original:\n%s", got)
+	}
+	c, err := config.Parse(got)
+	if err != nil || c.StateDir != "/var/lib/proxy" || c.Token != "t" {
+		t.Fatalf("the copy reads as %+v, %v", c, err)
+	}
+	if !bytes.Contains(got, []byte(installMark("proxy"))) {
+		t.Fatalf("the copy lacks the mark uninstall looks for:\n%s", got)
+	}
+	win := installedConfig([]byte("token: t\n"), "proxy", true, `C:\ProgramData\it's\state`)
+	if c, err := config.Parse(win); err != nil || c.StateDir != `C:\ProgramData\it's\state` {
+		t.Fatalf("a Windows path reads as %q, %v:\n%s", c.StateDir, err, win)
+	}
+	if got := installedConfig(orig, "proxy", false, "/x"); bytes.Contains(got, []byte("state_dir")) || !bytes.HasPrefix(got, orig) {
+		t.Fatalf("a config that sets state_dir got another:\n%s", got)
+	}
+}
+
+// TestInstallRefusesWhatAServiceCannotUse: checked before anything is
+// written, so these need no root.
+func TestInstallRefusesWhatAServiceCannotUse(t *testing.T) {
+	dir := t.TempDir()
+	profile := "automator_url: http://127.0.0.1:1\ntoken: t\nkey: " + testKey(t) + "\n"
+	for _, tc := range []struct {
+		name, extra string
+		args        []string
+		want        string
+	}{
+		{"relative scripts_dir", "scripts_dir: scripts\n", nil, "must be an absolute path"},
+		{"foreign state_dir", "scripts_dir: " + dir + "\nstate_dir: /srv/state\n", nil, "install sets it to"},
+		{"bad name", "scripts_dir: " + dir + "\n", []string{"--name", "../etc"}, "--name"},
+		{"unknown user", "scripts_dir: " + dir + "\n", []string{"--user", "no-such-user-opsgate"}, "--user"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := os.MkdirAll(filepath.Join(dir, "scripts"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, "p.yaml")
+			if err := os.WriteFile(path, []byte(profile+tc.extra), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var stdout, stderr bytes.Buffer
+			wd, _ := os.Getwd()
+			if err := os.Chdir(dir); err != nil {
+				t.Fatal(err)
+			}
+			defer os.Chdir(wd)
+			code := Main(t.Context(), append([]string{"install", "--config", path}, tc.args...), Env{Stdout: &stdout, Stderr: &stderr})
+			if code != 1 || !strings.Contains(stderr.String(), tc.want) {
+				t.Fatalf("exit %d, stderr %q; want 1 and %q", code, stderr.String(), tc.want)
+			}
+		})
+	}
+}
+
+// TestUninstallLeavesAFileThatIsNoLeftover: without a service of that name,
+// uninstall removes a config only if install's mark says it copied it.
+func TestUninstallLeavesAFileThatIsNoLeftover(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("writes under /etc: needs root")
+	}
+	name := "opsgate-test-notinstalled"
+	dir := service.ConfigDir(name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	foreign := filepath.Join(dir, configFileName)
+	if err := os.WriteFile(foreign, []byte("someone: else\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := Main(t.Context(), []string{"uninstall", "--name", name}, Env{Stdout: &stdout, Stderr: &stderr}); code != 1 {
+		t.Fatalf("uninstall of a service never installed: exit %d", code)
+	}
+	if _, err := os.Stat(foreign); err != nil {
+		t.Fatalf("uninstall removed a file install did not make: %v", err)
+	}
+	if err := os.WriteFile(foreign, installedConfig([]byte("token: t\n"), name, true, service.StateDir(name)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdout.Reset()
+	if code := Main(t.Context(), []string{"uninstall", "--name", name}, Env{Stdout: &stdout, Stderr: &stderr}); code != 0 {
+		t.Fatalf("uninstall of a leftover: exit %d: %s", code, stderr.String())
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("the leftover is still there: %v\n%s", err, stdout.String())
+	}
+}
+
+func TestServiceVerbsNeedAnInstalledService(t *testing.T) {
+	for _, verb := range []string{"start", "stop", "status", "uninstall"} {
+		var stdout, stderr bytes.Buffer
+		code := Main(t.Context(), []string{verb, "--name", "opsgate-never-installed"}, Env{Stdout: &stdout, Stderr: &stderr})
+		if code != 1 || !strings.Contains(stderr.String(), "not installed") {
+			t.Errorf("%s: exit %d, stderr %q; want 1, not installed", verb, code, stderr.String())
+		}
+	}
+}
+
+func testKey(t *testing.T) string {
+	t.Helper()
+	k, err := crypto.NewKey(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k.String()
+}

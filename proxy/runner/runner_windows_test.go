@@ -1,0 +1,160 @@
+//go:build windows
+
+package runner
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/windows"
+)
+
+// These run on Windows only (make windows compiles them everywhere): the
+// interpreter chosen by extension, and the Job Object that holds and kills
+// a script's whole process tree.
+
+func writeWinScript(t *testing.T, dir, name, body string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func requirePowerShell(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("powershell.exe"); err != nil {
+		t.Skipf("powershell.exe is not on PATH: %v", err)
+	}
+}
+
+// exited reports whether the process pid has ended within d (or no longer
+// exists).
+func exited(pid int, d time.Duration) bool {
+	h, err := windows.OpenProcess(windows.SYNCHRONIZE|windows.PROCESS_QUERY_LIMITED_INFORMATION, false, uint32(pid))
+	if err != nil {
+		return true
+	}
+	defer windows.CloseHandle(h)
+	ev, err := windows.WaitForSingleObject(h, uint32(d.Milliseconds()))
+	return err == nil && ev == windows.WAIT_OBJECT_0
+}
+
+func readPID(t *testing.T, path string) int {
+	t.Helper()
+	var pid int
+	ok := false
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		if pid, err = strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(string(data), "\ufeff"))); err == nil && pid > 0 {
+			ok = true
+			break
+		}
+	}
+	if !ok {
+		t.Fatalf("no pid in %s", path)
+	}
+	return pid
+}
+
+func TestBatchScriptRunsThroughCmdWithLiteralArguments(t *testing.T) {
+	dir := t.TempDir()
+	writeWinScript(t, dir, "s.cmd", "@echo off\r\necho [%~1]\r\nexit /b 3\r\n")
+	res, err := Run(context.Background(), Spec{ScriptsDir: dir, Script: "s.cmd", Args: []string{"a&b c"}, Deadline: time.Now().Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 3 || strings.TrimSpace(string(res.Stdout)) != "[a&b c]" {
+		t.Fatalf("exit %d, stdout %q; want 3, [a&b c]", res.ExitCode, res.Stdout)
+	}
+}
+
+func TestPowerShellScriptRunsWithArguments(t *testing.T) {
+	requirePowerShell(t)
+	dir := t.TempDir()
+	writeWinScript(t, dir, "s.ps1", "Write-Output \"hi $($args[0])\"\r\nexit 4\r\n")
+	res, err := Run(context.Background(), Spec{ScriptsDir: dir, Script: "s.ps1", Args: []string{"x y"}, Deadline: time.Now().Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 4 || strings.TrimSpace(string(res.Stdout)) != "hi x y" {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want 4, hi x y", res.ExitCode, res.Stdout, res.Stderr)
+	}
+}
+
+func TestScriptWithoutAWindowsExtensionIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	writeWinScript(t, dir, "s.sh", "echo no\n")
+	if _, err := Run(context.Background(), Spec{ScriptsDir: dir, Script: "s.sh"}); !errors.Is(err, ErrUnknownScript) {
+		t.Fatalf("Run: %v, want ErrUnknownScript", err)
+	}
+}
+
+// treePS1 starts a long-lived child outside PowerShell's own lifetime and
+// writes its pid to $args[0], then waits.
+const treePS1 = "$p = Start-Process -FilePath ping.exe -ArgumentList '-n','120','127.0.0.1' -NoNewWindow -PassThru\r\n" +
+	"Set-Content -Path $args[0] -Value $p.Id\r\n" +
+	"if ($args[1] -ne 'exit') { Start-Sleep -Seconds 120 }\r\n"
+
+// TestDeadlineKillsTheWholeJob: at the deadline the script and the child it
+// started are both gone: the Job Object kills the tree.
+func TestDeadlineKillsTheWholeJob(t *testing.T) {
+	requirePowerShell(t)
+	dir := t.TempDir()
+	writeWinScript(t, dir, "tree.ps1", treePS1)
+	pidFile := filepath.Join(t.TempDir(), "child.pid")
+	_, err := Run(context.Background(), Spec{ScriptsDir: dir, Script: "tree.ps1", Args: []string{pidFile, "wait"}, Deadline: time.Now().Add(10 * time.Second)})
+	if !errors.Is(err, ErrDeadline) {
+		t.Fatalf("Run: %v, want ErrDeadline", err)
+	}
+	if pid := readPID(t, pidFile); !exited(pid, 10*time.Second) {
+		t.Fatalf("the script's child %d outlived the deadline", pid)
+	}
+}
+
+// TestCancelKillsTheWholeJob: a cancelled unit's tree is killed too.
+func TestCancelKillsTheWholeJob(t *testing.T) {
+	requirePowerShell(t)
+	dir := t.TempDir()
+	writeWinScript(t, dir, "tree.ps1", treePS1)
+	pidFile := filepath.Join(t.TempDir(), "child.pid")
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := Run(ctx, Spec{ScriptsDir: dir, Script: "tree.ps1", Args: []string{pidFile, "wait"}, Deadline: time.Now().Add(time.Minute)})
+		errc <- err
+	}()
+	pid := readPID(t, pidFile)
+	cancel()
+	if err := <-errc; !errors.Is(err, ErrCancelled) {
+		t.Fatalf("Run: %v, want ErrCancelled", err)
+	}
+	if !exited(pid, 10*time.Second) {
+		t.Fatalf("the script's child %d outlived the cancel", pid)
+	}
+}
+
+// TestNormalExitKillsLeftovers: what a script leaves running does not
+// outlive its unit.
+func TestNormalExitKillsLeftovers(t *testing.T) {
+	requirePowerShell(t)
+	dir := t.TempDir()
+	writeWinScript(t, dir, "tree.ps1", treePS1)
+	pidFile := filepath.Join(t.TempDir(), "child.pid")
+	res, err := Run(context.Background(), Spec{ScriptsDir: dir, Script: "tree.ps1", Args: []string{pidFile, "exit"}, Deadline: time.Now().Add(time.Minute)})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("Run: %+v, %v", res, err)
+	}
+	if pid := readPID(t, pidFile); !exited(pid, 10*time.Second) {
+		t.Fatalf("the script's child %d outlived the script", pid)
+	}
+}

@@ -1,0 +1,178 @@
+package service
+
+import (
+	"fmt"
+
+	"github.com/kardianos/service"
+)
+
+// Install installs the service s. It does not start it: Start does, and
+// the service manager does at boot unless s.ManualStart.
+func Install(s Spec) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	if err := checkPlatformSpec(s); err != nil {
+		return err
+	}
+	st, err := Query(s.Name)
+	if err != nil {
+		return err
+	}
+	if st.Installed {
+		return fmt.Errorf("service %q is %w (%s); uninstall it first or choose another --name", s.Name, ErrAlreadyInstalled, st.Definition)
+	}
+	svc, err := newService(s, nil, nil)
+	if err != nil {
+		return err
+	}
+	if err := svc.Install(); err != nil {
+		// The name was free (checked above): what a failed install made is ours.
+		_ = svc.Uninstall()
+		_ = afterUninstall(s.Name)
+		return fmt.Errorf("installing service %q (%s): %w", s.Name, svc.Platform(), err)
+	}
+	if err := afterInstall(svc, s); err != nil {
+		_ = svc.Uninstall()
+		_ = afterUninstall(s.Name)
+		return fmt.Errorf("installing service %q (%s): %w", s.Name, svc.Platform(), err)
+	}
+	return nil
+}
+
+// Uninstall stops the service if it runs and removes its definition and
+// everything Install or the service manager made for it (SysV rc.d links,
+// pid and log files). Files of the program itself are the caller's.
+func Uninstall(name string) error {
+	svc, err := installed(name)
+	if err != nil {
+		return err
+	}
+	if st, err := Query(name); err == nil && st.Running {
+		if err := Stop(name); err != nil {
+			return err
+		}
+	}
+	if err := svc.Uninstall(); err != nil {
+		return fmt.Errorf("uninstalling service %q (%s): %w", name, svc.Platform(), err)
+	}
+	if err := afterUninstall(name); err != nil {
+		return fmt.Errorf("uninstalling service %q (%s): %w", name, svc.Platform(), err)
+	}
+	return nil
+}
+
+// Start asks the service manager to start the service. It returns once
+// the service manager has started it, not when it first polled.
+func Start(name string) error {
+	svc, err := installed(name)
+	if err != nil {
+		return err
+	}
+	if err := start(svc, name); err != nil {
+		return fmt.Errorf("starting service %q (%s): %w", name, svc.Platform(), err)
+	}
+	return nil
+}
+
+// Stop asks the service manager to stop the service and waits until it has
+// stopped: running work finishes first, within the grace period.
+func Stop(name string) error {
+	svc, err := installed(name)
+	if err != nil {
+		return err
+	}
+	if err := stop(svc, name); err != nil {
+		return fmt.Errorf("stopping service %q (%s): %w", name, svc.Platform(), err)
+	}
+	return nil
+}
+
+// Query reports whether the service is installed, running and started at
+// boot. A service that is not installed is not an error.
+func Query(name string) (Status, error) {
+	if err := CheckName(name); err != nil {
+		return Status{}, err
+	}
+	svc, err := newService(Spec{Name: name}, nil, nil)
+	if err != nil {
+		return Status{}, err
+	}
+	st := Status{Name: name, Platform: svc.Platform()}
+	st.Definition, st.Installed, err = definition(svc, name)
+	if err != nil || !st.Installed {
+		return st, err
+	}
+	st.Running, st.Detail, err = running(svc, name)
+	if err != nil {
+		st.Detail = err.Error()
+	}
+	st.BootStart = bootStart(name)
+	return st, nil
+}
+
+// Platform names the service manager Install uses on this host.
+func Platform() string {
+	chooseSystem()
+	return service.Platform()
+}
+
+func installed(name string) (service.Service, error) {
+	st, err := Query(name)
+	if err != nil {
+		return nil, err
+	}
+	if !st.Installed {
+		return nil, fmt.Errorf("service %q is %w (%s)", name, ErrNotInstalled, st.Platform)
+	}
+	return newService(Spec{Name: name}, nil, nil)
+}
+
+// newService makes the kardianos service for s.
+func newService(s Spec, prg service.Interface, extra service.KeyValue) (service.Service, error) {
+	chooseSystem()
+	if prg == nil {
+		prg = nopProgram{}
+	}
+	cfg := kardianosConfig(s)
+	for k, v := range extra {
+		cfg.Option[k] = v
+	}
+	svc, err := service.New(prg, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("service manager: %w", err)
+	}
+	return svc, nil
+}
+
+// kardianosConfig is the kardianos configuration of s. The Linux
+// definitions are ours, rendered in full, so kardianos's template engine
+// finds no action in them and writes them as they are.
+func kardianosConfig(s Spec) *service.Config {
+	startType := "automatic"
+	if s.ManualStart {
+		startType = "manual"
+	}
+	return &service.Config{
+		Name:        s.Name,
+		DisplayName: s.Name,
+		Description: s.Description,
+		Executable:  s.Executable,
+		Arguments:   s.Arguments,
+		Option: service.KeyValue{
+			"SystemdScript":          SystemdUnit(s),
+			"SysvScript":             SysVScript(s),
+			"StartType":              startType,
+			"OnFailure":              "restart",
+			"OnFailureDelayDuration": "5s",
+			"OnFailureResetPeriod":   86400,
+		},
+	}
+}
+
+// nopProgram is the program of a service that is only controlled here, not
+// run.
+type nopProgram struct{}
+
+func (nopProgram) Start(service.Service) error { return nil }
+func (nopProgram) Stop(service.Service) error  { return nil }

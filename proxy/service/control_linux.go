@@ -1,0 +1,189 @@
+package service
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/kardianos/service"
+)
+
+const (
+	platformSystemd = "linux-systemd"
+	platformSysV    = "unix-systemv"
+	systemdUnitDir  = "/etc/systemd/system"
+)
+
+var chooseOnce sync.Once
+
+// chooseSystem restricts kardianos to systemd, when it runs, and SysV init
+// otherwise: those are the definitions rendered here.
+func chooseSystem() {
+	chooseOnce.Do(func() {
+		var systemd, sysv service.System
+		for _, s := range service.AvailableSystems() {
+			switch s.String() {
+			case platformSystemd:
+				systemd = s
+			case platformSysV:
+				sysv = s
+			}
+		}
+		if systemd != nil && systemd.Detect() {
+			service.ChooseSystem(systemd)
+		} else if sysv != nil {
+			service.ChooseSystem(sysv)
+		}
+	})
+}
+
+func checkPlatformSpec(s Spec) error {
+	if s.User == "" {
+		return nil
+	}
+	_, err := LookupUser(s.User)
+	return err
+}
+
+func definition(svc service.Service, name string) (string, bool, error) {
+	path := filepath.Join(sysvInitDir, name)
+	if svc.Platform() == platformSystemd {
+		path = filepath.Join(systemdUnitDir, name+".service")
+	}
+	_, err := os.Lstat(path)
+	switch {
+	case err == nil:
+		return path, true, nil
+	case errors.Is(err, os.ErrNotExist):
+		return path, false, nil
+	}
+	return path, false, err
+}
+
+func running(svc service.Service, name string) (bool, string, error) {
+	if svc.Platform() == platformSystemd {
+		st, err := svc.Status()
+		if err != nil {
+			return false, "", err
+		}
+		return st == service.StatusRunning, "", nil
+	}
+	out, err := initScript(name, "status")
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return true, "", nil
+	case errors.As(err, &exit) && exit.ExitCode() == 3:
+		return false, "", nil
+	case errors.As(err, &exit) && exit.ExitCode() == 1:
+		return false, strings.TrimSpace(out), nil
+	}
+	return false, "", fmt.Errorf("%s status: %w: %s", filepath.Join(sysvInitDir, name), err, strings.TrimSpace(out))
+}
+
+func bootStart(name string) bool {
+	chooseSystem()
+	if service.Platform() == platformSystemd {
+		out, _ := exec.Command("systemctl", "is-enabled", name+".service").Output()
+		return strings.TrimSpace(string(out)) == "enabled"
+	}
+	links, _ := filepath.Glob("/etc/rc[2345].d/S[0-9][0-9]" + name)
+	for _, l := range links {
+		if isLinkTo(l, filepath.Join(sysvInitDir, name)) {
+			return true
+		}
+	}
+	return false
+}
+
+func start(svc service.Service, name string) error {
+	if svc.Platform() == platformSystemd {
+		return svc.Start()
+	}
+	if out, err := initScript(name, "start"); err != nil {
+		return fmt.Errorf("%w: %s", err, strings.TrimSpace(out))
+	}
+	return nil
+}
+
+func stop(svc service.Service, name string) error {
+	if svc.Platform() == platformSystemd {
+		return svc.Stop()
+	}
+	if out, err := initScript(name, "stop"); err != nil {
+		return fmt.Errorf("%w: %s", err, strings.TrimSpace(out))
+	}
+	return nil
+}
+
+// initScript runs /etc/init.d/NAME ACTION with the clean environment boot
+// gives it, as service(8) does.
+func initScript(name, action string) (string, error) {
+	cmd := exec.Command(filepath.Join(sysvInitDir, name), action)
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Dir = "/"
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+func afterInstall(svc service.Service, s Spec) error {
+	if !s.ManualStart {
+		return nil
+	}
+	if svc.Platform() == platformSystemd {
+		if out, err := exec.Command("systemctl", "disable", s.Name+".service").CombinedOutput(); err != nil {
+			return fmt.Errorf("systemctl disable: %w: %s", err, bytes.TrimSpace(out))
+		}
+		return nil
+	}
+	return removeRCLinks(s.Name, "S")
+}
+
+func afterUninstall(name string) error {
+	chooseSystem()
+	if service.Platform() == platformSystemd {
+		_ = exec.Command("systemctl", "reset-failed", name+".service").Run()
+		return nil
+	}
+	var errs []error
+	errs = append(errs, removeRCLinks(name, "SK"))
+	for _, p := range []string{filepath.Join(sysvPIDDir, name+".pid"), filepath.Join(sysvLogDir, name+".log")} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeRCLinks removes the /etc/rc?.d links of kinds ("S", "K") that lead
+// to /etc/init.d/NAME; kardianos makes them and leaves them behind.
+func removeRCLinks(name, kinds string) error {
+	links, _ := filepath.Glob("/etc/rc[0-6S].d/[" + kinds + "][0-9][0-9]" + name)
+	var errs []error
+	for _, l := range links {
+		if isLinkTo(l, filepath.Join(sysvInitDir, name)) {
+			if err := os.Remove(l); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func isLinkTo(link, target string) bool {
+	dest, err := os.Readlink(link)
+	if err != nil {
+		return false
+	}
+	if !filepath.IsAbs(dest) {
+		dest = filepath.Join(filepath.Dir(link), dest)
+	}
+	return filepath.Clean(dest) == target
+}

@@ -1,0 +1,29 @@
+//go:build !linux && !windows
+
+package service
+
+import (
+	"errors"
+
+	"github.com/kardianos/service"
+)
+
+var errUnsupported = errors.New("service management is supported on Linux (systemd or SysV init) and Windows")
+
+func chooseSystem() {}
+
+func checkPlatformSpec(Spec) error { return errUnsupported }
+
+func definition(service.Service, string) (string, bool, error) { return "", false, errUnsupported }
+
+func running(service.Service, string) (bool, string, error) { return false, "", errUnsupported }
+
+func bootStart(string) bool { return false }
+
+func start(service.Service, string) error { return errUnsupported }
+
+func stop(service.Service, string) error { return errUnsupported }
+
+func afterInstall(service.Service, Spec) error { return errUnsupported }
+
+func afterUninstall(string) error { return nil }

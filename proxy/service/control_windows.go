@@ -1,0 +1,90 @@
+package service
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kardianos/service"
+	"golang.org/x/sys/windows/svc/mgr"
+)
+
+const platformWindows = "windows-service"
+
+func chooseSystem() {}
+
+func checkPlatformSpec(s Spec) error {
+	if s.User != "" {
+		return errors.New("--user is for Linux; on Windows the service runs as LocalSystem (change the account in services.msc)")
+	}
+	return nil
+}
+
+func definition(svc service.Service, name string) (string, bool, error) {
+	key := `HKLM\SYSTEM\CurrentControlSet\Services\` + name
+	_, err := svc.Status()
+	switch {
+	case errors.Is(err, service.ErrNotInstalled):
+		return key, false, nil
+	case err != nil:
+		return key, false, err
+	}
+	return key, true, nil
+}
+
+func running(svc service.Service, _ string) (bool, string, error) {
+	st, err := svc.Status()
+	if err != nil {
+		return false, "", err
+	}
+	return st == service.StatusRunning, "", nil
+}
+
+func bootStart(name string) bool {
+	m, err := mgr.Connect()
+	if err != nil {
+		return false
+	}
+	defer m.Disconnect()
+	s, err := m.OpenService(name)
+	if err != nil {
+		return false
+	}
+	defer s.Close()
+	c, err := s.Config()
+	return err == nil && c.StartType == mgr.StartAutomatic
+}
+
+func start(svc service.Service, _ string) error { return svc.Start() }
+
+func stop(svc service.Service, _ string) error { return svc.Stop() }
+
+// afterInstall sets the recovery actions: restart 5 s after a failure, 30 s
+// after the third within a day, also when the service stopped with an error
+// rather than crashed.
+func afterInstall(_ service.Service, s Spec) error {
+	m, err := mgr.Connect()
+	if err != nil {
+		return fmt.Errorf("connecting to the service control manager: %w", err)
+	}
+	defer m.Disconnect()
+	ws, err := m.OpenService(s.Name)
+	if err != nil {
+		return fmt.Errorf("opening service: %w", err)
+	}
+	defer ws.Close()
+	actions := []mgr.RecoveryAction{
+		{Type: mgr.ServiceRestart, Delay: 5 * time.Second},
+		{Type: mgr.ServiceRestart, Delay: 5 * time.Second},
+		{Type: mgr.ServiceRestart, Delay: 30 * time.Second},
+	}
+	if err := ws.SetRecoveryActions(actions, uint32((24 * time.Hour).Seconds())); err != nil {
+		return fmt.Errorf("setting recovery actions: %w", err)
+	}
+	if err := ws.SetRecoveryActionsOnNonCrashFailures(true); err != nil {
+		return fmt.Errorf("setting recovery on non-crash failures: %w", err)
+	}
+	return nil
+}
+
+func afterUninstall(string) error { return nil }

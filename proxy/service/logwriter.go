@@ -1,0 +1,64 @@
+package service
+
+import (
+	"bytes"
+	"io"
+	"strings"
+	"sync"
+
+	"github.com/kardianos/service"
+)
+
+// LogWriter bridges slog to a service logger: each line written (a record
+// of slog's TextHandler) goes to l at the record's level, ERROR as an
+// error, WARN as a warning, anything else as information. The time= field
+// is dropped, since the system log stamps its own, and so is level=.
+func LogWriter(l service.Logger) io.Writer {
+	return &logWriter{l: l}
+}
+
+type logWriter struct {
+	mu  sync.Mutex
+	l   service.Logger
+	buf []byte
+}
+
+func (w *logWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			break
+		}
+		line := string(w.buf[:i])
+		w.buf = w.buf[i+1:]
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		level, msg := splitLevel(line)
+		switch level {
+		case "ERROR":
+			_ = w.l.Error(msg)
+		case "WARN":
+			_ = w.l.Warning(msg)
+		default:
+			_ = w.l.Info(msg)
+		}
+	}
+	return len(p), nil
+}
+
+// splitLevel takes the leading time= and level= fields off a TextHandler
+// line and returns the level and the rest.
+func splitLevel(line string) (level, rest string) {
+	rest = line
+	if strings.HasPrefix(rest, "time=") {
+		_, rest, _ = strings.Cut(rest, " ")
+	}
+	if v, ok := strings.CutPrefix(rest, "level="); ok {
+		level, rest, _ = strings.Cut(v, " ")
+	}
+	return level, rest
+}

@@ -1,0 +1,64 @@
+package service
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// recordingLogger is a service.Logger that keeps what it is given.
+type recordingLogger struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (r *recordingLogger) add(level string, v ...any) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lines = append(r.lines, level+" "+fmt.Sprint(v...))
+	return nil
+}
+
+func (r *recordingLogger) Error(v ...any) error   { return r.add("E", v...) }
+func (r *recordingLogger) Warning(v ...any) error { return r.add("W", v...) }
+func (r *recordingLogger) Info(v ...any) error    { return r.add("I", v...) }
+func (r *recordingLogger) Errorf(f string, a ...any) error {
+	return r.add("E", fmt.Sprintf(f, a...))
+}
+func (r *recordingLogger) Warningf(f string, a ...any) error {
+	return r.add("W", fmt.Sprintf(f, a...))
+}
+func (r *recordingLogger) Infof(f string, a ...any) error { return r.add("I", fmt.Sprintf(f, a...)) }
+
+// TestLogWriterBridgesSlogLevelsToTheServiceLogger: errors reach the system
+// log as errors, warnings as warnings, the rest as information, one entry
+// per record, without slog's own time stamp.
+func TestLogWriterBridgesSlogLevelsToTheServiceLogger(t *testing.T) {
+	rec := &recordingLogger{}
+	log := slog.New(slog.NewTextHandler(LogWriter(rec), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	log.Info("connected to the automator; polling", "instance_id", "a")
+	log.Warn("automator unreachable", "code", "Unavailable")
+	log.Error("the automator refused this proxy's token")
+	log.Debug("result posted")
+	want := []string{
+		`I msg="connected to the automator; polling" instance_id=a`,
+		`W msg="automator unreachable" code=Unavailable`,
+		`E msg="the automator refused this proxy's token"`,
+		`I msg="result posted"`,
+	}
+	if strings.Join(rec.lines, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("service log:\n%s\nwant:\n%s", strings.Join(rec.lines, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestLogWriterJoinsPartialWrites(t *testing.T) {
+	rec := &recordingLogger{}
+	w := LogWriter(rec)
+	fmt.Fprint(w, "level=WARN msg=\"half")
+	fmt.Fprint(w, " and half\"\nlevel=INFO msg=next\n\n")
+	if got := strings.Join(rec.lines, "|"); got != `W msg="half and half"|I msg=next` {
+		t.Fatalf("lines %q", got)
+	}
+}

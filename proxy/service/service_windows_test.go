@@ -1,0 +1,122 @@
+package service
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/windows"
+	"golang.org/x/sys/windows/svc/mgr"
+)
+
+// These run on Windows only; make windows compiles them everywhere.
+
+func TestConfigAndStateLiveUnderProgramData(t *testing.T) {
+	pd := programData()
+	if got := ConfigDir("proxy"); got != filepath.Join(pd, "proxy") {
+		t.Errorf("ConfigDir = %s, want under %s", got, pd)
+	}
+	if got := StateDir("proxy"); got != filepath.Join(pd, "proxy", "state") {
+		t.Errorf("StateDir = %s", got)
+	}
+}
+
+// TestProtectLeavesOnlySystemAndAdministrators: the config directory holds
+// the token and key; ProgramData would let every user read it.
+func TestProtectLeavesOnlySystemAndAdministrators(t *testing.T) {
+	dir, err := os.MkdirTemp("", "opsgate-acl-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// As the owner we may always rewrite the access list, to clean up.
+		sd, _ := windows.SecurityDescriptorFromString("D:(A;OICI;FA;;;WD)")
+		dacl, _, _ := sd.DACL()
+		_ = windows.SetNamedSecurityInfo(dir, windows.SE_FILE_OBJECT, windows.DACL_SECURITY_INFORMATION, nil, nil, dacl, nil)
+		os.RemoveAll(dir)
+	})
+	if err := protect(dir); err != nil {
+		t.Fatal(err)
+	}
+	sd, err := windows.GetNamedSecurityInfo(dir, windows.SE_FILE_OBJECT, windows.DACL_SECURITY_INFORMATION)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sd.String()
+	if !strings.Contains(s, "D:P") || !strings.Contains(s, "(A;OICI;FA;;;SY)") || !strings.Contains(s, "(A;OICI;FA;;;BA)") || strings.Count(s, "(A;") != 2 {
+		t.Fatalf("access list %s, want only SYSTEM and Administrators, not inherited", s)
+	}
+}
+
+// TestPrivateFileIsNotReadableByUsers: the config copy is protected even in
+// a folder that lets users read.
+func TestPrivateFileIsNotReadableByUsers(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "proxy.yaml")
+	if err := WriteNewFile(path, []byte("token: t\n"), 0o600, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sd, _ := windows.SecurityDescriptorFromString("D:(A;;FA;;;WD)")
+		dacl, _, _ := sd.DACL()
+		_ = windows.SetNamedSecurityInfo(path, windows.SE_FILE_OBJECT, windows.DACL_SECURITY_INFORMATION, nil, nil, dacl, nil)
+	})
+	sd, err := windows.GetNamedSecurityInfo(path, windows.SE_FILE_OBJECT, windows.DACL_SECURITY_INFORMATION)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := sd.String(); !strings.Contains(s, "D:P") || strings.Count(s, "(A;") != 2 || !strings.Contains(s, ";;;SY)") || !strings.Contains(s, ";;;BA)") {
+		t.Fatalf("access list %s, want only SYSTEM and Administrators, not inherited", s)
+	}
+}
+
+// TestInstallSetsAutoStartAndRecovery installs a service (not started) and
+// checks what the Service Control Manager recorded. It needs an elevated
+// prompt.
+func TestInstallSetsAutoStartAndRecovery(t *testing.T) {
+	if !windows.GetCurrentProcessToken().IsElevated() {
+		t.Skip("installing a Windows service needs an elevated (administrator) prompt")
+	}
+	b := make([]byte, 3)
+	rand.Read(b)
+	name := "opsgate-test-" + hex.EncodeToString(b)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Spec{Name: name, Description: "opsgate test service", Executable: exe, Arguments: []string{Flag, name, "run"}}
+	if err := Install(s); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = Uninstall(name) })
+	st, err := Query(name)
+	if err != nil || !st.Installed || st.Running || !st.BootStart || st.Platform != platformWindows {
+		t.Fatalf("Query: %+v, %v; want installed, stopped, automatic start", st, err)
+	}
+	m, err := mgr.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Disconnect()
+	ws, err := m.OpenService(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actions, err := ws.RecoveryActions()
+	if err != nil || len(actions) != 3 || actions[0].Type != mgr.ServiceRestart {
+		t.Errorf("recovery actions %+v, %v; want three restarts", actions, err)
+	}
+	if on, err := ws.RecoveryActionsOnNonCrashFailures(); err != nil || !on {
+		t.Errorf("recovery on non-crash failures: %v, %v; want true", on, err)
+	}
+	ws.Close()
+	if err := Uninstall(name); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := Query(name); err != nil || st.Installed {
+		t.Fatalf("after Uninstall: %+v, %v", st, err)
+	}
+}

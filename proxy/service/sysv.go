@@ -1,0 +1,186 @@
+package service
+
+import (
+	"strconv"
+	"strings"
+)
+
+// SysV file locations.
+const (
+	sysvInitDir = "/etc/init.d"
+	sysvPIDDir  = "/var/run"
+	sysvLogDir  = "/var/log"
+)
+
+// SysVScript renders the init script Install writes to /etc/init.d/<Name>
+// on a Linux host without systemd. Beyond start, stop, restart and status
+// (LSB exit codes), it supervises: a service that exits is started again
+// five seconds later, until `stop`. Stop sends SIGTERM to the service alone
+// and waits up to StopTimeout for running work to finish before it kills
+// the whole session. The service's output goes to /var/log/<Name>.log; its
+// pid file is /var/run/<Name>.pid.
+func SysVScript(s Spec) string {
+	return sysvScript(s, sysvPIDDir+"/"+s.Name+".pid", sysvLogDir+"/"+s.Name+".log", EnvironmentFile(s.Name), "5")
+}
+
+func sysvScript(s Spec, pidFile, logFile, envFile, restartDelay string) string {
+	words := make([]string, 0, 6+len(s.Arguments))
+	if s.User != "" {
+		group := s.Group
+		if group == "" {
+			group = s.User
+		}
+		words = append(words, "setpriv", "--reuid="+shQuote(s.User), "--regid="+shQuote(group), "--init-groups", "--")
+	}
+	words = append(words, shQuote(s.Executable))
+	for _, a := range s.Arguments {
+		words = append(words, shQuote(a))
+	}
+	return strings.NewReplacer(
+		"@PROG@", progName(s),
+		"@NAME@", s.Name,
+		"@DESCRIPTION@", oneLine(s.Description),
+		"@NAME_Q@", shQuote(s.Name),
+		"@PID_FILE_Q@", shQuote(pidFile),
+		"@LOG_FILE_Q@", shQuote(logFile),
+		"@STOP_TIMEOUT@", strconv.Itoa(int(s.stopTimeout().Seconds())),
+		"@RESTART_DELAY@", restartDelay,
+		"@COMMAND@", strings.Join(words, " "),
+		"@ENV_FILE_Q@", shQuote(envFile),
+	).Replace(sysvTemplate)
+}
+
+// shQuote quotes a word for sh in single quotes; a single quote inside
+// closes the quoting, is escaped with a backslash, and reopens it.
+func shQuote(w string) string {
+	return "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+const sysvTemplate = `#!/bin/sh
+# Written by ` + "`@PROG@ install`; removed by `@PROG@ uninstall`" + `.
+### BEGIN INIT INFO
+# Provides:          @NAME@
+# Required-Start:    $network $remote_fs $syslog
+# Required-Stop:     $network $remote_fs $syslog
+# Default-Start:     2 3 4 5
+# Default-Stop:      0 1 6
+# Short-Description: @DESCRIPTION@
+### END INIT INFO
+
+name=@NAME_Q@
+pid_file=@PID_FILE_Q@
+log_file=@LOG_FILE_Q@
+stop_timeout=@STOP_TIMEOUT@
+restart_delay=@RESTART_DELAY@
+self=$(readlink -f "$0")
+
+# run replaces itself with the service, with the variables of the optional
+# environment file exported.
+run() {
+	if [ -r @ENV_FILE_Q@ ]; then
+		set -a
+		. @ENV_FILE_Q@
+		set +a
+	fi
+	exec @COMMAND@
+}
+
+# alive PID: the process exists and is not a zombie (the zombie of an
+# orphan lingers where PID 1 does not reap). /proc first: kill -0 fails for
+# someone else's process, and status may be asked by any user.
+alive() {
+	if [ -d /proc/self ]; then
+		[ -r "/proc/$1/stat" ] && [ "$(sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1)" != Z ]
+	else
+		kill -0 "$1" 2>/dev/null
+	fi
+}
+
+# running: the supervisor named by the pid file is alive; sets pid.
+running() {
+	[ -f "$pid_file" ] || return 1
+	pid=$(cat "$pid_file" 2>/dev/null)
+	[ -n "$pid" ] && alive "$pid"
+}
+
+case "$1" in
+start)
+	if running; then
+		echo "$name is already running (pid $pid)"
+		exit 0
+	fi
+	(umask 027 && : >>"$log_file") || exit 1
+	# A session of its own: away from the caller's terminal and its signals.
+	setsid "$self" _supervise </dev/null >>"$log_file" 2>&1 &
+	echo $! >"$pid_file"
+	echo "Started $name (pid $!)"
+	;;
+_supervise)
+	# Runs the service, and again restart_delay seconds after it exits, until
+	# SIGTERM: that is passed on to the service, which is waited for.
+	child=
+	stopping=
+	trap 'stopping=1; [ -z "$child" ] || kill -TERM "$child" 2>/dev/null' TERM INT
+	while [ -z "$stopping" ]; do
+		run &
+		child=$!
+		[ -z "$stopping" ] || kill -TERM "$child" 2>/dev/null
+		code=0
+		wait "$child" || code=$?
+		while alive "$child"; do wait "$child" || code=$?; done
+		child=
+		[ -z "$stopping" ] || break
+		echo "$(date '+%Y-%m-%dT%H:%M:%S%z') $name exited with status $code; starting it again in $restart_delay seconds"
+		sleep "$restart_delay" &
+		sleeper=$!
+		wait "$sleeper" || kill "$sleeper" 2>/dev/null
+	done
+	exit 0
+	;;
+stop)
+	if ! running; then
+		rm -f "$pid_file"
+		echo "$name is not running"
+		exit 0
+	fi
+	echo "Stopping $name (pid $pid); running work gets up to $stop_timeout seconds to finish"
+	kill -TERM "$pid"
+	i=0
+	while alive "$pid"; do
+		if [ "$i" -ge $((stop_timeout * 10)) ]; then
+			echo "$name did not stop within $stop_timeout seconds; killing its session"
+			pkill -KILL -s "$pid" 2>/dev/null || kill -KILL -- "-$pid" 2>/dev/null
+			break
+		fi
+		sleep 0.1
+		i=$((i + 1))
+	done
+	rm -f "$pid_file"
+	echo "Stopped $name"
+	;;
+restart|force-reload)
+	"$self" stop && "$self" start
+	;;
+status)
+	if running; then
+		echo "$name is running (pid $pid)"
+		exit 0
+	fi
+	if [ -f "$pid_file" ]; then
+		echo "$name is not running, but its pid file $pid_file exists"
+		exit 1
+	fi
+	echo "$name is not running"
+	exit 3
+	;;
+*)
+	echo "usage: $0 start|stop|restart|force-reload|status" >&2
+	exit 2
+	;;
+esac
+exit 0
+`

@@ -1,0 +1,285 @@
+//go:build linux
+
+package service
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The SysV script is exercised here without root: rendered with its pid and
+// log files in a temporary directory, around a fake service that records
+// what happens to it. test/service runs the real thing as root.
+
+// fakeService is a /bin/sh service: it writes its pid and "started" on
+// start, "term" on SIGTERM, and then exits once the file release exists
+// (mode graceful) or never (mode stubborn: it ignores SIGTERM).
+const fakeService = `#!/bin/sh
+dir=$1
+echo $$ >"$dir/pid.tmp" && mv "$dir/pid.tmp" "$dir/pid"
+echo started >>"$dir/events"
+[ -z "$OPSGATE_TEST_VAR" ] || echo "env=$OPSGATE_TEST_VAR" >>"$dir/events"
+if [ "$2" = stubborn ]; then
+	trap 'echo term >>"$dir/events"' TERM
+else
+	trap 'echo term >>"$dir/events"; while [ ! -e "$dir/release" ]; do sleep 0.05; done; exit 0' TERM
+fi
+while :; do sleep 0.05; done
+`
+
+type sysvFixture struct {
+	dir, script, pidFile, logFile string
+}
+
+func newSysV(t *testing.T, mode string, stopTimeout time.Duration) *sysvFixture {
+	t.Helper()
+	for _, tool := range []string{"setsid", "sed", "cut", "readlink"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not installed: %v", tool, err)
+		}
+	}
+	dir := t.TempDir()
+	f := &sysvFixture{dir: dir, script: filepath.Join(dir, "svc-init"), pidFile: filepath.Join(dir, "svc.pid"), logFile: filepath.Join(dir, "svc.log")}
+	daemon := filepath.Join(dir, "daemon.sh")
+	if err := os.WriteFile(daemon, []byte(fakeService), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := Spec{Name: "svc-test", Description: "a test", Executable: daemon, Arguments: []string{dir, mode}, StopTimeout: stopTimeout}
+	if err := os.WriteFile(f.script, []byte(sysvScript(s, f.pidFile, f.logFile, filepath.Join(dir, "environment"), "0.2")), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Whatever happened, nothing of the session outlives the test.
+		if pid, err := readInt(f.pidFile); err == nil {
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		}
+		if pid, err := readInt(filepath.Join(dir, "pid")); err == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if t.Failed() {
+			log, _ := os.ReadFile(f.logFile)
+			t.Logf("service log:\n%s", log)
+		}
+	})
+	return f
+}
+
+// run runs the init script with an action and returns its exit code and
+// output.
+func (f *sysvFixture) run(t *testing.T, action string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(f.script, action)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("%s %s: %v", f.script, action, err)
+	}
+	return cmd.ProcessState.ExitCode(), out.String()
+}
+
+func (f *sysvFixture) events() []string {
+	data, _ := os.ReadFile(filepath.Join(f.dir, "events"))
+	return strings.Fields(string(data))
+}
+
+func (f *sysvFixture) count(event string) int {
+	n := 0
+	for _, e := range f.events() {
+		if e == event {
+			n++
+		}
+	}
+	return n
+}
+
+func readInt(path string) (int, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(data)))
+}
+
+// gone reports whether pid no longer runs; a zombie has ended too (its
+// reaper may be a PID 1 that never reaps).
+func gone(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return true
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(15 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// TestSysVScriptStopWaitsForRunningWork: stop sends SIGTERM to the service
+// and returns only once it has finished; status follows LSB (0 running, 3
+// not running).
+func TestSysVScriptStopWaitsForRunningWork(t *testing.T) {
+	f := newSysV(t, "graceful", time.Minute)
+	if code, out := f.run(t, "status"); code != 3 {
+		t.Fatalf("status before start: exit %d %q, want 3", code, out)
+	}
+	if code, out := f.run(t, "start"); code != 0 {
+		t.Fatalf("start: exit %d %q", code, out)
+	}
+	waitFor(t, "the service to start", func() bool { return f.count("started") == 1 })
+	if code, out := f.run(t, "status"); code != 0 || !strings.Contains(out, "is running") {
+		t.Fatalf("status: exit %d %q, want 0, running", code, out)
+	}
+	pid, err := readInt(filepath.Join(f.dir, "pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	stop := exec.Command(f.script, "stop")
+	var out bytes.Buffer
+	stop.Stdout, stop.Stderr = &out, &out
+	if err := stop.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop.Wait() }()
+	waitFor(t, "SIGTERM to reach the service", func() bool { return f.count("term") == 1 })
+	select {
+	case err := <-stopped:
+		t.Fatalf("stop returned (%v) while the service was still finishing its work: %s", err, out.String())
+	default:
+	}
+	if gone(pid) {
+		t.Fatal("the service died on SIGTERM instead of finishing its work")
+	}
+	if err := os.WriteFile(filepath.Join(f.dir, "release"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatalf("stop: %v: %s", err, out.String())
+	}
+	if !gone(pid) {
+		t.Fatal("stop returned while the service still runs")
+	}
+	if code, out := f.run(t, "status"); code != 3 {
+		t.Fatalf("status after stop: exit %d %q, want 3", code, out)
+	}
+	if _, err := os.Stat(f.pidFile); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the pid file is left after stop: %v", err)
+	}
+	if f.count("started") != 1 {
+		t.Fatalf("events %q: the supervisor started the stopped service again", f.events())
+	}
+}
+
+// TestSysVScriptRestartsAServiceThatDies: SysV init does not supervise, so
+// the script does. The service gets the variables of its environment file
+// (HTTPS_PROXY, say) on every start.
+func TestSysVScriptRestartsAServiceThatDies(t *testing.T) {
+	f := newSysV(t, "graceful", time.Minute)
+	if err := os.WriteFile(filepath.Join(f.dir, "environment"), []byte("OPSGATE_TEST_VAR='a b'\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(f.dir, "release"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := f.run(t, "start"); code != 0 {
+		t.Fatalf("start: exit %d %q", code, out)
+	}
+	waitFor(t, "the service to start", func() bool { return f.count("started") == 1 })
+	first, err := readInt(filepath.Join(f.dir, "pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the service to be started again", func() bool { return f.count("started") == 2 })
+	second, err := readInt(filepath.Join(f.dir, "pid"))
+	if err != nil || second == first {
+		t.Fatalf("pid after the restart: %d %v (first %d)", second, err, first)
+	}
+	if code, _ := f.run(t, "status"); code != 0 {
+		t.Fatalf("status after the restart: exit %d, want 0", code)
+	}
+	if f.count("env=a") != 2 {
+		t.Errorf("events %q: the environment file did not reach both starts", f.events())
+	}
+	log, _ := os.ReadFile(f.logFile)
+	if !strings.Contains(string(log), "exited with status 137; starting it again") {
+		t.Errorf("the log does not say why the service was started again:\n%s", log)
+	}
+	if code, out := f.run(t, "stop"); code != 0 {
+		t.Fatalf("stop: exit %d %q", code, out)
+	}
+	if !gone(second) {
+		t.Fatal("the restarted service still runs after stop")
+	}
+}
+
+// TestSysVScriptKillsAServiceThatDoesNotStop: after the stop timeout the
+// whole session is killed.
+func TestSysVScriptKillsAServiceThatDoesNotStop(t *testing.T) {
+	f := newSysV(t, "stubborn", time.Second)
+	if code, out := f.run(t, "start"); code != 0 {
+		t.Fatalf("start: exit %d %q", code, out)
+	}
+	waitFor(t, "the service to start", func() bool { return f.count("started") == 1 })
+	pid, err := readInt(filepath.Join(f.dir, "pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out := f.run(t, "stop")
+	if code != 0 || !strings.Contains(out, "did not stop within 1 seconds") {
+		t.Fatalf("stop: exit %d %q", code, out)
+	}
+	waitFor(t, "the killed service to be gone", func() bool { return gone(pid) })
+	if code, _ := f.run(t, "status"); code != 3 {
+		t.Fatalf("status after the kill: exit %d, want 3", code)
+	}
+}
+
+// TestSysVScriptRunsAsTheGivenUser: the command drops privileges with
+// setpriv, to the user and its group.
+func TestSysVScriptRunsAsTheGivenUser(t *testing.T) {
+	s := testSpec()
+	s.User, s.Group = "opsgate", "opsgate-grp"
+	script := SysVScript(s)
+	want := "exec setpriv --reuid='opsgate' --regid='opsgate-grp' --init-groups -- '/usr/local/bin/proxy' '--service' 'proxy' 'run' '--config' '/etc/proxy/proxy.yaml'"
+	if !strings.Contains(script, want) {
+		t.Fatalf("script lacks %q:\n%s", want, script)
+	}
+	if !strings.Contains(SysVScript(testSpec()), "exec '/usr/local/bin/proxy' '--service'") {
+		t.Fatal("a root service's script drops privileges")
+	}
+}
+
+func TestShQuote(t *testing.T) {
+	out, err := exec.Command("sh", "-c", "printf '%s|' "+shQuote("it's $HOME `x` \\ \"q\"")+" "+shQuote("")).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(out), "it's $HOME `x` \\ \"q\"||"; got != want {
+		t.Fatalf("sh read %q, want %q", got, want)
+	}
+}

@@ -1,0 +1,588 @@
+//go:build linux
+
+package service
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/pki"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+	"github.com/opsgate/opsgate/proxy/agent"
+	psvc "github.com/opsgate/opsgate/proxy/service"
+)
+
+// bin holds the binaries TestMain built.
+var bin struct{ dir, automator, proxy string }
+
+func TestMain(m *testing.M) { os.Exit(runTests(m)) }
+
+func runTests(m *testing.M) int {
+	parent := os.TempDir()
+	if os.Geteuid() == 0 {
+		parent = "/var/lib"
+	}
+	dir, err := os.MkdirTemp(parent, "opsgate-svctest-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "service tests: making the binaries' directory:", err)
+		return 2
+	}
+	defer os.RemoveAll(dir)
+	// Readable by a service's unprivileged user.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "service tests:", err)
+		return 2
+	}
+	args := []string{"build"}
+	if os.Getenv("E2E_RACE") != "" {
+		args = append(args, "-race")
+	}
+	args = append(args, "-o", dir+string(filepath.Separator),
+		"github.com/opsgate/opsgate/automator/cmd/automator",
+		"github.com/opsgate/opsgate/proxy/cmd/proxy")
+	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "service tests: go %s: %v\n%s", strings.Join(args, " "), err, out)
+		return 2
+	}
+	bin.dir = dir
+	bin.automator = filepath.Join(dir, "automator")
+	bin.proxy = filepath.Join(dir, "proxy")
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "service tests: leaked goroutines:", err)
+			code = 1
+		}
+	}
+	return code
+}
+
+// requireRoot skips a test that installs a service, saying why.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("installing an OS service needs root: run `sudo go test ./test/service/` (or as root) to run this test")
+	}
+}
+
+// uniqueName is a service name no real installation uses.
+func uniqueName(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 3)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return "opsgate-test-" + hex.EncodeToString(b)
+}
+
+// ---- waiting ----
+
+func poll(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if !poll(timeout, cond) {
+		t.Fatalf("timed out after %v waiting for %s", timeout, what)
+	}
+}
+
+// ---- CLI runs ----
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+}
+
+func runCLI(path string, args ...string) result {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := result{code: -1}
+	if cmd.ProcessState != nil {
+		r.code = cmd.ProcessState.ExitCode()
+	} else if err != nil {
+		stderr.WriteString(err.Error())
+	}
+	r.stdout, r.stderr = stdout.String(), stderr.String()
+	return r
+}
+
+// proxyCLI runs `proxy ARGS...` and fails the test unless it exits 0.
+func proxyCLI(t *testing.T, args ...string) string {
+	t.Helper()
+	r := runCLI(bin.proxy, args...)
+	if r.code != 0 {
+		t.Fatalf("proxy %s: %v", strings.Join(args, " "), r)
+	}
+	return r.stdout
+}
+
+// ---- child processes ----
+
+type proc struct {
+	name    string
+	cmd     *exec.Cmd
+	logPath string
+	done    chan struct{}
+}
+
+func startProc(t *testing.T, name, path string, args ...string) *proc {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cmd := exec.Command(path, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+		if t.Failed() {
+			t.Logf("---- log of %s ----\n%s", name, p.Log())
+		}
+	})
+	return p
+}
+
+func (p *proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *proc) Log() string {
+	data, _ := os.ReadFile(p.logPath)
+	return string(data)
+}
+
+// Kill crashes the process alone (SIGKILL; the scripts it runs survive).
+func (p *proc) Kill(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil && !p.Exited() {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s did not die", p.name)
+	}
+}
+
+// gone reports whether pid no longer runs; a zombie counts as gone (its
+// reaper may be a PID 1 that never reaps).
+func gone(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return true
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
+}
+
+// ---- the automator ----
+
+type automator struct {
+	DataDir  string
+	GRPCAddr string
+	port     int
+	proc     *proc
+}
+
+func startAutomator(t *testing.T) *automator {
+	t.Helper()
+	a := &automator{DataDir: filepath.Join(t.TempDir(), "data")}
+	var err error
+	for range 3 { // a port taken between freePort and serve: try another
+		a.port = freePort(t)
+		if r := runCLI(bin.automator, "init", "--data-dir", a.DataDir, "--public-url", fmt.Sprintf("https://127.0.0.1:%d", a.port)); r.code != 0 {
+			t.Fatalf("automator init: %v", r)
+		}
+		if err = a.serve(t); err == nil {
+			return a
+		}
+		t.Logf("serve failed (%v); retrying on another port", err)
+		a.DataDir = filepath.Join(t.TempDir(), "data")
+	}
+	t.Fatal(err)
+	return nil
+}
+
+func (a *automator) serve(t *testing.T) error {
+	t.Helper()
+	a.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", a.port)
+	p := startProc(t, "automator", bin.automator, "serve", "--data-dir", a.DataDir, "--listen", a.GRPCAddr, "--http-listen", "127.0.0.1:0")
+	a.proc = p
+	var s config.Serving
+	ok := poll(15*time.Second, func() bool {
+		if p.Exited() {
+			return true
+		}
+		var found bool
+		s, found, _ = config.ReadServing(a.DataDir)
+		return found
+	})
+	switch {
+	case p.Exited():
+		return fmt.Errorf("automator serve exited: %s", p.Log())
+	case !ok:
+		return errors.New("automator serve wrote no serving.yaml within 15s")
+	}
+	client := &http.Client{Timeout: time.Second}
+	defer client.CloseIdleConnections()
+	if !poll(15*time.Second, func() bool {
+		resp, err := client.Get("http://" + s.HTTP + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}) {
+		return fmt.Errorf("GET http://%s/healthz did not answer 200 within 15s", s.HTTP)
+	}
+	return nil
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// profile returns the proxy profile of a new account.
+func (a *automator) profile(t *testing.T, account string) string {
+	t.Helper()
+	r := runCLI(bin.automator, "account", "create", account, "--data-dir", a.DataDir)
+	if r.code != 0 {
+		t.Fatalf("automator account create: %v", r)
+	}
+	return r.stdout
+}
+
+// Exec runs `automator exec` to the end.
+func (a *automator) Exec(args ...string) result {
+	return runCLI(bin.automator, append([]string{"exec", "--data-dir", a.DataDir}, args...)...)
+}
+
+// Client is the caller API, as `automator exec --data-dir` dials it.
+func (a *automator) Client(t *testing.T) automatorv1.AutomatorServiceClient {
+	t.Helper()
+	caPEM, err := os.ReadFile(filepath.Join(a.DataDir, config.FileCACert))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := os.ReadFile(filepath.Join(a.DataDir, config.FileAPIKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsCfg, err := pki.ClientTLS(caPEM, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient("passthrough:///"+a.GRPCAddr,
+		grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
+		grpc.WithPerRPCCredentials(bearer(strings.TrimSpace(string(key)))),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return automatorv1.NewAutomatorServiceClient(conn)
+}
+
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+
+func (bearer) RequireTransportSecurity() bool { return true }
+
+// submit queues a unit and returns its id.
+func submit(t *testing.T, c automatorv1.AutomatorServiceClient, account string, timeout time.Duration, script string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := c.Submit(ctx, &automatorv1.ExecuteRequest{
+		Account: account,
+		Command: &automatorv1.Command{Script: script, Args: args},
+		Timeout: durationpb.New(timeout),
+	})
+	if err != nil {
+		t.Fatalf("submitting %s: %v", script, err)
+	}
+	return st.GetWorkId()
+}
+
+func get(t *testing.T, c automatorv1.AutomatorServiceClient, id string) *automatorv1.WorkStatus {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := c.Get(ctx, &automatorv1.GetRequest{WorkId: id})
+	if err != nil {
+		t.Fatalf("getting %s: %v", id, err)
+	}
+	return st
+}
+
+func wait(t *testing.T, c automatorv1.AutomatorServiceClient, id string, timeout time.Duration) *automatorv1.WorkStatus {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	st, err := c.Wait(ctx, &automatorv1.WaitRequest{WorkId: id})
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", id, err)
+	}
+	return st
+}
+
+// ---- scripts, configs and traces ----
+
+// workDir holds the scripts and the run trace, readable (and the trace
+// writable) by a service's unprivileged user, outside /tmp (a systemd
+// service's /tmp is private).
+type workDir struct {
+	dir, scripts, trace string
+}
+
+func newWorkDir(t *testing.T) *workDir {
+	t.Helper()
+	parent := os.TempDir()
+	if os.Geteuid() == 0 {
+		parent = "/var/lib"
+	}
+	dir, err := os.MkdirTemp(parent, "opsgate-svctest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	w := &workDir{dir: dir, scripts: filepath.Join(dir, "scripts"), trace: filepath.Join(dir, "trace", "runs.log")}
+	for _, d := range []string{dir, w.scripts, filepath.Dir(w.trace)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(filepath.Dir(w.trace), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	// record.sh TRACE WORD: one line per run, an atomic O_APPEND write.
+	w.script(t, "record.sh", `echo "$PROXY_WORK_ID $PROXY_INSTANCE_ID $(id -un) $2" >> "$1"
+echo "ran $2 on $PROXY_INSTANCE_ID as $(id -un)"`)
+	// slow.sh DIR: records its run, says it started, and finishes once
+	// DIR/release exists.
+	w.script(t, "slow.sh", `echo "$PROXY_WORK_ID $PROXY_INSTANCE_ID $(id -un) slow" >> "$1/trace/runs.log"
+: > "$1/trace/slow.started"
+while [ ! -e "$1/trace/release" ]; do sleep 0.05; done
+echo done`)
+	return w
+}
+
+func (w *workDir) script(t *testing.T, name, body string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(w.scripts, name), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// config writes a proxy config: the profile plus local settings.
+func (w *workDir) config(t *testing.T, profile, name string, settings ...string) string {
+	t.Helper()
+	path := filepath.Join(w.dir, name+".yaml")
+	body := profile + "scripts_dir: " + w.scripts + "\n" + strings.Join(settings, "\n") + "\n"
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// runs returns the trace: per run, the fields "WORK_ID INSTANCE USER WORD".
+func (w *workDir) runs() [][]string {
+	data, err := os.ReadFile(w.trace)
+	if err != nil {
+		return nil
+	}
+	var runs [][]string
+	for _, l := range strings.Split(string(data), "\n") {
+		if l != "" {
+			runs = append(runs, strings.Fields(l))
+		}
+	}
+	return runs
+}
+
+// runsOf returns the runs of one unit.
+func (w *workDir) runsOf(id string) [][]string {
+	var out [][]string
+	for _, r := range w.runs() {
+		if r[0] == id {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// ---- installed services ----
+
+// install runs `proxy install` and uninstalls the service when the test
+// ends, whatever happened, killing what an uninstall could not stop.
+func install(t *testing.T, name, cfgPath string, extra ...string) string {
+	t.Helper()
+	r := runCLI(bin.proxy, append([]string{"install", "--config", cfgPath, "--name", name}, extra...)...)
+	t.Cleanup(func() {
+		st, _ := agent.ReadState(filepath.Join(psvc.StateDir(name), agent.StateFileName))
+		if r := runCLI(bin.proxy, "uninstall", "--name", name); r.code != 0 && t.Failed() {
+			t.Logf("cleanup: proxy uninstall --name %s: %v", name, r)
+		}
+		if st.PID > 0 && !gone(st.PID) {
+			_ = syscall.Kill(st.PID, syscall.SIGKILL)
+		}
+		if t.Failed() {
+			log, _ := os.ReadFile("/var/log/" + name + ".log")
+			t.Logf("---- service log /var/log/%s.log ----\n%s", name, log)
+		}
+	})
+	if r.code != 0 {
+		t.Fatalf("proxy install: %v", r)
+	}
+	return r.stdout
+}
+
+func readState(name string) (agent.State, error) {
+	return agent.ReadState(filepath.Join(psvc.StateDir(name), agent.StateFileName))
+}
+
+// waitPolled waits until the service's state file records a successful
+// poll after since, by a process other than notPID, and returns the state.
+func waitPolled(t *testing.T, name string, since time.Time, notPID int) agent.State {
+	t.Helper()
+	var st agent.State
+	waitFor(t, 30*time.Second, "service "+name+" to poll the automator", func() bool {
+		var err error
+		st, err = readState(name)
+		return err == nil && st.LastPoll.After(since) && st.PID != notPID && st.StoppedAt.IsZero()
+	})
+	return st
+}
+
+// ---- files ----
+
+// snapshot lists the paths under the directories a service install
+// touches.
+func snapshot(t *testing.T) map[string]bool {
+	t.Helper()
+	paths := map[string]bool{}
+	for _, root := range []string{"/etc", "/var/lib", "/var/log", "/run"} {
+		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				if d != nil && d.IsDir() {
+					return fs.SkipDir
+				}
+				return nil
+			}
+			paths[p] = true
+			return nil
+		})
+	}
+	return paths
+}
+
+// serviceDirs are where service definitions live; nothing else on the
+// host writes there while a test runs.
+func inServiceDirs(p string) bool {
+	for _, prefix := range []string{"/etc/init.d/", "/etc/systemd/system/", "/etc/default/"} {
+		if strings.HasPrefix(p, prefix) {
+			return true
+		}
+	}
+	matched, _ := filepath.Match("/etc/rc?.d/*", p)
+	return matched
+}
+
+// assertNothingLeft fails the test if a path that was not there before
+// install is there after uninstall: anything named after the service, and
+// anything new among the service definitions.
+func assertNothingLeft(t *testing.T, name string, before, after map[string]bool) {
+	t.Helper()
+	for p := range after {
+		if before[p] {
+			continue
+		}
+		if strings.Contains(p, name) || inServiceDirs(p) {
+			t.Errorf("left behind after uninstall: %s", p)
+		}
+	}
+	for p := range before {
+		if !after[p] && inServiceDirs(p) {
+			t.Errorf("removed by install and uninstall, though it was there before: %s", p)
+		}
+	}
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil {
+		t.Fatalf("%q is not a number", s)
+	}
+	return n
+}

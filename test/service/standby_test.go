@@ -1,0 +1,125 @@
+//go:build linux
+
+package service
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// standby is instance B of the warm-standby test: an installed, stopped
+// service when run as root, otherwise a configured process not started.
+type standby struct {
+	start func(t *testing.T)
+}
+
+// TestWarmStandbyTakesOverWhenTheActiveInstanceDies: instance A runs; B is
+// installed, configured and stopped (not even started at boot); A dies
+// (SIGKILL) while running a unit; units queue; B is started and runs them.
+// No unit runs twice: the one A was running is not handed to B, it ends in
+// a timeout at its deadline.
+func TestWarmStandbyTakesOverWhenTheActiveInstanceDies(t *testing.T) {
+	a := startAutomator(t)
+	c := a.Client(t)
+	w := newWorkDir(t)
+	profile := a.profile(t, "acme")
+	cfgA := w.config(t, profile, "active", "instance_id: active-a")
+	cfgB := w.config(t, profile, "standby", "instance_id: standby-b")
+
+	// A: the active instance.
+	pa := startProc(t, "proxy-a", bin.proxy, "run", "--config", cfgA)
+	waitFor(t, 15*time.Second, "instance A to poll", func() bool {
+		return strings.Contains(pa.Log(), "connected to the automator; polling") || pa.Exited()
+	})
+	if r := a.Exec("--account", "acme", "--timeout", "60s", "record.sh", w.trace, "before"); r.code != 0 || !strings.Contains(r.stdout, "on active-a") {
+		t.Fatalf("exec before the failover: %v", r)
+	}
+
+	// B: installed and stopped.
+	b := newStandby(t, cfgB)
+
+	// A claims a slow unit, then dies.
+	slow := submit(t, c, "acme", 6*time.Second, "slow.sh", w.dir)
+	waitFor(t, 30*time.Second, "A to run the slow unit", func() bool {
+		_, err := os.Stat(filepath.Join(w.dir, "trace", "slow.started"))
+		return err == nil
+	})
+	pa.Kill(t)
+	t.Cleanup(func() { _ = os.WriteFile(filepath.Join(w.dir, "trace", "release"), nil, 0o644) })
+
+	// Units queue: nobody polls.
+	var queued []string
+	for i := range 5 {
+		queued = append(queued, submit(t, c, "acme", 2*time.Minute, "record.sh", w.trace, fmt.Sprintf("failover-%d", i)))
+	}
+	for _, id := range queued {
+		if ws := get(t, c, id); ws.GetState() != automatorv1.State_STATE_QUEUED {
+			t.Fatalf("unit %s with A dead and B stopped: %v, want queued", id, ws)
+		}
+	}
+
+	// Failover: start B. It runs every queued unit.
+	b.start(t)
+	for _, id := range queued {
+		ws := wait(t, c, id, time.Minute)
+		if ws.GetState() != automatorv1.State_STATE_SUCCEEDED || ws.GetInstanceId() != "standby-b" {
+			t.Errorf("queued unit %s after the failover: %v, want succeeded on standby-b", id, ws)
+		}
+	}
+	// The unit A was running is A's for good: it times out, B never runs it.
+	if ws := wait(t, c, slow, time.Minute); ws.GetState() != automatorv1.State_STATE_TIMED_OUT || ws.GetInstanceId() != "active-a" {
+		t.Errorf("the unit A died running: %v, want timed out, claimed by active-a", ws)
+	}
+	if r := a.Exec("--account", "acme", "--timeout", "60s", "record.sh", w.trace, "after"); r.code != 0 || !strings.Contains(r.stdout, "on standby-b") {
+		t.Fatalf("exec after the failover: %v", r)
+	}
+
+	// No unit ran twice.
+	runs := w.runs()
+	seen := map[string]int{}
+	for _, r := range runs {
+		seen[r[0]]++
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("unit %s ran %d times", id, n)
+		}
+	}
+	if len(runs) != 8 {
+		t.Errorf("trace %q: want 8 runs (before, slow, 5 queued, after)", runs)
+	}
+	if r := w.runsOf(slow); len(r) != 1 || r[0][1] != "active-a" {
+		t.Errorf("runs of the unit A died running: %q, want one, on active-a", r)
+	}
+}
+
+// newStandby prepares instance B. As root it is an installed service,
+// stopped and not started at boot, as the warm-standby runbook has it;
+// otherwise a config that is simply not started yet.
+func newStandby(t *testing.T, cfg string) *standby {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Log("not root: the standby is a configured `proxy run` started at failover, not an installed service")
+		return &standby{start: func(t *testing.T) {
+			startProc(t, "proxy-b", bin.proxy, "run", "--config", cfg)
+		}}
+	}
+	name := uniqueName(t)
+	install(t, name, cfg, "--manual-start")
+	status := proxyCLI(t, "status", "--name", name)
+	for _, want := range []string{"running:        no", "starts at boot: no", "(valid: instance standby-b", "=> stopped but configured"} {
+		if !strings.Contains(status, want) {
+			t.Errorf("status of the standby lacks %q:\n%s", want, status)
+		}
+	}
+	return &standby{start: func(t *testing.T) {
+		t.Helper()
+		proxyCLI(t, "start", "--name", name)
+	}}
+}
