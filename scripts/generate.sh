@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 BUF_VERSION=v1.75.0
 PROTOC_GEN_GO_VERSION=v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION=v1.6.2
+GRPC_GATEWAY_VERSION=v2.33.0 # protoc-gen-grpc-gateway and protoc-gen-openapiv2
 
 tools="$PWD/.tools"
 mkdir -p "$tools"
@@ -16,13 +17,15 @@ install() { # name module@version
 	local stamp="$tools/.$1-$2"
 	if [ ! -x "$tools/$1" ] || [ ! -f "$stamp" ]; then
 		GOBIN="$tools" go install "$3@$2"
-		rm -f "$tools/.$1-"*
+		rm -f "$tools/.$1-v"* # not "$1-"*: protoc-gen-go would match protoc-gen-go-grpc
 		touch "$stamp"
 	fi
 }
 install buf "$BUF_VERSION" github.com/bufbuild/buf/cmd/buf
 install protoc-gen-go "$PROTOC_GEN_GO_VERSION" google.golang.org/protobuf/cmd/protoc-gen-go
 install protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC_VERSION" google.golang.org/grpc/cmd/protoc-gen-go-grpc
+install protoc-gen-grpc-gateway "$GRPC_GATEWAY_VERSION" github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway
+install protoc-gen-openapiv2 "$GRPC_GATEWAY_VERSION" github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2
 
 out="${1:-proto}"
 if [ "$out" = proto ]; then

@@ -77,7 +77,7 @@ func (a *AutomatorService) Cancel(ctx context.Context, req *automatorv1.CancelRe
 	}
 	w, err := s.store.WorkCancel(ctx, store.WorkCancelParams{
 		ID:     req.GetWorkId(),
-		Reason: "cancelled by the caller",
+		Reason: "cancelled by the caller with API key " + callerFrom(ctx),
 		Now:    s.clock.Now(),
 	})
 	switch {
@@ -88,8 +88,10 @@ func (a *AutomatorService) Cancel(ctx context.Context, req *automatorv1.CancelRe
 	case err != nil:
 		return nil, s.internal(ctx, "cancelling work", err)
 	}
+	// Waiting callers return; a claimer's pending poll is woken and told to
+	// kill the unit's process tree (Poll's cancelled list).
 	s.emit(ctx, Event{Kind: EventWorkEnded, Account: w.Account, WorkID: w.ID, InstanceID: w.InstanceID})
-	s.log.Info("work cancelled", "work_id", w.ID, "account", w.Account, "caller", callerFrom(ctx))
+	s.log.Info("work cancelled", "work_id", w.ID, "account", w.Account, "caller", callerFrom(ctx), "claimed_by", w.InstanceID)
 	return s.workStatus(ctx, w)
 }
 
@@ -133,12 +135,17 @@ func (s *Server) accountOrStatus(ctx context.Context, name string) (store.Accoun
 }
 
 // enqueue validates, seals and stores a new unit, then wakes one poller.
+// With an idempotency key already used on the account (within the retention
+// window) it stores nothing and returns the unit the key made.
 func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest) (store.Work, error) {
 	acc, err := s.accountOrStatus(ctx, req.GetAccount())
 	if err != nil {
 		return store.Work{}, err
 	}
 	if err := s.checkCommand(req.GetCommand()); err != nil {
+		return store.Work{}, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if err := checkIdempotencyKey(req.GetIdempotencyKey()); err != nil {
 		return store.Work{}, status.Error(codes.InvalidArgument, err.Error())
 	}
 	timeout := s.defaultTimeout
@@ -163,13 +170,24 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest) (
 	}
 	now := s.clock.Now()
 	w, err := s.store.WorkEnqueue(ctx, store.WorkEnqueueParams{
-		ID:            id,
-		Account:       acc.Name,
-		KeyID:         key.ID,
-		SealedCommand: sealed,
-		Now:           now,
-		Deadline:      now.Add(timeout),
+		ID:               id,
+		Account:          acc.Name,
+		KeyID:            key.ID,
+		SealedCommand:    sealed,
+		Now:              now,
+		Deadline:         now.Add(timeout),
+		IdempotencyKey:   req.GetIdempotencyKey(),
+		IdempotencySince: now.Add(-s.retention),
 	})
+	if errors.Is(err, store.ErrDuplicate) {
+		// A retry of a submit whose answer was lost (or a second caller with
+		// the same key): the unit exists; nothing is queued or woken.
+		if err := s.sameCommand(ctx, w, req.GetCommand()); err != nil {
+			return store.Work{}, err
+		}
+		s.log.Debug("idempotency key already used: returning its unit", "work_id", w.ID, "account", acc.Name, "caller", callerFrom(ctx))
+		return w, nil
+	}
 	if err != nil {
 		return store.Work{}, s.internal(ctx, "queueing work", err)
 	}
@@ -177,6 +195,44 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest) (
 	s.kickSweeper()
 	s.log.Debug("work queued", "work_id", id, "account", acc.Name, "caller", callerFrom(ctx), "deadline", w.Deadline)
 	return w, nil
+}
+
+// maxIdempotencyKey bounds an idempotency key, in bytes.
+const maxIdempotencyKey = 128
+
+// checkIdempotencyKey accepts an empty key (none) or up to 128 printable
+// ASCII characters, so a key can travel in logs and URLs unescaped.
+func checkIdempotencyKey(k string) error {
+	if len(k) > maxIdempotencyKey {
+		return fmt.Errorf("idempotency_key is %d bytes, more than the limit of %d", len(k), maxIdempotencyKey)
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x21 || k[i] > 0x7e {
+			return fmt.Errorf("idempotency_key may hold printable ASCII characters only (no spaces), found byte 0x%02x at %d", k[i], i)
+		}
+	}
+	return nil
+}
+
+// sameCommand refuses to reuse an idempotency key for another command: the
+// caller would otherwise get the outcome of a command it did not send.
+func (s *Server) sameCommand(ctx context.Context, w store.Work, cmd *automatorv1.Command) error {
+	ks, err := s.accountKeys(ctx, w.Account)
+	if err != nil {
+		return s.internal(ctx, "opening the account key", err)
+	}
+	plain, err := crypto.Open(ks, w.Account, w.ID, crypto.DirCommand, w.SealedCommand)
+	if err != nil {
+		return s.internal(ctx, "opening a stored command", err)
+	}
+	var prev automatorv1.Command
+	if err := proto.Unmarshal(plain, &prev); err != nil {
+		return s.internal(ctx, "decoding a stored command", err)
+	}
+	if !proto.Equal(&prev, cmd) {
+		return status.Errorf(codes.InvalidArgument, "idempotency_key %q was already used on account %q for another command (work %s); use a new key for a new command", w.IdempotencyKey, w.Account, w.ID)
+	}
+	return nil
 }
 
 // checkCommand enforces the size limits with one precise message.

@@ -40,6 +40,10 @@ type Options struct {
 	DefaultTimeout time.Duration
 	// MaxTimeout bounds a caller's timeout (24 hours).
 	MaxTimeout time.Duration
+	// IdempotencyRetention is how long an idempotency key stays bound to
+	// the unit it made (24 hours): a repeated submit with the key within it
+	// returns that unit; after it, the key makes a new unit.
+	IdempotencyRetention time.Duration
 	// PollWindow is the longest a Poll waits before returning empty (30 s).
 	// A proxy may ask for less.
 	PollWindow time.Duration
@@ -84,6 +88,7 @@ type Server struct {
 	master         crypto.MasterKey
 	defaultTimeout time.Duration
 	maxTimeout     time.Duration
+	retention      time.Duration
 	pollWindow     time.Duration
 	sweepInterval  time.Duration
 	limits         Limits
@@ -111,6 +116,9 @@ func New(o Options) (*Server, error) {
 	if o.MaxTimeout <= 0 {
 		o.MaxTimeout = 24 * time.Hour
 	}
+	if o.IdempotencyRetention <= 0 {
+		o.IdempotencyRetention = 24 * time.Hour
+	}
 	if o.PollWindow <= 0 {
 		o.PollWindow = 30 * time.Second
 	}
@@ -129,6 +137,7 @@ func New(o Options) (*Server, error) {
 		master:         o.MasterKey,
 		defaultTimeout: o.DefaultTimeout,
 		maxTimeout:     o.MaxTimeout,
+		retention:      o.IdempotencyRetention,
 		pollWindow:     o.PollWindow,
 		sweepInterval:  o.SweepInterval,
 		limits:         o.Limits,

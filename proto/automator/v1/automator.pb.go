@@ -12,6 +12,7 @@
 package automatorv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -683,9 +684,16 @@ type ExecuteRequest struct {
 	Command *Command               `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
 	// timeout is the time from queueing to the deadline; the server default
 	// (5 minutes) applies when unset.
-	Timeout       *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Timeout *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// idempotency_key makes a retried submit safe: a second request with the
+	// same key on the same account, within the retention window (24 hours by
+	// default), creates no unit but returns the first one (and, for
+	// ExecuteOnProxy, waits for its outcome). Reusing a key for a different
+	// command is refused. At most 128 printable ASCII characters; empty means
+	// no key.
+	IdempotencyKey string `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ExecuteRequest) Reset() {
@@ -737,6 +745,13 @@ func (x *ExecuteRequest) GetTimeout() *durationpb.Duration {
 		return x.Timeout
 	}
 	return nil
+}
+
+func (x *ExecuteRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
 }
 
 type WaitRequest struct {
@@ -1168,7 +1183,7 @@ var File_automator_v1_automator_proto protoreflect.FileDescriptor
 
 const file_automator_v1_automator_proto_rawDesc = "" +
 	"\n" +
-	"\x1cautomator/v1/automator.proto\x12\fautomator.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb5\x01\n" +
+	"\x1cautomator/v1/automator.proto\x12\fautomator.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb5\x01\n" +
 	"\aCommand\x12\x16\n" +
 	"\x06script\x18\x01 \x01(\tR\x06script\x12\x12\n" +
 	"\x04args\x18\x02 \x03(\tR\x04args\x12\x14\n" +
@@ -1216,11 +1231,12 @@ const file_automator_v1_automator_proto_rawDesc = "" +
 	"\aoutcome\x18\x04 \x01(\x0e2\x15.automator.v1.OutcomeR\aoutcome\x12#\n" +
 	"\rsealed_result\x18\x05 \x01(\fR\fsealedResult\x12\x18\n" +
 	"\afailure\x18\x06 \x01(\tR\afailure\"\x12\n" +
-	"\x10CompleteResponse\"\x90\x01\n" +
+	"\x10CompleteResponse\"\xb9\x01\n" +
 	"\x0eExecuteRequest\x12\x18\n" +
 	"\aaccount\x18\x01 \x01(\tR\aaccount\x12/\n" +
 	"\acommand\x18\x02 \x01(\v2\x15.automator.v1.CommandR\acommand\x123\n" +
-	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"&\n" +
+	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12'\n" +
+	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\"&\n" +
 	"\vWaitRequest\x12\x17\n" +
 	"\awork_id\x18\x01 \x01(\tR\x06workId\"%\n" +
 	"\n" +
@@ -1271,14 +1287,14 @@ const file_automator_v1_automator_proto_rawDesc = "" +
 	"\x0eOUTCOME_FAILED\x10\x022\x98\x01\n" +
 	"\fProxyService\x12=\n" +
 	"\x04Poll\x12\x19.automator.v1.PollRequest\x1a\x1a.automator.v1.PollResponse\x12I\n" +
-	"\bComplete\x12\x1d.automator.v1.CompleteRequest\x1a\x1e.automator.v1.CompleteResponse2\xb1\x03\n" +
-	"\x10AutomatorService\x12H\n" +
-	"\x0eExecuteOnProxy\x12\x1c.automator.v1.ExecuteRequest\x1a\x18.automator.v1.WorkStatus\x12@\n" +
-	"\x06Submit\x12\x1c.automator.v1.ExecuteRequest\x1a\x18.automator.v1.WorkStatus\x12;\n" +
-	"\x04Wait\x12\x19.automator.v1.WaitRequest\x1a\x18.automator.v1.WorkStatus\x129\n" +
-	"\x03Get\x12\x18.automator.v1.GetRequest\x1a\x18.automator.v1.WorkStatus\x12?\n" +
-	"\x06Cancel\x12\x1b.automator.v1.CancelRequest\x1a\x18.automator.v1.WorkStatus\x12X\n" +
-	"\rListInstances\x12\".automator.v1.ListInstancesRequest\x1a#.automator.v1.ListInstancesResponseB;Z9github.com/opsgate/opsgate/proto/automator/v1;automatorv1b\x06proto3"
+	"\bComplete\x12\x1d.automator.v1.CompleteRequest\x1a\x1e.automator.v1.CompleteResponse2\x97\x05\n" +
+	"\x10AutomatorService\x12s\n" +
+	"\x0eExecuteOnProxy\x12\x1c.automator.v1.ExecuteRequest\x1a\x18.automator.v1.WorkStatus\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/accounts/{account}/execute\x12j\n" +
+	"\x06Submit\x12\x1c.automator.v1.ExecuteRequest\x1a\x18.automator.v1.WorkStatus\"(\x82\xd3\xe4\x93\x02\":\x01*\"\x1d/v1/accounts/{account}/submit\x12_\n" +
+	"\x04Wait\x12\x19.automator.v1.WaitRequest\x1a\x18.automator.v1.WorkStatus\"\"\x82\xd3\xe4\x93\x02\x1c:\x01*\"\x17/v1/work/{work_id}:wait\x12U\n" +
+	"\x03Get\x12\x18.automator.v1.GetRequest\x1a\x18.automator.v1.WorkStatus\"\x1a\x82\xd3\xe4\x93\x02\x14\x12\x12/v1/work/{work_id}\x12e\n" +
+	"\x06Cancel\x12\x1b.automator.v1.CancelRequest\x1a\x18.automator.v1.WorkStatus\"$\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/v1/work/{work_id}:cancel\x12\x82\x01\n" +
+	"\rListInstances\x12\".automator.v1.ListInstancesRequest\x1a#.automator.v1.ListInstancesResponse\"(\x82\xd3\xe4\x93\x02\"\x12 /v1/accounts/{account}/instancesB;Z9github.com/opsgate/opsgate/proto/automator/v1;automatorv1b\x06proto3"
 
 var (
 	file_automator_v1_automator_proto_rawDescOnce sync.Once

@@ -198,21 +198,31 @@ const (
 //
 // AutomatorService is what callers use. Authenticated with an API key as
 // "authorization: Bearer <api key>".
+//
+// The same methods are served as HTTP/JSON on the automator's HTTP listener
+// (see docs/api.md), translated by grpc-gateway from the google.api.http
+// annotations below into calls of this gRPC service, so authentication and
+// limits are the same on both.
 type AutomatorServiceClient interface {
 	// ExecuteOnProxy queues a command for an account and blocks until the unit
 	// is terminal: succeeded, failed, timed_out (at its deadline) or cancelled.
 	// The outcome is in the returned status; an RPC error means the call itself
-	// went wrong (auth, unknown account, bad request, connection).
+	// went wrong (auth, unknown account, bad request, connection). Over HTTP,
+	// the status code also tells the outcome: 200 succeeded, 502 failed, 504
+	// timed out, 409 cancelled.
 	ExecuteOnProxy(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (*WorkStatus, error)
-	// Submit queues a command and returns at once with the unit's id.
+	// Submit queues a command and returns at once with the unit's id. With an
+	// idempotency key already used on the account it returns that unit.
 	Submit(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (*WorkStatus, error)
 	// Wait blocks until the unit is terminal and returns its status. A caller
-	// that lost its connection during ExecuteOnProxy waits by id here.
+	// that lost its connection during ExecuteOnProxy waits by id here. Over
+	// HTTP, the status code tells the outcome as for ExecuteOnProxy.
 	Wait(ctx context.Context, in *WaitRequest, opts ...grpc.CallOption) (*WorkStatus, error)
 	// Get returns a unit's status without waiting.
 	Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*WorkStatus, error)
 	// Cancel ends a queued or claimed unit as cancelled; the proxy running it
-	// kills its process tree.
+	// kills its process tree and reports nothing. A unit already terminal is
+	// returned unchanged.
 	Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*WorkStatus, error)
 	// ListInstances lists the proxy instances that have polled for an account.
 	ListInstances(ctx context.Context, in *ListInstancesRequest, opts ...grpc.CallOption) (*ListInstancesResponse, error)
@@ -292,21 +302,31 @@ func (c *automatorServiceClient) ListInstances(ctx context.Context, in *ListInst
 //
 // AutomatorService is what callers use. Authenticated with an API key as
 // "authorization: Bearer <api key>".
+//
+// The same methods are served as HTTP/JSON on the automator's HTTP listener
+// (see docs/api.md), translated by grpc-gateway from the google.api.http
+// annotations below into calls of this gRPC service, so authentication and
+// limits are the same on both.
 type AutomatorServiceServer interface {
 	// ExecuteOnProxy queues a command for an account and blocks until the unit
 	// is terminal: succeeded, failed, timed_out (at its deadline) or cancelled.
 	// The outcome is in the returned status; an RPC error means the call itself
-	// went wrong (auth, unknown account, bad request, connection).
+	// went wrong (auth, unknown account, bad request, connection). Over HTTP,
+	// the status code also tells the outcome: 200 succeeded, 502 failed, 504
+	// timed out, 409 cancelled.
 	ExecuteOnProxy(context.Context, *ExecuteRequest) (*WorkStatus, error)
-	// Submit queues a command and returns at once with the unit's id.
+	// Submit queues a command and returns at once with the unit's id. With an
+	// idempotency key already used on the account it returns that unit.
 	Submit(context.Context, *ExecuteRequest) (*WorkStatus, error)
 	// Wait blocks until the unit is terminal and returns its status. A caller
-	// that lost its connection during ExecuteOnProxy waits by id here.
+	// that lost its connection during ExecuteOnProxy waits by id here. Over
+	// HTTP, the status code tells the outcome as for ExecuteOnProxy.
 	Wait(context.Context, *WaitRequest) (*WorkStatus, error)
 	// Get returns a unit's status without waiting.
 	Get(context.Context, *GetRequest) (*WorkStatus, error)
 	// Cancel ends a queued or claimed unit as cancelled; the proxy running it
-	// kills its process tree.
+	// kills its process tree and reports nothing. A unit already terminal is
+	// returned unchanged.
 	Cancel(context.Context, *CancelRequest) (*WorkStatus, error)
 	// ListInstances lists the proxy instances that have polled for an account.
 	ListInstances(context.Context, *ListInstancesRequest) (*ListInstancesResponse, error)

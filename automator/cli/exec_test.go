@@ -1,0 +1,191 @@
+//go:build linux
+
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/opsgate/opsgate/automator/automatortest"
+	"github.com/opsgate/opsgate/automator/cli"
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type execResult struct {
+	code           int
+	stdout, stderr string
+}
+
+func execCLI(ctx context.Context, a *automatortest.Automator, server string, args ...string) execResult {
+	if server == "" {
+		server = a.URL()
+	}
+	var out, errb bytes.Buffer
+	full := append([]string{"exec", "--server", server, "--api-key-file", a.APIKeyFile, "--ca", a.CAFile}, args...)
+	code := cli.Main(ctx, full, cli.Env{Stdin: strings.NewReader("from stdin\n"), Stdout: &out, Stderr: &errb})
+	return execResult{code, out.String(), errb.String()}
+}
+
+func startWithScripts(t *testing.T) *automatortest.Automator {
+	a := automatortest.Start(t, automatortest.Options{})
+	scripts := t.TempDir()
+	automatortest.WriteScript(t, scripts, "exit.sh", `cat; echo "exiting $1" >&2; exit "$1"`)
+	automatortest.WriteScript(t, scripts, "sleeper.sh", `sleep 60 &
+echo "$! $$" > "$1.tmp" && mv "$1.tmp" "$1"
+exec sleep 60`)
+	a.StartProxy(t, automatortest.ProxyOptions{InstanceID: "a", ScriptsDir: scripts, MaxConcurrency: 8}).WaitPolling(t)
+	return a
+}
+
+// `automator exec`, now on the Go client, keeps DESIGN.md's exit codes:
+// the remote one, 124 timed out, 125 failed, 255 for its own errors, each
+// with a one-line reason.
+func TestExecExitCodes(t *testing.T) {
+	a := startWithScripts(t)
+	ctx := context.Background()
+	wrongKey := filepath.Join(t.TempDir(), "wrong.apikey")
+	if err := os.WriteFile(wrongKey, []byte("oak_wrong\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	oneLine := func(t *testing.T, r execResult, want string) {
+		t.Helper()
+		if strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr %q: want one line containing %q", r.stderr, want)
+		}
+	}
+
+	if r := execCLI(ctx, a, "", "--account", "acme", "--stdin", "-", "exit.sh", "42"); r.code != 42 || r.stdout != "from stdin\n" || r.stderr != "exiting 42\n" {
+		t.Errorf("remote 42: %+v; want exit 42 with the remote stdout and stderr", r)
+	}
+	r := execCLI(ctx, a, "", "--account", "acme", "--timeout", "1s", "sleeper.sh", filepath.Join(t.TempDir(), "pids"))
+	if r.code != cli.ExitTimeout {
+		t.Errorf("timeout: %+v; want 124", r)
+	}
+	oneLine(t, r, "timed out")
+	r = execCLI(ctx, a, "", "--account", "acme", "nope.sh")
+	if r.code != cli.ExitFailed {
+		t.Errorf("unknown script: %+v; want 125", r)
+	}
+	oneLine(t, r, "nope.sh")
+	r = execCLI(ctx, a, "", "--account", "nobody", "exit.sh", "0")
+	if r.code != cli.ExitError {
+		t.Errorf("unknown account: %+v; want 255", r)
+	}
+	oneLine(t, r, `"nobody"`)
+	var errb bytes.Buffer
+	code := cli.Main(ctx, []string{"exec", "--server", a.URL(), "--api-key-file", wrongKey, "--ca", a.CAFile, "--account", "acme", "exit.sh", "0"},
+		cli.Env{Stdin: strings.NewReader(""), Stdout: &bytes.Buffer{}, Stderr: &errb})
+	if code != cli.ExitError {
+		t.Errorf("wrong API key: exit %d; want 255", code)
+	}
+	oneLine(t, execResult{stderr: errb.String()}, "Unauthenticated")
+	if n := a.CountWork(t); n != 3 {
+		t.Errorf("%d units of work after 3 accepted execs, want 3 (one each)", n)
+	}
+}
+
+// TestExecInterruptedCancelsItsUnit: Ctrl-C (the context ending) cancels
+// the running unit; the proxy kills the script's whole process tree, and
+// exec exits 126.
+func TestExecInterruptedCancelsItsUnit(t *testing.T) {
+	a := startWithScripts(t)
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	ctx, interrupt := context.WithCancel(context.Background())
+	done := make(chan execResult, 1)
+	go func() { done <- execCLI(ctx, a, "", "--account", "acme", "--timeout", "60s", "sleeper.sh", pidFile) }()
+
+	automatortest.WaitFor(t, 10*time.Second, "the script to start", func() bool { _, err := os.Stat(pidFile); return err == nil })
+	pids := readPIDs(t, pidFile)
+	t.Cleanup(func() {
+		for _, p := range pids {
+			if alive(p) {
+				_ = killPID(p)
+			}
+		}
+	})
+	interrupt()
+	r := <-done
+	if r.code != cli.ExitCancelled || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, "cancelled (interrupted)") {
+		t.Fatalf("exec: %+v; want exit 126 with one line saying it was cancelled", r)
+	}
+	automatortest.WaitFor(t, 10*time.Second, "the script and its child to be killed", func() bool {
+		for _, p := range pids {
+			if alive(p) {
+				return false
+			}
+		}
+		return true
+	})
+	id := regexp.MustCompile(`w_[0-9a-f]+`).FindString(r.stderr)
+	w, err := a.Store.WorkGet(context.Background(), id)
+	if err != nil || w.State != store.StateCancelled {
+		t.Fatalf("unit %q after the interrupt: %v, %v; want cancelled", id, w.State, err)
+	}
+}
+
+// TestExecFailsOverToTheNextServer: --server takes several URLs.
+func TestExecFailsOverToTheNextServer(t *testing.T) {
+	a := startWithScripts(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := "https://" + lis.Addr().String()
+	lis.Close()
+	r := execCLI(context.Background(), a, down+","+a.URL(), "--account", "acme", "--stdin", "-", "exit.sh", "0")
+	if r.code != 0 || r.stdout != "from stdin\n" {
+		t.Fatalf("exec with the first server down: %+v", r)
+	}
+}
+
+func readPIDs(t *testing.T, path string) []int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		p, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatalf("pid file %q: %v", b, err)
+		}
+		pids = append(pids, p)
+	}
+	if len(pids) != 2 {
+		t.Fatalf("pid file %q: want the child's and the script's pid", b)
+	}
+	return pids
+}
+
+// alive: the process exists and is not a zombie waiting to be reaped.
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...; comm may hold spaces, so look after the last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+func killPID(pid int) error {
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return err
+	}
+	return p.Kill()
+}

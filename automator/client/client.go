@@ -1,0 +1,329 @@
+// Package client is the Go client of the automator: executeOnProxy and the
+// calls around it (Submit, Wait, Get, Cancel) for Go callers.
+//
+//	c, err := client.New(client.Config{
+//		Addresses: []string{"https://automator.example:8443"},
+//		APIKey:    apiKey,
+//		CAFile:    "ca.pem",
+//	})
+//	...
+//	res, err := c.ExecuteOnProxy(ctx, "acme", client.Command{Script: "hello.sh", Args: []string{"world"}})
+//	switch {
+//	case errors.Is(err, client.ErrTimeout): // no result before the deadline
+//	case errors.Is(err, client.ErrFailed): // the proxy could not run it
+//	case errors.Is(err, client.ErrCancelled):
+//	case err != nil: // the call itself (auth, unknown account, connection)
+//	}
+//
+// A caller never submits twice by accident: every submit carries an
+// idempotency key (the caller's, or one the client makes), so a submit
+// whose answer was lost is retried safely, on the same automator or
+// another; and ExecuteOnProxy waits by work id, so a connection that drops
+// while it waits is replaced and the wait resumes, on another address when
+// the first is unavailable.
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/opsgate/opsgate/automator/pki"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// maxMessage bounds one message each way: a result with both output
+// streams at the proxy's caps fits.
+const maxMessage = 8 << 20
+
+// Client calls one or more automators. It is safe for concurrent use.
+type Client struct {
+	retryFor time.Duration
+	conns    []*grpc.ClientConn
+	apis     []automatorv1.AutomatorServiceClient
+	// next is the address the next call starts with: the last one that
+	// answered.
+	next atomic.Int64
+}
+
+// New makes a Client. Connections are opened lazily, on the first call.
+func New(cfg Config) (*Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("client config: %w", err)
+	}
+	caPEM, err := cfg.caPEM()
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{retryFor: cfg.RetryFor}
+	if c.retryFor == 0 {
+		c.retryFor = defaultRetryFor
+	}
+	for _, a := range cfg.Addresses {
+		t, _ := parseAddress(a) // validated
+		cc, err := dial(cfg, t, caPEM)
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("automator %s: %w", a, err)
+		}
+		c.conns = append(c.conns, cc)
+		c.apis = append(c.apis, automatorv1.NewAutomatorServiceClient(cc))
+	}
+	return c, nil
+}
+
+func dial(cfg Config, t target, caPEM []byte) (*grpc.ClientConn, error) {
+	creds := insecure.NewCredentials()
+	if !t.plaintext {
+		name := cfg.ServerName
+		if name == "" {
+			name = t.host
+		}
+		tlsCfg, err := pki.ClientTLS(caPEM, name)
+		if err != nil {
+			return nil, fmt.Errorf("CA certificate: %w", err)
+		}
+		creds = credentials.NewTLS(tlsCfg)
+	}
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		grpc.WithPerRPCCredentials(bearer{secret: cfg.APIKey, tls: !t.plaintext}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage)),
+		// A connection that dies silently during a long wait is noticed
+		// within half a minute, and the wait resumes on a new one.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second}),
+		// Reconnect quickly after an automator restart: the defaults back
+		// off up to two minutes.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 3 * time.Second},
+			MinConnectTimeout: 5 * time.Second,
+		}),
+	}
+	if cfg.Dial != nil {
+		opts = append(opts, grpc.WithContextDialer(cfg.Dial))
+	} else {
+		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", addr)
+		}))
+	}
+	return grpc.NewClient("passthrough:///"+t.hostPort, opts...)
+}
+
+// Close closes the connections. Calls in progress fail.
+func (c *Client) Close() error {
+	var errs []error
+	for _, cc := range c.conns {
+		errs = append(errs, cc.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// bearer sends the API key on every call.
+type bearer struct {
+	secret string
+	tls    bool
+}
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.secret}, nil
+}
+
+func (b bearer) RequireTransportSecurity() bool { return b.tls }
+
+// ExecuteOnProxy runs cmd on one proxy instance of account and returns its
+// result. It submits the command (see Submit) and waits for the unit to
+// end, resuming the wait on a new connection, or another address, when a
+// connection drops.
+//
+// A unit that did not succeed is an error matching ErrTimeout, ErrFailed or
+// ErrCancelled (a *WorkError with the work id and reason). When ctx ends
+// first, the unit is cancelled, so its script does not run on unobserved,
+// and the error matches both ErrCancelled and ctx.Err() (unless the unit
+// ended just before: then its outcome is returned).
+func (c *Client) ExecuteOnProxy(ctx context.Context, account string, cmd Command, opts ...Option) (Result, error) {
+	w, err := c.Submit(ctx, account, cmd, opts...)
+	if err != nil {
+		return Result{}, err
+	}
+	w, err = c.wait(ctx, w.ID, w.Deadline)
+	if err == nil {
+		return w.outcome()
+	}
+	if ctx.Err() == nil {
+		return Result{WorkID: w.ID}, err
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	cw, cerr := c.Cancel(cctx, w.ID)
+	if cerr != nil {
+		return Result{WorkID: w.ID}, fmt.Errorf("work %s: %w; cancelling it: %w", w.ID, ctx.Err(), cerr)
+	}
+	res, err := cw.outcome()
+	var we *WorkError
+	if errors.As(err, &we) && we.State == StateCancelled {
+		we.cause = ctx.Err()
+	}
+	return res, err
+}
+
+// Submit queues cmd for account and returns the queued unit at once. The
+// submit carries an idempotency key, the caller's (WithIdempotencyKey) or
+// a fresh one, so retrying it after a lost answer cannot queue a second
+// unit: the automator returns the first.
+func (c *Client) Submit(ctx context.Context, account string, cmd Command, opts ...Option) (Work, error) {
+	o := collect(opts)
+	if o.key == "" {
+		o.key = newKey()
+	}
+	req := &automatorv1.ExecuteRequest{
+		Account:        account,
+		Command:        &automatorv1.Command{Script: cmd.Script, Args: cmd.Args, Stdin: o.stdin, Env: o.env},
+		IdempotencyKey: o.key,
+	}
+	if o.timeout > 0 {
+		req.Timeout = durationpb.New(o.timeout)
+	}
+	var st *automatorv1.WorkStatus
+	err := c.call(ctx, fmt.Sprintf("submitting work to account %q", account), time.Time{}, func(ctx context.Context, api automatorv1.AutomatorServiceClient) (err error) {
+		st, err = api.Submit(ctx, req)
+		return err
+	})
+	if err != nil {
+		return Work{}, err
+	}
+	return workFromProto(st), nil
+}
+
+// Wait blocks until unit id ends and returns it; a unit that did not
+// succeed is not an error here (see Work.Err). A dropped connection is
+// replaced and the wait resumes.
+func (c *Client) Wait(ctx context.Context, id string) (Work, error) {
+	return c.wait(ctx, id, time.Time{})
+}
+
+func (c *Client) wait(ctx context.Context, id string, deadline time.Time) (Work, error) {
+	var st *automatorv1.WorkStatus
+	err := c.call(ctx, "waiting for work "+id, deadline, func(ctx context.Context, api automatorv1.AutomatorServiceClient) (err error) {
+		st, err = api.Wait(ctx, &automatorv1.WaitRequest{WorkId: id})
+		return err
+	})
+	if err != nil {
+		return Work{ID: id}, err
+	}
+	return workFromProto(st), nil
+}
+
+// Get returns unit id's status now.
+func (c *Client) Get(ctx context.Context, id string) (Work, error) {
+	var st *automatorv1.WorkStatus
+	err := c.call(ctx, "getting work "+id, time.Time{}, func(ctx context.Context, api automatorv1.AutomatorServiceClient) (err error) {
+		st, err = api.Get(ctx, &automatorv1.GetRequest{WorkId: id})
+		return err
+	})
+	if err != nil {
+		return Work{ID: id}, err
+	}
+	return workFromProto(st), nil
+}
+
+// Cancel ends unit id as cancelled if it is queued or claimed (its proxy
+// kills the script's process tree) and returns it. A unit that already
+// ended is returned unchanged.
+func (c *Client) Cancel(ctx context.Context, id string) (Work, error) {
+	var st *automatorv1.WorkStatus
+	err := c.call(ctx, "cancelling work "+id, time.Time{}, func(ctx context.Context, api automatorv1.AutomatorServiceClient) (err error) {
+		st, err = api.Cancel(ctx, &automatorv1.CancelRequest{WorkId: id})
+		return err
+	})
+	if err != nil {
+		return Work{ID: id}, err
+	}
+	return workFromProto(st), nil
+}
+
+// call runs f against one automator after another, starting with the last
+// that answered, until f succeeds, fails for good, ctx ends or no
+// automator has answered for the retry budget (counted from the first
+// failure, and never ending before the unit's deadline plus the budget
+// when the deadline is known). Every call here is safe to repeat: submits
+// carry an idempotency key, the others are reads or idempotent.
+func (c *Client) call(ctx context.Context, doing string, deadline time.Time, f func(context.Context, automatorv1.AutomatorServiceClient) error) error {
+	n := int64(len(c.apis))
+	start := c.next.Load()
+	delay := 50 * time.Millisecond
+	var giveUp time.Time
+	for attempt := int64(0); ; attempt++ {
+		i := (start + attempt) % n
+		err := f(ctx, c.apis[i])
+		if err == nil {
+			c.next.Store(i)
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s: %w", doing, ctx.Err())
+		}
+		if !retryable(err) {
+			return wrapCall(doing, err)
+		}
+		if giveUp.IsZero() {
+			giveUp = time.Now().Add(c.retryFor)
+			if !deadline.IsZero() && deadline.Add(c.retryFor).After(giveUp) {
+				giveUp = deadline.Add(c.retryFor)
+			}
+		}
+		if time.Now().After(giveUp) {
+			return wrapCall(doing+" (no automator answered; giving up)", err)
+		}
+		// Each address once at full speed, then back off.
+		if (attempt+1)%n == 0 {
+			if !sleep(ctx, delay) {
+				return fmt.Errorf("%s: %w", doing, ctx.Err())
+			}
+			delay = min(2*delay, 2*time.Second)
+		}
+	}
+}
+
+// retryable: the automator could not be reached, or dropped the call (its
+// connection broke, or it is shutting down). The call may or may not have
+// taken effect; repeating it is safe.
+func retryable(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.Aborted:
+		return true
+	}
+	return false
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// newKey is an idempotency key for one call whose caller gave none.
+func newKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "go-client-" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,470 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/opsgate/opsgate/automator/automatortest"
+	"github.com/opsgate/opsgate/automator/client"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+func TestExecuteOnProxyReturnsTheResult(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	scripts := t.TempDir()
+	automatortest.WriteScript(t, scripts, "greet.sh", `read name; echo "hello $name ($1, $GREETING) from $PROXY_INSTANCE_ID"; echo warn >&2; exit 3`)
+	a.StartProxy(t, automatortest.ProxyOptions{InstanceID: "a", ScriptsDir: scripts}).WaitPolling(t)
+	c := newClient(t, a)
+
+	res, err := c.ExecuteOnProxy(context.Background(), a.Account, client.Command{Script: "greet.sh", Args: []string{"x"}},
+		client.WithStdin([]byte("world\n")), client.WithEnv(map[string]string{"GREETING": "hi"}), client.WithTimeout(30*time.Second))
+	if err != nil {
+		t.Fatalf("ExecuteOnProxy: %v", err)
+	}
+	if got, want := string(res.Stdout), "hello world (x, hi) from a\n"; got != want {
+		t.Errorf("stdout %q, want %q", got, want)
+	}
+	if string(res.Stderr) != "warn\n" || res.ExitCode != 3 || res.InstanceID != "a" || res.WorkID == "" {
+		t.Errorf("result %+v: want stderr warn, exit code 3 (a result, not an error), instance a, a work id", res)
+	}
+}
+
+// TestPingReturnsTheInstanceThatAnswered: the built-in @ping, run through
+// executeOnProxy, names the instance that claimed the unit.
+func TestPingReturnsTheInstanceThatAnswered(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	for _, id := range []string{"ping-a", "ping-b"} {
+		a.StartProxy(t, automatortest.ProxyOptions{InstanceID: id, ScriptsDir: t.TempDir()}).WaitPolling(t)
+	}
+	c := newClient(t, a)
+	for range 6 {
+		res, err := c.ExecuteOnProxy(context.Background(), a.Account, client.Command{Script: "@ping"})
+		if err != nil {
+			t.Fatalf("@ping: %v", err)
+		}
+		if res.InstanceID != "ping-a" && res.InstanceID != "ping-b" {
+			t.Fatalf("@ping answered by %q, not one of the instances", res.InstanceID)
+		}
+		if !strings.Contains(string(res.Stdout), "instance_id="+res.InstanceID+"\n") {
+			t.Fatalf("@ping claimed by %s says:\n%s", res.InstanceID, res.Stdout)
+		}
+		for _, field := range []string{"hostname=test-host\n", "version=test\n", "uptime="} {
+			if !strings.Contains(string(res.Stdout), field) {
+				t.Errorf("@ping output lacks %q:\n%s", field, res.Stdout)
+			}
+		}
+		w, err := c.Get(context.Background(), res.WorkID)
+		if err != nil || w.InstanceID != res.InstanceID {
+			t.Fatalf("Get(%s): claimer %q, %v; want %s", res.WorkID, w.InstanceID, err, res.InstanceID)
+		}
+	}
+}
+
+// Each outcome that is not a result is its own typed error, carrying the
+// work id and the reason.
+func TestTypedErrors(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	ctx := context.Background()
+	c := newClient(t, a)
+
+	check := func(t *testing.T, err, want error, state client.State, reason string) {
+		t.Helper()
+		for _, e := range []error{client.ErrTimeout, client.ErrFailed, client.ErrCancelled} {
+			if got := errors.Is(err, e); got != (e == want) {
+				t.Errorf("errors.Is(%v, %v) = %v", err, e, got)
+			}
+		}
+		var we *client.WorkError
+		if !errors.As(err, &we) {
+			t.Fatalf("%v is not a *client.WorkError", err)
+		}
+		if we.WorkID == "" || we.Account != a.Account || we.State != state || !strings.Contains(we.Reason, reason) {
+			t.Errorf("WorkError %+v: want a work id, account %s, state %s, reason containing %q", we, a.Account, state, reason)
+		}
+		if !strings.Contains(err.Error(), we.WorkID) {
+			t.Errorf("message %q does not name the work", err)
+		}
+	}
+
+	t.Run("timeout", func(t *testing.T) {
+		// No instance polls: the unit times out at its deadline.
+		_, err := c.ExecuteOnProxy(ctx, a.Account, client.Command{Script: "x.sh"}, client.WithTimeout(300*time.Millisecond))
+		check(t, err, client.ErrTimeout, client.StateTimedOut, "no instance claimed it")
+	})
+
+	t.Run("failed", func(t *testing.T) {
+		p := a.StartProxy(t, automatortest.ProxyOptions{InstanceID: "a", ScriptsDir: t.TempDir()})
+		p.WaitPolling(t)
+		_, err := c.ExecuteOnProxy(ctx, a.Account, client.Command{Script: "not-deployed.sh"}, client.WithTimeout(30*time.Second))
+		check(t, err, client.ErrFailed, client.StateFailed, "not-deployed.sh")
+		p.Stop()
+	})
+
+	t.Run("cancelled by another caller", func(t *testing.T) {
+		fp := newFakeProxy(t, a)
+		errc := make(chan error, 1)
+		go func() {
+			_, err := c.ExecuteOnProxy(ctx, a.Account, client.Command{Script: "x.sh"}, client.WithTimeout(30*time.Second))
+			errc <- err
+		}()
+		claim := fp.claim()
+		if _, err := newClient(t, a).Cancel(ctx, claim.GetWorkId()); err != nil {
+			t.Fatal(err)
+		}
+		err := <-errc
+		check(t, err, client.ErrCancelled, client.StateCancelled, "cancelled by the caller")
+		if errors.Is(err, context.Canceled) {
+			t.Errorf("%v matches context.Canceled, but this caller's context did not end", err)
+		}
+	})
+
+	t.Run("cancelled when the caller's context ends", func(t *testing.T) {
+		fp := newFakeProxy(t, a)
+		cctx, cancel := context.WithCancel(ctx)
+		errc := make(chan error, 1)
+		go func() {
+			_, err := c.ExecuteOnProxy(cctx, a.Account, client.Command{Script: "x.sh"}, client.WithTimeout(30*time.Second))
+			errc <- err
+		}()
+		claim := fp.claim()
+		cancel()
+		err := <-errc
+		check(t, err, client.ErrCancelled, client.StateCancelled, "cancelled")
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("%v does not match context.Canceled", err)
+		}
+		w, gerr := c.Get(ctx, claim.GetWorkId())
+		if gerr != nil || w.State != client.StateCancelled {
+			t.Fatalf("the unit after the caller gave up: %v, %v; want cancelled", w.State, gerr)
+		}
+	})
+
+	t.Run("the call itself", func(t *testing.T) {
+		_, err := c.ExecuteOnProxy(ctx, "nobody", client.Command{Script: "x.sh"})
+		if status.Code(err) != codes.NotFound || !strings.Contains(err.Error(), `"nobody"`) {
+			t.Errorf("unknown account: %v; want NotFound naming it", err)
+		}
+		bad, err := client.New(client.Config{Addresses: []string{a.URL()}, APIKey: "oak_wrong", CAPEM: a.CAPEM})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer bad.Close()
+		_, err = bad.ExecuteOnProxy(ctx, a.Account, client.Command{Script: "x.sh"})
+		if status.Code(err) != codes.Unauthenticated {
+			t.Errorf("wrong API key: %v; want Unauthenticated", err)
+		}
+		for _, e := range []error{client.ErrTimeout, client.ErrFailed, client.ErrCancelled} {
+			if errors.Is(err, e) {
+				t.Errorf("a refused call matches %v", e)
+			}
+		}
+	})
+}
+
+// TestConnectionCutMidWaitEndsInTheResult: the connection carrying the
+// blocking wait is cut; the client waits again by work id (through the same
+// address, or the next one when the first is down) and gets the result,
+// with exactly one unit created.
+func TestConnectionCutMidWaitEndsInTheResult(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// down: after the cut the relay accepts no more connections.
+		down bool
+	}{
+		{"reconnect through the same address", false},
+		{"fail over to the next address", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			waits := make(chan string, 16)
+			a := automatortest.Start(t, automatortest.Options{Interceptors: []grpc.UnaryServerInterceptor{
+				func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+					if info.FullMethod == automatorv1.AutomatorService_Wait_FullMethodName {
+						waits <- req.(*automatorv1.WaitRequest).GetWorkId()
+					}
+					return h(ctx, req)
+				},
+			}})
+			r := startRelay(t, a.GRPCAddr)
+			addrs := []string{r.url()} // the relay only: a new connection through it
+			if tc.down {
+				addrs = append(addrs, a.URL())
+			}
+			c := newClient(t, a, addrs...)
+			fp := newFakeProxy(t, a)
+
+			type outcome struct {
+				res client.Result
+				err error
+			}
+			done := make(chan outcome, 1)
+			go func() {
+				res, err := c.ExecuteOnProxy(context.Background(), a.Account, client.Command{Script: "x.sh"}, client.WithTimeout(time.Minute))
+				done <- outcome{res, err}
+			}()
+			claim := fp.claim()
+			// nextWait returns the id of the next Wait call to reach the
+			// automator, failing if ExecuteOnProxy returns instead.
+			nextWait := func(what string) string {
+				t.Helper()
+				select {
+				case id := <-waits:
+					return id
+				case o := <-done:
+					t.Fatalf("ExecuteOnProxy returned (%+v, %v) before %s", o.res, o.err, what)
+				case <-time.After(20 * time.Second):
+					t.Fatalf("no %s within 20s", what)
+				}
+				return ""
+			}
+			if id := nextWait("the first wait"); id != claim.GetWorkId() {
+				t.Fatalf("waiting for %s, claimed %s", id, claim.GetWorkId())
+			}
+			if tc.down {
+				r.close()
+			} else {
+				r.cut()
+			}
+			if id := nextWait("a wait on a new connection"); id != claim.GetWorkId() {
+				t.Fatalf("waiting again for %s, want %s", id, claim.GetWorkId())
+			}
+			fp.complete(claim, "done once")
+			o := <-done
+			if o.err != nil {
+				t.Fatalf("ExecuteOnProxy: %v", o.err)
+			}
+			if string(o.res.Stdout) != "done once" || o.res.WorkID != claim.GetWorkId() {
+				t.Fatalf("result %+v, want the claimed unit's", o.res)
+			}
+			if n := a.CountWork(t); n != 1 {
+				t.Fatalf("%d units of work in the store, want exactly 1", n)
+			}
+		})
+	}
+}
+
+// TestSubmitWhoseAnswerIsLostIsRetriedWithTheSameKey: the automator queues
+// the unit but its answer never arrives; the client submits again with the
+// same idempotency key and gets the same unit, not a second one.
+func TestSubmitWhoseAnswerIsLostIsRetriedWithTheSameKey(t *testing.T) {
+	var mu sync.Mutex
+	var keys []string
+	a := automatortest.Start(t, automatortest.Options{Interceptors: []grpc.UnaryServerInterceptor{
+		func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			resp, err := h(ctx, req)
+			if info.FullMethod != automatorv1.AutomatorService_Submit_FullMethodName {
+				return resp, err
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			keys = append(keys, req.(*automatorv1.ExecuteRequest).GetIdempotencyKey())
+			if len(keys) == 1 {
+				return nil, status.Error(codes.Unavailable, "connection lost before the answer")
+			}
+			return resp, err
+		},
+	}})
+	scripts := t.TempDir()
+	automatortest.WriteScript(t, scripts, "once.sh", `echo ran >> "$1"; echo ok`)
+	a.StartProxy(t, automatortest.ProxyOptions{InstanceID: "a", ScriptsDir: scripts}).WaitPolling(t)
+	runs := filepath.Join(t.TempDir(), "runs")
+
+	res, err := newClient(t, a).ExecuteOnProxy(context.Background(), a.Account, client.Command{Script: "once.sh", Args: []string{runs}})
+	if err != nil {
+		t.Fatalf("ExecuteOnProxy: %v", err)
+	}
+	if string(res.Stdout) != "ok\n" {
+		t.Fatalf("stdout %q", res.Stdout)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(keys) != 2 || keys[0] == "" || keys[0] != keys[1] {
+		t.Fatalf("submits with keys %q; want two with one generated key", keys)
+	}
+	if n := a.CountWork(t); n != 1 {
+		t.Fatalf("%d units of work, want 1", n)
+	}
+	if b, _ := os.ReadFile(runs); string(b) != "ran\n" {
+		t.Fatalf("the script ran %d times, want once", strings.Count(string(b), "ran"))
+	}
+}
+
+// TestConcurrentSubmitsWithOneKeyMakeOneUnit: 20 callers submit with one
+// idempotency key at once; one unit exists and all of them get it.
+func TestConcurrentSubmitsWithOneKeyMakeOneUnit(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	c := newClient(t, a)
+	const n = 20
+	ids := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			w, err := c.Submit(context.Background(), a.Account, client.Command{Script: "x.sh", Args: []string{"same"}}, client.WithIdempotencyKey("order-42"))
+			ids[i], errs[i] = w.ID, err
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("submit %d: %v", i, errs[i])
+		}
+		if ids[i] != ids[0] {
+			t.Fatalf("submit %d got unit %s, submit 0 got %s: want one unit for all", i, ids[i], ids[0])
+		}
+	}
+	if got := a.CountWork(t); got != 1 {
+		t.Fatalf("%d units of work, want 1", got)
+	}
+}
+
+// TestRepeatedKeyReturnsTheFirstOutcome: a second executeOnProxy with a key
+// already used returns the first unit's outcome; the script runs once.
+func TestRepeatedKeyReturnsTheFirstOutcome(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	scripts := t.TempDir()
+	automatortest.WriteScript(t, scripts, "once.sh", `echo ran >> "$1"; echo "run by $PROXY_WORK_ID"`)
+	a.StartProxy(t, automatortest.ProxyOptions{InstanceID: "a", ScriptsDir: scripts}).WaitPolling(t)
+	c := newClient(t, a)
+	runs := filepath.Join(t.TempDir(), "runs")
+	cmd := client.Command{Script: "once.sh", Args: []string{runs}}
+
+	first, err := c.ExecuteOnProxy(context.Background(), a.Account, cmd, client.WithIdempotencyKey("deploy-7"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := c.ExecuteOnProxy(context.Background(), a.Account, cmd, client.WithIdempotencyKey("deploy-7"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.WorkID != first.WorkID || string(again.Stdout) != string(first.Stdout) {
+		t.Fatalf("repeat: unit %s %q; want the first, %s %q", again.WorkID, again.Stdout, first.WorkID, first.Stdout)
+	}
+	if b, _ := os.ReadFile(runs); string(b) != "ran\n" {
+		t.Fatalf("the script ran %d times, want once", strings.Count(string(b), "ran"))
+	}
+	_, err = c.Submit(context.Background(), a.Account, client.Command{Script: "other.sh"}, client.WithIdempotencyKey("deploy-7"))
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), first.WorkID) {
+		t.Fatalf("the key reused for another command: %v; want InvalidArgument naming %s", err, first.WorkID)
+	}
+	if n := a.CountWork(t); n != 1 {
+		t.Fatalf("%d units of work, want 1", n)
+	}
+}
+
+// TestKeyOutsideTheRetentionWindowMakesANewUnit: the server's retention
+// option bounds how long a key holds.
+func TestKeyOutsideTheRetentionWindowMakesANewUnit(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{IdempotencyRetention: time.Nanosecond})
+	c := newClient(t, a)
+	cmd := client.Command{Script: "x.sh"}
+	first, err := c.Submit(context.Background(), a.Account, cmd, client.WithIdempotencyKey("k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := c.Submit(context.Background(), a.Account, cmd, client.WithIdempotencyKey("k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.ID == second.ID {
+		t.Fatalf("the key still named unit %s after its retention window", first.ID)
+	}
+}
+
+func TestBadIdempotencyKeysAreRefused(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	c := newClient(t, a)
+	for _, k := range []string{strings.Repeat("k", 129), "has space", "tab\t", "é"} {
+		_, err := c.Submit(context.Background(), a.Account, client.Command{Script: "x.sh"}, client.WithIdempotencyKey(k))
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "idempotency_key") {
+			t.Errorf("key %q: %v; want InvalidArgument naming idempotency_key", k, err)
+		}
+	}
+	if n := a.CountWork(t); n != 0 {
+		t.Fatalf("%d units queued with refused keys", n)
+	}
+}
+
+// TestFailoverSkipsAnAutomatorThatIsDown: the first address refuses
+// connections; every call goes to the second.
+func TestFailoverSkipsAnAutomatorThatIsDown(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	down := startRelay(t, a.GRPCAddr)
+	down.close()
+	c := newClient(t, a, down.url(), a.URL())
+	w, err := c.Submit(context.Background(), a.Account, client.Command{Script: "x.sh"})
+	if err != nil {
+		t.Fatalf("submit with the first automator down: %v", err)
+	}
+	if _, err := c.Cancel(context.Background(), w.ID); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Wait(context.Background(), w.ID)
+	if err != nil || got.State != client.StateCancelled || !errors.Is(got.Err(), client.ErrCancelled) {
+		t.Fatalf("wait: %v %v; want cancelled", got.State, err)
+	}
+}
+
+func TestConfigErrorsNameTheField(t *testing.T) {
+	_, err := client.New(client.Config{Addresses: []string{"automator:8443", "https://x"}})
+	for _, want := range []string{"Addresses[0]", "Addresses[1]", "APIKey"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not name %s", err, want)
+		}
+	}
+	_, err = client.New(client.Config{Addresses: []string{"https://h:1"}, APIKey: "k"})
+	if err == nil || !strings.Contains(err.Error(), "CA") {
+		t.Errorf("https without a CA: %v", err)
+	}
+	if _, err := client.New(client.Config{Addresses: []string{"https://h:1"}, APIKey: "k", CAFile: filepath.Join(t.TempDir(), "missing.pem")}); err == nil {
+		t.Error("a missing CA file was accepted")
+	}
+	c, err := client.New(client.Config{Addresses: []string{"http://127.0.0.1:1"}, APIKey: "k"})
+	if err != nil {
+		t.Fatalf("plaintext needs no CA: %v", err)
+	}
+	c.Close()
+}
+
+func ExampleClient_ExecuteOnProxy() {
+	c, err := client.New(client.Config{
+		Addresses: []string{"https://automator.example:8443", "https://automator-2.example:8443"},
+		APIKey:    os.Getenv("AUTOMATOR_API_KEY"),
+		CAFile:    "ca.pem",
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	res, err := c.ExecuteOnProxy(ctx, "acme", client.Command{Script: "hello.sh", Args: []string{"world"}},
+		client.WithTimeout(5*time.Minute), client.WithIdempotencyKey("hello-2026-01-01"))
+	var we *client.WorkError
+	switch {
+	case errors.As(err, &we) && errors.Is(err, client.ErrTimeout):
+		fmt.Println("no result before the deadline:", we.WorkID, we.Reason)
+	case errors.Is(err, client.ErrFailed), errors.Is(err, client.ErrCancelled):
+		fmt.Println(err)
+	case err != nil:
+		fmt.Println("the call failed:", err)
+	default:
+		fmt.Printf("instance %s exited %d: %s", res.InstanceID, res.ExitCode, res.Stdout)
+	}
+}

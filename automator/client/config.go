@@ -1,0 +1,102 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"time"
+)
+
+// Config configures a Client. Only Addresses and APIKey (and a CA for
+// https) are required; the rest have defaults.
+type Config struct {
+	// Addresses are the automators to call, each "https://HOST:PORT" (or
+	// "http://HOST:PORT" for an automator serving plaintext on loopback).
+	// With several, replicas sharing one database, a call that finds one
+	// unavailable moves on to the next.
+	Addresses []string
+	// APIKey authenticates the caller; it is sent as
+	// "authorization: Bearer <key>" on every call.
+	APIKey string
+	// CAPEM is the automator's CA certificate (ca.pem in its data
+	// directory). The client trusts exactly this CA, never the system's.
+	CAPEM []byte
+	// CAFile names a file holding the CA certificate, read by New when
+	// CAPEM is empty.
+	CAFile string
+	// ServerName is the name the automator's certificate is checked
+	// against; by default each address's host.
+	ServerName string
+	// RetryFor bounds how long a call keeps retrying while no automator
+	// answers (1 minute). A wait for a unit retries at least until RetryFor
+	// after the unit's deadline, when its outcome is known for sure.
+	RetryFor time.Duration
+	// Dial opens the connections, when set (a proxy, a test relay). By
+	// default the address is dialled directly over TCP.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
+}
+
+const defaultRetryFor = time.Minute
+
+// target is one parsed address.
+type target struct {
+	url       string // as given, for messages
+	hostPort  string
+	host      string
+	plaintext bool
+}
+
+// Validate reports every problem at once, each naming its field.
+func (c Config) Validate() error {
+	var errs []error
+	if len(c.Addresses) == 0 {
+		errs = append(errs, errors.New("no Addresses: give at least one automator address (https://HOST:PORT)"))
+	}
+	tlsNeeded := false
+	for i, a := range c.Addresses {
+		t, err := parseAddress(a)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("bad Addresses[%d]: %w", i, err))
+			continue
+		}
+		tlsNeeded = tlsNeeded || !t.plaintext
+	}
+	if c.APIKey == "" {
+		errs = append(errs, errors.New("no APIKey: the API key is required"))
+	}
+	if tlsNeeded && len(c.CAPEM) == 0 && c.CAFile == "" {
+		errs = append(errs, errors.New("no CAPEM or CAFile: the automator's CA certificate is required for https addresses"))
+	}
+	if c.RetryFor < 0 {
+		errs = append(errs, fmt.Errorf("RetryFor: %v is negative", c.RetryFor))
+	}
+	return errors.Join(errs...)
+}
+
+func parseAddress(a string) (target, error) {
+	u, err := url.Parse(a)
+	if err != nil || u.Host == "" || u.Port() == "" || (u.Path != "" && u.Path != "/") {
+		return target{}, fmt.Errorf("%q must be https://HOST:PORT", a)
+	}
+	switch u.Scheme {
+	case "https":
+		return target{url: a, hostPort: u.Host, host: u.Hostname()}, nil
+	case "http":
+		return target{url: a, hostPort: u.Host, host: u.Hostname(), plaintext: true}, nil
+	}
+	return target{}, fmt.Errorf("%q must be https://HOST:PORT (or http:// for a plaintext automator on loopback)", a)
+}
+
+func (c *Config) caPEM() ([]byte, error) {
+	if len(c.CAPEM) > 0 || c.CAFile == "" {
+		return c.CAPEM, nil
+	}
+	b, err := os.ReadFile(c.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("reading the CA certificate: %w", err)
+	}
+	return b, nil
+}

@@ -1,0 +1,168 @@
+package client_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/opsgate/opsgate/automator/automatortest"
+	"github.com/opsgate/opsgate/automator/client"
+	"github.com/opsgate/opsgate/crypto"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// newClient is a client of a's API for the given addresses (a's own when
+// none), closed at the end of the test.
+func newClient(t *testing.T, a *automatortest.Automator, addrs ...string) *client.Client {
+	t.Helper()
+	if len(addrs) == 0 {
+		addrs = []string{a.URL()}
+	}
+	c, err := client.New(client.Config{Addresses: addrs, APIKey: a.APIKey, CAPEM: a.CAPEM, ServerName: "127.0.0.1", RetryFor: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// fakeProxy plays a proxy instance by hand through the real ProxyService,
+// for tests that must control exactly when a unit is claimed and ends.
+type fakeProxy struct {
+	t   *testing.T
+	a   *automatortest.Automator
+	api automatorv1.ProxyServiceClient
+}
+
+func newFakeProxy(t *testing.T, a *automatortest.Automator) *fakeProxy {
+	return &fakeProxy{t: t, a: a, api: automatorv1.NewProxyServiceClient(a.ProxyConn(t))}
+}
+
+// claim polls until it claims one unit.
+func (p *fakeProxy) claim() *automatorv1.Claim {
+	p.t.Helper()
+	for range 20 {
+		resp, err := p.api.Poll(context.Background(), &automatorv1.PollRequest{InstanceId: "fake", MaxUnits: 1})
+		if err != nil {
+			p.t.Fatalf("poll: %v", err)
+		}
+		if len(resp.GetClaims()) == 1 {
+			return resp.GetClaims()[0]
+		}
+	}
+	p.t.Fatal("no unit to claim after 20 polls")
+	return nil
+}
+
+// complete posts a successful result for c.
+func (p *fakeProxy) complete(c *automatorv1.Claim, stdout string) {
+	p.t.Helper()
+	plain, err := proto.Marshal(&automatorv1.Result{
+		ExitCode: 0, Stdout: []byte(stdout), InstanceId: "fake",
+		StartedAt: timestamppb.Now(), FinishedAt: timestamppb.Now(),
+	})
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	sealed, err := crypto.Seal(p.a.Key, c.GetAccount(), c.GetWorkId(), crypto.DirResult, plain)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if _, err := p.api.Complete(context.Background(), &automatorv1.CompleteRequest{
+		WorkId: c.GetWorkId(), ClaimId: c.GetClaimId(), InstanceId: "fake",
+		Outcome: automatorv1.Outcome_OUTCOME_SUCCEEDED, SealedResult: sealed,
+	}); err != nil {
+		p.t.Fatalf("complete: %v", err)
+	}
+}
+
+// relay is a TCP relay between the client and the automator that a test
+// can cut: every connection through it is closed at once, as when a
+// network path drops.
+type relay struct {
+	lis    net.Listener
+	target string
+
+	mu     sync.Mutex
+	conns  []net.Conn
+	closed bool
+	wg     sync.WaitGroup
+}
+
+func startRelay(t *testing.T, target string) *relay {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &relay{lis: lis, target: target}
+	r.wg.Add(1)
+	go r.accept()
+	t.Cleanup(r.close)
+	return r
+}
+
+func (r *relay) url() string { return "https://" + r.lis.Addr().String() }
+
+func (r *relay) accept() {
+	defer r.wg.Done()
+	for {
+		in, err := r.lis.Accept()
+		if err != nil {
+			return
+		}
+		out, err := net.Dial("tcp", r.target)
+		if err != nil {
+			in.Close()
+			continue
+		}
+		r.mu.Lock()
+		if r.closed {
+			r.mu.Unlock()
+			in.Close()
+			out.Close()
+			return
+		}
+		r.conns = append(r.conns, in, out)
+		r.wg.Add(2)
+		r.mu.Unlock()
+		go r.pipe(in, out)
+		go r.pipe(out, in)
+	}
+}
+
+func (r *relay) pipe(dst, src net.Conn) {
+	defer r.wg.Done()
+	_, _ = io.Copy(dst, src)
+	dst.Close()
+	src.Close()
+}
+
+// cut closes every connection through the relay; new ones are accepted.
+func (r *relay) cut() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.conns {
+		c.Close()
+	}
+	r.conns = nil
+}
+
+// close cuts and stops accepting: the address is now down.
+func (r *relay) close() {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	r.lis.Close()
+	r.cut()
+	r.wg.Wait()
+}

@@ -1,0 +1,153 @@
+package client
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// Command is what a proxy runs: the script named Script from its scripts
+// directory, with Args as its argument vector (never through a shell).
+// Stdin and environment variables are given with WithStdin and WithEnv.
+type Command struct {
+	Script string
+	Args   []string
+}
+
+// State is the lifecycle state of a unit (DESIGN.md):
+//
+//	queued → claimed → succeeded | failed | timed_out | cancelled
+//	queued → timed_out | cancelled
+type State string
+
+const (
+	StateQueued    State = "queued"
+	StateClaimed   State = "claimed"
+	StateSucceeded State = "succeeded"
+	StateFailed    State = "failed"
+	StateTimedOut  State = "timed_out"
+	StateCancelled State = "cancelled"
+)
+
+// Terminal reports whether s is final.
+func (s State) Terminal() bool {
+	switch s {
+	case StateSucceeded, StateFailed, StateTimedOut, StateCancelled:
+		return true
+	}
+	return false
+}
+
+// Work is the status of one unit of work.
+type Work struct {
+	ID      string
+	Account string
+	State   State
+	// Reason explains failed, timed_out and cancelled in plain words.
+	Reason string
+	// InstanceID is the claimer, once claimed.
+	InstanceID string
+	QueuedAt   time.Time
+	Deadline   time.Time
+	ClaimedAt  time.Time // zero until claimed
+	FinishedAt time.Time // zero until terminal
+	// Result is set when the unit succeeded, or when it failed and the
+	// proxy said why.
+	Result *Result
+}
+
+// Result is what the proxy reported for a unit that ran: any exit code is
+// a result, not an error.
+type Result struct {
+	WorkID     string
+	InstanceID string // the instance that ran it
+	ExitCode   int
+	Stdout     []byte
+	Stderr     []byte
+	// StdoutTruncated and StderrTruncated tell that the proxy's output
+	// limit cut the stream.
+	StdoutTruncated bool
+	StderrTruncated bool
+	StartedAt       time.Time
+	FinishedAt      time.Time
+}
+
+// Err is nil for a unit that succeeded or has not ended yet, and a
+// *WorkError matching ErrFailed, ErrTimeout or ErrCancelled otherwise.
+func (w Work) Err() error {
+	switch w.State {
+	case StateFailed, StateTimedOut, StateCancelled:
+		return &WorkError{WorkID: w.ID, Account: w.Account, State: w.State, Reason: w.Reason, InstanceID: w.InstanceID}
+	}
+	return nil
+}
+
+// outcome is ExecuteOnProxy's answer for a terminal unit.
+func (w Work) outcome() (Result, error) {
+	if err := w.Err(); err != nil {
+		r := Result{WorkID: w.ID, InstanceID: w.InstanceID}
+		return r, err
+	}
+	if w.Result == nil {
+		return Result{WorkID: w.ID, InstanceID: w.InstanceID}, nil
+	}
+	return *w.Result, nil
+}
+
+func workFromProto(st *automatorv1.WorkStatus) Work {
+	w := Work{
+		ID:         st.GetWorkId(),
+		Account:    st.GetAccount(),
+		State:      stateFromProto(st.GetState()),
+		Reason:     st.GetReason(),
+		InstanceID: st.GetInstanceId(),
+		QueuedAt:   timeOf(st.GetQueuedAt()),
+		Deadline:   timeOf(st.GetDeadline()),
+		ClaimedAt:  timeOf(st.GetClaimedAt()),
+		FinishedAt: timeOf(st.GetFinishedAt()),
+	}
+	if r := st.GetResult(); r != nil {
+		w.Result = &Result{
+			WorkID:          w.ID,
+			InstanceID:      r.GetInstanceId(),
+			ExitCode:        int(r.GetExitCode()),
+			Stdout:          r.GetStdout(),
+			Stderr:          r.GetStderr(),
+			StdoutTruncated: r.GetStdoutTruncated(),
+			StderrTruncated: r.GetStderrTruncated(),
+			StartedAt:       timeOf(r.GetStartedAt()),
+			FinishedAt:      timeOf(r.GetFinishedAt()),
+		}
+		if w.Result.InstanceID == "" {
+			w.Result.InstanceID = w.InstanceID
+		}
+	}
+	return w
+}
+
+func stateFromProto(s automatorv1.State) State {
+	switch s {
+	case automatorv1.State_STATE_QUEUED:
+		return StateQueued
+	case automatorv1.State_STATE_CLAIMED:
+		return StateClaimed
+	case automatorv1.State_STATE_SUCCEEDED:
+		return StateSucceeded
+	case automatorv1.State_STATE_FAILED:
+		return StateFailed
+	case automatorv1.State_STATE_TIMED_OUT:
+		return StateTimedOut
+	case automatorv1.State_STATE_CANCELLED:
+		return StateCancelled
+	}
+	return State("unknown")
+}
+
+func timeOf(ts *timestamppb.Timestamp) time.Time {
+	if ts == nil {
+		return time.Time{}
+	}
+	return ts.AsTime()
+}

@@ -1,0 +1,360 @@
+package gateway_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/opsgate/opsgate/automator/automatortest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// api is an HTTP caller of one automator.
+type api struct {
+	t      *testing.T
+	base   string
+	apiKey string
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   map[string]any
+	raw    []byte
+}
+
+// do sends one request with the API key (unless key is "-") and decodes
+// the JSON answer.
+func (a api) do(method, path, key string, body any) response {
+	a.t.Helper()
+	var r io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		r = strings.NewReader(b)
+	default:
+		buf, err := json.Marshal(b)
+		if err != nil {
+			a.t.Fatal(err)
+		}
+		r = bytes.NewReader(buf)
+	}
+	req, err := http.NewRequest(method, a.base+path, r)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	if key == "" {
+		key = a.apiKey
+	}
+	if key != "-" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		a.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	out := response{status: resp.StatusCode, header: resp.Header, raw: raw}
+	if err := json.Unmarshal(raw, &out.body); err != nil {
+		a.t.Fatalf("%s %s: answer is not a JSON object: %v\n%s", method, path, err, raw)
+	}
+	return out
+}
+
+func (r response) str(path ...string) string {
+	var v any = r.body
+	for _, p := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return ""
+		}
+		v = m[p]
+	}
+	s, _ := v.(string)
+	return s
+}
+
+func (r response) b64(t *testing.T, path ...string) string {
+	t.Helper()
+	b, err := base64.StdEncoding.DecodeString(r.str(path...))
+	if err != nil {
+		t.Fatalf("%v is not base64: %v", path, err)
+	}
+	return string(b)
+}
+
+func (r response) want(t *testing.T, status int, state string) {
+	t.Helper()
+	if r.status != status || (state != "" && r.str("state") != state) {
+		t.Fatalf("HTTP %d state %q, want %d %q:\n%s", r.status, r.str("state"), status, state, r.raw)
+	}
+	if ct := r.header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type %q, want application/json", ct)
+	}
+}
+
+func start(t *testing.T) (*automatortest.Automator, api, string) {
+	a := automatortest.Start(t, automatortest.Options{})
+	scripts := t.TempDir()
+	automatortest.WriteScript(t, scripts, "hello.sh", `echo "hello ${1:-world} from $PROXY_INSTANCE_ID"`)
+	automatortest.WriteScript(t, scripts, "checksum.sh", `sha256sum | cut -d' ' -f1`)
+	automatortest.WriteScript(t, scripts, "exit.sh", `echo "exiting $1" >&2; exit "$1"`)
+	automatortest.WriteScript(t, scripts, "sleeper.sh", `echo started > "$1"; exec sleep 60`)
+	a.StartProxy(t, automatortest.ProxyOptions{InstanceID: "a", ScriptsDir: scripts, MaxConcurrency: 8}).WaitPolling(t)
+	return a, api{t: t, base: a.HTTPURL, apiKey: a.APIKey}, scripts
+}
+
+// TestEveryEndpoint drives each route of the HTTP/JSON API with net/http
+// against a real automator and proxy, checking status codes and bodies.
+func TestEveryEndpoint(t *testing.T) {
+	a, c, _ := start(t)
+
+	t.Run("execute succeeded: 200 with outputs in base64", func(t *testing.T) {
+		r := c.do("POST", "/v1/accounts/acme/execute", "", map[string]any{
+			"command": map[string]any{"script": "exit.sh", "args": []string{"0"}}, "timeout": "30s",
+		})
+		r.want(t, http.StatusOK, "STATE_SUCCEEDED")
+		if got := r.b64(t, "result", "stderr"); got != "exiting 0\n" {
+			t.Errorf("stderr %q", got)
+		}
+		res := r.body["result"].(map[string]any)
+		if code, ok := res["exit_code"]; !ok || code != float64(0) {
+			t.Errorf("exit_code %v (present: %v), want 0 spelled out", code, ok)
+		}
+		if r.str("result", "instance_id") != "a" || r.str("instance_id") != "a" || !strings.HasPrefix(r.str("work_id"), "w_") {
+			t.Errorf("body lacks the instance or work id:\n%s", r.raw)
+		}
+	})
+
+	t.Run("execute with stdin in base64", func(t *testing.T) {
+		in := []byte("some data\n")
+		r := c.do("POST", "/v1/accounts/acme/execute", "", map[string]any{
+			"command": map[string]any{"script": "checksum.sh", "stdin": base64.StdEncoding.EncodeToString(in)},
+		})
+		r.want(t, http.StatusOK, "STATE_SUCCEEDED")
+		sum := sha256.Sum256(in)
+		if got := r.b64(t, "result", "stdout"); got != hex.EncodeToString(sum[:])+"\n" {
+			t.Errorf("checksum %q of stdin, want %x", got, sum)
+		}
+	})
+
+	t.Run("execute of a remote exit code is still 200", func(t *testing.T) {
+		r := c.do("POST", "/v1/accounts/acme/execute", "", map[string]any{"command": map[string]any{"script": "exit.sh", "args": []string{"42"}}})
+		r.want(t, http.StatusOK, "STATE_SUCCEEDED")
+		if code := r.body["result"].(map[string]any)["exit_code"]; code != float64(42) {
+			t.Errorf("exit_code %v, want 42", code)
+		}
+	})
+
+	t.Run("execute failed: 502", func(t *testing.T) {
+		r := c.do("POST", "/v1/accounts/acme/execute", "", map[string]any{"command": map[string]any{"script": "not-deployed.sh"}})
+		r.want(t, http.StatusBadGateway, "STATE_FAILED")
+		if !strings.Contains(r.str("reason"), "not-deployed.sh") {
+			t.Errorf("reason %q does not name the script", r.str("reason"))
+		}
+	})
+
+	t.Run("execute timed out: 504", func(t *testing.T) {
+		pid := filepath.Join(t.TempDir(), "started")
+		r := c.do("POST", "/v1/accounts/acme/execute", "", map[string]any{
+			"command": map[string]any{"script": "sleeper.sh", "args": []string{pid}}, "timeout": "1s",
+		})
+		r.want(t, http.StatusGatewayTimeout, "STATE_TIMED_OUT")
+	})
+
+	t.Run("execute cancelled: 409; cancel; submit with a used key", func(t *testing.T) {
+		started := filepath.Join(t.TempDir(), "started")
+		req := map[string]any{
+			"command":         map[string]any{"script": "sleeper.sh", "args": []string{started}},
+			"timeout":         "60s",
+			"idempotency_key": "cancel-me",
+		}
+		done := make(chan response, 1)
+		go func() { done <- c.do("POST", "/v1/accounts/acme/execute", "", req) }()
+		automatortest.WaitFor(t, 10*time.Second, "the script to start", func() bool { return exists(started) })
+		// The same key finds the running unit: that is how a caller whose
+		// execute is blocked learns its id.
+		sub := c.do("POST", "/v1/accounts/acme/submit", "", req)
+		sub.want(t, http.StatusOK, "STATE_CLAIMED")
+		id := sub.str("work_id")
+		can := c.do("POST", "/v1/work/"+id+":cancel", "", nil)
+		can.want(t, http.StatusOK, "STATE_CANCELLED")
+		r := <-done
+		r.want(t, http.StatusConflict, "STATE_CANCELLED")
+		if r.str("work_id") != id || !strings.Contains(r.str("reason"), "cancelled by the caller") {
+			t.Errorf("execute answer for %s:\n%s", id, r.raw)
+		}
+		// Cancelling an ended unit changes nothing and is not an error.
+		again := c.do("POST", "/v1/work/"+id+":cancel", "", map[string]any{})
+		again.want(t, http.StatusOK, "STATE_CANCELLED")
+		if a.CountWork(t) == 0 {
+			t.Fatal("no unit stored")
+		}
+	})
+
+	t.Run("submit, get, wait", func(t *testing.T) {
+		sub := c.do("POST", "/v1/accounts/acme/submit", "", map[string]any{"command": map[string]any{"script": "hello.sh", "args": []string{"http"}}})
+		if sub.status != http.StatusOK || sub.str("work_id") == "" || sub.str("deadline") == "" {
+			t.Fatalf("submit: %d\n%s", sub.status, sub.raw)
+		}
+		id := sub.str("work_id")
+		w := c.do("POST", "/v1/work/"+id+":wait", "", nil)
+		w.want(t, http.StatusOK, "STATE_SUCCEEDED")
+		if got := w.b64(t, "result", "stdout"); got != "hello http from a\n" {
+			t.Errorf("stdout %q", got)
+		}
+		g := c.do("GET", "/v1/work/"+id, "", nil)
+		g.want(t, http.StatusOK, "STATE_SUCCEEDED")
+		if g.str("work_id") != id || g.b64(t, "result", "stdout") != "hello http from a\n" || g.str("finished_at") == "" {
+			t.Errorf("get:\n%s", g.raw)
+		}
+	})
+
+	t.Run("wait of a failed unit: 502; get of it: 200", func(t *testing.T) {
+		sub := c.do("POST", "/v1/accounts/acme/submit", "", map[string]any{"command": map[string]any{"script": "nope.sh"}})
+		id := sub.str("work_id")
+		c.do("POST", "/v1/work/"+id+":wait", "", nil).want(t, http.StatusBadGateway, "STATE_FAILED")
+		c.do("GET", "/v1/work/"+id, "", nil).want(t, http.StatusOK, "STATE_FAILED")
+	})
+
+	t.Run("idempotent submit", func(t *testing.T) {
+		req := map[string]any{"command": map[string]any{"script": "hello.sh"}, "idempotency_key": "twice"}
+		one := c.do("POST", "/v1/accounts/acme/submit", "", req)
+		two := c.do("POST", "/v1/accounts/acme/submit", "", req)
+		if one.status != 200 || two.status != 200 || one.str("work_id") != two.str("work_id") {
+			t.Fatalf("two submits with one key: %s and %s", one.raw, two.raw)
+		}
+	})
+
+	t.Run("list instances", func(t *testing.T) {
+		r := c.do("GET", "/v1/accounts/acme/instances", "", nil)
+		if r.status != 200 || !strings.Contains(string(r.raw), `"instance_id":"a"`) {
+			t.Fatalf("instances: %d\n%s", r.status, r.raw)
+		}
+	})
+
+	t.Run("errors", func(t *testing.T) {
+		for _, tc := range []struct {
+			name, method, path, key string
+			body                    any
+			status                  int
+			code                    float64
+			message                 string
+		}{
+			{"unknown account", "POST", "/v1/accounts/nobody/execute", "", map[string]any{"command": map[string]any{"script": "hello.sh"}}, 404, 5, `"nobody"`},
+			{"unknown work", "GET", "/v1/work/w_0000", "", nil, 404, 5, "w_0000"},
+			{"unknown work wait", "POST", "/v1/work/w_0000:wait", "", nil, 404, 5, "w_0000"},
+			{"unknown work cancel", "POST", "/v1/work/w_0000:cancel", "", nil, 404, 5, "w_0000"},
+			{"no script", "POST", "/v1/accounts/acme/submit", "", map[string]any{"command": map[string]any{}}, 400, 3, "command.script"},
+			{"unknown field", "POST", "/v1/accounts/acme/submit", "", `{"command": {"scirpt": "hello.sh"}}`, 400, 3, "scirpt"},
+			{"not JSON", "POST", "/v1/accounts/acme/submit", "", `script=hello.sh`, 400, 3, ""},
+			{"bad timeout", "POST", "/v1/accounts/acme/submit", "", map[string]any{"command": map[string]any{"script": "x"}, "timeout": "-1s"}, 400, 3, "timeout"},
+		} {
+			r := c.do(tc.method, tc.path, tc.key, tc.body)
+			if r.status != tc.status || r.body["code"] != tc.code || !strings.Contains(r.str("message"), tc.message) {
+				t.Errorf("%s: HTTP %d %s; want %d with code %v and a message containing %q", tc.name, r.status, r.raw, tc.status, tc.code, tc.message)
+			}
+		}
+	})
+}
+
+// TestEveryRouteNeedsTheAPIKey: the gateway calls the gRPC server, whose
+// interceptor authenticates; no route answers without a valid key, and the
+// proxy token is not an API key.
+func TestEveryRouteNeedsTheAPIKey(t *testing.T) {
+	a, c, _ := start(t)
+	sub := c.do("POST", "/v1/accounts/acme/submit", "", map[string]any{"command": map[string]any{"script": "hello.sh"}})
+	id := sub.str("work_id")
+	cmd := map[string]any{"command": map[string]any{"script": "hello.sh"}}
+	routes := []struct {
+		method, path string
+		body         any
+	}{
+		{"POST", "/v1/accounts/acme/execute", cmd},
+		{"POST", "/v1/accounts/acme/submit", cmd},
+		{"GET", "/v1/work/" + id, nil},
+		{"POST", "/v1/work/" + id + ":wait", nil},
+		{"POST", "/v1/work/" + id + ":cancel", nil},
+		{"GET", "/v1/accounts/acme/instances", nil},
+	}
+	for _, key := range []string{"-", "oak_wrong", a.Token} {
+		for _, rt := range routes {
+			r := c.do(rt.method, rt.path, key, rt.body)
+			if r.status != http.StatusUnauthorized || r.body["code"] != float64(16) {
+				t.Errorf("%s %s with key %.8q: HTTP %d %s; want 401 Unauthenticated", rt.method, rt.path, key, r.status, r.raw)
+			}
+		}
+	}
+	if n := a.CountWork(t); n != 1 {
+		t.Fatalf("%d units after unauthenticated calls, want only the 1 submitted with the key", n)
+	}
+	if g := c.do("GET", "/v1/work/"+id, "", nil); g.str("state") == "STATE_CANCELLED" {
+		t.Fatal("an unauthenticated cancel took effect")
+	}
+}
+
+func TestOpenAPIDocumentIsServed(t *testing.T) {
+	_, c, _ := start(t)
+	r := c.do("GET", "/v1/openapi.json", "-", nil)
+	if r.status != 200 || r.body["swagger"] != "2.0" {
+		t.Fatalf("openapi.json: %d\n%.300s", r.status, r.raw)
+	}
+	paths, _ := r.body["paths"].(map[string]any)
+	for _, p := range []string{
+		"/v1/accounts/{account}/execute", "/v1/accounts/{account}/submit",
+		"/v1/work/{work_id}", "/v1/work/{work_id}:wait", "/v1/work/{work_id}:cancel",
+	} {
+		if _, ok := paths[p]; !ok {
+			t.Errorf("openapi.json has no path %s", p)
+		}
+	}
+	exec := paths["/v1/accounts/{account}/execute"].(map[string]any)["post"].(map[string]any)["responses"].(map[string]any)
+	for _, code := range []string{"200", "401", "404", "409", "502", "504"} {
+		if _, ok := exec[code]; !ok {
+			t.Errorf("execute documents no %s response", code)
+		}
+	}
+	if !strings.Contains(string(r.raw), `"idempotency_key"`) || !strings.Contains(string(r.raw), `"Authorization"`) {
+		t.Error("openapi.json lacks idempotency_key or the Authorization scheme")
+	}
+}
+
+// TestPlaintextAutomatorServesTheAPI: with --insecure-plaintext the
+// in-memory connection speaks plaintext too.
+func TestPlaintextAutomatorServesTheAPI(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{Plaintext: true})
+	c := api{t: t, base: a.HTTPURL, apiKey: a.APIKey}
+	r := c.do("POST", "/v1/accounts/acme/submit", "", map[string]any{"command": map[string]any{"script": "x"}})
+	r.want(t, http.StatusOK, "STATE_QUEUED")
+	c.do("POST", "/v1/accounts/acme/submit", "oak_wrong", map[string]any{"command": map[string]any{"script": "x"}}).want(t, http.StatusUnauthorized, "")
+}
+
+// TestBodyLargerThanTheLimitIsRefused: the gateway bounds what it reads.
+func TestBodyLargerThanTheLimitIsRefused(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	c := api{t: t, base: a.HTTPURL, apiKey: a.APIKey}
+	big := `{"command": {"script": "x", "args": ["` + strings.Repeat("a", 17<<20) + `"]}}`
+	r := c.do("POST", "/v1/accounts/acme/submit", "", big)
+	if r.status < 400 || r.status >= 500 {
+		t.Fatalf("a 17 MiB body: HTTP %d %.200s; want a 4xx", r.status, r.raw)
+	}
+	if n := a.CountWork(t); n != 0 {
+		t.Fatalf("%d units queued", n)
+	}
+}

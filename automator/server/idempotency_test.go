@@ -1,0 +1,90 @@
+package server_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+func keyedRequest(account, key string) *automatorv1.ExecuteRequest {
+	return &automatorv1.ExecuteRequest{
+		Account: account, IdempotencyKey: key, Timeout: durationpb.New(time.Minute),
+		Command: &automatorv1.Command{Script: "x.sh", Args: []string{"a"}, Env: map[string]string{"K": "V"}},
+	}
+}
+
+// TestConcurrentSubmitsWithOneKeyQueueOneUnit: 20 submits with one key at
+// once return one unit, and only one unit can be claimed.
+func TestConcurrentSubmitsWithOneKeyQueueOneUnit(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	caller := e.callerClient()
+	const n = 20
+	ids := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st, err := caller.Submit(context.Background(), keyedRequest(e.account, "k-1"))
+			ids[i], errs[i] = st.GetWorkId(), err
+		}()
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil || ids[i] != ids[0] {
+			t.Fatalf("submit %d: %q, %v; want unit %q like submit 0", i, ids[i], errs[i], ids[0])
+		}
+	}
+	resp, err := e.proxyClient().Poll(context.Background(), &automatorv1.PollRequest{InstanceId: "a", MaxUnits: 100, Wait: durationpb.New(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.GetClaims()) != 1 || resp.GetClaims()[0].GetWorkId() != ids[0] {
+		t.Fatalf("claimed %d units, want exactly unit %s", len(resp.GetClaims()), ids[0])
+	}
+}
+
+// TestExecuteWithAUsedKeyReturnsTheFirstOutcome: ExecuteOnProxy with the
+// key of a unit that already ended answers with that unit at once.
+func TestExecuteWithAUsedKeyReturnsTheFirstOutcome(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	ctx := context.Background()
+	caller, proxy := e.callerClient(), e.proxyClient()
+	first, err := caller.Submit(ctx, keyedRequest(e.account, "k-2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := proxy.Poll(ctx, &automatorv1.PollRequest{InstanceId: "a", MaxUnits: 1})
+	if err != nil || len(resp.GetClaims()) != 1 {
+		t.Fatalf("poll: %v", err)
+	}
+	c := resp.GetClaims()[0]
+	if _, err := proxy.Complete(ctx, &automatorv1.CompleteRequest{
+		WorkId: c.GetWorkId(), ClaimId: c.GetClaimId(), InstanceId: "a", Outcome: automatorv1.Outcome_OUTCOME_SUCCEEDED,
+		SealedResult: e.sealResult(c.GetWorkId(), &automatorv1.Result{ExitCode: 4, Stdout: []byte("first")}),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := caller.ExecuteOnProxy(ctx, keyedRequest(e.account, "k-2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetWorkId() != first.GetWorkId() || st.GetState() != automatorv1.State_STATE_SUCCEEDED || string(st.GetResult().GetStdout()) != "first" {
+		t.Fatalf("repeat: %v; want the first unit's outcome", st)
+	}
+	other := keyedRequest(e.account, "k-2")
+	other.Command.Env["K"] = "W"
+	_, err = caller.Submit(ctx, other)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), first.GetWorkId()) {
+		t.Fatalf("the key with another command: %v; want InvalidArgument naming %s", err, first.GetWorkId())
+	}
+}

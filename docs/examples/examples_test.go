@@ -1,0 +1,147 @@
+//go:build linux
+
+package examples_test
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/opsgate/opsgate/automator/automatortest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// start runs an automator and one proxy instance serving the repository's
+// example scripts (deploy/scripts), as `make demo` does.
+func start(t *testing.T) *automatortest.Automator {
+	t.Helper()
+	a := automatortest.Start(t, automatortest.Options{})
+	scripts, err := filepath.Abs("../../deploy/scripts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.StartProxy(t, automatortest.ProxyOptions{InstanceID: "docs-a", ScriptsDir: scripts}).WaitPolling(t)
+	return a
+}
+
+func exampleEnv(a *automatortest.Automator) []string {
+	return append(os.Environ(), "AUTOMATOR_HTTP="+a.HTTPURL, "AUTOMATOR_API_KEY="+a.APIKey, "ACCOUNT="+a.Account)
+}
+
+// TestCurlExample runs docs/examples/curl.sh: execute, then submit with
+// stdin and an idempotency key, wait and get.
+func TestCurlExample(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("curl is not installed; the curl example cannot run here")
+	}
+	a := start(t)
+	cmd := exec.Command("sh", "curl.sh")
+	cmd.Env = exampleEnv(a)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("curl.sh: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
+	}
+	// Three answers, each followed by its "HTTP <status>" line.
+	parts := regexp.MustCompile(`(?m)^HTTP (\d+)$`).Split(strings.TrimSpace(string(out)), -1)
+	statuses := regexp.MustCompile(`(?m)^HTTP (\d+)$`).FindAllStringSubmatch(string(out), -1)
+	if len(statuses) != 3 {
+		t.Fatalf("curl.sh printed %d answers, want 3:\n%s", len(statuses), out)
+	}
+	var answers []map[string]any
+	for i, s := range statuses {
+		if s[1] != "200" {
+			t.Fatalf("answer %d: HTTP %s:\n%s", i+1, s[1], out)
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(parts[i]), &m); err != nil {
+			t.Fatalf("answer %d is not JSON: %v\n%s", i+1, err, parts[i])
+		}
+		answers = append(answers, m)
+	}
+	stdout := func(m map[string]any) string {
+		b, _ := base64.StdEncoding.DecodeString(m["result"].(map[string]any)["stdout"].(string))
+		return string(b)
+	}
+	if got := stdout(answers[0]); !strings.HasPrefix(got, "hello world from instance docs-a") {
+		t.Errorf("execute: stdout %q", got)
+	}
+	// sha256sum of "some data\n", the stdin curl.sh sends.
+	const want = "5aa03f96c77536579166fba147929626cc3a97960e994057a9d80271a736d10f\n"
+	for i, m := range answers[1:] {
+		if m["state"] != "STATE_SUCCEEDED" || stdout(m) != want {
+			t.Errorf("answer %d: %v, stdout %q; want succeeded with the checksum %q", i+2, m["state"], stdout(m), want)
+		}
+	}
+	if answers[1]["work_id"] != answers[2]["work_id"] {
+		t.Errorf("wait and get answered for different units")
+	}
+}
+
+// TestPythonExample runs docs/examples/execute.py: a result with its exit
+// code, and a script the proxy cannot run (125).
+func TestPythonExample(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 is not installed (not in PATH); the Python example cannot run here")
+	}
+	a := start(t)
+	run := func(stdin string, args ...string) (int, string, string) {
+		cmd := exec.Command(py, append([]string{"execute.py"}, args...)...)
+		cmd.Env = exampleEnv(a)
+		cmd.Stdin = strings.NewReader(stdin)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("execute.py: %v", err)
+		}
+		return code, out.String(), errb.String()
+	}
+	code, out, errs := run("", "hello.sh", "python")
+	if code != 0 || !strings.HasPrefix(out, "hello python from instance docs-a") {
+		t.Errorf("execute.py hello.sh: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	code, out, errs = run("data\n", "exit-code.sh", "3")
+	if code != 3 || errs != "exiting with 3\n" {
+		t.Errorf("execute.py exit-code.sh 3: exit %d, stdout %q, stderr %q; want 3", code, out, errs)
+	}
+	code, _, errs = run("", "not-deployed.sh")
+	if code != 125 || !strings.Contains(errs, "not-deployed.sh") {
+		t.Errorf("execute.py not-deployed.sh: exit %d, stderr %q; want 125 naming the script", code, errs)
+	}
+	if code, _, errs = run("", "../../bin/sh"); code != 125 {
+		t.Errorf("execute.py ../../bin/sh: exit %d, stderr %q; want 125", code, errs)
+	}
+}
+
+// TestDocsShowTheExamplesThatRun: docs/api.md shows each example file
+// verbatim, so the documented code is the tested code.
+func TestDocsShowTheExamplesThatRun(t *testing.T) {
+	doc, err := os.ReadFile("../api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"curl.sh", "execute.py", "goclient/main.go"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(doc, b) {
+			t.Errorf("docs/api.md does not show docs/examples/%s verbatim; copy the file into its code block", f)
+		}
+	}
+}

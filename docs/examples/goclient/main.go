@@ -1,0 +1,77 @@
+// Command goclient is executeOnProxy from Go with the automator's client
+// package (docs/api.md):
+//
+//	AUTOMATOR_GRPC=https://automator.example:8443 AUTOMATOR_CA=ca.pem \
+//	AUTOMATOR_API_KEY=$(cat admin.apikey) go run ./docs/examples/goclient hello.sh world
+//
+// AUTOMATOR_GRPC may list several automators, comma-separated: a call that
+// finds one unavailable moves on to the next.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/client"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run executes SCRIPT [ARG...] on a proxy of $ACCOUNT (default acme) and
+// returns the exit code `automator exec` would.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "usage: goclient SCRIPT [ARG...]")
+		return 255
+	}
+	account := getenv("ACCOUNT")
+	if account == "" {
+		account = "acme"
+	}
+	c, err := client.New(client.Config{
+		Addresses: strings.Split(getenv("AUTOMATOR_GRPC"), ","),
+		APIKey:    getenv("AUTOMATOR_API_KEY"),
+		CAFile:    getenv("AUTOMATOR_CA"),
+	})
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 255
+	}
+	defer c.Close()
+
+	// ExecuteOnProxy submits with an idempotency key and waits by work id,
+	// so a dropped connection never runs the script twice. Ctrl-C (ctx)
+	// cancels the unit.
+	res, err := c.ExecuteOnProxy(ctx, account, client.Command{Script: args[0], Args: args[1:]},
+		client.WithTimeout(5*time.Minute))
+	var we *client.WorkError
+	switch {
+	case errors.Is(err, client.ErrTimeout):
+		fmt.Fprintln(stderr, err) // "work w_… timed out: …"
+		return 124
+	case errors.Is(err, client.ErrFailed):
+		fmt.Fprintln(stderr, err)
+		return 125
+	case errors.As(err, &we) && we.State == client.StateCancelled:
+		fmt.Fprintln(stderr, err)
+		return 126
+	case err != nil: // the call itself: auth, unknown account, no automator reachable
+		fmt.Fprintln(stderr, err)
+		return 255
+	}
+	stdout.Write(res.Stdout)
+	stderr.Write(res.Stderr)
+	fmt.Fprintf(stderr, "(work %s ran on instance %s, exit code %d)\n", res.WorkID, res.InstanceID, res.ExitCode)
+	return res.ExitCode
+}
