@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/opsgate/opsgate/version.Version=$(VERSION)
 GO ?= go
 
-.PHONY: all build test demo generate generate-check fmt-check vet staticcheck windows race fuzz
+.PHONY: all build test demo generate generate-check fmt-check vet staticcheck windows race fuzz bench
 
 all: build
 
@@ -36,9 +36,12 @@ windows:
 	@set -e; for p in $$(GOOS=windows $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...); do \
 		GOOS=windows $(GO) test -c -o /dev/null $$p; done
 
-# All tests under the race detector.
+# All tests under the race detector. The PostgreSQL tests use the server
+# AUTOMATOR_TEST_POSTGRES names, else a throwaway cluster scripts/pg-run.sh
+# starts (and removes) with the machine's PostgreSQL; they fail, not skip,
+# when neither is there.
 race:
-	$(GO) test -race -count=1 -timeout 8m ./...
+	scripts/pg-run.sh $(GO) test -race -count=1 -timeout 8m ./...
 
 test: fmt-check vet staticcheck windows generate-check race
 
@@ -48,3 +51,12 @@ fuzz:
 
 demo: build
 	scripts/demo.sh
+
+# Throughput, latency, wake-up and idle-scale figures of real processes on
+# loopback, beside baselines measured in the same run (docs/performance.md):
+# a markdown table on stdout and bench-results.json. PROFILE=1 also writes
+# CPU, heap, block and goroutine profiles of the automator into
+# bin/bench-profiles/.
+bench: build
+	$(GO) build -o bin/opsgate-bench ./scripts/bench
+	bin/opsgate-bench -bin bin -out bench-results.json $(if $(filter-out 0,$(PROFILE)),-profile bin/bench-profiles) $(BENCHFLAGS)

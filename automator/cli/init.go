@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,7 +10,6 @@ import (
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/pki"
 	"github.com/opsgate/opsgate/automator/store"
-	"github.com/opsgate/opsgate/automator/store/sqlitestore"
 	"github.com/opsgate/opsgate/crypto"
 )
 
@@ -100,16 +98,4 @@ func cmdInit(ctx context.Context, args []string, env Env) error {
 	}
 	fmt.Fprintf(env.Stdout, "initialised %s for %s\nnext: automator serve --data-dir %s\n", *dir, cfg.PublicURL, *dir)
 	return nil
-}
-
-// openStore opens the database named by the settings.
-func openStore(ctx context.Context, dir string, cfg config.Config) (store.Store, error) {
-	if len(cfg.DB) >= len("postgres:") && (cfg.DB[:len("postgres:")] == "postgres:" || (len(cfg.DB) >= 11 && cfg.DB[:11] == "postgresql:")) {
-		return nil, errors.New("db: PostgreSQL is not supported by this build yet; use a SQLite path")
-	}
-	st, err := sqlitestore.Open(ctx, cfg.DBPath(dir))
-	if err != nil {
-		return nil, err
-	}
-	return st, nil
 }

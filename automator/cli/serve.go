@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/gateway"
 	"github.com/opsgate/opsgate/automator/pki"
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/crypto"
@@ -30,7 +31,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("serve", env)
 	dir := fs.String("data-dir", "", "the automator's data directory (made by init)")
 	listen := fs.String("listen", "", "gRPC address host:port (overrides automator.yaml)")
-	httpListen := fs.String("http-listen", "", "HTTP address for /healthz (overrides automator.yaml)")
+	httpListen := fs.String("http-listen", "", "HTTP address for /healthz and the HTTP/JSON API under /v1/ (overrides automator.yaml)")
 	db := fs.String("db", "", "database DSN (overrides automator.yaml)")
 	replicaID := fs.String("replica-id", "", "this replica's id among automators sharing a database")
 	plaintext := fs.Bool("insecure-plaintext", false, "serve gRPC without TLS; loopback addresses only (tests and demos)")
@@ -77,16 +78,18 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	}
 	defer st.Close()
 
-	log := logger(env.Stderr)
-	if cfg.ReplicaID != "" {
-		log = log.With("replica_id", cfg.ReplicaID)
+	if cfg.ReplicaID == "" {
+		cfg.ReplicaID = defaultReplicaID(*dir)
 	}
+	log := logger(env.Stderr).With("replica_id", cfg.ReplicaID)
 	srv, err := server.New(server.Options{
 		Store:          st,
 		MasterKey:      master,
 		DefaultTimeout: cfg.DefaultTimeout,
 		PollWindow:     cfg.PollWindow,
 		Logger:         log,
+		// PostgreSQL: queue events reach the other replicas (NOTIFY/LISTEN).
+		Broadcaster: broadcasterFor(st),
 	})
 	if err != nil {
 		return err
@@ -122,18 +125,24 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	startPprof(runCtx, log) // only with $AUTOMATOR_PPROF_ADDR (make bench PROFILE=1)
+	// HTTP/JSON API and /v1/openapi.json: calls of gs, authenticated by its interceptor.
+	if err := gateway.Mount(runCtx, mux, gs, gateway.Options{TLS: !cfg.InsecurePlaintext, MaxMessage: maxMessage}); err != nil {
+		return err
+	}
 	errc := make(chan error, 2)
 	go func() { errc <- gs.Serve(lis) }()
 	go func() { errc <- hs.Serve(hlis) }()
 	sweeperDone := make(chan struct{})
 	go func() { srv.Run(runCtx); close(sweeperDone) }()
+	heartbeatDone := startHeartbeat(runCtx, st, cfg.ReplicaID, log)
 
 	if err := config.WriteServing(*dir, config.Serving{
 		GRPC: lis.Addr().String(), HTTP: hlis.Addr().String(), Plaintext: cfg.InsecurePlaintext,
 	}); err != nil {
 		return fmt.Errorf("writing %s: %w", config.FileServing, err)
 	}
-	log.Info("serving", "grpc", lis.Addr().String(), "http", hlis.Addr().String(), "tls", !cfg.InsecurePlaintext, "db", cfg.DBPath(*dir))
+	log.Info("serving", "grpc", lis.Addr().String(), "http", hlis.Addr().String(), "tls", !cfg.InsecurePlaintext, "db", describeDB(*dir, cfg))
 
 	var serveErr error
 	select {
@@ -144,6 +153,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	srv.Shutdown()
 	cancel()
 	<-sweeperDone
+	<-heartbeatDone
 	stopped := make(chan struct{})
 	go func() { gs.GracefulStop(); close(stopped) }()
 	select {

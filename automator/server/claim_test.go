@@ -22,7 +22,7 @@ import (
 func TestClaimIsNeverGivenTwice(t *testing.T) {
 	const units, pollers = 2000, 8
 	e := newEnv(t, envOptions{pollWindow: 500 * time.Millisecond})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	caller := e.callerClient()
 

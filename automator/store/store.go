@@ -1,6 +1,6 @@
 // Package store defines the automator's persistence seam: the Store
 // interface, the types it traffics in and the sentinel errors that form its
-// contract. Backends live in sub-packages (sqlitestore, later pgstore) and
+// contract. Backends live in sub-packages (sqlitestore, pgstore) and
 // all pass the shared conformance suite in storetest.
 //
 // This package imports nothing else of ours.
@@ -102,6 +102,18 @@ type Instance struct {
 	InFlight   int
 }
 
+// Replica is one automator process sharing the store, as its last heartbeat
+// described it. Replicas are never registered nor removed: a replica appears
+// with its first heartbeat, and one that stopped keeps its row (its LastSeen
+// tells how long ago).
+type Replica struct {
+	ReplicaID string
+	Hostname  string
+	Version   string
+	StartedAt time.Time // when the process started
+	LastSeen  time.Time // its latest heartbeat
+}
+
 // APIKey authenticates callers of the AutomatorService.
 type APIKey struct {
 	ID        string // public identifier, shown in listings and logs
@@ -178,6 +190,14 @@ type InstanceSeenParams struct {
 	Now        time.Time
 }
 
+type ReplicaHeartbeatParams struct {
+	ReplicaID string
+	Hostname  string
+	Version   string
+	StartedAt time.Time
+	Now       time.Time // becomes LastSeen
+}
+
 type APIKeyCreateParams struct {
 	ID   string
 	Hash []byte
@@ -232,6 +252,13 @@ type Store interface {
 	InstanceSeen(ctx context.Context, p InstanceSeenParams) error
 	// InstanceList returns the instances of an account, ordered by id.
 	InstanceList(ctx context.Context, account string) ([]Instance, error)
+
+	// ReplicaHeartbeat records that a replica is alive (upsert by
+	// ReplicaID: a restart under the same id replaces its row).
+	ReplicaHeartbeat(ctx context.Context, p ReplicaHeartbeatParams) error
+	// ReplicaList returns every replica that ever sent a heartbeat, ordered
+	// by id.
+	ReplicaList(ctx context.Context) ([]Replica, error)
 
 	// APIKeyCreate stores a new API key; ErrExists if the ID is taken.
 	APIKeyCreate(ctx context.Context, p APIKeyCreateParams) (APIKey, error)

@@ -67,6 +67,15 @@ CREATE TABLE api_keys (
 	created_at INTEGER NOT NULL
 ) STRICT;
 `},
+	{version: 2, name: "replicas", sql: `
+CREATE TABLE replicas (
+	replica_id TEXT    PRIMARY KEY,
+	hostname   TEXT    NOT NULL,
+	version    TEXT    NOT NULL,
+	started_at INTEGER NOT NULL,
+	last_seen  INTEGER NOT NULL
+) STRICT;
+`},
 }
 
 // migrate applies the migrations not yet recorded in schema_migrations, all

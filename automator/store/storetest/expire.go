@@ -1,9 +1,11 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/opsgate/opsgate/automator/store"
@@ -12,6 +14,8 @@ import (
 var expireCases = []testCase{
 	{"WorkExpireTimesOutDueOpenUnitsOnly", testWorkExpireDueOpenUnitsOnly},
 	{"WorkExpireRespectsMax", testWorkExpireRespectsMax},
+	{"ConcurrentSweepersNeverExpireAUnitTwice", testConcurrentSweepers},
+	{"AUnitEndsOnceWhenItsResultRacesItsDeadline", testResultRacesDeadline},
 }
 
 func testWorkExpireDueOpenUnitsOnly(f *fixture) {
@@ -114,5 +118,145 @@ func testWorkExpireRespectsMax(f *fixture) {
 	}
 	for i := range due {
 		f.wantState(fmt.Sprintf("w-%d", i), store.StateTimedOut)
+	}
+}
+
+// testConcurrentSweepers runs several sweepers at once, as several automator
+// replicas do: each due unit is expired by exactly one of them.
+func testConcurrentSweepers(f *fixture) {
+	const units, sweepers = 80, 6
+	f.account("acme")
+	for i := range units {
+		f.enqueue(fmt.Sprintf("w-%03d", i), "acme", at(time.Duration(i)*time.Microsecond), at(time.Minute+time.Duration(i)*time.Microsecond))
+	}
+	f.claim("acme", "host-a", units/3, at(time.Second))
+	now := at(time.Hour)
+
+	var (
+		mu   sync.Mutex
+		got  = map[string]int{}
+		errs []error
+		wg   sync.WaitGroup
+	)
+	for range sweepers {
+		wg.Go(func() {
+			for {
+				ws, err := f.s.WorkExpire(f.ctx, store.WorkExpireParams{Now: now, Max: 3})
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, err)
+				}
+				for _, w := range ws {
+					got[w.ID]++
+				}
+				mu.Unlock()
+				if err != nil || len(ws) == 0 {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		f.t.Errorf("WorkExpire: %v", err)
+	}
+	// A sweeper that found nothing left while others still held rows may
+	// stop early; whatever is left, one more sweep takes.
+	rest, err := f.s.WorkExpire(f.ctx, store.WorkExpireParams{Now: now})
+	if err != nil {
+		f.t.Fatalf("final WorkExpire: %v", err)
+	}
+	for _, w := range rest {
+		got[w.ID]++
+	}
+	if len(got) != units {
+		f.t.Errorf("%d distinct units expired, want %d", len(got), units)
+	}
+	for id, n := range got {
+		if n != 1 {
+			f.t.Errorf("unit %s expired %d times, want once", id, n)
+		}
+	}
+}
+
+// testResultRacesDeadline: claimers post results while sweepers expire the
+// same units. Each unit ends exactly once: either its result is recorded or
+// it times out, never both, and the stored state says which.
+func testResultRacesDeadline(f *fixture) {
+	const units = 60
+	f.account("acme")
+	deadline := at(time.Minute)
+	for i := range units {
+		f.enqueue(fmt.Sprintf("w-%03d", i), "acme", at(time.Duration(i)*time.Microsecond), deadline)
+	}
+	claimed := f.claim("acme", "host-a", units, at(time.Second))
+	if len(claimed) != units {
+		f.t.Fatalf("claimed %d units, want %d", len(claimed), units)
+	}
+
+	var (
+		mu        sync.Mutex
+		completed = map[string]bool{}
+		expired   = map[string]int{}
+		errs      []error
+		wg        sync.WaitGroup
+	)
+	// The result is posted at the last instant before the deadline; the
+	// sweep runs at the deadline.
+	for half := range 2 {
+		wg.Go(func() {
+			for i := half; i < units; i += 2 {
+				w := claimed[i]
+				_, err := f.s.WorkComplete(f.ctx, store.WorkCompleteParams{
+					ID: w.ID, ClaimID: w.ClaimID, State: store.StateSucceeded,
+					SealedResult: []byte("r"), Now: deadline.Add(-time.Microsecond),
+				})
+				mu.Lock()
+				switch {
+				case err == nil:
+					completed[w.ID] = true
+				case !errors.Is(err, store.ErrNotClaimable):
+					errs = append(errs, err)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for range 2 {
+		wg.Go(func() {
+			for {
+				ws, err := f.s.WorkExpire(f.ctx, store.WorkExpireParams{Now: deadline, Max: 2})
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, err)
+				}
+				for _, w := range ws {
+					expired[w.ID]++
+				}
+				mu.Unlock()
+				if err != nil || len(ws) == 0 {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		f.t.Errorf("unexpected error: %v", err)
+	}
+	for _, w := range claimed {
+		got := f.get(w.ID)
+		switch {
+		case completed[w.ID] && expired[w.ID] > 0:
+			f.t.Errorf("unit %s was both completed and expired", w.ID)
+		case expired[w.ID] > 1:
+			f.t.Errorf("unit %s expired %d times", w.ID, expired[w.ID])
+		case completed[w.ID] && got.State != store.StateSucceeded:
+			f.t.Errorf("unit %s was completed but is stored as %s", w.ID, got.State)
+		case expired[w.ID] == 1 && got.State != store.StateTimedOut:
+			f.t.Errorf("unit %s was expired but is stored as %s", w.ID, got.State)
+		case !completed[w.ID] && expired[w.ID] == 0 && got.State != store.StateClaimed:
+			f.t.Errorf("unit %s neither completed nor expired, but is stored as %s", w.ID, got.State)
+		}
 	}
 }

@@ -1,5 +1,5 @@
 // Package storetest is the conformance suite that every store.Store backend
-// runs unchanged: sqlitestore today, pgstore later. A change in store
+// runs unchanged: sqlitestore and pgstore. A change in store
 // semantics arrives with a case here, never with a test for one backend only.
 //
 // The suite never sleeps: every time is injected through the params' Now
@@ -26,7 +26,7 @@ import (
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Helper()
 	all := slices.Concat(accountCases, workCases, claimCases, completeCases, cancelCases,
-		expireCases, instanceCases, apiKeyCases, idempotencyCases)
+		expireCases, instanceCases, apiKeyCases, idempotencyCases, replicaCases)
 	for _, c := range all {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -1,0 +1,133 @@
+package cli
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/version"
+)
+
+// Replica heartbeats: every replica refreshes its row this often, and a
+// replica is listed as alive while its last heartbeat is younger than
+// replicaAliveWithin (three missed beats).
+const (
+	heartbeatInterval  = 5 * time.Second
+	replicaAliveWithin = 3 * heartbeatInterval
+)
+
+// defaultReplicaID names a replica that was given no --replica-id (nor
+// replica_id in automator.yaml): the host name and a short hash of the data
+// directory's absolute path. It stays the same across restarts, and two
+// replicas on one host differ as long as their data directories do.
+func defaultReplicaID(dir string) string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "automator"
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		abs = dir
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return host + "-" + hex.EncodeToString(sum[:4])
+}
+
+// startHeartbeat records the replica's first heartbeat before it returns
+// (so a replica that serves is listed), then one every heartbeatInterval
+// until ctx is done; the returned channel closes when it has stopped. A
+// failed heartbeat is logged and retried at the next beat: it only makes
+// the replica look dead in listings.
+func startHeartbeat(ctx context.Context, st store.Store, replicaID string, log *slog.Logger) <-chan struct{} {
+	host, _ := os.Hostname()
+	p := store.ReplicaHeartbeatParams{
+		ReplicaID: replicaID,
+		Hostname:  host,
+		Version:   version.Version,
+		StartedAt: time.Now(),
+	}
+	beat := func() {
+		p.Now = time.Now()
+		if err := st.ReplicaHeartbeat(ctx, p); err != nil && ctx.Err() == nil {
+			log.Warn("recording this replica's heartbeat", "err", err)
+		}
+	}
+	beat()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(heartbeatInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				beat()
+			}
+		}
+	}()
+	return done
+}
+
+// cmdReplicas lists the automator replicas sharing the data directory's
+// database, from their heartbeats.
+func cmdReplicas(ctx context.Context, args []string, env Env) error {
+	fs := newFlags("replicas", env)
+	dir := fs.String("data-dir", "", "the automator's data directory")
+	db := fs.String("db", "", "database DSN (overrides automator.yaml)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("replicas takes no arguments, got %q", fs.Args())
+	}
+	if err := requireFlag("data-dir", *dir); err != nil {
+		return err
+	}
+	cfg, err := config.Load(*dir)
+	if err != nil {
+		return err
+	}
+	if *db != "" {
+		cfg.DB = *db
+	}
+	st, err := openStore(ctx, *dir, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	list, err := st.ReplicaList(ctx)
+	if err != nil {
+		return err
+	}
+	writeReplicas(env, list, time.Now())
+	return nil
+}
+
+func writeReplicas(env Env, list []store.Replica, now time.Time) {
+	if len(list) == 0 {
+		fmt.Fprintln(env.Stdout, "no replica has sent a heartbeat to this database yet")
+		return
+	}
+	w := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "REPLICA ID\tHOST\tVERSION\tSTARTED\tLAST SEEN\tALIVE")
+	for _, r := range list {
+		alive := "no"
+		if now.Sub(r.LastSeen) < replicaAliveWithin {
+			alive = "yes"
+		}
+		ago := max(now.Sub(r.LastSeen), 0).Round(time.Second)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s (%s ago)\t%s\n", r.ReplicaID, r.Hostname, r.Version,
+			r.StartedAt.UTC().Format(time.RFC3339), r.LastSeen.UTC().Format(time.RFC3339), ago, alive)
+	}
+	w.Flush()
+}

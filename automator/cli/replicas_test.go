@@ -1,0 +1,95 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+func TestDefaultReplicaIDIsStablePerDataDirectory(t *testing.T) {
+	root := t.TempDir()
+	a, b := filepath.Join(root, "a"), filepath.Join(root, "b")
+	first := defaultReplicaID(a)
+	if again := defaultReplicaID(a); again != first {
+		t.Errorf("two calls for one directory gave %q and %q", first, again)
+	}
+	t.Chdir(root)
+	if defaultReplicaID("a") != defaultReplicaID(a) {
+		t.Errorf("a relative and an absolute path of one directory differ: %q, %q", defaultReplicaID("a"), defaultReplicaID(a))
+	}
+	if defaultReplicaID(a) == defaultReplicaID(b) {
+		t.Errorf("two data directories on one host share the id %q", defaultReplicaID(a))
+	}
+}
+
+// initDir makes a data directory with the default (SQLite) store.
+func initDir(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "data")
+	var out, errb bytes.Buffer
+	if code := Main(t.Context(), []string{"init", "--data-dir", dir, "--public-url", "https://127.0.0.1:8443"}, Env{Stdout: &out, Stderr: &errb}); code != 0 {
+		t.Fatalf("init: exit %d: %s", code, errb.String())
+	}
+	return dir
+}
+
+func replicasCLI(t *testing.T, dir string) string {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if code := Main(t.Context(), []string{"replicas", "--data-dir", dir}, Env{Stdout: &out, Stderr: &errb}); code != 0 {
+		t.Fatalf("replicas: exit %d: %s", code, errb.String())
+	}
+	return out.String()
+}
+
+func TestReplicasListsHeartbeatsAndWhoIsAlive(t *testing.T) {
+	dir := initDir(t)
+	if out := replicasCLI(t, dir); !strings.Contains(out, "no replica") {
+		t.Errorf("replicas before any heartbeat printed %q, want it to say there is none", out)
+	}
+
+	cfg, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := openStore(t.Context(), dir, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	now := time.Now()
+	// One replica beating now (the loop), one that stopped a minute ago.
+	if err := st.ReplicaHeartbeat(t.Context(), store.ReplicaHeartbeatParams{
+		ReplicaID: "gone", Hostname: "old-host", Version: "v0.9", StartedAt: now.Add(-time.Hour), Now: now.Add(-time.Minute),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := startHeartbeat(ctx, st, "live", slog.New(slog.DiscardHandler))
+	// The first heartbeat is recorded before startHeartbeat returns.
+	out := replicasCLI(t, dir)
+	cancel()
+	<-done
+
+	rows := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
+		f := strings.Fields(line)
+		rows[f[0]] = f
+	}
+	if f := rows["live"]; len(f) == 0 || f[len(f)-1] != "yes" {
+		t.Errorf("replica live: row %q, want it alive (yes); the table:\n%s", f, out)
+	}
+	if f := rows["gone"]; len(f) == 0 || f[len(f)-1] != "no" || f[1] != "old-host" || f[2] != "v0.9" {
+		t.Errorf("replica gone: row %q, want old-host v0.9 ... no; the table:\n%s", f, out)
+	}
+	if !strings.HasPrefix(out, "REPLICA ID") || !strings.Contains(out, "LAST SEEN") {
+		t.Errorf("the table has no header:\n%s", out)
+	}
+}

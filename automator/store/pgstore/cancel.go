@@ -1,0 +1,37 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+func (s *Store) WorkCancel(ctx context.Context, p store.WorkCancelParams) (store.Work, error) {
+	// No transaction: the conditional UPDATE is the whole write, and the read
+	// after a refusal only explains it.
+	var w store.Work
+	err := func() error {
+		var err error
+		w, err = scanWork(s.pool.QueryRow(ctx, `UPDATE work
+SET state = 'cancelled', reason = $1, finished_at = $2
+WHERE id = $3 AND state IN ('queued', 'claimed')
+RETURNING `+workColumns,
+			p.Reason, p.Now, p.ID))
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		w, err = getWork(ctx, s.pool, p.ID)
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("it is already %s: %w", w.State, store.ErrNotClaimable)
+	}()
+	if err != nil {
+		return w, fmt.Errorf("cancelling work %q: %w", p.ID, err)
+	}
+	return w, nil
+}

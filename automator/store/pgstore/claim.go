@@ -1,0 +1,67 @@
+package pgstore
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+// claimSQL claims in one statement, so in one transaction: the CTE locks
+// the account's oldest queued units that are still ahead of their deadline,
+// skipping rows another claimer has locked (FOR UPDATE SKIP LOCKED: no
+// claimer waits for another, none takes a locked row), numbers them oldest
+// first, and the UPDATE moves each to claimed only while it is still queued
+// (the conditional write that makes a claim happen at most once), the n-th
+// with the n-th claim id.
+var claimSQL = `WITH picked AS (
+	SELECT id, queued_at FROM work
+	WHERE account = $1 AND state = 'queued' AND deadline > $2
+	ORDER BY queued_at, id
+	LIMIT $3
+	FOR UPDATE SKIP LOCKED
+), numbered AS (
+	SELECT id, row_number() OVER (ORDER BY queued_at, id) AS n FROM picked
+)
+UPDATE work SET state = 'claimed', instance_id = $4, claim_id = ($5::text[])[numbered.n], claimed_at = $2
+FROM numbered
+WHERE work.id = numbered.id AND work.state = 'queued'
+RETURNING numbered.n, ` + workColumnsOf("work")
+
+func (s *Store) WorkClaim(ctx context.Context, p store.WorkClaimParams) ([]store.Work, error) {
+	if p.Max <= 0 {
+		return nil, nil
+	}
+	if len(p.ClaimIDs) < p.Max {
+		return nil, fmt.Errorf("claiming work for account %q: %d claim ids for up to %d units", p.Account, len(p.ClaimIDs), p.Max)
+	}
+	rows, err := s.pool.Query(ctx, claimSQL, p.Account, p.Now, p.Max, p.InstanceID, p.ClaimIDs[:p.Max])
+	if err != nil {
+		return nil, fmt.Errorf("claiming work for account %q: %w", p.Account, err)
+	}
+	type numbered struct {
+		n int64
+		w store.Work
+	}
+	claimed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (numbered, error) {
+		var c numbered
+		var err error
+		c.w, err = scanWorkAfter(r, &c.n)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claiming work for account %q: %w", p.Account, err)
+	}
+	// RETURNING has no order: put them back oldest first, the order their
+	// claim ids were handed out in.
+	slices.SortFunc(claimed, func(a, b numbered) int { return cmp.Compare(a.n, b.n) })
+	out := make([]store.Work, len(claimed))
+	for i, c := range claimed {
+		out[i] = c.w
+	}
+	return out, nil
+}

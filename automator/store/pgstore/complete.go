@@ -1,0 +1,54 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+// WorkComplete records the claimer's outcome. On ErrClaimMismatch and
+// ErrNotClaimable it also returns the unit as it stands, so the caller can
+// say why the result was refused.
+func (s *Store) WorkComplete(ctx context.Context, p store.WorkCompleteParams) (store.Work, error) {
+	switch p.State {
+	case store.StateSucceeded, store.StateFailed, store.StateCancelled:
+	default:
+		return store.Work{}, fmt.Errorf("completing work %q: %q is not an outcome a claimer reports (succeeded, failed or cancelled)", p.ID, p.State)
+	}
+	// No transaction: the conditional UPDATE is the whole write, and the read
+	// after a refusal only explains it.
+	var w store.Work
+	err := func() error {
+		var err error
+		w, err = scanWork(s.pool.QueryRow(ctx, `UPDATE work
+SET state = $1, sealed_result = $2, reason = $3, finished_at = $4
+WHERE id = $5 AND state = 'claimed' AND claim_id = $6 AND deadline > $4
+RETURNING `+workColumns,
+			string(p.State), p.SealedResult, p.Reason, p.Now, p.ID, p.ClaimID))
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		// Nothing changed: read the unit to say precisely why.
+		w, err = getWork(ctx, s.pool, p.ID)
+		if err != nil {
+			return err
+		}
+		switch {
+		case w.State != store.StateClaimed:
+			return fmt.Errorf("it is %s: %w", w.State, store.ErrNotClaimable)
+		case w.ClaimID != p.ClaimID:
+			return store.ErrClaimMismatch
+		default:
+			return fmt.Errorf("its deadline %s has passed: %w", w.Deadline.Format(time.RFC3339Nano), store.ErrNotClaimable)
+		}
+	}()
+	if err != nil {
+		return w, fmt.Errorf("completing work %q: %w", p.ID, err)
+	}
+	return w, nil
+}

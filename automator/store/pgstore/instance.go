@@ -1,0 +1,43 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (account, instance_id) DO UPDATE SET
+	hostname = excluded.hostname,
+	version = excluded.version,
+	last_poll_at = excluded.last_poll_at,
+	in_flight = excluded.in_flight`,
+		p.Account, p.InstanceID, p.Hostname, p.Version, p.Now, p.InFlight)
+	if err != nil {
+		return fmt.Errorf("recording a poll of instance %q of account %q: %w", p.InstanceID, p.Account, err)
+	}
+	return nil
+}
+
+func (s *Store) InstanceList(ctx context.Context, account string) ([]store.Instance, error) {
+	rows, err := s.pool.Query(ctx, `SELECT account, instance_id, hostname, version, last_poll_at, in_flight
+FROM instances WHERE account = $1 ORDER BY instance_id`, account)
+	if err != nil {
+		return nil, fmt.Errorf("listing instances of account %q: %w", account, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Instance, error) {
+		var in store.Instance
+		err := r.Scan(&in.Account, &in.InstanceID, &in.Hostname, &in.Version, &in.LastPollAt, &in.InFlight)
+		in.LastPollAt = in.LastPollAt.UTC()
+		return in, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing instances of account %q: %w", account, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,135 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// migration is one step of the schema. Steps are applied in order, each once;
+// a released step is never edited, a change is a new step.
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+var migrations = []migration{
+	{version: 1, name: "accounts, work, instances, api keys, replicas", sql: `
+-- Names and ids compare byte by byte (COLLATE "C"), as in SQLite, whatever
+-- the database's locale: listings order the same on both backends.
+CREATE TABLE accounts (
+	name       text        COLLATE "C" PRIMARY KEY,
+	token_hash bytea       NOT NULL UNIQUE,
+	key_id     bigint      NOT NULL CHECK (key_id BETWEEN 0 AND 4294967295),
+	sealed_key bytea       NOT NULL,
+	created_at timestamptz NOT NULL
+);
+
+CREATE TABLE work (
+	id              text        COLLATE "C" PRIMARY KEY,
+	account         text        COLLATE "C" NOT NULL REFERENCES accounts (name),
+	state           text        NOT NULL CHECK (state IN ('queued', 'claimed', 'succeeded', 'failed', 'timed_out', 'cancelled')),
+	key_id          bigint      NOT NULL CHECK (key_id BETWEEN 0 AND 4294967295),
+	sealed_command  bytea       NOT NULL,
+	queued_at       timestamptz NOT NULL,
+	deadline        timestamptz NOT NULL,
+	claimed_at      timestamptz,
+	instance_id     text        NOT NULL DEFAULT '',
+	claim_id        text        NOT NULL DEFAULT '',
+	finished_at     timestamptz,
+	sealed_result   bytea,
+	reason          text        NOT NULL DEFAULT '',
+	idempotency_key text
+);
+
+-- Idempotent submits: one unit per account and key (NULL: no key), across
+-- every replica.
+CREATE UNIQUE INDEX work_account_idempotency_key ON work (account, idempotency_key) WHERE idempotency_key IS NOT NULL;
+-- WorkClaim: an account's queued units, oldest first.
+CREATE INDEX work_queued ON work (account, queued_at, id) WHERE state = 'queued';
+-- WorkExpire and WorkNextDeadline: open units by deadline.
+CREATE INDEX work_open_deadline ON work (deadline, id) WHERE state IN ('queued', 'claimed');
+-- Listen's catch-up after a lost connection: units that ended since.
+CREATE INDEX work_finished_at ON work (finished_at) WHERE finished_at IS NOT NULL;
+
+CREATE TABLE instances (
+	account      text        COLLATE "C" NOT NULL REFERENCES accounts (name),
+	instance_id  text        COLLATE "C" NOT NULL,
+	hostname     text        NOT NULL,
+	version      text        NOT NULL,
+	last_poll_at timestamptz NOT NULL,
+	in_flight    integer     NOT NULL,
+	PRIMARY KEY (account, instance_id)
+);
+
+CREATE TABLE api_keys (
+	id         text        PRIMARY KEY,
+	hash       bytea       NOT NULL UNIQUE,
+	name       text        NOT NULL,
+	created_at timestamptz NOT NULL
+);
+
+CREATE TABLE replicas (
+	replica_id text        COLLATE "C" PRIMARY KEY,
+	hostname   text        NOT NULL,
+	version    text        NOT NULL,
+	started_at timestamptz NOT NULL,
+	last_seen  timestamptz NOT NULL
+);
+`},
+}
+
+// migrationLockKey is the advisory lock (two int4 keys: the first fixed for
+// this program, the second per schema) that serialises migrations.
+const migrationLockKey = `pg_advisory_xact_lock(hashtext('opsgate automator schema migrations'), hashtext(current_schema()))`
+
+// migrate applies the migrations not yet recorded in schema_migrations, all
+// in one transaction that first takes an advisory lock: replicas starting
+// together queue on the lock, and each finds the steps the first applied
+// already recorded. The transaction-level lock is released by commit or
+// rollback, and by PostgreSQL if the connection dies, so a crashed replica
+// never leaves it held. It refuses a schema newer than this binary knows.
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var schema *string
+		var searchPath string
+		if err := tx.QueryRow(ctx, `SELECT current_schema(), current_setting('search_path')`).Scan(&schema, &searchPath); err != nil {
+			return fmt.Errorf("migrating schema: reading the search_path: %w", err)
+		}
+		if schema == nil {
+			return fmt.Errorf("migrating schema: no schema of search_path %q exists; create it (CREATE SCHEMA) or set search_path in the URL to one that does", searchPath)
+		}
+		if _, err := tx.Exec(ctx, `SELECT `+migrationLockKey); err != nil {
+			return fmt.Errorf("migrating schema: taking the migration lock: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+	version    integer     PRIMARY KEY,
+	applied_at timestamptz NOT NULL DEFAULT now()
+)`); err != nil {
+			return fmt.Errorf("migrating schema: creating schema_migrations: %w", err)
+		}
+		var current int
+		if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
+			return fmt.Errorf("migrating schema: reading the version: %w", err)
+		}
+		latest := migrations[len(migrations)-1].version
+		if current > latest {
+			return fmt.Errorf("migrating schema: the database is at version %d, newer than this binary knows (%d); run a newer automator", current, latest)
+		}
+		for _, m := range migrations {
+			if m.version <= current {
+				continue
+			}
+			if _, err := tx.Exec(ctx, m.sql); err != nil {
+				return fmt.Errorf("migrating schema to version %d (%s): %w", m.version, m.name, err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version) VALUES ($1)`, m.version); err != nil {
+				return fmt.Errorf("migrating schema to version %d (%s): recording it: %w", m.version, m.name, err)
+			}
+		}
+		return nil
+	})
+}

@@ -1,0 +1,192 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// EventKind says what happened to the queue.
+type EventKind string
+
+const (
+	// EventWorkQueued: a unit was queued on Account.
+	EventWorkQueued EventKind = "queued"
+	// EventWorkEnded: unit WorkID of Account reached a terminal state;
+	// InstanceID is its claimer, if it was claimed.
+	EventWorkEnded EventKind = "ended"
+)
+
+// Event is a change of the queue that automators sharing the database must
+// hear of, so their long polls and waiting callers wake without polling.
+// It carries names and ids only, never a command, result or credential:
+// every session of the database may LISTEN.
+type Event struct {
+	Kind       EventKind
+	Account    string
+	WorkID     string
+	InstanceID string
+}
+
+// payload is an Event on the wire: a few hundred bytes of JSON at most
+// (NOTIFY allows 8000).
+type payload struct {
+	Origin     string    `json:"o"`
+	Kind       EventKind `json:"k"`
+	Account    string    `json:"a"`
+	WorkID     string    `json:"w,omitempty"`
+	InstanceID string    `json:"i,omitempty"`
+}
+
+// Timings of Listen.
+const (
+	// listenPing is how long Listen waits for a notification before it
+	// checks that its connection still works.
+	listenPing = 15 * time.Second
+	// pingTimeout bounds that check.
+	pingTimeout = 5 * time.Second
+	// catchUpMargin widens the catch-up window after a lost connection for
+	// the clocks of the replicas that stamped finished_at.
+	catchUpMargin = 5 * time.Second
+)
+
+// Publish sends e to every automator listening on this database's schema
+// (NOTIFY). It is delivered once the statement commits, so after the change
+// it announces, which the caller made before.
+func (s *Store) Publish(ctx context.Context, e Event) error {
+	data, err := json.Marshal(payload{Origin: s.origin, Kind: e.Kind, Account: e.Account, WorkID: e.WorkID, InstanceID: e.InstanceID})
+	if err != nil {
+		return fmt.Errorf("publishing a queue event: %w", err)
+	}
+	if _, err := s.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, s.channel, string(data)); err != nil {
+		return fmt.Errorf("publishing a queue event: %w", err)
+	}
+	return nil
+}
+
+// Listen calls fn for every event another Store publishes on this schema
+// (this Store's own it skips: the publisher has applied them already) until
+// ctx is done, when it returns nil, or until its connection fails, when it
+// returns the error and the caller calls it again.
+//
+// It LISTENs on a connection of its own, outside the pool: a pooled
+// connection would be handed to queries and lose the session. While no
+// notification comes it pings the connection every few seconds, so a dead
+// one is noticed.
+//
+// Notifications sent while no connection listened are lost, so a Listen
+// that follows an earlier one of the same Store first replays, from the
+// tables, what the gap may have hidden: an ended event for each unit that
+// ended since the last moment the old connection was known to work, and a
+// queued event for each account with queued units. Handling is idempotent,
+// so replaying too much costs a few wasted wake-ups, no more.
+func (s *Store) Listen(ctx context.Context, fn func(Event)) error {
+	conn, err := pgx.ConnectConfig(ctx, s.listenConfig)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("listening for queue events on %s: connecting: %w", s.redacted, err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		conn.Close(cctx)
+	}()
+	if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{s.channel}.Sanitize()); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("listening for queue events: LISTEN %s: %w", s.channel, err)
+	}
+	if since := s.markHeard(); !since.IsZero() {
+		if err := s.catchUp(ctx, since.Add(-catchUpMargin), fn); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("listening for queue events: catching up since %s: %w", since.Format(time.RFC3339), err)
+		}
+	}
+	if s.testHookListening != nil {
+		s.testHookListening()
+	}
+	for {
+		wctx, cancel := context.WithTimeout(ctx, listenPing)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, context.DeadlineExceeded):
+			// Quiet for a while: make sure the connection still works.
+			pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+			err = conn.Ping(pctx)
+			cancel()
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("listening for queue events: the connection stopped answering: %w", err)
+			}
+			s.markHeard()
+			continue
+		case err != nil:
+			return fmt.Errorf("listening for queue events: %w", err)
+		}
+		s.markHeard()
+		var p payload
+		if err := json.Unmarshal([]byte(n.Payload), &p); err != nil || p.Kind == "" {
+			continue // not ours to understand; an event is only ever a hint
+		}
+		if p.Origin == s.origin {
+			continue
+		}
+		fn(Event{Kind: p.Kind, Account: p.Account, WorkID: p.WorkID, InstanceID: p.InstanceID})
+	}
+}
+
+// markHeard records that a Listen connection works now and returns the
+// previous such moment (zero if none).
+func (s *Store) markHeard() time.Time {
+	s.listenMu.Lock()
+	defer s.listenMu.Unlock()
+	prev := s.heard
+	s.heard = time.Now()
+	return prev
+}
+
+// catchUp replays what notifications may have said since a moment.
+func (s *Store) catchUp(ctx context.Context, since time.Time, fn func(Event)) error {
+	rows, err := s.pool.Query(ctx, `SELECT id, account, instance_id FROM work WHERE finished_at >= $1`, since)
+	if err != nil {
+		return err
+	}
+	var ended []Event
+	var e Event
+	if _, err := pgx.ForEachRow(rows, []any{&e.WorkID, &e.Account, &e.InstanceID}, func() error {
+		e.Kind = EventWorkEnded
+		ended = append(ended, e)
+		return nil
+	}); err != nil {
+		return err
+	}
+	rows, err = s.pool.Query(ctx, `SELECT DISTINCT account FROM work WHERE state = 'queued'`)
+	if err != nil {
+		return err
+	}
+	accounts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, e := range ended {
+		fn(e)
+	}
+	for _, a := range accounts {
+		fn(Event{Kind: EventWorkQueued, Account: a})
+	}
+	return nil
+}

@@ -1,0 +1,204 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/automator/store/pgstore/pgtest"
+)
+
+// listening starts s.Listen in the background, delivering events to the
+// returned channel, and waits until it listens.
+func listening(t *testing.T, s *Store) <-chan Event {
+	t.Helper()
+	events := make(chan Event, 100)
+	ready := make(chan struct{}, 1)
+	s.testHookListening = func() { ready <- struct{}{} }
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := s.Listen(ctx, func(e Event) { events <- e }); err != nil {
+			t.Errorf("Listen: %v", err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Listen was not ready within 10s")
+	}
+	return events
+}
+
+func receive(t *testing.T, events <-chan Event, what string) Event {
+	t.Helper()
+	select {
+	case e := <-events:
+		return e
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no event within 10s: waiting for %s", what)
+		return Event{}
+	}
+}
+
+func TestPublishReachesTheOtherReplicaNotItself(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	a, b := open(t, dsn), open(t, dsn)
+	fromA := listening(t, a)
+	fromB := listening(t, b)
+
+	want := Event{Kind: EventWorkEnded, Account: "acme", WorkID: "w_1", InstanceID: "host-a"}
+	if err := a.Publish(t.Context(), want); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	if got := receive(t, fromB, "a's event on b"); got != want {
+		t.Errorf("b received %+v, want %+v", got, want)
+	}
+	// b's event reaches a; a's own event, published before it, did not:
+	// notifications arrive in commit order.
+	mark := Event{Kind: EventWorkQueued, Account: "globex"}
+	if err := b.Publish(t.Context(), mark); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	if got := receive(t, fromA, "b's event on a"); got != mark {
+		t.Errorf("a received %+v first, want b's %+v (a must skip its own events)", got, mark)
+	}
+}
+
+// TestSchemasDoNotHearEachOther: automators of two schemas in one database
+// have channels of their own.
+func TestSchemasDoNotHearEachOther(t *testing.T) {
+	x := open(t, pgtest.DSN(t))
+	y1, y2 := func() (*Store, *Store) { dsn := pgtest.DSN(t); return open(t, dsn), open(t, dsn) }()
+	events := listening(t, y1)
+	if err := x.Publish(t.Context(), Event{Kind: EventWorkQueued, Account: "other-schema"}); err != nil {
+		t.Fatal(err)
+	}
+	mark := Event{Kind: EventWorkQueued, Account: "same-schema"}
+	if err := y2.Publish(t.Context(), mark); err != nil {
+		t.Fatal(err)
+	}
+	if got := receive(t, events, "the same schema's event"); got != mark {
+		t.Errorf("received %+v, want %+v: another schema's event leaked in", got, mark)
+	}
+}
+
+// TestListenAfterALostConnectionCatchesUp: the listening connection is
+// killed; a unit ends while nobody listens (and nothing is published); the
+// next Listen replays its end from the table, and the account's queued work.
+func TestListenAfterALostConnectionCatchesUp(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := "pgstore-test-" + randomID()
+	q := u.Query()
+	q.Set("application_name", app)
+	u.RawQuery = q.Encode()
+	b := open(t, u.String())
+	a := open(t, dsn)
+
+	ready := make(chan struct{}, 1)
+	b.testHookListening = func() { ready <- struct{}{} }
+	events := make(chan Event, 100)
+	failed := make(chan error, 1)
+	again := make(chan struct{})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		failed <- b.Listen(ctx, func(e Event) { events <- e })
+		select {
+		case <-again:
+		case <-ctx.Done():
+			return
+		}
+		if err := b.Listen(ctx, func(e Event) { events <- e }); err != nil {
+			t.Errorf("second Listen: %v", err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	wait := func(c <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-c:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+	wait(ready, "the first Listen")
+
+	var n int
+	if err := a.pool.QueryRow(t.Context(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app+" listen").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("terminating b's listening connection: %d terminated, %v", n, err)
+	}
+	select {
+	case err := <-failed:
+		if err == nil {
+			t.Fatal("Listen returned nil after its connection was killed, want the error")
+		}
+		t.Logf("Listen returned: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Listen did not return after its connection was killed")
+	}
+
+	// While nobody listens: a unit ends, another is queued. Times are real:
+	// the catch-up window is on the wall clock.
+	now := time.Now()
+	if _, err := a.AccountCreate(t.Context(), store.AccountCreateParams{Name: "acme", TokenHash: []byte("h"), KeyID: 1, SealedKey: []byte("k"), Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	enqueue(t, a, "w-ended", now, now.Add(time.Hour))
+	enqueue(t, a, "w-queued", now.Add(time.Millisecond), now.Add(time.Hour))
+	if _, err := a.WorkCancel(t.Context(), store.WorkCancelParams{ID: "w-ended", Reason: "test", Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	close(again)
+	wait(ready, "the second Listen")
+	got := map[Event]bool{}
+	for len(events) > 0 {
+		got[<-events] = true
+	}
+	for _, want := range []Event{
+		{Kind: EventWorkEnded, Account: "acme", WorkID: "w-ended"},
+		{Kind: EventWorkQueued, Account: "acme"},
+	} {
+		if !got[want] {
+			t.Errorf("the catch-up did not replay %+v; it replayed %v", want, got)
+		}
+	}
+
+	// And it listens again.
+	want := Event{Kind: EventWorkQueued, Account: "after"}
+	if err := a.Publish(t.Context(), want); err != nil {
+		t.Fatal(err)
+	}
+	if e := receive(t, events, "an event after reconnecting"); e != want {
+		t.Errorf("after reconnecting: received %+v, want %+v", e, want)
+	}
+}
+
+func TestListenReturnsNilWhenCancelled(t *testing.T) {
+	s := open(t, pgtest.DSN(t))
+	ctx, cancel := context.WithCancel(t.Context())
+	ready := make(chan struct{}, 1)
+	s.testHookListening = func() { ready <- struct{}{} }
+	errc := make(chan error, 1)
+	go func() { errc <- s.Listen(ctx, func(Event) {}) }()
+	<-ready
+	cancel()
+	select {
+	case err := <-errc:
+		if err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("Listen after cancel = %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Listen did not return after its context was cancelled")
+	}
+}

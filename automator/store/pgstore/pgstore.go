@@ -1,0 +1,207 @@
+// Package pgstore is the PostgreSQL backend of store.Store, built on
+// github.com/jackc/pgx/v5. Several automator replicas share one database
+// through it:
+//
+//   - claims are one statement that locks the oldest queued units with
+//     FOR UPDATE SKIP LOCKED and moves them to claimed only while they are
+//     still queued, so concurrent claimers on any replica never wait for
+//     each other nor take a unit twice;
+//   - the deadline sweep locks due units the same way, so any number of
+//     replicas may sweep at once;
+//   - schema migrations run in one transaction under an advisory lock, so
+//     replicas starting together apply each step once;
+//   - Publish and Listen carry queue events between replicas with
+//     NOTIFY/LISTEN (see notify.go).
+//
+// Times are timestamptz: microseconds, the precision the conformance suite
+// demands. The database's search_path decides the schema (a connection
+// string may set it, as the tests do with one schema each).
+//
+// It needs session semantics from every connection (LISTEN, advisory locks,
+// prepared statements): behind a connection pooler, use session pooling.
+package pgstore
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+// defaultMaxConns sizes the pool when the connection string does not
+// (pool_max_conns): long polls and waiting callers each hold a connection
+// only for one short statement at a time.
+const defaultMaxConns = 16
+
+// Store is a store.Store backed by a PostgreSQL database.
+type Store struct {
+	pool *pgxpool.Pool
+	// listenConfig opens Listen's dedicated connections, outside the pool.
+	listenConfig *pgx.ConnConfig
+	// channel is the NOTIFY channel of this schema's automators.
+	channel string
+	// origin tags the events this Store publishes, so its own Listen skips
+	// them (the server has applied them locally already).
+	origin string
+	// redacted is the connection string without its password, for errors.
+	redacted string
+
+	listenMu sync.Mutex
+	// heard is when a Listen connection of this Store was last known to be
+	// healthy; zero before the first. A new Listen catches up from it.
+	heard time.Time
+	// testHookListening, when set, is called each time Listen is ready:
+	// listening, and caught up.
+	testHookListening func()
+
+	closeOnce sync.Once
+}
+
+var _ store.Store = (*Store)(nil)
+
+// IsDSN reports whether db names a PostgreSQL database: a postgres:// or
+// postgresql:// URL.
+func IsDSN(db string) bool {
+	u, err := url.Parse(db)
+	return err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql")
+}
+
+// Redact returns dsn with its password replaced by "xxxxx", for logs and
+// errors.
+func Redact(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "(a connection string that does not parse)"
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	q := u.Query()
+	if q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
+}
+
+// Open connects to the database named by dsn (a postgres:// URL) and brings
+// its schema up to date. Replicas may call it at the same moment.
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	redacted := Redact(dsn)
+	if !IsDSN(dsn) {
+		return nil, fmt.Errorf("opening postgres store: unsupported database URL (%s); try one with a postgres:// scheme", redacted)
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("opening postgres store %s: %w", redacted, err)
+	}
+	if !strings.Contains(dsn, "pool_max_conns") {
+		cfg.MaxConns = defaultMaxConns
+	}
+	params := cfg.ConnConfig.RuntimeParams
+	if params["application_name"] == "" {
+		params["application_name"] = "automator"
+	}
+	listenConfig := cfg.ConnConfig.Copy()
+	listenConfig.RuntimeParams["application_name"] = params["application_name"] + " listen"
+
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("opening postgres store %s: %w", redacted, err)
+	}
+	if err := migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("opening postgres store %s: %w", redacted, err)
+	}
+	var schema string
+	if err := pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("opening postgres store %s: reading the schema: %w", redacted, err)
+	}
+	return &Store{
+		pool:         pool,
+		listenConfig: listenConfig,
+		channel:      channelFor(schema),
+		origin:       randomID(),
+		redacted:     redacted,
+	}, nil
+}
+
+// Close closes the pool. It is safe to call more than once.
+func (s *Store) Close() error {
+	s.closeOnce.Do(s.pool.Close)
+	return nil
+}
+
+// channelFor names the NOTIFY channel of the automators using one schema.
+// Channels are global to a database, so automators in two schemas of one
+// database must not hear each other.
+func channelFor(schema string) string {
+	if schema == "public" {
+		return "automator_events"
+	}
+	h := sha256.Sum256([]byte(schema))
+	return "automator_events_" + hex.EncodeToString(h[:8])
+}
+
+func randomID() string {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand does not fail on supported platforms
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// inTx runs fn in one transaction and commits it when fn returns nil.
+func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.pool, fn)
+}
+
+// PostgreSQL error codes the store turns into sentinels.
+const (
+	codeUniqueViolation     = "23505"
+	codeForeignKeyViolation = "23503"
+)
+
+func pgCode(err error) (code, constraint string) {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code, pgErr.ConstraintName
+	}
+	return "", ""
+}
+
+// nonNil turns a nil slice into an empty one: pgx sends nil as NULL, and
+// the NOT NULL bytea columns want an empty value instead.
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+// fromNull turns a scanned nullable timestamptz into a time (zero for NULL),
+// in UTC like the SQLite backend's.
+func fromNull(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+// rowTo adapts a single-row scanner to pgx.CollectRows.
+func rowTo[T any](scan func(pgx.Row) (T, error)) pgx.RowToFunc[T] {
+	return func(r pgx.CollectableRow) (T, error) { return scan(r) }
+}

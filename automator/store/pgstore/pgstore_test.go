@@ -1,0 +1,346 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/automator/store/pgstore/pgtest"
+	"github.com/opsgate/opsgate/automator/store/storetest"
+)
+
+func TestMain(m *testing.M) {
+	code := pgtest.Main(m)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "pgstore: leaked goroutines:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// open opens a store on dsn for t and closes it when t ends.
+func open(t *testing.T, dsn string) *Store {
+	t.Helper()
+	s, err := Open(t.Context(), dsn)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		return open(t, pgtest.DSN(t))
+	})
+}
+
+var testNow = time.Date(2026, 1, 2, 3, 4, 5, 678901000, time.UTC)
+
+// migrationRows returns schema_migrations as version → applied_at.
+func migrationRows(t *testing.T, s *Store) map[int]time.Time {
+	t.Helper()
+	rows, err := s.pool.Query(t.Context(), `SELECT version, applied_at FROM schema_migrations`)
+	if err != nil {
+		t.Fatalf("reading schema_migrations: %v", err)
+	}
+	defer rows.Close()
+	out := map[int]time.Time{}
+	for rows.Next() {
+		var v int
+		var at time.Time
+		if err := rows.Scan(&v, &at); err != nil {
+			t.Fatalf("reading schema_migrations: %v", err)
+		}
+		out[v] = at
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("reading schema_migrations: %v", err)
+	}
+	return out
+}
+
+// TestReplicasStartingTogetherMigrateOnce opens several stores on one empty
+// schema at the same moment, as replicas started together do: every Open
+// succeeds and each migration is applied once. Without the advisory lock
+// the losers fail on "relation already exists" (or a duplicate key in the
+// catalog).
+func TestReplicasStartingTogetherMigrateOnce(t *testing.T) {
+	const replicas = 4
+	dsn := pgtest.DSN(t)
+	var (
+		wg     sync.WaitGroup
+		start  = make(chan struct{})
+		stores = make([]*Store, replicas)
+		errs   = make([]error, replicas)
+	)
+	for i := range replicas {
+		wg.Go(func() {
+			<-start
+			stores[i], errs[i] = Open(t.Context(), dsn)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("replica %d: Open: %v", i, err)
+			continue
+		}
+		t.Cleanup(func() { stores[i].Close() })
+	}
+	if t.Failed() {
+		return
+	}
+	first := migrationRows(t, stores[0])
+	if len(first) != len(migrations) {
+		t.Fatalf("schema_migrations holds %d rows, want %d (one per migration)", len(first), len(migrations))
+	}
+
+	// Opening again applies nothing.
+	again := open(t, dsn)
+	for v, at := range migrationRows(t, again) {
+		if !at.Equal(first[v]) {
+			t.Errorf("migration %d: applied_at %v after reopening, was %v: applied twice", v, at, first[v])
+		}
+	}
+}
+
+func TestMigrationsAreOrdered(t *testing.T) {
+	for i, m := range migrations {
+		if m.version != i+1 {
+			t.Errorf("migrations[%d] has version %d, want %d", i, m.version, i+1)
+		}
+		if m.name == "" || strings.TrimSpace(m.sql) == "" {
+			t.Errorf("migration %d has no name or no SQL", m.version)
+		}
+	}
+}
+
+func TestOpenRefusesANewerSchema(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	s := open(t, dsn)
+	if _, err := s.pool.Exec(t.Context(), `INSERT INTO schema_migrations (version) VALUES (999)`); err != nil {
+		t.Fatalf("inserting a future version: %v", err)
+	}
+	_, err := Open(t.Context(), dsn)
+	if err == nil || !strings.Contains(err.Error(), "999") {
+		t.Errorf("Open of a schema from the future: error = %v, want one naming version 999", err)
+	}
+}
+
+func TestOpenRefusesOtherURLsAndHidesThePassword(t *testing.T) {
+	for _, dsn := range []string{"automator.db", "mysql://u:secret@h/db", "sqlite:x.db"} {
+		_, err := Open(t.Context(), dsn)
+		if err == nil || !strings.Contains(err.Error(), "postgres://") {
+			t.Errorf("Open(%q): error = %v, want one suggesting a postgres:// URL", dsn, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret") {
+			t.Errorf("Open(%q): the error shows the password: %v", dsn, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err := Open(ctx, "postgres://automator:hunter2@127.0.0.1:1/db?sslmode=disable&connect_timeout=5")
+	if err == nil || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Errorf("Open of an unreachable server: error = %v, want one naming the server without its password", err)
+	}
+	if got := Redact("postgres://u:p%40ss@h:5432/db?password=qwerty&sslmode=disable"); strings.Contains(got, "p%40ss") || strings.Contains(got, "qwerty") {
+		t.Errorf("Redact left a password in %q", got)
+	}
+}
+
+func TestIsDSN(t *testing.T) {
+	for dsn, want := range map[string]bool{
+		"postgres://h/db":        true,
+		"postgresql://u@h:1/db":  true,
+		"automator.db":           false,
+		"sqlite:automator.db":    false,
+		"/var/lib/automator.db":  false,
+		"host=localhost user=me": false,
+	} {
+		if got := IsDSN(dsn); got != want {
+			t.Errorf("IsDSN(%q) = %t, want %t", dsn, got, want)
+		}
+	}
+}
+
+// twoReplicas opens two stores, with a pool each, on one schema with one
+// account, as two automator replicas.
+func twoReplicas(t *testing.T) (a, b *Store) {
+	t.Helper()
+	dsn := pgtest.DSN(t)
+	a, b = open(t, dsn), open(t, dsn)
+	if _, err := a.AccountCreate(t.Context(), store.AccountCreateParams{Name: "acme", TokenHash: []byte("h"), KeyID: 1, SealedKey: []byte("k"), Now: testNow}); err != nil {
+		t.Fatalf("AccountCreate: %v", err)
+	}
+	return a, b
+}
+
+func enqueue(t *testing.T, s *Store, id string, queuedAt, deadline time.Time) {
+	t.Helper()
+	if _, err := s.WorkEnqueue(t.Context(), store.WorkEnqueueParams{
+		ID: id, Account: "acme", KeyID: 1, SealedCommand: []byte("c"), Now: queuedAt, Deadline: deadline,
+	}); err != nil {
+		t.Fatalf("WorkEnqueue(%s): %v", id, err)
+	}
+}
+
+// TestTwoReplicasExpiringConcurrentlyNeverReturnTheSameUnit: the deadline
+// sweepers of two replicas run at once over the same due units.
+func TestTwoReplicasExpiringConcurrentlyNeverReturnTheSameUnit(t *testing.T) {
+	const units = 400
+	a, b := twoReplicas(t)
+	for i := range units {
+		enqueue(t, a, fmt.Sprintf("w-%03d", i), testNow.Add(time.Duration(i)*time.Microsecond), testNow.Add(time.Minute))
+	}
+	now := testNow.Add(time.Hour)
+	var (
+		mu   sync.Mutex
+		got  = map[string][]string{}
+		wg   sync.WaitGroup
+		errs []error
+	)
+	for _, r := range []struct {
+		name string
+		s    *Store
+	}{{"a", a}, {"b", b}, {"a", a}, {"b", b}} {
+		wg.Go(func() {
+			for {
+				ws, err := r.s.WorkExpire(t.Context(), store.WorkExpireParams{Now: now, Max: 9})
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, err)
+				}
+				for _, w := range ws {
+					got[w.ID] = append(got[w.ID], r.name)
+				}
+				mu.Unlock()
+				if err != nil || len(ws) == 0 {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		t.Errorf("WorkExpire: %v", err)
+	}
+	rest, err := a.WorkExpire(t.Context(), store.WorkExpireParams{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range rest {
+		got[w.ID] = append(got[w.ID], "final")
+	}
+	byReplica := map[string]int{}
+	for id, who := range got {
+		if len(who) != 1 {
+			t.Errorf("unit %s expired %d times, by %v", id, len(who), who)
+		}
+		byReplica[who[0]]++
+	}
+	if len(got) != units {
+		t.Errorf("%d units expired, want %d", len(got), units)
+	}
+	t.Logf("expired per replica: %v", byReplica)
+}
+
+// TestTwoReplicasClaimingNeverShareAUnit: claimers on two replicas (two
+// pools) race for one account's queue.
+func TestTwoReplicasClaimingNeverShareAUnit(t *testing.T) {
+	const units = 400
+	a, b := twoReplicas(t)
+	for i := range units {
+		enqueue(t, a, fmt.Sprintf("w-%03d", i), testNow.Add(time.Duration(i)*time.Microsecond), testNow.Add(time.Hour))
+	}
+	var (
+		mu   sync.Mutex
+		got  = map[string]int{}
+		wg   sync.WaitGroup
+		errs []error
+	)
+	for i := range 6 {
+		s := []*Store{a, b}[i%2]
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				ws, err := s.WorkClaim(t.Context(), store.WorkClaimParams{
+					Account: "acme", InstanceID: fmt.Sprintf("i-%d", i), Max: 5,
+					ClaimIDs: []string{"c0", "c1", "c2", "c3", "c4"}, Now: testNow.Add(time.Second),
+				})
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, err)
+				}
+				for _, w := range ws {
+					got[w.ID]++
+				}
+				mu.Unlock()
+				if err != nil || len(ws) == 0 {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		t.Errorf("WorkClaim: %v", err)
+	}
+	if len(got) != units {
+		t.Errorf("%d units claimed, want %d", len(got), units)
+	}
+	for id, n := range got {
+		if n != 1 {
+			t.Errorf("unit %s claimed %d times", id, n)
+		}
+	}
+}
+
+// TestSameIdempotencyKeyOnTwoReplicasMakesOneUnit: the unique index, not a
+// lock in one process, makes a key count once.
+func TestSameIdempotencyKeyOnTwoReplicasMakesOneUnit(t *testing.T) {
+	a, b := twoReplicas(t)
+	const n = 16
+	var wg sync.WaitGroup
+	ids := make([]string, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	for i := range n {
+		s := []*Store{a, b}[i%2]
+		wg.Go(func() {
+			<-start
+			w, err := s.WorkEnqueue(t.Context(), store.WorkEnqueueParams{
+				ID: fmt.Sprintf("w-%d", i), Account: "acme", SealedCommand: []byte("c"),
+				Now: testNow, Deadline: testNow.Add(time.Minute),
+				IdempotencyKey: "k", IdempotencySince: testNow.Add(-time.Hour),
+			})
+			ids[i], errs[i] = w.ID, err
+		})
+	}
+	close(start)
+	wg.Wait()
+	created := 0
+	for i := range n {
+		switch {
+		case errs[i] == nil:
+			created++
+		case !strings.Contains(errs[i].Error(), store.ErrDuplicate.Error()):
+			t.Errorf("enqueue %d: %v", i, errs[i])
+		}
+		if ids[i] != ids[0] {
+			t.Errorf("enqueue %d returned %q, enqueue 0 %q", i, ids[i], ids[0])
+		}
+	}
+	if created != 1 {
+		t.Errorf("%d enqueues created a unit, want 1", created)
+	}
+}

@@ -1,0 +1,185 @@
+// Package pgtest gives tests a PostgreSQL server and a fresh schema each.
+//
+// The server is the one AUTOMATOR_TEST_POSTGRES names (a postgres:// URL).
+// When it is unset, Main starts a throwaway cluster with the repository's
+// scripts/pg-start.sh for the test binary's run and removes it after. Tests
+// skip, saying why, only when neither works because no PostgreSQL binaries
+// exist, and not even then under AUTOMATOR_REQUIRE_POSTGRES=1 (make test
+// sets it): then they fail.
+package pgtest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Environment variables.
+const (
+	// EnvURL names the server: postgres://USER:PASSWORD@HOST:PORT/DB?...
+	EnvURL = "AUTOMATOR_TEST_POSTGRES"
+	// EnvRequire, when set, turns a missing server into a test failure.
+	EnvRequire = "AUTOMATOR_REQUIRE_POSTGRES"
+)
+
+var (
+	serverURL string // the server, once known
+	problem   string // why there is none
+	noBinary  bool   // the problem is that PostgreSQL is not installed
+)
+
+// Main runs the tests of a package with a PostgreSQL server: call it from
+// TestMain, os.Exit(pgtest.Main(m)).
+func Main(m *testing.M) int {
+	serverURL = os.Getenv(EnvURL)
+	if serverURL == "" {
+		stop, err := startCluster()
+		if err != nil {
+			problem = err.Error()
+		} else {
+			defer stop()
+		}
+	}
+	return m.Run()
+}
+
+// startCluster runs scripts/pg-start.sh and sets serverURL.
+func startCluster() (stop func(), err error) {
+	root, err := repoRoot()
+	if err != nil {
+		return nil, err
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(filepath.Join(root, "scripts", "pg-start.sh"))
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) && exit.ExitCode() == 3 {
+			noBinary = true
+			return nil, fmt.Errorf("%s is unset and %s", EnvURL, strings.TrimSpace(stderr.String()))
+		}
+		return nil, fmt.Errorf("%s is unset and scripts/pg-start.sh failed: %v: %s", EnvURL, err, strings.TrimSpace(stderr.String()))
+	}
+	vars := map[string]string{}
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		k, v, ok := strings.Cut(strings.TrimPrefix(line, "export "), "=")
+		if ok {
+			vars[k] = strings.Trim(v, "'")
+		}
+	}
+	serverURL = vars[EnvURL]
+	dir := vars["AUTOMATOR_TEST_PGDIR"]
+	if serverURL == "" || dir == "" {
+		return nil, fmt.Errorf("scripts/pg-start.sh printed no %s and AUTOMATOR_TEST_PGDIR: %q", EnvURL, stdout.String())
+	}
+	// Processes the tests start (automator replicas) find it here too.
+	os.Setenv(EnvURL, serverURL)
+	return func() {
+		if out, err := exec.Command(filepath.Join(root, "scripts", "pg-stop.sh"), dir).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: stopping the throwaway PostgreSQL: %v: %s\n", err, out)
+		}
+	}, nil
+}
+
+// repoRoot is the module root, found from this source file.
+func repoRoot() (string, error) {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", errors.New("pgtest: cannot locate the repository (runtime.Caller)")
+	}
+	root := filepath.Join(filepath.Dir(file), "..", "..", "..", "..")
+	if _, err := os.Stat(filepath.Join(root, "scripts", "pg-start.sh")); err != nil {
+		return "", fmt.Errorf("pgtest: scripts/pg-start.sh not found from %s: %w", file, err)
+	}
+	return root, nil
+}
+
+// URL returns the server's URL, or ends t: skipped when PostgreSQL is not
+// installed (unless EnvRequire is set), failed otherwise.
+func URL(t testing.TB) string {
+	t.Helper()
+	if serverURL != "" {
+		return serverURL
+	}
+	if problem == "" {
+		problem = "pgtest.Main did not run: call it from the package's TestMain"
+	}
+	if noBinary && os.Getenv(EnvRequire) == "" {
+		t.Skipf("skipping a PostgreSQL test: %s", problem)
+	}
+	t.Fatalf("no PostgreSQL for this test: %s", problem)
+	return ""
+}
+
+// DSN creates a new, empty schema for t and returns a connection string
+// whose search_path selects it. The schema is dropped when t ends.
+func DSN(t testing.TB) string {
+	t.Helper()
+	base := URL(t)
+	schema := "t_" + randomHex(8)
+	exec := func(ctx context.Context, sql string) error {
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, sql)
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatalf("creating schema %s on %s: %v", schema, Redacted(base), err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			t.Errorf("dropping schema %s: %v", schema, err)
+		}
+	})
+	return WithSchema(t, base, schema)
+}
+
+// WithSchema returns dsn with its search_path set to schema.
+func WithSchema(t testing.TB, dsn, schema string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatalf("%s is not a URL: %v", EnvURL, err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// Redacted is u without its password.
+func Redacted(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,43 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+func (s *Store) ReplicaHeartbeat(ctx context.Context, p store.ReplicaHeartbeatParams) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO replicas (replica_id, hostname, version, started_at, last_seen)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (replica_id) DO UPDATE SET
+	hostname = excluded.hostname,
+	version = excluded.version,
+	started_at = excluded.started_at,
+	last_seen = excluded.last_seen`,
+		p.ReplicaID, p.Hostname, p.Version, p.StartedAt, p.Now)
+	if err != nil {
+		return fmt.Errorf("recording a heartbeat of replica %q: %w", p.ReplicaID, err)
+	}
+	return nil
+}
+
+func (s *Store) ReplicaList(ctx context.Context) ([]store.Replica, error) {
+	rows, err := s.pool.Query(ctx, `SELECT replica_id, hostname, version, started_at, last_seen
+FROM replicas ORDER BY replica_id`)
+	if err != nil {
+		return nil, fmt.Errorf("listing replicas: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Replica, error) {
+		var rep store.Replica
+		err := r.Scan(&rep.ReplicaID, &rep.Hostname, &rep.Version, &rep.StartedAt, &rep.LastSeen)
+		rep.StartedAt, rep.LastSeen = rep.StartedAt.UTC(), rep.LastSeen.UTC()
+		return rep, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing replicas: %w", err)
+	}
+	return out, nil
+}
