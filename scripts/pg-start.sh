@@ -48,6 +48,13 @@ find_bin() {
 }
 
 bin=$(find_bin)
+# A fresh Debian machine may lack the server: as root, install it from
+# Debian's packages (quietly, to stderr), then look again.
+if [[ -z "$bin" && $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+	echo "pg-start: installing PostgreSQL from Debian's packages" >&2
+	{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql; } >&2 || true
+	bin=$(find_bin)
+fi
 if [[ -z "$bin" || ! -x "$bin/initdb" || ! -x "$bin/pg_ctl" || ! -x "$bin/postgres" ]]; then
 	echo "pg-start: no PostgreSQL binaries (initdb, pg_ctl, postgres) found in \$PG_BIN, the PATH or /usr/lib/postgresql/*/bin; install PostgreSQL (Debian: apt-get install postgresql) or set AUTOMATOR_TEST_POSTGRES to a server's URL" >&2
 	exit 3
