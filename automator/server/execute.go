@@ -91,6 +91,7 @@ func (a *AutomatorService) Cancel(ctx context.Context, req *automatorv1.CancelRe
 	// Waiting callers return; a claimer's pending poll is woken and told to
 	// kill the unit's process tree (Poll's cancelled list).
 	s.emit(ctx, Event{Kind: EventWorkEnded, Account: w.Account, WorkID: w.ID, InstanceID: w.InstanceID})
+	s.metrics.WorkFinished(w)
 	s.log.Info("work cancelled", "work_id", w.ID, "account", w.Account, "caller", callerFrom(ctx), "claimed_by", w.InstanceID)
 	return s.workStatus(ctx, w)
 }
@@ -114,7 +115,7 @@ func (a *AutomatorService) ListInstances(ctx context.Context, req *automatorv1.L
 			Version:    in.Version,
 			LastPollAt: timestamppb.New(in.LastPollAt),
 			InFlight:   int32(in.InFlight),
-			Online:     now.Sub(in.LastPollAt) < 2*s.pollWindow+time.Second,
+			Online:     now.Sub(in.LastPollAt) < InstanceOnlineWithin(s.pollWindow),
 		})
 	}
 	return resp, nil
@@ -192,6 +193,7 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest) (
 		return store.Work{}, s.internal(ctx, "queueing work", err)
 	}
 	s.emit(ctx, Event{Kind: EventWorkQueued, Account: acc.Name})
+	s.metrics.WorkQueued(acc.Name)
 	s.kickSweeper()
 	s.log.Debug("work queued", "work_id", id, "account", acc.Name, "caller", callerFrom(ctx), "deadline", w.Deadline)
 	return w, nil
@@ -217,19 +219,11 @@ func checkIdempotencyKey(k string) error {
 // sameCommand refuses to reuse an idempotency key for another command: the
 // caller would otherwise get the outcome of a command it did not send.
 func (s *Server) sameCommand(ctx context.Context, w store.Work, cmd *automatorv1.Command) error {
-	ks, err := s.accountKeys(ctx, w.Account)
-	if err != nil {
-		return s.internal(ctx, "opening the account key", err)
-	}
-	plain, err := crypto.Open(ks, w.Account, w.ID, crypto.DirCommand, w.SealedCommand)
+	prev, err := s.openCommand(ctx, w)
 	if err != nil {
 		return s.internal(ctx, "opening a stored command", err)
 	}
-	var prev automatorv1.Command
-	if err := proto.Unmarshal(plain, &prev); err != nil {
-		return s.internal(ctx, "decoding a stored command", err)
-	}
-	if !proto.Equal(&prev, cmd) {
+	if !proto.Equal(prev, cmd) {
 		return status.Errorf(codes.InvalidArgument, "idempotency_key %q was already used on account %q for another command (work %s); use a new key for a new command", w.IdempotencyKey, w.Account, w.ID)
 	}
 	return nil
@@ -287,7 +281,7 @@ func (s *Server) getWork(ctx context.Context, id string) (store.Work, error) {
 // gets its timeout at the deadline in every case.
 func (s *Server) wait(ctx context.Context, id string) (*automatorv1.WorkStatus, error) {
 	sub := s.hub.WaitDone(id)
-	defer sub.Close()
+	defer func() { sub.Close() }() // sub changes on every wake-up
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {

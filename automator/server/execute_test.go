@@ -209,3 +209,36 @@ func TestOversizedCommandIsRefusedAndOthersServed(t *testing.T) {
 	}
 	submit(t, caller, e.account, time.Minute) // still serving
 }
+
+// TestWaitLeavesNoSubscriptionBehind: every wait unsubscribes, however
+// often it was woken.
+func TestWaitLeavesNoSubscriptionBehind(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	ctx := context.Background()
+	caller, proxy := e.callerClient(), e.proxyClient()
+	for range 3 {
+		w := submit(t, caller, e.account, time.Minute)
+		done := make(chan error, 1)
+		go func() {
+			_, err := caller.Wait(ctx, &automatorv1.WaitRequest{WorkId: w.GetWorkId()})
+			done <- err
+		}()
+		resp, err := proxy.Poll(ctx, &automatorv1.PollRequest{InstanceId: "a", MaxUnits: 1})
+		if err != nil || len(resp.GetClaims()) != 1 {
+			t.Fatalf("poll: %v", err)
+		}
+		c := resp.GetClaims()[0]
+		if _, err := proxy.Complete(ctx, &automatorv1.CompleteRequest{
+			WorkId: c.GetWorkId(), ClaimId: c.GetClaimId(), InstanceId: "a",
+			Outcome: automatorv1.Outcome_OUTCOME_SUCCEEDED, SealedResult: e.sealResult(c.GetWorkId(), &automatorv1.Result{}),
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := e.srv.DoneSubscriptions(); n != 0 {
+		t.Fatalf("%d subscriptions left behind after every wait returned", n)
+	}
+}

@@ -49,8 +49,9 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 		window = w.AsDuration()
 	}
 	window = jitter(window)
+	defer s.metrics.PollOpened(account)()
 
-	if err := s.store.InstanceSeen(ctx, store.InstanceSeenParams{
+	if err := s.instanceSeen(ctx, store.InstanceSeenParams{
 		Account:    account,
 		InstanceID: req.GetInstanceId(),
 		Hostname:   req.GetHostname(),
@@ -132,6 +133,7 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 			SealedCommand: w.SealedCommand,
 			Remaining:     durationpb.New(w.Deadline.Sub(now)),
 		})
+		s.metrics.WorkClaimed(w.Account, now.Sub(w.QueuedAt))
 		s.log.Debug("work claimed", "work_id", w.ID, "account", account, "instance_id", w.InstanceID)
 	}
 	// This poll took all it could carry; there may be more for others.

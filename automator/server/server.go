@@ -54,8 +54,10 @@ type Options struct {
 	// Broadcaster carries queue events to other replicas sharing the store;
 	// nil for a single automator.
 	Broadcaster Broadcaster
-	Clock       Clock
-	Logger      *slog.Logger
+	// Metrics observes the queue (package metrics); nil for none.
+	Metrics Metrics
+	Clock   Clock
+	Logger  *slog.Logger
 }
 
 // Limits bound what a caller may submit.
@@ -95,7 +97,9 @@ type Server struct {
 	clock          Clock
 	log            *slog.Logger
 	hub            *hub
+	seen           seenCache
 	broadcaster    Broadcaster
+	metrics        Metrics
 
 	keysMu sync.Mutex
 	keys   map[string]crypto.Keys // account → opened keys
@@ -131,6 +135,9 @@ func New(o Options) (*Server, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.Metrics == nil {
+		o.Metrics = noMetrics{}
+	}
 	o.Limits.applyDefaults()
 	return &Server{
 		store:          o.Store,
@@ -145,6 +152,7 @@ func New(o Options) (*Server, error) {
 		log:            o.Logger,
 		hub:            newHub(),
 		broadcaster:    o.Broadcaster,
+		metrics:        o.Metrics,
 		keys:           make(map[string]crypto.Keys),
 		kick:           make(chan struct{}, 1),
 		shutdown:       make(chan struct{}),

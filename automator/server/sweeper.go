@@ -26,9 +26,11 @@ func (s *Server) Run(ctx context.Context) {
 		case <-s.shutdown:
 			return
 		case <-s.kick:
+			// A new unit may have an earlier deadline: re-arm only. Nothing
+			// can be due yet that was not due at the last sweep.
 		case <-t.C:
+			s.expireDue(ctx)
 		}
-		s.expireDue(ctx)
 		t.Stop()
 		t.Reset(s.nextSweep(ctx))
 	}
@@ -69,6 +71,7 @@ func (s *Server) expireDue(ctx context.Context) {
 	}
 	for _, w := range expired {
 		s.emit(ctx, Event{Kind: EventWorkEnded, Account: w.Account, WorkID: w.ID, InstanceID: w.InstanceID})
+		s.metrics.WorkFinished(w)
 		s.log.Info("work timed out", "work_id", w.ID, "account", w.Account, "instance_id", w.InstanceID, "reason", w.Reason)
 	}
 }

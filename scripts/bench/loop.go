@@ -1,0 +1,98 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// loopResult is what a closed loop of callers achieved in its measured
+// interval.
+type loopResult struct {
+	done     int64   // calls completed within the interval
+	errs     int64   // failed calls (whole run)
+	firstErr error   // the first failure, for the log
+	rate     float64 // done per second
+	// lat holds the durations of the calls completed within the interval.
+	lat []time.Duration
+	// cpu is each metered process's CPU over the interval, % of one core.
+	cpu map[string]float64
+}
+
+// closedLoop runs n callers, each calling call back to back, for warm and
+// then dur; the calls that complete within dur are counted. Callers start
+// no new call after the interval and the loop waits for those in flight,
+// so nothing is left queued. pids names processes whose CPU is metered
+// over the interval.
+func closedLoop(ctx context.Context, n int, warm, dur time.Duration, pids map[string]int, call func(context.Context) error) loopResult {
+	start := time.Now()
+	mStart, mEnd := start.Add(warm), start.Add(warm+dur)
+	var res loopResult
+	var done, errs atomic.Int64
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			var lat []time.Duration
+			defer func() {
+				mu.Lock()
+				res.lat = append(res.lat, lat...)
+				mu.Unlock()
+			}()
+			for ctx.Err() == nil {
+				t0 := time.Now()
+				if t0.After(mEnd) {
+					return
+				}
+				err := call(ctx)
+				t1 := time.Now()
+				if err != nil {
+					if errs.Add(1) == 1 {
+						mu.Lock()
+						res.firstErr = err
+						mu.Unlock()
+					}
+					time.Sleep(10 * time.Millisecond) // no busy loop on a broken target
+					continue
+				}
+				if t1.After(mStart) && !t1.After(mEnd) {
+					done.Add(1)
+					lat = append(lat, t1.Sub(t0))
+				}
+			}
+		})
+	}
+	// Meter CPU over exactly the measured interval.
+	cpuDone := make(chan map[string]float64, 1)
+	go func() {
+		if !sleepUntil(ctx, mStart) {
+			cpuDone <- nil
+			return
+		}
+		m := meterCPU(pids)
+		if !sleepUntil(ctx, mEnd) {
+			cpuDone <- nil
+			return
+		}
+		cpuDone <- m.read()
+	}()
+	wg.Wait()
+	res.cpu = <-cpuDone
+	res.done, res.errs = done.Load(), errs.Load()
+	res.rate = float64(res.done) / dur.Seconds()
+	return res
+}
+
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
+	}
+}
