@@ -17,8 +17,21 @@ func (s *Store) WorkClaim(ctx context.Context, p store.WorkClaimParams) ([]store
 		return nil, fmt.Errorf("claiming work for account %q: %d claim ids for up to %d units", p.Account, len(p.ClaimIDs), p.Max)
 	}
 	now := toNanos(p.Now)
+	// Most polls find nothing: look on the read pool first, so an empty
+	// claim never waits for (or holds) the single write connection. The
+	// write transaction below looks again, so a unit queued in between is
+	// simply claimed by the next poll.
+	var one int
+	err := s.read.QueryRowContext(ctx, `SELECT 1 FROM work
+WHERE account = ? AND state = 'queued' AND deadline > ? LIMIT 1`, p.Account, now).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claiming work for account %q: %w", p.Account, err)
+	}
 	var claimed []store.Work
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+	err = s.writeTx(ctx, func(tx *sql.Tx) error {
 		claimed = claimed[:0]
 		ids, err := claimCandidates(ctx, tx, p.Account, now, p.Max)
 		if err != nil {
