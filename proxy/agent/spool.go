@@ -1,0 +1,258 @@
+package agent
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// SpoolDirName is the spool's directory inside the proxy's state_dir.
+const SpoolDirName = "spool"
+
+// spoolVersion is the format of a spooled record.
+const spoolVersion = 1
+
+// spooled is one result waiting to be posted, as the spool keeps it: the
+// CompleteRequest exactly as it will be sent (its result sealed for the
+// unit), and the unit's deadline on this host's wall clock.
+//
+// The deadline only decides whether a restarted proxy still tries to post;
+// the automator, whose clock is the only one that counts (guarantee 6),
+// refuses a result that arrives after the unit ended.
+type spooled struct {
+	Version    int       `json:"version"`
+	WorkID     string    `json:"work_id"`
+	Account    string    `json:"account"`
+	InstanceID string    `json:"instance_id"`
+	Deadline   time.Time `json:"deadline"`
+	Complete   []byte    `json:"complete"` // automatorv1.CompleteRequest, protobuf
+}
+
+// spool keeps finished units' results on disk from the moment the script
+// ends until the automator has accepted or refused them for good, so that a
+// proxy restart between "ran" and "posted" does not turn a done unit into a
+// timeout. The directory exists only while results wait in it, so an
+// uninstall finds the state directory as the install made it unless
+// results are left. A nil *spool (no state_dir) keeps nothing.
+type spool struct {
+	dir string
+	log *slog.Logger
+
+	mu      sync.Mutex
+	failing bool // the last write failed (logged once per change)
+}
+
+func newSpool(dir string, log *slog.Logger) *spool {
+	if dir == "" {
+		return nil
+	}
+	return &spool{dir: dir, log: log}
+}
+
+// safeName is what a work id may look like to name its file as is; any
+// other id is hex-encoded.
+var safeName = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$`)
+
+func (s *spool) path(workID string) string {
+	name := workID
+	if !safeName.MatchString(workID) {
+		name = "x-" + hex.EncodeToString([]byte(workID))
+	}
+	return filepath.Join(s.dir, name+".json")
+}
+
+// put writes req to the spool durably (written, fsynced, renamed into
+// place, directory fsynced) before it is first sent. A failure is logged,
+// and the result is still posted from memory.
+func (s *spool) put(account string, deadline time.Time, req *automatorv1.CompleteRequest) {
+	if s == nil {
+		return
+	}
+	err := s.write(account, deadline, req)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case err != nil && !s.failing:
+		s.log.Warn("cannot keep results in the spool; a restart before they are posted loses them", "dir", s.dir, "err", err)
+	case err == nil && s.failing:
+		s.log.Info("results are kept in the spool again", "dir", s.dir)
+	}
+	s.failing = err != nil
+}
+
+func (s *spool) write(account string, deadline time.Time, req *automatorv1.CompleteRequest) error {
+	body, err := proto.Marshal(req)
+	if err != nil {
+		return err
+	}
+	data, err := json.Marshal(spooled{
+		Version:    spoolVersion,
+		WorkID:     req.GetWorkId(),
+		Account:    account,
+		InstanceID: req.GetInstanceId(),
+		Deadline:   deadline.Round(0).UTC(),
+		Complete:   body,
+	})
+	if err != nil {
+		return err
+	}
+	tmp, err := s.createTemp()
+	if err != nil {
+		return err
+	}
+	_, werr := tmp.Write(append(data, '\n'))
+	serr := tmp.Sync()
+	cerr := tmp.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		_ = os.Remove(tmp.Name())
+		return err
+	}
+	if err := os.Rename(tmp.Name(), s.path(req.GetWorkId())); err != nil {
+		_ = os.Remove(tmp.Name())
+		return err
+	}
+	syncDir(s.dir)
+	return nil
+}
+
+// createTemp makes a temporary file in the spool directory, making the
+// directory first; a remove may take away the directory when it empties,
+// between the two, so it tries again.
+func (s *spool) createTemp() (*os.File, error) {
+	var err error
+	for range 3 {
+		if err = os.MkdirAll(s.dir, 0o700); err != nil {
+			return nil, err
+		}
+		var f *os.File
+		if f, err = os.CreateTemp(s.dir, ".tmp-*"); err == nil || !errors.Is(err, fs.ErrNotExist) {
+			return f, err
+		}
+	}
+	return nil, err
+}
+
+// remove forgets a unit's result: the automator accepted or refused it, or
+// its deadline passed.
+func (s *spool) remove(workID string) {
+	if s == nil {
+		return
+	}
+	if err := os.Remove(s.path(workID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		s.log.Warn("cannot remove a posted result from the spool", "work_id", workID, "err", err)
+	}
+	s.removeDirIfEmpty()
+}
+
+// removeDirIfEmpty removes the spool directory when no result waits in it
+// (removing a directory that holds files fails, harmlessly).
+func (s *spool) removeDirIfEmpty() {
+	_ = os.Remove(s.dir)
+}
+
+// pending is a spooled result to post again.
+type pending struct {
+	account  string
+	deadline time.Time
+	req      *automatorv1.CompleteRequest
+}
+
+// load returns this instance's spooled results whose deadline has not
+// passed at now. It deletes the expired ones (of any instance sharing the
+// directory: the automator has timed them out), leftovers of interrupted
+// writes, and sets aside records it cannot read. Records of another
+// instance within their deadline are left for it.
+func (s *spool) load(instanceID string, now time.Time) []pending {
+	if s == nil {
+		return nil
+	}
+	entries, err := os.ReadDir(s.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		s.log.Error("cannot read the spool; results kept there are not posted", "dir", s.dir, "err", err)
+		return nil
+	}
+	var due []pending
+	var expired []string
+	for _, e := range entries {
+		name := e.Name()
+		path := filepath.Join(s.dir, name)
+		switch {
+		case e.IsDir():
+			continue
+		case strings.HasPrefix(name, ".tmp-"):
+			_ = os.Remove(path) // a write interrupted before its rename
+			continue
+		case !strings.HasSuffix(name, ".json"):
+			continue
+		}
+		rec, err := readSpooled(path)
+		if err != nil {
+			s.log.Error("unreadable record in the spool; set aside, not posted", "path", path, "err", err)
+			_ = os.Rename(path, path+".bad")
+			continue
+		}
+		if !now.Before(rec.Deadline) {
+			expired = append(expired, rec.WorkID)
+			_ = os.Remove(path)
+			continue
+		}
+		if rec.InstanceID != instanceID {
+			continue
+		}
+		var req automatorv1.CompleteRequest
+		if err := proto.Unmarshal(rec.Complete, &req); err != nil || req.GetWorkId() != rec.WorkID {
+			s.log.Error("unreadable record in the spool; set aside, not posted", "path", path, "err", fmt.Errorf("its request does not decode for work %q", rec.WorkID))
+			_ = os.Rename(path, path+".bad")
+			continue
+		}
+		due = append(due, pending{account: rec.Account, deadline: rec.Deadline, req: &req})
+	}
+	if len(expired) > 0 {
+		syncDir(s.dir)
+		s.log.Warn("dropped spooled results past their deadline; the automator has timed those units out", "count", len(expired), "work_ids", expired)
+	}
+	if len(due) == 0 {
+		s.removeDirIfEmpty()
+	}
+	return due
+}
+
+func readSpooled(path string) (spooled, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return spooled{}, err
+	}
+	var rec spooled
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return spooled{}, err
+	}
+	if rec.Version != spoolVersion || rec.WorkID == "" || rec.Deadline.IsZero() || len(rec.Complete) == 0 {
+		return spooled{}, fmt.Errorf("record of version %d for work %q is incomplete", rec.Version, rec.WorkID)
+	}
+	return rec, nil
+}
+
+// syncDir makes a rename or removal in dir durable. Where directories
+// cannot be synced (Windows), the rename itself is.
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+}

@@ -1,0 +1,241 @@
+//go:build linux
+
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// callers drive executeOnProxy the way a package does across automator
+// restarts: Submit with an idempotency key (retried while the automator is
+// unreachable, so a submit whose answer was lost never makes a second
+// unit), then Wait by work id, again and again until the unit ends. Each
+// records what it asked and saw.
+type callers struct {
+	client  automatorv1.AutomatorServiceClient
+	account string
+	execLog string
+	seed    uint64
+	// Timeouts of ordinary units are drawn from [minTimeout, maxTimeout].
+	minTimeout, maxTimeout time.Duration
+
+	mu    sync.Mutex
+	units []Unit
+	acked atomic.Int64
+	ended atomic.Int64
+}
+
+// run starts n callers. Each submits units until submitting is done (or
+// enough units have been acknowledged, when atLeast > 0, and then only if
+// the hard stop allows), and waits for each to end. It returns when every
+// caller has seen its last unit end.
+func (cs *callers) run(submitting, hard context.Context, n int, atLeast int) {
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(cs.seed, uint64(i)+1))
+			for seq := 0; ; seq++ {
+				if hard.Err() != nil || (submitting.Err() != nil && (atLeast <= 0 || cs.acked.Load() >= int64(atLeast))) {
+					return
+				}
+				u := cs.one(i, seq, rng)
+				cs.mu.Lock()
+				cs.units = append(cs.units, u)
+				cs.mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// Units returns what the callers recorded.
+func (cs *callers) Units() []Unit {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return append([]Unit(nil), cs.units...)
+}
+
+// spec draws the next unit: mostly quick echoes (some slow), a few for a
+// script that does not exist (failed), a few that run past their deadline
+// (timed out; the proxy kills them).
+func (cs *callers) spec(caller, seq int, rng *rand.Rand) (Unit, *automatorv1.Command) {
+	u := Unit{Caller: caller, Key: fmt.Sprintf("chaos-%d-%d-%d", cs.seed, caller, seq)}
+	tok := fmt.Sprintf("t%d.%d", caller, seq)
+	stdin := randText(rng, 4+rng.IntN(40))
+	exit := rng.IntN(4)
+	sleep := "0"
+	u.Timeout = cs.minTimeout + time.Duration(rng.Int64N(int64(cs.maxTimeout-cs.minTimeout)+1))
+	switch r := rng.IntN(100); {
+	case r < 3:
+		u.Expect = ExpectFailed
+		return u, &automatorv1.Command{Script: "missing.sh", Args: []string{tok}}
+	case r < 5:
+		u.Expect = ExpectTimedOut
+		u.Timeout = 1500 * time.Millisecond
+		sleep = "5"
+	case r < 15:
+		sleep = fmt.Sprintf("0.%d", 1+rng.IntN(6))
+	}
+	u.WantStdout = tok + ":" + stdin + "\n"
+	u.WantExit = exit
+	return u, &automatorv1.Command{
+		Script: "echo.sh",
+		Args:   []string{tok, sleep, strconv.Itoa(exit)},
+		Stdin:  []byte(stdin),
+		Env:    map[string]string{"CHAOS_LOG": cs.execLog},
+	}
+}
+
+func randText(rng *rand.Rand, n int) string {
+	const chars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,;:-_=+*#%&()[]{}<>'\"\\$`|~"
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = chars[rng.IntN(len(chars))]
+	}
+	return string(b)
+}
+
+// one submits a unit and waits for its end.
+func (cs *callers) one(caller, seq int, rng *rand.Rand) Unit {
+	ctx := context.Background()
+	u, cmd := cs.spec(caller, seq, rng)
+	req := &automatorv1.ExecuteRequest{Account: cs.account, Command: cmd, Timeout: durationpb.New(u.Timeout), IdempotencyKey: u.Key}
+	u.SubmittedAt = time.Now()
+	var st *automatorv1.WorkStatus
+	var err error
+	for giveUp := time.Now().Add(time.Minute); time.Now().Before(giveUp) && ctx.Err() == nil; {
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		st, err = cs.client.Submit(actx, req, grpc.WaitForReady(true))
+		cancel()
+		if err == nil || !retryable(err) {
+			break
+		}
+		pause(ctx, 50*time.Millisecond)
+	}
+	if err != nil || st == nil {
+		u.SubmitErr = fmt.Sprint(err)
+		return u
+	}
+	cs.acked.Add(1)
+	u.WorkID = st.GetWorkId()
+	deadline := st.GetDeadline().AsTime()
+	// Long enough for any automator outage; a unit still open then is lost.
+	wctx, cancel := context.WithDeadline(context.Background(), deadline.Add(90*time.Second))
+	defer cancel()
+	for {
+		st, err = cs.client.Wait(wctx, &automatorv1.WaitRequest{WorkId: u.WorkID}, grpc.WaitForReady(true))
+		if err == nil && terminal(stateName(st.GetState())) {
+			break
+		}
+		if err != nil && (!retryable(err) || wctx.Err() != nil) {
+			u.WaitErr = err.Error()
+			return u
+		}
+		pause(wctx, 20*time.Millisecond)
+	}
+	cs.ended.Add(1)
+	u.Seen, u.SeenAt = true, time.Now()
+	record(&u, st)
+	return u
+}
+
+// record copies a terminal status into u.
+func record(u *Unit, st *automatorv1.WorkStatus) {
+	u.State = stateName(st.GetState())
+	u.Reason = st.GetReason()
+	u.QueuedAt = st.GetQueuedAt().AsTime()
+	u.Deadline = st.GetDeadline().AsTime()
+	if st.GetClaimedAt() != nil {
+		u.ClaimedAt = st.GetClaimedAt().AsTime()
+	}
+	if st.GetFinishedAt() != nil {
+		u.FinishedAt = st.GetFinishedAt().AsTime()
+	}
+	u.Claimer = st.GetInstanceId()
+	if r := st.GetResult(); r != nil && u.State == StateSucceeded {
+		u.HasResult = true
+		u.ResultInstance = r.GetInstanceId()
+		u.ExitCode = int(r.GetExitCode())
+		u.Stdout = string(r.GetStdout())
+	}
+}
+
+// finalStates reads every acknowledged unit's state again, after the run.
+func (cs *callers) finalStates(ctx context.Context, units []Unit) error {
+	for i := range units {
+		u := &units[i]
+		if u.WorkID == "" {
+			continue
+		}
+		for {
+			actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			st, err := cs.client.Get(actx, &automatorv1.GetRequest{WorkId: u.WorkID}, grpc.WaitForReady(true))
+			cancel()
+			if status.Code(err) == codes.NotFound {
+				u.FinalState = StateNotFound
+				break
+			}
+			if err == nil {
+				u.FinalState = stateName(st.GetState())
+				break
+			}
+			if !retryable(err) || ctx.Err() != nil {
+				return fmt.Errorf("reading the final state of %s: %w", u.WorkID, err)
+			}
+			pause(ctx, 50*time.Millisecond)
+		}
+	}
+	return nil
+}
+
+func retryable(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	}
+	return false
+}
+
+// pause waits a retry's delay (not a synchronisation: the other side gives
+// no signal while it is unreachable).
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func stateName(s automatorv1.State) string {
+	switch s {
+	case automatorv1.State_STATE_QUEUED:
+		return "queued"
+	case automatorv1.State_STATE_CLAIMED:
+		return "claimed"
+	case automatorv1.State_STATE_SUCCEEDED:
+		return StateSucceeded
+	case automatorv1.State_STATE_FAILED:
+		return StateFailed
+	case automatorv1.State_STATE_TIMED_OUT:
+		return StateTimedOut
+	case automatorv1.State_STATE_CANCELLED:
+		return StateCancelled
+	}
+	return s.String()
+}

@@ -1,0 +1,292 @@
+//go:build linux
+
+package chaos
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+var flagDir = flag.String("chaos.dir", "", "keep the run's logs, execution log and data directory here (default: a temporary directory, removed)")
+
+// shortSeed is the fixed seed of the short run in `make test`.
+const shortSeed = 20261130
+
+// runConfig is the shape of a chaos run.
+type runConfig struct {
+	long     bool
+	seed     uint64
+	duration time.Duration // callers submit this long
+	atLeast  int           // and on until this many units were acknowledged
+	callers  int
+	plan     planParams
+	// Timeouts of ordinary units.
+	minTimeout, maxTimeout time.Duration
+}
+
+func chaosConfig() runConfig {
+	c := runConfig{
+		long: *flagLong, seed: *flagSeed, duration: 40 * time.Second, callers: 16,
+		plan:       planParams{gap: 1500 * time.Millisecond, maxPause: 8 * time.Second, maxBlackhole: 5 * time.Second, recovery: 3 * time.Second},
+		minTimeout: 6 * time.Second, maxTimeout: 12 * time.Second,
+	}
+	if c.long {
+		c.duration, c.atLeast, c.callers, c.minTimeout, c.maxTimeout = 6*time.Minute, 20000, 32, 8*time.Second, 16*time.Second
+		c.plan = planParams{gap: 3 * time.Second, maxPause: 12 * time.Second, maxBlackhole: 10 * time.Second, recovery: 6 * time.Second}
+		if c.seed == 0 {
+			var b [8]byte
+			_, _ = rand.Read(b[:])
+			c.seed = binary.LittleEndian.Uint64(b[:]) % 1e9
+		}
+	} else if c.seed == 0 {
+		c.seed = shortSeed
+	}
+	if *flagDuration > 0 {
+		c.duration = *flagDuration
+	}
+	if *flagUnits > 0 {
+		c.atLeast = *flagUnits
+	}
+	if *flagCallers > 0 {
+		c.callers = *flagCallers
+	}
+	return c
+}
+
+func (c runConfig) replay() string {
+	if c.long {
+		return fmt.Sprintf("make chaos CHAOS_SEED=%d", c.seed)
+	}
+	return fmt.Sprintf("go test ./test/chaos -run '^TestChaos$' -v -count=1 -args -chaos.seed=%d", c.seed)
+}
+
+// TestChaos runs a real automator and six real proxy instances of one
+// account, behind fault-injecting relays (one instance reaches the
+// automator only through an outbound HTTP CONNECT proxy; two form an
+// active/passive pair, the second a warm standby), drives concurrent
+// executeOnProxy callers, injects every kind of fault from the seeded
+// schedule, and checks the history against the guarantees.
+//
+// Short (make test): fixed seed, 40s of faults. Long (make chaos):
+// -chaos.long, a random seed, 6 minutes and at least 20,000 units.
+func TestChaos(t *testing.T) {
+	rc := chaosConfig()
+	binaries(t)
+	fmt.Printf("chaos: seed %d, %v of faults, %d callers, long=%v\nchaos: replay with: %s\n", rc.seed, rc.duration, rc.callers, rc.long, rc.replay())
+	dir := *flagDir
+	if dir == "" {
+		dir = t.TempDir()
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	auto := newAutomator(t, dir, "127.0.0.1", true)
+	if err := auto.Serve(); err != nil {
+		t.Fatal(err)
+	}
+	profile := auto.CreateAccount("acme")
+	scripts := writeScripts(t, dir)
+	execLog := filepath.Join(dir, "exec.log")
+	connect, err := NewConnectProxy(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(connect.Close)
+
+	top := topology{always: []string{"p1", "p2", "p3", connectRestartTarget}, pair: [2]string{"p4", "sb"}}
+	all := append(slices.Clone(top.always), top.pair[:]...)
+	j := &injector{
+		t: t, auto: auto, connect: connect,
+		instances: map[string]*instance{}, relays: map[string]*Relay{}, cuts: map[string]chan Cut{},
+		locks: map[string]*sync.Mutex{}, idleFrom: map[string]time.Time{},
+	}
+	for _, id := range all {
+		cuts := make(chan Cut, 8)
+		r, err := NewRelay(auto.Addr(), true, func(c Cut) {
+			select {
+			case cuts <- c:
+			default:
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(r.Close)
+		url, env := "http://"+r.Addr(), map[string]string(nil)
+		if id == connectRestartTarget {
+			// Only the CONNECT proxy knows this name: the instance reaches
+			// the automator through it or not at all.
+			host := fmt.Sprintf("automator.chaos.test:%d", auto.Port)
+			connect.Route(host, r.Addr())
+			url, env = "http://"+host, map[string]string{"HTTPS_PROXY": "http://" + connect.Addr()}
+		}
+		j.instances[id], j.relays[id], j.cuts[id] = newInstance(t, dir, id, profile, url, scripts, 6, env), r, cuts
+	}
+	var wg sync.WaitGroup
+	for _, id := range all {
+		if id == top.pair[1] {
+			continue // the warm standby: installed, configured, stopped
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := j.instances[id].StartPolling(30 * time.Second); err != nil {
+				t.Errorf("starting %s: %v", id, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	conn := auto.Dial()
+	j.afterAutomatorRestart = conn.ResetConnectBackoff
+	cs := &callers{
+		client: automatorv1.NewAutomatorServiceClient(conn), account: "acme", execLog: execLog, seed: rc.seed,
+		minTimeout: rc.minTimeout, maxTimeout: rc.maxTimeout,
+	}
+	schedule := plan(rc.seed, rc.duration, rc.plan, top)
+	var lines []string
+	for _, p := range schedule {
+		lines = append(lines, p.String())
+	}
+	if err := os.WriteFile(filepath.Join(dir, "schedule.txt"), []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	stalls := watchStalls(t)
+	j.start = time.Now()
+	j.setIdle(top.pair[1], true, j.start)
+	submitting, stopSubmitting := context.WithTimeout(context.Background(), rc.duration)
+	defer stopSubmitting()
+	hard, stopHard := context.WithTimeout(context.Background(), 2*rc.duration)
+	defer stopHard()
+	injected := make(chan struct{})
+	go func() { j.Run(submitting, schedule); close(injected) }()
+	progress := time.NewTicker(30 * time.Second)
+	defer progress.Stop()
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-progress.C:
+				fmt.Printf("chaos: %v: %d units acknowledged, %d ended\n", time.Since(j.start).Round(time.Second), cs.acked.Load(), cs.ended.Load())
+			case <-done:
+				return
+			}
+		}
+	}()
+	cs.run(submitting, hard, rc.callers, rc.atLeast)
+	close(done)
+	<-injected
+	elapsed := time.Since(j.start)
+
+	units := cs.Units()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := cs.finalStates(ctx, units); err != nil {
+		t.Error(err)
+	}
+	// Stop the instances the way a service stop does, so every script
+	// they started has logged its start.
+	for _, in := range j.instances {
+		if in.Running() {
+			_ = in.Signal(syscall.SIGTERM)
+		}
+	}
+	for _, in := range j.instances {
+		if p := in.Proc(); p != nil {
+			select {
+			case <-p.done:
+			case <-time.After(30 * time.Second):
+				t.Errorf("%s did not stop within 30s of SIGTERM", in.ID)
+			}
+		}
+	}
+
+	faults, idle := j.Result()
+	h := History{Units: units, Execs: readExecs(t, execLog), Faults: faults, Idle: idle, Instances: all, Stalls: stalls()}
+	rep := Check(h, Options{})
+	var noticed time.Duration
+	for _, d := range j.noticed {
+		noticed = max(noticed, d)
+	}
+	fmt.Printf("\nchaos: seed %d, faults for %v, run %v (submitting until %d units), %d callers, %d instances (one through a CONNECT proxy, one a warm standby)\n\n%s",
+		rc.seed, rc.duration, elapsed.Round(time.Second), rc.atLeast, rc.callers, len(all), rep.Table())
+	fmt.Printf("| dead connection noticed and dialled again (net-idle-cut), slowest | %s |\n", ms(noticed))
+	fmt.Printf("\nchaos: replay with: %s\n", rc.replay())
+	if len(j.skipped) > 0 {
+		t.Logf("%d planned faults were not injected:\n%s", len(j.skipped), strings.Join(j.skipped, "\n"))
+	}
+	if err := rep.Err(); err != nil {
+		t.Errorf("seed %d: %v\nreplay with: %s", rc.seed, err, rc.replay())
+	}
+	for _, k := range allKinds {
+		if rep.FaultsByKind[k] == 0 {
+			t.Errorf("no %s fault was injected; every kind must be", k)
+		}
+	}
+	if rc.long && rep.Units < rc.atLeast {
+		t.Errorf("%d units, want at least %d", rep.Units, rc.atLeast)
+	}
+	if t.Failed() {
+		fmt.Printf("chaos: logs in %s (pass -chaos.dir to keep them)\n", dir)
+		for _, id := range all {
+			if p := j.instances[id].Proc(); p != nil {
+				t.Logf("---- tail of %s ----\n%s", id, p.Tail(20))
+			}
+		}
+	}
+}
+
+// watchStalls notices when the test machine stands still: a ticker of the
+// harness that fires far later than it should means every process was
+// frozen (a loaded or paused virtual machine). It returns the stalls seen
+// so far; it stops when the test ends.
+func watchStalls(t *testing.T) func() []Interval {
+	const every, stalled = 50 * time.Millisecond, 750 * time.Millisecond
+	var mu sync.Mutex
+	var out []Interval
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		last := time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				now := time.Now()
+				if now.Sub(last) > stalled {
+					mu.Lock()
+					out = append(out, Interval{Who: "machine", Start: last, End: now})
+					mu.Unlock()
+				}
+				last = now
+			}
+		}
+	}()
+	t.Cleanup(func() { close(done); <-stopped })
+	return func() []Interval {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(out)
+	}
+}

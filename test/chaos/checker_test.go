@@ -1,0 +1,222 @@
+package chaos
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+func at(sec float64) time.Time { return t0.Add(time.Duration(sec * float64(time.Second))) }
+
+// cleanHistory is a small history in which every guarantee holds: units
+// that succeeded, one that failed (unknown script), one that ran past its
+// deadline, one whose claimer was killed, one claimed just before the
+// automator crashed, and one that lived across the crash.
+func cleanHistory() History {
+	ok := func(id, inst string, q, c, f float64) (Unit, Exec) {
+		return Unit{
+				Key: "k-" + id, WorkID: id, Expect: ExpectOutput, WantStdout: "out-" + id + "\n", WantExit: 1, Timeout: 10 * time.Second,
+				SubmittedAt: at(q), QueuedAt: at(q), Deadline: at(q + 10), ClaimedAt: at(c), FinishedAt: at(f),
+				Seen: true, SeenAt: at(f + 0.01), State: StateSucceeded, Claimer: inst,
+				HasResult: true, ResultInstance: inst, ExitCode: 1, Stdout: "out-" + id + "\n", FinalState: StateSucceeded,
+			}, Exec{
+				WorkID: id, Instance: inst, Start: at(c + 0.01), End: at(f - 0.01),
+			}
+	}
+	h := History{Instances: []string{"a", "b"}}
+	add := func(u Unit, e Exec) { h.Units = append(h.Units, u); h.Execs = append(h.Execs, e) }
+	add(ok("w1", "a", 0, 0.1, 0.2))
+	add(ok("w2", "b", 0, 0.1, 0.3))
+	// Alive across an automator outage (30-31s): it succeeds after it.
+	add(ok("w3", "a", 29.5, 29.6, 31.5))
+	h.Units = append(h.Units,
+		Unit{Key: "k-w4", WorkID: "w4", Expect: ExpectFailed, SubmittedAt: at(1), QueuedAt: at(1), Deadline: at(11), ClaimedAt: at(1.1), FinishedAt: at(1.2),
+			Seen: true, SeenAt: at(1.2), State: StateFailed, Reason: "unknown script", Claimer: "b", FinalState: StateFailed},
+		// Runs past its deadline: killed at 12s, times out at 12s.
+		Unit{Key: "k-w5", WorkID: "w5", Expect: ExpectTimedOut, SubmittedAt: at(10), QueuedAt: at(10), Deadline: at(12), ClaimedAt: at(10.1), FinishedAt: at(12.05),
+			Seen: true, SeenAt: at(12.06), State: StateTimedOut, Claimer: "a", FinalState: StateTimedOut},
+		// Its claimer b is killed at 21s; it times out at its deadline.
+		Unit{Key: "k-w6", WorkID: "w6", Expect: ExpectOutput, WantStdout: "x", SubmittedAt: at(20), QueuedAt: at(20), Deadline: at(30), ClaimedAt: at(20.5), FinishedAt: at(30.1),
+			Seen: true, SeenAt: at(31.2), State: StateTimedOut, Claimer: "b", FinalState: StateTimedOut},
+		// Claimed just before the automator crashed at 30s; its deadline
+		// falls in the outage, so it ends when the automator is back.
+		Unit{Key: "k-w7", WorkID: "w7", Expect: ExpectOutput, WantStdout: "x", SubmittedAt: at(20.5), QueuedAt: at(20.5), Deadline: at(30.5), ClaimedAt: at(29.99), FinishedAt: at(31.1),
+			Seen: true, SeenAt: at(31.3), State: StateTimedOut, Claimer: "a", FinalState: StateTimedOut},
+	)
+	h.Execs = append(h.Execs, Exec{WorkID: "w5", Instance: "a", Start: at(10.2)}, Exec{WorkID: "w6", Instance: "b", Start: at(20.6), End: at(20.7)})
+	h.Faults = []Fault{
+		{Kind: "proxy-kill", Targets: []string{"b"}, Start: at(21), End: at(22)},
+		{Kind: "automator-kill", Targets: []string{Automator}, Start: at(30), End: at(31)},
+		{Kind: "net-latency", Targets: []string{"a"}, Start: at(2), End: at(3)},
+	}
+	return h
+}
+
+func TestCheckerPassesACleanHistory(t *testing.T) {
+	r := Check(cleanHistory(), Options{})
+	if err := r.Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := Report{Units: 7, Succeeded: 3, Failed: 1, TimedOut: 3, TimedOutExpected: 1, TimedOutClaimerFault: 1, TimedOutAutomator: 1, Executions: 5}
+	if r.Units != want.Units || r.Succeeded != want.Succeeded || r.Failed != want.Failed || r.TimedOut != want.TimedOut ||
+		r.TimedOutExpected != want.TimedOutExpected || r.TimedOutClaimerFault != want.TimedOutClaimerFault ||
+		r.TimedOutAutomator != want.TimedOutAutomator || r.Executions != want.Executions {
+		t.Fatalf("report %+v, want counts %+v", r, want)
+	}
+	if r.AcrossRestart != 3 || r.AcrossRestartSucceeded != 1 {
+		t.Errorf("across restart %d (%d succeeded), want 3 (1)", r.AcrossRestart, r.AcrossRestartSucceeded)
+	}
+	table := r.Table()
+	for _, s := range []string{"| 7 | 3 | 1 | 3 | 0 | 0 |", "| automator-kill | 1 |", "| proxy-kill | 1 |", "| **all** | 3 |"} {
+		if !strings.Contains(table, s) {
+			t.Errorf("table lacks %q:\n%s", s, table)
+		}
+	}
+}
+
+// mustBreak checks that the checker fails loudly, naming the rule.
+func mustBreak(t *testing.T, h History, rule string) Report {
+	t.Helper()
+	r := Check(h, Options{})
+	err := r.Err()
+	if err == nil {
+		t.Fatalf("the checker accepted a history that breaks %q", rule)
+	}
+	if !strings.Contains(err.Error(), "GUARANTEES BROKEN") || !strings.Contains(err.Error(), rule) {
+		t.Fatalf("the error does not say loudly that %q broke:\n%v", rule, err)
+	}
+	for _, v := range r.Violations {
+		if v.Rule != rule {
+			t.Errorf("unexpected violation besides %q: %v", rule, v)
+		}
+	}
+	return r
+}
+
+// TestCheckerFailsOnDuplicateExecution: a unit whose script ran twice, on
+// two instances, breaks "at most once" and is counted in "executed twice".
+func TestCheckerFailsOnDuplicateExecution(t *testing.T) {
+	h := cleanHistory()
+	h.Execs = append(h.Execs, Exec{WorkID: "w1", Instance: "a", Start: at(0.5), End: at(0.6)})
+	r := mustBreak(t, h, RuleAtMostOnce)
+	if r.ExecutedTwice != 1 {
+		t.Errorf("executed twice = %d, want 1", r.ExecutedTwice)
+	}
+	if !strings.Contains(r.Table(), "| 7 | 3 | 1 | 3 | 1 | 0 |") {
+		t.Errorf("the table does not show the unit executed twice:\n%s", r.Table())
+	}
+
+	// On another instance than its claimer, too.
+	h = cleanHistory()
+	h.Execs = append(h.Execs, Exec{WorkID: "w2", Instance: "a", Start: at(0.5)})
+	if r := mustBreak(t, h, RuleAtMostOnce); r.ExecutedTwice != 1 {
+		t.Errorf("executed twice = %d, want 1", r.ExecutedTwice)
+	}
+}
+
+// TestCheckerFailsOnLostUnit: a unit the automator acknowledged whose
+// caller never saw an end (its Wait kept failing), and one the automator
+// forgot, are lost.
+func TestCheckerFailsOnLostUnit(t *testing.T) {
+	h := cleanHistory()
+	h.Units[2].Seen, h.Units[2].State, h.Units[2].WaitErr = false, "", "rpc error: code = NotFound desc = work \"w3\" not found"
+	r := mustBreak(t, h, RuleDurable)
+	if r.Lost != 1 {
+		t.Errorf("lost = %d, want 1", r.Lost)
+	}
+	if !strings.Contains(r.Table(), "| 7 | 2 | 1 | 3 | 0 | 1 |") {
+		t.Errorf("the table does not show the lost unit:\n%s", r.Table())
+	}
+
+	h = cleanHistory()
+	h.Units[0].FinalState = StateNotFound
+	if r := mustBreak(t, h, RuleDurable); r.Lost != 1 {
+		t.Errorf("lost = %d, want 1", r.Lost)
+	}
+}
+
+func TestCheckerFailsOnEarlyOrLateTimeout(t *testing.T) {
+	h := cleanHistory()
+	h.Units[5].FinishedAt, h.Units[5].SeenAt = at(29), at(29) // deadline 30
+	mustBreak(t, h, RuleDeadline)
+
+	h = cleanHistory()
+	h.Units[4].FinishedAt, h.Units[4].SeenAt = at(16), at(16) // deadline 12, automator up
+	mustBreak(t, h, RuleDeadline)
+}
+
+func TestCheckerFailsOnUnexplainedTimeout(t *testing.T) {
+	// w6 claimed by b at 20.5s, timed out at its deadline, 27s, well before
+	// the automator crash.
+	early := func(h History) History {
+		h.Units[5].Deadline, h.Units[5].FinishedAt, h.Units[5].SeenAt = at(27), at(27.1), at(27.2)
+		return h
+	}
+	if err := Check(early(cleanHistory()), Options{}).Err(); err != nil {
+		t.Fatal(err) // b's kill explains it
+	}
+	h := early(cleanHistory())
+	h.Faults = h.Faults[1:] // b was never killed: w6's timeout has no cause
+	mustBreak(t, h, RuleExplained)
+
+	// Latency alone loses nothing.
+	h = early(cleanHistory())
+	h.Faults[0] = Fault{Kind: "net-latency", Targets: []string{"b"}, Start: at(21), End: at(22)}
+	mustBreak(t, h, RuleExplained)
+}
+
+func TestCheckerFailsWhenSurvivorsLeaveWorkUnclaimed(t *testing.T) {
+	h := cleanHistory()
+	h.Units[5].Claimer, h.Units[5].ClaimedAt = "", time.Time{} // a was healthy all along
+	h.Execs = h.Execs[:len(h.Execs)-1]
+	mustBreak(t, h, RuleSurvivors)
+
+	// With every instance down (b killed, a idle) it is not a violation.
+	h.Faults[0] = Fault{Kind: "proxy-kill", Targets: []string{"b"}, Start: at(19), End: at(30)}
+	h.Idle = []Interval{{Who: "a", Start: at(19), End: at(31)}}
+	if err := Check(h, Options{}).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCheckerFailsOnWrongOutput(t *testing.T) {
+	h := cleanHistory()
+	h.Units[1].Stdout = "out-w1\n" // another unit's output
+	mustBreak(t, h, RuleOutput)
+
+	h = cleanHistory()
+	h.Units[3].State, h.Units[3].FinalState = StateSucceeded, StateSucceeded // an unknown script "succeeded"
+	mustBreak(t, h, RuleOutput)
+}
+
+func TestCheckerFailsWhenTheTerminalStateChanges(t *testing.T) {
+	h := cleanHistory()
+	h.Units[0].FinalState = StateTimedOut
+	mustBreak(t, h, RuleOneTerminal)
+}
+
+func TestCheckerFailsWhenAResultIsReportedAfterTheDeadline(t *testing.T) {
+	h := cleanHistory()
+	h.Units[4].State, h.Units[4].FinalState = StateSucceeded, StateSucceeded
+	mustBreak(t, h, RuleEnforcesLate)
+}
+
+func TestParseExecLog(t *testing.T) {
+	log := "S w1 a 1764504000.000100\n" +
+		"S w2 b 1764504000.5\n" +
+		"E w1 a 1764504000.000100 1764504001.250000\n"
+	es, err := ParseExecLog(strings.NewReader(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(es) != 2 || es[0].WorkID != "w1" || es[0].End.Sub(es[0].Start) != 1249900*time.Microsecond || !es[1].End.IsZero() {
+		t.Fatalf("parsed %+v", es)
+	}
+	for _, bad := range []string{"S w1 a\n", "E w9 a 1 2\n", "S w1 a 1x\n", "S w1 a 17645040"} {
+		if _, err := ParseExecLog(strings.NewReader(bad)); err == nil && bad != "S w1 a 17645040" {
+			t.Errorf("%q parsed without error", bad)
+		}
+	}
+}

@@ -1,0 +1,335 @@
+//go:build linux
+
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/pki"
+)
+
+// ---- the automator ----
+
+// automator is one data directory served by `automator serve` on a fixed
+// loopback port, restartable after a crash.
+type automator struct {
+	t         *testing.T
+	dir       string // test directory: logs
+	DataDir   string
+	Host      string // the public URL's host (names the certificate)
+	Port      int
+	Plaintext bool // cleartext gRPC (h2c), so relays can see the calls
+
+	mu     sync.Mutex
+	proc   *proc
+	serves int
+}
+
+// newAutomator initialises a data directory; Serve starts it.
+func newAutomator(t *testing.T, dir, host string, plaintext bool) *automator {
+	t.Helper()
+	binaries(t)
+	a := &automator{t: t, dir: dir, DataDir: filepath.Join(dir, "data"), Host: host, Port: freePort(t), Plaintext: plaintext}
+	if out, err := exec.Command(bins.automator, "init", "--data-dir", a.DataDir, "--public-url", fmt.Sprintf("https://%s:%d", host, a.Port)).CombinedOutput(); err != nil {
+		t.Fatalf("automator init: %v\n%s", err, out)
+	}
+	return a
+}
+
+// Addr is where the automator listens.
+func (a *automator) Addr() string { return fmt.Sprintf("127.0.0.1:%d", a.Port) }
+
+// Serve starts `automator serve` and returns once it serves (it says so,
+// and /healthz answers).
+func (a *automator) Serve() error {
+	a.mu.Lock()
+	a.serves++
+	n := a.serves
+	a.mu.Unlock()
+	args := []string{"serve", "--data-dir", a.DataDir, "--listen", a.Addr(), "--http-listen", "127.0.0.1:0"}
+	if a.Plaintext {
+		args = append(args, "--insecure-plaintext")
+	}
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		if err = a.serveOnce(n, args); err == nil {
+			return nil
+		}
+		// The port may still be held for a moment after a crash.
+		time.Sleep(200 * time.Millisecond)
+	}
+	return err
+}
+
+func (a *automator) serveOnce(n int, args []string) error {
+	_ = os.Remove(filepath.Join(a.DataDir, config.FileServing))
+	p, err := startProc(a.t, fmt.Sprintf("automator-%d", n), filepath.Join(a.dir, "automator.log"), nil, bins.automator, args...)
+	if err != nil {
+		return err
+	}
+	if err := await(p, p.Watch("msg=serving"), 30*time.Second); err != nil {
+		p.Kill()
+		return err
+	}
+	s, ok, err := config.ReadServing(a.DataDir)
+	if err != nil || !ok {
+		p.Kill()
+		return fmt.Errorf("automator serves but serving.yaml is not readable: %v", err)
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get("http://" + s.HTTP + "/healthz")
+	if err != nil {
+		p.Kill()
+		return err
+	}
+	resp.Body.Close()
+	client.CloseIdleConnections()
+	if resp.StatusCode != http.StatusOK {
+		p.Kill()
+		return fmt.Errorf("/healthz answered %s", resp.Status)
+	}
+	a.mu.Lock()
+	a.proc = p
+	a.mu.Unlock()
+	return nil
+}
+
+// Kill crashes the automator with SIGKILL.
+func (a *automator) Kill() {
+	a.mu.Lock()
+	p := a.proc
+	a.mu.Unlock()
+	if p != nil {
+		p.Kill()
+	}
+}
+
+// Proc is the current serve process.
+func (a *automator) Proc() *proc {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.proc
+}
+
+// CreateAccount makes an account and returns its proxy profile.
+func (a *automator) CreateAccount(name string) string {
+	a.t.Helper()
+	out, err := exec.Command(bins.automator, "account", "create", name, "--data-dir", a.DataDir).Output()
+	if err != nil {
+		a.t.Fatalf("automator account create %s: %v", name, err)
+	}
+	return string(out)
+}
+
+// Dial connects a caller with the admin API key. The connection survives
+// restarts (it reconnects); it is closed when the test ends.
+func (a *automator) Dial() *grpc.ClientConn {
+	a.t.Helper()
+	key, err := os.ReadFile(filepath.Join(a.DataDir, config.FileAPIKey))
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	creds := insecure.NewCredentials()
+	if !a.Plaintext {
+		caPEM, err := os.ReadFile(filepath.Join(a.DataDir, config.FileCACert))
+		if err != nil {
+			a.t.Fatal(err)
+		}
+		tlsCfg, err := pki.ClientTLS(caPEM, "127.0.0.1")
+		if err != nil {
+			a.t.Fatal(err)
+		}
+		creds = credentials.NewTLS(tlsCfg)
+	}
+	conn, err := grpc.NewClient("passthrough:///"+a.Addr(),
+		grpc.WithTransportCredentials(creds),
+		grpc.WithPerRPCCredentials(bearer{secret: strings.TrimSpace(string(key)), tls: !a.Plaintext}),
+	)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	a.t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+type bearer struct {
+	secret string
+	tls    bool
+}
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.secret}, nil
+}
+
+func (b bearer) RequireTransportSecurity() bool { return b.tls }
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// ---- proxy instances ----
+
+// instance is one configured proxy instance: its own config file (the
+// account's profile, its automator_url pointing where the harness says),
+// state directory (status file and spool) and log. It may be running or
+// stopped (a warm standby), and is restarted after a crash.
+type instance struct {
+	t        *testing.T
+	ID       string
+	cfgPath  string
+	StateDir string
+	logPath  string
+	env      map[string]string
+
+	mu   sync.Mutex
+	proc *proc
+}
+
+// newInstance writes the instance's config: profile with automator_url
+// replaced by url, plus local settings.
+func newInstance(t *testing.T, dir, id, profile, url, scripts string, maxConcurrency int, env map[string]string) *instance {
+	t.Helper()
+	in := &instance{t: t, ID: id, cfgPath: filepath.Join(dir, id+".yaml"), StateDir: filepath.Join(dir, id+"-state"), logPath: filepath.Join(dir, id+".log"), env: env}
+	var lines []string
+	for _, l := range strings.Split(profile, "\n") {
+		if strings.HasPrefix(l, "automator_url:") {
+			l = "automator_url: " + url
+		}
+		lines = append(lines, l)
+	}
+	lines = append(lines,
+		"scripts_dir: "+scripts,
+		"instance_id: "+id,
+		fmt.Sprintf("max_concurrency: %d", maxConcurrency),
+		"state_dir: "+in.StateDir,
+		"grace_period: 2s",
+	)
+	if err := os.WriteFile(in.cfgPath, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+// Start runs `proxy run` (the service's command line) and returns at once;
+// polling is closed when it says it is connected and polling.
+func (in *instance) Start() (polling <-chan struct{}, err error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.proc != nil && !in.proc.Exited() {
+		return nil, fmt.Errorf("%s is already running", in.ID)
+	}
+	p, err := startProc(in.t, "proxy-"+in.ID, in.logPath, in.env, bins.proxy, "run", "--config", in.cfgPath)
+	if err != nil {
+		return nil, err
+	}
+	in.proc = p
+	return p.Watch("connected to the automator; polling"), nil
+}
+
+// StartPolling starts the instance and waits until it polls.
+func (in *instance) StartPolling(timeout time.Duration) error {
+	polling, err := in.Start()
+	if err != nil {
+		return err
+	}
+	return await(in.Proc(), polling, timeout)
+}
+
+// Proc is the current (or last) process; nil if never started.
+func (in *instance) Proc() *proc {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.proc
+}
+
+// Running reports whether a process of the instance runs.
+func (in *instance) Running() bool {
+	p := in.Proc()
+	return p != nil && !p.Exited()
+}
+
+// Kill crashes the instance with SIGKILL (its scripts, which lead their own
+// process groups, live on, as after a real crash).
+func (in *instance) Kill() {
+	if p := in.Proc(); p != nil {
+		p.Kill()
+	}
+}
+
+// Signal sends sig to the running process.
+func (in *instance) Signal(sig syscall.Signal) error {
+	p := in.Proc()
+	if p == nil {
+		return fmt.Errorf("%s is not running", in.ID)
+	}
+	return p.Signal(sig)
+}
+
+// ---- scripts ----
+
+// echoScript is the chaos runs' script. Each run appends one line when it
+// starts and one when it ends to $CHAOS_LOG (one write each, O_APPEND), and
+// prints "$1:STDIN"; it sleeps $2 seconds first and exits with $3. bash's
+// $EPOCHREALTIME and builtins keep it to one process (two with a sleep).
+const echoScript = `#!/bin/bash
+s=$EPOCHREALTIME
+printf 'S %s %s %s\n' "$PROXY_WORK_ID" "$PROXY_INSTANCE_ID" "$s" >> "$CHAOS_LOG"
+IFS= read -r -d '' in
+if [ "$2" != "0" ]; then sleep "$2"; fi
+printf '%s:%s\n' "$1" "$in"
+printf 'E %s %s %s %s\n' "$PROXY_WORK_ID" "$PROXY_INSTANCE_ID" "$s" "$EPOCHREALTIME" >> "$CHAOS_LOG"
+exit "$3"
+`
+
+// writeScripts makes a scripts directory holding echo.sh.
+func writeScripts(t *testing.T, dir string) string {
+	t.Helper()
+	scripts := filepath.Join(dir, "scripts")
+	if err := os.MkdirAll(scripts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(scripts, "echo.sh"), []byte(echoScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return scripts
+}
+
+// readExecs parses an execution log (none if it does not exist yet).
+func readExecs(t *testing.T, path string) []Exec {
+	t.Helper()
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	es, err := ParseExecLog(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return es
+}

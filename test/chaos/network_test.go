@@ -1,0 +1,153 @@
+//go:build linux
+
+package chaos
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// TestProxyBehindConnectProxyServesAndSurvivesItsRestart: a proxy whose
+// only way out is an outbound HTTP CONNECT proxy (HTTPS_PROXY; the
+// automator's name resolves nowhere but in the CONNECT proxy, as in many
+// customer networks) serves work over TLS through it. When the CONNECT
+// proxy is killed and started again, the instance reconnects by itself and
+// the work queued meanwhile (unclaimed) is all run, once each.
+func TestProxyBehindConnectProxyServesAndSurvivesItsRestart(t *testing.T) {
+	t.Parallel()
+	const host = "automator.chaos.test"
+	if addrs, err := net.LookupHost(host); err == nil {
+		t.Fatalf("%s resolves (%v); the test needs a name only the CONNECT proxy knows", host, addrs)
+	}
+	s := newSmall(t, host)
+	target := fmt.Sprintf("%s:%d", host, s.auto.Port)
+	connect, err := NewConnectProxy(map[string]string{target: s.auto.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(connect.Close)
+	in := newInstance(t, s.dir, "behind", s.profile, s.publicURL(), s.scripts, 4,
+		map[string]string{"HTTPS_PROXY": "http://" + connect.Addr()})
+	if err := in.StartPolling(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n := connect.Connects(target); n < 1 {
+		t.Fatalf("the instance polls, but opened %d tunnels through the CONNECT proxy", n)
+	}
+
+	var ids, wants []string
+	for i := range 10 {
+		id, want := s.submit(t, fmt.Sprintf("before-%d", i), time.Minute)
+		ids, wants = append(ids, id), append(wants, want)
+	}
+	s.mustSucceed(t, ids, wants, time.Minute)
+
+	// Kill the CONNECT proxy: the instance's poll dies with its tunnel.
+	unreachable := in.Proc().Watch("automator unreachable")
+	connect.Kill()
+	mustAwait(t, in.Proc(), unreachable, 15*time.Second, "the instance to notice the CONNECT proxy is gone")
+	ids, wants = nil, nil
+	for i := range 10 {
+		id, want := s.submit(t, fmt.Sprintf("during-%d", i), time.Minute)
+		ids, wants = append(ids, id), append(wants, want)
+	}
+	for _, id := range ids {
+		if st := s.get(t, id); st.GetState() != automatorv1.State_STATE_QUEUED {
+			t.Fatalf("with the CONNECT proxy down, unit %s is %v; want QUEUED", id, st.GetState())
+		}
+	}
+
+	tunnels := connect.Connects(target)
+	reconnected := in.Proc().Watch("connected to the automator; polling")
+	if err := connect.Start(); err != nil {
+		t.Fatal(err)
+	}
+	mustAwait(t, in.Proc(), reconnected, 30*time.Second, "the instance to reconnect through the CONNECT proxy")
+	s.mustSucceed(t, ids, wants, time.Minute)
+	if connect.Connects(target) <= tunnels {
+		t.Errorf("the work ran, but not through a new tunnel of the CONNECT proxy")
+	}
+	if n := in.Proc().Count("automator unreachable"); n != 1 {
+		t.Errorf("%d \"automator unreachable\" lines for one outage, want 1 (one per change of state):\n%s", n, in.Proc().Tail(20))
+	}
+}
+
+// TestDeadConnectionIsNoticedWithinSeconds: a middlebox that silently
+// forgets an idle connection (nothing arrives, nothing is reset) would
+// leave a proxy waiting on a dead long poll. The keepalive (a ping after
+// 10s of silence, 5s for its answer) notices within 15s; the proxy dials
+// again and serves work.
+func TestDeadConnectionIsNoticedWithinSeconds(t *testing.T) {
+	t.Parallel()
+	s := newSmall(t, "127.0.0.1")
+	r, err := NewRelay(s.auto.Addr(), false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	in := newInstance(t, s.dir, "a", s.profile, "https://"+r.Addr(), s.scripts, 4, nil)
+	if err := in.StartPolling(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	redialled := r.AcceptedAbove(r.Accepted())
+	start := time.Now()
+	if n := r.StallExisting(); n != 1 {
+		t.Fatalf("stalled %d connections, want the instance's one", n)
+	}
+	const bound = 20 * time.Second // 10s + 5s keepalive, the first retry, a dial
+	mustAwait(t, in.Proc(), redialled, bound, "the instance to give up the dead connection and dial again")
+	noticed := time.Since(start)
+	t.Logf("dead connection noticed, and dialled again, after %v", noticed.Round(time.Millisecond))
+	if !strings.Contains(in.Proc().Tail(10), "keepalive") {
+		t.Errorf("the instance did not say the keepalive failed:\n%s", in.Proc().Tail(10))
+	}
+	id, want := s.submit(t, "after", time.Minute)
+	s.mustSucceed(t, []string{id}, []string{want}, time.Minute)
+}
+
+// TestRefusedConnectionsBackOffQuietly: while the automator is down every
+// dial is refused. The proxy backs off (it uses almost no CPU: no busy
+// loop), logs the outage once rather than per attempt, and resumes by
+// itself when the automator is back.
+func TestRefusedConnectionsBackOffQuietly(t *testing.T) {
+	t.Parallel()
+	s := newSmall(t, "127.0.0.1")
+	in := newInstance(t, s.dir, "a", s.profile, s.publicURL(), s.scripts, 4, nil)
+	if err := in.StartPolling(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p := in.Proc()
+	unreachable := p.Watch("automator unreachable")
+	s.auto.Kill()
+	mustAwait(t, p, unreachable, 15*time.Second, "the instance to notice the automator is gone")
+
+	// Observe the instance for a while with every dial refused.
+	const window = 8 * time.Second
+	before := cpuTime(t, p.PID())
+	time.Sleep(window)
+	used := cpuTime(t, p.PID()) - before
+	t.Logf("CPU used in %v of refused connections: %v", window, used)
+	if used > window/8 {
+		t.Errorf("the instance used %v of CPU in %v while the automator was down: a busy loop", used, window)
+	}
+	if n := p.Count("automator unreachable"); n != 1 {
+		t.Errorf("%d \"automator unreachable\" lines in %v of refusals, want 1:\n%s", n, window, p.Tail(20))
+	}
+
+	reconnected := p.Watch("connected to the automator; polling")
+	back := time.Now()
+	if err := s.auto.Serve(); err != nil {
+		t.Fatal(err)
+	}
+	// The poll backoff is capped at 15s, gRPC's own reconnect backoff at
+	// about as much after a short outage.
+	mustAwait(t, p, reconnected, 40*time.Second, "the instance to resume polling")
+	t.Logf("polling again %v after the automator came back", time.Since(back).Round(time.Millisecond))
+	id, want := s.submit(t, "after", time.Minute)
+	s.mustSucceed(t, []string{id}, []string{want}, time.Minute)
+}

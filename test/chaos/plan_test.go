@@ -1,0 +1,44 @@
+//go:build linux
+
+package chaos
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestPlanIsASeedsFunctionAndCoversEveryKind: a seed replays the same
+// schedule; both run shapes inject every kind, leave an active instance
+// untouched at every fault, and never kill the automator twice at once.
+func TestPlanIsASeedsFunctionAndCoversEveryKind(t *testing.T) {
+	top := topology{always: []string{"p1", "p2", "p3", "pc"}, pair: [2]string{"p4", "sb"}}
+	for _, rc := range []struct {
+		dur time.Duration
+		pp  planParams
+	}{
+		{40 * time.Second, planParams{gap: 1500 * time.Millisecond, maxPause: 8 * time.Second, maxBlackhole: 5 * time.Second, recovery: 3 * time.Second}},
+		{6 * time.Minute, planParams{gap: 3 * time.Second, maxPause: 12 * time.Second, maxBlackhole: 10 * time.Second, recovery: 6 * time.Second}},
+	} {
+		for seed := uint64(1); seed <= 50; seed++ {
+			a, b := plan(seed, rc.dur, rc.pp, top), plan(seed, rc.dur, rc.pp, top)
+			if !slices.EqualFunc(a, b, func(x, y planned) bool { return x.String() == y.String() }) {
+				t.Fatalf("seed %d planned two different schedules", seed)
+			}
+			seen := map[string]bool{}
+			for _, p := range a {
+				seen[p.Kind] = true
+			}
+			for _, k := range allKinds {
+				if !seen[k] {
+					t.Errorf("%v, seed %d: no %s planned", rc.dur, seed, k)
+				}
+			}
+		}
+	}
+	if slices.EqualFunc(plan(1, time.Minute, planParams{gap: time.Second, maxPause: time.Second, maxBlackhole: time.Second, recovery: time.Second}, top),
+		plan(2, time.Minute, planParams{gap: time.Second, maxPause: time.Second, maxBlackhole: time.Second, recovery: time.Second}, top),
+		func(x, y planned) bool { return x.String() == y.String() }) {
+		t.Error("seeds 1 and 2 planned the same schedule")
+	}
+}

@@ -1,0 +1,324 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// fakeProxyService answers Poll with the claims queued in claims (or an
+// empty response) and counts Completes.
+type fakeProxyService struct {
+	automatorv1.UnimplementedProxyServiceServer
+	mu        sync.Mutex
+	claims    []*automatorv1.Claim
+	completes []string
+}
+
+func (f *fakeProxyService) Poll(context.Context, *automatorv1.PollRequest) (*automatorv1.PollResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	resp := &automatorv1.PollResponse{Claims: f.claims}
+	f.claims = nil
+	return resp, nil
+}
+
+func (f *fakeProxyService) Complete(_ context.Context, in *automatorv1.CompleteRequest) (*automatorv1.CompleteResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.completes = append(f.completes, in.GetWorkId())
+	return &automatorv1.CompleteResponse{}, nil
+}
+
+func (f *fakeProxyService) completed() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.completes...)
+}
+
+// grpcThroughRelay serves f on loopback (cleartext) behind an h2c relay and
+// returns a client dialled through the relay.
+func grpcThroughRelay(t *testing.T, f *fakeProxyService) (*Relay, automatorv1.ProxyServiceClient, <-chan Cut) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	automatorv1.RegisterProxyServiceServer(gs, f)
+	go func() { _ = gs.Serve(ln) }()
+	t.Cleanup(gs.Stop)
+	cuts := make(chan Cut, 4)
+	r, err := NewRelay(ln.Addr().String(), true, func(c Cut) { cuts <- c })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	conn, err := grpc.NewClient("passthrough:///"+r.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return r, automatorv1.NewProxyServiceClient(conn), cuts
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestRelayCutsAPollResponseThatCarriesClaims: an armed cut lets empty
+// Poll responses through and cuts the first one with claims, naming them.
+func TestRelayCutsAPollResponseThatCarriesClaims(t *testing.T) {
+	f := &fakeProxyService{}
+	r, c, cuts := grpcThroughRelay(t, f)
+	r.Arm(CutPollResponse)
+	if _, err := c.Poll(ctxT(t), &automatorv1.PollRequest{InstanceId: "a"}); err != nil {
+		t.Fatalf("an empty poll through an armed relay: %v", err)
+	}
+	f.mu.Lock()
+	f.claims = []*automatorv1.Claim{{WorkId: "w1", ClaimId: "c1", SealedCommand: make([]byte, 200)}, {WorkId: "w2"}}
+	f.mu.Unlock()
+	_, err := c.Poll(ctxT(t), &automatorv1.PollRequest{InstanceId: "a"})
+	if status.Code(err) != codes.Unavailable && status.Code(err) != codes.Internal {
+		t.Fatalf("a poll whose response was cut returned %v, want Unavailable", err)
+	}
+	cut := <-cuts
+	if cut.Kind != CutPollResponse || strings.Join(cut.WorkIDs, ",") != "w1,w2" {
+		t.Fatalf("cut %+v, want the poll response of w1 and w2", cut)
+	}
+	if r.Disarm(CutPollResponse) {
+		t.Fatal("the cut is still armed after it was made")
+	}
+	// The proxy reconnects through the relay and carries on.
+	if _, err := c.Poll(ctxT(t), &automatorv1.PollRequest{InstanceId: "a"}); err != nil {
+		t.Fatalf("a poll after the cut: %v", err)
+	}
+}
+
+// TestRelayCutsACompleteRequestBeforeTheServerSeesIt.
+func TestRelayCutsACompleteRequestBeforeTheServerSeesIt(t *testing.T) {
+	f := &fakeProxyService{}
+	r, c, cuts := grpcThroughRelay(t, f)
+	if _, err := c.Poll(ctxT(t), &automatorv1.PollRequest{InstanceId: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	r.Arm(CutCompleteRequest)
+	if _, err := c.Complete(ctxT(t), &automatorv1.CompleteRequest{WorkId: "w1", SealedResult: make([]byte, 100)}); err == nil {
+		t.Fatal("a Complete whose request was cut succeeded")
+	}
+	if cut := <-cuts; cut.Kind != CutCompleteRequest || strings.Join(cut.WorkIDs, ",") != "w1" {
+		t.Fatalf("cut %+v, want the Complete of w1", cut)
+	}
+	if got := f.completed(); len(got) != 0 {
+		t.Fatalf("the server received %v, want nothing", got)
+	}
+	if _, err := c.Complete(ctxT(t), &automatorv1.CompleteRequest{WorkId: "w1"}); err != nil {
+		t.Fatalf("posting again: %v", err)
+	}
+}
+
+// TestRelayCutsACompleteResponseAfterTheServerHandledIt.
+func TestRelayCutsACompleteResponseAfterTheServerHandledIt(t *testing.T) {
+	f := &fakeProxyService{}
+	r, c, cuts := grpcThroughRelay(t, f)
+	r.Arm(CutCompleteResponse)
+	if _, err := c.Complete(ctxT(t), &automatorv1.CompleteRequest{WorkId: "w1"}); err == nil {
+		t.Fatal("a Complete whose response was cut succeeded")
+	}
+	if cut := <-cuts; cut.Kind != CutCompleteResponse || strings.Join(cut.WorkIDs, ",") != "w1" {
+		t.Fatalf("cut %+v, want the Complete of w1", cut)
+	}
+	if got := f.completed(); len(got) != 1 || got[0] != "w1" {
+		t.Fatalf("the server received %v, want [w1]", got)
+	}
+}
+
+// echoServer echoes lines back.
+func echoServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// roundTrip writes a line and reads it back within d.
+func roundTrip(c net.Conn, line string, d time.Duration) error {
+	_ = c.SetDeadline(time.Now().Add(d))
+	if _, err := fmt.Fprintln(c, line); err != nil {
+		return err
+	}
+	got, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if got != line+"\n" {
+		return fmt.Errorf("echoed %q, want %q", got, line)
+	}
+	return nil
+}
+
+func dial(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestRelayBlackholesAndResets: a partition is silent (no data, no reset)
+// until it heals, when stalled connections are reset and new ones flow;
+// StallExisting silences open connections only; DropAll resets them.
+func TestRelayBlackholesAndResets(t *testing.T) {
+	r, err := NewRelay(echoServer(t), false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	c := dial(t, r.Addr())
+	if err := roundTrip(c, "one", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r.Partition(true)
+	if err := roundTrip(c, "two", 300*time.Millisecond); !isTimeout(err) {
+		t.Fatalf("during a partition: %v, want silence (a timeout)", err)
+	}
+	during := dial(t, r.Addr())
+	if err := roundTrip(during, "three", 300*time.Millisecond); !isTimeout(err) {
+		t.Fatalf("a new connection during a partition: %v, want silence", err)
+	}
+	r.Partition(false)
+	if err := roundTrip(c, "four", 5*time.Second); err == nil || isTimeout(err) {
+		t.Fatalf("a stalled connection after the partition: %v, want a reset", err)
+	}
+	c = dial(t, r.Addr())
+	if err := roundTrip(c, "five", 5*time.Second); err != nil {
+		t.Fatalf("a new connection after the partition: %v", err)
+	}
+
+	if n := r.StallExisting(); n != 1 {
+		t.Fatalf("stalled %d connections, want 1", n)
+	}
+	if err := roundTrip(c, "six", 300*time.Millisecond); !isTimeout(err) {
+		t.Fatalf("a stalled connection: %v, want silence", err)
+	}
+	fresh := dial(t, r.Addr())
+	if err := roundTrip(fresh, "seven", 5*time.Second); err != nil {
+		t.Fatalf("a new connection beside a stalled one: %v", err)
+	}
+	r.DropAll()
+	if err := roundTrip(fresh, "eight", 5*time.Second); err == nil || isTimeout(err) {
+		t.Fatalf("after DropAll: %v, want a reset", err)
+	}
+
+	r.SetLatency(200 * time.Millisecond)
+	c = dial(t, r.Addr())
+	start := time.Now()
+	if err := roundTrip(c, "nine", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 400*time.Millisecond {
+		t.Fatalf("a round trip with 200ms latency each way took %v", d)
+	}
+	r.SetLatency(0)
+
+	r.Down()
+	if c, err := net.Dial("tcp", r.Addr()); err == nil {
+		c.Close()
+		t.Fatal("a relay that is down accepted a connection")
+	}
+	if err := r.Up(); err != nil {
+		t.Fatal(err)
+	}
+	if err := roundTrip(dial(t, r.Addr()), "ten", 5*time.Second); err != nil {
+		t.Fatalf("after Up: %v", err)
+	}
+}
+
+func isTimeout(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}
+
+// TestConnectProxyTunnelsOnlyToItsRoutes: CONNECT to a routed name opens a
+// tunnel; anything else is refused; Kill resets tunnels and refuses
+// connections until Start.
+func TestConnectProxyTunnelsOnlyToItsRoutes(t *testing.T) {
+	p, err := NewConnectProxy(map[string]string{"automator.test:443": echoServer(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	tunnel := func(host string) (net.Conn, string) {
+		c := dial(t, p.Addr())
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", host, host)
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		// Byte by byte up to the blank line, so nothing of the tunnel is read.
+		var head []byte
+		one := make([]byte, 1)
+		for !strings.HasSuffix(string(head), "\r\n\r\n") {
+			if _, err := c.Read(one); err != nil {
+				break
+			}
+			head = append(head, one[0])
+		}
+		line, _, _ := strings.Cut(string(head), "\r\n")
+		return c, line
+	}
+	c, resp := tunnel("automator.test:443")
+	if resp != "HTTP/1.1 200 Connection established" {
+		t.Fatalf("CONNECT answered %q", resp)
+	}
+	if err := roundTrip(c, "hello", 5*time.Second); err != nil {
+		t.Fatalf("through the tunnel: %v", err)
+	}
+	if p.Connects("automator.test:443") != 1 {
+		t.Fatalf("connects = %d, want 1", p.Connects("automator.test:443"))
+	}
+	if _, resp := tunnel("elsewhere.test:443"); !strings.HasPrefix(resp, "HTTP/1.1 403") {
+		t.Fatalf("CONNECT to an unknown host answered %q, want 403", resp)
+	}
+
+	p.Kill()
+	if err := roundTrip(c, "again", 5*time.Second); err == nil {
+		t.Fatal("a tunnel survived Kill")
+	}
+	if c, err := net.Dial("tcp", p.Addr()); err == nil {
+		c.Close()
+		t.Fatal("a killed CONNECT proxy accepted a connection")
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if _, resp := tunnel("automator.test:443"); resp != "HTTP/1.1 200 Connection established" {
+		t.Fatalf("after Start, CONNECT answered %q", resp)
+	}
+}
