@@ -1,0 +1,203 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/server"
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+// now is the listings' clock ("5s ago", online or not); tests fix it.
+var now = time.Now
+
+// listing is what every listing command shares: the data directory whose
+// store it reads (as `replicas` does), and --json.
+type listing struct {
+	dir, db *string
+	json    *bool
+}
+
+func listingFlags(fs *flag.FlagSet) listing {
+	return listing{
+		dir:  fs.String("data-dir", "", "the automator's data directory"),
+		db:   fs.String("db", "", "database DSN (overrides automator.yaml)"),
+		json: fs.Bool("json", false, "print JSON (for scripts) instead of a table"),
+	}
+}
+
+// open reads the settings and opens the store.
+func (l listing) open(ctx context.Context) (store.Store, config.Config, error) {
+	if err := requireFlag("data-dir", *l.dir); err != nil {
+		return nil, config.Config{}, err
+	}
+	cfg, err := config.Load(*l.dir)
+	if err != nil {
+		return nil, config.Config{}, err
+	}
+	if *l.db != "" {
+		cfg.DB = *l.db
+	}
+	st, err := openStore(ctx, *l.dir, cfg)
+	if err != nil {
+		return nil, config.Config{}, err
+	}
+	return st, cfg, nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
+
+// ago says how long before t0 t was, in whole seconds: "never" for zero.
+func ago(t0, t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return max(t0.Sub(t), 0).Round(time.Second).String() + " ago"
+}
+
+// utc formats a time for tables; "-" for zero.
+func utc(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+// ---- automator account list ----
+
+type accountJSON struct {
+	Account         string    `json:"account"`
+	Status          string    `json:"status"`
+	Queued          int       `json:"queued"`
+	OldestQueuedAt  time.Time `json:"oldest_queued_at,omitzero"`
+	InFlight        int       `json:"in_flight"`
+	Instances       int       `json:"instances"`
+	InstancesOnline int       `json:"instances_online"`
+	LastPollAt      time.Time `json:"last_poll_at,omitzero"`
+}
+
+// cmdAccountList lists the accounts with their queues and instances.
+func cmdAccountList(ctx context.Context, args []string, env Env) error {
+	fs := newFlags("account list", env)
+	l := listingFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("account list takes no arguments, got %q", fs.Args())
+	}
+	st, cfg, err := l.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	t0 := now()
+	stats, err := st.AccountStats(ctx, store.AccountStatsParams{OnlineSince: t0.Add(-server.InstanceOnlineWithin(cfg.PollWindow))})
+	if err != nil {
+		return err
+	}
+	if *l.json {
+		out := make([]accountJSON, 0, len(stats))
+		for _, a := range stats {
+			out = append(out, accountJSON{
+				Account: a.Account, Status: string(server.StatusOf(a)), Queued: a.Queued, OldestQueuedAt: a.OldestQueuedAt,
+				InFlight: a.Claimed, Instances: a.Instances, InstancesOnline: a.InstancesOnline, LastPollAt: a.LastPollAt,
+			})
+		}
+		return writeJSON(env.Stdout, out)
+	}
+	if len(stats) == 0 {
+		fmt.Fprintln(env.Stdout, "no account yet; make one with `automator account create NAME`")
+		return nil
+	}
+	w := table(env.Stdout)
+	fmt.Fprintln(w, "ACCOUNT\tSTATUS\tQUEUED\tOLDEST QUEUED\tIN FLIGHT\tINSTANCES ONLINE\tLAST POLL")
+	for _, a := range stats {
+		oldest := "-"
+		if a.Queued > 0 {
+			oldest = max(t0.Sub(a.OldestQueuedAt), 0).Round(time.Second).String()
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d\t%d of %d\t%s\n", a.Account, server.StatusOf(a), a.Queued, oldest,
+			a.Claimed, a.InstancesOnline, a.Instances, ago(t0, a.LastPollAt))
+	}
+	return w.Flush()
+}
+
+// ---- automator instances ----
+
+type instanceJSON struct {
+	InstanceID string    `json:"instance_id"`
+	Hostname   string    `json:"hostname"`
+	Version    string    `json:"version"`
+	LastPollAt time.Time `json:"last_poll_at"`
+	InFlight   int       `json:"in_flight"`
+	Online     bool      `json:"online"`
+}
+
+// cmdInstances lists the instances of an account.
+func cmdInstances(ctx context.Context, args []string, env Env) error {
+	fs := newFlags("instances", env)
+	l := listingFlags(fs)
+	account := fs.String("account", "", "the account whose instances to list")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("instances takes no arguments, got %q", fs.Args())
+	}
+	if err := requireFlag("account", *account); err != nil {
+		return err
+	}
+	st, cfg, err := l.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if _, err := st.AccountGet(ctx, *account); errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("--account: there is no account %q; `automator account list` lists them", *account)
+	} else if err != nil {
+		return err
+	}
+	list, err := st.InstanceList(ctx, *account)
+	if err != nil {
+		return err
+	}
+	t0 := now()
+	since := t0.Add(-server.InstanceOnlineWithin(cfg.PollWindow))
+	if *l.json {
+		out := make([]instanceJSON, 0, len(list))
+		for _, in := range list {
+			out = append(out, instanceJSON{InstanceID: in.InstanceID, Hostname: in.Hostname, Version: in.Version,
+				LastPollAt: in.LastPollAt, InFlight: in.InFlight, Online: !in.LastPollAt.Before(since)})
+		}
+		return writeJSON(env.Stdout, out)
+	}
+	if len(list) == 0 {
+		fmt.Fprintf(env.Stdout, "no instance of account %s has polled yet\n", *account)
+		return nil
+	}
+	w := table(env.Stdout)
+	fmt.Fprintln(w, "INSTANCE\tHOST\tVERSION\tLAST POLL\tIN FLIGHT\tSTATUS")
+	for _, in := range list {
+		status := "offline"
+		if !in.LastPollAt.Before(since) {
+			status = "online"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s (%s)\t%d\t%s\n", in.InstanceID, in.Hostname, in.Version,
+			utc(in.LastPollAt), ago(t0, in.LastPollAt), in.InFlight, status)
+	}
+	return w.Flush()
+}

@@ -1,0 +1,221 @@
+package cli
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/crypto"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// listBase is when the seeded units were queued; listNow is the listings'
+// clock.
+var (
+	listBase = time.Date(2026, 1, 2, 3, 4, 5, 678000000, time.UTC)
+	listNow  = listBase.Add(10 * time.Minute)
+)
+
+// seedListings makes a data directory whose store holds three accounts,
+// their instances and units of work in every state, all at fixed times,
+// sealed with the real account keys.
+func seedListings(t *testing.T) string {
+	t.Helper()
+	dir := initDir(t)
+	ctx := t.Context()
+	cfg, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	master, err := crypto.ReadMasterKeyFile(filepath.Join(dir, config.FileMasterKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := openStore(ctx, dir, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	keys := map[string]crypto.Key{}
+	for _, name := range []string{"acme", "globex", "initech"} {
+		k, err := crypto.NewKey(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sealed, err := master.SealKey(name, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.AccountCreate(ctx, store.AccountCreateParams{Name: name, TokenHash: []byte("token of " + name), KeyID: k.ID, SealedKey: sealed, Now: listBase}); err != nil {
+			t.Fatal(err)
+		}
+		keys[name] = k
+	}
+	at := func(d time.Duration) time.Time { return listBase.Add(d) }
+	seal := func(account, id string, dir crypto.Direction, m proto.Message) []byte {
+		t.Helper()
+		plain, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blob, err := crypto.Seal(keys[account], account, id, dir, plain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return blob
+	}
+	enqueue := func(id, account string, queued, deadline time.Time, script string, args ...string) {
+		t.Helper()
+		if _, err := st.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: id, Account: account, KeyID: 1, Now: queued, Deadline: deadline,
+			SealedCommand: seal(account, id, crypto.DirCommand, &automatorv1.Command{Script: script, Args: args})}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim := func(account, instance string, when time.Time) store.Work {
+		t.Helper()
+		ws, err := st.WorkClaim(ctx, store.WorkClaimParams{Account: account, InstanceID: instance, Max: 1, ClaimIDs: []string{"c-" + instance}, Now: when})
+		if err != nil || len(ws) != 1 {
+			t.Fatalf("claim by %s: %v, %v", instance, ws, err)
+		}
+		return ws[0]
+	}
+	complete := func(w store.Work, state store.State, res *automatorv1.Result, reason string, when time.Time) {
+		t.Helper()
+		if _, err := st.WorkComplete(ctx, store.WorkCompleteParams{ID: w.ID, ClaimID: w.ClaimID, State: state, Reason: reason, Now: when,
+			SealedResult: seal(w.Account, w.ID, crypto.DirResult, res)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	later := at(time.Hour)
+
+	enqueue("w_01", "acme", at(0), later, "backup.sh", "--full", "/srv/data")
+	complete(claim("acme", "host-a", at(20*time.Millisecond)), store.StateSucceeded,
+		&automatorv1.Result{ExitCode: 0, Stdout: []byte("backed up 3 files\n")}, "", at(1320*time.Millisecond))
+	enqueue("w_02", "acme", at(1*time.Second), later, "report.sh")
+	complete(claim("acme", "host-b", at(1015*time.Millisecond)), store.StateSucceeded,
+		&automatorv1.Result{ExitCode: 3, Stdout: []byte("partial"), Stderr: []byte("disk full\n")}, "", at(3*time.Second))
+	enqueue("w_03", "acme", at(2*time.Second), later, "nope.sh")
+	complete(claim("acme", "host-a", at(2030*time.Millisecond)), store.StateFailed,
+		&automatorv1.Result{Failure: `script "nope.sh" is not in the scripts directory`}, "the proxy could not run the command", at(2040*time.Millisecond))
+	enqueue("w_04", "acme", at(3*time.Second), at(63*time.Second), "sleep.sh", "600")
+	claim("acme", "host-a", at(3010*time.Millisecond))
+	enqueue("w_05", "globex", at(4*time.Second), at(64*time.Second), "inventory.sh")
+	if _, err := st.WorkExpire(ctx, store.WorkExpireParams{Now: at(2 * time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	enqueue("w_06", "acme", at(5*time.Second), later, "deploy.sh", "v2")
+	if _, err := st.WorkCancel(ctx, store.WorkCancelParams{ID: "w_06", Reason: "cancelled by the caller with API key admin", Now: at(6 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	enqueue("w_07", "acme", at(9*time.Minute), later, "backup.sh", "--incremental")
+	claim("acme", "host-b", at(9*time.Minute+25*time.Millisecond))
+	enqueue("w_08", "acme", at(9*time.Minute+30*time.Second), later, "report.sh")
+	enqueue("w_09", "globex", at(8*time.Minute), later, "inventory.sh")
+
+	for _, in := range []store.InstanceSeenParams{
+		{Account: "acme", InstanceID: "host-a", Hostname: "a.acme.internal", Version: "v1.4.0", InFlight: 0, Now: listNow.Add(-5 * time.Second)},
+		{Account: "acme", InstanceID: "host-b", Hostname: "b.acme.internal", Version: "v1.4.0", InFlight: 1, Now: listNow.Add(-2 * time.Second)},
+		{Account: "acme", InstanceID: "host-c", Hostname: "c.acme.internal", Version: "v1.3.2", InFlight: 0, Now: listNow.Add(-10 * time.Minute)},
+		{Account: "globex", InstanceID: "g-1", Hostname: "g1.globex.lan", Version: "v1.4.0", InFlight: 0, Now: listNow.Add(-9 * time.Minute)},
+	} {
+		if err := st.InstanceSeen(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// golden compares got with testdata/NAME (rewritten with -update).
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("reading %s (run with -update to write it): %v", path, err)
+	}
+	if got != string(want) {
+		t.Errorf("output differs from %s (run with -update if the change is right)\n---- got ----\n%s---- want ----\n%s", path, got, want)
+	}
+}
+
+// listCLI runs a listing command at listNow and returns its stdout.
+func listCLI(t *testing.T, args ...string) string {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if code := Main(t.Context(), args, Env{Stdout: &out, Stderr: &errb}); code != 0 {
+		t.Fatalf("automator %s: exit %d: %s", strings.Join(args, " "), code, errb.String())
+	}
+	return out.String()
+}
+
+// TestListingsPrintTablesAndJSON checks every listing against its golden
+// output, for people (tables) and scripts (--json).
+func TestListingsPrintTablesAndJSON(t *testing.T) {
+	dir := seedListings(t)
+	now = func() time.Time { return listNow }
+	t.Cleanup(func() { now = time.Now })
+	for _, c := range []struct {
+		golden string
+		args   []string
+	}{
+		{"account-list.txt", []string{"account", "list"}},
+		{"account-list.json", []string{"account", "list", "--json"}},
+		{"instances-acme.txt", []string{"instances", "--account", "acme"}},
+		{"instances-acme.json", []string{"instances", "--account", "acme", "--json"}},
+		{"instances-initech.txt", []string{"instances", "--account", "initech"}},
+		{"work-list.txt", []string{"work", "list"}},
+		{"work-list.json", []string{"work", "list", "--json"}},
+		{"work-list-acme-succeeded.txt", []string{"work", "list", "--account", "acme", "--state", "succeeded"}},
+		{"work-list-limit-2.txt", []string{"work", "list", "--limit", "2"}},
+		{"work-show-w_02.txt", []string{"work", "show", "w_02"}},
+		{"work-show-w_02-reveal.txt", []string{"work", "show", "w_02", "--reveal"}},
+		{"work-show-w_01-reveal.txt", []string{"work", "show", "w_01", "--reveal"}},
+		{"work-show-w_03-reveal.json", []string{"work", "show", "w_03", "--reveal", "--json"}},
+		{"work-show-w_05.txt", []string{"work", "show", "w_05"}},
+	} {
+		t.Run(c.golden, func(t *testing.T) {
+			golden(t, c.golden, listCLI(t, append(c.args, "--data-dir", dir)...))
+		})
+	}
+}
+
+func TestListingErrorsNameTheFlag(t *testing.T) {
+	dir := seedListings(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"instances", "--account", "nobody"}, `--account: there is no account "nobody"`},
+		{[]string{"instances"}, "--account is required"},
+		{[]string{"work", "list", "--state", "done"}, `--state "done" is not a state`},
+		{[]string{"work", "list", "--limit", "0"}, "--limit 0 is outside"},
+		{[]string{"work", "show", "w_nope"}, `there is no unit of work "w_nope"`},
+		{[]string{"work", "frobnicate"}, `unknown work command "frobnicate"`},
+	} {
+		var out, errb bytes.Buffer
+		code := Main(t.Context(), append(c.args, "--data-dir", dir), Env{Stdout: &out, Stderr: &errb})
+		if code != ExitError || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("automator %s: exit %d, stderr %q; want exit %d and %q", strings.Join(c.args, " "), code, errb.String(), ExitError, c.want)
+		}
+	}
+	// Without --data-dir the listings say what they need.
+	var out, errb bytes.Buffer
+	if code := Main(t.Context(), []string{"account", "list"}, Env{Stdout: &out, Stderr: &errb}); code != ExitError || !strings.Contains(errb.String(), "--data-dir is required") {
+		t.Errorf("account list without --data-dir: exit %d, stderr %q", code, errb.String())
+	}
+}

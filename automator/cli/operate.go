@@ -1,0 +1,74 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/dashboard"
+	"github.com/opsgate/opsgate/automator/metrics"
+	"github.com/opsgate/opsgate/automator/server"
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/crypto"
+)
+
+// newLogger logs to w as text, or as one JSON object per line when format
+// is "json" (log collectors).
+func newLogger(w io.Writer, format string) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: slog.LevelInfo}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// pinger is the store check behind /readyz.
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// readyz answers 200 while the store answers and its migrations are done,
+// 503 with the reason otherwise, so a load balancer sends no caller to a
+// replica that cannot serve.
+func readyz(st pinger, log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		if err := st.Ping(ctx); err != nil {
+			log.Warn("not ready", "err", err)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready: %v\n", err)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+}
+
+// operatorHandlers mounts what operators use on the HTTP listener beside
+// /healthz and the API: /readyz, /metrics and the dashboard (with / sending
+// a browser to it). The returned function ends the dashboard's open event
+// streams; call it when the HTTP server shuts down.
+func operatorHandlers(mux *http.ServeMux, st store.Store, m *metrics.Metrics, srv *server.Server, master crypto.MasterKey, cfg config.Config, log *slog.Logger) (func(), error) {
+	dash, err := dashboard.New(dashboard.Options{
+		Store:      st,
+		Opener:     srv,
+		MasterKey:  master,
+		PollWindow: cfg.PollWindow,
+		RevealKeys: cfg.DashboardRevealKeys,
+		Logger:     log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	mux.Handle("GET /readyz", readyz(st, log))
+	mux.Handle("GET /metrics", m.Handler())
+	mux.Handle(dashboard.Prefix, dash.Handler())
+	mux.Handle("GET /{$}", http.RedirectHandler(dashboard.Prefix, http.StatusSeeOther))
+	return dash.Close, nil
+}

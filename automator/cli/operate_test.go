@@ -1,0 +1,334 @@
+//go:build linux
+
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/opsgate/opsgate/automator/client"
+	"github.com/opsgate/opsgate/automator/config"
+	proxycli "github.com/opsgate/opsgate/proxy/cli"
+)
+
+// lockedBuffer is a log written by a running command and read by the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// served is `automator serve` running in this process.
+type served struct {
+	dir     string
+	grpc    string // 127.0.0.1:PORT
+	http    string // http://127.0.0.1:PORT
+	log     *lockedBuffer
+	scripts string
+}
+
+// serveInProcess initialises a data directory with a 1 s poll window and
+// runs `automator serve --log-format json` on it until the test ends.
+func serveInProcess(t *testing.T) *served {
+	t.Helper()
+	s := &served{dir: initDir(t), log: &lockedBuffer{}, scripts: t.TempDir()}
+	cfg, err := config.Load(s.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.PollWindow = time.Second
+	if err := config.Save(s.dir, cfg); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	go func() {
+		done <- Main(ctx, []string{"serve", "--data-dir", s.dir, "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--log-format", "json"},
+			Env{Stdout: io.Discard, Stderr: s.log})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("serve exited %d:\n%s", code, s.log)
+		}
+	})
+	waitUntil(t, 15*time.Second, "serve to write serving.yaml", func() bool {
+		sv, ok, _ := config.ReadServing(s.dir)
+		if ok {
+			s.grpc, s.http = sv.GRPC, "http://"+sv.HTTP
+		}
+		return ok
+	})
+	return s
+}
+
+// waitUntil polls cond every 10 ms: for states no channel signals (a
+// process's log, a scrape).
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// account makes an account and returns its proxy config, pointed at the
+// automator's actual gRPC address, with the test's scripts directory.
+func (s *served) account(t *testing.T, name string) string {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if code := Main(t.Context(), []string{"account", "create", name, "--data-dir", s.dir}, Env{Stdout: &out, Stderr: &errb}); code != 0 {
+		t.Fatalf("account create %s: %s", name, errb.String())
+	}
+	profile := regexp.MustCompile(`(?m)^automator_url: .*$`).ReplaceAllString(out.String(), "automator_url: https://"+s.grpc)
+	path := filepath.Join(t.TempDir(), name+".yaml")
+	if err := os.WriteFile(path, []byte(profile+"scripts_dir: "+s.scripts+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// proxy runs `proxy run --log-format json` in this process until the test
+// ends, and returns its log.
+func (s *served) proxy(t *testing.T, cfgPath, instance string) *lockedBuffer {
+	t.Helper()
+	log := &lockedBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	go func() {
+		done <- proxycli.Main(ctx, []string{"run", "--config", cfgPath, "--instance-id", instance, "--log-format", "json"},
+			proxycli.Env{Stdout: io.Discard, Stderr: log})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	waitUntil(t, 15*time.Second, "the proxy to poll", func() bool {
+		return strings.Contains(log.String(), `"msg":"connected to the automator; polling"`)
+	})
+	return log
+}
+
+func (s *served) client(t *testing.T) *client.Client {
+	t.Helper()
+	cfg, err := clientConfig(s.dir, "", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// scrape reads /metrics and parses it as Prometheus does.
+func scrape(t *testing.T, base string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %s", resp.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parsing /metrics: %v", err)
+	}
+	return fams
+}
+
+// metricValue is the value (a histogram's count) of the series of family
+// name with exactly these labels; ok is false when there is none.
+func metricValue(fams map[string]*dto.MetricFamily, name string, labels ...string) (float64, bool) {
+	want := map[string]string{}
+	for i := 0; i+1 < len(labels); i += 2 {
+		want[labels[i]] = labels[i+1]
+	}
+	for _, m := range fams[name].GetMetric() {
+		got := map[string]string{}
+		for _, l := range m.GetLabel() {
+			got[l.GetName()] = l.GetValue()
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			return m.GetCounter().GetValue(), true
+		case m.Gauge != nil:
+			return m.GetGauge().GetValue(), true
+		case m.Histogram != nil:
+			return float64(m.GetHistogram().GetSampleCount()), true
+		}
+	}
+	return 0, false
+}
+
+// TestMetricsCountAScriptedRun runs units with known outcomes through a
+// real automator and a real proxy, then checks every metric of /metrics.
+func TestMetricsCountAScriptedRun(t *testing.T) {
+	s := serveInProcess(t)
+	acme := s.account(t, "acme")
+	s.account(t, "lonely") // no proxy ever polls for it
+	for name, body := range map[string]string{
+		"ok.sh":    "echo ok",
+		"exit.sh":  `exit "$1"`,
+		"sleep.sh": `touch "$1"; exec sleep 60`,
+	} {
+		if err := os.WriteFile(filepath.Join(s.scripts, name), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	proxyLog := s.proxy(t, acme, "p1")
+	c := s.client(t)
+	ctx := t.Context()
+	long := client.WithTimeout(time.Minute)
+
+	// acme: 4 succeeded (one exits 3), 1 failed, 1 timed out while
+	// claimed, 1 cancelled while claimed.
+	for range 3 {
+		if _, err := c.ExecuteOnProxy(ctx, "acme", client.Command{Script: "ok.sh"}, long); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res, err := c.ExecuteOnProxy(ctx, "acme", client.Command{Script: "exit.sh", Args: []string{"3"}}, long); err != nil || res.ExitCode != 3 {
+		t.Fatalf("exit.sh 3: %+v, %v", res, err)
+	}
+	if _, err := c.ExecuteOnProxy(ctx, "acme", client.Command{Script: "missing.sh"}, long); !errors.Is(err, client.ErrFailed) {
+		t.Fatalf("missing.sh: %v, want failed", err)
+	}
+	started := filepath.Join(t.TempDir(), "started")
+	if _, err := c.ExecuteOnProxy(ctx, "acme", client.Command{Script: "sleep.sh", Args: []string{started}}, client.WithTimeout(time.Second)); !errors.Is(err, client.ErrTimeout) {
+		t.Fatalf("sleep.sh with a 1s timeout: %v, want timed out", err)
+	}
+	marker := filepath.Join(t.TempDir(), "cancel-me")
+	w, err := c.Submit(ctx, "acme", client.Command{Script: "sleep.sh", Args: []string{marker}}, long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the script to start", func() bool { _, err := os.Stat(marker); return err == nil })
+	if w, err = c.Cancel(ctx, w.ID); err != nil || w.State != client.StateCancelled {
+		t.Fatalf("cancel: %+v, %v", w, err)
+	}
+	// lonely: one times out unclaimed, one stays queued.
+	if _, err := c.ExecuteOnProxy(ctx, "lonely", client.Command{Script: "ok.sh"}, client.WithTimeout(time.Second)); !errors.Is(err, client.ErrTimeout) {
+		t.Fatalf("lonely with a 1s timeout: %v, want timed out", err)
+	}
+	if _, err := c.Submit(ctx, "lonely", client.Command{Script: "ok.sh"}, long); err != nil {
+		t.Fatal(err)
+	}
+
+	// The proxy sits in a long poll almost always; wait for a scrape that
+	// catches it there.
+	var fams map[string]*dto.MetricFamily
+	waitUntil(t, 10*time.Second, "a scrape with the proxy's poll open", func() bool {
+		fams = scrape(t, s.http)
+		v, _ := metricValue(fams, "automator_polls_open", "account", "acme")
+		return v == 1
+	})
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"automator_work_queued_total", []string{"account", "acme"}, 7},
+		{"automator_work_queued_total", []string{"account", "lonely"}, 2},
+		{"automator_work_claimed_total", []string{"account", "acme"}, 7},
+		{"automator_work_finished_total", []string{"account", "acme", "state", "succeeded"}, 4},
+		{"automator_work_finished_total", []string{"account", "acme", "state", "failed"}, 1},
+		{"automator_work_finished_total", []string{"account", "acme", "state", "timed_out"}, 1},
+		{"automator_work_finished_total", []string{"account", "acme", "state", "cancelled"}, 1},
+		{"automator_work_finished_total", []string{"account", "lonely", "state", "timed_out"}, 1},
+		{"automator_work_queued_to_claimed_seconds", nil, 7},
+		{"automator_work_queued_to_finished_seconds", []string{"state", "succeeded"}, 4},
+		{"automator_work_queued_to_finished_seconds", []string{"state", "failed"}, 1},
+		{"automator_work_queued_to_finished_seconds", []string{"state", "timed_out"}, 2},
+		{"automator_work_queued_to_finished_seconds", []string{"state", "cancelled"}, 1},
+		{"automator_queue_depth", []string{"account", "acme"}, 0},
+		{"automator_queue_depth", []string{"account", "lonely"}, 1},
+		{"automator_work_in_flight", []string{"account", "acme"}, 0},
+		{"automator_instances", []string{"account", "acme"}, 1},
+		{"automator_instances_online", []string{"account", "acme"}, 1},
+		{"automator_instances_online", []string{"account", "lonely"}, 0},
+		{"automator_queue_oldest_age_seconds", []string{"account", "acme"}, 0},
+		{"automator_polls_open", []string{"account", "acme"}, 1},
+		{"automator_store_call_seconds", []string{"method", "WorkEnqueue"}, 9},
+	} {
+		got, ok := metricValue(fams, c.name, c.labels...)
+		if !ok || got != c.want {
+			t.Errorf("%s%v = %v (present %v), want %v", c.name, c.labels, got, ok, c.want)
+		}
+	}
+	if age, ok := metricValue(fams, "automator_queue_oldest_age_seconds", "account", "lonely"); !ok || age <= 0 || age > 60 {
+		t.Errorf("oldest queued age of lonely = %v (present %v), want a few seconds", age, ok)
+	}
+	// The per-account gauges' own store read shows from the next scrape on.
+	fams = scrape(t, s.http)
+	for _, method := range []string{"WorkClaim", "WorkComplete", "InstanceSeen", "AccountStats"} {
+		if n, ok := metricValue(fams, "automator_store_call_seconds", "method", method); !ok || n < 1 {
+			t.Errorf("store calls of %s observed %v times, want some", method, n)
+		}
+	}
+
+	// Health: alive, ready (the store answers, migrations done), and /
+	// leads a browser to the dashboard.
+	for path, want := range map[string]string{"/healthz": "ok\n", "/readyz": "ready\n"} {
+		resp, err := http.Get(s.http + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || string(body) != want {
+			t.Errorf("GET %s: %s %q, want 200 %q", path, resp.Status, body, want)
+		}
+	}
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	if resp, err := noFollow.Get(s.http + "/"); err != nil || resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/dashboard/" {
+		t.Errorf("GET /: %v %v, want a redirect to /dashboard/", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+
+	// Both logs are JSON, one object per line, when asked.
+	for name, log := range map[string]string{"automator": s.log.String(), "proxy": proxyLog.String()} {
+		for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
+			var rec map[string]any
+			if err := json.Unmarshal([]byte(line), &rec); err != nil || rec["msg"] == nil {
+				t.Errorf("%s log line is not a JSON record: %q", name, line)
+			}
+		}
+	}
+}

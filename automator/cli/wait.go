@@ -1,0 +1,184 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/mattn/go-isatty"
+
+	"github.com/opsgate/opsgate/automator/client"
+)
+
+// isTerminal reports whether w is a terminal (progress lines are drawn
+// there only); tests replace it.
+var isTerminal = func(w io.Writer) bool {
+	f, ok := w.(interface{ Fd() uintptr })
+	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
+}
+
+// maxWaits bounds the waits open at once.
+const maxWaits = 32
+
+// ExitNotAllSucceeded is `work wait`'s exit code when a unit did not
+// succeed with exit code 0.
+const ExitNotAllSucceeded = 1
+
+type waitJSON struct {
+	ID         string `json:"work_id"`
+	Account    string `json:"account"`
+	State      string `json:"state"`
+	ExitCode   *int   `json:"exit_code,omitempty"`
+	InstanceID string `json:"instance_id,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+}
+
+// cmdWorkWait waits until every given unit has ended and prints how each
+// ended. On a terminal, stderr shows a progress line meanwhile. It exits 0
+// when every unit succeeded with exit code 0, 1 otherwise.
+func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
+	fs := newFlags("work wait", env)
+	dir := fs.String("data-dir", "", "the automator's data directory (on the automator's host)")
+	server := fs.String("server", "", "automator URL https://HOST:PORT (away from its host); several, comma-separated, fail over")
+	apiKeyFile := fs.String("api-key-file", "", "file holding the API key (with --server)")
+	caFile := fs.String("ca", "", "the automator's CA certificate (with --server)")
+	asJSON := fs.Bool("json", false, "print JSON (for scripts) instead of a table")
+	ids, err := parseInterspersed(fs, args)
+	if err != nil {
+		return 0, err
+	}
+	if len(ids) == 0 {
+		return 0, errors.New("usage: automator work wait ID... (--data-dir DIR | --server URL --api-key-file F --ca FILE) [--json]")
+	}
+	cfg, err := clientConfig(*dir, *server, *apiKeyFile, *caFile)
+	if err != nil {
+		return 0, err
+	}
+	c, err := client.New(cfg)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+
+	type ended struct {
+		i   int
+		w   client.Work
+		err error
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	results := make(chan ended)
+	sem := make(chan struct{}, maxWaits)
+	for i, id := range ids {
+		go func() {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				results <- ended{i: i, err: ctx.Err()}
+				return
+			}
+			w, err := c.Wait(ctx, id)
+			<-sem
+			results <- ended{i: i, w: w, err: err}
+		}()
+	}
+	works := make([]client.Work, len(ids))
+	p := newProgress(env.Stderr, len(ids))
+	var firstErr error
+	for range ids {
+		e := <-results
+		if e.err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("waiting for work %s: %w", ids[e.i], e.err)
+			cancel() // the others end at once
+		}
+		works[e.i] = e.w
+		if e.err == nil {
+			p.ended(e.w.State)
+		}
+	}
+	p.finish()
+	if firstErr != nil {
+		return 0, firstErr
+	}
+
+	code := 0
+	out := make([]waitJSON, len(works))
+	for i, w := range works {
+		out[i] = waitJSON{ID: w.ID, Account: w.Account, State: string(w.State), InstanceID: w.InstanceID, Reason: w.Reason}
+		if w.State == client.StateSucceeded && w.Result != nil {
+			out[i].ExitCode = &w.Result.ExitCode
+		}
+		if out[i].ExitCode == nil || *out[i].ExitCode != 0 {
+			code = ExitNotAllSucceeded
+		}
+	}
+	if *asJSON {
+		return code, writeJSON(env.Stdout, out)
+	}
+	t := table(env.Stdout)
+	fmt.Fprintln(t, "WORK ID\tACCOUNT\tSTATE\tEXIT\tCLAIMER\tREASON")
+	for _, v := range out {
+		exit := "-"
+		if v.ExitCode != nil {
+			exit = fmt.Sprint(*v.ExitCode)
+		}
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\n", v.ID, v.Account, v.State, exit, orDash(v.InstanceID), orDash(shorten(v.Reason, maxReason)))
+	}
+	return code, t.Flush()
+}
+
+// progress draws one line on a terminal, redrawn in place as units end:
+// "waiting for 10 units: 4 ended (3 succeeded, 1 failed), 6 open, 12s".
+// Elsewhere (a pipe, a file, a log) it draws nothing.
+type progress struct {
+	w       io.Writer
+	on      bool
+	total   int
+	done    int
+	byState map[client.State]int
+	start   time.Time
+	width   int // of the line drawn last, to blank it out
+}
+
+func newProgress(w io.Writer, total int) *progress {
+	p := &progress{w: w, on: isTerminal(w), total: total, byState: map[client.State]int{}, start: time.Now()}
+	p.draw()
+	return p
+}
+
+func (p *progress) ended(s client.State) {
+	p.done++
+	p.byState[s]++
+	p.draw()
+}
+
+func (p *progress) draw() {
+	if !p.on {
+		return
+	}
+	var parts []string
+	for _, s := range []client.State{client.StateSucceeded, client.StateFailed, client.StateTimedOut, client.StateCancelled} {
+		if n := p.byState[s]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, s))
+		}
+	}
+	line := fmt.Sprintf("waiting for %d units: %d ended", p.total, p.done)
+	if len(parts) > 0 {
+		line += " (" + strings.Join(parts, ", ") + ")"
+	}
+	line += fmt.Sprintf(", %d open, %s", p.total-p.done, time.Since(p.start).Round(time.Second))
+	pad := max(p.width-len(line), 0)
+	fmt.Fprintf(p.w, "\r%s%s", line, strings.Repeat(" ", pad))
+	p.width = len(line)
+}
+
+// finish ends the progress line, so what follows starts on a line of its
+// own.
+func (p *progress) finish() {
+	if p.on {
+		fmt.Fprintln(p.w)
+	}
+}

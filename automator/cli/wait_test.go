@@ -1,0 +1,89 @@
+//go:build linux
+
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/opsgate/opsgate/automator/automatortest"
+	"github.com/opsgate/opsgate/automator/client"
+)
+
+// TestWorkWaitShowsProgressOnATerminalOnly waits for units with known
+// outcomes: a progress line redrawn in place on a terminal, nothing on
+// stderr elsewhere, and the same table or JSON on stdout.
+func TestWorkWaitShowsProgressOnATerminalOnly(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	scripts := t.TempDir()
+	automatortest.WriteScript(t, scripts, "exit.sh", `exit "$1"`)
+	a.StartProxy(t, automatortest.ProxyOptions{InstanceID: "p1", ScriptsDir: scripts}).WaitPolling(t)
+	c, err := client.New(client.Config{Addresses: []string{a.URL()}, APIKey: a.APIKey, CAPEM: a.CAPEM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var ids []string
+	for _, cmd := range []client.Command{
+		{Script: "exit.sh", Args: []string{"0"}},
+		{Script: "exit.sh", Args: []string{"0"}},
+		{Script: "exit.sh", Args: []string{"4"}},
+		{Script: "missing.sh"},
+	} {
+		w, err := c.Submit(t.Context(), a.Account, cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, w.ID)
+	}
+	wait := func(terminal bool, extra ...string) (int, string, string) {
+		t.Helper()
+		isTerminal = func(io.Writer) bool { return terminal }
+		t.Cleanup(func() { isTerminal = func(io.Writer) bool { return false } })
+		var out, errb bytes.Buffer
+		args := append([]string{"work", "wait"}, ids...)
+		args = append(args, "--server", a.URL(), "--api-key-file", a.APIKeyFile, "--ca", a.CAFile)
+		code := Main(t.Context(), append(args, extra...), Env{Stdout: &out, Stderr: &errb})
+		return code, out.String(), errb.String()
+	}
+
+	code, out, progress := wait(true)
+	if code != ExitNotAllSucceeded {
+		t.Errorf("exit %d with a unit exiting 4 and one failed, want %d; stderr %q", code, ExitNotAllSucceeded, progress)
+	}
+	if !strings.HasPrefix(progress, "\rwaiting for 4 units: 0 ended, 4 open, ") ||
+		!strings.Contains(progress, "\rwaiting for 4 units: 4 ended (3 succeeded, 1 failed), 0 open, ") ||
+		!strings.HasSuffix(progress, "\n") || strings.Count(progress, "\r") != 5 {
+		t.Errorf("progress on a terminal = %q, want a line redrawn once per unit, ending in a newline", progress)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 5 || !strings.HasPrefix(lines[0], "WORK ID") {
+		t.Fatalf("table = %q", out)
+	}
+	for i, want := range []string{"succeeded  0", "succeeded  0", "succeeded  4", "failed     -"} {
+		if !strings.HasPrefix(lines[i+1], ids[i]) || !strings.Contains(lines[i+1], want) {
+			t.Errorf("row %d = %q, want unit %s %s", i, lines[i+1], ids[i], want)
+		}
+	}
+
+	code, out, progress = wait(false, "--json")
+	if progress != "" {
+		t.Errorf("progress written to a non-terminal: %q", progress)
+	}
+	var got []waitJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got) != 4 || code != ExitNotAllSucceeded {
+		t.Fatalf("--json: exit %d, %q, %v", code, out, err)
+	}
+	if got[2].ExitCode == nil || *got[2].ExitCode != 4 || got[3].State != "failed" || got[3].ExitCode != nil {
+		t.Errorf("--json = %+v", got)
+	}
+
+	// Only units that all succeeded with 0 make exit 0.
+	ids = ids[:2]
+	if code, _, _ := wait(false); code != 0 {
+		t.Errorf("two units that exited 0: exit %d, want 0", code)
+	}
+}

@@ -1,0 +1,289 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/server"
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/crypto"
+)
+
+// cmdWork dispatches the work subcommands.
+func cmdWork(ctx context.Context, args []string, env Env) (int, error) {
+	if len(args) == 0 {
+		return 0, errors.New("usage: automator work list|show|wait ...; run `automator help`")
+	}
+	switch args[0] {
+	case "list":
+		return 0, cmdWorkList(ctx, args[1:], env)
+	case "show":
+		return 0, cmdWorkShow(ctx, args[1:], env)
+	case "wait":
+		return cmdWorkWait(ctx, args[1:], env)
+	}
+	return 0, fmt.Errorf("unknown work command %q; run `automator help`", args[0])
+}
+
+// opener opens sealed commands and results with the account keys, as the
+// automator does: the listings need the master key of the data directory.
+func opener(dir string, st store.Store) (*server.Server, error) {
+	master, err := crypto.ReadMasterKeyFile(filepath.Join(dir, config.FileMasterKey))
+	if err != nil {
+		return nil, err
+	}
+	return server.New(server.Options{Store: st, MasterKey: master, Logger: slog.New(slog.DiscardHandler)})
+}
+
+// workView is a unit as listed: its timeline, claimer and outcome. The
+// exit code comes from the sealed result; the command and output only
+// with --reveal.
+type workView struct {
+	ID         string       `json:"work_id"`
+	Account    string       `json:"account"`
+	State      string       `json:"state"`
+	QueuedAt   time.Time    `json:"queued_at"`
+	ClaimedAt  time.Time    `json:"claimed_at,omitzero"`
+	FinishedAt time.Time    `json:"finished_at,omitzero"`
+	Deadline   time.Time    `json:"deadline"`
+	InstanceID string       `json:"instance_id,omitempty"`
+	ExitCode   *int32       `json:"exit_code,omitempty"`
+	Reason     string       `json:"reason,omitempty"`
+	Command    *commandView `json:"command,omitempty"`
+	Output     *outputView  `json:"output,omitempty"`
+}
+
+type commandView struct {
+	Script string   `json:"script"`
+	Args   []string `json:"args"`
+}
+
+type outputView struct {
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
+}
+
+func viewOf(ctx context.Context, srv *server.Server, w store.Work, reveal bool) (workView, error) {
+	v := workView{ID: w.ID, Account: w.Account, State: string(w.State), QueuedAt: w.QueuedAt, ClaimedAt: w.ClaimedAt,
+		FinishedAt: w.FinishedAt, Deadline: w.Deadline, InstanceID: w.InstanceID, Reason: w.Reason}
+	res, err := srv.OpenResult(ctx, w)
+	if err != nil {
+		return v, fmt.Errorf("opening the result of work %s: %w", w.ID, err)
+	}
+	if res != nil && w.State == store.StateSucceeded {
+		code := res.GetExitCode()
+		v.ExitCode = &code
+	}
+	if res != nil && w.State == store.StateFailed && res.GetFailure() != "" {
+		v.Reason = res.GetFailure()
+	}
+	if !reveal {
+		return v, nil
+	}
+	cmd, err := srv.OpenCommand(ctx, w)
+	if err != nil {
+		return v, fmt.Errorf("opening the command of work %s: %w", w.ID, err)
+	}
+	v.Command = &commandView{Script: cmd.GetScript(), Args: append([]string{}, cmd.GetArgs()...)}
+	if res != nil {
+		v.Output = &outputView{Stdout: string(res.GetStdout()), Stderr: string(res.GetStderr()),
+			StdoutTruncated: res.GetStdoutTruncated(), StderrTruncated: res.GetStderrTruncated()}
+	}
+	return v, nil
+}
+
+// after renders the time from one step of the timeline to the next: "-"
+// when the step has not happened.
+func after(from, to time.Time) string {
+	if to.IsZero() {
+		return "-"
+	}
+	return "+" + to.Sub(from).Round(time.Millisecond).String()
+}
+
+func exitCode(c *int32) string {
+	if c == nil {
+		return "-"
+	}
+	return fmt.Sprint(*c)
+}
+
+// maxReason bounds the reason in a table; --json and `work show` give it
+// whole.
+const maxReason = 60
+
+func shorten(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}
+
+// cmdWorkList lists units newest first.
+func cmdWorkList(ctx context.Context, args []string, env Env) error {
+	fs := newFlags("work list", env)
+	l := listingFlags(fs)
+	account := fs.String("account", "", "only this account's units")
+	state := fs.String("state", "", "only units in this state: queued, claimed, succeeded, failed, timed_out or cancelled")
+	limit := fs.Int("limit", 50, "list at most this many units (the newest)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("work list takes no arguments, got %q", fs.Args())
+	}
+	if *state != "" && !store.State(*state).Valid() {
+		return fmt.Errorf("--state %q is not a state; use queued, claimed, succeeded, failed, timed_out or cancelled", *state)
+	}
+	if *limit < 1 || *limit > 10000 {
+		return fmt.Errorf("--limit %d is outside [1, 10000]", *limit)
+	}
+	st, _, err := l.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	srv, err := opener(*l.dir, st)
+	if err != nil {
+		return err
+	}
+	list, err := st.WorkList(ctx, store.WorkListParams{Account: *account, State: store.State(*state), Limit: *limit})
+	if err != nil {
+		return err
+	}
+	views := make([]workView, 0, len(list))
+	for _, w := range list {
+		v, err := viewOf(ctx, srv, w, false)
+		if err != nil {
+			return err
+		}
+		views = append(views, v)
+	}
+	if *l.json {
+		return writeJSON(env.Stdout, views)
+	}
+	if len(views) == 0 {
+		fmt.Fprintln(env.Stdout, "no unit of work matches")
+		return nil
+	}
+	w := table(env.Stdout)
+	fmt.Fprintln(w, "WORK ID\tACCOUNT\tSTATE\tQUEUED\tCLAIMED\tFINISHED\tCLAIMER\tEXIT\tREASON")
+	for _, v := range views {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.ID, v.Account, v.State, utc(v.QueuedAt),
+			after(v.QueuedAt, v.ClaimedAt), after(firstOf(v.ClaimedAt, v.QueuedAt), v.FinishedAt), orDash(v.InstanceID),
+			exitCode(v.ExitCode), orDash(shorten(v.Reason, maxReason)))
+	}
+	return w.Flush()
+}
+
+// orDash stands "-" for an empty cell, so no line of a table ends in
+// blanks.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// firstOf returns a unless it is zero, else b.
+func firstOf(a, b time.Time) time.Time {
+	if a.IsZero() {
+		return b
+	}
+	return a
+}
+
+// cmdWorkShow prints one unit: its timeline, outcome and, with --reveal,
+// its command and output.
+func cmdWorkShow(ctx context.Context, args []string, env Env) error {
+	fs := newFlags("work show", env)
+	l := listingFlags(fs)
+	reveal := fs.Bool("reveal", false, "also open and print the script name, arguments and output (sealed in the store)")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return errors.New("usage: automator work show ID --data-dir DIR [--reveal] [--json]")
+	}
+	st, _, err := l.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	srv, err := opener(*l.dir, st)
+	if err != nil {
+		return err
+	}
+	w, err := st.WorkGet(ctx, pos[0])
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("there is no unit of work %q", pos[0])
+	}
+	if err != nil {
+		return err
+	}
+	v, err := viewOf(ctx, srv, w, *reveal)
+	if err != nil {
+		return err
+	}
+	if *l.json {
+		return writeJSON(env.Stdout, v)
+	}
+	t := table(env.Stdout)
+	line := func(k, v string) { fmt.Fprintf(t, "%s\t%s\n", k, v) }
+	line("work", v.ID)
+	line("account", v.Account)
+	line("state", v.State)
+	line("queued", utc(v.QueuedAt))
+	claimed := "-"
+	if !v.ClaimedAt.IsZero() {
+		claimed = fmt.Sprintf("%s (%s) by %s", utc(v.ClaimedAt), after(v.QueuedAt, v.ClaimedAt), v.InstanceID)
+	}
+	line("claimed", claimed)
+	finished := "-"
+	if !v.FinishedAt.IsZero() {
+		finished = fmt.Sprintf("%s (%s)", utc(v.FinishedAt), after(firstOf(v.ClaimedAt, v.QueuedAt), v.FinishedAt))
+	}
+	line("finished", finished)
+	line("deadline", utc(v.Deadline))
+	line("exit code", exitCode(v.ExitCode))
+	line("reason", orDash(v.Reason))
+	if v.Command == nil {
+		line("command", "(sealed; --reveal opens the script name, arguments and output)")
+		return t.Flush()
+	}
+	line("script", v.Command.Script)
+	for i, a := range v.Command.Args {
+		line(fmt.Sprintf("arg %d", i+1), fmt.Sprintf("%q", a))
+	}
+	if err := t.Flush(); err != nil {
+		return err
+	}
+	if v.Output != nil {
+		fmt.Fprintf(env.Stdout, "---- stdout%s ----\n%s", truncNote(v.Output.StdoutTruncated), ensureNL(v.Output.Stdout))
+		fmt.Fprintf(env.Stdout, "---- stderr%s ----\n%s", truncNote(v.Output.StderrTruncated), ensureNL(v.Output.Stderr))
+	}
+	return nil
+}
+
+func truncNote(t bool) string {
+	if t {
+		return " (truncated)"
+	}
+	return ""
+}
+
+func ensureNL(s string) string {
+	if s == "" || s[len(s)-1] == '\n' {
+		return s
+	}
+	return s + "\n"
+}

@@ -1,0 +1,199 @@
+// Package dashboard is the automator's web dashboard, served on its HTTP
+// listener under /dashboard/: accounts with their queues (and a warning
+// for stranded work), the instances of an account, and units of work with
+// their timelines. Pages are server-rendered html/template with embedded
+// assets (no CDN); each page keeps itself current over server-sent events.
+//
+// Operators sign in with an admin API key. The session is a cookie signed
+// with a key derived from the master key, so any automator replica serves
+// any page (no sticky sessions), and every request checks the API key
+// again, so a revoked key loses the dashboard at once.
+//
+// Script names, arguments and output are sealed with the account key in the
+// store; the dashboard opens them only for keys the operator allows
+// (Options.RevealKeys), and shows everyone else that they are hidden.
+package dashboard
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/server"
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/crypto"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// Prefix is where the dashboard lives on the HTTP listener.
+const Prefix = "/dashboard/"
+
+// Store is what the dashboard reads.
+type Store interface {
+	AccountStats(ctx context.Context, p store.AccountStatsParams) ([]store.AccountStats, error)
+	InstanceList(ctx context.Context, account string) ([]store.Instance, error)
+	WorkList(ctx context.Context, p store.WorkListParams) ([]store.Work, error)
+	WorkGet(ctx context.Context, id string) (store.Work, error)
+	APIKeyGetByHash(ctx context.Context, h []byte) (store.APIKey, error)
+}
+
+// Opener opens sealed commands and results (the server does, with the
+// account keys).
+type Opener interface {
+	OpenCommand(ctx context.Context, w store.Work) (*automatorv1.Command, error)
+	OpenResult(ctx context.Context, w store.Work) (*automatorv1.Result, error)
+}
+
+// Options configure New.
+type Options struct {
+	Store  Store
+	Opener Opener
+	// MasterKey derives the key that signs sessions: every replica with
+	// the same master key accepts every other's sessions.
+	MasterKey crypto.MasterKey
+	// PollWindow is the automator's poll window: an instance that has not
+	// polled within server.InstanceOnlineWithin of it is offline.
+	PollWindow time.Duration
+	// RevealKeys are the ids of the API keys that may see script names,
+	// arguments and output. None may by default.
+	RevealKeys []string
+	// SessionTTL is how long a sign-in lasts (12 hours).
+	SessionTTL time.Duration
+	// Refresh is how often a live page reads the store again (2 s).
+	Refresh time.Duration
+	// Keepalive is how often an idle event stream sends a comment, so
+	// proxies and load balancers keep it open (15 s; keep it under 20 s).
+	Keepalive time.Duration
+	// PageSize is the number of units on a page of work (50).
+	PageSize int
+	// Now tells the time (time.Now).
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Dashboard serves the pages. Mount its Handler at Prefix.
+type Dashboard struct {
+	o          Options
+	sessionKey []byte
+	reveal     map[string]bool
+	pages      map[string]*template.Template
+	static     http.Handler
+	log        *slog.Logger
+
+	stopOnce sync.Once
+	stop     chan struct{} // closed by Close: event streams end
+}
+
+//go:embed templates static
+var assets embed.FS
+
+// New builds a dashboard.
+func New(o Options) (*Dashboard, error) {
+	if o.Store == nil || o.Opener == nil {
+		return nil, errors.New("dashboard: Store and Opener are required")
+	}
+	if o.PollWindow <= 0 {
+		return nil, errors.New("dashboard: PollWindow is required")
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.SessionTTL, 12*time.Hour)
+	def(&o.Refresh, 2*time.Second)
+	def(&o.Keepalive, 15*time.Second)
+	if o.PageSize <= 0 {
+		o.PageSize = 50
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	key, err := sessionKey(o.MasterKey)
+	if err != nil {
+		return nil, err
+	}
+	d := &Dashboard{
+		o:          o,
+		sessionKey: key,
+		reveal:     make(map[string]bool),
+		pages:      make(map[string]*template.Template),
+		log:        o.Logger,
+		stop:       make(chan struct{}),
+	}
+	for _, id := range o.RevealKeys {
+		d.reveal[id] = true
+	}
+	for _, name := range []string{"login", "accounts", "instances", "work", "unit", "error"} {
+		t, err := template.New(name).Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+name+".html")
+		if err != nil {
+			return nil, err
+		}
+		d.pages[name] = t
+	}
+	staticFS, err := fs.Sub(assets, "static")
+	if err != nil {
+		return nil, err
+	}
+	d.static = http.StripPrefix(Prefix+"static/", http.FileServerFS(staticFS))
+	return d, nil
+}
+
+// Close ends the open event streams (call it when the HTTP server shuts
+// down: http.Server.RegisterOnShutdown).
+func (d *Dashboard) Close() { d.stopOnce.Do(func() { close(d.stop) }) }
+
+// Handler serves every page under Prefix.
+func (d *Dashboard) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+Prefix+"login", d.loginForm)
+	mux.HandleFunc("POST "+Prefix+"login", d.login)
+	mux.HandleFunc("POST "+Prefix+"logout", d.logout)
+	mux.Handle("GET "+Prefix+"static/", d.static)
+	mux.Handle("GET "+Prefix+"{$}", d.page("accounts", "accounts", d.accounts))
+	mux.Handle("GET "+Prefix+"accounts/{account}", d.page("instances", "accounts", d.instances))
+	mux.Handle("GET "+Prefix+"work", d.page("work", "work", d.workList))
+	mux.Handle("GET "+Prefix+"work/{id}", d.page("unit", "work", d.unit))
+	mux.Handle(Prefix, d.page("error", "", func(*http.Request, *session) (string, any, error) {
+		return "", nil, errNotFound("no such page")
+	}))
+	return securityHeaders(mux)
+}
+
+// securityHeaders: the pages load nothing from elsewhere, run no inline
+// script and are never framed.
+func securityHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("X-Frame-Options", "DENY")
+		hd.Set("Referrer-Policy", "same-origin")
+		h.ServeHTTP(w, r)
+	})
+}
+
+// onlineSince is the earliest last poll of an online instance, now.
+func (d *Dashboard) onlineSince(now time.Time) time.Time {
+	return now.Add(-server.InstanceOnlineWithin(d.o.PollWindow))
+}
+
+// revealKeys lists the allowed key ids, for the page that says who may.
+func (d *Dashboard) revealKeys() []string {
+	out := make([]string, 0, len(d.reveal))
+	for id := range d.reveal {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,601 @@
+package dashboard_test
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/opsgate/opsgate/automator/dashboard"
+	"github.com/opsgate/opsgate/automator/server"
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/automator/store/sqlitestore"
+	"github.com/opsgate/opsgate/crypto"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const pollWindow = time.Second
+
+// clock is a settable time.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+// env is a store with accounts, API keys and units, and a dashboard on it
+// served by an httptest server.
+type env struct {
+	t      *testing.T
+	st     store.Store
+	master crypto.MasterKey
+	srv    *server.Server
+	clock  *clock
+	keys   map[string]crypto.Key // account → key
+	// API key secrets by id: admin may see commands, viewer may not,
+	// scoped is limited to one account.
+	secrets map[string]string
+	url     string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	ctx := t.Context()
+	st, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "automator.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	master, err := crypto.NewMasterKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, st: st, master: master, clock: &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)},
+		keys: map[string]crypto.Key{}, secrets: map[string]string{}}
+	e.srv, err = server.New(server.Options{Store: st, MasterKey: master, PollWindow: pollWindow, Clock: e.clock,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"acme", "globex"} {
+		k, err := crypto.NewKey(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sealed, err := master.SealKey(name, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.AccountCreate(ctx, store.AccountCreateParams{Name: name, TokenHash: []byte("t-" + name), KeyID: 1, SealedKey: sealed, Now: e.clock.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		e.keys[name] = k
+	}
+	for id, accounts := range map[string][]string{"admin": nil, "viewer": nil, "scoped": {"acme"}} {
+		secret, err := crypto.NewToken("oak_")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.APIKeyCreate(ctx, store.APIKeyCreateParams{ID: id, Hash: crypto.HashToken(secret), Name: id, Accounts: accounts, Now: e.clock.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		e.secrets[id] = secret
+	}
+	e.url = e.serve(master)
+	return e
+}
+
+// serve starts a dashboard (a replica) with the given master key.
+func (e *env) serve(master crypto.MasterKey) string {
+	d, err := dashboard.New(dashboard.Options{
+		Store: e.st, Opener: e.srv, MasterKey: master, PollWindow: pollWindow, RevealKeys: []string{"admin"},
+		Refresh: 10 * time.Millisecond, Keepalive: 30 * time.Millisecond, PageSize: 3,
+		Now: e.clock.Now, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(dashboard.Prefix, d.Handler())
+	hs := httptest.NewServer(mux)
+	e.t.Cleanup(func() { d.Close(); hs.Close() })
+	return hs.URL
+}
+
+func (e *env) seal(account, id string, dir crypto.Direction, m proto.Message) []byte {
+	e.t.Helper()
+	plain, err := proto.Marshal(m)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	blob, err := crypto.Seal(e.keys[account], account, id, dir, plain)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return blob
+}
+
+func (e *env) enqueue(id, account string, queued time.Time, cmd *automatorv1.Command) {
+	e.t.Helper()
+	if _, err := e.st.WorkEnqueue(e.t.Context(), store.WorkEnqueueParams{ID: id, Account: account, KeyID: 1, Now: queued,
+		Deadline: queued.Add(time.Hour), SealedCommand: e.seal(account, id, crypto.DirCommand, cmd)}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// run claims the oldest queued unit of account on instance and completes
+// it with res.
+func (e *env) run(account, instance string, claimed, finished time.Time, res *automatorv1.Result) {
+	e.t.Helper()
+	ctx := e.t.Context()
+	ws, err := e.st.WorkClaim(ctx, store.WorkClaimParams{Account: account, InstanceID: instance, Max: 1, ClaimIDs: []string{"c"}, Now: claimed})
+	if err != nil || len(ws) != 1 {
+		e.t.Fatalf("claim: %v %v", ws, err)
+	}
+	w := ws[0]
+	if _, err := e.st.WorkComplete(ctx, store.WorkCompleteParams{ID: w.ID, ClaimID: w.ClaimID, State: store.StateSucceeded,
+		SealedResult: e.seal(account, w.ID, crypto.DirResult, res), Now: finished}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) poll(account, instance string, when time.Time) {
+	e.t.Helper()
+	if err := e.st.InstanceSeen(e.t.Context(), store.InstanceSeenParams{Account: account, InstanceID: instance,
+		Hostname: instance + ".example", Version: "v9", InFlight: 0, Now: when}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// client is a browser: it keeps cookies and does not follow redirects.
+func client(t *testing.T) *http.Client {
+	t.Helper()
+	return &http.Client{
+		Jar:           newJar(t),
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+func newJar(t *testing.T) *cookiejar.Jar {
+	t.Helper()
+	j, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// signIn posts the sign-in form with API key id and returns the response.
+func (e *env) signIn(c *http.Client, base, id string) *http.Response {
+	e.t.Helper()
+	resp, err := c.PostForm(base+"/dashboard/login", url.Values{"api_key": {e.secrets[id]}, "next": {"/dashboard/work"}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp
+}
+
+// get returns the status and body of a page.
+func get(t *testing.T, c *http.Client, u string) (int, string) {
+	t.Helper()
+	resp, err := c.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode == http.StatusSeeOther {
+		return resp.StatusCode, resp.Header.Get("Location")
+	}
+	return resp.StatusCode, string(body)
+}
+
+func TestSignInMakesASessionEveryReplicaAccepts(t *testing.T) {
+	e := newEnv(t)
+	c := client(t)
+	if code, loc := get(t, c, e.url+"/dashboard/"); code != http.StatusSeeOther || !strings.HasPrefix(loc, "/dashboard/login") {
+		t.Fatalf("GET /dashboard/ signed out: %d %s, want a redirect to the sign-in form", code, loc)
+	}
+	resp := e.signIn(c, e.url, "admin")
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/dashboard/work" {
+		t.Fatalf("sign-in: %d to %q, want 303 to the page asked for", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	var cookie *http.Cookie
+	for _, ck := range resp.Cookies() {
+		cookie = ck
+	}
+	if cookie == nil || !cookie.HttpOnly || cookie.SameSite != http.SameSiteStrictMode || cookie.Path != "/dashboard/" {
+		t.Fatalf("session cookie %+v: want HttpOnly, SameSite=Strict, Path=/dashboard/", cookie)
+	}
+	if strings.Contains(cookie.Value, e.secrets["admin"]) {
+		t.Fatalf("the session cookie holds the API key itself")
+	}
+	if code, body := get(t, c, e.url+"/dashboard/"); code != http.StatusOK || !strings.Contains(body, `id="signed-in-key">admin<`) {
+		t.Fatalf("GET /dashboard/ signed in: %d, want 200 naming key admin:\n%s", code, body)
+	}
+
+	// Another replica (same master key) serves the same session; a
+	// dashboard with another master key does not.
+	other := e.serve(e.master)
+	req, _ := http.NewRequest(http.MethodGet, other+"/dashboard/", nil)
+	req.AddCookie(cookie)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("replica with the same master key: %v %v, want 200", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	stranger, err := crypto.NewMasterKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign := e.serve(stranger)
+	req, _ = http.NewRequest(http.MethodGet, foreign+"/dashboard/", nil)
+	req.AddCookie(cookie)
+	noFollow := client(t)
+	if resp, err := noFollow.Do(req); err != nil || resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("dashboard with another master key: %v %v, want a redirect to sign in", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+
+	// A tampered cookie, and one past its lifetime, sign the visitor out.
+	tampered := *cookie
+	tampered.Value = "x" + cookie.Value[1:]
+	req, _ = http.NewRequest(http.MethodGet, e.url+"/dashboard/", nil)
+	req.AddCookie(&tampered)
+	if resp, err := noFollow.Do(req); err != nil || resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("tampered cookie: %v %v, want a redirect to sign in", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	e.clock.Add(13 * time.Hour)
+	if code, _ := get(t, c, e.url+"/dashboard/"); code != http.StatusSeeOther {
+		t.Fatalf("after the session's 12 hours: %d, want a redirect to sign in", code)
+	}
+
+	// Sign-out clears the cookie.
+	e.signIn(c, e.url, "admin")
+	resp, err = c.PostForm(e.url+"/dashboard/logout", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if code, _ := get(t, c, e.url+"/dashboard/"); code != http.StatusSeeOther {
+		t.Fatalf("after sign-out: %d, want a redirect to sign in", code)
+	}
+}
+
+func TestSignInRefusesBadRevokedAndScopedKeys(t *testing.T) {
+	e := newEnv(t)
+	c := client(t)
+	for _, tc := range []struct {
+		secret string
+		code   int
+		want   string
+	}{
+		{"oak_not-a-key", http.StatusUnauthorized, "That is not a valid API key."},
+		{"", http.StatusBadRequest, "Enter an API key."},
+		{e.secrets["scoped"], http.StatusForbidden, "may use accounts acme only; the dashboard needs an admin key"},
+	} {
+		resp, err := c.PostForm(e.url+"/dashboard/login", url.Values{"api_key": {tc.secret}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.code || !strings.Contains(string(body), tc.want) || len(resp.Cookies()) != 0 {
+			t.Errorf("sign-in with %q: %d, cookies %v; want %d saying %q", tc.secret, resp.StatusCode, resp.Cookies(), tc.code, tc.want)
+		}
+	}
+
+	// A form posted from another site is refused.
+	req, _ := http.NewRequest(http.MethodPost, e.url+"/dashboard/login", strings.NewReader(url.Values{"api_key": {e.secrets["admin"]}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", "https://evil.example")
+	if resp, err := c.Do(req); err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Errorf("cross-origin sign-in: %v %v, want 403", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+
+	// Revoking the key ends its session at once.
+	e.signIn(c, e.url, "viewer")
+	if code, _ := get(t, c, e.url+"/dashboard/"); code != http.StatusOK {
+		t.Fatalf("signed in as viewer: %d", code)
+	}
+	if _, err := e.st.APIKeyRevoke(t.Context(), store.APIKeyRevokeParams{ID: "viewer", Now: e.clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := get(t, c, e.url+"/dashboard/"); code != http.StatusSeeOther {
+		t.Errorf("after revoking the key: %d, want a redirect to sign in", code)
+	}
+	if resp := e.signIn(c, e.url, "viewer"); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("sign-in with a revoked key: %d, want 403", resp.StatusCode)
+	}
+}
+
+func TestAccountsPageWarnsOfStrandedWork(t *testing.T) {
+	e := newEnv(t)
+	now := e.clock.Now()
+	// acme: one instance that stopped polling ten seconds ago (two poll
+	// windows and a second are three) and a queued unit: stranded.
+	e.poll("acme", "a-1", now.Add(-10*time.Second))
+	e.enqueue("w_1", "acme", now.Add(-90*time.Second), &automatorv1.Command{Script: "x.sh"})
+	// globex: polling now, nothing queued.
+	e.poll("globex", "g-1", now)
+	c := client(t)
+	e.signIn(c, e.url, "viewer")
+	code, body := get(t, c, e.url+"/dashboard/")
+	if code != http.StatusOK {
+		t.Fatalf("GET /dashboard/: %d", code)
+	}
+	for _, want := range []string{
+		`id="stranded-warning"`,
+		`<li data-account="acme"><a href="/dashboard/accounts/acme"><b>acme</b></a>: 1 unit queued, the oldest for 1m30s; last poll 10s ago.</li>`,
+		`<tr data-account="acme" class="status-stranded">`,
+		`<tr data-account="globex" class="status-online">`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("accounts page lacks %s:\n%s", want, body)
+		}
+	}
+	if strings.Contains(body, `<li data-account="globex"`) {
+		t.Errorf("globex (online, nothing queued) is in the stranded warning")
+	}
+
+	// The instances page of acme: offline instance, the warning again.
+	code, body = get(t, c, e.url+"/dashboard/accounts/acme")
+	for _, want := range []string{`id="stranded-warning"`, `<tr data-instance="a-1" class="offline">`, "a-1.example", "v9"} {
+		if code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("instances page of acme (%d) lacks %s", code, want)
+		}
+	}
+	// An instance polls again: no longer stranded.
+	e.poll("acme", "a-2", now)
+	_, body = get(t, c, e.url+"/dashboard/")
+	if strings.Contains(body, `id="stranded-warning"`) || !strings.Contains(body, `<tr data-account="acme" class="status-online">`) {
+		t.Errorf("with an instance online again the page still warns:\n%s", body)
+	}
+	if code, body := get(t, c, e.url+"/dashboard/accounts/nobody"); code != http.StatusNotFound || !strings.Contains(body, `There is no account &#34;nobody&#34;.`) {
+		t.Errorf("instances of a missing account: %d\n%s", code, body)
+	}
+}
+
+func TestWorkShowsCommandsAndOutputOnlyToKeysAllowed(t *testing.T) {
+	e := newEnv(t)
+	now := e.clock.Now()
+	e.enqueue("w_secret", "acme", now.Add(-time.Minute), &automatorv1.Command{Script: "rotate-db-password.sh", Args: []string{"--user=root"}})
+	e.run("acme", "a-1", now.Add(-time.Minute+20*time.Millisecond), now.Add(-58*time.Second),
+		&automatorv1.Result{ExitCode: 7, Stdout: []byte("new password: hunter2"), Stderr: []byte("warning: weak")})
+	// A failure's reason, as the proxy gives it, names the script.
+	e.enqueue("w_failed", "acme", now.Add(-30*time.Second), &automatorv1.Command{Script: "rotate-db-password.sh"})
+	ws, err := e.st.WorkClaim(t.Context(), store.WorkClaimParams{Account: "acme", InstanceID: "a-1", Max: 1, ClaimIDs: []string{"c2"}, Now: now})
+	if err != nil || len(ws) != 1 {
+		t.Fatalf("claim: %v %v", ws, err)
+	}
+	if _, err := e.st.WorkComplete(t.Context(), store.WorkCompleteParams{ID: "w_failed", ClaimID: ws[0].ClaimID, State: store.StateFailed, Now: now,
+		Reason: `unknown script "rotate-db-password.sh"`, SealedResult: e.seal("acme", "w_failed", crypto.DirResult, &automatorv1.Result{Failure: `unknown script "rotate-db-password.sh"`})}); err != nil {
+		t.Fatal(err)
+	}
+	secrets := []string{"rotate-db-password.sh", "--user=root", "hunter2", "warning: weak"}
+
+	viewer := client(t)
+	e.signIn(viewer, e.url, "viewer")
+	for _, page := range []string{"/dashboard/work", "/dashboard/work/w_secret", "/dashboard/work/w_failed"} {
+		code, body := get(t, viewer, e.url+page)
+		if code != http.StatusOK {
+			t.Fatalf("%s: %d", page, code)
+		}
+		for _, s := range secrets {
+			if strings.Contains(body, s) {
+				t.Errorf("%s shows %q to a key that may not see it", page, s)
+			}
+		}
+		if !strings.Contains(body, "hidden") {
+			t.Errorf("%s does not say the command is hidden", page)
+		}
+	}
+	_, list := get(t, viewer, e.url+"/dashboard/work")
+	for _, want := range []string{`<tr data-work="w_secret" data-state="succeeded">`, `<td class="num exit-code">7</td>`,
+		`<td class="claimer">a-1</td>`, "claimed +20ms", "succeeded +2s"} {
+		if !strings.Contains(list, want) {
+			t.Errorf("work list lacks %s:\n%s", want, list)
+		}
+	}
+
+	admin := client(t)
+	e.signIn(admin, e.url, "admin")
+	_, list = get(t, admin, e.url+"/dashboard/work")
+	if !strings.Contains(list, "<code>rotate-db-password.sh</code>") {
+		t.Errorf("work list does not show the script name to admin:\n%s", list)
+	}
+	_, unit := get(t, admin, e.url+"/dashboard/work/w_secret")
+	for _, s := range secrets {
+		if !strings.Contains(unit, s) {
+			t.Errorf("the unit page does not show %q to admin", s)
+		}
+	}
+	if code, body := get(t, admin, e.url+"/dashboard/work/w_nope"); code != http.StatusNotFound || !strings.Contains(body, "There is no unit of work") {
+		t.Errorf("a missing unit: %d", code)
+	}
+}
+
+func TestWorkFiltersAndPages(t *testing.T) {
+	e := newEnv(t)
+	now := e.clock.Now()
+	for i, acc := range []string{"acme", "globex", "acme", "acme", "acme"} {
+		e.enqueue("w_"+string(rune('a'+i)), acc, now.Add(time.Duration(i)*time.Second), &automatorv1.Command{Script: "x.sh"})
+	}
+	e.run("acme", "a-1", now.Add(time.Minute), now.Add(time.Minute), &automatorv1.Result{}) // w_a
+	c := client(t)
+	e.signIn(c, e.url, "viewer")
+	rows := func(body string) []string {
+		var out []string
+		for _, part := range strings.Split(body, `<tr data-work="`)[1:] {
+			out = append(out, part[:strings.IndexByte(part, '"')])
+		}
+		return out
+	}
+	check := func(query string, want ...string) string {
+		t.Helper()
+		code, body := get(t, c, e.url+"/dashboard/work"+query)
+		if got := rows(body); code != http.StatusOK || strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("work%s: %d rows %v, want %v", query, code, got, want)
+		}
+		return body
+	}
+	body := check("?account=acme", "w_e", "w_d", "w_c") // page size 3
+	i := strings.Index(body, `id="older" href="`)
+	if i < 0 {
+		t.Fatalf("no link to older units:\n%s", body)
+	}
+	next := body[i+len(`id="older" href="`):]
+	next = strings.ReplaceAll(next[:strings.IndexByte(next, '"')], "&amp;", "&")
+	check(strings.TrimPrefix(next, "/dashboard/work"), "w_a")
+	check("?state=succeeded", "w_a")
+	check("?account=globex&state=queued", "w_b")
+	if code, body := get(t, c, e.url+"/dashboard/work?state=done"); code != http.StatusBadRequest || !strings.Contains(body, "is not a state") {
+		t.Errorf("an unknown state: %d", code)
+	}
+}
+
+// event is one server-sent event.
+type event struct{ name, data string }
+
+// readEvents parses a stream into events (and ": keepalive" comments as
+// events named "keepalive").
+func readEvents(r io.Reader, out chan<- event) {
+	defer close(out)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var ev event
+	var data []string
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if ev.name != "" {
+				ev.data = strings.Join(data, "\n")
+				out <- ev
+			}
+			ev, data = event{}, nil
+		case strings.HasPrefix(line, ": keepalive"):
+			out <- event{name: "keepalive"}
+		case strings.HasPrefix(line, "event: "):
+			ev.name = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			data = append(data, strings.TrimPrefix(line, "data: "))
+		}
+	}
+}
+
+func TestLivePagesStreamChangesAndKeepalives(t *testing.T) {
+	e := newEnv(t)
+	c := client(t)
+	e.signIn(c, e.url, "viewer")
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.url+"/dashboard/", nil)
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("Content-Type %q, want text/event-stream", ct)
+	}
+	events := make(chan event)
+	go readEvents(resp.Body, events)
+	next := func(name string) event {
+		t.Helper()
+		timeout := time.After(10 * time.Second)
+		for {
+			select {
+			case ev, ok := <-events:
+				if !ok {
+					t.Fatalf("stream ended waiting for %q", name)
+				}
+				if ev.name == name {
+					return ev
+				}
+			case <-timeout:
+				t.Fatalf("no %q event within 10s", name)
+			}
+		}
+	}
+	first := next("update")
+	if !strings.Contains(first.data, `<table id="accounts">`) || strings.Contains(first.data, "<html") {
+		t.Fatalf("first update is not the page's content:\n%s", first.data)
+	}
+	next("keepalive")
+
+	// Work queued on acme, whose only instance stopped polling: the next
+	// update warns.
+	now := e.clock.Now()
+	e.poll("acme", "a-1", now.Add(-time.Minute))
+	e.enqueue("w_1", "acme", now, &automatorv1.Command{Script: "x.sh"})
+	for {
+		if ev := next("update"); strings.Contains(ev.data, `id="stranded-warning"`) {
+			break
+		}
+	}
+
+	// A page that does not exist is refused before any stream begins, so
+	// the browser does not reconnect to it.
+	bad, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.url+"/dashboard/work/w_nope", nil)
+	bad.Header.Set("Accept", "text/event-stream")
+	if resp, err := c.Do(bad); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Errorf("stream of a missing unit: %v %v, want 404", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+
+	// A revoked key is signed out of the stream.
+	if _, err := e.st.APIKeyRevoke(t.Context(), store.APIKeyRevokeParams{ID: "viewer", Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	next("signedout")
+}
+
+func TestStaticAssetsAndSecurityHeaders(t *testing.T) {
+	e := newEnv(t)
+	c := client(t)
+	for path, want := range map[string]string{
+		"/dashboard/static/style.css": "text/css",
+		"/dashboard/static/live.js":   "javascript",
+		"/dashboard/login":            "text/html",
+	} {
+		resp, err := c.Get(e.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(resp.Header.Get("Content-Type"), want) {
+			t.Errorf("%s: %d %q, want 200 %s", path, resp.StatusCode, resp.Header.Get("Content-Type"), want)
+		}
+		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'self'") || !strings.Contains(csp, "frame-ancestors 'none'") {
+			t.Errorf("%s: Content-Security-Policy %q", path, csp)
+		}
+	}
+}

@@ -1,0 +1,97 @@
+package dashboard
+
+import (
+	"fmt"
+	"html/template"
+	"strings"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/server"
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+var funcs = template.FuncMap{
+	"ago":     ago,
+	"age":     age,
+	"dur":     dur,
+	"clock":   clock,
+	"stamp":   stamp,
+	"plural":  plural,
+	"slug":    slug,
+	"text":    func(b []byte) string { return string(b) },
+	"isState": func(a store.State, b string) bool { return string(a) == b },
+	"stranded": func(s server.AccountStatus) bool {
+		return s == server.StatusStranded
+	},
+}
+
+// dur renders a duration for people: 20ms, 1.2s, 3m4s, 2h5m.
+func dur(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "-" + dur(-d)
+	case d < time.Millisecond:
+		return d.Round(time.Microsecond).String()
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	case d < 48*time.Hour:
+		return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
+	}
+	return fmt.Sprintf("%dd", d/(24*time.Hour))
+}
+
+// age is how long before now t was, rounded to seconds; "" for zero.
+func age(now, t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	d := max(now.Sub(t), 0)
+	if d < time.Second {
+		return "0s"
+	}
+	if d < time.Hour {
+		return d.Round(time.Second).String()
+	}
+	return dur(d)
+}
+
+// ago says when t was, relative to now: "never" for zero.
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	if now.Sub(t) < time.Second {
+		return "just now"
+	}
+	return age(now, t) + " ago"
+}
+
+func clock(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("15:04:05")
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02 15:04:05.000Z")
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, word)
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}
+
+// slug turns a word into a CSS class part: "no instances" → "no-instances".
+func slug(v any) string {
+	return strings.ReplaceAll(strings.ToLower(fmt.Sprint(v)), " ", "-")
+}

@@ -1,0 +1,230 @@
+package dashboard
+
+import (
+	"context"
+	"crypto/hkdf"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/crypto"
+)
+
+const (
+	cookieName = "opsgate_dashboard"
+	// maxLoginBody bounds the sign-in form.
+	maxLoginBody = 4 << 10
+)
+
+// session is what the signed cookie carries: which API key signed in
+// (its id and the SHA-256 of its secret, never the secret) and until when.
+type session struct {
+	KeyID   string `json:"k"`
+	Hash    string `json:"h"`
+	Expires int64  `json:"e"` // unix seconds
+	// Reveal is set after the check: the key may see commands and output.
+	Reveal bool `json:"-"`
+}
+
+// sessionKey derives the cookie-signing key from the master key, for this
+// purpose only.
+func sessionKey(m crypto.MasterKey) ([]byte, error) {
+	k, err := hkdf.Key(sha256.New, m[:], nil, "opsgate automator dashboard session v1", 32)
+	if err != nil {
+		return nil, fmt.Errorf("deriving the dashboard's session key: %w", err)
+	}
+	return k, nil
+}
+
+var b64 = base64.RawURLEncoding
+
+func (d *Dashboard) mac(payload []byte) []byte {
+	m := hmac.New(sha256.New, d.sessionKey)
+	m.Write(payload)
+	return m.Sum(nil)
+}
+
+// encode signs s into a cookie value: payload "." HMAC, both base64url.
+func (d *Dashboard) encode(s session) string {
+	payload, _ := json.Marshal(s)
+	return b64.EncodeToString(payload) + "." + b64.EncodeToString(d.mac(payload))
+}
+
+// decode returns the session a cookie value carries if its signature holds
+// and it has not expired.
+func (d *Dashboard) decode(v string, now time.Time) (session, error) {
+	p, m, ok := strings.Cut(v, ".")
+	if !ok {
+		return session{}, errors.New("malformed session cookie")
+	}
+	payload, err1 := b64.DecodeString(p)
+	sig, err2 := b64.DecodeString(m)
+	if err1 != nil || err2 != nil || !hmac.Equal(sig, d.mac(payload)) {
+		return session{}, errors.New("session cookie signature does not hold")
+	}
+	var s session
+	if err := json.Unmarshal(payload, &s); err != nil {
+		return session{}, errors.New("malformed session cookie")
+	}
+	if now.Unix() >= s.Expires {
+		return session{}, errors.New("session expired")
+	}
+	return s, nil
+}
+
+// checkKey returns why the API key k may not use the dashboard, or nil.
+func checkKey(k store.APIKey) error {
+	switch {
+	case !k.RevokedAt.IsZero():
+		return errors.New("this API key was revoked")
+	case len(k.Accounts) > 0:
+		return fmt.Errorf("this API key may use accounts %s only; the dashboard needs an admin key (one for every account)", strings.Join(k.Accounts, ", "))
+	}
+	return nil
+}
+
+// authenticate returns the request's session after checking its API key
+// in the store again: a revoked or deleted key ends the session at once.
+func (d *Dashboard) authenticate(ctx context.Context, r *http.Request) (*session, error) {
+	c, err := r.Cookie(cookieName)
+	if err != nil {
+		return nil, errors.New("not signed in")
+	}
+	s, err := d.decode(c.Value, d.o.Now())
+	if err != nil {
+		return nil, err
+	}
+	if err := d.recheck(ctx, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+func (d *Dashboard) recheck(ctx context.Context, s *session) error {
+	h, err := hex.DecodeString(s.Hash)
+	if err != nil {
+		return errors.New("malformed session cookie")
+	}
+	k, err := d.o.Store.APIKeyGetByHash(ctx, h)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && k.ID != s.KeyID) {
+		return errors.New("the API key of this session no longer exists")
+	}
+	if err != nil {
+		return fmt.Errorf("checking the session's API key: %w", err)
+	}
+	if err := checkKey(k); err != nil {
+		return err
+	}
+	s.Reveal = d.reveal[k.ID]
+	return nil
+}
+
+func (d *Dashboard) loginForm(w http.ResponseWriter, r *http.Request) {
+	d.render(w, r, http.StatusOK, "login", "Sign in", "", nil, loginData{Next: safeNext(r.URL.Query().Get("next"))})
+}
+
+type loginData struct {
+	Next  string
+	Error string
+}
+
+// login checks the API key of the form and sets the session cookie.
+func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
+	if !sameOrigin(r) {
+		http.Error(w, "cross-origin sign-in refused", http.StatusForbidden)
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxLoginBody)
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "bad sign-in form", http.StatusBadRequest)
+		return
+	}
+	next := safeNext(r.PostForm.Get("next"))
+	secret := strings.TrimSpace(r.PostForm.Get("api_key"))
+	fail := func(code int, why string) {
+		d.log.Warn("dashboard sign-in refused", "peer", r.RemoteAddr, "reason", why)
+		d.render(w, r, code, "login", "Sign in", "", nil, loginData{Next: next, Error: why})
+	}
+	if secret == "" {
+		fail(http.StatusBadRequest, "Enter an API key.")
+		return
+	}
+	h := crypto.HashToken(secret)
+	k, err := d.o.Store.APIKeyGetByHash(r.Context(), h)
+	if errors.Is(err, store.ErrNotFound) {
+		fail(http.StatusUnauthorized, "That is not a valid API key.")
+		return
+	}
+	if err != nil {
+		d.log.Error("dashboard sign-in: reading the API key", "err", err)
+		fail(http.StatusServiceUnavailable, "The store did not answer; try again.")
+		return
+	}
+	if err := checkKey(k); err != nil {
+		fail(http.StatusForbidden, capitalise(err.Error())+".")
+		return
+	}
+	now := d.o.Now()
+	s := session{KeyID: k.ID, Hash: hex.EncodeToString(h), Expires: now.Add(d.o.SessionTTL).Unix()}
+	http.SetCookie(w, &http.Cookie{
+		Name:     cookieName,
+		Value:    d.encode(s),
+		Path:     Prefix,
+		MaxAge:   int(d.o.SessionTTL / time.Second),
+		HttpOnly: true,
+		Secure:   secureRequest(r),
+		SameSite: http.SameSiteStrictMode,
+	})
+	d.log.Info("dashboard sign-in", "api_key", k.ID, "peer", r.RemoteAddr)
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+func (d *Dashboard) logout(w http.ResponseWriter, r *http.Request) {
+	if !sameOrigin(r) {
+		http.Error(w, "cross-origin sign-out refused", http.StatusForbidden)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: Prefix, MaxAge: -1, HttpOnly: true,
+		Secure: secureRequest(r), SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, Prefix+"login", http.StatusSeeOther)
+}
+
+// sameOrigin refuses a form posted from another site (the SameSite cookie
+// already keeps the session out of such a request; this also covers the
+// sign-in form, which has no session yet).
+func sameOrigin(r *http.Request) bool {
+	o := r.Header.Get("Origin")
+	if o == "" || o == "null" {
+		return o == "" // no Origin: not a browser's cross-site form post
+	}
+	u, err := url.Parse(o)
+	return err == nil && u.Host == r.Host
+}
+
+func secureRequest(r *http.Request) bool {
+	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
+}
+
+// safeNext keeps a post-sign-in redirect on the dashboard.
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, Prefix) || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
+		return Prefix
+	}
+	return next
+}
+
+func capitalise(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}

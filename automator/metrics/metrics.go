@@ -1,0 +1,165 @@
+// Package metrics is the automator's Prometheus instrumentation, served at
+// /metrics on its HTTP listener:
+//
+//   - counters of units queued, claimed and finished (by terminal state),
+//     and histograms of the time from queueing to the claim and to the end,
+//     counted by the replica that made each change (server.Metrics);
+//   - the open polls per account, on this replica;
+//   - the latency of every store call, by method (Store wraps a store);
+//   - per account, read from the store at each scrape and so the same on
+//     every replica sharing it: queue depth, age of the oldest queued unit,
+//     units in flight, instances known and online.
+//
+// Every series is named automator_*. The registry is the automator's own,
+// with the Go runtime and process collectors beside ours.
+package metrics
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+// StatsSource is what the per-account gauges read at each scrape.
+type StatsSource interface {
+	AccountStats(ctx context.Context, p store.AccountStatsParams) ([]store.AccountStats, error)
+}
+
+// Options configure New.
+type Options struct {
+	// OnlineWithin is how recently an instance must have polled to count
+	// as online (server.InstanceOnlineWithin of the poll window).
+	OnlineWithin time.Duration
+	// StatsTimeout bounds the store read of one scrape (5 s).
+	StatsTimeout time.Duration
+	// Now tells the time (time.Now).
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Buckets, in seconds. A unit waits for a claim from about a millisecond
+// (an instance was polling) to its deadline (5 minutes by default); it ends
+// up to a day after it was queued.
+var (
+	claimBuckets  = []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300}
+	finishBuckets = []float64{.01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 900, 3600, 86400}
+	storeBuckets  = prometheus.ExponentialBuckets(0.0001, 4, 10) // 100µs to 26s
+)
+
+// Metrics implements server.Metrics and serves /metrics.
+type Metrics struct {
+	o          Options
+	reg        *prometheus.Registry
+	log        *slog.Logger
+	queued     *prometheus.CounterVec
+	claimed    *prometheus.CounterVec
+	finished   *prometheus.CounterVec
+	claimWait  prometheus.Histogram
+	finishWait *prometheus.HistogramVec
+	polls      *prometheus.GaugeVec
+	storeCalls *prometheus.HistogramVec
+}
+
+// New registers the automator's metrics in a registry of their own.
+func New(o Options) *Metrics {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.StatsTimeout <= 0 {
+		o.StatsTimeout = 5 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	m := &Metrics{
+		o:   o,
+		reg: prometheus.NewRegistry(),
+		log: o.Logger,
+		queued: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "automator_work_queued_total",
+			Help: "Units of work queued, by account.",
+		}, []string{"account"}),
+		claimed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "automator_work_claimed_total",
+			Help: "Units of work claimed by a proxy instance, by account.",
+		}, []string{"account"}),
+		finished: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "automator_work_finished_total",
+			Help: "Units of work that reached a terminal state, by account and state (succeeded, failed, timed_out, cancelled).",
+		}, []string{"account", "state"}),
+		claimWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "automator_work_queued_to_claimed_seconds",
+			Help:    "Time from queueing a unit to its claim.",
+			Buckets: claimBuckets,
+		}),
+		finishWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "automator_work_queued_to_finished_seconds",
+			Help:    "Time from queueing a unit to its terminal state (the result, timeout or cancel), by state.",
+			Buckets: finishBuckets,
+		}, []string{"state"}),
+		polls: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "automator_polls_open",
+			Help: "Long polls of proxy instances open on this automator, by account.",
+		}, []string{"account"}),
+		storeCalls: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "automator_store_call_seconds",
+			Help:    "Latency of store calls, by method.",
+			Buckets: storeBuckets,
+		}, []string{"method"}),
+	}
+	m.reg.MustRegister(m.queued, m.claimed, m.finished, m.claimWait, m.finishWait, m.polls, m.storeCalls,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// WatchAccounts adds the per-account gauges, read from src at each scrape
+// (call it once).
+func (m *Metrics) WatchAccounts(src StatsSource) {
+	m.reg.MustRegister(&accountCollector{o: m.o, src: src})
+}
+
+// Handler serves the metrics in the Prometheus text (or OpenMetrics)
+// format. A failed store read is logged and leaves out the per-account
+// gauges; the rest is served.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
+		ErrorLog:      slogErrorLog{m.log},
+		ErrorHandling: promhttp.ContinueOnError,
+	})
+}
+
+// Registry is where the metrics are registered, for tests and for more
+// collectors.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+func (m *Metrics) WorkQueued(account string) { m.queued.WithLabelValues(account).Inc() }
+
+func (m *Metrics) WorkClaimed(account string, waited time.Duration) {
+	m.claimed.WithLabelValues(account).Inc()
+	m.claimWait.Observe(max(waited, 0).Seconds())
+}
+
+func (m *Metrics) WorkFinished(w store.Work) {
+	m.finished.WithLabelValues(w.Account, string(w.State)).Inc()
+	m.finishWait.WithLabelValues(string(w.State)).Observe(max(w.FinishedAt.Sub(w.QueuedAt), 0).Seconds())
+}
+
+func (m *Metrics) PollOpened(account string) func() {
+	g := m.polls.WithLabelValues(account)
+	g.Inc()
+	return g.Dec
+}
+
+// slogErrorLog is promhttp's error log on slog.
+type slogErrorLog struct{ log *slog.Logger }
+
+func (l slogErrorLog) Println(v ...any) {
+	l.log.Warn("serving metrics", "err", slog.AnyValue(v))
+}

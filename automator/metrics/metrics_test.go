@@ -1,0 +1,224 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"go.uber.org/goleak"
+
+	"github.com/opsgate/opsgate/automator/metrics"
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/automator/store/sqlitestore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// scrape serves /metrics once and parses it.
+func scrape(t *testing.T, m *metrics.Metrics) map[string]*dto.MetricFamily {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %s", rec.Code, rec.Body)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(rec.Body)
+	if err != nil {
+		t.Fatalf("parsing /metrics: %v", err)
+	}
+	return fams
+}
+
+// sample finds the metric of family name whose labels include want.
+func sample(fams map[string]*dto.MetricFamily, name string, want map[string]string) *dto.Metric {
+	f := fams[name]
+	if f == nil {
+		return nil
+	}
+next:
+	for _, m := range f.GetMetric() {
+		for k, v := range want {
+			found := false
+			for _, l := range m.GetLabel() {
+				if l.GetName() == k && l.GetValue() == v {
+					found = true
+				}
+			}
+			if !found {
+				continue next
+			}
+		}
+		return m
+	}
+	return nil
+}
+
+func value(t *testing.T, fams map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
+	t.Helper()
+	m := sample(fams, name, labels)
+	if m == nil {
+		t.Fatalf("no %s%v in the scrape", name, labels)
+	}
+	switch {
+	case m.Counter != nil:
+		return m.GetCounter().GetValue()
+	case m.Gauge != nil:
+		return m.GetGauge().GetValue()
+	case m.Histogram != nil:
+		return float64(m.GetHistogram().GetSampleCount())
+	}
+	t.Fatalf("%s%v has no counter, gauge or histogram", name, labels)
+	return 0
+}
+
+func TestQueueEventsAreCountedAndTimed(t *testing.T) {
+	m := metrics.New(metrics.Options{})
+	q := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	m.WorkQueued("acme")
+	m.WorkQueued("acme")
+	m.WorkQueued("globex")
+	m.WorkClaimed("acme", 20*time.Millisecond)
+	m.WorkClaimed("acme", 2*time.Second)
+	m.WorkFinished(store.Work{Account: "acme", State: store.StateSucceeded, QueuedAt: q, FinishedAt: q.Add(3 * time.Second)})
+	m.WorkFinished(store.Work{Account: "acme", State: store.StateTimedOut, QueuedAt: q, FinishedAt: q.Add(5 * time.Minute)})
+	closeA := m.PollOpened("acme")
+	closeB := m.PollOpened("acme")
+	m.PollOpened("globex")
+	closeA()
+
+	fams := scrape(t, m)
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"automator_work_queued_total", map[string]string{"account": "acme"}, 2},
+		{"automator_work_queued_total", map[string]string{"account": "globex"}, 1},
+		{"automator_work_claimed_total", map[string]string{"account": "acme"}, 2},
+		{"automator_work_finished_total", map[string]string{"account": "acme", "state": "succeeded"}, 1},
+		{"automator_work_finished_total", map[string]string{"account": "acme", "state": "timed_out"}, 1},
+		{"automator_work_queued_to_claimed_seconds", nil, 2},
+		{"automator_work_queued_to_finished_seconds", map[string]string{"state": "timed_out"}, 1},
+		{"automator_polls_open", map[string]string{"account": "acme"}, 1},
+		{"automator_polls_open", map[string]string{"account": "globex"}, 1},
+	} {
+		if got := value(t, fams, c.name, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	h := sample(fams, "automator_work_queued_to_claimed_seconds", nil).GetHistogram()
+	if got := h.GetSampleSum(); got < 2.019 || got > 2.021 {
+		t.Errorf("queued-to-claimed sum = %v s, want 2.02", got)
+	}
+	for _, b := range h.GetBucket() {
+		if b.GetUpperBound() == 0.05 && b.GetCumulativeCount() != 1 {
+			t.Errorf("queued-to-claimed bucket ≤50ms holds %d, want 1 (the 20ms claim)", b.GetCumulativeCount())
+		}
+	}
+	if got := sample(fams, "automator_work_queued_to_finished_seconds", map[string]string{"state": "timed_out"}).GetHistogram().GetSampleSum(); got != 300 {
+		t.Errorf("queued-to-finished sum of the timed-out unit = %v s, want 300", got)
+	}
+	closeB()
+	if got := value(t, scrape(t, m), "automator_polls_open", map[string]string{"account": "acme"}); got != 0 {
+		t.Errorf("polls open after both closed = %v, want 0", got)
+	}
+}
+
+type fakeStats struct {
+	stats []store.AccountStats
+	err   error
+	got   store.AccountStatsParams
+}
+
+func (f *fakeStats) AccountStats(_ context.Context, p store.AccountStatsParams) ([]store.AccountStats, error) {
+	f.got = p
+	return f.stats, f.err
+}
+
+func TestAccountGaugesAreReadFromTheStoreAtEachScrape(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	src := &fakeStats{stats: []store.AccountStats{
+		{Account: "acme", Queued: 3, OldestQueuedAt: now.Add(-90 * time.Second), Claimed: 2, Instances: 3, InstancesOnline: 2},
+		{Account: "globex"},
+	}}
+	m := metrics.New(metrics.Options{OnlineWithin: 61 * time.Second, Now: func() time.Time { return now }})
+	m.WatchAccounts(src)
+	fams := scrape(t, m)
+	if want := now.Add(-61 * time.Second); !src.got.OnlineSince.Equal(want) {
+		t.Errorf("AccountStats asked with OnlineSince %v, want %v (now less OnlineWithin)", src.got.OnlineSince, want)
+	}
+	for _, c := range []struct {
+		name, account string
+		want          float64
+	}{
+		{"automator_queue_depth", "acme", 3},
+		{"automator_queue_oldest_age_seconds", "acme", 90},
+		{"automator_work_in_flight", "acme", 2},
+		{"automator_instances", "acme", 3},
+		{"automator_instances_online", "acme", 2},
+		{"automator_queue_depth", "globex", 0},
+		{"automator_queue_oldest_age_seconds", "globex", 0},
+		{"automator_instances_online", "globex", 0},
+	} {
+		if got := value(t, fams, c.name, map[string]string{"account": c.account}); got != c.want {
+			t.Errorf("%s{account=%q} = %v, want %v", c.name, c.account, got, c.want)
+		}
+	}
+
+	// A store that does not answer leaves the gauges out, not the rest.
+	src.err = errors.New("database is down")
+	m.WorkQueued("acme")
+	fams = scrape(t, m)
+	if fams["automator_queue_depth"] != nil {
+		t.Errorf("queue depth served although the store failed")
+	}
+	if got := value(t, fams, "automator_work_queued_total", map[string]string{"account": "acme"}); got != 1 {
+		t.Errorf("queued total = %v with the store down, want 1", got)
+	}
+}
+
+func TestStoreCallsAreTimedByMethod(t *testing.T) {
+	ctx := t.Context()
+	raw, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "automator.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	m := metrics.New(metrics.Options{})
+	st := m.Store(raw)
+
+	now := time.Now()
+	if _, err := st.AccountCreate(ctx, store.AccountCreateParams{Name: "acme", TokenHash: []byte("t"), KeyID: 1, SealedKey: []byte("k"), Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := st.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: string(rune('a' + i)), Account: "acme", KeyID: 1, SealedCommand: []byte("c"), Now: now, Deadline: now.Add(time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Errors pass through unchanged.
+	if _, err := st.WorkGet(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("WorkGet of a missing unit through the wrapper: %v, want ErrNotFound", err)
+	}
+	if err := st.Ping(ctx); err != nil {
+		t.Errorf("Ping: %v", err)
+	}
+	fams := scrape(t, m)
+	for method, want := range map[string]float64{"AccountCreate": 1, "WorkEnqueue": 3, "WorkGet": 1, "Ping": 1} {
+		if got := value(t, fams, "automator_store_call_seconds", map[string]string{"method": method}); got != want {
+			t.Errorf("store calls of %s observed %v times, want %v", method, got, want)
+		}
+	}
+	if !strings.HasPrefix(fams["automator_store_call_seconds"].GetHelp(), "Latency") {
+		t.Errorf("store latency help = %q", fams["automator_store_call_seconds"].GetHelp())
+	}
+}

@@ -1,0 +1,133 @@
+package metrics
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+// Store wraps st so that the latency of each call is observed in
+// automator_store_call_seconds{method}. Methods the wrapper does not know
+// (added to store.Store later) pass through unobserved.
+func (m *Metrics) Store(st store.Store) store.Store {
+	return &timedStore{Store: st, calls: m.storeCalls}
+}
+
+type timedStore struct {
+	store.Store
+	calls *prometheus.HistogramVec
+}
+
+// since observes the time since start under method; use it as
+// `defer s.since("Method", time.Now())`.
+func (s *timedStore) since(method string, start time.Time) {
+	s.calls.WithLabelValues(method).Observe(time.Since(start).Seconds())
+}
+
+func (s *timedStore) AccountCreate(ctx context.Context, p store.AccountCreateParams) (store.Account, error) {
+	defer s.since("AccountCreate", time.Now())
+	return s.Store.AccountCreate(ctx, p)
+}
+
+func (s *timedStore) AccountGet(ctx context.Context, name string) (store.Account, error) {
+	defer s.since("AccountGet", time.Now())
+	return s.Store.AccountGet(ctx, name)
+}
+
+func (s *timedStore) AccountGetByTokenHash(ctx context.Context, h []byte) (store.Account, error) {
+	defer s.since("AccountGetByTokenHash", time.Now())
+	return s.Store.AccountGetByTokenHash(ctx, h)
+}
+
+func (s *timedStore) AccountList(ctx context.Context) ([]store.Account, error) {
+	defer s.since("AccountList", time.Now())
+	return s.Store.AccountList(ctx)
+}
+
+func (s *timedStore) AccountStats(ctx context.Context, p store.AccountStatsParams) ([]store.AccountStats, error) {
+	defer s.since("AccountStats", time.Now())
+	return s.Store.AccountStats(ctx, p)
+}
+
+func (s *timedStore) WorkEnqueue(ctx context.Context, p store.WorkEnqueueParams) (store.Work, error) {
+	defer s.since("WorkEnqueue", time.Now())
+	return s.Store.WorkEnqueue(ctx, p)
+}
+
+func (s *timedStore) WorkClaim(ctx context.Context, p store.WorkClaimParams) ([]store.Work, error) {
+	defer s.since("WorkClaim", time.Now())
+	return s.Store.WorkClaim(ctx, p)
+}
+
+func (s *timedStore) WorkComplete(ctx context.Context, p store.WorkCompleteParams) (store.Work, error) {
+	defer s.since("WorkComplete", time.Now())
+	return s.Store.WorkComplete(ctx, p)
+}
+
+func (s *timedStore) WorkCancel(ctx context.Context, p store.WorkCancelParams) (store.Work, error) {
+	defer s.since("WorkCancel", time.Now())
+	return s.Store.WorkCancel(ctx, p)
+}
+
+func (s *timedStore) WorkExpire(ctx context.Context, p store.WorkExpireParams) ([]store.Work, error) {
+	defer s.since("WorkExpire", time.Now())
+	return s.Store.WorkExpire(ctx, p)
+}
+
+func (s *timedStore) WorkGet(ctx context.Context, id string) (store.Work, error) {
+	defer s.since("WorkGet", time.Now())
+	return s.Store.WorkGet(ctx, id)
+}
+
+func (s *timedStore) WorkNextDeadline(ctx context.Context) (time.Time, bool, error) {
+	defer s.since("WorkNextDeadline", time.Now())
+	return s.Store.WorkNextDeadline(ctx)
+}
+
+func (s *timedStore) WorkStates(ctx context.Context, ids []string) (map[string]store.State, error) {
+	defer s.since("WorkStates", time.Now())
+	return s.Store.WorkStates(ctx, ids)
+}
+
+func (s *timedStore) WorkList(ctx context.Context, p store.WorkListParams) ([]store.Work, error) {
+	defer s.since("WorkList", time.Now())
+	return s.Store.WorkList(ctx, p)
+}
+
+func (s *timedStore) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) error {
+	defer s.since("InstanceSeen", time.Now())
+	return s.Store.InstanceSeen(ctx, p)
+}
+
+func (s *timedStore) InstanceList(ctx context.Context, account string) ([]store.Instance, error) {
+	defer s.since("InstanceList", time.Now())
+	return s.Store.InstanceList(ctx, account)
+}
+
+func (s *timedStore) ReplicaHeartbeat(ctx context.Context, p store.ReplicaHeartbeatParams) error {
+	defer s.since("ReplicaHeartbeat", time.Now())
+	return s.Store.ReplicaHeartbeat(ctx, p)
+}
+
+func (s *timedStore) ReplicaList(ctx context.Context) ([]store.Replica, error) {
+	defer s.since("ReplicaList", time.Now())
+	return s.Store.ReplicaList(ctx)
+}
+
+func (s *timedStore) APIKeyCreate(ctx context.Context, p store.APIKeyCreateParams) (store.APIKey, error) {
+	defer s.since("APIKeyCreate", time.Now())
+	return s.Store.APIKeyCreate(ctx, p)
+}
+
+func (s *timedStore) APIKeyGetByHash(ctx context.Context, h []byte) (store.APIKey, error) {
+	defer s.since("APIKeyGetByHash", time.Now())
+	return s.Store.APIKeyGetByHash(ctx, h)
+}
+
+func (s *timedStore) Ping(ctx context.Context) error {
+	defer s.since("Ping", time.Now())
+	return s.Store.Ping(ctx)
+}

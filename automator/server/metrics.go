@@ -1,0 +1,28 @@
+package server
+
+import (
+	"time"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+// Metrics observes the queue changes this automator makes, for
+// instrumentation (package metrics implements it). Its calls must be cheap
+// and must not block: they run on the request paths.
+type Metrics interface {
+	// WorkQueued: a unit was queued on account.
+	WorkQueued(account string)
+	// WorkClaimed: a unit of account was claimed after waiting in the queue.
+	WorkClaimed(account string, waited time.Duration)
+	// WorkFinished: w reached its terminal state (w.State) here.
+	WorkFinished(w store.Work)
+	// PollOpened: a poll of account began; the function returned ends it.
+	PollOpened(account string) (closed func())
+}
+
+type noMetrics struct{}
+
+func (noMetrics) WorkQueued(string)                 {}
+func (noMetrics) WorkClaimed(string, time.Duration) {}
+func (noMetrics) WorkFinished(store.Work)           {}
+func (noMetrics) PollOpened(string) func()          { return func() {} }

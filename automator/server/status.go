@@ -1,0 +1,46 @@
+package server
+
+import (
+	"time"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+// InstanceOnlineWithin is how recent an instance's recorded last poll must
+// be for it to count as online: two poll windows (a poll lasts up to one,
+// jitter aside, and the next follows at once), plus seenEvery (a poll is
+// written at most that often, so the record may be that much behind), plus
+// a second for the round trip. With the default 30 s window: 66 s.
+func InstanceOnlineWithin(pollWindow time.Duration) time.Duration {
+	return 2*pollWindow + seenEvery + time.Second
+}
+
+// AccountStatus sums up an account for operators (listings, dashboard).
+type AccountStatus string
+
+const (
+	// StatusOnline: at least one instance polled within two poll windows.
+	StatusOnline AccountStatus = "online"
+	// StatusStranded: units are queued and no instance polled within two
+	// poll windows; they time out at their deadlines unless one returns.
+	StatusStranded AccountStatus = "stranded"
+	// StatusOffline: no instance online, nothing queued (a stopped group,
+	// or a warm standby not yet started).
+	StatusOffline AccountStatus = "offline"
+	// StatusNoInstances: no instance ever polled, nothing queued.
+	StatusNoInstances AccountStatus = "no instances"
+)
+
+// StatusOf classifies a (with InstancesOnline counted since
+// now - InstanceOnlineWithin(poll window)).
+func StatusOf(a store.AccountStats) AccountStatus {
+	switch {
+	case a.InstancesOnline > 0:
+		return StatusOnline
+	case a.Queued > 0:
+		return StatusStranded
+	case a.Instances > 0:
+		return StatusOffline
+	}
+	return StatusNoInstances
+}

@@ -1,0 +1,76 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+func (s *Store) WorkList(ctx context.Context, p store.WorkListParams) ([]store.Work, error) {
+	if p.Limit <= 0 {
+		return nil, fmt.Errorf("listing work: limit %d must be positive", p.Limit)
+	}
+	// Only the filters given take part, so the planner picks the index that
+	// fits each combination.
+	var where []string
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	if p.Account != "" {
+		where = append(where, "account = "+arg(p.Account))
+	}
+	if p.State != "" {
+		where = append(where, "state = "+arg(string(p.State)))
+	}
+	if !p.BeforeQueuedAt.IsZero() {
+		where = append(where, "(queued_at, id) < ("+arg(p.BeforeQueuedAt)+", "+arg(p.BeforeID)+")")
+	}
+	q := `SELECT ` + workColumns + ` FROM work`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	q += ` ORDER BY queued_at DESC, id DESC LIMIT ` + arg(p.Limit)
+
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("listing work: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, rowTo(scanWork))
+	if err != nil {
+		return nil, fmt.Errorf("listing work: %w", err)
+	}
+	return out, nil
+}
+
+func (s *Store) AccountStats(ctx context.Context, p store.AccountStatsParams) ([]store.AccountStats, error) {
+	rows, err := s.pool.Query(ctx, `SELECT a.name,
+	(SELECT COUNT(*) FROM work w WHERE w.account = a.name AND w.state = 'queued'),
+	(SELECT MIN(w.queued_at) FROM work w WHERE w.account = a.name AND w.state = 'queued'),
+	(SELECT COUNT(*) FROM work w WHERE w.account = a.name AND w.state = 'claimed'),
+	(SELECT COUNT(*) FROM instances i WHERE i.account = a.name),
+	(SELECT COUNT(*) FROM instances i WHERE i.account = a.name AND i.last_poll_at >= $1),
+	(SELECT MAX(i.last_poll_at) FROM instances i WHERE i.account = a.name)
+FROM accounts a ORDER BY a.name`, p.OnlineSince)
+	if err != nil {
+		return nil, fmt.Errorf("reading account statistics: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.AccountStats, error) {
+		var a store.AccountStats
+		var oldest, lastPoll *time.Time
+		err := r.Scan(&a.Account, &a.Queued, &oldest, &a.Claimed, &a.Instances, &a.InstancesOnline, &lastPoll)
+		a.OldestQueuedAt = fromNull(oldest)
+		a.LastPollAt = fromNull(lastPoll)
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading account statistics: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,18 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+)
+
+func (s *Store) Ping(ctx context.Context) error {
+	var version int
+	err := s.pool.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&version)
+	if err != nil {
+		return fmt.Errorf("pinging postgres store %s: %w", s.redacted, err)
+	}
+	if want := migrations[len(migrations)-1].version; version != want {
+		return fmt.Errorf("postgres store %s: the schema is at version %d, this automator needs %d", s.redacted, version, want)
+	}
+	return nil
+}

@@ -1,0 +1,87 @@
+package sqlitestore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+func (s *Store) WorkList(ctx context.Context, p store.WorkListParams) ([]store.Work, error) {
+	if p.Limit <= 0 {
+		return nil, fmt.Errorf("listing work: limit %d must be positive", p.Limit)
+	}
+	// Only the filters given take part, so each query can use the index
+	// that fits it (work_account_state_queued_at, work_queued_at_id,
+	// work_account_queued_at_id).
+	var where []string
+	var args []any
+	if p.Account != "" {
+		where = append(where, "account = ?")
+		args = append(args, p.Account)
+	}
+	if p.State != "" {
+		where = append(where, "state = ?")
+		args = append(args, string(p.State))
+	}
+	if !p.BeforeQueuedAt.IsZero() {
+		where = append(where, "(queued_at < ? OR (queued_at = ? AND id < ?))")
+		at := toNanos(p.BeforeQueuedAt)
+		args = append(args, at, at, p.BeforeID)
+	}
+	q := `SELECT ` + workColumns + ` FROM work`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	q += ` ORDER BY queued_at DESC, id DESC LIMIT ?`
+	args = append(args, p.Limit)
+
+	rows, err := s.read.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("listing work: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Work
+	for rows.Next() {
+		w, err := scanWork(rows)
+		if err != nil {
+			return nil, fmt.Errorf("listing work: %w", err)
+		}
+		out = append(out, w)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing work: %w", err)
+	}
+	return out, nil
+}
+
+func (s *Store) AccountStats(ctx context.Context, p store.AccountStatsParams) ([]store.AccountStats, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT a.name,
+	(SELECT COUNT(*) FROM work w WHERE w.account = a.name AND w.state = 'queued'),
+	(SELECT COALESCE(MIN(w.queued_at), 0) FROM work w WHERE w.account = a.name AND w.state = 'queued'),
+	(SELECT COUNT(*) FROM work w WHERE w.account = a.name AND w.state = 'claimed'),
+	(SELECT COUNT(*) FROM instances i WHERE i.account = a.name),
+	(SELECT COUNT(*) FROM instances i WHERE i.account = a.name AND i.last_poll_at >= ?),
+	(SELECT COALESCE(MAX(i.last_poll_at), 0) FROM instances i WHERE i.account = a.name)
+FROM accounts a ORDER BY a.name`, toNanos(p.OnlineSince))
+	if err != nil {
+		return nil, fmt.Errorf("reading account statistics: %w", err)
+	}
+	defer rows.Close()
+	var out []store.AccountStats
+	for rows.Next() {
+		var a store.AccountStats
+		var oldest, lastPoll int64
+		if err := rows.Scan(&a.Account, &a.Queued, &oldest, &a.Claimed, &a.Instances, &a.InstancesOnline, &lastPoll); err != nil {
+			return nil, fmt.Errorf("reading account statistics: %w", err)
+		}
+		a.OldestQueuedAt = fromNanos(oldest)
+		a.LastPollAt = fromNanos(lastPoll)
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading account statistics: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,18 @@
+package sqlitestore
+
+import (
+	"context"
+	"fmt"
+)
+
+func (s *Store) Ping(ctx context.Context) error {
+	var version int
+	err := s.read.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&version)
+	if err != nil {
+		return fmt.Errorf("pinging sqlite store %q: %w", s.path, err)
+	}
+	if want := migrations[len(migrations)-1].version; version != want {
+		return fmt.Errorf("sqlite store %q: the schema is at version %d, this automator needs %d", s.path, version, want)
+	}
+	return nil
+}

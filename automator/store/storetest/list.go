@@ -1,0 +1,156 @@
+package storetest
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+var listCases = []testCase{
+	{"WorkListIsNewestFirstAndFilters", testWorkListFilters},
+	{"WorkListPagesWithoutGapsOrRepeats", testWorkListPages},
+	{"WorkListRefusesANonPositiveLimit", testWorkListLimit},
+	{"AccountStatsCountsQueueClaimsAndInstances", testAccountStats},
+	{"PingAnswersOnAMigratedStore", testPing},
+}
+
+func (f *fixture) list(p store.WorkListParams) []store.Work {
+	f.t.Helper()
+	ws, err := f.s.WorkList(f.ctx, p)
+	if err != nil {
+		f.t.Fatalf("WorkList(%+v): %v", p, err)
+	}
+	return ws
+}
+
+func (f *fixture) wantList(p store.WorkListParams, want ...string) {
+	f.t.Helper()
+	if got := ids(f.list(p)); !slices.Equal(got, want) {
+		f.t.Errorf("WorkList(account %q, state %q, limit %d, before %v/%q) = %v, want %v",
+			p.Account, p.State, p.Limit, p.BeforeQueuedAt, p.BeforeID, got, want)
+	}
+}
+
+// testWorkListFilters lists units of two accounts in every state, whole and
+// by account, state and both.
+func testWorkListFilters(f *fixture) {
+	f.account("acme")
+	f.account("globex")
+	deadline := at(time.Hour)
+	f.enqueue("a-done", "acme", at(1*time.Second), deadline)
+	done := f.complete(f.claimOne("acme", "host-a", "a-done", at(2*time.Second)), at(3*time.Second))
+	f.enqueue("g-claimed", "globex", at(4*time.Second), deadline)
+	f.claimOne("globex", "host-g", "g-claimed", at(5*time.Second))
+	f.enqueue("a-queued-1", "acme", at(6*time.Second), deadline)
+	f.enqueue("g-queued", "globex", at(7*time.Second), deadline)
+	f.enqueue("a-queued-2", "acme", at(8*time.Second+time.Microsecond), deadline)
+
+	all := store.WorkListParams{Limit: 100}
+	f.wantList(all, "a-queued-2", "g-queued", "a-queued-1", "g-claimed", "a-done")
+	f.wantList(store.WorkListParams{Limit: 100, Account: "acme"}, "a-queued-2", "a-queued-1", "a-done")
+	f.wantList(store.WorkListParams{Limit: 100, State: store.StateQueued}, "a-queued-2", "g-queued", "a-queued-1")
+	f.wantList(store.WorkListParams{Limit: 100, Account: "globex", State: store.StateClaimed}, "g-claimed")
+	f.wantList(store.WorkListParams{Limit: 100, Account: "globex", State: store.StateSucceeded})
+	f.wantList(store.WorkListParams{Limit: 100, Account: "nobody"})
+	f.wantList(store.WorkListParams{Limit: 2}, "a-queued-2", "g-queued")
+
+	// Listed units are whole: times, claimer, result.
+	for _, w := range f.list(store.WorkListParams{Limit: 1, State: store.StateSucceeded}) {
+		f.wantWork("WorkList of a finished unit", w, done)
+	}
+}
+
+// testWorkListPages walks a listing page by page, from each page's last
+// unit, over units that share a queue time (ordered by id then).
+func testWorkListPages(f *fixture) {
+	f.account("acme")
+	var want []string
+	for i := range 7 {
+		id := fmt.Sprintf("w-%d", i)
+		// Pairs share a queue time: w-0 and w-1, w-2 and w-3, ...
+		f.enqueue(id, "acme", at(time.Duration(i/2)*time.Second), at(time.Hour))
+		want = append([]string{id}, want...)
+	}
+	var got []string
+	p := store.WorkListParams{Account: "acme", Limit: 3}
+	for page := 0; ; page++ {
+		if page > 5 {
+			f.t.Fatalf("WorkList did not end after %d pages; so far %v", page, got)
+		}
+		ws := f.list(p)
+		if len(ws) == 0 {
+			break
+		}
+		got = append(got, ids(ws)...)
+		last := ws[len(ws)-1]
+		p.BeforeQueuedAt, p.BeforeID = last.QueuedAt, last.ID
+	}
+	if !slices.Equal(got, want) {
+		f.t.Errorf("pages of 3 listed %v, want %v", got, want)
+	}
+}
+
+func testWorkListLimit(f *fixture) {
+	for _, limit := range []int{0, -1} {
+		if _, err := f.s.WorkList(f.ctx, store.WorkListParams{Limit: limit}); err == nil {
+			f.t.Errorf("WorkList with limit %d: no error, want one", limit)
+		}
+	}
+}
+
+func testAccountStats(f *fixture) {
+	for _, name := range []string{"initech", "acme", "globex"} {
+		f.account(name)
+	}
+	deadline := at(time.Hour)
+	// acme: two queued (the oldest at 3 s), one claimed, one finished.
+	f.enqueue("a-1", "acme", at(1*time.Second), deadline)
+	f.complete(f.claimOne("acme", "host-a", "a-1", at(1500*time.Millisecond)), at(1600*time.Millisecond))
+	f.enqueue("a-2", "acme", at(2*time.Second+3*time.Microsecond), deadline)
+	f.claimOne("acme", "host-a", "a-2", at(2500*time.Millisecond))
+	f.enqueue("a-3", "acme", at(3*time.Second+7*time.Microsecond), deadline)
+	f.enqueue("a-4", "acme", at(4*time.Second), deadline)
+	// globex: one queued and an instance that stopped polling long ago
+	// (stranded work).
+	f.enqueue("g-1", "globex", at(5*time.Second), deadline)
+
+	onlineSince := at(time.Minute)
+	poll := func(account, id string, when time.Time) {
+		f.seen(store.InstanceSeenParams{Account: account, InstanceID: id, Hostname: id + ".example", Version: "v1", Now: when})
+	}
+	poll("acme", "host-a", at(2*time.Minute))
+	poll("acme", "host-b", onlineSince) // exactly at the bound: online
+	poll("acme", "host-c", at(30*time.Second))
+	poll("globex", "host-g", at(10*time.Second))
+
+	got, err := f.s.AccountStats(f.ctx, store.AccountStatsParams{OnlineSince: onlineSince})
+	if err != nil {
+		f.t.Fatalf("AccountStats: %v", err)
+	}
+	want := []store.AccountStats{
+		{Account: "acme", Queued: 2, OldestQueuedAt: at(3*time.Second + 7*time.Microsecond), Claimed: 1,
+			Instances: 3, InstancesOnline: 2, LastPollAt: at(2 * time.Minute)},
+		{Account: "globex", Queued: 1, OldestQueuedAt: at(5 * time.Second),
+			Instances: 1, InstancesOnline: 0, LastPollAt: at(10 * time.Second)},
+		{Account: "initech"},
+	}
+	if len(got) != len(want) {
+		f.t.Fatalf("AccountStats = %+v, want %+v", got, want)
+	}
+	for i := range want {
+		g, w := got[i], want[i]
+		if g.Account != w.Account || g.Queued != w.Queued || !g.OldestQueuedAt.Equal(w.OldestQueuedAt) ||
+			g.Claimed != w.Claimed || g.Instances != w.Instances || g.InstancesOnline != w.InstancesOnline ||
+			!g.LastPollAt.Equal(w.LastPollAt) {
+			f.t.Errorf("AccountStats[%d] = %+v, want %+v", i, g, w)
+		}
+	}
+}
+
+func testPing(f *fixture) {
+	if err := f.s.Ping(f.ctx); err != nil {
+		f.t.Errorf("Ping on a freshly opened store: %v", err)
+	}
+}

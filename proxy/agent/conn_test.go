@@ -1,0 +1,53 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// TestConnectionLogsOneLinePerStateChange: retries against an automator
+// that stays down, or polls that keep succeeding, add no log lines; each
+// change (up, down, refused) adds exactly one.
+func TestConnectionLogsOneLinePerStateChange(t *testing.T) {
+	var buf bytes.Buffer
+	s := &connState{log: slog.New(slog.NewJSONHandler(&buf, nil))}
+	down := status.Error(codes.Unavailable, "connection refused")
+	refused := status.Error(codes.Unauthenticated, "invalid account token")
+	for range 5 {
+		s.failed(down)
+	}
+	for range 5 {
+		s.ok()
+	}
+	for range 3 {
+		s.failed(down)
+	}
+	s.failed(refused)
+	s.failed(refused)
+	s.ok()
+
+	var msgs []string
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var rec struct{ Level, Msg string }
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q is not JSON: %v", line, err)
+		}
+		msgs = append(msgs, rec.Level+" "+rec.Msg)
+	}
+	want := []string{
+		"WARN automator unreachable; retrying with backoff",
+		"INFO connected to the automator; polling",
+		"WARN automator unreachable; retrying with backoff",
+		"ERROR the automator refused this proxy's token; check `token` in the config (retrying with backoff)",
+		"INFO connected to the automator; polling",
+	}
+	if strings.Join(msgs, "\n") != strings.Join(want, "\n") {
+		t.Errorf("log lines:\n%s\nwant:\n%s", strings.Join(msgs, "\n"), strings.Join(want, "\n"))
+	}
+}
