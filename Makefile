@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/opsgate/opsgate/version.Version=$(VERSION)
 GO ?= go
 
-.PHONY: all build test demo generate generate-check fmt-check vet staticcheck windows race fuzz bench
+.PHONY: all build test demo generate generate-check fmt-check vet staticcheck windows race fuzz bench chaos browser-deps test-browser
 
 all: build
 
@@ -36,14 +36,26 @@ windows:
 	@set -e; for p in $$(GOOS=windows $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...); do \
 		GOOS=windows $(GO) test -c -o /dev/null $$p; done
 
-# All tests under the race detector. The PostgreSQL tests use the server
+# All tests under the race detector (with them the short chaos run of
+# test/chaos: a fixed seed, about a minute). The PostgreSQL tests use the server
 # AUTOMATOR_TEST_POSTGRES names, else a throwaway cluster scripts/pg-run.sh
 # starts (and removes) with the machine's PostgreSQL; they fail, not skip,
 # when neither is there.
-race:
-	scripts/pg-run.sh $(GO) test -race -count=1 -timeout 8m ./...
+race: browser-deps
+	AUTOMATOR_REQUIRE_BROWSER=1 scripts/pg-run.sh $(GO) test -race -count=1 -timeout 8m ./...
 
 test: fmt-check vet staticcheck windows generate-check race
+
+# Chromium for the browser test of the dashboard (test/browser, part of
+# `race`): Debian's chromium package, installed when missing (as root).
+browser-deps:
+	@scripts/chromium.sh >/dev/null
+
+# The browser test alone: headless Chromium through every page of the
+# dashboard of a real automator with a real proxy; the screenshots land in
+# bin/dashboard-screenshots (or $$AUTOMATOR_SCREENSHOTS).
+test-browser: browser-deps
+	AUTOMATOR_REQUIRE_BROWSER=1 $(GO) test -count=1 -v -run . ./test/browser
 
 # Every fuzz target for FUZZTIME (default 30s) each.
 fuzz:
@@ -60,3 +72,12 @@ demo: build
 bench: build
 	$(GO) build -o bin/opsgate-bench ./scripts/bench
 	bin/opsgate-bench -bin bin -out bench-results.json $(if $(filter-out 0,$(PROFILE)),-profile bin/bench-profiles) $(BENCHFLAGS)
+
+# The long chaos run (docs/failure-semantics.md): a real automator and six
+# real proxy instances under every kind of fault for 6 minutes and at least
+# 20,000 units, from a random seed (CHAOS_SEED=N replays a run); the history
+# is checked against the guarantees and a summary table printed.
+# CHAOS_FLAGS adds flags of test/chaos (-chaos.duration, -chaos.units,
+# -chaos.callers, -chaos.dir).
+chaos:
+	$(GO) test -count=1 -timeout 60m -run '^TestChaos$$' -v ./test/chaos -args -chaos.long $(if $(CHAOS_SEED),-chaos.seed=$(CHAOS_SEED)) $(CHAOS_FLAGS)

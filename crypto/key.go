@@ -92,3 +92,16 @@ func (ks Keys) Key(id uint32) (Key, bool) {
 	}
 	return Key{}, false
 }
+
+// IDs returns the key ids in the ring, in order, without the zero id. A
+// proxy sends them with each poll so the automator hands it only commands
+// sealed with a key it holds.
+func (ks Keys) IDs() []uint32 {
+	ids := make([]uint32, 0, len(ks))
+	for _, k := range ks {
+		if k.ID != 0 {
+			ids = append(ids, k.ID)
+		}
+	}
+	return ids
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -151,22 +152,38 @@ func ReadMasterKeyFile(path string) (MasterKey, error) {
 	if err != nil {
 		return MasterKey{}, fmt.Errorf("reading master key file %q: %w", path, err)
 	}
+	m, err := ParseMasterKey(data)
+	if err != nil {
+		return MasterKey{}, fmt.Errorf("reading master key file %q: %w", path, err)
+	}
+	return m, nil
+}
+
+// ParseMasterKey parses the content of a master key file: standard base64
+// of 32 bytes, surrounding whitespace ignored. Errors never quote the
+// content.
+func ParseMasterKey(data []byte) (MasterKey, error) {
 	if len(data) > maxMasterKeyFile {
-		return MasterKey{}, fmt.Errorf("reading master key file %q: larger than %d bytes, not a master key file", path, maxMasterKeyFile)
+		return MasterKey{}, fmt.Errorf("larger than %d bytes, not a master key file", maxMasterKeyFile)
 	}
 	text := bytes.TrimSpace(data)
 	if len(text) == 0 {
-		return MasterKey{}, fmt.Errorf("reading master key file %q: file is empty", path)
+		return MasterKey{}, errors.New("file is empty")
+	}
+	// One text per key: strict padding bits, and no line breaks inside
+	// (which the decoder would skip).
+	if bytes.ContainsAny(text, "\r\n") {
+		return MasterKey{}, errors.New("content is not one line of standard base64")
 	}
 	raw := make([]byte, base64.StdEncoding.DecodedLen(len(text)))
-	n, err := base64.StdEncoding.Decode(raw, text)
+	n, err := base64.StdEncoding.Strict().Decode(raw, text)
 	if err != nil {
 		// The decoder error gives only an offset, never the key material.
-		return MasterKey{}, fmt.Errorf("reading master key file %q: content is not standard base64: %w", path, err)
+		return MasterKey{}, fmt.Errorf("content is not standard base64: %w", err)
 	}
 	var m MasterKey
 	if n != len(m) {
-		return MasterKey{}, fmt.Errorf("reading master key file %q: key is %d bytes, want %d", path, n, len(m))
+		return MasterKey{}, fmt.Errorf("key is %d bytes, want %d", n, len(m))
 	}
 	copy(m[:], raw[:n])
 	return m, nil

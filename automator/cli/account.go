@@ -76,6 +76,7 @@ func cmdAccountCreate(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return fmt.Errorf("creating account %q: %w", name, err)
 	}
+	audit(ctx, st, store.AuditEvent{At: time.Now(), Kind: store.AuditAccountCreated, Account: name, Detail: fmt.Sprintf("key %d", key.ID)}, env)
 	fmt.Fprint(env.Stdout, Profile(name, cfg.PublicURL, token, key.String(), string(caPEM)))
 	return nil
 }
@@ -83,11 +84,24 @@ func cmdAccountCreate(ctx context.Context, args []string, env Env) error {
 // Profile renders the proxy configuration for an account: the profile
 // (automator_url, token, key, ca_cert) and the local settings to fill in.
 func Profile(account, url, token, key, caPEM string) string {
+	return ProfileWithPrevious(account, url, token, key, nil, caPEM)
+}
+
+// ProfileWithPrevious is Profile with the account's previous keys still in
+// use after a rotate-key (previous_keys): a proxy on this profile opens the
+// units sealed with them as well as the new ones.
+func ProfileWithPrevious(account, url, token, key string, previous []string, caPEM string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Proxy profile of account %q. It holds secrets: keep it mode 0600.\n", account)
 	fmt.Fprintf(&b, "automator_url: %s\n", url)
 	fmt.Fprintf(&b, "token: %s\n", token)
 	fmt.Fprintf(&b, "key: %s\n", key)
+	if len(previous) > 0 {
+		b.WriteString("previous_keys:\n")
+		for _, k := range previous {
+			fmt.Fprintf(&b, "  - %s\n", k)
+		}
+	}
 	b.WriteString("ca_cert: |\n")
 	for _, line := range strings.Split(strings.TrimRight(caPEM, "\n"), "\n") {
 		b.WriteString("  " + line + "\n")

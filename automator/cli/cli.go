@@ -1,5 +1,6 @@
 // Package cli is the automator's command line: init, serve, account create
-// and exec. The binary's main only calls Main.
+// and list, exec, and the listings (instances, work, replicas). The
+// binary's main only calls Main.
 package cli
 
 import (
@@ -8,7 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 
 	"github.com/opsgate/opsgate/proxy/service"
@@ -16,8 +16,20 @@ import (
 
 const usage = `usage:
   automator init    --data-dir DIR [--public-url https://HOST:PORT] [--db DSN]
-  automator serve   --data-dir DIR [--listen ADDR] [--http-listen ADDR] [--db DSN] [--replica-id ID]
+  automator serve   --data-dir DIR [--listen ADDR] [--http-listen ADDR] [--db DSN] [--replica-id ID] [--log-format text|json]
   automator account create NAME --data-dir DIR
+  automator account list --data-dir DIR [--json]
+  automator account rotate-token NAME --data-dir DIR [--overlap DUR]   # prints the new profile
+  automator account rotate-key NAME --data-dir DIR [--overlap DUR]     # prints the new profile
+  automator apikey create NAME --data-dir DIR (--accounts A,B | --all-accounts)
+  automator apikey list --data-dir DIR [--json]
+  automator apikey revoke ID --data-dir DIR
+  automator audit   --data-dir DIR [--since DUR] [--json]
+  automator cert renew --data-dir DIR
+  automator instances --account NAME --data-dir DIR [--json]
+  automator work list --data-dir DIR [--account NAME] [--state STATE] [--limit N] [--json]
+  automator work show ID --data-dir DIR [--reveal] [--json]
+  automator work wait ID... (--data-dir DIR | --server URL --api-key-file F --ca FILE) [--json]
   automator replicas --data-dir DIR [--db DSN]
   automator exec    --data-dir DIR --account NAME [--timeout DUR] [--stdin FILE|-] SCRIPT [ARG...]
   automator exec    --server URL --api-key-file F --ca FILE --account NAME ... SCRIPT [ARG...]
@@ -72,12 +84,32 @@ func run(ctx context.Context, args []string, env Env) (int, error) {
 	case "serve":
 		return 0, cmdServe(ctx, args[1:], env)
 	case "account":
-		if len(args) < 2 || args[1] != "create" {
-			return 0, errors.New("usage: automator account create NAME --data-dir DIR")
+		switch {
+		case len(args) >= 2 && args[1] == "create":
+			return 0, cmdAccountCreate(ctx, args[2:], env)
+		case len(args) >= 2 && args[1] == "list":
+			return 0, cmdAccountList(ctx, args[2:], env)
+		case len(args) >= 2 && args[1] == "rotate-token":
+			return 0, cmdAccountRotate(ctx, false, args[2:], env)
+		case len(args) >= 2 && args[1] == "rotate-key":
+			return 0, cmdAccountRotate(ctx, true, args[2:], env)
 		}
-		return 0, cmdAccountCreate(ctx, args[2:], env)
+		return 0, errors.New("usage: automator account create|list|rotate-token|rotate-key ... (see `automator help`)")
+	case "instances":
+		return 0, cmdInstances(ctx, args[1:], env)
+	case "work":
+		return cmdWork(ctx, args[1:], env)
 	case "exec":
 		return cmdExec(ctx, args[1:], env)
+	case "apikey":
+		return 0, cmdAPIKey(ctx, args[1:], env)
+	case "audit":
+		return 0, cmdAudit(ctx, args[1:], env)
+	case "cert":
+		if len(args) < 2 || args[1] != "renew" {
+			return 0, errors.New("usage: automator cert renew --data-dir DIR")
+		}
+		return 0, cmdCertRenew(ctx, args[2:], env)
 	case "replicas":
 		return 0, cmdReplicas(ctx, args[1:], env)
 	case "install", "start", "stop", "status", "uninstall":
@@ -111,10 +143,6 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 		pos = append(pos, args[0])
 		args = args[1:]
 	}
-}
-
-func logger(w io.Writer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
 func requireFlag(name, v string) error {

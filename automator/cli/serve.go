@@ -16,6 +16,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/gateway"
+	"github.com/opsgate/opsgate/automator/metrics"
 	"github.com/opsgate/opsgate/automator/pki"
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/crypto"
@@ -23,18 +24,20 @@ import (
 )
 
 // maxMessage bounds one gRPC message: a command with its stdin, or a result
-// with both output streams at their caps, fits with room to spare.
-const maxMessage = 8 << 20
+// with both output streams at their caps, fits with room to spare. The
+// limits of automator.yaml are bounded to fit it.
+const maxMessage = config.MaxMessage
 
 // cmdServe runs the automator until ctx is cancelled (SIGINT, SIGTERM).
 func cmdServe(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("serve", env)
 	dir := fs.String("data-dir", "", "the automator's data directory (made by init)")
 	listen := fs.String("listen", "", "gRPC address host:port (overrides automator.yaml)")
-	httpListen := fs.String("http-listen", "", "HTTP address for /healthz and the HTTP/JSON API under /v1/ (overrides automator.yaml)")
+	httpListen := fs.String("http-listen", "", "HTTP address for /healthz, /readyz, /metrics, the dashboard and the HTTP/JSON API under /v1/ (overrides automator.yaml)")
 	db := fs.String("db", "", "database DSN (overrides automator.yaml)")
 	replicaID := fs.String("replica-id", "", "this replica's id among automators sharing a database")
 	plaintext := fs.Bool("insecure-plaintext", false, "serve gRPC without TLS; loopback addresses only (tests and demos)")
+	logFormat := fs.String("log-format", "", "log format on stderr: text (the default) or json (overrides automator.yaml)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -51,7 +54,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	for _, o := range []struct {
 		dst *string
 		v   string
-	}{{&cfg.Listen, *listen}, {&cfg.HTTPListen, *httpListen}, {&cfg.DB, *db}, {&cfg.ReplicaID, *replicaID}} {
+	}{{&cfg.Listen, *listen}, {&cfg.HTTPListen, *httpListen}, {&cfg.DB, *db}, {&cfg.ReplicaID, *replicaID}, {&cfg.LogFormat, *logFormat}} {
 		if o.v != "" {
 			*o.dst = o.v
 		}
@@ -65,12 +68,12 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	creds := insecure.NewCredentials()
+	var certs *pki.CertReloader // serves a renewed server certificate without a restart
 	if !cfg.InsecurePlaintext {
-		tlsCfg, err := pki.ServerTLS(filepath.Join(*dir, config.FileCert), filepath.Join(*dir, config.FileKey))
-		if err != nil {
+		if certs, err = pki.NewCertReloader(filepath.Join(*dir, config.FileCert), filepath.Join(*dir, config.FileKey)); err != nil {
 			return err
 		}
-		creds = credentials.NewTLS(tlsCfg)
+		creds = credentials.NewTLS(pki.ServerTLSFrom(certs))
 	}
 	st, err := openStore(ctx, *dir, cfg)
 	if err != nil {
@@ -81,12 +84,20 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	if cfg.ReplicaID == "" {
 		cfg.ReplicaID = defaultReplicaID(*dir)
 	}
-	log := logger(env.Stderr).With("replica_id", cfg.ReplicaID)
+	log := newLogger(env.Stderr, cfg.LogFormat).With("replica_id", cfg.ReplicaID)
+	logCertificateReloads(certs, log)
+	// Metrics: queue events from the server, the latency of every store
+	// call, per-account gauges read from the store at each scrape.
+	m := metrics.New(metrics.Options{OnlineWithin: server.InstanceOnlineWithin(cfg.PollWindow), Logger: log})
+	timed := m.Store(st)
+	m.WatchAccounts(timed)
 	srv, err := server.New(server.Options{
-		Store:          st,
+		Store:          timed,
 		MasterKey:      master,
 		DefaultTimeout: cfg.DefaultTimeout,
 		PollWindow:     cfg.PollWindow,
+		Limits:         serverLimits(cfg.Limits),
+		Metrics:        m,
 		Logger:         log,
 		// PostgreSQL: queue events reach the other replicas (NOTIFY/LISTEN).
 		Broadcaster: broadcasterFor(st),
@@ -99,10 +110,13 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		grpc.UnaryInterceptor(srv.UnaryInterceptor()),
 		grpc.MaxRecvMsgSize(maxMessage),
 		grpc.MaxSendMsgSize(maxMessage),
-		// Proxies ping every 20 s so middleboxes keep idle connections open
+		// Proxies ping every 10 s so middleboxes keep idle connections open
 		// and dead ones are noticed; allow that, refuse faster pings.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		// The server pings too, so a poll pending on a silently dead
+		// connection is dropped within seconds instead of being handed work
+		// it can never deliver.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
 	)
 	automatorv1.RegisterProxyServiceServer(gs, srv.ProxyService())
 	automatorv1.RegisterAutomatorServiceServer(gs, srv.AutomatorService())
@@ -121,7 +135,12 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
 	})
+	closeDashboard, err := operatorHandlers(mux, timed, m, srv, master, cfg, log)
+	if err != nil {
+		return err
+	}
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	hs.RegisterOnShutdown(closeDashboard)
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()

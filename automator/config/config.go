@@ -61,6 +61,14 @@ type Config struct {
 	DefaultTimeout time.Duration `yaml:"default_timeout"`
 	// PollWindow is how long a Poll waits for work before returning empty.
 	PollWindow time.Duration `yaml:"poll_window"`
+	// Limits bound commands and abuse (limits.go); defaults when left out.
+	Limits Limits `yaml:"limits,omitempty"`
+	// LogFormat is how serve logs on stderr: "text" (the default) or
+	// "json", one object per line.
+	LogFormat string `yaml:"log_format,omitempty"`
+	// DashboardRevealKeys are the ids of the API keys whose dashboard
+	// sessions may see script names, arguments and output. None by default.
+	DashboardRevealKeys []string `yaml:"dashboard_reveal_keys,omitempty"`
 }
 
 // Default returns the settings init writes for a public URL.
@@ -99,6 +107,10 @@ func (c Config) Validate() error {
 	if c.PollWindow < 100*time.Millisecond || c.PollWindow > 5*time.Minute {
 		errs = append(errs, fmt.Errorf("poll_window: %v is outside [100ms, 5m]", c.PollWindow))
 	}
+	if c.LogFormat != "" && c.LogFormat != "text" && c.LogFormat != "json" {
+		errs = append(errs, fmt.Errorf("log_format: %q is not text or json", c.LogFormat))
+	}
+	errs = append(errs, c.Limits.validate()...)
 	if c.InsecurePlaintext {
 		if err := RequireLoopback(c.Listen); err != nil {
 			errs = append(errs, fmt.Errorf("insecure_plaintext: %w", err))

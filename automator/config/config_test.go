@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -21,11 +22,12 @@ func TestDefaultIsValidAndListensOnThePublicPort(t *testing.T) {
 func TestSaveLoadRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	c := Default("https://h:1")
+	c.LogFormat, c.DashboardRevealKeys = "json", []string{"admin", "ops"}
 	if err := Save(dir, c); err != nil {
 		t.Fatal(err)
 	}
 	got, err := Load(dir)
-	if err != nil || got != c {
+	if err != nil || !reflect.DeepEqual(got, c) {
 		t.Fatalf("Load = %+v, %v; want %+v", got, err, c)
 	}
 }
@@ -67,6 +69,7 @@ func TestPlaintextOnlyOnLoopback(t *testing.T) {
 func FuzzDecode(f *testing.F) {
 	f.Add([]byte("listen: :8443\nhttp_listen: 127.0.0.1:8080\npublic_url: https://h:8443\ndb: a.db\ndefault_timeout: 5m\npoll_window: 30s\n"))
 	f.Add([]byte("insecure_plaintext: true\n"))
+	f.Add([]byte("limits:\n  max_stdin: 4096\n  max_queued_per_account: -1\n  failed_auth_refill: 1h1s\n"))
 	f.Add([]byte("---\n---\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var c Config
@@ -76,4 +79,14 @@ func FuzzDecode(f *testing.F) {
 		_ = c.Validate()
 		_ = c.DBPath("/d")
 	})
+}
+
+func TestLogFormatIsTextOrJSON(t *testing.T) {
+	for format, ok := range map[string]bool{"": true, "text": true, "json": true, "xml": false} {
+		c := Default("https://h:1")
+		c.LogFormat = format
+		if err := c.Validate(); (err == nil) != ok || (err != nil && !strings.Contains(err.Error(), "log_format")) {
+			t.Errorf("log_format %q: %v, want valid %v", format, err, ok)
+		}
+	}
 }

@@ -108,31 +108,78 @@ func ServerHosts(publicHost string) []string {
 	return hosts
 }
 
-// ServerTLS is the automator's TLS configuration: TLS 1.2 at least, HTTP/2
-// for gRPC.
+// tls12Suites are the only TLS 1.2 cipher suites offered: forward-secret
+// key exchange and AEAD only (TLS 1.3 suites are not configurable and all
+// qualify). ECDSA first, the key init makes; RSA for an operator's own.
+var tls12Suites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+}
+
+// ServerTLS is the automator's TLS configuration: TLS 1.3 whenever the peer
+// speaks it (Go always negotiates the highest common version), TLS 1.2 at
+// least with forward-secret AEAD suites only, HTTP/2 for gRPC, and the
+// certificate served by a CertReloader, so a renewed server.pem and
+// server.key are picked up without a restart.
 func ServerTLS(certFile, keyFile string) (*tls.Config, error) {
-	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	r, err := NewCertReloader(certFile, keyFile)
 	if err != nil {
-		return nil, fmt.Errorf("loading server certificate %q: %w", certFile, err)
+		return nil, err
 	}
+	return ServerTLSFrom(r), nil
+}
+
+// ServerTLSFrom is ServerTLS serving r's certificate.
+func ServerTLSFrom(r *CertReloader) *tls.Config {
 	return &tls.Config{
-		MinVersion:   tls.VersionTLS12,
-		Certificates: []tls.Certificate{pair},
-		NextProtos:   []string{"h2", "http/1.1"},
-	}, nil
+		MinVersion:     tls.VersionTLS12,
+		CipherSuites:   tls12Suites,
+		GetCertificate: r.GetCertificate,
+		NextProtos:     []string{"h2", "http/1.1"},
+	}
 }
 
 // ClientTLS trusts exactly the CA in caPEM, never the system store.
 func ClientTLS(caPEM []byte, serverName string) (*tls.Config, error) {
+	return ClientTLSPinned(caPEM, nil, serverName)
+}
+
+// ClientTLSPinned trusts the CA in caPEM (never the system store) and, when
+// pins are given, also requires one of them to be the SHA-256 of the
+// SubjectPublicKeyInfo of a certificate of the verified chain: pin the CA's
+// key, which survives renewals of the server certificate, or the server's.
+// With pins and no caPEM, the server certificate's own key must match a
+// pin (and the certificate be within its validity period): for an
+// automator whose certificate no CA at hand signed.
+func ClientTLSPinned(caPEM []byte, pins []Pin, serverName string) (*tls.Config, error) {
+	cfg := &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		CipherSuites: tls12Suites,
+		ServerName:   serverName,
+	}
+	if len(caPEM) == 0 {
+		if len(pins) == 0 {
+			return nil, errors.New("neither a CA certificate nor a pinned key to trust")
+		}
+		// The chain is not verified against a CA: the pin on the key that
+		// signed the handshake is the trust.
+		cfg.InsecureSkipVerify = true
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error { return verifyLeafPin(cs, pins) }
+		return cfg, nil
+	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(caPEM) {
 		return nil, errors.New("no PEM certificate found in the CA certificate")
 	}
-	return &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		RootCAs:    pool,
-		ServerName: serverName,
-	}, nil
+	cfg.RootCAs = pool
+	if len(pins) > 0 {
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error { return verifyChainPin(cs, pins) }
+	}
+	return cfg, nil
 }
 
 // WriteFile writes data with the given mode, refusing to overwrite.

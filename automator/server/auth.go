@@ -3,12 +3,13 @@ package server
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/opsgate/opsgate/automator/store"
@@ -21,7 +22,23 @@ type ctxKey int
 const (
 	keyAccount ctxKey = iota
 	keyCaller
+	keyTokenUntil
 )
+
+// caller is the API key that authenticated a caller.
+type caller struct {
+	id string
+	// accounts the key may use; empty for every account.
+	accounts []string
+}
+
+// tokenUntilFrom is the end of the overlap window of the previous token
+// that authenticated a proxy call; zero for the current token. A poll
+// authenticated with it ends, and claims nothing, from then on.
+func tokenUntilFrom(ctx context.Context) time.Time {
+	t, _ := ctx.Value(keyTokenUntil).(time.Time)
+	return t
+}
 
 // accountFrom is the account whose token authenticated a proxy call.
 func accountFrom(ctx context.Context) string {
@@ -29,10 +46,17 @@ func accountFrom(ctx context.Context) string {
 	return s
 }
 
+func callerOf(ctx context.Context) *caller {
+	c, _ := ctx.Value(keyCaller).(*caller)
+	return c
+}
+
 // callerFrom is the API key id that authenticated a caller.
 func callerFrom(ctx context.Context) string {
-	s, _ := ctx.Value(keyCaller).(string)
-	return s
+	if c := callerOf(ctx); c != nil {
+		return c.id
+	}
+	return ""
 }
 
 // UnaryInterceptor authenticates every call: proxy methods with an account
@@ -57,28 +81,40 @@ func (s *Server) authenticate(ctx context.Context, method string) (context.Conte
 	switch {
 	case strings.HasPrefix(method, proxyPrefix):
 		if err != nil {
-			return nil, s.authFailed(ctx, method, err.Error())
+			return nil, s.authFailed(ctx, method, err.Error(), "")
 		}
-		a, err := s.store.AccountGetByTokenHash(ctx, crypto.HashToken(secret))
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, s.authFailed(ctx, method, "invalid account token")
-		}
-		if err != nil {
+		a, err := s.store.AccountGetByToken(ctx, store.AccountGetByTokenParams{TokenHash: crypto.HashToken(secret), Now: s.clock.Now()})
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return nil, s.authFailed(ctx, method, "invalid account token", "")
+		case errors.Is(err, store.ErrExpired):
+			// The presenter held this token: telling it that it expired
+			// reveals nothing, and tells its operator what to do.
+			return nil, s.authFailed(ctx, method, "account token expired: it was rotated and its overlap window has ended; install the account's new profile", "account:"+a.Name)
+		case err != nil:
 			return nil, s.internal(ctx, "looking up account token", err)
+		}
+		if !a.PreviousTokenUntil.IsZero() {
+			ctx = context.WithValue(ctx, keyTokenUntil, a.PreviousTokenUntil)
 		}
 		return context.WithValue(ctx, keyAccount, a.Name), nil
 	case strings.HasPrefix(method, callerPrefix):
 		if err != nil {
-			return nil, s.authFailed(ctx, method, err.Error())
+			return nil, s.authFailed(ctx, method, err.Error(), "")
 		}
 		k, err := s.store.APIKeyGetByHash(ctx, crypto.HashToken(secret))
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, s.authFailed(ctx, method, "invalid API key")
+			return nil, s.authFailed(ctx, method, "invalid API key", "")
 		}
 		if err != nil {
 			return nil, s.internal(ctx, "looking up API key", err)
 		}
-		return context.WithValue(ctx, keyCaller, k.ID), nil
+		// No cache between the store and this check: a revoke takes
+		// effect on the next call.
+		if !k.RevokedAt.IsZero() {
+			return nil, s.authFailed(ctx, method, "API key "+k.ID+" was revoked", "apikey:"+k.ID)
+		}
+		return context.WithValue(ctx, keyCaller, &caller{id: k.ID, accounts: k.Accounts}), nil
 	}
 	return ctx, nil // health and reflection services carry no secrets
 }
@@ -96,15 +132,45 @@ func bearer(ctx context.Context) (string, error) {
 	return tok, nil
 }
 
-// authFailed logs the failure with the peer address (never the secret) and
-// returns the error the client sees.
-func (s *Server) authFailed(ctx context.Context, method, why string) error {
-	addr := ""
-	if p, ok := peer.FromContext(ctx); ok {
-		addr = p.Addr.String()
+// authFailed spends one failure of the caller's source address. Within its
+// budget the failure is logged and audited (with the peer address and the
+// reason, never the secret) and the caller gets Unauthenticated; over it,
+// the caller gets ResourceExhausted and only the first such refusal is
+// logged and audited, so a flood of bad credentials costs a bounded number
+// of writes. actor names the credential when it was recognised (a revoked
+// key, an expired token).
+func (s *Server) authFailed(ctx context.Context, method, why, actor string) error {
+	src := sourceOf(ctx)
+	now := s.clock.Now()
+	ok, first := s.failures.fail(src, now)
+	if !ok {
+		if first {
+			s.log.Warn("too many failed authentications: refusing further failures from this source for a while", "peer", src, "method", method, "reason", why)
+			e := s.event(ctx, store.AuditAuthRateLimited, methodName(method)+": too many failed authentications; further failures refused for a while")
+			e.Actor = actor
+			s.record(ctx, e)
+		}
+		return status.Errorf(codes.ResourceExhausted, "too many failed authentications from %s (this one: %s); retry in %v", src, why, s.failures.retryAfter(src, now))
 	}
-	s.log.Warn("authentication failed", "method", method, "peer", addr, "reason", why)
+	s.log.Warn("authentication failed", "method", method, "peer", src, "reason", why)
+	e := s.event(ctx, store.AuditAuthFailed, methodName(method)+": "+why)
+	e.Actor = actor
+	s.record(ctx, e)
 	return status.Error(codes.Unauthenticated, why)
+}
+
+// allow refuses, with PermissionDenied, a caller whose API key may not use
+// account (its scope names other accounts), and audits the refusal.
+func (s *Server) allow(ctx context.Context, account, method string) error {
+	c := callerOf(ctx)
+	if c == nil || len(c.accounts) == 0 || slices.Contains(c.accounts, account) {
+		return nil
+	}
+	s.log.Warn("API key used outside its accounts", "api_key", c.id, "account", account, "method", method, "peer", sourceOf(ctx))
+	e := s.event(ctx, store.AuditAuthDenied, method+": the API key may not use this account")
+	e.Account = account
+	s.record(ctx, e)
+	return status.Errorf(codes.PermissionDenied, "API key %s may not use account %q (it may use %s)", c.id, account, strings.Join(c.accounts, ", "))
 }
 
 // internal logs err and returns a generic Internal status: details stay in

@@ -63,6 +63,7 @@ func (p *ProxyService) Complete(ctx context.Context, req *automatorv1.CompleteRe
 		}
 	}
 
+	audit := s.event(ctx, store.AuditWorkEnded, "Complete")
 	done, err := s.store.WorkComplete(ctx, store.WorkCompleteParams{
 		ID:           w.ID,
 		ClaimID:      req.GetClaimId(),
@@ -70,6 +71,7 @@ func (p *ProxyService) Complete(ctx context.Context, req *automatorv1.CompleteRe
 		SealedResult: req.GetSealedResult(),
 		Reason:       reason,
 		Now:          s.clock.Now(),
+		Audit:        &audit,
 	})
 	switch {
 	case errors.Is(err, store.ErrClaimMismatch):
@@ -86,17 +88,14 @@ func (p *ProxyService) Complete(ctx context.Context, req *automatorv1.CompleteRe
 		return nil, s.internal(ctx, "recording a result", err)
 	}
 	s.emit(ctx, Event{Kind: EventWorkEnded, Account: done.Account, WorkID: done.ID})
+	s.metrics.WorkFinished(done)
 	s.log.Info("work finished", "work_id", done.ID, "account", account, "state", done.State, "instance_id", done.InstanceID)
 	return &automatorv1.CompleteResponse{}, nil
 }
 
 // openResult opens a sealed result of unit w.
 func (s *Server) openResult(ctx context.Context, w store.Work, sealed []byte) (*automatorv1.Result, error) {
-	ks, err := s.accountKeys(ctx, w.Account)
-	if err != nil {
-		return nil, err
-	}
-	plain, err := crypto.Open(ks, w.Account, w.ID, crypto.DirResult, sealed)
+	plain, err := s.open(ctx, w.Account, w.ID, crypto.DirResult, sealed)
 	if err != nil {
 		return nil, err
 	}

@@ -31,7 +31,7 @@ var AccountNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
 // ExecuteOnProxy queues the command and waits until the unit is terminal.
 func (a *AutomatorService) ExecuteOnProxy(ctx context.Context, req *automatorv1.ExecuteRequest) (*automatorv1.WorkStatus, error) {
-	w, err := a.s.enqueue(ctx, req)
+	w, err := a.s.enqueue(ctx, req, "ExecuteOnProxy")
 	if err != nil {
 		return nil, err
 	}
@@ -40,7 +40,7 @@ func (a *AutomatorService) ExecuteOnProxy(ctx context.Context, req *automatorv1.
 
 // Submit queues the command and returns at once.
 func (a *AutomatorService) Submit(ctx context.Context, req *automatorv1.ExecuteRequest) (*automatorv1.WorkStatus, error) {
-	w, err := a.s.enqueue(ctx, req)
+	w, err := a.s.enqueue(ctx, req, "Submit")
 	if err != nil {
 		return nil, err
 	}
@@ -52,6 +52,9 @@ func (a *AutomatorService) Wait(ctx context.Context, req *automatorv1.WaitReques
 	if err := validID("work_id", req.GetWorkId()); err != nil {
 		return nil, err
 	}
+	if _, err := a.s.getAllowedWork(ctx, req.GetWorkId(), "Wait"); err != nil {
+		return nil, err
+	}
 	return a.s.wait(ctx, req.GetWorkId())
 }
 
@@ -60,7 +63,7 @@ func (a *AutomatorService) Get(ctx context.Context, req *automatorv1.GetRequest)
 	if err := validID("work_id", req.GetWorkId()); err != nil {
 		return nil, err
 	}
-	w, err := a.s.getWork(ctx, req.GetWorkId())
+	w, err := a.s.getAllowedWork(ctx, req.GetWorkId(), "Get")
 	if err != nil {
 		return nil, err
 	}
@@ -75,10 +78,15 @@ func (a *AutomatorService) Cancel(ctx context.Context, req *automatorv1.CancelRe
 	if err := validID("work_id", req.GetWorkId()); err != nil {
 		return nil, err
 	}
+	if _, err := s.getAllowedWork(ctx, req.GetWorkId(), "Cancel"); err != nil {
+		return nil, err
+	}
+	audit := s.event(ctx, store.AuditWorkEnded, "Cancel")
 	w, err := s.store.WorkCancel(ctx, store.WorkCancelParams{
 		ID:     req.GetWorkId(),
 		Reason: "cancelled by the caller with API key " + callerFrom(ctx),
 		Now:    s.clock.Now(),
+		Audit:  &audit,
 	})
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -100,6 +108,9 @@ func (a *AutomatorService) Cancel(ctx context.Context, req *automatorv1.CancelRe
 func (a *AutomatorService) ListInstances(ctx context.Context, req *automatorv1.ListInstancesRequest) (*automatorv1.ListInstancesResponse, error) {
 	s := a.s
 	if _, err := s.accountOrStatus(ctx, req.GetAccount()); err != nil {
+		return nil, err
+	}
+	if err := s.allow(ctx, req.GetAccount(), "ListInstances"); err != nil {
 		return nil, err
 	}
 	list, err := s.store.InstanceList(ctx, req.GetAccount())
@@ -138,9 +149,12 @@ func (s *Server) accountOrStatus(ctx context.Context, name string) (store.Accoun
 // enqueue validates, seals and stores a new unit, then wakes one poller.
 // With an idempotency key already used on the account (within the retention
 // window) it stores nothing and returns the unit the key made.
-func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest) (store.Work, error) {
+func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, method string) (store.Work, error) {
 	acc, err := s.accountOrStatus(ctx, req.GetAccount())
 	if err != nil {
+		return store.Work{}, err
+	}
+	if err := s.allow(ctx, acc.Name, method); err != nil {
 		return store.Work{}, err
 	}
 	if err := s.checkCommand(req.GetCommand()); err != nil {
@@ -156,7 +170,10 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest) (
 			return store.Work{}, status.Errorf(codes.InvalidArgument, "timeout %v is outside (0, %v]", timeout, s.maxTimeout)
 		}
 	}
-	key, err := s.currentKey(ctx, acc.Name)
+	if err := s.checkQueue(ctx, acc.Name, method); err != nil {
+		return store.Work{}, err
+	}
+	key, err := s.currentKey(ctx, acc.Name, acc.KeyID)
 	if err != nil {
 		return store.Work{}, s.internal(ctx, "opening the account key", err)
 	}
@@ -169,6 +186,12 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest) (
 	if err != nil {
 		return store.Work{}, s.internal(ctx, "sealing the command", err)
 	}
+	sealedScript, err := s.sealScript(id, req.GetCommand().GetScript())
+	if err != nil {
+		return store.Work{}, s.internal(ctx, "sealing the script name for the audit log", err)
+	}
+	audit := s.event(ctx, store.AuditWorkQueued, method)
+	audit.Account, audit.WorkID, audit.SealedScript = acc.Name, id, sealedScript
 	now := s.clock.Now()
 	w, err := s.store.WorkEnqueue(ctx, store.WorkEnqueueParams{
 		ID:               id,
@@ -179,12 +202,19 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest) (
 		Deadline:         now.Add(timeout),
 		IdempotencyKey:   req.GetIdempotencyKey(),
 		IdempotencySince: now.Add(-s.retention),
+		// Written with the unit, in its transaction: no unit without it.
+		Audit: &audit,
 	})
 	if errors.Is(err, store.ErrDuplicate) {
 		// A retry of a submit whose answer was lost (or a second caller with
 		// the same key): the unit exists; nothing is queued or woken.
 		if err := s.sameCommand(ctx, w, req.GetCommand()); err != nil {
 			return store.Work{}, err
+		}
+		dup := s.event(ctx, store.AuditWorkDuplicate, method+": idempotency key already used; returned its unit")
+		dup.Account, dup.WorkID = w.Account, w.ID
+		if dup.SealedScript, err = s.sealScript(w.ID, req.GetCommand().GetScript()); err == nil {
+			s.record(ctx, dup)
 		}
 		s.log.Debug("idempotency key already used: returning its unit", "work_id", w.ID, "account", acc.Name, "caller", callerFrom(ctx))
 		return w, nil
@@ -236,30 +266,30 @@ func (s *Server) checkCommand(c *automatorv1.Command) error {
 		return errors.New("command.script is required")
 	}
 	if len(c.GetScript()) > l.MaxScriptName {
-		return fmt.Errorf("command.script is %d bytes, more than the limit of %d", len(c.GetScript()), l.MaxScriptName)
+		return fmt.Errorf("command.script is %d bytes, more than the limit of %d (limits.max_script_name)", len(c.GetScript()), l.MaxScriptName)
 	}
 	if len(c.GetArgs()) > l.MaxArgs {
-		return fmt.Errorf("command.args has %d arguments, more than the limit of %d", len(c.GetArgs()), l.MaxArgs)
+		return fmt.Errorf("command.args has %d arguments, more than the limit of %d (limits.max_args)", len(c.GetArgs()), l.MaxArgs)
 	}
 	n := 0
 	for _, a := range c.GetArgs() {
 		n += len(a)
 	}
 	if n > l.MaxArgsBytes {
-		return fmt.Errorf("command.args total %d bytes, more than the limit of %d", n, l.MaxArgsBytes)
+		return fmt.Errorf("command.args total %d bytes, more than the limit of %d (limits.max_args_bytes)", n, l.MaxArgsBytes)
 	}
 	if len(c.GetEnv()) > l.MaxEnv {
-		return fmt.Errorf("command.env has %d variables, more than the limit of %d", len(c.GetEnv()), l.MaxEnv)
+		return fmt.Errorf("command.env has %d variables, more than the limit of %d (limits.max_env)", len(c.GetEnv()), l.MaxEnv)
 	}
 	n = 0
 	for k, v := range c.GetEnv() {
 		n += len(k) + len(v)
 	}
 	if n > l.MaxEnvBytes {
-		return fmt.Errorf("command.env totals %d bytes, more than the limit of %d", n, l.MaxEnvBytes)
+		return fmt.Errorf("command.env totals %d bytes, more than the limit of %d (limits.max_env_bytes)", n, l.MaxEnvBytes)
 	}
 	if len(c.GetStdin()) > l.MaxStdin {
-		return fmt.Errorf("command.stdin is %d bytes, more than the limit of %d", len(c.GetStdin()), l.MaxStdin)
+		return fmt.Errorf("command.stdin is %d bytes, more than the limit of %d (limits.max_stdin)", len(c.GetStdin()), l.MaxStdin)
 	}
 	return nil
 }
@@ -359,4 +389,39 @@ func stateToProto(s store.State) automatorv1.State {
 		return automatorv1.State_STATE_CANCELLED
 	}
 	return automatorv1.State_STATE_UNSPECIFIED
+}
+
+// getAllowedWork reads a unit the caller's API key may see: one of its
+// accounts' (PermissionDenied otherwise).
+func (s *Server) getAllowedWork(ctx context.Context, id, method string) (store.Work, error) {
+	w, err := s.getWork(ctx, id)
+	if err != nil {
+		return store.Work{}, err
+	}
+	if err := s.allow(ctx, w.Account, method); err != nil {
+		return store.Work{}, err
+	}
+	return w, nil
+}
+
+// checkQueue refuses a new unit, with ResourceExhausted, while the account
+// has MaxQueuedPerAccount units queued: its proxies are down or slower than
+// its callers, and more would only wait to time out. Other accounts are
+// served as before. The count is read before the enqueue, so concurrent
+// submits may overshoot the cap by their number; it bounds a flood, not a
+// single unit.
+func (s *Server) checkQueue(ctx context.Context, account, method string) error {
+	max := s.limits.MaxQueuedPerAccount
+	n, err := s.store.WorkQueuedCount(ctx, account, max)
+	if err != nil {
+		return s.internal(ctx, "counting queued units", err)
+	}
+	if n < max {
+		return nil
+	}
+	s.log.Warn("account queue full: unit refused", "account", account, "queued", n, "caller", callerFrom(ctx))
+	e := s.event(ctx, store.AuditWorkRefused, fmt.Sprintf("%s: queue full (%d units queued, the limit)", method, max))
+	e.Account = account
+	s.record(ctx, e)
+	return status.Errorf(codes.ResourceExhausted, "account %q has %d units queued, its limit (limits.max_queued_per_account): no instance claims them fast enough; check the account's proxies, or submit again later", account, n)
 }

@@ -34,10 +34,14 @@ type env struct {
 	account string
 	token   string
 	key     crypto.Key
+	master  crypto.MasterKey
 }
 
 type envOptions struct {
 	pollWindow time.Duration
+	clock      server.Clock  // the real clock when nil
+	limits     server.Limits // the defaults when zero
+	log        io.Writer     // discarded when nil
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -56,7 +60,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, store: st, account: "acme"}
+	e := &env{t: t, store: st, account: "acme", master: master}
 
 	// Account and API key, made the way the CLI makes them.
 	e.token, _ = crypto.NewToken("opt_")
@@ -73,11 +77,16 @@ func newEnv(t *testing.T, o envOptions) *env {
 		t.Fatal(err)
 	}
 
+	if o.log == nil {
+		o.log = io.Discard
+	}
 	srv, err := server.New(server.Options{
 		Store:      st,
 		MasterKey:  master,
 		PollWindow: o.pollWindow,
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Clock:      o.clock,
+		Limits:     o.limits,
+		Logger:     slog.New(slog.NewTextHandler(o.log, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -44,11 +44,27 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 	if len(req.GetRunning()) > maxRunning {
 		return nil, status.Errorf(codes.InvalidArgument, "running lists %d units, more than %d", len(req.GetRunning()), maxRunning)
 	}
+	// The keys the instance holds decide how its claims are sealed
+	// (reseal.go); one that holds no usable key claims nothing.
+	ring, err := s.instanceRing(ctx, account, req.GetInstanceId(), req.GetKeyIds())
+	if err != nil {
+		return nil, err
+	}
 	window := s.pollWindow
 	if w := req.GetWait(); w != nil && w.AsDuration() >= 0 && w.AsDuration() < window {
 		window = w.AsDuration()
 	}
 	window = jitter(window)
+	if until := tokenUntilFrom(ctx); !until.IsZero() {
+		// A previous token: the poll ends with its window, and the next
+		// one is refused.
+		if left := until.Sub(s.clock.Now()); left < window {
+			window = left
+		}
+		if window < 0 {
+			window = 0
+		}
+	}
 	defer s.metrics.PollOpened(account)()
 
 	if err := s.instanceSeen(ctx, store.InstanceSeenParams{
@@ -69,7 +85,7 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 	timer := time.NewTimer(window)
 	defer timer.Stop()
 	for {
-		resp, err := p.tryOnce(ctx, account, req, max)
+		resp, err := p.tryOnce(ctx, account, req, max, ring)
 		if err != nil {
 			return nil, err
 		}
@@ -91,7 +107,7 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 }
 
 // tryOnce reports ended running units and claims what it can.
-func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automatorv1.PollRequest, max int) (*automatorv1.PollResponse, error) {
+func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automatorv1.PollRequest, max int, ring *keyRing) (*automatorv1.PollResponse, error) {
 	s := p.s
 	resp := &automatorv1.PollResponse{}
 	if len(req.GetRunning()) > 0 {
@@ -115,6 +131,16 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 		ids[i] = newID("c_")
 	}
 	now := s.clock.Now()
+	if until := tokenUntilFrom(ctx); !until.IsZero() && !now.Before(until) {
+		return resp, nil // authenticated with a token that has expired since
+	}
+	if ring != nil {
+		if _, ok := ring.newestUsableOf(req.GetKeyIds(), now); !ok {
+			// The instance's last usable key expired while it waited: it
+			// claims nothing, and its next poll is told why.
+			return resp, nil
+		}
+	}
 	claimed, err := s.store.WorkClaim(ctx, store.WorkClaimParams{
 		Account:    account,
 		InstanceID: req.GetInstanceId(),
@@ -130,7 +156,7 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 			WorkId:        w.ID,
 			ClaimId:       w.ClaimID,
 			Account:       w.Account,
-			SealedCommand: w.SealedCommand,
+			SealedCommand: s.sealedFor(ctx, ring, req.GetKeyIds(), w, now),
 			Remaining:     durationpb.New(w.Deadline.Sub(now)),
 		})
 		s.metrics.WorkClaimed(w.Account, now.Sub(w.QueuedAt))

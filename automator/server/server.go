@@ -10,11 +10,9 @@
 package server
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
 	"sync"
@@ -60,7 +58,7 @@ type Options struct {
 	Logger  *slog.Logger
 }
 
-// Limits bound what a caller may submit.
+// Limits bound what a caller may submit, and what abuse may cost.
 type Limits struct {
 	MaxScriptName int // bytes (255)
 	MaxArgs       int // count (1024)
@@ -68,6 +66,15 @@ type Limits struct {
 	MaxEnv        int // variables (256)
 	MaxEnvBytes   int // all names and values together (64 KiB)
 	MaxStdin      int // bytes (1 MiB)
+	// MaxQueuedPerAccount bounds the queued (unclaimed) units of one
+	// account (10,000): a caller flooding an account whose proxies are
+	// down or slow gets ResourceExhausted, and other accounts are served.
+	MaxQueuedPerAccount int
+	// FailedAuthBurst failed authentications from one source address
+	// (30), then one more every FailedAuthRefill (2 s), before further
+	// failures get ResourceExhausted. Successful calls never count.
+	FailedAuthBurst  int
+	FailedAuthRefill time.Duration
 }
 
 func (l *Limits) applyDefaults() {
@@ -82,6 +89,11 @@ func (l *Limits) applyDefaults() {
 	def(&l.MaxEnv, 256)
 	def(&l.MaxEnvBytes, 64<<10)
 	def(&l.MaxStdin, 1<<20)
+	def(&l.MaxQueuedPerAccount, 10_000)
+	def(&l.FailedAuthBurst, 30)
+	if l.FailedAuthRefill <= 0 {
+		l.FailedAuthRefill = 2 * time.Second
+	}
 }
 
 // Server holds the state both services share.
@@ -100,9 +112,10 @@ type Server struct {
 	seen           seenCache
 	broadcaster    Broadcaster
 	metrics        Metrics
+	failures       *failureLimiter // budget of failed authentications per source (ratelimit.go)
 
 	keysMu sync.Mutex
-	keys   map[string]crypto.Keys // account → opened keys
+	keys   map[string]*keyRing // account → its opened keys (keys.go)
 
 	kick     chan struct{} // wakes the sweeper when an earlier deadline arrives
 	shutdown chan struct{} // closed by Shutdown: polls and waits return
@@ -152,8 +165,9 @@ func New(o Options) (*Server, error) {
 		log:            o.Logger,
 		hub:            newHub(),
 		broadcaster:    o.Broadcaster,
+		failures:       newFailureLimiter(o.Limits.FailedAuthBurst, o.Limits.FailedAuthRefill),
 		metrics:        o.Metrics,
-		keys:           make(map[string]crypto.Keys),
+		keys:           make(map[string]*keyRing),
 		kick:           make(chan struct{}, 1),
 		shutdown:       make(chan struct{}),
 	}, nil
@@ -164,44 +178,6 @@ func New(o Options) (*Server, error) {
 // gRPC stop does not hang on long polls.
 func (s *Server) Shutdown() {
 	s.stopOnce.Do(func() { close(s.shutdown) })
-}
-
-// accountKeys returns the opened keys of an account, caching them.
-func (s *Server) accountKeys(ctx context.Context, account string) (crypto.Keys, error) {
-	s.keysMu.Lock()
-	ks, ok := s.keys[account]
-	s.keysMu.Unlock()
-	if ok {
-		return ks, nil
-	}
-	a, err := s.store.AccountGet(ctx, account)
-	if err != nil {
-		return nil, err
-	}
-	k, err := s.master.OpenKey(a.Name, a.SealedKey)
-	if err != nil {
-		return nil, fmt.Errorf("opening key of account %q with the master key: %w", account, err)
-	}
-	ks = crypto.Keys{k}
-	s.keysMu.Lock()
-	s.keys[account] = ks
-	s.keysMu.Unlock()
-	return ks, nil
-}
-
-// currentKey is the key new units of account are sealed with.
-func (s *Server) currentKey(ctx context.Context, account string) (crypto.Key, error) {
-	ks, err := s.accountKeys(ctx, account)
-	if err != nil {
-		return crypto.Key{}, err
-	}
-	cur := ks[0]
-	for _, k := range ks[1:] {
-		if k.ID > cur.ID {
-			cur = k
-		}
-	}
-	return cur, nil
 }
 
 // newID returns prefix + 32 hex characters of randomness.

@@ -62,7 +62,9 @@ func (s *Server) kickSweeper() {
 // waiting callers. Safe to run from several places and replicas at once:
 // the store's expiry is a conditional write.
 func (s *Server) expireDue(ctx context.Context) {
-	expired, err := s.store.WorkExpire(ctx, store.WorkExpireParams{Now: s.clock.Now()})
+	now := s.clock.Now()
+	expired, err := s.store.WorkExpire(ctx, store.WorkExpireParams{Now: now,
+		Audit: &store.AuditEvent{At: now, Kind: store.AuditWorkEnded, Actor: sweeperActor, Detail: "deadline"}})
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Error("expiring units past their deadline", "err", err)

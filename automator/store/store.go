@@ -57,6 +57,9 @@ var (
 	// the account (within the retention window). WorkEnqueue returns that
 	// unit alongside this error.
 	ErrDuplicate = errors.New("idempotency key already used")
+	// ErrExpired: a previous account token whose overlap window has ended.
+	// AccountGetByToken returns the account it belonged to alongside it.
+	ErrExpired = errors.New("previous token past its overlap window")
 )
 
 // Account is a named queue with a token (authenticates proxies) and a key
@@ -68,6 +71,10 @@ type Account struct {
 	KeyID     uint32 // id of the current key
 	SealedKey []byte // the current account key, sealed with the master key
 	CreatedAt time.Time
+	// PreviousTokenUntil is set by AccountGetByToken when the token it
+	// matched is a previous one: the end of that token's overlap window.
+	// Zero for the current token.
+	PreviousTokenUntil time.Time
 }
 
 // Work is one executeOnProxy call.
@@ -120,6 +127,12 @@ type APIKey struct {
 	Hash      []byte // SHA-256 of the secret
 	Name      string
 	CreatedAt time.Time
+	// Accounts are the accounts the key may use (execute on, read and
+	// cancel units of); empty means every account.
+	Accounts []string
+	// RevokedAt is when the key was revoked; zero while it is valid. A
+	// revoked key is still returned by APIKeyGetByHash: callers refuse it.
+	RevokedAt time.Time
 }
 
 type AccountCreateParams struct {
@@ -145,6 +158,10 @@ type WorkEnqueueParams struct {
 	// IdempotencySince is the start of the retention window: a unit with the
 	// same key queued before it no longer counts (its key is forgotten).
 	IdempotencySince time.Time
+	// Audit, when set, is appended to the audit log in the same
+	// transaction as the new unit, so no unit exists without its record.
+	// It is not appended when the enqueue fails or finds a duplicate.
+	Audit *AuditEvent
 }
 
 type WorkClaimParams struct {
@@ -167,18 +184,30 @@ type WorkCompleteParams struct {
 	SealedResult []byte
 	Reason       string
 	Now          time.Time
+	// Audit, when set, is appended to the audit log in the same
+	// transaction when the unit changes, with Account, WorkID, InstanceID
+	// and Outcome (the new state) filled in from the unit.
+	Audit *AuditEvent
 }
 
 type WorkCancelParams struct {
 	ID     string
 	Reason string
 	Now    time.Time
+	// Audit, when set, is appended to the audit log in the same
+	// transaction when the unit changes, with Account, WorkID, InstanceID
+	// and Outcome (the new state) filled in from the unit.
+	Audit *AuditEvent
 }
 
 type WorkExpireParams struct {
 	Now time.Time
 	// Max bounds how many units one call expires (0 means no bound).
 	Max int
+	// Audit, when set, is appended to the audit log in the same
+	// transaction for each unit expired, with Account, WorkID, InstanceID
+	// and Outcome (timed_out) filled in from the unit.
+	Audit *AuditEvent
 }
 
 type InstanceSeenParams struct {
@@ -202,7 +231,47 @@ type APIKeyCreateParams struct {
 	ID   string
 	Hash []byte
 	Name string
-	Now  time.Time
+	// Accounts the key may use; empty for every account.
+	Accounts []string
+	Now      time.Time
+}
+
+// AccountStats is the queue and the instances of one account at one moment,
+// for listings, the dashboard and metrics.
+type AccountStats struct {
+	Account string
+	// Queued is the number of queued units; OldestQueuedAt is when the
+	// oldest of them was queued (zero when none is).
+	Queued         int
+	OldestQueuedAt time.Time
+	// Claimed is the number of units in flight (claimed, not yet ended).
+	Claimed int
+	// Instances is the number of instances that ever polled for the
+	// account; InstancesOnline of them polled at or after the params'
+	// OnlineSince.
+	Instances       int
+	InstancesOnline int
+	// LastPollAt is the latest poll of any of its instances; zero when none
+	// ever polled.
+	LastPollAt time.Time
+}
+
+type AccountStatsParams struct {
+	// OnlineSince: an instance whose last poll is at or after it is online.
+	OnlineSince time.Time
+}
+
+// WorkListParams select and page units, newest first.
+type WorkListParams struct {
+	Account string // only this account's units; "" for every account
+	State   State  // only units in this state; "" for every state
+	// Limit is the most units returned; it must be positive.
+	Limit int
+	// BeforeQueuedAt and BeforeID continue a listing after its last unit:
+	// only units queued before BeforeQueuedAt, or at it with an id before
+	// BeforeID, are listed. A zero BeforeQueuedAt starts at the newest.
+	BeforeQueuedAt time.Time
+	BeforeID       string
 }
 
 // Store is the whole persistence seam. Every write is durable when the call
@@ -247,6 +316,16 @@ type Store interface {
 	WorkNextDeadline(ctx context.Context) (deadline time.Time, ok bool, err error)
 	// WorkStates returns the state of each of the given ids that exists.
 	WorkStates(ctx context.Context, ids []string) (map[string]State, error)
+	// WorkList returns units newest first (by queue time, then id, both
+	// descending), filtered and paged by p.
+	WorkList(ctx context.Context, p WorkListParams) ([]Work, error)
+	// AccountStats returns the queue and instances of every account,
+	// ordered by name.
+	AccountStats(ctx context.Context, p AccountStatsParams) ([]AccountStats, error)
+	// Ping returns nil when the database answers and its schema is at the
+	// version this binary knows (every migration applied): the store is
+	// ready to serve.
+	Ping(ctx context.Context) error
 
 	// InstanceSeen records a poll of an instance (upsert).
 	InstanceSeen(ctx context.Context, p InstanceSeenParams) error
@@ -264,6 +343,39 @@ type Store interface {
 	APIKeyCreate(ctx context.Context, p APIKeyCreateParams) (APIKey, error)
 	// APIKeyGetByHash returns the key whose secret hashes to h, or ErrNotFound.
 	APIKeyGetByHash(ctx context.Context, h []byte) (APIKey, error)
+
+	// Rotation, API key scopes and revocation, the audit log and the queue
+	// cap (types in security.go).
+
+	// AccountGetByToken returns the account whose current token hashes to
+	// p.TokenHash, or whose previous token does while its overlap window is
+	// open (p.Now before its end). A previous token past its window gives
+	// the account with ErrExpired; an unknown hash ErrNotFound.
+	AccountGetByToken(ctx context.Context, p AccountGetByTokenParams) (Account, error)
+	// AccountRotate replaces the token, the key or both of an account in
+	// one transaction; what it replaces stays valid until p.PreviousUntil.
+	// ErrNotFound if there is no such account; ErrExists if p.KeyID is not
+	// above every key id the account has had, or p.TokenHash is a token
+	// already.
+	AccountRotate(ctx context.Context, p AccountRotateParams) (Account, error)
+	// AccountKeys returns every key version of an account, the current one
+	// first, then the previous ones newest first; ErrNotFound if there is
+	// no such account.
+	AccountKeys(ctx context.Context, account string) ([]AccountKey, error)
+	// APIKeyList returns every API key, revoked ones included, oldest first.
+	APIKeyList(ctx context.Context) ([]APIKey, error)
+	// APIKeyRevoke marks a key revoked and returns it; a key revoked
+	// already is returned unchanged (its first RevokedAt). ErrNotFound.
+	APIKeyRevoke(ctx context.Context, p APIKeyRevokeParams) (APIKey, error)
+	// AuditAppend adds an event to the audit log and returns it with its
+	// Seq. The log is append-only: no method changes or removes an event,
+	// and the backends refuse UPDATE and DELETE of its rows.
+	AuditAppend(ctx context.Context, e AuditEvent) (AuditEvent, error)
+	// AuditList returns events in the order they were appended (by Seq).
+	AuditList(ctx context.Context, p AuditListParams) ([]AuditEvent, error)
+	// WorkQueuedCount counts the queued units of an account, stopping at
+	// atMost (so the cost is bounded); atMost <= 0 counts them all.
+	WorkQueuedCount(ctx context.Context, account string, atMost int) (int, error)
 
 	Close() error
 }

@@ -50,6 +50,11 @@ type Options struct {
 	// after a successful poll at most once every StateEvery (5s).
 	StateFile  string
 	StateEvery time.Duration
+	// SpoolDir, when set, is where finished units' results are kept (each
+	// written and fsynced before it is first posted) until the automator
+	// accepts or refuses them, so they survive a restart of the proxy.
+	// Unset: results are held in memory only.
+	SpoolDir string
 }
 
 // Agent runs the poll loop of one instance.
@@ -65,6 +70,7 @@ type Agent struct {
 
 	lastPoll time.Time
 	state    *stateFile // used by Run's goroutine only
+	spool    *spool     // nil without SpoolDir
 }
 
 // errCancelledByAutomator: the automator said the unit ended (cancelled or
@@ -102,6 +108,7 @@ func New(o Options) *Agent {
 		slotFreed: make(chan struct{}, 1),
 	}
 	a.state = newStateFile(o, a.log)
+	a.spool = newSpool(o.SpoolDir, a.log)
 	return a
 }
 
@@ -115,6 +122,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer stopWork(errShutdown)
 
 	a.state.started(a.o, time.Now())
+	a.resumeSpooled(workCtx)
 	a.pollLoop(ctx, workCtx)
 	a.state.stopping(time.Now(), a.inFlight())
 
@@ -128,6 +136,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	case <-time.After(a.o.GracePeriod):
 		a.log.Warn("grace period over: killing running units", "running", a.inFlight())
 		a.cancelAll(errShutdown)
+		if a.spool != nil {
+			// Results not yet posted stay in the spool for the next start.
+			stopWork(errShutdown)
+		}
 		<-done
 	}
 	a.state.stopped(time.Now())
@@ -217,6 +229,7 @@ func (a *Agent) poll(ctx context.Context, n int, wait time.Duration) (*automator
 		Hostname:   a.o.Hostname,
 		Version:    a.o.Version,
 		Running:    a.runningIDs(),
+		KeyIds:     keyIDs(a.o.Keys),
 	})
 }
 
@@ -242,6 +255,24 @@ func (a *Agent) start(workCtx context.Context, c *automatorv1.Claim) {
 		}()
 		a.handle(runCtx, workCtx, c)
 	}()
+}
+
+// resumeSpooled posts, in the background, the results an earlier run of
+// this instance kept in the spool and could not post, while their deadline
+// has not passed; it drops the expired ones.
+func (a *Agent) resumeSpooled(postCtx context.Context) {
+	due := a.spool.load(a.o.InstanceID, time.Now())
+	if len(due) == 0 {
+		return
+	}
+	a.log.Info("posting results kept in the spool by an earlier run", "count", len(due))
+	for _, p := range due {
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			a.deliver(postCtx, p.deadline, p.req)
+		}()
+	}
 }
 
 func (a *Agent) cancel(id string, cause error) {
@@ -296,4 +327,14 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// keyIDs lists the ids of the keys in the ring, for each poll: the
+// automator then hands this instance only commands sealed with a key it
+// holds (sealed again for it during a key rotation).
+func keyIDs(ring crypto.KeyRing) []uint32 {
+	if ks, ok := ring.(interface{ IDs() []uint32 }); ok {
+		return ks.IDs()
+	}
+	return nil
 }

@@ -7,9 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"time"
 
 	"google.golang.org/grpc"
@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/opsgate/opsgate/automator/pki"
-	"github.com/opsgate/opsgate/crypto"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"github.com/opsgate/opsgate/proxy/agent"
 	"github.com/opsgate/opsgate/proxy/config"
@@ -27,7 +26,7 @@ import (
 )
 
 const usage = `usage:
-  proxy run     --config FILE [--instance-id ID] [--scripts-dir DIR]
+  proxy run     --config FILE [--instance-id ID] [--scripts-dir DIR] [--log-format text|json]
   proxy install --config FILE [--name NAME] [--user USER] [--manual-start]
   proxy start|stop|status|uninstall [--name NAME]
 
@@ -94,6 +93,7 @@ func runConfig(args []string, env Env) (config.Config, error) {
 	path := fs.String("config", "", "proxy config file (the profile from `automator account create` plus local settings)")
 	instanceID := fs.String("instance-id", "", "this instance's id (overrides instance_id; default the host name)")
 	scriptsDir := fs.String("scripts-dir", "", "directory of runnable scripts (overrides scripts_dir)")
+	logFormat := fs.String("log-format", "", "log format: text (the default) or json (overrides log_format)")
 	if err := fs.Parse(args); err != nil {
 		return config.Config{}, err
 	}
@@ -113,6 +113,9 @@ func runConfig(args []string, env Env) (config.Config, error) {
 	if *scriptsDir != "" {
 		cfg.ScriptsDir = *scriptsDir
 	}
+	if *logFormat != "" {
+		cfg.LogFormat = *logFormat
+	}
 	cfg.ApplyDefaults()
 	if err := cfg.Validate(); err != nil {
 		return config.Config{}, fmt.Errorf("invalid proxy config %s: %w", *path, err)
@@ -122,17 +125,20 @@ func runConfig(args []string, env Env) (config.Config, error) {
 
 // runProxy runs the agent of a valid config until ctx is cancelled.
 func runProxy(ctx context.Context, cfg config.Config, env Env) error {
-	key, _ := crypto.ParseKey(cfg.Key) // validated by runConfig
+	keys, err := cfg.Keys() // key, then previous_keys
+	if err != nil {
+		return err
+	}
 	conn, err := Dial(cfg)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	log := slog.New(slog.NewTextHandler(env.Stderr, nil))
+	log := newLogger(env.Stderr, cfg.LogFormat)
 	host, _ := os.Hostname()
 	a := agent.New(agent.Options{
 		Client:         automatorv1.NewProxyServiceClient(conn),
-		Keys:           crypto.Keys{key},
+		Keys:           keys,
 		InstanceID:     cfg.InstanceID,
 		Hostname:       host,
 		Version:        version.Version,
@@ -142,9 +148,22 @@ func runProxy(ctx context.Context, cfg config.Config, env Env) error {
 		GracePeriod:    cfg.GracePeriod,
 		Logger:         log,
 		StateFile:      stateFile(cfg),
+		SpoolDir:       spoolDir(cfg),
 	})
-	log.Info("proxy starting", "instance_id", cfg.InstanceID, "automator", cfg.AutomatorURL, "scripts_dir", cfg.ScriptsDir, "max_concurrency", cfg.MaxConcurrency, "version", version.Version)
+	log.Info("proxy starting", "instance_id", cfg.InstanceID, "automator", cfg.AutomatorURL, "scripts_dir", cfg.ScriptsDir, "max_concurrency", cfg.MaxConcurrency, "key_ids", keys.IDs(), "version", version.Version)
+	if cfg.PlaintextToRemote() {
+		log.Warn("automator_url is plaintext http:// to a host that is not loopback: the token crosses the network in clear; use https://")
+	}
 	return a.Run(ctx)
+}
+
+// spoolDir is where the agent keeps results until they are posted: the
+// spool in the config's state_dir, if any.
+func spoolDir(cfg config.Config) string {
+	if cfg.StateDir == "" {
+		return ""
+	}
+	return filepath.Join(cfg.StateDir, agent.SpoolDirName)
 }
 
 // Dial opens the connection to the automator: TLS trusting only the
@@ -159,7 +178,11 @@ func Dial(cfg config.Config) (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
 	if useTLS {
 		host, _, _ := net.SplitHostPort(addr)
-		tlsCfg, err := pki.ClientTLS([]byte(cfg.CACert), host)
+		pins, err := cfg.Pins()
+		if err != nil {
+			return nil, err
+		}
+		tlsCfg, err := pki.ClientTLSPinned([]byte(cfg.CACert), pins, host)
 		if err != nil {
 			return nil, fmt.Errorf("ca_cert: %w", err)
 		}
@@ -168,7 +191,11 @@ func Dial(cfg config.Config) (*grpc.ClientConn, error) {
 	return grpc.NewClient(addr,
 		grpc.WithTransportCredentials(creds),
 		grpc.WithPerRPCCredentials(bearer{secret: cfg.Token, tls: useTLS}),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
+		// A ping after 10 s without traffic, answered within 5 s, or the
+		// connection is dropped and dialled again: a connection a
+		// middlebox silently forgot is noticed within 15 s. 10 s is the
+		// fastest the automator accepts (its enforcement MinTime).
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20), grpc.MaxCallSendMsgSize(8<<20)),
 	)
 }

@@ -39,6 +39,16 @@ type Config struct {
 	Key string `yaml:"key"`
 	// CACert is the PEM certificate of the automator's CA; only it is trusted.
 	CACert string `yaml:"ca_cert"`
+	// PreviousKeys are older keys of the account ("ID:SECRET") still in use
+	// after a rotate-key, printed in the new profile: units sealed with
+	// them open too. Optional.
+	PreviousKeys []string `yaml:"previous_keys,omitempty"`
+	// PinSHA256 pins the automator's key: SHA-256 digests (64 hex digits)
+	// of a SubjectPublicKeyInfo. With ca_cert, the verified chain must also
+	// hold one of them (pin the CA's key: it survives certificate
+	// renewals); without ca_cert, the automator's own certificate key must
+	// be one of them. Optional.
+	PinSHA256 []string `yaml:"pin_sha256,omitempty"`
 
 	// ScriptsDir is the only directory scripts are run from.
 	ScriptsDir string `yaml:"scripts_dir"`
@@ -58,6 +68,9 @@ type Config struct {
 	// /var/lib/<name> (Linux) or %ProgramData%\<name>\state (Windows).
 	// Unset: no state file.
 	StateDir string `yaml:"state_dir"`
+	// LogFormat is how `proxy run` logs: "text" (the default) or "json",
+	// one object per line, for a log collector.
+	LogFormat string `yaml:"log_format,omitempty"`
 }
 
 // Load reads and strictly parses a configuration file (unknown keys are
@@ -118,7 +131,10 @@ func (c Config) Validate() error {
 	if _, err := crypto.ParseKey(c.Key); err != nil {
 		errs = append(errs, fmt.Errorf("key: %w", err))
 	}
-	if u, err := url.Parse(c.AutomatorURL); err == nil && u.Scheme == "https" {
+	errs = append(errs, c.validateKeyRing()...)
+	_, pinErrs := c.pins()
+	errs = append(errs, pinErrs...)
+	if u, err := url.Parse(c.AutomatorURL); err == nil && u.Scheme == "https" && (c.CACert != "" || len(c.PinSHA256) == 0) {
 		if err := checkPEM(c.CACert); err != nil {
 			errs = append(errs, fmt.Errorf("ca_cert: %w", err))
 		}
@@ -141,6 +157,9 @@ func (c Config) Validate() error {
 	}
 	if c.GracePeriod < 0 || c.GracePeriod > time.Hour {
 		errs = append(errs, fmt.Errorf("grace_period: %v is outside [0, 1h]", c.GracePeriod))
+	}
+	if c.LogFormat != "" && c.LogFormat != "text" && c.LogFormat != "json" {
+		errs = append(errs, fmt.Errorf("log_format: %q is not text or json", c.LogFormat))
 	}
 	if c.StateDir != "" && !filepath.IsAbs(c.StateDir) {
 		errs = append(errs, fmt.Errorf("state_dir: %q must be an absolute path", c.StateDir))

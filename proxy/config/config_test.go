@@ -93,6 +93,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("automator_url: https://a:1\ntoken: t\nkey: 1:abc\nscripts_dir: /x\nmax_concurrency: 3\ngrace_period: 10s\n"))
 	f.Add([]byte("ca_cert: |\n  -----BEGIN CERTIFICATE-----\n  x\n"))
 	f.Add([]byte("{}"))
+	f.Add([]byte("automator_url: https://a:1\ntoken: t\nkey: 2:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\nprevious_keys: [\"1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\", \"x\"]\npin_sha256: [\"sha256:00\"]\n"))
 	f.Add([]byte("- a\n- b\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data)
@@ -102,5 +103,8 @@ func FuzzParse(f *testing.F) {
 		c.ApplyDefaults()
 		_ = c.Validate()
 		_, _, _ = c.Target()
+		_, _ = c.Keys()
+		_, _ = c.Pins()
+		_ = c.PlaintextToRemote()
 	})
 }

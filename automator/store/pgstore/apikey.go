@@ -4,26 +4,38 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/opsgate/opsgate/automator/store"
 )
 
+const apiKeyColumns = `id, hash, name, created_at, accounts, revoked_at`
+
 func scanAPIKey(r pgx.Row) (store.APIKey, error) {
 	var k store.APIKey
-	if err := r.Scan(&k.ID, &k.Hash, &k.Name, &k.CreatedAt); err != nil {
+	var revokedAt *time.Time
+	if err := r.Scan(&k.ID, &k.Hash, &k.Name, &k.CreatedAt, &k.Accounts, &revokedAt); err != nil {
 		return store.APIKey{}, err
 	}
 	k.CreatedAt = k.CreatedAt.UTC()
+	k.RevokedAt = fromNull(revokedAt)
+	if len(k.Accounts) == 0 {
+		k.Accounts = nil
+	}
 	return k, nil
 }
 
 func (s *Store) APIKeyCreate(ctx context.Context, p store.APIKeyCreateParams) (store.APIKey, error) {
-	k, err := scanAPIKey(s.pool.QueryRow(ctx, `INSERT INTO api_keys (id, hash, name, created_at) VALUES ($1, $2, $3, $4)
+	accounts := p.Accounts
+	if accounts == nil {
+		accounts = []string{}
+	}
+	k, err := scanAPIKey(s.pool.QueryRow(ctx, `INSERT INTO api_keys (id, hash, name, created_at, accounts) VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (id) DO NOTHING
-RETURNING id, hash, name, created_at`,
-		p.ID, nonNil(p.Hash), p.Name, p.Now))
+RETURNING `+apiKeyColumns,
+		p.ID, nonNil(p.Hash), p.Name, p.Now, accounts))
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = store.ErrExists
 	}
@@ -34,13 +46,39 @@ RETURNING id, hash, name, created_at`,
 }
 
 func (s *Store) APIKeyGetByHash(ctx context.Context, h []byte) (store.APIKey, error) {
-	k, err := scanAPIKey(s.pool.QueryRow(ctx, `SELECT id, hash, name, created_at FROM api_keys WHERE hash = $1`, nonNil(h)))
+	k, err := scanAPIKey(s.pool.QueryRow(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE hash = $1`, nonNil(h)))
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = store.ErrNotFound
 	}
 	if err != nil {
 		// Never print the hash: it identifies a credential.
 		return store.APIKey{}, fmt.Errorf("getting api key by hash: %w", err)
+	}
+	return k, nil
+}
+
+func (s *Store) APIKeyList(ctx context.Context) ([]store.APIKey, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+apiKeyColumns+` FROM api_keys ORDER BY created_at, id`)
+	if err != nil {
+		return nil, fmt.Errorf("listing api keys: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, rowTo(scanAPIKey))
+	if err != nil {
+		return nil, fmt.Errorf("listing api keys: %w", err)
+	}
+	return out, nil
+}
+
+func (s *Store) APIKeyRevoke(ctx context.Context, p store.APIKeyRevokeParams) (store.APIKey, error) {
+	// COALESCE keeps the first revocation's time.
+	k, err := scanAPIKey(s.pool.QueryRow(ctx, `UPDATE api_keys SET revoked_at = COALESCE(revoked_at, $2)
+WHERE id = $1
+RETURNING `+apiKeyColumns, p.ID, p.Now))
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return store.APIKey{}, fmt.Errorf("revoking api key %q: %w", p.ID, err)
 	}
 	return k, nil
 }

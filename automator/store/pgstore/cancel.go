@@ -16,11 +16,11 @@ func (s *Store) WorkCancel(ctx context.Context, p store.WorkCancelParams) (store
 	var w store.Work
 	err := func() error {
 		var err error
-		w, err = scanWork(s.pool.QueryRow(ctx, `UPDATE work
+		w, err = scanWork(s.pool.QueryRow(ctx, withAudit(`UPDATE work
 SET state = 'cancelled', reason = $1, finished_at = $2
 WHERE id = $3 AND state IN ('queued', 'claimed')
-RETURNING `+workColumns,
-			p.Reason, p.Now, p.ID))
+RETURNING `+workColumns, p.Audit != nil, 4),
+			appendAuditArgs([]any{p.Reason, p.Now, p.ID}, p.Audit)...))
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}

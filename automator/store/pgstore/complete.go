@@ -25,11 +25,11 @@ func (s *Store) WorkComplete(ctx context.Context, p store.WorkCompleteParams) (s
 	var w store.Work
 	err := func() error {
 		var err error
-		w, err = scanWork(s.pool.QueryRow(ctx, `UPDATE work
+		w, err = scanWork(s.pool.QueryRow(ctx, withAudit(`UPDATE work
 SET state = $1, sealed_result = $2, reason = $3, finished_at = $4
 WHERE id = $5 AND state = 'claimed' AND claim_id = $6 AND deadline > $4
-RETURNING `+workColumns,
-			string(p.State), p.SealedResult, p.Reason, p.Now, p.ID, p.ClaimID))
+RETURNING `+workColumns, p.Audit != nil, 7),
+			appendAuditArgs([]any{string(p.State), p.SealedResult, p.Reason, p.Now, p.ID, p.ClaimID}, p.Audit)...))
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}

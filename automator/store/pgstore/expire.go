@@ -48,7 +48,15 @@ RETURNING `+workColumnsOf("work"), p.Now, ids, states, reasons)
 			return err
 		}
 		expired, err = pgx.CollectRows(rows, rowTo(scanWork))
-		return err
+		if err != nil || p.Audit == nil || len(expired) == 0 {
+			return err
+		}
+		for _, w := range expired {
+			if _, err := insertAudit(ctx, tx, p.Audit.ForWork(w)); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("expiring work due by %s: %w", p.Now.Format(time.RFC3339Nano), err)

@@ -80,6 +80,66 @@ CREATE TABLE replicas (
 	last_seen  timestamptz NOT NULL
 );
 `},
+	{version: 2, name: "previous tokens and keys, api key scopes and revocation, audit log", sql: `
+-- Tokens replaced by a rotation, each valid until the end of its overlap
+-- window. Like the current token, only its SHA-256 is stored.
+CREATE TABLE account_tokens (
+	token_hash  bytea       PRIMARY KEY,
+	account     text        COLLATE "C" NOT NULL REFERENCES accounts (name),
+	valid_until timestamptz NOT NULL
+);
+CREATE INDEX account_tokens_account ON account_tokens (account);
+
+-- Keys replaced by a rotation (the current key stays in accounts), sealed
+-- with the master key like it. They open the units sealed with them.
+CREATE TABLE account_keys (
+	account      text        COLLATE "C" NOT NULL REFERENCES accounts (name),
+	key_id       bigint      NOT NULL CHECK (key_id BETWEEN 1 AND 4294967295),
+	sealed_key   bytea       NOT NULL,
+	retired_at   timestamptz NOT NULL,
+	usable_until timestamptz NOT NULL,
+	PRIMARY KEY (account, key_id)
+);
+
+-- accounts: the account names the key may use; empty for every account.
+ALTER TABLE api_keys ADD COLUMN accounts text[] NOT NULL DEFAULT '{}';
+ALTER TABLE api_keys ADD COLUMN revoked_at timestamptz;
+
+-- The audit log: who did what, from where, when. Never a secret, argument,
+-- stdin, env or output; the script name is sealed with the master key.
+CREATE TABLE audit (
+	seq           bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	at            timestamptz NOT NULL,
+	kind          text        NOT NULL,
+	actor         text        NOT NULL DEFAULT '',
+	source        text        NOT NULL DEFAULT '',
+	account       text        NOT NULL DEFAULT '',
+	work_id       text        NOT NULL DEFAULT '',
+	instance_id   text        NOT NULL DEFAULT '',
+	outcome       text        NOT NULL DEFAULT '',
+	sealed_script bytea,
+	detail        text        NOT NULL DEFAULT ''
+);
+CREATE INDEX audit_at ON audit (at);
+
+-- Append-only: rows are never changed nor removed (nor truncated).
+CREATE FUNCTION audit_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	RAISE EXCEPTION 'the audit log is append-only';
+END
+$$;
+CREATE TRIGGER audit_no_update_delete BEFORE UPDATE OR DELETE ON audit
+	FOR EACH ROW EXECUTE FUNCTION audit_append_only();
+CREATE TRIGGER audit_no_truncate BEFORE TRUNCATE ON audit
+	FOR EACH STATEMENT EXECUTE FUNCTION audit_append_only();
+`},
+	{version: 3, name: "work listings", sql: `
+-- WorkList: units newest first, of every account or of one.
+CREATE INDEX work_queued_at_id ON work (queued_at, id);
+CREATE INDEX work_account_queued_at_id ON work (account, queued_at, id);
+-- AccountStats: the units in flight of each account.
+CREATE INDEX work_claimed ON work (account) WHERE state = 'claimed';
+`},
 }
 
 // migrationLockKey is the advisory lock (two int4 keys: the first fixed for

@@ -120,11 +120,30 @@ func (s *Store) enqueueOnce(ctx context.Context, p store.WorkEnqueueParams) (sto
 // insertWork inserts a new queued unit; key is its idempotency key, nil for
 // none.
 func insertWork(ctx context.Context, q querier, p store.WorkEnqueueParams, key *string) (store.Work, error) {
-	w, err := scanWork(q.QueryRow(ctx, `INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, idempotency_key)
+	var row pgx.Row
+	if a := p.Audit; a != nil {
+		// The unit and its audit event in one statement, so in one
+		// transaction: the event is written only with the unit.
+		row = q.QueryRow(ctx, `WITH w AS (
+	INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, idempotency_key)
+	VALUES ($1, $2, 'queued', $3, $4, $5, $6, $7)
+	ON CONFLICT (id) DO NOTHING
+	RETURNING `+workColumns+`
+), a AS (
+	INSERT INTO audit (at, kind, actor, source, account, work_id, instance_id, outcome, sealed_script, detail)
+	SELECT $8, $9, $10, $11, $12, $13, $14, $15, $16, $17 FROM w
+)
+SELECT * FROM w`,
+			p.ID, p.Account, p.KeyID, nonNil(p.SealedCommand), p.Now, p.Deadline, key,
+			a.At, a.Kind, a.Actor, a.Source, a.Account, a.WorkID, a.InstanceID, a.Outcome, a.SealedScript, a.Detail)
+	} else {
+		row = q.QueryRow(ctx, `INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, idempotency_key)
 VALUES ($1, $2, 'queued', $3, $4, $5, $6, $7)
 ON CONFLICT (id) DO NOTHING
 RETURNING `+workColumns,
-		p.ID, p.Account, p.KeyID, nonNil(p.SealedCommand), p.Now, p.Deadline, key))
+			p.ID, p.Account, p.KeyID, nonNil(p.SealedCommand), p.Now, p.Deadline, key)
+	}
+	w, err := scanWork(row)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.Work{}, store.ErrExists
 	}

@@ -3,32 +3,61 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/opsgate/opsgate/automator/store"
 )
 
+const apiKeyColumns = `id, hash, name, created_at, accounts, revoked_at`
+
+func scanAPIKey(r interface{ Scan(...any) error }) (store.APIKey, error) {
+	var k store.APIKey
+	var createdAt, revokedAt int64
+	var accounts string
+	if err := r.Scan(&k.ID, &k.Hash, &k.Name, &createdAt, &accounts, &revokedAt); err != nil {
+		return store.APIKey{}, err
+	}
+	k.CreatedAt = fromNanos(createdAt)
+	k.RevokedAt = fromNanos(revokedAt)
+	if accounts != "" {
+		if err := json.Unmarshal([]byte(accounts), &k.Accounts); err != nil {
+			return store.APIKey{}, fmt.Errorf("api key %q: its accounts do not parse: %w", k.ID, err)
+		}
+	}
+	return k, nil
+}
+
+// encodeAccounts stores a scope as a JSON array; "" is every account.
+func encodeAccounts(accounts []string) (string, error) {
+	if len(accounts) == 0 {
+		return "", nil
+	}
+	b, err := json.Marshal(accounts)
+	return string(b), err
+}
+
 func (s *Store) APIKeyCreate(ctx context.Context, p store.APIKeyCreateParams) (store.APIKey, error) {
-	res, err := s.write.ExecContext(ctx, `INSERT INTO api_keys (id, hash, name, created_at) VALUES (?, ?, ?, ?)
-ON CONFLICT (id) DO NOTHING`,
-		p.ID, nonNil(p.Hash), p.Name, toNanos(p.Now))
+	accounts, err := encodeAccounts(p.Accounts)
 	if err != nil {
 		return store.APIKey{}, fmt.Errorf("creating api key %q: %w", p.ID, err)
 	}
-	if n, err := res.RowsAffected(); err != nil {
-		return store.APIKey{}, fmt.Errorf("creating api key %q: %w", p.ID, err)
-	} else if n == 0 {
-		return store.APIKey{}, fmt.Errorf("creating api key %q: %w", p.ID, store.ErrExists)
+	k, err := scanAPIKey(s.write.QueryRowContext(ctx, `INSERT INTO api_keys (id, hash, name, created_at, accounts) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (id) DO NOTHING
+RETURNING `+apiKeyColumns,
+		p.ID, nonNil(p.Hash), p.Name, toNanos(p.Now), accounts))
+	if errors.Is(err, sql.ErrNoRows) {
+		err = store.ErrExists
 	}
-	return store.APIKey{ID: p.ID, Hash: p.Hash, Name: p.Name, CreatedAt: fromNanos(toNanos(p.Now))}, nil
+	if err != nil {
+		return store.APIKey{}, fmt.Errorf("creating api key %q: %w", p.ID, err)
+	}
+	return k, nil
 }
 
 func (s *Store) APIKeyGetByHash(ctx context.Context, h []byte) (store.APIKey, error) {
-	var k store.APIKey
-	var createdAt int64
-	err := s.read.QueryRowContext(ctx, `SELECT id, hash, name, created_at FROM api_keys WHERE hash = ?`, nonNil(h)).
-		Scan(&k.ID, &k.Hash, &k.Name, &createdAt)
+	k, err := scanAPIKey(s.read.QueryRowContext(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE hash = ?`, nonNil(h)))
 	if errors.Is(err, sql.ErrNoRows) {
 		err = store.ErrNotFound
 	}
@@ -36,6 +65,44 @@ func (s *Store) APIKeyGetByHash(ctx context.Context, h []byte) (store.APIKey, er
 		// Never print the hash: it identifies a credential.
 		return store.APIKey{}, fmt.Errorf("getting api key by hash: %w", err)
 	}
-	k.CreatedAt = fromNanos(createdAt)
+	return k, nil
+}
+
+func (s *Store) APIKeyList(ctx context.Context) ([]store.APIKey, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT `+apiKeyColumns+` FROM api_keys ORDER BY created_at, id`)
+	if err != nil {
+		return nil, fmt.Errorf("listing api keys: %w", err)
+	}
+	defer rows.Close()
+	var out []store.APIKey
+	for rows.Next() {
+		k, err := scanAPIKey(rows)
+		if err != nil {
+			return nil, fmt.Errorf("listing api keys: %w", err)
+		}
+		out = append(out, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing api keys: %w", err)
+	}
+	return out, nil
+}
+
+func (s *Store) APIKeyRevoke(ctx context.Context, p store.APIKeyRevokeParams) (store.APIKey, error) {
+	var k store.APIKey
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at = 0`, toNanos(p.Now), p.ID); err != nil {
+			return err
+		}
+		var err error
+		k, err = scanAPIKey(tx.QueryRowContext(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE id = ?`, p.ID))
+		if errors.Is(err, sql.ErrNoRows) {
+			return store.ErrNotFound
+		}
+		return err
+	})
+	if err != nil {
+		return store.APIKey{}, fmt.Errorf("revoking api key %q: %w", p.ID, err)
+	}
 	return k, nil
 }

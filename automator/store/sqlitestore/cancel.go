@@ -18,6 +18,9 @@ SET state = 'cancelled', reason = ?, finished_at = ?
 WHERE id = ? AND state IN ('queued', 'claimed')
 RETURNING `+workColumns,
 			p.Reason, toNanos(p.Now), p.ID))
+		if err == nil && p.Audit != nil {
+			_, err = insertAudit(ctx, tx, p.Audit.ForWork(w))
+		}
 		if !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}

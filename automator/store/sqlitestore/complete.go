@@ -28,6 +28,9 @@ SET state = ?, sealed_result = ?, reason = ?, finished_at = ?
 WHERE id = ? AND state = 'claimed' AND claim_id = ? AND deadline > ?
 RETURNING `+workColumns,
 			string(p.State), p.SealedResult, p.Reason, now, p.ID, p.ClaimID, now))
+		if err == nil && p.Audit != nil {
+			_, err = insertAudit(ctx, tx, p.Audit.ForWork(w))
+		}
 		if !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}

@@ -35,6 +35,11 @@ RETURNING `+workColumns,
 			if err != nil {
 				return err
 			}
+			if p.Audit != nil {
+				if _, err := insertAudit(ctx, tx, p.Audit.ForWork(w)); err != nil {
+					return err
+				}
+			}
 			expired = append(expired, w)
 		}
 		return nil

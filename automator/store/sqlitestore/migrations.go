@@ -76,6 +76,61 @@ CREATE TABLE replicas (
 	last_seen  INTEGER NOT NULL
 ) STRICT;
 `},
+	{version: 3, name: "previous tokens and keys, api key scopes and revocation, audit log", sql: `
+-- Tokens replaced by a rotation, each valid until the end of its overlap
+-- window. Like the current token, only its SHA-256 is stored.
+CREATE TABLE account_tokens (
+	token_hash  BLOB    PRIMARY KEY,
+	account     TEXT    NOT NULL REFERENCES accounts (name),
+	valid_until INTEGER NOT NULL
+) STRICT;
+CREATE INDEX account_tokens_account ON account_tokens (account);
+
+-- Keys replaced by a rotation (the current key stays in accounts), sealed
+-- with the master key like it. They open the units sealed with them.
+CREATE TABLE account_keys (
+	account      TEXT    NOT NULL REFERENCES accounts (name),
+	key_id       INTEGER NOT NULL,
+	sealed_key   BLOB    NOT NULL,
+	retired_at   INTEGER NOT NULL,
+	usable_until INTEGER NOT NULL,
+	PRIMARY KEY (account, key_id)
+) STRICT;
+
+-- accounts: a JSON array of account names, '' for every account.
+ALTER TABLE api_keys ADD COLUMN accounts TEXT NOT NULL DEFAULT '';
+ALTER TABLE api_keys ADD COLUMN revoked_at INTEGER NOT NULL DEFAULT 0;
+
+-- The audit log: who did what, from where, when. Never a secret, argument,
+-- stdin, env or output; the script name is sealed with the master key.
+CREATE TABLE audit (
+	seq           INTEGER PRIMARY KEY AUTOINCREMENT,
+	at            INTEGER NOT NULL,
+	kind          TEXT    NOT NULL,
+	actor         TEXT    NOT NULL DEFAULT '',
+	source        TEXT    NOT NULL DEFAULT '',
+	account       TEXT    NOT NULL DEFAULT '',
+	work_id       TEXT    NOT NULL DEFAULT '',
+	instance_id   TEXT    NOT NULL DEFAULT '',
+	outcome       TEXT    NOT NULL DEFAULT '',
+	sealed_script BLOB,
+	detail        TEXT    NOT NULL DEFAULT ''
+) STRICT;
+CREATE INDEX audit_at ON audit (at);
+
+-- Append-only: rows are never changed nor removed.
+CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit
+BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
+BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+`},
+	{version: 4, name: "work listings", sql: `
+-- WorkList: units newest first, of every account or of one (with a state
+-- too, work_account_state_queued_at serves). Their keys never change, so a
+-- claim or a result does not touch them.
+CREATE INDEX work_queued_at_id ON work (queued_at, id);
+CREATE INDEX work_account_queued_at_id ON work (account, queued_at, id);
+`},
 }
 
 // migrate applies the migrations not yet recorded in schema_migrations, all

@@ -79,6 +79,9 @@ RETURNING `+workColumns,
 		if errors.Is(err, sql.ErrNoRows) {
 			return store.ErrExists
 		}
+		if err == nil && p.Audit != nil {
+			_, err = insertAudit(ctx, tx, *p.Audit)
+		}
 		return err
 	})
 	if errors.Is(err, store.ErrDuplicate) {

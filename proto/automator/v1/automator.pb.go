@@ -333,7 +333,14 @@ type PollRequest struct {
 	Version  string               `protobuf:"bytes,5,opt,name=version,proto3" json:"version,omitempty"`
 	// running lists the work ids the instance is running now, so the server
 	// can tell it which of them were cancelled.
-	Running       []string `protobuf:"bytes,6,rep,name=running,proto3" json:"running,omitempty"`
+	Running []string `protobuf:"bytes,6,rep,name=running,proto3" json:"running,omitempty"`
+	// key_ids lists the ids of the account keys the instance holds (its
+	// profile's key and previous_keys). A claimed command sealed with a key
+	// the instance lacks is sealed again, on the automator, with the newest
+	// usable key it holds; an instance that holds no usable key is refused
+	// (FAILED_PRECONDITION) and claims nothing. Empty: the instance predates
+	// key rotation and gets commands as stored.
+	KeyIds        []uint32 `protobuf:"varint,7,rep,packed,name=key_ids,json=keyIds,proto3" json:"key_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -406,6 +413,13 @@ func (x *PollRequest) GetVersion() string {
 func (x *PollRequest) GetRunning() []string {
 	if x != nil {
 		return x.Running
+	}
+	return nil
+}
+
+func (x *PollRequest) GetKeyIds() []uint32 {
+	if x != nil {
+		return x.KeyIds
 	}
 	return nil
 }
@@ -1204,7 +1218,7 @@ const file_automator_v1_automator_proto_rawDesc = "" +
 	"finishedAt\x12\x1f\n" +
 	"\vinstance_id\x18\b \x01(\tR\n" +
 	"instanceId\x12\x18\n" +
-	"\afailure\x18\t \x01(\tR\afailure\"\xca\x01\n" +
+	"\afailure\x18\t \x01(\tR\afailure\"\xe3\x01\n" +
 	"\vPollRequest\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x1b\n" +
@@ -1212,7 +1226,8 @@ const file_automator_v1_automator_proto_rawDesc = "" +
 	"\x04wait\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12\x1a\n" +
 	"\bhostname\x18\x04 \x01(\tR\bhostname\x12\x18\n" +
 	"\aversion\x18\x05 \x01(\tR\aversion\x12\x18\n" +
-	"\arunning\x18\x06 \x03(\tR\arunning\"\xb5\x01\n" +
+	"\arunning\x18\x06 \x03(\tR\arunning\x12\x17\n" +
+	"\akey_ids\x18\a \x03(\rR\x06keyIds\"\xb5\x01\n" +
 	"\x05Claim\x12\x17\n" +
 	"\awork_id\x18\x01 \x01(\tR\x06workId\x12\x19\n" +
 	"\bclaim_id\x18\x02 \x01(\tR\aclaimId\x12\x18\n" +

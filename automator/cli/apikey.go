@@ -1,0 +1,226 @@
+package cli
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/server"
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/crypto"
+)
+
+const apikeyUsage = "usage: automator apikey create NAME --data-dir DIR (--accounts A,B | --all-accounts) | apikey list --data-dir DIR [--json] | apikey revoke ID --data-dir DIR"
+
+// cmdAPIKey is `automator apikey create | list | revoke`.
+func cmdAPIKey(ctx context.Context, args []string, env Env) error {
+	if len(args) == 0 {
+		return errors.New(apikeyUsage)
+	}
+	switch args[0] {
+	case "create":
+		return cmdAPIKeyCreate(ctx, args[1:], env)
+	case "list":
+		return cmdAPIKeyList(ctx, args[1:], env)
+	case "revoke":
+		return cmdAPIKeyRevoke(ctx, args[1:], env)
+	}
+	return errors.New(apikeyUsage)
+}
+
+// openDataStore loads the settings of a data directory and opens its store.
+func openDataStore(ctx context.Context, dir string) (store.Store, error) {
+	if err := requireFlag("data-dir", dir); err != nil {
+		return nil, err
+	}
+	cfg, err := config.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	return openStore(ctx, dir, cfg)
+}
+
+// cmdAPIKeyCreate makes an API key and prints its secret, once, on stdout
+// (so `> FILE` makes an --api-key-file); the secret is not stored, only
+// its SHA-256. Least privilege: the key must name the accounts it may use,
+// or say --all-accounts.
+func cmdAPIKeyCreate(ctx context.Context, args []string, env Env) error {
+	fs := newFlags("apikey create", env)
+	dir := fs.String("data-dir", "", "the automator's data directory")
+	accounts := fs.String("accounts", "", "comma-separated accounts the key may use (execute on, read and cancel units of)")
+	all := fs.Bool("all-accounts", false, "the key may use every account, present and future")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return errors.New("usage: automator apikey create NAME --data-dir DIR (--accounts A,B | --all-accounts)")
+	}
+	name := pos[0]
+	if len(name) == 0 || len(name) > 64 || strings.ContainsFunc(name, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return fmt.Errorf("API key name %q must be 1 to 64 printable characters", name)
+	}
+	var scope []string
+	switch {
+	case *all && *accounts != "":
+		return errors.New("give --accounts or --all-accounts, not both")
+	case !*all && strings.TrimSpace(*accounts) == "":
+		return errors.New("--accounts A,B is required (the accounts the key may use), or --all-accounts")
+	case !*all:
+		for _, a := range strings.Split(*accounts, ",") {
+			a = strings.TrimSpace(a)
+			if !server.AccountNamePattern.MatchString(a) {
+				return fmt.Errorf("--accounts: %q is not an account name (%s)", a, server.AccountNamePattern)
+			}
+			scope = append(scope, a)
+		}
+	}
+	st, err := openDataStore(ctx, *dir)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	for _, a := range scope {
+		if _, err := st.AccountGet(ctx, a); errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("--accounts: account %q not found; create it first (`automator account create`)", a)
+		} else if err != nil {
+			return err
+		}
+	}
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return err
+	}
+	id := "ak_" + hex.EncodeToString(b[:])
+	secret, err := crypto.NewToken("oak_")
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	if _, err := st.APIKeyCreate(ctx, store.APIKeyCreateParams{ID: id, Hash: crypto.HashToken(secret), Name: name, Accounts: scope, Now: now}); err != nil {
+		return fmt.Errorf("storing the API key: %w", err)
+	}
+	audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditAPIKeyCreated, Detail: fmt.Sprintf("%s (%s) for %s", id, name, scopeText(scope))}, env)
+	fmt.Fprintln(env.Stdout, secret)
+	fmt.Fprintf(env.Stderr, "automator: API key %s (%s) for %s; its secret is on stdout, shown this once\n", id, name, scopeText(scope))
+	return nil
+}
+
+func scopeText(accounts []string) string {
+	if len(accounts) == 0 {
+		return "every account"
+	}
+	return "account " + strings.Join(accounts, ", ")
+}
+
+func cmdAPIKeyList(ctx context.Context, args []string, env Env) error {
+	fs := newFlags("apikey list", env)
+	dir := fs.String("data-dir", "", "the automator's data directory")
+	asJSON := fs.Bool("json", false, "one JSON object per key")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("apikey list takes no arguments, got %q", fs.Args())
+	}
+	st, err := openDataStore(ctx, *dir)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	keys, err := st.APIKeyList(ctx)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(env.Stdout)
+		for _, k := range keys {
+			var revoked *time.Time
+			if !k.RevokedAt.IsZero() {
+				revoked = &k.RevokedAt
+			}
+			accounts := k.Accounts
+			if accounts == nil {
+				accounts = []string{}
+			}
+			if err := enc.Encode(struct {
+				ID          string     `json:"id"`
+				Name        string     `json:"name"`
+				AllAccounts bool       `json:"all_accounts"`
+				Accounts    []string   `json:"accounts"`
+				CreatedAt   time.Time  `json:"created_at"`
+				RevokedAt   *time.Time `json:"revoked_at"`
+			}{k.ID, k.Name, len(k.Accounts) == 0, accounts, k.CreatedAt, revoked}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tACCOUNTS\tCREATED\tREVOKED")
+	for _, k := range keys {
+		accounts, revoked := "*", "-"
+		if len(k.Accounts) > 0 {
+			accounts = strings.Join(k.Accounts, ",")
+		}
+		if !k.RevokedAt.IsZero() {
+			revoked = k.RevokedAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, accounts, k.CreatedAt.UTC().Format(time.RFC3339), revoked)
+	}
+	return tw.Flush()
+}
+
+// cmdAPIKeyRevoke revokes a key. Every automator sharing the database
+// refuses it from its next call on: keys are looked up on every call,
+// never cached.
+func cmdAPIKeyRevoke(ctx context.Context, args []string, env Env) error {
+	fs := newFlags("apikey revoke", env)
+	dir := fs.String("data-dir", "", "the automator's data directory")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return errors.New("usage: automator apikey revoke ID --data-dir DIR")
+	}
+	st, err := openDataStore(ctx, *dir)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	keys, err := st.APIKeyList(ctx)
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if k.ID == pos[0] && !k.RevokedAt.IsZero() {
+			fmt.Fprintf(env.Stdout, "API key %s (%s) was already revoked at %s\n", k.ID, k.Name, k.RevokedAt.UTC().Format(time.RFC3339))
+			return nil
+		}
+	}
+	now := time.Now()
+	k, err := st.APIKeyRevoke(ctx, store.APIKeyRevokeParams{ID: pos[0], Now: now})
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("no API key %q; see `automator apikey list`", pos[0])
+	}
+	if err != nil {
+		return err
+	}
+	audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditAPIKeyRevoked, Detail: fmt.Sprintf("%s (%s)", k.ID, k.Name)}, env)
+	fmt.Fprintf(env.Stdout, "API key %s (%s) revoked; it is refused from now on\n", k.ID, k.Name)
+	return nil
+}
+
+// readMaster reads a data directory's master key.
+func readMaster(dir string) (crypto.MasterKey, error) {
+	return crypto.ReadMasterKeyFile(filepath.Join(dir, config.FileMasterKey))
+}

@@ -1,0 +1,77 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/pki"
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+// cmdCertRenew makes a new server certificate signed by the data
+// directory's CA, for the public URL's host and loopback, and puts it in
+// place of server.pem and server.key (each written beside it, then renamed
+// over it, key first). A running automator serves it to new connections
+// within pki.DefaultReloadEvery, without a restart; profiles stay valid
+// (they trust the CA).
+func cmdCertRenew(ctx context.Context, args []string, env Env) error {
+	fs := newFlags("cert renew", env)
+	dir := fs.String("data-dir", "", "the automator's data directory")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("cert renew takes no arguments, got %q", fs.Args())
+	}
+	if err := requireFlag("data-dir", *dir); err != nil {
+		return err
+	}
+	cfg, err := config.Load(*dir)
+	if err != nil {
+		return err
+	}
+	host, err := config.PublicHost(cfg.PublicURL)
+	if err != nil {
+		return fmt.Errorf("public_url: %w", err)
+	}
+	path := func(name string) string { return filepath.Join(*dir, name) }
+	var ca pki.Bundle
+	if ca.CertPEM, err = os.ReadFile(path(config.FileCACert)); err != nil {
+		return fmt.Errorf("reading the CA certificate: %w", err)
+	}
+	if ca.KeyPEM, err = os.ReadFile(path(config.FileCAKey)); err != nil {
+		return fmt.Errorf("reading the CA key: %w", err)
+	}
+	now := time.Now()
+	b, err := pki.NewServer(ca, pki.ServerHosts(host), now)
+	if err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name string
+		data []byte
+		mode os.FileMode
+	}{{config.FileKey, b.KeyPEM, 0o600}, {config.FileCert, b.CertPEM, 0o644}} {
+		tmp := path(f.name + ".renew")
+		_ = os.Remove(tmp)
+		if err := pki.WriteFile(tmp, f.data, f.mode); err != nil {
+			return fmt.Errorf("writing %s: %w", tmp, err)
+		}
+		if err := os.Rename(tmp, path(f.name)); err != nil {
+			return fmt.Errorf("putting %s in place: %w", f.name, err)
+		}
+	}
+	if st, err := openStore(ctx, *dir, cfg); err == nil {
+		audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditCertRenewed, Detail: "server certificate for " + host}, env)
+		st.Close()
+	} else if !errors.Is(err, context.Canceled) {
+		fmt.Fprintf(env.Stderr, "automator: warning: the renewal is not in the audit log: %v\n", err)
+	}
+	fmt.Fprintf(env.Stdout, "renewed %s for %s; a running automator serves it within %v\n", path(config.FileCert), host, pki.DefaultReloadEvery)
+	return nil
+}

@@ -1,0 +1,158 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/server"
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/crypto"
+)
+
+// DefaultOverlap is how long a rotated token (and key) keeps working for
+// proxies still on the old profile, unless --overlap says otherwise.
+const DefaultOverlap = 24 * time.Hour
+
+// maxOverlap bounds --overlap: a previous credential is meant to retire.
+const maxOverlap = 30 * 24 * time.Hour
+
+// cmdAccountRotate is `account rotate-token` and `account rotate-key`: it
+// gives the account a new token (and, for rotate-key, a new key), keeps the
+// old ones working for --overlap, and prints the new profile. Proxies move
+// to it one by one with no downtime; after the overlap the old token is
+// refused and the old key no longer handed out.
+func cmdAccountRotate(ctx context.Context, rotateKey bool, args []string, env Env) error {
+	what := "rotate-token"
+	if rotateKey {
+		what = "rotate-key"
+	}
+	usage := fmt.Errorf("usage: automator account %s NAME --data-dir DIR [--overlap DUR]", what)
+	fs := newFlags("account "+what, env)
+	dir := fs.String("data-dir", "", "the automator's data directory")
+	overlap := fs.Duration("overlap", DefaultOverlap, "how long the old token and key keep working for proxies on the old profile (0: refused at once)")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usage
+	}
+	name := pos[0]
+	if !server.AccountNamePattern.MatchString(name) {
+		return fmt.Errorf("account name %q must match %s", name, server.AccountNamePattern)
+	}
+	if err := requireFlag("data-dir", *dir); err != nil {
+		return err
+	}
+	if *overlap < 0 || *overlap > maxOverlap {
+		return fmt.Errorf("--overlap %v is outside [0, %v]", *overlap, maxOverlap)
+	}
+	cfg, err := config.Load(*dir)
+	if err != nil {
+		return err
+	}
+	master, err := crypto.ReadMasterKeyFile(filepath.Join(*dir, config.FileMasterKey))
+	if err != nil {
+		return err
+	}
+	caPEM, err := os.ReadFile(filepath.Join(*dir, config.FileCACert))
+	if err != nil {
+		return fmt.Errorf("reading CA certificate: %w", err)
+	}
+	st, err := openStore(ctx, *dir, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	keys, err := st.AccountKeys(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("account %q not found; see `automator account list`", name)
+	}
+	if err != nil {
+		return err
+	}
+	token, err := crypto.NewToken("opt_")
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	p := store.AccountRotateParams{Name: name, TokenHash: crypto.HashToken(token), PreviousUntil: now.Add(*overlap), Now: now}
+	var newKey crypto.Key
+	if rotateKey {
+		var highest uint32
+		for _, k := range keys {
+			highest = max(highest, k.KeyID)
+		}
+		if highest == math.MaxUint32 {
+			return fmt.Errorf("account %q has used every key id", name)
+		}
+		if newKey, err = crypto.NewKey(highest + 1); err != nil {
+			return err
+		}
+		if p.SealedKey, err = master.SealKey(name, newKey); err != nil {
+			return err
+		}
+		p.KeyID = newKey.ID
+	}
+	if _, err := st.AccountRotate(ctx, p); errors.Is(err, store.ErrExists) {
+		return fmt.Errorf("another rotation of account %q was made at the same time; run this again", name)
+	} else if err != nil {
+		return err
+	}
+
+	kind, detail := store.AuditTokenRotated, fmt.Sprintf("previous token valid until %s", p.PreviousUntil.UTC().Format(time.RFC3339))
+	if rotateKey {
+		kind, detail = store.AuditKeyRotated, fmt.Sprintf("key %d current; previous token and key %d usable until %s", newKey.ID, newKey.ID-1, p.PreviousUntil.UTC().Format(time.RFC3339))
+	}
+	audit(ctx, st, store.AuditEvent{At: now, Kind: kind, Account: name, Detail: detail}, env)
+
+	profile, err := accountProfile(ctx, st, master, name, cfg.PublicURL, token, string(caPEM), now)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(env.Stdout, profile)
+	if *overlap > 0 {
+		old := "the old token keeps"
+		if rotateKey {
+			old = "the old token and key keep"
+		}
+		fmt.Fprintf(env.Stderr, "automator: account %q rotated; %s working until %s (--overlap %v): install this profile on every proxy of the account before then\n",
+			name, old, p.PreviousUntil.UTC().Format(time.RFC3339), *overlap)
+	} else {
+		fmt.Fprintf(env.Stderr, "automator: account %q rotated with no overlap: proxies on the old profile are refused from now on\n", name)
+	}
+	return nil
+}
+
+// accountProfile renders the profile of an account with the given token:
+// its current key, and the previous keys still usable at now.
+func accountProfile(ctx context.Context, st store.Store, master crypto.MasterKey, name, url, token, caPEM string, now time.Time) (string, error) {
+	keys, err := st.AccountKeys(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	var current string
+	var previous []string
+	for _, m := range keys {
+		if !m.Usable(now) {
+			continue
+		}
+		k, err := master.OpenKey(name, m.SealedKey)
+		if err != nil {
+			return "", fmt.Errorf("opening key %d of account %q: %w", m.KeyID, name, err)
+		}
+		if m.Current {
+			current = k.String()
+		} else {
+			previous = append(previous, k.String())
+		}
+	}
+	return ProfileWithPrevious(name, url, token, current, previous, caPEM), nil
+}

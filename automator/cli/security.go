@@ -1,0 +1,68 @@
+package cli
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/user"
+
+	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/pki"
+	"github.com/opsgate/opsgate/automator/server"
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+// serverLimits turns automator.yaml's limits into the server's (zero
+// fields take the server's defaults).
+func serverLimits(l config.Limits) server.Limits {
+	return server.Limits{
+		MaxScriptName:       l.MaxScriptName,
+		MaxArgs:             l.MaxArgs,
+		MaxArgsBytes:        l.MaxArgsBytes,
+		MaxEnv:              l.MaxEnv,
+		MaxEnvBytes:         l.MaxEnvBytes,
+		MaxStdin:            l.MaxStdin,
+		MaxQueuedPerAccount: l.MaxQueuedPerAccount,
+		FailedAuthBurst:     l.FailedAuthBurst,
+		FailedAuthRefill:    l.FailedAuthRefill,
+	}
+}
+
+// logCertificateReloads logs each renewed server certificate put in
+// service, and each changed one that did not load.
+func logCertificateReloads(r *pki.CertReloader, log *slog.Logger) {
+	if r == nil {
+		return
+	}
+	r.OnReload = func(err error) {
+		if err != nil {
+			log.Warn("renewed server certificate not loaded", "err", err)
+			return
+		}
+		log.Info("renewed server certificate loaded; new connections get it")
+	}
+}
+
+// cliActor names who runs a command on the automator's host, for the
+// audit log: the operating system user.
+func cliActor() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return "cli:" + u.Username
+	}
+	return "cli"
+}
+
+// cliSource is where a CLI command ran: this host.
+func cliSource() string {
+	h, _ := os.Hostname()
+	return h
+}
+
+// audit appends an event of a CLI command to the audit log. The change it
+// records is made already, so a failure is reported, not undone.
+func audit(ctx context.Context, st store.Store, e store.AuditEvent, env Env) {
+	e.Actor, e.Source = cliActor(), cliSource()
+	if _, err := st.AuditAppend(ctx, e); err != nil {
+		env.Stderr.Write([]byte("automator: warning: writing the audit log: " + err.Error() + "\n"))
+	}
+}

@@ -1,0 +1,140 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/crypto"
+)
+
+// keyCacheTTL bounds how long a cached key ring is trusted before it is
+// read again. A rotation is seen sooner in every case that matters: an
+// enqueue reads the account's current key id, and a blob or an instance
+// naming an unknown key id makes the ring be read again.
+const keyCacheTTL = 30 * time.Second
+
+// reloadUnknownEvery bounds how often ids presented by instances (which a
+// token holder controls) may make the ring be read again.
+const reloadUnknownEvery = time.Second
+
+// keyRing is an account's key versions as the store had them at loaded:
+// the current key first, then previous ones newest first.
+type keyRing struct {
+	meta   []store.AccountKey
+	opened crypto.Keys
+	loaded time.Time
+}
+
+func (r *keyRing) current() crypto.Key { return r.opened[0] }
+
+func (r *keyRing) has(id uint32) bool {
+	_, ok := r.opened.Key(id)
+	return ok
+}
+
+// usable reports whether key id may be handed to proxies at now: the
+// current key, or a previous one inside its overlap window.
+func (r *keyRing) usable(id uint32, now time.Time) bool {
+	for _, k := range r.meta {
+		if k.KeyID == id {
+			return k.Usable(now)
+		}
+	}
+	return false
+}
+
+// newestUsableOf returns the newest key usable at now among ids.
+func (r *keyRing) newestUsableOf(ids []uint32, now time.Time) (crypto.Key, bool) {
+	for i, k := range r.meta { // newest first
+		if k.Usable(now) && slices.Contains(ids, k.KeyID) {
+			return r.opened[i], true
+		}
+	}
+	return crypto.Key{}, false
+}
+
+// describe lists the key ids and their windows for error messages.
+func (r *keyRing) describe(now time.Time) string {
+	var out []string
+	for _, k := range r.meta {
+		switch {
+		case k.Current:
+			out = append(out, fmt.Sprintf("%d (current)", k.KeyID))
+		case k.Usable(now):
+			out = append(out, fmt.Sprintf("%d (until %s)", k.KeyID, k.UsableUntil.UTC().Format(time.RFC3339)))
+		}
+	}
+	return fmt.Sprint(out)
+}
+
+// loadRing reads and opens every key version of an account and caches it.
+func (s *Server) loadRing(ctx context.Context, account string) (*keyRing, error) {
+	meta, err := s.store.AccountKeys(ctx, account)
+	if err != nil {
+		return nil, err
+	}
+	r := &keyRing{meta: meta, loaded: s.clock.Now()}
+	for _, m := range meta {
+		k, err := s.master.OpenKey(account, m.SealedKey)
+		if err != nil {
+			return nil, fmt.Errorf("opening key %d of account %q with the master key: %w", m.KeyID, account, err)
+		}
+		if k.ID != m.KeyID {
+			return nil, fmt.Errorf("key %d of account %q is stored under id %d", k.ID, account, m.KeyID)
+		}
+		r.opened = append(r.opened, k)
+	}
+	s.keysMu.Lock()
+	s.keys[account] = r
+	s.keysMu.Unlock()
+	return r, nil
+}
+
+// ring returns the account's keys, from the cache while it is fresh.
+func (s *Server) ring(ctx context.Context, account string) (*keyRing, error) {
+	s.keysMu.Lock()
+	r := s.keys[account]
+	s.keysMu.Unlock()
+	if r != nil && s.clock.Now().Sub(r.loaded) < keyCacheTTL {
+		return r, nil
+	}
+	return s.loadRing(ctx, account)
+}
+
+// ringWith returns the account's keys, read again if the cached ring does
+// not hold key id (a rotation it has not seen).
+func (s *Server) ringWith(ctx context.Context, account string, id uint32) (*keyRing, error) {
+	r, err := s.ring(ctx, account)
+	if err != nil || r.has(id) {
+		return r, err
+	}
+	return s.loadRing(ctx, account)
+}
+
+// currentKey is the key new units of the account are sealed with. atLeast
+// is the current key id the caller just read from the store: a cached ring
+// older than that is read again.
+func (s *Server) currentKey(ctx context.Context, account string, atLeast uint32) (crypto.Key, error) {
+	r, err := s.ringWith(ctx, account, atLeast)
+	if err != nil {
+		return crypto.Key{}, err
+	}
+	return r.current(), nil
+}
+
+// open opens a sealed blob of an account's unit with the key its header
+// names, reading the keys again if that id is new to the cache.
+func (s *Server) open(ctx context.Context, account, workID string, dir crypto.Direction, blob []byte) ([]byte, error) {
+	id, err := crypto.BlobKeyID(blob)
+	if err != nil {
+		return nil, err
+	}
+	r, err := s.ringWith(ctx, account, id)
+	if err != nil {
+		return nil, err
+	}
+	return crypto.Open(r.opened, account, workID, dir, blob)
+}

@@ -1,0 +1,93 @@
+package server
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/crypto"
+)
+
+// maxKeyIDs bounds the key ids one poll may list.
+const maxKeyIDs = 64
+
+// Key rotation without downtime: new units are sealed with the account's
+// current key, but during a rotation's overlap window some instances still
+// run the old profile, which holds only the previous key. Each poll lists
+// the key ids the instance holds, and the automator, which holds every key,
+// hands each claimed command sealed with a key the instance holds and that
+// is still usable: as stored when it can, else sealed again (same account,
+// work id and direction, so the binding is unchanged) with the newest
+// usable key the instance holds. An instance that holds no usable key is
+// refused before it claims anything, so a unit is never given to an
+// instance that cannot open it.
+
+// instanceRing returns the account's keys for a poll whose instance holds
+// key ids held, or nil when it lists none (a proxy older than rotation:
+// it gets commands as stored). FailedPrecondition when none of held is
+// usable now.
+func (s *Server) instanceRing(ctx context.Context, account, instanceID string, held []uint32) (*keyRing, error) {
+	if len(held) == 0 {
+		return nil, nil
+	}
+	if len(held) > maxKeyIDs {
+		return nil, status.Errorf(codes.InvalidArgument, "key_ids lists %d keys, more than %d", len(held), maxKeyIDs)
+	}
+	r, err := s.ring(ctx, account)
+	if err != nil {
+		return nil, s.internal(ctx, "reading the account's keys", err)
+	}
+	now := s.clock.Now()
+	// An id the cache does not know may come from a rotation made since it
+	// was read. The ids come from the instance (a token holder), so they
+	// may make the keys be read again at most once a second.
+	if slices.ContainsFunc(held, func(id uint32) bool { return !r.has(id) }) && now.Sub(r.loaded) >= reloadUnknownEvery {
+		if r, err = s.loadRing(ctx, account); err != nil {
+			return nil, s.internal(ctx, "reading the account's keys", err)
+		}
+	}
+	if _, ok := r.newestUsableOf(held, now); !ok {
+		s.log.Warn("instance holds no usable key of its account; it claims nothing", "account", account, "instance_id", instanceID, "holds", held)
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"instance %q holds key ids %v of account %q, none of them usable now (usable: %s); install the account's latest profile (from `automator account rotate-key`)",
+			instanceID, held, account, r.describe(now))
+	}
+	return r, nil
+}
+
+// sealedFor returns unit w's command sealed for an instance holding key
+// ids held, at now (see above). It never fails: a claim is made already and
+// must be delivered, so a command that cannot be sealed again is handed as
+// stored, and the instance reports it did not open (failed, nothing runs).
+func (s *Server) sealedFor(ctx context.Context, r *keyRing, held []uint32, w store.Work, now time.Time) []byte {
+	if r == nil {
+		return w.SealedCommand
+	}
+	id, err := crypto.BlobKeyID(w.SealedCommand)
+	if err != nil {
+		return w.SealedCommand
+	}
+	if slices.Contains(held, id) && r.usable(id, now) {
+		return w.SealedCommand
+	}
+	target, ok := r.newestUsableOf(held, now)
+	if !ok {
+		return w.SealedCommand
+	}
+	plain, err := s.open(ctx, w.Account, w.ID, crypto.DirCommand, w.SealedCommand)
+	if err != nil {
+		s.log.Warn("stored command did not open; handing it as stored", "work_id", w.ID, "account", w.Account, "err", err)
+		return w.SealedCommand
+	}
+	sealed, err := crypto.Seal(target, w.Account, w.ID, crypto.DirCommand, plain)
+	if err != nil {
+		s.log.Error("sealing a command again for an instance's key", "work_id", w.ID, "err", err)
+		return w.SealedCommand
+	}
+	s.log.Debug("command sealed again for the instance's key", "work_id", w.ID, "from_key", id, "to_key", target.ID)
+	return sealed
+}

@@ -1,0 +1,84 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+const auditColumns = `seq, at, kind, actor, source, account, work_id, instance_id, outcome, sealed_script, detail`
+
+// insertAudit appends e with q (the pool, or a transaction that also writes
+// what e records) and returns it with its Seq.
+func insertAudit(ctx context.Context, q querier, e store.AuditEvent) (store.AuditEvent, error) {
+	if e.Kind == "" {
+		return store.AuditEvent{}, fmt.Errorf("appending to the audit log: the event has no kind")
+	}
+	err := q.QueryRow(ctx, `INSERT INTO audit (at, kind, actor, source, account, work_id, instance_id, outcome, sealed_script, detail)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+RETURNING seq, at`,
+		e.At, e.Kind, e.Actor, e.Source, e.Account, e.WorkID, e.InstanceID, e.Outcome, e.SealedScript, e.Detail).Scan(&e.Seq, &e.At)
+	if err != nil {
+		return store.AuditEvent{}, fmt.Errorf("appending %s to the audit log: %w", e.Kind, err)
+	}
+	e.At = e.At.UTC()
+	return e, nil
+}
+
+func (s *Store) AuditAppend(ctx context.Context, e store.AuditEvent) (store.AuditEvent, error) {
+	return insertAudit(ctx, s.pool, e)
+}
+
+func (s *Store) AuditList(ctx context.Context, p store.AuditListParams) ([]store.AuditEvent, error) {
+	if p.Limit <= 0 {
+		return nil, fmt.Errorf("listing the audit log: limit %d must be positive", p.Limit)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+auditColumns+` FROM audit
+WHERE seq > $1 AND at >= $2
+ORDER BY seq
+LIMIT $3`, p.AfterSeq, p.Since, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing the audit log: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.AuditEvent, error) {
+		var e store.AuditEvent
+		err := r.Scan(&e.Seq, &e.At, &e.Kind, &e.Actor, &e.Source, &e.Account, &e.WorkID, &e.InstanceID, &e.Outcome, &e.SealedScript, &e.Detail)
+		e.At = e.At.UTC()
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing the audit log: %w", err)
+	}
+	return out, nil
+}
+
+// withAudit wraps a single-row UPDATE … RETURNING workColumns so that, when
+// audit is true, the statement also appends an audit event for the row it
+// changed (and none when it changed nothing): one statement, so one
+// transaction. The event's fixed fields are parameters from first on (see
+// appendAuditArgs); the unit's come from the changed row.
+func withAudit(update string, audit bool, first int) string {
+	if !audit {
+		return update
+	}
+	p := func(i int) string { return "$" + strconv.Itoa(first+i) }
+	return `WITH w AS (
+` + update + `
+), a AS (
+	INSERT INTO audit (at, kind, actor, source, account, work_id, instance_id, outcome, sealed_script, detail)
+	SELECT ` + p(0) + `, ` + p(1) + `, ` + p(2) + `, ` + p(3) + `, w.account, w.id, w.instance_id, w.state, ` + p(4) + `, ` + p(5) + ` FROM w
+)
+SELECT * FROM w`
+}
+
+// appendAuditArgs appends the parameters withAudit's statement takes.
+func appendAuditArgs(args []any, e *store.AuditEvent) []any {
+	if e == nil {
+		return args
+	}
+	return append(args, e.At, e.Kind, e.Actor, e.Source, e.SealedScript, e.Detail)
+}

@@ -1,0 +1,115 @@
+package store
+
+import "time"
+
+// Types of credential rotation and of the audit log (docs/security.md).
+
+// AccountKey is one version of an account key. The current key seals new
+// units; a previous key still opens the units sealed with it, and may be
+// handed to proxy instances that hold only it until UsableUntil (the
+// overlap window of its rotation).
+type AccountKey struct {
+	KeyID     uint32
+	SealedKey []byte // sealed with the master key, bound to the account and key id
+	Current   bool
+	// RetiredAt is when a rotation replaced the key; zero for the current one.
+	RetiredAt time.Time
+	// UsableUntil ends the overlap window of a previous key; zero for the
+	// current one.
+	UsableUntil time.Time
+}
+
+// Usable reports whether the key may still be used for proxies at now: the
+// current key always, a previous one before the end of its overlap window.
+func (k AccountKey) Usable(now time.Time) bool {
+	return k.Current || now.Before(k.UsableUntil)
+}
+
+type AccountGetByTokenParams struct {
+	TokenHash []byte
+	Now       time.Time
+}
+
+type AccountRotateParams struct {
+	Name string
+	// TokenHash, when set, becomes the account's token. The token it
+	// replaces stays valid until PreviousUntil; earlier previous tokens
+	// keep their own windows.
+	TokenHash []byte
+	// KeyID and SealedKey, when KeyID is not 0, become the account's
+	// current key. KeyID must be above every key id the account has had.
+	// The key it replaces stays usable until PreviousUntil.
+	KeyID     uint32
+	SealedKey []byte
+	// PreviousUntil ends the overlap window of what is replaced; at or
+	// before Now there is none (the old token is refused at once, the old
+	// key is no longer handed to proxies).
+	PreviousUntil time.Time
+	Now           time.Time
+}
+
+type APIKeyRevokeParams struct {
+	ID  string
+	Now time.Time
+}
+
+// Kinds of audit events.
+const (
+	AuditWorkQueued      = "work.queued"       // a caller queued a unit
+	AuditWorkDuplicate   = "work.duplicate"    // a repeated idempotency key returned an existing unit
+	AuditWorkRefused     = "work.refused"      // a caller's unit was refused by a limit (queue full)
+	AuditWorkEnded       = "work.ended"        // a unit reached a terminal state (Outcome)
+	AuditAuthFailed      = "auth.failed"       // a token or API key was refused
+	AuditAuthDenied      = "auth.denied"       // a valid API key was used outside its accounts
+	AuditAuthRateLimited = "auth.rate_limited" // a source went over its budget of failed authentications
+	AuditAccountCreated  = "account.created"
+	AuditTokenRotated    = "account.token_rotated"
+	AuditKeyRotated      = "account.key_rotated"
+	AuditAPIKeyCreated   = "apikey.created"
+	AuditAPIKeyRevoked   = "apikey.revoked"
+	AuditCertRenewed     = "server.cert_renewed"
+)
+
+// AuditEvent is one entry of the audit log. It never holds a secret, an
+// argument, stdin, env or output: only who, from where, what and when. The
+// script name, part of a command, is kept sealed with the master key.
+type AuditEvent struct {
+	// Seq is given by the store and increases with each append.
+	Seq  int64
+	At   time.Time
+	Kind string
+	// Actor is who acted: "apikey:ID", "account:NAME" (a proxy), or
+	// "cli:USER" (a command run on the automator's host).
+	Actor string
+	// Source is where the call came from: the peer's IP address, or the
+	// host name for a CLI command.
+	Source     string
+	Account    string
+	WorkID     string
+	InstanceID string
+	// Outcome is a unit's terminal state (work.ended).
+	Outcome string
+	// SealedScript is the unit's script name sealed with the master key
+	// (crypto.MasterKey.SealAuditField), nil when the event has none.
+	SealedScript []byte
+	// Detail says which method was called and why a call was refused, in
+	// fixed words; never caller input.
+	Detail string
+}
+
+// ForWork returns the event e about unit w: its account, id, claimer and
+// state filled in. The stores use it for the Audit templates of
+// WorkComplete, WorkCancel and WorkExpire.
+func (e AuditEvent) ForWork(w Work) AuditEvent {
+	e.Account, e.WorkID, e.InstanceID, e.Outcome = w.Account, w.ID, w.InstanceID, string(w.State)
+	return e
+}
+
+type AuditListParams struct {
+	// Since keeps the events at or after it; zero keeps all.
+	Since time.Time
+	// AfterSeq keeps the events with a larger Seq (to page on).
+	AfterSeq int64
+	// Limit is the most events returned; it must be positive.
+	Limit int
+}

@@ -1,0 +1,158 @@
+package sqlitestore
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+func (s *Store) AccountGetByToken(ctx context.Context, p store.AccountGetByTokenParams) (store.Account, error) {
+	h := nonNil(p.TokenHash)
+	a, err := scanAccount(s.read.QueryRowContext(ctx, `SELECT `+accountColumns+` FROM accounts WHERE token_hash = ?`, h))
+	if err == nil {
+		return a, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return store.Account{}, fmt.Errorf("getting account by token: %w", err)
+	}
+	var until int64
+	a, err = scanAccountAfter(s.read.QueryRowContext(ctx, `SELECT t.valid_until, `+qualified("a", accountColumns)+`
+FROM account_tokens t JOIN accounts a ON a.name = t.account
+WHERE t.token_hash = ?`, h), &until)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		// Never print the hash: it identifies a credential.
+		return store.Account{}, fmt.Errorf("getting account by token: %w", err)
+	}
+	a.PreviousTokenUntil = fromNanos(until)
+	if toNanos(p.Now) >= until {
+		return a, fmt.Errorf("getting account by token: account %q: %w", a.Name, store.ErrExpired)
+	}
+	return a, nil
+}
+
+func (s *Store) AccountRotate(ctx context.Context, p store.AccountRotateParams) (store.Account, error) {
+	now, until := toNanos(p.Now), toNanos(p.PreviousUntil)
+	var out store.Account
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		cur, err := scanAccount(tx.QueryRowContext(ctx, `SELECT `+accountColumns+` FROM accounts WHERE name = ?`, p.Name))
+		if errors.Is(err, sql.ErrNoRows) {
+			return store.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if p.KeyID != 0 {
+			var highest int64
+			if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(key_id), 0) FROM account_keys WHERE account = ?`, p.Name).Scan(&highest); err != nil {
+				return err
+			}
+			if int64(p.KeyID) <= max(highest, int64(cur.KeyID)) {
+				return fmt.Errorf("key id %d is not above every key id of the account: %w", p.KeyID, store.ErrExists)
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO account_keys (account, key_id, sealed_key, retired_at, usable_until) VALUES (?, ?, ?, ?, ?)`,
+				p.Name, cur.KeyID, nonNil(cur.SealedKey), now, max(until, now)); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE accounts SET key_id = ?, sealed_key = ? WHERE name = ?`, p.KeyID, nonNil(p.SealedKey), p.Name); err != nil {
+				return err
+			}
+		}
+		if p.TokenHash != nil {
+			var taken int
+			if err := tx.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM accounts WHERE token_hash = ?) + (SELECT COUNT(*) FROM account_tokens WHERE token_hash = ?)`,
+				p.TokenHash, p.TokenHash).Scan(&taken); err != nil {
+				return err
+			}
+			if taken > 0 || bytes.Equal(p.TokenHash, cur.TokenHash) {
+				return fmt.Errorf("the new token: %w", store.ErrExists)
+			}
+			// Tokens past their window are of no use any more.
+			if _, err := tx.ExecContext(ctx, `DELETE FROM account_tokens WHERE account = ? AND valid_until <= ?`, p.Name, now); err != nil {
+				return err
+			}
+			if until > now {
+				if _, err := tx.ExecContext(ctx, `INSERT INTO account_tokens (token_hash, account, valid_until) VALUES (?, ?, ?)`,
+					nonNil(cur.TokenHash), p.Name, until); err != nil {
+					return err
+				}
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE accounts SET token_hash = ? WHERE name = ?`, p.TokenHash, p.Name); err != nil {
+				return err
+			}
+		}
+		out, err = scanAccount(tx.QueryRowContext(ctx, `SELECT `+accountColumns+` FROM accounts WHERE name = ?`, p.Name))
+		return err
+	})
+	if err != nil {
+		return store.Account{}, fmt.Errorf("rotating account %q: %w", p.Name, err)
+	}
+	return out, nil
+}
+
+func (s *Store) AccountKeys(ctx context.Context, account string) ([]store.AccountKey, error) {
+	a, err := s.AccountGet(ctx, account)
+	if err != nil {
+		return nil, fmt.Errorf("reading keys of account %q: %w", account, err)
+	}
+	out := []store.AccountKey{{KeyID: a.KeyID, SealedKey: a.SealedKey, Current: true}}
+	rows, err := s.read.QueryContext(ctx, `SELECT key_id, sealed_key, retired_at, usable_until FROM account_keys
+WHERE account = ? ORDER BY key_id DESC`, account)
+	if err != nil {
+		return nil, fmt.Errorf("reading keys of account %q: %w", account, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k store.AccountKey
+		var retired, until int64
+		if err := rows.Scan(&k.KeyID, &k.SealedKey, &retired, &until); err != nil {
+			return nil, fmt.Errorf("reading keys of account %q: %w", account, err)
+		}
+		k.RetiredAt, k.UsableUntil = fromNanos(retired), fromNanos(until)
+		out = append(out, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading keys of account %q: %w", account, err)
+	}
+	return out, nil
+}
+
+func (s *Store) WorkQueuedCount(ctx context.Context, account string, atMost int) (int, error) {
+	limit := int64(atMost)
+	if atMost <= 0 {
+		limit = -1 // SQLite: no limit
+	}
+	var n int
+	if err := s.read.QueryRowContext(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM work WHERE account = ? AND state = 'queued' LIMIT ?)`,
+		account, limit).Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting queued units of account %q: %w", account, err)
+	}
+	return n, nil
+}
+
+// scanAccountAfter scans extra columns followed by accountColumns.
+func scanAccountAfter(r interface{ Scan(...any) error }, extra ...any) (store.Account, error) {
+	var a store.Account
+	var createdAt int64
+	if err := r.Scan(append(extra, &a.Name, &a.TokenHash, &a.KeyID, &a.SealedKey, &createdAt)...); err != nil {
+		return store.Account{}, err
+	}
+	a.CreatedAt = fromNanos(createdAt)
+	return a, nil
+}
+
+// qualified prefixes each of a comma-separated list of columns with table.
+func qualified(table, columns string) string {
+	parts := strings.Split(columns, ",")
+	for i, c := range parts {
+		parts[i] = table + "." + strings.TrimSpace(c)
+	}
+	return strings.Join(parts, ", ")
+}

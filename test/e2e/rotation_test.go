@@ -1,0 +1,254 @@
+//go:build linux
+
+package e2e
+
+import (
+	"database/sql"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	_ "modernc.org/sqlite" // the "sqlite" driver, to read and alter the database
+
+	"github.com/opsgate/opsgate/automator/config"
+)
+
+// openDB opens the automator's SQLite file beside the running automator.
+func openDB(t *testing.T, a *automator) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(a.DataDir, config.FileDB)+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// queued counts the queued units.
+func queued(t *testing.T, db *sql.DB) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM work WHERE state = 'queued'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// rotate runs `automator account rotate-token|rotate-key` and writes the
+// profile it prints to a file.
+func (a *automator) rotate(t *testing.T, what, account, overlap string) string {
+	t.Helper()
+	r := runCLI(bin.automator, "account", what, account, "--data-dir", a.DataDir, "--overlap", overlap)
+	if r.code != 0 {
+		t.Fatalf("automator account %s %s: %v", what, account, r)
+	}
+	path := filepath.Join(t.TempDir(), account+"-"+what+".yaml")
+	if err := os.WriteFile(path, []byte(r.stdout), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestRotateKeyWithoutDowntime: after `account rotate-key`, the unit that
+// was running (sealed with the old key) completes; the unit that was queued
+// runs on a proxy of the new profile; new units are sealed with the new key
+// at rest and run both on a proxy still on the old profile and on one on
+// the new profile.
+func TestRotateKeyWithoutDowntime(t *testing.T) {
+	t.Parallel()
+	a := startAutomator(t)
+	oldProfile := a.createAccount(t, "acme")
+	scripts, tmp := t.TempDir(), t.TempDir()
+	gate, started := filepath.Join(tmp, "gate"), filepath.Join(tmp, "started")
+	writeScript(t, scripts, "wait.sh", `touch "$1"; while [ ! -e "$2" ]; do sleep 0.05; done; echo released`)
+	writeScript(t, scripts, "hello.sh", `echo "hello $1"`)
+	db := openDB(t, a)
+
+	old := startProxy(t, withSettings(t, oldProfile, "max_concurrency: 1"), scripts, "old")
+	old.WaitPolling(t)
+	running := a.StartExec(t, "--account", "acme", "--timeout", "60s", "wait.sh", started, gate)
+	waitFor(t, 15*time.Second, "the old-profile proxy to run wait.sh", func() bool { return exists(started) })
+	waiting := a.StartExec(t, "--account", "acme", "--timeout", "60s", "hello.sh", "queued-before")
+	waitFor(t, 15*time.Second, "a unit to be queued behind the running one", func() bool { return queued(t, db) == 1 })
+
+	newProfile := a.rotate(t, "rotate-key", "acme", "1h")
+	if k := profileValue(t, newProfile, "key"); !strings.HasPrefix(k, "2:") {
+		t.Fatalf("rotate-key printed key %q…, want key id 2", k[:2])
+	}
+	if data, _ := os.ReadFile(newProfile); !strings.Contains(string(data), "previous_keys:\n  - "+profileValue(t, oldProfile, "key")) {
+		t.Fatalf("the new profile does not carry the old key in previous_keys:\n%s", data)
+	}
+	if profileValue(t, newProfile, "token") == profileValue(t, oldProfile, "token") {
+		t.Fatalf("rotate-key printed the old token")
+	}
+
+	// The queued unit (sealed with key 1) runs on a proxy of the new profile.
+	fresh := startProxy(t, newProfile, scripts, "new")
+	if r := waiting.Wait(t, 30*time.Second); r.code != 0 || r.stdout != "hello queued-before\n" {
+		t.Fatalf("unit queued before rotate-key: %v", r)
+	}
+	// The running unit (sealed with key 1) completes after the rotation.
+	writeFile(t, gate, "")
+	if r := running.Wait(t, 30*time.Second); r.code != 0 || r.stdout != "released\n" {
+		t.Fatalf("unit running during rotate-key: %v", r)
+	}
+
+	// New units are sealed with key 2, and the old-profile proxy runs them.
+	if fresh.Stop(t, 30*time.Second) != 0 {
+		t.Fatalf("the new-profile proxy did not stop cleanly")
+	}
+	if r := a.Exec("--account", "acme", "--timeout", "30s", "hello.sh", "old-profile"); r.code != 0 || r.stdout != "hello old-profile\n" {
+		t.Fatalf("a new unit on the old-profile proxy during the overlap: %v", r)
+	}
+	var keyID int
+	if err := db.QueryRow(`SELECT key_id FROM work ORDER BY queued_at DESC LIMIT 1`).Scan(&keyID); err != nil || keyID != 2 {
+		t.Fatalf("the newest unit is stored with key id %d (%v), want 2", keyID, err)
+	}
+	old.Stop(t, 30*time.Second)
+	startProxy(t, newProfile, scripts, "new-2").WaitPolling(t)
+	if r := a.Exec("--account", "acme", "--timeout", "30s", "hello.sh", "new-profile"); r.code != 0 || r.stdout != "hello new-profile\n" {
+		t.Fatalf("a new unit on the new-profile proxy: %v", r)
+	}
+}
+
+// TestRotateTokenKeepsTheOldTokenForTheOverlapThenRefusesIt: with
+// `account rotate-token --overlap`, a proxy on the old profile keeps
+// serving until the window ends and is refused from then on ("expired"),
+// while a proxy on the new profile serves the account throughout.
+func TestRotateTokenKeepsTheOldTokenForTheOverlapThenRefusesIt(t *testing.T) {
+	t.Parallel()
+	a := startAutomator(t)
+	oldProfile := a.createAccount(t, "acme")
+	scripts := t.TempDir()
+	writeScript(t, scripts, "who.sh", `echo "$PROXY_INSTANCE_ID"`)
+	old := startProxy(t, oldProfile, scripts, "old")
+	old.WaitPolling(t)
+
+	const overlap = 3 * time.Second
+	rotated := time.Now()
+	newProfile := a.rotate(t, "rotate-token", "acme", overlap.String())
+	if profileValue(t, newProfile, "key") != profileValue(t, oldProfile, "key") {
+		t.Fatalf("rotate-token changed the key")
+	}
+	// Inside the window the old-profile proxy still serves the account.
+	if r := a.Exec("--account", "acme", "--timeout", "20s", "who.sh"); r.code != 0 || r.stdout != "old\n" {
+		t.Fatalf("exec inside the overlap window, old-profile proxy only: %v", r)
+	}
+	startProxy(t, newProfile, scripts, "new").WaitPolling(t)
+	// After it, the old token is refused, saying why, and the new proxy serves.
+	waitFor(t, overlap+20*time.Second, "the old token to be refused as expired", func() bool {
+		return strings.Contains(a.Log(), "account token expired")
+	})
+	if el := time.Since(rotated); el < overlap {
+		t.Fatalf("the old token was refused %v after the rotation, before the %v overlap ended", el, overlap)
+	}
+	for range 3 {
+		if r := a.Exec("--account", "acme", "--timeout", "20s", "who.sh"); r.code != 0 || r.stdout != "new\n" {
+			t.Fatalf("exec after the overlap: %v; want it run by the new-profile proxy", r)
+		}
+	}
+	if old.Exited() {
+		t.Fatalf("the refused proxy exited; it should keep retrying (its operator installs the new profile)")
+	}
+}
+
+// TestAPIKeyScopesAndRevokeFromTheCLI: `apikey create` needs a scope; a key
+// scoped to acme executes there and gets PermissionDenied on globex; a
+// revoked key is refused by the running automator on its very next call.
+func TestAPIKeyScopesAndRevokeFromTheCLI(t *testing.T) {
+	t.Parallel()
+	a := startAutomator(t)
+	acme := a.createAccount(t, "acme")
+	a.createAccount(t, "globex")
+	scripts := t.TempDir()
+	writeScript(t, scripts, "hello.sh", `echo hello`)
+	startProxy(t, acme, scripts, "a").WaitPolling(t)
+
+	if r := runCLI(bin.automator, "apikey", "create", "ci", "--data-dir", a.DataDir); r.code != 255 || !strings.Contains(r.stderr, "--accounts") {
+		t.Fatalf("apikey create without a scope: %v; want exit 255 asking for --accounts", r)
+	}
+	if r := runCLI(bin.automator, "apikey", "create", "ci", "--accounts", "nobody", "--data-dir", a.DataDir); r.code != 255 || !strings.Contains(r.stderr, "nobody") {
+		t.Fatalf("apikey create for an unknown account: %v; want exit 255 naming it", r)
+	}
+	r := runCLI(bin.automator, "apikey", "create", "ci", "--accounts", "acme", "--data-dir", a.DataDir)
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "oak_") {
+		t.Fatalf("apikey create: %v", r)
+	}
+	keyFile := filepath.Join(t.TempDir(), "ci.apikey")
+	writeFile(t, keyFile, r.stdout)
+	id := strings.Fields(strings.TrimPrefix(r.stderr, "automator: API key "))[0]
+	exec := func(account string) result {
+		return runCLI(bin.automator, "exec", "--server", a.publicURL(), "--api-key-file", keyFile,
+			"--ca", filepath.Join(a.DataDir, config.FileCACert), "--account", account, "--timeout", "20s", "hello.sh")
+	}
+	if r := exec("acme"); r.code != 0 || r.stdout != "hello\n" {
+		t.Fatalf("exec on acme with a key scoped to acme: %v", r)
+	}
+	if r := exec("globex"); r.code != 255 || !strings.Contains(r.stderr, "may not use account") {
+		t.Fatalf("exec on globex with a key scoped to acme: %v; want exit 255 saying it may not", r)
+	}
+	if r := runCLI(bin.automator, "apikey", "revoke", id, "--data-dir", a.DataDir); r.code != 0 || !strings.Contains(r.stdout, "revoked") {
+		t.Fatalf("apikey revoke %s: %v", id, r)
+	}
+	if r := exec("acme"); r.code != 255 || !strings.Contains(r.stderr, "revoked") {
+		t.Fatalf("exec right after the revoke: %v; want exit 255 saying the key was revoked", r)
+	}
+	list := runCLI(bin.automator, "apikey", "list", "--data-dir", a.DataDir)
+	if list.code != 0 || !strings.Contains(list.stdout, id) || !strings.Contains(list.stdout, "admin") {
+		t.Fatalf("apikey list: %v", list)
+	}
+	for _, l := range strings.Split(list.stdout, "\n") {
+		if strings.HasPrefix(l, id) && strings.HasSuffix(strings.TrimSpace(l), "-") {
+			t.Errorf("apikey list shows %s as not revoked: %q", id, l)
+		}
+	}
+}
+
+// TestCommandReplayedIntoAnotherUnitFailsAndRunsNothing: a sealed command
+// copied in the database into another unit's row, of the same account or
+// of another, does not open on the proxy: that unit fails and its script
+// never runs, while the genuine unit runs.
+func TestCommandReplayedIntoAnotherUnitFailsAndRunsNothing(t *testing.T) {
+	t.Parallel()
+	a := startAutomator(t)
+	acme := a.createAccount(t, "acme")
+	globex := a.createAccount(t, "globex")
+	scripts, markers := t.TempDir(), t.TempDir()
+	writeScript(t, scripts, "mark.sh", `touch "`+markers+`/$1"`)
+	db := openDB(t, a)
+
+	genuine := a.StartExec(t, "--account", "acme", "--timeout", "30s", "mark.sh", "genuine")
+	waitFor(t, 10*time.Second, "the genuine unit to be queued", func() bool { return queued(t, db) == 1 })
+	sameAccount := a.StartExec(t, "--account", "acme", "--timeout", "30s", "mark.sh", "same-account")
+	otherAccount := a.StartExec(t, "--account", "globex", "--timeout", "30s", "mark.sh", "other-account")
+	waitFor(t, 10*time.Second, "three units to be queued", func() bool { return queued(t, db) == 3 })
+	var blob []byte
+	if err := db.QueryRow(`SELECT sealed_command FROM work WHERE state = 'queued' ORDER BY queued_at LIMIT 1`).Scan(&blob); err != nil {
+		t.Fatal(err)
+	}
+	res, err := db.Exec(`UPDATE work SET sealed_command = ? WHERE state = 'queued' AND id <> (SELECT id FROM work WHERE state = 'queued' ORDER BY queued_at LIMIT 1)`, blob)
+	if n, _ := res.RowsAffected(); err != nil || n != 2 {
+		t.Fatalf("copying the sealed command into the other two units: %v, %d rows", err, n)
+	}
+
+	startProxy(t, acme, scripts, "acme-1")
+	startProxy(t, globex, scripts, "globex-1")
+	if r := genuine.Wait(t, 30*time.Second); r.code != 0 {
+		t.Fatalf("the genuine unit: %v", r)
+	}
+	for name, bg := range map[string]*bgExec{"same account": sameAccount, "other account": otherAccount} {
+		if r := bg.Wait(t, 30*time.Second); r.code != 125 || !strings.Contains(r.stderr, "did not open") {
+			t.Errorf("the unit holding a command replayed from another unit (%s): %v; want exit 125, did not open", name, r)
+		}
+	}
+	entries, _ := os.ReadDir(markers)
+	if len(entries) != 1 || entries[0].Name() != "genuine" {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Fatalf("scripts that ran: %v; want only the genuine unit's", names)
+	}
+}
