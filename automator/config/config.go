@@ -188,7 +188,8 @@ func Save(dir string, c Config) error {
 		return err
 	}
 	header := []byte("# automator settings; `automator serve` flags override them.\n")
-	return os.WriteFile(filepath.Join(dir, FileConfig), append(header, data...), 0o644)
+	// 0600: a PostgreSQL DSN in db may carry a password.
+	return os.WriteFile(filepath.Join(dir, FileConfig), append(header, data...), 0o600)
 }
 
 // DBPath resolves the SQLite path of c.DB against the data directory.

@@ -90,3 +90,18 @@ func TestLogFormatIsTextOrJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestSaveIsPrivate: the db setting may hold a PostgreSQL password.
+func TestSaveIsPrivate(t *testing.T) {
+	dir := t.TempDir()
+	if err := Save(dir, Default("https://h:1")); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(dir, FileConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("automator.yaml mode %v, want 0600", fi.Mode().Perm())
+	}
+}
