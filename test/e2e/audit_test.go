@@ -150,8 +150,10 @@ func TestAuditLogListsExecutionsAndFailuresWithoutSecrets(t *testing.T) {
 		has(kind, func(e auditEvent) bool { return e.Kind == kind && strings.HasPrefix(e.Actor, "cli") })
 	}
 	text := runCLI(bin.automator, "audit", "--data-dir", a.DataDir, "--since", "1h")
-	if text.code != 0 || strings.Count(text.stdout, "\n") != len(events) || !strings.Contains(text.stdout, "script="+script) {
-		t.Errorf("automator audit (text): %v; want %d lines naming the script", text, len(events))
+	// At least the JSON listing's lines: the proxy with the wrong token keeps
+	// retrying, so a refusal may land between the two listings.
+	if text.code != 0 || strings.Count(text.stdout, "\n") < len(events) || !strings.Contains(text.stdout, "script="+script) {
+		t.Errorf("automator audit (text): %v; want at least %d lines naming the script", text, len(events))
 	}
 
 	// None of the secrets, in the audit output or in the database files.
