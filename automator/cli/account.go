@@ -33,23 +33,12 @@ func cmdAccountCreate(ctx context.Context, args []string, env Env) error {
 	if err := requireFlag("data-dir", *dir); err != nil {
 		return err
 	}
-	cfg, err := config.Load(*dir)
+	d, err := openAccountAdmin(ctx, *dir)
 	if err != nil {
 		return err
 	}
-	master, err := crypto.ReadMasterKeyFile(filepath.Join(*dir, config.FileMasterKey))
-	if err != nil {
-		return err
-	}
-	caPEM, err := os.ReadFile(filepath.Join(*dir, config.FileCACert))
-	if err != nil {
-		return fmt.Errorf("reading CA certificate: %w", err)
-	}
-	st, err := openStore(ctx, *dir, cfg)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
+	defer d.st.Close()
+	cfg, master, caPEM, st := d.cfg, d.master, d.caPEM, d.st
 
 	token, err := crypto.NewToken("opt_")
 	if err != nil {
@@ -111,4 +100,34 @@ func ProfileWithPrevious(account, url, token, key string, previous []string, caP
 	b.WriteString("# instance_id: host-a               # defaults to the host name\n")
 	b.WriteString("# max_concurrency: 4                # units run at once\n")
 	return b.String()
+}
+
+// accountAdmin is what the account commands need of a data directory.
+type accountAdmin struct {
+	cfg    config.Config
+	master crypto.MasterKey
+	caPEM  []byte
+	st     store.Store
+}
+
+// openAccountAdmin loads the settings, the master key and the CA
+// certificate of a data directory and opens its store; the caller closes it.
+func openAccountAdmin(ctx context.Context, dir string) (accountAdmin, error) {
+	cfg, err := config.Load(dir)
+	if err != nil {
+		return accountAdmin{}, err
+	}
+	master, err := readMaster(dir)
+	if err != nil {
+		return accountAdmin{}, err
+	}
+	caPEM, err := os.ReadFile(filepath.Join(dir, config.FileCACert))
+	if err != nil {
+		return accountAdmin{}, fmt.Errorf("reading CA certificate: %w", err)
+	}
+	st, err := openStore(ctx, dir, cfg)
+	if err != nil {
+		return accountAdmin{}, err
+	}
+	return accountAdmin{cfg: cfg, master: master, caPEM: caPEM, st: st}, nil
 }

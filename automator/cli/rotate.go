@@ -5,11 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"time"
 
-	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/crypto"
@@ -53,23 +50,12 @@ func cmdAccountRotate(ctx context.Context, rotateKey bool, args []string, env En
 	if *overlap < 0 || *overlap > maxOverlap {
 		return fmt.Errorf("--overlap %v is outside [0, %v]", *overlap, maxOverlap)
 	}
-	cfg, err := config.Load(*dir)
+	d, err := openAccountAdmin(ctx, *dir)
 	if err != nil {
 		return err
 	}
-	master, err := crypto.ReadMasterKeyFile(filepath.Join(*dir, config.FileMasterKey))
-	if err != nil {
-		return err
-	}
-	caPEM, err := os.ReadFile(filepath.Join(*dir, config.FileCACert))
-	if err != nil {
-		return fmt.Errorf("reading CA certificate: %w", err)
-	}
-	st, err := openStore(ctx, *dir, cfg)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
+	defer d.st.Close()
+	cfg, master, caPEM, st := d.cfg, d.master, d.caPEM, d.st
 
 	keys, err := st.AccountKeys(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {

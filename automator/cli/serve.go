@@ -19,7 +19,6 @@ import (
 	"github.com/opsgate/opsgate/automator/metrics"
 	"github.com/opsgate/opsgate/automator/pki"
 	"github.com/opsgate/opsgate/automator/server"
-	"github.com/opsgate/opsgate/crypto"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -63,7 +62,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("invalid settings in %s or flags: %w", filepath.Join(*dir, config.FileConfig), err)
 	}
-	master, err := crypto.ReadMasterKeyFile(filepath.Join(*dir, config.FileMasterKey))
+	master, err := readMaster(*dir)
 	if err != nil {
 		return err
 	}

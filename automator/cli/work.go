@@ -5,13 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"time"
 
-	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
-	"github.com/opsgate/opsgate/crypto"
 )
 
 // cmdWork dispatches the work subcommands.
@@ -33,7 +30,7 @@ func cmdWork(ctx context.Context, args []string, env Env) (int, error) {
 // opener opens sealed commands and results with the account keys, as the
 // automator does: the listings need the master key of the data directory.
 func opener(dir string, st store.Store) (*server.Server, error) {
-	master, err := crypto.ReadMasterKeyFile(filepath.Join(dir, config.FileMasterKey))
+	master, err := readMaster(dir)
 	if err != nil {
 		return nil, err
 	}
