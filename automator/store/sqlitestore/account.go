@@ -22,16 +22,22 @@ func scanAccount(r interface{ Scan(...any) error }) (store.Account, error) {
 }
 
 func (s *Store) AccountCreate(ctx context.Context, p store.AccountCreateParams) (store.Account, error) {
-	res, err := s.write.ExecContext(ctx, `INSERT INTO accounts (`+accountColumns+`) VALUES (?, ?, ?, ?, ?)
+	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
+		res, err := tx.ExecContext(ctx, `INSERT INTO accounts (`+accountColumns+`) VALUES (?, ?, ?, ?, ?)
 ON CONFLICT (name) DO NOTHING`,
-		p.Name, nonNil(p.TokenHash), p.KeyID, nonNil(p.SealedKey), toNanos(p.Now))
+			p.Name, nonNil(p.TokenHash), p.KeyID, nonNil(p.SealedKey), toNanos(p.Now))
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return store.ErrExists
+		}
+		return nil
+	})
 	if err != nil {
 		return store.Account{}, fmt.Errorf("creating account %q: %w", p.Name, err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return store.Account{}, fmt.Errorf("creating account %q: %w", p.Name, err)
-	} else if n == 0 {
-		return store.Account{}, fmt.Errorf("creating account %q: %w", p.Name, store.ErrExists)
 	}
 	return store.Account{
 		Name:      p.Name,
@@ -43,7 +49,7 @@ ON CONFLICT (name) DO NOTHING`,
 }
 
 func (s *Store) AccountGet(ctx context.Context, name string) (store.Account, error) {
-	a, err := scanAccount(s.read.QueryRowContext(ctx, `SELECT `+accountColumns+` FROM accounts WHERE name = ?`, name))
+	a, err := scanAccount(s.reads.QueryRowContext(ctx, `SELECT `+accountColumns+` FROM accounts WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		err = store.ErrNotFound
 	}
@@ -54,7 +60,7 @@ func (s *Store) AccountGet(ctx context.Context, name string) (store.Account, err
 }
 
 func (s *Store) AccountGetByTokenHash(ctx context.Context, h []byte) (store.Account, error) {
-	a, err := scanAccount(s.read.QueryRowContext(ctx, `SELECT `+accountColumns+` FROM accounts WHERE token_hash = ?`, nonNil(h)))
+	a, err := scanAccount(s.reads.QueryRowContext(ctx, `SELECT `+accountColumns+` FROM accounts WHERE token_hash = ?`, nonNil(h)))
 	if errors.Is(err, sql.ErrNoRows) {
 		err = store.ErrNotFound
 	}
@@ -66,7 +72,7 @@ func (s *Store) AccountGetByTokenHash(ctx context.Context, h []byte) (store.Acco
 }
 
 func (s *Store) AccountList(ctx context.Context) ([]store.Account, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT `+accountColumns+` FROM accounts ORDER BY name`)
+	rows, err := s.reads.QueryContext(ctx, `SELECT `+accountColumns+` FROM accounts ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("listing accounts: %w", err)
 	}

@@ -43,13 +43,18 @@ func (s *Store) APIKeyCreate(ctx context.Context, p store.APIKeyCreateParams) (s
 	if err != nil {
 		return store.APIKey{}, fmt.Errorf("creating api key %q: %w", p.ID, err)
 	}
-	k, err := scanAPIKey(s.write.QueryRowContext(ctx, `INSERT INTO api_keys (id, hash, name, created_at, accounts) VALUES (?, ?, ?, ?, ?)
+	var k store.APIKey
+	err = s.writeTx(ctx, func(ctx context.Context, tx querier) error {
+		var err error
+		k, err = scanAPIKey(tx.QueryRowContext(ctx, `INSERT INTO api_keys (id, hash, name, created_at, accounts) VALUES (?, ?, ?, ?, ?)
 ON CONFLICT (id) DO NOTHING
 RETURNING `+apiKeyColumns,
-		p.ID, nonNil(p.Hash), p.Name, toNanos(p.Now), accounts))
-	if errors.Is(err, sql.ErrNoRows) {
-		err = store.ErrExists
-	}
+			p.ID, nonNil(p.Hash), p.Name, toNanos(p.Now), accounts))
+		if errors.Is(err, sql.ErrNoRows) {
+			return store.ErrExists
+		}
+		return err
+	})
 	if err != nil {
 		return store.APIKey{}, fmt.Errorf("creating api key %q: %w", p.ID, err)
 	}
@@ -57,7 +62,7 @@ RETURNING `+apiKeyColumns,
 }
 
 func (s *Store) APIKeyGetByHash(ctx context.Context, h []byte) (store.APIKey, error) {
-	k, err := scanAPIKey(s.read.QueryRowContext(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE hash = ?`, nonNil(h)))
+	k, err := scanAPIKey(s.reads.QueryRowContext(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE hash = ?`, nonNil(h)))
 	if errors.Is(err, sql.ErrNoRows) {
 		err = store.ErrNotFound
 	}
@@ -69,7 +74,7 @@ func (s *Store) APIKeyGetByHash(ctx context.Context, h []byte) (store.APIKey, er
 }
 
 func (s *Store) APIKeyList(ctx context.Context) ([]store.APIKey, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT `+apiKeyColumns+` FROM api_keys ORDER BY created_at, id`)
+	rows, err := s.reads.QueryContext(ctx, `SELECT `+apiKeyColumns+` FROM api_keys ORDER BY created_at, id`)
 	if err != nil {
 		return nil, fmt.Errorf("listing api keys: %w", err)
 	}
@@ -90,7 +95,7 @@ func (s *Store) APIKeyList(ctx context.Context) ([]store.APIKey, error) {
 
 func (s *Store) APIKeyRevoke(ctx context.Context, p store.APIKeyRevokeParams) (store.APIKey, error) {
 	var k store.APIKey
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
 		if _, err := tx.ExecContext(ctx, `UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at = 0`, toNanos(p.Now), p.ID); err != nil {
 			return err
 		}

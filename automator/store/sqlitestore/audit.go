@@ -31,14 +31,20 @@ RETURNING seq`,
 }
 
 func (s *Store) AuditAppend(ctx context.Context, e store.AuditEvent) (store.AuditEvent, error) {
-	return insertAudit(ctx, s.write, e)
+	var out store.AuditEvent
+	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
+		var err error
+		out, err = insertAudit(ctx, tx, e)
+		return err
+	})
+	return out, err
 }
 
 func (s *Store) AuditList(ctx context.Context, p store.AuditListParams) ([]store.AuditEvent, error) {
 	if p.Limit <= 0 {
 		return nil, fmt.Errorf("listing the audit log: limit %d must be positive", p.Limit)
 	}
-	rows, err := s.read.QueryContext(ctx, `SELECT `+auditColumns+` FROM audit
+	rows, err := s.reads.QueryContext(ctx, `SELECT `+auditColumns+` FROM audit
 WHERE seq > ? AND at >= ?
 ORDER BY seq
 LIMIT ?`, p.AfterSeq, toNanos(p.Since), p.Limit)

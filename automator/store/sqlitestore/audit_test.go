@@ -1,6 +1,7 @@
 package sqlitestore
 
 import (
+	"context"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,7 +18,11 @@ func TestAuditLogIsAppendOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, q := range []string{`UPDATE audit SET detail = 'changed'`, `DELETE FROM audit`} {
-		if _, err := s.write.ExecContext(t.Context(), q); err == nil || !strings.Contains(err.Error(), "append-only") {
+		err := s.writeTx(t.Context(), func(ctx context.Context, tx querier) error {
+			_, err := tx.ExecContext(ctx, q)
+			return err
+		})
+		if err == nil || !strings.Contains(err.Error(), "append-only") {
 			t.Errorf("%s: %v, want it refused as append-only", q, err)
 		}
 	}

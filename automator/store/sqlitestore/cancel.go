@@ -11,7 +11,7 @@ import (
 
 func (s *Store) WorkCancel(ctx context.Context, p store.WorkCancelParams) (store.Work, error) {
 	var w store.Work
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
 		var err error
 		w, err = scanWork(tx.QueryRowContext(ctx, `UPDATE work
 SET state = 'cancelled', reason = ?, finished_at = ?

@@ -22,7 +22,7 @@ func (s *Store) WorkClaim(ctx context.Context, p store.WorkClaimParams) ([]store
 	// write transaction below looks again, so a unit queued in between is
 	// simply claimed by the next poll.
 	var one int
-	err := s.read.QueryRowContext(ctx, `SELECT 1 FROM work
+	err := s.reads.QueryRowContext(ctx, `SELECT 1 FROM work
 WHERE account = ? AND state = 'queued' AND deadline > ? LIMIT 1`, p.Account, now).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
@@ -31,7 +31,7 @@ WHERE account = ? AND state = 'queued' AND deadline > ? LIMIT 1`, p.Account, now
 		return nil, fmt.Errorf("claiming work for account %q: %w", p.Account, err)
 	}
 	var claimed []store.Work
-	err = s.writeTx(ctx, func(tx *sql.Tx) error {
+	err = s.writeTx(ctx, func(ctx context.Context, tx querier) error {
 		claimed = claimed[:0]
 		ids, err := claimCandidates(ctx, tx, p.Account, now, p.Max)
 		if err != nil {
@@ -63,7 +63,7 @@ RETURNING `+workColumns,
 
 // claimCandidates returns the ids of the account's oldest queued units whose
 // deadline is still ahead.
-func claimCandidates(ctx context.Context, tx *sql.Tx, account string, now int64, max int) ([]string, error) {
+func claimCandidates(ctx context.Context, tx querier, account string, now int64, max int) ([]string, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT id FROM work
 WHERE account = ? AND state = 'queued' AND deadline > ?
 ORDER BY queued_at, id

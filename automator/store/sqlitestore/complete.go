@@ -21,13 +21,13 @@ func (s *Store) WorkComplete(ctx context.Context, p store.WorkCompleteParams) (s
 	}
 	now := toNanos(p.Now)
 	var w store.Work
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
 		var err error
 		w, err = scanWork(tx.QueryRowContext(ctx, `UPDATE work
 SET state = ?, sealed_result = ?, reason = ?, finished_at = ?
-WHERE id = ? AND state = 'claimed' AND claim_id = ? AND deadline > ?
+WHERE id = ? AND state = 'claimed' AND claim_id = ? AND deadline > ? AND (? = '' OR account = ?)
 RETURNING `+workColumns,
-			string(p.State), p.SealedResult, p.Reason, now, p.ID, p.ClaimID, now))
+			string(p.State), p.SealedResult, p.Reason, now, p.ID, p.ClaimID, now, p.Account, p.Account))
 		if err == nil && p.Audit != nil {
 			_, err = insertAudit(ctx, tx, p.Audit.ForWork(w))
 		}
@@ -40,6 +40,9 @@ RETURNING `+workColumns,
 			return err
 		}
 		switch {
+		case p.Account != "" && w.Account != p.Account:
+			w = store.Work{}
+			return store.ErrNotFound
 		case w.State != store.StateClaimed:
 			return fmt.Errorf("it is %s: %w", w.State, store.ErrNotClaimable)
 		case w.ClaimID != p.ClaimID:

@@ -17,7 +17,7 @@ func (s *Store) WorkExpire(ctx context.Context, p store.WorkExpireParams) ([]sto
 	}
 	now := toNanos(p.Now)
 	var expired []store.Work
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
 		expired = expired[:0]
 		due, err := dueWork(ctx, tx, now, limit)
 		if err != nil {
@@ -52,7 +52,7 @@ RETURNING `+workColumns,
 
 // dueWork returns the open units whose deadline is at or before now, earliest
 // deadline first.
-func dueWork(ctx context.Context, tx *sql.Tx, now int64, limit int) ([]store.Work, error) {
+func dueWork(ctx context.Context, tx querier, now int64, limit int) ([]store.Work, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT `+workColumns+` FROM work
 WHERE state IN ('queued', 'claimed') AND deadline <= ?
 ORDER BY deadline, id

@@ -8,14 +8,17 @@ import (
 )
 
 func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) error {
-	_, err := s.write.ExecContext(ctx, `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight)
+	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight)
 VALUES (?, ?, ?, ?, ?, ?)
 ON CONFLICT (account, instance_id) DO UPDATE SET
 	hostname = excluded.hostname,
 	version = excluded.version,
 	last_poll_at = excluded.last_poll_at,
 	in_flight = excluded.in_flight`,
-		p.Account, p.InstanceID, p.Hostname, p.Version, toNanos(p.Now), p.InFlight)
+			p.Account, p.InstanceID, p.Hostname, p.Version, toNanos(p.Now), p.InFlight)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("recording a poll of instance %q of account %q: %w", p.InstanceID, p.Account, err)
 	}
@@ -23,7 +26,7 @@ ON CONFLICT (account, instance_id) DO UPDATE SET
 }
 
 func (s *Store) InstanceList(ctx context.Context, account string) ([]store.Instance, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT account, instance_id, hostname, version, last_poll_at, in_flight
+	rows, err := s.reads.QueryContext(ctx, `SELECT account, instance_id, hostname, version, last_poll_at, in_flight
 FROM instances WHERE account = ? ORDER BY instance_id`, account)
 	if err != nil {
 		return nil, fmt.Errorf("listing instances of account %q: %w", account, err)

@@ -37,7 +37,7 @@ func (s *Store) WorkList(ctx context.Context, p store.WorkListParams) ([]store.W
 	q += ` ORDER BY queued_at DESC, id DESC LIMIT ?`
 	args = append(args, p.Limit)
 
-	rows, err := s.read.QueryContext(ctx, q, args...)
+	rows, err := s.reads.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("listing work: %w", err)
 	}
@@ -57,7 +57,7 @@ func (s *Store) WorkList(ctx context.Context, p store.WorkListParams) ([]store.W
 }
 
 func (s *Store) AccountStats(ctx context.Context, p store.AccountStatsParams) ([]store.AccountStats, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT a.name,
+	rows, err := s.reads.QueryContext(ctx, `SELECT a.name,
 	(SELECT COUNT(*) FROM work w WHERE w.account = a.name AND w.state = 'queued'),
 	(SELECT COALESCE(MIN(w.queued_at), 0) FROM work w WHERE w.account = a.name AND w.state = 'queued'),
 	(SELECT COUNT(*) FROM work w WHERE w.account = a.name AND w.state = 'claimed'),

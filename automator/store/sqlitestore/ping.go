@@ -7,7 +7,7 @@ import (
 
 func (s *Store) Ping(ctx context.Context) error {
 	var version int
-	err := s.read.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&version)
+	err := s.reads.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&version)
 	if err != nil {
 		return fmt.Errorf("pinging sqlite store %q: %w", s.path, err)
 	}

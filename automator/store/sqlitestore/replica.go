@@ -8,14 +8,17 @@ import (
 )
 
 func (s *Store) ReplicaHeartbeat(ctx context.Context, p store.ReplicaHeartbeatParams) error {
-	_, err := s.write.ExecContext(ctx, `INSERT INTO replicas (replica_id, hostname, version, started_at, last_seen)
+	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO replicas (replica_id, hostname, version, started_at, last_seen)
 VALUES (?, ?, ?, ?, ?)
 ON CONFLICT (replica_id) DO UPDATE SET
 	hostname = excluded.hostname,
 	version = excluded.version,
 	started_at = excluded.started_at,
 	last_seen = excluded.last_seen`,
-		p.ReplicaID, p.Hostname, p.Version, toNanos(p.StartedAt), toNanos(p.Now))
+			p.ReplicaID, p.Hostname, p.Version, toNanos(p.StartedAt), toNanos(p.Now))
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("recording a heartbeat of replica %q: %w", p.ReplicaID, err)
 	}
@@ -23,7 +26,7 @@ ON CONFLICT (replica_id) DO UPDATE SET
 }
 
 func (s *Store) ReplicaList(ctx context.Context) ([]store.Replica, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT replica_id, hostname, version, started_at, last_seen
+	rows, err := s.reads.QueryContext(ctx, `SELECT replica_id, hostname, version, started_at, last_seen
 FROM replicas ORDER BY replica_id`)
 	if err != nil {
 		return nil, fmt.Errorf("listing replicas: %w", err)

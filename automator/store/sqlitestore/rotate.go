@@ -13,7 +13,7 @@ import (
 
 func (s *Store) AccountGetByToken(ctx context.Context, p store.AccountGetByTokenParams) (store.Account, error) {
 	h := nonNil(p.TokenHash)
-	a, err := scanAccount(s.read.QueryRowContext(ctx, `SELECT `+accountColumns+` FROM accounts WHERE token_hash = ?`, h))
+	a, err := scanAccount(s.reads.QueryRowContext(ctx, `SELECT `+accountColumns+` FROM accounts WHERE token_hash = ?`, h))
 	if err == nil {
 		return a, nil
 	}
@@ -21,7 +21,7 @@ func (s *Store) AccountGetByToken(ctx context.Context, p store.AccountGetByToken
 		return store.Account{}, fmt.Errorf("getting account by token: %w", err)
 	}
 	var until int64
-	a, err = scanAccountAfter(s.read.QueryRowContext(ctx, `SELECT t.valid_until, `+qualified("a", accountColumns)+`
+	a, err = scanAccountAfter(s.reads.QueryRowContext(ctx, `SELECT t.valid_until, `+qualified("a", accountColumns)+`
 FROM account_tokens t JOIN accounts a ON a.name = t.account
 WHERE t.token_hash = ?`, h), &until)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -41,7 +41,7 @@ WHERE t.token_hash = ?`, h), &until)
 func (s *Store) AccountRotate(ctx context.Context, p store.AccountRotateParams) (store.Account, error) {
 	now, until := toNanos(p.Now), toNanos(p.PreviousUntil)
 	var out store.Account
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
 		cur, err := scanAccount(tx.QueryRowContext(ctx, `SELECT `+accountColumns+` FROM accounts WHERE name = ?`, p.Name))
 		if errors.Is(err, sql.ErrNoRows) {
 			return store.ErrNotFound
@@ -103,7 +103,7 @@ func (s *Store) AccountKeys(ctx context.Context, account string) ([]store.Accoun
 		return nil, fmt.Errorf("reading keys of account %q: %w", account, err)
 	}
 	out := []store.AccountKey{{KeyID: a.KeyID, SealedKey: a.SealedKey, Current: true}}
-	rows, err := s.read.QueryContext(ctx, `SELECT key_id, sealed_key, retired_at, usable_until FROM account_keys
+	rows, err := s.reads.QueryContext(ctx, `SELECT key_id, sealed_key, retired_at, usable_until FROM account_keys
 WHERE account = ? ORDER BY key_id DESC`, account)
 	if err != nil {
 		return nil, fmt.Errorf("reading keys of account %q: %w", account, err)
@@ -130,7 +130,7 @@ func (s *Store) WorkQueuedCount(ctx context.Context, account string, atMost int)
 		limit = -1 // SQLite: no limit
 	}
 	var n int
-	if err := s.read.QueryRowContext(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM work WHERE account = ? AND state = 'queued' LIMIT ?)`,
+	if err := s.reads.QueryRowContext(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM work WHERE account = ? AND state = 'queued' LIMIT ?)`,
 		account, limit).Scan(&n); err != nil {
 		return 0, fmt.Errorf("counting queued units of account %q: %w", account, err)
 	}

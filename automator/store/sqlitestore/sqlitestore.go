@@ -1,12 +1,14 @@
 // Package sqlitestore is the embedded backend of store.Store, built on
 // modernc.org/sqlite (pure Go, no cgo). It serves one automator.
 //
-// Every write goes through a pool of exactly one connection, so writers queue
-// in Go (honouring their contexts) instead of failing with SQLITE_BUSY, and
-// every write transaction begins IMMEDIATE so it holds the write lock from its
-// first statement. Reads use a separate pool of read-only connections; in WAL
-// mode they never block the writer nor wait for it. synchronous=FULL makes a
-// commit durable before the call returns.
+// Every write goes to one writer goroutine that owns the only write
+// connection and commits the writes waiting at that moment together, in one
+// IMMEDIATE transaction (group commit, writer.go), so writers queue in Go
+// (honouring their contexts) instead of failing with SQLITE_BUSY, and a
+// single fsync covers many of them. Reads use a separate pool of read-only
+// connections; in WAL mode they never block the writer nor wait for it.
+// synchronous=FULL makes a commit durable before the call returns. Every
+// statement is prepared once per connection (prepared.go).
 package sqlitestore
 
 import (
@@ -38,8 +40,10 @@ const busyTimeoutMillis = 5000
 // Store is a store.Store backed by one SQLite database file.
 type Store struct {
 	path  string
-	write *sql.DB // exactly one connection: all writes
-	read  *sql.DB // read-only connections: all reads outside a write
+	write *sql.DB   // exactly one connection, the writer's: all writes
+	read  *sql.DB   // read-only connections: all reads outside a write
+	w     *writer   // runs every write (group commit)
+	reads *prepared // s.read with prepared statements
 
 	closeOnce sync.Once
 	closeErr  error
@@ -94,7 +98,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("opening sqlite store %q: %w", path, err)
 	}
 
-	return &Store{path: path, write: write, read: read}, nil
+	return &Store{path: path, write: write, read: read, w: newWriter(write), reads: newPrepared(read)}, nil
 }
 
 // Path returns the database file's path as given to Open.
@@ -104,8 +108,11 @@ func (s *Store) Path() string { return s.path }
 // return the first call's result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		// The write pool goes last: the last connection to close
-		// checkpoints the WAL into the database file.
+		// The writer commits what was handed over and stops first. The
+		// write pool goes last: the last connection to close checkpoints
+		// the WAL into the database file.
+		s.w.close()
+		s.reads.close()
 		if err := errors.Join(s.read.Close(), s.write.Close()); err != nil {
 			s.closeErr = fmt.Errorf("closing sqlite store %q: %w", s.path, err)
 		}
@@ -145,25 +152,4 @@ func uriPath(path string) string {
 		p = "//" + p
 	}
 	return p
-}
-
-// querier is what *sql.DB and *sql.Tx have in common.
-type querier interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-// writeTx runs fn in one IMMEDIATE transaction on the write connection and
-// commits it when fn returns nil.
-func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := s.write.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	return tx.Commit()
 }

@@ -1,8 +1,10 @@
 package sqlitestore
 
 import (
+	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"io/fs"
 	"maps"
 	"os"
@@ -140,7 +142,10 @@ func TestMigrationsAreOrdered(t *testing.T) {
 func TestOpenRefusesANewerSchema(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "automator.db")
 	s := open(t, path)
-	if _, err := s.write.ExecContext(t.Context(), `INSERT INTO schema_migrations (version, applied_at) VALUES (999, 0)`); err != nil {
+	if err := s.writeTx(t.Context(), func(ctx context.Context, tx querier) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (999, 0)`)
+		return err
+	}); err != nil {
 		t.Fatalf("inserting a future version: %v", err)
 	}
 	s.Close()
@@ -178,42 +183,41 @@ func TestEveryConnectionHasTheDurabilityPragmas(t *testing.T) {
 		"foreign_keys": "1",
 		"busy_timeout": "5000",
 	}
-	for _, p := range []struct {
-		name  string
-		conns int
-		extra map[string]string
-	}{
-		{"write", 1, map[string]string{"query_only": "0"}},
-		{"read", readConns, map[string]string{"query_only": "1"}},
-	} {
-		db := s.write
-		if p.name == "read" {
-			db = s.read
-		}
-		var held []*sql.Conn
-		for range p.conns {
-			c, err := db.Conn(ctx)
-			if err != nil {
-				t.Fatalf("%s pool: Conn: %v", p.name, err)
+	check := func(pool string, i int, q querier, extra map[string]string) error {
+		all := maps.Clone(want)
+		maps.Copy(all, extra)
+		for pragma, v := range all {
+			var got string
+			if err := q.QueryRowContext(ctx, "PRAGMA "+pragma).Scan(&got); err != nil {
+				return fmt.Errorf("%s pool conn %d: PRAGMA %s: %w", pool, i, pragma, err)
 			}
-			held = append(held, c)
-		}
-		for i, c := range held {
-			all := maps.Clone(want)
-			maps.Copy(all, p.extra)
-			for pragma, v := range all {
-				var got string
-				if err := c.QueryRowContext(ctx, "PRAGMA "+pragma).Scan(&got); err != nil {
-					t.Fatalf("%s pool conn %d: PRAGMA %s: %v", p.name, i, pragma, err)
-				}
-				if got != v {
-					t.Errorf("%s pool conn %d: %s = %s, want %s", p.name, i, pragma, got, v)
-				}
+			if got != v {
+				t.Errorf("%s pool conn %d: %s = %s, want %s", pool, i, pragma, got, v)
 			}
 		}
-		for _, c := range held {
-			c.Close()
+		return nil
+	}
+	// The write pool's one connection belongs to the writer.
+	if err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
+		return check("write", 0, tx, map[string]string{"query_only": "0"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var held []*sql.Conn
+	for range readConns {
+		c, err := s.read.Conn(ctx)
+		if err != nil {
+			t.Fatalf("read pool: Conn: %v", err)
 		}
+		held = append(held, c)
+	}
+	for i, c := range held {
+		if err := check("read", i, c, map[string]string{"query_only": "1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range held {
+		c.Close()
 	}
 }
 

@@ -3,9 +3,9 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/opsgate/opsgate/automator/store"
@@ -45,7 +45,7 @@ func (s *Store) WorkEnqueue(ctx context.Context, p store.WorkEnqueueParams) (sto
 		return store.Work{}, fmt.Errorf("enqueueing work for account %q: the id is empty", p.Account)
 	}
 	var w store.Work
-	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
 		var one int
 		err := tx.QueryRowContext(ctx, `SELECT 1 FROM accounts WHERE name = ?`, p.Account).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -103,7 +103,7 @@ func (s *Store) WorkGet(ctx context.Context, id string) (store.Work, error) {
 
 func (s *Store) WorkNextDeadline(ctx context.Context) (time.Time, bool, error) {
 	var deadline sql.NullInt64
-	if err := s.read.QueryRowContext(ctx, `SELECT MIN(deadline) FROM work WHERE state IN ('queued', 'claimed')`).Scan(&deadline); err != nil {
+	if err := s.reads.QueryRowContext(ctx, `SELECT MIN(deadline) FROM work WHERE state IN ('queued', 'claimed')`).Scan(&deadline); err != nil {
 		return time.Time{}, false, fmt.Errorf("finding the next work deadline: %w", err)
 	}
 	if !deadline.Valid {
@@ -112,38 +112,31 @@ func (s *Store) WorkNextDeadline(ctx context.Context) (time.Time, bool, error) {
 	return fromNanos(deadline.Int64), true, nil
 }
 
-// statesBatch keeps each WorkStates query well under SQLite's limit on bound
-// parameters.
-const statesBatch = 500
-
 func (s *Store) WorkStates(ctx context.Context, ids []string) (map[string]store.State, error) {
-	total := len(ids)
-	out := make(map[string]store.State, total)
-	for len(ids) > 0 {
-		batch := ids[:min(len(ids), statesBatch)]
-		ids = ids[len(batch):]
-		args := make([]any, len(batch))
-		for i, id := range batch {
-			args[i] = id
+	out := make(map[string]store.State, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	// The ids travel as one JSON array, so the statement is the same for
+	// any number of them (and is prepared once).
+	list, err := json.Marshal(ids)
+	if err != nil {
+		return nil, fmt.Errorf("reading the states of %d units of work: %w", len(ids), err)
+	}
+	rows, err := s.reads.QueryContext(ctx, `SELECT id, state FROM work WHERE id IN (SELECT value FROM json_each(?))`, string(list))
+	if err != nil {
+		return nil, fmt.Errorf("reading the states of %d units of work: %w", len(ids), err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, state string
+		if err := rows.Scan(&id, &state); err != nil {
+			return nil, fmt.Errorf("reading the states of %d units of work: %w", len(ids), err)
 		}
-		q := `SELECT id, state FROM work WHERE id IN (?` + strings.Repeat(", ?", len(batch)-1) + `)`
-		if err := func() error {
-			rows, err := s.read.QueryContext(ctx, q, args...)
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			for rows.Next() {
-				var id, state string
-				if err := rows.Scan(&id, &state); err != nil {
-					return err
-				}
-				out[id] = store.State(state)
-			}
-			return rows.Err()
-		}(); err != nil {
-			return nil, fmt.Errorf("reading the states of %d units of work: %w", total, err)
-		}
+		out[id] = store.State(state)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading the states of %d units of work: %w", len(ids), err)
 	}
 	return out, nil
 }

@@ -1,0 +1,36 @@
+package sqlitestore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+// InstancesSeen writes every poll of ps in one write (so one commit, and
+// with the writes waiting beside it one fsync) with one prepared upsert.
+func (s *Store) InstancesSeen(ctx context.Context, ps []store.InstanceSeenParams) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
+		for _, p := range ps {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight)
+VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (account, instance_id) DO UPDATE SET
+	hostname = excluded.hostname,
+	version = excluded.version,
+	last_poll_at = excluded.last_poll_at,
+	in_flight = excluded.in_flight
+WHERE excluded.last_poll_at >= instances.last_poll_at`,
+				p.Account, p.InstanceID, p.Hostname, p.Version, toNanos(p.Now), p.InFlight); err != nil {
+				return fmt.Errorf("instance %q of account %q: %w", p.InstanceID, p.Account, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("recording the polls of %d instances: %w", len(ps), err)
+	}
+	return nil
+}

@@ -1,0 +1,195 @@
+package sqlitestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+// blockWriter runs a write that holds the writer until release is called,
+// and returns once the writer is inside it. done receives the write's
+// outcome.
+func blockWriter(t *testing.T, s *Store, ctx context.Context) (release func(), done <-chan error) {
+	t.Helper()
+	inside, hold := make(chan struct{}), make(chan struct{})
+	out := make(chan error, 1)
+	go func() {
+		out <- s.writeTx(ctx, func(ctx context.Context, tx querier) error {
+			close(inside)
+			<-hold
+			_, err := tx.ExecContext(ctx, `INSERT INTO accounts (name, token_hash, key_id, sealed_key, created_at) VALUES ('blocker', x'00', 1, x'00', 0)`)
+			return err
+		})
+	}()
+	<-inside
+	var once sync.Once
+	return func() { once.Do(func() { close(hold) }) }, out
+}
+
+// waitQueued waits until n writes are handed over to the writer.
+func waitQueued(s *Store, n int) {
+	for len(s.w.ops) < n {
+		runtime.Gosched()
+	}
+}
+
+func accountExists(t *testing.T, s *Store, name string) bool {
+	t.Helper()
+	_, err := s.AccountGet(t.Context(), name)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("AccountGet %s: %v", name, err)
+	}
+	return err == nil
+}
+
+// TestGroupCommitKeepsEachWriteAlone: writes waiting together commit in one
+// transaction, and one that fails is rolled back alone, with its own error.
+func TestGroupCommitKeepsEachWriteAlone(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "a.db"))
+	release, blocked := blockWriter(t, s, t.Context())
+
+	const n = 10
+	errBoom := errors.New("boom")
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.writeTx(t.Context(), func(ctx context.Context, tx querier) error {
+				if _, err := tx.ExecContext(ctx, `INSERT INTO accounts (name, token_hash, key_id, sealed_key, created_at) VALUES (?, ?, 1, x'00', 0)`,
+					fmt.Sprintf("a%d", i), []byte{byte(i + 1)}); err != nil {
+					return err
+				}
+				if i%2 == 1 {
+					return errBoom // after its insert: the insert must go too
+				}
+				return nil
+			})
+		}()
+	}
+	waitQueued(s, n)
+	before := s.w.commits.Load()
+	release()
+	if err := <-blocked; err != nil {
+		t.Fatalf("the blocking write: %v", err)
+	}
+	wg.Wait()
+	if got := s.w.commits.Load() - before; got != 2 {
+		t.Errorf("%d transactions committed the blocker and %d waiting writes, want 2 (the blocker, then one batch)", got, n)
+	}
+	for i := range n {
+		name := fmt.Sprintf("a%d", i)
+		switch {
+		case i%2 == 1 && !errors.Is(errs[i], errBoom):
+			t.Errorf("write %d: error %v, want its own error", i, errs[i])
+		case i%2 == 1 && accountExists(t, s, name):
+			t.Errorf("write %d failed but its insert was kept", i)
+		case i%2 == 0 && errs[i] != nil:
+			t.Errorf("write %d: %v", i, errs[i])
+		case i%2 == 0 && !accountExists(t, s, name):
+			t.Errorf("write %d succeeded but its insert is missing", i)
+		}
+	}
+}
+
+// TestAbandonedWriteNeverRuns: a caller that gives up while its write waits
+// gets its context's error, and the write never happens.
+func TestAbandonedWriteNeverRuns(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "a.db"))
+	release, blocked := blockWriter(t, s, t.Context())
+	defer release()
+
+	ctx, cancel := context.WithCancel(t.Context())
+	ran := make(chan struct{}, 1)
+	out := make(chan error, 1)
+	go func() {
+		out <- s.writeTx(ctx, func(ctx context.Context, tx querier) error {
+			ran <- struct{}{}
+			return nil
+		})
+	}()
+	waitQueued(s, 1)
+	cancel()
+	if err := <-out; !errors.Is(err, context.Canceled) {
+		t.Fatalf("abandoned write: %v, want context.Canceled", err)
+	}
+	release()
+	if err := <-blocked; err != nil {
+		t.Fatal(err)
+	}
+	// A write after it runs after it would have: the writer is past it.
+	if err := s.writeTx(t.Context(), func(context.Context, querier) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ran:
+		t.Error("the abandoned write ran")
+	default:
+	}
+}
+
+// TestWriteUnderWayIsWaitedFor: a caller that gives up once its write has
+// started still gets what happened, since the write may commit.
+func TestWriteUnderWayIsWaitedFor(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "a.db"))
+	ctx, cancel := context.WithCancel(t.Context())
+	release, blocked := blockWriter(t, s, ctx)
+	cancel()
+	release()
+	if err := <-blocked; err != nil {
+		t.Fatalf("a started write whose caller gave up: %v, want its real outcome (nil)", err)
+	}
+	if !accountExists(t, s, "blocker") {
+		t.Error("the write did not commit")
+	}
+}
+
+// TestCloseCommitsWhatWasHandedOver: Close lets the writes already handed
+// over commit, and refuses later ones.
+func TestCloseCommitsWhatWasHandedOver(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a.db")
+	s, err := Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release, blocked := blockWriter(t, s, t.Context())
+	queued := make(chan error, 1)
+	go func() {
+		_, err := s.AccountCreate(t.Context(), store.AccountCreateParams{Name: "late", TokenHash: []byte{9}, KeyID: 1, SealedKey: []byte{1}, Now: testNow})
+		queued <- err
+	}()
+	waitQueued(s, 1)
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	for {
+		s.w.mu.RLock()
+		c := s.w.closed
+		s.w.mu.RUnlock()
+		if c {
+			break
+		}
+		runtime.Gosched()
+	}
+	if _, err := s.AccountCreate(t.Context(), store.AccountCreateParams{Name: "after", TokenHash: []byte{8}, KeyID: 1, SealedKey: []byte{1}, Now: testNow}); !errors.Is(err, errClosed) {
+		t.Errorf("a write after Close: %v, want %v", err, errClosed)
+	}
+	release()
+	for _, c := range []<-chan error{blocked, queued, closed} {
+		if err := <-c; err != nil {
+			t.Fatal(err)
+		}
+	}
+	s = open(t, path)
+	for _, name := range []string{"blocker", "late"} {
+		if !accountExists(t, s, name) {
+			t.Errorf("account %s, handed over before Close, is missing", name)
+		}
+	}
+}
