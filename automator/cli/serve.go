@@ -109,6 +109,13 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		grpc.UnaryInterceptor(srv.UnaryInterceptor()),
 		grpc.MaxRecvMsgSize(maxMessage),
 		grpc.MaxSendMsgSize(maxMessage),
+		// Every proxy instance holds a connection open, almost always idle,
+		// so per-connection memory is what counts: no read buffer of gRPC's
+		// own over TLS, which buffers each connection's input itself (a
+		// second 32 KiB buffer per connection would only copy it), a small
+		// one for plaintext. Write buffers are shared between flushes by
+		// default. Message sizes are not affected.
+		grpc.ReadBufferSize(readBufferSize(cfg.InsecurePlaintext)),
 		// Proxies ping every 10 s so middleboxes keep idle connections open
 		// and dead ones are noticed; allow that, refuse faster pings.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
@@ -150,6 +157,12 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	go func() { errc <- hs.Serve(hlis) }()
 	sweeperDone := make(chan struct{})
 	go func() { srv.Run(runCtx); close(sweeperDone) }()
+	// Instances' polls are kept in memory and written in batches until
+	// every poll has ended (after the gRPC stop below); then what is left.
+	recordCtx, stopRecording := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRecording()
+	recorderDone := make(chan struct{})
+	go func() { srv.RecordInstances(recordCtx); close(recorderDone) }()
 	heartbeatDone := startHeartbeat(runCtx, st, cfg.ReplicaID, log)
 
 	if err := config.WriteServing(*dir, config.Serving{
@@ -176,6 +189,8 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	case <-time.After(5 * time.Second):
 		gs.Stop()
 	}
+	stopRecording()
+	<-recorderDone
 	shutCtx, cancelShut := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancelShut()
 	_ = hs.Shutdown(shutCtx)
@@ -183,4 +198,13 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		return fmt.Errorf("serving: %w", serveErr)
 	}
 	return nil
+}
+
+// readBufferSize is gRPC's read buffer per connection: none over TLS (the
+// TLS connection buffers what it reads), 4 KiB in plaintext.
+func readBufferSize(plaintext bool) int {
+	if plaintext {
+		return 4 << 10
+	}
+	return 0
 }

@@ -102,6 +102,11 @@ func (s *timedStore) InstanceSeen(ctx context.Context, p store.InstanceSeenParam
 	return s.Store.InstanceSeen(ctx, p)
 }
 
+func (s *timedStore) InstancesSeen(ctx context.Context, ps []store.InstanceSeenParams) error {
+	defer s.since("InstancesSeen", time.Now())
+	return s.Store.InstancesSeen(ctx, ps)
+}
+
 func (s *timedStore) InstanceList(ctx context.Context, account string) ([]store.Instance, error) {
 	defer s.since("InstanceList", time.Now())
 	return s.Store.InstanceList(ctx, account)

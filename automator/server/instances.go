@@ -8,37 +8,153 @@ import (
 	"github.com/opsgate/opsgate/automator/store"
 )
 
-// seenEvery is how stale an instance's recorded last poll may get. Polls
-// are frequent (a busy instance polls after every claim): writing each one
-// durably would cost a disk sync per poll, so the record is refreshed only
-// when the instance changes (host, version) or this long after the last
-// write. Listings are at most this stale; "online" allows two poll windows.
+// seenEvery is how stale an instance's stored last poll may get. The
+// record feeds listings, the dashboard and metrics only, so it need not be
+// durable per poll: while RecordInstances runs, a poll of a known instance
+// only updates its record in memory, and the records that changed are
+// written every seenEvery in one transaction per batch. A new instance, or
+// one whose host or version changed, is written at once. Without
+// RecordInstances, a poll is written when its record is this old. Either
+// way listings are at most this stale; "online" allows two poll windows
+// plus this.
 const seenEvery = 5 * time.Second
 
-// seenCache remembers what was last written of each instance.
+// seenBatch bounds the polls written in one transaction, so a flush holds
+// the store's write path only briefly.
+const seenBatch = 512
+
+// seenCache holds the latest poll of each instance.
 type seenCache struct {
 	mu sync.Mutex
-	m  map[[2]string]store.InstanceSeenParams
+	m  map[[2]string]*seenRecord
+	// dirty lists, once each, the records whose latest poll is not written.
+	dirty [][2]string
+	// batching is set while RecordInstances runs.
+	batching bool
 }
 
-// instanceSeen records a poll, skipping the write when the stored record is
-// recent and unchanged.
+type seenRecord struct {
+	last    store.InstanceSeenParams // the latest poll
+	written time.Time                // Now of the latest poll written
+	dirty   bool                     // last is not written yet
+}
+
+// instanceSeen records a poll: in memory while RecordInstances runs and the
+// instance is known and unchanged, else in the store.
 func (s *Server) instanceSeen(ctx context.Context, p store.InstanceSeenParams) error {
 	key := [2]string{p.Account, p.InstanceID}
-	s.seen.mu.Lock()
-	last, ok := s.seen.m[key]
-	s.seen.mu.Unlock()
-	if ok && last.Hostname == p.Hostname && last.Version == p.Version && p.Now.Sub(last.Now) < seenEvery && p.Now.After(last.Now) {
-		return nil
+	c := &s.seen
+	c.mu.Lock()
+	if r := c.m[key]; r != nil && r.last.Hostname == p.Hostname && r.last.Version == p.Version {
+		if c.batching {
+			if p.Now.After(r.last.Now) {
+				r.last = p
+				if !r.dirty {
+					r.dirty = true
+					c.dirty = append(c.dirty, key)
+				}
+			}
+			c.mu.Unlock()
+			return nil
+		}
+		if p.Now.After(r.written) && p.Now.Sub(r.written) < seenEvery {
+			c.mu.Unlock()
+			return nil
+		}
 	}
+	c.mu.Unlock()
+
 	if err := s.store.InstanceSeen(ctx, p); err != nil {
 		return err
 	}
-	s.seen.mu.Lock()
-	if s.seen.m == nil {
-		s.seen.m = make(map[[2]string]store.InstanceSeenParams)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = make(map[[2]string]*seenRecord)
 	}
-	s.seen.m[key] = p
-	s.seen.mu.Unlock()
+	r := c.m[key]
+	if r == nil {
+		r = &seenRecord{}
+		c.m[key] = r
+	}
+	if r.last.Now.IsZero() || !p.Now.Before(r.last.Now) || r.last.Hostname != p.Hostname || r.last.Version != p.Version {
+		r.last = p
+		r.dirty = false // what is in memory is what was written
+	}
+	r.written = p.Now
 	return nil
+}
+
+// RecordInstances keeps known instances' polls in memory and writes those
+// that changed every few seconds, until ctx ends; then it writes what is
+// left, and polls are written as they come again. Run it beside Run; a
+// server without it writes polls as they come (at most one per instance
+// every few seconds).
+func (s *Server) RecordInstances(ctx context.Context) {
+	s.seen.mu.Lock()
+	s.seen.batching = true
+	s.seen.mu.Unlock()
+	t := time.NewTicker(seenEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			if err := s.FlushInstances(ctx); err != nil && ctx.Err() == nil {
+				s.log.Error("writing instances' polls", "err", err)
+			}
+		case <-ctx.Done():
+			s.seen.mu.Lock()
+			s.seen.batching = false
+			s.seen.mu.Unlock()
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := s.FlushInstances(fctx); err != nil {
+				s.log.Error("writing instances' polls at shutdown", "err", err)
+			}
+			return
+		}
+	}
+}
+
+// FlushInstances writes every poll kept in memory and not written yet, in
+// batches of at most seenBatch. On an error the polls not written stay
+// pending for the next flush.
+func (s *Server) FlushInstances(ctx context.Context) error {
+	c := &s.seen
+	for {
+		c.mu.Lock()
+		var batch []store.InstanceSeenParams
+		n := 0
+		for ; n < len(c.dirty) && len(batch) < seenBatch; n++ {
+			if r := c.m[c.dirty[n]]; r != nil && r.dirty {
+				r.dirty = false
+				batch = append(batch, r.last)
+			}
+		}
+		c.dirty = c.dirty[n:]
+		if len(c.dirty) == 0 {
+			c.dirty = nil // let the backing array go
+		}
+		c.mu.Unlock()
+		if len(batch) == 0 {
+			return nil
+		}
+		err := s.store.InstancesSeen(ctx, batch)
+		c.mu.Lock()
+		for _, p := range batch {
+			key := [2]string{p.Account, p.InstanceID}
+			r := c.m[key]
+			switch {
+			case err != nil && !r.dirty:
+				r.dirty = true
+				c.dirty = append(c.dirty, key)
+			case err == nil && p.Now.After(r.written):
+				r.written = p.Now
+			}
+		}
+		c.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
 }

@@ -178,6 +178,9 @@ type WorkClaimParams struct {
 type WorkCompleteParams struct {
 	ID      string
 	ClaimID string
+	// Account, when set, is the account the claimer authenticated as: a
+	// unit of another account is ErrNotFound and nothing changes.
+	Account string
 	// State is the terminal state the claimer reports: succeeded, failed or
 	// cancelled. Any other state is an error and changes nothing.
 	State        State
@@ -329,6 +332,12 @@ type Store interface {
 
 	// InstanceSeen records a poll of an instance (upsert).
 	InstanceSeen(ctx context.Context, p InstanceSeenParams) error
+	// InstancesSeen records polls of many instances in one transaction
+	// (upserts), for an automator that keeps its instances' latest polls in
+	// memory and writes them in batches. A poll older than the one stored
+	// for its instance changes nothing, so batches written late or by
+	// several replicas never move a record back in time.
+	InstancesSeen(ctx context.Context, ps []InstanceSeenParams) error
 	// InstanceList returns the instances of an account, ordered by id.
 	InstanceList(ctx context.Context, account string) ([]Instance, error)
 

@@ -112,6 +112,8 @@ func (b *bench) idleSection(ctx context.Context) error {
 	}
 	if b.profDir != "" && ctx.Err() == nil {
 		b.profileIdle(ctx, a)
+		// The runtime's memory statistics (stacks, heap, GC), as text.
+		b.fetchProfile(ctx, a, "heap?debug=1", "automator-idle.memstats.txt", 30*time.Second)
 	}
 	return ctx.Err()
 }

@@ -20,16 +20,17 @@ func (s *Store) WorkComplete(ctx context.Context, p store.WorkCompleteParams) (s
 	default:
 		return store.Work{}, fmt.Errorf("completing work %q: %q is not an outcome a claimer reports (succeeded, failed or cancelled)", p.ID, p.State)
 	}
-	// No transaction: the conditional UPDATE is the whole write, and the read
-	// after a refusal only explains it.
+	// No transaction: the conditional UPDATE is the whole write (with its
+	// audit event, one statement), and the read after a refusal only
+	// explains it. $7 is the account the claimer authenticated as, or ''.
 	var w store.Work
 	err := func() error {
 		var err error
 		w, err = scanWork(s.pool.QueryRow(ctx, withAudit(`UPDATE work
 SET state = $1, sealed_result = $2, reason = $3, finished_at = $4
-WHERE id = $5 AND state = 'claimed' AND claim_id = $6 AND deadline > $4
-RETURNING `+workColumns, p.Audit != nil, 7),
-			appendAuditArgs([]any{string(p.State), p.SealedResult, p.Reason, p.Now, p.ID, p.ClaimID}, p.Audit)...))
+WHERE id = $5 AND state = 'claimed' AND claim_id = $6 AND deadline > $4 AND ($7 = '' OR account = $7)
+RETURNING `+workColumns, p.Audit != nil, 8),
+			appendAuditArgs([]any{string(p.State), p.SealedResult, p.Reason, p.Now, p.ID, p.ClaimID, p.Account}, p.Audit)...))
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
@@ -39,6 +40,11 @@ RETURNING `+workColumns, p.Audit != nil, 7),
 			return err
 		}
 		switch {
+		case p.Account != "" && w.Account != p.Account:
+			// Another account's unit: as if there were none, and nothing of
+			// it is returned.
+			w = store.Work{}
+			return store.ErrNotFound
 		case w.State != store.StateClaimed:
 			return fmt.Errorf("it is %s: %w", w.State, store.ErrNotClaimable)
 		case w.ClaimID != p.ClaimID:

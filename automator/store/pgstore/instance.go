@@ -1,8 +1,10 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -20,6 +22,46 @@ ON CONFLICT (account, instance_id) DO UPDATE SET
 		p.Account, p.InstanceID, p.Hostname, p.Version, p.Now, p.InFlight)
 	if err != nil {
 		return fmt.Errorf("recording a poll of instance %q of account %q: %w", p.InstanceID, p.Account, err)
+	}
+	return nil
+}
+
+// InstancesSeen writes ps in one transaction, as one batch of upserts
+// (one round trip). The rows are upserted in key order, so replicas
+// flushing overlapping batches at once lock them in the same order and
+// cannot deadlock.
+func (s *Store) InstancesSeen(ctx context.Context, ps []store.InstanceSeenParams) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	sorted := slices.Clone(ps)
+	slices.SortStableFunc(sorted, func(a, b store.InstanceSeenParams) int {
+		return cmp.Or(cmp.Compare(a.Account, b.Account), cmp.Compare(a.InstanceID, b.InstanceID))
+	})
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		for _, p := range sorted {
+			b.Queue(`INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (account, instance_id) DO UPDATE SET
+	hostname = excluded.hostname,
+	version = excluded.version,
+	last_poll_at = excluded.last_poll_at,
+	in_flight = excluded.in_flight
+WHERE excluded.last_poll_at >= instances.last_poll_at`,
+				p.Account, p.InstanceID, p.Hostname, p.Version, p.Now, p.InFlight)
+		}
+		br := tx.SendBatch(ctx, b)
+		for _, p := range sorted {
+			if _, err := br.Exec(); err != nil {
+				br.Close()
+				return fmt.Errorf("instance %q of account %q: %w", p.InstanceID, p.Account, err)
+			}
+		}
+		return br.Close()
+	})
+	if err != nil {
+		return fmt.Errorf("recording the polls of %d instances: %w", len(ps), err)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ var completeCases = []testCase{
 	{"WorkCompleteTwiceIsErrNotClaimable", testWorkCompleteTwice},
 	{"WorkCompleteAtOrPastTheDeadlineIsErrNotClaimable", testWorkCompletePastDeadline},
 	{"WorkCompleteOfAnUnknownUnitIsErrNotFound", testWorkCompleteUnknown},
+	{"WorkCompleteOfAnotherAccountsUnitIsErrNotFound", testWorkCompleteOtherAccount},
 	{"WorkCompleteRefusesAStateAClaimerCannotReport", testWorkCompleteRefusesBadState},
 }
 
@@ -130,6 +131,41 @@ func testWorkCompleteUnknown(f *fixture) {
 		Now:     at(0),
 	})
 	f.wantErr("WorkComplete of an unknown unit", err, store.ErrNotFound)
+}
+
+// testWorkCompleteOtherAccount: a claimer authenticated for one account
+// cannot complete (nor learn anything of) another account's unit, even with
+// its claim id.
+func testWorkCompleteOtherAccount(f *fixture) {
+	f.account("acme")
+	f.account("globex")
+	f.enqueue("w-1", "acme", at(0), at(time.Hour))
+	claimed := f.claimOne("acme", "i-1", "w-1", at(time.Minute))
+
+	_, err := f.s.WorkComplete(f.ctx, store.WorkCompleteParams{
+		ID:      "w-1",
+		ClaimID: claimed.ClaimID,
+		Account: "globex",
+		State:   store.StateSucceeded,
+		Now:     at(2 * time.Minute),
+	})
+	f.wantErr("WorkComplete for another account", err, store.ErrNotFound)
+	f.wantWork("WorkGet after the refused result", f.get("w-1"), claimed)
+
+	// Its own account completes it.
+	got, err := f.s.WorkComplete(f.ctx, store.WorkCompleteParams{
+		ID:      "w-1",
+		ClaimID: claimed.ClaimID,
+		Account: "acme",
+		State:   store.StateSucceeded,
+		Now:     at(3 * time.Minute),
+	})
+	if err != nil {
+		f.t.Fatalf("WorkComplete for its own account: %v", err)
+	}
+	if got.State != store.StateSucceeded {
+		f.t.Errorf("WorkComplete for its own account: state %s, want succeeded", got.State)
+	}
 }
 
 // testWorkCompleteRefusesBadState: a claimer reports succeeded, failed or

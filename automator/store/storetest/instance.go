@@ -9,6 +9,7 @@ import (
 
 var instanceCases = []testCase{
 	{"InstanceSeenUpsertsAndInstanceListIsOrderedByID", testInstanceSeenAndList},
+	{"InstancesSeenUpsertsABatchAndNeverMovesARecordBack", testInstancesSeenBatch},
 }
 
 func (f *fixture) seen(p store.InstanceSeenParams) {
@@ -63,4 +64,63 @@ func testInstanceSeenAndList(f *fixture) {
 	f.wantInstances("acme", []store.Instance{a, b})
 	f.wantInstances("globex", []store.Instance{other})
 	f.wantInstances("nobody", nil)
+}
+
+func testInstancesSeenBatch(f *fixture) {
+	f.account("acme")
+	f.account("globex")
+	if err := f.s.InstancesSeen(f.ctx, nil); err != nil {
+		f.t.Fatalf("InstancesSeen(nil): %v", err)
+	}
+	f.wantInstances("acme", nil)
+
+	p := func(account, id, version string, inFlight int, now time.Time) store.InstanceSeenParams {
+		return store.InstanceSeenParams{Account: account, InstanceID: id, Hostname: id + ".example",
+			Version: version, InFlight: inFlight, Now: now}
+	}
+	in := func(p store.InstanceSeenParams) store.Instance {
+		return store.Instance{Account: p.Account, InstanceID: p.InstanceID, Hostname: p.Hostname,
+			Version: p.Version, LastPollAt: p.Now, InFlight: p.InFlight}
+	}
+	batch := func(ps ...store.InstanceSeenParams) {
+		f.t.Helper()
+		if err := f.s.InstancesSeen(f.ctx, ps); err != nil {
+			f.t.Fatalf("InstancesSeen(%d polls): %v", len(ps), err)
+		}
+	}
+
+	// One record written one by one, then a batch that inserts new
+	// instances of two accounts and updates the existing one.
+	old := p("acme", "b-host", "v1", 0, at(time.Second))
+	f.seen(old)
+	b := p("acme", "b-host", "v2", 2, at(time.Minute+time.Microsecond))
+	a := p("acme", "a-host", "v1", 1, at(30*time.Second))
+	g := p("globex", "a-host", "v1", 0, at(40*time.Second))
+	batch(b, g, a)
+	f.wantInstances("acme", []store.Instance{in(a), in(b)})
+	f.wantInstances("globex", []store.Instance{in(g)})
+
+	// A late batch holding older polls changes nothing of what is newer,
+	// and still writes what is newer in the same batch.
+	a2 := p("acme", "a-host", "v1", 5, at(45*time.Second))
+	batch(p("acme", "b-host", "v1", 9, at(50*time.Second)), a2)
+	f.wantInstances("acme", []store.Instance{in(a2), in(b)})
+
+	// A poll at the very same time as the stored one is written (the same
+	// poll written twice is harmless).
+	b2 := b
+	b2.InFlight = 3
+	batch(b2)
+	f.wantInstances("acme", []store.Instance{in(a2), in(b2)})
+
+	// A large batch: every record lands.
+	var many []store.InstanceSeenParams
+	var want []store.Instance
+	for i := range 300 {
+		q := p("globex", fmt.Sprintf("host-%03d", i), "v3", i%7, at(time.Hour+time.Duration(i)*time.Millisecond))
+		many = append(many, q)
+		want = append(want, in(q))
+	}
+	batch(many...)
+	f.wantInstances("globex", append([]store.Instance{in(g)}, want...))
 }

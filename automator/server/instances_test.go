@@ -1,0 +1,232 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/automator/store/sqlitestore"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// seenCounter counts the writes of instances' polls, and fails the next
+// batch when told to.
+type seenCounter struct {
+	store.Store
+	mu        sync.Mutex
+	single    int                          // InstanceSeen calls
+	batches   [][]store.InstanceSeenParams // InstancesSeen calls
+	failBatch bool
+}
+
+func (c *seenCounter) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) error {
+	c.mu.Lock()
+	c.single++
+	c.mu.Unlock()
+	return c.Store.InstanceSeen(ctx, p)
+}
+
+func (c *seenCounter) InstancesSeen(ctx context.Context, ps []store.InstanceSeenParams) error {
+	c.mu.Lock()
+	fail := c.failBatch
+	c.failBatch = false
+	c.batches = append(c.batches, ps)
+	c.mu.Unlock()
+	if fail {
+		return errors.New("injected failure")
+	}
+	return c.Store.InstancesSeen(ctx, ps)
+}
+
+func (c *seenCounter) counts() (single, batches int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.single, len(c.batches)
+}
+
+type stepClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *stepClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *stepClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+type seenEnv struct {
+	t     *testing.T
+	st    *seenCounter
+	srv   *Server
+	clock *stepClock
+}
+
+func newSeenEnv(t *testing.T) *seenEnv {
+	t.Helper()
+	ctx := t.Context()
+	sq, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "automator.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sq.Close() })
+	clock := &stepClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	if _, err := sq.AccountCreate(ctx, store.AccountCreateParams{Name: "acme", TokenHash: []byte("t-acme"), KeyID: 1, SealedKey: []byte("k"), Now: clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	st := &seenCounter{Store: sq}
+	srv, err := New(Options{Store: st, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &seenEnv{t: t, st: st, srv: srv, clock: clock}
+}
+
+// poll makes one poll that returns at once (no wait, no claim).
+func (e *seenEnv) poll(id, version string, running int) {
+	e.t.Helper()
+	req := &automatorv1.PollRequest{InstanceId: id, Hostname: id + ".example", Version: version, Wait: durationpb.New(0)}
+	for range running {
+		req.Running = append(req.Running, newID("w_"))
+	}
+	ctx := context.WithValue(e.t.Context(), keyAccount, "acme")
+	if _, err := e.srv.ProxyService().Poll(ctx, req); err != nil {
+		e.t.Fatalf("Poll(%s): %v", id, err)
+	}
+}
+
+// want checks the stored record of instance id.
+func (e *seenEnv) want(id, version string, lastPoll time.Time, inFlight int) {
+	e.t.Helper()
+	list, err := e.st.Store.InstanceList(e.t.Context(), "acme")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, in := range list {
+		if in.InstanceID == id {
+			if in.Version != version || !in.LastPollAt.Equal(lastPoll) || in.InFlight != inFlight {
+				e.t.Errorf("stored %s: version %s, last poll %v, in flight %d; want %s, %v, %d",
+					id, in.Version, in.LastPollAt, in.InFlight, version, lastPoll, inFlight)
+			}
+			return
+		}
+	}
+	e.t.Errorf("instance %s is not stored (stored: %+v)", id, list)
+}
+
+func (e *seenEnv) wantCounts(single, batches int) {
+	e.t.Helper()
+	if s, b := e.st.counts(); s != single || b != batches {
+		e.t.Errorf("store saw %d InstanceSeen and %d InstancesSeen calls, want %d and %d", s, b, single, batches)
+	}
+}
+
+func (e *seenEnv) batching() {
+	e.srv.seen.mu.Lock()
+	e.srv.seen.batching = true
+	e.srv.seen.mu.Unlock()
+}
+
+// TestKnownInstancesPollsAreWrittenInBatches: while polls are batched, an
+// instance's first poll is stored at once, later polls only in memory until
+// a flush writes the latest of each instance in one call; a changed
+// version is stored at once; a failed flush is retried by the next.
+func TestKnownInstancesPollsAreWrittenInBatches(t *testing.T) {
+	e := newSeenEnv(t)
+	e.batching()
+	t0 := e.clock.Now()
+
+	e.poll("a", "v1", 0)
+	e.want("a", "v1", t0, 0) // listed right after its first poll
+	e.wantCounts(1, 0)
+
+	for i := 1; i <= 10; i++ {
+		e.clock.add(30 * time.Second)
+		e.poll("a", "v1", i%3)
+	}
+	tA := e.clock.Now()
+	e.poll("b", "v1", 0) // a new instance: at once
+	e.wantCounts(2, 0)
+	e.want("a", "v1", t0, 0) // not written per poll
+
+	if err := e.srv.FlushInstances(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	e.wantCounts(2, 1)
+	e.want("a", "v1", tA, 10%3)
+	e.want("b", "v1", tA, 0)
+	if got := len(e.st.batches[0]); got != 1 {
+		t.Errorf("the flush wrote %d polls, want 1 (only a changed since it was written)", got)
+	}
+	// Nothing changed: a flush writes nothing.
+	if err := e.srv.FlushInstances(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	e.wantCounts(2, 1)
+
+	// A new version is written at once, and nothing is left to flush.
+	e.clock.add(time.Second)
+	e.poll("a", "v2", 0)
+	e.want("a", "v2", e.clock.Now(), 0)
+	e.wantCounts(3, 1)
+	if err := e.srv.FlushInstances(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	e.wantCounts(3, 1)
+
+	// A failed flush keeps its polls for the next one.
+	e.clock.add(time.Second)
+	e.poll("a", "v2", 1)
+	e.poll("b", "v1", 2)
+	e.st.mu.Lock()
+	e.st.failBatch = true
+	e.st.mu.Unlock()
+	if err := e.srv.FlushInstances(t.Context()); err == nil {
+		t.Fatal("FlushInstances succeeded through a failing store")
+	}
+	e.want("b", "v1", tA, 0)
+	if err := e.srv.FlushInstances(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	e.wantCounts(3, 3)
+	e.want("a", "v2", e.clock.Now(), 1)
+	e.want("b", "v1", e.clock.Now(), 2)
+}
+
+// TestRecordInstancesWritesWhatIsLeftWhenItStops: the polls kept in memory
+// are written when RecordInstances ends, and after that polls are written
+// as they come (at most one per instance every seenEvery).
+func TestRecordInstancesWritesWhatIsLeftWhenItStops(t *testing.T) {
+	e := newSeenEnv(t)
+	e.poll("a", "v1", 0)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { e.srv.RecordInstances(ctx); close(done) }()
+	for range 5 {
+		e.clock.add(30 * time.Second)
+		e.poll("a", "v1", 1)
+	}
+	cancel()
+	<-done
+	e.want("a", "v1", e.clock.Now(), 1)
+
+	// Without the recorder: a poll seenEvery after the stored one is
+	// written, one sooner is not.
+	single, _ := e.st.counts()
+	e.clock.add(seenEvery)
+	e.poll("a", "v1", 2)
+	e.want("a", "v1", e.clock.Now(), 2)
+	e.clock.add(seenEvery / 2)
+	e.poll("a", "v1", 3)
+	e.want("a", "v1", e.clock.Now().Add(-seenEvery/2), 2)
+	if s, _ := e.st.counts(); s != single+1 {
+		t.Errorf("%d polls written one by one after the recorder stopped, want 1", s-single)
+	}
+}
