@@ -31,13 +31,9 @@ func (p *ProxyService) Complete(ctx context.Context, req *automatorv1.CompleteRe
 	if len(req.GetFailure()) > maxFailureLen {
 		return nil, status.Errorf(codes.InvalidArgument, "failure is longer than %d bytes", maxFailureLen)
 	}
-	w, err := s.store.WorkGet(ctx, req.GetWorkId())
-	if errors.Is(err, store.ErrNotFound) || (err == nil && w.Account != account) {
-		return nil, status.Errorf(codes.NotFound, "work %q not found for this account", req.GetWorkId())
-	}
-	if err != nil {
-		return nil, s.internal(ctx, "reading work", err)
-	}
+	// The unit is not read first: the completion below is conditional on
+	// the account, the claim and the state, and says why when it refuses.
+	w := store.Work{ID: req.GetWorkId(), Account: account}
 
 	var st store.State
 	var reason string
@@ -58,6 +54,9 @@ func (p *ProxyService) Complete(ctx context.Context, req *automatorv1.CompleteRe
 	}
 	if len(req.GetSealedResult()) > 0 {
 		if _, err := s.openResult(ctx, w, req.GetSealedResult()); err != nil {
+			if cur, gerr := s.store.WorkGet(ctx, w.ID); errors.Is(gerr, store.ErrNotFound) || (gerr == nil && cur.Account != account) {
+				return nil, status.Errorf(codes.NotFound, "work %q not found for this account", w.ID)
+			}
 			s.log.Warn("result refused", "work_id", w.ID, "instance_id", req.GetInstanceId(), "err", err)
 			return nil, status.Errorf(codes.InvalidArgument, "sealed result of work %q did not open: %v", w.ID, err)
 		}
@@ -67,6 +66,7 @@ func (p *ProxyService) Complete(ctx context.Context, req *automatorv1.CompleteRe
 	done, err := s.store.WorkComplete(ctx, store.WorkCompleteParams{
 		ID:           w.ID,
 		ClaimID:      req.GetClaimId(),
+		Account:      account,
 		State:        st,
 		SealedResult: req.GetSealedResult(),
 		Reason:       reason,
@@ -74,6 +74,8 @@ func (p *ProxyService) Complete(ctx context.Context, req *automatorv1.CompleteRe
 		Audit:        &audit,
 	})
 	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, status.Errorf(codes.NotFound, "work %q not found for this account", w.ID)
 	case errors.Is(err, store.ErrClaimMismatch):
 		return nil, status.Errorf(codes.FailedPrecondition, "work %q is claimed under another claim id", w.ID)
 	case errors.Is(err, store.ErrNotClaimable):
@@ -87,7 +89,7 @@ func (p *ProxyService) Complete(ctx context.Context, req *automatorv1.CompleteRe
 	case err != nil:
 		return nil, s.internal(ctx, "recording a result", err)
 	}
-	s.emit(ctx, Event{Kind: EventWorkEnded, Account: done.Account, WorkID: done.ID})
+	s.emit(ctx, Event{Kind: EventWorkEnded, Account: done.Account, WorkID: done.ID, ended: &done})
 	s.metrics.WorkFinished(done)
 	s.log.Info("work finished", "work_id", done.ID, "account", account, "state", done.State, "instance_id", done.InstanceID)
 	return &automatorv1.CompleteResponse{}, nil

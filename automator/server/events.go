@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"time"
+
+	"github.com/opsgate/opsgate/automator/store"
 )
 
 // Event is a change of the queue that other automator replicas sharing the
@@ -16,6 +18,11 @@ type Event struct {
 	// InstanceID is the claimer of an ended unit, when it was claimed: its
 	// poll is woken to learn of a cancel.
 	InstanceID string
+
+	// ended is the unit as it ended, for EventWorkEnded on the replica that
+	// ended it: waiting callers here take it instead of reading it again.
+	// It is not published.
+	ended *store.Work
 }
 
 type EventKind int
@@ -44,7 +51,7 @@ func (s *Server) apply(e Event) {
 	case EventWorkQueued:
 		s.hub.NotifyWork(e.Account, 1)
 	case EventWorkEnded:
-		s.hub.NotifyDone(e.WorkID)
+		s.hub.NotifyDone(e.WorkID, e.ended)
 		if e.InstanceID != "" {
 			s.hub.NotifyInstance(e.Account, e.InstanceID)
 		}

@@ -31,16 +31,28 @@ var AccountNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
 // ExecuteOnProxy queues the command and waits until the unit is terminal.
 func (a *AutomatorService) ExecuteOnProxy(ctx context.Context, req *automatorv1.ExecuteRequest) (*automatorv1.WorkStatus, error) {
-	w, err := a.s.enqueue(ctx, req, "ExecuteOnProxy")
-	if err != nil {
-		return nil, err
+	s := a.s
+	id := newID("w_")
+	// Subscribed before the unit exists, so its end cannot be missed and
+	// the queued unit need not be read again.
+	sub := s.hub.WaitDone(id)
+	w, err := s.enqueue(ctx, req, "ExecuteOnProxy", id)
+	if err != nil || w.ID != id {
+		sub.Close()
 	}
-	return a.s.wait(ctx, w.ID)
+	switch {
+	case err != nil:
+		return nil, err
+	case w.ID != id:
+		// An idempotent retry: the unit is an earlier call's.
+		return s.wait(ctx, w.ID, nil, nil)
+	}
+	return s.wait(ctx, id, sub, &w)
 }
 
 // Submit queues the command and returns at once.
 func (a *AutomatorService) Submit(ctx context.Context, req *automatorv1.ExecuteRequest) (*automatorv1.WorkStatus, error) {
-	w, err := a.s.enqueue(ctx, req, "Submit")
+	w, err := a.s.enqueue(ctx, req, "Submit", newID("w_"))
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +67,7 @@ func (a *AutomatorService) Wait(ctx context.Context, req *automatorv1.WaitReques
 	if _, err := a.s.getAllowedWork(ctx, req.GetWorkId(), "Wait"); err != nil {
 		return nil, err
 	}
-	return a.s.wait(ctx, req.GetWorkId())
+	return a.s.wait(ctx, req.GetWorkId(), nil, nil)
 }
 
 // Get returns the unit's status now.
@@ -98,7 +110,7 @@ func (a *AutomatorService) Cancel(ctx context.Context, req *automatorv1.CancelRe
 	}
 	// Waiting callers return; a claimer's pending poll is woken and told to
 	// kill the unit's process tree (Poll's cancelled list).
-	s.emit(ctx, Event{Kind: EventWorkEnded, Account: w.Account, WorkID: w.ID, InstanceID: w.InstanceID})
+	s.emit(ctx, Event{Kind: EventWorkEnded, Account: w.Account, WorkID: w.ID, InstanceID: w.InstanceID, ended: &w})
 	s.metrics.WorkFinished(w)
 	s.log.Info("work cancelled", "work_id", w.ID, "account", w.Account, "caller", callerFrom(ctx), "claimed_by", w.InstanceID)
 	return s.workStatus(ctx, w)
@@ -146,10 +158,11 @@ func (s *Server) accountOrStatus(ctx context.Context, name string) (store.Accoun
 	return acc, nil
 }
 
-// enqueue validates, seals and stores a new unit, then wakes one poller.
-// With an idempotency key already used on the account (within the retention
-// window) it stores nothing and returns the unit the key made.
-func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, method string) (store.Work, error) {
+// enqueue validates, seals and stores a new unit with the given id, then
+// wakes one poller. With an idempotency key already used on the account
+// (within the retention window) it stores nothing and returns the unit the
+// key made.
+func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, method, id string) (store.Work, error) {
 	acc, err := s.accountOrStatus(ctx, req.GetAccount())
 	if err != nil {
 		return store.Work{}, err
@@ -181,7 +194,6 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, m
 	if err != nil {
 		return store.Work{}, s.internal(ctx, "encoding the command", err)
 	}
-	id := newID("w_")
 	sealed, err := crypto.Seal(key, acc.Name, id, crypto.DirCommand, plain)
 	if err != nil {
 		return store.Work{}, s.internal(ctx, "sealing the command", err)
@@ -224,7 +236,7 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, m
 	}
 	s.emit(ctx, Event{Kind: EventWorkQueued, Account: acc.Name})
 	s.metrics.WorkQueued(acc.Name)
-	s.kickSweeper()
+	s.kickSweeper(w.Deadline)
 	s.log.Debug("work queued", "work_id", id, "account", acc.Name, "caller", callerFrom(ctx), "deadline", w.Deadline)
 	return w, nil
 }
@@ -306,11 +318,15 @@ func (s *Server) getWork(ctx context.Context, id string) (store.Work, error) {
 }
 
 // wait blocks until unit id is terminal. It reads the store once per
-// wake-up: when the unit ends on this automator, and at the deadline (when
-// it expires the unit itself if the sweeper has not yet), so the caller
-// gets its timeout at the deadline in every case.
-func (s *Server) wait(ctx context.Context, id string) (*automatorv1.WorkStatus, error) {
-	sub := s.hub.WaitDone(id)
+// wake-up: when the unit ends (not even then when it ended on this
+// automator, which hands the ended unit over), and at the deadline (when it
+// expires the unit itself if the sweeper has not yet), so the caller gets
+// its timeout at the deadline in every case. sub and known, when given,
+// are a subscription to the unit's end made before known was read.
+func (s *Server) wait(ctx context.Context, id string, sub *doneSub, known *store.Work) (*automatorv1.WorkStatus, error) {
+	if sub == nil {
+		sub, known = s.hub.WaitDone(id), nil
+	}
 	defer func() { sub.Close() }() // sub changes on every wake-up
 	var timer *time.Timer
 	defer func() {
@@ -319,9 +335,14 @@ func (s *Server) wait(ctx context.Context, id string) (*automatorv1.WorkStatus, 
 		}
 	}()
 	for {
-		w, err := s.getWork(ctx, id)
-		if err != nil {
-			return nil, err
+		var w store.Work
+		if known != nil {
+			w, known = *known, nil
+		} else {
+			var err error
+			if w, err = s.getWork(ctx, id); err != nil {
+				return nil, err
+			}
 		}
 		if w.State.Terminal() {
 			return s.workStatus(ctx, w)
@@ -331,6 +352,7 @@ func (s *Server) wait(ctx context.Context, id string) (*automatorv1.WorkStatus, 
 		}
 		select {
 		case <-sub.c:
+			known = sub.ended
 			sub = s.hub.WaitDone(id)
 		case <-timer.C:
 			s.expireDue(ctx)

@@ -3,6 +3,9 @@ package server
 import (
 	"container/list"
 	"sync"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/store"
 )
 
 // hub wakes goroutines of this automator when the queue changes, so neither
@@ -22,13 +25,57 @@ type hub struct {
 	mu      sync.Mutex
 	pollers map[string]*list.List // account → waiting pollers, oldest first
 	done    map[string]map[*doneSub]struct{}
+	// work counts, per account, the calls of NotifyWork: every unit queued
+	// here or announced by another replica. empty is what the latest claim
+	// that found nothing saw of it (emptyState).
+	work  map[string]uint64
+	empty map[string]emptyState
+}
+
+// emptyState: a claim for the account found nothing at time at, when
+// NotifyWork had been called work times for it.
+type emptyState struct {
+	work uint64
+	at   time.Time
 }
 
 func newHub() *hub {
 	return &hub{
 		pollers: make(map[string]*list.List),
 		done:    make(map[string]map[*doneSub]struct{}),
+		work:    make(map[string]uint64),
+		empty:   make(map[string]emptyState),
 	}
+}
+
+// workSeen returns the account's NotifyWork count, to pass to foundEmpty
+// after a claim begun after it found nothing.
+func (h *hub) workSeen(account string) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.work[account]
+}
+
+// foundEmpty records that a claim for account, begun when its NotifyWork
+// count was work, found nothing at now.
+func (h *hub) foundEmpty(account string, work uint64, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.work[account] == work {
+		h.empty[account] = emptyState{work: work, at: now}
+	}
+}
+
+// knownEmpty reports whether a claim for account would surely find nothing
+// now: one found nothing less than fresh ago and no unit was announced
+// since. Units only become claimable by being queued, and every unit queued
+// is announced, here or (through the Broadcaster, best effort) from another
+// replica: fresh bounds how late a lost announcement is noticed.
+func (h *hub) knownEmpty(account string, now time.Time, fresh time.Duration) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e, ok := h.empty[account]
+	return ok && e.work == h.work[account] && now.Sub(e.at) < fresh && !now.Before(e.at)
 }
 
 // poller is one Poll call waiting for work.
@@ -98,6 +145,8 @@ func (h *hub) signalLocked(p *poller) {
 func (h *hub) NotifyWork(account string, n int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.work[account]++
+	delete(h.empty, account)
 	l := h.pollers[account]
 	for ; n > 0 && l != nil && l.Len() > 0; n-- {
 		h.signalLocked(l.Front().Value.(*poller))
@@ -135,11 +184,14 @@ func (h *hub) waiting(account string) int {
 	return 0
 }
 
-// doneSub is one caller waiting for a unit to end. c is closed when it does.
+// doneSub is one caller waiting for a unit to end. c is closed when it does;
+// ended is then the unit as it ended, when the notifier had it (nil when the
+// news came from another replica: the caller reads the store).
 type doneSub struct {
-	h  *hub
-	id string
-	c  chan struct{}
+	h     *hub
+	id    string
+	c     chan struct{}
+	ended *store.Work
 }
 
 // WaitDone subscribes to the end of unit id; the caller must Close it.
@@ -169,11 +221,14 @@ func (s *doneSub) Close() {
 	}
 }
 
-// NotifyDone wakes every caller waiting for unit id.
-func (h *hub) NotifyDone(id string) {
+// NotifyDone wakes every caller waiting for unit id. ended, when not nil,
+// is the unit as it ended, handed to them so none reads it again; they
+// must not change it.
+func (h *hub) NotifyDone(id string, ended *store.Work) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for s := range h.done[id] {
+		s.ended = ended
 		close(s.c)
 	}
 	delete(h.done, id)

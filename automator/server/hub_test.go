@@ -2,6 +2,7 @@ package server
 
 import (
 	"testing"
+	"time"
 )
 
 func pending(p *poller) bool {
@@ -93,7 +94,7 @@ func TestNotifyDoneWakesEveryWaiterOfThatUnit(t *testing.T) {
 	h := newHub()
 	s1, s2, other := h.WaitDone("w1"), h.WaitDone("w1"), h.WaitDone("w2")
 	defer other.Close()
-	h.NotifyDone("w1")
+	h.NotifyDone("w1", nil)
 	for _, s := range []*doneSub{s1, s2} {
 		select {
 		case <-s.c:
@@ -106,5 +107,39 @@ func TestNotifyDoneWakesEveryWaiterOfThatUnit(t *testing.T) {
 	case <-other.c:
 		t.Fatal("waiter of w2 woken")
 	default:
+	}
+}
+
+// TestKnownEmptyLastsUntilWorkIsAnnounced: an empty claim is trusted for
+// its account only while no unit was announced since and only for as long
+// as asked.
+func TestKnownEmptyLastsUntilWorkIsAnnounced(t *testing.T) {
+	h := newHub()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	if h.knownEmpty("acme", t0, time.Second) {
+		t.Fatal("known empty before any claim")
+	}
+	h.foundEmpty("acme", h.workSeen("acme"), t0)
+	if !h.knownEmpty("acme", t0.Add(999*time.Millisecond), time.Second) {
+		t.Error("not known empty right after an empty claim")
+	}
+	if h.knownEmpty("acme", t0.Add(time.Second), time.Second) {
+		t.Error("still known empty once the claim is as old as allowed")
+	}
+	if h.knownEmpty("globex", t0, time.Second) {
+		t.Error("another account is known empty")
+	}
+	h.NotifyWork("acme", 1)
+	if h.knownEmpty("acme", t0, time.Second) {
+		t.Error("known empty after a unit was announced")
+	}
+
+	// A unit announced while a claim ran: that claim's empty result says
+	// nothing.
+	seen := h.workSeen("acme")
+	h.NotifyWork("acme", 1)
+	h.foundEmpty("acme", seen, t0)
+	if h.knownEmpty("acme", t0, time.Second) {
+		t.Error("known empty from a claim that began before the last announcement")
 	}
 }

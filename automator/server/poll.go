@@ -12,6 +12,10 @@ import (
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
+// knownEmptyFor is how long an account's empty queue is trusted without
+// looking again, when no unit was announced since (hub.knownEmpty).
+const knownEmptyFor = time.Second
+
 // Bounds on what one poll may carry.
 const (
 	maxUnitsPerPoll = 256
@@ -141,6 +145,13 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 			return resp, nil
 		}
 	}
+	// Most polls of an idle account find nothing: when another poll of the
+	// account just found nothing and no unit was queued since, neither
+	// would this one.
+	if s.hub.knownEmpty(account, now, knownEmptyFor) {
+		return resp, nil
+	}
+	work := s.hub.workSeen(account)
 	claimed, err := s.store.WorkClaim(ctx, store.WorkClaimParams{
 		Account:    account,
 		InstanceID: req.GetInstanceId(),
@@ -150,6 +161,9 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 	})
 	if err != nil {
 		return nil, s.internal(ctx, "claiming work", err)
+	}
+	if len(claimed) == 0 {
+		s.hub.foundEmpty(account, work, now)
 	}
 	for _, w := range claimed {
 		resp.Claims = append(resp.Claims, &automatorv1.Claim{

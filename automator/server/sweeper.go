@@ -9,7 +9,8 @@ import (
 
 // Run ends units at their deadlines until ctx is done. It sleeps until the
 // earliest deadline (or SweepInterval, whichever comes first, so units
-// queued by other replicas are seen) and is kicked awake by new units.
+// queued by other replicas are seen), and a new unit whose deadline comes
+// before that wakes it earlier.
 //
 // With a Broadcaster it also listens for other replicas' events.
 func (s *Server) Run(ctx context.Context) {
@@ -19,6 +20,7 @@ func (s *Server) Run(ctx context.Context) {
 	defer func() { cancel(); <-listening }()
 	t := time.NewTimer(0)
 	defer t.Stop()
+	var armed time.Time // when t fires
 	for {
 		select {
 		case <-ctx.Done():
@@ -26,13 +28,22 @@ func (s *Server) Run(ctx context.Context) {
 		case <-s.shutdown:
 			return
 		case <-s.kick:
-			// A new unit may have an earlier deadline: re-arm only. Nothing
-			// can be due yet that was not due at the last sweep.
+			// A new unit may have an earlier deadline: re-arm only, without
+			// reading the store. Nothing can be due yet that was not due at
+			// the last sweep.
+			if d := s.takeKick(); !d.IsZero() && d.Before(armed) {
+				t.Stop()
+				t.Reset(max(d.Sub(s.clock.Now()), 0))
+				armed = d
+			}
+			continue
 		case <-t.C:
 			s.expireDue(ctx)
 		}
+		next := s.nextSweep(ctx)
 		t.Stop()
-		t.Reset(s.nextSweep(ctx))
+		t.Reset(next)
+		armed = s.clock.Now().Add(next)
 	}
 }
 
@@ -50,12 +61,28 @@ func (s *Server) nextSweep(ctx context.Context) time.Duration {
 	return min(max(next.Sub(s.clock.Now()), 0), s.sweepInterval)
 }
 
-// kickSweeper makes the sweeper look at the next deadline again.
-func (s *Server) kickSweeper() {
+// kickSweeper tells the sweeper of a new unit's deadline, so it wakes for it
+// if that comes before its next sweep.
+func (s *Server) kickSweeper(deadline time.Time) {
+	s.kickMu.Lock()
+	if s.kickAt.IsZero() || deadline.Before(s.kickAt) {
+		s.kickAt = deadline
+	}
+	s.kickMu.Unlock()
 	select {
 	case s.kick <- struct{}{}:
 	default:
 	}
+}
+
+// takeKick returns the earliest deadline kicked since the last call (zero
+// when none was).
+func (s *Server) takeKick() time.Time {
+	s.kickMu.Lock()
+	defer s.kickMu.Unlock()
+	d := s.kickAt
+	s.kickAt = time.Time{}
+	return d
 }
 
 // expireDue times out every unit whose deadline has passed and wakes its
@@ -72,7 +99,7 @@ func (s *Server) expireDue(ctx context.Context) {
 		return
 	}
 	for _, w := range expired {
-		s.emit(ctx, Event{Kind: EventWorkEnded, Account: w.Account, WorkID: w.ID, InstanceID: w.InstanceID})
+		s.emit(ctx, Event{Kind: EventWorkEnded, Account: w.Account, WorkID: w.ID, InstanceID: w.InstanceID, ended: &w})
 		s.metrics.WorkFinished(w)
 		s.log.Info("work timed out", "work_id", w.ID, "account", w.Account, "instance_id", w.InstanceID, "reason", w.Reason)
 	}

@@ -92,7 +92,7 @@ func (b *bench) pgSection(ctx context.Context) error {
 	}
 
 	// Replica set 1: one automator, two instances.
-	r1, err := b.pgAutomators(ctx, "pg1", withDB(dsn, "bench_r1"), 1)
+	r1, err := b.pgAutomators(ctx, "pg1", "bench_r1", withDB(dsn, "bench_r1"), 1)
 	if err != nil {
 		b.pgNotMeasured("the PostgreSQL store did not serve: " + firstLine(err))
 		return err
@@ -100,7 +100,7 @@ func (b *bench) pgSection(ctx context.Context) error {
 	// Replica set 3: three automators on one database; one instance on each
 	// of the first two, callers spread over all three, so units queued on
 	// the third are claimed and completed through the others.
-	r3, err := b.pgAutomators(ctx, "pg3", withDB(dsn, "bench_r3"), 3)
+	r3, err := b.pgAutomators(ctx, "pg3", "bench_r3", withDB(dsn, "bench_r3"), 3)
 	if err != nil {
 		b.pgNotMeasured("three replicas did not serve: " + firstLine(err))
 		return err
@@ -129,14 +129,27 @@ func (b *bench) pgSection(ctx context.Context) error {
 		}
 		for i, set := range []*pgSet{r1, r3} {
 			b.logf("pg run %d/%d: @ping at 64 callers, %d replica(s)", run, b.p.runs, len(set.replicas))
+			x0, xerr := pgXacts(ctx, dsn, set.db)
+			c0 := set.calls.Load()
 			res := closedLoop(ctx, 64, b.p.warm, b.p.dur, set.pids, set.call)
 			if err := loopErr("@ping on PostgreSQL", res); err != nil {
 				return err
 			}
+			perUnit := ""
+			if xerr == nil {
+				// The statistics reach the shared counters within a second
+				// of a backend going idle.
+				time.Sleep(1500 * time.Millisecond)
+				x1, err := pgXacts(ctx, dsn, set.db)
+				if n := set.calls.Load() - c0; err == nil && n > 0 {
+					perUnit = fmt.Sprintf("; %s PostgreSQL transactions per unit (%d over %d units, warm-up included)",
+						format(float64(x1-x0)/float64(n), ""), x1-x0, n)
+				}
+			}
 			figs[1+i].add(run, res.rate)
 			if run == b.p.runs {
-				figs[1+i].note("call latency p50 %s, p99 %s; %s, last run", format(ms(percentile(res.lat, 50)), "ms"),
-					format(ms(percentile(res.lat, 99)), "ms"), describeCPU(res.cpu, set.order...))
+				figs[1+i].note("call latency p50 %s, p99 %s; %s%s, last run", format(ms(percentile(res.lat, 50)), "ms"),
+					format(ms(percentile(res.lat, 99)), "ms"), describeCPU(res.cpu, set.order...), perUnit)
 			}
 		}
 	}
@@ -214,14 +227,18 @@ type pgSet struct {
 	pids     map[string]int
 	order    []string
 	next     atomic.Uint64
+	// db is the database's name; calls counts the @ping calls that
+	// succeeded.
+	db    string
+	calls atomic.Int64
 }
 
-func (b *bench) pgAutomators(ctx context.Context, name, dsn string, n int) (*pgSet, error) {
+func (b *bench) pgAutomators(ctx context.Context, name, db, dsn string, n int) (*pgSet, error) {
 	dir, addr, err := b.initAutomator("automator-"+name, dsn)
 	if err != nil {
 		return nil, err
 	}
-	set := &pgSet{pids: map[string]int{"load generator": os.Getpid()}}
+	set := &pgSet{db: db, pids: map[string]int{"load generator": os.Getpid()}}
 	for i := range n {
 		if i > 0 {
 			port, err := freePort()
@@ -271,7 +288,24 @@ func (b *bench) pgAutomators(ctx context.Context, name, dsn string, n int) (*pgS
 func (s *pgSet) call(ctx context.Context) error {
 	i := s.next.Add(1) % uint64(len(s.apis))
 	_, err := ping(ctx, s.apis[i], "bench", "@ping")
+	if err == nil {
+		s.calls.Add(1)
+	}
 	return err
+}
+
+// pgXacts is the number of transactions committed and rolled back in
+// database db: with the store's single-statement calls, about the number of
+// statements.
+func pgXacts(ctx context.Context, dsn, db string) (int64, error) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(ctx)
+	var n int64
+	err = conn.QueryRow(ctx, `SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1`, db).Scan(&n)
+	return n, err
 }
 
 // rawPG is the queue's storage cycle written directly in SQL.

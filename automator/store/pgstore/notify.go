@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -40,6 +42,11 @@ type payload struct {
 	Account    string    `json:"a"`
 	WorkID     string    `json:"w,omitempty"`
 	InstanceID string    `json:"i,omitempty"`
+	// Seq numbers the events of one publisher. PostgreSQL drops a
+	// notification equal to another of the same transaction, and Publish
+	// sends several in one (two units queued on one account would make
+	// one wake-up): the number keeps them apart. Listeners ignore it.
+	Seq uint64 `json:"n,omitempty"`
 }
 
 // Timings of Listen.
@@ -57,13 +64,108 @@ const (
 // Publish sends e to every automator listening on this database's schema
 // (NOTIFY). It is delivered once the statement commits, so after the change
 // it announces, which the caller made before.
+//
+// Concurrent calls share a statement: while maxNotifySenders NOTIFYs are on
+// their way, the events published meanwhile wait and then go together, each
+// still its own notification in the format every replica understands, in
+// one transaction (one round trip and one commit for all of them). That transaction commits
+// without waiting for its WAL flush (synchronous_commit off for it alone):
+// it writes no data, a notification is delivered at commit either way, and
+// one lost in a crash is caught up from the tables by every Listen, whose
+// connections the crash ends. Every other write keeps the server's setting.
 func (s *Store) Publish(ctx context.Context, e Event) error {
-	data, err := json.Marshal(payload{Origin: s.origin, Kind: e.Kind, Account: e.Account, WorkID: e.WorkID, InstanceID: e.InstanceID})
+	data, err := json.Marshal(payload{Origin: s.origin, Kind: e.Kind, Account: e.Account, WorkID: e.WorkID, InstanceID: e.InstanceID,
+		Seq: s.notify.seq.Add(1)})
 	if err != nil {
 		return fmt.Errorf("publishing a queue event: %w", err)
 	}
-	if _, err := s.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, s.channel, string(data)); err != nil {
-		return fmt.Errorf("publishing a queue event: %w", err)
+	b := s.notify.add(string(data), s.sendNotifications)
+	select {
+	case <-b.done:
+	case <-ctx.Done():
+		return fmt.Errorf("publishing a queue event: %w", ctx.Err())
+	}
+	if b.err != nil {
+		return fmt.Errorf("publishing a queue event: %w", b.err)
+	}
+	return nil
+}
+
+// notifier gathers the payloads of concurrent Publish calls into batches
+// that up to maxNotifySenders goroutines at a time send.
+type notifier struct {
+	mu sync.Mutex
+	// next is the batch that new payloads join; nil when none waits.
+	next *notifyBatch
+	// senders is the number of goroutines sending batches.
+	senders int
+	// seq numbers the payloads (payload.Seq).
+	seq atomic.Uint64
+}
+
+type notifyBatch struct {
+	payloads []string
+	done     chan struct{} // closed once sent; err is set before
+	err      error
+}
+
+// maxNotifySenders bounds the NOTIFY statements of one Store on their way
+// at once: below it, an event goes at once, as alone; at it, events
+// gather.
+const maxNotifySenders = 4
+
+// add puts payload into the next batch and returns it, starting send in a
+// goroutine unless maxNotifySenders are sending.
+func (n *notifier) add(payload string, send func(*notifyBatch) error) *notifyBatch {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.next == nil {
+		n.next = &notifyBatch{done: make(chan struct{})}
+	}
+	b := n.next
+	b.payloads = append(b.payloads, payload)
+	if n.senders < maxNotifySenders {
+		n.senders++
+		go n.run(send)
+	}
+	return b
+}
+
+// run sends batches until none waits.
+func (n *notifier) run(send func(*notifyBatch) error) {
+	for {
+		n.mu.Lock()
+		b := n.next
+		n.next = nil
+		if b == nil {
+			n.senders--
+			n.mu.Unlock()
+			return
+		}
+		n.mu.Unlock()
+		b.err = send(b)
+		close(b.done)
+	}
+}
+
+// notifyTimeout bounds one batch's NOTIFY statement.
+const notifyTimeout = 10 * time.Second
+
+// maxNotifyBatch bounds the notifications of one statement.
+const maxNotifyBatch = 1000
+
+// sendNotifications sends a batch of payloads: one statement, so one
+// transaction, committed without waiting for its WAL flush (see Publish).
+func (s *Store) sendNotifications(b *notifyBatch) error {
+	ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
+	defer cancel()
+	for p := b.payloads; len(p) > 0; {
+		chunk := p[:min(len(p), maxNotifyBatch)]
+		p = p[len(chunk):]
+		if _, err := s.pool.Exec(ctx, `SELECT set_config('synchronous_commit', 'off', true), count(pg_notify($1, p))
+FROM unnest($2::text[]) AS p`, s.channel, chunk); err != nil {
+			return err
+		}
 	}
 	return nil
 }

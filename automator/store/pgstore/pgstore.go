@@ -66,6 +66,9 @@ type Store struct {
 	// listening, and caught up.
 	testHookListening func()
 
+	// notify coalesces the NOTIFYs of concurrent Publish calls (notify.go).
+	notify notifier
+
 	closeOnce sync.Once
 }
 
