@@ -51,7 +51,7 @@ type Options struct {
 	StateFile  string
 	StateEvery time.Duration
 	// SpoolDir, when set, is where finished units' results are kept (each
-	// written and fsynced before it is first posted) until the automator
+	// written and fsynced while it is first posted) until the automator
 	// accepts or refuses them, so they survive a restart of the proxy.
 	// Unset: results are held in memory only.
 	SpoolDir string
@@ -270,7 +270,7 @@ func (a *Agent) resumeSpooled(postCtx context.Context) {
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
-			a.deliver(postCtx, p.deadline, p.req)
+			a.deliver(postCtx, p.deadline, p.req, a.spool.written(p.req.GetWorkId()))
 		}()
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -332,4 +334,49 @@ func FuzzOpenCommand(f *testing.F) {
 			t.Fatalf("opened a command for %q/%q: %v", account, id, cmd)
 		}
 	})
+}
+
+// TestResultIsPostedWhenTheSpoolCannotBeWritten: a spool that cannot be
+// written (its directory would have to be made inside a file) does not hold
+// results back: each is posted from memory, the failure is logged once, and
+// the proxy stops cleanly with nothing left running.
+func TestResultIsPostedWhenTheSpoolCannotBeWritten(t *testing.T) {
+	quickScript(t)
+	notADir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notADir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := newStageHook()
+	// The automator answers each result only once its write has failed, so
+	// that every write is attempted.
+	f := newSpoolAutomator(func(*automatorv1.CompleteRequest) error {
+		if err := h.reached(stageDone); err != nil {
+			t.Error(err)
+		}
+		return nil
+	})
+	var log bytes.Buffer
+	a := New(Options{
+		Client: f, Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(),
+		MaxConcurrency: 1, PollWait: time.Second, GracePeriod: 5 * time.Second,
+		BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
+		Logger:   slog.New(slog.NewTextHandler(&lockedWriter{b: &log}, nil)),
+		SpoolDir: filepath.Join(notADir, "spool"),
+	})
+	a.spool.hook = h.hook
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { a.Run(ctx); close(done) }()
+	stop := func() { cancel(); <-done }
+	t.Cleanup(stop)
+	for _, id := range []string{"w1", "w2"} {
+		f.claims <- claim(t, id, &automatorv1.Command{Script: "s"})
+		if got := <-f.ok; got.GetWorkId() != id || got.GetOutcome() != automatorv1.Outcome_OUTCOME_SUCCEEDED {
+			t.Fatalf("posted %q %v, want %s succeeded", got.GetWorkId(), got.GetOutcome(), id)
+		}
+	}
+	stop()
+	if n := strings.Count(log.String(), "cannot keep results in the spool"); n != 1 {
+		t.Fatalf("%d log lines about the spool for 2 failed writes, want 1:\n%s", n, log.String())
+	}
 }

@@ -17,21 +17,32 @@ const postAttempt = 10 * time.Second
 // post sends a claim's outcome, retrying with backoff until it is accepted,
 // refused for good, or the unit's deadline passes (after which the
 // automator has timed it out and would refuse it anyway). The outcome is
-// written to the spool first, so a restart before the automator answers
-// does not lose it.
+// written to the spool at the same time as it is first sent, so a restart
+// loses it only when it comes before both the write and the automator's
+// answer.
 func (a *Agent) post(ctx context.Context, c *automatorv1.Claim, deadline time.Time, req *automatorv1.CompleteRequest) {
 	req.WorkId = c.GetWorkId()
 	req.ClaimId = c.GetClaimId()
 	req.InstanceId = a.o.InstanceID
-	a.spool.put(c.GetAccount(), deadline, req)
-	a.deliver(ctx, deadline, req)
+	e := a.spool.put(c.GetAccount(), deadline, req, a.track)
+	a.deliver(ctx, deadline, req, e)
+}
+
+// track runs f in a goroutine that Run waits for before it returns.
+func (a *Agent) track(f func()) {
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		f()
+	}()
 }
 
 // deliver sends a complete request until it is accepted, refused for good,
-// or the deadline passes, then removes it from the spool. When ctx ends
-// first (the proxy stops) it stays in the spool, and the next start posts
-// it.
-func (a *Agent) deliver(ctx context.Context, deadline time.Time, req *automatorv1.CompleteRequest) {
+// or the deadline passes, then settles its spool entry e (which removes the
+// spooled file, or skips the write). When ctx ends first (the proxy stops)
+// it waits for the write, so the result stays in the spool and the next
+// start posts it.
+func (a *Agent) deliver(ctx context.Context, deadline time.Time, req *automatorv1.CompleteRequest, e *spoolEntry) {
 	log := a.log.With("work_id", req.GetWorkId())
 	bo := backoff{min: a.o.BackoffMin, max: a.o.BackoffMax}
 	for attempt := 1; ; attempt++ {
@@ -40,40 +51,44 @@ func (a *Agent) deliver(ctx context.Context, deadline time.Time, req *automatorv
 		cancel()
 		if err == nil {
 			log.Debug("result posted", "outcome", req.GetOutcome(), "attempts", attempt)
-			a.spool.remove(req.GetWorkId())
+			e.settle()
 			return
 		}
 		switch status.Code(err) {
 		case codes.FailedPrecondition, codes.NotFound, codes.InvalidArgument, codes.PermissionDenied:
 			log.Warn("result refused by the automator", "err", err)
-			a.spool.remove(req.GetWorkId())
+			e.settle()
 			return
 		}
 		wait := bo.next()
 		if ctx.Err() != nil {
-			a.keptInSpool(log, attempt, err)
+			a.keptInSpool(log, e, attempt, err)
 			return
 		}
 		if time.Now().Add(wait).After(deadline) {
 			log.Warn("result not posted before the deadline; giving up", "attempts", attempt, "err", err)
-			a.spool.remove(req.GetWorkId())
+			e.settle()
 			return
 		}
 		if attempt == 1 {
 			log.Info("posting the result failed; retrying until the deadline", "err", err)
 		}
 		if !sleep(ctx, wait) {
-			a.keptInSpool(log, attempt, err)
+			a.keptInSpool(log, e, attempt, err)
 			return
 		}
 	}
 }
 
-// keptInSpool logs a post interrupted by the proxy stopping.
-func (a *Agent) keptInSpool(log *slog.Logger, attempts int, err error) {
-	if a.spool == nil {
+// keptInSpool logs a post interrupted by the proxy stopping, once the
+// spool write (if any) is over.
+func (a *Agent) keptInSpool(log *slog.Logger, e *spoolEntry, attempts int, err error) {
+	switch {
+	case a.spool == nil:
 		log.Warn("the proxy stopped before the result was posted; it is lost (no state_dir, so no spool)", "attempts", attempts, "err", err)
-		return
+	case !e.wait():
+		log.Warn("the proxy stopped before the result was posted, and the spool could not keep it; it is lost", "attempts", attempts, "err", err)
+	default:
+		log.Warn("the proxy stopped before the result was posted; it stays in the spool and is posted when the proxy starts again", "attempts", attempts, "err", err)
 	}
-	log.Warn("the proxy stopped before the result was posted; it stays in the spool and is posted when the proxy starts again", "attempts", attempts, "err", err)
 }

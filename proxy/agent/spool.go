@@ -41,19 +41,50 @@ type spooled struct {
 	Complete   []byte    `json:"complete"` // automatorv1.CompleteRequest, protobuf
 }
 
-// spool keeps finished units' results on disk from the moment the script
-// ends until the automator has accepted or refused them for good, so that a
-// proxy restart between "ran" and "posted" does not turn a done unit into a
-// timeout. The directory exists only while results wait in it, so an
-// uninstall finds the state directory as the install made it unless
-// results are left. A nil *spool (no state_dir) keeps nothing.
+// spool keeps finished units' results on disk until the automator has
+// accepted or refused them for good, so that a proxy restart between "ran"
+// and "posted" does not turn a done unit into a timeout. The directory
+// exists only while results wait in it, so an uninstall finds the state
+// directory as the install made it unless results are left. A nil *spool
+// (no state_dir) keeps nothing.
+//
+// A result is written (fsynced, renamed into place, directory fsynced) at
+// the same time as it is first posted, not before: the two fsyncs are off
+// the unit's critical path. A result is lost only if the proxy dies before
+// the write finished and before the automator acknowledged it. Once the
+// automator has settled it (accepted, refused for good, or the deadline
+// passed), a write that has not begun its fsyncs is skipped, and a written
+// file is removed, by whichever of the two sides comes second.
 type spool struct {
 	dir string
 	log *slog.Logger
 
+	// hook, when set (tests), is called by each write at the stages of
+	// spoolStage; an error from it fails the write. It may block, to stand
+	// for a slow disk.
+	hook func(stage spoolStage, workID string) error
+
 	mu      sync.Mutex
 	failing bool // the last write failed (logged once per change)
 }
+
+// spoolStage names the points of a write that the test hook sees.
+type spoolStage int
+
+const (
+	// stageStart: the write's goroutine runs; nothing is written yet.
+	stageStart spoolStage = iota + 1
+	// stageSync: the record is in a temporary file and the write is
+	// committed: its fsyncs begin (a settle from now on leaves the removal
+	// to the write).
+	stageSync
+	// stageDone: the write is over: written (and removed again if settled
+	// meanwhile), skipped, or failed.
+	stageDone
+	// stageSettled: not a stage of the write; the poster recorded the
+	// automator's final answer (its hook error is ignored).
+	stageSettled
+)
 
 func newSpool(dir string, log *slog.Logger) *spool {
 	if dir == "" {
@@ -74,14 +105,134 @@ func (s *spool) path(workID string) string {
 	return filepath.Join(s.dir, name+".json")
 }
 
-// put writes req to the spool durably (written, fsynced, renamed into
-// place, directory fsynced) before it is first sent. A failure is logged,
-// and the result is still posted from memory.
-func (s *spool) put(account string, deadline time.Time, req *automatorv1.CompleteRequest) {
+// spoolEntry is one result's place in the spool while it is being posted:
+// it joins the write (in its own goroutine) and the posting (which settles
+// it). A nil *spoolEntry (no spool) does nothing.
+type spoolEntry struct {
+	s      *spool
+	workID string
+	done   chan struct{} // closed when the write is over
+
+	// settled: accepted, refused for good, or past its deadline. Once the
+	// write has committed (see commit) it removes its file itself when it
+	// finds the entry settled at its end.
+	mu      sync.Mutex
+	settled bool
+	onDisk  bool // the file is in place and nobody removed it yet
+}
+
+// put starts writing req to the spool in the background and returns its
+// entry at once; the caller posts req meanwhile and settles the entry when
+// the automator has answered for good. track is called with the goroutine
+// to run (so the agent can wait for it when it stops).
+func (s *spool) put(account string, deadline time.Time, req *automatorv1.CompleteRequest, track func(func())) *spoolEntry {
 	if s == nil {
+		return nil
+	}
+	e := &spoolEntry{s: s, workID: req.GetWorkId(), done: make(chan struct{})}
+	track(func() { e.write(account, deadline, req) })
+	return e
+}
+
+// written is the entry of a result already in the spool (an earlier run
+// wrote it).
+func (s *spool) written(workID string) *spoolEntry {
+	if s == nil {
+		return nil
+	}
+	e := &spoolEntry{s: s, workID: workID, done: make(chan struct{}), onDisk: true}
+	close(e.done)
+	return e
+}
+
+// write writes the record unless the entry is settled before the fsyncs
+// begin; if it is settled while they run, it removes the file afterwards.
+func (e *spoolEntry) write(account string, deadline time.Time, req *automatorv1.CompleteRequest) {
+	s := e.s
+	defer close(e.done)
+	defer func() {
+		if s.hook != nil {
+			_ = s.hook(stageDone, e.workID)
+		}
+	}()
+	if s.hook != nil {
+		if err := s.hook(stageStart, e.workID); err != nil {
+			s.noteWrite(err)
+			return
+		}
+	}
+	e.mu.Lock()
+	settled := e.settled
+	e.mu.Unlock()
+	if settled {
+		return // answered already: nothing to keep
+	}
+	err := s.write(account, deadline, req, e.commit)
+	if errors.Is(err, errSettled) {
+		return // skipped before its fsyncs: nothing was left on disk
+	}
+	e.mu.Lock()
+	e.onDisk = err == nil
+	remove := e.settled && e.onDisk
+	if remove {
+		e.onDisk = false
+	}
+	e.mu.Unlock()
+	s.noteWrite(err)
+	if remove {
+		s.remove(e.workID)
+	}
+}
+
+// errSettled: the write was skipped, its result settled before its fsyncs.
+var errSettled = errors.New("settled before the write")
+
+// commit is called by the write with the record in a temporary file, just
+// before the fsyncs: it says whether to go on (the result is not settled).
+// From a nil answer on, a settle leaves the file's removal to the write.
+func (e *spoolEntry) commit() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.settled {
+		return errSettled
+	}
+	return nil
+}
+
+// settle records that the result needs the spool no more and removes its
+// file when it is already written; a write still running removes it when it
+// ends, one not yet committed is skipped. It does not wait for the write.
+func (e *spoolEntry) settle() {
+	if e == nil {
 		return
 	}
-	err := s.write(account, deadline, req)
+	e.mu.Lock()
+	e.settled = true
+	remove := e.onDisk
+	e.onDisk = false
+	e.mu.Unlock()
+	if remove {
+		e.s.remove(e.workID)
+	}
+	if e.s.hook != nil {
+		_ = e.s.hook(stageSettled, e.workID)
+	}
+}
+
+// wait waits for the write to end and reports whether the result is kept
+// in the spool.
+func (e *spoolEntry) wait() bool {
+	if e == nil {
+		return false
+	}
+	<-e.done
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.onDisk
+}
+
+// noteWrite logs a write failure, and the first success after failures.
+func (s *spool) noteWrite(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -93,7 +244,10 @@ func (s *spool) put(account string, deadline time.Time, req *automatorv1.Complet
 	s.failing = err != nil
 }
 
-func (s *spool) write(account string, deadline time.Time, req *automatorv1.CompleteRequest) error {
+// write writes req's record to a temporary file, asks commit whether to go
+// on, then fsyncs it, renames it into place and fsyncs the directory. When
+// it fails, or commit says no, it leaves nothing behind.
+func (s *spool) write(account string, deadline time.Time, req *automatorv1.CompleteRequest, commit func() error) error {
 	body, err := proto.Marshal(req)
 	if err != nil {
 		return err
@@ -113,15 +267,23 @@ func (s *spool) write(account string, deadline time.Time, req *automatorv1.Compl
 	if err != nil {
 		return err
 	}
-	_, werr := tmp.Write(append(data, '\n'))
-	serr := tmp.Sync()
-	cerr := tmp.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		_ = os.Remove(tmp.Name())
-		return err
+	_, err = tmp.Write(append(data, '\n'))
+	if err == nil {
+		err = commit()
 	}
-	if err := os.Rename(tmp.Name(), s.path(req.GetWorkId())); err != nil {
+	if err == nil && s.hook != nil {
+		err = s.hook(stageSync, req.GetWorkId())
+	}
+	if err == nil {
+		err = tmp.Sync()
+	}
+	err = errors.Join(err, tmp.Close())
+	if err == nil {
+		err = os.Rename(tmp.Name(), s.path(req.GetWorkId()))
+	}
+	if err != nil {
 		_ = os.Remove(tmp.Name())
+		s.removeDirIfEmpty()
 		return err
 	}
 	syncDir(s.dir)

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -35,9 +37,13 @@ func newSpoolAutomator(complete func(*automatorv1.CompleteRequest) error) *spool
 	return &spoolAutomator{claims: make(chan *automatorv1.Claim, 4), complete: complete, ok: make(chan *automatorv1.CompleteRequest, 4)}
 }
 
-func (f *spoolAutomator) Poll(ctx context.Context, _ *automatorv1.PollRequest, _ ...grpc.CallOption) (*automatorv1.PollResponse, error) {
+func (f *spoolAutomator) Poll(ctx context.Context, in *automatorv1.PollRequest, _ ...grpc.CallOption) (*automatorv1.PollResponse, error) {
+	claims := f.claims
+	if in.GetMaxUnits() == 0 {
+		claims = nil // like the automator: no claim for a poll that asks for none
+	}
 	select {
-	case c := <-f.claims:
+	case c := <-claims:
 		return &automatorv1.PollResponse{Claims: []*automatorv1.Claim{c}}, nil
 	case <-ctx.Done():
 		return nil, status.FromContextError(ctx.Err()).Err()
@@ -61,9 +67,10 @@ func (f *spoolAutomator) callCount() int {
 	return len(f.calls)
 }
 
-// runSpoolAgent runs an agent of instance "a" that spools into dir; stop
-// cancels it and waits for Run to return.
-func runSpoolAgent(t *testing.T, f *spoolAutomator, dir string) (stop func()) {
+// runSpoolAgent runs an agent of instance "a" that spools into dir, with
+// hook (if any) as the spool's test hook; stop cancels it and waits for Run
+// to return.
+func runSpoolAgent(t *testing.T, f *spoolAutomator, dir string, hook ...func(spoolStage, string) error) (stop func()) {
 	t.Helper()
 	a := New(Options{
 		Client: f, Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(),
@@ -72,6 +79,9 @@ func runSpoolAgent(t *testing.T, f *spoolAutomator, dir string) (stop func()) {
 		Logger:   slog.New(slog.DiscardHandler),
 		SpoolDir: dir,
 	})
+	if len(hook) > 0 {
+		a.spool.hook = hook[0]
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { a.Run(ctx); close(done) }()
@@ -100,37 +110,193 @@ func quickScript(t *testing.T) {
 	})
 }
 
-// TestResultIsSpooledBeforeItIsPosted: when the first Complete goes out, the
-// result is already on disk; once accepted it is gone from the spool.
-func TestResultIsSpooledBeforeItIsPosted(t *testing.T) {
+// stageHook is a spool test hook that reports each stage of each write on
+// a channel and, at the stages in block, waits for a release first (a slow
+// disk) and then fails with err, if set (a failing one).
+type stageHook struct {
+	seen    chan spoolStage // the write's stages
+	settled chan struct{}   // the poster settled the result
+	block   map[spoolStage]chan struct{}
+	failAt  spoolStage
+	failErr error
+}
+
+func newStageHook() *stageHook {
+	return &stageHook{seen: make(chan spoolStage, 16), settled: make(chan struct{}, 16), block: map[spoolStage]chan struct{}{}}
+}
+
+// hold makes writes wait at stage until the returned func is called.
+func (h *stageHook) hold(stage spoolStage) (release func()) {
+	ch := make(chan struct{})
+	h.block[stage] = ch
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }
+}
+
+func (h *stageHook) hook(stage spoolStage, _ string) error {
+	if stage == stageSettled {
+		h.settled <- struct{}{}
+		return nil
+	}
+	h.seen <- stage
+	if ch := h.block[stage]; ch != nil {
+		<-ch
+	}
+	if stage == h.failAt {
+		return h.failErr
+	}
+	return nil
+}
+
+// reached waits until a write reaches stage (the stages of one write come
+// in order; every test here makes one write).
+func (h *stageHook) reached(stage spoolStage) error {
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case got := <-h.seen:
+			if got == stage {
+				return nil
+			}
+			if got > stage {
+				return fmt.Errorf("the spool write reached stage %d, waiting for %d", got, stage)
+			}
+		case <-timeout:
+			return fmt.Errorf("timed out waiting for the spool write to reach stage %d", stage)
+		}
+	}
+}
+
+func (h *stageHook) waitStage(t *testing.T, stage spoolStage) {
+	t.Helper()
+	if err := h.reached(stage); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestResultIsPostedWhileTheSpoolIsSlow: the first Complete does not wait
+// for the spool's fsyncs; when the automator accepts while they run, the
+// write still completes after the answer and then removes its file: no file
+// is left behind, and the emptied spool directory goes too.
+func TestResultIsPostedWhileTheSpoolIsSlow(t *testing.T) {
 	quickScript(t)
 	dir := filepath.Join(t.TempDir(), "spool")
-	var onDisk []string
-	var dirMode, fileMode os.FileMode
+	h := newStageHook()
+	release := h.hold(stageSync)
+	t.Cleanup(release)
+	var held []string
+	// The automator answers once the write is committed and held before
+	// its fsyncs, so the answer comes first, the write's end after it.
 	f := newSpoolAutomator(func(*automatorv1.CompleteRequest) error {
-		if onDisk == nil {
-			onDisk = spoolFiles(t, dir)
-			if fi, err := os.Stat(dir); err == nil {
-				dirMode = fi.Mode().Perm()
-			}
-			if fi, err := os.Stat(filepath.Join(dir, "w1.json")); err == nil {
-				fileMode = fi.Mode().Perm()
-			}
+		if err := h.reached(stageSync); err != nil {
+			t.Error(err)
+		}
+		held = spoolFiles(t, dir)
+		return nil
+	})
+	runSpoolAgent(t, f, dir, h.hook)
+	f.claims <- claim(t, "w1", &automatorv1.Command{Script: "s"})
+	if got := <-f.ok; got.GetWorkId() != "w1" {
+		t.Fatalf("posted %q, want w1", got.GetWorkId())
+	}
+	if len(held) != 1 || !strings.HasPrefix(held[0], ".tmp-") {
+		t.Fatalf("while the write was held the spool held %q, want one temporary file", held)
+	}
+	<-h.settled // the answer is recorded; only now may the write go on
+	release()
+	h.waitStage(t, stageDone)
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("after the accepted result's write completed the spool still holds %q (stat: %v), want no directory", spoolFiles(t, dir), err)
+	}
+	if n := f.callCount(); n != 1 {
+		t.Fatalf("%d Complete calls, want 1", n)
+	}
+}
+
+// TestSpoolWriteIsSkippedWhenAcceptedFirst: a write that has not begun when
+// the automator accepts the result writes nothing.
+func TestSpoolWriteIsSkippedWhenAcceptedFirst(t *testing.T) {
+	quickScript(t)
+	dir := filepath.Join(t.TempDir(), "spool")
+	h := newStageHook()
+	release := h.hold(stageStart)
+	t.Cleanup(release)
+	f := newSpoolAutomator(func(*automatorv1.CompleteRequest) error { return nil })
+	runSpoolAgent(t, f, dir, h.hook)
+	f.claims <- claim(t, "w1", &automatorv1.Command{Script: "s"})
+	h.waitStage(t, stageStart)
+	<-f.ok
+	<-h.settled
+	release()
+	if got := <-h.seen; got != stageDone {
+		t.Fatalf("after the result was accepted the write went on to stage %d, want it skipped (stage %d)", got, stageDone)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("a skipped write left %q in the spool (stat: %v)", spoolFiles(t, dir), err)
+	}
+}
+
+// TestResultIsPostedWhenTheSpoolFails: a write that fails costs the result
+// nothing (it is posted from memory) and leaves nothing on disk.
+func TestResultIsPostedWhenTheSpoolFails(t *testing.T) {
+	quickScript(t)
+	dir := filepath.Join(t.TempDir(), "spool")
+	h := newStageHook()
+	h.failAt, h.failErr = stageSync, errors.New("disk on fire")
+	// The write fails before the automator answers: Complete waits for it.
+	f := newSpoolAutomator(func(*automatorv1.CompleteRequest) error {
+		if err := h.reached(stageDone); err != nil {
+			t.Error(err)
 		}
 		return nil
 	})
-	runSpoolAgent(t, f, dir)
+	runSpoolAgent(t, f, dir, h.hook)
+	f.claims <- claim(t, "w1", &automatorv1.Command{Script: "s"})
+	if got := <-f.ok; got.GetWorkId() != "w1" {
+		t.Fatalf("posted %q, want w1", got.GetWorkId())
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("a failed write left %q in the spool (stat: %v)", spoolFiles(t, dir), err)
+	}
+}
+
+// TestWrittenResultIsKeptUntilAnswered: once its write is over, an
+// unanswered result is on disk, private (so a crash from then on does not
+// lose it); the automator's answer removes it.
+func TestWrittenResultIsKeptUntilAnswered(t *testing.T) {
+	quickScript(t)
+	dir := filepath.Join(t.TempDir(), "spool")
+	h := newStageHook()
+	var onDisk []string
+	var dirMode, fileMode os.FileMode
+	f := newSpoolAutomator(func(*automatorv1.CompleteRequest) error {
+		if err := h.reached(stageDone); err != nil {
+			t.Error(err)
+		}
+		onDisk = spoolFiles(t, dir)
+		if fi, err := os.Stat(dir); err == nil {
+			dirMode = fi.Mode().Perm()
+		}
+		if fi, err := os.Stat(filepath.Join(dir, "w1.json")); err == nil {
+			fileMode = fi.Mode().Perm()
+		}
+		return nil
+	})
+	runSpoolAgent(t, f, dir, h.hook)
 	f.claims <- claim(t, "w1", &automatorv1.Command{Script: "s"})
 	<-f.ok
 	if len(onDisk) != 1 || onDisk[0] != "w1.json" {
-		t.Fatalf("the spool held %q when the result was first posted, want [w1.json]", onDisk)
+		t.Fatalf("the spool held %q with the write over and no answer yet, want [w1.json]", onDisk)
 	}
 	if dirMode != 0o700 || fileMode != 0o600 {
 		t.Fatalf("spool directory mode %v, file mode %v; want 0700 and 0600", dirMode, fileMode)
 	}
 	// Emptied, the directory goes too: the state directory is left as
 	// `proxy install` made it.
-	waitFor(t, "the spool directory to go", func() bool { _, err := os.Stat(dir); return os.IsNotExist(err) })
+	<-h.settled
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("after the answer the spool still holds %q (stat: %v), want no directory", spoolFiles(t, dir), err)
+	}
 }
 
 // TestSpooledResultIsPostedAfterRestart: a proxy that stops while the
@@ -140,8 +306,14 @@ func TestSpooledResultIsPostedAfterRestart(t *testing.T) {
 	quickScript(t)
 	dir := filepath.Join(t.TempDir(), "spool")
 	down := newSpoolAutomator(func(*automatorv1.CompleteRequest) error { return status.Error(codes.Unavailable, "down") })
-	stop := runSpoolAgent(t, down, dir)
+	h := newStageHook()
+	stop := runSpoolAgent(t, down, dir, h.hook)
 	down.claims <- claim(t, "w1", &automatorv1.Command{Script: "s"})
+	// Written while unanswered: a crash from here on would keep it too.
+	h.waitStage(t, stageDone)
+	if files := spoolFiles(t, dir); len(files) != 1 || files[0] != "w1.json" {
+		t.Fatalf("with the write over and the result unposted the spool holds %q, want [w1.json]", files)
+	}
 	waitFor(t, "a few failed posts", func() bool { return down.callCount() >= 3 })
 	stop()
 	if files := spoolFiles(t, dir); len(files) != 1 || files[0] != "w1.json" {
@@ -187,9 +359,10 @@ func TestExpiredSpooledResultIsDroppedNotPosted(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "spool")
 	s := newSpool(dir, slog.New(slog.DiscardHandler))
 	now := time.Now()
-	s.put("acme", now.Add(-time.Second), &automatorv1.CompleteRequest{WorkId: "w-old", ClaimId: "c", InstanceId: "a"})
-	s.put("acme", now.Add(time.Minute), &automatorv1.CompleteRequest{WorkId: "w-other", ClaimId: "c", InstanceId: "b"})
-	s.put("acme", now.Add(time.Minute), &automatorv1.CompleteRequest{WorkId: "w-due", ClaimId: "c", InstanceId: "a", Outcome: automatorv1.Outcome_OUTCOME_FAILED, Failure: "f"})
+	inline := func(f func()) { f() }
+	s.put("acme", now.Add(-time.Second), &automatorv1.CompleteRequest{WorkId: "w-old", ClaimId: "c", InstanceId: "a"}, inline)
+	s.put("acme", now.Add(time.Minute), &automatorv1.CompleteRequest{WorkId: "w-other", ClaimId: "c", InstanceId: "b"}, inline)
+	s.put("acme", now.Add(time.Minute), &automatorv1.CompleteRequest{WorkId: "w-due", ClaimId: "c", InstanceId: "a", Outcome: automatorv1.Outcome_OUTCOME_FAILED, Failure: "f"}, inline)
 	if err := os.WriteFile(filepath.Join(dir, "w-bad.json"), []byte("{not json"), 0o600); err != nil {
 		t.Fatal(err)
 	}

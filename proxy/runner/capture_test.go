@@ -2,7 +2,11 @@ package runner
 
 import (
 	"bytes"
+	"errors"
+	"io"
+	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 func TestCaptureKeepsFirstBytesAndCountsTheRest(t *testing.T) {
@@ -40,5 +44,44 @@ func TestLimitsDefault(t *testing.T) {
 	}
 	if got := (Limits{MaxOutput: 7}).maxOutput(); got != 7 {
 		t.Errorf("MaxOutput 7: got %d", got)
+	}
+}
+
+// TestCaptureReadFromMatchesWrite: reading a stream straight into the
+// capture keeps and drops exactly what writes of it would, whatever the
+// reads' sizes.
+func TestCaptureReadFromMatchesWrite(t *testing.T) {
+	data := bytes.Repeat([]byte("0123456789"), 1000) // 10,000 bytes
+	readers := map[string]func(io.Reader) io.Reader{
+		"whole":    func(r io.Reader) io.Reader { return r },
+		"one byte": iotest.OneByteReader,
+		"halves":   iotest.HalfReader,
+		"data+EOF": iotest.DataErrReader,
+	}
+	for _, max := range []int{1, 5, 511, 512, 513, 4096, 9999, 10000, 10001, 1 << 20} {
+		for _, n := range []int{0, 1, 511, 512, 1000, 10000} {
+			for name, wrap := range readers {
+				want := capture{max: max}
+				_, _ = want.Write(data[:n])
+				got := capture{max: max}
+				read, err := got.ReadFrom(wrap(bytes.NewReader(data[:n])))
+				if err != nil || read != int64(n) || !bytes.Equal(got.buf, want.buf) || got.truncated != want.truncated {
+					t.Fatalf("max %d, %d bytes, %s reads: read %d (%v), kept %d truncated=%v; want %d, kept %d truncated=%v",
+						max, n, name, read, err, len(got.buf), got.truncated, n, len(want.buf), want.truncated)
+				}
+				if cap(got.buf) > max {
+					t.Fatalf("max %d: buffer of %d bytes, more than the limit", max, cap(got.buf))
+				}
+			}
+		}
+	}
+}
+
+func TestCaptureReadFromReturnsReadErrors(t *testing.T) {
+	boom := errors.New("boom")
+	c := capture{max: 10}
+	n, err := c.ReadFrom(io.MultiReader(strings.NewReader("abc"), iotest.ErrReader(boom)))
+	if n != 3 || !errors.Is(err, boom) || string(c.buf) != "abc" {
+		t.Fatalf("ReadFrom = %d, %v, kept %q; want 3, boom, \"abc\"", n, err, c.buf)
 	}
 }

@@ -29,17 +29,23 @@ func ResolveScript(dir, name string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w %q: %w", ErrUnknownScript, name, err)
 	}
-	real, err := filepath.EvalSymlinks(filepath.Join(realDir, name))
+	// realDir holds no link and name no separator, so realDir/name is the
+	// script unless it is itself a link: only then is it resolved (and
+	// checked to stay inside) again.
+	real := filepath.Join(realDir, name)
+	fi, err := os.Lstat(real)
+	if err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		real, err = filepath.EvalSymlinks(real)
+		if err == nil && !within(realDir, real) {
+			return "", fmt.Errorf("%w: %q resolves to %q, not inside %q", ErrOutsideScripts, name, real, realDir)
+		}
+		if err == nil {
+			fi, err = os.Stat(real)
+		}
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", fmt.Errorf("%w %q: no such file in scripts directory %q", ErrUnknownScript, name, dir)
 	}
-	if err != nil {
-		return "", fmt.Errorf("%w %q: %w", ErrUnknownScript, name, err)
-	}
-	if !within(realDir, real) {
-		return "", fmt.Errorf("%w: %q resolves to %q, not inside %q", ErrOutsideScripts, name, real, realDir)
-	}
-	fi, err := os.Stat(real)
 	if err != nil {
 		return "", fmt.Errorf("%w %q: %w", ErrUnknownScript, name, err)
 	}

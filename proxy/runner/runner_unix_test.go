@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -131,6 +132,24 @@ func TestUnreadStdinDoesNotBlock(t *testing.T) {
 	spec.Stdin = make([]byte, 1<<20)
 	if res := run(t, spec); res.ExitCode != 0 {
 		t.Errorf("exit code %d", res.ExitCode)
+	}
+}
+
+// TestNoStdinReadsAsEmpty: without Stdin a script reads end of file at once
+// (the null device, one shared by every run), also many runs at once.
+func TestNoStdinReadsAsEmpty(t *testing.T) {
+	spec := newSpec(t, "wc -c\n")
+	results := make(chan string, 8)
+	for range cap(results) {
+		go func() {
+			res, err := Run(context.Background(), spec)
+			results <- strings.TrimSpace(string(res.Stdout)) + " " + fmt.Sprint(err)
+		}()
+	}
+	for range cap(results) {
+		if got := <-results; got != "0 <nil>" {
+			t.Errorf("wc -c of no stdin: %q, want 0 bytes and no error", got)
+		}
 	}
 }
 

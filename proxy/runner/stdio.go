@@ -1,10 +1,10 @@
 package runner
 
 import (
-	"io"
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -25,8 +25,22 @@ type stdio struct {
 	outR      *pipeEnd
 	errR      *pipeEnd
 	inW       *pipeEnd // nil when there is no stdin
-	copies    sync.WaitGroup
+
+	copies  atomic.Int32  // copies still running
+	copied  chan struct{} // closed when the last copy ends
+	running bool          // the copies were started
 }
+
+// devNull is the null device, opened once and shared, read-only, as the
+// standard input of every script run without stdin (os/exec would open it
+// for each).
+var devNull = sync.OnceValue(func() *os.File {
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil // os/exec opens it itself
+	}
+	return f
+})
 
 // pipeEnd is a parent's end of a pipe, closed exactly once by whichever of
 // the copy goroutine and finish gets there first.
@@ -68,6 +82,8 @@ func attachStdio(cmd *exec.Cmd, stdin []byte, maxOutput int) (*stdio, error) {
 		}
 		s.inW, s.childEnds = &pipeEnd{f: inW}, append(s.childEnds, inR)
 		cmd.Stdin = inR
+	} else if f := devNull(); f != nil {
+		cmd.Stdin = f
 	}
 	return s, nil
 }
@@ -76,13 +92,18 @@ func attachStdio(cmd *exec.Cmd, stdin []byte, maxOutput int) (*stdio, error) {
 // copying: the output streams into their captures, stdin into the script.
 func (s *stdio) started() {
 	s.closeChildEnds()
-	s.copies.Add(2)
+	s.running = true
+	s.copied = make(chan struct{})
+	n := int32(2)
+	if s.inW != nil {
+		n++
+	}
+	s.copies.Store(n)
 	go s.drain(&s.stdout, s.outR)
 	go s.drain(&s.stderr, s.errR)
 	if s.inW != nil {
-		s.copies.Add(1)
 		go func() {
-			defer s.copies.Done()
+			defer s.copyDone()
 			// An error means the script did not read it all; that is its
 			// business, like a shell pipeline's.
 			_, _ = s.inW.f.Write(s.stdin)
@@ -92,27 +113,37 @@ func (s *stdio) started() {
 }
 
 func (s *stdio) drain(c *capture, r *pipeEnd) {
-	defer s.copies.Done()
-	_, _ = io.Copy(c, r.f) // capture never fails; a read error ends the stream
+	defer s.copyDone()
+	_, _ = c.ReadFrom(r.f) // a read error ends the stream
 	r.close()
+}
+
+// copyDone counts a copy out; the last one closes s.copied.
+func (s *stdio) copyDone() {
+	if s.copies.Add(-1) == 0 {
+		close(s.copied)
+	}
 }
 
 // finish waits for the copies to end, at most delay, then closes the pipes
 // under them and waits for them to notice. After finish the captures are
 // safe to read.
 func (s *stdio) finish(delay time.Duration) {
-	done := make(chan struct{})
-	go func() {
-		s.copies.Wait()
-		close(done)
-	}()
-	timer := time.NewTimer(delay)
-	defer timer.Stop()
-	select {
-	case <-done:
-	case <-timer.C:
+	if !s.running {
 		s.closeParentEnds()
-		<-done
+		return
+	}
+	select {
+	case <-s.copied: // the usual case: the script's output already ended
+	default:
+		timer := time.NewTimer(delay)
+		select {
+		case <-s.copied:
+		case <-timer.C:
+			s.closeParentEnds()
+			<-s.copied
+		}
+		timer.Stop()
 	}
 	s.closeParentEnds()
 }
