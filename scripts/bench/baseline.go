@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"database/sql"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -92,51 +94,64 @@ func startEcho(dir string) (addr string, stop func(), err error) {
 
 // ---- raw durable SQLite cycle ----
 
-// sqliteCycle is the queue's storage work alone: through sqlitestore on a
-// file of its own (so with its pragmas: WAL, synchronous=FULL, one write
-// connection), each cycle enqueues a unit, claims one and completes it,
-// three committed transactions, by n callers at once.
+// sqliteCycle is the queue's storage work alone, done the plain way: on the
+// product's schema and pragmas (WAL, synchronous=FULL, foreign keys), one
+// write connection shared by n callers, and each cycle three committed
+// transactions of plain statements: enqueue a unit, claim one, complete it.
+// It is deliberately not the sqlitestore package, which commits the writes
+// of concurrent callers together: the baseline is what SQLite and this
+// disk do one transaction at a time.
 func (b *bench) sqliteCycle(ctx context.Context, n int, warm, dur time.Duration) (loopResult, error) {
-	dir, err := os.MkdirTemp(b.tmp, "sqlite-raw-")
+	db, done, err := b.rawSQLite(ctx, "sqlite-raw-")
 	if err != nil {
 		return loopResult{}, err
 	}
-	defer os.RemoveAll(dir)
-	st, err := sqlitestore.Open(ctx, filepath.Join(dir, "raw.db"))
-	if err != nil {
-		return loopResult{}, err
-	}
-	defer st.Close()
-	const account = "raw"
-	if _, err := st.AccountCreate(ctx, store.AccountCreateParams{
-		Name: account, TokenHash: randomBytes(32), KeyID: 1, SealedKey: randomBytes(72), Now: time.Now(),
-	}); err != nil {
-		return loopResult{}, err
-	}
+	defer done()
 	// Sizes of a sealed @ping command and result.
 	cmd, result := randomBytes(80), randomBytes(200)
+	inTx := func(ctx context.Context, fn func(tx *sql.Tx) error) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if err := fn(tx); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	}
 	res := closedLoop(ctx, n, warm, dur, nil, func(ctx context.Context) error {
-		now := time.Now()
-		if _, err := st.WorkEnqueue(ctx, store.WorkEnqueueParams{
-			ID: randomID("w_"), Account: account, KeyID: 1, SealedCommand: cmd, Now: now, Deadline: now.Add(5 * time.Minute),
+		now := time.Now().UnixNano()
+		if err := inTx(ctx, func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline) VALUES (?, 'raw', 'queued', 1, ?, ?, ?)`,
+				randomID("w_"), cmd, now, now+int64(5*time.Minute))
+			return err
 		}); err != nil {
 			return err
 		}
 		claimID := randomID("c_")
-		var claimed []store.Work
-		for len(claimed) == 0 {
+		var id string
+		for id == "" {
 			// Another caller may have taken the unit this one queued; one
 			// queued by another is then left for this one.
-			if claimed, err = st.WorkClaim(ctx, store.WorkClaimParams{
-				Account: account, InstanceID: "raw", Max: 1, ClaimIDs: []string{claimID}, Now: time.Now(),
+			if err := inTx(ctx, func(tx *sql.Tx) error {
+				err := tx.QueryRowContext(ctx, `UPDATE work SET state = 'claimed', instance_id = 'raw', claim_id = ?, claimed_at = ?
+WHERE id = (SELECT id FROM work WHERE account = 'raw' AND state = 'queued' AND deadline > ? ORDER BY queued_at, id LIMIT 1)
+RETURNING id`, claimID, time.Now().UnixNano(), now).Scan(&id)
+				if errors.Is(err, sql.ErrNoRows) {
+					return nil
+				}
+				return err
 			}); err != nil {
 				return err
 			}
 		}
-		_, err := st.WorkComplete(ctx, store.WorkCompleteParams{
-			ID: claimed[0].ID, ClaimID: claimID, State: store.StateSucceeded, SealedResult: result, Now: time.Now(),
+		return inTx(ctx, func(tx *sql.Tx) error {
+			now := time.Now().UnixNano()
+			_, err := tx.ExecContext(ctx, `UPDATE work SET state = 'succeeded', sealed_result = ?, finished_at = ?
+WHERE id = ? AND state = 'claimed' AND claim_id = ? AND deadline > ?`, result, now, id, claimID, now)
+			return err
 		})
-		return err
 	})
 	return res, nil
 }

@@ -15,24 +15,23 @@ import (
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
 )
 
-// sqliteCeiling is a what-if, not a baseline of the product: the same
-// durable cycle on the same schema and pragmas, but with prepared
-// statements and batch units per transaction (a writer that commits the
-// work of many callers at once, "group commit"). batch 1 shows what
-// prepared statements alone would give; batch 64 what group commit at 64
-// callers would give. It returns cycles per second of one writer.
-func (b *bench) sqliteCeiling(ctx context.Context, batch int, dur time.Duration) (float64, error) {
-	dir, err := os.MkdirTemp(b.tmp, "sqlite-ceiling-")
+// rawSQLite makes a database with the product's schema and an account "raw"
+// (through the store), then opens it as a plain database/sql pool of one
+// connection with the store's pragmas. done closes it and removes it.
+func (b *bench) rawSQLite(ctx context.Context, prefix string) (db *sql.DB, done func(), err error) {
+	dir, err := os.MkdirTemp(b.tmp, prefix)
 	if err != nil {
-		return 0, err
+		return nil, nil, err
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		if err != nil {
+			os.RemoveAll(dir)
+		}
+	}()
 	path := filepath.Join(dir, "raw.db")
-	// The store makes the schema and the account; then the statements run
-	// on a connection of their own, opened with the store's pragmas.
 	st, err := sqlitestore.Open(ctx, path)
 	if err != nil {
-		return 0, err
+		return nil, nil, err
 	}
 	_, err = st.AccountCreate(ctx, store.AccountCreateParams{
 		Name: "raw", TokenHash: randomBytes(32), KeyID: 1, SealedKey: randomBytes(72), Now: time.Now(),
@@ -41,22 +40,36 @@ func (b *bench) sqliteCeiling(ctx context.Context, batch int, dur time.Duration)
 		err = cerr
 	}
 	if err != nil {
-		return 0, err
+		return nil, nil, err
 	}
 	q := url.Values{}
 	for _, p := range []string{"busy_timeout(5000)", "journal_mode(WAL)", "synchronous(FULL)", "foreign_keys(1)"} {
 		q.Add("_pragma", p)
 	}
 	q.Set("_txlock", "immediate")
-	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	db, err = sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, nil, err
+	}
+	// One connection: every write of SQLite is serialised anyway, and
+	// statements prepared on the pool stay prepared on it.
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	return db, func() { db.Close(); os.RemoveAll(dir) }, nil
+}
+
+// sqliteCeiling is a what-if, not a baseline of the product: the same
+// durable cycle on the same schema and pragmas, but with prepared
+// statements and batch units per transaction (a writer that commits the
+// work of many callers at once, "group commit"). batch 1 shows what
+// prepared statements alone would give; batch 64 what group commit at 64
+// callers would give. It returns cycles per second of one writer.
+func (b *bench) sqliteCeiling(ctx context.Context, batch int, dur time.Duration) (float64, error) {
+	db, done, err := b.rawSQLite(ctx, "sqlite-ceiling-")
 	if err != nil {
 		return 0, err
 	}
-	defer db.Close()
-	// One connection, so statements prepared on the pool stay prepared on
-	// it and transactions reuse them.
-	db.SetMaxOpenConns(1)
-	db.SetMaxIdleConns(1)
+	defer done()
 	prep := func(query string) (*sql.Stmt, error) { return db.PrepareContext(ctx, query) }
 	enqueue, err := prep(`INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline) VALUES (?, 'raw', 'queued', 1, ?, ?, ?)`)
 	if err != nil {

@@ -4,8 +4,8 @@
 // as real processes on loopback (an automator on durable SQLite in a
 // temporary directory, proxy instances, this program as the callers and as
 // raw pollers) beside baselines measured in the same run (raw gRPC echo with
-// the same TLS and server options, the raw durable SQLite cycle through
-// sqlitestore, raw fdatasync, raw fork/exec of the same script, and for
+// the same TLS and server options, the raw durable SQLite cycle of plain
+// statements on the product's schema, raw fdatasync, raw fork/exec of the same script, and for
 // PostgreSQL the raw FOR UPDATE SKIP LOCKED cycle). It prints a markdown
 // table (median of the runs, min–max, baseline, ratio, target, verdict) and
 // writes the same as JSON. docs/performance.md explains every figure.
