@@ -36,7 +36,10 @@ func (a *AutomatorService) ExecuteOnProxy(ctx context.Context, req *automatorv1.
 	// Subscribed before the unit exists, so its end cannot be missed and
 	// the queued unit need not be read again.
 	sub := s.hub.WaitDone(id)
-	w, err := s.enqueue(ctx, req, "ExecuteOnProxy", id)
+	// Nobody outside learns the id before the unit is claimed, and the
+	// claim's durable commit makes the unit durable with it: the enqueue
+	// need not wait for its own fsync.
+	w, err := s.enqueue(ctx, req, "ExecuteOnProxy", id, true)
 	if err != nil || w.ID != id {
 		sub.Close()
 	}
@@ -52,7 +55,7 @@ func (a *AutomatorService) ExecuteOnProxy(ctx context.Context, req *automatorv1.
 
 // Submit queues the command and returns at once.
 func (a *AutomatorService) Submit(ctx context.Context, req *automatorv1.ExecuteRequest) (*automatorv1.WorkStatus, error) {
-	w, err := a.s.enqueue(ctx, req, "Submit", newID("w_"))
+	w, err := a.s.enqueue(ctx, req, "Submit", newID("w_"), false)
 	if err != nil {
 		return nil, err
 	}
@@ -161,8 +164,8 @@ func (s *Server) accountOrStatus(ctx context.Context, name string) (store.Accoun
 // enqueue validates, seals and stores a new unit with the given id, then
 // wakes one poller. With an idempotency key already used on the account
 // (within the retention window) it stores nothing and returns the unit the
-// key made.
-func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, method, id string) (store.Work, error) {
+// key made. syncLater: see store.WorkEnqueueParams.SyncLater.
+func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, method, id string, syncLater bool) (store.Work, error) {
 	acc, err := s.accountOrStatus(ctx, req.GetAccount())
 	if err != nil {
 		return store.Work{}, err
@@ -215,7 +218,8 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, m
 		IdempotencyKey:   req.GetIdempotencyKey(),
 		IdempotencySince: now.Add(-s.retention),
 		// Written with the unit, in its transaction: no unit without it.
-		Audit: &audit,
+		Audit:     &audit,
+		SyncLater: syncLater,
 	})
 	if errors.Is(err, store.ErrDuplicate) {
 		// A retry of a submit whose answer was lost (or a second caller with

@@ -162,6 +162,14 @@ type WorkEnqueueParams struct {
 	// transaction as the new unit, so no unit exists without its record.
 	// It is not appended when the enqueue fails or finds a duplicate.
 	Audit *AuditEvent
+	// SyncLater lets the store answer before the new unit is on disk, for
+	// a unit whose id nobody outside the automator learns before it is
+	// claimed (ExecuteOnProxy answers only with the outcome): it becomes
+	// durable with the next durable write, at the latest the claim that
+	// takes it, since a log-structured store makes a write durable only
+	// with every write before it. A crash before that loses a unit that no
+	// proxy saw and whose caller gets an error. A backend may ignore it.
+	SyncLater bool
 }
 
 type WorkClaimParams struct {

@@ -45,7 +45,7 @@ func (s *Store) WorkEnqueue(ctx context.Context, p store.WorkEnqueueParams) (sto
 		return store.Work{}, fmt.Errorf("enqueueing work for account %q: the id is empty", p.Account)
 	}
 	var w store.Work
-	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
+	err := s.write1(ctx, p.SyncLater, func(ctx context.Context, tx querier) error {
 		var one int
 		err := tx.QueryRowContext(ctx, `SELECT 1 FROM accounts WHERE name = ?`, p.Account).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {

@@ -45,10 +45,14 @@ const (
 )
 
 type writeOp struct {
-	ctx   context.Context
-	fn    func(ctx context.Context, tx querier) error
-	state atomic.Int32
-	done  chan error // capacity 1: the outcome
+	ctx context.Context
+	fn  func(ctx context.Context, tx querier) error
+	// syncLater: the write may be answered before it is on disk (see
+	// store.WorkEnqueueParams.SyncLater). A batch of such writes only
+	// commits without an fsync; the next durable commit syncs it.
+	syncLater bool
+	state     atomic.Int32
+	done      chan error // capacity 1: the outcome
 }
 
 type writer struct {
@@ -66,6 +70,7 @@ type writer struct {
 	// Owned by the writer goroutine.
 	conn *sql.Conn
 	q    *prepared
+	lazy bool // the connection runs with synchronous=NORMAL
 }
 
 func newWriter(db *sql.DB) *writer {
@@ -85,7 +90,13 @@ func newWriter(db *sql.DB) *writer {
 // caller's values but never ends, since interrupting a statement would
 // roll back the other writes of the batch.
 func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, tx querier) error) error {
-	o := &writeOp{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	return s.write1(ctx, false, fn)
+}
+
+// write1 is writeTx, with syncLater for a write that may be answered before
+// it is on disk.
+func (s *Store) write1(ctx context.Context, syncLater bool, fn func(ctx context.Context, tx querier) error) error {
+	o := &writeOp{ctx: ctx, fn: fn, syncLater: syncLater, done: make(chan error, 1)}
 	if err := s.w.submit(ctx, o); err != nil {
 		return err
 	}
@@ -175,8 +186,12 @@ func (w *writer) commit(batch []*writeOp) {
 	if len(live) == 0 {
 		return
 	}
+	lazy := true
+	for _, o := range live {
+		lazy = lazy && o.syncLater
+	}
 	errs := make([]error, len(live))
-	err := w.inTx(func(q querier) error {
+	err := w.inTx(lazy, func(q querier) error {
 		if len(live) == 1 {
 			if errs[0] = live[0].fn(context.WithoutCancel(live[0].ctx), q); errs[0] != nil {
 				return errRollback
@@ -209,15 +224,27 @@ func (w *writer) commit(batch []*writeOp) {
 }
 
 // inTx runs fn in one IMMEDIATE transaction on the writer's connection and
-// commits it when fn returns nil.
-func (w *writer) inTx(fn func(q querier) error) error {
+// commits it when fn returns nil; durably (synchronous=FULL, the
+// connection's setting) unless lazy.
+func (w *writer) inTx(lazy bool, fn func(q querier) error) error {
 	ctx := context.Background()
 	if w.conn == nil {
 		c, err := w.db.Conn(ctx)
 		if err != nil {
 			return err
 		}
-		w.conn, w.q = c, newPrepared(c)
+		w.conn, w.q, w.lazy = c, newPrepared(c), false
+	}
+	if lazy != w.lazy {
+		mode := "PRAGMA synchronous = FULL"
+		if lazy {
+			mode = "PRAGMA synchronous = NORMAL"
+		}
+		if _, err := w.q.ExecContext(ctx, mode); err != nil {
+			w.discard()
+			return err
+		}
+		w.lazy = lazy
 	}
 	if _, err := w.q.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		w.discard()

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/opsgate/opsgate/automator/store"
 )
@@ -191,5 +192,73 @@ func TestCloseCommitsWhatWasHandedOver(t *testing.T) {
 		if !accountExists(t, s, name) {
 			t.Errorf("account %s, handed over before Close, is missing", name)
 		}
+	}
+}
+
+// syncMode reads the writer connection's synchronous setting from inside a
+// write: 2 is FULL, 1 NORMAL.
+func syncMode(ctx context.Context, tx querier) (int, error) {
+	var mode int
+	err := tx.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&mode)
+	return mode, err
+}
+
+// TestSyncLaterOnlyWhenTheWholeBatchMay: a batch of writes that may be
+// answered before they are on disk commits without an fsync; any other
+// write in the batch, or the next batch, commits durably again.
+func TestSyncLaterOnlyWhenTheWholeBatchMay(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "a.db"))
+	ctx := t.Context()
+	modeOf := func(syncLater bool) int {
+		t.Helper()
+		var mode int
+		if err := s.write1(ctx, syncLater, func(ctx context.Context, tx querier) (err error) {
+			mode, err = syncMode(ctx, tx)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return mode
+	}
+	if got := modeOf(true); got != 1 {
+		t.Errorf("a lone sync-later write runs with synchronous=%d, want 1 (NORMAL)", got)
+	}
+	if got := modeOf(false); got != 2 {
+		t.Errorf("the durable write after it runs with synchronous=%d, want 2 (FULL)", got)
+	}
+
+	// A sync-later write batched with a durable one: FULL.
+	release, blocked := blockWriter(t, s, ctx)
+	modes := make(chan int, 2)
+	for _, later := range []bool{true, false} {
+		go func() {
+			var mode int
+			_ = s.write1(ctx, later, func(ctx context.Context, tx querier) (err error) {
+				mode, err = syncMode(ctx, tx)
+				return err
+			})
+			modes <- mode
+		}()
+	}
+	waitQueued(s, 2)
+	release()
+	if err := <-blocked; err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if got := <-modes; got != 2 {
+			t.Errorf("a batch mixing sync-later and durable writes runs with synchronous=%d, want 2 (FULL)", got)
+		}
+	}
+
+	// The product's use: the enqueue of a unit nobody knows yet.
+	if _, err := s.AccountCreate(ctx, store.AccountCreateParams{Name: "acme", TokenHash: []byte{1}, KeyID: 1, SealedKey: []byte{1}, Now: testNow}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: "w-1", Account: "acme", KeyID: 1, SealedCommand: []byte("c"), Now: testNow, Deadline: testNow.Add(time.Hour), SyncLater: true}); err != nil {
+		t.Fatal(err)
+	}
+	if !s.w.lazy {
+		t.Error("WorkEnqueue with SyncLater committed durably")
 	}
 }
