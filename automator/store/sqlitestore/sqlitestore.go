@@ -98,7 +98,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("opening sqlite store %q: %w", path, err)
 	}
 
-	return &Store{path: path, write: write, read: read, w: newWriter(write), reads: newPrepared(read)}, nil
+	return &Store{path: path, write: write, read: read, w: newWriter(write, path), reads: newPrepared(read)}, nil
 }
 
 // Path returns the database file's path as given to Open.

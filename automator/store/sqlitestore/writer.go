@@ -56,8 +56,9 @@ type writeOp struct {
 }
 
 type writer struct {
-	db  *sql.DB // the write pool: exactly one connection
-	ops chan *writeOp
+	db     *sql.DB // the write pool: exactly one connection
+	ops    chan *writeOp
+	syncer *walSyncer // fsyncs the WAL after a commit without one
 
 	mu     sync.RWMutex // held for reading while a write is handed over
 	closed bool
@@ -73,9 +74,10 @@ type writer struct {
 	lazy bool // the connection runs with synchronous=NORMAL
 }
 
-func newWriter(db *sql.DB) *writer {
+func newWriter(db *sql.DB, path string) *writer {
 	w := &writer{
 		db:     db,
+		syncer: newWALSyncer(path),
 		ops:    make(chan *writeOp, maxBatch),
 		quit:   make(chan struct{}),
 		exited: make(chan struct{}),
@@ -138,6 +140,7 @@ func (w *writer) close() {
 	close(w.quit)
 	w.mu.Unlock()
 	<-w.exited
+	w.syncer.close()
 }
 
 func (w *writer) run() {
@@ -214,6 +217,9 @@ func (w *writer) commit(batch []*writeOp) {
 		}
 		return nil
 	})
+	if err == nil && lazy {
+		w.syncer.soon()
+	}
 	for i, o := range live {
 		e := errs[i]
 		if e == nil && err != nil {
