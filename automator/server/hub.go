@@ -27,16 +27,28 @@ type hub struct {
 	done    map[string]map[*doneSub]struct{}
 	// work counts, per account, the calls of NotifyWork: every unit queued
 	// here or announced by another replica. empty is what the latest claim
-	// that found nothing saw of it (emptyState).
+	// that found nothing saw of it (seenAt).
 	work  map[string]uint64
-	empty map[string]emptyState
+	empty map[string]seenAt
+	// cut counts, per account, the claimed units that ended other than by
+	// their claimer's result (cancelled, timed out): NotifyInstance calls.
+	// checked is what each instance's latest look at its running units
+	// saw of it (runningKnown).
+	cut     map[string]uint64
+	checked map[[2]string]seenAt
 }
 
-// emptyState: a claim for the account found nothing at time at, when
-// NotifyWork had been called work times for it.
-type emptyState struct {
-	work uint64
-	at   time.Time
+// maxChecked bounds hub.checked; past it the map starts again (every
+// instance then looks at its running units once more).
+const maxChecked = 1 << 17
+
+// seenAt: a look at the store at time at, begun when a hub count stood at
+// n (empty: a claim that found nothing, with the account's NotifyWork
+// count; checked: an instance's look at its running units, with the
+// account's count of units cut short).
+type seenAt struct {
+	n  uint64
+	at time.Time
 }
 
 func newHub() *hub {
@@ -44,8 +56,43 @@ func newHub() *hub {
 		pollers: make(map[string]*list.List),
 		done:    make(map[string]map[*doneSub]struct{}),
 		work:    make(map[string]uint64),
-		empty:   make(map[string]emptyState),
+		empty:   make(map[string]seenAt),
+		cut:     make(map[string]uint64),
+		checked: make(map[[2]string]seenAt),
 	}
+}
+
+// cutSeen returns the account's count of units ended under their claimer,
+// to pass to checkedRunning after a look at an instance's running units
+// begun after it.
+func (h *hub) cutSeen(account string) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.cut[account]
+}
+
+// checkedRunning records that instance looked at the states of its running
+// units at now, begun when the account's cut count was cut.
+func (h *hub) checkedRunning(account, instance string, cut uint64, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.checked) >= maxChecked {
+		clear(h.checked)
+	}
+	h.checked[[2]string{account, instance}] = seenAt{n: cut, at: now}
+}
+
+// runningKnown reports whether none of an instance's running units can have
+// ended without it knowing: it looked less than fresh ago and no claimed
+// unit of the account was cancelled or timed out since. (Its own results
+// it knows; a unit it claimed since can only end that way too.) Units of
+// other replicas are announced through the Broadcaster, best effort:
+// fresh bounds how late a lost announcement is noticed.
+func (h *hub) runningKnown(account, instance string, now time.Time, fresh time.Duration) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c, ok := h.checked[[2]string{account, instance}]
+	return ok && c.n == h.cut[account] && now.Sub(c.at) < fresh && !now.Before(c.at)
 }
 
 // workSeen returns the account's NotifyWork count, to pass to foundEmpty
@@ -62,7 +109,7 @@ func (h *hub) foundEmpty(account string, work uint64, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.work[account] == work {
-		h.empty[account] = emptyState{work: work, at: now}
+		h.empty[account] = seenAt{n: work, at: now}
 	}
 }
 
@@ -75,7 +122,7 @@ func (h *hub) knownEmpty(account string, now time.Time, fresh time.Duration) boo
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	e, ok := h.empty[account]
-	return ok && e.work == h.work[account] && now.Sub(e.at) < fresh && !now.Before(e.at)
+	return ok && e.n == h.work[account] && now.Sub(e.at) < fresh && !now.Before(e.at)
 }
 
 // poller is one Poll call waiting for work.
@@ -159,6 +206,7 @@ func (h *hub) NotifyWork(account string, n int) {
 func (h *hub) NotifyInstance(account, instance string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.cut[account]++
 	l := h.pollers[account]
 	if l == nil {
 		return

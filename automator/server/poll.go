@@ -12,8 +12,9 @@ import (
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
-// knownEmptyFor is how long an account's empty queue is trusted without
-// looking again, when no unit was announced since (hub.knownEmpty).
+// knownEmptyFor is how long an account's empty queue, or an instance's
+// running units, are trusted without looking again when nothing was
+// announced since (hub.knownEmpty, hub.runningKnown).
 const knownEmptyFor = time.Second
 
 // Bounds on what one poll may carry.
@@ -114,11 +115,13 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automatorv1.PollRequest, max int, ring *keyRing) (*automatorv1.PollResponse, error) {
 	s := p.s
 	resp := &automatorv1.PollResponse{}
-	if len(req.GetRunning()) > 0 {
+	if looked := s.clock.Now(); len(req.GetRunning()) > 0 && !s.hub.runningKnown(account, req.GetInstanceId(), looked, knownEmptyFor) {
+		cut := s.hub.cutSeen(account)
 		states, err := s.store.WorkStates(ctx, req.GetRunning())
 		if err != nil {
 			return nil, s.internal(ctx, "reading states of running units", err)
 		}
+		s.hub.checkedRunning(account, req.GetInstanceId(), cut, looked)
 		for _, id := range req.GetRunning() {
 			if st, ok := states[id]; ok && st.Terminal() {
 				resp.Cancelled = append(resp.Cancelled, id)
