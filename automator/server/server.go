@@ -118,6 +118,7 @@ type Server struct {
 	keys   map[string]*keyRing // account → its opened keys (keys.go)
 
 	kick     chan struct{} // wakes the sweeper when an earlier deadline arrives
+	queued   queuedCounts  // recent queue counts (checkQueue)
 	kickMu   sync.Mutex
 	kickAt   time.Time     // the earliest deadline kicked and not yet taken
 	shutdown chan struct{} // closed by Shutdown: polls and waits return

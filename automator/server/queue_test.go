@@ -1,0 +1,100 @@
+package server
+
+import (
+	"context"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/automator/store/sqlitestore"
+)
+
+// countCounter counts WorkQueuedCount calls.
+type countCounter struct {
+	store.Store
+	calls atomic.Int64
+}
+
+func (c *countCounter) WorkQueuedCount(ctx context.Context, account string, atMost int) (int, error) {
+	c.calls.Add(1)
+	return c.Store.WorkQueuedCount(ctx, account, atMost)
+}
+
+// TestQueueCapCountsOnlyNearTheCapOrWhenStale: far below the cap, the
+// queue is counted once per queueCountFor, not per enqueue; from half the
+// cap on (with the units queued since the count), every enqueue counts, so
+// the cap holds exactly.
+func TestQueueCapCountsOnlyNearTheCapOrWhenStale(t *testing.T) {
+	ctx := t.Context()
+	sq, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "automator.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sq.Close() })
+	clock := &stepClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	if _, err := sq.AccountCreate(ctx, store.AccountCreateParams{Name: "acme", TokenHash: []byte("t"), KeyID: 1, SealedKey: []byte("k"), Now: clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	st := &countCounter{Store: sq}
+	srv, err := New(Options{Store: st, Clock: clock, Limits: Limits{MaxQueuedPerAccount: 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueue := func(i int) error {
+		if err := srv.checkQueue(ctx, "acme", "Submit"); err != nil {
+			return err
+		}
+		_, err := sq.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: newID("w_"), Account: "acme", KeyID: 1, SealedCommand: []byte("c"),
+			Now: clock.Now(), Deadline: clock.Now().Add(time.Hour)})
+		return err
+	}
+	// 0 queued: counted once; then 1, 2, 3 queued by this replica are
+	// below half the cap (4) without counting.
+	for i := range 4 {
+		if err := enqueue(i); err != nil {
+			t.Fatalf("unit %d: %v", i, err)
+		}
+	}
+	if n := st.calls.Load(); n != 1 {
+		t.Errorf("4 units far below the cap counted the queue %d times, want 1", n)
+	}
+	// From half the cap on, every enqueue counts, up to the cap exactly.
+	for i := 4; i < 8; i++ {
+		if err := enqueue(i); err != nil {
+			t.Fatalf("unit %d: %v", i, err)
+		}
+	}
+	if n := st.calls.Load(); n != 5 {
+		t.Errorf("units 5 to 8 counted the queue %d times in all, want 5", n)
+	}
+	if err := srv.checkQueue(ctx, "acme", "Submit"); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("9th unit: %v, want ResourceExhausted", err)
+	}
+
+	// A count is trusted only briefly: units queued elsewhere (another
+	// replica; here straight into the store) are seen once it is stale.
+	if _, err := sq.AccountCreate(ctx, store.AccountCreateParams{Name: "globex", TokenHash: []byte("g"), KeyID: 1, SealedKey: []byte("k"), Now: clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.checkQueue(ctx, "globex", "Submit"); err != nil {
+		t.Fatal(err)
+	}
+	for range 8 {
+		if _, err := sq.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: newID("w_"), Account: "globex", KeyID: 1, SealedCommand: []byte("c"),
+			Now: clock.Now(), Deadline: clock.Now().Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := srv.checkQueue(ctx, "globex", "Submit"); err != nil {
+		t.Fatalf("within the count's second: %v, want it trusted", err)
+	}
+	clock.add(queueCountFor)
+	if err := srv.checkQueue(ctx, "globex", "Submit"); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("once the count is stale: %v, want ResourceExhausted (8 units were queued elsewhere)", err)
+	}
+}
