@@ -30,6 +30,24 @@ RETURNING seq`,
 	return e, nil
 }
 
+// appendAudit appends e inside a write that also writes what e records,
+// without reading its Seq back.
+func appendAudit(ctx context.Context, q querier, e store.AuditEvent) error {
+	if e.Kind == "" {
+		return fmt.Errorf("appending to the audit log: the event has no kind")
+	}
+	var sealed any // NULL when there is no script
+	if e.SealedScript != nil {
+		sealed = e.SealedScript
+	}
+	if _, err := q.ExecContext(ctx, `INSERT INTO audit (at, kind, actor, source, account, work_id, instance_id, outcome, sealed_script, detail)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		toNanos(e.At), e.Kind, e.Actor, e.Source, e.Account, e.WorkID, e.InstanceID, e.Outcome, sealed, e.Detail); err != nil {
+		return fmt.Errorf("appending %s to the audit log: %w", e.Kind, err)
+	}
+	return nil
+}
+
 func (s *Store) AuditAppend(ctx context.Context, e store.AuditEvent) (store.AuditEvent, error) {
 	var out store.AuditEvent
 	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {

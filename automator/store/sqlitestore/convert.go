@@ -1,6 +1,12 @@
 package sqlitestore
 
-import "time"
+import (
+	"errors"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
 
 // Times are stored as INTEGER unix nanoseconds, 0 for the zero time, so that
 // sub-microsecond precision survives and comparisons are integer compares.
@@ -26,4 +32,11 @@ func nonNil(b []byte) []byte {
 		return []byte{}
 	}
 	return b
+}
+
+// isForeignKeyViolation reports whether err is SQLite refusing a row whose
+// reference (an account) does not exist.
+func isForeignKeyViolation(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
 }

@@ -1,6 +1,7 @@
 package sqlitestore
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -46,14 +47,6 @@ func (s *Store) WorkEnqueue(ctx context.Context, p store.WorkEnqueueParams) (sto
 	}
 	var w store.Work
 	err := s.write1(ctx, p.SyncLater, func(ctx context.Context, tx querier) error {
-		var one int
-		err := tx.QueryRowContext(ctx, `SELECT 1 FROM accounts WHERE name = ?`, p.Account).Scan(&one)
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("account %q: %w", p.Account, store.ErrNotFound)
-		}
-		if err != nil {
-			return err
-		}
 		var key any // NULL when no key is given
 		if p.IdempotencyKey != "" {
 			key = p.IdempotencyKey
@@ -71,18 +64,37 @@ func (s *Store) WorkEnqueue(ctx context.Context, p store.WorkEnqueueParams) (sto
 				return err
 			}
 		}
-		w, err = scanWork(tx.QueryRowContext(ctx, `INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, idempotency_key)
+		// The foreign key refuses a unit of an unknown account.
+		res, err := tx.ExecContext(ctx, `INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, idempotency_key)
 VALUES (?, ?, 'queued', ?, ?, ?, ?, ?)
-ON CONFLICT (id) DO NOTHING
-RETURNING `+workColumns,
-			p.ID, p.Account, p.KeyID, nonNil(p.SealedCommand), toNanos(p.Now), toNanos(p.Deadline), key))
-		if errors.Is(err, sql.ErrNoRows) {
+ON CONFLICT (id) DO NOTHING`,
+			p.ID, p.Account, p.KeyID, nonNil(p.SealedCommand), toNanos(p.Now), toNanos(p.Deadline), key)
+		if isForeignKeyViolation(err) {
+			return fmt.Errorf("account %q: %w", p.Account, store.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
 			return store.ErrExists
 		}
-		if err == nil && p.Audit != nil {
-			_, err = insertAudit(ctx, tx, *p.Audit)
+		// The unit as stored, without reading it back.
+		w = store.Work{
+			ID:             p.ID,
+			Account:        p.Account,
+			State:          store.StateQueued,
+			KeyID:          p.KeyID,
+			SealedCommand:  bytes.Clone(nonNil(p.SealedCommand)),
+			QueuedAt:       fromNanos(toNanos(p.Now)),
+			Deadline:       fromNanos(toNanos(p.Deadline)),
+			IdempotencyKey: p.IdempotencyKey,
 		}
-		return err
+		if p.Audit != nil {
+			return appendAudit(ctx, tx, *p.Audit)
+		}
+		return nil
 	})
 	if errors.Is(err, store.ErrDuplicate) {
 		return w, fmt.Errorf("enqueueing work with idempotency key %q: %w", p.IdempotencyKey, err)
@@ -94,7 +106,7 @@ RETURNING `+workColumns,
 }
 
 func (s *Store) WorkGet(ctx context.Context, id string) (store.Work, error) {
-	w, err := getWork(ctx, s.read, id)
+	w, err := getWork(ctx, s.reads, id)
 	if err != nil {
 		return store.Work{}, fmt.Errorf("getting work %q: %w", id, err)
 	}
