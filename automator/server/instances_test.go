@@ -69,7 +69,9 @@ type seenEnv struct {
 	clock *stepClock
 }
 
-func newSeenEnv(t *testing.T) *seenEnv {
+// openStepStore opens a SQLite store for t holding the accounts named, and
+// a clock that moves only when told.
+func openStepStore(t *testing.T, accounts ...string) (*sqlitestore.Store, *stepClock) {
 	t.Helper()
 	ctx := t.Context()
 	sq, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "automator.db"))
@@ -78,9 +80,17 @@ func newSeenEnv(t *testing.T) *seenEnv {
 	}
 	t.Cleanup(func() { sq.Close() })
 	clock := &stepClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
-	if _, err := sq.AccountCreate(ctx, store.AccountCreateParams{Name: "acme", TokenHash: []byte("t-acme"), KeyID: 1, SealedKey: []byte("k"), Now: clock.Now()}); err != nil {
-		t.Fatal(err)
+	for _, name := range accounts {
+		if _, err := sq.AccountCreate(ctx, store.AccountCreateParams{Name: name, TokenHash: []byte("t-" + name), KeyID: 1, SealedKey: []byte("k"), Now: clock.Now()}); err != nil {
+			t.Fatal(err)
+		}
 	}
+	return sq, clock
+}
+
+func newSeenEnv(t *testing.T) *seenEnv {
+	t.Helper()
+	sq, clock := openStepStore(t, "acme")
 	st := &seenCounter{Store: sq}
 	srv, err := New(Options{Store: st, Clock: clock})
 	if err != nil {

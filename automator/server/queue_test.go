@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/opsgate/opsgate/automator/store"
-	"github.com/opsgate/opsgate/automator/store/sqlitestore"
 )
 
 // countCounter counts WorkQueuedCount calls.
@@ -31,15 +29,7 @@ func (c *countCounter) WorkQueuedCount(ctx context.Context, account string, atMo
 // the cap holds exactly.
 func TestQueueCapCountsOnlyNearTheCapOrWhenStale(t *testing.T) {
 	ctx := t.Context()
-	sq, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "automator.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sq.Close() })
-	clock := &stepClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
-	if _, err := sq.AccountCreate(ctx, store.AccountCreateParams{Name: "acme", TokenHash: []byte("t"), KeyID: 1, SealedKey: []byte("k"), Now: clock.Now()}); err != nil {
-		t.Fatal(err)
-	}
+	sq, clock := openStepStore(t, "acme", "globex")
 	st := &countCounter{Store: sq}
 	srv, err := New(Options{Store: st, Clock: clock, Limits: Limits{MaxQueuedPerAccount: 8}})
 	if err != nil {
@@ -78,9 +68,6 @@ func TestQueueCapCountsOnlyNearTheCapOrWhenStale(t *testing.T) {
 
 	// A count is trusted only briefly: units queued elsewhere (another
 	// replica; here straight into the store) are seen once it is stale.
-	if _, err := sq.AccountCreate(ctx, store.AccountCreateParams{Name: "globex", TokenHash: []byte("g"), KeyID: 1, SealedKey: []byte("k"), Now: clock.Now()}); err != nil {
-		t.Fatal(err)
-	}
 	if err := srv.checkQueue(ctx, "globex", "Submit"); err != nil {
 		t.Fatal(err)
 	}

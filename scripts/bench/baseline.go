@@ -109,17 +109,7 @@ func (b *bench) sqliteCycle(ctx context.Context, n int, warm, dur time.Duration)
 	defer done()
 	// Sizes of a sealed @ping command and result.
 	cmd, result := randomBytes(80), randomBytes(200)
-	inTx := func(ctx context.Context, fn func(tx *sql.Tx) error) error {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		if err := fn(tx); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		return tx.Commit()
-	}
+	inTx := func(ctx context.Context, fn func(tx *sql.Tx) error) error { return rawTx(ctx, db, fn) }
 	res := closedLoop(ctx, n, warm, dur, nil, func(ctx context.Context) error {
 		now := time.Now().UnixNano()
 		if err := inTx(ctx, func(tx *sql.Tx) error {

@@ -58,6 +58,19 @@ func (b *bench) rawSQLite(ctx context.Context, prefix string) (db *sql.DB, done 
 	return db, func() { db.Close(); os.RemoveAll(dir) }, nil
 }
 
+// rawTx runs fn in one transaction of db and commits it when fn returns nil.
+func rawTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
 // sqliteCeiling is a what-if, not a baseline of the product: the same
 // durable cycle on the same schema and pragmas, but with prepared
 // statements and batch units per transaction (a writer that commits the
@@ -87,17 +100,7 @@ WHERE id = ? AND state = 'claimed' AND claim_id = 'c_' || id AND deadline > ?`)
 		return 0, err
 	}
 	cmd, result := randomBytes(80), randomBytes(200)
-	inTx := func(fn func(tx *sql.Tx) error) error {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		if err := fn(tx); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		return tx.Commit()
-	}
+	inTx := func(fn func(tx *sql.Tx) error) error { return rawTx(ctx, db, fn) }
 	n := 0
 	start := time.Now()
 	for time.Since(start) < dur {
