@@ -5,7 +5,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/pki"
+	"github.com/opsgate/opsgate/internal/proctest"
 )
 
 // ---- the automator ----
@@ -45,7 +45,7 @@ type automator struct {
 func newAutomator(t *testing.T, dir, host string, plaintext bool) *automator {
 	t.Helper()
 	binaries(t)
-	a := &automator{t: t, dir: dir, DataDir: filepath.Join(dir, "data"), Host: host, Port: freePort(t), Plaintext: plaintext}
+	a := &automator{t: t, dir: dir, DataDir: filepath.Join(dir, "data"), Host: host, Port: proctest.FreePort(t), Plaintext: plaintext}
 	if out, err := exec.Command(bins.automator, "init", "--data-dir", a.DataDir, "--public-url", fmt.Sprintf("https://%s:%d", host, a.Port)).CombinedOutput(); err != nil {
 		t.Fatalf("automator init: %v\n%s", err, out)
 	}
@@ -178,16 +178,6 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 }
 
 func (b bearer) RequireTransportSecurity() bool { return b.tls }
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // ---- proxy instances ----
 

@@ -81,3 +81,19 @@ func TestStoreTypesImportNothingOfOurs(t *testing.T) {
 		}
 	}
 }
+
+// TestNothingOfOursImportsTheTestHarness: internal/proctest, the process
+// tests' harness, is for tests only; no package of automator/ or proxy/
+// (their tests aside) depends on it.
+func TestNothingOfOursImportsTheTestHarness(t *testing.T) {
+	harness := module + "/internal/proctest"
+	for _, goos := range []string{"linux", "windows"} {
+		for _, tree := range []string{module + "/automator/...", module + "/proxy/..."} {
+			for _, d := range deps(t, goos, tree) {
+				if d == harness {
+					t.Errorf("GOOS=%s: a package of %s depends on %s", goos, tree, harness)
+				}
+			}
+		}
+	}
+}

@@ -55,7 +55,7 @@ exit $(( $1 % 7 ))`)
 
 	bad := 0
 	for i, r := range results {
-		if r.code != i%7 || r.stdout != fmt.Sprintf("%d\n", i) || r.stderr != "" {
+		if r.Code != i%7 || r.Stdout != fmt.Sprintf("%d\n", i) || r.Stderr != "" {
 			if bad++; bad <= 10 {
 				t.Errorf("unit %d: %v; want exit %d, stdout %q, no stderr", i, r, i%7, fmt.Sprintf("%d\n", i))
 			}

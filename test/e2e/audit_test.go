@@ -55,7 +55,7 @@ func TestAuditLogListsExecutionsAndFailuresWithoutSecrets(t *testing.T) {
 	writeFile(t, stdin, "STDIN-CANARY\n")
 	startProxy(t, profile, scripts, "host-a").WaitPolling(t)
 
-	if r := a.Exec("--account", "acme", "--timeout", "20s", "--stdin", stdin, script, "ARG-CANARY"); r.code != 0 || !strings.Contains(r.stdout, "OUTPUT-CANARY") {
+	if r := a.Exec("--account", "acme", "--timeout", "20s", "--stdin", stdin, script, "ARG-CANARY"); r.Code != 0 || !strings.Contains(r.Stdout, "OUTPUT-CANARY") {
 		t.Fatalf("exec: %v", r)
 	}
 	c := a.Client(t)
@@ -94,7 +94,7 @@ func TestAuditLogListsExecutionsAndFailuresWithoutSecrets(t *testing.T) {
 	waitFor(t, 15*time.Second, "the wrong token to be refused", func() bool { return strings.Contains(a.Log(), "invalid account token") })
 	wrongKeyFile := filepath.Join(dir, "wrong.apikey")
 	writeFile(t, wrongKeyFile, "oak_WRONGAPIKEY-CANARY\n")
-	if r := runCLI(bin.automator, "exec", "--server", a.publicURL(), "--api-key-file", wrongKeyFile, "--ca", filepath.Join(a.DataDir, config.FileCACert), "--account", "acme", "x.sh"); r.code != 255 {
+	if r := runCLI(bin.automator, "exec", "--server", a.publicURL(), "--api-key-file", wrongKeyFile, "--ca", filepath.Join(a.DataDir, config.FileCACert), "--account", "acme", "x.sh"); r.Code != 255 {
 		t.Fatalf("exec with a wrong API key: %v", r)
 	}
 
@@ -102,20 +102,20 @@ func TestAuditLogListsExecutionsAndFailuresWithoutSecrets(t *testing.T) {
 	p2 := a.rotate(t, "rotate-token", "acme", "1h")
 	p3 := a.rotate(t, "rotate-key", "acme", "1h")
 	created := runCLI(bin.automator, "apikey", "create", "ci", "--accounts", "acme", "--data-dir", a.DataDir)
-	if created.code != 0 {
+	if created.Code != 0 {
 		t.Fatalf("apikey create: %v", created)
 	}
-	id := strings.Fields(strings.TrimPrefix(created.stderr, "automator: API key "))[0]
-	if r := runCLI(bin.automator, "apikey", "revoke", id, "--data-dir", a.DataDir); r.code != 0 {
+	id := strings.Fields(strings.TrimPrefix(created.Stderr, "automator: API key "))[0]
+	if r := runCLI(bin.automator, "apikey", "revoke", id, "--data-dir", a.DataDir); r.Code != 0 {
 		t.Fatalf("apikey revoke: %v", r)
 	}
 
 	r := runCLI(bin.automator, "audit", "--data-dir", a.DataDir, "--json")
-	if r.code != 0 {
+	if r.Code != 0 {
 		t.Fatalf("automator audit --json: %v", r)
 	}
 	var events []auditEvent
-	for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+	for _, l := range strings.Split(strings.TrimSpace(r.Stdout), "\n") {
 		var e auditEvent
 		if err := json.Unmarshal([]byte(l), &e); err != nil {
 			t.Fatalf("audit line %q: %v", l, err)
@@ -129,7 +129,7 @@ func TestAuditLogListsExecutionsAndFailuresWithoutSecrets(t *testing.T) {
 				return
 			}
 		}
-		t.Errorf("the audit log has no %s:\n%s", what, r.stdout)
+		t.Errorf("the audit log has no %s:\n%s", what, r.Stdout)
 	}
 	has("execution queued by the admin key, with its script", func(e auditEvent) bool {
 		return e.Kind == "work.queued" && e.Actor == "apikey:admin" && e.Source == "127.0.0.1" && e.Account == "acme" && e.WorkID != "" && e.Script == script
@@ -152,7 +152,7 @@ func TestAuditLogListsExecutionsAndFailuresWithoutSecrets(t *testing.T) {
 	text := runCLI(bin.automator, "audit", "--data-dir", a.DataDir, "--since", "1h")
 	// At least the JSON listing's lines: the proxy with the wrong token keeps
 	// retrying, so a refusal may land between the two listings.
-	if text.code != 0 || strings.Count(text.stdout, "\n") < len(events) || !strings.Contains(text.stdout, "script="+script) {
+	if text.Code != 0 || strings.Count(text.Stdout, "\n") < len(events) || !strings.Contains(text.Stdout, "script="+script) {
 		t.Errorf("automator audit (text): %v; want at least %d lines naming the script", text, len(events))
 	}
 
@@ -160,7 +160,7 @@ func TestAuditLogListsExecutionsAndFailuresWithoutSecrets(t *testing.T) {
 	secrets := map[string]string{
 		"argument": "ARG-CANARY", "stdin": "STDIN-CANARY", "env value": "ENVVALUE-CANARY",
 		"stdout": "OUTPUT-CANARY", "stderr": "STDERR-CANARY", "wrong token": wrongToken, "wrong API key": "WRONGAPIKEY-CANARY",
-		"new API key": strings.TrimSpace(created.stdout),
+		"new API key": strings.TrimSpace(created.Stdout),
 	}
 	for i, p := range []string{profile, p2, p3} {
 		secrets[fmt.Sprintf("token of profile %d", i+1)] = profileValue(t, p, "token")
@@ -178,7 +178,7 @@ func TestAuditLogListsExecutionsAndFailuresWithoutSecrets(t *testing.T) {
 		if len(s) < 8 {
 			t.Fatalf("%s is too short to search for: %q", what, s)
 		}
-		if strings.Contains(r.stdout, s) || strings.Contains(text.stdout, s) {
+		if strings.Contains(r.Stdout, s) || strings.Contains(text.Stdout, s) {
 			t.Errorf("automator audit shows the %s", what)
 		}
 	}
@@ -226,7 +226,7 @@ func TestConfiguredLimitsAndQueueCapKeepOthersServed(t *testing.T) {
 
 	big := filepath.Join(t.TempDir(), "big")
 	writeFile(t, big, strings.Repeat("x", 2048))
-	if r := a.Exec("--account", "acme", "--timeout", "20s", "--stdin", big, "x.sh"); r.code != 255 || !strings.Contains(r.stderr, "limits.max_stdin") || !strings.Contains(r.stderr, "1024") {
+	if r := a.Exec("--account", "acme", "--timeout", "20s", "--stdin", big, "x.sh"); r.Code != 255 || !strings.Contains(r.Stderr, "limits.max_stdin") || !strings.Contains(r.Stderr, "1024") {
 		t.Fatalf("exec with 2 KiB of stdin over max_stdin 1024: %v; want exit 255 naming limits.max_stdin", r)
 	}
 	c := a.Client(t)
@@ -299,12 +299,12 @@ func TestOversizedMessageIsRefusedAndOthersServed(t *testing.T) {
 func TestPlaintextIsRefusedOffLoopback(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "data")
-	if r := runCLI(bin.automator, "init", "--data-dir", dir); r.code != 0 {
+	if r := runCLI(bin.automator, "init", "--data-dir", dir); r.Code != 0 {
 		t.Fatalf("init: %v", r)
 	}
 	for _, addr := range []string{"0.0.0.0:0", ":0", "192.0.2.1:0"} {
 		r := runCLI(bin.automator, "serve", "--data-dir", dir, "--insecure-plaintext", "--listen", addr, "--http-listen", "127.0.0.1:0")
-		if r.code != 255 || !strings.Contains(r.stderr, "loopback") || strings.Count(r.stderr, "\n") != 1 {
+		if r.Code != 255 || !strings.Contains(r.Stderr, "loopback") || strings.Count(r.Stderr, "\n") != 1 {
 			t.Errorf("serve --insecure-plaintext --listen %s: %v; want exit 255 and one line saying loopback only", addr, r)
 		}
 	}
@@ -337,14 +337,14 @@ func TestRenewedCertificateIsServedWithoutRestart(t *testing.T) {
 		return c.ConnectionState().PeerCertificates[0].SerialNumber.String()
 	}
 	before := serial()
-	if r := runCLI(bin.automator, "cert", "renew", "--data-dir", a.DataDir); r.code != 0 {
+	if r := runCLI(bin.automator, "cert", "renew", "--data-dir", a.DataDir); r.Code != 0 {
 		t.Fatalf("cert renew: %v", r)
 	}
 	waitFor(t, 3*pki.DefaultReloadEvery, "the renewed certificate to be served", func() bool { return serial() != before })
 	if !strings.Contains(a.Log(), "renewed server certificate loaded") {
 		t.Errorf("the automator did not log the reload")
 	}
-	if r := a.Exec("--account", "acme", "--timeout", "20s", "hello.sh"); r.code != 0 {
+	if r := a.Exec("--account", "acme", "--timeout", "20s", "hello.sh"); r.Code != 0 {
 		t.Fatalf("exec after the renewal: %v", r)
 	}
 }

@@ -26,17 +26,17 @@ func TestTimeoutWithNoProxyEndsAtDeadline(t *testing.T) {
 	a.createAccount(t, "acme")
 
 	r := a.Exec("--account", "acme", "--timeout", "2s", "anything.sh")
-	if r.code != 124 {
+	if r.Code != 124 {
 		t.Fatalf("exec: %v; want exit 124 (timed out)", r)
 	}
-	if r.elapsed < 2*time.Second || r.elapsed > 4*time.Second {
-		t.Errorf("exec took %v; want the 2s deadline (between 2s and 4s)", r.elapsed)
+	if r.Elapsed < 2*time.Second || r.Elapsed > 4*time.Second {
+		t.Errorf("exec took %v; want the 2s deadline (between 2s and 4s)", r.Elapsed)
 	}
-	if n := strings.Count(r.stderr, "\n"); n != 1 || !strings.Contains(r.stderr, "timed out") {
-		t.Errorf("stderr %q: want one line saying the work timed out", r.stderr)
+	if n := strings.Count(r.Stderr, "\n"); n != 1 || !strings.Contains(r.Stderr, "timed out") {
+		t.Errorf("stderr %q: want one line saying the work timed out", r.Stderr)
 	}
-	if r.stdout != "" {
-		t.Errorf("stdout %q, want nothing", r.stdout)
+	if r.Stdout != "" {
+		t.Errorf("stdout %q, want nothing", r.Stdout)
 	}
 }
 
@@ -57,7 +57,7 @@ exec sleep 300`)
 	startProxy(t, cfg, scripts, "a").WaitPolling(t)
 
 	r := a.Exec("--account", "acme", "--timeout", "2s", "tree.sh", childPID, selfPID)
-	if r.code != 124 {
+	if r.Code != 124 {
 		t.Fatalf("exec: %v; want exit 124 (timed out)", r)
 	}
 	if !exists(childPID) || !exists(selfPID) {
@@ -108,14 +108,14 @@ exec sleep 60`)
 	}
 
 	r := bg.Wait(t, 15*time.Second)
-	if r.code != 124 {
+	if r.Code != 124 {
 		t.Fatalf("exec: %v; want exit 124 (timed out)", r)
 	}
-	if r.elapsed < 4*time.Second || r.elapsed > 6*time.Second {
-		t.Errorf("exec took %v; want the 4s deadline (between 4s and 6s)", r.elapsed)
+	if r.Elapsed < 4*time.Second || r.Elapsed > 6*time.Second {
+		t.Errorf("exec took %v; want the 4s deadline (between 4s and 6s)", r.Elapsed)
 	}
-	if !strings.Contains(r.stderr, "claimed by instance "+claimer.InstanceID) {
-		t.Errorf("stderr %q: want the reason to name the dead claimer %q", r.stderr, claimer.InstanceID)
+	if !strings.Contains(r.Stderr, "claimed by instance "+claimer.InstanceID) {
+		t.Errorf("stderr %q: want the reason to name the dead claimer %q", r.Stderr, claimer.InstanceID)
 	}
 	if got := lines(runs); len(got) != 1 {
 		t.Errorf("the unit ran %d times, want once:\n%s", len(got), strings.Join(got, "\n"))

@@ -137,7 +137,7 @@ echo done`)
 		t.Errorf("right after the proxy exited, work %s is %v (%s); want SUCCEEDED: the proxy must post before exiting",
 			workID, st.GetState(), st.GetReason())
 	}
-	if r := bg.Wait(t, 10*time.Second); r.code != 0 || r.stdout != "done\n" {
+	if r := bg.Wait(t, 10*time.Second); r.Code != 0 || r.Stdout != "done\n" {
 		t.Errorf("exec: %v; want exit 0, stdout \"done\\n\"", r)
 	}
 }

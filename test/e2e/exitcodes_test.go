@@ -33,20 +33,20 @@ func TestExecExitCodes(t *testing.T) {
 
 	oneLine := func(t *testing.T, r result, want string) {
 		t.Helper()
-		if strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, want) {
-			t.Errorf("stderr %q: want one line containing %q", r.stderr, want)
+		if strings.Count(r.Stderr, "\n") != 1 || !strings.Contains(r.Stderr, want) {
+			t.Errorf("stderr %q: want one line containing %q", r.Stderr, want)
 		}
 	}
 
 	t.Run("remote 0", func(t *testing.T) {
 		t.Parallel()
-		if r := a.Exec("--account", "acme", "--timeout", "20s", "exit.sh", "0"); r.code != 0 || r.stderr != "" {
+		if r := a.Exec("--account", "acme", "--timeout", "20s", "exit.sh", "0"); r.Code != 0 || r.Stderr != "" {
 			t.Errorf("exec: %v; want exit 0, no stderr", r)
 		}
 	})
 	t.Run("remote 42", func(t *testing.T) {
 		t.Parallel()
-		if r := a.Exec("--account", "acme", "--timeout", "20s", "exit.sh", "42"); r.code != 42 || r.stderr != "" {
+		if r := a.Exec("--account", "acme", "--timeout", "20s", "exit.sh", "42"); r.Code != 42 || r.Stderr != "" {
 			t.Errorf("exec: %v; want exit 42, no stderr", r)
 		}
 	})
@@ -55,7 +55,7 @@ func TestExecExitCodes(t *testing.T) {
 		pidFile := filepath.Join(t.TempDir(), "pid")
 		killPIDFilesAtCleanup(t, pidFile)
 		r := a.Exec("--account", "acme", "--timeout", "1s", "sleeper.sh", pidFile)
-		if r.code != 124 {
+		if r.Code != 124 {
 			t.Errorf("exec: %v; want exit 124", r)
 		}
 		oneLine(t, r, "timed out")
@@ -63,7 +63,7 @@ func TestExecExitCodes(t *testing.T) {
 	t.Run("125 unknown script", func(t *testing.T) {
 		t.Parallel()
 		r := a.Exec("--account", "acme", "--timeout", "20s", "nope.sh")
-		if r.code != 125 {
+		if r.Code != 125 {
 			t.Errorf("exec: %v; want exit 125", r)
 		}
 		oneLine(t, r, "unknown script")
@@ -77,7 +77,7 @@ func TestExecExitCodes(t *testing.T) {
 		pids := readPIDs(t, pidFile)
 		bg.Signal(t, syscall.SIGINT)
 		r := bg.Wait(t, 10*time.Second)
-		if r.code != 126 {
+		if r.Code != 126 {
 			t.Fatalf("exec: %v; want exit 126", r)
 		}
 		oneLine(t, r, "cancelled")
@@ -88,19 +88,19 @@ func TestExecExitCodes(t *testing.T) {
 	t.Run("255 bad flag", func(t *testing.T) {
 		t.Parallel()
 		r := a.Exec("--no-such-flag", "--account", "acme", "exit.sh", "0")
-		if r.code != 255 || !strings.Contains(r.stderr, "no-such-flag") {
+		if r.Code != 255 || !strings.Contains(r.Stderr, "no-such-flag") {
 			t.Fatalf("exec: %v; want exit 255 naming the flag", r)
 		}
-		if strings.Count(r.stderr, "\n") != 1 {
+		if strings.Count(r.Stderr, "\n") != 1 {
 			// DESIGN.md: 255 "for its own errors (flags, connection, auth),
 			// each with a one-line reason on stderr".
-			t.Fatalf("a bad flag printed %d lines on stderr, want one:\n%s", strings.Count(r.stderr, "\n"), r.stderr)
+			t.Fatalf("a bad flag printed %d lines on stderr, want one:\n%s", strings.Count(r.Stderr, "\n"), r.Stderr)
 		}
 	})
 	t.Run("255 unknown account", func(t *testing.T) {
 		t.Parallel()
 		r := a.Exec("--account", "nobody", "--timeout", "20s", "exit.sh", "0")
-		if r.code != 255 {
+		if r.Code != 255 {
 			t.Errorf("exec: %v; want exit 255", r)
 		}
 		oneLine(t, r, "nobody")
@@ -109,7 +109,7 @@ func TestExecExitCodes(t *testing.T) {
 		t.Parallel()
 		r := runCLI(bin.automator, "exec", "--server", a.publicURL(), "--api-key-file", wrongKey,
 			"--ca", filepath.Join(a.DataDir, "ca.pem"), "--account", "acme", "--timeout", "20s", "exit.sh", "0")
-		if r.code != 255 {
+		if r.Code != 255 {
 			t.Errorf("exec: %v; want exit 255", r)
 		}
 		oneLine(t, r, "Unauthenticated")
@@ -132,7 +132,7 @@ func TestCancelKillsScriptEvenWhenProxyIsBusy(t *testing.T) {
 	waitFor(t, 10*time.Second, "the script to start", func() bool { return exists(pidFile) })
 	pids := readPIDs(t, pidFile)
 	bg.Signal(t, syscall.SIGINT)
-	if r := bg.Wait(t, 10*time.Second); r.code != 126 {
+	if r := bg.Wait(t, 10*time.Second); r.Code != 126 {
 		t.Fatalf("exec: %v; want exit 126", r)
 	}
 	if !poll(5*time.Second, func() bool { return allGone(pids) }) {

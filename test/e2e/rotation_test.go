@@ -41,11 +41,11 @@ func queued(t *testing.T, db *sql.DB) int {
 func (a *automator) rotate(t *testing.T, what, account, overlap string) string {
 	t.Helper()
 	r := runCLI(bin.automator, "account", what, account, "--data-dir", a.DataDir, "--overlap", overlap)
-	if r.code != 0 {
+	if r.Code != 0 {
 		t.Fatalf("automator account %s %s: %v", what, account, r)
 	}
 	path := filepath.Join(t.TempDir(), account+"-"+what+".yaml")
-	if err := os.WriteFile(path, []byte(r.stdout), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(r.Stdout), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -86,12 +86,12 @@ func TestRotateKeyWithoutDowntime(t *testing.T) {
 
 	// The queued unit (sealed with key 1) runs on a proxy of the new profile.
 	fresh := startProxy(t, newProfile, scripts, "new")
-	if r := waiting.Wait(t, 30*time.Second); r.code != 0 || r.stdout != "hello queued-before\n" {
+	if r := waiting.Wait(t, 30*time.Second); r.Code != 0 || r.Stdout != "hello queued-before\n" {
 		t.Fatalf("unit queued before rotate-key: %v", r)
 	}
 	// The running unit (sealed with key 1) completes after the rotation.
 	writeFile(t, gate, "")
-	if r := running.Wait(t, 30*time.Second); r.code != 0 || r.stdout != "released\n" {
+	if r := running.Wait(t, 30*time.Second); r.Code != 0 || r.Stdout != "released\n" {
 		t.Fatalf("unit running during rotate-key: %v", r)
 	}
 
@@ -99,7 +99,7 @@ func TestRotateKeyWithoutDowntime(t *testing.T) {
 	if fresh.Stop(t, 30*time.Second) != 0 {
 		t.Fatalf("the new-profile proxy did not stop cleanly")
 	}
-	if r := a.Exec("--account", "acme", "--timeout", "30s", "hello.sh", "old-profile"); r.code != 0 || r.stdout != "hello old-profile\n" {
+	if r := a.Exec("--account", "acme", "--timeout", "30s", "hello.sh", "old-profile"); r.Code != 0 || r.Stdout != "hello old-profile\n" {
 		t.Fatalf("a new unit on the old-profile proxy during the overlap: %v", r)
 	}
 	var keyID int
@@ -108,7 +108,7 @@ func TestRotateKeyWithoutDowntime(t *testing.T) {
 	}
 	old.Stop(t, 30*time.Second)
 	startProxy(t, newProfile, scripts, "new-2").WaitPolling(t)
-	if r := a.Exec("--account", "acme", "--timeout", "30s", "hello.sh", "new-profile"); r.code != 0 || r.stdout != "hello new-profile\n" {
+	if r := a.Exec("--account", "acme", "--timeout", "30s", "hello.sh", "new-profile"); r.Code != 0 || r.Stdout != "hello new-profile\n" {
 		t.Fatalf("a new unit on the new-profile proxy: %v", r)
 	}
 }
@@ -133,7 +133,7 @@ func TestRotateTokenKeepsTheOldTokenForTheOverlapThenRefusesIt(t *testing.T) {
 		t.Fatalf("rotate-token changed the key")
 	}
 	// Inside the window the old-profile proxy still serves the account.
-	if r := a.Exec("--account", "acme", "--timeout", "20s", "who.sh"); r.code != 0 || r.stdout != "old\n" {
+	if r := a.Exec("--account", "acme", "--timeout", "20s", "who.sh"); r.Code != 0 || r.Stdout != "old\n" {
 		t.Fatalf("exec inside the overlap window, old-profile proxy only: %v", r)
 	}
 	startProxy(t, newProfile, scripts, "new").WaitPolling(t)
@@ -145,7 +145,7 @@ func TestRotateTokenKeepsTheOldTokenForTheOverlapThenRefusesIt(t *testing.T) {
 		t.Fatalf("the old token was refused %v after the rotation, before the %v overlap ended", el, overlap)
 	}
 	for range 3 {
-		if r := a.Exec("--account", "acme", "--timeout", "20s", "who.sh"); r.code != 0 || r.stdout != "new\n" {
+		if r := a.Exec("--account", "acme", "--timeout", "20s", "who.sh"); r.Code != 0 || r.Stdout != "new\n" {
 			t.Fatalf("exec after the overlap: %v; want it run by the new-profile proxy", r)
 		}
 	}
@@ -166,40 +166,40 @@ func TestAPIKeyScopesAndRevokeFromTheCLI(t *testing.T) {
 	writeScript(t, scripts, "hello.sh", `echo hello`)
 	startProxy(t, acme, scripts, "a").WaitPolling(t)
 
-	if r := runCLI(bin.automator, "apikey", "create", "ci", "--data-dir", a.DataDir); r.code != 255 || !strings.Contains(r.stderr, "--accounts") {
+	if r := runCLI(bin.automator, "apikey", "create", "ci", "--data-dir", a.DataDir); r.Code != 255 || !strings.Contains(r.Stderr, "--accounts") {
 		t.Fatalf("apikey create without a scope: %v; want exit 255 asking for --accounts", r)
 	}
-	if r := runCLI(bin.automator, "apikey", "create", "ci", "--accounts", "nobody", "--data-dir", a.DataDir); r.code != 255 || !strings.Contains(r.stderr, "nobody") {
+	if r := runCLI(bin.automator, "apikey", "create", "ci", "--accounts", "nobody", "--data-dir", a.DataDir); r.Code != 255 || !strings.Contains(r.Stderr, "nobody") {
 		t.Fatalf("apikey create for an unknown account: %v; want exit 255 naming it", r)
 	}
 	r := runCLI(bin.automator, "apikey", "create", "ci", "--accounts", "acme", "--data-dir", a.DataDir)
-	if r.code != 0 || !strings.HasPrefix(r.stdout, "oak_") {
+	if r.Code != 0 || !strings.HasPrefix(r.Stdout, "oak_") {
 		t.Fatalf("apikey create: %v", r)
 	}
 	keyFile := filepath.Join(t.TempDir(), "ci.apikey")
-	writeFile(t, keyFile, r.stdout)
-	id := strings.Fields(strings.TrimPrefix(r.stderr, "automator: API key "))[0]
+	writeFile(t, keyFile, r.Stdout)
+	id := strings.Fields(strings.TrimPrefix(r.Stderr, "automator: API key "))[0]
 	exec := func(account string) result {
 		return runCLI(bin.automator, "exec", "--server", a.publicURL(), "--api-key-file", keyFile,
 			"--ca", filepath.Join(a.DataDir, config.FileCACert), "--account", account, "--timeout", "20s", "hello.sh")
 	}
-	if r := exec("acme"); r.code != 0 || r.stdout != "hello\n" {
+	if r := exec("acme"); r.Code != 0 || r.Stdout != "hello\n" {
 		t.Fatalf("exec on acme with a key scoped to acme: %v", r)
 	}
-	if r := exec("globex"); r.code != 255 || !strings.Contains(r.stderr, "may not use account") {
+	if r := exec("globex"); r.Code != 255 || !strings.Contains(r.Stderr, "may not use account") {
 		t.Fatalf("exec on globex with a key scoped to acme: %v; want exit 255 saying it may not", r)
 	}
-	if r := runCLI(bin.automator, "apikey", "revoke", id, "--data-dir", a.DataDir); r.code != 0 || !strings.Contains(r.stdout, "revoked") {
+	if r := runCLI(bin.automator, "apikey", "revoke", id, "--data-dir", a.DataDir); r.Code != 0 || !strings.Contains(r.Stdout, "revoked") {
 		t.Fatalf("apikey revoke %s: %v", id, r)
 	}
-	if r := exec("acme"); r.code != 255 || !strings.Contains(r.stderr, "revoked") {
+	if r := exec("acme"); r.Code != 255 || !strings.Contains(r.Stderr, "revoked") {
 		t.Fatalf("exec right after the revoke: %v; want exit 255 saying the key was revoked", r)
 	}
 	list := runCLI(bin.automator, "apikey", "list", "--data-dir", a.DataDir)
-	if list.code != 0 || !strings.Contains(list.stdout, id) || !strings.Contains(list.stdout, "admin") {
+	if list.Code != 0 || !strings.Contains(list.Stdout, id) || !strings.Contains(list.Stdout, "admin") {
 		t.Fatalf("apikey list: %v", list)
 	}
-	for _, l := range strings.Split(list.stdout, "\n") {
+	for _, l := range strings.Split(list.Stdout, "\n") {
 		if strings.HasPrefix(l, id) && strings.HasSuffix(strings.TrimSpace(l), "-") {
 			t.Errorf("apikey list shows %s as not revoked: %q", id, l)
 		}
@@ -235,11 +235,11 @@ func TestCommandReplayedIntoAnotherUnitFailsAndRunsNothing(t *testing.T) {
 
 	startProxy(t, acme, scripts, "acme-1")
 	startProxy(t, globex, scripts, "globex-1")
-	if r := genuine.Wait(t, 30*time.Second); r.code != 0 {
+	if r := genuine.Wait(t, 30*time.Second); r.Code != 0 {
 		t.Fatalf("the genuine unit: %v", r)
 	}
 	for name, bg := range map[string]*bgExec{"same account": sameAccount, "other account": otherAccount} {
-		if r := bg.Wait(t, 30*time.Second); r.code != 125 || !strings.Contains(r.stderr, "did not open") {
+		if r := bg.Wait(t, 30*time.Second); r.Code != 125 || !strings.Contains(r.Stderr, "did not open") {
 			t.Errorf("the unit holding a command replayed from another unit (%s): %v; want exit 125, did not open", name, r)
 		}
 	}

@@ -67,7 +67,7 @@ func TestWrongTokenIsRefusedAndProxyKeepsRetrying(t *testing.T) {
 			attempts, len(got), strings.Join(got, "\n"))
 	}
 	if pBad.Exited() {
-		t.Fatalf("the proxy with the wrong token exited (%d); it should keep retrying", pBad.exit)
+		t.Fatalf("the proxy with the wrong token exited (%d); it should keep retrying", pBad.ExitCode())
 	}
 	waitFor(t, 20*time.Second, "the refused proxy to try again", func() bool { return refusedPolls() > attempts })
 	if got := tokenLines(); len(got) != 1 {
@@ -75,7 +75,7 @@ func TestWrongTokenIsRefusedAndProxyKeepsRetrying(t *testing.T) {
 	}
 
 	startProxy(t, good, scripts, "good").WaitPolling(t)
-	if r := a.Exec("--account", "acme", "--timeout", "20s", "hello.sh"); r.code != 0 || r.stdout != "hello\n" {
+	if r := a.Exec("--account", "acme", "--timeout", "20s", "hello.sh"); r.Code != 0 || r.Stdout != "hello\n" {
 		t.Errorf("exec with a correctly configured proxy: %v; want exit 0, stdout \"hello\\n\"", r)
 	}
 }
@@ -114,7 +114,7 @@ func TestTamperedCommandFailsAndRunsNothing(t *testing.T) {
 
 	startProxy(t, cfg, scripts, "a")
 	r := bg.Wait(t, 30*time.Second)
-	if r.code != 125 || !strings.Contains(r.stderr, "sealed command did not open") {
+	if r.Code != 125 || !strings.Contains(r.Stderr, "sealed command did not open") {
 		t.Errorf("exec: %v; want exit 125 with a reason saying the sealed command did not open", r)
 	}
 	if exists(marker) {
@@ -156,7 +156,7 @@ func TestScriptsOutsideScriptsDirAreRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := a.Exec(append([]string{"--account", "acme", "--timeout", "20s"}, tc.args...)...)
-			if r.code != 125 || !strings.Contains(r.stderr, tc.reason) || strings.Count(r.stderr, "\n") != 1 {
+			if r.Code != 125 || !strings.Contains(r.Stderr, tc.reason) || strings.Count(r.Stderr, "\n") != 1 {
 				t.Errorf("exec %q: %v; want exit 125 and one line naming the refusal (%q)", tc.args[0], r, tc.reason)
 			}
 		})
@@ -186,12 +186,12 @@ echo "stderr-CANARY-5 $line" >&2`)
 
 	for range 3 {
 		r := a.Exec("--account", "acme", "--timeout", "20s", "--stdin", stdin, script, "ARG-CANARY-1")
-		if r.code != 0 || r.stdout != "OUTPUT-CANARY-3\n" || r.stderr != "stderr-CANARY-5 STDIN-CANARY-2\n" {
+		if r.Code != 0 || r.Stdout != "OUTPUT-CANARY-3\n" || r.Stderr != "stderr-CANARY-5 STDIN-CANARY-2\n" {
 			t.Fatalf("exec: %v; want exit 0, the canary output, and stdin echoed on stderr", r)
 		}
 	}
 	// A failure's reason names the script: it must be sealed too.
-	if r := a.Exec("--account", "acme", "--timeout", "20s", missing, "ARG-CANARY-1"); r.code != 125 || !strings.Contains(r.stderr, missing) {
+	if r := a.Exec("--account", "acme", "--timeout", "20s", missing, "ARG-CANARY-1"); r.Code != 125 || !strings.Contains(r.Stderr, missing) {
 		t.Fatalf("exec of a missing script: %v; want exit 125 naming it", r)
 	}
 

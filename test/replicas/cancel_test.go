@@ -3,7 +3,6 @@
 package replicas
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -78,21 +77,4 @@ func readPID(path string) (int, error) {
 		return 0, fmt.Errorf("pid file %s holds %q", path, data)
 	}
 	return pid, nil
-}
-
-// processGone reports whether pid no longer runs (a zombie counts as gone:
-// it only waits for a reaper).
-func processGone(pid int) bool {
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return true
-	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return errors.Is(err, os.ErrNotExist)
-	}
-	s := string(data)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] == 'Z'
-	}
-	return false
 }

@@ -3,28 +3,19 @@
 package replicas
 
 import (
-	"bytes"
-	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 
 	"github.com/opsgate/opsgate/automator/config"
-	"github.com/opsgate/opsgate/automator/pki"
 	"github.com/opsgate/opsgate/automator/store/pgstore/pgtest"
+	"github.com/opsgate/opsgate/internal/proctest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -34,146 +25,30 @@ var bin struct{ automator, proxy string }
 func TestMain(m *testing.M) { os.Exit(runTests(m)) }
 
 func runTests(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "opsgate-replicas-bin-")
+	b, err := proctest.Build("", "opsgate-replicas-bin-", false)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "replicas: making the binaries' directory:", err)
+		fmt.Fprintln(os.Stderr, "replicas:", err)
 		return 2
 	}
-	defer os.RemoveAll(dir)
-	args := []string{"build", "-o", dir + string(filepath.Separator),
-		"github.com/opsgate/opsgate/automator/cmd/automator",
-		"github.com/opsgate/opsgate/proxy/cmd/proxy"}
-	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "replicas: go %s: %v\n%s", strings.Join(args, " "), err, out)
-		return 2
-	}
-	bin.automator = filepath.Join(dir, "automator")
-	bin.proxy = filepath.Join(dir, "proxy")
-
-	code := pgtest.Main(m)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "replicas: leaked goroutines:", err)
-			code = 1
-		}
-	}
-	return code
+	defer os.RemoveAll(b.Dir)
+	bin.automator, bin.proxy = b.Automator, b.Proxy
+	return proctest.NoLeaks("replicas", pgtest.Main(m))
 }
 
-// poll reports whether cond became true within timeout, looking every
-// 20ms. Only for what a child process shows through files and ports.
-func poll(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// ---- child processes ----
-
-// proc is a long-running child. It leads its own process group; its output
-// goes to a log file, whose tail is printed when the test fails.
-type proc struct {
-	name    string
-	cmd     *exec.Cmd
-	logPath string
-	done    chan struct{}
-}
-
-func startProc(t testing.TB, name, path string, args ...string) *proc {
-	t.Helper()
-	logPath := filepath.Join(t.TempDir(), name+".log")
-	f, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	cmd := exec.Command(path, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
-		if t.Failed() {
-			t.Logf("---- tail of %s ----\n%s", name, tail(logPath, 30))
-		}
-	})
-	return p
-}
-
-func (p *proc) Exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// Kill crashes the process (SIGKILL) and waits for it to be gone.
-func (p *proc) Kill(t testing.TB) {
-	t.Helper()
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s did not die within 10s of SIGKILL", p.name)
-	}
-}
-
-func (p *proc) Log() string {
-	data, _ := os.ReadFile(p.logPath)
-	return string(data)
-}
-
-func tail(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+// The shared harness under the names these tests use.
+var (
+	poll        = proctest.Poll
+	freePort    = proctest.FreePort
+	startProc   = proctest.Start
+	writeScript = proctest.WriteScript
+	lines       = proctest.Lines
+	processGone = proctest.Gone
+)
 
 // run runs a CLI to the end and returns its exit code, stdout and stderr.
 func run(path string, args ...string) (code int, stdout, stderr string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var o, e bytes.Buffer
-	cmd := exec.CommandContext(ctx, path, args...)
-	cmd.Stdout, cmd.Stderr = &o, &e
-	err := cmd.Run()
-	code = -1
-	if cmd.ProcessState != nil {
-		code = cmd.ProcessState.ExitCode()
-	} else if err != nil {
-		e.WriteString(err.Error())
-	}
-	return code, o.String(), e.String()
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	r := proctest.Run(2*time.Minute, path, args...)
+	return r.Code, r.Stdout, r.Stderr
 }
 
 // copyDir copies the regular files of a data directory.
@@ -222,7 +97,7 @@ type replica struct {
 	ID       string
 	DataDir  string
 	GRPCAddr string
-	proc     *proc
+	proc     *proctest.Proc
 }
 
 // cluster is n replicas of one automator on one PostgreSQL schema.
@@ -284,44 +159,14 @@ func (c *cluster) Start(t testing.TB) {
 
 // waitServing waits for serving.yaml and a 200 from /healthz.
 func (r *replica) waitServing() error {
-	var s config.Serving
-	ok := poll(20*time.Second, func() bool {
-		if r.proc.Exited() {
-			return true
-		}
-		var found bool
-		s, found, _ = config.ReadServing(r.DataDir)
-		return found
-	})
-	switch {
-	case r.proc.Exited():
-		return fmt.Errorf("automator serve exited: %s", tail(r.proc.logPath, 5))
-	case !ok:
-		return errors.New("automator serve wrote no serving.yaml within 20s")
-	}
-	client := &http.Client{Timeout: time.Second}
-	defer client.CloseIdleConnections()
-	if !poll(20*time.Second, func() bool {
-		resp, err := client.Get("http://" + s.HTTP + "/healthz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}) {
-		return fmt.Errorf("GET http://%s/healthz did not answer 200 within 20s", s.HTTP)
-	}
-	return nil
+	_, err := proctest.WaitServing(r.proc, r.DataDir, 20*time.Second)
+	return err
 }
 
 // createAccount makes an account and returns its proxy profile.
 func (c *cluster) createAccount(t testing.TB, name string) string {
 	t.Helper()
-	code, out, errOut := run(bin.automator, "account", "create", name, "--data-dir", c.Replicas[0].DataDir)
-	if code != 0 {
-		t.Fatalf("automator account create %s: exit %d: %s", name, code, errOut)
-	}
-	return out
+	return proctest.CreateAccount(t, bin.automator, c.Replicas[0].DataDir, name)
 }
 
 // proxyConfig writes a proxy config from a profile, pointed at replica r
@@ -356,46 +201,20 @@ func profileValue(t testing.TB, profile, key string) string {
 }
 
 // startProxy runs `proxy run` for one instance and waits until it polls.
-func startProxy(t testing.TB, cfgPath, scriptsDir, instanceID string) *proc {
+func startProxy(t testing.TB, cfgPath, scriptsDir, instanceID string) *proctest.Proc {
 	t.Helper()
-	p := startProc(t, "proxy-"+instanceID, bin.proxy, "run",
-		"--config", cfgPath, "--scripts-dir", scriptsDir, "--instance-id", instanceID)
-	if !poll(20*time.Second, func() bool {
-		return strings.Contains(p.Log(), "connected to the automator; polling") || p.Exited()
-	}) || p.Exited() {
-		t.Fatalf("proxy %s did not start polling: %s", instanceID, tail(p.logPath, 10))
-	}
+	p := proctest.StartProxy(t, bin.proxy, cfgPath, scriptsDir, instanceID)
+	proctest.WaitPolling(t, p, 20*time.Second)
 	return p
 }
 
 // ---- gRPC ----
 
-type bearer string
-
-func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + string(b)}, nil
-}
-
-func (bearer) RequireTransportSecurity() bool { return true }
-
 // dial connects to replica r with a bearer secret (an API key or an
 // account token); the connection is closed when the test ends.
 func (c *cluster) dial(t testing.TB, r *replica, secret string) *grpc.ClientConn {
 	t.Helper()
-	tlsCfg, err := pki.ClientTLS(c.caPEM, "127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient("passthrough:///"+r.GRPCAddr,
-		grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
-		grpc.WithPerRPCCredentials(bearer(secret)),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20)),
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
+	return proctest.Dial(t, r.GRPCAddr, c.caPEM, secret, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20)))
 }
 
 // callers returns an AutomatorService client per replica, as the admin.
@@ -404,29 +223,6 @@ func (c *cluster) callers(t testing.TB) []automatorv1.AutomatorServiceClient {
 	var out []automatorv1.AutomatorServiceClient
 	for _, r := range c.Replicas {
 		out = append(out, automatorv1.NewAutomatorServiceClient(c.dial(t, r, c.apiKey)))
-	}
-	return out
-}
-
-// writeScript writes an executable /bin/sh script.
-func writeScript(t testing.TB, dir, name, body string) {
-	t.Helper()
-	if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// lines returns the non-empty lines of a file.
-func lines(path string) []string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, l := range strings.Split(string(data), "\n") {
-		if l != "" {
-			out = append(out, l)
-		}
 	}
 	return out
 }

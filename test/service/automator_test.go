@@ -22,7 +22,7 @@ func TestAutomatorServiceInstallStartStopUninstall(t *testing.T) {
 	w := newWorkDir(t)
 	dir := filepath.Join(w.dir, "data")
 	port := freePort(t)
-	if r := runCLI(bin.automator, "init", "--data-dir", dir, "--public-url", fmt.Sprintf("https://127.0.0.1:%d", port)); r.code != 0 {
+	if r := runCLI(bin.automator, "init", "--data-dir", dir, "--public-url", fmt.Sprintf("https://127.0.0.1:%d", port)); r.Code != 0 {
 		t.Fatalf("automator init: %v", r)
 	}
 	cfg, err := config.Load(dir)
@@ -43,14 +43,14 @@ func TestAutomatorServiceInstallStartStopUninstall(t *testing.T) {
 			t.Logf("---- service log ----\n%s", log)
 		}
 	})
-	if r.code != 0 || !strings.Contains(r.stdout, "serve --data-dir "+dir) {
+	if r.Code != 0 || !strings.Contains(r.Stdout, "serve --data-dir "+dir) {
 		t.Fatalf("automator install: %v", r)
 	}
-	if r := runCLI(bin.automator, "status", "--name", name); r.code != 0 || !strings.Contains(r.stdout, "running:        no") {
+	if r := runCLI(bin.automator, "status", "--name", name); r.Code != 0 || !strings.Contains(r.Stdout, "running:        no") {
 		t.Fatalf("status after install: %v", r)
 	}
 
-	if r := runCLI(bin.automator, "start", "--name", name); r.code != 0 {
+	if r := runCLI(bin.automator, "start", "--name", name); r.Code != 0 {
 		t.Fatalf("automator start: %v", r)
 	}
 	var s config.Serving
@@ -70,17 +70,17 @@ func TestAutomatorServiceInstallStartStopUninstall(t *testing.T) {
 		return resp.StatusCode == http.StatusOK
 	}
 	waitFor(t, 30*time.Second, "GET /healthz to answer 200", healthy)
-	if r := runCLI(bin.automator, "status", "--name", name); r.code != 0 || !strings.Contains(r.stdout, "running:        yes") {
+	if r := runCLI(bin.automator, "status", "--name", name); r.Code != 0 || !strings.Contains(r.Stdout, "running:        yes") {
 		t.Fatalf("status of the started service: %v", r)
 	}
 
-	if r := runCLI(bin.automator, "stop", "--name", name); r.code != 0 {
+	if r := runCLI(bin.automator, "stop", "--name", name); r.Code != 0 {
 		t.Fatalf("automator stop: %v", r)
 	}
 	if healthy() {
 		t.Fatal("the automator still answers after stop")
 	}
-	if r := runCLI(bin.automator, "uninstall", "--name", name); r.code != 0 {
+	if r := runCLI(bin.automator, "uninstall", "--name", name); r.Code != 0 {
 		t.Fatalf("automator uninstall: %v", r)
 	}
 	assertNothingLeft(t, name, before, snapshot(t))

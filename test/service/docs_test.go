@@ -65,7 +65,7 @@ func TestDocsPagesExistAndTheirCommandsMatchTheCLI(t *testing.T) {
 			path = bin.automator
 		}
 		r := runCLI(path, append(strings.Fields(verb), "-h")...)
-		helps[key] = r.stderr + r.stdout
+		helps[key] = r.Stderr + r.Stdout
 		return helps[key]
 	}
 	for page, title := range docPages {

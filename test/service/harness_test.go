@@ -3,17 +3,12 @@
 package service
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io/fs"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -21,13 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/opsgate/opsgate/automator/config"
-	"github.com/opsgate/opsgate/automator/pki"
+	"github.com/opsgate/opsgate/internal/proctest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"github.com/opsgate/opsgate/proxy/agent"
 	psvc "github.com/opsgate/opsgate/proxy/service"
@@ -43,39 +34,19 @@ func runTests(m *testing.M) int {
 	if os.Geteuid() == 0 {
 		parent = "/var/lib"
 	}
-	dir, err := os.MkdirTemp(parent, "opsgate-svctest-bin-")
+	b, err := proctest.Build(parent, "opsgate-svctest-bin-", os.Getenv("E2E_RACE") != "")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "service tests: making the binaries' directory:", err)
-		return 2
-	}
-	defer os.RemoveAll(dir)
-	// Readable by a service's unprivileged user.
-	if err := os.Chmod(dir, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, "service tests:", err)
 		return 2
 	}
-	args := []string{"build"}
-	if os.Getenv("E2E_RACE") != "" {
-		args = append(args, "-race")
-	}
-	args = append(args, "-o", dir+string(filepath.Separator),
-		"github.com/opsgate/opsgate/automator/cmd/automator",
-		"github.com/opsgate/opsgate/proxy/cmd/proxy")
-	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "service tests: go %s: %v\n%s", strings.Join(args, " "), err, out)
+	defer os.RemoveAll(b.Dir)
+	// Readable by a service's unprivileged user.
+	if err := os.Chmod(b.Dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "service tests:", err)
 		return 2
 	}
-	bin.dir = dir
-	bin.automator = filepath.Join(dir, "automator")
-	bin.proxy = filepath.Join(dir, "proxy")
-	code := m.Run()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "service tests: leaked goroutines:", err)
-			code = 1
-		}
-	}
-	return code
+	bin.dir, bin.automator, bin.proxy = b.Dir, b.Automator, b.Proxy
+	return proctest.NoLeaks("service tests", m.Run())
 }
 
 // requireRoot skips a test that installs a service, saying why.
@@ -96,141 +67,28 @@ func uniqueName(t *testing.T) string {
 	return "opsgate-test-" + hex.EncodeToString(b)
 }
 
-// ---- waiting ----
+// The shared harness under the names these tests use.
+var (
+	waitFor   = proctest.WaitFor
+	freePort  = proctest.FreePort
+	startProc = proctest.Start
+	gone      = proctest.Gone
+)
 
-func poll(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	if !poll(timeout, cond) {
-		t.Fatalf("timed out after %v waiting for %s", timeout, what)
-	}
-}
-
-// ---- CLI runs ----
-
-type result struct {
-	code           int
-	stdout, stderr string
-}
-
-func (r result) String() string {
-	return fmt.Sprintf("exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
-}
+type result = proctest.Result
 
 func runCLI(path string, args ...string) result {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, path, args...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	r := result{code: -1}
-	if cmd.ProcessState != nil {
-		r.code = cmd.ProcessState.ExitCode()
-	} else if err != nil {
-		stderr.WriteString(err.Error())
-	}
-	r.stdout, r.stderr = stdout.String(), stderr.String()
-	return r
+	return proctest.Run(3*time.Minute, path, args...)
 }
 
 // proxyCLI runs `proxy ARGS...` and fails the test unless it exits 0.
 func proxyCLI(t *testing.T, args ...string) string {
 	t.Helper()
 	r := runCLI(bin.proxy, args...)
-	if r.code != 0 {
+	if r.Code != 0 {
 		t.Fatalf("proxy %s: %v", strings.Join(args, " "), r)
 	}
-	return r.stdout
-}
-
-// ---- child processes ----
-
-type proc struct {
-	name    string
-	cmd     *exec.Cmd
-	logPath string
-	done    chan struct{}
-}
-
-func startProc(t *testing.T, name, path string, args ...string) *proc {
-	t.Helper()
-	logPath := filepath.Join(t.TempDir(), name+".log")
-	f, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	cmd := exec.Command(path, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
-		if t.Failed() {
-			t.Logf("---- log of %s ----\n%s", name, p.Log())
-		}
-	})
-	return p
-}
-
-func (p *proc) Exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (p *proc) Log() string {
-	data, _ := os.ReadFile(p.logPath)
-	return string(data)
-}
-
-// Kill crashes the process alone (SIGKILL; the scripts it runs survive).
-func (p *proc) Kill(t *testing.T) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil && !p.Exited() {
-		t.Fatal(err)
-	}
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s did not die", p.name)
-	}
-}
-
-// gone reports whether pid no longer runs; a zombie counts as gone (its
-// reaper may be a PID 1 that never reaps).
-func gone(pid int) bool {
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return true
-	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
+	return r.Stdout
 }
 
 // ---- the automator ----
@@ -239,7 +97,7 @@ type automator struct {
 	DataDir  string
 	GRPCAddr string
 	port     int
-	proc     *proc
+	proc     *proctest.Proc
 }
 
 func startAutomator(t *testing.T) *automator {
@@ -248,7 +106,7 @@ func startAutomator(t *testing.T) *automator {
 	var err error
 	for range 3 { // a port taken between freePort and serve: try another
 		a.port = freePort(t)
-		if r := runCLI(bin.automator, "init", "--data-dir", a.DataDir, "--public-url", fmt.Sprintf("https://127.0.0.1:%d", a.port)); r.code != 0 {
+		if r := runCLI(bin.automator, "init", "--data-dir", a.DataDir, "--public-url", fmt.Sprintf("https://127.0.0.1:%d", a.port)); r.Code != 0 {
 			t.Fatalf("automator init: %v", r)
 		}
 		if err = a.serve(t); err == nil {
@@ -266,54 +124,14 @@ func (a *automator) serve(t *testing.T) error {
 	a.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", a.port)
 	p := startProc(t, "automator", bin.automator, "serve", "--data-dir", a.DataDir, "--listen", a.GRPCAddr, "--http-listen", "127.0.0.1:0")
 	a.proc = p
-	var s config.Serving
-	ok := poll(15*time.Second, func() bool {
-		if p.Exited() {
-			return true
-		}
-		var found bool
-		s, found, _ = config.ReadServing(a.DataDir)
-		return found
-	})
-	switch {
-	case p.Exited():
-		return fmt.Errorf("automator serve exited: %s", p.Log())
-	case !ok:
-		return errors.New("automator serve wrote no serving.yaml within 15s")
-	}
-	client := &http.Client{Timeout: time.Second}
-	defer client.CloseIdleConnections()
-	if !poll(15*time.Second, func() bool {
-		resp, err := client.Get("http://" + s.HTTP + "/healthz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}) {
-		return fmt.Errorf("GET http://%s/healthz did not answer 200 within 15s", s.HTTP)
-	}
-	return nil
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	_, err := proctest.WaitServing(p, a.DataDir, 15*time.Second)
+	return err
 }
 
 // profile returns the proxy profile of a new account.
 func (a *automator) profile(t *testing.T, account string) string {
 	t.Helper()
-	r := runCLI(bin.automator, "account", "create", account, "--data-dir", a.DataDir)
-	if r.code != 0 {
-		t.Fatalf("automator account create: %v", r)
-	}
-	return r.stdout
+	return proctest.CreateAccount(t, bin.automator, a.DataDir, account)
 }
 
 // Exec runs `automator exec` to the end.
@@ -324,36 +142,8 @@ func (a *automator) Exec(args ...string) result {
 // Client is the caller API, as `automator exec --data-dir` dials it.
 func (a *automator) Client(t *testing.T) automatorv1.AutomatorServiceClient {
 	t.Helper()
-	caPEM, err := os.ReadFile(filepath.Join(a.DataDir, config.FileCACert))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := os.ReadFile(filepath.Join(a.DataDir, config.FileAPIKey))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tlsCfg, err := pki.ClientTLS(caPEM, "127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient("passthrough:///"+a.GRPCAddr,
-		grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
-		grpc.WithPerRPCCredentials(bearer(strings.TrimSpace(string(key)))),
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return automatorv1.NewAutomatorServiceClient(conn)
+	return proctest.Caller(t, a.DataDir, a.GRPCAddr)
 }
-
-type bearer string
-
-func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + string(b)}, nil
-}
-
-func (bearer) RequireTransportSecurity() bool { return true }
 
 // submit queues a unit and returns its id.
 func submit(t *testing.T, c automatorv1.AutomatorServiceClient, account string, timeout time.Duration, script string, args ...string) string {
@@ -490,7 +280,7 @@ func install(t *testing.T, name, cfgPath string, extra ...string) string {
 	r := runCLI(bin.proxy, append([]string{"install", "--config", cfgPath, "--name", name}, extra...)...)
 	t.Cleanup(func() {
 		st, _ := agent.ReadState(filepath.Join(psvc.StateDir(name), agent.StateFileName))
-		if r := runCLI(bin.proxy, "uninstall", "--name", name); r.code != 0 && t.Failed() {
+		if r := runCLI(bin.proxy, "uninstall", "--name", name); r.Code != 0 && t.Failed() {
 			t.Logf("cleanup: proxy uninstall --name %s: %v", name, r)
 		}
 		if st.PID > 0 && !gone(st.PID) {
@@ -501,10 +291,10 @@ func install(t *testing.T, name, cfgPath string, extra ...string) string {
 			t.Logf("---- service log /var/log/%s.log ----\n%s", name, log)
 		}
 	})
-	if r.code != 0 {
+	if r.Code != 0 {
 		t.Fatalf("proxy install: %v", r)
 	}
-	return r.stdout
+	return r.Stdout
 }
 
 func readState(name string) (agent.State, error) {

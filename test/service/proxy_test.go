@@ -62,7 +62,7 @@ func TestProxyServiceInstallServeStopStartUninstall(t *testing.T) {
 	if status := proxyCLI(t, "status", "--name", name); !strings.Contains(status, "running:        yes") || !strings.Contains(status, "=> active") {
 		t.Errorf("status of the started service:\n%s", status)
 	}
-	if r := a.Exec("--account", "acme", "--timeout", "60s", "record.sh", w.trace, "first"); r.code != 0 || r.stdout != "ran first on svc-a as root\n" {
+	if r := a.Exec("--account", "acme", "--timeout", "60s", "record.sh", w.trace, "first"); r.Code != 0 || r.Stdout != "ran first on svc-a as root\n" {
 		t.Fatalf("exec on the service: %v", r)
 	}
 
@@ -117,7 +117,7 @@ func TestProxyServiceInstallServeStopStartUninstall(t *testing.T) {
 	if ws := get(t, c, queued); ws.GetState() != automatorv1.State_STATE_QUEUED {
 		t.Fatalf("a unit submitted while the only proxy is stopped: %v, want queued", ws)
 	}
-	if r := runCLI(bin.proxy, "status", "--name", name); !strings.Contains(r.stdout, "running:        no") {
+	if r := runCLI(bin.proxy, "status", "--name", name); !strings.Contains(r.Stdout, "running:        no") {
 		t.Fatalf("the service runs though stopped: %v", r)
 	}
 	if ws := get(t, c, queued); ws.GetState() != automatorv1.State_STATE_QUEUED {
@@ -141,7 +141,7 @@ func TestProxyServiceInstallServeStopStartUninstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	st = waitPolled(t, name, crashed, st.PID)
-	if r := a.Exec("--account", "acme", "--timeout", "60s", "record.sh", w.trace, "after-crash"); r.code != 0 {
+	if r := a.Exec("--account", "acme", "--timeout", "60s", "record.sh", w.trace, "after-crash"); r.Code != 0 {
 		t.Fatalf("exec after the crash: %v", r)
 	}
 
@@ -171,7 +171,7 @@ func TestProxyServiceInstallServeStopStartUninstall(t *testing.T) {
 		}
 	}
 	assertNothingLeft(t, name, before, snapshot(t))
-	if r := runCLI(bin.proxy, "status", "--name", name); r.code != 1 || !strings.Contains(r.stderr, "not installed") {
+	if r := runCLI(bin.proxy, "status", "--name", name); r.Code != 1 || !strings.Contains(r.Stderr, "not installed") {
 		t.Errorf("status after uninstall: %v, want exit 1, not installed", r)
 	}
 }
@@ -208,7 +208,7 @@ func TestProxyServiceRunsAsAnUnprivilegedUser(t *testing.T) {
 	started := time.Now()
 	proxyCLI(t, "start", "--name", name)
 	waitPolled(t, name, started, 0)
-	if r := a.Exec("--account", "acme", "--timeout", "60s", "record.sh", w.trace, "who"); r.code != 0 || r.stdout != "ran who on svc-nobody as nobody\n" {
+	if r := a.Exec("--account", "acme", "--timeout", "60s", "record.sh", w.trace, "who"); r.Code != 0 || r.Stdout != "ran who on svc-nobody as nobody\n" {
 		t.Fatalf("exec: %v, want the script to run as nobody", r)
 	}
 	proxyCLI(t, "uninstall", "--name", name)

@@ -37,7 +37,7 @@ func TestWarmStandbyTakesOverWhenTheActiveInstanceDies(t *testing.T) {
 	waitFor(t, 15*time.Second, "instance A to poll", func() bool {
 		return strings.Contains(pa.Log(), "connected to the automator; polling") || pa.Exited()
 	})
-	if r := a.Exec("--account", "acme", "--timeout", "60s", "record.sh", w.trace, "before"); r.code != 0 || !strings.Contains(r.stdout, "on active-a") {
+	if r := a.Exec("--account", "acme", "--timeout", "60s", "record.sh", w.trace, "before"); r.Code != 0 || !strings.Contains(r.Stdout, "on active-a") {
 		t.Fatalf("exec before the failover: %v", r)
 	}
 
@@ -76,7 +76,7 @@ func TestWarmStandbyTakesOverWhenTheActiveInstanceDies(t *testing.T) {
 	if ws := wait(t, c, slow, time.Minute); ws.GetState() != automatorv1.State_STATE_TIMED_OUT || ws.GetInstanceId() != "active-a" {
 		t.Errorf("the unit A died running: %v, want timed out, claimed by active-a", ws)
 	}
-	if r := a.Exec("--account", "acme", "--timeout", "60s", "record.sh", w.trace, "after"); r.code != 0 || !strings.Contains(r.stdout, "on standby-b") {
+	if r := a.Exec("--account", "acme", "--timeout", "60s", "record.sh", w.trace, "after"); r.Code != 0 || !strings.Contains(r.Stdout, "on standby-b") {
 		t.Fatalf("exec after the failover: %v", r)
 	}
 

@@ -1,0 +1,132 @@
+//go:build linux
+
+package proctest
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/pki"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// WaitServing waits up to timeout, twice over, for p, an `automator serve`
+// of dataDir, to write serving.yaml and then for its /healthz to answer 200;
+// it returns what serving.yaml says.
+func WaitServing(p *Proc, dataDir string, timeout time.Duration) (config.Serving, error) {
+	var s config.Serving
+	ok := Poll(timeout, func() bool {
+		if p.Exited() {
+			return true
+		}
+		var found bool
+		s, found, _ = config.ReadServing(dataDir)
+		return found
+	})
+	switch {
+	case p.Exited():
+		return s, fmt.Errorf("automator serve exited with %d: %s", p.ExitCode(), p.Tail(5))
+	case !ok:
+		return s, fmt.Errorf("automator serve wrote no serving.yaml within %v", timeout)
+	}
+	client := &http.Client{Timeout: time.Second}
+	defer client.CloseIdleConnections()
+	if !Poll(timeout, func() bool {
+		resp, err := client.Get("http://" + s.HTTP + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}) {
+		return s, fmt.Errorf("GET http://%s/healthz did not answer 200 within %v", s.HTTP, timeout)
+	}
+	return s, nil
+}
+
+// CreateAccount runs `automator account create name` on dataDir and returns
+// the account's proxy profile.
+func CreateAccount(t testing.TB, automator, dataDir, name string) string {
+	t.Helper()
+	r := Run(2*time.Minute, automator, "account", "create", name, "--data-dir", dataDir)
+	if r.Code != 0 {
+		t.Fatalf("automator account create %s: exit %d: %s", name, r.Code, r.Stderr)
+	}
+	return r.Stdout
+}
+
+// StartProxy runs `proxy run` for one instance, as a child named
+// "proxy-INSTANCE".
+func StartProxy(t testing.TB, proxy, cfgPath, scriptsDir, instanceID string) *Proc {
+	t.Helper()
+	return Start(t, "proxy-"+instanceID, proxy, "run",
+		"--config", cfgPath, "--scripts-dir", scriptsDir, "--instance-id", instanceID)
+}
+
+// WaitPolling fails the test unless the proxy p says within timeout that it
+// is connected and polling.
+func WaitPolling(t testing.TB, p *Proc, timeout time.Duration) {
+	t.Helper()
+	WaitFor(t, timeout, p.name+" to start polling", func() bool {
+		return strings.Contains(p.Log(), "connected to the automator; polling") || p.Exited()
+	})
+	if p.Exited() {
+		t.Fatalf("%s exited with %d before polling: %s", p.name, p.exit, p.Tail(10))
+	}
+}
+
+// Caller dials the caller API of the automator serving dataDir on grpcAddr
+// the way `automator exec --data-dir` does: TLS trusting the data
+// directory's CA, the admin API key as a bearer token.
+func Caller(t testing.TB, dataDir, grpcAddr string) automatorv1.AutomatorServiceClient {
+	t.Helper()
+	caPEM, err := os.ReadFile(filepath.Join(dataDir, config.FileCACert))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := os.ReadFile(filepath.Join(dataDir, config.FileAPIKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return automatorv1.NewAutomatorServiceClient(Dial(t, grpcAddr, caPEM, strings.TrimSpace(string(key))))
+}
+
+// Dial connects to an automator's gRPC address over TLS trusting caPEM,
+// with secret (an API key or an account token) as a bearer token. The
+// connection survives automator restarts (it reconnects) and is closed when
+// the test ends.
+func Dial(t testing.TB, grpcAddr string, caPEM []byte, secret string, opts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	tlsCfg, err := pki.ClientTLS(caPEM, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts = append([]grpc.DialOption{
+		grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
+		grpc.WithPerRPCCredentials(bearer(secret)),
+	}, opts...)
+	conn, err := grpc.NewClient("passthrough:///"+grpcAddr, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+
+func (bearer) RequireTransportSecurity() bool { return true }

@@ -1,0 +1,293 @@
+//go:build linux
+
+package proctest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// Binaries are the paths of the binaries Build built.
+type Binaries struct{ Dir, Automator, Proxy string }
+
+// Build makes a temporary directory under parent (os.TempDir() when "")
+// named after pattern, as os.MkdirTemp does, and builds the automator and
+// proxy binaries into it, with -race when race is set. The caller removes
+// b.Dir when it is done.
+func Build(parent, pattern string, race bool) (b Binaries, err error) {
+	dir, err := os.MkdirTemp(parent, pattern)
+	if err != nil {
+		return b, fmt.Errorf("making the binaries' directory: %w", err)
+	}
+	args := []string{"build"}
+	if race {
+		args = append(args, "-race")
+	}
+	args = append(args, "-o", dir+string(filepath.Separator),
+		"github.com/opsgate/opsgate/automator/cmd/automator",
+		"github.com/opsgate/opsgate/proxy/cmd/proxy")
+	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return b, fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return Binaries{Dir: dir, Automator: filepath.Join(dir, "automator"), Proxy: filepath.Join(dir, "proxy")}, nil
+}
+
+// NoLeaks returns code, the tests' exit code, or 1 when the tests passed but
+// left goroutines running (which it reports on stderr after prefix).
+func NoLeaks(prefix string, code int) int {
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, prefix+": leaked goroutines:", err)
+			return 1
+		}
+	}
+	return code
+}
+
+// ---- waiting ----
+
+// Poll reports whether cond became true within timeout, looking every 20ms.
+// Only for what a child shows through files, logs and ports.
+func Poll(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// WaitFor fails the test unless cond becomes true within timeout.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if !Poll(timeout, cond) {
+		t.Fatalf("timed out after %v waiting for %s", timeout, what)
+	}
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// ---- short-lived CLI runs ----
+
+// Result is how a CLI run ended.
+type Result struct {
+	Code           int // exit code; -1 if it could not run or a signal ended it
+	Stdout, Stderr string
+	Elapsed        time.Duration
+}
+
+func (r Result) String() string {
+	return fmt.Sprintf("exit %d after %v, stdout %q, stderr %q", r.Code, r.Elapsed.Round(time.Millisecond), r.Stdout, r.Stderr)
+}
+
+// Run runs path with args to the end, killing it after timeout so a hang
+// fails instead of stalling. It never fails the test itself, so it may run
+// on any goroutine; when the command could not start, Stderr says why.
+func Run(timeout time.Duration, path string, args ...string) Result {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	r := Result{Code: -1, Elapsed: time.Since(start)}
+	if cmd.ProcessState != nil {
+		r.Code = cmd.ProcessState.ExitCode()
+	} else if err != nil {
+		stderr.WriteString(err.Error())
+	}
+	r.Stdout, r.Stderr = stdout.String(), stderr.String()
+	return r
+}
+
+// ---- long-running children ----
+
+// Proc is a long-running child (automator serve, proxy run). It leads its
+// own process group; its stdout and stderr go to one log file, whose tail is
+// printed when the test fails.
+type Proc struct {
+	name    string
+	cmd     *exec.Cmd
+	logPath string
+	done    chan struct{}
+	exit    int // valid once done is closed; -1 if killed by a signal
+}
+
+// Start starts path with args as a child named name (in log messages and
+// the log file's name). When the test ends it kills the child's whole
+// process group, fails the test if the log reports a data race (a -race
+// build), and, if the test failed, logs the log's tail.
+func Start(t testing.TB, name, path string, args ...string) *Proc {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close() // the child has its own copy
+	cmd := exec.Command(path, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	p := &Proc{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		p.exit = cmd.ProcessState.ExitCode()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		// The group too: scripts a proxy started in its own group.
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+		if strings.Contains(p.Log(), "WARNING: DATA RACE") {
+			t.Errorf("%s reported a data race (E2E_RACE=1 build); see %s", name, logPath)
+		}
+		if t.Failed() {
+			t.Logf("---- tail of %s (%s) ----\n%s", name, logPath, tail(logPath, 40))
+		}
+	})
+	return p
+}
+
+// Name is the name the process was started with.
+func (p *Proc) Name() string { return p.name }
+
+// Exited reports whether the process has ended.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// ExitCode is the exit code of an ended process (-1 when a signal ended
+// it); call it only once Exited reports true.
+func (p *Proc) ExitCode() int { return p.exit }
+
+// Signal sends sig to the process itself (not its group).
+func (p *Proc) Signal(t testing.TB, sig syscall.Signal) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		t.Fatalf("signalling %s: %v", p.name, err)
+	}
+}
+
+// Wait waits up to timeout for the process to end and returns its exit
+// code (-1 when a signal ended it).
+func (p *Proc) Wait(t testing.TB, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.exit
+	case <-time.After(timeout):
+		t.Fatalf("%s did not exit within %v", p.name, timeout)
+		return 0
+	}
+}
+
+// Kill sends SIGKILL to the process only (what a crash looks like; its
+// children, if any, survive) and waits for it.
+func (p *Proc) Kill(t testing.TB) {
+	t.Helper()
+	p.Signal(t, syscall.SIGKILL)
+	p.Wait(t, 10*time.Second)
+}
+
+// Log returns everything the process wrote so far.
+func (p *Proc) Log() string {
+	data, _ := os.ReadFile(p.logPath)
+	return string(data)
+}
+
+// Tail returns the last n lines of the log.
+func (p *Proc) Tail(n int) string { return tail(p.logPath, n) }
+
+func tail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = append([]string{fmt.Sprintf("[... %d lines before]", len(lines)-n)}, lines[len(lines)-n:]...)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Gone reports whether pid no longer runs. A zombie counts as gone: it has
+// been killed and only waits for a reaper (an orphan's reaper here may be a
+// PID 1 that never reaps).
+func Gone(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return true
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return errors.Is(err, os.ErrNotExist)
+	}
+	// "pid (comm) S ...": the state follows the last ')'.
+	s := string(data)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] == 'Z'
+	}
+	return false
+}
+
+// ---- scripts and their traces ----
+
+// WriteScript writes an executable /bin/sh script into dir and returns its
+// path.
+func WriteScript(t testing.TB, dir, name, body string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Lines returns the non-empty lines of a file (none if it does not exist).
+func Lines(path string) []string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
