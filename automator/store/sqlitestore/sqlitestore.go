@@ -1,9 +1,9 @@
 // Package sqlitestore is the embedded backend of store.Store, built on
 // modernc.org/sqlite (pure Go, no cgo). It serves one automator.
 //
-// Every write goes to one writer goroutine that owns the only write
-// connection and commits the writes waiting at that moment together, in one
-// IMMEDIATE transaction (group commit, writer.go), so writers queue in Go
+// Every write runs on the only write connection, committed together with
+// the writes waiting at that moment in one IMMEDIATE transaction by
+// whichever caller leads (group commit, writer.go), so writers queue in Go
 // (honouring their contexts) instead of failing with SQLITE_BUSY, and a
 // single fsync covers many of them. Reads use a separate pool of read-only
 // connections; in WAL mode they never block the writer nor wait for it.

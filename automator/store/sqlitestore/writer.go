@@ -11,10 +11,10 @@ import (
 
 // Group commit.
 //
-// Every write of the store is a function run by one writer goroutine, which
-// owns the single write connection. The writer takes every write that is
-// waiting when it is free, runs them one after another in one IMMEDIATE
-// transaction, each inside a savepoint of its own (a write that fails is
+// Every write of the store is a function run on the single write
+// connection by whichever caller leads at the moment (write1). The leader
+// takes every write that is waiting, runs them one after another in one
+// IMMEDIATE transaction, each inside a savepoint of its own (a write that fails is
 // rolled back alone and gets its own error), commits once, and only then
 // answers each of them. One fsync thus makes a whole batch durable, and
 // writes that arrive while a batch commits form the next one: under load
@@ -42,6 +42,7 @@ const (
 	opQueued int32 = iota
 	opTaken
 	opAbandoned
+	opLeading // made the next leader: it runs
 )
 
 type writeOp struct {
@@ -52,37 +53,32 @@ type writeOp struct {
 	// commits without an fsync; the next durable commit syncs it.
 	syncLater bool
 	state     atomic.Int32
-	done      chan error // capacity 1: the outcome
+	done      chan error    // capacity 1: the outcome
+	lead      chan struct{} // capacity 1: this caller commits the next batch
 }
 
 type writer struct {
-	db     *sql.DB // the write pool: exactly one connection
-	ops    chan *writeOp
+	db     *sql.DB    // the write pool: exactly one connection
 	syncer *walSyncer // fsyncs the WAL after a commit without one
 
-	mu     sync.RWMutex // held for reading while a write is handed over
-	closed bool
-	quit   chan struct{}
-	exited chan struct{}
+	mu      sync.Mutex
+	queue   []*writeOp // handed over, not yet taken, oldest first
+	leading bool       // a caller is committing a batch (it owns conn)
+	closed  bool
+	idle    *sync.Cond // signalled when leading ends with nothing queued
 
 	// commits counts the transactions committed (for tests).
 	commits atomic.Int64
 
-	// Owned by the writer goroutine.
+	// Owned by the leading caller.
 	conn *sql.Conn
 	q    *prepared
 	lazy bool // the connection runs with synchronous=NORMAL
 }
 
 func newWriter(db *sql.DB, path string) *writer {
-	w := &writer{
-		db:     db,
-		syncer: newWALSyncer(path),
-		ops:    make(chan *writeOp, maxBatch),
-		quit:   make(chan struct{}),
-		exited: make(chan struct{}),
-	}
-	go w.run()
+	w := &writer{db: db, syncer: newWALSyncer(path)}
+	w.idle = sync.NewCond(&w.mu)
 	return w
 }
 
@@ -97,92 +93,88 @@ func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, tx que
 
 // write1 is writeTx, with syncLater for a write that may be answered before
 // it is on disk.
+//
+// There is no writer goroutine: the caller that finds nobody committing
+// commits the batch itself (its own write first, with every write waiting
+// by then), so a lone write costs no hand-over between goroutines. When it
+// is done, it hands the lead to the oldest write that waits, whose caller
+// commits the next batch, and so on; the last one leaves the lead free.
 func (s *Store) write1(ctx context.Context, syncLater bool, fn func(ctx context.Context, tx querier) error) error {
-	o := &writeOp{ctx: ctx, fn: fn, syncLater: syncLater, done: make(chan error, 1)}
-	if err := s.w.submit(ctx, o); err != nil {
-		return err
-	}
-	select {
-	case err := <-o.done:
-		return err
-	case <-ctx.Done():
-		if o.state.CompareAndSwap(opQueued, opAbandoned) {
-			return ctx.Err()
-		}
-		return <-o.done // taken already: its outcome is what happened
-	}
-}
-
-func (w *writer) submit(ctx context.Context, o *writeOp) error {
-	w.mu.RLock()
-	defer w.mu.RUnlock()
-	if w.closed {
-		return errClosed
-	}
-	select {
-	case w.ops <- o:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// close commits what was handed over already, then stops the writer and
-// gives its connection back to the pool.
-func (w *writer) close() {
+	w := s.w
+	o := &writeOp{ctx: ctx, fn: fn, syncLater: syncLater, done: make(chan error, 1), lead: make(chan struct{}, 1)}
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
-		<-w.exited
-		return
+		return errClosed
 	}
-	w.closed = true
-	close(w.quit)
+	w.queue = append(w.queue, o)
+	if !w.leading {
+		w.leading = true
+		w.mu.Unlock()
+		w.lead()
+		return <-o.done
+	}
 	w.mu.Unlock()
-	<-w.exited
-	w.syncer.close()
-}
-
-func (w *writer) run() {
-	defer close(w.exited)
-	defer w.release()
-	batch := make([]*writeOp, 0, maxBatch)
 	for {
 		select {
-		case o := <-w.ops:
-			batch = append(batch[:0], o)
-		case <-w.quit:
-			// No write is handed over any more: commit what is left.
-			for {
-				batch = w.fill(batch[:0])
-				if len(batch) == 0 {
-					return
-				}
-				w.commit(batch)
+		case err := <-o.done:
+			return err
+		case <-o.lead:
+			w.lead()
+			return <-o.done
+		case <-ctx.Done():
+			if o.state.CompareAndSwap(opQueued, opAbandoned) {
+				return ctx.Err()
 			}
+			// Taken, or made the next leader: what happens is what it
+			// returns.
+			ctx = context.Background()
 		}
-		w.commit(w.fill(batch))
 	}
 }
 
-// fill adds the writes waiting now, up to maxBatch.
-func (w *writer) fill(batch []*writeOp) []*writeOp {
-	for len(batch) < maxBatch {
-		select {
-		case o := <-w.ops:
-			batch = append(batch, o)
-		default:
-			return batch
+// lead commits one batch (the oldest writes waiting, up to maxBatch), then
+// hands the lead to the oldest write still waiting or leaves it free.
+func (w *writer) lead() {
+	w.mu.Lock()
+	n := min(len(w.queue), maxBatch)
+	batch := append([]*writeOp(nil), w.queue[:n]...)
+	w.queue = w.queue[n:]
+	w.mu.Unlock()
+	w.commit(batch)
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for len(w.queue) > 0 {
+		next := w.queue[0]
+		if next.state.CompareAndSwap(opQueued, opLeading) {
+			next.lead <- struct{}{}
+			return
 		}
+		w.queue = w.queue[1:] // abandoned by its caller
 	}
-	return batch
+	w.leading = false
+	w.idle.Broadcast()
+}
+
+// close lets the writes handed over already commit, then refuses new ones
+// and gives the connection back to the pool.
+func (w *writer) close() {
+	w.mu.Lock()
+	w.closed = true
+	for w.leading {
+		w.idle.Wait()
+	}
+	w.release()
+	w.mu.Unlock()
+	w.syncer.close()
 }
 
 // commit runs a batch in one transaction and answers each write.
 func (w *writer) commit(batch []*writeOp) {
 	live := make([]*writeOp, 0, len(batch))
 	for _, o := range batch {
-		if o.state.CompareAndSwap(opQueued, opTaken) {
+		if o.state.CompareAndSwap(opQueued, opTaken) || o.state.CompareAndSwap(opLeading, opTaken) {
 			live = append(live, o)
 		}
 	}

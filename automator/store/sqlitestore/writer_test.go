@@ -33,9 +33,15 @@ func blockWriter(t *testing.T, s *Store, ctx context.Context) (release func(), d
 	return func() { once.Do(func() { close(hold) }) }, out
 }
 
-// waitQueued waits until n writes are handed over to the writer.
+// waitQueued waits until n writes wait for the leader.
 func waitQueued(s *Store, n int) {
-	for len(s.w.ops) < n {
+	for {
+		s.w.mu.Lock()
+		q := len(s.w.queue)
+		s.w.mu.Unlock()
+		if q >= n {
+			return
+		}
 		runtime.Gosched()
 	}
 }
@@ -170,9 +176,9 @@ func TestCloseCommitsWhatWasHandedOver(t *testing.T) {
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close() }()
 	for {
-		s.w.mu.RLock()
+		s.w.mu.Lock()
 		c := s.w.closed
-		s.w.mu.RUnlock()
+		s.w.mu.Unlock()
 		if c {
 			break
 		}
