@@ -9,8 +9,8 @@ import (
 
 const auditColumns = `seq, at, kind, actor, source, account, work_id, instance_id, outcome, sealed_script, detail`
 
-// insertAudit appends e with q (the write pool, or a transaction that also
-// writes what e records) and returns it with its Seq.
+// insertAudit appends e with q (a write that may also write what e records)
+// and returns it with its Seq (the row id, so nothing is read back).
 func insertAudit(ctx context.Context, q querier, e store.AuditEvent) (store.AuditEvent, error) {
 	if e.Kind == "" {
 		return store.AuditEvent{}, fmt.Errorf("appending to the audit log: the event has no kind")
@@ -19,33 +19,17 @@ func insertAudit(ctx context.Context, q querier, e store.AuditEvent) (store.Audi
 	if e.SealedScript != nil {
 		sealed = e.SealedScript
 	}
-	err := q.QueryRowContext(ctx, `INSERT INTO audit (at, kind, actor, source, account, work_id, instance_id, outcome, sealed_script, detail)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-RETURNING seq`,
-		toNanos(e.At), e.Kind, e.Actor, e.Source, e.Account, e.WorkID, e.InstanceID, e.Outcome, sealed, e.Detail).Scan(&e.Seq)
+	res, err := q.ExecContext(ctx, `INSERT INTO audit (at, kind, actor, source, account, work_id, instance_id, outcome, sealed_script, detail)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		toNanos(e.At), e.Kind, e.Actor, e.Source, e.Account, e.WorkID, e.InstanceID, e.Outcome, sealed, e.Detail)
+	if err == nil {
+		e.Seq, err = res.LastInsertId()
+	}
 	if err != nil {
 		return store.AuditEvent{}, fmt.Errorf("appending %s to the audit log: %w", e.Kind, err)
 	}
 	e.At = fromNanos(toNanos(e.At))
 	return e, nil
-}
-
-// appendAudit appends e inside a write that also writes what e records,
-// without reading its Seq back.
-func appendAudit(ctx context.Context, q querier, e store.AuditEvent) error {
-	if e.Kind == "" {
-		return fmt.Errorf("appending to the audit log: the event has no kind")
-	}
-	var sealed any // NULL when there is no script
-	if e.SealedScript != nil {
-		sealed = e.SealedScript
-	}
-	if _, err := q.ExecContext(ctx, `INSERT INTO audit (at, kind, actor, source, account, work_id, instance_id, outcome, sealed_script, detail)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		toNanos(e.At), e.Kind, e.Actor, e.Source, e.Account, e.WorkID, e.InstanceID, e.Outcome, sealed, e.Detail); err != nil {
-		return fmt.Errorf("appending %s to the audit log: %w", e.Kind, err)
-	}
-	return nil
 }
 
 func (s *Store) AuditAppend(ctx context.Context, e store.AuditEvent) (store.AuditEvent, error) {

@@ -19,7 +19,7 @@ WHERE id = ? AND state IN ('queued', 'claimed')
 RETURNING `+workColumns,
 			p.Reason, toNanos(p.Now), p.ID))
 		if err == nil && p.Audit != nil {
-			err = appendAudit(ctx, tx, p.Audit.ForWork(w))
+			_, err = insertAudit(ctx, tx, p.Audit.ForWork(w))
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
 			return err

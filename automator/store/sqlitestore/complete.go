@@ -29,7 +29,7 @@ WHERE id = ? AND state = 'claimed' AND claim_id = ? AND deadline > ? AND (? = ''
 RETURNING `+workColumns,
 			string(p.State), p.SealedResult, p.Reason, now, p.ID, p.ClaimID, now, p.Account, p.Account))
 		if err == nil && p.Audit != nil {
-			err = appendAudit(ctx, tx, p.Audit.ForWork(w))
+			_, err = insertAudit(ctx, tx, p.Audit.ForWork(w))
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
 			return err

@@ -36,7 +36,7 @@ RETURNING `+workColumns,
 				return err
 			}
 			if p.Audit != nil {
-				if err := appendAudit(ctx, tx, p.Audit.ForWork(w)); err != nil {
+				if _, err := insertAudit(ctx, tx, p.Audit.ForWork(w)); err != nil {
 					return err
 				}
 			}

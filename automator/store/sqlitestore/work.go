@@ -92,7 +92,8 @@ ON CONFLICT (id) DO NOTHING`,
 			IdempotencyKey: p.IdempotencyKey,
 		}
 		if p.Audit != nil {
-			return appendAudit(ctx, tx, *p.Audit)
+			_, err := insertAudit(ctx, tx, *p.Audit)
+			return err
 		}
 		return nil
 	})
