@@ -91,10 +91,12 @@ func Start(t testing.TB, o Options) *Automator {
 	ctx := context.Background()
 	dir := t.TempDir()
 	a := &Automator{Account: "acme", Plaintext: o.Plaintext, dbPath: filepath.Join(dir, "automator.db")}
-	st, err := sqlitestore.Open(ctx, a.dbPath)
+	raw, err := sqlitestore.Open(ctx, a.dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Like `automator serve`: credentials cached (the CLI's openStore).
+	st := store.CachedCredentials(raw, store.CredentialTTL)
 	a.Store = st
 	master, err := crypto.NewMasterKey()
 	if err != nil {

@@ -13,20 +13,23 @@ import (
 
 // openStore opens the database named by the settings: a postgres:// or
 // postgresql:// URL is PostgreSQL (several automator replicas may share it),
-// anything else a SQLite file (one automator).
+// anything else a SQLite file (one automator). Every command caches
+// credential lookups the same way (store.CachedCredentials), so a command
+// that revokes or rotates returns only once no automator serves the old
+// credential from its cache.
 func openStore(ctx context.Context, dir string, cfg config.Config) (store.Store, error) {
 	if pgstore.IsDSN(cfg.DB) {
 		st, err := pgstore.Open(ctx, cfg.DB)
 		if err != nil {
 			return nil, fmt.Errorf("db: %w", err)
 		}
-		return st, nil
+		return store.CachedCredentials(st, store.CredentialTTL), nil
 	}
 	st, err := sqlitestore.Open(ctx, cfg.DBPath(dir))
 	if err != nil {
 		return nil, err
 	}
-	return st, nil
+	return store.CachedCredentials(st, store.CredentialTTL), nil
 }
 
 // describeDB names the database for logs and messages, without a password.
@@ -40,7 +43,7 @@ func describeDB(dir string, cfg config.Config) string {
 // broadcasterFor returns what carries queue events between the replicas
 // sharing st, or nil when st serves one automator only (SQLite).
 func broadcasterFor(st store.Store) server.Broadcaster {
-	if pg, ok := st.(*pgstore.Store); ok {
+	if pg, ok := store.Uncached(st).(*pgstore.Store); ok {
 		return pgBroadcaster{pg}
 	}
 	return nil

@@ -1,0 +1,181 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// CredentialTTL is how long a running automator may answer a credential
+// lookup from memory. Every call is authenticated, so without a cache each
+// one costs a store read: at load that was the largest share of the
+// automator's CPU after the queue writes themselves.
+const CredentialTTL = time.Second
+
+// maxCachedCredentials bounds each of the two caches; past it, expired
+// entries are dropped, and if none is, the whole cache.
+const maxCachedCredentials = 4096
+
+// CachedCredentials returns st with its credential lookups, AccountGetByToken
+// and APIKeyGetByHash, served from memory for up to ttl after the store read
+// that produced them. Only lookups that found a credential are kept, so a
+// new token or API key works at once.
+//
+// The cache stays exact for whoever withdraws a credential through a
+// store made by CachedCredentials with the same ttl, in this process or in
+// any other sharing the database (the CLI, other replicas): AccountRotate
+// and APIKeyRevoke drop this process's copies, and return only ttl after
+// their commit, when every copy read before the commit has expired (a
+// copy's age counts from before its read began). So "a revoked key is
+// refused from the next call on" holds for every call made after the
+// command returned, on every automator. A withdrawal that is interrupted
+// after its commit (the process dies) takes effect within ttl.
+//
+// The end of a previous token's overlap window is checked on every lookup,
+// cached or not, against p.Now.
+func CachedCredentials(st Store, ttl time.Duration) Store {
+	return &credCache{
+		Store:    st,
+		ttl:      ttl,
+		accounts: map[string]cached[Account]{},
+		apiKeys:  map[string]cached[APIKey]{},
+	}
+}
+
+type cached[T any] struct {
+	v  T
+	at time.Time // taken before the read began (monotonic)
+}
+
+type credCache struct {
+	Store
+	ttl time.Duration
+
+	mu sync.RWMutex
+	// gen counts this process's withdrawals: a lookup keeps what it read
+	// only if no withdrawal began meanwhile.
+	gen      uint64
+	accounts map[string]cached[Account] // by token hash
+	apiKeys  map[string]cached[APIKey]  // by secret hash
+}
+
+// Uncached returns the store beneath the cache.
+func (c *credCache) Uncached() Store { return c.Store }
+
+// Uncached returns the store beneath a CachedCredentials cache, or st.
+func Uncached(st Store) Store {
+	if c, ok := st.(interface{ Uncached() Store }); ok {
+		return c.Uncached()
+	}
+	return st
+}
+
+func (c *credCache) AccountGetByToken(ctx context.Context, p AccountGetByTokenParams) (Account, error) {
+	c.mu.RLock()
+	e, ok := c.accounts[string(p.TokenHash)]
+	gen := c.gen
+	c.mu.RUnlock()
+	if !ok || time.Since(e.at) >= c.ttl {
+		at := time.Now()
+		a, err := c.Store.AccountGetByToken(ctx, p)
+		if err != nil {
+			return a, err
+		}
+		e = cached[Account]{v: a, at: at}
+		c.keep(gen, func() { c.accounts[string(p.TokenHash)] = e })
+	}
+	a := e.v
+	if until := a.PreviousTokenUntil; !until.IsZero() && !p.Now.Before(until) {
+		return a, fmt.Errorf("getting account by token: account %q: %w", a.Name, ErrExpired)
+	}
+	return a, nil
+}
+
+func (c *credCache) APIKeyGetByHash(ctx context.Context, h []byte) (APIKey, error) {
+	c.mu.RLock()
+	e, ok := c.apiKeys[string(h)]
+	gen := c.gen
+	c.mu.RUnlock()
+	if ok && time.Since(e.at) < c.ttl {
+		return e.v, nil
+	}
+	at := time.Now()
+	k, err := c.Store.APIKeyGetByHash(ctx, h)
+	if err != nil {
+		return k, err
+	}
+	c.keep(gen, func() { c.apiKeys[string(h)] = cached[APIKey]{v: k, at: at} })
+	return k, nil
+}
+
+// keep runs put under the lock unless a withdrawal began since gen was
+// read, after pruning a full cache.
+func (c *credCache) keep(gen uint64, put func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen != gen {
+		return
+	}
+	if len(c.accounts) >= maxCachedCredentials {
+		c.accounts = pruned(c.accounts, c.ttl)
+	}
+	if len(c.apiKeys) >= maxCachedCredentials {
+		c.apiKeys = pruned(c.apiKeys, c.ttl)
+	}
+	put()
+}
+
+func pruned[T any](m map[string]cached[T], ttl time.Duration) map[string]cached[T] {
+	for k, e := range m {
+		if time.Since(e.at) >= ttl {
+			delete(m, k)
+		}
+	}
+	if len(m) >= maxCachedCredentials {
+		return map[string]cached[T]{}
+	}
+	return m
+}
+
+// forget drops every cached credential and makes lookups under way keep
+// nothing.
+func (c *credCache) forget() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	clear(c.accounts)
+	clear(c.apiKeys)
+}
+
+// withdrawn waits out the other processes' copies: each was read before
+// the commit that just returned, so it expires within ttl from now.
+func (c *credCache) withdrawn(ctx context.Context) error {
+	c.forget()
+	t := time.NewTimer(c.ttl)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("committed, but interrupted while automators drop their cached credentials (they do within %v): %w", c.ttl, ctx.Err())
+	}
+}
+
+func (c *credCache) AccountRotate(ctx context.Context, p AccountRotateParams) (Account, error) {
+	c.forget()
+	a, err := c.Store.AccountRotate(ctx, p)
+	if err != nil {
+		return a, err
+	}
+	return a, c.withdrawn(ctx)
+}
+
+func (c *credCache) APIKeyRevoke(ctx context.Context, p APIKeyRevokeParams) (APIKey, error) {
+	c.forget()
+	k, err := c.Store.APIKeyRevoke(ctx, p)
+	if err != nil {
+		return k, err
+	}
+	return k, c.withdrawn(ctx)
+}
