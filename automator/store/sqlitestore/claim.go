@@ -22,8 +22,7 @@ func (s *Store) WorkClaim(ctx context.Context, p store.WorkClaimParams) ([]store
 	// write transaction below looks again, so a unit queued in between is
 	// simply claimed by the next poll.
 	var one int
-	err := s.reads.QueryRowContext(ctx, `SELECT 1 FROM work
-WHERE account = ? AND state = 'queued' AND deadline > ? LIMIT 1`, p.Account, now).Scan(&one)
+	err := s.reads.QueryRowContext(ctx, claimProbeQuery, p.Account, now).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -61,13 +60,24 @@ RETURNING `+workColumns,
 	return claimed, nil
 }
 
+// The claim's queries name state 'queued' as a literal, so that SQLite uses
+// the partial index work_queued (TestHotQueriesUseTheirIndexes).
+const (
+	// claimProbeQuery: does the account have a unit to claim?
+	claimProbeQuery = `SELECT 1 FROM work
+WHERE account = ? AND state = 'queued' AND deadline > ? LIMIT 1`
+	// claimCandidatesQuery: the account's oldest queued units whose
+	// deadline is still ahead.
+	claimCandidatesQuery = `SELECT id FROM work
+WHERE account = ? AND state = 'queued' AND deadline > ?
+ORDER BY queued_at, id
+LIMIT ?`
+)
+
 // claimCandidates returns the ids of the account's oldest queued units whose
 // deadline is still ahead.
 func claimCandidates(ctx context.Context, tx querier, account string, now int64, max int) ([]string, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT id FROM work
-WHERE account = ? AND state = 'queued' AND deadline > ?
-ORDER BY queued_at, id
-LIMIT ?`, account, now, max)
+	rows, err := tx.QueryContext(ctx, claimCandidatesQuery, account, now, max)
 	if err != nil {
 		return nil, err
 	}

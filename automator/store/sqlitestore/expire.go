@@ -50,13 +50,18 @@ RETURNING `+workColumns,
 	return expired, nil
 }
 
+// dueWorkQuery: the open units whose deadline is at or before now. Its state
+// term is work_open_deadline's WHERE, word for word: SQLite uses a partial
+// index only for a query whose WHERE implies the index's.
+const dueWorkQuery = `SELECT ` + workColumns + ` FROM work
+WHERE state IN ('queued', 'claimed') AND deadline <= ?
+ORDER BY deadline, id
+LIMIT ?`
+
 // dueWork returns the open units whose deadline is at or before now, earliest
 // deadline first.
 func dueWork(ctx context.Context, tx querier, now int64, limit int) ([]store.Work, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT `+workColumns+` FROM work
-WHERE state IN ('queued', 'claimed') AND deadline <= ?
-ORDER BY deadline, id
-LIMIT ?`, now, limit)
+	rows, err := tx.QueryContext(ctx, dueWorkQuery, now, limit)
 	if err != nil {
 		return nil, err
 	}

@@ -12,31 +12,7 @@ func (s *Store) WorkList(ctx context.Context, p store.WorkListParams) ([]store.W
 	if p.Limit <= 0 {
 		return nil, fmt.Errorf("listing work: limit %d must be positive", p.Limit)
 	}
-	// Only the filters given take part, so each query can use the index
-	// that fits it (work_account_state_queued_at, work_queued_at_id,
-	// work_account_queued_at_id).
-	var where []string
-	var args []any
-	if p.Account != "" {
-		where = append(where, "account = ?")
-		args = append(args, p.Account)
-	}
-	if p.State != "" {
-		where = append(where, "state = ?")
-		args = append(args, string(p.State))
-	}
-	if !p.BeforeQueuedAt.IsZero() {
-		where = append(where, "(queued_at < ? OR (queued_at = ? AND id < ?))")
-		at := toNanos(p.BeforeQueuedAt)
-		args = append(args, at, at, p.BeforeID)
-	}
-	q := `SELECT ` + workColumns + ` FROM work`
-	if len(where) > 0 {
-		q += ` WHERE ` + strings.Join(where, " AND ")
-	}
-	q += ` ORDER BY queued_at DESC, id DESC LIMIT ?`
-	args = append(args, p.Limit)
-
+	q, args := workListQuery(p)
 	rows, err := s.reads.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("listing work: %w", err)
@@ -54,6 +30,47 @@ func (s *Store) WorkList(ctx context.Context, p store.WorkListParams) ([]store.W
 		return nil, fmt.Errorf("listing work: %w", err)
 	}
 	return out, nil
+}
+
+// workListQuery returns WorkList's statement for p and its arguments.
+func workListQuery(p store.WorkListParams) (string, []any) {
+	// Only the filters given take part, so each query can use the index
+	// that fits it (work_queued, work_claimed, work_queued_at_id,
+	// work_account_queued_at_id).
+	var where []string
+	var args []any
+	if p.Account != "" {
+		where = append(where, "account = ?")
+		args = append(args, p.Account)
+	}
+	from := "work"
+	switch p.State {
+	case "":
+	case store.StateQueued, store.StateClaimed:
+		// The state as a literal, not a parameter: SQLite uses the partial
+		// index of an open state (work_queued, work_claimed) only for a
+		// statement that names the state. The index is named too: the open
+		// units are few, so the whole index read and sorted beats walking
+		// every unit by queued_at, which the planner (without statistics)
+		// picks for a page after the first.
+		where = append(where, "state = '"+string(p.State)+"'")
+		from = "work INDEXED BY work_" + string(p.State)
+	default:
+		where = append(where, "state = ?")
+		args = append(args, string(p.State))
+	}
+	if !p.BeforeQueuedAt.IsZero() {
+		where = append(where, "(queued_at < ? OR (queued_at = ? AND id < ?))")
+		at := toNanos(p.BeforeQueuedAt)
+		args = append(args, at, at, p.BeforeID)
+	}
+	q := `SELECT ` + workColumns + ` FROM ` + from
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	q += ` ORDER BY queued_at DESC, id DESC LIMIT ?`
+	args = append(args, p.Limit)
+	return q, args
 }
 
 func (s *Store) AccountStats(ctx context.Context, p store.AccountStatsParams) ([]store.AccountStats, error) {

@@ -131,6 +131,24 @@ BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
 CREATE INDEX work_queued_at_id ON work (queued_at, id);
 CREATE INDEX work_account_queued_at_id ON work (account, queued_at, id);
 `},
+	{version: 5, name: "claim and deadline indexes of open units only", sql: `
+-- Units are never deleted, so nearly every row is finished, and an index
+-- entry of a finished unit was pure cost: every claim and completion moved
+-- the unit's entries in both indexes to another state, and each commit wrote
+-- the leaf pages of every account's finished range to the WAL. These hold
+-- only the open units (as in pgstore): small, and a completion only removes
+-- entries. A listing by a finished state uses work_account_queued_at_id or
+-- work_queued_at_id and filters.
+DROP INDEX work_account_state_queued_at;
+DROP INDEX work_state_deadline;
+-- WorkClaim, WorkQueuedCount, AccountStats: an account's queued units,
+-- oldest first.
+CREATE INDEX work_queued ON work (account, queued_at, id) WHERE state = 'queued';
+-- AccountStats and WorkList: an account's units in flight, oldest first.
+CREATE INDEX work_claimed ON work (account, queued_at, id) WHERE state = 'claimed';
+-- WorkExpire and WorkNextDeadline: open units by deadline.
+CREATE INDEX work_open_deadline ON work (deadline, id) WHERE state IN ('queued', 'claimed');
+`},
 }
 
 // migrate applies the migrations not yet recorded in schema_migrations, all
@@ -138,6 +156,12 @@ CREATE INDEX work_account_queued_at_id ON work (account, queued_at, id);
 // version or the new one, never between. It refuses a database whose schema
 // is newer than this binary knows.
 func migrate(ctx context.Context, db *sql.DB) error {
+	return migrateWith(ctx, db, migrations)
+}
+
+// migrateWith is migrate with the given steps (a prefix of migrations, for a
+// test that needs a database of an older schema).
+func migrateWith(ctx context.Context, db *sql.DB, steps []migration) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("migrating schema: %w", err)
@@ -155,12 +179,12 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
 		return fmt.Errorf("migrating schema: reading the version: %w", err)
 	}
-	latest := migrations[len(migrations)-1].version
+	latest := steps[len(steps)-1].version
 	if current > latest {
 		return fmt.Errorf("migrating schema: the database is at version %d, newer than this binary knows (%d); run a newer automator", current, latest)
 	}
 
-	for _, m := range migrations {
+	for _, m := range steps {
 		if m.version <= current {
 			continue
 		}

@@ -124,14 +124,17 @@ WHERE account = ? ORDER BY key_id DESC`, account)
 	return out, nil
 }
 
+// queuedCountQuery counts up to a limit of an account's queued units, from
+// the partial index work_queued.
+const queuedCountQuery = `SELECT COUNT(*) FROM (SELECT 1 FROM work WHERE account = ? AND state = 'queued' LIMIT ?)`
+
 func (s *Store) WorkQueuedCount(ctx context.Context, account string, atMost int) (int, error) {
 	limit := int64(atMost)
 	if atMost <= 0 {
 		limit = -1 // SQLite: no limit
 	}
 	var n int
-	if err := s.reads.QueryRowContext(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM work WHERE account = ? AND state = 'queued' LIMIT ?)`,
-		account, limit).Scan(&n); err != nil {
+	if err := s.reads.QueryRowContext(ctx, queuedCountQuery, account, limit).Scan(&n); err != nil {
 		return 0, fmt.Errorf("counting queued units of account %q: %w", account, err)
 	}
 	return n, nil

@@ -135,6 +135,13 @@ func dsn(path string, readOnly bool) string {
 		q.Add("_pragma", "query_only(1)")
 	} else {
 		q.Set("_txlock", "immediate")
+		// A batch runs each write in a savepoint, so a page a write changes
+		// after an earlier write of the batch is first copied into the
+		// statement sub-journal. On disk (the default) that journal spills
+		// to a temporary file past 64 KiB, two write syscalls a page; in
+		// memory it is a copy. It only serves a rollback to the savepoint,
+		// never recovery, so durability is the same.
+		q.Add("_pragma", "temp_store(MEMORY)")
 	}
 	return "file:" + uriPath(path) + "?" + q.Encode()
 }

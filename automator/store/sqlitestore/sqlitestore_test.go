@@ -199,7 +199,7 @@ func TestEveryConnectionHasTheDurabilityPragmas(t *testing.T) {
 	}
 	// The write pool's one connection belongs to the writer.
 	if err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
-		return check("write", 0, tx, map[string]string{"query_only": "0"})
+		return check("write", 0, tx, map[string]string{"query_only": "0", "temp_store": "2"}) // MEMORY
 	}); err != nil {
 		t.Fatal(err)
 	}

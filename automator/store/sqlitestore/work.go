@@ -114,9 +114,13 @@ func (s *Store) WorkGet(ctx context.Context, id string) (store.Work, error) {
 	return w, nil
 }
 
+// nextDeadlineQuery: the earliest deadline of an open unit, from
+// work_open_deadline (whose WHERE its state term repeats word for word).
+const nextDeadlineQuery = `SELECT MIN(deadline) FROM work WHERE state IN ('queued', 'claimed')`
+
 func (s *Store) WorkNextDeadline(ctx context.Context) (time.Time, bool, error) {
 	var deadline sql.NullInt64
-	if err := s.reads.QueryRowContext(ctx, `SELECT MIN(deadline) FROM work WHERE state IN ('queued', 'claimed')`).Scan(&deadline); err != nil {
+	if err := s.reads.QueryRowContext(ctx, nextDeadlineQuery).Scan(&deadline); err != nil {
 		return time.Time{}, false, fmt.Errorf("finding the next work deadline: %w", err)
 	}
 	if !deadline.Valid {

@@ -1,0 +1,179 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+// queryPlan returns the details of EXPLAIN QUERY PLAN of query, one line per
+// step.
+func queryPlan(t *testing.T, q querier, query string, args ...any) []string {
+	t.Helper()
+	rows, err := q.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+query, args...)
+	if err != nil {
+		t.Fatalf("EXPLAIN QUERY PLAN %s: %v", query, err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatalf("EXPLAIN QUERY PLAN %s: %v", query, err)
+		}
+		plan = append(plan, detail)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("EXPLAIN QUERY PLAN %s: %v", query, err)
+	}
+	return plan
+}
+
+// TestHotQueriesUseTheirIndexes: the claim, the expiry and the deadline
+// queries run on every poll and every sweep; each must search the small
+// index of open units meant for it (a partial index is used only when the
+// query's WHERE implies the index's), never scan the work table nor sort.
+// A listing of an open state reads that state's index too; across accounts
+// it sorts the (few) open units.
+func TestHotQueriesUseTheirIndexes(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "automator.db"))
+	for _, c := range []struct {
+		name, query, index string
+		args               []any
+		sorts              bool // a sort of the open units is expected
+	}{
+		{"claim probe", claimProbeQuery, "work_queued", []any{"acme", 1}, false},
+		{"claim candidates", claimCandidatesQuery, "work_queued", []any{"acme", 1, 4}, false},
+		{"due work", dueWorkQuery, "work_open_deadline", []any{1, -1}, false},
+		{"next deadline", nextDeadlineQuery, "work_open_deadline", nil, false},
+		{"queued count", queuedCountQuery, "work_queued", []any{"acme", 10}, false},
+		{"queued listing", listQuery(store.WorkListParams{Account: "acme", State: store.StateQueued, Limit: 10}), "work_queued", []any{"acme", 10}, false},
+		{"claimed listing", listQuery(store.WorkListParams{Account: "acme", State: store.StateClaimed, Limit: 10}), "work_claimed", []any{"acme", 10}, false},
+		{"queued listing of every account, next page", listQuery(store.WorkListParams{State: store.StateQueued, Limit: 10, BeforeQueuedAt: testNow, BeforeID: "w"}),
+			"work_queued", []any{1, 1, "w", 10}, true},
+	} {
+		plan := queryPlan(t, s.read, c.query, c.args...)
+		joined := strings.Join(plan, "; ")
+		if !slices.ContainsFunc(plan, func(step string) bool { return strings.Contains(step+" ", " INDEX "+c.index+" ") }) {
+			t.Errorf("%s: plan %q does not use %s", c.name, joined, c.index)
+		}
+		if strings.Contains(joined, "SCAN work ") && !c.sorts || strings.Contains(joined, "TEMP B-TREE") != c.sorts {
+			t.Errorf("%s: plan %q scans the work table or sorts", c.name, joined)
+		}
+	}
+}
+
+// listQuery returns the statement WorkList runs for p.
+func listQuery(p store.WorkListParams) string {
+	q, _ := workListQuery(p)
+	return q
+}
+
+// TestMigrationToOpenIndexes opens a database made by the schema before
+// version 5 (claim and deadline indexes over every unit) and checks that the
+// migration replaced those indexes and that every unit is still found where
+// it belongs: claimable, expirable, listed by any state.
+func TestMigrationToOpenIndexes(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "automator.db")
+	old, err := sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrateWith(ctx, old, migrations[:4]); err != nil {
+		t.Fatalf("migrating to version 4: %v", err)
+	}
+	at := toNanos(testNow)
+	for _, stmt := range []string{
+		`INSERT INTO accounts (name, token_hash, key_id, sealed_key, created_at) VALUES ('acme', x'01', 1, x'02', 0)`,
+		`INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline) VALUES
+			('w-queued', 'acme', 'queued', 1, x'03', ?1, ?1 + 3600000000000),
+			('w-late', 'acme', 'queued', 1, x'03', ?1 + 1, ?1 + 1000)`,
+		`INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, claimed_at, instance_id, claim_id) VALUES
+			('w-claimed', 'acme', 'claimed', 1, x'03', ?1 + 2, ?1 + 2000, ?1 + 3, 'i-1', 'c-1')`,
+		`INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, finished_at) VALUES
+			('w-succeeded', 'acme', 'succeeded', 1, x'03', ?1 + 3, ?1 + 3600000000000, ?1 + 4),
+			('w-cancelled', 'acme', 'cancelled', 1, x'03', ?1 + 4, ?1 + 3600000000000, ?1 + 5)`,
+	} {
+		if _, err := old.ExecContext(ctx, stmt, at); err != nil {
+			t.Fatalf("filling the version 4 database: %v", err)
+		}
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s := open(t, path)
+	if rows := migrationRows(t, s); len(rows) != len(migrations) {
+		t.Fatalf("schema_migrations holds %d rows after migrating, want %d", len(rows), len(migrations))
+	}
+	var indexes []string
+	rows, err := s.read.QueryContext(ctx, `SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'work' AND sql IS NOT NULL ORDER BY name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		indexes = append(indexes, name)
+	}
+	rows.Close()
+	want := []string{"work_account_idempotency_key", "work_account_queued_at_id", "work_claimed", "work_open_deadline", "work_queued", "work_queued_at_id"}
+	if !slices.Equal(indexes, want) {
+		t.Errorf("indexes of work after migrating = %v, want %v", indexes, want)
+	}
+	var check string
+	if err := s.read.QueryRowContext(ctx, `PRAGMA integrity_check`).Scan(&check); err != nil || check != "ok" {
+		t.Errorf("integrity_check after migrating = %q, %v", check, err)
+	}
+
+	// The units already there are in the new indexes.
+	stats, err := s.AccountStats(ctx, store.AccountStatsParams{})
+	if err != nil || len(stats) != 1 || stats[0].Queued != 2 || stats[0].Claimed != 1 {
+		t.Errorf("AccountStats after migrating = %+v, %v; want 2 queued and 1 claimed", stats, err)
+	}
+	for state, want := range map[store.State][]string{
+		store.StateQueued:    {"w-late", "w-queued"},
+		store.StateClaimed:   {"w-claimed"},
+		store.StateSucceeded: {"w-succeeded"},
+		store.StateCancelled: {"w-cancelled"},
+	} {
+		for _, account := range []string{"", "acme"} {
+			got, err := s.WorkList(ctx, store.WorkListParams{Account: account, State: state, Limit: 10})
+			var ids []string
+			for _, w := range got {
+				ids = append(ids, w.ID)
+			}
+			if err != nil || !slices.Equal(ids, want) {
+				t.Errorf("WorkList(account %q, %s) after migrating = %v, %v; want %v", account, state, ids, err, want)
+			}
+		}
+	}
+	next, ok, err := s.WorkNextDeadline(ctx)
+	if err != nil || !ok || !next.Equal(fromNanos(at+1000)) {
+		t.Errorf("WorkNextDeadline after migrating = %v, %v, %v; want %v", next, ok, err, fromNanos(at+1000))
+	}
+	expired, err := s.WorkExpire(ctx, store.WorkExpireParams{Now: testNow.Add(time.Millisecond)})
+	if err != nil || len(expired) != 2 || expired[0].ID != "w-late" || expired[1].ID != "w-claimed" {
+		t.Errorf("WorkExpire after migrating = %v, %v; want w-late and w-claimed", expired, err)
+	}
+	claimed, err := s.WorkClaim(ctx, store.WorkClaimParams{Account: "acme", InstanceID: "i-2", Max: 4, ClaimIDs: []string{"c-2", "c-3", "c-4", "c-5"}, Now: testNow.Add(time.Millisecond)})
+	if err != nil || len(claimed) != 1 || claimed[0].ID != "w-queued" {
+		t.Errorf("WorkClaim after migrating = %v, %v; want w-queued", claimed, err)
+	}
+	if _, err := s.WorkComplete(context.Background(), store.WorkCompleteParams{ID: "w-queued", ClaimID: "c-2", State: store.StateSucceeded, SealedResult: []byte("r"), Now: testNow.Add(time.Millisecond)}); err != nil {
+		t.Errorf("WorkComplete after migrating: %v", err)
+	}
+	if _, ok, err := s.WorkNextDeadline(ctx); err != nil || ok {
+		t.Errorf("WorkNextDeadline with every unit finished = %v, %v; want none", ok, err)
+	}
+}
