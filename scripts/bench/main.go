@@ -77,6 +77,8 @@ type bench struct {
 	profiles   []string
 	progress   io.Writer
 	began      time.Time
+	// latencyOnly: the main section measures baselines and latency only.
+	latencyOnly bool
 
 	mu    sync.Mutex
 	procs []*proc
@@ -92,6 +94,10 @@ func (b *bench) logf(format string, args ...any) {
 func numCPU() int { return runtime.NumCPU() }
 
 var sections = []string{"main", "wakeup", "idle", "pg"}
+
+// extraSections run only when named: "latency" is the part of main that
+// measures one caller (baselines and latency only), for quick iteration.
+var extraSections = []string{"latency"}
 
 func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -123,8 +129,8 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	want := strings.Split(*only, ",")
 	for _, s := range want {
-		if !slices.Contains(sections, s) {
-			fmt.Fprintf(stderr, "bench: -only %q: unknown section %q (sections: %s)\n", *only, s, strings.Join(sections, ","))
+		if !slices.Contains(sections, s) && !slices.Contains(extraSections, s) {
+			fmt.Fprintf(stderr, "bench: -only %q: unknown section %q (sections: %s; also %s)\n", *only, s, strings.Join(sections, ","), strings.Join(extraSections, ","))
 			return 2
 		}
 	}
@@ -177,13 +183,16 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	loadAtStart := loadavg()
 	b.logf("%d run(s) of: %s; work directory %s", p.runs, strings.Join(want, ", "), b.tmp)
 	failed := false
-	for _, s := range sections {
+	for _, s := range append(slices.Clone(sections), extraSections...) {
 		if !slices.Contains(want, s) || ctx.Err() != nil {
 			continue
 		}
 		var err error
 		switch s {
 		case "main":
+			err = b.mainSection(ctx)
+		case "latency":
+			b.latencyOnly = true
 			err = b.mainSection(ctx)
 		case "wakeup":
 			err = b.wakeSection(ctx)

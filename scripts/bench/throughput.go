@@ -70,6 +70,13 @@ func (b *bench) mainSection(ctx context.Context) error {
 		if err := b.baselines(ctx, run, echo); err != nil {
 			return err
 		}
+		if b.latencyOnly {
+			b.logf("main run %d/%d: latency", run, b.p.runs)
+			if err := b.latency(ctx, run, api); err != nil {
+				return err
+			}
+			continue
+		}
 		b.logf("main run %d/%d: @ping throughput", run, b.p.runs)
 		if err := b.throughput(ctx, run, api, pids); err != nil {
 			return err
@@ -83,7 +90,7 @@ func (b *bench) mainSection(ctx context.Context) error {
 			return err
 		}
 	}
-	if b.profDir != "" && ctx.Err() == nil {
+	if b.profDir != "" && ctx.Err() == nil && !b.latencyOnly {
 		b.profileThroughput(ctx, a, api, pids)
 	}
 	return ctx.Err()
