@@ -13,23 +13,25 @@ import (
 // automator's CPU after the queue writes themselves.
 const CredentialTTL = time.Second
 
-// maxCachedCredentials bounds each of the two caches; past it, expired
+// maxCachedCredentials bounds each of the caches; past it, expired
 // entries are dropped, and if none is, the whole cache.
 const maxCachedCredentials = 4096
 
-// CachedCredentials returns st with its credential lookups, AccountGetByToken
-// and APIKeyGetByHash, served from memory for up to ttl after the store read
-// that produced them. Only lookups that found a credential are kept, so a
-// new token or API key works at once.
+// CachedCredentials returns st with its credential lookups (AccountGetByToken,
+// APIKeyGetByHash, and AccountGet, which gives an account's current key)
+// served from memory for up to ttl after the store read that produced them.
+// Only lookups that found something are kept, so a new account, token or
+// API key works at once.
 //
 // The cache stays exact for whoever withdraws a credential through a
 // store made by CachedCredentials with the same ttl, in this process or in
 // any other sharing the database (the CLI, other replicas): AccountRotate
-// and APIKeyRevoke drop this process's copies, and return only ttl after
+// (a new token, key or both) and APIKeyRevoke drop this process's copies, and return only ttl after
 // their commit, when every copy read before the commit has expired (a
 // copy's age counts from before its read began). So "a revoked key is
 // refused from the next call on" holds for every call made after the
-// command returned, on every automator. A withdrawal that is interrupted
+// command returned, on every automator, and a unit queued after rotate-key
+// returned is sealed with the new key. A withdrawal that is interrupted
 // after its commit (the process dies) takes effect within ttl.
 //
 // The end of a previous token's overlap window is checked on every lookup,
@@ -39,6 +41,7 @@ func CachedCredentials(st Store, ttl time.Duration) Store {
 		Store:    st,
 		ttl:      ttl,
 		accounts: map[string]cached[Account]{},
+		byName:   map[string]cached[Account]{},
 		apiKeys:  map[string]cached[APIKey]{},
 	}
 }
@@ -57,6 +60,7 @@ type credCache struct {
 	// only if no withdrawal began meanwhile.
 	gen      uint64
 	accounts map[string]cached[Account] // by token hash
+	byName   map[string]cached[Account] // by name
 	apiKeys  map[string]cached[APIKey]  // by secret hash
 }
 
@@ -92,6 +96,23 @@ func (c *credCache) AccountGetByToken(ctx context.Context, p AccountGetByTokenPa
 	return a, nil
 }
 
+func (c *credCache) AccountGet(ctx context.Context, name string) (Account, error) {
+	c.mu.RLock()
+	e, ok := c.byName[name]
+	gen := c.gen
+	c.mu.RUnlock()
+	if ok && time.Since(e.at) < c.ttl {
+		return e.v, nil
+	}
+	at := time.Now()
+	a, err := c.Store.AccountGet(ctx, name)
+	if err != nil {
+		return a, err
+	}
+	c.keep(gen, func() { c.byName[name] = cached[Account]{v: a, at: at} })
+	return a, nil
+}
+
 func (c *credCache) APIKeyGetByHash(ctx context.Context, h []byte) (APIKey, error) {
 	c.mu.RLock()
 	e, ok := c.apiKeys[string(h)]
@@ -120,6 +141,9 @@ func (c *credCache) keep(gen uint64, put func()) {
 	if len(c.accounts) >= maxCachedCredentials {
 		c.accounts = pruned(c.accounts, c.ttl)
 	}
+	if len(c.byName) >= maxCachedCredentials {
+		c.byName = pruned(c.byName, c.ttl)
+	}
 	if len(c.apiKeys) >= maxCachedCredentials {
 		c.apiKeys = pruned(c.apiKeys, c.ttl)
 	}
@@ -145,6 +169,7 @@ func (c *credCache) forget() {
 	defer c.mu.Unlock()
 	c.gen++
 	clear(c.accounts)
+	clear(c.byName)
 	clear(c.apiKeys)
 }
 

@@ -30,6 +30,11 @@ func (c *counting) AccountGetByToken(ctx context.Context, p store.AccountGetByTo
 	return c.Store.AccountGetByToken(ctx, p)
 }
 
+func (c *counting) AccountGet(ctx context.Context, name string) (store.Account, error) {
+	c.reads.Add(1)
+	return c.Store.AccountGet(ctx, name)
+}
+
 func (c *counting) APIKeyGetByHash(ctx context.Context, h []byte) (store.APIKey, error) {
 	c.reads.Add(1)
 	return c.Store.APIKeyGetByHash(ctx, h)
@@ -85,9 +90,12 @@ func TestCachedCredentialsSkipTheStore(t *testing.T) {
 		if _, err := st.AccountGetByToken(ctx, store.AccountGetByTokenParams{TokenHash: hash("token 1"), Now: time.Now()}); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := st.AccountGet(ctx, "acme"); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if n := spy.reads.Load(); n != 2 {
-		t.Fatalf("6 lookups of 2 credentials within the ttl read the store %d times, want 2", n)
+	if n := spy.reads.Load(); n != 3 {
+		t.Fatalf("9 lookups of 3 records within the ttl read the store %d times, want 3", n)
 	}
 
 	spy.reads.Store(0)
@@ -165,15 +173,21 @@ func TestWithdrawalsAreExactAcrossProcesses(t *testing.T) {
 		t.Error("A still sees ak_3 valid after its own revoke")
 	}
 
-	// A token rotation with no overlap: the old token is refused by B at
-	// once after the rotation returned, and the new one accepted.
+	// A key and token rotation with no overlap: after it returned, B
+	// refuses the old token, accepts the new one and gives the new key.
 	old := store.AccountGetByTokenParams{TokenHash: hash("token 1"), Now: time.Now()}
 	if _, err := b.AccountGetByToken(ctx, old); err != nil {
 		t.Fatal(err)
 	}
+	if acc, err := b.AccountGet(ctx, "acme"); err != nil || acc.KeyID != 1 {
+		t.Fatalf("B, account before the rotation: key %d, %v", acc.KeyID, err)
+	}
 	now := time.Now()
-	if _, err := cli.AccountRotate(ctx, store.AccountRotateParams{Name: "acme", TokenHash: hash("token 2"), PreviousUntil: now, Now: now}); err != nil {
+	if _, err := cli.AccountRotate(ctx, store.AccountRotateParams{Name: "acme", TokenHash: hash("token 2"), KeyID: 2, SealedKey: []byte("k2"), PreviousUntil: now, Now: now}); err != nil {
 		t.Fatal(err)
+	}
+	if acc, err := b.AccountGet(ctx, "acme"); err != nil || acc.KeyID != 2 {
+		t.Errorf("B, account after the rotation returned: key %d, %v; want key 2", acc.KeyID, err)
 	}
 	old.Now = time.Now()
 	if _, err := b.AccountGetByToken(ctx, old); !errors.Is(err, store.ErrExpired) && !errors.Is(err, store.ErrNotFound) {
