@@ -109,8 +109,9 @@ func (s *Server) authenticate(ctx context.Context, method string) (context.Conte
 		if err != nil {
 			return nil, s.internal(ctx, "looking up API key", err)
 		}
-		// No cache between the store and this check: a revoke takes
-		// effect on the next call.
+		// The store may answer from its credential cache, which a revoke
+		// waits out (store.CachedCredentials): a revoke still applies to
+		// every call made after it returned.
 		if !k.RevokedAt.IsZero() {
 			return nil, s.authFailed(ctx, method, "API key "+k.ID+" was revoked", "apikey:"+k.ID)
 		}
