@@ -3,29 +3,46 @@ package sqlitestore
 import (
 	"os"
 	"sync/atomic"
+	"time"
 )
+
+// walSyncDelay is how long after a commit without an fsync the syncer
+// waits before it fsyncs the WAL itself. A durable commit within it (such
+// as the claim of the unit just queued) syncs the WAL anyway, and then the
+// syncer has nothing to do: its fsync would only have delayed that commit's,
+// which waits for it on the same file.
+const walSyncDelay = 5 * time.Millisecond
 
 // walSyncer makes writes committed without an fsync (synchronous=NORMAL, for
 // writes whose callers may be answered before they are on disk) durable soon
-// after: on each kick it fsyncs the WAL file, and with it every frame
-// appended so far, off the writer's path. Such a write is thus on disk
-// about one fsync after its commit, or sooner with the next durable commit.
+// after: walSyncDelay after a kick it fsyncs the WAL file, and with it every
+// frame appended so far, off the writer's path, unless a durable commit
+// after the last commit without an fsync did it meanwhile (covered). Such a
+// write is thus on disk within about walSyncDelay and one fsync of its
+// commit.
 type walSyncer struct {
-	path   string
-	kick   chan struct{} // capacity 1: a sync is due
-	quit   chan struct{}
-	exited chan struct{}
+	path  string
+	delay time.Duration
+	// lastLazy and lastDurable give the numbers of the writer's latest
+	// commit without and with an fsync.
+	lastLazy, lastDurable func() int64
+	kick                  chan struct{} // capacity 1: a sync is due
+	quit                  chan struct{}
+	exited                chan struct{}
 
 	syncs  atomic.Int64 // fsyncs done (for tests)
 	onSync func()       // called after each fsync (for tests; set before any write)
 }
 
-func newWALSyncer(dbPath string) *walSyncer {
+func newWALSyncer(dbPath string, delay time.Duration, lastLazy, lastDurable func() int64) *walSyncer {
 	y := &walSyncer{
-		path:   dbPath + "-wal",
-		kick:   make(chan struct{}, 1),
-		quit:   make(chan struct{}),
-		exited: make(chan struct{}),
+		path:        dbPath + "-wal",
+		delay:       delay,
+		lastLazy:    lastLazy,
+		lastDurable: lastDurable,
+		kick:        make(chan struct{}, 1),
+		quit:        make(chan struct{}),
+		exited:      make(chan struct{}),
 	}
 	go y.run()
 	return y
@@ -53,15 +70,32 @@ func (y *walSyncer) run() {
 			f.Close()
 		}
 	}()
+	var synced int64                 // the latest lazy commit this syncer's fsyncs covered
+	wait := time.NewTimer(time.Hour) // armed after each kick
+	wait.Stop()
 	for {
+		quitting := false
 		select {
 		case <-y.kick:
 		case <-y.quit:
 			select {
 			case <-y.kick:
+				quitting = true
 			default:
 				return
 			}
+		}
+		if !quitting {
+			wait.Reset(y.delay)
+			select {
+			case <-wait.C:
+			case <-y.quit:
+				wait.Stop()
+			}
+		}
+		upTo := y.lastLazy()
+		if upTo <= synced || upTo < y.lastDurable() {
+			continue // on disk already
 		}
 		if f == nil {
 			var err error
@@ -73,6 +107,7 @@ func (y *walSyncer) run() {
 			}
 		}
 		if f.Sync() == nil {
+			synced = upTo
 			y.syncs.Add(1)
 			if y.onSync != nil {
 				y.onSync()

@@ -67,8 +67,12 @@ type writer struct {
 	closed  bool
 	idle    *sync.Cond // signalled when leading ends with nothing queued
 
-	// commits counts the transactions committed (for tests).
-	commits atomic.Int64
+	// commits counts the transactions committed (for tests); lastLazy
+	// and lastDurable are the numbers of the latest commit without and
+	// with an fsync.
+	commits     atomic.Int64
+	lastLazy    atomic.Int64
+	lastDurable atomic.Int64
 
 	// Owned by the leading caller.
 	conn *sql.Conn
@@ -77,7 +81,8 @@ type writer struct {
 }
 
 func newWriter(db *sql.DB, path string) *writer {
-	w := &writer{db: db, syncer: newWALSyncer(path)}
+	w := &writer{db: db}
+	w.syncer = newWALSyncer(path, walSyncDelay, w.lastLazy.Load, w.lastDurable.Load)
 	w.idle = sync.NewCond(&w.mu)
 	return w
 }
@@ -258,7 +263,11 @@ func (w *writer) inTx(lazy bool, fn func(q querier) error) error {
 		w.rollback()
 		return err
 	}
-	w.commits.Add(1)
+	if n := w.commits.Add(1); lazy {
+		w.lastLazy.Store(n)
+	} else {
+		w.lastDurable.Store(n)
+	}
 	return nil
 }
 

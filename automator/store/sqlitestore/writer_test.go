@@ -296,3 +296,37 @@ func TestSyncLaterIsOnDiskSoonAfter(t *testing.T) {
 		t.Fatal("the WAL was not fsynced after a write committed without an fsync")
 	}
 }
+
+// TestSyncLaterCoveredByADurableCommitIsNotSyncedAgain: a durable commit
+// after a commit without an fsync syncs the WAL, and with it that commit,
+// so the syncer leaves it (its fsync would only delay the durable
+// commit's); a commit without an fsync that nothing durable followed is
+// synced, at the latest when the store closes.
+func TestSyncLaterCoveredByADurableCommitIsNotSyncedAgain(t *testing.T) {
+	for _, durableAfter := range []bool{true, false} {
+		s := open(t, filepath.Join(t.TempDir(), "a.db"))
+		s.w.syncer.delay = time.Hour // only Close ends the wait
+		ctx := t.Context()
+		if _, err := s.AccountCreate(ctx, store.AccountCreateParams{Name: "acme", TokenHash: []byte{1}, KeyID: 1, SealedKey: []byte{1}, Now: testNow}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: "w-1", Account: "acme", KeyID: 1, SealedCommand: []byte("c"), Now: testNow, Deadline: testNow.Add(time.Hour), SyncLater: true}); err != nil {
+			t.Fatal(err)
+		}
+		if durableAfter {
+			if _, err := s.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: "w-2", Account: "acme", KeyID: 1, SealedCommand: []byte("c"), Now: testNow, Deadline: testNow.Add(time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		want := int64(1)
+		if durableAfter {
+			want = 0
+		}
+		if n := s.w.syncer.syncs.Load(); n != want {
+			t.Errorf("durable commit after: %v: the syncer fsynced %d times, want %d", durableAfter, n, want)
+		}
+	}
+}
