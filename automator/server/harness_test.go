@@ -42,6 +42,9 @@ type envOptions struct {
 	clock      server.Clock  // the real clock when nil
 	limits     server.Limits // the defaults when zero
 	log        io.Writer     // discarded when nil
+	// wrap, when set, wraps the store the server is given (e.store stays
+	// the bare one).
+	wrap func(store.Store) store.Store
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -80,8 +83,12 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if o.log == nil {
 		o.log = io.Discard
 	}
+	var given store.Store = st
+	if o.wrap != nil {
+		given = o.wrap(st)
+	}
 	srv, err := server.New(server.Options{
-		Store:      st,
+		Store:      given,
 		MasterKey:  master,
 		PollWindow: o.pollWindow,
 		Clock:      o.clock,

@@ -113,6 +113,16 @@ func (h *hub) foundEmpty(account string, work uint64, now time.Time) {
 	}
 }
 
+// expectWork reports whether a claim for account should find a unit: one
+// was announced since the latest claim that found nothing, or none has
+// found nothing yet.
+func (h *hub) expectWork(account string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e, ok := h.empty[account]
+	return !ok || e.n != h.work[account]
+}
+
 // knownEmpty reports whether a claim for account would surely find nothing
 // now: one found nothing less than fresh ago and no unit was announced
 // since. Units only become claimable by being queued, and every unit queued

@@ -176,3 +176,24 @@ func TestRunningKnownUntilAUnitIsCutShort(t *testing.T) {
 		t.Error("known from a look that began before the last cut")
 	}
 }
+
+// TestExpectWorkUntilAClaimFindsNothing: a claim expects a unit unless the
+// latest empty claim of the account saw every announcement so far.
+func TestExpectWorkUntilAClaimFindsNothing(t *testing.T) {
+	h := newHub()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	if !h.expectWork("acme") {
+		t.Error("no work expected before any claim found nothing")
+	}
+	h.foundEmpty("acme", h.workSeen("acme"), t0)
+	if h.expectWork("acme") {
+		t.Error("work expected right after a claim found nothing")
+	}
+	if h.expectWork("acme") {
+		t.Error("work expected after a claim found nothing, with no announcement since, however old")
+	}
+	h.NotifyWork("acme", 1)
+	if !h.expectWork("acme") {
+		t.Error("no work expected after a unit was announced")
+	}
+}

@@ -161,11 +161,15 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 		Max:        max,
 		ClaimIDs:   ids,
 		Now:        now,
+		Expect:     s.hub.expectWork(account),
 	})
 	if err != nil {
 		return nil, s.internal(ctx, "claiming work", err)
 	}
-	if len(claimed) == 0 {
+	if len(claimed) < max {
+		// Fewer than asked: the claim took every claimable unit, so the
+		// next poll of the account (this instance's, right after it starts
+		// these) need not look until more is queued.
 		s.hub.foundEmpty(account, work, now)
 	}
 	for _, w := range claimed {

@@ -181,6 +181,11 @@ type WorkClaimParams struct {
 	// unit gets ClaimIDs[i].
 	ClaimIDs []string
 	Now      time.Time
+	// Expect: the caller knows a unit of the account was queued since its
+	// last claim that found nothing, so a backend may skip a cheap look for
+	// an empty queue (sqlitestore's on the read pool) and claim at once.
+	// The result is the same either way.
+	Expect bool
 }
 
 type WorkCompleteParams struct {

@@ -17,6 +17,19 @@ var claimCases = []testCase{
 	{"WorkClaimSkipsUnitsAtOrPastTheirDeadline", testWorkClaimSkipsDueUnits},
 	{"WorkClaimNeverTakesAClaimedUnitAgain", testWorkClaimNeverTakesAClaimedUnitAgain},
 	{"ClaimIsNeverGivenTwice", testClaimIsNeverGivenTwice},
+	// Expect only lets a backend skip a cheap look for an empty queue:
+	// every answer stays the same.
+	{"WorkClaimExpecting/TakesTheOldestFirst", expecting(testWorkClaimOldestFirst)},
+	{"WorkClaimExpecting/OnlyTakesTheGivenAccount", expecting(testWorkClaimOnlyTheGivenAccount)},
+	{"WorkClaimExpecting/SkipsUnitsAtOrPastTheirDeadline", expecting(testWorkClaimSkipsDueUnits)},
+	{"WorkClaimExpecting/NeverTakesAClaimedUnitAgain", expecting(testWorkClaimNeverTakesAClaimedUnitAgain)},
+}
+
+func expecting(run func(f *fixture)) func(f *fixture) {
+	return func(f *fixture) {
+		f.expect = true
+		run(f)
+	}
 }
 
 func testWorkClaimOldestFirst(f *fixture) {

@@ -52,6 +52,8 @@ type fixture struct {
 	t   *testing.T
 	ctx context.Context
 	s   store.Store
+	// expect is the Expect of every WorkClaim f.claim makes.
+	expect bool
 }
 
 func hash(s string) []byte {
@@ -102,6 +104,7 @@ func (f *fixture) claim(account, instance string, max int, now time.Time) []stor
 		Max:        max,
 		ClaimIDs:   claimIDs(instance+"-claim", max),
 		Now:        now,
+		Expect:     f.expect,
 	})
 	if err != nil {
 		f.t.Fatalf("WorkClaim(%q, %q, max %d): %v", account, instance, max, err)
