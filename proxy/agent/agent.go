@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime"
 	"sync"
 	"time"
 
@@ -213,6 +214,12 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) {
 		}
 		for _, c := range claims {
 			a.start(workCtx, c)
+		}
+		if len(claims) > 0 {
+			// Let the units just started run up to their first wait before
+			// this goroutine encodes and sends the next poll: a result is
+			// what someone waits for, the next poll is not.
+			runtime.Gosched()
 		}
 	}
 }
