@@ -191,14 +191,17 @@ func Dial(cfg config.Config) (*grpc.ClientConn, error) {
 	return grpc.NewClient(addr,
 		grpc.WithTransportCredentials(creds),
 		grpc.WithPerRPCCredentials(bearer{secret: cfg.Token, tls: useTLS}),
-		// A ping after 10 s without traffic, answered within 5 s, or the
-		// connection is dropped and dialled again: a connection a
-		// middlebox silently forgot is noticed within 15 s. 10 s is the
-		// fastest the automator accepts (its enforcement MinTime).
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.WithKeepaliveParams(Keepalive),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20), grpc.MaxCallSendMsgSize(8<<20)),
 	)
 }
+
+// Keepalive is the proxy's connection keepalive: a ping after 10 s without
+// traffic, answered within 5 s, or the connection is dropped and dialled
+// again, so a connection a middlebox silently forgot is noticed within
+// 15 s. 10 s is the fastest the automator accepts (its enforcement
+// MinTime). The bench's idle instances use it too.
+var Keepalive = keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}
 
 type bearer struct {
 	secret string

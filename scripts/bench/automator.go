@@ -159,8 +159,8 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 
 func (bearer) RequireTransportSecurity() bool { return true }
 
-// dial opens a connection as the proxies and callers do: TLS trusting only
-// the automator's CA, the secret on every call, 20 s keepalives.
+// dial opens a connection as callers do: TLS trusting only the automator's
+// CA, the secret on every call, 20 s keepalives (proxyClient: a proxy's).
 func dial(addr string, caPEM []byte, secret string, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
 	tlsCfg, err := pki.ClientTLS(caPEM, "127.0.0.1")
 	if err != nil {

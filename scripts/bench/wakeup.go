@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+	proxycli "github.com/opsgate/opsgate/proxy/cli"
 )
 
 // pollWait is what raw pollers ask for: the automator's default window.
@@ -124,7 +125,7 @@ func (b *bench) wakeSection(ctx context.Context) error {
 	// The pollers share a few connections (one per 100 pollers).
 	var clients []automatorv1.ProxyServiceClient
 	for range (b.p.pollers + 99) / 100 {
-		pc, err := dial(a.addr, a.caPEM, pr.token)
+		pc, err := dial(a.addr, a.caPEM, pr.token, grpc.WithKeepaliveParams(proxycli.Keepalive))
 		if err != nil {
 			return err
 		}
@@ -248,9 +249,10 @@ func waitQuiet(ctx context.Context, pid int, timeout time.Duration) {
 	}
 }
 
-// proxyClient dials a connection with an account token.
+// proxyClient dials a connection with an account token, with the proxy's
+// keepalive (a ping after 10 s without traffic).
 func proxyClient(a *automator, token string, opts ...grpc.DialOption) (*grpc.ClientConn, automatorv1.ProxyServiceClient, error) {
-	cc, err := dial(a.addr, a.caPEM, token, opts...)
+	cc, err := dial(a.addr, a.caPEM, token, append(opts, grpc.WithKeepaliveParams(proxycli.Keepalive))...)
 	if err != nil {
 		return nil, nil, err
 	}
