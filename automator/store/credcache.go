@@ -76,20 +76,10 @@ func Uncached(st Store) Store {
 }
 
 func (c *credCache) AccountGetByToken(ctx context.Context, p AccountGetByTokenParams) (Account, error) {
-	c.mu.RLock()
-	e, ok := c.accounts[string(p.TokenHash)]
-	gen := c.gen
-	c.mu.RUnlock()
-	if !ok || time.Since(e.at) >= c.ttl {
-		at := time.Now()
-		a, err := c.Store.AccountGetByToken(ctx, p)
-		if err != nil {
-			return a, err
-		}
-		e = cached[Account]{v: a, at: at}
-		c.keep(gen, func() { c.accounts[string(p.TokenHash)] = e })
+	a, err := lookup(c, &c.accounts, string(p.TokenHash), func() (Account, error) { return c.Store.AccountGetByToken(ctx, p) })
+	if err != nil {
+		return a, err
 	}
-	a := e.v
 	if until := a.PreviousTokenUntil; !until.IsZero() && !p.Now.Before(until) {
 		return a, fmt.Errorf("getting account by token: account %q: %w", a.Name, ErrExpired)
 	}
@@ -97,57 +87,38 @@ func (c *credCache) AccountGetByToken(ctx context.Context, p AccountGetByTokenPa
 }
 
 func (c *credCache) AccountGet(ctx context.Context, name string) (Account, error) {
-	c.mu.RLock()
-	e, ok := c.byName[name]
-	gen := c.gen
-	c.mu.RUnlock()
-	if ok && time.Since(e.at) < c.ttl {
-		return e.v, nil
-	}
-	at := time.Now()
-	a, err := c.Store.AccountGet(ctx, name)
-	if err != nil {
-		return a, err
-	}
-	c.keep(gen, func() { c.byName[name] = cached[Account]{v: a, at: at} })
-	return a, nil
+	return lookup(c, &c.byName, name, func() (Account, error) { return c.Store.AccountGet(ctx, name) })
 }
 
 func (c *credCache) APIKeyGetByHash(ctx context.Context, h []byte) (APIKey, error) {
+	return lookup(c, &c.apiKeys, string(h), func() (APIKey, error) { return c.Store.APIKeyGetByHash(ctx, h) })
+}
+
+// lookup answers key from *m while its copy is fresh; otherwise it reads
+// it and keeps what it found, unless a withdrawal began meanwhile (after
+// pruning a full cache).
+func lookup[T any](c *credCache, m *map[string]cached[T], key string, read func() (T, error)) (T, error) {
 	c.mu.RLock()
-	e, ok := c.apiKeys[string(h)]
+	e, ok := (*m)[key]
 	gen := c.gen
 	c.mu.RUnlock()
 	if ok && time.Since(e.at) < c.ttl {
 		return e.v, nil
 	}
 	at := time.Now()
-	k, err := c.Store.APIKeyGetByHash(ctx, h)
+	v, err := read()
 	if err != nil {
-		return k, err
+		return v, err
 	}
-	c.keep(gen, func() { c.apiKeys[string(h)] = cached[APIKey]{v: k, at: at} })
-	return k, nil
-}
-
-// keep runs put under the lock unless a withdrawal began since gen was
-// read, after pruning a full cache.
-func (c *credCache) keep(gen uint64, put func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.gen != gen {
-		return
+	if c.gen == gen {
+		if len(*m) >= maxCachedCredentials {
+			*m = pruned(*m, c.ttl)
+		}
+		(*m)[key] = cached[T]{v: v, at: at}
 	}
-	if len(c.accounts) >= maxCachedCredentials {
-		c.accounts = pruned(c.accounts, c.ttl)
-	}
-	if len(c.byName) >= maxCachedCredentials {
-		c.byName = pruned(c.byName, c.ttl)
-	}
-	if len(c.apiKeys) >= maxCachedCredentials {
-		c.apiKeys = pruned(c.apiKeys, c.ttl)
-	}
-	put()
+	return v, nil
 }
 
 func pruned[T any](m map[string]cached[T], ttl time.Duration) map[string]cached[T] {
