@@ -149,6 +149,35 @@ CREATE INDEX work_claimed ON work (account, queued_at, id) WHERE state = 'claime
 -- WorkExpire and WorkNextDeadline: open units by deadline.
 CREATE INDEX work_open_deadline ON work (deadline, id) WHERE state IN ('queued', 'claimed');
 `},
+	{version: 6, name: "audit without AUTOINCREMENT", sql: `
+-- AUTOINCREMENT made every audit insert also read and rewrite the table's
+-- row in sqlite_sequence, two of them per unit. It only guards against
+-- reusing the number of a deleted row, and no audit row is ever deleted
+-- (the triggers refuse it), so the largest seq only grows and a plain
+-- INTEGER PRIMARY KEY numbers the same way. The table is rebuilt with its
+-- rows, seqs, index and triggers. (DROP TABLE fires no DELETE trigger.)
+CREATE TABLE audit_new (
+	seq           INTEGER PRIMARY KEY,
+	at            INTEGER NOT NULL,
+	kind          TEXT    NOT NULL,
+	actor         TEXT    NOT NULL DEFAULT '',
+	source        TEXT    NOT NULL DEFAULT '',
+	account       TEXT    NOT NULL DEFAULT '',
+	work_id       TEXT    NOT NULL DEFAULT '',
+	instance_id   TEXT    NOT NULL DEFAULT '',
+	outcome       TEXT    NOT NULL DEFAULT '',
+	sealed_script BLOB,
+	detail        TEXT    NOT NULL DEFAULT ''
+) STRICT;
+INSERT INTO audit_new SELECT seq, at, kind, actor, source, account, work_id, instance_id, outcome, sealed_script, detail FROM audit;
+DROP TABLE audit;
+ALTER TABLE audit_new RENAME TO audit;
+CREATE INDEX audit_at ON audit (at);
+CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit
+BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
+BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+`},
 }
 
 // migrate applies the migrations not yet recorded in schema_migrations, all

@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -175,5 +176,63 @@ func TestMigrationToOpenIndexes(t *testing.T) {
 	}
 	if _, ok, err := s.WorkNextDeadline(ctx); err != nil || ok {
 		t.Errorf("WorkNextDeadline with every unit finished = %v, %v; want none", ok, err)
+	}
+}
+
+// TestMigrationToAuditWithoutAutoincrement opens a database of version 5
+// holding audit events and checks that version 6 kept every event with its
+// seq, that new events follow the largest seq, and that the log is still
+// append-only.
+func TestMigrationToAuditWithoutAutoincrement(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "automator.db")
+	old, err := sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrateWith(ctx, old, migrations[:5]); err != nil {
+		t.Fatalf("migrating to version 5: %v", err)
+	}
+	// Seqs 1, 2 and 7 (AUTOINCREMENT continues from sqlite_sequence).
+	for _, seq := range []int{1, 2, 7} {
+		if _, err := old.ExecContext(ctx, `INSERT INTO audit (seq, at, kind, detail) VALUES (?, ?, 'account.created', ?)`, seq, toNanos(testNow), fmt.Sprint("event ", seq)); err != nil {
+			t.Fatalf("filling the version 5 database: %v", err)
+		}
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s := open(t, path)
+	var autoinc int
+	if err := s.read.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE name = 'audit' AND sql LIKE '%AUTOINCREMENT%'`).Scan(&autoinc); err != nil || autoinc != 0 {
+		t.Fatalf("audit still declared with AUTOINCREMENT (%d, %v)", autoinc, err)
+	}
+	e, err := s.AuditAppend(ctx, store.AuditEvent{At: testNow, Kind: store.AuditAccountCreated, Detail: "after"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Seq != 8 {
+		t.Errorf("the first event after the migration got seq %d, want 8 (after the largest, 7)", e.Seq)
+	}
+	events, err := s.AuditList(ctx, store.AuditListParams{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range events {
+		got = append(got, fmt.Sprintf("%d:%s", e.Seq, e.Detail))
+	}
+	if want := []string{"1:event 1", "2:event 2", "7:event 7", "8:after"}; !slices.Equal(got, want) {
+		t.Errorf("audit log after the migration: %v, want %v", got, want)
+	}
+	for _, stmt := range []string{`UPDATE audit SET detail = 'x' WHERE seq = 1`, `DELETE FROM audit WHERE seq = 1`} {
+		err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
+			_, err := tx.ExecContext(ctx, stmt)
+			return err
+		})
+		if err == nil || !strings.Contains(err.Error(), "append-only") {
+			t.Errorf("%s after the migration: %v, want it refused as append-only", stmt, err)
+		}
 	}
 }
