@@ -159,19 +159,20 @@ func (c *credCache) withdrawn(ctx context.Context) error {
 }
 
 func (c *credCache) AccountRotate(ctx context.Context, p AccountRotateParams) (Account, error) {
-	c.forget()
-	a, err := c.Store.AccountRotate(ctx, p)
-	if err != nil {
-		return a, err
-	}
-	return a, c.withdrawn(ctx)
+	return withdraw(ctx, c, func() (Account, error) { return c.Store.AccountRotate(ctx, p) })
 }
 
 func (c *credCache) APIKeyRevoke(ctx context.Context, p APIKeyRevokeParams) (APIKey, error) {
+	return withdraw(ctx, c, func() (APIKey, error) { return c.Store.APIKeyRevoke(ctx, p) })
+}
+
+// withdraw runs a change that withdraws a credential: it drops this
+// process's copies before it and, once it committed, waits the others out.
+func withdraw[T any](ctx context.Context, c *credCache, change func() (T, error)) (T, error) {
 	c.forget()
-	k, err := c.Store.APIKeyRevoke(ctx, p)
+	v, err := change()
 	if err != nil {
-		return k, err
+		return v, err
 	}
-	return k, c.withdrawn(ctx)
+	return v, c.withdrawn(ctx)
 }

@@ -77,20 +77,28 @@ func listQuery(p store.WorkListParams) string {
 	return q
 }
 
+// atVersion makes a database whose schema is at version n and returns its
+// path and a connection to fill it (the caller closes it).
+func atVersion(t *testing.T, n int) (string, *sql.DB) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "automator.db")
+	db, err := sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrateWith(t.Context(), db, migrations[:n]); err != nil {
+		t.Fatalf("migrating to version %d: %v", n, err)
+	}
+	return path, db
+}
+
 // TestMigrationToOpenIndexes opens a database made by the schema before
 // version 5 (claim and deadline indexes over every unit) and checks that the
 // migration replaced those indexes and that every unit is still found where
 // it belongs: claimable, expirable, listed by any state.
 func TestMigrationToOpenIndexes(t *testing.T) {
 	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "automator.db")
-	old, err := sql.Open("sqlite", dsn(path, false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := migrateWith(ctx, old, migrations[:4]); err != nil {
-		t.Fatalf("migrating to version 4: %v", err)
-	}
+	path, old := atVersion(t, 4)
 	at := toNanos(testNow)
 	for _, stmt := range []string{
 		`INSERT INTO accounts (name, token_hash, key_id, sealed_key, created_at) VALUES ('acme', x'01', 1, x'02', 0)`,
@@ -185,14 +193,7 @@ func TestMigrationToOpenIndexes(t *testing.T) {
 // append-only.
 func TestMigrationToAuditWithoutAutoincrement(t *testing.T) {
 	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "automator.db")
-	old, err := sql.Open("sqlite", dsn(path, false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := migrateWith(ctx, old, migrations[:5]); err != nil {
-		t.Fatalf("migrating to version 5: %v", err)
-	}
+	path, old := atVersion(t, 5)
 	// Seqs 1, 2 and 7 (AUTOINCREMENT continues from sqlite_sequence).
 	for _, seq := range []int{1, 2, 7} {
 		if _, err := old.ExecContext(ctx, `INSERT INTO audit (seq, at, kind, detail) VALUES (?, ?, 'account.created', ?)`, seq, toNanos(testNow), fmt.Sprint("event ", seq)); err != nil {
