@@ -117,31 +117,35 @@ func (s *Store) enqueueOnce(ctx context.Context, p store.WorkEnqueueParams) (sto
 	return w, err
 }
 
-// insertWork inserts a new queued unit; key is its idempotency key, nil for
+// insertWork inserts a new unit, queued or claimed (p.ClaimFor); key is its idempotency key, nil for
 // none.
 func insertWork(ctx context.Context, q querier, p store.WorkEnqueueParams, key *string) (store.Work, error) {
+	state, instance, claimID, claimedAt := string(store.StateQueued), "", "", (*time.Time)(nil)
+	if c := p.ClaimFor; c != nil {
+		state, instance, claimID, claimedAt = string(store.StateClaimed), c.InstanceID, c.ClaimID, &p.Now
+	}
 	var row pgx.Row
 	if a := p.Audit; a != nil {
 		// The unit and its audit event in one statement, so in one
 		// transaction: the event is written only with the unit.
 		row = q.QueryRow(ctx, `WITH w AS (
-	INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, idempotency_key)
-	VALUES ($1, $2, 'queued', $3, $4, $5, $6, $7)
+	INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, idempotency_key, instance_id, claim_id, claimed_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 	ON CONFLICT (id) DO NOTHING
 	RETURNING `+workColumns+`
 ), a AS (
 	INSERT INTO audit (at, kind, actor, source, account, work_id, instance_id, outcome, sealed_script, detail)
-	SELECT $8, $9, $10, $11, $12, $13, $14, $15, $16, $17 FROM w
+	SELECT $12, $13, $14, $15, $16, $17, $18, $19, $20, $21 FROM w
 )
 SELECT * FROM w`,
-			p.ID, p.Account, p.KeyID, nonNil(p.SealedCommand), p.Now, p.Deadline, key,
+			p.ID, p.Account, state, p.KeyID, nonNil(p.SealedCommand), p.Now, p.Deadline, key, instance, claimID, claimedAt,
 			a.At, a.Kind, a.Actor, a.Source, a.Account, a.WorkID, a.InstanceID, a.Outcome, a.SealedScript, a.Detail)
 	} else {
-		row = q.QueryRow(ctx, `INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, idempotency_key)
-VALUES ($1, $2, 'queued', $3, $4, $5, $6, $7)
+		row = q.QueryRow(ctx, `INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, idempotency_key, instance_id, claim_id, claimed_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 ON CONFLICT (id) DO NOTHING
 RETURNING `+workColumns,
-			p.ID, p.Account, p.KeyID, nonNil(p.SealedCommand), p.Now, p.Deadline, key)
+			p.ID, p.Account, state, p.KeyID, nonNil(p.SealedCommand), p.Now, p.Deadline, key, instance, claimID, claimedAt)
 	}
 	w, err := scanWork(row)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -46,7 +46,11 @@ func (s *Store) WorkEnqueue(ctx context.Context, p store.WorkEnqueueParams) (sto
 		return store.Work{}, fmt.Errorf("enqueueing work for account %q: the id is empty", p.Account)
 	}
 	var w store.Work
-	err := s.write1(ctx, p.SyncLater, func(ctx context.Context, tx querier) error {
+	state, instance, claimID, claimedAt := store.StateQueued, "", "", int64(0)
+	if c := p.ClaimFor; c != nil {
+		state, instance, claimID, claimedAt = store.StateClaimed, c.InstanceID, c.ClaimID, toNanos(p.Now)
+	}
+	err := s.write1(ctx, p.SyncLater && p.ClaimFor == nil, func(ctx context.Context, tx querier) error {
 		var key any // NULL when no key is given
 		if p.IdempotencyKey != "" {
 			key = p.IdempotencyKey
@@ -65,10 +69,12 @@ func (s *Store) WorkEnqueue(ctx context.Context, p store.WorkEnqueueParams) (sto
 			}
 		}
 		// The foreign key refuses a unit of an unknown account.
-		res, err := tx.ExecContext(ctx, `INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, idempotency_key)
-VALUES (?, ?, 'queued', ?, ?, ?, ?, ?)
+		res, err := tx.ExecContext(ctx, `INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, idempotency_key,
+	instance_id, claim_id, claimed_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (id) DO NOTHING`,
-			p.ID, p.Account, p.KeyID, nonNil(p.SealedCommand), toNanos(p.Now), toNanos(p.Deadline), key)
+			p.ID, p.Account, string(state), p.KeyID, nonNil(p.SealedCommand), toNanos(p.Now), toNanos(p.Deadline), key,
+			instance, claimID, claimedAt)
 		if isForeignKeyViolation(err) {
 			return fmt.Errorf("account %q: %w", p.Account, store.ErrNotFound)
 		}
@@ -84,11 +90,14 @@ ON CONFLICT (id) DO NOTHING`,
 		w = store.Work{
 			ID:             p.ID,
 			Account:        p.Account,
-			State:          store.StateQueued,
+			State:          state,
 			KeyID:          p.KeyID,
 			SealedCommand:  bytes.Clone(nonNil(p.SealedCommand)),
 			QueuedAt:       fromNanos(toNanos(p.Now)),
 			Deadline:       fromNanos(toNanos(p.Deadline)),
+			ClaimedAt:      fromNanos(claimedAt),
+			InstanceID:     instance,
+			ClaimID:        claimID,
 			IdempotencyKey: p.IdempotencyKey,
 		}
 		if p.Audit != nil {
