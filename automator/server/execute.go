@@ -209,7 +209,7 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, m
 	audit := s.event(ctx, store.AuditWorkQueued, method)
 	audit.Account, audit.WorkID, audit.SealedScript = acc.Name, id, sealedScript
 	now := s.clock.Now()
-	w, err := s.store.WorkEnqueue(ctx, store.WorkEnqueueParams{
+	params := store.WorkEnqueueParams{
 		ID:               id,
 		Account:          acc.Name,
 		KeyID:            key.ID,
@@ -221,7 +221,18 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, m
 		// Written with the unit, in its transaction: no unit without it.
 		Audit:     &audit,
 		SyncLater: syncLater,
-	})
+	}
+	// Nothing claimable is queued and a poll waits: the unit is stored as
+	// claimed by its instance and handed to it, without a second
+	// transaction or a wake-up in between.
+	to := s.hub.reserve(acc.Name)
+	if to != nil {
+		params.ClaimFor = &store.ClaimRef{InstanceID: to.instance, ClaimID: newID("c_")}
+	}
+	w, err := s.store.WorkEnqueue(ctx, params)
+	if to != nil && err != nil {
+		s.hub.release(to)
+	}
 	if errors.Is(err, store.ErrDuplicate) {
 		// A retry of a submit whose answer was lost (or a second caller with
 		// the same key): the unit exists; nothing is queued or woken.
@@ -239,10 +250,16 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, m
 	if err != nil {
 		return store.Work{}, s.internal(ctx, "queueing work", err)
 	}
-	s.emit(ctx, Event{Kind: EventWorkQueued, Account: acc.Name})
 	s.metrics.WorkQueued(acc.Name)
 	s.kickSweeper(w.Deadline)
-	s.log.Debug("work queued", "work_id", id, "account", acc.Name, "caller", callerFrom(ctx), "deadline", w.Deadline)
+	s.log.Debug("work queued", "work_id", id, "account", acc.Name, "caller", callerFrom(ctx), "deadline", w.Deadline, "handed_to", w.InstanceID)
+	if to == nil {
+		s.emit(ctx, Event{Kind: EventWorkQueued, Account: acc.Name})
+	} else if handed := w; !s.hub.hand(to, &handed) {
+		if queued := s.requeue(ctx, "the poll ended first", w); len(queued) == 1 {
+			w = queued[0]
+		}
+	}
 	return w, nil
 }
 

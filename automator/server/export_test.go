@@ -11,3 +11,6 @@ func (s *Server) DoneSubscriptions() int {
 	}
 	return n
 }
+
+// WaitingPolls counts the polls of account waiting for work.
+func (s *Server) WaitingPolls(account string) int { return s.hub.waiting(account) }

@@ -45,6 +45,7 @@ type envOptions struct {
 	// wrap, when set, wraps the store the server is given (e.store stays
 	// the bare one).
 	wrap func(store.Store) store.Store
+	metrics server.Metrics // none when nil
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -93,6 +94,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		PollWindow: o.pollWindow,
 		Clock:      o.clock,
 		Limits:     o.limits,
+		Metrics:    o.metrics,
 		Logger:     slog.New(slog.NewTextHandler(o.log, nil)),
 	})
 	if err != nil {

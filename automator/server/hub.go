@@ -15,7 +15,9 @@ import (
 // them (no thundering herd); a woken poller leaves the list and re-arms
 // before it tries to claim again, so a wake-up is never lost between a
 // failed claim and the next wait. A poller that goes away holding an
-// unconsumed wake-up passes it on.
+// unconsumed wake-up passes it on. When the queue holds nothing claimable,
+// an enqueue instead reserves the oldest poller and hands it the unit,
+// stored as claimed by it (reserve, hand).
 //
 // Callers waiting for a unit subscribe to its id and are woken when it ends.
 //
@@ -140,13 +142,21 @@ type poller struct {
 	h        *hub
 	account  string
 	instance string
+	slots    int           // units it may take at once (its max_units)
 	c        chan struct{} // capacity 1: a pending wake-up
 	elem     *list.Element // nil while not in the waiting list
+
+	// The hand-over of a unit stored as claimed by this poll (reserve,
+	// hand, release, take), guarded by h.mu.
+	reserved bool        // an enqueue picked it and is storing a unit for it
+	handed   *store.Work // that unit, stored and not taken yet
+	closed   bool        // the poll has ended: nothing more is handed to it
 }
 
-// poller registers a waiting poller; the caller must Close it.
-func (h *hub) poller(account, instance string) *poller {
-	p := &poller{h: h, account: account, instance: instance, c: make(chan struct{}, 1)}
+// poller registers a waiting poller that may take slots units at once; the
+// caller must Close it.
+func (h *hub) poller(account, instance string, slots int) *poller {
+	p := &poller{h: h, account: account, instance: instance, slots: slots, c: make(chan struct{}, 1)}
 	p.rearm()
 	return p
 }
@@ -155,7 +165,7 @@ func (h *hub) poller(account, instance string) *poller {
 func (p *poller) rearm() {
 	p.h.mu.Lock()
 	defer p.h.mu.Unlock()
-	if p.elem != nil {
+	if p.elem != nil || p.closed {
 		return
 	}
 	l := p.h.pollers[p.account]
@@ -166,16 +176,98 @@ func (p *poller) rearm() {
 	p.elem = l.PushBack(p)
 }
 
-// Close unregisters p and hands an unconsumed wake-up to another poller.
-func (p *poller) Close() {
+// Close unregisters p. It returns the unit handed to p that its poll did
+// not take, which the caller must queue again (WorkUnclaim); otherwise it
+// passes an unconsumed wake-up to another poller.
+func (p *poller) Close() *store.Work {
 	p.h.mu.Lock()
 	p.h.removeLocked(p)
+	p.closed = true
+	u := p.handed
+	p.handed = nil
 	p.h.mu.Unlock()
+	if u != nil {
+		return u
+	}
 	select {
 	case <-p.c:
 		p.h.NotifyWork(p.account, 1)
 	default:
 	}
+	return nil
+}
+
+// reserve picks, for a unit about to be stored, the oldest waiting poller
+// of account that takes units, when the account has nothing claimable:
+// the latest claim found nothing and no unit was announced since. The
+// unit can then be stored as claimed by that poller's instance and handed
+// to it (hand), one transaction and no wake-up fewer, without overtaking
+// a unit queued before it. The poller leaves the waiting list, so no other
+// wake-up or reservation takes it; the caller must end the reservation
+// with hand or release. nil: none waits, or the queue may hold units.
+//
+// A unit another replica queued and whose announcement is late or lost
+// can be overtaken: order across replicas is best effort (docs).
+func (h *hub) reserve(account string) *poller {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e, ok := h.empty[account]; !ok || e.n != h.work[account] {
+		return nil
+	}
+	l := h.pollers[account]
+	if l == nil {
+		return nil
+	}
+	for e := l.Front(); e != nil; e = e.Next() {
+		if p := e.Value.(*poller); p.slots > 0 {
+			h.removeLocked(p)
+			p.reserved = true
+			return p
+		}
+	}
+	return nil
+}
+
+// hand gives the reserved poller p the unit stored as claimed by it and
+// wakes it. false: p's poll ended meanwhile and the unit was not handed;
+// the caller must queue it again (WorkUnclaim).
+func (h *hub) hand(p *poller, w *store.Work) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p.reserved = false
+	if p.closed {
+		return false
+	}
+	p.handed = w
+	select {
+	case p.c <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// release ends a reservation that stored nothing. p is woken, so it looks
+// again at what it missed while out of the waiting list.
+func (h *hub) release(p *poller) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p.reserved = false
+	if p.closed {
+		return
+	}
+	select {
+	case p.c <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the unit handed to p, if any, and forgets it.
+func (p *poller) take() *store.Work {
+	p.h.mu.Lock()
+	defer p.h.mu.Unlock()
+	u := p.handed
+	p.handed = nil
+	return u
 }
 
 func (h *hub) removeLocked(p *poller) {
@@ -198,16 +290,25 @@ func (h *hub) signalLocked(p *poller) {
 	}
 }
 
-// NotifyWork wakes up to n waiting pollers of account, oldest first.
+// NotifyWork wakes up to n waiting pollers of account that take units,
+// oldest first. (A poll with no free slot only waits to hear of its units'
+// cancels: a wake-up spent on it would be lost.)
 func (h *hub) NotifyWork(account string, n int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.work[account]++
 	delete(h.empty, account)
 	l := h.pollers[account]
-	for ; n > 0 && l != nil && l.Len() > 0; n-- {
-		h.signalLocked(l.Front().Value.(*poller))
-		l = h.pollers[account]
+	if l == nil {
+		return
+	}
+	for e := l.Front(); e != nil && n > 0; {
+		p := e.Value.(*poller)
+		e = e.Next()
+		if p.slots > 0 {
+			h.signalLocked(p)
+			n--
+		}
 	}
 }
 

@@ -3,6 +3,8 @@ package server
 import (
 	"testing"
 	"time"
+
+	"github.com/opsgate/opsgate/automator/store"
 )
 
 func pending(p *poller) bool {
@@ -19,9 +21,9 @@ func TestEnqueueWakesExactlyOnePoller(t *testing.T) {
 	h := newHub()
 	ps := make([]*poller, 100)
 	for i := range ps {
-		ps[i] = h.poller("acme", "i")
+		ps[i] = h.poller("acme", "i", 1)
 	}
-	other := h.poller("other", "i")
+	other := h.poller("other", "i", 1)
 	h.NotifyWork("acme", 1)
 	woken := 0
 	for i, p := range ps {
@@ -47,7 +49,7 @@ func TestEnqueueWakesExactlyOnePoller(t *testing.T) {
 // unconsumed wake-up hands it to the next one, so no enqueue is lost.
 func TestClosedPollerPassesItsWakeUpOn(t *testing.T) {
 	h := newHub()
-	a, b := h.poller("acme", "a"), h.poller("acme", "b")
+	a, b := h.poller("acme", "a", 1), h.poller("acme", "b", 1)
 	h.NotifyWork("acme", 1) // wakes a
 	a.Close()
 	if !pending(b) {
@@ -61,7 +63,7 @@ func TestClosedPollerPassesItsWakeUpOn(t *testing.T) {
 
 func TestRearmedPollerIsWokenAgain(t *testing.T) {
 	h := newHub()
-	p := h.poller("acme", "a")
+	p := h.poller("acme", "a", 1)
 	h.NotifyWork("acme", 1)
 	if !pending(p) {
 		t.Fatal("not woken")
@@ -83,7 +85,7 @@ func TestRearmedPollerIsWokenAgain(t *testing.T) {
 
 func TestNotifyInstanceWakesOnlyThatInstance(t *testing.T) {
 	h := newHub()
-	a1, a2, b := h.poller("acme", "a"), h.poller("acme", "a"), h.poller("acme", "b")
+	a1, a2, b := h.poller("acme", "a", 1), h.poller("acme", "a", 1), h.poller("acme", "b", 1)
 	h.NotifyInstance("acme", "a")
 	if !pending(a1) || !pending(a2) || pending(b) {
 		t.Fatal("NotifyInstance woke the wrong pollers")
@@ -195,5 +197,101 @@ func TestExpectWorkUntilAClaimFindsNothing(t *testing.T) {
 	h.NotifyWork("acme", 1)
 	if !h.expectWork("acme") {
 		t.Error("no work expected after a unit was announced")
+	}
+}
+
+// TestNotifyWorkPassesOverPollersWithoutSlots: a poll with no free slot
+// only waits to hear of cancels; a wake-up spent on it would be lost.
+func TestNotifyWorkPassesOverPollersWithoutSlots(t *testing.T) {
+	h := newHub()
+	full, free := h.poller("acme", "full", 0), h.poller("acme", "free", 2)
+	h.NotifyWork("acme", 1)
+	if pending(full) || !pending(free) {
+		t.Fatalf("woke full %v, free %v: want only the poller with a free slot", pending(full), pending(free))
+	}
+}
+
+// TestReserveOnlyWhenNothingClaimableIsQueued: a unit goes straight to a
+// waiting poller only when the account's latest claim found nothing and
+// no unit was queued since; otherwise it would overtake a queued one.
+func TestReserveOnlyWhenNothingClaimableIsQueued(t *testing.T) {
+	h := newHub()
+	h.poller("acme", "full", 0)
+	a, b := h.poller("acme", "a", 1), h.poller("acme", "b", 1)
+	if p := h.reserve("acme"); p != nil {
+		t.Fatal("reserved a poller before any claim found the queue empty")
+	}
+	h.foundEmpty("acme", h.workSeen("acme"), time.Now())
+	if p := h.reserve("acme"); p != a {
+		t.Fatalf("reserved %v, want the oldest poller with a free slot (a)", p)
+	}
+	if h.waiting("acme") != 2 {
+		t.Fatalf("%d waiting, want 2: the reserved poller leaves the list", h.waiting("acme"))
+	}
+	h.NotifyWork("acme", 5) // a unit queued elsewhere: the queue holds one
+	if pending(a) {
+		t.Fatal("a reserved poller was woken for queued work")
+	}
+	if !pending(b) {
+		t.Fatal("b was not woken for queued work")
+	}
+	b.rearm()
+	if p := h.reserve("acme"); p != nil {
+		t.Fatalf("reserved %s while a queued unit may wait", p.instance)
+	}
+	if p := h.reserve("other"); p != nil {
+		t.Fatal("reserved a poller of an account with none")
+	}
+}
+
+// TestHandDeliversToAWaitingPollerOnly: a reserved poller gets its unit
+// and a wake-up; one whose poll ended is refused (the unit goes back to
+// the queue), and a handed unit its poll never took comes back from Close.
+func TestHandDeliversToAWaitingPollerOnly(t *testing.T) {
+	h := newHub()
+	h.foundEmpty("acme", 0, time.Now())
+	a := h.poller("acme", "a", 1)
+	if h.reserve("acme") != a {
+		t.Fatal("a not reserved")
+	}
+	u := &store.Work{ID: "w-1"}
+	if !h.hand(a, u) || !pending(a) {
+		t.Fatal("a waiting poller was not handed its unit")
+	}
+	if got := a.take(); got != u {
+		t.Fatalf("take = %v, want the handed unit", got)
+	}
+	if got := a.take(); got != nil {
+		t.Fatalf("second take = %v, want nothing", got)
+	}
+	if got := a.Close(); got != nil {
+		t.Fatalf("Close after take returned %v", got)
+	}
+
+	b := h.poller("acme", "b", 1)
+	if h.reserve("acme") != b {
+		t.Fatal("b not reserved")
+	}
+	b.Close()
+	if h.hand(b, &store.Work{ID: "w-2"}) {
+		t.Fatal("handed a unit to a poller that had left")
+	}
+
+	c := h.poller("acme", "c", 1)
+	h.reserve("acme")
+	h.hand(c, &store.Work{ID: "w-3"})
+	if got := c.Close(); got == nil || got.ID != "w-3" {
+		t.Fatalf("Close of a poller holding an untaken unit returned %v, want w-3", got)
+	}
+
+	d := h.poller("acme", "d", 1)
+	h.reserve("acme")
+	h.release(d)
+	if !pending(d) || d.take() != nil {
+		t.Fatal("a released poller was not woken to look again, or got a unit")
+	}
+	d.rearm()
+	if h.waiting("acme") != 1 {
+		t.Fatalf("%d waiting after release and rearm, want 1", h.waiting("acme"))
 	}
 }

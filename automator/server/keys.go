@@ -57,6 +57,12 @@ func (r *keyRing) newestUsableOf(ids []uint32, now time.Time) (crypto.Key, bool)
 }
 
 // describe lists the key ids and their windows for error messages.
+// anyUsable reports whether one of the held key ids is usable at now.
+func (r *keyRing) anyUsable(ids []uint32, now time.Time) bool {
+	_, ok := r.newestUsableOf(ids, now)
+	return ok
+}
+
 func (r *keyRing) describe(now time.Time) string {
 	var out []string
 	for _, k := range r.meta {

@@ -85,12 +85,18 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 
 	// Register before the first look, so an enqueue between an empty claim
 	// and the wait still wakes this poll.
-	w := s.hub.poller(account, req.GetInstanceId())
-	defer w.Close()
+	w := s.hub.poller(account, req.GetInstanceId(), max)
+	defer func() {
+		if u := w.Close(); u != nil {
+			// Handed to this poll as it ended: never delivered.
+			s.requeue(ctx, "the poll ended first", *u)
+		}
+	}()
 	timer := time.NewTimer(window)
 	defer timer.Stop()
+	var handed *store.Work
 	for {
-		resp, err := p.tryOnce(ctx, account, req, max, ring)
+		resp, err := p.tryOnce(ctx, account, req, max, ring, handed)
 		if err != nil {
 			return nil, err
 		}
@@ -98,21 +104,28 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 			resp.Wait = durationpb.New(window)
 			return resp, nil
 		}
+		// A unit handed while the window ends or the automator stops is
+		// still delivered rather than queued again.
 		select {
 		case <-w.c:
-			w.rearm()
+			if handed = w.take(); handed == nil {
+				w.rearm()
+			}
+			continue
 		case <-timer.C:
-			return &automatorv1.PollResponse{Wait: durationpb.New(window)}, nil
 		case <-s.shutdown:
-			return &automatorv1.PollResponse{Wait: durationpb.New(window)}, nil
 		case <-ctx.Done():
 			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		if handed = w.take(); handed == nil {
+			return &automatorv1.PollResponse{Wait: durationpb.New(window)}, nil
 		}
 	}
 }
 
-// tryOnce reports ended running units and claims what it can.
-func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automatorv1.PollRequest, max int, ring *keyRing) (*automatorv1.PollResponse, error) {
+// tryOnce reports ended running units and claims what it can, or takes the
+// unit handed to the poll (stored as claimed by it) when there is one.
+func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automatorv1.PollRequest, max int, ring *keyRing, handed *store.Work) (*automatorv1.PollResponse, error) {
 	s := p.s
 	resp := &automatorv1.PollResponse{}
 	if looked := s.clock.Now(); len(req.GetRunning()) > 0 && !s.hub.runningKnown(account, req.GetInstanceId(), looked, knownEmptyFor) {
@@ -128,49 +141,69 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 			}
 		}
 	}
+	now := s.clock.Now()
 	// A poll whose caller already left must not claim: the claim could
 	// never be delivered.
-	if max == 0 || ctx.Err() != nil {
+	why := ""
+	switch {
+	case max == 0 || ctx.Err() != nil:
+		why = "the poll ended first"
+	case tokenExpired(ctx, now):
+		why = "the poll's token expired" // it claims nothing more
+	case ring != nil && !ring.anyUsable(req.GetKeyIds(), now):
+		// The instance's last usable key expired while it waited: it
+		// claims nothing, and its next poll is told why.
+		why = "the instance's keys expired"
+	}
+	if why != "" {
+		if handed != nil {
+			s.requeue(ctx, why, *handed)
+		}
 		return resp, nil
 	}
-	ids := make([]string, max)
-	for i := range ids {
-		ids[i] = newID("c_")
-	}
-	now := s.clock.Now()
-	if until := tokenUntilFrom(ctx); !until.IsZero() && !now.Before(until) {
-		return resp, nil // authenticated with a token that has expired since
-	}
-	if ring != nil {
-		if _, ok := ring.newestUsableOf(req.GetKeyIds(), now); !ok {
-			// The instance's last usable key expired while it waited: it
-			// claims nothing, and its next poll is told why.
+	var claimed []store.Work
+	if handed != nil {
+		claimed = []store.Work{*handed}
+	} else {
+		// Most polls of an idle account find nothing: when another poll of
+		// the account just found nothing and no unit was queued since,
+		// neither would this one.
+		if s.hub.knownEmpty(account, now, knownEmptyFor) {
 			return resp, nil
 		}
+		ids := make([]string, max)
+		for i := range ids {
+			ids[i] = newID("c_")
+		}
+		work := s.hub.workSeen(account)
+		var err error
+		claimed, err = s.store.WorkClaim(ctx, store.WorkClaimParams{
+			Account:    account,
+			InstanceID: req.GetInstanceId(),
+			Max:        max,
+			ClaimIDs:   ids,
+			Now:        now,
+			Expect:     s.hub.expectWork(account),
+		})
+		if err != nil {
+			return nil, s.internal(ctx, "claiming work", err)
+		}
+		if len(claimed) < max {
+			// Fewer than asked: the claim took every claimable unit, so
+			// the next poll of the account (this instance's, right after
+			// it starts these) need not look until more is queued.
+			s.hub.foundEmpty(account, work, now)
+		}
+		// This poll took all it could carry; there may be more for others.
+		if len(claimed) == max {
+			s.hub.NotifyWork(account, 1)
+		}
 	}
-	// Most polls of an idle account find nothing: when another poll of the
-	// account just found nothing and no unit was queued since, neither
-	// would this one.
-	if s.hub.knownEmpty(account, now, knownEmptyFor) {
-		return resp, nil
-	}
-	work := s.hub.workSeen(account)
-	claimed, err := s.store.WorkClaim(ctx, store.WorkClaimParams{
-		Account:    account,
-		InstanceID: req.GetInstanceId(),
-		Max:        max,
-		ClaimIDs:   ids,
-		Now:        now,
-		Expect:     s.hub.expectWork(account),
-	})
-	if err != nil {
-		return nil, s.internal(ctx, "claiming work", err)
-	}
-	if len(claimed) < max {
-		// Fewer than asked: the claim took every claimable unit, so the
-		// next poll of the account (this instance's, right after it starts
-		// these) need not look until more is queued.
-		s.hub.foundEmpty(account, work, now)
+	if ctx.Err() != nil {
+		// The caller left while the claim was stored: nothing is sent, so
+		// its units go back to the queue.
+		s.requeue(ctx, "the poll ended first", claimed...)
+		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 	for _, w := range claimed {
 		resp.Claims = append(resp.Claims, &automatorv1.Claim{
@@ -181,13 +214,41 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 			Remaining:     durationpb.New(w.Deadline.Sub(now)),
 		})
 		s.metrics.WorkClaimed(w.Account, now.Sub(w.QueuedAt))
-		s.log.Debug("work claimed", "work_id", w.ID, "account", account, "instance_id", w.InstanceID)
-	}
-	// This poll took all it could carry; there may be more for others.
-	if len(claimed) == max {
-		s.hub.NotifyWork(account, 1)
+		s.log.Debug("work claimed", "work_id", w.ID, "account", account, "instance_id", w.InstanceID, "handed", handed != nil)
 	}
 	return resp, nil
+}
+
+// tokenExpired reports whether the call authenticated with a previous token
+// whose overlap has ended by now.
+func tokenExpired(ctx context.Context, now time.Time) bool {
+	until := tokenUntilFrom(ctx)
+	return !until.IsZero() && !now.Before(until)
+}
+
+// requeue queues again claims that were never delivered (their poll ended
+// or could not take them), wakes a poller for each and returns them as
+// queued again. A failure leaves them claimed until their deadline: late,
+// never twice.
+func (s *Server) requeue(ctx context.Context, why string, claims ...store.Work) []store.Work {
+	if len(claims) == 0 {
+		return nil
+	}
+	ctx = context.WithoutCancel(ctx)
+	refs := make([]store.ClaimRef, len(claims))
+	for i, w := range claims {
+		refs[i] = store.ClaimRef{ID: w.ID, InstanceID: w.InstanceID, ClaimID: w.ClaimID}
+	}
+	queued, err := s.store.WorkUnclaim(ctx, refs)
+	if err != nil {
+		s.log.Error("queueing undelivered claims again; they time out instead", "why", why, "units", len(claims), "err", err)
+		return nil
+	}
+	for _, w := range queued {
+		s.log.Info("undelivered claim queued again", "work_id", w.ID, "account", w.Account, "why", why)
+		s.emit(ctx, Event{Kind: EventWorkQueued, Account: w.Account})
+	}
+	return queued
 }
 
 func validID(field, v string) error {
