@@ -44,7 +44,7 @@ type envOptions struct {
 	log        io.Writer     // discarded when nil
 	// wrap, when set, wraps the store the server is given (e.store stays
 	// the bare one).
-	wrap func(store.Store) store.Store
+	wrap    func(store.Store) store.Store
 	metrics server.Metrics // none when nil
 }
 
