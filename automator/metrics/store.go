@@ -62,11 +62,6 @@ func (s *timedStore) WorkClaim(ctx context.Context, p store.WorkClaimParams) ([]
 	return s.Store.WorkClaim(ctx, p)
 }
 
-func (s *timedStore) WorkUnclaim(ctx context.Context, claims []store.ClaimRef) ([]store.Work, error) {
-	defer s.since("WorkUnclaim", time.Now())
-	return s.Store.WorkUnclaim(ctx, claims)
-}
-
 func (s *timedStore) WorkComplete(ctx context.Context, p store.WorkCompleteParams) (store.Work, error) {
 	defer s.since("WorkComplete", time.Now())
 	return s.Store.WorkComplete(ctx, p)

@@ -225,7 +225,7 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, m
 	// Nothing claimable is queued and a poll waits: the unit is stored as
 	// claimed by its instance and handed to it, without a second
 	// transaction or a wake-up in between.
-	to := s.hub.reserve(acc.Name)
+	to := s.hub.reserve(acc.Name, now)
 	if to != nil {
 		params.ClaimFor = &store.ClaimRef{InstanceID: to.instance, ClaimID: newID("c_")}
 	}
@@ -255,10 +255,8 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, m
 	s.log.Debug("work queued", "work_id", id, "account", acc.Name, "caller", callerFrom(ctx), "deadline", w.Deadline, "handed_to", w.InstanceID)
 	if to == nil {
 		s.emit(ctx, Event{Kind: EventWorkQueued, Account: acc.Name})
-	} else if handed := w; !s.hub.hand(to, &handed) {
-		if queued := s.requeue(ctx, "the poll ended first", w); len(queued) == 1 {
-			w = queued[0]
-		}
+	} else if !s.hub.hand(to, w) {
+		s.lostClaims("its poll ended while it was stored", w)
 	}
 	return w, nil
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"container/list"
+	"context"
 	"sync"
 	"time"
 
@@ -38,6 +39,9 @@ type hub struct {
 	// saw of it (runningKnown).
 	cut     map[string]uint64
 	checked map[[2]string]seenAt
+	// filling: per account, the poller that further units may still be
+	// handed to (reserve).
+	filling map[string]*poller
 }
 
 // maxChecked bounds hub.checked; past it the map starts again (every
@@ -61,6 +65,7 @@ func newHub() *hub {
 		empty:   make(map[string]seenAt),
 		cut:     make(map[string]uint64),
 		checked: make(map[[2]string]seenAt),
+		filling: make(map[string]*poller),
 	}
 }
 
@@ -142,21 +147,26 @@ type poller struct {
 	h        *hub
 	account  string
 	instance string
-	slots    int           // units it may take at once (its max_units)
-	c        chan struct{} // capacity 1: a pending wake-up
-	elem     *list.Element // nil while not in the waiting list
+	slots    int // units it may take at once (its max_units)
+	// accepts reports whether the poll may be handed a unit at now (its
+	// caller is there, its token and keys are still good); nil: always.
+	// It is called under the hub's lock.
+	accepts func(now time.Time) bool
+	c       chan struct{} // capacity 1: a pending wake-up
+	elem    *list.Element // nil while not in the waiting list
 
-	// The hand-over of a unit stored as claimed by this poll (reserve,
-	// hand, release, take), guarded by h.mu.
-	reserved bool        // an enqueue picked it and is storing a unit for it
-	handed   *store.Work // that unit, stored and not taken yet
-	closed   bool        // the poll has ended: nothing more is handed to it
+	// Units handed over (park, reserve, hand, release, take, leave),
+	// guarded by h.mu.
+	parked   bool         // its poll waits for a wake-up, taking nothing else
+	inFlight int          // reserved for it and being stored
+	handed   []store.Work // stored as claimed by it, not taken yet
+	closed   bool         // the poll has ended: nothing more is handed to it
 }
 
-// poller registers a waiting poller that may take slots units at once; the
-// caller must Close it.
-func (h *hub) poller(account, instance string, slots int) *poller {
-	p := &poller{h: h, account: account, instance: instance, slots: slots, c: make(chan struct{}, 1)}
+// poller registers a waiting poller that may take slots units at once
+// (when accepts, if not nil, says so); the caller must Close it.
+func (h *hub) poller(account, instance string, slots int, accepts func(time.Time) bool) *poller {
+	p := &poller{h: h, account: account, instance: instance, slots: slots, accepts: accepts, c: make(chan struct{}, 1)}
 	p.rearm()
 	return p
 }
@@ -176,18 +186,21 @@ func (p *poller) rearm() {
 	p.elem = l.PushBack(p)
 }
 
-// Close unregisters p. It returns the unit handed to p that its poll did
-// not take, which the caller must queue again (WorkUnclaim); otherwise it
+// Close unregisters p. It returns the units handed to p that its poll did
+// not take (stored as its claims, never sent: they time out); otherwise it
 // passes an unconsumed wake-up to another poller.
-func (p *poller) Close() *store.Work {
+func (p *poller) Close() []store.Work {
 	p.h.mu.Lock()
 	p.h.removeLocked(p)
+	if p.h.filling[p.account] == p {
+		delete(p.h.filling, p.account)
+	}
 	p.closed = true
-	u := p.handed
+	us := p.handed
 	p.handed = nil
 	p.h.mu.Unlock()
-	if u != nil {
-		return u
+	if len(us) > 0 {
+		return us
 	}
 	select {
 	case <-p.c:
@@ -197,62 +210,89 @@ func (p *poller) Close() *store.Work {
 	return nil
 }
 
-// reserve picks, for a unit about to be stored, the oldest waiting poller
-// of account that takes units, when the account has nothing claimable:
-// the latest claim found nothing and no unit was announced since. The
-// unit can then be stored as claimed by that poller's instance and handed
-// to it (hand), one transaction and no wake-up fewer, without overtaking
-// a unit queued before it. The poller leaves the waiting list, so no other
-// wake-up or reservation takes it; the caller must end the reservation
-// with hand or release. nil: none waits, or the queue may hold units.
+// reserve picks a waiting poller of account for a unit about to be stored
+// at now, when the account has nothing claimable: the latest claim found
+// nothing and no unit was announced since. The unit can then be stored as
+// claimed by that poller's instance and handed to it (hand): one
+// transaction and no wake-up fewer, and no unit queued before it is
+// overtaken. The caller must end the reservation with hand or release.
+// nil: none waits, or the queue may hold units.
+//
+// The oldest parked poller that accepts units is picked and leaves the
+// waiting list, so no wake-up takes it. (A poller between a wake-up and
+// its next wait may be claiming units itself; it is passed over.) Until the first unit reserved for
+// it is stored, further units go to it too, up to its free slots: units
+// queued together leave together, as one claim would take them.
 //
 // A unit another replica queued and whose announcement is late or lost
 // can be overtaken: order across replicas is best effort (docs).
-func (h *hub) reserve(account string) *poller {
+func (h *hub) reserve(account string, now time.Time) *poller {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if e, ok := h.empty[account]; !ok || e.n != h.work[account] {
 		return nil
+	}
+	if p := h.filling[account]; p != nil && p.takes(now) {
+		p.inFlight++
+		if p.inFlight+len(p.handed) >= p.slots {
+			delete(h.filling, account)
+		}
+		return p
 	}
 	l := h.pollers[account]
 	if l == nil {
 		return nil
 	}
 	for e := l.Front(); e != nil; e = e.Next() {
-		if p := e.Value.(*poller); p.slots > 0 {
+		if p := e.Value.(*poller); p.parked && p.slots > 0 && p.takes(now) {
 			h.removeLocked(p)
-			p.reserved = true
+			p.inFlight = 1
+			if p.slots > 1 {
+				h.filling[account] = p
+			}
 			return p
 		}
 	}
 	return nil
 }
 
-// hand gives the reserved poller p the unit stored as claimed by it and
-// wakes it. false: p's poll ended meanwhile and the unit was not handed;
-// the caller must queue it again (WorkUnclaim).
-func (h *hub) hand(p *poller, w *store.Work) bool {
+// hand gives the reserved poller p a unit stored as claimed by it; p is
+// woken once no unit reserved for it is still being stored. false: p's
+// poll ended meanwhile (its caller left) and the unit, its claim, can
+// never be sent: it times out.
+func (h *hub) hand(p *poller, w store.Work) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	p.reserved = false
+	p.inFlight--
+	if h.filling[p.account] == p {
+		delete(h.filling, p.account) // the first unit is in: go
+	}
 	if p.closed {
 		return false
 	}
-	p.handed = w
-	select {
-	case p.c <- struct{}{}:
-	default:
-	}
+	p.handed = append(p.handed, w)
+	h.wakeHandedLocked(p)
 	return true
 }
 
-// release ends a reservation that stored nothing. p is woken, so it looks
-// again at what it missed while out of the waiting list.
+// release ends a reservation that stored nothing.
 func (h *hub) release(p *poller) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	p.reserved = false
-	if p.closed {
+	p.inFlight--
+	if h.filling[p.account] == p && p.inFlight == 0 && len(p.handed) == 0 {
+		delete(h.filling, p.account)
+	}
+	if !p.closed {
+		h.wakeHandedLocked(p)
+	}
+}
+
+// wakeHandedLocked wakes p once nothing reserved for it is being stored:
+// it takes what was handed, or (with nothing handed) looks again at what
+// it missed while out of the waiting list.
+func (h *hub) wakeHandedLocked(p *poller) {
+	if p.inFlight > 0 || h.filling[p.account] == p {
 		return
 	}
 	select {
@@ -261,13 +301,51 @@ func (h *hub) release(p *poller) {
 	}
 }
 
-// take returns the unit handed to p, if any, and forgets it.
-func (p *poller) take() *store.Work {
+// takes reports whether p may be handed a unit at now.
+func (p *poller) takes(now time.Time) bool {
+	return p.accepts == nil || p.accepts(now)
+}
+
+// park marks p's poll as about to wait for a wake-up: from now until take
+// or leave, units may be reserved for it.
+func (p *poller) park() {
 	p.h.mu.Lock()
 	defer p.h.mu.Unlock()
-	u := p.handed
+	p.parked = true
+}
+
+// leave takes p out of the waiting list for good and waits until no unit
+// reserved for it is still being stored, or ctx is done: a poll whose
+// window ends still answers with the units stored as its claims.
+func (p *poller) leave(ctx context.Context) {
+	h := p.h
+	h.mu.Lock()
+	p.parked = false
+	h.removeLocked(p)
+	if h.filling[p.account] == p {
+		delete(h.filling, p.account)
+	}
+	for p.inFlight > 0 {
+		h.mu.Unlock()
+		select {
+		case <-p.c:
+		case <-ctx.Done():
+			return
+		}
+		h.mu.Lock()
+	}
+	h.mu.Unlock()
+}
+
+// take returns the units handed to p, if any, and forgets them; p's poll
+// is no longer parked.
+func (p *poller) take() []store.Work {
+	p.h.mu.Lock()
+	defer p.h.mu.Unlock()
+	p.parked = false
+	us := p.handed
 	p.handed = nil
-	return u
+	return us
 }
 
 func (h *hub) removeLocked(p *poller) {

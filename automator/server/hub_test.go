@@ -1,6 +1,7 @@
 package server
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -21,9 +22,9 @@ func TestEnqueueWakesExactlyOnePoller(t *testing.T) {
 	h := newHub()
 	ps := make([]*poller, 100)
 	for i := range ps {
-		ps[i] = h.poller("acme", "i", 1)
+		ps[i] = h.poller("acme", "i", 1, nil)
 	}
-	other := h.poller("other", "i", 1)
+	other := h.poller("other", "i", 1, nil)
 	h.NotifyWork("acme", 1)
 	woken := 0
 	for i, p := range ps {
@@ -49,7 +50,7 @@ func TestEnqueueWakesExactlyOnePoller(t *testing.T) {
 // unconsumed wake-up hands it to the next one, so no enqueue is lost.
 func TestClosedPollerPassesItsWakeUpOn(t *testing.T) {
 	h := newHub()
-	a, b := h.poller("acme", "a", 1), h.poller("acme", "b", 1)
+	a, b := h.poller("acme", "a", 1, nil), h.poller("acme", "b", 1, nil)
 	h.NotifyWork("acme", 1) // wakes a
 	a.Close()
 	if !pending(b) {
@@ -63,7 +64,7 @@ func TestClosedPollerPassesItsWakeUpOn(t *testing.T) {
 
 func TestRearmedPollerIsWokenAgain(t *testing.T) {
 	h := newHub()
-	p := h.poller("acme", "a", 1)
+	p := h.poller("acme", "a", 1, nil)
 	h.NotifyWork("acme", 1)
 	if !pending(p) {
 		t.Fatal("not woken")
@@ -85,7 +86,7 @@ func TestRearmedPollerIsWokenAgain(t *testing.T) {
 
 func TestNotifyInstanceWakesOnlyThatInstance(t *testing.T) {
 	h := newHub()
-	a1, a2, b := h.poller("acme", "a", 1), h.poller("acme", "a", 1), h.poller("acme", "b", 1)
+	a1, a2, b := h.poller("acme", "a", 1, nil), h.poller("acme", "a", 1, nil), h.poller("acme", "b", 1, nil)
 	h.NotifyInstance("acme", "a")
 	if !pending(a1) || !pending(a2) || pending(b) {
 		t.Fatal("NotifyInstance woke the wrong pollers")
@@ -204,11 +205,17 @@ func TestExpectWorkUntilAClaimFindsNothing(t *testing.T) {
 // only waits to hear of cancels; a wake-up spent on it would be lost.
 func TestNotifyWorkPassesOverPollersWithoutSlots(t *testing.T) {
 	h := newHub()
-	full, free := h.poller("acme", "full", 0), h.poller("acme", "free", 2)
+	full, free := h.poller("acme", "full", 0, nil), h.poller("acme", "free", 2, nil)
 	h.NotifyWork("acme", 1)
 	if pending(full) || !pending(free) {
 		t.Fatalf("woke full %v, free %v: want only the poller with a free slot", pending(full), pending(free))
 	}
+}
+
+// parked marks p as waiting for a wake-up, as Poll does before it waits.
+func parked(p *poller) *poller {
+	p.park()
+	return p
 }
 
 // TestReserveOnlyWhenNothingClaimableIsQueued: a unit goes straight to a
@@ -216,17 +223,18 @@ func TestNotifyWorkPassesOverPollersWithoutSlots(t *testing.T) {
 // no unit was queued since; otherwise it would overtake a queued one.
 func TestReserveOnlyWhenNothingClaimableIsQueued(t *testing.T) {
 	h := newHub()
-	h.poller("acme", "full", 0)
-	a, b := h.poller("acme", "a", 1), h.poller("acme", "b", 1)
-	if p := h.reserve("acme"); p != nil {
+	parked(h.poller("acme", "full", 0, nil))
+	h.poller("acme", "busy", 1, nil) // between a wake-up and its next wait
+	a, b := parked(h.poller("acme", "a", 1, nil)), parked(h.poller("acme", "b", 1, nil))
+	if p := h.reserve("acme", time.Now()); p != nil {
 		t.Fatal("reserved a poller before any claim found the queue empty")
 	}
 	h.foundEmpty("acme", h.workSeen("acme"), time.Now())
-	if p := h.reserve("acme"); p != a {
-		t.Fatalf("reserved %v, want the oldest poller with a free slot (a)", p)
+	if p := h.reserve("acme", time.Now()); p != a {
+		t.Fatalf("reserved %v, want the oldest parked poller with a free slot (a)", p)
 	}
-	if h.waiting("acme") != 2 {
-		t.Fatalf("%d waiting, want 2: the reserved poller leaves the list", h.waiting("acme"))
+	if h.waiting("acme") != 3 {
+		t.Fatalf("%d waiting, want 3: the reserved poller leaves the list", h.waiting("acme"))
 	}
 	h.NotifyWork("acme", 5) // a unit queued elsewhere: the queue holds one
 	if pending(a) {
@@ -235,31 +243,41 @@ func TestReserveOnlyWhenNothingClaimableIsQueued(t *testing.T) {
 	if !pending(b) {
 		t.Fatal("b was not woken for queued work")
 	}
+	b.take()
 	b.rearm()
-	if p := h.reserve("acme"); p != nil {
+	b.park()
+	if p := h.reserve("acme", time.Now()); p != nil {
 		t.Fatalf("reserved %s while a queued unit may wait", p.instance)
 	}
-	if p := h.reserve("other"); p != nil {
+	if p := h.reserve("other", time.Now()); p != nil {
 		t.Fatal("reserved a poller of an account with none")
 	}
 }
 
+func workIDs(ws []store.Work) []string {
+	var ids []string
+	for _, w := range ws {
+		ids = append(ids, w.ID)
+	}
+	return ids
+}
+
 // TestHandDeliversToAWaitingPollerOnly: a reserved poller gets its unit
 // and a wake-up; one whose poll ended is refused (the unit goes back to
-// the queue), and a handed unit its poll never took comes back from Close.
+// the queue), and units handed that its poll never took come back from
+// Close.
 func TestHandDeliversToAWaitingPollerOnly(t *testing.T) {
 	h := newHub()
 	h.foundEmpty("acme", 0, time.Now())
-	a := h.poller("acme", "a", 1)
-	if h.reserve("acme") != a {
+	a := parked(h.poller("acme", "a", 1, nil))
+	if h.reserve("acme", time.Now()) != a {
 		t.Fatal("a not reserved")
 	}
-	u := &store.Work{ID: "w-1"}
-	if !h.hand(a, u) || !pending(a) {
+	if !h.hand(a, store.Work{ID: "w-1"}) || !pending(a) {
 		t.Fatal("a waiting poller was not handed its unit")
 	}
-	if got := a.take(); got != u {
-		t.Fatalf("take = %v, want the handed unit", got)
+	if got := workIDs(a.take()); !slices.Equal(got, []string{"w-1"}) {
+		t.Fatalf("take = %v, want [w-1]", got)
 	}
 	if got := a.take(); got != nil {
 		t.Fatalf("second take = %v, want nothing", got)
@@ -268,24 +286,24 @@ func TestHandDeliversToAWaitingPollerOnly(t *testing.T) {
 		t.Fatalf("Close after take returned %v", got)
 	}
 
-	b := h.poller("acme", "b", 1)
-	if h.reserve("acme") != b {
+	b := parked(h.poller("acme", "b", 1, nil))
+	if h.reserve("acme", time.Now()) != b {
 		t.Fatal("b not reserved")
 	}
 	b.Close()
-	if h.hand(b, &store.Work{ID: "w-2"}) {
+	if h.hand(b, store.Work{ID: "w-2"}) {
 		t.Fatal("handed a unit to a poller that had left")
 	}
 
-	c := h.poller("acme", "c", 1)
-	h.reserve("acme")
-	h.hand(c, &store.Work{ID: "w-3"})
-	if got := c.Close(); got == nil || got.ID != "w-3" {
-		t.Fatalf("Close of a poller holding an untaken unit returned %v, want w-3", got)
+	c := parked(h.poller("acme", "c", 1, nil))
+	h.reserve("acme", time.Now())
+	h.hand(c, store.Work{ID: "w-3"})
+	if got := workIDs(c.Close()); !slices.Equal(got, []string{"w-3"}) {
+		t.Fatalf("Close of a poller holding an untaken unit returned %v, want [w-3]", got)
 	}
 
-	d := h.poller("acme", "d", 1)
-	h.reserve("acme")
+	d := parked(h.poller("acme", "d", 1, nil))
+	h.reserve("acme", time.Now())
 	h.release(d)
 	if !pending(d) || d.take() != nil {
 		t.Fatal("a released poller was not woken to look again, or got a unit")
@@ -293,5 +311,84 @@ func TestHandDeliversToAWaitingPollerOnly(t *testing.T) {
 	d.rearm()
 	if h.waiting("acme") != 1 {
 		t.Fatalf("%d waiting after release and rearm, want 1", h.waiting("acme"))
+	}
+}
+
+// TestUnitsReservedTogetherLeaveTogether: units reserved for a poller
+// before the first of them is stored all go to it, up to its free slots,
+// and it is woken once, when the last of them is stored.
+func TestUnitsReservedTogetherLeaveTogether(t *testing.T) {
+	h := newHub()
+	h.foundEmpty("acme", 0, time.Now())
+	a, b := parked(h.poller("acme", "a", 3, nil)), parked(h.poller("acme", "b", 3, nil))
+	var got []*poller
+	for range 4 {
+		got = append(got, h.reserve("acme", time.Now()))
+	}
+	if got[0] != a || got[1] != a || got[2] != a || got[3] != b {
+		t.Fatalf("reserved %s %s %s %s, want a a a b (a has 3 free slots)", got[0].instance, got[1].instance, got[2].instance, got[3].instance)
+	}
+	h.hand(a, store.Work{ID: "w-1"})
+	if pending(a) {
+		t.Fatal("a was woken while two of its units were still being stored")
+	}
+	h.release(a) // one enqueue stored nothing (a duplicate)
+	if pending(a) {
+		t.Fatal("a was woken while one of its units was still being stored")
+	}
+	h.hand(a, store.Work{ID: "w-3"})
+	if !pending(a) {
+		t.Fatal("a was not woken when the last of its units was stored")
+	}
+	if ids := workIDs(a.take()); !slices.Equal(ids, []string{"w-1", "w-3"}) {
+		t.Fatalf("a took %v, want [w-1 w-3]", ids)
+	}
+
+	// Once a unit is stored for b, later units go elsewhere: b is on its way.
+	h.hand(b, store.Work{ID: "w-4"})
+	c := parked(h.poller("acme", "c", 3, nil))
+	if p := h.reserve("acme", time.Now()); p != c {
+		t.Fatalf("reserved %v after b's first unit was stored, want c", p)
+	}
+	h.release(c)
+	if ids := workIDs(b.take()); !slices.Equal(ids, []string{"w-4"}) {
+		t.Fatalf("b took %v, want [w-4]", ids)
+	}
+}
+
+// TestReservePassesOverPollsThatCannotTake: a poll whose caller left, or
+// whose token or keys expired, is not handed a unit.
+func TestReservePassesOverPollsThatCannotTake(t *testing.T) {
+	h := newHub()
+	h.foundEmpty("acme", 0, time.Now())
+	cutoff := time.Now()
+	parked(h.poller("acme", "expired", 1, func(now time.Time) bool { return now.Before(cutoff) }))
+	ok := parked(h.poller("acme", "ok", 1, func(time.Time) bool { return true }))
+	if p := h.reserve("acme", cutoff); p != ok {
+		t.Fatalf("reserved %v, want the poll that can take units", p)
+	}
+}
+
+// TestLeavingPollWaitsForUnitsBeingStored: a poll whose window ends while
+// a unit is being stored as its claim waits for it and takes it.
+func TestLeavingPollWaitsForUnitsBeingStored(t *testing.T) {
+	h := newHub()
+	h.foundEmpty("acme", 0, time.Now())
+	p := parked(h.poller("acme", "a", 2, nil))
+	h.reserve("acme", time.Now())
+	left := make(chan struct{})
+	go func() { p.leave(t.Context()); close(left) }()
+	select {
+	case <-left:
+		t.Fatal("leave returned while a unit was still being stored for the poll")
+	case <-time.After(50 * time.Millisecond):
+	}
+	if q := h.reserve("acme", time.Now()); q != nil {
+		t.Fatal("a leaving poll was reserved again")
+	}
+	h.hand(p, store.Work{ID: "w-1"})
+	<-left
+	if ids := workIDs(p.take()); !slices.Equal(ids, []string{"w-1"}) {
+		t.Fatalf("the leaving poll took %v, want [w-1]", ids)
 	}
 }

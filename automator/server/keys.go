@@ -56,13 +56,13 @@ func (r *keyRing) newestUsableOf(ids []uint32, now time.Time) (crypto.Key, bool)
 	return crypto.Key{}, false
 }
 
-// describe lists the key ids and their windows for error messages.
 // anyUsable reports whether one of the held key ids is usable at now.
 func (r *keyRing) anyUsable(ids []uint32, now time.Time) bool {
 	_, ok := r.newestUsableOf(ids, now)
 	return ok
 }
 
+// describe lists the key ids and their windows for error messages.
 func (r *keyRing) describe(now time.Time) string {
 	var out []string
 	for _, k := range r.meta {

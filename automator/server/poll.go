@@ -85,16 +85,16 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 
 	// Register before the first look, so an enqueue between an empty claim
 	// and the wait still wakes this poll.
-	w := s.hub.poller(account, req.GetInstanceId(), max)
+	keyIDs := req.GetKeyIds()
+	w := s.hub.poller(account, req.GetInstanceId(), max, func(now time.Time) bool {
+		return ctx.Err() == nil && !tokenExpired(ctx, now) && (ring == nil || ring.anyUsable(keyIDs, now))
+	})
 	defer func() {
-		if u := w.Close(); u != nil {
-			// Handed to this poll as it ended: never delivered.
-			s.requeue(ctx, "the poll ended first", *u)
-		}
+		s.lostClaims("its poll ended before it was answered", w.Close()...)
 	}()
 	timer := time.NewTimer(window)
 	defer timer.Stop()
-	var handed *store.Work
+	var handed []store.Work
 	for {
 		resp, err := p.tryOnce(ctx, account, req, max, ring, handed)
 		if err != nil {
@@ -104,11 +104,10 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 			resp.Wait = durationpb.New(window)
 			return resp, nil
 		}
-		// A unit handed while the window ends or the automator stops is
-		// still delivered rather than queued again.
+		w.park()
 		select {
 		case <-w.c:
-			if handed = w.take(); handed == nil {
+			if handed = w.take(); len(handed) == 0 {
 				w.rearm()
 			}
 			continue
@@ -117,21 +116,31 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 		case <-ctx.Done():
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
-		if handed = w.take(); handed == nil {
-			return &automatorv1.PollResponse{Wait: durationpb.New(window)}, nil
+		// Units being stored as this poll's claims as its window ends or
+		// the automator stops are still delivered.
+		w.leave(ctx)
+		resp = &automatorv1.PollResponse{}
+		if handed = w.take(); len(handed) > 0 {
+			if resp, err = p.tryOnce(ctx, account, req, max, ring, handed); err != nil {
+				return nil, err
+			}
 		}
+		resp.Wait = durationpb.New(window)
+		return resp, nil
 	}
 }
 
-// tryOnce reports ended running units and claims what it can, or takes the
-// unit handed to the poll (stored as claimed by it) when there is one.
-func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automatorv1.PollRequest, max int, ring *keyRing, handed *store.Work) (*automatorv1.PollResponse, error) {
+// tryOnce reports ended running units and claims what it can, or answers
+// with the units handed to the poll (stored as its claims: hub.reserve
+// checked that the poll could take them) when there are some.
+func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automatorv1.PollRequest, max int, ring *keyRing, handed []store.Work) (*automatorv1.PollResponse, error) {
 	s := p.s
 	resp := &automatorv1.PollResponse{}
 	if looked := s.clock.Now(); len(req.GetRunning()) > 0 && !s.hub.runningKnown(account, req.GetInstanceId(), looked, knownEmptyFor) {
 		cut := s.hub.cutSeen(account)
 		states, err := s.store.WorkStates(ctx, req.GetRunning())
 		if err != nil {
+			s.lostClaims("its poll failed", handed...)
 			return nil, s.internal(ctx, "reading states of running units", err)
 		}
 		s.hub.checkedRunning(account, req.GetInstanceId(), cut, looked)
@@ -142,29 +151,24 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 		}
 	}
 	now := s.clock.Now()
-	// A poll whose caller already left must not claim: the claim could
-	// never be delivered.
-	why := ""
-	switch {
-	case max == 0 || ctx.Err() != nil:
-		why = "the poll ended first"
-	case tokenExpired(ctx, now):
-		why = "the poll's token expired" // it claims nothing more
-	case ring != nil && !ring.anyUsable(req.GetKeyIds(), now):
-		// The instance's last usable key expired while it waited: it
-		// claims nothing, and its next poll is told why.
-		why = "the instance's keys expired"
-	}
-	if why != "" {
-		if handed != nil {
-			s.requeue(ctx, why, *handed)
-		}
+	if ctx.Err() != nil {
+		// The caller left: nothing can be sent, and a poll that already
+		// left must not claim.
+		s.lostClaims("its poll ended before it was answered", handed...)
 		return resp, nil
 	}
-	var claimed []store.Work
-	if handed != nil {
-		claimed = []store.Work{*handed}
-	} else {
+	claimed := handed
+	if len(handed) == 0 {
+		switch {
+		case max == 0:
+			return resp, nil
+		case tokenExpired(ctx, now):
+			return resp, nil // it claims nothing more
+		case ring != nil && !ring.anyUsable(req.GetKeyIds(), now):
+			// The instance's last usable key expired while it waited: it
+			// claims nothing, and its next poll is told why.
+			return resp, nil
+		}
 		// Most polls of an idle account find nothing: when another poll of
 		// the account just found nothing and no unit was queued since,
 		// neither would this one.
@@ -199,12 +203,6 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 			s.hub.NotifyWork(account, 1)
 		}
 	}
-	if ctx.Err() != nil {
-		// The caller left while the claim was stored: nothing is sent, so
-		// its units go back to the queue.
-		s.requeue(ctx, "the poll ended first", claimed...)
-		return nil, status.FromContextError(ctx.Err()).Err()
-	}
 	for _, w := range claimed {
 		resp.Claims = append(resp.Claims, &automatorv1.Claim{
 			WorkId:        w.ID,
@@ -214,7 +212,7 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 			Remaining:     durationpb.New(w.Deadline.Sub(now)),
 		})
 		s.metrics.WorkClaimed(w.Account, now.Sub(w.QueuedAt))
-		s.log.Debug("work claimed", "work_id", w.ID, "account", account, "instance_id", w.InstanceID, "handed", handed != nil)
+		s.log.Debug("work claimed", "work_id", w.ID, "account", account, "instance_id", w.InstanceID, "handed", len(handed) > 0)
 	}
 	return resp, nil
 }
@@ -226,29 +224,14 @@ func tokenExpired(ctx context.Context, now time.Time) bool {
 	return !until.IsZero() && !now.Before(until)
 }
 
-// requeue queues again claims that were never delivered (their poll ended
-// or could not take them), wakes a poller for each and returns them as
-// queued again. A failure leaves them claimed until their deadline: late,
-// never twice.
-func (s *Server) requeue(ctx context.Context, why string, claims ...store.Work) []store.Work {
-	if len(claims) == 0 {
-		return nil
+// lostClaims reports units stored as the claims of a poll that could not
+// send them. They are never handed to anyone else (guarantee 1): they
+// time out at their deadline, the reason naming their instance.
+func (s *Server) lostClaims(why string, claims ...store.Work) {
+	for _, w := range claims {
+		s.log.Warn("unit claimed for a poll that could not send it; it times out at its deadline",
+			"work_id", w.ID, "account", w.Account, "instance_id", w.InstanceID, "why", why, "deadline", w.Deadline)
 	}
-	ctx = context.WithoutCancel(ctx)
-	refs := make([]store.ClaimRef, len(claims))
-	for i, w := range claims {
-		refs[i] = store.ClaimRef{ID: w.ID, InstanceID: w.InstanceID, ClaimID: w.ClaimID}
-	}
-	queued, err := s.store.WorkUnclaim(ctx, refs)
-	if err != nil {
-		s.log.Error("queueing undelivered claims again; they time out instead", "why", why, "units", len(claims), "err", err)
-		return nil
-	}
-	for _, w := range queued {
-		s.log.Info("undelivered claim queued again", "work_id", w.ID, "account", w.Account, "why", why)
-		s.emit(ctx, Event{Kind: EventWorkQueued, Account: w.Account})
-	}
-	return queued
 }
 
 func validID(field, v string) error {

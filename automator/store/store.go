@@ -178,10 +178,8 @@ type WorkEnqueueParams struct {
 	ClaimFor *ClaimRef
 }
 
-// ClaimRef names one claim: the unit (ID, unset in WorkEnqueueParams), the
-// instance that holds it and its claim id.
+// ClaimRef names a claim: the instance that holds it and its claim id.
 type ClaimRef struct {
-	ID         string
 	InstanceID string
 	ClaimID    string
 }
@@ -327,14 +325,6 @@ type Store interface {
 	// claim id, and returns them. A unit is claimed at most once, ever: the
 	// claim is a conditional write on state = 'queued'.
 	WorkClaim(ctx context.Context, p WorkClaimParams) ([]Work, error)
-	// WorkUnclaim puts claimed units back in the queue, for claims the
-	// automator could not deliver (their poll left first): their claimer
-	// never saw them, so they may be claimed again. A unit no longer
-	// claimed by the given instance under the given claim id is left
-	// alone. It returns the units it queued again. The write may be
-	// answered before it is on disk: a crash that loses it leaves the
-	// units claimed until their deadline, never claimed twice.
-	WorkUnclaim(ctx context.Context, claims []ClaimRef) ([]Work, error)
 	// WorkComplete records the claimer's outcome. It succeeds only while the
 	// unit is claimed under p.ClaimID and p.Now is before the deadline.
 	// Errors: ErrNotFound; ErrClaimMismatch (claimed under another claim id);

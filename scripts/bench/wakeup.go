@@ -34,7 +34,13 @@ type pollLog struct {
 	returns []pollReturn
 	errs    int
 	lastErr error
-	claimed chan string // work ids, as pollers claim them
+	claimed chan claimSeen // work ids, as pollers claim them
+}
+
+// claimSeen: a raw poller had unit id in its hands at at.
+type claimSeen struct {
+	id string
+	at time.Time
 }
 
 func (l *pollLog) add(r pollReturn) {
@@ -97,7 +103,7 @@ func poller(ctx context.Context, cl automatorv1.ProxyServiceClient, id string, m
 			}
 			if log != nil && log.claimed != nil {
 				select {
-				case log.claimed <- c.GetWorkId():
+				case log.claimed <- claimSeen{c.GetWorkId(), t1}:
 				case <-ctx.Done():
 				}
 			}
@@ -153,7 +159,7 @@ func (b *bench) wakeRun(ctx context.Context, run int, api automatorv1.AutomatorS
 	pctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
-	log := &pollLog{claimed: make(chan string, 16)}
+	log := &pollLog{claimed: make(chan claimSeen, 16)}
 	since := time.Now()
 	for i := range b.p.pollers {
 		cl := clients[i%len(clients)]
@@ -167,20 +173,23 @@ func (b *bench) wakeRun(ctx context.Context, run int, api automatorv1.AutomatorS
 	registered := time.Since(since)
 
 	var woken []float64
-	var enqClaim []time.Duration
+	var enqClaim, submitHeld []time.Duration
 	expired := 0
 	cpu0, _ := cpuSeconds(pid)
 	for range b.p.wakeRounds {
 		mark := log.len()
+		sent := time.Now()
 		st, err := api.Submit(ctx, &automatorv1.ExecuteRequest{
 			Account: "wake", Command: &automatorv1.Command{Script: "@ping"}, Timeout: durationpb.New(time.Minute),
 		})
 		if err != nil {
 			return fmt.Errorf("wake-up: submitting: %w", err)
 		}
-		if err := waitClaimed(ctx, log.claimed, st.GetWorkId(), 10*time.Second); err != nil {
+		held, err := waitClaimed(ctx, log.claimed, st.GetWorkId(), 10*time.Second)
+		if err != nil {
 			return err
 		}
+		submitHeld = append(submitHeld, held.Sub(sent))
 		// Room for any other poller to come back.
 		time.Sleep(200 * time.Millisecond)
 		n := 0
@@ -203,9 +212,16 @@ func (b *bench) wakeRun(ctx context.Context, run int, api automatorv1.AutomatorS
 	r := b.res
 	wf := r.fig("wake_woken", fmt.Sprintf("%s idle pollers, one unit: pollers returned (most in any round)", thousands(float64(b.p.pollers))), "").
 		add(run, slices.Max(woken)).want(goal{goalEvery, 1}, "exactly 1 in every round")
+	// A unit queued while a poll waits and nothing else is queued is
+	// stored as that poll's claim in its enqueue's transaction: on the
+	// automator's clock enqueue→claim is then 0. The target is checked on
+	// the stricter figure, from the Submit call until the poller holds the
+	// claim, which adds the Submit round trip and the answer to the poll.
 	r.fig("wake_claim_p50", "idle wake-up: enqueue→claim p50 (automator's clock)", "ms").add(run, ms(percentile(enqClaim, 50)))
-	r.fig("wake_claim_p99", "idle wake-up: enqueue→claim p99 (automator's clock)", "ms").add(run, ms(percentile(enqClaim, 99))).
-		vs("fdatasync_p99", goal{goalAtMost, 2}, "≤ 2 ms")
+	r.fig("wake_claim_p99", "idle wake-up: enqueue→claim p99 (automator's clock)", "ms").add(run, ms(percentile(enqClaim, 99)))
+	r.fig("wake_held_p50", "idle wake-up: Submit sent→claim in the poller's hands p50 (bench clock)", "ms").add(run, ms(percentile(submitHeld, 50)))
+	r.fig("wake_held_p99", "idle wake-up: Submit sent→claim in the poller's hands p99 (bench clock)", "ms").add(run, ms(percentile(submitHeld, 99))).
+		vs("fdatasync_p99", goal{goalAtMost, 2}, "≤ 2 ms (enqueue→claim, here from the Submit call to the poller)")
 	r.fig("wake_cpu", "idle wake-up: automator CPU per unit (mean)", "ms").
 		add(run, 1000*(cpu1-cpu0)/float64(b.p.wakeRounds)).vs("cpu_unit_1", goal{}, "")
 	if run == b.p.runs {
@@ -218,19 +234,20 @@ func (b *bench) wakeRun(ctx context.Context, run int, api automatorv1.AutomatorS
 	return nil
 }
 
-func waitClaimed(ctx context.Context, claimed <-chan string, id string, timeout time.Duration) error {
+// waitClaimed returns when a poller had unit id in its hands.
+func waitClaimed(ctx context.Context, claimed <-chan claimSeen, id string, timeout time.Duration) (time.Time, error) {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	for {
 		select {
 		case got := <-claimed:
-			if got == id {
-				return nil
+			if got.id == id {
+				return got.at, nil
 			}
 		case <-t.C:
-			return fmt.Errorf("wake-up: work %s was not claimed within %v", id, timeout)
+			return time.Time{}, fmt.Errorf("wake-up: work %s was not claimed within %v", id, timeout)
 		case <-ctx.Done():
-			return ctx.Err()
+			return time.Time{}, ctx.Err()
 		}
 	}
 }

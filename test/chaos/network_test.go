@@ -51,6 +51,10 @@ func TestProxyBehindConnectProxyServesAndSurvivesItsRestart(t *testing.T) {
 	unreachable := in.Proc().Watch("automator unreachable")
 	connect.Kill()
 	mustAwait(t, in.Proc(), unreachable, 15*time.Second, "the instance to notice the CONNECT proxy is gone")
+	// And the automator: until it has seen the tunnel go, a unit queued now
+	// would be handed to the dead poll and lost with it (a connection is
+	// reset, docs/failure-semantics.md).
+	s.awaitNoOpenPolls(t, "acme", 15*time.Second)
 	ids, wants = nil, nil
 	for i := range 10 {
 		id, want := s.submit(t, fmt.Sprintf("during-%d", i), time.Minute)

@@ -65,29 +65,3 @@ func (s *Store) WorkClaim(ctx context.Context, p store.WorkClaimParams) ([]store
 	}
 	return out, nil
 }
-
-func (s *Store) WorkUnclaim(ctx context.Context, claims []store.ClaimRef) ([]store.Work, error) {
-	if len(claims) == 0 {
-		return nil, nil
-	}
-	ids := make([]string, len(claims))
-	instances := make([]string, len(claims))
-	claimIDs := make([]string, len(claims))
-	for i, c := range claims {
-		ids[i], instances[i], claimIDs[i] = c.ID, c.InstanceID, c.ClaimID
-	}
-	// One conditional write: only a unit still claimed by that instance
-	// under that claim id goes back.
-	rows, err := s.pool.Query(ctx, `UPDATE work SET state = 'queued', instance_id = '', claim_id = '', claimed_at = NULL
-FROM unnest($1::text[], $2::text[], $3::text[]) AS c (id, instance_id, claim_id)
-WHERE work.id = c.id AND work.state = 'claimed' AND work.instance_id = c.instance_id AND work.claim_id = c.claim_id
-RETURNING `+workColumnsOf("work"), ids, instances, claimIDs)
-	if err != nil {
-		return nil, fmt.Errorf("queueing %d undelivered claims again: %w", len(claims), err)
-	}
-	queued, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Work, error) { return scanWork(r) })
-	if err != nil {
-		return nil, fmt.Errorf("queueing %d undelivered claims again: %w", len(claims), err)
-	}
-	return queued, nil
-}

@@ -95,33 +95,3 @@ func claimCandidates(ctx context.Context, tx querier, account string, now int64,
 	}
 	return ids, rows.Err()
 }
-
-func (s *Store) WorkUnclaim(ctx context.Context, claims []store.ClaimRef) ([]store.Work, error) {
-	if len(claims) == 0 {
-		return nil, nil
-	}
-	var queued []store.Work
-	// Lazily synced: see store.Store.WorkUnclaim.
-	err := s.write1(ctx, true, func(ctx context.Context, tx querier) error {
-		queued = queued[:0]
-		for _, c := range claims {
-			w, err := scanWork(tx.QueryRowContext(ctx, `UPDATE work
-SET state = 'queued', instance_id = '', claim_id = '', claimed_at = 0
-WHERE id = ? AND state = 'claimed' AND instance_id = ? AND claim_id = ?
-RETURNING `+workColumns,
-				c.ID, c.InstanceID, c.ClaimID))
-			if errors.Is(err, sql.ErrNoRows) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			queued = append(queued, w)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("queueing %d undelivered claims again: %w", len(claims), err)
-	}
-	return queued, nil
-}

@@ -1,19 +1,15 @@
 package storetest
 
 import (
-	"slices"
 	"time"
 
 	"github.com/opsgate/opsgate/automator/store"
 )
 
-// A unit handed straight to a waiting poll is stored already claimed; one
-// whose poll left before it could be delivered is queued again.
+// A unit handed straight to a waiting poll is stored already claimed.
 var handoffCases = []testCase{
 	{"WorkEnqueueClaimedStoresTheClaim", testWorkEnqueueClaimed},
 	{"WorkEnqueueClaimedWithTakenIDOrUsedKeyChangesNothing", testWorkEnqueueClaimedRefused},
-	{"WorkUnclaimQueuesTheUnitsAgain", testWorkUnclaimQueuesAgain},
-	{"WorkUnclaimLeavesOtherClaimsAlone", testWorkUnclaimLeavesOthersAlone},
 }
 
 // enqueueClaimed stores a unit of account claimed by instance under claimID.
@@ -32,19 +28,6 @@ func (f *fixture) enqueueClaimed(id, account, instance, claimID string, now time
 		f.t.Fatalf("WorkEnqueue(%q) claimed by %q: %v", id, instance, err)
 	}
 	return w
-}
-
-func (f *fixture) unclaim(claims ...store.ClaimRef) []store.Work {
-	f.t.Helper()
-	ws, err := f.s.WorkUnclaim(f.ctx, claims)
-	if err != nil {
-		f.t.Fatalf("WorkUnclaim: %v", err)
-	}
-	return ws
-}
-
-func refOf(w store.Work) store.ClaimRef {
-	return store.ClaimRef{ID: w.ID, InstanceID: w.InstanceID, ClaimID: w.ClaimID}
 }
 
 func testWorkEnqueueClaimed(f *fixture) {
@@ -93,59 +76,5 @@ func testWorkEnqueueClaimedRefused(f *fixture) {
 	f.wantWork("WorkGet of the key's unit", f.get("w-2"), kept)
 	if _, err := f.s.WorkGet(f.ctx, "w-3"); err == nil {
 		f.t.Errorf("WorkGet(w-3): a refused claimed enqueue stored its unit")
-	}
-}
-
-func testWorkUnclaimQueuesAgain(f *fixture) {
-	f.account("acme")
-	f.enqueue("w-1", "acme", at(0), at(time.Hour))
-	claimed := f.claimOne("acme", "i-1", "w-1", at(time.Second))
-	handed := f.enqueueClaimed("w-2", "acme", "i-2", "claim-2", at(2*time.Second))
-
-	back := f.unclaim(refOf(claimed), refOf(handed))
-	slices.SortFunc(back, func(a, b store.Work) int { return a.QueuedAt.Compare(b.QueuedAt) })
-	if got := ids(back); !slices.Equal(got, []string{"w-1", "w-2"}) {
-		f.t.Fatalf("WorkUnclaim queued %v again, want [w-1 w-2]", got)
-	}
-	for _, w := range back {
-		if w.State != store.StateQueued || w.InstanceID != "" || w.ClaimID != "" || !w.ClaimedAt.IsZero() {
-			f.t.Errorf("WorkUnclaim returned %s as %s by %q under %q at %v, want queued with no claim", w.ID, w.State, w.InstanceID, w.ClaimID, w.ClaimedAt)
-		}
-		f.wantWork("WorkGet of "+w.ID+" queued again", f.get(w.ID), w)
-	}
-	// Claimable again, oldest first, and the old claims are void.
-	again := f.claim("acme", "i-3", 10, at(3*time.Second))
-	if got := ids(again); !slices.Equal(got, []string{"w-1", "w-2"}) {
-		f.t.Fatalf("WorkClaim after WorkUnclaim took %v, want [w-1 w-2]", got)
-	}
-	_, err := f.s.WorkComplete(f.ctx, store.WorkCompleteParams{
-		ID: "w-2", ClaimID: "claim-2", State: store.StateSucceeded, Now: at(4 * time.Second),
-	})
-	f.wantErr("WorkComplete under a claim that was undone", err, store.ErrClaimMismatch)
-}
-
-func testWorkUnclaimLeavesOthersAlone(f *fixture) {
-	f.account("acme")
-	f.enqueue("done", "acme", at(0), at(time.Hour))
-	done := f.complete(f.claimOne("acme", "i-1", "done", at(time.Second)), at(2*time.Second))
-	f.enqueue("held", "acme", at(3*time.Second), at(time.Hour))
-	held := f.claimOne("acme", "i-1", "held", at(4*time.Second))
-	queued := f.enqueue("queued", "acme", at(5*time.Second), at(time.Hour))
-
-	back := f.unclaim(
-		store.ClaimRef{ID: "held", InstanceID: "i-1", ClaimID: "another claim"},
-		store.ClaimRef{ID: "held", InstanceID: "i-2", ClaimID: held.ClaimID},
-		refOf(done),
-		refOf(queued),
-		store.ClaimRef{ID: "nowhere", InstanceID: "i-1", ClaimID: "x"},
-	)
-	if len(back) != 0 {
-		f.t.Errorf("WorkUnclaim of claims that do not hold queued %v again", ids(back))
-	}
-	f.wantWork("WorkGet of the held unit", f.get("held"), held)
-	f.wantWork("WorkGet of the finished unit", f.get("done"), done)
-	f.wantWork("WorkGet of the queued unit", f.get("queued"), queued)
-	if back := f.unclaim(); len(back) != 0 {
-		f.t.Errorf("WorkUnclaim of nothing queued %v", ids(back))
 	}
 }
