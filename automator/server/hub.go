@@ -220,9 +220,10 @@ func (p *poller) Close() []store.Work {
 //
 // The oldest parked poller that accepts units is picked and leaves the
 // waiting list, so no wake-up takes it. (A poller between a wake-up and
-// its next wait may be claiming units itself; it is passed over.) Until the first unit reserved for
-// it is stored, further units go to it too, up to its free slots: units
-// queued together leave together, as one claim would take them.
+// its next wait may be claiming units itself; it is passed over.) Until
+// the first unit reserved for it is stored, further units go to it too, up
+// to its free slots: units queued together leave together, as one claim
+// would take them.
 //
 // A unit another replica queued and whose announcement is late or lost
 // can be overtaken: order across replicas is best effort (docs).
