@@ -12,28 +12,10 @@ var handoffCases = []testCase{
 	{"WorkEnqueueClaimedWithTakenIDOrUsedKeyChangesNothing", testWorkEnqueueClaimedRefused},
 }
 
-// enqueueClaimed stores a unit of account claimed by instance under claimID.
-func (f *fixture) enqueueClaimed(id, account, instance, claimID string, now time.Time) store.Work {
-	f.t.Helper()
-	w, err := f.s.WorkEnqueue(f.ctx, store.WorkEnqueueParams{
-		ID:            id,
-		Account:       account,
-		KeyID:         7,
-		SealedCommand: []byte("sealed command of " + id),
-		Now:           now,
-		Deadline:      now.Add(time.Hour),
-		ClaimFor:      &store.ClaimRef{InstanceID: instance, ClaimID: claimID},
-	})
-	if err != nil {
-		f.t.Fatalf("WorkEnqueue(%q) claimed by %q: %v", id, instance, err)
-	}
-	return w
-}
-
 func testWorkEnqueueClaimed(f *fixture) {
 	f.account("acme")
 	now := at(time.Minute)
-	got := f.enqueueClaimed("w-1", "acme", "i-1", "claim-1", now)
+	got := f.enqueueFor("w-1", "acme", now, now.Add(time.Hour), &store.ClaimRef{InstanceID: "i-1", ClaimID: "claim-1"})
 	want := store.Work{
 		ID: "w-1", Account: "acme", State: store.StateClaimed, KeyID: 7,
 		SealedCommand: []byte("sealed command of w-1"),

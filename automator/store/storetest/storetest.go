@@ -80,6 +80,13 @@ func (f *fixture) account(name string) store.Account {
 // enqueue queues a unit of account at queuedAt with the given deadline.
 func (f *fixture) enqueue(id, account string, queuedAt, deadline time.Time) store.Work {
 	f.t.Helper()
+	return f.enqueueFor(id, account, queuedAt, deadline, nil)
+}
+
+// enqueueFor is enqueue, with the unit stored already claimed when claim is
+// not nil (store.WorkEnqueueParams.ClaimFor).
+func (f *fixture) enqueueFor(id, account string, queuedAt, deadline time.Time, claim *store.ClaimRef) store.Work {
+	f.t.Helper()
 	w, err := f.s.WorkEnqueue(f.ctx, store.WorkEnqueueParams{
 		ID:            id,
 		Account:       account,
@@ -87,9 +94,10 @@ func (f *fixture) enqueue(id, account string, queuedAt, deadline time.Time) stor
 		SealedCommand: []byte("sealed command of " + id),
 		Now:           queuedAt,
 		Deadline:      deadline,
+		ClaimFor:      claim,
 	})
 	if err != nil {
-		f.t.Fatalf("WorkEnqueue(%q): %v", id, err)
+		f.t.Fatalf("WorkEnqueue(%q, claimed for %v): %v", id, claim, err)
 	}
 	return w
 }
