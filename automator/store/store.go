@@ -315,10 +315,11 @@ type Store interface {
 	// AccountList returns all accounts ordered by name.
 	AccountList(ctx context.Context) ([]Account, error)
 
-	// WorkEnqueue stores a new queued unit. ErrExists if the ID is taken;
-	// ErrNotFound if the account does not exist; the existing unit and
-	// ErrDuplicate if p.IdempotencyKey was used on the account at or after
-	// p.IdempotencySince.
+	// WorkEnqueue stores a new unit: queued, or already claimed when
+	// p.ClaimFor is set (nobody could claim it before). ErrExists if the ID
+	// is taken; ErrNotFound if the account does not exist; the existing
+	// unit and ErrDuplicate if p.IdempotencyKey was used on the account at
+	// or after p.IdempotencySince.
 	WorkEnqueue(ctx context.Context, p WorkEnqueueParams) (Work, error)
 	// WorkClaim atomically moves up to p.Max queued units of p.Account whose
 	// deadline is after p.Now to claimed, oldest first, each with its own

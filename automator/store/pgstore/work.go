@@ -117,8 +117,8 @@ func (s *Store) enqueueOnce(ctx context.Context, p store.WorkEnqueueParams) (sto
 	return w, err
 }
 
-// insertWork inserts a new unit, queued or claimed (p.ClaimFor); key is its idempotency key, nil for
-// none.
+// insertWork inserts a new unit, queued or claimed (p.ClaimFor); key is
+// its idempotency key, nil for none.
 func insertWork(ctx context.Context, q querier, p store.WorkEnqueueParams, key *string) (store.Work, error) {
 	state, instance, claimID, claimedAt := string(store.StateQueued), "", "", (*time.Time)(nil)
 	if c := p.ClaimFor; c != nil {
