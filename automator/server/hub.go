@@ -191,10 +191,7 @@ func (p *poller) rearm() {
 // passes an unconsumed wake-up to another poller.
 func (p *poller) Close() []store.Work {
 	p.h.mu.Lock()
-	p.h.removeLocked(p)
-	if p.h.filling[p.account] == p {
-		delete(p.h.filling, p.account)
-	}
+	p.h.detachLocked(p)
 	p.closed = true
 	us := p.handed
 	p.handed = nil
@@ -265,9 +262,7 @@ func (h *hub) hand(p *poller, w store.Work) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	p.inFlight--
-	if h.filling[p.account] == p {
-		delete(h.filling, p.account) // the first unit is in: go
-	}
+	h.stopFillingLocked(p) // the first unit is in: go
 	if p.closed {
 		return false
 	}
@@ -322,10 +317,7 @@ func (p *poller) leave(ctx context.Context) {
 	h := p.h
 	h.mu.Lock()
 	p.parked = false
-	h.removeLocked(p)
-	if h.filling[p.account] == p {
-		delete(h.filling, p.account)
-	}
+	h.detachLocked(p)
 	for p.inFlight > 0 {
 		h.mu.Unlock()
 		select {
@@ -347,6 +339,20 @@ func (p *poller) take() []store.Work {
 	us := p.handed
 	p.handed = nil
 	return us
+}
+
+// detachLocked takes p out of the waiting list and stops handing it more
+// units (reserve).
+func (h *hub) detachLocked(p *poller) {
+	h.removeLocked(p)
+	h.stopFillingLocked(p)
+}
+
+// stopFillingLocked ends the reservations of further units for p.
+func (h *hub) stopFillingLocked(p *poller) {
+	if h.filling[p.account] == p {
+		delete(h.filling, p.account)
+	}
 }
 
 func (h *hub) removeLocked(p *poller) {
