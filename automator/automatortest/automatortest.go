@@ -33,6 +33,7 @@ import (
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/grpcwire"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -144,14 +145,14 @@ func Start(t testing.TB, o Options) *Automator {
 		}
 		creds = credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12})
 	}
-	gs := grpc.NewServer(
+	gs := grpc.NewServer(append(grpcwire.ServerOptions(),
 		grpc.Creds(creds),
 		grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{srv.UnaryInterceptor()}, o.Interceptors...)...),
 		grpc.MaxRecvMsgSize(maxMessage),
 		grpc.MaxSendMsgSize(maxMessage),
 		// As `automator serve`: clients and proxies may ping every 10 s.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	)
+	)...)
 	automatorv1.RegisterProxyServiceServer(gs, srv.ProxyService())
 	automatorv1.RegisterAutomatorServiceServer(gs, srv.AutomatorService())
 

@@ -19,6 +19,7 @@ import (
 	"github.com/opsgate/opsgate/automator/metrics"
 	"github.com/opsgate/opsgate/automator/pki"
 	"github.com/opsgate/opsgate/automator/server"
+	"github.com/opsgate/opsgate/internal/grpcwire"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -104,7 +105,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	gs := grpc.NewServer(
+	gs := grpc.NewServer(append(grpcwire.ServerOptions(),
 		grpc.Creds(creds),
 		grpc.UnaryInterceptor(srv.UnaryInterceptor()),
 		grpc.MaxRecvMsgSize(maxMessage),
@@ -120,7 +121,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		// and dead ones are noticed; allow that, refuse faster pings.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-	)
+	)...)
 	automatorv1.RegisterProxyServiceServer(gs, srv.ProxyService())
 	automatorv1.RegisterAutomatorServiceServer(gs, srv.AutomatorService())
 

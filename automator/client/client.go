@@ -43,6 +43,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/opsgate/opsgate/automator/pki"
+	"github.com/opsgate/opsgate/internal/grpcwire"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -99,7 +100,7 @@ func dial(cfg Config, t target, caPEM []byte) (*grpc.ClientConn, error) {
 		}
 		creds = credentials.NewTLS(tlsCfg)
 	}
-	opts := []grpc.DialOption{
+	opts := append(grpcwire.DialOptions(),
 		grpc.WithTransportCredentials(creds),
 		grpc.WithPerRPCCredentials(bearer{secret: cfg.APIKey, tls: !t.plaintext}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage)),
@@ -112,7 +113,7 @@ func dial(cfg Config, t target, caPEM []byte) (*grpc.ClientConn, error) {
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 3 * time.Second},
 			MinConnectTimeout: 5 * time.Second,
 		}),
-	}
+	)
 	if cfg.Dial != nil {
 		opts = append(opts, grpc.WithContextDialer(cfg.Dial))
 	} else {

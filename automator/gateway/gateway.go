@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/opsgate/opsgate/internal/grpcwire"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	automatorgw "github.com/opsgate/opsgate/proto/gateway/automator/v1"
 )
@@ -63,11 +64,11 @@ func Mount(ctx context.Context, mux *http.ServeMux, gs *grpc.Server, o Options) 
 		// certificate is not verified (its CA may not even be at hand).
 		creds = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: true})
 	}
-	conn, err := grpc.NewClient("passthrough:///automator-gateway",
+	conn, err := grpc.NewClient("passthrough:///automator-gateway", append(grpcwire.DialOptions(),
 		grpc.WithContextDialer(lis.dial),
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.MaxMessage), grpc.MaxCallSendMsgSize(o.MaxMessage)),
-	)
+	)...)
 	if err != nil {
 		lis.Close()
 		return fmt.Errorf("connecting the HTTP gateway to the gRPC server: %w", err)

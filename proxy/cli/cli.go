@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/opsgate/opsgate/automator/pki"
+	"github.com/opsgate/opsgate/internal/grpcwire"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"github.com/opsgate/opsgate/proxy/agent"
 	"github.com/opsgate/opsgate/proxy/config"
@@ -188,12 +189,12 @@ func Dial(cfg config.Config) (*grpc.ClientConn, error) {
 		}
 		creds = credentials.NewTLS(tlsCfg)
 	}
-	return grpc.NewClient(addr,
+	return grpc.NewClient(addr, append(grpcwire.DialOptions(),
 		grpc.WithTransportCredentials(creds),
 		grpc.WithPerRPCCredentials(bearer{secret: cfg.Token, tls: useTLS}),
 		grpc.WithKeepaliveParams(Keepalive),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20), grpc.MaxCallSendMsgSize(8<<20)),
-	)
+	)...)
 }
 
 // Keepalive is the proxy's connection keepalive: a ping after 10 s without

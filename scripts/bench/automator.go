@@ -19,6 +19,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/pki"
+	"github.com/opsgate/opsgate/internal/grpcwire"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	proxyconfig "github.com/opsgate/opsgate/proxy/config"
 )
@@ -166,12 +167,12 @@ func dial(addr string, caPEM []byte, secret string, extra ...grpc.DialOption) (*
 	if err != nil {
 		return nil, err
 	}
-	opts := []grpc.DialOption{
+	opts := append(grpcwire.DialOptions(),
 		grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
 		grpc.WithPerRPCCredentials(bearer{secret: secret}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
-	}
+	)
 	return grpc.NewClient(addr, append(opts, extra...)...)
 }
 

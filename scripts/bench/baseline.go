@@ -29,6 +29,7 @@ import (
 	"github.com/opsgate/opsgate/automator/pki"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
+	"github.com/opsgate/opsgate/internal/grpcwire"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -69,7 +70,7 @@ func startEcho(dir string) (addr string, stop func(), err error) {
 	if err != nil {
 		return "", nil, err
 	}
-	gs := grpc.NewServer(
+	gs := grpc.NewServer(append(grpcwire.ServerOptions(),
 		grpc.Creds(credentials.NewTLS(tlsCfg)),
 		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			md, _ := metadata.FromIncomingContext(ctx)
@@ -82,7 +83,7 @@ func startEcho(dir string) (addr string, stop func(), err error) {
 		grpc.MaxSendMsgSize(maxMessage),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-	)
+	)...)
 	automatorv1.RegisterAutomatorServiceServer(gs, echoService{})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

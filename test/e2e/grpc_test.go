@@ -4,12 +4,19 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/pki"
+	"github.com/opsgate/opsgate/internal/grpcwire"
+	"github.com/opsgate/opsgate/internal/grpcwire/wiretest"
 	"github.com/opsgate/opsgate/internal/proctest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
@@ -36,5 +43,38 @@ func waitWork(ctx context.Context, c automatorv1.AutomatorServiceClient, id stri
 			return nil, err
 		case <-time.After(100 * time.Millisecond):
 		}
+	}
+}
+
+// TestServeUsesFixedFlowControlWindows speaks raw HTTP/2 over TLS to
+// `automator serve`: it announces grpcwire's fixed windows, and a request's
+// data draws no PING from it (the bandwidth probes of dynamic windows cost
+// every poll and every call a PING and its answer; docs/performance.md).
+func TestServeUsesFixedFlowControlWindows(t *testing.T) {
+	a := startAutomator(t)
+	caPEM, err := os.ReadFile(filepath.Join(a.DataDir, config.FileCACert))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsCfg, err := pki.ClientTLS(caPEM, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsCfg.NextProtos = []string{"h2"}
+	c, err := tls.Dial("tcp", a.GRPCAddr, tlsCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Minute))
+	w, pinged, err := wiretest.ProbeServer(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (wiretest.Windows{Stream: grpcwire.StreamWindow, Conn: grpcwire.ConnWindow}); w != want {
+		t.Errorf("windows %+v, want %+v", w, want)
+	}
+	if pinged {
+		t.Error("serve sent a PING on receiving data: a bandwidth probe of dynamic windows")
 	}
 }
