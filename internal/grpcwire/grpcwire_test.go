@@ -16,8 +16,6 @@ import (
 	"github.com/opsgate/opsgate/internal/grpcwire/wiretest"
 )
 
-var want = wiretest.Windows{Stream: grpcwire.StreamWindow, Conn: grpcwire.ConnWindow}
-
 // TestServerAnnouncesFixedWindowsAndSendsNoBDPPings speaks HTTP/2 to a
 // server built with ServerOptions: it announces the fixed windows, and data
 // arriving on a stream draws no PING (a bandwidth probe) from it.
@@ -35,17 +33,7 @@ func TestServerAnnouncesFixedWindowsAndSendsNoBDPPings(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(time.Minute))
-	w, pinged, err := wiretest.ProbeServer(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if w != want {
-		t.Errorf("windows %+v, want %+v", w, want)
-	}
-	if pinged {
-		t.Error("the server sent a PING on receiving data: a bandwidth probe of dynamic windows")
-	}
+	wiretest.CheckServer(t, c)
 }
 
 // TestClientAnnouncesFixedWindowsAndSendsNoBDPPings plays the server for a
@@ -84,8 +72,8 @@ func TestClientAnnouncesFixedWindowsAndSendsNoBDPPings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w != want {
-		t.Errorf("windows %+v, want %+v", w, want)
+	if w != wiretest.Want {
+		t.Errorf("windows %+v, want %+v", w, wiretest.Want)
 	}
 	if err := fr.WriteSettingsAck(); err != nil {
 		t.Fatal(err)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/pki"
-	"github.com/opsgate/opsgate/internal/grpcwire"
 	"github.com/opsgate/opsgate/internal/grpcwire/wiretest"
 	"github.com/opsgate/opsgate/internal/proctest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
@@ -66,15 +65,5 @@ func TestServeUsesFixedFlowControlWindows(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(time.Minute))
-	w, pinged, err := wiretest.ProbeServer(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := (wiretest.Windows{Stream: grpcwire.StreamWindow, Conn: grpcwire.ConnWindow}); w != want {
-		t.Errorf("windows %+v, want %+v", w, want)
-	}
-	if pinged {
-		t.Error("serve sent a PING on receiving data: a bandwidth probe of dynamic windows")
-	}
+	wiretest.CheckServer(t, c)
 }

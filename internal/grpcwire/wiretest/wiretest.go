@@ -10,9 +10,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"testing"
+	"time"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/opsgate/opsgate/internal/grpcwire"
 )
 
 // Windows is what a peer announced.
@@ -31,6 +35,27 @@ var probe = [8]byte{'o', 'p', 's', 'g', 'a', 't', 'e', '!'}
 
 // opened is the payload of the PING that ReadWindows sends.
 var opened = [8]byte{'w', 'i', 'n', 'd', 'o', 'w', 's', '?'}
+
+// Want is what grpcwire's options announce.
+var Want = Windows{Stream: grpcwire.StreamWindow, Conn: grpcwire.ConnWindow}
+
+// CheckServer probes the gRPC server at the other end of c (ProbeServer)
+// and fails t unless the server announces grpcwire's windows and sends no
+// PING on receiving data.
+func CheckServer(t testing.TB, c net.Conn) {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(time.Minute))
+	w, pinged, err := ProbeServer(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w != Want {
+		t.Errorf("windows %+v, want %+v", w, Want)
+	}
+	if pinged {
+		t.Error("the server sent a PING on receiving data: a bandwidth probe of dynamic windows")
+	}
+}
 
 // ProbeServer opens an HTTP/2 connection over c to a gRPC server, sends a
 // request with one empty message, and reports the windows the server
