@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 
 	"golang.org/x/crypto/chacha20poly1305"
 )
@@ -129,11 +130,29 @@ func parseHeader(blob []byte) (uint32, error) {
 }
 
 // newAEAD derives a per-purpose key from secret so the raw secret is never
-// used directly and distinct purposes never share an AEAD key.
+// used directly and distinct purposes never share an AEAD key. The AEAD of
+// each (secret, purpose) is kept (aeads): deriving its key costs more than
+// sealing a small command, and every unit seals and opens a few.
 func newAEAD(secret []byte, info string) (cipher.AEAD, error) {
 	if info == "" {
 		return nil, errors.New("no key derivation info (invalid direction?)")
 	}
+	if len(secret) != 32 {
+		return deriveAEAD(secret, info)
+	}
+	k := aeadKey{secret: [32]byte(secret), info: info}
+	if a, ok := aeads.get(k); ok {
+		return a, nil
+	}
+	a, err := deriveAEAD(secret, info)
+	if err != nil {
+		return nil, err
+	}
+	aeads.put(k, a)
+	return a, nil
+}
+
+func deriveAEAD(secret []byte, info string) (cipher.AEAD, error) {
 	key, err := hkdf.Key(sha256.New, secret, nil, info, chacha20poly1305.KeySize)
 	if err != nil {
 		return nil, fmt.Errorf("deriving key: %w", err)
@@ -143,6 +162,43 @@ func newAEAD(secret []byte, info string) (cipher.AEAD, error) {
 		return nil, fmt.Errorf("creating cipher: %w", err)
 	}
 	return aead, nil
+}
+
+// aeadKey names a derived AEAD by the secret itself (not its key id, which
+// two different secrets may share) and the purpose.
+type aeadKey struct {
+	secret [32]byte
+	info   string
+}
+
+// aeadCache holds derived AEADs (safe for concurrent use, as cipher.AEAD
+// from chacha20poly1305 is). It is emptied when it reaches maxAEADs, so
+// the secrets of rotated keys do not pile up in it.
+type aeadCache struct {
+	mu sync.RWMutex
+	m  map[aeadKey]cipher.AEAD
+}
+
+// maxAEADs bounds aeads: two purposes for each account key in use, and
+// the master key's.
+const maxAEADs = 4096
+
+var aeads = &aeadCache{m: make(map[aeadKey]cipher.AEAD)}
+
+func (c *aeadCache) get(k aeadKey) (cipher.AEAD, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	a, ok := c.m[k]
+	return a, ok
+}
+
+func (c *aeadCache) put(k aeadKey, a cipher.AEAD) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= maxAEADs {
+		clear(c.m)
+	}
+	c.m[k] = a
 }
 
 func sealAD(version byte, keyID uint32, account, workID string, dir Direction) []byte {

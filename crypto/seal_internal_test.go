@@ -2,10 +2,12 @@ package crypto
 
 import (
 	"bytes"
+	"crypto/cipher"
 	"crypto/hkdf"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"testing"
 
 	"golang.org/x/crypto/chacha20poly1305"
@@ -89,5 +91,47 @@ func TestADVector(t *testing.T) {
 	}
 	if bytes.Equal(sealAD(1, 2, "ab", "c", DirResult), sealAD(1, 2, "a", "bc", DirResult)) {
 		t.Fatal("ad is not injective across the account/work id boundary")
+	}
+}
+
+// TestDerivedAEADsAreKeptPerSecretAndPurpose: the cache gives the same AEAD
+// for the same secret and purpose, and a different one when either differs,
+// even for keys that share an id.
+func TestDerivedAEADsAreKeptPerSecretAndPurpose(t *testing.T) {
+	a, b := Key{ID: 1}, Key{ID: 1}
+	a.Secret[0], b.Secret[0] = 1, 2
+	get := func(k Key, d Direction) cipher.AEAD {
+		t.Helper()
+		aead, err := newAEAD(k.Secret[:], d.hkdfInfo())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return aead
+	}
+	if get(a, DirCommand) != get(a, DirCommand) {
+		t.Error("the same secret and purpose derived a new AEAD")
+	}
+	if get(a, DirCommand) == get(b, DirCommand) {
+		t.Error("two secrets with the same key id share an AEAD")
+	}
+	if get(a, DirCommand) == get(a, DirResult) {
+		t.Error("two purposes of one secret share an AEAD")
+	}
+	blob, err := Seal(a, "acct", "w_1", DirCommand, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(Keys{b}, "acct", "w_1", DirCommand, blob); !errors.Is(err, ErrOpen) {
+		t.Errorf("opened with another secret of the same id: %v", err)
+	}
+}
+
+func BenchmarkSealSmallCommand(b *testing.B) {
+	k := Key{ID: 1}
+	plain := make([]byte, 64)
+	for b.Loop() {
+		if _, err := Seal(k, "acct", "w_0123456789", DirCommand, plain); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
