@@ -38,8 +38,7 @@ func sourceOf(ctx context.Context) string {
 		return ""
 	}
 	if p.Addr.Network() == "pipe" {
-		md, _ := metadata.FromIncomingContext(ctx)
-		if fwd := md.Get("x-forwarded-for"); len(fwd) > 0 {
+		if fwd := metadata.ValueFromIncomingContext(ctx, "x-forwarded-for"); len(fwd) > 0 {
 			parts := strings.Split(fwd[len(fwd)-1], ",")
 			return clip(strings.TrimSpace(parts[len(parts)-1]))
 		}

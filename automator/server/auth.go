@@ -121,8 +121,8 @@ func (s *Server) authenticate(ctx context.Context, method string) (context.Conte
 }
 
 func bearer(ctx context.Context) (string, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	vals := md.Get("authorization")
+	// Only this key's values are copied, not the whole metadata.
+	vals := metadata.ValueFromIncomingContext(ctx, "authorization")
 	if len(vals) != 1 {
 		return "", errors.New("missing authorization metadata (Bearer token)")
 	}
