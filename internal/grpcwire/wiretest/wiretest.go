@@ -92,20 +92,13 @@ func ProbeServer(c net.Conn) (w Windows, pinged bool, err error) {
 // right after them when the window is larger than the default. A PING sent
 // first bounds the wait: its answer comes after both.
 func ReadWindows(fr *http2.Framer) (Windows, error) {
-	if err := fr.WritePing(false, opened); err != nil {
-		return Windows{}, err
-	}
 	w := Windows{Conn: 65535}
 	settings := false
-	for {
-		f, err := fr.ReadFrame()
-		if err != nil {
-			return w, err
-		}
+	err := untilAnswered(fr, opened, func(f http2.Frame) {
 		switch f := f.(type) {
 		case *http2.SettingsFrame:
 			if f.IsAck() || settings {
-				continue
+				return
 			}
 			settings = true
 			w.Stream = 65535
@@ -116,41 +109,46 @@ func ReadWindows(fr *http2.Framer) (Windows, error) {
 			if f.StreamID == 0 && w.Conn == 65535 {
 				w.Conn += f.Increment
 			}
-		case *http2.PingFrame:
-			if f.IsAck() && f.Data == opened {
-				if !settings {
-					return w, errors.New("no SETTINGS before the PING's answer")
-				}
-				return w, nil
-			}
-		case *http2.GoAwayFrame:
-			return w, fmt.Errorf("GOAWAY %v: %s", f.ErrCode, f.DebugData())
 		}
+	})
+	if err == nil && !settings {
+		err = errors.New("no SETTINGS before the PING's answer")
 	}
+	return w, err
 }
 
 // PingedBeforeProbe sends a PING and reads frames until its answer,
 // reporting whether the peer sent a PING of its own first.
 func PingedBeforeProbe(fr *http2.Framer) (bool, error) {
-	if err := fr.WritePing(false, probe); err != nil {
-		return false, err
-	}
 	pinged := false
+	err := untilAnswered(fr, probe, func(f http2.Frame) {
+		if p, ok := f.(*http2.PingFrame); ok && !p.IsAck() {
+			pinged = true
+		}
+	})
+	return pinged, err
+}
+
+// untilAnswered sends a PING carrying data and passes every frame the peer
+// sends before its answer to seen.
+func untilAnswered(fr *http2.Framer, data [8]byte, seen func(http2.Frame)) error {
+	if err := fr.WritePing(false, data); err != nil {
+		return err
+	}
 	for {
 		f, err := fr.ReadFrame()
 		if err != nil {
-			return pinged, err
+			return err
 		}
 		switch f := f.(type) {
 		case *http2.PingFrame:
-			if !f.IsAck() {
-				pinged = true
-			} else if f.Data == probe {
-				return pinged, nil
+			if f.IsAck() && f.Data == data {
+				return nil
 			}
 		case *http2.GoAwayFrame:
-			return pinged, errors.New("GOAWAY before the PING's answer")
+			return fmt.Errorf("GOAWAY %v before the PING's answer: %s", f.ErrCode, f.DebugData())
 		}
+		seen(f)
 	}
 }
 
