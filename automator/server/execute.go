@@ -33,7 +33,7 @@ var AccountNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 // ExecuteOnProxy queues the command and waits until the unit is terminal.
 func (a *AutomatorService) ExecuteOnProxy(ctx context.Context, req *automatorv1.ExecuteRequest) (*automatorv1.WorkStatus, error) {
 	s := a.s
-	id := newID("w_")
+	id := store.NewWorkID(time.Now())
 	// Subscribed before the unit exists, so its end cannot be missed and
 	// the queued unit need not be read again.
 	sub := s.hub.WaitDone(id)
@@ -56,7 +56,7 @@ func (a *AutomatorService) ExecuteOnProxy(ctx context.Context, req *automatorv1.
 
 // Submit queues the command and returns at once.
 func (a *AutomatorService) Submit(ctx context.Context, req *automatorv1.ExecuteRequest) (*automatorv1.WorkStatus, error) {
-	w, err := a.s.enqueue(ctx, req, "Submit", newID("w_"), false)
+	w, err := a.s.enqueue(ctx, req, "Submit", store.NewWorkID(time.Now()), false)
 	if err != nil {
 		return nil, err
 	}

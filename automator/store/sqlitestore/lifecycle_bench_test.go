@@ -93,8 +93,8 @@ func benchLifecycle(b *testing.B, callers int) {
 // lifecycle enqueues, claims and completes one unit with the parameters the
 // server passes.
 func lifecycle(ctx context.Context, s *Store, account, instance string) error {
-	id := "w_" + hex.EncodeToString(randBytes(16))
 	now := time.Now()
+	id := store.NewWorkID(now)
 	queued := store.AuditEvent{At: now, Kind: store.AuditWorkQueued, Actor: "apikey:k_0123456789abcdef", Source: "127.0.0.1", Detail: "ExecuteOnProxy",
 		Account: account, WorkID: id, SealedScript: randBytes(48)}
 	if _, err := s.WorkEnqueue(ctx, store.WorkEnqueueParams{
@@ -119,7 +119,8 @@ func lifecycle(ctx context.Context, s *Store, account, instance string) error {
 }
 
 // fillBacklog writes n finished units spread over the accounts, with two
-// audit records each, in one transaction.
+// audit records each, in one transaction. Their ids are in time order, as
+// store.NewWorkID makes them.
 func fillBacklog(ctx context.Context, s *Store, n, accounts int, before time.Time) error {
 	if n <= 0 {
 		return nil
@@ -128,9 +129,9 @@ func fillBacklog(ctx context.Context, s *Store, n, accounts int, before time.Tim
 		at := toNanos(before.Add(-time.Hour))
 		if _, err := tx.ExecContext(ctx, `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)
 INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, claimed_at, instance_id, claim_id, finished_at, sealed_result)
-SELECT 'w_' || lower(hex(randomblob(16))), printf('acct-%02d', i % ?), 'succeeded', 1, randomblob(180),
+SELECT printf('w_%012x', (? + i * 1000) / 1000000) || lower(hex(randomblob(10))), printf('acct-%02d', i % ?), 'succeeded', 1, randomblob(180),
 	? + i * 1000, ? + i * 1000 + 300000000000, ? + i * 1000 + 1000, 'i_backlog', 'c_' || lower(hex(randomblob(16))), ? + i * 1000 + 2000, randomblob(120)
-FROM n`, n, accounts, at, at, at, at); err != nil {
+FROM n`, n, at, accounts, at, at, at, at); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO audit (at, kind, actor, source, account, work_id, instance_id, outcome, sealed_script, detail)

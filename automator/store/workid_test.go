@@ -1,0 +1,39 @@
+package store
+
+import (
+	"regexp"
+	"testing"
+	"time"
+)
+
+var workIDPattern = regexp.MustCompile(`^w_[0-9a-f]{32}$`)
+
+// Work ids have the shape of the automator's other ids, sort by the
+// millisecond they were made in (so units queued together share the pages
+// of the primary key's index), and stay unique within one millisecond.
+func TestWorkIDsSortByTimeAndAreUnique(t *testing.T) {
+	t0 := time.UnixMilli(1_790_000_000_000)
+	if got, want := NewWorkID(t0)[2:14], "01a0c4506c00"; got != want {
+		t.Fatalf("time part = %s, want %s (%d ms in hex)", got, want, t0.UnixMilli())
+	}
+	seen := make(map[string]bool)
+	prev := ""
+	for i := range 1000 {
+		id := NewWorkID(t0.Add(time.Duration(i/10) * time.Millisecond)) // ten ids per millisecond
+		if !workIDPattern.MatchString(id) {
+			t.Fatalf("NewWorkID = %q, want w_ and 32 lowercase hex digits", id)
+		}
+		if seen[id] {
+			t.Fatalf("id %q made twice", id)
+		}
+		seen[id] = true
+		if i%10 == 0 && prev != "" && id <= prev {
+			t.Fatalf("id %q of a later millisecond does not sort after %q", id, prev)
+		}
+		prev = id
+	}
+	// Within one millisecond the random part differs.
+	if a, b := NewWorkID(t0), NewWorkID(t0); a[14:] == b[14:] {
+		t.Fatalf("two ids of one millisecond share their random part: %q and %q", a, b)
+	}
+}
