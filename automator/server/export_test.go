@@ -12,5 +12,19 @@ func (s *Server) DoneSubscriptions() int {
 	return n
 }
 
-// WaitingPolls counts the polls of account waiting for work.
-func (s *Server) WaitingPolls(account string) int { return s.hub.waiting(account) }
+// WaitingPolls counts the polls of account parked waiting for work: past
+// their first look at the queue, so that a unit queued now is handed to one
+// of them. (A poll is in the hub's list from before that look.)
+func (s *Server) WaitingPolls(account string) int {
+	s.hub.mu.Lock()
+	defer s.hub.mu.Unlock()
+	n := 0
+	if l := s.hub.pollers[account]; l != nil {
+		for e := l.Front(); e != nil; e = e.Next() {
+			if e.Value.(*poller).parked {
+				n++
+			}
+		}
+	}
+	return n
+}
