@@ -187,9 +187,6 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, m
 			return store.Work{}, status.Errorf(codes.InvalidArgument, "timeout %v is outside (0, %v]", timeout, s.maxTimeout)
 		}
 	}
-	if err := s.checkQueue(ctx, acc.Name, method); err != nil {
-		return store.Work{}, err
-	}
 	key, err := s.currentKey(ctx, acc.Name, acc.KeyID)
 	if err != nil {
 		return store.Work{}, s.internal(ctx, "opening the account key", err)
@@ -224,10 +221,15 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, m
 	}
 	// Nothing claimable is queued and a poll waits: the unit is stored as
 	// claimed by its instance and handed to it, without a second
-	// transaction or a wake-up in between.
+	// transaction or a wake-up in between. Such a unit never joins the
+	// queue, so the queue's cap is not checked for it: on an idle
+	// automator that check would often read the store (a count is trusted
+	// for queueCountFor), a cold read on the way of every sporadic call.
 	to := s.hub.reserve(acc.Name, now)
 	if to != nil {
 		params.ClaimFor = &store.ClaimRef{InstanceID: to.instance, ClaimID: newID("c_")}
+	} else if err := s.checkQueue(ctx, acc.Name, method); err != nil {
+		return store.Work{}, err
 	}
 	w, err := s.store.WorkEnqueue(ctx, params)
 	if to != nil && err != nil {
@@ -456,7 +458,8 @@ func (s *Server) getAllowedWork(ctx context.Context, id, method string) (store.W
 // Counting costs up to the cap (a backlog of 10,000 units is 10,000 index
 // entries), so while an account is far below it the count is not read on
 // every enqueue: a count below half the cap, plus the units queued here
-// since, is trusted for queueCountFor.
+// since, is trusted for queueCountFor. A unit handed straight to a waiting
+// poll is not checked (enqueue): it is claimed as it is stored.
 func (s *Server) checkQueue(ctx context.Context, account, method string) error {
 	max := s.limits.MaxQueuedPerAccount
 	now := s.clock.Now()

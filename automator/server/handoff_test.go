@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,6 +102,45 @@ func TestEnqueueHandsTheUnitToAWaitingPoll(t *testing.T) {
 	case r := <-full:
 		t.Fatalf("the poll with no free slot returned: %v %v", r.resp, r.err)
 	default:
+	}
+}
+
+// queueCounting counts the reads of an account's queue length.
+type queueCounting struct {
+	store.Store
+	counts atomic.Int64
+}
+
+func (c *queueCounting) WorkQueuedCount(ctx context.Context, account string, atMost int) (int, error) {
+	c.counts.Add(1)
+	return c.Store.WorkQueuedCount(ctx, account, atMost)
+}
+
+// TestHandedUnitIsNotCountedAgainstTheQueueCap: a unit handed to a waiting
+// poll never joins the queue, so its Submit does not read the queue's
+// length; a unit that is queued still does.
+func TestHandedUnitIsNotCountedAgainstTheQueueCap(t *testing.T) {
+	spy := &queueCounting{}
+	e := newEnv(t, envOptions{pollWindow: time.Minute, wrap: func(st store.Store) store.Store { spy.Store = st; return spy }})
+	api, px := e.callerClient(), e.proxyClient()
+	polled := pollAsync(t.Context(), px, "a", 1)
+	e.awaitWaiting(1)
+	if st := submit(t, api, e.account, time.Minute); st.GetInstanceId() != "a" {
+		t.Fatalf("unit handed to %q, want a", st.GetInstanceId())
+	}
+	if r := <-polled; r.err != nil || len(r.resp.GetClaims()) != 1 {
+		t.Fatalf("poll: %v, %d claims", r.err, len(r.resp.GetClaims()))
+	}
+	if n := spy.counts.Load(); n != 0 {
+		t.Errorf("a unit handed to a waiting poll read the queue length %d times, want 0", n)
+	}
+
+	// No poll waits now: the next unit is queued, and its cap is checked.
+	if st := submit(t, api, e.account, time.Minute); st.GetState() != automatorv1.State_STATE_QUEUED {
+		t.Fatalf("with no poll waiting the unit is %v, want queued", st.GetState())
+	}
+	if n := spy.counts.Load(); n != 1 {
+		t.Errorf("a queued unit read the queue length %d times, want 1", n)
 	}
 }
 
