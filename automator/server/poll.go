@@ -59,7 +59,7 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 	if w := req.GetWait(); w != nil && w.AsDuration() >= 0 && w.AsDuration() < window {
 		window = w.AsDuration()
 	}
-	window = jitter(window)
+	window = onTick(s.clock.Now(), jitter(window))
 	if until := tokenUntilFrom(ctx); !until.IsZero() {
 		// A previous token: the poll ends with its window, and the next
 		// one is refused.
