@@ -59,7 +59,9 @@ type Config struct {
 	// DefaultTimeout is a unit's time from queueing to its deadline when the
 	// caller gives none.
 	DefaultTimeout time.Duration `yaml:"default_timeout"`
-	// PollWindow is how long a Poll waits for work before returning empty.
+	// PollWindow is how long a Poll waits for work before returning empty
+	// (plus up to 10 % jitter; a window of 5 s or more then ends on a
+	// multiple of 250 ms, so idle polls end together).
 	PollWindow time.Duration `yaml:"poll_window"`
 	// Limits bound commands and abuse (limits.go); defaults when left out.
 	Limits Limits `yaml:"limits,omitempty"`
