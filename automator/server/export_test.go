@@ -12,6 +12,12 @@ func (s *Server) DoneSubscriptions() int {
 	return n
 }
 
+// QueueCounts is a store that counts its WorkQueuedCount calls.
+type QueueCounts = countCounter
+
+// Calls is the number of WorkQueuedCount calls so far.
+func (c *countCounter) Calls() int64 { return c.calls.Load() }
+
 // WaitingPolls counts the polls of account parked waiting for work: past
 // their first look at the queue, so that a unit queued now is handed to one
 // of them. (A poll is in the hub's list from before that look.)

@@ -3,7 +3,6 @@ package server_test
 import (
 	"context"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,22 +104,11 @@ func TestEnqueueHandsTheUnitToAWaitingPoll(t *testing.T) {
 	}
 }
 
-// queueCounting counts the reads of an account's queue length.
-type queueCounting struct {
-	store.Store
-	counts atomic.Int64
-}
-
-func (c *queueCounting) WorkQueuedCount(ctx context.Context, account string, atMost int) (int, error) {
-	c.counts.Add(1)
-	return c.Store.WorkQueuedCount(ctx, account, atMost)
-}
-
 // TestHandedUnitIsNotCountedAgainstTheQueueCap: a unit handed to a waiting
 // poll never joins the queue, so its Submit does not read the queue's
 // length; a unit that is queued still does.
 func TestHandedUnitIsNotCountedAgainstTheQueueCap(t *testing.T) {
-	spy := &queueCounting{}
+	spy := &server.QueueCounts{}
 	e := newEnv(t, envOptions{pollWindow: time.Minute, wrap: func(st store.Store) store.Store { spy.Store = st; return spy }})
 	api, px := e.callerClient(), e.proxyClient()
 	polled := pollAsync(t.Context(), px, "a", 1)
@@ -131,7 +119,7 @@ func TestHandedUnitIsNotCountedAgainstTheQueueCap(t *testing.T) {
 	if r := <-polled; r.err != nil || len(r.resp.GetClaims()) != 1 {
 		t.Fatalf("poll: %v, %d claims", r.err, len(r.resp.GetClaims()))
 	}
-	if n := spy.counts.Load(); n != 0 {
+	if n := spy.Calls(); n != 0 {
 		t.Errorf("a unit handed to a waiting poll read the queue length %d times, want 0", n)
 	}
 
@@ -139,7 +127,7 @@ func TestHandedUnitIsNotCountedAgainstTheQueueCap(t *testing.T) {
 	if st := submit(t, api, e.account, time.Minute); st.GetState() != automatorv1.State_STATE_QUEUED {
 		t.Fatalf("with no poll waiting the unit is %v, want queued", st.GetState())
 	}
-	if n := spy.counts.Load(); n != 1 {
+	if n := spy.Calls(); n != 1 {
 		t.Errorf("a queued unit read the queue length %d times, want 1", n)
 	}
 }
