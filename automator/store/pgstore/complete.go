@@ -20,17 +20,20 @@ func (s *Store) WorkComplete(ctx context.Context, p store.WorkCompleteParams) (s
 	default:
 		return store.Work{}, fmt.Errorf("completing work %q: %q is not an outcome a claimer reports (succeeded, failed or cancelled)", p.ID, p.State)
 	}
-	// No transaction: the conditional UPDATE is the whole write (with its
-	// audit event, one statement), and the read after a refusal only
-	// explains it. $7 is the account the claimer authenticated as, or ''.
+	// The conditional UPDATE is the whole write (with its audit event, one
+	// statement, which may share a transaction with other writes: see
+	// group.go), and the read after a refusal only explains it. $7 is the account the claimer authenticated as, or ''.
 	var w store.Work
 	err := func() error {
-		var err error
-		w, err = scanWork(s.pool.QueryRow(ctx, withAudit(`UPDATE work
+		err := s.write(ctx, withAudit(`UPDATE work
 SET state = $1, sealed_result = $2, reason = $3, finished_at = $4
 WHERE id = $5 AND state = 'claimed' AND claim_id = $6 AND deadline > $4 AND ($7 = '' OR account = $7)
 RETURNING `+workColumns, p.Audit != nil, 8),
-			appendAuditArgs([]any{string(p.State), p.SealedResult, p.Reason, p.Now, p.ID, p.ClaimID, p.Account}, p.Audit)...))
+			appendAuditArgs([]any{string(p.State), p.SealedResult, p.Reason, p.Now, p.ID, p.ClaimID, p.Account}, p.Audit),
+			func(r pgx.Row) (err error) {
+				w, err = scanWork(r)
+				return err
+			})
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}

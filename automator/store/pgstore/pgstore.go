@@ -68,6 +68,8 @@ type Store struct {
 
 	// notify coalesces the NOTIFYs of concurrent Publish calls (notify.go).
 	notify notifier
+	// group gathers concurrent writes into shared transactions (group.go).
+	group grouper
 
 	closeOnce sync.Once
 }

@@ -93,8 +93,15 @@ func (s *Store) WorkEnqueue(ctx context.Context, p store.WorkEnqueueParams) (sto
 
 func (s *Store) enqueueOnce(ctx context.Context, p store.WorkEnqueueParams) (store.Work, error) {
 	if p.IdempotencyKey == "" {
-		// One statement: no transaction needed.
-		return insertWork(ctx, s.pool, p, nil)
+		// One statement: it may share a transaction with other writes
+		// (group.go).
+		sql, args := insertWorkStatement(p, nil)
+		var w store.Work
+		err := s.write(ctx, sql, args, func(r pgx.Row) (err error) {
+			w, err = scanWork(r)
+			return err
+		})
+		return insertedWork(p, w, err)
 	}
 	var w store.Work
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -117,37 +124,45 @@ func (s *Store) enqueueOnce(ctx context.Context, p store.WorkEnqueueParams) (sto
 	return w, err
 }
 
-// insertWork inserts a new unit, queued or claimed (p.ClaimFor); key is
-// its idempotency key, nil for none.
-func insertWork(ctx context.Context, q querier, p store.WorkEnqueueParams, key *string) (store.Work, error) {
+// insertWork inserts a new unit in tx, queued or claimed (p.ClaimFor);
+// key is its idempotency key, nil for none.
+func insertWork(ctx context.Context, tx pgx.Tx, p store.WorkEnqueueParams, key *string) (store.Work, error) {
+	sql, args := insertWorkStatement(p, key)
+	w, err := scanWork(tx.QueryRow(ctx, sql, args...))
+	return insertedWork(p, w, err)
+}
+
+// insertWorkStatement is the statement that inserts a new unit and its
+// audit event, and its arguments.
+func insertWorkStatement(p store.WorkEnqueueParams, key *string) (string, []any) {
 	state, instance, claimID, claimedAt := string(store.StateQueued), "", "", (*time.Time)(nil)
 	if c := p.ClaimFor; c != nil {
 		state, instance, claimID, claimedAt = string(store.StateClaimed), c.InstanceID, c.ClaimID, &p.Now
 	}
-	var row pgx.Row
-	if a := p.Audit; a != nil {
-		// The unit and its audit event in one statement, so in one
-		// transaction: the event is written only with the unit.
-		row = q.QueryRow(ctx, `WITH w AS (
+	args := []any{p.ID, p.Account, state, p.KeyID, nonNil(p.SealedCommand), p.Now, p.Deadline, key, instance, claimID, claimedAt}
+	a := p.Audit
+	if a == nil {
+		return `INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, idempotency_key, instance_id, claim_id, claimed_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+ON CONFLICT (id) DO NOTHING
+RETURNING ` + workColumns, args
+	}
+	// The unit and its audit event in one statement, so in one
+	// transaction: the event is written only with the unit.
+	return `WITH w AS (
 	INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, idempotency_key, instance_id, claim_id, claimed_at)
 	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 	ON CONFLICT (id) DO NOTHING
-	RETURNING `+workColumns+`
+	RETURNING ` + workColumns + `
 ), a AS (
 	INSERT INTO audit (at, kind, actor, source, account, work_id, instance_id, outcome, sealed_script, detail)
 	SELECT $12, $13, $14, $15, $16, $17, $18, $19, $20, $21 FROM w
 )
-SELECT * FROM w`,
-			p.ID, p.Account, state, p.KeyID, nonNil(p.SealedCommand), p.Now, p.Deadline, key, instance, claimID, claimedAt,
-			a.At, a.Kind, a.Actor, a.Source, a.Account, a.WorkID, a.InstanceID, a.Outcome, a.SealedScript, a.Detail)
-	} else {
-		row = q.QueryRow(ctx, `INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, idempotency_key, instance_id, claim_id, claimed_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-ON CONFLICT (id) DO NOTHING
-RETURNING `+workColumns,
-			p.ID, p.Account, state, p.KeyID, nonNil(p.SealedCommand), p.Now, p.Deadline, key, instance, claimID, claimedAt)
-	}
-	w, err := scanWork(row)
+SELECT * FROM w`, append(args, a.At, a.Kind, a.Actor, a.Source, a.Account, a.WorkID, a.InstanceID, a.Outcome, a.SealedScript, a.Detail)
+}
+
+// insertedWork turns the outcome of insertWorkStatement into WorkEnqueue's.
+func insertedWork(p store.WorkEnqueueParams, w store.Work, err error) (store.Work, error) {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.Work{}, store.ErrExists
 	}

@@ -1,0 +1,266 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/automator/store/pgstore/pgtest"
+)
+
+// The tests of group commit (group.go) hold the first maxGroupWriters
+// writes inside PostgreSQL, on a lock of the account's row that an
+// enqueue's foreign key check needs, so that the writes made next must
+// wait and then go as one batch.
+
+// groupReaches returns a channel closed once s's grouper has writers
+// batches on their way and waiting writes waiting.
+func groupReaches(s *Store, writers, waiting int) <-chan struct{} {
+	reached := make(chan struct{})
+	var once sync.Once
+	s.group.mu.Lock()
+	defer s.group.mu.Unlock()
+	s.group.testHook = func(w, n int) {
+		if w == writers && n == waiting {
+			once.Do(func() { close(reached) })
+		}
+	}
+	return reached
+}
+
+// heldGroup is a store whose first maxGroupWriters writes (enqueues of
+// "lead-0", "lead-1", …) are held in PostgreSQL until release.
+type heldGroup struct {
+	s       *Store
+	lock    pgx.Tx
+	leaders sync.WaitGroup
+}
+
+func holdGroup(t *testing.T, s *Store) *heldGroup {
+	t.Helper()
+	ctx := t.Context()
+	lock, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lock.Rollback(context.Background()) })
+	if _, err := lock.Exec(ctx, `SELECT 1 FROM accounts WHERE name = 'acme' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	h := &heldGroup{s: s, lock: lock}
+	held := groupReaches(s, maxGroupWriters, 0)
+	for i := range maxGroupWriters {
+		h.leaders.Go(func() {
+			if _, err := s.WorkEnqueue(ctx, enqueueParams(fmt.Sprintf("lead-%d", i), "acme")); err != nil {
+				t.Errorf("WorkEnqueue(lead-%d): %v", i, err)
+			}
+		})
+	}
+	<-held
+	return h
+}
+
+// release lets the held writes go, and with them the batch of the writes
+// that waited, and waits for the held ones to end.
+func (h *heldGroup) release(t *testing.T) {
+	t.Helper()
+	if err := h.lock.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	h.leaders.Wait()
+}
+
+func enqueueParams(id, account string) store.WorkEnqueueParams {
+	return store.WorkEnqueueParams{
+		ID: id, Account: account, KeyID: 1, SealedCommand: []byte("c"), Now: testNow, Deadline: testNow.Add(time.Hour),
+		Audit: &store.AuditEvent{At: testNow, Kind: store.AuditWorkQueued, Account: account, WorkID: id},
+	}
+}
+
+func completeParams(id, claimID string) store.WorkCompleteParams {
+	return store.WorkCompleteParams{ID: id, ClaimID: claimID, State: store.StateSucceeded, SealedResult: []byte("r"),
+		Now: testNow.Add(time.Second), Audit: &store.AuditEvent{At: testNow, Kind: store.AuditWorkEnded}}
+}
+
+// storeWithClaims opens a store with account acme and n claimed units,
+// "claimed-0" … with claim ids "claim-0" ….
+func storeWithClaims(t *testing.T, n int) *Store {
+	t.Helper()
+	s := open(t, pgtest.DSN(t))
+	ctx := t.Context()
+	if _, err := s.AccountCreate(ctx, store.AccountCreateParams{Name: "acme", TokenHash: []byte("h"), KeyID: 1, SealedKey: []byte("k"), Now: testNow}); err != nil {
+		t.Fatal(err)
+	}
+	claimIDs := make([]string, n)
+	for i := range n {
+		enqueue(t, s, fmt.Sprintf("claimed-%d", i), testNow.Add(time.Duration(i)*time.Microsecond), testNow.Add(time.Hour))
+		claimIDs[i] = fmt.Sprintf("claim-%d", i)
+	}
+	if got, err := s.WorkClaim(ctx, store.WorkClaimParams{Account: "acme", InstanceID: "i", Max: n, ClaimIDs: claimIDs, Now: testNow}); err != nil || len(got) != n {
+		t.Fatalf("WorkClaim = %d units, %v; want %d", len(got), err, n)
+	}
+	return s
+}
+
+// TestConcurrentWritesShareOneTransaction: enqueues and completions made
+// while every batch is on its way go together, in one transaction.
+func TestConcurrentWritesShareOneTransaction(t *testing.T) {
+	const n = 10
+	s := storeWithClaims(t, n)
+	ctx := t.Context()
+	h := holdGroup(t, s)
+
+	waited := groupReaches(s, maxGroupWriters, 2*n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			if _, err := s.WorkEnqueue(ctx, enqueueParams(fmt.Sprintf("new-%d", i), "acme")); err != nil {
+				t.Errorf("WorkEnqueue(new-%d): %v", i, err)
+			}
+		})
+		wg.Go(func() {
+			if _, err := s.WorkComplete(ctx, completeParams(fmt.Sprintf("claimed-%d", i), fmt.Sprintf("claim-%d", i))); err != nil {
+				t.Errorf("WorkComplete(claimed-%d): %v", i, err)
+			}
+		})
+	}
+	<-waited
+	h.release(t)
+	wg.Wait()
+
+	// xmin is the transaction that wrote a row's current version.
+	var batchTxs, allTxs int
+	if err := s.pool.QueryRow(ctx, `SELECT count(DISTINCT xmin::text) FILTER (WHERE id NOT LIKE 'lead-%'), count(DISTINCT xmin::text) FROM work`).Scan(&batchTxs, &allTxs); err != nil {
+		t.Fatal(err)
+	}
+	if batchTxs != 1 {
+		t.Errorf("the %d writes that waited were written by %d transactions, want 1", 2*n, batchTxs)
+	}
+	if allTxs != 1+maxGroupWriters {
+		t.Errorf("the held writes and the batch were written by %d transactions, want %d", allTxs, 1+maxGroupWriters)
+	}
+	for i := range n {
+		if w, err := s.WorkGet(ctx, fmt.Sprintf("claimed-%d", i)); err != nil || w.State != store.StateSucceeded {
+			t.Errorf("claimed-%d after the batch: %s, %v; want succeeded", i, w.State, err)
+		}
+	}
+	events, err := s.AuditList(ctx, store.AuditListParams{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	for _, e := range events {
+		kinds[string(e.Kind)]++
+	}
+	if kinds[string(store.AuditWorkQueued)] != n+maxGroupWriters || kinds[string(store.AuditWorkEnded)] != n {
+		t.Errorf("audit events by kind: %v; want %d queued and %d ended", kinds, n+maxGroupWriters, n)
+	}
+}
+
+// TestAFailingWriteInABatchFailsAlone: a statement the server refuses
+// rolls its batch back; every other write of the batch still gets its own
+// outcome, and the refused one its precise error.
+func TestAFailingWriteInABatchFailsAlone(t *testing.T) {
+	const n = 5
+	s := storeWithClaims(t, n+1)
+	ctx := t.Context()
+	h := holdGroup(t, s)
+
+	errs := map[string]error{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	record := func(what string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		errs[what] = err
+	}
+	waited := groupReaches(s, maxGroupWriters, 2*n+3)
+	for i := range n {
+		wg.Go(func() {
+			_, err := s.WorkEnqueue(ctx, enqueueParams(fmt.Sprintf("new-%d", i), "acme"))
+			record(fmt.Sprintf("enqueue new-%d", i), err)
+		})
+		wg.Go(func() {
+			_, err := s.WorkComplete(ctx, completeParams(fmt.Sprintf("claimed-%d", i), fmt.Sprintf("claim-%d", i)))
+			record(fmt.Sprintf("complete claimed-%d", i), err)
+		})
+	}
+	// The foreign key refuses this one (an error in PostgreSQL).
+	wg.Go(func() {
+		_, err := s.WorkEnqueue(ctx, enqueueParams("stray", "nobody"))
+		record("enqueue for an unknown account", err)
+	})
+	// These two change nothing, which is no error in PostgreSQL.
+	wg.Go(func() {
+		_, err := s.WorkEnqueue(ctx, enqueueParams("claimed-0", "acme"))
+		record("enqueue of an existing id", err)
+	})
+	wg.Go(func() {
+		_, err := s.WorkComplete(ctx, completeParams(fmt.Sprintf("claimed-%d", n), "another claim"))
+		record("complete with another claim id", err)
+	})
+	<-waited
+	h.release(t)
+	wg.Wait()
+
+	for what, err := range errs {
+		var want error
+		switch what {
+		case "enqueue for an unknown account":
+			want = store.ErrNotFound
+		case "enqueue of an existing id":
+			want = store.ErrExists
+		case "complete with another claim id":
+			want = store.ErrClaimMismatch
+		}
+		if (want == nil && err != nil) || !errors.Is(err, want) {
+			t.Errorf("%s: %v, want %v", what, err, want)
+		}
+	}
+	for i := range n {
+		if w, err := s.WorkGet(ctx, fmt.Sprintf("new-%d", i)); err != nil || w.State != store.StateQueued {
+			t.Errorf("new-%d: %s, %v; want queued", i, w.State, err)
+		}
+		if w, err := s.WorkGet(ctx, fmt.Sprintf("claimed-%d", i)); err != nil || w.State != store.StateSucceeded {
+			t.Errorf("claimed-%d: %s, %v; want succeeded", i, w.State, err)
+		}
+	}
+	if _, err := s.WorkGet(ctx, "stray"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the refused unit: %v, want ErrNotFound", err)
+	}
+}
+
+// TestAWriteCancelledWhileWaitingNeverRuns: a write whose context ends
+// before its batch starts returns at once and is never written.
+func TestAWriteCancelledWhileWaitingNeverRuns(t *testing.T) {
+	s := storeWithClaims(t, 0)
+	h := holdGroup(t, s)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	waited := groupReaches(s, maxGroupWriters, 1)
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.WorkEnqueue(ctx, enqueueParams("cancelled", "acme"))
+		done <- err
+	}()
+	<-waited
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("WorkEnqueue = %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cancelled write did not return while the batches were held")
+	}
+	h.release(t)
+	if _, err := s.WorkGet(t.Context(), "cancelled"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the cancelled unit: %v, want ErrNotFound", err)
+	}
+}
