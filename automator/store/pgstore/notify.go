@@ -65,14 +65,15 @@ const (
 // (NOTIFY). It is delivered once the statement commits, so after the change
 // it announces, which the caller made before.
 //
-// Concurrent calls share a statement: while maxNotifySenders NOTIFYs are on
-// their way, the events published meanwhile wait and then go together, each
-// still its own notification in the format every replica understands, in
-// one transaction (one round trip and one commit for all of them). That transaction commits
-// without waiting for its WAL flush (synchronous_commit off for it alone):
-// it writes no data, a notification is delivered at commit either way, and
-// one lost in a crash is caught up from the tables by every Listen, whose
-// connections the crash ends. Every other write keeps the server's setting.
+// Concurrent calls share a statement: while a NOTIFY is on its way
+// (maxNotifySenders), the events published meanwhile wait and then go
+// together, each still its own notification in the format every replica
+// understands, in one transaction (one round trip and one commit for all
+// of them). That transaction commits without waiting for its WAL flush
+// (synchronous_commit off for it alone): it writes no data, a notification
+// is delivered at commit either way, and one lost in a crash is caught up
+// from the tables by every Listen, whose connections the crash ends. Every
+// other write keeps the server's setting.
 func (s *Store) Publish(ctx context.Context, e Event) error {
 	data, err := json.Marshal(payload{Origin: s.origin, Kind: e.Kind, Account: e.Account, WorkID: e.WorkID, InstanceID: e.InstanceID,
 		Seq: s.notify.seq.Add(1)})
@@ -111,8 +112,10 @@ type notifyBatch struct {
 
 // maxNotifySenders bounds the NOTIFY statements of one Store on their way
 // at once: below it, an event goes at once, as alone; at it, events
-// gather.
-const maxNotifySenders = 4
+// gather. One gathered the most per statement and left PostgreSQL the
+// least work per unit in the bench (docs/performance.md); four made more,
+// smaller statements.
+const maxNotifySenders = 1
 
 // add puts payload into the next batch and returns it, starting send in a
 // goroutine unless maxNotifySenders are sending.
