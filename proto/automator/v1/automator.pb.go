@@ -327,7 +327,8 @@ type PollRequest struct {
 	InstanceId string                 `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
 	// max_units is the instance's number of free slots.
 	MaxUnits int32 `protobuf:"varint,2,opt,name=max_units,json=maxUnits,proto3" json:"max_units,omitempty"`
-	// wait is how long the instance would like to wait; the server clamps it.
+	// wait is how long the instance would like to wait; the server clamps
+	// it and may lengthen it a little (see Poll).
 	Wait     *durationpb.Duration `protobuf:"bytes,3,opt,name=wait,proto3" json:"wait,omitempty"`
 	Hostname string               `protobuf:"bytes,4,opt,name=hostname,proto3" json:"hostname,omitempty"`
 	Version  string               `protobuf:"bytes,5,opt,name=version,proto3" json:"version,omitempty"`

@@ -39,7 +39,9 @@ type ProxyServiceClient interface {
 	// returns as soon as at least one is claimed (or a unit it is running was
 	// cancelled), or with an empty response once the poll window has passed.
 	// The server decides the window: it clamps the requested wait to its own
-	// bounds.
+	// bounds, then lengthens it a little (up to a tenth, so that pollers
+	// drift apart, and, for 5 s or more, to end on a 250 ms grid).
+	// PollResponse.wait reports the window used.
 	Poll(ctx context.Context, in *PollRequest, opts ...grpc.CallOption) (*PollResponse, error)
 	// Complete posts the sealed result of a claim. It is refused with
 	// FAILED_PRECONDITION once the unit is terminal (for example timed out).
@@ -85,7 +87,9 @@ type ProxyServiceServer interface {
 	// returns as soon as at least one is claimed (or a unit it is running was
 	// cancelled), or with an empty response once the poll window has passed.
 	// The server decides the window: it clamps the requested wait to its own
-	// bounds.
+	// bounds, then lengthens it a little (up to a tenth, so that pollers
+	// drift apart, and, for 5 s or more, to end on a 250 ms grid).
+	// PollResponse.wait reports the window used.
 	Poll(context.Context, *PollRequest) (*PollResponse, error)
 	// Complete posts the sealed result of a claim. It is refused with
 	// FAILED_PRECONDITION once the unit is terminal (for example timed out).
