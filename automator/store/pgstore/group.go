@@ -27,11 +27,13 @@ import (
 // holding it has committed, with the server's synchronous_commit.
 //
 // A statement that fails in a batch rolls the whole batch back (that is
-// what an implicit transaction does). Then each of its writes runs again
-// alone, and the one that failed gets its own error, as if there had been
-// no batch. A batch whose connection fails before its outcome is known
-// gives every write that error: as for a single statement, the write may
-// or may not have committed.
+// what an implicit transaction does, whichever query mode pgx uses: a
+// pipeline ending in one Sync, or one multi-statement query in the simple
+// protocol). Then each of its writes runs again alone, and the one that
+// failed gets its own error, as if there had been no batch. A batch whose
+// outcome is unknown (its connection failed, or its session ended: a
+// FATAL error can come after the commit) gives every write that error: as
+// for a single statement, the write may or may not have committed.
 
 // maxGroupWriters bounds the batches of one Store on their way at once.
 // One made the most of each commit in the bench (docs/performance.md):
@@ -169,8 +171,9 @@ func (s *Store) send(batch []*groupWrite) {
 		return
 	}
 	var pgErr *pgconn.PgError
-	if !errors.As(failed, &pgErr) {
-		// The connection failed: whether the batch committed is unknown.
+	if !errors.As(failed, &pgErr) || pgErr.Severity != "ERROR" {
+		// The connection failed or the session ended: whether the batch
+		// committed is unknown.
 		for _, w := range batch {
 			w.err = failed
 		}

@@ -264,3 +264,72 @@ func TestAWriteCancelledWhileWaitingNeverRuns(t *testing.T) {
 		t.Errorf("the cancelled unit: %v, want ErrNotFound", err)
 	}
 }
+
+// TestABatchWhoseSessionEndsFailsEveryWrite: when the batch's session is
+// ended under it (a FATAL error, which can come after a commit), no write
+// of the batch can know whether it committed: each gets the error, and
+// none is run again.
+func TestABatchWhoseSessionEndsFailsEveryWrite(t *testing.T) {
+	const n = 3
+	s := storeWithClaims(t, 0)
+	ctx := t.Context()
+	if _, err := s.AccountCreate(ctx, store.AccountCreateParams{Name: "beta", TokenHash: []byte("hb"), KeyID: 1, SealedKey: []byte("k"), Now: testNow}); err != nil {
+		t.Fatal(err)
+	}
+	h := holdGroup(t, s)
+	// The batch will wait on this lock of beta's row, inside PostgreSQL.
+	lock, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(context.Background())
+	var lockPID int
+	if err := lock.QueryRow(ctx, `SELECT pg_backend_pid() FROM accounts WHERE name = 'beta' FOR UPDATE`).Scan(&lockPID); err != nil {
+		t.Fatal(err)
+	}
+
+	waited := groupReaches(s, maxGroupWriters, n)
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := s.WorkEnqueue(ctx, enqueueParams(fmt.Sprintf("beta-%d", i), "beta"))
+			errs <- err
+		}()
+	}
+	<-waited
+	h.release(t)
+
+	// The batch's session is the one waiting for the lock: end it.
+	var batchPID int
+	for batchPID == 0 {
+		err := s.pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, lockPID).Scan(&batchPID)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			t.Fatal(err)
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the batch never waited for the lock")
+		}
+	}
+	if _, err := s.pool.Exec(ctx, `SELECT pg_terminate_backend($1)`, batchPID); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		select {
+		case err := <-errs:
+			if err == nil {
+				t.Error("a write of the ended session succeeded; want its error")
+			}
+		case <-time.After(10 * time.Second):
+			// Run again, it would wait for the lock this test holds.
+			t.Fatal("a write of the ended session did not return: was it run again?")
+		}
+	}
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if _, err := s.WorkGet(ctx, fmt.Sprintf("beta-%d", i)); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("beta-%d after its session ended: %v; want ErrNotFound (not run again)", i, err)
+		}
+	}
+}
