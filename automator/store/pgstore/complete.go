@@ -22,7 +22,8 @@ func (s *Store) WorkComplete(ctx context.Context, p store.WorkCompleteParams) (s
 	}
 	// The conditional UPDATE is the whole write (with its audit event, one
 	// statement, which may share a transaction with other writes: see
-	// group.go), and the read after a refusal only explains it. $7 is the account the claimer authenticated as, or ''.
+	// group.go), and the read after a refusal only explains it. $7 is the
+	// account the claimer authenticated as, or ''.
 	var w store.Work
 	err := func() error {
 		err := s.write(ctx, withAudit(`UPDATE work

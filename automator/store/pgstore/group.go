@@ -170,8 +170,7 @@ func (s *Store) send(batch []*groupWrite) {
 	if failed == nil {
 		return
 	}
-	var pgErr *pgconn.PgError
-	if !errors.As(failed, &pgErr) || pgErr.Severity != "ERROR" {
+	if !refusedStatement(failed) {
 		// The connection failed or the session ended: whether the batch
 		// committed is unknown.
 		for _, w := range batch {
@@ -184,4 +183,21 @@ func (s *Store) send(batch []*groupWrite) {
 	for _, w := range batch {
 		w.err = w.scan(s.pool.QueryRow(w.ctx, w.sql, w.args...))
 	}
+}
+
+// refusedStatement reports whether err is PostgreSQL refusing a statement
+// (severity ERROR: the transaction is rolled back, the session goes on),
+// as opposed to a failed connection or an ended session (FATAL, PANIC).
+func refusedStatement(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	// Severity is translated into the server's lc_messages; the
+	// unlocalized one exists since PostgreSQL 9.6.
+	severity := pgErr.SeverityUnlocalized
+	if severity == "" {
+		severity = pgErr.Severity
+	}
+	return severity == "ERROR"
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/pgstore/pgtest"
@@ -330,6 +331,26 @@ func TestABatchWhoseSessionEndsFailsEveryWrite(t *testing.T) {
 	for i := range n {
 		if _, err := s.WorkGet(ctx, fmt.Sprintf("beta-%d", i)); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("beta-%d after its session ended: %v; want ErrNotFound (not run again)", i, err)
+		}
+	}
+}
+
+// TestRefusedStatementReadsTheUnlocalizedSeverity: a server whose messages
+// are in German says FEHLER, not ERROR; only the unlocalized severity
+// tells a refused statement from an ended session.
+func TestRefusedStatementReadsTheUnlocalizedSeverity(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{&pgconn.PgError{Severity: "FEHLER", SeverityUnlocalized: "ERROR", Code: "23503"}, true},
+		{&pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "57P01"}, false},
+		{&pgconn.PgError{Severity: "ERROR", Code: "23503"}, true}, // before PostgreSQL 9.6
+		{fmt.Errorf("wrapped: %w", &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR"}), true},
+		{errors.New("connection reset by peer"), false},
+	} {
+		if got := refusedStatement(c.err); got != c.want {
+			t.Errorf("refusedStatement(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
 }
