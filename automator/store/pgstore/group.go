@@ -70,16 +70,26 @@ type grouper struct {
 	writers int           // batches on their way
 
 	// testHook, when set, is called with the lock held each time a write
-	// starts a batch or waits.
-	testHook func(writers, waiting int)
+	// starts a batch or waits; testHookSend, when set, before each batch is
+	// sent, with its size.
+	testHook     func(writers, waiting int)
+	testHookSend func(n int)
 }
 
 // write runs one single-row statement, alone or in a batch, and returns
 // what scan returned; or ctx's error if ctx ended while the write waited
 // for its batch to start (it then never runs).
 func (s *Store) write(ctx context.Context, sql string, args []any, scan func(pgx.Row) error) error {
+	return s.gather(&s.group, ctx, sql, args, scan)
+}
+
+// gather runs one single-row statement through g, alone or in a batch:
+// the writes (s.group, above) and the reads of single units (s.reads,
+// WorkGet: with several replicas, the callers waiting on one replica read
+// back the units another completed, a burst at each batch of
+// notifications).
+func (s *Store) gather(g *grouper, ctx context.Context, sql string, args []any, scan func(pgx.Row) error) error {
 	w := &groupWrite{ctx: ctx, sql: sql, args: args, scan: scan}
-	g := &s.group
 	g.mu.Lock()
 	if g.writers < maxGroupWriters {
 		g.writers++
@@ -87,7 +97,7 @@ func (s *Store) write(ctx context.Context, sql string, args []any, scan func(pgx
 			g.testHook(g.writers, len(g.waiting))
 		}
 		g.mu.Unlock()
-		s.lead([]*groupWrite{w})
+		s.lead(g, []*groupWrite{w})
 		return w.err
 	}
 	w.wake = make(chan []*groupWrite, 1)
@@ -113,7 +123,7 @@ func (s *Store) write(ctx context.Context, sql string, args []any, scan func(pgx
 		batch = <-w.wake
 	}
 	if batch != nil {
-		s.lead(batch)
+		s.lead(g, batch)
 	}
 	return w.err
 }
@@ -121,9 +131,11 @@ func (s *Store) write(ctx context.Context, sql string, args []any, scan func(pgx
 // lead sends batch (its first write is the caller's own), then hands the
 // writes that waited meanwhile to one of them to send, and answers the
 // others of batch.
-func (s *Store) lead(batch []*groupWrite) {
+func (s *Store) lead(g *grouper, batch []*groupWrite) {
+	if g.testHookSend != nil {
+		g.testHookSend(len(batch))
+	}
 	s.send(batch)
-	g := &s.group
 	g.mu.Lock()
 	var next []*groupWrite
 	if len(g.waiting) > 0 {

@@ -20,14 +20,19 @@ import (
 // enqueue's foreign key check needs, so that the writes made next must
 // wait and then go as one batch.
 
-// groupReaches returns a channel closed once s's grouper has writers
-// batches on their way and waiting writes waiting.
+// groupReaches returns a channel closed once s's grouper of writes has
+// writers batches on their way and waiting writes waiting.
 func groupReaches(s *Store, writers, waiting int) <-chan struct{} {
+	return grouperReaches(&s.group, writers, waiting)
+}
+
+// grouperReaches is groupReaches for any grouper of a store.
+func grouperReaches(g *grouper, writers, waiting int) <-chan struct{} {
 	reached := make(chan struct{})
 	var once sync.Once
-	s.group.mu.Lock()
-	defer s.group.mu.Unlock()
-	s.group.testHook = func(w, n int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.testHook = func(w, n int) {
 		if w == writers && n == waiting {
 			once.Do(func() { close(reached) })
 		}
@@ -352,5 +357,74 @@ func TestRefusedStatementReadsTheUnlocalizedSeverity(t *testing.T) {
 		if got := refusedStatement(c.err); got != c.want {
 			t.Errorf("refusedStatement(%v) = %v, want %v", c.err, got, c.want)
 		}
+	}
+}
+
+// TestConcurrentReadsShareOneRoundTrip: WorkGet calls made while a read
+// is on its way go together, and each gets its own unit (or ErrNotFound).
+func TestConcurrentReadsShareOneRoundTrip(t *testing.T) {
+	const n = 10
+	s := storeWithClaims(t, n)
+	ctx := t.Context()
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var sizes []int
+	s.reads.mu.Lock()
+	s.reads.testHookSend = func(size int) {
+		mu.Lock()
+		sizes = append(sizes, size)
+		first := len(sizes) == 1
+		mu.Unlock()
+		if first {
+			<-release
+		}
+	}
+	s.reads.mu.Unlock()
+
+	held := grouperReaches(&s.reads, 1, 0)
+	firstDone := make(chan error, 1)
+	go func() {
+		w, err := s.WorkGet(ctx, "claimed-0")
+		if err == nil && w.ID != "claimed-0" {
+			err = fmt.Errorf("got unit %q", w.ID)
+		}
+		firstDone <- err
+	}()
+	within(t, held, "the first WorkGet to be sent")
+	waited := grouperReaches(&s.reads, 1, n)
+	var wg sync.WaitGroup
+	for i := range n - 1 {
+		id := fmt.Sprintf("claimed-%d", i+1)
+		wg.Go(func() {
+			if w, err := s.WorkGet(ctx, id); err != nil || w.ID != id || w.State != store.StateClaimed {
+				t.Errorf("WorkGet(%s) = %q %s, %v", id, w.ID, w.State, err)
+			}
+		})
+	}
+	wg.Go(func() {
+		if _, err := s.WorkGet(ctx, "nothing"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("WorkGet(nothing) = %v, want ErrNotFound", err)
+		}
+	})
+	within(t, waited, "the other WorkGet calls to wait")
+	close(release)
+	wg.Wait()
+	if err := <-firstDone; err != nil {
+		t.Errorf("the first WorkGet: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sizes) != 2 || sizes[0] != 1 || sizes[1] != n {
+		t.Errorf("reads sent in batches of %v, want [1 %d]", sizes, n)
+	}
+}
+
+// within waits for ch to close, and fails t if it does not within 10 s.
+func within(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("waited 10 s for %s", what)
 	}
 }

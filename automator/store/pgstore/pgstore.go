@@ -70,6 +70,8 @@ type Store struct {
 	notify notifier
 	// group gathers concurrent writes into shared transactions (group.go).
 	group grouper
+	// reads gathers concurrent WorkGet calls into shared round trips.
+	reads grouper
 
 	closeOnce sync.Once
 }

@@ -173,7 +173,14 @@ func insertedWork(p store.WorkEnqueueParams, w store.Work, err error) (store.Wor
 }
 
 func (s *Store) WorkGet(ctx context.Context, id string) (store.Work, error) {
-	w, err := getWork(ctx, s.pool, id)
+	var w store.Work
+	err := s.gather(&s.reads, ctx, `SELECT `+workColumns+` FROM work WHERE id = $1`, []any{id}, func(r pgx.Row) (err error) {
+		w, err = scanWork(r)
+		return err
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = store.ErrNotFound
+	}
 	if err != nil {
 		return store.Work{}, fmt.Errorf("getting work %q: %w", id, err)
 	}
