@@ -34,6 +34,11 @@ import (
 // outcome is unknown (its connection failed, or its session ended: a
 // FATAL error can come after the commit) gives every write that error: as
 // for a single statement, the write may or may not have committed.
+//
+// Reads of single units (WorkGet) go through the same machinery, in a
+// grouper of their own (Store.reads), so that they never wait behind a
+// batch of writes: a batch of them is a pipeline of SELECTs, one round
+// trip. The names below say "write" for either.
 
 // maxGroupWriters bounds the batches of one Store on their way at once.
 // One made the most of each commit in the bench (docs/performance.md):
