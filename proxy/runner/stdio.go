@@ -16,7 +16,8 @@ import (
 // With os/exec's pipes, Wait would first wait (up to cmd.WaitDelay) for those
 // leftovers to close the pipes, and only then could they be killed. The
 // WaitDelay idea survives in finish: after the kill, the copies get waitDelay
-// to end before the pipes are closed under them.
+// (of this process's running time) to end before the pipes are closed under
+// them.
 type stdio struct {
 	stdout, stderr capture
 	stdin          []byte
@@ -125,9 +126,13 @@ func (s *stdio) copyDone() {
 	}
 }
 
-// finish waits for the copies to end, at most delay, then closes the pipes
-// under them and waits for them to notice. After finish the captures are
-// safe to read.
+// finishSteps is the number of steps in which finish gives the copies their
+// delay.
+const finishSteps = 20
+
+// finish waits for the copies to end, for at most about delay of this
+// process's running time, then closes the pipes under them and waits for
+// them to notice. After finish the captures are safe to read.
 func (s *stdio) finish(delay time.Duration) {
 	if !s.running {
 		s.closeParentEnds()
@@ -135,17 +140,36 @@ func (s *stdio) finish(delay time.Duration) {
 	}
 	select {
 	case <-s.copied: // the usual case: the script's output already ended
+		s.closeParentEnds()
+		return
 	default:
-		timer := time.NewTimer(delay)
+	}
+	ticker := time.NewTicker(max(delay/finishSteps, time.Millisecond))
+	defer ticker.Stop()
+	s.await(ticker.C, finishSteps)
+}
+
+// await waits for the copies to end or for n ticks, whichever comes first,
+// then closes the pipes and waits for the copies to end.
+//
+// It counts ticks rather than waiting for one timer so that the wait is
+// this process's running time: if the whole process is stopped while it
+// waits (SIGSTOP, a suspended VM), a timer of the whole delay would have
+// expired on resume together with the copy goroutines becoming runnable,
+// and the pipes would be closed under output they had not read yet (the
+// chaos run's proxy-pause caught an echo's output lost so). A ticker fires
+// once on resume: one step of n.
+func (s *stdio) await(ticks <-chan time.Time, n int) {
+	for range n {
 		select {
 		case <-s.copied:
-		case <-timer.C:
 			s.closeParentEnds()
-			<-s.copied
+			return
+		case <-ticks:
 		}
-		timer.Stop()
 	}
 	s.closeParentEnds()
+	<-s.copied
 }
 
 // abort closes every pipe; the process did not start.
