@@ -5,6 +5,7 @@ package proctest
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -130,3 +131,42 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 }
 
 func (bearer) RequireTransportSecurity() bool { return true }
+
+// AwaitNoOpenPolls waits until the `automator serve` of dataDir holds no
+// poll of account open (its automator_polls_open gauge, which has a line
+// for every account that ever polled): it has seen the connections of the
+// account's instances go. A unit queued before then may be handed to the
+// poll of an instance that is already dead, and is lost to its deadline
+// like any claim whose answer never arrives.
+func AwaitNoOpenPolls(t testing.TB, dataDir, account string, within time.Duration) {
+	t.Helper()
+	serving, ok, err := config.ReadServing(dataDir)
+	if err != nil || !ok {
+		t.Fatalf("reading serving.yaml: %v", err)
+	}
+	line := fmt.Sprintf("automator_polls_open{account=%q} ", account)
+	client := &http.Client{Timeout: 5 * time.Second}
+	defer client.CloseIdleConnections()
+	open := "unknown"
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		resp, err := client.Get("http://" + serving.HTTP + "/metrics")
+		if err != nil {
+			continue
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			continue
+		}
+		open = "no"
+		for _, l := range strings.Split(string(body), "\n") {
+			if v, ok := strings.CutPrefix(l, line); ok {
+				open = v
+			}
+		}
+		if open == "0" {
+			return
+		}
+	}
+	t.Fatalf("the automator still holds %s polls of %s open after %v (\"no\": no gauge line for the account)", open, account, within)
+}

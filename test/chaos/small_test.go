@@ -5,8 +5,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,7 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/internal/proctest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -240,37 +238,8 @@ func (g *gate) open(t *testing.T, line string) {
 }
 
 // awaitNoOpenPolls waits until the automator holds no poll of account open
-// (its automator_polls_open gauge, which has a line for every account that
-// ever polled): it has seen the account's instances' connections go.
+// (proctest.AwaitNoOpenPolls).
 func (s *small) awaitNoOpenPolls(t *testing.T, account string, within time.Duration) {
 	t.Helper()
-	serving, ok, err := config.ReadServing(s.auto.DataDir)
-	if err != nil || !ok {
-		t.Fatalf("reading serving.yaml: %v", err)
-	}
-	line := fmt.Sprintf("automator_polls_open{account=%q} ", account)
-	client := &http.Client{Timeout: 5 * time.Second}
-	defer client.CloseIdleConnections()
-	open := "unknown"
-	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		resp, err := client.Get("http://" + serving.HTTP + "/metrics")
-		if err != nil {
-			continue
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			continue
-		}
-		open = "no"
-		for _, l := range strings.Split(string(body), "\n") {
-			if v, ok := strings.CutPrefix(l, line); ok {
-				open = v
-			}
-		}
-		if open == "0" {
-			return
-		}
-	}
-	t.Fatalf("the automator still holds %s polls of %s open after %v (\"no\": no gauge line for the account)", open, account, within)
+	proctest.AwaitNoOpenPolls(t, s.auto.DataDir, account, within)
 }

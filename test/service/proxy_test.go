@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/proctest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	psvc "github.com/opsgate/opsgate/proxy/service"
 )
@@ -112,7 +113,9 @@ func TestProxyServiceInstallServeStopStartUninstall(t *testing.T) {
 		}
 	}
 
-	// A unit queued while the service is stopped waits for it.
+	// A unit queued while the service is stopped waits for it (once the
+	// automator has seen its connection go: proctest.AwaitNoOpenPolls).
+	proctest.AwaitNoOpenPolls(t, a.DataDir, "acme", 15*time.Second)
 	queued := submit(t, c, "acme", 2*time.Minute, "record.sh", w.trace, "queued")
 	if ws := get(t, c, queued); ws.GetState() != automatorv1.State_STATE_QUEUED {
 		t.Fatalf("a unit submitted while the only proxy is stopped: %v, want queued", ws)

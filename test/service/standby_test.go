@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/proctest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -52,6 +53,10 @@ func TestWarmStandbyTakesOverWhenTheActiveInstanceDies(t *testing.T) {
 	})
 	pa.Kill(t)
 	t.Cleanup(func() { _ = os.WriteFile(filepath.Join(w.dir, "trace", "release"), nil, 0o644) })
+	// Until the automator has seen A's connection go, a unit could be
+	// handed to A's parked poll and lost with it (as any claim whose answer
+	// never arrives).
+	proctest.AwaitNoOpenPolls(t, a.DataDir, "acme", 15*time.Second)
 
 	// Units queue: nobody polls.
 	var queued []string
