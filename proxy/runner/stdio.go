@@ -156,9 +156,9 @@ func (s *stdio) finish(delay time.Duration) {
 // this process's running time: if the whole process is stopped while it
 // waits (SIGSTOP, a suspended VM), a timer of the whole delay would have
 // expired on resume together with the copy goroutines becoming runnable,
-// and the pipes would be closed under output they had not read yet (the
-// chaos run's proxy-pause caught an echo's output lost so). A ticker fires
-// once on resume: one step of n.
+// and the pipes could be closed under output they had not read yet (the
+// likely cause of an echo's output lost in a chaos run with a proxy-pause).
+// A ticker fires once on resume: one step of n.
 func (s *stdio) await(ticks <-chan time.Time, n int) {
 	for range n {
 		select {

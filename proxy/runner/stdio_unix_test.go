@@ -33,8 +33,8 @@ func pipeWithWriter(t *testing.T) (*stdio, *os.File) {
 // stopped while finish waits (SIGSTOP, a suspended VM), the delay has
 // passed on resume while the copies have not run yet. Waiting in ticks
 // counts that as one tick, so output still in the pipe is read. (Before,
-// one timer of the whole delay expired, and the pipes were closed under
-// the output: the chaos run caught an echo's output lost so.)
+// one timer of the whole delay expired, and the pipes could be closed under
+// the output: the likely cause of an echo's output lost in a chaos run.)
 func TestAStallWhileWaitingForTheCopiesKeepsTheOutput(t *testing.T) {
 	s, w := pipeWithWriter(t)
 	ticks := make(chan time.Time, 1)
