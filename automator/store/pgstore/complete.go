@@ -31,10 +31,7 @@ SET state = $1, sealed_result = $2, reason = $3, finished_at = $4
 WHERE id = $5 AND state = 'claimed' AND claim_id = $6 AND deadline > $4 AND ($7 = '' OR account = $7)
 RETURNING `+workColumns, p.Audit != nil, 8),
 			appendAuditArgs([]any{string(p.State), p.SealedResult, p.Reason, p.Now, p.ID, p.ClaimID, p.Account}, p.Audit),
-			func(r pgx.Row) (err error) {
-				w, err = scanWork(r)
-				return err
-			})
+			scanInto(&w))
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}

@@ -54,9 +54,21 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// getWorkQuery reads one unit by id.
+var getWorkQuery = `SELECT ` + workColumns + ` FROM work WHERE id = $1`
+
+// scanInto returns a scan function for Store.write and Store.gather that
+// reads the row into w.
+func scanInto(w *store.Work) func(pgx.Row) error {
+	return func(r pgx.Row) (err error) {
+		*w, err = scanWork(r)
+		return err
+	}
+}
+
 // getWork reads one unit; store.ErrNotFound when there is none.
 func getWork(ctx context.Context, q querier, id string) (store.Work, error) {
-	w, err := scanWork(q.QueryRow(ctx, `SELECT `+workColumns+` FROM work WHERE id = $1`, id))
+	w, err := scanWork(q.QueryRow(ctx, getWorkQuery, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.Work{}, store.ErrNotFound
 	}
@@ -97,10 +109,7 @@ func (s *Store) enqueueOnce(ctx context.Context, p store.WorkEnqueueParams) (sto
 		// (group.go).
 		sql, args := insertWorkStatement(p, nil)
 		var w store.Work
-		err := s.write(ctx, sql, args, func(r pgx.Row) (err error) {
-			w, err = scanWork(r)
-			return err
-		})
+		err := s.write(ctx, sql, args, scanInto(&w))
 		return insertedWork(p, w, err)
 	}
 	var w store.Work
@@ -174,10 +183,7 @@ func insertedWork(p store.WorkEnqueueParams, w store.Work, err error) (store.Wor
 
 func (s *Store) WorkGet(ctx context.Context, id string) (store.Work, error) {
 	var w store.Work
-	err := s.gather(&s.reads, ctx, `SELECT `+workColumns+` FROM work WHERE id = $1`, []any{id}, func(r pgx.Row) (err error) {
-		w, err = scanWork(r)
-		return err
-	})
+	err := s.gather(&s.reads, ctx, getWorkQuery, []any{id}, scanInto(&w))
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = store.ErrNotFound
 	}
