@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"sync"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -16,20 +17,61 @@ import (
 // maxFailureLen bounds the plain failure reason a proxy may post.
 const maxFailureLen = 1024
 
+// maxCompleteBatch bounds the results of one CompleteBatch call.
+const maxCompleteBatch = 256
+
 // Complete records the outcome of a claim. The sealed result must open with
 // the account's key for this unit and the result direction; a result for a
 // unit that is already terminal is refused with FAILED_PRECONDITION.
 func (p *ProxyService) Complete(ctx context.Context, req *automatorv1.CompleteRequest) (*automatorv1.CompleteResponse, error) {
+	if err := p.complete(ctx, req, "Complete"); err != nil {
+		return nil, err
+	}
+	return &automatorv1.CompleteResponse{}, nil
+}
+
+// CompleteBatch records several outcomes, each as Complete would, and says
+// how each went. They are recorded concurrently, so the store commits them
+// together (group commit) and one result's refusal or slowness does not hold
+// up the others' recording.
+func (p *ProxyService) CompleteBatch(ctx context.Context, req *automatorv1.CompleteBatchRequest) (*automatorv1.CompleteBatchResponse, error) {
+	results := req.GetResults()
+	if len(results) == 0 || len(results) > maxCompleteBatch {
+		return nil, status.Errorf(codes.InvalidArgument, "a batch holds 1 to %d results, not %d", maxCompleteBatch, len(results))
+	}
+	outcomes := make([]*automatorv1.CompleteOutcome, len(results))
+	var wg sync.WaitGroup
+	for i, r := range results {
+		do := func() {
+			outcomes[i] = &automatorv1.CompleteOutcome{}
+			if err := p.complete(ctx, r, "CompleteBatch"); err != nil {
+				st := status.Convert(err)
+				outcomes[i].Code, outcomes[i].Message = int32(st.Code()), st.Message()
+			}
+		}
+		if i == len(results)-1 {
+			do() // the last on this goroutine
+			break
+		}
+		wg.Go(do)
+	}
+	wg.Wait()
+	return &automatorv1.CompleteBatchResponse{Outcomes: outcomes}, nil
+}
+
+// complete is Complete's work for one result; via names the call it came in
+// (the audit record's detail). Its error is a gRPC status.
+func (p *ProxyService) complete(ctx context.Context, req *automatorv1.CompleteRequest, via string) error {
 	s := p.s
 	account := accountFrom(ctx)
 	if err := validID("work_id", req.GetWorkId()); err != nil {
-		return nil, err
+		return err
 	}
 	if err := validID("claim_id", req.GetClaimId()); err != nil {
-		return nil, err
+		return err
 	}
 	if len(req.GetFailure()) > maxFailureLen {
-		return nil, status.Errorf(codes.InvalidArgument, "failure is longer than %d bytes", maxFailureLen)
+		return status.Errorf(codes.InvalidArgument, "failure is longer than %d bytes", maxFailureLen)
 	}
 	// The unit is not read first: the completion below is conditional on
 	// the account, the claim and the state, and says why when it refuses.
@@ -41,7 +83,7 @@ func (p *ProxyService) Complete(ctx context.Context, req *automatorv1.CompleteRe
 	case automatorv1.Outcome_OUTCOME_SUCCEEDED:
 		st = store.StateSucceeded
 		if len(req.GetSealedResult()) == 0 {
-			return nil, status.Error(codes.InvalidArgument, "sealed_result is required for outcome SUCCEEDED")
+			return status.Error(codes.InvalidArgument, "sealed_result is required for outcome SUCCEEDED")
 		}
 	case automatorv1.Outcome_OUTCOME_FAILED:
 		st = store.StateFailed
@@ -50,19 +92,19 @@ func (p *ProxyService) Complete(ctx context.Context, req *automatorv1.CompleteRe
 			reason = req.GetFailure()
 		}
 	default:
-		return nil, status.Errorf(codes.InvalidArgument, "outcome %v is not SUCCEEDED or FAILED", req.GetOutcome())
+		return status.Errorf(codes.InvalidArgument, "outcome %v is not SUCCEEDED or FAILED", req.GetOutcome())
 	}
 	if len(req.GetSealedResult()) > 0 {
 		if _, err := s.openResult(ctx, w, req.GetSealedResult()); err != nil {
 			if cur, gerr := s.store.WorkGet(ctx, w.ID); errors.Is(gerr, store.ErrNotFound) || (gerr == nil && cur.Account != account) {
-				return nil, status.Errorf(codes.NotFound, "work %q not found for this account", w.ID)
+				return status.Errorf(codes.NotFound, "work %q not found for this account", w.ID)
 			}
 			s.log.Warn("result refused", "work_id", w.ID, "instance_id", req.GetInstanceId(), "err", err)
-			return nil, status.Errorf(codes.InvalidArgument, "sealed result of work %q did not open: %v", w.ID, err)
+			return status.Errorf(codes.InvalidArgument, "sealed result of work %q did not open: %v", w.ID, err)
 		}
 	}
 
-	audit := s.event(ctx, store.AuditWorkEnded, "Complete")
+	audit := s.event(ctx, store.AuditWorkEnded, via)
 	done, err := s.store.WorkComplete(ctx, store.WorkCompleteParams{
 		ID:           w.ID,
 		ClaimID:      req.GetClaimId(),
@@ -75,9 +117,9 @@ func (p *ProxyService) Complete(ctx context.Context, req *automatorv1.CompleteRe
 	})
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return nil, status.Errorf(codes.NotFound, "work %q not found for this account", w.ID)
+		return status.Errorf(codes.NotFound, "work %q not found for this account", w.ID)
 	case errors.Is(err, store.ErrClaimMismatch):
-		return nil, status.Errorf(codes.FailedPrecondition, "work %q is claimed under another claim id", w.ID)
+		return status.Errorf(codes.FailedPrecondition, "work %q is claimed under another claim id", w.ID)
 	case errors.Is(err, store.ErrNotClaimable):
 		cur, gerr := s.store.WorkGet(ctx, w.ID)
 		if gerr == nil && cur.State == store.StateClaimed {
@@ -85,9 +127,9 @@ func (p *ProxyService) Complete(ctx context.Context, req *automatorv1.CompleteRe
 			s.expireDue(ctx)
 			cur, _ = s.store.WorkGet(ctx, w.ID)
 		}
-		return nil, status.Errorf(codes.FailedPrecondition, "work %q is %s; result refused", w.ID, cur.State)
+		return status.Errorf(codes.FailedPrecondition, "work %q is %s; result refused", w.ID, cur.State)
 	case err != nil:
-		return nil, s.internal(ctx, "recording a result", err)
+		return s.internal(ctx, "recording a result", err)
 	}
 	s.emit(ctx, Event{Kind: EventWorkEnded, Account: done.Account, WorkID: done.ID, ended: &done})
 	s.metrics.WorkFinished(done)
@@ -96,7 +138,7 @@ func (p *ProxyService) Complete(ctx context.Context, req *automatorv1.CompleteRe
 	// and the metrics already hold every ending. Cancels and timeouts stay
 	// at Info.
 	s.log.Debug("work finished", "work_id", done.ID, "account", account, "state", string(done.State), "instance_id", done.InstanceID)
-	return &automatorv1.CompleteResponse{}, nil
+	return nil
 }
 
 // openResult opens a sealed result of unit w.

@@ -693,6 +693,150 @@ func (*CompleteResponse) Descriptor() ([]byte, []int) {
 	return file_automator_v1_automator_proto_rawDescGZIP(), []int{6}
 }
 
+type CompleteBatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*CompleteRequest     `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteBatchRequest) Reset() {
+	*x = CompleteBatchRequest{}
+	mi := &file_automator_v1_automator_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteBatchRequest) ProtoMessage() {}
+
+func (x *CompleteBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_automator_v1_automator_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteBatchRequest.ProtoReflect.Descriptor instead.
+func (*CompleteBatchRequest) Descriptor() ([]byte, []int) {
+	return file_automator_v1_automator_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *CompleteBatchRequest) GetResults() []*CompleteRequest {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type CompleteBatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// outcomes has one entry per result of the request, in the same order.
+	Outcomes      []*CompleteOutcome `protobuf:"bytes,1,rep,name=outcomes,proto3" json:"outcomes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteBatchResponse) Reset() {
+	*x = CompleteBatchResponse{}
+	mi := &file_automator_v1_automator_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteBatchResponse) ProtoMessage() {}
+
+func (x *CompleteBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_automator_v1_automator_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteBatchResponse.ProtoReflect.Descriptor instead.
+func (*CompleteBatchResponse) Descriptor() ([]byte, []int) {
+	return file_automator_v1_automator_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *CompleteBatchResponse) GetOutcomes() []*CompleteOutcome {
+	if x != nil {
+		return x.Outcomes
+	}
+	return nil
+}
+
+// CompleteOutcome is what Complete would have answered for one result: code
+// 0 (OK) when the result was recorded, else a google.golang.org/grpc/codes
+// value and its message.
+type CompleteOutcome struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteOutcome) Reset() {
+	*x = CompleteOutcome{}
+	mi := &file_automator_v1_automator_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteOutcome) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteOutcome) ProtoMessage() {}
+
+func (x *CompleteOutcome) ProtoReflect() protoreflect.Message {
+	mi := &file_automator_v1_automator_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteOutcome.ProtoReflect.Descriptor instead.
+func (*CompleteOutcome) Descriptor() ([]byte, []int) {
+	return file_automator_v1_automator_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *CompleteOutcome) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *CompleteOutcome) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type ExecuteRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Account string                 `protobuf:"bytes,1,opt,name=account,proto3" json:"account,omitempty"`
@@ -713,7 +857,7 @@ type ExecuteRequest struct {
 
 func (x *ExecuteRequest) Reset() {
 	*x = ExecuteRequest{}
-	mi := &file_automator_v1_automator_proto_msgTypes[7]
+	mi := &file_automator_v1_automator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +869,7 @@ func (x *ExecuteRequest) String() string {
 func (*ExecuteRequest) ProtoMessage() {}
 
 func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_automator_v1_automator_proto_msgTypes[7]
+	mi := &file_automator_v1_automator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +882,7 @@ func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_automator_v1_automator_proto_rawDescGZIP(), []int{7}
+	return file_automator_v1_automator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ExecuteRequest) GetAccount() string {
@@ -778,7 +922,7 @@ type WaitRequest struct {
 
 func (x *WaitRequest) Reset() {
 	*x = WaitRequest{}
-	mi := &file_automator_v1_automator_proto_msgTypes[8]
+	mi := &file_automator_v1_automator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -790,7 +934,7 @@ func (x *WaitRequest) String() string {
 func (*WaitRequest) ProtoMessage() {}
 
 func (x *WaitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_automator_v1_automator_proto_msgTypes[8]
+	mi := &file_automator_v1_automator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -803,7 +947,7 @@ func (x *WaitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitRequest.ProtoReflect.Descriptor instead.
 func (*WaitRequest) Descriptor() ([]byte, []int) {
-	return file_automator_v1_automator_proto_rawDescGZIP(), []int{8}
+	return file_automator_v1_automator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WaitRequest) GetWorkId() string {
@@ -822,7 +966,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_automator_v1_automator_proto_msgTypes[9]
+	mi := &file_automator_v1_automator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -834,7 +978,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_automator_v1_automator_proto_msgTypes[9]
+	mi := &file_automator_v1_automator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -847,7 +991,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_automator_v1_automator_proto_rawDescGZIP(), []int{9}
+	return file_automator_v1_automator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetRequest) GetWorkId() string {
@@ -866,7 +1010,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_automator_v1_automator_proto_msgTypes[10]
+	mi := &file_automator_v1_automator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -878,7 +1022,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_automator_v1_automator_proto_msgTypes[10]
+	mi := &file_automator_v1_automator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -891,7 +1035,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_automator_v1_automator_proto_rawDescGZIP(), []int{10}
+	return file_automator_v1_automator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CancelRequest) GetWorkId() string {
@@ -923,7 +1067,7 @@ type WorkStatus struct {
 
 func (x *WorkStatus) Reset() {
 	*x = WorkStatus{}
-	mi := &file_automator_v1_automator_proto_msgTypes[11]
+	mi := &file_automator_v1_automator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1079,7 @@ func (x *WorkStatus) String() string {
 func (*WorkStatus) ProtoMessage() {}
 
 func (x *WorkStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_automator_v1_automator_proto_msgTypes[11]
+	mi := &file_automator_v1_automator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1092,7 @@ func (x *WorkStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkStatus.ProtoReflect.Descriptor instead.
 func (*WorkStatus) Descriptor() ([]byte, []int) {
-	return file_automator_v1_automator_proto_rawDescGZIP(), []int{11}
+	return file_automator_v1_automator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WorkStatus) GetWorkId() string {
@@ -1030,7 +1174,7 @@ type ListInstancesRequest struct {
 
 func (x *ListInstancesRequest) Reset() {
 	*x = ListInstancesRequest{}
-	mi := &file_automator_v1_automator_proto_msgTypes[12]
+	mi := &file_automator_v1_automator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1042,7 +1186,7 @@ func (x *ListInstancesRequest) String() string {
 func (*ListInstancesRequest) ProtoMessage() {}
 
 func (x *ListInstancesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_automator_v1_automator_proto_msgTypes[12]
+	mi := &file_automator_v1_automator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1055,7 +1199,7 @@ func (x *ListInstancesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstancesRequest.ProtoReflect.Descriptor instead.
 func (*ListInstancesRequest) Descriptor() ([]byte, []int) {
-	return file_automator_v1_automator_proto_rawDescGZIP(), []int{12}
+	return file_automator_v1_automator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListInstancesRequest) GetAccount() string {
@@ -1080,7 +1224,7 @@ type Instance struct {
 
 func (x *Instance) Reset() {
 	*x = Instance{}
-	mi := &file_automator_v1_automator_proto_msgTypes[13]
+	mi := &file_automator_v1_automator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1236,7 @@ func (x *Instance) String() string {
 func (*Instance) ProtoMessage() {}
 
 func (x *Instance) ProtoReflect() protoreflect.Message {
-	mi := &file_automator_v1_automator_proto_msgTypes[13]
+	mi := &file_automator_v1_automator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1249,7 @@ func (x *Instance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Instance.ProtoReflect.Descriptor instead.
 func (*Instance) Descriptor() ([]byte, []int) {
-	return file_automator_v1_automator_proto_rawDescGZIP(), []int{13}
+	return file_automator_v1_automator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Instance) GetInstanceId() string {
@@ -1159,7 +1303,7 @@ type ListInstancesResponse struct {
 
 func (x *ListInstancesResponse) Reset() {
 	*x = ListInstancesResponse{}
-	mi := &file_automator_v1_automator_proto_msgTypes[14]
+	mi := &file_automator_v1_automator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1171,7 +1315,7 @@ func (x *ListInstancesResponse) String() string {
 func (*ListInstancesResponse) ProtoMessage() {}
 
 func (x *ListInstancesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_automator_v1_automator_proto_msgTypes[14]
+	mi := &file_automator_v1_automator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1184,7 +1328,7 @@ func (x *ListInstancesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstancesResponse.ProtoReflect.Descriptor instead.
 func (*ListInstancesResponse) Descriptor() ([]byte, []int) {
-	return file_automator_v1_automator_proto_rawDescGZIP(), []int{14}
+	return file_automator_v1_automator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListInstancesResponse) GetInstances() []*Instance {
@@ -1247,7 +1391,14 @@ const file_automator_v1_automator_proto_rawDesc = "" +
 	"\aoutcome\x18\x04 \x01(\x0e2\x15.automator.v1.OutcomeR\aoutcome\x12#\n" +
 	"\rsealed_result\x18\x05 \x01(\fR\fsealedResult\x12\x18\n" +
 	"\afailure\x18\x06 \x01(\tR\afailure\"\x12\n" +
-	"\x10CompleteResponse\"\xb9\x01\n" +
+	"\x10CompleteResponse\"O\n" +
+	"\x14CompleteBatchRequest\x127\n" +
+	"\aresults\x18\x01 \x03(\v2\x1d.automator.v1.CompleteRequestR\aresults\"R\n" +
+	"\x15CompleteBatchResponse\x129\n" +
+	"\boutcomes\x18\x01 \x03(\v2\x1d.automator.v1.CompleteOutcomeR\boutcomes\"?\n" +
+	"\x0fCompleteOutcome\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xb9\x01\n" +
 	"\x0eExecuteRequest\x12\x18\n" +
 	"\aaccount\x18\x01 \x01(\tR\aaccount\x12/\n" +
 	"\acommand\x18\x02 \x01(\v2\x15.automator.v1.CommandR\acommand\x123\n" +
@@ -1300,10 +1451,11 @@ const file_automator_v1_automator_proto_rawDesc = "" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11OUTCOME_SUCCEEDED\x10\x01\x12\x12\n" +
-	"\x0eOUTCOME_FAILED\x10\x022\x98\x01\n" +
+	"\x0eOUTCOME_FAILED\x10\x022\xf2\x01\n" +
 	"\fProxyService\x12=\n" +
 	"\x04Poll\x12\x19.automator.v1.PollRequest\x1a\x1a.automator.v1.PollResponse\x12I\n" +
-	"\bComplete\x12\x1d.automator.v1.CompleteRequest\x1a\x1e.automator.v1.CompleteResponse2\x97\x05\n" +
+	"\bComplete\x12\x1d.automator.v1.CompleteRequest\x1a\x1e.automator.v1.CompleteResponse\x12X\n" +
+	"\rCompleteBatch\x12\".automator.v1.CompleteBatchRequest\x1a#.automator.v1.CompleteBatchResponse2\x97\x05\n" +
 	"\x10AutomatorService\x12s\n" +
 	"\x0eExecuteOnProxy\x12\x1c.automator.v1.ExecuteRequest\x1a\x18.automator.v1.WorkStatus\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/accounts/{account}/execute\x12j\n" +
 	"\x06Submit\x12\x1c.automator.v1.ExecuteRequest\x1a\x18.automator.v1.WorkStatus\"(\x82\xd3\xe4\x93\x02\":\x01*\"\x1d/v1/accounts/{account}/submit\x12_\n" +
@@ -1325,7 +1477,7 @@ func file_automator_v1_automator_proto_rawDescGZIP() []byte {
 }
 
 var file_automator_v1_automator_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_automator_v1_automator_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_automator_v1_automator_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_automator_v1_automator_proto_goTypes = []any{
 	(State)(0),                    // 0: automator.v1.State
 	(Outcome)(0),                  // 1: automator.v1.Outcome
@@ -1336,58 +1488,65 @@ var file_automator_v1_automator_proto_goTypes = []any{
 	(*PollResponse)(nil),          // 6: automator.v1.PollResponse
 	(*CompleteRequest)(nil),       // 7: automator.v1.CompleteRequest
 	(*CompleteResponse)(nil),      // 8: automator.v1.CompleteResponse
-	(*ExecuteRequest)(nil),        // 9: automator.v1.ExecuteRequest
-	(*WaitRequest)(nil),           // 10: automator.v1.WaitRequest
-	(*GetRequest)(nil),            // 11: automator.v1.GetRequest
-	(*CancelRequest)(nil),         // 12: automator.v1.CancelRequest
-	(*WorkStatus)(nil),            // 13: automator.v1.WorkStatus
-	(*ListInstancesRequest)(nil),  // 14: automator.v1.ListInstancesRequest
-	(*Instance)(nil),              // 15: automator.v1.Instance
-	(*ListInstancesResponse)(nil), // 16: automator.v1.ListInstancesResponse
-	nil,                           // 17: automator.v1.Command.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 19: google.protobuf.Duration
+	(*CompleteBatchRequest)(nil),  // 9: automator.v1.CompleteBatchRequest
+	(*CompleteBatchResponse)(nil), // 10: automator.v1.CompleteBatchResponse
+	(*CompleteOutcome)(nil),       // 11: automator.v1.CompleteOutcome
+	(*ExecuteRequest)(nil),        // 12: automator.v1.ExecuteRequest
+	(*WaitRequest)(nil),           // 13: automator.v1.WaitRequest
+	(*GetRequest)(nil),            // 14: automator.v1.GetRequest
+	(*CancelRequest)(nil),         // 15: automator.v1.CancelRequest
+	(*WorkStatus)(nil),            // 16: automator.v1.WorkStatus
+	(*ListInstancesRequest)(nil),  // 17: automator.v1.ListInstancesRequest
+	(*Instance)(nil),              // 18: automator.v1.Instance
+	(*ListInstancesResponse)(nil), // 19: automator.v1.ListInstancesResponse
+	nil,                           // 20: automator.v1.Command.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 22: google.protobuf.Duration
 }
 var file_automator_v1_automator_proto_depIdxs = []int32{
-	17, // 0: automator.v1.Command.env:type_name -> automator.v1.Command.EnvEntry
-	18, // 1: automator.v1.Result.started_at:type_name -> google.protobuf.Timestamp
-	18, // 2: automator.v1.Result.finished_at:type_name -> google.protobuf.Timestamp
-	19, // 3: automator.v1.PollRequest.wait:type_name -> google.protobuf.Duration
-	19, // 4: automator.v1.Claim.remaining:type_name -> google.protobuf.Duration
+	20, // 0: automator.v1.Command.env:type_name -> automator.v1.Command.EnvEntry
+	21, // 1: automator.v1.Result.started_at:type_name -> google.protobuf.Timestamp
+	21, // 2: automator.v1.Result.finished_at:type_name -> google.protobuf.Timestamp
+	22, // 3: automator.v1.PollRequest.wait:type_name -> google.protobuf.Duration
+	22, // 4: automator.v1.Claim.remaining:type_name -> google.protobuf.Duration
 	5,  // 5: automator.v1.PollResponse.claims:type_name -> automator.v1.Claim
-	19, // 6: automator.v1.PollResponse.wait:type_name -> google.protobuf.Duration
+	22, // 6: automator.v1.PollResponse.wait:type_name -> google.protobuf.Duration
 	1,  // 7: automator.v1.CompleteRequest.outcome:type_name -> automator.v1.Outcome
-	2,  // 8: automator.v1.ExecuteRequest.command:type_name -> automator.v1.Command
-	19, // 9: automator.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
-	0,  // 10: automator.v1.WorkStatus.state:type_name -> automator.v1.State
-	3,  // 11: automator.v1.WorkStatus.result:type_name -> automator.v1.Result
-	18, // 12: automator.v1.WorkStatus.queued_at:type_name -> google.protobuf.Timestamp
-	18, // 13: automator.v1.WorkStatus.deadline:type_name -> google.protobuf.Timestamp
-	18, // 14: automator.v1.WorkStatus.claimed_at:type_name -> google.protobuf.Timestamp
-	18, // 15: automator.v1.WorkStatus.finished_at:type_name -> google.protobuf.Timestamp
-	18, // 16: automator.v1.Instance.last_poll_at:type_name -> google.protobuf.Timestamp
-	15, // 17: automator.v1.ListInstancesResponse.instances:type_name -> automator.v1.Instance
-	4,  // 18: automator.v1.ProxyService.Poll:input_type -> automator.v1.PollRequest
-	7,  // 19: automator.v1.ProxyService.Complete:input_type -> automator.v1.CompleteRequest
-	9,  // 20: automator.v1.AutomatorService.ExecuteOnProxy:input_type -> automator.v1.ExecuteRequest
-	9,  // 21: automator.v1.AutomatorService.Submit:input_type -> automator.v1.ExecuteRequest
-	10, // 22: automator.v1.AutomatorService.Wait:input_type -> automator.v1.WaitRequest
-	11, // 23: automator.v1.AutomatorService.Get:input_type -> automator.v1.GetRequest
-	12, // 24: automator.v1.AutomatorService.Cancel:input_type -> automator.v1.CancelRequest
-	14, // 25: automator.v1.AutomatorService.ListInstances:input_type -> automator.v1.ListInstancesRequest
-	6,  // 26: automator.v1.ProxyService.Poll:output_type -> automator.v1.PollResponse
-	8,  // 27: automator.v1.ProxyService.Complete:output_type -> automator.v1.CompleteResponse
-	13, // 28: automator.v1.AutomatorService.ExecuteOnProxy:output_type -> automator.v1.WorkStatus
-	13, // 29: automator.v1.AutomatorService.Submit:output_type -> automator.v1.WorkStatus
-	13, // 30: automator.v1.AutomatorService.Wait:output_type -> automator.v1.WorkStatus
-	13, // 31: automator.v1.AutomatorService.Get:output_type -> automator.v1.WorkStatus
-	13, // 32: automator.v1.AutomatorService.Cancel:output_type -> automator.v1.WorkStatus
-	16, // 33: automator.v1.AutomatorService.ListInstances:output_type -> automator.v1.ListInstancesResponse
-	26, // [26:34] is the sub-list for method output_type
-	18, // [18:26] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	7,  // 8: automator.v1.CompleteBatchRequest.results:type_name -> automator.v1.CompleteRequest
+	11, // 9: automator.v1.CompleteBatchResponse.outcomes:type_name -> automator.v1.CompleteOutcome
+	2,  // 10: automator.v1.ExecuteRequest.command:type_name -> automator.v1.Command
+	22, // 11: automator.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
+	0,  // 12: automator.v1.WorkStatus.state:type_name -> automator.v1.State
+	3,  // 13: automator.v1.WorkStatus.result:type_name -> automator.v1.Result
+	21, // 14: automator.v1.WorkStatus.queued_at:type_name -> google.protobuf.Timestamp
+	21, // 15: automator.v1.WorkStatus.deadline:type_name -> google.protobuf.Timestamp
+	21, // 16: automator.v1.WorkStatus.claimed_at:type_name -> google.protobuf.Timestamp
+	21, // 17: automator.v1.WorkStatus.finished_at:type_name -> google.protobuf.Timestamp
+	21, // 18: automator.v1.Instance.last_poll_at:type_name -> google.protobuf.Timestamp
+	18, // 19: automator.v1.ListInstancesResponse.instances:type_name -> automator.v1.Instance
+	4,  // 20: automator.v1.ProxyService.Poll:input_type -> automator.v1.PollRequest
+	7,  // 21: automator.v1.ProxyService.Complete:input_type -> automator.v1.CompleteRequest
+	9,  // 22: automator.v1.ProxyService.CompleteBatch:input_type -> automator.v1.CompleteBatchRequest
+	12, // 23: automator.v1.AutomatorService.ExecuteOnProxy:input_type -> automator.v1.ExecuteRequest
+	12, // 24: automator.v1.AutomatorService.Submit:input_type -> automator.v1.ExecuteRequest
+	13, // 25: automator.v1.AutomatorService.Wait:input_type -> automator.v1.WaitRequest
+	14, // 26: automator.v1.AutomatorService.Get:input_type -> automator.v1.GetRequest
+	15, // 27: automator.v1.AutomatorService.Cancel:input_type -> automator.v1.CancelRequest
+	17, // 28: automator.v1.AutomatorService.ListInstances:input_type -> automator.v1.ListInstancesRequest
+	6,  // 29: automator.v1.ProxyService.Poll:output_type -> automator.v1.PollResponse
+	8,  // 30: automator.v1.ProxyService.Complete:output_type -> automator.v1.CompleteResponse
+	10, // 31: automator.v1.ProxyService.CompleteBatch:output_type -> automator.v1.CompleteBatchResponse
+	16, // 32: automator.v1.AutomatorService.ExecuteOnProxy:output_type -> automator.v1.WorkStatus
+	16, // 33: automator.v1.AutomatorService.Submit:output_type -> automator.v1.WorkStatus
+	16, // 34: automator.v1.AutomatorService.Wait:output_type -> automator.v1.WorkStatus
+	16, // 35: automator.v1.AutomatorService.Get:output_type -> automator.v1.WorkStatus
+	16, // 36: automator.v1.AutomatorService.Cancel:output_type -> automator.v1.WorkStatus
+	19, // 37: automator.v1.AutomatorService.ListInstances:output_type -> automator.v1.ListInstancesResponse
+	29, // [29:38] is the sub-list for method output_type
+	20, // [20:29] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_automator_v1_automator_proto_init() }
@@ -1401,7 +1560,7 @@ func file_automator_v1_automator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_automator_v1_automator_proto_rawDesc), len(file_automator_v1_automator_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   16,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -24,8 +24,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ProxyService_Poll_FullMethodName     = "/automator.v1.ProxyService/Poll"
-	ProxyService_Complete_FullMethodName = "/automator.v1.ProxyService/Complete"
+	ProxyService_Poll_FullMethodName          = "/automator.v1.ProxyService/Poll"
+	ProxyService_Complete_FullMethodName      = "/automator.v1.ProxyService/Complete"
+	ProxyService_CompleteBatch_FullMethodName = "/automator.v1.ProxyService/CompleteBatch"
 )
 
 // ProxyServiceClient is the client API for ProxyService service.
@@ -46,6 +47,13 @@ type ProxyServiceClient interface {
 	// Complete posts the sealed result of a claim. It is refused with
 	// FAILED_PRECONDITION once the unit is terminal (for example timed out).
 	Complete(ctx context.Context, in *CompleteRequest, opts ...grpc.CallOption) (*CompleteResponse, error)
+	// CompleteBatch posts several results in one call: each is handled as a
+	// Complete of its own, and the response says, in the request's order, how
+	// each went. A result refused does not affect the others. The call as a
+	// whole fails (INVALID_ARGUMENT) only when it holds no result or more than
+	// 256. An automator older than this method answers UNIMPLEMENTED; the
+	// proxy then posts each result with Complete.
+	CompleteBatch(ctx context.Context, in *CompleteBatchRequest, opts ...grpc.CallOption) (*CompleteBatchResponse, error)
 }
 
 type proxyServiceClient struct {
@@ -76,6 +84,16 @@ func (c *proxyServiceClient) Complete(ctx context.Context, in *CompleteRequest, 
 	return out, nil
 }
 
+func (c *proxyServiceClient) CompleteBatch(ctx context.Context, in *CompleteBatchRequest, opts ...grpc.CallOption) (*CompleteBatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CompleteBatchResponse)
+	err := c.cc.Invoke(ctx, ProxyService_CompleteBatch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ProxyServiceServer is the server API for ProxyService service.
 // All implementations must embed UnimplementedProxyServiceServer
 // for forward compatibility.
@@ -94,6 +112,13 @@ type ProxyServiceServer interface {
 	// Complete posts the sealed result of a claim. It is refused with
 	// FAILED_PRECONDITION once the unit is terminal (for example timed out).
 	Complete(context.Context, *CompleteRequest) (*CompleteResponse, error)
+	// CompleteBatch posts several results in one call: each is handled as a
+	// Complete of its own, and the response says, in the request's order, how
+	// each went. A result refused does not affect the others. The call as a
+	// whole fails (INVALID_ARGUMENT) only when it holds no result or more than
+	// 256. An automator older than this method answers UNIMPLEMENTED; the
+	// proxy then posts each result with Complete.
+	CompleteBatch(context.Context, *CompleteBatchRequest) (*CompleteBatchResponse, error)
 	mustEmbedUnimplementedProxyServiceServer()
 }
 
@@ -109,6 +134,9 @@ func (UnimplementedProxyServiceServer) Poll(context.Context, *PollRequest) (*Pol
 }
 func (UnimplementedProxyServiceServer) Complete(context.Context, *CompleteRequest) (*CompleteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Complete not implemented")
+}
+func (UnimplementedProxyServiceServer) CompleteBatch(context.Context, *CompleteBatchRequest) (*CompleteBatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CompleteBatch not implemented")
 }
 func (UnimplementedProxyServiceServer) mustEmbedUnimplementedProxyServiceServer() {}
 func (UnimplementedProxyServiceServer) testEmbeddedByValue()                      {}
@@ -167,6 +195,24 @@ func _ProxyService_Complete_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ProxyService_CompleteBatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CompleteBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ProxyServiceServer).CompleteBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ProxyService_CompleteBatch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ProxyServiceServer).CompleteBatch(ctx, req.(*CompleteBatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ProxyService_ServiceDesc is the grpc.ServiceDesc for ProxyService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -181,6 +227,10 @@ var ProxyService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Complete",
 			Handler:    _ProxyService_Complete_Handler,
+		},
+		{
+			MethodName: "CompleteBatch",
+			Handler:    _ProxyService_CompleteBatch_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
