@@ -72,6 +72,7 @@ type Agent struct {
 	lastPoll time.Time
 	state    *stateFile // used by Run's goroutine only
 	spool    *spool     // nil without SpoolDir
+	poster   *poster    // posts results, several per call under load
 }
 
 // errCancelledByAutomator: the automator said the unit ended (cancelled or
@@ -110,6 +111,7 @@ func New(o Options) *Agent {
 	}
 	a.state = newStateFile(o, a.log)
 	a.spool = newSpool(o.SpoolDir, a.log)
+	a.poster = newPoster(o.Client)
 	return a
 }
 

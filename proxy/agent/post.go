@@ -11,7 +11,7 @@ import (
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
-// postAttempt bounds one Complete call.
+// postAttempt bounds one call posting results (Complete or CompleteBatch).
 const postAttempt = 10 * time.Second
 
 // post sends a claim's outcome, retrying with backoff until it is accepted,
@@ -47,7 +47,7 @@ func (a *Agent) deliver(ctx context.Context, deadline time.Time, req *automatorv
 	bo := backoff{min: a.o.BackoffMin, max: a.o.BackoffMax}
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, postAttempt)
-		_, err := a.o.Client.Complete(actx, req)
+		err := a.poster.complete(actx, req)
 		cancel()
 		if err == nil {
 			log.Debug("result posted", "outcome", req.GetOutcome(), "attempts", attempt)

@@ -28,8 +28,8 @@ const (
 	kindNetLatency      = "net-latency"           // add latency for a while
 	kindConnectRestart  = "connect-proxy-restart" // kill the outbound CONNECT proxy, start it again
 	kindCutPoll         = "cut-poll-response"     // cut a Poll response carrying claims
-	kindCutCompleteReq  = "cut-complete-request"  // cut a Complete before the automator reads it
-	kindCutCompleteResp = "cut-complete-response" // cut the answer to a Complete
+	kindCutCompleteReq  = "cut-complete-request"  // cut a Complete or CompleteBatch before the automator reads it
+	kindCutCompleteResp = "cut-complete-response" // cut the answer to a Complete or CompleteBatch
 )
 
 // Bounds of the schedule and of waits for recovery.

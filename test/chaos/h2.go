@@ -31,10 +31,11 @@ const clientPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 // h2parser follows one direction of a cleartext HTTP/2 connection frame by
 // frame. From the client it learns each stream's :path (decoding every
-// header block, so the HPACK table stays in step) and the unit a Complete
-// is for; from the server it recognises Poll responses carrying claims and
-// the answers to Completes. It hands back whole frames to forward, and,
-// when an armed cut matches a frame, the part of it to let through.
+// header block, so the HPACK table stays in step) and the units a Complete
+// or CompleteBatch posts; from the server it recognises Poll responses
+// carrying claims and the answers to those posts. It hands back whole
+// frames to forward, and, when an armed cut matches a frame, the part of it
+// to let through.
 type h2parser struct {
 	l        *link
 	toServer bool
@@ -115,16 +116,23 @@ func (p *h2parser) frame(f []byte) (keep int, cut *Cut) {
 			}
 		case frameData:
 			s := p.l.stream(id)
-			if s.path != automatorv1.ProxyService_Complete_FullMethodName {
+			if !isComplete(s.path) {
 				break
 			}
-			var req automatorv1.CompleteRequest
-			if grpcMessage(flags, payload, &req) {
-				s.workID = req.GetWorkId()
-				p.l.update(id, func(s *stream) { s.workID = req.GetWorkId() })
-			}
-			if r.take(CutCompleteRequest) {
-				return frameHeaderLen + len(payload)/2, &Cut{Kind: CutCompleteRequest, WorkIDs: []string{s.workID}}
+			// A request may span DATA frames: the units it posts are known
+			// once the whole message has passed, and a cut is taken
+			// halfway through its last frame, so the automator never reads
+			// the request whole.
+			body := append(s.body, framePayload(flags, payload)...)
+			ids, whole := completeWorkIDs(s.path, body)
+			p.l.update(id, func(s *stream) {
+				s.body = body
+				if whole {
+					s.body, s.workIDs = nil, ids
+				}
+			})
+			if whole && r.take(CutCompleteRequest) {
+				return frameHeaderLen + len(payload)/2, &Cut{Kind: CutCompleteRequest, WorkIDs: ids}
 			}
 		}
 		return len(f), nil
@@ -132,8 +140,8 @@ func (p *h2parser) frame(f []byte) (keep int, cut *Cut) {
 	switch typ {
 	case frameHeaders:
 		s := p.l.stream(id)
-		if s.path == automatorv1.ProxyService_Complete_FullMethodName && r.take(CutCompleteResponse) {
-			return 0, &Cut{Kind: CutCompleteResponse, WorkIDs: []string{s.workID}}
+		if isComplete(s.path) && r.take(CutCompleteResponse) {
+			return 0, &Cut{Kind: CutCompleteResponse, WorkIDs: s.workIDs}
 		}
 		if flags&flagEndStream != 0 {
 			p.l.forget(id) // the trailers: the call is over
@@ -197,18 +205,54 @@ func headerFragment(flags byte, payload []byte) []byte {
 
 // grpcMessage decodes the one uncompressed gRPC message a DATA frame holds.
 func grpcMessage(flags byte, payload []byte, m proto.Message) bool {
+	return grpcBody(framePayload(flags, payload), m)
+}
+
+// framePayload strips a DATA frame's padding (nil when it is malformed).
+func framePayload(flags byte, payload []byte) []byte {
 	if flags&flagPadded != 0 {
 		if len(payload) < 1 || int(payload[0]) > len(payload)-1 {
-			return false
+			return nil
 		}
 		payload = payload[1 : len(payload)-int(payload[0])]
 	}
-	if len(payload) < 5 || payload[0] != 0 {
+	return payload
+}
+
+// grpcBody decodes body when it is exactly one whole uncompressed gRPC
+// message.
+func grpcBody(body []byte, m proto.Message) bool {
+	if len(body) < 5 || body[0] != 0 {
 		return false
 	}
-	n := binary.BigEndian.Uint32(payload[1:5])
-	if int(n) != len(payload)-5 {
+	n := binary.BigEndian.Uint32(body[1:5])
+	if int(n) != len(body)-5 {
 		return false
 	}
-	return proto.Unmarshal(payload[5:], m) == nil
+	return proto.Unmarshal(body[5:], m) == nil
+}
+
+// isComplete: path is one of the calls that post results.
+func isComplete(path string) bool {
+	return path == automatorv1.ProxyService_Complete_FullMethodName || path == automatorv1.ProxyService_CompleteBatch_FullMethodName
+}
+
+// completeWorkIDs returns the units whose results body posts, once body is
+// the whole request of a Complete or CompleteBatch call at path.
+func completeWorkIDs(path string, body []byte) (ids []string, whole bool) {
+	if path == automatorv1.ProxyService_CompleteBatch_FullMethodName {
+		var req automatorv1.CompleteBatchRequest
+		if !grpcBody(body, &req) {
+			return nil, false
+		}
+		for _, r := range req.GetResults() {
+			ids = append(ids, r.GetWorkId())
+		}
+		return ids, true
+	}
+	var req automatorv1.CompleteRequest
+	if !grpcBody(body, &req) {
+		return nil, false
+	}
+	return []string{req.GetWorkId()}, true
 }

@@ -11,7 +11,8 @@ import (
 // the harness uses to do to the network what customer networks do: reset
 // connections, black-hole them (a partition, or a middlebox that silently
 // forgets idle connections), add latency, refuse connections, and cut a
-// connection in the middle of a Poll response or of a Complete.
+// connection in the middle of a Poll response or of a Complete (or
+// CompleteBatch).
 //
 // For the cuts the relay must know which RPC a byte belongs to, so it reads
 // the HTTP/2 frames of cleartext gRPC (h2c): the :path of each stream from
@@ -49,11 +50,13 @@ const (
 	// through its DATA frame: the automator has claimed the units, the
 	// proxy never learns of them.
 	CutPollResponse CutKind = iota + 1
-	// CutCompleteRequest cuts a Complete request halfway through: the
-	// automator never receives the result; the proxy posts it again.
+	// CutCompleteRequest cuts a Complete or CompleteBatch request halfway
+	// through its last frame: the automator never receives the results; the
+	// proxy posts them again.
 	CutCompleteRequest
-	// CutCompleteResponse drops the answer to a Complete: the automator
-	// recorded the result, the proxy does not know it and posts again.
+	// CutCompleteResponse drops the answer to a Complete or CompleteBatch:
+	// the automator recorded the results, the proxy does not know it and
+	// posts again.
 	CutCompleteResponse
 )
 
@@ -70,7 +73,8 @@ func (k CutKind) String() string {
 }
 
 // Cut reports a cut the relay made: when, and the units it concerned (the
-// claims of a cut Poll response, the unit of a cut Complete).
+// claims of a cut Poll response, the units of a cut Complete or
+// CompleteBatch).
 type Cut struct {
 	Kind    CutKind
 	At      time.Time
@@ -326,8 +330,9 @@ type link struct {
 
 // stream is what the relay learnt of one HTTP/2 stream.
 type stream struct {
-	path   string
-	workID string // of a Complete
+	path    string
+	body    []byte   // of a Complete or CompleteBatch request, until it is whole
+	workIDs []string // the units whose results a Complete or CompleteBatch posts
 }
 
 func (l *link) stall() {

@@ -43,6 +43,17 @@ func (f *fakeProxyService) Complete(_ context.Context, in *automatorv1.CompleteR
 	return &automatorv1.CompleteResponse{}, nil
 }
 
+func (f *fakeProxyService) CompleteBatch(_ context.Context, in *automatorv1.CompleteBatchRequest) (*automatorv1.CompleteBatchResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	resp := &automatorv1.CompleteBatchResponse{}
+	for _, r := range in.GetResults() {
+		f.completes = append(f.completes, r.GetWorkId())
+		resp.Outcomes = append(resp.Outcomes, &automatorv1.CompleteOutcome{})
+	}
+	return resp, nil
+}
+
 func (f *fakeProxyService) completed() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -145,6 +156,53 @@ func TestRelayCutsACompleteResponseAfterTheServerHandledIt(t *testing.T) {
 	}
 	if got := f.completed(); len(got) != 1 || got[0] != "w1" {
 		t.Fatalf("the server received %v, want [w1]", got)
+	}
+}
+
+// batchOf is a CompleteBatch request posting the results of ids, each
+// with a sealed result of size bytes.
+func batchOf(size int, ids ...string) *automatorv1.CompleteBatchRequest {
+	req := &automatorv1.CompleteBatchRequest{}
+	for _, id := range ids {
+		req.Results = append(req.Results, &automatorv1.CompleteRequest{WorkId: id, SealedResult: make([]byte, size)})
+	}
+	return req
+}
+
+// TestRelayCutsACompleteBatchRequestNamingEveryUnit: a batch of results
+// spanning several DATA frames (HTTP/2's 16 KiB) is cut in its last
+// frame, naming every unit it posts, and the server sees none of them.
+func TestRelayCutsACompleteBatchRequestNamingEveryUnit(t *testing.T) {
+	f := &fakeProxyService{}
+	r, c, cuts := grpcThroughRelay(t, f)
+	if _, err := c.Poll(ctxT(t), &automatorv1.PollRequest{InstanceId: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	r.Arm(CutCompleteRequest)
+	if _, err := c.CompleteBatch(ctxT(t), batchOf(20<<10, "w1", "w2", "w3")); err == nil {
+		t.Fatal("a CompleteBatch whose request was cut succeeded")
+	}
+	if cut := <-cuts; cut.Kind != CutCompleteRequest || strings.Join(cut.WorkIDs, ",") != "w1,w2,w3" {
+		t.Fatalf("cut %+v, want the CompleteBatch of w1, w2 and w3", cut)
+	}
+	if got := f.completed(); len(got) != 0 {
+		t.Fatalf("the server received %v, want nothing", got)
+	}
+}
+
+// TestRelayCutsACompleteBatchResponseNamingEveryUnit.
+func TestRelayCutsACompleteBatchResponseNamingEveryUnit(t *testing.T) {
+	f := &fakeProxyService{}
+	r, c, cuts := grpcThroughRelay(t, f)
+	r.Arm(CutCompleteResponse)
+	if _, err := c.CompleteBatch(ctxT(t), batchOf(100, "w1", "w2")); err == nil {
+		t.Fatal("a CompleteBatch whose response was cut succeeded")
+	}
+	if cut := <-cuts; cut.Kind != CutCompleteResponse || strings.Join(cut.WorkIDs, ",") != "w1,w2" {
+		t.Fatalf("cut %+v, want the CompleteBatch of w1 and w2", cut)
+	}
+	if got := f.completed(); strings.Join(got, ",") != "w1,w2" {
+		t.Fatalf("the server received %v, want [w1 w2]", got)
 	}
 }
 

@@ -1,0 +1,143 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// completeOnly is a Client that is never polled and accepts every Complete.
+type completeOnly struct{}
+
+func (completeOnly) Poll(context.Context, *automatorv1.PollRequest, ...grpc.CallOption) (*automatorv1.PollResponse, error) {
+	panic("not polled")
+}
+
+func (completeOnly) Complete(context.Context, *automatorv1.CompleteRequest, ...grpc.CallOption) (*automatorv1.CompleteResponse, error) {
+	return &automatorv1.CompleteResponse{}, nil
+}
+
+// scriptedBatch is a BatchClient whose first CompleteBatch call waits for
+// release; each call's work ids are recorded, and results whose work id is
+// in refuse are refused with FAILED_PRECONDITION.
+type scriptedBatch struct {
+	completeOnly
+	release chan struct{}
+	started chan struct{} // closed when the first call starts
+
+	mu     sync.Mutex
+	calls  [][]string
+	refuse map[string]bool
+}
+
+func (s *scriptedBatch) CompleteBatch(ctx context.Context, in *automatorv1.CompleteBatchRequest, _ ...grpc.CallOption) (*automatorv1.CompleteBatchResponse, error) {
+	var ids []string
+	resp := &automatorv1.CompleteBatchResponse{}
+	for _, r := range in.GetResults() {
+		ids = append(ids, r.GetWorkId())
+		out := &automatorv1.CompleteOutcome{}
+		if s.refuse[r.GetWorkId()] {
+			out.Code, out.Message = int32(codes.FailedPrecondition), "work "+r.GetWorkId()+" is cancelled; result refused"
+		}
+		resp.Outcomes = append(resp.Outcomes, out)
+	}
+	s.mu.Lock()
+	s.calls = append(s.calls, ids)
+	first := len(s.calls) == 1
+	s.mu.Unlock()
+	if first {
+		close(s.started)
+		<-s.release
+	}
+	return resp, nil
+}
+
+// TestEachWaitingResultGetsItsOwnAnswer: results that waited and went
+// together each get their own outcome, and one whose caller gave up while it
+// waited is not sent at all.
+func TestEachWaitingResultGetsItsOwnAnswer(t *testing.T) {
+	c := &scriptedBatch{release: make(chan struct{}), started: make(chan struct{}), refuse: map[string]bool{"w_c": true}}
+	p := newPoster(c)
+	post := func(ctx context.Context, id string) <-chan error {
+		got := make(chan error, 1)
+		go func() { got <- p.complete(ctx, &automatorv1.CompleteRequest{WorkId: id}) }()
+		return got
+	}
+
+	a := post(context.Background(), "w_a")
+	<-c.started
+	gaveUp, giveUp := context.WithCancel(context.Background())
+	b := post(gaveUp, "w_b")
+	waitFor(t, "w_b waiting", func() bool { return p.waiting() == 1 })
+	cc := post(context.Background(), "w_c")
+	waitFor(t, "w_c waiting", func() bool { return p.waiting() == 2 })
+	giveUp()
+	if err := <-b; !errors.Is(err, context.Canceled) {
+		t.Fatalf("w_b, whose caller gave up: %v, want context.Canceled", err)
+	}
+	d := post(context.Background(), "w_d")
+	waitFor(t, "w_d waiting", func() bool { return p.waiting() == 3 })
+	close(c.release)
+
+	if err := <-a; err != nil {
+		t.Fatalf("w_a: %v", err)
+	}
+	if err := <-cc; status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("w_c: %v, want its own FailedPrecondition", err)
+	}
+	if err := <-d; err != nil {
+		t.Fatalf("w_d: %v", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.calls) != 2 || len(c.calls[1]) != 2 || c.calls[1][0] != "w_c" || c.calls[1][1] != "w_d" {
+		t.Fatalf("calls %v, want [[w_a] [w_c w_d]]", c.calls)
+	}
+}
+
+// stuckBatch is a BatchClient whose CompleteBatch calls last until their
+// context ends, reporting that on ended.
+type stuckBatch struct {
+	completeOnly
+	started chan struct{} // capacity 1
+	ended   chan error    // capacity 1
+}
+
+func (s *stuckBatch) CompleteBatch(ctx context.Context, _ *automatorv1.CompleteBatchRequest, _ ...grpc.CallOption) (*automatorv1.CompleteBatchResponse, error) {
+	s.started <- struct{}{}
+	<-ctx.Done()
+	s.ended <- ctx.Err()
+	return nil, status.FromContextError(ctx.Err()).Err()
+}
+
+// TestAPostEndsWhenEveryCallerGaveUp: a call on its way is cut off once
+// every result it carries has been given up by its caller (the proxy
+// stopping), not left running to its own timeout.
+func TestAPostEndsWhenEveryCallerGaveUp(t *testing.T) {
+	c := &stuckBatch{started: make(chan struct{}, 1), ended: make(chan error, 1)}
+	p := newPoster(c)
+	ctx, giveUp := context.WithCancel(context.Background())
+	got := make(chan error, 1)
+	go func() { got <- p.complete(ctx, &automatorv1.CompleteRequest{WorkId: "w_a"}) }()
+	<-c.started
+	giveUp()
+	if err := <-got; !errors.Is(err, context.Canceled) && status.Code(err) != codes.Canceled {
+		t.Fatalf("the post: %v, want cancelled", err)
+	}
+	select {
+	case err := <-c.ended:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the call ended with %v, want cancelled", err)
+		}
+	case <-time.After(postAttempt / 2):
+		t.Fatal("the call went on after its only caller gave up")
+	}
+}
