@@ -78,7 +78,7 @@ func (b *bench) profileSeconds() int {
 // many seconds again. Not at once: while a block profile is taken, every
 // blocking event records its stack, and a CPU profile taken meanwhile
 // showed that recording (the unwinder, and the stack growth it causes) as
-// 8-10 % of the automator's CPU at 64 callers.
+// about 5 % of the automator's CPU at 64 callers.
 func (b *bench) profileLoad(ctx context.Context, a *automator, prefix string, n int, pids map[string]int, order []string, call func(context.Context) error) {
 	secs := b.profileSeconds()
 	b.logf("profiling %s: 2 × %d s of @ping at %s", a.name, secs, plural(n, "caller"))
