@@ -77,8 +77,10 @@ type bench struct {
 	profiles   []string
 	progress   io.Writer
 	began      time.Time
-	// latencyOnly: the main section measures baselines and latency only.
-	latencyOnly bool
+	// mainOnly narrows the main section for quick iteration: "latency"
+	// (the baselines and the one-caller latency) or "ping64" (the raw echo
+	// and @ping at 64 callers); "" runs all of it.
+	mainOnly string
 
 	mu    sync.Mutex
 	procs []*proc
@@ -95,9 +97,11 @@ func numCPU() int { return runtime.NumCPU() }
 
 var sections = []string{"main", "wakeup", "idle", "pg"}
 
-// extraSections run only when named: "latency" is the part of main that
-// measures one caller (baselines and latency only), for quick iteration.
-var extraSections = []string{"latency"}
+// extraSections run only when named: parts of main for quick iteration.
+// "latency" measures one caller (the baselines and the latency); "ping64"
+// the raw echo and @ping at 64 callers, a change's effect on which needs
+// many runs on a noisy machine.
+var extraSections = []string{"latency", "ping64"}
 
 func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -191,8 +195,8 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		switch s {
 		case "main":
 			err = b.mainSection(ctx)
-		case "latency":
-			b.latencyOnly = true
+		case "latency", "ping64":
+			b.mainOnly = s
 			err = b.mainSection(ctx)
 		case "wakeup":
 			err = b.wakeSection(ctx)

@@ -66,11 +66,21 @@ func (b *bench) mainSection(ctx context.Context) error {
 		}
 	}
 	for run := 1; run <= b.p.runs && ctx.Err() == nil; run++ {
+		if b.mainOnly == "ping64" {
+			b.logf("main run %d/%d: raw echo and @ping, 64 callers", run, b.p.runs)
+			if err := b.echo64(ctx, run, echo); err != nil {
+				return err
+			}
+			if err := b.throughput(ctx, run, api, pids, []int{64}); err != nil {
+				return err
+			}
+			continue
+		}
 		b.logf("main run %d/%d: baselines", run, b.p.runs)
 		if err := b.baselines(ctx, run, echo); err != nil {
 			return err
 		}
-		if b.latencyOnly {
+		if b.mainOnly == "latency" {
 			b.logf("main run %d/%d: latency", run, b.p.runs)
 			if err := b.latency(ctx, run, api); err != nil {
 				return err
@@ -78,7 +88,7 @@ func (b *bench) mainSection(ctx context.Context) error {
 			continue
 		}
 		b.logf("main run %d/%d: @ping throughput", run, b.p.runs)
-		if err := b.throughput(ctx, run, api, pids); err != nil {
+		if err := b.throughput(ctx, run, api, pids, pingCallers); err != nil {
 			return err
 		}
 		b.logf("main run %d/%d: latency", run, b.p.runs)
@@ -90,7 +100,7 @@ func (b *bench) mainSection(ctx context.Context) error {
 			return err
 		}
 	}
-	if b.profDir != "" && ctx.Err() == nil && !b.latencyOnly {
+	if b.profDir != "" && ctx.Err() == nil && b.mainOnly == "" {
 		b.profileThroughput(ctx, a, api, pids)
 	}
 	return ctx.Err()
@@ -112,15 +122,30 @@ func ping(ctx context.Context, api automatorv1.AutomatorServiceClient, account, 
 	return st, nil
 }
 
-func (b *bench) baselines(ctx context.Context, run int, echo automatorv1.AutomatorServiceClient) error {
-	r := b.res
-	p := b.p
-	echoCall := func(ctx context.Context) error {
+// echoCaller makes one raw echo call.
+func echoCaller(echo automatorv1.AutomatorServiceClient) func(context.Context) error {
+	return func(ctx context.Context) error {
 		_, err := echo.ExecuteOnProxy(ctx, &automatorv1.ExecuteRequest{
 			Account: "bench", Command: &automatorv1.Command{Script: "@ping"}, Timeout: durationpb.New(time.Minute),
 		})
 		return err
 	}
+}
+
+// echo64 measures the raw echo at 64 callers, the baseline of @ping's.
+func (b *bench) echo64(ctx context.Context, run int, echo automatorv1.AutomatorServiceClient) error {
+	e64 := closedLoop(ctx, 64, b.p.warm, b.p.dur, nil, echoCaller(echo))
+	if err := loopErr("raw gRPC echo", e64); err != nil {
+		return err
+	}
+	b.res.baseline("echo_64", "raw gRPC echo, 64 callers", "calls/s").add(run, e64.rate)
+	return nil
+}
+
+func (b *bench) baselines(ctx context.Context, run int, echo automatorv1.AutomatorServiceClient) error {
+	r := b.res
+	p := b.p
+	echoCall := echoCaller(echo)
 	e1 := closedLoop(ctx, 1, p.warm, p.dur, nil, echoCall)
 	if err := loopErr("raw gRPC echo", e1); err != nil {
 		return err
@@ -139,11 +164,9 @@ func (b *bench) baselines(ctx context.Context, run int, echo automatorv1.Automat
 		cold = append(cold, time.Since(t0))
 	}
 	r.baseline("echo_1_cold_p50", "raw gRPC echo p50, 1 caller, calls 10 ms apart", "ms").add(run, ms(percentile(cold, 50)))
-	e64 := closedLoop(ctx, 64, p.warm, p.dur, nil, echoCall)
-	if err := loopErr("raw gRPC echo", e64); err != nil {
+	if err := b.echo64(ctx, run, echo); err != nil {
 		return err
 	}
-	r.baseline("echo_64", "raw gRPC echo, 64 callers", "calls/s").add(run, e64.rate)
 
 	fsync, fsyncLat, err := b.fdatasyncRate(p.dur / 2)
 	if err != nil {
@@ -201,9 +224,9 @@ func (b *bench) baselines(ctx context.Context, run int, echo automatorv1.Automat
 	return nil
 }
 
-func (b *bench) throughput(ctx context.Context, run int, api automatorv1.AutomatorServiceClient, pids map[string]int) error {
+func (b *bench) throughput(ctx context.Context, run int, api automatorv1.AutomatorServiceClient, pids map[string]int, callers []int) error {
 	r := b.res
-	for _, n := range pingCallers {
+	for _, n := range callers {
 		// The automator's own stamps of each unit: where its time went.
 		var mu sync.Mutex
 		var enqClaim, claimEnd []time.Duration
@@ -226,6 +249,9 @@ func (b *bench) throughput(ctx context.Context, run int, api automatorv1.Automat
 			f.vs("sqlite_1", goal{}, "")
 		case 64:
 			f.vs("echo_64", goal{goalRatioAtLeast, 0.20}, "≥ 20 % of raw gRPC echo, 64 callers")
+			if b.mainOnly == "ping64" {
+				break // no SQLite cycle measured
+			}
 			r.fig("ping_64_sqlite", "`@ping` throughput, 64 callers (vs the durable cycle)", "units/s").add(run, res.rate).
 				vs("sqlite_64", goal{goalRatioAtLeast, 0.50}, "≥ 50 % of raw SQLite cycle, 64 callers")
 		}
