@@ -14,7 +14,8 @@ import (
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
-// completeOnly is a Client that is never polled and accepts every Complete.
+// completeOnly is a Client that is never polled and accepts every Complete
+// (also the benchmarks' automator).
 type completeOnly struct{}
 
 func (completeOnly) Poll(context.Context, *automatorv1.PollRequest, ...grpc.CallOption) (*automatorv1.PollResponse, error) {

@@ -80,17 +80,6 @@ func benchmarkPost(b *testing.B, answer time.Duration) {
 	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N), "to-complete-ns/op")
 }
 
-// acceptAll accepts every Complete.
-type acceptAll struct{}
-
-func (acceptAll) Poll(context.Context, *automatorv1.PollRequest, ...grpc.CallOption) (*automatorv1.PollResponse, error) {
-	panic("not polled")
-}
-
-func (acceptAll) Complete(context.Context, *automatorv1.CompleteRequest, ...grpc.CallOption) (*automatorv1.CompleteResponse, error) {
-	return &automatorv1.CompleteResponse{}, nil
-}
-
 // BenchmarkHandleTinyScript is the proxy's whole per-unit path for the
 // bench's tiny.sh (`#!/bin/sh` / `echo ok`), 64 at once, without the
 // network: open the sealed command, run the script, seal the result, post
@@ -105,7 +94,7 @@ func BenchmarkHandleTinyScript(b *testing.B) {
 		b.Fatal(err)
 	}
 	a := New(Options{
-		Client: acceptAll{}, Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: dir,
+		Client: completeOnly{}, Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: dir,
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	plain, _ := proto.Marshal(&automatorv1.Command{Script: "tiny.sh"})
