@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/opsgate/opsgate/internal/batch"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -53,128 +53,59 @@ type poster struct {
 	client Client
 	batch  BatchClient // nil: Complete only
 
-	mu      sync.Mutex
-	queue   []*postOp // waiting, oldest first
-	sending bool      // a caller is sending a batch
+	// group sends the batches (post), one call at a time, each on the
+	// goroutine of its oldest result's caller. A result whose caller gives
+	// up while it waits is not sent; a caller that gives up once its result
+	// is on its way returns at once (Detach), like a Complete cut off after
+	// it was sent: the result may or may not be recorded, and deliver keeps
+	// it in the spool.
+	group batch.Group[*postOp]
 	// noBatchUntil: unix nanoseconds until which results go one by one.
 	noBatchUntil atomic.Int64
 }
 
-// A waiting result's lifecycle, as a write's in the automator's SQLite
-// store: queued until a sender takes it, or abandoned by a caller that gave
-// up first (then it is not sent), or made the next sender.
-const (
-	postQueued int32 = iota
-	postTaken
-	postAbandoned
-	postLeading
-)
-
 type postOp struct {
-	ctx   context.Context
-	req   *automatorv1.CompleteRequest
-	size  int
-	state atomic.Int32
-	done  chan error    // capacity 1: the result's answer
-	lead  chan struct{} // capacity 1: this caller sends the next batch
+	ctx  context.Context
+	req  *automatorv1.CompleteRequest
+	size int // encoded
 }
 
 func newPoster(c Client) *poster {
 	p := &poster{client: c}
 	p.batch, _ = c.(BatchClient)
+	p.group = batch.Group[*postOp]{
+		Run:      p.post,
+		MaxItems: maxPostBatch,
+		Size:     func(o *postOp) int { return o.size },
+		MaxSize:  maxPostBatchBytes,
+		Detach:   true,
+	}
 	return p
 }
 
 // complete posts req and returns its answer, as Complete would.
 func (p *poster) complete(ctx context.Context, req *automatorv1.CompleteRequest) error {
-	if p.batch == nil || time.Now().UnixNano() < p.noBatchUntil.Load() {
-		_, err := p.client.Complete(ctx, req)
-		return err
-	}
-	o := &postOp{ctx: ctx, req: req, size: proto.Size(req), done: make(chan error, 1), lead: make(chan struct{}, 1)}
-	p.mu.Lock()
-	p.queue = append(p.queue, o)
-	if !p.sending {
-		p.sending = true
-		p.mu.Unlock()
-		p.send()
-	} else {
-		p.mu.Unlock()
-	}
-	var err error
-	select {
-	case err = <-o.done:
-	case <-o.lead:
-		p.send()
-		err = <-o.done
-	case <-ctx.Done():
-		if o.state.CompareAndSwap(postQueued, postAbandoned) {
-			return ctx.Err() // not sent: the sender skips it
+	if p.batch != nil && time.Now().UnixNano() >= p.noBatchUntil.Load() {
+		err := p.group.Do(ctx, &postOp{ctx: ctx, req: req, size: proto.Size(req)})
+		if !errors.Is(err, errNoBatch) {
+			return err
 		}
-		if o.state.Load() == postLeading {
-			// Made the next sender meanwhile: it sends the others.
-			<-o.lead
-			p.send()
-		}
-		// Sent, or on its way: like a Complete cut off after it was
-		// sent, the result may or may not be recorded (deliver keeps it
-		// in the spool).
-		return ctx.Err()
 	}
-	if errors.Is(err, errNoBatch) {
-		_, err = p.client.Complete(ctx, req)
-	}
+	_, err := p.client.Complete(ctx, req)
 	return err
 }
 
-// send posts the waiting results (the oldest first, within the bounds) in
-// one call, answers each, then hands the sending to the oldest result still
-// waiting or leaves it free.
-func (p *poster) send() {
-	p.mu.Lock()
-	var batch []*postOp
-	bytes := 0
-	n := 0
-	for _, o := range p.queue {
-		if len(batch) == maxPostBatch || (len(batch) > 0 && bytes+o.size > maxPostBatchBytes) {
-			break
-		}
-		n++
-		if o.state.CompareAndSwap(postQueued, postTaken) || o.state.CompareAndSwap(postLeading, postTaken) {
-			batch = append(batch, o)
-			bytes += o.size
-		} // else abandoned by its caller
-	}
-	p.queue = p.queue[n:]
-	p.mu.Unlock()
-
-	if len(batch) > 0 {
-		p.post(batch)
-	}
-
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for len(p.queue) > 0 {
-		next := p.queue[0]
-		if next.state.CompareAndSwap(postQueued, postLeading) {
-			next.lead <- struct{}{}
-			return
-		}
-		p.queue = p.queue[1:] // abandoned by its caller
-	}
-	p.sending = false
-}
-
-// post makes one call for batch and answers each of its results. The call
-// ends when every result's caller has given up (the proxy stops), and in any
-// case after postAttempt.
-func (p *poster) post(batch []*postOp) {
+// post makes one call for batch and returns the answer of each of its
+// results. The call ends when every result's caller has given up (the proxy
+// stops), and in any case after postAttempt.
+func (p *poster) post(batch []*postOp) []error {
+	errs := make([]error, len(batch))
 	if time.Now().UnixNano() < p.noBatchUntil.Load() {
 		// They waited for the call that found out: each goes alone.
-		for _, o := range batch {
-			o.done <- errNoBatch
+		for i := range errs {
+			errs[i] = errNoBatch
 		}
-		return
+		return errs
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), postAttempt)
 	defer cancel()
@@ -200,13 +131,13 @@ func (p *poster) post(batch []*postOp) {
 	case err == nil && len(resp.GetOutcomes()) != len(batch):
 		err = status.Errorf(codes.Internal, "the automator answered %d outcomes for %d results", len(resp.GetOutcomes()), len(batch))
 	}
-	for i, o := range batch {
-		e := err
-		if e == nil {
+	for i := range errs {
+		errs[i] = err
+		if err == nil {
 			if out := resp.GetOutcomes()[i]; out.GetCode() != int32(codes.OK) {
-				e = status.Error(codes.Code(out.GetCode()), out.GetMessage())
+				errs[i] = status.Error(codes.Code(out.GetCode()), out.GetMessage())
 			}
 		}
-		o.done <- e
 	}
+	return errs
 }

@@ -51,9 +51,7 @@ func TestManyPostsWithCallersGivingUpAllEnd(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("posts still waiting after a minute")
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.sending || len(p.queue) != 0 {
-		t.Fatalf("after every post returned: sending %v, %d queued; want idle and empty", p.sending, len(p.queue))
+	if !p.group.Idle() {
+		t.Fatalf("after every post returned: a post on its way or %d results queued; want idle and empty", p.group.Waiting())
 	}
 }

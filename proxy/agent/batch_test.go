@@ -77,15 +77,15 @@ func TestEachWaitingResultGetsItsOwnAnswer(t *testing.T) {
 	<-c.started
 	gaveUp, giveUp := context.WithCancel(context.Background())
 	b := post(gaveUp, "w_b")
-	waitFor(t, "w_b waiting", func() bool { return p.waiting() == 1 })
+	waitFor(t, "w_b waiting", func() bool { return p.group.Waiting() == 1 })
 	cc := post(context.Background(), "w_c")
-	waitFor(t, "w_c waiting", func() bool { return p.waiting() == 2 })
+	waitFor(t, "w_c waiting", func() bool { return p.group.Waiting() == 2 })
 	giveUp()
 	if err := <-b; !errors.Is(err, context.Canceled) {
 		t.Fatalf("w_b, whose caller gave up: %v, want context.Canceled", err)
 	}
 	d := post(context.Background(), "w_d")
-	waitFor(t, "w_d waiting", func() bool { return p.waiting() == 3 })
+	waitFor(t, "w_d waiting", func() bool { return p.group.Waiting() == 3 })
 	close(c.release)
 
 	if err := <-a; err != nil {

@@ -3,12 +3,12 @@ package pgstore
 import (
 	"context"
 	"errors"
-	"slices"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/opsgate/opsgate/internal/batch"
 )
 
 // Group commit.
@@ -16,10 +16,10 @@ import (
 // The two writes every unit makes (its enqueue and its completion) are one
 // statement each, which alone would be one transaction each: one commit,
 // one WAL flush and one round trip per write. So writes made at the same
-// moment share a transaction. One batch of writes is on its way at a time
-// (maxGroupWriters): a write made while none is goes at once, alone, on its
-// caller's goroutine, and the writes made while one is wait for it and
-// then go together: one pipeline of their statements ending in one Sync,
+// moment share a transaction. One batch of writes is on its way at a time:
+// a write made while none is goes at once, alone, on its caller's
+// goroutine, and the writes made while one is wait for it and then go
+// together: one pipeline of their statements ending in one Sync,
 // which PostgreSQL runs as one implicit transaction. Under load the
 // batches grow by themselves; a lone write is never delayed.
 //
@@ -40,12 +40,6 @@ import (
 // batch of writes: a batch of them is a pipeline of SELECTs, one round
 // trip. The names below say "write" for either.
 
-// maxGroupWriters bounds the batches of one Store on their way at once.
-// One made the most of each commit in the bench (docs/performance.md):
-// with two or four the batches were smaller and PostgreSQL's work per unit
-// greater.
-const maxGroupWriters = 1
-
 // maxGroup bounds the writes of one batch.
 const maxGroup = 128
 
@@ -61,24 +55,31 @@ type groupWrite struct {
 	// scan reads the statement's row (pgx.ErrNoRows when it returned
 	// none) and returns what the write returns to its caller.
 	scan func(pgx.Row) error
-	err  error
-
-	// wake receives the batch this write's goroutine must send (it leads
-	// it), or nil once the write is done.
-	wake chan []*groupWrite
 }
 
-// grouper gathers the writes of one Store into batches.
+// grouper gathers the writes of one Store into batches: one batch on its
+// way at a time (one made the most of each commit in the bench, see
+// docs/performance.md: with two or four the batches were smaller and
+// PostgreSQL's work per unit greater), sent on the goroutine of its oldest
+// write's caller (internal/batch). A write whose caller gives up while it
+// waits never runs; once taken into a batch it runs, and its caller waits
+// for the outcome.
 type grouper struct {
-	mu      sync.Mutex
-	waiting []*groupWrite // made while maxGroupWriters were busy, oldest first
-	writers int           // batches on their way
+	batch.Group[*groupWrite]
 
-	// testHook, when set, is called with the lock held each time a write
-	// starts a batch or waits; testHookSend, when set, before each batch is
-	// sent, with its size.
-	testHook     func(writers, waiting int)
+	// testHookSend, when set, is called before each batch is sent, with
+	// its size.
 	testHookSend func(n int)
+}
+
+func (s *Store) initGrouper(g *grouper) {
+	g.MaxItems = maxGroup
+	g.Run = func(batch []*groupWrite) []error {
+		if g.testHookSend != nil {
+			g.testHookSend(len(batch))
+		}
+		return s.send(batch)
+	}
 }
 
 // write runs one single-row statement, alone or in a batch, and returns
@@ -94,77 +95,16 @@ func (s *Store) write(ctx context.Context, sql string, args []any, scan func(pgx
 // back the units another completed, a burst at each batch of
 // notifications).
 func (s *Store) gather(g *grouper, ctx context.Context, sql string, args []any, scan func(pgx.Row) error) error {
-	w := &groupWrite{ctx: ctx, sql: sql, args: args, scan: scan}
-	g.mu.Lock()
-	if g.writers < maxGroupWriters {
-		g.writers++
-		if g.testHook != nil {
-			g.testHook(g.writers, len(g.waiting))
-		}
-		g.mu.Unlock()
-		s.lead(g, []*groupWrite{w})
-		return w.err
-	}
-	w.wake = make(chan []*groupWrite, 1)
-	g.waiting = append(g.waiting, w)
-	if g.testHook != nil {
-		g.testHook(g.writers, len(g.waiting))
-	}
-	g.mu.Unlock()
-
-	var batch []*groupWrite
-	select {
-	case batch = <-w.wake:
-	case <-ctx.Done():
-		g.mu.Lock()
-		if i := slices.Index(g.waiting, w); i >= 0 {
-			g.waiting = slices.Delete(g.waiting, i, i+1)
-			g.mu.Unlock()
-			return ctx.Err()
-		}
-		g.mu.Unlock()
-		// Already taken into a batch: it runs, and this goroutine may be
-		// the one to send it.
-		batch = <-w.wake
-	}
-	if batch != nil {
-		s.lead(g, batch)
-	}
-	return w.err
+	return g.Do(ctx, &groupWrite{ctx: ctx, sql: sql, args: args, scan: scan})
 }
 
-// lead sends batch (its first write is the caller's own), then hands the
-// writes that waited meanwhile to one of them to send, and answers the
-// others of batch.
-func (s *Store) lead(g *grouper, batch []*groupWrite) {
-	if g.testHookSend != nil {
-		g.testHookSend(len(batch))
-	}
-	s.send(batch)
-	g.mu.Lock()
-	var next []*groupWrite
-	if len(g.waiting) > 0 {
-		n := min(len(g.waiting), maxGroup)
-		next = slices.Clone(g.waiting[:n])
-		g.waiting = slices.Delete(g.waiting, 0, n)
-	} else {
-		g.writers--
-	}
-	g.mu.Unlock()
-	if next != nil {
-		next[0].wake <- next
-	}
-	for _, w := range batch[1:] {
-		w.wake <- nil
-	}
-}
-
-// send runs the writes of batch and sets each one's err.
-func (s *Store) send(batch []*groupWrite) {
+// send runs the writes of batch and returns each one's outcome.
+func (s *Store) send(batch []*groupWrite) []error {
+	errs := make([]error, len(batch))
 	if len(batch) == 1 {
 		w := batch[0]
-		w.err = w.scan(s.pool.QueryRow(w.ctx, w.sql, w.args...))
-		return
+		errs[0] = w.scan(s.pool.QueryRow(w.ctx, w.sql, w.args...))
+		return errs
 	}
 	// No one caller's context may cut the others' batch short.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].ctx), groupTimeout)
@@ -175,31 +115,32 @@ func (s *Store) send(batch []*groupWrite) {
 	}
 	br := s.pool.SendBatch(ctx, b)
 	var failed error
-	for _, w := range batch {
-		w.err = w.scan(br.QueryRow())
-		if failed == nil && w.err != nil && !errors.Is(w.err, pgx.ErrNoRows) {
-			failed = w.err
+	for i, w := range batch {
+		errs[i] = w.scan(br.QueryRow())
+		if failed == nil && errs[i] != nil && !errors.Is(errs[i], pgx.ErrNoRows) {
+			failed = errs[i]
 		}
 	}
 	if err := br.Close(); failed == nil {
 		failed = err
 	}
 	if failed == nil {
-		return
+		return errs
 	}
 	if !refusedStatement(failed) {
 		// The connection failed or the session ended: whether the batch
 		// committed is unknown.
-		for _, w := range batch {
-			w.err = failed
+		for i := range errs {
+			errs[i] = failed
 		}
-		return
+		return errs
 	}
 	// The server refused a statement and rolled the batch back: each
 	// write again alone, so that only the one at fault fails.
-	for _, w := range batch {
-		w.err = w.scan(s.pool.QueryRow(w.ctx, w.sql, w.args...))
+	for i, w := range batch {
+		errs[i] = w.scan(s.pool.QueryRow(w.ctx, w.sql, w.args...))
 	}
+	return errs
 }
 
 // refusedStatement reports whether err is PostgreSQL refusing a statement

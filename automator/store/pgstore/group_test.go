@@ -15,37 +15,36 @@ import (
 	"github.com/opsgate/opsgate/automator/store/pgstore/pgtest"
 )
 
-// The tests of group commit (group.go) hold the first maxGroupWriters
-// writes inside PostgreSQL, on a lock of the account's row that an
+// The tests of group commit (group.go) hold the first write inside
+// PostgreSQL, on a lock of the account's row that an
 // enqueue's foreign key check needs, so that the writes made next must
 // wait and then go as one batch.
 
-// groupReaches returns a channel closed once s's grouper of writes has
-// writers batches on their way and waiting writes waiting.
-func groupReaches(s *Store, writers, waiting int) <-chan struct{} {
-	return grouperReaches(&s.group, writers, waiting)
+// groupReaches returns a channel closed once s's grouper of writes has a
+// batch on its way and waiting writes waiting (0: once a write leads a
+// batch). It is set before the writes it watches are made.
+func groupReaches(s *Store, waiting int) <-chan struct{} {
+	return grouperReaches(&s.group, waiting)
 }
 
 // grouperReaches is groupReaches for any grouper of a store.
-func grouperReaches(g *grouper, writers, waiting int) <-chan struct{} {
+func grouperReaches(g *grouper, waiting int) <-chan struct{} {
 	reached := make(chan struct{})
 	var once sync.Once
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.testHook = func(w, n int) {
-		if w == writers && n == waiting {
+	g.TestHook = func(n int) {
+		if n == waiting {
 			once.Do(func() { close(reached) })
 		}
 	}
 	return reached
 }
 
-// heldGroup is a store whose first maxGroupWriters writes (enqueues of
-// "lead-0", "lead-1", …) are held in PostgreSQL until release.
+// heldGroup is a store whose first write (an enqueue of "lead") is held in
+// PostgreSQL until release.
 type heldGroup struct {
-	s       *Store
-	lock    pgx.Tx
-	leaders sync.WaitGroup
+	s      *Store
+	lock   pgx.Tx
+	leader sync.WaitGroup
 }
 
 func holdGroup(t *testing.T, s *Store) *heldGroup {
@@ -60,26 +59,24 @@ func holdGroup(t *testing.T, s *Store) *heldGroup {
 		t.Fatal(err)
 	}
 	h := &heldGroup{s: s, lock: lock}
-	held := groupReaches(s, maxGroupWriters, 0)
-	for i := range maxGroupWriters {
-		h.leaders.Go(func() {
-			if _, err := s.WorkEnqueue(ctx, enqueueParams(fmt.Sprintf("lead-%d", i), "acme")); err != nil {
-				t.Errorf("WorkEnqueue(lead-%d): %v", i, err)
-			}
-		})
-	}
+	held := groupReaches(s, 0)
+	h.leader.Go(func() {
+		if _, err := s.WorkEnqueue(ctx, enqueueParams("lead", "acme")); err != nil {
+			t.Errorf("WorkEnqueue(lead): %v", err)
+		}
+	})
 	<-held
 	return h
 }
 
-// release lets the held writes go, and with them the batch of the writes
-// that waited, and waits for the held ones to end.
+// release lets the held write go, and with it the batch of the writes that
+// waited, and waits for the held one to end.
 func (h *heldGroup) release(t *testing.T) {
 	t.Helper()
 	if err := h.lock.Commit(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	h.leaders.Wait()
+	h.leader.Wait()
 }
 
 func enqueueParams(id, account string) store.WorkEnqueueParams {
@@ -122,7 +119,7 @@ func TestConcurrentWritesShareOneTransaction(t *testing.T) {
 	ctx := t.Context()
 	h := holdGroup(t, s)
 
-	waited := groupReaches(s, maxGroupWriters, 2*n)
+	waited := groupReaches(s, 2*n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
@@ -142,14 +139,14 @@ func TestConcurrentWritesShareOneTransaction(t *testing.T) {
 
 	// xmin is the transaction that wrote a row's current version.
 	var batchTxs, allTxs int
-	if err := s.pool.QueryRow(ctx, `SELECT count(DISTINCT xmin::text) FILTER (WHERE id NOT LIKE 'lead-%'), count(DISTINCT xmin::text) FROM work`).Scan(&batchTxs, &allTxs); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT count(DISTINCT xmin::text) FILTER (WHERE id <> 'lead'), count(DISTINCT xmin::text) FROM work`).Scan(&batchTxs, &allTxs); err != nil {
 		t.Fatal(err)
 	}
 	if batchTxs != 1 {
 		t.Errorf("the %d writes that waited were written by %d transactions, want 1", 2*n, batchTxs)
 	}
-	if allTxs != 1+maxGroupWriters {
-		t.Errorf("the held writes and the batch were written by %d transactions, want %d", allTxs, 1+maxGroupWriters)
+	if allTxs != 2 {
+		t.Errorf("the held write and the batch were written by %d transactions, want 2", allTxs)
 	}
 	for i := range n {
 		if w, err := s.WorkGet(ctx, fmt.Sprintf("claimed-%d", i)); err != nil || w.State != store.StateSucceeded {
@@ -164,8 +161,8 @@ func TestConcurrentWritesShareOneTransaction(t *testing.T) {
 	for _, e := range events {
 		kinds[string(e.Kind)]++
 	}
-	if kinds[string(store.AuditWorkQueued)] != n+maxGroupWriters || kinds[string(store.AuditWorkEnded)] != n {
-		t.Errorf("audit events by kind: %v; want %d queued and %d ended", kinds, n+maxGroupWriters, n)
+	if kinds[string(store.AuditWorkQueued)] != n+1 || kinds[string(store.AuditWorkEnded)] != n {
+		t.Errorf("audit events by kind: %v; want %d queued and %d ended", kinds, n+1, n)
 	}
 }
 
@@ -186,7 +183,7 @@ func TestAFailingWriteInABatchFailsAlone(t *testing.T) {
 		defer mu.Unlock()
 		errs[what] = err
 	}
-	waited := groupReaches(s, maxGroupWriters, 2*n+3)
+	waited := groupReaches(s, 2*n+3)
 	for i := range n {
 		wg.Go(func() {
 			_, err := s.WorkEnqueue(ctx, enqueueParams(fmt.Sprintf("new-%d", i), "acme"))
@@ -249,7 +246,7 @@ func TestAWriteCancelledWhileWaitingNeverRuns(t *testing.T) {
 	h := holdGroup(t, s)
 
 	ctx, cancel := context.WithCancel(t.Context())
-	waited := groupReaches(s, maxGroupWriters, 1)
+	waited := groupReaches(s, 1)
 	done := make(chan error, 1)
 	go func() {
 		_, err := s.WorkEnqueue(ctx, enqueueParams("cancelled", "acme"))
@@ -294,7 +291,7 @@ func TestABatchWhoseSessionEndsFailsEveryWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	waited := groupReaches(s, maxGroupWriters, n)
+	waited := groupReaches(s, n)
 	errs := make(chan error, n)
 	for i := range n {
 		go func() {
@@ -369,7 +366,6 @@ func TestConcurrentReadsShareOneRoundTrip(t *testing.T) {
 	release := make(chan struct{})
 	var mu sync.Mutex
 	var sizes []int
-	s.reads.mu.Lock()
 	s.reads.testHookSend = func(size int) {
 		mu.Lock()
 		sizes = append(sizes, size)
@@ -379,9 +375,8 @@ func TestConcurrentReadsShareOneRoundTrip(t *testing.T) {
 			<-release
 		}
 	}
-	s.reads.mu.Unlock()
 
-	held := grouperReaches(&s.reads, 1, 0)
+	held := grouperReaches(&s.reads, 0)
 	firstDone := make(chan error, 1)
 	go func() {
 		w, err := s.WorkGet(ctx, "claimed-0")
@@ -391,7 +386,7 @@ func TestConcurrentReadsShareOneRoundTrip(t *testing.T) {
 		firstDone <- err
 	}()
 	within(t, held, "the first WorkGet to be sent")
-	waited := grouperReaches(&s.reads, 1, n)
+	waited := grouperReaches(&s.reads, n)
 	var wg sync.WaitGroup
 	for i := range n - 1 {
 		id := fmt.Sprintf("claimed-%d", i+1)

@@ -137,13 +137,16 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("opening postgres store %s: reading the schema: %w", redacted, err)
 	}
-	return &Store{
+	s := &Store{
 		pool:         pool,
 		listenConfig: listenConfig,
 		channel:      channelFor(schema),
 		origin:       randomID(),
 		redacted:     redacted,
-	}, nil
+	}
+	s.initGrouper(&s.group)
+	s.initGrouper(&s.reads)
+	return s, nil
 }
 
 // Close closes the pool. It is safe to call more than once.

@@ -5,8 +5,9 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
-	"sync"
 	"sync/atomic"
+
+	"github.com/opsgate/opsgate/internal/batch"
 )
 
 // Group commit.
@@ -34,17 +35,6 @@ var errClosed = errors.New("the store is closed")
 // errRollback ends a batch of one write whose function failed.
 var errRollback = errors.New("rolled back")
 
-// A write's lifecycle: queued until the writer takes it, or abandoned by a
-// caller whose context ended first (then it never runs). Once taken it runs
-// to its end and its caller waits for the outcome: a write the caller gave
-// up on might otherwise commit unseen.
-const (
-	opQueued int32 = iota
-	opTaken
-	opAbandoned
-	opLeading // made the next leader: it runs
-)
-
 type writeOp struct {
 	ctx context.Context
 	fn  func(ctx context.Context, tx querier) error
@@ -52,20 +42,18 @@ type writeOp struct {
 	// store.WorkEnqueueParams.SyncLater). A batch of such writes only
 	// commits without an fsync; the next durable commit syncs it.
 	syncLater bool
-	state     atomic.Int32
-	done      chan error    // capacity 1: the outcome
-	lead      chan struct{} // capacity 1: this caller commits the next batch
 }
 
 type writer struct {
 	db     *sql.DB    // the write pool: exactly one connection
 	syncer *walSyncer // fsyncs the WAL after a commit without one
 
-	mu      sync.Mutex
-	queue   []*writeOp // handed over, not yet taken, oldest first
-	leading bool       // a caller is committing a batch (it owns conn)
-	closed  bool
-	idle    *sync.Cond // signalled when leading ends with nothing queued
+	// group runs the batches (commit), one at a time, each on the
+	// goroutine of its oldest caller. A write whose caller gives up while
+	// it waits never runs; once taken, it runs to its end and its caller
+	// waits for the outcome: a write the caller gave up on might otherwise
+	// commit unseen.
+	group batch.Group[*writeOp]
 
 	// commits counts the transactions committed (for tests); lastLazy
 	// and lastDurable are the numbers of the latest commit without and
@@ -74,7 +62,7 @@ type writer struct {
 	lastLazy    atomic.Int64
 	lastDurable atomic.Int64
 
-	// Owned by the leading caller.
+	// Owned by the batch being committed.
 	conn *sql.Conn
 	q    *prepared
 	lazy bool // the connection runs with synchronous=NORMAL
@@ -83,7 +71,8 @@ type writer struct {
 func newWriter(db *sql.DB, path string) *writer {
 	w := &writer{db: db}
 	w.syncer = newWALSyncer(path, walSyncDelay, w.lastLazy.Load, w.lastDurable.Load)
-	w.idle = sync.NewCond(&w.mu)
+	w.group.Run = w.commit
+	w.group.MaxItems = maxBatch
 	return w
 }
 
@@ -100,106 +89,37 @@ func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, tx que
 // it is on disk.
 //
 // There is no writer goroutine: the caller that finds nobody committing
-// commits the batch itself (its own write first, with every write waiting
-// by then), so a lone write costs no hand-over between goroutines. When it
-// is done, it hands the lead to the oldest write that waits, whose caller
-// commits the next batch, and so on; the last one leaves the lead free.
+// commits the batch itself, so a lone write costs no hand-over between
+// goroutines; writes made meanwhile are committed together by the oldest of
+// their callers (internal/batch).
 func (s *Store) write1(ctx context.Context, syncLater bool, fn func(ctx context.Context, tx querier) error) error {
-	w := s.w
-	o := &writeOp{ctx: ctx, fn: fn, syncLater: syncLater, done: make(chan error, 1), lead: make(chan struct{}, 1)}
-	w.mu.Lock()
-	if w.closed {
-		w.mu.Unlock()
-		return errClosed
-	}
-	w.queue = append(w.queue, o)
-	if !w.leading {
-		w.leading = true
-		w.mu.Unlock()
-		w.lead()
-		return <-o.done
-	}
-	w.mu.Unlock()
-	for {
-		select {
-		case err := <-o.done:
-			return err
-		case <-o.lead:
-			w.lead()
-			return <-o.done
-		case <-ctx.Done():
-			if o.state.CompareAndSwap(opQueued, opAbandoned) {
-				return ctx.Err()
-			}
-			// Taken, or made the next leader: what happens is what it
-			// returns.
-			ctx = context.Background()
-		}
-	}
-}
-
-// lead commits one batch (the oldest writes waiting, up to maxBatch), then
-// hands the lead to the oldest write still waiting or leaves it free.
-func (w *writer) lead() {
-	w.mu.Lock()
-	n := min(len(w.queue), maxBatch)
-	batch := append([]*writeOp(nil), w.queue[:n]...)
-	w.queue = w.queue[n:]
-	w.mu.Unlock()
-	w.commit(batch)
-
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for len(w.queue) > 0 {
-		next := w.queue[0]
-		if next.state.CompareAndSwap(opQueued, opLeading) {
-			next.lead <- struct{}{}
-			return
-		}
-		w.queue = w.queue[1:] // abandoned by its caller
-	}
-	w.leading = false
-	w.idle.Broadcast()
+	return s.w.group.Do(ctx, &writeOp{ctx: ctx, fn: fn, syncLater: syncLater})
 }
 
 // close lets the writes handed over already commit, then refuses new ones
 // and gives the connection back to the pool.
 func (w *writer) close() {
-	w.mu.Lock()
-	w.closed = true
-	for w.leading {
-		w.idle.Wait()
-	}
+	w.group.Close(errClosed)
 	w.release()
-	w.mu.Unlock()
 	w.syncer.close()
 }
 
-// commit runs a batch in one transaction and answers each write.
-func (w *writer) commit(batch []*writeOp) {
-	live := make([]*writeOp, 0, len(batch))
-	for _, o := range batch {
-		if o.state.CompareAndSwap(opQueued, opTaken) || o.state.CompareAndSwap(opLeading, opTaken) {
-			live = append(live, o)
-		}
-	}
-	if len(live) == 0 {
-		return
-	}
+// commit runs a batch in one transaction and returns each write's outcome.
+func (w *writer) commit(batch []*writeOp) []error {
 	lazy := true
-	for _, o := range live {
+	for _, o := range batch {
 		lazy = lazy && o.syncLater
 	}
-	errs := make([]error, len(live))
+	errs := make([]error, len(batch))
 	err := w.inTx(lazy, func(q querier) error {
-		if len(live) == 1 {
-			if errs[0] = live[0].fn(context.WithoutCancel(live[0].ctx), q); errs[0] != nil {
+		if len(batch) == 1 {
+			if errs[0] = batch[0].fn(context.WithoutCancel(batch[0].ctx), q); errs[0] != nil {
 				return errRollback
 			}
 			return nil
 		}
 		bg := context.Background()
-		for i, o := range live {
+		for i, o := range batch {
 			if _, err := q.ExecContext(bg, "SAVEPOINT w"); err != nil {
 				return err
 			}
@@ -217,13 +137,12 @@ func (w *writer) commit(batch []*writeOp) {
 	if err == nil && lazy {
 		w.syncer.soon()
 	}
-	for i, o := range live {
-		e := errs[i]
-		if e == nil && err != nil {
-			e = err // the batch did not commit: neither did this write
+	for i := range errs {
+		if errs[i] == nil && err != nil {
+			errs[i] = err // the batch did not commit: neither did this write
 		}
-		o.done <- e
 	}
+	return errs
 }
 
 // inTx runs fn in one IMMEDIATE transaction on the writer's connection and

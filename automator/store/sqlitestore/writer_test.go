@@ -35,13 +35,7 @@ func blockWriter(t *testing.T, s *Store, ctx context.Context) (release func(), d
 
 // waitQueued waits until n writes wait for the leader.
 func waitQueued(s *Store, n int) {
-	for {
-		s.w.mu.Lock()
-		q := len(s.w.queue)
-		s.w.mu.Unlock()
-		if q >= n {
-			return
-		}
+	for s.w.group.Waiting() < n {
 		runtime.Gosched()
 	}
 }
@@ -175,13 +169,7 @@ func TestCloseCommitsWhatWasHandedOver(t *testing.T) {
 	waitQueued(s, 1)
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close() }()
-	for {
-		s.w.mu.Lock()
-		c := s.w.closed
-		s.w.mu.Unlock()
-		if c {
-			break
-		}
+	for !s.w.group.Closed() {
 		runtime.Gosched()
 	}
 	if _, err := s.AccountCreate(t.Context(), store.AccountCreateParams{Name: "after", TokenHash: []byte{8}, KeyID: 1, SealedKey: []byte{1}, Now: testNow}); !errors.Is(err, errClosed) {
