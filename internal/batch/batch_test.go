@@ -69,6 +69,28 @@ func waitingReaches(g *Group[int], n int) <-chan struct{} {
 	return reached
 }
 
+// outcome waits for a Do's outcome on out, and fails t if it does not
+// come within 10 s (a lost turn to lead would leave it waiting for ever).
+func outcome(t *testing.T, out <-chan error, what string) error {
+	t.Helper()
+	select {
+	case err := <-out:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatalf("waited 10 s for the outcome of %s", what)
+		return nil
+	}
+}
+
+// do calls g.Do(ctx, item) and returns its outcome, failing t if it does
+// not return within 10 s.
+func do(t *testing.T, g *Group[int], ctx context.Context, item int) error {
+	t.Helper()
+	out := make(chan error, 1)
+	go func() { out <- g.Do(ctx, item) }()
+	return outcome(t, out, fmt.Sprintf("Do(%d)", item))
+}
+
 func within(t *testing.T, ch <-chan struct{}, what string) {
 	t.Helper()
 	select {
@@ -117,10 +139,10 @@ func TestALoneItemRunsAtOnceWithItsOutcome(t *testing.T) {
 		return nil
 	}
 	g := &Group[int]{Run: r.run}
-	if err := g.Do(context.Background(), 2); err != nil {
+	if err := do(t, g, context.Background(), 2); err != nil {
 		t.Errorf("Do(2) = %v, want nil", err)
 	}
-	if err := g.Do(context.Background(), 3); !errors.Is(err, errOdd) {
+	if err := do(t, g, context.Background(), 3); !errors.Is(err, errOdd) {
 		t.Errorf("Do(3) = %v, want %v", err, errOdd)
 	}
 	if got := r.got(); !slices.EqualFunc(got, [][]int{{2}, {3}}, slices.Equal) {
@@ -140,11 +162,11 @@ func TestItemsHandedInDuringABatchRunTogether(t *testing.T) {
 	first := holdFirst(t, g, r)
 	outs := handIn(t, g, nil, 1, 2, 3, 4, 5)
 	r.release()
-	if err := <-first; err == nil || err.Error() != "outcome 0" {
+	if err := outcome(t, first, "item 0"); err == nil || err.Error() != "outcome 0" {
 		t.Errorf("item 0: %v, want outcome 0", err)
 	}
 	for item, out := range outs {
-		if err := <-out; err == nil || err.Error() != fmt.Sprintf("outcome %d", item) {
+		if err := outcome(t, out, fmt.Sprintf("item %d", item)); err == nil || err.Error() != fmt.Sprintf("outcome %d", item) {
 			t.Errorf("item %d: %v, want outcome %d", item, err, item)
 		}
 	}
@@ -179,7 +201,7 @@ func TestAnItemGivenUpWhileWaitingNeverRuns(t *testing.T) {
 			}
 			r.release()
 			for _, out := range []<-chan error{first, outs[2], outs[4]} {
-				if err := <-out; err != nil {
+				if err := outcome(t, out, "an item not given up"); err != nil {
 					t.Error(err)
 				}
 			}
@@ -242,12 +264,12 @@ func TestATakenItemRunsWhateverItsCaller(t *testing.T) {
 				default:
 				}
 				close(hold[1])
-				if err := <-outs[2]; !errors.Is(err, errRan) {
+				if err := outcome(t, outs[2], "item 2"); !errors.Is(err, errRan) {
 					t.Errorf("Do(2) = %v, want its outcome %v", err, errRan)
 				}
 			}
 			for _, out := range []<-chan error{first, outs[1]} {
-				if err := <-out; !errors.Is(err, errRan) {
+				if err := outcome(t, out, "a leader"); !errors.Is(err, errRan) {
 					t.Errorf("Do = %v, want %v", err, errRan)
 				}
 			}
@@ -270,9 +292,9 @@ func TestBatchesKeepTheirBounds(t *testing.T) {
 		first := holdFirst(t, g, r)
 		outs := handIn(t, g, nil, 1, 2, 3, 4, 5, 6, 7)
 		r.release()
-		<-first
-		for _, out := range outs {
-			<-out
+		outcome(t, first, "item 0")
+		for item, out := range outs {
+			outcome(t, out, fmt.Sprintf("item %d", item))
 		}
 		if got := r.got(); !slices.EqualFunc(got, [][]int{{0}, {1, 2, 3}, {4, 5, 6}, {7}}, slices.Equal) {
 			t.Errorf("batches %v, want [[0] [1 2 3] [4 5 6] [7]]", got)
@@ -285,9 +307,9 @@ func TestBatchesKeepTheirBounds(t *testing.T) {
 		first := holdFirst(t, g, r)
 		outs := handIn(t, g, nil, 4, 5, 2, 100, 3, 6)
 		r.release()
-		<-first
-		for _, out := range outs {
-			<-out
+		outcome(t, first, "item 0")
+		for item, out := range outs {
+			outcome(t, out, fmt.Sprintf("item %d", item))
 		}
 		if got := r.got(); !slices.EqualFunc(got, [][]int{{0}, {4, 5}, {2}, {100}, {3, 6}}, slices.Equal) {
 			t.Errorf("batches %v, want [[0] [4 5] [2] [100] [3 6]]", got)
@@ -311,7 +333,7 @@ func TestCloseLetsWaitingItemsRunThenRefuses(t *testing.T) {
 	for !g.Closed() {
 		runtime.Gosched()
 	}
-	if err := g.Do(context.Background(), 3); !errors.Is(err, errClosed) {
+	if err := do(t, g, context.Background(), 3); !errors.Is(err, errClosed) {
 		t.Errorf("Do after Close = %v, want %v", err, errClosed)
 	}
 	select {
@@ -322,7 +344,7 @@ func TestCloseLetsWaitingItemsRunThenRefuses(t *testing.T) {
 	r.release()
 	within(t, closed, "Close to return")
 	for _, out := range []<-chan error{first, outs[1], outs[2]} {
-		if err := <-out; err != nil {
+		if err := outcome(t, out, "an item handed in before Close"); err != nil {
 			t.Error(err)
 		}
 	}
