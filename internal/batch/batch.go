@@ -37,7 +37,8 @@ type Group[T any] struct {
 	// Detach makes a caller whose context ends after its item was taken
 	// into a batch return the context's error at once. Without it, the
 	// caller waits for the item's outcome and returns that: an item taken
-	// runs, and only its outcome says whether it took effect.
+	// runs, and only its outcome says whether it took effect. Either way
+	// the caller that leads a batch runs it to its end.
 	Detach bool
 	// TestHook, when set, is called with the group's lock held each time
 	// an item is handed in: with 0 when the item leads a batch at once, else
@@ -45,10 +46,10 @@ type Group[T any] struct {
 	TestHook func(waiting int)
 
 	mu      sync.Mutex
-	queue   []*entry[T] // waiting, oldest first
-	leading bool        // a batch is on its way
-	closed  error       // set by Close: what Do returns
-	drained chan struct{}
+	queue   []*entry[T]   // waiting, oldest first
+	leading bool          // a batch is on its way
+	closed  error         // set by Close: what Do returns
+	drained chan struct{} // made by Close, closed when the turn is left free
 }
 
 // An item's life: queued until a leader takes it, or abandoned by a caller
