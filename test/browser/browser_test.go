@@ -42,6 +42,8 @@ func newPage(t *testing.T) *page {
 		chromedp.NoDefaultBrowserCheck,
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.UserDataDir(t.TempDir()),
+		// Chromium leaves its singleton socket's directory in TMPDIR.
+		chromedp.Env("TMPDIR="+t.TempDir()),
 		chromedp.WindowSize(1280, 900),
 	)
 	ctx, cancel := chromedp.NewContext(actx)
