@@ -40,16 +40,13 @@ type Group[T any] struct {
 	// runs, and only its outcome says whether it took effect. Either way
 	// the caller that leads a batch runs it to its end.
 	Detach bool
-	// TestHook, when set, is called with the group's lock held each time
-	// an item is handed in: with 0 when the item leads a batch at once, else
-	// with the number of items waiting, its own included.
-	TestHook func(waiting int)
 
 	mu      sync.Mutex
-	queue   []*entry[T]   // waiting, oldest first
-	leading bool          // a batch is on its way
-	closed  error         // set by Close: what Do returns
-	drained chan struct{} // made by Close, closed when the turn is left free
+	hook    func(waiting int) // see WaitingReaches
+	queue   []*entry[T]       // waiting, oldest first
+	leading bool              // a batch is on its way
+	closed  error             // set by Close: what Do returns
+	drained chan struct{}     // made by Close, closed when the turn is left free
 }
 
 // An item's life: queued until a leader takes it, or abandoned by a caller
@@ -83,8 +80,8 @@ func (g *Group[T]) Do(ctx context.Context, item T) error {
 	}
 	if !g.leading {
 		g.leading = true
-		if g.TestHook != nil {
-			g.TestHook(0)
+		if g.hook != nil {
+			g.hook(0)
 		}
 		g.mu.Unlock()
 		e.state.Store(taken)
@@ -93,8 +90,8 @@ func (g *Group[T]) Do(ctx context.Context, item T) error {
 	}
 	e.lead = make(chan struct{}, 1)
 	g.queue = append(g.queue, e)
-	if g.TestHook != nil {
-		g.TestHook(len(g.queue))
+	if g.hook != nil {
+		g.hook(len(g.queue))
 	}
 	g.mu.Unlock()
 
@@ -236,6 +233,22 @@ func (g *Group[T]) Idle() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return !g.leading && len(g.queue) == 0
+}
+
+// WaitingReaches returns a channel closed the first time an item handed in
+// finds n items waiting, its own included; with n = 0, the first time an
+// item leads a batch at once. For tests: it replaces the previous one.
+func (g *Group[T]) WaitingReaches(n int) <-chan struct{} {
+	reached := make(chan struct{})
+	var once sync.Once
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.hook = func(waiting int) {
+		if waiting == n {
+			once.Do(func() { close(reached) })
+		}
+	}
+	return reached
 }
 
 // Closed reports whether Close was called.

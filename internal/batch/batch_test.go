@@ -56,19 +56,6 @@ func (r *recorder) got() [][]int {
 	return slices.Clone(r.batches)
 }
 
-// waitingReaches returns a channel closed once n items wait behind the
-// batch on its way. Set it before the items are handed in.
-func waitingReaches(g *Group[int], n int) <-chan struct{} {
-	reached := make(chan struct{})
-	var once sync.Once
-	g.TestHook = func(waiting int) {
-		if waiting == n {
-			once.Do(func() { close(reached) })
-		}
-	}
-	return reached
-}
-
 // outcome waits for a Do's outcome on out, and fails t if it does not
 // come within 10 s (a lost turn to lead would leave it waiting for ever).
 func outcome(t *testing.T, out <-chan error, what string) error {
@@ -122,7 +109,7 @@ func handIn(t *testing.T, g *Group[int], ctxs map[int]context.Context, items ...
 		if ctx == nil {
 			ctx = context.Background()
 		}
-		queued := waitingReaches(g, i+1)
+		queued := g.WaitingReaches(i + 1)
 		go func() { out <- g.Do(ctx, item) }()
 		within(t, queued, fmt.Sprintf("item %d to wait", item))
 	}

@@ -24,19 +24,7 @@ import (
 // batch on its way and waiting writes waiting (0: once a write leads a
 // batch). It is set before the writes it watches are made.
 func groupReaches(s *Store, waiting int) <-chan struct{} {
-	return grouperReaches(&s.group, waiting)
-}
-
-// grouperReaches is groupReaches for any grouper of a store.
-func grouperReaches(g *grouper, waiting int) <-chan struct{} {
-	reached := make(chan struct{})
-	var once sync.Once
-	g.TestHook = func(n int) {
-		if n == waiting {
-			once.Do(func() { close(reached) })
-		}
-	}
-	return reached
+	return s.group.WaitingReaches(waiting)
 }
 
 // heldGroup is a store whose first write (an enqueue of "lead") is held in
@@ -376,7 +364,7 @@ func TestConcurrentReadsShareOneRoundTrip(t *testing.T) {
 		}
 	}
 
-	held := grouperReaches(&s.reads, 0)
+	held := s.reads.WaitingReaches(0)
 	firstDone := make(chan error, 1)
 	go func() {
 		w, err := s.WorkGet(ctx, "claimed-0")
@@ -386,7 +374,7 @@ func TestConcurrentReadsShareOneRoundTrip(t *testing.T) {
 		firstDone <- err
 	}()
 	within(t, held, "the first WorkGet to be sent")
-	waited := grouperReaches(&s.reads, n)
+	waited := s.reads.WaitingReaches(n)
 	var wg sync.WaitGroup
 	for i := range n - 1 {
 		id := fmt.Sprintf("claimed-%d", i+1)
