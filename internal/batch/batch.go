@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Group gathers the items handed to Do into batches and runs them with Run,
@@ -47,6 +48,20 @@ type Group[T any] struct {
 	leading bool              // a batch is on its way
 	closed  error             // set by Close: what Do returns
 	drained chan struct{}     // made by Close, closed when the turn is left free
+
+	batches, items, busy atomic.Int64 // see Stats
+}
+
+// Stats counts what a Group ran since it was made.
+type Stats struct {
+	Batches int64         // batches run
+	Items   int64         // items run in them: Items/Batches is the mean batch
+	Busy    time.Duration // time spent in Run: over an interval, how much of it the one lane was taken
+}
+
+// Stats returns the counts so far; take two and subtract for an interval.
+func (g *Group[T]) Stats() Stats {
+	return Stats{Batches: g.batches.Load(), Items: g.items.Load(), Busy: time.Duration(g.busy.Load())}
 }
 
 // An item's life: queued until a leader takes it, or abandoned by a caller
@@ -135,7 +150,11 @@ func (g *Group[T]) lead(own *entry[T]) {
 		for i, e := range batch {
 			items[i] = e.item
 		}
+		start := time.Now()
 		errs := g.Run(items)
+		g.busy.Add(int64(time.Since(start)))
+		g.batches.Add(1)
+		g.items.Add(int64(len(items)))
 		if len(errs) != len(batch) {
 			panic(fmt.Sprintf("batch: Run returned %d outcomes for %d items", len(errs), len(batch)))
 		}

@@ -395,3 +395,38 @@ func TestManyItemsWithCallersGivingUpAllEnd(t *testing.T) {
 		})
 	}
 }
+
+// TestStatsCountBatchesItemsAndTimeInRun: Stats counts each batch run and
+// its items, and the time spent in Run, which covers at least the time the
+// test held the first batch and at most the test's whole time.
+func TestStatsCountBatchesItemsAndTimeInRun(t *testing.T) {
+	began := time.Now()
+	r := newRecorder(true)
+	g := &Group[int]{Run: r.run}
+	if s := g.Stats(); s != (Stats{}) {
+		t.Fatalf("a new group's stats are %+v, want zero", s)
+	}
+	first := holdFirst(t, g, r)
+	heldSince := time.Now()
+	outs := handIn(t, g, nil, 1, 2, 3)
+	held := time.Since(heldSince)
+	r.release()
+	if err := outcome(t, first, "item 0"); err != nil {
+		t.Fatal(err)
+	}
+	for item, out := range outs {
+		if err := outcome(t, out, fmt.Sprintf("item %d", item)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := do(t, g, context.Background(), 4); err != nil {
+		t.Fatal(err)
+	}
+	s := g.Stats()
+	if s.Batches != 3 || s.Items != 5 {
+		t.Errorf("stats count %d batches of %d items in all, want 3 batches ([0] [1 2 3] [4]) of 5", s.Batches, s.Items)
+	}
+	if total := time.Since(began); s.Busy < held || s.Busy > total {
+		t.Errorf("busy %v, want between the %v the first batch was held and the test's %v", s.Busy, held, total)
+	}
+}
