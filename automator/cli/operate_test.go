@@ -301,6 +301,14 @@ func TestMetricsCountAScriptedRun(t *testing.T) {
 			t.Errorf("store calls of %s observed %v times, want some", method, n)
 		}
 	}
+	// The SQLite store's writes, committed in batches: the 9 enqueues at
+	// least, in no more batches than writes, taking some time.
+	batches, _ := metricValue(fams, "automator_store_batches_total", "group", "write")
+	writes, _ := metricValue(fams, "automator_store_batch_calls_total", "group", "write")
+	busy, _ := metricValue(fams, "automator_store_batch_busy_seconds_total", "group", "write")
+	if writes < 9 || batches < 1 || batches > writes || busy <= 0 {
+		t.Errorf("store write batches: %v writes in %v batches, busy %v s; want at least the 9 enqueues, in 1 to that many batches, busy more than 0", writes, batches, busy)
+	}
 
 	// Health: alive, ready (the store answers, migrations done), and /
 	// leads a browser to the dashboard.

@@ -87,10 +87,14 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	log := newLogger(env.Stderr, cfg.LogFormat).With("replica_id", cfg.ReplicaID)
 	logCertificateReloads(certs, log)
 	// Metrics: queue events from the server, the latency of every store
-	// call, per-account gauges read from the store at each scrape.
+	// call, per-account gauges read from the store at each scrape, the
+	// store's batches.
 	m := metrics.New(metrics.Options{OnlineWithin: server.InstanceOnlineWithin(cfg.PollWindow), Logger: log})
 	timed := m.Store(st)
 	m.WatchAccounts(timed)
+	if src := batchesOf(st); src != nil {
+		m.WatchBatches(src)
+	}
 	srv, err := server.New(server.Options{
 		Store:          timed,
 		MasterKey:      master,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/metrics"
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/pgstore"
@@ -45,6 +46,18 @@ func describeDB(dir string, cfg config.Config) string {
 func broadcasterFor(st store.Store) server.Broadcaster {
 	if pg, ok := store.Uncached(st).(*pgstore.Store); ok {
 		return pgBroadcaster{pg}
+	}
+	return nil
+}
+
+// batchesOf is what the store runs in shared batches, for /metrics; nil
+// for a store without them.
+func batchesOf(st store.Store) metrics.BatchSource {
+	switch s := store.Uncached(st).(type) {
+	case *sqlitestore.Store:
+		return s.BatchStats
+	case *pgstore.Store:
+		return s.BatchStats
 	}
 	return nil
 }

@@ -6,6 +6,8 @@
 //     counted by the replica that made each change (server.Metrics);
 //   - the open polls per account, on this replica;
 //   - the latency of every store call, by method (Store wraps a store);
+//   - the store's batches of calls run together (group commit), by group:
+//     how many, how full, how busy (WatchBatches);
 //   - per account, read from the store at each scrape and so the same on
 //     every replica sharing it: queue depth, age of the oldest queued unit,
 //     units in flight, instances known and online.

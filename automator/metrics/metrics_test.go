@@ -222,3 +222,44 @@ func TestStoreCallsAreTimedByMethod(t *testing.T) {
 		t.Errorf("store latency help = %q", fams["automator_store_call_seconds"].GetHelp())
 	}
 }
+
+// TestStoreBatchesAreCounted: the SQLite store's writes show as batches of
+// group "write". Writes made one after another go alone: one batch, one
+// call and some busy time each; reads are not writes.
+func TestStoreBatchesAreCounted(t *testing.T) {
+	ctx := t.Context()
+	raw, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "automator.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	m := metrics.New(metrics.Options{})
+	m.WatchBatches(raw.BatchStats)
+	write := map[string]string{"group": "write"}
+
+	before := scrape(t, m)
+	now := time.Now()
+	if _, err := raw.AccountCreate(ctx, store.AccountCreateParams{Name: "acme", TokenHash: []byte("t"), KeyID: 1, SealedKey: []byte("k"), Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := raw.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: string(rune('a' + i)), Account: "acme", KeyID: 1, SealedCommand: []byte("c"), Now: now, Deadline: now.Add(time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := raw.WorkGet(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	after := scrape(t, m)
+	for name, want := range map[string]float64{"automator_store_batches_total": 4, "automator_store_batch_calls_total": 4} {
+		if got := value(t, after, name, write) - value(t, before, name, write); got != want {
+			t.Errorf("%s{group=\"write\"} rose by %v over four writes made one after another, want %v", name, got, want)
+		}
+	}
+	if busy := value(t, after, "automator_store_batch_busy_seconds_total", write) - value(t, before, "automator_store_batch_busy_seconds_total", write); busy <= 0 {
+		t.Errorf("automator_store_batch_busy_seconds_total{group=\"write\"} rose by %v over four writes, want more than 0", busy)
+	}
+	if got := after["automator_store_batches_total"].GetType(); got != dto.MetricType_COUNTER {
+		t.Errorf("automator_store_batches_total is a %v, want a counter", got)
+	}
+}

@@ -82,6 +82,13 @@ func (s *Store) initGrouper(g *grouper) {
 	}
 }
 
+// BatchStats reports the statements sent together so far: the writes as
+// group "write", the reads of single units as group "read"; each batch is
+// one pipeline.
+func (s *Store) BatchStats() map[string]batch.Stats {
+	return map[string]batch.Stats{"write": s.group.Stats(), "read": s.reads.Stats()}
+}
+
 // write runs one single-row statement, alone or in a batch, and returns
 // what scan returned; or ctx's error if ctx ended while the write waited
 // for its batch to start (it then never runs).

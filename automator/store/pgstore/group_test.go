@@ -351,6 +351,7 @@ func TestConcurrentReadsShareOneRoundTrip(t *testing.T) {
 	const n = 10
 	s := storeWithClaims(t, n)
 	ctx := t.Context()
+	before := s.BatchStats()
 	release := make(chan struct{})
 	var mu sync.Mutex
 	var sizes []int
@@ -399,6 +400,14 @@ func TestConcurrentReadsShareOneRoundTrip(t *testing.T) {
 	defer mu.Unlock()
 	if len(sizes) != 2 || sizes[0] != 1 || sizes[1] != n {
 		t.Errorf("reads sent in batches of %v, want [1 %d]", sizes, n)
+	}
+	// BatchStats counts them under "read", and no write.
+	after := s.BatchStats()
+	if b, i := after["read"].Batches-before["read"].Batches, after["read"].Items-before["read"].Items; b != 2 || i != n+1 {
+		t.Errorf("BatchStats counts %d read batches of %d reads in all, want 2 of %d", b, i, n+1)
+	}
+	if b := after["write"].Batches - before["write"].Batches; b != 0 {
+		t.Errorf("BatchStats counts %d write batches for reads alone, want 0", b)
 	}
 }
 

@@ -96,6 +96,13 @@ func (s *Store) write1(ctx context.Context, syncLater bool, fn func(ctx context.
 	return s.w.group.Do(ctx, &writeOp{ctx: ctx, fn: fn, syncLater: syncLater})
 }
 
+// BatchStats reports the writes committed together so far, as group
+// "write": each batch is one transaction and one fsync (or none, for a
+// batch of SyncLater writes only).
+func (s *Store) BatchStats() map[string]batch.Stats {
+	return map[string]batch.Stats{"write": s.w.group.Stats()}
+}
+
 // close lets the writes handed over already commit, then refuses new ones
 // and gives the connection back to the pool.
 func (w *writer) close() {
