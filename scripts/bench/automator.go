@@ -34,6 +34,7 @@ type automator struct {
 	dir       string // data directory
 	addr      string // gRPC 127.0.0.1:PORT
 	pprofAddr string // empty unless profiling
+	httpAddr  string // HTTP 127.0.0.1:PORT: /metrics
 	proc      *proc
 	caPEM     []byte
 	apiKey    string
@@ -71,7 +72,12 @@ func (b *bench) serve(name, dir, addr, replicaID string) (*automator, error) {
 		a.pprofAddr = fmt.Sprintf("127.0.0.1:%d", port)
 		env = append(env, "AUTOMATOR_PPROF_ADDR="+a.pprofAddr)
 	}
-	args := []string{"serve", "--data-dir", dir, "--listen", addr, "--http-listen", "127.0.0.1:0"}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	a.httpAddr = fmt.Sprintf("127.0.0.1:%d", port)
+	args := []string{"serve", "--data-dir", dir, "--listen", addr, "--http-listen", a.httpAddr}
 	if replicaID != "" {
 		args = append(args, "--replica-id", replicaID)
 	}

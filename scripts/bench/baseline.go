@@ -111,7 +111,7 @@ func (b *bench) sqliteCycle(ctx context.Context, n int, warm, dur time.Duration)
 	// Sizes of a sealed @ping command and result.
 	cmd, result := randomBytes(80), randomBytes(200)
 	inTx := func(ctx context.Context, fn func(tx *sql.Tx) error) error { return rawTx(ctx, db, fn) }
-	res := closedLoop(ctx, n, warm, dur, nil, func(ctx context.Context) error {
+	res := closedLoop(ctx, n, warm, dur, watch{}, func(ctx context.Context) error {
 		now := time.Now().UnixNano()
 		if err := inTx(ctx, func(tx *sql.Tx) error {
 			_, err := tx.ExecContext(ctx, `INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline) VALUES (?, 'raw', 'queued', 1, ?, ?, ?)`,
@@ -216,7 +216,7 @@ func (b *bench) fdatasyncRate(dur time.Duration) (float64, []time.Duration, erro
 // forkExec starts the script with n starters at once, capturing its
 // output through pipes as the proxy's runner does, and counts exits.
 func forkExec(ctx context.Context, script string, n int, warm, dur time.Duration) loopResult {
-	return closedLoop(ctx, n, warm, dur, nil, func(ctx context.Context) error {
+	return closedLoop(ctx, n, warm, dur, watch{}, func(ctx context.Context) error {
 		var out, errOut bytes.Buffer
 		cmd := exec.Command(script)
 		cmd.Stdout, cmd.Stderr = &out, &errOut

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/batch"
 )
 
 // loopResult is what a closed loop of callers achieved in its measured
@@ -20,14 +22,25 @@ type loopResult struct {
 	lat []time.Duration
 	// cpu is each metered process's CPU over the interval, % of one core.
 	cpu map[string]float64
+	// batches is each watched automator's store batches over the interval
+	// (missing when its /metrics could not be read).
+	batches map[string]map[string]batch.Stats
+	dur     time.Duration // the interval
+}
+
+// watch names what closedLoop meters over its counted interval: the CPU
+// of processes, by name, and the store batches of automators, by name
+// (their /metrics URL).
+type watch struct {
+	pids    map[string]int
+	metrics map[string]string
 }
 
 // closedLoop runs n callers, each calling call back to back, for warm and
 // then dur; the calls that complete within dur are counted. Callers start
 // no new call after the interval and the loop waits for those in flight,
-// so nothing is left queued. pids names processes whose CPU is metered
-// over the interval.
-func closedLoop(ctx context.Context, n int, warm, dur time.Duration, pids map[string]int, call func(context.Context) error) loopResult {
+// so nothing is left queued. w names what is metered over the interval.
+func closedLoop(ctx context.Context, n int, warm, dur time.Duration, w watch, call func(context.Context) error) loopResult {
 	start := time.Now()
 	mStart, mEnd := start.Add(warm), start.Add(warm+dur)
 	var res loopResult
@@ -65,22 +78,24 @@ func closedLoop(ctx context.Context, n int, warm, dur time.Duration, pids map[st
 			}
 		})
 	}
-	// Meter CPU over exactly the measured interval.
-	cpuDone := make(chan map[string]float64, 1)
+	// Meter CPU and batches over exactly the measured interval.
+	metered := make(chan struct{})
 	go func() {
+		defer close(metered)
 		if !sleepUntil(ctx, mStart) {
-			cpuDone <- nil
 			return
 		}
-		m := meterCPU(pids)
+		m := meterCPU(w.pids)
+		b0 := scrapeBatches(ctx, w.metrics)
 		if !sleepUntil(ctx, mEnd) {
-			cpuDone <- nil
 			return
 		}
-		cpuDone <- m.read()
+		res.cpu = m.read()
+		res.batches = batchesSince(b0, scrapeBatches(ctx, w.metrics))
 	}()
 	wg.Wait()
-	res.cpu = <-cpuDone
+	<-metered
+	res.dur = dur
 	res.done, res.errs = done.Load(), errs.Load()
 	res.rate = float64(res.done) / dur.Seconds()
 	return res

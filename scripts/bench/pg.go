@@ -119,7 +119,7 @@ func (b *bench) pgSection(ctx context.Context) error {
 
 	for run := 1; run <= b.p.runs && ctx.Err() == nil; run++ {
 		b.logf("pg run %d/%d: raw cycle", run, b.p.runs)
-		res := closedLoop(ctx, 16, b.p.warm, b.p.dur, map[string]int{"postgres" + treeSuffix: pgPID, "load generator": os.Getpid()}, raw.cycle)
+		res := closedLoop(ctx, 16, b.p.warm, b.p.dur, watch{pids: map[string]int{"postgres" + treeSuffix: pgPID, "load generator": os.Getpid()}}, raw.cycle)
 		if err := loopErr("raw PostgreSQL cycle", res); err != nil {
 			return err
 		}
@@ -131,7 +131,7 @@ func (b *bench) pgSection(ctx context.Context) error {
 			b.logf("pg run %d/%d: @ping at 64 callers, %d replica(s)", run, b.p.runs, len(set.replicas))
 			x0, xerr := pgXacts(ctx, dsn, set.db)
 			c0 := set.calls.Load()
-			res := closedLoop(ctx, 64, b.p.warm, b.p.dur, set.pids, set.call)
+			res := closedLoop(ctx, 64, b.p.warm, b.p.dur, watch{pids: set.pids, metrics: metricsOf(set.replicas...)}, set.call)
 			if err := loopErr("@ping on PostgreSQL", res); err != nil {
 				return err
 			}
@@ -148,8 +148,8 @@ func (b *bench) pgSection(ctx context.Context) error {
 			}
 			figs[1+i].add(run, res.rate)
 			if run == b.p.runs {
-				figs[1+i].note("call latency p50 %s, p99 %s; %s%s, last run", format(ms(percentile(res.lat, 50)), "ms"),
-					format(ms(percentile(res.lat, 99)), "ms"), describeCPU(res.cpu, set.order...), perUnit)
+				figs[1+i].note("call latency p50 %s, p99 %s; %s%s; %s, last run", format(ms(percentile(res.lat, 50)), "ms"),
+					format(ms(percentile(res.lat, 99)), "ms"), describeCPU(res.cpu, set.order...), perUnit, describeBatches(res))
 			}
 		}
 	}

@@ -94,7 +94,7 @@ func (b *bench) profileLoad(ctx context.Context, a *automator, prefix string, n 
 		for _, p := range profiles {
 			wg.Go(func() { b.fetchProfile(ctx, a, p.path, p.name, time.Duration(secs+30)*time.Second) })
 		}
-		res := closedLoop(ctx, n, 0, time.Duration(secs)*time.Second+500*time.Millisecond, pids, call)
+		res := closedLoop(ctx, n, 0, time.Duration(secs)*time.Second+500*time.Millisecond, watch{pids: pids}, call)
 		wg.Wait()
 		if i == 0 {
 			cpu = res

@@ -3,9 +3,12 @@
 package main
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/batch"
 )
 
 // These test the arithmetic of the table only; nothing here measures or
@@ -95,5 +98,41 @@ func TestFormatGroupsThousands(t *testing.T) {
 		if got := format(v, "x"); got != want {
 			t.Errorf("format(%v) = %q, want %q", v, got, want)
 		}
+	}
+}
+
+func TestStoreBatchesAreReadFromMetricsAndSubtracted(t *testing.T) {
+	page := func(batches, calls int, busy string) string {
+		return `# HELP automator_store_batches_total Batches the store ran, by group.
+# TYPE automator_store_batches_total counter
+automator_store_batches_total{group="read"} 7
+automator_store_batches_total{group="write"} ` + strconv.Itoa(batches) + `
+automator_store_batch_calls_total{group="write"} ` + strconv.Itoa(calls) + `
+automator_store_batch_busy_seconds_total{group="write"} ` + busy + `
+automator_store_call_seconds_count{method="WorkGet"} 3
+`
+	}
+	before, err := parseBatches(strings.NewReader(page(100, 1000, "1.5")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := parseBatches(strings.NewReader(page(300, 3600, "4.7")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := batchesSince(map[string]map[string]batch.Stats{"automator": before}, map[string]map[string]batch.Stats{"automator": after, "gone": after})
+	if _, ok := d["gone"]; ok {
+		t.Error("an automator read only after the interval has a difference")
+	}
+	w := d["automator"]["write"]
+	if w.Batches != 200 || w.Items != 2600 || w.Busy != 3200*time.Millisecond {
+		t.Errorf("write batches over the interval: %+v, want 200 batches, 2600 writes, 3.2 s busy", w)
+	}
+	if r := d["automator"]["read"]; r.Batches != 0 {
+		t.Errorf("read batches over the interval: %+v, want 0", r)
+	}
+	got := describeBatches(loopResult{batches: d, dur: 4 * time.Second})
+	if want := "automator busy 80 % of the time, 13 writes per batch"; !strings.Contains(got, want) {
+		t.Errorf("describeBatches = %q, want it to say %q", got, want)
 	}
 }

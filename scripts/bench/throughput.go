@@ -58,6 +58,7 @@ func (b *bench) mainSection(ctx context.Context) error {
 	defer ec.Close()
 	echo := automatorv1.NewAutomatorServiceClient(ec)
 	pids := map[string]int{"automator": a.proc.pid(), "proxy bench-a": pa.pid(), "proxy bench-b": pb.pid(), "load generator": os.Getpid()}
+	w := watch{pids: pids, metrics: metricsOf(a)}
 
 	// Connections up, caches warm.
 	for range 20 {
@@ -71,7 +72,7 @@ func (b *bench) mainSection(ctx context.Context) error {
 			if err := b.echo64(ctx, run, echo); err != nil {
 				return err
 			}
-			if err := b.throughput(ctx, run, api, pids, []int{64}); err != nil {
+			if err := b.throughput(ctx, run, api, w, []int{64}); err != nil {
 				return err
 			}
 			continue
@@ -88,7 +89,7 @@ func (b *bench) mainSection(ctx context.Context) error {
 			continue
 		}
 		b.logf("main run %d/%d: @ping throughput", run, b.p.runs)
-		if err := b.throughput(ctx, run, api, pids, pingCallers); err != nil {
+		if err := b.throughput(ctx, run, api, w, pingCallers); err != nil {
 			return err
 		}
 		b.logf("main run %d/%d: latency", run, b.p.runs)
@@ -96,7 +97,7 @@ func (b *bench) mainSection(ctx context.Context) error {
 			return err
 		}
 		b.logf("main run %d/%d: scripts", run, b.p.runs)
-		if err := b.scripts(ctx, run, api, pids); err != nil {
+		if err := b.scripts(ctx, run, api, w); err != nil {
 			return err
 		}
 	}
@@ -134,7 +135,7 @@ func echoCaller(echo automatorv1.AutomatorServiceClient) func(context.Context) e
 
 // echo64 measures the raw echo at 64 callers, the baseline of @ping's.
 func (b *bench) echo64(ctx context.Context, run int, echo automatorv1.AutomatorServiceClient) error {
-	e64 := closedLoop(ctx, 64, b.p.warm, b.p.dur, nil, echoCaller(echo))
+	e64 := closedLoop(ctx, 64, b.p.warm, b.p.dur, watch{}, echoCaller(echo))
 	if err := loopErr("raw gRPC echo", e64); err != nil {
 		return err
 	}
@@ -146,7 +147,7 @@ func (b *bench) baselines(ctx context.Context, run int, echo automatorv1.Automat
 	r := b.res
 	p := b.p
 	echoCall := echoCaller(echo)
-	e1 := closedLoop(ctx, 1, p.warm, p.dur, nil, echoCall)
+	e1 := closedLoop(ctx, 1, p.warm, p.dur, watch{}, echoCall)
 	if err := loopErr("raw gRPC echo", e1); err != nil {
 		return err
 	}
@@ -224,13 +225,13 @@ func (b *bench) baselines(ctx context.Context, run int, echo automatorv1.Automat
 	return nil
 }
 
-func (b *bench) throughput(ctx context.Context, run int, api automatorv1.AutomatorServiceClient, pids map[string]int, callers []int) error {
+func (b *bench) throughput(ctx context.Context, run int, api automatorv1.AutomatorServiceClient, w watch, callers []int) error {
 	r := b.res
 	for _, n := range callers {
 		// The automator's own stamps of each unit: where its time went.
 		var mu sync.Mutex
 		var enqClaim, claimEnd []time.Duration
-		res := closedLoop(ctx, n, b.p.warm, b.p.dur, pids, func(ctx context.Context) error {
+		res := closedLoop(ctx, n, b.p.warm, b.p.dur, w, func(ctx context.Context) error {
 			st, err := ping(ctx, api, "bench", "@ping")
 			if err == nil {
 				q, c, f := st.GetQueuedAt().AsTime(), st.GetClaimedAt().AsTime(), st.GetFinishedAt().AsTime()
@@ -263,10 +264,10 @@ func (b *bench) throughput(ctx context.Context, run int, api automatorv1.Automat
 		}
 		if run == b.p.runs {
 			mu.Lock()
-			f.note("call latency p50 %s, p99 %s (automator's clock, p50: enqueue→claim %s, claim→result %s); %s, last run",
+			f.note("call latency p50 %s, p99 %s (automator's clock, p50: enqueue→claim %s, claim→result %s); %s; %s, last run",
 				format(ms(percentile(res.lat, 50)), "ms"), format(ms(percentile(res.lat, 99)), "ms"),
 				format(ms(percentile(enqClaim, 50)), "ms"), format(ms(percentile(claimEnd, 50)), "ms"),
-				describeCPU(res.cpu, "automator", "proxy bench-a", "proxy bench-b", "load generator"))
+				describeCPU(res.cpu, "automator", "proxy bench-a", "proxy bench-b", "load generator"), describeBatches(res))
 			mu.Unlock()
 		}
 	}
@@ -313,8 +314,8 @@ func (b *bench) latency(ctx context.Context, run int, api automatorv1.AutomatorS
 	return nil
 }
 
-func (b *bench) scripts(ctx context.Context, run int, api automatorv1.AutomatorServiceClient, pids map[string]int) error {
-	res := closedLoop(ctx, 64, b.p.warm, b.p.dur, pids, func(ctx context.Context) error {
+func (b *bench) scripts(ctx context.Context, run int, api automatorv1.AutomatorServiceClient, w watch) error {
+	res := closedLoop(ctx, 64, b.p.warm, b.p.dur, w, func(ctx context.Context) error {
 		_, err := ping(ctx, api, "bench", "tiny.sh")
 		return err
 	})
@@ -324,7 +325,7 @@ func (b *bench) scripts(ctx context.Context, run int, api automatorv1.AutomatorS
 	f := b.res.fig("scripts_64", "tiny.sh throughput, 64 callers, 2 instances", "units/s").add(run, res.rate).
 		vs("fork_64", goal{goalRatioAtLeast, 0.80}, "≥ 80 % of raw fork/exec, 64 at once")
 	if run == b.p.runs {
-		f.note("%s, last run", describeCPU(res.cpu, "automator", "proxy bench-a", "proxy bench-b", "load generator"))
+		f.note("%s; %s, last run", describeCPU(res.cpu, "automator", "proxy bench-a", "proxy bench-b", "load generator"), describeBatches(res))
 	}
 	return nil
 }
