@@ -7,14 +7,14 @@ import (
 )
 
 // BatchSource returns, by group, what a store ran in shared batches (group
-// commit): the SQLite store's writes ("write": one transaction and one
-// fsync per batch), the PostgreSQL store's writes and reads of single units
+// commit): the SQLite store's writes ("write": one transaction per batch,
+// made durable by one fsync at most), the PostgreSQL store's writes and reads of single units
 // ("write", "read": one pipeline per batch).
 type BatchSource func() map[string]batch.Stats
 
 var (
 	descBatches = prometheus.NewDesc("automator_store_batches_total",
-		"Batches the store ran, by group: each SQLite write batch is one transaction and one fsync; each PostgreSQL batch one pipeline of statements.", []string{"group"}, nil)
+		"Batches the store ran, by group: each SQLite write batch is one transaction, with one fsync at most; each PostgreSQL batch one pipeline of statements.", []string{"group"}, nil)
 	descBatchItems = prometheus.NewDesc("automator_store_batch_calls_total",
 		"Store calls run in those batches, by group; over the batches, the mean batch.", []string{"group"}, nil)
 	descBatchBusy = prometheus.NewDesc("automator_store_batch_busy_seconds_total",
