@@ -186,16 +186,22 @@ func TestAccountGaugesAreReadFromTheStoreAtEachScrape(t *testing.T) {
 	}
 }
 
-func TestStoreCallsAreTimedByMethod(t *testing.T) {
-	ctx := t.Context()
-	raw, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "automator.db"))
+// openSQLite opens a SQLite store in a temporary directory.
+func openSQLite(t *testing.T) *sqlitestore.Store {
+	t.Helper()
+	raw, err := sqlitestore.Open(t.Context(), filepath.Join(t.TempDir(), "automator.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { raw.Close() })
-	m := metrics.New(metrics.Options{})
-	st := m.Store(raw)
+	return raw
+}
 
+// createAndEnqueue makes account acme and queues 3 units on it, one
+// write after another: 4 writes.
+func createAndEnqueue(t *testing.T, st store.Store) {
+	t.Helper()
+	ctx := t.Context()
 	now := time.Now()
 	if _, err := st.AccountCreate(ctx, store.AccountCreateParams{Name: "acme", TokenHash: []byte("t"), KeyID: 1, SealedKey: []byte("k"), Now: now}); err != nil {
 		t.Fatal(err)
@@ -205,6 +211,13 @@ func TestStoreCallsAreTimedByMethod(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+func TestStoreCallsAreTimedByMethod(t *testing.T) {
+	ctx := t.Context()
+	m := metrics.New(metrics.Options{})
+	st := m.Store(openSQLite(t))
+	createAndEnqueue(t, st)
 	// Errors pass through unchanged.
 	if _, err := st.WorkGet(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("WorkGet of a missing unit through the wrapper: %v, want ErrNotFound", err)
@@ -227,27 +240,14 @@ func TestStoreCallsAreTimedByMethod(t *testing.T) {
 // group "write". Writes made one after another go alone: one batch, one
 // call and some busy time each; reads are not writes.
 func TestStoreBatchesAreCounted(t *testing.T) {
-	ctx := t.Context()
-	raw, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "automator.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { raw.Close() })
+	raw := openSQLite(t)
 	m := metrics.New(metrics.Options{})
 	m.WatchBatches(raw.BatchStats)
 	write := map[string]string{"group": "write"}
 
 	before := scrape(t, m)
-	now := time.Now()
-	if _, err := raw.AccountCreate(ctx, store.AccountCreateParams{Name: "acme", TokenHash: []byte("t"), KeyID: 1, SealedKey: []byte("k"), Now: now}); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 3 {
-		if _, err := raw.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: string(rune('a' + i)), Account: "acme", KeyID: 1, SealedCommand: []byte("c"), Now: now, Deadline: now.Add(time.Minute)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := raw.WorkGet(ctx, "a"); err != nil {
+	createAndEnqueue(t, raw)
+	if _, err := raw.WorkGet(t.Context(), "a"); err != nil {
 		t.Fatal(err)
 	}
 	after := scrape(t, m)
