@@ -3,16 +3,17 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"maps"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/opsgate/opsgate/internal/batch"
 )
@@ -63,35 +64,31 @@ func scrapeBatchesOf(ctx context.Context, url string) (map[string]batch.Stats, e
 // parseBatches reads the automator_store_batch* counters from a /metrics
 // page in the Prometheus text format, by group.
 func parseBatches(r io.Reader) (map[string]batch.Stats, error) {
-	out := map[string]batch.Stats{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		name, rest, ok := strings.Cut(line, `{group="`)
-		if !ok || !strings.HasPrefix(name, "automator_store_batch") {
-			continue
-		}
-		group, rest, ok := strings.Cut(rest, `"} `)
-		if !ok {
-			continue
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-		if err != nil {
-			return nil, fmt.Errorf("metrics line %q: %w", line, err)
-		}
-		s := out[group]
-		switch name {
-		case "automator_store_batches_total":
-			s.Batches = int64(v)
-		case "automator_store_batch_calls_total":
-			s.Items = int64(v)
-		case "automator_store_batch_busy_seconds_total":
-			s.Busy = time.Duration(v * float64(time.Second))
-		}
-		out[group] = s
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, err
 	}
-	return out, sc.Err()
+	out := map[string]batch.Stats{}
+	each := func(name string, set func(s *batch.Stats, v float64)) {
+		for _, m := range fams[name].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "group" {
+					s := out[l.GetValue()]
+					v := m.GetCounter().GetValue()
+					if m.GetCounter() == nil {
+						v = m.GetUntyped().GetValue() // a page without # TYPE lines
+					}
+					set(&s, v)
+					out[l.GetValue()] = s
+				}
+			}
+		}
+	}
+	each("automator_store_batches_total", func(s *batch.Stats, v float64) { s.Batches = int64(v) })
+	each("automator_store_batch_calls_total", func(s *batch.Stats, v float64) { s.Items = int64(v) })
+	each("automator_store_batch_busy_seconds_total", func(s *batch.Stats, v float64) { s.Busy = time.Duration(v * float64(time.Second)) })
+	return out, nil
 }
 
 // batchesSince is after − before, for the automators and groups in both.
