@@ -2,7 +2,9 @@ package server_test
 
 import (
 	"context"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -264,5 +266,142 @@ func TestUnitsQueuedTogetherGoToOneWaitingPoll(t *testing.T) {
 	}
 	if r := <-other; r.err != nil || len(r.resp.GetClaims()) != 1 {
 		t.Fatalf("b's poll: %v, %d claims, want 1", r.err, len(r.resp.GetClaims()))
+	}
+}
+
+// gatedClaim holds every claim, once hold is set, until release is closed,
+// telling entered how many units it asks for.
+type gatedClaim struct {
+	store.Store
+	hold    atomic.Bool
+	entered chan int
+	release chan struct{}
+}
+
+func (g *gatedClaim) WorkClaim(ctx context.Context, p store.WorkClaimParams) ([]store.Work, error) {
+	if g.hold.Load() {
+		g.entered <- p.Max
+		<-g.release
+	}
+	return g.Store.WorkClaim(ctx, p)
+}
+
+func newGatedClaimEnv(t *testing.T, clock server.Clock) (*env, *gatedClaim) {
+	gate := &gatedClaim{entered: make(chan int, 1), release: make(chan struct{})}
+	e := newEnv(t, envOptions{pollWindow: time.Minute, clock: clock,
+		wrap: func(st store.Store) store.Store { gate.Store = st; return gate }})
+	return e, gate
+}
+
+// heldClaim returns how many units the claim now held asks for.
+func (g *gatedClaim) heldClaim(t *testing.T) int {
+	t.Helper()
+	select {
+	case n := <-g.entered:
+		return n
+	case <-time.After(10 * time.Second):
+		t.Fatal("no claim reached the store")
+		return 0
+	}
+}
+
+func claimIDs(r pollResult) []string {
+	var ids []string
+	for _, c := range r.resp.GetClaims() {
+		ids = append(ids, c.GetWorkId())
+	}
+	return ids
+}
+
+// TestUnitsQueuedWhileAPollClaimsGoToThatPoll: when the account's latest
+// claim took fewer units than it asked for (the queue drains as fast as it
+// fills), a poll that has to claim asks for half its slots and is handed
+// units queued meanwhile in the other half: stored as claimed by its
+// instance, not queued behind its claim for the next poll to claim again.
+// It answers with both, the units queued before its claim first.
+func TestUnitsQueuedWhileAPollClaimsGoToThatPoll(t *testing.T) {
+	e, gate := newGatedClaimEnv(t, newFakeClock())
+	api, px := e.callerClient(), e.proxyClient()
+	u0 := submit(t, api, e.account, time.Minute)
+	first, err := px.Poll(t.Context(), &automatorv1.PollRequest{InstanceId: "a", MaxUnits: 4, Wait: durationpb.New(time.Minute)})
+	if err != nil || len(first.GetClaims()) != 1 || first.GetClaims()[0].GetWorkId() != u0.GetWorkId() {
+		t.Fatalf("first poll: %v, claims %v, want %s", err, first.GetClaims(), u0.GetWorkId())
+	}
+	e.completeClaim(px, "a", first.GetClaims()[0]) // 1 of 4: that claim drained the queue
+
+	u1 := submit(t, api, e.account, time.Minute) // no poll waits: queued
+	if u1.GetState() != automatorv1.State_STATE_QUEUED {
+		t.Fatalf("u1 is %v, want queued", u1.GetState())
+	}
+	gate.hold.Store(true)
+	polled := pollAsync(t.Context(), px, "b", 4)
+	if n := gate.heldClaim(t); n != 2 {
+		t.Fatalf("b's claim asks for %d units, want 2 (half its 4 slots)", n)
+	}
+	u2 := submit(t, api, e.account, time.Minute)
+	if u2.GetState() != automatorv1.State_STATE_CLAIMED || u2.GetInstanceId() != "b" {
+		t.Fatalf("u2, queued while b claims, is %v by %q, want claimed by b", u2.GetState(), u2.GetInstanceId())
+	}
+	if !u2.GetClaimedAt().AsTime().Equal(u2.GetQueuedAt().AsTime()) {
+		t.Errorf("u2 claimed at %v, queued at %v: want one write", u2.GetClaimedAt().AsTime(), u2.GetQueuedAt().AsTime())
+	}
+	gate.hold.Store(false)
+	close(gate.release)
+	r := <-polled
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if got, want := claimIDs(r), []string{u1.GetWorkId(), u2.GetWorkId()}; !slices.Equal(got, want) {
+		t.Fatalf("b's poll answered %v, want %v (the queued unit first)", got, want)
+	}
+	for _, c := range r.resp.GetClaims() {
+		e.completeClaim(px, "b", c)
+	}
+}
+
+// TestAPollBehindABacklogClaimsWithAllItsSlots: when the latest claim took
+// all it asked for, units may still wait in the queue, and a unit handed
+// to a claiming poll would overtake them: the next poll claims with all
+// its slots and a unit queued meanwhile joins the queue, behind the older
+// ones. So does a poll whose account's last short claim is a while ago.
+func TestAPollBehindABacklogClaimsWithAllItsSlots(t *testing.T) {
+	clock := newFakeClock()
+	e, gate := newGatedClaimEnv(t, clock)
+	api, px := e.callerClient(), e.proxyClient()
+	var queued []string
+	for range 3 {
+		queued = append(queued, submit(t, api, e.account, time.Hour).GetWorkId())
+	}
+	first, err := px.Poll(t.Context(), &automatorv1.PollRequest{InstanceId: "a", MaxUnits: 2, Wait: durationpb.New(time.Minute)})
+	if err != nil || len(first.GetClaims()) != 2 {
+		t.Fatalf("first poll: %v, %d claims, want 2 (all it asked for)", err, len(first.GetClaims()))
+	}
+
+	gate.hold.Store(true)
+	polled := pollAsync(t.Context(), px, "b", 4)
+	if n := gate.heldClaim(t); n != 4 {
+		t.Fatalf("b's claim behind a backlog asks for %d units, want all 4", n)
+	}
+	u3 := submit(t, api, e.account, time.Hour)
+	if u3.GetState() != automatorv1.State_STATE_QUEUED {
+		t.Fatalf("a unit queued behind a backlog is %v by %q, want queued", u3.GetState(), u3.GetInstanceId())
+	}
+	gate.release <- struct{}{}
+	r := <-polled
+	if got, want := claimIDs(r), []string{queued[2], u3.GetWorkId()}; r.err != nil || !slices.Equal(got, want) {
+		t.Fatalf("b's poll: %v, %v, want %v (oldest first)", r.err, got, want)
+	}
+
+	// b's claim was short, but two seconds ago by the time c polls.
+	submit(t, api, e.account, time.Hour)
+	clock.Advance(2 * time.Second)
+	polled = pollAsync(t.Context(), px, "c", 4)
+	if n := gate.heldClaim(t); n != 4 {
+		t.Fatalf("c's claim, two seconds after the last short one, asks for %d units, want all 4", n)
+	}
+	gate.hold.Store(false)
+	close(gate.release)
+	if r := <-polled; r.err != nil || len(r.resp.GetClaims()) != 1 {
+		t.Fatalf("c's poll: %v, %d claims, want 1", r.err, len(r.resp.GetClaims()))
 	}
 }

@@ -18,7 +18,9 @@ import (
 // failed claim and the next wait. A poller that goes away holding an
 // unconsumed wake-up passes it on. When the queue holds nothing claimable,
 // an enqueue instead reserves the oldest poller and hands it the unit,
-// stored as claimed by it (reserve, hand).
+// stored as claimed by it (reserve, hand). So can one while a poller's own
+// claim is under way, when the account's queue drains as fast as it fills
+// (parkWhileClaiming).
 //
 // Callers waiting for a unit subscribe to its id and are woken when it ends.
 //
@@ -42,6 +44,10 @@ type hub struct {
 	// filling: per account, the poller that further units may still be
 	// handed to (reserve).
 	filling map[string]*poller
+	// drained: per account, when the latest claim took fewer units than
+	// it asked for (absent: the latest took all it asked for, or none
+	// was made).
+	drained map[string]time.Time
 }
 
 // maxChecked bounds hub.checked; past it the map starts again (every
@@ -66,6 +72,7 @@ func newHub() *hub {
 		cut:     make(map[string]uint64),
 		checked: make(map[[2]string]seenAt),
 		filling: make(map[string]*poller),
+		drained: make(map[string]time.Time),
 	}
 }
 
@@ -142,6 +149,29 @@ func (h *hub) knownEmpty(account string, now time.Time, fresh time.Duration) boo
 	return ok && e.n == h.work[account] && now.Sub(e.at) < fresh && !now.Before(e.at)
 }
 
+// claimEnded records how a claim for account that ended at now went: short
+// when it took fewer units than it asked for, so every claimable unit.
+func (h *hub) claimEnded(account string, short bool, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if short {
+		h.drained[account] = now
+	} else {
+		delete(h.drained, account)
+	}
+}
+
+// drainedRecently reports whether the latest claim for account took fewer
+// units than it asked for, less than fresh before now: the queue drains as
+// fast as it fills, and holds no backlog that a unit handed over could
+// overtake (parkWhileClaiming).
+func (h *hub) drainedRecently(account string, now time.Time, fresh time.Duration) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	at, ok := h.drained[account]
+	return ok && now.Sub(at) < fresh && !now.Before(at)
+}
+
 // poller is one Poll call waiting for work.
 type poller struct {
 	h        *hub
@@ -161,6 +191,13 @@ type poller struct {
 	inFlight int          // reserved for it and being stored
 	handed   []store.Work // stored as claimed by it, not taken yet
 	closed   bool         // the poll has ended: nothing more is handed to it
+	// claiming: its own claim is under way (parkWhileClaiming until
+	// claimDone): units may be handed to it, at most limit, whatever the
+	// queue holds, and stored is closed (when not nil) once none
+	// reserved for it is still being stored.
+	claiming bool
+	limit    int
+	stored   chan struct{}
 }
 
 // poller registers a waiting poller that may take slots units at once
@@ -178,10 +215,15 @@ func (p *poller) rearm() {
 	if p.elem != nil || p.closed {
 		return
 	}
-	l := p.h.pollers[p.account]
+	p.h.pushLocked(p)
+}
+
+// pushLocked puts p at the end of its account's waiting list.
+func (h *hub) pushLocked(p *poller) {
+	l := h.pollers[p.account]
 	if l == nil {
 		l = list.New()
-		p.h.pollers[p.account] = l
+		h.pollers[p.account] = l
 	}
 	p.elem = l.PushBack(p)
 }
@@ -222,17 +264,20 @@ func (p *poller) Close() []store.Work {
 // to its free slots: units queued together leave together, as one claim
 // would take them.
 //
+// A poller whose own claim is under way (parkWhileClaiming) is picked
+// whatever the queue holds, for at most its limit: that claim takes the
+// units queued before it.
+//
 // A unit another replica queued and whose announcement is late or lost
 // can be overtaken: order across replicas is best effort (docs).
 func (h *hub) reserve(account string, now time.Time) *poller {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if e, ok := h.empty[account]; !ok || e.n != h.work[account] {
-		return nil
-	}
-	if p := h.filling[account]; p != nil && p.takes(now) {
+	seen, ok := h.empty[account]
+	empty := ok && seen.n == h.work[account]
+	if p := h.filling[account]; p != nil && (empty || p.claiming) && p.takes(now) {
 		p.inFlight++
-		if p.inFlight+len(p.handed) >= p.slots {
+		if p.inFlight+len(p.handed) >= p.capacity() {
 			delete(h.filling, account)
 		}
 		return p
@@ -242,10 +287,10 @@ func (h *hub) reserve(account string, now time.Time) *poller {
 		return nil
 	}
 	for e := l.Front(); e != nil; e = e.Next() {
-		if p := e.Value.(*poller); p.parked && p.slots > 0 && p.takes(now) {
+		if p := e.Value.(*poller); p.parked && (empty || p.claiming) && p.capacity() > 0 && p.takes(now) {
 			h.removeLocked(p)
 			p.inFlight = 1
-			if p.slots > 1 {
+			if p.capacity() > 1 {
 				h.filling[account] = p
 			}
 			return p
@@ -291,10 +336,74 @@ func (h *hub) wakeHandedLocked(p *poller) {
 	if p.inFlight > 0 || h.filling[p.account] == p {
 		return
 	}
+	if p.claiming {
+		// claimDone collects them; p.c is left to wake-ups for queued
+		// work, which its poll must not lose.
+		if p.stored != nil {
+			close(p.stored)
+			p.stored = nil
+		}
+		return
+	}
 	select {
 	case p.c <- struct{}{}:
 	default:
 	}
+}
+
+// capacity is how many units p may be handed at once.
+func (p *poller) capacity() int {
+	if p.claiming {
+		return p.limit
+	}
+	return p.slots
+}
+
+// parkWhileClaiming lets units be handed to p, at most n, while its poll's
+// own claim is under way, until claimDone: they are stored as claimed by
+// its instance, as for a parked poll, instead of being queued behind the
+// claim for another claim to take. The claim must ask for at most p's
+// slots less n.
+//
+// Under a steady flow of units this keeps a claim from leaving the queue
+// non-empty behind it: without it, each unit queued during a claim made
+// the next poll claim again, and a handover (reserve) waits for a claim
+// that finds the queue empty, which such a flow seldom leaves time for.
+func (p *poller) parkWhileClaiming(n int) {
+	p.h.mu.Lock()
+	defer p.h.mu.Unlock()
+	p.parked, p.claiming, p.limit = true, true, n
+}
+
+// claimDone ends parkWhileClaiming: no unit is reserved for p any more. It
+// waits until the units reserved for it are stored (or ctx is done) and
+// returns those handed to it. p stays registered for its poll's next wait.
+func (p *poller) claimDone(ctx context.Context) []store.Work {
+	h := p.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p.parked = false
+	h.stopFillingLocked(p)
+	for p.inFlight > 0 && ctx.Err() == nil {
+		stored := make(chan struct{})
+		p.stored = stored
+		h.mu.Unlock()
+		select {
+		case <-stored:
+		case <-ctx.Done():
+		}
+		h.mu.Lock()
+	}
+	p.claiming, p.limit, p.stored = false, 0, nil
+	us := p.handed
+	p.handed = nil
+	if p.elem == nil && !p.closed && len(p.c) == 0 {
+		// reserve took it out of the waiting list (a wake-up would have
+		// left a token, and its poll rearms on that): back in place,
+		// should its poll wait again.
+		h.pushLocked(p)
+	}
+	return us
 }
 
 // takes reports whether p may be handed a unit at now.

@@ -392,3 +392,69 @@ func TestLeavingPollWaitsForUnitsBeingStored(t *testing.T) {
 		t.Fatalf("the leaving poll took %v, want [w-1]", ids)
 	}
 }
+
+// TestAClaimingPollerTakesUnitsQueuedMeanwhile: while its own claim is
+// under way a poller may be handed units whatever the queue holds, at most
+// its limit; claimDone waits for those being stored and returns them,
+// leaves no wake-up behind, and puts the poller back in the waiting list.
+func TestAClaimingPollerTakesUnitsQueuedMeanwhile(t *testing.T) {
+	h := newHub()
+	h.NotifyWork("acme", 1)                  // a unit is queued: no claim has found the queue empty
+	parked(h.poller("acme", "idle", 4, nil)) // waits, not claiming
+	a := h.poller("acme", "a", 4, nil)
+	a.parkWhileClaiming(2)
+	if p := h.reserve("acme", time.Now()); p != a {
+		t.Fatalf("reserved %v, want a: its claim takes what is queued", p)
+	}
+	if p := h.reserve("acme", time.Now()); p != a {
+		t.Fatalf("reserved %v for the second unit, want a (limit 2)", p)
+	}
+	if p := h.reserve("acme", time.Now()); p != nil {
+		t.Fatalf("reserved %s for a third unit: a's limit is 2, and %s's poll is not claiming", p.instance, p.instance)
+	}
+	h.hand(a, store.Work{ID: "w-1"})
+	done := make(chan []store.Work)
+	go func() { done <- a.claimDone(t.Context()) }()
+	select {
+	case got := <-done:
+		t.Fatalf("claimDone returned %v while a unit was still being stored", workIDs(got))
+	case <-time.After(50 * time.Millisecond):
+	}
+	h.hand(a, store.Work{ID: "w-2"})
+	if got := workIDs(<-done); !slices.Equal(got, []string{"w-1", "w-2"}) {
+		t.Fatalf("claimDone returned %v, want [w-1 w-2]", got)
+	}
+	if pending(a) {
+		t.Fatal("a holds a wake-up: its poll would pass it on as queued work")
+	}
+	if h.waiting("acme") != 2 {
+		t.Fatalf("%d waiting, want 2: a is back in the list", h.waiting("acme"))
+	}
+	if p := h.reserve("acme", time.Now()); p != nil {
+		t.Fatalf("reserved %s after a's claim ended, with a unit queued", p.instance)
+	}
+}
+
+// TestDrainedRecently: a claim that took fewer units than it asked for
+// counts for a while; a full one, or time, ends it.
+func TestDrainedRecently(t *testing.T) {
+	h := newHub()
+	now := time.Now()
+	if h.drainedRecently("acme", now, time.Second) {
+		t.Fatal("drained before any claim")
+	}
+	h.claimEnded("acme", true, now)
+	if !h.drainedRecently("acme", now.Add(500*time.Millisecond), time.Second) {
+		t.Fatal("a short claim half a second ago does not count")
+	}
+	if h.drainedRecently("acme", now.Add(2*time.Second), time.Second) {
+		t.Fatal("a short claim two seconds ago still counts")
+	}
+	if h.drainedRecently("other", now, time.Second) {
+		t.Fatal("another account's claim counts")
+	}
+	h.claimEnded("acme", false, now)
+	if h.drainedRecently("acme", now, time.Second) {
+		t.Fatal("drained after a full claim")
+	}
+}

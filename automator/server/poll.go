@@ -96,7 +96,7 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 	defer timer.Stop()
 	var handed []store.Work
 	for {
-		resp, err := p.tryOnce(ctx, account, req, max, ring, handed)
+		resp, err := p.tryOnce(ctx, account, req, max, ring, w, handed)
 		if err != nil {
 			return nil, err
 		}
@@ -121,7 +121,7 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 		w.leave(ctx)
 		resp = &automatorv1.PollResponse{}
 		if handed = w.take(); len(handed) > 0 {
-			if resp, err = p.tryOnce(ctx, account, req, max, ring, handed); err != nil {
+			if resp, err = p.tryOnce(ctx, account, req, max, ring, w, handed); err != nil {
 				return nil, err
 			}
 		}
@@ -132,8 +132,9 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 
 // tryOnce reports ended running units and claims what it can, or answers
 // with the units handed to the poll (stored as its claims: hub.reserve
-// checked that the poll could take them) when there are some.
-func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automatorv1.PollRequest, max int, ring *keyRing, handed []store.Work) (*automatorv1.PollResponse, error) {
+// checked that the poll could take them) when there are some. reg is the
+// poll's registration in the hub.
+func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automatorv1.PollRequest, max int, ring *keyRing, reg *poller, handed []store.Work) (*automatorv1.PollResponse, error) {
 	s := p.s
 	resp := &automatorv1.PollResponse{}
 	if looked := s.clock.Now(); len(req.GetRunning()) > 0 && !s.hub.runningKnown(account, req.GetInstanceId(), looked, knownEmptyFor) {
@@ -175,7 +176,17 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 		if s.hub.knownEmpty(account, now, knownEmptyFor) {
 			return resp, nil
 		}
-		ids := make([]string, max)
+		// When the account's queue drains as fast as it fills, units
+		// queued while this claim is on its way are handed to this poll
+		// (in up to half its slots, the claim asking for the rest), not
+		// queued behind the claim for the next poll to claim again.
+		ask, fill := max, 0
+		if max >= 2 && s.hub.drainedRecently(account, now, knownEmptyFor) {
+			fill = max / 2
+			ask = max - fill
+			reg.parkWhileClaiming(fill)
+		}
+		ids := make([]string, ask)
 		for i := range ids {
 			ids[i] = newID("c_")
 		}
@@ -184,24 +195,33 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 		claimed, err = s.store.WorkClaim(ctx, store.WorkClaimParams{
 			Account:    account,
 			InstanceID: req.GetInstanceId(),
-			Max:        max,
+			Max:        ask,
 			ClaimIDs:   ids,
 			Now:        now,
 			Expect:     s.hub.expectWork(account),
 		})
+		var more []store.Work
+		if fill > 0 {
+			more = reg.claimDone(ctx)
+		}
 		if err != nil {
+			s.lostClaims("its poll failed", more...)
 			return nil, s.internal(ctx, "claiming work", err)
 		}
-		if len(claimed) < max {
+		s.hub.claimEnded(account, len(claimed) < ask, s.clock.Now())
+		if len(claimed) < ask {
 			// Fewer than asked: the claim took every claimable unit, so
 			// the next poll of the account (this instance's, right after
 			// it starts these) need not look until more is queued.
 			s.hub.foundEmpty(account, work, now)
-		}
-		// This poll took all it could carry; there may be more for others.
-		if len(claimed) == max {
+		} else {
+			// This poll took all it could carry; there may be more for
+			// others.
 			s.hub.NotifyWork(account, 1)
 		}
+		// The units queued before the claim come first.
+		claimed = append(claimed, more...)
+		now = s.clock.Now()
 	}
 	for _, w := range claimed {
 		resp.Claims = append(resp.Claims, &automatorv1.Claim{
@@ -212,7 +232,7 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 			Remaining:     durationpb.New(w.Deadline.Sub(now)),
 		})
 		s.metrics.WorkClaimed(w.Account, now.Sub(w.QueuedAt))
-		s.log.Debug("work claimed", "work_id", w.ID, "account", account, "instance_id", w.InstanceID, "handed", len(handed) > 0)
+		s.log.Debug("work claimed", "work_id", w.ID, "account", account, "instance_id", w.InstanceID, "handed", w.ClaimedAt.Equal(w.QueuedAt))
 	}
 	return resp, nil
 }
