@@ -235,44 +235,61 @@ type cpuMeter struct {
 
 // machineName is the meter's entry for every process of the machine, this
 // benchmark's and everyone else's: the machine is shared, and what others
-// use shows how noisy a measurement was.
-const machineName = "whole machine"
+// use shows how noisy a measurement was. stealName is the time the
+// hypervisor gave this virtual machine's cores to others while they had
+// work: time every process here lost, which shows in latencies.
+const (
+	machineName = "whole machine"
+	stealName   = "stolen by the hypervisor"
+)
 
 func meterCPU(pids map[string]int) *cpuMeter {
 	m := &cpuMeter{pids: pids, start: make(map[string]float64), t0: time.Now()}
 	for name, pid := range pids {
 		m.start[name], _ = cpuOf(name, pid)
 	}
-	m.start[machineName], _ = machineBusySeconds()
+	if busy, steal, err := machineSeconds(); err == nil {
+		m.start[machineName], m.start[stealName] = busy, steal
+	}
 	return m
 }
 
-// machineBusySeconds is the CPU time all cores spent neither idle nor
-// waiting for I/O since boot (/proc/stat).
-func machineBusySeconds() (float64, error) {
+// machineSeconds reads /proc/stat: the CPU time all cores spent since boot
+// running something (neither idle, nor waiting for I/O, nor stolen), and
+// the time stolen from them.
+func machineSeconds() (busy, steal float64, err error) {
 	data, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	line, _, _ := strings.Cut(string(data), "\n")
+	b, st, err := parseProcStat(string(data))
+	return float64(b) / userHZ, float64(st) / userHZ, err
+}
+
+// parseProcStat reads the first line of /proc/stat ("cpu" and the ticks of
+// user nice system idle iowait irq softirq steal guest guest_nice, the last
+// ones absent on old kernels) into the busy and stolen ticks. Guest time is
+// already counted in user.
+func parseProcStat(data string) (busy, steal int64, err error) {
+	line, _, _ := strings.Cut(data, "\n")
 	f := strings.Fields(line)
 	if len(f) < 6 || f[0] != "cpu" {
-		return 0, errors.New("malformed /proc/stat")
+		return 0, 0, errors.New("malformed /proc/stat")
 	}
-	var total int64
 	for i, v := range f[1:] {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			return 0, err
+			return 0, 0, fmt.Errorf("malformed /proc/stat: %w", err)
 		}
-		// Fields: user nice system idle iowait irq softirq steal guest
-		// guest_nice; guest time is already counted in user.
-		if i == 3 || i == 4 || i >= 8 {
-			continue
+		switch {
+		case i == 7:
+			steal = n
+		case i == 3 || i == 4 || i >= 8:
+		default:
+			busy += n
 		}
-		total += n
 	}
-	return float64(total) / userHZ, nil
+	return busy, steal, nil
 }
 
 func cpuOf(name string, pid int) (float64, error) {
@@ -293,8 +310,9 @@ func (m *cpuMeter) read() map[string]float64 {
 		}
 		out[name] = 100 * (now - m.start[name]) / el
 	}
-	if now, err := machineBusySeconds(); err == nil {
-		out[machineName] = 100 * (now - m.start[machineName]) / el
+	if busy, steal, err := machineSeconds(); err == nil {
+		out[machineName] = 100 * (busy - m.start[machineName]) / el
+		out[stealName] = 100 * (steal - m.start[stealName]) / el
 	}
 	return out
 }
@@ -312,6 +330,9 @@ func describeCPU(shares map[string]float64, order ...string) string {
 	desc := fmt.Sprintf("CPU %s (total %.0f %% of %d cores)", strings.Join(parts, ", "), total, numCPU())
 	if all, ok := shares[machineName]; ok {
 		desc += fmt.Sprintf(", whole machine %.0f %%", all)
+	}
+	if st := shares[stealName]; st >= 0.5 {
+		desc += fmt.Sprintf(", %s %.0f %%", stealName, st)
 	}
 	return desc
 }
