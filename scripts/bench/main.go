@@ -185,6 +185,7 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	started := time.Now()
 	loadAtStart := loadavg()
+	machine := meterCPU(nil)
 	b.logf("%d run(s) of: %s; work directory %s", p.runs, strings.Join(want, ", "), b.tmp)
 	failed := false
 	for _, s := range append(slices.Clone(sections), extraSections...) {
@@ -218,8 +219,9 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	b.res.finish()
 
-	fmt.Fprintf(stdout, "\n%s\n\n%d CPUs; load average %s at the start, %s at the end; %v\n\n",
-		commandLine(args), runtime.NumCPU(), loadAtStart, loadavg(), time.Since(started).Round(time.Second))
+	use := machine.read()
+	fmt.Fprintf(stdout, "\n%s\n\n%d CPUs; load average %s at the start, %s at the end; the machine busy %.0f %% and %s %.1f %% of a core over the run; %v\n\n",
+		commandLine(args), runtime.NumCPU(), loadAtStart, loadavg(), use[machineName], stealName, use[stealName], time.Since(started).Round(time.Second))
 	b.res.table(stdout)
 	fmt.Fprintln(stdout)
 	b.res.details(stdout)
@@ -228,7 +230,7 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	rep := report{
 		Started: started, Finished: time.Now(), Command: commandLine(args), Runs: p.runs,
-		Host: hostInfo(loadAtStart), Figures: b.res.figs, Notes: b.res.notes, Profiles: b.profiles,
+		Host: hostInfo(loadAtStart, use), Figures: b.res.figs, Notes: b.res.notes, Profiles: b.profiles,
 	}
 	if err := writeJSON(*out, rep); err != nil {
 		fmt.Fprintf(stderr, "bench: writing %s: %v\n", *out, err)
@@ -269,7 +271,7 @@ func loadavg() string {
 	return strings.Join(f[:3], " ")
 }
 
-func hostInfo(loadAtStart string) map[string]string {
+func hostInfo(loadAtStart string, use map[string]float64) map[string]string {
 	h := map[string]string{
 		"cpus": fmt.Sprint(runtime.NumCPU()),
 		"go":   runtime.Version(),
@@ -280,6 +282,9 @@ func hostInfo(loadAtStart string) map[string]string {
 	}
 	h["loadavg_at_start"] = loadAtStart
 	h["loadavg_at_end"] = loadavg()
+	// In % of one core over the whole run.
+	h["machine_busy_percent"] = fmt.Sprintf("%.1f", use[machineName])
+	h["stolen_percent"] = fmt.Sprintf("%.1f", use[stealName])
 	if name, err := os.Hostname(); err == nil {
 		h["hostname"] = name
 	}
