@@ -208,7 +208,8 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 			s.lostClaims("its poll failed", more...)
 			return nil, s.internal(ctx, "claiming work", err)
 		}
-		s.hub.claimEnded(account, len(claimed) < ask, s.clock.Now())
+		ended := s.clock.Now()
+		s.hub.claimEnded(account, len(claimed) < ask, ended)
 		if len(claimed) < ask {
 			// Fewer than asked: the claim took every claimable unit, so
 			// the next poll of the account (this instance's, right after
@@ -221,7 +222,7 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 		}
 		// The units queued before the claim come first.
 		claimed = append(claimed, more...)
-		now = s.clock.Now()
+		now = ended
 	}
 	for _, w := range claimed {
 		resp.Claims = append(resp.Claims, &automatorv1.Claim{
