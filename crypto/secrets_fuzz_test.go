@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -148,7 +150,14 @@ func FuzzParseKey(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		k, err := crypto.ParseKey(s)
 		if err != nil {
-			if _, secret, ok := strings.Cut(strings.TrimSpace(s), ":"); ok && len(secret) >= 8 && strings.Contains(err.Error(), secret) {
+			idText, secret, ok := strings.Cut(strings.TrimSpace(s), ":")
+			msg := err.Error()
+			if id, perr := strconv.ParseUint(idText, 10, 32); perr == nil {
+				// The error names the key id, whose digits may hold the
+				// secret's text ("100000000:00000000"): that is no leak.
+				msg = strings.Replace(msg, fmt.Sprintf("parsing key %d", id), "parsing key", 1)
+			}
+			if ok && len(secret) >= 8 && strings.Contains(msg, secret) {
 				t.Fatalf("ParseKey error quotes the secret: %v", err)
 			}
 			return
