@@ -138,6 +138,20 @@ func (b *bench) wakeSection(ctx context.Context) error {
 		defer pc.Close()
 		clients = append(clients, automatorv1.NewProxyServiceClient(pc))
 	}
+	// The WAL at its working size before the first round, as in the main
+	// section (throughput.go): 200 units queued and cancelled, 400 writes
+	// that leave nothing queued.
+	for range 200 {
+		st, err := api.Submit(ctx, &automatorv1.ExecuteRequest{
+			Account: "wake", Command: &automatorv1.Command{Script: "@ping"}, Timeout: durationpb.New(time.Minute),
+		})
+		if err == nil {
+			_, err = api.Cancel(ctx, &automatorv1.CancelRequest{WorkId: st.GetWorkId()})
+		}
+		if err != nil {
+			return fmt.Errorf("wake-up: warming the WAL: %w", err)
+		}
+	}
 	pid := a.proc.pid()
 	r := b.res
 	for run := 1; run <= b.p.runs && ctx.Err() == nil; run++ {
