@@ -175,8 +175,14 @@ func (s *Server) allow(ctx context.Context, account, method string) error {
 }
 
 // internal logs err and returns a generic Internal status: details stay in
-// the log.
+// the log. A database out of disk space is no secret and is the operator's
+// to mend, so it gets ResourceExhausted (gRPC's code for a full file
+// system) and says so.
 func (s *Server) internal(ctx context.Context, doing string, err error) error {
+	if store.IsStorageFull(err) {
+		s.log.Error("the database is out of disk space: writes fail until space is freed", "doing", doing, "err", err)
+		return status.Errorf(codes.ResourceExhausted, "the automator's database is out of disk space while %s: nothing was stored; retry once space is freed", doing)
+	}
 	s.log.Error("internal error", "doing", doing, "err", err)
 	return status.Errorf(codes.Internal, "internal error while %s", doing)
 }

@@ -60,7 +60,22 @@ var (
 	// ErrExpired: a previous account token whose overlap window has ended.
 	// AccountGetByToken returns the account it belonged to alongside it.
 	ErrExpired = errors.New("previous token past its overlap window")
+	// ErrStorageFull: the database is out of disk space. The write that
+	// returns it stored nothing; writes succeed again once space is freed,
+	// and reads go on meanwhile. Test for it with IsStorageFull.
+	ErrStorageFull = errors.New("the database is out of disk space")
 )
+
+// IsStorageFull reports whether err says the database is out of disk
+// space: ErrStorageFull (the SQLite store wraps its SQLITE_FULL in it), or
+// an error carrying SQLSTATE 53100, disk_full, as PostgreSQL's do.
+func IsStorageFull(err error) bool {
+	if errors.Is(err, ErrStorageFull) {
+		return true
+	}
+	var sqlState interface{ SQLState() string }
+	return errors.As(err, &sqlState) && sqlState.SQLState() == "53100"
+}
 
 // Account is a named queue with a token (authenticates proxies) and a key
 // (seals commands and results). Only the token's SHA-256 and the key sealed

@@ -67,7 +67,13 @@ type automator struct {
 // picked up front because the public URL (and so every profile) names it.
 func startAutomator(t *testing.T) *automator {
 	t.Helper()
-	a := &automator{DataDir: filepath.Join(t.TempDir(), "data"), port: freePort(t)}
+	return startAutomatorIn(t, t.TempDir())
+}
+
+// startAutomatorIn is startAutomator with the data directory made in parent.
+func startAutomatorIn(t *testing.T, parent string) *automator {
+	t.Helper()
+	a := &automator{DataDir: filepath.Join(parent, "data"), port: freePort(t)}
 	if r := runCLI(bin.automator, "init", "--data-dir", a.DataDir, "--public-url", a.publicURL()); r.Code != 0 {
 		t.Fatalf("automator init: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
 	}

@@ -40,3 +40,9 @@ func isForeignKeyViolation(err error) bool {
 	var se *sqlite.Error
 	return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
 }
+
+// isDiskFull reports whether err is SQLite out of disk space (SQLITE_FULL).
+func isDiskFull(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_FULL
+}

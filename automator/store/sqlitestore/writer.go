@@ -5,8 +5,10 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"sync/atomic"
 
+	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/internal/batch"
 )
 
@@ -93,7 +95,11 @@ func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, tx que
 // goroutines; writes made meanwhile are committed together by the oldest of
 // their callers (internal/batch).
 func (s *Store) write1(ctx context.Context, syncLater bool, fn func(ctx context.Context, tx querier) error) error {
-	return s.w.group.Do(ctx, &writeOp{ctx: ctx, fn: fn, syncLater: syncLater})
+	err := s.w.group.Do(ctx, &writeOp{ctx: ctx, fn: fn, syncLater: syncLater})
+	if isDiskFull(err) {
+		return fmt.Errorf("%w: %w", store.ErrStorageFull, err)
+	}
+	return err
 }
 
 // BatchStats reports the writes committed together so far, as group

@@ -1,0 +1,61 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/opsgate/opsgate/automator/store"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// fullDisk is a store whose writes of units fail as on a full disk, while
+// one unit is always past its deadline.
+type fullDisk struct {
+	store.Store
+	expiries atomic.Int64
+	// third gets the time of the third expiry.
+	third chan time.Time
+	first time.Time
+}
+
+var errFull = fmt.Errorf("writing: %w", store.ErrStorageFull)
+
+func (f *fullDisk) WorkEnqueue(context.Context, store.WorkEnqueueParams) (store.Work, error) {
+	return store.Work{}, errFull
+}
+
+func (f *fullDisk) WorkNextDeadline(context.Context) (time.Time, bool, error) {
+	return time.Now().Add(-time.Hour), true, nil
+}
+
+func (f *fullDisk) WorkExpire(context.Context, store.WorkExpireParams) ([]store.Work, error) {
+	switch f.expiries.Add(1) {
+	case 1:
+		f.first = time.Now()
+	case 3:
+		f.third <- time.Now()
+	}
+	return nil, errFull
+}
+
+// TestFullDiskIsResourceExhaustedAndSaysSo: a caller whose unit could not be
+// stored for lack of disk space hears so, with ResourceExhausted (gRPC's
+// code for a full file system), not a bare internal error.
+func TestFullDiskIsResourceExhaustedAndSaysSo(t *testing.T) {
+	full := &fullDisk{third: make(chan time.Time, 1)}
+	e := newEnv(t, envOptions{wrap: func(st store.Store) store.Store { full.Store = st; return full }})
+	_, err := e.callerClient().Submit(t.Context(), &automatorv1.ExecuteRequest{Account: e.account,
+		Command: &automatorv1.Command{Script: "@ping"}, Timeout: durationpb.New(time.Minute)})
+	st := status.Convert(err)
+	if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "out of disk space while queueing work: nothing was stored") {
+		t.Errorf("Submit on a full disk: %v; want ResourceExhausted saying the database is out of disk space and nothing was stored", err)
+	}
+}
