@@ -46,6 +46,8 @@ type envOptions struct {
 	// the bare one).
 	wrap    func(store.Store) store.Store
 	metrics server.Metrics // none when nil
+	// sweepInterval is the server's SweepInterval (its default when zero).
+	sweepInterval time.Duration
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -89,13 +91,14 @@ func newEnv(t *testing.T, o envOptions) *env {
 		given = o.wrap(st)
 	}
 	srv, err := server.New(server.Options{
-		Store:      given,
-		MasterKey:  master,
-		PollWindow: o.pollWindow,
-		Clock:      o.clock,
-		Limits:     o.limits,
-		Metrics:    o.metrics,
-		Logger:     slog.New(slog.NewTextHandler(o.log, nil)),
+		Store:         given,
+		MasterKey:     master,
+		PollWindow:    o.pollWindow,
+		Clock:         o.clock,
+		Limits:        o.limits,
+		Metrics:       o.metrics,
+		Logger:        slog.New(slog.NewTextHandler(o.log, nil)),
+		SweepInterval: o.sweepInterval,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -46,12 +46,30 @@ func (f *fullDisk) WorkExpire(context.Context, store.WorkExpireParams) ([]store.
 	return nil, errFull
 }
 
+// TestSweeperPausesAfterAFailedExpiry: while the store refuses to end a due
+// unit (its disk is full), the sweeper tries again once a SweepInterval,
+// not at once: the unit is still due, and retrying at once would spin and
+// flood the log.
+func TestSweeperPausesAfterAFailedExpiry(t *testing.T) {
+	const interval = 100 * time.Millisecond
+	full := &fullDisk{third: make(chan time.Time, 1)}
+	newEnv(t, envOptions{sweepInterval: interval, wrap: func(st store.Store) store.Store { full.Store = st; return full }})
+	select {
+	case third := <-full.third:
+		if d := third.Sub(full.first); d < 2*interval {
+			t.Errorf("three failed expiries within %v; want one per SweepInterval (%v), at least %v from the first to the third", d, interval, 2*interval)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%d expiries in 30 s; want one per %v", full.expiries.Load(), interval)
+	}
+}
+
 // TestFullDiskIsResourceExhaustedAndSaysSo: a caller whose unit could not be
 // stored for lack of disk space hears so, with ResourceExhausted (gRPC's
 // code for a full file system), not a bare internal error.
 func TestFullDiskIsResourceExhaustedAndSaysSo(t *testing.T) {
 	full := &fullDisk{third: make(chan time.Time, 1)}
-	e := newEnv(t, envOptions{wrap: func(st store.Store) store.Store { full.Store = st; return full }})
+	e := newEnv(t, envOptions{sweepInterval: time.Hour, wrap: func(st store.Store) store.Store { full.Store = st; return full }})
 	_, err := e.callerClient().Submit(t.Context(), &automatorv1.ExecuteRequest{Account: e.account,
 		Command: &automatorv1.Command{Script: "@ping"}, Timeout: durationpb.New(time.Minute)})
 	st := status.Convert(err)

@@ -38,9 +38,14 @@ func (s *Server) Run(ctx context.Context) {
 			}
 			continue
 		case <-t.C:
-			s.expireDue(ctx)
 		}
-		next := s.nextSweep(ctx)
+		next := s.sweepInterval
+		if s.expireDue(ctx) {
+			next = s.nextSweep(ctx)
+		}
+		// Else the store refused the expiry (a full disk, a read-only
+		// database): the due units are still due, and sweeping again at
+		// once would spin. Try again in a SweepInterval.
 		t.Stop()
 		t.Reset(next)
 		armed = s.clock.Now().Add(next)
@@ -88,7 +93,9 @@ func (s *Server) takeKick() time.Time {
 // expireDue times out every unit whose deadline has passed and wakes its
 // waiting callers. Safe to run from several places and replicas at once:
 // the store's expiry is a conditional write.
-func (s *Server) expireDue(ctx context.Context) {
+//
+// It reports false when the store failed the expiry.
+func (s *Server) expireDue(ctx context.Context) bool {
 	now := s.clock.Now()
 	expired, err := s.store.WorkExpire(ctx, store.WorkExpireParams{Now: now,
 		Audit: &store.AuditEvent{At: now, Kind: store.AuditWorkEnded, Actor: sweeperActor, Detail: "deadline"}})
@@ -96,11 +103,12 @@ func (s *Server) expireDue(ctx context.Context) {
 		if ctx.Err() == nil {
 			s.log.Error("expiring units past their deadline", "err", err)
 		}
-		return
+		return false
 	}
 	for _, w := range expired {
 		s.emit(ctx, Event{Kind: EventWorkEnded, Account: w.Account, WorkID: w.ID, InstanceID: w.InstanceID, ended: &w})
 		s.metrics.WorkFinished(w)
 		s.log.Info("work timed out", "work_id", w.ID, "account", w.Account, "instance_id", w.InstanceID, "reason", w.Reason)
 	}
+	return true
 }
