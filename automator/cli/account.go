@@ -112,6 +112,8 @@ type accountAdmin struct {
 
 // openAccountAdmin loads the settings, the master key and the CA
 // certificate of a data directory and opens its store; the caller closes it.
+// A master key that opens none of the accounts' keys is refused: keys
+// sealed with it would not open in the automator.
 func openAccountAdmin(ctx context.Context, dir string) (accountAdmin, error) {
 	cfg, err := config.Load(dir)
 	if err != nil {
@@ -127,6 +129,10 @@ func openAccountAdmin(ctx context.Context, dir string) (accountAdmin, error) {
 	}
 	st, err := openStore(ctx, dir, cfg)
 	if err != nil {
+		return accountAdmin{}, err
+	}
+	if _, err := checkMasterKey(ctx, st, master, dir, cfg); err != nil {
+		st.Close()
 		return accountAdmin{}, err
 	}
 	return accountAdmin{cfg: cfg, master: master, caPEM: caPEM, st: st}, nil

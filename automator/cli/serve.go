@@ -85,6 +85,13 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		cfg.ReplicaID = defaultReplicaID(*dir)
 	}
 	log := newLogger(env.Stderr, cfg.LogFormat).With("replica_id", cfg.ReplicaID)
+	unopened, err := checkMasterKey(ctx, st, master, *dir, cfg)
+	if err != nil {
+		return err
+	}
+	if len(unopened) > 0 {
+		log.Error("the master key does not open these accounts' keys: their calls will fail", "count", len(unopened), "accounts", firstNames(unopened, 20))
+	}
 	logCertificateReloads(certs, log)
 	// Metrics: queue events from the server, the latency of every store
 	// call, per-account gauges read from the store at each scrape, the
