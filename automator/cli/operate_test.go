@@ -58,7 +58,13 @@ type served struct {
 // runs `automator serve --log-format json` on it until the test ends.
 func serveInProcess(t *testing.T) *served {
 	t.Helper()
-	s := &served{dir: initDir(t), log: &lockedBuffer{}, scripts: t.TempDir()}
+	return serveDirInProcess(t, initDir(t))
+}
+
+// serveDirInProcess is serveInProcess on a data directory made by initDir.
+func serveDirInProcess(t *testing.T, dir string) *served {
+	t.Helper()
+	s := &served{dir: dir, log: &lockedBuffer{}, scripts: t.TempDir()}
 	cfg, err := config.Load(s.dir)
 	if err != nil {
 		t.Fatal(err)

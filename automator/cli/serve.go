@@ -160,6 +160,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	startPprof(runCtx, log) // only with $AUTOMATOR_PPROF_ADDR (make bench PROFILE=1)
+	watchCertificates(runCtx, certs, *dir, m, log)
 	// HTTP/JSON API and /v1/openapi.json: calls of gs, authenticated by its interceptor.
 	if err := gateway.Mount(runCtx, mux, gs, gateway.Options{TLS: !cfg.InsecurePlaintext, MaxMessage: maxMessage}); err != nil {
 		return err

@@ -43,15 +43,20 @@ func PinOf(cert *x509.Certificate) Pin {
 // PinOfPEM returns the pin of the first certificate in certPEM, e.g. the
 // CA certificate of a profile.
 func PinOfPEM(certPEM []byte) (Pin, error) {
-	block, _ := pem.Decode(certPEM)
-	if block == nil || block.Type != "CERTIFICATE" {
-		return Pin{}, errors.New("no PEM certificate found")
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
+	cert, err := ParseCertPEM(certPEM)
 	if err != nil {
 		return Pin{}, err
 	}
 	return PinOf(cert), nil
+}
+
+// ParseCertPEM parses the first certificate in certPEM.
+func ParseCertPEM(certPEM []byte) (*x509.Certificate, error) {
+	block, _ := pem.Decode(certPEM)
+	if block == nil || block.Type != "CERTIFICATE" {
+		return nil, errors.New("no PEM certificate found")
+	}
+	return x509.ParseCertificate(block.Bytes)
 }
 
 func pinned(cert *x509.Certificate, pins []Pin) bool {

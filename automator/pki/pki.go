@@ -21,11 +21,12 @@ import (
 	"time"
 )
 
-// Validity of what init makes. The CA outlives the server certificate so a
-// renewed server certificate keeps every proxy profile valid.
+// Validity of what init and cert renew make. The CA outlives the server
+// certificate so a renewed server certificate keeps every proxy profile
+// valid.
 const (
 	caValidity     = 10 * 365 * 24 * time.Hour
-	serverValidity = 2 * 365 * 24 * time.Hour
+	ServerValidity = 2 * 365 * 24 * time.Hour
 )
 
 // Bundle is a PEM certificate and its PEM private key.
@@ -76,7 +77,7 @@ func NewServer(ca Bundle, hosts []string, now time.Time) (Bundle, error) {
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: hosts[0]},
 		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(serverValidity),
+		NotAfter:     now.Add(ServerValidity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
