@@ -49,18 +49,7 @@ func watchCertificates(ctx context.Context, certs *pki.CertReloader, dir string,
 		}
 	}
 	check()
-	go func() {
-		t := time.NewTicker(certCheckEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				check()
-			}
-		}
-	}()
+	every(ctx, certCheckEvery, check)
 }
 
 // warnOfEnd logs what, ending at end, when that is within certWarnBefore of

@@ -61,17 +61,23 @@ func startHeartbeat(ctx context.Context, st store.Store, replicaID string, log *
 		}
 	}
 	beat()
+	return every(ctx, heartbeatInterval, beat)
+}
+
+// every calls fn every d, in a goroutine of its own, until ctx is done;
+// the returned channel closes when it has stopped.
+func every(ctx context.Context, d time.Duration, fn func()) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(heartbeatInterval)
+		t := time.NewTicker(d)
 		defer t.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				beat()
+				fn()
 			}
 		}
 	}()
