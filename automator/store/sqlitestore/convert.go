@@ -2,10 +2,13 @@ package sqlitestore
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/opsgate/opsgate/automator/store"
 )
 
 // Times are stored as INTEGER unix nanoseconds, 0 for the zero time, so that
@@ -41,8 +44,28 @@ func isForeignKeyViolation(err error) bool {
 	return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
 }
 
-// isDiskFull reports whether err is SQLite out of disk space (SQLITE_FULL).
-func isDiskFull(err error) bool {
+// lowSpace is the free space under which an I/O error is put down to a
+// full disk: less than SQLite needs to grow its files by a step.
+const lowSpace = 1 << 20
+
+// outOfSpace wraps err in store.ErrStorageFull when it is SQLite out of disk
+// space: SQLITE_FULL, or an I/O error while the file system of dir (the
+// database's) has next to no space left, as when SQLite cannot grow the WAL
+// index (SQLITE_IOERR_SHMSIZE, at open among other times).
+func outOfSpace(err error, dir string) error {
 	var se *sqlite.Error
-	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_FULL
+	if !errors.As(err, &se) {
+		return err
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_FULL:
+	case sqlite3.SQLITE_IOERR:
+		if free, ok := freeSpace(dir); !ok || free >= lowSpace {
+			return err
+		}
+	default:
+		return err
+	}
+	free, _ := freeSpace(dir)
+	return fmt.Errorf("%w (%d bytes free in %s): %w", store.ErrStorageFull, free, dir, err)
 }

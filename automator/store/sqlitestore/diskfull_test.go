@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -106,4 +107,36 @@ func TestFullDiskFailsWritesClearlyAndLosesNothing(t *testing.T) {
 		t.Errorf("integrity_check after the full disk: %q, %v", check, err)
 	}
 	t.Logf("while the disk was full: %d writes stored, %d refused as storage full", len(stored), failures)
+}
+
+// TestOpenOnAFullDiskSaysSo: a database whose disk filled up while it was
+// closed does not open (SQLite cannot make its WAL index, an I/O error),
+// and the error says the disk is full rather than only "disk I/O error".
+// Once space is freed it opens with everything in it.
+func TestOpenOnAFullDiskSaysSo(t *testing.T) {
+	dir := disktest.Small(t, 4<<20)
+	path := filepath.Join(dir, "automator.db")
+	s, err := Open(t.Context(), path)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	if _, err := s.AccountCreate(t.Context(), store.AccountCreateParams{Name: "acme", TokenHash: []byte("h"), KeyID: 1, SealedKey: []byte("k"), Now: testNow}); err != nil {
+		t.Fatalf("AccountCreate: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+
+	free := disktest.Fill(t, dir)
+	if s, err := Open(t.Context(), path); err == nil {
+		s.Close()
+		t.Fatal("Open on a full disk succeeded; want it refused")
+	} else if !store.IsStorageFull(err) || !strings.Contains(err.Error(), "bytes free in "+dir) {
+		t.Errorf("Open on a full disk: %v; want store.ErrStorageFull, naming the free space of %s", err, dir)
+	}
+	free()
+	s = open(t, path)
+	if _, err := s.AccountGet(t.Context(), "acme"); err != nil {
+		t.Errorf("the account after the full disk: %v", err)
+	}
 }

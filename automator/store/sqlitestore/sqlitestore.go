@@ -80,7 +80,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	// the file into WAL mode, and the readers then find it so.
 	if err := migrate(ctx, write); err != nil {
 		write.Close()
-		return nil, fmt.Errorf("opening sqlite store %q: %w", path, err)
+		return nil, fmt.Errorf("opening sqlite store %q: %w", path, outOfSpace(err, dir))
 	}
 
 	read, err := sql.Open("sqlite", dsn(path, true))
@@ -95,7 +95,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if err := read.PingContext(ctx); err != nil {
 		read.Close()
 		write.Close()
-		return nil, fmt.Errorf("opening sqlite store %q: %w", path, err)
+		return nil, fmt.Errorf("opening sqlite store %q: %w", path, outOfSpace(err, dir))
 	}
 
 	return &Store{path: path, write: write, read: read, w: newWriter(write, path), reads: newPrepared(read)}, nil

@@ -5,10 +5,9 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
-	"fmt"
+	"path/filepath"
 	"sync/atomic"
 
-	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/internal/batch"
 )
 
@@ -96,10 +95,10 @@ func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, tx que
 // their callers (internal/batch).
 func (s *Store) write1(ctx context.Context, syncLater bool, fn func(ctx context.Context, tx querier) error) error {
 	err := s.w.group.Do(ctx, &writeOp{ctx: ctx, fn: fn, syncLater: syncLater})
-	if isDiskFull(err) {
-		return fmt.Errorf("%w: %w", store.ErrStorageFull, err)
+	if err != nil {
+		return outOfSpace(err, filepath.Dir(s.path))
 	}
-	return err
+	return nil
 }
 
 // BatchStats reports the writes committed together so far, as group

@@ -1,0 +1,17 @@
+package sqlitestore
+
+import "golang.org/x/sys/windows"
+
+// freeSpace returns the bytes of dir's volume available to this process;
+// ok is false when it cannot tell.
+func freeSpace(dir string) (free uint64, ok bool) {
+	p, err := windows.UTF16PtrFromString(dir)
+	if err != nil {
+		return 0, false
+	}
+	var avail, total, totalFree uint64
+	if err := windows.GetDiskFreeSpaceEx(p, &avail, &total, &totalFree); err != nil {
+		return 0, false
+	}
+	return avail, true
+}
