@@ -77,6 +77,11 @@ func (s *timedStore) WorkExpire(ctx context.Context, p store.WorkExpireParams) (
 	return s.Store.WorkExpire(ctx, p)
 }
 
+func (s *timedStore) WorkPurge(ctx context.Context, p store.WorkPurgeParams) (int, error) {
+	defer s.since("WorkPurge", time.Now())
+	return s.Store.WorkPurge(ctx, p)
+}
+
 func (s *timedStore) WorkGet(ctx context.Context, id string) (store.Work, error) {
 	defer s.since("WorkGet", time.Now())
 	return s.Store.WorkGet(ctx, id)

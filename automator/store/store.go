@@ -253,6 +253,13 @@ type WorkExpireParams struct {
 	Audit *AuditEvent
 }
 
+type WorkPurgeParams struct {
+	// QueuedBefore: ended units queued before it are deleted.
+	QueuedBefore time.Time
+	// Max bounds how many units one call deletes (at least 1).
+	Max int
+}
+
 type InstanceSeenParams struct {
 	Account    string
 	InstanceID string
@@ -353,6 +360,11 @@ type Store interface {
 	// before p.Now to timed_out (reason says whether it was ever claimed and
 	// by whom) and returns the units it changed.
 	WorkExpire(ctx context.Context, p WorkExpireParams) ([]Work, error)
+	// WorkPurge deletes up to p.Max units that ended (succeeded, failed,
+	// timed_out, cancelled) and were queued before p.QueuedBefore, oldest
+	// first, and returns how many it deleted. An open unit is never
+	// deleted, however old; audit records stay.
+	WorkPurge(ctx context.Context, p WorkPurgeParams) (int, error)
 	// WorkGet returns a unit by id, or ErrNotFound.
 	WorkGet(ctx context.Context, id string) (Work, error)
 	// WorkNextDeadline returns the earliest deadline among queued and

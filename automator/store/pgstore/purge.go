@@ -1,0 +1,25 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+// WorkPurge deletes the oldest ended units queued before p.QueuedBefore, up
+// to p.Max in one statement. Replicas purging at once skip each other's
+// rows (SKIP LOCKED) rather than wait for them.
+func (s *Store) WorkPurge(ctx context.Context, p store.WorkPurgeParams) (int, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM work WHERE id IN (
+SELECT id FROM work
+WHERE queued_at < $1 AND state IN ('succeeded', 'failed', 'timed_out', 'cancelled')
+ORDER BY queued_at, id
+LIMIT $2
+FOR UPDATE SKIP LOCKED)`, p.QueuedBefore, max(p.Max, 1))
+	if err != nil {
+		return 0, fmt.Errorf("deleting ended work queued before %s: %w", p.QueuedBefore.Format(time.RFC3339), err)
+	}
+	return int(tag.RowsAffected()), nil
+}

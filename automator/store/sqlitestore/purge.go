@@ -1,0 +1,31 @@
+package sqlitestore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+// WorkPurge deletes the oldest ended units queued before p.QueuedBefore, up
+// to p.Max in one write (work_queued_at_id finds them in queue order).
+func (s *Store) WorkPurge(ctx context.Context, p store.WorkPurgeParams) (int, error) {
+	var n int64
+	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM work WHERE id IN (
+SELECT id FROM work
+WHERE queued_at < ? AND state IN ('succeeded', 'failed', 'timed_out', 'cancelled')
+ORDER BY queued_at, id
+LIMIT ?)`, toNanos(p.QueuedBefore), max(p.Max, 1))
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("deleting ended work queued before %s: %w", p.QueuedBefore.Format(time.RFC3339), err)
+	}
+	return int(n), nil
+}
