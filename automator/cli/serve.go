@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -177,6 +178,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	recorderDone := make(chan struct{})
 	go func() { srv.RecordInstances(recordCtx); close(recorderDone) }()
 	heartbeatDone := startHeartbeat(runCtx, st, cfg.ReplicaID, log)
+	purgeDone := startPurge(runCtx, srv, cfg.WorkRetention, log)
 
 	if err := config.WriteServing(*dir, config.Serving{
 		GRPC: lis.Addr().String(), HTTP: hlis.Addr().String(), Plaintext: cfg.InsecurePlaintext,
@@ -195,6 +197,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	cancel()
 	<-sweeperDone
 	<-heartbeatDone
+	<-purgeDone
 	stopped := make(chan struct{})
 	go func() { gs.GracefulStop(); close(stopped) }()
 	select {
@@ -211,6 +214,31 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		return fmt.Errorf("serving: %w", serveErr)
 	}
 	return nil
+}
+
+// purgeEvery is how often serve deletes the ended units past work_retention.
+const purgeEvery = time.Hour
+
+// startPurge deletes the ended units past retention at once and then every
+// purgeEvery until ctx is done; with no retention it does nothing. The
+// returned channel closes when it has stopped.
+func startPurge(ctx context.Context, srv *server.Server, retention time.Duration, log *slog.Logger) <-chan struct{} {
+	done := make(chan struct{})
+	if retention <= 0 {
+		close(done)
+		return done
+	}
+	purge := func() {
+		if _, err := srv.PurgeEnded(ctx, retention); err != nil && ctx.Err() == nil {
+			log.Error("deleting ended units past work_retention", "err", err)
+		}
+	}
+	go func() {
+		defer close(done)
+		purge()
+		<-every(ctx, purgeEvery, purge)
+	}()
+	return done
 }
 
 // readBufferSize is gRPC's read buffer per connection: none over TLS (the

@@ -71,7 +71,15 @@ type Config struct {
 	// DashboardRevealKeys are the ids of the API keys whose dashboard
 	// sessions may see script names, arguments and output. None by default.
 	DashboardRevealKeys []string `yaml:"dashboard_reveal_keys,omitempty"`
+	// WorkRetention, when set, is how long ended units are kept after they
+	// were queued: serve deletes older ones every hour (their audit
+	// records stay). Zero, the default, keeps every unit.
+	WorkRetention time.Duration `yaml:"work_retention,omitempty"`
 }
+
+// MinWorkRetention is the shortest WorkRetention: a unit's idempotency key
+// binds it for 24 hours, and the unit must outlive that.
+const MinWorkRetention = 24 * time.Hour
 
 // Default returns the settings init writes for a public URL.
 func Default(publicURL string) Config {
@@ -108,6 +116,9 @@ func (c Config) Validate() error {
 	}
 	if c.PollWindow < 100*time.Millisecond || c.PollWindow > 5*time.Minute {
 		errs = append(errs, fmt.Errorf("poll_window: %v is outside [100ms, 5m]", c.PollWindow))
+	}
+	if c.WorkRetention != 0 && c.WorkRetention < MinWorkRetention {
+		errs = append(errs, fmt.Errorf("work_retention: %v is under %v (the idempotency window); 0 keeps every unit", c.WorkRetention, MinWorkRetention))
 	}
 	if c.LogFormat != "" && c.LogFormat != "text" && c.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("log_format: %q is not text or json", c.LogFormat))

@@ -91,6 +91,18 @@ func TestLogFormatIsTextOrJSON(t *testing.T) {
 	}
 }
 
+// TestWorkRetentionIsZeroOrADayOrMore: 0 keeps every unit; otherwise a
+// unit must outlive its idempotency key's 24 hours.
+func TestWorkRetentionIsZeroOrADayOrMore(t *testing.T) {
+	for d, ok := range map[time.Duration]bool{0: true, 24 * time.Hour: true, 720 * time.Hour: true, time.Hour: false, -time.Hour: false} {
+		c := Default("https://h:1")
+		c.WorkRetention = d
+		if err := c.Validate(); (err == nil) != ok || (err != nil && !strings.Contains(err.Error(), "work_retention: ")) {
+			t.Errorf("work_retention %v: %v, want valid %v", d, err, ok)
+		}
+	}
+}
+
 // TestSaveIsPrivate: the db setting may hold a PostgreSQL password.
 func TestSaveIsPrivate(t *testing.T) {
 	dir := t.TempDir()

@@ -112,3 +112,25 @@ func (s *Server) expireDue(ctx context.Context) bool {
 	}
 	return true
 }
+
+// purgeBatch is how many units one purge write deletes, so that the writes
+// queued behind it wait milliseconds, not the whole purge.
+const purgeBatch = 500
+
+// PurgeEnded deletes the ended units queued more than retention ago, a
+// batch per write, and returns how many it deleted. Units still open are
+// kept, however old.
+func (s *Server) PurgeEnded(ctx context.Context, retention time.Duration) (int, error) {
+	before := s.clock.Now().Add(-retention)
+	total := 0
+	for {
+		n, err := s.store.WorkPurge(ctx, store.WorkPurgeParams{QueuedBefore: before, Max: purgeBatch})
+		total += n
+		if err != nil || n < purgeBatch {
+			if total > 0 {
+				s.log.Info("deleted ended units past the retention", "count", total, "queued_before", before, "work_retention", retention)
+			}
+			return total, err
+		}
+	}
+}

@@ -1,0 +1,69 @@
+//go:build linux
+
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/automator/store/sqlitestore"
+)
+
+// TestServeDeletesEndedUnitsPastWorkRetention: with work_retention set,
+// serve deletes the ended units queued longer ago than that as it starts
+// (and every hour after), and keeps the rest.
+func TestServeDeletesEndedUnitsPastWorkRetention(t *testing.T) {
+	dir := initDir(t)
+	cfg, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.WorkRetention = 48 * time.Hour
+	if err := config.Save(dir, cfg); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := Main(t.Context(), []string{"account", "create", "acme", "--data-dir", dir}, Env{Stdout: &out, Stderr: &errb}); code != 0 {
+		t.Fatalf("account create: %s", errb.String())
+	}
+	st, err := sqlitestore.Open(t.Context(), cfg.DBPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, age := range map[string]time.Duration{"w_old": 72 * time.Hour, "w_young": 24 * time.Hour} {
+		queued := time.Now().Add(-age)
+		if _, err := st.WorkEnqueue(t.Context(), store.WorkEnqueueParams{ID: id, Account: "acme", KeyID: 1, SealedCommand: []byte("c"), Now: queued, Deadline: queued.Add(time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.WorkCancel(t.Context(), store.WorkCancelParams{ID: id, Reason: "test", Now: queued}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s := serveDirInProcess(t, dir)
+	waitUntil(t, 15*time.Second, "serve to log its purge", func() bool {
+		return strings.Contains(s.log.String(), `"msg":"deleted ended units past the retention","replica_id"`)
+	})
+	if log := s.log.String(); !strings.Contains(log, `"count":1,`) {
+		t.Errorf("the purge's log line does not count 1 unit:\n%s", log)
+	}
+	st, err = sqlitestore.Open(t.Context(), cfg.DBPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.WorkGet(t.Context(), "w_old"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the unit queued 72 h ago, past a 48 h retention: %v; want it deleted", err)
+	}
+	if _, err := st.WorkGet(t.Context(), "w_young"); err != nil {
+		t.Errorf("the unit queued 24 h ago, within a 48 h retention: %v; want it kept", err)
+	}
+}
