@@ -21,7 +21,7 @@ func TestPurgeEndedDeletesEndedUnitsPastTheRetention(t *testing.T) {
 	enqueue := func(id string, queuedAt time.Time, cancel bool) {
 		t.Helper()
 		if _, err := e.store.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: id, Account: e.account, KeyID: 1,
-			SealedCommand: []byte("c"), Now: queuedAt, Deadline: queuedAt.Add(time.Minute)}); err != nil {
+			SealedCommand: []byte("c"), Now: queuedAt, Deadline: now.Add(time.Hour)}); err != nil {
 			t.Fatalf("WorkEnqueue %s: %v", id, err)
 		}
 		if cancel {
