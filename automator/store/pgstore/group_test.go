@@ -43,7 +43,8 @@ func holdGroup(t *testing.T, s *Store) *heldGroup {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = lock.Rollback(context.Background()) })
-	if _, err := lock.Exec(ctx, `SELECT 1 FROM accounts WHERE name = 'acme' FOR UPDATE`); err != nil {
+	var lockPID int
+	if err := lock.QueryRow(ctx, `SELECT pg_backend_pid() FROM accounts WHERE name = 'acme' FOR UPDATE`).Scan(&lockPID); err != nil {
 		t.Fatal(err)
 	}
 	h := &heldGroup{s: s, lock: lock}
@@ -54,7 +55,23 @@ func holdGroup(t *testing.T, s *Store) *heldGroup {
 		}
 	})
 	<-held
-	return h
+	// The lead leads its batch; wait until that batch waits on the lock in
+	// PostgreSQL, so that it was taken and nothing handed in later joins
+	// it (between the two, a write handed in would have been taken too).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var blocked bool
+		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid)))`, lockPID).Scan(&blocked); err != nil {
+			t.Fatal(err)
+		}
+		if blocked {
+			return h
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the held write never waited on the lock")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // release lets the held write go, and with it the batch of the writes that
