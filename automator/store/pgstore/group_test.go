@@ -369,7 +369,7 @@ func TestConcurrentReadsShareOneRoundTrip(t *testing.T) {
 	s := storeWithClaims(t, n)
 	ctx := t.Context()
 	before := s.BatchStats()
-	release := make(chan struct{})
+	release, sent := make(chan struct{}), make(chan struct{})
 	var mu sync.Mutex
 	var sizes []int
 	s.reads.testHookSend = func(size int) {
@@ -378,11 +378,14 @@ func TestConcurrentReadsShareOneRoundTrip(t *testing.T) {
 		first := len(sizes) == 1
 		mu.Unlock()
 		if first {
+			// The first batch is taken and on its way: what comes now
+			// waits for it (WaitingReaches(0) would fire before it is
+			// taken, and a read handed in between would join it).
+			close(sent)
 			<-release
 		}
 	}
 
-	held := s.reads.WaitingReaches(0)
 	firstDone := make(chan error, 1)
 	go func() {
 		w, err := s.WorkGet(ctx, "claimed-0")
@@ -391,7 +394,7 @@ func TestConcurrentReadsShareOneRoundTrip(t *testing.T) {
 		}
 		firstDone <- err
 	}()
-	within(t, held, "the first WorkGet to be sent")
+	within(t, sent, "the first WorkGet to be sent")
 	waited := s.reads.WaitingReaches(n)
 	var wg sync.WaitGroup
 	for i := range n - 1 {
