@@ -256,7 +256,9 @@ func (g *Group[T]) Idle() bool {
 
 // WaitingReaches returns a channel closed the first time an item handed in
 // finds n items waiting, its own included; with n = 0, the first time an
-// item leads a batch at once. For tests: it replaces the previous one.
+// item leads a batch at once, before it has taken that batch (an item
+// handed in just then may still join it). For tests: it replaces the
+// previous one.
 func (g *Group[T]) WaitingReaches(n int) <-chan struct{} {
 	reached := make(chan struct{})
 	var once sync.Once
