@@ -116,16 +116,7 @@ func TestFullDiskFailsWritesClearlyAndLosesNothing(t *testing.T) {
 func TestOpenOnAFullDiskSaysSo(t *testing.T) {
 	dir := disktest.Small(t, 4<<20)
 	path := filepath.Join(dir, "automator.db")
-	s, err := Open(t.Context(), path)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	if _, err := s.AccountCreate(t.Context(), store.AccountCreateParams{Name: "acme", TokenHash: []byte("h"), KeyID: 1, SealedKey: []byte("k"), Now: testNow}); err != nil {
-		t.Fatalf("AccountCreate: %v", err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
+	createWithAcme(t, path)
 
 	free := disktest.Fill(t, dir)
 	if s, err := Open(t.Context(), path); err == nil {
@@ -135,7 +126,7 @@ func TestOpenOnAFullDiskSaysSo(t *testing.T) {
 		t.Errorf("Open on a full disk: %v; want store.ErrStorageFull, naming the free space of %s", err, dir)
 	}
 	free()
-	s = open(t, path)
+	s := open(t, path)
 	if _, err := s.AccountGet(t.Context(), "acme"); err != nil {
 		t.Errorf("the account after the full disk: %v", err)
 	}

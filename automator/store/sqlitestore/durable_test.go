@@ -32,16 +32,7 @@ func TestDurableAcrossKill(t *testing.T) {
 	}
 	const readBeforeKill = 25
 	path := filepath.Join(t.TempDir(), "automator.db")
-	s, err := Open(t.Context(), path)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	if _, err := s.AccountCreate(t.Context(), store.AccountCreateParams{Name: "acme", TokenHash: []byte("h"), KeyID: 1, SealedKey: []byte("k"), Now: testNow}); err != nil {
-		t.Fatalf("AccountCreate: %v", err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
+	createWithAcme(t, path)
 
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+path)
@@ -88,7 +79,7 @@ func TestDurableAcrossKill(t *testing.T) {
 		t.Fatalf("the child exited cleanly before it was killed; its stderr:\n%s", stderr.String())
 	}
 
-	s = open(t, path)
+	s := open(t, path)
 	var ok string
 	if err := s.read.QueryRowContext(t.Context(), `PRAGMA integrity_check`).Scan(&ok); err != nil || ok != "ok" {
 		t.Errorf("integrity_check after the kill = %q, %v", ok, err)
@@ -104,6 +95,22 @@ func TestDurableAcrossKill(t *testing.T) {
 		}
 	}
 	t.Logf("%d acknowledged units all survived SIGKILL", len(acked))
+}
+
+// createWithAcme makes the database at path with the account "acme" in it,
+// and closes it.
+func createWithAcme(t *testing.T, path string) {
+	t.Helper()
+	s, err := Open(t.Context(), path)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	if _, err := s.AccountCreate(t.Context(), store.AccountCreateParams{Name: "acme", TokenHash: []byte("h"), KeyID: 1, SealedKey: []byte("k"), Now: testNow}); err != nil {
+		t.Fatalf("AccountCreate: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
 }
 
 // runEnqueueChild is the child side of TestDurableAcrossKill: enqueue and
