@@ -29,7 +29,7 @@ func TestFullDiskRefusesNewWorkClearlyAndLosesNothing(t *testing.T) {
 	cfg := a.createAccount(t, "acme")
 	scripts, dir := t.TempDir(), t.TempDir()
 	started, release := filepath.Join(dir, "started"), filepath.Join(dir, "release")
-	writeScript(t, scripts, "gate.sh", `touch "$1"; while [ ! -e "$2" ]; do sleep 0.05; done; echo "done $PROXY_WORK_ID"`)
+	writeScript(t, scripts, "gate.sh", `touch "$1"; while [ ! -e "$2" ] && [ -d "${2%/*}" ]; do sleep 0.05; done; echo "done $PROXY_WORK_ID"`)
 	p := startProxy(t, cfg, scripts, "a")
 	p.WaitPolling(t)
 

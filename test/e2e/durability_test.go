@@ -29,7 +29,7 @@ func TestAutomatorKillLosesNothing(t *testing.T) {
 	scripts, dir := t.TempDir(), t.TempDir()
 	runs, release := filepath.Join(dir, "runs.log"), filepath.Join(dir, "release")
 	writeScript(t, scripts, "gate.sh", `echo "start $PROXY_WORK_ID $1" >> "$2"
-while [ ! -e "$3" ]; do sleep 0.05; done
+while [ ! -e "$3" ] && [ -d "${3%/*}" ]; do sleep 0.05; done
 echo "end $PROXY_WORK_ID $1" >> "$2"
 echo "out-$1"`)
 	p := startProxy(t, cfg, scripts, "a")

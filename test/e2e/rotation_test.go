@@ -62,7 +62,7 @@ func TestRotateKeyWithoutDowntime(t *testing.T) {
 	oldProfile := a.createAccount(t, "acme")
 	scripts, tmp := t.TempDir(), t.TempDir()
 	gate, started := filepath.Join(tmp, "gate"), filepath.Join(tmp, "started")
-	writeScript(t, scripts, "wait.sh", `touch "$1"; while [ ! -e "$2" ]; do sleep 0.05; done; echo released`)
+	writeScript(t, scripts, "wait.sh", `touch "$1"; while [ ! -e "$2" ] && [ -d "${2%/*}" ]; do sleep 0.05; done; echo released`)
 	writeScript(t, scripts, "hello.sh", `echo "hello $1"`)
 	db := openDB(t, a)
 

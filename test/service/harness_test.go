@@ -219,10 +219,12 @@ func newWorkDir(t *testing.T) *workDir {
 	w.script(t, "record.sh", `echo "$PROXY_WORK_ID $PROXY_INSTANCE_ID $(id -un) $2" >> "$1"
 echo "ran $2 on $PROXY_INSTANCE_ID as $(id -un)"`)
 	// slow.sh DIR: records its run, says it started, and finishes once
-	// DIR/release exists.
+	// DIR/release exists, or once DIR is gone: a run whose proxy was killed
+	// (the standby test) is nobody's to stop, and the test's cleanup may
+	// remove DIR before the run has seen the release.
 	w.script(t, "slow.sh", `echo "$PROXY_WORK_ID $PROXY_INSTANCE_ID $(id -un) slow" >> "$1/trace/runs.log"
 : > "$1/trace/slow.started"
-while [ ! -e "$1/trace/release" ]; do sleep 0.05; done
+while [ ! -e "$1/trace/release" ] && [ -d "$1/trace" ]; do sleep 0.05; done
 echo done`)
 	return w
 }
