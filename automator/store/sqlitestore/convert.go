@@ -57,15 +57,13 @@ func outOfSpace(err error, dir string) error {
 	if !errors.As(err, &se) {
 		return err
 	}
-	switch se.Code() & 0xff {
-	case sqlite3.SQLITE_FULL:
-	case sqlite3.SQLITE_IOERR:
-		if free, ok := freeSpace(dir); !ok || free >= lowSpace {
-			return err
-		}
-	default:
+	code := se.Code() & 0xff
+	if code != sqlite3.SQLITE_FULL && code != sqlite3.SQLITE_IOERR {
 		return err
 	}
-	free, _ := freeSpace(dir)
+	free, ok := freeSpace(dir)
+	if code == sqlite3.SQLITE_IOERR && (!ok || free >= lowSpace) {
+		return err
+	}
 	return fmt.Errorf("%w (%d bytes free in %s): %w", store.ErrStorageFull, free, dir, err)
 }
