@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -10,21 +12,24 @@ import (
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/pki"
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/automator/store/pgstore"
 	"github.com/opsgate/opsgate/crypto"
 )
 
 // cmdInit makes a data directory: settings, master key, CA, server
-// certificate, database and an admin API key.
-func cmdInit(ctx context.Context, args []string, env Env) error {
-	fs := newFlags("init", env)
-	dir := fs.String("data-dir", "", "data directory to create")
-	publicURL := fs.String("public-url", config.DefaultPublicURL, "how proxies reach this automator, https://HOST:PORT")
-	db := fs.String("db", "", "database DSN (default: SQLite file automator.db in the data directory)")
-	if err := fs.Parse(args); err != nil {
+// certificate, database and an admin API key. When it fails (an unreachable
+// --db, a database another init made) it removes what it made, so that it
+// can be run again once the cause is fixed.
+func cmdInit(ctx context.Context, args []string, env Env) (err error) {
+	flags := newFlags("init", env)
+	dir := flags.String("data-dir", "", "data directory to create")
+	publicURL := flags.String("public-url", config.DefaultPublicURL, "how proxies reach this automator, https://HOST:PORT")
+	db := flags.String("db", "", "database DSN (default: SQLite file automator.db in the data directory)")
+	if err := flags.Parse(args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("init takes no arguments, got %q", fs.Args())
+	if flags.NArg() > 0 {
+		return fmt.Errorf("init takes no arguments, got %q", flags.Args())
 	}
 	if err := requireFlag("data-dir", *dir); err != nil {
 		return err
@@ -38,6 +43,8 @@ func cmdInit(ctx context.Context, args []string, env Env) error {
 	}
 	host, _ := config.PublicHost(cfg.PublicURL)
 
+	_, statErr := os.Stat(*dir)
+	madeDir := errors.Is(statErr, fs.ErrNotExist)
 	if err := os.MkdirAll(*dir, 0o700); err != nil {
 		return fmt.Errorf("creating data directory: %w", err)
 	}
@@ -45,8 +52,30 @@ func cmdInit(ctx context.Context, args []string, env Env) error {
 		return fmt.Errorf("%s is already initialised (%s exists); use another --data-dir", *dir, config.FileConfig)
 	}
 	path := func(name string) string { return filepath.Join(*dir, name) }
+	// made is every file this init created (each is created anew, never
+	// over an existing one), removed again if it fails: a half-made data
+	// directory would otherwise refuse the next init ("file exists").
+	var made []string
+	defer func() {
+		if err == nil {
+			return
+		}
+		for i := len(made) - 1; i >= 0; i-- {
+			_ = os.Remove(made[i])
+		}
+		if madeDir {
+			_ = os.Remove(*dir) // only when empty
+		}
+	}()
+	created := func(p string, err error) {
+		if err == nil || !errors.Is(err, fs.ErrExist) {
+			made = append(made, p)
+		}
+	}
 
-	if _, err := crypto.WriteMasterKeyFile(path(config.FileMasterKey)); err != nil {
+	_, err = crypto.WriteMasterKeyFile(path(config.FileMasterKey))
+	created(path(config.FileMasterKey), err)
+	if err != nil {
 		return fmt.Errorf("writing master key: %w", err)
 	}
 	now := time.Now()
@@ -68,16 +97,26 @@ func cmdInit(ctx context.Context, args []string, env Env) error {
 		{config.FileCert, srv.CertPEM, 0o644},
 		{config.FileKey, srv.KeyPEM, 0o600},
 	} {
-		if err := pki.WriteFile(path(f.name), f.data, f.mode); err != nil {
+		err := pki.WriteFile(path(f.name), f.data, f.mode)
+		created(path(f.name), err)
+		if err != nil {
 			return fmt.Errorf("writing %s: %w", f.name, err)
 		}
 	}
 
+	if !pgstore.IsDSN(cfg.DB) {
+		// A SQLite file this init creates goes too on failure, with the
+		// files SQLite keeps beside it; one that was there stays.
+		dbPath := cfg.DBPath(*dir)
+		if _, err := os.Stat(dbPath); errors.Is(err, fs.ErrNotExist) {
+			made = append(made, dbPath, dbPath+"-wal", dbPath+"-shm", dbPath+"-journal")
+		}
+	}
 	st, err := openStore(ctx, *dir, cfg)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	defer st.Close() // before the removal of made, deferred above
 	secret, err := crypto.NewToken("oak_")
 	if err != nil {
 		return err
@@ -87,12 +126,17 @@ func cmdInit(ctx context.Context, args []string, env Env) error {
 		Hash: crypto.HashToken(secret),
 		Name: "admin key made by init",
 		Now:  now,
-	}); err != nil {
+	}); errors.Is(err, store.ErrExists) {
+		return fmt.Errorf("the database %s already has the admin API key of an earlier `automator init`: initialise a database once, then copy that data directory to every replica", describeDB(*dir, cfg))
+	} else if err != nil {
 		return fmt.Errorf("storing the admin API key: %w", err)
 	}
-	if err := pki.WriteFile(path(config.FileAPIKey), []byte(secret+"\n"), 0o600); err != nil {
+	err = pki.WriteFile(path(config.FileAPIKey), []byte(secret+"\n"), 0o600)
+	created(path(config.FileAPIKey), err)
+	if err != nil {
 		return fmt.Errorf("writing %s: %w", config.FileAPIKey, err)
 	}
+	made = append(made, path(config.FileConfig))
 	if err := config.Save(*dir, cfg); err != nil {
 		return fmt.Errorf("writing %s: %w", config.FileConfig, err)
 	}

@@ -1,0 +1,83 @@
+package cli
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/opsgate/opsgate/automator/config"
+)
+
+// TestFailedInitLeavesNothingBehindAndCanBeRunAgain: an init that fails at
+// its database (one another init made, a directory that does not exist)
+// removes the master key, CA and certificates it had written, and the
+// directory it made, so that the next init, with the cause fixed, succeeds
+// instead of stopping at "master.key: file exists". A directory that was
+// there keeps what was in it.
+func TestFailedInitLeavesNothingBehindAndCanBeRunAgain(t *testing.T) {
+	other := initDir(t)
+	otherDB := filepath.Join(other, config.FileDB)
+	cli := func(args ...string) (int, string) {
+		var out, errb bytes.Buffer
+		code := Main(t.Context(), args, Env{Stdout: &out, Stderr: &errb})
+		return code, out.String() + errb.String()
+	}
+	entries := func(dir string) []string {
+		t.Helper()
+		des, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, de := range des {
+			names = append(names, de.Name())
+		}
+		return names
+	}
+
+	for _, tc := range []struct {
+		name, db, want string
+	}{
+		{"a database another init made", otherDB, "already has the admin API key of an earlier `automator init`"},
+		{"a database in a missing directory", filepath.Join(t.TempDir(), "absent", "a.db"), "does not exist"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// A data directory init makes, and one that holds a file already.
+			fresh := filepath.Join(t.TempDir(), "data")
+			existing := t.TempDir()
+			if err := os.WriteFile(filepath.Join(existing, "notes.txt"), []byte("mine\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			for _, dir := range []string{fresh, existing} {
+				code, out := cli("init", "--data-dir", dir, "--public-url", "https://127.0.0.1:8443", "--db", tc.db)
+				if code != ExitError || !strings.Contains(out, tc.want) {
+					t.Fatalf("init --data-dir %s --db %s: exit %d: %s; want exit %d saying %q", dir, tc.db, code, out, ExitError, tc.want)
+				}
+			}
+			if _, err := os.Stat(fresh); !os.IsNotExist(err) {
+				t.Errorf("the data directory the failed init made is still there (%v), holding %q", err, entries(fresh))
+			}
+			if got := entries(existing); !slices.Equal(got, []string{"notes.txt"}) {
+				t.Errorf("the existing directory holds %q after the failed init, want only notes.txt", got)
+			}
+			if data, err := os.ReadFile(filepath.Join(existing, "notes.txt")); err != nil || string(data) != "mine\n" {
+				t.Errorf("notes.txt after the failed init: %q, %v", data, err)
+			}
+
+			for _, dir := range []string{fresh, existing} {
+				if code, out := cli("init", "--data-dir", dir, "--public-url", "https://127.0.0.1:8443"); code != 0 {
+					t.Fatalf("init --data-dir %s again, with its own database: exit %d: %s", dir, code, out)
+				}
+				if code, out := cli("account", "create", "acme", "--data-dir", dir); code != 0 {
+					t.Errorf("account create in the data directory made on the second try: exit %d: %s", code, out)
+				}
+			}
+		})
+	}
+	if code, out := cli("account", "list", "--data-dir", other); code != 0 || strings.Contains(out, "acme") {
+		t.Errorf("the other data directory's database after the failed inits: exit %d:\n%s", code, out)
+	}
+}
