@@ -379,8 +379,9 @@ type Store interface {
 	// ordered by name.
 	AccountStats(ctx context.Context, p AccountStatsParams) ([]AccountStats, error)
 	// Ping returns nil when the database answers and its schema is at the
-	// version this binary knows (every migration applied): the store is
-	// ready to serve.
+	// version this binary knows (every migration applied) or later (a newer
+	// replica migrated it: migrations only add): the store is ready to
+	// serve.
 	Ping(ctx context.Context) error
 
 	// InstanceSeen records a poll of an instance (upsert).

@@ -138,6 +138,28 @@ func TestOpenRefusesANewerSchema(t *testing.T) {
 	}
 }
 
+// TestAReplicaStaysReadyWhenAnotherMigratesAhead: in a rolling upgrade the
+// first new replica applies its migrations while the old ones keep
+// serving (migrations only add), so an old replica's Ping, behind its
+// /readyz, still answers ready on a schema newer than it knows; one older
+// than it needs is not ready.
+func TestAReplicaStaysReadyWhenAnotherMigratesAhead(t *testing.T) {
+	s := open(t, pgtest.DSN(t))
+	latest := migrations[len(migrations)-1].version
+	if _, err := s.pool.Exec(t.Context(), `INSERT INTO schema_migrations (version) VALUES ($1)`, latest+1); err != nil {
+		t.Fatalf("inserting the next version: %v", err)
+	}
+	if err := s.Ping(t.Context()); err != nil {
+		t.Errorf("Ping on a schema one version ahead: %v, want nil (the old replica keeps serving)", err)
+	}
+	if _, err := s.pool.Exec(t.Context(), `DELETE FROM schema_migrations WHERE version >= $1`, latest); err != nil {
+		t.Fatalf("removing the latest versions: %v", err)
+	}
+	if err := s.Ping(t.Context()); err == nil {
+		t.Errorf("Ping on a schema one version behind: nil, want an error")
+	}
+}
+
 func TestOpenRefusesOtherURLsAndHidesThePassword(t *testing.T) {
 	for _, dsn := range []string{"automator.db", "mysql://u:secret@h/db", "sqlite:x.db"} {
 		_, err := Open(t.Context(), dsn)

@@ -11,7 +11,9 @@ func (s *Store) Ping(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("pinging postgres store %s: %w", s.redacted, err)
 	}
-	if want := migrations[len(migrations)-1].version; version != want {
+	// A schema ahead of this binary is one a newer replica migrated during
+	// a rolling upgrade: migrations only add, so this one keeps serving.
+	if want := migrations[len(migrations)-1].version; version < want {
 		return fmt.Errorf("postgres store %s: the schema is at version %d, this automator needs %d", s.redacted, version, want)
 	}
 	return nil

@@ -11,7 +11,9 @@ func (s *Store) Ping(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("pinging sqlite store %q: %w", s.path, err)
 	}
-	if want := migrations[len(migrations)-1].version; version != want {
+	// A schema ahead of this binary is one a newer replica migrated during
+	// a rolling upgrade: migrations only add, so this one keeps serving.
+	if want := migrations[len(migrations)-1].version; version < want {
 		return fmt.Errorf("sqlite store %q: the schema is at version %d, this automator needs %d", s.path, version, want)
 	}
 	return nil

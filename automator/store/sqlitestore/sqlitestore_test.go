@@ -156,6 +156,32 @@ func TestOpenRefusesANewerSchema(t *testing.T) {
 	}
 }
 
+// TestPingStaysReadyWhenANewerBinaryMigratesAhead: a newer automator (its
+// CLI, say) may migrate the file while this one serves; migrations only
+// add, so Ping, behind /readyz, still answers ready on a schema newer than
+// it knows. One older than it needs is not ready.
+func TestPingStaysReadyWhenANewerBinaryMigratesAhead(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "automator.db"))
+	latest := migrations[len(migrations)-1].version
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if err := s.writeTx(t.Context(), func(ctx context.Context, tx querier) error {
+			_, err := tx.ExecContext(ctx, q, args...)
+			return err
+		}); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	exec(`INSERT INTO schema_migrations (version, applied_at) VALUES (?, 0)`, latest+1)
+	if err := s.Ping(t.Context()); err != nil {
+		t.Errorf("Ping on a schema one version ahead: %v, want nil", err)
+	}
+	exec(`DELETE FROM schema_migrations WHERE version >= ?`, latest)
+	if err := s.Ping(t.Context()); err == nil {
+		t.Errorf("Ping on a schema one version behind: nil, want an error")
+	}
+}
+
 func TestOpenInAMissingDirectoryFailsClearly(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "missing")
 	path := filepath.Join(dir, "automator.db")
