@@ -187,8 +187,10 @@ FROM unnest($2::text[]) AS p`, s.channel, chunk); err != nil {
 // that follows an earlier one of the same Store first replays, from the
 // tables, what the gap may have hidden: an ended event for each unit that
 // ended since the last moment the old connection was known to work, and a
-// queued event for each account with queued units. Handling is idempotent,
-// so replaying too much costs a few wasted wake-ups, no more.
+// queued event for each account with queued units. A Listen whose catch-up
+// fails returns its error and leaves that moment as it was, so the next one
+// replays the whole gap. Handling is idempotent, so replaying too much
+// costs a few wasted wake-ups, no more.
 func (s *Store) Listen(ctx context.Context, fn func(Event)) error {
 	conn, err := pgx.ConnectConfig(ctx, s.listenConfig)
 	if err != nil {
@@ -208,7 +210,11 @@ func (s *Store) Listen(ctx context.Context, fn func(Event)) error {
 		}
 		return fmt.Errorf("listening for queue events: LISTEN %s: %w", s.channel, err)
 	}
-	if since := s.markHeard(); !since.IsZero() {
+	// This connection listens from now on; it becomes the moment to catch
+	// up from next time only once the catch-up of the gap before it has
+	// succeeded, so a Listen whose catch-up fails leaves that gap to the next.
+	listening := time.Now()
+	if since := s.lastHeard(); !since.IsZero() {
 		if err := s.catchUp(ctx, since.Add(-catchUpMargin), fn); err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -216,6 +222,7 @@ func (s *Store) Listen(ctx context.Context, fn func(Event)) error {
 			return fmt.Errorf("listening for queue events: catching up since %s: %w", since.Format(time.RFC3339), err)
 		}
 	}
+	s.markHeard(listening)
 	if s.testHookListening != nil {
 		s.testHookListening()
 	}
@@ -237,12 +244,12 @@ func (s *Store) Listen(ctx context.Context, fn func(Event)) error {
 				}
 				return fmt.Errorf("listening for queue events: the connection stopped answering: %w", err)
 			}
-			s.markHeard()
+			s.markHeard(time.Now())
 			continue
 		case err != nil:
 			return fmt.Errorf("listening for queue events: %w", err)
 		}
-		s.markHeard()
+		s.markHeard(time.Now())
 		var p payload
 		if err := json.Unmarshal([]byte(n.Payload), &p); err != nil || p.Kind == "" {
 			continue // not ours to understand; an event is only ever a hint
@@ -254,14 +261,21 @@ func (s *Store) Listen(ctx context.Context, fn func(Event)) error {
 	}
 }
 
-// markHeard records that a Listen connection works now and returns the
-// previous such moment (zero if none).
-func (s *Store) markHeard() time.Time {
+// lastHeard returns the latest moment a Listen connection was known to
+// work (zero if none).
+func (s *Store) lastHeard() time.Time {
 	s.listenMu.Lock()
 	defer s.listenMu.Unlock()
-	prev := s.heard
-	s.heard = time.Now()
-	return prev
+	return s.heard
+}
+
+// markHeard records that a Listen connection worked at t.
+func (s *Store) markHeard(t time.Time) {
+	s.listenMu.Lock()
+	defer s.listenMu.Unlock()
+	if t.After(s.heard) {
+		s.heard = t
+	}
 }
 
 // catchUp replays what notifications may have said since a moment.

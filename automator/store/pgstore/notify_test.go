@@ -93,15 +93,7 @@ func TestSchemasDoNotHearEachOther(t *testing.T) {
 // next Listen replays its end from the table, and the account's queued work.
 func TestListenAfterALostConnectionCatchesUp(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	app := "pgstore-test-" + randomID()
-	q := u.Query()
-	q.Set("application_name", app)
-	u.RawQuery = q.Encode()
-	b := open(t, u.String())
+	b, app := openNamed(t, dsn)
 	a := open(t, dsn)
 
 	ready := make(chan struct{}, 1)
@@ -182,6 +174,149 @@ func TestListenAfterALostConnectionCatchesUp(t *testing.T) {
 	if e := receive(t, events, "an event after reconnecting"); e != want {
 		t.Errorf("after reconnecting: received %+v, want %+v", e, want)
 	}
+}
+
+// openNamed opens a store on dsn under an application name of its own,
+// which it returns: its pool's sessions go by that name, its Listen's by
+// the name and " listen".
+func openNamed(t *testing.T, dsn string) (*Store, string) {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := "pgstore-test-" + randomID()
+	q := u.Query()
+	q.Set("application_name", app)
+	u.RawQuery = q.Encode()
+	return open(t, u.String()), app
+}
+
+// TestListenWhoseCatchUpFailsLeavesItToTheNext: a Listen that reconnects
+// but cannot replay the gap (the database is still recovering, say)
+// returns its error, and the next Listen replays that gap: the moment the
+// lost connection was last known to work is kept until a catch-up from it
+// succeeds.
+func TestListenWhoseCatchUpFailsLeavesItToTheNext(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	b, app := openNamed(t, dsn)
+	a := open(t, dsn)
+	ctx := t.Context()
+	now := time.Now()
+	if _, err := a.AccountCreate(ctx, store.AccountCreateParams{Name: "acme", TokenHash: []byte("h"), KeyID: 1, SealedKey: []byte("k"), Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	enqueue(t, a, "w-ended", now.Add(-time.Hour), now.Add(time.Hour))
+
+	// b's Listen, called again each time next is sent.
+	ready := make(chan struct{}, 1)
+	b.testHookListening = func() { ready <- struct{}{} }
+	events := make(chan Event, 100)
+	returned := make(chan error)
+	next := make(chan struct{})
+	lctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			err := b.Listen(lctx, func(e Event) { events <- e })
+			select {
+			case returned <- err:
+			case <-lctx.Done():
+				return
+			}
+			select {
+			case <-next:
+			case <-lctx.Done():
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	wait := func(c <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-c:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+	listenFails := func(what string) {
+		t.Helper()
+		select {
+		case err := <-returned:
+			if err == nil {
+				t.Fatalf("%s: Listen returned nil, want its error", what)
+			}
+			t.Logf("%s: Listen returned: %v", what, err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: Listen did not return", what)
+		}
+	}
+	wait(ready, "the first Listen")
+
+	var n int
+	if err := a.pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app+" listen").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("terminating b's listening connection: %d terminated, %v", n, err)
+	}
+	listenFails("its connection killed")
+	// That connection was last known to work a minute ago (its pings
+	// stopped answering, reconnecting took a while), and the unit ended
+	// half a minute ago, in the gap, unannounced.
+	b.listenMu.Lock()
+	b.heard = now.Add(-time.Minute)
+	b.listenMu.Unlock()
+	if _, err := a.WorkCancel(ctx, store.WorkCancelParams{ID: "w-ended", Reason: "test", Now: now.Add(-30 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The next Listen connects and listens, but its catch-up fails: it
+	// waits on a lock of the work table and its session is ended.
+	lock, err := a.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(context.Background())
+	if _, err := lock.Exec(ctx, `LOCK TABLE work IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	var lockPID int
+	if err := lock.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&lockPID); err != nil {
+		t.Fatal(err)
+	}
+	next <- struct{}{}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := a.pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1 AND $2 = ANY(pg_blocking_pids(pid))`, app, lockPID).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the catch-up never waited on the lock")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	listenFails("its catch-up's session killed")
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The one after that replays the gap.
+	next <- struct{}{}
+	wait(ready, "the third Listen")
+	want := Event{Kind: EventWorkEnded, Account: "acme", WorkID: "w-ended"}
+	var got []Event
+	for len(events) > 0 {
+		if e := <-events; e == want {
+			return
+		} else {
+			got = append(got, e)
+		}
+	}
+	t.Errorf("after a failed catch-up, the next Listen did not replay %+v; it replayed %v", want, got)
 }
 
 func TestListenReturnsNilWhenCancelled(t *testing.T) {
