@@ -86,8 +86,11 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 	// Register before the first look, so an enqueue between an empty claim
 	// and the wait still wakes this poll.
 	keyIDs := req.GetKeyIds()
+	// The keys are those last read, not ring: a rotation made while the
+	// poll waits applies to it (latestRing). Called under the hub's lock,
+	// which keysMu nests in.
 	w := s.hub.poller(account, req.GetInstanceId(), max, func(now time.Time) bool {
-		return ctx.Err() == nil && !tokenExpired(ctx, now) && (ring == nil || ring.anyUsable(keyIDs, now))
+		return ctx.Err() == nil && !tokenExpired(ctx, now) && (ring == nil || s.latestRing(account, ring).anyUsable(keyIDs, now))
 	})
 	defer func() {
 		s.lostClaims("its poll ended before it was answered", w.Close()...)
@@ -136,6 +139,7 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 // poll's registration in the hub.
 func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automatorv1.PollRequest, max int, ring *keyRing, reg *poller, handed []store.Work) (*automatorv1.PollResponse, error) {
 	s := p.s
+	ring = s.latestRing(account, ring) // a rotation since the poll began applies
 	resp := &automatorv1.PollResponse{}
 	if looked := s.clock.Now(); len(req.GetRunning()) > 0 && !s.hub.runningKnown(account, req.GetInstanceId(), looked, knownEmptyFor) {
 		cut := s.hub.cutSeen(account)

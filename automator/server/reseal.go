@@ -59,6 +59,23 @@ func (s *Server) instanceRing(ctx context.Context, account, instanceID string, h
 	return r, nil
 }
 
+// latestRing returns the account's keys as last read, for a poll that read
+// r when it began: a rotation made while it waits (read by the enqueue of
+// the unit it would be handed, which reads the new key id) applies to it
+// at once, so a key withdrawn with --overlap 0 is not handed to a poll
+// already waiting. nil when r is (an instance listing no key ids).
+func (s *Server) latestRing(account string, r *keyRing) *keyRing {
+	if r == nil {
+		return nil
+	}
+	s.keysMu.Lock()
+	defer s.keysMu.Unlock()
+	if c := s.keys[account]; c != nil {
+		return c
+	}
+	return r
+}
+
 // sealedFor returns unit w's command sealed for an instance holding key
 // ids held, at now (see above). It never fails: a claim is made already and
 // must be delivered, so a command that cannot be sealed again is handed as

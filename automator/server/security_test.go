@@ -308,6 +308,40 @@ func TestPreviousKeyUnitSealedAgainAfterOverlap(t *testing.T) {
 	}
 }
 
+// TestPollPendingAcrossRotateKeyWithoutOverlapGetsNothing: a poll of the
+// old profile that was already waiting when rotate-key --overlap 0 ran is
+// not handed, and does not claim, a unit queued after it: the old key is
+// never handed to a proxy again, however long that poll's window. A poll
+// of the new profile gets the unit, sealed with the new key.
+func TestPollPendingAcrossRotateKeyWithoutOverlapGetsNothing(t *testing.T) {
+	e := newEnv(t, envOptions{pollWindow: time.Minute})
+	caller, proxy := e.callerClient(), e.proxyClient()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	old := make(chan pollResult, 1)
+	go func() {
+		resp, err := proxy.Poll(ctx, &automatorv1.PollRequest{InstanceId: "old", MaxUnits: 1, KeyIds: []uint32{1}, Wait: durationpb.New(time.Minute)})
+		old <- pollResult{resp, err}
+	}()
+	e.awaitWaiting(1)
+
+	now := time.Now()
+	newKey := e.rotateKey(e.account, 2, now, now) // --overlap 0
+	st := submitScript(t, caller, e.account, "after.sh", time.Minute)
+
+	resp, err := proxy.Poll(context.Background(), &automatorv1.PollRequest{InstanceId: "new", MaxUnits: 1, KeyIds: []uint32{2}, Wait: durationpb.New(10 * time.Second)})
+	if err != nil || len(resp.GetClaims()) != 1 {
+		t.Fatalf("poll of the new profile: %v, %d claims; want the unit queued after rotate-key", err, len(resp.GetClaims()))
+	}
+	if cmd, id := openWith(t, crypto.Keys{newKey}, resp.GetClaims()[0]); cmd.GetScript() != "after.sh" || id != 2 {
+		t.Fatalf("new profile got %q sealed with key %d, want after.sh with key 2", cmd.GetScript(), id)
+	}
+	cancel()
+	if r := <-old; len(r.resp.GetClaims()) > 0 {
+		t.Fatalf("the poll pending across rotate-key --overlap 0 got unit %s (queued as %s) sealed for the withdrawn key", r.resp.GetClaims()[0].GetWorkId(), st.GetWorkId())
+	}
+}
+
 // TestRevokedAPIKeyIsRefusedAtOnce: the very next call with a revoked key,
 // on the same connection, is refused.
 func TestRevokedAPIKeyIsRefusedAtOnce(t *testing.T) {
