@@ -14,7 +14,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
@@ -146,8 +148,8 @@ func (c Config) Validate() error {
 	} else if !fi.IsDir() {
 		errs = append(errs, fmt.Errorf("scripts_dir: %s is not a directory", c.ScriptsDir))
 	}
-	if c.InstanceID == "" || len(c.InstanceID) > 128 {
-		errs = append(errs, errors.New("instance_id: must be 1 to 128 bytes (defaults to the host name)"))
+	if err := checkInstanceID(c.InstanceID); err != nil {
+		errs = append(errs, fmt.Errorf("instance_id: %w", err))
 	}
 	if c.MaxConcurrency < 1 || c.MaxConcurrency > 256 {
 		errs = append(errs, fmt.Errorf("max_concurrency: %d is outside [1, 256]", c.MaxConcurrency))
@@ -165,6 +167,24 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("state_dir: %q must be an absolute path", c.StateDir))
 	}
 	return errors.Join(errs...)
+}
+
+// MaxInstanceID is the longest instance_id the automator accepts, in bytes.
+const MaxInstanceID = 128
+
+// checkInstanceID refuses what the automator refuses in every poll (an id
+// it would answer INVALID_ARGUMENT, or that cannot even be sent), so that
+// such a proxy does not start only to retry for ever.
+func checkInstanceID(id string) error {
+	switch {
+	case id == "" || len(id) > MaxInstanceID:
+		return fmt.Errorf("must be 1 to %d bytes (defaults to the host name)", MaxInstanceID)
+	case !utf8.ValidString(id):
+		return fmt.Errorf("%q is not valid UTF-8", id)
+	case strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return fmt.Errorf("%q contains a control character", id)
+	}
+	return nil
 }
 
 // Target returns the host:port to dial and whether TLS is used.

@@ -1,0 +1,62 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/opsgate/opsgate/crypto"
+)
+
+// TestRunRefusesAnInstanceIDTheAutomatorRefuses: an instance_id (in the
+// file or as --instance-id) that the automator refuses in every poll, one
+// with a control character or that is not UTF-8, stops `proxy run` at once
+// with the reason, instead of a proxy that starts and retries for ever.
+// Any other printable id is accepted. The run's context is cancelled from
+// the start: a config that passes runs the agent only to stop it.
+func TestRunRefusesAnInstanceIDTheAutomatorRefuses(t *testing.T) {
+	dir := t.TempDir()
+	scripts := filepath.Join(dir, "scripts")
+	if err := os.Mkdir(scripts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	key, err := crypto.NewKey(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	profile := "automator_url: http://127.0.0.1:1\ntoken: opt_x\nkey: " + key.String() + "\nscripts_dir: '" + scripts + "'\n"
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	run := func(t *testing.T, body string, args ...string) (int, string) {
+		t.Helper()
+		path := filepath.Join(t.TempDir(), "proxy.yaml")
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var stdout, stderr bytes.Buffer
+		code := Main(ctx, append([]string{"run", "--config", path}, args...), Env{Stdout: &stdout, Stderr: &stderr})
+		return code, stderr.String()
+	}
+	for _, id := range []string{"host\ta", "host-a\n", "host\x7f", "host-\xff"} {
+		if code, stderr := run(t, profile, "--instance-id", id); code != 1 || !strings.Contains(stderr, "instance_id:") {
+			t.Errorf("proxy run --instance-id %q: exit %d, stderr %q; want exit 1 naming instance_id", id, code, stderr)
+		}
+	}
+	// In the file, as YAML escapes.
+	for _, line := range []string{`instance_id: "host\ta"`, `instance_id: "host-a\n"`, `instance_id: "host\x7f"`} {
+		if code, stderr := run(t, profile+line+"\n"); code != 1 || !strings.Contains(stderr, "instance_id:") {
+			t.Errorf("proxy run with %s in the file: exit %d, stderr %q; want exit 1 naming instance_id", line, code, stderr)
+		}
+	}
+	for _, id := range []string{"host-a", "rack 3 / hôte-ü", strings.Repeat("i", 128)} {
+		if code, stderr := run(t, profile, "--instance-id", id); code != 0 {
+			t.Errorf("proxy run --instance-id %q: exit %d, stderr %q; want it accepted", id, code, stderr)
+		}
+	}
+	if code, stderr := run(t, profile, "--instance-id", strings.Repeat("i", 129)); code != 1 || !strings.Contains(stderr, "instance_id:") {
+		t.Errorf("proxy run with a 129-byte instance id: exit %d, stderr %q; want exit 1 naming instance_id", code, stderr)
+	}
+}
