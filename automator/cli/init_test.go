@@ -81,3 +81,32 @@ func TestFailedInitLeavesNothingBehindAndCanBeRunAgain(t *testing.T) {
 		t.Errorf("the other data directory's database after the failed inits: exit %d:\n%s", code, out)
 	}
 }
+
+// TestInitRefusesAPlaintextPublicURLOffLoopback: the automator serves
+// plaintext on loopback only, so a public URL http://HOST:PORT elsewhere
+// would go into every profile as an address that cannot answer, and its
+// proxies would send their token in clear trying. init refuses it, naming
+// public_url, and makes nothing; http:// on loopback stays allowed (tests
+// and demos with --insecure-plaintext).
+func TestInitRefusesAPlaintextPublicURLOffLoopback(t *testing.T) {
+	cli := func(args ...string) (int, string) {
+		var out, errb bytes.Buffer
+		code := Main(t.Context(), args, Env{Stdout: &out, Stderr: &errb})
+		return code, out.String() + errb.String()
+	}
+	for _, url := range []string{"http://automator.example:8443", "http://10.1.2.3:8443", "http://0.0.0.0:8443"} {
+		dir := filepath.Join(t.TempDir(), "data")
+		code, out := cli("init", "--data-dir", dir, "--public-url", url)
+		if code != ExitError || !strings.Contains(out, "public_url:") || !strings.Contains(out, "https://") {
+			t.Errorf("init --public-url %s: exit %d: %s; want exit %d naming public_url and https://", url, code, out, ExitError)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("init --public-url %s made %s (%v)", url, dir, err)
+		}
+	}
+	for _, url := range []string{"http://127.0.0.1:8443", "http://localhost:8443", "https://automator.example:8443"} {
+		if code, out := cli("init", "--data-dir", filepath.Join(t.TempDir(), "data"), "--public-url", url); code != 0 {
+			t.Errorf("init --public-url %s: exit %d: %s; want it accepted", url, code, out)
+		}
+	}
+}

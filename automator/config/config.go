@@ -160,6 +160,12 @@ func PublicHost(publicURL string) (string, error) {
 	if u.Hostname() == "" || u.Port() == "" {
 		return "", fmt.Errorf("%q: must be https://HOST:PORT", publicURL)
 	}
+	if u.Scheme == "http" && RequireLoopback(u.Host) != nil {
+		// The automator serves plaintext on loopback only: every profile
+		// would name an address that cannot answer, and its proxies would
+		// send their token across the network in clear trying.
+		return "", fmt.Errorf("%q: http:// is for an automator serving plaintext on loopback only; give https://%s", publicURL, u.Host)
+	}
 	return u.Hostname(), nil
 }
 
