@@ -89,7 +89,8 @@ func Load(path string) (Config, error) {
 	return c, nil
 }
 
-// Parse decodes a configuration strictly: unknown keys are errors.
+// Parse decodes a configuration strictly: unknown keys and a second
+// document are errors.
 func Parse(data []byte) (Config, error) {
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -100,7 +101,18 @@ func Parse(data []byte) (Config, error) {
 		}
 		return Config{}, err
 	}
-	return c, nil
+	// Settings in a second document (after a "---") would be ignored.
+	for {
+		var extra any
+		switch err := dec.Decode(&extra); {
+		case errors.Is(err, io.EOF):
+			return c, nil
+		case err != nil:
+			return Config{}, err
+		case extra != nil:
+			return Config{}, errors.New("more than one YAML document (a \"---\" line after the first setting): the settings after it would be ignored")
+		}
+	}
 }
 
 // ApplyDefaults fills unset local settings.

@@ -108,3 +108,22 @@ func FuzzParse(f *testing.F) {
 		_ = c.PlaintextToRemote()
 	})
 }
+
+// TestASecondDocumentIsAnError: settings after a "---" line would be a
+// second YAML document, which a single decode ignores silently (here
+// max_concurrency, with scripts_dir given as a flag); the file is refused
+// instead, naming it. A "---" that opens the file, or one with nothing
+// after it, is fine.
+func TestASecondDocumentIsAnError(t *testing.T) {
+	body := "automator_url: https://a:1\ntoken: t\n---\nmax_concurrency: 16\n"
+	p := write(t, body)
+	if c, err := Load(p); err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "more than one YAML document") {
+		t.Fatalf("Load of a file with a second document: %+v, %v; want an error naming %s and the second document", c, err, p)
+	}
+	if c, err := Load(write(t, "---\n"+body[:strings.Index(body, "---")])); err != nil || c.Token != "t" {
+		t.Fatalf("Load of one document opened by ---: %+v, %v", c, err)
+	}
+	if c, err := Load(write(t, body[:strings.Index(body, "max_")]+"# nothing more\n")); err != nil || c.Token != "t" {
+		t.Fatalf("Load of one document and an empty one: %+v, %v", c, err)
+	}
+}
