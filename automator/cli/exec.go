@@ -14,9 +14,12 @@ import (
 	"github.com/opsgate/opsgate/automator/config"
 )
 
-// maxStdin is what exec reads from --stdin at most (the server's default
-// limit); more is refused before anything is queued.
-const maxStdin = 1 << 20
+// maxStdin is what exec reads from --stdin at most: the most any
+// automator accepts (limits.max_stdin at its highest); more is refused
+// before anything is queued. Within it, the automator's own limit
+// applies (1 MiB unless automator.yaml raises it), and a command past
+// that is refused with a message naming limits.max_stdin.
+const maxStdin = config.MaxStdinLimit
 
 // cmdExec is executeOnProxy from the shell, through the Go client: it
 // submits once (a retried submit carries the same idempotency key), then
@@ -118,7 +121,7 @@ func readStdin(from string, stdin io.Reader) ([]byte, error) {
 		return nil, fmt.Errorf("--stdin: reading: %w", err)
 	}
 	if len(data) > maxStdin {
-		return nil, fmt.Errorf("--stdin: more than %d bytes; the limit is %d", maxStdin, maxStdin)
+		return nil, fmt.Errorf("--stdin: more than %d bytes, the most an automator accepts (limits.max_stdin at its highest)", maxStdin)
 	}
 	return data, nil
 }

@@ -10,6 +10,10 @@ import (
 // room to spare. Larger messages are refused with ResourceExhausted.
 const MaxMessage = 8 << 20
 
+// MaxStdinLimit is the highest limits.max_stdin may be set to (4 MiB): with
+// the args and env bounds, a command stays under MaxMessage.
+const MaxStdinLimit = 4 << 20
+
 // Limits is the `limits:` section of automator.yaml: what a caller may
 // submit and what abuse may cost. A field left out (zero) takes its
 // default, noted beside it; the bounds keep a command within MaxMessage.
@@ -51,7 +55,7 @@ func (l Limits) validate() []error {
 	check("max_env", l.MaxEnv, 4096)
 	check("max_env_bytes", l.MaxEnvBytes, 1<<20)
 	// With the args and env bounds, a command stays under MaxMessage.
-	check("max_stdin", l.MaxStdin, 4<<20)
+	check("max_stdin", l.MaxStdin, MaxStdinLimit)
 	check("max_queued_per_account", l.MaxQueuedPerAccount, 10_000_000)
 	check("failed_auth_burst", l.FailedAuthBurst, 1_000_000)
 	if l.FailedAuthRefill < 0 || l.FailedAuthRefill > time.Hour {

@@ -1,0 +1,66 @@
+//go:build linux
+
+package cli
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/opsgate/opsgate/automator/config"
+)
+
+// TestExecSendsStdinUpToTheAutomatorsConfiguredLimit: with limits.max_stdin
+// raised in automator.yaml, `automator exec --stdin` sends what the
+// automator accepts (here 1.5 MiB, over the 1 MiB default) through a real
+// `serve` to a real `proxy run`; past the configured limit the automator
+// refuses it in one line naming limits.max_stdin, and past the most any
+// automator accepts exec refuses it itself. Neither refusal queues a unit.
+func TestExecSendsStdinUpToTheAutomatorsConfiguredLimit(t *testing.T) {
+	dir := initDir(t)
+	f, err := os.OpenFile(filepath.Join(dir, config.FileConfig), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("limits:\n  max_stdin: 2097152\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	s := serveDirInProcess(t, dir)
+	if err := os.WriteFile(filepath.Join(s.scripts, "sum.sh"), []byte("#!/bin/sh\nsha256sum | cut -d' ' -f1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s.proxy(t, s.account(t, "acme"), "a")
+
+	cli := func(stdin []byte, args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := Main(t.Context(), args, Env{Stdin: bytes.NewReader(stdin), Stdout: &out, Stderr: &errb})
+		return code, out.String(), errb.String()
+	}
+	exec := func(n int) ([]byte, int, string, string) {
+		stdin := make([]byte, n)
+		rand.Read(stdin)
+		code, out, errOut := cli(stdin, "exec", "--data-dir", dir, "--account", "acme", "--stdin", "-", "sum.sh")
+		return stdin, code, out, errOut
+	}
+
+	stdin, code, out, errOut := exec(1536 << 10)
+	if sum := sha256.Sum256(stdin); code != 0 || strings.TrimSpace(out) != hex.EncodeToString(sum[:]) {
+		t.Errorf("exec with 1.5 MiB of stdin, under limits.max_stdin 2 MiB: exit %d, stdout %q, stderr %q; want exit 0 and the stdin's SHA-256 %x",
+			code, out, errOut, sum)
+	}
+	if _, code, _, errOut := exec(2560 << 10); code != ExitError || !strings.Contains(errOut, "limits.max_stdin") || strings.Count(errOut, "\n") != 1 {
+		t.Errorf("exec with 2.5 MiB of stdin, over limits.max_stdin 2 MiB: exit %d, stderr %q; want exit %d and one line naming limits.max_stdin", code, errOut, ExitError)
+	}
+	if _, code, _, errOut := exec(config.MaxStdinLimit + 1); code != ExitError || !strings.Contains(errOut, "--stdin") || strings.Count(errOut, "\n") != 1 {
+		t.Errorf("exec with more stdin than any automator accepts: exit %d, stderr %q; want exit %d and one line naming --stdin", code, errOut, ExitError)
+	}
+	if code, out, errOut := cli(nil, "work", "list", "--data-dir", dir, "--json"); code != 0 || strings.Count(out, `"work_id"`) != 1 {
+		t.Errorf("work list after one accepted and two refused: exit %d: %s%s; want one unit", code, out, errOut)
+	}
+}
