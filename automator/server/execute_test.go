@@ -242,3 +242,32 @@ func TestWaitLeavesNoSubscriptionBehind(t *testing.T) {
 		t.Fatalf("%d subscriptions left behind after every wait returned", n)
 	}
 }
+
+// TestPollFieldsPastTheirLimitsAreRefused: a poll whose running ids, host
+// name or version are longer than their limits gets one precise
+// InvalidArgument, records nothing, and polls within them are served.
+func TestPollFieldsPastTheirLimitsAreRefused(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	proxy := e.proxyClient()
+	for field, req := range map[string]*automatorv1.PollRequest{
+		"running[1]": {Running: []string{"w_1", strings.Repeat("w", 129)}},
+		"hostname":   {Hostname: strings.Repeat("h", 256)},
+		"version":    {Version: strings.Repeat("v", 129)},
+	} {
+		req.InstanceId, req.MaxUnits, req.Wait = "big-"+field, 1, durationpb.New(0)
+		_, err := proxy.Poll(context.Background(), req)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), field) {
+			t.Errorf("poll with %s over its limit: %v, want InvalidArgument naming it", field, err)
+		}
+	}
+	if _, err := proxy.Poll(context.Background(), &automatorv1.PollRequest{
+		InstanceId: "a", MaxUnits: 1, Wait: durationpb.New(0),
+		Running: []string{strings.Repeat("w", 128)}, Hostname: strings.Repeat("h", 255), Version: strings.Repeat("v", 128),
+	}); err != nil {
+		t.Fatalf("poll with every field at its limit: %v", err)
+	}
+	list, err := e.callerClient().ListInstances(context.Background(), &automatorv1.ListInstancesRequest{Account: e.account})
+	if err != nil || len(list.GetInstances()) != 1 || list.GetInstances()[0].GetInstanceId() != "a" {
+		t.Fatalf("instances: %v, %v; want only the poll within the limits", list.GetInstances(), err)
+	}
+}

@@ -22,6 +22,8 @@ const (
 	maxUnitsPerPoll = 256
 	maxRunning      = 4096
 	maxIDLen        = 128
+	maxHostnameLen  = 255 // a DNS name is at most 253 bytes
+	maxVersionLen   = 128
 )
 
 // ProxyService serves proxy instances.
@@ -48,6 +50,18 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 	}
 	if len(req.GetRunning()) > maxRunning {
 		return nil, status.Errorf(codes.InvalidArgument, "running lists %d units, more than %d", len(req.GetRunning()), maxRunning)
+	}
+	for i, id := range req.GetRunning() {
+		if len(id) > maxIDLen {
+			return nil, status.Errorf(codes.InvalidArgument, "running[%d] is longer than %d bytes", i, maxIDLen)
+		}
+	}
+	// Both are stored with the instance and shown in listings.
+	if len(req.GetHostname()) > maxHostnameLen {
+		return nil, status.Errorf(codes.InvalidArgument, "hostname is longer than %d bytes", maxHostnameLen)
+	}
+	if len(req.GetVersion()) > maxVersionLen {
+		return nil, status.Errorf(codes.InvalidArgument, "version is longer than %d bytes", maxVersionLen)
 	}
 	// The keys the instance holds decide how its claims are sealed
 	// (reseal.go); one that holds no usable key claims nothing.
