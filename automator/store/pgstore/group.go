@@ -43,8 +43,8 @@ import (
 // maxGroup bounds the writes of one batch.
 const maxGroup = 128
 
-// groupTimeout bounds one batch of several writes, whose callers each stop
-// waiting when their own context ends.
+// groupTimeout bounds a write once sent, alone or in a batch: from then on
+// no caller's context cuts it short (its callers wait for the outcome).
 const groupTimeout = 30 * time.Second
 
 // groupWrite is one single-row statement of a batch.
@@ -109,12 +109,11 @@ func (s *Store) gather(g *grouper, ctx context.Context, sql string, args []any, 
 func (s *Store) send(batch []*groupWrite) []error {
 	errs := make([]error, len(batch))
 	if len(batch) == 1 {
-		w := batch[0]
-		errs[0] = w.scan(s.pool.QueryRow(w.ctx, w.sql, w.args...))
+		errs[0] = s.sendAlone(batch[0])
 		return errs
 	}
 	// No one caller's context may cut the others' batch short.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].ctx), groupTimeout)
+	ctx, cancel := sentContext(batch[0])
 	defer cancel()
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(batch))}
 	for _, w := range batch {
@@ -145,9 +144,24 @@ func (s *Store) send(batch []*groupWrite) []error {
 	// The server refused a statement and rolled the batch back: each
 	// write again alone, so that only the one at fault fails.
 	for i, w := range batch {
-		errs[i] = w.scan(s.pool.QueryRow(w.ctx, w.sql, w.args...))
+		errs[i] = s.sendAlone(w)
 	}
 	return errs
+}
+
+// sendAlone runs one write as a statement of its own. Its caller's context
+// does not cut it short either: cut off under way, the statement might
+// commit all the same, and its caller would be told it failed.
+func (s *Store) sendAlone(w *groupWrite) error {
+	ctx, cancel := sentContext(w)
+	defer cancel()
+	return w.scan(s.pool.QueryRow(ctx, w.sql, w.args...))
+}
+
+// sentContext is the context of a write once sent: w's values, without
+// its cancellation, bounded by groupTimeout.
+func sentContext(w *groupWrite) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(w.ctx), groupTimeout)
 }
 
 // refusedStatement reports whether err is PostgreSQL refusing a statement

@@ -273,6 +273,69 @@ func TestAWriteCancelledWhileWaitingNeverRuns(t *testing.T) {
 	}
 }
 
+// TestALoneWriteUnderWayIsWaitedFor: a write that went at once, alone, and
+// whose caller gives up while PostgreSQL runs it still gets its outcome,
+// as a write of a batch does: cut off, it would commit unseen, its caller
+// told it failed.
+func TestALoneWriteUnderWayIsWaitedFor(t *testing.T) {
+	s := storeWithClaims(t, 0)
+	ctx := t.Context()
+	lock, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(context.Background())
+	var lockPID int
+	if err := lock.QueryRow(ctx, `SELECT pg_backend_pid() FROM accounts WHERE name = 'acme' FOR UPDATE`).Scan(&lockPID); err != nil {
+		t.Fatal(err)
+	}
+
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.WorkEnqueue(wctx, enqueueParams("lone", "acme"))
+		done <- err
+	}()
+	// The enqueue waits, inside PostgreSQL, on the lock of acme's row.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var blocked bool
+		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid)))`, lockPID).Scan(&blocked); err != nil {
+			t.Fatal(err)
+		}
+		if blocked {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the enqueue never waited on the lock")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	// Nothing says when a cancellation has been acted on: give it a moment
+	// to cut the statement short (it must not), then let the statement go.
+	select {
+	case err := <-done:
+		t.Fatalf("WorkEnqueue returned (%v) while its statement still waited in PostgreSQL; want it to wait for the outcome", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := lock.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("WorkEnqueue whose caller gave up under way: %v, want its real outcome (nil)", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WorkEnqueue did not return once its lock was released")
+	}
+	if _, err := s.WorkGet(ctx, "lone"); err != nil {
+		t.Errorf("WorkGet(lone): %v, want the unit", err)
+	}
+}
+
 // TestABatchWhoseSessionEndsFailsEveryWrite: when the batch's session is
 // ended under it (a FATAL error, which can come after a commit), no write
 // of the batch can know whether it committed: each gets the error, and
