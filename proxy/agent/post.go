@@ -42,11 +42,20 @@ func (a *Agent) track(f func()) {
 // spooled file, or skips the write). When ctx ends first (the proxy stops)
 // it waits for the write, so the result stays in the spool and the next
 // start posts it.
+//
+// The first attempt is made even when ctx has ended (bounded by
+// postAttempt): a unit killed at the end of the grace period, just as ctx
+// ends, is still reported before the proxy exits. A stop ends the retries,
+// not the first post.
 func (a *Agent) deliver(ctx context.Context, deadline time.Time, req *automatorv1.CompleteRequest, e *spoolEntry) {
 	log := a.log.With("work_id", req.GetWorkId())
 	bo := backoff{min: a.o.BackoffMin, max: a.o.BackoffMax}
 	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, postAttempt)
+		parent := ctx
+		if attempt == 1 {
+			parent = context.WithoutCancel(ctx)
+		}
+		actx, cancel := context.WithTimeout(parent, postAttempt)
 		err := a.poster.complete(actx, req)
 		cancel()
 		if err == nil {
