@@ -87,7 +87,9 @@ func (a *Agent) execute(ctx context.Context, c *automatorv1.Claim, cmd *automato
 	for k, v := range cmd.GetEnv() {
 		env[k] = v
 	}
-	// Set last: a caller cannot forge them.
+	// Set last: a caller cannot forge them. (A command's variable that
+	// differs from one of them only in case is the same variable on
+	// windows; the runner refuses such a pair.)
 	env["PROXY_WORK_ID"] = c.GetWorkId()
 	env["PROXY_ACCOUNT"] = c.GetAccount()
 	env["PROXY_INSTANCE_ID"] = a.o.InstanceID

@@ -11,7 +11,10 @@ import (
 // environ returns the script's environment: the variables of baseEnvKeys
 // that the proxy has, then extra, which wins over a base variable of the same
 // name. Nothing else of the proxy's environment is passed: it may hold
-// secrets.
+// secrets. Two names in extra for one variable (on windows, names that
+// differ only in case) are refused: which value the script saw would depend
+// on map order, and a command could set the proxy's PROXY_WORK_ID as
+// proxy_work_id.
 func environ(extra map[string]string) ([]string, error) {
 	vars := make(map[string]string) // folded name -> "NAME=value"
 	for _, k := range baseEnvKeys {
@@ -19,12 +22,19 @@ func environ(extra map[string]string) ([]string, error) {
 			vars[foldEnvKey(k)] = k + "=" + v
 		}
 	}
+	names := make(map[string]string, len(extra)) // folded name -> name in extra
 	for k, v := range extra {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
 			return nil, fmt.Errorf("%w: environment variable %q: names must be non-empty without '=' or NUL, values without NUL",
 				ErrStart, k)
 		}
-		vars[foldEnvKey(k)] = k + "=" + v
+		f := foldEnvKey(k)
+		if other, dup := names[f]; dup {
+			return nil, fmt.Errorf("%w: environment variables %q and %q are one variable here (names are case-insensitive)",
+				ErrStart, min(k, other), max(k, other))
+		}
+		names[f] = k
+		vars[f] = k + "=" + v
 	}
 	env := make([]string, 0, len(vars))
 	for _, kv := range vars {
@@ -34,10 +44,14 @@ func environ(extra map[string]string) ([]string, error) {
 	return env, nil
 }
 
+// foldEnvNames: variable names are case-insensitive (windows). A variable
+// so tests can set it on any OS.
+var foldEnvNames = runtime.GOOS == "windows"
+
 // foldEnvKey maps a variable name to its identity: names are
 // case-insensitive on windows.
 func foldEnvKey(k string) string {
-	if runtime.GOOS == "windows" {
+	if foldEnvNames {
 		return strings.ToUpper(k)
 	}
 	return k

@@ -46,3 +46,26 @@ func TestEnvironRefusesBadVariables(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvironRefusesTwoNamesOfOneVariable: where names are case-insensitive
+// (windows), a command's "proxy_work_id" and the proxy's PROXY_WORK_ID are
+// one variable. Which of the two the script saw used to depend on map
+// order, so a caller could forge the work id; now the run is refused,
+// naming both.
+func TestEnvironRefusesTwoNamesOfOneVariable(t *testing.T) {
+	old := foldEnvNames
+	foldEnvNames = true
+	t.Cleanup(func() { foldEnvNames = old })
+	for range 20 { // map order differs from run to run
+		env, err := environ(map[string]string{"PROXY_WORK_ID": "w-1", "proxy_work_id": "forged"})
+		if !errors.Is(err, ErrStart) || !strings.Contains(err.Error(), `"PROXY_WORK_ID"`) || !strings.Contains(err.Error(), `"proxy_work_id"`) {
+			t.Fatalf("environ with PROXY_WORK_ID and proxy_work_id, names case-insensitive: %q, %v; want ErrStart naming both", env, err)
+		}
+	}
+	// A command's variable still replaces a base variable of any case.
+	t.Setenv("PATH", "/proxy/bin")
+	env, err := environ(map[string]string{"Path": "/script/bin"})
+	if err != nil || slices.Contains(env, "PATH=/proxy/bin") || !slices.Contains(env, "Path=/script/bin") {
+		t.Errorf("environ with Path, names case-insensitive: %q, %v; want Path=/script/bin only", env, err)
+	}
+}
