@@ -62,8 +62,11 @@ type Config struct {
 	// MaxOutputBytes caps each of stdout and stderr of a script (1 MiB).
 	MaxOutputBytes int `yaml:"max_output_bytes"`
 	// GracePeriod is how long a stopping proxy lets running scripts finish
-	// before it kills them (30s).
+	// before it kills them (30s when the file does not set it; 0s kills
+	// them at once).
 	GracePeriod time.Duration `yaml:"grace_period"`
+	// gracePeriodSet: the file sets grace_period (to 0s, perhaps).
+	gracePeriodSet bool
 	// StateDir is where the proxy keeps its state file (status.json: when
 	// it last polled the automator successfully), read by `proxy status`.
 	// An absolute path, made if missing; `proxy install` sets it to
@@ -101,6 +104,12 @@ func Parse(data []byte) (Config, error) {
 		}
 		return Config{}, err
 	}
+	var set struct {
+		GracePeriod *time.Duration `yaml:"grace_period"`
+	}
+	if err := yaml.Unmarshal(data, &set); err == nil {
+		c.gracePeriodSet = set.GracePeriod != nil
+	}
 	// Settings in a second document (after a "---") would be ignored.
 	for {
 		var extra any
@@ -128,7 +137,7 @@ func (c *Config) ApplyDefaults() {
 	if c.MaxOutputBytes == 0 {
 		c.MaxOutputBytes = DefaultMaxOutput
 	}
-	if c.GracePeriod == 0 {
+	if c.GracePeriod == 0 && !c.gracePeriodSet {
 		c.GracePeriod = DefaultGracePeriod
 	}
 }

@@ -127,3 +127,23 @@ func TestASecondDocumentIsAnError(t *testing.T) {
 		t.Fatalf("Load of one document and an empty one: %+v, %v", c, err)
 	}
 }
+
+// TestGracePeriodZeroMeansNoGrace: `grace_period: 0s`, which Validate
+// accepts, means a stop kills running scripts at once; only a config
+// without grace_period gets the default 30 s.
+func TestGracePeriodZeroMeansNoGrace(t *testing.T) {
+	for body, want := range map[string]time.Duration{
+		"grace_period: 0s\n": 0,
+		"grace_period: 5s\n": 5 * time.Second,
+		"token: t\n":         DefaultGracePeriod,
+	} {
+		c, err := Parse([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.ApplyDefaults()
+		if c.GracePeriod != want {
+			t.Errorf("%q: grace period %v after defaults, want %v", body, c.GracePeriod, want)
+		}
+	}
+}
