@@ -228,7 +228,7 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, m
 	to := s.hub.reserve(acc.Name, now)
 	if to != nil {
 		params.ClaimFor = &store.ClaimRef{InstanceID: to.instance, ClaimID: newID("c_")}
-	} else if err := s.checkQueue(ctx, acc.Name, method); err != nil {
+	} else if err := s.checkQueue(ctx, params, method); err != nil {
 		return store.Work{}, err
 	}
 	w, err := s.store.WorkEnqueue(ctx, params)
@@ -459,8 +459,10 @@ func (s *Server) getAllowedWork(ctx context.Context, id, method string) (store.W
 // entries), so while an account is far below it the count is not read on
 // every enqueue: a count below half the cap, plus the units queued here
 // since, is trusted for queueCountFor. A unit handed straight to a waiting
-// poll is not checked (enqueue): it is claimed as it is stored.
-func (s *Server) checkQueue(ctx context.Context, account, method string) error {
+// poll is not checked (enqueue): it is claimed as it is stored. Nor is a
+// retry whose idempotency key names a unit already stored (p).
+func (s *Server) checkQueue(ctx context.Context, p store.WorkEnqueueParams, method string) error {
+	account := p.Account
 	max := s.limits.MaxQueuedPerAccount
 	now := s.clock.Now()
 	if s.queued.below(account, max/2, now) {
@@ -473,6 +475,13 @@ func (s *Server) checkQueue(ctx context.Context, account, method string) error {
 	if n < max {
 		s.queued.counted(account, n+1, now) // this unit too
 		return nil
+	}
+	if p.IdempotencyKey != "" {
+		// A retry of a submit whose unit was stored (its answer lost) is
+		// not a new unit: WorkEnqueue answers it with that unit.
+		if _, err := s.store.WorkByIdempotencyKey(ctx, account, p.IdempotencyKey, p.IdempotencySince); err == nil {
+			return nil
+		}
 	}
 	s.log.Warn("account queue full: unit refused", "account", account, "queued", n, "caller", callerFrom(ctx))
 	e := s.event(ctx, store.AuditWorkRefused, fmt.Sprintf("%s: queue full (%d units queued, the limit)", method, max))

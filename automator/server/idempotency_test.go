@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/opsgate/opsgate/automator/server"
+	"github.com/opsgate/opsgate/automator/store"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -86,5 +88,45 @@ func TestExecuteWithAUsedKeyReturnsTheFirstOutcome(t *testing.T) {
 	_, err = caller.Submit(ctx, other)
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), first.GetWorkId()) {
 		t.Fatalf("the key with another command: %v; want InvalidArgument naming %s", err, first.GetWorkId())
+	}
+}
+
+// TestARetryAtTheQueueCapReturnsItsUnit: with the account's queue full, a
+// retry of a submit whose unit is in that queue (its answer lost) gets the
+// unit, not ResourceExhausted; a new key, or the key with another command,
+// is still refused, and nothing more is queued.
+func TestARetryAtTheQueueCapReturnsItsUnit(t *testing.T) {
+	e := newEnv(t, envOptions{limits: server.Limits{MaxQueuedPerAccount: 1}})
+	ctx := context.Background()
+	caller := e.callerClient()
+	first, err := caller.Submit(ctx, keyedRequest(e.account, "k-cap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := caller.Submit(ctx, keyedRequest(e.account, "k-cap"))
+	if err != nil || again.GetWorkId() != first.GetWorkId() {
+		t.Fatalf("retry at the cap: %q, %v; want unit %q", again.GetWorkId(), err, first.GetWorkId())
+	}
+	if _, err := caller.Submit(ctx, keyedRequest(e.account, "k-new")); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a new key at the cap: %v, want ResourceExhausted", err)
+	}
+	other := keyedRequest(e.account, "k-cap")
+	other.Command.Args = []string{"b"}
+	if _, err := caller.Submit(ctx, other); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("the key with another command at the cap: %v, want InvalidArgument", err)
+	}
+	resp, err := e.proxyClient().Poll(ctx, &automatorv1.PollRequest{InstanceId: "a", MaxUnits: 10, Wait: durationpb.New(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.GetClaims()) != 1 || resp.GetClaims()[0].GetWorkId() != first.GetWorkId() {
+		t.Fatalf("claimed %d units, want exactly unit %s", len(resp.GetClaims()), first.GetWorkId())
+	}
+	log := e.auditLog()
+	if n := countKind(log, store.AuditWorkDuplicate); n != 1 {
+		t.Errorf("audit log holds %d work.duplicate events, want 1", n)
+	}
+	if n := countKind(log, store.AuditWorkRefused); n != 1 {
+		t.Errorf("audit log holds %d work.refused events, want 1 (the new key's)", n)
 	}
 }

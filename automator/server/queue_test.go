@@ -36,7 +36,7 @@ func TestQueueCapCountsOnlyNearTheCapOrWhenStale(t *testing.T) {
 		t.Fatal(err)
 	}
 	enqueue := func(i int) error {
-		if err := srv.checkQueue(ctx, "acme", "Submit"); err != nil {
+		if err := srv.checkQueue(ctx, store.WorkEnqueueParams{Account: "acme"}, "Submit"); err != nil {
 			return err
 		}
 		_, err := sq.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: newID("w_"), Account: "acme", KeyID: 1, SealedCommand: []byte("c"),
@@ -62,13 +62,13 @@ func TestQueueCapCountsOnlyNearTheCapOrWhenStale(t *testing.T) {
 	if n := st.calls.Load(); n != 5 {
 		t.Errorf("units 5 to 8 counted the queue %d times in all, want 5", n)
 	}
-	if err := srv.checkQueue(ctx, "acme", "Submit"); status.Code(err) != codes.ResourceExhausted {
+	if err := srv.checkQueue(ctx, store.WorkEnqueueParams{Account: "acme"}, "Submit"); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("9th unit: %v, want ResourceExhausted", err)
 	}
 
 	// A count is trusted only briefly: units queued elsewhere (another
 	// replica; here straight into the store) are seen once it is stale.
-	if err := srv.checkQueue(ctx, "globex", "Submit"); err != nil {
+	if err := srv.checkQueue(ctx, store.WorkEnqueueParams{Account: "globex"}, "Submit"); err != nil {
 		t.Fatal(err)
 	}
 	for range 8 {
@@ -77,11 +77,11 @@ func TestQueueCapCountsOnlyNearTheCapOrWhenStale(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := srv.checkQueue(ctx, "globex", "Submit"); err != nil {
+	if err := srv.checkQueue(ctx, store.WorkEnqueueParams{Account: "globex"}, "Submit"); err != nil {
 		t.Fatalf("within the count's second: %v, want it trusted", err)
 	}
 	clock.add(queueCountFor)
-	if err := srv.checkQueue(ctx, "globex", "Submit"); status.Code(err) != codes.ResourceExhausted {
+	if err := srv.checkQueue(ctx, store.WorkEnqueueParams{Account: "globex"}, "Submit"); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("once the count is stale: %v, want ResourceExhausted (8 units were queued elsewhere)", err)
 	}
 }

@@ -343,6 +343,10 @@ type Store interface {
 	// unit and ErrDuplicate if p.IdempotencyKey was used on the account at
 	// or after p.IdempotencySince.
 	WorkEnqueue(ctx context.Context, p WorkEnqueueParams) (Work, error)
+	// WorkByIdempotencyKey returns the unit of account queued with
+	// idempotency key key at or after since (what WorkEnqueue would answer
+	// ErrDuplicate with), or ErrNotFound.
+	WorkByIdempotencyKey(ctx context.Context, account, key string, since time.Time) (Work, error)
 	// WorkClaim atomically moves up to p.Max queued units of p.Account whose
 	// deadline is after p.Now to claimed, oldest first, each with its own
 	// claim id, and returns them. A unit is claimed at most once, ever: the

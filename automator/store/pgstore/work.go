@@ -181,6 +181,17 @@ func insertedWork(p store.WorkEnqueueParams, w store.Work, err error) (store.Wor
 	return w, err
 }
 
+func (s *Store) WorkByIdempotencyKey(ctx context.Context, account, key string, since time.Time) (store.Work, error) {
+	w, err := scanWork(s.pool.QueryRow(ctx, `SELECT `+workColumns+` FROM work WHERE account = $1 AND idempotency_key = $2`, account, key))
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && w.QueuedAt.Before(since) {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return store.Work{}, fmt.Errorf("getting the work of account %q with idempotency key %q: %w", account, key, err)
+	}
+	return w, nil
+}
+
 func (s *Store) WorkGet(ctx context.Context, id string) (store.Work, error) {
 	var w store.Work
 	err := s.gather(&s.reads, ctx, getWorkQuery, []any{id}, scanInto(&w))

@@ -115,6 +115,17 @@ ON CONFLICT (id) DO NOTHING`,
 	return w, nil
 }
 
+func (s *Store) WorkByIdempotencyKey(ctx context.Context, account, key string, since time.Time) (store.Work, error) {
+	w, err := scanWork(s.reads.QueryRowContext(ctx, `SELECT `+workColumns+` FROM work WHERE account = ? AND idempotency_key = ?`, account, key))
+	if errors.Is(err, sql.ErrNoRows) || err == nil && w.QueuedAt.Before(since) {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return store.Work{}, fmt.Errorf("getting the work of account %q with idempotency key %q: %w", account, key, err)
+	}
+	return w, nil
+}
+
 func (s *Store) WorkGet(ctx context.Context, id string) (store.Work, error) {
 	w, err := getWork(ctx, s.reads, id)
 	if err != nil {

@@ -14,6 +14,7 @@ var idempotencyCases = []testCase{
 	{"WorkEnqueueKeysAreScopedToTheAccount", testIdempotencyKeyPerAccount},
 	{"WorkEnqueueKeyAgedOutMakesANewUnit", testIdempotencyKeyAgedOut},
 	{"WorkEnqueueConcurrentSameKeyMakesOneUnit", testIdempotencyKeyConcurrent},
+	{"WorkByIdempotencyKeyFindsWhatEnqueueWouldReturn", testWorkByIdempotencyKey},
 }
 
 func keyed(id, account, key string, now time.Time) store.WorkEnqueueParams {
@@ -115,4 +116,26 @@ func testIdempotencyKeyConcurrent(f *fixture) {
 	if created != 1 {
 		f.t.Fatalf("%d enqueues created a unit, want exactly 1", created)
 	}
+}
+
+func testWorkByIdempotencyKey(f *fixture) {
+	f.account("acme")
+	f.account("globex")
+	if _, err := f.s.WorkEnqueue(f.ctx, keyed("w-1", "acme", "k", at(time.Hour))); err != nil {
+		f.t.Fatal(err)
+	}
+	w, err := f.s.WorkByIdempotencyKey(f.ctx, "acme", "k", at(0))
+	if err != nil || w.ID != "w-1" || w.State != store.StateQueued || string(w.SealedCommand) != "sealed w-1" {
+		f.t.Fatalf("WorkByIdempotencyKey(acme, k) = %q in state %s, %v; want w-1 queued", w.ID, w.State, err)
+	}
+	// Queued at the window's start is in it; before it, not.
+	if _, err := f.s.WorkByIdempotencyKey(f.ctx, "acme", "k", at(time.Hour)); err != nil {
+		f.t.Fatalf("with the window starting at the unit's queueing: %v; want w-1", err)
+	}
+	_, err = f.s.WorkByIdempotencyKey(f.ctx, "acme", "k", at(time.Hour+time.Second))
+	f.wantErr("WorkByIdempotencyKey after the window", err, store.ErrNotFound)
+	_, err = f.s.WorkByIdempotencyKey(f.ctx, "acme", "other", at(0))
+	f.wantErr("WorkByIdempotencyKey of an unused key", err, store.ErrNotFound)
+	_, err = f.s.WorkByIdempotencyKey(f.ctx, "globex", "k", at(0))
+	f.wantErr("WorkByIdempotencyKey on another account", err, store.ErrNotFound)
 }
