@@ -181,7 +181,9 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) {
 			wait = 0
 		}
 		resp, err := a.poll(pctx, n, wait)
-		dropped := pctx.Err() != nil && ctx.Err() == nil && n == 0
+		// A poll for no units that answered as it was dropped is still
+		// read: its answer may say which running units were cancelled.
+		dropped := err != nil && pctx.Err() != nil && ctx.Err() == nil && n == 0
 		cancel()
 		if ctx.Err() != nil {
 			return

@@ -134,7 +134,7 @@ func claim(t *testing.T, id string, cmd *automatorv1.Command) *automatorv1.Claim
 	return &automatorv1.Claim{WorkId: id, ClaimId: "c-" + id, Account: "acme", SealedCommand: sealed, Remaining: durationpb.New(time.Minute)}
 }
 
-func startAgent(t *testing.T, f *fakeAutomator, max int, log *bytes.Buffer) (stop func()) {
+func startAgent(t *testing.T, f Client, max int, log *bytes.Buffer) (stop func()) {
 	t.Helper()
 	var w = &lockedWriter{b: log}
 	if log == nil {
@@ -218,6 +218,64 @@ func TestCancelledUnitIsKilledAndNothingReported(t *testing.T) {
 	defer f.mu.Unlock()
 	if len(f.completes) != 0 {
 		t.Fatalf("posted %d results for a cancelled unit, want none", len(f.completes))
+	}
+}
+
+// crossingAutomator answers the first poll for no units only once the
+// agent has dropped it, after calling freeSlot: the answer and the drop
+// cross. Other polls go to the fakeAutomator.
+type crossingAutomator struct {
+	*fakeAutomator
+	freeSlot func()
+	answer   *automatorv1.PollResponse
+	once     sync.Once
+}
+
+func (c *crossingAutomator) Poll(ctx context.Context, in *automatorv1.PollRequest, opts ...grpc.CallOption) (*automatorv1.PollResponse, error) {
+	crossed := false
+	if in.GetMaxUnits() == 0 {
+		c.once.Do(func() {
+			c.freeSlot()
+			<-ctx.Done() // the agent drops the poll
+			crossed = true
+		})
+	}
+	if crossed {
+		return c.answer, nil
+	}
+	return c.fakeAutomator.Poll(ctx, in, opts...)
+}
+
+// TestCancellationInTheAnswerOfADroppedPollIsKept: with every slot busy
+// the agent polls for no units and drops that poll when a slot frees; an
+// answer that arrives as it drops it, saying a running unit was cancelled,
+// still cancels it (or it would run on until the automator repeats it).
+func TestCancellationInTheAnswerOfADroppedPollIsKept(t *testing.T) {
+	b := &blockingRunner{release: make(chan struct{}), ended: make(chan error, 4)}
+	useRunner(t, b.run)
+	f := newFake()
+	c := &crossingAutomator{
+		fakeAutomator: f,
+		freeSlot:      func() { b.release <- struct{}{} }, // one of the two units ends
+		// Whichever is still running is cancelled.
+		answer: &automatorv1.PollResponse{Cancelled: []string{"w1", "w2"}},
+	}
+	startAgent(t, c, 2, nil)
+	waitFor(t, "first poll", func() bool { p := f.lastPoll(); return p != nil && p.GetMaxUnits() == 2 })
+	f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{
+		claim(t, "w1", &automatorv1.Command{Script: "s"}), claim(t, "w2", &automatorv1.Command{Script: "s"}),
+	}}
+	if err := <-b.ended; err != nil {
+		t.Fatalf("the released unit: %v", err)
+	}
+	<-f.completed
+	select {
+	case err := <-b.ended:
+		if err == nil {
+			t.Fatal("the other unit ended without being cancelled")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the other unit was not cancelled: the cancellation in the dropped poll's answer was lost")
 	}
 }
 
