@@ -77,7 +77,7 @@ func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 			select {
 			case sem <- struct{}{}:
 			case <-ctx.Done():
-				results <- ended{i: i, err: ctx.Err()}
+				results <- ended{i: i, err: fmt.Errorf("waiting for work %s: %w", id, ctx.Err())}
 				return
 			}
 			w, err := c.Wait(ctx, id)
@@ -91,8 +91,8 @@ func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 	for range ids {
 		e := <-results
 		if e.err != nil && firstErr == nil {
-			firstErr = fmt.Errorf("waiting for work %s: %w", ids[e.i], e.err)
-			cancel() // the others end at once
+			firstErr = e.err // it names the unit
+			cancel()         // the others end at once
 		}
 		works[e.i] = e.w
 		if e.err == nil {

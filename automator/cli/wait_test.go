@@ -86,4 +86,11 @@ func TestWorkWaitShowsProgressOnATerminalOnly(t *testing.T) {
 	if code, _, _ := wait(false); code != 0 {
 		t.Errorf("two units that exited 0: exit %d, want 0", code)
 	}
+
+	// An unknown unit: one line naming it once.
+	ids = []string{"w_0123456789abcdef0123456789abcdef"}
+	code, _, msg := wait(false)
+	if code != ExitError || strings.Count(msg, "waiting for work "+ids[0]) != 1 || !strings.Contains(msg, "not found") {
+		t.Errorf("an unknown unit: exit %d, %q; want %d and one line naming it once", code, msg, ExitError)
+	}
 }

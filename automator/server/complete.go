@@ -125,7 +125,10 @@ func (p *ProxyService) complete(ctx context.Context, req *automatorv1.CompleteRe
 		if gerr == nil && cur.State == store.StateClaimed {
 			// Past its deadline but not yet swept: end it now.
 			s.expireDue(ctx)
-			cur, _ = s.store.WorkGet(ctx, w.ID)
+			cur, gerr = s.store.WorkGet(ctx, w.ID)
+		}
+		if gerr != nil {
+			return status.Errorf(codes.FailedPrecondition, "work %q is no longer claimed (ended, or past its deadline); result refused", w.ID)
 		}
 		return status.Errorf(codes.FailedPrecondition, "work %q is %s; result refused", w.ID, cur.State)
 	case err != nil:
