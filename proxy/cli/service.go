@@ -317,7 +317,14 @@ func uninstall(name string, env Env) error {
 	for _, p := range temps {
 		rm(p)
 	}
-	rmdir(stateDir)
+	// The spool exists only while results wait in it to be posted.
+	spool := filepath.Join(stateDir, agent.SpoolDirName)
+	if waiting, _ := os.ReadDir(spool); len(waiting) > 0 {
+		left = append(left, fmt.Sprintf("%s (results of units this proxy ran that the automator has not accepted yet: %d; start the proxy again to post them, or delete them)", spool, len(waiting)))
+	} else {
+		rmdir(spool)
+		rmdir(stateDir)
+	}
 	rm(cfgCopy)
 	rmdir(configDir)
 	if notInstalled && len(removed) == 0 {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/proxy/agent"
 	"github.com/opsgate/opsgate/proxy/config"
 	"github.com/opsgate/opsgate/proxy/service"
 )
@@ -191,6 +192,43 @@ func TestUninstallLeavesAFileThatIsNoLeftover(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Fatalf("the leftover is still there: %v\n%s", err, stdout.String())
+	}
+}
+
+// TestUninstallSaysWhenResultsWaitInTheSpool: results not yet posted are
+// left in place, and uninstall says what they are.
+func TestUninstallSaysWhenResultsWaitInTheSpool(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("writes under /etc: needs root")
+	}
+	name := "opsgate-test-spooled"
+	dir, state := service.ConfigDir(name), service.StateDir(name)
+	spool := filepath.Join(state, agent.SpoolDirName)
+	if err := os.MkdirAll(spool, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir); os.RemoveAll(state) })
+	if err := os.WriteFile(filepath.Join(dir, configFileName), installedConfig([]byte("token: t\n"), name, true, state), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	result := filepath.Join(spool, "w_1.json")
+	if err := os.WriteFile(result, []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := Main(t.Context(), []string{"uninstall", "--name", name}, Env{Stdout: &stdout, Stderr: &stderr})
+	if code != 1 || !strings.Contains(stderr.String(), spool+" (results of units this proxy ran that the automator has not accepted yet: 1;") ||
+		strings.Contains(stderr.String(), "did not make") {
+		t.Fatalf("exit %d, stderr %q; want 1 and the spool named as results not yet posted", code, stderr.String())
+	}
+	if _, err := os.Stat(result); err != nil {
+		t.Fatalf("uninstall removed a result not yet posted: %v", err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("the config copy is still there: %v", err)
 	}
 }
 
