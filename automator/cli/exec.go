@@ -151,6 +151,13 @@ func clientConfig(dir, server, apiKeyFile, caFile string) (client.Config, error)
 		}
 		if ip := net.ParseIP(h); h == "" || (ip != nil && ip.IsUnspecified()) {
 			h = "127.0.0.1"
+		} else if h != "127.0.0.1" && h != "::1" && h != "localhost" && !plaintext {
+			// serve listens on an address of its own (a LAN address, say),
+			// which its certificate need not name: check it against the
+			// public URL's host, which it does.
+			if cfg.ServerName, err = config.PublicHost(c.PublicURL); err != nil {
+				return cfg, err
+			}
 		}
 		scheme := "https://"
 		if plaintext {
