@@ -140,19 +140,51 @@ func TestListenAfterALostConnectionCatchesUp(t *testing.T) {
 		t.Fatal("Listen did not return after its connection was killed")
 	}
 
-	// While nobody listens: a unit ends, another is queued. Times are real:
-	// the catch-up window is on the wall clock.
-	now := time.Now()
-	if _, err := a.AccountCreate(t.Context(), store.AccountCreateParams{Name: "acme", TokenHash: []byte("h"), KeyID: 1, SealedKey: []byte("k"), Now: now}); err != nil {
-		t.Fatal(err)
-	}
-	enqueue(t, a, "w-ended", now, now.Add(time.Hour))
-	enqueue(t, a, "w-queued", now.Add(time.Millisecond), now.Add(time.Hour))
-	if _, err := a.WorkCancel(t.Context(), store.WorkCancelParams{ID: "w-ended", Reason: "test", Now: now}); err != nil {
-		t.Fatal(err)
-	}
+	// While nobody listens: a unit ends, another is queued.
+	endOneQueueOne(t, a)
 	close(again)
 	wait(ready, "the second Listen")
+	wantReplayed(t, events, "the catch-up")
+
+	// And it listens again.
+	want := Event{Kind: EventWorkQueued, Account: "after"}
+	if err := a.Publish(t.Context(), want); err != nil {
+		t.Fatal(err)
+	}
+	if e := receive(t, events, "an event after reconnecting"); e != want {
+		t.Errorf("after reconnecting: received %+v, want %+v", e, want)
+	}
+}
+
+// TestTheFirstListenCatchesUpSinceOpen: what another replica did between
+// this Store's Open and its first Listen (a unit ended, one queued) is
+// replayed when that Listen starts, as after a lost connection.
+func TestTheFirstListenCatchesUpSinceOpen(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	a, b := open(t, dsn), open(t, dsn)
+	endOneQueueOne(t, a)
+	wantReplayed(t, listening(t, b), "the first Listen") // once b listens and has caught up
+}
+
+// endOneQueueOne makes account acme on s with one unit ended (w-ended) and
+// one queued. Times are real: the catch-up window is on the wall clock.
+func endOneQueueOne(t *testing.T, s *Store) {
+	t.Helper()
+	now := time.Now()
+	if _, err := s.AccountCreate(t.Context(), store.AccountCreateParams{Name: "acme", TokenHash: []byte("h"), KeyID: 1, SealedKey: []byte("k"), Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	enqueue(t, s, "w-ended", now, now.Add(time.Hour))
+	enqueue(t, s, "w-queued", now.Add(time.Millisecond), now.Add(time.Hour))
+	if _, err := s.WorkCancel(t.Context(), store.WorkCancelParams{ID: "w-ended", Reason: "test", Now: now}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wantReplayed checks that events, drained, hold the replay of what
+// endOneQueueOne did.
+func wantReplayed(t *testing.T, events <-chan Event, by string) {
+	t.Helper()
 	got := map[Event]bool{}
 	for len(events) > 0 {
 		got[<-events] = true
@@ -162,17 +194,8 @@ func TestListenAfterALostConnectionCatchesUp(t *testing.T) {
 		{Kind: EventWorkQueued, Account: "acme"},
 	} {
 		if !got[want] {
-			t.Errorf("the catch-up did not replay %+v; it replayed %v", want, got)
+			t.Errorf("%s did not replay %+v; it replayed %v", by, want, got)
 		}
-	}
-
-	// And it listens again.
-	want := Event{Kind: EventWorkQueued, Account: "after"}
-	if err := a.Publish(t.Context(), want); err != nil {
-		t.Fatal(err)
-	}
-	if e := receive(t, events, "an event after reconnecting"); e != want {
-		t.Errorf("after reconnecting: received %+v, want %+v", e, want)
 	}
 }
 

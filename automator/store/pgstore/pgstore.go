@@ -60,7 +60,9 @@ type Store struct {
 
 	listenMu sync.Mutex
 	// heard is when a Listen connection of this Store was last known to be
-	// healthy; zero before the first. A new Listen catches up from it.
+	// healthy, or when the Store was opened: a new Listen catches up from
+	// it, the first one too (another replica may queue or end units before
+	// this one listens).
 	heard time.Time
 	// testHookListening, when set, is called each time Listen is ready:
 	// listening, and caught up.
@@ -143,6 +145,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		channel:      channelFor(schema),
 		origin:       randomID(),
 		redacted:     redacted,
+		heard:        time.Now(),
 	}
 	s.initGrouper(&s.group)
 	s.initGrouper(&s.reads)
