@@ -35,18 +35,47 @@ type heldGroup struct {
 	leader sync.WaitGroup
 }
 
-func holdGroup(t *testing.T, s *Store) *heldGroup {
+// lockAccount locks account's row in a transaction of its own (rolled back
+// at the end of the test, unless committed), and returns it with the
+// process id of its session.
+func lockAccount(t *testing.T, s *Store, account string) (pgx.Tx, int) {
 	t.Helper()
-	ctx := t.Context()
-	lock, err := s.pool.Begin(ctx)
+	lock, err := s.pool.Begin(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = lock.Rollback(context.Background()) })
-	var lockPID int
-	if err := lock.QueryRow(ctx, `SELECT pg_backend_pid() FROM accounts WHERE name = 'acme' FOR UPDATE`).Scan(&lockPID); err != nil {
+	var pid int
+	if err := lock.QueryRow(t.Context(), `SELECT pg_backend_pid() FROM accounts WHERE name = $1 FOR UPDATE`, account).Scan(&pid); err != nil {
 		t.Fatal(err)
 	}
+	return lock, pid
+}
+
+// waitBlockedBy waits until a session of s waits, inside PostgreSQL, on a
+// lock held by the session lockPID.
+func waitBlockedBy(t *testing.T, s *Store, lockPID int, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var blocked bool
+		if err := s.pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid)))`, lockPID).Scan(&blocked); err != nil {
+			t.Fatal(err)
+		}
+		if blocked {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never waited on the lock", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func holdGroup(t *testing.T, s *Store) *heldGroup {
+	t.Helper()
+	ctx := t.Context()
+	lock, lockPID := lockAccount(t, s, "acme")
 	h := &heldGroup{s: s, lock: lock}
 	held := groupReaches(s, 0)
 	h.leader.Go(func() {
@@ -58,20 +87,8 @@ func holdGroup(t *testing.T, s *Store) *heldGroup {
 	// The lead leads its batch; wait until that batch waits on the lock in
 	// PostgreSQL, so that it was taken and nothing handed in later joins
 	// it (between the two, a write handed in would have been taken too).
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var blocked bool
-		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid)))`, lockPID).Scan(&blocked); err != nil {
-			t.Fatal(err)
-		}
-		if blocked {
-			return h
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the held write never waited on the lock")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitBlockedBy(t, s, lockPID, "the held write")
+	return h
 }
 
 // release lets the held write go, and with it the batch of the writes that
@@ -280,15 +297,7 @@ func TestAWriteCancelledWhileWaitingNeverRuns(t *testing.T) {
 func TestALoneWriteUnderWayIsWaitedFor(t *testing.T) {
 	s := storeWithClaims(t, 0)
 	ctx := t.Context()
-	lock, err := s.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Rollback(context.Background())
-	var lockPID int
-	if err := lock.QueryRow(ctx, `SELECT pg_backend_pid() FROM accounts WHERE name = 'acme' FOR UPDATE`).Scan(&lockPID); err != nil {
-		t.Fatal(err)
-	}
+	lock, lockPID := lockAccount(t, s, "acme")
 
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -298,20 +307,7 @@ func TestALoneWriteUnderWayIsWaitedFor(t *testing.T) {
 		done <- err
 	}()
 	// The enqueue waits, inside PostgreSQL, on the lock of acme's row.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var blocked bool
-		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid)))`, lockPID).Scan(&blocked); err != nil {
-			t.Fatal(err)
-		}
-		if blocked {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the enqueue never waited on the lock")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitBlockedBy(t, s, lockPID, "the enqueue")
 	cancel()
 	// Nothing says when a cancellation has been acted on: give it a moment
 	// to cut the statement short (it must not), then let the statement go.
@@ -349,15 +345,7 @@ func TestABatchWhoseSessionEndsFailsEveryWrite(t *testing.T) {
 	}
 	h := holdGroup(t, s)
 	// The batch will wait on this lock of beta's row, inside PostgreSQL.
-	lock, err := s.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Rollback(context.Background())
-	var lockPID int
-	if err := lock.QueryRow(ctx, `SELECT pg_backend_pid() FROM accounts WHERE name = 'beta' FOR UPDATE`).Scan(&lockPID); err != nil {
-		t.Fatal(err)
-	}
+	lock, lockPID := lockAccount(t, s, "beta")
 
 	waited := groupReaches(s, n)
 	errs := make(chan error, n)
