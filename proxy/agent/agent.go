@@ -51,6 +51,9 @@ type Options struct {
 	// after a successful poll at most once every StateEvery (5s).
 	StateFile  string
 	StateEvery time.Duration
+	// EndGrace, when it closes while the agent stops, ends the grace period
+	// at once (the proxy was asked to stop a second time).
+	EndGrace <-chan struct{}
 	// SpoolDir, when set, is where finished units' results are kept (each
 	// written and fsynced while it is first posted) until the automator
 	// accepts or refuses them, so they survive a restart of the proxy.
@@ -81,6 +84,9 @@ var errCancelledByAutomator = errors.New("the automator ended this unit")
 
 // errShutdown: the proxy is stopping and the grace period ran out.
 var errShutdown = errors.New("the proxy stopped before the script finished (grace period over)")
+
+// errStoppedAgain: the proxy is stopping and was asked to stop again.
+var errStoppedAgain = errors.New("the proxy stopped before the script finished (asked to stop a second time, before the grace period was over)")
 
 // New makes an Agent.
 func New(o Options) *Agent {
@@ -134,16 +140,22 @@ func (a *Agent) Run(ctx context.Context) error {
 	if n := a.inFlight(); n > 0 {
 		a.log.Info("stopping: waiting for running units", "running", n, "grace_period", a.o.GracePeriod)
 	}
+	kill := func(why error) {
+		a.cancelAll(why)
+		if a.spool != nil {
+			// Results not yet posted stay in the spool for the next start.
+			stopWork(why)
+		}
+		<-done
+	}
 	select {
 	case <-done:
 	case <-time.After(a.o.GracePeriod):
 		a.log.Warn("grace period over: killing running units", "running", a.inFlight())
-		a.cancelAll(errShutdown)
-		if a.spool != nil {
-			// Results not yet posted stay in the spool for the next start.
-			stopWork(errShutdown)
-		}
-		<-done
+		kill(errShutdown)
+	case <-a.o.EndGrace:
+		a.log.Warn("asked to stop again: killing running units", "running", a.inFlight())
+		kill(errStoppedAgain)
 	}
 	a.state.stopped(time.Now())
 	a.log.Info("stopped")

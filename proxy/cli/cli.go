@@ -9,7 +9,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -137,6 +139,8 @@ func runProxy(ctx context.Context, cfg config.Config, env Env) error {
 	defer conn.Close()
 	log := newLogger(env.Stderr, cfg.LogFormat)
 	host, _ := os.Hostname()
+	endGrace, stopWatching := secondStop(ctx)
+	defer stopWatching()
 	a := agent.New(agent.Options{
 		Client:         automatorv1.NewProxyServiceClient(conn),
 		Keys:           keys,
@@ -147,6 +151,7 @@ func runProxy(ctx context.Context, cfg config.Config, env Env) error {
 		MaxConcurrency: cfg.MaxConcurrency,
 		MaxOutput:      cfg.MaxOutputBytes,
 		GracePeriod:    cfg.GracePeriod,
+		EndGrace:       endGrace,
 		Logger:         log,
 		StateFile:      stateFile(cfg),
 		SpoolDir:       spoolDir(cfg),
@@ -156,6 +161,36 @@ func runProxy(ctx context.Context, cfg config.Config, env Env) error {
 		log.Warn("automator_url is plaintext http:// to a host that is not loopback: the token crosses the network in clear; use https://")
 	}
 	return a.Run(ctx)
+}
+
+// stopSignals ask the process to stop (as in main).
+var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM}
+
+// secondStop returns a channel closed when the process is asked to stop
+// (SIGINT, SIGTERM) a second time: the first stop (it cancels ctx, in main
+// or the service manager) waits out the grace period of running scripts,
+// the second ends it, as a second Ctrl-C is expected to.
+func secondStop(ctx context.Context) (<-chan struct{}, func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, stopSignals...) // the first one too: it stopped ctx
+	again := make(chan struct{})
+	quit := make(chan struct{})
+	go func() {
+		seen := 0
+		for {
+			select {
+			case <-sigs:
+				seen++
+			case <-quit:
+				return
+			}
+			if seen >= 2 && ctx.Err() != nil {
+				close(again)
+				return
+			}
+		}
+	}()
+	return again, func() { signal.Stop(sigs); close(quit) }
 }
 
 // spoolDir is where the agent keeps results until they are posted: the

@@ -5,9 +5,11 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -102,6 +104,39 @@ echo "out-$1"`)
 	}
 	if n := len(starts()); n != units {
 		t.Errorf("%d starts in the run log, want %d", n, units)
+	}
+}
+
+// A proxy stopping (SIGTERM) with a unit running waits for it within its
+// grace period (an hour here); a second SIGTERM, or Ctrl-C, ends the grace
+// period at once: the script is killed, the unit reported failed, and the
+// proxy exits 0.
+func TestASecondSignalEndsTheGracePeriod(t *testing.T) {
+	t.Parallel()
+	a := startAutomator(t)
+	cfg := withSettings(t, a.createAccount(t, "acme"), "grace_period: 1h")
+	scripts, gate := t.TempDir(), t.TempDir()
+	started, release := filepath.Join(gate, "started"), filepath.Join(gate, "release")
+	writeScript(t, scripts, "wait.sh", `touch "$1"; while [ ! -e "$2" ] && [ -d "${2%/*}" ]; do sleep 0.05; done; echo released`)
+	t.Cleanup(func() { os.WriteFile(release, nil, 0o600) })
+	p := startProxy(t, cfg, scripts, "a")
+	p.WaitPolling(t)
+
+	bg := a.StartExec(t, "--account", "acme", "wait.sh", started, release)
+	waitFor(t, 10*time.Second, "the script to start", func() bool { return exists(started) })
+	p.Signal(t, syscall.SIGTERM)
+	waitFor(t, 10*time.Second, "the proxy to wait for its running unit", func() bool {
+		return strings.Contains(p.Log(), "stopping: waiting for running units")
+	})
+	p.Signal(t, syscall.SIGINT)
+	if code := p.Wait(t, 15*time.Second); code != 0 {
+		t.Errorf("the proxy exited with %d after a second signal, want 0", code)
+	}
+	if !strings.Contains(p.Log(), "asked to stop again: killing running units") {
+		t.Errorf("the proxy's log does not say why it killed its unit:\n%s", p.Tail(20))
+	}
+	if r := bg.Wait(t, 10*time.Second); r.Code != 125 || !strings.Contains(r.Stderr, "asked to stop a second time") {
+		t.Errorf("exec: %v; want exit 125 (failed), saying the proxy was asked to stop a second time", r)
 	}
 }
 
