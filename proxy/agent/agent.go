@@ -142,8 +142,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	kill := func(why error) {
 		a.cancelAll(why)
-		if a.spool != nil {
-			// Results not yet posted stay in the spool for the next start.
+		// With a spool, results not yet posted stay in it for the next
+		// start; without one, they are posted until their deadlines,
+		// unless the proxy was asked to stop again (they are lost, and
+		// logged as such).
+		if a.spool != nil || why == errStoppedAgain {
 			stopWork(why)
 		}
 		<-done

@@ -166,6 +166,12 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 	return w.b.Write(p)
 }
 
+func (w *lockedWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -276,6 +282,48 @@ func TestCancellationInTheAnswerOfADroppedPollIsKept(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the other unit was not cancelled: the cancellation in the dropped poll's answer was lost")
+	}
+}
+
+// TestASecondStopEndsPostingWithoutASpool: without a spool, a stopping
+// agent keeps posting a result the automator does not take (here it is
+// unavailable) until the unit's deadline; a second stop ends that too, and
+// the result is logged as lost.
+func TestASecondStopEndsPostingWithoutASpool(t *testing.T) {
+	b := &blockingRunner{release: make(chan struct{}), ended: make(chan error, 4)}
+	useRunner(t, b.run)
+	f := newFake()
+	for range 10000 {
+		f.completeErr = append(f.completeErr, status.Error(codes.Unavailable, "automator down"))
+	}
+	log := &lockedWriter{b: &bytes.Buffer{}}
+	endGrace := make(chan struct{})
+	a := New(Options{
+		Client: f, Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(),
+		MaxConcurrency: 1, PollWait: time.Second, GracePeriod: time.Hour, EndGrace: endGrace,
+		BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(log, nil)),
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { a.Run(ctx); close(done) }()
+	f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{claim(t, "w1", &automatorv1.Command{Script: "s"})}}
+	waitFor(t, "running", func() bool { return b.count() == 1 })
+	b.release <- struct{}{}
+	waitFor(t, "a failed post", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.completes) > 0 })
+	cancel()
+	select {
+	case endGrace <- struct{}{}: // taken by Run as it waits for the posts
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stopping agent never took the second stop")
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after the second stop; it posts until the unit's deadline")
+	}
+	if !strings.Contains(log.String(), "it is lost (no state_dir, so no spool)") {
+		t.Errorf("the log does not say the result was lost:\n%s", log.String())
 	}
 }
 
