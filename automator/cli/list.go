@@ -166,9 +166,7 @@ func cmdInstances(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	defer st.Close()
-	if _, err := st.AccountGet(ctx, *account); errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("--account: there is no account %q; `automator account list` lists them", *account)
-	} else if err != nil {
+	if err := accountExists(ctx, st, *account); err != nil {
 		return err
 	}
 	list, err := st.InstanceList(ctx, *account)
@@ -200,4 +198,15 @@ func cmdInstances(ctx context.Context, args []string, env Env) error {
 			utc(in.LastPollAt), ago(t0, in.LastPollAt), in.InFlight, status)
 	}
 	return w.Flush()
+}
+
+// accountExists refuses an --account that names no account, rather than
+// let a listing of it say only that nothing matches.
+func accountExists(ctx context.Context, st store.Store, account string) error {
+	if _, err := st.AccountGet(ctx, account); errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("--account: there is no account %q; `automator account list` lists them", account)
+	} else if err != nil {
+		return err
+	}
+	return nil
 }

@@ -201,6 +201,7 @@ func TestListingErrorsNameTheFlag(t *testing.T) {
 		want string
 	}{
 		{[]string{"instances", "--account", "nobody"}, `--account: there is no account "nobody"`},
+		{[]string{"work", "list", "--account", "nobody"}, `--account: there is no account "nobody"`},
 		{[]string{"instances"}, "--account is required"},
 		{[]string{"work", "list", "--state", "done"}, `--state "done" is not a state`},
 		{[]string{"work", "list", "--limit", "0"}, "--limit 0 is outside"},

@@ -148,6 +148,11 @@ func cmdWorkList(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	defer st.Close()
+	if *account != "" {
+		if err := accountExists(ctx, st, *account); err != nil {
+			return err
+		}
+	}
 	srv, err := opener(*l.dir, st)
 	if err != nil {
 		return err
