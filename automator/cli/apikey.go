@@ -180,8 +180,8 @@ func cmdAPIKeyList(ctx context.Context, args []string, env Env) error {
 }
 
 // cmdAPIKeyRevoke revokes a key. Every automator sharing the database
-// refuses it from its next call on: keys are looked up on every call,
-// never cached.
+// refuses it from the first call made after the command returned (see
+// store.CachedCredentials).
 func cmdAPIKeyRevoke(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("apikey revoke", env)
 	dir := fs.String("data-dir", "", "the automator's data directory")
@@ -212,7 +212,11 @@ func cmdAPIKeyRevoke(ctx context.Context, args []string, env Env) error {
 	if errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("no API key %q; see `automator apikey list`", pos[0])
 	}
-	if err != nil {
+	if errors.Is(err, store.ErrWithdrawalInterrupted) {
+		// The revoke is committed: record it even though interrupted.
+		ctx = context.WithoutCancel(ctx)
+		fmt.Fprintf(env.Stderr, "automator: warning: %v; the revoke stands\n", err)
+	} else if err != nil {
 		return err
 	}
 	audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditAPIKeyRevoked, Detail: fmt.Sprintf("%s (%s)", k.ID, k.Name)}, env)

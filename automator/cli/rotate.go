@@ -87,10 +87,20 @@ func cmdAccountRotate(ctx context.Context, rotateKey bool, args []string, env En
 		}
 		p.KeyID = newKey.ID
 	}
-	if _, err := st.AccountRotate(ctx, p); errors.Is(err, store.ErrExists) {
+	_, err = st.AccountRotate(ctx, p)
+	interrupted := errors.Is(err, store.ErrWithdrawalInterrupted)
+	switch {
+	case errors.Is(err, store.ErrExists):
 		return fmt.Errorf("another rotation of account %q was made at the same time; run this again", name)
-	} else if err != nil {
+	case err != nil && !interrupted:
 		return err
+	}
+	// The rotation is committed: the profile printed below is the only copy
+	// of the new token, and the audit log must record the change, even when
+	// the command is interrupted from here on.
+	ctx = context.WithoutCancel(ctx)
+	if interrupted {
+		fmt.Fprintf(env.Stderr, "automator: warning: %v; the rotation stands\n", err)
 	}
 
 	kind, detail := store.AuditTokenRotated, fmt.Sprintf("previous token valid until %s", p.PreviousUntil.UTC().Format(time.RFC3339))

@@ -154,7 +154,7 @@ func (c *credCache) withdrawn(ctx context.Context) error {
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("committed, but interrupted while automators drop their cached credentials (they do within %v): %w", c.ttl, ctx.Err())
+		return fmt.Errorf("%w (they do within %v): %w", ErrWithdrawalInterrupted, c.ttl, ctx.Err())
 	}
 }
 

@@ -48,6 +48,12 @@ var (
 	// ErrExists: a record with that identity (account name, work id, API
 	// key id) already exists.
 	ErrExists = errors.New("already exists")
+	// ErrWithdrawalInterrupted: a withdrawal of a credential (AccountRotate,
+	// APIKeyRevoke through CachedCredentials) is committed, but its context
+	// ended while it waited out the automators' cached copies. The change
+	// stands (and takes effect within CredentialTTL): the caller must treat
+	// it as made.
+	ErrWithdrawalInterrupted = errors.New("committed, but interrupted while automators drop their cached credentials")
 	// ErrClaimMismatch: the work is claimed, but not under the claim id presented.
 	ErrClaimMismatch = errors.New("claim id does not match")
 	// ErrNotClaimable: the work is in a terminal state (or still queued), so a
