@@ -15,10 +15,12 @@ import (
 
 // cmdCertRenew makes a new server certificate signed by the data
 // directory's CA, for the public URL's host and loopback, and puts it in
-// place of server.pem and server.key (each written beside it, then renamed
-// over it, key first). A running automator serves it to new connections
-// within pki.DefaultReloadEvery, without a restart; profiles stay valid
-// (they trust the CA).
+// place of server.pem and server.key (each written beside it with the owner
+// of the file it replaces, then renamed over it, key first), so that an
+// automator running as the data directory's owner reads the pair root
+// renewed. A running automator serves it to new connections within
+// pki.DefaultReloadEvery, without a restart; profiles stay valid (they
+// trust the CA).
 func cmdCertRenew(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("cert renew", env)
 	dir := fs.String("data-dir", "", "the automator's data directory")
@@ -61,6 +63,10 @@ func cmdCertRenew(ctx context.Context, args []string, env Env) error {
 		_ = os.Remove(tmp)
 		if err := pki.WriteFile(tmp, f.data, f.mode); err != nil {
 			return fmt.Errorf("writing %s: %w", tmp, err)
+		}
+		if err := keepOwner(tmp, path(f.name)); err != nil {
+			_ = os.Remove(tmp)
+			return fmt.Errorf("giving %s the owner of %s: %w", tmp, f.name, err)
 		}
 		if err := os.Rename(tmp, path(f.name)); err != nil {
 			return fmt.Errorf("putting %s in place: %w", f.name, err)
