@@ -12,15 +12,15 @@ func Install(s Spec) error {
 	if err := s.check(); err != nil {
 		return err
 	}
-	if err := checkPlatformSpec(s); err != nil {
-		return err
-	}
 	st, err := Query(s.Name)
 	if err != nil {
 		return err
 	}
 	if st.Installed {
 		return fmt.Errorf("service %q is %w (%s); uninstall it first or choose another --name", s.Name, ErrAlreadyInstalled, st.Definition)
+	}
+	if err := checkPlatformSpec(s); err != nil {
+		return err
 	}
 	svc, err := newService(s, nil, nil)
 	if err != nil {

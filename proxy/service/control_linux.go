@@ -43,11 +43,33 @@ func chooseSystem() {
 }
 
 func checkPlatformSpec(s Spec) error {
-	if s.User == "" {
+	if s.User != "" {
+		if _, err := LookupUser(s.User); err != nil {
+			return err
+		}
+	}
+	chooseSystem()
+	if service.Platform() != platformSysV {
 		return nil
 	}
-	_, err := LookupUser(s.User)
-	return err
+	// The init script keeps its pid and its log in these files, and
+	// uninstall removes them: files of another program by that name (a
+	// daemon's pid file, a syslog file) would be taken over, their process
+	// signalled by stop, and deleted.
+	for _, p := range sysvFiles(s.Name) {
+		if _, err := os.Lstat(p); err == nil {
+			return fmt.Errorf("service %q: %s exists already: the init script would use it and uninstall would delete it; choose another --name (or remove the file, if an earlier install left it)", s.Name, p)
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// sysvFiles are the files the SysV init script of service name makes: its
+// pid file and its log.
+func sysvFiles(name string) []string {
+	return []string{filepath.Join(sysvPIDDir, name+".pid"), filepath.Join(sysvLogDir, name+".log")}
 }
 
 func definition(svc service.Service, name string) (string, bool, error) {
@@ -154,7 +176,7 @@ func afterUninstall(name string) error {
 	}
 	var errs []error
 	errs = append(errs, removeRCLinks(name, "SK"))
-	for _, p := range []string{filepath.Join(sysvPIDDir, name+".pid"), filepath.Join(sysvLogDir, name+".log")} {
+	for _, p := range sysvFiles(name) {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
