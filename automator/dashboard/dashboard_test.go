@@ -599,3 +599,107 @@ func TestStaticAssetsAndSecurityHeaders(t *testing.T) {
 		}
 	}
 }
+
+// readSpecEvents parses a stream as a browser's EventSource does (the
+// HTML standard's event-stream rules): a line ends at CRLF, LF or a lone
+// CR; "field: value" lines set the event's type and data; a blank line
+// dispatches it (an event with no data line is dropped).
+func readSpecEvents(r io.Reader, out chan<- event) {
+	defer close(out)
+	br := bufio.NewReader(r)
+	var name string
+	var data []string
+	hasData := false
+	for {
+		var line []byte
+		for {
+			b, err := br.ReadByte()
+			if err != nil {
+				return
+			}
+			if b == '\n' {
+				break
+			}
+			if b == '\r' {
+				if nb, err := br.Peek(1); err == nil && nb[0] == '\n' {
+					br.ReadByte()
+				}
+				break
+			}
+			line = append(line, b)
+		}
+		s := string(line)
+		if s == "" {
+			if hasData {
+				if name == "" {
+					name = "message"
+				}
+				out <- event{name: name, data: strings.Join(data, "\n")}
+			}
+			name, data, hasData = "", nil, false
+			continue
+		}
+		if strings.HasPrefix(s, ":") {
+			continue
+		}
+		field, value, _ := strings.Cut(s, ":")
+		value = strings.TrimPrefix(value, " ")
+		switch field {
+		case "event":
+			name = value
+		case "data":
+			data, hasData = append(data, value), true
+		}
+	}
+}
+
+// A carriage return in what a page shows (a progress meter in a script's
+// output, or a host name a proxy reports) ends a line of the event stream
+// for the browser as much as a line feed does. It must neither cut the
+// update short nor start events of its own (a forged "signedout").
+func TestLiveUpdatesCarryCarriageReturnsIntact(t *testing.T) {
+	e := newEnv(t)
+	now := e.clock.Now()
+	e.enqueue("w_progress", "acme", now.Add(-time.Minute), &automatorv1.Command{Script: "download.sh"})
+	e.run("acme", "a-1", now.Add(-59*time.Second), now.Add(-58*time.Second),
+		&automatorv1.Result{Stdout: []byte("10%\r50%\r\revent: signedout\rdata: x\r\rdone 100%\n")})
+	if err := e.st.InstanceSeen(t.Context(), store.InstanceSeenParams{Account: "acme", InstanceID: "a-2",
+		Hostname: "evil\r\revent: signedout\rdata: x\r\rhost", Version: "v9", Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	c := client(t)
+	e.signIn(c, e.url, "admin")
+	for page, want := range map[string][]string{
+		"/dashboard/work/w_progress": {"10%", "50%", "done 100%", `id="unit-stderr"`},
+		"/dashboard/accounts/acme":   {"evil", `data-instance="a-2"`, "host</td>"},
+	} {
+		ctx, cancel := context.WithCancel(t.Context())
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.url+page, nil)
+		req.Header.Set("Accept", "text/event-stream")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events := make(chan event)
+		go readSpecEvents(resp.Body, events)
+		var ev event
+		select {
+		case ev = <-events:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no event within 10s", page)
+		}
+		cancel()
+		resp.Body.Close()
+		for range events {
+		}
+		if ev.name != "update" {
+			t.Errorf("%s: the first event is %q, want update:\n%s", page, ev.name, ev.data)
+			continue
+		}
+		for _, w := range want {
+			if !strings.Contains(ev.data, w) {
+				t.Errorf("%s: the update lacks %q:\n%s", page, w, ev.data)
+			}
+		}
+	}
+}

@@ -100,12 +100,19 @@ func (d *Dashboard) signedOut(w http.ResponseWriter) {
 }
 
 // writeEvent writes one event; each line of data becomes a "data:" line.
+// A browser ends a line of the stream at CRLF, LF or a lone CR, so all
+// three end a line of data here: a CR in what a page shows (a progress
+// meter in a script's output, a host name a proxy reports) would otherwise
+// cut the update short and start fields or events of its own. The page
+// loses nothing: HTML turns every CR into a LF as well.
 func writeEvent(w http.ResponseWriter, event string, data []byte) error {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "event: %s\n", event)
+	data = bytes.ReplaceAll(data, []byte("\r\n"), []byte("\n"))
+	data = bytes.ReplaceAll(data, []byte("\r"), []byte("\n"))
 	for _, line := range bytes.Split(data, []byte("\n")) {
 		b.WriteString("data: ")
-		b.Write(bytes.TrimSuffix(line, []byte("\r")))
+		b.Write(line)
 		b.WriteByte('\n')
 	}
 	b.WriteByte('\n')
