@@ -20,11 +20,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -81,6 +84,7 @@ func Mount(ctx context.Context, mux *http.ServeMux, gs *grpc.Server, o Options) 
 			UnmarshalOptions: protojson.UnmarshalOptions{},
 		}),
 		runtime.WithForwardResponseOption(outcomeStatus),
+		runtime.WithErrorHandler(errorStatus),
 	)
 	if err := automatorgw.RegisterAutomatorServiceHandlerClient(ctx, gw, automatorv1.NewAutomatorServiceClient(conn)); err != nil {
 		conn.Close()
@@ -123,6 +127,20 @@ func outcomeStatus(ctx context.Context, w http.ResponseWriter, m proto.Message) 
 		w.WriteHeader(code)
 	}
 	return nil
+}
+
+// errorStatus answers a failed call as grpc-gateway does, except for a
+// request larger than one gRPC message: the in-memory connection refuses
+// to send it with RESOURCE_EXHAUSTED, which HTTP maps to 429, "submit
+// again later", though the same request can never succeed. It is a limit
+// exceeded, INVALID_ARGUMENT (400) like every other (docs/api.md). Only
+// the gateway's own refusal is mapped: the queue cap and the
+// failed-authentication budget keep their 429.
+func errorStatus(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	if s, ok := status.FromError(err); ok && s.Code() == codes.ResourceExhausted && strings.Contains(s.Message(), "trying to send message larger than max") {
+		err = status.Error(codes.InvalidArgument, s.Message())
+	}
+	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 }
 
 // OutcomeStatus is the HTTP status that execute and wait answer for a unit

@@ -358,3 +358,22 @@ func TestBodyLargerThanTheLimitIsRefused(t *testing.T) {
 		t.Fatalf("%d units queued", n)
 	}
 }
+
+// TestCommandOverTheMessageLimitIsABadRequest: a body the gateway reads
+// (under 16 MiB) whose command is larger than one gRPC message (8 MiB) is
+// a limit exceeded, 400 like every other (docs/api.md), not 429, which
+// tells a caller to submit the same again later.
+func TestCommandOverTheMessageLimitIsABadRequest(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	c := api{t: t, base: a.HTTPURL, apiKey: a.APIKey}
+	big := `{"command": {"script": "x", "args": ["` + strings.Repeat("a", 10<<20) + `"]}}`
+	r := c.do("POST", "/v1/accounts/acme/submit", "", big)
+	if r.status != http.StatusBadRequest || r.body["code"] != float64(3) || !strings.Contains(r.str("message"), "larger than max") {
+		t.Fatalf("a 10 MiB command: HTTP %d %.200s; want 400, code 3, naming the limit", r.status, r.raw)
+	}
+	if n := a.CountWork(t); n != 0 {
+		t.Fatalf("%d units queued", n)
+	}
+	// A normal submit is served after it.
+	c.do("POST", "/v1/accounts/acme/submit", "", map[string]any{"command": map[string]any{"script": "x"}}).want(t, http.StatusOK, "STATE_QUEUED")
+}
