@@ -58,6 +58,7 @@ func operatorHandlers(mux *http.ServeMux, st store.Store, m *metrics.Metrics, sr
 	dash, err := dashboard.New(dashboard.Options{
 		Store:      st,
 		Opener:     srv,
+		SignIns:    srv,
 		MasterKey:  master,
 		PollWindow: cfg.PollWindow,
 		RevealKeys: cfg.DashboardRevealKeys,

@@ -51,6 +51,12 @@ type Opener interface {
 	OpenResult(ctx context.Context, w store.Work) (*automatorv1.Result, error)
 }
 
+// SignIns records refused sign-ins (server.Server does). limited: the
+// address has spent its budget of failures; refuse until retry has passed.
+type SignIns interface {
+	SignInFailed(ctx context.Context, source, why string) (retry time.Duration, limited bool)
+}
+
 // Options configure New.
 type Options struct {
 	Store  Store
@@ -61,6 +67,10 @@ type Options struct {
 	// PollWindow is the automator's poll window: an instance that has not
 	// polled within server.InstanceOnlineWithin of it is offline.
 	PollWindow time.Duration
+	// SignIns, when set, is told of each sign-in refused for a wrong or
+	// revoked API key (the server: audited, and counted against the
+	// address's budget of failed authentications, as a refused call is).
+	SignIns SignIns
 	// RevealKeys are the ids of the API keys that may see script names,
 	// arguments and output. None may by default.
 	RevealKeys []string

@@ -3,6 +3,7 @@ package dashboard_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -102,9 +103,12 @@ func newEnv(t *testing.T) *env {
 }
 
 // serve starts a dashboard (a replica) with the given master key.
-func (e *env) serve(master crypto.MasterKey) string {
+func (e *env) serve(master crypto.MasterKey) string { return e.serveWith(master, e.srv) }
+
+// serveWith starts a dashboard whose server is srv.
+func (e *env) serveWith(master crypto.MasterKey, srv *server.Server) string {
 	d, err := dashboard.New(dashboard.Options{
-		Store: e.st, Opener: e.srv, MasterKey: master, PollWindow: pollWindow, RevealKeys: []string{"admin"},
+		Store: e.st, Opener: srv, SignIns: srv, MasterKey: master, PollWindow: pollWindow, RevealKeys: []string{"admin"},
 		Refresh: 10 * time.Millisecond, Keepalive: 30 * time.Millisecond, PageSize: 3,
 		Now: e.clock.Now, Logger: slog.New(slog.DiscardHandler),
 	})
@@ -331,6 +335,48 @@ func TestSignInRefusesBadRevokedAndScopedKeys(t *testing.T) {
 	}
 	if resp := e.signIn(c, e.url, "viewer"); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("sign-in with a revoked key: %d, want 403", resp.StatusCode)
+	}
+}
+
+// TestRefusedSignInsAreAuditedAndLimitedLikeRefusedCalls: a sign-in with a
+// wrong key is a failed authentication: the audit log records it with the
+// address it came from, and past the address's budget the sign-in is
+// refused with 429; a valid key still signs in.
+func TestRefusedSignInsAreAuditedAndLimitedLikeRefusedCalls(t *testing.T) {
+	e := newEnv(t)
+	srv, err := server.New(server.Options{Store: e.st, MasterKey: e.master, PollWindow: pollWindow, Clock: e.clock,
+		Limits: server.Limits{FailedAuthBurst: 2, FailedAuthRefill: time.Hour}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := e.serveWith(e.master, srv)
+	c := client(t)
+	for i, want := range []int{http.StatusUnauthorized, http.StatusUnauthorized, http.StatusTooManyRequests} {
+		resp, err := c.PostForm(base+"/dashboard/login", url.Values{"api_key": {fmt.Sprintf("oak_wrong-%d", i)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want || (want == http.StatusTooManyRequests) != strings.Contains(string(body), "Too many failed sign-ins from your address") {
+			t.Errorf("wrong key %d: %d; want %d", i, resp.StatusCode, want)
+		}
+	}
+	if resp := e.signIn(c, base, "admin"); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("a valid key after the budget was spent: %d, want a redirect (signed in)", resp.StatusCode)
+	}
+	events, err := e.st.AuditList(t.Context(), store.AuditListParams{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	for _, ev := range events {
+		if strings.HasPrefix(ev.Detail, "dashboard sign-in: ") && ev.Source == "127.0.0.1" {
+			kinds[ev.Kind]++
+		}
+	}
+	if kinds[store.AuditAuthFailed] != 2 || kinds[store.AuditAuthRateLimited] != 1 {
+		t.Errorf("audit log holds %v of the dashboard's sign-ins from 127.0.0.1; want 2 %s and 1 %s", kinds, store.AuditAuthFailed, store.AuditAuthRateLimited)
 	}
 }
 

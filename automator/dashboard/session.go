@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -158,10 +159,21 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusBadRequest, "Enter an API key.")
 		return
 	}
+	// A wrong or revoked key is a failed authentication, counted against
+	// the address as a refused call is: past its budget, refused as such.
+	refused := func(code int, why string) {
+		if d.o.SignIns != nil {
+			if retry, limited := d.o.SignIns.SignInFailed(r.Context(), remoteHost(r), why); limited {
+				fail(http.StatusTooManyRequests, fmt.Sprintf("Too many failed sign-ins from your address; try again in %v.", retry.Round(time.Second)))
+				return
+			}
+		}
+		fail(code, why)
+	}
 	h := crypto.HashToken(secret)
 	k, err := d.o.Store.APIKeyGetByHash(r.Context(), h)
 	if errors.Is(err, store.ErrNotFound) {
-		fail(http.StatusUnauthorized, "That is not a valid API key.")
+		refused(http.StatusUnauthorized, "That is not a valid API key.")
 		return
 	}
 	if err != nil {
@@ -170,6 +182,10 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := checkKey(k); err != nil {
+		if !k.RevokedAt.IsZero() {
+			refused(http.StatusForbidden, capitalise(err.Error())+".")
+			return
+		}
 		fail(http.StatusForbidden, capitalise(err.Error())+".")
 		return
 	}
@@ -227,4 +243,12 @@ func capitalise(s string) string {
 		return s
 	}
 	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// remoteHost is the address a request came from, without its port.
+func remoteHost(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return r.RemoteAddr
 }

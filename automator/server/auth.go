@@ -142,22 +142,37 @@ func bearer(ctx context.Context) (string, error) {
 // key, an expired token).
 func (s *Server) authFailed(ctx context.Context, method, why, actor string) error {
 	src := sourceOf(ctx)
+	if retry, limited := s.failedFrom(ctx, src, methodName(method), why, actor); limited {
+		return status.Errorf(codes.ResourceExhausted, "too many failed authentications from %s (this one: %s); retry in %v", src, why, retry)
+	}
+	return status.Error(codes.Unauthenticated, why)
+}
+
+// SignInFailed records a sign-in to the dashboard refused for a wrong or
+// revoked API key, from source (the client's address), as a failed
+// authentication: audited, and counted against the source's budget as a
+// refused call is. limited: the budget is spent, and the sign-in is to be
+// refused as such until retry has passed.
+func (s *Server) SignInFailed(ctx context.Context, source, why string) (retry time.Duration, limited bool) {
+	return s.failedFrom(ctx, clip(source), "dashboard sign-in", why, "")
+}
+
+// failedFrom counts a failed authentication of what (a method, the
+// dashboard's sign-in) from src against its budget and audits it.
+func (s *Server) failedFrom(ctx context.Context, src, what, why, actor string) (retry time.Duration, limited bool) {
 	now := s.clock.Now()
 	ok, first := s.failures.fail(src, now)
 	if !ok {
 		if first {
-			s.log.Warn("too many failed authentications: refusing further failures from this source for a while", "peer", src, "method", method, "reason", why)
-			e := s.event(ctx, store.AuditAuthRateLimited, methodName(method)+": too many failed authentications; further failures refused for a while")
-			e.Actor = actor
-			s.record(ctx, e)
+			s.log.Warn("too many failed authentications: refusing further failures from this source for a while", "peer", src, "method", what, "reason", why)
+			s.record(ctx, store.AuditEvent{At: now, Kind: store.AuditAuthRateLimited, Actor: actor, Source: src,
+				Detail: what + ": too many failed authentications; further failures refused for a while"})
 		}
-		return status.Errorf(codes.ResourceExhausted, "too many failed authentications from %s (this one: %s); retry in %v", src, why, s.failures.retryAfter(src, now))
+		return s.failures.retryAfter(src, now), true
 	}
-	s.log.Warn("authentication failed", "method", method, "peer", src, "reason", why)
-	e := s.event(ctx, store.AuditAuthFailed, methodName(method)+": "+why)
-	e.Actor = actor
-	s.record(ctx, e)
-	return status.Error(codes.Unauthenticated, why)
+	s.log.Warn("authentication failed", "method", what, "peer", src, "reason", why)
+	s.record(ctx, store.AuditEvent{At: now, Kind: store.AuditAuthFailed, Actor: actor, Source: src, Detail: what + ": " + why})
+	return 0, false
 }
 
 // allow refuses, with PermissionDenied, a caller whose API key may not use
