@@ -59,7 +59,9 @@ func NewCA(name string, now time.Time) (Bundle, error) {
 }
 
 // NewServer makes a server certificate signed by ca, valid for hosts (DNS
-// names or IP addresses).
+// names or IP addresses), for ServerValidity or until the CA ends, if that
+// is sooner: no client trusts it past its CA's end, and it should not
+// claim to last longer. A CA that has ended signs nothing.
 func NewServer(ca Bundle, hosts []string, now time.Time) (Bundle, error) {
 	caPair, err := tls.X509KeyPair(ca.CertPEM, ca.KeyPEM)
 	if err != nil {
@@ -69,6 +71,13 @@ func NewServer(ca Bundle, hosts []string, now time.Time) (Bundle, error) {
 	if err != nil {
 		return Bundle{}, fmt.Errorf("parsing CA certificate: %w", err)
 	}
+	if !now.Before(caCert.NotAfter) {
+		return Bundle{}, fmt.Errorf("the CA ended on %s: no proxy trusts a certificate it signs; proxies need a new CA in their profiles", caCert.NotAfter.UTC().Format(time.RFC3339))
+	}
+	notAfter := now.Add(ServerValidity)
+	if caCert.NotAfter.Before(notAfter) {
+		notAfter = caCert.NotAfter
+	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return Bundle{}, fmt.Errorf("generating server key: %w", err)
@@ -77,7 +86,7 @@ func NewServer(ca Bundle, hosts []string, now time.Time) (Bundle, error) {
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: hosts[0]},
 		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(ServerValidity),
+		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}

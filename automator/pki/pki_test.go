@@ -264,3 +264,29 @@ func FuzzParsePin(f *testing.F) {
 		}
 	})
 }
+
+// TestServerCertificateEndsNoLaterThanItsCA: a certificate made in the
+// CA's last two years ends with the CA, not two years on; one made after
+// the CA ended is refused, naming the end.
+func TestServerCertificateEndsNoLaterThanItsCA(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ca, err := NewCA("test CA", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caEnd := t0.Add(caValidity)
+	if b, err := NewServer(ca, ServerHosts("127.0.0.1"), t0); err != nil || !leafOf(t, b).NotAfter.Equal(t0.Add(ServerValidity)) {
+		t.Fatalf("made at the CA's start: %v; want it to end %v", err, t0.Add(ServerValidity))
+	}
+	late := caEnd.Add(-ServerValidity / 2)
+	b, err := NewServer(ca, ServerHosts("127.0.0.1"), late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end := leafOf(t, b).NotAfter; !end.Equal(caEnd) {
+		t.Errorf("made a year before the CA ends: it ends %v, want the CA's end %v", end, caEnd)
+	}
+	if _, err := NewServer(ca, ServerHosts("127.0.0.1"), caEnd.Add(time.Hour)); err == nil || !strings.Contains(err.Error(), "the CA ended on "+caEnd.Format(time.RFC3339)) {
+		t.Errorf("made after the CA ended: %v; want an error naming its end", err)
+	}
+}
