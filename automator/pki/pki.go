@@ -192,17 +192,23 @@ func ClientTLSPinned(caPEM []byte, pins []Pin, serverName string) (*tls.Config, 
 	return cfg, nil
 }
 
-// WriteFile writes data with the given mode, refusing to overwrite.
+// WriteFile writes data with the given mode, refusing to overwrite, and
+// syncs it.
 func WriteFile(path string, data []byte, mode os.FileMode) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
+	_, err = f.Write(data)
+	if err == nil {
+		// On disk before anyone renames it into place (cert renew): a
+		// crash must not leave an empty server.key where a whole one was.
+		err = f.Sync()
 	}
-	return f.Close()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func encode(der []byte, key *ecdsa.PrivateKey) (Bundle, error) {
