@@ -32,14 +32,20 @@ type pinger interface {
 }
 
 // readyz answers 200 while the store answers and its migrations are done,
-// 503 with the reason otherwise, so a load balancer sends no caller to a
-// replica that cannot serve.
-func readyz(st pinger, log *slog.Logger) http.Handler {
+// 503 with the reason otherwise or once the automator is shutting down
+// (its calls answer UNAVAILABLE then), so a load balancer sends no caller
+// to a replica that cannot serve.
+func readyz(st pinger, stopping func() bool, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
+		if stopping() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "not ready: shutting down")
+			return
+		}
 		if err := st.Ping(ctx); err != nil {
 			log.Warn("not ready", "err", err)
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -67,7 +73,7 @@ func operatorHandlers(mux *http.ServeMux, st store.Store, m *metrics.Metrics, sr
 	if err != nil {
 		return nil, err
 	}
-	mux.Handle("GET /readyz", readyz(st, log))
+	mux.Handle("GET /readyz", readyz(st, srv.ShuttingDown, log))
 	mux.Handle("GET /metrics", m.Handler())
 	mux.Handle(dashboard.Prefix, dash.Handler())
 	mux.Handle("GET /{$}", http.RedirectHandler(dashboard.Prefix, http.StatusSeeOther))

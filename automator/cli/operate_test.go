@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -343,6 +345,35 @@ func TestMetricsCountAScriptedRun(t *testing.T) {
 			if err := json.Unmarshal([]byte(line), &rec); err != nil || rec["msg"] == nil {
 				t.Errorf("%s log line is not a JSON record: %q", name, line)
 			}
+		}
+	}
+}
+
+type pingerFunc func(context.Context) error
+
+func (f pingerFunc) Ping(ctx context.Context) error { return f(ctx) }
+
+// TestReadyzSaysNotReadyOnceShuttingDown: /readyz answers 503 once the
+// automator is shutting down, when its calls answer UNAVAILABLE, though
+// its store still answers; and 503 naming the store's error otherwise.
+func TestReadyzSaysNotReadyOnceShuttingDown(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	for _, tc := range []struct {
+		name     string
+		ping     error
+		stopping bool
+		code     int
+		body     string
+	}{
+		{"serving", nil, false, http.StatusOK, "ready\n"},
+		{"shutting down", nil, true, http.StatusServiceUnavailable, "not ready: shutting down\n"},
+		{"store down", errors.New("the database is gone"), false, http.StatusServiceUnavailable, "not ready: the database is gone\n"},
+	} {
+		rec := httptest.NewRecorder()
+		readyz(pingerFunc(func(context.Context) error { return tc.ping }), func() bool { return tc.stopping }, log).
+			ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		if rec.Code != tc.code || rec.Body.String() != tc.body {
+			t.Errorf("%s: %d %q, want %d %q", tc.name, rec.Code, rec.Body.String(), tc.code, tc.body)
 		}
 	}
 }

@@ -183,6 +183,16 @@ func (s *Server) Shutdown() {
 	s.stopOnce.Do(func() { close(s.shutdown) })
 }
 
+// ShuttingDown reports whether Shutdown was called.
+func (s *Server) ShuttingDown() bool {
+	select {
+	case <-s.shutdown:
+		return true
+	default:
+		return false
+	}
+}
+
 // newID returns prefix + 32 hex characters of randomness.
 func newID(prefix string) string {
 	var b [16]byte
