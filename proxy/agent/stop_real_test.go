@@ -16,6 +16,62 @@ import (
 	"github.com/opsgate/opsgate/proxy/agent"
 )
 
+// stopping is a real automator and an agent of one slot about to be
+// stopped while its unit runs forever.sh, which never ends on its own.
+type stopping struct {
+	caller  automatorv1.AutomatorServiceClient
+	state   string // a directory of the test's, for the spool
+	started string // forever.sh touches it
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when Run returns
+}
+
+// startStopping starts the agent with o (its client, keys, scripts and
+// logger filled in; a spool in the test's directory when spool is set) and
+// runs forever.sh on it; it returns once the script runs, with the unit's
+// id.
+func startStopping(t *testing.T, o agent.Options, spool bool) (*stopping, string) {
+	t.Helper()
+	a := automatortest.Start(t, automatortest.Options{})
+	scripts := t.TempDir()
+	s := &stopping{caller: automatorv1.NewAutomatorServiceClient(a.CallerConn(t)), state: t.TempDir(), done: make(chan struct{})}
+	s.started = filepath.Join(s.state, "started")
+	automatortest.WriteScript(t, scripts, "forever.sh", "touch '"+s.started+"'\nexec sleep 600\n")
+	o.Client, o.Keys, o.InstanceID, o.ScriptsDir = automatorv1.NewProxyServiceClient(a.ProxyConn(t)), crypto.Keys{a.Key}, "stopping", scripts
+	o.MaxConcurrency, o.PollWait, o.BackoffMin, o.BackoffMax = 1, time.Second, time.Millisecond, 5*time.Millisecond
+	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if spool {
+		o.SpoolDir = filepath.Join(s.state, agent.SpoolDirName)
+	}
+	ag := agent.New(o)
+	var ctx context.Context
+	ctx, s.cancel = context.WithCancel(context.Background())
+	go func() { ag.Run(ctx); close(s.done) }()
+
+	st, err := s.caller.Submit(context.Background(), &automatorv1.ExecuteRequest{Account: "acme", Command: &automatorv1.Command{Script: "forever.sh"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	automatortest.WaitFor(t, 10*time.Second, "the script to start", func() bool {
+		_, err := os.Stat(s.started)
+		return err == nil
+	})
+	return s, st.GetWorkId()
+}
+
+// wantFailed checks that unit id failed, its failure saying why.
+func (s *stopping) wantFailed(t *testing.T, id, why string) {
+	t.Helper()
+	got, err := s.caller.Get(context.Background(), &automatorv1.GetRequest{WorkId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.GetState() != automatorv1.State_STATE_FAILED || !strings.Contains(got.GetResult().GetFailure(), why) {
+		t.Fatalf("after the proxy stopped the unit is %v (%q, result failure %q); want failed, saying %q",
+			got.GetState(), got.GetReason(), got.GetResult().GetFailure(), why)
+	}
+}
+
 // TestUnitKilledAtTheEndOfTheGracePeriodIsReportedFailed: a proxy with a
 // spool that is stopped while a script runs past its grace period kills the
 // script and posts the unit's failure before it exits (the automator is
@@ -23,45 +79,12 @@ import (
 // result waiting in the spool for a start that may never come and the unit
 // timing out.
 func TestUnitKilledAtTheEndOfTheGracePeriodIsReportedFailed(t *testing.T) {
-	a := automatortest.Start(t, automatortest.Options{})
-	caller := automatorv1.NewAutomatorServiceClient(a.CallerConn(t))
-	scripts, state := t.TempDir(), t.TempDir()
-	started := filepath.Join(state, "started")
-	automatortest.WriteScript(t, scripts, "forever.sh", "touch '"+started+"'\nexec sleep 600\n")
-	spool := filepath.Join(state, agent.SpoolDirName)
-
-	ag := agent.New(agent.Options{
-		Client: automatorv1.NewProxyServiceClient(a.ProxyConn(t)), Keys: crypto.Keys{a.Key}, InstanceID: "stopping",
-		ScriptsDir: scripts, MaxConcurrency: 1, PollWait: time.Second, GracePeriod: 50 * time.Millisecond,
-		BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
-		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-		SpoolDir: spool,
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { ag.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-
-	st, err := caller.Submit(context.Background(), &automatorv1.ExecuteRequest{Account: "acme", Command: &automatorv1.Command{Script: "forever.sh"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	automatortest.WaitFor(t, 10*time.Second, "the script to start", func() bool {
-		_, err := os.Stat(started)
-		return err == nil
-	})
-	cancel()
-	<-done
-
-	got, err := caller.Get(context.Background(), &automatorv1.GetRequest{WorkId: st.GetWorkId()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.GetState() != automatorv1.State_STATE_FAILED || !strings.Contains(got.GetResult().GetFailure(), "grace period over") {
-		t.Fatalf("after the proxy stopped the unit is %v (%q, result failure %q); want failed, saying the grace period was over",
-			got.GetState(), got.GetReason(), got.GetResult().GetFailure())
-	}
-	if entries, err := os.ReadDir(spool); err == nil && len(entries) > 0 {
+	s, id := startStopping(t, agent.Options{GracePeriod: 50 * time.Millisecond}, true)
+	t.Cleanup(func() { s.cancel(); <-s.done })
+	s.cancel()
+	<-s.done
+	s.wantFailed(t, id, "grace period over")
+	if entries, err := os.ReadDir(filepath.Join(s.state, agent.SpoolDirName)); err == nil && len(entries) > 0 {
 		t.Fatalf("the spool still holds %d files for a result the automator took", len(entries))
 	}
 }
@@ -71,56 +94,25 @@ func TestUnitKilledAtTheEndOfTheGracePeriodIsReportedFailed(t *testing.T) {
 // (EndGrace), it kills the script at once, posts the unit's failure saying
 // so, and returns.
 func TestASecondStopEndsTheGracePeriod(t *testing.T) {
-	a := automatortest.Start(t, automatortest.Options{})
-	caller := automatorv1.NewAutomatorServiceClient(a.CallerConn(t))
-	scripts, state := t.TempDir(), t.TempDir()
-	started := filepath.Join(state, "started")
-	automatortest.WriteScript(t, scripts, "forever.sh", "touch '"+started+"'\nexec sleep 600\n")
-
 	endGrace := make(chan struct{})
-	ag := agent.New(agent.Options{
-		Client: automatorv1.NewProxyServiceClient(a.ProxyConn(t)), Keys: crypto.Keys{a.Key}, InstanceID: "stopping",
-		ScriptsDir: scripts, MaxConcurrency: 1, PollWait: time.Second, GracePeriod: time.Hour, EndGrace: endGrace,
-		BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { ag.Run(ctx); close(done) }()
+	s, id := startStopping(t, agent.Options{GracePeriod: time.Hour, EndGrace: endGrace}, false)
 	t.Cleanup(func() {
-		cancel()
+		s.cancel()
 		close(endGrace)
 		if !t.Failed() { // else it may wait out its hour
-			<-done
+			<-s.done
 		}
 	})
-
-	st, err := caller.Submit(context.Background(), &automatorv1.ExecuteRequest{Account: "acme", Command: &automatorv1.Command{Script: "forever.sh"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	automatortest.WaitFor(t, 10*time.Second, "the script to start", func() bool {
-		_, err := os.Stat(started)
-		return err == nil
-	})
-	cancel()
+	s.cancel()
 	select {
 	case endGrace <- struct{}{}: // taken by Run as it waits in its grace period
 	case <-time.After(10 * time.Second):
 		t.Fatal("the stopping agent never took the second stop")
 	}
 	select {
-	case <-done:
+	case <-s.done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after the second stop; it waits out its hour of grace")
 	}
-
-	got, err := caller.Get(context.Background(), &automatorv1.GetRequest{WorkId: st.GetWorkId()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.GetState() != automatorv1.State_STATE_FAILED || !strings.Contains(got.GetResult().GetFailure(), "asked to stop a second time") {
-		t.Fatalf("after the second stop the unit is %v (%q, result failure %q); want failed, saying the proxy was asked to stop again",
-			got.GetState(), got.GetReason(), got.GetResult().GetFailure())
-	}
+	s.wantFailed(t, id, "asked to stop a second time")
 }
