@@ -177,6 +177,11 @@ func clientConfig(dir, server, apiKeyFile, caFile string) (client.Config, error)
 			if !strings.HasPrefix(s, "https://") && !strings.HasPrefix(s, "http://") {
 				return cfg, fmt.Errorf("--server %q must be https://HOST:PORT", s)
 			}
+			if hostPort, ok := strings.CutPrefix(s, "http://"); ok && config.RequireLoopback(strings.TrimSuffix(hostPort, "/")) != nil {
+				// An automator serves plaintext on loopback only: the API
+				// key would cross the network in clear to something else.
+				return cfg, fmt.Errorf("--server %q: http:// is for an automator serving plaintext on loopback only; give https://%s", s, strings.TrimSuffix(hostPort, "/"))
+			}
 			plaintextOnly = plaintextOnly && strings.HasPrefix(s, "http://")
 			cfg.Addresses = append(cfg.Addresses, s)
 		}

@@ -189,3 +189,17 @@ func killPID(pid int) error {
 	}
 	return p.Kill()
 }
+
+// TestExecRefusesPlaintextToAnotherHost: --server http:// to a host that is
+// not loopback is refused before anything is sent: an automator serves
+// plaintext on loopback only, and the API key would cross the network in
+// clear to something else.
+func TestExecRefusesPlaintextToAnotherHost(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := cli.Main(t.Context(), []string{"exec", "--server", "http://automator.example:8443", "--api-key-file", "no-such-file",
+		"--account", "acme", "x.sh"}, cli.Env{Stdout: &out, Stderr: &errb})
+	want := `--server "http://automator.example:8443": http:// is for an automator serving plaintext on loopback only; give https://automator.example:8443`
+	if code != cli.ExitError || !strings.Contains(errb.String(), want) {
+		t.Errorf("exit %d, stderr %q; want %d and %q", code, errb.String(), cli.ExitError, want)
+	}
+}
