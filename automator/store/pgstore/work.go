@@ -79,6 +79,10 @@ func getWork(ctx context.Context, q querier, id string) (store.Work, error) {
 // for an idempotency key; the retry finds the winner's unit.
 const enqueueAttempts = 3
 
+// byIdempotencyKeyQuery reads the unit of an account with an idempotency
+// key (WorkEnqueue, WorkByIdempotencyKey).
+var byIdempotencyKeyQuery = `SELECT ` + workColumns + ` FROM work WHERE account = $1 AND idempotency_key = $2`
+
 func (s *Store) WorkEnqueue(ctx context.Context, p store.WorkEnqueueParams) (store.Work, error) {
 	if p.ID == "" {
 		return store.Work{}, fmt.Errorf("enqueueing work for account %q: the id is empty", p.Account)
@@ -114,7 +118,7 @@ func (s *Store) enqueueOnce(ctx context.Context, p store.WorkEnqueueParams) (sto
 	}
 	var w store.Work
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		prev, err := scanWork(tx.QueryRow(ctx, `SELECT `+workColumns+` FROM work WHERE account = $1 AND idempotency_key = $2`, p.Account, p.IdempotencyKey))
+		prev, err := scanWork(tx.QueryRow(ctx, byIdempotencyKeyQuery, p.Account, p.IdempotencyKey))
 		switch {
 		case err == nil && !prev.QueuedAt.Before(p.IdempotencySince):
 			w = prev
@@ -182,7 +186,7 @@ func insertedWork(p store.WorkEnqueueParams, w store.Work, err error) (store.Wor
 }
 
 func (s *Store) WorkByIdempotencyKey(ctx context.Context, account, key string, since time.Time) (store.Work, error) {
-	w, err := scanWork(s.pool.QueryRow(ctx, `SELECT `+workColumns+` FROM work WHERE account = $1 AND idempotency_key = $2`, account, key))
+	w, err := scanWork(s.pool.QueryRow(ctx, byIdempotencyKeyQuery, account, key))
 	if errors.Is(err, pgx.ErrNoRows) || err == nil && w.QueuedAt.Before(since) {
 		err = store.ErrNotFound
 	}

@@ -41,6 +41,10 @@ func getWork(ctx context.Context, q querier, id string) (store.Work, error) {
 	return w, err
 }
 
+// byIdempotencyKeyQuery reads the unit of an account with an idempotency
+// key (WorkEnqueue, WorkByIdempotencyKey).
+const byIdempotencyKeyQuery = `SELECT ` + workColumns + ` FROM work WHERE account = ? AND idempotency_key = ?`
+
 func (s *Store) WorkEnqueue(ctx context.Context, p store.WorkEnqueueParams) (store.Work, error) {
 	if p.ID == "" {
 		return store.Work{}, fmt.Errorf("enqueueing work for account %q: the id is empty", p.Account)
@@ -54,7 +58,7 @@ func (s *Store) WorkEnqueue(ctx context.Context, p store.WorkEnqueueParams) (sto
 		var key any // NULL when no key is given
 		if p.IdempotencyKey != "" {
 			key = p.IdempotencyKey
-			prev, err := scanWork(tx.QueryRowContext(ctx, `SELECT `+workColumns+` FROM work WHERE account = ? AND idempotency_key = ?`, p.Account, p.IdempotencyKey))
+			prev, err := scanWork(tx.QueryRowContext(ctx, byIdempotencyKeyQuery, p.Account, p.IdempotencyKey))
 			switch {
 			case err == nil && !prev.QueuedAt.Before(p.IdempotencySince):
 				w = prev
@@ -116,7 +120,7 @@ ON CONFLICT (id) DO NOTHING`,
 }
 
 func (s *Store) WorkByIdempotencyKey(ctx context.Context, account, key string, since time.Time) (store.Work, error) {
-	w, err := scanWork(s.reads.QueryRowContext(ctx, `SELECT `+workColumns+` FROM work WHERE account = ? AND idempotency_key = ?`, account, key))
+	w, err := scanWork(s.reads.QueryRowContext(ctx, byIdempotencyKeyQuery, account, key))
 	if errors.Is(err, sql.ErrNoRows) || err == nil && w.QueuedAt.Before(since) {
 		err = store.ErrNotFound
 	}
