@@ -97,11 +97,16 @@ func (l *failureLimiter) makeRoom(now time.Time) {
 }
 
 // limitKey groups IPv6 addresses by /64, the block one host usually has,
-// so that walking through a subnet's addresses gains no fresh budget.
+// so that walking through a subnet's addresses gains no fresh budget. An
+// IPv4 address written as IPv4-mapped IPv6 (::ffff:192.0.2.1) shares the
+// budget of its IPv4 form.
 func limitKey(source string) string {
 	ip := net.ParseIP(source)
-	if ip == nil || ip.To4() != nil {
+	if ip == nil {
 		return source
+	}
+	if v4 := ip.To4(); v4 != nil {
+		return v4.String()
 	}
 	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
 }

@@ -8,7 +8,7 @@ import (
 
 // TestFailureLimiterGroupsIPv6By64AndStaysBounded: addresses of one IPv6
 // /64 share a budget (walking a subnet gains nothing), IPv4 addresses each
-// have their own, and however many sources fail, the table stays bounded,
+// have their own (written IPv4-mapped or not), and however many sources fail, the table stays bounded,
 // forgetting first the sources whose budget is whole again.
 func TestFailureLimiterGroupsIPv6By64AndStaysBounded(t *testing.T) {
 	now := time.Now()
@@ -32,6 +32,14 @@ func TestFailureLimiterGroupsIPv6By64AndStaysBounded(t *testing.T) {
 	}
 	if ok, _ := l.fail("192.0.2.2", now); !ok {
 		t.Fatalf("a neighbouring IPv4 address was refused")
+	}
+	// The same IPv4 address written as IPv4-mapped IPv6 spends the same
+	// budget (its second failure, then a refused third).
+	if ok, _ := l.fail("::ffff:192.0.2.1", now); !ok {
+		t.Fatalf("the second failure of 192.0.2.1, IPv4-mapped, was refused")
+	}
+	if ok, _ := l.fail("::ffff:c000:201", now); ok {
+		t.Fatalf("a third failure of 192.0.2.1, IPv4-mapped, gained a fresh budget")
 	}
 
 	// Fill the table with sources that keep failing: it never grows past
