@@ -123,10 +123,7 @@ func (a *AutomatorService) Cancel(ctx context.Context, req *automatorv1.CancelRe
 // ListInstances lists the instances that have polled for an account.
 func (a *AutomatorService) ListInstances(ctx context.Context, req *automatorv1.ListInstancesRequest) (*automatorv1.ListInstancesResponse, error) {
 	s := a.s
-	if _, err := s.accountOrStatus(ctx, req.GetAccount()); err != nil {
-		return nil, err
-	}
-	if err := s.allow(ctx, req.GetAccount(), "ListInstances"); err != nil {
+	if _, err := s.accountOrStatus(ctx, req.GetAccount(), "ListInstances"); err != nil {
 		return nil, err
 	}
 	list, err := s.store.InstanceList(ctx, req.GetAccount())
@@ -148,9 +145,15 @@ func (a *AutomatorService) ListInstances(ctx context.Context, req *automatorv1.L
 	return resp, nil
 }
 
-func (s *Server) accountOrStatus(ctx context.Context, name string) (store.Account, error) {
+// accountOrStatus reads the account a caller's method names. A key scoped
+// to other accounts is refused before the read, so that it learns nothing
+// of which accounts exist.
+func (s *Server) accountOrStatus(ctx context.Context, name, method string) (store.Account, error) {
 	if !AccountNamePattern.MatchString(name) {
 		return store.Account{}, status.Errorf(codes.InvalidArgument, "account %q is not a valid account name (%s)", name, AccountNamePattern)
+	}
+	if err := s.allow(ctx, name, method); err != nil {
+		return store.Account{}, err
 	}
 	acc, err := s.store.AccountGet(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
@@ -167,11 +170,8 @@ func (s *Server) accountOrStatus(ctx context.Context, name string) (store.Accoun
 // (within the retention window) it stores nothing and returns the unit the
 // key made. syncLater: see store.WorkEnqueueParams.SyncLater.
 func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, method, id string, syncLater bool) (store.Work, error) {
-	acc, err := s.accountOrStatus(ctx, req.GetAccount())
+	acc, err := s.accountOrStatus(ctx, req.GetAccount(), method)
 	if err != nil {
-		return store.Work{}, err
-	}
-	if err := s.allow(ctx, acc.Name, method); err != nil {
 		return store.Work{}, err
 	}
 	if err := s.checkCommand(req.GetCommand()); err != nil {

@@ -364,7 +364,8 @@ func TestRevokedAPIKeyIsRefusedAtOnce(t *testing.T) {
 
 // TestScopedAPIKeyCannotUseOtherAccounts: a key scoped to acme executes on
 // acme, and gets PermissionDenied for everything of globex: submit,
-// execute, get, wait, cancel, instances.
+// execute, get, wait, cancel, instances. An account that does not exist is
+// refused the same way: the key learns nothing of which accounts exist.
 func TestScopedAPIKeyCannotUseOtherAccounts(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	e.addAccount("globex")
@@ -407,11 +408,30 @@ func TestScopedAPIKeyCannotUseOtherAccounts(t *testing.T) {
 			t.Errorf("%s on globex with a key scoped to acme: %v, want PermissionDenied naming globex", method, err)
 		}
 	}
+	unknown := map[string]func() error{
+		"Submit": func() error {
+			_, err := scoped.Submit(ctx, &automatorv1.ExecuteRequest{Account: "initech", Command: &automatorv1.Command{Script: "x.sh"}})
+			return err
+		},
+		"ExecuteOnProxy": func() error {
+			_, err := scoped.ExecuteOnProxy(ctx, &automatorv1.ExecuteRequest{Account: "initech", Command: &automatorv1.Command{Script: "x.sh"}})
+			return err
+		},
+		"ListInstances": func() error {
+			_, err := scoped.ListInstances(ctx, &automatorv1.ListInstancesRequest{Account: "initech"})
+			return err
+		},
+	}
+	for method, call := range unknown {
+		if err := call(); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "initech") {
+			t.Errorf("%s on initech, which does not exist, with a key scoped to acme: %v, want PermissionDenied naming initech", method, err)
+		}
+	}
 	if st, _ := e.callerClient().Get(ctx, &automatorv1.GetRequest{WorkId: theirs.GetWorkId()}); st.GetState() != automatorv1.State_STATE_QUEUED {
 		t.Errorf("globex's unit is %v after the denied cancel, want still queued", st.GetState())
 	}
-	if n := countKind(e.auditLog(), store.AuditAuthDenied); n != len(denied) {
-		t.Errorf("audit log holds %d auth.denied events, want %d", n, len(denied))
+	if n := countKind(e.auditLog(), store.AuditAuthDenied); n != len(denied)+len(unknown) {
+		t.Errorf("audit log holds %d auth.denied events, want %d", n, len(denied)+len(unknown))
 	}
 }
 
