@@ -140,7 +140,8 @@ func clientConfig(dir, server, apiKeyFile, caFile string) (client.Config, error)
 			return cfg, err
 		}
 		addr, plaintext := c.Listen, c.InsecurePlaintext
-		if s, ok, err := config.ReadServing(dir); err != nil {
+		s, ok, err := config.ReadServing(dir)
+		if err != nil {
 			return cfg, err
 		} else if ok {
 			addr, plaintext = s.GRPC, s.Plaintext
@@ -148,6 +149,9 @@ func clientConfig(dir, server, apiKeyFile, caFile string) (client.Config, error)
 		h, port, err := net.SplitHostPort(addr)
 		if err != nil {
 			return cfg, fmt.Errorf("gRPC address %q: %w", addr, err)
+		}
+		if !ok && port == "0" {
+			return cfg, fmt.Errorf("no automator serves from %s: listen has port 0, and serve writes the port it bound to %s while it runs; start `automator serve --data-dir %s`", dir, config.FileServing, dir)
 		}
 		if ip := net.ParseIP(h); h == "" || (ip != nil && ip.IsUnspecified()) {
 			h = "127.0.0.1"

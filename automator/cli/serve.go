@@ -180,11 +180,15 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	heartbeatDone := startHeartbeat(runCtx, st, cfg.ReplicaID, log)
 	purgeDone := startPurge(runCtx, srv, cfg.WorkRetention, log)
 
-	if err := config.WriteServing(*dir, config.Serving{
-		GRPC: lis.Addr().String(), HTTP: hlis.Addr().String(), Plaintext: cfg.InsecurePlaintext,
-	}); err != nil {
+	serving := config.Serving{GRPC: lis.Addr().String(), HTTP: hlis.Addr().String(), Plaintext: cfg.InsecurePlaintext}
+	if err := config.WriteServing(*dir, serving); err != nil {
 		return fmt.Errorf("writing %s: %w", config.FileServing, err)
 	}
+	defer func() {
+		if err := config.RemoveServing(*dir, serving); err != nil {
+			log.Warn("removing "+config.FileServing+" at stop", "err", err)
+		}
+	}()
 	log.Info("serving", "grpc", lis.Addr().String(), "http", hlis.Addr().String(), "tls", !cfg.InsecurePlaintext, "db", describeDB(*dir, cfg))
 
 	var serveErr error

@@ -28,6 +28,7 @@ const (
 	FileDB        = "automator.db"
 	// FileServing is written by serve once it listens: the addresses it
 	// actually bound (useful with port 0), read by exec with --data-dir.
+	// serve removes it when it stops.
 	FileServing = "serving.yaml"
 )
 
@@ -241,6 +242,17 @@ func WriteServing(dir string, s Serving) error {
 		return err
 	}
 	return os.Rename(tmp, filepath.Join(dir, FileServing))
+}
+
+// RemoveServing removes FileServing if it still holds s (another serve of
+// the same directory may have written its own since): once serve stops,
+// the addresses it recorded may be bound by another program.
+func RemoveServing(dir string, s Serving) error {
+	cur, ok, err := ReadServing(dir)
+	if err != nil || !ok || cur != s {
+		return err
+	}
+	return os.Remove(filepath.Join(dir, FileServing))
 }
 
 // ReadServing reads FileServing; ok is false when it does not exist.

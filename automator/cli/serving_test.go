@@ -1,0 +1,59 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/config"
+)
+
+// TestServingFileLastsWhileServeRuns: serve records the port it bound
+// (listen has port 0) in serving.yaml, where `work wait --data-dir` finds
+// it, and removes the file when it stops, since another program may bind
+// that port next. With no serve running, a data-dir command says so at
+// once instead of dialling a port recorded by a serve that is gone.
+func TestServingFileLastsWhileServeRuns(t *testing.T) {
+	dir := initDir(t)
+	cfg, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Listen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
+	if err := config.Save(dir, cfg); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	log := &lockedBuffer{}
+	go func() { done <- Main(ctx, []string{"serve", "--data-dir", dir}, Env{Stdout: io.Discard, Stderr: log}) }()
+	waitUntil(t, 15*time.Second, "serve to write serving.yaml", func() bool {
+		_, ok, _ := config.ReadServing(dir)
+		return ok
+	})
+	wait := func() (int, string) {
+		var out, errb bytes.Buffer
+		wctx, wcancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer wcancel()
+		code := Main(wctx, []string{"work", "wait", "--data-dir", dir, "w_0123456789abcdef0123456789abcdef"}, Env{Stdout: &out, Stderr: &errb})
+		return code, errb.String()
+	}
+	if code, stderr := wait(); code != ExitError || !strings.Contains(stderr, "not found") {
+		t.Fatalf("work wait while serve runs: exit %d, stderr %q; want %d and the automator's not found", code, stderr, ExitError)
+	}
+
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("serve exited %d:\n%s", code, log)
+	}
+	if _, ok, err := config.ReadServing(dir); ok || err != nil {
+		t.Fatalf("serving.yaml after serve stopped: present %v, err %v; want it removed", ok, err)
+	}
+	if code, stderr := wait(); code != ExitError || !strings.Contains(stderr, "no automator serves from") {
+		t.Fatalf("work wait with no serve running: exit %d, stderr %q; want %d and \"no automator serves from\"", code, stderr, ExitError)
+	}
+}
