@@ -125,7 +125,8 @@ func TestServerPrefersTLS13AndRefusesBelow12(t *testing.T) {
 // TestRenewedCertificateIsServedWithoutRestart: new server.pem and
 // server.key renamed into place are served from the next look on; a pair
 // that does not load leaves the current certificate in service and is
-// reported once.
+// reported once, unless the next look finds it mended (a look between a
+// renewal's two renames).
 func TestRenewedCertificateIsServedWithoutRestart(t *testing.T) {
 	dir := t.TempDir()
 	ca, certFile, keyFile := pair(t, dir)
@@ -162,6 +163,26 @@ func TestRenewedCertificateIsServedWithoutRestart(t *testing.T) {
 		t.Fatalf("after a renewal and a look: serving %s, want the renewed %s", got, want)
 	}
 
+	// A look between a renewal's two renames (the key is new, the
+	// certificate not yet) keeps the current pair and reports nothing:
+	// the next look finds the whole renewal.
+	half, _ := NewServer(ca, ServerHosts("127.0.0.1"), time.Now())
+	if err := os.WriteFile(keyFile, half.KeyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	advance()
+	if got := serial(); got != leafOf(t, renewed).SerialNumber.String() {
+		t.Fatalf("a half-renewed pair was put in service (%s)", got)
+	}
+	if err := os.WriteFile(certFile, half.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	advance()
+	if got, want := serial(), leafOf(t, half).SerialNumber.String(); got != want {
+		t.Fatalf("after the renewal's second rename: serving %s, want %s", got, want)
+	}
+	renewed = half
+
 	// A certificate whose key does not match: kept out of service.
 	other, _ := NewServer(ca, ServerHosts("127.0.0.1"), time.Now())
 	if err := os.WriteFile(certFile, other.CertPEM, 0o600); err != nil {
@@ -175,8 +196,8 @@ func TestRenewedCertificateIsServedWithoutRestart(t *testing.T) {
 	serial()
 	mu.Lock()
 	defer mu.Unlock()
-	if len(reloads) != 2 || reloads[0] != nil || reloads[1] == nil || !strings.Contains(reloads[1].Error(), "keeping the current one") {
-		t.Fatalf("OnReload calls: %v; want one success, then one error for the mismatched pair", reloads)
+	if len(reloads) != 3 || reloads[0] != nil || reloads[1] != nil || reloads[2] == nil || !strings.Contains(reloads[2].Error(), "keeping the current one") {
+		t.Fatalf("OnReload calls: %v; want two successes, then one error for the mismatched pair", reloads)
 	}
 }
 

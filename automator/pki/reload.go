@@ -17,15 +17,16 @@ const DefaultReloadEvery = 5 * time.Second
 // handshake, it looks at the files' size, modification time and identity
 // (a renewal that renames new files into place changes the identity), and
 // loads them again when one changed. A pair that does not load (for
-// example the certificate renamed into place before its key) leaves the
-// current certificate in service and is tried again at the next look.
+// example a look between the renames of a renewal) leaves the current
+// certificate in service and is tried again at the next look.
 type CertReloader struct {
 	certFile, keyFile string
 	// Every bounds how often the files are looked at; 0 looks at every
 	// handshake (tests).
 	Every time.Duration
 	// OnReload, when set, is called after a renewed pair was loaded, or
-	// with the error when a changed pair did not load.
+	// with the error when a changed pair still did not load at the look
+	// after the one that found it.
 	OnReload func(err error)
 
 	mu       sync.Mutex
@@ -33,6 +34,7 @@ type CertReloader struct {
 	stamp    [2]fileStamp // of the pair in cert
 	lastLook time.Time
 	failed   [2]fileStamp // of the last pair that did not load
+	reported bool         // that pair's error was passed to OnReload
 	now      func() time.Time
 }
 
@@ -94,10 +96,14 @@ func (r *CertReloader) look() {
 	}
 	cert, err := tls.LoadX509KeyPair(r.certFile, r.keyFile)
 	if err != nil {
-		if !(st[0].same(r.failed[0]) && st[1].same(r.failed[1])) && r.OnReload != nil {
+		// A renewal renames its two files one after the other, so a look
+		// between them sees a pair that does not match: reported only if
+		// the next look finds the same pair, and then once.
+		again := st[0].same(r.failed[0]) && st[1].same(r.failed[1])
+		if again && !r.reported && r.OnReload != nil {
 			r.OnReload(fmt.Errorf("loading renewed server certificate %q (keeping the current one): %w", r.certFile, err))
 		}
-		r.failed = st
+		r.failed, r.reported = st, again
 		return
 	}
 	r.cert, r.stamp = &cert, st
