@@ -24,7 +24,12 @@ import (
 	"github.com/opsgate/opsgate/proxy/runner"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(lockHolderEnv); dir != "" {
+		os.Exit(holdStateDir(dir)) // a child of TestStateDirIsFreedWhenItsHolderIsKilled
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // fakeAutomator implements Client behind the agent's narrow interface: each
 // Poll takes the next scripted response (or waits for ctx), each Complete is

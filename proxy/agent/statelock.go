@@ -1,0 +1,114 @@
+package agent
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// LockFileName is the file in the proxy's state_dir whose OS lock says
+// that a running proxy uses the directory; it holds that proxy's pid.
+const LockFileName = "proxy.lock"
+
+// ErrStateDirHeld: another running proxy holds the state_dir.
+var ErrStateDirHeld = errors.New("state_dir held by another running proxy")
+
+// StateDirHeldError says which state_dir is held, and by which process
+// when its pid could be read (0 otherwise). It matches ErrStateDirHeld.
+type StateDirHeldError struct {
+	Dir string
+	PID int
+}
+
+func (e *StateDirHeldError) Error() string {
+	by := "another running proxy"
+	if e.PID > 0 {
+		by += fmt.Sprintf(" (pid %d)", e.PID)
+	}
+	return fmt.Sprintf("state_dir %s is held by %s: one state_dir serves one running proxy; stop that proxy first, or give this one a state_dir of its own", e.Dir, by)
+}
+
+func (e *StateDirHeldError) Is(target error) bool { return target == ErrStateDirHeld }
+
+// StateLock is a proxy's hold on its state_dir: two proxies writing one
+// status.json and one spool would overwrite each other's files (and post or
+// delete each other's results). The hold is an OS lock on LockFileName
+// (flock on Unix, LockFileEx on Windows), not the file's existence: the
+// OS drops it when the process ends, however it ends (SIGKILL, a crash,
+// a power cut), so a warm standby or a restarted service started on the
+// directory afterwards is never refused because of a dead holder.
+type StateLock struct {
+	f *os.File
+}
+
+// LockStateDir takes the state_dir dir (made if missing) for this process
+// until Release, or until the process ends. When another process holds it,
+// the error is a *StateDirHeldError naming it; nothing in dir is changed.
+//
+// The lock's file is opened close-on-exec (as Go opens every file), so the
+// scripts the proxy starts do not inherit it and cannot keep it held after
+// the proxy died.
+func LockStateDir(dir string) (*StateLock, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("making state_dir %s: %w", dir, err)
+	}
+	path := filepath.Join(dir, LockFileName)
+	// 0600: whoever can open the file can take its lock, and so keep the
+	// proxy from starting.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening the lock of state_dir %s: %w", dir, err)
+	}
+	switch err := lockFile(f); {
+	case errors.Is(err, errLocked):
+		pid := readLockPID(f)
+		f.Close()
+		return nil, &StateDirHeldError{Dir: dir, PID: pid}
+	case err != nil:
+		f.Close()
+		return nil, fmt.Errorf("locking state_dir %s (%s): %w", dir, path, err)
+	}
+	// The pid is written first, then the rest cut off: one that reads the
+	// file meanwhile sees this pid or the last holder's on its first line,
+	// never an empty file.
+	pid := []byte(strconv.Itoa(os.Getpid()) + "\n")
+	if _, err := f.WriteAt(pid, 0); err == nil {
+		_ = f.Truncate(int64(len(pid)))
+	}
+	return &StateLock{f: f}, nil
+}
+
+// Release lets another proxy take the directory. The lock file stays (a
+// next holder reuses it); `proxy uninstall` removes it.
+func (l *StateLock) Release() error {
+	if l == nil || l.f == nil {
+		return nil
+	}
+	err := l.f.Close() // closing drops the lock
+	l.f = nil
+	return err
+}
+
+// errLocked: lockFile found the lock taken.
+var errLocked = errors.New("locked")
+
+// readLockPID reads the holder's pid from the first line of the lock file,
+// 0 when it cannot.
+func readLockPID(f *os.File) int {
+	if _, err := f.Seek(0, 0); err != nil {
+		return 0
+	}
+	line, err := bufio.NewReader(f).ReadString('\n')
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	return pid
+}

@@ -1,0 +1,140 @@
+package agent
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestStateDirIsHeldByOneProxyAtATime: the first LockStateDir makes the
+// directory and takes it, writing its pid into the lock file; a second one
+// (another open file, as another process's would be) is refused with an
+// error naming the directory and the holder's pid, and changes nothing in
+// the directory; once the first is released the directory can be taken
+// again.
+func TestStateDirIsHeldByOneProxyAtATime(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	first, err := LockStateDir(dir)
+	if err != nil {
+		t.Fatalf("first lock of a new state_dir: %v", err)
+	}
+	t.Cleanup(func() { first.Release() })
+	lockPath := filepath.Join(dir, LockFileName)
+	before, err := os.ReadFile(lockPath)
+	if err != nil || string(before) != strconv.Itoa(os.Getpid())+"\n" {
+		t.Fatalf("the lock file holds %q (%v); want this process's pid %d", before, err, os.Getpid())
+	}
+	state := filepath.Join(dir, StateFileName)
+	if err := os.WriteFile(state, []byte("the holder's\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	second, err := LockStateDir(dir)
+	var held *StateDirHeldError
+	if !errors.As(err, &held) || !errors.Is(err, ErrStateDirHeld) || held.Dir != dir || held.PID != os.Getpid() {
+		second.Release()
+		t.Fatalf("second lock while the first is held: %v, %#v; want a StateDirHeldError for %s, pid %d", second, err, dir, os.Getpid())
+	}
+	want := fmt.Sprintf("state_dir %s is held by another running proxy (pid %d): ", dir, os.Getpid())
+	if !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("the refusal says %q; want it to begin %q", err, want)
+	}
+	if after, _ := os.ReadFile(lockPath); !bytes.Equal(after, before) {
+		t.Errorf("the refused lock changed the lock file from %q to %q", before, after)
+	}
+	if data, _ := os.ReadFile(state); string(data) != "the holder's\n" {
+		t.Errorf("the refused lock changed %s: %q", StateFileName, data)
+	}
+
+	if err := first.Release(); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	again, err := LockStateDir(dir)
+	if err != nil {
+		t.Fatalf("lock after the holder released it: %v", err)
+	}
+	again.Release()
+}
+
+// TestStateDirHeldErrorWithoutAPID: a holder whose pid cannot be read is
+// still named as a running proxy.
+func TestStateDirHeldErrorWithoutAPID(t *testing.T) {
+	err := &StateDirHeldError{Dir: "/var/lib/proxy"}
+	if got := err.Error(); !strings.HasPrefix(got, "state_dir /var/lib/proxy is held by another running proxy: ") {
+		t.Errorf("%q", got)
+	}
+}
+
+// lockHolderEnv makes the test binary, run as a child, hold the state_dir
+// it names (see TestMain).
+const lockHolderEnv = "OPSGATE_TEST_HOLD_STATE_DIR"
+
+// holdStateDir takes dir, says so on stdout and holds it until stdin ends.
+func holdStateDir(dir string) int {
+	l, err := LockStateDir(dir)
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	fmt.Println("held")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	l.Release()
+	return 0
+}
+
+// TestStateDirIsFreedWhenItsHolderIsKilled: the lock is the OS's, not the
+// file's existence: a process that holds the state_dir and is killed
+// (SIGKILL on Unix, TerminateProcess on Windows: no code of its own runs)
+// leaves it free for the next proxy, as a warm standby started after the
+// active one died needs.
+func TestStateDirIsFreedWhenItsHolderIsKilled(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), lockHolderEnv+"="+dir)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	t.Cleanup(func() {
+		if !killed {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "held\n" {
+		t.Fatalf("the child did not take the state_dir: %q", line)
+	}
+
+	_, err = LockStateDir(dir)
+	var held *StateDirHeldError
+	if !errors.As(err, &held) || held.PID != cmd.Process.Pid {
+		t.Fatalf("lock while the child holds it: %v; want it refused naming the child's pid %d", err, cmd.Process.Pid)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	killed = true
+	l, err := LockStateDir(dir)
+	if err != nil {
+		t.Fatalf("lock after its holder was killed: %v", err)
+	}
+	l.Release()
+}
