@@ -32,6 +32,10 @@ const (
 	pollStale = 2 * time.Minute
 )
 
+// uninstallLockWait is how long uninstall waits for a proxy holding the
+// state directory to end (see lockToRemove); tests shorten it.
+var uninstallLockWait = 5 * time.Second
+
 // stateFile is the agent's state file in the config's state_dir, if any.
 func stateFile(cfg config.Config) string {
 	if cfg.StateDir == "" {
@@ -312,27 +316,51 @@ func uninstall(name string, env Env) error {
 			return err
 		}
 	}
-	rm(filepath.Join(stateDir, agent.StateFileName))
-	temps, _ := filepath.Glob(filepath.Join(stateDir, "."+agent.StateFileName+".*"))
-	for _, p := range temps {
-		rm(p)
+	// A proxy still running on the state directory (one started by hand
+	// on the service's config) keeps it, its status and spool: they are
+	// removed only under the directory's lock.
+	lock, lerr := lockToRemove(stateDir)
+	var held *agent.StateDirHeldError
+	switch {
+	case errors.Is(lerr, os.ErrNotExist):
+	case errors.As(lerr, &held):
+		// The config copy stays too, so that uninstall, run again, knows
+		// the rest for a leftover of this service.
+		by := "a running proxy holds it"
+		if held.PID > 0 {
+			by = fmt.Sprintf("a running proxy, pid %d, holds it", held.PID)
+		}
+		left = append(left, fmt.Sprintf("%s and %s (%s: stop it, then uninstall again)", stateDir, cfgCopy, by))
+	case lerr != nil:
+		left = append(left, fmt.Sprintf("%s (%v)", stateDir, lerr))
+	default:
+		rm(filepath.Join(stateDir, agent.StateFileName))
+		temps, _ := filepath.Glob(filepath.Join(stateDir, "."+agent.StateFileName+".*"))
+		for _, p := range temps {
+			rm(p)
+		}
+		// The spool exists only while results wait in it to be posted.
+		spool := filepath.Join(stateDir, agent.SpoolDirName)
+		waiting, _ := os.ReadDir(spool)
+		_ = lock.Release() // Windows removes no file that is open
+		rm(filepath.Join(stateDir, agent.LockFileName))
+		if len(waiting) > 0 {
+			left = append(left, fmt.Sprintf("%s (results of units this proxy ran that the automator has not accepted yet: %d; start the proxy again to post them, or delete them)", spool, len(waiting)))
+		} else {
+			rmdir(spool)
+			rmdir(stateDir)
+		}
 	}
-	// The spool exists only while results wait in it to be posted.
-	spool := filepath.Join(stateDir, agent.SpoolDirName)
-	if waiting, _ := os.ReadDir(spool); len(waiting) > 0 {
-		left = append(left, fmt.Sprintf("%s (results of units this proxy ran that the automator has not accepted yet: %d; start the proxy again to post them, or delete them)", spool, len(waiting)))
-	} else {
-		rmdir(spool)
-		rmdir(stateDir)
+	if held == nil {
+		rm(cfgCopy)
+		rmdir(configDir)
 	}
-	rm(cfgCopy)
-	rmdir(configDir)
-	if notInstalled && len(removed) == 0 {
+	if notInstalled && len(removed) == 0 && len(left) == 0 {
 		return err
 	}
-	if notInstalled {
+	if notInstalled && len(removed) > 0 {
 		fmt.Fprintf(env.Stdout, "Service %s was not installed; removed what was left of it:\n", name)
-	} else {
+	} else if !notInstalled {
 		fmt.Fprintf(env.Stdout, "Uninstalled service %s; removed:\n", name)
 	}
 	for _, p := range removed {
@@ -342,6 +370,24 @@ func uninstall(name string, env Env) error {
 		return fmt.Errorf("left behind: %s", strings.Join(left, "; "))
 	}
 	return nil
+}
+
+// lockToRemove takes the state directory of a service being uninstalled,
+// so that what a running proxy uses is not removed: os.ErrNotExist when
+// there is no such directory, a *agent.StateDirHeldError when a proxy holds
+// it. The service was stopped just before; on Windows its process may take
+// a moment more to end once the control manager says it stopped, so a
+// holder is given a few seconds.
+func lockToRemove(dir string) (*agent.StateLock, error) {
+	if _, err := os.Stat(dir); err != nil {
+		return nil, err
+	}
+	for end := time.Now().Add(uninstallLockWait); ; time.Sleep(100 * time.Millisecond) {
+		lock, err := agent.LockStateDir(dir)
+		if !errors.Is(err, agent.ErrStateDirHeld) || time.Now().After(end) {
+			return lock, err
+		}
+	}
 }
 
 // cmdStatus reports the service: installed, running, started at boot, its

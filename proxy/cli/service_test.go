@@ -5,6 +5,7 @@ package cli
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -249,4 +250,60 @@ func testKey(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return k.String()
+}
+
+// TestUninstallLeavesTheStateDirOfARunningProxy: a proxy still running on
+// the service's state directory (started by hand on its config) holds it;
+// uninstall removes nothing of it, nor the config copy, and says which
+// process holds it. Once that proxy is gone, uninstall run again removes
+// the rest, the lock file too.
+func TestUninstallLeavesTheStateDirOfARunningProxy(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("writes under /etc: needs root")
+	}
+	uninstallLockWait = 0
+	t.Cleanup(func() { uninstallLockWait = 5 * time.Second })
+	name := "opsgate-test-held"
+	dir, state := service.ConfigDir(name), service.StateDir(name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir); os.RemoveAll(state) })
+	cfgCopy := filepath.Join(dir, configFileName)
+	if err := os.WriteFile(cfgCopy, installedConfig([]byte("token: t\n"), name, true, state), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := agent.LockStateDir(state) // the running proxy's hold
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lock.Release() })
+	statusFile := filepath.Join(state, agent.StateFileName)
+	if err := os.WriteFile(statusFile, []byte("{}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	var stdout, stderr bytes.Buffer
+	code := Main(t.Context(), []string{"uninstall", "--name", name}, Env{Stdout: &stdout, Stderr: &stderr})
+	want := fmt.Sprintf("%s and %s (a running proxy, pid %d, holds it: stop it, then uninstall again)", state, cfgCopy, os.Getpid())
+	if code != 1 || !strings.Contains(stderr.String(), want) {
+		t.Fatalf("uninstall with the state directory held: exit %d, stderr %q; want 1, saying %q", code, stderr.String(), want)
+	}
+	for _, p := range []string{statusFile, filepath.Join(state, agent.LockFileName), cfgCopy} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("uninstall removed %s while a proxy holds the state directory: %v", p, err)
+		}
+	}
+
+	lock.Release()
+	stdout.Reset()
+	stderr.Reset()
+	if code := Main(t.Context(), []string{"uninstall", "--name", name}, Env{Stdout: &stdout, Stderr: &stderr}); code != 0 {
+		t.Fatalf("uninstall once the proxy is gone: exit %d: %s", code, stderr.String())
+	}
+	for _, p := range []string{state, dir} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s is still there: %v\n%s", p, err, stdout.String())
+		}
+	}
 }
