@@ -181,6 +181,9 @@ func Start(t testing.TB, name, path string, args ...string) *Proc {
 // Name is the name the process was started with.
 func (p *Proc) Name() string { return p.name }
 
+// Pid is the process's id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
 // Exited reports whether the process has ended.
 func (p *Proc) Exited() bool {
 	select {

@@ -126,8 +126,18 @@ func runConfig(args []string, env Env) (config.Config, error) {
 	return cfg, nil
 }
 
-// runProxy runs the agent of a valid config until ctx is cancelled.
+// runProxy runs the agent of a valid config until ctx is cancelled. It
+// holds the config's state_dir meanwhile, before anything is written there:
+// a second proxy on it (`proxy run` or the service) is refused at once,
+// with nothing changed for the one that holds it.
 func runProxy(ctx context.Context, cfg config.Config, env Env) error {
+	if cfg.StateDir != "" {
+		lock, err := agent.LockStateDir(cfg.StateDir)
+		if err != nil {
+			return err
+		}
+		defer lock.Release()
+	}
 	keys, err := cfg.Keys() // key, then previous_keys
 	if err != nil {
 		return err

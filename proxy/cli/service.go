@@ -71,7 +71,13 @@ func runService(ctx context.Context, name string, args []string, env Env) error 
 				slog.New(slog.NewTextHandler(log, nil)).Error("the service cannot start", "service", name, "err", cfgErr)
 				return cfgErr
 			}
-			return runProxy(ctx, cfg, Env{Stdout: env.Stdout, Stderr: log})
+			// So is a proxy that cannot start (its state_dir held by
+			// another running proxy, say).
+			if err := runProxy(ctx, cfg, Env{Stdout: env.Stdout, Stderr: log}); err != nil {
+				slog.New(slog.NewTextHandler(log, nil)).Error("the service cannot start", "service", name, "err", err)
+				return err
+			}
+			return nil
 		})
 }
 
