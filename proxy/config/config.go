@@ -71,7 +71,8 @@ type Config struct {
 	// it last polled the automator successfully), read by `proxy status`.
 	// An absolute path, made if missing; `proxy install` sets it to
 	// /var/lib/<name> (Linux) or %ProgramData%\<name>\state (Windows).
-	// Unset: no state file.
+	// Unset: no state file. One state_dir serves one running proxy, which
+	// holds it with a lock (agent.LockStateDir); a second is refused.
 	StateDir string `yaml:"state_dir"`
 	// LogFormat is how `proxy run` logs: "text" (the default) or "json",
 	// one object per line, for a log collector.
