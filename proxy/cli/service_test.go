@@ -261,8 +261,9 @@ func TestUninstallLeavesTheStateDirOfARunningProxy(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("writes under /etc: needs root")
 	}
-	uninstallLockWait = 0
-	t.Cleanup(func() { uninstallLockWait = 5 * time.Second })
+	wait := uninstallLockWait
+	uninstallLockWait = 0 // the holder below does not go by itself
+	t.Cleanup(func() { uninstallLockWait = wait })
 	name := "opsgate-test-held"
 	dir, state := service.ConfigDir(name), service.StateDir(name)
 	if err := os.Mkdir(dir, 0o755); err != nil {
