@@ -58,7 +58,10 @@ func (s *Store) APIKeyGetByHash(ctx context.Context, h []byte) (store.APIKey, er
 }
 
 func (s *Store) APIKeyList(ctx context.Context) ([]store.APIKey, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+apiKeyColumns+` FROM api_keys ORDER BY created_at, id`)
+	// The ids compare byte by byte, as in SQLite, whatever the database's
+	// collation: unlike the names and ids of the other tables, the column
+	// has the database's (TestConformanceUnderANaturalLanguageCollation).
+	rows, err := s.pool.Query(ctx, `SELECT `+apiKeyColumns+` FROM api_keys ORDER BY created_at, id COLLATE "C"`)
 	if err != nil {
 		return nil, fmt.Errorf("listing api keys: %w", err)
 	}

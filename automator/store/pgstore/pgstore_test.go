@@ -366,3 +366,13 @@ func TestSameIdempotencyKeyOnTwoReplicasMakesOneUnit(t *testing.T) {
 		t.Errorf("%d enqueues created a unit, want 1", created)
 	}
 }
+
+// TestConformanceUnderANaturalLanguageCollation runs the suite in a
+// database whose default collation is en-US's, not C's: every listing must
+// still order names and ids byte by byte, as SQLite does.
+func TestConformanceUnderANaturalLanguageCollation(t *testing.T) {
+	db := pgtest.CollatedDatabase(t, "en-US")
+	storetest.Run(t, func(t *testing.T) store.Store {
+		return open(t, pgtest.DSNIn(t, db))
+	})
+}

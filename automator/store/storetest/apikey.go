@@ -2,6 +2,8 @@ package storetest
 
 import (
 	"bytes"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/opsgate/opsgate/automator/store"
@@ -10,6 +12,7 @@ import (
 var apiKeyCases = []testCase{
 	{"APIKeyCreateThenGetByHash", testAPIKeyCreateThenGetByHash},
 	{"APIKeyCreateWithTakenIDIsErrExists", testAPIKeyCreateWithTakenID},
+	{"APIKeyListBreaksTiesByteByByte", testAPIKeyListBreaksTiesByteByByte},
 }
 
 func (f *fixture) wantAPIKey(what string, got, want store.APIKey) {
@@ -62,4 +65,34 @@ func testAPIKeyCreateWithTakenID(f *fixture) {
 	f.wantAPIKey("APIKeyGetByHash after the refused create", got, first)
 	_, err = f.s.APIKeyGetByHash(f.ctx, hash("two"))
 	f.wantErr("APIKeyGetByHash of the refused key", err, store.ErrNotFound)
+}
+
+// testAPIKeyListBreaksTiesByteByByte: keys created at the same moment are
+// listed by id compared byte by byte, whatever the database's collation (a
+// natural language's puts "k-a" before "k-B" and "kA" before "k_a"; bytes
+// do the reverse), so every backend lists them in one order.
+func testAPIKeyListBreaksTiesByteByByte(f *fixture) {
+	ids := []string{"ka", "k_a", "kA", "k-a", "k-B", "k-b", "k-A"}
+	for i, id := range ids {
+		if _, err := f.s.APIKeyCreate(f.ctx, store.APIKeyCreateParams{ID: id, Hash: hash(id), Name: fmt.Sprint("key ", i), Now: at(time.Second)}); err != nil {
+			f.t.Fatalf("APIKeyCreate(%q): %v", id, err)
+		}
+	}
+	// An older key comes first whatever its id.
+	if _, err := f.s.APIKeyCreate(f.ctx, store.APIKeyCreateParams{ID: "kz", Hash: hash("kz"), Name: "oldest", Now: at(0)}); err != nil {
+		f.t.Fatalf("APIKeyCreate(kz): %v", err)
+	}
+	keys, err := f.s.APIKeyList(f.ctx)
+	if err != nil {
+		f.t.Fatalf("APIKeyList: %v", err)
+	}
+	got := make([]string, len(keys))
+	for i, k := range keys {
+		got[i] = k.ID
+	}
+	want := slices.Sorted(slices.Values(ids)) // Go compares strings byte by byte
+	want = append([]string{"kz"}, want...)
+	if !slices.Equal(got, want) {
+		f.t.Errorf("APIKeyList ids = %q, want %q", got, want)
+	}
 }

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Environment variables.
@@ -128,17 +129,72 @@ func URL(t testing.TB) string {
 // whose search_path selects it. The schema is dropped when t ends.
 func DSN(t testing.TB) string {
 	t.Helper()
-	base := URL(t)
-	schema := "t_" + randomHex(8)
-	exec := func(ctx context.Context, sql string) error {
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			return err
-		}
-		defer conn.Close(ctx)
-		_, err = conn.Exec(ctx, sql)
+	return DSNIn(t, URL(t))
+}
+
+// execOn runs one statement on a connection of its own to dsn.
+func execOn(ctx context.Context, dsn, sql string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
 		return err
 	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, sql)
+	return err
+}
+
+// CollatedDatabase creates a new, empty database for t whose default
+// collation is the ICU locale icuLocale, a natural language's (the
+// throwaway cluster's is C, which compares bytes), and returns its URL; give
+// it to DSNIn. It is dropped when t ends. A server that cannot make one
+// (before PostgreSQL 15, or built without ICU) skips t.
+func CollatedDatabase(t testing.TB, icuLocale string) string {
+	t.Helper()
+	base := URL(t)
+	name := "t_" + randomHex(8)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := execOn(ctx, base, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE template0 ENCODING 'UTF8' LOCALE 'C' LOCALE_PROVIDER icu ICU_LOCALE '%s'`,
+		name, strings.ReplaceAll(icuLocale, "'", "''")))
+	if code := pgCode(err); code == "42601" || code == "0A000" {
+		// A syntax error (no LOCALE_PROVIDER before PostgreSQL 15) or a
+		// feature not supported (no ICU).
+		t.Skipf("skipping: %s cannot make a database with the ICU collation %s: %v", Redacted(base), icuLocale, err)
+	}
+	if err != nil {
+		t.Fatalf("creating database %s with the ICU collation %s on %s: %v", name, icuLocale, Redacted(base), err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := execOn(ctx, base, "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
+			t.Errorf("dropping database %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("%s is not a URL: %v", EnvURL, err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+// pgCode is the SQLSTATE of err, or "".
+func pgCode(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}
+
+// DSNIn is DSN in the database db names (a URL: the server's, or one of
+// CollatedDatabase).
+func DSNIn(t testing.TB, db string) string {
+	t.Helper()
+	base := db
+	schema := "t_" + randomHex(8)
+	exec := func(ctx context.Context, sql string) error { return execOn(ctx, base, sql) }
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := exec(ctx, "CREATE SCHEMA "+schema); err != nil {
