@@ -102,6 +102,11 @@ func (s *Store) write(ctx context.Context, sql string, args []any, scan func(pgx
 // back the units another completed, a burst at each batch of
 // notifications).
 func (s *Store) gather(g *grouper, ctx context.Context, sql string, args []any, scan func(pgx.Row) error) error {
+	if err := ctx.Err(); err != nil {
+		// Done already: nothing is sent (a write that would lead its batch
+		// at once would otherwise run).
+		return err
+	}
 	return g.Do(ctx, &groupWrite{ctx: ctx, sql: sql, args: args, scan: scan})
 }
 

@@ -94,6 +94,11 @@ func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, tx que
 // goroutines; writes made meanwhile are committed together by the oldest of
 // their callers (internal/batch).
 func (s *Store) write1(ctx context.Context, syncLater bool, fn func(ctx context.Context, tx querier) error) error {
+	if err := ctx.Err(); err != nil {
+		// Done already: nothing is written (a write that would lead its
+		// batch at once would otherwise run).
+		return err
+	}
 	err := s.w.group.Do(ctx, &writeOp{ctx: ctx, fn: fn, syncLater: syncLater})
 	if err != nil {
 		return outOfSpace(err, filepath.Dir(s.path))
