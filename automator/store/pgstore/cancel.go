@@ -6,17 +6,19 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/opsgate/opsgate/automator/store"
 )
 
 func (s *Store) WorkCancel(ctx context.Context, p store.WorkCancelParams) (store.Work, error) {
 	// No transaction: the conditional UPDATE is the whole write, and the read
-	// after a refusal only explains it.
+	// after a refusal only explains it. Once sent, it runs to its end
+	// (Store.sent): its caller learns whether the unit was cancelled.
 	var w store.Work
-	err := func() error {
+	err := s.sent(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
 		var err error
-		w, err = scanWork(s.pool.QueryRow(ctx, withAudit(`UPDATE work
+		w, err = scanWork(c.QueryRow(ctx, withAudit(`UPDATE work
 SET state = 'cancelled', reason = $1, finished_at = $2
 WHERE id = $3 AND state IN ('queued', 'claimed')
 RETURNING `+workColumns, p.Audit != nil, 4),
@@ -24,12 +26,12 @@ RETURNING `+workColumns, p.Audit != nil, 4),
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		w, err = getWork(ctx, s.pool, p.ID)
+		w, err = getWork(ctx, c, p.ID)
 		if err != nil {
 			return err
 		}
 		return fmt.Errorf("it is already %s: %w", w.State, store.ErrNotClaimable)
-	}()
+	})
 	if err != nil {
 		return w, fmt.Errorf("cancelling work %q: %w", p.ID, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/opsgate/opsgate/automator/store"
 )
@@ -39,19 +40,25 @@ func (s *Store) WorkClaim(ctx context.Context, p store.WorkClaimParams) ([]store
 	if len(p.ClaimIDs) < p.Max {
 		return nil, fmt.Errorf("claiming work for account %q: %d claim ids for up to %d units", p.Account, len(p.ClaimIDs), p.Max)
 	}
-	rows, err := s.pool.Query(ctx, claimSQL, p.Account, p.Now, p.Max, p.InstanceID, p.ClaimIDs[:p.Max])
-	if err != nil {
-		return nil, fmt.Errorf("claiming work for account %q: %w", p.Account, err)
-	}
 	type numbered struct {
 		n int64
 		w store.Work
 	}
-	claimed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (numbered, error) {
-		var c numbered
-		var err error
-		c.w, err = scanWorkAfter(r, &c.n)
-		return c, err
+	var claimed []numbered
+	// Once sent, the claim runs to its end (Store.sent): its caller gets
+	// the units it committed.
+	err := s.sent(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		rows, err := c.Query(ctx, claimSQL, p.Account, p.Now, p.Max, p.InstanceID, p.ClaimIDs[:p.Max])
+		if err != nil {
+			return err
+		}
+		claimed, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (numbered, error) {
+			var c numbered
+			var err error
+			c.w, err = scanWorkAfter(r, &c.n)
+			return c, err
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claiming work for account %q: %w", p.Account, err)

@@ -21,7 +21,7 @@ func (s *Store) WorkExpire(ctx context.Context, p store.WorkExpireParams) ([]sto
 		limit = &p.Max
 	}
 	var expired []store.Work
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT `+workColumns+` FROM work
 WHERE state IN ('queued', 'claimed') AND deadline <= $1
 ORDER BY deadline, id

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/opsgate/opsgate/internal/batch"
 )
@@ -166,7 +167,35 @@ func (s *Store) sendAlone(w *groupWrite) error {
 // sentContext is the context of a write once sent: w's values, without
 // its cancellation, bounded by groupTimeout.
 func sentContext(w *groupWrite) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(w.ctx), groupTimeout)
+	return detach(w.ctx)
+}
+
+// detach is the context of a write once sent: ctx's values, without its
+// cancellation, bounded by groupTimeout.
+func detach(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), groupTimeout)
+}
+
+// sent runs fn, the statements of a write that does not go through the
+// grouper (a claim, a cancel, a transaction: see inTx), on a connection of
+// its own, and runs it to its end as a lone write is run: ctx bounds only
+// the wait for the connection, before anything is sent (a ctx done already
+// sends nothing), and fn's context is detach(ctx). Cut off under way, a
+// claim could commit all the same: its units would stay claimed by an
+// instance that never received them, until their deadline, and the poll
+// would be told the claim failed.
+func (s *Store) sent(ctx context.Context, fn func(ctx context.Context, c *pgxpool.Conn) error) error {
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	dctx, cancel := detach(ctx)
+	defer cancel()
+	return fn(dctx, c)
 }
 
 // refusedStatement reports whether err is PostgreSQL refusing a statement

@@ -40,16 +40,61 @@ type heldGroup struct {
 // process id of its session.
 func lockAccount(t *testing.T, s *Store, account string) (pgx.Tx, int) {
 	t.Helper()
-	lock, err := s.pool.Begin(t.Context())
+	return lockWith(t, s, `SELECT FROM accounts WHERE name = $1 FOR UPDATE`, account)
+}
+
+// lockWith runs lock, a statement that takes a lock (a SELECT … FOR UPDATE
+// must lock a row), in a transaction of its own as lockAccount does.
+func lockWith(t *testing.T, s *Store, lock string, args ...any) (pgx.Tx, int) {
+	t.Helper()
+	tx, err := s.pool.Begin(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = lock.Rollback(context.Background()) })
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	tag, err := tx.Exec(t.Context(), lock, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", lock, err)
+	}
+	if tag.Select() && tag.RowsAffected() == 0 {
+		t.Fatalf("%s locked no row", lock)
+	}
 	var pid int
-	if err := lock.QueryRow(t.Context(), `SELECT pg_backend_pid() FROM accounts WHERE name = $1 FOR UPDATE`, account).Scan(&pid); err != nil {
+	if err := tx.QueryRow(t.Context(), `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
 		t.Fatal(err)
 	}
-	return lock, pid
+	return tx, pid
+}
+
+// giveUpUnderWay calls write with a context that it cancels once write's
+// statement waits, inside PostgreSQL, on the lock held by the session
+// lockPID (lock's); then it lets the statement go (commits lock) and
+// returns write's outcome. write must not return before.
+func giveUpUnderWay(t *testing.T, s *Store, lock pgx.Tx, lockPID int, what string, write func(ctx context.Context) error) error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- write(ctx) }()
+	waitBlockedBy(t, s, lockPID, what)
+	cancel()
+	// Nothing says when a cancellation has been acted on: give it a moment
+	// to cut the statement short (it must not), then let the statement go.
+	select {
+	case err := <-done:
+		t.Fatalf("%s returned (%v) while its statement still waited in PostgreSQL; want it to wait for the outcome", what, err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := lock.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s did not return once its lock was released", what)
+		return nil
+	}
 }
 
 // waitBlockedBy waits until a session of s waits, inside PostgreSQL, on a
@@ -296,38 +341,16 @@ func TestAWriteCancelledWhileWaitingNeverRuns(t *testing.T) {
 // told it failed.
 func TestALoneWriteUnderWayIsWaitedFor(t *testing.T) {
 	s := storeWithClaims(t, 0)
-	ctx := t.Context()
 	lock, lockPID := lockAccount(t, s, "acme")
-
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		_, err := s.WorkEnqueue(wctx, enqueueParams("lone", "acme"))
-		done <- err
-	}()
 	// The enqueue waits, inside PostgreSQL, on the lock of acme's row.
-	waitBlockedBy(t, s, lockPID, "the enqueue")
-	cancel()
-	// Nothing says when a cancellation has been acted on: give it a moment
-	// to cut the statement short (it must not), then let the statement go.
-	select {
-	case err := <-done:
-		t.Fatalf("WorkEnqueue returned (%v) while its statement still waited in PostgreSQL; want it to wait for the outcome", err)
-	case <-time.After(200 * time.Millisecond):
+	err := giveUpUnderWay(t, s, lock, lockPID, "WorkEnqueue", func(ctx context.Context) error {
+		_, err := s.WorkEnqueue(ctx, enqueueParams("lone", "acme"))
+		return err
+	})
+	if err != nil {
+		t.Errorf("WorkEnqueue whose caller gave up under way: %v, want its real outcome (nil)", err)
 	}
-	if err := lock.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("WorkEnqueue whose caller gave up under way: %v, want its real outcome (nil)", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("WorkEnqueue did not return once its lock was released")
-	}
-	if _, err := s.WorkGet(ctx, "lone"); err != nil {
+	if _, err := s.WorkGet(t.Context(), "lone"); err != nil {
 		t.Errorf("WorkGet(lone): %v, want the unit", err)
 	}
 }

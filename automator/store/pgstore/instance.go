@@ -38,7 +38,7 @@ func (s *Store) InstancesSeen(ctx context.Context, ps []store.InstanceSeenParams
 	slices.SortStableFunc(sorted, func(a, b store.InstanceSeenParams) int {
 		return cmp.Or(cmp.Compare(a.Account, b.Account), cmp.Compare(a.InstanceID, b.InstanceID))
 	})
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		for _, p := range sorted {
 			b.Queue(`INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight)

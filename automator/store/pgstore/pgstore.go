@@ -178,8 +178,12 @@ func randomID() string {
 }
 
 // inTx runs fn in one transaction and commits it when fn returns nil.
-func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, s.pool, fn)
+// Once begun, the transaction runs to its end whatever becomes of ctx
+// (see Store.sent): fn must use the ctx it is given.
+func (s *Store) inTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	return s.sent(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error { return fn(ctx, tx) })
+	})
 }
 
 // PostgreSQL error codes the store turns into sentinels.

@@ -44,7 +44,7 @@ func (s *Store) AccountRotate(ctx context.Context, p store.AccountRotateParams) 
 		until = p.Now
 	}
 	var out store.Account
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		// FOR UPDATE: concurrent rotations of one account take turns.
 		cur, err := scanAccount(tx.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts WHERE name = $1 FOR UPDATE`, p.Name))
 		if errors.Is(err, pgx.ErrNoRows) {

@@ -117,7 +117,7 @@ func (s *Store) enqueueOnce(ctx context.Context, p store.WorkEnqueueParams) (sto
 		return insertedWork(p, w, err)
 	}
 	var w store.Work
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		prev, err := scanWork(tx.QueryRow(ctx, byIdempotencyKeyQuery, p.Account, p.IdempotencyKey))
 		switch {
 		case err == nil && !prev.QueuedAt.Before(p.IdempotencySince):
