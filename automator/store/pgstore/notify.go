@@ -73,7 +73,9 @@ const (
 // (synchronous_commit off for it alone): it writes no data, a notification
 // is delivered at commit either way, and one lost in a crash is caught up
 // from the tables by every Listen, whose connections the crash ends. Every
-// other write keeps the server's setting.
+// other write keeps the server's setting. A statement that fails is sent
+// again, twice at most, shortly after (notifyAttempts); Publish returns
+// the last failure.
 func (s *Store) Publish(ctx context.Context, e Event) error {
 	data, err := json.Marshal(payload{Origin: s.origin, Kind: e.Kind, Account: e.Account, WorkID: e.WorkID, InstanceID: e.InstanceID,
 		Seq: s.notify.seq.Add(1)})
@@ -151,11 +153,22 @@ func (n *notifier) run(send func(*notifyBatch) error) {
 	}
 }
 
-// notifyTimeout bounds one batch's NOTIFY statement.
+// notifyTimeout bounds the sending of one batch, its retries included.
 const notifyTimeout = 10 * time.Second
 
 // maxNotifyBatch bounds the notifications of one statement.
 const maxNotifyBatch = 1000
+
+// A failed NOTIFY statement is sent again: notifyAttempts in all, the
+// first retry after notifyBackoff, each next one after twice the delay.
+// A notification lost leaves the polls waiting on other replicas to
+// wait, up to a poll window, for a unit queued here; one sent twice (its
+// outcome unknown, it had been delivered) costs its listeners a wasted
+// wake-up at most: handling is idempotent.
+const (
+	notifyAttempts = 3
+	notifyBackoff  = 20 * time.Millisecond
+)
 
 // sendNotifications sends a batch of payloads: one statement, so one
 // transaction, committed without waiting for its WAL flush (see Publish).
@@ -165,12 +178,49 @@ func (s *Store) sendNotifications(b *notifyBatch) error {
 	for p := b.payloads; len(p) > 0; {
 		chunk := p[:min(len(p), maxNotifyBatch)]
 		p = p[len(chunk):]
-		if _, err := s.pool.Exec(ctx, `SELECT set_config('synchronous_commit', 'off', true), count(pg_notify($1, p))
-FROM unnest($2::text[]) AS p`, s.channel, chunk); err != nil {
+		if err := s.notifyRetrying(ctx, chunk); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// notifyRetrying sends one statement of notifications, again after a
+// failure (notifyAttempts), and returns the last failure.
+func (s *Store) notifyRetrying(ctx context.Context, payloads []string) error {
+	delay := notifyBackoff
+	for attempt := 1; ; attempt++ {
+		err := s.notifyOnce(ctx, payloads)
+		if err == nil {
+			return nil
+		}
+		if attempt == notifyAttempts {
+			return fmt.Errorf("NOTIFY, tried %d times: %w", attempt, err)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("NOTIFY, tried %d times: %w", attempt, err)
+		}
+		delay *= 2
+	}
+}
+
+// notifyOnce sends one statement of notifications.
+func (s *Store) notifyOnce(ctx context.Context, payloads []string) error {
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	if s.testHookNotify != nil {
+		s.testHookNotify(c.Conn().PgConn().PID())
+	}
+	_, err = c.Exec(ctx, `SELECT set_config('synchronous_commit', 'off', true), count(pg_notify($1, p))
+FROM unnest($2::text[]) AS p`, s.channel, payloads)
+	return err
 }
 
 // Listen calls fn for every event another Store publishes on this schema

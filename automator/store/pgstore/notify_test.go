@@ -360,3 +360,35 @@ func TestListenReturnsNilWhenCancelled(t *testing.T) {
 		t.Fatal("Listen did not return after its context was cancelled")
 	}
 }
+
+// TestAFailedNotifyIsSentAgain: the session that runs a NOTIFY is ended
+// just before the statement reaches it; the statement is sent again on
+// another connection, and the other replica hears the event.
+func TestAFailedNotifyIsSentAgain(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	a, b := open(t, dsn), open(t, dsn)
+	fromA := listening(t, b)
+
+	var sessions []uint32 // only the one sending goroutine calls the hook
+	a.testHookNotify = func(pid uint32) {
+		sessions = append(sessions, pid)
+		if len(sessions) > 1 {
+			return
+		}
+		// Waits until the session has ended.
+		var ended bool
+		if err := b.pool.QueryRow(t.Context(), `SELECT pg_terminate_backend($1, 10000)`, pid).Scan(&ended); err != nil || !ended {
+			t.Errorf("ending session %d: %v, %v", pid, ended, err)
+		}
+	}
+	want := Event{Kind: EventWorkQueued, Account: "acme"}
+	if err := a.Publish(t.Context(), want); err != nil {
+		t.Fatalf("Publish whose first NOTIFY failed: %v", err)
+	}
+	if got := receive(t, fromA, "a's event on b"); got != want {
+		t.Errorf("b received %+v, want %+v", got, want)
+	}
+	if len(sessions) != 2 || sessions[0] == sessions[1] {
+		t.Errorf("NOTIFY sent by sessions %v, want twice: on the ended one, then on another", sessions)
+	}
+}

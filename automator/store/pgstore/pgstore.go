@@ -70,6 +70,9 @@ type Store struct {
 
 	// notify coalesces the NOTIFYs of concurrent Publish calls (notify.go).
 	notify notifier
+	// testHookNotify, when set, is called before each NOTIFY statement is
+	// sent, with the process id of the session that will run it.
+	testHookNotify func(pid uint32)
 	// group gathers concurrent writes into shared transactions (group.go).
 	group grouper
 	// reads gathers concurrent WorkGet calls into shared round trips.
