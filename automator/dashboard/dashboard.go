@@ -81,6 +81,10 @@ type Options struct {
 	// Keepalive is how often an idle event stream sends a comment, so
 	// proxies and load balancers keep it open (15 s; keep it under 20 s).
 	Keepalive time.Duration
+	// WriteTimeout is how long one write to an event stream may take
+	// (10 s): a client that stopped reading, whose socket buffers are
+	// full, is dropped then and its stream ends.
+	WriteTimeout time.Duration
 	// PageSize is the number of units on a page of work (50).
 	PageSize int
 	// Now tells the time (time.Now).
@@ -99,6 +103,10 @@ type Dashboard struct {
 
 	stopOnce sync.Once
 	stop     chan struct{} // closed by Close: event streams end
+	// streamsEnded counts the event streams whose handler returned (tests
+	// wait on it).
+	streamsEnded counter
+	deadlineOnce sync.Once // warns once that writes take no deadline
 }
 
 //go:embed templates static
@@ -120,6 +128,7 @@ func New(o Options) (*Dashboard, error) {
 	def(&o.SessionTTL, 12*time.Hour)
 	def(&o.Refresh, 2*time.Second)
 	def(&o.Keepalive, 15*time.Second)
+	def(&o.WriteTimeout, 10*time.Second)
 	if o.PageSize <= 0 {
 		o.PageSize = 50
 	}

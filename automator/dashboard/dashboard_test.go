@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -107,19 +108,54 @@ func (e *env) serve(master crypto.MasterKey) string { return e.serveWith(master,
 
 // serveWith starts a dashboard whose server is srv.
 func (e *env) serveWith(master crypto.MasterKey, srv *server.Server) string {
-	d, err := dashboard.New(dashboard.Options{
-		Store: e.st, Opener: srv, SignIns: srv, MasterKey: master, PollWindow: pollWindow, RevealKeys: []string{"admin"},
+	_, u := e.start(replica{st: e.st, srv: srv, master: master})
+	return u
+}
+
+// replica is how start serves a dashboard: on store st (the env's when
+// nil), opening units with srv (the env's when nil), with master key master
+// (the env's when zero), its options changed by opts and its listener
+// wrapped by listen, when set.
+type replica struct {
+	st     store.Store
+	srv    *server.Server
+	master crypto.MasterKey
+	opts   func(*dashboard.Options)
+	listen func(net.Listener) net.Listener
+}
+
+// start starts a dashboard as r says and returns it with its URL.
+func (e *env) start(r replica) (*dashboard.Dashboard, string) {
+	if r.st == nil {
+		r.st = e.st
+	}
+	if r.srv == nil {
+		r.srv = e.srv
+	}
+	if r.master == (crypto.MasterKey{}) {
+		r.master = e.master
+	}
+	o := dashboard.Options{
+		Store: r.st, Opener: r.srv, SignIns: r.srv, MasterKey: r.master, PollWindow: pollWindow, RevealKeys: []string{"admin"},
 		Refresh: 10 * time.Millisecond, Keepalive: 30 * time.Millisecond, PageSize: 3,
 		Now: e.clock.Now, Logger: slog.New(slog.DiscardHandler),
-	})
+	}
+	if r.opts != nil {
+		r.opts(&o)
+	}
+	d, err := dashboard.New(o)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle(dashboard.Prefix, d.Handler())
-	hs := httptest.NewServer(mux)
+	hs := httptest.NewUnstartedServer(mux)
+	if r.listen != nil {
+		hs.Listener = r.listen(hs.Listener)
+	}
+	hs.Start()
 	e.t.Cleanup(func() { d.Close(); hs.Close() })
-	return hs.URL
+	return d, hs.URL
 }
 
 func (e *env) seal(account, id string, dir crypto.Direction, m proto.Message) []byte {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 )
 
@@ -12,7 +13,12 @@ import (
 // and again whenever it changes (it is read again every Refresh), and a
 // comment every Keepalive so that proxies and load balancers see traffic.
 // The session is checked at every read: a revoked key gets "signedout".
+//
+// Every write has WriteTimeout to reach the client: one that stopped
+// reading blocks a write once its socket buffers are full, and is dropped
+// when that write's deadline passes; the stream then ends.
 func (d *Dashboard) stream(w http.ResponseWriter, r *http.Request, s *session, name, nav string, load loader) {
+	defer d.streamsEnded.add(1)
 	// A page that does not exist (or a bad filter) is refused before the
 	// stream begins: the browser's EventSource then stops, where a stream
 	// that ends would be reconnected to forever.
@@ -22,14 +28,13 @@ func (d *Dashboard) stream(w http.ResponseWriter, r *http.Request, s *session, n
 		http.Error(w, he.msg, he.code)
 		return
 	}
-	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
 	w.WriteHeader(http.StatusOK)
 	// Reconnect after 2 s if the stream breaks (the browser does it).
-	if _, err := fmt.Fprint(w, "retry: 2000\n\n"); err != nil || rc.Flush() != nil {
+	if !d.write(w, []byte("retry: 2000\n\n")) {
 		return
 	}
 	refresh := time.NewTicker(d.o.Refresh)
@@ -67,7 +72,7 @@ func (d *Dashboard) stream(w http.ResponseWriter, r *http.Request, s *session, n
 			return true
 		}
 		last = body
-		return writeEvent(w, "update", body) == nil && rc.Flush() == nil
+		return d.write(w, event("update", body))
 	}
 	if !send() {
 		return
@@ -83,7 +88,7 @@ func (d *Dashboard) stream(w http.ResponseWriter, r *http.Request, s *session, n
 				return
 			}
 		case <-keepalive.C:
-			if _, err := fmt.Fprint(w, ": keepalive\n\n"); err != nil || rc.Flush() != nil {
+			if !d.write(w, []byte(": keepalive\n\n")) {
 				return
 			}
 		}
@@ -95,19 +100,39 @@ func (d *Dashboard) stream(w http.ResponseWriter, r *http.Request, s *session, n
 func (d *Dashboard) signedOut(w http.ResponseWriter) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
-	_ = writeEvent(w, "signedout", []byte("sign in again"))
-	_ = http.NewResponseController(w).Flush()
+	d.write(w, event("signedout", []byte("sign in again")))
 }
 
-// writeEvent writes one event; each line of data becomes a "data:" line.
-// A browser ends a line of the stream at CRLF, LF or a lone CR, so all
-// three end a line of data here: a CR in what a page shows (a progress
+// write writes b to an event stream and flushes it, within WriteTimeout
+// (a deadline on the connection, reset for every write). It reports
+// whether b went out; after false the stream is over.
+func (d *Dashboard) write(w http.ResponseWriter, b []byte) bool {
+	rc := http.NewResponseController(w)
+	// Real time, not Options.Now: the deadline is the socket's.
+	err := rc.SetWriteDeadline(time.Now().Add(d.o.WriteTimeout))
+	if err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return false
+	}
+	if errors.Is(err, http.ErrNotSupported) {
+		d.deadlineOnce.Do(func() {
+			d.log.Warn("dashboard: this connection takes no write deadline; a client that stops reading holds its event stream until it goes away")
+		})
+	}
+	if _, err := w.Write(b); err != nil {
+		return false
+	}
+	return rc.Flush() == nil
+}
+
+// event is one event of a stream; each line of data becomes a "data:"
+// line. A browser ends a line of the stream at CRLF, LF or a lone CR, so
+// all three end a line of data here: a CR in what a page shows (a progress
 // meter in a script's output, a host name a proxy reports) would otherwise
 // cut the update short and start fields or events of its own. The page
 // loses nothing: HTML turns every CR into a LF as well.
-func writeEvent(w http.ResponseWriter, event string, data []byte) error {
+func event(name string, data []byte) []byte {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "event: %s\n", event)
+	fmt.Fprintf(&b, "event: %s\n", name)
 	data = bytes.ReplaceAll(data, []byte("\r\n"), []byte("\n"))
 	data = bytes.ReplaceAll(data, []byte("\r"), []byte("\n"))
 	for _, line := range bytes.Split(data, []byte("\n")) {
@@ -116,6 +141,32 @@ func writeEvent(w http.ResponseWriter, event string, data []byte) error {
 		b.WriteByte('\n')
 	}
 	b.WriteByte('\n')
-	_, err := w.Write(b.Bytes())
-	return err
+	return b.Bytes()
+}
+
+// counter is a count that can be waited on.
+type counter struct {
+	mu      sync.Mutex
+	n       int
+	changed chan struct{} // closed, and replaced, at every change
+}
+
+func (c *counter) add(n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n += n
+	if c.changed != nil {
+		close(c.changed)
+	}
+	c.changed = make(chan struct{})
+}
+
+// get returns the count and a channel closed at its next change.
+func (c *counter) get() (int, <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.changed == nil {
+		c.changed = make(chan struct{})
+	}
+	return c.n, c.changed
 }
