@@ -67,6 +67,7 @@ func operatorHandlers(mux *http.ServeMux, st store.Store, m *metrics.Metrics, sr
 		SignIns:    srv,
 		MasterKey:  master,
 		PollWindow: cfg.PollWindow,
+		PublicURL:  cfg.PublicURL,
 		RevealKeys: cfg.DashboardRevealKeys,
 		Logger:     log,
 	})

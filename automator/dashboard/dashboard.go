@@ -18,10 +18,12 @@ import (
 	"context"
 	"embed"
 	"errors"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"sync"
 	"time"
@@ -71,6 +73,11 @@ type Options struct {
 	// revoked API key (the server: audited, and counted against the
 	// address's budget of failed authentications, as a refused call is).
 	SignIns SignIns
+	// PublicURL is the automator's public_url. A form posted from its
+	// origin (scheme, host and port) is accepted as well as one from the
+	// origin of the request's Host, for a reverse proxy that serves the
+	// dashboard there and rewrites Host. Optional.
+	PublicURL string
 	// RevealKeys are the ids of the API keys that may see script names,
 	// arguments and output. None may by default.
 	RevealKeys []string
@@ -97,9 +104,11 @@ type Dashboard struct {
 	o          Options
 	sessionKey []byte
 	reveal     map[string]bool
-	pages      map[string]*template.Template
-	static     http.Handler
-	log        *slog.Logger
+	// publicOrigin is PublicURL's origin ("" without one).
+	publicOrigin string
+	pages        map[string]*template.Template
+	static       http.Handler
+	log          *slog.Logger
 
 	stopOnce sync.Once
 	stop     chan struct{} // closed by Close: event streams end
@@ -149,6 +158,13 @@ func New(o Options) (*Dashboard, error) {
 		pages:      make(map[string]*template.Template),
 		log:        o.Logger,
 		stop:       make(chan struct{}),
+	}
+	if o.PublicURL != "" {
+		u, err := url.Parse(o.PublicURL)
+		if err != nil || u.Scheme == "" || u.Host == "" {
+			return nil, fmt.Errorf("dashboard: PublicURL %q is not an absolute URL", o.PublicURL)
+		}
+		d.publicOrigin = origin(u)
 	}
 	for _, id := range o.RevealKeys {
 		d.reveal[id] = true

@@ -140,7 +140,7 @@ type loginData struct {
 
 // login checks the API key of the form and sets the session cookie.
 func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
-	if !sameOrigin(r) {
+	if !d.sameOrigin(r) {
 		http.Error(w, "cross-origin sign-in refused", http.StatusForbidden)
 		return
 	}
@@ -205,7 +205,7 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Dashboard) logout(w http.ResponseWriter, r *http.Request) {
-	if !sameOrigin(r) {
+	if !d.sameOrigin(r) {
 		http.Error(w, "cross-origin sign-out refused", http.StatusForbidden)
 		return
 	}
@@ -216,14 +216,34 @@ func (d *Dashboard) logout(w http.ResponseWriter, r *http.Request) {
 
 // sameOrigin refuses a form posted from another site (the SameSite cookie
 // already keeps the session out of such a request; this also covers the
-// sign-in form, which has no session yet).
-func sameOrigin(r *http.Request) bool {
+// sign-in form, which has no session yet). The form's origin is the
+// request's Host, or the public URL's origin: behind a reverse proxy that
+// rewrites Host the browser's Origin names the proxy, not the automator.
+func (d *Dashboard) sameOrigin(r *http.Request) bool {
 	o := r.Header.Get("Origin")
 	if o == "" || o == "null" {
 		return o == "" // no Origin: not a browser's cross-site form post
 	}
 	u, err := url.Parse(o)
-	return err == nil && u.Host == r.Host
+	if err != nil {
+		return false
+	}
+	return u.Host == r.Host || (d.publicOrigin != "" && origin(u) == d.publicOrigin)
+}
+
+// origin is the origin of u as a browser's Origin header writes it:
+// scheme://host, with the port only when it is not the scheme's default.
+func origin(u *url.URL) string {
+	scheme, host, port := strings.ToLower(u.Scheme), strings.ToLower(u.Hostname()), u.Port()
+	if (scheme == "https" && port == "443") || (scheme == "http" && port == "80") {
+		port = ""
+	}
+	if port != "" {
+		host = net.JoinHostPort(host, port)
+	} else if strings.Contains(host, ":") {
+		host = "[" + host + "]" // IPv6
+	}
+	return scheme + "://" + host
 }
 
 func secureRequest(r *http.Request) bool {
