@@ -141,3 +141,18 @@ func (s *timedStore) Ping(ctx context.Context) error {
 	defer s.since("Ping", time.Now())
 	return s.Store.Ping(ctx)
 }
+
+func (s *timedStore) DashboardSessionEnd(ctx context.Context, p store.DashboardSessionEndParams) error {
+	defer s.since("DashboardSessionEnd", time.Now())
+	return s.Store.DashboardSessionEnd(ctx, p)
+}
+
+func (s *timedStore) DashboardSessionEnded(ctx context.Context, id string) (bool, error) {
+	defer s.since("DashboardSessionEnded", time.Now())
+	return s.Store.DashboardSessionEnded(ctx, id)
+}
+
+func (s *timedStore) DashboardSessionPurge(ctx context.Context, p store.DashboardSessionPurgeParams) (int, error) {
+	defer s.since("DashboardSessionPurge", time.Now())
+	return s.Store.DashboardSessionPurge(ctx, p)
+}

@@ -2,7 +2,8 @@ package store
 
 import "time"
 
-// Types of credential rotation and of the audit log (docs/security.md).
+// Types of credential rotation, of the audit log and of dashboard sessions
+// (docs/security.md).
 
 // AccountKey is one version of an account key. The current key seals new
 // units; a previous key still opens the units sealed with it, and may be
@@ -112,4 +113,20 @@ type AuditListParams struct {
 	AfterSeq int64
 	// Limit is the most events returned; it must be positive.
 	Limit int
+}
+
+// DashboardSessionEndParams record that a dashboard session was signed out
+// of (DashboardSessionEnd).
+type DashboardSessionEndParams struct {
+	// ID is the session's id, random, carried by its cookie.
+	ID string
+	// Expires is when the session would have ended anyway: past it the
+	// record is no longer needed, and DashboardSessionPurge may delete it.
+	Expires time.Time
+}
+
+type DashboardSessionPurgeParams struct {
+	// ExpiredBefore: records of sessions whose Expires is before it are
+	// deleted.
+	ExpiredBefore time.Time
 }

@@ -450,5 +450,20 @@ type Store interface {
 	// atMost (so the cost is bounded); atMost <= 0 counts them all.
 	WorkQueuedCount(ctx context.Context, account string, atMost int) (int, error)
 
+	// Dashboard sessions ended by sign-out (types in security.go). A
+	// session is a signed cookie any replica accepts until it expires;
+	// these records let every replica sharing the database refuse it once
+	// it was signed out.
+
+	// DashboardSessionEnd records that session p.ID was signed out. Ending
+	// it again changes nothing.
+	DashboardSessionEnd(ctx context.Context, p DashboardSessionEndParams) error
+	// DashboardSessionEnded reports whether session id was signed out (and
+	// its record not purged yet).
+	DashboardSessionEnded(ctx context.Context, id string) (bool, error)
+	// DashboardSessionPurge deletes the records of sessions that expired
+	// before p.ExpiredBefore and returns how many it deleted.
+	DashboardSessionPurge(ctx context.Context, p DashboardSessionPurgeParams) (int, error)
+
 	Close() error
 }

@@ -140,6 +140,17 @@ CREATE INDEX work_account_queued_at_id ON work (account, queued_at, id);
 -- AccountStats: the units in flight of each account.
 CREATE INDEX work_claimed ON work (account) WHERE state = 'claimed';
 `},
+	{version: 4, name: "dashboard sign-outs", sql: `
+-- Dashboard sessions signed out of, by the random id their cookie carries:
+-- every replica refuses such a cookie although its signature holds. A row
+-- is needed until the session would have expired anyway (expires_at),
+-- then purged.
+CREATE TABLE dashboard_sessions_ended (
+	id         text        COLLATE "C" PRIMARY KEY,
+	expires_at timestamptz NOT NULL
+);
+CREATE INDEX dashboard_sessions_ended_expires_at ON dashboard_sessions_ended (expires_at);
+`},
 }
 
 // migrationLockKey is the advisory lock (two int4 keys: the first fixed for

@@ -178,6 +178,17 @@ BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
 CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
 BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
 `},
+	{version: 7, name: "dashboard sign-outs", sql: `
+-- Dashboard sessions signed out of, by the random id their cookie carries:
+-- every replica refuses such a cookie although its signature holds. A row
+-- is needed until the session would have expired anyway (expires_at),
+-- then purged.
+CREATE TABLE dashboard_sessions_ended (
+	id         TEXT    PRIMARY KEY,
+	expires_at INTEGER NOT NULL
+) STRICT;
+CREATE INDEX dashboard_sessions_ended_expires_at ON dashboard_sessions_ended (expires_at);
+`},
 }
 
 // migrate applies the migrations not yet recorded in schema_migrations, all
