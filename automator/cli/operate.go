@@ -58,9 +58,9 @@ func readyz(st pinger, stopping func() bool, log *slog.Logger) http.Handler {
 
 // operatorHandlers mounts what operators use on the HTTP listener beside
 // /healthz and the API: /readyz, /metrics and the dashboard (with / sending
-// a browser to it). The returned function ends the dashboard's open event
-// streams; call it when the HTTP server shuts down.
-func operatorHandlers(mux *http.ServeMux, st store.Store, m *metrics.Metrics, srv *server.Server, master crypto.MasterKey, cfg config.Config, log *slog.Logger) (func(), error) {
+// a browser to it). It returns the dashboard: call its Close when the HTTP
+// server shuts down (it ends the open event streams).
+func operatorHandlers(mux *http.ServeMux, st store.Store, m *metrics.Metrics, srv *server.Server, master crypto.MasterKey, cfg config.Config, log *slog.Logger) (*dashboard.Dashboard, error) {
 	dash, err := dashboard.New(dashboard.Options{
 		Store:      st,
 		Opener:     srv,
@@ -78,5 +78,5 @@ func operatorHandlers(mux *http.ServeMux, st store.Store, m *metrics.Metrics, sr
 	mux.Handle("GET /metrics", m.Handler())
 	mux.Handle(dashboard.Prefix, dash.Handler())
 	mux.Handle("GET /{$}", http.RedirectHandler(dashboard.Prefix, http.StatusSeeOther))
-	return dash.Close, nil
+	return dash, nil
 }

@@ -67,3 +67,42 @@ func TestServeDeletesEndedUnitsPastWorkRetention(t *testing.T) {
 		t.Errorf("the unit queued 24 h ago, within a 48 h retention: %v; want it kept", err)
 	}
 }
+
+// TestServeDeletesTheSignOutsOfExpiredDashboardSessions: serve deletes the
+// records of dashboard sign-outs whose sessions expired over an hour ago as
+// it starts (and every hour after), with or without work_retention, and
+// keeps those of sessions that could still be used.
+func TestServeDeletesTheSignOutsOfExpiredDashboardSessions(t *testing.T) {
+	dir := initDir(t)
+	cfg, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := sqlitestore.Open(t.Context(), cfg.DBPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, expires := range map[string]time.Duration{"expired": -2 * time.Hour, "current": time.Hour} {
+		if err := st.DashboardSessionEnd(t.Context(), store.DashboardSessionEndParams{ID: id, Expires: time.Now().Add(expires)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s := serveDirInProcess(t, dir)
+	waitUntil(t, 15*time.Second, "serve to log its purge of sign-outs", func() bool {
+		return strings.Contains(s.log.String(), `"msg":"deleted the sign-outs of expired dashboard sessions","replica_id"`)
+	})
+	st, err = sqlitestore.Open(t.Context(), cfg.DBPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for id, want := range map[string]bool{"expired": false, "current": true} {
+		if got, err := st.DashboardSessionEnded(t.Context(), id); err != nil || got != want {
+			t.Errorf("sign-out of the %s session recorded: %v, %v; want %v", id, got, err, want)
+		}
+	}
+}

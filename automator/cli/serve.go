@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/dashboard"
 	"github.com/opsgate/opsgate/automator/gateway"
 	"github.com/opsgate/opsgate/automator/metrics"
 	"github.com/opsgate/opsgate/automator/pki"
@@ -151,12 +152,12 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
 	})
-	closeDashboard, err := operatorHandlers(mux, timed, m, srv, master, cfg, log)
+	dash, err := operatorHandlers(mux, timed, m, srv, master, cfg, log)
 	if err != nil {
 		return err
 	}
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	hs.RegisterOnShutdown(closeDashboard)
+	hs.RegisterOnShutdown(dash.Close)
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -178,7 +179,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	recorderDone := make(chan struct{})
 	go func() { srv.RecordInstances(recordCtx); close(recorderDone) }()
 	heartbeatDone := startHeartbeat(runCtx, st, cfg.ReplicaID, log)
-	purgeDone := startPurge(runCtx, srv, cfg.WorkRetention, log)
+	purgeDone := startPurge(runCtx, srv, dash, cfg.WorkRetention, log)
 
 	serving := config.Serving{GRPC: lis.Addr().String(), HTTP: hlis.Addr().String(), Plaintext: cfg.InsecurePlaintext}
 	if err := config.WriteServing(*dir, serving); err != nil {
@@ -220,23 +221,31 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	return nil
 }
 
-// purgeEvery is how often serve deletes the ended units past work_retention.
+// purgeEvery is how often serve deletes what it no longer needs: the ended
+// units past work_retention and the records of dashboard sign-outs whose
+// sessions have expired.
 const purgeEvery = time.Hour
 
-// startPurge deletes the ended units past retention at once and then every
-// purgeEvery until ctx is done; with no retention it does nothing. The
-// returned channel closes when it has stopped.
-func startPurge(ctx context.Context, srv *server.Server, retention time.Duration, log *slog.Logger) <-chan struct{} {
-	done := make(chan struct{})
-	if retention <= 0 {
-		close(done)
-		return done
-	}
+// startPurge deletes, at once and then every purgeEvery until ctx is done,
+// the records of dashboard sign-outs whose sessions have expired and, with
+// a retention, the ended units past it. The returned channel closes when
+// it has stopped.
+func startPurge(ctx context.Context, srv *server.Server, dash *dashboard.Dashboard, retention time.Duration, log *slog.Logger) <-chan struct{} {
 	purge := func() {
-		if _, err := srv.PurgeEnded(ctx, retention); err != nil && ctx.Err() == nil {
-			log.Error("deleting ended units past work_retention", "err", err)
+		if retention > 0 {
+			if _, err := srv.PurgeEnded(ctx, retention); err != nil && ctx.Err() == nil {
+				log.Error("deleting ended units past work_retention", "err", err)
+			}
+		}
+		n, err := dash.PurgeEndedSessions(ctx)
+		if err != nil && ctx.Err() == nil {
+			log.Error("deleting the sign-outs of expired dashboard sessions", "err", err)
+		}
+		if n > 0 {
+			log.Info("deleted the sign-outs of expired dashboard sessions", "count", n)
 		}
 	}
+	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		purge()

@@ -7,7 +7,9 @@
 // Operators sign in with an admin API key. The session is a cookie signed
 // with a key derived from the master key, so any automator replica serves
 // any page (no sticky sessions), and every request checks the API key
-// again, so a revoked key loses the dashboard at once.
+// again, so a revoked key loses the dashboard at once. Sign-out records the
+// session's random id in the store, which every request checks too, so a
+// copy of the cookie is refused by every replica from then on.
 //
 // Script names, arguments and output are sealed with the account key in the
 // store; the dashboard opens them only for keys the operator allows
@@ -44,6 +46,9 @@ type Store interface {
 	WorkList(ctx context.Context, p store.WorkListParams) ([]store.Work, error)
 	WorkGet(ctx context.Context, id string) (store.Work, error)
 	APIKeyGetByHash(ctx context.Context, h []byte) (store.APIKey, error)
+	DashboardSessionEnd(ctx context.Context, p store.DashboardSessionEndParams) error
+	DashboardSessionEnded(ctx context.Context, id string) (bool, error)
+	DashboardSessionPurge(ctx context.Context, p store.DashboardSessionPurgeParams) (int, error)
 }
 
 // Opener opens sealed commands and results (the server does, with the
@@ -182,6 +187,18 @@ func New(o Options) (*Dashboard, error) {
 	}
 	d.static = http.StripPrefix(Prefix+"static/", http.FileServerFS(staticFS))
 	return d, nil
+}
+
+// purgeMargin is how long after a session expired its sign-out's record is
+// kept: a replica whose clock is behind the purging one's still accepts
+// the session until its own clock says it expired.
+const purgeMargin = time.Hour
+
+// PurgeEndedSessions deletes the records of sign-outs whose sessions have
+// expired (more than an hour ago: clocks of replicas differ), and returns
+// how many it deleted. serve runs it every hour.
+func (d *Dashboard) PurgeEndedSessions(ctx context.Context) (int, error) {
+	return d.o.Store.DashboardSessionPurge(ctx, store.DashboardSessionPurgeParams{ExpiredBefore: d.o.Now().Add(-purgeMargin)})
 }
 
 // Close ends the open event streams (call it when the HTTP server shuts

@@ -46,6 +46,7 @@ func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unloc
 type env struct {
 	t      *testing.T
 	st     store.Store
+	path   string // st's SQLite file
 	master crypto.MasterKey
 	srv    *server.Server
 	clock  *clock
@@ -59,7 +60,8 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	ctx := t.Context()
-	st, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "automator.db"))
+	path := filepath.Join(t.TempDir(), "automator.db")
+	st, err := sqlitestore.Open(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +70,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, st: st, master: master, clock: &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)},
+	e := &env{t: t, st: st, path: path, master: master, clock: &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)},
 		keys: map[string]crypto.Key{}, secrets: map[string]string{}}
 	e.srv, err = server.New(server.Options{Store: st, MasterKey: master, PollWindow: pollWindow, Clock: e.clock,
 		Logger: slog.New(slog.DiscardHandler)})

@@ -12,7 +12,8 @@ import (
 // stream sends the page's content as a server-sent "update" event at once
 // and again whenever it changes (it is read again every Refresh), and a
 // comment every Keepalive so that proxies and load balancers see traffic.
-// The session is checked at every read: a revoked key gets "signedout".
+// The session is checked at every read: one signed out of (on any replica),
+// expired, or whose key was revoked gets "signedout" and the stream ends.
 //
 // Every write has WriteTimeout to reach the client: one that stopped
 // reading blocks a write once its socket buffers are full, and is dropped

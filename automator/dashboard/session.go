@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/hkdf"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -26,9 +27,11 @@ const (
 	maxLoginBody = 4 << 10
 )
 
-// session is what the signed cookie carries: which API key signed in
-// (its id and the SHA-256 of its secret, never the secret) and until when.
+// session is what the signed cookie carries: its random id (what a
+// sign-out records), which API key signed in (its id and the SHA-256 of its
+// secret, never the secret) and until when.
 type session struct {
+	ID      string `json:"i"`
 	KeyID   string `json:"k"`
 	Hash    string `json:"h"`
 	Expires int64  `json:"e"` // unix seconds
@@ -76,10 +79,23 @@ func (d *Dashboard) decode(v string, now time.Time) (session, error) {
 	if err := json.Unmarshal(payload, &s); err != nil {
 		return session{}, errors.New("malformed session cookie")
 	}
+	if s.ID == "" {
+		// Made before sessions had ids: it could not be signed out of.
+		return session{}, errors.New("session cookie without an id")
+	}
 	if now.Unix() >= s.Expires {
 		return session{}, errors.New("session expired")
 	}
 	return s, nil
+}
+
+// newSessionID returns a random session id, 128 bits in base64url.
+func newSessionID() (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("making a session id: %w", err)
+	}
+	return b64.EncodeToString(b), nil
 }
 
 // checkKey returns why the API key k may not use the dashboard, or nil.
@@ -93,8 +109,9 @@ func checkKey(k store.APIKey) error {
 	return nil
 }
 
-// authenticate returns the request's session after checking its API key
-// in the store again: a revoked or deleted key ends the session at once.
+// authenticate returns the request's session after checking it in the
+// store again: a session signed out of on any replica, or whose API key
+// was revoked or deleted, ends at once.
 func (d *Dashboard) authenticate(ctx context.Context, r *http.Request) (*session, error) {
 	c, err := r.Cookie(cookieName)
 	if err != nil {
@@ -110,7 +127,21 @@ func (d *Dashboard) authenticate(ctx context.Context, r *http.Request) (*session
 	return &s, nil
 }
 
+// recheck checks a session against the store, at every request and at
+// every refresh of an event stream: it has not expired (a stream outlives
+// its request), nobody signed out of it (one primary-key read), and its API
+// key may still use the dashboard.
 func (d *Dashboard) recheck(ctx context.Context, s *session) error {
+	if d.o.Now().Unix() >= s.Expires {
+		return errors.New("session expired")
+	}
+	ended, err := d.o.Store.DashboardSessionEnded(ctx, s.ID)
+	if err != nil {
+		return fmt.Errorf("checking for a sign-out of the session: %w", err)
+	}
+	if ended {
+		return errors.New("signed out")
+	}
 	h, err := hex.DecodeString(s.Hash)
 	if err != nil {
 		return errors.New("malformed session cookie")
@@ -189,8 +220,14 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusForbidden, capitalise(err.Error())+".")
 		return
 	}
+	id, err := newSessionID()
+	if err != nil {
+		d.log.Error("dashboard sign-in", "err", err)
+		fail(http.StatusInternalServerError, "The automator could not make a session; see its log.")
+		return
+	}
 	now := d.o.Now()
-	s := session{KeyID: k.ID, Hash: hex.EncodeToString(h), Expires: now.Add(d.o.SessionTTL).Unix()}
+	s := session{ID: id, KeyID: k.ID, Hash: hex.EncodeToString(h), Expires: now.Add(d.o.SessionTTL).Unix()}
 	http.SetCookie(w, &http.Cookie{
 		Name:     cookieName,
 		Value:    d.encode(s),
@@ -204,10 +241,26 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
+// logout ends the session for good: its id is recorded in the store, so
+// every replica sharing it refuses the cookie from then on, a copy of it
+// included, and the browser's cookie is cleared. If the store does not
+// answer, nothing is cleared: the visitor is told and may sign out again.
 func (d *Dashboard) logout(w http.ResponseWriter, r *http.Request) {
 	if !d.sameOrigin(r) {
 		http.Error(w, "cross-origin sign-out refused", http.StatusForbidden)
 		return
+	}
+	if c, err := r.Cookie(cookieName); err == nil {
+		// A cookie that is forged or expired is no session to end.
+		if s, err := d.decode(c.Value, d.o.Now()); err == nil {
+			if err := d.o.Store.DashboardSessionEnd(r.Context(), store.DashboardSessionEndParams{ID: s.ID, Expires: time.Unix(s.Expires, 0)}); err != nil {
+				d.log.Error("dashboard sign-out: recording it", "err", err)
+				d.render(w, r, http.StatusServiceUnavailable, "error", http.StatusText(http.StatusServiceUnavailable), "", nil,
+					"The store did not answer, so your session is not ended yet; sign out again.")
+				return
+			}
+			d.log.Info("dashboard sign-out", "api_key", s.KeyID, "peer", r.RemoteAddr)
+		}
 	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: Prefix, MaxAge: -1, HttpOnly: true,
 		Secure: secureRequest(r), SameSite: http.SameSiteStrictMode})

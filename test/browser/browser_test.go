@@ -5,12 +5,14 @@ package browser
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"github.com/opsgate/opsgate/automator/config"
@@ -160,6 +162,43 @@ func addAPIKey(t *testing.T, dir, id string) string {
 	return secret
 }
 
+// sessionCookie returns the dashboard's session cookie as the browser
+// holds it (HttpOnly: read through the DevTools protocol, not the page).
+func sessionCookie(p *page, base string) *http.Cookie {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	defer cancel()
+	res, err := chromedp.Call(ctx, network.GetCookies, network.GetCookiesParams{URLs: []string{base + "/dashboard/"}})
+	if err != nil {
+		p.t.Fatalf("reading the browser's cookies: %v", err)
+	}
+	for _, c := range res.Cookies {
+		if c.Name == "opsgate_dashboard" {
+			return &http.Cookie{Name: c.Name, Value: c.Value}
+		}
+	}
+	p.t.Fatalf("the browser holds no session cookie for %s", base)
+	return nil
+}
+
+// getWithCookie returns the status of a GET of u that carries cookie c
+// alone, without following a redirect.
+func getWithCookie(t *testing.T, u string, c *http.Cookie) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.AddCookie(c)
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noFollow.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
 // TestDashboardInARealBrowser signs in to the dashboard of a real
 // automator with a real proxy and walks every page in headless Chromium:
 // accounts, the instances of an account, work (filtered), one unit as a key
@@ -259,9 +298,18 @@ func TestDashboardInARealBrowser(t *testing.T) {
 	}
 	p.shot("unit-as-viewer")
 
-	// Sign out, sign in with the admin key: the command and output show.
-	p.do(chromedp.Click(chromedp.CSS("#sign-out")), chromedp.WaitVisible(chromedp.CSS("#api-key")),
-		chromedp.SetValue(chromedp.CSS("#api-key"), strings.TrimSpace(string(adminKey))), chromedp.Click(chromedp.CSS("#sign-in")),
+	// Sign out: a copy of the session cookie, taken before, is refused
+	// from then on. Then sign in with the admin key: the command and
+	// output show.
+	copied := sessionCookie(p, a.http)
+	if code := getWithCookie(t, a.http+"/dashboard/", copied); code != http.StatusOK {
+		t.Fatalf("the copied session cookie before sign-out: %d, want 200", code)
+	}
+	p.do(chromedp.Click(chromedp.CSS("#sign-out")), chromedp.WaitVisible(chromedp.CSS("#api-key")))
+	if code := getWithCookie(t, a.http+"/dashboard/", copied); code != http.StatusSeeOther {
+		t.Errorf("the copied session cookie after sign-out: %d, want 303 to the sign-in form", code)
+	}
+	p.do(chromedp.SetValue(chromedp.CSS("#api-key"), strings.TrimSpace(string(adminKey))), chromedp.Click(chromedp.CSS("#sign-in")),
 		chromedp.WaitVisible(chromedp.CSS("table#accounts")))
 	p.do(chromedp.Navigate(unitURL), chromedp.WaitVisible(chromedp.CSS("#unit-script")))
 	p.wantText("#signed-in-key", "admin")
