@@ -122,7 +122,7 @@ func cmdAccountRotate(ctx context.Context, rotateKey bool, args []string, env En
 		fmt.Fprintf(env.Stderr, "automator: account %q rotated; %s working until %s (--overlap %v): install this profile on every proxy of the account before then\n",
 			name, old, p.PreviousUntil.UTC().Format(time.RFC3339), *overlap)
 	} else {
-		fmt.Fprintf(env.Stderr, "automator: account %q rotated with no overlap: proxies on the old profile are refused from now on\n", name)
+		fmt.Fprintf(env.Stderr, "automator: account %q rotated with no overlap: proxies on the old profile, or on any earlier one, are refused from now on\n", name)
 	}
 	return nil
 }

@@ -35,7 +35,7 @@ type AccountRotateParams struct {
 	Name string
 	// TokenHash, when set, becomes the account's token. The token it
 	// replaces stays valid until PreviousUntil; earlier previous tokens
-	// keep their own windows.
+	// keep their own windows, unless PreviousUntil is at or before Now.
 	TokenHash []byte
 	// KeyID and SealedKey, when KeyID is not 0, become the account's
 	// current key. KeyID must be above every key id the account has had.
@@ -44,7 +44,8 @@ type AccountRotateParams struct {
 	SealedKey []byte
 	// PreviousUntil ends the overlap window of what is replaced; at or
 	// before Now there is none (the old token is refused at once, the old
-	// key is no longer handed to proxies).
+	// key is no longer handed to proxies), and the windows of earlier
+	// rotations end too: only the new token (and key) work from Now on.
 	PreviousUntil time.Time
 	Now           time.Time
 }

@@ -61,6 +61,12 @@ func (s *Store) AccountRotate(ctx context.Context, p store.AccountRotateParams) 
 			if int64(p.KeyID) <= max(highest, int64(cur.KeyID)) {
 				return fmt.Errorf("key id %d is not above every key id of the account: %w", p.KeyID, store.ErrExists)
 			}
+			if !until.After(p.Now) {
+				// No overlap: the keys of earlier rotations end too.
+				if _, err := tx.Exec(ctx, `UPDATE account_keys SET usable_until = $2 WHERE account = $1 AND usable_until > $2`, p.Name, p.Now); err != nil {
+					return err
+				}
+			}
 			if _, err := tx.Exec(ctx, `INSERT INTO account_keys (account, key_id, sealed_key, retired_at, usable_until) VALUES ($1, $2, $3, $4, $5)`,
 				p.Name, cur.KeyID, nonNil(cur.SealedKey), p.Now, until); err != nil {
 				return err
@@ -78,8 +84,9 @@ func (s *Store) AccountRotate(ctx context.Context, p store.AccountRotateParams) 
 			if taken || bytes.Equal(p.TokenHash, cur.TokenHash) {
 				return fmt.Errorf("the new token: %w", store.ErrExists)
 			}
-			// Tokens past their window are of no use any more.
-			if _, err := tx.Exec(ctx, `DELETE FROM account_tokens WHERE account = $1 AND valid_until <= $2`, p.Name, p.Now); err != nil {
+			// Tokens past their window are of no use any more; with no
+			// overlap, neither are those of earlier rotations.
+			if _, err := tx.Exec(ctx, `DELETE FROM account_tokens WHERE account = $1 AND (valid_until <= $2 OR $3)`, p.Name, p.Now, !until.After(p.Now)); err != nil {
 				return err
 			}
 			if until.After(p.Now) {

@@ -57,6 +57,12 @@ func (s *Store) AccountRotate(ctx context.Context, p store.AccountRotateParams) 
 			if int64(p.KeyID) <= max(highest, int64(cur.KeyID)) {
 				return fmt.Errorf("key id %d is not above every key id of the account: %w", p.KeyID, store.ErrExists)
 			}
+			if until <= now {
+				// No overlap: the keys of earlier rotations end too.
+				if _, err := tx.ExecContext(ctx, `UPDATE account_keys SET usable_until = ? WHERE account = ? AND usable_until > ?`, now, p.Name, now); err != nil {
+					return err
+				}
+			}
 			if _, err := tx.ExecContext(ctx, `INSERT INTO account_keys (account, key_id, sealed_key, retired_at, usable_until) VALUES (?, ?, ?, ?, ?)`,
 				p.Name, cur.KeyID, nonNil(cur.SealedKey), now, max(until, now)); err != nil {
 				return err
@@ -74,8 +80,9 @@ func (s *Store) AccountRotate(ctx context.Context, p store.AccountRotateParams) 
 			if taken > 0 || bytes.Equal(p.TokenHash, cur.TokenHash) {
 				return fmt.Errorf("the new token: %w", store.ErrExists)
 			}
-			// Tokens past their window are of no use any more.
-			if _, err := tx.ExecContext(ctx, `DELETE FROM account_tokens WHERE account = ? AND valid_until <= ?`, p.Name, now); err != nil {
+			// Tokens past their window are of no use any more; with no
+			// overlap, neither are those of earlier rotations.
+			if _, err := tx.ExecContext(ctx, `DELETE FROM account_tokens WHERE account = ? AND (valid_until <= ? OR ? <= ?)`, p.Name, now, until, now); err != nil {
 				return err
 			}
 			if until > now {

@@ -16,6 +16,7 @@ var securityCases = []testCase{
 	{"PreviousTokenWorksUntilItsOverlapEnds", testPreviousTokenWorksUntilItsOverlapEnds},
 	{"TokenRotationWithoutOverlapRefusesTheOldTokenAtOnce", testTokenRotationWithoutOverlap},
 	{"SeveralPreviousTokensKeepTheirOwnWindows", testSeveralPreviousTokens},
+	{"RotationWithoutOverlapEndsEveryEarlierWindow", testRotationWithoutOverlapEndsEveryWindow},
 	{"AccountRotateOfUnknownAccountIsErrNotFound", testAccountRotateUnknown},
 	{"KeyRotationKeepsPreviousKeysNewestFirst", testKeyRotationKeepsPreviousKeys},
 	{"KeyRotationRefusesAnIDNotAboveEveryEarlierOne", testKeyRotationRefusesOldIDs},
@@ -127,6 +128,41 @@ func testSeveralPreviousTokens(f *fixture) {
 	}
 }
 
+// testRotationWithoutOverlapEndsEveryWindow: a rotation with no overlap
+// leaves only the new profile working, not also the profiles of earlier
+// rotations whose windows are still open (the answer to a leaked profile).
+func testRotationWithoutOverlapEndsEveryWindow(f *fixture) {
+	acme := f.account("acme") // token of acme, key 1
+	f.account("globex")
+	f.rotate(store.AccountRotateParams{Name: "acme", TokenHash: hash("t2"), KeyID: 2, SealedKey: []byte("k2"), PreviousUntil: at(time.Hour), Now: at(0)})
+	f.rotate(store.AccountRotateParams{Name: "acme", TokenHash: hash("t3"), PreviousUntil: at(time.Hour), Now: at(time.Minute)})
+	// The answer to a leak: a new token and key, no overlap.
+	f.rotate(store.AccountRotateParams{Name: "acme", TokenHash: hash("t4"), KeyID: 3, SealedKey: []byte("k3"), PreviousUntil: at(2 * time.Minute), Now: at(2 * time.Minute)})
+	for _, h := range [][]byte{acme.TokenHash, hash("t2"), hash("t3")} {
+		if a, err := f.byToken(h, at(2*time.Minute)); err == nil {
+			f.t.Errorf("AccountGetByToken(%x…) after a rotation without overlap = %q; want it refused", h[:4], a.Name)
+		}
+	}
+	if a, err := f.byToken(hash("t4"), at(2*time.Minute)); err != nil || a.KeyID != 3 {
+		f.t.Errorf("AccountGetByToken(t4) = %s, %v; want acme with key 3", fmtAccount(a), err)
+	}
+	keys, err := f.s.AccountKeys(f.ctx, "acme")
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, k := range keys {
+		if usable := k.Usable(at(2 * time.Minute)); usable != (k.KeyID == 3) {
+			f.t.Errorf("key %d usable after a rotation without overlap: %v (until %v); want only key 3", k.KeyID, usable, k.UsableUntil.Sub(base))
+		}
+	}
+	// Another account's windows are its own.
+	f.rotate(store.AccountRotateParams{Name: "globex", TokenHash: hash("g2"), PreviousUntil: at(time.Hour), Now: at(0)})
+	f.rotate(store.AccountRotateParams{Name: "acme", TokenHash: hash("t5"), Now: at(3 * time.Minute)})
+	if a, err := f.byToken(hash("token of globex"), at(3*time.Minute)); err != nil || a.Name != "globex" {
+		f.t.Errorf("globex's previous token after acme's rotation without overlap: %q, %v; want globex", a.Name, err)
+	}
+}
+
 func testAccountRotateUnknown(f *fixture) {
 	_, err := f.s.AccountRotate(f.ctx, store.AccountRotateParams{Name: "nobody", TokenHash: hash("x"), Now: at(0)})
 	f.wantErr("AccountRotate of an unknown account", err, store.ErrNotFound)
@@ -147,15 +183,16 @@ func testKeyRotationKeepsPreviousKeys(f *fixture) {
 	if got.KeyID != 2 || !bytes.Equal(got.SealedKey, []byte("sealed key 2")) || !bytes.Equal(got.TokenHash, acme.TokenHash) {
 		f.t.Errorf("AccountRotate of the key = %s; want key 2 and the token unchanged", fmtAccount(got))
 	}
-	// A rotation of both, with no overlap for key 2.
-	f.rotate(store.AccountRotateParams{Name: "acme", KeyID: 5, SealedKey: []byte("sealed key 5"), TokenHash: hash("t2"), PreviousUntil: at(2 * time.Minute), Now: at(2 * time.Minute)})
+	// A rotation of both, with a shorter overlap for key 2: each previous
+	// key keeps its own window.
+	f.rotate(store.AccountRotateParams{Name: "acme", KeyID: 5, SealedKey: []byte("sealed key 5"), TokenHash: hash("t2"), PreviousUntil: at(30 * time.Minute), Now: at(2 * time.Minute)})
 	keys, err = f.s.AccountKeys(f.ctx, "acme")
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	want := []store.AccountKey{
 		{KeyID: 5, SealedKey: []byte("sealed key 5"), Current: true},
-		{KeyID: 2, SealedKey: []byte("sealed key 2"), RetiredAt: at(2 * time.Minute), UsableUntil: at(2 * time.Minute)},
+		{KeyID: 2, SealedKey: []byte("sealed key 2"), RetiredAt: at(2 * time.Minute), UsableUntil: at(30 * time.Minute)},
 		{KeyID: 1, SealedKey: acme.SealedKey, RetiredAt: at(time.Minute), UsableUntil: at(time.Hour)},
 	}
 	if len(keys) != len(want) {
@@ -168,7 +205,7 @@ func testKeyRotationKeepsPreviousKeys(f *fixture) {
 			f.t.Errorf("AccountKeys[%d] = %+v, want %+v", i, g, w)
 		}
 	}
-	if !keys[0].Usable(at(1000*time.Hour)) || keys[1].Usable(at(2*time.Minute)) || !keys[2].Usable(at(59*time.Minute)) || keys[2].Usable(at(time.Hour)) {
+	if !keys[0].Usable(at(1000*time.Hour)) || !keys[1].Usable(at(29*time.Minute)) || keys[1].Usable(at(30*time.Minute)) || !keys[2].Usable(at(59*time.Minute)) || keys[2].Usable(at(time.Hour)) {
 		f.t.Errorf("Usable does not follow the overlap windows: %+v", keys)
 	}
 	if a, err := f.byToken(hash("t2"), at(time.Hour)); err != nil || a.KeyID != 5 {
