@@ -85,6 +85,7 @@ func Mount(ctx context.Context, mux *http.ServeMux, gs *grpc.Server, o Options) 
 		}),
 		runtime.WithForwardResponseOption(outcomeStatus),
 		runtime.WithErrorHandler(errorStatus),
+		runtime.WithRoutingErrorHandler(routingError),
 	)
 	if err := automatorgw.RegisterAutomatorServiceHandlerClient(ctx, gw, automatorv1.NewAutomatorServiceClient(conn)); err != nil {
 		conn.Close()
@@ -141,6 +142,27 @@ func errorStatus(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler
 		err = status.Error(codes.InvalidArgument, s.Message())
 	}
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
+}
+
+// routingError answers a request no route takes as grpc-gateway does,
+// except for a known path called with another method: grpc-gateway makes
+// that UNIMPLEMENTED, HTTP 501, which tells a caller the server lacks the
+// feature. It is 405, naming the method, with the usual google.rpc.Status
+// body.
+func routingError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
+	if httpStatus != http.StatusMethodNotAllowed {
+		runtime.DefaultRoutingErrorHandler(ctx, mux, m, w, r, httpStatus)
+		return
+	}
+	st := status.Newf(codes.Unimplemented, "method %s is not allowed on %s; GET /v1/openapi.json lists each path's method", r.Method, r.URL.Path)
+	body, err := m.Marshal(st.Proto())
+	if err != nil {
+		runtime.DefaultRoutingErrorHandler(ctx, mux, m, w, r, httpStatus)
+		return
+	}
+	w.Header().Set("Content-Type", m.ContentType(st.Proto()))
+	w.WriteHeader(http.StatusMethodNotAllowed)
+	_, _ = w.Write(body)
 }
 
 // OutcomeStatus is the HTTP status that execute and wait answer for a unit

@@ -377,3 +377,29 @@ func TestCommandOverTheMessageLimitIsABadRequest(t *testing.T) {
 	// A normal submit is served after it.
 	c.do("POST", "/v1/accounts/acme/submit", "", map[string]any{"command": map[string]any{"script": "x"}}).want(t, http.StatusOK, "STATE_QUEUED")
 }
+
+// TestWrongMethodIsMethodNotAllowed: a route called with another method
+// (GET on execute, say) is 405 naming the method, not 501 "not
+// implemented", and runs nothing.
+func TestWrongMethodIsMethodNotAllowed(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	c := api{t: t, base: a.HTTPURL, apiKey: a.APIKey}
+	for _, rt := range []struct{ method, path string }{
+		{"GET", "/v1/accounts/acme/execute"},
+		{"GET", "/v1/accounts/acme/submit"},
+		{"PUT", "/v1/accounts/acme/submit"},
+		{"DELETE", "/v1/work/w_0123456789abcdef0123456789abcdef"},
+		{"POST", "/v1/accounts/acme/instances"},
+	} {
+		r := c.do(rt.method, rt.path, "", nil)
+		if r.status != http.StatusMethodNotAllowed || !strings.Contains(r.str("message"), rt.method) {
+			t.Errorf("%s %s: HTTP %d %s; want 405 naming %s", rt.method, rt.path, r.status, r.raw, rt.method)
+		}
+		if ct := r.header.Get("Content-Type"); ct != "application/json" {
+			t.Errorf("%s %s: Content-Type %q, want application/json", rt.method, rt.path, ct)
+		}
+	}
+	if n := a.CountWork(t); n != 0 {
+		t.Fatalf("%d units queued by calls with the wrong method", n)
+	}
+}
