@@ -288,6 +288,7 @@ func uninstall(name string, env Env) error {
 	if err := service.CheckName(name); err != nil {
 		return err
 	}
+	definition := service.DefinitionFiles(name)
 	err := service.Uninstall(name)
 	notInstalled := errors.Is(err, service.ErrNotInstalled)
 	if err != nil && !notInstalled {
@@ -295,6 +296,13 @@ func uninstall(name string, env Env) error {
 	}
 	stateDir, configDir := service.StateDir(name), service.ConfigDir(name)
 	var removed, left []string
+	if !notInstalled {
+		for _, p := range definition {
+			if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) {
+				removed = append(removed, p)
+			}
+		}
+	}
 	rm := func(path string) {
 		if err := os.Remove(path); err == nil {
 			removed = append(removed, path)

@@ -66,6 +66,26 @@ func checkPlatformSpec(s Spec) error {
 	return nil
 }
 
+// DefinitionFiles are the files of service name that exist now and that
+// Uninstall removes: its systemd unit, or its init script, rc.d links, pid
+// file and log. Uninstall's caller lists them as removed.
+func DefinitionFiles(name string) []string {
+	candidates := []string{filepath.Join(systemdUnitDir, name+".service"), filepath.Join(sysvInitDir, name)}
+	links, _ := filepath.Glob("/etc/rc[0-6S].d/[SK][0-9][0-9]" + name)
+	for _, l := range links {
+		if isLinkTo(l, filepath.Join(sysvInitDir, name)) {
+			candidates = append(candidates, l)
+		}
+	}
+	var out []string
+	for _, p := range append(candidates, sysvFiles(name)...) {
+		if _, err := os.Lstat(p); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // sysvFiles are the files the SysV init script of service name makes: its
 // pid file and its log.
 func sysvFiles(name string) []string {

@@ -27,3 +27,7 @@ func stop(service.Service, string) error { return errUnsupported }
 func afterInstall(service.Service, Spec) error { return errUnsupported }
 
 func afterUninstall(string) error { return nil }
+
+// DefinitionFiles are the files of service name that Uninstall removes:
+// none here, the service manager keeps the definition.
+func DefinitionFiles(string) []string { return nil }

@@ -88,3 +88,7 @@ func afterInstall(_ service.Service, s Spec) error {
 }
 
 func afterUninstall(string) error { return nil }
+
+// DefinitionFiles are the files of service name that Uninstall removes:
+// none here, the service manager keeps the definition.
+func DefinitionFiles(string) []string { return nil }

@@ -164,11 +164,18 @@ func TestProxyServiceInstallServeStopStartUninstall(t *testing.T) {
 	if data, err := os.ReadFile("/var/run/" + name + ".pid"); err == nil {
 		supervisor = atoi(t, string(data))
 	}
+	// What the service manager holds: its definition and, for SysV, the
+	// rc.d links and the log (the pid file goes with the stop).
+	made := []string{installedCfg, filepath.Join("/etc", name), filepath.Join("/var/lib", name)}
+	for _, pattern := range []string{"/etc/init.d/" + name, "/etc/systemd/system/" + name + ".service", "/etc/rc[0-6S].d/[SK][0-9][0-9]" + name, "/var/log/" + name + ".log"} {
+		m, _ := filepath.Glob(pattern)
+		made = append(made, m...)
+	}
 	out = proxyCLI(t, "uninstall", "--name", name)
 	if !gone(st.PID) || (supervisor > 0 && !gone(supervisor)) {
 		t.Errorf("a process of the service outlived uninstall (proxy %d, supervisor %d)", st.PID, supervisor)
 	}
-	for _, p := range []string{installedCfg, filepath.Join("/etc", name), filepath.Join("/var/lib", name)} {
+	for _, p := range made {
 		if !strings.Contains(out, p) {
 			t.Errorf("uninstall does not say it removed %s:\n%s", p, out)
 		}
