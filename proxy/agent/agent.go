@@ -30,7 +30,10 @@ type Client interface {
 
 // Options configure an Agent.
 type Options struct {
-	Client         Client
+	Client Client
+	// Automator names the automator Client reaches (its URL), in the log
+	// lines that say it cannot be reached or refused this proxy.
+	Automator      string
 	Keys           crypto.KeyRing
 	InstanceID     string
 	Hostname       string
@@ -170,7 +173,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // once when a running unit is cancelled; that poll is dropped as soon as a
 // slot frees (dropping it is safe: a poll for no units claims nothing).
 func (a *Agent) pollLoop(ctx, workCtx context.Context) {
-	st := connState{log: a.log}
+	st := connState{log: a.log, automator: a.o.Automator}
 	bo := backoff{min: a.o.BackoffMin, max: a.o.BackoffMax}
 	// The first poll, and the first after a failure, does not wait: it tells
 	// at once (and logs once) whether the automator accepts this proxy.

@@ -31,10 +31,11 @@ func (b *backoff) reset() { b.cur = 0 }
 // connState logs the connection to the automator once per change of state,
 // not once per attempt.
 type connState struct {
-	log      *slog.Logger
-	up       bool
-	known    bool
-	lastCode codes.Code
+	log       *slog.Logger
+	automator string // its URL, named when it fails
+	up        bool
+	known     bool
+	lastCode  codes.Code
 }
 
 func (s *connState) ok() {
@@ -51,12 +52,13 @@ func (s *connState) failed(err error) {
 		return
 	}
 	s.up, s.known, s.lastCode = false, true, code
+	attrs := []any{"automator", s.automator, "code", code, "err", status.Convert(err).Message()}
 	switch code {
 	case codes.Unauthenticated, codes.PermissionDenied:
-		s.log.Error("the automator refused this proxy's token; check `token` in the config (retrying with backoff)", "code", code, "err", status.Convert(err).Message())
+		s.log.Error("the automator refused this proxy's token; check `token` in the config (retrying with backoff)", attrs...)
 	case codes.Unavailable, codes.DeadlineExceeded:
-		s.log.Warn("automator unreachable; retrying with backoff", "code", code, "err", status.Convert(err).Message())
+		s.log.Warn("automator unreachable; retrying with backoff", attrs...)
 	default:
-		s.log.Error("poll failed; retrying with backoff", "code", code, "err", status.Convert(err).Message())
+		s.log.Error("poll failed; retrying with backoff", attrs...)
 	}
 }

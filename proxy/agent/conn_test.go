@@ -13,10 +13,13 @@ import (
 
 // TestConnectionLogsOneLinePerStateChange: retries against an automator
 // that stays down, or polls that keep succeeding, add no log lines; each
-// change (up, down, refused) adds exactly one.
+// change (up, down, refused) adds exactly one, and one that says the
+// automator failed names it: gRPC's own message may not (a host name that
+// does not resolve gives "produced zero addresses").
 func TestConnectionLogsOneLinePerStateChange(t *testing.T) {
 	var buf bytes.Buffer
-	s := &connState{log: slog.New(slog.NewJSONHandler(&buf, nil))}
+	const url = "https://automator.example:8443"
+	s := &connState{log: slog.New(slog.NewJSONHandler(&buf, nil)), automator: url}
 	down := status.Error(codes.Unavailable, "connection refused")
 	refused := status.Error(codes.Unauthenticated, "invalid account token")
 	for range 5 {
@@ -34,9 +37,12 @@ func TestConnectionLogsOneLinePerStateChange(t *testing.T) {
 
 	var msgs []string
 	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
-		var rec struct{ Level, Msg string }
+		var rec struct{ Level, Msg, Automator string }
 		if err := json.Unmarshal([]byte(line), &rec); err != nil {
 			t.Fatalf("log line %q is not JSON: %v", line, err)
+		}
+		if rec.Level != "INFO" && rec.Automator != url {
+			t.Errorf("log line %q does not name the automator %s", line, url)
 		}
 		msgs = append(msgs, rec.Level+" "+rec.Msg)
 	}

@@ -153,6 +153,7 @@ func runProxy(ctx context.Context, cfg config.Config, env Env) error {
 	defer stopWatching()
 	a := agent.New(agent.Options{
 		Client:         automatorv1.NewProxyServiceClient(conn),
+		Automator:      cfg.AutomatorURL,
 		Keys:           keys,
 		InstanceID:     cfg.InstanceID,
 		Hostname:       host,
