@@ -11,6 +11,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/opsgate/opsgate/internal/clihelp"
 	"github.com/opsgate/opsgate/proxy/service"
 )
 
@@ -58,8 +59,7 @@ func Main(ctx context.Context, args []string, env Env) int {
 	code, err := run(ctx, args, env)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(env.Stdout, usage)
-			return 0
+			return 0 // the command's flag set printed its help
 		}
 		fmt.Fprintf(env.Stderr, "automator: %v\n", err)
 		return ExitError
@@ -125,6 +125,7 @@ func run(ctx context.Context, args []string, env Env) (int, error) {
 func newFlags(name string, env Env) *flag.FlagSet {
 	fs := flag.NewFlagSet("automator "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // Main prints the one-line reason
+	fs.Usage = clihelp.Usage(env.Stdout, usage, "automator", name, fs)
 	return fs
 }
 

@@ -110,3 +110,21 @@ func TestInitRefusesAPlaintextPublicURLOffLoopback(t *testing.T) {
 		}
 	}
 }
+
+// TestCommandHelpShowsItsFormsAndFlags: `automator serve --help` prints
+// serve's form and every flag serve takes, those not on the form too, and
+// exits 0.
+func TestCommandHelpShowsItsFormsAndFlags(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := Main(t.Context(), []string{"serve", "--help"}, Env{Stdout: &out, Stderr: &errb}); code != 0 || errb.Len() > 0 {
+		t.Fatalf("serve --help: exit %d, stderr %q; want 0 and nothing", code, errb.String())
+	}
+	for _, want := range []string{"automator serve   --data-dir DIR", "--insecure-plaintext", "--replica-id string"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("serve --help lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "automator init") {
+		t.Errorf("serve --help shows the other commands' forms:\n%s", out.String())
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/opsgate/opsgate/automator/pki"
+	"github.com/opsgate/opsgate/internal/clihelp"
 	"github.com/opsgate/opsgate/internal/grpcwire"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"github.com/opsgate/opsgate/proxy/agent"
@@ -48,8 +49,7 @@ type Env struct {
 func Main(ctx context.Context, args []string, env Env) int {
 	if err := run(ctx, args, env); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(env.Stdout, usage)
-			return 0
+			return 0 // the command's flag set printed its help
 		}
 		fmt.Fprintf(env.Stderr, "proxy: %v\n", err)
 		return 1
@@ -93,6 +93,7 @@ func cmdRun(ctx context.Context, args []string, env Env) error {
 func runConfig(args []string, env Env) (config.Config, error) {
 	fs := flag.NewFlagSet("proxy run", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // Main prints the one-line reason
+	fs.Usage = clihelp.Usage(env.Stdout, usage, "proxy", "run", fs)
 	path := fs.String("config", "", "proxy config file (the profile from `automator account create` plus local settings)")
 	instanceID := fs.String("instance-id", "", "this instance's id (overrides instance_id; default the host name)")
 	scriptsDir := fs.String("scripts-dir", "", "directory of runnable scripts (overrides scripts_dir)")

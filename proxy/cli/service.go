@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/opsgate/opsgate/internal/clihelp"
 	"io"
 	"log/slog"
 	"os"
@@ -84,6 +85,7 @@ func runService(ctx context.Context, name string, args []string, env Env) error 
 func newFlagSet(name string, env Env) *flag.FlagSet {
 	fs := flag.NewFlagSet("proxy "+name, flag.ContinueOnError)
 	fs.SetOutput(env.Stderr)
+	fs.Usage = clihelp.Usage(env.Stdout, usage, "proxy", name, fs)
 	return fs
 }
 

@@ -1,0 +1,65 @@
+// Package clihelp prints the help of one command of the automator's or the
+// proxy's command line: its forms from the program's usage text, then its
+// flags with their defaults.
+package clihelp
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+)
+
+// Forms returns the lines of usage (a text with one "  PROG COMMAND ..."
+// line per form of a command) that describe command name ("serve",
+// "account create", "stop": a line "PROG start|stop|..." describes stop).
+func Forms(usage, prog, name string) []string {
+	words := strings.Fields(name)
+	var forms []string
+	for _, line := range strings.Split(usage, "\n") {
+		f := strings.Fields(line)
+		if len(f) <= len(words) || f[0] != prog {
+			continue
+		}
+		match := true
+		for i, w := range words {
+			if !slices.Contains(strings.Split(f[1+i], "|"), w) {
+				match = false
+				break
+			}
+		}
+		if match {
+			forms = append(forms, line)
+		}
+	}
+	return forms
+}
+
+// Usage returns a flag.FlagSet.Usage for command name of prog that writes
+// to w the command's forms in usage, then fs's flags with their defaults,
+// written --name as the docs write them.
+func Usage(w io.Writer, usage, prog, name string, fs *flag.FlagSet) func() {
+	return func() {
+		fmt.Fprintln(w, "usage:")
+		for _, f := range Forms(usage, prog, name) {
+			fmt.Fprintln(w, f)
+		}
+		fmt.Fprintln(w, "\nflags:")
+		fs.VisitAll(func(f *flag.Flag) {
+			// The value's kind, as flag.PrintDefaults names it; a
+			// backquoted word in the text is part of the text here.
+			kind, _ := flag.UnquoteUsage(&flag.Flag{Value: f.Value})
+			text := f.Usage
+			line := "  --" + f.Name
+			if kind != "" {
+				line += " " + kind
+			}
+			if d := f.DefValue; d != "" && d != "false" && d != "0" && d != "0s" {
+				text += fmt.Sprintf(" (default %q)", d)
+			}
+			fmt.Fprintf(w, "%s\n      %s\n", line, text)
+		})
+		fmt.Fprintf(w, "\n`%s help` lists every command.\n", prog)
+	}
+}

@@ -1,0 +1,68 @@
+package clihelp
+
+import (
+	"bytes"
+	"flag"
+	"strings"
+	"testing"
+	"time"
+)
+
+const usage = `usage:
+  tool serve   --data-dir DIR [--listen ADDR]
+  tool account create NAME --data-dir DIR
+  tool account list --data-dir DIR [--json]
+  tool exec    --data-dir DIR SCRIPT
+  tool exec    --server URL SCRIPT
+  tool start|stop|status [--name NAME]
+
+install makes the OS service NAME that runs
+  tool --service NAME run
+`
+
+// TestFormsPicksTheCommandsOwnLines: a command's forms are the usage lines
+// naming it, all of them (exec has two), and only them: account create
+// is not account list, stop is found in start|stop|status, and prose
+// that names the program is not a form.
+func TestFormsPicksTheCommandsOwnLines(t *testing.T) {
+	for name, want := range map[string][]string{
+		"serve":          {"  tool serve   --data-dir DIR [--listen ADDR]"},
+		"account create": {"  tool account create NAME --data-dir DIR"},
+		"exec":           {"  tool exec    --data-dir DIR SCRIPT", "  tool exec    --server URL SCRIPT"},
+		"stop":           {"  tool start|stop|status [--name NAME]"},
+		"run":            nil,
+	} {
+		if got := Forms(usage, "tool", name); strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("Forms(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
+
+// TestUsagePrintsFormsAndEveryFlag: the help names every flag, written
+// --name, with its kind and default, a backquoted word in a flag's text
+// kept as text.
+func TestUsagePrintsFormsAndEveryFlag(t *testing.T) {
+	fs := flag.NewFlagSet("tool serve", flag.ContinueOnError)
+	fs.String("data-dir", "", "the data directory (made by `tool init`)")
+	fs.Bool("insecure-plaintext", false, "serve without TLS")
+	fs.Duration("overlap", 24*time.Hour, "how long the old token works")
+	var out bytes.Buffer
+	fs.Usage = Usage(&out, usage, "tool", "serve", fs)
+	if err := fs.Parse([]string{"--help"}); err != flag.ErrHelp {
+		t.Fatalf("parsing --help: %v, want flag.ErrHelp", err)
+	}
+	for _, want := range []string{
+		"  tool serve   --data-dir DIR [--listen ADDR]\n",
+		"  --data-dir string\n      the data directory (made by `tool init`)\n",
+		"  --insecure-plaintext\n      serve without TLS\n",
+		"  --overlap duration\n      how long the old token works (default \"24h0m0s\")\n",
+		"`tool help` lists every command.",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("help lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "account") {
+		t.Errorf("help of serve shows another command's form:\n%s", out.String())
+	}
+}
