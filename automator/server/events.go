@@ -49,7 +49,7 @@ type Broadcaster interface {
 func (s *Server) apply(e Event) {
 	switch e.Kind {
 	case EventWorkQueued:
-		s.hub.NotifyWork(e.Account, 1)
+		s.hub.NotifyWork(e.Account, 1, s.clock.Now())
 	case EventWorkEnded:
 		s.hub.NotifyDone(e.WorkID, e.ended)
 		if e.InstanceID != "" {

@@ -15,8 +15,9 @@ import (
 // Pollers wait per account in FIFO order. An enqueue wakes exactly one of
 // them (no thundering herd); a woken poller leaves the list and re-arms
 // before it tries to claim again, so a wake-up is never lost between a
-// failed claim and the next wait. A poller that goes away holding an
-// unconsumed wake-up passes it on. When the queue holds nothing claimable,
+// failed claim and the next wait. Pollers that cannot take units (their
+// token or keys expired, their caller left) are not woken; a poller that
+// goes away holding an unconsumed wake-up passes it on. When the queue holds nothing claimable,
 // an enqueue instead reserves the oldest poller and hands it the unit,
 // stored as claimed by it (reserve, hand). So can one while a poller's own
 // claim is under way, when the account's queue drains as fast as it fills
@@ -178,9 +179,9 @@ type poller struct {
 	account  string
 	instance string
 	slots    int // units it may take at once (its max_units)
-	// accepts reports whether the poll may be handed a unit at now (its
-	// caller is there, its token and keys are still good); nil: always.
-	// It is called under the hub's lock.
+	// accepts reports whether the poll may take a unit at now, handed or
+	// claimed (its caller is there, its token and keys are still good);
+	// nil: always. It is called under the hub's lock.
 	accepts func(now time.Time) bool
 	c       chan struct{} // capacity 1: a pending wake-up
 	elem    *list.Element // nil while not in the waiting list
@@ -228,10 +229,10 @@ func (h *hub) pushLocked(p *poller) {
 	p.elem = l.PushBack(p)
 }
 
-// Close unregisters p. It returns the units handed to p that its poll did
-// not take (stored as its claims, never sent: they time out); otherwise it
-// passes an unconsumed wake-up to another poller.
-func (p *poller) Close() []store.Work {
+// Close unregisters p at now. It returns the units handed to p that its
+// poll did not take (stored as its claims, never sent: they time out);
+// otherwise it passes an unconsumed wake-up to another poller.
+func (p *poller) Close(now time.Time) []store.Work {
 	p.h.mu.Lock()
 	p.h.detachLocked(p)
 	p.closed = true
@@ -243,7 +244,7 @@ func (p *poller) Close() []store.Work {
 	}
 	select {
 	case <-p.c:
-		p.h.NotifyWork(p.account, 1)
+		p.h.NotifyWork(p.account, 1, now)
 	default:
 	}
 	return nil
@@ -406,7 +407,7 @@ func (p *poller) claimDone(ctx context.Context) []store.Work {
 	return us
 }
 
-// takes reports whether p may be handed a unit at now.
+// takes reports whether p may take a unit at now, handed or claimed.
 func (p *poller) takes(now time.Time) bool {
 	return p.accepts == nil || p.accepts(now)
 }
@@ -484,10 +485,11 @@ func (h *hub) signalLocked(p *poller) {
 	}
 }
 
-// NotifyWork wakes up to n waiting pollers of account that take units,
-// oldest first. (A poll with no free slot only waits to hear of its units'
-// cancels: a wake-up spent on it would be lost.)
-func (h *hub) NotifyWork(account string, n int) {
+// NotifyWork wakes up to n waiting pollers of account that take units at
+// now, oldest first. (A poll with no free slot only waits to hear of its
+// units' cancels, and one whose caller left or whose token or keys
+// expired claims nothing: a wake-up spent on either would be lost.)
+func (h *hub) NotifyWork(account string, n int, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.work[account]++
@@ -499,7 +501,7 @@ func (h *hub) NotifyWork(account string, n int) {
 	for e := l.Front(); e != nil && n > 0; {
 		p := e.Value.(*poller)
 		e = e.Next()
-		if p.slots > 0 {
+		if p.slots > 0 && p.takes(now) {
 			h.signalLocked(p)
 			n--
 		}

@@ -25,7 +25,7 @@ func TestEnqueueWakesExactlyOnePoller(t *testing.T) {
 		ps[i] = h.poller("acme", "i", 1, nil)
 	}
 	other := h.poller("other", "i", 1, nil)
-	h.NotifyWork("acme", 1)
+	h.NotifyWork("acme", 1, time.Now())
 	woken := 0
 	for i, p := range ps {
 		if pending(p) {
@@ -51,12 +51,12 @@ func TestEnqueueWakesExactlyOnePoller(t *testing.T) {
 func TestClosedPollerPassesItsWakeUpOn(t *testing.T) {
 	h := newHub()
 	a, b := h.poller("acme", "a", 1, nil), h.poller("acme", "b", 1, nil)
-	h.NotifyWork("acme", 1) // wakes a
-	a.Close()
+	h.NotifyWork("acme", 1, time.Now()) // wakes a
+	a.Close(time.Now())
 	if !pending(b) {
 		t.Fatal("the wake-up of a closed poller was lost")
 	}
-	b.Close()
+	b.Close(time.Now())
 	if h.waiting("acme") != 0 || len(h.pollers) != 0 {
 		t.Fatal("closed pollers still registered")
 	}
@@ -65,11 +65,11 @@ func TestClosedPollerPassesItsWakeUpOn(t *testing.T) {
 func TestRearmedPollerIsWokenAgain(t *testing.T) {
 	h := newHub()
 	p := h.poller("acme", "a", 1, nil)
-	h.NotifyWork("acme", 1)
+	h.NotifyWork("acme", 1, time.Now())
 	if !pending(p) {
 		t.Fatal("not woken")
 	}
-	h.NotifyWork("acme", 1) // p is out of the list until it re-arms
+	h.NotifyWork("acme", 1, time.Now()) // p is out of the list until it re-arms
 	if pending(p) {
 		t.Fatal("woken while not waiting")
 	}
@@ -78,7 +78,7 @@ func TestRearmedPollerIsWokenAgain(t *testing.T) {
 	if h.waiting("acme") != 1 {
 		t.Fatalf("%d waiting after double rearm, want 1", h.waiting("acme"))
 	}
-	h.NotifyWork("acme", 5)
+	h.NotifyWork("acme", 5, time.Now())
 	if !pending(p) {
 		t.Fatal("re-armed poller not woken")
 	}
@@ -132,7 +132,7 @@ func TestKnownEmptyLastsUntilWorkIsAnnounced(t *testing.T) {
 	if h.knownEmpty("globex", t0, time.Second) {
 		t.Error("another account is known empty")
 	}
-	h.NotifyWork("acme", 1)
+	h.NotifyWork("acme", 1, time.Now())
 	if h.knownEmpty("acme", t0, time.Second) {
 		t.Error("known empty after a unit was announced")
 	}
@@ -140,7 +140,7 @@ func TestKnownEmptyLastsUntilWorkIsAnnounced(t *testing.T) {
 	// A unit announced while a claim ran: that claim's empty result says
 	// nothing.
 	seen := h.workSeen("acme")
-	h.NotifyWork("acme", 1)
+	h.NotifyWork("acme", 1, time.Now())
 	h.foundEmpty("acme", seen, t0)
 	if h.knownEmpty("acme", t0, time.Second) {
 		t.Error("known empty from a claim that began before the last announcement")
@@ -195,7 +195,7 @@ func TestExpectWorkUntilAClaimFindsNothing(t *testing.T) {
 	if h.expectWork("acme") {
 		t.Error("work expected after a claim found nothing, with no announcement since, however old")
 	}
-	h.NotifyWork("acme", 1)
+	h.NotifyWork("acme", 1, time.Now())
 	if !h.expectWork("acme") {
 		t.Error("no work expected after a unit was announced")
 	}
@@ -206,7 +206,7 @@ func TestExpectWorkUntilAClaimFindsNothing(t *testing.T) {
 func TestNotifyWorkPassesOverPollersWithoutSlots(t *testing.T) {
 	h := newHub()
 	full, free := h.poller("acme", "full", 0, nil), h.poller("acme", "free", 2, nil)
-	h.NotifyWork("acme", 1)
+	h.NotifyWork("acme", 1, time.Now())
 	if pending(full) || !pending(free) {
 		t.Fatalf("woke full %v, free %v: want only the poller with a free slot", pending(full), pending(free))
 	}
@@ -236,7 +236,7 @@ func TestReserveOnlyWhenNothingClaimableIsQueued(t *testing.T) {
 	if h.waiting("acme") != 3 {
 		t.Fatalf("%d waiting, want 3: the reserved poller leaves the list", h.waiting("acme"))
 	}
-	h.NotifyWork("acme", 5) // a unit queued elsewhere: the queue holds one
+	h.NotifyWork("acme", 5, time.Now()) // a unit queued elsewhere: the queue holds one
 	if pending(a) {
 		t.Fatal("a reserved poller was woken for queued work")
 	}
@@ -282,7 +282,7 @@ func TestHandDeliversToAWaitingPollerOnly(t *testing.T) {
 	if got := a.take(); got != nil {
 		t.Fatalf("second take = %v, want nothing", got)
 	}
-	if got := a.Close(); got != nil {
+	if got := a.Close(time.Now()); got != nil {
 		t.Fatalf("Close after take returned %v", got)
 	}
 
@@ -290,7 +290,7 @@ func TestHandDeliversToAWaitingPollerOnly(t *testing.T) {
 	if h.reserve("acme", time.Now()) != b {
 		t.Fatal("b not reserved")
 	}
-	b.Close()
+	b.Close(time.Now())
 	if h.hand(b, store.Work{ID: "w-2"}) {
 		t.Fatal("handed a unit to a poller that had left")
 	}
@@ -298,7 +298,7 @@ func TestHandDeliversToAWaitingPollerOnly(t *testing.T) {
 	c := parked(h.poller("acme", "c", 1, nil))
 	h.reserve("acme", time.Now())
 	h.hand(c, store.Work{ID: "w-3"})
-	if got := workIDs(c.Close()); !slices.Equal(got, []string{"w-3"}) {
+	if got := workIDs(c.Close(time.Now())); !slices.Equal(got, []string{"w-3"}) {
 		t.Fatalf("Close of a poller holding an untaken unit returned %v, want [w-3]", got)
 	}
 
@@ -369,6 +369,27 @@ func TestReservePassesOverPollsThatCannotTake(t *testing.T) {
 	}
 }
 
+// TestNotifyWorkPassesOverPollsThatCannotTake: a poll whose caller left,
+// or whose token or keys expired, claims nothing: the wake-up goes to the
+// next poll, and it stays in the list for its units' cancels.
+func TestNotifyWorkPassesOverPollsThatCannotTake(t *testing.T) {
+	h := newHub()
+	cutoff := time.Now()
+	expired := h.poller("acme", "expired", 1, func(now time.Time) bool { return now.Before(cutoff) })
+	ok := h.poller("acme", "ok", 1, nil)
+	h.NotifyWork("acme", 1, cutoff)
+	if we, wo := pending(expired), pending(ok); we || !wo {
+		t.Fatalf("woke expired %v, ok %v: want only the poll that can take", we, wo)
+	}
+	if h.waiting("acme") != 1 {
+		t.Fatalf("%d waiting, want 1: the expired poll still waits", h.waiting("acme"))
+	}
+	h.NotifyInstance("acme", "expired")
+	if !pending(expired) {
+		t.Fatal("the expired poll is not told of its units' cancels")
+	}
+}
+
 // TestLeavingPollWaitsForUnitsBeingStored: a poll whose window ends while
 // a unit is being stored as its claim waits for it and takes it.
 func TestLeavingPollWaitsForUnitsBeingStored(t *testing.T) {
@@ -399,7 +420,7 @@ func TestLeavingPollWaitsForUnitsBeingStored(t *testing.T) {
 // leaves no wake-up behind, and puts the poller back in the waiting list.
 func TestAClaimingPollerTakesUnitsQueuedMeanwhile(t *testing.T) {
 	h := newHub()
-	h.NotifyWork("acme", 1)                  // a unit is queued: no claim has found the queue empty
+	h.NotifyWork("acme", 1, time.Now())      // a unit is queued: no claim has found the queue empty
 	parked(h.poller("acme", "idle", 4, nil)) // waits, not claiming
 	a := h.poller("acme", "a", 4, nil)
 	a.parkWhileClaiming(2)

@@ -107,7 +107,7 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 		return ctx.Err() == nil && !tokenExpired(ctx, now) && (ring == nil || s.latestRing(account, ring).anyUsable(keyIDs, now))
 	})
 	defer func() {
-		s.lostClaims("its poll ended before it was answered", w.Close()...)
+		s.lostClaims("its poll ended before it was answered", w.Close(s.clock.Now())...)
 	}()
 	timer := time.NewTimer(window)
 	defer timer.Stop()
@@ -236,7 +236,7 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 		} else {
 			// This poll took all it could carry; there may be more for
 			// others.
-			s.hub.NotifyWork(account, 1)
+			s.hub.NotifyWork(account, 1, ended)
 		}
 		// The units queued before the claim come first.
 		claimed = append(claimed, more...)

@@ -1,0 +1,95 @@
+package server_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/crypto"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// pollFor polls as instance in the background, waiting up to wait.
+func pollFor(ctx context.Context, px automatorv1.ProxyServiceClient, instance string, wait time.Duration) <-chan pollResult {
+	out := make(chan pollResult, 1)
+	go func() {
+		resp, err := px.Poll(ctx, &automatorv1.PollRequest{InstanceId: instance, MaxUnits: 1, Wait: durationpb.New(wait)})
+		out <- pollResult{resp, err}
+	}()
+	return out
+}
+
+// claimHeldAfter holds, once hold is set, each claim of instance after it
+// was made (it found what it found) until release is closed, and tells
+// entered: the poll is then registered but not yet parked, so an enqueue
+// wakes it rather than handing it the unit.
+type claimHeldAfter struct {
+	store.Store
+	instance string
+	hold     atomic.Bool
+	entered  chan struct{}
+	release  chan struct{}
+}
+
+func (g *claimHeldAfter) WorkClaim(ctx context.Context, p store.WorkClaimParams) ([]store.Work, error) {
+	ws, err := g.Store.WorkClaim(ctx, p)
+	if p.InstanceID == g.instance && g.hold.Load() {
+		g.entered <- struct{}{}
+		<-g.release
+	}
+	return ws, err
+}
+
+func newClaimHeldAfter(instance string) *claimHeldAfter {
+	return &claimHeldAfter{instance: instance, entered: make(chan struct{}, 1), release: make(chan struct{})}
+}
+
+// held returns once the claim of its instance is held.
+func (g *claimHeldAfter) held(t *testing.T) {
+	t.Helper()
+	select {
+	case <-g.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no claim of %s reached the store", g.instance)
+	}
+}
+
+// TestWakeUpPassesOverAPollThatCannotTake: the oldest waiting poll, whose
+// previous token's overlap has ended, claims nothing; a unit queued is
+// announced to the next poll, which claims it at once, not at the end of
+// a window. The clock is injected.
+func TestWakeUpPassesOverAPollThatCannotTake(t *testing.T) {
+	clock := newFakeClock()
+	gate := newClaimHeldAfter("new")
+	e := newEnv(t, envOptions{pollWindow: time.Minute, clock: clock,
+		wrap: func(st store.Store) store.Store { gate.Store = st; return gate }})
+	newToken, _ := crypto.NewToken("opt_")
+	if _, err := e.store.AccountRotate(context.Background(), store.AccountRotateParams{
+		Name: e.account, TokenHash: crypto.HashToken(newToken), PreviousUntil: clock.Now().Add(time.Hour), Now: clock.Now(),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	pollAsync(t.Context(), e.proxyClient(), "old", 1)
+	e.awaitWaiting(1)
+	clock.Advance(time.Hour) // the old token's overlap ends; its poll waits on
+
+	// The new poll is registered, its claim made and held: a unit queued
+	// now cannot be handed to it, only announced.
+	gate.hold.Store(true)
+	polled := pollFor(t.Context(), automatorv1.NewProxyServiceClient(e.conn(newToken)), "new", 20*time.Second)
+	gate.held(t)
+	st := submit(t, e.callerClient(), e.account, time.Hour)
+	if st.GetState() != automatorv1.State_STATE_QUEUED {
+		t.Fatalf("the unit is %v by %q, want queued", st.GetState(), st.GetInstanceId())
+	}
+	gate.hold.Store(false)
+	close(gate.release)
+	r := <-polled
+	if r.err != nil || len(r.resp.GetClaims()) != 1 || r.resp.GetClaims()[0].GetWorkId() != st.GetWorkId() {
+		t.Fatalf("the poll that can take: %v, %v; want unit %s as it is queued, not an empty answer at the end of its window", r.err, r.resp.GetClaims(), st.GetWorkId())
+	}
+}
