@@ -22,7 +22,7 @@ type ctxKey int
 const (
 	keyAccount ctxKey = iota
 	keyCaller
-	keyTokenUntil
+	keyToken
 )
 
 // caller is the API key that authenticated a caller.
@@ -32,11 +32,24 @@ type caller struct {
 	accounts []string
 }
 
-// tokenUntilFrom is the end of the overlap window of the previous token
-// that authenticated a proxy call; zero for the current token. A poll
-// authenticated with it ends, and claims nothing, from then on.
-func tokenUntilFrom(ctx context.Context) time.Time {
-	t, _ := ctx.Value(keyTokenUntil).(time.Time)
+// proxyToken is the account token that authenticated a proxy call, as the
+// lookup that accepted it saw it.
+type proxyToken struct {
+	hash []byte // SHA-256 of the token presented
+	// current is the account's current token hash as that lookup read it:
+	// hash itself, unless the token was a previous one. While an account
+	// read later still has it, no rotation was made in between (a new
+	// token is never an old one), so the token is as good as it was.
+	current []byte
+	// until is the end of the overlap window of a previous token; zero
+	// for the current token. A poll authenticated with a previous token
+	// ends, and claims nothing, from then on.
+	until time.Time
+}
+
+// tokenFrom is the account token that authenticated a proxy call.
+func tokenFrom(ctx context.Context) proxyToken {
+	t, _ := ctx.Value(keyToken).(proxyToken)
 	return t
 }
 
@@ -83,7 +96,8 @@ func (s *Server) authenticate(ctx context.Context, method string) (context.Conte
 		if err != nil {
 			return nil, s.authFailed(ctx, method, err.Error(), "")
 		}
-		a, err := s.store.AccountGetByToken(ctx, store.AccountGetByTokenParams{TokenHash: crypto.HashToken(secret), Now: s.clock.Now()})
+		h := crypto.HashToken(secret)
+		a, err := s.store.AccountGetByToken(ctx, store.AccountGetByTokenParams{TokenHash: h, Now: s.clock.Now()})
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			return nil, s.authFailed(ctx, method, "invalid account token", "")
@@ -94,9 +108,7 @@ func (s *Server) authenticate(ctx context.Context, method string) (context.Conte
 		case err != nil:
 			return nil, s.internal(ctx, "looking up account token", err)
 		}
-		if !a.PreviousTokenUntil.IsZero() {
-			ctx = context.WithValue(ctx, keyTokenUntil, a.PreviousTokenUntil)
-		}
+		ctx = context.WithValue(ctx, keyToken, proxyToken{hash: h, current: a.TokenHash, until: a.PreviousTokenUntil})
 		return context.WithValue(ctx, keyAccount, a.Name), nil
 	case strings.HasPrefix(method, callerPrefix):
 		if err != nil {

@@ -225,7 +225,10 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, m
 	// queue, so the queue's cap is not checked for it: on an idle
 	// automator that check would often read the store (a count is trusted
 	// for queueCountFor), a cold read on the way of every sporadic call.
-	to := s.hub.reserve(acc.Name, now)
+	// A poll authenticated with a token withdrawn since is passed over: acc
+	// holds the current token, read no earlier than a rotation that
+	// returned before this call (store.CachedCredentials; pollauth.go).
+	to := s.hub.reserve(acc.Name, now, acc.TokenHash)
 	if to != nil {
 		params.ClaimFor = &store.ClaimRef{InstanceID: to.instance, ClaimID: newID("c_")}
 	} else if err := s.checkQueue(ctx, params, method); err != nil {

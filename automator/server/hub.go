@@ -17,11 +17,12 @@ import (
 // before it tries to claim again, so a wake-up is never lost between a
 // failed claim and the next wait. Pollers that cannot take units (their
 // token or keys expired, their caller left) are not woken; a poller that
-// goes away holding an unconsumed wake-up passes it on. When the queue holds nothing claimable,
-// an enqueue instead reserves the oldest poller and hands it the unit,
-// stored as claimed by it (reserve, hand). So can one while a poller's own
-// claim is under way, when the account's queue drains as fast as it fills
-// (parkWhileClaiming).
+// goes away holding an unconsumed wake-up, or finds when woken that it
+// cannot take units, passes it on. When the queue holds nothing
+// claimable, an enqueue instead reserves the oldest poller and hands it
+// the unit, stored as claimed by it (reserve, hand). So can one while a
+// poller's own claim is under way, when the account's queue drains as
+// fast as it fills (parkWhileClaiming).
 //
 // Callers waiting for a unit subscribe to its id and are woken when it ends.
 //
@@ -179,10 +180,12 @@ type poller struct {
 	account  string
 	instance string
 	slots    int // units it may take at once (its max_units)
-	// accepts reports whether the poll may take a unit at now, handed or
-	// claimed (its caller is there, its token and keys are still good);
-	// nil: always. It is called under the hub's lock.
-	accepts func(now time.Time) bool
+	// accepts reports whether the poll may take a unit at now (its caller
+	// is there, its token and keys are still good): one handed by an
+	// enqueue that read token as the account's current token hash, or
+	// (token nil) one it would claim when woken. nil: always. It is
+	// called under the hub's lock.
+	accepts func(now time.Time, token []byte) bool
 	c       chan struct{} // capacity 1: a pending wake-up
 	elem    *list.Element // nil while not in the waiting list
 
@@ -203,7 +206,7 @@ type poller struct {
 
 // poller registers a waiting poller that may take slots units at once
 // (when accepts, if not nil, says so); the caller must Close it.
-func (h *hub) poller(account, instance string, slots int, accepts func(time.Time) bool) *poller {
+func (h *hub) poller(account, instance string, slots int, accepts func(time.Time, []byte) bool) *poller {
 	p := &poller{h: h, account: account, instance: instance, slots: slots, accepts: accepts, c: make(chan struct{}, 1)}
 	p.rearm()
 	return p
@@ -252,7 +255,9 @@ func (p *poller) Close(now time.Time) []store.Work {
 
 // reserve picks a waiting poller of account for a unit about to be stored
 // at now, when the account has nothing claimable: the latest claim found
-// nothing and no unit was announced since. The unit can then be stored as
+// nothing and no unit was announced since. token is the account's current
+// token hash as the enqueue read it: a poll authenticated before the token
+// was rotated is passed over (pollauth.go). The unit can then be stored as
 // claimed by that poller's instance and handed to it (hand): one
 // transaction and no wake-up fewer, and no unit queued before it is
 // overtaken. The caller must end the reservation with hand or release.
@@ -271,12 +276,12 @@ func (p *poller) Close(now time.Time) []store.Work {
 //
 // A unit another replica queued and whose announcement is late or lost
 // can be overtaken: order across replicas is best effort (docs).
-func (h *hub) reserve(account string, now time.Time) *poller {
+func (h *hub) reserve(account string, now time.Time, token []byte) *poller {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	seen, ok := h.empty[account]
 	empty := ok && seen.n == h.work[account]
-	if p := h.filling[account]; p != nil && (empty || p.claiming) && p.takes(now) {
+	if p := h.filling[account]; p != nil && (empty || p.claiming) && p.takes(now, token) {
 		p.inFlight++
 		if p.inFlight+len(p.handed) >= p.capacity() {
 			delete(h.filling, account)
@@ -288,7 +293,7 @@ func (h *hub) reserve(account string, now time.Time) *poller {
 		return nil
 	}
 	for e := l.Front(); e != nil; e = e.Next() {
-		if p := e.Value.(*poller); p.parked && (empty || p.claiming) && p.capacity() > 0 && p.takes(now) {
+		if p := e.Value.(*poller); p.parked && (empty || p.claiming) && p.capacity() > 0 && p.takes(now, token) {
 			h.removeLocked(p)
 			p.inFlight = 1
 			if p.capacity() > 1 {
@@ -407,9 +412,11 @@ func (p *poller) claimDone(ctx context.Context) []store.Work {
 	return us
 }
 
-// takes reports whether p may take a unit at now, handed or claimed.
-func (p *poller) takes(now time.Time) bool {
-	return p.accepts == nil || p.accepts(now)
+// takes reports whether p may take a unit at now: handed one by an
+// enqueue that read token as the account's current token hash, or (token
+// nil) claim one when woken.
+func (p *poller) takes(now time.Time, token []byte) bool {
+	return p.accepts == nil || p.accepts(now, token)
 }
 
 // park marks p's poll as about to wait for a wake-up: from now until take
@@ -488,7 +495,8 @@ func (h *hub) signalLocked(p *poller) {
 // NotifyWork wakes up to n waiting pollers of account that take units at
 // now, oldest first. (A poll with no free slot only waits to hear of its
 // units' cancels, and one whose caller left or whose token or keys
-// expired claims nothing: a wake-up spent on either would be lost.)
+// expired claims nothing: a wake-up spent on either would be lost. One
+// woken that finds it cannot take passes the wake-up on, as Close does.)
 func (h *hub) NotifyWork(account string, n int, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -501,7 +509,7 @@ func (h *hub) NotifyWork(account string, n int, now time.Time) {
 	for e := l.Front(); e != nil && n > 0; {
 		p := e.Value.(*poller)
 		e = e.Next()
-		if p.slots > 0 && p.takes(now) {
+		if p.slots > 0 && p.takes(now, nil) {
 			h.signalLocked(p)
 			n--
 		}

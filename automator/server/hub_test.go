@@ -226,11 +226,11 @@ func TestReserveOnlyWhenNothingClaimableIsQueued(t *testing.T) {
 	parked(h.poller("acme", "full", 0, nil))
 	h.poller("acme", "busy", 1, nil) // between a wake-up and its next wait
 	a, b := parked(h.poller("acme", "a", 1, nil)), parked(h.poller("acme", "b", 1, nil))
-	if p := h.reserve("acme", time.Now()); p != nil {
+	if p := h.reserve("acme", time.Now(), nil); p != nil {
 		t.Fatal("reserved a poller before any claim found the queue empty")
 	}
 	h.foundEmpty("acme", h.workSeen("acme"), time.Now())
-	if p := h.reserve("acme", time.Now()); p != a {
+	if p := h.reserve("acme", time.Now(), nil); p != a {
 		t.Fatalf("reserved %v, want the oldest parked poller with a free slot (a)", p)
 	}
 	if h.waiting("acme") != 3 {
@@ -246,10 +246,10 @@ func TestReserveOnlyWhenNothingClaimableIsQueued(t *testing.T) {
 	b.take()
 	b.rearm()
 	b.park()
-	if p := h.reserve("acme", time.Now()); p != nil {
+	if p := h.reserve("acme", time.Now(), nil); p != nil {
 		t.Fatalf("reserved %s while a queued unit may wait", p.instance)
 	}
-	if p := h.reserve("other", time.Now()); p != nil {
+	if p := h.reserve("other", time.Now(), nil); p != nil {
 		t.Fatal("reserved a poller of an account with none")
 	}
 }
@@ -270,7 +270,7 @@ func TestHandDeliversToAWaitingPollerOnly(t *testing.T) {
 	h := newHub()
 	h.foundEmpty("acme", 0, time.Now())
 	a := parked(h.poller("acme", "a", 1, nil))
-	if h.reserve("acme", time.Now()) != a {
+	if h.reserve("acme", time.Now(), nil) != a {
 		t.Fatal("a not reserved")
 	}
 	if !h.hand(a, store.Work{ID: "w-1"}) || !pending(a) {
@@ -287,7 +287,7 @@ func TestHandDeliversToAWaitingPollerOnly(t *testing.T) {
 	}
 
 	b := parked(h.poller("acme", "b", 1, nil))
-	if h.reserve("acme", time.Now()) != b {
+	if h.reserve("acme", time.Now(), nil) != b {
 		t.Fatal("b not reserved")
 	}
 	b.Close(time.Now())
@@ -296,14 +296,14 @@ func TestHandDeliversToAWaitingPollerOnly(t *testing.T) {
 	}
 
 	c := parked(h.poller("acme", "c", 1, nil))
-	h.reserve("acme", time.Now())
+	h.reserve("acme", time.Now(), nil)
 	h.hand(c, store.Work{ID: "w-3"})
 	if got := workIDs(c.Close(time.Now())); !slices.Equal(got, []string{"w-3"}) {
 		t.Fatalf("Close of a poller holding an untaken unit returned %v, want [w-3]", got)
 	}
 
 	d := parked(h.poller("acme", "d", 1, nil))
-	h.reserve("acme", time.Now())
+	h.reserve("acme", time.Now(), nil)
 	h.release(d)
 	if !pending(d) || d.take() != nil {
 		t.Fatal("a released poller was not woken to look again, or got a unit")
@@ -323,7 +323,7 @@ func TestUnitsReservedTogetherLeaveTogether(t *testing.T) {
 	a, b := parked(h.poller("acme", "a", 3, nil)), parked(h.poller("acme", "b", 3, nil))
 	var got []*poller
 	for range 4 {
-		got = append(got, h.reserve("acme", time.Now()))
+		got = append(got, h.reserve("acme", time.Now(), nil))
 	}
 	if got[0] != a || got[1] != a || got[2] != a || got[3] != b {
 		t.Fatalf("reserved %s %s %s %s, want a a a b (a has 3 free slots)", got[0].instance, got[1].instance, got[2].instance, got[3].instance)
@@ -347,7 +347,7 @@ func TestUnitsReservedTogetherLeaveTogether(t *testing.T) {
 	// Once a unit is stored for b, later units go elsewhere: b is on its way.
 	h.hand(b, store.Work{ID: "w-4"})
 	c := parked(h.poller("acme", "c", 3, nil))
-	if p := h.reserve("acme", time.Now()); p != c {
+	if p := h.reserve("acme", time.Now(), nil); p != c {
 		t.Fatalf("reserved %v after b's first unit was stored, want c", p)
 	}
 	h.release(c)
@@ -362,10 +362,44 @@ func TestReservePassesOverPollsThatCannotTake(t *testing.T) {
 	h := newHub()
 	h.foundEmpty("acme", 0, time.Now())
 	cutoff := time.Now()
-	parked(h.poller("acme", "expired", 1, func(now time.Time) bool { return now.Before(cutoff) }))
-	ok := parked(h.poller("acme", "ok", 1, func(time.Time) bool { return true }))
-	if p := h.reserve("acme", cutoff); p != ok {
+	parked(h.poller("acme", "expired", 1, func(now time.Time, _ []byte) bool { return now.Before(cutoff) }))
+	ok := parked(h.poller("acme", "ok", 1, func(time.Time, []byte) bool { return true }))
+	if p := h.reserve("acme", cutoff, nil); p != ok {
 		t.Fatalf("reserved %v, want the poll that can take units", p)
+	}
+}
+
+// TestReservePassesOverPollsAuthenticatedBeforeATokenRotation: an enqueue
+// that read a current token other than the one a waiting poll's
+// authentication saw hands it nothing: the token may have been withdrawn
+// since. A poll authenticated after the rotation, with the new token or the
+// previous one in its overlap, is handed units; so is the stale poll once
+// it looked its token up again and found it still good.
+func TestReservePassesOverPollsAuthenticatedBeforeATokenRotation(t *testing.T) {
+	h := newHub()
+	now := time.Now()
+	h.foundEmpty("acme", 0, now)
+	t1, t2 := []byte("token 1 hash"), []byte("token 2 hash")
+	stale := newPollToken(proxyToken{hash: t1, current: t1})
+	previous := newPollToken(proxyToken{hash: t1, current: t2, until: now.Add(time.Hour)})
+	a := parked(h.poller("acme", "stale", 1, stale.takes))
+	b := parked(h.poller("acme", "previous", 1, previous.takes))
+	c := parked(h.poller("acme", "new", 1, newPollToken(proxyToken{hash: t2, current: t2}).takes))
+	if p := h.reserve("acme", now, t2); p != b {
+		t.Fatalf("reserved %v, want the poll authenticated with the previous token after the rotation", p)
+	}
+	if p := h.reserve("acme", now, t2); p != c {
+		t.Fatalf("reserved %v, want the poll with the new token", p)
+	}
+	if p := h.reserve("acme", now, t2); p != nil {
+		t.Fatalf("reserved %s, authenticated before the rotation", p.instance)
+	}
+	if !a.takes(now, nil) {
+		t.Fatal("the stale poll is not woken to look its token up again")
+	}
+	stale.renew(store.Account{TokenHash: t2, PreviousTokenUntil: now.Add(time.Hour)})
+	if p := h.reserve("acme", now, t2); p != a {
+		t.Fatalf("reserved %v, want the poll whose token is still good", p)
 	}
 }
 
@@ -375,7 +409,7 @@ func TestReservePassesOverPollsThatCannotTake(t *testing.T) {
 func TestNotifyWorkPassesOverPollsThatCannotTake(t *testing.T) {
 	h := newHub()
 	cutoff := time.Now()
-	expired := h.poller("acme", "expired", 1, func(now time.Time) bool { return now.Before(cutoff) })
+	expired := h.poller("acme", "expired", 1, func(now time.Time, _ []byte) bool { return now.Before(cutoff) })
 	ok := h.poller("acme", "ok", 1, nil)
 	h.NotifyWork("acme", 1, cutoff)
 	if we, wo := pending(expired), pending(ok); we || !wo {
@@ -396,7 +430,7 @@ func TestLeavingPollWaitsForUnitsBeingStored(t *testing.T) {
 	h := newHub()
 	h.foundEmpty("acme", 0, time.Now())
 	p := parked(h.poller("acme", "a", 2, nil))
-	h.reserve("acme", time.Now())
+	h.reserve("acme", time.Now(), nil)
 	left := make(chan struct{})
 	go func() { p.leave(t.Context()); close(left) }()
 	select {
@@ -404,7 +438,7 @@ func TestLeavingPollWaitsForUnitsBeingStored(t *testing.T) {
 		t.Fatal("leave returned while a unit was still being stored for the poll")
 	case <-time.After(50 * time.Millisecond):
 	}
-	if q := h.reserve("acme", time.Now()); q != nil {
+	if q := h.reserve("acme", time.Now(), nil); q != nil {
 		t.Fatal("a leaving poll was reserved again")
 	}
 	h.hand(p, store.Work{ID: "w-1"})
@@ -424,13 +458,13 @@ func TestAClaimingPollerTakesUnitsQueuedMeanwhile(t *testing.T) {
 	parked(h.poller("acme", "idle", 4, nil)) // waits, not claiming
 	a := h.poller("acme", "a", 4, nil)
 	a.parkWhileClaiming(2)
-	if p := h.reserve("acme", time.Now()); p != a {
+	if p := h.reserve("acme", time.Now(), nil); p != a {
 		t.Fatalf("reserved %v, want a: its claim takes what is queued", p)
 	}
-	if p := h.reserve("acme", time.Now()); p != a {
+	if p := h.reserve("acme", time.Now(), nil); p != a {
 		t.Fatalf("reserved %v for the second unit, want a (limit 2)", p)
 	}
-	if p := h.reserve("acme", time.Now()); p != nil {
+	if p := h.reserve("acme", time.Now(), nil); p != nil {
 		t.Fatalf("reserved %s for a third unit: a's limit is 2, and %s's poll is not claiming", p.instance, p.instance)
 	}
 	h.hand(a, store.Work{ID: "w-1"})
@@ -451,7 +485,7 @@ func TestAClaimingPollerTakesUnitsQueuedMeanwhile(t *testing.T) {
 	if h.waiting("acme") != 2 {
 		t.Fatalf("%d waiting, want 2: a is back in the list", h.waiting("acme"))
 	}
-	if p := h.reserve("acme", time.Now()); p != nil {
+	if p := h.reserve("acme", time.Now(), nil); p != nil {
 		t.Fatalf("reserved %s after a's claim ended, with a unit queued", p.instance)
 	}
 }

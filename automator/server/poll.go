@@ -74,7 +74,7 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 		window = w.AsDuration()
 	}
 	window = onTick(s.clock.Now(), jitter(window))
-	if until := tokenUntilFrom(ctx); !until.IsZero() {
+	if until := tokenFrom(ctx).until; !until.IsZero() {
 		// A previous token: the poll ends with its window, and the next
 		// one is refused.
 		if left := until.Sub(s.clock.Now()); left < window {
@@ -100,11 +100,13 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 	// Register before the first look, so an enqueue between an empty claim
 	// and the wait still wakes this poll.
 	keyIDs := req.GetKeyIds()
+	tok := newPollToken(tokenFrom(ctx))
 	// The keys are those last read, not ring: a rotation made while the
-	// poll waits applies to it (latestRing). Called under the hub's lock,
-	// which keysMu nests in.
-	w := s.hub.poller(account, req.GetInstanceId(), max, func(now time.Time) bool {
-		return ctx.Err() == nil && !tokenExpired(ctx, now) && (ring == nil || s.latestRing(account, ring).anyUsable(keyIDs, now))
+	// poll waits applies to it (latestRing); so does a token rotation
+	// (pollauth.go). Called under the hub's lock, which keysMu and tok's
+	// lock nest in.
+	w := s.hub.poller(account, req.GetInstanceId(), max, func(now time.Time, token []byte) bool {
+		return ctx.Err() == nil && tok.takes(now, token) && (ring == nil || s.latestRing(account, ring).anyUsable(keyIDs, now))
 	})
 	defer func() {
 		s.lostClaims("its poll ended before it was answered", w.Close(s.clock.Now())...)
@@ -112,8 +114,14 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 	timer := time.NewTimer(window)
 	defer timer.Stop()
 	var handed []store.Work
+	woken := false
 	for {
-		resp, err := p.tryOnce(ctx, account, req, max, ring, w, handed)
+		resp, declined, err := p.tryOnce(ctx, account, req, max, ring, w, tok, handed)
+		if woken && declined {
+			// Woken for a unit it cannot take: another poll may. (It is
+			// waiting again, and not woken: it takes nothing.)
+			s.hub.NotifyWork(account, 1, s.clock.Now())
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -124,9 +132,19 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 		w.park()
 		select {
 		case <-w.c:
-			if handed = w.take(); len(handed) == 0 {
-				w.rearm()
+			woken = true
+			if handed = w.take(); len(handed) > 0 {
+				continue // hub.reserve checked its token
 			}
+			// About to claim: its token may have been withdrawn or
+			// rotated while it waited. Out of the waiting list, it
+			// cannot be woken again meanwhile; it re-arms before it
+			// claims, so nothing queued meanwhile is missed.
+			if err := s.recheckToken(ctx, account, tok); err != nil {
+				s.hub.NotifyWork(account, 1, s.clock.Now()) // the wake-up, passed on
+				return nil, err
+			}
+			w.rearm()
 			continue
 		case <-timer.C:
 		case <-s.shutdown:
@@ -138,7 +156,7 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 		w.leave(ctx)
 		resp = &automatorv1.PollResponse{}
 		if handed = w.take(); len(handed) > 0 {
-			if resp, err = p.tryOnce(ctx, account, req, max, ring, w, handed); err != nil {
+			if resp, _, err = p.tryOnce(ctx, account, req, max, ring, w, tok, handed); err != nil {
 				return nil, err
 			}
 		}
@@ -150,8 +168,9 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 // tryOnce reports ended running units and claims what it can, or answers
 // with the units handed to the poll (stored as its claims: hub.reserve
 // checked that the poll could take them) when there are some. reg is the
-// poll's registration in the hub.
-func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automatorv1.PollRequest, max int, ring *keyRing, reg *poller, handed []store.Work) (*automatorv1.PollResponse, error) {
+// poll's registration in the hub, tok its token. declined: the poll may
+// not claim (its caller left, its token or keys expired), so it did not.
+func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automatorv1.PollRequest, max int, ring *keyRing, reg *poller, tok *pollToken, handed []store.Work) (*automatorv1.PollResponse, bool, error) {
 	s := p.s
 	ring = s.latestRing(account, ring) // a rotation since the poll began applies
 	resp := &automatorv1.PollResponse{}
@@ -160,7 +179,7 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 		states, err := s.store.WorkStates(ctx, req.GetRunning())
 		if err != nil {
 			s.lostClaims("its poll failed", handed...)
-			return nil, s.internal(ctx, "reading states of running units", err)
+			return nil, false, s.internal(ctx, "reading states of running units", err)
 		}
 		s.hub.checkedRunning(account, req.GetInstanceId(), cut, looked)
 		for _, id := range req.GetRunning() {
@@ -174,25 +193,25 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 		// The caller left: nothing can be sent, and a poll that already
 		// left must not claim.
 		s.lostClaims("its poll ended before it was answered", handed...)
-		return resp, nil
+		return resp, true, nil
 	}
 	claimed := handed
 	if len(handed) == 0 {
 		switch {
 		case max == 0:
-			return resp, nil
-		case tokenExpired(ctx, now):
-			return resp, nil // it claims nothing more
+			return resp, false, nil
+		case tok.expired(now):
+			return resp, true, nil // it claims nothing more
 		case ring != nil && !ring.anyUsable(req.GetKeyIds(), now):
 			// The instance's last usable key expired while it waited: it
 			// claims nothing, and its next poll is told why.
-			return resp, nil
+			return resp, true, nil
 		}
 		// Most polls of an idle account find nothing: when another poll of
 		// the account just found nothing and no unit was queued since,
 		// neither would this one.
 		if s.hub.knownEmpty(account, now, knownEmptyFor) {
-			return resp, nil
+			return resp, false, nil
 		}
 		// When the account's queue drains as fast as it fills, units
 		// queued while this claim is on its way are handed to this poll
@@ -224,7 +243,7 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 		}
 		if err != nil {
 			s.lostClaims("its poll failed", more...)
-			return nil, s.internal(ctx, "claiming work", err)
+			return nil, false, s.internal(ctx, "claiming work", err)
 		}
 		ended := s.clock.Now()
 		s.hub.claimEnded(account, len(claimed) < ask, ended)
@@ -253,14 +272,7 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 		s.metrics.WorkClaimed(w.Account, now.Sub(w.QueuedAt))
 		s.log.Debug("work claimed", "work_id", w.ID, "account", account, "instance_id", w.InstanceID, "handed", w.ClaimedAt.Equal(w.QueuedAt))
 	}
-	return resp, nil
-}
-
-// tokenExpired reports whether the call authenticated with a previous token
-// whose overlap has ended by now.
-func tokenExpired(ctx context.Context, now time.Time) bool {
-	until := tokenUntilFrom(ctx)
-	return !until.IsZero() && !now.Before(until)
+	return resp, false, nil
 }
 
 // lostClaims reports units stored as the claims of a poll that could not

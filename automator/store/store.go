@@ -88,7 +88,7 @@ func IsStorageFull(err error) bool {
 // with the master key are stored.
 type Account struct {
 	Name      string
-	TokenHash []byte // SHA-256 of the account token
+	TokenHash []byte // SHA-256 of the current token, even when found by a previous one
 	KeyID     uint32 // id of the current key
 	SealedKey []byte // the current account key, sealed with the master key
 	CreatedAt time.Time
