@@ -158,3 +158,33 @@ func TestClaimIsNeverGivenTwice(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimCarriesTheTimeRemainingOnTheAutomatorsClock (guarantee 6): a
+// unit that waited in the queue is handed to its claimer with the time left
+// until its deadline on the automator's clock, not its whole timeout, so a
+// proxy never runs a script past the deadline its caller was given.
+func TestClaimCarriesTheTimeRemainingOnTheAutomatorsClock(t *testing.T) {
+	clock := newFakeClock()
+	e := newEnv(t, envOptions{clock: clock})
+	queued := clock.Now()
+	st, err := e.callerClient().Submit(context.Background(), &automatorv1.ExecuteRequest{
+		Account: e.account,
+		Command: &automatorv1.Command{Script: "x.sh"},
+		Timeout: durationpb.New(5 * time.Minute),
+	})
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	if got, want := st.GetDeadline().AsTime(), queued.Add(5*time.Minute); !got.Equal(want) {
+		t.Errorf("deadline %v, want the queue time plus the timeout, %v", got, want)
+	}
+
+	clock.Advance(2 * time.Minute)
+	resp, err := pollNow(e.proxyClient(), "a", 1)
+	if err != nil || len(resp.GetClaims()) != 1 {
+		t.Fatalf("poll: %v, %d claims; want one", err, len(resp.GetClaims()))
+	}
+	if got := resp.GetClaims()[0].GetRemaining().AsDuration(); got != 3*time.Minute {
+		t.Errorf("claim made 2m after queueing carries %v remaining, want 3m (the deadline minus the automator's now)", got)
+	}
+}
