@@ -318,3 +318,56 @@ func TestSyncLaterCoveredByADurableCommitIsNotSyncedAgain(t *testing.T) {
 		}
 	}
 }
+
+// TestWritesOthersActOnAreDurableWhenAnswered: every write whose answer
+// someone acts on commits with an fsync before it is answered (a claim
+// before the proxy runs it, a result or an ending before the caller sees
+// it, an enqueue handed straight to a poll before that poll gets it); only
+// a plain sync-later enqueue, whose id nobody holds yet, may commit
+// without one. A SIGKILL cannot tell these apart (the page cache survives
+// it), so the test reads which kind of commit each write made.
+func TestWritesOthersActOnAreDurableWhenAnswered(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "a.db"))
+	ctx := t.Context()
+	durable := func(what string) {
+		t.Helper()
+		if last, n := s.w.lastDurable.Load(), s.w.commits.Load(); last != n {
+			t.Errorf("%s: answered after commit %d made without an fsync (latest durable commit: %d)", what, n, last)
+		}
+	}
+	if _, err := s.AccountCreate(ctx, store.AccountCreateParams{Name: "acme", TokenHash: []byte{1}, KeyID: 1, SealedKey: []byte{1}, Now: testNow}); err != nil {
+		t.Fatal(err)
+	}
+	enqueue := func(id string, claim *store.ClaimRef) {
+		t.Helper()
+		if _, err := s.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: id, Account: "acme", KeyID: 1, SealedCommand: []byte("c"),
+			Now: testNow, Deadline: testNow.Add(time.Minute), SyncLater: true, ClaimFor: claim}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A sync-later enqueue may commit without an fsync: the test relies
+	// on it, to see that each write after it does not.
+	enqueue("w-1", nil)
+	if s.w.lastLazy.Load() != s.w.commits.Load() {
+		t.Fatal("a sync-later enqueue committed durably: the test cannot tell the writes below apart")
+	}
+	enqueue("w-2", nil)
+	if _, err := s.WorkClaim(ctx, store.WorkClaimParams{Account: "acme", InstanceID: "a", Max: 1, ClaimIDs: []string{"c-1"}, Now: testNow, Expect: true}); err != nil {
+		t.Fatal(err)
+	}
+	durable("WorkClaim")
+	if _, err := s.WorkComplete(ctx, store.WorkCompleteParams{ID: "w-1", ClaimID: "c-1", Account: "acme", State: store.StateSucceeded, SealedResult: []byte("r"), Now: testNow}); err != nil {
+		t.Fatal(err)
+	}
+	durable("WorkComplete")
+	enqueue("w-3", &store.ClaimRef{InstanceID: "a", ClaimID: "c-3"})
+	durable("WorkEnqueue with SyncLater handed to a poll (ClaimFor)")
+	if _, err := s.WorkCancel(ctx, store.WorkCancelParams{ID: "w-3", Reason: "test", Now: testNow}); err != nil {
+		t.Fatal(err)
+	}
+	durable("WorkCancel")
+	if ws, err := s.WorkExpire(ctx, store.WorkExpireParams{Now: testNow.Add(time.Hour), Max: 10}); err != nil || len(ws) != 1 {
+		t.Fatalf("WorkExpire: %v, %d units; want w-2", err, len(ws))
+	}
+	durable("WorkExpire")
+}
