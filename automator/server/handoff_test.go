@@ -368,9 +368,13 @@ func TestAPollBehindABacklogClaimsWithAllItsSlots(t *testing.T) {
 	clock := newFakeClock()
 	e, gate := newGatedClaimEnv(t, clock)
 	api, px := e.callerClient(), e.proxyClient()
+	// Each unit is queued a millisecond after the one before: on the fake
+	// clock units queued together tie, and their ids, whose order within a
+	// millisecond is random, would decide which is oldest.
 	var queued []string
 	for range 3 {
 		queued = append(queued, submit(t, api, e.account, time.Hour).GetWorkId())
+		clock.Advance(time.Millisecond)
 	}
 	first, err := px.Poll(t.Context(), &automatorv1.PollRequest{InstanceId: "a", MaxUnits: 2, Wait: durationpb.New(time.Minute)})
 	if err != nil || len(first.GetClaims()) != 2 {
