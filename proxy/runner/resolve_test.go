@@ -9,9 +9,14 @@ import (
 
 func TestResolveScriptRefusesNamesThatAreNotPlainFileNames(t *testing.T) {
 	dir := t.TempDir()
-	for _, name := range []string{
-		"", ".", "..", "../x", "a/b", "/bin/sh", `a\b`, `\x`, `..\x`, `C:\x`, "C:x", "x:stream",
-		"a\x00b", "a\nb", "\tx", "x\x7f", "x\u0085", "\xff", "-rf", strings.Repeat("a", 256),
+	// Each name with the reason its refusal gives: an operator reads what
+	// is wrong with the name, not only that it is.
+	for name, reason := range map[string]string{
+		"": "empty", ".": "names a directory", "..": "names a directory",
+		"../x": "path separator", "a/b": "path separator", "/bin/sh": "absolute path", `a\b`: "path separator",
+		`\x`: "absolute path", `..\x`: "path separator", `C:\x`: "path separator", "C:x": "':'", "x:stream": "':'",
+		"a\x00b": "control character", "a\nb": "control character", "\tx": "control character", "x\x7f": "control character",
+		"x\u0085": "control character", "\xff": "not valid UTF-8", "-rf": "starts with '-'", strings.Repeat("a", 256): "longer than 255 bytes",
 	} {
 		_, err := ResolveScript(dir, name)
 		if !errors.Is(err, ErrBadScriptName) {
@@ -20,6 +25,9 @@ func TestResolveScriptRefusesNamesThatAreNotPlainFileNames(t *testing.T) {
 		}
 		if !strings.Contains(err.Error(), strconv.Quote(name)) {
 			t.Errorf("error %q does not name the script %q", err, name)
+		}
+		if !strings.Contains(err.Error(), reason) {
+			t.Errorf("ResolveScript(%q) = %q, want the reason %q", name, err, reason)
 		}
 	}
 }
