@@ -67,3 +67,26 @@ func TestFailureLimiterGroupsIPv6By64AndStaysBounded(t *testing.T) {
 		t.Fatalf("the spent source got a fresh budget")
 	}
 }
+
+// TestFailureBudgetRefillsOnlyUpToItsBurst: a source that failed once and
+// then stayed quiet for a day regains its burst, not a day's worth of
+// failures: a burst of guesses after a pause is refused past the burst.
+func TestFailureBudgetRefillsOnlyUpToItsBurst(t *testing.T) {
+	now := time.Now()
+	l := newFailureLimiter(3, time.Minute)
+	if ok, _ := l.fail("192.0.2.1", now); !ok {
+		t.Fatal("the first failure was refused")
+	}
+	later := now.Add(24 * time.Hour)
+	for i := range 3 {
+		if ok, _ := l.fail("192.0.2.1", later); !ok {
+			t.Fatalf("failure %d of 3 a day later was refused within the burst", i+1)
+		}
+	}
+	if ok, first := l.fail("192.0.2.1", later); ok || !first {
+		t.Fatalf("a fourth failure at once a day later: ok=%v first=%v, want refused (the burst is 3)", ok, first)
+	}
+	if d := l.retryAfter("192.0.2.1", later); d != time.Minute {
+		t.Errorf("retry after %v, want one refill (1m)", d)
+	}
+}
