@@ -272,6 +272,22 @@ func TestSignInMakesASessionEveryReplicaAccepts(t *testing.T) {
 	if strings.Contains(cookie.Value, e.secrets["admin"]) {
 		t.Fatalf("the session cookie holds the API key itself")
 	}
+	if cookie.Secure {
+		t.Errorf("session cookie over plain http is Secure: a browser would never send it back")
+	}
+	// Behind a TLS-terminating reverse proxy the cookie is Secure: the
+	// browser never sends it over plain http.
+	req, _ := http.NewRequest(http.MethodPost, e.url+"/dashboard/login", strings.NewReader(url.Values{"api_key": {e.secrets["admin"]}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("X-Forwarded-Proto", "https")
+	if resp, err := client(t).Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+		if cs := resp.Cookies(); len(cs) != 1 || !cs[0].Secure {
+			t.Errorf("sign-in over https (X-Forwarded-Proto): cookies %v, want one Secure session cookie", cs)
+		}
+	}
 	if code, body := get(t, c, e.url+"/dashboard/"); code != http.StatusOK || !strings.Contains(body, `id="signed-in-key">admin<`) {
 		t.Fatalf("GET /dashboard/ signed in: %d, want 200 naming key admin:\n%s", code, body)
 	}
@@ -279,7 +295,7 @@ func TestSignInMakesASessionEveryReplicaAccepts(t *testing.T) {
 	// Another replica (same master key) serves the same session; a
 	// dashboard with another master key does not.
 	other := e.serve(e.master)
-	req, _ := http.NewRequest(http.MethodGet, other+"/dashboard/", nil)
+	req, _ = http.NewRequest(http.MethodGet, other+"/dashboard/", nil)
 	req.AddCookie(cookie)
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("replica with the same master key: %v %v, want 200", resp, err)
@@ -350,21 +366,39 @@ func TestSignInRefusesBadRevokedAndScopedKeys(t *testing.T) {
 		}
 	}
 
-	// A form posted from another site is refused.
-	req, _ := http.NewRequest(http.MethodPost, e.url+"/dashboard/login", strings.NewReader(url.Values{"api_key": {e.secrets["admin"]}}.Encode()))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Origin", "https://evil.example")
-	if resp, err := c.Do(req); err != nil || resp.StatusCode != http.StatusForbidden {
-		t.Errorf("cross-origin sign-in: %v %v, want 403", resp, err)
-	} else {
+	// A form posted from another site, or from an opaque origin (a
+	// sandboxed frame, a data: URL), is refused.
+	crossPost := func(path, origin string, form url.Values) (int, []*http.Cookie) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, e.url+path, strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", origin)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
 		resp.Body.Close()
+		return resp.StatusCode, resp.Cookies()
+	}
+	for _, origin := range []string{"https://evil.example", "null"} {
+		if code, cookies := crossPost("/dashboard/login", origin, url.Values{"api_key": {e.secrets["admin"]}}); code != http.StatusForbidden || len(cookies) != 0 {
+			t.Errorf("sign-in posted from origin %q: %d, cookies %v; want 403 and no session", origin, code, cookies)
+		}
 	}
 
-	// Revoking the key ends its session at once.
 	e.signIn(c, e.url, "viewer")
 	if code, _ := get(t, c, e.url+"/dashboard/"); code != http.StatusOK {
 		t.Fatalf("signed in as viewer: %d", code)
 	}
+	// Another site cannot sign the user out either: the session stays.
+	if code, cookies := crossPost("/dashboard/logout", "https://evil.example", nil); code != http.StatusForbidden || len(cookies) != 0 {
+		t.Errorf("sign-out posted from another site: %d, cookies %v; want 403, the cookie left alone", code, cookies)
+	}
+	if code, _ := get(t, c, e.url+"/dashboard/"); code != http.StatusOK {
+		t.Errorf("after a cross-site sign-out: %d, want the session still signed in", code)
+	}
+
+	// Revoking the key ends its session at once.
 	if _, err := e.st.APIKeyRevoke(t.Context(), store.APIKeyRevokeParams{ID: "viewer", Now: e.clock.Now()}); err != nil {
 		t.Fatal(err)
 	}
