@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/opsgate/opsgate/automator/store"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -269,5 +270,33 @@ func TestPollFieldsPastTheirLimitsAreRefused(t *testing.T) {
 	list, err := e.callerClient().ListInstances(context.Background(), &automatorv1.ListInstancesRequest{Account: e.account})
 	if err != nil || len(list.GetInstances()) != 1 || list.GetInstances()[0].GetInstanceId() != "a" {
 		t.Fatalf("instances: %v, %v; want only the poll within the limits", list.GetInstances(), err)
+	}
+}
+
+// endings is a Metrics that hands over each unit as it ends.
+type endings chan store.Work
+
+func (endings) WorkQueued(string)                 {}
+func (endings) WorkClaimed(string, time.Duration) {}
+func (e endings) WorkFinished(w store.Work)       { e <- w }
+func (endings) PollOpened(string) func()          { return func() {} }
+
+// TestSweeperEndsAUnitNobodyWaitsForAtItsDeadline: a unit whose caller
+// submitted it and left is timed out by the sweeper, which a new unit's
+// deadline wakes even when its next sweep is an hour away.
+func TestSweeperEndsAUnitNobodyWaitsForAtItsDeadline(t *testing.T) {
+	ended := make(endings, 1)
+	e := newEnv(t, envOptions{sweepInterval: time.Hour, metrics: ended})
+	st := submit(t, e.callerClient(), e.account, 200*time.Millisecond)
+	select {
+	case w := <-ended:
+		if w.ID != st.GetWorkId() || w.State != store.StateTimedOut {
+			t.Fatalf("unit %s ended %s, want %s timed out", w.ID, w.State, st.GetWorkId())
+		}
+	case <-time.After(time.Minute): // bounds a failing test only
+		t.Fatal("the unit was not timed out a minute after its 200ms deadline, with nobody waiting for it")
+	}
+	if w, err := e.store.WorkGet(context.Background(), st.GetWorkId()); err != nil || w.State != store.StateTimedOut {
+		t.Fatalf("stored unit: %v, %v; want timed out", w.State, err)
 	}
 }
