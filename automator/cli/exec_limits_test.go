@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,5 +63,33 @@ func TestExecSendsStdinUpToTheAutomatorsConfiguredLimit(t *testing.T) {
 	}
 	if code, out, errOut := cli(nil, "work", "list", "--data-dir", dir, "--json"); code != 0 || strings.Count(out, `"work_id"`) != 1 {
 		t.Errorf("work list after one accepted and two refused: exit %d: %s%s; want one unit", code, out, errOut)
+	}
+}
+
+// endless is a stdin that never ends: it fails the read once it has given
+// twice the most any automator accepts.
+type endless struct{ n int }
+
+func (e *endless) Read(p []byte) (int, error) {
+	if e.n >= 2*config.MaxStdinLimit {
+		return 0, errors.New("read on far past the limit")
+	}
+	n := min(len(p), 2*config.MaxStdinLimit-e.n)
+	clear(p[:n])
+	e.n += n
+	return n, nil
+}
+
+// TestExecStopsReadingAnEndlessStdinAtTheLimit: `exec --stdin -` fed from
+// a source that never ends (a device, a runaway pipe) refuses it once it
+// has read past the most any automator accepts, without reading on.
+func TestExecStopsReadingAnEndlessStdinAtTheLimit(t *testing.T) {
+	r := &endless{}
+	_, err := readStdin("-", r)
+	if err == nil || !strings.Contains(err.Error(), "more than") || !strings.Contains(err.Error(), "limits.max_stdin") {
+		t.Fatalf("readStdin of an endless stdin: %v; want the refusal naming limits.max_stdin", err)
+	}
+	if r.n > config.MaxStdinLimit+1<<20 {
+		t.Errorf("read %d bytes of an endless stdin, want to stop just past the limit of %d", r.n, config.MaxStdinLimit)
 	}
 }
