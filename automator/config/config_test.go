@@ -117,3 +117,34 @@ func TestSaveIsPrivate(t *testing.T) {
 		t.Fatalf("automator.yaml mode %v, want 0600", fi.Mode().Perm())
 	}
 }
+
+// TestValidateHoldsEachBoundOnBothSides: from the default config, each
+// duration at the edge of its range is accepted and one step past it, on
+// either side, is refused naming the setting, and only it.
+func TestValidateHoldsEachBoundOnBothSides(t *testing.T) {
+	valid := Default("https://automator.example:8443")
+	for _, tc := range []struct {
+		name  string
+		field string // "" when the value is within bounds
+		set   func(*Config)
+	}{
+		{"default_timeout 0", "default_timeout", func(c *Config) { c.DefaultTimeout = 0 }},
+		{"default_timeout 1ns", "", func(c *Config) { c.DefaultTimeout = 1 }},
+		{"default_timeout 24h", "", func(c *Config) { c.DefaultTimeout = 24 * time.Hour }},
+		{"default_timeout 24h1ns", "default_timeout", func(c *Config) { c.DefaultTimeout = 24*time.Hour + 1 }},
+		{"poll_window 99ms", "poll_window", func(c *Config) { c.PollWindow = 99 * time.Millisecond }},
+		{"poll_window 100ms", "", func(c *Config) { c.PollWindow = 100 * time.Millisecond }},
+		{"poll_window 5m", "", func(c *Config) { c.PollWindow = 5 * time.Minute }},
+		{"poll_window 5m1ns", "poll_window", func(c *Config) { c.PollWindow = 5*time.Minute + 1 }},
+	} {
+		c := valid
+		tc.set(&c)
+		err := c.Validate()
+		switch {
+		case tc.field == "" && err != nil:
+			t.Errorf("%s: %v, want it accepted", tc.name, err)
+		case tc.field != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.field+":") || strings.Contains(err.Error(), "\n")):
+			t.Errorf("%s: %v, want one error naming %s", tc.name, err, tc.field)
+		}
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/opsgate/opsgate/crypto"
 )
 
 func write(t *testing.T, body string) string {
@@ -144,6 +146,55 @@ func TestGracePeriodZeroMeansNoGrace(t *testing.T) {
 		c.ApplyDefaults()
 		if c.GracePeriod != want {
 			t.Errorf("%q: grace period %v after defaults, want %v", body, c.GracePeriod, want)
+		}
+	}
+}
+
+// TestValidateHoldsEachBoundOnBothSides: from a valid config, each setting
+// at the edge of its range is accepted and one step past it, on either
+// side, is refused naming the setting, and only it.
+func TestValidateHoldsEachBoundOnBothSides(t *testing.T) {
+	key, err := crypto.NewKey(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scripts := t.TempDir()
+	file := filepath.Join(scripts, "a-file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	valid := Config{AutomatorURL: "http://127.0.0.1:1", Token: "t", Key: key.String(), ScriptsDir: scripts,
+		InstanceID: "a", MaxConcurrency: 4, MaxOutputBytes: 1 << 20, GracePeriod: 30 * time.Second}
+	if err := valid.Validate(); err != nil {
+		t.Fatalf("the base config: %v", err)
+	}
+	for _, tc := range []struct {
+		name  string
+		field string // "" when the value is within bounds
+		set   func(*Config)
+	}{
+		{"max_concurrency 0", "max_concurrency", func(c *Config) { c.MaxConcurrency = 0 }},
+		{"max_concurrency 1", "", func(c *Config) { c.MaxConcurrency = 1 }},
+		{"max_concurrency 256", "", func(c *Config) { c.MaxConcurrency = 256 }},
+		{"max_concurrency 257", "max_concurrency", func(c *Config) { c.MaxConcurrency = 257 }},
+		{"max_output_bytes 1023", "max_output_bytes", func(c *Config) { c.MaxOutputBytes = 1023 }},
+		{"max_output_bytes 1024", "", func(c *Config) { c.MaxOutputBytes = 1024 }},
+		{"max_output_bytes 2 MiB", "", func(c *Config) { c.MaxOutputBytes = 2 << 20 }},
+		{"max_output_bytes 2 MiB + 1", "max_output_bytes", func(c *Config) { c.MaxOutputBytes = 2<<20 + 1 }},
+		{"grace_period -1ns", "grace_period", func(c *Config) { c.GracePeriod = -1 }},
+		{"grace_period 0", "", func(c *Config) { c.GracePeriod = 0 }},
+		{"grace_period 1h", "", func(c *Config) { c.GracePeriod = time.Hour }},
+		{"grace_period 1h1ns", "grace_period", func(c *Config) { c.GracePeriod = time.Hour + 1 }},
+		{"scripts_dir a file", "scripts_dir", func(c *Config) { c.ScriptsDir = file }},
+	} {
+		c := valid
+		tc.set(&c)
+		err := c.Validate()
+		switch {
+		case tc.field == "" && err != nil:
+			t.Errorf("%s: %v, want it accepted", tc.name, err)
+		case tc.field != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.field+":") || strings.Contains(err.Error(), "\n")):
+			t.Errorf("%s: %v, want one error naming %s", tc.name, err, tc.field)
 		}
 	}
 }
