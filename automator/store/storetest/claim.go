@@ -171,7 +171,9 @@ func testClaimIsNeverGivenTwice(f *fixture) {
 	for g := range claimers {
 		wg.Go(func() {
 			instance := fmt.Sprintf("i-%d", g)
-			for round := 0; ; round++ {
+			// Each round claims at least one unit until the queue is empty:
+			// more rounds than units means units are claimed again.
+			for round := 0; round <= units; round++ {
 				max := (g+round)%4 + 1
 				want := claimIDs(fmt.Sprintf("%s-round-%d", instance, round), max)
 				ws, err := f.s.WorkClaim(f.ctx, store.WorkClaimParams{
