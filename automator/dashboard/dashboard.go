@@ -58,10 +58,13 @@ type Opener interface {
 	OpenResult(ctx context.Context, w store.Work) (*automatorv1.Result, error)
 }
 
-// SignIns records refused sign-ins (server.Server does). limited: the
-// address has spent its budget of failures; refuse until retry has passed.
+// SignIns records sign-ins and sign-outs in the audit log (server.Server
+// does). SignInFailed is told of a refused one; limited: the address has
+// spent its budget of failures; refuse until retry has passed.
 type SignIns interface {
 	SignInFailed(ctx context.Context, source, why string) (retry time.Duration, limited bool)
+	SignedIn(ctx context.Context, source, keyID string)
+	SignedOut(ctx context.Context, source, keyID string)
 }
 
 // Options configure New.
@@ -74,9 +77,10 @@ type Options struct {
 	// PollWindow is the automator's poll window: an instance that has not
 	// polled within server.InstanceOnlineWithin of it is offline.
 	PollWindow time.Duration
-	// SignIns, when set, is told of each sign-in refused for a wrong or
-	// revoked API key (the server: audited, and counted against the
-	// address's budget of failed authentications, as a refused call is).
+	// SignIns, when set, is told of each sign-in and sign-out (the
+	// server: audited), and of each sign-in refused for a wrong or revoked
+	// API key (audited, and counted against the address's budget of failed
+	// authentications, as a refused call is).
 	SignIns SignIns
 	// PublicURL is the automator's public_url. A form posted from its
 	// origin (scheme, host and port) is accepted as well as one from the

@@ -413,7 +413,8 @@ func TestSignInRefusesBadRevokedAndScopedKeys(t *testing.T) {
 // TestRefusedSignInsAreAuditedAndLimitedLikeRefusedCalls: a sign-in with a
 // wrong key is a failed authentication: the audit log records it with the
 // address it came from, and past the address's budget the sign-in is
-// refused with 429; a valid key still signs in.
+// refused with 429; a valid key still signs in. That sign-in, and the
+// sign-out after it, are audited too, naming the key and the address.
 func TestRefusedSignInsAreAuditedAndLimitedLikeRefusedCalls(t *testing.T) {
 	e := newEnv(t)
 	srv, err := server.New(server.Options{Store: e.st, MasterKey: e.master, PollWindow: pollWindow, Clock: e.clock,
@@ -437,6 +438,9 @@ func TestRefusedSignInsAreAuditedAndLimitedLikeRefusedCalls(t *testing.T) {
 	if resp := e.signIn(c, base, "admin"); resp.StatusCode != http.StatusSeeOther {
 		t.Errorf("a valid key after the budget was spent: %d, want a redirect (signed in)", resp.StatusCode)
 	}
+	if code := signOut(t, c, base); code != http.StatusSeeOther {
+		t.Errorf("sign-out: %d, want a redirect", code)
+	}
 	events, err := e.st.AuditList(t.Context(), store.AuditListParams{Limit: 100})
 	if err != nil {
 		t.Fatal(err)
@@ -446,6 +450,12 @@ func TestRefusedSignInsAreAuditedAndLimitedLikeRefusedCalls(t *testing.T) {
 		if strings.HasPrefix(ev.Detail, "dashboard sign-in: ") && ev.Source == "127.0.0.1" {
 			kinds[ev.Kind]++
 		}
+		if (ev.Kind == store.AuditDashboardSignIn || ev.Kind == store.AuditDashboardSignOut) && ev.Actor == "apikey:admin" && ev.Source == "127.0.0.1" {
+			kinds[ev.Kind]++
+		}
+	}
+	if kinds[store.AuditDashboardSignIn] != 1 || kinds[store.AuditDashboardSignOut] != 1 {
+		t.Errorf("audit log holds %v; want one %s and one %s by apikey:admin from 127.0.0.1", kinds, store.AuditDashboardSignIn, store.AuditDashboardSignOut)
 	}
 	if kinds[store.AuditAuthFailed] != 2 || kinds[store.AuditAuthRateLimited] != 1 {
 		t.Errorf("audit log holds %v of the dashboard's sign-ins from 127.0.0.1; want 2 %s and 1 %s", kinds, store.AuditAuthFailed, store.AuditAuthRateLimited)

@@ -238,6 +238,9 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 		SameSite: http.SameSiteStrictMode,
 	})
 	d.log.Info("dashboard sign-in", "api_key", k.ID, "peer", r.RemoteAddr)
+	if d.o.SignIns != nil {
+		d.o.SignIns.SignedIn(r.Context(), remoteHost(r), k.ID)
+	}
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
@@ -260,6 +263,9 @@ func (d *Dashboard) logout(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			d.log.Info("dashboard sign-out", "api_key", s.KeyID, "peer", r.RemoteAddr)
+			if d.o.SignIns != nil {
+				d.o.SignIns.SignedOut(r.Context(), remoteHost(r), s.KeyID)
+			}
 		}
 	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: Prefix, MaxAge: -1, HttpOnly: true,

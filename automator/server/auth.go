@@ -169,6 +169,18 @@ func (s *Server) SignInFailed(ctx context.Context, source, why string) (retry ti
 	return s.failedFrom(ctx, clip(source), "dashboard sign-in", why, "")
 }
 
+// SignedIn records a sign-in to the dashboard with API key keyID from
+// source (the client's address) in the audit log.
+func (s *Server) SignedIn(ctx context.Context, source, keyID string) {
+	s.record(ctx, store.AuditEvent{At: s.clock.Now(), Kind: store.AuditDashboardSignIn, Actor: "apikey:" + keyID, Source: clip(source)})
+}
+
+// SignedOut records a sign-out of a dashboard session made with API key
+// keyID, from source, in the audit log.
+func (s *Server) SignedOut(ctx context.Context, source, keyID string) {
+	s.record(ctx, store.AuditEvent{At: s.clock.Now(), Kind: store.AuditDashboardSignOut, Actor: "apikey:" + keyID, Source: clip(source)})
+}
+
 // failedFrom counts a failed authentication of what (a method, the
 // dashboard's sign-in) from src against its budget and audits it.
 func (s *Server) failedFrom(ctx context.Context, src, what, why, actor string) (retry time.Duration, limited bool) {

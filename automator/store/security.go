@@ -57,19 +57,21 @@ type APIKeyRevokeParams struct {
 
 // Kinds of audit events.
 const (
-	AuditWorkQueued      = "work.queued"       // a caller queued a unit
-	AuditWorkDuplicate   = "work.duplicate"    // a repeated idempotency key returned an existing unit
-	AuditWorkRefused     = "work.refused"      // a caller's unit was refused by a limit (queue full)
-	AuditWorkEnded       = "work.ended"        // a unit reached a terminal state (Outcome)
-	AuditAuthFailed      = "auth.failed"       // a token or API key was refused
-	AuditAuthDenied      = "auth.denied"       // a valid API key was used outside its accounts
-	AuditAuthRateLimited = "auth.rate_limited" // a source went over its budget of failed authentications
-	AuditAccountCreated  = "account.created"
-	AuditTokenRotated    = "account.token_rotated"
-	AuditKeyRotated      = "account.key_rotated"
-	AuditAPIKeyCreated   = "apikey.created"
-	AuditAPIKeyRevoked   = "apikey.revoked"
-	AuditCertRenewed     = "server.cert_renewed"
+	AuditWorkQueued       = "work.queued"       // a caller queued a unit
+	AuditWorkDuplicate    = "work.duplicate"    // a repeated idempotency key returned an existing unit
+	AuditWorkRefused      = "work.refused"      // a caller's unit was refused by a limit (queue full)
+	AuditWorkEnded        = "work.ended"        // a unit reached a terminal state (Outcome)
+	AuditAuthFailed       = "auth.failed"       // a token or API key was refused
+	AuditAuthDenied       = "auth.denied"       // a valid API key was used outside its accounts
+	AuditAuthRateLimited  = "auth.rate_limited" // a source went over its budget of failed authentications
+	AuditAccountCreated   = "account.created"
+	AuditTokenRotated     = "account.token_rotated"
+	AuditKeyRotated       = "account.key_rotated"
+	AuditAPIKeyCreated    = "apikey.created"
+	AuditAPIKeyRevoked    = "apikey.revoked"
+	AuditCertRenewed      = "server.cert_renewed"
+	AuditDashboardSignIn  = "dashboard.sign_in"  // an API key signed in to the dashboard
+	AuditDashboardSignOut = "dashboard.sign_out" // a dashboard session was signed out of
 )
 
 // AuditEvent is one entry of the audit log. It never holds a secret, an
