@@ -106,15 +106,7 @@ func TestPollWithAWithdrawnTokenPassesItsWakeUpOn(t *testing.T) {
 	e.awaitWaiting(1)
 	newProxy := e.rotateToken(0)
 
-	gate.hold.Store(true)
-	polled := pollFor(t.Context(), newProxy, "new", 20*time.Second)
-	gate.held(t)
-	st := submit(t, e.callerClient(), e.account, time.Hour)
-	if st.GetState() != automatorv1.State_STATE_QUEUED {
-		t.Fatalf("the unit is %v by %q, want queued", st.GetState(), st.GetInstanceId())
-	}
-	gate.hold.Store(false)
-	close(gate.release)
+	st, polled := gate.announceWhileHeld(t, e, newProxy)
 	if r := <-old; status.Code(r.err) != codes.Unauthenticated {
 		t.Fatalf("the poll with the withdrawn token: %v, %v; want Unauthenticated", r.resp, r.err)
 	}

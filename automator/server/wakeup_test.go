@@ -58,6 +58,24 @@ func (g *claimHeldAfter) held(t *testing.T) {
 	}
 }
 
+// announceWhileHeld polls as the gate's instance through px, holds that
+// poll's claim, and queues a unit meanwhile, which therefore cannot be
+// handed to the poll, only announced; then it releases the claim. It
+// returns the unit and the poll's result.
+func (g *claimHeldAfter) announceWhileHeld(t *testing.T, e *env, px automatorv1.ProxyServiceClient) (*automatorv1.WorkStatus, <-chan pollResult) {
+	t.Helper()
+	g.hold.Store(true)
+	polled := pollFor(t.Context(), px, g.instance, 20*time.Second)
+	g.held(t)
+	st := submit(t, e.callerClient(), e.account, time.Hour)
+	if st.GetState() != automatorv1.State_STATE_QUEUED {
+		t.Fatalf("the unit is %v by %q, want queued", st.GetState(), st.GetInstanceId())
+	}
+	g.hold.Store(false)
+	close(g.release)
+	return st, polled
+}
+
 // TestWakeUpPassesOverAPollThatCannotTake: the oldest waiting poll, whose
 // previous token's overlap has ended, claims nothing; a unit queued is
 // announced to the next poll, which claims it at once, not at the end of
@@ -79,15 +97,7 @@ func TestWakeUpPassesOverAPollThatCannotTake(t *testing.T) {
 
 	// The new poll is registered, its claim made and held: a unit queued
 	// now cannot be handed to it, only announced.
-	gate.hold.Store(true)
-	polled := pollFor(t.Context(), automatorv1.NewProxyServiceClient(e.conn(newToken)), "new", 20*time.Second)
-	gate.held(t)
-	st := submit(t, e.callerClient(), e.account, time.Hour)
-	if st.GetState() != automatorv1.State_STATE_QUEUED {
-		t.Fatalf("the unit is %v by %q, want queued", st.GetState(), st.GetInstanceId())
-	}
-	gate.hold.Store(false)
-	close(gate.release)
+	st, polled := gate.announceWhileHeld(t, e, automatorv1.NewProxyServiceClient(e.conn(newToken)))
 	r := <-polled
 	if r.err != nil || len(r.resp.GetClaims()) != 1 || r.resp.GetClaims()[0].GetWorkId() != st.GetWorkId() {
 		t.Fatalf("the poll that can take: %v, %v; want unit %s as it is queued, not an empty answer at the end of its window", r.err, r.resp.GetClaims(), st.GetWorkId())
