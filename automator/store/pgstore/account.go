@@ -22,10 +22,12 @@ func scanAccount(r pgx.Row) (store.Account, error) {
 }
 
 func (s *Store) AccountCreate(ctx context.Context, p store.AccountCreateParams) (store.Account, error) {
-	a, err := scanAccount(s.pool.QueryRow(ctx, `INSERT INTO accounts (`+accountColumns+`) VALUES ($1, $2, $3, $4, $5)
+	var a store.Account
+	err := s.sentRow(ctx, func(r pgx.Row) (err error) { a, err = scanAccount(r); return err },
+		`INSERT INTO accounts (`+accountColumns+`) VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (name) DO NOTHING
 RETURNING `+accountColumns,
-		p.Name, nonNil(p.TokenHash), p.KeyID, nonNil(p.SealedKey), p.Now))
+		p.Name, nonNil(p.TokenHash), p.KeyID, nonNil(p.SealedKey), p.Now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = store.ErrExists
 	}

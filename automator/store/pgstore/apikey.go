@@ -27,15 +27,25 @@ func scanAPIKey(r pgx.Row) (store.APIKey, error) {
 	return k, nil
 }
 
+// scanAPIKeyInto returns a scan function for Store.sentRow that reads the
+// row into k.
+func scanAPIKeyInto(k *store.APIKey) func(pgx.Row) error {
+	return func(r pgx.Row) (err error) {
+		*k, err = scanAPIKey(r)
+		return err
+	}
+}
+
 func (s *Store) APIKeyCreate(ctx context.Context, p store.APIKeyCreateParams) (store.APIKey, error) {
 	accounts := p.Accounts
 	if accounts == nil {
 		accounts = []string{}
 	}
-	k, err := scanAPIKey(s.pool.QueryRow(ctx, `INSERT INTO api_keys (id, hash, name, created_at, accounts) VALUES ($1, $2, $3, $4, $5)
+	var k store.APIKey
+	err := s.sentRow(ctx, scanAPIKeyInto(&k), `INSERT INTO api_keys (id, hash, name, created_at, accounts) VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (id) DO NOTHING
 RETURNING `+apiKeyColumns,
-		p.ID, nonNil(p.Hash), p.Name, p.Now, accounts))
+		p.ID, nonNil(p.Hash), p.Name, p.Now, accounts)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = store.ErrExists
 	}
@@ -74,9 +84,10 @@ func (s *Store) APIKeyList(ctx context.Context) ([]store.APIKey, error) {
 
 func (s *Store) APIKeyRevoke(ctx context.Context, p store.APIKeyRevokeParams) (store.APIKey, error) {
 	// COALESCE keeps the first revocation's time.
-	k, err := scanAPIKey(s.pool.QueryRow(ctx, `UPDATE api_keys SET revoked_at = COALESCE(revoked_at, $2)
+	var k store.APIKey
+	err := s.sentRow(ctx, scanAPIKeyInto(&k), `UPDATE api_keys SET revoked_at = COALESCE(revoked_at, $2)
 WHERE id = $1
-RETURNING `+apiKeyColumns, p.ID, p.Now))
+RETURNING `+apiKeyColumns, p.ID, p.Now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = store.ErrNotFound
 	}

@@ -6,14 +6,15 @@ import (
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/opsgate/opsgate/automator/store"
 )
 
 const auditColumns = `seq, at, kind, actor, source, account, work_id, instance_id, outcome, sealed_script, detail`
 
-// insertAudit appends e with q (the pool, or a transaction that also writes
-// what e records) and returns it with its Seq.
+// insertAudit appends e with q (a connection, or a transaction that also
+// writes what e records) and returns it with its Seq.
 func insertAudit(ctx context.Context, q querier, e store.AuditEvent) (store.AuditEvent, error) {
 	if e.Kind == "" {
 		return store.AuditEvent{}, fmt.Errorf("appending to the audit log: the event has no kind")
@@ -30,7 +31,13 @@ RETURNING seq, at`,
 }
 
 func (s *Store) AuditAppend(ctx context.Context, e store.AuditEvent) (store.AuditEvent, error) {
-	return insertAudit(ctx, s.pool, e)
+	var out store.AuditEvent
+	err := s.sent(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		var err error
+		out, err = insertAudit(ctx, c, e)
+		return err
+	})
+	return out, err
 }
 
 func (s *Store) AuditList(ctx context.Context, p store.AuditListParams) ([]store.AuditEvent, error) {

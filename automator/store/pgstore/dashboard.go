@@ -12,7 +12,7 @@ import (
 )
 
 func (s *Store) DashboardSessionEnd(ctx context.Context, p store.DashboardSessionEndParams) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO dashboard_sessions_ended (id, expires_at) VALUES ($1, $2)
+	_, err := s.sentExec(ctx, `INSERT INTO dashboard_sessions_ended (id, expires_at) VALUES ($1, $2)
 ON CONFLICT (id) DO NOTHING`, p.ID, p.Expires)
 	if err != nil {
 		// Never print the id: it names a session.
@@ -34,7 +34,7 @@ func (s *Store) DashboardSessionEnded(ctx context.Context, id string) (bool, err
 }
 
 func (s *Store) DashboardSessionPurge(ctx context.Context, p store.DashboardSessionPurgeParams) (int, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM dashboard_sessions_ended WHERE expires_at < $1`, p.ExpiredBefore)
+	tag, err := s.sentExec(ctx, `DELETE FROM dashboard_sessions_ended WHERE expires_at < $1`, p.ExpiredBefore)
 	if err != nil {
 		return 0, fmt.Errorf("deleting the sign-outs of dashboard sessions expired before %s: %w", p.ExpiredBefore.Format(time.RFC3339), err)
 	}

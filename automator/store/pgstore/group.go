@@ -177,7 +177,8 @@ func detach(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 // sent runs fn, the statements of a write that does not go through the
-// grouper (a claim, a cancel, a transaction: see inTx), on a connection of
+// grouper (a claim, a cancel, a transaction: see inTx; every other write,
+// through sentExec and sentRow), on a connection of
 // its own, and runs it to its end as a lone write is run: ctx bounds only
 // the wait for the connection, before anything is sent (a ctx done already
 // sends nothing), and fn's context is detach(ctx). Cut off under way, a
@@ -196,6 +197,26 @@ func (s *Store) sent(ctx context.Context, fn func(ctx context.Context, c *pgxpoo
 	dctx, cancel := detach(ctx)
 	defer cancel()
 	return fn(dctx, c)
+}
+
+// sentExec runs one statement as a write of its own (Store.sent).
+func (s *Store) sentExec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	var tag pgconn.CommandTag
+	err := s.sent(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		var err error
+		tag, err = c.Exec(ctx, sql, args...)
+		return err
+	})
+	return tag, err
+}
+
+// sentRow runs one single-row statement as a write of its own
+// (Store.sent), and returns what scan returned from its row (pgx.ErrNoRows
+// when it returned none).
+func (s *Store) sentRow(ctx context.Context, scan func(pgx.Row) error, sql string, args ...any) error {
+	return s.sent(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		return scan(c.QueryRow(ctx, sql, args...))
+	})
 }
 
 // refusedStatement reports whether err is PostgreSQL refusing a statement

@@ -12,7 +12,7 @@ import (
 )
 
 func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight)
+	_, err := s.sentExec(ctx, `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight)
 VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (account, instance_id) DO UPDATE SET
 	hostname = excluded.hostname,

@@ -12,7 +12,7 @@ import (
 // to p.Max in one statement. Replicas purging at once skip each other's
 // rows (SKIP LOCKED) rather than wait for them.
 func (s *Store) WorkPurge(ctx context.Context, p store.WorkPurgeParams) (int, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM work WHERE id IN (
+	tag, err := s.sentExec(ctx, `DELETE FROM work WHERE id IN (
 SELECT id FROM work
 WHERE queued_at < $1 AND state IN ('succeeded', 'failed', 'timed_out', 'cancelled')
 ORDER BY queued_at, id

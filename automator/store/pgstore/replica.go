@@ -10,7 +10,7 @@ import (
 )
 
 func (s *Store) ReplicaHeartbeat(ctx context.Context, p store.ReplicaHeartbeatParams) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO replicas (replica_id, hostname, version, started_at, last_seen)
+	_, err := s.sentExec(ctx, `INSERT INTO replicas (replica_id, hostname, version, started_at, last_seen)
 VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (replica_id) DO UPDATE SET
 	hostname = excluded.hostname,

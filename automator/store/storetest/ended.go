@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/opsgate/opsgate/automator/store"
@@ -24,6 +25,15 @@ func testAWriteWhoseContextHasEnded(f *fixture) {
 	f.enqueue("queued", "acme", at(time.Microsecond), at(time.Hour))
 	f.enqueue("due", "acme", at(2*time.Microsecond), at(time.Minute))
 	f.enqueue("to-cancel", "acme", at(3*time.Microsecond), at(time.Hour))
+	f.enqueue("ended", "acme", at(4*time.Microsecond), at(time.Hour))
+	if _, err := f.s.WorkCancel(f.ctx, store.WorkCancelParams{ID: "ended", Reason: "r", Now: at(time.Second)}); err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := f.s.APIKeyCreate(f.ctx, store.APIKeyCreateParams{ID: "to-revoke", Hash: hash("key"), Name: "k", Now: at(0)}); err != nil {
+		f.t.Fatal(err)
+	}
+	f.endSession("expired", at(time.Second))
+	audited := f.auditLen()
 
 	ended, cancel := context.WithCancel(f.ctx)
 	cancel()
@@ -68,12 +78,46 @@ func testAWriteWhoseContextHasEnded(f *fixture) {
 		{"InstancesSeen", func() error {
 			return f.s.InstancesSeen(ended, []store.InstanceSeenParams{{Account: "acme", InstanceID: "i-3", Hostname: "h", Version: "v", Now: later}})
 		}},
+		{"InstanceSeen", func() error {
+			return f.s.InstanceSeen(ended, store.InstanceSeenParams{Account: "acme", InstanceID: "i-4", Hostname: "h", Version: "v", Now: later})
+		}},
+		{"AccountCreate", func() error {
+			_, err := f.s.AccountCreate(ended, store.AccountCreateParams{Name: "beta", TokenHash: hash("beta token"), KeyID: 1, SealedKey: []byte("k"), Now: later})
+			return err
+		}},
+		{"APIKeyCreate", func() error {
+			_, err := f.s.APIKeyCreate(ended, store.APIKeyCreateParams{ID: "new-key", Hash: hash("new key"), Name: "n", Now: later})
+			return err
+		}},
+		{"APIKeyRevoke", func() error {
+			_, err := f.s.APIKeyRevoke(ended, store.APIKeyRevokeParams{ID: "to-revoke", Now: later})
+			return err
+		}},
+		{"WorkPurge", func() error {
+			_, err := f.s.WorkPurge(ended, store.WorkPurgeParams{QueuedBefore: later, Max: 10})
+			return err
+		}},
+		{"ReplicaHeartbeat", func() error {
+			return f.s.ReplicaHeartbeat(ended, store.ReplicaHeartbeatParams{ReplicaID: "r-1", Hostname: "h", Version: "v", StartedAt: later, Now: later})
+		}},
+		{"AuditAppend", func() error {
+			_, err := f.s.AuditAppend(ended, store.AuditEvent{At: later, Kind: store.AuditAuthFailed, Source: "192.0.2.1"})
+			return err
+		}},
+		{"DashboardSessionEnd", func() error {
+			return f.s.DashboardSessionEnd(ended, store.DashboardSessionEndParams{ID: "new-session", Expires: at(time.Hour)})
+		}},
+		{"DashboardSessionPurge", func() error {
+			_, err := f.s.DashboardSessionPurge(ended, store.DashboardSessionPurgeParams{ExpiredBefore: later})
+			return err
+		}},
 	} {
 		f.wantErr(c.what+" with a context done already", c.write(), context.Canceled)
 	}
 
 	for id, want := range map[string]store.State{
 		"claimed": store.StateClaimed, "queued": store.StateQueued, "due": store.StateQueued, "to-cancel": store.StateQueued,
+		"ended": store.StateCancelled, // not purged
 	} {
 		f.wantState(id, want)
 	}
@@ -86,4 +130,28 @@ func testAWriteWhoseContextHasEnded(f *fixture) {
 		f.t.Error("the rotated token authenticates: the rotation was written")
 	}
 	f.wantInstances("acme", nil)
+	if _, err := f.s.AccountGet(f.ctx, "beta"); !errors.Is(err, store.ErrNotFound) {
+		f.t.Errorf("AccountGet(beta): %v, want %v: the account was created", err, store.ErrNotFound)
+	}
+	if _, err := f.s.APIKeyGetByHash(f.ctx, hash("new key")); !errors.Is(err, store.ErrNotFound) {
+		f.t.Errorf("APIKeyGetByHash(new key): %v, want %v: the key was created", err, store.ErrNotFound)
+	}
+	if k, err := f.s.APIKeyGetByHash(f.ctx, hash("key")); err != nil || !k.RevokedAt.IsZero() {
+		f.t.Errorf("key to-revoke: revoked at %v, %v; want it not revoked", k.RevokedAt, err)
+	}
+	f.wantReplicas(nil)
+	if n := f.auditLen(); n != audited {
+		f.t.Errorf("the audit log holds %d events, want %d: the event was appended", n, audited)
+	}
+	f.wantSessionsEnded(map[string]bool{"new-session": false, "expired": true}, "after the writes whose context had ended")
+}
+
+// auditLen is the number of events in the audit log.
+func (f *fixture) auditLen() int {
+	f.t.Helper()
+	es, err := f.s.AuditList(f.ctx, store.AuditListParams{Limit: 1000})
+	if err != nil {
+		f.t.Fatalf("AuditList: %v", err)
+	}
+	return len(es)
 }
