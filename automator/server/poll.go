@@ -260,6 +260,14 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 		// The units queued before the claim come first.
 		claimed = append(claimed, more...)
 		now = ended
+		if ctx.Err() != nil {
+			// The caller left while the claim was under way, and the
+			// store ran it to its end: its units are the instance's, which
+			// will never receive them. Say so rather than answer a poll
+			// nobody reads.
+			s.lostClaims("its poll ended while its claim was under way", claimed...)
+			return resp, false, nil
+		}
 	}
 	for _, w := range claimed {
 		resp.Claims = append(resp.Claims, &automatorv1.Claim{

@@ -1,0 +1,105 @@
+package server_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+// claimOutlivingItsPoll holds every claim until its poll has ended, then
+// makes it all the same: as the PostgreSQL store runs a claim sent before
+// its poll ended to its end, and returns the units it committed.
+type claimOutlivingItsPoll struct {
+	store.Store
+	entered chan struct{}
+}
+
+func (g *claimOutlivingItsPoll) WorkClaim(ctx context.Context, p store.WorkClaimParams) ([]store.Work, error) {
+	g.entered <- struct{}{}
+	<-ctx.Done()
+	return g.Store.WorkClaim(context.WithoutCancel(ctx), p)
+}
+
+// syncLog is a log the server writes while the test may read it.
+type syncLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// lines returns the lines written so far that contain every one of parts.
+func (l *syncLog) lines(parts ...string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	sc := bufio.NewScanner(bytes.NewReader(l.b.Bytes()))
+	for sc.Scan() {
+		line := sc.Text()
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(line, p)
+		}
+		if all {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// TestUnitsClaimedForAPollThatLeftAreLoggedAsLost: a poll ends while its
+// claim is under way, and the claim commits all the same (the PostgreSQL
+// store runs a claim it sent to its end). Its units are stored as claimed
+// by the poll's instance, which never receives them: they are never given
+// to another (guarantee 1) and time out at their deadline. The server says
+// so, a warning per unit naming it and the instance, instead of answering
+// a poll nobody reads.
+func TestUnitsClaimedForAPollThatLeftAreLoggedAsLost(t *testing.T) {
+	gate := &claimOutlivingItsPoll{entered: make(chan struct{}, 1)}
+	m := pollsClosed{closed: make(chan struct{}, 1)}
+	log := &syncLog{}
+	e := newEnv(t, envOptions{pollWindow: time.Minute, metrics: m, log: log,
+		wrap: func(st store.Store) store.Store { gate.Store = st; return gate }})
+	u := submit(t, e.callerClient(), e.account, time.Hour) // no poll waits: queued
+
+	pctx, leave := context.WithCancel(t.Context())
+	polled := pollAsync(pctx, e.proxyClient(), "a", 1)
+	select {
+	case <-gate.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the poll's claim did not reach the store")
+	}
+	leave()
+	if r := <-polled; status.Code(r.err) != codes.Canceled {
+		t.Fatalf("the poll that left: %v, want Canceled", r.err)
+	}
+	select {
+	case <-m.closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the poll did not end on the server")
+	}
+
+	w, err := e.store.WorkGet(t.Context(), u.GetWorkId())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.State != store.StateClaimed || w.InstanceID != "a" {
+		t.Fatalf("the unit is %s by %q, want claimed by a (the claim ran to its end)", w.State, w.InstanceID)
+	}
+	if got := log.lines("level=WARN", "could not send it", "work_id="+u.GetWorkId(), "instance_id=a "); len(got) != 1 {
+		t.Errorf("warnings naming unit %s claimed by a: %q, want 1", u.GetWorkId(), got)
+	}
+}
