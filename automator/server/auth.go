@@ -216,8 +216,16 @@ func (s *Server) allow(ctx context.Context, account, method string) error {
 // internal logs err and returns a generic Internal status: details stay in
 // the log. A database out of disk space is no secret and is the operator's
 // to mend, so it gets ResourceExhausted (gRPC's code for a full file
-// system) and says so.
+// system) and says so. A store call that failed because the call's own
+// context ended is no error of the automator's: the caller gets its
+// context's status, and the log a debug line.
 func (s *Server) internal(ctx context.Context, doing string, err error) error {
+	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		// The caller left (a proxy stopping, a caller giving up) while
+		// the store worked for it: nothing went wrong here.
+		s.log.Debug("call ended while the store worked for it", "doing", doing, "err", err)
+		return status.FromContextError(ctx.Err()).Err()
+	}
 	if store.IsStorageFull(err) {
 		s.log.Error("the database is out of disk space: writes fail until space is freed", "doing", doing, "err", err)
 		return status.Errorf(codes.ResourceExhausted, "the automator's database is out of disk space while %s: nothing was stored; retry once space is freed", doing)
