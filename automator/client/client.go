@@ -200,7 +200,7 @@ func (c *Client) Submit(ctx context.Context, account string, cmd Command, opts .
 		req.Timeout = durationpb.New(o.timeout)
 	}
 	var st *automatorv1.WorkStatus
-	err := c.call(ctx, fmt.Sprintf("submitting work to account %q", account), time.Time{}, func(ctx context.Context, api automatorv1.AutomatorServiceClient) (err error) {
+	err := c.call(ctx, fmt.Sprintf("submitting work to account %q", account), nil, func(ctx context.Context, api automatorv1.AutomatorServiceClient) (err error) {
 		st, err = api.Submit(ctx, req)
 		return err
 	})
@@ -219,7 +219,28 @@ func (c *Client) Wait(ctx context.Context, id string) (Work, error) {
 
 func (c *Client) wait(ctx context.Context, id string, deadline time.Time) (Work, error) {
 	var st *automatorv1.WorkStatus
-	err := c.call(ctx, "waiting for work "+id, deadline, func(ctx context.Context, api automatorv1.AutomatorServiceClient) (err error) {
+	b := &budget{deadline: deadline}
+	resumed := false
+	err := c.call(ctx, "waiting for work "+id, b, func(ctx context.Context, api automatorv1.AutomatorServiceClient) (err error) {
+		if resumed {
+			// The last wait was cut. An automator that answers a read
+			// now is there: the retry budget starts again from the
+			// next cut, so a wait held for long and then cut (a load
+			// balancer that cuts long calls, replicas restarted one
+			// after another) is resumed each time. The read also tells
+			// the deadline (the budget lasts past it) and whether the
+			// unit ended meanwhile.
+			g, err := api.Get(ctx, &automatorv1.GetRequest{WorkId: id})
+			if err != nil {
+				return err
+			}
+			b.answered(timeOf(g.GetDeadline()))
+			if stateFromProto(g.GetState()).Terminal() {
+				st = g
+				return nil
+			}
+		}
+		resumed = true
 		st, err = api.Wait(ctx, &automatorv1.WaitRequest{WorkId: id})
 		return err
 	})
@@ -232,7 +253,7 @@ func (c *Client) wait(ctx context.Context, id string, deadline time.Time) (Work,
 // Get returns unit id's status now.
 func (c *Client) Get(ctx context.Context, id string) (Work, error) {
 	var st *automatorv1.WorkStatus
-	err := c.call(ctx, "getting work "+id, time.Time{}, func(ctx context.Context, api automatorv1.AutomatorServiceClient) (err error) {
+	err := c.call(ctx, "getting work "+id, nil, func(ctx context.Context, api automatorv1.AutomatorServiceClient) (err error) {
 		st, err = api.Get(ctx, &automatorv1.GetRequest{WorkId: id})
 		return err
 	})
@@ -247,7 +268,7 @@ func (c *Client) Get(ctx context.Context, id string) (Work, error) {
 // ended is returned unchanged.
 func (c *Client) Cancel(ctx context.Context, id string) (Work, error) {
 	var st *automatorv1.WorkStatus
-	err := c.call(ctx, "cancelling work "+id, time.Time{}, func(ctx context.Context, api automatorv1.AutomatorServiceClient) (err error) {
+	err := c.call(ctx, "cancelling work "+id, nil, func(ctx context.Context, api automatorv1.AutomatorServiceClient) (err error) {
 		st, err = api.Cancel(ctx, &automatorv1.CancelRequest{WorkId: id})
 		return err
 	})
@@ -257,17 +278,41 @@ func (c *Client) Cancel(ctx context.Context, id string) (Work, error) {
 	return workFromProto(st), nil
 }
 
+// budget is how long a call keeps retrying while no automator answers.
+type budget struct {
+	// deadline is the unit's, when known: a wait retries until RetryFor
+	// past it, when its outcome is known for sure.
+	deadline time.Time
+	// giveUp is when the call stops retrying; zero until a try fails
+	// after the last answer.
+	giveUp time.Time
+}
+
+// answered tells that an automator answered a try under way (and the
+// unit's deadline, when it is known): the budget starts again from the
+// next failure.
+func (b *budget) answered(deadline time.Time) {
+	b.giveUp = time.Time{}
+	if !deadline.IsZero() {
+		b.deadline = deadline
+	}
+}
+
 // call runs f against one automator after another, starting with the last
 // that answered, until f succeeds, fails for good, ctx ends or no
 // automator has answered for the retry budget (counted from the first
-// failure, and never ending before the unit's deadline plus the budget
-// when the deadline is known). Every call here is safe to repeat: submits
-// carry an idempotency key, the others are reads or idempotent.
-func (c *Client) call(ctx context.Context, doing string, deadline time.Time, f func(context.Context, automatorv1.AutomatorServiceClient) error) error {
+// failure since the last answer, and never ending before the unit's
+// deadline plus the budget when the deadline is known). b, when not nil,
+// is the call's budget, which f may restart (budget.answered). Every call
+// here is safe to repeat: submits carry an idempotency key, the others are
+// reads or idempotent.
+func (c *Client) call(ctx context.Context, doing string, b *budget, f func(context.Context, automatorv1.AutomatorServiceClient) error) error {
+	if b == nil {
+		b = &budget{}
+	}
 	n := int64(len(c.apis))
 	start := c.next.Load()
 	delay := 50 * time.Millisecond
-	var giveUp time.Time
 	for attempt := int64(0); ; attempt++ {
 		i := (start + attempt) % n
 		err := f(ctx, c.apis[i])
@@ -281,13 +326,13 @@ func (c *Client) call(ctx context.Context, doing string, deadline time.Time, f f
 		if !retryable(err) {
 			return wrapCall(doing, err)
 		}
-		if giveUp.IsZero() {
-			giveUp = time.Now().Add(c.retryFor)
-			if !deadline.IsZero() && deadline.Add(c.retryFor).After(giveUp) {
-				giveUp = deadline.Add(c.retryFor)
+		if b.giveUp.IsZero() {
+			b.giveUp = time.Now().Add(c.retryFor)
+			if !b.deadline.IsZero() && b.deadline.Add(c.retryFor).After(b.giveUp) {
+				b.giveUp = b.deadline.Add(c.retryFor)
 			}
 		}
-		if time.Now().After(giveUp) {
+		if time.Now().After(b.giveUp) {
 			return wrapCall(doing+" (no automator answered; giving up)", err)
 		}
 		// Each address once at full speed, then back off.

@@ -468,3 +468,70 @@ func ExampleClient_ExecuteOnProxy() {
 		fmt.Printf("instance %s exited %d: %s", res.InstanceID, res.ExitCode, res.Stdout)
 	}
 }
+
+// TestWaitCutAgainAndAgainIsResumedEachTime: a wait the automator holds
+// for longer than RetryFor and that is then cut (a load balancer that cuts
+// long calls, one replica restarted after another) is resumed every time:
+// the automator answered in between, so the retry budget starts again from
+// each cut, not from the first.
+func TestWaitCutAgainAndAgainIsResumedEachTime(t *testing.T) {
+	waits := make(chan string, 16)
+	a := automatortest.Start(t, automatortest.Options{Interceptors: []grpc.UnaryServerInterceptor{
+		func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if info.FullMethod == automatorv1.AutomatorService_Wait_FullMethodName {
+				waits <- req.(*automatorv1.WaitRequest).GetWorkId()
+			}
+			return h(ctx, req)
+		},
+	}})
+	r := startRelay(t, a.GRPCAddr)
+	const retryFor = time.Second
+	c, err := client.New(client.Config{Addresses: []string{r.url()}, APIKey: a.APIKey, CAPEM: a.CAPEM, ServerName: "127.0.0.1", RetryFor: retryFor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	w, err := c.Submit(context.Background(), a.Account, client.Command{Script: "x.sh"}, client.WithTimeout(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type outcome struct {
+		w   client.Work
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		got, err := c.Wait(context.Background(), w.ID)
+		done <- outcome{got, err}
+	}()
+	nextWait := func(what string) {
+		t.Helper()
+		select {
+		case id := <-waits:
+			if id != w.ID {
+				t.Fatalf("waiting for %s, want %s", id, w.ID)
+			}
+		case o := <-done:
+			t.Fatalf("Wait returned (%v, %v) before %s", o.w.State, o.err, what)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("no %s within 20s", what)
+		}
+	}
+	nextWait("the first wait")
+	for cut := 1; cut <= 3; cut++ {
+		if cut > 1 {
+			// The scenario: the resumed wait is held past the budget
+			// counted from the previous cut.
+			time.Sleep(retryFor + retryFor/2)
+		}
+		r.cut()
+		nextWait(fmt.Sprintf("the wait resumed after cut %d", cut))
+	}
+	if _, err := newClient(t, a).Cancel(context.Background(), w.ID); err != nil {
+		t.Fatal(err)
+	}
+	o := <-done
+	if o.err != nil || o.w.State != client.StateCancelled {
+		t.Fatalf("Wait: %v, %v; want the unit, cancelled", o.w.State, o.err)
+	}
+}

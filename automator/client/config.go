@@ -31,8 +31,9 @@ type Config struct {
 	// against; by default each address's host.
 	ServerName string
 	// RetryFor bounds how long a call keeps retrying while no automator
-	// answers (1 minute). A wait for a unit retries at least until RetryFor
-	// after the unit's deadline, when its outcome is known for sure.
+	// answers (1 minute), counted from the first failure since one last
+	// answered. A wait for a unit retries at least until RetryFor after
+	// the unit's deadline, when its outcome is known for sure.
 	RetryFor time.Duration
 	// Dial opens the connections, when set (a proxy, a test relay). By
 	// default the address is dialled directly over TCP.
