@@ -26,6 +26,7 @@ package client
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -54,8 +55,12 @@ const maxMessage = 8 << 20
 // Client calls one or more automators. It is safe for concurrent use.
 type Client struct {
 	retryFor time.Duration
+	urls     []string
 	conns    []*grpc.ClientConn
 	apis     []automatorv1.AutomatorServiceClient
+	// certs tell, per address, whether its last connection failed because
+	// its certificate did not verify.
+	certs []*certCheck
 	// next is the address the next call starts with: the last one that
 	// answered.
 	next atomic.Int64
@@ -76,18 +81,21 @@ func New(cfg Config) (*Client, error) {
 	}
 	for _, a := range cfg.Addresses {
 		t, _ := parseAddress(a) // validated
-		cc, err := dial(cfg, t, caPEM)
+		check := &certCheck{}
+		cc, err := dial(cfg, t, caPEM, check)
 		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("automator %s: %w", a, err)
 		}
+		c.urls = append(c.urls, a)
+		c.certs = append(c.certs, check)
 		c.conns = append(c.conns, cc)
 		c.apis = append(c.apis, automatorv1.NewAutomatorServiceClient(cc))
 	}
 	return c, nil
 }
 
-func dial(cfg Config, t target, caPEM []byte) (*grpc.ClientConn, error) {
+func dial(cfg Config, t target, caPEM []byte, check *certCheck) (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
 	if !t.plaintext {
 		name := cfg.ServerName
@@ -98,7 +106,7 @@ func dial(cfg Config, t target, caPEM []byte) (*grpc.ClientConn, error) {
 		if err != nil {
 			return nil, fmt.Errorf("CA certificate: %w", err)
 		}
-		creds = credentials.NewTLS(tlsCfg)
+		creds = checkedTLS{TransportCredentials: credentials.NewTLS(tlsCfg), check: check}
 	}
 	opts := append(grpcwire.DialOptions(),
 		grpc.WithTransportCredentials(creds),
@@ -114,15 +122,46 @@ func dial(cfg Config, t target, caPEM []byte) (*grpc.ClientConn, error) {
 			MinConnectTimeout: 5 * time.Second,
 		}),
 	)
-	if cfg.Dial != nil {
-		opts = append(opts, grpc.WithContextDialer(cfg.Dial))
-	} else {
-		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "tcp", addr)
-		}))
+	dialer := cfg.Dial
+	if dialer == nil {
+		var d net.Dialer
+		dialer = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
 	}
+	opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+		check.err.Store(nil) // a new connection: what failed the last one is past
+		return dialer(ctx, addr)
+	}))
 	return grpc.NewClient("passthrough:///"+t.hostPort, opts...)
+}
+
+// certCheck holds the error of the last TLS handshake with one address
+// when the automator's certificate did not verify: gRPC reports it as
+// Unavailable, like an automator that is down, but no retry mends it.
+type certCheck struct {
+	err atomic.Pointer[error]
+}
+
+// failed returns the certificate error of the address's last connection,
+// if that is why it failed.
+func (c *certCheck) failed() error {
+	if p := c.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// checkedTLS is TLS that notes a certificate that does not verify.
+type checkedTLS struct {
+	credentials.TransportCredentials
+	check *certCheck
+}
+
+func (t checkedTLS) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := t.TransportCredentials.ClientHandshake(ctx, authority, raw)
+	if v := (*tls.CertificateVerificationError)(nil); errors.As(err, &v) {
+		t.check.err.Store(&err)
+	}
+	return conn, info, err
 }
 
 // Close closes the connections. Calls in progress fail.
@@ -313,8 +352,16 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 	n := int64(len(c.apis))
 	start := c.next.Load()
 	delay := 50 * time.Millisecond
+	// untrusted marks the addresses whose certificate did not verify:
+	// this call tries them no more.
+	untrusted := make([]bool, n)
+	left, tried := n, int64(0)
 	for attempt := int64(0); ; attempt++ {
 		i := (start + attempt) % n
+		if untrusted[i] {
+			continue
+		}
+		tried++
 		err := f(ctx, c.apis[i])
 		if err == nil {
 			c.next.Store(i)
@@ -326,6 +373,12 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 		if !retryable(err) {
 			return wrapCall(doing, err)
 		}
+		if c.certs[i].failed() != nil {
+			untrusted[i] = true
+			if left--; left == 0 {
+				return wrapCall(fmt.Sprintf("%s: automator %s: its certificate does not verify (check CAPEM or CAFile, and ServerName)", doing, c.urls[i]), err)
+			}
+		}
 		if b.giveUp.IsZero() {
 			b.giveUp = time.Now().Add(c.retryFor)
 			if !b.deadline.IsZero() && b.deadline.Add(c.retryFor).After(b.giveUp) {
@@ -336,7 +389,8 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 			return wrapCall(doing+" (no automator answered; giving up)", err)
 		}
 		// Each address once at full speed, then back off.
-		if (attempt+1)%n == 0 {
+		if tried >= left {
+			tried = 0
 			if !sleep(ctx, delay) {
 				return fmt.Errorf("%s: %w", doing, ctx.Err())
 			}

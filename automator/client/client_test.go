@@ -535,3 +535,60 @@ func TestWaitCutAgainAndAgainIsResumedEachTime(t *testing.T) {
 		t.Fatalf("Wait: %v, %v; want the unit, cancelled", o.w.State, o.err)
 	}
 }
+
+// TestCertificateThatDoesNotVerifyIsNotRetried: an automator whose
+// certificate does not verify (another CA, or a name it does not carry) is
+// a mistake of configuration that retrying cannot mend: the call fails at
+// once naming the address and the certificate, instead of retrying for
+// RetryFor and then saying no automator answered. Another address that
+// verifies still takes the call.
+func TestCertificateThatDoesNotVerifyIsNotRetried(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	other := automatortest.Start(t, automatortest.Options{})
+	for _, tc := range []struct {
+		name       string
+		ca         []byte
+		serverName string
+		want       string
+	}{
+		{"another CA", other.CAPEM, "", "unknown authority"},
+		{"a name the certificate lacks", a.CAPEM, "automator.example", "automator.example"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := client.New(client.Config{Addresses: []string{a.URL()}, APIKey: a.APIKey, CAPEM: tc.ca, ServerName: tc.serverName, RetryFor: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			// The bound only stops a retrying client: it is no measure.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, err = c.Submit(ctx, a.Account, client.Command{Script: "x.sh"})
+			if err == nil || errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("submit: %v; want a certificate error at once", err)
+			}
+			for _, want := range []string{a.URL(), "certificate", tc.want} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("%q does not name %q", err, want)
+				}
+			}
+			if strings.Contains(err.Error(), "no automator answered") {
+				t.Errorf("%q says no automator answered", err)
+			}
+		})
+	}
+	t.Run("another address verifies", func(t *testing.T) {
+		c, err := client.New(client.Config{Addresses: []string{other.URL(), a.URL()}, APIKey: a.APIKey, CAPEM: a.CAPEM, RetryFor: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		w, err := c.Submit(context.Background(), a.Account, client.Command{Script: "x.sh"})
+		if err != nil {
+			t.Fatalf("submit with the first address's certificate not verifying: %v", err)
+		}
+		if _, err := c.Cancel(context.Background(), w.ID); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
