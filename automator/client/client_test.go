@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -591,4 +592,38 @@ func TestCertificateThatDoesNotVerifyIsNotRetried(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestPlaintextIsForLoopbackOnly: an automator serves plaintext on loopback
+// only, so an http:// address elsewhere would send the API key in clear
+// across a network to whatever answers there; it is refused, naming the
+// address. Loopback addresses are accepted.
+func TestPlaintextIsForLoopbackOnly(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{Plaintext: true})
+	// The relayed name stands for a remote host that answers plaintext.
+	_, port, _ := net.SplitHostPort(a.GRPCAddr)
+	relayed := func(ctx context.Context, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", a.GRPCAddr)
+	}
+	for _, addr := range []string{"http://automator.example:" + port, "http://192.0.2.7:" + port, "http://[2001:db8::1]:" + port} {
+		c, err := client.New(client.Config{Addresses: []string{addr}, APIKey: a.APIKey, Dial: relayed})
+		if err == nil {
+			_, cerr := c.Submit(context.Background(), a.Account, client.Command{Script: "x.sh"})
+			c.Close()
+			t.Errorf("%s accepted (a submit through it: %v), sending the API key in clear", addr, cerr)
+			continue
+		}
+		if !strings.Contains(err.Error(), "Addresses[0]") || !strings.Contains(err.Error(), "loopback") {
+			t.Errorf("%s: %v; want an error naming Addresses[0] and loopback", addr, err)
+		}
+	}
+	for _, addr := range []string{a.URL(), "http://localhost:" + port, "http://[::1]:" + port} {
+		c, err := client.New(client.Config{Addresses: []string{addr}, APIKey: a.APIKey, Dial: relayed})
+		if err != nil {
+			t.Errorf("%s refused: %v", addr, err)
+			continue
+		}
+		c.Close()
+	}
 }

@@ -14,7 +14,8 @@ import (
 // https) are required; the rest have defaults.
 type Config struct {
 	// Addresses are the automators to call, each "https://HOST:PORT" (or
-	// "http://HOST:PORT" for an automator serving plaintext on loopback).
+	// "http://HOST:PORT" for an automator serving plaintext on loopback:
+	// HOST is then localhost or a loopback address).
 	// With several, replicas sharing one database, a call that finds one
 	// unavailable moves on to the next.
 	Addresses []string
@@ -86,9 +87,19 @@ func parseAddress(a string) (target, error) {
 	case "https":
 		return target{url: a, hostPort: u.Host, host: u.Hostname()}, nil
 	case "http":
+		// An automator serves plaintext on loopback only: elsewhere the
+		// API key would cross a network in clear, to whatever answers.
+		if h := u.Hostname(); h != "localhost" && !isLoopbackIP(h) {
+			return target{}, fmt.Errorf("%q: http:// is for an automator serving plaintext on loopback only (localhost, 127.0.0.1, ::1); give https://%s", a, u.Host)
+		}
 		return target{url: a, hostPort: u.Host, host: u.Hostname(), plaintext: true}, nil
 	}
 	return target{}, fmt.Errorf("%q must be https://HOST:PORT (or http:// for a plaintext automator on loopback)", a)
+}
+
+func isLoopbackIP(host string) bool {
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func (c *Config) caPEM() ([]byte, error) {
