@@ -235,7 +235,7 @@ func (c *Client) Submit(ctx context.Context, account string, cmd Command, opts .
 		Command:        &automatorv1.Command{Script: cmd.Script, Args: cmd.Args, Stdin: o.stdin, Env: o.env},
 		IdempotencyKey: o.key,
 	}
-	if o.timeout > 0 {
+	if o.timeout != 0 { // a negative one is the automator's to refuse
 		req.Timeout = durationpb.New(o.timeout)
 	}
 	var st *automatorv1.WorkStatus

@@ -627,3 +627,26 @@ func TestPlaintextIsForLoopbackOnly(t *testing.T) {
 		c.Close()
 	}
 }
+
+// TestNegativeTimeoutIsRefused: a timeout below zero (a remaining time
+// computed from a deadline already past, say) is refused with the
+// automator's message naming the bound, not replaced by the 5-minute
+// default; zero means the default.
+func TestNegativeTimeoutIsRefused(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	c := newClient(t, a)
+	_, err := c.Submit(context.Background(), a.Account, client.Command{Script: "x.sh"}, client.WithTimeout(-time.Second))
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "timeout") {
+		t.Errorf("WithTimeout(-1s): %v; want InvalidArgument naming the timeout", err)
+	}
+	if n := a.CountWork(t); n != 0 {
+		t.Fatalf("%d units queued with a negative timeout", n)
+	}
+	w, err := c.Submit(context.Background(), a.Account, client.Command{Script: "x.sh"}, client.WithTimeout(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := w.Deadline.Sub(w.QueuedAt); got != 5*time.Minute {
+		t.Errorf("WithTimeout(0): deadline %v after queueing; want the default, 5m", got)
+	}
+}

@@ -16,8 +16,9 @@ type callOptions struct {
 }
 
 // WithTimeout sets the time from queueing to the unit's deadline (the
-// server's default, 5 minutes, otherwise). It bounds the whole unit; the
-// context bounds how long this caller waits.
+// server's default, 5 minutes, when d is zero or WithTimeout is not given;
+// a negative d is refused with InvalidArgument). It bounds the whole unit;
+// the context bounds how long this caller waits.
 func WithTimeout(d time.Duration) Option { return func(o *callOptions) { o.timeout = d } }
 
 // WithStdin sends b as the script's standard input.
