@@ -6,6 +6,10 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -143,5 +147,53 @@ func TestDocsShowTheExamplesThatRun(t *testing.T) {
 		if !bytes.Contains(doc, b) {
 			t.Errorf("docs/api.md does not show docs/examples/%s verbatim; copy the file into its code block", f)
 		}
+	}
+}
+
+// TestPythonExampleCallFailureExits255: when the call itself fails, the
+// Python example exits 255 with a last line on stderr saying why and no
+// traceback, as its doc says: an automator it cannot reach (after its
+// retries), and an answer that is not the automator's JSON (a reverse
+// proxy's own 502 page), which is no outcome of a unit.
+func TestPythonExampleCallFailureExits255(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 is not installed (not in PATH); the Python example cannot run here")
+	}
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusBadGateway)
+		io.WriteString(w, "<html><body><h1>502 Bad Gateway</h1></body></html>\n")
+	}))
+	defer page.Close()
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unreachable := "http://" + closed.Addr().String()
+	closed.Close()
+	for _, tc := range []struct{ name, url, want string }{
+		{"a reverse proxy's 502 page", page.URL, "502"},
+		{"no automator listening", unreachable, closed.Addr().String()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(py, "execute.py", "hello.sh")
+			cmd.Env = append(os.Environ(), "AUTOMATOR_HTTP="+tc.url, "AUTOMATOR_API_KEY=oak_x")
+			cmd.Stdin = strings.NewReader("")
+			var out, errb bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &errb
+			err := cmd.Run()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(strings.TrimSpace(errb.String()), "\n")
+			last := lines[len(lines)-1]
+			if code != 255 || strings.Contains(errb.String(), "Traceback") || !strings.Contains(last, tc.want) {
+				t.Errorf("exit %d, stderr:\n%s\nwant 255 and a last line naming %q, no traceback", code, errb.String(), tc.want)
+			}
+		})
 	}
 }

@@ -24,7 +24,9 @@ ACCOUNT = os.environ.get("ACCOUNT", "acme")
 
 
 def call(method, path, body=None):
-    """One API call: returns the HTTP status and the decoded JSON answer."""
+    """One API call: returns the HTTP status and the decoded JSON answer
+    ({"message": its first line} for an answer that is not JSON, such as a
+    reverse proxy's own error page)."""
     req = urllib.request.Request(
         BASE + path,
         method=method,
@@ -33,9 +35,17 @@ def call(method, path, body=None):
     )
     try:
         with urllib.request.urlopen(req) as resp:
-            return resp.status, json.load(resp)
+            return resp.status, decode(resp.read())
     except urllib.error.HTTPError as err:  # 4xx and 5xx carry a JSON body too
-        return err.code, json.load(err)
+        return err.code, decode(err.read())
+
+
+def decode(raw):
+    try:
+        return json.loads(raw)
+    except ValueError:
+        lines = raw.decode(errors="replace").strip().splitlines()
+        return {"message": lines[0] if lines else ""}
 
 
 def execute(script, args, stdin=b"", timeout="300s"):
@@ -65,18 +75,24 @@ def execute(script, args, stdin=b"", timeout="300s"):
 
 def main():
     stdin = b"" if sys.stdin.isatty() else sys.stdin.buffer.read()
-    status, work = execute(sys.argv[1], sys.argv[2:], stdin)
-    if status == 200:  # the script ran: any exit code is a result
+    try:
+        status, work = execute(sys.argv[1], sys.argv[2:], stdin)
+    except (urllib.error.URLError, ConnectionError) as err:
+        print("cannot reach the automator at %s: %s" % (BASE, getattr(err, "reason", err)), file=sys.stderr)
+        return 255
+    # Only the automator's answers carry a unit ("work_id"): a reverse
+    # proxy's own 502 or 504 page is the call failing, not an outcome.
+    if status == 200 and "work_id" in work:  # the script ran: any exit code is a result
         result = work["result"]
         sys.stdout.buffer.write(base64.b64decode(result["stdout"]))
         sys.stderr.buffer.write(base64.b64decode(result["stderr"]))
         return result["exit_code"]
     outcome = {504: ("timed out", 124), 502: ("failed", 125), 409: ("cancelled", 126)}
-    if status in outcome:
+    if status in outcome and "work_id" in work:
         what, code = outcome[status]
         print("work %s %s: %s" % (work["work_id"], what, work["reason"]), file=sys.stderr)
         return code
-    # Any other status is the call itself: 401 bad API key, 404 unknown
+    # Any other answer is the call itself: 401 bad API key, 404 unknown
     # account, 400 bad request; the body is {"code", "message", "details"}.
     print("HTTP %d: %s" % (status, work.get("message")), file=sys.stderr)
     return 255
