@@ -73,5 +73,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	stdout.Write(res.Stdout)
 	stderr.Write(res.Stderr)
 	fmt.Fprintf(stderr, "(work %s ran on instance %s, exit code %d)\n", res.WorkID, res.InstanceID, res.ExitCode)
+	if res.ExitCode < 0 || res.ExitCode > 255 {
+		// No exit status here can carry it (a Windows proxy's 259, say).
+		fmt.Fprintf(stderr, "exit code %d is outside 0-255\n", res.ExitCode)
+		return 255
+	}
 	return res.ExitCode
 }

@@ -5,13 +5,18 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/opsgate/opsgate/automator/automatortest"
+	"github.com/opsgate/opsgate/crypto"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -46,4 +51,61 @@ func TestGoExample(t *testing.T) {
 	if code, _, errs := exec("hello.sh"); code != 255 || !strings.Contains(errs, "NotFound") {
 		t.Errorf("unknown account: exit %d, stderr %q; want 255", code, errs)
 	}
+}
+
+// TestGoExampleExitCodeOutsideAByte: a remote exit code that no process
+// here can exit with (a Windows proxy's 259, or a negative NTSTATUS) gives
+// 255 and a line saying so, as `automator exec` does, not the code cut to
+// its low byte (259 would read as 3).
+func TestGoExampleExitCodeOutsideAByte(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	env := map[string]string{"AUTOMATOR_GRPC": a.URL(), "AUTOMATOR_API_KEY": a.APIKey, "AUTOMATOR_CA": a.CAFile}
+	api := automatorv1.NewProxyServiceClient(a.ProxyConn(t))
+	for _, exit := range []int32{259, -1073741819} {
+		type outcome struct {
+			code   int
+			stderr string
+		}
+		done := make(chan outcome, 1)
+		go func() {
+			var out, errb bytes.Buffer
+			code := run(context.Background(), []string{"windows.cmd"}, func(k string) string { return env[k] }, &out, &errb)
+			done <- outcome{code, errb.String()}
+		}()
+		claim := claimOne(t, api)
+		plain, err := proto.Marshal(&automatorv1.Result{ExitCode: exit, InstanceId: "win", StartedAt: timestamppb.Now(), FinishedAt: timestamppb.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sealed, err := crypto.Seal(a.Key, claim.GetAccount(), claim.GetWorkId(), crypto.DirResult, plain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := api.Complete(context.Background(), &automatorv1.CompleteRequest{
+			WorkId: claim.GetWorkId(), ClaimId: claim.GetClaimId(), InstanceId: "win",
+			Outcome: automatorv1.Outcome_OUTCOME_SUCCEEDED, SealedResult: sealed,
+		}); err != nil {
+			t.Fatal(err)
+		}
+		o := <-done
+		if o.code != 255 || !strings.Contains(o.stderr, fmt.Sprint(exit)) {
+			t.Errorf("remote exit code %d: exit %d, stderr %q; want 255 and a line naming %d", exit, o.code, o.stderr, exit)
+		}
+	}
+}
+
+// claimOne polls as instance "win" until it claims one unit.
+func claimOne(t *testing.T, api automatorv1.ProxyServiceClient) *automatorv1.Claim {
+	t.Helper()
+	for range 20 {
+		resp, err := api.Poll(context.Background(), &automatorv1.PollRequest{InstanceId: "win", MaxUnits: 1})
+		if err != nil {
+			t.Fatalf("poll: %v", err)
+		}
+		if len(resp.GetClaims()) == 1 {
+			return resp.GetClaims()[0]
+		}
+	}
+	t.Fatal("no unit to claim after 20 polls")
+	return nil
 }
