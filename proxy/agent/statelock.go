@@ -82,6 +82,35 @@ func LockStateDir(dir string) (*StateLock, error) {
 	return &StateLock{f: f}, nil
 }
 
+// CheckStateDir tells whether a running proxy holds the state_dir dir,
+// without creating or changing anything there: a *StateDirHeldError naming
+// the holder when one does, nil when none does (no lock file means none
+// ever held it, or uninstall removed it). `proxy start` and `proxy status`
+// ask it about a service's directory.
+//
+// It opens the lock file read-only and tries a shared lock without
+// waiting, which an exclusive holder refuses; a free lock is let go at
+// once. For that instant a proxy starting on dir would be refused, as if
+// this check were a proxy.
+func CheckStateDir(dir string) error {
+	path := filepath.Join(dir, LockFileName)
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("checking the lock of state_dir %s: %w", dir, err)
+	}
+	defer f.Close()
+	switch err := probeLock(f); {
+	case errors.Is(err, errLocked):
+		return &StateDirHeldError{Dir: dir, PID: readLockPID(f)}
+	case err != nil:
+		return fmt.Errorf("checking the lock of state_dir %s (%s): %w", dir, path, err)
+	}
+	return nil
+}
+
 // Release lets another proxy take the directory. The lock file stays (a
 // next holder reuses it); `proxy uninstall` removes it.
 func (l *StateLock) Release() error {

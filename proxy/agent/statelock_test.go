@@ -138,3 +138,80 @@ func TestStateDirIsFreedWhenItsHolderIsKilled(t *testing.T) {
 	}
 	l.Release()
 }
+
+// TestCheckStateDirTellsWithoutChangingAnything: CheckStateDir finds no
+// holder for a directory that does not exist or has no lock file, and
+// makes neither; it names the holder, a child process, of a held one
+// without changing the lock file, and finds it free again once the holder
+// is killed, all the while leaving the lock to be taken by a proxy.
+func TestCheckStateDirTellsWithoutChangingAnything(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	if err := CheckStateDir(dir); err != nil {
+		t.Fatalf("a state_dir that does not exist: %v", err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("the check made the state_dir: %v", err)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckStateDir(dir); err != nil {
+		t.Fatalf("a state_dir without a lock file: %v", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("the check made files: %v", entries)
+	}
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), lockHolderEnv+"="+dir)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	t.Cleanup(func() {
+		if !killed {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "held\n" {
+		t.Fatalf("the child did not take the state_dir: %q", line)
+	}
+	lockPath := filepath.Join(dir, LockFileName)
+	before, _ := os.ReadFile(lockPath)
+	fiBefore, _ := os.Stat(lockPath)
+	for range 2 {
+		err = CheckStateDir(dir)
+		var held *StateDirHeldError
+		if !errors.As(err, &held) || held.Dir != dir || held.PID != cmd.Process.Pid {
+			t.Fatalf("check while the child holds it: %v; want a StateDirHeldError naming the child's pid %d", err, cmd.Process.Pid)
+		}
+	}
+	fiAfter, _ := os.Stat(lockPath)
+	if after, _ := os.ReadFile(lockPath); !bytes.Equal(after, before) || !fiAfter.ModTime().Equal(fiBefore.ModTime()) || fiAfter.Mode() != fiBefore.Mode() {
+		t.Errorf("the check changed the lock file: %q to %q", before, after)
+	}
+
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	killed = true
+	if err := CheckStateDir(dir); err != nil {
+		t.Fatalf("check after the holder was killed: %v", err)
+	}
+	l, err := LockStateDir(dir)
+	if err != nil {
+		t.Fatalf("lock after checks of a free state_dir: %v", err)
+	}
+	l.Release()
+}

@@ -16,10 +16,27 @@ const lockOffset = 1 << 32
 // another handle (of any process) holds it. Windows drops the lock when the
 // handle is closed or its process ends.
 func lockFile(f *os.File) error {
-	ol := &windows.Overlapped{Offset: lockOffset & 0xffffffff, OffsetHigh: lockOffset >> 32}
-	err := windows.LockFileEx(windows.Handle(f.Fd()), windows.LOCKFILE_EXCLUSIVE_LOCK|windows.LOCKFILE_FAIL_IMMEDIATELY, 0, 1, 0, ol)
+	return lockByte(f, windows.LOCKFILE_EXCLUSIVE_LOCK)
+}
+
+// probeLock tries a shared lock on the same byte of f (open read-only will
+// do) without waiting, and unlocks it: errLocked when another handle holds
+// the exclusive one.
+func probeLock(f *os.File) error {
+	if err := lockByte(f, 0); err != nil {
+		return err
+	}
+	return windows.UnlockFileEx(windows.Handle(f.Fd()), 0, 1, 0, lockOverlapped())
+}
+
+func lockByte(f *os.File, flags uint32) error {
+	err := windows.LockFileEx(windows.Handle(f.Fd()), flags|windows.LOCKFILE_FAIL_IMMEDIATELY, 0, 1, 0, lockOverlapped())
 	if errors.Is(err, windows.ERROR_LOCK_VIOLATION) {
 		return errLocked
 	}
 	return err
+}
+
+func lockOverlapped() *windows.Overlapped {
+	return &windows.Overlapped{Offset: lockOffset & 0xffffffff, OffsetHigh: lockOffset >> 32}
 }

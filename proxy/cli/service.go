@@ -263,6 +263,9 @@ func cmdControl(verb string, args []string, env Env) error {
 	}
 	switch verb {
 	case "start":
+		if err := startable(*name); err != nil {
+			return err
+		}
 		begin := time.Now()
 		if err := service.Start(*name); err != nil {
 			return err
@@ -281,6 +284,56 @@ func cmdControl(verb string, args []string, env Env) error {
 		return uninstall(*name, env)
 	}
 	return nil
+}
+
+// startable refuses to start service name while a proxy that is not the
+// service's holds its state directory (one run by hand on the service's
+// config, say): the service would only log the refusal and be started
+// again every few seconds by its service manager until that proxy stops.
+// It looks without changing anything; a service not installed is left to
+// service.Start to report.
+func startable(name string) error {
+	st, err := service.Query(name)
+	if err != nil || !st.Installed {
+		return nil
+	}
+	held := foreignHolder(name, st)
+	switch {
+	case held == nil:
+		return nil
+	case st.Running:
+		return fmt.Errorf("%w; service %s runs, but its proxy cannot start until that one stops (its service manager tries again every few seconds)", held, name)
+	}
+	return fmt.Errorf("%w; service %s was not started: stop that proxy (it is not the service: one run by hand on the service's config, say), then `proxy start --name %s` again", held, name, name)
+}
+
+// foreignHolder is the proxy that holds the state directory of service
+// name when it is not the service's own: nil when none holds it, when the
+// service's proxy does, or when that cannot be told (the service's own
+// lock decides then). It changes nothing in the directory.
+func foreignHolder(name string, st service.Status) *agent.StateDirHeldError {
+	var held *agent.StateDirHeldError
+	if !errors.As(agent.CheckStateDir(service.StateDir(name)), &held) {
+		return nil
+	}
+	if st.Running {
+		if held.PID == 0 {
+			return nil
+		}
+		if own, err := service.IsServiceProcess(name, held.PID); err != nil || own {
+			return nil
+		}
+	}
+	return held
+}
+
+// holderName names the holder of a service's state directory, by its pid
+// when known.
+func holderName(held *agent.StateDirHeldError) string {
+	if held.PID > 0 {
+		return fmt.Sprintf("pid %d, a proxy that is not this service", held.PID)
+	}
+	return "a proxy that is not this service"
 }
 
 // uninstall stops and removes the service, then the files install made:
@@ -471,10 +524,18 @@ func cmdStatus(args []string, env Env) error {
 			fmt.Fprintf(w, "last run:       pid %d, version %s, since %s\n", s.PID, s.Version, s.StartedAt.Format(time.RFC3339))
 		}
 	}
+	held := foreignHolder(*name, st)
+	if held != nil {
+		fmt.Fprintf(w, "state dir:      %s is held by %s: the service cannot run until it stops\n", held.Dir, holderName(held))
+	}
 	fmt.Fprintf(w, "log:            %s\n", service.LogLocation(st))
 
 	polling := serr == nil && !s.LastPoll.IsZero() && now.Sub(s.LastPoll) < pollStale && s.StoppingAt.IsZero()
 	switch {
+	case held != nil && st.Running:
+		fmt.Fprintf(w, "=> running, but its proxy cannot start: its state directory is held by %s; stop that proxy\n", holderName(held))
+	case held != nil:
+		fmt.Fprintf(w, "=> stopped; its state directory is held by %s: stop that proxy before `proxy start --name %s`\n", holderName(held), *name)
 	case st.Running && polling:
 		fmt.Fprintln(w, "=> active: running and polling the automator")
 	case st.Running && serr == nil && s.LastPoll.Before(s.StartedAt) && now.Sub(s.StartedAt) < pollStale:

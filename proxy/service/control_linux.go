@@ -229,3 +229,20 @@ func isLinkTo(link, target string) bool {
 	}
 	return filepath.Clean(dest) == target
 }
+
+// IsServiceProcess reports whether process pid is the proxy that the
+// service manager runs for service name: its command line is
+// `PROGRAM --service NAME ...` (the SysV supervisor's child, or systemd's
+// main process).
+func IsServiceProcess(name string, pid int) (bool, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false, err
+	}
+	args := strings.Split(strings.TrimSuffix(string(data), "\x00"), "\x00")
+	if len(args) < 2 {
+		return false, nil
+	}
+	got, _, ok, _ := SplitServiceFlag(args[1:])
+	return ok && got == name, nil
+}

@@ -31,3 +31,6 @@ func afterUninstall(string) error { return nil }
 // DefinitionFiles are the files of service name that Uninstall removes:
 // none here, the service manager keeps the definition.
 func DefinitionFiles(string) []string { return nil }
+
+// IsServiceProcess: no service manager here.
+func IsServiceProcess(string, int) (bool, error) { return false, errUnsupported }

@@ -92,3 +92,23 @@ func afterUninstall(string) error { return nil }
 // DefinitionFiles are the files of service name that Uninstall removes:
 // none here, the service manager keeps the definition.
 func DefinitionFiles(string) []string { return nil }
+
+// IsServiceProcess reports whether process pid is the one the service
+// control manager runs for service name.
+func IsServiceProcess(name string, pid int) (bool, error) {
+	m, err := mgr.Connect()
+	if err != nil {
+		return false, err
+	}
+	defer m.Disconnect()
+	s, err := m.OpenService(name)
+	if err != nil {
+		return false, err
+	}
+	defer s.Close()
+	st, err := s.Query()
+	if err != nil {
+		return false, err
+	}
+	return st.ProcessId != 0 && st.ProcessId == uint32(pid), nil
+}

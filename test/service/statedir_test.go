@@ -1,0 +1,122 @@
+//go:build linux
+
+package service
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/opsgate/opsgate/internal/proctest"
+	psvc "github.com/opsgate/opsgate/proxy/service"
+)
+
+// TestProxyStartRefusesAStateDirHeldByAProxyRunByHand: a proxy run by hand
+// on the service's config holds the service's state directory. `proxy
+// start` says so, in the line the service would log, and starts nothing;
+// `proxy status` says which process holds it, also when the service was
+// started behind proxy start's back and is refused again and again by its
+// service manager. Once the proxy run by hand is gone the service runs,
+// and start and status, which see the service's own proxy hold the
+// directory, carry on as usual.
+func TestProxyStartRefusesAStateDirHeldByAProxyRunByHand(t *testing.T) {
+	requireRoot(t)
+	a := startAutomator(t)
+	w := newWorkDir(t)
+	cfg := w.config(t, a.profile(t, "acme"), "acme", "instance_id: svc-held")
+	name := uniqueName(t)
+	install(t, name, cfg, "--manual-start")
+	stateDir := psvc.StateDir(name)
+
+	byHand := startProc(t, "proxy-by-hand", bin.proxy, "run", "--config", filepath.Join("/etc", name, "proxy.yaml"))
+	proctest.WaitPolling(t, byHand, 15*time.Second)
+	held := fmt.Sprintf("state_dir %s is held by another running proxy (pid %d): ", stateDir, byHand.Pid())
+
+	r := runCLI(bin.proxy, "start", "--name", name)
+	if r.Code != 1 || !strings.HasPrefix(r.Stderr, "proxy: "+held) || strings.Count(r.Stderr, "\n") != 1 ||
+		!strings.Contains(r.Stderr, "service "+name+" was not started") {
+		t.Fatalf("proxy start with the state directory held: %v; want exit 1 and one line beginning %q, saying the service was not started", r, "proxy: "+held)
+	}
+	if _, err := os.Stat("/var/run/" + name + ".pid"); !os.IsNotExist(err) {
+		t.Errorf("the refused start started the service (its pid file: %v)", err)
+	}
+	status := proxyCLI(t, "status", "--name", name)
+	for _, want := range []string{"running:        no", fmt.Sprintf("state dir:      %s is held by pid %d, a proxy that is not this service", stateDir, byHand.Pid()), "=> stopped; its state directory is held by pid "} {
+		if !strings.Contains(status, want) {
+			t.Errorf("status with the state directory held lacks %q:\n%s", want, status)
+		}
+	}
+
+	// Started behind proxy start's back, the service is refused by the
+	// held directory and started again every few seconds: running, as its
+	// service manager sees it, but not the proxy that polls. (The SysV
+	// supervisor counts as running meanwhile; systemd's auto-restart does
+	// not.)
+	if psvc.Platform() != "unix-systemv" {
+		t.Logf("service manager %s: the service refused again and again is checked under SysV init only", psvc.Platform())
+	} else {
+		refusedAgain(t, name, held, byHand.Pid())
+	}
+
+	// The proxy run by hand stops: the service starts and holds the
+	// directory itself, which start and status take for what it is.
+	byHand.Signal(t, syscall.SIGTERM)
+	if code := byHand.Wait(t, time.Minute); code != 0 {
+		t.Fatalf("the proxy run by hand exited %d on SIGTERM", code)
+	}
+	started := time.Now()
+	out := proxyCLI(t, "start", "--name", name)
+	if !strings.Contains(out, "Started service "+name) {
+		t.Errorf("proxy start once the directory is free: %q", out)
+	}
+	st := waitPolled(t, name, started, byHand.Pid())
+	if r := runCLI(bin.proxy, "start", "--name", name); r.Code != 0 {
+		t.Errorf("proxy start of the running service, which holds its own state directory: %v; want exit 0", r)
+	}
+	status = proxyCLI(t, "status", "--name", name)
+	if strings.Contains(status, "state dir:") || !strings.Contains(status, "=> active") || !strings.Contains(status, fmt.Sprintf("last run:       pid %d,", st.PID)) {
+		t.Errorf("status of the service holding its own state directory:\n%s", status)
+	}
+}
+
+// refusedAgain starts the SysV service by its init script while the proxy
+// pid holds its state directory (whose refusal begins with held), checks
+// what start and status say, and stops it again.
+func refusedAgain(t *testing.T, name, held string, pid int) {
+	t.Helper()
+	stateDir := psvc.StateDir(name)
+	if out, err := psvcInit(name, "start"); err != nil {
+		t.Fatalf("init script start: %v: %s", err, out)
+	}
+	waitFor(t, 30*time.Second, "the service to be refused by the held state directory", func() bool {
+		log, _ := os.ReadFile("/var/log/" + name + ".log")
+		return strings.Contains(string(log), held)
+	})
+	r := runCLI(bin.proxy, "start", "--name", name)
+	if r.Code != 1 || !strings.HasPrefix(r.Stderr, "proxy: "+held) || !strings.Contains(r.Stderr, "service "+name+" runs, but its proxy cannot start") {
+		t.Errorf("proxy start of the service refused again and again: %v; want exit 1, the line and that its proxy cannot start", r)
+	}
+	status := proxyCLI(t, "status", "--name", name)
+	for _, want := range []string{"running:        yes", fmt.Sprintf("state dir:      %s is held by pid %d, a proxy that is not this service", stateDir, pid), "=> running, but its proxy cannot start: its state directory is held by pid "} {
+		if !strings.Contains(status, want) {
+			t.Errorf("status of the service refused again and again lacks %q:\n%s", want, status)
+		}
+	}
+	if out, err := psvcInit(name, "stop"); err != nil {
+		t.Fatalf("init script stop: %v: %s", err, out)
+	}
+}
+
+// psvcInit runs the service's init script, as the service manager does at
+// boot, without proxy start.
+func psvcInit(name, action string) (string, error) {
+	r := runCLI("/etc/init.d/"+name, action)
+	if r.Code != 0 {
+		return r.Stdout + r.Stderr, fmt.Errorf("exit %d", r.Code)
+	}
+	return r.Stdout, nil
+}
