@@ -292,16 +292,32 @@ func (s *spool) write(account string, deadline time.Time, req *automatorv1.Compl
 
 // createTemp makes a temporary file in the spool directory, making the
 // directory first; a remove may take away the directory when it empties,
-// between the two, so it tries again.
+// between the two, so it tries again. Both are the state_dir's owner's
+// (see ownLike), so that a proxy run as root on a service's directory
+// leaves a spool the service's user can post and empty.
 func (s *spool) createTemp() (*os.File, error) {
 	var err error
 	for range 3 {
 		if err = os.MkdirAll(s.dir, 0o700); err != nil {
 			return nil, err
 		}
+		if err = ownLike(s.dir, filepath.Dir(s.dir)); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return nil, err
+		}
 		var f *os.File
-		if f, err = os.CreateTemp(s.dir, ".tmp-*"); err == nil || !errors.Is(err, fs.ErrNotExist) {
-			return f, err
+		if f, err = os.CreateTemp(s.dir, ".tmp-*"); err == nil {
+			if err = ownLike(f.Name(), filepath.Dir(s.dir)); err != nil {
+				f.Close()
+				_ = os.Remove(f.Name())
+				return nil, err
+			}
+			return f, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
 		}
 	}
 	return nil, err

@@ -113,7 +113,8 @@ func (f *stateFile) stopped(now time.Time) {
 }
 
 // write replaces the file atomically (temporary file, rename), readable by
-// everyone: it holds no secret, and an operator without root may ask.
+// everyone: it holds no secret, and an operator without root may ask. The
+// file is the state_dir's owner's (see ownLike).
 func (f *stateFile) write() {
 	err := writeState(f.path, f.st)
 	switch {
@@ -140,7 +141,8 @@ func writeState(path string, s State) error {
 	_, werr := tmp.Write(append(data, '\n'))
 	cherr := tmp.Chmod(0o644)
 	cerr := tmp.Close()
-	if err := errors.Join(werr, cherr, cerr); err != nil {
+	oerr := ownLike(tmp.Name(), filepath.Dir(path))
+	if err := errors.Join(werr, cherr, cerr, oerr); err != nil {
 		_ = os.Remove(tmp.Name())
 		return err
 	}

@@ -48,6 +48,8 @@ type StateLock struct {
 // LockStateDir takes the state_dir dir (made if missing) for this process
 // until Release, or until the process ends. When another process holds it,
 // the error is a *StateDirHeldError naming it; nothing in dir is changed.
+// Run as root on a directory of another user's, it gives the lock file to
+// that user, as the agent does with every file it makes there.
 //
 // The lock's file is opened close-on-exec (as Go opens every file), so the
 // scripts the proxy starts do not inherit it and cannot keep it held after
@@ -71,6 +73,12 @@ func LockStateDir(dir string) (*StateLock, error) {
 	case err != nil:
 		f.Close()
 		return nil, fmt.Errorf("locking state_dir %s (%s): %w", dir, path, err)
+	}
+	// Held: the file is this proxy's to give to the directory's owner (a
+	// service's user, when root runs a proxy on the service's directory).
+	if err := ownLike(path, dir); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("giving the lock of state_dir %s to the directory's owner: %w", dir, err)
 	}
 	// The pid is written first, then the rest cut off: one that reads the
 	// file meanwhile sees this pid or the last holder's on its first line,

@@ -18,6 +18,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/internal/proctest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"github.com/opsgate/opsgate/proxy/agent"
@@ -121,6 +122,8 @@ func startAutomator(t *testing.T) *automator {
 
 func (a *automator) serve(t *testing.T) error {
 	t.Helper()
+	// An earlier serve's, killed, would be read for this one's.
+	_ = os.Remove(filepath.Join(a.DataDir, config.FileServing))
 	a.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", a.port)
 	p := startProc(t, "automator", bin.automator, "serve", "--data-dir", a.DataDir, "--listen", a.GRPCAddr, "--http-listen", "127.0.0.1:0")
 	a.proc = p

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/proctest"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	psvc "github.com/opsgate/opsgate/proxy/service"
 )
 
@@ -119,4 +120,105 @@ func psvcInit(name, action string) (string, error) {
 		return r.Stdout + r.Stderr, fmt.Errorf("exit %d", r.Code)
 	}
 	return r.Stdout, nil
+}
+
+// TestAProxyRunByHandAsRootLeavesTheStateDirToTheServiceUser: root runs a
+// proxy by hand on the config of a service installed with --user, so on a
+// state directory owned by that user. Every file and directory it makes
+// there (the lock, the status file, the spool and a result kept in it
+// while the automator is down) is the user's, with the modes a proxy run
+// by that user gives them; so once it stops the service, run as that user,
+// starts on the directory and posts the result the root-run proxy kept.
+func TestAProxyRunByHandAsRootLeavesTheStateDirToTheServiceUser(t *testing.T) {
+	requireRoot(t)
+	u, err := psvc.LookupUser("nobody")
+	if err != nil {
+		t.Skipf("no user nobody: %v", err)
+	}
+	a := startAutomator(t)
+	c := a.Client(t)
+	w := newWorkDir(t)
+	cfg := w.config(t, a.profile(t, "acme"), "acme", "instance_id: svc-owned", "grace_period: 1s")
+	name := uniqueName(t)
+	stateDir := psvc.StateDir(name)
+	// After uninstall (cleanups run last first): a failed run leaves the
+	// spool behind.
+	t.Cleanup(func() { os.RemoveAll(stateDir) })
+	install(t, name, cfg, "--user", "nobody", "--manual-start")
+
+	byHand := startProc(t, "proxy-by-hand", bin.proxy, "run", "--config", filepath.Join("/etc", name, "proxy.yaml"))
+	proctest.WaitPolling(t, byHand, 15*time.Second)
+	waitPolled(t, name, time.Time{}, 0)
+
+	// A result the automator cannot take: it is killed while the unit runs,
+	// so the proxy keeps the result in its spool.
+	slow := submit(t, c, "acme", 2*time.Minute, "slow.sh", w.dir)
+	waitFor(t, 30*time.Second, "the slow unit to start", func() bool {
+		_, err := os.Stat(filepath.Join(w.dir, "trace", "slow.started"))
+		return err == nil
+	})
+	a.proc.Kill(t)
+	if err := os.WriteFile(filepath.Join(w.dir, "trace", "release"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spooled := filepath.Join(stateDir, "spool", slow+".json")
+	waitFor(t, 30*time.Second, "the result to be kept in the spool", func() bool {
+		_, err := os.Stat(spooled)
+		return err == nil
+	})
+	byHand.Signal(t, syscall.SIGTERM)
+	if code := byHand.Wait(t, time.Minute); code != 0 {
+		t.Fatalf("the proxy run by hand exited %d on SIGTERM", code)
+	}
+
+	want := map[string]os.FileMode{
+		stateDir:                               os.ModeDir | 0o755,
+		filepath.Join(stateDir, "proxy.lock"):  0o600,
+		filepath.Join(stateDir, "status.json"): 0o644,
+		filepath.Join(stateDir, "spool"):       os.ModeDir | 0o700,
+		spooled:                                0o600,
+	}
+	var wrong []string
+	err = filepath.Walk(stateDir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		mode, known := want[p]
+		switch {
+		case !known:
+			wrong = append(wrong, fmt.Sprintf("%s (not a file a proxy makes)", p))
+		case int(st.Uid) != u.UID || int(st.Gid) != u.GID || fi.Mode() != mode:
+			wrong = append(wrong, fmt.Sprintf("%s is %d:%d %v, want %d:%d %v", p, st.Uid, st.Gid, fi.Mode(), u.UID, u.GID, mode))
+		}
+		delete(want, p)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range want {
+		wrong = append(wrong, p+" is missing")
+	}
+	if len(wrong) > 0 {
+		t.Fatalf("the state directory after a proxy run by root, owned by %s (%d:%d):\n%s", u.Name, u.UID, u.GID, strings.Join(wrong, "\n"))
+	}
+
+	// The service, run as nobody, takes the directory over.
+	if err := a.serve(t); err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	proxyCLI(t, "start", "--name", name)
+	st := waitPolled(t, name, started, byHand.Pid())
+	if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", st.PID)); err != nil || !strings.Contains(string(data), fmt.Sprintf("\nUid:\t%d\t", u.UID)) {
+		t.Errorf("the service's proxy, pid %d, does not run as %s (%v):\n%s", st.PID, u.Name, err, data)
+	}
+	if ws := wait(t, c, slow, time.Minute); ws.GetState() != automatorv1.State_STATE_SUCCEEDED || string(ws.GetResult().GetStdout()) != "done\n" {
+		t.Fatalf("the result the root-run proxy kept, once the service runs: %v; want it posted, succeeded", ws)
+	}
+	waitFor(t, 30*time.Second, "the posted result to leave the spool", func() bool {
+		_, err := os.Stat(filepath.Join(stateDir, "spool"))
+		return os.IsNotExist(err)
+	})
 }
