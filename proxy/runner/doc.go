@@ -8,8 +8,9 @@
 //     "." or "..", no drive or stream colon, no control characters, no leading
 //     "-". The name is resolved through symlinks and refused unless the real
 //     file lies inside the real scripts directory, is a regular file and is
-//     runnable (executable on unix; .ps1, .cmd, .bat or .exe on windows). The
-//     resolved real path is what runs.
+//     runnable (executable on unix; .ps1, .cmd, .bat or .exe on windows, by
+//     the file's long name: an 8.3 alias such as FOO~1.PS1 for foo.ps1x is
+//     refused). The resolved real path is what runs.
 //   - Arguments are an argument vector, never a shell line. On unix the script
 //     is executed directly (its #! line picks the interpreter). On windows
 //     .ps1 runs through powershell.exe -File and .exe directly; a .cmd or .bat

@@ -135,8 +135,44 @@ func exitCode(state *os.ProcessState) int {
 	return state.ExitCode()
 }
 
-// checkRunnable refuses a file windows cannot run as a script.
-func checkRunnable(_, path string) error {
-	_, err := interpreterFor(path)
-	return err
+// checkRunnable refuses a file windows cannot run as a script. The file is
+// judged by its own (long) name too: the name asked for may be its 8.3 alias,
+// which ends in the first three letters of its extension (FOO~1.PS1 names
+// foo.ps1x, RUN~1.EXE names run.exe_old), and would run a file that is not a
+// script.
+func checkRunnable(name, path string) error {
+	if _, err := interpreterFor(path); err != nil {
+		return err
+	}
+	long, err := longPathName(path)
+	if err != nil {
+		return fmt.Errorf("%w %q: finding its long name: %w", ErrUnknownScript, name, err)
+	}
+	if _, err := interpreterFor(long); err != nil {
+		return fmt.Errorf("%w %q: it is another name of %q, which is not a script (on windows a script ends in .ps1, .cmd, .bat or .exe)",
+			ErrUnknownScript, name, baseName(long))
+	}
+	return nil
+}
+
+// longPathName is path with each 8.3 alias replaced by the long name
+// (GetLongPathNameW; a path without alias comes back as it is).
+func longPathName(path string) (string, error) {
+	p, err := windows.UTF16PtrFromString(path)
+	if err != nil {
+		return "", err
+	}
+	buf := make([]uint16, windows.MAX_PATH)
+	for {
+		n, err := windows.GetLongPathName(p, &buf[0], uint32(len(buf)))
+		if err != nil {
+			return "", err
+		}
+		if n < uint32(len(buf)) {
+			// The length without the NUL when it fit; the size needed,
+			// NUL included (so larger than the buffer), when it did not.
+			return windows.UTF16ToString(buf[:n]), nil
+		}
+		buf = make([]uint16, n)
+	}
 }

@@ -158,3 +158,27 @@ func TestNormalExitKillsLeftovers(t *testing.T) {
 		t.Fatalf("the script's child %d outlived the script", pid)
 	}
 }
+
+// TestShortNameOfAFileThatIsNotAScriptIsRefused: the 8.3 alias of
+// tool.ps1x ends in .PS1, but the file it names is not a script.
+func TestShortNameOfAFileThatIsNotAScriptIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	writeWinScript(t, dir, "disabled-tool.ps1x", "Write-Output ran\r\n")
+	long, err := windows.UTF16PtrFromString(filepath.Join(dir, "disabled-tool.ps1x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]uint16, windows.MAX_PATH)
+	n, err := windows.GetShortPathName(long, &buf[0], uint32(len(buf)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := filepath.Base(windows.UTF16ToString(buf[:n]))
+	if !strings.EqualFold(filepath.Ext(short), ".ps1") {
+		t.Skipf("no 8.3 alias on this volume (short name %q)", short)
+	}
+	_, err = Run(context.Background(), Spec{ScriptsDir: dir, Script: short, Deadline: time.Now().Add(time.Minute)})
+	if !errors.Is(err, ErrUnknownScript) || !strings.Contains(err.Error(), "disabled-tool.ps1x") {
+		t.Fatalf("Run(%q): %v, want ErrUnknownScript naming disabled-tool.ps1x", short, err)
+	}
+}
