@@ -60,8 +60,12 @@ func start(svc service.Service, _ string) error { return svc.Start() }
 func stop(svc service.Service, _ string) error { return svc.Stop() }
 
 // afterInstall sets the recovery actions: restart 5 s after a failure, 30 s
-// after the third within a day, also when the service stopped with an error
-// rather than crashed.
+// after the third within a day. A failure is a process that ended without
+// reporting SERVICE_STOPPED: a crash, or Run ending the process when the
+// function returned without a stop request. Not a stop that reported an
+// error (one that outlived its StopTimeout): with recovery on non-crash
+// failures that would restart the service a `proxy stop` had stopped, and a
+// stopped warm standby would poll again.
 func afterInstall(_ service.Service, s Spec) error {
 	m, err := mgr.Connect()
 	if err != nil {
@@ -80,9 +84,6 @@ func afterInstall(_ service.Service, s Spec) error {
 	}
 	if err := ws.SetRecoveryActions(actions, uint32((24 * time.Hour).Seconds())); err != nil {
 		return fmt.Errorf("setting recovery actions: %w", err)
-	}
-	if err := ws.SetRecoveryActionsOnNonCrashFailures(true); err != nil {
-		return fmt.Errorf("setting recovery on non-crash failures: %w", err)
 	}
 	return nil
 }

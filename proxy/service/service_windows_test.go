@@ -109,8 +109,9 @@ func TestInstallSetsAutoStartAndRecovery(t *testing.T) {
 	if err != nil || len(actions) != 3 || actions[0].Type != mgr.ServiceRestart {
 		t.Errorf("recovery actions %+v, %v; want three restarts", actions, err)
 	}
-	if on, err := ws.RecoveryActionsOnNonCrashFailures(); err != nil || !on {
-		t.Errorf("recovery on non-crash failures: %v, %v; want true", on, err)
+	// A stop that reported an error is a stop, not a failure to recover from.
+	if on, err := ws.RecoveryActionsOnNonCrashFailures(); err != nil || on {
+		t.Errorf("recovery on non-crash failures: %v, %v; want false", on, err)
 	}
 	ws.Close()
 	if err := Uninstall(name); err != nil {
