@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kardianos/service"
+	"golang.org/x/sys/windows"
 	"golang.org/x/sys/windows/svc/mgr"
 )
 
@@ -55,9 +56,23 @@ func bootStart(name string) bool {
 	return err == nil && c.StartType == mgr.StartAutomatic
 }
 
-func start(svc service.Service, _ string) error { return svc.Start() }
+// start starts the service; one that runs already is started, as for
+// systemctl and the SysV script.
+func start(svc service.Service, _ string) error {
+	if err := svc.Start(); err != nil && !errors.Is(err, windows.ERROR_SERVICE_ALREADY_RUNNING) {
+		return err
+	}
+	return nil
+}
 
-func stop(svc service.Service, _ string) error { return svc.Stop() }
+// stop stops the service and waits until it has stopped; one that does not
+// run is stopped, as for systemctl and the SysV script.
+func stop(svc service.Service, _ string) error {
+	if err := svc.Stop(); err != nil && !errors.Is(err, windows.ERROR_SERVICE_NOT_ACTIVE) {
+		return err
+	}
+	return nil
+}
 
 // afterInstall sets the recovery actions: restart 5 s after a failure, 30 s
 // after the third within a day. A failure is a process that ended without

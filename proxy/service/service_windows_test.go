@@ -74,8 +74,8 @@ func TestPrivateFileIsNotReadableByUsers(t *testing.T) {
 }
 
 // TestInstallSetsAutoStartAndRecovery installs a service (not started) and
-// checks what the Service Control Manager recorded. It needs an elevated
-// prompt.
+// checks what the Service Control Manager recorded, and that stopping it
+// while it is stopped succeeds. It needs an elevated prompt.
 func TestInstallSetsAutoStartAndRecovery(t *testing.T) {
 	if !windows.GetCurrentProcessToken().IsElevated() {
 		t.Skip("installing a Windows service needs an elevated (administrator) prompt")
@@ -114,6 +114,11 @@ func TestInstallSetsAutoStartAndRecovery(t *testing.T) {
 		t.Errorf("recovery on non-crash failures: %v, %v; want false", on, err)
 	}
 	ws.Close()
+	// As systemctl stop and the SysV script: stopping a stopped service is
+	// no error.
+	if err := Stop(name); err != nil {
+		t.Errorf("Stop of the stopped service: %v", err)
+	}
 	if err := Uninstall(name); err != nil {
 		t.Fatal(err)
 	}
