@@ -125,6 +125,7 @@ func (l *StateLock) Release() error {
 	if l == nil || l.f == nil {
 		return nil
 	}
+	unlockFile(l.f)
 	err := l.f.Close() // closing drops the lock
 	l.f = nil
 	return err

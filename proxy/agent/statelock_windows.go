@@ -1,3 +1,5 @@
+//go:build windows
+
 package agent
 
 import (
@@ -39,4 +41,12 @@ func lockByte(f *os.File, flags uint32) error {
 
 func lockOverlapped() *windows.Overlapped {
 	return &windows.Overlapped{Offset: lockOffset & 0xffffffff, OffsetHigh: lockOffset >> 32}
+}
+
+// unlockFile unlocks the byte before the file is closed. Windows drops the
+// lock of a closed handle too, but in its own time ("depends upon available
+// system resources", LockFileEx): a service restarted at once could find its
+// state_dir still held by the run that just stopped.
+func unlockFile(f *os.File) {
+	_ = windows.UnlockFileEx(windows.Handle(f.Fd()), 0, 1, 0, lockOverlapped())
 }
