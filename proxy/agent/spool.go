@@ -279,7 +279,7 @@ func (s *spool) write(account string, deadline time.Time, req *automatorv1.Compl
 	}
 	err = errors.Join(err, tmp.Close())
 	if err == nil {
-		err = os.Rename(tmp.Name(), s.path(req.GetWorkId()))
+		err = renameDurable(tmp.Name(), s.path(req.GetWorkId()))
 	}
 	if err != nil {
 		_ = os.Remove(tmp.Name())
@@ -427,7 +427,7 @@ func readSpooled(path string) (spooled, error) {
 }
 
 // syncDir makes a rename or removal in dir durable. Where directories
-// cannot be synced (Windows), the rename itself is.
+// cannot be synced (Windows), renameDurable writes the rename through.
 func syncDir(dir string) {
 	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync()
