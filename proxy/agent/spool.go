@@ -93,13 +93,19 @@ func newSpool(dir string, log *slog.Logger) *spool {
 	return &spool{dir: dir, log: log}
 }
 
-// safeName is what a work id may look like to name its file as is; any
-// other id is hex-encoded.
-var safeName = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$`)
+// safeName is what a work id may look like to name its file as is (the
+// automator's ids do: "w_" and lowercase hex); any other id is hex-encoded.
+// Lowercase only: on a case-insensitive file system (Windows, macOS) the
+// ids w_AB and w_ab would otherwise share one file.
+var safeName = regexp.MustCompile(`^[a-z0-9_-][a-z0-9_.-]{0,127}$`)
+
+// deviceName matches a name Windows takes for a device whatever its
+// extension (con.json is the console), so it is hex-encoded too.
+var deviceName = regexp.MustCompile(`^(con|prn|aux|nul|com[0-9]|lpt[0-9])(\.|$)`)
 
 func (s *spool) path(workID string) string {
 	name := workID
-	if !safeName.MatchString(workID) {
+	if !safeName.MatchString(workID) || deviceName.MatchString(workID) {
 		name = "x-" + hex.EncodeToString([]byte(workID))
 	}
 	return filepath.Join(s.dir, name+".json")

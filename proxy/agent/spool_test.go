@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -396,5 +397,28 @@ func TestSpoolNamesOddWorkIDsSafely(t *testing.T) {
 	}
 	if got := filepath.Base(s.path("w_0123abc")); got != "w_0123abc.json" {
 		t.Errorf("a plain work id spools to %q, want w_0123abc.json", got)
+	}
+}
+
+// TestSpoolNamesAreDistinctWhereCaseIsNot: on Windows (and macOS) file
+// names are case-insensitive and a few names are devices whatever their
+// extension; two work ids never share a file there, and no id names a
+// device.
+func TestSpoolNamesAreDistinctWhereCaseIsNot(t *testing.T) {
+	s := newSpool(t.TempDir(), slog.New(slog.DiscardHandler))
+	ids := []string{"w_ab", "w_AB", "w_Ab", "W_ab"}
+	seen := map[string]string{}
+	for _, id := range ids {
+		folded := strings.ToLower(filepath.Base(s.path(id)))
+		if other, dup := seen[folded]; dup {
+			t.Errorf("work ids %q and %q spool to one file on a case-insensitive file system (%s)", other, id, folded)
+		}
+		seen[folded] = id
+	}
+	for _, id := range []string{"con", "CON", "nul", "aux.x", "prn", "com1", "LPT9"} {
+		base := strings.ToLower(filepath.Base(s.path(id)))
+		if stem, _, _ := strings.Cut(base, "."); regexp.MustCompile(`^(con|prn|aux|nul|com[0-9]|lpt[0-9])$`).MatchString(stem) {
+			t.Errorf("work id %q spools to %q, a Windows device name", id, base)
+		}
 	}
 }
