@@ -79,7 +79,9 @@ if ($Uninstall) {
         throw "$exe does not exist: was the proxy installed with -InstallDir $InstallDir?"
     }
     Invoke-Proxy @('uninstall', '--name', $Name)
-    $users = @(Get-CimInstance Win32_Service | Where-Object { $_.PathName -like "*$exe*" })
+    # The service just uninstalled may still be listed (marked for deletion
+    # while a handle to it is open: services.msc, say): it is not another user.
+    $users = @(Get-CimInstance Win32_Service | Where-Object { $_.Name -ne $Name -and $_.PathName -like "*$exe*" })
     if ($users.Count -eq 0) {
         Remove-Item -LiteralPath $exe
         if (-not (Get-ChildItem -LiteralPath $InstallDir -Force)) {
@@ -92,8 +94,10 @@ if ($Uninstall) {
     return
 }
 
-$Binary = (Resolve-Path -LiteralPath $Binary).Path
-$Config = (Resolve-Path -LiteralPath $Config).Path
+# ProviderPath, not Path: proxy.exe needs the file system's own path, not a
+# PowerShell drive's (X:\ of New-PSDrive) or a FileSystem::\\server\share one.
+$Binary = (Resolve-Path -LiteralPath $Binary).ProviderPath
+$Config = (Resolve-Path -LiteralPath $Config).ProviderPath
 if (-not (Test-Path -LiteralPath $InstallDir)) {
     New-Item -ItemType Directory -Path $InstallDir | Out-Null
 }
