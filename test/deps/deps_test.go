@@ -4,6 +4,7 @@ package deps
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -83,15 +84,16 @@ func TestStoreTypesImportNothingOfOurs(t *testing.T) {
 }
 
 // TestNothingOfOursImportsTheTestHarness: internal/proctest, the process
-// tests' harness, is for tests only; no package of automator/ or proxy/
-// (their tests aside) depends on it.
+// tests' harness, and internal/waittest, the tests' bounded waits, are for
+// tests only; no package of automator/ or proxy/ (their tests aside)
+// depends on them.
 func TestNothingOfOursImportsTheTestHarness(t *testing.T) {
-	harness := module + "/internal/proctest"
+	harnesses := []string{module + "/internal/proctest", module + "/internal/waittest"}
 	for _, goos := range []string{"linux", "windows"} {
 		for _, tree := range []string{module + "/automator/...", module + "/proxy/..."} {
 			for _, d := range deps(t, goos, tree) {
-				if d == harness {
-					t.Errorf("GOOS=%s: a package of %s depends on %s", goos, tree, harness)
+				if slices.Contains(harnesses, d) {
+					t.Errorf("GOOS=%s: a package of %s depends on %s", goos, tree, d)
 				}
 			}
 		}
