@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"github.com/opsgate/opsgate/proxy/runner"
 )
@@ -155,7 +156,9 @@ func startAgent(t *testing.T, f Client, max int, log *bytes.Buffer) (stop func()
 	done := make(chan struct{})
 	go func() { a.Run(ctx); close(done) }()
 	var once sync.Once
-	stop = func() { once.Do(func() { cancel(); <-done }) }
+	stop = func() {
+		once.Do(func() { cancel(); waittest.Recv(t, done, "the agent's Run to return after its context was cancelled") })
+	}
 	t.Cleanup(stop)
 	return stop
 }
@@ -205,10 +208,10 @@ func TestPollAsksOnlyForFreeSlots(t *testing.T) {
 		return p.GetMaxUnits() == 0 && len(p.GetRunning()) == 2
 	})
 	b.release <- struct{}{}
-	<-f.completed
+	waittest.Recv(t, f.completed, "the result of the first released unit to be posted")
 	waitFor(t, "a poll for one unit", func() bool { p := f.lastPoll(); return p.GetMaxUnits() == 1 && len(p.GetRunning()) == 1 })
 	b.release <- struct{}{}
-	<-f.completed
+	waittest.Recv(t, f.completed, "the result of the second released unit to be posted")
 }
 
 // TestCancelledUnitIsKilledAndNothingReported: when the automator says a
@@ -221,7 +224,7 @@ func TestCancelledUnitIsKilledAndNothingReported(t *testing.T) {
 	f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{claim(t, "w1", &automatorv1.Command{Script: "s"})}}
 	waitFor(t, "running", func() bool { return b.count() == 1 })
 	f.responses <- &automatorv1.PollResponse{Cancelled: []string{"w1"}}
-	if err := <-b.ended; err == nil {
+	if err := waittest.Recv(t, b.ended, "the run of w1 to end after the automator answered a poll saying w1 was cancelled"); err == nil {
 		t.Fatal("run was not cancelled")
 	}
 	stop()
@@ -276,10 +279,10 @@ func TestCancellationInTheAnswerOfADroppedPollIsKept(t *testing.T) {
 	f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{
 		claim(t, "w1", &automatorv1.Command{Script: "s"}), claim(t, "w2", &automatorv1.Command{Script: "s"}),
 	}}
-	if err := <-b.ended; err != nil {
+	if err := waittest.Recv(t, b.ended, "the released unit's run to end"); err != nil {
 		t.Fatalf("the released unit: %v", err)
 	}
-	<-f.completed
+	waittest.Recv(t, f.completed, "the released unit's result to be posted")
 	select {
 	case err := <-b.ended:
 		if err == nil {
@@ -342,7 +345,7 @@ func TestTamperedCommandRunsNothing(t *testing.T) {
 	c := claim(t, "w1", &automatorv1.Command{Script: "s"})
 	c.SealedCommand[len(c.SealedCommand)-3] ^= 0x40
 	f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{c}}
-	got := <-f.completed
+	got := waittest.Recv(t, f.completed, "the tampered unit to be reported failed")
 	if got.GetOutcome() != automatorv1.Outcome_OUTCOME_FAILED || !strings.Contains(got.GetFailure(), "did not open") {
 		t.Fatalf("completed %v %q, want FAILED saying the command did not open", got.GetOutcome(), got.GetFailure())
 	}
@@ -361,7 +364,7 @@ func TestResultIsRetriedUntilAccepted(t *testing.T) {
 	f.completeErr = []error{status.Error(codes.Unavailable, "down"), status.Error(codes.Unavailable, "down")}
 	startAgent(t, f, 1, nil)
 	f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{claim(t, "w1", &automatorv1.Command{Script: "s"})}}
-	got := <-f.completed
+	got := waittest.Recv(t, f.completed, "the result refused twice to be posted a third time and accepted")
 	f.mu.Lock()
 	n := len(f.completes)
 	f.mu.Unlock()
@@ -399,7 +402,7 @@ func TestBuiltinPingNamesTheInstance(t *testing.T) {
 	f := newFake()
 	startAgent(t, f, 1, nil)
 	f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{claim(t, "w1", &automatorv1.Command{Script: "@ping"})}}
-	got := <-f.completed
+	got := waittest.Recv(t, f.completed, "the result of @ping to be posted")
 	plain, _ := crypto.Open(crypto.Keys{testKey}, "acme", "w1", crypto.DirResult, got.GetSealedResult())
 	var r automatorv1.Result
 	proto.Unmarshal(plain, &r)
@@ -478,11 +481,14 @@ func TestResultIsPostedWhenTheSpoolCannotBeWritten(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { a.Run(ctx); close(done) }()
-	stop := func() { cancel(); <-done }
+	var once sync.Once
+	stop := func() {
+		once.Do(func() { cancel(); waittest.Recv(t, done, "the agent's Run to return after its context was cancelled") })
+	}
 	t.Cleanup(stop)
 	for _, id := range []string{"w1", "w2"} {
 		f.claims <- claim(t, id, &automatorv1.Command{Script: "s"})
-		if got := <-f.ok; got.GetWorkId() != id || got.GetOutcome() != automatorv1.Outcome_OUTCOME_SUCCEEDED {
+		if got := waittest.Recv(t, f.ok, "the result of "+id+" to be posted"); got.GetWorkId() != id || got.GetOutcome() != automatorv1.Outcome_OUTCOME_SUCCEEDED {
 			t.Fatalf("posted %q %v, want %s succeeded", got.GetWorkId(), got.GetOutcome(), id)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"github.com/opsgate/opsgate/proxy/agent"
 )
@@ -70,7 +71,7 @@ func realAgent(t *testing.T, a *automatortest.Automator, slots int) *agent.Agent
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { ag.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() { cancel(); waittest.Recv(t, done, "the agent's Run to return after its context was cancelled") })
 	return ag
 }
 
@@ -110,7 +111,7 @@ func TestResultsFinishedDuringAPostGoTogether(t *testing.T) {
 	ag := realAgent(t, a, 8)
 
 	first := submitPings(t, caller, 1)
-	<-w.held
+	waittest.Recv(t, w.held, "the first result's CompleteBatch call to reach the automator")
 	rest := submitPings(t, caller, 4)
 	automatortest.WaitFor(t, 10*time.Second, "the four later results waiting for the held post", func() bool { return ag.PostsWaiting() == 4 })
 	close(w.hold)

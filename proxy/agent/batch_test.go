@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -74,27 +75,27 @@ func TestEachWaitingResultGetsItsOwnAnswer(t *testing.T) {
 	}
 
 	a := post(context.Background(), "w_a")
-	<-c.started
+	waittest.Recv(t, c.started, "the first result's CompleteBatch call to start")
 	gaveUp, giveUp := context.WithCancel(context.Background())
 	b := post(gaveUp, "w_b")
 	waitFor(t, "w_b waiting", func() bool { return p.group.Waiting() == 1 })
 	cc := post(context.Background(), "w_c")
 	waitFor(t, "w_c waiting", func() bool { return p.group.Waiting() == 2 })
 	giveUp()
-	if err := <-b; !errors.Is(err, context.Canceled) {
+	if err := waittest.Recv(t, b, "the post of w_b to return after its caller gave up"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("w_b, whose caller gave up: %v, want context.Canceled", err)
 	}
 	d := post(context.Background(), "w_d")
 	waitFor(t, "w_d waiting", func() bool { return p.group.Waiting() == 3 })
 	close(c.release)
 
-	if err := <-a; err != nil {
+	if err := waittest.Recv(t, a, "the post of w_a to return after its call was released"); err != nil {
 		t.Fatalf("w_a: %v", err)
 	}
-	if err := <-cc; status.Code(err) != codes.FailedPrecondition {
+	if err := waittest.Recv(t, cc, "the post of w_c to return with its own answer"); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("w_c: %v, want its own FailedPrecondition", err)
 	}
-	if err := <-d; err != nil {
+	if err := waittest.Recv(t, d, "the post of w_d to return with its own answer"); err != nil {
 		t.Fatalf("w_d: %v", err)
 	}
 	c.mu.Lock()
@@ -128,9 +129,9 @@ func TestAPostEndsWhenEveryCallerGaveUp(t *testing.T) {
 	ctx, giveUp := context.WithCancel(context.Background())
 	got := make(chan error, 1)
 	go func() { got <- p.complete(ctx, &automatorv1.CompleteRequest{WorkId: "w_a"}) }()
-	<-c.started
+	waittest.Recv(t, c.started, "the CompleteBatch call to start")
 	giveUp()
-	if err := <-got; !errors.Is(err, context.Canceled) && status.Code(err) != codes.Canceled {
+	if err := waittest.Recv(t, got, "the post to return after its only caller gave up"); !errors.Is(err, context.Canceled) && status.Code(err) != codes.Canceled {
 		t.Fatalf("the post: %v, want cancelled", err)
 	}
 	select {

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"github.com/opsgate/opsgate/proxy/runner"
 )
@@ -87,7 +88,9 @@ func runSpoolAgent(t *testing.T, f *spoolAutomator, dir string, hook ...func(spo
 	done := make(chan struct{})
 	go func() { a.Run(ctx); close(done) }()
 	var once sync.Once
-	stop = func() { once.Do(func() { cancel(); <-done }) }
+	stop = func() {
+		once.Do(func() { cancel(); waittest.Recv(t, done, "the agent's Run to return after its context was cancelled") })
+	}
 	t.Cleanup(stop)
 	return stop
 }
@@ -197,13 +200,13 @@ func TestResultIsPostedWhileTheSpoolIsSlow(t *testing.T) {
 	})
 	runSpoolAgent(t, f, dir, h.hook)
 	f.claims <- claim(t, "w1", &automatorv1.Command{Script: "s"})
-	if got := <-f.ok; got.GetWorkId() != "w1" {
+	if got := waittest.Recv(t, f.ok, "the result to be posted while its spool write is held"); got.GetWorkId() != "w1" {
 		t.Fatalf("posted %q, want w1", got.GetWorkId())
 	}
 	if len(held) != 1 || !strings.HasPrefix(held[0], ".tmp-") {
 		t.Fatalf("while the write was held the spool held %q, want one temporary file", held)
 	}
-	<-h.settled // the answer is recorded; only now may the write go on
+	waittest.Recv(t, h.settled, "the poster to settle the accepted result") // only now may the write go on
 	release()
 	h.waitStage(t, stageDone)
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
@@ -226,10 +229,10 @@ func TestSpoolWriteIsSkippedWhenAcceptedFirst(t *testing.T) {
 	runSpoolAgent(t, f, dir, h.hook)
 	f.claims <- claim(t, "w1", &automatorv1.Command{Script: "s"})
 	h.waitStage(t, stageStart)
-	<-f.ok
-	<-h.settled
+	waittest.Recv(t, f.ok, "the result to be posted while its spool write is held at its start")
+	waittest.Recv(t, h.settled, "the poster to settle the accepted result")
 	release()
-	if got := <-h.seen; got != stageDone {
+	if got := waittest.Recv(t, h.seen, "the held spool write to go on once released"); got != stageDone {
 		t.Fatalf("after the result was accepted the write went on to stage %d, want it skipped (stage %d)", got, stageDone)
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
@@ -253,7 +256,7 @@ func TestResultIsPostedWhenTheSpoolFails(t *testing.T) {
 	})
 	runSpoolAgent(t, f, dir, h.hook)
 	f.claims <- claim(t, "w1", &automatorv1.Command{Script: "s"})
-	if got := <-f.ok; got.GetWorkId() != "w1" {
+	if got := waittest.Recv(t, f.ok, "the result to be posted from memory after its spool write failed"); got.GetWorkId() != "w1" {
 		t.Fatalf("posted %q, want w1", got.GetWorkId())
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
@@ -285,7 +288,7 @@ func TestWrittenResultIsKeptUntilAnswered(t *testing.T) {
 	})
 	runSpoolAgent(t, f, dir, h.hook)
 	f.claims <- claim(t, "w1", &automatorv1.Command{Script: "s"})
-	<-f.ok
+	waittest.Recv(t, f.ok, "the result to be posted once its spool write is over")
 	if len(onDisk) != 1 || onDisk[0] != "w1.json" {
 		t.Fatalf("the spool held %q with the write over and no answer yet, want [w1.json]", onDisk)
 	}
@@ -294,7 +297,7 @@ func TestWrittenResultIsKeptUntilAnswered(t *testing.T) {
 	}
 	// Emptied, the directory goes too: the state directory is left as
 	// `proxy install` made it.
-	<-h.settled
+	waittest.Recv(t, h.settled, "the poster to settle the accepted result")
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Fatalf("after the answer the spool still holds %q (stat: %v), want no directory", spoolFiles(t, dir), err)
 	}
@@ -324,7 +327,7 @@ func TestSpooledResultIsPostedAfterRestart(t *testing.T) {
 
 	up := newSpoolAutomator(func(*automatorv1.CompleteRequest) error { return nil })
 	runSpoolAgent(t, up, dir)
-	got := <-up.ok
+	got := waittest.Recv(t, up.ok, "the restarted agent to post the result its first run left in the spool")
 	if !proto.Equal(got, first) {
 		t.Fatalf("posted after the restart:\n%v\nwant the request of the first run:\n%v", got, first)
 	}
@@ -373,7 +376,7 @@ func TestExpiredSpooledResultIsDroppedNotPosted(t *testing.T) {
 
 	f := newSpoolAutomator(func(*automatorv1.CompleteRequest) error { return nil })
 	runSpoolAgent(t, f, dir)
-	got := <-f.ok
+	got := waittest.Recv(t, f.ok, "the agent to post the due result found in the spool at its start")
 	if got.GetWorkId() != "w-due" || got.GetFailure() != "f" {
 		t.Fatalf("posted %v, want the due result of w-due", got)
 	}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -33,7 +34,7 @@ func startStateAgent(t *testing.T, f *fakeAutomator, path string, every time.Dur
 		if !stopped {
 			stopped = true
 			cancel()
-			<-done
+			waittest.Recv(t, done, "the agent's Run to return after its context was cancelled")
 		}
 	}
 	t.Cleanup(stop)
@@ -89,7 +90,7 @@ func TestStateFileSaysStoppingWhileUnitsFinish(t *testing.T) {
 		return err == nil && !s.StoppingAt.IsZero() && s.Running == 1 && s.StoppedAt.IsZero()
 	})
 	b.release <- struct{}{}
-	<-stopped
+	waittest.Recv(t, stopped, "the stopping agent to return once its last unit finished")
 	if s := readState(t, path); s.StoppedAt.IsZero() || s.Running != 0 {
 		t.Fatalf("state after the unit finished: %+v", s)
 	}

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/opsgate/opsgate/internal/waittest"
 )
 
 // TestStateDirIsHeldByOneProxyAtATime: the first LockStateDir makes the
@@ -118,7 +120,9 @@ func TestStateDirIsFreedWhenItsHolderIsKilled(t *testing.T) {
 			cmd.Wait()
 		}
 	})
-	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "held\n" {
+	said := make(chan string, 1)
+	go func() { line, _ := bufio.NewReader(stdout).ReadString('\n'); said <- line }()
+	if line := waittest.Recv(t, said, "the child to say it holds the state_dir"); line != "held\n" {
 		t.Fatalf("the child did not take the state_dir: %q", line)
 	}
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"github.com/opsgate/opsgate/proxy/agent"
 )
@@ -80,9 +81,12 @@ func (s *stopping) wantFailed(t *testing.T, id, why string) {
 // timing out.
 func TestUnitKilledAtTheEndOfTheGracePeriodIsReportedFailed(t *testing.T) {
 	s, id := startStopping(t, agent.Options{GracePeriod: 50 * time.Millisecond}, true)
-	t.Cleanup(func() { s.cancel(); <-s.done })
+	t.Cleanup(func() {
+		s.cancel()
+		waittest.Recv(t, s.done, "the agent's Run to return after its context was cancelled")
+	})
 	s.cancel()
-	<-s.done
+	waittest.Recv(t, s.done, "the stopped agent's Run to return at the end of its grace period")
 	s.wantFailed(t, id, "grace period over")
 	if entries, err := os.ReadDir(filepath.Join(s.state, agent.SpoolDirName)); err == nil && len(entries) > 0 {
 		t.Fatalf("the spool still holds %d files for a result the automator took", len(entries))

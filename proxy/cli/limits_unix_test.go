@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/opsgate/opsgate/automator/automatortest"
+	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -41,7 +42,7 @@ head -c 5000 /dev/zero | tr '\0' e >&2`)
 	}()
 	defer func() {
 		stop()
-		if code := <-exited; code != 0 {
+		if code := waittest.Recv(t, exited, "proxy run to return once its context was cancelled"); code != 0 {
 			t.Errorf("proxy run exited %d: %s", code, stderr.String())
 		}
 	}()

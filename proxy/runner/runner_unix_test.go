@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/waittest"
 )
 
 // Tests here run real /bin/sh scripts. None is parallel: writing an
@@ -147,7 +149,7 @@ func TestNoStdinReadsAsEmpty(t *testing.T) {
 		}()
 	}
 	for range cap(results) {
-		if got := <-results; got != "0 <nil>" {
+		if got := waittest.Recv(t, results, "each run of wc -c without stdin to end (with a stdin nobody closes it waits)"); got != "0 <nil>" {
 			t.Errorf("wc -c of no stdin: %q, want 0 bytes and no error", got)
 		}
 	}

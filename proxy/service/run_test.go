@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/waittest"
 )
 
 type syncBuffer struct {
@@ -39,14 +41,14 @@ func TestRunStopsOnTheSamePathAsCtrlC(t *testing.T) {
 				return nil
 			})
 	}()
-	<-started // Start returned and fn runs
+	waittest.Recv(t, started, "the service's function to start") // Start returned and fn runs
 	select {
 	case err := <-errc:
 		t.Fatalf("Run returned before the stop: %v", err)
 	default:
 	}
 	cancel()
-	if err := <-errc; err != nil {
+	if err := waittest.Recv(t, errc, "Run to return once its context was cancelled"); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 	select {
@@ -72,7 +74,7 @@ func TestRunStopIsBounded(t *testing.T) {
 				return nil
 			})
 	}()
-	<-started
+	waittest.Recv(t, started, "the service's function to start")
 	cancel()
 	select {
 	case err := <-errc:

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/waittest"
 )
 
 // The SysV script is exercised here without root: rendered with its pid and
@@ -175,7 +177,7 @@ func TestSysVScriptStopWaitsForRunningWork(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(f.dir, "release"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-stopped; err != nil {
+	if err := waittest.Recv(t, stopped, "the init script's stop to return once the service finished its work"); err != nil {
 		t.Fatalf("stop: %v: %s", err, out.String())
 	}
 	if !gone(pid) {
