@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -40,7 +41,7 @@ func TestDefaultTimeoutIsFiveMinutes(t *testing.T) {
 func TestUnclaimedUnitTimesOutAtItsDeadline(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	start := time.Now()
-	st, err := e.callerClient().ExecuteOnProxy(context.Background(), &automatorv1.ExecuteRequest{
+	st, err := e.callerClient().ExecuteOnProxy(waittest.Context(t, "ExecuteOnProxy of a unit nobody claims to answer at its 300ms deadline"), &automatorv1.ExecuteRequest{
 		Account: e.account, Command: &automatorv1.Command{Script: "x.sh"}, Timeout: durationpb.New(300 * time.Millisecond),
 	})
 	if err != nil {
@@ -150,7 +151,7 @@ func TestTamperedResultIsRefusedAndUnitStaysClaimed(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("genuine result after a tampered one: %v", err)
 	}
-	st, _ := caller.Wait(ctx, &automatorv1.WaitRequest{WorkId: w.GetWorkId()})
+	st, _ := caller.Wait(waittest.Context(t, "Wait to answer once the genuine result was posted"), &automatorv1.WaitRequest{WorkId: w.GetWorkId()})
 	if string(st.GetResult().GetStdout()) != "ok" {
 		t.Fatalf("stdout %q, want ok", st.GetResult().GetStdout())
 	}
@@ -235,7 +236,7 @@ func TestWaitLeavesNoSubscriptionBehind(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if err := <-done; err != nil {
+		if err := waittest.Recv(t, done, "Wait to return once its unit's result was posted"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -288,13 +289,9 @@ func TestSweeperEndsAUnitNobodyWaitsForAtItsDeadline(t *testing.T) {
 	ended := make(endings, 1)
 	e := newEnv(t, envOptions{sweepInterval: time.Hour, metrics: ended})
 	st := submit(t, e.callerClient(), e.account, 200*time.Millisecond)
-	select {
-	case w := <-ended:
-		if w.ID != st.GetWorkId() || w.State != store.StateTimedOut {
-			t.Fatalf("unit %s ended %s, want %s timed out", w.ID, w.State, st.GetWorkId())
-		}
-	case <-time.After(time.Minute): // bounds a failing test only
-		t.Fatal("the unit was not timed out a minute after its 200ms deadline, with nobody waiting for it")
+	w := waittest.Recv(t, ended, "the sweeper to time out the unit nobody waits for at its 200ms deadline")
+	if w.ID != st.GetWorkId() || w.State != store.StateTimedOut {
+		t.Fatalf("unit %s ended %s, want %s timed out", w.ID, w.State, st.GetWorkId())
 	}
 	if w, err := e.store.WorkGet(context.Background(), st.GetWorkId()); err != nil || w.State != store.StateTimedOut {
 		t.Fatalf("stored unit: %v, %v; want timed out", w.State, err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -74,7 +75,7 @@ func TestEnqueueHandsTheUnitToAWaitingPoll(t *testing.T) {
 	if !st.GetClaimedAt().AsTime().Equal(st.GetQueuedAt().AsTime()) {
 		t.Errorf("claimed at %v, queued at %v: want the same instant", st.GetClaimedAt().AsTime(), st.GetQueuedAt().AsTime())
 	}
-	r := <-polled
+	r := waittest.Recv(t, polled, "the waiting poll to answer with the unit handed to it")
 	if r.err != nil || len(r.resp.GetClaims()) != 1 || r.resp.GetClaims()[0].GetWorkId() != st.GetWorkId() {
 		t.Fatalf("poll: %v, claims %v, want %s", r.err, r.resp.GetClaims(), st.GetWorkId())
 	}
@@ -96,7 +97,7 @@ func TestEnqueueHandsTheUnitToAWaitingPoll(t *testing.T) {
 	if st := submit(t, api, e.account, time.Minute); st.GetInstanceId() != "b" {
 		t.Fatalf("second unit handed to %q, want b (the poll with a free slot)", st.GetInstanceId())
 	}
-	if r := <-polled; r.err != nil || len(r.resp.GetClaims()) != 1 {
+	if r := waittest.Recv(t, polled, "b's poll to answer with the unit handed to it"); r.err != nil || len(r.resp.GetClaims()) != 1 {
 		t.Fatalf("second poll: %v, %d claims", r.err, len(r.resp.GetClaims()))
 	}
 	select {
@@ -118,7 +119,7 @@ func TestHandedUnitIsNotCountedAgainstTheQueueCap(t *testing.T) {
 	if st := submit(t, api, e.account, time.Minute); st.GetInstanceId() != "a" {
 		t.Fatalf("unit handed to %q, want a", st.GetInstanceId())
 	}
-	if r := <-polled; r.err != nil || len(r.resp.GetClaims()) != 1 {
+	if r := waittest.Recv(t, polled, "the waiting poll to answer with the unit handed to it"); r.err != nil || len(r.resp.GetClaims()) != 1 {
 		t.Fatalf("poll: %v, %d claims", r.err, len(r.resp.GetClaims()))
 	}
 	if n := spy.Calls(); n != 0 {
@@ -182,17 +183,17 @@ func TestUnitHandedToAPollThatLeftIsNeverGivenToAnother(t *testing.T) {
 		t.Fatal("the unit was not stored as the waiting poll's claim")
 	}
 	leave()
-	if r := <-polled; status.Code(r.err) != codes.Canceled {
+	if r := waittest.Recv(t, polled, "the poll that left to end"); status.Code(r.err) != codes.Canceled {
 		t.Fatalf("the poll that left: %v, want Canceled", r.err)
 	}
-	<-m.closed
+	waittest.Recv(t, m.closed, "the poll that left to end on the server")
 	close(gate.release)
-	st := <-submitted
+	st := waittest.Recv(t, submitted, "Submit to answer once the unit's claim was stored")
 	if st.GetState() != automatorv1.State_STATE_CLAIMED || st.GetInstanceId() != "a" {
 		t.Fatalf("Submit answered %v by %q, want claimed by a", st.GetState(), st.GetInstanceId())
 	}
 	other := pollAsync(t.Context(), px, "b", 1)
-	end, err := api.Wait(t.Context(), &automatorv1.WaitRequest{WorkId: st.GetWorkId()})
+	end, err := api.Wait(waittest.Context(t, "the unit claimed for the poll that left to time out at its 1s deadline"), &automatorv1.WaitRequest{WorkId: st.GetWorkId()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,14 +219,14 @@ func TestPollWhoseWindowEndsWhileItsUnitIsStoredAnswersWithIt(t *testing.T) {
 	e.awaitWaiting(1)
 	submitted := make(chan *automatorv1.WorkStatus, 1)
 	go func() { submitted <- submit(t, api, e.account, time.Minute) }()
-	<-gate.entered
+	waittest.Recv(t, gate.entered, "the unit to be stored as the waiting poll's claim")
 	// Past the window (jittered by at most a tenth): the poll is now
 	// waiting for its unit. (Were it not yet, it would answer with the
 	// unit all the same; the sleep only makes the test reach the case.)
 	time.Sleep(3 * window)
 	close(gate.release)
-	st := <-submitted
-	r := <-polled
+	st := waittest.Recv(t, submitted, "Submit to answer once the unit's claim was stored")
+	r := waittest.Recv(t, polled, "the poll whose window ended to answer with the unit stored as its claim")
 	if r.err != nil || len(r.resp.GetClaims()) != 1 || r.resp.GetClaims()[0].GetWorkId() != st.GetWorkId() {
 		t.Fatalf("poll: %v, claims %v, want %s", r.err, r.resp.GetClaims(), st.GetWorkId())
 	}
@@ -256,15 +257,15 @@ func TestUnitsQueuedTogetherGoToOneWaitingPoll(t *testing.T) {
 	close(gate.release)
 	by := map[string]int{}
 	for range 3 {
-		by[(<-submitted).GetInstanceId()]++
+		by[waittest.Recv(t, submitted, "each Submit to answer once its unit's claim was stored").GetInstanceId()]++
 	}
 	if by["a"] != 2 || by["b"] != 1 {
 		t.Fatalf("units handed to %v, want 2 to a (its free slots) and 1 to b", by)
 	}
-	if r := <-polled; r.err != nil || len(r.resp.GetClaims()) != 2 {
+	if r := waittest.Recv(t, polled, "a's poll to answer with the units handed to it"); r.err != nil || len(r.resp.GetClaims()) != 2 {
 		t.Fatalf("a's poll: %v, %d claims, want 2", r.err, len(r.resp.GetClaims()))
 	}
-	if r := <-other; r.err != nil || len(r.resp.GetClaims()) != 1 {
+	if r := waittest.Recv(t, other, "b's poll to answer with the unit handed to it"); r.err != nil || len(r.resp.GetClaims()) != 1 {
 		t.Fatalf("b's poll: %v, %d claims, want 1", r.err, len(r.resp.GetClaims()))
 	}
 }
@@ -347,7 +348,7 @@ func TestUnitsQueuedWhileAPollClaimsGoToThatPoll(t *testing.T) {
 	}
 	gate.hold.Store(false)
 	close(gate.release)
-	r := <-polled
+	r := waittest.Recv(t, polled, "b's poll to answer once its held claim was released")
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
@@ -390,8 +391,8 @@ func TestAPollBehindABacklogClaimsWithAllItsSlots(t *testing.T) {
 	if u3.GetState() != automatorv1.State_STATE_QUEUED {
 		t.Fatalf("a unit queued behind a backlog is %v by %q, want queued", u3.GetState(), u3.GetInstanceId())
 	}
-	gate.release <- struct{}{}
-	r := <-polled
+	waittest.Send(t, gate.release, struct{}{}, "b's held claim to take its release")
+	r := waittest.Recv(t, polled, "b's poll to answer once its held claim was released")
 	if got, want := claimIDs(r), []string{queued[2], u3.GetWorkId()}; r.err != nil || !slices.Equal(got, want) {
 		t.Fatalf("b's poll: %v, %v, want %v (oldest first)", r.err, got, want)
 	}
@@ -405,7 +406,7 @@ func TestAPollBehindABacklogClaimsWithAllItsSlots(t *testing.T) {
 	}
 	gate.hold.Store(false)
 	close(gate.release)
-	if r := <-polled; r.err != nil || len(r.resp.GetClaims()) != 1 {
+	if r := waittest.Recv(t, polled, "c's poll to answer once its held claim was released"); r.err != nil || len(r.resp.GetClaims()) != 1 {
 		t.Fatalf("c's poll: %v, %d claims, want 1", r.err, len(r.resp.GetClaims()))
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -137,9 +138,9 @@ func newEnv(t *testing.T, o envOptions) *env {
 	t.Cleanup(func() {
 		srv.Shutdown()
 		cancel()
-		<-sweeperDone
+		waittest.Recv(t, sweeperDone, "the server's Run (sweeper) to return after Shutdown")
 		gs.Stop()
-		<-served
+		waittest.Recv(t, served, "the gRPC server's Serve to return after Stop")
 	})
 	return e
 }

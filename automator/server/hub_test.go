@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/waittest"
 )
 
 func pending(p *poller) bool {
@@ -442,7 +443,7 @@ func TestLeavingPollWaitsForUnitsBeingStored(t *testing.T) {
 		t.Fatal("a leaving poll was reserved again")
 	}
 	h.hand(p, store.Work{ID: "w-1"})
-	<-left
+	waittest.Recv(t, left, "leave to return once the unit stored for the poll was handed")
 	if ids := workIDs(p.take()); !slices.Equal(ids, []string{"w-1"}) {
 		t.Fatalf("the leaving poll took %v, want [w-1]", ids)
 	}
@@ -476,7 +477,7 @@ func TestAClaimingPollerTakesUnitsQueuedMeanwhile(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	h.hand(a, store.Work{ID: "w-2"})
-	if got := workIDs(<-done); !slices.Equal(got, []string{"w-1", "w-2"}) {
+	if got := workIDs(waittest.Recv(t, done, "claimDone to return once the units stored for it were handed")); !slices.Equal(got, []string{"w-1", "w-2"}) {
 		t.Fatalf("claimDone returned %v, want [w-1 w-2]", got)
 	}
 	if pending(a) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -76,7 +77,7 @@ func TestExecuteWithAUsedKeyReturnsTheFirstOutcome(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	st, err := caller.ExecuteOnProxy(ctx, keyedRequest(e.account, "k-2"))
+	st, err := caller.ExecuteOnProxy(waittest.Context(t, "ExecuteOnProxy with a used key to answer with the first unit's outcome"), keyedRequest(e.account, "k-2"))
 	if err != nil {
 		t.Fatal(err)
 	}

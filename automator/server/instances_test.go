@@ -12,6 +12,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
+	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -224,7 +225,7 @@ func TestRecordInstancesWritesWhatIsLeftWhenItStops(t *testing.T) {
 		e.poll("a", "v1", 1)
 	}
 	cancel()
-	<-done
+	waittest.Recv(t, done, "RecordInstances to return after its context was cancelled")
 	e.want("a", "v1", e.clock.Now(), 1)
 
 	// Without the recorder: a poll seenEvery after the stored one is

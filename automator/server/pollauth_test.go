@@ -13,6 +13,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -53,7 +54,7 @@ func TestPollWaitingAcrossRotateTokenWithoutOverlapGetsNothing(t *testing.T) {
 
 	newProxy := e.rotateToken(0)
 	st := submit(t, e.callerClient(), e.account, time.Minute)
-	r := <-old
+	r := waittest.Recv(t, old, "the poll waiting across rotate-token --overlap 0 to end")
 	if len(r.resp.GetClaims()) > 0 {
 		t.Fatalf("the poll waiting across rotate-token --overlap 0 got unit %s", r.resp.GetClaims()[0].GetWorkId())
 	}
@@ -87,7 +88,7 @@ func TestPollWaitingAcrossRotateTokenWithOverlapStillTakesUnits(t *testing.T) {
 
 	e.rotateToken(time.Hour)
 	st := submit(t, e.callerClient(), e.account, time.Minute)
-	r := <-old
+	r := waittest.Recv(t, old, "the poll waiting across rotate-token --overlap 1h to answer with the unit")
 	if r.err != nil || len(r.resp.GetClaims()) != 1 || r.resp.GetClaims()[0].GetWorkId() != st.GetWorkId() {
 		t.Fatalf("the poll waiting across rotate-token --overlap 1h: %v, %v; want unit %s", r.err, r.resp.GetClaims(), st.GetWorkId())
 	}
@@ -107,10 +108,10 @@ func TestPollWithAWithdrawnTokenPassesItsWakeUpOn(t *testing.T) {
 	newProxy := e.rotateToken(0)
 
 	st, polled := gate.announceWhileHeld(t, e, newProxy)
-	if r := <-old; status.Code(r.err) != codes.Unauthenticated {
+	if r := waittest.Recv(t, old, "the poll with the withdrawn token to end"); status.Code(r.err) != codes.Unauthenticated {
 		t.Fatalf("the poll with the withdrawn token: %v, %v; want Unauthenticated", r.resp, r.err)
 	}
-	r := <-polled
+	r := waittest.Recv(t, polled, "the poll with the new token to answer with the unit")
 	if r.err != nil || len(r.resp.GetClaims()) != 1 || r.resp.GetClaims()[0].GetWorkId() != st.GetWorkId() {
 		t.Fatalf("the poll with the new token: %v, %v; want unit %s as it is queued, not an empty answer at the end of its window", r.err, r.resp.GetClaims(), st.GetWorkId())
 	}
@@ -173,7 +174,7 @@ func TestPollWokenThatCannotTakePassesTheWakeUpOn(t *testing.T) {
 	claims.hold.Store(false)
 	close(claims.release)
 
-	r := <-polled
+	r := waittest.Recv(t, polled, "the poll with the new token to answer with the unit")
 	if r.err != nil || len(r.resp.GetClaims()) != 1 || r.resp.GetClaims()[0].GetWorkId() != st.GetWorkId() {
 		t.Fatalf("the poll with the new token: %v, %v; want unit %s as it is queued, not an empty answer at the end of its window", r.err, r.resp.GetClaims(), st.GetWorkId())
 	}

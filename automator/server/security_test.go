@@ -17,6 +17,7 @@ import (
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -236,7 +237,7 @@ func TestRotateKeyKeepsUnitsRunningOnBothProfiles(t *testing.T) {
 	if err := completeWith(t, proxy, oldKeys, claimed, "in flight ok"); err != nil {
 		t.Fatalf("result of the unit claimed before rotate-key: %v", err)
 	}
-	if st, _ := caller.Wait(context.Background(), &automatorv1.WaitRequest{WorkId: inFlight.GetWorkId()}); string(st.GetResult().GetStdout()) != "in flight ok" {
+	if st, _ := caller.Wait(waittest.Context(t, "Wait on the unit claimed before rotate-key to answer once its result was posted"), &automatorv1.WaitRequest{WorkId: inFlight.GetWorkId()}); string(st.GetResult().GetStdout()) != "in flight ok" {
 		t.Fatalf("unit claimed before rotate-key: %v", st)
 	}
 	// The unit queued before: a new-profile proxy runs it, sealed as stored.
@@ -337,7 +338,7 @@ func TestPollPendingAcrossRotateKeyWithoutOverlapGetsNothing(t *testing.T) {
 		t.Fatalf("new profile got %q sealed with key %d, want after.sh with key 2", cmd.GetScript(), id)
 	}
 	cancel()
-	if r := <-old; len(r.resp.GetClaims()) > 0 {
+	if r := waittest.Recv(t, old, "the poll pending across rotate-key --overlap 0 to end once cancelled"); len(r.resp.GetClaims()) > 0 {
 		t.Fatalf("the poll pending across rotate-key --overlap 0 got unit %s (queued as %s) sealed for the withdrawn key", r.resp.GetClaims()[0].GetWorkId(), st.GetWorkId())
 	}
 }

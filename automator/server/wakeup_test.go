@@ -10,6 +10,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -98,7 +99,7 @@ func TestWakeUpPassesOverAPollThatCannotTake(t *testing.T) {
 	// The new poll is registered, its claim made and held: a unit queued
 	// now cannot be handed to it, only announced.
 	st, polled := gate.announceWhileHeld(t, e, automatorv1.NewProxyServiceClient(e.conn(newToken)))
-	r := <-polled
+	r := waittest.Recv(t, polled, "the poll that can take the unit to answer with it")
 	if r.err != nil || len(r.resp.GetClaims()) != 1 || r.resp.GetClaims()[0].GetWorkId() != st.GetWorkId() {
 		t.Fatalf("the poll that can take: %v, %v; want unit %s as it is queued, not an empty answer at the end of its window", r.err, r.resp.GetClaims(), st.GetWorkId())
 	}
