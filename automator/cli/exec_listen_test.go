@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/internal/waittest"
 )
 
 // TestDataDirCommandsReachAServeListeningOnAnAddressItsCertificateOmits:
@@ -33,7 +34,7 @@ func TestDataDirCommandsReachAServeListeningOnAnAddressItsCertificateOmits(t *te
 	}()
 	t.Cleanup(func() {
 		cancel()
-		if code := <-done; code != 0 {
+		if code := waittest.Recv(t, done, "serve to return after its context was cancelled"); code != 0 {
 			t.Errorf("serve exited %d:\n%s", code, log)
 		}
 	})

@@ -19,6 +19,7 @@ import (
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/cli"
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/waittest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -116,7 +117,7 @@ func TestExecInterruptedCancelsItsUnit(t *testing.T) {
 		}
 	})
 	interrupt()
-	r := <-done
+	r := waittest.Recv(t, done, "exec to return once interrupted")
 	if r.code != cli.ExitCancelled || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, "cancelled (interrupted)") {
 		t.Fatalf("exec: %+v; want exit 126 with one line saying it was cancelled", r)
 	}

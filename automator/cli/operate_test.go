@@ -26,6 +26,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/client"
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/internal/waittest"
 	proxycli "github.com/opsgate/opsgate/proxy/cli"
 )
 
@@ -83,7 +84,7 @@ func serveDirInProcess(t *testing.T, dir string) *served {
 	}()
 	t.Cleanup(func() {
 		cancel()
-		if code := <-done; code != 0 {
+		if code := waittest.Recv(t, done, "serve to return after its context was cancelled"); code != 0 {
 			t.Errorf("serve exited %d:\n%s", code, s.log)
 		}
 	})
@@ -137,7 +138,7 @@ func (s *served) proxy(t *testing.T, cfgPath, instance string) *lockedBuffer {
 		done <- proxycli.Main(ctx, []string{"run", "--config", cfgPath, "--instance-id", instance, "--log-format", "json"},
 			proxycli.Env{Stdout: io.Discard, Stderr: log})
 	}()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() { cancel(); waittest.Recv(t, done, "proxy run to return after its context was cancelled") })
 	waitUntil(t, 15*time.Second, "the proxy to poll", func() bool {
 		return strings.Contains(log.String(), `"msg":"connected to the automator; polling"`)
 	})

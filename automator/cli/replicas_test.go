@@ -11,6 +11,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/waittest"
 )
 
 func TestDefaultReplicaIDIsStablePerDataDirectory(t *testing.T) {
@@ -76,7 +77,7 @@ func TestReplicasListsHeartbeatsAndWhoIsAlive(t *testing.T) {
 	// The first heartbeat is recorded before startHeartbeat returns.
 	out := replicasCLI(t, dir)
 	cancel()
-	<-done
+	waittest.Recv(t, done, "the heartbeat loop to return after its context was cancelled")
 
 	rows := map[string][]string{}
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n")[1:] {

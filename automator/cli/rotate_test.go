@@ -11,6 +11,7 @@ import (
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/waittest"
 )
 
 // TestRotateKeyInterruptedAfterItsCommitStillPrintsTheProfile: rotate-key
@@ -40,7 +41,10 @@ func TestRotateKeyInterruptedAfterItsCommitStillPrintsTheProfile(t *testing.T) {
 	// The commit is visible in the database; the command then waits
 	// store.CredentialTTL before it goes on. Interrupt it there.
 	var code int
-	for committed := false; !committed; {
+	for committed, deadline := false, time.Now().Add(waittest.Bound); !committed; {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for rotate-key to commit the new key", waittest.Bound)
+		}
 		select {
 		case code = <-done:
 			t.Fatalf("rotate-key ended (exit %d) before the test saw its commit: %s", code, errb.String())
@@ -53,7 +57,7 @@ func TestRotateKeyInterruptedAfterItsCommitStillPrintsTheProfile(t *testing.T) {
 		committed = len(keys) == 2
 	}
 	cancel()
-	code = <-done
+	code = waittest.Recv(t, done, "rotate-key to return once interrupted after its commit")
 
 	token := regexp.MustCompile(`(?m)^token: (opt_\S+)$`).FindStringSubmatch(out.String())
 	if token == nil || !regexp.MustCompile(`(?m)^key: 2:`).MatchString(out.String()) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/internal/waittest"
 )
 
 // TestServingFileLastsWhileServeRuns: serve records the port it bound
@@ -49,7 +50,7 @@ func TestServingFileLastsWhileServeRuns(t *testing.T) {
 	}
 
 	cancel()
-	if code := <-done; code != 0 {
+	if code := waittest.Recv(t, done, "serve to return after its context was cancelled"); code != 0 {
 		t.Fatalf("serve exited %d:\n%s", code, log)
 	}
 	if _, ok, err := config.ReadServing(dir); ok || err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/client"
+	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -28,7 +29,7 @@ func TestExecuteOnProxyReturnsTheResult(t *testing.T) {
 	a.StartProxy(t, automatortest.ProxyOptions{InstanceID: "a", ScriptsDir: scripts}).WaitPolling(t)
 	c := newClient(t, a)
 
-	res, err := c.ExecuteOnProxy(context.Background(), a.Account, client.Command{Script: "greet.sh", Args: []string{"x"}},
+	res, err := c.ExecuteOnProxy(waittest.Context(t, "ExecuteOnProxy of greet.sh to return its result"), a.Account, client.Command{Script: "greet.sh", Args: []string{"x"}},
 		client.WithStdin([]byte("world\n")), client.WithEnv(map[string]string{"GREETING": "hi"}), client.WithTimeout(30*time.Second))
 	if err != nil {
 		t.Fatalf("ExecuteOnProxy: %v", err)
@@ -50,7 +51,7 @@ func TestPingReturnsTheInstanceThatAnswered(t *testing.T) {
 	}
 	c := newClient(t, a)
 	for range 6 {
-		res, err := c.ExecuteOnProxy(context.Background(), a.Account, client.Command{Script: "@ping"})
+		res, err := c.ExecuteOnProxy(waittest.Context(t, "ExecuteOnProxy of @ping to return its result"), a.Account, client.Command{Script: "@ping"})
 		if err != nil {
 			t.Fatalf("@ping: %v", err)
 		}
@@ -100,14 +101,14 @@ func TestTypedErrors(t *testing.T) {
 
 	t.Run("timeout", func(t *testing.T) {
 		// No instance polls: the unit times out at its deadline.
-		_, err := c.ExecuteOnProxy(ctx, a.Account, client.Command{Script: "x.sh"}, client.WithTimeout(300*time.Millisecond))
+		_, err := c.ExecuteOnProxy(waittest.Context(t, "ExecuteOnProxy of a unit nobody claims to return at its 300ms deadline"), a.Account, client.Command{Script: "x.sh"}, client.WithTimeout(300*time.Millisecond))
 		check(t, err, client.ErrTimeout, client.StateTimedOut, "no instance claimed it")
 	})
 
 	t.Run("failed", func(t *testing.T) {
 		p := a.StartProxy(t, automatortest.ProxyOptions{InstanceID: "a", ScriptsDir: t.TempDir()})
 		p.WaitPolling(t)
-		_, err := c.ExecuteOnProxy(ctx, a.Account, client.Command{Script: "not-deployed.sh"}, client.WithTimeout(30*time.Second))
+		_, err := c.ExecuteOnProxy(waittest.Context(t, "ExecuteOnProxy of a script not deployed to return its failure"), a.Account, client.Command{Script: "not-deployed.sh"}, client.WithTimeout(30*time.Second))
 		check(t, err, client.ErrFailed, client.StateFailed, "not-deployed.sh")
 		p.Stop()
 	})
@@ -123,7 +124,7 @@ func TestTypedErrors(t *testing.T) {
 		if _, err := newClient(t, a).Cancel(ctx, claim.GetWorkId()); err != nil {
 			t.Fatal(err)
 		}
-		err := <-errc
+		err := waittest.Recv(t, errc, "ExecuteOnProxy to return once another caller cancelled its unit")
 		check(t, err, client.ErrCancelled, client.StateCancelled, "cancelled by the caller")
 		if errors.Is(err, context.Canceled) {
 			t.Errorf("%v matches context.Canceled, but this caller's context did not end", err)
@@ -140,7 +141,7 @@ func TestTypedErrors(t *testing.T) {
 		}()
 		claim := fp.claim()
 		cancel()
-		err := <-errc
+		err := waittest.Recv(t, errc, "ExecuteOnProxy to return once its caller's context ended")
 		check(t, err, client.ErrCancelled, client.StateCancelled, "cancelled")
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("%v does not match context.Canceled", err)
@@ -240,7 +241,7 @@ func TestConnectionCutMidWaitEndsInTheResult(t *testing.T) {
 				t.Fatalf("waiting again for %s, want %s", id, claim.GetWorkId())
 			}
 			fp.complete(claim, "done once")
-			o := <-done
+			o := waittest.Recv(t, done, "ExecuteOnProxy to return the result posted after its connection was cut")
 			if o.err != nil {
 				t.Fatalf("ExecuteOnProxy: %v", o.err)
 			}
@@ -280,7 +281,7 @@ func TestSubmitWhoseAnswerIsLostIsRetriedWithTheSameKey(t *testing.T) {
 	a.StartProxy(t, automatortest.ProxyOptions{InstanceID: "a", ScriptsDir: scripts}).WaitPolling(t)
 	runs := filepath.Join(t.TempDir(), "runs")
 
-	res, err := newClient(t, a).ExecuteOnProxy(context.Background(), a.Account, client.Command{Script: "once.sh", Args: []string{runs}})
+	res, err := newClient(t, a).ExecuteOnProxy(waittest.Context(t, "ExecuteOnProxy of once.sh to return its result"), a.Account, client.Command{Script: "once.sh", Args: []string{runs}})
 	if err != nil {
 		t.Fatalf("ExecuteOnProxy: %v", err)
 	}
@@ -345,11 +346,11 @@ func TestRepeatedKeyReturnsTheFirstOutcome(t *testing.T) {
 	runs := filepath.Join(t.TempDir(), "runs")
 	cmd := client.Command{Script: "once.sh", Args: []string{runs}}
 
-	first, err := c.ExecuteOnProxy(context.Background(), a.Account, cmd, client.WithIdempotencyKey("deploy-7"))
+	first, err := c.ExecuteOnProxy(waittest.Context(t, "the first ExecuteOnProxy of once.sh to return its result"), a.Account, cmd, client.WithIdempotencyKey("deploy-7"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := c.ExecuteOnProxy(context.Background(), a.Account, cmd, client.WithIdempotencyKey("deploy-7"))
+	again, err := c.ExecuteOnProxy(waittest.Context(t, "ExecuteOnProxy again with the same key to return the first result"), a.Account, cmd, client.WithIdempotencyKey("deploy-7"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,7 +416,7 @@ func TestFailoverSkipsAnAutomatorThatIsDown(t *testing.T) {
 	if _, err := c.Cancel(context.Background(), w.ID); err != nil {
 		t.Fatal(err)
 	}
-	got, err := c.Wait(context.Background(), w.ID)
+	got, err := c.Wait(waittest.Context(t, "Wait on the cancelled unit to return"), w.ID)
 	if err != nil || got.State != client.StateCancelled || !errors.Is(got.Err(), client.ErrCancelled) {
 		t.Fatalf("wait: %v %v; want cancelled", got.State, err)
 	}

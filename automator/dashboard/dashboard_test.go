@@ -25,6 +25,7 @@ import (
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -683,9 +684,12 @@ func TestLivePagesStreamChangesAndKeepalives(t *testing.T) {
 	now := e.clock.Now()
 	e.poll("acme", "a-1", now.Add(-time.Minute))
 	e.enqueue("w_1", "acme", now, &automatorv1.Command{Script: "x.sh"})
-	for {
+	for deadline := time.Now().Add(waittest.Bound); ; {
 		if ev := next("update"); strings.Contains(ev.data, `id="stranded-warning"`) {
 			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for an update that warns of the unit queued with no instance polling", waittest.Bound)
 		}
 	}
 

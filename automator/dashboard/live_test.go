@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/automator/dashboard"
+	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -69,6 +70,9 @@ func TestStalledEventStreamIsDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Read the response's head only: the stream began. Then read no more.
+	if err := conn.SetReadDeadline(time.Now().Add(waittest.Bound)); err != nil { // a head that never comes fails, not hangs
+		t.Fatal(err)
+	}
 	br := bufio.NewReaderSize(conn, 1<<10)
 	status, err := br.ReadString('\n')
 	if err != nil || !strings.HasPrefix(status, "HTTP/1.1 200") {

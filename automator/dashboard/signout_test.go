@@ -10,6 +10,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
+	"github.com/opsgate/opsgate/internal/waittest"
 )
 
 // sessionCookie returns the session cookie c holds for base.
@@ -85,7 +86,7 @@ func TestSignOutEndsTheSessionOnEveryReplica(t *testing.T) {
 	defer resp.Body.Close()
 	events := make(chan event)
 	go readEvents(resp.Body, events)
-	if ev := <-events; ev.name != "update" {
+	if ev := waittest.Recv(t, events, "the stream's first event"); ev.name != "update" {
 		t.Fatalf("the stream's first event is %q, want update", ev.name)
 	}
 
@@ -161,7 +162,7 @@ func TestEventStreamEndsWhenItsSessionExpires(t *testing.T) {
 	defer resp.Body.Close()
 	events := make(chan event)
 	go readEvents(resp.Body, events)
-	if ev := <-events; ev.name != "update" {
+	if ev := waittest.Recv(t, events, "the stream's first event"); ev.name != "update" {
 		t.Fatalf("the stream's first event is %q, want update", ev.name)
 	}
 	e.clock.Add(12 * time.Hour)

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/opsgate/opsgate/automator/automatortest"
+	"github.com/opsgate/opsgate/internal/waittest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -50,7 +51,7 @@ func (a api) do(method, path, key string, body any) response {
 		}
 		r = bytes.NewReader(buf)
 	}
-	req, err := http.NewRequest(method, a.base+path, r)
+	req, err := http.NewRequestWithContext(waittest.Context(a.t, method+" "+path+" to answer"), method, a.base+path, r)
 	if err != nil {
 		a.t.Fatal(err)
 	}
@@ -195,7 +196,7 @@ func TestEveryEndpoint(t *testing.T) {
 		id := sub.str("work_id")
 		can := c.do("POST", "/v1/work/"+id+":cancel", "", nil)
 		can.want(t, http.StatusOK, "STATE_CANCELLED")
-		r := <-done
+		r := waittest.Recv(t, done, "the blocked execute to answer once its unit was cancelled")
 		r.want(t, http.StatusConflict, "STATE_CANCELLED")
 		if r.str("work_id") != id || !strings.Contains(r.str("reason"), "cancelled by the caller") {
 			t.Errorf("execute answer for %s:\n%s", id, r.raw)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/pgstore/pgtest"
+	"github.com/opsgate/opsgate/internal/waittest"
 )
 
 // The tests of group commit (group.go) hold the first write inside
@@ -128,7 +129,7 @@ func holdGroup(t *testing.T, s *Store) *heldGroup {
 			t.Errorf("WorkEnqueue(lead): %v", err)
 		}
 	})
-	<-held
+	within(t, held, "the lead write to lead its batch")
 	// The lead leads its batch; wait until that batch waits on the lock in
 	// PostgreSQL, so that it was taken and nothing handed in later joins
 	// it (between the two, a write handed in would have been taken too).
@@ -143,7 +144,7 @@ func (h *heldGroup) release(t *testing.T) {
 	if err := h.lock.Commit(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	h.leader.Wait()
+	waittest.Group(t, &h.leader, "the held write to end once its lock was released")
 }
 
 func enqueueParams(id, account string) store.WorkEnqueueParams {
@@ -200,9 +201,9 @@ func TestConcurrentWritesShareOneTransaction(t *testing.T) {
 			}
 		})
 	}
-	<-waited
+	within(t, waited, "the writes to wait behind the held batch")
 	h.release(t)
-	wg.Wait()
+	waittest.Group(t, &wg, "the writes that waited to return once the held batch went")
 
 	// xmin is the transaction that wrote a row's current version.
 	var batchTxs, allTxs int
@@ -275,9 +276,9 @@ func TestAFailingWriteInABatchFailsAlone(t *testing.T) {
 		_, err := s.WorkComplete(ctx, completeParams(fmt.Sprintf("claimed-%d", n), "another claim"))
 		record("complete with another claim id", err)
 	})
-	<-waited
+	within(t, waited, "the writes to wait behind the held batch")
 	h.release(t)
-	wg.Wait()
+	waittest.Group(t, &wg, "the writes that waited to return once the held batch went")
 
 	for what, err := range errs {
 		var want error
@@ -319,7 +320,7 @@ func TestAWriteCancelledWhileWaitingNeverRuns(t *testing.T) {
 		_, err := s.WorkEnqueue(ctx, enqueueParams("cancelled", "acme"))
 		done <- err
 	}()
-	<-waited
+	within(t, waited, "the write to wait behind the held batch")
 	cancel()
 	select {
 	case err := <-done:
@@ -378,12 +379,15 @@ func TestABatchWhoseSessionEndsFailsEveryWrite(t *testing.T) {
 			errs <- err
 		}()
 	}
-	<-waited
+	within(t, waited, "the writes to wait behind the held batch")
 	h.release(t)
 
 	// The batch's session is the one waiting for the lock: end it.
 	var batchPID int
-	for batchPID == 0 {
+	for deadline := time.Now().Add(waittest.Bound); batchPID == 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for the batch's session to wait on beta's lock", waittest.Bound)
+		}
 		err := s.pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, lockPID).Scan(&batchPID)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			t.Fatal(err)
@@ -486,8 +490,8 @@ func TestConcurrentReadsShareOneRoundTrip(t *testing.T) {
 	})
 	within(t, waited, "the other WorkGet calls to wait")
 	close(release)
-	wg.Wait()
-	if err := <-firstDone; err != nil {
+	waittest.Group(t, &wg, "the WorkGet calls that waited to return")
+	if err := waittest.Recv(t, firstDone, "the first WorkGet to return once released"); err != nil {
 		t.Errorf("the first WorkGet: %v", err)
 	}
 	mu.Lock()

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/waittest"
 )
 
 // blockWriter runs a write that holds the writer until release is called,
@@ -28,16 +28,15 @@ func blockWriter(t *testing.T, s *Store, ctx context.Context) (release func(), d
 			return err
 		})
 	}()
-	<-inside
+	waittest.Recv(t, inside, "the blocking write to hold the writer")
 	var once sync.Once
 	return func() { once.Do(func() { close(hold) }) }, out
 }
 
 // waitQueued waits until n writes wait for the leader.
-func waitQueued(s *Store, n int) {
-	for s.w.group.Waiting() < n {
-		runtime.Gosched()
-	}
+func waitQueued(t *testing.T, s *Store, n int) {
+	t.Helper()
+	waittest.Until(t, fmt.Sprintf("%d writes to wait for the leader", n), func() bool { return s.w.group.Waiting() >= n })
 }
 
 func accountExists(t *testing.T, s *Store, name string) bool {
@@ -75,13 +74,13 @@ func TestGroupCommitKeepsEachWriteAlone(t *testing.T) {
 			})
 		}()
 	}
-	waitQueued(s, n)
+	waitQueued(t, s, n)
 	before := s.w.commits.Load()
 	release()
-	if err := <-blocked; err != nil {
+	if err := waittest.Recv(t, blocked, "the blocking write to end once released"); err != nil {
 		t.Fatalf("the blocking write: %v", err)
 	}
-	wg.Wait()
+	waittest.Group(t, &wg, "the waiting writes to return")
 	if got := s.w.commits.Load() - before; got != 2 {
 		t.Errorf("%d transactions committed the blocker and %d waiting writes, want 2 (the blocker, then one batch)", got, n)
 	}
@@ -116,13 +115,13 @@ func TestAbandonedWriteNeverRuns(t *testing.T) {
 			return nil
 		})
 	}()
-	waitQueued(s, 1)
+	waitQueued(t, s, 1)
 	cancel()
-	if err := <-out; !errors.Is(err, context.Canceled) {
+	if err := waittest.Recv(t, out, "the abandoned write to return once its caller gave up"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("abandoned write: %v, want context.Canceled", err)
 	}
 	release()
-	if err := <-blocked; err != nil {
+	if err := waittest.Recv(t, blocked, "the blocking write to end once released"); err != nil {
 		t.Fatal(err)
 	}
 	// A write after it runs after it would have: the writer is past it.
@@ -144,7 +143,7 @@ func TestWriteUnderWayIsWaitedFor(t *testing.T) {
 	release, blocked := blockWriter(t, s, ctx)
 	cancel()
 	release()
-	if err := <-blocked; err != nil {
+	if err := waittest.Recv(t, blocked, "the started write whose caller gave up to end"); err != nil {
 		t.Fatalf("a started write whose caller gave up: %v, want its real outcome (nil)", err)
 	}
 	if !accountExists(t, s, "blocker") {
@@ -166,18 +165,16 @@ func TestCloseCommitsWhatWasHandedOver(t *testing.T) {
 		_, err := s.AccountCreate(t.Context(), store.AccountCreateParams{Name: "late", TokenHash: []byte{9}, KeyID: 1, SealedKey: []byte{1}, Now: testNow})
 		queued <- err
 	}()
-	waitQueued(s, 1)
+	waitQueued(t, s, 1)
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close() }()
-	for !s.w.group.Closed() {
-		runtime.Gosched()
-	}
+	waittest.Until(t, "Close to close the writer's group", s.w.group.Closed)
 	if _, err := s.AccountCreate(t.Context(), store.AccountCreateParams{Name: "after", TokenHash: []byte{8}, KeyID: 1, SealedKey: []byte{1}, Now: testNow}); !errors.Is(err, errClosed) {
 		t.Errorf("a write after Close: %v, want %v", err, errClosed)
 	}
 	release()
-	for _, c := range []<-chan error{blocked, queued, closed} {
-		if err := <-c; err != nil {
+	for i, c := range []<-chan error{blocked, queued, closed} {
+		if err := waittest.Recv(t, c, []string{"the blocking write", "the write queued before Close", "Close"}[i]+" to return once the blocker was released"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -234,13 +231,13 @@ func TestSyncLaterOnlyWhenTheWholeBatchMay(t *testing.T) {
 			modes <- mode
 		}()
 	}
-	waitQueued(s, 2)
+	waitQueued(t, s, 2)
 	release()
-	if err := <-blocked; err != nil {
+	if err := waittest.Recv(t, blocked, "the blocking write to end once released"); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
-		if got := <-modes; got != 2 {
+		if got := waittest.Recv(t, modes, "each write of the mixed batch to run"); got != 2 {
 			t.Errorf("a batch mixing sync-later and durable writes runs with synchronous=%d, want 2 (FULL)", got)
 		}
 	}

@@ -140,7 +140,9 @@ func testConcurrentSweepers(f *fixture) {
 	)
 	for range sweepers {
 		wg.Go(func() {
-			for {
+			// Each sweep expires at least one unit until none is left:
+			// more sweeps than units means units are expired again.
+			for sweep := 0; sweep <= units; sweep++ {
 				ws, err := f.s.WorkExpire(f.ctx, store.WorkExpireParams{Now: now, Max: 3})
 				mu.Lock()
 				if err != nil {
@@ -224,7 +226,9 @@ func testResultRacesDeadline(f *fixture) {
 	}
 	for range 2 {
 		wg.Go(func() {
-			for {
+			// Each sweep expires at least one unit until none is left:
+			// more sweeps than units means units are expired again.
+			for sweep := 0; sweep <= units; sweep++ {
 				ws, err := f.s.WorkExpire(f.ctx, store.WorkExpireParams{Now: deadline, Max: 2})
 				mu.Lock()
 				if err != nil {
