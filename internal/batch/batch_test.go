@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/waittest"
 )
 
 // recorder is a Run that records each batch and answers item i with
@@ -317,9 +318,7 @@ func TestCloseLetsWaitingItemsRunThenRefuses(t *testing.T) {
 		g.Close(errClosed)
 		close(closed)
 	}()
-	for !g.Closed() {
-		runtime.Gosched()
-	}
+	waittest.Until(t, "Close to close the group", g.Closed)
 	if err := do(t, g, context.Background(), 3); !errors.Is(err, errClosed) {
 		t.Errorf("Do after Close = %v, want %v", err, errClosed)
 	}

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/opsgate/opsgate/internal/waittest"
 )
 
 // Binaries are the paths of the binaries Build built.
@@ -167,7 +169,7 @@ func Start(t testing.TB, name, path string, args ...string) *Proc {
 	t.Cleanup(func() {
 		// The group too: scripts a proxy started in its own group.
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
+		waittest.Recv(t, p.done, name+" to exit once killed")
 		if strings.Contains(p.Log(), "WARNING: DATA RACE") {
 			t.Errorf("%s reported a data race (E2E_RACE=1 build); see %s", name, logPath)
 		}

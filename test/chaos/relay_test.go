@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -108,7 +109,7 @@ func TestRelayCutsAPollResponseThatCarriesClaims(t *testing.T) {
 	if status.Code(err) != codes.Unavailable && status.Code(err) != codes.Internal {
 		t.Fatalf("a poll whose response was cut returned %v, want Unavailable", err)
 	}
-	cut := <-cuts
+	cut := waittest.Recv(t, cuts, "the relay to report the poll response it cut")
 	if cut.Kind != CutPollResponse || strings.Join(cut.WorkIDs, ",") != "w1,w2" {
 		t.Fatalf("cut %+v, want the poll response of w1 and w2", cut)
 	}
@@ -132,7 +133,7 @@ func TestRelayCutsACompleteRequestBeforeTheServerSeesIt(t *testing.T) {
 	if _, err := c.Complete(ctxT(t), &automatorv1.CompleteRequest{WorkId: "w1", SealedResult: make([]byte, 100)}); err == nil {
 		t.Fatal("a Complete whose request was cut succeeded")
 	}
-	if cut := <-cuts; cut.Kind != CutCompleteRequest || strings.Join(cut.WorkIDs, ",") != "w1" {
+	if cut := waittest.Recv(t, cuts, "the relay to report the Complete request it cut"); cut.Kind != CutCompleteRequest || strings.Join(cut.WorkIDs, ",") != "w1" {
 		t.Fatalf("cut %+v, want the Complete of w1", cut)
 	}
 	if got := f.completed(); len(got) != 0 {
@@ -151,7 +152,7 @@ func TestRelayCutsACompleteResponseAfterTheServerHandledIt(t *testing.T) {
 	if _, err := c.Complete(ctxT(t), &automatorv1.CompleteRequest{WorkId: "w1"}); err == nil {
 		t.Fatal("a Complete whose response was cut succeeded")
 	}
-	if cut := <-cuts; cut.Kind != CutCompleteResponse || strings.Join(cut.WorkIDs, ",") != "w1" {
+	if cut := waittest.Recv(t, cuts, "the relay to report the Complete response it cut"); cut.Kind != CutCompleteResponse || strings.Join(cut.WorkIDs, ",") != "w1" {
 		t.Fatalf("cut %+v, want the Complete of w1", cut)
 	}
 	if got := f.completed(); len(got) != 1 || got[0] != "w1" {
@@ -182,7 +183,7 @@ func TestRelayCutsACompleteBatchRequestNamingEveryUnit(t *testing.T) {
 	if _, err := c.CompleteBatch(ctxT(t), batchOf(20<<10, "w1", "w2", "w3")); err == nil {
 		t.Fatal("a CompleteBatch whose request was cut succeeded")
 	}
-	if cut := <-cuts; cut.Kind != CutCompleteRequest || strings.Join(cut.WorkIDs, ",") != "w1,w2,w3" {
+	if cut := waittest.Recv(t, cuts, "the relay to report the CompleteBatch request it cut"); cut.Kind != CutCompleteRequest || strings.Join(cut.WorkIDs, ",") != "w1,w2,w3" {
 		t.Fatalf("cut %+v, want the CompleteBatch of w1, w2 and w3", cut)
 	}
 	if got := f.completed(); len(got) != 0 {
@@ -198,7 +199,7 @@ func TestRelayCutsACompleteBatchResponseNamingEveryUnit(t *testing.T) {
 	if _, err := c.CompleteBatch(ctxT(t), batchOf(100, "w1", "w2")); err == nil {
 		t.Fatal("a CompleteBatch whose response was cut succeeded")
 	}
-	if cut := <-cuts; cut.Kind != CutCompleteResponse || strings.Join(cut.WorkIDs, ",") != "w1,w2" {
+	if cut := waittest.Recv(t, cuts, "the relay to report the CompleteBatch response it cut"); cut.Kind != CutCompleteResponse || strings.Join(cut.WorkIDs, ",") != "w1,w2" {
 		t.Fatalf("cut %+v, want the CompleteBatch of w1 and w2", cut)
 	}
 	if got := f.completed(); strings.Join(got, ",") != "w1,w2" {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/internal/proctest"
+	"github.com/opsgate/opsgate/internal/waittest"
 )
 
 // bin holds the paths of the binaries TestMain built.
@@ -204,7 +205,7 @@ func startCLI(t *testing.T, path string, args ...string) *bgExec {
 	}()
 	t.Cleanup(func() {
 		_ = b.cmd.Process.Kill()
-		<-b.done
+		waittest.Recv(t, b.done, b.name+" to exit once killed")
 	})
 	return b
 }
