@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/waittest"
 )
 
 // claimOutlivingItsPoll holds every claim until its poll has ended, then
@@ -77,20 +78,12 @@ func TestUnitsClaimedForAPollThatLeftAreLoggedAsLost(t *testing.T) {
 
 	pctx, leave := context.WithCancel(t.Context())
 	polled := pollAsync(pctx, e.proxyClient(), "a", 1)
-	select {
-	case <-gate.entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the poll's claim did not reach the store")
-	}
+	waittest.Recv(t, gate.entered, "the poll's claim to reach the store")
 	leave()
-	if r := <-polled; status.Code(r.err) != codes.Canceled {
+	if r := waittest.Recv(t, polled, "the poll that left to end"); status.Code(r.err) != codes.Canceled {
 		t.Fatalf("the poll that left: %v, want Canceled", r.err)
 	}
-	select {
-	case <-m.closed:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the poll did not end on the server")
-	}
+	waittest.Recv(t, m.closed, "the poll to end on the server")
 
 	w, err := e.store.WorkGet(t.Context(), u.GetWorkId())
 	if err != nil {
