@@ -611,6 +611,28 @@ func TestWorkFiltersAndPages(t *testing.T) {
 // event is one server-sent event.
 type event struct{ name, data string }
 
+// openStream opens the event stream of page with c (and cookies, if any)
+// until the test ends, checks it is one, and returns its events.
+func openStream(t *testing.T, c *http.Client, page string, cookies ...*http.Cookie) <-chan event {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, page, nil)
+	req.Header.Set("Accept", "text/event-stream")
+	for _, ck := range cookies {
+		req.AddCookie(ck)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || ct != "text/event-stream" {
+		t.Fatalf("GET %s as an event stream: %d, Content-Type %q; want 200, text/event-stream", page, resp.StatusCode, ct)
+	}
+	events := make(chan event)
+	go readEvents(resp.Body, events)
+	return events
+}
+
 // readEvents parses a stream into events (and ": keepalive" comments as
 // events named "keepalive").
 func readEvents(r io.Reader, out chan<- event) {
@@ -642,20 +664,7 @@ func TestLivePagesStreamChangesAndKeepalives(t *testing.T) {
 	e := newEnv(t)
 	c := client(t)
 	e.signIn(c, e.url, "viewer")
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.url+"/dashboard/", nil)
-	req.Header.Set("Accept", "text/event-stream")
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
-		t.Fatalf("Content-Type %q, want text/event-stream", ct)
-	}
-	events := make(chan event)
-	go readEvents(resp.Body, events)
+	events := openStream(t, c, e.url+"/dashboard/")
 	next := func(name string) event {
 		t.Helper()
 		timeout := time.After(10 * time.Second)
@@ -695,7 +704,7 @@ func TestLivePagesStreamChangesAndKeepalives(t *testing.T) {
 
 	// A page that does not exist is refused before any stream begins, so
 	// the browser does not reconnect to it.
-	bad, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.url+"/dashboard/work/w_nope", nil)
+	bad, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, e.url+"/dashboard/work/w_nope", nil)
 	bad.Header.Set("Accept", "text/event-stream")
 	if resp, err := c.Do(bad); err != nil || resp.StatusCode != http.StatusNotFound {
 		t.Errorf("stream of a missing unit: %v %v, want 404", resp, err)

@@ -74,18 +74,7 @@ func TestSignOutEndsTheSessionOnEveryReplica(t *testing.T) {
 		}
 	}
 	// An event stream of the session, open on replica B.
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b+"/dashboard/", nil)
-	req.Header.Set("Accept", "text/event-stream")
-	req.AddCookie(copied)
-	resp, err := client(t).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	events := make(chan event)
-	go readEvents(resp.Body, events)
+	events := openStream(t, client(t), b+"/dashboard/", copied)
 	if ev := waittest.Recv(t, events, "the stream's first event"); ev.name != "update" {
 		t.Fatalf("the stream's first event is %q, want update", ev.name)
 	}
@@ -151,17 +140,7 @@ func TestEventStreamEndsWhenItsSessionExpires(t *testing.T) {
 	e := newEnv(t)
 	c := client(t)
 	e.signIn(c, e.url, "viewer")
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.url+"/dashboard/", nil)
-	req.Header.Set("Accept", "text/event-stream")
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	events := make(chan event)
-	go readEvents(resp.Body, events)
+	events := openStream(t, c, e.url+"/dashboard/")
 	if ev := waittest.Recv(t, events, "the stream's first event"); ev.name != "update" {
 		t.Fatalf("the stream's first event is %q, want update", ev.name)
 	}
