@@ -216,7 +216,8 @@ func (s *Server) allow(ctx context.Context, account, method string) error {
 // internal logs err and returns a generic Internal status: details stay in
 // the log. A database out of disk space is no secret and is the operator's
 // to mend, so it gets ResourceExhausted (gRPC's code for a full file
-// system) and says so. A store call that failed because the call's own
+// system) and says so. A database that cannot be reached (PostgreSQL
+// restarting) gets Unavailable, which callers retry. A store call that failed because the call's own
 // context ended is no error of the automator's: the caller gets its
 // context's status, and the log a debug line.
 func (s *Server) internal(ctx context.Context, doing string, err error) error {
@@ -229,6 +230,12 @@ func (s *Server) internal(ctx context.Context, doing string, err error) error {
 	if store.IsStorageFull(err) {
 		s.log.Error("the database is out of disk space: writes fail until space is freed", "doing", doing, "err", err)
 		return status.Errorf(codes.ResourceExhausted, "the automator's database is out of disk space while %s: nothing was stored; retry once space is freed", doing)
+	}
+	if store.IsUnavailable(err) {
+		// PostgreSQL restarting, failing over or out of reach: the call can
+		// be made again, here or on another replica, once it is back.
+		s.log.Warn("the database is unreachable", "doing", doing, "err", err)
+		return status.Errorf(codes.Unavailable, "the automator's database is unreachable while %s; retry", doing)
 	}
 	s.log.Error("internal error", "doing", doing, "err", err)
 	return status.Errorf(codes.Internal, "internal error while %s", doing)

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -29,5 +31,42 @@ func TestStoreErrorOfACallThatLeftIsNotAnInternalError(t *testing.T) {
 	err = s.internal(t.Context(), "claiming work", errors.New("disk I/O error"))
 	if status.Code(err) != codes.Internal || !strings.Contains(log.String(), "level=ERROR") {
 		t.Errorf("a store failure of a call still wanted: %v, log %q; want Internal and an error logged", err, log.String())
+	}
+}
+
+// TestAnUnreachableDatabaseIsUnavailable: a store call that failed because
+// the database could not be reached (PostgreSQL restarting: its sessions
+// ended with SQLSTATE 57P01, new ones refused or told 57P03) answers
+// UNAVAILABLE, which callers and the client library retry, as they do when
+// the automator itself is unreachable; not INTERNAL, on which they give up.
+// TestChaosPG crashes and stops PostgreSQL under replicas and callers.
+func TestAnUnreachableDatabaseIsUnavailable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, refused := net.Dial("tcp", addr)
+	if refused == nil {
+		t.Fatalf("dialling the closed port %s succeeded", addr)
+	}
+	for _, storeErr := range []error{
+		fmt.Errorf("enqueueing work: %w", &pgconn.PgError{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"}),
+		fmt.Errorf("getting work: %w", &pgconn.PgError{Severity: "FATAL", Code: "57P03", Message: "the database system is starting up"}),
+		fmt.Errorf("getting work: failed to connect: %w", refused),
+		fmt.Errorf("enqueueing work: %w", pgconn.ErrConnClosed),
+	} {
+		var log bytes.Buffer
+		s := &Server{log: slog.New(slog.NewTextHandler(&log, nil))}
+		err := s.internal(t.Context(), "queueing work", storeErr)
+		if status.Code(err) != codes.Unavailable || !strings.Contains(status.Convert(err).Message(), "database") {
+			t.Errorf("store error %v: %v; want UNAVAILABLE saying the database is unreachable", storeErr, err)
+		}
+	}
+	var log bytes.Buffer
+	s := &Server{log: slog.New(slog.NewTextHandler(&log, nil))}
+	if err := s.internal(t.Context(), "queueing work", &pgconn.PgError{Code: "23505", Message: "duplicate key"}); status.Code(err) != codes.Internal {
+		t.Errorf("a constraint violation: %v; want INTERNAL", err)
 	}
 }

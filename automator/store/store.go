@@ -3,13 +3,19 @@
 // contract. Backends live in sub-packages (sqlitestore, pgstore) and
 // all pass the shared conformance suite in storetest.
 //
-// This package imports nothing else of ours.
+// This package imports nothing else of ours (of pgx, only pgconn's
+// sentinel of a broken connection).
 package store
 
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // State is the lifecycle state of a unit of work.
@@ -81,6 +87,27 @@ func IsStorageFull(err error) bool {
 	}
 	var sqlState interface{ SQLState() string }
 	return errors.As(err, &sqlState) && sqlState.SQLState() == "53100"
+}
+
+// IsUnavailable reports whether err says the database could not be
+// reached, or dropped the connection a call was on: PostgreSQL shutting
+// down, crashed or still starting (SQLSTATE 57P01, 57P02, 57P03), a
+// connection exception (class 08), a network error, a connection that
+// ended in the middle of an answer, or one used after it broke (pgconn's
+// ErrConnClosed). Such a call may or may not have taken
+// effect, as when the automator itself is unreachable; it can be made again
+// once the database is back. SQLite's errors are never of this kind.
+func IsUnavailable(err error) bool {
+	var sqlState interface{ SQLState() string }
+	if errors.As(err, &sqlState) {
+		code := sqlState.SQLState()
+		return code == "57P01" || code == "57P02" || code == "57P03" || strings.HasPrefix(code, "08")
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false // a context's end (which is a net.Error too) is not the database's
+	}
+	var netErr net.Error
+	return errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, pgconn.ErrConnClosed)
 }
 
 // Account is a named queue with a token (authenticates proxies) and a key

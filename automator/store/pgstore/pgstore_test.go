@@ -3,12 +3,14 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
 	"github.com/opsgate/opsgate/automator/store"
@@ -375,4 +377,54 @@ func TestConformanceUnderANaturalLanguageCollation(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store {
 		return open(t, pgtest.DSNIn(t, db))
 	})
+}
+
+// TestErrorsOfAnUnreachableServerAreUnavailable: what pgx returns when
+// PostgreSQL ends a session (as a restart does: SQLSTATE 57P01) or refuses
+// a connection is store.IsUnavailable, which the server answers as
+// UNAVAILABLE; a query's own error is not.
+func TestErrorsOfAnUnreachableServerAreUnavailable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	base := pgtest.URL(t)
+	app := fmt.Sprintf("opsgate-unavailable-%d", time.Now().UnixNano())
+	sep := "?"
+	if strings.Contains(base, "?") {
+		sep = "&"
+	}
+	victim, err := pgx.Connect(ctx, base+sep+"application_name="+app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer victim.Close(context.Background())
+	_, err = victim.Exec(ctx, "SELECT * FROM no_such_table")
+	if err == nil || store.IsUnavailable(err) {
+		t.Errorf("a query's own error %v counts as the server being unreachable", err)
+	}
+	killer, err := pgx.Connect(ctx, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer killer.Close(context.Background())
+	var n int
+	if err := killer.QueryRow(ctx, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1", app).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("terminating the session: %d sessions, %v", n, err)
+	}
+	if _, err := victim.Exec(ctx, "SELECT 1"); !store.IsUnavailable(err) {
+		t.Errorf("a query on a session the server ended: %v; want an error store.IsUnavailable recognises", err)
+	}
+	if _, err := victim.Exec(ctx, "SELECT 1"); !store.IsUnavailable(err) {
+		t.Errorf("a query on the connection that broke: %v; want an error store.IsUnavailable recognises", err)
+	}
+	// A port nothing listens on (taken, then released).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	_, err = pgx.Connect(ctx, fmt.Sprintf("postgres://u:p@127.0.0.1:%d/db?sslmode=disable&connect_timeout=5", port))
+	if !store.IsUnavailable(err) {
+		t.Errorf("connecting to a server that is down: %v; want an error store.IsUnavailable recognises", err)
+	}
 }
