@@ -36,13 +36,14 @@ windows:
 	@set -e; for p in $$(GOOS=windows $(GO) list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...); do \
 		GOOS=windows $(GO) test -c -o /dev/null $$p; done
 
-# All tests under the race detector (with them the short chaos run of
-# test/chaos: a fixed seed, about a minute). The PostgreSQL tests use the server
+# All tests under the race detector (with them the short chaos runs of
+# test/chaos, a fixed seed, about a minute each: on SQLite, and on PostgreSQL
+# replicas, CHAOS_STORE=pg, on a cluster of its own). The PostgreSQL tests use the server
 # AUTOMATOR_TEST_POSTGRES names, else a throwaway cluster scripts/pg-run.sh
 # starts (and removes) with the machine's PostgreSQL; they fail, not skip,
 # when neither is there.
 race: browser-deps
-	AUTOMATOR_REQUIRE_BROWSER=1 scripts/pg-run.sh $(GO) test -race -count=1 -timeout 8m ./...
+	CHAOS_STORE=pg AUTOMATOR_REQUIRE_BROWSER=1 scripts/pg-run.sh $(GO) test -race -count=1 -timeout 8m ./...
 
 test: fmt-check vet staticcheck windows generate-check race
 
@@ -78,6 +79,10 @@ bench: build
 # 20,000 units, from a random seed (CHAOS_SEED=N replays a run); the history
 # is checked against the guarantees and a summary table printed.
 # CHAOS_FLAGS adds flags of test/chaos (-chaos.duration, -chaos.units,
-# -chaos.callers, -chaos.dir).
+# -chaos.callers, -chaos.dir, -chaos.replicas). CHAOS_STORE=pg runs it on
+# PostgreSQL instead (TestChaosPG): two replicas of the automator (or
+# -chaos.replicas) on a throwaway cluster of the run's own, which the run
+# crashes and stops, beside SIGKILLs and connection resets of one replica.
+CHAOS_STORE ?= sqlite
 chaos:
-	$(GO) test -count=1 -timeout 60m -run '^TestChaos$$' -v ./test/chaos -args -chaos.long $(if $(CHAOS_SEED),-chaos.seed=$(CHAOS_SEED)) $(CHAOS_FLAGS)
+	$(GO) test -count=1 -timeout 60m -run '^TestChaos$(if $(filter pg,$(CHAOS_STORE)),PG)$$' -v ./test/chaos -args -chaos.long -chaos.store=$(CHAOS_STORE) $(if $(CHAOS_SEED),-chaos.seed=$(CHAOS_SEED)) $(CHAOS_FLAGS)

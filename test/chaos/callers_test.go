@@ -24,11 +24,17 @@ import (
 // unreachable, so a submit whose answer was lost never makes a second
 // unit), then Wait by work id, again and again until the unit ends. Each
 // records what it asked and saw.
+//
+// With several replicas (replicas set, client unused) caller i starts on
+// replica i mod n, and each call that finds its replica unreachable is made
+// again on the next one, as the client library does with several addresses:
+// a Wait cut by a replica's death waits again by id on another.
 type callers struct {
-	client  automatorv1.AutomatorServiceClient
-	account string
-	execLog string
-	seed    uint64
+	client   automatorv1.AutomatorServiceClient
+	replicas []automatorv1.AutomatorServiceClient
+	account  string
+	execLog  string
+	seed     uint64
 	// Timeouts of ordinary units are drawn from [minTimeout, maxTimeout].
 	minTimeout, maxTimeout time.Duration
 
@@ -110,9 +116,21 @@ func randText(rng *rand.Rand, n int) string {
 	return string(b)
 }
 
+// on returns the client of a caller's turn-th attempt, and the call options
+// that go with it: with one automator the call waits for it to be
+// reachable; with replicas it fails at once on one that is down, and the
+// next attempt goes to the next replica.
+func (cs *callers) on(caller, turn int) (automatorv1.AutomatorServiceClient, grpc.CallOption) {
+	if len(cs.replicas) == 0 {
+		return cs.client, grpc.WaitForReady(true)
+	}
+	return cs.replicas[(caller+turn)%len(cs.replicas)], grpc.WaitForReady(false)
+}
+
 // one submits a unit and waits for its end.
 func (cs *callers) one(caller, seq int, rng *rand.Rand) Unit {
 	ctx := context.Background()
+	turn := 0
 	u, cmd := cs.spec(caller, seq, rng)
 	req := &automatorv1.ExecuteRequest{Account: cs.account, Command: cmd, Timeout: durationpb.New(u.Timeout), IdempotencyKey: u.Key}
 	u.SubmittedAt = time.Now()
@@ -120,11 +138,13 @@ func (cs *callers) one(caller, seq int, rng *rand.Rand) Unit {
 	var err error
 	for giveUp := time.Now().Add(time.Minute); time.Now().Before(giveUp) && ctx.Err() == nil; {
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		st, err = cs.client.Submit(actx, req, grpc.WaitForReady(true))
+		client, ready := cs.on(caller, turn)
+		st, err = client.Submit(actx, req, ready)
 		cancel()
 		if err == nil || !retryable(err) {
 			break
 		}
+		turn++
 		pause(ctx, 50*time.Millisecond)
 	}
 	if err != nil || st == nil {
@@ -138,13 +158,17 @@ func (cs *callers) one(caller, seq int, rng *rand.Rand) Unit {
 	wctx, cancel := context.WithDeadline(context.Background(), deadline.Add(90*time.Second))
 	defer cancel()
 	for {
-		st, err = cs.client.Wait(wctx, &automatorv1.WaitRequest{WorkId: u.WorkID}, grpc.WaitForReady(true))
+		client, ready := cs.on(caller, turn)
+		st, err = client.Wait(wctx, &automatorv1.WaitRequest{WorkId: u.WorkID}, ready)
 		if err == nil && terminal(stateName(st.GetState())) {
 			break
 		}
 		if err != nil && (!retryable(err) || wctx.Err() != nil) {
 			u.WaitErr = err.Error()
 			return u
+		}
+		if err != nil {
+			turn++
 		}
 		pause(wctx, 20*time.Millisecond)
 	}
@@ -182,9 +206,10 @@ func (cs *callers) finalStates(ctx context.Context, units []Unit) error {
 		if u.WorkID == "" {
 			continue
 		}
-		for {
+		for turn := 0; ; turn++ {
 			actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			st, err := cs.client.Get(actx, &automatorv1.GetRequest{WorkId: u.WorkID}, grpc.WaitForReady(true))
+			client, ready := cs.on(i, turn)
+			st, err := client.Get(actx, &automatorv1.GetRequest{WorkId: u.WorkID}, ready)
 			cancel()
 			if status.Code(err) == codes.NotFound {
 				u.FinalState = StateNotFound

@@ -17,17 +17,29 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
-var flagDir = flag.String("chaos.dir", "", "keep the run's logs, execution log and data directory here (default: a temporary directory, removed)")
+var (
+	flagDir      = flag.String("chaos.dir", "", "keep the run's logs, execution log and data directory here (default: a temporary directory, removed)")
+	flagStore    = flag.String("chaos.store", "sqlite", "the long run's store: sqlite (one automator) or pg (replicas on one PostgreSQL database, TestChaosPG)")
+	flagReplicas = flag.Int("chaos.replicas", 2, "replicas of the automator in TestChaosPG")
+)
 
 // shortSeed is the fixed seed of the short run in `make test`.
 const shortSeed = 20261130
 
+// pgShortDuration is the short run's duration on PostgreSQL: its schedule
+// has four more kinds to inject at least once.
+const pgShortDuration = 50 * time.Second
+
 // runConfig is the shape of a chaos run.
 type runConfig struct {
 	long     bool
+	pg       bool // replicas on PostgreSQL (TestChaosPG)
+	replicas int
 	seed     uint64
 	duration time.Duration // callers submit this long
 	atLeast  int           // and on until this many units were acknowledged
@@ -67,6 +79,12 @@ func chaosConfig() runConfig {
 }
 
 func (c runConfig) replay() string {
+	if c.pg {
+		if c.long {
+			return fmt.Sprintf("make chaos CHAOS_STORE=pg CHAOS_SEED=%d", c.seed)
+		}
+		return fmt.Sprintf("go test ./test/chaos -run '^TestChaosPG$' -v -count=1 -args -chaos.store=pg -chaos.seed=%d", c.seed)
+	}
 	if c.long {
 		return fmt.Sprintf("make chaos CHAOS_SEED=%d", c.seed)
 	}
@@ -85,7 +103,45 @@ func (c runConfig) replay() string {
 func TestChaos(t *testing.T) {
 	rc := chaosConfig()
 	binaries(t)
-	fmt.Printf("chaos: seed %d, %v of faults, %d callers, long=%v\nchaos: replay with: %s\n", rc.seed, rc.duration, rc.callers, rc.long, rc.replay())
+	runChaos(t, rc)
+}
+
+// TestChaosPG is TestChaos with replicas of the automator (2, or
+// -chaos.replicas) on one PostgreSQL database, a throwaway cluster of its
+// own: each proxy instance reaches them through its relay, which sends each
+// connection to the instance's home replica (instances are spread over the
+// replicas) or, while that one is down, to the next, as a layer-4 load
+// balancer does; callers are spread over the replicas the same way, and a
+// call that finds its replica down is made again on the next. Instead of
+// the automator's crash, the schedule SIGKILLs one replica (restarted a
+// little later), resets every proxy connection to one, crashes PostgreSQL
+// (pg_ctl restart -m immediate) and stops it for a few seconds. The history
+// is checked against the same guarantees.
+//
+// `make chaos CHAOS_STORE=pg` runs it long (-chaos.long); `make test` runs
+// the short one (CHAOS_STORE=pg in its environment). Without either it is
+// skipped (see docs/failure-semantics.md).
+func TestChaosPG(t *testing.T) {
+	if *flagStore != "pg" && os.Getenv("CHAOS_STORE") != "pg" {
+		t.Skip("the chaos run on PostgreSQL replicas runs with -chaos.store=pg or CHAOS_STORE=pg in the environment (make chaos CHAOS_STORE=pg; make test sets it)")
+	}
+	rc := chaosConfig()
+	rc.pg, rc.replicas = true, max(2, *flagReplicas)
+	if !rc.long && *flagDuration == 0 {
+		rc.duration = pgShortDuration
+	}
+	binaries(t)
+	runChaos(t, rc)
+}
+
+// runChaos is a chaos run: the cluster rc asks for, its faults, its
+// callers, the check.
+func runChaos(t *testing.T, rc runConfig) {
+	store := "SQLite"
+	if rc.pg {
+		store = fmt.Sprintf("PostgreSQL, %d replicas", rc.replicas)
+	}
+	fmt.Printf("chaos: seed %d, %v of faults, %d callers, long=%v, %s\nchaos: replay with: %s\n", rc.seed, rc.duration, rc.callers, rc.long, store, rc.replay())
 	dir := *flagDir
 	if dir == "" {
 		dir = t.TempDir()
@@ -93,10 +149,25 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	auto := newAutomator(t, dir, "127.0.0.1", true)
-	if err := auto.Serve(); err != nil {
-		t.Fatal(err)
+	// autos: the automator, or its replicas.
+	var autos []*automator
+	var pg *pgServer
+	var replicaIDs []string
+	if rc.pg {
+		pg = startPG(t)
+		autos = newReplicas(t, dir, pg.URL, rc.replicas)
+		for _, a := range autos {
+			replicaIDs = append(replicaIDs, a.ReplicaID)
+		}
+	} else {
+		autos = []*automator{newAutomator(t, dir, "127.0.0.1", true)}
 	}
+	for _, a := range autos {
+		if err := a.Serve(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	auto := autos[0]
 	profile := auto.CreateAccount("acme")
 	scripts := writeScripts(t, dir)
 	execLog := filepath.Join(dir, "exec.log")
@@ -106,16 +177,24 @@ func TestChaos(t *testing.T) {
 	}
 	t.Cleanup(connect.Close)
 
-	top := topology{always: []string{"p1", "p2", "p3", connectRestartTarget}, pair: [2]string{"p4", "sb"}}
+	top := topology{always: []string{"p1", "p2", "p3", connectRestartTarget}, pair: [2]string{"p4", "sb"}, replicas: replicaIDs}
 	all := append(slices.Clone(top.always), top.pair[:]...)
 	j := &injector{
-		t: t, auto: auto, connect: connect,
+		t: t, auto: auto, connect: connect, pg: pg, replicas: map[string]*automator{},
 		instances: map[string]*instance{}, relays: map[string]*Relay{}, cuts: map[string]chan Cut{},
 		locks: map[string]*sync.Mutex{}, idleFrom: map[string]time.Time{},
 	}
-	for _, id := range all {
+	for _, a := range autos {
+		j.replicas[a.ReplicaID] = a
+	}
+	for n, id := range all {
+		// The instance's home replica first, then the others.
+		var targets []string
+		for k := range autos {
+			targets = append(targets, autos[(n+k)%len(autos)].Addr())
+		}
 		cuts := make(chan Cut, 8)
-		r, err := NewRelay(auto.Addr(), true, func(c Cut) {
+		r, err := NewBalancingRelay(targets, true, func(c Cut) {
 			select {
 			case cuts <- c:
 			default:
@@ -153,11 +232,23 @@ func TestChaos(t *testing.T) {
 		t.FailNow()
 	}
 
-	conn := auto.Dial()
-	j.afterAutomatorRestart = conn.ResetConnectBackoff
-	cs := &callers{
-		client: automatorv1.NewAutomatorServiceClient(conn), account: "acme", execLog: execLog, seed: rc.seed,
-		minTimeout: rc.minTimeout, maxTimeout: rc.maxTimeout,
+	cs := &callers{account: "acme", execLog: execLog, seed: rc.seed, minTimeout: rc.minTimeout, maxTimeout: rc.maxTimeout}
+	if rc.pg {
+		var conns []*grpc.ClientConn
+		for _, a := range autos {
+			conn := a.Dial()
+			conns = append(conns, conn)
+			cs.replicas = append(cs.replicas, automatorv1.NewAutomatorServiceClient(conn))
+		}
+		j.afterAutomatorRestart = func() {
+			for _, c := range conns {
+				c.ResetConnectBackoff()
+			}
+		}
+	} else {
+		conn := auto.Dial()
+		j.afterAutomatorRestart = conn.ResetConnectBackoff
+		cs.client = automatorv1.NewAutomatorServiceClient(conn)
 	}
 	schedule := plan(rc.seed, rc.duration, rc.plan, top)
 	var lines []string
@@ -219,14 +310,14 @@ func TestChaos(t *testing.T) {
 	}
 
 	faults, idle := j.Result()
-	h := History{Units: units, Execs: readExecs(t, execLog), Faults: faults, Idle: idle, Instances: all, Stalls: stalls()}
+	h := History{Units: units, Execs: readExecs(t, execLog), Faults: faults, Idle: idle, Instances: all, Replicas: replicaIDs, Stalls: stalls()}
 	rep := Check(h, Options{})
 	var noticed time.Duration
 	for _, d := range j.noticed {
 		noticed = max(noticed, d)
 	}
-	fmt.Printf("\nchaos: seed %d, faults for %v, run %v (submitting until %d units), %d callers, %d instances (one through a CONNECT proxy, one a warm standby)\n\n%s",
-		rc.seed, rc.duration, elapsed.Round(time.Second), rc.atLeast, rc.callers, len(all), rep.Table())
+	fmt.Printf("\nchaos: seed %d, faults for %v, run %v (submitting until %d units), %d callers, %d instances (one through a CONNECT proxy, one a warm standby), %s\n\n%s",
+		rc.seed, rc.duration, elapsed.Round(time.Second), rc.atLeast, rc.callers, len(all), store, rep.Table())
 	fmt.Printf("| dead connection noticed and dialled again (net-idle-cut), slowest | %s |\n", ms(noticed))
 	fmt.Printf("\nchaos: replay with: %s\n", rc.replay())
 	if len(j.skipped) > 0 {
@@ -235,7 +326,7 @@ func TestChaos(t *testing.T) {
 	if err := rep.Err(); err != nil {
 		t.Errorf("seed %d: %v\nreplay with: %s", rc.seed, err, rc.replay())
 	}
-	for _, k := range allKinds {
+	for _, k := range top.kinds() {
 		if rep.FaultsByKind[k] == 0 {
 			t.Errorf("no %s fault was injected; every kind must be", k)
 		}
@@ -248,6 +339,11 @@ func TestChaos(t *testing.T) {
 		for _, id := range all {
 			if p := j.instances[id].Proc(); p != nil {
 				t.Logf("---- tail of %s ----\n%s", id, p.Tail(20))
+			}
+		}
+		for _, a := range autos {
+			if p := a.Proc(); p != nil && rc.pg {
+				t.Logf("---- tail of replica %s ----\n%s", a.ReplicaID, p.Tail(20))
 			}
 		}
 	}

@@ -344,8 +344,8 @@ func (c *checker) timedOut(u *Unit, es []Exec) {
 	if u.FinishedAt.After(latest) {
 		c.fail(RuleDeadline, id, "timed out %v after its deadline (allowed %v)", u.FinishedAt.Sub(u.Deadline), latest.Sub(u.Deadline))
 	}
-	if u.SeenAt.After(latest.Add(c.o.Late)) {
-		c.fail(RuleDeadline, id, "the caller saw the timeout %v after its deadline (allowed %v)", u.SeenAt.Sub(u.Deadline), latest.Add(c.o.Late).Sub(u.Deadline))
+	if seen := c.latestSeen(latest); u.SeenAt.After(seen.Add(c.o.Late)) {
+		c.fail(RuleDeadline, id, "the caller saw the timeout %v after its deadline (allowed %v)", u.SeenAt.Sub(u.Deadline), seen.Add(c.o.Late).Sub(u.Deadline))
 	}
 	if !outage {
 		c.r.MaxLate = max(c.r.MaxLate, u.FinishedAt.Sub(u.Deadline))
@@ -369,7 +369,7 @@ func (c *checker) timedOut(u *Unit, es []Exec) {
 		}
 	case c.cutConcerns(id) || c.faulted(u.Claimer, u.ClaimedAt, u.Deadline, false):
 		c.r.TimedOutClaimerFault++
-	case c.faulted(Automator, u.ClaimedAt, u.Deadline, false):
+	case c.faulted(Automator, u.ClaimedAt, u.Deadline, false) || c.replicaFaulted(u.ClaimedAt, u.Deadline):
 		c.r.TimedOutAutomator++
 	default:
 		ran := "its script never ran"
@@ -396,6 +396,42 @@ func (c *checker) latestEnd(deadline time.Time) (time.Time, bool) {
 		}
 	}
 	return latest, outage
+}
+
+// latestSeen is the latest a caller may learn of an end due by latest: a
+// replica fault that began by then delays it until the fault is over (the
+// caller waits again on another replica, or on the same one restarted).
+func (c *checker) latestSeen(latest time.Time) time.Time {
+	seen := latest
+	for _, f := range c.h.Faults {
+		if !c.hitsReplica(f) || f.Start.After(latest) {
+			continue
+		}
+		if end := maxTime(f.Start, f.End).Add(c.o.Margin); end.After(latest.Add(-c.o.Late)) {
+			seen = maxTime(seen, end)
+		}
+	}
+	return seen
+}
+
+// hitsReplica: f targets one of the automator's replicas.
+func (c *checker) hitsReplica(f Fault) bool {
+	for _, r := range c.h.Replicas {
+		if slices.Contains(f.Targets, r) {
+			return true
+		}
+	}
+	return false
+}
+
+// replicaFaulted: a fault hit one of the replicas within [from, to].
+func (c *checker) replicaFaulted(from, to time.Time) bool {
+	for _, r := range c.h.Replicas {
+		if c.faulted(r, from, to, false) {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *checker) outageDuring(from, to time.Time) bool {

@@ -220,3 +220,32 @@ func TestParseExecLog(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckerCountsAReplicaFaultAsACauseNotAnOutage: with replicas, a unit
+// claimed while one replica was killed may time out (its poll answer was
+// lost with the replica), and its caller may learn of it once it waits on
+// another replica (here 5 s after the deadline, past the 4 s allowed with
+// every replica up); without that fault the same timeout is unexplained. A
+// replica's death is no outage of the automator: a timeout late while it
+// was down still breaks the deadline.
+func TestCheckerCountsAReplicaFaultAsACauseNotAnOutage(t *testing.T) {
+	unit := Unit{Key: "k-r1", WorkID: "r1", Expect: ExpectOutput, WantStdout: "x", SubmittedAt: at(50), QueuedAt: at(50), Deadline: at(60),
+		ClaimedAt: at(50.1), FinishedAt: at(60.01), Seen: true, SeenAt: at(65), State: StateTimedOut, Claimer: "a", FinalState: StateTimedOut}
+	replicaKill := Fault{Kind: "replica-kill", Targets: []string{"r0"}, Start: at(50.2), End: at(63.5)}
+	h := History{Instances: []string{"a", "b"}, Replicas: []string{"r0", "r1"}, Units: []Unit{unit}, Faults: []Fault{replicaKill}}
+	r := Check(h, Options{})
+	if err := r.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r.TimedOutAutomator != 1 {
+		t.Errorf("timed out because a replica crashed: %d, want 1", r.TimedOutAutomator)
+	}
+
+	h.Faults = nil
+	h.Units[0].SeenAt = at(60.1)
+	mustBreak(t, h, RuleExplained)
+
+	h.Faults = []Fault{replicaKill}
+	h.Units[0].FinishedAt, h.Units[0].SeenAt = at(63), at(63.1) // the other replica's sweeper was up
+	mustBreak(t, h, RuleDeadline)
+}

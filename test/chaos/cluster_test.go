@@ -35,6 +35,9 @@ type automator struct {
 	Host      string // the public URL's host (names the certificate)
 	Port      int
 	Plaintext bool // cleartext gRPC (h2c), so relays can see the calls
+	// ReplicaID names a replica of several on one PostgreSQL database
+	// (--replica-id); empty for the one automator on SQLite.
+	ReplicaID string
 
 	mu     sync.Mutex
 	proc   *proc
@@ -66,6 +69,9 @@ func (a *automator) Serve() error {
 	if a.Plaintext {
 		args = append(args, "--insecure-plaintext")
 	}
+	if a.ReplicaID != "" {
+		args = append(args, "--replica-id", a.ReplicaID)
+	}
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
 		if err = a.serveOnce(n, args); err == nil {
@@ -79,7 +85,11 @@ func (a *automator) Serve() error {
 
 func (a *automator) serveOnce(n int, args []string) error {
 	_ = os.Remove(filepath.Join(a.DataDir, config.FileServing))
-	p, err := startProc(a.t, fmt.Sprintf("automator-%d", n), filepath.Join(a.dir, "automator.log"), nil, bins.automator, args...)
+	name, logName := fmt.Sprintf("automator-%d", n), "automator.log"
+	if a.ReplicaID != "" {
+		name, logName = fmt.Sprintf("automator-%s-%d", a.ReplicaID, n), "automator-"+a.ReplicaID+".log"
+	}
+	p, err := startProc(a.t, name, filepath.Join(a.dir, logName), nil, bins.automator, args...)
 	if err != nil {
 		return err
 	}

@@ -11,5 +11,7 @@
 // outbound proxies of customer networks (ConnectProxy). The harness, the
 // fault schedule and the tests are in the _test files: `make test` runs a
 // short fixed-seed run, `make chaos` a long one with a random seed (see
-// chaos_test.go and docs/failure-semantics.md).
+// chaos_test.go and docs/failure-semantics.md). TestChaosPG (`make chaos
+// CHAOS_STORE=pg`) runs replicas of the automator on PostgreSQL instead,
+// each instance's relay balancing its connections over them.
 package chaos

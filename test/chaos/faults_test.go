@@ -30,6 +30,12 @@ const (
 	kindCutPoll         = "cut-poll-response"     // cut a Poll response carrying claims
 	kindCutCompleteReq  = "cut-complete-request"  // cut a Complete or CompleteBatch before the automator reads it
 	kindCutCompleteResp = "cut-complete-response" // cut the answer to a Complete or CompleteBatch
+
+	// With replicas on PostgreSQL (TestChaosPG), instead of automator-kill:
+	kindReplicaKill    = "replica-kill"     // SIGKILL one replica, restart it
+	kindReplicaNetDrop = "replica-net-drop" // reset every proxy connection to one replica
+	kindPGCrash        = "postgres-crash"   // pg_ctl restart -m immediate: PostgreSQL crashes and recovers
+	kindPGStop         = "postgres-stop"    // pg_ctl stop -m fast, start it again a little later
 )
 
 // Bounds of the schedule and of waits for recovery.
@@ -56,17 +62,35 @@ var allKinds = []string{
 	kindCutPoll, kindCutCompleteReq, kindCutCompleteResp,
 }
 
+// pgKinds is every fault kind of a run with replicas on PostgreSQL: the
+// proxies' and the network's as with one automator, and, instead of the
+// automator's crash, the faults of one replica and of PostgreSQL itself.
+var pgKinds = append(slices.DeleteFunc(slices.Clone(allKinds), func(k string) bool { return k == kindAutomatorKill }),
+	kindReplicaKill, kindReplicaNetDrop, kindPGCrash, kindPGStop)
+
 // kindWeights: how often each kind is drawn after the first round.
 var kindWeights = map[string]int{
 	kindProxyKill: 12, kindProxyKillPair: 5, kindProxyKillGroup: 3, kindAutomatorKill: 5, kindProxyPause: 8,
 	kindFailover: 4, kindNetDrop: 8, kindNetBlackhole: 6, kindNetIdleCut: 4, kindNetLatency: 6,
 	kindConnectRestart: 4, kindCutPoll: 10, kindCutCompleteReq: 8, kindCutCompleteResp: 8,
+	kindReplicaKill: 6, kindReplicaNetDrop: 5, kindPGCrash: 3, kindPGStop: 2,
 }
 
-// topology is the set of instances a schedule targets.
+// topology is the set of instances (and replicas) a schedule targets.
 type topology struct {
 	always []string  // active all run long (restarted after crashes)
 	pair   [2]string // active/passive: pair[0] active, pair[1] the warm standby
+	// replicas of the automator on PostgreSQL; none: one automator, and the
+	// kinds are allKinds, else pgKinds.
+	replicas []string
+}
+
+// kinds are the fault kinds of the topology's run.
+func (top topology) kinds() []string {
+	if len(top.replicas) > 0 {
+		return pgKinds
+	}
+	return allKinds
 }
 
 // planParams shape a schedule.
@@ -105,18 +129,21 @@ func (p planned) String() string {
 // random order); then kinds are drawn by weight. It never plans a fault that would leave no active
 // instance untouched (the survivors must pick up unclaimed work), never
 // two faults on one instance within the recovery time, never two
-// automator crashes at once.
+// automator crashes at once. With replicas: never a replica fault while
+// another replica or PostgreSQL is faulted, never a PostgreSQL fault while a
+// replica is.
 func plan(seed uint64, dur time.Duration, pp planParams, top topology) []planned {
 	gap := pp.gap
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	busy := map[string]time.Duration{}
 	active := 0 // index in top.pair of the active one
 	// The group kill goes first: it needs every active instance free.
-	first := slices.DeleteFunc(slices.Clone(allKinds), func(k string) bool { return k == kindProxyKillGroup })
+	kinds := top.kinds()
+	first := slices.DeleteFunc(slices.Clone(kinds), func(k string) bool { return k == kindProxyKillGroup })
 	rng.Shuffle(len(first), func(i, j int) { first[i], first[j] = first[j], first[i] })
 	first = append([]string{kindProxyKillGroup}, first...)
 	var weighted []string
-	for _, k := range allKinds {
+	for _, k := range kinds {
 		for range kindWeights[k] {
 			weighted = append(weighted, k)
 		}
@@ -177,6 +204,33 @@ func plan(seed uint64, dur time.Duration, pp planParams, top topology) []planned
 		case kindConnectRestart:
 			p.Targets, p.Hold = []string{connectRestartTarget}, between(500*time.Millisecond, 4*time.Second)
 			return p, len(free) >= 2 && slices.Contains(free, connectRestartTarget)
+		case kindReplicaKill, kindReplicaNetDrop:
+			var freeReplicas []string
+			for _, r := range top.replicas {
+				if busy[r] <= t {
+					freeReplicas = append(freeReplicas, r)
+				}
+			}
+			if busy[Automator] > t || len(freeReplicas) < len(top.replicas) || len(freeReplicas) == 0 {
+				return p, false
+			}
+			p.Targets = []string{freeReplicas[rng.IntN(len(freeReplicas))]}
+			if kind == kindReplicaKill {
+				p.Hold = between(300*time.Millisecond, 2500*time.Millisecond)
+			}
+			return p, true
+		case kindPGCrash, kindPGStop:
+			for _, r := range top.replicas {
+				if busy[r] > t {
+					return p, false
+				}
+			}
+			// A crash's hold is what the plan reckons recovery takes.
+			p.Targets, p.Hold = []string{Automator}, 2*time.Second
+			if kind == kindPGStop {
+				p.Hold = between(time.Second, 4*time.Second)
+			}
+			return p, busy[Automator] <= t
 		}
 		return p, false
 	}
@@ -226,6 +280,9 @@ type injector struct {
 	relays    map[string]*Relay
 	cuts      map[string]chan Cut // per instance, from its relay
 	connect   *ConnectProxy
+	// With replicas on PostgreSQL: the replicas by name, and the database.
+	replicas map[string]*automator
+	pg       *pgServer
 	// afterAutomatorRestart runs once the automator serves again (the
 	// callers' connections retry at once instead of backing off).
 	afterAutomatorRestart func()
@@ -335,6 +392,50 @@ func (j *injector) inject(p planned) {
 		}
 		if j.afterAutomatorRestart != nil {
 			j.afterAutomatorRestart()
+		}
+		j.record(Fault{Kind: p.Kind, Targets: p.Targets, Start: start, End: time.Now()})
+
+	case kindReplicaKill:
+		a := j.replicas[p.Targets[0]]
+		start := time.Now()
+		a.Kill()
+		time.Sleep(p.Hold)
+		if err := a.Serve(); err != nil {
+			j.t.Errorf("restarting replica %s: %v", a.ReplicaID, err)
+		}
+		if j.afterAutomatorRestart != nil {
+			j.afterAutomatorRestart()
+		}
+		j.record(Fault{Kind: p.Kind, Targets: p.Targets, Start: start, End: time.Now()})
+
+	case kindReplicaNetDrop:
+		a := j.replicas[p.Targets[0]]
+		start := time.Now()
+		n := 0
+		for _, r := range j.relays {
+			n += r.DropTo(a.Addr())
+		}
+		if n == 0 {
+			j.skip(p, "no proxy connection to drop")
+			return
+		}
+		j.record(Fault{Kind: p.Kind, Targets: p.Targets, Start: start, End: start})
+
+	case kindPGCrash:
+		start := time.Now()
+		if err := j.pg.crash(); err != nil {
+			j.t.Errorf("PostgreSQL did not restart after a crash: %v", err)
+		}
+		j.record(Fault{Kind: p.Kind, Targets: p.Targets, Start: start, End: time.Now()})
+
+	case kindPGStop:
+		start := time.Now()
+		if err := j.pg.stop(); err != nil {
+			j.t.Errorf("stopping PostgreSQL: %v", err)
+		}
+		time.Sleep(p.Hold)
+		if err := j.pg.start(); err != nil {
+			j.t.Errorf("starting PostgreSQL again: %v", err)
 		}
 		j.record(Fault{Kind: p.Kind, Targets: p.Targets, Start: start, End: time.Now()})
 

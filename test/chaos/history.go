@@ -22,6 +22,14 @@ type History struct {
 	Idle []Interval
 	// Instances names every instance of the run.
 	Instances []string
+	// Replicas names the automator's replicas when several share one
+	// PostgreSQL database (empty with one automator). A fault that targets
+	// one replica is not an outage of the automator: the others serve on,
+	// and their sweepers keep the deadlines. It explains the timeout of a
+	// claimed unit (the poll answer or the result on its way through that
+	// replica is lost with it), and a caller waiting on it learns of the end
+	// late, once it waits again on another replica.
+	Replicas []string
 	// Stalls are intervals when the test machine itself stood still (the
 	// harness's own timers fired late): every process was frozen, so they
 	// count as an outage of everything.

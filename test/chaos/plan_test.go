@@ -11,8 +11,11 @@ import (
 // TestPlanIsASeedsFunctionAndCoversEveryKind: a seed replays the same
 // schedule; both run shapes inject every kind, leave an active instance
 // untouched at every fault, and never kill the automator twice at once.
+// With replicas (TestChaosPG) the kinds are pgKinds.
 func TestPlanIsASeedsFunctionAndCoversEveryKind(t *testing.T) {
 	top := topology{always: []string{"p1", "p2", "p3", "pc"}, pair: [2]string{"p4", "sb"}}
+	pgTop := top
+	pgTop.replicas = []string{"r0", "r1"}
 	for _, rc := range []struct {
 		dur time.Duration
 		pp  planParams
@@ -20,18 +23,27 @@ func TestPlanIsASeedsFunctionAndCoversEveryKind(t *testing.T) {
 		{40 * time.Second, planParams{gap: 1500 * time.Millisecond, maxPause: 8 * time.Second, maxBlackhole: 5 * time.Second, recovery: 3 * time.Second}},
 		{6 * time.Minute, planParams{gap: 3 * time.Second, maxPause: 12 * time.Second, maxBlackhole: 10 * time.Second, recovery: 6 * time.Second}},
 	} {
-		for seed := uint64(1); seed <= 50; seed++ {
-			a, b := plan(seed, rc.dur, rc.pp, top), plan(seed, rc.dur, rc.pp, top)
-			if !slices.EqualFunc(a, b, func(x, y planned) bool { return x.String() == y.String() }) {
-				t.Fatalf("seed %d planned two different schedules", seed)
-			}
-			seen := map[string]bool{}
-			for _, p := range a {
-				seen[p.Kind] = true
-			}
-			for _, k := range allKinds {
-				if !seen[k] {
-					t.Errorf("%v, seed %d: no %s planned", rc.dur, seed, k)
+		for _, top := range []topology{top, pgTop} {
+			for seed := uint64(1); seed <= 50; seed++ {
+				dur := rc.dur
+				if len(top.replicas) > 0 && dur < pgShortDuration {
+					dur = pgShortDuration
+				}
+				a, b := plan(seed, dur, rc.pp, top), plan(seed, dur, rc.pp, top)
+				if !slices.EqualFunc(a, b, func(x, y planned) bool { return x.String() == y.String() }) {
+					t.Fatalf("seed %d planned two different schedules", seed)
+				}
+				seen := map[string]bool{}
+				for _, p := range a {
+					seen[p.Kind] = true
+				}
+				for _, k := range top.kinds() {
+					if !seen[k] {
+						t.Errorf("%v, replicas %v, seed %d: no %s planned", rc.dur, top.replicas, seed, k)
+					}
+				}
+				if len(top.replicas) > 0 && (seen[kindAutomatorKill] || !seen[kindReplicaKill]) {
+					t.Errorf("%v, seed %d: replicas get automator-kill %v, replica-kill %v; want only replica-kill", rc.dur, seed, seen[kindAutomatorKill], seen[kindReplicaKill])
 				}
 			}
 		}

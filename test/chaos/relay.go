@@ -19,9 +19,11 @@ import (
 // the client's header blocks and the gRPC messages in DATA frames. Over TLS
 // (h2c false) it relays opaque bytes and the cuts are never taken.
 type Relay struct {
-	target string
-	h2c    bool
-	onCut  func(Cut)
+	// targets: a connection goes to the first that accepts it, as through
+	// a layer-4 load balancer whose health check is the connect.
+	targets []string
+	h2c     bool
+	onCut   func(Cut)
 
 	mu        sync.Mutex
 	ln        net.Listener
@@ -85,7 +87,18 @@ type Cut struct {
 // target. With h2c it recognises gRPC calls (cleartext HTTP/2) so cuts can
 // be armed. onCut, if set, is called when an armed cut is made.
 func NewRelay(target string, h2c bool, onCut func(Cut)) (*Relay, error) {
-	r := &Relay{target: target, h2c: h2c, onCut: onCut, links: make(map[*link]struct{}), armed: make(map[CutKind]bool)}
+	return NewBalancingRelay([]string{target}, h2c, onCut)
+}
+
+// NewBalancingRelay is NewRelay in front of several targets (replicas of
+// the automator): each new connection goes to the first target, in the
+// order given, that accepts it, so the first is the instance's home and the
+// others take over while it is down.
+func NewBalancingRelay(targets []string, h2c bool, onCut func(Cut)) (*Relay, error) {
+	if len(targets) == 0 {
+		return nil, errors.New("a relay needs a target")
+	}
+	r := &Relay{targets: targets, h2c: h2c, onCut: onCut, links: make(map[*link]struct{}), armed: make(map[CutKind]bool)}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -135,6 +148,19 @@ func (r *Relay) DropAll() int {
 		l.close()
 	}
 	return len(ls)
+}
+
+// DropTo resets every open connection relayed to target and returns how
+// many there were.
+func (r *Relay) DropTo(target string) int {
+	n := 0
+	for _, l := range r.snapshot() {
+		if l.target == target {
+			l.close()
+			n++
+		}
+	}
+	return n
 }
 
 // StallExisting black-holes every open connection for good: what each end
@@ -286,12 +312,17 @@ func (r *Relay) handle(client net.Conn) {
 	r.mu.Unlock()
 	l := &link{r: r, client: client, done: make(chan struct{}), stalled: stalled}
 	if !stalled {
-		server, err := net.DialTimeout("tcp", r.target, 5*time.Second)
-		if err != nil {
+		for _, target := range r.targets {
+			server, err := net.DialTimeout("tcp", target, 5*time.Second)
+			if err == nil {
+				l.server, l.target = server, target
+				break
+			}
+		}
+		if l.server == nil {
 			reset(client) // what the proxy sees of an automator that is down
 			return
 		}
-		l.server = server
 	}
 	r.mu.Lock()
 	if r.closed || r.ln == nil {
@@ -320,6 +351,7 @@ func (r *Relay) handle(client net.Conn) {
 type link struct {
 	r              *Relay
 	client, server net.Conn // server is nil for a connection made during a partition
+	target         string   // the target server is connected to
 	done           chan struct{}
 	closeOnce      sync.Once
 

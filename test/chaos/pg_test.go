@@ -1,0 +1,212 @@
+//go:build linux
+
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/internal/proctest"
+)
+
+// pgServer is a throwaway PostgreSQL cluster of the run's own, started by
+// scripts/pg-start.sh: the run crashes and stops it, so it cannot share the
+// server other packages' tests use (AUTOMATOR_TEST_POSTGRES).
+type pgServer struct {
+	URL  string
+	dir  string // the cluster's directory (pg-start.sh's AUTOMATOR_TEST_PGDIR)
+	ctl  string // pg_ctl of the binaries that run it
+	port string
+	// The cluster's owner, who runs pg_ctl, when the test runs as root.
+	cred *syscall.Credential
+}
+
+// startPG starts the cluster; it is removed when the test ends. Without
+// PostgreSQL binaries the test is skipped, or fails under
+// AUTOMATOR_REQUIRE_POSTGRES (make test).
+func startPG(t *testing.T) *pgServer {
+	t.Helper()
+	script, err := filepath.Abs(filepath.Join("..", "..", "scripts", "pg-start.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(script)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) && exit.ExitCode() == 3 && os.Getenv("AUTOMATOR_REQUIRE_POSTGRES") == "" {
+			t.Skipf("no PostgreSQL installed: %s", strings.TrimSpace(stderr.String()))
+		}
+		t.Fatalf("scripts/pg-start.sh: %v: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	pg := &pgServer{}
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		k, v, ok := strings.Cut(strings.TrimPrefix(line, "export "), "=")
+		if !ok {
+			continue
+		}
+		switch v = strings.Trim(v, "'"); k {
+		case "AUTOMATOR_TEST_POSTGRES":
+			pg.URL = v
+		case "AUTOMATOR_TEST_PGDIR":
+			pg.dir = v
+		}
+	}
+	if pg.URL == "" || pg.dir == "" {
+		t.Fatalf("scripts/pg-start.sh printed no URL and directory: %q", stdout.String())
+	}
+	t.Cleanup(func() {
+		stop := filepath.Join(filepath.Dir(script), "pg-stop.sh")
+		if out, err := exec.Command(stop, pg.dir).CombinedOutput(); err != nil {
+			t.Errorf("scripts/pg-stop.sh: %v: %s", err, out)
+		}
+	})
+	// postmaster.opts starts with the path of the postgres binary.
+	opts, err := os.ReadFile(filepath.Join(pg.dir, "data", "postmaster.opts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := strings.Fields(string(opts))
+	if len(fields) == 0 {
+		t.Fatalf("postmaster.opts is empty")
+	}
+	pg.ctl = filepath.Join(filepath.Dir(fields[0]), "pg_ctl")
+	port, err := os.ReadFile(filepath.Join(pg.dir, "port"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg.port = strings.TrimSpace(string(port))
+	if os.Getuid() == 0 {
+		fi, err := os.Stat(filepath.Join(pg.dir, "data"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		pg.cred = &syscall.Credential{Uid: st.Uid, Gid: st.Gid, Groups: []uint32{}}
+	}
+	// pg-start.sh's cluster does not wait for the WAL at commit
+	// (synchronous_commit off): a crash of PostgreSQL would lose commits it
+	// acknowledged. The replicas' guarantees rest on a durable commit, so
+	// this cluster waits. (fsync stays off: the machine does not crash,
+	// only PostgreSQL, and what it wrote is in the page cache.)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, q := range []string{"ALTER SYSTEM SET synchronous_commit = on", "SELECT pg_reload_conf()"} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	return pg
+}
+
+// pgCtl runs pg_ctl on the cluster as its owner.
+func (pg *pgServer) pgCtl(args ...string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, pg.ctl, append([]string{"-D", filepath.Join(pg.dir, "data")}, args...)...)
+	cmd.Dir = pg.dir
+	if pg.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: pg.cred}
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("pg_ctl %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// crash is an immediate restart: every PostgreSQL process quits at once,
+// without a checkpoint, and the server recovers from its WAL when it starts
+// again. It returns once it accepts connections.
+func (pg *pgServer) crash() error {
+	return pg.pgCtl("restart", "-m", "immediate", "-w", "-t", "120", "-l", filepath.Join(pg.dir, "postgres.log"))
+}
+
+// stop is a fast shutdown: sessions are ended, a checkpoint written.
+func (pg *pgServer) stop() error { return pg.pgCtl("stop", "-m", "fast", "-w", "-t", "60") }
+
+// start starts the stopped cluster on its port.
+func (pg *pgServer) start() error {
+	return pg.pgCtl("start", "-w", "-t", "120", "-l", filepath.Join(pg.dir, "postgres.log"), "-o", "-p "+pg.port)
+}
+
+// newReplicas initialises one automator on the database at url and gives
+// n replicas copies of its data directory (same keys, certificate and API
+// key), each with a port of its own, as docs/several-automators.md says to
+// set them up; Serve starts each.
+func newReplicas(t *testing.T, dir, url string, n int) []*automator {
+	t.Helper()
+	binaries(t)
+	var out []*automator
+	for i := range n {
+		id := fmt.Sprintf("r%d", i)
+		out = append(out, &automator{t: t, dir: dir, DataDir: filepath.Join(dir, "data-"+id), Host: "127.0.0.1", Port: proctest.FreePort(t), Plaintext: true, ReplicaID: id})
+	}
+	first := out[0]
+	if o, err := exec.Command(bins.automator, "init", "--data-dir", first.DataDir, "--db", url,
+		"--public-url", fmt.Sprintf("https://%s:%d", first.Host, first.Port)).CombinedOutput(); err != nil {
+		t.Fatalf("automator init: %v\n%s", err, o)
+	}
+	for _, a := range out[1:] {
+		copyDataDir(t, first.DataDir, a.DataDir)
+	}
+	return out
+}
+
+// copyDataDir copies the regular files of a data directory but its
+// serving.yaml.
+func copyDataDir(t *testing.T, from, to string) {
+	t.Helper()
+	if err := os.MkdirAll(to, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() || e.Name() == config.FileServing {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		src, err := os.Open(filepath.Join(from, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst, err := os.OpenFile(filepath.Join(to, e.Name()), os.O_CREATE|os.O_WRONLY|os.O_EXCL, info.Mode().Perm())
+		if err != nil {
+			src.Close()
+			t.Fatal(err)
+		}
+		_, err = io.Copy(dst, src)
+		src.Close()
+		if cerr := dst.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
