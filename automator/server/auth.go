@@ -217,9 +217,10 @@ func (s *Server) allow(ctx context.Context, account, method string) error {
 // the log. A database out of disk space is no secret and is the operator's
 // to mend, so it gets ResourceExhausted (gRPC's code for a full file
 // system) and says so. A database that cannot be reached (PostgreSQL
-// restarting) gets Unavailable, which callers retry. A store call that failed because the call's own
-// context ended is no error of the automator's: the caller gets its
-// context's status, and the log a debug line.
+// restarting) gets Unavailable, which callers retry. A store call that
+// failed because the call's own context ended is no error of the
+// automator's: the caller gets its context's status, and the log a debug
+// line.
 func (s *Server) internal(ctx context.Context, doing string, err error) error {
 	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		// The caller left (a proxy stopping, a caller giving up) while
