@@ -45,29 +45,64 @@ func codeBlocks(text string) []codeBlock {
 }
 
 var (
-	cliCall = regexp.MustCompile(`(?:^|[\s'/\\&;(])(proxy|automator)(?:\.exe)?'?\s+(install|start|stop|status|uninstall|run|exec|account create|init|serve)\b([^;&|>]*)`)
+	// A proxy or automator command: the program (its path, .exe, quotes
+	// aside), the `--service NAME` of a service's command line, the verb and
+	// what follows up to a shell separator.
+	cliCall = regexp.MustCompile(`(?:^|[\s'"/\\&;(])(proxy|automator)(?:\.exe)?['"]?\s+(?:(--service)\s+\S+\s+)?(install|start|stop|status|uninstall|run|exec|account create|init|serve|replicas)\b([^;&|>]*)`)
 	flagRef = regexp.MustCompile(`(?:^|\s)(--?[a-z][a-z-]*)`)
 )
+
+// cliHelps holds the usage of each `PROG VERB -h` of the built binaries,
+// asked once.
+type cliHelps map[string]string
+
+func (h cliHelps) usage(prog, verb string) string {
+	key := prog + " " + verb
+	if u, ok := h[key]; ok {
+		return u
+	}
+	path := bin.proxy
+	if prog == "automator" {
+		path = bin.automator
+	}
+	r := runCLI(path, append(strings.Fields(verb), "-h")...)
+	h[key] = r.Stderr + r.Stdout
+	return h[key]
+}
+
+// checkCLICalls checks every proxy or automator command in line, found in
+// where: it names a verb and flags the binaries accept (`--service NAME`
+// only before run, as a service runs it). It returns how many it found.
+func (h cliHelps) checkCLICalls(t *testing.T, where, line string) int {
+	t.Helper()
+	calls := cliCall.FindAllStringSubmatch(line, -1)
+	for _, m := range calls {
+		prog, service, verb, rest := m[1], m[2], m[3], m[4]
+		usage := h.usage(prog, verb)
+		if !strings.Contains(usage, "Usage of") && !strings.Contains(usage, "-") {
+			t.Errorf("%s: %s %s: no usage from the binary: %q", where, prog, verb, usage)
+		}
+		if service != "" && verb != "run" {
+			t.Errorf("%s: `%s` gives --service to %s: only `%s --service NAME run` runs as a service", where, strings.TrimSpace(line), verb, prog)
+		}
+		for _, f := range flagRef.FindAllStringSubmatch(rest, -1) {
+			name := strings.TrimLeft(f[1], "-")
+			// The flag package's list ("  -name string") or a usage line ("[--name NAME]").
+			known := regexp.MustCompile(`(^|[\s\[])--?` + regexp.QuoteMeta(name) + `([\s=\]]|$)`)
+			if !known.MatchString(usage) {
+				t.Errorf("%s: `%s` uses %s, which `%s %s` does not accept", where, strings.TrimSpace(line), f[1], prog, verb)
+			}
+		}
+	}
+	return len(calls)
+}
 
 // TestDocsPagesExistAndTheirCommandsMatchTheCLI: the pages exist, every
 // command block is Linux shell (run on the build host) or PowerShell marked
 // Windows only, and every proxy or automator command in them names a verb
 // and flags the binaries accept.
 func TestDocsPagesExistAndTheirCommandsMatchTheCLI(t *testing.T) {
-	helps := map[string]string{}
-	help := func(prog, verb string) string {
-		key := prog + " " + verb
-		if h, ok := helps[key]; ok {
-			return h
-		}
-		path := bin.proxy
-		if prog == "automator" {
-			path = bin.automator
-		}
-		r := runCLI(path, append(strings.Fields(verb), "-h")...)
-		helps[key] = r.Stderr + r.Stdout
-		return helps[key]
-	}
+	helps := cliHelps{}
 	for page, title := range docPages {
 		data, err := os.ReadFile(filepath.Join("..", "..", "docs", page))
 		if err != nil {
@@ -93,21 +128,7 @@ func TestDocsPagesExistAndTheirCommandsMatchTheCLI(t *testing.T) {
 				continue
 			}
 			for _, line := range b.lines {
-				for _, m := range cliCall.FindAllStringSubmatch(line, -1) {
-					calls++
-					usage := help(m[1], m[2])
-					if !strings.Contains(usage, "Usage of") && !strings.Contains(usage, "-") {
-						t.Errorf("docs/%s: %s %s: no usage from the binary: %q", page, m[1], m[2], usage)
-					}
-					for _, f := range flagRef.FindAllStringSubmatch(m[3], -1) {
-						name := strings.TrimLeft(f[1], "-")
-						// The flag package's list ("  -name string") or a usage line ("[--name NAME]").
-						known := regexp.MustCompile(`(^|[\s\[])--?` + regexp.QuoteMeta(name) + `([\s=\]]|$)`)
-						if !known.MatchString(usage) {
-							t.Errorf("docs/%s: `%s` uses %s, which `%s %s` does not accept", page, strings.TrimSpace(line), f[1], m[1], m[2])
-						}
-					}
-				}
+				calls += helps.checkCLICalls(t, "docs/"+page, line)
 			}
 		}
 		if calls == 0 {
