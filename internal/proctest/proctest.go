@@ -148,6 +148,13 @@ type Proc struct {
 // build), and, if the test failed, logs the log's tail.
 func Start(t testing.TB, name, path string, args ...string) *Proc {
 	t.Helper()
+	return StartEnv(t, name, nil, path, args...)
+}
+
+// StartEnv is Start with the environment env (KEY=value), or this
+// process's when env is nil.
+func StartEnv(t testing.TB, name string, env []string, path string, args ...string) *Proc {
+	t.Helper()
 	logPath := filepath.Join(t.TempDir(), name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
@@ -155,6 +162,7 @@ func Start(t testing.TB, name, path string, args ...string) *Proc {
 	}
 	defer f.Close() // the child has its own copy
 	cmd := exec.Command(path, args...)
+	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

@@ -8,6 +8,11 @@
 // (opsgate-test-XXXXXX), and every test uninstalls what it installed, even
 // when it fails, so a real installation on the host is never touched.
 //
+// The deploy files are checked here too: the systemd units by
+// `systemd-analyze verify` and against the proxy's flags, and
+// deploy/compose/compose.yaml, which Docker cannot run on the build
+// machine, run as local processes.
+//
 // The binaries are built once per run by TestMain, under /var/lib when run
 // as root: a systemd service with PrivateTmp could not see /tmp.
 package service

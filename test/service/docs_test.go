@@ -10,12 +10,14 @@ import (
 	"testing"
 )
 
-// The operator's pages of issue 5, and their titles.
+// The operator's pages of issue 5, the replicas' page (its compose
+// commands), and their titles.
 var docPages = map[string]string{
-	"install-proxy.md": "Install the proxy",
-	"active-active.md": "Run two proxies active/active",
-	"warm-standby.md":  "Keep a warm standby and fail over",
-	"upgrade-proxy.md": "Upgrade a proxy",
+	"install-proxy.md":      "Install the proxy",
+	"active-active.md":      "Run two proxies active/active",
+	"warm-standby.md":       "Keep a warm standby and fail over",
+	"upgrade-proxy.md":      "Upgrade a proxy",
+	"several-automators.md": "Run several automators",
 }
 
 type codeBlock struct {

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/store/pgstore/pgtest"
 	"github.com/opsgate/opsgate/internal/proctest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"github.com/opsgate/opsgate/proxy/agent"
@@ -47,7 +48,8 @@ func runTests(m *testing.M) int {
 		return 2
 	}
 	bin.dir, bin.automator, bin.proxy = b.Dir, b.Automator, b.Proxy
-	return proctest.NoLeaks("service tests", m.Run())
+	// PostgreSQL for the compose topology's replicas.
+	return proctest.NoLeaks("service tests", pgtest.Main(m))
 }
 
 // requireRoot skips a test that installs a service, saying why.
