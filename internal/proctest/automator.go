@@ -170,3 +170,43 @@ func AwaitNoOpenPolls(t testing.TB, dataDir, account string, within time.Duratio
 	}
 	t.Fatalf("the automator still holds %s polls of %s open after %v (\"no\": no gauge line for the account)", open, account, within)
 }
+
+// CopyDataDir copies the regular files of an automator's data directory but
+// its serving.yaml, as an operator gives a replica its own copy of the
+// first one's (same master key, CA, certificate and API key).
+func CopyDataDir(t testing.TB, from, to string) {
+	t.Helper()
+	if err := os.MkdirAll(to, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() || e.Name() == config.FileServing {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		src, err := os.Open(filepath.Join(from, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst, err := os.OpenFile(filepath.Join(to, e.Name()), os.O_CREATE|os.O_WRONLY|os.O_EXCL, info.Mode().Perm())
+		if err != nil {
+			src.Close()
+			t.Fatal(err)
+		}
+		_, err = io.Copy(dst, src)
+		src.Close()
+		if cerr := dst.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/internal/proctest"
 )
 
@@ -167,46 +165,7 @@ func newReplicas(t *testing.T, dir, url string, n int) []*automator {
 		t.Fatalf("automator init: %v\n%s", err, o)
 	}
 	for _, a := range out[1:] {
-		copyDataDir(t, first.DataDir, a.DataDir)
+		proctest.CopyDataDir(t, first.DataDir, a.DataDir)
 	}
 	return out
-}
-
-// copyDataDir copies the regular files of a data directory but its
-// serving.yaml.
-func copyDataDir(t *testing.T, from, to string) {
-	t.Helper()
-	if err := os.MkdirAll(to, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	entries, err := os.ReadDir(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if !e.Type().IsRegular() || e.Name() == config.FileServing {
-			continue
-		}
-		info, err := e.Info()
-		if err != nil {
-			t.Fatal(err)
-		}
-		src, err := os.Open(filepath.Join(from, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		dst, err := os.OpenFile(filepath.Join(to, e.Name()), os.O_CREATE|os.O_WRONLY|os.O_EXCL, info.Mode().Perm())
-		if err != nil {
-			src.Close()
-			t.Fatal(err)
-		}
-		_, err = io.Copy(dst, src)
-		src.Close()
-		if cerr := dst.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 }

@@ -4,7 +4,6 @@ package replicas
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,43 +50,6 @@ func run(path string, args ...string) (code int, stdout, stderr string) {
 	return r.Code, r.Stdout, r.Stderr
 }
 
-// copyDir copies the regular files of a data directory.
-func copyDir(t testing.TB, from, to string) {
-	t.Helper()
-	if err := os.MkdirAll(to, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	entries, err := os.ReadDir(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if !e.Type().IsRegular() || e.Name() == config.FileServing {
-			continue
-		}
-		info, err := e.Info()
-		if err != nil {
-			t.Fatal(err)
-		}
-		src, err := os.Open(filepath.Join(from, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		dst, err := os.OpenFile(filepath.Join(to, e.Name()), os.O_CREATE|os.O_WRONLY|os.O_EXCL, info.Mode().Perm())
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = io.Copy(dst, src)
-		src.Close()
-		if cerr := dst.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // ---- replicas ----
 
 // replica is one `automator serve` process with a data directory of its own
@@ -128,7 +90,7 @@ func newCluster(t testing.TB, dsn string, n int) *cluster {
 		t.Fatalf("automator init: exit %d\n%s%s", code, out, errOut)
 	}
 	for _, r := range c.Replicas[1:] {
-		copyDir(t, first.DataDir, r.DataDir)
+		proctest.CopyDataDir(t, first.DataDir, r.DataDir)
 	}
 	var err error
 	if c.caPEM, err = os.ReadFile(filepath.Join(first.DataDir, config.FileCACert)); err != nil {

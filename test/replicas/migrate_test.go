@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/opsgate/opsgate/automator/store/pgstore/pgtest"
+	"github.com/opsgate/opsgate/internal/proctest"
 )
 
 // TestTwoReplicasStartingTogetherMigrateAnEmptyDatabaseOnce starts two
@@ -26,7 +27,7 @@ func TestTwoReplicasStartingTogetherMigrateAnEmptyDatabaseOnce(t *testing.T) {
 	if code, out, errOut := run(bin.automator, "init", "--data-dir", dirs[0], "--public-url", "https://127.0.0.1:8443"); code != 0 {
 		t.Fatalf("automator init: exit %d\n%s%s", code, out, errOut)
 	}
-	copyDir(t, dirs[0], dirs[1])
+	proctest.CopyDataDir(t, dirs[0], dirs[1])
 
 	var replicas []*replica
 	for i, dir := range dirs {
