@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/opsgate/opsgate/internal/waittest"
@@ -99,43 +100,14 @@ func holdStateDir(dir string) int {
 // active one died needs.
 func TestStateDirIsFreedWhenItsHolderIsKilled(t *testing.T) {
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), lockHolderEnv+"="+dir)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stdin.Close()
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	killed := false
-	t.Cleanup(func() {
-		if !killed {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	})
-	said := make(chan string, 1)
-	go func() { line, _ := bufio.NewReader(stdout).ReadString('\n'); said <- line }()
-	if line := waittest.Recv(t, said, "the child to say it holds the state_dir"); line != "held\n" {
-		t.Fatalf("the child did not take the state_dir: %q", line)
-	}
+	pid, kill := holdInChild(t, dir)
 
-	_, err = LockStateDir(dir)
+	_, err := LockStateDir(dir)
 	var held *StateDirHeldError
-	if !errors.As(err, &held) || held.PID != cmd.Process.Pid {
-		t.Fatalf("lock while the child holds it: %v; want it refused naming the child's pid %d", err, cmd.Process.Pid)
+	if !errors.As(err, &held) || held.PID != pid {
+		t.Fatalf("lock while the child holds it: %v; want it refused naming the child's pid %d", err, pid)
 	}
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	killed = true
+	kill()
 	l, err := LockStateDir(dir)
 	if err != nil {
 		t.Fatalf("lock after its holder was killed: %v", err)
@@ -166,38 +138,15 @@ func TestCheckStateDirTellsWithoutChangingAnything(t *testing.T) {
 		t.Fatalf("the check made files: %v", entries)
 	}
 
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), lockHolderEnv+"="+dir)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stdin.Close()
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	killed := false
-	t.Cleanup(func() {
-		if !killed {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	})
-	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "held\n" {
-		t.Fatalf("the child did not take the state_dir: %q", line)
-	}
+	pid, kill := holdInChild(t, dir)
 	lockPath := filepath.Join(dir, LockFileName)
 	before, _ := os.ReadFile(lockPath)
 	fiBefore, _ := os.Stat(lockPath)
 	for range 2 {
-		err = CheckStateDir(dir)
+		err := CheckStateDir(dir)
 		var held *StateDirHeldError
-		if !errors.As(err, &held) || held.Dir != dir || held.PID != cmd.Process.Pid {
-			t.Fatalf("check while the child holds it: %v; want a StateDirHeldError naming the child's pid %d", err, cmd.Process.Pid)
+		if !errors.As(err, &held) || held.Dir != dir || held.PID != pid {
+			t.Fatalf("check while the child holds it: %v; want a StateDirHeldError naming the child's pid %d", err, pid)
 		}
 	}
 	fiAfter, _ := os.Stat(lockPath)
@@ -205,11 +154,7 @@ func TestCheckStateDirTellsWithoutChangingAnything(t *testing.T) {
 		t.Errorf("the check changed the lock file: %q to %q", before, after)
 	}
 
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	killed = true
+	kill()
 	if err := CheckStateDir(dir); err != nil {
 		t.Fatalf("check after the holder was killed: %v", err)
 	}
@@ -218,4 +163,42 @@ func TestCheckStateDirTellsWithoutChangingAnything(t *testing.T) {
 		t.Fatalf("lock after checks of a free state_dir: %v", err)
 	}
 	l.Release()
+}
+
+// holdInChild has a child process (this test binary) take the state_dir
+// dir and returns its pid once it holds it, and kill, which kills it with
+// no code of its own running (SIGKILL, TerminateProcess) and reaps it; the
+// test's end kills it too.
+func holdInChild(t *testing.T, dir string) (pid int, kill func()) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), lockHolderEnv+"="+dir)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	kill = func() {
+		once.Do(func() {
+			if err := cmd.Process.Kill(); err != nil {
+				t.Error(err)
+			}
+			_ = cmd.Wait()
+			stdin.Close()
+		})
+	}
+	t.Cleanup(kill)
+	said := make(chan string, 1)
+	go func() { line, _ := bufio.NewReader(stdout).ReadString('\n'); said <- line }()
+	if line := waittest.Recv(t, said, "the child to say it holds the state_dir"); line != "held\n" {
+		t.Fatalf("the child did not take the state_dir: %q", line)
+	}
+	return cmd.Process.Pid, kill
 }
