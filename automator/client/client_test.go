@@ -188,15 +188,7 @@ func TestConnectionCutMidWaitEndsInTheResult(t *testing.T) {
 		{"fail over to the next address", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			waits := make(chan string, 16)
-			a := automatortest.Start(t, automatortest.Options{Interceptors: []grpc.UnaryServerInterceptor{
-				func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-					if info.FullMethod == automatorv1.AutomatorService_Wait_FullMethodName {
-						waits <- req.(*automatorv1.WaitRequest).GetWorkId()
-					}
-					return h(ctx, req)
-				},
-			}})
+			a, waits := startTellingWaits(t)
 			r := startRelay(t, a.GRPCAddr)
 			addrs := []string{r.url()} // the relay only: a new connection through it
 			if tc.down {
@@ -477,15 +469,7 @@ func ExampleClient_ExecuteOnProxy() {
 // the automator answered in between, so the retry budget starts again from
 // each cut, not from the first.
 func TestWaitCutAgainAndAgainIsResumedEachTime(t *testing.T) {
-	waits := make(chan string, 16)
-	a := automatortest.Start(t, automatortest.Options{Interceptors: []grpc.UnaryServerInterceptor{
-		func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			if info.FullMethod == automatorv1.AutomatorService_Wait_FullMethodName {
-				waits <- req.(*automatorv1.WaitRequest).GetWorkId()
-			}
-			return h(ctx, req)
-		},
-	}})
+	a, waits := startTellingWaits(t)
 	r := startRelay(t, a.GRPCAddr)
 	const retryFor = time.Second
 	c, err := client.New(client.Config{Addresses: []string{r.url()}, APIKey: a.APIKey, CAPEM: a.CAPEM, ServerName: "127.0.0.1", RetryFor: retryFor})
@@ -650,4 +634,20 @@ func TestNegativeTimeoutIsRefused(t *testing.T) {
 	if got := w.Deadline.Sub(w.QueuedAt); got != 5*time.Minute {
 		t.Errorf("WithTimeout(0): deadline %v after queueing; want the default, 5m", got)
 	}
+}
+
+// startTellingWaits starts an automator that sends the work id of every
+// Wait it is called with on waits (up to 16 not yet received).
+func startTellingWaits(t *testing.T) (a *automatortest.Automator, waits <-chan string) {
+	t.Helper()
+	ch := make(chan string, 16)
+	a = automatortest.Start(t, automatortest.Options{Interceptors: []grpc.UnaryServerInterceptor{
+		func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if info.FullMethod == automatorv1.AutomatorService_Wait_FullMethodName {
+				ch <- req.(*automatorv1.WaitRequest).GetWorkId()
+			}
+			return h(ctx, req)
+		},
+	}})
+	return a, ch
 }
