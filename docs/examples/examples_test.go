@@ -101,19 +101,7 @@ func TestPythonExample(t *testing.T) {
 	}
 	a := start(t)
 	run := func(stdin string, args ...string) (int, string, string) {
-		cmd := exec.Command(py, append([]string{"execute.py"}, args...)...)
-		cmd.Env = exampleEnv(a)
-		cmd.Stdin = strings.NewReader(stdin)
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatalf("execute.py: %v", err)
-		}
-		return code, out.String(), errb.String()
+		return runPython(t, py, exampleEnv(a), stdin, args...)
 	}
 	code, out, errs := run("", "hello.sh", "python")
 	if code != 0 || !strings.HasPrefix(out, "hello python from instance docs-a") {
@@ -177,23 +165,31 @@ func TestPythonExampleCallFailureExits255(t *testing.T) {
 		{"no automator listening", unreachable, closed.Addr().String()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cmd := exec.Command(py, "execute.py", "hello.sh")
-			cmd.Env = append(os.Environ(), "AUTOMATOR_HTTP="+tc.url, "AUTOMATOR_API_KEY=oak_x")
-			cmd.Stdin = strings.NewReader("")
-			var out, errb bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &errb
-			err := cmd.Run()
-			code := 0
-			if ee, ok := err.(*exec.ExitError); ok {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			lines := strings.Split(strings.TrimSpace(errb.String()), "\n")
+			code, _, errs := runPython(t, py, append(os.Environ(), "AUTOMATOR_HTTP="+tc.url, "AUTOMATOR_API_KEY=oak_x"), "", "hello.sh")
+			lines := strings.Split(strings.TrimSpace(errs), "\n")
 			last := lines[len(lines)-1]
-			if code != 255 || strings.Contains(errb.String(), "Traceback") || !strings.Contains(last, tc.want) {
-				t.Errorf("exit %d, stderr:\n%s\nwant 255 and a last line naming %q, no traceback", code, errb.String(), tc.want)
+			if code != 255 || strings.Contains(errs, "Traceback") || !strings.Contains(last, tc.want) {
+				t.Errorf("exit %d, stderr:\n%s\nwant 255 and a last line naming %q, no traceback", code, errs, tc.want)
 			}
 		})
 	}
+}
+
+// runPython runs execute.py with args, env and stdin, and returns its exit
+// code, stdout and stderr.
+func runPython(t *testing.T, py string, env []string, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(py, append([]string{"execute.py"}, args...)...)
+	cmd.Env = env
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("execute.py: %v", err)
+	}
+	return code, out.String(), errb.String()
 }
