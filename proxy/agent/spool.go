@@ -105,7 +105,9 @@ var deviceName = regexp.MustCompile(`^(con|prn|aux|nul|com[0-9]|lpt[0-9])(\.|$)`
 
 func (s *spool) path(workID string) string {
 	name := workID
-	if !safeName.MatchString(workID) || deviceName.MatchString(workID) {
+	// An id that starts like an encoded one is encoded too, so no id
+	// names the file of another.
+	if !safeName.MatchString(workID) || deviceName.MatchString(workID) || strings.HasPrefix(workID, "x-") {
 		name = "x-" + hex.EncodeToString([]byte(workID))
 	}
 	return filepath.Join(s.dir, name+".json")

@@ -409,7 +409,9 @@ func TestSpoolNamesOddWorkIDsSafely(t *testing.T) {
 // device.
 func TestSpoolNamesAreDistinctWhereCaseIsNot(t *testing.T) {
 	s := newSpool(t.TempDir(), slog.New(slog.DiscardHandler))
-	ids := []string{"w_ab", "w_AB", "w_Ab", "W_ab"}
+	// "x-775f4142" is how w_AB is hex-encoded: as an id of its own it
+	// must not land on that file.
+	ids := []string{"w_ab", "w_AB", "w_Ab", "W_ab", "x-775f4142"}
 	seen := map[string]string{}
 	for _, id := range ids {
 		folded := strings.ToLower(filepath.Base(s.path(id)))
