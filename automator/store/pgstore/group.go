@@ -178,8 +178,8 @@ func detach(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // sent runs fn, the statements of a write that does not go through the
 // grouper (a claim, a cancel, a transaction: see inTx; every other write,
-// through sentExec and sentRow), on a connection of
-// its own, and runs it to its end as a lone write is run: ctx bounds only
+// through sentExec and sentRow), on a connection of its own, and runs it
+// to its end as a lone write is run: ctx bounds only
 // the wait for the connection, before anything is sent (a ctx done already
 // sends nothing), and fn's context is detach(ctx). Cut off under way, a
 // claim could commit all the same: its units would stay claimed by an
