@@ -64,6 +64,8 @@ type Client struct {
 	// next is the address the next call starts with: the last one that
 	// answered.
 	next atomic.Int64
+	// closed is set by Close: a call cut by it is not retried.
+	closed atomic.Bool
 }
 
 // New makes a Client. Connections are opened lazily, on the first call.
@@ -166,6 +168,7 @@ func (t checkedTLS) ClientHandshake(ctx context.Context, authority string, raw n
 
 // Close closes the connections. Calls in progress fail.
 func (c *Client) Close() error {
+	c.closed.Store(true)
 	var errs []error
 	for _, cc := range c.conns {
 		errs = append(errs, cc.Close())
@@ -370,7 +373,7 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 		if ctx.Err() != nil {
 			return fmt.Errorf("%s: %w", doing, ctx.Err())
 		}
-		if !retryable(err) {
+		if !retryable(err) || c.closed.Load() {
 			return wrapCall(doing, err)
 		}
 		if c.certs[i].failed() != nil {
@@ -400,11 +403,13 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 }
 
 // retryable: the automator could not be reached, or dropped the call (its
-// connection broke, or it is shutting down). The call may or may not have
-// taken effect; repeating it is safe.
+// connection broke, or it is shutting down), or something between ended it
+// as cancelled while the caller's context was alive (a load balancer
+// resetting the stream with RST_STREAM CANCEL; call checks the context
+// first). The call may or may not have taken effect; repeating it is safe.
 func retryable(err error) bool {
 	switch status.Code(err) {
-	case codes.Unavailable, codes.Aborted:
+	case codes.Unavailable, codes.Aborted, codes.Canceled:
 		return true
 	}
 	return false

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -650,4 +651,67 @@ func startTellingWaits(t *testing.T) (a *automatortest.Automator, waits <-chan s
 		},
 	}})
 	return a, ch
+}
+
+// TestCallEndedCancelledByTheOtherSideIsRetried: a load balancer that
+// resets a stream with RST_STREAM CANCEL (or an automator whose handler
+// ended so) shows as Canceled although this caller's context is alive.
+// That is a dropped call like any other, and every call here is safe to
+// repeat: the wait resumes and ends in the unit's outcome. Once the
+// client is closed, a Canceled call is not retried.
+func TestCallEndedCancelledByTheOtherSideIsRetried(t *testing.T) {
+	var cancels atomic.Int32
+	a := automatortest.Start(t, automatortest.Options{Interceptors: []grpc.UnaryServerInterceptor{
+		func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if (info.FullMethod == automatorv1.AutomatorService_Wait_FullMethodName || info.FullMethod == automatorv1.AutomatorService_Submit_FullMethodName) && cancels.Add(1) <= 4 {
+				return nil, status.Error(codes.Canceled, "stream terminated by RST_STREAM with error code: CANCEL")
+			}
+			return h(ctx, req)
+		},
+	}})
+	p := newFakeProxy(t, a)
+	c := newClient(t, a)
+	done := make(chan error, 1)
+	var res client.Result
+	go func() {
+		var err error
+		res, err = c.ExecuteOnProxy(context.Background(), a.Account, client.Command{Script: "x.sh"})
+		done <- err
+	}()
+	p.complete(p.claim(), "after the cancels")
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("ExecuteOnProxy: %v; want the result (calls ended Canceled by the other side are retried)", err)
+		}
+		if string(res.Stdout) != "after the cancels" {
+			t.Fatalf("stdout %q", res.Stdout)
+		}
+	case <-time.After(waittest.Bound):
+		t.Fatal("ExecuteOnProxy did not return")
+	}
+	if n := cancels.Load(); n < 4 {
+		t.Fatalf("%d calls cancelled; the test meant 4", n)
+	}
+
+	// An hour of retries, so that a closed client that retried would
+	// outlast the test's bound.
+	closed, err := client.New(client.Config{Addresses: []string{a.URL()}, APIKey: a.APIKey, CAPEM: a.CAPEM, ServerName: "127.0.0.1", RetryFor: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed.Close()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := closed.Get(context.Background(), res.WorkID)
+		errc <- err
+	}()
+	select {
+	case err := <-errc:
+		if err == nil {
+			t.Fatal("Get on a closed client succeeded")
+		}
+	case <-time.After(waittest.Bound):
+		t.Fatal("Get on a closed client was retried instead of failing")
+	}
 }
