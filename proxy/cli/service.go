@@ -266,9 +266,20 @@ func cmdControl(verb string, args []string, env Env) error {
 		if err := startable(*name); err != nil {
 			return err
 		}
+		before, _ := service.Query(*name)
 		begin := time.Now()
 		if err := service.Start(*name); err != nil {
 			return err
+		}
+		if before.Running {
+			// Nothing was started: say how the run already under way
+			// is doing, not that a new one has not polled yet.
+			if st, ok := waitFirstPoll(*name, time.Time{}, startWait); ok {
+				fmt.Fprintf(env.Stdout, "Service %s is already running: it last polled the automator at %s as instance %s.\n", *name, st.LastPoll.Format(time.RFC3339), st.InstanceID)
+			} else {
+				fmt.Fprintf(env.Stdout, "Service %s is already running, but it has not polled the automator since it started. `proxy status --name %s` tells why, and where its log is.\n", *name, *name)
+			}
+			return nil
 		}
 		if st, ok := waitFirstPoll(*name, begin, startWait); ok {
 			fmt.Fprintf(env.Stdout, "Started service %s: it polled the automator at %s as instance %s.\n", *name, st.LastPoll.Format(time.RFC3339), st.InstanceID)

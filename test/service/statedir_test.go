@@ -75,8 +75,8 @@ func TestProxyStartRefusesAStateDirHeldByAProxyRunByHand(t *testing.T) {
 		t.Errorf("proxy start once the directory is free: %q", out)
 	}
 	st := waitPolled(t, name, started, byHand.Pid())
-	if r := runCLI(bin.proxy, "start", "--name", name); r.Code != 0 {
-		t.Errorf("proxy start of the running service, which holds its own state directory: %v; want exit 0", r)
+	if r := runCLI(bin.proxy, "start", "--name", name); r.Code != 0 || !strings.Contains(r.Stdout, "Service "+name+" is already running: it last polled the automator at ") {
+		t.Errorf("proxy start of the running service, which holds its own state directory: %v; want exit 0, saying it was already running and when it last polled", r)
 	}
 	status = proxyCLI(t, "status", "--name", name)
 	if strings.Contains(status, "state dir:") || !strings.Contains(status, "=> active") || !strings.Contains(status, fmt.Sprintf("last run:       pid %d,", st.PID)) {
