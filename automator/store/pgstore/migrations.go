@@ -164,6 +164,12 @@ const migrationLockKey = `pg_advisory_xact_lock(hashtext('opsgate automator sche
 // rollback, and by PostgreSQL if the connection dies, so a crashed replica
 // never leaves it held. It refuses a schema newer than this binary knows.
 func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	return migrateWith(ctx, pool, migrations)
+}
+
+// migrateWith is migrate with the given steps (a prefix of migrations, for a
+// test that needs a database of an older schema).
+func migrateWith(ctx context.Context, pool *pgxpool.Pool, steps []migration) error {
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var schema *string
 		var searchPath string
@@ -186,11 +192,11 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
 			return fmt.Errorf("migrating schema: reading the version: %w", err)
 		}
-		latest := migrations[len(migrations)-1].version
+		latest := steps[len(steps)-1].version
 		if current > latest {
 			return fmt.Errorf("migrating schema: the database is at version %d, newer than this binary knows (%d); run a newer automator", current, latest)
 		}
-		for _, m := range migrations {
+		for _, m := range steps {
 			if m.version <= current {
 				continue
 			}
