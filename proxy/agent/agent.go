@@ -299,7 +299,7 @@ func (a *Agent) resumeSpooled(postCtx context.Context) {
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
-			a.deliver(postCtx, p.deadline, p.req, a.spool.written(p.req.GetWorkId()))
+			a.deliver(postCtx, p.deadline, p.req, a.spool.written(p.req.GetWorkId(), p.path))
 		}()
 	}
 }

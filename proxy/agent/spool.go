@@ -119,7 +119,11 @@ func (s *spool) path(workID string) string {
 type spoolEntry struct {
 	s      *spool
 	workID string
-	done   chan struct{} // closed when the write is over
+	// path is the record's file: s.path(workID) for a result of this run;
+	// for one an earlier run left, the file it was found in, whose name an
+	// older proxy may have made by other rules.
+	path string
+	done chan struct{} // closed when the write is over
 
 	// settled: accepted, refused for good, or past its deadline. Once the
 	// write has committed (see commit) it removes its file itself when it
@@ -137,18 +141,18 @@ func (s *spool) put(account string, deadline time.Time, req *automatorv1.Complet
 	if s == nil {
 		return nil
 	}
-	e := &spoolEntry{s: s, workID: req.GetWorkId(), done: make(chan struct{})}
+	e := &spoolEntry{s: s, workID: req.GetWorkId(), path: s.path(req.GetWorkId()), done: make(chan struct{})}
 	track(func() { e.write(account, deadline, req) })
 	return e
 }
 
-// written is the entry of a result already in the spool (an earlier run
-// wrote it).
-func (s *spool) written(workID string) *spoolEntry {
+// written is the entry of a result already in the spool, in the file at
+// path (an earlier run wrote it).
+func (s *spool) written(workID, path string) *spoolEntry {
 	if s == nil {
 		return nil
 	}
-	e := &spoolEntry{s: s, workID: workID, done: make(chan struct{}), onDisk: true}
+	e := &spoolEntry{s: s, workID: workID, path: path, done: make(chan struct{}), onDisk: true}
 	close(e.done)
 	return e
 }
@@ -175,7 +179,7 @@ func (e *spoolEntry) write(account string, deadline time.Time, req *automatorv1.
 	if settled {
 		return // answered already: nothing to keep
 	}
-	err := s.write(account, deadline, req, e.commit)
+	err := s.write(e.path, account, deadline, req, e.commit)
 	if errors.Is(err, errSettled) {
 		return // skipped before its fsyncs: nothing was left on disk
 	}
@@ -188,7 +192,7 @@ func (e *spoolEntry) write(account string, deadline time.Time, req *automatorv1.
 	e.mu.Unlock()
 	s.noteWrite(err)
 	if remove {
-		s.remove(e.workID)
+		s.remove(e.workID, e.path)
 	}
 }
 
@@ -220,7 +224,7 @@ func (e *spoolEntry) settle() {
 	e.onDisk = false
 	e.mu.Unlock()
 	if remove {
-		e.s.remove(e.workID)
+		e.s.remove(e.workID, e.path)
 	}
 	if e.s.hook != nil {
 		_ = e.s.hook(stageSettled, e.workID)
@@ -253,9 +257,9 @@ func (s *spool) noteWrite(err error) {
 }
 
 // write writes req's record to a temporary file, asks commit whether to go
-// on, then fsyncs it, renames it into place and fsyncs the directory. When
-// it fails, or commit says no, it leaves nothing behind.
-func (s *spool) write(account string, deadline time.Time, req *automatorv1.CompleteRequest, commit func() error) error {
+// on, then fsyncs it, renames it into place at path and fsyncs the
+// directory. When it fails, or commit says no, it leaves nothing behind.
+func (s *spool) write(path, account string, deadline time.Time, req *automatorv1.CompleteRequest, commit func() error) error {
 	body, err := proto.Marshal(req)
 	if err != nil {
 		return err
@@ -287,7 +291,7 @@ func (s *spool) write(account string, deadline time.Time, req *automatorv1.Compl
 	}
 	err = errors.Join(err, tmp.Close())
 	if err == nil {
-		err = renameDurable(tmp.Name(), s.path(req.GetWorkId()))
+		err = renameDurable(tmp.Name(), path)
 	}
 	if err != nil {
 		_ = os.Remove(tmp.Name())
@@ -331,13 +335,13 @@ func (s *spool) createTemp() (*os.File, error) {
 	return nil, err
 }
 
-// remove forgets a unit's result: the automator accepted or refused it, or
-// its deadline passed.
-func (s *spool) remove(workID string) {
+// remove forgets a unit's result, kept at path: the automator accepted or
+// refused it, or its deadline passed.
+func (s *spool) remove(workID, path string) {
 	if s == nil {
 		return
 	}
-	if err := os.Remove(s.path(workID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		s.log.Warn("cannot remove a posted result from the spool", "work_id", workID, "err", err)
 	}
 	s.removeDirIfEmpty()
@@ -349,11 +353,12 @@ func (s *spool) removeDirIfEmpty() {
 	_ = os.Remove(s.dir)
 }
 
-// pending is a spooled result to post again.
+// pending is a spooled result to post again, found at path.
 type pending struct {
 	account  string
 	deadline time.Time
 	req      *automatorv1.CompleteRequest
+	path     string
 }
 
 // load returns this instance's spooled results whose deadline has not
@@ -407,7 +412,7 @@ func (s *spool) load(instanceID string, now time.Time) []pending {
 			_ = os.Rename(path, path+".bad")
 			continue
 		}
-		due = append(due, pending{account: rec.Account, deadline: rec.Deadline, req: &req})
+		due = append(due, pending{account: rec.Account, deadline: rec.Deadline, req: &req, path: path})
 	}
 	if len(expired) > 0 {
 		syncDir(s.dir)

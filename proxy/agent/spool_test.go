@@ -427,3 +427,55 @@ func TestSpoolNamesAreDistinctWhereCaseIsNot(t *testing.T) {
 		}
 	}
 }
+
+// TestResultsSpooledByAnOlderProxyArePostedAndRemoved: the records in
+// testdata/spool-v1 are as the first proxy that spooled results wrote them
+// (format version 1, the one there is), named by the rules of that time:
+// a work id with capitals, or starting with "x-", named its file as is,
+// where a proxy now hex-encodes it. A proxy upgraded with such results in
+// its spool posts each, byte for byte, and removes each record once the
+// automator has answered, under whatever name it was found: a record left
+// behind would be posted again at every start until its deadline.
+func TestResultsSpooledByAnOlderProxyArePostedAndRemoved(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "spool")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]*automatorv1.CompleteRequest{}
+	fixtures, err := filepath.Glob(filepath.Join("testdata", "spool-v1", "*.json"))
+	if err != nil || len(fixtures) != 3 {
+		t.Fatalf("testdata/spool-v1 holds %q (%v), want 3 records", fixtures, err)
+	}
+	for _, src := range fixtures {
+		data, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(src)), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := readSpooled(src)
+		if err != nil {
+			t.Fatalf("the old record %s does not read: %v", src, err)
+		}
+		var req automatorv1.CompleteRequest
+		if err := proto.Unmarshal(rec.Complete, &req); err != nil {
+			t.Fatal(err)
+		}
+		want[rec.WorkID] = &req
+	}
+
+	f := newSpoolAutomator(func(*automatorv1.CompleteRequest) error { return nil })
+	runSpoolAgent(t, f, dir)
+	for range want {
+		got := waittest.Recv(t, f.ok, "the upgraded agent to post a result an older proxy left in the spool")
+		if w, ok := want[got.GetWorkId()]; !ok || !proto.Equal(got, w) {
+			t.Fatalf("posted %v, want one of the spooled requests, byte for byte", got)
+		}
+		delete(want, got.GetWorkId())
+	}
+	waitFor(t, "the posted results to leave the spool", func() bool { return len(spoolFiles(t, dir)) == 0 })
+	if n := f.callCount(); n != 3 {
+		t.Fatalf("%d Complete calls, want 3 (each result posted once)", n)
+	}
+}
