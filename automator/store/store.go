@@ -10,6 +10,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -286,6 +287,30 @@ type WorkExpireParams struct {
 	Audit *AuditEvent
 }
 
+// WorkEndOpenParams end every open unit (WorkEndOpen).
+type WorkEndOpenParams struct {
+	// Reason says why the units ended; a claimed unit's reason adds which
+	// instance claimed it and when (EndOpenReason).
+	Reason string
+	Now    time.Time // becomes FinishedAt
+	// Max bounds how many units one call ends (0 means no bound).
+	Max int
+	// Audit, when set, is appended to the audit log in the same
+	// transaction for each unit ended, with Account, WorkID, InstanceID
+	// and Outcome (timed_out) filled in from the unit.
+	Audit *AuditEvent
+}
+
+// EndOpenReason is the reason WorkEndOpen gives unit w (still open): the
+// params' reason, and for a claimed unit its claimer, the one clue to
+// where its script may have run.
+func EndOpenReason(reason string, w Work) string {
+	if w.State == StateClaimed {
+		return fmt.Sprintf("%s (claimed by instance %s at %s)", reason, w.InstanceID, w.ClaimedAt.UTC().Format(time.RFC3339Nano))
+	}
+	return reason + " (it was queued, not claimed)"
+}
+
 type WorkPurgeParams struct {
 	// QueuedBefore: ended units queued before it are deleted.
 	QueuedBefore time.Time
@@ -397,6 +422,12 @@ type Store interface {
 	// before p.Now to timed_out (reason says whether it was ever claimed and
 	// by whom) and returns the units it changed.
 	WorkExpire(ctx context.Context, p WorkExpireParams) ([]Work, error)
+	// WorkEndOpen moves queued and claimed units to timed_out whatever
+	// their deadline, oldest first, up to p.Max of them, and returns the
+	// units it changed. It is for a database restored from a backup: a
+	// unit open in the backup may have been claimed and run since, so
+	// handing it out again could run it twice (at most once, DESIGN.md).
+	WorkEndOpen(ctx context.Context, p WorkEndOpenParams) ([]Work, error)
 	// WorkPurge deletes up to p.Max units that ended (succeeded, failed,
 	// timed_out, cancelled) and were queued before p.QueuedBefore, oldest
 	// first, and returns how many it deleted. An open unit is never
