@@ -1,0 +1,112 @@
+package sqlitestore
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Backup writes a consistent copy of the whole database, as it was at one
+// moment, into the file at path, which must be empty (the caller makes it,
+// with the mode it wants) or absent. SQLite makes the copy (VACUUM INTO)
+// in one read transaction, on a connection of its own (the read pool's
+// are query_only, which VACUUM INTO refuses): in WAL mode the writes go
+// on meanwhile, of this process or another, and the copy holds none of
+// them, nor any half of one.
+// The copy is one self-contained file, without a write-ahead log. It is
+// not synced to disk: the caller does that before it names the file.
+func (s *Store) Backup(ctx context.Context, path string) error {
+	db, err := sql.Open("sqlite", dsn(s.path, false))
+	if err != nil {
+		return fmt.Errorf("copying sqlite store %q: %w", s.path, err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, `VACUUM INTO ?`, path); err != nil {
+		return fmt.Errorf("copying sqlite store %q into %q: %w", s.path, path, outOfSpace(err, filepath.Dir(path)))
+	}
+	return nil
+}
+
+// sqliteHeader starts every SQLite database file.
+var sqliteHeader = []byte("SQLite format 3\x00")
+
+// ErrNotAutomatorDB: a file is not an automator's SQLite database.
+var ErrNotAutomatorDB = errors.New("not an automator database")
+
+// CheckHeader tells whether the file at path starts as an SQLite database
+// does, reading only its first bytes: an error matching ErrNotAutomatorDB
+// that says what the file is not, otherwise nil.
+func CheckHeader(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	head := make([]byte, len(sqliteHeader))
+	n, err := io.ReadFull(f, head)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("reading %s: %w", path, err)
+	}
+	if n < len(head) || !bytes.Equal(head, sqliteHeader) {
+		return fmt.Errorf("%s is not an SQLite database (it does not start with SQLite's header): %w", path, ErrNotAutomatorDB)
+	}
+	return nil
+}
+
+// Inspect checks, without changing it, that the file at path is an
+// automator's SQLite database that this binary can serve, and returns its
+// schema version: not newer than this binary knows (an older one is
+// migrated when it is opened), and whole (SQLite's quick_check). The file
+// must not be in use by another process.
+func Inspect(ctx context.Context, path string) (version int, err error) {
+	if err := CheckHeader(path); err != nil {
+		return 0, err
+	}
+	db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?mode=ro")
+	if err != nil {
+		return 0, fmt.Errorf("opening %s: %w", path, err)
+	}
+	defer db.Close()
+	var tables int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master
+WHERE type = 'table' AND name IN ('schema_migrations', 'accounts', 'work')`).Scan(&tables); err != nil {
+		return 0, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if tables != 3 {
+		return 0, fmt.Errorf("%s is an SQLite database but not an automator's (it lacks the schema_migrations, accounts and work tables): %w", path, ErrNotAutomatorDB)
+	}
+	if err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&version); err != nil {
+		return 0, fmt.Errorf("reading the schema version of %s: %w", path, err)
+	}
+	if latest := migrations[len(migrations)-1].version; version > latest {
+		return version, fmt.Errorf("the database in %s is at version %d, newer than this binary knows (%d); run a newer automator", path, version, latest)
+	}
+	rows, err := db.QueryContext(ctx, `PRAGMA quick_check`)
+	if err != nil {
+		return version, fmt.Errorf("checking %s: %w", path, err)
+	}
+	defer rows.Close()
+	var problems []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			return version, fmt.Errorf("checking %s: %w", path, err)
+		}
+		if line != "ok" {
+			problems = append(problems, line)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return version, fmt.Errorf("checking %s: %w", path, err)
+	}
+	if len(problems) > 0 {
+		return version, fmt.Errorf("%s is damaged (SQLite's quick_check: %s)", path, strings.Join(problems[:min(len(problems), 3)], "; "))
+	}
+	return version, nil
+}
