@@ -53,6 +53,11 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
+	lock, err := lockForServe(*dir)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
 	for _, o := range []struct {
 		dst *string
 		v   string

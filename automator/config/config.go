@@ -30,6 +30,10 @@ const (
 	// actually bound (useful with port 0), read by exec with --data-dir.
 	// serve removes it when it stops.
 	FileServing = "serving.yaml"
+	// FileServeLock is locked by every running serve of the directory
+	// (shared), and by restore (exclusive): a restore never replaces a
+	// database that a serve has open, and no serve starts during one.
+	FileServeLock = "serve.lock"
 )
 
 // Defaults.
