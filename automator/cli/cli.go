@@ -1,5 +1,6 @@
 // Package cli is the automator's command line: init, serve, account create
-// and list, exec, and the listings (instances, work, replicas). The
+// and list, exec, the listings (instances, work, replicas), backup and
+// restore. The
 // binary's main only calls Main.
 package cli
 
@@ -32,6 +33,9 @@ const usage = `usage:
   automator work show ID --data-dir DIR [--reveal] [--json]
   automator work wait ID... (--data-dir DIR | --server URL --api-key-file F --ca FILE) [--json]
   automator replicas --data-dir DIR [--db DSN]
+  automator backup  --data-dir DIR FILE               # SQLite: a consistent copy while serve runs
+  automator restore --data-dir DIR FILE               # serve stopped; ends the units open in FILE
+  automator restore --data-dir DIR [--db DSN] --open-work-only   # after a PostgreSQL restore
   automator exec    --data-dir DIR --account NAME [--timeout DUR] [--stdin FILE|-] SCRIPT [ARG...]
   automator exec    --server URL --api-key-file F --ca FILE --account NAME ... SCRIPT [ARG...]
   automator install --data-dir DIR [--name NAME] [--user USER] [--manual-start]
@@ -112,6 +116,10 @@ func run(ctx context.Context, args []string, env Env) (int, error) {
 		return 0, cmdCertRenew(ctx, args[2:], env)
 	case "replicas":
 		return 0, cmdReplicas(ctx, args[1:], env)
+	case "backup":
+		return 0, cmdBackup(ctx, args[1:], env)
+	case "restore":
+		return 0, cmdRestore(ctx, args[1:], env)
 	case "install", "start", "stop", "status", "uninstall":
 		return 0, serviceCommand(args[0], args[1:], env)
 	case "help", "-h", "--help":

@@ -70,6 +70,8 @@ const (
 	AuditAPIKeyCreated    = "apikey.created"
 	AuditAPIKeyRevoked    = "apikey.revoked"
 	AuditCertRenewed      = "server.cert_renewed"
+	AuditBackup           = "database.backup"    // `automator backup` began copying the database
+	AuditRestore          = "database.restore"   // `automator restore` put a backup in place, or ended the open units
 	AuditDashboardSignIn  = "dashboard.sign_in"  // an API key signed in to the dashboard
 	AuditDashboardSignOut = "dashboard.sign_out" // a dashboard session was signed out of
 )

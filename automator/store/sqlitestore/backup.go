@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Backup writes a consistent copy of the whole database, as it was at one
@@ -42,7 +43,9 @@ var ErrNotAutomatorDB = errors.New("not an automator database")
 // CheckHeader tells whether the file at path starts as an SQLite database
 // does, reading only its first bytes: an error matching ErrNotAutomatorDB
 // that says what the file is not, otherwise nil.
-func CheckHeader(path string) error {
+func CheckHeader(path string) error { return checkHeader(path, path) }
+
+func checkHeader(path, name string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -51,62 +54,82 @@ func CheckHeader(path string) error {
 	head := make([]byte, len(sqliteHeader))
 	n, err := io.ReadFull(f, head)
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("reading %s: %w", path, err)
+		return fmt.Errorf("reading %s: %w", name, err)
 	}
 	if n < len(head) || !bytes.Equal(head, sqliteHeader) {
-		return fmt.Errorf("%s is not an SQLite database (it does not start with SQLite's header): %w", path, ErrNotAutomatorDB)
+		return fmt.Errorf("%s is not an SQLite database (it does not start with SQLite's header): %w", name, ErrNotAutomatorDB)
 	}
 	return nil
 }
 
+// Snapshot is what Inspect found in a database file.
+type Snapshot struct {
+	// Version is its schema version.
+	Version int
+	// LastEvent is the time of the latest event of its audit log (a backup
+	// records one as it starts), zero when it has none.
+	LastEvent time.Time
+}
+
 // Inspect checks, without changing it, that the file at path is an
-// automator's SQLite database that this binary can serve, and returns its
-// schema version: not newer than this binary knows (an older one is
-// migrated when it is opened), and whole (SQLite's quick_check). The file
-// must not be in use by another process.
-func Inspect(ctx context.Context, path string) (version int, err error) {
-	if err := CheckHeader(path); err != nil {
-		return 0, err
+// automator's SQLite database that this binary can serve: not newer than
+// this binary knows (an older one is migrated when it is opened), and
+// whole (SQLite's quick_check). Its errors name the file name (path, or
+// the name the caller knows a copy at path by). The file must not be in
+// use by another process.
+func Inspect(ctx context.Context, path, name string) (Snapshot, error) {
+	var snap Snapshot
+	if err := checkHeader(path, name); err != nil {
+		return snap, err
 	}
 	db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?mode=ro")
 	if err != nil {
-		return 0, fmt.Errorf("opening %s: %w", path, err)
+		return snap, fmt.Errorf("opening %s: %w", name, err)
 	}
 	defer db.Close()
 	var tables int
 	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master
 WHERE type = 'table' AND name IN ('schema_migrations', 'accounts', 'work')`).Scan(&tables); err != nil {
-		return 0, fmt.Errorf("reading %s: %w", path, err)
+		return snap, fmt.Errorf("reading %s: %w", name, err)
 	}
 	if tables != 3 {
-		return 0, fmt.Errorf("%s is an SQLite database but not an automator's (it lacks the schema_migrations, accounts and work tables): %w", path, ErrNotAutomatorDB)
+		return snap, fmt.Errorf("%s is an SQLite database but not an automator's (it lacks the schema_migrations, accounts and work tables): %w", name, ErrNotAutomatorDB)
 	}
-	if err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&version); err != nil {
-		return 0, fmt.Errorf("reading the schema version of %s: %w", path, err)
+	if err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&snap.Version); err != nil {
+		return snap, fmt.Errorf("reading the schema version of %s: %w", name, err)
 	}
-	if latest := migrations[len(migrations)-1].version; version > latest {
-		return version, fmt.Errorf("the database in %s is at version %d, newer than this binary knows (%d); run a newer automator", path, version, latest)
+	if latest := migrations[len(migrations)-1].version; snap.Version > latest {
+		return snap, fmt.Errorf("the database in %s is at version %d, newer than this binary knows (%d); run a newer automator", name, snap.Version, latest)
 	}
 	rows, err := db.QueryContext(ctx, `PRAGMA quick_check`)
 	if err != nil {
-		return version, fmt.Errorf("checking %s: %w", path, err)
+		return snap, fmt.Errorf("checking %s: %w", name, err)
 	}
 	defer rows.Close()
 	var problems []string
 	for rows.Next() {
 		var line string
 		if err := rows.Scan(&line); err != nil {
-			return version, fmt.Errorf("checking %s: %w", path, err)
+			return snap, fmt.Errorf("checking %s: %w", name, err)
 		}
 		if line != "ok" {
 			problems = append(problems, line)
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return version, fmt.Errorf("checking %s: %w", path, err)
+		return snap, fmt.Errorf("checking %s: %w", name, err)
 	}
 	if len(problems) > 0 {
-		return version, fmt.Errorf("%s is damaged (SQLite's quick_check: %s)", path, strings.Join(problems[:min(len(problems), 3)], "; "))
+		return snap, fmt.Errorf("%s is damaged (SQLite's quick_check: %s)", name, strings.Join(problems[:min(len(problems), 3)], "; "))
 	}
-	return version, nil
+	if snap.Version >= 3 { // the audit log came with version 3
+		var last sql.NullInt64
+		if err := db.QueryRowContext(ctx, `SELECT MAX(at) FROM audit`).Scan(&last); err != nil {
+			return snap, fmt.Errorf("reading the audit log of %s: %w", name, err)
+		}
+		if last.Valid {
+			snap.LastEvent = fromNanos(last.Int64)
+		}
+	}
+	return snap, nil
 }

@@ -66,9 +66,9 @@ func TestBackupIsAConsistentCopyWhileWritesGoOn(t *testing.T) {
 	if _, err := os.Stat(copyPath + "-wal"); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the copy has a write-ahead log beside it (stat: %v); want one self-contained file", err)
 	}
-	version, err := Inspect(ctx, copyPath)
-	if err != nil || version != migrations[len(migrations)-1].version {
-		t.Fatalf("Inspect of the copy: version %d, %v; want the latest version and no error", version, err)
+	snap, err := Inspect(ctx, copyPath, "the copy")
+	if err != nil || snap.Version != migrations[len(migrations)-1].version {
+		t.Fatalf("Inspect of the copy: version %d, %v; want the latest version and no error", snap.Version, err)
 	}
 	c := open(t, copyPath)
 	ws, err := c.WorkList(ctx, store.WorkListParams{Limit: 1 << 20})
@@ -144,7 +144,7 @@ func TestInspectSaysWhatAFileIsNot(t *testing.T) {
 		{other, "is an SQLite database but not an automator's", true},
 		{newer, "is at version 999, newer than this binary knows", false},
 	} {
-		_, err := Inspect(ctx, c.path)
+		_, err := Inspect(ctx, c.path, c.path)
 		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), c.path) {
 			t.Errorf("Inspect(%s) = %v; want an error naming the file and saying %q", filepath.Base(c.path), err, c.want)
 		}
@@ -152,7 +152,7 @@ func TestInspectSaysWhatAFileIsNot(t *testing.T) {
 			t.Errorf("Inspect(%s) = %v: matches ErrNotAutomatorDB %v, want %v", filepath.Base(c.path), err, !c.notAutoDB, c.notAutoDB)
 		}
 	}
-	if v, err := Inspect(ctx, older); err != nil || v != 2 {
-		t.Errorf("Inspect of a database at version 2 = %d, %v; want 2 and no error (serve migrates it)", v, err)
+	if snap, err := Inspect(ctx, older, older); err != nil || snap.Version != 2 {
+		t.Errorf("Inspect of a database at version 2 = %d, %v; want 2 and no error (serve migrates it)", snap.Version, err)
 	}
 }

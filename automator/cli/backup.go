@@ -1,0 +1,155 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/automator/store/pgstore"
+	"github.com/opsgate/opsgate/automator/store/sqlitestore"
+)
+
+// cmdBackup writes a consistent copy of the SQLite database to FILE while
+// serve may be running: `automator backup --data-dir DIR FILE`. FILE must
+// not exist; it is written mode 0600, under a temporary name in its
+// directory, synced, then linked to its name, so it is whole or absent.
+// The copy holds the database only: its secrets are sealed with the
+// master key, which is not in it.
+func cmdBackup(ctx context.Context, args []string, env Env) error {
+	fs := newFlags("backup", env)
+	dir := fs.String("data-dir", "", "the automator's data directory")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return errors.New("usage: automator backup --data-dir DIR FILE")
+	}
+	if err := requireFlag("data-dir", *dir); err != nil {
+		return err
+	}
+	file := pos[0]
+	cfg, err := config.Load(*dir)
+	if err != nil {
+		return err
+	}
+	if pgstore.IsDSN(cfg.DB) {
+		return fmt.Errorf("the database is PostgreSQL (%s): back it up with PostgreSQL's own tools (pg_dump, or pg_basebackup for the whole cluster); see docs/backup.md", pgstore.Redact(cfg.DB))
+	}
+	if err := refuseExisting(file); err != nil {
+		return err
+	}
+	dbPath := cfg.DBPath(*dir)
+	if _, err := os.Stat(dbPath); err != nil {
+		return fmt.Errorf("no database to back up at %s: %w", dbPath, err)
+	}
+	st, err := sqlitestore.Open(ctx, dbPath)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	// Recorded first, so that the copy holds it too: a restore then tells
+	// when its backup was taken.
+	now := time.Now()
+	audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditBackup, Detail: "backup of the database"}, env)
+
+	tmp, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".partial-*")
+	if err != nil {
+		return fmt.Errorf("making the backup's temporary file beside %s: %w", file, err)
+	}
+	tmpPath := tmp.Name() // made mode 0600; VACUUM INTO fills an empty file
+	tmp.Close()
+	done := false
+	defer func() {
+		if !done {
+			removeSQLiteFiles(tmpPath)
+		}
+	}()
+	if err := st.Backup(ctx, tmpPath); err != nil {
+		return err
+	}
+	if err := syncFile(tmpPath); err != nil {
+		return fmt.Errorf("syncing the backup %s: %w", tmpPath, err)
+	}
+	if err := linkNew(tmpPath, file); err != nil {
+		return err
+	}
+	done = true
+	removeSQLiteFiles(tmpPath)
+	if err := syncDir(filepath.Dir(file)); err != nil {
+		return fmt.Errorf("syncing the directory of %s: %w", file, err)
+	}
+	snap, err := sqlitestore.Inspect(ctx, file, file)
+	if err != nil {
+		return fmt.Errorf("checking the backup just written: %w", err)
+	}
+	fi, err := os.Stat(file)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.Stdout, "backed up %s to %s (%d bytes, schema version %d, as of %s)\n",
+		dbPath, file, fi.Size(), snap.Version, now.UTC().Format(time.RFC3339))
+	fmt.Fprintf(env.Stdout, "it holds the database only, its secrets sealed: keep %s, %s, %s and %s (and the API key files you made) backed up separately and privately\n",
+		config.FileMasterKey, config.FileCAKey, config.FileKey, config.FileAPIKey)
+	return nil
+}
+
+// refuseExisting refuses a backup's FILE that exists: a backup never
+// overwrites a file.
+func refuseExisting(file string) error {
+	_, err := os.Lstat(file)
+	switch {
+	case err == nil:
+		return fmt.Errorf("%s exists; a backup never overwrites a file: name a new one", file)
+	case !errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("checking %s: %w", file, err)
+	}
+	return nil
+}
+
+// linkNew gives the file at tmp the name file, which must not exist: a hard
+// link, refused by the OS when file exists, so two backups at once never
+// overwrite each other. On a file system without hard links, a rename
+// after checking that file does not exist.
+func linkNew(tmp, file string) error {
+	err := os.Link(tmp, file)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, os.ErrExist):
+		return fmt.Errorf("%s exists (made while the backup was being taken); a backup never overwrites a file: name a new one", file)
+	}
+	if err := refuseExisting(file); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, file); err != nil {
+		return fmt.Errorf("naming the backup %s: %w", file, err)
+	}
+	return nil
+}
+
+// syncFile flushes the file at path to disk.
+func syncFile(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// removeSQLiteFiles removes a database file and the journal, write-ahead
+// log and shared-memory files SQLite may have made beside it.
+func removeSQLiteFiles(path string) {
+	for _, suffix := range []string{"", "-journal", "-wal", "-shm"} {
+		_ = os.Remove(path + suffix)
+	}
+}

@@ -1,0 +1,399 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/automator/store/pgstore"
+	"github.com/opsgate/opsgate/automator/store/sqlitestore"
+)
+
+// restoreReason is the reason of every unit a restore ends.
+const restoreReason = "ended by a restore: it was open when the backup was taken and may have run after it, so it is not run again"
+
+// cmdRestore puts a backup made by `automator backup` in place of the
+// data directory's SQLite database, or, with --open-work-only, ends the
+// open units of a database restored by other means (PostgreSQL's tools):
+//
+//	automator restore --data-dir DIR FILE
+//	automator restore --data-dir DIR [--db DSN] --open-work-only
+//
+// Either way every unit queued or claimed in the restored database ends
+// timed_out: it may have been claimed and run after the backup was taken,
+// and handing it out again could run it twice (at most once, DESIGN.md).
+func cmdRestore(ctx context.Context, args []string, env Env) error {
+	fs := newFlags("restore", env)
+	dir := fs.String("data-dir", "", "the automator's data directory (its serve must be stopped)")
+	db := fs.String("db", "", "database DSN (overrides automator.yaml); with --open-work-only")
+	openOnly := fs.Bool("open-work-only", false, "replace nothing: end the open units of the database as restored by other means (PostgreSQL), before any replica starts")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := requireFlag("data-dir", *dir); err != nil {
+		return err
+	}
+	cfg, err := config.Load(*dir)
+	if err != nil {
+		return err
+	}
+	if *db != "" {
+		cfg.DB = *db
+	}
+	if *openOnly {
+		if len(pos) != 0 {
+			return fmt.Errorf("restore --open-work-only takes no FILE, got %q", pos)
+		}
+		return restoreOpenWork(ctx, *dir, cfg, env)
+	}
+	if len(pos) != 1 {
+		return errors.New("usage: automator restore --data-dir DIR FILE")
+	}
+	if *db != "" {
+		return errors.New("--db goes with --open-work-only only: a FILE is restored into the data directory's SQLite database")
+	}
+	if pgstore.IsDSN(cfg.DB) {
+		return fmt.Errorf("the database is PostgreSQL (%s): restore it with PostgreSQL's own tools, then run `automator restore --data-dir %s --open-work-only` before any replica starts; see docs/several-automators.md", pgstore.Redact(cfg.DB), *dir)
+	}
+	return restoreSQLite(ctx, *dir, cfg, pos[0], env)
+}
+
+func restoreSQLite(ctx context.Context, dir string, cfg config.Config, file string, env Env) error {
+	lock, err := lockForRestore(dir)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
+	if fi, err := os.Stat(file); err != nil {
+		return fmt.Errorf("reading the backup: %w", err)
+	} else if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file", file)
+	}
+	if fi, err := os.Stat(file + "-wal"); err == nil && fi.Size() > 0 {
+		return fmt.Errorf("%s has a write-ahead log beside it (%s-wal): it is a live database or a copy of one, not a backup; take one with `automator backup`", file, file)
+	}
+	if err := sqlitestore.CheckHeader(file); err != nil {
+		return err
+	}
+
+	// The backup is copied beside the database, checked, migrated and its
+	// open units ended there; only then does it take the database's place.
+	// Until that rename nothing of the data directory has changed.
+	dbPath := cfg.DBPath(dir)
+	tmp := dbPath + ".restoring"
+	removeSQLiteFiles(tmp) // left by a restore that was interrupted
+	done := false
+	defer func() {
+		if !done {
+			removeSQLiteFiles(tmp)
+		}
+	}()
+	if err := copyFile(file, tmp); err != nil {
+		return err
+	}
+	snap, err := sqlitestore.Inspect(ctx, tmp, file)
+	if err != nil {
+		return err
+	}
+	prev, prevErr := readPrevious(ctx, dbPath)
+
+	st, err := sqlitestore.Open(ctx, tmp)
+	if err != nil {
+		return fmt.Errorf("opening the copy of %s: %w", file, err)
+	}
+	now := time.Now()
+	queued, claimed, err := endOpenWork(ctx, st, now, env)
+	var reRevoked []store.APIKey
+	var accountLines []string
+	if err == nil && prevErr == nil {
+		reRevoked, err = carryRevocations(ctx, st, prev.apiKeys, env)
+	}
+	if err == nil && prevErr == nil {
+		accountLines, err = accountWarnings(ctx, st, prev.accounts)
+	}
+	if err == nil {
+		audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditRestore,
+			Detail: fmt.Sprintf("database restored from a backup; %d open units ended, %d API key revocations carried over", queued+claimed, len(reRevoked))}, env)
+	}
+	if cerr := st.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(tmp + "-wal"); err == nil {
+		return fmt.Errorf("the copy %s still has a write-ahead log after it was closed; nothing was replaced", tmp)
+	}
+	_ = os.Remove(tmp + "-shm")
+	if err := syncFile(tmp); err != nil {
+		return fmt.Errorf("syncing %s: %w", tmp, err)
+	}
+
+	aside, err := replaceDB(ctx, dbPath, tmp, now, env)
+	if err != nil {
+		return err
+	}
+	done = true
+	if err := syncDir(filepath.Dir(dbPath)); err != nil {
+		return fmt.Errorf("syncing the directory of %s: %w", dbPath, err)
+	}
+
+	as := ""
+	if !snap.LastEvent.IsZero() {
+		as = fmt.Sprintf("; its latest audit event, its backup's, is from %s", snap.LastEvent.UTC().Format(time.RFC3339))
+	}
+	fmt.Fprintf(env.Stdout, "restored %s into %s (schema version %d%s)\n", file, dbPath, snap.Version, as)
+	if aside != "" {
+		fmt.Fprintf(env.Stdout, "the database it replaced is kept as %s\n", aside)
+	}
+	printEnded(env, queued, claimed)
+	printCredentials(env, prev, prevErr, reRevoked, accountLines)
+	return nil
+}
+
+// endOpenWork ends every open unit of st as timed_out, a batch per write,
+// each with an audit record, and returns how many were queued and claimed.
+func endOpenWork(ctx context.Context, st store.Store, now time.Time, env Env) (queued, claimed int, err error) {
+	const batch = 1000
+	tmpl := &store.AuditEvent{At: now, Kind: store.AuditWorkEnded, Actor: cliActor(), Source: cliSource(), Detail: "restore"}
+	for {
+		ws, err := st.WorkEndOpen(ctx, store.WorkEndOpenParams{Reason: restoreReason, Now: now, Max: batch, Audit: tmpl})
+		for _, w := range ws {
+			if w.ClaimID != "" {
+				claimed++
+			} else {
+				queued++
+			}
+		}
+		if err != nil {
+			return queued, claimed, err
+		}
+		if len(ws) < batch {
+			return queued, claimed, nil
+		}
+	}
+}
+
+func printEnded(env Env, queued, claimed int) {
+	if queued+claimed == 0 {
+		fmt.Fprintln(env.Stdout, "no unit was open in the backup: none had to be ended")
+		return
+	}
+	fmt.Fprintf(env.Stdout, "ended %d units open in the backup as timed_out (%d queued, %d claimed): each may have run after the backup was taken, so none runs again; their callers get a timeout\n",
+		queued+claimed, queued, claimed)
+}
+
+// previous is what the database a restore replaces says of credentials.
+type previous struct {
+	exists   bool
+	apiKeys  []store.APIKey
+	accounts []store.Account
+}
+
+// readPrevious reads the credentials of the database about to be replaced,
+// and closes it (which checkpoints its write-ahead log into it). A missing
+// database is no error: there is nothing to compare with.
+func readPrevious(ctx context.Context, dbPath string) (previous, error) {
+	if _, err := os.Stat(dbPath); errors.Is(err, os.ErrNotExist) {
+		return previous{}, nil
+	}
+	st, err := sqlitestore.Open(ctx, dbPath)
+	if err != nil {
+		return previous{exists: true}, err
+	}
+	defer st.Close()
+	keys, err := st.APIKeyList(ctx)
+	if err != nil {
+		return previous{exists: true}, err
+	}
+	accounts, err := st.AccountList(ctx)
+	if err != nil {
+		return previous{exists: true}, err
+	}
+	return previous{exists: true, apiKeys: keys, accounts: accounts}, st.Close()
+}
+
+// carryRevocations revokes in st, the restored database, every API key the
+// replaced one had revoked (after the backup was taken): a revocation is
+// never undone by a restore. It returns the keys it revoked.
+func carryRevocations(ctx context.Context, st store.Store, prevKeys []store.APIKey, env Env) ([]store.APIKey, error) {
+	restored, err := st.APIKeyList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	revokedBefore := map[string]time.Time{}
+	for _, k := range prevKeys {
+		if !k.RevokedAt.IsZero() {
+			revokedBefore[k.ID] = k.RevokedAt
+		}
+	}
+	var out []store.APIKey
+	for _, k := range restored {
+		at, ok := revokedBefore[k.ID]
+		if !ok || !k.RevokedAt.IsZero() {
+			continue
+		}
+		r, err := st.APIKeyRevoke(ctx, store.APIKeyRevokeParams{ID: k.ID, Now: at})
+		if err != nil {
+			return out, err
+		}
+		audit(ctx, st, store.AuditEvent{At: time.Now(), Kind: store.AuditAPIKeyRevoked,
+			Detail: fmt.Sprintf("%s (%s), revoked again by a restore: the replaced database had revoked it", r.ID, r.Name)}, env)
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// accountWarnings compares the accounts of st, the restored database,
+// with the replaced database's: an account made or rotated after the
+// backup was taken is refused to the proxies given its newer profile.
+func accountWarnings(ctx context.Context, st store.Store, prevAccounts []store.Account) ([]string, error) {
+	restored, err := st.AccountList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byName := map[string]store.Account{}
+	for _, a := range restored {
+		byName[a.Name] = a
+	}
+	var lines []string
+	for _, p := range prevAccounts {
+		r, ok := byName[p.Name]
+		switch {
+		case !ok:
+			lines = append(lines, fmt.Sprintf("warning: account %s was made after the backup was taken and is not in it: its proxies are refused until it is made again (`automator account create %s`) and they get its new profile", p.Name, p.Name))
+		case !bytes.Equal(r.TokenHash, p.TokenHash) || r.KeyID != p.KeyID:
+			lines = append(lines, fmt.Sprintf("warning: account %s had its token or key rotated after the backup was taken: the restored database accepts its earlier token again and refuses proxies given the newer profile; run `automator account rotate-token %s --overlap 0` (or rotate-key) and deploy the new profile", p.Name, p.Name))
+		}
+	}
+	return lines, nil
+}
+
+// printCredentials says what the restore did about credentials withdrawn
+// after the backup was taken, and what the operator must do again.
+func printCredentials(env Env, prev previous, prevErr error, reRevoked []store.APIKey, accountLines []string) {
+	for _, k := range reRevoked {
+		fmt.Fprintf(env.Stdout, "API key %s (%s) was revoked after the backup was taken: revoked again\n", k.ID, k.Name)
+	}
+	for _, l := range accountLines {
+		fmt.Fprintln(env.Stdout, l)
+	}
+	if prevErr != nil || !prev.exists {
+		why := "there was no database to compare the backup with"
+		if prevErr != nil {
+			why = fmt.Sprintf("the replaced database could not be read (%v)", prevErr)
+		}
+		fmt.Fprintf(env.Stdout, "warning: %s: an API key revoked, or an account token or key rotated, after the backup was taken is valid again; check `automator apikey list` and `automator account list`, then revoke and rotate again\n", why)
+	}
+}
+
+// replaceDB puts the database file tmp in place of dbPath and returns the
+// name the replaced database is kept under ("" when there was none). The
+// replaced database keeps its write-ahead log, renamed with it (reading it
+// closed it, which checkpoints the log; one left means that failed), so it
+// stays whole; its shared-memory index, rebuilt from the log, goes. The
+// new file takes dbPath's name in one rename, so dbPath always names a
+// whole database, the old or the new.
+func replaceDB(ctx context.Context, dbPath, tmp string, now time.Time, env Env) (string, error) {
+	if _, err := os.Lstat(dbPath); errors.Is(err, os.ErrNotExist) {
+		if err := os.Rename(tmp, dbPath); err != nil {
+			return "", fmt.Errorf("putting the backup in place: %w", err)
+		}
+		return "", nil
+	}
+	aside := dbPath + ".before-restore-" + now.UTC().Format("20060102T150405Z")
+	for _, suffix := range []string{"", "-wal", "-shm", "-journal"} {
+		if _, err := os.Lstat(aside + suffix); err == nil {
+			return "", fmt.Errorf("%s exists; wait a second and run restore again", aside+suffix)
+		}
+	}
+	// The replaced database gets its second name first, a hard link, so
+	// that dbPath is never missing (serve would make an empty database);
+	// without hard links, a rename.
+	linked := os.Link(dbPath, aside) == nil
+	if !linked {
+		if err := os.Rename(dbPath, aside); err != nil {
+			return "", fmt.Errorf("keeping the replaced database aside as %s: %w", aside, err)
+		}
+	}
+	if err := os.Rename(dbPath+"-wal", aside+"-wal"); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("keeping the replaced database's write-ahead log aside: %w", err)
+	}
+	if err := os.Remove(dbPath + "-shm"); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("removing the replaced database's shared-memory file: %w", err)
+	}
+	if err := os.Rename(tmp, dbPath); err != nil {
+		return "", fmt.Errorf("putting the backup in place (the replaced database is kept as %s): %w", aside, err)
+	}
+	return aside, nil
+}
+
+// copyFile copies src to a new file dst, mode 0600, synced.
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("reading the backup: %w", err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("copying the backup: %w", err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("copying %s to %s: %w", src, dst, err)
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return fmt.Errorf("syncing %s: %w", dst, err)
+	}
+	return out.Close()
+}
+
+// restoreOpenWork ends the open units of the configured database, replacing
+// nothing: after a database was restored by other means (PostgreSQL's
+// pg_restore, a file system snapshot), before any automator serves it.
+func restoreOpenWork(ctx context.Context, dir string, cfg config.Config, env Env) error {
+	if !pgstore.IsDSN(cfg.DB) {
+		lock, err := lockForRestore(dir)
+		if err != nil {
+			return err
+		}
+		defer lock.Release()
+	}
+	st, err := openStore(ctx, dir, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	now := time.Now()
+	if pgstore.IsDSN(cfg.DB) {
+		replicas, err := st.ReplicaList(ctx)
+		if err != nil {
+			return err
+		}
+		for _, r := range replicas {
+			if ago := now.Sub(r.LastSeen); ago < replicaAliveWithin {
+				return fmt.Errorf("replica %s (host %s) sent a heartbeat %s ago: stop every automator replica of %s first (a stopped one counts as alive for %s after its last heartbeat)",
+					r.ReplicaID, r.Hostname, max(ago, 0).Round(time.Second), pgstore.Redact(cfg.DB), replicaAliveWithin)
+			}
+		}
+	}
+	queued, claimed, err := endOpenWork(ctx, st, now, env)
+	if err != nil {
+		return err
+	}
+	audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditRestore,
+		Detail: fmt.Sprintf("open units of a restored database ended; %d units", queued+claimed)}, env)
+	printEnded(env, queued, claimed)
+	fmt.Fprintln(env.Stdout, "note: an API key revoked, or an account token or key rotated, after the backup was taken is valid again; check `automator apikey list` and `automator account list`, then revoke and rotate again")
+	return nil
+}
