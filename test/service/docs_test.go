@@ -18,6 +18,7 @@ var docPages = map[string]string{
 	"warm-standby.md":       "Keep a warm standby and fail over",
 	"upgrade-proxy.md":      "Upgrade a proxy",
 	"several-automators.md": "Run several automators",
+	"backup.md":             "Back up and restore the automator",
 }
 
 type codeBlock struct {
@@ -50,7 +51,7 @@ var (
 	// A proxy or automator command: the program (its path, .exe, quotes
 	// aside), the `--service NAME` of a service's command line, the verb and
 	// what follows up to a shell separator.
-	cliCall = regexp.MustCompile(`(?:^|[\s'"/\\&;(])(proxy|automator)(?:\.exe)?['"]?\s+(?:(--service)\s+\S+\s+)?(install|start|stop|status|uninstall|run|exec|account create|init|serve|replicas)\b([^;&|>]*)`)
+	cliCall = regexp.MustCompile(`(?:^|[\s'"/\\&;(])(proxy|automator)(?:\.exe)?['"]?\s+(?:(--service)\s+\S+\s+)?(install|start|stop|status|uninstall|run|exec|account create|init|serve|replicas|backup|restore)\b([^;&|>]*)`)
 	flagRef = regexp.MustCompile(`(?:^|\s)(--?[a-z][a-z-]*)`)
 )
 
