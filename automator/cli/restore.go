@@ -99,6 +99,16 @@ func restoreSQLite(ctx context.Context, dir string, cfg config.Config, file stri
 	if err := copyFile(file, tmp); err != nil {
 		return err
 	}
+	// Owned like the database it replaces (or its directory): run as root
+	// on a service's data directory, the restore leaves a database the
+	// service's user can open.
+	owner := dbPath
+	if _, err := os.Stat(dbPath); err != nil {
+		owner = filepath.Dir(dbPath)
+	}
+	if err := keepOwner(tmp, owner); err != nil {
+		return fmt.Errorf("giving %s the owner of %s: %w", tmp, owner, err)
+	}
 	snap, err := sqlitestore.Inspect(ctx, tmp, file)
 	if err != nil {
 		return err
