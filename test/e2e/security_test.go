@@ -170,7 +170,7 @@ func TestScriptsOutsideScriptsDirAreRefused(t *testing.T) {
 
 // A copy of the database alone reveals no command, result, token or key:
 // after units with distinctive strings ran, none of those strings (nor any
-// secret) appears in the database files, WAL included.
+// secret) appears in the database files, WAL included, nor in a backup.
 func TestDatabaseHoldsNoPlaintext(t *testing.T) {
 	t.Parallel()
 	a := startAutomator(t)
@@ -233,6 +233,12 @@ echo "stderr-CANARY-5 $line" >&2`)
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no database files in %s (%v)", a.DataDir, err)
 	}
+	// A backup holds the database alone: no more than the database.
+	backup := filepath.Join(t.TempDir(), "automator.backup")
+	if r := runCLI(bin.automator, "backup", "--data-dir", a.DataDir, backup); r.Code != 0 {
+		t.Fatalf("automator backup: %v", r)
+	}
+	files = append(files, backup)
 	t.Logf("database files: %q", files)
 	for _, f := range files {
 		data, err := os.ReadFile(f)
