@@ -147,7 +147,7 @@ func restoreSQLite(ctx context.Context, dir string, cfg config.Config, file stri
 		return fmt.Errorf("syncing %s: %w", tmp, err)
 	}
 
-	aside, err := replaceDB(ctx, dbPath, tmp, now, env)
+	aside, err := replaceDB(dbPath, tmp, now)
 	if err != nil {
 		return err
 	}
@@ -158,7 +158,7 @@ func restoreSQLite(ctx context.Context, dir string, cfg config.Config, file stri
 
 	as := ""
 	if !snap.LastEvent.IsZero() {
-		as = fmt.Sprintf("; its latest audit event, its backup's, is from %s", snap.LastEvent.UTC().Format(time.RFC3339))
+		as = fmt.Sprintf("; its latest audit event is from %s, when the backup began", snap.LastEvent.UTC().Format(time.RFC3339))
 	}
 	fmt.Fprintf(env.Stdout, "restored %s into %s (schema version %d%s)\n", file, dbPath, snap.Version, as)
 	if aside != "" {
@@ -312,7 +312,7 @@ func printCredentials(env Env, prev previous, prevErr error, reRevoked []store.A
 // stays whole; its shared-memory index, rebuilt from the log, goes. The
 // new file takes dbPath's name in one rename, so dbPath always names a
 // whole database, the old or the new.
-func replaceDB(ctx context.Context, dbPath, tmp string, now time.Time, env Env) (string, error) {
+func replaceDB(dbPath, tmp string, now time.Time) (string, error) {
 	if _, err := os.Lstat(dbPath); errors.Is(err, os.ErrNotExist) {
 		if err := os.Rename(tmp, dbPath); err != nil {
 			return "", fmt.Errorf("putting the backup in place: %w", err)
