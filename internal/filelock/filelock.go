@@ -1,6 +1,9 @@
 // Package filelock holds an OS lock on a file, shared or exclusive, without
 // waiting: flock on Unix, LockFileEx on Windows. The OS drops a lock when
 // its process ends, however it ends, so a dead holder never keeps a lock.
+// Shared and Exclusive open the file and hold its lock; TryLock and Unlock
+// lock a file its caller opened (the proxy's state_dir lock, which also
+// holds its holder's pid).
 package filelock
 
 import (
@@ -33,7 +36,7 @@ func take(path string, exclusive bool) (*Lock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening lock file %s: %w", path, err)
 	}
-	if err := lockFile(f, exclusive); err != nil {
+	if err := TryLock(f, exclusive); err != nil {
 		f.Close()
 		if errors.Is(err, ErrLocked) {
 			return nil, ErrLocked
@@ -48,7 +51,7 @@ func (l *Lock) Release() error {
 	if l == nil || l.f == nil {
 		return nil
 	}
-	unlockFile(l.f)
+	Unlock(l.f)
 	err := l.f.Close() // closing drops the lock
 	l.f = nil
 	return err

@@ -9,13 +9,23 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// lockFile takes a flock on f without waiting. A flock belongs to the open
-// file, so it ends when the file is closed or its process ends.
-func lockFile(f *os.File, exclusive bool) error {
+// TryLock takes a flock on f, shared or exclusive, without waiting:
+// ErrLocked when another open file (of any process) holds one that
+// excludes it. A flock belongs to the open file, so it ends when the file
+// is closed or its process ends.
+func TryLock(f *os.File, exclusive bool) error {
 	how := unix.LOCK_SH
 	if exclusive {
 		how = unix.LOCK_EX
 	}
+	return flock(f, how)
+}
+
+// Unlock lets f's flock go before the file is closed (closing drops it
+// too).
+func Unlock(f *os.File) { _ = flock(f, unix.LOCK_UN) }
+
+func flock(f *os.File, how int) error {
 	for {
 		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
 		switch {
@@ -27,6 +37,3 @@ func lockFile(f *os.File, exclusive bool) error {
 		return err
 	}
 }
-
-// unlockFile: closing the file drops its flock at once.
-func unlockFile(*os.File) {}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/opsgate/opsgate/internal/filelock"
 )
 
 // LockFileName is the file in the proxy's state_dir whose OS lock says
@@ -65,8 +67,8 @@ func LockStateDir(dir string) (*StateLock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening the lock of state_dir %s: %w", dir, err)
 	}
-	switch err := lockFile(f); {
-	case errors.Is(err, errLocked):
+	switch err := filelock.TryLock(f, true); {
+	case errors.Is(err, filelock.ErrLocked):
 		pid := readLockPID(f)
 		f.Close()
 		return nil, &StateDirHeldError{Dir: dir, PID: pid}
@@ -111,7 +113,7 @@ func CheckStateDir(dir string) error {
 	}
 	defer f.Close()
 	switch err := probeLock(f); {
-	case errors.Is(err, errLocked):
+	case errors.Is(err, filelock.ErrLocked):
 		return &StateDirHeldError{Dir: dir, PID: readLockPID(f)}
 	case err != nil:
 		return fmt.Errorf("checking the lock of state_dir %s (%s): %w", dir, path, err)
@@ -125,14 +127,22 @@ func (l *StateLock) Release() error {
 	if l == nil || l.f == nil {
 		return nil
 	}
-	unlockFile(l.f)
+	filelock.Unlock(l.f)
 	err := l.f.Close() // closing drops the lock
 	l.f = nil
 	return err
 }
 
-// errLocked: lockFile found the lock taken.
-var errLocked = errors.New("locked")
+// probeLock tries a shared lock on f (open read-only will do) without
+// waiting and lets it go again: filelock.ErrLocked when another open file
+// holds the exclusive one.
+func probeLock(f *os.File) error {
+	if err := filelock.TryLock(f, false); err != nil {
+		return err
+	}
+	filelock.Unlock(f)
+	return nil
+}
 
 // readLockPID reads the holder's pid from the first line of the lock file,
 // 0 when it cannot.
