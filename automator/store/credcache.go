@@ -26,9 +26,10 @@ const maxCachedCredentials = 4096
 // The cache stays exact for whoever withdraws a credential through a
 // store made by CachedCredentials with the same ttl, in this process or in
 // any other sharing the database (the CLI, other replicas): AccountRotate
-// (a new token, key or both) and APIKeyRevoke drop this process's copies, and return only ttl after
-// their commit, when every copy read before the commit has expired (a
-// copy's age counts from before its read began). So "a revoked key is
+// (a new token, key or both), AccountDelete and APIKeyRevoke drop this
+// process's copies, and return only ttl after their commit, when every
+// copy read before the commit has expired (a copy's age counts from before
+// its read began). So "a revoked key is
 // refused from the next call on" holds for every call made after the
 // command returned, on every automator, and a unit queued after rotate-key
 // returned is sealed with the new key. A withdrawal that is interrupted
@@ -160,6 +161,23 @@ func (c *credCache) withdrawn(ctx context.Context) error {
 
 func (c *credCache) AccountRotate(ctx context.Context, p AccountRotateParams) (Account, error) {
 	return withdraw(ctx, c, func() (Account, error) { return c.Store.AccountRotate(ctx, p) })
+}
+
+// AccountDelete withdraws every credential of the account (its tokens, and
+// the API keys it revokes) as AccountRotate does.
+func (c *credCache) AccountDelete(ctx context.Context, p AccountDeleteParams) (AccountDeletion, error) {
+	return withdraw(ctx, c, func() (AccountDeletion, error) { return c.Store.AccountDelete(ctx, p) })
+}
+
+// ForgetCredentials drops the credentials a CachedCredentials store holds
+// in memory, so its next lookups read the store: for an automator that
+// learns of a withdrawal made by another process (an account deleted) and
+// acts on it before that process's wait is over. Other stores are left
+// alone.
+func ForgetCredentials(st Store) {
+	if c, ok := st.(*credCache); ok {
+		c.forget()
+	}
 }
 
 func (c *credCache) APIKeyRevoke(ctx context.Context, p APIKeyRevokeParams) (APIKey, error) {

@@ -65,6 +65,7 @@ const (
 	AuditAuthDenied       = "auth.denied"       // a valid API key was used outside its accounts
 	AuditAuthRateLimited  = "auth.rate_limited" // a source went over its budget of failed authentications
 	AuditAccountCreated   = "account.created"
+	AuditAccountDeleted   = "account.deleted"
 	AuditTokenRotated     = "account.token_rotated"
 	AuditKeyRotated       = "account.key_rotated"
 	AuditAPIKeyCreated    = "apikey.created"

@@ -394,6 +394,17 @@ type Store interface {
 	AccountGetByTokenHash(ctx context.Context, h []byte) (Account, error)
 	// AccountList returns all accounts ordered by name.
 	AccountList(ctx context.Context) ([]Account, error)
+	// AccountDelete deletes an account in one transaction (deleted.go):
+	// its queued and claimed units become cancelled with p.Reason, all its
+	// units move to its tombstone, its instances, tokens and keys (current
+	// and previous) are removed, the API keys that could use only it are
+	// revoked and the others no longer name it. Its name is free for a new
+	// account at once. ErrNotFound if there is no such account.
+	AccountDelete(ctx context.Context, p AccountDeleteParams) (AccountDeletion, error)
+	// AccountDeletions returns the accounts deleted at or after since
+	// (Name, Tombstone, DeletedAt), oldest first, while their tombstones
+	// are kept (WorkPurge).
+	AccountDeletions(ctx context.Context, since time.Time) ([]AccountDeletion, error)
 
 	// WorkEnqueue stores a new unit: queued, or already claimed when
 	// p.ClaimFor is set (nobody could claim it before). ErrExists if the ID
@@ -431,7 +442,9 @@ type Store interface {
 	// WorkPurge deletes up to p.Max units that ended (succeeded, failed,
 	// timed_out, cancelled) and were queued before p.QueuedBefore, oldest
 	// first, and returns how many it deleted. An open unit is never
-	// deleted, however old; audit records stay.
+	// deleted, however old; audit records stay. So do the tombstones of
+	// deleted accounts until they hold no unit and were deleted before
+	// p.QueuedBefore.
 	WorkPurge(ctx context.Context, p WorkPurgeParams) (int, error)
 	// WorkGet returns a unit by id, or ErrNotFound.
 	WorkGet(ctx context.Context, id string) (Work, error)
@@ -452,13 +465,15 @@ type Store interface {
 	// serve.
 	Ping(ctx context.Context) error
 
-	// InstanceSeen records a poll of an instance (upsert).
+	// InstanceSeen records a poll of an instance (upsert); a poll of an
+	// account that no longer exists (deleted meanwhile) is not recorded.
 	InstanceSeen(ctx context.Context, p InstanceSeenParams) error
 	// InstancesSeen records polls of many instances in one transaction
 	// (upserts), for an automator that keeps its instances' latest polls in
 	// memory and writes them in batches. A poll older than the one stored
 	// for its instance changes nothing, so batches written late or by
-	// several replicas never move a record back in time.
+	// several replicas never move a record back in time. Polls of
+	// accounts that no longer exist are left out, as by InstanceSeen.
 	InstancesSeen(ctx context.Context, ps []InstanceSeenParams) error
 	// InstanceList returns the instances of an account, ordered by id.
 	InstanceList(ctx context.Context, account string) ([]Instance, error)

@@ -22,6 +22,9 @@ func scanAccount(r pgx.Row) (store.Account, error) {
 }
 
 func (s *Store) AccountCreate(ctx context.Context, p store.AccountCreateParams) (store.Account, error) {
+	if p.KeyID == store.TombstoneKeyID {
+		return store.Account{}, fmt.Errorf("creating account %q: key id %d is a deleted account's", p.Name, p.KeyID)
+	}
 	var a store.Account
 	err := s.sentRow(ctx, func(r pgx.Row) (err error) { a, err = scanAccount(r); return err },
 		`INSERT INTO accounts (`+accountColumns+`) VALUES ($1, $2, $3, $4, $5)
@@ -38,7 +41,7 @@ RETURNING `+accountColumns,
 }
 
 func (s *Store) AccountGet(ctx context.Context, name string) (store.Account, error) {
-	a, err := scanAccount(s.pool.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts WHERE name = $1`, name))
+	a, err := scanAccount(s.pool.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts WHERE name = $1 AND key_id <> 0`, name))
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = store.ErrNotFound
 	}
@@ -49,7 +52,7 @@ func (s *Store) AccountGet(ctx context.Context, name string) (store.Account, err
 }
 
 func (s *Store) AccountGetByTokenHash(ctx context.Context, h []byte) (store.Account, error) {
-	a, err := scanAccount(s.pool.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts WHERE token_hash = $1`, nonNil(h)))
+	a, err := scanAccount(s.pool.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts WHERE token_hash = $1 AND key_id <> 0`, nonNil(h)))
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = store.ErrNotFound
 	}
@@ -61,7 +64,7 @@ func (s *Store) AccountGetByTokenHash(ctx context.Context, h []byte) (store.Acco
 }
 
 func (s *Store) AccountList(ctx context.Context) ([]store.Account, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+accountColumns+` FROM accounts ORDER BY name`)
+	rows, err := s.pool.Query(ctx, `SELECT `+accountColumns+` FROM accounts WHERE key_id <> 0 ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("listing accounts: %w", err)
 	}

@@ -12,8 +12,9 @@ import (
 )
 
 func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) error {
+	// A poll of an account deleted meanwhile is not recorded.
 	_, err := s.sentExec(ctx, `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight)
-VALUES ($1, $2, $3, $4, $5, $6)
+SELECT $1::text, $2::text, $3::text, $4::text, $5::timestamptz, $6::integer WHERE EXISTS (SELECT 1 FROM accounts WHERE name = $1 AND key_id <> 0)
 ON CONFLICT (account, instance_id) DO UPDATE SET
 	hostname = excluded.hostname,
 	version = excluded.version,
@@ -41,8 +42,9 @@ func (s *Store) InstancesSeen(ctx context.Context, ps []store.InstanceSeenParams
 	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		for _, p := range sorted {
+			// A poll of an account deleted meanwhile is left out.
 			b.Queue(`INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight)
-VALUES ($1, $2, $3, $4, $5, $6)
+SELECT $1::text, $2::text, $3::text, $4::text, $5::timestamptz, $6::integer WHERE EXISTS (SELECT 1 FROM accounts WHERE name = $1 AND key_id <> 0)
 ON CONFLICT (account, instance_id) DO UPDATE SET
 	hostname = excluded.hostname,
 	version = excluded.version,

@@ -57,7 +57,7 @@ func (s *Store) AccountStats(ctx context.Context, p store.AccountStatsParams) ([
 	(SELECT COUNT(*) FROM instances i WHERE i.account = a.name),
 	(SELECT COUNT(*) FROM instances i WHERE i.account = a.name AND i.last_poll_at >= $1),
 	(SELECT MAX(i.last_poll_at) FROM instances i WHERE i.account = a.name)
-FROM accounts a ORDER BY a.name`, p.OnlineSince)
+FROM accounts a WHERE a.key_id <> 0 ORDER BY a.name`, p.OnlineSince)
 	if err != nil {
 		return nil, fmt.Errorf("reading account statistics: %w", err)
 	}

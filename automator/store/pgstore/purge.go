@@ -21,5 +21,12 @@ FOR UPDATE SKIP LOCKED)`, p.QueuedBefore, max(p.Max, 1))
 	if err != nil {
 		return 0, fmt.Errorf("deleting ended work queued before %s: %w", p.QueuedBefore.Format(time.RFC3339), err)
 	}
+	// Tombstones of deleted accounts whose units are all gone. A unit
+	// another replica purges at once may hold one back until the next
+	// purge.
+	if _, err := s.sentExec(ctx, `DELETE FROM accounts WHERE key_id = 0 AND created_at < $1
+AND NOT EXISTS (SELECT 1 FROM work WHERE work.account = accounts.name)`, p.QueuedBefore); err != nil {
+		return int(tag.RowsAffected()), fmt.Errorf("deleting the tombstones of deleted accounts: %w", err)
+	}
 	return int(tag.RowsAffected()), nil
 }

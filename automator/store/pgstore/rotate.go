@@ -17,11 +17,11 @@ func (s *Store) AccountGetByToken(ctx context.Context, p store.AccountGetByToken
 	// The current token, else a previous one: one round trip.
 	var until *time.Time
 	var a store.Account
-	err := s.pool.QueryRow(ctx, `SELECT NULL::timestamptz, `+accountColumns+` FROM accounts WHERE token_hash = $1
+	err := s.pool.QueryRow(ctx, `SELECT NULL::timestamptz, `+accountColumns+` FROM accounts WHERE token_hash = $1 AND key_id <> 0
 UNION ALL
 SELECT t.valid_until, a.name, a.token_hash, a.key_id, a.sealed_key, a.created_at
 FROM account_tokens t JOIN accounts a ON a.name = t.account
-WHERE t.token_hash = $1
+WHERE t.token_hash = $1 AND a.key_id <> 0
 LIMIT 1`, h).Scan(&until, &a.Name, &a.TokenHash, &a.KeyID, &a.SealedKey, &a.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = store.ErrNotFound
@@ -46,7 +46,7 @@ func (s *Store) AccountRotate(ctx context.Context, p store.AccountRotateParams) 
 	var out store.Account
 	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		// FOR UPDATE: concurrent rotations of one account take turns.
-		cur, err := scanAccount(tx.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts WHERE name = $1 FOR UPDATE`, p.Name))
+		cur, err := scanAccount(tx.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts WHERE name = $1 AND key_id <> 0 FOR UPDATE`, p.Name))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return store.ErrNotFound
 		}

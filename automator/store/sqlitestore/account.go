@@ -22,6 +22,9 @@ func scanAccount(r interface{ Scan(...any) error }) (store.Account, error) {
 }
 
 func (s *Store) AccountCreate(ctx context.Context, p store.AccountCreateParams) (store.Account, error) {
+	if p.KeyID == store.TombstoneKeyID {
+		return store.Account{}, fmt.Errorf("creating account %q: key id %d is a deleted account's", p.Name, p.KeyID)
+	}
 	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
 		res, err := tx.ExecContext(ctx, `INSERT INTO accounts (`+accountColumns+`) VALUES (?, ?, ?, ?, ?)
 ON CONFLICT (name) DO NOTHING`,
@@ -49,7 +52,7 @@ ON CONFLICT (name) DO NOTHING`,
 }
 
 func (s *Store) AccountGet(ctx context.Context, name string) (store.Account, error) {
-	a, err := scanAccount(s.reads.QueryRowContext(ctx, `SELECT `+accountColumns+` FROM accounts WHERE name = ?`, name))
+	a, err := scanAccount(s.reads.QueryRowContext(ctx, `SELECT `+accountColumns+` FROM accounts WHERE name = ? AND key_id <> 0`, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		err = store.ErrNotFound
 	}
@@ -60,7 +63,7 @@ func (s *Store) AccountGet(ctx context.Context, name string) (store.Account, err
 }
 
 func (s *Store) AccountGetByTokenHash(ctx context.Context, h []byte) (store.Account, error) {
-	a, err := scanAccount(s.reads.QueryRowContext(ctx, `SELECT `+accountColumns+` FROM accounts WHERE token_hash = ?`, nonNil(h)))
+	a, err := scanAccount(s.reads.QueryRowContext(ctx, `SELECT `+accountColumns+` FROM accounts WHERE token_hash = ? AND key_id <> 0`, nonNil(h)))
 	if errors.Is(err, sql.ErrNoRows) {
 		err = store.ErrNotFound
 	}
@@ -72,7 +75,7 @@ func (s *Store) AccountGetByTokenHash(ctx context.Context, h []byte) (store.Acco
 }
 
 func (s *Store) AccountList(ctx context.Context) ([]store.Account, error) {
-	rows, err := s.reads.QueryContext(ctx, `SELECT `+accountColumns+` FROM accounts ORDER BY name`)
+	rows, err := s.reads.QueryContext(ctx, `SELECT `+accountColumns+` FROM accounts WHERE key_id <> 0 ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("listing accounts: %w", err)
 	}

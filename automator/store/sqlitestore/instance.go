@@ -9,8 +9,9 @@ import (
 
 func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) error {
 	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
+		// A poll of an account deleted meanwhile is not recorded.
 		_, err := tx.ExecContext(ctx, `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight)
-VALUES (?, ?, ?, ?, ?, ?)
+SELECT ?1, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM accounts WHERE name = ?1 AND key_id <> 0)
 ON CONFLICT (account, instance_id) DO UPDATE SET
 	hostname = excluded.hostname,
 	version = excluded.version,

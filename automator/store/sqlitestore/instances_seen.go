@@ -15,8 +15,9 @@ func (s *Store) InstancesSeen(ctx context.Context, ps []store.InstanceSeenParams
 	}
 	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
 		for _, p := range ps {
+			// A poll of an account deleted meanwhile is left out.
 			if _, err := tx.ExecContext(ctx, `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight)
-VALUES (?, ?, ?, ?, ?, ?)
+SELECT ?1, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM accounts WHERE name = ?1 AND key_id <> 0)
 ON CONFLICT (account, instance_id) DO UPDATE SET
 	hostname = excluded.hostname,
 	version = excluded.version,

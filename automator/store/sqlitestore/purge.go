@@ -21,7 +21,12 @@ LIMIT ?)`, toNanos(p.QueuedBefore), max(p.Max, 1))
 		if err != nil {
 			return err
 		}
-		n, err = res.RowsAffected()
+		if n, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		// Tombstones of deleted accounts whose units are all gone.
+		_, err = tx.ExecContext(ctx, `DELETE FROM accounts WHERE key_id = 0 AND created_at < ?
+AND NOT EXISTS (SELECT 1 FROM work WHERE work.account = accounts.name)`, toNanos(p.QueuedBefore))
 		return err
 	})
 	if err != nil {

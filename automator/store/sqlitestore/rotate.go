@@ -13,7 +13,7 @@ import (
 
 func (s *Store) AccountGetByToken(ctx context.Context, p store.AccountGetByTokenParams) (store.Account, error) {
 	h := nonNil(p.TokenHash)
-	a, err := scanAccount(s.reads.QueryRowContext(ctx, `SELECT `+accountColumns+` FROM accounts WHERE token_hash = ?`, h))
+	a, err := scanAccount(s.reads.QueryRowContext(ctx, `SELECT `+accountColumns+` FROM accounts WHERE token_hash = ? AND key_id <> 0`, h))
 	if err == nil {
 		return a, nil
 	}
@@ -23,7 +23,7 @@ func (s *Store) AccountGetByToken(ctx context.Context, p store.AccountGetByToken
 	var until int64
 	a, err = scanAccountAfter(s.reads.QueryRowContext(ctx, `SELECT t.valid_until, `+qualified("a", accountColumns)+`
 FROM account_tokens t JOIN accounts a ON a.name = t.account
-WHERE t.token_hash = ?`, h), &until)
+WHERE t.token_hash = ? AND a.key_id <> 0`, h), &until)
 	if errors.Is(err, sql.ErrNoRows) {
 		err = store.ErrNotFound
 	}
@@ -42,7 +42,7 @@ func (s *Store) AccountRotate(ctx context.Context, p store.AccountRotateParams) 
 	now, until := toNanos(p.Now), toNanos(p.PreviousUntil)
 	var out store.Account
 	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
-		cur, err := scanAccount(tx.QueryRowContext(ctx, `SELECT `+accountColumns+` FROM accounts WHERE name = ?`, p.Name))
+		cur, err := scanAccount(tx.QueryRowContext(ctx, `SELECT `+accountColumns+` FROM accounts WHERE name = ? AND key_id <> 0`, p.Name))
 		if errors.Is(err, sql.ErrNoRows) {
 			return store.ErrNotFound
 		}

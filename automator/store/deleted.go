@@ -1,0 +1,70 @@
+package store
+
+import (
+	"strings"
+	"time"
+)
+
+// Deleting an account (AccountDelete) ends its open units as cancelled and
+// destroys its token and keys, but keeps its units until the normal purge:
+// terminal, sealed with a key that no longer exists, so unreadable for good
+// (crypto-shredding). They move to a tombstone account named
+// DeletedAccountName(name, at): a row of accounts with key id 0 and no key
+// or usable token, which no lookup of an account returns. Its name is not a
+// valid account name, so an account created later under the old name shares
+// nothing with them: not a listing, not an API key's scope, not a key.
+
+// TombstoneKeyID is the key id of a deleted account's tombstone; a real
+// account's keys start at 1.
+const TombstoneKeyID = 0
+
+// deletedInfix joins an account's name and its deletion time in the name
+// of its tombstone.
+const deletedInfix = " (deleted "
+
+// DeletedAccountName is the name the units of account name take when it is
+// deleted at at: "NAME (deleted 2026-01-02T03:04:05.678901Z)".
+func DeletedAccountName(name string, at time.Time) string {
+	return name + deletedInfix + at.UTC().Format(time.RFC3339Nano) + ")"
+}
+
+// DeletedAccount reports whether account is the tombstone of a deleted
+// account (the account of its units), and the name it had.
+func DeletedAccount(account string) (name string, ok bool) {
+	name, rest, ok := strings.Cut(account, deletedInfix)
+	if !ok || !strings.HasSuffix(rest, ")") {
+		return "", false
+	}
+	return name, true
+}
+
+type AccountDeleteParams struct {
+	Name string
+	// Reason is the reason of the units it cancels.
+	Reason string
+	Now    time.Time
+	// Audit, when set, is appended to the audit log in the same
+	// transaction for each unit cancelled, with Account, WorkID,
+	// InstanceID and Outcome (cancelled) filled in from the unit.
+	Audit *AuditEvent
+}
+
+// AccountDeletion is what deleting an account did (AccountDelete), or, as
+// AccountDeletions lists it, what is known of it later (Name, Tombstone,
+// DeletedAt).
+type AccountDeletion struct {
+	Name string
+	// Tombstone is the account its units now have (DeletedAccountName).
+	Tombstone string
+	DeletedAt time.Time
+	// Cancelled are the units that were queued or claimed, now cancelled.
+	Cancelled []Work
+	// Units counts all the units of the account, Cancelled included,
+	// kept until the purge.
+	Units int
+	// RevokedAPIKeys are the ids of the API keys that could use only this
+	// account, now revoked; NarrowedAPIKeys those that could use it among
+	// others, which keep the others.
+	RevokedAPIKeys  []string
+	NarrowedAPIKeys []string
+}
