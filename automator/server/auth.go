@@ -45,6 +45,11 @@ type proxyToken struct {
 	// for the current token. A poll authenticated with a previous token
 	// ends, and claims nothing, from then on.
 	until time.Time
+	// keyID and sealedKey are the account's current key as that lookup
+	// read it, to tell a cached key ring of an account deleted since and
+	// created again under the same name (keyRing.sameAccount).
+	keyID     uint32
+	sealedKey []byte
 }
 
 // tokenFrom is the account token that authenticated a proxy call.
@@ -108,7 +113,7 @@ func (s *Server) authenticate(ctx context.Context, method string) (context.Conte
 		case err != nil:
 			return nil, s.internal(ctx, "looking up account token", err)
 		}
-		ctx = context.WithValue(ctx, keyToken, proxyToken{hash: h, current: a.TokenHash, until: a.PreviousTokenUntil})
+		ctx = context.WithValue(ctx, keyToken, proxyToken{hash: h, current: a.TokenHash, until: a.PreviousTokenUntil, keyID: a.KeyID, sealedKey: a.SealedKey})
 		return context.WithValue(ctx, keyAccount, a.Name), nil
 	case strings.HasPrefix(method, callerPrefix):
 		if err != nil {

@@ -187,7 +187,7 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, m
 			return store.Work{}, status.Errorf(codes.InvalidArgument, "timeout %v is outside (0, %v]", timeout, s.maxTimeout)
 		}
 	}
-	key, err := s.currentKey(ctx, acc.Name, acc.KeyID)
+	key, err := s.currentKey(ctx, acc)
 	if err != nil {
 		return store.Work{}, s.internal(ctx, "opening the account key", err)
 	}
@@ -409,6 +409,9 @@ func (s *Server) workStatus(ctx context.Context, w store.Work) (*automatorv1.Wor
 	}
 	if len(w.SealedResult) > 0 {
 		r, err := s.openResult(ctx, w, w.SealedResult)
+		if errors.Is(err, ErrAccountDeleted) {
+			return nil, status.Errorf(codes.FailedPrecondition, "work %s: %v", w.ID, err)
+		}
 		if err != nil {
 			return nil, s.internal(ctx, "opening a stored result", err)
 		}

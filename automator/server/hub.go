@@ -537,6 +537,24 @@ func (h *hub) NotifyInstance(account, instance string) {
 	}
 }
 
+// NotifyAccount wakes every waiting poller of account: it was deleted, and
+// each, looking its token up again, is refused.
+func (h *hub) NotifyAccount(account string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	l := h.pollers[account]
+	if l == nil {
+		return
+	}
+	var all []*poller
+	for e := l.Front(); e != nil; e = e.Next() {
+		all = append(all, e.Value.(*poller))
+	}
+	for _, p := range all {
+		h.signalLocked(p)
+	}
+}
+
 // waiting reports how many pollers of account wait (for tests and metrics).
 func (h *hub) waiting(account string) int {
 	h.mu.Lock()

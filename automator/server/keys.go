@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -120,20 +121,40 @@ func (s *Server) ringWith(ctx context.Context, account string, id uint32) (*keyR
 	return s.loadRing(ctx, account)
 }
 
-// currentKey is the key new units of the account are sealed with. atLeast
-// is the current key id the caller just read from the store: a cached ring
-// older than that is read again.
-func (s *Server) currentKey(ctx context.Context, account string, atLeast uint32) (crypto.Key, error) {
-	r, err := s.ringWith(ctx, account, atLeast)
+// currentKey is the key new units of account acc are sealed with. acc is
+// the account as the caller just read it from the store: a cached ring
+// older than its current key is read again, and so is one of an account
+// deleted since and created again under the same name (sameAccount).
+func (s *Server) currentKey(ctx context.Context, acc store.Account) (crypto.Key, error) {
+	r, err := s.ringWith(ctx, acc.Name, acc.KeyID)
+	if err == nil && !r.sameAccount(acc.KeyID, acc.SealedKey) {
+		r, err = s.loadRing(ctx, acc.Name)
+	}
 	if err != nil {
 		return crypto.Key{}, err
 	}
 	return r.current(), nil
 }
 
+// sameAccount reports whether the ring holds key id as sealedKey: if it
+// holds another key under that id, the account was deleted and created
+// again since the ring was read (a rotation keeps every key it had, each
+// under its id).
+func (r *keyRing) sameAccount(id uint32, sealedKey []byte) bool {
+	for _, k := range r.meta {
+		if k.KeyID == id {
+			return bytes.Equal(k.SealedKey, sealedKey)
+		}
+	}
+	return true
+}
+
 // open opens a sealed blob of an account's unit with the key its header
 // names, reading the keys again if that id is new to the cache.
 func (s *Server) open(ctx context.Context, account, workID string, dir crypto.Direction, blob []byte) ([]byte, error) {
+	if err := DeletedAccountError(account); err != nil {
+		return nil, err
+	}
 	id, err := crypto.BlobKeyID(blob)
 	if err != nil {
 		return nil, err

@@ -44,8 +44,14 @@ func (s *Server) instanceRing(ctx context.Context, account, instanceID string, h
 	now := s.clock.Now()
 	// An id the cache does not know may come from a rotation made since it
 	// was read. The ids come from the instance (a token holder), so they
-	// may make the keys be read again at most once a second.
-	if slices.ContainsFunc(held, func(id uint32) bool { return !r.has(id) }) && now.Sub(r.loaded) >= reloadUnknownEvery {
+	// may make the keys be read again at most once a second. A ring read
+	// before the account was deleted and created again is read again at
+	// once: what tells it comes from the store.
+	if tok := tokenFrom(ctx); tok.sealedKey != nil && !r.sameAccount(tok.keyID, tok.sealedKey) {
+		if r, err = s.loadRing(ctx, account); err != nil {
+			return nil, s.internal(ctx, "reading the account's keys", err)
+		}
+	} else if slices.ContainsFunc(held, func(id uint32) bool { return !r.has(id) }) && now.Sub(r.loaded) >= reloadUnknownEvery {
 		if r, err = s.loadRing(ctx, account); err != nil {
 			return nil, s.internal(ctx, "reading the account's keys", err)
 		}

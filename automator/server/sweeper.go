@@ -12,12 +12,14 @@ import (
 // queued by other replicas are seen), and a new unit whose deadline comes
 // before that wakes it earlier.
 //
-// With a Broadcaster it also listens for other replicas' events.
+// With a Broadcaster it also listens for other replicas' events. It also
+// looks for accounts deleted meanwhile every SweepInterval (deleted.go).
 func (s *Server) Run(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
-	listening := make(chan struct{})
+	listening, watching := make(chan struct{}), make(chan struct{})
 	go func() { s.listen(ctx); close(listening) }()
-	defer func() { cancel(); <-listening }()
+	go func() { s.watchDeletions(ctx); close(watching) }()
+	defer func() { cancel(); <-listening; <-watching }()
 	t := time.NewTimer(0)
 	defer t.Stop()
 	var armed time.Time // when t fires

@@ -1,0 +1,112 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+// ErrAccountDeleted: the unit belongs to an account that was deleted, and
+// its key with it, so its command and result can never be opened again.
+var ErrAccountDeleted = errors.New("the account was deleted and its key destroyed, so the unit's command and result can no longer be read")
+
+// DeletedAccountError returns ErrAccountDeleted, naming the account, for a
+// unit whose account is a deleted account's tombstone (store.DeletedAccount);
+// nil for any other.
+func DeletedAccountError(account string) error {
+	if name, ok := store.DeletedAccount(account); ok {
+		return fmt.Errorf("account %q: %w", name, ErrAccountDeleted)
+	}
+	return nil
+}
+
+// An account is deleted by `automator account delete`, which writes the
+// store directly (store.AccountDelete), in another process than the
+// automators that serve it. Its credentials need nothing more: the
+// command waits out the automators' cached copies (store.CachedCredentials),
+// so its token is refused and its name unknown on every automator once it
+// returns. But polls of the account already waiting, and callers waiting
+// for its units (now cancelled), learn of it only when woken: each
+// automator looks for deletions every SweepInterval and wakes them.
+
+// deletionLookBack is how far back in time the automator looks for
+// deletions (past its clock, and other replicas' clocks, may differ).
+const deletionLookBack = 10 * time.Minute
+
+// watchDeletions acts on every account deletion it finds, once, until ctx
+// is done or the automator shuts down.
+func (s *Server) watchDeletions(ctx context.Context) {
+	seen := make(map[string]time.Time) // tombstone → deleted at
+	t := time.NewTicker(s.sweepInterval)
+	defer t.Stop()
+	for {
+		s.checkDeletions(ctx, seen)
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.shutdown:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// checkDeletions reads the recent deletions and acts on those not in seen.
+func (s *Server) checkDeletions(ctx context.Context, seen map[string]time.Time) {
+	since := s.clock.Now().Add(-deletionLookBack)
+	ds, err := s.store.AccountDeletions(ctx, since)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("looking for deleted accounts", "err", err)
+		}
+		return
+	}
+	for tomb, at := range seen {
+		if at.Before(since) {
+			delete(seen, tomb)
+		}
+	}
+	for _, d := range ds {
+		if _, ok := seen[d.Tombstone]; ok {
+			continue
+		}
+		seen[d.Tombstone] = d.DeletedAt
+		s.accountDeleted(ctx, d)
+	}
+}
+
+// accountDeleted drops what this automator holds of a deleted account and
+// wakes whoever waits on it: its polls (each looks its token up again, and
+// is refused), and the callers of its units that the deletion cancelled.
+func (s *Server) accountDeleted(ctx context.Context, d store.AccountDeletion) {
+	store.ForgetCredentials(s.store)
+	s.keysMu.Lock()
+	delete(s.keys, d.Name)
+	s.keysMu.Unlock()
+	s.hub.NotifyAccount(d.Name)
+	p := store.WorkListParams{Account: d.Tombstone, State: store.StateCancelled, Limit: 500}
+	woken := 0
+	for {
+		ws, err := s.store.WorkList(ctx, p)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("reading the units of a deleted account", "account", d.Name, "err", err)
+			}
+			break
+		}
+		for _, w := range ws {
+			s.hub.NotifyDone(w.ID, nil)
+		}
+		woken += len(ws)
+		if len(ws) < p.Limit {
+			break
+		}
+		last := ws[len(ws)-1]
+		p.BeforeQueuedAt, p.BeforeID = last.QueuedAt, last.ID
+	}
+	s.log.Info("account deleted: its polls and the callers of its cancelled units were woken",
+		"account", d.Name, "deleted_at", d.DeletedAt, "units", woken)
+}

@@ -1,0 +1,191 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/opsgate/opsgate/automator/server"
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/waittest"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// deleteAccount deletes an account the way `automator account delete`
+// does: from another process, through its own credential cache, returning
+// once every automator's cached copy of its credentials has expired.
+func (e *env) deleteAccount(name string) store.AccountDeletion {
+	e.t.Helper()
+	now := time.Now()
+	d, err := cachedCredentials(e.store).AccountDelete(context.Background(), store.AccountDeleteParams{
+		Name: name, Reason: "account " + name + " was deleted", Now: now,
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return d
+}
+
+type waitResult struct {
+	st  *automatorv1.WorkStatus
+	err error
+}
+
+func waitAsync(c automatorv1.AutomatorServiceClient, id string) <-chan waitResult {
+	out := make(chan waitResult, 1)
+	go func() {
+		st, err := c.Wait(context.Background(), &automatorv1.WaitRequest{WorkId: id})
+		out <- waitResult{st, err}
+	}()
+	return out
+}
+
+// TestAccountDeletionEndsItsWaitingPollsAndCallersAtOnce: polls of the
+// account waiting when it is deleted end with Unauthenticated, and callers
+// waiting for its queued and claimed units get them cancelled, saying why,
+// long before the poll window or the units' deadlines; the claimer's
+// result is refused afterwards.
+func TestAccountDeletionEndsItsWaitingPollsAndCallersAtOnce(t *testing.T) {
+	e := newEnv(t, envOptions{pollWindow: time.Hour, wrap: cachedCredentials, sweepInterval: 20 * time.Millisecond})
+	px, caller := e.proxyClient(), e.callerClient()
+	claimedSt := submit(t, caller, e.account, time.Hour)
+	claim := claimOne(t, px, "host-a")
+	queuedSt := submit(t, caller, e.account, time.Hour)
+	waitClaimed, waitQueued := waitAsync(caller, claimedSt.GetWorkId()), waitAsync(caller, queuedSt.GetWorkId())
+	// A poll that waits to hear of cancels only, so it does not take the
+	// queued unit.
+	polled := pollAsync(t.Context(), px, "host-b", 0)
+	e.awaitWaiting(1)
+
+	e.deleteAccount(e.account)
+
+	r := waittest.Recv(t, polled, "the poll waiting when its account was deleted to end")
+	if status.Code(r.err) != codes.Unauthenticated {
+		t.Errorf("the poll waiting when its account was deleted: %v, %v; want Unauthenticated", r.resp, r.err)
+	}
+	for _, w := range []<-chan waitResult{waitClaimed, waitQueued} {
+		got := waittest.Recv(t, w, "a caller waiting for a unit of the deleted account to be answered")
+		if got.err != nil || got.st.GetState() != automatorv1.State_STATE_CANCELLED || got.st.GetReason() != `account acme was deleted` {
+			t.Errorf("a caller waiting for a unit of the deleted account: %v, %v; want cancelled, \"account acme was deleted\"", got.st, got.err)
+		}
+	}
+	_, err := px.Complete(context.Background(), &automatorv1.CompleteRequest{
+		WorkId: claim.GetWorkId(), ClaimId: claim.GetClaimId(), InstanceId: "host-a",
+		Outcome: automatorv1.Outcome_OUTCOME_SUCCEEDED, SealedResult: e.sealResult(claim.GetWorkId(), &automatorv1.Result{}),
+	})
+	if status.Code(err) != codes.Unauthenticated {
+		t.Errorf("the claimer's result after its account was deleted: %v; want Unauthenticated", err)
+	}
+	if _, err := pollNow(px, "host-a", 1); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("a poll after its account was deleted: %v; want Unauthenticated", err)
+	}
+}
+
+// TestDeletedAccountIsUnknownToCallers: after the deletion, submits name
+// an account that does not exist, in the words used for one that never
+// did; a key that could use it among others no longer may (PermissionDenied,
+// as for any account outside its scope); a key that could use only it is
+// revoked. Its ended units stay readable as far as their state, but a
+// result sealed with its destroyed key is refused, saying why.
+func TestDeletedAccountIsUnknownToCallers(t *testing.T) {
+	e := newEnv(t, envOptions{pollWindow: time.Second, wrap: cachedCredentials})
+	e.addAccount("globex")
+	both := e.addAPIKey("k-both", "acme", "globex")
+	only := e.addAPIKey("k-only", "acme")
+	px, caller := e.proxyClient(), e.callerClient()
+	done := submit(t, caller, e.account, time.Hour)
+	e.completeClaim(px, "host-a", claimOne(t, px, "host-a"))
+
+	d := e.deleteAccount(e.account)
+	if len(d.RevokedAPIKeys) != 1 || len(d.NarrowedAPIKeys) != 1 {
+		t.Fatalf("AccountDelete revoked %v and narrowed %v; want k-only and k-both", d.RevokedAPIKeys, d.NarrowedAPIKeys)
+	}
+
+	_, errDeleted := caller.Submit(context.Background(), &automatorv1.ExecuteRequest{Account: "acme", Command: &automatorv1.Command{Script: "x.sh"}})
+	_, errNever := caller.Submit(context.Background(), &automatorv1.ExecuteRequest{Account: "nobody", Command: &automatorv1.Command{Script: "x.sh"}})
+	if status.Code(errDeleted) != codes.NotFound || status.Convert(errDeleted).Message() != strings.ReplaceAll(status.Convert(errNever).Message(), "nobody", "acme") {
+		t.Errorf("Submit on the deleted account: %v; want NotFound as for an account that never existed (%v)", errDeleted, errNever)
+	}
+	_, err := caller.ExecuteOnProxy(context.Background(), &automatorv1.ExecuteRequest{Account: "acme", Command: &automatorv1.Command{Script: "x.sh"}})
+	if status.Code(err) != codes.NotFound {
+		t.Errorf("ExecuteOnProxy on the deleted account: %v; want NotFound", err)
+	}
+	bothClient := automatorv1.NewAutomatorServiceClient(e.conn(both))
+	_, err = bothClient.Submit(context.Background(), &automatorv1.ExecuteRequest{Account: "acme", Command: &automatorv1.Command{Script: "x.sh"}})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Errorf("Submit on the deleted account with a key that could use it and globex: %v; want PermissionDenied", err)
+	}
+	if _, err := bothClient.Submit(context.Background(), &automatorv1.ExecuteRequest{Account: "globex", Command: &automatorv1.Command{Script: "x.sh"}}); err != nil {
+		t.Errorf("Submit on globex with that key: %v; want it still allowed", err)
+	}
+	_, err = automatorv1.NewAutomatorServiceClient(e.conn(only)).Submit(context.Background(), &automatorv1.ExecuteRequest{Account: "acme", Command: &automatorv1.Command{Script: "x.sh"}})
+	if status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "revoked") {
+		t.Errorf("Submit with the key that could use only the deleted account: %v; want Unauthenticated, revoked", err)
+	}
+
+	_, err = caller.Get(context.Background(), &automatorv1.GetRequest{WorkId: done.GetWorkId()})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), `account "acme"`) || !strings.Contains(err.Error(), "deleted") {
+		t.Errorf("Get of a unit of the deleted account with a result: %v; want FailedPrecondition saying its account was deleted", err)
+	}
+}
+
+// TestAccountCreatedAgainIsSealedWithItsOwnKey: an automator that cached
+// the keys of an account before it was deleted (and has not looked for
+// deletions since) seals the units of the account created again under the
+// same name with the new key, and hands them to its new proxies, which hold
+// that key only (key id 1, which the old account had rotated out); and no
+// blob of the old account opens with the new key.
+func TestAccountCreatedAgainIsSealedWithItsOwnKey(t *testing.T) {
+	// The automator looks for deletions once, as it starts, then not for
+	// an hour: only the units' own account reads can tell it.
+	e := newEnv(t, envOptions{pollWindow: time.Second, wrap: cachedCredentials, sweepInterval: time.Hour})
+	px, caller := e.proxyClient(), e.callerClient()
+	// The old account's key 1 was rotated out, with no overlap, for key 2.
+	now := time.Now()
+	e.rotateKey(e.account, 2, now, now)
+	old := submit(t, caller, e.account, time.Hour)
+	claimOne(t, px, "host-a", 2) // the automator holds acme's keys now
+
+	e.deleteAccount(e.account)
+	oldWork, err := e.store.WorkGet(context.Background(), old.GetWorkId())
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, key := e.addAccount(e.account)
+	newProxy := automatorv1.NewProxyServiceClient(e.conn(token))
+	if _, err := pollNow(newProxy, "host-new", 1, 1); err != nil {
+		t.Fatalf("the new account's first poll, before any unit: %v", err)
+	}
+	fresh := submit(t, caller, e.account, time.Hour)
+	c := claimOne(t, newProxy, "host-new", 1)
+	if c.GetWorkId() != fresh.GetWorkId() {
+		t.Fatalf("the new account's proxy claimed %s, want %s", c.GetWorkId(), fresh.GetWorkId())
+	}
+	if _, err := crypto.Open(crypto.Keys{key}, c.GetAccount(), c.GetWorkId(), crypto.DirCommand, c.GetSealedCommand()); err != nil {
+		t.Fatalf("the new account's unit does not open with its key: %v", err)
+	}
+	if _, err := crypto.Open(crypto.Keys{e.key}, c.GetAccount(), c.GetWorkId(), crypto.DirCommand, c.GetSealedCommand()); err == nil {
+		t.Error("the new account's unit opens with the deleted account's key")
+	}
+	for _, account := range []string{"acme", oldWork.Account} {
+		if _, err := crypto.Open(crypto.Keys{key}, account, oldWork.ID, crypto.DirCommand, oldWork.SealedCommand); err == nil {
+			t.Errorf("the deleted account's unit opens with the new account's key (as account %q)", account)
+		}
+	}
+	var cmd automatorv1.Command
+	plain, _ := crypto.Open(crypto.Keys{key}, c.GetAccount(), c.GetWorkId(), crypto.DirCommand, c.GetSealedCommand())
+	if err := proto.Unmarshal(plain, &cmd); err != nil || cmd.GetScript() != "x.sh" {
+		t.Errorf("the new account's command = %v, %v; want x.sh", &cmd, err)
+	}
+	// The automator's own opening of the old unit says why it cannot.
+	if _, err := e.srv.OpenCommand(context.Background(), oldWork); !errors.Is(err, server.ErrAccountDeleted) {
+		t.Errorf("OpenCommand of the deleted account's unit: %v; want ErrAccountDeleted", err)
+	}
+}
