@@ -1,7 +1,6 @@
-// Package cli is the automator's command line: init, serve, account create
-// and list, exec, the listings (instances, work, replicas), backup and
-// restore. The
-// binary's main only calls Main.
+// Package cli is the automator's command line: init, serve, account create,
+// list, rotate and delete, exec, the listings (instances, work, replicas),
+// backup and restore. The binary's main only calls Main.
 package cli
 
 import (
@@ -23,6 +22,7 @@ const usage = `usage:
   automator account list --data-dir DIR [--json]
   automator account rotate-token NAME --data-dir DIR [--overlap DUR]   # prints the new profile
   automator account rotate-key NAME --data-dir DIR [--overlap DUR]     # prints the new profile
+  automator account delete NAME --data-dir DIR                         # cancels its open units, destroys its token and key
   automator apikey create NAME --data-dir DIR (--accounts A,B | --all-accounts)
   automator apikey list --data-dir DIR [--json]
   automator apikey revoke ID --data-dir DIR
@@ -97,8 +97,10 @@ func run(ctx context.Context, args []string, env Env) (int, error) {
 			return 0, cmdAccountRotate(ctx, false, args[2:], env)
 		case len(args) >= 2 && args[1] == "rotate-key":
 			return 0, cmdAccountRotate(ctx, true, args[2:], env)
+		case len(args) >= 2 && args[1] == "delete":
+			return 0, cmdAccountDelete(ctx, args[2:], env)
 		}
-		return 0, errors.New("usage: automator account create|list|rotate-token|rotate-key ... (see `automator help`)")
+		return 0, errors.New("usage: automator account create|list|rotate-token|rotate-key|delete ... (see `automator help`)")
 	case "instances":
 		return 0, cmdInstances(ctx, args[1:], env)
 	case "work":

@@ -70,6 +70,14 @@ type outputView struct {
 func viewOf(ctx context.Context, srv *server.Server, w store.Work, reveal bool) (workView, error) {
 	v := workView{ID: w.ID, Account: w.Account, State: string(w.State), QueuedAt: w.QueuedAt, ClaimedAt: w.ClaimedAt,
 		FinishedAt: w.FinishedAt, Deadline: w.Deadline, InstanceID: w.InstanceID, Reason: w.Reason}
+	if _, deleted := store.DeletedAccount(w.Account); deleted {
+		// Its key is gone: it is listed without what its result held,
+		// and cannot be revealed.
+		if reveal {
+			return v, fmt.Errorf("cannot reveal work %s: %w", w.ID, server.DeletedAccountError(w.Account))
+		}
+		return v, nil
+	}
 	res, err := srv.OpenResult(ctx, w)
 	if err != nil {
 		return v, fmt.Errorf("opening the result of work %s: %w", w.ID, err)

@@ -130,9 +130,14 @@ func (w workRow) RunTime() time.Duration {
 // the script name only when reveal.
 func (d *Dashboard) row(ctx context.Context, w store.Work, reveal bool) (workRow, *automatorv1.Command, *automatorv1.Result) {
 	row := workRow{Work: w, Outcome: w.Reason}
-	res, err := d.o.Opener.OpenResult(ctx, w)
-	if err != nil {
-		d.log.Warn("dashboard: opening a result", "work_id", w.ID, "err", err)
+	// A unit of a deleted account opens no more: nothing to warn of.
+	_, deleted := store.DeletedAccount(w.Account)
+	var res *automatorv1.Result
+	var err error
+	if !deleted {
+		if res, err = d.o.Opener.OpenResult(ctx, w); err != nil {
+			d.log.Warn("dashboard: opening a result", "work_id", w.ID, "err", err)
+		}
 	}
 	if res != nil {
 		if w.State == store.StateSucceeded {
@@ -152,7 +157,9 @@ func (d *Dashboard) row(ctx context.Context, w store.Work, reveal bool) (workRow
 		row.Outcome = hiddenFailure
 	}
 	var cmd *automatorv1.Command
-	if reveal {
+	if reveal && deleted {
+		row.Script = "(unreadable: its account was deleted)"
+	} else if reveal {
 		if cmd, err = d.o.Opener.OpenCommand(ctx, w); err != nil {
 			d.log.Warn("dashboard: opening a command", "work_id", w.ID, "err", err)
 		}

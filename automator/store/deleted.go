@@ -23,9 +23,9 @@ const TombstoneKeyID = 0
 const deletedInfix = " (deleted "
 
 // DeletedAccountName is the name the units of account name take when it is
-// deleted at at: "NAME (deleted 2026-01-02T03:04:05.678901Z)".
+// deleted at at, to the microsecond: "NAME (deleted 2026-01-02T03:04:05.678901Z)".
 func DeletedAccountName(name string, at time.Time) string {
-	return name + deletedInfix + at.UTC().Format(time.RFC3339Nano) + ")"
+	return name + deletedInfix + at.UTC().Format("2006-01-02T15:04:05.000000Z07:00") + ")"
 }
 
 // DeletedAccount reports whether account is the tombstone of a deleted

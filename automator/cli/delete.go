@@ -1,0 +1,87 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/server"
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+// cmdAccountDelete is `account delete`: it removes an account for good,
+// without asking (like `apikey revoke`). Its token and key stop working on
+// every automator before the command returns; its queued and claimed
+// units end as cancelled; its key is destroyed, so no command or result
+// of its units can be read again; the API keys that could use only it are
+// revoked. Its units stay listed, under "NAME (deleted TIME)", until the
+// normal purge. A running automator learns of the deletion from the store
+// (server/deleted.go).
+func cmdAccountDelete(ctx context.Context, args []string, env Env) error {
+	fs := newFlags("account delete", env)
+	dir := fs.String("data-dir", "", "the automator's data directory")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return errors.New("usage: automator account delete NAME --data-dir DIR")
+	}
+	name := pos[0]
+	if !server.AccountNamePattern.MatchString(name) {
+		return fmt.Errorf("account name %q must match %s", name, server.AccountNamePattern)
+	}
+	if err := requireFlag("data-dir", *dir); err != nil {
+		return err
+	}
+	d, err := openAccountAdmin(ctx, *dir)
+	if err != nil {
+		return err
+	}
+	defer d.st.Close()
+	st := d.st
+
+	now := time.Now()
+	reason := fmt.Sprintf("account %q was deleted", name)
+	del, err := st.AccountDelete(ctx, store.AccountDeleteParams{
+		Name:   name,
+		Reason: reason,
+		Now:    now,
+		Audit:  &store.AuditEvent{At: now, Kind: store.AuditWorkEnded, Actor: cliActor(), Source: cliSource(), Detail: reason},
+	})
+	interrupted := errors.Is(err, store.ErrWithdrawalInterrupted)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("account %q not found; see `automator account list`", name)
+	case err != nil && !interrupted:
+		return err
+	}
+	// The deletion is committed: the audit log must record it even when
+	// the command is interrupted from here on.
+	ctx = context.WithoutCancel(ctx)
+	if interrupted {
+		fmt.Fprintf(env.Stderr, "automator: warning: %v; the deletion stands\n", err)
+	}
+	audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditAccountDeleted, Account: name,
+		Detail: fmt.Sprintf("%d units cancelled, %d kept unreadable as %q; token and keys destroyed; API keys revoked: %s; no longer scoped to it: %s",
+			len(del.Cancelled), del.Units, del.Tombstone, listOrNone(del.RevokedAPIKeys), listOrNone(del.NarrowedAPIKeys))}, env)
+	for _, id := range del.RevokedAPIKeys {
+		audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditAPIKeyRevoked, Account: name, Detail: id + " (its only account was deleted)"}, env)
+	}
+
+	fmt.Fprintf(env.Stdout, "account %q deleted: its token and key are destroyed, and refused by every automator from now on\n", name)
+	fmt.Fprintf(env.Stdout, "units cancelled (queued or claimed): %d\n", len(del.Cancelled))
+	fmt.Fprintf(env.Stdout, "units kept until the purge, listed as %q, unreadable for good: %d\n", del.Tombstone, del.Units)
+	fmt.Fprintf(env.Stdout, "API keys revoked (they could use only %s): %s\n", name, listOrNone(del.RevokedAPIKeys))
+	fmt.Fprintf(env.Stdout, "API keys that no longer name %s (they keep their other accounts): %s\n", name, listOrNone(del.NarrowedAPIKeys))
+	return nil
+}
+
+func listOrNone(ids []string) string {
+	if len(ids) == 0 {
+		return "none"
+	}
+	return strings.Join(ids, ", ")
+}

@@ -1,0 +1,147 @@
+package cli
+
+import (
+	"bytes"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/automator/store/sqlitestore"
+	"github.com/opsgate/opsgate/crypto"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// run runs one automator command in this process.
+func runMain(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = Main(t.Context(), args, Env{Stdout: &out, Stderr: &errb})
+	return code, out.String(), errb.String()
+}
+
+// TestAccountDeleteFromADataDirectory: `account delete` says what it did,
+// records it, and leaves the account's units listed (under the deleted
+// name) but unreadable for good; deleting it again, or a bad name, is one
+// precise line; the name can be used again.
+func TestAccountDeleteFromADataDirectory(t *testing.T) {
+	dir := initDir(t)
+	code, profile, stderr := runMain(t, "account", "create", "acme", "--data-dir", dir)
+	if code != 0 {
+		t.Fatalf("account create acme: exit %d: %s", code, stderr)
+	}
+	if code, _, stderr := runMain(t, "account", "create", "globex", "--data-dir", dir); code != 0 {
+		t.Fatalf("account create globex: exit %d: %s", code, stderr)
+	}
+	for _, a := range [][]string{{"ci", "--accounts", "acme"}, {"both", "--accounts", "acme,globex"}, {"all", "--all-accounts"}} {
+		if code, _, stderr := runMain(t, append([]string{"apikey", "create", a[0], "--data-dir", dir}, a[1:]...)...); code != 0 {
+			t.Fatalf("apikey create %s: exit %d: %s", a[0], code, stderr)
+		}
+	}
+
+	// A unit that ran (its sealed result has an exit code) and one queued.
+	key, err := crypto.ParseKey(regexp.MustCompile(`(?m)^key: (\S+)$`).FindStringSubmatch(profile)[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := sqlitestore.Open(t.Context(), filepath.Join(dir, "automator.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	seal := func(id string, dir crypto.Direction, m proto.Message) []byte {
+		plain, _ := proto.Marshal(m)
+		b, err := crypto.Seal(key, "acme", id, dir, plain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	now := time.Now()
+	for _, id := range []string{"w_ran", "w_queued"} {
+		if _, err := st.WorkEnqueue(t.Context(), store.WorkEnqueueParams{ID: id, Account: "acme", KeyID: key.ID,
+			SealedCommand: seal(id, crypto.DirCommand, &automatorv1.Command{Script: "hello.sh"}), Now: now, Deadline: now.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		if id == "w_ran" {
+			ws, err := st.WorkClaim(t.Context(), store.WorkClaimParams{Account: "acme", InstanceID: "host-a", Max: 1, ClaimIDs: []string{"c1"}, Now: now})
+			if err != nil || len(ws) != 1 {
+				t.Fatalf("claim: %v, %v", ws, err)
+			}
+			if _, err := st.WorkComplete(t.Context(), store.WorkCompleteParams{ID: id, ClaimID: "c1", State: store.StateSucceeded,
+				SealedResult: seal(id, crypto.DirResult, &automatorv1.Result{ExitCode: 3}), Now: now}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if code, out, stderr := runMain(t, "work", "show", "w_ran", "--data-dir", dir, "--reveal"); code != 0 || !strings.Contains(out, "hello.sh") {
+		t.Fatalf("work show --reveal before the deletion: exit %d: %s%s", code, out, stderr)
+	}
+
+	code, out, stderr := runMain(t, "account", "delete", "acme", "--data-dir", dir)
+	if code != 0 {
+		t.Fatalf("account delete acme: exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{
+		`account "acme" deleted`,
+		"units cancelled (queued or claimed): 1\n",
+		`units kept until the purge, listed as "acme (deleted `,
+		"unreadable for good: 2\n",
+		"API keys revoked (they could use only acme): ak_",
+		"API keys that no longer name acme (they keep their other accounts): ak_",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("account delete printed:\n%s\nwant it to say %q", out, want)
+		}
+	}
+
+	code, _, stderr = runMain(t, "account", "delete", "acme", "--data-dir", dir)
+	if code != ExitError || stderr != "automator: account \"acme\" not found; see `automator account list`\n" {
+		t.Errorf("account delete of a deleted account: exit %d, stderr %q; want %d and one line saying it is not found", code, stderr, ExitError)
+	}
+	code, _, stderr = runMain(t, "account", "delete", "Not_A_Name", "--data-dir", dir)
+	if code != ExitError || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "Not_A_Name") {
+		t.Errorf("account delete of a bad name: exit %d, stderr %q; want %d and one line naming it", code, stderr, ExitError)
+	}
+
+	if _, out, _ := runMain(t, "account", "list", "--data-dir", dir); strings.Contains(out, "acme") || !strings.Contains(out, "globex") {
+		t.Errorf("account list after the deletion:\n%s\nwant globex only", out)
+	}
+	code, out, stderr = runMain(t, "work", "list", "--data-dir", dir)
+	if code != 0 || strings.Count(out, "acme (deleted ") != 2 || !strings.Contains(out, "account \"acme\" was deleted") {
+		t.Errorf("work list after the deletion: exit %d: %s%s\nwant both units, under the deleted account, the queued one cancelled saying why", code, out, stderr)
+	}
+	if code, out, stderr := runMain(t, "work", "show", "w_ran", "--data-dir", dir); code != 0 || !strings.Contains(out, "succeeded") {
+		t.Errorf("work show of a unit of the deleted account: exit %d: %s%s", code, out, stderr)
+	}
+	code, _, stderr = runMain(t, "work", "show", "w_ran", "--data-dir", dir, "--reveal")
+	if code != ExitError || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, `account "acme": the account was deleted and its key destroyed`) {
+		t.Errorf("work show --reveal of a unit of the deleted account: exit %d, stderr %q; want one line saying its account was deleted", code, stderr)
+	}
+	if _, out, _ := runMain(t, "audit", "--data-dir", dir); !regexp.MustCompile(`account\.deleted .*account=acme .*1 units cancelled, 2 kept`).MatchString(out) {
+		t.Errorf("audit after the deletion:\n%s\nwant an account.deleted event", out)
+	}
+
+	code, profile, stderr = runMain(t, "account", "create", "acme", "--data-dir", dir)
+	if code != 0 || strings.Contains(profile, key.String()) {
+		t.Fatalf("account create acme again: exit %d: %s; want a new profile with a new key", code, stderr)
+	}
+	if _, out, _ := runMain(t, "work", "list", "--data-dir", dir, "--account", "acme"); strings.Contains(out, "w_") {
+		t.Errorf("work list --account acme of the new account lists the old one's units:\n%s", out)
+	}
+}
+
+// TestAccountDeleteHelp: `account delete --help` shows its form and flag.
+func TestAccountDeleteHelp(t *testing.T) {
+	code, out, stderr := runMain(t, "account", "delete", "--help")
+	if code != 0 || stderr != "" || !strings.Contains(out, "automator account delete NAME --data-dir DIR") || !strings.Contains(out, "--data-dir") {
+		t.Fatalf("account delete --help: exit %d, stderr %q, stdout:\n%s", code, stderr, out)
+	}
+	if strings.Contains(out, "account create") {
+		t.Errorf("account delete --help shows other commands' forms:\n%s", out)
+	}
+}
