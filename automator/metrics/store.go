@@ -21,6 +21,10 @@ type timedStore struct {
 	calls *prometheus.HistogramVec
 }
 
+// Unwrap returns the store the timing wraps (store.ForgetCredentials finds
+// the credential cache through it).
+func (s *timedStore) Unwrap() store.Store { return s.Store }
+
 // since observes the time since start under method; use it as
 // `defer s.since("Method", time.Now())`.
 func (s *timedStore) since(method string, start time.Time) {

@@ -172,11 +172,20 @@ func (c *credCache) AccountDelete(ctx context.Context, p AccountDeleteParams) (A
 // ForgetCredentials drops the credentials a CachedCredentials store holds
 // in memory, so its next lookups read the store: for an automator that
 // learns of a withdrawal made by another process (an account deleted) and
-// acts on it before that process's wait is over. Other stores are left
-// alone.
+// acts on it before that process's wait is over. It finds the cache through
+// wrappers that give the store they wrap (Unwrap() Store, as the metrics'
+// timing wrapper does); a store without one is left alone.
 func ForgetCredentials(st Store) {
-	if c, ok := st.(*credCache); ok {
-		c.forget()
+	for st != nil {
+		if c, ok := st.(*credCache); ok {
+			c.forget()
+			return
+		}
+		w, ok := st.(interface{ Unwrap() Store })
+		if !ok {
+			return
+		}
+		st = w.Unwrap()
 	}
 }
 
