@@ -88,6 +88,20 @@ func TestWritesUnderWayRunToTheirEnd(t *testing.T) {
 				t.Errorf("the rotated token: %v, want acme", err)
 			}
 		}},
+		{"AccountDelete", nil, lockAccount, func(t *testing.T, ctx context.Context, s *Store) error {
+			d, err := s.AccountDelete(ctx, store.AccountDeleteParams{Name: "acme", Reason: "deleted", Now: testNow})
+			if err == nil && (len(d.Cancelled) != 1 || d.Cancelled[0].ID != "u") {
+				t.Errorf("AccountDelete cancelled %+v, want unit u", d.Cancelled)
+			}
+			return err
+		}, func(t *testing.T, s *Store) {
+			if _, err := s.AccountGet(t.Context(), "acme"); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("AccountGet of the deleted account: %v, want ErrNotFound", err)
+			}
+			if w := get(t, s, "u"); w.State != store.StateCancelled {
+				t.Errorf("unit u: %s, want cancelled", w.State)
+			}
+		}},
 		{"InstancesSeen", nil, lockAccount, func(t *testing.T, ctx context.Context, s *Store) error {
 			return s.InstancesSeen(ctx, []store.InstanceSeenParams{{Account: "acme", InstanceID: "i-1", Hostname: "h", Version: "v", Now: testNow}})
 		}, func(t *testing.T, s *Store) {
