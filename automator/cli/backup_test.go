@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"database/sql"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -337,4 +338,53 @@ func bumpSchema(t *testing.T, path string) {
 	if _, err := db.Exec(`INSERT INTO schema_migrations (version, applied_at) VALUES (999, 0)`); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestRestoreDeletesAgainAnAccountDeletedAfterTheBackup: a deletion is
+// never undone by a restore, as a revocation is not: an account deleted
+// after the backup was taken is deleted again in the restored database
+// (its token and key destroyed again), while one of the same name made
+// again before the backup, after an earlier deletion, is left alone.
+func TestRestoreDeletesAgainAnAccountDeletedAfterTheBackup(t *testing.T) {
+	dir := initDir(t)
+	for _, args := range [][]string{
+		{"account", "create", "acme", "--data-dir", dir},
+		{"account", "create", "again", "--data-dir", dir},
+		{"account", "delete", "again", "--data-dir", dir},
+		{"account", "create", "again", "--data-dir", dir},
+	} {
+		if code, _, stderr := runCLI(t, args...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "b.db")
+	if code, _, stderr := runCLI(t, "backup", "--data-dir", dir, file); code != 0 {
+		t.Fatalf("backup: exit %d: %s", code, stderr)
+	}
+	if code, _, stderr := runCLI(t, "account", "delete", "acme", "--data-dir", dir); code != 0 {
+		t.Fatalf("account delete after the backup: exit %d: %s", code, stderr)
+	}
+
+	code, stdout, stderr := runCLI(t, "restore", "--data-dir", dir, file)
+	if code != 0 {
+		t.Fatalf("restore: exit %d: %s", code, stderr)
+	}
+	if want := `account "acme" was deleted after the backup was taken: deleted again`; !strings.Contains(stdout, want) {
+		t.Errorf("restore printed:\n%s\nwant %q", stdout, want)
+	}
+	if strings.Contains(stdout, `account "again"`) {
+		t.Errorf("restore printed:\n%s\nwant nothing of account again, deleted and made again before the backup", stdout)
+	}
+	withStore(t, dir, func(st *sqlitestore.Store) {
+		ctx := t.Context()
+		if a, err := st.AccountGet(ctx, "acme"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("account acme after the restore: %+v, %v; want not found (deleted after the backup)", a.Name, err)
+		}
+		if _, err := st.AccountGet(ctx, "again"); err != nil {
+			t.Errorf("account again after the restore: %v; want it kept", err)
+		}
+		if keys, err := st.AccountKeys(ctx, "acme"); len(keys) != 0 || (err != nil && !errors.Is(err, store.ErrNotFound)) {
+			t.Errorf("keys of acme after the restore: %d, %v; want none", len(keys), err)
+		}
+	})
 }

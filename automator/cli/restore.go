@@ -122,16 +122,20 @@ func restoreSQLite(ctx context.Context, dir string, cfg config.Config, file stri
 	now := time.Now()
 	queued, claimed, err := endOpenWork(ctx, st, now, env)
 	var reRevoked []store.APIKey
+	var reDeleted []store.AccountDeletion
 	var accountLines []string
 	if err == nil && prevErr == nil {
 		reRevoked, err = carryRevocations(ctx, st, prev.apiKeys, env)
+	}
+	if err == nil && prevErr == nil {
+		reDeleted, err = carryDeletions(ctx, st, prev.deletions, now, env)
 	}
 	if err == nil && prevErr == nil {
 		accountLines, err = accountWarnings(ctx, st, prev.accounts)
 	}
 	if err == nil {
 		audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditRestore,
-			Detail: fmt.Sprintf("database restored from a backup; %d open units ended, %d API key revocations carried over", queued+claimed, len(reRevoked))}, env)
+			Detail: fmt.Sprintf("database restored from a backup; %d open units ended, %d API key revocations and %d account deletions carried over", queued+claimed, len(reRevoked), len(reDeleted))}, env)
 	}
 	if cerr := st.Close(); err == nil && cerr != nil {
 		err = cerr
@@ -165,7 +169,7 @@ func restoreSQLite(ctx context.Context, dir string, cfg config.Config, file stri
 		fmt.Fprintf(env.Stdout, "the database it replaced is kept as %s\n", aside)
 	}
 	printEnded(env, queued, claimed)
-	printCredentials(env, prev, prevErr, reRevoked, accountLines)
+	printCredentials(env, prev, prevErr, reRevoked, reDeleted, accountLines)
 	return nil
 }
 
@@ -203,9 +207,10 @@ func printEnded(env Env, queued, claimed int) {
 
 // previous is what the database a restore replaces says of credentials.
 type previous struct {
-	exists   bool
-	apiKeys  []store.APIKey
-	accounts []store.Account
+	exists    bool
+	apiKeys   []store.APIKey
+	accounts  []store.Account
+	deletions []store.AccountDeletion
 }
 
 // readPrevious reads the credentials of the database about to be replaced,
@@ -228,7 +233,11 @@ func readPrevious(ctx context.Context, dbPath string) (previous, error) {
 	if err != nil {
 		return previous{exists: true}, err
 	}
-	return previous{exists: true, apiKeys: keys, accounts: accounts}, st.Close()
+	deletions, err := st.AccountDeletions(ctx, time.Time{})
+	if err != nil {
+		return previous{exists: true}, err
+	}
+	return previous{exists: true, apiKeys: keys, accounts: accounts, deletions: deletions}, st.Close()
 }
 
 // carryRevocations revokes in st, the restored database, every API key the
@@ -262,6 +271,44 @@ func carryRevocations(ctx context.Context, st store.Store, prevKeys []store.APIK
 	return out, nil
 }
 
+// carryDeletions deletes again in st, the restored database, every account
+// the replaced one had deleted after the backup was taken: a deletion, which
+// destroyed the account's token and key, is never undone by a restore. A
+// deletion the restored database holds too (its tombstone) came before the
+// backup, and an account of that name in it was made again afterwards; one
+// it lacks came after, and deleted the account of that name the backup
+// holds. It returns the deletions it made.
+func carryDeletions(ctx context.Context, st store.Store, prevDeletions []store.AccountDeletion, now time.Time, env Env) ([]store.AccountDeletion, error) {
+	restored, err := st.AccountDeletions(ctx, time.Time{})
+	if err != nil {
+		return nil, err
+	}
+	inBackup := map[string]bool{}
+	for _, d := range restored {
+		inBackup[d.Tombstone] = true
+	}
+	var out []store.AccountDeletion
+	for _, p := range prevDeletions {
+		if inBackup[p.Tombstone] {
+			continue
+		}
+		reason := fmt.Sprintf("account %q was deleted after the backup was taken, and again by a restore", p.Name)
+		d, err := st.AccountDelete(ctx, store.AccountDeleteParams{Name: p.Name, Reason: reason, Now: now,
+			Audit: &store.AuditEvent{At: now, Kind: store.AuditWorkEnded, Actor: cliActor(), Source: cliSource(), Detail: reason}})
+		if errors.Is(err, store.ErrNotFound) {
+			continue // not in the backup, or deleted again already
+		}
+		if err != nil && !errors.Is(err, store.ErrWithdrawalInterrupted) {
+			return out, err
+		}
+		audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditAccountDeleted, Account: p.Name,
+			Detail: fmt.Sprintf("deleted again by a restore: the replaced database had deleted it at %s; %d units kept unreadable as %q; API keys revoked: %s",
+				p.DeletedAt.UTC().Format(time.RFC3339), d.Units, d.Tombstone, listOrNone(d.RevokedAPIKeys))}, env)
+		out = append(out, d)
+	}
+	return out, nil
+}
+
 // accountWarnings compares the accounts of st, the restored database,
 // with the replaced database's: an account made or rotated after the
 // backup was taken is refused to the proxies given its newer profile.
@@ -289,9 +336,12 @@ func accountWarnings(ctx context.Context, st store.Store, prevAccounts []store.A
 
 // printCredentials says what the restore did about credentials withdrawn
 // after the backup was taken, and what the operator must do again.
-func printCredentials(env Env, prev previous, prevErr error, reRevoked []store.APIKey, accountLines []string) {
+func printCredentials(env Env, prev previous, prevErr error, reRevoked []store.APIKey, reDeleted []store.AccountDeletion, accountLines []string) {
 	for _, k := range reRevoked {
 		fmt.Fprintf(env.Stdout, "API key %s (%s) was revoked after the backup was taken: revoked again\n", k.ID, k.Name)
+	}
+	for _, d := range reDeleted {
+		fmt.Fprintf(env.Stdout, "account %q was deleted after the backup was taken: deleted again (its token and key destroyed; API keys revoked: %s)\n", d.Name, listOrNone(d.RevokedAPIKeys))
 	}
 	for _, l := range accountLines {
 		fmt.Fprintln(env.Stdout, l)
@@ -301,7 +351,7 @@ func printCredentials(env Env, prev previous, prevErr error, reRevoked []store.A
 		if prevErr != nil {
 			why = fmt.Sprintf("the replaced database could not be read (%v)", prevErr)
 		}
-		fmt.Fprintf(env.Stdout, "warning: %s: an API key revoked, or an account token or key rotated, after the backup was taken is valid again; check `automator apikey list` and `automator account list`, then revoke and rotate again\n", why)
+		fmt.Fprintf(env.Stdout, "warning: %s: an API key revoked, an account token or key rotated, or an account deleted, after the backup was taken is valid again; check `automator apikey list` and `automator account list`, then revoke, rotate and delete again\n", why)
 	}
 }
 
@@ -404,6 +454,6 @@ func restoreOpenWork(ctx context.Context, dir string, cfg config.Config, env Env
 	audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditRestore,
 		Detail: fmt.Sprintf("open units of a restored database ended; %d units", queued+claimed)}, env)
 	printEnded(env, queued, claimed)
-	fmt.Fprintln(env.Stdout, "note: an API key revoked, or an account token or key rotated, after the backup was taken is valid again; check `automator apikey list` and `automator account list`, then revoke and rotate again")
+	fmt.Fprintln(env.Stdout, "note: an API key revoked, an account token or key rotated, or an account deleted, after the backup was taken is valid again; check `automator apikey list` and `automator account list`, then revoke, rotate and delete again")
 	return nil
 }
