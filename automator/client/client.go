@@ -253,8 +253,10 @@ func (c *Client) Submit(ctx context.Context, account string, cmd Command, opts .
 }
 
 // Wait blocks until unit id ends and returns it; a unit that did not
-// succeed is not an error here (see Work.Err). A dropped connection is
-// replaced and the wait resumes.
+// succeed is not an error here (see Work.Err). It reads the unit first (its
+// deadline), then waits. A dropped connection is replaced and the wait
+// resumes; an automator that has not answered by a second past the unit's
+// deadline (hung, with its connection open) is given up for the next.
 func (c *Client) Wait(ctx context.Context, id string) (Work, error) {
 	return c.wait(ctx, id, time.Time{})
 }
@@ -262,8 +264,15 @@ func (c *Client) Wait(ctx context.Context, id string) (Work, error) {
 func (c *Client) wait(ctx context.Context, id string, deadline time.Time) (Work, error) {
 	var st *automatorv1.WorkStatus
 	b := &budget{deadline: deadline}
-	resumed := false
+	// Without the unit's deadline, the first try reads it.
+	resumed := deadline.IsZero()
 	err := c.call(ctx, "waiting for work "+id, b, func(ctx context.Context, api automatorv1.AutomatorServiceClient) (err error) {
+		// An automator may hang (stopped, frozen, cut off from its
+		// database) with its connection open: nothing answers and
+		// nothing is reset, so only the keepalive would give it up, 30
+		// s later. Once the unit's deadline has passed, its end is
+		// known to every automator that can answer: a try that has no
+		// answer by then gives this one up for the next.
 		if resumed {
 			// The last wait was cut. An automator that answers a read
 			// now is there: the retry budget starts again from the
@@ -272,9 +281,11 @@ func (c *Client) wait(ctx context.Context, id string, deadline time.Time) (Work,
 			// after another) is resumed each time. The read also tells
 			// the deadline (the budget lasts past it) and whether the
 			// unit ended meanwhile.
-			g, err := api.Get(ctx, &automatorv1.GetRequest{WorkId: id})
+			rctx, cancel := tryUntil(ctx, b.deadline, readBound)
+			g, err := api.Get(rctx, &automatorv1.GetRequest{WorkId: id})
+			cancel()
 			if err != nil {
-				return err
+				return unanswered(ctx, err)
 			}
 			b.answered(timeOf(g.GetDeadline()))
 			if stateFromProto(g.GetState()).Terminal() {
@@ -283,13 +294,50 @@ func (c *Client) wait(ctx context.Context, id string, deadline time.Time) (Work,
 			}
 		}
 		resumed = true
-		st, err = api.Wait(ctx, &automatorv1.WaitRequest{WorkId: id})
-		return err
+		wctx, cancel := tryUntil(ctx, b.deadline, 0)
+		defer cancel()
+		st, err = api.Wait(wctx, &automatorv1.WaitRequest{WorkId: id})
+		return unanswered(ctx, err)
 	})
 	if err != nil {
 		return Work{ID: id}, err
 	}
 	return workFromProto(st), nil
+}
+
+// overdue is how long past a unit's deadline (or past the start of a try
+// begun after it) a wait's try waits for an answer from one automator
+// before it asks the next; readBound bounds a read of a unit whose deadline
+// is not known yet.
+const (
+	overdue   = time.Second
+	readBound = 5 * time.Second
+)
+
+// tryUntil bounds one try of a wait: overdue past the unit's deadline, or
+// past now when that is later; without a deadline, bound past now (none
+// when bound is 0).
+func tryUntil(ctx context.Context, deadline time.Time, bound time.Duration) (context.Context, context.CancelFunc) {
+	if deadline.IsZero() {
+		if bound == 0 {
+			return context.WithCancel(ctx)
+		}
+		return context.WithTimeout(ctx, bound)
+	}
+	if now := time.Now(); deadline.Before(now) {
+		deadline = now
+	}
+	return context.WithDeadline(ctx, deadline.Add(overdue))
+}
+
+// unanswered turns a try that ran out of its own time (tryUntil), while
+// the caller's ctx goes on, into Unavailable: the automator did not answer,
+// and the next one is asked.
+func unanswered(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() == nil && status.Code(err) == codes.DeadlineExceeded {
+		return status.Errorf(codes.Unavailable, "the automator did not answer in time: %v", status.Convert(err).Message())
+	}
+	return err
 }
 
 // Get returns unit id's status now.

@@ -715,3 +715,50 @@ func TestCallEndedCancelledByTheOtherSideIsRetried(t *testing.T) {
 		t.Fatal("Get on a closed client was retried instead of failing")
 	}
 }
+
+// TestWaitOnAHungAutomatorLearnsTheEndFromTheNext: the automator a caller
+// waits on hangs (stopped, or frozen: its connection stays open, nothing
+// answers, nothing is reset), and the unit times out meanwhile (another
+// replica's sweeper would end it). The client gives the hung automator up
+// once the unit's deadline has passed and learns the end from the next
+// address, as executeOnProxy's "at the deadline, a timeout error" asks;
+// it does not wait for the keepalive to give the connection up (20 s of
+// silence and 10 s for the ping's answer).
+func TestWaitOnAHungAutomatorLearnsTheEndFromTheNext(t *testing.T) {
+	for _, call := range []string{"Wait", "ExecuteOnProxy"} {
+		t.Run(call, func(t *testing.T) {
+			a, waits := startTellingWaits(t)
+			r := startRelay(t, a.GRPCAddr)
+			c := newClient(t, a, r.url(), a.URL())
+			done := make(chan error, 1)
+			const timeout = 2 * time.Second
+			go func() {
+				var w client.Work
+				var err error
+				if call == "Wait" {
+					if w, err = c.Submit(context.Background(), a.Account, client.Command{Script: "x.sh"}, client.WithTimeout(timeout)); err == nil {
+						w, err = c.Wait(context.Background(), w.ID)
+					}
+					if err == nil {
+						err = w.Err()
+					}
+				} else {
+					_, err = c.ExecuteOnProxy(context.Background(), a.Account, client.Command{Script: "x.sh"}, client.WithTimeout(timeout))
+				}
+				done <- err
+			}()
+			waittest.Recv(t, waits, "the wait to reach the automator")
+			r.hang()
+			// The keepalive would give the connection up after 30 s;
+			// the unit's deadline is 2 s away.
+			select {
+			case err := <-done:
+				if !errors.Is(err, client.ErrTimeout) {
+					t.Fatalf("%s: %v; want the unit's timeout", call, err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatalf("%s still waits on the hung automator 20s after the unit's deadline", call)
+			}
+		})
+	}
+}

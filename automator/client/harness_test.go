@@ -2,7 +2,6 @@ package client_test
 
 import (
 	"context"
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -95,6 +94,7 @@ type relay struct {
 	mu     sync.Mutex
 	conns  []net.Conn
 	closed bool
+	hung   bool
 	wg     sync.WaitGroup
 }
 
@@ -142,9 +142,36 @@ func (r *relay) accept() {
 
 func (r *relay) pipe(dst, src net.Conn) {
 	defer r.wg.Done()
-	_, _ = io.Copy(dst, src)
-	dst.Close()
-	src.Close()
+	defer dst.Close()
+	defer src.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !r.isHung() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// hang makes the automator behind the relay look hung, as when its
+// process is stopped (SIGSTOP) or its machine frozen: connections open
+// and stay open, but nothing sent either way arrives, and nothing is
+// reset.
+func (r *relay) hang() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.hung = true
+}
+
+func (r *relay) isHung() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.hung
 }
 
 // cut closes every connection through the relay; new ones are accepted.
