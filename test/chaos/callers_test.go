@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/opsgate/opsgate/automator/client"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -28,13 +29,19 @@ import (
 // With several replicas (replicas set, client unused) caller i starts on
 // replica i mod n, and each call that finds its replica unreachable is made
 // again on the next one, as the client library does with several addresses:
-// a Wait cut by a replica's death waits again by id on another.
+// a Wait cut by a replica's death waits again by id on another. With gos
+// set, the client library itself does that (Submit, then Wait by id).
 type callers struct {
 	client   automatorv1.AutomatorServiceClient
 	replicas []automatorv1.AutomatorServiceClient
-	account  string
-	execLog  string
-	seed     uint64
+	// gos, when set, are the callers' own Go clients (automator/client),
+	// one per caller, each given every replica's address starting with
+	// its own: the callers submit and wait through them instead
+	// (TestChaosPG), and replicas serves the reads after the run.
+	gos     []*client.Client
+	account string
+	execLog string
+	seed    uint64
 	// Timeouts of ordinary units are drawn from [minTimeout, maxTimeout].
 	minTimeout, maxTimeout time.Duration
 
@@ -59,7 +66,12 @@ func (cs *callers) run(submitting, hard context.Context, n int, atLeast int) {
 				if hard.Err() != nil || (submitting.Err() != nil && (atLeast <= 0 || cs.acked.Load() >= int64(atLeast))) {
 					return
 				}
-				u := cs.one(i, seq, rng)
+				var u Unit
+				if cs.gos != nil {
+					u = cs.oneGo(cs.gos[i], i, seq, rng)
+				} else {
+					u = cs.one(i, seq, rng)
+				}
 				cs.mu.Lock()
 				cs.units = append(cs.units, u)
 				cs.mu.Unlock()
@@ -152,7 +164,7 @@ func (cs *callers) one(caller, seq int, rng *rand.Rand) Unit {
 		return u
 	}
 	cs.acked.Add(1)
-	u.WorkID = st.GetWorkId()
+	u.WorkID, u.AckedAt = st.GetWorkId(), time.Now()
 	deadline := st.GetDeadline().AsTime()
 	// Long enough for any automator outage; a unit still open then is lost.
 	wctx, cancel := context.WithDeadline(context.Background(), deadline.Add(90*time.Second))
@@ -175,6 +187,39 @@ func (cs *callers) one(caller, seq int, rng *rand.Rand) Unit {
 	cs.ended.Add(1)
 	u.Seen, u.SeenAt = true, time.Now()
 	record(&u, st)
+	return u
+}
+
+// oneGo submits a unit and waits for its end through the Go client: the
+// client retries the submit with the unit's idempotency key and resumes a
+// cut or failed wait by id, on the next address when one is unavailable.
+func (cs *callers) oneGo(c *client.Client, caller, seq int, rng *rand.Rand) Unit {
+	u, cmd := cs.spec(caller, seq, rng)
+	u.SubmittedAt = time.Now()
+	// The caller's patience: longer than any outage of the run.
+	ctx, cancel := context.WithTimeout(context.Background(), u.Timeout+2*time.Minute)
+	defer cancel()
+	w, err := c.Submit(ctx, cs.account, client.Command{Script: cmd.GetScript(), Args: cmd.GetArgs()},
+		client.WithTimeout(u.Timeout), client.WithStdin(cmd.GetStdin()), client.WithEnv(cmd.GetEnv()), client.WithIdempotencyKey(u.Key))
+	if err != nil {
+		u.SubmitErr = err.Error()
+		return u
+	}
+	cs.acked.Add(1)
+	u.WorkID, u.AckedAt = w.ID, time.Now()
+	w, err = c.Wait(ctx, w.ID)
+	if err != nil {
+		u.WaitErr = err.Error()
+		return u
+	}
+	cs.ended.Add(1)
+	u.Seen, u.SeenAt = true, time.Now()
+	u.State, u.Reason = string(w.State), w.Reason
+	u.QueuedAt, u.Deadline, u.ClaimedAt, u.FinishedAt = w.QueuedAt, w.Deadline, w.ClaimedAt, w.FinishedAt
+	u.Claimer = w.InstanceID
+	if r := w.Result; r != nil && w.State == client.StateSucceeded {
+		u.HasResult, u.ResultInstance, u.ExitCode, u.Stdout = true, r.InstanceID, r.ExitCode, string(r.Stdout)
+	}
 	return u
 }
 
@@ -245,22 +290,4 @@ func pause(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	case <-ctx.Done():
 	}
-}
-
-func stateName(s automatorv1.State) string {
-	switch s {
-	case automatorv1.State_STATE_QUEUED:
-		return "queued"
-	case automatorv1.State_STATE_CLAIMED:
-		return "claimed"
-	case automatorv1.State_STATE_SUCCEEDED:
-		return StateSucceeded
-	case automatorv1.State_STATE_FAILED:
-		return StateFailed
-	case automatorv1.State_STATE_TIMED_OUT:
-		return StateTimedOut
-	case automatorv1.State_STATE_CANCELLED:
-		return StateCancelled
-	}
-	return s.String()
 }

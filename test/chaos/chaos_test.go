@@ -19,21 +19,34 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/opsgate/opsgate/automator/client"
+	"github.com/opsgate/opsgate/automator/config"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
 var (
 	flagDir      = flag.String("chaos.dir", "", "keep the run's logs, execution log and data directory here (default: a temporary directory, removed)")
 	flagStore    = flag.String("chaos.store", "sqlite", "the long run's store: sqlite (one automator) or pg (replicas on one PostgreSQL database, TestChaosPG)")
-	flagReplicas = flag.Int("chaos.replicas", 2, "replicas of the automator in TestChaosPG")
+	flagReplicas = flag.Int("chaos.replicas", 0, "replicas of the automator in TestChaosPG (default 2 short, 3 long)")
 )
 
 // shortSeed is the fixed seed of the short run in `make test`.
 const shortSeed = 20261130
 
 // pgShortDuration is the short run's duration on PostgreSQL: its schedule
-// has four more kinds to inject at least once.
+// has more kinds to inject at least once.
 const pgShortDuration = 50 * time.Second
+
+// The shapes of the schedules of the short and the long run. A replica's
+// SIGSTOP lasts up to 8s in the short run; in the long one up to 40s,
+// longer than the proxies' keepalive (15s) and the Go client's (30s) take
+// to give up a silent connection.
+var (
+	shortPlan = planParams{gap: 1500 * time.Millisecond, maxPause: 8 * time.Second, maxBlackhole: 5 * time.Second, recovery: 3 * time.Second,
+		maxReplicaPause: 8 * time.Second, maxPGPartition: 6 * time.Second}
+	longPlan = planParams{gap: 3 * time.Second, maxPause: 12 * time.Second, maxBlackhole: 10 * time.Second, recovery: 6 * time.Second,
+		maxReplicaPause: 40 * time.Second, maxPGPartition: 25 * time.Second}
+)
 
 // runConfig is the shape of a chaos run.
 type runConfig struct {
@@ -52,12 +65,12 @@ type runConfig struct {
 func chaosConfig() runConfig {
 	c := runConfig{
 		long: *flagLong, seed: *flagSeed, duration: 40 * time.Second, callers: 16,
-		plan:       planParams{gap: 1500 * time.Millisecond, maxPause: 8 * time.Second, maxBlackhole: 5 * time.Second, recovery: 3 * time.Second},
+		plan:       shortPlan,
 		minTimeout: 6 * time.Second, maxTimeout: 12 * time.Second,
 	}
 	if c.long {
 		c.duration, c.atLeast, c.callers, c.minTimeout, c.maxTimeout = 6*time.Minute, 20000, 32, 8*time.Second, 16*time.Second
-		c.plan = planParams{gap: 3 * time.Second, maxPause: 12 * time.Second, maxBlackhole: 10 * time.Second, recovery: 6 * time.Second}
+		c.plan = longPlan
 		if c.seed == 0 {
 			var b [8]byte
 			_, _ = rand.Read(b[:])
@@ -126,7 +139,14 @@ func TestChaosPG(t *testing.T) {
 		t.Skip("the chaos run on PostgreSQL replicas runs with -chaos.store=pg or CHAOS_STORE=pg in the environment (make chaos CHAOS_STORE=pg; make test sets it)")
 	}
 	rc := chaosConfig()
-	rc.pg, rc.replicas = true, max(2, *flagReplicas)
+	rc.pg, rc.replicas = true, *flagReplicas
+	if rc.replicas == 0 {
+		rc.replicas = 2
+		if rc.long {
+			rc.replicas = 3
+		}
+	}
+	rc.replicas = max(2, rc.replicas)
 	if !rc.long && *flagDuration == 0 {
 		rc.duration = pgShortDuration
 	}
@@ -153,11 +173,33 @@ func runChaos(t *testing.T, rc runConfig) {
 	var autos []*automator
 	var pg *pgServer
 	var replicaIDs []string
+	pgRelays, callerRelays := map[string]*Relay{}, map[string]*Relay{}
+	callerCuts := make(chan Cut, 8)
 	if rc.pg {
 		pg = startPG(t)
 		autos = newReplicas(t, dir, pg.URL, rc.replicas)
 		for _, a := range autos {
 			replicaIDs = append(replicaIDs, a.ReplicaID)
+			// Each replica reaches PostgreSQL through a relay of its own,
+			// which a partition black-holes; its callers reach it through
+			// another, which cuts their connections and answers.
+			r, err := NewRelay(pg.addr(t), false, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(r.Close)
+			a.DB, pgRelays[a.ReplicaID] = viaRelay(t, pg.URL, r.Addr()), r
+			cr, err := NewRelay(a.Addr(), true, func(c Cut) {
+				select {
+				case callerCuts <- c:
+				default:
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(cr.Close)
+			callerRelays[a.ReplicaID] = cr
 		}
 	} else {
 		autos = []*automator{newAutomator(t, dir, "127.0.0.1", true)}
@@ -181,6 +223,7 @@ func runChaos(t *testing.T, rc runConfig) {
 	all := append(slices.Clone(top.always), top.pair[:]...)
 	j := &injector{
 		t: t, auto: auto, connect: connect, pg: pg, replicas: map[string]*automator{},
+		pgRelays: pgRelays, callerRelays: callerRelays, callerCuts: callerCuts,
 		instances: map[string]*instance{}, relays: map[string]*Relay{}, cuts: map[string]chan Cut{},
 		locks: map[string]*sync.Mutex{}, idleFrom: map[string]time.Time{},
 	}
@@ -190,8 +233,13 @@ func runChaos(t *testing.T, rc runConfig) {
 	for n, id := range all {
 		// The instance's home replica first, then the others.
 		var targets []string
+		health := map[string]string{}
 		for k := range autos {
-			targets = append(targets, autos[(n+k)%len(autos)].Addr())
+			a := autos[(n+k)%len(autos)]
+			targets = append(targets, a.Addr())
+			if rc.pg {
+				health[a.Addr()] = a.ReadyURL()
+			}
 		}
 		cuts := make(chan Cut, 8)
 		r, err := NewBalancingRelay(targets, true, func(c Cut) {
@@ -204,6 +252,11 @@ func runChaos(t *testing.T, rc runConfig) {
 			t.Fatal(err)
 		}
 		t.Cleanup(r.Close)
+		if rc.pg {
+			// The load balancer's health check: each replica's /readyz,
+			// as docs/several-automators.md advises.
+			r.CheckHealth(health, time.Second)
+		}
 		url, env := "http://"+r.Addr(), map[string]string(nil)
 		if id == connectRestartTarget {
 			// Only the CONNECT proxy knows this name: the instance reaches
@@ -239,6 +292,24 @@ func runChaos(t *testing.T, rc runConfig) {
 			conn := a.Dial()
 			conns = append(conns, conn)
 			cs.replicas = append(cs.replicas, automatorv1.NewAutomatorServiceClient(conn))
+		}
+		// Each caller has a Go client of its own given every replica's
+		// address (through the callers' relays), its own replica first.
+		key, err := os.ReadFile(filepath.Join(auto.DataDir, config.FileAPIKey))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range rc.callers {
+			var addrs []string
+			for k := range autos {
+				addrs = append(addrs, "http://"+callerRelays[autos[(i+k)%len(autos)].ReplicaID].Addr())
+			}
+			c, err := client.New(client.Config{Addresses: addrs, APIKey: strings.TrimSpace(string(key))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			cs.gos = append(cs.gos, c)
 		}
 		j.afterAutomatorRestart = func() {
 			for _, c := range conns {

@@ -39,7 +39,14 @@ const (
 // NotFaulted lists fault kinds that cannot lose a claim or a result, so
 // they never explain a timeout: a unit that times out during them alone is
 // a violation.
-var NotFaulted = map[string]bool{"net-latency": true}
+var NotFaulted = map[string]bool{"net-latency": true, "caller-net-drop": true, "caller-cut-wait": true, "caller-cut-submit": true}
+
+// HangsReplica lists fault kinds that leave a replica up but hung for its
+// callers (SIGSTOPped; or cut off from PostgreSQL, so calls that need the
+// database do not answer). Unlike a replica's crash they do not excuse a
+// caller learning of an end late: its client must give up the hung replica
+// and learn the end from another, by the deadline.
+var HangsReplica = map[string]bool{"replica-pause": true, "replica-pg-partition": true}
 
 // KillsInstances lists fault kinds that SIGKILL the instances they target.
 var KillsInstances = map[string]bool{"proxy-kill": true, "proxy-kill-pair": true, "proxy-kill-group": true, "standby-failover": true}
@@ -200,6 +207,7 @@ func Check(h History, o Options) Report {
 			c.fail(RuleAtMostOnce, id, "executed on %s although no caller submitted it", es[0].Instance)
 		}
 	}
+	c.callerCuts(known)
 	slices.Sort(latencies)
 	if n := len(latencies); n > 0 {
 		c.r.LatencyP50 = latencies[n/2]
@@ -258,6 +266,9 @@ func (c *checker) unit(u *Unit) {
 		}
 	}
 
+	if u.State != StateTimedOut {
+		c.seenInTime(u)
+	}
 	switch u.State {
 	case StateSucceeded:
 		c.r.Succeeded++
@@ -322,6 +333,49 @@ func (c *checker) succeeded(u *Unit, es []Exec) {
 	}
 }
 
+// callerCuts checks what the callers made of the answers cut on their way
+// to them: a cut Submit answer's unit is the one its caller got when it
+// submitted again with the same key (not a second unit), and a caller
+// whose Wait answer was cut learnt the end that answer carried.
+func (c *checker) callerCuts(known map[string]bool) {
+	seen := map[string]*Unit{}
+	for i := range c.h.Units {
+		if u := &c.h.Units[i]; u.WorkID != "" {
+			seen[u.WorkID] = u
+		}
+	}
+	for _, f := range c.h.Faults {
+		if !slices.Contains(f.Targets, Callers) {
+			continue
+		}
+		for _, id := range f.WorkIDs {
+			if !known[id] {
+				c.fail(RuleAtMostOnce, id, "%s at %s: the cut answer named this unit, but no caller holds it: the repeated submit made another", f.Kind, f.Start.Format("15:04:05.000"))
+				continue
+			}
+			if u := seen[id]; terminal(f.State) && u.Seen && u.State != f.State {
+				c.fail(RuleOneTerminal, id, "%s at %s: the cut answer said %s, the caller then learnt %s", f.Kind, f.Start.Format("15:04:05.000"), f.State, u.State)
+			}
+		}
+	}
+}
+
+// seenInTime: the caller learns of the end by the deadline (Late after the
+// latest the unit may end, and Late again for the answer to reach it),
+// unless the automator was down then or a replica crashed (it learns once
+// its client has moved on); or, when its submit was answered only after
+// that, Late after the answer.
+func (c *checker) seenInTime(u *Unit) {
+	latest, _ := c.latestEnd(u.Deadline)
+	bound := c.latestSeen(latest).Add(c.o.Late)
+	if acked := u.AckedAt.Add(c.o.Late); acked.After(bound) {
+		bound = acked
+	}
+	if u.SeenAt.After(bound) {
+		c.fail(RuleDeadline, u.WorkID, "the caller learnt it %s %v after its deadline (allowed %v)", u.State, u.SeenAt.Sub(u.Deadline), bound.Sub(u.Deadline))
+	}
+}
+
 // beforeDeadline: a result is accepted only before the deadline.
 func (c *checker) beforeDeadline(u *Unit) {
 	if u.FinishedAt.After(u.Deadline) {
@@ -344,8 +398,12 @@ func (c *checker) timedOut(u *Unit, es []Exec) {
 	if u.FinishedAt.After(latest) {
 		c.fail(RuleDeadline, id, "timed out %v after its deadline (allowed %v)", u.FinishedAt.Sub(u.Deadline), latest.Sub(u.Deadline))
 	}
-	if seen := c.latestSeen(latest); u.SeenAt.After(seen.Add(c.o.Late)) {
-		c.fail(RuleDeadline, id, "the caller saw the timeout %v after its deadline (allowed %v)", u.SeenAt.Sub(u.Deadline), seen.Add(c.o.Late).Sub(u.Deadline))
+	seen := c.latestSeen(latest).Add(c.o.Late)
+	if acked := u.AckedAt.Add(c.o.Late); acked.After(seen) {
+		seen = acked
+	}
+	if u.SeenAt.After(seen) {
+		c.fail(RuleDeadline, id, "the caller saw the timeout %v after its deadline (allowed %v)", u.SeenAt.Sub(u.Deadline), seen.Sub(u.Deadline))
 	}
 	if !outage {
 		c.r.MaxLate = max(c.r.MaxLate, u.FinishedAt.Sub(u.Deadline))
@@ -399,12 +457,13 @@ func (c *checker) latestEnd(deadline time.Time) (time.Time, bool) {
 }
 
 // latestSeen is the latest a caller may learn of an end due by latest: a
-// replica fault that began by then delays it until the fault is over (the
-// caller waits again on another replica, or on the same one restarted).
+// replica's crash or reset that began by then delays it until the fault is
+// over (the caller waits again on another replica, or on the same one
+// restarted). A hung replica (HangsReplica) delays nothing.
 func (c *checker) latestSeen(latest time.Time) time.Time {
 	seen := latest
 	for _, f := range c.h.Faults {
-		if !c.hitsReplica(f) || f.Start.After(latest) {
+		if !c.hitsReplica(f) || HangsReplica[f.Kind] || f.Start.After(latest) {
 			continue
 		}
 		if end := maxTime(f.Start, f.End).Add(c.o.Margin); end.After(latest.Add(-c.o.Late)) {

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -248,4 +249,61 @@ func TestCheckerCountsAReplicaFaultAsACauseNotAnOutage(t *testing.T) {
 	h.Faults = []Fault{replicaKill}
 	h.Units[0].FinishedAt, h.Units[0].SeenAt = at(63), at(63.1) // the other replica's sweeper was up
 	mustBreak(t, h, RuleDeadline)
+}
+
+// TestCheckerHoldsCallersOfAHungReplicaToTheDeadline: a caller waiting on
+// a replica that hangs (SIGSTOP, or cut off from PostgreSQL) must still
+// learn of its unit's end by the deadline: its client gives the replica up
+// and asks another. Seen 10 s after the deadline with only a hung replica
+// to blame breaks the deadline, whatever the unit's end; a replica's crash
+// at the same time would excuse it (the caller learns once it has moved
+// on), and so does a submit answered only after the deadline.
+func TestCheckerHoldsCallersOfAHungReplicaToTheDeadline(t *testing.T) {
+	for _, state := range []string{StateSucceeded, StateTimedOut} {
+		u := Unit{Key: "k-h1", WorkID: "h1", Expect: ExpectOutput, WantStdout: "x\n", WantExit: 0, SubmittedAt: at(50), AckedAt: at(50.01), QueuedAt: at(50),
+			Deadline: at(60), ClaimedAt: at(50.1), FinishedAt: at(50.3), Seen: true, SeenAt: at(70), State: state, Claimer: "a", FinalState: state}
+		es := []Exec{{WorkID: "h1", Instance: "a", Start: at(50.15), End: at(50.25)}}
+		if state == StateSucceeded {
+			u.HasResult, u.ResultInstance, u.Stdout = true, "a", "x\n"
+		} else {
+			u.FinishedAt = at(60.1)
+			es = nil
+		}
+		for _, kind := range []string{"replica-pause", "replica-pg-partition"} {
+			h := History{Instances: []string{"a", "b"}, Replicas: []string{"r0", "r1"}, Units: []Unit{u}, Execs: es,
+				Faults: []Fault{{Kind: kind, Targets: []string{"r0"}, Start: at(50.2), End: at(69.5)}}}
+			mustBreak(t, h, RuleDeadline)
+
+			h.Faults[0].Kind = "replica-kill"
+			if err := Check(h, Options{}).Err(); err != nil {
+				t.Errorf("%s, a replica killed instead of %s: %v", state, kind, err)
+			}
+			h.Faults[0].Kind = kind
+			h.Units[0].AckedAt = at(69)
+			if err := Check(h, Options{}).Err(); err != nil {
+				t.Errorf("%s, %s, submit answered at 69s: %v", state, kind, err)
+			}
+		}
+	}
+}
+
+// TestCheckerChecksWhatCallersMadeOfCutAnswers: the unit a cut Submit
+// answer named must be the one its caller got (a second unit would mean
+// the repeated submit did not find the first), and a caller whose Wait
+// answer was cut must learn the end that answer carried.
+func TestCheckerChecksWhatCallersMadeOfCutAnswers(t *testing.T) {
+	h := cleanHistory()
+	h.Faults = append(h.Faults,
+		Fault{Kind: "caller-cut-submit", Targets: []string{Callers}, Start: at(0.05), End: at(0.05), WorkIDs: []string{"w1"}, State: "queued"},
+		Fault{Kind: "caller-cut-wait", Targets: []string{Callers}, Start: at(0.25), End: at(0.25), WorkIDs: []string{"w2"}, State: StateSucceeded})
+	if err := Check(h, Options{}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	bad := h
+	bad.Faults = append(slices.Clone(h.Faults[:len(h.Faults)-2]),
+		Fault{Kind: "caller-cut-submit", Targets: []string{Callers}, Start: at(0.05), End: at(0.05), WorkIDs: []string{"w-other"}, State: "queued"})
+	mustBreak(t, bad, RuleAtMostOnce)
+	bad.Faults = append(slices.Clone(h.Faults[:len(h.Faults)-2]),
+		Fault{Kind: "caller-cut-wait", Targets: []string{Callers}, Start: at(0.25), End: at(0.25), WorkIDs: []string{"w2"}, State: StateTimedOut})
+	mustBreak(t, bad, RuleOneTerminal)
 }

@@ -38,6 +38,12 @@ type automator struct {
 	// ReplicaID names a replica of several on one PostgreSQL database
 	// (--replica-id); empty for the one automator on SQLite.
 	ReplicaID string
+	// DB, when set, is the database URL it serves with (--db), instead of
+	// the one init wrote (a replica reaches PostgreSQL through a relay).
+	DB string
+	// HTTPPort, when set, fixes the HTTP listener's port (a load
+	// balancer's health check asks it), else a free one each start.
+	HTTPPort int
 
 	mu     sync.Mutex
 	proc   *proc
@@ -65,7 +71,14 @@ func (a *automator) Serve() error {
 	a.serves++
 	n := a.serves
 	a.mu.Unlock()
-	args := []string{"serve", "--data-dir", a.DataDir, "--listen", a.Addr(), "--http-listen", "127.0.0.1:0"}
+	httpListen := "127.0.0.1:0"
+	if a.HTTPPort != 0 {
+		httpListen = fmt.Sprintf("127.0.0.1:%d", a.HTTPPort)
+	}
+	args := []string{"serve", "--data-dir", a.DataDir, "--listen", a.Addr(), "--http-listen", httpListen}
+	if a.DB != "" {
+		args = append(args, "--db", a.DB)
+	}
 	if a.Plaintext {
 		args = append(args, "--insecure-plaintext")
 	}
@@ -128,6 +141,12 @@ func (a *automator) Kill() {
 	if p != nil {
 		p.Kill()
 	}
+}
+
+// ReadyURL is the replica's /readyz, which a load balancer's health check
+// asks (HTTPPort must be set).
+func (a *automator) ReadyURL() string {
+	return fmt.Sprintf("http://127.0.0.1:%d/readyz", a.HTTPPort)
 }
 
 // Proc is the current serve process.

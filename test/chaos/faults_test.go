@@ -36,6 +36,17 @@ const (
 	kindReplicaNetDrop = "replica-net-drop" // reset every proxy connection to one replica
 	kindPGCrash        = "postgres-crash"   // pg_ctl restart -m immediate: PostgreSQL crashes and recovers
 	kindPGStop         = "postgres-stop"    // pg_ctl stop -m fast, start it again a little later
+	// A hung replica: SIGSTOP, SIGCONT a few seconds later (up to longer
+	// than the proxies' and the Go client's keepalives take to notice).
+	kindReplicaPause = "replica-pause"
+	// The replica keeps its proxies and callers but cannot reach
+	// PostgreSQL: its relay to the database black-holes everything, then
+	// resets what it stalled.
+	kindReplicaPGPartition = "replica-pg-partition"
+	// The callers' side, through the relays between callers and replicas:
+	kindCallerNetDrop   = "caller-net-drop"   // reset every caller connection to one replica
+	kindCallerCutWait   = "caller-cut-wait"   // cut a Wait answer that carries the unit's end
+	kindCallerCutSubmit = "caller-cut-submit" // cut a Submit answer (the unit is queued)
 )
 
 // Bounds of the schedule and of waits for recovery.
@@ -66,7 +77,8 @@ var allKinds = []string{
 // proxies' and the network's as with one automator, and, instead of the
 // automator's crash, the faults of one replica and of PostgreSQL itself.
 var pgKinds = append(slices.DeleteFunc(slices.Clone(allKinds), func(k string) bool { return k == kindAutomatorKill }),
-	kindReplicaKill, kindReplicaNetDrop, kindPGCrash, kindPGStop)
+	kindReplicaKill, kindReplicaNetDrop, kindPGCrash, kindPGStop, kindReplicaPause, kindReplicaPGPartition,
+	kindCallerNetDrop, kindCallerCutWait, kindCallerCutSubmit)
 
 // kindWeights: how often each kind is drawn after the first round.
 var kindWeights = map[string]int{
@@ -74,6 +86,7 @@ var kindWeights = map[string]int{
 	kindFailover: 4, kindNetDrop: 8, kindNetBlackhole: 6, kindNetIdleCut: 4, kindNetLatency: 6,
 	kindConnectRestart: 4, kindCutPoll: 10, kindCutCompleteReq: 8, kindCutCompleteResp: 8,
 	kindReplicaKill: 6, kindReplicaNetDrop: 5, kindPGCrash: 3, kindPGStop: 2,
+	kindReplicaPause: 4, kindReplicaPGPartition: 4, kindCallerNetDrop: 5, kindCallerCutWait: 6, kindCallerCutSubmit: 5,
 }
 
 // topology is the set of instances (and replicas) a schedule targets.
@@ -98,6 +111,9 @@ type planParams struct {
 	gap          time.Duration // mean time between faults
 	maxPause     time.Duration // longest SIGSTOP
 	maxBlackhole time.Duration // longest partition
+	// With replicas: the longest SIGSTOP of a replica and the longest
+	// partition of one from PostgreSQL.
+	maxReplicaPause, maxPGPartition time.Duration
 	// recovery: the plan leaves an instance alone this long after a fault
 	// on it has healed.
 	recovery time.Duration
@@ -108,12 +124,17 @@ type planned struct {
 	At      time.Duration // after the run's start
 	Kind    string
 	Targets []string // for a failover: the active, then the standby
+	// Via is the replica whose caller connections a caller fault cuts.
+	Via     string
 	Hold    time.Duration
 	Latency time.Duration
 }
 
 func (p planned) String() string {
 	s := fmt.Sprintf("%7.2fs %-22s %v", p.At.Seconds(), p.Kind, p.Targets)
+	if p.Via != "" {
+		s += " via " + p.Via
+	}
 	if p.Hold > 0 {
 		s += fmt.Sprintf(" hold %v", p.Hold.Round(time.Millisecond))
 	}
@@ -204,7 +225,13 @@ func plan(seed uint64, dur time.Duration, pp planParams, top topology) []planned
 		case kindConnectRestart:
 			p.Targets, p.Hold = []string{connectRestartTarget}, between(500*time.Millisecond, 4*time.Second)
 			return p, len(free) >= 2 && slices.Contains(free, connectRestartTarget)
-		case kindReplicaKill, kindReplicaNetDrop:
+		case kindCallerNetDrop, kindCallerCutWait, kindCallerCutSubmit:
+			p.Targets, p.Via = []string{Callers}, top.replicas[rng.IntN(len(top.replicas))]
+			if kind != kindCallerNetDrop {
+				p.Hold = expectCut
+			}
+			return p, busy[Callers] <= t
+		case kindReplicaKill, kindReplicaNetDrop, kindReplicaPause, kindReplicaPGPartition:
 			var freeReplicas []string
 			for _, r := range top.replicas {
 				if busy[r] <= t {
@@ -215,8 +242,13 @@ func plan(seed uint64, dur time.Duration, pp planParams, top topology) []planned
 				return p, false
 			}
 			p.Targets = []string{freeReplicas[rng.IntN(len(freeReplicas))]}
-			if kind == kindReplicaKill {
+			switch kind {
+			case kindReplicaKill:
 				p.Hold = between(300*time.Millisecond, 2500*time.Millisecond)
+			case kindReplicaPause:
+				p.Hold = between(2*time.Second, pp.maxReplicaPause)
+			case kindReplicaPGPartition:
+				p.Hold = between(time.Second, pp.maxPGPartition)
 			}
 			return p, true
 		case kindPGCrash, kindPGStop:
@@ -283,6 +315,10 @@ type injector struct {
 	// With replicas on PostgreSQL: the replicas by name, and the database.
 	replicas map[string]*automator
 	pg       *pgServer
+	// Per replica: its relay to PostgreSQL, and the relay its callers'
+	// connections go through (their cuts come on callerCuts).
+	pgRelays, callerRelays map[string]*Relay
+	callerCuts             chan Cut
 	// afterAutomatorRestart runs once the automator serves again (the
 	// callers' connections retry at once instead of backing off).
 	afterAutomatorRestart func()
@@ -420,6 +456,61 @@ func (j *injector) inject(p planned) {
 			return
 		}
 		j.record(Fault{Kind: p.Kind, Targets: p.Targets, Start: start, End: start})
+
+	case kindReplicaPause:
+		a := j.replicas[p.Targets[0]]
+		pr := a.Proc()
+		if pr == nil || pr.Exited() {
+			j.skip(p, "not running")
+			return
+		}
+		start := time.Now()
+		if err := pr.Signal(syscall.SIGSTOP); err != nil {
+			j.skip(p, err.Error())
+			return
+		}
+		time.Sleep(p.Hold)
+		if err := pr.Signal(syscall.SIGCONT); err != nil {
+			j.t.Errorf("SIGCONT to replica %s: %v", a.ReplicaID, err)
+		}
+		j.record(Fault{Kind: p.Kind, Targets: p.Targets, Start: start, End: time.Now()})
+
+	case kindReplicaPGPartition:
+		r := j.pgRelays[p.Targets[0]]
+		start := time.Now()
+		r.Partition(true)
+		time.Sleep(p.Hold)
+		r.Partition(false)
+		j.record(Fault{Kind: p.Kind, Targets: p.Targets, Start: start, End: time.Now()})
+
+	case kindCallerNetDrop:
+		start := time.Now()
+		if n := j.callerRelays[p.Via].DropAll(); n == 0 {
+			j.skip(p, "no caller connection to drop")
+			return
+		}
+		j.record(Fault{Kind: p.Kind, Targets: p.Targets, Start: start, End: start})
+
+	case kindCallerCutWait, kindCallerCutSubmit:
+		kind := CutWaitResponse
+		if p.Kind == kindCallerCutSubmit {
+			kind = CutSubmitResponse
+		}
+		r := j.callerRelays[p.Via]
+		r.Arm(kind)
+		t := time.NewTimer(cutWindow)
+		defer t.Stop()
+		var c Cut
+		select {
+		case c = <-j.callerCuts:
+		case <-t.C:
+			if r.Disarm(kind) {
+				j.skip(p, "no matching call within the window")
+				return
+			}
+			c = <-j.callerCuts // taken just now
+		}
+		j.record(Fault{Kind: p.Kind, Targets: p.Targets, Start: c.At, End: c.At, WorkIDs: c.WorkIDs, State: c.State})
 
 	case kindPGCrash:
 		start := time.Now()

@@ -148,6 +148,23 @@ func (p *h2parser) frame(f []byte) (keep int, cut *Cut) {
 		}
 	case frameData:
 		s := p.l.stream(id)
+		switch s.path {
+		case automatorv1.AutomatorService_Wait_FullMethodName, automatorv1.AutomatorService_Submit_FullMethodName:
+			var st automatorv1.WorkStatus
+			if !grpcMessage(flags, payload, &st) {
+				break
+			}
+			kind := CutSubmitResponse
+			if s.path == automatorv1.AutomatorService_Wait_FullMethodName {
+				kind = CutWaitResponse
+				if !terminal(stateName(st.GetState())) {
+					break
+				}
+			}
+			if r.take(kind) {
+				return frameHeaderLen + len(payload)/2, &Cut{Kind: kind, WorkIDs: []string{st.GetWorkId()}, State: stateName(st.GetState())}
+			}
+		}
 		if s.path != automatorv1.ProxyService_Poll_FullMethodName {
 			break
 		}
@@ -255,4 +272,23 @@ func completeWorkIDs(path string, body []byte) (ids []string, whole bool) {
 		return nil, false
 	}
 	return []string{req.GetWorkId()}, true
+}
+
+// stateName is a state as the history names it.
+func stateName(s automatorv1.State) string {
+	switch s {
+	case automatorv1.State_STATE_QUEUED:
+		return "queued"
+	case automatorv1.State_STATE_CLAIMED:
+		return "claimed"
+	case automatorv1.State_STATE_SUCCEEDED:
+		return StateSucceeded
+	case automatorv1.State_STATE_FAILED:
+		return StateFailed
+	case automatorv1.State_STATE_TIMED_OUT:
+		return StateTimedOut
+	case automatorv1.State_STATE_CANCELLED:
+		return StateCancelled
+	}
+	return s.String()
 }

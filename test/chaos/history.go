@@ -39,6 +39,10 @@ type History struct {
 // Automator names the automator among a fault's targets.
 const Automator = "automator"
 
+// Callers names the callers among a fault's targets: a fault of their
+// connections to a replica.
+const Callers = "callers"
+
 // Expect is what a unit should end as when nothing goes wrong.
 type Expect int
 
@@ -79,6 +83,7 @@ type Unit struct {
 
 	SubmittedAt time.Time // first Submit attempt
 	WorkID      string    // empty when no Submit was ever acknowledged
+	AckedAt     time.Time // when the Submit was acknowledged
 	SubmitErr   string    // the last Submit error when none was
 
 	// What the terminal status the caller's Wait returned says.
@@ -119,6 +124,9 @@ type Fault struct {
 	End     time.Time // zero: instantaneous
 	// WorkIDs are the units a cut concerned, when known.
 	WorkIDs []string
+	// State is the state a cut answer to a caller carried (a Wait's end,
+	// the queued unit of a Submit): what the caller must still learn.
+	State string
 }
 
 // Interval is a stretch of time for one instance.

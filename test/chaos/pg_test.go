@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -149,15 +150,16 @@ func (pg *pgServer) start() error {
 
 // newReplicas initialises one automator on the database at url and gives
 // n replicas copies of its data directory (same keys, certificate and API
-// key), each with a port of its own, as docs/several-automators.md says to
-// set them up; Serve starts each.
+// key), each with a port of its own (and an HTTP port, for the health
+// checks), as docs/several-automators.md says to set them up; Serve starts
+// each.
 func newReplicas(t *testing.T, dir, url string, n int) []*automator {
 	t.Helper()
 	binaries(t)
 	var out []*automator
 	for i := range n {
 		id := fmt.Sprintf("r%d", i)
-		out = append(out, &automator{t: t, dir: dir, DataDir: filepath.Join(dir, "data-"+id), Host: "127.0.0.1", Port: proctest.FreePort(t), Plaintext: true, ReplicaID: id})
+		out = append(out, &automator{t: t, dir: dir, DataDir: filepath.Join(dir, "data-"+id), Host: "127.0.0.1", Port: proctest.FreePort(t), HTTPPort: proctest.FreePort(t), Plaintext: true, ReplicaID: id})
 	}
 	first := out[0]
 	if o, err := exec.Command(bins.automator, "init", "--data-dir", first.DataDir, "--db", url,
@@ -168,4 +170,26 @@ func newReplicas(t *testing.T, dir, url string, n int) []*automator {
 		proctest.CopyDataDir(t, first.DataDir, a.DataDir)
 	}
 	return out
+}
+
+// viaRelay returns url with its host and port replaced by addr (a relay in
+// front of the server).
+func viaRelay(t *testing.T, rawURL, addr string) string {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = addr
+	return u.String()
+}
+
+// addr is the host:port of the cluster.
+func (pg *pgServer) addr(t *testing.T) string {
+	t.Helper()
+	u, err := url.Parse(pg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Host
 }

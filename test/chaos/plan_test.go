@@ -14,16 +14,17 @@ import (
 // With replicas (TestChaosPG) the kinds are pgKinds.
 func TestPlanIsASeedsFunctionAndCoversEveryKind(t *testing.T) {
 	top := topology{always: []string{"p1", "p2", "p3", "pc"}, pair: [2]string{"p4", "sb"}}
-	pgTop := top
+	pgTop, pgTop3 := top, top
 	pgTop.replicas = []string{"r0", "r1"}
+	pgTop3.replicas = []string{"r0", "r1", "r2"}
 	for _, rc := range []struct {
 		dur time.Duration
 		pp  planParams
 	}{
-		{40 * time.Second, planParams{gap: 1500 * time.Millisecond, maxPause: 8 * time.Second, maxBlackhole: 5 * time.Second, recovery: 3 * time.Second}},
-		{6 * time.Minute, planParams{gap: 3 * time.Second, maxPause: 12 * time.Second, maxBlackhole: 10 * time.Second, recovery: 6 * time.Second}},
+		{40 * time.Second, shortPlan},
+		{6 * time.Minute, longPlan},
 	} {
-		for _, top := range []topology{top, pgTop} {
+		for _, top := range []topology{top, pgTop, pgTop3} {
 			for seed := uint64(1); seed <= 50; seed++ {
 				dur := rc.dur
 				if len(top.replicas) > 0 && dur < pgShortDuration {

@@ -3,6 +3,7 @@ package chaos
 import (
 	"errors"
 	"net"
+	"net/http"
 	"sync"
 	"time"
 )
@@ -20,7 +21,8 @@ import (
 // (h2c false) it relays opaque bytes and the cuts are never taken.
 type Relay struct {
 	// targets: a connection goes to the first that accepts it, as through
-	// a layer-4 load balancer whose health check is the connect.
+	// a layer-4 load balancer whose health check is the connect; with
+	// CheckHealth, to the first of those its health check finds ready.
 	targets []string
 	h2c     bool
 	onCut   func(Cut)
@@ -36,6 +38,9 @@ type Relay struct {
 	waiters   []acceptWaiter
 	closed    bool
 	wg        sync.WaitGroup
+	// down marks the targets the health check has taken out (CheckHealth).
+	down      map[string]bool
+	stopCheck chan struct{}
 }
 
 type acceptWaiter struct {
@@ -60,6 +65,15 @@ const (
 	// the automator recorded the results, the proxy does not know it and
 	// posts again.
 	CutCompleteResponse
+	// CutWaitResponse cuts a caller's Wait response that carries the
+	// unit's end halfway through: the caller must wait again by id and
+	// learn the same end.
+	CutWaitResponse
+	// CutSubmitResponse cuts a Submit response halfway through: the unit
+	// is queued, the caller never learns its id and submits again with
+	// the same idempotency key, which must give it that unit, not a
+	// second one.
+	CutSubmitResponse
 )
 
 func (k CutKind) String() string {
@@ -70,6 +84,10 @@ func (k CutKind) String() string {
 		return "cut-complete-request"
 	case CutCompleteResponse:
 		return "cut-complete-response"
+	case CutWaitResponse:
+		return "cut-wait-response"
+	case CutSubmitResponse:
+		return "cut-submit-response"
 	}
 	return "cut-unknown"
 }
@@ -81,6 +99,8 @@ type Cut struct {
 	Kind    CutKind
 	At      time.Time
 	WorkIDs []string
+	// State is the state a cut Wait response carried (its unit's end).
+	State string
 }
 
 // NewRelay listens on a free loopback port and relays every connection to
@@ -98,7 +118,7 @@ func NewBalancingRelay(targets []string, h2c bool, onCut func(Cut)) (*Relay, err
 	if len(targets) == 0 {
 		return nil, errors.New("a relay needs a target")
 	}
-	r := &Relay{targets: targets, h2c: h2c, onCut: onCut, links: make(map[*link]struct{}), armed: make(map[CutKind]bool)}
+	r := &Relay{targets: targets, h2c: h2c, onCut: onCut, links: make(map[*link]struct{}), armed: make(map[CutKind]bool), down: map[string]bool{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -107,6 +127,94 @@ func NewBalancingRelay(targets []string, h2c bool, onCut func(Cut)) (*Relay, err
 	r.wg.Add(1)
 	go r.serve(ln)
 	return r, nil
+}
+
+// CheckHealth makes the relay check each target as a load balancer does:
+// every interval it asks the target's URL in health (its /readyz), with a
+// timeout of one interval; two failures in a row take the target out, one
+// answer of 200 puts it back. New connections go to the first target in
+// order that is in and accepts; when every target is out, to the first
+// that accepts, as before. Open connections are left alone (a hung target
+// keeps them until their ends give up). It stops at Close.
+func (r *Relay) CheckHealth(health map[string]string, interval time.Duration) {
+	r.mu.Lock()
+	if r.stopCheck != nil || r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.stopCheck = make(chan struct{})
+	stop := r.stopCheck
+	r.wg.Add(1)
+	r.mu.Unlock()
+	go func() {
+		defer r.wg.Done()
+		client := &http.Client{Timeout: interval, Transport: &http.Transport{DisableKeepAlives: true}}
+		fails := map[string]int{}
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			ok := map[string]bool{}
+			for _, target := range r.targets {
+				url, checked := health[target]
+				if !checked {
+					continue
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					resp, err := client.Get(url)
+					if err == nil {
+						resp.Body.Close()
+					}
+					mu.Lock()
+					ok[target] = err == nil && resp.StatusCode == http.StatusOK
+					mu.Unlock()
+				}()
+			}
+			wg.Wait()
+			r.mu.Lock()
+			for target, good := range ok {
+				if good {
+					fails[target] = 0
+					delete(r.down, target)
+				} else if fails[target]++; fails[target] >= 2 {
+					r.down[target] = true
+				}
+			}
+			r.mu.Unlock()
+		}
+	}()
+}
+
+// IsDown reports whether the health check has taken target out.
+func (r *Relay) IsDown(target string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.down[target]
+}
+
+// order is the order in which a new connection tries the targets: those
+// the health check has not taken out, then (when none is left) all.
+func (r *Relay) order() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var in []string
+	for _, t := range r.targets {
+		if !r.down[t] {
+			in = append(in, t)
+		}
+	}
+	if len(in) == 0 {
+		return r.targets
+	}
+	return in
 }
 
 // Addr is the relay's listening address, host:port.
@@ -268,6 +376,10 @@ func (r *Relay) Up() error {
 func (r *Relay) Close() {
 	r.mu.Lock()
 	r.closed = true
+	if r.stopCheck != nil {
+		close(r.stopCheck)
+		r.stopCheck = nil
+	}
 	r.mu.Unlock()
 	r.Down()
 	r.wg.Wait()
@@ -312,7 +424,7 @@ func (r *Relay) handle(client net.Conn) {
 	r.mu.Unlock()
 	l := &link{r: r, client: client, done: make(chan struct{}), stalled: stalled}
 	if !stalled {
-		for _, target := range r.targets {
+		for _, target := range r.order() {
 			server, err := net.DialTimeout("tcp", target, 5*time.Second)
 			if err == nil {
 				l.server, l.target = server, target
