@@ -119,17 +119,22 @@ func TestChaos(t *testing.T) {
 	runChaos(t, rc)
 }
 
-// TestChaosPG is TestChaos with replicas of the automator (2, or
-// -chaos.replicas) on one PostgreSQL database, a throwaway cluster of its
-// own: each proxy instance reaches them through its relay, which sends each
-// connection to the instance's home replica (instances are spread over the
-// replicas) or, while that one is down, to the next, as a layer-4 load
-// balancer does; callers are spread over the replicas the same way, and a
-// call that finds its replica down is made again on the next. Instead of
+// TestChaosPG is TestChaos with replicas of the automator (2 in the short
+// run, 3 in the long one, or -chaos.replicas) on one PostgreSQL database, a
+// throwaway cluster of its own: each proxy instance reaches them through
+// its relay, which sends each connection to the instance's home replica
+// (instances are spread over the replicas) or, while that one is down or
+// its /readyz fails, to the next, as a layer-4 load balancer with health
+// checks does; each replica reaches PostgreSQL through a relay of its own.
+// Each caller has a Go client (automator/client) given every replica's
+// address, through a relay per replica, its own replica first. Instead of
 // the automator's crash, the schedule SIGKILLs one replica (restarted a
-// little later), resets every proxy connection to one, crashes PostgreSQL
-// (pg_ctl restart -m immediate) and stops it for a few seconds. The history
-// is checked against the same guarantees.
+// little later), SIGSTOPs one (a hung replica, up to 40 s), cuts one off
+// from PostgreSQL, resets every proxy connection to one, crashes PostgreSQL
+// (pg_ctl restart -m immediate) and stops it for a few seconds; and it
+// resets the callers' connections to one replica and cuts a Submit answer
+// and a Wait answer that carries a unit's end. The history is checked
+// against the same guarantees.
 //
 // `make chaos CHAOS_STORE=pg` runs it long (-chaos.long); `make test` runs
 // the short one (CHAOS_STORE=pg in its environment). Without either it is

@@ -124,7 +124,10 @@ type Report struct {
 	MaxLate time.Duration
 	// Latency of succeeded units, submit to seen.
 	LatencyP50, LatencyP99 time.Duration
-	FaultsByKind           map[string]int
+	// SlowestSubmit is the longest a caller waited for its Submit to be
+	// acknowledged, retries included.
+	SlowestSubmit time.Duration
+	FaultsByKind  map[string]int
 	// Stalls counts the times the test machine stood still (not injected),
 	// MaxStall the longest.
 	Stalls     int
@@ -197,6 +200,9 @@ func Check(h History, o Options) Report {
 			c.fail(RuleAtMostOnce, u.WorkID, "two callers' submits (different idempotency keys) got the same work id")
 		}
 		known[u.WorkID] = true
+		if !u.AckedAt.IsZero() {
+			c.r.SlowestSubmit = max(c.r.SlowestSubmit, u.AckedAt.Sub(u.SubmittedAt))
+		}
 		c.unit(u)
 		if u.State == StateSucceeded && u.Seen {
 			latencies = append(latencies, u.SeenAt.Sub(u.SubmittedAt))

@@ -13,5 +13,10 @@
 // short fixed-seed run, `make chaos` a long one with a random seed (see
 // chaos_test.go and docs/failure-semantics.md). TestChaosPG (`make chaos
 // CHAOS_STORE=pg`) runs replicas of the automator on PostgreSQL instead,
-// each instance's relay balancing its connections over them.
+// each instance's relay balancing its connections over them with health
+// checks, each replica reaching the database through a relay, and the
+// callers' Go clients reaching each replica through one: besides the faults
+// of the proxies and the network it kills, pauses (SIGSTOP) and resets one
+// replica, cuts one off from PostgreSQL, crashes and stops PostgreSQL, and
+// resets and cuts the callers' connections.
 package chaos

@@ -415,6 +415,24 @@ func (j *injector) Result() ([]Fault, []Interval) {
 	return faults, idle
 }
 
+// callerRelay is the callers' relay to replica via, or, when no caller
+// connection goes through it now, the one that carries the most: each Go
+// client starts a call with the address that last answered it, so after a
+// replica's fault the callers gather on the others until the next fault
+// moves them on.
+func (j *injector) callerRelay(via string) *Relay {
+	r := j.callerRelays[via]
+	if r.Links() > 0 {
+		return r
+	}
+	for _, o := range j.callerRelays {
+		if o.Links() > r.Links() {
+			r = o
+		}
+	}
+	return r
+}
+
 func (j *injector) inject(p planned) {
 	unlock := j.lock(p.Targets)
 	defer unlock()
@@ -485,7 +503,7 @@ func (j *injector) inject(p planned) {
 
 	case kindCallerNetDrop:
 		start := time.Now()
-		if n := j.callerRelays[p.Via].DropAll(); n == 0 {
+		if n := j.callerRelay(p.Via).DropAll(); n == 0 {
 			j.skip(p, "no caller connection to drop")
 			return
 		}
@@ -496,7 +514,7 @@ func (j *injector) inject(p planned) {
 		if p.Kind == kindCallerCutSubmit {
 			kind = CutSubmitResponse
 		}
-		r := j.callerRelays[p.Via]
+		r := j.callerRelay(p.Via)
 		r.Arm(kind)
 		t := time.NewTimer(cutWindow)
 		defer t.Stop()

@@ -42,6 +42,7 @@ func (r Report) Table() string {
 	fmt.Fprintf(&b, "| results accepted after their claimer was SIGKILLed (posted from its spool on restart) | %d |\n", r.SpooledAcrossRestart)
 	fmt.Fprintf(&b, "| latest timeout after its deadline (automator up) | %s |\n", ms(r.MaxLate))
 	fmt.Fprintf(&b, "| succeeded units, submit to result, p50 / p99 | %s / %s |\n", ms(r.LatencyP50), ms(r.LatencyP99))
+	fmt.Fprintf(&b, "| slowest submit, first try to acknowledgement | %s |\n", ms(r.SlowestSubmit))
 	fmt.Fprintf(&b, "| the test machine stood still (not injected): times, longest | %d, %s |\n", r.Stalls, ms(r.MaxStall))
 	fmt.Fprintf(&b, "| guarantee violations | %d |\n", len(r.Violations))
 	return b.String()
