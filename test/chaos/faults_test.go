@@ -124,7 +124,7 @@ type planned struct {
 	At      time.Duration // after the run's start
 	Kind    string
 	Targets []string // for a failover: the active, then the standby
-	// Via is the replica whose caller connections a caller fault cuts.
+	// Via is the replica whose caller connections caller-net-drop resets.
 	Via     string
 	Hold    time.Duration
 	Latency time.Duration
@@ -226,8 +226,10 @@ func plan(seed uint64, dur time.Duration, pp planParams, top topology) []planned
 			p.Targets, p.Hold = []string{connectRestartTarget}, between(500*time.Millisecond, 4*time.Second)
 			return p, len(free) >= 2 && slices.Contains(free, connectRestartTarget)
 		case kindCallerNetDrop, kindCallerCutWait, kindCallerCutSubmit:
-			p.Targets, p.Via = []string{Callers}, top.replicas[rng.IntN(len(top.replicas))]
-			if kind != kindCallerNetDrop {
+			p.Targets = []string{Callers}
+			if via := top.replicas[rng.IntN(len(top.replicas))]; kind == kindCallerNetDrop {
+				p.Via = via
+			} else {
 				p.Hold = expectCut
 			}
 			return p, busy[Callers] <= t
@@ -514,21 +516,36 @@ func (j *injector) inject(p planned) {
 		if p.Kind == kindCallerCutSubmit {
 			kind = CutSubmitResponse
 		}
-		r := j.callerRelay(p.Via)
-		r.Arm(kind)
+		// Armed on every replica's relay, taken by the first matching
+		// answer: the callers' calls gather where their clients last got
+		// an answer.
+		for _, r := range j.callerRelays {
+			r.Arm(kind)
+		}
 		t := time.NewTimer(cutWindow)
 		defer t.Stop()
-		var c Cut
+		var cuts []Cut
 		select {
-		case c = <-j.callerCuts:
+		case c := <-j.callerCuts:
+			cuts = append(cuts, c)
 		case <-t.C:
-			if r.Disarm(kind) {
-				j.skip(p, "no matching call within the window")
-				return
-			}
-			c = <-j.callerCuts // taken just now
 		}
-		j.record(Fault{Kind: p.Kind, Targets: p.Targets, Start: c.At, End: c.At, WorkIDs: c.WorkIDs, State: c.State})
+		taken := 0
+		for _, r := range j.callerRelays {
+			if !r.Disarm(kind) {
+				taken++
+			}
+		}
+		for len(cuts) < taken {
+			cuts = append(cuts, <-j.callerCuts) // taken meanwhile
+		}
+		if len(cuts) == 0 {
+			j.skip(p, "no matching call within the window")
+			return
+		}
+		for _, c := range cuts {
+			j.record(Fault{Kind: p.Kind, Targets: p.Targets, Start: c.At, End: c.At, WorkIDs: c.WorkIDs, State: c.State})
+		}
 
 	case kindPGCrash:
 		start := time.Now()
