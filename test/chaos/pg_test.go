@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,6 +32,8 @@ type pgServer struct {
 	port string
 	// The cluster's owner, who runs pg_ctl, when the test runs as root.
 	cred *syscall.Credential
+	// reserved releases the port held while the cluster is stopped.
+	reserved func()
 }
 
 // startPG starts the cluster; it is removed when the test ends. Without
@@ -137,15 +140,68 @@ func (pg *pgServer) pgCtl(args ...string) error {
 // without a checkpoint, and the server recovers from its WAL when it starts
 // again. It returns once it accepts connections.
 func (pg *pgServer) crash() error {
-	return pg.pgCtl("restart", "-m", "immediate", "-w", "-t", "120", "-l", filepath.Join(pg.dir, "postgres.log"))
+	if err := pg.pgCtl("stop", "-m", "immediate", "-w", "-t", "60"); err != nil {
+		return err
+	}
+	return pg.start()
 }
 
-// stop is a fast shutdown: sessions are ended, a checkpoint written.
-func (pg *pgServer) stop() error { return pg.pgCtl("stop", "-m", "fast", "-w", "-t", "60") }
+// stop is a fast shutdown: sessions are ended, a checkpoint written. The
+// port stays reserved until start (reservePort).
+func (pg *pgServer) stop() error {
+	if err := pg.pgCtl("stop", "-m", "fast", "-w", "-t", "60"); err != nil {
+		return err
+	}
+	pg.reserved = reservePort(pg.port)
+	return nil
+}
 
-// start starts the stopped cluster on its port.
+// start starts the stopped cluster on its port. A start that fails (its
+// port taken after all) is tried again, five times in all.
 func (pg *pgServer) start() error {
-	return pg.pgCtl("start", "-w", "-t", "120", "-l", filepath.Join(pg.dir, "postgres.log"), "-o", "-p "+pg.port)
+	if pg.reserved != nil {
+		pg.reserved()
+		pg.reserved = nil
+	}
+	var err error
+	for range 5 {
+		if err = pg.pgCtl("start", "-w", "-t", "120", "-l", filepath.Join(pg.dir, "postgres.log"), "-o", "-p "+pg.port); err == nil {
+			return nil
+		}
+		time.Sleep(time.Second)
+	}
+	log, _ := os.ReadFile(filepath.Join(pg.dir, "postgres.log"))
+	lines := strings.Split(strings.TrimSpace(string(log)), "\n")
+	return fmt.Errorf("%w; the end of postgres.log:\n%s", err, strings.Join(lines[max(0, len(lines)-8):], "\n"))
+}
+
+// reservePort binds a socket to 127.0.0.1:port without listening on it,
+// while PostgreSQL is stopped, and returns what releases it. The cluster's
+// port is one of the ephemeral range, and the run opens connections all
+// the time (health checks, reconnections): without it, one of them may be
+// given the port as its own end while PostgreSQL is down, and PostgreSQL
+// cannot listen on it again ("Address already in use": a long run lost
+// its database so). The kernel gives no connection a port that a socket is
+// bound to, and a connection to a bound socket that does not listen is
+// refused, as to a stopped server. It reserves nothing (and releases
+// nothing) when the bind fails.
+func reservePort(port string) (release func()) {
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		return func() {}
+	}
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return func() {}
+	}
+	// SO_REUSEADDR: the connections PostgreSQL just closed linger in
+	// TIME_WAIT on the port.
+	if syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1) != nil ||
+		syscall.Bind(fd, &syscall.SockaddrInet4{Port: n, Addr: [4]byte{127, 0, 0, 1}}) != nil {
+		syscall.Close(fd)
+		return func() {}
+	}
+	return func() { syscall.Close(fd) }
 }
 
 // newReplicas initialises one automator on the database at url and gives
