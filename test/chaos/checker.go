@@ -246,7 +246,9 @@ func (c *checker) unit(u *Unit) {
 		c.fail(RuleAtMostOnce, id, "executed %d times: %s", len(es), strings.Join(where, ", "))
 	}
 	for _, e := range es {
-		if e.Instance != u.Claimer {
+		// A caller that never saw the end knows no claimer (the unit is
+		// lost, below).
+		if u.Seen && e.Instance != u.Claimer {
 			c.fail(RuleAtMostOnce, id, "executed on %s, but claimed by %q", e.Instance, u.Claimer)
 		}
 	}
@@ -401,6 +403,9 @@ func (c *checker) timedOut(u *Unit, es []Exec) {
 		c.fail(RuleDeadline, id, "the caller saw the timeout %v before the deadline", u.Deadline.Sub(u.SeenAt))
 	}
 	latest, outage := c.latestEnd(u.Deadline)
+	if held := c.heldBack(u); held.After(latest) {
+		latest, outage = held, true
+	}
 	if u.FinishedAt.After(latest) {
 		c.fail(RuleDeadline, id, "timed out %v after its deadline (allowed %v)", u.FinishedAt.Sub(u.Deadline), latest.Sub(u.Deadline))
 	}
@@ -460,6 +465,27 @@ func (c *checker) latestEnd(deadline time.Time) (time.Time, bool) {
 		}
 	}
 	return latest, outage
+}
+
+// heldBack is the latest a unit may end when a hung replica held it back:
+// a replica that stops (or loses the database) while it stores a unit holds
+// the unit back from the database, where no other replica's sweeper sees
+// it, and its caller's submit unanswered; once the replica resumes, past
+// the deadline, it stores the unit and times it out at once. So a unit
+// whose submit was answered after its deadline, while a replica hung
+// between its queueing and its deadline, may end until Late after that
+// answer. Zero otherwise.
+func (c *checker) heldBack(u *Unit) time.Time {
+	if !u.AckedAt.After(u.Deadline) {
+		return time.Time{}
+	}
+	from, to := u.QueuedAt.Add(-c.o.Margin), u.Deadline
+	for _, f := range c.h.Faults {
+		if HangsReplica[f.Kind] && !f.Start.After(to) && !maxTime(f.Start, f.End).Before(from) {
+			return u.AckedAt.Add(c.o.Late)
+		}
+	}
+	return time.Time{}
 }
 
 // latestSeen is the latest a caller may learn of an end due by latest: a

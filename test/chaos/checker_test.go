@@ -122,7 +122,9 @@ func TestCheckerFailsOnDuplicateExecution(t *testing.T) {
 // forgot, are lost.
 func TestCheckerFailsOnLostUnit(t *testing.T) {
 	h := cleanHistory()
-	h.Units[2].Seen, h.Units[2].State, h.Units[2].WaitErr = false, "", "rpc error: code = NotFound desc = work \"w3\" not found"
+	// A caller that never saw the end knows no claimer either: the unit's
+	// run is not blamed on that.
+	h.Units[2].Seen, h.Units[2].State, h.Units[2].WaitErr, h.Units[2].Claimer = false, "", "rpc error: code = NotFound desc = work \"w3\" not found", ""
 	r := mustBreak(t, h, RuleDurable)
 	if r.Lost != 1 {
 		t.Errorf("lost = %d, want 1", r.Lost)
@@ -306,4 +308,26 @@ func TestCheckerChecksWhatCallersMadeOfCutAnswers(t *testing.T) {
 	bad.Faults = append(slices.Clone(h.Faults[:len(h.Faults)-2]),
 		Fault{Kind: "caller-cut-wait", Targets: []string{Callers}, Start: at(0.25), End: at(0.25), WorkIDs: []string{"w2"}, State: StateTimedOut})
 	mustBreak(t, bad, RuleOneTerminal)
+}
+
+// TestCheckerLetsAUnitHeldByAHungReplicaEndWhenItIsAcknowledged: a replica
+// that stops while it stores a unit holds the unit back from the database
+// and its caller's submit unanswered; once it resumes, past the deadline,
+// it stores the unit and times it out at once. The unit may end then (2 s
+// after its submit was answered), not at its deadline; without a hung
+// replica, or with the submit answered before the deadline, the same end
+// is late.
+func TestCheckerLetsAUnitHeldByAHungReplicaEndWhenItIsAcknowledged(t *testing.T) {
+	u := Unit{Key: "k-h2", WorkID: "h2", Expect: ExpectOutput, WantStdout: "x", SubmittedAt: at(50), AckedAt: at(79.1), QueuedAt: at(50),
+		Deadline: at(60), ClaimedAt: at(51.9), FinishedAt: at(79.2), Seen: true, SeenAt: at(79.3), State: StateTimedOut, Claimer: "a", FinalState: StateTimedOut}
+	pause := Fault{Kind: "replica-pause", Targets: []string{"r0"}, Start: at(52), End: at(79)}
+	h := History{Instances: []string{"a", "b"}, Replicas: []string{"r0", "r1"}, Units: []Unit{u}, Faults: []Fault{pause}}
+	if err := Check(h, Options{}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h.Faults = []Fault{{Kind: "proxy-pause", Targets: []string{"a"}, Start: at(52), End: at(79)}}
+	mustBreak(t, h, RuleDeadline)
+	h.Faults = []Fault{pause}
+	h.Units[0].AckedAt = at(50.1)
+	mustBreak(t, h, RuleDeadline)
 }
