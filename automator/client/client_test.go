@@ -757,7 +757,7 @@ func TestWaitOnAHungAutomatorLearnsTheEndFromTheNext(t *testing.T) {
 					t.Fatalf("%s: %v; want the unit's timeout", call, err)
 				}
 			case <-time.After(20 * time.Second):
-				t.Fatalf("%s still waits on the hung automator 20s after the unit's deadline", call)
+				t.Fatalf("%s still waits on the hung automator 20s after it hung, past the unit's deadline", call)
 			}
 		})
 	}
