@@ -80,9 +80,10 @@ bench: build
 # is checked against the guarantees and a summary table printed.
 # CHAOS_FLAGS adds flags of test/chaos (-chaos.duration, -chaos.units,
 # -chaos.callers, -chaos.dir, -chaos.replicas). CHAOS_STORE=pg runs it on
-# PostgreSQL instead (TestChaosPG): two replicas of the automator (or
+# PostgreSQL instead (TestChaosPG): three replicas of the automator (or
 # -chaos.replicas) on a throwaway cluster of the run's own, which the run
-# crashes and stops, beside SIGKILLs and connection resets of one replica.
+# crashes and stops, beside SIGKILLs, SIGSTOPs, connection resets and
+# database partitions of one replica, and cuts of the callers' connections.
 CHAOS_STORE ?= sqlite
 chaos:
 	$(GO) test -count=1 -timeout 60m -run '^TestChaos$(if $(filter pg,$(CHAOS_STORE)),PG)$$' -v ./test/chaos -args -chaos.long -chaos.store=$(CHAOS_STORE) $(if $(CHAOS_SEED),-chaos.seed=$(CHAOS_SEED)) $(CHAOS_FLAGS)
