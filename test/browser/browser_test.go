@@ -115,9 +115,24 @@ func eval[T any](p *page, expr string) T {
 }
 
 // wantText fails unless the element's text holds every string of want.
+//
+// A live page's content is replaced whenever the server sends it again
+// (live.js), and the element read in that instant can read empty: the text
+// is read again until it holds every want, for up to 10 s.
 func (p *page) wantText(sel string, want ...string) {
 	p.t.Helper()
+	holds := func(got string) bool {
+		for _, w := range want {
+			if !strings.Contains(got, w) {
+				return false
+			}
+		}
+		return true
+	}
 	got := p.text(sel)
+	for end := time.Now().Add(10 * time.Second); !holds(got) && time.Now().Before(end); got = p.text(sel) {
+		time.Sleep(50 * time.Millisecond)
+	}
 	for _, w := range want {
 		if !strings.Contains(got, w) {
 			p.t.Errorf("%s shows %q, want it to contain %q", sel, got, w)
