@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/opsgate/opsgate/automator/store"
 )
@@ -30,7 +31,10 @@ ON CONFLICT (account, instance_id) DO UPDATE SET
 // InstancesSeen writes ps in one transaction, as one batch of upserts
 // (one round trip). The rows are upserted in key order, so replicas
 // flushing overlapping batches at once lock them in the same order and
-// cannot deadlock.
+// cannot deadlock. The batch is its own (implicit) transaction, ended by
+// the batch's one Sync, not an explicit one whose COMMIT is another round
+// trip: a replica that hangs after sending it holds none of the rows'
+// locks, which would stall every other replica's polls of those instances.
 func (s *Store) InstancesSeen(ctx context.Context, ps []store.InstanceSeenParams) error {
 	if len(ps) == 0 {
 		return nil
@@ -39,7 +43,7 @@ func (s *Store) InstancesSeen(ctx context.Context, ps []store.InstanceSeenParams
 	slices.SortStableFunc(sorted, func(a, b store.InstanceSeenParams) int {
 		return cmp.Or(cmp.Compare(a.Account, b.Account), cmp.Compare(a.InstanceID, b.InstanceID))
 	})
-	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.sent(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
 		b := &pgx.Batch{}
 		for _, p := range sorted {
 			// A poll of an account deleted meanwhile is left out.
@@ -53,7 +57,7 @@ ON CONFLICT (account, instance_id) DO UPDATE SET
 WHERE excluded.last_poll_at >= instances.last_poll_at`,
 				p.Account, p.InstanceID, p.Hostname, p.Version, p.Now, p.InFlight)
 		}
-		br := tx.SendBatch(ctx, b)
+		br := c.SendBatch(ctx, b)
 		for _, p := range sorted {
 			if _, err := br.Exec(); err != nil {
 				br.Close()

@@ -45,6 +45,16 @@ import (
 // only for one short statement at a time.
 const defaultMaxConns = 16
 
+// idleInTransactionTimeout is PostgreSQL's idle_in_transaction_session_timeout
+// for the store's sessions, unless the connection string sets one: a
+// replica that hangs (stopped, frozen, cut off) inside one of the few
+// transactions that take more than one round trip (an enqueue with an
+// idempotency key, an account's rotation or deletion, a restore's end of
+// open units) loses its session, and its locks, after this long instead of
+// holding them until it comes back. The store's own transactions never wait
+// on the client for more than milliseconds.
+const idleInTransactionTimeout = "5s"
+
 // Store is a store.Store backed by a PostgreSQL database.
 type Store struct {
 	pool *pgxpool.Pool
@@ -125,6 +135,9 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	params := cfg.ConnConfig.RuntimeParams
 	if params["application_name"] == "" {
 		params["application_name"] = "automator"
+	}
+	if params["idle_in_transaction_session_timeout"] == "" {
+		params["idle_in_transaction_session_timeout"] = idleInTransactionTimeout
 	}
 	listenConfig := cfg.ConnConfig.Copy()
 	listenConfig.RuntimeParams["application_name"] = params["application_name"] + " listen"
