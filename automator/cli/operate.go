@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/opsgate/opsgate/automator/config"
@@ -34,8 +35,12 @@ type pinger interface {
 // readyz answers 200 while the store answers and its migrations are done,
 // 503 with the reason otherwise or once the automator is shutting down
 // (its calls answer UNAVAILABLE then), so a load balancer sends no caller
-// to a replica that cannot serve.
+// to a replica that cannot serve. It logs when the store stops answering
+// and when it answers again, not at every check: load balancers check
+// every second or more often.
 func readyz(st pinger, stopping func() bool, log *slog.Logger) http.Handler {
+	var mu sync.Mutex
+	notReady := false
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
@@ -46,8 +51,17 @@ func readyz(st pinger, stopping func() bool, log *slog.Logger) http.Handler {
 			fmt.Fprintln(w, "not ready: shutting down")
 			return
 		}
-		if err := st.Ping(ctx); err != nil {
+		err := st.Ping(ctx)
+		mu.Lock()
+		switch {
+		case err != nil && !notReady:
 			log.Warn("not ready", "err", err)
+		case err == nil && notReady:
+			log.Info("ready again")
+		}
+		notReady = err != nil
+		mu.Unlock()
+		if err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "not ready: %v\n", err)
 			return

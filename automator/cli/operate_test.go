@@ -378,3 +378,40 @@ func TestReadyzSaysNotReadyOnceShuttingDown(t *testing.T) {
 		}
 	}
 }
+
+// TestReadyzLogsWhenReadinessChanges: a load balancer checks /readyz every
+// second or more often; while the store is down the log says so once, not
+// at every check, says when it is back, and says it again if it goes down
+// again.
+func TestReadyzLogsWhenReadinessChanges(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	var down error
+	h := readyz(pingerFunc(func(context.Context) error { return down }), func() bool { return false }, log)
+	check := func() {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	}
+	check()
+	down = errors.New("the database is gone")
+	for range 5 {
+		check()
+	}
+	down = nil
+	check()
+	check()
+	down = errors.New("the database is gone again")
+	check()
+	check()
+	var got []string
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		got = append(got, l[strings.Index(l, "level="):])
+	}
+	want := []string{
+		`level=WARN msg="not ready" err="the database is gone"`,
+		`level=INFO msg="ready again"`,
+		`level=WARN msg="not ready" err="the database is gone again"`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("log:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
