@@ -31,29 +31,8 @@ FOR UPDATE`, limit)
 		if err != nil || len(open) == 0 {
 			return err
 		}
-		ids := make([]string, len(open))
-		states := make([]string, len(open))
-		reasons := make([]string, len(open))
-		for i, o := range open {
-			ids[i], states[i], reasons[i] = o.ID, string(o.State), store.EndOpenReason(p.Reason, o)
-		}
-		rows, err = tx.Query(ctx, `UPDATE work SET state = 'timed_out', reason = open.reason, finished_at = $1
-FROM unnest($2::text[], $3::text[], $4::text[]) AS open (id, state, reason)
-WHERE work.id = open.id AND work.state = open.state
-RETURNING `+workColumnsOf("work"), p.Now, ids, states, reasons)
-		if err != nil {
-			return err
-		}
-		ended, err = pgx.CollectRows(rows, rowTo(scanWork))
-		if err != nil || p.Audit == nil {
-			return err
-		}
-		for _, w := range ended {
-			if _, err := insertAudit(ctx, tx, p.Audit.ForWork(w)); err != nil {
-				return err
-			}
-		}
-		return nil
+		ended, err = timeOut(ctx, tx, p.Now, open, func(o store.Work) string { return store.EndOpenReason(p.Reason, o) }, p.Audit)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ending the open units: %w", err)

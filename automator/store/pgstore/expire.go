@@ -36,28 +36,43 @@ LIMIT $2`, p.Now, limit)
 		return fail(err)
 	}
 	due, err := pgx.CollectRows(rows, rowTo(scanWork))
-	if err != nil || len(due) == 0 {
-		if err != nil {
-			return fail(err)
-		}
+	if err != nil {
+		return fail(err)
+	}
+	if len(due) == 0 {
 		return nil, nil
 	}
-	ids := make([]string, len(due))
-	states := make([]string, len(due))
-	reasons := make([]string, len(due))
-	for i, d := range due {
-		ids[i], states[i], reasons[i] = d.ID, string(d.State), expireReason(d)
-	}
-	var audit store.AuditEvent
-	if p.Audit != nil {
-		if p.Audit.Kind == "" {
-			return fail(fmt.Errorf("appending to the audit log: the event has no kind"))
-		}
-		audit = *p.Audit
-	}
 	var expired []store.Work
-	err = s.sent(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
-		rows, err := c.Query(ctx, `WITH done AS (
+	if err := s.sent(ctx, func(ctx context.Context, c *pgxpool.Conn) (err error) {
+		expired, err = timeOut(ctx, c, p.Now, due, expireReason, p.Audit)
+		return err
+	}); err != nil {
+		return fail(err)
+	}
+	return expired, nil
+}
+
+// timeOut moves each of units to timed_out, with the reason reasonFor
+// gives it, only while it is still in the state it was read in, and
+// appends audit (when not nil) for each it moved: one statement. It returns
+// the units it moved (WorkExpire, WorkEndOpen).
+func timeOut(ctx context.Context, q interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, now time.Time, units []store.Work, reasonFor func(store.Work) string, audit *store.AuditEvent) ([]store.Work, error) {
+	ids := make([]string, len(units))
+	states := make([]string, len(units))
+	reasons := make([]string, len(units))
+	for i, u := range units {
+		ids[i], states[i], reasons[i] = u.ID, string(u.State), reasonFor(u)
+	}
+	var a store.AuditEvent
+	if audit != nil {
+		if audit.Kind == "" {
+			return nil, fmt.Errorf("appending to the audit log: the event has no kind")
+		}
+		a = *audit
+	}
+	rows, err := q.Query(ctx, `WITH done AS (
 	UPDATE work SET state = 'timed_out', reason = due.reason, finished_at = $1
 	FROM unnest($2::text[], $3::text[], $4::text[]) AS due (id, state, reason)
 	WHERE work.id = due.id AND work.state = due.state
@@ -67,18 +82,12 @@ LIMIT $2`, p.Now, limit)
 	SELECT $6, $7, $8, $9, done.account, done.id, COALESCE(done.instance_id, ''), done.state, $10, $11
 	FROM done WHERE $5
 )
-SELECT * FROM done`, p.Now, ids, states, reasons, p.Audit != nil,
-			audit.At, audit.Kind, audit.Actor, audit.Source, audit.SealedScript, audit.Detail)
-		if err != nil {
-			return err
-		}
-		expired, err = pgx.CollectRows(rows, rowTo(scanWork))
-		return err
-	})
+SELECT * FROM done`, now, ids, states, reasons, audit != nil,
+		a.At, a.Kind, a.Actor, a.Source, a.SealedScript, a.Detail)
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
-	return expired, nil
+	return pgx.CollectRows(rows, rowTo(scanWork))
 }
 
 // expireReason says whether the unit was ever claimed and by whom: the one

@@ -2,8 +2,6 @@ package sqlitestore
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 
 	"github.com/opsgate/opsgate/automator/store"
@@ -22,35 +20,9 @@ func (s *Store) WorkEndOpen(ctx context.Context, p store.WorkEndOpenParams) ([]s
 	if p.Max > 0 {
 		limit = p.Max
 	}
-	now := toNanos(p.Now)
-	var ended []store.Work
-	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
-		ended = ended[:0]
-		open, err := queryWork(ctx, tx, openWorkQuery, limit)
-		if err != nil {
-			return err
-		}
-		for _, o := range open {
-			w, err := scanWork(tx.QueryRowContext(ctx, `UPDATE work
-SET state = 'timed_out', reason = ?, finished_at = ?
-WHERE id = ? AND state = ?
-RETURNING `+workColumns,
-				store.EndOpenReason(p.Reason, o), now, o.ID, string(o.State)))
-			if errors.Is(err, sql.ErrNoRows) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			if p.Audit != nil {
-				if _, err := insertAudit(ctx, tx, p.Audit.ForWork(w)); err != nil {
-					return err
-				}
-			}
-			ended = append(ended, w)
-		}
-		return nil
-	})
+	ended, err := s.timeOut(ctx, toNanos(p.Now), func(ctx context.Context, tx querier) ([]store.Work, error) {
+		return queryWork(ctx, tx, openWorkQuery, limit)
+	}, func(o store.Work) string { return store.EndOpenReason(p.Reason, o) }, p.Audit)
 	if err != nil {
 		return nil, fmt.Errorf("ending the open units: %w", err)
 	}

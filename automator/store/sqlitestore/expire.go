@@ -16,38 +16,49 @@ func (s *Store) WorkExpire(ctx context.Context, p store.WorkExpireParams) ([]sto
 		limit = p.Max
 	}
 	now := toNanos(p.Now)
-	var expired []store.Work
+	expired, err := s.timeOut(ctx, now, func(ctx context.Context, tx querier) ([]store.Work, error) {
+		return dueWork(ctx, tx, now, limit)
+	}, expireReason, p.Audit)
+	if err != nil {
+		return nil, fmt.Errorf("expiring work due by %s: %w", p.Now.Format(time.RFC3339Nano), err)
+	}
+	return expired, nil
+}
+
+// timeOut moves each unit read returns to timed_out, with the reason
+// reasonFor gives it, only while it is still in the state it was read in,
+// and appends audit (when not nil) for each it moved, in one write
+// transaction. It returns the units it moved (WorkExpire, WorkEndOpen).
+func (s *Store) timeOut(ctx context.Context, now int64, read func(context.Context, querier) ([]store.Work, error), reasonFor func(store.Work) string, audit *store.AuditEvent) ([]store.Work, error) {
+	var moved []store.Work
 	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
-		expired = expired[:0]
-		due, err := dueWork(ctx, tx, now, limit)
+		moved = moved[:0]
+		units, err := read(ctx, tx)
 		if err != nil {
 			return err
 		}
-		for _, d := range due {
+		for _, u := range units {
 			w, err := scanWork(tx.QueryRowContext(ctx, `UPDATE work
 SET state = 'timed_out', reason = ?, finished_at = ?
 WHERE id = ? AND state = ?
 RETURNING `+workColumns,
-				expireReason(d), now, d.ID, string(d.State)))
+				reasonFor(u), now, u.ID, string(u.State)))
 			if errors.Is(err, sql.ErrNoRows) {
 				continue
 			}
 			if err != nil {
 				return err
 			}
-			if p.Audit != nil {
-				if _, err := insertAudit(ctx, tx, p.Audit.ForWork(w)); err != nil {
+			if audit != nil {
+				if _, err := insertAudit(ctx, tx, audit.ForWork(w)); err != nil {
 					return err
 				}
 			}
-			expired = append(expired, w)
+			moved = append(moved, w)
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("expiring work due by %s: %w", p.Now.Format(time.RFC3339Nano), err)
-	}
-	return expired, nil
+	return moved, err
 }
 
 // dueWorkQuery: the open units whose deadline is at or before now. Its state
