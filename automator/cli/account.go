@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,22 +16,31 @@ import (
 	"github.com/opsgate/opsgate/crypto"
 )
 
+// accountArgs parses the arguments of an account command that names one
+// account (create, delete, rotate-*): the flags of fs, and NAME, which must
+// be one valid account name; --data-dir (dir) is required. usage is the
+// error for a missing or extra NAME.
+func accountArgs(fs *flag.FlagSet, args []string, dir *string, usage string) (string, error) {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return "", err
+	}
+	if len(pos) != 1 {
+		return "", errors.New(usage)
+	}
+	name := pos[0]
+	if !server.AccountNamePattern.MatchString(name) {
+		return "", fmt.Errorf("account name %q must match %s", name, server.AccountNamePattern)
+	}
+	return name, requireFlag("data-dir", *dir)
+}
+
 // cmdAccountCreate adds an account and prints its proxy profile (YAML).
 func cmdAccountCreate(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("account create", env)
 	dir := fs.String("data-dir", "", "the automator's data directory")
-	pos, err := parseInterspersed(fs, args)
+	name, err := accountArgs(fs, args, dir, "usage: automator account create NAME --data-dir DIR")
 	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return errors.New("usage: automator account create NAME --data-dir DIR")
-	}
-	name := pos[0]
-	if !server.AccountNamePattern.MatchString(name) {
-		return fmt.Errorf("account name %q must match %s", name, server.AccountNamePattern)
-	}
-	if err := requireFlag("data-dir", *dir); err != nil {
 		return err
 	}
 	d, err := openAccountAdmin(ctx, *dir)

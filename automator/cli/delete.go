@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
 )
 
@@ -22,18 +21,8 @@ import (
 func cmdAccountDelete(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("account delete", env)
 	dir := fs.String("data-dir", "", "the automator's data directory")
-	pos, err := parseInterspersed(fs, args)
+	name, err := accountArgs(fs, args, dir, "usage: automator account delete NAME --data-dir DIR")
 	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return errors.New("usage: automator account delete NAME --data-dir DIR")
-	}
-	name := pos[0]
-	if !server.AccountNamePattern.MatchString(name) {
-		return fmt.Errorf("account name %q must match %s", name, server.AccountNamePattern)
-	}
-	if err := requireFlag("data-dir", *dir); err != nil {
 		return err
 	}
 	d, err := openAccountAdmin(ctx, *dir)

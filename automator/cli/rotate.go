@@ -7,7 +7,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/crypto"
 )
@@ -29,22 +28,11 @@ func cmdAccountRotate(ctx context.Context, rotateKey bool, args []string, env En
 	if rotateKey {
 		what = "rotate-key"
 	}
-	usage := fmt.Errorf("usage: automator account %s NAME --data-dir DIR [--overlap DUR]", what)
 	fs := newFlags("account "+what, env)
 	dir := fs.String("data-dir", "", "the automator's data directory")
 	overlap := fs.Duration("overlap", DefaultOverlap, "how long the old token and key keep working for proxies on the old profile (0: refused at once)")
-	pos, err := parseInterspersed(fs, args)
+	name, err := accountArgs(fs, args, dir, fmt.Sprintf("usage: automator account %s NAME --data-dir DIR [--overlap DUR]", what))
 	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return usage
-	}
-	name := pos[0]
-	if !server.AccountNamePattern.MatchString(name) {
-		return fmt.Errorf("account name %q must match %s", name, server.AccountNamePattern)
-	}
-	if err := requireFlag("data-dir", *dir); err != nil {
 		return err
 	}
 	if *overlap < 0 || *overlap > maxOverlap {
