@@ -243,8 +243,10 @@ func (c *Client) Submit(ctx context.Context, account string, cmd Command, opts .
 	}
 	var st *automatorv1.WorkStatus
 	err := c.call(ctx, fmt.Sprintf("submitting work to account %q", account), nil, func(ctx context.Context, api automatorv1.AutomatorServiceClient) (err error) {
-		st, err = api.Submit(ctx, req)
-		return err
+		tctx, cancel := context.WithTimeout(ctx, tryBound)
+		defer cancel()
+		st, err = api.Submit(tctx, req)
+		return unanswered(ctx, err)
 	})
 	if err != nil {
 		return Work{}, err
@@ -312,6 +314,11 @@ func (c *Client) wait(ctx context.Context, id string, deadline time.Time) (Work,
 const (
 	overdue   = time.Second
 	readBound = 5 * time.Second
+	// tryBound bounds one try of a call an automator answers at once
+	// (Submit, Get, Cancel): a hung one is given up for the next
+	// address after it, not after the keepalive's 30 s. A submit repeated
+	// on the next address carries the same idempotency key.
+	tryBound = 10 * time.Second
 )
 
 // tryUntil bounds one try of a wait: overdue past the unit's deadline, or
@@ -344,8 +351,10 @@ func unanswered(ctx context.Context, err error) error {
 func (c *Client) Get(ctx context.Context, id string) (Work, error) {
 	var st *automatorv1.WorkStatus
 	err := c.call(ctx, "getting work "+id, nil, func(ctx context.Context, api automatorv1.AutomatorServiceClient) (err error) {
-		st, err = api.Get(ctx, &automatorv1.GetRequest{WorkId: id})
-		return err
+		tctx, cancel := context.WithTimeout(ctx, tryBound)
+		defer cancel()
+		st, err = api.Get(tctx, &automatorv1.GetRequest{WorkId: id})
+		return unanswered(ctx, err)
 	})
 	if err != nil {
 		return Work{ID: id}, err
@@ -359,8 +368,10 @@ func (c *Client) Get(ctx context.Context, id string) (Work, error) {
 func (c *Client) Cancel(ctx context.Context, id string) (Work, error) {
 	var st *automatorv1.WorkStatus
 	err := c.call(ctx, "cancelling work "+id, nil, func(ctx context.Context, api automatorv1.AutomatorServiceClient) (err error) {
-		st, err = api.Cancel(ctx, &automatorv1.CancelRequest{WorkId: id})
-		return err
+		tctx, cancel := context.WithTimeout(ctx, tryBound)
+		defer cancel()
+		st, err = api.Cancel(tctx, &automatorv1.CancelRequest{WorkId: id})
+		return unanswered(ctx, err)
 	})
 	if err != nil {
 		return Work{ID: id}, err

@@ -762,3 +762,65 @@ func TestWaitOnAHungAutomatorLearnsTheEndFromTheNext(t *testing.T) {
 		})
 	}
 }
+
+// TestSubmitToAHungAutomatorGoesToTheNext: a submit, a read and a cancel
+// are answered at once by an automator that works; one that hangs
+// (stopped, frozen: its connection open, nothing answered, nothing reset)
+// is given up after a bound of its own (tryBound) and the call made on the
+// next address, with the same idempotency key, instead of waiting for the
+// keepalive to give the connection up (30 s) or the automator to resume.
+func TestSubmitToAHungAutomatorGoesToTheNext(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	r := startRelay(t, a.GRPCAddr)
+	// A client per call, each of whose calls starts on the first address,
+	// which answers (its connection is up); then that address hangs.
+	var first client.Work
+	clients := make([]*client.Client, 3)
+	for i := range clients {
+		clients[i] = newClient(t, a, r.url(), a.URL())
+		w, err := clients[i].Submit(context.Background(), a.Account, client.Command{Script: "x.sh"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first = w
+	}
+	r.hang()
+	calls := []struct {
+		name string
+		do   func(c *client.Client) error
+	}{
+		{"Submit", func(c *client.Client) error {
+			w, err := c.Submit(context.Background(), a.Account, client.Command{Script: "x.sh"}, client.WithIdempotencyKey("after-the-hang"))
+			if err == nil && w.ID == "" {
+				err = errors.New("no work id")
+			}
+			return err
+		}},
+		{"Get", func(c *client.Client) error { _, err := c.Get(context.Background(), first.ID); return err }},
+		{"Cancel", func(c *client.Client) error { _, err := c.Cancel(context.Background(), first.ID); return err }},
+	}
+	done := make(chan error, len(calls))
+	for i, call := range calls {
+		go func() {
+			if err := call.do(clients[i]); err != nil {
+				done <- fmt.Errorf("%s with the first automator hung: %w; want it made on the next", call.name, err)
+				return
+			}
+			done <- nil
+		}()
+	}
+	timeout := time.After(25 * time.Second)
+	for range calls {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-timeout:
+			t.Fatal("a call still waits on the hung automator 25 s after it hung")
+		}
+	}
+	if n := a.CountWork(t); n != 4 {
+		t.Fatalf("%d units queued; want 4 (three before the hang, one after)", n)
+	}
+}
