@@ -10,7 +10,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/opsgate/opsgate/internal/waittest"
@@ -37,31 +36,13 @@ func (f *fakeAutomatorService) Wait(_ context.Context, in *automatorv1.WaitReque
 // answer lets answers without an end through and takes the first that
 // carries one, naming the unit and the end.
 func TestRelayCutsACallersSubmitAndWaitAnswers(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	f := &fakeAutomatorService{}
 	f.state.Store(int32(automatorv1.State_STATE_CLAIMED))
-	gs := grpc.NewServer()
-	automatorv1.RegisterAutomatorServiceServer(gs, f)
-	go func() { _ = gs.Serve(ln) }()
-	t.Cleanup(gs.Stop)
-	cuts := make(chan Cut, 4)
-	r, err := NewRelay(ln.Addr().String(), true, func(c Cut) { cuts <- c })
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Close)
-	conn, err := grpc.NewClient("passthrough:///"+r.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	r, conn, cuts := serveThroughRelay(t, func(gs *grpc.Server) { automatorv1.RegisterAutomatorServiceServer(gs, f) })
 	c := automatorv1.NewAutomatorServiceClient(conn)
 
 	r.Arm(CutSubmitResponse)
-	_, err = c.Submit(ctxT(t), &automatorv1.ExecuteRequest{IdempotencyKey: "k1"})
+	_, err := c.Submit(ctxT(t), &automatorv1.ExecuteRequest{IdempotencyKey: "k1"})
 	if status.Code(err) != codes.Unavailable && status.Code(err) != codes.Internal {
 		t.Fatalf("a submit whose answer was cut returned %v, want Unavailable", err)
 	}

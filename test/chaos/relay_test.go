@@ -62,15 +62,23 @@ func (f *fakeProxyService) completed() []string {
 }
 
 // grpcThroughRelay serves f on loopback (cleartext) behind an h2c relay and
-// returns a client dialled through the relay.
+// returns the relay, a client through it and the relay's cuts.
 func grpcThroughRelay(t *testing.T, f *fakeProxyService) (*Relay, automatorv1.ProxyServiceClient, <-chan Cut) {
+	r, conn, cuts := serveThroughRelay(t, func(gs *grpc.Server) { automatorv1.RegisterProxyServiceServer(gs, f) })
+	return r, automatorv1.NewProxyServiceClient(conn), cuts
+}
+
+// serveThroughRelay serves what register registers on loopback (cleartext)
+// behind an h2c relay and returns the relay, a connection through it and
+// the relay's cuts.
+func serveThroughRelay(t *testing.T, register func(*grpc.Server)) (*Relay, *grpc.ClientConn, <-chan Cut) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	gs := grpc.NewServer()
-	automatorv1.RegisterProxyServiceServer(gs, f)
+	register(gs)
 	go func() { _ = gs.Serve(ln) }()
 	t.Cleanup(gs.Stop)
 	cuts := make(chan Cut, 4)
@@ -84,7 +92,7 @@ func grpcThroughRelay(t *testing.T, f *fakeProxyService) (*Relay, automatorv1.Pr
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return r, automatorv1.NewProxyServiceClient(conn), cuts
+	return r, conn, cuts
 }
 
 func ctxT(t *testing.T) context.Context {
