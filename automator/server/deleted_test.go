@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
@@ -187,5 +188,35 @@ func TestAccountCreatedAgainIsSealedWithItsOwnKey(t *testing.T) {
 	// The automator's own opening of the old unit says why it cannot.
 	if _, err := e.srv.OpenCommand(context.Background(), oldWork); !errors.Is(err, server.ErrAccountDeleted) {
 		t.Errorf("OpenCommand of the deleted account's unit: %v; want ErrAccountDeleted", err)
+	}
+}
+
+// TestAccountDeletionTellsItsWaitingPollsWhatToKill: the units an instance
+// runs when its account is deleted are cancelled by the deletion; its
+// waiting poll, woken, answers them as cancelled (so the proxy kills their
+// scripts, as for any cancel) rather than failing with nothing said, and
+// only its next poll is refused.
+func TestAccountDeletionTellsItsWaitingPollsWhatToKill(t *testing.T) {
+	e := newEnv(t, envOptions{pollWindow: time.Hour, wrap: cachedCredentials, sweepInterval: 20 * time.Millisecond})
+	px, caller := e.proxyClient(), e.callerClient()
+	submit(t, caller, e.account, time.Hour)
+	claim := claimOne(t, px, "host-a")
+	polled := make(chan pollResult, 1)
+	go func() {
+		resp, err := px.Poll(t.Context(), &automatorv1.PollRequest{
+			InstanceId: "host-a", MaxUnits: 0, Running: []string{claim.GetWorkId()}, Wait: durationpb.New(time.Minute),
+		})
+		polled <- pollResult{resp, err}
+	}()
+	e.awaitWaiting(1)
+
+	e.deleteAccount(e.account)
+
+	r := waittest.Recv(t, polled, "the poll waiting when its account was deleted to end")
+	if r.err != nil || len(r.resp.GetCancelled()) != 1 || r.resp.GetCancelled()[0] != claim.GetWorkId() {
+		t.Errorf("the poll of an instance running %s when its account was deleted: %v, %v; want it answered with that unit cancelled", claim.GetWorkId(), r.resp, r.err)
+	}
+	if _, err := pollNow(px, "host-a", 1); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("the next poll: %v; want Unauthenticated", err)
 	}
 }

@@ -142,6 +142,13 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 			// claims, so nothing queued meanwhile is missed.
 			if err := s.recheckToken(ctx, account, tok); err != nil {
 				s.hub.NotifyWork(account, 1, s.clock.Now()) // the wake-up, passed on
+				if ended, _ := s.endedOf(ctx, req.GetRunning()); len(ended) > 0 {
+					// Its account was deleted, say, and the units it
+					// runs cancelled with it: they are told, so that
+					// the proxy kills their scripts. Its next poll is
+					// refused.
+					return &automatorv1.PollResponse{Cancelled: ended, Wait: durationpb.New(window)}, nil
+				}
 				return nil, err
 			}
 			w.rearm()
@@ -176,17 +183,13 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 	resp := &automatorv1.PollResponse{}
 	if looked := s.clock.Now(); len(req.GetRunning()) > 0 && !s.hub.runningKnown(account, req.GetInstanceId(), looked, knownEmptyFor) {
 		cut := s.hub.cutSeen(account)
-		states, err := s.store.WorkStates(ctx, req.GetRunning())
+		ended, err := s.endedOf(ctx, req.GetRunning())
 		if err != nil {
 			s.lostClaims("its poll failed", handed...)
 			return nil, false, s.internal(ctx, "reading states of running units", err)
 		}
 		s.hub.checkedRunning(account, req.GetInstanceId(), cut, looked)
-		for _, id := range req.GetRunning() {
-			if st, ok := states[id]; ok && st.Terminal() {
-				resp.Cancelled = append(resp.Cancelled, id)
-			}
-		}
+		resp.Cancelled = ended
 	}
 	now := s.clock.Now()
 	if ctx.Err() != nil {
@@ -306,4 +309,23 @@ func validID(field, v string) error {
 		}
 	}
 	return nil
+}
+
+// endedOf returns the ids among running whose units have ended (cancelled
+// or timed out: the instance kills them), read from the store.
+func (s *Server) endedOf(ctx context.Context, running []string) ([]string, error) {
+	if len(running) == 0 {
+		return nil, nil
+	}
+	states, err := s.store.WorkStates(ctx, running)
+	if err != nil {
+		return nil, err
+	}
+	var ended []string
+	for _, id := range running {
+		if st, ok := states[id]; ok && st.Terminal() {
+			ended = append(ended, id)
+		}
+	}
+	return ended, nil
 }
