@@ -50,6 +50,9 @@ type hub struct {
 	// it asked for (absent: the latest took all it asked for, or none
 	// was made).
 	drained map[string]time.Time
+	// runs: the latest poller of each run of an instance (account,
+	// instance, run id), for supersede.
+	runs map[[3]string]*poller
 }
 
 // maxChecked bounds hub.checked; past it the map starts again (every
@@ -75,6 +78,7 @@ func newHub() *hub {
 		checked: make(map[[2]string]seenAt),
 		filling: make(map[string]*poller),
 		drained: make(map[string]time.Time),
+		runs:    make(map[[3]string]*poller),
 	}
 }
 
@@ -179,7 +183,8 @@ type poller struct {
 	h        *hub
 	account  string
 	instance string
-	slots    int // units it may take at once (its max_units)
+	run      string // the proxy process's run id; "" for none
+	slots    int    // units it may take at once (its max_units)
 	// accepts reports whether the poll may take a unit at now (its caller
 	// is there, its token and keys are still good): one handed by an
 	// enqueue that read token as the account's current token hash, or
@@ -195,6 +200,9 @@ type poller struct {
 	inFlight int          // reserved for it and being stored
 	handed   []store.Work // stored as claimed by it, not taken yet
 	closed   bool         // the poll has ended: nothing more is handed to it
+	// superseded: a newer poll of its run came (supersede), so its
+	// connection is dead: nothing more is handed to it, and it ends.
+	superseded bool
 	// claiming: its own claim is under way (parkWhileClaiming until
 	// claimDone): units may be handed to it, at most limit, whatever the
 	// queue holds, and stored is closed (when not nil) once none
@@ -206,8 +214,26 @@ type poller struct {
 
 // poller registers a waiting poller that may take slots units at once
 // (when accepts, if not nil, says so); the caller must Close it.
-func (h *hub) poller(account, instance string, slots int, accepts func(time.Time, []byte) bool) *poller {
-	p := &poller{h: h, account: account, instance: instance, slots: slots, accepts: accepts, c: make(chan struct{}, 1)}
+//
+// A proxy process polls one poll at a time, so a poller of a run (account,
+// instance and run id, when run is not empty) supersedes the run's earlier
+// one, if it is still registered: that one's connection died without this
+// automator hearing of it (a middlebox forgot it, a partition cut it), and
+// every unit handed to it would be lost. It is woken, handed nothing more,
+// and its poll ends (superseded).
+func (h *hub) poller(account, instance, run string, slots int, accepts func(time.Time, []byte) bool) *poller {
+	p := &poller{h: h, account: account, instance: instance, run: run, slots: slots, accepts: accepts, c: make(chan struct{}, 1)}
+	if run != "" {
+		h.mu.Lock()
+		key := [3]string{account, instance, run}
+		if old := h.runs[key]; old != nil {
+			old.superseded = true
+			h.stopFillingLocked(old)
+			h.signalLocked(old)
+		}
+		h.runs[key] = p
+		h.mu.Unlock()
+	}
 	p.rearm()
 	return p
 }
@@ -216,10 +242,17 @@ func (h *hub) poller(account, instance string, slots int, accepts func(time.Time
 func (p *poller) rearm() {
 	p.h.mu.Lock()
 	defer p.h.mu.Unlock()
-	if p.elem != nil || p.closed {
+	if p.elem != nil || p.closed || p.superseded {
 		return
 	}
 	p.h.pushLocked(p)
+}
+
+// isSuperseded reports whether a newer poll of p's run came (poller).
+func (p *poller) isSuperseded() bool {
+	p.h.mu.Lock()
+	defer p.h.mu.Unlock()
+	return p.superseded
 }
 
 // pushLocked puts p at the end of its account's waiting list.
@@ -239,6 +272,9 @@ func (p *poller) Close(now time.Time) []store.Work {
 	p.h.mu.Lock()
 	p.h.detachLocked(p)
 	p.closed = true
+	if key := [3]string{p.account, p.instance, p.run}; p.run != "" && p.h.runs[key] == p {
+		delete(p.h.runs, key)
+	}
 	us := p.handed
 	p.handed = nil
 	p.h.mu.Unlock()
@@ -403,7 +439,7 @@ func (p *poller) claimDone(ctx context.Context) []store.Work {
 	p.claiming, p.limit, p.stored = false, 0, nil
 	us := p.handed
 	p.handed = nil
-	if p.elem == nil && !p.closed && len(p.c) == 0 {
+	if p.elem == nil && !p.closed && !p.superseded && len(p.c) == 0 {
 		// reserve took it out of the waiting list (a wake-up would have
 		// left a token, and its poll rearms on that): back in place,
 		// should its poll wait again.
@@ -416,7 +452,7 @@ func (p *poller) claimDone(ctx context.Context) []store.Work {
 // enqueue that read token as the account's current token hash, or (token
 // nil) claim one when woken.
 func (p *poller) takes(now time.Time, token []byte) bool {
-	return p.accepts == nil || p.accepts(now, token)
+	return !p.superseded && (p.accepts == nil || p.accepts(now, token))
 }
 
 // park marks p's poll as about to wait for a wake-up: from now until take

@@ -56,6 +56,9 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 			return nil, status.Errorf(codes.InvalidArgument, "running[%d] is longer than %d bytes", i, maxIDLen)
 		}
 	}
+	if len(req.GetRunId()) > maxIDLen {
+		return nil, status.Errorf(codes.InvalidArgument, "run_id is longer than %d bytes", maxIDLen)
+	}
 	// Both are stored with the instance and shown in listings.
 	if len(req.GetHostname()) > maxHostnameLen {
 		return nil, status.Errorf(codes.InvalidArgument, "hostname is longer than %d bytes", maxHostnameLen)
@@ -105,7 +108,7 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 	// poll waits applies to it (latestRing); so does a token rotation
 	// (pollauth.go). Called under the hub's lock, which keysMu and tok's
 	// lock nest in.
-	w := s.hub.poller(account, req.GetInstanceId(), max, func(now time.Time, token []byte) bool {
+	w := s.hub.poller(account, req.GetInstanceId(), req.GetRunId(), max, func(now time.Time, token []byte) bool {
 		return ctx.Err() == nil && tok.takes(now, token) && (ring == nil || s.latestRing(account, ring).anyUsable(keyIDs, now))
 	})
 	defer func() {
@@ -125,7 +128,8 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 		if err != nil {
 			return nil, err
 		}
-		if len(resp.Claims) > 0 || len(resp.Cancelled) > 0 {
+		if len(resp.Claims) > 0 || len(resp.Cancelled) > 0 || w.isSuperseded() {
+			// (A superseded poll's connection is dead: it ends.)
 			resp.Wait = durationpb.New(window)
 			return resp, nil
 		}
@@ -133,8 +137,8 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 		select {
 		case <-w.c:
 			woken = true
-			if handed = w.take(); len(handed) > 0 {
-				continue // hub.reserve checked its token
+			if handed = w.take(); len(handed) > 0 || w.isSuperseded() {
+				continue // hub.reserve checked its token; tryOnce ends a superseded poll
 			}
 			// About to claim: its token may have been withdrawn or
 			// rotated while it waited. Out of the waiting list, it
@@ -203,6 +207,8 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 		switch {
 		case max == 0:
 			return resp, false, nil
+		case reg.isSuperseded():
+			return resp, true, nil // its connection is dead
 		case tok.expired(now):
 			return resp, true, nil // it claims nothing more
 		case ring != nil && !ring.anyUsable(req.GetKeyIds(), now):

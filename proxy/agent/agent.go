@@ -9,6 +9,7 @@ package agent
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"log/slog"
 	"runtime"
@@ -69,6 +70,9 @@ type Agent struct {
 	o       Options
 	log     *slog.Logger
 	started time.Time
+	// run identifies this Agent's poll loop to the automator: a poll of
+	// the same run supersedes one still waiting there (PollRequest.run_id).
+	run string
 
 	mu        sync.Mutex
 	running   map[string]context.CancelCauseFunc // work id → cancel of its run
@@ -115,6 +119,7 @@ func New(o Options) *Agent {
 		o:         o,
 		log:       o.Logger.With("instance_id", o.InstanceID),
 		started:   time.Now(),
+		run:       rand.Text(),
 		running:   make(map[string]context.CancelCauseFunc),
 		slotFreed: make(chan struct{}, 1),
 	}
@@ -255,6 +260,7 @@ func (a *Agent) poll(ctx context.Context, n int, wait time.Duration) (*automator
 		InstanceId: a.o.InstanceID,
 		MaxUnits:   int32(n),
 		Wait:       durationOf(wait),
+		RunId:      a.run,
 		Hostname:   a.o.Hostname,
 		Version:    a.o.Version,
 		Running:    a.runningIDs(),

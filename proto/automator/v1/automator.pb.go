@@ -341,7 +341,15 @@ type PollRequest struct {
 	// usable key it holds; an instance that holds no usable key is refused
 	// (FAILED_PRECONDITION) and claims nothing. Empty: the instance predates
 	// key rotation and gets commands as stored.
-	KeyIds        []uint32 `protobuf:"varint,7,rep,packed,name=key_ids,json=keyIds,proto3" json:"key_ids,omitempty"`
+	KeyIds []uint32 `protobuf:"varint,7,rep,packed,name=key_ids,json=keyIds,proto3" json:"key_ids,omitempty"`
+	// run_id is a random id the proxy process picks when it starts. One
+	// process polls one poll at a time, so a poll with the instance_id and
+	// run_id of another still waiting on the same automator supersedes it:
+	// the older one's connection died without the automator seeing it (a
+	// middlebox forgot it, a partition), and it is handed no more units. It
+	// ends with an empty answer. Empty: never superseded (a proxy predating
+	// it; two processes sharing an instance_id have different run_ids).
+	RunId         string `protobuf:"bytes,8,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -423,6 +431,13 @@ func (x *PollRequest) GetKeyIds() []uint32 {
 		return x.KeyIds
 	}
 	return nil
+}
+
+func (x *PollRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
 }
 
 type Claim struct {
@@ -1363,7 +1378,7 @@ const file_automator_v1_automator_proto_rawDesc = "" +
 	"finishedAt\x12\x1f\n" +
 	"\vinstance_id\x18\b \x01(\tR\n" +
 	"instanceId\x12\x18\n" +
-	"\afailure\x18\t \x01(\tR\afailure\"\xe3\x01\n" +
+	"\afailure\x18\t \x01(\tR\afailure\"\xfa\x01\n" +
 	"\vPollRequest\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x1b\n" +
@@ -1372,7 +1387,8 @@ const file_automator_v1_automator_proto_rawDesc = "" +
 	"\bhostname\x18\x04 \x01(\tR\bhostname\x12\x18\n" +
 	"\aversion\x18\x05 \x01(\tR\aversion\x12\x18\n" +
 	"\arunning\x18\x06 \x03(\tR\arunning\x12\x17\n" +
-	"\akey_ids\x18\a \x03(\rR\x06keyIds\"\xb5\x01\n" +
+	"\akey_ids\x18\a \x03(\rR\x06keyIds\x12\x15\n" +
+	"\x06run_id\x18\b \x01(\tR\x05runId\"\xb5\x01\n" +
 	"\x05Claim\x12\x17\n" +
 	"\awork_id\x18\x01 \x01(\tR\x06workId\x12\x19\n" +
 	"\bclaim_id\x18\x02 \x01(\tR\aclaimId\x12\x18\n" +
