@@ -85,7 +85,10 @@ func TestProxyBehindConnectProxyServesAndSurvivesItsRestart(t *testing.T) {
 // forgets an idle connection (nothing arrives, nothing is reset) would
 // leave a proxy waiting on a dead long poll. The keepalive (a ping after
 // 10s of silence, 5s for its answer) notices within 15s; the proxy dials
-// again and serves work.
+// again and serves work. The automator, which hears nothing of it, still
+// holds the dead poll: the proxy's first poll on the new connection
+// supersedes it, so the unit queued next goes to the live poll rather than
+// being lost with the dead one.
 func TestDeadConnectionIsNoticedWithinSeconds(t *testing.T) {
 	t.Parallel()
 	s := newSmall(t, "127.0.0.1")

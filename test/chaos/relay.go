@@ -274,7 +274,8 @@ func (r *Relay) DropTo(target string) int {
 // StallExisting black-holes every open connection for good: what each end
 // sends is dropped, nothing arrives, nothing is reset, as when a middlebox
 // forgets a connection. New connections flow. It returns how many it
-// stalled; they end when an end gives up on them (or at Partition(false)).
+// stalled; each end of one ends when that end gives up on it, the other
+// end hearing nothing of it (or both at Partition(false)).
 func (r *Relay) StallExisting() int {
 	ls := r.snapshot()
 	for _, l := range ls {
@@ -554,6 +555,13 @@ func (l *link) pump(toServer bool) {
 			return
 		}
 		if err != nil {
+			if l.isStalled() {
+				// A middlebox that forgot the connection passes this
+				// end's close on no more than its data: the other end
+				// hears nothing and gives up on its own.
+				reset(src)
+				return
+			}
 			l.close()
 			return
 		}

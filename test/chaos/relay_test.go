@@ -389,3 +389,45 @@ func TestConnectProxyTunnelsOnlyToItsRoutes(t *testing.T) {
 		t.Fatalf("after Start, CONNECT answered %q", resp)
 	}
 }
+
+// TestStalledConnectionsCloseIsNotPassedOn: when one end gives up on a
+// stalled connection, the other end hears nothing of it (a middlebox that
+// forgot the connection drops the close as it drops data), until the
+// partition heals and the relay resets it.
+func TestStalledConnectionsCloseIsNotPassedOn(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	r, err := NewRelay(ln.Addr().String(), false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	c := dial(t, r.Addr())
+	server := waittest.Recv(t, accepted, "the relay to connect to the server")
+	defer server.Close()
+	if n := r.StallExisting(); n != 1 {
+		t.Fatalf("stalled %d connections, want 1", n)
+	}
+	c.Close()
+	buf := make([]byte, 1)
+	_ = server.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if _, err := server.Read(buf); !isTimeout(err) {
+		t.Fatalf("the server's end after the client closed a stalled connection: %v, want silence (a timeout)", err)
+	}
+	r.Partition(true)
+	r.Partition(false)
+	_ = server.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := server.Read(buf); err == nil || isTimeout(err) {
+		t.Fatalf("the server's end once the partition healed: %v, want a reset", err)
+	}
+}
