@@ -3,6 +3,7 @@ package store
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"strings"
 	"time"
 )
 
@@ -27,4 +28,19 @@ func NewWorkID(t time.Time) string {
 		ms >>= 8
 	}
 	return "w_" + hex.EncodeToString(b[:])
+}
+
+// ValidWorkID reports whether id has the shape NewWorkID gives, so a
+// command line can tell a mistyped id from an unknown one.
+func ValidWorkID(id string) bool {
+	hexPart, ok := strings.CutPrefix(id, "w_")
+	if !ok || len(hexPart) != 32 {
+		return false
+	}
+	for _, c := range []byte(hexPart) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }

@@ -37,3 +37,18 @@ func TestWorkIDsSortByTimeAndAreUnique(t *testing.T) {
 		t.Fatalf("two ids of one millisecond share their random part: %q and %q", a, b)
 	}
 }
+
+// ValidWorkID accepts exactly what NewWorkID makes: w_ and 32 lowercase
+// hex digits.
+func TestValidWorkIDIsTheShapeOfNewWorkID(t *testing.T) {
+	for _, id := range []string{
+		NewWorkID(time.Now()), NewWorkID(time.UnixMilli(0)), "w_0123456789abcdef0123456789abcdef",
+		"", "w_", "w_0123456789ABCDEF0123456789abcdef", "w_0123456789abcdef0123456789abcde",
+		"w_0123456789abcdef0123456789abcdef0", "x_0123456789abcdef0123456789abcdef", "w-0123456789abcdef0123456789abcdef",
+		"w_0123456789abcdeg0123456789abcdef", "w_up_queued", " w_0123456789abcdef0123456789abcdef",
+	} {
+		if got, want := ValidWorkID(id), workIDPattern.MatchString(id); got != want {
+			t.Errorf("ValidWorkID(%q) = %v, want %v", id, got, want)
+		}
+	}
+}
