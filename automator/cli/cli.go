@@ -32,6 +32,7 @@ const usage = `usage:
   automator work list --data-dir DIR [--account NAME] [--state STATE] [--limit N] [--json]
   automator work show ID --data-dir DIR [--reveal] [--json]
   automator work wait ID... (--data-dir DIR | --server URL --api-key-file F --ca FILE) [--json]
+  automator work cancel ID... (--data-dir DIR | --server URL --api-key-file F --ca FILE) [--json]
   automator replicas --data-dir DIR [--db DSN]
   automator backup  --data-dir DIR FILE               # SQLite: a consistent copy while serve runs
   automator restore --data-dir DIR FILE               # serve stopped; ends the units open in FILE
@@ -40,9 +41,17 @@ const usage = `usage:
   automator exec    --server URL --api-key-file F --ca FILE --account NAME ... SCRIPT [ARG...]
   automator install --data-dir DIR [--name NAME] [--user USER] [--manual-start]
   automator start|stop|status|uninstall [--name NAME]
+
+exit codes: 0 done; 255 the command failed (a flag, a file, the automator unreachable or
+refusing the API key). exec: the remote exit code, 124 timed out, 125 the proxy could not run
+it, 126 cancelled. work wait: 1 when a unit did not succeed with exit code 0. work cancel: 1
+when an ID was malformed or refused (unknown, another account's): the other IDs are still
+cancelled, and an ID whose unit had already ended counts as done.
 `
 
-// Exit codes of exec (DESIGN.md); other commands exit 0 or ExitError.
+// Exit codes of exec (DESIGN.md); work wait and work cancel also exit 1
+// (ExitNotAllSucceeded, ExitSomeIDRefused); other commands exit 0 or
+// ExitError.
 const (
 	ExitTimeout   = 124
 	ExitFailed    = 125

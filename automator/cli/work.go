@@ -14,7 +14,7 @@ import (
 // cmdWork dispatches the work subcommands.
 func cmdWork(ctx context.Context, args []string, env Env) (int, error) {
 	if len(args) == 0 {
-		return 0, errors.New("usage: automator work list|show|wait ...; run `automator help`")
+		return 0, errors.New("usage: automator work list|show|wait|cancel ...; run `automator help`")
 	}
 	switch args[0] {
 	case "list":
@@ -23,6 +23,8 @@ func cmdWork(ctx context.Context, args []string, env Env) (int, error) {
 		return 0, cmdWorkShow(ctx, args[1:], env)
 	case "wait":
 		return cmdWorkWait(ctx, args[1:], env)
+	case "cancel":
+		return cmdWorkCancel(ctx, args[1:], env)
 	}
 	return 0, fmt.Errorf("unknown work command %q; run `automator help`", args[0])
 }

@@ -1,0 +1,159 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/opsgate/opsgate/automator/client"
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+// ExitSomeIDRefused is `work cancel`'s exit code when one of the given ids
+// was malformed or refused by the automator (unknown, say): every other id
+// was still cancelled, or had already ended.
+const ExitSomeIDRefused = 1
+
+// cancelJSON is a unit after `work cancel`: work wait's fields, then what
+// this call found and did.
+type cancelJSON struct {
+	waitJSON
+	// PreviousState is the state the call found the unit in.
+	PreviousState string `json:"previous_state"`
+	// CancelledByThisCall: the unit was open and this call cancelled it.
+	// False when it had already ended, cancelled included.
+	CancelledByThisCall bool `json:"cancelled_by_this_call"`
+}
+
+// refusedID is an error about one given id (malformed, unknown, not the
+// API key's): it is reported, and the other ids are still cancelled.
+type refusedID struct{ msg string }
+
+func (e *refusedID) Error() string { return e.msg }
+
+// cmdWorkCancel cancels each given unit that is queued or claimed (a
+// claimed unit's proxy kills its script) and prints every unit as it is
+// after the call, without its output. It exits 0 when every unit is now
+// cancelled or had already ended, ExitSomeIDRefused when an id was
+// refused, and ExitError (through Main) when the command itself failed:
+// its flags, or the automator unreachable or refusing the API key. It
+// then prints the units it got to first.
+func cmdWorkCancel(ctx context.Context, args []string, env Env) (int, error) {
+	fs := newFlags("work cancel", env)
+	dir := fs.String("data-dir", "", "the automator's data directory (on the automator's host)")
+	server := fs.String("server", "", "automator URL https://HOST:PORT (away from its host); several, comma-separated, fail over")
+	apiKeyFile := fs.String("api-key-file", "", "file holding the API key (with --server)")
+	caFile := fs.String("ca", "", "the automator's CA certificate (with --server)")
+	asJSON := fs.Bool("json", false, "print JSON (for scripts) instead of a table")
+	ids, err := parseInterspersed(fs, args)
+	if err != nil {
+		return 0, err
+	}
+	if len(ids) == 0 {
+		return 0, errors.New("usage: automator work cancel ID... (--data-dir DIR | --server URL --api-key-file F --ca FILE) [--json]")
+	}
+	cfg, err := clientConfig(*dir, *server, *apiKeyFile, *caFile)
+	if err != nil {
+		return 0, err
+	}
+	c, err := client.New(cfg)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+
+	code := 0
+	out := []cancelJSON{}
+	for _, id := range ids {
+		v, err := cancelOne(ctx, c, id)
+		var refused *refusedID
+		if errors.As(err, &refused) {
+			fmt.Fprintf(env.Stderr, "automator: %v\n", refused)
+			code = ExitSomeIDRefused
+			continue
+		}
+		if err != nil {
+			if len(out) > 0 {
+				_ = printCancelled(env.Stdout, out, *asJSON) // what was done before, then the error
+			}
+			return 0, err
+		}
+		out = append(out, v)
+	}
+	return code, printCancelled(env.Stdout, out, *asJSON)
+}
+
+// cancelOne cancels unit id unless it has ended, and returns it as it is
+// after the call. It reads the unit first, since Cancel answers the same
+// for a unit it cancelled and for one already cancelled; a unit cancelled
+// by another caller between the two calls reads as cancelled by this one.
+func cancelOne(ctx context.Context, c *client.Client, id string) (cancelJSON, error) {
+	if !store.ValidWorkID(id) {
+		return cancelJSON{}, &refusedID{fmt.Sprintf("cancelling work %q: not a work id (w_ and 32 lowercase hex digits, as work list shows them)", id)}
+	}
+	before, err := c.Get(ctx, id)
+	w := before
+	if err == nil && !before.State.Terminal() {
+		w, err = c.Cancel(ctx, id)
+	}
+	if err != nil {
+		return cancelJSON{}, refusal(id, err)
+	}
+	if !w.State.Terminal() {
+		return cancelJSON{}, fmt.Errorf("cancelling work %s: the automator answered with the unit %s, not ended", id, w.State)
+	}
+	v := cancelJSON{
+		waitJSON:            waitJSON{ID: w.ID, Account: w.Account, State: string(w.State), InstanceID: w.InstanceID, Reason: w.Reason},
+		PreviousState:       string(before.State),
+		CancelledByThisCall: !before.State.Terminal() && w.State == client.StateCancelled,
+	}
+	if w.State == client.StateSucceeded && w.Result != nil {
+		v.ExitCode = &w.Result.ExitCode
+	}
+	return v, nil
+}
+
+// refusal turns the automator's refusal of id itself into a refusedID;
+// any other error (no automator answered, the API key refused, the
+// context ended) is returned as it is and ends the command.
+func refusal(id string, err error) error {
+	switch status.Code(err) {
+	case codes.NotFound:
+		return &refusedID{fmt.Sprintf("cancelling work %s: there is no such unit (unknown id, or deleted past work_retention)", id)}
+	case codes.PermissionDenied, codes.FailedPrecondition, codes.InvalidArgument:
+		// Another account's unit for a scoped API key, a unit holding a
+		// result of an account deleted since: the server's words say which.
+		return &refusedID{fmt.Sprintf("cancelling work %s: %s", id, status.Convert(err).Message())}
+	}
+	return err
+}
+
+// printCancelled writes the units as a table, or as a JSON array.
+func printCancelled(w io.Writer, out []cancelJSON, asJSON bool) error {
+	if asJSON {
+		return writeJSON(w, out)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	t := table(w)
+	fmt.Fprintln(t, "WORK ID\tACCOUNT\tSTATE\tEXIT\tCLAIMER\tTHIS CALL\tREASON")
+	for _, v := range out {
+		exit := "-"
+		if v.ExitCode != nil {
+			exit = fmt.Sprint(*v.ExitCode)
+		}
+		did := "already " + strings.ReplaceAll(v.State, "_", " ")
+		if v.CancelledByThisCall {
+			did = "cancelled it (was " + v.PreviousState + ")"
+		}
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.ID, v.Account, v.State, exit, orDash(v.InstanceID), did,
+			orDash(shorten(v.Reason, maxReason)))
+	}
+	return t.Flush()
+}
