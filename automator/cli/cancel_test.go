@@ -3,17 +3,25 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/client"
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/internal/waittest"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
 // unknownID has the shape of a work id, and no automator made it.
@@ -333,4 +341,42 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestWorkCancelStopsWhenACallFails: a call that fails for a reason other
+// than the id (here the automator answering Internal) stops the command
+// with 255 and one line, after the rows of the units cancelled before it;
+// the ids after it are left alone.
+func TestWorkCancelStopsWhenACallFails(t *testing.T) {
+	var broken atomic.Value // the unit whose Get fails
+	broken.Store("")
+	a := automatortest.Start(t, automatortest.Options{Interceptors: []grpc.UnaryServerInterceptor{
+		func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if g, ok := req.(*automatorv1.GetRequest); ok && g.GetWorkId() == broken.Load() {
+				return nil, status.Error(codes.Internal, "internal error")
+			}
+			return h(ctx, req)
+		},
+	}})
+	c, err := client.New(client.Config{Addresses: []string{a.URL()}, APIKey: a.APIKey, CAPEM: a.CAPEM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	first, second, third := submit(t, c, "x.sh"), submit(t, c, "x.sh"), submit(t, c, "x.sh")
+	broken.Store(second.ID)
+
+	r := runCancel(t, first.ID, second.ID, third.ID, "--server", a.URL(), "--api-key-file", a.APIKeyFile, "--ca", a.CAFile)
+	if r.code != ExitError || r.stderr != "automator: getting work "+second.ID+": Internal: internal error\n" {
+		t.Errorf("work cancel with a call failing: exit %d, stderr %q; want %d and one line naming the unit", r.code, r.stderr, ExitError)
+	}
+	want := []string{first.ID, "acme", "cancelled", "-", "-", "cancelled it (was queued)"}
+	if got := rows(t, r.stdout); len(got) != 1 || !slices.Equal(got[0][:len(want)], want) {
+		t.Errorf("work cancel printed %q; want the row of the unit cancelled before the failure, %q", r.stdout, want)
+	}
+	for id, state := range map[string]client.State{first.ID: client.StateCancelled, second.ID: client.StateQueued, third.ID: client.StateQueued} {
+		if w, err := a.Store.WorkGet(t.Context(), id); err != nil || string(w.State) != string(state) {
+			t.Errorf("unit %s after the failed call: %s, %v; want %s", id, w.State, err, state)
+		}
+	}
 }
