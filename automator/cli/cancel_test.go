@@ -231,8 +231,9 @@ func TestWorkCancelLeavesAnEndedUnitAsItWas(t *testing.T) {
 
 // TestWorkCancelGoesOnPastAnUnknownID: an unknown id and a malformed one
 // each get one line naming them, the unit given after them is still
-// cancelled, and the exit code is 1. A refused API key stops the command
-// with 255 and cancels nothing.
+// cancelled, and the exit code is 1; so does a unit of an account the API
+// key may not use. A refused API key stops the command with 255 and
+// cancels nothing.
 func TestWorkCancelGoesOnPastAnUnknownID(t *testing.T) {
 	s := serveInProcess(t)
 	s.account(t, "acme")
@@ -255,6 +256,37 @@ func TestWorkCancelGoesOnPastAnUnknownID(t *testing.T) {
 	}
 	if got := get(t, c, w.ID); got.State != client.StateCancelled {
 		t.Errorf("the queued unit given after the bad ids: %s, want cancelled", got.State)
+	}
+
+	// A key that may use another account only: acme's unit is refused in
+	// one line, exit 1, and the other account's unit is still cancelled.
+	s.account(t, "other")
+	code, secret, errOut := runCLI(t, "apikey", "create", "ops-other", "--data-dir", s.dir, "--accounts", "other")
+	if code != 0 {
+		t.Fatalf("apikey create: exit %d: %s", code, errOut)
+	}
+	scopedKey := filepath.Join(t.TempDir(), "scoped.apikey")
+	if err := os.WriteFile(scopedKey, []byte(secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	acmeUnit := submit(t, c, "anything.sh")
+	otherUnit, err := c.Submit(t.Context(), "other", client.Command{Script: "anything.sh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = runCancel(t, acmeUnit.ID, otherUnit.ID, "--server", "https://"+s.grpc, "--api-key-file", scopedKey,
+		"--ca", filepath.Join(s.dir, config.FileCACert))
+	if r.code != ExitSomeIDRefused || strings.Count(r.stderr, "\n") != 1 ||
+		!strings.HasPrefix(r.stderr, "automator: cancelling work "+acmeUnit.ID+": API key ") || !strings.Contains(r.stderr, `may not use account "acme"`) {
+		t.Errorf("work cancel of another account's unit: exit %d, stderr %q; want %d and one line saying the key may not use acme",
+			r.code, r.stderr, ExitSomeIDRefused)
+	}
+	want = []string{otherUnit.ID, "other", "cancelled", "-", "-", "cancelled it (was queued)"}
+	if got := rows(t, r.stdout); len(got) != 1 || !slices.Equal(got[0][:len(want)], want) {
+		t.Errorf("work cancel with a scoped key printed %q; want one row starting %q", r.stdout, want)
+	}
+	if got := get(t, c, acmeUnit.ID); got.State != client.StateQueued {
+		t.Errorf("acme's unit after a cancel with a key for other only: %s, want still queued", got.State)
 	}
 
 	// A key the automator refuses: one line, 255, nothing cancelled.
