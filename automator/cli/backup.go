@@ -44,6 +44,11 @@ func cmdBackup(ctx context.Context, args []string, env Env) error {
 	if err := refuseExisting(file); err != nil {
 		return err
 	}
+	lock, err := lockForCommand(*dir)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
 	dbPath := cfg.DBPath(*dir)
 	if _, err := os.Stat(dbPath); err != nil {
 		return fmt.Errorf("no database to back up at %s: %w", dbPath, err)

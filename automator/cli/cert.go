@@ -37,6 +37,13 @@ func cmdCertRenew(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
+	// Held from the start: a renewal refused during a restore (whose
+	// database would lose its audit record) renews nothing.
+	lock, err := lockForCommand(*dir)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
 	host, err := config.PublicHost(cfg.PublicURL)
 	if err != nil {
 		return fmt.Errorf("public_url: %w", err)
@@ -72,7 +79,7 @@ func cmdCertRenew(ctx context.Context, args []string, env Env) error {
 			return fmt.Errorf("putting %s in place: %w", f.name, err)
 		}
 	}
-	if st, err := openStore(ctx, *dir, cfg); err == nil {
+	if st, err := openLockedStore(ctx, *dir, cfg); err == nil {
 		audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditCertRenewed, Detail: "server certificate for " + host}, env)
 		st.Close()
 	} else if !errors.Is(err, context.Canceled) {

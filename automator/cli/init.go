@@ -112,6 +112,10 @@ func cmdInit(ctx context.Context, args []string, env Env) (err error) {
 			made = append(made, dbPath, dbPath+"-wal", dbPath+"-shm", dbPath+"-journal")
 		}
 	}
+	// openStore takes the serve lock, its file made if missing.
+	if _, err := os.Stat(path(config.FileServeLock)); errors.Is(err, fs.ErrNotExist) {
+		made = append(made, path(config.FileServeLock))
+	}
 	st, err := openStore(ctx, *dir, cfg)
 	if err != nil {
 		return err

@@ -422,14 +422,19 @@ func copyFile(src, dst string) error {
 // nothing: after a database was restored by other means (PostgreSQL's
 // pg_restore, a file system snapshot), before any automator serves it.
 func restoreOpenWork(ctx context.Context, dir string, cfg config.Config, env Env) error {
+	// SQLite: the data directory's alone, as for a restore of a FILE.
+	// PostgreSQL: shared, as for any command; the replicas' heartbeats,
+	// below, tell whether one serves.
+	open := openStore
 	if !pgstore.IsDSN(cfg.DB) {
 		lock, err := lockForRestore(dir)
 		if err != nil {
 			return err
 		}
 		defer lock.Release()
+		open = openLockedStore
 	}
-	st, err := openStore(ctx, dir, cfg)
+	st, err := open(ctx, dir, cfg)
 	if err != nil {
 		return err
 	}

@@ -50,3 +50,38 @@ func TestRestoreByRootKeepsTheDataDirectoryOwnersFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestCommandsByRootKeepTheServeLockTheOwners: a command run by root on
+// the data directory of an automator installed with --user makes the
+// serve lock, if missing, the directory owner's, or that serve could not
+// open it and would not start.
+func TestCommandsByRootKeepTheServeLockTheOwners(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: files of another user")
+	}
+	const uid, gid = 65534, 65534 // nobody; no process runs as it here
+	dir := initDir(t)
+	if err := filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	lockPath := filepath.Join(dir, config.FileServeLock)
+	for _, args := range [][]string{{"account", "create", "acme"}, {"backup", filepath.Join(t.TempDir(), "b.db")}, {"cert", "renew"}} {
+		_ = os.Remove(lockPath) // made anew by root
+		if code, _, stderr := runCLI(t, append(args, "--data-dir", dir)...); code != 0 {
+			t.Fatalf("%v: %s", args, stderr)
+		}
+		fi, err := os.Stat(lockPath)
+		if err != nil {
+			t.Fatalf("%v made no serve lock: %v", args, err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if st.Uid != uid || st.Gid != gid || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s after %v by root: owner %d:%d, mode %04o; want %d:%d, 0600 (the data directory's owner)", config.FileServeLock, args, st.Uid, st.Gid, fi.Mode().Perm(), uid, gid)
+		}
+	}
+}

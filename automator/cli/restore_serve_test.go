@@ -43,7 +43,7 @@ func TestRestoreAndServeExcludeEachOther(t *testing.T) {
 	})
 	for _, args := range [][]string{{"restore", "--data-dir", dir, file}, {"restore", "--data-dir", dir, "--open-work-only"}} {
 		code, _, stderr := runCLI(t, args...)
-		if code != ExitError || !strings.Contains(stderr, "an automator serve is running on "+dir) {
+		if code != ExitError || !strings.Contains(stderr, "an automator serve or another command is using "+dir) {
 			t.Errorf("%s while serve runs: exit %d, stderr %q; want %d and that serve runs", strings.Join(args, " "), code, stderr, ExitError)
 		}
 	}

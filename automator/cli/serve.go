@@ -82,7 +82,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		}
 		creds = credentials.NewTLS(pki.ServerTLSFrom(certs))
 	}
-	st, err := openStore(ctx, *dir, cfg)
+	st, err := openLockedStore(ctx, *dir, cfg)
 	if err != nil {
 		return err
 	}

@@ -25,9 +25,27 @@ func lockForServe(dir string) (*filelock.Lock, error) {
 	return l, ownLock(path, dir, l)
 }
 
+// lockForCommand takes the data directory's serve lock, shared, for a
+// command other than serve and restore that opens the directory's database
+// (account, apikey, audit, backup, cert renew, the listings): it runs
+// beside serves and other commands, but never during a restore, which
+// would replace the database under it and lose what it wrote. The caller
+// holds it for as long as it has the database open (openStore).
+func lockForCommand(dir string) (*filelock.Lock, error) {
+	path := filepath.Join(dir, config.FileServeLock)
+	l, err := filelock.Shared(path)
+	if errors.Is(err, filelock.ErrLocked) {
+		return nil, fmt.Errorf("a restore of %s is under way (it holds %s): run the command again once the restore has finished", dir, config.FileServeLock)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return l, ownLock(path, dir, l)
+}
+
 // lockForRestore takes the data directory's serve lock, exclusive: it is
-// refused while any serve of the directory runs, and keeps any from
-// starting until released.
+// refused while any serve of the directory runs, or any command that has
+// its database open, and keeps any from starting until released.
 func lockForRestore(dir string) (*filelock.Lock, error) {
 	path := filepath.Join(dir, config.FileServeLock)
 	l, err := filelock.Exclusive(path)
@@ -36,7 +54,7 @@ func lockForRestore(dir string) (*filelock.Lock, error) {
 		if s, ok, _ := config.ReadServing(dir); ok {
 			where = fmt.Sprintf(" (gRPC on %s, HTTP on %s)", s.GRPC, s.HTTP)
 		}
-		return nil, fmt.Errorf("an automator serve is running on %s%s or another restore is; stop it first (restore replaces the database it has open)", dir, where)
+		return nil, fmt.Errorf("an automator serve or another command is using %s%s, or another restore is; stop it, or let it finish, first (restore replaces the database it has open)", dir, where)
 	}
 	if err != nil {
 		return nil, err

@@ -10,15 +10,53 @@ import (
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/pgstore"
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
+	"github.com/opsgate/opsgate/internal/filelock"
 )
 
-// openStore opens the database named by the settings: a postgres:// or
-// postgresql:// URL is PostgreSQL (several automator replicas may share it),
-// anything else a SQLite file (one automator). Every command caches
-// credential lookups the same way (store.CachedCredentials), so a command
-// that revokes or rotates returns only once no automator serves the old
-// credential from its cache.
+// openStore opens the database named by the settings for a command, holding
+// the data directory's serve lock shared (lockForCommand) until the store is
+// closed: it is refused during a restore, and a restore is refused while it
+// is open. With PostgreSQL too: the data directory holds the keys it is
+// used with.
 func openStore(ctx context.Context, dir string, cfg config.Config) (store.Store, error) {
+	lock, err := lockForCommand(dir)
+	if err != nil {
+		return nil, err
+	}
+	st, err := openLockedStore(ctx, dir, cfg)
+	if err != nil {
+		lock.Release()
+		return nil, err
+	}
+	return &lockedStore{Store: st, lock: lock}, nil
+}
+
+// lockedStore is a store that holds the data directory's serve lock until
+// it is closed.
+type lockedStore struct {
+	store.Store
+	lock *filelock.Lock
+}
+
+func (s *lockedStore) Close() error {
+	err := s.Store.Close()
+	if rerr := s.lock.Release(); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// Uncached is the store without its credential cache (store.Uncached).
+func (s *lockedStore) Uncached() store.Store { return store.Uncached(s.Store) }
+
+// openLockedStore opens the database named by the settings for a caller
+// that holds the data directory's serve lock already (serve, restore): a
+// postgres:// or postgresql:// URL is PostgreSQL (several automator
+// replicas may share it), anything else a SQLite file (one automator).
+// Every command caches credential lookups the same way
+// (store.CachedCredentials), so a command that revokes or rotates returns
+// only once no automator serves the old credential from its cache.
+func openLockedStore(ctx context.Context, dir string, cfg config.Config) (store.Store, error) {
 	if pgstore.IsDSN(cfg.DB) {
 		st, err := pgstore.Open(ctx, cfg.DB)
 		if err != nil {

@@ -30,9 +30,10 @@ const (
 	// actually bound (useful with port 0), read by exec with --data-dir.
 	// serve removes it when it stops.
 	FileServing = "serving.yaml"
-	// FileServeLock is locked by every running serve of the directory
-	// (shared), and by restore (exclusive): a restore never replaces a
-	// database that a serve has open, and no serve starts during one.
+	// FileServeLock is locked by every running serve of the directory and
+	// every command while it has the directory's database open (shared),
+	// and by restore (exclusive): a restore never replaces a database that
+	// a serve or a command has open, and neither starts during one.
 	FileServeLock = "serve.lock"
 )
 

@@ -75,7 +75,7 @@ echo "out-$1"`)
 	if got := statesIn(t, backup); got[store.StateClaimed] != 2 || got[store.StateQueued] != units-2 {
 		t.Fatalf("the backup holds units in states %v; want 2 claimed and %d queued", got, units-2)
 	}
-	if r := runCLI(bin.automator, "restore", "--data-dir", a.DataDir, backup); r.Code != 255 || !strings.Contains(r.Stderr, "an automator serve is running") {
+	if r := runCLI(bin.automator, "restore", "--data-dir", a.DataDir, backup); r.Code != 255 || !strings.Contains(r.Stderr, "an automator serve or another command is using") {
 		t.Fatalf("restore while serving: exit %d, stderr %q; want 255, refused because serve runs", r.Code, r.Stderr)
 	}
 
