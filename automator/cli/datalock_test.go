@@ -2,12 +2,15 @@ package cli
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
 )
 
@@ -146,5 +149,37 @@ func TestRestoreIsRefusedWhileACommandHasTheDatabaseOpen(t *testing.T) {
 	}
 	if code, _, stderr := runCLI(t, "restore", "--data-dir", dir, file); code != 0 {
 		t.Errorf("restore once the command closed the database: exit %d: %s", code, stderr)
+	}
+}
+
+// TestTheStoreOfACommandForgetsCredentialsOnDemand: the store openStore
+// returns, which holds the serve lock, still lets store.ForgetCredentials
+// reach its credential cache (as a server built on it uses it when it
+// learns of an account deleted by another process).
+func TestTheStoreOfACommandForgetsCredentialsOnDemand(t *testing.T) {
+	dir := initDir(t)
+	if code, _, stderr := runCLI(t, "account", "create", "acme", "--data-dir", dir); code != 0 {
+		t.Fatalf("account create: %s", stderr)
+	}
+	cfg, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := openStore(t.Context(), dir, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.AccountGet(t.Context(), "acme"); err != nil { // cached from here
+		t.Fatal(err)
+	}
+	withStore(t, dir, func(other *sqlitestore.Store) {
+		if _, err := other.AccountDelete(t.Context(), store.AccountDeleteParams{Name: "acme", Reason: "test", Now: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	store.ForgetCredentials(st)
+	if a, err := st.AccountGet(t.Context(), "acme"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("account acme after another process deleted it and its credentials were forgotten: %q, %v; want not found", a.Name, err)
 	}
 }

@@ -46,6 +46,10 @@ func (s *lockedStore) Close() error {
 	return err
 }
 
+// Unwrap returns the store it wraps (store.ForgetCredentials finds the
+// credential cache through it).
+func (s *lockedStore) Unwrap() store.Store { return s.Store }
+
 // Uncached is the store without its credential cache (store.Uncached).
 func (s *lockedStore) Uncached() store.Store { return store.Uncached(s.Store) }
 
