@@ -537,6 +537,12 @@ type Store interface {
 	// DashboardSessionPurge deletes the records of sessions that expired
 	// before p.ExpiredBefore and returns how many it deleted.
 	DashboardSessionPurge(ctx context.Context, p DashboardSessionPurgeParams) (int, error)
+	// DashboardSessionEndList returns the sign-outs recorded (and not
+	// purged) of sessions that expire after expiresAfter (zero: all), as
+	// DashboardSessionEnd took them, by expiry then id: for a restore, which
+	// records again in the restored database the sign-outs made after its
+	// backup was taken.
+	DashboardSessionEndList(ctx context.Context, expiresAfter time.Time) ([]DashboardSessionEndParams, error)
 
 	Close() error
 }

@@ -40,3 +40,20 @@ func (s *Store) DashboardSessionPurge(ctx context.Context, p store.DashboardSess
 	}
 	return int(tag.RowsAffected()), nil
 }
+
+func (s *Store) DashboardSessionEndList(ctx context.Context, expiresAfter time.Time) ([]store.DashboardSessionEndParams, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, expires_at FROM dashboard_sessions_ended WHERE expires_at > $1 ORDER BY expires_at, id`, expiresAfter)
+	if err != nil {
+		return nil, fmt.Errorf("listing dashboard sign-outs: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.DashboardSessionEndParams, error) {
+		var e store.DashboardSessionEndParams
+		err := r.Scan(&e.ID, &e.Expires)
+		e.Expires = e.Expires.UTC()
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing dashboard sign-outs: %w", err)
+	}
+	return out, nil
+}

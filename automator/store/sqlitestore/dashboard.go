@@ -50,3 +50,25 @@ func (s *Store) DashboardSessionPurge(ctx context.Context, p store.DashboardSess
 	}
 	return int(n), nil
 }
+
+func (s *Store) DashboardSessionEndList(ctx context.Context, expiresAfter time.Time) ([]store.DashboardSessionEndParams, error) {
+	rows, err := s.reads.QueryContext(ctx, `SELECT id, expires_at FROM dashboard_sessions_ended WHERE expires_at > ? ORDER BY expires_at, id`, toNanos(expiresAfter))
+	if err != nil {
+		return nil, fmt.Errorf("listing dashboard sign-outs: %w", err)
+	}
+	defer rows.Close()
+	var out []store.DashboardSessionEndParams
+	for rows.Next() {
+		var e store.DashboardSessionEndParams
+		var at int64
+		if err := rows.Scan(&e.ID, &at); err != nil {
+			return nil, fmt.Errorf("listing dashboard sign-outs: %w", err)
+		}
+		e.Expires = fromNanos(at)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing dashboard sign-outs: %w", err)
+	}
+	return out, nil
+}

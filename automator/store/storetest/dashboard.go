@@ -1,6 +1,8 @@
 package storetest
 
 import (
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/opsgate/opsgate/automator/store"
@@ -8,6 +10,7 @@ import (
 
 var dashboardCases = []testCase{
 	{"DashboardSessionEndIsSeenUntilPurgedPastItsExpiry", testDashboardSessionEnd},
+	{"DashboardSessionEndListHasTheSignOutsOfSessionsExpiringAfterACut", testDashboardSessionEndList},
 }
 
 func (f *fixture) sessionEnded(id string) bool {
@@ -66,4 +69,52 @@ func testDashboardSessionEnd(f *fixture) {
 		f.t.Errorf("purging before 13h deleted %d records, want 1", n)
 	}
 	f.wantSessionsEnded(map[string]bool{"day": false}, "after purging before 13h")
+}
+
+// sessionEnds lists the sign-outs of sessions that expire after cut, as
+// "id@expiry" (the expiry as a duration since base).
+func (f *fixture) sessionEnds(cut time.Time) []string {
+	f.t.Helper()
+	ends, err := f.s.DashboardSessionEndList(f.ctx, cut)
+	if err != nil {
+		f.t.Fatalf("DashboardSessionEndList(after %v): %v", cut, err)
+	}
+	out := []string{}
+	for _, e := range ends {
+		out = append(out, fmt.Sprintf("%s@%v", e.ID, e.Expires.Sub(base)))
+		if e.Expires.Location() != time.UTC {
+			f.t.Errorf("sign-out %q expires at %v, not in UTC", e.ID, e.Expires)
+		}
+	}
+	return out
+}
+
+func testDashboardSessionEndList(f *fixture) {
+	want := func(cut time.Time, when string, ids ...string) {
+		f.t.Helper()
+		if got := f.sessionEnds(cut); !slices.Equal(got, ids) {
+			after := "any time"
+			if !cut.IsZero() {
+				after = cut.Sub(base).String()
+			}
+			f.t.Errorf("%s: sign-outs of sessions expiring after %s = %v, want %v", when, after, got, ids)
+		}
+	}
+	want(time.Time{}, "before any sign-out")
+	f.endSession("b", at(2*time.Hour))
+	f.endSession("a", at(2*time.Hour))
+	f.endSession("early", at(time.Hour+time.Microsecond))
+	f.endSession("late", at(12*time.Hour))
+	f.endSession("a", at(30*time.Minute)) // again: keeps its first expiry
+
+	// By expiry, then id; a zero cut lists them all.
+	want(time.Time{}, "after four sign-outs", "early@1h0m0.000001s", "a@2h0m0s", "b@2h0m0s", "late@12h0m0s")
+	// Only those expiring after the cut: a session that expired at it is
+	// expired.
+	want(at(time.Hour+time.Microsecond), "cut at the earliest expiry", "a@2h0m0s", "b@2h0m0s", "late@12h0m0s")
+	want(at(time.Hour), "cut a microsecond before it", "early@1h0m0.000001s", "a@2h0m0s", "b@2h0m0s", "late@12h0m0s")
+	want(at(12*time.Hour), "cut at the latest expiry")
+	// A purged record is no longer listed.
+	f.purgeSessions(at(90 * time.Minute))
+	want(time.Time{}, "after purging before 90m", "a@2h0m0s", "b@2h0m0s", "late@12h0m0s")
 }
