@@ -55,6 +55,7 @@ type served struct {
 	http    string // http://127.0.0.1:PORT
 	log     *lockedBuffer
 	scripts string
+	stop    func() // stops serve and waits for it; at the test's end if not before
 }
 
 // serveInProcess initialises a data directory with a 1 s poll window and
@@ -82,12 +83,13 @@ func serveDirInProcess(t *testing.T, dir string) *served {
 		done <- Main(ctx, []string{"serve", "--data-dir", s.dir, "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--log-format", "json"},
 			Env{Stdout: io.Discard, Stderr: s.log})
 	}()
-	t.Cleanup(func() {
+	s.stop = sync.OnceFunc(func() {
 		cancel()
 		if code := waittest.Recv(t, done, "serve to return after its context was cancelled"); code != 0 {
 			t.Errorf("serve exited %d:\n%s", code, s.log)
 		}
 	})
+	t.Cleanup(s.stop)
 	waitUntil(t, 15*time.Second, "serve to write serving.yaml", func() bool {
 		sv, ok, _ := config.ReadServing(s.dir)
 		if ok {

@@ -113,17 +113,18 @@ func restoreSQLite(ctx context.Context, dir string, cfg config.Config, file stri
 	if err != nil {
 		return err
 	}
-	prev, prevErr := readPrevious(ctx, dbPath)
+	now := time.Now()
+	prev, prevErr := readPrevious(ctx, dbPath, now)
 
 	st, err := sqlitestore.Open(ctx, tmp)
 	if err != nil {
 		return fmt.Errorf("opening the copy of %s: %w", file, err)
 	}
-	now := time.Now()
 	queued, claimed, err := endOpenWork(ctx, st, now, env)
 	var reRevoked []store.APIKey
 	var reDeleted []store.AccountDeletion
 	var accountLines []string
+	var signOuts int
 	if err == nil && prevErr == nil {
 		reRevoked, err = carryRevocations(ctx, st, prev.apiKeys, env)
 	}
@@ -131,11 +132,14 @@ func restoreSQLite(ctx context.Context, dir string, cfg config.Config, file stri
 		reDeleted, err = carryDeletions(ctx, st, prev.deletions, now, env)
 	}
 	if err == nil && prevErr == nil {
+		signOuts, err = carrySignOuts(ctx, st, prev.signOuts)
+	}
+	if err == nil && prevErr == nil {
 		accountLines, err = accountWarnings(ctx, st, prev.accounts)
 	}
 	if err == nil {
 		audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditRestore,
-			Detail: fmt.Sprintf("database restored from a backup; %d open units ended, %d API key revocations and %d account deletions carried over", queued+claimed, len(reRevoked), len(reDeleted))}, env)
+			Detail: fmt.Sprintf("database restored from a backup; %d open units ended, %d API key revocations, %d account deletions and %d dashboard sign-outs carried over", queued+claimed, len(reRevoked), len(reDeleted), signOuts)}, env)
 	}
 	if cerr := st.Close(); err == nil && cerr != nil {
 		err = cerr
@@ -169,7 +173,7 @@ func restoreSQLite(ctx context.Context, dir string, cfg config.Config, file stri
 		fmt.Fprintf(env.Stdout, "the database it replaced is kept as %s\n", aside)
 	}
 	printEnded(env, queued, claimed)
-	printCredentials(env, prev, prevErr, reRevoked, reDeleted, accountLines)
+	printCredentials(env, prev, prevErr, reRevoked, reDeleted, signOuts, accountLines)
 	return nil
 }
 
@@ -211,12 +215,14 @@ type previous struct {
 	apiKeys   []store.APIKey
 	accounts  []store.Account
 	deletions []store.AccountDeletion
+	signOuts  []store.DashboardSessionEndParams // of sessions not expired yet
 }
 
 // readPrevious reads the credentials of the database about to be replaced,
-// and closes it (which checkpoints its write-ahead log into it). A missing
+// and the sign-outs of dashboard sessions that have not expired by now, and
+// closes it (which checkpoints its write-ahead log into it). A missing
 // database is no error: there is nothing to compare with.
-func readPrevious(ctx context.Context, dbPath string) (previous, error) {
+func readPrevious(ctx context.Context, dbPath string, now time.Time) (previous, error) {
 	if _, err := os.Stat(dbPath); errors.Is(err, os.ErrNotExist) {
 		return previous{}, nil
 	}
@@ -237,7 +243,11 @@ func readPrevious(ctx context.Context, dbPath string) (previous, error) {
 	if err != nil {
 		return previous{exists: true}, err
 	}
-	return previous{exists: true, apiKeys: keys, accounts: accounts, deletions: deletions}, st.Close()
+	signOuts, err := st.DashboardSessionEndList(ctx, now)
+	if err != nil {
+		return previous{exists: true}, err
+	}
+	return previous{exists: true, apiKeys: keys, accounts: accounts, deletions: deletions, signOuts: signOuts}, st.Close()
 }
 
 // carryRevocations revokes in st, the restored database, every API key the
@@ -309,6 +319,33 @@ func carryDeletions(ctx context.Context, st store.Store, prevDeletions []store.A
 	return out, nil
 }
 
+// carrySignOuts records again in st, the restored database, every sign-out
+// of a dashboard session the replaced one had recorded and st lacks: one
+// made after the backup was taken. A session signed out of never works
+// again because of a restore (its cookie would until it expired). It
+// returns how many it recorded; it never prints or audits a session's id.
+func carrySignOuts(ctx context.Context, st store.Store, prevSignOuts []store.DashboardSessionEndParams) (int, error) {
+	restored, err := st.DashboardSessionEndList(ctx, time.Time{})
+	if err != nil {
+		return 0, err
+	}
+	inBackup := map[string]bool{}
+	for _, e := range restored {
+		inBackup[e.ID] = true
+	}
+	n := 0
+	for _, e := range prevSignOuts {
+		if inBackup[e.ID] {
+			continue
+		}
+		if err := st.DashboardSessionEnd(ctx, e); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
 // accountWarnings compares the accounts of st, the restored database,
 // with the replaced database's: an account made or rotated after the
 // backup was taken is refused to the proxies given its newer profile.
@@ -336,12 +373,15 @@ func accountWarnings(ctx context.Context, st store.Store, prevAccounts []store.A
 
 // printCredentials says what the restore did about credentials withdrawn
 // after the backup was taken, and what the operator must do again.
-func printCredentials(env Env, prev previous, prevErr error, reRevoked []store.APIKey, reDeleted []store.AccountDeletion, accountLines []string) {
+func printCredentials(env Env, prev previous, prevErr error, reRevoked []store.APIKey, reDeleted []store.AccountDeletion, signOuts int, accountLines []string) {
 	for _, k := range reRevoked {
 		fmt.Fprintf(env.Stdout, "API key %s (%s) was revoked after the backup was taken: revoked again\n", k.ID, k.Name)
 	}
 	for _, d := range reDeleted {
 		fmt.Fprintf(env.Stdout, "account %q was deleted after the backup was taken: deleted again (its token and key destroyed; API keys revoked: %s)\n", d.Name, listOrNone(d.RevokedAPIKeys))
+	}
+	if signOuts > 0 {
+		fmt.Fprintf(env.Stdout, "dashboard sign-outs made after the backup was taken, recorded again: %d (those sessions stay signed out)\n", signOuts)
 	}
 	for _, l := range accountLines {
 		fmt.Fprintln(env.Stdout, l)
@@ -351,7 +391,7 @@ func printCredentials(env Env, prev previous, prevErr error, reRevoked []store.A
 		if prevErr != nil {
 			why = fmt.Sprintf("the replaced database could not be read (%v)", prevErr)
 		}
-		fmt.Fprintf(env.Stdout, "warning: %s: an API key revoked, an account token or key rotated, or an account deleted, after the backup was taken is valid again; check `automator apikey list` and `automator account list`, then revoke, rotate and delete again\n", why)
+		fmt.Fprintf(env.Stdout, "warning: %s: an API key revoked, an account token or key rotated, or an account deleted, after the backup was taken is valid again; check `automator apikey list` and `automator account list`, then revoke, rotate and delete again; a dashboard session signed out of since works again until it expires, unless its API key is revoked\n", why)
 	}
 }
 
@@ -459,6 +499,6 @@ func restoreOpenWork(ctx context.Context, dir string, cfg config.Config, env Env
 	audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditRestore,
 		Detail: fmt.Sprintf("open units of a restored database ended; %d units", queued+claimed)}, env)
 	printEnded(env, queued, claimed)
-	fmt.Fprintln(env.Stdout, "note: an API key revoked, an account token or key rotated, or an account deleted, after the backup was taken is valid again; check `automator apikey list` and `automator account list`, then revoke, rotate and delete again")
+	fmt.Fprintln(env.Stdout, "note: an API key revoked, an account token or key rotated, or an account deleted, after the backup was taken is valid again; check `automator apikey list` and `automator account list`, then revoke, rotate and delete again; a dashboard session signed out of since works again until it expires, unless its API key is revoked")
 	return nil
 }

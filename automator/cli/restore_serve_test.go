@@ -5,12 +5,16 @@ package cli
 import (
 	"bytes"
 	"context"
+	"net/http"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/automator/store/sqlitestore"
 )
 
 // TestRestoreAndServeExcludeEachOther: restore is refused while a serve
@@ -63,5 +67,102 @@ func TestRestoreAndServeExcludeEachOther(t *testing.T) {
 	code, _, stderr := runCLI(t, "serve", "--data-dir", dir)
 	if code != ExitError || !strings.Contains(stderr, "a restore is under way") {
 		t.Errorf("serve during a restore: exit %d, stderr %q; want %d and that a restore is under way", code, stderr, ExitError)
+	}
+}
+
+// TestRestoreKeepsTheSignOutsMadeAfterTheBackup: a dashboard session
+// signed out of after the backup was taken stays signed out once the backup
+// is restored, as one signed out of before it does; a session nobody
+// signed out of stays valid. The sign-out of a session expired already is
+// not carried over.
+func TestRestoreKeepsTheSignOutsMadeAfterTheBackup(t *testing.T) {
+	dir := initDir(t)
+	secret := strings.TrimSpace(string(fileBytes(t, filepath.Join(dir, config.FileAPIKey))))
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	post := func(s *served, path string, form url.Values, ck *http.Cookie) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, s.http+path, strings.NewReader(form.Encode()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if ck != nil {
+			req.AddCookie(ck)
+		}
+		resp, err := noFollow.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	signIn := func(s *served) *http.Cookie {
+		t.Helper()
+		resp := post(s, "/dashboard/login", url.Values{"api_key": {secret}}, nil)
+		if resp.StatusCode != http.StatusSeeOther || len(resp.Cookies()) != 1 {
+			t.Fatalf("sign-in: %s, cookies %v; want 303 and a session cookie", resp.Status, resp.Cookies())
+		}
+		return resp.Cookies()[0]
+	}
+	signOut := func(s *served, ck *http.Cookie) {
+		t.Helper()
+		if resp := post(s, "/dashboard/logout", nil, ck); resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("sign-out: %s, want 303", resp.Status)
+		}
+	}
+	// status is what the dashboard answers a session's cookie: 200 while
+	// it is valid, 303 to the sign-in form once it is not.
+	status := func(s *served, ck *http.Cookie) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, s.http+"/dashboard/", nil)
+		req.AddCookie(ck)
+		resp, err := noFollow.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+
+	s := serveDirInProcess(t, dir)
+	before, after, kept := signIn(s), signIn(s), signIn(s)
+	signOut(s, before)
+	file := filepath.Join(t.TempDir(), "b.db")
+	if code, _, stderr := runCLI(t, "backup", "--data-dir", dir, file); code != 0 {
+		t.Fatalf("backup: %s", stderr)
+	}
+	signOut(s, after)
+	// A sign-out of a session expired already no longer matters: not
+	// carried over.
+	withStore(t, dir, func(st *sqlitestore.Store) {
+		if err := st.DashboardSessionEnd(t.Context(), store.DashboardSessionEndParams{ID: "expired", Expires: time.Now().Add(-time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for name, c := range map[string]struct {
+		ck   *http.Cookie
+		want int
+	}{"signed out before the backup": {before, http.StatusSeeOther}, "signed out after it": {after, http.StatusSeeOther}, "never signed out": {kept, http.StatusOK}} {
+		if got := status(s, c.ck); got != c.want {
+			t.Fatalf("the session %s, before the restore: %d, want %d", name, got, c.want)
+		}
+	}
+	s.stop()
+
+	code, stdout, stderr := runCLI(t, "restore", "--data-dir", dir, file)
+	if code != 0 {
+		t.Fatalf("restore: exit %d: %s", code, stderr)
+	}
+	if want := "dashboard sign-outs made after the backup was taken, recorded again: 1"; !strings.Contains(stdout, want) {
+		t.Errorf("restore printed:\n%s\nwant %q", stdout, want)
+	}
+	s = serveDirInProcess(t, dir)
+	for name, c := range map[string]struct {
+		ck   *http.Cookie
+		want int
+	}{"signed out before the backup": {before, http.StatusSeeOther}, "signed out after it": {after, http.StatusSeeOther}, "never signed out": {kept, http.StatusOK}} {
+		if got := status(s, c.ck); got != c.want {
+			t.Errorf("the session %s, after the restore: %d, want %d", name, got, c.want)
+		}
 	}
 }
