@@ -69,6 +69,9 @@ func TestCommandsAreRefusedDuringARestore(t *testing.T) {
 		{"work", "list"},
 		{"work", "show", "w-none"},
 		{"replicas"},
+		// Against PostgreSQL too: the data directory holds its keys.
+		{"replicas", "--db", "postgres://automator@db.invalid:5432/automator"},
+		{"work", "list", "--db", "postgres://automator@db.invalid:5432/automator"},
 		{"backup", backup},
 	} {
 		args = append(args, "--data-dir", dir)
