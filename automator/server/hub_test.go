@@ -455,7 +455,7 @@ func TestLeavingPollWaitsForUnitsBeingStored(t *testing.T) {
 // leaves no wake-up behind, and puts the poller back in the waiting list.
 func TestAClaimingPollerTakesUnitsQueuedMeanwhile(t *testing.T) {
 	h := newHub()
-	h.NotifyWork("acme", 1, time.Now())      // a unit is queued: no claim has found the queue empty
+	h.NotifyWork("acme", 1, time.Now())          // a unit is queued: no claim has found the queue empty
 	parked(h.poller("acme", "idle", "", 4, nil)) // waits, not claiming
 	a := h.poller("acme", "a", "", 4, nil)
 	a.parkWhileClaiming(2)
