@@ -415,11 +415,18 @@ func TestStalledConnectionsCloseIsNotPassedOn(t *testing.T) {
 	c := dial(t, r.Addr())
 	server := waittest.Recv(t, accepted, "the relay to connect to the server")
 	defer server.Close()
+	// Once a byte has gone through, the relay holds the connection.
+	buf := make([]byte, 1)
+	if _, err := c.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(server, buf); err != nil {
+		t.Fatal(err)
+	}
 	if n := r.StallExisting(); n != 1 {
 		t.Fatalf("stalled %d connections, want 1", n)
 	}
 	c.Close()
-	buf := make([]byte, 1)
 	_ = server.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
 	if _, err := server.Read(buf); !isTimeout(err) {
 		t.Fatalf("the server's end after the client closed a stalled connection: %v, want silence (a timeout)", err)
