@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -27,10 +28,7 @@ const maxStdin = config.MaxStdinLimit
 // so a unit is never submitted twice. Ctrl-C cancels the unit.
 func cmdExec(ctx context.Context, args []string, env Env) (int, error) {
 	fs := newFlags("exec", env)
-	dir := fs.String("data-dir", "", "the automator's data directory (on the automator's host)")
-	server := fs.String("server", "", "automator URL https://HOST:PORT (away from its host); several, comma-separated, fail over")
-	apiKeyFile := fs.String("api-key-file", "", "file holding the API key (with --server)")
-	caFile := fs.String("ca", "", "the automator's CA certificate (with --server)")
+	caller := addCallerFlags(fs)
 	account := fs.String("account", "", "account whose proxies run the command")
 	timeout := fs.Duration("timeout", 0, "time from queueing to the deadline (default: the server's, 5m)")
 	stdinFrom := fs.String("stdin", "", "file to send as the script's stdin, or - for this process's stdin")
@@ -50,11 +48,7 @@ func cmdExec(ctx context.Context, args []string, env Env) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	cfg, err := clientConfig(*dir, *server, *apiKeyFile, *caFile)
-	if err != nil {
-		return 0, err
-	}
-	c, err := client.New(cfg)
+	c, err := caller.connect()
 	if err != nil {
 		return 0, err
 	}
@@ -124,6 +118,28 @@ func readStdin(from string, stdin io.Reader) ([]byte, error) {
 		return nil, fmt.Errorf("--stdin: more than %d bytes, the most an automator accepts (limits.max_stdin at its highest)", maxStdin)
 	}
 	return data, nil
+}
+
+// callerFlags are the flags of a command that calls the automator as a
+// caller (exec, work wait, work cancel).
+type callerFlags struct{ dir, server, apiKeyFile, caFile *string }
+
+func addCallerFlags(fs *flag.FlagSet) callerFlags {
+	return callerFlags{
+		dir:        fs.String("data-dir", "", "the automator's data directory (on the automator's host)"),
+		server:     fs.String("server", "", "automator URL https://HOST:PORT (away from its host); several, comma-separated, fail over"),
+		apiKeyFile: fs.String("api-key-file", "", "file holding the API key (with --server)"),
+		caFile:     fs.String("ca", "", "the automator's CA certificate (with --server)"),
+	}
+}
+
+// connect makes the client the flags say (clientConfig).
+func (f callerFlags) connect() (*client.Client, error) {
+	cfg, err := clientConfig(*f.dir, *f.server, *f.apiKeyFile, *f.caFile)
+	if err != nil {
+		return nil, err
+	}
+	return client.New(cfg)
 }
 
 // clientConfig says how to reach the automator as a caller, either on its

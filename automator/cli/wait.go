@@ -41,10 +41,7 @@ type waitJSON struct {
 // when every unit succeeded with exit code 0, 1 otherwise.
 func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 	fs := newFlags("work wait", env)
-	dir := fs.String("data-dir", "", "the automator's data directory (on the automator's host)")
-	server := fs.String("server", "", "automator URL https://HOST:PORT (away from its host); several, comma-separated, fail over")
-	apiKeyFile := fs.String("api-key-file", "", "file holding the API key (with --server)")
-	caFile := fs.String("ca", "", "the automator's CA certificate (with --server)")
+	caller := addCallerFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON (for scripts) instead of a table")
 	ids, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -53,11 +50,7 @@ func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 	if len(ids) == 0 {
 		return 0, errors.New("usage: automator work wait ID... (--data-dir DIR | --server URL --api-key-file F --ca FILE) [--json]")
 	}
-	cfg, err := clientConfig(*dir, *server, *apiKeyFile, *caFile)
-	if err != nil {
-		return 0, err
-	}
-	c, err := client.New(cfg)
+	c, err := caller.connect()
 	if err != nil {
 		return 0, err
 	}
