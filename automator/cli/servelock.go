@@ -14,15 +14,7 @@ import (
 // but none while a restore holds it. The OS drops it when serve ends,
 // however it ends.
 func lockForServe(dir string) (*filelock.Lock, error) {
-	path := filepath.Join(dir, config.FileServeLock)
-	l, err := filelock.Shared(path)
-	if errors.Is(err, filelock.ErrLocked) {
-		return nil, fmt.Errorf("a restore is under way in %s (it holds %s); start serve once it has finished", dir, config.FileServeLock)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return l, ownLock(path, dir, l)
+	return lockShared(dir, fmt.Sprintf("a restore is under way in %s (it holds %s); start serve once it has finished", dir, config.FileServeLock))
 }
 
 // lockForCommand takes the data directory's serve lock, shared, for a
@@ -32,10 +24,16 @@ func lockForServe(dir string) (*filelock.Lock, error) {
 // would replace the database under it and lose what it wrote. The caller
 // holds it for as long as it has the database open (openStore).
 func lockForCommand(dir string) (*filelock.Lock, error) {
+	return lockShared(dir, fmt.Sprintf("a restore of %s is under way (it holds %s): run the command again once the restore has finished", dir, config.FileServeLock))
+}
+
+// lockShared takes the data directory's serve lock, shared; refused is the
+// error while a restore holds it.
+func lockShared(dir, refused string) (*filelock.Lock, error) {
 	path := filepath.Join(dir, config.FileServeLock)
 	l, err := filelock.Shared(path)
 	if errors.Is(err, filelock.ErrLocked) {
-		return nil, fmt.Errorf("a restore of %s is under way (it holds %s): run the command again once the restore has finished", dir, config.FileServeLock)
+		return nil, errors.New(refused)
 	}
 	if err != nil {
 		return nil, err
