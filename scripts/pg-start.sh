@@ -116,10 +116,15 @@ shared_buffers = 64MB
 EOC
 
 # A free port: one nothing answers on, and that postgres then binds (another
-# process may take it in between: then try another).
+# process may take it in between: then try another). It is taken below the
+# kernel's range of ports for outgoing connections, which any connection
+# could take while postgres is stopped (the chaos suite stops and starts it).
+first=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+low=$((first - 8000))
+((low >= 10000)) || low=10000
 port=""
 for _ in $(seq 1 20); do
-	p=$((20000 + RANDOM % 40000))
+	p=$((low + RANDOM % 8000))
 	if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
 		continue
 	fi

@@ -7,10 +7,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -84,15 +86,45 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, for
+// a server the test starts later (and may restart). It is taken below the
+// kernel's range of ports for outgoing connections: a port of that range,
+// free a moment ago, may meanwhile be taken by any connection made on the
+// machine (a PostgreSQL client's, a relay's), and then stays taken while
+// that connection lives.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	low, high := belowEphemeral()
+	for range 100 {
+		port := low + rand.IntN(high-low+1)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			l.Close()
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatalf("no free TCP port on 127.0.0.1 in [%d, %d] after 100 tries", low, high)
+	return 0
+}
+
+// belowEphemeral returns the ports FreePort picks from: the 8,000 ports
+// under the kernel's range of ports for outgoing connections
+// (net.ipv4.ip_local_port_range), and no lower than 10000.
+func belowEphemeral() (low, high int) {
+	first := 32768 // the kernel's default
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				first = n
+			}
+		}
+	}
+	high = first - 1
+	low = max(high-8000, 10000)
+	if high < low {
+		return 10000, 20000 // a range starting very low: pick above 10000 anyway
+	}
+	return low, high
 }
 
 // ---- short-lived CLI runs ----
