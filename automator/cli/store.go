@@ -110,6 +110,7 @@ type pgBroadcaster struct{ s *pgstore.Store }
 var eventKinds = map[server.EventKind]pgstore.EventKind{
 	server.EventWorkQueued: pgstore.EventWorkQueued,
 	server.EventWorkEnded:  pgstore.EventWorkEnded,
+	server.EventRunPolled:  pgstore.EventRunPolled,
 }
 
 func (b pgBroadcaster) Publish(ctx context.Context, e server.Event) error {
@@ -117,14 +118,14 @@ func (b pgBroadcaster) Publish(ctx context.Context, e server.Event) error {
 	if !ok {
 		return fmt.Errorf("publishing a queue event: unknown kind %d", e.Kind)
 	}
-	return b.s.Publish(ctx, pgstore.Event{Kind: kind, Account: e.Account, WorkID: e.WorkID, InstanceID: e.InstanceID})
+	return b.s.Publish(ctx, pgstore.Event{Kind: kind, Account: e.Account, WorkID: e.WorkID, InstanceID: e.InstanceID, RunID: e.RunID})
 }
 
 func (b pgBroadcaster) Listen(ctx context.Context, fn func(server.Event)) error {
 	return b.s.Listen(ctx, func(e pgstore.Event) {
 		for k, pk := range eventKinds {
 			if pk == e.Kind {
-				fn(server.Event{Kind: k, Account: e.Account, WorkID: e.WorkID, InstanceID: e.InstanceID})
+				fn(server.Event{Kind: k, Account: e.Account, WorkID: e.WorkID, InstanceID: e.InstanceID, RunID: e.RunID})
 				return
 			}
 		}

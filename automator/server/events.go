@@ -16,8 +16,11 @@ type Event struct {
 	// WorkID is set for EventWorkEnded.
 	WorkID string
 	// InstanceID is the claimer of an ended unit, when it was claimed: its
-	// poll is woken to learn of a cancel.
+	// poll is woken to learn of a cancel. For EventRunPolled, the instance
+	// that polled.
 	InstanceID string
+	// RunID is set for EventRunPolled: the proxy run that polled.
+	RunID string
 
 	// ended is the unit as it ended, for EventWorkEnded on the replica that
 	// ended it: waiting callers here take it instead of reading it again.
@@ -32,6 +35,10 @@ const (
 	EventWorkQueued EventKind = iota + 1
 	// EventWorkEnded: unit WorkID reached a terminal state.
 	EventWorkEnded
+	// EventRunPolled: run RunID of instance InstanceID polled another
+	// replica on a new connection: a poll of that run still waiting here
+	// is superseded (hub.poller). Published to the others only.
+	EventRunPolled
 )
 
 // Broadcaster carries Events between replicas (for PostgreSQL: NOTIFY and
@@ -55,7 +62,24 @@ func (s *Server) apply(e Event) {
 		if e.InstanceID != "" {
 			s.hub.NotifyInstance(e.Account, e.InstanceID)
 		}
+	case EventRunPolled:
+		s.hub.supersedeRun(e.Account, e.InstanceID, e.RunID)
 	}
+}
+
+// publish sends e to the other replicas only, in the background: a poll
+// does not wait for it.
+func (s *Server) publish(e Event) {
+	if s.broadcaster == nil {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.broadcaster.Publish(ctx, e); err != nil {
+			s.log.Warn("publishing a queue event to other replicas", "kind", e.Kind, "err", err)
+		}
+	}()
 }
 
 // emit applies e here and publishes it to the other replicas.

@@ -49,6 +49,8 @@ type envOptions struct {
 	metrics server.Metrics // none when nil
 	// sweepInterval is the server's SweepInterval (its default when zero).
 	sweepInterval time.Duration
+	// broadcaster is the server's Broadcaster (none when nil).
+	broadcaster server.Broadcaster
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -100,6 +102,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		Metrics:       o.metrics,
 		Logger:        slog.New(slog.NewTextHandler(o.log, nil)),
 		SweepInterval: o.sweepInterval,
+		Broadcaster:   o.broadcaster,
 	})
 	if err != nil {
 		t.Fatal(err)

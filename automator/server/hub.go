@@ -53,6 +53,9 @@ type hub struct {
 	// runs: the latest poller of each run of an instance (account,
 	// instance, run id), for supersede.
 	runs map[[3]string]*poller
+	// conns: the connection (its peer address) each run last polled on,
+	// when other replicas share the queue (newConnection).
+	conns map[[3]string]string
 }
 
 // maxChecked bounds hub.checked; past it the map starts again (every
@@ -79,6 +82,7 @@ func newHub() *hub {
 		filling: make(map[string]*poller),
 		drained: make(map[string]time.Time),
 		runs:    make(map[[3]string]*poller),
+		conns:   make(map[[3]string]string),
 	}
 }
 
@@ -226,16 +230,52 @@ func (h *hub) poller(account, instance, run string, slots int, accepts func(time
 	if run != "" {
 		h.mu.Lock()
 		key := [3]string{account, instance, run}
-		if old := h.runs[key]; old != nil {
-			old.superseded = true
-			h.stopFillingLocked(old)
-			h.signalLocked(old)
-		}
+		h.supersedeLocked(key)
 		h.runs[key] = p
 		h.mu.Unlock()
 	}
 	p.rearm()
 	return p
+}
+
+// supersedeRun supersedes the poller of a run, if one is registered: the
+// run polled another replica (EventRunPolled).
+func (h *hub) supersedeRun(account, instance, run string) {
+	if run == "" {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.supersedeLocked([3]string{account, instance, run})
+}
+
+func (h *hub) supersedeLocked(key [3]string) {
+	old := h.runs[key]
+	if old == nil {
+		return
+	}
+	delete(h.runs, key)
+	old.superseded = true
+	h.stopFillingLocked(old)
+	h.signalLocked(old)
+}
+
+// newConnection records that a run polled over the connection from peer,
+// and reports whether its previous poll here came over another one (or
+// none did): then other replicas may hold a poll of the run on a
+// connection that died unseen, and are told (EventRunPolled).
+func (h *hub) newConnection(account, instance, run, peer string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	key := [3]string{account, instance, run}
+	if h.conns[key] == peer {
+		return false
+	}
+	if len(h.conns) >= maxChecked {
+		clear(h.conns)
+	}
+	h.conns[key] = peer
+	return true
 }
 
 // rearm puts p back at the end of its account's waiting list.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -114,6 +115,11 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 	defer func() {
 		s.lostClaims("its poll ended before it was answered", w.Close(s.clock.Now())...)
 	}()
+	if run := req.GetRunId(); run != "" && s.broadcaster != nil {
+		if pr, ok := peer.FromContext(ctx); ok && s.hub.newConnection(account, req.GetInstanceId(), run, pr.Addr.String()) {
+			s.publish(Event{Kind: EventRunPolled, Account: account, InstanceID: req.GetInstanceId(), RunID: run})
+		}
+	}
 	timer := time.NewTimer(window)
 	defer timer.Stop()
 	var handed []store.Work

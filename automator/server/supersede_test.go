@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
@@ -78,5 +79,98 @@ func TestPollsOfOtherRunsOrWithoutRunIDsAreNotSuperseded(t *testing.T) {
 				t.Errorf("%d polls waiting; want the second one", n)
 			}
 		})
+	}
+}
+
+// recordingBroadcaster is a Broadcaster for one replica whose peers are
+// played by the test: it records what is published and delivers what the
+// test sends as the others' events.
+type recordingBroadcaster struct {
+	published chan server.Event
+	incoming  chan server.Event
+}
+
+func newRecordingBroadcaster() *recordingBroadcaster {
+	return &recordingBroadcaster{published: make(chan server.Event, 64), incoming: make(chan server.Event)}
+}
+
+func (b *recordingBroadcaster) Publish(_ context.Context, e server.Event) error {
+	b.published <- e
+	return nil
+}
+
+func (b *recordingBroadcaster) Listen(ctx context.Context, fn func(server.Event)) error {
+	for {
+		select {
+		case e := <-b.incoming:
+			fn(e)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// TestARunsFirstPollOnAConnectionIsAnnouncedToTheOtherReplicas: with other
+// replicas sharing the queue, a run's first poll on a connection tells them
+// (they may hold one of its polls on a connection that died unseen), and
+// its later polls on that connection do not; one of another run, or of the
+// same run on a new connection, does.
+func TestARunsFirstPollOnAConnectionIsAnnouncedToTheOtherReplicas(t *testing.T) {
+	b := newRecordingBroadcaster()
+	e := newEnv(t, envOptions{pollWindow: time.Hour, broadcaster: b})
+	px := e.proxyClient()
+	quick := func(px automatorv1.ProxyServiceClient, run string) {
+		t.Helper()
+		if _, err := px.Poll(t.Context(), &automatorv1.PollRequest{InstanceId: "host-a", RunId: run, MaxUnits: 1, Wait: durationpb.New(0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	announced := func() []string {
+		var runs []string
+		for {
+			select {
+			case ev := <-b.published:
+				if ev.Kind == server.EventRunPolled {
+					runs = append(runs, ev.InstanceID+"/"+ev.RunID)
+				}
+			default:
+				return runs
+			}
+		}
+	}
+	quick(px, "run-1")
+	waittest.Until(t, "the first poll to be announced", func() bool { return len(b.published) > 0 })
+	if got := announced(); len(got) != 1 || got[0] != "host-a/run-1" {
+		t.Fatalf("announced %v after the first poll; want host-a/run-1", got)
+	}
+	quick(px, "run-1")
+	quick(px, "run-1")
+	quick(px, "run-2")
+	quick(e.proxyClient(), "run-1") // a new connection
+	waittest.Until(t, "the polls on new connections to be announced", func() bool { return len(b.published) >= 2 })
+	if got := announced(); len(got) != 2 || got[0] != "host-a/run-2" || got[1] != "host-a/run-1" {
+		t.Errorf("announced %v after two more polls of run-1 on its connection, one of run-2 and one of run-1 on a new connection; want host-a/run-2 and host-a/run-1", got)
+	}
+}
+
+// TestAnotherReplicasAnnouncementSupersedesTheRunsWaitingPoll: told that a
+// run polled another replica on a new connection, this replica ends its
+// waiting poll of that run, and only that one.
+func TestAnotherReplicasAnnouncementSupersedesTheRunsWaitingPoll(t *testing.T) {
+	b := newRecordingBroadcaster()
+	e := newEnv(t, envOptions{pollWindow: time.Hour, broadcaster: b})
+	held := e.pollRunAsync(t.Context(), "host-a", "run-1")
+	other := e.pollRunAsync(t.Context(), "host-a", "run-2")
+	e.awaitWaiting(2)
+	b.incoming <- server.Event{Kind: server.EventRunPolled, Account: e.account, InstanceID: "host-a", RunID: "run-1"}
+	r := waittest.Recv(t, held, "the poll of the run announced elsewhere to end")
+	if r.err != nil || len(r.resp.GetClaims()) != 0 {
+		t.Errorf("the poll of the run announced elsewhere: %v, %v; want an empty answer", r.resp, r.err)
+	}
+	e.awaitWaiting(1)
+	select {
+	case r := <-other:
+		t.Errorf("the poll of another run ended: %v, %v; want it still waiting", r.resp, r.err)
+	default:
 	}
 }

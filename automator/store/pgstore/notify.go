@@ -21,6 +21,9 @@ const (
 	// EventWorkEnded: unit WorkID of Account reached a terminal state;
 	// InstanceID is its claimer, if it was claimed.
 	EventWorkEnded EventKind = "ended"
+	// EventRunPolled: run RunID of instance InstanceID of Account polled
+	// on a new connection. (A replica that predates it ignores it.)
+	EventRunPolled EventKind = "polled"
 )
 
 // Event is a change of the queue that automators sharing the database must
@@ -32,6 +35,7 @@ type Event struct {
 	Account    string
 	WorkID     string
 	InstanceID string
+	RunID      string
 }
 
 // payload is an Event on the wire: a few hundred bytes of JSON at most
@@ -42,6 +46,7 @@ type payload struct {
 	Account    string    `json:"a"`
 	WorkID     string    `json:"w,omitempty"`
 	InstanceID string    `json:"i,omitempty"`
+	RunID      string    `json:"r,omitempty"`
 	// Seq numbers the events of one publisher. PostgreSQL drops a
 	// notification equal to another of the same transaction, and Publish
 	// sends several in one (two units queued on one account would make
@@ -78,7 +83,7 @@ const (
 // the last failure.
 func (s *Store) Publish(ctx context.Context, e Event) error {
 	data, err := json.Marshal(payload{Origin: s.origin, Kind: e.Kind, Account: e.Account, WorkID: e.WorkID, InstanceID: e.InstanceID,
-		Seq: s.notify.seq.Add(1)})
+		RunID: e.RunID, Seq: s.notify.seq.Add(1)})
 	if err != nil {
 		return fmt.Errorf("publishing a queue event: %w", err)
 	}
@@ -307,7 +312,7 @@ func (s *Store) Listen(ctx context.Context, fn func(Event)) error {
 		if p.Origin == s.origin {
 			continue
 		}
-		fn(Event{Kind: p.Kind, Account: p.Account, WorkID: p.WorkID, InstanceID: p.InstanceID})
+		fn(Event{Kind: p.Kind, Account: p.Account, WorkID: p.WorkID, InstanceID: p.InstanceID, RunID: p.RunID})
 	}
 }
 

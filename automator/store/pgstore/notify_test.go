@@ -59,6 +59,13 @@ func TestPublishReachesTheOtherReplicaNotItself(t *testing.T) {
 	if got := receive(t, fromB, "a's event on b"); got != want {
 		t.Errorf("b received %+v, want %+v", got, want)
 	}
+	polled := Event{Kind: EventRunPolled, Account: "acme", InstanceID: "host-a", RunID: "run-1"}
+	if err := a.Publish(t.Context(), polled); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	if got := receive(t, fromB, "a's run event on b"); got != polled {
+		t.Errorf("b received %+v, want %+v", got, polled)
+	}
 	// b's event reaches a; a's own event, published before it, did not:
 	// notifications arrive in commit order.
 	mark := Event{Kind: EventWorkQueued, Account: "globex"}
