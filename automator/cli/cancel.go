@@ -44,17 +44,7 @@ func (e *refusedID) Error() string { return e.msg }
 // its flags, or the automator unreachable or refusing the API key. It
 // then prints the units it got to first.
 func cmdWorkCancel(ctx context.Context, args []string, env Env) (int, error) {
-	fs := newFlags("work cancel", env)
-	caller := addCallerFlags(fs)
-	asJSON := fs.Bool("json", false, "print JSON (for scripts) instead of a table")
-	ids, err := parseInterspersed(fs, args)
-	if err != nil {
-		return 0, err
-	}
-	if len(ids) == 0 {
-		return 0, errors.New("usage: automator work cancel ID... (--data-dir DIR | --server URL --api-key-file F --ca FILE) [--json]")
-	}
-	c, err := caller.connect()
+	ids, asJSON, c, err := unitsCommand("work cancel", args, env)
 	if err != nil {
 		return 0, err
 	}
@@ -72,13 +62,13 @@ func cmdWorkCancel(ctx context.Context, args []string, env Env) (int, error) {
 		}
 		if err != nil {
 			if len(out) > 0 {
-				_ = printCancelled(env.Stdout, out, *asJSON) // what was done before, then the error
+				_ = printCancelled(env.Stdout, out, asJSON) // what was done before, then the error
 			}
 			return 0, err
 		}
 		out = append(out, v)
 	}
-	return code, printCancelled(env.Stdout, out, *asJSON)
+	return code, printCancelled(env.Stdout, out, asJSON)
 }
 
 // cancelOne cancels unit id unless it has ended, and returns it as it is

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -36,21 +35,30 @@ type waitJSON struct {
 	Reason     string `json:"reason,omitempty"`
 }
 
+// unitsCommand parses the arguments of a command on units given by id
+// (work wait, work cancel): the ids, --json, and the caller flags, by which
+// it connects.
+func unitsCommand(name string, args []string, env Env) (ids []string, asJSON bool, c *client.Client, err error) {
+	fs := newFlags(name, env)
+	caller := addCallerFlags(fs)
+	jsonFlag := fs.Bool("json", false, "print JSON (for scripts) instead of a table")
+	if ids, err = parseInterspersed(fs, args); err != nil {
+		return nil, false, nil, err
+	}
+	if len(ids) == 0 {
+		return nil, false, nil, fmt.Errorf("usage: automator %s ID... (--data-dir DIR | --server URL --api-key-file F --ca FILE) [--json]", name)
+	}
+	if c, err = caller.connect(); err != nil {
+		return nil, false, nil, err
+	}
+	return ids, *jsonFlag, c, nil
+}
+
 // cmdWorkWait waits until every given unit has ended and prints how each
 // ended. On a terminal, stderr shows a progress line meanwhile. It exits 0
 // when every unit succeeded with exit code 0, 1 otherwise.
 func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
-	fs := newFlags("work wait", env)
-	caller := addCallerFlags(fs)
-	asJSON := fs.Bool("json", false, "print JSON (for scripts) instead of a table")
-	ids, err := parseInterspersed(fs, args)
-	if err != nil {
-		return 0, err
-	}
-	if len(ids) == 0 {
-		return 0, errors.New("usage: automator work wait ID... (--data-dir DIR | --server URL --api-key-file F --ca FILE) [--json]")
-	}
-	c, err := caller.connect()
+	ids, asJSON, c, err := unitsCommand("work wait", args, env)
 	if err != nil {
 		return 0, err
 	}
@@ -108,7 +116,7 @@ func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 			code = ExitNotAllSucceeded
 		}
 	}
-	if *asJSON {
+	if asJSON {
 		return code, writeJSON(env.Stdout, out)
 	}
 	t := table(env.Stdout)
