@@ -126,14 +126,7 @@ func TestRestoreIsRefusedWhileACommandHasTheDatabaseOpen(t *testing.T) {
 	if code, _, stderr := runCLI(t, "backup", "--data-dir", dir, file); code != 0 {
 		t.Fatalf("backup: %s", stderr)
 	}
-	cfg, err := config.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := openStore(t.Context(), dir, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, cfg := openDirStore(t, dir)
 	if _, err := st.APIKeyList(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -164,14 +157,7 @@ func TestTheStoreOfACommandForgetsCredentialsOnDemand(t *testing.T) {
 	if code, _, stderr := runCLI(t, "account", "create", "acme", "--data-dir", dir); code != 0 {
 		t.Fatalf("account create: %s", stderr)
 	}
-	cfg, err := config.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := openStore(t.Context(), dir, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, _ := openDirStore(t, dir)
 	defer st.Close()
 	if _, err := st.AccountGet(t.Context(), "acme"); err != nil { // cached from here
 		t.Fatal(err)
@@ -185,4 +171,20 @@ func TestTheStoreOfACommandForgetsCredentialsOnDemand(t *testing.T) {
 	if a, err := st.AccountGet(t.Context(), "acme"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("account acme after another process deleted it and its credentials were forgotten: %q, %v; want not found", a.Name, err)
 	}
+}
+
+// openDirStore opens the data directory's database as a command does
+// (openStore: holding the serve lock, shared) and returns it with the
+// directory's settings.
+func openDirStore(t *testing.T, dir string) (store.Store, config.Config) {
+	t.Helper()
+	cfg, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := openStore(t.Context(), dir, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, cfg
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/internal/waittest"
 )
@@ -56,14 +55,7 @@ func TestReplicasListsHeartbeatsAndWhoIsAlive(t *testing.T) {
 		t.Errorf("replicas before any heartbeat printed %q, want it to say there is none", out)
 	}
 
-	cfg, err := config.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := openStore(t.Context(), dir, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, _ := openDirStore(t, dir)
 	defer st.Close()
 	now := time.Now()
 	// One replica beating now (the loop), one that stopped a minute ago.
