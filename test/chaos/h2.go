@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"encoding/binary"
+	"strings"
 
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/protobuf/proto"
@@ -274,21 +275,8 @@ func completeWorkIDs(path string, body []byte) (ids []string, whole bool) {
 	return []string{req.GetWorkId()}, true
 }
 
-// stateName is a state as the history names it.
+// stateName is a state as the history names it: the enum's name without
+// its prefix, in lower case (STATE_TIMED_OUT is "timed_out").
 func stateName(s automatorv1.State) string {
-	switch s {
-	case automatorv1.State_STATE_QUEUED:
-		return "queued"
-	case automatorv1.State_STATE_CLAIMED:
-		return "claimed"
-	case automatorv1.State_STATE_SUCCEEDED:
-		return StateSucceeded
-	case automatorv1.State_STATE_FAILED:
-		return StateFailed
-	case automatorv1.State_STATE_TIMED_OUT:
-		return StateTimedOut
-	case automatorv1.State_STATE_CANCELLED:
-		return StateCancelled
-	}
-	return s.String()
+	return strings.ToLower(strings.TrimPrefix(s.String(), "STATE_"))
 }
