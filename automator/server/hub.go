@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/opsgate/opsgate/automator/store"
@@ -205,8 +206,9 @@ type poller struct {
 	handed   []store.Work // stored as claimed by it, not taken yet
 	closed   bool         // the poll has ended: nothing more is handed to it
 	// superseded: a newer poll of its run came (supersede), so its
-	// connection is dead: nothing more is handed to it, and it ends.
-	superseded bool
+	// connection is dead: nothing more is handed to it, and it ends. Set
+	// under h.mu; its poll reads it without.
+	superseded atomic.Bool
 	// claiming: its own claim is under way (parkWhileClaiming until
 	// claimDone): units may be handed to it, at most limit, whatever the
 	// queue holds, and stored is closed (when not nil) once none
@@ -255,7 +257,7 @@ func (h *hub) supersedeLocked(key [3]string) {
 		return
 	}
 	delete(h.runs, key)
-	old.superseded = true
+	old.superseded.Store(true)
 	h.stopFillingLocked(old)
 	h.signalLocked(old)
 }
@@ -282,18 +284,14 @@ func (h *hub) newConnection(account, instance, run, peer string) bool {
 func (p *poller) rearm() {
 	p.h.mu.Lock()
 	defer p.h.mu.Unlock()
-	if p.elem != nil || p.closed || p.superseded {
+	if p.elem != nil || p.closed || p.superseded.Load() {
 		return
 	}
 	p.h.pushLocked(p)
 }
 
 // isSuperseded reports whether a newer poll of p's run came (poller).
-func (p *poller) isSuperseded() bool {
-	p.h.mu.Lock()
-	defer p.h.mu.Unlock()
-	return p.superseded
-}
+func (p *poller) isSuperseded() bool { return p.superseded.Load() }
 
 // pushLocked puts p at the end of its account's waiting list.
 func (h *hub) pushLocked(p *poller) {
@@ -479,7 +477,7 @@ func (p *poller) claimDone(ctx context.Context) []store.Work {
 	p.claiming, p.limit, p.stored = false, 0, nil
 	us := p.handed
 	p.handed = nil
-	if p.elem == nil && !p.closed && !p.superseded && len(p.c) == 0 {
+	if p.elem == nil && !p.closed && !p.superseded.Load() && len(p.c) == 0 {
 		// reserve took it out of the waiting list (a wake-up would have
 		// left a token, and its poll rearms on that): back in place,
 		// should its poll wait again.
@@ -492,7 +490,7 @@ func (p *poller) claimDone(ctx context.Context) []store.Work {
 // enqueue that read token as the account's current token hash, or (token
 // nil) claim one when woken.
 func (p *poller) takes(now time.Time, token []byte) bool {
-	return !p.superseded && (p.accepts == nil || p.accepts(now, token))
+	return !p.superseded.Load() && (p.accepts == nil || p.accepts(now, token))
 }
 
 // park marks p's poll as about to wait for a wake-up: from now until take
