@@ -227,10 +227,22 @@ type WorkEnqueueParams struct {
 	ClaimFor *ClaimRef
 }
 
-// ClaimRef names a claim: the instance that holds it and its claim id.
+// ClaimRef names a claim: the instance that holds it and its claim id, and
+// the poll it is handed to (ClaimPoll).
 type ClaimRef struct {
 	InstanceID string
 	ClaimID    string
+	ClaimPoll
+}
+
+// ClaimPoll names the poll a claim is made for: the proxy process's run id
+// and the poll's number in that run (PollRequest.run_id and poll_seq). Zero
+// when the poll did not say (a proxy predating them). A proxy that later says
+// it never read that poll's answer has its units found by
+// WorkClaimedByPolls.
+type ClaimPoll struct {
+	Run  string
+	Poll int64
 }
 
 type WorkClaimParams struct {
@@ -242,11 +254,24 @@ type WorkClaimParams struct {
 	// unit gets ClaimIDs[i].
 	ClaimIDs []string
 	Now      time.Time
+	// ClaimPoll is the poll the units are claimed for, recorded with each.
+	ClaimPoll
 	// Expect: the caller knows a unit of the account was queued since its
 	// last claim that found nothing, so a backend may skip a cheap look for
 	// an empty queue (sqlitestore's on the read pool) and claim at once.
 	// The result is the same either way.
 	Expect bool
+}
+
+// WorkClaimedByPollsParams names polls of one proxy process whose answers
+// never reached it.
+type WorkClaimedByPollsParams struct {
+	Account    string
+	InstanceID string
+	Run        string
+	// FromPoll and ToPoll bound the polls' numbers in the run, both
+	// included.
+	FromPoll, ToPoll int64
 }
 
 type WorkCompleteParams struct {
@@ -421,6 +446,11 @@ type Store interface {
 	// claim id, and returns them. A unit is claimed at most once, ever: the
 	// claim is a conditional write on state = 'queued'.
 	WorkClaim(ctx context.Context, p WorkClaimParams) ([]Work, error)
+	// WorkClaimedByPolls returns the units of p.Account still claimed by
+	// p.InstanceID for the polls of run p.Run numbered p.FromPoll to
+	// p.ToPoll (ClaimPoll), oldest first. A run without a name (empty
+	// p.Run) has none.
+	WorkClaimedByPolls(ctx context.Context, p WorkClaimedByPollsParams) ([]Work, error)
 	// WorkComplete records the claimer's outcome. It succeeds only while the
 	// unit is claimed under p.ClaimID and p.Now is before the deadline.
 	// Errors: ErrNotFound; ErrClaimMismatch (claimed under another claim id);

@@ -28,7 +28,8 @@ var claimSQL = `WITH picked AS (
 ), numbered AS (
 	SELECT id, row_number() OVER (ORDER BY queued_at, id) AS n FROM picked
 )
-UPDATE work SET state = 'claimed', instance_id = $4, claim_id = ($5::text[])[numbered.n], claimed_at = $2
+UPDATE work SET state = 'claimed', instance_id = $4, claim_id = ($5::text[])[numbered.n], claimed_at = $2,
+	claim_run = $6, claim_poll = $7
 FROM numbered
 WHERE work.id = numbered.id AND work.state = 'queued'
 RETURNING numbered.n, ` + workColumnsOf("work")
@@ -48,7 +49,7 @@ func (s *Store) WorkClaim(ctx context.Context, p store.WorkClaimParams) ([]store
 	// Once sent, the claim runs to its end (Store.sent): its caller gets
 	// the units it committed.
 	err := s.sent(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
-		rows, err := c.Query(ctx, claimSQL, p.Account, p.Now, p.Max, p.InstanceID, p.ClaimIDs[:p.Max])
+		rows, err := c.Query(ctx, claimSQL, p.Account, p.Now, p.Max, p.InstanceID, p.ClaimIDs[:p.Max], p.Run, p.Poll)
 		if err != nil {
 			return err
 		}
@@ -71,4 +72,21 @@ func (s *Store) WorkClaim(ctx context.Context, p store.WorkClaimParams) ([]store
 		out[i] = c.w
 	}
 	return out, nil
+}
+
+func (s *Store) WorkClaimedByPolls(ctx context.Context, p store.WorkClaimedByPollsParams) ([]store.Work, error) {
+	if p.Run == "" {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+workColumns+` FROM work
+WHERE account = $1 AND state = 'claimed' AND instance_id = $2 AND claim_run = $3 AND claim_poll BETWEEN $4 AND $5
+ORDER BY queued_at, id`, p.Account, p.InstanceID, p.Run, p.FromPoll, p.ToPoll)
+	if err != nil {
+		return nil, fmt.Errorf("reading the units claimed by polls of instance %q: %w", p.InstanceID, err)
+	}
+	ws, err := pgx.CollectRows(rows, rowTo(scanWork))
+	if err != nil {
+		return nil, fmt.Errorf("reading the units claimed by polls of instance %q: %w", p.InstanceID, err)
+	}
+	return ws, nil
 }

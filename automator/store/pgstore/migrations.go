@@ -151,6 +151,14 @@ CREATE TABLE dashboard_sessions_ended (
 );
 CREATE INDEX dashboard_sessions_ended_expires_at ON dashboard_sessions_ended (expires_at);
 `},
+	{version: 5, name: "the poll each claim was made for", sql: `
+-- The proxy process (its run id) and the poll of that run (its number) a
+-- unit was claimed for: a proxy that says it never read that poll's answer
+-- has the unit ended at once (WorkClaimedByPolls). Found through
+-- work_claimed, an account's claimed units.
+ALTER TABLE work ADD COLUMN claim_run text NOT NULL DEFAULT '';
+ALTER TABLE work ADD COLUMN claim_poll bigint NOT NULL DEFAULT 0;
+`},
 }
 
 // migrationLockKey is the advisory lock (two int4 keys: the first fixed for

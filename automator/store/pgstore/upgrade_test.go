@@ -29,6 +29,7 @@ var upgradeFills = map[int]upgradeFill{
 	2: {hasV2, fillV2},
 	3: {hasV2, fillV2}, // new indexes only
 	4: {storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true, DashboardSessions: true}, fillV4},
+	5: {storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true, DashboardSessions: true}, fillV4}, // new columns with defaults only
 }
 
 var hasV2 = storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true}

@@ -148,28 +148,28 @@ func insertWork(ctx context.Context, tx pgx.Tx, p store.WorkEnqueueParams, key *
 // insertWorkStatement is the statement that inserts a new unit and its
 // audit event, and its arguments.
 func insertWorkStatement(p store.WorkEnqueueParams, key *string) (string, []any) {
-	state, instance, claimID, claimedAt := string(store.StateQueued), "", "", (*time.Time)(nil)
+	state, instance, claimID, claimedAt, claimPoll := string(store.StateQueued), "", "", (*time.Time)(nil), store.ClaimPoll{}
 	if c := p.ClaimFor; c != nil {
-		state, instance, claimID, claimedAt = string(store.StateClaimed), c.InstanceID, c.ClaimID, &p.Now
+		state, instance, claimID, claimedAt, claimPoll = string(store.StateClaimed), c.InstanceID, c.ClaimID, &p.Now, c.ClaimPoll
 	}
-	args := []any{p.ID, p.Account, state, p.KeyID, nonNil(p.SealedCommand), p.Now, p.Deadline, key, instance, claimID, claimedAt}
+	args := []any{p.ID, p.Account, state, p.KeyID, nonNil(p.SealedCommand), p.Now, p.Deadline, key, instance, claimID, claimedAt, claimPoll.Run, claimPoll.Poll}
 	a := p.Audit
 	if a == nil {
-		return `INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, idempotency_key, instance_id, claim_id, claimed_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+		return `INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, idempotency_key, instance_id, claim_id, claimed_at, claim_run, claim_poll)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
 ON CONFLICT (id) DO NOTHING
 RETURNING ` + workColumns, args
 	}
 	// The unit and its audit event in one statement, so in one
 	// transaction: the event is written only with the unit.
 	return `WITH w AS (
-	INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, idempotency_key, instance_id, claim_id, claimed_at)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+	INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, idempotency_key, instance_id, claim_id, claimed_at, claim_run, claim_poll)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
 	ON CONFLICT (id) DO NOTHING
 	RETURNING ` + workColumns + `
 ), a AS (
 	INSERT INTO audit (at, kind, actor, source, account, work_id, instance_id, outcome, sealed_script, detail)
-	SELECT $12, $13, $14, $15, $16, $17, $18, $19, $20, $21 FROM w
+	SELECT $14, $15, $16, $17, $18, $19, $20, $21, $22, $23 FROM w
 )
 SELECT * FROM w`, append(args, a.At, a.Kind, a.Actor, a.Source, a.Account, a.WorkID, a.InstanceID, a.Outcome, a.SealedScript, a.Detail)
 }

@@ -43,10 +43,10 @@ func (s *Store) WorkClaim(ctx context.Context, p store.WorkClaimParams) ([]store
 			// The conditional write is the claim: only a row still queued
 			// changes, and only changed rows come back.
 			w, err := scanWork(tx.QueryRowContext(ctx, `UPDATE work
-SET state = 'claimed', instance_id = ?, claim_id = ?, claimed_at = ?
+SET state = 'claimed', instance_id = ?, claim_id = ?, claimed_at = ?, claim_run = ?, claim_poll = ?
 WHERE id = ? AND state = 'queued'
 RETURNING `+workColumns,
-				p.InstanceID, p.ClaimIDs[len(claimed)], now, id))
+				p.InstanceID, p.ClaimIDs[len(claimed)], now, p.Run, p.Poll, id))
 			if errors.Is(err, sql.ErrNoRows) {
 				continue
 			}
@@ -94,4 +94,33 @@ func claimCandidates(ctx context.Context, tx querier, account string, now int64,
 		ids = append(ids, id)
 	}
 	return ids, rows.Err()
+}
+
+// claimedByPollsQuery names state 'claimed' as a literal, so that SQLite
+// uses the partial index work_claimed.
+const claimedByPollsQuery = `SELECT ` + workColumns + ` FROM work
+WHERE account = ? AND state = 'claimed' AND instance_id = ? AND claim_run = ? AND claim_poll BETWEEN ? AND ?
+ORDER BY queued_at, id`
+
+func (s *Store) WorkClaimedByPolls(ctx context.Context, p store.WorkClaimedByPollsParams) ([]store.Work, error) {
+	if p.Run == "" {
+		return nil, nil
+	}
+	rows, err := s.reads.QueryContext(ctx, claimedByPollsQuery, p.Account, p.InstanceID, p.Run, p.FromPoll, p.ToPoll)
+	if err != nil {
+		return nil, fmt.Errorf("reading the units claimed by polls of instance %q: %w", p.InstanceID, err)
+	}
+	defer rows.Close()
+	var ws []store.Work
+	for rows.Next() {
+		w, err := scanWork(rows)
+		if err != nil {
+			return nil, fmt.Errorf("reading the units claimed by polls of instance %q: %w", p.InstanceID, err)
+		}
+		ws = append(ws, w)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading the units claimed by polls of instance %q: %w", p.InstanceID, err)
+	}
+	return ws, nil
 }

@@ -189,6 +189,14 @@ CREATE TABLE dashboard_sessions_ended (
 ) STRICT;
 CREATE INDEX dashboard_sessions_ended_expires_at ON dashboard_sessions_ended (expires_at);
 `},
+	{version: 8, name: "the poll each claim was made for", sql: `
+-- The proxy process (its run id) and the poll of that run (its number) a
+-- unit was claimed for: a proxy that says it never read that poll's answer
+-- has the unit ended at once (WorkClaimedByPolls). Found through
+-- work_claimed, an account's claimed units.
+ALTER TABLE work ADD COLUMN claim_run TEXT NOT NULL DEFAULT '';
+ALTER TABLE work ADD COLUMN claim_poll INTEGER NOT NULL DEFAULT 0;
+`},
 }
 
 // migrate applies the migrations not yet recorded in schema_migrations, all

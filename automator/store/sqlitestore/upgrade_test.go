@@ -29,6 +29,7 @@ var upgradeFills = map[int]upgradeFill{
 	5: {hasV3, fillV3}, // new indexes only
 	6: {hasV3, fillV3}, // the audit table rebuilt, same columns
 	7: {storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true, DashboardSessions: true}, fillV7},
+	8: {storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true, DashboardSessions: true}, fillV7}, // new columns with defaults only
 }
 
 var hasV3 = storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true}

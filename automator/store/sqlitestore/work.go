@@ -50,9 +50,9 @@ func (s *Store) WorkEnqueue(ctx context.Context, p store.WorkEnqueueParams) (sto
 		return store.Work{}, fmt.Errorf("enqueueing work for account %q: the id is empty", p.Account)
 	}
 	var w store.Work
-	state, instance, claimID, claimedAt := store.StateQueued, "", "", int64(0)
+	state, instance, claimID, claimedAt, claimPoll := store.StateQueued, "", "", int64(0), store.ClaimPoll{}
 	if c := p.ClaimFor; c != nil {
-		state, instance, claimID, claimedAt = store.StateClaimed, c.InstanceID, c.ClaimID, toNanos(p.Now)
+		state, instance, claimID, claimedAt, claimPoll = store.StateClaimed, c.InstanceID, c.ClaimID, toNanos(p.Now), c.ClaimPoll
 	}
 	err := s.write1(ctx, p.SyncLater && p.ClaimFor == nil, func(ctx context.Context, tx querier) error {
 		var key any // NULL when no key is given
@@ -74,11 +74,11 @@ func (s *Store) WorkEnqueue(ctx context.Context, p store.WorkEnqueueParams) (sto
 		}
 		// The foreign key refuses a unit of an unknown account.
 		res, err := tx.ExecContext(ctx, `INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, idempotency_key,
-	instance_id, claim_id, claimed_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	instance_id, claim_id, claimed_at, claim_run, claim_poll)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (id) DO NOTHING`,
 			p.ID, p.Account, string(state), p.KeyID, nonNil(p.SealedCommand), toNanos(p.Now), toNanos(p.Deadline), key,
-			instance, claimID, claimedAt)
+			instance, claimID, claimedAt, claimPoll.Run, claimPoll.Poll)
 		if isForeignKeyViolation(err) {
 			return fmt.Errorf("account %q: %w", p.Account, store.ErrNotFound)
 		}
