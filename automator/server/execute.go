@@ -230,7 +230,7 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, m
 	// returned before this call (store.CachedCredentials; pollauth.go).
 	to := s.hub.reserve(acc.Name, now, acc.TokenHash)
 	if to != nil {
-		params.ClaimFor = &store.ClaimRef{InstanceID: to.instance, ClaimID: newID("c_")}
+		params.ClaimFor = &store.ClaimRef{InstanceID: to.instance, ClaimID: newID("c_"), ClaimPoll: to.poll}
 	} else if err := s.checkQueue(ctx, params, method); err != nil {
 		return store.Work{}, err
 	}
@@ -261,7 +261,7 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, m
 	if to == nil {
 		s.emit(ctx, Event{Kind: EventWorkQueued, Account: acc.Name})
 	} else if !s.hub.hand(to, w) {
-		s.lostClaims("its poll ended while it was stored", w)
+		s.failUnsent(ctx, false, "its poll ended while it was stored", w)
 	}
 	return w, nil
 }

@@ -3,7 +3,6 @@ package server_test
 import (
 	"context"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -161,11 +160,12 @@ func (m pollsClosed) PollOpened(string) func()        { return func() { m.closed
 
 var _ server.Metrics = pollsClosed{}
 
-// TestUnitHandedToAPollThatLeftIsNeverGivenToAnother: the poll picked for
-// a unit ends while the unit is being stored as its claim. The claim
-// stands (guarantee 1: a claimed unit is never handed to another
-// instance), so the unit times out at its deadline, naming its claimer.
-func TestUnitHandedToAPollThatLeftIsNeverGivenToAnother(t *testing.T) {
+// TestUnitHandedToAPollThatLeftFailsAtOnceAndIsNeverGivenToAnother: the
+// poll picked for a unit ends while the unit is being stored as its claim.
+// The claim stands (guarantee 1: a claimed unit is never handed to another
+// instance), and since it can never be sent, the unit fails at once, long
+// before its deadline, saying that its script did not run.
+func TestUnitHandedToAPollThatLeftFailsAtOnceAndIsNeverGivenToAnother(t *testing.T) {
 	gate := &gatedEnqueue{entered: make(chan struct{}), release: make(chan struct{})}
 	m := pollsClosed{closed: make(chan struct{}, 4)}
 	e := newEnv(t, envOptions{pollWindow: time.Minute, metrics: m,
@@ -176,7 +176,7 @@ func TestUnitHandedToAPollThatLeftIsNeverGivenToAnother(t *testing.T) {
 	e.awaitWaiting(1)
 
 	submitted := make(chan *automatorv1.WorkStatus, 1)
-	go func() { submitted <- submit(t, api, e.account, time.Second) }()
+	go func() { submitted <- submit(t, api, e.account, time.Hour) }()
 	select {
 	case <-gate.entered:
 	case <-time.After(10 * time.Second):
@@ -193,12 +193,12 @@ func TestUnitHandedToAPollThatLeftIsNeverGivenToAnother(t *testing.T) {
 		t.Fatalf("Submit answered %v by %q, want claimed by a", st.GetState(), st.GetInstanceId())
 	}
 	other := pollAsync(t.Context(), px, "b", 1)
-	end, err := api.Wait(waittest.Context(t, "the unit claimed for the poll that left to time out at its 1s deadline"), &automatorv1.WaitRequest{WorkId: st.GetWorkId()})
+	end, err := api.Wait(waittest.Context(t, "the unit claimed for the poll that left to fail"), &automatorv1.WaitRequest{WorkId: st.GetWorkId()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if end.GetState() != automatorv1.State_STATE_TIMED_OUT || !strings.Contains(end.GetReason(), "instance a ") {
-		t.Errorf("the unit ended %v (%q), want timed out naming instance a", end.GetState(), end.GetReason())
+	if want := "its claim never reached instance a: its poll ended while it was stored; the script did not run"; end.GetState() != automatorv1.State_STATE_FAILED || end.GetReason() != want {
+		t.Errorf("the unit ended %v (%q), want failed (%q)", end.GetState(), end.GetReason(), want)
 	}
 	select {
 	case r := <-other:

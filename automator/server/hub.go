@@ -188,8 +188,9 @@ type poller struct {
 	h        *hub
 	account  string
 	instance string
-	run      string // the proxy process's run id; "" for none
-	slots    int    // units it may take at once (its max_units)
+	run      string          // the proxy process's run id; "" for none
+	poll     store.ClaimPoll // recorded with the units claimed for it
+	slots    int             // units it may take at once (its max_units)
 	// accepts reports whether the poll may take a unit at now (its caller
 	// is there, its token and keys are still good): one handed by an
 	// enqueue that read token as the account's current token hash, or
@@ -227,11 +228,13 @@ type poller struct {
 // automator hearing of it (a middlebox forgot it, a partition cut it), and
 // every unit handed to it would be lost. It is woken, handed nothing more,
 // and its poll ends (superseded).
-func (h *hub) poller(account, instance, run string, slots int, accepts func(time.Time, []byte) bool) *poller {
-	p := &poller{h: h, account: account, instance: instance, run: run, slots: slots, accepts: accepts, c: make(chan struct{}, 1)}
-	if run != "" {
+//
+// Units stored as its claims record cp, the poll they are claimed for.
+func (h *hub) poller(account, instance string, cp store.ClaimPoll, slots int, accepts func(time.Time, []byte) bool) *poller {
+	p := &poller{h: h, account: account, instance: instance, run: cp.Run, poll: cp, slots: slots, accepts: accepts, c: make(chan struct{}, 1)}
+	if cp.Run != "" {
 		h.mu.Lock()
-		key := [3]string{account, instance, run}
+		key := [3]string{account, instance, cp.Run}
 		h.supersedeLocked(key)
 		h.runs[key] = p
 		h.mu.Unlock()

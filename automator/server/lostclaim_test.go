@@ -61,14 +61,14 @@ func (l *syncLog) lines(parts ...string) []string {
 	return out
 }
 
-// TestUnitsClaimedForAPollThatLeftAreLoggedAsLost: a poll ends while its
-// claim is under way, and the claim commits all the same (the PostgreSQL
-// store runs a claim it sent to its end). Its units are stored as claimed
-// by the poll's instance, which never receives them: they are never given
-// to another (guarantee 1) and time out at their deadline. The server says
-// so, a warning per unit naming it and the instance, instead of answering
-// a poll nobody reads.
-func TestUnitsClaimedForAPollThatLeftAreLoggedAsLost(t *testing.T) {
+// TestUnitsClaimedForAPollThatLeftFailAtOnce: a poll ends while its claim
+// is under way, and the claim commits all the same (the PostgreSQL store
+// runs a claim it sent to its end). Its units are stored as claimed by the
+// poll's instance, which never receives them: they are never given to
+// another (guarantee 1), and they fail at once rather than at their
+// deadline, saying that their script did not run. The server logs a
+// warning per unit naming it and the instance.
+func TestUnitsClaimedForAPollThatLeftFailAtOnce(t *testing.T) {
 	gate := &claimOutlivingItsPoll{entered: make(chan struct{}, 1)}
 	m := pollsClosed{closed: make(chan struct{}, 1)}
 	log := &syncLog{}
@@ -89,10 +89,10 @@ func TestUnitsClaimedForAPollThatLeftAreLoggedAsLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w.State != store.StateClaimed || w.InstanceID != "a" {
-		t.Fatalf("the unit is %s by %q, want claimed by a (the claim ran to its end)", w.State, w.InstanceID)
+	if want := "its claim never reached instance a: its poll ended while its claim was under way; the script did not run"; w.State != store.StateFailed || w.InstanceID != "a" || w.Reason != want {
+		t.Fatalf("the unit is %s by %q (%q), want failed by a (%q)", w.State, w.InstanceID, w.Reason, want)
 	}
-	if got := log.lines("level=WARN", "could not send it", "work_id="+u.GetWorkId(), "instance_id=a "); len(got) != 1 {
+	if got := log.lines("level=WARN", "never reached its proxy: failed", "work_id="+u.GetWorkId(), "instance_id=a "); len(got) != 1 {
 		t.Errorf("warnings naming unit %s claimed by a: %q, want 1", u.GetWorkId(), got)
 	}
 }

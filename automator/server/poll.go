@@ -2,6 +2,10 @@ package server
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -60,6 +64,12 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 	if len(req.GetRunId()) > maxIDLen {
 		return nil, status.Errorf(codes.InvalidArgument, "run_id is longer than %d bytes", maxIDLen)
 	}
+	if req.GetPollSeq() > math.MaxInt64 {
+		return nil, status.Errorf(codes.InvalidArgument, "poll_seq %d is above %d", req.GetPollSeq(), int64(math.MaxInt64))
+	}
+	if from := req.GetLostFrom(); from != 0 && (from >= req.GetPollSeq() || req.GetRunId() == "") {
+		return nil, status.Errorf(codes.InvalidArgument, "lost_from %d needs a run_id and a poll_seq above it (poll_seq %d)", from, req.GetPollSeq())
+	}
 	// Both are stored with the instance and shown in listings.
 	if len(req.GetHostname()) > maxHostnameLen {
 		return nil, status.Errorf(codes.InvalidArgument, "hostname is longer than %d bytes", maxHostnameLen)
@@ -109,12 +119,22 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 	// poll waits applies to it (latestRing); so does a token rotation
 	// (pollauth.go). Called under the hub's lock, which keysMu and tok's
 	// lock nest in.
-	w := s.hub.poller(account, req.GetInstanceId(), req.GetRunId(), max, func(now time.Time, token []byte) bool {
+	cp := store.ClaimPoll{Run: req.GetRunId()}
+	if cp.Run != "" {
+		cp.Poll = int64(req.GetPollSeq())
+	}
+	w := s.hub.poller(account, req.GetInstanceId(), cp, max, func(now time.Time, token []byte) bool {
 		return ctx.Err() == nil && tok.takes(now, token) && (ring == nil || s.latestRing(account, ring).anyUsable(keyIDs, now))
 	})
 	defer func() {
-		s.lostClaims("its poll ended before it was answered", w.Close(s.clock.Now())...)
+		s.failUnsent(ctx, false, "its poll ended before it was answered", w.Close(s.clock.Now())...)
 	}()
+	if from := req.GetLostFrom(); from != 0 {
+		// After the poller superseded any poll of the run still waiting
+		// here, which then claims nothing more (and fails what it claimed
+		// after this look: tryOnce).
+		s.failLost(ctx, account, req.GetInstanceId(), cp.Run, int64(from), cp.Poll-1)
+	}
 	if run := req.GetRunId(); run != "" && s.broadcaster != nil {
 		if pr, ok := peer.FromContext(ctx); ok && s.hub.newConnection(account, req.GetInstanceId(), run, pr.Addr.String()) {
 			s.publish(Event{Kind: EventRunPolled, Account: account, InstanceID: req.GetInstanceId(), RunID: run})
@@ -195,7 +215,7 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 		cut := s.hub.cutSeen(account)
 		ended, err := s.endedOf(ctx, req.GetRunning())
 		if err != nil {
-			s.lostClaims("its poll failed", handed...)
+			s.failUnsent(ctx, false, "its poll failed", handed...)
 			return nil, false, s.internal(ctx, "reading states of running units", err)
 		}
 		s.hub.checkedRunning(account, req.GetInstanceId(), cut, looked)
@@ -205,7 +225,7 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 	if ctx.Err() != nil {
 		// The caller left: nothing can be sent, and a poll that already
 		// left must not claim.
-		s.lostClaims("its poll ended before it was answered", handed...)
+		s.failUnsent(ctx, false, "its poll ended before it was answered", handed...)
 		return resp, true, nil
 	}
 	claimed := handed
@@ -250,6 +270,7 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 			Max:        ask,
 			ClaimIDs:   ids,
 			Now:        now,
+			ClaimPoll:  reg.poll,
 			Expect:     s.hub.expectWork(account),
 		})
 		var more []store.Work
@@ -257,7 +278,7 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 			more = reg.claimDone(ctx)
 		}
 		if err != nil {
-			s.lostClaims("its poll failed", more...)
+			s.failUnsent(ctx, false, "its poll failed", more...)
 			return nil, false, s.internal(ctx, "claiming work", err)
 		}
 		ended := s.clock.Now()
@@ -280,9 +301,16 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 			// store ran it to its end: its units are the instance's, which
 			// will never receive them. Say so rather than answer a poll
 			// nobody reads.
-			s.lostClaims("its poll ended while its claim was under way", claimed...)
+			s.failUnsent(ctx, false, "its poll ended while its claim was under way", claimed...)
 			return resp, false, nil
 		}
+	}
+	if len(claimed) > 0 && reg.isSuperseded() {
+		// A newer poll of its run came, after its proxy stopped waiting
+		// for this one: the answer would never be read. (The newer poll's
+		// lost_from looked at what was claimed before it came.)
+		s.failUnsent(ctx, false, "a newer poll of its proxy process came while it was being claimed", claimed...)
+		return resp, true, nil
 	}
 	for _, w := range claimed {
 		resp.Claims = append(resp.Claims, &automatorv1.Claim{
@@ -298,14 +326,71 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 	return resp, false, nil
 }
 
-// lostClaims reports units stored as the claims of a poll that could not
-// send them. They are never handed to anyone else (guarantee 1): they
-// time out at their deadline, the reason naming their instance.
-func (s *Server) lostClaims(why string, claims ...store.Work) {
-	for _, w := range claims {
-		s.log.Warn("unit claimed for a poll that could not send it; it times out at its deadline",
-			"work_id", w.ID, "account", w.Account, "instance_id", w.InstanceID, "why", why, "deadline", w.Deadline)
+// failLost ends, as failed, the units still claimed for the polls of a
+// proxy process (instance and run) numbered from to to: the proxy said that
+// their answers never reached it (PollRequest.lost_from). A failure to
+// read or end them is logged: they then time out at their deadline.
+func (s *Server) failLost(ctx context.Context, account, instance, run string, from, to int64) {
+	ws, err := s.store.WorkClaimedByPolls(ctx, store.WorkClaimedByPollsParams{
+		Account: account, InstanceID: instance, Run: run, FromPoll: from, ToPoll: to,
+	})
+	if err != nil {
+		s.log.Warn("reading the units claimed for polls whose answers a proxy did not receive; they time out at their deadline",
+			"account", account, "instance_id", instance, "polls", fmt.Sprintf("%d-%d", from, to), "err", err)
+		return
 	}
+	why := "the answer of the poll it was claimed for never reached the proxy (its connection died unseen, or the answer came too late)"
+	if from != to {
+		why = "the answers of the polls it was claimed for never reached the proxy (its connection died unseen, or they came too late)"
+	}
+	s.failUnsent(ctx, true, why, ws...)
+}
+
+// failUnsent ends, as failed, units claimed for a poll whose answer never
+// reached its proxy (why says how): their scripts never ran and never will,
+// since a claim is sent only in that answer. The caller learns it at once,
+// and that the call may be repeated, rather than at the deadline. Nothing is
+// handed to anyone else (guarantee 1). proxySaid: the proxy said so
+// (lost_from), and is the audit record's actor; otherwise the automator
+// knows it (its poll ended, or was superseded, before the answer was sent).
+// A unit that ended meanwhile is left as it is.
+func (s *Server) failUnsent(ctx context.Context, proxySaid bool, why string, ws ...store.Work) {
+	if len(ws) == 0 {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	var wg sync.WaitGroup
+	for _, w := range ws {
+		// Concurrently, so the store commits them together.
+		wg.Go(func() {
+			audit := store.AuditEvent{At: s.clock.Now(), Kind: store.AuditWorkEnded, Actor: sweeperActor, Detail: "never delivered: " + why}
+			if proxySaid {
+				audit = s.event(ctx, store.AuditWorkEnded, "never delivered: "+why)
+			}
+			done, err := s.store.WorkComplete(ctx, store.WorkCompleteParams{
+				ID:      w.ID,
+				ClaimID: w.ClaimID,
+				Account: w.Account,
+				State:   store.StateFailed,
+				Reason:  fmt.Sprintf("its claim never reached instance %s: %s; the script did not run", w.InstanceID, why),
+				Now:     s.clock.Now(),
+				Audit:   &audit,
+			})
+			switch {
+			case err == nil:
+				s.emit(ctx, Event{Kind: EventWorkEnded, Account: done.Account, WorkID: done.ID, ended: &done})
+				s.metrics.WorkFinished(done)
+				s.log.Warn("unit claimed for a poll whose answer never reached its proxy: failed",
+					"work_id", w.ID, "account", w.Account, "instance_id", w.InstanceID, "why", why)
+			case errors.Is(err, store.ErrNotClaimable), errors.Is(err, store.ErrClaimMismatch), errors.Is(err, store.ErrNotFound):
+				// Ended meanwhile: cancelled, past its deadline.
+			default:
+				s.log.Warn("unit claimed for a poll whose answer never reached its proxy: could not fail it; it times out at its deadline",
+					"work_id", w.ID, "account", w.Account, "instance_id", w.InstanceID, "why", why, "deadline", w.Deadline, "err", err)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 func validID(field, v string) error {

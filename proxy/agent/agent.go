@@ -183,6 +183,10 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) {
 	// The first poll, and the first after a failure, does not wait: it tells
 	// at once (and logs once) whether the automator accepts this proxy.
 	quick := true
+	// seq numbers the polls; lostFrom is the first since the last answered
+	// one that asked for units and got no answer (0: none), which every
+	// poll reports until one is answered (PollRequest.lost_from).
+	var seq, lostFrom uint64
 	for ctx.Err() == nil {
 		select {
 		case <-a.slotFreed: // counted below
@@ -203,7 +207,8 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) {
 		if quick {
 			wait = 0
 		}
-		resp, err := a.poll(pctx, n, wait)
+		seq++
+		resp, err := a.poll(pctx, n, wait, seq, lostFrom)
 		// A poll for no units that answered as it was dropped is still
 		// read: its answer may say which running units were cancelled.
 		dropped := err != nil && pctx.Err() != nil && ctx.Err() == nil && n == 0
@@ -215,6 +220,10 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) {
 			continue
 		}
 		if err != nil {
+			// Units the automator claimed for it, if any, never arrive.
+			if n > 0 && lostFrom == 0 {
+				lostFrom = seq
+			}
 			st.failed(err)
 			quick = true
 			if !sleep(ctx, bo.next()) {
@@ -222,6 +231,7 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) {
 			}
 			continue
 		}
+		lostFrom = 0 // the automator ended those units
 		st.ok()
 		bo.reset()
 		quick = false
@@ -251,7 +261,7 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) {
 	}
 }
 
-func (a *Agent) poll(ctx context.Context, n int, wait time.Duration) (*automatorv1.PollResponse, error) {
+func (a *Agent) poll(ctx context.Context, n int, wait time.Duration, seq, lostFrom uint64) (*automatorv1.PollResponse, error) {
 	// The RPC deadline is the wait plus a margin: the server decides the
 	// wait and may add jitter.
 	pctx, cancel := context.WithTimeout(ctx, a.o.PollWait+a.o.PollWait/5+5*time.Second)
@@ -261,6 +271,8 @@ func (a *Agent) poll(ctx context.Context, n int, wait time.Duration) (*automator
 		MaxUnits:   int32(n),
 		Wait:       durationOf(wait),
 		RunId:      a.run,
+		PollSeq:    seq,
+		LostFrom:   lostFrom,
 		Hostname:   a.o.Hostname,
 		Version:    a.o.Version,
 		Running:    a.runningIDs(),

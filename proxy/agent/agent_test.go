@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -495,5 +496,54 @@ func TestResultIsPostedWhenTheSpoolCannotBeWritten(t *testing.T) {
 	stop()
 	if n := strings.Count(log.String(), "cannot keep results in the spool"); n != 1 {
 		t.Fatalf("%d log lines about the spool for 2 failed writes, want 1:\n%s", n, log.String())
+	}
+}
+
+// scriptedPolls answers the agent's polls in order from answers (an error
+// or a response), records each request on polls, and blocks once they run
+// out.
+type scriptedPolls struct {
+	answers []error // nil: an empty answer
+	polls   chan *automatorv1.PollRequest
+	n       atomic.Int32
+}
+
+func (s *scriptedPolls) Poll(ctx context.Context, in *automatorv1.PollRequest, _ ...grpc.CallOption) (*automatorv1.PollResponse, error) {
+	n := int(s.n.Add(1)) - 1
+	s.polls <- proto.Clone(in).(*automatorv1.PollRequest)
+	if n >= len(s.answers) {
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	if err := s.answers[n]; err != nil {
+		return nil, err
+	}
+	return &automatorv1.PollResponse{}, nil
+}
+
+func (s *scriptedPolls) Complete(context.Context, *automatorv1.CompleteRequest, ...grpc.CallOption) (*automatorv1.CompleteResponse, error) {
+	return &automatorv1.CompleteResponse{}, nil
+}
+
+// TestPollsAreNumberedAndSayFromWhichTheAnswersWereLost: the agent numbers
+// its polls, and after polls that failed on its side (their answers, and
+// any units claimed for them, never arrived) each poll names the first of
+// them (lost_from), until one is answered: the automator then fails those
+// units at once rather than at their deadline.
+func TestPollsAreNumberedAndSayFromWhichTheAnswersWereLost(t *testing.T) {
+	gone := status.Error(codes.Unavailable, "connection lost")
+	f := &scriptedPolls{answers: []error{nil, gone, gone, nil, nil}, polls: make(chan *automatorv1.PollRequest, 16)}
+	stop := startAgent(t, f, 2, nil)
+	var got []*automatorv1.PollRequest
+	for len(got) < 6 {
+		got = append(got, waittest.Recv(t, f.polls, "the agent's next poll"))
+	}
+	stop()
+	want := [][2]uint64{{1, 0}, {2, 0}, {3, 2}, {4, 2}, {5, 0}, {6, 0}} // poll_seq, lost_from
+	for i, p := range got {
+		if p.GetPollSeq() != want[i][0] || p.GetLostFrom() != want[i][1] || p.GetRunId() != got[0].GetRunId() || p.GetRunId() == "" {
+			t.Errorf("poll %d: poll_seq %d, lost_from %d, run %q; want %d, %d, the run of the first (%q)",
+				i+1, p.GetPollSeq(), p.GetLostFrom(), p.GetRunId(), want[i][0], want[i][1], got[0].GetRunId())
+		}
 	}
 }

@@ -349,7 +349,20 @@ type PollRequest struct {
 	// middlebox forgot it, a partition), and it is handed no more units. It
 	// ends with an empty answer. Empty: never superseded (a proxy predating
 	// it; two processes sharing an instance_id have different run_ids).
-	RunId         string `protobuf:"bytes,8,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	RunId string `protobuf:"bytes,8,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// poll_seq numbers the run's polls: 1, 2, 3... The automator records
+	// with each unit it claims for a poll the poll's run_id and poll_seq.
+	// 0: not numbered (a proxy predating it).
+	PollSeq uint64 `protobuf:"varint,9,opt,name=poll_seq,json=pollSeq,proto3" json:"poll_seq,omitempty"`
+	// lost_from, when not 0, says that the answers to this run's polls
+	// numbered lost_from to poll_seq - 1 never reached the proxy: those polls
+	// failed on its side (the connection died unseen, the answer came after
+	// the proxy stopped waiting), so the units the automator claimed for them
+	// will never run. The automator ends each that is still claimed as
+	// failed at once, rather than at its deadline, and says why. The proxy
+	// sets it from its first failed poll that asked for units until a poll
+	// carrying it is answered.
+	LostFrom      uint64 `protobuf:"varint,10,opt,name=lost_from,json=lostFrom,proto3" json:"lost_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -438,6 +451,20 @@ func (x *PollRequest) GetRunId() string {
 		return x.RunId
 	}
 	return ""
+}
+
+func (x *PollRequest) GetPollSeq() uint64 {
+	if x != nil {
+		return x.PollSeq
+	}
+	return 0
+}
+
+func (x *PollRequest) GetLostFrom() uint64 {
+	if x != nil {
+		return x.LostFrom
+	}
+	return 0
 }
 
 type Claim struct {
@@ -1378,7 +1405,7 @@ const file_automator_v1_automator_proto_rawDesc = "" +
 	"finishedAt\x12\x1f\n" +
 	"\vinstance_id\x18\b \x01(\tR\n" +
 	"instanceId\x12\x18\n" +
-	"\afailure\x18\t \x01(\tR\afailure\"\xfa\x01\n" +
+	"\afailure\x18\t \x01(\tR\afailure\"\xb2\x02\n" +
 	"\vPollRequest\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x1b\n" +
@@ -1388,7 +1415,10 @@ const file_automator_v1_automator_proto_rawDesc = "" +
 	"\aversion\x18\x05 \x01(\tR\aversion\x12\x18\n" +
 	"\arunning\x18\x06 \x03(\tR\arunning\x12\x17\n" +
 	"\akey_ids\x18\a \x03(\rR\x06keyIds\x12\x15\n" +
-	"\x06run_id\x18\b \x01(\tR\x05runId\"\xb5\x01\n" +
+	"\x06run_id\x18\b \x01(\tR\x05runId\x12\x19\n" +
+	"\bpoll_seq\x18\t \x01(\x04R\apollSeq\x12\x1b\n" +
+	"\tlost_from\x18\n" +
+	" \x01(\x04R\blostFrom\"\xb5\x01\n" +
 	"\x05Claim\x12\x17\n" +
 	"\awork_id\x18\x01 \x01(\tR\x06workId\x12\x19\n" +
 	"\bclaim_id\x18\x02 \x01(\tR\aclaimId\x12\x18\n" +
