@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -140,11 +141,19 @@ func (bearer) RequireTransportSecurity() bool { return true }
 // like any claim whose answer never arrives.
 func AwaitNoOpenPolls(t testing.TB, dataDir, account string, within time.Duration) {
 	t.Helper()
+	AwaitOpenPolls(t, dataDir, account, 0, within)
+}
+
+// AwaitOpenPolls waits until the `automator serve` of dataDir holds n polls
+// of account open (its automator_polls_open gauge).
+func AwaitOpenPolls(t testing.TB, dataDir, account string, n int, within time.Duration) {
+	t.Helper()
 	serving, ok, err := config.ReadServing(dataDir)
 	if err != nil || !ok {
 		t.Fatalf("reading serving.yaml: %v", err)
 	}
 	line := fmt.Sprintf("automator_polls_open{account=%q} ", account)
+	want := strconv.Itoa(n)
 	client := &http.Client{Timeout: 5 * time.Second}
 	defer client.CloseIdleConnections()
 	open := "unknown"
@@ -164,11 +173,11 @@ func AwaitNoOpenPolls(t testing.TB, dataDir, account string, within time.Duratio
 				open = v
 			}
 		}
-		if open == "0" {
+		if open == want {
 			return
 		}
 	}
-	t.Fatalf("the automator still holds %s polls of %s open after %v (\"no\": no gauge line for the account)", open, account, within)
+	t.Fatalf("the automator holds %s polls of %s open after %v, want %d (\"no\": no gauge line for the account)", open, account, within, n)
 }
 
 // CopyDataDir copies the regular files of an automator's data directory but

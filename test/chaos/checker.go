@@ -31,7 +31,7 @@ const (
 	RuleDeadline     = "timed out at its deadline"         // guarantees 2, 6
 	RuleDurable      = "nothing lost"                      // guarantee 3
 	RuleSurvivors    = "unclaimed work picked up"          // guarantee 4
-	RuleExplained    = "a timeout has a cause"             // guarantees 1-5
+	RuleExplained    = "a timeout has a cause"             // guarantees 1-5 (and so has a claim never delivered)
 	RuleOutput       = "output matches input"              // end to end
 	RuleEnforcesLate = "nothing reported after a deadline" // guarantee 7
 )
@@ -109,6 +109,10 @@ type Report struct {
 	// the automator crashed while the unit was claimed; nothing healthy
 	// could claim it in time.
 	TimedOutExpected, TimedOutClaimerFault, TimedOutAutomator, TimedOutUnclaimed int
+	// FailedUndelivered counts units failed because their claim never
+	// reached their claimer (its poll's answer was lost with its
+	// connection), each explained by a fault like a timeout.
+	FailedUndelivered int
 	// AcrossRestart counts units alive while the automator was down;
 	// AcrossRestartSucceeded those of them that succeeded.
 	AcrossRestart, AcrossRestartSucceeded int
@@ -283,11 +287,15 @@ func (c *checker) unit(u *Unit) {
 		c.succeeded(u, es)
 	case StateFailed:
 		c.r.Failed++
-		if u.Expect != ExpectFailed {
-			c.fail(RuleOutput, id, "failed (%s), expected %s", u.Reason, u.Expect)
-		}
 		if len(es) > 0 {
 			c.fail(RuleOutput, id, "failed, but its script ran on %s", es[0].Instance)
+		}
+		switch {
+		case strings.HasSuffix(u.Reason, UndeliveredReason):
+			c.r.FailedUndelivered++
+			c.undelivered(u)
+		case u.Expect != ExpectFailed:
+			c.fail(RuleOutput, id, "failed (%s), expected %s", u.Reason, u.Expect)
 		}
 		c.beforeDeadline(u)
 	case StateTimedOut:
@@ -448,6 +456,21 @@ func (c *checker) timedOut(u *Unit, es []Exec) {
 		c.fail(RuleExplained, id, "claimed by %s at %s and timed out at %s although neither %s nor the automator was faulted; %s",
 			u.Claimer, u.ClaimedAt.Format("15:04:05.000"), u.FinishedAt.Format("15:04:05.000"), u.Claimer, ran)
 	}
+}
+
+// UndeliveredReason ends the reason of a unit the automator failed because
+// its claim never reached its claimer: the poll's answer that carried it
+// was lost (the proxy said so in its next poll, or the poll had ended).
+const UndeliveredReason = "; the script did not run"
+
+// undelivered: a claim is lost on its way only with its claimer's
+// connection, so a fault must explain it, as it must a timeout.
+func (c *checker) undelivered(u *Unit) {
+	if c.cutConcerns(u.WorkID) || c.faulted(u.Claimer, u.ClaimedAt, u.FinishedAt, true) || c.replicaFaulted(u.ClaimedAt, u.FinishedAt) {
+		return
+	}
+	c.fail(RuleExplained, u.WorkID, "claimed by %s at %s and failed at %s as never delivered (%s), although neither %s nor the automator was faulted",
+		u.Claimer, u.ClaimedAt.Format("15:04:05.000"), u.FinishedAt.Format("15:04:05.000"), u.Reason, u.Claimer)
 }
 
 // latestEnd is the latest a unit with this deadline may time out: Late

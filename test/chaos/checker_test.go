@@ -331,3 +331,37 @@ func TestCheckerLetsAUnitHeldByAHungReplicaEndWhenItIsAcknowledged(t *testing.T)
 	h.Units[0].AckedAt = at(50.1)
 	mustBreak(t, h, RuleDeadline)
 }
+
+// TestCheckerExplainsAClaimNeverDelivered: a unit the automator failed
+// because its claim never reached its claimer (the proxy said its poll's
+// answer was lost) passes when a fault hit that claimer's connection, is
+// counted apart, and breaks "a timeout has a cause" when nothing did; it
+// may not have run.
+func TestCheckerExplainsAClaimNeverDelivered(t *testing.T) {
+	undelivered := func() History {
+		h := cleanHistory()
+		h.Units = append(h.Units, Unit{Key: "k-w8", WorkID: "w8", Expect: ExpectOutput, WantStdout: "x", SubmittedAt: at(60), QueuedAt: at(60), Deadline: at(70),
+			ClaimedAt: at(60), FinishedAt: at(64), Seen: true, SeenAt: at(64.01), State: StateFailed, Claimer: "a", FinalState: StateFailed,
+			Reason: "its claim never reached instance a: the answer of the poll it was claimed for never reached the proxy" + UndeliveredReason})
+		return h
+	}
+	h := undelivered()
+	h.Faults = append(h.Faults, Fault{Kind: "net-idle-cut", Targets: []string{"a"}, Start: at(59.5), End: at(59.5)})
+	r := Check(h, Options{})
+	if err := r.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r.Failed != 2 || r.FailedUndelivered != 1 {
+		t.Errorf("failed %d, of which never delivered %d; want 2, 1", r.Failed, r.FailedUndelivered)
+	}
+	if !strings.Contains(r.Table(), "its claim never reached its claimer (lost with its connection; the script did not run) | 1 |") {
+		t.Errorf("the table does not count the unit never delivered:\n%s", r.Table())
+	}
+
+	mustBreak(t, undelivered(), RuleExplained)
+
+	h = undelivered()
+	h.Faults = append(h.Faults, Fault{Kind: "net-idle-cut", Targets: []string{"a"}, Start: at(59.5), End: at(59.5)})
+	h.Execs = append(h.Execs, Exec{WorkID: "w8", Instance: "a", Start: at(61), End: at(62)})
+	mustBreak(t, h, RuleOutput)
+}

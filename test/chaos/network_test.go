@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/proctest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -88,8 +89,11 @@ func TestProxyBehindConnectProxyServesAndSurvivesItsRestart(t *testing.T) {
 // again and serves work. The automator, which hears nothing of it, still
 // holds the dead poll: the proxy's first poll on the new connection
 // supersedes it, so the unit queued next goes to the live poll rather than
-// being lost with the dead one.
-func TestDeadConnectionIsNoticedWithinSeconds(t *testing.T) {
+// being lost with the dead one. A unit queued before the proxy noticed was
+// handed to the dead poll and never arrived: the proxy's next poll says so
+// (lost_from), and the unit fails at once, its script never run, rather
+// than at its deadline.
+func TestDeadConnectionIsNoticedWithinSecondsAndItsLostClaimFails(t *testing.T) {
 	t.Parallel()
 	s := newSmall(t, "127.0.0.1")
 	r, err := NewRelay(s.auto.Addr(), false, nil)
@@ -102,10 +106,14 @@ func TestDeadConnectionIsNoticedWithinSeconds(t *testing.T) {
 		t.Fatal(err)
 	}
 	redialled := r.AcceptedAbove(r.Accepted())
+	proctest.AwaitOpenPolls(t, s.auto.DataDir, "acme", 1, 10*time.Second) // its long poll, after the first
 	start := time.Now()
 	if n := r.StallExisting(); n != 1 {
 		t.Fatalf("stalled %d connections, want the instance's one", n)
 	}
+	// The automator still holds the instance's poll, which claims this
+	// (a unit the new poll took would succeed, below).
+	lost, _ := s.submit(t, "lost", 5*time.Minute)
 	const bound = 20 * time.Second // 10s + 5s keepalive, the first retry, a dial
 	mustAwait(t, in.Proc(), redialled, bound, "the instance to give up the dead connection and dial again")
 	noticed := time.Since(start)
@@ -113,8 +121,17 @@ func TestDeadConnectionIsNoticedWithinSeconds(t *testing.T) {
 	if !strings.Contains(in.Proc().Tail(10), "keepalive") {
 		t.Errorf("the instance did not say the keepalive failed:\n%s", in.Proc().Tail(10))
 	}
+	st := s.wait(t, lost, 30*time.Second) // not its deadline, 5 minutes away
+	if st.GetState() != automatorv1.State_STATE_FAILED || !strings.HasSuffix(st.GetReason(), UndeliveredReason) {
+		t.Errorf("the unit handed to the dead poll ended %v (%q), want failed as never delivered", st.GetState(), st.GetReason())
+	}
 	id, want := s.submit(t, "after", time.Minute)
 	s.mustSucceed(t, []string{id}, []string{want}, time.Minute)
+	for _, e := range readExecs(t, s.execLog) {
+		if e.WorkID == lost {
+			t.Errorf("the unit handed to the dead poll ran on %s", e.Instance)
+		}
+	}
 }
 
 // TestRefusedConnectionsBackOffQuietly: while the automator is down every

@@ -21,6 +21,8 @@ func (r Report) Table() string {
 	fmt.Fprintf(&b, "| its claimer was killed, paused, partitioned or had its connection cut | %d |\n", r.TimedOutClaimerFault)
 	fmt.Fprintf(&b, "| the automator crashed while it was claimed | %d |\n", r.TimedOutAutomator)
 	fmt.Fprintf(&b, "| no healthy instance could claim it in time | %d |\n\n", r.TimedOutUnclaimed)
+	fmt.Fprintf(&b, "| failed because | units |\n|---|---:|\n")
+	fmt.Fprintf(&b, "| its claim never reached its claimer (lost with its connection; the script did not run) | %d |\n\n", r.FailedUndelivered)
 
 	fmt.Fprintf(&b, "| fault | injected |\n|---|---:|\n")
 	kinds := make([]string, 0, len(r.FaultsByKind))
