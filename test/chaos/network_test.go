@@ -82,7 +82,7 @@ func TestProxyBehindConnectProxyServesAndSurvivesItsRestart(t *testing.T) {
 	}
 }
 
-// TestDeadConnectionIsNoticedWithinSeconds: a middlebox that silently
+// TestDeadConnectionIsNoticedWithinSecondsAndItsLostClaimFails: a middlebox that silently
 // forgets an idle connection (nothing arrives, nothing is reset) would
 // leave a proxy waiting on a dead long poll. The keepalive (a ping after
 // 10s of silence, 5s for its answer) notices within 15s; the proxy dials
