@@ -118,14 +118,14 @@ func (b pgBroadcaster) Publish(ctx context.Context, e server.Event) error {
 	if !ok {
 		return fmt.Errorf("publishing a queue event: unknown kind %d", e.Kind)
 	}
-	return b.s.Publish(ctx, pgstore.Event{Kind: kind, Account: e.Account, WorkID: e.WorkID, InstanceID: e.InstanceID, RunID: e.RunID})
+	return b.s.Publish(ctx, pgstore.Event{Kind: kind, Account: e.Account, WorkID: e.WorkID, InstanceID: e.InstanceID, RunID: e.RunID, PollSeq: e.PollSeq})
 }
 
 func (b pgBroadcaster) Listen(ctx context.Context, fn func(server.Event)) error {
 	return b.s.Listen(ctx, func(e pgstore.Event) {
 		for k, pk := range eventKinds {
 			if pk == e.Kind {
-				fn(server.Event{Kind: k, Account: e.Account, WorkID: e.WorkID, InstanceID: e.InstanceID, RunID: e.RunID})
+				fn(server.Event{Kind: k, Account: e.Account, WorkID: e.WorkID, InstanceID: e.InstanceID, RunID: e.RunID, PollSeq: e.PollSeq})
 				return
 			}
 		}

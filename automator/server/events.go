@@ -19,8 +19,10 @@ type Event struct {
 	// poll is woken to learn of a cancel. For EventRunPolled, the instance
 	// that polled.
 	InstanceID string
-	// RunID is set for EventRunPolled: the proxy run that polled.
-	RunID string
+	// RunID is set for EventRunPolled: the proxy run that polled, and
+	// PollSeq the number of that poll in the run (0: not numbered).
+	RunID   string
+	PollSeq int64
 
 	// ended is the unit as it ended, for EventWorkEnded on the replica that
 	// ended it: waiting callers here take it instead of reading it again.
@@ -63,7 +65,7 @@ func (s *Server) apply(e Event) {
 			s.hub.NotifyInstance(e.Account, e.InstanceID)
 		}
 	case EventRunPolled:
-		s.hub.supersedeRun(e.Account, e.InstanceID, e.RunID)
+		s.hub.supersedeRun(e.Account, e.InstanceID, e.RunID, e.PollSeq)
 	}
 }
 

@@ -229,13 +229,24 @@ type poller struct {
 // every unit handed to it would be lost. It is woken, handed nothing more,
 // and its poll ends (superseded).
 //
+// Polls are numbered (cp.Poll, when the proxy numbers them), because they
+// need not register in the order they were sent: a poll the proxy dropped
+// (one for no units, given up when a slot freed) may reach its handler
+// after the poll sent next. A poller numbered at or below the run's
+// registered one is that stale poll: it is superseded at once, and
+// supersedes nothing.
+//
 // Units stored as its claims record cp, the poll they are claimed for.
 func (h *hub) poller(account, instance string, cp store.ClaimPoll, slots int, accepts func(time.Time, []byte) bool) *poller {
 	p := &poller{h: h, account: account, instance: instance, run: cp.Run, poll: cp, slots: slots, accepts: accepts, c: make(chan struct{}, 1)}
 	if cp.Run != "" {
 		h.mu.Lock()
 		key := [3]string{account, instance, cp.Run}
-		h.supersedeLocked(key)
+		if !h.supersedeLocked(key, cp.Poll) {
+			p.superseded.Store(true)
+			h.mu.Unlock()
+			return p
+		}
 		h.runs[key] = p
 		h.mu.Unlock()
 	}
@@ -243,26 +254,34 @@ func (h *hub) poller(account, instance string, cp store.ClaimPoll, slots int, ac
 	return p
 }
 
-// supersedeRun supersedes the poller of a run, if one is registered: the
-// run polled another replica (EventRunPolled).
-func (h *hub) supersedeRun(account, instance, run string) {
+// supersedeRun supersedes the poller of a run, if one is registered and
+// numbered below seq: the run polled another replica with poll seq
+// (EventRunPolled; 0 when not numbered).
+func (h *hub) supersedeRun(account, instance, run string, seq int64) {
 	if run == "" {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.supersedeLocked([3]string{account, instance, run})
+	h.supersedeLocked([3]string{account, instance, run}, seq)
 }
 
-func (h *hub) supersedeLocked(key [3]string) {
+// supersedeLocked supersedes the registered poller of run key, unless both
+// are numbered and it is not older than poll seq of that run; false: it is
+// not (seq is stale).
+func (h *hub) supersedeLocked(key [3]string, seq int64) bool {
 	old := h.runs[key]
 	if old == nil {
-		return
+		return true
+	}
+	if seq != 0 && old.poll.Poll >= seq {
+		return false
 	}
 	delete(h.runs, key)
 	old.superseded.Store(true)
 	h.stopFillingLocked(old)
 	h.signalLocked(old)
+	return true
 }
 
 // newConnection records that a run polled over the connection from peer,

@@ -137,7 +137,7 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 	}
 	if run := req.GetRunId(); run != "" && s.broadcaster != nil {
 		if pr, ok := peer.FromContext(ctx); ok && s.hub.newConnection(account, req.GetInstanceId(), run, pr.Addr.String()) {
-			s.publish(Event{Kind: EventRunPolled, Account: account, InstanceID: req.GetInstanceId(), RunID: run})
+			s.publish(Event{Kind: EventRunPolled, Account: account, InstanceID: req.GetInstanceId(), RunID: run, PollSeq: cp.Poll})
 		}
 	}
 	timer := time.NewTimer(window)
@@ -305,10 +305,11 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 			return resp, false, nil
 		}
 	}
-	if len(claimed) > 0 && reg.isSuperseded() {
-		// A newer poll of its run came, after its proxy stopped waiting
-		// for this one: the answer would never be read. (The newer poll's
-		// lost_from looked at what was claimed before it came.)
+	if len(claimed) > 0 && reg.poll.Poll != 0 && reg.isSuperseded() {
+		// A newer poll of its run came (numbered: newer, not a stale one
+		// registered late), after its proxy stopped waiting for this one:
+		// the answer would never be read. (The newer poll's lost_from
+		// looked at what was claimed before it came.)
 		s.failUnsent(ctx, false, "a newer poll of its proxy process came while it was being claimed", claimed...)
 		return resp, true, nil
 	}

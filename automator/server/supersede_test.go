@@ -174,3 +174,43 @@ func TestAnotherReplicasAnnouncementSupersedesTheRunsWaitingPoll(t *testing.T) {
 	default:
 	}
 }
+
+// TestAStalePollRegisteredLateSupersedesNothing: polls of a run need not
+// reach their handlers in the order they were sent (a poll the proxy dropped
+// may come after the one it sent next). Numbered, a poll older than the
+// run's waiting one ends at once, and the waiting one stays and is handed
+// the next unit; an announcement from another replica of an older poll of
+// the run does not end it either, one of a newer poll does.
+func TestAStalePollRegisteredLateSupersedesNothing(t *testing.T) {
+	b := newRecordingBroadcaster()
+	e := newEnv(t, envOptions{pollWindow: time.Hour, broadcaster: b})
+	newer := make(chan pollResult, 1)
+	go func() {
+		resp, err := pollNumbered(t.Context(), e.proxyClient(), "host-a", "run-1", 5, 0, 1, time.Minute)
+		newer <- pollResult{resp, err}
+	}()
+	e.awaitWaiting(1)
+	resp, err := pollNumbered(t.Context(), e.proxyClient(), "host-a", "run-1", 4, 0, 0, time.Minute)
+	if err != nil || len(resp.GetClaims()) != 0 {
+		t.Errorf("the stale poll: %v, %v; want an empty answer at once", resp, err)
+	}
+	b.incoming <- server.Event{Kind: server.EventRunPolled, Account: e.account, InstanceID: "host-a", RunID: "run-1", PollSeq: 4}
+	b.incoming <- server.Event{Kind: server.EventWorkQueued, Account: "nobody"} // taken once the one before was applied
+	st := submit(t, e.callerClient(), e.account, time.Hour)
+	r := waittest.Recv(t, newer, "the newer poll to be handed the unit")
+	if r.err != nil || len(r.resp.GetClaims()) != 1 || r.resp.GetClaims()[0].GetWorkId() != st.GetWorkId() {
+		t.Fatalf("the newer poll: %v, %v; want the unit %s", r.resp, r.err, st.GetWorkId())
+	}
+
+	waiting := make(chan pollResult, 1)
+	go func() {
+		resp, err := pollNumbered(t.Context(), e.proxyClient(), "host-a", "run-1", 6, 0, 1, time.Minute)
+		waiting <- pollResult{resp, err}
+	}()
+	e.awaitWaiting(1)
+	b.incoming <- server.Event{Kind: server.EventRunPolled, Account: e.account, InstanceID: "host-a", RunID: "run-1", PollSeq: 7}
+	r = waittest.Recv(t, waiting, "the poll superseded by a newer one on another replica to end")
+	if r.err != nil || len(r.resp.GetClaims()) != 0 {
+		t.Errorf("the poll superseded by a newer one on another replica: %v, %v; want an empty answer", r.resp, r.err)
+	}
+}

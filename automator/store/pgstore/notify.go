@@ -36,6 +36,8 @@ type Event struct {
 	WorkID     string
 	InstanceID string
 	RunID      string
+	// PollSeq is the number of RunID's poll (EventRunPolled; 0: none).
+	PollSeq int64
 }
 
 // payload is an Event on the wire: a few hundred bytes of JSON at most
@@ -47,6 +49,7 @@ type payload struct {
 	WorkID     string    `json:"w,omitempty"`
 	InstanceID string    `json:"i,omitempty"`
 	RunID      string    `json:"r,omitempty"`
+	PollSeq    int64     `json:"p,omitempty"`
 	// Seq numbers the events of one publisher. PostgreSQL drops a
 	// notification equal to another of the same transaction, and Publish
 	// sends several in one (two units queued on one account would make
@@ -83,7 +86,7 @@ const (
 // the last failure.
 func (s *Store) Publish(ctx context.Context, e Event) error {
 	data, err := json.Marshal(payload{Origin: s.origin, Kind: e.Kind, Account: e.Account, WorkID: e.WorkID, InstanceID: e.InstanceID,
-		RunID: e.RunID, Seq: s.notify.seq.Add(1)})
+		RunID: e.RunID, PollSeq: e.PollSeq, Seq: s.notify.seq.Add(1)})
 	if err != nil {
 		return fmt.Errorf("publishing a queue event: %w", err)
 	}
@@ -312,7 +315,7 @@ func (s *Store) Listen(ctx context.Context, fn func(Event)) error {
 		if p.Origin == s.origin {
 			continue
 		}
-		fn(Event{Kind: p.Kind, Account: p.Account, WorkID: p.WorkID, InstanceID: p.InstanceID, RunID: p.RunID})
+		fn(Event{Kind: p.Kind, Account: p.Account, WorkID: p.WorkID, InstanceID: p.InstanceID, RunID: p.RunID, PollSeq: p.PollSeq})
 	}
 }
 

@@ -59,7 +59,7 @@ func TestPublishReachesTheOtherReplicaNotItself(t *testing.T) {
 	if got := receive(t, fromB, "a's event on b"); got != want {
 		t.Errorf("b received %+v, want %+v", got, want)
 	}
-	polled := Event{Kind: EventRunPolled, Account: "acme", InstanceID: "host-a", RunID: "run-1"}
+	polled := Event{Kind: EventRunPolled, Account: "acme", InstanceID: "host-a", RunID: "run-1", PollSeq: 12}
 	if err := a.Publish(t.Context(), polled); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
