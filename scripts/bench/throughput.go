@@ -25,7 +25,11 @@ const instanceConcurrency = 64
 // mainSection is the automator on durable SQLite with two proxy instances:
 // baselines, @ping throughput, latency and script throughput, run after run.
 func (b *bench) mainSection(ctx context.Context) error {
-	a, err := b.startAutomator("automator")
+	name := "automator"
+	if b.mainOnly != "" {
+		name += "-" + b.mainOnly // -only latency,ping64 runs it twice
+	}
+	a, err := b.startAutomator(name)
 	if err != nil {
 		return err
 	}
