@@ -57,16 +57,17 @@ var (
 
 // Metrics implements server.Metrics and serves /metrics.
 type Metrics struct {
-	o          Options
-	reg        *prometheus.Registry
-	log        *slog.Logger
-	queued     *prometheus.CounterVec
-	claimed    *prometheus.CounterVec
-	finished   *prometheus.CounterVec
-	claimWait  prometheus.Histogram
-	finishWait *prometheus.HistogramVec
-	polls      *prometheus.GaugeVec
-	storeCalls *prometheus.HistogramVec
+	o           Options
+	reg         *prometheus.Registry
+	log         *slog.Logger
+	queued      *prometheus.CounterVec
+	claimed     *prometheus.CounterVec
+	finished    *prometheus.CounterVec
+	undelivered *prometheus.CounterVec
+	claimWait   prometheus.Histogram
+	finishWait  *prometheus.HistogramVec
+	polls       *prometheus.GaugeVec
+	storeCalls  *prometheus.HistogramVec
 }
 
 // New registers the automator's metrics in a registry of their own.
@@ -96,6 +97,10 @@ func New(o Options) *Metrics {
 			Name: "automator_work_finished_total",
 			Help: "Units of work that reached a terminal state, by account and state (succeeded, failed, timed_out, cancelled).",
 		}, []string{"account", "state"}),
+		undelivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "automator_work_undelivered_total",
+			Help: "Units of work failed because their claim never reached the proxy instance (the poll's answer was lost with its connection, or the poll ended first); their scripts did not run. By account.",
+		}, []string{"account"}),
 		claimWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "automator_work_queued_to_claimed_seconds",
 			Help:    "Time from queueing a unit to its claim.",
@@ -116,7 +121,7 @@ func New(o Options) *Metrics {
 			Buckets: storeBuckets,
 		}, []string{"method"}),
 	}
-	m.reg.MustRegister(m.queued, m.claimed, m.finished, m.claimWait, m.finishWait, m.polls, m.storeCalls,
+	m.reg.MustRegister(m.queued, m.claimed, m.finished, m.undelivered, m.claimWait, m.finishWait, m.polls, m.storeCalls,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -152,6 +157,8 @@ func (m *Metrics) WorkFinished(w store.Work) {
 	m.finished.WithLabelValues(w.Account, string(w.State)).Inc()
 	m.finishWait.WithLabelValues(string(w.State)).Observe(max(w.FinishedAt.Sub(w.QueuedAt), 0).Seconds())
 }
+
+func (m *Metrics) WorkUndelivered(account string) { m.undelivered.WithLabelValues(account).Inc() }
 
 func (m *Metrics) PollOpened(account string) func() {
 	g := m.polls.WithLabelValues(account)

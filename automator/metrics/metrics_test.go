@@ -90,6 +90,7 @@ func TestQueueEventsAreCountedAndTimed(t *testing.T) {
 	m.WorkClaimed("acme", 2*time.Second)
 	m.WorkFinished(store.Work{Account: "acme", State: store.StateSucceeded, QueuedAt: q, FinishedAt: q.Add(3 * time.Second)})
 	m.WorkFinished(store.Work{Account: "acme", State: store.StateTimedOut, QueuedAt: q, FinishedAt: q.Add(5 * time.Minute)})
+	m.WorkUndelivered("acme")
 	closeA := m.PollOpened("acme")
 	closeB := m.PollOpened("acme")
 	m.PollOpened("globex")
@@ -106,6 +107,7 @@ func TestQueueEventsAreCountedAndTimed(t *testing.T) {
 		{"automator_work_claimed_total", map[string]string{"account": "acme"}, 2},
 		{"automator_work_finished_total", map[string]string{"account": "acme", "state": "succeeded"}, 1},
 		{"automator_work_finished_total", map[string]string{"account": "acme", "state": "timed_out"}, 1},
+		{"automator_work_undelivered_total", map[string]string{"account": "acme"}, 1},
 		{"automator_work_queued_to_claimed_seconds", nil, 2},
 		{"automator_work_queued_to_finished_seconds", map[string]string{"state": "timed_out"}, 1},
 		{"automator_polls_open", map[string]string{"account": "acme"}, 1},

@@ -280,6 +280,7 @@ type endings chan store.Work
 func (endings) WorkQueued(string)                 {}
 func (endings) WorkClaimed(string, time.Duration) {}
 func (e endings) WorkFinished(w store.Work)       { e <- w }
+func (endings) WorkUndelivered(string)            {}
 func (endings) PollOpened(string) func()          { return func() {} }
 
 // TestSweeperEndsAUnitNobodyWaitsForAtItsDeadline: a unit whose caller

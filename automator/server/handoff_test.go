@@ -156,6 +156,7 @@ type pollsClosed struct{ closed chan struct{} }
 func (pollsClosed) WorkQueued(string)                 {}
 func (pollsClosed) WorkClaimed(string, time.Duration) {}
 func (pollsClosed) WorkFinished(store.Work)           {}
+func (pollsClosed) WorkUndelivered(string)            {}
 func (m pollsClosed) PollOpened(string) func()        { return func() { m.closed <- struct{}{} } }
 
 var _ server.Metrics = pollsClosed{}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +23,15 @@ func pollNumbered(ctx context.Context, px automatorv1.ProxyServiceClient, instan
 	return px.Poll(ctx, &automatorv1.PollRequest{InstanceId: instance, RunId: run, PollSeq: seq, LostFrom: lostFrom, MaxUnits: max, Wait: durationpb.New(wait)})
 }
 
+// undeliveredCount counts the units failed as never delivered.
+type undeliveredCount struct{ n atomic.Int32 }
+
+func (*undeliveredCount) WorkQueued(string)                 {}
+func (*undeliveredCount) WorkClaimed(string, time.Duration) {}
+func (*undeliveredCount) WorkFinished(store.Work)           {}
+func (u *undeliveredCount) WorkUndelivered(string)          { u.n.Add(1) }
+func (*undeliveredCount) PollOpened(string) func()          { return func() {} }
+
 const lostReason = "its claim never reached instance a: the answers of the polls it was claimed for never reached the proxy " +
 	"(its connection died unseen, or they came too late); the script did not run"
 
@@ -33,7 +43,8 @@ const lostReason = "its claim never reached instance a: the answers of the polls
 // deadline, saying the script did not run; those of polls it read, of its
 // other runs and of other instances stay claimed.
 func TestAPollSayingItsRunsEarlierAnswersWereLostFailsTheirUnits(t *testing.T) {
-	e := newEnv(t, envOptions{pollWindow: time.Hour})
+	counted := &undeliveredCount{}
+	e := newEnv(t, envOptions{pollWindow: time.Hour, metrics: counted})
 	api, px := e.callerClient(), e.proxyClient()
 	claimFor := func(instance, run string, seq uint64) *automatorv1.Claim {
 		t.Helper()
@@ -60,6 +71,9 @@ func TestAPollSayingItsRunsEarlierAnswersWereLostFailsTheirUnits(t *testing.T) {
 		if st.GetState() != automatorv1.State_STATE_FAILED || st.GetReason() != lostReason {
 			t.Errorf("unit %s, claimed for a lost answer: %v (%q); want failed (%q)", c.GetWorkId(), st.GetState(), st.GetReason(), lostReason)
 		}
+	}
+	if n := counted.n.Load(); n != 2 {
+		t.Errorf("%d units counted as never delivered (automator_work_undelivered_total), want 2", n)
 	}
 	for _, c := range kept {
 		st, err := api.Get(t.Context(), &automatorv1.GetRequest{WorkId: c.GetWorkId()})

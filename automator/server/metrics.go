@@ -16,6 +16,9 @@ type Metrics interface {
 	WorkClaimed(account string, waited time.Duration)
 	// WorkFinished: w reached its terminal state (w.State) here.
 	WorkFinished(w store.Work)
+	// WorkUndelivered: a unit of account failed because its claim never
+	// reached its proxy (after WorkFinished).
+	WorkUndelivered(account string)
 	// PollOpened: a poll of account began; the function returned ends it.
 	PollOpened(account string) (closed func())
 }
@@ -25,4 +28,5 @@ type noMetrics struct{}
 func (noMetrics) WorkQueued(string)                 {}
 func (noMetrics) WorkClaimed(string, time.Duration) {}
 func (noMetrics) WorkFinished(store.Work)           {}
+func (noMetrics) WorkUndelivered(string)            {}
 func (noMetrics) PollOpened(string) func()          { return func() {} }

@@ -381,6 +381,7 @@ func (s *Server) failUnsent(ctx context.Context, proxySaid bool, why string, ws 
 			case err == nil:
 				s.emit(ctx, Event{Kind: EventWorkEnded, Account: done.Account, WorkID: done.ID, ended: &done})
 				s.metrics.WorkFinished(done)
+				s.metrics.WorkUndelivered(done.Account)
 				s.log.Warn("unit claimed for a poll whose answer never reached its proxy: failed",
 					"work_id", w.ID, "account", w.Account, "instance_id", w.InstanceID, "why", why)
 			case errors.Is(err, store.ErrNotClaimable), errors.Is(err, store.ErrClaimMismatch), errors.Is(err, store.ErrNotFound):
