@@ -188,3 +188,33 @@ func TestAPollSupersededWhileItClaimsFailsWhatItClaimed(t *testing.T) {
 		t.Errorf("the unit the superseded poll claimed: %v (%q); want failed (%q)", st.GetState(), st.GetReason(), want)
 	}
 }
+
+// TestALostClaimAnotherReplicaMakesAfterTheLookFailsToo: with replicas, the
+// one holding the proxy's dead poll may claim a unit for it after the
+// proxy's next poll, on another replica, looked for the units of its lost
+// answers: it hears of that poll only when its announcement arrives. The
+// replica that took the poll looks once more a little later, and the unit
+// fails too.
+func TestALostClaimAnotherReplicaMakesAfterTheLookFailsToo(t *testing.T) {
+	e := newEnv(t, envOptions{pollWindow: time.Hour, broadcaster: newRecordingBroadcaster()})
+	api := e.callerClient()
+	if _, err := pollNumbered(t.Context(), e.proxyClient(), "a", "run-1", 2, 1, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	// The other replica stores a unit as the claim of the dead poll 1.
+	claimed, err := e.store.WorkEnqueue(t.Context(), store.WorkEnqueueParams{
+		ID: store.NewWorkID(time.Now()), Account: e.account, KeyID: 1, SealedCommand: []byte("sealed elsewhere"),
+		Now: time.Now(), Deadline: time.Now().Add(time.Hour),
+		ClaimFor: &store.ClaimRef{InstanceID: "a", ClaimID: "c-late", ClaimPoll: store.ClaimPoll{Run: "run-1", Poll: 1}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := api.Wait(waittest.Context(t, "the unit claimed for the lost poll after the look to fail"), &automatorv1.WaitRequest{WorkId: claimed.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetState() != automatorv1.State_STATE_FAILED || !strings.HasSuffix(st.GetReason(), "; the script did not run") {
+		t.Errorf("the unit claimed for the lost poll after the look: %v (%q); want failed, not run", st.GetState(), st.GetReason())
+	}
+}

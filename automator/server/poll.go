@@ -134,6 +134,11 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 		// here, which then claims nothing more (and fails what it claimed
 		// after this look: tryOnce).
 		s.failLost(ctx, account, req.GetInstanceId(), cp.Run, int64(from), cp.Poll-1)
+		if s.broadcaster != nil {
+			// Another replica may hold a poll of the run until it hears of
+			// this one (EventRunPolled), and claim units for it meanwhile.
+			go s.failLostAgain(account, req.GetInstanceId(), cp.Run, int64(from), cp.Poll-1)
+		}
 	}
 	if run := req.GetRunId(); run != "" && s.broadcaster != nil {
 		if pr, ok := peer.FromContext(ctx); ok && s.hub.newConnection(account, req.GetInstanceId(), run, pr.Addr.String()) {
@@ -345,6 +350,24 @@ func (s *Server) failLost(ctx context.Context, account, instance, run string, fr
 		why = "the answers of the polls it was claimed for never reached the proxy (its connection died unseen, or they came too late)"
 	}
 	s.failUnsent(ctx, true, why, ws...)
+}
+
+// lostLookAgain is how long after a poll's lost_from the automator looks
+// once more, with other replicas, for units claimed for the lost polls: a
+// replica holding one of them claims nothing more once it has heard of the
+// newer poll, which takes a NOTIFY's delivery, milliseconds.
+const lostLookAgain = 2 * time.Second
+
+// failLostAgain is failLost once more, lostLookAgain later (unless the
+// automator stops first).
+func (s *Server) failLostAgain(account, instance, run string, from, to int64) {
+	t := time.NewTimer(lostLookAgain)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		s.failLost(context.Background(), account, instance, run, from, to)
+	case <-s.shutdown:
+	}
 }
 
 // failUnsent ends, as failed, units claimed for a poll whose answer never
