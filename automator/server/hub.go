@@ -188,9 +188,10 @@ type poller struct {
 	h        *hub
 	account  string
 	instance string
-	run      string          // the proxy process's run id; "" for none
-	poll     store.ClaimPoll // recorded with the units claimed for it
-	slots    int             // units it may take at once (its max_units)
+	// poll is the proxy process's run id ("" for none) and the poll's
+	// number in it, recorded with the units claimed for it.
+	poll  store.ClaimPoll
+	slots int // units it may take at once (its max_units)
 	// accepts reports whether the poll may take a unit at now (its caller
 	// is there, its token and keys are still good): one handed by an
 	// enqueue that read token as the account's current token hash, or
@@ -238,7 +239,7 @@ type poller struct {
 //
 // Units stored as its claims record cp, the poll they are claimed for.
 func (h *hub) poller(account, instance string, cp store.ClaimPoll, slots int, accepts func(time.Time, []byte) bool) *poller {
-	p := &poller{h: h, account: account, instance: instance, run: cp.Run, poll: cp, slots: slots, accepts: accepts, c: make(chan struct{}, 1)}
+	p := &poller{h: h, account: account, instance: instance, poll: cp, slots: slots, accepts: accepts, c: make(chan struct{}, 1)}
 	if cp.Run != "" {
 		h.mu.Lock()
 		key := [3]string{account, instance, cp.Run}
@@ -332,7 +333,7 @@ func (p *poller) Close(now time.Time) []store.Work {
 	p.h.mu.Lock()
 	p.h.detachLocked(p)
 	p.closed = true
-	if key := [3]string{p.account, p.instance, p.run}; p.run != "" && p.h.runs[key] == p {
+	if key := [3]string{p.account, p.instance, p.poll.Run}; p.poll.Run != "" && p.h.runs[key] == p {
 		delete(p.h.runs, key)
 	}
 	us := p.handed
