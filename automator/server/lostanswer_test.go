@@ -218,3 +218,41 @@ func TestALostClaimAnotherReplicaMakesAfterTheLookFailsToo(t *testing.T) {
 		t.Errorf("the unit claimed for the lost poll after the look: %v (%q); want failed, not run", st.GetState(), st.GetReason())
 	}
 }
+
+// TestALostClaimFailedByTheSecondLookIsAuditedAsTheProxysAccount: the unit
+// that the second look (with replicas, lostLookAgain after the proxy's poll)
+// fails was failed on the proxy's word, as those of the first look are: its
+// audit record names the proxy's account, and where the poll came from.
+func TestALostClaimFailedByTheSecondLookIsAuditedAsTheProxysAccount(t *testing.T) {
+	e := newEnv(t, envOptions{pollWindow: time.Hour, broadcaster: newRecordingBroadcaster()})
+	api := e.callerClient()
+	if _, err := pollNumbered(t.Context(), e.proxyClient(), "a", "run-1", 2, 1, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	// The other replica stores a unit as the claim of the dead poll 1,
+	// after the poll's first look.
+	claimed, err := e.store.WorkEnqueue(t.Context(), store.WorkEnqueueParams{
+		ID: store.NewWorkID(time.Now()), Account: e.account, KeyID: 1, SealedCommand: []byte("sealed elsewhere"),
+		Now: time.Now(), Deadline: time.Now().Add(time.Hour),
+		ClaimFor: &store.ClaimRef{InstanceID: "a", ClaimID: "c-late", ClaimPoll: store.ClaimPoll{Run: "run-1", Poll: 1}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := api.Wait(waittest.Context(t, "the unit claimed for the lost poll after the look to fail"), &automatorv1.WaitRequest{WorkId: claimed.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetState() != automatorv1.State_STATE_FAILED {
+		t.Fatalf("the unit claimed for the lost poll after the look: %v (%q); want failed", st.GetState(), st.GetReason())
+	}
+	var last store.AuditEvent
+	for _, ev := range e.auditLog() {
+		if ev.WorkID == claimed.ID {
+			last = ev
+		}
+	}
+	if last.Kind != store.AuditWorkEnded || last.Actor != "account:"+e.account || last.Source != "127.0.0.1" || !strings.HasPrefix(last.Detail, "never delivered: ") {
+		t.Errorf("the unit's last audit record: %+v; want its end, never delivered, by the proxy's account from 127.0.0.1", last)
+	}
+}

@@ -137,7 +137,10 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 		if s.broadcaster != nil {
 			// Another replica may hold a poll of the run until it hears of
 			// this one (EventRunPolled), and claim units for it meanwhile.
-			go s.failLostAgain(account, req.GetInstanceId(), cp.Run, int64(from), cp.Poll-1)
+			// The proxy said it, so the audit records name its account
+			// and source, as the first look's do: the call's values, not
+			// its end.
+			go s.failLostAgain(context.WithoutCancel(ctx), account, req.GetInstanceId(), cp.Run, int64(from), cp.Poll-1)
 		}
 	}
 	if run := req.GetRunId(); run != "" && s.broadcaster != nil {
@@ -359,13 +362,14 @@ func (s *Server) failLost(ctx context.Context, account, instance, run string, fr
 const lostLookAgain = 2 * time.Second
 
 // failLostAgain is failLost once more, lostLookAgain later (unless the
-// automator stops first).
-func (s *Server) failLostAgain(account, instance, run string, from, to int64) {
+// automator stops first). ctx carries the values of the poll that said
+// so (its account and peer, for the audit records), and is not cancelled.
+func (s *Server) failLostAgain(ctx context.Context, account, instance, run string, from, to int64) {
 	t := time.NewTimer(lostLookAgain)
 	defer t.Stop()
 	select {
 	case <-t.C:
-		s.failLost(context.Background(), account, instance, run, from, to)
+		s.failLost(ctx, account, instance, run, from, to)
 	case <-s.shutdown:
 	}
 }
