@@ -40,10 +40,11 @@ type hub struct {
 	empty map[string]seenAt
 	// cut counts, per account, the claimed units that ended other than by
 	// their claimer's result (cancelled, timed out): NotifyInstance calls.
-	// checked is what each instance's latest look at its running units
-	// saw of it (runningKnown).
+	// checked is what each proxy process's latest look at its running
+	// units saw of it (runningKnown), by account, instance and run id: two
+	// processes sharing an instance id run different units.
 	cut     map[string]uint64
-	checked map[[2]string]seenAt
+	checked map[[3]string]seenAt
 	// filling: per account, the poller that further units may still be
 	// handed to (reserve).
 	filling map[string]*poller
@@ -79,7 +80,7 @@ func newHub() *hub {
 		work:    make(map[string]uint64),
 		empty:   make(map[string]seenAt),
 		cut:     make(map[string]uint64),
-		checked: make(map[[2]string]seenAt),
+		checked: make(map[[3]string]seenAt),
 		filling: make(map[string]*poller),
 		drained: make(map[string]time.Time),
 		runs:    make(map[[3]string]*poller),
@@ -96,27 +97,30 @@ func (h *hub) cutSeen(account string) uint64 {
 	return h.cut[account]
 }
 
-// checkedRunning records that instance looked at the states of its running
-// units at now, begun when the account's cut count was cut.
-func (h *hub) checkedRunning(account, instance string, cut uint64, now time.Time) {
+// checkedRunning records that run (the proxy process, "" for one that
+// sends no run id) of instance looked at the states of its running units at
+// now, begun when the account's cut count was cut.
+func (h *hub) checkedRunning(account, instance, run string, cut uint64, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if len(h.checked) >= maxChecked {
 		clear(h.checked)
 	}
-	h.checked[[2]string{account, instance}] = seenAt{n: cut, at: now}
+	h.checked[[3]string{account, instance, run}] = seenAt{n: cut, at: now}
 }
 
-// runningKnown reports whether none of an instance's running units can have
-// ended without it knowing: it looked less than fresh ago and no claimed
-// unit of the account was cancelled or timed out since. (Its own results
-// it knows; a unit it claimed since can only end that way too.) Units of
-// other replicas are announced through the Broadcaster, best effort:
-// fresh bounds how late a lost announcement is noticed.
-func (h *hub) runningKnown(account, instance string, now time.Time, fresh time.Duration) bool {
+// runningKnown reports whether none of the running units of a proxy
+// process (instance and run) can have ended without it knowing: it looked
+// less than fresh ago and no claimed unit of the account was cancelled or
+// timed out since. (Its own results it knows; a unit it claimed since can
+// only end that way too. Another process with the same instance id runs
+// other units: its look says nothing of these.) Units of other replicas
+// are announced through the Broadcaster, best effort: fresh bounds how late
+// a lost announcement is noticed.
+func (h *hub) runningKnown(account, instance, run string, now time.Time, fresh time.Duration) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	c, ok := h.checked[[2]string{account, instance}]
+	c, ok := h.checked[[3]string{account, instance, run}]
 	return ok && c.n == h.cut[account] && now.Sub(c.at) < fresh && !now.Before(c.at)
 }
 

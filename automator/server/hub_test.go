@@ -154,29 +154,32 @@ func TestKnownEmptyLastsUntilWorkIsAnnounced(t *testing.T) {
 func TestRunningKnownUntilAUnitIsCutShort(t *testing.T) {
 	h := newHub()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	if h.runningKnown("acme", "i-1", t0, time.Second) {
+	if h.runningKnown("acme", "i-1", "run-1", t0, time.Second) {
 		t.Fatal("known before any look")
 	}
-	h.checkedRunning("acme", "i-1", h.cutSeen("acme"), t0)
-	if !h.runningKnown("acme", "i-1", t0.Add(999*time.Millisecond), time.Second) {
+	h.checkedRunning("acme", "i-1", "run-1", h.cutSeen("acme"), t0)
+	if !h.runningKnown("acme", "i-1", "run-1", t0.Add(999*time.Millisecond), time.Second) {
 		t.Error("not known right after a look")
 	}
-	if h.runningKnown("acme", "i-1", t0.Add(time.Second), time.Second) {
+	if h.runningKnown("acme", "i-1", "run-1", t0.Add(time.Second), time.Second) {
 		t.Error("still known once the look is as old as allowed")
 	}
-	if h.runningKnown("acme", "i-2", t0, time.Second) {
+	if h.runningKnown("acme", "i-2", "run-1", t0, time.Second) {
 		t.Error("another instance's units are known")
 	}
+	if h.runningKnown("acme", "i-1", "run-2", t0, time.Second) {
+		t.Error("the units of another process with the same instance id are known")
+	}
 	h.NotifyInstance("acme", "i-2") // a unit of another instance was cancelled
-	if h.runningKnown("acme", "i-1", t0, time.Second) {
+	if h.runningKnown("acme", "i-1", "run-1", t0, time.Second) {
 		t.Error("known after a unit of the account was cut short")
 	}
 
 	// A unit cut short while the look ran: that look says nothing.
 	seen := h.cutSeen("acme")
 	h.NotifyInstance("acme", "i-1")
-	h.checkedRunning("acme", "i-1", seen, t0)
-	if h.runningKnown("acme", "i-1", t0, time.Second) {
+	h.checkedRunning("acme", "i-1", "run-1", seen, t0)
+	if h.runningKnown("acme", "i-1", "run-1", t0, time.Second) {
 		t.Error("known from a look that began before the last cut")
 	}
 }

@@ -219,14 +219,14 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 	s := p.s
 	ring = s.latestRing(account, ring) // a rotation since the poll began applies
 	resp := &automatorv1.PollResponse{}
-	if looked := s.clock.Now(); len(req.GetRunning()) > 0 && !s.hub.runningKnown(account, req.GetInstanceId(), looked, knownEmptyFor) {
+	if looked := s.clock.Now(); len(req.GetRunning()) > 0 && !s.hub.runningKnown(account, req.GetInstanceId(), req.GetRunId(), looked, knownEmptyFor) {
 		cut := s.hub.cutSeen(account)
 		ended, err := s.endedOf(ctx, req.GetRunning())
 		if err != nil {
 			s.failUnsent(ctx, false, "its poll failed", handed...)
 			return nil, false, s.internal(ctx, "reading states of running units", err)
 		}
-		s.hub.checkedRunning(account, req.GetInstanceId(), cut, looked)
+		s.hub.checkedRunning(account, req.GetInstanceId(), req.GetRunId(), cut, looked)
 		resp.Cancelled = ended
 	}
 	now := s.clock.Now()
