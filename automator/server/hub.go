@@ -3,6 +3,7 @@ package server
 import (
 	"container/list"
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,7 +45,7 @@ type hub struct {
 	// units saw of it (runningKnown), by account, instance and run id: two
 	// processes sharing an instance id run different units.
 	cut     map[string]uint64
-	checked map[[3]string]seenAt
+	checked map[[3]string]look
 	// filling: per account, the poller that further units may still be
 	// handed to (reserve).
 	filling map[string]*poller
@@ -73,6 +74,14 @@ type seenAt struct {
 	at time.Time
 }
 
+// look is a proxy process's look at its running units (seenAt), with the
+// units it found ended: the answer telling of them may never reach the
+// proxy.
+type look struct {
+	seenAt
+	told []string
+}
+
 func newHub() *hub {
 	return &hub{
 		pollers: make(map[string]*list.List),
@@ -80,7 +89,7 @@ func newHub() *hub {
 		work:    make(map[string]uint64),
 		empty:   make(map[string]seenAt),
 		cut:     make(map[string]uint64),
-		checked: make(map[[3]string]seenAt),
+		checked: make(map[[3]string]look),
 		filling: make(map[string]*poller),
 		drained: make(map[string]time.Time),
 		runs:    make(map[[3]string]*poller),
@@ -99,14 +108,36 @@ func (h *hub) cutSeen(account string) uint64 {
 
 // checkedRunning records that run (the proxy process, "" for one that
 // sends no run id) of instance looked at the states of its running units at
-// now, begun when the account's cut count was cut.
-func (h *hub) checkedRunning(account, instance, run string, cut uint64, now time.Time) {
+// now, begun when the account's cut count was cut, and found the units told
+// ended.
+func (h *hub) checkedRunning(account, instance, run string, cut uint64, now time.Time, told []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if len(h.checked) >= maxChecked {
 		clear(h.checked)
 	}
-	h.checked[[3]string{account, instance, run}] = seenAt{n: cut, at: now}
+	h.checked[[3]string{account, instance, run}] = look{seenAt: seenAt{n: cut, at: now}, told: told}
+}
+
+// retellAt returns when a poll of a proxy process that still lists running
+// a unit its latest look told ended may look again (that look, fresh
+// before then, stands in for a new one): the answer that told it may never
+// have reached the proxy (a poll it dropped when a slot freed, a lost
+// connection), or the proxy was still ending the script when it polled
+// again. ok is false when the poll lists no such unit.
+func (h *hub) retellAt(account, instance, run string, running []string, fresh time.Duration) (at time.Time, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c, found := h.checked[[3]string{account, instance, run}]
+	if !found {
+		return time.Time{}, false
+	}
+	for _, id := range running {
+		if slices.Contains(c.told, id) {
+			return c.at.Add(fresh), true
+		}
+	}
+	return time.Time{}, false
 }
 
 // runningKnown reports whether none of the running units of a proxy
@@ -518,6 +549,16 @@ func (p *poller) claimDone(ctx context.Context) []store.Work {
 // nil) claim one when woken.
 func (p *poller) takes(now time.Time, token []byte) bool {
 	return !p.superseded.Load() && (p.accepts == nil || p.accepts(now, token))
+}
+
+// wake wakes p's poll if it waits in the waiting list; one that a unit is
+// being handed to is woken by the hand-over.
+func (p *poller) wake() {
+	p.h.mu.Lock()
+	defer p.h.mu.Unlock()
+	if p.elem != nil {
+		p.h.signalLocked(p)
+	}
 }
 
 // park marks p's poll as about to wait for a wake-up: from now until take

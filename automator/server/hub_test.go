@@ -157,7 +157,7 @@ func TestRunningKnownUntilAUnitIsCutShort(t *testing.T) {
 	if h.runningKnown("acme", "i-1", "run-1", t0, time.Second) {
 		t.Fatal("known before any look")
 	}
-	h.checkedRunning("acme", "i-1", "run-1", h.cutSeen("acme"), t0)
+	h.checkedRunning("acme", "i-1", "run-1", h.cutSeen("acme"), t0, nil)
 	if !h.runningKnown("acme", "i-1", "run-1", t0.Add(999*time.Millisecond), time.Second) {
 		t.Error("not known right after a look")
 	}
@@ -178,7 +178,7 @@ func TestRunningKnownUntilAUnitIsCutShort(t *testing.T) {
 	// A unit cut short while the look ran: that look says nothing.
 	seen := h.cutSeen("acme")
 	h.NotifyInstance("acme", "i-1")
-	h.checkedRunning("acme", "i-1", "run-1", seen, t0)
+	h.checkedRunning("acme", "i-1", "run-1", seen, t0, nil)
 	if h.runningKnown("acme", "i-1", "run-1", t0, time.Second) {
 		t.Error("known from a look that began before the last cut")
 	}
@@ -515,5 +515,30 @@ func TestDrainedRecently(t *testing.T) {
 	h.claimEnded("acme", false, now)
 	if h.drainedRecently("acme", now, time.Second) {
 		t.Fatal("drained after a full claim")
+	}
+}
+
+// TestRetellAtOnlyForUnitsTheLookTold: a poll that lists a unit its
+// process's latest look found ended may look again once that look is no
+// longer fresh; one listing other units waits as usual.
+func TestRetellAtOnlyForUnitsTheLookTold(t *testing.T) {
+	h := newHub()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	if _, ok := h.retellAt("acme", "i-1", "run-1", []string{"w-1"}, time.Second); ok {
+		t.Error("a retell before any look")
+	}
+	h.checkedRunning("acme", "i-1", "run-1", h.cutSeen("acme"), t0, []string{"w-1"})
+	if at, ok := h.retellAt("acme", "i-1", "run-1", []string{"w-2", "w-1"}, time.Second); !ok || !at.Equal(t0.Add(time.Second)) {
+		t.Errorf("retellAt for a poll listing the told unit: %v, %v; want %v, true", at, ok, t0.Add(time.Second))
+	}
+	if _, ok := h.retellAt("acme", "i-1", "run-1", []string{"w-2"}, time.Second); ok {
+		t.Error("a retell for a poll listing only units the look did not tell")
+	}
+	if _, ok := h.retellAt("acme", "i-1", "run-2", []string{"w-1"}, time.Second); ok {
+		t.Error("a retell for another process of the instance")
+	}
+	h.checkedRunning("acme", "i-1", "run-1", h.cutSeen("acme"), t0.Add(time.Second), nil)
+	if _, ok := h.retellAt("acme", "i-1", "run-1", []string{"w-1"}, time.Second); ok {
+		t.Error("a retell after a later look that told nothing")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -104,5 +105,64 @@ func TestACancelIsToldToEachProcessSharingAnInstanceID(t *testing.T) {
 	if len(resp.GetCancelled()) != 1 || resp.GetCancelled()[0] != second {
 		t.Errorf("run-2's poll, listing its cancelled unit %s, answered after %v: %v; want it told at once that the unit was cancelled",
 			second, time.Since(start).Round(time.Millisecond), resp)
+	}
+}
+
+// TestACancelWhoseAnswerWasDroppedIsToldAgain: a poll that told a proxy
+// process of a cancelled unit may never deliver its answer (the proxy
+// dropped that poll when a slot freed, or the connection failed). Its look
+// stands in for a new one for a second, so a process still ending the
+// script does not make every poll tell it again at once; after that
+// second a poll still listing the unit, already waiting or new, is told
+// again, not a poll window later.
+func TestACancelWhoseAnswerWasDroppedIsToldAgain(t *testing.T) {
+	clock := newFakeClock()
+	e := newEnv(t, envOptions{pollWindow: time.Minute, clock: clock})
+	ctx := t.Context()
+	api, px := e.callerClient(), e.proxyClient()
+	req := func(seq uint64, max int32, wait time.Duration, running ...string) *automatorv1.PollRequest {
+		return &automatorv1.PollRequest{InstanceId: "a", RunId: "run-1", PollSeq: seq, MaxUnits: max, Wait: durationpb.New(wait), Running: running}
+	}
+	poll := func(r *automatorv1.PollRequest) *automatorv1.PollResponse {
+		t.Helper()
+		resp, err := px.Poll(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	u := submit(t, api, e.account, time.Hour) // no poll waits: queued
+	if resp := poll(req(1, 1, 0)); len(resp.GetClaims()) != 1 || resp.GetClaims()[0].GetWorkId() != u.GetWorkId() {
+		t.Fatalf("the claiming poll: %v; want the unit %s", resp, u.GetWorkId())
+	}
+	if _, err := api.Cancel(ctx, &automatorv1.CancelRequest{WorkId: u.GetWorkId()}); err != nil {
+		t.Fatal(err)
+	}
+	// This answer tells of the cancel; say the proxy never read it.
+	if resp := poll(req(2, 0, 0, u.GetWorkId())); len(resp.GetCancelled()) != 1 {
+		t.Fatalf("the poll after the cancel: %v; want the unit cancelled", resp)
+	}
+	// Within the second (the clock stands still), that look stands in.
+	if resp := poll(req(3, 0, 300*time.Millisecond, u.GetWorkId())); len(resp.GetCancelled()) != 0 {
+		t.Errorf("a poll right after the telling one was told again at once: %v; want the telling look to stand in for a second", resp)
+	}
+	// A poll waiting when the second ends is woken and told.
+	waiting := make(chan pollResult, 1)
+	go func() {
+		resp, err := px.Poll(ctx, req(4, 0, time.Minute, u.GetWorkId()))
+		waiting <- pollResult{resp, err}
+	}()
+	e.awaitWaiting(1)
+	clock.Advance(time.Second)
+	select {
+	case r := <-waiting:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if c := r.resp.GetCancelled(); len(c) != 1 || c[0] != u.GetWorkId() {
+			t.Errorf("the waiting poll, still listing the cancelled unit %s, answered %v; want it told again", u.GetWorkId(), r.resp)
+		}
+	case <-time.After(waittest.Bound):
+		t.Fatalf("the waiting poll, still listing the cancelled unit, was not told again within %v", waittest.Bound)
 	}
 }

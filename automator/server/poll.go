@@ -150,6 +150,12 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 	}
 	timer := time.NewTimer(window)
 	defer timer.Stop()
+	var retell *time.Timer
+	defer func() {
+		if retell != nil {
+			retell.Stop()
+		}
+	}()
 	var handed []store.Work
 	woken := false
 	for {
@@ -168,6 +174,16 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 			return resp, nil
 		}
 		w.park()
+		if retell != nil {
+			retell.Stop()
+			retell = nil
+		}
+		if at, ok := s.hub.retellAt(account, req.GetInstanceId(), req.GetRunId(), req.GetRunning(), knownEmptyFor); ok {
+			// It lists a unit its process was told ended a moment ago,
+			// which that look stood in for: once the look is no longer
+			// fresh, it is woken to look again and tell it again.
+			retell = time.AfterFunc(at.Sub(s.clock.Now()), w.wake)
+		}
 		select {
 		case <-w.c:
 			woken = true
@@ -226,7 +242,7 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 			s.failUnsent(ctx, false, "its poll failed", handed...)
 			return nil, false, s.internal(ctx, "reading states of running units", err)
 		}
-		s.hub.checkedRunning(account, req.GetInstanceId(), req.GetRunId(), cut, looked)
+		s.hub.checkedRunning(account, req.GetInstanceId(), req.GetRunId(), cut, looked, ended)
 		resp.Cancelled = ended
 	}
 	now := s.clock.Now()
