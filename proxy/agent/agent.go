@@ -74,9 +74,12 @@ type Agent struct {
 	// the same run supersedes one still waiting there (PollRequest.run_id).
 	run string
 
-	mu        sync.Mutex
-	running   map[string]context.CancelCauseFunc // work id → cancel of its run
-	slotFreed chan struct{}                      // capacity 1: a unit finished
+	mu      sync.Mutex
+	running map[string]context.CancelCauseFunc // work id → cancel of its run
+	// told: running units the automator said ended, whose scripts are
+	// being killed; polls no longer list them (runningIDs).
+	told      map[string]struct{}
+	slotFreed chan struct{} // capacity 1: a unit finished
 	wg        sync.WaitGroup
 
 	lastPoll time.Time
@@ -121,6 +124,7 @@ func New(o Options) *Agent {
 		started:   time.Now(),
 		run:       rand.Text(),
 		running:   make(map[string]context.CancelCauseFunc),
+		told:      make(map[string]struct{}),
 		slotFreed: make(chan struct{}, 1),
 	}
 	a.state = newStateFile(o, a.log)
@@ -241,7 +245,7 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) {
 		a.mu.Unlock()
 		a.state.recordPoll(now)
 		for _, id := range resp.GetCancelled() {
-			a.cancel(id, errCancelledByAutomator)
+			a.ended(id)
 		}
 		claims := resp.GetClaims()
 		if len(claims) > n {
@@ -293,6 +297,7 @@ func (a *Agent) start(workCtx context.Context, c *automatorv1.Claim) {
 		defer func() {
 			a.mu.Lock()
 			delete(a.running, c.GetWorkId())
+			delete(a.told, c.GetWorkId())
 			a.mu.Unlock()
 			cancel(nil)
 			select {
@@ -322,12 +327,18 @@ func (a *Agent) resumeSpooled(postCtx context.Context) {
 	}
 }
 
-func (a *Agent) cancel(id string, cause error) {
+// ended kills a running unit the automator said ended (cancelled, timed
+// out). Polls list it no more: the automator, which said so, need not say
+// it again while the script is being killed.
+func (a *Agent) ended(id string) {
 	a.mu.Lock()
 	c := a.running[id]
+	if c != nil {
+		a.told[id] = struct{}{}
+	}
 	a.mu.Unlock()
 	if c != nil {
-		c(cause)
+		c(errCancelledByAutomator)
 	}
 }
 
@@ -344,7 +355,9 @@ func (a *Agent) runningIDs() []string {
 	defer a.mu.Unlock()
 	ids := make([]string, 0, len(a.running))
 	for id := range a.running {
-		ids = append(ids, id)
+		if _, ok := a.told[id]; !ok {
+			ids = append(ids, id)
+		}
 	}
 	return ids
 }

@@ -547,3 +547,51 @@ func TestPollsAreNumberedAndSayFromWhichTheAnswersWereLost(t *testing.T) {
 		}
 	}
 }
+
+// slowKillRunner stands in for runner.Run: a run blocks until its context
+// ends, says so on cancelled, and then returns only once let go, as a
+// script whose process tree takes a while to die.
+type slowKillRunner struct {
+	started   chan string
+	cancelled chan string
+	letGo     chan struct{}
+}
+
+func (r *slowKillRunner) run(ctx context.Context, s runner.Spec) (runner.Result, error) {
+	r.started <- s.Env["PROXY_WORK_ID"]
+	<-ctx.Done()
+	r.cancelled <- s.Env["PROXY_WORK_ID"]
+	<-r.letGo
+	return runner.Result{}, runner.ErrCancelled
+}
+
+// TestAUnitToldEndedIsNoLongerListedWhileItsScriptIsKilled: once the
+// automator said a running unit ended, the agent's polls stop listing it,
+// though its script is still being killed: the automator, which said it,
+// would only say it again.
+func TestAUnitToldEndedIsNoLongerListedWhileItsScriptIsKilled(t *testing.T) {
+	r := &slowKillRunner{started: make(chan string, 2), cancelled: make(chan string, 2), letGo: make(chan struct{})}
+	useRunner(t, r.run)
+	f := newFake()
+	startAgent(t, f, 2, nil)
+	f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{
+		claim(t, "w1", &automatorv1.Command{Script: "s"}), claim(t, "w2", &automatorv1.Command{Script: "s"}),
+	}}
+	waittest.Recv(t, r.started, "the first unit to start")
+	waittest.Recv(t, r.started, "the second unit to start")
+	waitFor(t, "a poll listing both", func() bool { return len(f.lastPoll().GetRunning()) == 2 })
+	f.mu.Lock()
+	polls := len(f.polls) // the last one waits for this answer
+	f.mu.Unlock()
+	f.responses <- &automatorv1.PollResponse{Cancelled: []string{"w1"}}
+	if id := waittest.Recv(t, r.cancelled, "the cancelled unit's run to be cancelled"); id != "w1" {
+		t.Fatalf("%s was cancelled, want w1", id)
+	}
+	waitFor(t, "the poll after the answer", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.polls) > polls })
+	if got := f.lastPoll().GetRunning(); len(got) != 1 || got[0] != "w2" {
+		t.Errorf("the poll after w1 was said to have ended, while its script is still being killed, lists %v; want [w2]", got)
+	}
+	close(r.letGo)
+	f.responses <- &automatorv1.PollResponse{Cancelled: []string{"w2"}}
+	waittest.Recv(t, r.cancelled, "the second unit's run to be cancelled")
+}
