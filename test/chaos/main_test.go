@@ -21,7 +21,7 @@ import (
 var (
 	flagLong     = flag.Bool("chaos.long", false, "run the long chaos run (random seed, several minutes) instead of the short one")
 	flagSeed     = flag.Uint64("chaos.seed", 0, "seed of the fault schedule and the callers (0: fixed in the short run, random in the long one)")
-	flagDuration = flag.Duration("chaos.duration", 0, "how long callers submit work (default 45s short, 6m long)")
+	flagDuration = flag.Duration("chaos.duration", 0, "how long callers submit work (default 40s short, 6m long)")
 	flagUnits    = flag.Int("chaos.units", 0, "keep submitting past the duration until this many units (default 20000 long; at most twice the duration)")
 	flagCallers  = flag.Int("chaos.callers", 0, "concurrent callers (default 16 short, 32 long)")
 )
