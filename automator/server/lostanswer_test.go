@@ -197,11 +197,21 @@ func TestAPollSupersededWhileItClaimsFailsWhatItClaimed(t *testing.T) {
 // fails too.
 func TestALostClaimAnotherReplicaMakesAfterTheLookFailsToo(t *testing.T) {
 	e := newEnv(t, envOptions{pollWindow: time.Hour, broadcaster: newRecordingBroadcaster()})
-	api := e.callerClient()
+	st := e.lostClaimAfterTheLook()
+	if st.GetState() != automatorv1.State_STATE_FAILED || !strings.HasSuffix(st.GetReason(), "; the script did not run") {
+		t.Errorf("the unit claimed for the lost poll after the look: %v (%q); want failed, not run", st.GetState(), st.GetReason())
+	}
+}
+
+// lostClaimAfterTheLook has the proxy's poll 2 say that poll 1's answer was
+// lost, then stores a unit as poll 1's claim, as another replica that has
+// not heard of poll 2 yet would, and returns the unit once it has ended.
+func (e *env) lostClaimAfterTheLook() *automatorv1.WorkStatus {
+	t := e.t
+	t.Helper()
 	if _, err := pollNumbered(t.Context(), e.proxyClient(), "a", "run-1", 2, 1, 1, 0); err != nil {
 		t.Fatal(err)
 	}
-	// The other replica stores a unit as the claim of the dead poll 1.
 	claimed, err := e.store.WorkEnqueue(t.Context(), store.WorkEnqueueParams{
 		ID: store.NewWorkID(time.Now()), Account: e.account, KeyID: 1, SealedCommand: []byte("sealed elsewhere"),
 		Now: time.Now(), Deadline: time.Now().Add(time.Hour),
@@ -210,13 +220,11 @@ func TestALostClaimAnotherReplicaMakesAfterTheLookFailsToo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := api.Wait(waittest.Context(t, "the unit claimed for the lost poll after the look to fail"), &automatorv1.WaitRequest{WorkId: claimed.ID})
+	st, err := e.callerClient().Wait(waittest.Context(t, "the unit claimed for the lost poll after the look to end"), &automatorv1.WaitRequest{WorkId: claimed.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.GetState() != automatorv1.State_STATE_FAILED || !strings.HasSuffix(st.GetReason(), "; the script did not run") {
-		t.Errorf("the unit claimed for the lost poll after the look: %v (%q); want failed, not run", st.GetState(), st.GetReason())
-	}
+	return st
 }
 
 // TestALostClaimFailedByTheSecondLookIsAuditedAsTheProxysAccount: the unit
@@ -225,30 +233,13 @@ func TestALostClaimAnotherReplicaMakesAfterTheLookFailsToo(t *testing.T) {
 // audit record names the proxy's account, and where the poll came from.
 func TestALostClaimFailedByTheSecondLookIsAuditedAsTheProxysAccount(t *testing.T) {
 	e := newEnv(t, envOptions{pollWindow: time.Hour, broadcaster: newRecordingBroadcaster()})
-	api := e.callerClient()
-	if _, err := pollNumbered(t.Context(), e.proxyClient(), "a", "run-1", 2, 1, 1, 0); err != nil {
-		t.Fatal(err)
-	}
-	// The other replica stores a unit as the claim of the dead poll 1,
-	// after the poll's first look.
-	claimed, err := e.store.WorkEnqueue(t.Context(), store.WorkEnqueueParams{
-		ID: store.NewWorkID(time.Now()), Account: e.account, KeyID: 1, SealedCommand: []byte("sealed elsewhere"),
-		Now: time.Now(), Deadline: time.Now().Add(time.Hour),
-		ClaimFor: &store.ClaimRef{InstanceID: "a", ClaimID: "c-late", ClaimPoll: store.ClaimPoll{Run: "run-1", Poll: 1}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := api.Wait(waittest.Context(t, "the unit claimed for the lost poll after the look to fail"), &automatorv1.WaitRequest{WorkId: claimed.ID})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := e.lostClaimAfterTheLook()
 	if st.GetState() != automatorv1.State_STATE_FAILED {
 		t.Fatalf("the unit claimed for the lost poll after the look: %v (%q); want failed", st.GetState(), st.GetReason())
 	}
 	var last store.AuditEvent
 	for _, ev := range e.auditLog() {
-		if ev.WorkID == claimed.ID {
+		if ev.WorkID == st.GetWorkId() {
 			last = ev
 		}
 	}
