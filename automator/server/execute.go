@@ -237,6 +237,14 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, m
 	w, err := s.store.WorkEnqueue(ctx, params)
 	if to != nil && err != nil {
 		s.hub.release(to)
+		if !refused(err) {
+			// The unit may be stored all the same (with PostgreSQL, an
+			// answer lost after the commit), as the claim of a poll that
+			// is not answered with it and whose proxy will never say so:
+			// if it is, it fails now rather than at its deadline.
+			s.failUnsent(ctx, false, "storing it failed, so its poll was not answered with it",
+				store.Work{ID: id, Account: acc.Name, InstanceID: to.instance, ClaimID: params.ClaimFor.ClaimID, Deadline: params.Deadline})
+		}
 	}
 	if errors.Is(err, store.ErrDuplicate) {
 		// A retry of a submit whose answer was lost (or a second caller with
@@ -264,6 +272,15 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, m
 		s.failUnsent(ctx, false, "its poll ended while it was stored", w)
 	}
 	return w, nil
+}
+
+// refused reports whether a failed WorkEnqueue surely stored nothing: the
+// store refused it (the account is unknown, the id taken, the key used
+// before, the disk full). Any other failure may have come after the
+// commit.
+func refused(err error) bool {
+	return errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrExists) ||
+		errors.Is(err, store.ErrDuplicate) || errors.Is(err, store.ErrStorageFull)
 }
 
 // maxIdempotencyKey bounds an idempotency key, in bytes.

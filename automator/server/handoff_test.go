@@ -2,7 +2,9 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -409,5 +411,52 @@ func TestAPollBehindABacklogClaimsWithAllItsSlots(t *testing.T) {
 	close(gate.release)
 	if r := waittest.Recv(t, polled, "c's poll to answer once its held claim was released"); r.err != nil || len(r.resp.GetClaims()) != 1 {
 		t.Fatalf("c's poll: %v, %d claims, want 1", r.err, len(r.resp.GetClaims()))
+	}
+}
+
+// lostEnqueueAnswer is a store whose enqueue of a unit handed to a waiting
+// poll commits and then fails, as when PostgreSQL's answer to a committed
+// batch is lost with its connection.
+type lostEnqueueAnswer struct {
+	store.Store
+	stored chan string // the id of the unit committed
+}
+
+func (l *lostEnqueueAnswer) WorkEnqueue(ctx context.Context, p store.WorkEnqueueParams) (store.Work, error) {
+	w, err := l.Store.WorkEnqueue(ctx, p)
+	if err != nil || p.ClaimFor == nil {
+		return w, err
+	}
+	l.stored <- w.ID
+	return store.Work{}, errors.New("the connection was lost after the batch was sent")
+}
+
+// TestAUnitHandedToAPollWhoseEnqueueAnswerWasLostFailsAtOnce: an enqueue
+// that stores a unit as a waiting poll's claim may commit and still fail
+// (its answer lost). The poll is not answered with the unit, and the
+// proxy, whose poll was answered or still waits, never says it lost it:
+// the unit, if it was stored, fails at once as never delivered instead of
+// timing out at its deadline.
+func TestAUnitHandedToAPollWhoseEnqueueAnswerWasLostFailsAtOnce(t *testing.T) {
+	lost := &lostEnqueueAnswer{stored: make(chan string, 1)}
+	e := newEnv(t, envOptions{pollWindow: time.Minute, wrap: func(st store.Store) store.Store { lost.Store = st; return lost }})
+	api, px := e.callerClient(), e.proxyClient()
+	waiting := pollAsync(t.Context(), px, "a", 1)
+	e.awaitWaiting(1)
+	if _, err := api.Submit(t.Context(), &automatorv1.ExecuteRequest{Account: e.account, Command: &automatorv1.Command{Script: "@ping"}, Timeout: durationpb.New(time.Hour)}); err == nil {
+		t.Fatal("the submit whose enqueue failed succeeded")
+	}
+	id := waittest.Recv(t, lost.stored, "the unit to be stored as the poll's claim")
+	st, err := api.Wait(waittest.Context(t, "the unit stored for the poll to end"), &automatorv1.WaitRequest{WorkId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetState() != automatorv1.State_STATE_FAILED || !strings.HasSuffix(st.GetReason(), "; the script did not run") {
+		t.Errorf("the unit stored as the claim of a poll not answered with it: %v (%q); want failed, not run", st.GetState(), st.GetReason())
+	}
+	select {
+	case r := <-waiting:
+		t.Errorf("the poll answered %v, %v; want it still waiting, not handed the unit", r.resp, r.err)
+	default:
 	}
 }
