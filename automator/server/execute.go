@@ -241,8 +241,10 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, m
 			// The unit may be stored all the same (with PostgreSQL, an
 			// answer lost after the commit), as the claim of a poll that
 			// is not answered with it and whose proxy will never say so:
-			// if it is, it fails now rather than at its deadline.
-			s.failUnsent(ctx, false, "storing it failed, so its poll was not answered with it",
+			// if it is, it fails now rather than at its deadline. In the
+			// background: with the database unreachable this write waits
+			// as long as the failed one did, and the caller need not.
+			go s.failUnsent(ctx, false, "storing it failed, so its poll was not answered with it",
 				store.Work{ID: id, Account: acc.Name, InstanceID: to.instance, ClaimID: params.ClaimFor.ClaimID, Deadline: params.Deadline})
 		}
 	}
