@@ -1,12 +1,7 @@
 package pgstore
 
 import (
-	"bytes"
 	"context"
-	"io"
-	"net"
-	"net/url"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,7 +29,7 @@ func TestAReplicaHungInItsSweepHoldsNoUnitBack(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r := startHangingRelay(t, dsn)
+	r := startMarkerRelay(t, dsn, hang)
 	hung := open(t, r.dsn)
 	t.Cleanup(r.close) // before the store's own Close, which waits for the hung sweep
 	r.arm([]byte("timed_out"))
@@ -45,7 +40,7 @@ func TestAReplicaHungInItsSweepHoldsNoUnitBack(t *testing.T) {
 		// Hangs until the relay is closed; its outcome does not matter.
 		_, _ = hung.WorkExpire(context.Background(), expire(hung))
 	}()
-	waittest.Recv(t, r.hung, "the hung replica's sweep to send the statement that times units out")
+	waittest.Recv(t, r.fired, "the hung replica's sweep to send the statement that times units out")
 
 	ws, err := other.WorkExpire(ctx, expire(other))
 	if err != nil {
@@ -53,103 +48,6 @@ func TestAReplicaHungInItsSweepHoldsNoUnitBack(t *testing.T) {
 	}
 	if len(ws) != 1 || ws[0].ID != "due" || ws[0].State != store.StateTimedOut {
 		t.Fatalf("the other replica's sweep timed out %v; want unit due (the hung replica must hold no lock on it)", ws)
-	}
-}
-
-// hangingRelay carries a store's connections to PostgreSQL until, once
-// armed with a marker, one of them sends it: from then on it carries nothing more to PostgreSQL on
-// any connection (the store hangs, as seen from PostgreSQL: its
-// transaction, if any, stays open), and says so on hung, once.
-type hangingRelay struct {
-	dsn  string
-	hung chan struct{}
-
-	lis    net.Listener
-	once   sync.Once
-	mu     sync.Mutex
-	marker []byte // nil until armed
-	held   bool
-	conns  []net.Conn
-}
-
-func startHangingRelay(t *testing.T, dsn string) *hangingRelay {
-	t.Helper()
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	target := u.Host
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = lis.Addr().String()
-	r := &hangingRelay{dsn: u.String(), hung: make(chan struct{}), lis: lis}
-	go func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			r.mu.Lock()
-			r.conns = append(r.conns, c, s)
-			r.mu.Unlock()
-			go func() { _, _ = io.Copy(c, s) }()
-			go r.toServer(s, c)
-		}
-	}()
-	return r
-}
-
-// arm makes the relay hang once marker passes (opening the store, with its
-// migrations, goes through before).
-func (r *hangingRelay) arm(marker []byte) {
-	r.mu.Lock()
-	r.marker = marker
-	r.mu.Unlock()
-}
-
-// toServer copies the store's bytes to PostgreSQL until the marker passes
-// (in a chunk with the bytes before it kept, so a marker split across reads
-// is seen too), or the relay holds already.
-func (r *hangingRelay) toServer(dst, src net.Conn) {
-	var tail []byte
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := src.Read(buf)
-		if err != nil {
-			return
-		}
-		seen := append(tail, buf[:n]...)
-		r.mu.Lock()
-		marker := r.marker
-		if marker != nil && bytes.Contains(seen, marker) {
-			r.held = true
-			r.once.Do(func() { close(r.hung) })
-		}
-		held := r.held
-		r.mu.Unlock()
-		if held {
-			continue // swallowed: PostgreSQL never hears of it
-		}
-		if _, err := dst.Write(buf[:n]); err != nil {
-			return
-		}
-		tail = append(tail[:0], seen[max(0, len(seen)-64):]...)
-	}
-}
-
-func (r *hangingRelay) close() {
-	r.lis.Close()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, c := range r.conns {
-		c.Close()
 	}
 }
 
@@ -170,7 +68,7 @@ func TestAReplicaHungAfterRecordingPollsHoldsNoInstanceBack(t *testing.T) {
 		return []store.InstanceSeenParams{{Account: "acme", InstanceID: "host-a", Hostname: "host-a", Now: at}}
 	}
 
-	r := startHangingRelay(t, dsn)
+	r := startMarkerRelay(t, dsn, hang)
 	hung := open(t, r.dsn)
 	t.Cleanup(r.close) // before the store's own Close, which waits for the hung call
 	r.arm([]byte("commit"))
@@ -181,7 +79,7 @@ func TestAReplicaHungAfterRecordingPollsHoldsNoInstanceBack(t *testing.T) {
 		if err != nil {
 			t.Fatalf("InstancesSeen through the relay: %v", err)
 		}
-	case <-r.hung:
+	case <-r.fired:
 		// Its COMMIT is held: the rows stay locked while it hangs.
 	case <-time.After(waittest.Bound):
 		t.Fatal("InstancesSeen through the relay neither returned nor sent a COMMIT")
@@ -212,12 +110,12 @@ func TestAReplicaHungInsideATransactionLosesItsLocks(t *testing.T) {
 		return p
 	}
 
-	r := startHangingRelay(t, dsn)
+	r := startMarkerRelay(t, dsn, hang)
 	hung := open(t, r.dsn)
 	t.Cleanup(r.close) // before the store's own Close, which waits for the hung call
 	r.arm([]byte("commit"))
 	go func() { _, _ = hung.WorkEnqueue(context.Background(), keyed("first")) }()
-	waittest.Recv(t, r.hung, "the hung replica's enqueue to send its COMMIT")
+	waittest.Recv(t, r.fired, "the hung replica's enqueue to send its COMMIT")
 
 	// The bound is well past the timeout, and far short of forever.
 	octx, cancel := context.WithTimeout(ctx, 20*time.Second)
