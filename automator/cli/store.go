@@ -123,11 +123,22 @@ func (b pgBroadcaster) Publish(ctx context.Context, e server.Event) error {
 
 func (b pgBroadcaster) Listen(ctx context.Context, fn func(server.Event)) error {
 	return b.s.Listen(ctx, func(e pgstore.Event) {
-		for k, pk := range eventKinds {
-			if pk == e.Kind {
-				fn(server.Event{Kind: k, Account: e.Account, WorkID: e.WorkID, InstanceID: e.InstanceID, RunID: e.RunID, PollSeq: e.PollSeq})
-				return
-			}
+		if se, ok := heard(e); ok {
+			fn(se)
 		}
 	})
+}
+
+// heard is the server's event for one Listen delivers; ok is false for a
+// kind the server does not know.
+func heard(e pgstore.Event) (se server.Event, ok bool) {
+	if e.Kind == pgstore.EventResumed {
+		return server.Event{Kind: server.EventResumed}, true
+	}
+	for k, pk := range eventKinds {
+		if pk == e.Kind {
+			return server.Event{Kind: k, Account: e.Account, WorkID: e.WorkID, InstanceID: e.InstanceID, RunID: e.RunID, PollSeq: e.PollSeq}, true
+		}
+	}
+	return server.Event{}, false
 }

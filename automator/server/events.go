@@ -41,6 +41,13 @@ const (
 	// replica on a new connection: a poll of that run still waiting here
 	// is superseded (hub.poller). Published to the others only.
 	EventRunPolled
+	// EventResumed: the Broadcaster listens, for the first time or again
+	// after a time in which it may have missed events (its connection was
+	// lost). Every caller waiting here reads its unit again, and every
+	// proxy process's next poll looks at its running units in the store:
+	// the Broadcaster's own replay of what it missed may lack an end.
+	// Never published.
+	EventResumed
 )
 
 // Broadcaster carries Events between replicas (for PostgreSQL: NOTIFY and
@@ -50,7 +57,9 @@ type Broadcaster interface {
 	// delays a wake-up until the next poll window or sweep, never loses work.
 	Publish(ctx context.Context, e Event) error
 	// Listen calls fn for every event published by any replica (its own
-	// included is fine: handling is idempotent) until ctx is done.
+	// included is fine: handling is idempotent) until ctx is done, and
+	// with EventResumed once it listens, before any event it hears from
+	// then on.
 	Listen(ctx context.Context, fn func(Event)) error
 }
 
@@ -66,6 +75,8 @@ func (s *Server) apply(e Event) {
 		}
 	case EventRunPolled:
 		s.hub.supersedeRun(e.Account, e.InstanceID, e.RunID, e.PollSeq)
+	case EventResumed:
+		s.hub.resumed()
 	}
 }
 

@@ -697,6 +697,23 @@ func (h *hub) NotifyAccount(account string) {
 	}
 }
 
+// resumed is told that events of other replicas may have been missed
+// (EventResumed): every waiting caller is woken to read its unit again, and
+// no earlier look at a proxy process's running units stands in for a new
+// one.
+func (h *hub) resumed() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for id, subs := range h.done {
+		for s := range subs {
+			s.ended = nil
+			close(s.c)
+		}
+		delete(h.done, id)
+	}
+	clear(h.checked)
+}
+
 // waiting reports how many pollers of account wait (for tests and metrics).
 func (h *hub) waiting(account string) int {
 	h.mu.Lock()

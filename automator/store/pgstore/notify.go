@@ -24,6 +24,9 @@ const (
 	// EventRunPolled: run RunID of instance InstanceID of Account polled
 	// on a new connection. (A replica that predates it ignores it.)
 	EventRunPolled EventKind = "polled"
+	// EventResumed: Listen listens, and has replayed what it may have
+	// missed before (Listen). Never published.
+	EventResumed EventKind = "resumed"
 )
 
 // Event is a change of the queue that automators sharing the database must
@@ -249,6 +252,12 @@ FROM unnest($2::text[]) AS p`, s.channel, payloads)
 // fails returns its error and leaves that moment as it was, so the next one
 // replays the whole gap. Handling is idempotent, so replaying too much
 // costs a few wasted wake-ups, no more.
+//
+// That replay goes by the units' finished_at, stamped when an end is made,
+// not when it commits: an end that took longer than catchUpMargin to commit
+// may be missing from it. So after the replay, before any notification,
+// every Listen calls fn with EventResumed, for the listener to read again
+// what it waits for.
 func (s *Store) Listen(ctx context.Context, fn func(Event)) error {
 	conn, err := pgx.ConnectConfig(ctx, s.listenConfig)
 	if err != nil {
@@ -281,6 +290,7 @@ func (s *Store) Listen(ctx context.Context, fn func(Event)) error {
 		}
 	}
 	s.markHeard(listening)
+	fn(Event{Kind: EventResumed})
 	if s.testHookListening != nil {
 		s.testHookListening()
 	}
