@@ -17,8 +17,8 @@ import (
 // the others' sweepers. It reads the due units without locking them, then
 // times them out in one statement, each only while it is still in the state
 // it was read in (so no unit is expired twice nor after it ended
-// otherwise; a unit claimed meanwhile is left to the next sweep), with its
-// audit record. PostgreSQL runs and commits that statement whether or not
+// otherwise; a unit claimed meanwhile is left to the next sweep) and not
+// locked by another session (timeOut), with its audit record. PostgreSQL runs and commits that statement whether or not
 // the replica is still there to read the answer.
 func (s *Store) WorkExpire(ctx context.Context, p store.WorkExpireParams) ([]store.Work, error) {
 	var limit *int // NULL: no limit
@@ -56,6 +56,13 @@ LIMIT $2`, p.Now, limit)
 // gives it, only while it is still in the state it was read in, and
 // appends audit (when not nil) for each it moved: one statement. It returns
 // the units it moved (WorkExpire, WorkEndOpen).
+//
+// It skips a unit whose row another session holds locked rather than wait
+// for it: that session is about to change the unit (a completion, a
+// cancel), or its replica died or was cut off in the middle of sending it,
+// and PostgreSQL holds the lock until it finds the connection dead. Every
+// other due unit must not wait so long; the skipped one is left to a later
+// sweep. (Rows the caller's own transaction locked are not skipped.)
 func timeOut(ctx context.Context, q interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }, now time.Time, units []store.Work, reasonFor func(store.Work) string, audit *store.AuditEvent) ([]store.Work, error) {
@@ -72,9 +79,14 @@ func timeOut(ctx context.Context, q interface {
 		}
 		a = *audit
 	}
-	rows, err := q.Query(ctx, `WITH done AS (
+	rows, err := q.Query(ctx, `WITH due AS (
+	SELECT work.id, d.state, d.reason
+	FROM work JOIN unnest($2::text[], $3::text[], $4::text[]) AS d (id, state, reason)
+		ON work.id = d.id AND work.state = d.state
+	FOR UPDATE OF work SKIP LOCKED
+), done AS (
 	UPDATE work SET state = 'timed_out', reason = due.reason, finished_at = $1
-	FROM unnest($2::text[], $3::text[], $4::text[]) AS due (id, state, reason)
+	FROM due
 	WHERE work.id = due.id AND work.state = due.state
 	RETURNING `+workColumnsOf("work")+`
 ), audited AS (

@@ -2,8 +2,12 @@ package pgstore
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/pgstore/pgtest"
@@ -126,5 +130,96 @@ func TestAReplicaHungInsideATransactionLosesItsLocks(t *testing.T) {
 	}
 	if w.ID != "retry" {
 		t.Fatalf("the same key's enqueue on another replica returned unit %s; want retry (the hung one never committed)", w.ID)
+	}
+}
+
+// TestASweepDoesNotWaitForAUnitAnotherSessionHolds: a session that holds a
+// due unit's row lock must not hold up the other due units' timeouts. Such
+// a session: a replica whose host died, or that was cut off, in the middle
+// of sending a batch that completes the unit, before its Sync: PostgreSQL
+// ran the UPDATE and waits for the rest, until its connection is found
+// dead. The sweep leaves that unit to a later sweep, once the lock is gone.
+func TestASweepDoesNotWaitForAUnitAnotherSessionHolds(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	s := open(t, dsn)
+	ctx := t.Context()
+	if _, err := s.AccountCreate(ctx, store.AccountCreateParams{Name: "acme", TokenHash: []byte("h"), KeyID: 1, SealedKey: []byte("k"), Now: testNow}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"held", "free"} {
+		p := enqueueParams(id, "acme")
+		p.Deadline = testNow.Add(time.Second)
+		if _, err := s.WorkEnqueue(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holder, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(context.Background())
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `UPDATE work SET reason = 'being completed' WHERE id = 'held'`); err != nil {
+		t.Fatal(err)
+	}
+
+	sweep := func() []string {
+		t.Helper()
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		ws, err := s.WorkExpire(sctx, store.WorkExpireParams{Now: testNow.Add(time.Minute), Audit: &store.AuditEvent{At: testNow, Kind: store.AuditWorkEnded}})
+		if err != nil {
+			t.Fatalf("sweeping: %v; want the units not held timed out (the sweep must not wait for the held one)", err)
+		}
+		var ids []string
+		for _, w := range ws {
+			if w.State != store.StateTimedOut {
+				t.Errorf("the sweep returned unit %s %s, want it timed out", w.ID, w.State)
+			}
+			ids = append(ids, w.ID)
+		}
+		return ids
+	}
+	if got := sweep(); !slices.Equal(got, []string{"free"}) {
+		t.Fatalf("with unit held locked, the sweep timed out %v; want [free]", got)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := sweep(); !slices.Equal(got, []string{"held"}) {
+		t.Fatalf("once the lock was gone, the sweep timed out %v; want [held]", got)
+	}
+}
+
+// TestPostgreSQLIsAskedToNoticeADeadReplicaWithinHalfAMinute: the store's
+// sessions (its pool's and its Listen's) carry deadPeerSettings, so that
+// PostgreSQL ends the session of a replica whose host died or was cut off
+// in the middle of a statement, and frees its locks, within about half a
+// minute, not after the operating system's two hours; a setting the
+// connection string gives is kept. (That the kernel then keeps to them is
+// the kernel's: a loopback connection always answers.)
+func TestPostgreSQLIsAskedToNoticeADeadReplicaWithinHalfAMinute(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	s := open(t, dsn+sep+"tcp_keepalives_idle=60")
+	want := map[string]string{"tcp_keepalives_idle": "60", "tcp_keepalives_interval": "5", "tcp_keepalives_count": "3", "tcp_user_timeout": "30000"}
+	for name, v := range want {
+		var got string
+		if err := s.pool.QueryRow(t.Context(), `SELECT setting FROM pg_settings WHERE name = $1`, name).Scan(&got); err != nil {
+			t.Fatalf("reading %s: %v", name, err)
+		}
+		if got != v {
+			t.Errorf("the pool's session: %s = %s, want %s", name, got, v)
+		}
+		if got := s.listenConfig.RuntimeParams[name]; got != v {
+			t.Errorf("the Listen session's settings: %s = %q, want %s", name, got, v)
+		}
 	}
 }

@@ -55,6 +55,21 @@ const defaultMaxConns = 16
 // on the client for more than milliseconds.
 const idleInTransactionTimeout = "5s"
 
+// deadPeerSettings make PostgreSQL notice within about half a minute that
+// a replica's host died or was cut off (no traffic for 10 s, then three
+// unanswered probes 5 s apart; or data unacknowledged for 30 s), each
+// unless the connection string sets it. It then ends the session and
+// frees its locks: a session in the middle of a statement or of a batch
+// waiting for its Sync, which idleInTransactionTimeout does not reach,
+// would otherwise hold them for as long as the operating system's
+// defaults say (on Linux, two hours). Over a Unix socket they do nothing.
+var deadPeerSettings = map[string]string{
+	"tcp_keepalives_idle":     "10",
+	"tcp_keepalives_interval": "5",
+	"tcp_keepalives_count":    "3",
+	"tcp_user_timeout":        "30000", // ms
+}
+
 // Store is a store.Store backed by a PostgreSQL database.
 type Store struct {
 	pool *pgxpool.Pool
@@ -138,6 +153,11 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	}
 	if params["idle_in_transaction_session_timeout"] == "" {
 		params["idle_in_transaction_session_timeout"] = idleInTransactionTimeout
+	}
+	for k, v := range deadPeerSettings {
+		if params[k] == "" {
+			params[k] = v
+		}
 	}
 	listenConfig := cfg.ConnConfig.Copy()
 	listenConfig.RuntimeParams["application_name"] = params["application_name"] + " listen"
