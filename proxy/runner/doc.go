@@ -22,7 +22,10 @@
 //     secrets) plus the command's own variables. It runs in the scripts
 //     directory.
 //   - The whole process tree is killed, not just the script: on unix the
-//     script leads its own process group and the group gets SIGKILL; on
+//     script leads its own session and process group and the group gets
+//     SIGKILL (at the deadline or on cancel, so does every process of the
+//     session, where /proc lists them: a descendant that made a group of
+//     its own, as timeout(1) does, is still in the session); on
 //     windows the script is started suspended, put in a job object, then
 //     resumed, and the job is terminated. The tree is killed when the deadline
 //     passes (Run returns ErrDeadline and no result), when the context is

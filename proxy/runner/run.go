@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -78,6 +79,10 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	// point; after a normal exit it ends what the script left behind.
 	killErr := tree.kill()
 	if stop != nil {
+		// And whatever of the tree left the group without leaving the
+		// tree (timeout(1), a shell's job control), however the group
+		// kill went.
+		killErr = errors.Join(killErr, tree.killRest())
 		// Also kill the script itself, however the tree kill went, so that
 		// Wait returns.
 		_ = cmd.Process.Kill()

@@ -21,16 +21,20 @@ func commandFor(path string, args []string) (*exec.Cmd, error) {
 	return exec.Command(path, args...), nil
 }
 
-// configureCmd makes the script lead a new process group, so the script
-// and every descendant that stays in the group can be killed as one.
+// configureCmd makes the script lead a new session, and so a new process
+// group: the script and every descendant that stays in the group can be
+// killed as one, and a descendant that leaves the group without leaving the
+// session (timeout(1), a job of a shell with job control) is still found by
+// its session (killSession).
 func configureCmd(cmd *exec.Cmd) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
-	cmd.SysProcAttr.Setpgid = true
+	cmd.SysProcAttr.Setsid = true
 }
 
-// processTree is the script's process group.
+// processTree is the script's session, whose id is also its process
+// group's.
 type processTree struct{ pgid int }
 
 // afterStart returns the started script's tree. The group already exists:
@@ -51,6 +55,15 @@ func (t *processTree) kill() error {
 		return fmt.Errorf("killing process group %d: %w", t.pgid, err)
 	}
 	return nil
+}
+
+// killRest sends SIGKILL to what kill leaves of the script's tree: the
+// processes of its session outside its group (where the OS lists them). It
+// reads every process's state, so it is kept for a deadline or a cancel.
+// The session id, like the group id, cannot be reused while a member is
+// alive.
+func (t *processTree) killRest() error {
+	return killSession(t.pgid)
 }
 
 func (t *processTree) release() {}

@@ -125,6 +125,9 @@ func (t *processTree) kill() error {
 	return nil
 }
 
+// killRest has nothing to do: the job holds the whole tree.
+func (t *processTree) killRest() error { return nil }
+
 // release closes the job; thanks to KILL_ON_JOB_CLOSE that also kills
 // anything still in it.
 func (t *processTree) release() {
