@@ -217,9 +217,12 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) {
 		// read: its answer may say which running units were cancelled.
 		dropped := err != nil && pctx.Err() != nil && ctx.Err() == nil && n == 0
 		cancel()
-		if ctx.Err() != nil {
+		if ctx.Err() != nil && err != nil {
 			return
 		}
+		// An answer that came as the proxy was asked to stop is still
+		// read: its claims are this instance's, and no other runs them.
+		// They run within the grace period; the loop ends after them.
 		if dropped {
 			continue
 		}
