@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -214,6 +215,9 @@ func (c Config) Target() (addr string, useTLS bool, err error) {
 	u, err := url.Parse(c.AutomatorURL)
 	if err != nil || u.Hostname() == "" || u.Port() == "" {
 		return "", false, fmt.Errorf("%q must be https://HOST:PORT", c.AutomatorURL)
+	}
+	if port, err := strconv.Atoi(u.Port()); err != nil || port < 1 || port > 65535 {
+		return "", false, fmt.Errorf("%q: port %s is not a TCP port (1 to 65535)", c.AutomatorURL, u.Port())
 	}
 	switch u.Scheme {
 	case "https":
