@@ -16,7 +16,7 @@ import (
 
 // treeNotKilled names where to look when a script's process tree survives.
 const treeNotKilled = "the proxy must kill the script's whole process tree " +
-	"(proxy/runner: configureCmd must make the script lead its own process group, processTree.kill signals the group)"
+	"(proxy/runner: configureCmd must make the script lead its own session and process group, processTree.kill signals the group, killRest the rest of the session)"
 
 // Guarantee 2: with no instance polling, the caller gets the timeout error at
 // the deadline, not before and not much later.
