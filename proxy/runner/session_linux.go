@@ -17,22 +17,34 @@ const sessionSweeps = 50
 // killSession sends SIGKILL to every live process of session sid, pass
 // after pass, until a pass finds none. Zombies are skipped: they are dead,
 // and a zombie whose parent does not reap it stays forever.
+// A process that cannot be signalled (one that became another user's,
+// through a setuid program) is reported, and not looked for again.
 func killSession(sid int) error {
+	refused := map[int]error{}
 	for range sessionSweeps {
-		found, err := sweepSession(sid)
-		if err != nil {
-			return err
-		}
-		if found == 0 {
-			return nil
+		killed, err := sweepSession(sid, refused)
+		if err != nil || killed == 0 {
+			return errors.Join(err, refusedError(sid, refused))
 		}
 	}
-	return fmt.Errorf("processes of session %d still running after %d passes", sid, sessionSweeps)
+	return errors.Join(fmt.Errorf("processes of session %d still running after %d passes", sid, sessionSweeps), refusedError(sid, refused))
 }
 
-// sweepSession kills the live processes of session sid and says how many
-// it found.
-func sweepSession(sid int) (int, error) {
+func refusedError(sid int, refused map[int]error) error {
+	for pid, err := range refused {
+		more := ""
+		if len(refused) > 1 {
+			more = fmt.Sprintf(" (and %d more)", len(refused)-1)
+		}
+		return fmt.Errorf("killing process %d of session %d%s: %w", pid, sid, more, err)
+	}
+	return nil
+}
+
+// sweepSession sends SIGKILL to the live processes of session sid, except
+// those in refused, and says how many it signalled; it adds those that
+// refused the signal to refused.
+func sweepSession(sid int, refused map[int]error) (int, error) {
 	d, err := os.Open("/proc")
 	if err != nil {
 		return 0, nil // no /proc: the process group kill is all there is
@@ -42,10 +54,13 @@ func sweepSession(sid int) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("listing processes: %w", err)
 	}
-	found := 0
+	killed := 0
 	for _, name := range names {
 		pid, err := strconv.Atoi(name)
 		if err != nil || pid <= 0 {
+			continue
+		}
+		if _, ok := refused[pid]; ok {
 			continue
 		}
 		stat, err := os.ReadFile("/proc/" + name + "/stat")
@@ -53,13 +68,15 @@ func sweepSession(sid int) (int, error) {
 			continue // gone meanwhile
 		}
 		if s, live := sessionOf(stat); live && s == sid {
-			found++
-			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-				return found, fmt.Errorf("killing process %d of session %d: %w", pid, sid, err)
+			switch err := syscall.Kill(pid, syscall.SIGKILL); {
+			case err == nil:
+				killed++
+			case !errors.Is(err, syscall.ESRCH):
+				refused[pid] = err
 			}
 		}
 	}
-	return found, nil
+	return killed, nil
 }
 
 // sessionOf reads the session id from a /proc/PID/stat line, and whether
