@@ -1,0 +1,48 @@
+//go:build !windows
+
+package runner
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestCommandEnvCannotMakeBashRunOtherCode: a command may name only a
+// deployed script, and its arguments never reach a shell (DESIGN: "The
+// proxy runs only deployed scripts"; docs/security.md: an API key holder
+// "cannot run anything outside scripts_dir"). The command's env must not
+// undo that: BASH_ENV names a file bash runs before the script (stdin, the
+// command's own, will do), and a BASH_FUNC_name%% variable replaces a
+// command the script calls with a function of the caller's making.
+func TestCommandEnvCannotMakeBashRunOtherCode(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	for name, tc := range map[string]struct {
+		env   map[string]string
+		stdin string
+	}{
+		"BASH_ENV":      {env: map[string]string{"BASH_ENV": "/dev/stdin"}, stdin: "touch injected\n"},
+		"BASH_FUNC_%%":  {env: map[string]string{"BASH_FUNC_echo%%": "() { touch injected; }"}},
+		"SHELLOPTS+PS4": {env: map[string]string{"SHELLOPTS": "xtrace", "PS4": "$(touch injected)"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "deployed.sh"), []byte("#!"+bash+"\necho deployed\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			_, _ = Run(context.Background(), Spec{
+				ScriptsDir: dir, Script: "deployed.sh", Env: tc.env, Stdin: []byte(tc.stdin),
+				Deadline: time.Now().Add(10 * time.Second),
+			})
+			if _, err := os.Stat(filepath.Join(dir, "injected")); err == nil {
+				t.Fatalf("the command's env %v made bash run code that is not the deployed script", tc.env)
+			}
+		})
+	}
+}
