@@ -30,7 +30,10 @@
 //     resumed, and the job is terminated. The tree is killed when the deadline
 //     passes (Run returns ErrDeadline and no result), when the context is
 //     cancelled (ErrCancelled), and also when the script exits normally:
-//     background children left behind must not outlive the unit of work. A
+//     background children left behind must not outlive the unit of work
+//     (on unix, after a normal exit, those in the script's process group:
+//     one that made a group of its own survives it, since finding it means
+//     reading every process's state, more than a small unit costs). A
 //     script that must leave something running hands it to the service
 //     manager (systemctl, sc.exe) instead.
 //   - Each output stream keeps at most Limits.MaxOutput bytes; the rest is read
