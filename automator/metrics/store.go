@@ -96,9 +96,9 @@ func (s *timedStore) WorkNextDeadline(ctx context.Context) (time.Time, bool, err
 	return s.Store.WorkNextDeadline(ctx)
 }
 
-func (s *timedStore) WorkStates(ctx context.Context, ids []string) (map[string]store.State, error) {
+func (s *timedStore) WorkStates(ctx context.Context, account string, ids []string) (map[string]store.State, error) {
 	defer s.since("WorkStates", time.Now())
-	return s.Store.WorkStates(ctx, ids)
+	return s.Store.WorkStates(ctx, account, ids)
 }
 
 func (s *timedStore) WorkList(ctx context.Context, p store.WorkListParams) ([]store.Work, error) {

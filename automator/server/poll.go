@@ -196,7 +196,7 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 			// claims, so nothing queued meanwhile is missed.
 			if err := s.recheckToken(ctx, account, tok); err != nil {
 				s.hub.NotifyWork(account, 1, s.clock.Now()) // the wake-up, passed on
-				if ended, _ := s.endedOf(ctx, req.GetRunning()); len(ended) > 0 {
+				if ended, _ := s.endedOf(ctx, account, req.GetRunning()); len(ended) > 0 {
 					// Its account was deleted, say, and the units it
 					// runs cancelled with it: they are told, so that
 					// the proxy kills their scripts. Its next poll is
@@ -237,7 +237,7 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 	resp := &automatorv1.PollResponse{}
 	if looked := s.clock.Now(); len(req.GetRunning()) > 0 && !s.hub.runningKnown(account, req.GetInstanceId(), req.GetRunId(), looked, knownEmptyFor) {
 		cut := s.hub.cutSeen(account)
-		ended, err := s.endedOf(ctx, req.GetRunning())
+		ended, err := s.endedOf(ctx, account, req.GetRunning())
 		if err != nil {
 			s.failUnsent(ctx, false, "its poll failed", handed...)
 			return nil, false, s.internal(ctx, "reading states of running units", err)
@@ -454,12 +454,14 @@ func validID(field, v string) error {
 }
 
 // endedOf returns the ids among running whose units have ended (cancelled
-// or timed out: the instance kills them), read from the store.
-func (s *Server) endedOf(ctx context.Context, running []string) ([]string, error) {
+// or timed out: the instance kills them), read from the store. Only units
+// of account (the poll's) are looked at: a unit of another account is
+// never reported, ended or not.
+func (s *Server) endedOf(ctx context.Context, account string, running []string) ([]string, error) {
 	if len(running) == 0 {
 		return nil, nil
 	}
-	states, err := s.store.WorkStates(ctx, running)
+	states, err := s.store.WorkStates(ctx, account, running)
 	if err != nil {
 		return nil, err
 	}

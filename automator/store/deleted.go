@@ -28,6 +28,16 @@ func DeletedAccountName(name string, at time.Time) string {
 	return name + deletedInfix + at.UTC().Format("2006-01-02T15:04:05.000000Z07:00") + ")"
 }
 
+// OfAccount reports whether a unit whose account is unitAccount belongs to
+// account: it is account's own, or one it had when a namesake was deleted.
+func OfAccount(unitAccount, account string) bool {
+	if unitAccount == account {
+		return true
+	}
+	name, ok := DeletedAccount(unitAccount)
+	return ok && name == account
+}
+
 // DeletedAccount reports whether account is the tombstone of a deleted
 // account (the account of its units), and the name it had.
 func DeletedAccount(account string) (name string, ok bool) {

@@ -481,8 +481,11 @@ type Store interface {
 	// WorkNextDeadline returns the earliest deadline among queued and
 	// claimed units; ok is false when there are none.
 	WorkNextDeadline(ctx context.Context) (deadline time.Time, ok bool, err error)
-	// WorkStates returns the state of each of the given ids that exists.
-	WorkStates(ctx context.Context, ids []string) (map[string]State, error)
+	// WorkStates returns the state of each of the given ids that exists
+	// and is a unit of account, or of a tombstone of account
+	// (DeletedAccount): a unit of another account is left out as if it did
+	// not exist.
+	WorkStates(ctx context.Context, account string, ids []string) (map[string]State, error)
 	// WorkList returns units newest first (by queue time, then id, both
 	// descending), filtered and paged by p.
 	WorkList(ctx context.Context, p WorkListParams) ([]Work, error)

@@ -219,18 +219,20 @@ func (s *Store) WorkNextDeadline(ctx context.Context) (time.Time, bool, error) {
 	return deadline.UTC(), true, nil
 }
 
-func (s *Store) WorkStates(ctx context.Context, ids []string) (map[string]store.State, error) {
+func (s *Store) WorkStates(ctx context.Context, account string, ids []string) (map[string]store.State, error) {
 	out := make(map[string]store.State, len(ids))
 	if len(ids) == 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, `SELECT id, state FROM work WHERE id = ANY($1)`, ids)
+	rows, err := s.pool.Query(ctx, `SELECT id, state, account FROM work WHERE id = ANY($1)`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("reading the states of %d units of work: %w", len(ids), err)
 	}
-	var id, state string
-	_, err = pgx.ForEachRow(rows, []any{&id, &state}, func() error {
-		out[id] = store.State(state)
+	var id, state, of string
+	_, err = pgx.ForEachRow(rows, []any{&id, &state, &of}, func() error {
+		if store.OfAccount(of, account) {
+			out[id] = store.State(state)
+		}
 		return nil
 	})
 	if err != nil {

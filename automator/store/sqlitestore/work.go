@@ -153,7 +153,7 @@ func (s *Store) WorkNextDeadline(ctx context.Context) (time.Time, bool, error) {
 	return fromNanos(deadline.Int64), true, nil
 }
 
-func (s *Store) WorkStates(ctx context.Context, ids []string) (map[string]store.State, error) {
+func (s *Store) WorkStates(ctx context.Context, account string, ids []string) (map[string]store.State, error) {
 	out := make(map[string]store.State, len(ids))
 	if len(ids) == 0 {
 		return out, nil
@@ -164,17 +164,19 @@ func (s *Store) WorkStates(ctx context.Context, ids []string) (map[string]store.
 	if err != nil {
 		return nil, fmt.Errorf("reading the states of %d units of work: %w", len(ids), err)
 	}
-	rows, err := s.reads.QueryContext(ctx, `SELECT id, state FROM work WHERE id IN (SELECT value FROM json_each(?))`, string(list))
+	rows, err := s.reads.QueryContext(ctx, `SELECT id, state, account FROM work WHERE id IN (SELECT value FROM json_each(?))`, string(list))
 	if err != nil {
 		return nil, fmt.Errorf("reading the states of %d units of work: %w", len(ids), err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var id, state string
-		if err := rows.Scan(&id, &state); err != nil {
+		var id, state, of string
+		if err := rows.Scan(&id, &state, &of); err != nil {
 			return nil, fmt.Errorf("reading the states of %d units of work: %w", len(ids), err)
 		}
-		out[id] = store.State(state)
+		if store.OfAccount(of, account) {
+			out[id] = store.State(state)
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("reading the states of %d units of work: %w", len(ids), err)

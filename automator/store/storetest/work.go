@@ -15,7 +15,7 @@ var workCases = []testCase{
 	{"WorkEnqueueForUnknownAccountIsErrNotFound", testWorkEnqueueForUnknownAccount},
 	{"WorkGetUnknownIsErrNotFound", testWorkGetUnknown},
 	{"WorkNextDeadlineIsTheEarliestOpenOne", testWorkNextDeadline},
-	{"WorkStatesReportsKnownIDsOnly", testWorkStates},
+	{"WorkStatesReportsKnownIDsOfTheAccountOnly", testWorkStates},
 }
 
 func testWorkEnqueueThenGet(f *fixture) {
@@ -137,7 +137,7 @@ func testWorkStates(f *fixture) {
 	for i := range 1200 {
 		query = append(query, fmt.Sprintf("unknown-%d", i))
 	}
-	got, err := f.s.WorkStates(f.ctx, query)
+	got, err := f.s.WorkStates(f.ctx, "acme", query)
 	if err != nil {
 		f.t.Fatalf("WorkStates: %v", err)
 	}
@@ -151,11 +151,23 @@ func testWorkStates(f *fixture) {
 		f.t.Errorf("WorkStates = %v, want %v", got, want)
 	}
 
-	got, err = f.s.WorkStates(f.ctx, nil)
+	got, err = f.s.WorkStates(f.ctx, "acme", nil)
 	if err != nil {
 		f.t.Fatalf("WorkStates(nil): %v", err)
 	}
 	if len(got) != 0 {
 		f.t.Errorf("WorkStates(nil) = %v, want an empty map", got)
+	}
+
+	// Another account's units are not reported, as if they did not
+	// exist: a poll of one account learns nothing of another's.
+	f.account("globex")
+	f.enqueue("theirs", "globex", at(4*time.Second), at(time.Hour))
+	got, err = f.s.WorkStates(f.ctx, "acme", []string{"theirs", "queued"})
+	if err != nil {
+		f.t.Fatalf("WorkStates: %v", err)
+	}
+	if want := map[string]store.State{"queued": store.StateQueued}; !maps.Equal(got, want) {
+		f.t.Errorf("WorkStates of acme naming a unit of globex = %v, want %v", got, want)
 	}
 }
