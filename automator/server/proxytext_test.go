@@ -1,0 +1,63 @@
+package server_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// TestProxyTextsHoldNoControlCharacters: the host name and version a poll
+// reports, and the plain failure reason a proxy posts, are stored and shown
+// to operators as they came (`automator instances`, `automator work list`,
+// ListInstances, WorkStatus.reason), in their terminals. A token holder
+// must not be able to put terminal escape sequences (or line breaks and
+// tabs that forge rows) there: such texts are refused, as an instance id
+// holding them already is.
+func TestProxyTextsHoldNoControlCharacters(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	proxy := e.proxyClient()
+	ctx := context.Background()
+	const esc = "\x1b]2;owned\x07\x1b[2J"
+
+	for field, req := range map[string]*automatorv1.PollRequest{
+		"hostname": {InstanceId: "i-1", Hostname: "h" + esc, Wait: durationpb.New(0)},
+		"version":  {InstanceId: "i-1", Version: "v" + esc, Wait: durationpb.New(0)},
+	} {
+		if _, err := proxy.Poll(ctx, req); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("poll with an escape sequence in %s: %v, want InvalidArgument", field, err)
+		}
+	}
+	list, err := e.callerClient().ListInstances(ctx, &automatorv1.ListInstancesRequest{Account: e.account})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range list.GetInstances() {
+		if strings.ContainsRune(in.GetHostname()+in.GetVersion(), 0x1b) {
+			t.Errorf("instance %s is listed with host %q, version %q", in.GetInstanceId(), in.GetHostname(), in.GetVersion())
+		}
+	}
+
+	submitScript(t, e.callerClient(), e.account, "x.sh", time.Minute)
+	cl := claimOne(t, proxy, "i-2")
+	_, err = proxy.Complete(ctx, &automatorv1.CompleteRequest{
+		WorkId: cl.GetWorkId(), ClaimId: cl.GetClaimId(), InstanceId: "i-2",
+		Outcome: automatorv1.Outcome_OUTCOME_FAILED, Failure: "no" + esc,
+	})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("failure reason with an escape sequence: %v, want InvalidArgument", err)
+	}
+	st, err := e.callerClient().Get(ctx, &automatorv1.GetRequest{WorkId: cl.GetWorkId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.ContainsRune(st.GetReason(), 0x1b) {
+		t.Errorf("unit %s has reason %q, with the proxy's escape sequence", cl.GetWorkId(), st.GetReason())
+	}
+}
