@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
@@ -76,6 +78,12 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 	}
 	if len(req.GetVersion()) > maxVersionLen {
 		return nil, status.Errorf(codes.InvalidArgument, "version is longer than %d bytes", maxVersionLen)
+	}
+	if err := plainText("hostname", req.GetHostname()); err != nil {
+		return nil, err
+	}
+	if err := plainText("version", req.GetVersion()); err != nil {
+		return nil, err
 	}
 	// The keys the instance holds decide how its claims are sealed
 	// (reseal.go); one that holds no usable key claims nothing.
@@ -449,6 +457,16 @@ func validID(field, v string) error {
 		if r < 0x20 || r == 0x7f {
 			return status.Errorf(codes.InvalidArgument, "%s contains a control character", field)
 		}
+	}
+	return nil
+}
+
+// plainText refuses a text a proxy reports that operators are shown as it
+// came (in listings, in their terminals) when it holds a control character:
+// an escape sequence, or a line break or tab that would forge a row.
+func plainText(field, v string) error {
+	if strings.IndexFunc(v, unicode.IsControl) >= 0 {
+		return status.Errorf(codes.InvalidArgument, "%s contains a control character", field)
 	}
 	return nil
 }
