@@ -23,6 +23,13 @@ const seenEvery = 5 * time.Second
 // the store's write path only briefly.
 const seenBatch = 512
 
+// maxSeen bounds the instances seenCache holds. The instance id is the
+// proxy's to choose, so without a bound one account's token could grow the
+// automator's memory for ever. Past it, records already written are
+// dropped: the next poll of such an instance is written at once, as a new
+// instance's is.
+const maxSeen = 1 << 16
+
 // seenCache holds the latest poll of each instance.
 type seenCache struct {
 	mu sync.Mutex
@@ -74,6 +81,12 @@ func (s *Server) instanceSeen(ctx context.Context, p store.InstanceSeenParams) e
 	}
 	r := c.m[key]
 	if r == nil {
+		if len(c.m) >= maxSeen {
+			c.pruneLocked()
+		}
+		if len(c.m) >= maxSeen {
+			return nil // written; kept in memory no more
+		}
 		r = &seenRecord{}
 		c.m[key] = r
 	}
@@ -83,6 +96,16 @@ func (s *Server) instanceSeen(ctx context.Context, p store.InstanceSeenParams) e
 	}
 	r.written = p.Now
 	return nil
+}
+
+// pruneLocked drops the records whose latest poll is written: only those
+// pending (dirty) must stay until a flush writes them.
+func (c *seenCache) pruneLocked() {
+	for k, r := range c.m {
+		if !r.dirty {
+			delete(c.m, k)
+		}
+	}
 }
 
 // RecordInstances keeps known instances' polls in memory and writes those
@@ -144,6 +167,15 @@ func (s *Server) FlushInstances(ctx context.Context) error {
 		for _, p := range batch {
 			key := [2]string{p.Account, p.InstanceID}
 			r := c.m[key]
+			if r == nil {
+				// Dropped while it was written (pruneLocked): if the write
+				// failed, it is pending again.
+				if err != nil {
+					c.m[key] = &seenRecord{last: p, dirty: true}
+					c.dirty = append(c.dirty, key)
+				}
+				continue
+			}
 			switch {
 			case err != nil && !r.dirty:
 				r.dirty = true
