@@ -29,6 +29,9 @@ func TestProxyTextsHoldNoControlCharacters(t *testing.T) {
 	for field, req := range map[string]*automatorv1.PollRequest{
 		"hostname": {InstanceId: "i-1", Hostname: "h" + esc, Wait: durationpb.New(0)},
 		"version":  {InstanceId: "i-1", Version: "v" + esc, Wait: durationpb.New(0)},
+		// C1 controls: U+009B is CSI, which terminals may take as ESC [.
+		"hostname (C1)":    {InstanceId: "i-1", Hostname: "h\u009b2J", Wait: durationpb.New(0)},
+		"instance_id (C1)": {InstanceId: "i-\u009b2J", Wait: durationpb.New(0)},
 	} {
 		if _, err := proxy.Poll(ctx, req); status.Code(err) != codes.InvalidArgument {
 			t.Errorf("poll with an escape sequence in %s: %v, want InvalidArgument", field, err)
