@@ -453,10 +453,8 @@ func validID(field, v string) error {
 	if len(v) > maxIDLen {
 		return status.Errorf(codes.InvalidArgument, "%s is longer than %d bytes", field, maxIDLen)
 	}
-	for _, r := range v {
-		if r < 0x20 || r == 0x7f {
-			return status.Errorf(codes.InvalidArgument, "%s contains a control character", field)
-		}
+	if strings.IndexFunc(v, unicode.IsControl) >= 0 { // C0, DEL and C1
+		return status.Errorf(codes.InvalidArgument, "%s contains a control character", field)
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
@@ -204,7 +205,7 @@ func checkInstanceID(id string) error {
 		return fmt.Errorf("must be 1 to %d bytes (defaults to the host name)", MaxInstanceID)
 	case !utf8.ValidString(id):
 		return fmt.Errorf("%q is not valid UTF-8", id)
-	case strings.ContainsFunc(id, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+	case strings.ContainsFunc(id, unicode.IsControl):
 		return fmt.Errorf("%q contains a control character", id)
 	}
 	return nil
