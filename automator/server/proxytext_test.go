@@ -64,3 +64,20 @@ func TestProxyTextsHoldNoControlCharacters(t *testing.T) {
 		t.Errorf("unit %s has reason %q, with the proxy's escape sequence", cl.GetWorkId(), st.GetReason())
 	}
 }
+
+// TestCommandEnvThatRunsCodeIsRefusedAtSubmit: an env variable that makes a
+// shell, an interpreter or the loader run code of the caller's choosing
+// (BASH_ENV, LD_PRELOAD, ...) is refused when the command is submitted, so
+// that proxies not yet upgraded to refuse it themselves never receive it.
+func TestCommandEnvThatRunsCodeIsRefusedAtSubmit(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	for _, name := range []string{"BASH_ENV", "LD_PRELOAD", "BASH_FUNC_echo%%", "PERL5OPT"} {
+		_, err := e.callerClient().Submit(context.Background(), &automatorv1.ExecuteRequest{
+			Account: e.account,
+			Command: &automatorv1.Command{Script: "x.sh", Env: map[string]string{name: "$(id)"}},
+		})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), name) {
+			t.Errorf("submit with env %s: %v, want InvalidArgument naming it", name, err)
+		}
+	}
+}
