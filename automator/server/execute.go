@@ -15,6 +15,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/scriptenv"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -343,6 +344,11 @@ func (s *Server) checkCommand(c *automatorv1.Command) error {
 	}
 	if n > l.MaxEnvBytes {
 		return fmt.Errorf("command.env totals %d bytes, more than the limit of %d (limits.max_env_bytes)", n, l.MaxEnvBytes)
+	}
+	for k := range c.GetEnv() {
+		if err := scriptenv.Refused(k); err != nil {
+			return fmt.Errorf("command.env: %w", err)
+		}
 	}
 	if len(c.GetStdin()) > l.MaxStdin {
 		return fmt.Errorf("command.stdin is %d bytes, more than the limit of %d (limits.max_stdin)", len(c.GetStdin()), l.MaxStdin)

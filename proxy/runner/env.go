@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+
+	"github.com/opsgate/opsgate/internal/scriptenv"
 )
 
 // environ returns the script's environment: the variables of baseEnvKeys
@@ -29,9 +31,8 @@ func environ(extra map[string]string) ([]string, error) {
 				ErrStart, k)
 		}
 		f := foldEnvKey(k)
-		if codeLoadingEnv(f) {
-			return nil, fmt.Errorf("%w: environment variable %q is refused: it can make a shell, an interpreter or the dynamic loader run code that is not the deployed script",
-				ErrStart, k)
+		if err := scriptenv.Refused(k); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrStart, err)
 		}
 		if other, dup := names[f]; dup {
 			return nil, fmt.Errorf("%w: environment variables %q and %q are one variable here (names are case-insensitive)",
@@ -59,34 +60,4 @@ func foldEnvKey(k string) string {
 		return strings.ToUpper(k)
 	}
 	return k
-}
-
-// codeLoadingNames and codeLoadingPrefixes name the variables a command
-// may not set (compared as foldEnvKey folds them): each makes a shell, an
-// interpreter or the dynamic loader run code the command supplies or
-// chooses (BASH_ENV=/dev/stdin runs the command's stdin), so a command
-// could run more than a deployed script with an argument vector.
-var (
-	codeLoadingNames = map[string]bool{
-		"BASH_ENV": true, "ENV": true, "SHELLOPTS": true, "BASHOPTS": true, "PS4": true,
-		"PERL5OPT": true, "PERL5LIB": true, "PERLLIB": true, "PERL5DB": true,
-		"PYTHONSTARTUP": true, "PYTHONPATH": true, "PYTHONHOME": true,
-		"NODE_OPTIONS": true, "NODE_PATH": true, "RUBYOPT": true, "RUBYLIB": true,
-		"GCONV_PATH": true,
-	}
-	codeLoadingPrefixes = []string{"BASH_FUNC_", "LD_", "DYLD_"}
-)
-
-// codeLoadingEnv reports whether the folded variable name f is one a
-// command may not set.
-func codeLoadingEnv(f string) bool {
-	if codeLoadingNames[f] {
-		return true
-	}
-	for _, p := range codeLoadingPrefixes {
-		if strings.HasPrefix(f, p) {
-			return true
-		}
-	}
-	return false
 }

@@ -4,6 +4,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,12 +37,15 @@ func TestCommandEnvCannotMakeBashRunOtherCode(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, "deployed.sh"), []byte("#!"+bash+"\necho deployed\n"), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			_, _ = Run(context.Background(), Spec{
+			_, err := Run(context.Background(), Spec{
 				ScriptsDir: dir, Script: "deployed.sh", Env: tc.env, Stdin: []byte(tc.stdin),
 				Deadline: time.Now().Add(10 * time.Second),
 			})
-			if _, err := os.Stat(filepath.Join(dir, "injected")); err == nil {
-				t.Fatalf("the command's env %v made bash run code that is not the deployed script", tc.env)
+			if _, serr := os.Stat(filepath.Join(dir, "injected")); serr == nil {
+				t.Errorf("the command's env %v made bash run code that is not the deployed script", tc.env)
+			}
+			if !errors.Is(err, ErrStart) {
+				t.Errorf("Run = %v, want ErrStart refusing the variable, and nothing run", err)
 			}
 		})
 	}

@@ -1,0 +1,48 @@
+// Package scriptenv says which environment variables a command may not set
+// for its script. Both the automator (at submit) and the proxy (before it
+// starts anything) refuse them: a command runs a deployed script, with
+// arguments, stdin and env, and nothing else.
+package scriptenv
+
+import (
+	"fmt"
+	"strings"
+)
+
+// names are variables whose value a shell, an interpreter or the dynamic
+// loader turns into code it runs or loads before, or instead of, the
+// script's own: bash sources BASH_ENV (BASH_ENV=/dev/stdin runs the
+// command's stdin; its value is expanded, command substitution included),
+// SHELLOPTS=xtrace makes it expand PS4 at every command, PERL5OPT=-M…
+// runs code, and so on.
+var names = map[string]bool{
+	"BASH_ENV": true, "ENV": true, "SHELLOPTS": true, "BASHOPTS": true, "PS4": true,
+	"PROMPT_COMMAND": true, "GCONV_PATH": true, "GLIBC_TUNABLES": true,
+	"PERL5OPT": true, "PERL5LIB": true, "PERLLIB": true, "PERL5DB": true,
+	"PYTHONSTARTUP": true, "PYTHONPATH": true, "PYTHONHOME": true, "PYTHONWARNINGS": true,
+	"NODE_OPTIONS": true, "NODE_PATH": true, "RUBYOPT": true, "RUBYLIB": true,
+	"JAVA_TOOL_OPTIONS": true, "_JAVA_OPTIONS": true, "JDK_JAVA_OPTIONS": true,
+}
+
+// prefixes: the dynamic loader's variables (LD_PRELOAD, LD_LIBRARY_PATH,
+// …; DYLD_* on macOS) and bash's exported functions (BASH_FUNC_name%%),
+// which replace the commands a script calls.
+var prefixes = []string{"LD_", "DYLD_", "BASH_FUNC_"}
+
+// Refused returns an error naming variable k when a command may not set
+// it, nil otherwise. Names are compared in upper case on every OS:
+// refusing a lower-case twin costs nothing, and windows names are
+// case-insensitive. The list cannot be complete (a script may hand a
+// variable to any program it calls): it holds those that make the common
+// interpreters and the loader run code before the script's own.
+func Refused(k string) error {
+	u := strings.ToUpper(k)
+	refused := names[u]
+	for _, p := range prefixes {
+		refused = refused || strings.HasPrefix(u, p)
+	}
+	if refused {
+		return fmt.Errorf("environment variable %q is refused: it makes a shell, an interpreter or the dynamic loader run code of its own, and a command runs deployed scripts only", k)
+	}
+	return nil
+}
