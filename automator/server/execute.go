@@ -442,7 +442,7 @@ func (s *Server) workStatus(ctx context.Context, w store.Work) (*automatorv1.Wor
 		}
 		st.Result = r
 		if w.State == store.StateFailed && r.GetFailure() != "" {
-			st.Reason = r.GetFailure()
+			st.Reason = printable(r.GetFailure())
 		}
 	}
 	return st, nil

@@ -469,6 +469,26 @@ func plainText(field, v string) error {
 	return nil
 }
 
+// printable is a failure a proxy reports, as operators are shown it: a line
+// break or tab becomes a space, any other control character (an escape
+// sequence's) U+FFFD. The failure itself is not refused: the unit would
+// then stay claimed until its deadline, and an older proxy's message may
+// hold a line break.
+func printable(v string) string {
+	if strings.IndexFunc(v, unicode.IsControl) < 0 {
+		return v
+	}
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == '\n' || r == '\r' || r == '\t':
+			return ' '
+		case unicode.IsControl(r):
+			return '\uFFFD'
+		}
+		return r
+	}, v)
+}
+
 // endedOf returns the ids among running whose units have ended (cancelled
 // or timed out: the instance kills them), read from the store. Only units
 // of account (the poll's) are looked at: a unit of another account is

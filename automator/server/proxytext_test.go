@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -18,8 +19,10 @@ import (
 // to operators as they came (`automator instances`, `automator work list`,
 // ListInstances, WorkStatus.reason), in their terminals. A token holder
 // must not be able to put terminal escape sequences (or line breaks and
-// tabs that forge rows) there: such texts are refused, as an instance id
-// holding them already is.
+// tabs that forge rows) there: a host name or version holding one is
+// refused, as an instance id holding one already is; a failure, whose
+// refusal would leave its unit claimed until the deadline, is taken with
+// its control characters replaced.
 func TestProxyTextsHoldNoControlCharacters(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	proxy := e.proxyClient()
@@ -49,19 +52,35 @@ func TestProxyTextsHoldNoControlCharacters(t *testing.T) {
 
 	submitScript(t, e.callerClient(), e.account, "x.sh", time.Minute)
 	cl := claimOne(t, proxy, "i-2")
-	_, err = proxy.Complete(ctx, &automatorv1.CompleteRequest{
+	if _, err = proxy.Complete(ctx, &automatorv1.CompleteRequest{
 		WorkId: cl.GetWorkId(), ClaimId: cl.GetClaimId(), InstanceId: "i-2",
-		Outcome: automatorv1.Outcome_OUTCOME_FAILED, Failure: "no" + esc,
-	})
-	if status.Code(err) != codes.InvalidArgument {
-		t.Errorf("failure reason with an escape sequence: %v, want InvalidArgument", err)
+		Outcome: automatorv1.Outcome_OUTCOME_FAILED, Failure: "no" + esc + "\nsecond line",
+	}); err != nil {
+		t.Fatalf("failure reason with an escape sequence: %v, want it taken", err)
 	}
 	st, err := e.callerClient().Get(ctx, &automatorv1.GetRequest{WorkId: cl.GetWorkId()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.ContainsRune(st.GetReason(), 0x1b) {
-		t.Errorf("unit %s has reason %q, with the proxy's escape sequence", cl.GetWorkId(), st.GetReason())
+	if st.GetState() != automatorv1.State_STATE_FAILED || strings.IndexFunc(st.GetReason(), unicode.IsControl) >= 0 || !strings.HasSuffix(st.GetReason(), " second line") {
+		t.Errorf("unit %s is %v with reason %q; want it failed, the proxy's escape sequence and line break replaced", cl.GetWorkId(), st.GetState(), st.GetReason())
+	}
+
+	// The same failure inside the sealed result, which the automator opens
+	// for the reason it shows.
+	submitScript(t, e.callerClient(), e.account, "x.sh", time.Minute)
+	cl = claimOne(t, proxy, "i-2")
+	if _, err = proxy.Complete(ctx, &automatorv1.CompleteRequest{
+		WorkId: cl.GetWorkId(), ClaimId: cl.GetClaimId(), InstanceId: "i-2", Outcome: automatorv1.Outcome_OUTCOME_FAILED,
+		SealedResult: e.sealResult(cl.GetWorkId(), &automatorv1.Result{Failure: "sealed" + esc}),
+	}); err != nil {
+		t.Fatalf("sealed failure with an escape sequence: %v, want it taken", err)
+	}
+	if st, err = e.callerClient().Get(ctx, &automatorv1.GetRequest{WorkId: cl.GetWorkId()}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(st.GetReason(), "sealed") || strings.IndexFunc(st.GetReason(), unicode.IsControl) >= 0 {
+		t.Errorf("unit %s has reason %q; want the sealed failure, its escape sequence replaced", cl.GetWorkId(), st.GetReason())
 	}
 }
 
