@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/opsgate/opsgate/internal/hostport"
 )
 
 // Names of the files in a data directory.
@@ -156,15 +158,12 @@ func RequireLoopback(addr string) error {
 
 // PublicHost returns the host of an https://HOST:PORT URL.
 func PublicHost(publicURL string) (string, error) {
-	u, err := url.Parse(publicURL)
+	u, err := hostport.Parse(publicURL)
 	if err != nil {
-		return "", fmt.Errorf("%q is not a URL: %w", publicURL, err)
+		return "", err
 	}
 	if u.Scheme != "https" && u.Scheme != "http" {
-		return "", fmt.Errorf("%q: scheme must be https (or http for loopback plaintext)", publicURL)
-	}
-	if u.Hostname() == "" || u.Port() == "" {
-		return "", fmt.Errorf("%q: must be https://HOST:PORT", publicURL)
+		return "", fmt.Errorf("%q: scheme must be https (or http for loopback plaintext)", u.Redacted())
 	}
 	if u.Scheme == "http" && RequireLoopback(u.Host) != nil {
 		// The automator serves plaintext on loopback only: every profile

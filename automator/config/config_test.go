@@ -148,3 +148,21 @@ func TestValidateHoldsEachBoundOnBothSides(t *testing.T) {
 		}
 	}
 }
+
+// TestPublicURLIsHostAndPortOnly: public_url becomes every profile's
+// automator_url, which a proxy takes as https://HOST:PORT and nothing
+// more: a path, query or fragment would be ignored, a user name and
+// password shown in every profile, and port 0 or above 65535 never
+// dialled. Each is refused where it is set, with no password shown.
+func TestPublicURLIsHostAndPortOnly(t *testing.T) {
+	for _, u := range []string{"https://h.example:8443/automator", "https://h.example:8443?x=1", "https://admin:s3cret@h.example:8443", "https://h.example:0", "https://h.example:70000", "ftp://h.example:21"} {
+		if _, err := PublicHost(u); err == nil || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("PublicHost(%q) = %v, want it refused without showing a password", u, err)
+		}
+	}
+	for _, u := range []string{"https://h.example:8443", "https://h.example:8443/", "http://127.0.0.1:8443"} {
+		if _, err := PublicHost(u); err != nil {
+			t.Errorf("PublicHost(%q) = %v, want it accepted", u, err)
+		}
+	}
+}

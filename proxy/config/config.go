@@ -14,13 +14,14 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/opsgate/opsgate/internal/hostport"
 
 	"github.com/opsgate/opsgate/crypto"
 )
@@ -213,12 +214,9 @@ func checkInstanceID(id string) error {
 
 // Target returns the host:port to dial and whether TLS is used.
 func (c Config) Target() (addr string, useTLS bool, err error) {
-	u, err := url.Parse(c.AutomatorURL)
-	if err != nil || u.Hostname() == "" || u.Port() == "" {
-		return "", false, fmt.Errorf("%q must be https://HOST:PORT", c.AutomatorURL)
-	}
-	if port, err := strconv.Atoi(u.Port()); err != nil || port < 1 || port > 65535 {
-		return "", false, fmt.Errorf("%q: port %s is not a TCP port (1 to 65535)", c.AutomatorURL, u.Port())
+	u, err := hostport.Parse(c.AutomatorURL)
+	if err != nil {
+		return "", false, err
 	}
 	switch u.Scheme {
 	case "https":
@@ -226,7 +224,7 @@ func (c Config) Target() (addr string, useTLS bool, err error) {
 	case "http":
 		return u.Host, false, nil
 	}
-	return "", false, fmt.Errorf("%q must be https://HOST:PORT", c.AutomatorURL)
+	return "", false, fmt.Errorf("%q must be https://HOST:PORT", u.Redacted())
 }
 
 func checkPEM(s string) error {

@@ -22,3 +22,19 @@ func TestAutomatorURLWithAPortThatCannotBeDialledIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestAutomatorURLWithMoreThanHostAndPortIsRefused: a path, query or
+// fragment would be ignored, and a user name and password would be
+// ignored too, and shown wherever the URL is (logs, the service's
+// description): each is refused at start, and the error shows no password.
+func TestAutomatorURLWithMoreThanHostAndPortIsRefused(t *testing.T) {
+	for _, u := range []string{"https://automator.example:443/api", "https://automator.example:443?x=1", "https://automator.example:443#f", "https://admin:s3cret@automator.example:443"} {
+		_, _, err := Config{AutomatorURL: u}.Target()
+		if err == nil || !strings.Contains(err.Error(), "HOST:PORT") || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Target(%q) = %v, want it refused without showing a password", u, err)
+		}
+	}
+	if _, _, err := (Config{AutomatorURL: "https://automator.example:443/"}).Target(); err != nil {
+		t.Errorf("Target with a trailing slash = %v, want it accepted", err)
+	}
+}
