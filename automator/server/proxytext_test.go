@@ -90,7 +90,7 @@ func TestProxyTextsHoldNoControlCharacters(t *testing.T) {
 // that proxies not yet upgraded to refuse it themselves never receive it.
 func TestCommandEnvThatRunsCodeIsRefusedAtSubmit(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	for _, name := range []string{"BASH_ENV", "LD_PRELOAD", "BASH_FUNC_echo%%", "PERL5OPT"} {
+	for _, name := range []string{"BASH_ENV", "LD_PRELOAD", "BASH_FUNC_echo%%", "PERL5OPT", "ComSpec", "PSModulePath", "ld_preload"} {
 		_, err := e.callerClient().Submit(context.Background(), &automatorv1.ExecuteRequest{
 			Account: e.account,
 			Command: &automatorv1.Command{Script: "x.sh", Env: map[string]string{name: "$(id)"}},

@@ -22,6 +22,9 @@ var names = map[string]bool{
 	"PYTHONSTARTUP": true, "PYTHONPATH": true, "PYTHONHOME": true, "PYTHONWARNINGS": true,
 	"NODE_OPTIONS": true, "NODE_PATH": true, "RUBYOPT": true, "RUBYLIB": true,
 	"JAVA_TOOL_OPTIONS": true, "_JAVA_OPTIONS": true, "JDK_JAVA_OPTIONS": true,
+	// windows: cmd.exe runs COMSPEC for each side of a pipe in a batch
+	// file; PowerShell loads modules from PSModulePath (a share will do).
+	"COMSPEC": true, "PSMODULEPATH": true,
 }
 
 // prefixes: the dynamic loader's variables (LD_PRELOAD, LD_LIBRARY_PATH,
