@@ -67,8 +67,17 @@ func report(ctx context.Context, res client.Result, err error, env Env) (int, er
 	var we *client.WorkError
 	switch {
 	case err == nil:
-		env.Stdout.Write(res.Stdout)
-		env.Stderr.Write(res.Stderr)
+		// Output that could not be written (a full disk, a closed
+		// descriptor) is lost: the remote exit code would report a
+		// success that did not reach its reader.
+		_, outErr := env.Stdout.Write(res.Stdout)
+		_, errErr := env.Stderr.Write(res.Stderr)
+		if outErr != nil {
+			return 0, fmt.Errorf("work %s exited with %d, but writing its stdout failed: %w", res.WorkID, res.ExitCode, outErr)
+		}
+		if errErr != nil {
+			return 0, fmt.Errorf("work %s exited with %d, but writing its stderr failed: %w", res.WorkID, res.ExitCode, errErr)
+		}
 		if res.StdoutTruncated || res.StderrTruncated {
 			fmt.Fprintf(env.Stderr, "automator: output of work %s was truncated by the proxy's output limit\n", res.WorkID)
 		}
