@@ -44,7 +44,7 @@ func cmdExec(ctx context.Context, args []string, env Env) (int, error) {
 	if *timeout < 0 {
 		return 0, fmt.Errorf("--timeout %v must be positive", *timeout)
 	}
-	stdin, err := readStdin(*stdinFrom, env.Stdin)
+	stdin, err := readStdin(ctx, *stdinFrom, env.Stdin)
 	if err != nil {
 		return 0, err
 	}
@@ -104,29 +104,46 @@ func report(ctx context.Context, res client.Result, err error, env Env) (int, er
 	return 0, err
 }
 
-func readStdin(from string, stdin io.Reader) ([]byte, error) {
-	var r io.Reader
+// readStdin reads --stdin. It returns when ctx ends (Ctrl-C: main
+// catches SIGINT, so nothing else would end a read from a terminal or an
+// unfinished producer); the read itself then goes on in the background
+// until its input ends or the process exits.
+func readStdin(ctx context.Context, from string, stdin io.Reader) ([]byte, error) {
+	r, closeIt := stdin, func() {}
 	switch from {
 	case "":
 		return nil, nil
 	case "-":
-		r = stdin
 	default:
 		f, err := os.Open(from)
 		if err != nil {
 			return nil, fmt.Errorf("--stdin: %w", err)
 		}
-		defer f.Close()
-		r = f
+		r, closeIt = f, func() { f.Close() }
 	}
-	data, err := io.ReadAll(io.LimitReader(r, maxStdin+1))
-	if err != nil {
-		return nil, fmt.Errorf("--stdin: reading: %w", err)
+	type read struct {
+		data []byte
+		err  error
 	}
-	if len(data) > maxStdin {
+	done := make(chan read, 1)
+	go func() {
+		defer closeIt()
+		data, err := io.ReadAll(io.LimitReader(r, maxStdin+1))
+		done <- read{data, err}
+	}()
+	var got read
+	select {
+	case got = <-done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("--stdin: interrupted while reading it; nothing was queued: %w", ctx.Err())
+	}
+	if got.err != nil {
+		return nil, fmt.Errorf("--stdin: reading: %w", got.err)
+	}
+	if len(got.data) > maxStdin {
 		return nil, fmt.Errorf("--stdin: more than %d bytes, the most an automator accepts (limits.max_stdin at its highest)", maxStdin)
 	}
-	return data, nil
+	return got.data, nil
 }
 
 // callerFlags are the flags of a command that calls the automator as a

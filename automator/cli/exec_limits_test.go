@@ -85,7 +85,7 @@ func (e *endless) Read(p []byte) (int, error) {
 // has read past the most any automator accepts, without reading on.
 func TestExecStopsReadingAnEndlessStdinAtTheLimit(t *testing.T) {
 	r := &endless{}
-	_, err := readStdin("-", r)
+	_, err := readStdin(t.Context(), "-", r)
 	if err == nil || !strings.Contains(err.Error(), "more than") || !strings.Contains(err.Error(), "limits.max_stdin") {
 		t.Fatalf("readStdin of an endless stdin: %v; want the refusal naming limits.max_stdin", err)
 	}
