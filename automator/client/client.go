@@ -210,7 +210,10 @@ func (c *Client) ExecuteOnProxy(ctx context.Context, account string, cmd Command
 	if ctx.Err() == nil {
 		return Result{WorkID: w.ID}, err
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	// The cancel starts on the automator the wait was on, which may be
+	// the reason the wait got nowhere (hung): it has one try of tryBound
+	// on each address, so that a hung one is given up for the next.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(len(c.apis))*tryBound+time.Second)
 	defer cancel()
 	cw, cerr := c.Cancel(cctx, w.ID)
 	if cerr != nil {
