@@ -109,17 +109,8 @@ func report(ctx context.Context, res client.Result, err error, env Env) (int, er
 // unfinished producer); the read itself then goes on in the background
 // until its input ends or the process exits.
 func readStdin(ctx context.Context, from string, stdin io.Reader) ([]byte, error) {
-	r, closeIt := stdin, func() {}
-	switch from {
-	case "":
+	if from == "" {
 		return nil, nil
-	case "-":
-	default:
-		f, err := os.Open(from)
-		if err != nil {
-			return nil, fmt.Errorf("--stdin: %w", err)
-		}
-		r, closeIt = f, func() { f.Close() }
 	}
 	type read struct {
 		data []byte
@@ -127,8 +118,21 @@ func readStdin(ctx context.Context, from string, stdin io.Reader) ([]byte, error
 	}
 	done := make(chan read, 1)
 	go func() {
-		defer closeIt()
+		r := stdin
+		if from != "-" {
+			// Opened here too: opening a FIFO waits for its writer.
+			f, err := os.Open(from)
+			if err != nil {
+				done <- read{err: fmt.Errorf("--stdin: %w", err)}
+				return
+			}
+			defer f.Close()
+			r = f
+		}
 		data, err := io.ReadAll(io.LimitReader(r, maxStdin+1))
+		if err != nil {
+			err = fmt.Errorf("--stdin: reading: %w", err)
+		}
 		done <- read{data, err}
 	}()
 	var got read
@@ -138,7 +142,7 @@ func readStdin(ctx context.Context, from string, stdin io.Reader) ([]byte, error
 		return nil, fmt.Errorf("--stdin: interrupted while reading it; nothing was queued: %w", ctx.Err())
 	}
 	if got.err != nil {
-		return nil, fmt.Errorf("--stdin: reading: %w", got.err)
+		return nil, got.err
 	}
 	if len(got.data) > maxStdin {
 		return nil, fmt.Errorf("--stdin: more than %d bytes, the most an automator accepts (limits.max_stdin at its highest)", maxStdin)
