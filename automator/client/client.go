@@ -197,9 +197,12 @@ func (b bearer) RequireTransportSecurity() bool { return b.tls }
 // ErrCancelled (a *WorkError with the work id and reason). When ctx ends
 // first, the unit is cancelled, so its script does not run on unobserved,
 // and the error matches both ErrCancelled and ctx.Err() (unless the unit
-// ended just before: then its outcome is returned).
+// ended just before: then its outcome is returned). That holds when ctx ends
+// while the submit is on its way too: the automator may have stored the
+// unit already, so the submit's answer is still awaited (within its bound
+// of 10 s), and the unit it names cancelled.
 func (c *Client) ExecuteOnProxy(ctx context.Context, account string, cmd Command, opts ...Option) (Result, error) {
-	w, err := c.Submit(ctx, account, cmd, opts...)
+	w, err := c.submit(ctx, account, cmd, true, opts...)
 	if err != nil {
 		return Result{}, err
 	}
@@ -232,6 +235,13 @@ func (c *Client) ExecuteOnProxy(ctx context.Context, account string, cmd Command
 // a fresh one, so retrying it after a lost answer cannot queue a second
 // unit: the automator returns the first.
 func (c *Client) Submit(ctx context.Context, account string, cmd Command, opts ...Option) (Work, error) {
+	return c.submit(ctx, account, cmd, false, opts...)
+}
+
+// submit is Submit; with outlive, a try on its way when ctx ends is not
+// cut short but awaited, within tryBound, so that the caller learns of a
+// unit the automator stored (and can cancel it). No try is begun after.
+func (c *Client) submit(ctx context.Context, account string, cmd Command, outlive bool, opts ...Option) (Work, error) {
 	o := collect(opts)
 	if o.key == "" {
 		o.key = newKey()
@@ -246,7 +256,11 @@ func (c *Client) Submit(ctx context.Context, account string, cmd Command, opts .
 	}
 	var st *automatorv1.WorkStatus
 	err := c.call(ctx, fmt.Sprintf("submitting work to account %q", account), nil, func(ctx context.Context, api automatorv1.AutomatorServiceClient) (err error) {
-		tctx, cancel := context.WithTimeout(ctx, tryBound)
+		tryCtx := ctx
+		if outlive {
+			tryCtx = context.WithoutCancel(ctx)
+		}
+		tctx, cancel := context.WithTimeout(tryCtx, tryBound)
 		defer cancel()
 		st, err = api.Submit(tctx, req)
 		return unanswered(ctx, err)
