@@ -61,13 +61,20 @@ func TestProxyNeverImportsTheStore(t *testing.T) {
 	}
 }
 
-// TestRunnerStandsAlone: the script runner imports nothing else of ours.
+// TestRunnerStandsAlone: the script runner imports nothing else of ours
+// but the list of environment variables a command may not set, which the
+// automator checks too, and which is a leaf.
 func TestRunnerStandsAlone(t *testing.T) {
-	self := module + "/proxy/runner"
+	self, shared := module+"/proxy/runner", module+"/internal/scriptenv"
 	for _, goos := range []string{"linux", "windows"} {
 		for _, d := range deps(t, goos, self) {
-			if strings.HasPrefix(d, module+"/") && d != self {
+			if strings.HasPrefix(d, module+"/") && d != self && d != shared {
 				t.Errorf("GOOS=%s: proxy/runner depends on %s", goos, d)
+			}
+		}
+		for _, d := range deps(t, goos, shared) {
+			if !isStd(d) && d != shared {
+				t.Errorf("GOOS=%s: %s, which proxy/runner imports, depends on %s", goos, shared, d)
 			}
 		}
 	}
