@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -41,9 +42,13 @@ var sqliteHeader = []byte("SQLite format 3\x00")
 var ErrNotAutomatorDB = errors.New("not an automator database")
 
 // CheckHeader tells whether the file at path starts as an SQLite database
-// does, reading only its first bytes: an error matching ErrNotAutomatorDB
-// that says what the file is not, otherwise nil.
+// does, and is as long as its header says, reading only its first bytes:
+// an error matching ErrNotAutomatorDB that says what the file is not, an
+// error saying it is cut short, otherwise nil.
 func CheckHeader(path string) error { return checkHeader(path, path) }
+
+// sqliteHeaderSize is the size of an SQLite database file's header.
+const sqliteHeaderSize = 100
 
 func checkHeader(path, name string) error {
 	f, err := os.Open(path)
@@ -51,13 +56,37 @@ func checkHeader(path, name string) error {
 		return err
 	}
 	defer f.Close()
-	head := make([]byte, len(sqliteHeader))
+	head := make([]byte, sqliteHeaderSize)
 	n, err := io.ReadFull(f, head)
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("reading %s: %w", name, err)
 	}
-	if n < len(head) || !bytes.Equal(head, sqliteHeader) {
+	if n < len(sqliteHeader) || !bytes.Equal(head[:len(sqliteHeader)], sqliteHeader) {
 		return fmt.Errorf("%s is not an SQLite database (it does not start with SQLite's header): %w", name, ErrNotAutomatorDB)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", name, err)
+	}
+	size := fi.Size()
+	if n < sqliteHeaderSize {
+		return fmt.Errorf("%s is cut short: %d bytes, less than an SQLite database's header (a copy or a transfer that did not finish?)", name, size)
+	}
+	// The page size (1 stands for 65536) and the database's size in pages,
+	// which SQLite keeps in the header; the size is valid when the change
+	// counter matches the version-valid-for number. SQLite reads a missing
+	// tail as zeros, and quick_check does not notice one cut from an
+	// index's page: the length has to be checked here.
+	pageSize := int64(binary.BigEndian.Uint16(head[16:18]))
+	if pageSize == 1 {
+		pageSize = 65536
+	}
+	pages := int64(binary.BigEndian.Uint32(head[28:32]))
+	if pages > 0 && bytes.Equal(head[24:28], head[92:96]) && size < pages*pageSize {
+		return fmt.Errorf("%s is cut short: its header says %d bytes, the file has %d (a copy or a transfer that did not finish?)", name, pages*pageSize, size)
+	}
+	if pageSize >= 512 && size%pageSize != 0 {
+		return fmt.Errorf("%s is damaged: %d bytes, not a whole number of its %d-byte pages (cut short?)", name, size, pageSize)
 	}
 	return nil
 }
