@@ -13,6 +13,7 @@ import (
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
+	"github.com/opsgate/opsgate/crypto"
 )
 
 // runCLI runs one command in this process and returns its exit code,
@@ -46,8 +47,22 @@ func backupFixture(t *testing.T, dir string) {
 	t.Helper()
 	ctx := t.Context()
 	now := time.Now()
+	// The account key sealed with the directory's master key, as `account
+	// create` does: a restore refuses a database whose keys it opens none of.
+	master, err := readMaster(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := crypto.NewKey(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed, err := master.SealKey("acme", key)
+	if err != nil {
+		t.Fatal(err)
+	}
 	withStore(t, dir, func(st *sqlitestore.Store) {
-		if _, err := st.AccountCreate(ctx, store.AccountCreateParams{Name: "acme", TokenHash: []byte("token of acme"), KeyID: 1, SealedKey: []byte("k"), Now: now}); err != nil {
+		if _, err := st.AccountCreate(ctx, store.AccountCreateParams{Name: "acme", TokenHash: []byte("token of acme"), KeyID: 1, SealedKey: sealed, Now: now}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := st.APIKeyCreate(ctx, store.APIKeyCreateParams{ID: "ak_later_revoked", Hash: []byte("h"), Name: "ci", Now: now}); err != nil {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/opsgate/opsgate/automator/config"
@@ -114,12 +115,19 @@ func restoreSQLite(ctx context.Context, dir string, cfg config.Config, file stri
 		return err
 	}
 	now := time.Now()
-	prev, prevErr := readPrevious(ctx, dbPath, now)
-
 	st, err := sqlitestore.Open(ctx, tmp)
 	if err != nil {
 		return fmt.Errorf("opening the copy of %s: %w", file, err)
 	}
+	// A backup of another automator's database, whose account keys this
+	// directory's master key does not open, would leave a database serve
+	// refuses: refused here, before anything is replaced.
+	unopened, err := checkBackupMasterKey(ctx, st, dir, file)
+	if err != nil {
+		st.Close()
+		return err
+	}
+	prev, prevErr := readPrevious(ctx, dbPath, now)
 	queued, claimed, err := endOpenWork(ctx, st, now, env)
 	var reRevoked []store.APIKey
 	var reDeleted []store.AccountDeletion
@@ -174,7 +182,37 @@ func restoreSQLite(ctx context.Context, dir string, cfg config.Config, file stri
 	}
 	printEnded(env, queued, claimed)
 	printCredentials(env, prev, prevErr, reRevoked, reDeleted, signOuts, accountLines)
+	if len(unopened) > 0 {
+		fmt.Fprintf(env.Stdout, "warning: the master key in %s does not open the keys of these accounts of the backup, whose calls will fail: %s\n",
+			filepath.Join(dir, config.FileMasterKey), strings.Join(firstNames(unopened, 20), ", "))
+	}
 	return nil
+}
+
+// checkBackupMasterKey refuses the restored copy st of the backup file
+// when the data directory's master key opens none of its account keys (as
+// serve would refuse it), and returns the accounts whose keys it does not
+// open.
+func checkBackupMasterKey(ctx context.Context, st store.Store, dir, file string) ([]string, error) {
+	master, err := readMaster(dir)
+	if err != nil {
+		return nil, err
+	}
+	accounts, err := st.AccountList(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the accounts of %s: %w", file, err)
+	}
+	var unopened []string
+	for _, a := range accounts {
+		if _, err := master.OpenKey(a.Name, a.SealedKey); err != nil {
+			unopened = append(unopened, a.Name)
+		}
+	}
+	if len(accounts) > 0 && len(unopened) == len(accounts) {
+		return unopened, fmt.Errorf("the master key in %s opens none of the %d account keys in %s (%s): the backup is of a database made with another master key, and serve would refuse it; restore it with that %s in the data directory; nothing was replaced",
+			filepath.Join(dir, config.FileMasterKey), len(accounts), file, strings.Join(firstNames(unopened, 5), ", "), config.FileMasterKey)
+	}
+	return unopened, nil
 }
 
 // endOpenWork ends every open unit of st as timed_out, a batch per write,
