@@ -1,0 +1,77 @@
+package cli
+
+import (
+	"bytes"
+	"database/sql"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/config"
+)
+
+// TestARefusedRestoreLeavesAnOlderSchemaAsItWas: "nothing in the data
+// directory changes until step 4; a refused or failed restore leaves it as
+// it was" (docs/backup.md) holds for a database of an older schema too:
+// the restore reads the database it would replace (for the credentials
+// withdrawn since the backup) without migrating it, so that a restore
+// refused at the last step leaves a database the older binary still opens.
+func TestARefusedRestoreLeavesAnOlderSchemaAsItWas(t *testing.T) {
+	dir := initDir(t)
+	backupFixture(t, dir)
+	file := filepath.Join(t.TempDir(), "b.db")
+	if code, _, stderr := runCLI(t, "backup", "--data-dir", dir, file); code != 0 {
+		t.Fatalf("backup: exit %d: %s", code, stderr)
+	}
+	cfg, _ := config.Load(dir)
+	dbPath := cfg.DBPath(dir)
+	// The data directory's database as the previous release left it:
+	// schema version 7, before the claim's poll was recorded.
+	db, err := sql.Open("sqlite", dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`ALTER TABLE work DROP COLUMN claim_run`, `ALTER TABLE work DROP COLUMN claim_poll`, `DELETE FROM schema_migrations WHERE version = 8`} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+	before := fileBytes(t, dbPath)
+	// Names a restore in the coming seconds would keep the database aside
+	// under, taken already: the restore is refused at its last step.
+	now := time.Now()
+	for s := range 30 {
+		aside := dbPath + ".before-restore-" + now.Add(time.Duration(s)*time.Second).UTC().Format("20060102T150405Z")
+		if err := os.WriteFile(aside, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	code, stdout, stderr := runCLI(t, "restore", "--data-dir", dir, file)
+	if code != ExitError || !strings.Contains(stderr, "run restore again") || stdout != "" {
+		t.Fatalf("restore with the aside name taken: exit %d, stdout %q, stderr %q; want %d", code, stdout, stderr, ExitError)
+	}
+	if v := schemaVersion(t, dbPath); v != 7 {
+		t.Errorf("after a refused restore the database is at schema version %d, want 7 as it was", v)
+	}
+	if !bytes.Equal(fileBytes(t, dbPath), before) {
+		t.Errorf("a refused restore changed the database")
+	}
+}
+
+func schemaVersion(t *testing.T, path string) int {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var v int
+	if err := db.QueryRow(`SELECT MAX(version) FROM schema_migrations`).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
