@@ -259,12 +259,34 @@ type previous struct {
 // readPrevious reads the credentials of the database about to be replaced,
 // and the sign-outs of dashboard sessions that have not expired by now, and
 // closes it (which checkpoints its write-ahead log into it). A missing
-// database is no error: there is nothing to compare with.
+// database is no error: there is nothing to compare with. A database of
+// an older schema is not migrated (a restore that fails leaves it as it
+// was, for the binary that made it): a copy of it beside it is, and read.
 func readPrevious(ctx context.Context, dbPath string, now time.Time) (previous, error) {
 	if _, err := os.Stat(dbPath); errors.Is(err, os.ErrNotExist) {
 		return previous{}, nil
 	}
-	st, err := sqlitestore.Open(ctx, dbPath)
+	version, latest, err := sqlitestore.SchemaVersion(ctx, dbPath)
+	if err != nil {
+		return previous{exists: true}, err
+	}
+	path := dbPath
+	if version < latest {
+		path = dbPath + ".previous"
+		removeSQLiteFiles(path) // left by a restore that was interrupted
+		defer removeSQLiteFiles(path)
+		// Closed, the database has no write-ahead log, unless closing it
+		// failed to checkpoint: the log is copied with it then.
+		for _, suffix := range []string{"", "-wal"} {
+			if _, err := os.Stat(dbPath + suffix); suffix != "" && err != nil {
+				continue
+			}
+			if err := copyFile(dbPath+suffix, path+suffix); err != nil {
+				return previous{exists: true}, fmt.Errorf("copying the replaced database to read it: %w", err)
+			}
+		}
+	}
+	st, err := sqlitestore.Open(ctx, path)
 	if err != nil {
 		return previous{exists: true}, err
 	}

@@ -162,3 +162,27 @@ WHERE type = 'table' AND name IN ('schema_migrations', 'accounts', 'work')`).Sca
 	}
 	return snap, nil
 }
+
+// SchemaVersion reads the schema version of the database at path without
+// migrating it (a write-ahead log a crash left is recovered into it, as
+// any opening does), and returns it with the latest this binary knows.
+// The file must not be in use by another process.
+func SchemaVersion(ctx context.Context, path string) (version, latest int, err error) {
+	latest = migrations[len(migrations)-1].version
+	db, err := sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		return 0, latest, fmt.Errorf("opening %s: %w", path, err)
+	}
+	defer db.Close()
+	var tables int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'`).Scan(&tables); err != nil {
+		return 0, latest, fmt.Errorf("reading the schema version of %s: %w", path, err)
+	}
+	if tables == 0 {
+		return 0, latest, nil
+	}
+	if err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&version); err != nil {
+		return 0, latest, fmt.Errorf("reading the schema version of %s: %w", path, err)
+	}
+	return version, latest, db.Close()
+}
