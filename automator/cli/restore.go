@@ -127,7 +127,11 @@ func restoreSQLite(ctx context.Context, dir string, cfg config.Config, file stri
 		st.Close()
 		return err
 	}
-	prev, prevErr := readPrevious(ctx, dbPath, now)
+	prev, prevErr, err := readPrevious(ctx, dbPath, now)
+	if err != nil {
+		st.Close()
+		return err
+	}
 	queued, claimed, err := endOpenWork(ctx, st, now, env)
 	var reRevoked []store.APIKey
 	var reDeleted []store.AccountDeletion
@@ -259,16 +263,18 @@ type previous struct {
 // readPrevious reads the credentials of the database about to be replaced,
 // and the sign-outs of dashboard sessions that have not expired by now, and
 // closes it (which checkpoints its write-ahead log into it). A missing
-// database is no error: there is nothing to compare with. A database of
-// an older schema is not migrated (a restore that fails leaves it as it
-// was, for the binary that made it): a copy of it beside it is, and read.
-func readPrevious(ctx context.Context, dbPath string, now time.Time) (previous, error) {
+// database is no error: there is nothing to compare with; one that cannot
+// be read is prevErr. A database of an older schema is not migrated (a
+// restore that fails leaves it as it was, for the binary that made it): a
+// copy of it beside it is, and read; err, when that copy cannot be made.
+func readPrevious(ctx context.Context, dbPath string, now time.Time) (prev previous, prevErr, err error) {
 	if _, err := os.Stat(dbPath); errors.Is(err, os.ErrNotExist) {
-		return previous{}, nil
+		return previous{}, nil, nil
 	}
+	prev = previous{exists: true}
 	version, latest, err := sqlitestore.SchemaVersion(ctx, dbPath)
 	if err != nil {
-		return previous{exists: true}, err
+		return prev, err, nil
 	}
 	path := dbPath
 	if version < latest {
@@ -282,32 +288,35 @@ func readPrevious(ctx context.Context, dbPath string, now time.Time) (previous, 
 				continue
 			}
 			if err := copyFile(dbPath+suffix, path+suffix); err != nil {
-				return previous{exists: true}, fmt.Errorf("copying the replaced database to read it: %w", err)
+				return prev, nil, fmt.Errorf("copying the database to be replaced, of an older schema, to read it (nothing was replaced): %w", err)
 			}
 		}
 	}
 	st, err := sqlitestore.Open(ctx, path)
 	if err != nil {
-		return previous{exists: true}, err
+		if path != dbPath {
+			return prev, nil, fmt.Errorf("reading a copy of the database to be replaced, of an older schema (nothing was replaced): %w", err)
+		}
+		return prev, err, nil
 	}
 	defer st.Close()
 	keys, err := st.APIKeyList(ctx)
 	if err != nil {
-		return previous{exists: true}, err
+		return prev, err, nil
 	}
 	accounts, err := st.AccountList(ctx)
 	if err != nil {
-		return previous{exists: true}, err
+		return prev, err, nil
 	}
 	deletions, err := st.AccountDeletions(ctx, time.Time{})
 	if err != nil {
-		return previous{exists: true}, err
+		return prev, err, nil
 	}
 	signOuts, err := st.DashboardSessionEndList(ctx, now)
 	if err != nil {
-		return previous{exists: true}, err
+		return prev, err, nil
 	}
-	return previous{exists: true, apiKeys: keys, accounts: accounts, deletions: deletions, signOuts: signOuts}, st.Close()
+	return previous{exists: true, apiKeys: keys, accounts: accounts, deletions: deletions, signOuts: signOuts}, st.Close(), nil
 }
 
 // carryRevocations revokes in st, the restored database, every API key the

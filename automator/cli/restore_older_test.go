@@ -60,6 +60,35 @@ func TestARefusedRestoreLeavesAnOlderSchemaAsItWas(t *testing.T) {
 	if !bytes.Equal(fileBytes(t, dbPath), before) {
 		t.Errorf("a refused restore changed the database")
 	}
+
+	// Once the names are free, the restore reads the older database (a key
+	// revoked in it is revoked again) and keeps it aside as it was.
+	taken, _ := filepath.Glob(dbPath + ".before-restore-*")
+	for _, f := range taken {
+		os.Remove(f)
+	}
+	db, err = sql.Open("sqlite", dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`UPDATE api_keys SET revoked_at = ? WHERE id = 'ak_later_revoked'`, time.Now().UnixNano()); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	code, stdout, stderr = runCLI(t, "restore", "--data-dir", dir, file)
+	if code != 0 || !strings.Contains(stdout, "API key ak_later_revoked (ci) was revoked after the backup was taken: revoked again") {
+		t.Fatalf("restore over a database of schema version 7: exit %d, stdout %q, stderr %q; want the key revoked again", code, stdout, stderr)
+	}
+	aside, _ := filepath.Glob(dbPath + ".before-restore-*")
+	if len(aside) != 1 {
+		t.Fatalf("kept aside: %v, want one file", aside)
+	}
+	if v := schemaVersion(t, aside[0]); v != 7 {
+		t.Errorf("the database kept aside is at schema version %d, want 7 as it was", v)
+	}
+	if left, _ := filepath.Glob(dbPath + ".previous*"); len(left) != 0 {
+		t.Errorf("the restore left %v", left)
+	}
 }
 
 func schemaVersion(t *testing.T, path string) int {
