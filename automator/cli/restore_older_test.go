@@ -104,3 +104,33 @@ func schemaVersion(t *testing.T, path string) int {
 	}
 	return v
 }
+
+// TestRestoreOfAnOlderBackupSaysItWasMigrated: a backup of an older schema
+// is migrated as it is restored, and restore says so: it printed the
+// backup's schema version as that of the database it restored.
+func TestRestoreOfAnOlderBackupSaysItWasMigrated(t *testing.T) {
+	dir := initDir(t)
+	backupFixture(t, dir)
+	file := filepath.Join(t.TempDir(), "b.db")
+	if code, _, stderr := runCLI(t, "backup", "--data-dir", dir, file); code != 0 {
+		t.Fatalf("backup: exit %d: %s", code, stderr)
+	}
+	db, err := sql.Open("sqlite", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`ALTER TABLE work DROP COLUMN claim_run`, `ALTER TABLE work DROP COLUMN claim_poll`, `DELETE FROM schema_migrations WHERE version = 8`} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+	code, stdout, stderr := runCLI(t, "restore", "--data-dir", dir, file)
+	if code != 0 {
+		t.Fatalf("restore: exit %d: %s", code, stderr)
+	}
+	cfg, _ := config.Load(dir)
+	if v := schemaVersion(t, cfg.DBPath(dir)); v != 8 || !strings.Contains(stdout, "schema version 7, migrated to 8") {
+		t.Errorf("restore of a backup at schema version 7 printed:\n%s\nand left the database at version %d; want 8, and the restore to say it migrated the backup to 8", stdout, v)
+	}
+}
