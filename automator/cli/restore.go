@@ -180,7 +180,11 @@ func restoreSQLite(ctx context.Context, dir string, cfg config.Config, file stri
 	if !snap.LastEvent.IsZero() {
 		as = fmt.Sprintf("; its latest audit event is from %s, when the backup began", snap.LastEvent.UTC().Format(time.RFC3339))
 	}
-	fmt.Fprintf(env.Stdout, "restored %s into %s (schema version %d%s)\n", file, dbPath, snap.Version, as)
+	version := fmt.Sprintf("schema version %d", snap.Version)
+	if latest := sqlitestore.LatestVersion(); snap.Version < latest {
+		version += fmt.Sprintf(", migrated to %d", latest)
+	}
+	fmt.Fprintf(env.Stdout, "restored %s into %s (%s%s)\n", file, dbPath, version, as)
 	if aside != "" {
 		fmt.Fprintf(env.Stdout, "the database it replaced is kept as %s\n", aside)
 	}

@@ -163,6 +163,10 @@ WHERE type = 'table' AND name IN ('schema_migrations', 'accounts', 'work')`).Sca
 	return snap, nil
 }
 
+// LatestVersion is the latest schema version this binary knows: Open
+// migrates a database to it.
+func LatestVersion() int { return migrations[len(migrations)-1].version }
+
 // SchemaVersion reads the schema version of the database at path without
 // migrating it (a write-ahead log a crash left is recovered into it, as
 // any opening does), and returns it with the latest this binary knows.
