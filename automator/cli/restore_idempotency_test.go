@@ -1,0 +1,58 @@
+package cli
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/automator/store/sqlitestore"
+)
+
+// TestRestoreKeepsIdempotencyKeysUsedAfterTheBackup: a unit queued with an
+// idempotency key after the backup was taken, and run, is not in the
+// backup. After the restore, the caller's retry with that key ("repeat the
+// execute with the same idempotency key ... neither runs the script
+// again", docs/api.md) must not queue the command again: at most once
+// across a restore (docs/backup.md).
+func TestRestoreKeepsIdempotencyKeysUsedAfterTheBackup(t *testing.T) {
+	dir := initDir(t)
+	backupFixture(t, dir)
+	file := filepath.Join(t.TempDir(), "b.db")
+	if code, _, stderr := runCLI(t, "backup", "--data-dir", dir, file); code != 0 {
+		t.Fatalf("backup: exit %d: %s", code, stderr)
+	}
+	enqueue := func(st *sqlitestore.Store, id string, now time.Time) (store.Work, error) {
+		return st.WorkEnqueue(t.Context(), store.WorkEnqueueParams{ID: id, Account: "acme", KeyID: 1, SealedCommand: []byte("deploy"),
+			Now: now, Deadline: now.Add(time.Hour), IdempotencyKey: "deploy-1", IdempotencySince: now.Add(-24 * time.Hour)})
+	}
+	// After the backup: the unit is queued with its key, claimed and run.
+	withStore(t, dir, func(st *sqlitestore.Store) {
+		now := time.Now()
+		if _, err := enqueue(st, "w-after", now); err != nil {
+			t.Fatal(err)
+		}
+		ws, err := st.WorkClaim(t.Context(), store.WorkClaimParams{Account: "acme", InstanceID: "host-a", Max: 5, ClaimIDs: claimIDsFor(5), Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range ws {
+			if w.ID == "w-after" {
+				if _, err := st.WorkComplete(t.Context(), store.WorkCompleteParams{ID: w.ID, ClaimID: w.ClaimID, State: store.StateSucceeded, Now: now}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	})
+	if code, _, stderr := runCLI(t, "restore", "--data-dir", dir, file); code != 0 {
+		t.Fatalf("restore: exit %d: %s", code, stderr)
+	}
+	withStore(t, dir, func(st *sqlitestore.Store) {
+		w, err := enqueue(st, "w-retry", time.Now())
+		if !errors.Is(err, store.ErrDuplicate) {
+			t.Errorf("a retry with the key of a unit queued and run after the backup: unit %s (%s), %v; want %v, nothing queued again",
+				w.ID, w.State, err, store.ErrDuplicate)
+		}
+	})
+}
