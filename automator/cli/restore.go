@@ -17,6 +17,10 @@ import (
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
 )
 
+// idempotencyWindow is how long an idempotency key stays bound to its
+// unit (the server's retention, 24 hours).
+const idempotencyWindow = 24 * time.Hour
+
 // restoreReason is the reason of every unit a restore ends.
 const restoreReason = "ended by a restore: it was open when the backup was taken and may have run after it, so it is not run again"
 
@@ -123,14 +127,29 @@ func restoreSQLite(ctx context.Context, dir string, cfg config.Config, file stri
 	// directory's master key does not open, would leave a database serve
 	// refuses: refused here, before anything is replaced.
 	unopened, err := checkBackupMasterKey(ctx, st, dir, file)
+	if cerr := st.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
 	if err != nil {
-		st.Close()
 		return err
 	}
 	prev, prevErr, err := readPrevious(ctx, dbPath, now)
 	if err != nil {
-		st.Close()
 		return err
+	}
+	// The units queued with an idempotency key after the backup was taken
+	// are copied from the replaced database, ended: a caller's retry with
+	// such a key must not run the command again (at most once).
+	var carried, carriedOpen int
+	if prev.exists && prevErr == nil {
+		carried, carriedOpen, err = sqlitestore.CarryIdempotentUnits(ctx, tmp, dbPath, now.Add(-idempotencyWindow), now, restoreReason)
+		if err != nil {
+			return fmt.Errorf("copying the units queued with an idempotency key after the backup was taken (nothing was replaced): %w", err)
+		}
+	}
+	st, err = sqlitestore.Open(ctx, tmp)
+	if err != nil {
+		return fmt.Errorf("opening the copy of %s: %w", file, err)
 	}
 	queued, claimed, err := endOpenWork(ctx, st, now, env)
 	var reRevoked []store.APIKey
@@ -151,7 +170,7 @@ func restoreSQLite(ctx context.Context, dir string, cfg config.Config, file stri
 	}
 	if err == nil {
 		audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditRestore,
-			Detail: fmt.Sprintf("database restored from a backup; %d open units ended, %d API key revocations, %d account deletions and %d dashboard sign-outs carried over", queued+claimed, len(reRevoked), len(reDeleted), signOuts)}, env)
+			Detail: fmt.Sprintf("database restored from a backup; %d open units ended, %d units queued with an idempotency key after the backup (%d of them open, ended), %d API key revocations, %d account deletions and %d dashboard sign-outs carried over", queued+claimed, carried, carriedOpen, len(reRevoked), len(reDeleted), signOuts)}, env)
 	}
 	if cerr := st.Close(); err == nil && cerr != nil {
 		err = cerr
@@ -189,6 +208,9 @@ func restoreSQLite(ctx context.Context, dir string, cfg config.Config, file stri
 		fmt.Fprintf(env.Stdout, "the database it replaced is kept as %s\n", aside)
 	}
 	printEnded(env, queued, claimed)
+	if carried > 0 {
+		fmt.Fprintf(env.Stdout, "copied %d units queued with an idempotency key after the backup was taken from the replaced database (%d of them open, ended as timed_out): a retry with such a key gets its unit, and runs nothing again\n", carried, carriedOpen)
+	}
 	printCredentials(env, prev, prevErr, reRevoked, reDeleted, signOuts, accountLines)
 	if len(unopened) > 0 {
 		fmt.Fprintf(env.Stdout, "warning: the master key in %s does not open the keys of these accounts of the backup, whose calls will fail: %s\n",

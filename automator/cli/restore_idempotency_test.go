@@ -23,14 +23,18 @@ func TestRestoreKeepsIdempotencyKeysUsedAfterTheBackup(t *testing.T) {
 	if code, _, stderr := runCLI(t, "backup", "--data-dir", dir, file); code != 0 {
 		t.Fatalf("backup: exit %d: %s", code, stderr)
 	}
-	enqueue := func(st *sqlitestore.Store, id string, now time.Time) (store.Work, error) {
+	enqueue := func(st *sqlitestore.Store, id, key string, now time.Time) (store.Work, error) {
 		return st.WorkEnqueue(t.Context(), store.WorkEnqueueParams{ID: id, Account: "acme", KeyID: 1, SealedCommand: []byte("deploy"),
-			Now: now, Deadline: now.Add(time.Hour), IdempotencyKey: "deploy-1", IdempotencySince: now.Add(-24 * time.Hour)})
+			Now: now, Deadline: now.Add(time.Hour), IdempotencyKey: key, IdempotencySince: now.Add(-24 * time.Hour)})
 	}
-	// After the backup: the unit is queued with its key, claimed and run.
+	// After the backup: a unit is queued with its key, claimed and run;
+	// another is queued with its key and claimed, and may be running.
 	withStore(t, dir, func(st *sqlitestore.Store) {
 		now := time.Now()
-		if _, err := enqueue(st, "w-after", now); err != nil {
+		if _, err := enqueue(st, "w-after", "deploy-1", now); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := enqueue(st, "w-running", "deploy-2", now.Add(time.Millisecond)); err != nil {
 			t.Fatal(err)
 		}
 		ws, err := st.WorkClaim(t.Context(), store.WorkClaimParams{Account: "acme", InstanceID: "host-a", Max: 5, ClaimIDs: claimIDsFor(5), Now: now})
@@ -49,10 +53,18 @@ func TestRestoreKeepsIdempotencyKeysUsedAfterTheBackup(t *testing.T) {
 		t.Fatalf("restore: exit %d: %s", code, stderr)
 	}
 	withStore(t, dir, func(st *sqlitestore.Store) {
-		w, err := enqueue(st, "w-retry", time.Now())
-		if !errors.Is(err, store.ErrDuplicate) {
-			t.Errorf("a retry with the key of a unit queued and run after the backup: unit %s (%s), %v; want %v, nothing queued again",
-				w.ID, w.State, err, store.ErrDuplicate)
+		for _, c := range []struct {
+			key, first string
+			state      store.State
+		}{{"deploy-1", "w-after", store.StateSucceeded}, {"deploy-2", "w-running", store.StateTimedOut}} {
+			w, err := enqueue(st, "w-retry-"+c.key, c.key, time.Now())
+			if !errors.Is(err, store.ErrDuplicate) || w.ID != c.first || w.State != c.state {
+				t.Errorf("a retry with the key %s of a unit queued after the backup: unit %s (%s), %v; want %v with %s, %s, nothing queued again",
+					c.key, w.ID, w.State, err, store.ErrDuplicate, c.first, c.state)
+			}
+		}
+		if ws, err := st.WorkClaim(t.Context(), store.WorkClaimParams{Account: "acme", InstanceID: "host-b", Max: 5, ClaimIDs: claimIDsFor(5), Now: time.Now()}); err != nil || len(ws) != 0 {
+			t.Errorf("a claim after the restore got %d units, %v; want none", len(ws), err)
 		}
 	})
 }

@@ -1,0 +1,73 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"time"
+)
+
+// CarryIdempotentUnits copies into the database at path the units of the
+// database at prevPath that it lacks and that were queued with an
+// idempotency key at or after since: for a restore, path is the backup's
+// copy and prevPath the database it replaces, where those units were
+// queued after the backup was taken. Their keys stay used, so a caller's
+// retry with one returns the unit it made instead of queueing its command
+// again. A unit that was open in prevPath is copied ended, timed_out with
+// reason at now (it may have run); an ended one keeps its outcome. A unit
+// of an account path lacks is not copied. A unit of path holding a key
+// that prevPath gave to a newer unit loses it, as in prevPath. Both files
+// must be closed; prevPath is only read, and may be of any schema version.
+// It returns how many units it copied, and how many of them were open.
+func CarryIdempotentUnits(ctx context.Context, path, prevPath string, since, now time.Time, reason string) (carried, ended int, err error) {
+	db, err := sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		return 0, 0, fmt.Errorf("opening %s: %w", path, err)
+	}
+	defer db.Close()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("opening %s: %w", path, err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `ATTACH DATABASE ? AS prev`, prevPath); err != nil {
+		return 0, 0, fmt.Errorf("reading %s: %w", prevPath, err)
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), `DETACH DATABASE prev`)
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, 0, fmt.Errorf("carrying units into %s: %w", path, err)
+	}
+	defer tx.Rollback()
+	// The units to carry: in prev, queued with a key since, not in main,
+	// of an account main has.
+	const toCarry = `SELECT p.id FROM prev.work p
+WHERE p.idempotency_key IS NOT NULL AND p.queued_at >= ?
+AND p.account IN (SELECT name FROM main.accounts)
+AND NOT EXISTS (SELECT 1 FROM main.work m WHERE m.id = p.id)`
+	if _, err := tx.ExecContext(ctx, `UPDATE main.work SET idempotency_key = NULL
+WHERE idempotency_key IS NOT NULL AND EXISTS (SELECT 1 FROM prev.work p
+	WHERE p.account = work.account AND p.idempotency_key = work.idempotency_key AND p.id IN (`+toCarry+`))`, toNanos(since)); err != nil {
+		return 0, 0, fmt.Errorf("carrying units into %s: %w", path, outOfSpace(err, filepath.Dir(path)))
+	}
+	if err := tx.QueryRowContext(ctx, `SELECT count(*), COALESCE(SUM(state IN ('queued', 'claimed')), 0) FROM prev.work WHERE id IN (`+toCarry+`)`,
+		toNanos(since)).Scan(&carried, &ended); err != nil {
+		return 0, 0, fmt.Errorf("reading %s: %w", prevPath, err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO main.work (id, account, state, key_id, sealed_command, queued_at, deadline,
+	claimed_at, instance_id, claim_id, finished_at, sealed_result, reason, idempotency_key)
+SELECT p.id, p.account, CASE WHEN p.state IN ('queued', 'claimed') THEN 'timed_out' ELSE p.state END,
+	p.key_id, p.sealed_command, p.queued_at, p.deadline, p.claimed_at, p.instance_id, p.claim_id,
+	CASE WHEN p.state IN ('queued', 'claimed') THEN ? ELSE p.finished_at END,
+	p.sealed_result,
+	CASE WHEN p.state IN ('queued', 'claimed') THEN ? ELSE p.reason END,
+	p.idempotency_key
+FROM prev.work p WHERE p.id IN (`+toCarry+`)`, toNanos(now), reason, toNanos(since)); err != nil {
+		return 0, 0, fmt.Errorf("carrying units into %s: %w", path, outOfSpace(err, filepath.Dir(path)))
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, 0, fmt.Errorf("carrying units into %s: %w", path, outOfSpace(err, filepath.Dir(path)))
+	}
+	return carried, ended, nil
+}
