@@ -35,6 +35,13 @@ func CarryIdempotentUnits(ctx context.Context, path, prevPath string, since, now
 		return 0, 0, fmt.Errorf("reading %s: %w", prevPath, err)
 	}
 	defer conn.ExecContext(context.WithoutCancel(ctx), `DETACH DATABASE prev`)
+	var tables int
+	if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM prev.sqlite_master WHERE type = 'table' AND name = 'work'`).Scan(&tables); err != nil {
+		return 0, 0, fmt.Errorf("reading %s: %w", prevPath, err)
+	}
+	if tables == 0 {
+		return 0, 0, nil // an empty database: no unit to carry
+	}
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, 0, fmt.Errorf("carrying units into %s: %w", path, err)
