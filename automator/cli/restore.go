@@ -140,11 +140,14 @@ func restoreSQLite(ctx context.Context, dir string, cfg config.Config, file stri
 	// The units queued with an idempotency key after the backup was taken
 	// are copied from the replaced database, ended: a caller's retry with
 	// such a key must not run the command again (at most once).
+	// It copies all of them or none (one transaction): a full disk fails
+	// the restore, another failure (a damaged database) is said.
 	var carried, carriedOpen int
+	var carryErr error
 	if prev.exists && prevErr == nil {
-		carried, carriedOpen, err = sqlitestore.CarryIdempotentUnits(ctx, tmp, dbPath, now.Add(-idempotencyWindow), now, restoreReason)
-		if err != nil {
-			return fmt.Errorf("copying the units queued with an idempotency key after the backup was taken (nothing was replaced): %w", err)
+		carried, carriedOpen, carryErr = sqlitestore.CarryIdempotentUnits(ctx, tmp, dbPath, now.Add(-idempotencyWindow), now, restoreReason)
+		if store.IsStorageFull(carryErr) {
+			return fmt.Errorf("copying the units queued with an idempotency key after the backup was taken (nothing was replaced): %w", carryErr)
 		}
 	}
 	st, err = sqlitestore.Open(ctx, tmp)
@@ -208,6 +211,9 @@ func restoreSQLite(ctx context.Context, dir string, cfg config.Config, file stri
 		fmt.Fprintf(env.Stdout, "the database it replaced is kept as %s\n", aside)
 	}
 	printEnded(env, queued, claimed)
+	if carryErr != nil {
+		fmt.Fprintf(env.Stdout, "warning: the units queued with an idempotency key after the backup was taken could not be copied from the replaced database (%v): a retry with such a key queues its command again\n", carryErr)
+	}
 	if carried > 0 {
 		fmt.Fprintf(env.Stdout, "copied %d units queued with an idempotency key after the backup was taken from the replaced database (%d of them open, ended as timed_out): a retry with such a key gets its unit, and runs nothing again\n", carried, carriedOpen)
 	}
@@ -292,7 +298,8 @@ type previous struct {
 // database is no error: there is nothing to compare with; one that cannot
 // be read is prevErr. A database of an older schema is not migrated (a
 // restore that fails leaves it as it was, for the binary that made it): a
-// copy of it beside it is, and read; err, when that copy cannot be made.
+// copy of it beside it is, and read; err, when that copy cannot be made or
+// the disk is too full to migrate it.
 func readPrevious(ctx context.Context, dbPath string, now time.Time) (prev previous, prevErr, err error) {
 	if _, err := os.Stat(dbPath); errors.Is(err, os.ErrNotExist) {
 		return previous{}, nil, nil
@@ -320,7 +327,10 @@ func readPrevious(ctx context.Context, dbPath string, now time.Time) (prev previ
 	}
 	st, err := sqlitestore.Open(ctx, path)
 	if err != nil {
-		if path != dbPath {
+		// A copy that a full disk keeps from being migrated fails the
+		// restore; one that does not migrate (a damaged database, which
+		// the restore may be meant to replace) is not read, as before.
+		if path != dbPath && store.IsStorageFull(err) {
 			return prev, nil, fmt.Errorf("reading a copy of the database to be replaced, of an older schema (nothing was replaced): %w", err)
 		}
 		return prev, err, nil
