@@ -116,7 +116,7 @@ func cmdInit(ctx context.Context, args []string, env Env) (err error) {
 	if _, err := os.Stat(path(config.FileServeLock)); errors.Is(err, fs.ErrNotExist) {
 		made = append(made, path(config.FileServeLock))
 	}
-	st, err := openStore(ctx, *dir, cfg)
+	st, err := createStore(ctx, *dir, cfg)
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,10 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/metrics"
@@ -19,11 +22,26 @@ import (
 // is open. With PostgreSQL too: the data directory holds the keys it is
 // used with.
 func openStore(ctx context.Context, dir string, cfg config.Config) (store.Store, error) {
+	return openStoreFor(ctx, dir, cfg, false)
+}
+
+// createStore is openStore for init, which may create the SQLite file.
+func createStore(ctx context.Context, dir string, cfg config.Config) (store.Store, error) {
+	return openStoreFor(ctx, dir, cfg, true)
+}
+
+func openStoreFor(ctx context.Context, dir string, cfg config.Config, create bool) (store.Store, error) {
 	lock, err := lockForCommand(dir)
 	if err != nil {
 		return nil, err
 	}
-	st, err := openLockedStore(ctx, dir, cfg)
+	if !create {
+		err = sqliteExists(dir, cfg)
+	}
+	var st store.Store
+	if err == nil {
+		st, err = openDB(ctx, dir, cfg)
+	}
 	if err != nil {
 		lock.Release()
 		return nil, err
@@ -61,6 +79,29 @@ func (s *lockedStore) Uncached() store.Store { return store.Uncached(s.Store) }
 // (store.CachedCredentials), so a command that revokes or rotates returns
 // only once no automator serves the old credential from its cache.
 func openLockedStore(ctx context.Context, dir string, cfg config.Config) (store.Store, error) {
+	if err := sqliteExists(dir, cfg); err != nil {
+		return nil, err
+	}
+	return openDB(ctx, dir, cfg)
+}
+
+// sqliteExists refuses a SQLite database file that is missing: init
+// creates it, and a command that made a new one instead would serve, or
+// change, an empty database while the real one is elsewhere (a disk not
+// mounted, a data directory copied without it). A restore brings one back.
+func sqliteExists(dir string, cfg config.Config) error {
+	if pgstore.IsDSN(cfg.DB) {
+		return nil
+	}
+	path := cfg.DBPath(dir)
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("the database %s is missing: `automator init` made it, so it was moved or deleted, or the disk holding it is not mounted; an empty one is not made in its place (`automator restore FILE` brings a backup back)", path)
+	}
+	return nil
+}
+
+// openDB is openLockedStore without the check that a SQLite file exists.
+func openDB(ctx context.Context, dir string, cfg config.Config) (store.Store, error) {
 	if pgstore.IsDSN(cfg.DB) {
 		st, err := pgstore.Open(ctx, cfg.DB)
 		if err != nil {
