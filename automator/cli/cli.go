@@ -143,8 +143,7 @@ func run(ctx context.Context, args []string, env Env) (int, error) {
 // newFlags makes a flag set that reports errors as values, not by exiting.
 func newFlags(name string, env Env) *flag.FlagSet {
 	fs := flag.NewFlagSet("automator "+name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // Main prints the one-line reason
-	fs.Usage = clihelp.Usage(env.Stdout, usage, "automator", name, fs)
+	fs.Usage = clihelp.Usage(env.Stdout, usage, "automator", name, fs) // quiet on a parse error: Main prints the one-line reason
 	return fs
 }
 

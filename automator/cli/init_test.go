@@ -128,3 +128,18 @@ func TestCommandHelpShowsItsFormsAndFlags(t *testing.T) {
 		t.Errorf("serve --help shows the other commands' forms:\n%s", out.String())
 	}
 }
+
+// TestABadFlagIsOneLineAndNoHelp: a bad flag or flag value is one line on
+// stderr and exit 255, with no help on stdout (where exec writes the
+// remote script's output).
+func TestABadFlagIsOneLineAndNoHelp(t *testing.T) {
+	for _, args := range [][]string{
+		{"exec", "--data-dir", t.TempDir(), "--account", "acme", "--timeout", "abc", "hello.sh"},
+		{"init", "--bogus"},
+	} {
+		code, stdout, stderr := runMain(t, args...)
+		if code != ExitError || stdout != "" || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want 255, nothing, one line", args, code, stdout, stderr)
+		}
+	}
+}

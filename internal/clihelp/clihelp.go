@@ -39,8 +39,21 @@ func Forms(usage, prog, name string) []string {
 // Usage returns a flag.FlagSet.Usage for command name of prog that writes
 // to w the command's forms in usage, then fs's flags with their defaults,
 // written --name as the docs write them.
+//
+// It prints for -h and --help only. The flag package calls Usage after a
+// parse error too, having written the error to fs's output; the caller
+// prints that error as its one line, so Usage makes fs's output a writer
+// that notes the error and prints nothing for it (and nothing onto w,
+// which for exec is the remote script's stdout). Set fs's output before
+// calling Usage, not after.
 func Usage(w io.Writer, usage, prog, name string, fs *flag.FlagSet) func() {
+	failed := &errorSeen{}
+	fs.SetOutput(failed)
 	return func() {
+		if failed.seen {
+			failed.seen = false
+			return
+		}
 		fmt.Fprintln(w, "usage:")
 		for _, f := range Forms(usage, prog, name) {
 			fmt.Fprintln(w, f)
@@ -62,4 +75,13 @@ func Usage(w io.Writer, usage, prog, name string, fs *flag.FlagSet) func() {
 		})
 		fmt.Fprintf(w, "\n`%s help` lists every command.\n", prog)
 	}
+}
+
+// errorSeen is a flag set's output: the flag package writes a parse error
+// there just before it calls Usage.
+type errorSeen struct{ seen bool }
+
+func (e *errorSeen) Write(p []byte) (int, error) {
+	e.seen = true
+	return len(p), nil
 }

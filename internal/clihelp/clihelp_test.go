@@ -66,3 +66,27 @@ func TestUsagePrintsFormsAndEveryFlag(t *testing.T) {
 		t.Errorf("help of serve shows another command's form:\n%s", out.String())
 	}
 }
+
+// TestUsageIsSilentOnAParseError: a bad flag or value prints no help (the
+// caller prints the error as its one line; the help on stdout would mix
+// with a command's output), and --help after one still prints it.
+func TestUsageIsSilentOnAParseError(t *testing.T) {
+	fs := flag.NewFlagSet("tool exec", flag.ContinueOnError)
+	fs.Duration("timeout", 0, "time to the deadline")
+	var out bytes.Buffer
+	fs.Usage = Usage(&out, usage, "tool", "exec", fs)
+	for _, args := range [][]string{{"--bogus"}, {"--timeout", "abc"}} {
+		if err := fs.Parse(args); err == nil || err == flag.ErrHelp {
+			t.Fatalf("parsing %q: %v, want a parse error", args, err)
+		}
+		if out.Len() != 0 {
+			t.Fatalf("parsing %q printed:\n%s", args, out.String())
+		}
+	}
+	if err := fs.Parse([]string{"--help"}); err != flag.ErrHelp {
+		t.Fatalf("parsing --help: %v, want flag.ErrHelp", err)
+	}
+	if !strings.Contains(out.String(), "--timeout") {
+		t.Fatalf("help after a parse error:\n%s", out.String())
+	}
+}

@@ -92,8 +92,7 @@ func cmdRun(ctx context.Context, args []string, env Env) error {
 // they name.
 func runConfig(args []string, env Env) (config.Config, error) {
 	fs := flag.NewFlagSet("proxy run", flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // Main prints the one-line reason
-	fs.Usage = clihelp.Usage(env.Stdout, usage, "proxy", "run", fs)
+	fs.Usage = clihelp.Usage(env.Stdout, usage, "proxy", "run", fs) // quiet on a parse error: Main prints the one-line reason
 	path := fs.String("config", "", "proxy config file (the profile from `automator account create` plus local settings)")
 	instanceID := fs.String("instance-id", "", "this instance's id (overrides instance_id; default the host name)")
 	scriptsDir := fs.String("scripts-dir", "", "directory of runnable scripts (overrides scripts_dir)")

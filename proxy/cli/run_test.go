@@ -60,3 +60,15 @@ func TestRunRefusesAnInstanceIDTheAutomatorRefuses(t *testing.T) {
 		t.Errorf("proxy run with a 129-byte instance id: exit %d, stderr %q; want exit 1 naming instance_id", code, stderr)
 	}
 }
+
+// TestABadFlagIsOneLineAndNoHelp: a bad flag of run or of a service
+// command is one line on stderr, once, with no help on stdout.
+func TestABadFlagIsOneLineAndNoHelp(t *testing.T) {
+	for _, args := range [][]string{{"run", "--bogus"}, {"status", "--bogus"}, {"install", "--manual-start=maybe"}} {
+		var stdout, stderr bytes.Buffer
+		code := Main(t.Context(), args, Env{Stdout: &stdout, Stderr: &stderr})
+		if code != 1 || stdout.Len() != 0 || strings.Count(stderr.String(), "\n") != 1 {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want 1, nothing, one line", args, code, stdout.String(), stderr.String())
+		}
+	}
+}

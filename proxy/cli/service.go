@@ -84,8 +84,7 @@ func runService(ctx context.Context, name string, args []string, env Env) error 
 
 func newFlagSet(name string, env Env) *flag.FlagSet {
 	fs := flag.NewFlagSet("proxy "+name, flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
-	fs.Usage = clihelp.Usage(env.Stdout, usage, "proxy", name, fs)
+	fs.Usage = clihelp.Usage(env.Stdout, usage, "proxy", name, fs) // quiet on a parse error: Main prints it
 	return fs
 }
 
