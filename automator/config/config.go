@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/opsgate/opsgate/internal/hostport"
+	"github.com/opsgate/opsgate/internal/yamlerr"
 )
 
 // Names of the files in a data directory.
@@ -196,7 +197,7 @@ func Decode(data []byte, v any) error {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(v); err != nil {
-		return err
+		return yamlerr.Word(err)
 	}
 	var extra any
 	if err := dec.Decode(&extra); err == nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/opsgate/opsgate/internal/hostport"
 
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/yamlerr"
 )
 
 // Defaults of the local settings.
@@ -106,7 +107,7 @@ func Parse(data []byte) (Config, error) {
 		if errors.Is(err, io.EOF) {
 			return Config{}, errors.New("the file is empty")
 		}
-		return Config{}, err
+		return Config{}, yamlerr.Word(err)
 	}
 	var set struct {
 		GracePeriod *time.Duration `yaml:"grace_period"`

@@ -1,0 +1,51 @@
+// Package yamlerr words the errors of a strict YAML decode for the operator
+// who wrote the file: the YAML library names Go types ("field x not found in
+// type config.Config", "cannot unmarshal !!str `abc` into time.Duration") and
+// puts each problem on a line of its own.
+package yamlerr
+
+import (
+	"errors"
+	"regexp"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+var (
+	unknownField = regexp.MustCompile("^(line \\d+: )field (.+) not found in type .+$")
+	wrongType    = regexp.MustCompile("^(line \\d+: )cannot unmarshal !!\\w+ `(.*)` into (.+)$")
+)
+
+// kinds names the Go types of the configs' settings as a YAML writer knows them.
+var kinds = map[string]string{
+	"time.Duration": "a duration such as 30s, 5m or 24h",
+	"int":           "a whole number",
+	"int64":         "a whole number",
+	"bool":          "true or false",
+	"string":        "a text",
+	"[]string":      "a list",
+}
+
+// Word returns err reworded in one line when it is a yaml.TypeError, and err
+// unchanged otherwise.
+func Word(err error) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return err
+	}
+	msgs := make([]string, 0, len(te.Errors))
+	for _, m := range te.Errors {
+		if g := unknownField.FindStringSubmatch(m); g != nil {
+			m = g[1] + "unknown setting " + g[2]
+		} else if g := wrongType.FindStringSubmatch(m); g != nil {
+			kind, ok := kinds[g[3]]
+			if !ok {
+				kind = "of the setting's kind"
+			}
+			m = g[1] + "\"" + g[2] + "\" is not " + kind
+		}
+		msgs = append(msgs, m)
+	}
+	return errors.New(strings.Join(msgs, "; "))
+}
