@@ -70,6 +70,11 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("invalid settings in %s or flags: %w", filepath.Join(*dir, config.FileConfig), err)
 	}
+	only, err := lockSQLiteForServe(*dir, cfg)
+	if err != nil {
+		return err
+	}
+	defer only.Release()
 	master, err := readMaster(*dir)
 	if err != nil {
 		return err

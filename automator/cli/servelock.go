@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/store/pgstore"
 	"github.com/opsgate/opsgate/internal/filelock"
 )
 
@@ -68,4 +69,31 @@ func ownLock(path, dir string, l *filelock.Lock) error {
 		return fmt.Errorf("giving %s the owner of %s: %w", path, dir, err)
 	}
 	return nil
+}
+
+// lockSQLiteForServe takes, exclusive, the lock of the SQLite database
+// serve is about to open (DB-serve.lock beside it): SQLite serves one
+// automator. A second serve would run beside the first with nothing to
+// carry queue events between them, so a unit queued on one would wait for
+// the other's polls to end their window, and a caller waiting on one would
+// not hear of a result posted to the other. Nil for PostgreSQL, which
+// several replicas share.
+func lockSQLiteForServe(dir string, cfg config.Config) (*filelock.Lock, error) {
+	if pgstore.IsDSN(cfg.DB) {
+		return nil, nil
+	}
+	db := cfg.DBPath(dir)
+	path := db + "-serve.lock"
+	l, err := filelock.Exclusive(path)
+	if errors.Is(err, filelock.ErrLocked) {
+		where := ""
+		if s, ok, _ := config.ReadServing(dir); ok {
+			where = fmt.Sprintf(" (gRPC on %s, HTTP on %s)", s.GRPC, s.HTTP)
+		}
+		return nil, fmt.Errorf("another automator serve is using the SQLite database %s%s: SQLite serves one automator; stop that one first, or share a PostgreSQL database between replicas (docs/several-automators.md)", db, where)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return l, ownLock(path, dir, l)
 }

@@ -60,3 +60,54 @@ func TestServingFileLastsWhileServeRuns(t *testing.T) {
 		t.Fatalf("work wait with no serve running: exit %d, stderr %q; want %d and \"no automator serves from\"", code, stderr, ExitError)
 	}
 }
+
+// TestASecondServeOfOneSQLiteDatabaseIsRefused: SQLite serves one
+// automator. A second serve of the same database (on other ports) exits
+// 255 at once, naming the database and where the first serves, and the
+// first serves on; once it stopped, a serve starts again.
+func TestASecondServeOfOneSQLiteDatabaseIsRefused(t *testing.T) {
+	dir := initDir(t)
+	cfg, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Listen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
+	if err := config.Save(dir, cfg); err != nil {
+		t.Fatal(err)
+	}
+	serve := func(ctx context.Context) (chan int, *lockedBuffer) {
+		done, log := make(chan int, 1), &lockedBuffer{}
+		go func() { done <- Main(ctx, []string{"serve", "--data-dir", dir}, Env{Stdout: io.Discard, Stderr: log}) }()
+		return done, log
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done, log := serve(ctx)
+	waitUntil(t, 15*time.Second, "serve to write serving.yaml", func() bool {
+		_, ok, _ := config.ReadServing(dir)
+		return ok
+	})
+	s, _, _ := config.ReadServing(dir)
+	code, _, stderr := runCLI(t, "serve", "--data-dir", dir)
+	if code != ExitError || !strings.Contains(stderr, "another automator serve is using the SQLite database "+cfg.DBPath(dir)) || !strings.Contains(stderr, s.GRPC) || strings.Count(stderr, "\n") != 1 {
+		t.Errorf("a second serve: exit %d, stderr %q; want %d and one line naming the database and the first serve", code, stderr, ExitError)
+	}
+	if got, ok, _ := config.ReadServing(dir); !ok || got != s {
+		t.Errorf("serving.yaml after the refused serve: %+v, %v; want the first serve's %+v", got, ok, s)
+	}
+	cancel()
+	if code := waittest.Recv(t, done, "the first serve to return"); code != 0 {
+		t.Fatalf("serve exited %d:\n%s", code, log)
+	}
+	ctx2, cancel2 := context.WithCancel(t.Context())
+	defer cancel2()
+	done2, log2 := serve(ctx2)
+	waitUntil(t, 15*time.Second, "a serve started after the first stopped to write serving.yaml", func() bool {
+		_, ok, _ := config.ReadServing(dir)
+		return ok
+	})
+	cancel2()
+	if code := waittest.Recv(t, done2, "the second serve to return"); code != 0 {
+		t.Fatalf("serve after the first stopped exited %d:\n%s", code, log2)
+	}
+}
