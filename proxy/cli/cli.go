@@ -121,7 +121,11 @@ func runConfig(args []string, env Env) (config.Config, error) {
 	}
 	cfg.ApplyDefaults()
 	if err := cfg.Validate(); err != nil {
-		return config.Config{}, fmt.Errorf("invalid proxy config %s: %w", *path, err)
+		src := *path
+		if *instanceID != "" || *scriptsDir != "" || *logFormat != "" {
+			src += " or flags" // a bad value may be a flag's, not the file's
+		}
+		return config.Config{}, fmt.Errorf("invalid proxy config %s: %w", src, err)
 	}
 	return cfg, nil
 }

@@ -72,3 +72,22 @@ func TestABadFlagIsOneLineAndNoHelp(t *testing.T) {
 		}
 	}
 }
+
+// TestABadFlagValueIsNotBlamedOnTheFile: a value given by a flag that
+// fails validation is reported as the file's or the flags', not the
+// file's alone.
+func TestABadFlagValueIsNotBlamedOnTheFile(t *testing.T) {
+	key, err := crypto.NewKey(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "proxy.yaml")
+	if err := os.WriteFile(path, []byte("automator_url: http://127.0.0.1:1\ntoken: opt_x\nkey: "+key.String()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := Main(t.Context(), []string{"run", "--config", path, "--scripts-dir", t.TempDir(), "--log-format", "xml"}, Env{Stdout: &stdout, Stderr: &stderr})
+	if want := "invalid proxy config " + path + " or flags: log_format:"; code != 1 || !strings.Contains(stderr.String(), want) {
+		t.Errorf("exit %d, stderr %q; want 1 and %q", code, stderr.String(), want)
+	}
+}
