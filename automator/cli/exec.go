@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -255,6 +256,9 @@ func clientConfig(dir, server, apiKeyFile, caFile string) (client.Config, error)
 	if caFile != "" {
 		if cfg.CAPEM, err = os.ReadFile(caFile); err != nil {
 			return cfg, fmt.Errorf("reading CA certificate: %w", err)
+		}
+		if !x509.NewCertPool().AppendCertsFromPEM(cfg.CAPEM) {
+			return cfg, fmt.Errorf("CA certificate %s holds no PEM certificate (give the automator's ca.pem)", caFile)
 		}
 	}
 	if err := cfg.Validate(); err != nil {

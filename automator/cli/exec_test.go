@@ -204,3 +204,24 @@ func TestExecRefusesPlaintextToAnotherHost(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want %d and %q", code, errb.String(), cli.ExitError, want)
 	}
 }
+
+// TestExecNamesACAFileThatHoldsNoCertificate: a --ca file that is not a
+// PEM certificate (a profile, say) is one line naming that file, before
+// anything is dialled.
+func TestExecNamesACAFileThatHoldsNoCertificate(t *testing.T) {
+	dir := t.TempDir()
+	key, ca := filepath.Join(dir, "api.key"), filepath.Join(dir, "proxy.yaml")
+	if err := os.WriteFile(key, []byte("oak_x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ca, []byte("automator_url: https://127.0.0.1:1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := cli.Main(t.Context(), []string{"exec", "--server", "https://127.0.0.1:1", "--api-key-file", key, "--ca", ca,
+		"--account", "acme", "x.sh"}, cli.Env{Stdout: &out, Stderr: &errb})
+	want := "CA certificate " + ca + " holds no PEM certificate"
+	if code != cli.ExitError || !strings.Contains(errb.String(), want) || strings.Count(errb.String(), "\n") != 1 {
+		t.Errorf("exit %d, stderr %q; want %d and one line %q", code, errb.String(), cli.ExitError, want)
+	}
+}
