@@ -3,6 +3,7 @@ package agent
 import (
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -35,7 +36,7 @@ type connState struct {
 	automator string // its URL, named when it fails
 	up        bool
 	known     bool
-	lastCode  codes.Code
+	lastKind  string
 }
 
 func (s *connState) ok() {
@@ -48,15 +49,27 @@ func (s *connState) ok() {
 
 func (s *connState) failed(err error) {
 	code := status.Code(err)
-	if s.known && !s.up && code == s.lastCode {
+	msg := status.Convert(err).Message()
+	kind := code.String()
+	if code == codes.Unavailable && strings.Contains(msg, "authentication handshake failed") && strings.Contains(msg, "certificate") {
+		// gRPC reports a TLS handshake that failed (the automator's
+		// certificate not trusted, or not for automator_url's host) as
+		// Unavailable, but the automator answered: it is the profile
+		// that does not match it. A handshake cut by the network (EOF,
+		// a reset) names no certificate and stays "unreachable".
+		kind = "handshake"
+	}
+	if s.known && !s.up && kind == s.lastKind {
 		return
 	}
-	s.up, s.known, s.lastCode = false, true, code
-	attrs := []any{"automator", s.automator, "code", code, "err", status.Convert(err).Message()}
-	switch code {
-	case codes.Unauthenticated, codes.PermissionDenied:
+	s.up, s.known, s.lastKind = false, true, kind
+	attrs := []any{"automator", s.automator, "code", code, "err", msg}
+	switch {
+	case code == codes.Unauthenticated || code == codes.PermissionDenied:
 		s.log.Error("the automator refused this proxy's token; check `token` in the config (retrying with backoff)", attrs...)
-	case codes.Unavailable, codes.DeadlineExceeded:
+	case kind == "handshake":
+		s.log.Error("the TLS handshake with the automator failed: its certificate is not trusted by this proxy's `ca_cert` (or `pin_sha256`), or not valid for the host of `automator_url`; check them (retrying with backoff)", attrs...)
+	case code == codes.Unavailable || code == codes.DeadlineExceeded:
 		s.log.Warn("automator unreachable; retrying with backoff", attrs...)
 	default:
 		s.log.Error("poll failed; retrying with backoff", attrs...)

@@ -13,7 +13,8 @@ import (
 
 // TestConnectionLogsOneLinePerStateChange: retries against an automator
 // that stays down, or polls that keep succeeding, add no log lines; each
-// change (up, down, refused) adds exactly one, and one that says the
+// change (up, down, refused, a certificate the profile does not trust)
+// adds exactly one, and one that says the
 // automator failed names it: gRPC's own message may not (a host name that
 // does not resolve gives "produced zero addresses").
 func TestConnectionLogsOneLinePerStateChange(t *testing.T) {
@@ -22,6 +23,8 @@ func TestConnectionLogsOneLinePerStateChange(t *testing.T) {
 	s := &connState{log: slog.New(slog.NewJSONHandler(&buf, nil)), automator: url}
 	down := status.Error(codes.Unavailable, "connection refused")
 	refused := status.Error(codes.Unauthenticated, "invalid account token")
+	cut := status.Error(codes.Unavailable, `connection error: desc = "transport: authentication handshake failed: EOF"`)
+	untrusted := status.Error(codes.Unavailable, `connection error: desc = "transport: authentication handshake failed: tls: failed to verify certificate: x509: certificate signed by unknown authority"`)
 	for range 5 {
 		s.failed(down)
 	}
@@ -34,6 +37,11 @@ func TestConnectionLogsOneLinePerStateChange(t *testing.T) {
 	s.failed(refused)
 	s.failed(refused)
 	s.ok()
+	for range 3 {
+		s.failed(untrusted)
+	}
+	s.failed(down)
+	s.failed(cut) // a handshake the network cut is still down, not untrusted
 
 	var msgs []string
 	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
@@ -52,6 +60,8 @@ func TestConnectionLogsOneLinePerStateChange(t *testing.T) {
 		"WARN automator unreachable; retrying with backoff",
 		"ERROR the automator refused this proxy's token; check `token` in the config (retrying with backoff)",
 		"INFO connected to the automator; polling",
+		"ERROR the TLS handshake with the automator failed: its certificate is not trusted by this proxy's `ca_cert` (or `pin_sha256`), or not valid for the host of `automator_url`; check them (retrying with backoff)",
+		"WARN automator unreachable; retrying with backoff",
 	}
 	if strings.Join(msgs, "\n") != strings.Join(want, "\n") {
 		t.Errorf("log lines:\n%s\nwant:\n%s", strings.Join(msgs, "\n"), strings.Join(want, "\n"))
