@@ -42,8 +42,12 @@ func cmdExec(ctx context.Context, args []string, env Env) (int, error) {
 	if err := requireFlag("account", *account); err != nil {
 		return 0, err
 	}
-	if *timeout < 0 {
-		return 0, fmt.Errorf("--timeout %v must be positive", *timeout)
+	timeoutSet := false
+	fs.Visit(func(f *flag.Flag) { timeoutSet = timeoutSet || f.Name == "timeout" })
+	if *timeout < 0 || (timeoutSet && *timeout == 0) {
+		// 0 is the flag's unset value (the server's default), not a
+		// deadline a caller can ask for.
+		return 0, fmt.Errorf("--timeout %v must be positive (leave it out for the server's default)", *timeout)
 	}
 	stdin, err := readStdin(ctx, *stdinFrom, env.Stdin)
 	if err != nil {

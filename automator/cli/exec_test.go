@@ -225,3 +225,17 @@ func TestExecNamesACAFileThatHoldsNoCertificate(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want %d and one line %q", code, errb.String(), cli.ExitError, want)
 	}
 }
+
+// TestExecRefusesATimeoutThatIsNotPositive: --timeout 0s or below is one
+// line and exit 255 before anything is queued, not a unit silently given
+// the server's default deadline.
+func TestExecRefusesATimeoutThatIsNotPositive(t *testing.T) {
+	for _, d := range []string{"0s", "0", "-1s"} {
+		var out, errb bytes.Buffer
+		code := cli.Main(t.Context(), []string{"exec", "--data-dir", t.TempDir(), "--account", "acme", "--timeout", d, "x.sh"},
+			cli.Env{Stdout: &out, Stderr: &errb})
+		if code != cli.ExitError || !strings.Contains(errb.String(), "must be positive") || strings.Count(errb.String(), "\n") != 1 {
+			t.Errorf("--timeout %s: exit %d, stderr %q; want %d and one line saying it must be positive", d, code, errb.String(), cli.ExitError)
+		}
+	}
+}
