@@ -146,7 +146,16 @@ func (m *Metrics) Handler() http.Handler {
 // collectors.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-func (m *Metrics) WorkQueued(account string) { m.queued.WithLabelValues(account).Inc() }
+// WorkQueued counts a unit queued. It also makes the account's claimed
+// and undelivered counters exist at 0: a counter that appears only at its
+// first event hides that event from rate() and increase(), and for the
+// undelivered one, whose every event is a sign of trouble, that is the
+// event to alert on.
+func (m *Metrics) WorkQueued(account string) {
+	m.queued.WithLabelValues(account).Inc()
+	m.claimed.WithLabelValues(account)
+	m.undelivered.WithLabelValues(account)
+}
 
 func (m *Metrics) WorkClaimed(account string, waited time.Duration) {
 	m.claimed.WithLabelValues(account).Inc()

@@ -108,6 +108,9 @@ func TestQueueEventsAreCountedAndTimed(t *testing.T) {
 		{"automator_work_finished_total", map[string]string{"account": "acme", "state": "succeeded"}, 1},
 		{"automator_work_finished_total", map[string]string{"account": "acme", "state": "timed_out"}, 1},
 		{"automator_work_undelivered_total", map[string]string{"account": "acme"}, 1},
+		// At 0 from the account's first unit on, so that the first event shows in rate().
+		{"automator_work_undelivered_total", map[string]string{"account": "globex"}, 0},
+		{"automator_work_claimed_total", map[string]string{"account": "globex"}, 0},
 		{"automator_work_queued_to_claimed_seconds", nil, 2},
 		{"automator_work_queued_to_finished_seconds", map[string]string{"state": "timed_out"}, 1},
 		{"automator_polls_open", map[string]string{"account": "acme"}, 1},
