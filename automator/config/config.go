@@ -108,14 +108,17 @@ func Default(publicURL string) Config {
 // Validate returns every problem at once, each naming its field.
 func (c Config) Validate() error {
 	var errs []error
-	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+	_, publicErr := PublicHost(c.PublicURL)
+	// An empty listen is init's default from a public URL without a usable
+	// port: the public URL's error says what to fix.
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil && (c.Listen != "" || publicErr == nil) {
 		errs = append(errs, fmt.Errorf("listen: %q is not host:port", c.Listen))
 	}
 	if _, _, err := net.SplitHostPort(c.HTTPListen); err != nil {
 		errs = append(errs, fmt.Errorf("http_listen: %q is not host:port", c.HTTPListen))
 	}
-	if _, err := PublicHost(c.PublicURL); err != nil {
-		errs = append(errs, fmt.Errorf("public_url: %w", err))
+	if publicErr != nil {
+		errs = append(errs, fmt.Errorf("public_url: %w", publicErr))
 	}
 	if c.DB == "" {
 		errs = append(errs, errors.New("db: must be set (a SQLite file path)"))

@@ -166,3 +166,23 @@ func TestPublicURLIsHostAndPortOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestPublicURLPortIsAPortNumber: init refuses a public URL whose port no
+// listener can bind, saying so in one line, rather than writing a config
+// that serve cannot use; a URL without a port is named once, not also as
+// the empty listen address it leaves.
+func TestPublicURLPortIsAPortNumber(t *testing.T) {
+	for _, u := range []string{"https://h:0", "https://h:65536", "https://h:99999"} {
+		err := Default(u).Validate()
+		if err == nil || !strings.Contains(err.Error(), "public_url:") || !strings.Contains(err.Error(), "not a TCP port") || strings.Contains(err.Error(), "\n") {
+			t.Errorf("Default(%q).Validate() = %v, want one line naming public_url and the port", u, err)
+		}
+	}
+	if err := Default("https://h:65535").Validate(); err != nil {
+		t.Errorf("port 65535: %v", err)
+	}
+	err := Default("https://h").Validate()
+	if err == nil || !strings.Contains(err.Error(), "public_url:") || strings.Contains(err.Error(), "listen:") {
+		t.Errorf("no port: %v, want public_url named alone", err)
+	}
+}
