@@ -99,4 +99,12 @@ func TestCommandEnvThatRunsCodeIsRefusedAtSubmit(t *testing.T) {
 			t.Errorf("submit with env %s: %v, want InvalidArgument naming it", name, err)
 		}
 	}
+	// Names that load no code are the command's to set, ENV (read by
+	// interactive shells only) among them.
+	if _, err := e.callerClient().Submit(context.Background(), &automatorv1.ExecuteRequest{
+		Account: e.account,
+		Command: &automatorv1.Command{Script: "x.sh", Env: map[string]string{"ENV": "production", "PATH": "/opt/tools/bin:/usr/bin", "LANG": "C.UTF-8"}},
+	}); err != nil {
+		t.Errorf("submit with env ENV, PATH and LANG: %v, want it queued", err)
+	}
 }

@@ -14,10 +14,12 @@ import (
 // script's own: bash sources BASH_ENV (BASH_ENV=/dev/stdin runs the
 // command's stdin; its value is expanded, command substitution included),
 // SHELLOPTS=xtrace makes it expand PS4 at every command, PERL5OPT=-M…
-// runs code, and so on.
+// runs code, and so on. (ENV and PROMPT_COMMAND are read by interactive
+// shells only, never by one running a script: refusing them would only
+// refuse a common name such as ENV=production.)
 var names = map[string]bool{
-	"BASH_ENV": true, "ENV": true, "SHELLOPTS": true, "BASHOPTS": true, "PS4": true,
-	"PROMPT_COMMAND": true, "GCONV_PATH": true, "GLIBC_TUNABLES": true,
+	"BASH_ENV": true, "SHELLOPTS": true, "BASHOPTS": true, "PS4": true,
+	"GCONV_PATH": true, "GLIBC_TUNABLES": true,
 	"PERL5OPT": true, "PERL5LIB": true, "PERLLIB": true, "PERL5DB": true,
 	"PYTHONSTARTUP": true, "PYTHONPATH": true, "PYTHONHOME": true, "PYTHONWARNINGS": true,
 	"NODE_OPTIONS": true, "NODE_PATH": true, "RUBYOPT": true, "RUBYLIB": true,
