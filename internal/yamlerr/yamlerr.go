@@ -13,8 +13,8 @@ import (
 )
 
 var (
-	unknownField = regexp.MustCompile("^(line \\d+: )field (.+) not found in type .+$")
-	wrongType    = regexp.MustCompile("^(line \\d+: )cannot unmarshal !!\\w+ `(.*)` into (.+)$")
+	unknownField = regexp.MustCompile(`^(line \d+: )field (.+) not found in type .+$`)
+	wrongType    = regexp.MustCompile("^(line \\d+: )cannot unmarshal !!\\w+ `(.*)` into (.+)$") // a backquote inside
 )
 
 // kinds names the Go types of the configs' settings as a YAML writer knows them.
