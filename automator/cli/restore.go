@@ -215,7 +215,7 @@ func restoreSQLite(ctx context.Context, dir string, cfg config.Config, file stri
 		fmt.Fprintf(env.Stdout, "warning: the units queued with an idempotency key after the backup was taken could not be copied from the replaced database (%v): a retry with such a key queues its command again\n", carryErr)
 	}
 	if carried > 0 {
-		fmt.Fprintf(env.Stdout, "copied %d units queued with an idempotency key after the backup was taken from the replaced database (%d of them open, ended as timed_out): a retry with such a key gets its unit, and runs nothing again\n", carried, carriedOpen)
+		fmt.Fprintf(env.Stdout, "copied %s queued with an idempotency key after the backup was taken from the replaced database (%d of them open, ended as timed_out): a retry with such a key gets its unit, and runs nothing again\n", unitCount(carried), carriedOpen)
 	}
 	printCredentials(env, prev, prevErr, reRevoked, reDeleted, signOuts, accountLines)
 	if len(unopened) > 0 {
@@ -274,13 +274,21 @@ func endOpenWork(ctx context.Context, st store.Store, now time.Time, env Env) (q
 	}
 }
 
+// unitCount is "1 unit" or "N units".
+func unitCount(n int) string {
+	if n == 1 {
+		return "1 unit"
+	}
+	return fmt.Sprintf("%d units", n)
+}
+
 func printEnded(env Env, queued, claimed int) {
 	if queued+claimed == 0 {
 		fmt.Fprintln(env.Stdout, "no unit was open in the backup: none had to be ended")
 		return
 	}
-	fmt.Fprintf(env.Stdout, "ended %d units open in the backup as timed_out (%d queued, %d claimed): each may have run after the backup was taken, so none runs again; their callers get a timeout\n",
-		queued+claimed, queued, claimed)
+	fmt.Fprintf(env.Stdout, "ended %s open in the backup as timed_out (%d queued, %d claimed): each may have run after the backup was taken, so none runs again; their callers get a timeout\n",
+		unitCount(queued+claimed), queued, claimed)
 }
 
 // previous is what the database a restore replaces says of credentials.
