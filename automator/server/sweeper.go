@@ -43,7 +43,13 @@ func (s *Server) Run(ctx context.Context) {
 		}
 		next := s.sweepInterval
 		if s.expireDue(ctx) {
-			next = s.nextSweep(ctx)
+			// A unit still due right after a sweep could not be ended by
+			// it (claimed meanwhile; with PostgreSQL, its row locked by
+			// another session, maybe for half a minute): sweeping again at
+			// once would spin for as long as that lasts.
+			if next = s.nextSweep(ctx); next <= 0 {
+				next = min(s.sweepInterval, resweepAfter)
+			}
 		}
 		// Else the store refused the expiry (a full disk, a read-only
 		// database): the due units are still due, and sweeping again at
@@ -53,6 +59,10 @@ func (s *Server) Run(ctx context.Context) {
 		armed = s.clock.Now().Add(next)
 	}
 }
+
+// resweepAfter is how long the sweeper waits after a sweep that left a
+// unit due.
+const resweepAfter = 100 * time.Millisecond
 
 func (s *Server) nextSweep(ctx context.Context) time.Duration {
 	next, ok, err := s.store.WorkNextDeadline(ctx)
