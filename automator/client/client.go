@@ -258,6 +258,9 @@ func (c *Client) submit(ctx context.Context, account string, cmd Command, outliv
 	err := c.call(ctx, fmt.Sprintf("submitting work to account %q", account), nil, func(ctx context.Context, api automatorv1.AutomatorServiceClient) (err error) {
 		tryCtx := ctx
 		if outlive {
+			if err := ctx.Err(); err != nil {
+				return err // no try is begun once ctx has ended
+			}
 			tryCtx = context.WithoutCancel(ctx)
 		}
 		tctx, cancel := context.WithTimeout(tryCtx, tryBound)
