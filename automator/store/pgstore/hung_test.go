@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/pgstore/pgtest"
 	"github.com/opsgate/opsgate/internal/waittest"
@@ -153,19 +151,7 @@ func TestASweepDoesNotWaitForAUnitAnotherSessionHolds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	holder, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close(context.Background())
-	tx, err := holder.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, `UPDATE work SET reason = 'being completed' WHERE id = 'held'`); err != nil {
-		t.Fatal(err)
-	}
+	release := pgtest.LockWorkRow(t, dsn, "held")
 
 	sweep := func() []string {
 		t.Helper()
@@ -187,9 +173,7 @@ func TestASweepDoesNotWaitForAUnitAnotherSessionHolds(t *testing.T) {
 	if got := sweep(); !slices.Equal(got, []string{"free"}) {
 		t.Fatalf("with unit held locked, the sweep timed out %v; want [free]", got)
 	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	if got := sweep(); !slices.Equal(got, []string{"held"}) {
 		t.Fatalf("once the lock was gone, the sweep timed out %v; want [held]", got)
 	}

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/pgstore"
@@ -51,19 +49,7 @@ func TestTheSweeperDoesNotSpinOnADueUnitAnotherSessionHolds(t *testing.T) {
 		Now: now.Add(-time.Minute), Deadline: now.Add(-time.Second)}); err != nil {
 		t.Fatal(err)
 	}
-	holder, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close(context.Background())
-	tx, err := holder.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, `UPDATE work SET reason = 'being completed' WHERE id = 'held'`); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.LockWorkRow(t, dsn, "held")
 
 	master, err := crypto.NewMasterKey()
 	if err != nil {

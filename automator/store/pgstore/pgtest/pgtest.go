@@ -239,3 +239,31 @@ func randomHex(n int) string {
 	}
 	return hex.EncodeToString(b)
 }
+
+// LockWorkRow holds the row of unit id in the work table of dsn's schema
+// locked from a session of its own, as a session in the middle of changing
+// it does (a replica cut off before its batch's Sync), until release is
+// called or the test ends.
+func LockWorkRow(t testing.TB, dsn, id string) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	holder, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		holder.Close(ctx)
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE work SET reason = 'being completed' WHERE id = $1`, id); err != nil {
+		holder.Close(ctx)
+		t.Fatal(err)
+	}
+	release = func() {
+		_ = tx.Rollback(ctx)
+		holder.Close(ctx)
+	}
+	t.Cleanup(release)
+	return release
+}
