@@ -26,14 +26,7 @@ func TestRestoreAndServeExcludeEachOther(t *testing.T) {
 	if code, _, stderr := runCLI(t, "backup", "--data-dir", dir, file); code != 0 {
 		t.Fatalf("backup: %s", stderr)
 	}
-	cfg, err := config.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Listen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
-	if err := config.Save(dir, cfg); err != nil {
-		t.Fatal(err)
-	}
+	cfg := listenOnAnyPort(t, dir)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	done := make(chan int, 1)

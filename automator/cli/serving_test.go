@@ -21,14 +21,7 @@ import (
 // once instead of dialling a port recorded by a serve that is gone.
 func TestServingFileLastsWhileServeRuns(t *testing.T) {
 	dir := initDir(t)
-	cfg, err := config.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Listen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
-	if err := config.Save(dir, cfg); err != nil {
-		t.Fatal(err)
-	}
+	listenOnAnyPort(t, dir)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan int, 1)
@@ -67,14 +60,7 @@ func TestServingFileLastsWhileServeRuns(t *testing.T) {
 // first serves on; once it stopped, a serve starts again.
 func TestASecondServeOfOneSQLiteDatabaseIsRefused(t *testing.T) {
 	dir := initDir(t)
-	cfg, err := config.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Listen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
-	if err := config.Save(dir, cfg); err != nil {
-		t.Fatal(err)
-	}
+	cfg := listenOnAnyPort(t, dir)
 	serve := func(ctx context.Context) (chan int, *lockedBuffer) {
 		done, log := make(chan int, 1), &lockedBuffer{}
 		go func() { done <- Main(ctx, []string{"serve", "--data-dir", dir}, Env{Stdout: io.Discard, Stderr: log}) }()
