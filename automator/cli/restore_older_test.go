@@ -27,18 +27,7 @@ func TestARefusedRestoreLeavesAnOlderSchemaAsItWas(t *testing.T) {
 	}
 	cfg, _ := config.Load(dir)
 	dbPath := cfg.DBPath(dir)
-	// The data directory's database as the previous release left it:
-	// schema version 7, before the claim's poll was recorded.
-	db, err := sql.Open("sqlite", dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range []string{`ALTER TABLE work DROP COLUMN claim_run`, `ALTER TABLE work DROP COLUMN claim_poll`, `DELETE FROM schema_migrations WHERE version = 8`} {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	db.Close()
+	downgradeToVersion7(t, dbPath) // as the previous release left it
 	before := fileBytes(t, dbPath)
 	// Names a restore in the coming seconds would keep the database aside
 	// under, taken already: the restore is refused at its last step.
@@ -67,7 +56,7 @@ func TestARefusedRestoreLeavesAnOlderSchemaAsItWas(t *testing.T) {
 	for _, f := range taken {
 		os.Remove(f)
 	}
-	db, err = sql.Open("sqlite", dbPath)
+	db, err := sql.Open("sqlite", dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,16 +104,7 @@ func TestRestoreOfAnOlderBackupSaysItWasMigrated(t *testing.T) {
 	if code, _, stderr := runCLI(t, "backup", "--data-dir", dir, file); code != 0 {
 		t.Fatalf("backup: exit %d: %s", code, stderr)
 	}
-	db, err := sql.Open("sqlite", file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range []string{`ALTER TABLE work DROP COLUMN claim_run`, `ALTER TABLE work DROP COLUMN claim_poll`, `DELETE FROM schema_migrations WHERE version = 8`} {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	db.Close()
+	downgradeToVersion7(t, file)
 	code, stdout, stderr := runCLI(t, "restore", "--data-dir", dir, file)
 	if code != 0 {
 		t.Fatalf("restore: exit %d: %s", code, stderr)
@@ -132,5 +112,21 @@ func TestRestoreOfAnOlderBackupSaysItWasMigrated(t *testing.T) {
 	cfg, _ := config.Load(dir)
 	if v := schemaVersion(t, cfg.DBPath(dir)); v != 8 || !strings.Contains(stdout, "schema version 7, migrated to 8") {
 		t.Errorf("restore of a backup at schema version 7 printed:\n%s\nand left the database at version %d; want 8, and the restore to say it migrated the backup to 8", stdout, v)
+	}
+}
+
+// downgradeToVersion7 makes the SQLite database at path what the previous
+// release left: schema version 7, before the claim's poll was recorded.
+func downgradeToVersion7(t *testing.T, path string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, q := range []string{`ALTER TABLE work DROP COLUMN claim_run`, `ALTER TABLE work DROP COLUMN claim_poll`, `DELETE FROM schema_migrations WHERE version = 8`} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
 	}
 }
