@@ -49,11 +49,7 @@ func lockForRestore(dir string) (*filelock.Lock, error) {
 	path := filepath.Join(dir, config.FileServeLock)
 	l, err := filelock.Exclusive(path)
 	if errors.Is(err, filelock.ErrLocked) {
-		where := ""
-		if s, ok, _ := config.ReadServing(dir); ok {
-			where = fmt.Sprintf(" (gRPC on %s, HTTP on %s)", s.GRPC, s.HTTP)
-		}
-		return nil, fmt.Errorf("an automator serve or another command is using %s%s, or another restore is; stop it, or let it finish, first (restore replaces the database it has open)", dir, where)
+		return nil, fmt.Errorf("an automator serve or another command is using %s%s, or another restore is; stop it, or let it finish, first (restore replaces the database it has open)", dir, servingAt(dir))
 	}
 	if err != nil {
 		return nil, err
@@ -86,14 +82,19 @@ func lockSQLiteForServe(dir string, cfg config.Config) (*filelock.Lock, error) {
 	path := db + "-serve.lock"
 	l, err := filelock.Exclusive(path)
 	if errors.Is(err, filelock.ErrLocked) {
-		where := ""
-		if s, ok, _ := config.ReadServing(dir); ok {
-			where = fmt.Sprintf(" (gRPC on %s, HTTP on %s)", s.GRPC, s.HTTP)
-		}
-		return nil, fmt.Errorf("another automator serve is using the SQLite database %s%s: SQLite serves one automator; stop that one first, or share a PostgreSQL database between replicas (docs/several-automators.md)", db, where)
+		return nil, fmt.Errorf("another automator serve is using the SQLite database %s%s: SQLite serves one automator; stop that one first, or share a PostgreSQL database between replicas (docs/several-automators.md)", db, servingAt(dir))
 	}
 	if err != nil {
 		return nil, err
 	}
 	return l, ownLock(path, dir, l)
+}
+
+// servingAt says where a serve of dir listens (" (gRPC on …, HTTP on …)"),
+// from the file it keeps while it runs; "" when none is recorded.
+func servingAt(dir string) string {
+	if s, ok, _ := config.ReadServing(dir); ok {
+		return fmt.Sprintf(" (gRPC on %s, HTTP on %s)", s.GRPC, s.HTTP)
+	}
+	return ""
 }
