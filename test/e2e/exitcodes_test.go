@@ -3,11 +3,15 @@
 package e2e
 
 import (
+	"net"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/internal/waittest"
 )
 
 // sleeperScript sleeps with a background child, after writing both pids
@@ -138,5 +142,62 @@ func TestCancelKillsScriptEvenWhenProxyIsBusy(t *testing.T) {
 	if !poll(5*time.Second, func() bool { return allGone(pids) }) {
 		t.Fatalf("5s after the cancel the script or its child (pids %v) on the busy proxy still runs; "+
 			"the proxy must learn of cancels while all its slots are taken, and %s", pids, treeNotKilled)
+	}
+}
+
+// TestASecondCtrlCEndsExecAtOnce: the first Ctrl-C asks exec to end, and
+// exec may then wait, within its bounds, for an automator that does not
+// answer (the answer of a submit on its way, then the cancel of its unit:
+// 10 s each). A second Ctrl-C ends it at once. The automator here accepts
+// the connection and never answers.
+func TestASecondCtrlCEndsExecAtOnce(t *testing.T) {
+	t.Parallel()
+	a := startAutomator(t)
+	hung, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hung.Close()
+	accepted := make(chan net.Conn, 8)
+	go func() {
+		for {
+			c, err := hung.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c // held open, never read
+		}
+	}()
+	t.Cleanup(func() {
+		for len(accepted) > 0 {
+			(<-accepted).Close()
+		}
+	})
+	bg := startCLI(t, bin.automator, "exec", "--server", "https://"+hung.Addr().String(),
+		"--api-key-file", filepath.Join(a.DataDir, config.FileAPIKey), "--ca", filepath.Join(a.DataDir, config.FileCACert),
+		"--account", "acme", "x.sh")
+	c := waittest.Recv(t, accepted, "exec to connect to the automator that never answers")
+	accepted <- c
+	bg.Signal(t, syscall.SIGINT)
+	// The first is caught: exec waits for the automator's answer to its
+	// submit, to cancel the unit (10 s here). Whether the process has
+	// handled it yet shows nowhere, so the next is sent again until one
+	// ends the process; without the second's default effect, none would
+	// for those 10 s.
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	giveUp := time.After(5 * time.Second)
+	for {
+		select {
+		case <-bg.done:
+			if r := bg.res; r.Code != -1 {
+				t.Errorf("exec after a second Ctrl-C: %v; want it ended by the signal", r)
+			}
+			return
+		case <-tick.C:
+			_ = bg.cmd.Process.Signal(syscall.SIGINT)
+		case <-giveUp:
+			t.Fatalf("exec still ran 5 s after a second Ctrl-C; want it ended at once")
+		}
 	}
 }

@@ -13,6 +13,10 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first signal asks the command to end (serve stops gracefully,
+	// exec cancels its unit); a second one ends the process at once, as
+	// the signal's default does, whatever the command still waits for.
+	go func() { <-ctx.Done(); stop() }()
 	code := cli.Main(ctx, os.Args[1:], cli.Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr})
 	stop()
 	os.Exit(code)
