@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/internal/waittest"
 )
@@ -39,21 +38,6 @@ func initDir(t *testing.T) string {
 		t.Fatalf("init: exit %d: %s", code, errb.String())
 	}
 	return dir
-}
-
-// listenOnAnyPort makes serve of the data directory listen on ports the
-// system picks, on loopback.
-func listenOnAnyPort(t *testing.T, dir string) config.Config {
-	t.Helper()
-	cfg, err := config.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Listen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
-	if err := config.Save(dir, cfg); err != nil {
-		t.Fatal(err)
-	}
-	return cfg
 }
 
 func replicasCLI(t *testing.T, dir string) string {

@@ -97,3 +97,18 @@ func TestASecondServeOfOneSQLiteDatabaseIsRefused(t *testing.T) {
 		t.Fatalf("serve after the first stopped exited %d:\n%s", code, log2)
 	}
 }
+
+// listenOnAnyPort makes serve of the data directory listen on ports the
+// system picks, on loopback.
+func listenOnAnyPort(t *testing.T, dir string) config.Config {
+	t.Helper()
+	cfg, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Listen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
+	if err := config.Save(dir, cfg); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
