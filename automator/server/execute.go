@@ -89,7 +89,8 @@ func (a *AutomatorService) Get(ctx context.Context, req *automatorv1.GetRequest)
 
 // Cancel ends a queued or claimed unit as cancelled and wakes its claimer's
 // poll so the process tree is killed at once. Cancelling a unit that has
-// already ended returns its status unchanged.
+// already ended returns its status unchanged; one past its deadline times
+// out.
 func (a *AutomatorService) Cancel(ctx context.Context, req *automatorv1.CancelRequest) (*automatorv1.WorkStatus, error) {
 	s := a.s
 	if err := validID("work_id", req.GetWorkId()); err != nil {
@@ -108,6 +109,14 @@ func (a *AutomatorService) Cancel(ctx context.Context, req *automatorv1.CancelRe
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return nil, status.Errorf(codes.NotFound, "work %q not found", req.GetWorkId())
+	case errors.Is(err, store.ErrNotClaimable) && !w.State.Terminal():
+		// Past its deadline: it times out, as its waiting callers are
+		// told, whoever cancels it first. The sweep may not have come yet.
+		s.expireDue(ctx)
+		if w, err = s.getWork(ctx, req.GetWorkId()); err != nil {
+			return nil, err
+		}
+		return s.workStatus(ctx, w)
 	case errors.Is(err, store.ErrNotClaimable):
 		return s.workStatus(ctx, w)
 	case err != nil:

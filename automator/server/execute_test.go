@@ -298,3 +298,25 @@ func TestSweeperEndsAUnitNobodyWaitsForAtItsDeadline(t *testing.T) {
 		t.Fatalf("stored unit: %v, %v; want timed out", w.State, err)
 	}
 }
+
+// TestACancelPastTheDeadlineTimesTheUnitOut: past its deadline a unit is
+// due to time out, and its callers are told so at the deadline in every
+// case (guarantee 2), even when someone cancels it before the sweep has
+// come: the cancel answers with the unit timed out.
+func TestACancelPastTheDeadlineTimesTheUnitOut(t *testing.T) {
+	clock := newFakeClock()
+	e := newEnv(t, envOptions{clock: clock, sweepInterval: time.Hour})
+	api := e.callerClient()
+	u := submit(t, api, e.account, time.Minute)
+	clock.Advance(time.Minute + time.Second)
+	st, err := api.Cancel(context.Background(), &automatorv1.CancelRequest{WorkId: u.GetWorkId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetState() != automatorv1.State_STATE_TIMED_OUT {
+		t.Fatalf("cancel past the deadline answered %v (%q); want the unit timed out", st.GetState(), st.GetReason())
+	}
+	if got, err := api.Get(context.Background(), &automatorv1.GetRequest{WorkId: u.GetWorkId()}); err != nil || got.GetState() != automatorv1.State_STATE_TIMED_OUT {
+		t.Fatalf("the unit after the cancel: %v, %v; want it timed out", got.GetState(), err)
+	}
+}

@@ -79,6 +79,15 @@ var (
 	ErrStorageFull = errors.New("the database is out of disk space")
 )
 
+// NotCancellable is WorkCancel's refusal of unit w, as read after the
+// refusal: ended already, or past its deadline (due to time out).
+func NotCancellable(w Work) error {
+	if w.State.Terminal() {
+		return fmt.Errorf("it is already %s: %w", w.State, ErrNotClaimable)
+	}
+	return fmt.Errorf("its deadline %s has passed: it times out: %w", w.Deadline.UTC().Format(time.RFC3339Nano), ErrNotClaimable)
+}
+
 // IsStorageFull reports whether err says the database is out of disk
 // space: ErrStorageFull (the SQLite store wraps its SQLITE_FULL in it), or
 // an error carrying SQLSTATE 53100, disk_full, as PostgreSQL's do.
@@ -456,8 +465,11 @@ type Store interface {
 	// Errors: ErrNotFound; ErrClaimMismatch (claimed under another claim id);
 	// ErrNotClaimable (queued, terminal, or past its deadline).
 	WorkComplete(ctx context.Context, p WorkCompleteParams) (Work, error)
-	// WorkCancel moves a queued or claimed unit to cancelled and returns it.
-	// A unit already terminal is returned unchanged with ErrNotClaimable.
+	// WorkCancel moves a queued or claimed unit to cancelled and returns it,
+	// only while p.Now is before its deadline: past it, the unit is due to
+	// time out (a caller waiting for it gets the timeout, whoever cancels).
+	// A unit already terminal, or past its deadline, is returned unchanged
+	// with ErrNotClaimable (NotCancellable).
 	WorkCancel(ctx context.Context, p WorkCancelParams) (Work, error)
 	// WorkExpire moves every queued or claimed unit whose deadline is at or
 	// before p.Now to timed_out (reason says whether it was ever claimed and

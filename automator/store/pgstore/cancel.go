@@ -20,7 +20,7 @@ func (s *Store) WorkCancel(ctx context.Context, p store.WorkCancelParams) (store
 		var err error
 		w, err = scanWork(c.QueryRow(ctx, withAudit(`UPDATE work
 SET state = 'cancelled', reason = $1, finished_at = $2
-WHERE id = $3 AND state IN ('queued', 'claimed')
+WHERE id = $3 AND state IN ('queued', 'claimed') AND deadline > $2
 RETURNING `+workColumns, p.Audit != nil, 4),
 			appendAuditArgs([]any{p.Reason, p.Now, p.ID}, p.Audit)...))
 		if !errors.Is(err, pgx.ErrNoRows) {
@@ -30,7 +30,7 @@ RETURNING `+workColumns, p.Audit != nil, 4),
 		if err != nil {
 			return err
 		}
-		return fmt.Errorf("it is already %s: %w", w.State, store.ErrNotClaimable)
+		return store.NotCancellable(w)
 	})
 	if err != nil {
 		return w, fmt.Errorf("cancelling work %q: %w", p.ID, err)

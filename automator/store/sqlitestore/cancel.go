@@ -15,9 +15,9 @@ func (s *Store) WorkCancel(ctx context.Context, p store.WorkCancelParams) (store
 		var err error
 		w, err = scanWork(tx.QueryRowContext(ctx, `UPDATE work
 SET state = 'cancelled', reason = ?, finished_at = ?
-WHERE id = ? AND state IN ('queued', 'claimed')
+WHERE id = ? AND state IN ('queued', 'claimed') AND deadline > ?
 RETURNING `+workColumns,
-			p.Reason, toNanos(p.Now), p.ID))
+			p.Reason, toNanos(p.Now), p.ID, toNanos(p.Now)))
 		if err == nil && p.Audit != nil {
 			_, err = insertAudit(ctx, tx, p.Audit.ForWork(w))
 		}
@@ -28,7 +28,7 @@ RETURNING `+workColumns,
 		if err != nil {
 			return err
 		}
-		return fmt.Errorf("it is already %s: %w", w.State, store.ErrNotClaimable)
+		return store.NotCancellable(w)
 	})
 	if err != nil {
 		return w, fmt.Errorf("cancelling work %q: %w", p.ID, err)

@@ -11,6 +11,27 @@ var cancelCases = []testCase{
 	{"WorkCancelOfAClaimedUnit", testWorkCancelClaimed},
 	{"WorkCancelOfATerminalUnitReturnsItUnchanged", testWorkCancelTerminal},
 	{"WorkCancelOfAnUnknownUnitIsErrNotFound", testWorkCancelUnknown},
+	{"WorkCancelPastTheDeadlineLeavesTheUnitToTimeOut", testWorkCancelPastDeadline},
+}
+
+// testWorkCancelPastDeadline: a unit whose deadline has passed is due to
+// time out, whoever cancels it before the sweep does: it is refused with
+// ErrNotClaimable and left as it is, queued or claimed, for WorkExpire.
+func testWorkCancelPastDeadline(f *fixture) {
+	f.account("acme")
+	f.enqueue("claimed", "acme", at(0), at(time.Minute))
+	claimed := f.claimOne("acme", "i-1", "claimed", at(time.Second))
+	queued := f.enqueue("queued", "acme", at(2*time.Second), at(time.Minute))
+	for _, want := range []store.Work{queued, claimed} {
+		got, err := f.s.WorkCancel(f.ctx, store.WorkCancelParams{ID: want.ID, Reason: "too late", Now: at(time.Minute)})
+		f.wantErr("WorkCancel of a "+string(want.State)+" unit at its deadline", err, store.ErrNotClaimable)
+		f.wantWork("WorkCancel of a "+string(want.State)+" unit at its deadline", got, want)
+		f.wantWork("WorkGet after the refused cancel", f.get(want.ID), want)
+	}
+	ex, err := f.s.WorkExpire(f.ctx, store.WorkExpireParams{Now: at(time.Minute)})
+	if err != nil || len(ex) != 2 {
+		f.t.Fatalf("WorkExpire after the refused cancels = %v, %v; want both units timed out", ids(ex), err)
+	}
 }
 
 func testWorkCancelQueued(f *fixture) {
