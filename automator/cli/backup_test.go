@@ -345,13 +345,22 @@ func TestRestoreOpenWorkOnlyEndsTheOpenUnitsInPlace(t *testing.T) {
 // a newer automator would.
 func bumpSchema(t *testing.T, path string) {
 	t.Helper()
+	execSQLite(t, path, `INSERT INTO schema_migrations (version, applied_at) VALUES (999, 0)`)
+}
+
+// execSQLite runs statements on the SQLite database file at path, opened
+// by the test alone.
+func execSQLite(t *testing.T, path string, statements ...string) {
+	t.Helper()
 	db, err := sql.Open("sqlite", path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if _, err := db.Exec(`INSERT INTO schema_migrations (version, applied_at) VALUES (999, 0)`); err != nil {
-		t.Fatal(err)
+	for _, q := range statements {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
 	}
 }
 

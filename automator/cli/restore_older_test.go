@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"database/sql"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -56,14 +57,7 @@ func TestARefusedRestoreLeavesAnOlderSchemaAsItWas(t *testing.T) {
 	for _, f := range taken {
 		os.Remove(f)
 	}
-	db, err := sql.Open("sqlite", dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec(`UPDATE api_keys SET revoked_at = ? WHERE id = 'ak_later_revoked'`, time.Now().UnixNano()); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
+	execSQLite(t, dbPath, fmt.Sprintf(`UPDATE api_keys SET revoked_at = %d WHERE id = 'ak_later_revoked'`, time.Now().UnixNano()))
 	code, stdout, stderr = runCLI(t, "restore", "--data-dir", dir, file)
 	if code != 0 || !strings.Contains(stdout, "API key ak_later_revoked (ci) was revoked after the backup was taken: revoked again") {
 		t.Fatalf("restore over a database of schema version 7: exit %d, stdout %q, stderr %q; want the key revoked again", code, stdout, stderr)
@@ -119,14 +113,5 @@ func TestRestoreOfAnOlderBackupSaysItWasMigrated(t *testing.T) {
 // release left: schema version 7, before the claim's poll was recorded.
 func downgradeToVersion7(t *testing.T, path string) {
 	t.Helper()
-	db, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	for _, q := range []string{`ALTER TABLE work DROP COLUMN claim_run`, `ALTER TABLE work DROP COLUMN claim_poll`, `DELETE FROM schema_migrations WHERE version = 8`} {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
+	execSQLite(t, path, `ALTER TABLE work DROP COLUMN claim_run`, `ALTER TABLE work DROP COLUMN claim_poll`, `DELETE FROM schema_migrations WHERE version = 8`)
 }
