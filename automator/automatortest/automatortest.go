@@ -53,6 +53,9 @@ type Options struct {
 	Interceptors []grpc.UnaryServerInterceptor
 	// Log receives the automator's log (discarded when nil).
 	Log io.Writer
+	// Clock is the automator's clock (the real one when nil), so a test
+	// can set it apart from its callers'.
+	Clock server.Clock
 }
 
 // Automator is a running automator.
@@ -119,6 +122,7 @@ func Start(t testing.TB, o Options) *Automator {
 		MasterKey:            master,
 		PollWindow:           o.PollWindow,
 		IdempotencyRetention: o.IdempotencyRetention,
+		Clock:                o.Clock,
 		Logger:               slog.New(slog.NewTextHandler(logW, nil)),
 	})
 	if err != nil {

@@ -206,7 +206,7 @@ func (c *Client) ExecuteOnProxy(ctx context.Context, account string, cmd Command
 	if err != nil {
 		return Result{}, err
 	}
-	w, err = c.wait(ctx, w.ID, w.Deadline)
+	w, err = c.wait(ctx, w.ID, w.waitUntil)
 	if err == nil {
 		return w.outcome()
 	}
@@ -283,6 +283,8 @@ func (c *Client) Wait(ctx context.Context, id string) (Work, error) {
 	return c.wait(ctx, id, time.Time{})
 }
 
+// wait is Wait; deadline, when known, is the unit's on this process's clock
+// (localDeadline).
 func (c *Client) wait(ctx context.Context, id string, deadline time.Time) (Work, error) {
 	var st *automatorv1.WorkStatus
 	b := &budget{deadline: deadline}
@@ -309,7 +311,7 @@ func (c *Client) wait(ctx context.Context, id string, deadline time.Time) (Work,
 			if err != nil {
 				return unanswered(ctx, err)
 			}
-			b.answered(timeOf(g.GetDeadline()))
+			b.answered(localDeadline(g))
 			if stateFromProto(g.GetState()).Terminal() {
 				st = g
 				return nil

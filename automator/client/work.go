@@ -49,6 +49,8 @@ type Work struct {
 	Reason string
 	// InstanceID is the claimer, once claimed.
 	InstanceID string
+	// QueuedAt, Deadline, ClaimedAt and FinishedAt are read on the
+	// automator's clock, which may differ from this process's.
 	QueuedAt   time.Time
 	Deadline   time.Time
 	ClaimedAt  time.Time // zero until claimed
@@ -56,6 +58,10 @@ type Work struct {
 	// Result is set when the unit succeeded, or when it failed and the
 	// proxy said why.
 	Result *Result
+
+	// waitUntil is the deadline on this process's clock (see
+	// localDeadline).
+	waitUntil time.Time
 }
 
 // Result is what the proxy reported for a unit that ran: any exit code is
@@ -107,6 +113,7 @@ func workFromProto(st *automatorv1.WorkStatus) Work {
 		Deadline:   timeOf(st.GetDeadline()),
 		ClaimedAt:  timeOf(st.GetClaimedAt()),
 		FinishedAt: timeOf(st.GetFinishedAt()),
+		waitUntil:  localDeadline(st),
 	}
 	if r := st.GetResult(); r != nil {
 		w.Result = &Result{
@@ -150,4 +157,16 @@ func timeOf(ts *timestamppb.Timestamp) time.Time {
 		return time.Time{}
 	}
 	return ts.AsTime()
+}
+
+// localDeadline is st's deadline on this process's clock: when the answer
+// arrived plus the time the unit had left then on the automator's clock
+// (one clock, the automator's; its answer's trip makes this a little
+// late). An automator that does not say the time left (an older one) has
+// its deadline taken as it is.
+func localDeadline(st *automatorv1.WorkStatus) time.Time {
+	if r := st.GetRemaining(); r != nil {
+		return time.Now().Add(r.AsDuration())
+	}
+	return timeOf(st.GetDeadline())
 }

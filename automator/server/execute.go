@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/opsgate/opsgate/automator/store"
@@ -440,6 +441,9 @@ func (s *Server) workStatus(ctx context.Context, w store.Work) (*automatorv1.Wor
 	}
 	if !w.FinishedAt.IsZero() {
 		st.FinishedAt = timestamppb.New(w.FinishedAt)
+	}
+	if !w.State.Terminal() {
+		st.Remaining = durationpb.New(max(0, w.Deadline.Sub(s.clock.Now())))
 	}
 	if len(w.SealedResult) > 0 {
 		r, err := s.openResult(ctx, w, w.SealedResult)

@@ -1102,7 +1102,12 @@ type WorkStatus struct {
 	ClaimedAt  *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=claimed_at,json=claimedAt,proto3" json:"claimed_at,omitempty"`
 	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
 	// instance_id is the claimer, when claimed.
-	InstanceId    string `protobuf:"bytes,10,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	InstanceId string `protobuf:"bytes,10,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// remaining is the time left until the deadline when the automator
+	// answered, on its own clock: a caller whose clock differs from the
+	// automator's waits by this, not by deadline. Unset once the unit has
+	// ended.
+	Remaining     *durationpb.Duration `protobuf:"bytes,11,opt,name=remaining,proto3" json:"remaining,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1205,6 +1210,13 @@ func (x *WorkStatus) GetInstanceId() string {
 		return x.InstanceId
 	}
 	return ""
+}
+
+func (x *WorkStatus) GetRemaining() *durationpb.Duration {
+	if x != nil {
+		return x.Remaining
+	}
+	return nil
 }
 
 type ListInstancesRequest struct {
@@ -1456,7 +1468,7 @@ const file_automator_v1_automator_proto_rawDesc = "" +
 	"GetRequest\x12\x17\n" +
 	"\awork_id\x18\x01 \x01(\tR\x06workId\"(\n" +
 	"\rCancelRequest\x12\x17\n" +
-	"\awork_id\x18\x01 \x01(\tR\x06workId\"\xba\x03\n" +
+	"\awork_id\x18\x01 \x01(\tR\x06workId\"\xf3\x03\n" +
 	"\n" +
 	"WorkStatus\x12\x17\n" +
 	"\awork_id\x18\x01 \x01(\tR\x06workId\x12\x18\n" +
@@ -1472,7 +1484,8 @@ const file_automator_v1_automator_proto_rawDesc = "" +
 	"finishedAt\x12\x1f\n" +
 	"\vinstance_id\x18\n" +
 	" \x01(\tR\n" +
-	"instanceId\"0\n" +
+	"instanceId\x127\n" +
+	"\tremaining\x18\v \x01(\v2\x19.google.protobuf.DurationR\tremaining\"0\n" +
 	"\x14ListInstancesRequest\x12\x18\n" +
 	"\aaccount\x18\x01 \x01(\tR\aaccount\"\xd4\x01\n" +
 	"\bInstance\x12\x1f\n" +
@@ -1568,31 +1581,32 @@ var file_automator_v1_automator_proto_depIdxs = []int32{
 	21, // 15: automator.v1.WorkStatus.deadline:type_name -> google.protobuf.Timestamp
 	21, // 16: automator.v1.WorkStatus.claimed_at:type_name -> google.protobuf.Timestamp
 	21, // 17: automator.v1.WorkStatus.finished_at:type_name -> google.protobuf.Timestamp
-	21, // 18: automator.v1.Instance.last_poll_at:type_name -> google.protobuf.Timestamp
-	18, // 19: automator.v1.ListInstancesResponse.instances:type_name -> automator.v1.Instance
-	4,  // 20: automator.v1.ProxyService.Poll:input_type -> automator.v1.PollRequest
-	7,  // 21: automator.v1.ProxyService.Complete:input_type -> automator.v1.CompleteRequest
-	9,  // 22: automator.v1.ProxyService.CompleteBatch:input_type -> automator.v1.CompleteBatchRequest
-	12, // 23: automator.v1.AutomatorService.ExecuteOnProxy:input_type -> automator.v1.ExecuteRequest
-	12, // 24: automator.v1.AutomatorService.Submit:input_type -> automator.v1.ExecuteRequest
-	13, // 25: automator.v1.AutomatorService.Wait:input_type -> automator.v1.WaitRequest
-	14, // 26: automator.v1.AutomatorService.Get:input_type -> automator.v1.GetRequest
-	15, // 27: automator.v1.AutomatorService.Cancel:input_type -> automator.v1.CancelRequest
-	17, // 28: automator.v1.AutomatorService.ListInstances:input_type -> automator.v1.ListInstancesRequest
-	6,  // 29: automator.v1.ProxyService.Poll:output_type -> automator.v1.PollResponse
-	8,  // 30: automator.v1.ProxyService.Complete:output_type -> automator.v1.CompleteResponse
-	10, // 31: automator.v1.ProxyService.CompleteBatch:output_type -> automator.v1.CompleteBatchResponse
-	16, // 32: automator.v1.AutomatorService.ExecuteOnProxy:output_type -> automator.v1.WorkStatus
-	16, // 33: automator.v1.AutomatorService.Submit:output_type -> automator.v1.WorkStatus
-	16, // 34: automator.v1.AutomatorService.Wait:output_type -> automator.v1.WorkStatus
-	16, // 35: automator.v1.AutomatorService.Get:output_type -> automator.v1.WorkStatus
-	16, // 36: automator.v1.AutomatorService.Cancel:output_type -> automator.v1.WorkStatus
-	19, // 37: automator.v1.AutomatorService.ListInstances:output_type -> automator.v1.ListInstancesResponse
-	29, // [29:38] is the sub-list for method output_type
-	20, // [20:29] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	22, // 18: automator.v1.WorkStatus.remaining:type_name -> google.protobuf.Duration
+	21, // 19: automator.v1.Instance.last_poll_at:type_name -> google.protobuf.Timestamp
+	18, // 20: automator.v1.ListInstancesResponse.instances:type_name -> automator.v1.Instance
+	4,  // 21: automator.v1.ProxyService.Poll:input_type -> automator.v1.PollRequest
+	7,  // 22: automator.v1.ProxyService.Complete:input_type -> automator.v1.CompleteRequest
+	9,  // 23: automator.v1.ProxyService.CompleteBatch:input_type -> automator.v1.CompleteBatchRequest
+	12, // 24: automator.v1.AutomatorService.ExecuteOnProxy:input_type -> automator.v1.ExecuteRequest
+	12, // 25: automator.v1.AutomatorService.Submit:input_type -> automator.v1.ExecuteRequest
+	13, // 26: automator.v1.AutomatorService.Wait:input_type -> automator.v1.WaitRequest
+	14, // 27: automator.v1.AutomatorService.Get:input_type -> automator.v1.GetRequest
+	15, // 28: automator.v1.AutomatorService.Cancel:input_type -> automator.v1.CancelRequest
+	17, // 29: automator.v1.AutomatorService.ListInstances:input_type -> automator.v1.ListInstancesRequest
+	6,  // 30: automator.v1.ProxyService.Poll:output_type -> automator.v1.PollResponse
+	8,  // 31: automator.v1.ProxyService.Complete:output_type -> automator.v1.CompleteResponse
+	10, // 32: automator.v1.ProxyService.CompleteBatch:output_type -> automator.v1.CompleteBatchResponse
+	16, // 33: automator.v1.AutomatorService.ExecuteOnProxy:output_type -> automator.v1.WorkStatus
+	16, // 34: automator.v1.AutomatorService.Submit:output_type -> automator.v1.WorkStatus
+	16, // 35: automator.v1.AutomatorService.Wait:output_type -> automator.v1.WorkStatus
+	16, // 36: automator.v1.AutomatorService.Get:output_type -> automator.v1.WorkStatus
+	16, // 37: automator.v1.AutomatorService.Cancel:output_type -> automator.v1.WorkStatus
+	19, // 38: automator.v1.AutomatorService.ListInstances:output_type -> automator.v1.ListInstancesResponse
+	30, // [30:39] is the sub-list for method output_type
+	21, // [21:30] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_automator_v1_automator_proto_init() }
