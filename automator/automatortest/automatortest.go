@@ -34,6 +34,7 @@ import (
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
 	"github.com/opsgate/opsgate/crypto"
 	"github.com/opsgate/opsgate/internal/grpcwire"
+	"github.com/opsgate/opsgate/internal/lastread"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -117,12 +118,19 @@ func Start(t testing.TB, o Options) *Automator {
 	a.APIKeyFile = filepath.Join(dir, "admin.apikey")
 	writeFile(t, a.APIKeyFile, []byte(a.APIKey+"\n"))
 
+	grpcLis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As serve's: which connections were heard from lately.
+	lis := lastread.Wrap(grpcLis, nil)
 	srv, err := server.New(server.Options{
 		Store:                st,
 		MasterKey:            master,
 		PollWindow:           o.PollWindow,
 		IdempotencyRetention: o.IdempotencyRetention,
 		Clock:                o.Clock,
+		Silence:              lis.Silence,
 		Logger:               slog.New(slog.NewTextHandler(logW, nil)),
 	})
 	if err != nil {
@@ -160,10 +168,6 @@ func Start(t testing.TB, o Options) *Automator {
 	automatorv1.RegisterProxyServiceServer(gs, srv.ProxyService())
 	automatorv1.RegisterAutomatorServiceServer(gs, srv.AutomatorService())
 
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	a.GRPCAddr = lis.Addr().String()
 	hlis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/opsgate/opsgate/automator/pki"
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/internal/grpcwire"
+	"github.com/opsgate/opsgate/internal/lastread"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -114,6 +115,14 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	if src := batchesOf(st); src != nil {
 		m.WatchBatches(src)
 	}
+	raw, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listening for gRPC on %s: %w", cfg.Listen, err)
+	}
+	// Which connections were heard from lately: a poll on one silent for
+	// long (its proxy's host lost power) is handed work last.
+	lis := lastread.Wrap(raw, nil)
+	defer lis.Close()
 	srv, err := server.New(server.Options{
 		Store:          timed,
 		MasterKey:      master,
@@ -124,6 +133,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		Logger:         log,
 		// PostgreSQL: queue events reach the other replicas (NOTIFY/LISTEN).
 		Broadcaster: broadcasterFor(st),
+		Silence:     lis.Silence,
 	})
 	if err != nil {
 		return err
@@ -148,11 +158,6 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	automatorv1.RegisterProxyServiceServer(gs, srv.ProxyService())
 	automatorv1.RegisterAutomatorServiceServer(gs, srv.AutomatorService())
 
-	lis, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listening for gRPC on %s: %w", cfg.Listen, err)
-	}
-	defer lis.Close()
 	hlis, err := net.Listen("tcp", cfg.HTTPListen)
 	if err != nil {
 		return fmt.Errorf("listening for HTTP on %s: %w", cfg.HTTPListen, err)

@@ -19,6 +19,7 @@ import (
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/lastread"
 	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
@@ -93,6 +94,16 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if o.wrap != nil {
 		given = o.wrap(st)
 	}
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var now func() time.Time
+	if o.clock != nil {
+		now = o.clock.Now
+	}
+	// As serve's: which connections were heard from lately, by clock.
+	lis := lastread.Wrap(raw, now)
 	srv, err := server.New(server.Options{
 		Store:         given,
 		MasterKey:     master,
@@ -103,6 +114,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		Logger:        slog.New(slog.NewTextHandler(o.log, nil)),
 		SweepInterval: o.sweepInterval,
 		Broadcaster:   o.broadcaster,
+		Silence:       lis.Silence,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -128,10 +140,6 @@ func newEnv(t *testing.T, o envOptions) *env {
 	)
 	automatorv1.RegisterProxyServiceServer(gs, srv.ProxyService())
 	automatorv1.RegisterAutomatorServiceServer(gs, srv.AutomatorService())
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	e.addr = lis.Addr().String()
 	runCtx, cancel := context.WithCancel(ctx)
 	sweeperDone := make(chan struct{})

@@ -233,6 +233,9 @@ type poller struct {
 	// (token nil) one it would claim when woken. nil: always. It is
 	// called under the hub's lock.
 	accepts func(now time.Time, token []byte) bool
+	// silence tells how long ago its connection last delivered anything
+	// (nil: not known); see quiet.
+	silence func() time.Duration
 	c       chan struct{} // capacity 1: a pending wake-up
 	elem    *list.Element // nil while not in the waiting list
 
@@ -273,8 +276,8 @@ type poller struct {
 // supersedes nothing.
 //
 // Units stored as its claims record cp, the poll they are claimed for.
-func (h *hub) poller(account, instance string, cp store.ClaimPoll, slots int, accepts func(time.Time, []byte) bool) *poller {
-	p := &poller{h: h, account: account, instance: instance, poll: cp, slots: slots, accepts: accepts, c: make(chan struct{}, 1)}
+func (h *hub) poller(account, instance string, cp store.ClaimPoll, slots int, accepts func(time.Time, []byte) bool, silence func() time.Duration) *poller {
+	p := &poller{h: h, account: account, instance: instance, poll: cp, slots: slots, accepts: accepts, silence: silence, c: make(chan struct{}, 1)}
 	if cp.Run != "" {
 		h.mu.Lock()
 		key := [3]string{account, instance, cp.Run}
@@ -424,17 +427,46 @@ func (h *hub) reserve(account string, now time.Time, token []byte) *poller {
 	if l == nil {
 		return nil
 	}
+	var quiet *poller
 	for e := l.Front(); e != nil; e = e.Next() {
 		if p := e.Value.(*poller); p.parked && (empty || p.claiming) && p.capacity() > 0 && p.takes(now, token) {
-			h.removeLocked(p)
-			p.inFlight = 1
-			if p.capacity() > 1 {
-				h.filling[account] = p
+			if p.quiet() {
+				if quiet == nil {
+					quiet = p
+				}
+				continue
 			}
-			return p
+			return h.reservedLocked(p)
 		}
 	}
+	if quiet != nil {
+		return h.reservedLocked(quiet)
+	}
 	return nil
+}
+
+// reservedLocked takes p, picked by reserve, out of the waiting list.
+func (h *hub) reservedLocked(p *poller) *poller {
+	h.removeLocked(p)
+	p.inFlight = 1
+	if p.capacity() > 1 {
+		h.filling[p.account] = p
+	}
+	return p
+}
+
+// quietAfter is how long a poll's connection may go without delivering
+// anything before the poll is passed over for others while they wait
+// (reserve, NotifyWork): a proxy pings after 10 s without traffic, and its
+// ping is answered, so a connection silent for longer most likely died
+// unseen (its host lost power, a partition cut it). The poll is not shut
+// out: with none other waiting, it is picked as before.
+const quietAfter = 15 * time.Second
+
+// quiet reports whether p's connection has been silent for longer than
+// quietAfter.
+func (p *poller) quiet() bool {
+	return p.silence != nil && p.silence() > quietAfter
 }
 
 // hand gives the reserved poller p a unit stored as claimed by it; p is
@@ -635,25 +667,28 @@ func (h *hub) signalLocked(p *poller) {
 }
 
 // NotifyWork wakes up to n waiting pollers of account that take units at
-// now, oldest first. (A poll with no free slot only waits to hear of its
-// units' cancels, and one whose caller left or whose token or keys
-// expired claims nothing: a wake-up spent on either would be lost. One
-// woken that finds it cannot take passes the wake-up on, as Close does.)
+// now, oldest first, those whose connection went quiet last. (A poll with
+// no free slot only waits to hear of its units' cancels, and one whose
+// caller left or whose token or keys expired claims nothing: a wake-up
+// spent on either would be lost. One woken that finds it cannot take
+// passes the wake-up on, as Close does.)
 func (h *hub) NotifyWork(account string, n int, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.work[account]++
 	delete(h.empty, account)
-	l := h.pollers[account]
-	if l == nil {
-		return
-	}
-	for e := l.Front(); e != nil && n > 0; {
-		p := e.Value.(*poller)
-		e = e.Next()
-		if p.slots > 0 && p.takes(now, nil) {
-			h.signalLocked(p)
-			n--
+	for _, quiet := range []bool{false, true} {
+		l := h.pollers[account]
+		if l == nil {
+			return
+		}
+		for e := l.Front(); e != nil && n > 0; {
+			p := e.Value.(*poller)
+			e = e.Next()
+			if p.slots > 0 && (quiet || !p.quiet()) && p.takes(now, nil) {
+				h.signalLocked(p)
+				n--
+			}
 		}
 	}
 }

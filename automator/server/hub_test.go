@@ -23,9 +23,9 @@ func TestEnqueueWakesExactlyOnePoller(t *testing.T) {
 	h := newHub()
 	ps := make([]*poller, 100)
 	for i := range ps {
-		ps[i] = h.poller("acme", "i", store.ClaimPoll{}, 1, nil)
+		ps[i] = h.poller("acme", "i", store.ClaimPoll{}, 1, nil, nil)
 	}
-	other := h.poller("other", "i", store.ClaimPoll{}, 1, nil)
+	other := h.poller("other", "i", store.ClaimPoll{}, 1, nil, nil)
 	h.NotifyWork("acme", 1, time.Now())
 	woken := 0
 	for i, p := range ps {
@@ -51,7 +51,7 @@ func TestEnqueueWakesExactlyOnePoller(t *testing.T) {
 // unconsumed wake-up hands it to the next one, so no enqueue is lost.
 func TestClosedPollerPassesItsWakeUpOn(t *testing.T) {
 	h := newHub()
-	a, b := h.poller("acme", "a", store.ClaimPoll{}, 1, nil), h.poller("acme", "b", store.ClaimPoll{}, 1, nil)
+	a, b := h.poller("acme", "a", store.ClaimPoll{}, 1, nil, nil), h.poller("acme", "b", store.ClaimPoll{}, 1, nil, nil)
 	h.NotifyWork("acme", 1, time.Now()) // wakes a
 	a.Close(time.Now())
 	if !pending(b) {
@@ -65,7 +65,7 @@ func TestClosedPollerPassesItsWakeUpOn(t *testing.T) {
 
 func TestRearmedPollerIsWokenAgain(t *testing.T) {
 	h := newHub()
-	p := h.poller("acme", "a", store.ClaimPoll{}, 1, nil)
+	p := h.poller("acme", "a", store.ClaimPoll{}, 1, nil, nil)
 	h.NotifyWork("acme", 1, time.Now())
 	if !pending(p) {
 		t.Fatal("not woken")
@@ -87,7 +87,7 @@ func TestRearmedPollerIsWokenAgain(t *testing.T) {
 
 func TestNotifyInstanceWakesOnlyThatInstance(t *testing.T) {
 	h := newHub()
-	a1, a2, b := h.poller("acme", "a", store.ClaimPoll{}, 1, nil), h.poller("acme", "a", store.ClaimPoll{}, 1, nil), h.poller("acme", "b", store.ClaimPoll{}, 1, nil)
+	a1, a2, b := h.poller("acme", "a", store.ClaimPoll{}, 1, nil, nil), h.poller("acme", "a", store.ClaimPoll{}, 1, nil, nil), h.poller("acme", "b", store.ClaimPoll{}, 1, nil, nil)
 	h.NotifyInstance("acme", "a")
 	if !pending(a1) || !pending(a2) || pending(b) {
 		t.Fatal("NotifyInstance woke the wrong pollers")
@@ -209,7 +209,7 @@ func TestExpectWorkUntilAClaimFindsNothing(t *testing.T) {
 // only waits to hear of cancels; a wake-up spent on it would be lost.
 func TestNotifyWorkPassesOverPollersWithoutSlots(t *testing.T) {
 	h := newHub()
-	full, free := h.poller("acme", "full", store.ClaimPoll{}, 0, nil), h.poller("acme", "free", store.ClaimPoll{}, 2, nil)
+	full, free := h.poller("acme", "full", store.ClaimPoll{}, 0, nil, nil), h.poller("acme", "free", store.ClaimPoll{}, 2, nil, nil)
 	h.NotifyWork("acme", 1, time.Now())
 	if pending(full) || !pending(free) {
 		t.Fatalf("woke full %v, free %v: want only the poller with a free slot", pending(full), pending(free))
@@ -227,9 +227,9 @@ func parked(p *poller) *poller {
 // no unit was queued since; otherwise it would overtake a queued one.
 func TestReserveOnlyWhenNothingClaimableIsQueued(t *testing.T) {
 	h := newHub()
-	parked(h.poller("acme", "full", store.ClaimPoll{}, 0, nil))
-	h.poller("acme", "busy", store.ClaimPoll{}, 1, nil) // between a wake-up and its next wait
-	a, b := parked(h.poller("acme", "a", store.ClaimPoll{}, 1, nil)), parked(h.poller("acme", "b", store.ClaimPoll{}, 1, nil))
+	parked(h.poller("acme", "full", store.ClaimPoll{}, 0, nil, nil))
+	h.poller("acme", "busy", store.ClaimPoll{}, 1, nil, nil) // between a wake-up and its next wait
+	a, b := parked(h.poller("acme", "a", store.ClaimPoll{}, 1, nil, nil)), parked(h.poller("acme", "b", store.ClaimPoll{}, 1, nil, nil))
 	if p := h.reserve("acme", time.Now(), nil); p != nil {
 		t.Fatal("reserved a poller before any claim found the queue empty")
 	}
@@ -273,7 +273,7 @@ func workIDs(ws []store.Work) []string {
 func TestHandDeliversToAWaitingPollerOnly(t *testing.T) {
 	h := newHub()
 	h.foundEmpty("acme", 0, time.Now())
-	a := parked(h.poller("acme", "a", store.ClaimPoll{}, 1, nil))
+	a := parked(h.poller("acme", "a", store.ClaimPoll{}, 1, nil, nil))
 	if h.reserve("acme", time.Now(), nil) != a {
 		t.Fatal("a not reserved")
 	}
@@ -290,7 +290,7 @@ func TestHandDeliversToAWaitingPollerOnly(t *testing.T) {
 		t.Fatalf("Close after take returned %v", got)
 	}
 
-	b := parked(h.poller("acme", "b", store.ClaimPoll{}, 1, nil))
+	b := parked(h.poller("acme", "b", store.ClaimPoll{}, 1, nil, nil))
 	if h.reserve("acme", time.Now(), nil) != b {
 		t.Fatal("b not reserved")
 	}
@@ -299,14 +299,14 @@ func TestHandDeliversToAWaitingPollerOnly(t *testing.T) {
 		t.Fatal("handed a unit to a poller that had left")
 	}
 
-	c := parked(h.poller("acme", "c", store.ClaimPoll{}, 1, nil))
+	c := parked(h.poller("acme", "c", store.ClaimPoll{}, 1, nil, nil))
 	h.reserve("acme", time.Now(), nil)
 	h.hand(c, store.Work{ID: "w-3"})
 	if got := workIDs(c.Close(time.Now())); !slices.Equal(got, []string{"w-3"}) {
 		t.Fatalf("Close of a poller holding an untaken unit returned %v, want [w-3]", got)
 	}
 
-	d := parked(h.poller("acme", "d", store.ClaimPoll{}, 1, nil))
+	d := parked(h.poller("acme", "d", store.ClaimPoll{}, 1, nil, nil))
 	h.reserve("acme", time.Now(), nil)
 	h.release(d)
 	if !pending(d) || d.take() != nil {
@@ -324,7 +324,7 @@ func TestHandDeliversToAWaitingPollerOnly(t *testing.T) {
 func TestUnitsReservedTogetherLeaveTogether(t *testing.T) {
 	h := newHub()
 	h.foundEmpty("acme", 0, time.Now())
-	a, b := parked(h.poller("acme", "a", store.ClaimPoll{}, 3, nil)), parked(h.poller("acme", "b", store.ClaimPoll{}, 3, nil))
+	a, b := parked(h.poller("acme", "a", store.ClaimPoll{}, 3, nil, nil)), parked(h.poller("acme", "b", store.ClaimPoll{}, 3, nil, nil))
 	var got []*poller
 	for range 4 {
 		got = append(got, h.reserve("acme", time.Now(), nil))
@@ -350,7 +350,7 @@ func TestUnitsReservedTogetherLeaveTogether(t *testing.T) {
 
 	// Once a unit is stored for b, later units go elsewhere: b is on its way.
 	h.hand(b, store.Work{ID: "w-4"})
-	c := parked(h.poller("acme", "c", store.ClaimPoll{}, 3, nil))
+	c := parked(h.poller("acme", "c", store.ClaimPoll{}, 3, nil, nil))
 	if p := h.reserve("acme", time.Now(), nil); p != c {
 		t.Fatalf("reserved %v after b's first unit was stored, want c", p)
 	}
@@ -366,8 +366,8 @@ func TestReservePassesOverPollsThatCannotTake(t *testing.T) {
 	h := newHub()
 	h.foundEmpty("acme", 0, time.Now())
 	cutoff := time.Now()
-	parked(h.poller("acme", "expired", store.ClaimPoll{}, 1, func(now time.Time, _ []byte) bool { return now.Before(cutoff) }))
-	ok := parked(h.poller("acme", "ok", store.ClaimPoll{}, 1, func(time.Time, []byte) bool { return true }))
+	parked(h.poller("acme", "expired", store.ClaimPoll{}, 1, func(now time.Time, _ []byte) bool { return now.Before(cutoff) }, nil))
+	ok := parked(h.poller("acme", "ok", store.ClaimPoll{}, 1, func(time.Time, []byte) bool { return true }, nil))
 	if p := h.reserve("acme", cutoff, nil); p != ok {
 		t.Fatalf("reserved %v, want the poll that can take units", p)
 	}
@@ -386,9 +386,9 @@ func TestReservePassesOverPollsAuthenticatedBeforeATokenRotation(t *testing.T) {
 	t1, t2 := []byte("token 1 hash"), []byte("token 2 hash")
 	stale := newPollToken(proxyToken{hash: t1, current: t1})
 	previous := newPollToken(proxyToken{hash: t1, current: t2, until: now.Add(time.Hour)})
-	a := parked(h.poller("acme", "stale", store.ClaimPoll{}, 1, stale.takes))
-	b := parked(h.poller("acme", "previous", store.ClaimPoll{}, 1, previous.takes))
-	c := parked(h.poller("acme", "new", store.ClaimPoll{}, 1, newPollToken(proxyToken{hash: t2, current: t2}).takes))
+	a := parked(h.poller("acme", "stale", store.ClaimPoll{}, 1, stale.takes, nil))
+	b := parked(h.poller("acme", "previous", store.ClaimPoll{}, 1, previous.takes, nil))
+	c := parked(h.poller("acme", "new", store.ClaimPoll{}, 1, newPollToken(proxyToken{hash: t2, current: t2}).takes, nil))
 	if p := h.reserve("acme", now, t2); p != b {
 		t.Fatalf("reserved %v, want the poll authenticated with the previous token after the rotation", p)
 	}
@@ -413,8 +413,8 @@ func TestReservePassesOverPollsAuthenticatedBeforeATokenRotation(t *testing.T) {
 func TestNotifyWorkPassesOverPollsThatCannotTake(t *testing.T) {
 	h := newHub()
 	cutoff := time.Now()
-	expired := h.poller("acme", "expired", store.ClaimPoll{}, 1, func(now time.Time, _ []byte) bool { return now.Before(cutoff) })
-	ok := h.poller("acme", "ok", store.ClaimPoll{}, 1, nil)
+	expired := h.poller("acme", "expired", store.ClaimPoll{}, 1, func(now time.Time, _ []byte) bool { return now.Before(cutoff) }, nil)
+	ok := h.poller("acme", "ok", store.ClaimPoll{}, 1, nil, nil)
 	h.NotifyWork("acme", 1, cutoff)
 	if we, wo := pending(expired), pending(ok); we || !wo {
 		t.Fatalf("woke expired %v, ok %v: want only the poll that can take", we, wo)
@@ -433,7 +433,7 @@ func TestNotifyWorkPassesOverPollsThatCannotTake(t *testing.T) {
 func TestLeavingPollWaitsForUnitsBeingStored(t *testing.T) {
 	h := newHub()
 	h.foundEmpty("acme", 0, time.Now())
-	p := parked(h.poller("acme", "a", store.ClaimPoll{}, 2, nil))
+	p := parked(h.poller("acme", "a", store.ClaimPoll{}, 2, nil, nil))
 	h.reserve("acme", time.Now(), nil)
 	left := make(chan struct{})
 	go func() { p.leave(t.Context()); close(left) }()
@@ -458,9 +458,9 @@ func TestLeavingPollWaitsForUnitsBeingStored(t *testing.T) {
 // leaves no wake-up behind, and puts the poller back in the waiting list.
 func TestAClaimingPollerTakesUnitsQueuedMeanwhile(t *testing.T) {
 	h := newHub()
-	h.NotifyWork("acme", 1, time.Now())                         // a unit is queued: no claim has found the queue empty
-	parked(h.poller("acme", "idle", store.ClaimPoll{}, 4, nil)) // waits, not claiming
-	a := h.poller("acme", "a", store.ClaimPoll{}, 4, nil)
+	h.NotifyWork("acme", 1, time.Now())                              // a unit is queued: no claim has found the queue empty
+	parked(h.poller("acme", "idle", store.ClaimPoll{}, 4, nil, nil)) // waits, not claiming
+	a := h.poller("acme", "a", store.ClaimPoll{}, 4, nil, nil)
 	a.parkWhileClaiming(2)
 	if p := h.reserve("acme", time.Now(), nil); p != a {
 		t.Fatalf("reserved %v, want a: its claim takes what is queued", p)
@@ -540,5 +540,34 @@ func TestRetellAtOnlyForUnitsTheLookTold(t *testing.T) {
 	h.checkedRunning("acme", "i-1", "run-1", h.cutSeen("acme"), t0.Add(time.Second), nil)
 	if _, ok := h.retellAt("acme", "i-1", "run-1", []string{"w-1"}, time.Second); ok {
 		t.Error("a retell after a later look that told nothing")
+	}
+}
+
+// TestAWakeUpGoesToAPollerHeardFromLately: a unit announced is claimed by
+// the oldest waiting poller whose connection was heard from within
+// quietAfter; one silent for longer (its host may have lost power) is
+// woken only when no other waits.
+func TestAWakeUpGoesToAPollerHeardFromLately(t *testing.T) {
+	h := newHub()
+	silent := func() time.Duration { return quietAfter + time.Second }
+	heard := func() time.Duration { return time.Second }
+	gone := h.poller("acme", "gone", store.ClaimPoll{}, 1, nil, silent)
+	live := h.poller("acme", "live", store.ClaimPoll{}, 1, nil, heard)
+	unknown := h.poller("acme", "unknown", store.ClaimPoll{}, 1, nil, nil)
+
+	h.NotifyWork("acme", 1, time.Now())
+	if pending(gone) || !pending(live) || pending(unknown) {
+		t.Fatalf("woken: gone %v, live %v, unknown %v; want live alone", pending(gone), pending(live), pending(unknown))
+	}
+	h.NotifyWork("acme", 1, time.Now())
+	if pending(gone) || !pending(unknown) {
+		t.Fatal("the second wake-up did not go to the poller whose connection's silence is not known")
+	}
+	h.NotifyWork("acme", 1, time.Now())
+	if !pending(gone) {
+		t.Fatal("the silent poller, the only one left, was not woken")
+	}
+	for _, p := range []*poller{gone, live, unknown} {
+		p.Close(time.Now())
 	}
 }

@@ -133,7 +133,7 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 	}
 	w := s.hub.poller(account, req.GetInstanceId(), cp, max, func(now time.Time, token []byte) bool {
 		return ctx.Err() == nil && tok.takes(now, token) && (ring == nil || s.latestRing(account, ring).anyUsable(keyIDs, now))
-	})
+	}, s.connSilence(ctx))
 	defer func() {
 		s.failUnsent(ctx, false, "its poll ended before it was answered", w.Close(s.clock.Now())...)
 	}()
@@ -508,4 +508,17 @@ func (s *Server) endedOf(ctx context.Context, account string, running []string) 
 		}
 	}
 	return ended, nil
+}
+
+// connSilence tells how long ago the connection of the call in ctx last
+// delivered anything (Options.Silence); nil when not known.
+func (s *Server) connSilence(ctx context.Context) func() time.Duration {
+	if s.silence == nil {
+		return nil
+	}
+	pr, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil
+	}
+	return s.silence(pr.Addr)
 }

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"log/slog"
 	mrand "math/rand/v2"
+	"net"
 	"sync"
 	"time"
 
@@ -54,6 +55,14 @@ type Options struct {
 	Broadcaster Broadcaster
 	// Metrics observes the queue (package metrics); nil for none.
 	Metrics Metrics
+	// Silence, when set, returns for a call's peer address a function
+	// telling how long ago its connection last delivered anything (nil:
+	// not known; package lastread). A unit is handed to a waiting poll
+	// whose connection was heard from lately rather than to one silent
+	// for longer than a proxy's keepalive allows (quietAfter): that one's
+	// host may have lost power, and a unit handed to it would wait for
+	// its deadline.
+	Silence func(peer net.Addr) func() time.Duration
 	Clock   Clock
 	Logger  *slog.Logger
 }
@@ -107,6 +116,7 @@ type Server struct {
 	sweepInterval  time.Duration
 	limits         Limits
 	clock          Clock
+	silence        func(net.Addr) func() time.Duration
 	log            *slog.Logger
 	hub            *hub
 	seen           seenCache
@@ -165,6 +175,7 @@ func New(o Options) (*Server, error) {
 		sweepInterval:  o.SweepInterval,
 		limits:         o.Limits,
 		clock:          o.Clock,
+		silence:        o.Silence,
 		log:            o.Logger,
 		hub:            newHub(),
 		broadcaster:    o.Broadcaster,
