@@ -53,6 +53,9 @@ func cmdBackup(ctx context.Context, args []string, env Env) error {
 	if _, err := os.Stat(dbPath); err != nil {
 		return fmt.Errorf("no database to back up at %s: %w", dbPath, err)
 	}
+	if err := refuseMigratingUnderServe(ctx, *dir, cfg); err != nil {
+		return err
+	}
 	st, err := sqlitestore.Open(ctx, dbPath)
 	if err != nil {
 		return err

@@ -79,7 +79,14 @@ func cmdCertRenew(ctx context.Context, args []string, env Env) error {
 			return fmt.Errorf("putting %s in place: %w", f.name, err)
 		}
 	}
-	if st, err := openLockedStore(ctx, *dir, cfg); err == nil {
+	// (Under a serve of an earlier release, the record would migrate its
+	// database: the renewal is made, and not recorded.)
+	err = refuseMigratingUnderServe(ctx, *dir, cfg)
+	var st store.Store
+	if err == nil {
+		st, err = openLockedStore(ctx, *dir, cfg)
+	}
+	if err == nil {
 		audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditCertRenewed, Detail: "server certificate for " + host}, env)
 		st.Close()
 	} else if !errors.Is(err, context.Canceled) {

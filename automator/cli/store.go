@@ -38,6 +38,9 @@ func openStoreFor(ctx context.Context, dir string, cfg config.Config, create boo
 	if !create {
 		err = sqliteExists(dir, cfg)
 	}
+	if err == nil {
+		err = refuseMigratingUnderServe(ctx, dir, cfg)
+	}
 	var st store.Store
 	if err == nil {
 		st, err = openDB(ctx, dir, cfg)
@@ -98,6 +101,35 @@ func sqliteExists(dir string, cfg config.Config) error {
 		return fmt.Errorf("the database %s is missing: `automator init` made it, so it was moved or deleted, or the disk holding it is not mounted; an empty one is not made in its place (`automator restore FILE` brings a backup back)", path)
 	}
 	return nil
+}
+
+// refuseMigratingUnderServe refuses a command the SQLite database that a
+// serve runs on when the database is of an older schema than this binary's:
+// opening it would migrate it under that serve (the binary was replaced and
+// serve not restarted yet), whose statements were written for the schema
+// it knows. With no serve running, a command migrates it as serve would.
+func refuseMigratingUnderServe(ctx context.Context, dir string, cfg config.Config) error {
+	if pgstore.IsDSN(cfg.DB) {
+		return nil
+	}
+	db := cfg.DBPath(dir)
+	lockPath := db + "-serve.lock"
+	if _, err := os.Stat(lockPath); err != nil {
+		return nil // no serve has run on it
+	}
+	l, err := filelock.Exclusive(lockPath)
+	if err == nil {
+		l.Release()
+		return nil
+	}
+	if !errors.Is(err, filelock.ErrLocked) {
+		return err
+	}
+	v, latest, err := sqlitestore.SchemaVersion(ctx, db)
+	if err != nil || v >= latest {
+		return err
+	}
+	return fmt.Errorf("the database %s is at schema version %d, and an automator serve of an earlier release runs on it%s; this binary knows schema version %d and would migrate the database under that serve: restart serve with this binary first (it migrates the database), or run this command with the binary serve runs", db, v, servingAt(dir), latest)
 }
 
 // openDB is openLockedStore without the check that a SQLite file exists.

@@ -1,0 +1,63 @@
+package cli
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/opsgate/opsgate/automator/config"
+)
+
+// TestACommandDoesNotMigrateTheDatabaseUnderARunningServe: the binary was
+// replaced and serve not restarted yet, so serve runs the previous release
+// on a database of its schema. A command of the new binary would migrate
+// that database under it (opening a store migrates), where serve's
+// statements were written for the schema it knows: it is refused, with the
+// way out, and leaves the database as it was. Once no serve runs, the same
+// command migrates it as before.
+func TestACommandDoesNotMigrateTheDatabaseUnderARunningServe(t *testing.T) {
+	dir := initDir(t)
+	cfg, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dbPath := cfg.DBPath(dir)
+	downgradeToVersion7(t, dbPath)               // as the previous release left it
+	serving, err := lockSQLiteForServe(dir, cfg) // as its serve holds it
+	if err != nil {
+		t.Fatal(err)
+	}
+	commands := [][]string{
+		{"account", "list", "--data-dir", dir},
+		{"apikey", "list", "--data-dir", dir},
+		{"audit", "--data-dir", dir},
+		{"backup", "--data-dir", dir, filepath.Join(t.TempDir(), "b.db")},
+	}
+	for _, args := range commands {
+		code, _, stderr := runCLI(t, args...)
+		if code != ExitError || !strings.Contains(stderr, "schema version 7") || !strings.Contains(stderr, "restart serve with this binary first") {
+			t.Errorf("%s while serve runs: exit %d, stderr %q; want %d saying the database is at schema version 7 and to restart serve with this binary first", strings.Join(args[:2], " "), code, stderr, ExitError)
+		}
+		if v := schemaVersion(t, dbPath); v != 7 {
+			t.Fatalf("after %s the database is at schema version %d, want 7 as serve left it", strings.Join(args[:2], " "), v)
+		}
+	}
+
+	// A renewal is made: only its audit record, which would migrate the
+	// database, is left out, and the warning says why.
+	code, _, stderr := runCLI(t, "cert", "renew", "--data-dir", dir)
+	if code != 0 || !strings.Contains(stderr, "not in the audit log") || !strings.Contains(stderr, "restart serve with this binary first") {
+		t.Errorf("cert renew while serve runs: exit %d, stderr %q; want 0 and a warning that the renewal is not in the audit log, saying why", code, stderr)
+	}
+	if v := schemaVersion(t, dbPath); v != 7 {
+		t.Fatalf("after cert renew the database is at schema version %d, want 7 as serve left it", v)
+	}
+
+	serving.Release()
+	if code, _, stderr := runCLI(t, "account", "list", "--data-dir", dir); code != 0 {
+		t.Fatalf("account list with no serve running: exit %d: %s", code, stderr)
+	}
+	if v := schemaVersion(t, dbPath); v == 7 {
+		t.Fatal("with no serve running, the command did not migrate the database")
+	}
+}
