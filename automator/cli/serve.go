@@ -84,7 +84,9 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	var certs *pki.CertReloader // serves a renewed server certificate without a restart
 	if !cfg.InsecurePlaintext {
 		if certs, err = pki.NewCertReloader(filepath.Join(*dir, config.FileCert), filepath.Join(*dir, config.FileKey)); err != nil {
-			return err
+			// A renewal cut short between its two renames leaves a key
+			// that does not match its certificate.
+			return fmt.Errorf("%w; `automator cert renew --data-dir %s` makes a new pair from the data directory's CA", err, *dir)
 		}
 		creds = credentials.NewTLS(pki.ServerTLSFrom(certs))
 	}

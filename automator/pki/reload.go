@@ -59,7 +59,7 @@ func NewCertReloader(certFile, keyFile string) (*CertReloader, error) {
 	}
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
-		return nil, fmt.Errorf("loading server certificate %q: %w", certFile, err)
+		return nil, fmt.Errorf("loading server certificate %q with key %q: %w", certFile, keyFile, err)
 	}
 	r.cert, r.stamp, r.lastLook = &cert, st, r.now()
 	return r, nil
