@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sync"
@@ -129,6 +130,14 @@ func (p *ProxyService) complete(ctx context.Context, req *automatorv1.CompleteRe
 		}
 		if gerr != nil {
 			return status.Errorf(codes.FailedPrecondition, "work %q is no longer claimed (ended, or past its deadline); result refused", w.ID)
+		}
+		if cur.Account == account && cur.ClaimID == req.GetClaimId() && cur.State == st && cur.Reason == reason && bytes.Equal(cur.SealedResult, req.GetSealedResult()) {
+			// This very result was recorded before and its answer lost: the
+			// replica that recorded it may have died before announcing the
+			// end, which would leave the unit's waiting callers on other
+			// replicas waiting until its deadline. Announce it again.
+			s.emit(ctx, Event{Kind: EventWorkEnded, Account: cur.Account, WorkID: cur.ID, ended: &cur})
+			return status.Errorf(codes.FailedPrecondition, "work %q is %s: this result was recorded already", w.ID, cur.State)
 		}
 		return status.Errorf(codes.FailedPrecondition, "work %q is %s; result refused", w.ID, cur.State)
 	case err != nil:

@@ -1,0 +1,96 @@
+package server_test
+
+import (
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/opsgate/opsgate/automator/server"
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/waittest"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// TestAResultRecordedByAReplicaThatDiedUnannouncedWakesItsWaiterWhenPostedAgain:
+// replica B records a unit's result and dies before it announces the end
+// (its NOTIFY goes out after the commit) and before it answers the proxy.
+// The proxy posts the result again, through the load balancer, to this
+// replica: it is refused, as the unit is ended, but this replica announces
+// the end, here and to the other replicas, so the caller waiting for the
+// unit here gets its result now, not at the unit's deadline.
+func TestAResultRecordedByAReplicaThatDiedUnannouncedWakesItsWaiterWhenPostedAgain(t *testing.T) {
+	b := newRecordingBroadcaster()
+	reads := &readsOf{read: make(chan struct{}, 10)}
+	e := newEnv(t, envOptions{broadcaster: b, wrap: func(st store.Store) store.Store { reads.Store = st; return reads }})
+	api, px := e.callerClient(), e.proxyClient()
+	u := submit(t, api, e.account, time.Hour)
+	resp, err := px.Poll(t.Context(), &automatorv1.PollRequest{InstanceId: "a", MaxUnits: 1, Wait: durationpb.New(0)})
+	if err != nil || len(resp.GetClaims()) != 1 {
+		t.Fatalf("poll: %v, %v; want the unit", resp, err)
+	}
+	claim := resp.GetClaims()[0]
+	reads.id = u.GetWorkId() // the reads of Submit and Poll are over
+
+	type answer struct {
+		st  *automatorv1.WorkStatus
+		err error
+	}
+	waited := make(chan answer, 1)
+	go func() {
+		st, err := api.Wait(t.Context(), &automatorv1.WaitRequest{WorkId: u.GetWorkId()})
+		waited <- answer{st, err}
+	}()
+	waittest.Recv(t, reads.read, "Wait's first read of the unit")
+	waittest.Recv(t, reads.read, "Wait's read of the unit once subscribed")
+
+	// Replica B records the result and dies: this replica hears nothing.
+	req := &automatorv1.CompleteRequest{
+		WorkId: claim.GetWorkId(), ClaimId: claim.GetClaimId(), InstanceId: "a",
+		Outcome:      automatorv1.Outcome_OUTCOME_SUCCEEDED,
+		SealedResult: e.sealResult(claim.GetWorkId(), &automatorv1.Result{ExitCode: 7, Stdout: []byte("done")}),
+	}
+	if _, err := e.store.WorkComplete(t.Context(), store.WorkCompleteParams{
+		ID: req.GetWorkId(), ClaimID: req.GetClaimId(), Account: e.account, State: store.StateSucceeded,
+		SealedResult: req.GetSealedResult(), Now: time.Now(),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	drain(b.published)
+
+	// The proxy, unanswered, posts the same result again here.
+	if _, err := px.Complete(t.Context(), req); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("the result posted again: %v; want FAILED_PRECONDITION (the unit has ended)", err)
+	}
+	select {
+	case a := <-waited:
+		if a.err != nil || a.st.GetState() != automatorv1.State_STATE_SUCCEEDED || a.st.GetResult().GetExitCode() != 7 {
+			t.Errorf("Wait answered %v, %v; want the unit succeeded with exit code 7", a.st, a.err)
+		}
+	case <-time.After(waittest.Bound):
+		t.Fatalf("the waiting caller did not get its result within %v of the result being posted again (its deadline is an hour away)", waittest.Bound)
+	}
+	for {
+		select {
+		case ev := <-b.published:
+			if ev.Kind == server.EventWorkEnded && ev.WorkID == u.GetWorkId() {
+				return
+			}
+		case <-time.After(waittest.Bound):
+			t.Fatalf("the end of %s was not announced to the other replicas within %v", u.GetWorkId(), waittest.Bound)
+		}
+	}
+}
+
+// drain empties c of what it holds now.
+func drain[T any](c chan T) {
+	for {
+		select {
+		case <-c:
+		default:
+			return
+		}
+	}
+}
