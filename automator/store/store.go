@@ -77,6 +77,11 @@ var (
 	// returns it stored nothing; writes succeed again once space is freed,
 	// and reads go on meanwhile. Test for it with IsStorageFull.
 	ErrStorageFull = errors.New("the database is out of disk space")
+	// ErrUnavailable: the database did not answer a call that was sent to
+	// it within the store's own bound (it is out of reach, or stalled), so
+	// the call may or may not have taken effect. Test for it with
+	// IsUnavailable.
+	ErrUnavailable = errors.New("the database did not answer")
 )
 
 // NotCancellable is WorkCancel's refusal of unit w, as read after the
@@ -103,11 +108,15 @@ func IsStorageFull(err error) bool {
 // reached, or dropped the connection a call was on: PostgreSQL shutting
 // down, crashed or still starting (SQLSTATE 57P01, 57P02, 57P03), a
 // connection exception (class 08), a network error, a connection that
-// ended in the middle of an answer, or one used after it broke (pgconn's
-// ErrConnClosed). Such a call may or may not have taken
+// ended in the middle of an answer, one used after it broke (pgconn's
+// ErrConnClosed), or no answer within the store's bound (ErrUnavailable,
+// although the bound is a context's deadline). Such a call may or may not have taken
 // effect, as when the automator itself is unreachable; it can be made again
 // once the database is back. SQLite's errors are never of this kind.
 func IsUnavailable(err error) bool {
+	if errors.Is(err, ErrUnavailable) {
+		return true
+	}
 	var sqlState interface{ SQLState() string }
 	if errors.As(err, &sqlState) {
 		code := sqlState.SQLState()

@@ -3,12 +3,14 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/internal/batch"
 )
 
@@ -46,6 +48,7 @@ const maxGroup = 128
 
 // groupTimeout bounds a write once sent, alone or in a batch: from then on
 // no caller's context cuts it short (its callers wait for the outcome).
+// It is Store.writeTimeout, which tests may shorten.
 const groupTimeout = 30 * time.Second
 
 // groupWrite is one single-row statement of a batch.
@@ -119,7 +122,7 @@ func (s *Store) send(batch []*groupWrite) []error {
 		return errs
 	}
 	// No one caller's context may cut the others' batch short.
-	ctx, cancel := sentContext(batch[0])
+	ctx, cancel := s.detach(batch[0].ctx)
 	defer cancel()
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(batch))}
 	for _, w := range batch {
@@ -139,6 +142,7 @@ func (s *Store) send(batch []*groupWrite) []error {
 	if failed == nil {
 		return errs
 	}
+	failed = s.noAnswer(ctx, failed)
 	if !refusedStatement(failed) {
 		// The connection failed or the session ended: whether the batch
 		// committed is unknown.
@@ -159,21 +163,27 @@ func (s *Store) send(batch []*groupWrite) []error {
 // does not cut it short either: cut off under way, the statement might
 // commit all the same, and its caller would be told it failed.
 func (s *Store) sendAlone(w *groupWrite) error {
-	ctx, cancel := sentContext(w)
+	ctx, cancel := s.detach(w.ctx)
 	defer cancel()
-	return w.scan(s.pool.QueryRow(ctx, w.sql, w.args...))
+	return s.noAnswer(ctx, w.scan(s.pool.QueryRow(ctx, w.sql, w.args...)))
 }
 
-// sentContext is the context of a write once sent: w's values, without
-// its cancellation, bounded by groupTimeout.
-func sentContext(w *groupWrite) (context.Context, context.CancelFunc) {
-	return detach(w.ctx)
+// noAnswer is err, from a call run under dctx (detach), said to be the
+// database's silence when dctx's own bound ran out: the database is out of
+// reach or stalled, and the call may have taken effect or not, as when its
+// connection fails (store.ErrUnavailable). The bound is a context's
+// deadline, which on its own reads as a caller that gave up.
+func (s *Store) noAnswer(dctx context.Context, err error) error {
+	if err != nil && dctx.Err() != nil && errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: no answer within %v: %w", store.ErrUnavailable, s.writeTimeout, err)
+	}
+	return err
 }
 
 // detach is the context of a write once sent: ctx's values, without its
-// cancellation, bounded by groupTimeout.
-func detach(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), groupTimeout)
+// cancellation, bounded by groupTimeout (s.writeTimeout).
+func (s *Store) detach(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), s.writeTimeout)
 }
 
 // sent runs fn, the statements of a write that does not go through the
@@ -194,9 +204,9 @@ func (s *Store) sent(ctx context.Context, fn func(ctx context.Context, c *pgxpoo
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	dctx, cancel := detach(ctx)
+	dctx, cancel := s.detach(ctx)
 	defer cancel()
-	return fn(dctx, c)
+	return s.noAnswer(dctx, fn(dctx, c))
 }
 
 // sentExec runs one statement as a write of its own (Store.sent).

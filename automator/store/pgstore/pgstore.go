@@ -98,6 +98,8 @@ type Store struct {
 	// testHookNotify, when set, is called before each NOTIFY statement is
 	// sent, with the process id of the session that will run it.
 	testHookNotify func(pid uint32)
+	// writeTimeout bounds a write once sent (groupTimeout).
+	writeTimeout time.Duration
 	// group gathers concurrent writes into shared transactions (group.go).
 	group grouper
 	// reads gathers concurrent WorkGet calls into shared round trips.
@@ -182,6 +184,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		origin:       randomID(),
 		redacted:     redacted,
 		heard:        time.Now(),
+		writeTimeout: groupTimeout,
 	}
 	s.initGrouper(&s.group)
 	s.initGrouper(&s.reads)
