@@ -101,9 +101,10 @@ func (a *AutomatorService) Cancel(ctx context.Context, req *automatorv1.CancelRe
 		return nil, err
 	}
 	audit := s.event(ctx, store.AuditWorkEnded, "Cancel")
+	reason := "cancelled by the caller with API key " + callerFrom(ctx)
 	w, err := s.store.WorkCancel(ctx, store.WorkCancelParams{
 		ID:     req.GetWorkId(),
-		Reason: "cancelled by the caller with API key " + callerFrom(ctx),
+		Reason: reason,
 		Now:    s.clock.Now(),
 		Audit:  &audit,
 	})
@@ -119,6 +120,13 @@ func (a *AutomatorService) Cancel(ctx context.Context, req *automatorv1.CancelRe
 		}
 		return s.workStatus(ctx, w)
 	case errors.Is(err, store.ErrNotClaimable):
+		if w.State == store.StateCancelled && w.Reason == reason {
+			// This caller's cancel made again, its answer lost: the replica
+			// that made it may have died before announcing the end, which
+			// would leave the unit's waiting callers to its deadline and its
+			// script running until its instance's next poll. Announce it again.
+			s.emit(ctx, Event{Kind: EventWorkEnded, Account: w.Account, WorkID: w.ID, InstanceID: w.InstanceID, ended: &w})
+		}
 		return s.workStatus(ctx, w)
 	case err != nil:
 		return nil, s.internal(ctx, "cancelling work", err)

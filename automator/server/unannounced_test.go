@@ -94,3 +94,74 @@ func drain[T any](c chan T) {
 		}
 	}
 }
+
+// TestACancelMadeAgainAfterItsReplicaDiedUnannouncedReachesWaiterAndClaimer:
+// replica B cancels a unit and dies before it announces the end (and
+// before it answers). The caller's client cancels again, through the load
+// balancer, here: the unit is cancelled already, and this replica
+// announces it, so the caller waiting for it here returns now, not at the
+// unit's deadline, and the poll of the instance running it here is told to
+// kill it now, not when its window ends.
+func TestACancelMadeAgainAfterItsReplicaDiedUnannouncedReachesWaiterAndClaimer(t *testing.T) {
+	b := newRecordingBroadcaster()
+	reads := &readsOf{read: make(chan struct{}, 10)}
+	e := newEnv(t, envOptions{pollWindow: time.Hour, broadcaster: b, wrap: func(st store.Store) store.Store { reads.Store = st; return reads }})
+	api, px := e.callerClient(), e.proxyClient()
+	u := submit(t, api, e.account, time.Hour)
+	resp, err := px.Poll(t.Context(), &automatorv1.PollRequest{InstanceId: "a", RunId: "run-1", PollSeq: 1, MaxUnits: 1, Wait: durationpb.New(0)})
+	if err != nil || len(resp.GetClaims()) != 1 {
+		t.Fatalf("poll: %v, %v; want the unit", resp, err)
+	}
+	reads.id = u.GetWorkId() // the reads of Submit and Poll are over
+
+	type answer struct {
+		st  *automatorv1.WorkStatus
+		err error
+	}
+	waited := make(chan answer, 1)
+	go func() {
+		st, err := api.Wait(t.Context(), &automatorv1.WaitRequest{WorkId: u.GetWorkId()})
+		waited <- answer{st, err}
+	}()
+	waittest.Recv(t, reads.read, "Wait's first read of the unit")
+	waittest.Recv(t, reads.read, "Wait's read of the unit once subscribed")
+	// The instance's next poll, running the unit, waits (its window is an hour).
+	polled := make(chan *automatorv1.PollResponse, 1)
+	go func() {
+		resp, err := px.Poll(t.Context(), &automatorv1.PollRequest{InstanceId: "a", RunId: "run-1", PollSeq: 2, MaxUnits: 0,
+			Wait: durationpb.New(time.Hour), Running: []string{u.GetWorkId()}})
+		if err != nil {
+			t.Errorf("the running instance's poll: %v", err)
+		}
+		polled <- resp
+	}()
+	e.awaitWaiting(1) // it looked at its running unit, claimed still, and waits
+
+	// Replica B cancels it and dies: this replica hears nothing.
+	if _, err := e.store.WorkCancel(t.Context(), store.WorkCancelParams{ID: u.GetWorkId(), Reason: "cancelled by the caller with API key admin", Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	drain(b.published)
+
+	// The caller, unanswered, cancels again here.
+	st, err := api.Cancel(t.Context(), &automatorv1.CancelRequest{WorkId: u.GetWorkId()})
+	if err != nil || st.GetState() != automatorv1.State_STATE_CANCELLED {
+		t.Fatalf("the cancel made again: %v, %v; want the unit cancelled", st, err)
+	}
+	select {
+	case a := <-waited:
+		if a.err != nil || a.st.GetState() != automatorv1.State_STATE_CANCELLED {
+			t.Errorf("Wait answered %v, %v; want the unit cancelled", a.st, a.err)
+		}
+	case <-time.After(waittest.Bound):
+		t.Errorf("the waiting caller did not return within %v of the cancel made again (its deadline is an hour away)", waittest.Bound)
+	}
+	select {
+	case resp := <-polled:
+		if got := resp.GetCancelled(); len(got) != 1 || got[0] != u.GetWorkId() {
+			t.Errorf("the running instance's poll answered %v; want the unit %s told cancelled", resp, u.GetWorkId())
+		}
+	case <-time.After(waittest.Bound):
+		t.Errorf("the running instance's poll was not told within %v of the cancel made again (its window is an hour)", waittest.Bound)
+	}
+}
