@@ -11,6 +11,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/server"
@@ -65,8 +67,8 @@ func cmdAPIKeyCreate(ctx context.Context, args []string, env Env) error {
 		return errors.New("usage: automator apikey create NAME --data-dir DIR (--accounts A,B | --all-accounts)")
 	}
 	name := pos[0]
-	if len(name) == 0 || len(name) > 64 || strings.ContainsFunc(name, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-		return fmt.Errorf("API key name %q must be 1 to 64 printable characters", name)
+	if err := checkAPIKeyName(name); err != nil {
+		return err
 	}
 	var scope []string
 	switch {
@@ -111,6 +113,23 @@ func cmdAPIKeyCreate(ctx context.Context, args []string, env Env) error {
 	audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditAPIKeyCreated, Detail: fmt.Sprintf("%s (%s) for %s", id, name, scopeText(scope))}, env)
 	fmt.Fprintln(env.Stdout, secret)
 	fmt.Fprintf(env.Stderr, "automator: API key %s (%s) for %s; its secret is on stdout, shown this once\n", id, name, scopeText(scope))
+	return nil
+}
+
+// maxAPIKeyName is the longest API key name, in characters.
+const maxAPIKeyName = 64
+
+// checkAPIKeyName refuses a name that `apikey list` and `automator audit`
+// could not show as it is: not UTF-8, or holding a character that is not
+// printable (a control character, C1 ones included, which a terminal may
+// take for an escape sequence; a bidi override or another format
+// character, which reorders or hides what follows). Its length is counted
+// in characters, so a name in any script gets the same 64.
+func checkAPIKeyName(name string) error {
+	n := utf8.RuneCountInString(name)
+	if n == 0 || n > maxAPIKeyName || !utf8.ValidString(name) || strings.ContainsFunc(name, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		return fmt.Errorf("API key name %q must be 1 to %d printable characters", name, maxAPIKeyName)
+	}
 	return nil
 }
 
