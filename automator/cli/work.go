@@ -159,7 +159,7 @@ func cmdWorkList(ctx context.Context, args []string, env Env) error {
 	}
 	defer st.Close()
 	if *account != "" {
-		if err := accountExists(ctx, st, *account); err != nil {
+		if err := workListAccount(ctx, st, *account); err != nil {
 			return err
 		}
 	}
@@ -194,6 +194,34 @@ func cmdWorkList(ctx context.Context, args []string, env Env) error {
 			exitCode(v.ExitCode), orDash(shorten(v.Reason, maxReason)))
 	}
 	return w.Flush()
+}
+
+// workListAccount refuses an --account of work list that names no
+// account. A deleted account's units are listed under its tombstone,
+// "NAME (deleted TIME)", which --account takes as the listing shows it;
+// the name of a deleted account, not made again, is refused with the
+// name its units are listed under.
+func workListAccount(ctx context.Context, st store.Store, account string) error {
+	if _, err := st.AccountGet(ctx, account); !errors.Is(err, store.ErrNotFound) {
+		return err // the account (nil), or a failed read
+	}
+	ds, err := st.AccountDeletions(ctx, time.Time{})
+	if err != nil {
+		return err
+	}
+	var last string
+	for _, d := range ds {
+		if d.Tombstone == account {
+			return nil
+		}
+		if d.Name == account {
+			last = d.Tombstone // listed oldest first: the last is the latest
+		}
+	}
+	if last != "" {
+		return fmt.Errorf("--account: there is no account %q; it was deleted, and its units are listed as --account %q", account, last)
+	}
+	return fmt.Errorf("--account: there is no account %q; `automator account list` lists them", account)
 }
 
 // orDash stands "-" for an empty cell, so no line of a table ends in
