@@ -1,6 +1,9 @@
 package cli
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -28,5 +31,37 @@ func TestAPIKeyNamesArePrintableCharactersCountedAsCharacters(t *testing.T) {
 	_, list, _ := runMain(t, "apikey", "list", "--data-dir", dir)
 	if n := strings.Count(list, "\n"); n != 1+1+4 { // header, init's admin key, the four above
 		t.Errorf("apikey list has %d lines, want 6:\n%s", n, list)
+	}
+}
+
+// TestInitRecordsTheAdminAPIKeyInTheAuditLog: the admin API key that
+// `init` makes is a credential like those of `apikey create`, and the
+// most powerful: the audit log records its creation, who made it and for
+// which accounts, never its secret.
+func TestInitRecordsTheAdminAPIKeyInTheAuditLog(t *testing.T) {
+	dir := initDir(t)
+	secret, err := os.ReadFile(filepath.Join(dir, "admin.apikey"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := runMain(t, "audit", "--data-dir", dir, "--json")
+	if code != 0 {
+		t.Fatalf("audit: exit %d: %s", code, stderr)
+	}
+	var found bool
+	for line := range strings.Lines(out) {
+		var e auditJSON
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("audit line %q: %v", line, err)
+		}
+		if e.Kind == "apikey.created" && strings.HasPrefix(e.Detail, "admin ") && strings.Contains(e.Detail, "every account") && strings.HasPrefix(e.Actor, "cli") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("audit after init:\n%s\nwant an apikey.created event for the admin key, by the CLI", out)
+	}
+	if strings.Contains(out, strings.TrimSpace(string(secret))) {
+		t.Errorf("audit after init holds the admin key's secret:\n%s", out)
 	}
 }

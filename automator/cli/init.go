@@ -135,6 +135,9 @@ func cmdInit(ctx context.Context, args []string, env Env) (err error) {
 	} else if err != nil {
 		return fmt.Errorf("storing the admin API key: %w", err)
 	}
+	// The admin key is a credential like those of `apikey create`, and
+	// may use every account: its creation is audited as theirs is.
+	audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditAPIKeyCreated, Detail: "admin (admin key made by init) for " + scopeText(nil)}, env)
 	err = pki.WriteFile(path(config.FileAPIKey), []byte(secret+"\n"), 0o600)
 	created(path(config.FileAPIKey), err)
 	if err != nil {
