@@ -76,7 +76,11 @@ func cmdAccountCreate(ctx context.Context, args []string, env Env) error {
 		return fmt.Errorf("creating account %q: %w", name, err)
 	}
 	audit(ctx, st, store.AuditEvent{At: time.Now(), Kind: store.AuditAccountCreated, Account: name, Detail: fmt.Sprintf("key %d", key.ID)}, env)
-	fmt.Fprint(env.Stdout, Profile(name, cfg.PublicURL, token, key.String(), string(caPEM)))
+	if _, err := fmt.Fprint(env.Stdout, Profile(name, cfg.PublicURL, token, key.String(), string(caPEM))); err != nil {
+		// The profile was the only copy of the token: say so, rather
+		// than exit 0 with nothing saved.
+		return fmt.Errorf("account %q is created, but its profile could not be written (%w), and its token is nowhere else; get a new profile with `automator account rotate-token %s --data-dir %s --overlap 0`", name, err, name, *dir)
+	}
 	return nil
 }
 

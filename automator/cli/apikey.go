@@ -111,7 +111,9 @@ func cmdAPIKeyCreate(ctx context.Context, args []string, env Env) error {
 		return fmt.Errorf("storing the API key: %w", err)
 	}
 	audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditAPIKeyCreated, Detail: fmt.Sprintf("%s (%s) for %s", id, name, scopeText(scope))}, env)
-	fmt.Fprintln(env.Stdout, secret)
+	if _, err := fmt.Fprintln(env.Stdout, secret); err != nil {
+		return fmt.Errorf("API key %s (%s) is made, but its secret could not be written (%w), and is nowhere else; revoke it with `automator apikey revoke %s --data-dir %s` and make another", id, name, err, id, *dir)
+	}
 	fmt.Fprintf(env.Stderr, "automator: API key %s (%s) for %s; its secret is on stdout, shown this once\n", id, name, scopeText(scope))
 	return nil
 }

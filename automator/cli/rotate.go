@@ -101,7 +101,10 @@ func cmdAccountRotate(ctx context.Context, rotateKey bool, args []string, env En
 	if err != nil {
 		return err
 	}
-	fmt.Fprint(env.Stdout, profile)
+	if _, err := fmt.Fprint(env.Stdout, profile); err != nil {
+		return fmt.Errorf("account %q is rotated, but its new profile could not be written (%w), and its new token is nowhere else; run `automator account %s %s --data-dir %s --overlap %v` again for another",
+			name, err, what, name, *dir, *overlap)
+	}
 	if *overlap > 0 {
 		old := "the old token keeps"
 		if rotateKey {
