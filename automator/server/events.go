@@ -54,7 +54,8 @@ const (
 // LISTEN). A single automator needs none: the in-process hub suffices.
 type Broadcaster interface {
 	// Publish sends e to every other replica. Best effort: a lost event
-	// delays a wake-up until the next poll window or sweep, never loses work.
+	// delays a wake-up until the next poll window, sweep or waiter's
+	// recheck (Options.WaitRecheck), never loses work.
 	Publish(ctx context.Context, e Event) error
 	// Listen calls fn for every event published by any replica (its own
 	// included is fine: handling is idempotent) until ctx is done, and

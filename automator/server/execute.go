@@ -389,8 +389,10 @@ func (s *Server) getWork(ctx context.Context, id string) (store.Work, error) {
 // wake-up: when the unit ends (not even then when it ended on this
 // automator, which hands the ended unit over), and at the deadline (when it
 // expires the unit itself if the sweeper has not yet), so the caller gets
-// its timeout at the deadline in every case. sub and known, when given,
-// are a subscription to the unit's end made before known was read.
+// its timeout at the deadline in every case. With other replicas, also
+// every waitRecheck: an end announced by another replica may have been
+// lost. sub and known, when given, are a subscription to the unit's end
+// made before known was read.
 func (s *Server) wait(ctx context.Context, id string, sub *doneSub, known *store.Work) (*automatorv1.WorkStatus, error) {
 	if sub == nil {
 		sub, known = s.hub.WaitDone(id), nil
@@ -402,6 +404,12 @@ func (s *Server) wait(ctx context.Context, id string, sub *doneSub, known *store
 			timer.Stop()
 		}
 	}()
+	var recheck <-chan time.Time
+	if s.broadcaster != nil {
+		t := time.NewTicker(s.waitRecheck)
+		defer t.Stop()
+		recheck = t.C
+	}
 	for {
 		var w store.Work
 		if known != nil {
@@ -422,6 +430,7 @@ func (s *Server) wait(ctx context.Context, id string, sub *doneSub, known *store
 		case <-sub.c:
 			known = sub.ended
 			sub = s.hub.WaitDone(id)
+		case <-recheck: // read it again
 		case <-timer.C:
 			s.expireDue(ctx)
 			timer.Reset(s.sweepInterval) // another replica may hold it; look again soon

@@ -52,6 +52,8 @@ type envOptions struct {
 	sweepInterval time.Duration
 	// broadcaster is the server's Broadcaster (none when nil).
 	broadcaster server.Broadcaster
+	// waitRecheck is the server's WaitRecheck (its default when zero).
+	waitRecheck time.Duration
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -114,6 +116,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		Logger:        slog.New(slog.NewTextHandler(o.log, nil)),
 		SweepInterval: o.sweepInterval,
 		Broadcaster:   o.broadcaster,
+		WaitRecheck:   o.waitRecheck,
 		Silence:       lis.Silence,
 	})
 	if err != nil {

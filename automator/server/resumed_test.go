@@ -118,3 +118,42 @@ func TestAPollIsToldOfAnUnannouncedEndWhenListeningResumes(t *testing.T) {
 		t.Errorf("the poll after the listening resumed answered %v; want the unit %s told ended", resp, u.GetWorkId())
 	}
 }
+
+// TestAWaiterWhoseUnitEndedUnannouncedReadsItWithinTheRecheck: another
+// replica ended the unit and its announcement was lost (its NOTIFY failed
+// while both replicas, and this one's listening, stayed up). The waiting
+// caller reads its unit again every WaitRecheck, so it learns of the end
+// then, not at the deadline an hour away.
+func TestAWaiterWhoseUnitEndedUnannouncedReadsItWithinTheRecheck(t *testing.T) {
+	b := newRecordingBroadcaster()
+	reads := &readsOf{read: make(chan struct{}, 10)}
+	e := newEnv(t, envOptions{broadcaster: b, waitRecheck: 50 * time.Millisecond, wrap: func(st store.Store) store.Store { reads.Store = st; return reads }})
+	api := e.callerClient()
+	u := submit(t, api, e.account, time.Hour)
+	reads.id = u.GetWorkId()
+
+	type answer struct {
+		st  *automatorv1.WorkStatus
+		err error
+	}
+	waited := make(chan answer, 1)
+	go func() {
+		st, err := api.Wait(t.Context(), &automatorv1.WaitRequest{WorkId: u.GetWorkId()})
+		waited <- answer{st, err}
+	}()
+	waittest.Recv(t, reads.read, "Wait's first read of the unit")
+	waittest.Recv(t, reads.read, "Wait's read of the unit once subscribed")
+
+	// Another replica cancels it; its announcement never comes.
+	if _, err := e.store.WorkCancel(t.Context(), store.WorkCancelParams{ID: u.GetWorkId(), Reason: "cancelled on another replica", Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-waited:
+		if a.err != nil || a.st.GetState() != automatorv1.State_STATE_CANCELLED {
+			t.Errorf("Wait answered %v, %v; want the unit cancelled", a.st, a.err)
+		}
+	case <-time.After(waittest.Bound):
+		t.Fatalf("the waiting caller did not read its unit again within %v (the recheck is every 50 ms; its deadline is an hour away)", waittest.Bound)
+	}
+}

@@ -49,7 +49,12 @@ type Options struct {
 	// SweepInterval bounds how long the sweeper sleeps between looks at the
 	// next deadline (1 s); it matters only for units other replicas queued.
 	SweepInterval time.Duration
-	Limits        Limits
+	// WaitRecheck is, with a Broadcaster, how often a waiting caller's
+	// unit is read again (30 s): an end on another replica whose
+	// announcement was lost (its NOTIFY failed while both stayed up)
+	// reaches the caller within it, not at the unit's deadline.
+	WaitRecheck time.Duration
+	Limits      Limits
 	// Broadcaster carries queue events to other replicas sharing the store;
 	// nil for a single automator.
 	Broadcaster Broadcaster
@@ -114,6 +119,7 @@ type Server struct {
 	retention      time.Duration
 	pollWindow     time.Duration
 	sweepInterval  time.Duration
+	waitRecheck    time.Duration
 	limits         Limits
 	clock          Clock
 	silence        func(net.Addr) func() time.Duration
@@ -155,6 +161,9 @@ func New(o Options) (*Server, error) {
 	if o.SweepInterval <= 0 {
 		o.SweepInterval = time.Second
 	}
+	if o.WaitRecheck <= 0 {
+		o.WaitRecheck = 30 * time.Second
+	}
 	if o.Clock == nil {
 		o.Clock = realClock{}
 	}
@@ -173,6 +182,7 @@ func New(o Options) (*Server, error) {
 		retention:      o.IdempotencyRetention,
 		pollWindow:     o.PollWindow,
 		sweepInterval:  o.SweepInterval,
+		waitRecheck:    o.WaitRecheck,
 		limits:         o.Limits,
 		clock:          o.Clock,
 		silence:        o.Silence,
