@@ -6,13 +6,13 @@ import (
 	"context"
 	"os"
 	"os/signal"
-	"syscall"
 
 	"github.com/opsgate/opsgate/automator/cli"
+	"github.com/opsgate/opsgate/internal/stopsignal"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), stopsignal.List()...)
 	// The first signal asks the command to end (serve stops gracefully,
 	// exec cancels its unit); a second one ends the process at once, as
 	// the signal's default does, whatever the command still waits for.

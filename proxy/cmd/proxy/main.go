@@ -7,13 +7,13 @@ import (
 	"context"
 	"os"
 	"os/signal"
-	"syscall"
 
+	"github.com/opsgate/opsgate/internal/stopsignal"
 	"github.com/opsgate/opsgate/proxy/cli"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), stopsignal.List()...)
 	code := cli.Main(ctx, os.Args[1:], cli.Env{Stdout: os.Stdout, Stderr: os.Stderr})
 	stop()
 	os.Exit(code)
