@@ -173,7 +173,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: httpIdleTimeout}
 	hs.RegisterOnShutdown(dash.Close)
 
 	runCtx, cancel := context.WithCancel(ctx)
@@ -237,6 +237,15 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	}
 	return nil
 }
+
+// httpIdleTimeout is how long the HTTP listener keeps a connection open
+// with no request in progress: without one, every connection a client left
+// open after a request (anyone may make one: /healthz needs no key) would
+// be held until the process runs out of file descriptors. Two minutes is
+// longer than the idle timeouts of the usual reverse proxies and load
+// balancers in front (nginx, AWS ALB: 60 s), so it is always they that
+// close first, never racing a request they send. A variable for tests.
+var httpIdleTimeout = 2 * time.Minute
 
 // purgeEvery is how often serve deletes what it no longer needs: the ended
 // units past work_retention and the records of dashboard sign-outs whose
