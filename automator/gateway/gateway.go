@@ -77,12 +77,12 @@ func Mount(ctx context.Context, mux *http.ServeMux, gs *grpc.Server, o Options) 
 		return fmt.Errorf("connecting the HTTP gateway to the gRPC server: %w", err)
 	}
 	gw := runtime.NewServeMux(
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonBody{&runtime.JSONPb{
 			// The words of DESIGN.md (exit_code, instance_id, ...), and every
 			// field present, so exit_code 0 is not left out.
 			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
 			UnmarshalOptions: protojson.UnmarshalOptions{},
-		}),
+		}}),
 		runtime.WithForwardResponseOption(outcomeStatus),
 		runtime.WithErrorHandler(errorStatus),
 		runtime.WithRoutingErrorHandler(routingError),

@@ -404,3 +404,24 @@ func TestWrongMethodIsMethodNotAllowed(t *testing.T) {
 		t.Fatalf("%d units queued by calls with the wrong method", n)
 	}
 }
+
+// TestBodyThatIsNotJSONSaysSo: a body cut short or that is not JSON at all
+// is a bad request whose message says what is wrong with the body, not
+// json's bare "unexpected EOF"; nothing is queued.
+func TestBodyThatIsNotJSONSaysSo(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	c := api{t: t, base: a.HTTPURL, apiKey: a.APIKey}
+	for _, tc := range []struct{ name, body, message string }{
+		{"cut short", `{"command": {"script": "hello.sh"`, "the request body is not complete JSON"},
+		{"cut short in a string", `{"command": {"script": "hel`, "the request body is not complete JSON"},
+		{"a form", `script=hello.sh`, "the request body is not valid JSON: invalid character 's' looking for beginning of value (at byte 1)"},
+	} {
+		r := c.do("POST", "/v1/accounts/acme/submit", "", tc.body)
+		if r.status != http.StatusBadRequest || r.body["code"] != float64(3) || !strings.Contains(r.str("message"), tc.message) {
+			t.Errorf("%s: HTTP %d %s; want 400, code 3, a message containing %q", tc.name, r.status, r.raw, tc.message)
+		}
+	}
+	if n := a.CountWork(t); n != 0 {
+		t.Fatalf("%d units queued by bodies that are not JSON", n)
+	}
+}
