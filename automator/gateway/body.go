@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,31 +10,56 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 )
 
-// jsonBody is the API's JSON marshaler, whose request bodies tell a caller
-// what is wrong with them: grpc-gateway answers a body cut short with
-// json's bare "unexpected EOF", which says nothing of the body.
+// jsonBody is the API's JSON marshaler, whose request bodies are held to
+// one JSON value and tell a caller what is wrong with them: grpc-gateway
+// answers a body cut short with json's bare "unexpected EOF", which says
+// nothing of the body, and decodes the first value of a body while
+// ignoring whatever follows it, so `{...}}` would be run as `{...}`.
 type jsonBody struct {
 	*runtime.JSONPb
 }
 
 func (m jsonBody) NewDecoder(r io.Reader) runtime.Decoder {
-	return bodyDecoder{dec: m.JSONPb.NewDecoder(r)}
+	return bodyDecoder{r: r, dec: json.NewDecoder(r), opts: m.JSONPb}
 }
 
 type bodyDecoder struct {
-	dec runtime.Decoder
+	r    io.Reader
+	dec  *json.Decoder
+	opts *runtime.JSONPb
 }
 
 // Decode decodes the request body into v. An empty body is io.EOF, which
 // the handlers take for an empty request.
 func (d bodyDecoder) Decode(v any) error {
-	err := d.dec.Decode(v)
+	err := runtime.DecoderWrapper{Decoder: d.dec, UnmarshalOptions: d.opts.UnmarshalOptions}.Decode(v)
 	var syntax *json.SyntaxError
 	switch {
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return errors.New("the request body is not complete JSON: it ends in the middle of a value")
 	case errors.As(err, &syntax):
 		return fmt.Errorf("the request body is not valid JSON: %v (at byte %d)", err, syntax.Offset)
+	case err != nil:
+		return err
 	}
-	return err
+	return d.end()
+}
+
+// end checks that only white space follows the value decoded.
+func (d bodyDecoder) end() error {
+	at := d.dec.InputOffset()
+	rest := bufio.NewReader(io.MultiReader(d.dec.Buffered(), d.r))
+	for {
+		c, err := rest.ReadByte()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		at++
+		if c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+			return fmt.Errorf("the request body is not valid JSON: %q follows its value (at byte %d); send one JSON object", c, at)
+		}
+	}
 }

@@ -405,9 +405,10 @@ func TestWrongMethodIsMethodNotAllowed(t *testing.T) {
 	}
 }
 
-// TestBodyThatIsNotJSONSaysSo: a body cut short or that is not JSON at all
-// is a bad request whose message says what is wrong with the body, not
-// json's bare "unexpected EOF"; nothing is queued.
+// TestBodyThatIsNotJSONSaysSo: a body cut short, that is not JSON at all
+// or that has more after its object is a bad request whose message says
+// what is wrong with the body, not json's bare "unexpected EOF"; nothing
+// is queued (not even the object before a stray brace).
 func TestBodyThatIsNotJSONSaysSo(t *testing.T) {
 	a := automatortest.Start(t, automatortest.Options{})
 	c := api{t: t, base: a.HTTPURL, apiKey: a.APIKey}
@@ -415,6 +416,8 @@ func TestBodyThatIsNotJSONSaysSo(t *testing.T) {
 		{"cut short", `{"command": {"script": "hello.sh"`, "the request body is not complete JSON"},
 		{"cut short in a string", `{"command": {"script": "hel`, "the request body is not complete JSON"},
 		{"a form", `script=hello.sh`, "the request body is not valid JSON: invalid character 's' looking for beginning of value (at byte 1)"},
+		{"a brace too many", `{"command": {"script": "hello.sh"}}}`, `the request body is not valid JSON: '}' follows its value (at byte 36)`},
+		{"two objects", `{"command": {"script": "hello.sh"}} {"command": {"script": "hello.sh"}}`, `the request body is not valid JSON: '{' follows its value (at byte 37)`},
 	} {
 		r := c.do("POST", "/v1/accounts/acme/submit", "", tc.body)
 		if r.status != http.StatusBadRequest || r.body["code"] != float64(3) || !strings.Contains(r.str("message"), tc.message) {
@@ -424,4 +427,6 @@ func TestBodyThatIsNotJSONSaysSo(t *testing.T) {
 	if n := a.CountWork(t); n != 0 {
 		t.Fatalf("%d units queued by bodies that are not JSON", n)
 	}
+	// White space after the object is no more than a line's end.
+	c.do("POST", "/v1/accounts/acme/submit", "", "{\"command\": {\"script\": \"hello.sh\"}}\r\n\t \n").want(t, http.StatusOK, "STATE_QUEUED")
 }
