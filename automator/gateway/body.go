@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 )
@@ -33,16 +34,20 @@ type bodyDecoder struct {
 // the handlers take for an empty request.
 func (d bodyDecoder) Decode(v any) error {
 	err := runtime.DecoderWrapper{Decoder: d.dec, UnmarshalOptions: d.opts.UnmarshalOptions}.Decode(v)
+	if err == nil {
+		err = d.end()
+	}
 	var syntax *json.SyntaxError
+	var tooLarge *http.MaxBytesError
 	switch {
+	case errors.As(err, &tooLarge):
+		return fmt.Errorf("the request body is larger than the limit of %s", size(tooLarge.Limit))
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return errors.New("the request body is not complete JSON: it ends in the middle of a value")
 	case errors.As(err, &syntax):
 		return fmt.Errorf("the request body is not valid JSON: %v (at byte %d)", err, syntax.Offset)
-	case err != nil:
-		return err
 	}
-	return d.end()
+	return err
 }
 
 // end checks that only white space follows the value decoded.
@@ -62,4 +67,12 @@ func (d bodyDecoder) end() error {
 			return fmt.Errorf("the request body is not valid JSON: %q follows its value (at byte %d); send one JSON object", c, at)
 		}
 	}
+}
+
+// size says n bytes in MiB when it is a whole number of them.
+func size(n int64) string {
+	if n >= 1<<20 && n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }

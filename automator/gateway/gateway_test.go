@@ -346,14 +346,15 @@ func TestPlaintextAutomatorServesTheAPI(t *testing.T) {
 	c.do("POST", "/v1/accounts/acme/submit", "oak_wrong", map[string]any{"command": map[string]any{"script": "x"}}).want(t, http.StatusUnauthorized, "")
 }
 
-// TestBodyLargerThanTheLimitIsRefused: the gateway bounds what it reads.
+// TestBodyLargerThanTheLimitIsRefused: the gateway bounds what it reads,
+// and says which limit the body is over (docs/api.md: 400, 16 MiB).
 func TestBodyLargerThanTheLimitIsRefused(t *testing.T) {
 	a := automatortest.Start(t, automatortest.Options{})
 	c := api{t: t, base: a.HTTPURL, apiKey: a.APIKey}
 	big := `{"command": {"script": "x", "args": ["` + strings.Repeat("a", 17<<20) + `"]}}`
 	r := c.do("POST", "/v1/accounts/acme/submit", "", big)
-	if r.status < 400 || r.status >= 500 {
-		t.Fatalf("a 17 MiB body: HTTP %d %.200s; want a 4xx", r.status, r.raw)
+	if r.status != http.StatusBadRequest || r.body["code"] != float64(3) || r.str("message") != "the request body is larger than the limit of 16 MiB" {
+		t.Fatalf("a 17 MiB body: HTTP %d %.200s; want 400, code 3, naming the limit", r.status, r.raw)
 	}
 	if n := a.CountWork(t); n != 0 {
 		t.Fatalf("%d units queued", n)
