@@ -177,7 +177,7 @@ func Start(t testing.TB, o Options) *Automator {
 
 	runCtx, cancel := context.WithCancel(ctx)
 	mux := http.NewServeMux()
-	if err := gateway.Mount(runCtx, mux, gs, gateway.Options{TLS: !o.Plaintext, MaxMessage: maxMessage}); err != nil {
+	if err := gateway.Mount(runCtx, mux, gs, gateway.Options{TLS: !o.Plaintext, MaxMessage: maxMessage, Authenticate: srv.AuthenticateCaller}); err != nil {
 		t.Fatal(err)
 	}
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}

@@ -19,6 +19,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 
@@ -47,6 +48,17 @@ type Options struct {
 	// (default 8 MiB). An HTTP request body may be twice as large, for
 	// base64 and JSON.
 	MaxMessage int
+	// Authenticate checks the API key of a request that reached a route
+	// of the API, before its body is read: the values of its
+	// Authorization header (and of Grpc-Metadata-Authorization, which the
+	// gateway passes on too), the client's address and the request's
+	// method and path, for the log. A non-nil error, a gRPC status, is the
+	// answer. Without it a client with no key could make the automator
+	// read and hold a body of up to twice MaxMessage per request before
+	// the gRPC server refused the call. The server's interceptor checks
+	// the key again, as for every call. Required (server.Server's
+	// AuthenticateCaller).
+	Authenticate func(ctx context.Context, authorization []string, source, what string) error
 }
 
 // Mount serves the HTTP/JSON API under /v1/ on mux, calling gs through an
@@ -56,6 +68,9 @@ type Options struct {
 func Mount(ctx context.Context, mux *http.ServeMux, gs *grpc.Server, o Options) error {
 	if o.MaxMessage <= 0 {
 		o.MaxMessage = 8 << 20
+	}
+	if o.Authenticate == nil {
+		return errors.New("gateway: Options.Authenticate is required")
 	}
 	lis := newPipeListener()
 	go func() { _ = gs.Serve(lis) }()
@@ -76,7 +91,8 @@ func Mount(ctx context.Context, mux *http.ServeMux, gs *grpc.Server, o Options) 
 		lis.Close()
 		return fmt.Errorf("connecting the HTTP gateway to the gRPC server: %w", err)
 	}
-	gw := runtime.NewServeMux(
+	var gw *runtime.ServeMux
+	gw = runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonBody{&runtime.JSONPb{
 			// The words of DESIGN.md (exit_code, instance_id, ...), and every
 			// field present, so exit_code 0 is not left out.
@@ -86,6 +102,9 @@ func Mount(ctx context.Context, mux *http.ServeMux, gs *grpc.Server, o Options) 
 		runtime.WithForwardResponseOption(outcomeStatus),
 		runtime.WithErrorHandler(errorStatus),
 		runtime.WithRoutingErrorHandler(routingError),
+		// After routing (a mistyped path or method is told so), before the
+		// handler reads the body.
+		runtime.WithMiddlewares(authenticateFirst(&gw, o.Authenticate)),
 	)
 	if err := automatorgw.RegisterAutomatorServiceHandlerClient(ctx, gw, automatorv1.NewAutomatorServiceClient(conn)); err != nil {
 		conn.Close()
@@ -105,6 +124,33 @@ func Mount(ctx context.Context, mux *http.ServeMux, gs *grpc.Server, o Options) 
 	}))
 	mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
 	return nil
+}
+
+// authenticateFirst refuses, before its handler reads the body, a request
+// whose API key the server refuses, answering as for a refused call (gw is
+// set once the mux is made, before it serves).
+func authenticateFirst(gw **runtime.ServeMux, auth func(ctx context.Context, authorization []string, source, what string) error) runtime.Middleware {
+	return func(next runtime.HandlerFunc) runtime.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request, params map[string]string) {
+			authorization := append(r.Header.Values("Authorization"), r.Header.Values("Grpc-Metadata-Authorization")...)
+			source := r.RemoteAddr
+			if host, _, err := net.SplitHostPort(source); err == nil {
+				source = host
+			}
+			if err := auth(r.Context(), authorization, source, r.Method+" "+r.URL.Path); err != nil {
+				if r.ContentLength != 0 {
+					// Else the HTTP server would read up to 256 KiB of the
+					// body it refused, for as long as the client takes, to
+					// keep the connection.
+					w.Header().Set("Connection", "close")
+				}
+				_, out := runtime.MarshalerForRequest(*gw, r)
+				runtime.HTTPError(r.Context(), *gw, out, w, r, err)
+				return
+			}
+			next(w, r, params)
+		}
+	}
 }
 
 func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -430,4 +431,41 @@ func TestBodyThatIsNotJSONSaysSo(t *testing.T) {
 	}
 	// White space after the object is no more than a line's end.
 	c.do("POST", "/v1/accounts/acme/submit", "", "{\"command\": {\"script\": \"hello.sh\"}}\r\n\t \n").want(t, http.StatusOK, "STATE_QUEUED")
+}
+
+// TestBodyOfACallWithoutAValidKeyIsNotRead: a call with no key or a wrong
+// one is refused (401) before the automator reads its body, so a client
+// without a key cannot make it read and hold a body of up to 16 MiB per
+// request, nor hold a request open by sending its body slowly. The body
+// here never ends: the answer comes all the same.
+func TestBodyOfACallWithoutAValidKeyIsNotRead(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	for _, key := range []string{"", "oak_wrong"} {
+		body, w := io.Pipe()
+		go func() { _, _ = io.WriteString(w, `{"command": {"script": "x", "args": ["`) }()
+		ctx := waittest.Context(t, "the refusal of a call without a valid key")
+		// The client waits for its body to be sent: end it with the wait.
+		stop := context.AfterFunc(ctx, func() { w.CloseWithError(ctx.Err()) })
+		defer stop()
+		req, err := http.NewRequestWithContext(ctx, "POST", a.HTTPURL+"/v1/accounts/acme/submit", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		w.Close()
+		if err != nil {
+			t.Fatalf("key %q: %v", key, err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(raw), `"code":16`) {
+			t.Errorf("key %q: HTTP %d %s; want 401 Unauthenticated", key, resp.StatusCode, raw)
+		}
+	}
+	if n := a.CountWork(t); n != 0 {
+		t.Fatalf("%d units queued", n)
+	}
 }

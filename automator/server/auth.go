@@ -116,30 +116,59 @@ func (s *Server) authenticate(ctx context.Context, method string) (context.Conte
 		ctx = context.WithValue(ctx, keyToken, proxyToken{hash: h, current: a.TokenHash, until: a.PreviousTokenUntil, keyID: a.KeyID, sealedKey: a.SealedKey})
 		return context.WithValue(ctx, keyAccount, a.Name), nil
 	case strings.HasPrefix(method, callerPrefix):
+		c, err := s.apiKey(ctx, secret, err, sourceOf(ctx), methodName(method))
 		if err != nil {
-			return nil, s.authFailed(ctx, method, err.Error(), "")
+			return nil, err
 		}
-		k, err := s.store.APIKeyGetByHash(ctx, crypto.HashToken(secret))
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, s.authFailed(ctx, method, "invalid API key", "")
-		}
-		if err != nil {
-			return nil, s.internal(ctx, "looking up API key", err)
-		}
-		// The store may answer from its credential cache, which a revoke
-		// waits out (store.CachedCredentials): a revoke still applies to
-		// every call made after it returned.
-		if !k.RevokedAt.IsZero() {
-			return nil, s.authFailed(ctx, method, "API key "+k.ID+" was revoked", "apikey:"+k.ID)
-		}
-		return context.WithValue(ctx, keyCaller, &caller{id: k.ID, accounts: k.Accounts}), nil
+		return context.WithValue(ctx, keyCaller, c), nil
 	}
 	return ctx, nil // health and reflection services carry no secrets
 }
 
+// apiKey returns the caller whose API key is secret (bearerErr: the
+// credential was missing or malformed), or the error its call gets: a
+// failure is counted against src's budget and audited under what.
+func (s *Server) apiKey(ctx context.Context, secret string, bearerErr error, src, what string) (*caller, error) {
+	if bearerErr != nil {
+		return nil, s.authFailedFrom(ctx, src, what, bearerErr.Error(), "")
+	}
+	k, err := s.store.APIKeyGetByHash(ctx, crypto.HashToken(secret))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, s.authFailedFrom(ctx, src, what, "invalid API key", "")
+	}
+	if err != nil {
+		return nil, s.internal(ctx, "looking up API key", err)
+	}
+	// The store may answer from its credential cache, which a revoke
+	// waits out (store.CachedCredentials): a revoke still applies to
+	// every call made after it returned.
+	if !k.RevokedAt.IsZero() {
+		return nil, s.authFailedFrom(ctx, src, what, "API key "+k.ID+" was revoked", "apikey:"+k.ID)
+	}
+	return &caller{id: k.ID, accounts: k.Accounts}, nil
+}
+
+// AuthenticateCaller checks the API key of a call of the HTTP/JSON API
+// (authorization: the values of its Authorization header) before the
+// gateway reads the request's body, so a caller without a valid key cannot
+// make the automator read and hold a body of up to 16 MiB. It returns
+// the status the call would get from the interceptor (Unauthenticated, or
+// ResourceExhausted past the failure budget of source, the client's
+// address), counted and audited as such under what (the request's method
+// and path); nil for a key the interceptor accepts, which then checks it
+// again, as for every call.
+func (s *Server) AuthenticateCaller(ctx context.Context, authorization []string, source, what string) error {
+	secret, err := bearerOf(authorization)
+	_, err = s.apiKey(ctx, secret, err, clip(source), clip(what))
+	return err
+}
+
 func bearer(ctx context.Context) (string, error) {
 	// Only this key's values are copied, not the whole metadata.
-	vals := metadata.ValueFromIncomingContext(ctx, "authorization")
+	return bearerOf(metadata.ValueFromIncomingContext(ctx, "authorization"))
+}
+
+func bearerOf(vals []string) (string, error) {
 	if len(vals) != 1 {
 		return "", errors.New("missing authorization metadata (Bearer token)")
 	}
@@ -158,8 +187,12 @@ func bearer(ctx context.Context) (string, error) {
 // of writes. actor names the credential when it was recognised (a revoked
 // key, an expired token).
 func (s *Server) authFailed(ctx context.Context, method, why, actor string) error {
-	src := sourceOf(ctx)
-	if retry, limited := s.failedFrom(ctx, src, methodName(method), why, actor); limited {
+	return s.authFailedFrom(ctx, sourceOf(ctx), methodName(method), why, actor)
+}
+
+// authFailedFrom is authFailed of a call from src, audited under what.
+func (s *Server) authFailedFrom(ctx context.Context, src, what, why, actor string) error {
+	if retry, limited := s.failedFrom(ctx, src, what, why, actor); limited {
 		return status.Errorf(codes.ResourceExhausted, "too many failed authentications from %s (this one: %s); retry in %v", src, why, retry)
 	}
 	return status.Error(codes.Unauthenticated, why)
