@@ -100,7 +100,7 @@ func Mount(ctx context.Context, mux *http.ServeMux, gs *grpc.Server, o Options) 
 			UnmarshalOptions: protojson.UnmarshalOptions{},
 		}}),
 		runtime.WithForwardResponseOption(outcomeStatus),
-		runtime.WithErrorHandler(errorStatus),
+		runtime.WithErrorHandler(errorStatus(ctx)),
 		runtime.WithRoutingErrorHandler(routingError),
 		// After routing (a mistyped path or method is told so), before the
 		// handler reads the body.
@@ -176,18 +176,30 @@ func outcomeStatus(ctx context.Context, w http.ResponseWriter, m proto.Message) 
 	return nil
 }
 
-// errorStatus answers a failed call as grpc-gateway does, except for a
-// request larger than one gRPC message: the in-memory connection refuses
-// to send it with RESOURCE_EXHAUSTED, which HTTP maps to 429, "submit
-// again later", though the same request can never succeed. It is a limit
-// exceeded, INVALID_ARGUMENT (400) like every other (docs/api.md). Only
-// the gateway's own refusal is mapped: the queue cap and the
-// failed-authentication budget keep their 429.
-func errorStatus(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
-	if s, ok := status.FromError(err); ok && s.Code() == codes.ResourceExhausted && strings.Contains(s.Message(), "trying to send message larger than max") {
-		err = status.Error(codes.InvalidArgument, s.Message())
+// errorStatus answers a failed call as grpc-gateway does, except:
+//
+//   - a request larger than one gRPC message: the in-memory connection
+//     refuses to send it with RESOURCE_EXHAUSTED, which HTTP maps to 429,
+//     "submit again later", though the same request can never succeed. It
+//     is a limit exceeded, INVALID_ARGUMENT (400) like every other
+//     (docs/api.md). Only the gateway's own refusal is mapped: the queue
+//     cap and the failed-authentication budget keep their 429.
+//   - a call made once the gateway is stopping (mounted's context ended,
+//     the automator shutting down, its HTTP listener not closed yet): the
+//     in-memory connection is closed, and answers CANCELLED, which HTTP
+//     maps to 499, "the client closed the request", though the caller did
+//     not. It is UNAVAILABLE (503), as for a gRPC caller: retry.
+func errorStatus(mounted context.Context) runtime.ErrorHandlerFunc {
+	return func(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+		s, ok := status.FromError(err)
+		switch {
+		case ok && s.Code() == codes.ResourceExhausted && strings.Contains(s.Message(), "trying to send message larger than max"):
+			err = status.Error(codes.InvalidArgument, s.Message())
+		case ok && s.Code() == codes.Canceled && mounted.Err() != nil && r.Context().Err() == nil:
+			err = status.Error(codes.Unavailable, "automator shutting down; retry")
+		}
+		runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 	}
-	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 }
 
 // routingError answers a request no route takes as grpc-gateway does,
