@@ -2,6 +2,8 @@ package metrics
 
 import (
 	"context"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -23,9 +25,51 @@ var (
 
 // accountCollector reads the per-account gauges from the store at each
 // scrape, so every replica sharing the store reports the same values.
+//
+// Scrapes that come while a read is in progress share it: /metrics needs
+// no key, and without this whoever reaches the HTTP listener could run as
+// many statistics queries at once as requests, holding the store's
+// connections that polls, claims and results need.
 type accountCollector struct {
 	o   Options
 	src StatsSource
+
+	mu     sync.Mutex
+	read   *statsRead // in progress; nil when none
+	joined int        // scrapes that shared a read in progress (tests)
+}
+
+// statsRead is one read of the statistics, shared by the scrapes that
+// came while it was in progress; done closes when it has its answer.
+type statsRead struct {
+	done  chan struct{}
+	now   time.Time
+	stats []store.AccountStats
+	err   error
+}
+
+// stats reads the statistics, or waits for the read in progress.
+func (c *accountCollector) stats() *statsRead {
+	c.mu.Lock()
+	if r := c.read; r != nil {
+		c.joined++
+		c.mu.Unlock()
+		<-r.done
+		return r
+	}
+	r := &statsRead{done: make(chan struct{})}
+	c.read = r
+	c.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), c.o.StatsTimeout)
+	defer cancel()
+	r.now = c.o.Now()
+	r.stats, r.err = c.src.AccountStats(ctx, store.AccountStatsParams{OnlineSince: r.now.Add(-c.o.OnlineWithin)})
+	c.mu.Lock()
+	c.read = nil
+	c.mu.Unlock()
+	close(r.done)
+	return r
 }
 
 func (c *accountCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -35,12 +79,10 @@ func (c *accountCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *accountCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.o.StatsTimeout)
-	defer cancel()
-	now := c.o.Now()
-	stats, err := c.src.AccountStats(ctx, store.AccountStatsParams{OnlineSince: now.Add(-c.o.OnlineWithin)})
-	if err != nil {
-		ch <- prometheus.NewInvalidMetric(descQueueDepth, err)
+	r := c.stats()
+	now, stats := r.now, r.stats
+	if r.err != nil {
+		ch <- prometheus.NewInvalidMetric(descQueueDepth, r.err)
 		return
 	}
 	gauge := func(d *prometheus.Desc, v float64, account string) {

@@ -68,6 +68,7 @@ type Metrics struct {
 	finishWait  *prometheus.HistogramVec
 	polls       *prometheus.GaugeVec
 	storeCalls  *prometheus.HistogramVec
+	accounts    *accountCollector // set by WatchAccounts
 }
 
 // New registers the automator's metrics in a registry of their own.
@@ -129,7 +130,8 @@ func New(o Options) *Metrics {
 // WatchAccounts adds the per-account gauges, read from src at each scrape
 // (call it once).
 func (m *Metrics) WatchAccounts(src StatsSource) {
-	m.reg.MustRegister(&accountCollector{o: m.o, src: src})
+	m.accounts = &accountCollector{o: m.o, src: src}
+	m.reg.MustRegister(m.accounts)
 }
 
 // Handler serves the metrics in the Prometheus text (or OpenMetrics)
