@@ -197,9 +197,24 @@ func errorStatus(mounted context.Context) runtime.ErrorHandlerFunc {
 			err = status.Error(codes.InvalidArgument, s.Message())
 		case ok && s.Code() == codes.Canceled && mounted.Err() != nil && r.Context().Err() == nil:
 			err = status.Error(codes.Unavailable, "automator shutting down; retry")
+		case ok && s.Code() == codes.Unauthenticated:
+			w = bearerChallenge{w}
 		}
 		runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 	}
+}
+
+// bearerChallenge makes the WWW-Authenticate header of a 401 the challenge
+// HTTP requires (RFC 9110 11.6.1, RFC 6750 3): grpc-gateway puts the
+// status message there ("invalid API key"), which is no challenge at all
+// and trips clients that parse it. The message stays in the body.
+type bearerChallenge struct{ http.ResponseWriter }
+
+func (b bearerChallenge) WriteHeader(code int) {
+	if code == http.StatusUnauthorized {
+		b.Header().Set("WWW-Authenticate", `Bearer realm="automator"`)
+	}
+	b.ResponseWriter.WriteHeader(code)
 }
 
 // routingError answers a request no route takes as grpc-gateway does,

@@ -278,7 +278,7 @@ func TestEveryEndpoint(t *testing.T) {
 
 // TestEveryRouteNeedsTheAPIKey: the gateway calls the gRPC server, whose
 // interceptor authenticates; no route answers without a valid key, and the
-// proxy token is not an API key.
+// proxy token is not an API key. The 401 challenges for a Bearer token.
 func TestEveryRouteNeedsTheAPIKey(t *testing.T) {
 	a, c, _ := start(t)
 	sub := c.do("POST", "/v1/accounts/acme/submit", "", map[string]any{"command": map[string]any{"script": "hello.sh"}})
@@ -300,6 +300,10 @@ func TestEveryRouteNeedsTheAPIKey(t *testing.T) {
 			r := c.do(rt.method, rt.path, key, rt.body)
 			if r.status != http.StatusUnauthorized || r.body["code"] != float64(16) {
 				t.Errorf("%s %s with key %.8q: HTTP %d %s; want 401 Unauthenticated", rt.method, rt.path, key, r.status, r.raw)
+			}
+			// HTTP requires a challenge with a 401, not the message.
+			if h := r.header.Values("WWW-Authenticate"); len(h) != 1 || h[0] != `Bearer realm="automator"` {
+				t.Errorf("%s %s with key %.8q: WWW-Authenticate %q; want one Bearer challenge", rt.method, rt.path, key, h)
 			}
 		}
 	}
