@@ -27,6 +27,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -220,10 +221,38 @@ func (d *Dashboard) Handler() http.Handler {
 	mux.Handle("GET "+Prefix+"accounts/{account}", d.page("instances", "accounts", d.instances))
 	mux.Handle("GET "+Prefix+"work", d.page("work", "work", d.workList))
 	mux.Handle("GET "+Prefix+"work/{id}", d.page("unit", "work", d.unit))
-	mux.Handle(Prefix, d.page("error", "", func(*http.Request, *session) (string, any, error) {
+	notFound := d.page("error", "", func(*http.Request, *session) (string, any, error) {
 		return "", nil, errNotFound("no such page")
+	})
+	mux.Handle(Prefix, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if allow := allowedMethods(mux, r); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			d.render(w, r, http.StatusMethodNotAllowed, "error", http.StatusText(http.StatusMethodNotAllowed), "", nil,
+				fmt.Sprintf("%s is not allowed on %s: it takes %s only.", r.Method, r.URL.Path, strings.Join(allow, " or ")))
+			return
+		}
+		notFound.ServeHTTP(w, r)
 	}))
 	return securityHeaders(mux)
+}
+
+// allowedMethods lists the methods that a page other than the catch-all
+// serves at r's path: a known page asked for with another method (a GET of
+// the sign-out, a POST of a listing) is 405 naming them, not "no such
+// page", which its catch-all would otherwise answer.
+func allowedMethods(mux *http.ServeMux, r *http.Request) []string {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost} {
+		if m == r.Method || (m == http.MethodGet && r.Method == http.MethodHead) {
+			continue
+		}
+		other := r.Clone(r.Context())
+		other.Method = m
+		if _, pattern := mux.Handler(other); pattern != "" && pattern != Prefix {
+			allow = append(allow, m)
+		}
+	}
+	return allow
 }
 
 // securityHeaders: the pages load nothing from elsewhere, run no inline
