@@ -8,10 +8,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/internal/waittest"
 )
 
@@ -54,5 +57,63 @@ func TestIdleHTTPConnectionIsClosed(t *testing.T) {
 	// The connection is now idle: the automator closes it.
 	if n, err := br.ReadByte(); !errors.Is(err, io.EOF) {
 		t.Fatalf("reading the idle connection: %v (byte %q); want EOF: the automator closes it", err, n)
+	}
+}
+
+// TestSlowRequestBodyIsCutOff: a client that sends its request body a
+// byte at a time (slow-loris) is disconnected once the read timeout
+// passes, whatever the path: the HTTP server would otherwise wait for the
+// body for ever, even to refuse it. An answer that takes longer than the
+// read timeout (an execute waiting for its unit's deadline) is not cut
+// off: the timeout bounds the reading of the request only.
+func TestSlowRequestBodyIsCutOff(t *testing.T) {
+	saved := httpReadTimeout
+	httpReadTimeout = 300 * time.Millisecond
+	t.Cleanup(func() { httpReadTimeout = saved })
+	s := serveInProcess(t)
+	s.account(t, "acme")
+
+	for _, path := range []string{"/healthz", "/dashboard/login", "/v1/accounts/acme/submit"} {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(s.http, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(conn, "POST "+path+" HTTP/1.1\r\nHost: automator\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"); err != nil {
+			t.Fatal(err)
+		}
+		// Not a timing assertion: only how long the test waits before it
+		// says the connection was held.
+		if err := conn.SetReadDeadline(time.Now().Add(waittest.Bound)); err != nil {
+			t.Fatal(err)
+		}
+		// The automator answers (an error) or hangs up; either ends the read.
+		_, err = io.Copy(io.Discard, conn)
+		conn.Close()
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatalf("POST %s with a body that never comes: the connection is still open after %v", path, waittest.Bound)
+		}
+	}
+
+	// An execute that waits past the read timeout for its unit's deadline
+	// (no proxy polls) gets its answer: 504, the unit timed out.
+	key, err := os.ReadFile(filepath.Join(s.dir, config.FileAPIKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(waittest.Context(t, "the execute to answer"), "POST", s.http+"/v1/accounts/acme/execute",
+		strings.NewReader(`{"command": {"script": "x.sh"}, "timeout": "1s"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(key)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("execute of a unit that times out after 1 s: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(string(body), "STATE_TIMED_OUT") {
+		t.Fatalf("execute of a unit that times out after 1 s: HTTP %d %s; want 504 and the unit timed out", resp.StatusCode, body)
 	}
 }

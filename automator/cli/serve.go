@@ -173,7 +173,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: httpIdleTimeout}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: httpReadTimeout, IdleTimeout: httpIdleTimeout}
 	hs.RegisterOnShutdown(dash.Close)
 
 	runCtx, cancel := context.WithCancel(ctx)
@@ -246,6 +246,17 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 // balancers in front (nginx, AWS ALB: 60 s), so it is always they that
 // close first, never racing a request they send. A variable for tests.
 var httpIdleTimeout = 2 * time.Minute
+
+// httpReadTimeout bounds the time a request's headers and body take to
+// arrive on the HTTP listener. Without it a client could send a body a
+// byte at a time and hold its connection for ever: any path does, even one
+// that reads no body (the HTTP server reads up to 256 KiB of an unread
+// body before it answers). It bounds only the reading: the answer may take
+// as long as it takes (an execute or a wait, a dashboard event stream),
+// since the HTTP server lifts the deadline once the body has been read.
+// Two minutes carry the largest body (16 MiB) at about 1 Mbit/s. A
+// variable for tests.
+var httpReadTimeout = 2 * time.Minute
 
 // purgeEvery is how often serve deletes what it no longer needs: the ended
 // units past work_retention and the records of dashboard sign-outs whose
