@@ -81,7 +81,16 @@ func (s *Server) checkDeletions(ctx context.Context, seen map[string]time.Time) 
 // accountDeleted drops what this automator holds of a deleted account and
 // wakes whoever waits on it: its polls (each looks its token up again, and
 // is refused), and the callers of its units that the deletion cancelled.
+//
+// It also counts those units as finished in its metrics, which no
+// automator counted when they ended (the command made the change), under
+// the account's name rather than its tombstone's, so that a deletion makes
+// no new series. It counts them when it is the only automator on its store
+// (with several replicas, each would count them), and only for a deletion
+// made since it started: one made before is looked at again after a
+// restart, and was counted by the automator running then, if any.
 func (s *Server) accountDeleted(ctx context.Context, d store.AccountDeletion) {
+	count := s.broadcaster == nil && !d.DeletedAt.Before(s.started)
 	store.ForgetCredentials(s.store)
 	s.keysMu.Lock()
 	delete(s.keys, d.Name)
@@ -98,6 +107,12 @@ func (s *Server) accountDeleted(ctx context.Context, d store.AccountDeletion) {
 			break
 		}
 		for _, w := range ws {
+			// The units the deletion cancelled ended at its time
+			// (store.AccountDelete); those cancelled before did not.
+			if count && w.FinishedAt.Equal(d.DeletedAt) {
+				w.Account = d.Name
+				s.metrics.WorkFinished(w)
+			}
 			s.hub.NotifyDone(w.ID, nil)
 		}
 		woken += len(ws)

@@ -128,6 +128,7 @@ type Server struct {
 	seen           seenCache
 	broadcaster    Broadcaster
 	metrics        Metrics
+	started        time.Time       // when New made it (deleted.go)
 	failures       *failureLimiter // budget of failed authentications per source (ratelimit.go)
 
 	keysMu sync.Mutex
@@ -191,6 +192,7 @@ func New(o Options) (*Server, error) {
 		broadcaster:    o.Broadcaster,
 		failures:       newFailureLimiter(o.Limits.FailedAuthBurst, o.Limits.FailedAuthRefill),
 		metrics:        o.Metrics,
+		started:        o.Clock.Now(),
 		keys:           make(map[string]*keyRing),
 		kick:           make(chan struct{}, 1),
 		shutdown:       make(chan struct{}),

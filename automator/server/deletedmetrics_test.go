@@ -1,0 +1,102 @@
+package server_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/opsgate/opsgate/automator/metrics"
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/waittest"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// finishedTotals reads automator_work_finished_total from m, by account
+// and state ("acme/cancelled").
+func finishedTotals(t *testing.T, m *metrics.Metrics) map[string]float64 {
+	t.Helper()
+	fams, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string]float64)
+	for _, f := range fams {
+		if f.GetName() != "automator_work_finished_total" {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			out[label(s, "account")+"/"+label(s, "state")] = s.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+// TestUnitsCancelledByAccountDeletionCountAsFinished: the queued and
+// claimed units that `automator account delete` cancels (in another
+// process) count in automator_work_finished_total as cancelled, once each,
+// under the account's name, not under its tombstone (a new series per
+// deletion); a unit its caller cancelled before is not counted again; and
+// a deletion made before the automator started is not counted by it (the
+// automator running then counted it).
+func TestUnitsCancelledByAccountDeletionCountAsFinished(t *testing.T) {
+	m := metrics.New(metrics.Options{})
+	// An account deleted, with a queued unit, before the automator starts.
+	before := func(st store.Store) store.Store {
+		ctx := context.Background()
+		now := time.Now()
+		if _, err := st.AccountCreate(ctx, store.AccountCreateParams{Name: "initech", TokenHash: []byte("t"), KeyID: 1, SealedKey: []byte("k"), Now: now}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: "old", Account: "initech", KeyID: 1, SealedCommand: []byte("c"), Now: now, Deadline: now.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.AccountDelete(ctx, store.AccountDeleteParams{Name: "initech", Reason: "account initech was deleted", Now: now}); err != nil {
+			t.Fatal(err)
+		}
+		return cachedCredentials(st)
+	}
+	e := newEnv(t, envOptions{pollWindow: time.Hour, wrap: before, sweepInterval: 20 * time.Millisecond, metrics: m})
+	px, caller := e.proxyClient(), e.callerClient()
+	byCaller := submit(t, caller, e.account, time.Hour)
+	if _, err := caller.Cancel(context.Background(), &automatorv1.CancelRequest{WorkId: byCaller.GetWorkId()}); err != nil {
+		t.Fatal(err)
+	}
+	claimed := submit(t, caller, e.account, time.Hour)
+	claimOne(t, px, "host-a")
+	queued := submit(t, caller, e.account, time.Hour)
+	waitClaimed, waitQueued := waitAsync(caller, claimed.GetWorkId()), waitAsync(caller, queued.GetWorkId())
+	if got := finishedTotals(t, m); got["acme/cancelled"] != 1 {
+		t.Fatalf("finished units before the deletion: %v; want acme/cancelled 1 (the caller's cancel)", got)
+	}
+
+	e.deleteAccount(e.account)
+	// Its waiting callers are woken once the automator has acted on the
+	// deletion.
+	for _, w := range []<-chan waitResult{waitClaimed, waitQueued} {
+		if got := waittest.Recv(t, w, "a caller waiting for a unit of the deleted account to be answered"); got.st.GetState() != automatorv1.State_STATE_CANCELLED {
+			t.Fatalf("a caller waiting for a unit of the deleted account: %v, %v; want cancelled", got.st, got.err)
+		}
+	}
+
+	got := finishedTotals(t, m)
+	if got["acme/cancelled"] != 3 {
+		t.Errorf("automator_work_finished_total{account=\"acme\",state=\"cancelled\"} = %v after the deletion cancelled a claimed and a queued unit; want 3 (1 cancelled by its caller before)", got["acme/cancelled"])
+	}
+	for k, v := range got {
+		if strings.Contains(k, "deleted") || strings.HasPrefix(k, "initech/") {
+			t.Errorf("automator_work_finished_total has %s = %v; want no series for a tombstone, nor for the deletion made before the automator started", k, v)
+		}
+	}
+}
