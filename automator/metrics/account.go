@@ -33,6 +33,8 @@ var (
 type accountCollector struct {
 	o   Options
 	src StatsSource
+	// known makes the queue counters of an account exist (Metrics.known).
+	known func(account string)
 
 	mu     sync.Mutex
 	read   *statsRead // in progress; nil when none
@@ -89,6 +91,7 @@ func (c *accountCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, account)
 	}
 	for _, a := range stats {
+		c.known(a.Account)
 		age := 0.0
 		if a.Queued > 0 && !a.OldestQueuedAt.IsZero() {
 			age = max(now.Sub(a.OldestQueuedAt), 0).Seconds()

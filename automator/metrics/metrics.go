@@ -126,14 +126,33 @@ func New(o Options) *Metrics {
 	}
 	m.reg.MustRegister(m.queued, m.claimed, m.finished, m.undelivered, m.claimWait, m.finishWait, m.polls, m.storeCalls,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, st := range endStates {
+		m.finishWait.WithLabelValues(string(st))
+	}
 	return m
 }
 
+// endStates are the terminal states, the values of the state label.
+var endStates = []store.State{store.StateSucceeded, store.StateFailed, store.StateTimedOut, store.StateCancelled}
+
 // WatchAccounts adds the per-account gauges, read from src at each scrape
-// (call it once).
+// (call it once). Each account they list also gets its queue counters, at
+// 0 until its first event here: after a restart, or when its units are
+// queued on another replica, that event would otherwise start its series
+// and be hidden from rate() and increase().
 func (m *Metrics) WatchAccounts(src StatsSource) {
-	m.accounts = &accountCollector{o: m.o, src: src}
+	m.accounts = &accountCollector{o: m.o, src: src, known: m.known}
 	m.reg.MustRegister(m.accounts)
+}
+
+// known makes the queue counters of account exist.
+func (m *Metrics) known(account string) {
+	m.queued.WithLabelValues(account)
+	m.claimed.WithLabelValues(account)
+	m.undelivered.WithLabelValues(account)
+	for _, st := range endStates {
+		m.finished.WithLabelValues(account, string(st))
+	}
 }
 
 // Handler serves the metrics in the Prometheus text (or OpenMetrics)

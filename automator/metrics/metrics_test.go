@@ -268,3 +268,38 @@ func TestStoreBatchesAreCounted(t *testing.T) {
 		t.Errorf("automator_store_batches_total is a %v, want a counter", got)
 	}
 }
+
+// TestCountersOfEveryAccountExistAtZeroBeforeTheirFirstEvent: the queue
+// counters of each account in the store are served at 0 before the
+// account's first event on this automator, in every terminal state: a
+// counter that appears at its first event hides that event from rate()
+// and increase(). That holds after a restart too, and for units queued on
+// another replica, when this automator has queued nothing for the account.
+func TestCountersOfEveryAccountExistAtZeroBeforeTheirFirstEvent(t *testing.T) {
+	src := &fakeStats{stats: []store.AccountStats{{Account: "acme"}}}
+	m := metrics.New(metrics.Options{})
+	m.WatchAccounts(src)
+	scrape(t, m) // the first scrape may come before the series exist
+	fams := scrape(t, m)
+	acme := map[string]string{"account": "acme"}
+	for _, name := range []string{"automator_work_queued_total", "automator_work_claimed_total", "automator_work_undelivered_total"} {
+		if s := sample(fams, name, acme); s == nil || s.GetCounter().GetValue() != 0 {
+			t.Errorf("%s{account=\"acme\"} = %v before any event; want 0", name, s)
+		}
+	}
+	for _, state := range []store.State{store.StateSucceeded, store.StateFailed, store.StateTimedOut, store.StateCancelled} {
+		if s := sample(fams, "automator_work_finished_total", map[string]string{"account": "acme", "state": string(state)}); s == nil || s.GetCounter().GetValue() != 0 {
+			t.Errorf("automator_work_finished_total{account=\"acme\",state=%q} = %v before any event; want 0", state, s)
+		}
+		if s := sample(fams, "automator_work_queued_to_finished_seconds", map[string]string{"state": string(state)}); s == nil || s.GetHistogram().GetSampleCount() != 0 {
+			t.Errorf("automator_work_queued_to_finished_seconds{state=%q} = %v before any event; want an empty histogram", state, s)
+		}
+	}
+
+	// The first timeout then shows as a rise from 0.
+	q := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	m.WorkFinished(store.Work{Account: "acme", State: store.StateTimedOut, QueuedAt: q, FinishedAt: q.Add(time.Minute)})
+	if got := value(t, scrape(t, m), "automator_work_finished_total", map[string]string{"account": "acme", "state": "timed_out"}); got != 1 {
+		t.Errorf("automator_work_finished_total{account=\"acme\",state=\"timed_out\"} = %v after one timeout; want 1", got)
+	}
+}
