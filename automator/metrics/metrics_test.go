@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -301,5 +302,43 @@ func TestCountersOfEveryAccountExistAtZeroBeforeTheirFirstEvent(t *testing.T) {
 	m.WorkFinished(store.Work{Account: "acme", State: store.StateTimedOut, QueuedAt: q, FinishedAt: q.Add(time.Minute)})
 	if got := value(t, scrape(t, m), "automator_work_finished_total", map[string]string{"account": "acme", "state": "timed_out"}); got != 1 {
 		t.Errorf("automator_work_finished_total{account=\"acme\",state=\"timed_out\"} = %v after one timeout; want 1", got)
+	}
+}
+
+// nilStore is a store.Store whose every call panics: the wrapper's timing
+// is seen without a real store behind it.
+type nilStore struct{ store.Store }
+
+// TestEveryStoreCallIsTimed: each method of store.Store called through the
+// wrapper is observed in automator_store_call_seconds under its name, so a
+// slow call on a hot path (a token lookup, the audit log, the queue limit's
+// count) shows there. Close is no call to time.
+func TestEveryStoreCallIsTimed(t *testing.T) {
+	m := metrics.New(metrics.Options{})
+	st := reflect.ValueOf(m.Store(nilStore{}))
+	iface := reflect.TypeFor[store.Store]()
+	for i := range iface.NumMethod() {
+		method := iface.Method(i)
+		if method.Name == "Close" {
+			continue
+		}
+		args := make([]reflect.Value, method.Type.NumIn())
+		for j := range args {
+			args[j] = reflect.Zero(method.Type.In(j))
+		}
+		func() {
+			defer func() { _ = recover() }()
+			st.MethodByName(method.Name).Call(args)
+		}()
+	}
+	fams := scrape(t, m)
+	for i := range iface.NumMethod() {
+		name := iface.Method(i).Name
+		if name == "Close" {
+			continue
+		}
+		if s := sample(fams, "automator_store_call_seconds", map[string]string{"method": name}); s.GetHistogram().GetSampleCount() != 1 {
+			t.Errorf("automator_store_call_seconds{method=%q} counts %d calls after one; want 1", name, s.GetHistogram().GetSampleCount())
+		}
 	}
 }
