@@ -224,15 +224,21 @@ func (s *Server) SignedOut(ctx context.Context, source, keyID string) {
 func (s *Server) failedFrom(ctx context.Context, src, what, why, actor string) (retry time.Duration, limited bool) {
 	now := s.clock.Now()
 	ok, first := s.failures.fail(src, now)
+	// The credential, when recognised, tells the operator whose it is:
+	// the account of an expired token, the id of a revoked API key.
+	attrs := []any{"method", what, "peer", src, "reason", why}
+	if actor != "" {
+		attrs = append(attrs, "actor", actor)
+	}
 	if !ok {
 		if first {
-			s.log.Warn("too many failed authentications: refusing further failures from this source for a while", "peer", src, "method", what, "reason", why)
+			s.log.Warn("too many failed authentications: refusing further failures from this source for a while", attrs...)
 			s.record(ctx, store.AuditEvent{At: now, Kind: store.AuditAuthRateLimited, Actor: actor, Source: src,
 				Detail: what + ": too many failed authentications; further failures refused for a while"})
 		}
 		return s.failures.retryAfter(src, now), true
 	}
-	s.log.Warn("authentication failed", "method", what, "peer", src, "reason", why)
+	s.log.Warn("authentication failed", attrs...)
 	s.record(ctx, store.AuditEvent{At: now, Kind: store.AuditAuthFailed, Actor: actor, Source: src, Detail: what + ": " + why})
 	return 0, false
 }
