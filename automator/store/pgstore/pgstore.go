@@ -127,9 +127,16 @@ func Redact(dsn string) string {
 	if _, ok := u.User.Password(); ok {
 		u.User = url.UserPassword(u.User.Username(), "xxxxx")
 	}
+	// password, and sslpassword, which opens an encrypted client key.
 	q := u.Query()
-	if q.Has("password") {
-		q.Set("password", "xxxxx")
+	redacted := false
+	for k := range q {
+		if k == "password" || k == "sslpassword" {
+			q.Set(k, "xxxxx")
+			redacted = true
+		}
+	}
+	if redacted {
 		u.RawQuery = q.Encode()
 	}
 	return u.String()

@@ -428,3 +428,16 @@ func TestErrorsOfAnUnreachableServerAreUnavailable(t *testing.T) {
 		t.Errorf("connecting to a server that is down: %v; want an error store.IsUnavailable recognises", err)
 	}
 }
+
+// TestRedactHidesTheClientKeyPassword: a DSN's sslpassword (which opens
+// an encrypted client key) is a secret like its password: the "serving"
+// log line, store errors and /readyz's answer show the DSN redacted.
+func TestRedactHidesTheClientKeyPassword(t *testing.T) {
+	got := Redact("postgres://u@h:5432/db?sslmode=verify-full&sslkey=client.key&sslpassword=s3cr3t-key-pass")
+	if strings.Contains(got, "s3cr3t-key-pass") {
+		t.Errorf("Redact left the client key's password in %q", got)
+	}
+	if !strings.Contains(got, "sslkey=client.key") || !strings.Contains(got, "h:5432") {
+		t.Errorf("Redact = %q; want the rest of the DSN kept", got)
+	}
+}
