@@ -74,8 +74,10 @@ func batchCommandLine(path string, args []string) (string, error) {
 	b.WriteString(`"`)
 	for i, a := range args {
 		if strings.ContainsAny(a, "\"%\r\n\x00") {
-			return "", fmt.Errorf("%w %q: argument %d (%q) cannot be passed safely to a batch file: it holds '\"', '%%' or a line break",
-				ErrStart, baseName(path), i+1, a)
+			// Named by position: the reason is logged, and an argument
+			// may be a secret.
+			return "", fmt.Errorf("%w %q: argument %d cannot be passed safely to a batch file: it holds '\"', '%%' or a line break",
+				ErrStart, baseName(path), i+1)
 		}
 		b.WriteByte(' ')
 		if a == "" || strings.ContainsAny(a, " \t&|<>^(),;=!") {

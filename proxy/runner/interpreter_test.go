@@ -3,6 +3,7 @@ package runner
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -68,5 +69,21 @@ func TestBatchCommandLineRefusesUnsafeArguments(t *testing.T) {
 	}
 	if _, _, err := windowsCommand(`C:\50%\a.bat`, nil); !errors.Is(err, ErrStart) {
 		t.Errorf("path with %%: %v, want ErrStart", err)
+	}
+}
+
+// TestBatchArgumentRefusalDoesNotShowTheArgument: an argument refused for a
+// batch file is named by its position, not its value: the reason is logged
+// by the proxy, and arguments may hold secrets (a password with a '%').
+func TestBatchArgumentRefusalDoesNotShowTheArgument(t *testing.T) {
+	_, _, err := windowsCommand(`C:\s\a.bat`, []string{"--user", "admin", "--password", `hunter2%"x`})
+	if !errors.Is(err, ErrStart) {
+		t.Fatalf("argument with %%: %v, want ErrStart", err)
+	}
+	if strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("the refusal shows the argument: %v", err)
+	}
+	if !strings.Contains(err.Error(), "argument 4") {
+		t.Errorf("the refusal does not say which argument: %v", err)
 	}
 }
