@@ -413,6 +413,11 @@ func (s *Server) failUnsent(ctx context.Context, proxySaid bool, why string, ws 
 	ctx = context.WithoutCancel(ctx)
 	var wg sync.WaitGroup
 	for _, w := range ws {
+		if !proxySaid {
+			// Claimed in the store, but never put in an answer, where a
+			// claim is counted. (Those the proxy says it lost were.)
+			s.metrics.WorkClaimed(w.Account, w.ClaimedAt.Sub(w.QueuedAt))
+		}
 		// Concurrently, so the store commits them together.
 		wg.Go(func() {
 			audit := store.AuditEvent{At: s.clock.Now(), Kind: store.AuditWorkEnded, Actor: sweeperActor, Detail: "never delivered: " + why}
