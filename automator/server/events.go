@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/opsgate/opsgate/automator/store"
@@ -108,16 +109,29 @@ func (s *Server) emit(ctx context.Context, e Event) {
 }
 
 // listen feeds events from other replicas into the hub until ctx is done.
+// It logs when it stops listening and when it listens again, not at every
+// retry: a database out of reach would log a line every SweepInterval.
 func (s *Server) listen(ctx context.Context) {
 	if s.broadcaster == nil {
 		return
 	}
+	var failing atomic.Bool
+	apply := func(e Event) {
+		if e.Kind == EventResumed && failing.Swap(false) {
+			s.log.Info("listening for queue events of other replicas again")
+		}
+		s.apply(e)
+	}
 	for ctx.Err() == nil {
-		err := s.broadcaster.Listen(ctx, s.apply)
+		err := s.broadcaster.Listen(ctx, apply)
 		if ctx.Err() != nil {
 			return
 		}
-		s.log.Warn("listening for queue events of other replicas; retrying", "err", err)
+		if !failing.Swap(true) {
+			s.log.Warn("not listening for queue events of other replicas: wake-ups from them wait for a poll window or sweep; retrying", "retry_every", s.sweepInterval, "err", err)
+		} else {
+			s.log.Debug("listening for queue events of other replicas: retry failed", "err", err)
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(s.sweepInterval):
