@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +36,9 @@ type accountCollector struct {
 	src StatsSource
 	// known makes the queue counters of an account exist (Metrics.known).
 	known func(account string)
+	// failing: the last read failed. A store that does not answer is
+	// logged once, not at every scrape, and so is its return.
+	failing atomic.Bool
 
 	mu     sync.Mutex
 	read   *statsRead // in progress; nil when none
@@ -83,9 +87,14 @@ func (c *accountCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *accountCollector) Collect(ch chan<- prometheus.Metric) {
 	r := c.stats()
 	now, stats := r.now, r.stats
-	if r.err != nil {
-		ch <- prometheus.NewInvalidMetric(descQueueDepth, r.err)
+	if err := r.err; err != nil {
+		if !c.failing.Swap(true) {
+			c.o.Logger.Warn("the per-account gauges are left out of /metrics: the store did not answer", "err", err)
+		}
 		return
+	}
+	if c.failing.Swap(false) {
+		c.o.Logger.Info("the per-account gauges are served again: the store answers")
 	}
 	gauge := func(d *prometheus.Desc, v float64, account string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, account)

@@ -156,8 +156,9 @@ func (m *Metrics) known(account string) {
 }
 
 // Handler serves the metrics in the Prometheus text (or OpenMetrics)
-// format. A failed store read is logged and leaves out the per-account
-// gauges; the rest is served.
+// format. A failed store read leaves out the per-account gauges, and is
+// logged when it starts failing and when it answers again; the rest is
+// served.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
 		ErrorLog:      slogErrorLog{m.log},

@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -340,5 +341,37 @@ func TestEveryStoreCallIsTimed(t *testing.T) {
 		if s := sample(fams, "automator_store_call_seconds", map[string]string{"method": name}); s.GetHistogram().GetSampleCount() != 1 {
 			t.Errorf("automator_store_call_seconds{method=%q} counts %d calls after one; want 1", name, s.GetHistogram().GetSampleCount())
 		}
+	}
+}
+
+// TestStoreThatDoesNotAnswerIsLoggedOncePerChange: while the store does
+// not answer the per-account gauges' read, every scrape leaves them out,
+// and the log says so once, not at every scrape (Prometheus scrapes every
+// few seconds); it says once when they are back.
+func TestStoreThatDoesNotAnswerIsLoggedOncePerChange(t *testing.T) {
+	var log strings.Builder
+	src := &fakeStats{err: errors.New("reading account statistics: database is down")}
+	m := metrics.New(metrics.Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	m.WatchAccounts(src)
+	for range 3 {
+		if fams := scrape(t, m); fams["automator_queue_depth"] != nil {
+			t.Fatalf("queue depth served although the store failed")
+		}
+	}
+	src.err, src.stats = nil, []store.AccountStats{{Account: "acme"}}
+	scrape(t, m)
+	scrape(t, m)
+	lines := strings.Split(strings.TrimSpace(log.String()), "\n")
+	down, back := 0, 0
+	for _, l := range lines {
+		switch {
+		case strings.Contains(l, "level=WARN") && strings.Contains(l, "database is down"):
+			down++
+		case strings.Contains(l, "level=INFO") && strings.Contains(l, "per-account"):
+			back++
+		}
+	}
+	if down != 1 || back != 1 {
+		t.Errorf("log over 3 scrapes with the store down and 2 with it back: %q; want one warning naming the error, then one line saying the gauges are back", lines)
 	}
 }
