@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/opsgate/opsgate/automator/store"
@@ -97,7 +98,7 @@ func (s *Server) accountDeleted(ctx context.Context, d store.AccountDeletion) {
 	s.keysMu.Unlock()
 	s.hub.NotifyAccount(d.Name)
 	p := store.WorkListParams{Account: d.Tombstone, State: store.StateCancelled, Limit: 500}
-	woken := 0
+	cancelled := 0
 	for {
 		ws, err := s.store.WorkList(ctx, p)
 		if err != nil {
@@ -109,19 +110,27 @@ func (s *Server) accountDeleted(ctx context.Context, d store.AccountDeletion) {
 		for _, w := range ws {
 			// The units the deletion cancelled ended at its time
 			// (store.AccountDelete); those cancelled before did not.
-			if count && w.FinishedAt.Equal(d.DeletedAt) {
-				w.Account = d.Name
-				s.metrics.WorkFinished(w)
+			if w.FinishedAt.Equal(d.DeletedAt) {
+				cancelled++
+				if count {
+					w.Account = d.Name
+					s.metrics.WorkFinished(w)
+				}
 			}
 			s.hub.NotifyDone(w.ID, nil)
 		}
-		woken += len(ws)
 		if len(ws) < p.Limit {
 			break
 		}
 		last := ws[len(ws)-1]
 		p.BeforeQueuedAt, p.BeforeID = last.QueuedAt, last.ID
 	}
-	s.log.Info("account deleted: its polls and the callers of its cancelled units were woken",
-		"account", d.Name, "deleted_at", d.DeletedAt, "units", woken)
+	// A deletion made before this automator started is looked at again
+	// after each restart (deletionLookBack): no news then.
+	level := slog.LevelInfo
+	if d.DeletedAt.Before(s.started) {
+		level = slog.LevelDebug
+	}
+	s.log.Log(ctx, level, "account deleted: its polls and the callers of its cancelled units were woken",
+		"account", d.Name, "deleted_at", d.DeletedAt, "units_cancelled", cancelled)
 }

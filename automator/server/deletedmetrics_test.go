@@ -43,17 +43,10 @@ func label(m *dto.Metric, name string) string {
 	return ""
 }
 
-// TestUnitsCancelledByAccountDeletionCountAsFinished: the queued and
-// claimed units that `automator account delete` cancels (in another
-// process) count in automator_work_finished_total as cancelled, once each,
-// under the account's name, not under its tombstone (a new series per
-// deletion); a unit its caller cancelled before is not counted again; and
-// a deletion made before the automator started is not counted by it (the
-// automator running then counted it).
-func TestUnitsCancelledByAccountDeletionCountAsFinished(t *testing.T) {
-	m := metrics.New(metrics.Options{})
-	// An account deleted, with a queued unit, before the automator starts.
-	before := func(st store.Store) store.Store {
+// deletedBeforeStart is a newEnv wrap that deletes account initech, with
+// a queued unit, before the automator starts.
+func deletedBeforeStart(t *testing.T) func(store.Store) store.Store {
+	return func(st store.Store) store.Store {
 		ctx := context.Background()
 		now := time.Now()
 		if _, err := st.AccountCreate(ctx, store.AccountCreateParams{Name: "initech", TokenHash: []byte("t"), KeyID: 1, SealedKey: []byte("k"), Now: now}); err != nil {
@@ -67,7 +60,18 @@ func TestUnitsCancelledByAccountDeletionCountAsFinished(t *testing.T) {
 		}
 		return cachedCredentials(st)
 	}
-	e := newEnv(t, envOptions{pollWindow: time.Hour, wrap: before, sweepInterval: 20 * time.Millisecond, metrics: m})
+}
+
+// TestUnitsCancelledByAccountDeletionCountAsFinished: the queued and
+// claimed units that `automator account delete` cancels (in another
+// process) count in automator_work_finished_total as cancelled, once each,
+// under the account's name, not under its tombstone (a new series per
+// deletion); a unit its caller cancelled before is not counted again; and
+// a deletion made before the automator started is not counted by it (the
+// automator running then counted it).
+func TestUnitsCancelledByAccountDeletionCountAsFinished(t *testing.T) {
+	m := metrics.New(metrics.Options{})
+	e := newEnv(t, envOptions{pollWindow: time.Hour, wrap: deletedBeforeStart(t), sweepInterval: 20 * time.Millisecond, metrics: m})
 	px, caller := e.proxyClient(), e.callerClient()
 	byCaller := submit(t, caller, e.account, time.Hour)
 	if _, err := caller.Cancel(context.Background(), &automatorv1.CancelRequest{WorkId: byCaller.GetWorkId()}); err != nil {
@@ -98,5 +102,33 @@ func TestUnitsCancelledByAccountDeletionCountAsFinished(t *testing.T) {
 		if strings.Contains(k, "deleted") || strings.HasPrefix(k, "initech/") {
 			t.Errorf("automator_work_finished_total has %s = %v; want no series for a tombstone, nor for the deletion made before the automator started", k, v)
 		}
+	}
+}
+
+// TestAccountDeletionIsLoggedWithTheUnitsItCancelled: the automator logs a
+// deletion it notices once, at info, with the number of units the
+// deletion cancelled (not those its callers had cancelled before); one
+// made before it started, which it only looks at again, is no news.
+func TestAccountDeletionIsLoggedWithTheUnitsItCancelled(t *testing.T) {
+	log := &syncLog{}
+	e := newEnv(t, envOptions{pollWindow: time.Hour, wrap: deletedBeforeStart(t), sweepInterval: 20 * time.Millisecond, log: log})
+	caller := e.callerClient()
+	byCaller := submit(t, caller, e.account, time.Hour)
+	if _, err := caller.Cancel(context.Background(), &automatorv1.CancelRequest{WorkId: byCaller.GetWorkId()}); err != nil {
+		t.Fatal(err)
+	}
+	queued := submit(t, caller, e.account, time.Hour)
+	waitQueued := waitAsync(caller, queued.GetWorkId())
+
+	e.deleteAccount(e.account)
+	waittest.Recv(t, waitQueued, "a caller waiting for a unit of the deleted account to be answered")
+	// Logged once the callers are woken.
+	waittest.Until(t, "the automator to log acme's deletion", func() bool { return len(log.lines("account deleted", "account=acme ")) > 0 })
+
+	if got := log.lines("level=INFO", "account deleted", "account=acme "); len(got) != 1 || !strings.Contains(got[0], "units_cancelled=1") {
+		t.Errorf("info lines of acme's deletion: %q; want one, with units_cancelled=1", got)
+	}
+	if got := log.lines("level=INFO", "account deleted", "account=initech "); len(got) != 0 {
+		t.Errorf("info lines of initech's deletion, made before the automator started: %q; want none", got)
 	}
 }
