@@ -52,6 +52,13 @@ func readyz(st pinger, stopping func() bool, log *slog.Logger) http.Handler {
 			return
 		}
 		err := st.Ping(ctx)
+		if err != nil && r.Context().Err() != nil {
+			// The check's caller gave up (its timeout) before the store
+			// answered: that says nothing of the store. (The store taking
+			// longer than our own bound does: ctx's deadline.)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
 		mu.Lock()
 		switch {
 		case err != nil && !notReady:

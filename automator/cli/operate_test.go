@@ -417,3 +417,37 @@ func TestReadyzLogsWhenReadinessChanges(t *testing.T) {
 		t.Errorf("log:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestReadyzCheckGivenUpByItsCallerChangesNothing: a check whose caller
+// gave up (a load balancer's check timeout) before the store answered says
+// nothing of the store: the log neither says "not ready" then "ready
+// again", nor misses the store going down later.
+func TestReadyzCheckGivenUpByItsCallerChangesNothing(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	var down error
+	h := readyz(pingerFunc(func(ctx context.Context) error {
+		if ctx.Err() != nil {
+			return fmt.Errorf("pinging sqlite store: %w", ctx.Err())
+		}
+		return down
+	}), func() bool { return false }, log)
+	check := func(ctx context.Context) {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequestWithContext(ctx, http.MethodGet, "/readyz", nil))
+	}
+	check(t.Context())
+	gaveUp, cancel := context.WithCancel(t.Context())
+	cancel()
+	check(gaveUp)
+	check(t.Context())
+	down = errors.New("the database is gone")
+	check(t.Context())
+	var got []string
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		got = append(got, l[strings.Index(l, "level="):])
+	}
+	want := []string{`level=WARN msg="not ready" err="the database is gone"`}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("log:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
