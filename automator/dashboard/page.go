@@ -108,6 +108,12 @@ func (d *Dashboard) view(title, nav string, s *session, data any) view {
 // generic one (details to the log) for anything else.
 func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, s *session, err error) {
 	var he *httpError
+	if !errors.As(err, &he) && r.Context().Err() != nil {
+		// Its visitor left (closed the tab, went elsewhere) while the
+		// store worked for it: nothing went wrong here, nobody reads on.
+		d.log.Debug("dashboard page: its visitor left before it was read", "path", r.URL.Path, "err", err)
+		return
+	}
 	if !errors.As(err, &he) {
 		d.log.Error("dashboard page", "path", r.URL.Path, "err", err)
 		he = &httpError{http.StatusInternalServerError, "The automator could not read its store; see its log."}
