@@ -266,22 +266,39 @@ func (s *Server) allow(ctx context.Context, account, method string) error {
 // automator's: the caller gets its context's status, and the log a debug
 // line.
 func (s *Server) internal(ctx context.Context, doing string, err error) error {
+	attrs := append(callAttrs(ctx), "doing", doing, "err", err)
 	if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		// The caller left (a proxy stopping, a caller giving up) while
 		// the store worked for it: nothing went wrong here.
-		s.log.Debug("call ended while the store worked for it", "doing", doing, "err", err)
+		s.log.Debug("call ended while the store worked for it", attrs...)
 		return status.FromContextError(ctx.Err()).Err()
 	}
 	if store.IsStorageFull(err) {
-		s.log.Error("the database is out of disk space: writes fail until space is freed", "doing", doing, "err", err)
+		s.log.Error("the database is out of disk space: writes fail until space is freed", attrs...)
 		return status.Errorf(codes.ResourceExhausted, "the automator's database is out of disk space while %s: nothing was stored; retry once space is freed", doing)
 	}
 	if store.IsUnavailable(err) {
 		// PostgreSQL restarting, failing over or out of reach: the call can
 		// be made again, here or on another replica, once it is back.
-		s.log.Warn("the database is unreachable", "doing", doing, "err", err)
+		s.log.Warn("the database is unreachable", attrs...)
 		return status.Errorf(codes.Unavailable, "the automator's database is unreachable while %s; retry", doing)
 	}
-	s.log.Error("internal error", "doing", doing, "err", err)
+	s.log.Error("internal error", attrs...)
 	return status.Errorf(codes.Internal, "internal error while %s", doing)
+}
+
+// callAttrs names, for a log line, the call of ctx (when it is one) and
+// who made it: the account whose proxy called, or the caller's API key.
+func callAttrs(ctx context.Context) []any {
+	var attrs []any
+	if m, ok := grpc.Method(ctx); ok {
+		attrs = append(attrs, "method", methodName(m))
+	}
+	if a := accountFrom(ctx); a != "" {
+		attrs = append(attrs, "account", a)
+	}
+	if c := callerFrom(ctx); c != "" {
+		attrs = append(attrs, "caller", c)
+	}
+	return attrs
 }
