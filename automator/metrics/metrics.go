@@ -4,8 +4,8 @@
 //   - counters of units queued, claimed and finished (by terminal state),
 //     and histograms of the time from queueing to the claim and to the end,
 //     counted by the replica that made each change (server.Metrics); the
-//     units that `account delete` cancels, by a lone automator when it
-//     notices the deletion;
+//     units that `account delete` cancels, by an automator that serves
+//     its store alone (SQLite) when it notices the deletion;
 //   - the open polls per account, on this replica;
 //   - the latency of every store call, by method (Store wraps a store);
 //   - the store's batches of calls run together (group commit), by group:
