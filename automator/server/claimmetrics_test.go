@@ -2,12 +2,14 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/opsgate/opsgate/automator/metrics"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/internal/waittest"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
 // closingMetrics is the automator's metrics, telling when a poll ends on
@@ -83,5 +85,44 @@ func TestUnitClaimedForAPollThatLeftCountsAsClaimed(t *testing.T) {
 		if got := counterValue(t, m.Metrics, c.name, c.labels); got != 1 {
 			t.Errorf("%s%v = %v after one unit claimed for a poll that left; want 1", c.name, c.labels, got)
 		}
+	}
+}
+
+// lostEnqueue fails every enqueue as a store whose answer was lost does,
+// storing nothing, and signals each WorkComplete once it has answered.
+type lostEnqueue struct {
+	store.Store
+	completed chan error
+}
+
+func (lostEnqueue) WorkEnqueue(context.Context, store.WorkEnqueueParams) (store.Work, error) {
+	return store.Work{}, errors.New("queueing work: connection reset by peer")
+}
+
+func (l lostEnqueue) WorkComplete(ctx context.Context, p store.WorkCompleteParams) (store.Work, error) {
+	w, err := l.Store.WorkComplete(ctx, p)
+	l.completed <- err
+	return w, err
+}
+
+// TestUnitWhoseEnqueueFailedIsNotCountedAsClaimed: a unit to be handed to
+// a waiting poll whose enqueue failed with no telling whether it was
+// stored is failed in case it was; when it was not, nothing was claimed,
+// and automator_work_claimed_total does not count it.
+func TestUnitWhoseEnqueueFailedIsNotCountedAsClaimed(t *testing.T) {
+	st := lostEnqueue{completed: make(chan error, 1)}
+	m := metrics.New(metrics.Options{})
+	e := newEnv(t, envOptions{pollWindow: time.Minute, metrics: m,
+		wrap: func(raw store.Store) store.Store { st.Store = raw; return st }})
+	pollAsync(t.Context(), e.proxyClient(), "a", 1)
+	e.awaitWaiting(1)
+	if _, err := e.callerClient().Submit(context.Background(), &automatorv1.ExecuteRequest{Account: e.account, Command: &automatorv1.Command{Script: "x.sh"}}); err == nil {
+		t.Fatal("submit with the store failing enqueues succeeded")
+	}
+	if err := waittest.Recv(t, st.completed, "the unit to be failed in case it was stored"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("failing the unit whose enqueue failed: %v; want ErrNotFound (it was not stored)", err)
+	}
+	if got := counterValue(t, m, "automator_work_claimed_total", map[string]string{"account": "acme"}); got > 0 {
+		t.Errorf("automator_work_claimed_total{account=\"acme\"} = %v; want no claim counted for a unit never stored", got)
 	}
 }

@@ -412,12 +412,16 @@ func (s *Server) failUnsent(ctx context.Context, proxySaid bool, why string, ws 
 	}
 	ctx = context.WithoutCancel(ctx)
 	var wg sync.WaitGroup
-	for _, w := range ws {
-		if !proxySaid {
-			// Claimed in the store, but never put in an answer, where a
-			// claim is counted. (Those the proxy says it lost were.)
+	// A unit claimed in the store but never put in an answer, where a
+	// claim is counted, is counted here; those the proxy says it lost
+	// were counted in their answer. One whose enqueue failed (no ClaimedAt:
+	// it may not be stored) counts only if it is found and failed now.
+	claimed := func(w store.Work) {
+		if !proxySaid && !w.ClaimedAt.IsZero() {
 			s.metrics.WorkClaimed(w.Account, w.ClaimedAt.Sub(w.QueuedAt))
 		}
+	}
+	for _, w := range ws {
 		// Concurrently, so the store commits them together.
 		wg.Go(func() {
 			audit := store.AuditEvent{At: s.clock.Now(), Kind: store.AuditWorkEnded, Actor: sweeperActor, Detail: "never delivered: " + why}
@@ -436,13 +440,18 @@ func (s *Server) failUnsent(ctx context.Context, proxySaid bool, why string, ws 
 			switch {
 			case err == nil:
 				s.emit(ctx, Event{Kind: EventWorkEnded, Account: done.Account, WorkID: done.ID, ended: &done})
+				claimed(done)
 				s.metrics.WorkFinished(done)
 				s.metrics.WorkUndelivered(done.Account)
 				s.log.Warn("unit claimed for a poll whose answer never reached its proxy: failed",
 					"work_id", w.ID, "account", w.Account, "instance_id", w.InstanceID, "why", why)
-			case errors.Is(err, store.ErrNotClaimable), errors.Is(err, store.ErrClaimMismatch), errors.Is(err, store.ErrNotFound):
+			case errors.Is(err, store.ErrNotClaimable):
 				// Ended meanwhile: cancelled, past its deadline.
+				claimed(w)
+			case errors.Is(err, store.ErrClaimMismatch), errors.Is(err, store.ErrNotFound):
+				// Not this claim's, or not stored.
 			default:
+				claimed(w)
 				s.log.Warn("unit claimed for a poll whose answer never reached its proxy: could not fail it; it times out at its deadline",
 					"work_id", w.ID, "account", w.Account, "instance_id", w.InstanceID, "why", why, "deadline", w.Deadline, "err", err)
 			}
