@@ -1,14 +1,22 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/opsgate/opsgate/crypto"
 	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"github.com/opsgate/opsgate/proxy/runner"
@@ -73,5 +81,70 @@ func TestAScriptKilledAtTheDeadlineIsNotReported(t *testing.T) {
 	defer f.mu.Unlock()
 	if len(f.completes) != 0 {
 		t.Fatalf("posted %d results for a unit killed at its deadline, want none: %v", len(f.completes), f.completes)
+	}
+}
+
+// downAutomator refuses every result as unavailable. Like a gRPC client it
+// sends no call whose context has ended; it records the deadline of the
+// context of each call it sends: the latest the call can be on its way.
+type downAutomator struct {
+	*fakeAutomator
+	mu    sync.Mutex
+	posts []time.Time // each sent call's context deadline (zero: none)
+}
+
+func (d *downAutomator) Complete(ctx context.Context, _ *automatorv1.CompleteRequest, _ ...grpc.CallOption) (*automatorv1.CompleteResponse, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, status.FromContextError(err).Err()
+	}
+	dl, _ := ctx.Deadline()
+	d.mu.Lock()
+	d.posts = append(d.posts, dl)
+	d.mu.Unlock()
+	return nil, status.Error(codes.Unavailable, "automator down")
+}
+
+// TestNoResultIsPostedAfterTheDeadline (guarantee 7): a result the
+// automator cannot take is posted again until the unit's deadline, and no
+// post can be on its way after it (not even one whose backoff ended late).
+func TestNoResultIsPostedAfterTheDeadline(t *testing.T) {
+	ran := make(chan time.Time, 1)
+	useRunner(t, func(context.Context, runner.Spec) (runner.Result, error) {
+		ran <- time.Now()
+		return runner.Result{Stdout: []byte("done")}, nil
+	})
+	d := &downAutomator{fakeAutomator: newFake()}
+	log := &lockedWriter{b: &bytes.Buffer{}}
+	a := New(Options{
+		Client: d, Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(),
+		MaxConcurrency: 1, PollWait: time.Second, GracePeriod: 5 * time.Second,
+		BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(log, nil)),
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { a.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); waittest.Recv(t, done, "the agent's Run to return") })
+
+	const remaining = 300 * time.Millisecond
+	d.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{claimWithin(t, "w1", remaining)}}
+	// The claim arrived before it ran: its deadline is at the latest then
+	// plus the time remaining.
+	latest := waittest.Recv(t, ran, "the claim to run").Add(remaining)
+	waitFor(t, "the proxy to give the result up at the deadline", func() bool {
+		return strings.Contains(log.String(), "result not posted before the deadline; giving up")
+	})
+	cancel()
+	waittest.Recv(t, done, "the agent's Run to return")
+
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.posts) == 0 {
+		t.Fatal("the result was never posted")
+	}
+	for i, dl := range d.posts {
+		if dl.IsZero() || dl.After(latest) {
+			t.Errorf("post %d of %d could be sent until %v, after the unit's deadline %v", i+1, len(d.posts), dl, latest)
+		}
 	}
 }

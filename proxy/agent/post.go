@@ -44,7 +44,7 @@ func (a *Agent) track(f func()) {
 // start posts it.
 //
 // The first attempt is made even when ctx has ended (bounded by
-// postAttempt): a unit killed at the end of the grace period, just as ctx
+// postAttempt and the deadline): a unit killed at the end of the grace period, just as ctx
 // ends, is still reported before the proxy exits. A stop ends the retries,
 // not the first post.
 func (a *Agent) deliver(ctx context.Context, deadline time.Time, req *automatorv1.CompleteRequest, e *spoolEntry) {
@@ -55,7 +55,14 @@ func (a *Agent) deliver(ctx context.Context, deadline time.Time, req *automatorv
 		if attempt == 1 {
 			parent = context.WithoutCancel(ctx)
 		}
-		actx, cancel := context.WithTimeout(parent, postAttempt)
+		// No attempt outlives the deadline: gRPC sends no call whose
+		// context has ended, so a retry that wakes late (a timer fires
+		// after it is due) reports nothing after the deadline (guarantee 7).
+		end := time.Now().Add(postAttempt)
+		if deadline.Before(end) {
+			end = deadline
+		}
+		actx, cancel := context.WithDeadline(parent, end)
 		err := a.poster.complete(actx, req)
 		cancel()
 		if err == nil {
