@@ -529,6 +529,21 @@ func TestConfiguredCommandLimitsNameTheirSetting(t *testing.T) {
 	submitScript(t, caller, e.account, "ok.sh", time.Minute)
 }
 
+// TestACommandAtEveryLimitIsAccepted: each limit is the largest size
+// accepted, not the smallest refused.
+func TestACommandAtEveryLimitIsAccepted(t *testing.T) {
+	e := newEnv(t, envOptions{limits: server.Limits{MaxScriptName: 8, MaxArgs: 2, MaxArgsBytes: 10, MaxEnv: 1, MaxEnvBytes: 10, MaxStdin: 16}})
+	_, err := e.callerClient().Submit(context.Background(), &automatorv1.ExecuteRequest{Account: e.account, Command: &automatorv1.Command{
+		Script: "eight.sh",
+		Args:   []string{"01234", "56789"},
+		Env:    map[string]string{"A": "012345678"},
+		Stdin:  make([]byte, 16),
+	}})
+	if err != nil {
+		t.Fatalf("a command at every limit: %v, want it queued", err)
+	}
+}
+
 // TestReplayedResultDirectionIsRefused: a command blob posted back as the
 // unit's result (same account, work id and key: only the direction
 // differs) does not open, and the claim stays intact.
