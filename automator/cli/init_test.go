@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -140,6 +141,25 @@ func TestABadFlagIsOneLineAndNoHelp(t *testing.T) {
 		code, stdout, stderr := runMain(t, args...)
 		if code != ExitError || stdout != "" || strings.Count(stderr, "\n") != 1 {
 			t.Errorf("%q: exit %d, stdout %q, stderr %q; want 255, nothing, one line", args, code, stdout, stderr)
+		}
+	}
+}
+
+// TestInitWritesItsSecretsForItsOwnerOnly: the master key, the admin API
+// key and the private keys of the CA and the server certificate are mode
+// 0600.
+func TestInitWritesItsSecretsForItsOwnerOnly(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("no unix permission bits on windows")
+	}
+	dir := initDir(t)
+	for _, name := range []string{config.FileMasterKey, config.FileAPIKey, config.FileCAKey, config.FileKey} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s has mode %04o after init, want 0600", name, fi.Mode().Perm())
 		}
 	}
 }
