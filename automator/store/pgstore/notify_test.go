@@ -412,3 +412,49 @@ func TestAFailedNotifyIsSentAgain(t *testing.T) {
 		t.Errorf("NOTIFY sent by sessions %v, want twice: on the ended one, then on another", sessions)
 	}
 }
+
+// TestAPublishLeavesItsSessionDurable: the NOTIFY transaction alone commits
+// without waiting for its WAL flush; the pooled session it ran on goes back
+// with synchronous_commit as it was, so the claims and results written on it
+// later are durable before they are answered (guarantee 3).
+func TestAPublishLeavesItsSessionDurable(t *testing.T) {
+	u, err := url.Parse(pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The test cluster runs with synchronous_commit off; these sessions
+	// start with it on.
+	q := u.Query()
+	q.Set("synchronous_commit", "on")
+	u.RawQuery = q.Encode()
+	s := open(t, u.String())
+	var pid uint32 // set by the one sending goroutine before Publish returns
+	s.testHookNotify = func(p uint32) { pid = p }
+	if err := s.Publish(t.Context(), Event{Kind: EventWorkQueued, Account: "acme"}); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+
+	conns := s.pool.AcquireAllIdle(t.Context())
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	found := false
+	for _, c := range conns {
+		if c.Conn().PgConn().PID() != pid {
+			continue
+		}
+		found = true
+		var got string
+		if err := c.QueryRow(t.Context(), `SHOW synchronous_commit`).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != "on" {
+			t.Errorf("synchronous_commit of the session the NOTIFY ran on is %q after it, want on (as the session began)", got)
+		}
+	}
+	if !found {
+		t.Fatalf("the session the NOTIFY ran on (pid %d) is not idle in the pool", pid)
+	}
+}
