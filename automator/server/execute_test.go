@@ -320,3 +320,23 @@ func TestACancelPastTheDeadlineTimesTheUnitOut(t *testing.T) {
 		t.Fatalf("the unit after the cancel: %v, %v; want it timed out", got.GetState(), err)
 	}
 }
+
+// TestACallersTimeoutIsPositiveAndAtMostTheMaximum: a caller's timeout of
+// the maximum (24 hours by default) sets the deadline that far after
+// queueing; none, a negative one or one past the maximum is refused.
+func TestACallersTimeoutIsPositiveAndAtMostTheMaximum(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	caller := e.callerClient()
+	st := submit(t, caller, e.account, 24*time.Hour)
+	if got := st.GetDeadline().AsTime().Sub(st.GetQueuedAt().AsTime()); got != 24*time.Hour {
+		t.Errorf("deadline - queued_at = %v with a timeout of the maximum, want 24h", got)
+	}
+	for _, d := range []time.Duration{0, -time.Second, 24*time.Hour + time.Microsecond} {
+		_, err := caller.Submit(context.Background(), &automatorv1.ExecuteRequest{
+			Account: e.account, Command: &automatorv1.Command{Script: "x.sh"}, Timeout: durationpb.New(d),
+		})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "timeout") {
+			t.Errorf("timeout %v: %v, want InvalidArgument naming the timeout", d, err)
+		}
+	}
+}
