@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/internal/filelock"
 )
 
 // TestACommandDoesNotMigrateTheDatabaseUnderARunningServe: the binary was
@@ -56,6 +57,34 @@ func TestACommandDoesNotMigrateTheDatabaseUnderARunningServe(t *testing.T) {
 	serving.Release()
 	if code, _, stderr := runCLI(t, "account", "list", "--data-dir", dir); code != 0 {
 		t.Fatalf("account list with no serve running: exit %d: %s", code, stderr)
+	}
+	if v := schemaVersion(t, dbPath); v == 7 {
+		t.Fatal("with no serve running, the command did not migrate the database")
+	}
+}
+
+// TestACommandMigratesBesideAnotherCommandLookingForAServe: with no serve
+// running, two commands of the new binary started together (a backup from
+// cron and an operator's listing) each look whether a serve runs on the
+// database before migrating it. One's look must not pass for a serve in
+// the other's eyes: the command migrates the database, as with no serve.
+func TestACommandMigratesBesideAnotherCommandLookingForAServe(t *testing.T) {
+	dir := initDir(t)
+	cfg, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dbPath := cfg.DBPath(dir)
+	downgradeToVersion7(t, dbPath) // as the previous release left it
+	// The other command's look, under way (refuseMigratingUnderServe).
+	looking, err := filelock.Shared(dbPath + "-serve.lock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer looking.Release()
+
+	if code, _, stderr := runCLI(t, "account", "list", "--data-dir", dir); code != 0 {
+		t.Fatalf("account list while another command looks for a serve (none runs): exit %d: %s", code, stderr)
 	}
 	if v := schemaVersion(t, dbPath); v == 7 {
 		t.Fatal("with no serve running, the command did not migrate the database")

@@ -117,7 +117,10 @@ func refuseMigratingUnderServe(ctx context.Context, dir string, cfg config.Confi
 	if _, err := os.Stat(lockPath); err != nil {
 		return nil // no serve has run on it
 	}
-	l, err := filelock.Exclusive(lockPath)
+	// Shared: a serve holds it exclusive, so a shared lock is refused
+	// exactly while one runs, and another command looking at the same
+	// time (its shared lock) is not taken for a serve.
+	l, err := filelock.Shared(lockPath)
 	if err == nil {
 		l.Release()
 		return nil
