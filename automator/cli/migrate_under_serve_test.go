@@ -90,3 +90,37 @@ func TestACommandMigratesBesideAnotherCommandLookingForAServe(t *testing.T) {
 		t.Fatal("with no serve running, the command did not migrate the database")
 	}
 }
+
+// TestServeStartsWhileACommandLooksForAServe: a command looks whether a
+// serve runs on the SQLite database by holding its serve lock for a
+// moment (refuseMigratingUnderServe). A serve starting during that moment
+// (restarted after an upgrade, as a cron backup runs) waits it out, rather
+// than failing to start as if another serve used the database.
+func TestServeStartsWhileACommandLooksForAServe(t *testing.T) {
+	dir := initDir(t)
+	cfg, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	looking, err := filelock.Shared(cfg.DBPath(dir) + "-serve.lock") // the command's look, under way
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer looking.Release()
+	refused := 0
+	serveLockRefused = func() {
+		if refused++; refused == 1 {
+			looking.Release() // the look ends
+		}
+	}
+	t.Cleanup(func() { serveLockRefused = nil })
+
+	l, err := lockSQLiteForServe(dir, cfg)
+	if err != nil {
+		t.Fatalf("serve starting while a command looked for a serve: %v; want it to take the lock once the look ended", err)
+	}
+	l.Release()
+	if refused == 0 {
+		t.Fatal("serve took the lock a command held")
+	}
+}

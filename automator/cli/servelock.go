@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/store/pgstore"
@@ -81,6 +82,15 @@ func lockSQLiteForServe(dir string, cfg config.Config) (*filelock.Lock, error) {
 	db := cfg.DBPath(dir)
 	path := db + "-serve.lock"
 	l, err := filelock.Exclusive(path)
+	// A command holds the lock for a moment to look whether a serve runs
+	// (refuseMigratingUnderServe); a serve holds it as long as it runs.
+	for try := time.Now(); errors.Is(err, filelock.ErrLocked) && time.Since(try) < serveLockPatience; {
+		if serveLockRefused != nil {
+			serveLockRefused()
+		}
+		time.Sleep(serveLockPatience / 20)
+		l, err = filelock.Exclusive(path)
+	}
 	if errors.Is(err, filelock.ErrLocked) {
 		return nil, fmt.Errorf("another automator serve is using the SQLite database %s%s: SQLite serves one automator; stop that one first, or share a PostgreSQL database between replicas (docs/several-automators.md)", db, servingAt(dir))
 	}
@@ -89,6 +99,15 @@ func lockSQLiteForServe(dir string, cfg config.Config) (*filelock.Lock, error) {
 	}
 	return l, ownLock(path, dir, l)
 }
+
+// serveLockPatience is how long serve tries again for the SQLite
+// database's lock held by another: a command's look at it ends in
+// moments, another serve's does not.
+const serveLockPatience = time.Second
+
+// serveLockRefused, when set, is called each time serve finds the SQLite
+// database's lock held and is about to try again (tests).
+var serveLockRefused func()
 
 // servingAt says where a serve of dir listens (" (gRPC on …, HTTP on …)"),
 // from the file it keeps while it runs; "" when none is recorded.
