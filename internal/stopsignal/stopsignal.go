@@ -21,3 +21,16 @@ func List() []os.Signal {
 	}
 	return sigs
 }
+
+// Stopping is called once the first signal of List has come, with the
+// stop function of the signal.NotifyContext that watched for them: a
+// second interrupt or SIGTERM then ends the process at once, as their
+// default does. A second SIGHUP does not: a closed terminal sends more
+// than one (the shell passes its own on to its jobs, and the kernel sends
+// the foreground group another when the shell exits), and it would kill
+// the command while it stops (exec cancelling its unit). It is ignored
+// from then on.
+func Stopping(stop func()) {
+	signal.Ignore(syscall.SIGHUP)
+	stop()
+}

@@ -15,8 +15,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), stopsignal.List()...)
 	// The first signal asks the command to end (serve stops gracefully,
 	// exec cancels its unit); a second one ends the process at once, as
-	// the signal's default does, whatever the command still waits for.
-	go func() { <-ctx.Done(); stop() }()
+	// the signal's default does, whatever the command still waits for
+	// (SIGHUP excepted: a closed terminal sends more than one).
+	go func() { <-ctx.Done(); stopsignal.Stopping(stop) }()
 	code := cli.Main(ctx, os.Args[1:], cli.Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr})
 	stop()
 	os.Exit(code)

@@ -1,0 +1,86 @@
+//go:build unix
+
+package stopsignal_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"testing"
+
+	"github.com/opsgate/opsgate/internal/stopsignal"
+)
+
+// TestMain runs the test binary as a command that stops on a signal, as
+// the mains do, when asked to (helperEnv).
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) == "1" {
+		ctx, stop := signal.NotifyContext(context.Background(), stopsignal.List()...)
+		fmt.Println("running")
+		<-ctx.Done()
+		stopsignal.Stopping(stop)
+		fmt.Println("stopping") // ending takes a while: a cancel's round trip
+		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+		if !signal.Ignored(syscall.SIGHUP) {
+			// A SIGHUP now would kill it (one sent just before may not
+			// have been handled yet).
+			os.Exit(3)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+const helperEnv = "STOPSIGNAL_TEST_HELPER"
+
+// TestASecondHangupDoesNotKillACommandThatIsStopping: a closed terminal
+// sends its command SIGHUP more than once (the shell passes its own on to
+// its jobs, and the kernel sends the foreground group another when the
+// shell exits). The first stops the command as Ctrl-C does; the next must
+// not kill it while it stops (exec cancelling its unit), as a second
+// Ctrl-C would.
+func TestASecondHangupDoesNotKillACommandThatIsStopping(t *testing.T) {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), helperEnv+"=1")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	out := bufio.NewReader(outPipe)
+	expect := func(line string) {
+		t.Helper()
+		if got, err := out.ReadString('\n'); got != line+"\n" {
+			t.Fatalf("the command printed %q (%v), want %q", got, err, line)
+		}
+	}
+	expect("running")
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	expect("stopping")
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	in.Close() // it may end now
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		t.Fatalf("the command stopping after a SIGHUP ended with %v (3: another SIGHUP would kill it); want it to finish stopping, exit 0, whatever SIGHUP comes", ee)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
