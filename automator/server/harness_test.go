@@ -54,6 +54,12 @@ type envOptions struct {
 	broadcaster server.Broadcaster
 	// waitRecheck is the server's WaitRecheck (its default when zero).
 	waitRecheck time.Duration
+	// quietConns keeps the server from asking anything of a connection
+	// on its own: its flow-control windows are fixed, so it sends no BDP
+	// ping after a request's data, whose answer a connection the test
+	// means to keep silent (its client frozen) would deliver a moment
+	// later, when the test's clock may have moved on.
+	quietConns bool
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -137,10 +143,15 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer(
+	opts := []grpc.ServerOption{
 		grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12})),
 		grpc.UnaryInterceptor(srv.UnaryInterceptor()),
-	)
+	}
+	if o.quietConns {
+		// A window set by hand turns the BDP estimation off.
+		opts = append(opts, grpc.InitialWindowSize(1<<16), grpc.InitialConnWindowSize(1<<16))
+	}
+	gs := grpc.NewServer(opts...)
 	automatorv1.RegisterProxyServiceServer(gs, srv.ProxyService())
 	automatorv1.RegisterAutomatorServiceServer(gs, srv.AutomatorService())
 	e.addr = lis.Addr().String()

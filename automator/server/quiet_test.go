@@ -16,7 +16,8 @@ import (
 // too, the unit goes to that one, even though the silent one waits longer.
 func TestAUnitGoesToAPollHeardFromLatelyRatherThanToOneGoneSilent(t *testing.T) {
 	clk := newFakeClock()
-	e := newEnv(t, envOptions{pollWindow: time.Minute, clock: clk})
+	// quietConns: nothing comes over gone's connection once its poll is in.
+	e := newEnv(t, envOptions{pollWindow: time.Minute, clock: clk, quietConns: true})
 	api := e.callerClient()
 	gone := pollAsync(t.Context(), e.proxyClient(), "gone", 1)
 	e.awaitWaiting(1)
