@@ -135,8 +135,10 @@ func (p *ProxyService) complete(ctx context.Context, req *automatorv1.CompleteRe
 			// This very result was recorded before and its answer lost: the
 			// replica that recorded it may have died before announcing the
 			// end, which would leave the unit's waiting callers on other
-			// replicas waiting until its deadline. Announce it again.
-			s.emit(ctx, Event{Kind: EventWorkEnded, Account: cur.Account, WorkID: cur.ID, ended: &cur})
+			// replicas waiting until their next recheck. Announce it again.
+			if s.mayBeUnannounced(cur) {
+				s.emit(ctx, Event{Kind: EventWorkEnded, Account: cur.Account, WorkID: cur.ID, ended: &cur})
+			}
 			return status.Errorf(codes.FailedPrecondition, "work %q is %s: this result was recorded already", w.ID, cur.State)
 		}
 		return status.Errorf(codes.FailedPrecondition, "work %q is %s; result refused", w.ID, cur.State)

@@ -97,6 +97,17 @@ func (s *Server) publish(e Event) {
 	}()
 }
 
+// mayBeUnannounced reports whether an end made again (a cancel or a result
+// whose answer was lost) is worth announcing again: with other replicas,
+// while its first announcement, lost if the replica that made it died,
+// could still keep someone waiting. Past a waiter's recheck and a poll's
+// window every waiter has read its unit again and every poll has looked
+// again, and announcing it would only wake the account's polls for
+// nothing, as often as a caller repeats the call.
+func (s *Server) mayBeUnannounced(w store.Work) bool {
+	return s.broadcaster != nil && s.clock.Now().Sub(w.FinishedAt) < max(s.waitRecheck, s.pollWindow)
+}
+
 // emit applies e here and publishes it to the other replicas.
 func (s *Server) emit(ctx context.Context, e Event) {
 	s.apply(e)

@@ -120,7 +120,7 @@ func (a *AutomatorService) Cancel(ctx context.Context, req *automatorv1.CancelRe
 		}
 		return s.workStatus(ctx, w)
 	case errors.Is(err, store.ErrNotClaimable):
-		if w.State == store.StateCancelled && w.Reason == reason {
+		if w.State == store.StateCancelled && w.Reason == reason && s.mayBeUnannounced(w) {
 			// This caller's cancel made again, its answer lost: the replica
 			// that made it may have died before announcing the end, which
 			// would leave the unit's waiting callers to its deadline and its

@@ -165,3 +165,47 @@ func TestACancelMadeAgainAfterItsReplicaDiedUnannouncedReachesWaiterAndClaimer(t
 		t.Errorf("the running instance's poll was not told within %v of the cancel made again (its window is an hour)", waittest.Bound)
 	}
 }
+
+// TestAnEndLongPastIsNotAnnouncedAgain: a cancel or a result made again is
+// announced again only while a lost announcement could still keep someone
+// waiting: within a waiter's recheck and a poll's window of the end. Later
+// every waiter has read its unit again and every poll has looked again, and
+// announcing it would only wake the account's polls for nothing, at the
+// pace of whoever repeats the call.
+func TestAnEndLongPastIsNotAnnouncedAgain(t *testing.T) {
+	b := newRecordingBroadcaster()
+	clock := newFakeClock()
+	e := newEnv(t, envOptions{clock: clock, broadcaster: b})
+	api, px := e.callerClient(), e.proxyClient()
+
+	cancelled := submit(t, api, e.account, time.Hour)
+	if _, err := api.Cancel(t.Context(), &automatorv1.CancelRequest{WorkId: cancelled.GetWorkId()}); err != nil {
+		t.Fatal(err)
+	}
+	done := submit(t, api, e.account, time.Hour)
+	resp, err := px.Poll(t.Context(), &automatorv1.PollRequest{InstanceId: "a", MaxUnits: 1, Wait: durationpb.New(0)})
+	if err != nil || len(resp.GetClaims()) != 1 || resp.GetClaims()[0].GetWorkId() != done.GetWorkId() {
+		t.Fatalf("poll: %v, %v; want the unit %s", resp, err, done.GetWorkId())
+	}
+	c := resp.GetClaims()[0]
+	complete := &automatorv1.CompleteRequest{WorkId: c.GetWorkId(), ClaimId: c.GetClaimId(), InstanceId: "a",
+		Outcome: automatorv1.Outcome_OUTCOME_SUCCEEDED, SealedResult: e.sealResult(c.GetWorkId(), &automatorv1.Result{})}
+	if _, err := px.Complete(t.Context(), complete); err != nil {
+		t.Fatal(err)
+	}
+
+	clock.Advance(time.Minute)
+	drain(b.published)
+	if _, err := api.Cancel(t.Context(), &automatorv1.CancelRequest{WorkId: cancelled.GetWorkId()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := px.Complete(t.Context(), complete); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("the result posted again: %v; want FailedPrecondition", err)
+	}
+	// Both answered: anything they announced is published already.
+	select {
+	case ev := <-b.published:
+		t.Fatalf("published %v for an end a minute old made again", ev)
+	default:
+	}
+}
