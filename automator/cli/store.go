@@ -117,6 +117,12 @@ func refuseMigratingUnderServe(ctx context.Context, dir string, cfg config.Confi
 	if _, err := os.Stat(lockPath); err != nil {
 		return nil // no serve has run on it
 	}
+	// The schema first: in the usual case it is this binary's, and the
+	// serve's lock is not touched.
+	v, latest, err := sqlitestore.SchemaVersion(ctx, db)
+	if err != nil || v >= latest {
+		return err
+	}
 	// Shared: a serve holds it exclusive, so a shared lock is refused
 	// exactly while one runs, and another command looking at the same
 	// time (its shared lock) is not taken for a serve.
@@ -128,11 +134,7 @@ func refuseMigratingUnderServe(ctx context.Context, dir string, cfg config.Confi
 	if !errors.Is(err, filelock.ErrLocked) {
 		return err
 	}
-	v, latest, err := sqlitestore.SchemaVersion(ctx, db)
-	if err != nil || v >= latest {
-		return err
-	}
-	return fmt.Errorf("the database %s is at schema version %d, and an automator serve of an earlier release runs on it%s; this binary knows schema version %d and would migrate the database under that serve: restart serve with this binary first (it migrates the database), or run this command with the binary serve runs", db, v, servingAt(dir), latest)
+	return fmt.Errorf("the database %s is at schema version %d, and an automator serve runs on it%s without having migrated it (one of an earlier release; or one of this release still migrating it as it starts: then run this again in a moment); this binary knows schema version %d and would migrate the database under that serve: restart serve with this binary first (it migrates the database), or run this command with the binary serve runs", db, v, servingAt(dir), latest)
 }
 
 // openDB is openLockedStore without the check that a SQLite file exists.
