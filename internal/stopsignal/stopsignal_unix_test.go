@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"syscall"
 	"testing"
 
@@ -19,6 +20,10 @@ import (
 // TestMain runs the test binary as a command that stops on a signal, as
 // the mains do, when asked to (helperEnv).
 func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) == "list" {
+		fmt.Println(slices.Contains(stopsignal.List(), os.Signal(syscall.SIGHUP)))
+		os.Exit(0)
+	}
 	if os.Getenv(helperEnv) == "1" {
 		ctx, stop := signal.NotifyContext(context.Background(), stopsignal.List()...)
 		fmt.Println("running")
@@ -82,5 +87,32 @@ func TestASecondHangupDoesNotKillACommandThatIsStopping(t *testing.T) {
 	}
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAHangupStopsACommandUnlessItWasStartedUnderNohup: a command started
+// with SIGHUP ignored (nohup) was meant to outlive its terminal, and keeps
+// ignoring it; one started without stops on it.
+func TestAHangupStopsACommandUnlessItWasStartedUnderNohup(t *testing.T) {
+	nohup, err := exec.LookPath("nohup")
+	if err != nil {
+		t.Skip("no nohup here")
+	}
+	for _, c := range []struct {
+		argv []string
+		want string
+	}{
+		{[]string{os.Args[0]}, "true"},
+		{[]string{nohup, os.Args[0]}, "false"},
+	} {
+		cmd := exec.Command(c.argv[0], c.argv[1:]...)
+		cmd.Env = append(os.Environ(), helperEnv+"=list")
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%v: %v", c.argv, err)
+		}
+		if got := string(out); got != c.want+"\n" {
+			t.Errorf("started as %v, the command stops on SIGHUP: %q, want %s", c.argv, got, c.want)
+		}
 	}
 }
