@@ -108,6 +108,9 @@ func installService(name, dir, userName string, manual bool, env Env) error {
 		WritablePaths: []string{dir},
 		ManualStart:   manual,
 	}
+	if spec.Executable, err = os.Executable(); err != nil {
+		return fmt.Errorf("finding this program's path: %w", err)
+	}
 	if userName != "" {
 		u, err := service.LookupUser(userName)
 		if err != nil {
@@ -116,10 +119,12 @@ func installService(name, dir, userName string, manual bool, env Env) error {
 		if err := service.CheckOwner(dir, u); err != nil {
 			return fmt.Errorf("--user: %w", err)
 		}
+		// A service that cannot reach its binary or its files would only
+		// fail at every start, and be started again.
+		if err := checkServiceUserReach(u, spec.Executable, dir, cfg); err != nil {
+			return fmt.Errorf("--user: %w", err)
+		}
 		spec.User, spec.Group = u.Name, u.Group
-	}
-	if spec.Executable, err = os.Executable(); err != nil {
-		return fmt.Errorf("finding this program's path: %w", err)
 	}
 	if err := service.Install(spec); err != nil {
 		return err

@@ -8,10 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/opsgate/opsgate/automator/config"
+	psvc "github.com/opsgate/opsgate/proxy/service"
 )
 
 // TestAutomatorServiceInstallStartStopUninstall: `automator serve` as an
@@ -86,5 +88,112 @@ func TestAutomatorServiceInstallStartStopUninstall(t *testing.T) {
 	assertNothingLeft(t, name, before, snapshot(t))
 	if _, err := os.Stat(filepath.Join(dir, config.FileMasterKey)); err != nil {
 		t.Fatalf("uninstall touched the data directory: %v", err)
+	}
+}
+
+// TestAutomatorInstallRefusesAUserWhoCannotReachItsFiles: `automator
+// install --user` refuses a data directory or a binary the user cannot
+// reach (a parent directory it may not search, such as root's 0700 home),
+// naming what is in the way, rather than installing a service that can only
+// fail on every start. Once the user can reach them, the service serves as
+// that user.
+func TestAutomatorInstallRefusesAUserWhoCannotReachItsFiles(t *testing.T) {
+	requireRoot(t)
+	u, err := psvc.LookupUser("nobody")
+	if err != nil {
+		t.Skipf("no user nobody: %v", err)
+	}
+	w := newWorkDir(t)
+	private := filepath.Join(w.dir, "private")
+	if err := os.Mkdir(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(private, "data")
+	port := freePort(t)
+	if r := runCLI(bin.automator, "init", "--data-dir", dir, "--public-url", fmt.Sprintf("https://127.0.0.1:%d", port)); r.Code != 0 {
+		t.Fatalf("automator init: %v", r)
+	}
+	cfg, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Listen, cfg.HTTPListen = fmt.Sprintf("127.0.0.1:%d", port), "127.0.0.1:0"
+	if err := config.Save(dir, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if r := runCLI("chown", "-R", "nobody:", dir); r.Code != 0 {
+		t.Fatalf("chown: %v", r)
+	}
+	name := uniqueName(t)
+	t.Cleanup(func() {
+		runCLI(bin.automator, "uninstall", "--name", name)
+		if t.Failed() {
+			log, _ := os.ReadFile("/var/log/" + name + ".log")
+			t.Logf("---- service log ----\n%s", log)
+		}
+	})
+	install := func(exe string) result {
+		return runCLI(exe, "install", "--data-dir", dir, "--name", name, "--user", "nobody")
+	}
+
+	// The data directory's parent: nobody may not search it.
+	r := install(bin.automator)
+	if r.Code != 255 || !strings.Contains(r.Stderr, "nobody cannot search "+private) {
+		t.Fatalf("install with a data directory nobody cannot reach: %v; want exit 255 naming %s", r, private)
+	}
+	if st := runCLI(bin.automator, "status", "--name", name); st.Code == 0 {
+		t.Fatalf("a refused install installed the service: %v", st)
+	}
+	if err := os.Chmod(private, 0o711); err != nil {
+		t.Fatal(err)
+	}
+
+	// The binary: in a directory nobody may not search.
+	hidden := filepath.Join(w.dir, "hidden")
+	if err := os.Mkdir(hidden, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(hidden, "automator")
+	if r := runCLI("cp", bin.automator, exe); r.Code != 0 {
+		t.Fatalf("cp: %v", r)
+	}
+	r = install(exe)
+	if r.Code != 255 || !strings.Contains(r.Stderr, "nobody cannot search "+hidden) || !strings.Contains(r.Stderr, exe) {
+		t.Fatalf("install from a binary nobody cannot reach: %v; want exit 255 naming %s", r, hidden)
+	}
+
+	// A file of the data directory that is root's.
+	key := filepath.Join(dir, config.FileMasterKey)
+	if err := os.Chown(key, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	r = install(bin.automator)
+	if r.Code != 255 || !strings.Contains(r.Stderr, "nobody cannot read "+key) {
+		t.Fatalf("install with %s root's: %v; want exit 255 naming it", key, r)
+	}
+	if err := os.Chown(key, u.UID, u.GID); err != nil {
+		t.Fatal(err)
+	}
+
+	// Reachable: installed, and it serves as nobody.
+	if r := install(bin.automator); r.Code != 0 {
+		t.Fatalf("install with everything reachable by nobody: %v", r)
+	}
+	if r := runCLI(bin.automator, "start", "--name", name); r.Code != 0 {
+		t.Fatalf("automator start: %v", r)
+	}
+	waitFor(t, 30*time.Second, "the automator service to serve", func() bool {
+		_, ok, _ := config.ReadServing(dir)
+		return ok
+	})
+	fi, err := os.Stat(filepath.Join(dir, config.FileServing))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid := fi.Sys().(*syscall.Stat_t).Uid; int(uid) != u.UID {
+		t.Errorf("%s written by uid %d, want nobody's (%d)", config.FileServing, uid, u.UID)
+	}
+	if r := runCLI(bin.automator, "uninstall", "--name", name); r.Code != 0 {
+		t.Fatalf("automator uninstall: %v", r)
 	}
 }

@@ -1,0 +1,10 @@
+package cli
+
+import (
+	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/proxy/service"
+)
+
+// checkServiceUserReach: --user is Linux only; a Windows service runs as
+// LocalSystem.
+func checkServiceUserReach(*service.User, string, string, config.Config) error { return nil }
