@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -200,6 +201,10 @@ func Decode(data []byte, v any) error {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(v); err != nil {
+		if errors.Is(err, io.EOF) {
+			// The library says only "EOF".
+			return errors.New("the file holds no settings (it is empty or comments only)")
+		}
 		return yamlerr.Word(err)
 	}
 	var extra any

@@ -186,3 +186,19 @@ func TestPublicURLPortIsAPortNumber(t *testing.T) {
 		t.Errorf("no port: %v, want public_url named alone", err)
 	}
 }
+
+// TestLoadOfAFileWithoutSettingsSaysSo: an automator.yaml emptied (a
+// truncated edit, a full disk) or left with comments only is refused
+// saying so, not with the YAML library's "EOF".
+func TestLoadOfAFileWithoutSettingsSaysSo(t *testing.T) {
+	for name, body := range map[string]string{"empty": "", "comments only": "# automator settings\n\n"} {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, FileConfig), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(dir)
+		if err == nil || !strings.Contains(err.Error(), "no settings") || !strings.Contains(err.Error(), "automator.yaml") || strings.Contains(err.Error(), "EOF") {
+			t.Errorf("Load of a file %s: %v; want it named and said to hold no settings", name, err)
+		}
+	}
+}
