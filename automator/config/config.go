@@ -60,7 +60,7 @@ type Config struct {
 	// goes into every profile and names the server certificate's host.
 	PublicURL string `yaml:"public_url"`
 	// DB is the store: a SQLite file path (relative to the data directory),
-	// or "sqlite:PATH".
+	// or "sqlite:PATH", or a postgres:// URL (replicas sharing a database).
 	DB string `yaml:"db"`
 	// ReplicaID names this automator among replicas sharing one database.
 	ReplicaID string `yaml:"replica_id,omitempty"`
