@@ -93,17 +93,32 @@ const MinWorkRetention = 24 * time.Hour
 
 // Default returns the settings init writes for a public URL.
 func Default(publicURL string) Config {
-	c := Config{
-		HTTPListen:     DefaultHTTPListen,
-		PublicURL:      publicURL,
-		DB:             FileDB,
-		DefaultTimeout: DefaultTimeout,
-		PollWindow:     DefaultPollWindow,
-	}
-	if u, err := url.Parse(publicURL); err == nil && u.Port() != "" {
-		c.Listen = net.JoinHostPort("", u.Port())
-	}
+	c := Config{PublicURL: publicURL}
+	c.applyDefaults()
 	return c
+}
+
+// applyDefaults gives the settings left out of automator.yaml (or zero)
+// the values init writes. public_url has none: it names the server
+// certificate's host.
+func (c *Config) applyDefaults() {
+	if c.HTTPListen == "" {
+		c.HTTPListen = DefaultHTTPListen
+	}
+	if c.DB == "" {
+		c.DB = FileDB
+	}
+	if c.DefaultTimeout == 0 {
+		c.DefaultTimeout = DefaultTimeout
+	}
+	if c.PollWindow == 0 {
+		c.PollWindow = DefaultPollWindow
+	}
+	if c.Listen == "" {
+		if u, err := url.Parse(c.PublicURL); err == nil && u.Port() != "" {
+			c.Listen = net.JoinHostPort("", u.Port())
+		}
+	}
 }
 
 // Validate returns every problem at once, each naming its field.
@@ -179,7 +194,8 @@ func PublicHost(publicURL string) (string, error) {
 	return u.Hostname(), nil
 }
 
-// Load reads DIR/automator.yaml, refusing unknown keys.
+// Load reads DIR/automator.yaml, refusing unknown keys; a setting left out
+// takes its default.
 func Load(dir string) (Config, error) {
 	path := filepath.Join(dir, FileConfig)
 	data, err := os.ReadFile(path)
@@ -193,6 +209,7 @@ func Load(dir string) (Config, error) {
 	if err := Decode(data, &c); err != nil {
 		return Config{}, fmt.Errorf("parsing %s: %w", path, err)
 	}
+	c.applyDefaults()
 	return c, nil
 }
 

@@ -202,3 +202,24 @@ func TestLoadOfAFileWithoutSettingsSaysSo(t *testing.T) {
 		}
 	}
 }
+
+// TestASettingLeftOutTakesItsDefault: an automator.yaml written by hand (or
+// by configuration management) with public_url alone serves with the
+// defaults init writes, as the README's table says, rather than being
+// refused for settings it left out.
+func TestASettingLeftOutTakesItsDefault(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, FileConfig), []byte("public_url: https://automator.example:9443\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := got.Validate(); err != nil {
+		t.Fatalf("settings left out are refused: %v", err)
+	}
+	if want := Default("https://automator.example:9443"); !reflect.DeepEqual(got, want) {
+		t.Fatalf("Load = %+v; want init's defaults %+v", got, want)
+	}
+}
