@@ -51,7 +51,14 @@ func serviceCommand(verb string, args []string, env Env) error {
 		if err := service.Start(*name); err != nil {
 			return err
 		}
-		fmt.Fprintf(env.Stdout, "Started service %s.\n", *name)
+		switch s, ok, known := waitServing(*name, serveStartWait); {
+		case ok:
+			fmt.Fprintf(env.Stdout, "Started service %s: it serves gRPC on %s, HTTP on %s.\n", *name, s.GRPC, s.HTTP)
+		case known:
+			fmt.Fprintf(env.Stdout, "Started service %s; it does not serve yet. `automator status --name %s` tells how it is doing, and where its log is.\n", *name, *name)
+		default:
+			fmt.Fprintf(env.Stdout, "Started service %s.\n", *name)
+		}
 	case "stop":
 		if err := service.Stop(*name); err != nil {
 			return err
@@ -71,6 +78,11 @@ func serviceCommand(verb string, args []string, env Env) error {
 		}
 		fmt.Fprintf(env.Stdout, "service:        %s (%s, %s)\n", *name, st.Platform, st.Definition)
 		fmt.Fprintf(env.Stdout, "running:        %s\n", running)
+		if st.Running {
+			if serving := serveState(*name); serving != "" {
+				fmt.Fprintf(env.Stdout, "serving:        %s\n", serving)
+			}
+		}
 		fmt.Fprintf(env.Stdout, "starts at boot: %s\n", yesNo(st.BootStart))
 		fmt.Fprintf(env.Stdout, "log:            %s\n", service.LogLocation(st))
 	case "uninstall":

@@ -197,3 +197,75 @@ func TestAutomatorInstallRefusesAUserWhoCannotReachItsFiles(t *testing.T) {
 		t.Fatalf("automator uninstall: %v", r)
 	}
 }
+
+// TestAutomatorStartAndStatusSayWhetherTheServiceServes: a service whose
+// serve fails at every start (here a setting refused in automator.yaml) is
+// "running" for its service manager, which starts it again and again;
+// `automator start` and `status` say that it does not serve, and once it
+// does, where.
+func TestAutomatorStartAndStatusSayWhetherTheServiceServes(t *testing.T) {
+	requireRoot(t)
+	w := newWorkDir(t)
+	dir := filepath.Join(w.dir, "data")
+	port := freePort(t)
+	if r := runCLI(bin.automator, "init", "--data-dir", dir, "--public-url", fmt.Sprintf("https://127.0.0.1:%d", port)); r.Code != 0 {
+		t.Fatalf("automator init: %v", r)
+	}
+	cfg, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Listen, cfg.HTTPListen = fmt.Sprintf("127.0.0.1:%d", port), "127.0.0.1:0"
+	if err := config.Save(dir, cfg); err != nil {
+		t.Fatal(err)
+	}
+	good, err := os.ReadFile(filepath.Join(dir, config.FileConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := uniqueName(t)
+	r := runCLI(bin.automator, "install", "--data-dir", dir, "--name", name)
+	t.Cleanup(func() {
+		runCLI(bin.automator, "uninstall", "--name", name)
+		if t.Failed() {
+			log, _ := os.ReadFile("/var/log/" + name + ".log")
+			t.Logf("---- service log ----\n%s", log)
+		}
+	})
+	if r.Code != 0 {
+		t.Fatalf("automator install: %v", r)
+	}
+
+	// A typo in automator.yaml after install: serve refuses it at every start.
+	if err := os.WriteFile(filepath.Join(dir, config.FileConfig), append(good, "poll_windw: 5s\n"...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = runCLI(bin.automator, "start", "--name", name)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "does not serve yet") {
+		t.Fatalf("automator start of a serve that cannot start: %v; want it to say the service does not serve", r)
+	}
+	r = runCLI(bin.automator, "status", "--name", name)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "running:        yes") || !strings.Contains(r.Stdout, "serving:        no") {
+		t.Fatalf("status of a service whose serve cannot start: %v; want running yes, serving no", r)
+	}
+	if r := runCLI(bin.automator, "stop", "--name", name); r.Code != 0 {
+		t.Fatalf("automator stop: %v", r)
+	}
+
+	// Mended: start says where it serves, and so does status.
+	if err := os.WriteFile(filepath.Join(dir, config.FileConfig), good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = runCLI(bin.automator, "start", "--name", name)
+	grpcAddr := fmt.Sprintf("127.0.0.1:%d", port)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "it serves gRPC on "+grpcAddr) {
+		t.Fatalf("automator start: %v; want it to say it serves gRPC on %s", r, grpcAddr)
+	}
+	r = runCLI(bin.automator, "status", "--name", name)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "serving:        yes") || !strings.Contains(r.Stdout, "gRPC on "+grpcAddr) {
+		t.Fatalf("status of a serving service: %v", r)
+	}
+	if r := runCLI(bin.automator, "uninstall", "--name", name); r.Code != 0 {
+		t.Fatalf("automator uninstall: %v", r)
+	}
+}
