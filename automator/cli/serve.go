@@ -21,6 +21,7 @@ import (
 	"github.com/opsgate/opsgate/automator/metrics"
 	"github.com/opsgate/opsgate/automator/pki"
 	"github.com/opsgate/opsgate/automator/server"
+	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/internal/grpcwire"
 	"github.com/opsgate/opsgate/internal/lastread"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
@@ -107,6 +108,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	if len(unopened) > 0 {
 		log.Error("the master key does not open these accounts' keys: their calls will fail", "count", len(unopened), "accounts", firstNames(unopened, 20))
 	}
+	warnUnknownRevealKeys(ctx, st, cfg.DashboardRevealKeys, log)
 	logCertificateReloads(certs, log)
 	// Metrics: queue events from the server, the latency of every store
 	// call, per-account gauges read from the store at each scrape, the
@@ -298,4 +300,27 @@ func readBufferSize(plaintext bool) int {
 		return 4 << 10
 	}
 	return 0
+}
+
+// warnUnknownRevealKeys logs a warning for each id of dashboard_reveal_keys
+// that names no API key (a typo, a key not made yet): it reveals nothing to
+// anyone, and without the warning the setting would seem not to work. Such
+// an id is not refused: its key may be made later.
+func warnUnknownRevealKeys(ctx context.Context, st store.Store, ids []string, log *slog.Logger) {
+	if len(ids) == 0 {
+		return
+	}
+	keys, err := st.APIKeyList(ctx)
+	if err != nil {
+		return
+	}
+	known := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		known[k.ID] = true
+	}
+	for _, id := range ids {
+		if !known[id] {
+			log.Warn("dashboard_reveal_keys in "+config.FileConfig+" names no API key: it reveals nothing until a key with that id exists; `automator apikey list` shows the ids", "id", id)
+		}
+	}
 }
