@@ -1,3 +1,5 @@
+//go:build !linux
+
 package cli
 
 import (
@@ -5,6 +7,5 @@ import (
 	"github.com/opsgate/opsgate/proxy/service"
 )
 
-// checkServiceUserReach: --user is Linux only; a Windows service runs as
-// LocalSystem.
+// checkServiceUserReach: --user is Linux only.
 func checkServiceUserReach(*service.User, string, string, config.Config) error { return nil }
