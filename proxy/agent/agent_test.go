@@ -595,3 +595,59 @@ func TestAUnitToldEndedIsNoLongerListedWhileItsScriptIsKilled(t *testing.T) {
 	f.responses <- &automatorv1.PollResponse{Cancelled: []string{"w2"}}
 	waittest.Recv(t, r.cancelled, "the second unit's run to be cancelled")
 }
+
+// TestClaimArrivingPastItsDeadlineRunsAndReportsNothing: a claim whose time
+// remaining is zero or less when it arrives (the automator's answer came
+// late) runs nothing, not even a built-in, and reports nothing (guarantee
+// 7): the automator has timed it out, or will at once.
+func TestClaimArrivingPastItsDeadlineRunsAndReportsNothing(t *testing.T) {
+	b := &blockingRunner{release: make(chan struct{}), ended: make(chan error, 4)}
+	close(b.release)
+	useRunner(t, b.run)
+	f := newFake()
+	var log bytes.Buffer
+	stop := startAgent(t, slotPolls{f}, 1, &log)
+	late := []*automatorv1.Claim{
+		claim(t, "w-ping", &automatorv1.Command{Script: "@ping"}),
+		claim(t, "w-script", &automatorv1.Command{Script: "s"}),
+		claim(t, "w-sealed", &automatorv1.Command{Script: "s"}),
+	}
+	late[0].Remaining = durationpb.New(0)
+	late[1].Remaining = durationpb.New(-time.Second)
+	late[2].Remaining = durationpb.New(-time.Millisecond)
+	late[2].SealedCommand[len(late[2].SealedCommand)-3] ^= 0x40
+	for _, c := range late {
+		f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{c}}
+	}
+	// One slot: each claim comes once the one before it is handled.
+	f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{claim(t, "w-on-time", &automatorv1.Command{Script: "s"})}}
+	got := waittest.Recv(t, f.completed, "the unit on time to be reported")
+	if got.GetWorkId() != "w-on-time" {
+		t.Fatalf("%s was reported; a claim that arrived past its deadline must report nothing", got.GetWorkId())
+	}
+	f.mu.Lock()
+	n := len(f.completes)
+	f.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d Complete calls, want 1 (the unit on time only)", n)
+	}
+	if b.count() != 1 {
+		t.Fatalf("%d scripts run, want 1 (the unit on time only)", b.count())
+	}
+	stop()
+	if c := strings.Count(log.String(), "arrived past its deadline"); c != 3 {
+		t.Fatalf("%d log lines say a claim arrived past its deadline, want 3:\n%s", c, log.String())
+	}
+}
+
+// slotPolls answers only polls that ask for units, as the automator does:
+// a poll for none (every slot busy) takes no claim meant for the next.
+type slotPolls struct{ *fakeAutomator }
+
+func (s slotPolls) Poll(ctx context.Context, in *automatorv1.PollRequest, opts ...grpc.CallOption) (*automatorv1.PollResponse, error) {
+	if in.GetMaxUnits() == 0 {
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	return s.fakeAutomator.Poll(ctx, in, opts...)
+}

@@ -21,8 +21,17 @@ import (
 // time remaining on the automator's clock, measured from when the claim
 // arrived here, so this host's clock skew changes nothing (guarantee 6).
 func (a *Agent) handle(runCtx, postCtx context.Context, c *automatorv1.Claim) {
-	deadline := time.Now().Add(c.GetRemaining().AsDuration())
+	remaining := c.GetRemaining().AsDuration()
+	deadline := time.Now().Add(remaining)
 	log := a.log.With("work_id", c.GetWorkId(), "account", c.GetAccount())
+	if remaining <= 0 {
+		// The automator's answer came after the deadline it was computed
+		// for: the unit times out there. Nothing runs, not even a built-in
+		// or a failure report, since nothing is reported after the
+		// deadline (guarantee 7).
+		log.Warn("claim arrived past its deadline: nothing runs, nothing reported", "remaining", remaining)
+		return
+	}
 
 	cmd, err := openCommand(a.o.Keys, c)
 	if err != nil {
