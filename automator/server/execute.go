@@ -201,6 +201,16 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, m
 	}
 	timeout := s.defaultTimeout
 	if t := req.GetTimeout(); t != nil {
+		// AsDuration would read a malformed one as some other duration
+		// (nanos past a second carried over, seconds and nanos of
+		// different signs summed, 10,000 years clamped to 292).
+		if t.CheckValid() != nil {
+			sec, ns := t.GetSeconds(), t.GetNanos()
+			if ns <= -1e9 || ns >= 1e9 || (sec > 0 && ns < 0) || (sec < 0 && ns > 0) {
+				return store.Work{}, status.Errorf(codes.InvalidArgument, "timeout {seconds: %d, nanos: %d} is not a valid duration: nanos must be under a second and of the sign of seconds", sec, ns)
+			}
+			return store.Work{}, status.Errorf(codes.InvalidArgument, "timeout of %d seconds is outside (0, %v]", sec, s.maxTimeout)
+		}
 		timeout = t.AsDuration()
 		if timeout <= 0 || timeout > s.maxTimeout {
 			return store.Work{}, status.Errorf(codes.InvalidArgument, "timeout %v is outside (0, %v]", timeout, s.maxTimeout)

@@ -321,22 +321,44 @@ func TestACancelPastTheDeadlineTimesTheUnitOut(t *testing.T) {
 	}
 }
 
-// TestACallersTimeoutIsPositiveAndAtMostTheMaximum: a caller's timeout of
-// the maximum (24 hours by default) sets the deadline that far after
-// queueing; none, a negative one or one past the maximum is refused.
-func TestACallersTimeoutIsPositiveAndAtMostTheMaximum(t *testing.T) {
+// TestTimeoutIsKeptOrRefusedAtItsBounds: a timeout in (0, 24h] sets the
+// deadline exactly that long after queueing, down to a nanosecond; one
+// outside it, or one that is not a valid duration (seconds and nanos of
+// different signs, nanos past a second, more than the 10,000 years a
+// Duration holds), is refused with INVALID_ARGUMENT naming the timeout,
+// and nothing is queued. None is silently read as another duration.
+func TestTimeoutIsKeptOrRefusedAtItsBounds(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	caller := e.callerClient()
-	st := submit(t, caller, e.account, 24*time.Hour)
-	if got := st.GetDeadline().AsTime().Sub(st.GetQueuedAt().AsTime()); got != 24*time.Hour {
-		t.Errorf("deadline - queued_at = %v with a timeout of the maximum, want 24h", got)
-	}
-	for _, d := range []time.Duration{0, -time.Second, 24*time.Hour + time.Microsecond} {
-		_, err := caller.Submit(context.Background(), &automatorv1.ExecuteRequest{
-			Account: e.account, Command: &automatorv1.Command{Script: "x.sh"}, Timeout: durationpb.New(d),
-		})
-		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "timeout") {
-			t.Errorf("timeout %v: %v, want InvalidArgument naming the timeout", d, err)
+	c := e.callerClient()
+	ctx := context.Background()
+	for _, d := range []time.Duration{time.Nanosecond, time.Millisecond, 999 * time.Millisecond, 24 * time.Hour} {
+		st, err := c.Submit(ctx, &automatorv1.ExecuteRequest{Account: e.account, Command: &automatorv1.Command{Script: "x.sh"}, Timeout: durationpb.New(d)})
+		if err != nil {
+			t.Fatalf("timeout %v: %v", d, err)
 		}
+		if got := st.GetDeadline().AsTime().Sub(st.GetQueuedAt().AsTime()); got != d {
+			t.Errorf("timeout %v: deadline - queued_at = %v", d, got)
+		}
+	}
+	for _, d := range []*durationpb.Duration{
+		durationpb.New(24*time.Hour + time.Nanosecond),
+		durationpb.New(-time.Nanosecond),
+		{}, // set, and zero: not the default, which is asked for by leaving it unset
+		{Seconds: 1, Nanos: -5},
+		{Seconds: -1, Nanos: 2e9},
+		{Nanos: 1e9},
+		{Seconds: 1 << 62},
+	} {
+		_, err := c.Submit(ctx, &automatorv1.ExecuteRequest{Account: e.account, Command: &automatorv1.Command{Script: "x.sh"}, Timeout: d})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "timeout") {
+			t.Errorf("timeout {%v}: %v, want INVALID_ARGUMENT naming the timeout", d, err)
+		}
+	}
+	units, err := e.store.WorkList(ctx, store.WorkListParams{Account: e.account, Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(units) != 4 {
+		t.Errorf("%d units stored, want the 4 with valid timeouts", len(units))
 	}
 }
