@@ -188,3 +188,22 @@ func TestClaimCarriesTheTimeRemainingOnTheAutomatorsClock(t *testing.T) {
 		t.Errorf("claim made 2m after queueing carries %v remaining, want 3m (the deadline minus the automator's now)", got)
 	}
 }
+
+// TestClaimNeverCarriesMoreThanItsTimeout: when the automator's clock steps
+// back (an NTP step of an hour) between a unit's queueing and its claim, the
+// deadline on that clock is now further away than the caller's whole
+// timeout; the claimer is handed the timeout at most, so the script is
+// killed no later than the timeout after its start, never an hour late.
+func TestClaimNeverCarriesMoreThanItsTimeout(t *testing.T) {
+	clock := newFakeClock()
+	e := newEnv(t, envOptions{clock: clock})
+	submit(t, e.callerClient(), e.account, 5*time.Minute)
+	clock.Advance(-time.Hour)
+	resp, err := pollNow(e.proxyClient(), "a", 1)
+	if err != nil || len(resp.GetClaims()) != 1 {
+		t.Fatalf("poll: %v, %d claims; want one", err, len(resp.GetClaims()))
+	}
+	if got := resp.GetClaims()[0].GetRemaining().AsDuration(); got != 5*time.Minute {
+		t.Errorf("claim made after the automator's clock stepped back an hour carries %v remaining, want the 5m timeout at most", got)
+	}
+}

@@ -351,12 +351,21 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 			ClaimId:       w.ClaimID,
 			Account:       w.Account,
 			SealedCommand: s.sealedFor(ctx, ring, req.GetKeyIds(), w, now),
-			Remaining:     durationpb.New(w.Deadline.Sub(now)),
+			Remaining:     durationpb.New(claimRemaining(w, now)),
 		})
 		s.metrics.WorkClaimed(w.Account, now.Sub(w.QueuedAt))
 		s.log.Debug("work claimed", "work_id", w.ID, "account", account, "instance_id", w.InstanceID, "handed", w.ClaimedAt.Equal(w.QueuedAt))
 	}
 	return resp, false, nil
+}
+
+// claimRemaining is the time a claim carries: until the unit's deadline
+// on the automator's clock, and never more than its timeout. When that
+// clock steps back between the queueing and the claim (an NTP step), the
+// deadline seems further away than the caller's whole timeout; the script
+// still runs no longer than the timeout.
+func claimRemaining(w store.Work, now time.Time) time.Duration {
+	return min(w.Deadline.Sub(now), w.Deadline.Sub(w.QueuedAt))
 }
 
 // failLost ends, as failed, the units still claimed for the polls of a
