@@ -149,7 +149,9 @@ func (a *AutomatorService) ListInstances(ctx context.Context, req *automatorv1.L
 	if err != nil {
 		return nil, s.internal(ctx, "listing instances", err)
 	}
-	now := s.clock.Now()
+	// Online as in the listings and the dashboard (store.AccountStatsParams):
+	// a last poll at or after this.
+	since := s.clock.Now().Add(-InstanceOnlineWithin(s.pollWindow))
 	resp := &automatorv1.ListInstancesResponse{}
 	for _, in := range list {
 		resp.Instances = append(resp.Instances, &automatorv1.Instance{
@@ -158,7 +160,7 @@ func (a *AutomatorService) ListInstances(ctx context.Context, req *automatorv1.L
 			Version:    in.Version,
 			LastPollAt: timestamppb.New(in.LastPollAt),
 			InFlight:   int32(in.InFlight),
-			Online:     now.Sub(in.LastPollAt) < InstanceOnlineWithin(s.pollWindow),
+			Online:     !in.LastPollAt.Before(since),
 		})
 	}
 	return resp, nil

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
@@ -360,5 +361,35 @@ func TestTimeoutIsKeptOrRefusedAtItsBounds(t *testing.T) {
 	}
 	if len(units) != 4 {
 		t.Errorf("%d units stored, want the 4 with valid timeouts", len(units))
+	}
+}
+
+// TestInstanceIsOnlineWhileItPolledWithinTheWindowsAsListingsSay: an
+// instance is online in ListInstances while its last poll is at most
+// InstanceOnlineWithin old, to the nanosecond, as in the store's account
+// statistics that `automator account list`, `instances` and the dashboard
+// show; a nanosecond later it is offline in both.
+func TestInstanceIsOnlineWhileItPolledWithinTheWindowsAsListingsSay(t *testing.T) {
+	clock := newFakeClock()
+	e := newEnv(t, envOptions{clock: clock})
+	if _, err := pollNow(e.proxyClient(), "a", 0); err != nil {
+		t.Fatal(err)
+	}
+	within := server.InstanceOnlineWithin(2 * time.Second) // newEnv's poll window
+	clock.Advance(within)
+	for _, step := range []time.Duration{0, time.Nanosecond} {
+		clock.Advance(step)
+		list, err := e.callerClient().ListInstances(context.Background(), &automatorv1.ListInstancesRequest{Account: e.account})
+		if err != nil || len(list.GetInstances()) != 1 {
+			t.Fatalf("instances: %v, %v; want one", list.GetInstances(), err)
+		}
+		stats, err := e.store.AccountStats(context.Background(), store.AccountStatsParams{OnlineSince: clock.Now().Add(-within)})
+		if err != nil || len(stats) != 1 {
+			t.Fatalf("account statistics: %v, %v", stats, err)
+		}
+		online, listed := list.GetInstances()[0].GetOnline(), stats[0].InstancesOnline == 1
+		if want := step == 0; online != want || listed != want {
+			t.Errorf("last poll %v old (the online bound is %v): ListInstances online %v, listings online %v; want %v in both", within+step, within, online, listed, want)
+		}
 	}
 }
