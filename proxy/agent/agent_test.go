@@ -651,3 +651,30 @@ func (s slotPolls) Poll(ctx context.Context, in *automatorv1.PollRequest, opts .
 	}
 	return s.fakeAutomator.Poll(ctx, in, opts...)
 }
+
+// TestScriptIsToldTheWholeSecondsRemainingRoundedDown: PROXY_DEADLINE_SECONDS
+// is the time remaining in whole seconds, rounded down, so a script that
+// keeps within it finishes before it is killed: 0 with under a second
+// left, 299 (not 300) with 300 seconds less the time the claim took to
+// reach the script.
+func TestScriptIsToldTheWholeSecondsRemainingRoundedDown(t *testing.T) {
+	told := make(chan string, 3)
+	useRunner(t, func(_ context.Context, s runner.Spec) (runner.Result, error) {
+		told <- s.Env["PROXY_DEADLINE_SECONDS"]
+		return runner.Result{}, nil
+	})
+	f := newFake()
+	startAgent(t, slotPolls{f}, 1, nil)
+	for _, tc := range []struct {
+		remaining time.Duration
+		want      string
+	}{{900 * time.Millisecond, "0"}, {1900 * time.Millisecond, "1"}, {300 * time.Second, "299"}} {
+		c := claim(t, "w-"+tc.remaining.String(), &automatorv1.Command{Script: "s"})
+		c.Remaining = durationpb.New(tc.remaining)
+		f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{c}}
+		if got := waittest.Recv(t, told, "the script to be run"); got != tc.want {
+			t.Errorf("with %v remaining, PROXY_DEADLINE_SECONDS=%s, want %s", tc.remaining, got, tc.want)
+		}
+		waittest.Recv(t, f.completed, "its result to be posted")
+	}
+}
