@@ -416,6 +416,7 @@ func (s *Server) wait(ctx context.Context, id string, sub *doneSub, known *store
 			timer.Stop()
 		}
 	}()
+	fired := false // the timer fired and has not been re-armed
 	var recheck <-chan time.Time
 	if s.broadcaster != nil {
 		t := time.NewTicker(s.waitRecheck)
@@ -435,8 +436,16 @@ func (s *Server) wait(ctx context.Context, id string, sub *doneSub, known *store
 		if w.State.Terminal() {
 			return s.workStatus(ctx, w)
 		}
-		if timer == nil {
+		switch {
+		case timer == nil:
 			timer = time.NewTimer(w.Deadline.Sub(s.clock.Now()))
+		case fired:
+			// Not ended at its deadline: another replica may hold it, or
+			// the store failed; look again soon. Or the clock stepped
+			// back, and the deadline is still ahead on it: wait for it, as
+			// the sweeper does, rather than look every SweepInterval.
+			timer.Reset(max(w.Deadline.Sub(s.clock.Now()), s.sweepInterval))
+			fired = false
 		}
 		select {
 		case <-sub.c:
@@ -445,7 +454,7 @@ func (s *Server) wait(ctx context.Context, id string, sub *doneSub, known *store
 		case <-recheck: // read it again
 		case <-timer.C:
 			s.expireDue(ctx)
-			timer.Reset(s.sweepInterval) // another replica may hold it; look again soon
+			fired = true
 		case <-s.shutdown:
 			return nil, status.Errorf(codes.Unavailable, "automator shutting down; wait for work %q again", id)
 		case <-ctx.Done():
