@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,11 @@ import (
 	"net/http"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
 // jsonBody is the API's JSON marshaler, whose request bodies are held to
@@ -33,9 +39,20 @@ type bodyDecoder struct {
 // Decode decodes the request body into v. An empty body is io.EOF, which
 // the handlers take for an empty request.
 func (d bodyDecoder) Decode(v any) error {
-	err := runtime.DecoderWrapper{Decoder: d.dec, UnmarshalOptions: d.opts.UnmarshalOptions}.Decode(v)
+	var raw json.RawMessage
+	err := d.dec.Decode(&raw)
 	if err == nil {
 		err = d.end()
+	}
+	if err == nil {
+		if m, ok := v.(proto.Message); ok {
+			err = d.opts.UnmarshalOptions.Unmarshal(raw, m) // as runtime.DecoderWrapper does
+		} else {
+			err = runtime.DecoderWrapper{Decoder: json.NewDecoder(bytes.NewReader(raw)), UnmarshalOptions: d.opts.UnmarshalOptions}.Decode(v)
+		}
+		if _, ok := v.(*automatorv1.ExecuteRequest); ok && err != nil {
+			err = badTimeout(raw, err)
+		}
 	}
 	var syntax *json.SyntaxError
 	var tooLarge *http.MaxBytesError
@@ -48,6 +65,22 @@ func (d bodyDecoder) Decode(v any) error {
 		return fmt.Errorf("the request body is not valid JSON: %v (at byte %d)", err, syntax.Offset)
 	}
 	return err
+}
+
+// badTimeout names the timeout when it is what an execute or submit body
+// holds wrong, and says how to write one: protojson's error names neither
+// the field nor the form (`invalid google.protobuf.Duration value "5m"`),
+// and "5m" is what the CLI's --timeout takes. Else it returns err.
+func badTimeout(body []byte, err error) error {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(body, &fields) != nil {
+		return err
+	}
+	t, ok := fields["timeout"]
+	if !ok || string(t) == "null" || protojson.Unmarshal(t, &durationpb.Duration{}) == nil {
+		return err
+	}
+	return fmt.Errorf("timeout %s is not a valid duration: write it as a string of seconds ending in \"s\", such as \"300s\" or \"1.5s\", of at most 24 hours", t)
 }
 
 // end checks that only white space follows the value decoded.

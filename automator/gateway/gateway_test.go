@@ -267,6 +267,11 @@ func TestEveryEndpoint(t *testing.T) {
 			{"unknown field", "POST", "/v1/accounts/acme/submit", "", `{"command": {"scirpt": "hello.sh"}}`, 400, 3, "scirpt"},
 			{"not JSON", "POST", "/v1/accounts/acme/submit", "", `script=hello.sh`, 400, 3, ""},
 			{"bad timeout", "POST", "/v1/accounts/acme/submit", "", map[string]any{"command": map[string]any{"script": "x"}, "timeout": "-1s"}, 400, 3, "timeout"},
+			// Written as the CLI's --timeout takes it, or as a number: the
+			// message names the field and the form.
+			{"timeout in minutes", "POST", "/v1/accounts/acme/execute", "", map[string]any{"command": map[string]any{"script": "x"}, "timeout": "5m"}, 400, 3, `timeout "5m" is not a valid duration: write it as a string of seconds ending in "s", such as "300s"`},
+			{"timeout as a number", "POST", "/v1/accounts/acme/submit", "", map[string]any{"command": map[string]any{"script": "x"}, "timeout": 300}, 400, 3, `timeout 300 is not a valid duration`},
+			{"timeout past a Duration", "POST", "/v1/accounts/acme/submit", "", map[string]any{"command": map[string]any{"script": "x"}, "timeout": "999999999999s"}, 400, 3, `timeout "999999999999s" is not a valid duration`},
 		} {
 			r := c.do(tc.method, tc.path, tc.key, tc.body)
 			if r.status != tc.status || r.body["code"] != tc.code || !strings.Contains(r.str("message"), tc.message) {
