@@ -844,3 +844,25 @@ func TestLiveUpdatesCarryCarriageReturnsIntact(t *testing.T) {
 		}
 	}
 }
+
+// TestShortTimesSayTheyAreUTC: the times of day in the work list and the
+// instances page are UTC, as every full time on the dashboard (and in the
+// CLI's listings) is, and say so: "03:03:55Z", not a bare "03:03:55" an
+// operator would read as local time.
+func TestShortTimesSayTheyAreUTC(t *testing.T) {
+	e := newEnv(t)
+	now := e.clock.Now() // 03:04:05 UTC
+	e.poll("acme", "a-1", now.Add(-10*time.Second))
+	e.enqueue("w_1", "acme", now.Add(-90*time.Second), &automatorv1.Command{Script: "x.sh"})
+	c := client(t)
+	e.signIn(c, e.url, "viewer")
+	for page, want := range map[string]string{
+		"/dashboard/accounts/acme": ">03:03:55Z <",
+		"/dashboard/work":          ">queued 03:02:35Z<",
+	} {
+		code, body := get(t, c, e.url+page)
+		if code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("%s (%d) lacks %q:\n%s", page, code, want, body)
+		}
+	}
+}

@@ -70,11 +70,12 @@ func ago(now, t time.Time) string {
 	return age(now, t) + " ago"
 }
 
+// clock is t's time of day, in UTC like every time shown, and saying so.
 func clock(t time.Time) string {
 	if t.IsZero() {
 		return ""
 	}
-	return t.UTC().Format("15:04:05")
+	return t.UTC().Format("15:04:05Z")
 }
 
 func stamp(t time.Time) string {
