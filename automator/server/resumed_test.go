@@ -31,6 +31,27 @@ func (r *readsOf) WorkGet(ctx context.Context, id string) (store.Work, error) {
 	return w, err
 }
 
+// waitAnswer is a Wait's answer.
+type waitAnswer struct {
+	st  *automatorv1.WorkStatus
+	err error
+}
+
+// waitInBackground calls Wait for unit id and returns once the call waits:
+// it has read the unit twice (to check the caller may, then once
+// subscribed to the unit's end). The answer comes on the channel.
+func waitInBackground(t *testing.T, api automatorv1.AutomatorServiceClient, id string, reads *readsOf) <-chan waitAnswer {
+	t.Helper()
+	waited := make(chan waitAnswer, 1)
+	go func() {
+		st, err := api.Wait(t.Context(), &automatorv1.WaitRequest{WorkId: id})
+		waited <- waitAnswer{st, err}
+	}()
+	waittest.Recv(t, reads.read, "Wait's first read of the unit")
+	waittest.Recv(t, reads.read, "Wait's read of the unit once subscribed")
+	return waited
+}
+
 // applied returns once b's listener has applied every event sent before:
 // it takes the next one only then.
 func (b *recordingBroadcaster) applied() {
@@ -51,19 +72,7 @@ func TestAWaiterWhoseUnitEndedUnannouncedReadsItWhenListeningResumes(t *testing.
 	u := submit(t, api, e.account, time.Hour)
 	reads.id = u.GetWorkId() // Submit's own reads are over
 
-	type answer struct {
-		st  *automatorv1.WorkStatus
-		err error
-	}
-	waited := make(chan answer, 1)
-	go func() {
-		st, err := api.Wait(t.Context(), &automatorv1.WaitRequest{WorkId: u.GetWorkId()})
-		waited <- answer{st, err}
-	}()
-	// Wait reads the unit to check the caller may, then subscribes to its
-	// end and reads it again: after the second read it waits.
-	waittest.Recv(t, reads.read, "Wait's first read of the unit")
-	waittest.Recv(t, reads.read, "Wait's read of the unit once subscribed")
+	waited := waitInBackground(t, api, u.GetWorkId(), reads)
 
 	// Another replica cancels it; this one hears nothing of it.
 	if _, err := e.store.WorkCancel(t.Context(), store.WorkCancelParams{ID: u.GetWorkId(), Reason: "cancelled on another replica", Now: time.Now()}); err != nil {
@@ -135,17 +144,7 @@ func TestAWaiterWhoseUnitEndedUnannouncedReadsItWithinTheRecheck(t *testing.T) {
 	u := submit(t, api, e.account, time.Hour)
 	reads.id = u.GetWorkId()
 
-	type answer struct {
-		st  *automatorv1.WorkStatus
-		err error
-	}
-	waited := make(chan answer, 1)
-	go func() {
-		st, err := api.Wait(t.Context(), &automatorv1.WaitRequest{WorkId: u.GetWorkId()})
-		waited <- answer{st, err}
-	}()
-	waittest.Recv(t, reads.read, "Wait's first read of the unit")
-	waittest.Recv(t, reads.read, "Wait's read of the unit once subscribed")
+	waited := waitInBackground(t, api, u.GetWorkId(), reads)
 
 	// Another replica cancels it; its announcement never comes.
 	if _, err := e.store.WorkCancel(t.Context(), store.WorkCancelParams{ID: u.GetWorkId(), Reason: "cancelled on another replica", Now: time.Now()}); err != nil {

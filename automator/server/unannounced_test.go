@@ -34,17 +34,7 @@ func TestAResultRecordedByAReplicaThatDiedUnannouncedWakesItsWaiterWhenPostedAga
 	claim := resp.GetClaims()[0]
 	reads.id = u.GetWorkId() // the reads of Submit and Poll are over
 
-	type answer struct {
-		st  *automatorv1.WorkStatus
-		err error
-	}
-	waited := make(chan answer, 1)
-	go func() {
-		st, err := api.Wait(t.Context(), &automatorv1.WaitRequest{WorkId: u.GetWorkId()})
-		waited <- answer{st, err}
-	}()
-	waittest.Recv(t, reads.read, "Wait's first read of the unit")
-	waittest.Recv(t, reads.read, "Wait's read of the unit once subscribed")
+	waited := waitInBackground(t, api, u.GetWorkId(), reads)
 
 	// Replica B records the result and dies: this replica hears nothing.
 	req := &automatorv1.CompleteRequest{
@@ -114,17 +104,7 @@ func TestACancelMadeAgainAfterItsReplicaDiedUnannouncedReachesWaiterAndClaimer(t
 	}
 	reads.id = u.GetWorkId() // the reads of Submit and Poll are over
 
-	type answer struct {
-		st  *automatorv1.WorkStatus
-		err error
-	}
-	waited := make(chan answer, 1)
-	go func() {
-		st, err := api.Wait(t.Context(), &automatorv1.WaitRequest{WorkId: u.GetWorkId()})
-		waited <- answer{st, err}
-	}()
-	waittest.Recv(t, reads.read, "Wait's first read of the unit")
-	waittest.Recv(t, reads.read, "Wait's read of the unit once subscribed")
+	waited := waitInBackground(t, api, u.GetWorkId(), reads)
 	// The instance's next poll, running the unit, waits (its window is an hour).
 	polled := make(chan *automatorv1.PollResponse, 1)
 	go func() {
