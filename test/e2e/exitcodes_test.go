@@ -72,42 +72,30 @@ func TestExecExitCodes(t *testing.T) {
 		}
 		oneLine(t, r, "unknown script")
 	})
-	t.Run("126 cancelled by SIGINT", func(t *testing.T) {
-		t.Parallel()
-		pidFile := filepath.Join(t.TempDir(), "pid")
-		killPIDFilesAtCleanup(t, pidFile)
-		bg := a.StartExec(t, "--account", "acme", "--timeout", "30s", "sleeper.sh", pidFile)
-		waitFor(t, 10*time.Second, "the script to start", func() bool { return exists(pidFile) })
-		pids := readPIDs(t, pidFile)
-		bg.Signal(t, syscall.SIGINT)
-		r := bg.Wait(t, 10*time.Second)
-		if r.Code != 126 {
-			t.Fatalf("exec: %v; want exit 126", r)
-		}
-		oneLine(t, r, "cancelled")
-		if !poll(5*time.Second, func() bool { return allGone(pids) }) {
-			t.Fatalf("5s after the cancel the script or its child (pids %v) still runs; %s", pids, treeNotKilled)
-		}
-	})
-	t.Run("126 cancelled by SIGHUP", func(t *testing.T) {
-		// The terminal exec ran in closed (an SSH session dropped): the
-		// unit is cancelled as for Ctrl-C, not left to run unobserved.
-		t.Parallel()
-		pidFile := filepath.Join(t.TempDir(), "pid")
-		killPIDFilesAtCleanup(t, pidFile)
-		bg := a.StartExec(t, "--account", "acme", "--timeout", "30s", "sleeper.sh", pidFile)
-		waitFor(t, 10*time.Second, "the script to start", func() bool { return exists(pidFile) })
-		pids := readPIDs(t, pidFile)
-		bg.Signal(t, syscall.SIGHUP)
-		r := bg.Wait(t, 10*time.Second)
-		if r.Code != 126 {
-			t.Fatalf("exec: %v; want exit 126", r)
-		}
-		oneLine(t, r, "cancelled")
-		if !poll(5*time.Second, func() bool { return allGone(pids) }) {
-			t.Fatalf("5s after the cancel the script or its child (pids %v) still runs; %s", pids, treeNotKilled)
-		}
-	})
+	// Ctrl-C, or the terminal exec ran in closed (an SSH session
+	// dropped): the unit is cancelled, not left to run unobserved.
+	for _, sig := range []struct {
+		name string
+		sig  syscall.Signal
+	}{{"SIGINT", syscall.SIGINT}, {"SIGHUP", syscall.SIGHUP}} {
+		t.Run("126 cancelled by "+sig.name, func(t *testing.T) {
+			t.Parallel()
+			pidFile := filepath.Join(t.TempDir(), "pid")
+			killPIDFilesAtCleanup(t, pidFile)
+			bg := a.StartExec(t, "--account", "acme", "--timeout", "30s", "sleeper.sh", pidFile)
+			waitFor(t, 10*time.Second, "the script to start", func() bool { return exists(pidFile) })
+			pids := readPIDs(t, pidFile)
+			bg.Signal(t, sig.sig)
+			r := bg.Wait(t, 10*time.Second)
+			if r.Code != 126 {
+				t.Fatalf("exec: %v; want exit 126", r)
+			}
+			oneLine(t, r, "cancelled")
+			if !poll(5*time.Second, func() bool { return allGone(pids) }) {
+				t.Fatalf("5s after the cancel the script or its child (pids %v) still runs; %s", pids, treeNotKilled)
+			}
+		})
+	}
 	t.Run("255 bad flag", func(t *testing.T) {
 		t.Parallel()
 		r := a.Exec("--no-such-flag", "--account", "acme", "exit.sh", "0")
