@@ -17,13 +17,7 @@ import (
 // way out, and leaves the database as it was. Once no serve runs, the same
 // command migrates it as before.
 func TestACommandDoesNotMigrateTheDatabaseUnderARunningServe(t *testing.T) {
-	dir := initDir(t)
-	cfg, err := config.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dbPath := cfg.DBPath(dir)
-	downgradeToVersion7(t, dbPath)               // as the previous release left it
+	dir, cfg, dbPath := dataDirOfThePreviousRelease(t)
 	serving, err := lockSQLiteForServe(dir, cfg) // as its serve holds it
 	if err != nil {
 		t.Fatal(err)
@@ -69,13 +63,7 @@ func TestACommandDoesNotMigrateTheDatabaseUnderARunningServe(t *testing.T) {
 // database before migrating it. One's look must not pass for a serve in
 // the other's eyes: the command migrates the database, as with no serve.
 func TestACommandMigratesBesideAnotherCommandLookingForAServe(t *testing.T) {
-	dir := initDir(t)
-	cfg, err := config.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dbPath := cfg.DBPath(dir)
-	downgradeToVersion7(t, dbPath) // as the previous release left it
+	dir, _, dbPath := dataDirOfThePreviousRelease(t)
 	// The other command's look, under way (refuseMigratingUnderServe).
 	looking, err := filelock.Shared(dbPath + "-serve.lock")
 	if err != nil {
@@ -123,4 +111,18 @@ func TestServeStartsWhileACommandLooksForAServe(t *testing.T) {
 	if refused == 0 {
 		t.Fatal("serve took the lock a command held")
 	}
+}
+
+// dataDirOfThePreviousRelease is a data directory whose SQLite database is
+// at schema version 7, as the previous release left it.
+func dataDirOfThePreviousRelease(t *testing.T) (dir string, cfg config.Config, dbPath string) {
+	t.Helper()
+	dir = initDir(t)
+	cfg, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dbPath = cfg.DBPath(dir)
+	downgradeToVersion7(t, dbPath)
+	return dir, cfg, dbPath
 }
