@@ -24,18 +24,7 @@ func TestAutomatorServiceInstallStartStopUninstall(t *testing.T) {
 	requireRoot(t)
 	w := newWorkDir(t)
 	dir := filepath.Join(w.dir, "data")
-	port := freePort(t)
-	if r := runCLI(bin.automator, "init", "--data-dir", dir, "--public-url", fmt.Sprintf("https://127.0.0.1:%d", port)); r.Code != 0 {
-		t.Fatalf("automator init: %v", r)
-	}
-	cfg, err := config.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Listen, cfg.HTTPListen = fmt.Sprintf("127.0.0.1:%d", port), "127.0.0.1:0"
-	if err := config.Save(dir, cfg); err != nil {
-		t.Fatal(err)
-	}
+	initOnLoopback(t, dir)
 	name := uniqueName(t)
 	before := snapshot(t)
 	r := runCLI(bin.automator, "install", "--data-dir", dir, "--name", name)
@@ -111,18 +100,7 @@ func TestAutomatorInstallRefusesAUserWhoCannotReachItsFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(private, "data")
-	port := freePort(t)
-	if r := runCLI(bin.automator, "init", "--data-dir", dir, "--public-url", fmt.Sprintf("https://127.0.0.1:%d", port)); r.Code != 0 {
-		t.Fatalf("automator init: %v", r)
-	}
-	cfg, err := config.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Listen, cfg.HTTPListen = fmt.Sprintf("127.0.0.1:%d", port), "127.0.0.1:0"
-	if err := config.Save(dir, cfg); err != nil {
-		t.Fatal(err)
-	}
+	initOnLoopback(t, dir)
 	if r := runCLI("chown", "-R", "nobody:", dir); r.Code != 0 {
 		t.Fatalf("chown: %v", r)
 	}
@@ -214,18 +192,7 @@ func TestAutomatorStartAndStatusSayWhetherTheServiceServes(t *testing.T) {
 	requireRoot(t)
 	w := newWorkDir(t)
 	dir := filepath.Join(w.dir, "data")
-	port := freePort(t)
-	if r := runCLI(bin.automator, "init", "--data-dir", dir, "--public-url", fmt.Sprintf("https://127.0.0.1:%d", port)); r.Code != 0 {
-		t.Fatalf("automator init: %v", r)
-	}
-	cfg, err := config.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Listen, cfg.HTTPListen = fmt.Sprintf("127.0.0.1:%d", port), "127.0.0.1:0"
-	if err := config.Save(dir, cfg); err != nil {
-		t.Fatal(err)
-	}
+	port := initOnLoopback(t, dir)
 	good, err := os.ReadFile(filepath.Join(dir, config.FileConfig))
 	if err != nil {
 		t.Fatal(err)
@@ -295,4 +262,24 @@ func allowSearch(dir string, uid int) error {
 	acl = append(acl, entry(0x10, 1, undefined)...)   // mask: x
 	acl = append(acl, entry(0x20, 0, undefined)...)   // others: none
 	return syscall.Setxattr(dir, "system.posix_acl_access", acl, 0)
+}
+
+// initOnLoopback runs `automator init` on data directory dir for a free
+// loopback port, and has it serve gRPC on that port and HTTP on any:
+// it returns the gRPC port.
+func initOnLoopback(t *testing.T, dir string) int {
+	t.Helper()
+	port := freePort(t)
+	if r := runCLI(bin.automator, "init", "--data-dir", dir, "--public-url", fmt.Sprintf("https://127.0.0.1:%d", port)); r.Code != 0 {
+		t.Fatalf("automator init: %v", r)
+	}
+	cfg, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Listen, cfg.HTTPListen = fmt.Sprintf("127.0.0.1:%d", port), "127.0.0.1:0"
+	if err := config.Save(dir, cfg); err != nil {
+		t.Fatal(err)
+	}
+	return port
 }
