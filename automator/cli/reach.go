@@ -1,0 +1,42 @@
+package cli
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/store/pgstore"
+	"github.com/opsgate/opsgate/proxy/service"
+)
+
+// checkServiceUserReach refuses a service user who could not run exe or
+// serve the data directory dir: every directory on their way searchable,
+// exe executable, the files serve reads readable and the directory and a
+// SQLite database writable.
+func checkServiceUserReach(u *service.User, exe, dir string, cfg config.Config) error {
+	if err := u.Reach(exe, service.PermExecute); err != nil {
+		return fmt.Errorf("%w: the service runs %s; install from a copy of the binary that %s can run (such as /usr/local/bin/automator)", err, exe, u.Name)
+	}
+	if err := u.Reach(dir, service.PermRead|service.PermWrite|service.PermExecute); err != nil {
+		if !strings.Contains(err.Error(), "cannot search") {
+			return fmt.Errorf("%w; run `chown -R %s: %s` first", err, u.Name, dir)
+		}
+		return fmt.Errorf("%w, so the service could not open %s; move the data directory where %s can reach it (such as under /var/lib)", err, dir, u.Name)
+	}
+	files := []string{config.FileConfig, config.FileMasterKey, config.FileCert, config.FileKey, config.FileCACert}
+	for _, f := range files {
+		if err := u.Reach(filepath.Join(dir, f), service.PermRead); err != nil {
+			return fmt.Errorf("%w; run `chown -R %s: %s` first", err, u.Name, dir)
+		}
+	}
+	if !pgstore.IsDSN(cfg.DB) {
+		db := cfg.DBPath(dir)
+		for _, p := range []string{db, db + "-wal", db + "-shm"} {
+			if err := u.Reach(p, service.PermRead|service.PermWrite); err != nil {
+				return fmt.Errorf("%w; run `chown -R %s: %s` first", err, u.Name, filepath.Dir(db))
+			}
+		}
+	}
+	return nil
+}
