@@ -155,6 +155,16 @@ func cmdInstall(args []string, env Env) error {
 	if err != nil {
 		return fmt.Errorf("finding this program's path: %w", err)
 	}
+	if u != nil {
+		// A service that cannot reach its binary or its scripts would
+		// only fail at every start.
+		if err := u.Reach(exe, service.PermExecute); err != nil {
+			return fmt.Errorf("%w: the service runs %s; install from a copy of the binary that %s can run (such as /usr/local/bin/proxy)", err, exe, u.Name)
+		}
+		if err := u.Reach(cfg.ScriptsDir, service.PermRead|service.PermExecute); err != nil {
+			return fmt.Errorf("scripts_dir in %s: %w, so the service could not start; give %s access, or move the scripts where it can reach them", src, err, u.Name)
+		}
+	}
 	configDir := service.ConfigDir(*name)
 	installed := filepath.Join(configDir, configFileName)
 

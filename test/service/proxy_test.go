@@ -224,3 +224,65 @@ func TestProxyServiceRunsAsAnUnprivilegedUser(t *testing.T) {
 	proxyCLI(t, "uninstall", "--name", name)
 	assertNothingLeft(t, name, before, snapshot(t))
 }
+
+// TestProxyInstallRefusesAUserWhoCannotReachItsBinaryOrScripts: a service
+// run as --user that cannot reach the proxy binary, or its scripts_dir,
+// would only fail at every start (the config check cannot open
+// scripts_dir) while its service manager starts it again and again.
+// install refuses it, naming what is in the way.
+func TestProxyInstallRefusesAUserWhoCannotReachItsBinaryOrScripts(t *testing.T) {
+	requireRoot(t)
+	if _, err := psvc.LookupUser("nobody"); err != nil {
+		t.Skipf("no user nobody: %v", err)
+	}
+	a := startAutomator(t)
+	w := newWorkDir(t)
+	name := uniqueName(t)
+	t.Cleanup(func() { runCLI(bin.proxy, "uninstall", "--name", name) })
+	install := func(exe, cfg string) result {
+		return runCLI(exe, "install", "--config", cfg, "--name", name, "--user", "nobody", "--manual-start")
+	}
+
+	// scripts_dir in a directory nobody may not search.
+	private := filepath.Join(w.dir, "private")
+	if err := os.MkdirAll(filepath.Join(private, "scripts"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cfg := w.config(t, a.profile(t, "acme"), "acme")
+	hiddenScripts := strings.Replace(string(mustRead(t, cfg)), "scripts_dir: "+w.scripts, "scripts_dir: "+filepath.Join(private, "scripts"), 1)
+	hiddenCfg := filepath.Join(w.dir, "hidden-scripts.yaml")
+	if err := os.WriteFile(hiddenCfg, []byte(hiddenScripts), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := install(bin.proxy, hiddenCfg)
+	if r.Code != 1 || !strings.Contains(r.Stderr, "nobody cannot search "+private) || !strings.Contains(r.Stderr, "scripts_dir") {
+		t.Fatalf("install with a scripts_dir nobody cannot reach: %v; want exit 1 naming %s and scripts_dir", r, private)
+	}
+	if st := runCLI(bin.proxy, "status", "--name", name); st.Code == 0 {
+		t.Fatalf("a refused install installed the service: %v", st)
+	}
+
+	// The binary in a directory nobody may not search.
+	exe := filepath.Join(private, "proxy")
+	if r := runCLI("cp", bin.proxy, exe); r.Code != 0 {
+		t.Fatalf("cp: %v", r)
+	}
+	r = install(exe, cfg)
+	if r.Code != 1 || !strings.Contains(r.Stderr, "nobody cannot search "+private) || !strings.Contains(r.Stderr, exe) {
+		t.Fatalf("install from a binary nobody cannot reach: %v; want exit 1 naming %s", r, exe)
+	}
+
+	// Reachable: installed.
+	if r := install(bin.proxy, cfg); r.Code != 0 {
+		t.Fatalf("install with everything reachable by nobody: %v", r)
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
