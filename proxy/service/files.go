@@ -12,6 +12,16 @@ type User struct {
 	UID, GID    int
 }
 
+// Perm is access a service's user needs, as mode bits.
+type Perm uint32
+
+// The permissions Reach checks.
+const (
+	PermRead    Perm = 4
+	PermWrite   Perm = 2
+	PermExecute Perm = 1
+)
+
 // MakeDir makes the directory path (its parent must exist) for a service's
 // files, owned by u when given, and on Windows readable only by SYSTEM and
 // Administrators (private) or inheriting from ProgramData. It reports whether

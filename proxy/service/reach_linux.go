@@ -20,16 +20,6 @@ func (u *User) Reach(path string, want Perm) error {
 	return newReacher(u).reach(path, want)
 }
 
-// Perm is access a service's user needs, as mode bits.
-type Perm uint32
-
-// The permissions Reach checks.
-const (
-	PermRead    Perm = 4
-	PermWrite   Perm = 2
-	PermExecute Perm = 1
-)
-
 // reacher is a user and its groups, for Reach.
 type reacher struct {
 	u      *User
