@@ -33,11 +33,13 @@ type pinger interface {
 }
 
 // readyz answers 200 while the store answers and its migrations are done,
-// 503 with the reason otherwise or once the automator is shutting down
-// (its calls answer UNAVAILABLE then), so a load balancer sends no caller
-// to a replica that cannot serve. It logs when the store stops answering
-// and when it answers again, not at every check: load balancers check
-// every second or more often.
+// 503 otherwise or once the automator is shutting down (its calls answer
+// UNAVAILABLE then), so a load balancer sends no caller to a replica that
+// cannot serve. The answer needs no key, so it says only which of the two
+// it is: the store's error names the database (its host, user, file path)
+// and goes to the log instead, where `automator status`'s answer points.
+// It logs when the store stops answering and when it answers again, not at
+// every check: load balancers check every second or more often.
 func readyz(st pinger, stopping func() bool, log *slog.Logger) http.Handler {
 	var mu sync.Mutex
 	notReady := false
@@ -70,12 +72,15 @@ func readyz(st pinger, stopping func() bool, log *slog.Logger) http.Handler {
 		mu.Unlock()
 		if err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "not ready: %v\n", err)
+			fmt.Fprintln(w, readyzStoreDown)
 			return
 		}
 		fmt.Fprintln(w, "ready")
 	})
 }
+
+// readyzStoreDown is /readyz's answer while the store check fails.
+const readyzStoreDown = "not ready: the store does not answer or its schema is behind; serve's log says why"
 
 // operatorHandlers mounts what operators use on the HTTP listener beside
 // /healthz and the API: /readyz, /metrics and the dashboard (with / sending

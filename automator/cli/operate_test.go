@@ -358,7 +358,7 @@ func (f pingerFunc) Ping(ctx context.Context) error { return f(ctx) }
 
 // TestReadyzSaysNotReadyOnceShuttingDown: /readyz answers 503 once the
 // automator is shutting down, when its calls answer UNAVAILABLE, though
-// its store still answers; and 503 naming the store's error otherwise.
+// its store still answers; and 503 when the store check fails.
 func TestReadyzSaysNotReadyOnceShuttingDown(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	for _, tc := range []struct {
@@ -370,7 +370,7 @@ func TestReadyzSaysNotReadyOnceShuttingDown(t *testing.T) {
 	}{
 		{"serving", nil, false, http.StatusOK, "ready\n"},
 		{"shutting down", nil, true, http.StatusServiceUnavailable, "not ready: shutting down\n"},
-		{"store down", errors.New("the database is gone"), false, http.StatusServiceUnavailable, "not ready: the database is gone\n"},
+		{"store down", errors.New("the database is gone"), false, http.StatusServiceUnavailable, readyzStoreDown + "\n"},
 	} {
 		rec := httptest.NewRecorder()
 		readyz(pingerFunc(func(context.Context) error { return tc.ping }), func() bool { return tc.stopping }, log).
@@ -378,6 +378,33 @@ func TestReadyzSaysNotReadyOnceShuttingDown(t *testing.T) {
 		if rec.Code != tc.code || rec.Body.String() != tc.body {
 			t.Errorf("%s: %d %q, want %d %q", tc.name, rec.Code, rec.Body.String(), tc.code, tc.body)
 		}
+	}
+}
+
+// TestReadyzKeepsTheStoreErrorOutOfItsAnswer: /readyz needs no key, and
+// the store's error names the database (a PostgreSQL host and user, a
+// SQLite path): its 503 says that the store check failed, and the error
+// itself goes to the log only.
+func TestReadyzKeepsTheStoreErrorOutOfItsAnswer(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	down := errors.New("pinging postgres store postgres://automator@db-7.internal:5432/queue: connection refused")
+	rec := httptest.NewRecorder()
+	readyz(pingerFunc(func(context.Context) error { return down }), func() bool { return false }, log).
+		ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz with the store down: %d, want 503", rec.Code)
+	}
+	for _, secret := range []string{"db-7.internal", "automator@", "5432", "connection refused"} {
+		if strings.Contains(rec.Body.String(), secret) {
+			t.Errorf("/readyz answers %q, which shows %q of the store's error to anyone", rec.Body.String(), secret)
+		}
+	}
+	if !strings.Contains(rec.Body.String(), "not ready") || !strings.Contains(rec.Body.String(), "log") {
+		t.Errorf("/readyz answers %q; want it to say not ready and where the reason is", rec.Body.String())
+	}
+	if !strings.Contains(buf.String(), "db-7.internal:5432/queue: connection refused") {
+		t.Errorf("the log does not have the store's error:\n%s", buf.String())
 	}
 }
 

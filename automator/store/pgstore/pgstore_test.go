@@ -431,7 +431,7 @@ func TestErrorsOfAnUnreachableServerAreUnavailable(t *testing.T) {
 
 // TestRedactHidesTheClientKeyPassword: a DSN's sslpassword (which opens
 // an encrypted client key) is a secret like its password: the "serving"
-// log line, store errors and /readyz's answer show the DSN redacted.
+// log line and store errors (in the log) show the DSN redacted.
 func TestRedactHidesTheClientKeyPassword(t *testing.T) {
 	got := Redact("postgres://u@h:5432/db?sslmode=verify-full&sslkey=client.key&sslpassword=s3cr3t-key-pass")
 	if strings.Contains(got, "s3cr3t-key-pass") {
