@@ -34,7 +34,7 @@ func TestIdleHTTPConnectionIsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: automator\r\n\r\n"); err != nil {
+	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
 	// Not a timing assertion: only how long the test waits before it
@@ -78,7 +78,7 @@ func TestSlowRequestBodyIsCutOff(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := io.WriteString(conn, "POST "+path+" HTTP/1.1\r\nHost: automator\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"); err != nil {
+		if _, err := io.WriteString(conn, "POST "+path+" HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"); err != nil {
 			t.Fatal(err)
 		}
 		// Not a timing assertion: only how long the test waits before it

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -175,7 +176,12 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: httpReadTimeout, IdleTimeout: httpIdleTimeout}
+	var served func() *x509.Certificate
+	if certs != nil {
+		served = func() *x509.Certificate { return certs.Certificate().Leaf }
+	}
+	hosts := newHostGuard(cfg, served, log)
+	hs := &http.Server{Handler: hosts.wrap(mux), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: httpReadTimeout, IdleTimeout: httpIdleTimeout}
 	hs.RegisterOnShutdown(dash.Close)
 
 	runCtx, cancel := context.WithCancel(ctx)

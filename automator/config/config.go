@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -54,8 +55,16 @@ type Config struct {
 	// Listen is the gRPC address, host:port. Defaults to all interfaces on
 	// the public URL's port.
 	Listen string `yaml:"listen"`
-	// HTTPListen serves /healthz (and later the dashboard and metrics).
+	// HTTPListen is the HTTP listener's address, host:port: /healthz,
+	// /readyz, /metrics, the dashboard and the HTTP/JSON API, in plain HTTP.
 	HTTPListen string `yaml:"http_listen"`
+	// HTTPAllowedHosts are names the HTTP listener answers to beside the
+	// ones it always does (IP addresses, localhost, this host's name, the
+	// http_listen and public_url hosts, the server certificate's names):
+	// "name" or "*.domain" for every name under it. A request for another
+	// Host is refused, so a web page cannot read the listener through a
+	// name of its own resolved to it (DNS rebinding).
+	HTTPAllowedHosts []string `yaml:"http_allowed_hosts,omitempty"`
 	// PublicURL is how proxies reach this automator, https://HOST:PORT. It
 	// goes into every profile and names the server certificate's host.
 	PublicURL string `yaml:"public_url"`
@@ -85,6 +94,17 @@ type Config struct {
 	// were queued: serve deletes older ones every hour (their audit
 	// records stay). Zero, the default, keeps every unit.
 	WorkRetention time.Duration `yaml:"work_retention,omitempty"`
+}
+
+// checkAllowedHost refuses an entry of http_allowed_hosts that is not a
+// host name, or "*." and one: a port, a scheme or a path there would
+// match no request, and a bare "*" would turn the check off.
+func checkAllowedHost(h string) error {
+	name := strings.TrimPrefix(h, "*.")
+	if name == "" || strings.ContainsAny(name, ":/*@ ") || strings.HasPrefix(name, ".") || strings.Contains(name, "..") {
+		return fmt.Errorf("%q is not a host name, or *. and one (no scheme, port or path)", h)
+	}
+	return nil
 }
 
 // MinWorkRetention is the shortest WorkRetention: a unit's idempotency key
@@ -132,6 +152,11 @@ func (c Config) Validate() error {
 	}
 	if _, _, err := net.SplitHostPort(c.HTTPListen); err != nil {
 		errs = append(errs, fmt.Errorf("http_listen: %q is not host:port", c.HTTPListen))
+	}
+	for _, h := range c.HTTPAllowedHosts {
+		if err := checkAllowedHost(h); err != nil {
+			errs = append(errs, fmt.Errorf("http_allowed_hosts: %w", err))
+		}
 	}
 	if publicErr != nil {
 		errs = append(errs, fmt.Errorf("public_url: %w", publicErr))

@@ -91,6 +91,23 @@ func TestLogFormatIsTextOrJSON(t *testing.T) {
 	}
 }
 
+// TestHTTPAllowedHostsAreHostNames: an entry of http_allowed_hosts is a
+// host name or *. and one; a port, a scheme, a path or a bare * would
+// match no Host, or every one, and is refused naming the setting.
+func TestHTTPAllowedHostsAreHostNames(t *testing.T) {
+	for h, ok := range map[string]bool{
+		"metrics.corp.example": true, "*.corp.example": true, "automator": true,
+		"": false, "*": false, "*.": false, "host:8080": false, "https://host": false, "host/path": false,
+		"a.*.example": false, ".corp.example": false, "a..example": false,
+	} {
+		c := Default("https://h:1")
+		c.HTTPAllowedHosts = []string{h}
+		if err := c.Validate(); (err == nil) != ok || (err != nil && !strings.Contains(err.Error(), "http_allowed_hosts: ")) {
+			t.Errorf("http_allowed_hosts [%q]: %v, want valid %v", h, err, ok)
+		}
+	}
+}
+
 // TestWorkRetentionIsZeroOrADayOrMore: 0 keeps every unit; otherwise a
 // unit must outlive its idempotency key's 24 hours.
 func TestWorkRetentionIsZeroOrADayOrMore(t *testing.T) {
