@@ -117,3 +117,68 @@ func TestSlowRequestBodyIsCutOff(t *testing.T) {
 		t.Fatalf("execute of a unit that times out after 1 s: HTTP %d %s; want 504 and the unit timed out", resp.StatusCode, body)
 	}
 }
+
+// TestHTTPConnectionsPastTheCapWaitForOneToClose: the HTTP listener holds
+// at most http_max_connections open; a connection past them is not
+// served (it waits in the kernel's queue, taking none of the process's
+// file descriptors, which gRPC's proxy connections need) until one of
+// them closes, and is then served.
+func TestHTTPConnectionsPastTheCapWaitForOneToClose(t *testing.T) {
+	dir := initDir(t)
+	cfg, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.HTTPMaxConnections = 2
+	if err := config.Save(dir, cfg); err != nil {
+		t.Fatal(err)
+	}
+	s := serveDirInProcess(t, dir)
+	addr := strings.TrimPrefix(s.http, "http://")
+	// healthz asks /healthz on conn and reads the answer.
+	healthz := func(conn net.Conn) error {
+		if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"); err != nil {
+			return err
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return errors.New(resp.Status)
+		}
+		return nil
+	}
+	var held []net.Conn
+	for range 2 {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		// Answered: the automator has the connection, kept alive.
+		if err := healthz(conn); err != nil {
+			t.Fatalf("/healthz on a connection under the cap: %v", err)
+		}
+		held = append(held, conn)
+	}
+	third, err := net.Dial("tcp", addr) // the kernel's queue takes it
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { third.Close() })
+	answered := make(chan error, 1)
+	go func() { answered <- healthz(third) }()
+	// Not a timing assertion: how long the test looks for an answer that
+	// must not come while both connections are held.
+	select {
+	case err := <-answered:
+		t.Fatalf("a connection past the cap of 2 was served (%v) while 2 were open", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	held[0].Close()
+	if err := waittest.Recv(t, answered, "the connection past the cap to be served once one closed"); err != nil {
+		t.Fatalf("/healthz on the connection past the cap, once one closed: %v", err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -163,10 +164,13 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	automatorv1.RegisterProxyServiceServer(gs, srv.ProxyService())
 	automatorv1.RegisterAutomatorServiceServer(gs, srv.AutomatorService())
 
-	hlis, err := net.Listen("tcp", cfg.HTTPListen)
+	hraw, err := net.Listen("tcp", cfg.HTTPListen)
 	if err != nil {
 		return fmt.Errorf("listening for HTTP on %s: %w", cfg.HTTPListen, err)
 	}
+	// Past the cap, connections wait in the kernel's queue, holding none
+	// of the file descriptors that the proxies' gRPC connections need.
+	hlis := netutil.LimitListener(hraw, httpMaxConnections(cfg))
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -244,6 +248,15 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		return fmt.Errorf("serving: %w", serveErr)
 	}
 	return nil
+}
+
+// httpMaxConnections is http_max_connections, or its default when it is
+// left out (0).
+func httpMaxConnections(cfg config.Config) int {
+	if cfg.HTTPMaxConnections > 0 {
+		return cfg.HTTPMaxConnections
+	}
+	return config.DefaultHTTPMaxConnections
 }
 
 // httpIdleTimeout is how long the HTTP listener keeps a connection open

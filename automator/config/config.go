@@ -47,7 +47,9 @@ const (
 	DefaultTimeout    = 5 * time.Minute
 	DefaultPollWindow = 30 * time.Second
 	DefaultHTTPListen = "127.0.0.1:8080"
-	DefaultPublicURL  = "https://localhost:8443"
+	// DefaultHTTPMaxConnections is http_max_connections left out.
+	DefaultHTTPMaxConnections = 1024
+	DefaultPublicURL          = "https://localhost:8443"
 )
 
 // Config is automator.yaml. Flags of `automator serve` override it.
@@ -65,6 +67,12 @@ type Config struct {
 	// Host is refused, so a web page cannot read the listener through a
 	// name of its own resolved to it (DNS rebinding).
 	HTTPAllowedHosts []string `yaml:"http_allowed_hosts,omitempty"`
+	// HTTPMaxConnections caps the HTTP listener's open connections; 0
+	// (left out, and not written by init, so an older automator still
+	// reads the file) is DefaultHTTPMaxConnections. Past it, new ones wait
+	// in the kernel's queue until one closes, so the HTTP side cannot take
+	// the file descriptors gRPC's connections need.
+	HTTPMaxConnections int `yaml:"http_max_connections,omitempty"`
 	// PublicURL is how proxies reach this automator, https://HOST:PORT. It
 	// goes into every profile and names the server certificate's host.
 	PublicURL string `yaml:"public_url"`
@@ -95,6 +103,9 @@ type Config struct {
 	// records stay). Zero, the default, keeps every unit.
 	WorkRetention time.Duration `yaml:"work_retention,omitempty"`
 }
+
+// MaxHTTPConnections bounds http_max_connections.
+const MaxHTTPConnections = 1 << 20
 
 // checkAllowedHost refuses an entry of http_allowed_hosts that is not a
 // host name, or "*." and one: a port, a scheme or a path there would
@@ -157,6 +168,9 @@ func (c Config) Validate() error {
 		if err := checkAllowedHost(h); err != nil {
 			errs = append(errs, fmt.Errorf("http_allowed_hosts: %w", err))
 		}
+	}
+	if c.HTTPMaxConnections < 0 || c.HTTPMaxConnections > MaxHTTPConnections {
+		errs = append(errs, fmt.Errorf("http_max_connections: %d is outside [1, %d] (0 or left out: %d)", c.HTTPMaxConnections, MaxHTTPConnections, DefaultHTTPMaxConnections))
 	}
 	if publicErr != nil {
 		errs = append(errs, fmt.Errorf("public_url: %w", publicErr))

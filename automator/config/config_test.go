@@ -153,6 +153,10 @@ func TestValidateHoldsEachBoundOnBothSides(t *testing.T) {
 		{"poll_window 100ms", "", func(c *Config) { c.PollWindow = 100 * time.Millisecond }},
 		{"poll_window 5m", "", func(c *Config) { c.PollWindow = 5 * time.Minute }},
 		{"poll_window 5m1ns", "poll_window", func(c *Config) { c.PollWindow = 5*time.Minute + 1 }},
+		{"http_max_connections -1", "http_max_connections", func(c *Config) { c.HTTPMaxConnections = -1 }},
+		{"http_max_connections 1", "", func(c *Config) { c.HTTPMaxConnections = 1 }},
+		{"http_max_connections max", "", func(c *Config) { c.HTTPMaxConnections = MaxHTTPConnections }},
+		{"http_max_connections max+1", "http_max_connections", func(c *Config) { c.HTTPMaxConnections = MaxHTTPConnections + 1 }},
 	} {
 		c := valid
 		tc.set(&c)
@@ -238,5 +242,26 @@ func TestASettingLeftOutTakesItsDefault(t *testing.T) {
 	}
 	if want := Default("https://automator.example:9443"); !reflect.DeepEqual(got, want) {
 		t.Fatalf("Load = %+v; want init's defaults %+v", got, want)
+	}
+}
+
+// TestInitWritesNoHTTPHostOrConnectionSettings: the HTTP listener's
+// http_allowed_hosts and http_max_connections are left out of the file
+// init writes (their defaults are none and 1024), so an automator of a
+// release before them, which refuses a setting it does not know, still
+// reads a data directory made by this one.
+func TestInitWritesNoHTTPHostOrConnectionSettings(t *testing.T) {
+	dir := t.TempDir()
+	if err := Save(dir, Default("https://automator.example:9443")); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, FileConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"http_allowed_hosts", "http_max_connections"} {
+		if strings.Contains(string(data), key) {
+			t.Errorf("init's %s holds %s:\n%s", FileConfig, key, data)
+		}
 	}
 }
