@@ -866,3 +866,43 @@ func TestShortTimesSayTheyAreUTC(t *testing.T) {
 		}
 	}
 }
+
+// TestNamesAProxyOrCallerChoseAreShownAsText: an instance id, host name
+// and version come from a proxy, a script name, its arguments and output
+// from a caller and a script; none is checked for markup. Every page
+// shows them as text, never as HTML of its own.
+func TestNamesAProxyOrCallerChoseAreShownAsText(t *testing.T) {
+	e := newEnv(t)
+	now := e.clock.Now()
+	instance := `a"><svg onload=alert(1)>`
+	e.enqueue("w_markup", "acme", now.Add(-time.Minute), &automatorv1.Command{Script: "<script>alert(2)</script>.sh", Args: []string{`"><img src=x onerror=alert(3)>`}})
+	e.run("acme", instance, now.Add(-59*time.Second), now.Add(-58*time.Second),
+		&automatorv1.Result{Stdout: []byte("<b>out</b>"), Stderr: []byte("</pre><iframe src=//x>")})
+	if err := e.st.InstanceSeen(t.Context(), store.InstanceSeenParams{Account: "acme", InstanceID: instance,
+		Hostname: "<i>host</i>", Version: "<u>v1</u>", Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	c := client(t)
+	e.signIn(c, e.url, "admin")
+	raw := []string{"<svg", "<script>alert", "<img", "<b>out", "<iframe", "<i>host", "<u>v1"}
+	for page, want := range map[string][]string{
+		"/dashboard/work/w_markup": {"&lt;script&gt;alert(2)&lt;/script&gt;.sh", "&lt;b&gt;out&lt;/b&gt;", "&lt;/pre&gt;&lt;iframe"},
+		"/dashboard/accounts/acme": {"&lt;i&gt;host&lt;/i&gt;", "&lt;u&gt;v1&lt;/u&gt;", "&lt;svg onload=alert(1)&gt;"},
+		"/dashboard/work":          {"&lt;svg onload=alert(1)&gt;"},
+	} {
+		code, body := get(t, c, e.url+page)
+		if code != http.StatusOK {
+			t.Fatalf("%s: %d", page, code)
+		}
+		for _, r := range raw {
+			if strings.Contains(body, r) {
+				t.Errorf("%s holds %q as markup:\n%s", page, r, body)
+			}
+		}
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				t.Errorf("%s lacks %q, the name shown as text:\n%s", page, w, body)
+			}
+		}
+	}
+}
