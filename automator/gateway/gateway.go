@@ -119,6 +119,10 @@ func Mount(ctx context.Context, mux *http.ServeMux, gs *grpc.Server, o Options) 
 
 	limit := int64(2 * o.MaxMessage)
 	mux.Handle("/v1/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// An answer holds a unit's output, which may be secret, and is
+		// current only when made: no cache along the way or in a
+		// browser calling the API keeps a copy.
+		w.Header().Set("Cache-Control", "no-store")
 		r.Body = http.MaxBytesReader(w, r.Body, limit)
 		gw.ServeHTTP(w, r)
 	}))

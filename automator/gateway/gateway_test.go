@@ -320,6 +320,27 @@ func TestEveryRouteNeedsTheAPIKey(t *testing.T) {
 	}
 }
 
+// TestAPIAnswersAreNeverStored: an answer of the API holds a unit's
+// output, which may be secret, and its state, current only when made: no
+// cache, a browser's calling the API included, may keep a copy.
+func TestAPIAnswersAreNeverStored(t *testing.T) {
+	_, c, _ := start(t)
+	sub := c.do("POST", "/v1/accounts/acme/submit", "", map[string]any{"command": map[string]any{"script": "hello.sh"}})
+	id := sub.str("work_id")
+	for _, r := range []response{
+		sub,
+		c.do("POST", "/v1/work/"+id+":wait", "", nil),
+		c.do("GET", "/v1/work/"+id, "", nil),
+		c.do("GET", "/v1/accounts/acme/instances", "", nil),
+		c.do("GET", "/v1/work/"+id, "-", nil),
+		c.do("GET", "/v1/no/such/route", "", nil),
+	} {
+		if cc := r.header.Get("Cache-Control"); cc != "no-store" {
+			t.Errorf("HTTP %d %.60s: Cache-Control %q, want no-store", r.status, r.raw, cc)
+		}
+	}
+}
+
 func TestOpenAPIDocumentIsServed(t *testing.T) {
 	_, c, _ := start(t)
 	r := c.do("GET", "/v1/openapi.json", "-", nil)
