@@ -30,12 +30,14 @@
 //     resumed, and the job is terminated. The tree is killed when the deadline
 //     passes (Run returns ErrDeadline and no result), when the context is
 //     cancelled (ErrCancelled), and also when the script exits normally:
-//     background children left behind must not outlive the unit of work
-//     (on unix, after a normal exit, those in the script's process group:
-//     one that made a group of its own survives it, since finding it means
-//     reading every process's state, more than a small unit costs). A
-//     script that must leave something running hands it to the service
-//     manager (systemctl, sc.exe) instead.
+//     background children left behind must not outlive the unit of work,
+//     and Run reports at once rather than wait for them to close the
+//     output pipes. After a normal exit the session is swept too, where
+//     /proc lists it: cheaply, by asking getsid(2) of the pids handed out
+//     since the script started, when it ran for under a second; otherwise
+//     of every process. Only a process that left the session (setsid, a
+//     daemon's double fork) survives: a script that must leave something
+//     running hands it to the service manager (systemctl, sc.exe) instead.
 //   - Each output stream keeps at most Limits.MaxOutput bytes; the rest is read
 //     and discarded so the script never blocks on a full pipe. A process that
 //     escaped the tree (setsid, a job breakaway) and holds the output pipes

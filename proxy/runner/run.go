@@ -76,9 +76,15 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	}
 	finishedAt := time.Now()
 	// Kill the tree in every case: at the deadline or on cancel it is the
-	// point; after a normal exit it ends what the script left behind.
+	// point; after a normal exit it ends what the script left behind, so
+	// that nothing of the unit runs past its result (and a leftover that
+	// holds the output pipes cannot delay it).
 	killErr := tree.kill()
-	if stop != nil {
+	if stop == nil {
+		// Also what left the group without leaving the tree (timeout(1)
+		// in the background).
+		killErr = errors.Join(killErr, tree.killLeftovers(finishedAt.Sub(startedAt)))
+	} else {
 		// And whatever of the tree left the group without leaving the
 		// tree (timeout(1), a shell's job control), however the group
 		// kill went.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -59,11 +60,19 @@ func (t *processTree) kill() error {
 
 // killRest sends SIGKILL to what kill leaves of the script's tree: the
 // processes of its session outside its group (where the OS lists them). It
-// reads every process's state, so it is kept for a deadline or a cancel.
+// looks at every process, as a deadline or a cancel may come at any time.
 // The session id, like the group id, cannot be reused while a member is
 // alive.
 func (t *processTree) killRest() error {
 	return killSession(t.pgid)
+}
+
+// killLeftovers is killRest after the script exited normally, having run
+// for ran: it looks at the processes started since the script only, when
+// it ran briefly (killSessionAfterExit), so that a tiny script does not pay
+// for a look at every process of the host.
+func (t *processTree) killLeftovers(ran time.Duration) error {
+	return killSessionAfterExit(t.pgid, ran)
 }
 
 func (t *processTree) release() {}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/windows"
@@ -127,6 +128,9 @@ func (t *processTree) kill() error {
 
 // killRest has nothing to do: the job holds the whole tree.
 func (t *processTree) killRest() error { return nil }
+
+// killLeftovers has nothing to do either: kill ended the whole job.
+func (t *processTree) killLeftovers(time.Duration) error { return nil }
 
 // release closes the job; thanks to KILL_ON_JOB_CLOSE that also kills
 // anything still in it.

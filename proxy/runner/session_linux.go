@@ -1,30 +1,133 @@
 package runner
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
+	"iter"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// sessionSweeps bounds the passes of killSession: each pass kills what it
-// finds, and a process can only add to the session by forking, so a pass
-// finds nothing once the last forker is dead.
+// sessionSweeps bounds the passes of a session sweep: each pass kills what
+// it finds, and a process can only add to the session by forking, so a pass
+// finds nothing new once the last forker is dead.
 const sessionSweeps = 50
 
-// killSession sends SIGKILL to every live process of session sid, pass
-// after pass, until a pass finds none. Zombies are skipped: they are dead,
-// and a zombie whose parent does not reap it stays forever.
+// killSession sends SIGKILL to every process of session sid, looking at
+// every process the OS lists, pass after pass, until a pass finds none it
+// has not signalled yet (a zombie, signalled once, is not looked for
+// again: it is dead, and one whose parent does not reap it stays forever).
 // A process that cannot be signalled (one that became another user's,
 // through a setuid program) is reported, and not looked for again.
 func killSession(sid int) error {
+	return sweepSession(sid, allPids)
+}
+
+// Bounds of the cheap sweep after a normal exit (killLeftovers): it looks
+// only at the pids handed out since the script started, and only when the
+// script ran for at most quickSweepRun and they are at most quickSweepPids.
+// Otherwise it looks at every process, as killSession does: that costs
+// about a syscall per process, more than a whole tiny script does, and is
+// small next to a script that ran for over a second. Variables so tests can
+// take the other path.
+var (
+	quickSweepRun  = time.Second
+	quickSweepPids = 4096
+)
+
+// killSessionAfterExit is killSession after a normal exit of a script that
+// led session sid and ran for ran. Every process of the session is a
+// descendant of the script, so its pid was handed out after the script's:
+// between sid and the namespace's last pid, going round at pid_max. (Unless
+// pids went round a whole turn meanwhile, which is why ran is bounded: that
+// takes at least 32768 forks.)
+func killSessionAfterExit(sid int, ran time.Duration) error {
+	if ran > quickSweepRun {
+		return killSession(sid)
+	}
+	return sweepSession(sid, func() (iter.Seq[int], error) {
+		last, err := readProcInt("/proc/sys/kernel/ns_last_pid")
+		if err != nil {
+			return allPids()
+		}
+		max := 0
+		if last < sid {
+			if max, err = readProcInt("/proc/sys/kernel/pid_max"); err != nil {
+				return allPids()
+			}
+		}
+		if pids := pidsSince(sid, last, max); pids != nil {
+			return pids, nil
+		}
+		return allPids()
+	})
+}
+
+// pidsSince lists the pids handed out after sid up to last, going round
+// from pid_max-1 to 1 when last < sid; nil when they are more than
+// quickSweepPids.
+func pidsSince(sid, last, pidMax int) iter.Seq[int] {
+	if last >= sid {
+		if last-sid > quickSweepPids {
+			return nil
+		}
+		return pidRange(sid+1, last)
+	}
+	if pidMax-1-sid+last > quickSweepPids {
+		return nil
+	}
+	return func(yield func(int) bool) {
+		for pid := range pidRange(sid+1, pidMax-1) {
+			if !yield(pid) {
+				return
+			}
+		}
+		for pid := range pidRange(1, last) {
+			if !yield(pid) {
+				return
+			}
+		}
+	}
+}
+
+// sweepSession sends SIGKILL to the processes of session sid among those
+// that candidates lists, pass after pass, until a pass finds none it has
+// not signalled yet. A process's session is asked with getsid(2): one
+// syscall, where reading /proc/PID/stat costs several.
+func sweepSession(sid int, candidates func() (iter.Seq[int], error)) error {
+	var signalled map[int]bool
 	refused := map[int]error{}
 	for range sessionSweeps {
-		killed, err := sweepSession(sid, refused)
-		if err != nil || killed == 0 {
+		pids, err := candidates()
+		if err != nil {
 			return errors.Join(err, refusedError(sid, refused))
+		}
+		found := 0
+		for pid := range pids {
+			if signalled[pid] || refused[pid] != nil {
+				continue
+			}
+			if s, err := unix.Getsid(pid); err != nil || s != sid {
+				continue // gone, or of another session
+			}
+			switch err := syscall.Kill(pid, syscall.SIGKILL); {
+			case err == nil:
+				if signalled == nil {
+					signalled = map[int]bool{}
+				}
+				signalled[pid] = true
+				found++
+			case !errors.Is(err, syscall.ESRCH):
+				refused[pid] = err
+			}
+		}
+		if found == 0 {
+			return refusedError(sid, refused)
 		}
 	}
 	return errors.Join(fmt.Errorf("processes of session %d still running after %d passes", sid, sessionSweeps), refusedError(sid, refused))
@@ -41,60 +144,42 @@ func refusedError(sid int, refused map[int]error) error {
 	return nil
 }
 
-// sweepSession sends SIGKILL to the live processes of session sid, except
-// those in refused, and says how many it signalled; it adds those that
-// refused the signal to refused.
-func sweepSession(sid int, refused map[int]error) (int, error) {
+// allPids lists every process in /proc. Without /proc it lists none: the
+// process group kill is all there is.
+func allPids() (iter.Seq[int], error) {
 	d, err := os.Open("/proc")
 	if err != nil {
-		return 0, nil // no /proc: the process group kill is all there is
+		return func(func(int) bool) {}, nil
 	}
 	defer d.Close()
 	names, err := d.Readdirnames(-1)
 	if err != nil {
-		return 0, fmt.Errorf("listing processes: %w", err)
+		return nil, fmt.Errorf("listing processes: %w", err)
 	}
-	killed := 0
-	for _, name := range names {
-		pid, err := strconv.Atoi(name)
-		if err != nil || pid <= 0 {
-			continue
+	return func(yield func(int) bool) {
+		for _, name := range names {
+			if pid, err := strconv.Atoi(name); err == nil && pid > 0 && !yield(pid) {
+				return
+			}
 		}
-		if _, ok := refused[pid]; ok {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + name + "/stat")
-		if err != nil {
-			continue // gone meanwhile
-		}
-		if s, live := sessionOf(stat); live && s == sid {
-			switch err := syscall.Kill(pid, syscall.SIGKILL); {
-			case err == nil:
-				killed++
-			case !errors.Is(err, syscall.ESRCH):
-				refused[pid] = err
+	}, nil
+}
+
+// pidRange yields from to to, both included.
+func pidRange(from, to int) iter.Seq[int] {
+	return func(yield func(int) bool) {
+		for pid := from; pid <= to; pid++ {
+			if !yield(pid) {
+				return
 			}
 		}
 	}
-	return killed, nil
 }
 
-// sessionOf reads the session id from a /proc/PID/stat line, and whether
-// the process is alive (not a zombie, not dead).
-func sessionOf(stat []byte) (sid int, live bool) {
-	// pid (comm) state ppid pgrp session ...: comm may hold spaces and
-	// parentheses, so the fields are counted after the last ')'.
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := bytes.Fields(stat[i+1:])
-	if len(f) < 4 {
-		return 0, false
-	}
-	sid, err := strconv.Atoi(string(f[3]))
+func readProcInt(path string) (int, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return 0, false
+		return 0, err
 	}
-	return sid, f[0][0] != 'Z' && f[0][0] != 'X'
+	return strconv.Atoi(strings.TrimSpace(string(b)))
 }

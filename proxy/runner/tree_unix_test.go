@@ -7,6 +7,8 @@ import (
 	"errors"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -82,5 +84,59 @@ func TestDeadlineKillsDescendantsInAGroupOfTheirOwn(t *testing.T) {
 			t.Fatalf("the script's grandchild %d (under timeout(1)) still runs after the deadline", child)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestNormalExitKillsEveryLeftoverOfTheSession: a unit's result is its
+// script's exit, and nothing of the unit runs past it. A background child
+// the script leaves behind is killed when the script exits, and Run reports
+// at once (it does not wait out waitDelay for the child to close the output
+// pipes): whether the child stays in the script's process group or, under
+// timeout(1), makes a group of its own, and whether it holds the script's
+// output or sent it elsewhere. (A child that leaves the session, setsid,
+// is out of reach: TestEscapedChildCannotHangRun.)
+func TestNormalExitKillsEveryLeftoverOfTheSession(t *testing.T) {
+	checkNormalExitKillsEveryLeftover(t)
+}
+
+func checkNormalExitKillsEveryLeftover(t *testing.T) {
+	const child = `sh -c 'echo $$ > "$1/child.pid.tmp"; mv "$1/child.pid.tmp" "$1/child.pid"; exec sleep 60' sh "$1"`
+	for name, tc := range map[string]struct {
+		start   string
+		ownPgrp bool
+	}{
+		"in the group, holding the output":        {start: child + " &"},
+		"in the group, output sent elsewhere":     {start: child + " >/dev/null 2>&1 &"},
+		"own group (timeout), holding the output": {start: "timeout 60 " + child + " &", ownPgrp: true},
+		"own group (timeout), output elsewhere":   {start: "timeout 60 " + child + " >/dev/null 2>&1 &", ownPgrp: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if tc.ownPgrp {
+				if runtime.GOOS != "linux" {
+					t.Skip("a group of its own is found through /proc (linux)")
+				}
+				if _, err := exec.LookPath("timeout"); err != nil {
+					t.Skip("no timeout command")
+				}
+			}
+			spec := newSpec(t, tc.start+`
+while [ ! -e "$1/child.pid" ]; do sleep 0.01; done
+echo bye
+`)
+			pids := t.TempDir()
+			spec.Args = []string{pids}
+			start := time.Now()
+			res := run(t, spec)
+			took := time.Since(start)
+			pid := readPid(t, filepath.Join(pids, "child.pid"))
+			t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+			if res.ExitCode != 0 || string(res.Stdout) != "bye\n" {
+				t.Errorf("exit %d stdout %q, want 0 and bye", res.ExitCode, res.Stdout)
+			}
+			if took >= waitDelay {
+				t.Errorf("Run took %v: it waited for the leftover child to close the output instead of killing it", took)
+			}
+			waitFor(t, "the leftover child "+strconv.Itoa(pid)+" to be gone", func() bool { return processGone(pid) }, 5*time.Second)
+		})
 	}
 }
