@@ -13,26 +13,34 @@ import (
 // loader turns into code it runs or loads before, or instead of, the
 // script's own: bash sources BASH_ENV (BASH_ENV=/dev/stdin runs the
 // command's stdin; its value is expanded, command substitution included),
-// SHELLOPTS=xtrace makes it expand PS4 at every command, PERL5OPT=-M…
-// runs code, and so on. (ENV and PROMPT_COMMAND are read by interactive
-// shells only, never by one running a script: refusing them would only
-// refuse a common name such as ENV=production.)
+// SHELLOPTS=xtrace makes it expand PS4 at every command, zsh sources
+// $ZDOTDIR/.zshenv even for a script, PERL5OPT=-M… runs code, python runs
+// the .pth files of PYTHONUSERBASE's site-packages, rubygems evaluates the
+// Gemfile RUBYGEMS_GEMDEPS names, php reads the php.ini PHPRC names (whose
+// auto_prepend_file runs first), and so on. (ENV and PROMPT_COMMAND are
+// read by interactive shells only, never by one running a script: refusing
+// them would only refuse a common name such as ENV=production.
+// PYTHONSTARTUP is interactive-only too, but no other program uses the
+// name, so refusing it costs nothing.)
 var names = map[string]bool{
-	"BASH_ENV": true, "SHELLOPTS": true, "BASHOPTS": true, "PS4": true,
+	"BASH_ENV": true, "SHELLOPTS": true, "BASHOPTS": true, "PS4": true, "ZDOTDIR": true,
 	"GCONV_PATH": true, "GLIBC_TUNABLES": true,
 	"PERL5OPT": true, "PERL5LIB": true, "PERLLIB": true, "PERL5DB": true,
-	"PYTHONSTARTUP": true, "PYTHONPATH": true, "PYTHONHOME": true, "PYTHONWARNINGS": true,
-	"NODE_OPTIONS": true, "NODE_PATH": true, "RUBYOPT": true, "RUBYLIB": true,
+	"PYTHONSTARTUP": true, "PYTHONPATH": true, "PYTHONHOME": true, "PYTHONWARNINGS": true, "PYTHONUSERBASE": true,
+	"NODE_OPTIONS": true, "NODE_PATH": true, "RUBYOPT": true, "RUBYLIB": true, "RUBYGEMS_GEMDEPS": true,
+	"PHPRC": true, "PHP_INI_SCAN_DIR": true,
 	"JAVA_TOOL_OPTIONS": true, "_JAVA_OPTIONS": true, "JDK_JAVA_OPTIONS": true,
 	// windows: cmd.exe runs COMSPEC for each side of a pipe in a batch
 	// file; PowerShell loads modules from PSModulePath (a share will do).
 	"COMSPEC": true, "PSMODULEPATH": true,
 }
 
-// prefixes: the dynamic loader's variables (LD_PRELOAD, LD_LIBRARY_PATH,
-// …; DYLD_* on macOS) and bash's exported functions (BASH_FUNC_name%%),
-// which replace the commands a script calls.
-var prefixes = []string{"LD_", "DYLD_", "BASH_FUNC_"}
+// prefixes: the dynamic loader's variables (LD_PRELOAD, LD_AUDIT,
+// LD_LIBRARY_PATH, …; DYLD_* on macOS), bash's exported functions
+// (BASH_FUNC_name%%), which replace the commands a script calls, and lua's
+// LUA_INIT (and LUA_INIT_5_4, …), whose value lua runs as code before the
+// script.
+var prefixes = []string{"LD_", "DYLD_", "BASH_FUNC_", "LUA_INIT"}
 
 // Refused returns an error naming variable k when a command may not set
 // it, nil otherwise. Names are compared in upper case on every OS:

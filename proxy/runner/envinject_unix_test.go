@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -48,5 +50,52 @@ func TestCommandEnvCannotMakeBashRunOtherCode(t *testing.T) {
 				t.Errorf("Run = %v, want ErrStart refusing the variable, and nothing run", err)
 			}
 		})
+	}
+}
+
+// TestCommandEnvCannotMakePythonRunOtherCode: python runs the .pth files
+// of the site-packages under PYTHONUSERBASE before the script, so a
+// command naming a directory that holds one (any writable directory of
+// the host will do) would run code that is not the deployed script.
+func TestCommandEnvCannotMakePythonRunOtherCode(t *testing.T) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3")
+	}
+	// The interpreter itself, not a wrapper (pyenv's shims are scripts
+	// that want an environment of their own).
+	out, err := exec.Command(python, "-c", "import sys; print(sys.executable)").Output()
+	if err != nil {
+		t.Skipf("python3 does not run: %v", err)
+	}
+	python = strings.TrimSpace(string(out))
+	base := t.TempDir()
+	cmd := exec.Command(python, "-c", "import site; print(site.getusersitepackages())")
+	cmd.Env = []string{"PYTHONUSERBASE=" + base}
+	out, err = cmd.Output()
+	if err != nil {
+		t.Skipf("python3 has no user site: %v", err)
+	}
+	site := strings.TrimSpace(string(out))
+	dir := t.TempDir()
+	injected := filepath.Join(dir, "injected")
+	if err := os.MkdirAll(site, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(site, "x.pth"), []byte("import os; open("+strconv.Quote(injected)+", 'w')\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "deployed.py"), []byte("#!"+python+"\nprint('deployed')\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(context.Background(), Spec{
+		ScriptsDir: dir, Script: "deployed.py", Env: map[string]string{"PYTHONUSERBASE": base},
+		Deadline: time.Now().Add(10 * time.Second),
+	})
+	if _, serr := os.Stat(injected); serr == nil {
+		t.Errorf("the command's PYTHONUSERBASE made python run code that is not the deployed script")
+	}
+	if !errors.Is(err, ErrStart) {
+		t.Errorf("Run = %v, want ErrStart refusing the variable, and nothing run", err)
 	}
 }
