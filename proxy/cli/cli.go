@@ -172,9 +172,6 @@ func runProxy(ctx context.Context, cfg config.Config, env Env) error {
 		SpoolDir:       spoolDir(cfg),
 	})
 	log.Info("proxy starting", "instance_id", cfg.InstanceID, "automator", cfg.AutomatorURL, "scripts_dir", cfg.ScriptsDir, "max_concurrency", cfg.MaxConcurrency, "key_ids", keys.IDs(), "version", version.Version)
-	if cfg.PlaintextToRemote() {
-		log.Warn("automator_url is plaintext http:// to a host that is not loopback: the token crosses the network in clear; use https://")
-	}
 	return a.Run(ctx)
 }
 

@@ -37,7 +37,8 @@ const (
 // Config is the proxy's configuration file.
 type Config struct {
 	// AutomatorURL is https://HOST:PORT of the automator (http:// only for a
-	// loopback automator serving plaintext in tests and demos).
+	// loopback automator serving plaintext in tests and demos: refused to
+	// any other host).
 	AutomatorURL string `yaml:"automator_url"`
 	// Token authenticates this proxy for its account.
 	Token string `yaml:"token"`
@@ -223,6 +224,12 @@ func (c Config) Target() (addr string, useTLS bool, err error) {
 	case "https":
 		return u.Host, true, nil
 	case "http":
+		if c.PlaintextToRemote() {
+			// The automator serves plaintext on loopback only: anything
+			// else is a relay, and the token would cross a network in
+			// clear (`automator exec --server` refuses it too).
+			return "", false, fmt.Errorf("%q: http:// is for an automator serving plaintext on loopback only; give https://%s", u.Redacted(), u.Host)
+		}
 		return u.Host, false, nil
 	}
 	return "", false, fmt.Errorf("%q must be https://HOST:PORT", u.Redacted())

@@ -71,8 +71,8 @@ func (c Config) pins() ([]pki.Pin, []error) {
 
 // PlaintextToRemote reports whether automator_url is http:// to a host that
 // is not a loopback address: the token would cross a network in clear.
-// (The automator serves plaintext on loopback only; such a URL is for
-// tests that relay to it.)
+// (The automator serves plaintext on loopback only, so such a URL can only
+// reach it through a relay.) Target refuses such a URL.
 func (c Config) PlaintextToRemote() bool {
 	u, err := url.Parse(c.AutomatorURL)
 	if err != nil || u.Scheme != "http" {

@@ -74,3 +74,28 @@ func TestPlaintextToRemoteIsNoticed(t *testing.T) {
 		}
 	}
 }
+
+// TestPlaintextToAnotherHostIsRefused: an http:// automator_url to a host
+// that is not loopback would send the token in clear over a network (the
+// automator serves plaintext on loopback only, so it can only be a relay).
+// The proxy refuses it, as `automator exec --server` does, naming the key
+// and the https:// URL to give instead; on loopback it is allowed (tests
+// and demos).
+func TestPlaintextToAnotherHostIsRefused(t *testing.T) {
+	for _, url := range []string{"http://automator.example:8443", "http://10.0.0.1:8443", "http://[2001:db8::1]:8443"} {
+		c := Config{AutomatorURL: url}
+		err := c.Validate()
+		want := "https://" + strings.TrimPrefix(url, "http://")
+		if err == nil || !strings.Contains(err.Error(), "automator_url:") || !strings.Contains(err.Error(), "loopback only") || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate with automator_url %s: %v, want automator_url refused, saying to give %s", url, err, want)
+		}
+		if _, _, err := c.Target(); err == nil {
+			t.Errorf("Target(%s) = nil error, want it refused (Dial must not send the token in clear)", url)
+		}
+	}
+	for _, url := range []string{"http://127.0.0.1:8443", "http://[::1]:8443", "http://localhost:8443"} {
+		if _, useTLS, err := (Config{AutomatorURL: url}).Target(); err != nil || useTLS {
+			t.Errorf("Target(%s) = %v, %v; want plaintext allowed on loopback", url, useTLS, err)
+		}
+	}
+}

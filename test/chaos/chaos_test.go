@@ -265,10 +265,13 @@ func runChaos(t *testing.T, rc runConfig) {
 		url, env := "http://"+r.Addr(), map[string]string(nil)
 		if id == connectRestartTarget {
 			// Only the CONNECT proxy knows this name: the instance reaches
-			// the automator through it or not at all.
-			host := fmt.Sprintf("automator.chaos.test:%d", auto.Port)
-			connect.Route(host, r.Addr())
-			url, env = "http://"+host, map[string]string{"HTTPS_PROXY": "http://" + connect.Addr()}
+			// the automator through it or not at all. Over TLS, ended in
+			// front of the relay: a proxy refuses http:// to a host that
+			// is not loopback.
+			const name = "automator.chaos.test"
+			host := fmt.Sprintf("%s:%d", name, auto.Port)
+			connect.Route(host, NewTLSFront(t, auto.DataDir, name, r.Addr()).Addr())
+			url, env = "https://"+host, map[string]string{"HTTPS_PROXY": "http://" + connect.Addr()}
 		}
 		j.instances[id], j.relays[id], j.cuts[id] = newInstance(t, dir, id, profile, url, scripts, 6, env), r, cuts
 	}
