@@ -44,7 +44,7 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	}
 	if err := cmd.Start(); err != nil {
 		streams.abort()
-		return Result{}, fmt.Errorf("%w %q: %w", ErrStart, spec.Script, err)
+		return Result{}, fmt.Errorf("%w %q: %s%w", ErrStart, spec.Script, startHint(path, err), err)
 	}
 	startedAt := time.Now()
 	streams.started()

@@ -3,8 +3,10 @@
 package runner
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"syscall"
@@ -91,4 +93,42 @@ func checkRunnable(name, path string) error {
 		return fmt.Errorf("%w %q: not executable by the proxy (chmod +x it): %w", ErrUnknownScript, name, err)
 	}
 	return nil
+}
+
+// startHint says what an error starting the script at path means, where
+// exec's words mislead: the script resolved, so ENOENT means its #!
+// interpreter is missing (exec says "no such file or directory", as if the
+// script were), ENOEXEC that it has no #! line. It ends in ": ", or is "".
+func startHint(path string, err error) string {
+	switch {
+	case errors.Is(err, syscall.ENOENT):
+		if interp := shebang(path); interp != "" {
+			return fmt.Sprintf("its interpreter %q (its #! line) does not exist: ", interp)
+		}
+	case errors.Is(err, syscall.ENOEXEC):
+		return "it is not a program and has no #! line: "
+	case errors.Is(err, syscall.EACCES):
+		return "its #! interpreter is not executable, or its file system is mounted noexec: "
+	}
+	return ""
+}
+
+// shebang returns the interpreter a script's #! line names, or "".
+func shebang(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	buf := make([]byte, 256)
+	n, _ := io.ReadFull(f, buf)
+	line, ok := bytes.CutPrefix(buf[:n], []byte("#!"))
+	if !ok {
+		return ""
+	}
+	line, _, _ = bytes.Cut(line, []byte("\n"))
+	if f := bytes.Fields(line); len(f) > 0 {
+		return string(f[0])
+	}
+	return ""
 }

@@ -460,3 +460,27 @@ func TestNotExecutableScriptIsUnknown(t *testing.T) {
 		t.Errorf("ResolveScript = %v, want ErrUnknownScript naming the script", err)
 	}
 }
+
+// TestAMissingInterpreterIsNamed: exec says only "no such file or
+// directory" when a script's #! interpreter is missing, which reads as if
+// the script were; the failure names the interpreter instead, and says
+// when a script has no #! line at all.
+func TestAMissingInterpreterIsNamed(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"missing.sh":   "#! /nonexistent/interpreter -e\necho hi\n",
+		"noshebang.sh": "echo hi\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := Run(context.Background(), Spec{ScriptsDir: dir, Script: "missing.sh", Deadline: time.Now().Add(10 * time.Second)})
+	if !errors.Is(err, ErrStart) || !strings.Contains(err.Error(), `interpreter "/nonexistent/interpreter" (its #! line) does not exist`) {
+		t.Errorf("Run with a missing interpreter = %v, want ErrStart naming the interpreter", err)
+	}
+	_, err = Run(context.Background(), Spec{ScriptsDir: dir, Script: "noshebang.sh", Deadline: time.Now().Add(10 * time.Second)})
+	if !errors.Is(err, ErrStart) || !strings.Contains(err.Error(), "no #! line") {
+		t.Errorf("Run without a #! line = %v, want ErrStart saying so", err)
+	}
+}

@@ -183,3 +183,7 @@ func longPathName(path string) (string, error) {
 		buf = make([]uint16, n)
 	}
 }
+
+// startHint has nothing to add on windows: the script's interpreter is
+// the proxy's choice (interpreterFor), and its errors say what they mean.
+func startHint(string, error) string { return "" }
