@@ -144,11 +144,18 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	a.state.started(a.o, time.Now())
 	a.resumeSpooled(workCtx)
-	a.pollLoop(ctx, workCtx)
+	seq, lostFrom := a.pollLoop(ctx, workCtx)
 	a.state.stopping(time.Now(), a.inFlight())
 
 	done := make(chan struct{})
 	go func() { a.wg.Wait(); close(done) }()
+	// The running units are still this instance's to kill when they end
+	// on the automator (cancelled): keep asking which did, for no units,
+	// until they are over.
+	listenCtx, stopListening := context.WithCancel(context.Background())
+	listened := make(chan struct{})
+	go func() { defer close(listened); a.hearEnds(listenCtx, seq, lostFrom) }()
+	defer func() { stopListening(); <-listened }()
 	if n := a.inFlight(); n > 0 {
 		a.log.Info("stopping: waiting for running units", "running", n, "grace_period", a.o.GracePeriod)
 	}
@@ -161,10 +168,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		if a.spool != nil || why == errStoppedAgain {
 			stopWork(why)
 		}
+		stopListening() // every unit is being killed: none is left to hear of
 		<-done
 	}
 	select {
 	case <-done:
+		stopListening()
 	case <-time.After(a.o.GracePeriod):
 		a.log.Warn("grace period over: killing running units", "running", a.inFlight())
 		kill(errShutdown)
@@ -181,7 +190,11 @@ func (a *Agent) Run(ctx context.Context) error {
 // done. With every slot busy it still polls, for no units, so it hears at
 // once when a running unit is cancelled; that poll is dropped as soon as a
 // slot frees (dropping it is safe: a poll for no units claims nothing).
-func (a *Agent) pollLoop(ctx, workCtx context.Context) {
+//
+// It returns the number of its last poll and the first of those whose
+// answers never came since the last answered one (0: none), for the polls
+// that follow.
+func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
 	st := connState{log: a.log, automator: a.o.Automator}
 	bo := backoff{min: a.o.BackoffMin, max: a.o.BackoffMax}
 	// The first poll, and the first after a failure, does not wait: it tells
@@ -190,7 +203,6 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) {
 	// seq numbers the polls; lostFrom is the first since the last answered
 	// one that asked for units and got no answer (0: none), which every
 	// poll reports until one is answered (PollRequest.lost_from).
-	var seq, lostFrom uint64
 	for ctx.Err() == nil {
 		select {
 		case <-a.slotFreed: // counted below
@@ -264,6 +276,38 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) {
 			// this goroutine encodes and sends the next poll: a result is
 			// what someone waits for, the next poll is not.
 			runtime.Gosched()
+		}
+	}
+	return seq, lostFrom
+}
+
+// hearEnds polls for no units while the agent stops, until ctx is done,
+// and kills the running units the automator says ended (cancelled, timed
+// out): a stopping proxy claims nothing more, but a cancel of a unit it
+// runs must still kill the script (a poll for no units claims nothing).
+// Polls go on numbering from seq, reporting lostFrom until one is
+// answered. Errors back off quietly: the stop is already logged.
+func (a *Agent) hearEnds(ctx context.Context, seq, lostFrom uint64) {
+	bo := backoff{min: a.o.BackoffMin, max: a.o.BackoffMax}
+	for ctx.Err() == nil {
+		if len(a.runningIDs()) == 0 {
+			// Nothing left to hear of (the units still counted are
+			// being killed, or posting their results); ctx ends soon.
+			<-ctx.Done()
+			return
+		}
+		seq++
+		resp, err := a.poll(ctx, 0, a.o.PollWait, seq, lostFrom)
+		if err != nil {
+			if !sleep(ctx, bo.next()) {
+				return
+			}
+			continue
+		}
+		lostFrom = 0
+		bo.reset()
+		for _, id := range resp.GetCancelled() {
+			a.ended(id)
 		}
 	}
 }

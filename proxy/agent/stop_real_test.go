@@ -120,3 +120,35 @@ func TestASecondStopEndsTheGracePeriod(t *testing.T) {
 	}
 	s.wantFailed(t, id, "asked to stop a second time")
 }
+
+// TestACancelDuringTheGracePeriodKillsTheScript: a stopping proxy no
+// longer asks for work, but its running units are still its own to kill
+// when the caller cancels one (DESIGN: "a claimed unit's process is
+// killed by its proxy"). It keeps asking, for no units, which of them
+// ended, so a cancel made during its grace period (an hour here) kills
+// the script at once, and the agent returns without waiting out its hour.
+func TestACancelDuringTheGracePeriodKillsTheScript(t *testing.T) {
+	s, id := startStopping(t, agent.Options{GracePeriod: time.Hour}, false)
+	t.Cleanup(func() {
+		s.cancel()
+		if !t.Failed() { // else it may wait out its hour
+			<-s.done
+		}
+	})
+	s.cancel()
+	if _, err := s.caller.Cancel(context.Background(), &automatorv1.CancelRequest{WorkId: id}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the stopping agent did not hear of the cancel: its script runs on, and Run waits out its hour of grace")
+	}
+	got, err := s.caller.Get(context.Background(), &automatorv1.GetRequest{WorkId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.GetState() != automatorv1.State_STATE_CANCELLED {
+		t.Errorf("the unit is %v, want cancelled", got.GetState())
+	}
+}
