@@ -133,9 +133,10 @@ func New(o Options) *Agent {
 	return a
 }
 
-// Run polls until ctx is cancelled, then stops polling, lets running units
-// finish within the grace period (killing them after it), posts their
-// results and returns.
+// Run polls until ctx is cancelled, then stops asking for work, lets
+// running units finish within the grace period (killing them after it, or
+// as soon as the automator says they ended), posts their results and
+// returns.
 func (a *Agent) Run(ctx context.Context) error {
 	// Runs and result posts outlive ctx: they end on their own, or when the
 	// grace period is over.
