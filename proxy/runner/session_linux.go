@@ -1,12 +1,12 @@
 package runner
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"iter"
 	"os"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -101,7 +101,7 @@ func pidsSince(sid, last, pidMax int) iter.Seq[int] {
 // syscall, where reading /proc/PID/stat costs several.
 func sweepSession(sid int, candidates func() (iter.Seq[int], error)) error {
 	var signalled map[int]bool
-	refused := map[int]error{}
+	var refused map[int]error // made when first needed: most sweeps find nothing
 	for range sessionSweeps {
 		pids, err := candidates()
 		if err != nil {
@@ -123,6 +123,9 @@ func sweepSession(sid int, candidates func() (iter.Seq[int], error)) error {
 				signalled[pid] = true
 				found++
 			case !errors.Is(err, syscall.ESRCH):
+				if refused == nil {
+					refused = map[int]error{}
+				}
 				refused[pid] = err
 			}
 		}
@@ -176,10 +179,18 @@ func pidRange(from, to int) iter.Seq[int] {
 	}
 }
 
+// readProcInt reads a number from a /proc file, without the allocations
+// of os.ReadFile: it is read after every script.
 func readProcInt(path string) (int, error) {
-	b, err := os.ReadFile(path)
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 0, err
 	}
-	return strconv.Atoi(strings.TrimSpace(string(b)))
+	defer unix.Close(fd)
+	var buf [32]byte
+	n, err := unix.Read(fd, buf[:])
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(string(bytes.TrimSpace(buf[:max(n, 0)])))
 }
