@@ -43,8 +43,20 @@ func cmdAccountRotate(ctx context.Context, rotateKey bool, args []string, env En
 		return err
 	}
 	defer d.st.Close()
-	cfg, master, caPEM, st := d.cfg, d.master, d.caPEM, d.st
+	return rotateAccount(ctx, d, name, rotateKey, *overlap, *dir, env)
+}
 
+// rotateAccount makes the rotation of cmdAccountRotate on the store of d.
+// Everything its printout needs is read, and every key opened, before the
+// rotation is committed: from the commit on, the new token exists nowhere
+// but in this process, so nothing that can fail may stand between the
+// commit and the printing of the profile.
+func rotateAccount(ctx context.Context, d accountAdmin, name string, rotateKey bool, overlap time.Duration, dir string, env Env) error {
+	what := "rotate-token"
+	if rotateKey {
+		what = "rotate-key"
+	}
+	cfg, master, caPEM, st := d.cfg, d.master, d.caPEM, d.st
 	keys, err := st.AccountKeys(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("account %q not found; see `automator account list`", name)
@@ -57,7 +69,7 @@ func cmdAccountRotate(ctx context.Context, rotateKey bool, args []string, env En
 		return err
 	}
 	now := time.Now()
-	p := store.AccountRotateParams{Name: name, TokenHash: crypto.HashToken(token), PreviousUntil: now.Add(*overlap), Now: now}
+	p := store.AccountRotateParams{Name: name, TokenHash: crypto.HashToken(token), PreviousUntil: now.Add(overlap), Now: now}
 	var newKey crypto.Key
 	if rotateKey {
 		var highest uint32
@@ -75,7 +87,13 @@ func cmdAccountRotate(ctx context.Context, rotateKey bool, args []string, env En
 		}
 		p.KeyID = newKey.ID
 	}
-	_, err = st.AccountRotate(ctx, p)
+	current, previous, err := rotatedKeys(master, name, keys, p, newKey)
+	if err != nil {
+		return err
+	}
+	profile := ProfileWithPrevious(name, cfg.PublicURL, token, current.String(), previous, string(caPEM))
+
+	acct, err := st.AccountRotate(ctx, p)
 	interrupted := errors.Is(err, store.ErrWithdrawalInterrupted)
 	switch {
 	case errors.Is(err, store.ErrExists):
@@ -90,6 +108,20 @@ func cmdAccountRotate(ctx context.Context, rotateKey bool, args []string, env En
 	if interrupted {
 		fmt.Fprintf(env.Stderr, "automator: warning: %v; the rotation stands\n", err)
 	}
+	if acct.KeyID != current.ID {
+		// A rotate-key of another process committed between the read of
+		// the keys and this rotation (a rotate-key of this one would have
+		// been refused above): its key is the current one. Read the keys
+		// again; should that fail, the profile computed before still holds
+		// the new token, which is what must not be lost.
+		if again, err := accountProfile(ctx, st, master, name, cfg.PublicURL, token, string(caPEM), now); err == nil {
+			profile = again
+		} else {
+			fmt.Fprintf(env.Stderr, "automator: warning: account %q got a new key from another rotation while this one ran, and reading it failed (%v): the profile below has the new token but key %d; run `automator account rotate-token %s --data-dir %s` for one with the current key\n",
+				name, err, current.ID, name, dir)
+		}
+	}
+	_, printErr := fmt.Fprint(env.Stdout, profile)
 
 	kind, detail := store.AuditTokenRotated, fmt.Sprintf("previous token valid until %s", p.PreviousUntil.UTC().Format(time.RFC3339))
 	if rotateKey {
@@ -97,25 +129,53 @@ func cmdAccountRotate(ctx context.Context, rotateKey bool, args []string, env En
 	}
 	audit(ctx, st, store.AuditEvent{At: now, Kind: kind, Account: name, Detail: detail}, env)
 
-	profile, err := accountProfile(ctx, st, master, name, cfg.PublicURL, token, string(caPEM), now)
-	if err != nil {
-		return err
-	}
-	if _, err := fmt.Fprint(env.Stdout, profile); err != nil {
+	if printErr != nil {
 		return fmt.Errorf("account %q is rotated, but its new profile could not be written (%w), and its new token is nowhere else; run `automator account %s %s --data-dir %s --overlap %v` again for another",
-			name, err, what, name, *dir, *overlap)
+			name, printErr, what, name, dir, overlap)
 	}
-	if *overlap > 0 {
+	if overlap > 0 {
 		old := "the old token keeps"
 		if rotateKey {
 			old = "the old token and key keep"
 		}
 		fmt.Fprintf(env.Stderr, "automator: account %q rotated; %s working until %s (--overlap %v): install this profile on every proxy of the account before then\n",
-			name, old, p.PreviousUntil.UTC().Format(time.RFC3339), *overlap)
+			name, old, p.PreviousUntil.UTC().Format(time.RFC3339), overlap)
 	} else {
 		fmt.Fprintf(env.Stderr, "automator: account %q rotated with no overlap: proxies on the old profile, or on any earlier one, are refused from now on\n", name)
 	}
 	return nil
+}
+
+// rotatedKeys returns the keys the profile of an account has once rotation
+// p is committed, from keys, the account's keys read before it (as
+// accountProfile would read them after it, at p.Now): the current key
+// (newKey, for a rotate-key), and the previous keys still usable, newest
+// first. For a rotate-key, the key it replaces stays usable until
+// p.PreviousUntil, and with no overlap the keys of earlier rotations end
+// too (store.AccountRotateParams).
+func rotatedKeys(master crypto.MasterKey, name string, keys []store.AccountKey, p store.AccountRotateParams, newKey crypto.Key) (current crypto.Key, previous []string, err error) {
+	rotatesKey, overlap := p.KeyID != 0, p.PreviousUntil.After(p.Now)
+	if rotatesKey {
+		current = newKey
+	}
+	for _, m := range keys {
+		switch {
+		case rotatesKey && !overlap:
+			continue // every key but the new one ends now
+		case !m.Usable(p.Now):
+			continue
+		}
+		k, err := master.OpenKey(name, m.SealedKey)
+		if err != nil {
+			return crypto.Key{}, nil, fmt.Errorf("opening key %d of account %q: %w", m.KeyID, name, err)
+		}
+		if m.Current && !rotatesKey {
+			current = k
+			continue
+		}
+		previous = append(previous, k.String())
+	}
+	return current, previous, nil
 }
 
 // accountProfile renders the profile of an account with the given token:

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"path/filepath"
 	"regexp"
 	"testing"
@@ -76,5 +77,85 @@ func TestRotateKeyInterruptedAfterItsCommitStillPrintsTheProfile(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no %s event for acme in the audit log after the interrupted rotate-key (stderr: %s)", store.AuditKeyRotated, errb.String())
+	}
+}
+
+// readsFailAfterRotate is a store whose reads of accounts and keys fail
+// once a rotation was committed through it: the database gone away right
+// after the commit.
+type readsFailAfterRotate struct {
+	store.Store
+	rotated bool
+}
+
+var errGoneAfterTheCommit = errors.New("the database went away after the commit")
+
+func (s *readsFailAfterRotate) AccountRotate(ctx context.Context, p store.AccountRotateParams) (store.Account, error) {
+	a, err := s.Store.AccountRotate(ctx, p)
+	s.rotated = s.rotated || err == nil || errors.Is(err, store.ErrWithdrawalInterrupted)
+	return a, err
+}
+
+func (s *readsFailAfterRotate) AccountKeys(ctx context.Context, name string) ([]store.AccountKey, error) {
+	if s.rotated {
+		return nil, errGoneAfterTheCommit
+	}
+	return s.Store.AccountKeys(ctx, name)
+}
+
+func (s *readsFailAfterRotate) AccountGet(ctx context.Context, name string) (store.Account, error) {
+	if s.rotated {
+		return store.Account{}, errGoneAfterTheCommit
+	}
+	return s.Store.AccountGet(ctx, name)
+}
+
+// TestRotationPrintsItsNewTokenWhenTheStoreFailsAfterTheCommit: once a
+// rotate-token or rotate-key is committed, its printout is the only copy
+// of the new token. A store that fails every read from then on must not
+// lose it: the command prints the profile the account now has (the new
+// token, the current key, the previous keys still usable) as a read after
+// the commit would have rendered it.
+func TestRotationPrintsItsNewTokenWhenTheStoreFailsAfterTheCommit(t *testing.T) {
+	dir := initDir(t)
+	if code, _, stderr := runMain(t, "account", "create", "acme", "--data-dir", dir); code != 0 {
+		t.Fatalf("account create acme: exit %d: %s", code, stderr)
+	}
+	for _, c := range []struct {
+		rotateKey bool
+		overlap   time.Duration
+	}{
+		{true, time.Hour}, // key 2, key 1 previous
+		{false, time.Hour},
+		{true, time.Hour}, // key 3, keys 2 and 1 previous
+		{false, 0},
+		{true, 0}, // key 4 alone
+		{true, time.Hour},
+	} {
+		d, err := openAccountAdmin(t.Context(), dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		failing := &readsFailAfterRotate{Store: d.st}
+		d.st = failing
+		var out, errb bytes.Buffer
+		err = rotateAccount(t.Context(), d, "acme", c.rotateKey, c.overlap, dir, Env{Stdout: &out, Stderr: &errb})
+		if !failing.rotated {
+			t.Fatalf("rotate (key %v, overlap %v) did not commit: %v, %s", c.rotateKey, c.overlap, err, errb.String())
+		}
+		token := regexp.MustCompile(`(?m)^token: (opt_\S+)$`).FindStringSubmatch(out.String())
+		if err != nil || token == nil {
+			d.st.Close()
+			t.Fatalf("rotate (key %v, overlap %v) with reads failing after its commit: %v, stdout:\n%s\nstderr: %s\nwant the new profile", c.rotateKey, c.overlap, err, out.String(), errb.String())
+		}
+		at := time.Now()
+		want, err := accountProfile(t.Context(), failing.Store, d.master, "acme", d.cfg.PublicURL, token[1], string(d.caPEM), at)
+		d.st.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.String() != want {
+			t.Errorf("rotate (key %v, overlap %v) printed:\n%s\nwant the profile the account has after it:\n%s", c.rotateKey, c.overlap, out.String(), want)
+		}
 	}
 }
