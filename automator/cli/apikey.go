@@ -84,6 +84,7 @@ func cmdAPIKeyCreate(ctx context.Context, args []string, env Env) error {
 			}
 			scope = append(scope, a)
 		}
+		scope = store.DistinctAccounts(scope) // as the store keeps it
 	}
 	st, err := openDataStore(ctx, *dir)
 	if err != nil {

@@ -65,3 +65,43 @@ func TestInitRecordsTheAdminAPIKeyInTheAuditLog(t *testing.T) {
 		t.Errorf("audit after init holds the admin key's secret:\n%s", out)
 	}
 }
+
+// TestAPIKeyCreateNamesEachAccountOnce: `apikey create --accounts
+// acme,acme,globex` makes a key for acme and globex, each named once, in
+// its listing, in its audit record and in what it says on stderr.
+func TestAPIKeyCreateNamesEachAccountOnce(t *testing.T) {
+	dir := initDir(t)
+	for _, a := range []string{"acme", "globex"} {
+		if code, _, stderr := runMain(t, "account", "create", a, "--data-dir", dir); code != 0 {
+			t.Fatalf("account create %s: exit %d: %s", a, code, stderr)
+		}
+	}
+	code, _, stderr := runMain(t, "apikey", "create", "ci", "--accounts", "acme, acme,globex,acme", "--data-dir", dir)
+	if code != 0 || !strings.Contains(stderr, "for account acme, globex;") {
+		t.Fatalf("apikey create --accounts acme,acme,globex,acme: exit %d, stderr %q; want a key for account acme, globex", code, stderr)
+	}
+	_, list, _ := runMain(t, "apikey", "list", "--json", "--data-dir", dir)
+	found := false
+	for line := range strings.Lines(list) {
+		var k struct {
+			Name     string   `json:"name"`
+			Accounts []string `json:"accounts"`
+		}
+		if err := json.Unmarshal([]byte(line), &k); err != nil {
+			t.Fatalf("apikey list line %q: %v", line, err)
+		}
+		if k.Name == "ci" {
+			found = true
+			if strings.Join(k.Accounts, ",") != "acme,globex" {
+				t.Errorf("apikey list: key ci has accounts %q, want [acme globex]", k.Accounts)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("apikey list has no key ci:\n%s", list)
+	}
+	_, audit, _ := runMain(t, "audit", "--data-dir", dir)
+	if !strings.Contains(audit, "(ci) for account acme, globex") {
+		t.Errorf("audit:\n%s\nwant the key's creation for account acme, globex", audit)
+	}
+}

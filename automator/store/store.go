@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -382,9 +383,23 @@ type APIKeyCreateParams struct {
 	ID   string
 	Hash []byte
 	Name string
-	// Accounts the key may use; empty for every account.
+	// Accounts the key may use; empty for every account. An account
+	// named more than once is stored once (DistinctAccounts).
 	Accounts []string
 	Now      time.Time
+}
+
+// DistinctAccounts returns accounts with each name kept once, where it
+// first appears. A scope must hold an account once: deleting it removes
+// every copy, and a key left with none would be a key for every account.
+func DistinctAccounts(accounts []string) []string {
+	var out []string
+	for _, a := range accounts {
+		if !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // AccountStats is the queue and the instances of one account at one moment,

@@ -37,7 +37,7 @@ func scanAPIKeyInto(k *store.APIKey) func(pgx.Row) error {
 }
 
 func (s *Store) APIKeyCreate(ctx context.Context, p store.APIKeyCreateParams) (store.APIKey, error) {
-	accounts := p.Accounts
+	accounts := store.DistinctAccounts(p.Accounts)
 	if accounts == nil {
 		accounts = []string{}
 	}

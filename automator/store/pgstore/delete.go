@@ -69,8 +69,12 @@ RETURNING `+workColumns, p.Audit != nil, 5),
 				return err
 			}
 		}
+		// Every copy of the name counts: a key that named it twice (as
+		// APIKeyCreate let it before DistinctAccounts) has nothing else,
+		// and the narrowing below would leave it an empty scope, which is
+		// every account.
 		rows, err = tx.Query(ctx, `UPDATE api_keys SET revoked_at = $2
-WHERE revoked_at IS NULL AND accounts = ARRAY[$1::text]
+WHERE revoked_at IS NULL AND $1::text = ANY (accounts) AND cardinality(array_remove(accounts, $1::text)) = 0
 RETURNING id`, p.Name, p.Now)
 		if err != nil {
 			return err

@@ -39,7 +39,7 @@ func encodeAccounts(accounts []string) (string, error) {
 }
 
 func (s *Store) APIKeyCreate(ctx context.Context, p store.APIKeyCreateParams) (store.APIKey, error) {
-	accounts, err := encodeAccounts(p.Accounts)
+	accounts, err := encodeAccounts(store.DistinctAccounts(p.Accounts))
 	if err != nil {
 		return store.APIKey{}, fmt.Errorf("creating api key %q: %w", p.ID, err)
 	}

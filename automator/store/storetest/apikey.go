@@ -13,6 +13,7 @@ var apiKeyCases = []testCase{
 	{"APIKeyCreateThenGetByHash", testAPIKeyCreateThenGetByHash},
 	{"APIKeyCreateWithTakenIDIsErrExists", testAPIKeyCreateWithTakenID},
 	{"APIKeyListBreaksTiesByteByByte", testAPIKeyListBreaksTiesByteByByte},
+	{"APIKeyNamingAnAccountTwiceHoldsItOnceAndIsRevokedWithIt", testAPIKeyNamingAnAccountTwice},
 }
 
 func (f *fixture) wantAPIKey(what string, got, want store.APIKey) {
@@ -94,5 +95,51 @@ func testAPIKeyListBreaksTiesByteByByte(f *fixture) {
 	want = append([]string{"kz"}, want...)
 	if !slices.Equal(got, want) {
 		f.t.Errorf("APIKeyList ids = %q, want %q", got, want)
+	}
+}
+
+// testAPIKeyNamingAnAccountTwice: a scope that names an account twice is
+// stored with it once, in the order first given. Deleting that account
+// then revokes a key that could use only it, rather than leave it with an
+// empty scope, which is every account.
+func testAPIKeyNamingAnAccountTwice(f *fixture) {
+	f.account("acme")
+	f.account("globex")
+	twice, err := f.s.APIKeyCreate(f.ctx, store.APIKeyCreateParams{ID: "key-twice", Hash: hash("twice"), Name: "twice", Accounts: []string{"acme", "acme"}, Now: at(0)})
+	if err != nil {
+		f.t.Fatalf("APIKeyCreate: %v", err)
+	}
+	both, err := f.s.APIKeyCreate(f.ctx, store.APIKeyCreateParams{ID: "key-both", Hash: hash("both"), Name: "both", Accounts: []string{"globex", "acme", "globex"}, Now: at(0)})
+	if err != nil {
+		f.t.Fatalf("APIKeyCreate: %v", err)
+	}
+	for _, c := range []struct {
+		got  store.APIKey
+		want []string
+	}{{twice, []string{"acme"}}, {both, []string{"globex", "acme"}}} {
+		if !slices.Equal(c.got.Accounts, c.want) {
+			f.t.Errorf("APIKeyCreate(%s) has accounts %q, want %q", c.got.ID, c.got.Accounts, c.want)
+		}
+		read, err := f.s.APIKeyGetByHash(f.ctx, c.got.Hash)
+		if err != nil {
+			f.t.Fatalf("APIKeyGetByHash(%s): %v", c.got.ID, err)
+		}
+		if !slices.Equal(read.Accounts, c.want) {
+			f.t.Errorf("APIKeyGetByHash(%s) has accounts %q, want %q", c.got.ID, read.Accounts, c.want)
+		}
+	}
+	d, err := f.s.AccountDelete(f.ctx, store.AccountDeleteParams{Name: "acme", Reason: "account deleted", Now: at(time.Minute)})
+	if err != nil {
+		f.t.Fatalf("AccountDelete(acme): %v", err)
+	}
+	if !slices.Equal(d.RevokedAPIKeys, []string{"key-twice"}) || !slices.Equal(d.NarrowedAPIKeys, []string{"key-both"}) {
+		f.t.Errorf("AccountDelete(acme) revoked %q and narrowed %q; want key-twice revoked and key-both narrowed", d.RevokedAPIKeys, d.NarrowedAPIKeys)
+	}
+	read, err := f.s.APIKeyGetByHash(f.ctx, twice.Hash)
+	if err != nil {
+		f.t.Fatalf("APIKeyGetByHash(key-twice): %v", err)
+	}
+	if read.RevokedAt.IsZero() {
+		f.t.Errorf("key-twice, whose only account was deleted, is not revoked (accounts %q, empty being every account)", read.Accounts)
 	}
 }
