@@ -80,6 +80,10 @@ func cancelOne(ctx context.Context, c *client.Client, id string) (cancelJSON, er
 		return cancelJSON{}, &refusedID{fmt.Sprintf("cancelling work %q: not a work id (w_ and 32 lowercase hex digits, as work list shows them)", id)}
 	}
 	before, err := c.Get(ctx, id)
+	if ended, ok := client.UnreadableWork(err); ok {
+		// Ended, with a result of an account deleted since: done.
+		before, err = ended, nil
+	}
 	w := before
 	if err == nil && !before.State.Terminal() {
 		w, err = c.Cancel(ctx, id)
@@ -109,8 +113,8 @@ func refusal(id string, err error) error {
 	case codes.NotFound:
 		return &refusedID{fmt.Sprintf("cancelling work %s: there is no such unit (unknown id, or deleted past work_retention)", id)}
 	case codes.PermissionDenied, codes.FailedPrecondition, codes.InvalidArgument:
-		// Another account's unit for a scoped API key, a unit holding a
-		// result of an account deleted since: the server's words say which.
+		// Another account's unit for a scoped API key, a cancel that came
+		// too late: the server's words say which.
 		return &refusedID{fmt.Sprintf("cancelling work %s: %s", id, status.Convert(err).Message())}
 	}
 	return err

@@ -82,6 +82,11 @@ func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 				return
 			}
 			w, err := c.Wait(ctx, id)
+			if ended, ok := client.UnreadableWork(err); ok {
+				// Ended, with a result of an account deleted since:
+				// how it ended is known, not its exit code.
+				w, err = ended, nil
+			}
 			<-sem
 			results <- ended{i: i, w: w, err: err}
 		}()

@@ -3,6 +3,8 @@ package client
 import (
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
@@ -100,6 +102,32 @@ func (w Work) outcome() (Result, error) {
 		return Result{WorkID: w.ID, InstanceID: w.InstanceID}, nil
 	}
 	return *w.Result, nil
+}
+
+// UnreadableWork returns the unit that err describes when err is the
+// refusal (FAILED_PRECONDITION) of a Get or Wait of a unit that holds a
+// result of an account deleted since: the unit has ended, and its result
+// can no longer be read (its key was destroyed with the account). The unit
+// comes without its Result, with Reason saying so; ok is false for any
+// other error.
+func UnreadableWork(err error) (w Work, ok bool) {
+	s, isStatus := status.FromError(err)
+	if !isStatus || s.Code() != codes.FailedPrecondition {
+		return Work{}, false
+	}
+	for _, d := range s.Details() {
+		if st, isWork := d.(*automatorv1.WorkStatus); isWork && stateFromProto(st.GetState()).Terminal() {
+			w = workFromProto(st)
+			w.Result = nil
+			if w.Reason == "" {
+				w.Reason = s.Message()
+			} else {
+				w.Reason += "; " + s.Message()
+			}
+			return w, true
+		}
+	}
+	return Work{}, false
 }
 
 func workFromProto(st *automatorv1.WorkStatus) Work {

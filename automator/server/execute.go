@@ -486,7 +486,14 @@ func (s *Server) workStatus(ctx context.Context, w store.Work) (*automatorv1.Wor
 	if len(w.SealedResult) > 0 {
 		r, err := s.openResult(ctx, w, w.SealedResult)
 		if errors.Is(err, ErrAccountDeleted) {
-			return nil, status.Errorf(codes.FailedPrecondition, "work %s: %v", w.ID, err)
+			// The unit has ended for good: its status, all but the
+			// result, goes with the refusal as its detail, so that a
+			// caller waiting for it (work wait) can say how it ended.
+			refused := status.Newf(codes.FailedPrecondition, "work %s: %v", w.ID, err)
+			if withStatus, derr := refused.WithDetails(st); derr == nil {
+				refused = withStatus
+			}
+			return nil, refused.Err()
 		}
 		if err != nil {
 			return nil, s.internal(ctx, "opening a stored result", err)
