@@ -3,10 +3,12 @@ package cli
 import (
 	"context"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -243,7 +245,20 @@ func cmdAPIKeyRevoke(ctx context.Context, args []string, env Env) error {
 	}
 	audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditAPIKeyRevoked, Detail: fmt.Sprintf("%s (%s)", k.ID, k.Name)}, env)
 	fmt.Fprintf(env.Stdout, "API key %s (%s) revoked; it is refused from now on\n", k.ID, k.Name)
+	if path := filepath.Join(*dir, config.FileAPIKey); holdsKey(path, k) {
+		fmt.Fprintf(env.Stderr, "automator: %s held this key: exec, work wait and work cancel with --data-dir are refused until a new one is put there: `automator apikey create admin --all-accounts --data-dir %s > %s`\n", path, *dir, path)
+	}
 	return nil
+}
+
+// holdsKey reports whether the file at path holds the secret of API key k.
+func holdsKey(path string, k store.APIKey) bool {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	secret := strings.TrimSpace(string(b))
+	return secret != "" && subtle.ConstantTimeCompare(crypto.HashToken(secret), k.Hash) == 1
 }
 
 // readMaster reads a data directory's master key.

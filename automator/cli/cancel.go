@@ -44,7 +44,7 @@ func (e *refusedID) Error() string { return e.msg }
 // its flags, or the automator unreachable or refusing the API key. It
 // then prints the units it got to first.
 func cmdWorkCancel(ctx context.Context, args []string, env Env) (int, error) {
-	ids, asJSON, c, err := unitsCommand("work cancel", args, env)
+	ids, asJSON, c, explain, err := unitsCommand("work cancel", args, env)
 	if err != nil {
 		return 0, err
 	}
@@ -64,7 +64,7 @@ func cmdWorkCancel(ctx context.Context, args []string, env Env) (int, error) {
 			if len(out) > 0 {
 				_ = printCancelled(env.Stdout, out, asJSON) // what was done before, then the error
 			}
-			return 0, err
+			return 0, explain(err)
 		}
 		out = append(out, v)
 	}

@@ -12,6 +12,9 @@ import (
 	"path/filepath"
 	"strings"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/opsgate/opsgate/automator/client"
 	"github.com/opsgate/opsgate/automator/config"
 )
@@ -64,7 +67,8 @@ func cmdExec(ctx context.Context, args []string, env Env) (int, error) {
 		opts = append(opts, client.WithTimeout(*timeout))
 	}
 	res, err := c.ExecuteOnProxy(ctx, *account, client.Command{Script: fs.Arg(0), Args: fs.Args()[1:]}, opts...)
-	return report(ctx, res, err, env)
+	code, err := report(ctx, res, err, env)
+	return code, caller.explain(err)
 }
 
 // report writes the outcome and returns the exit code DESIGN.md names.
@@ -175,6 +179,20 @@ func (f callerFlags) connect() (*client.Client, error) {
 		return nil, err
 	}
 	return client.New(cfg)
+}
+
+// explain adds to an automator's refusal of the API key (Unauthenticated)
+// what to do when the key is the data directory's admin.apikey, which
+// --data-dir uses unless --api-key-file names another: init made it, and
+// `apikey revoke admin` may have revoked it since. A new key is made on the
+// automator's host without any API key (apikey create opens the store);
+// written over the file, it keeps the file's mode (0600).
+func (f callerFlags) explain(err error) error {
+	if status.Code(err) != codes.Unauthenticated || *f.dir == "" || *f.apiKeyFile != "" {
+		return err
+	}
+	path := filepath.Join(*f.dir, config.FileAPIKey)
+	return fmt.Errorf("%w; that is the key in %s: put a new one there with `automator apikey create admin --all-accounts --data-dir %s > %s` (run on this host, it needs no API key), or give --api-key-file", err, path, *f.dir, path)
 }
 
 // clientConfig says how to reach the automator as a caller, either on its

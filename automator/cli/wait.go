@@ -37,28 +37,29 @@ type waitJSON struct {
 
 // unitsCommand parses the arguments of a command on units given by id
 // (work wait, work cancel): the ids, --json, and the caller flags, by which
-// it connects.
-func unitsCommand(name string, args []string, env Env) (ids []string, asJSON bool, c *client.Client, err error) {
+// it connects; explain is the caller flags' (callerFlags.explain), for the
+// errors of the calls made with c.
+func unitsCommand(name string, args []string, env Env) (ids []string, asJSON bool, c *client.Client, explain func(error) error, err error) {
 	fs := newFlags(name, env)
 	caller := addCallerFlags(fs)
 	jsonFlag := fs.Bool("json", false, "print JSON (for scripts) instead of a table")
 	if ids, err = parseInterspersed(fs, args); err != nil {
-		return nil, false, nil, err
+		return nil, false, nil, nil, err
 	}
 	if len(ids) == 0 {
-		return nil, false, nil, fmt.Errorf("usage: automator %s ID... (--data-dir DIR | --server URL --api-key-file F --ca FILE) [--json]", name)
+		return nil, false, nil, nil, fmt.Errorf("usage: automator %s ID... (--data-dir DIR | --server URL --api-key-file F --ca FILE) [--json]", name)
 	}
 	if c, err = caller.connect(); err != nil {
-		return nil, false, nil, err
+		return nil, false, nil, nil, err
 	}
-	return ids, *jsonFlag, c, nil
+	return ids, *jsonFlag, c, caller.explain, nil
 }
 
 // cmdWorkWait waits until every given unit has ended and prints how each
 // ended. On a terminal, stderr shows a progress line meanwhile. It exits 0
 // when every unit succeeded with exit code 0, 1 otherwise.
 func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
-	ids, asJSON, c, err := unitsCommand("work wait", args, env)
+	ids, asJSON, c, explain, err := unitsCommand("work wait", args, env)
 	if err != nil {
 		return 0, err
 	}
@@ -107,7 +108,7 @@ func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 	}
 	p.finish()
 	if firstErr != nil {
-		return 0, firstErr
+		return 0, explain(firstErr)
 	}
 
 	code := 0
