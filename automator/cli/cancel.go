@@ -111,10 +111,11 @@ func cancelOne(ctx context.Context, c *client.Client, id string) (cancelJSON, er
 func refusal(id string, err error) error {
 	switch status.Code(err) {
 	case codes.NotFound:
-		return &refusedID{fmt.Sprintf("cancelling work %s: there is no such unit (unknown id, or deleted past work_retention)", id)}
+		// An unknown id, or, for a scoped API key, another account's unit:
+		// the automator answers both alike.
+		return &refusedID{fmt.Sprintf("cancelling work %s: there is no such unit (unknown id, deleted past work_retention, or of an account the API key may not use)", id)}
 	case codes.PermissionDenied, codes.FailedPrecondition, codes.InvalidArgument:
-		// Another account's unit for a scoped API key, a cancel that came
-		// too late: the server's words say which.
+		// The server's words say why.
 		return &refusedID{fmt.Sprintf("cancelling work %s: %s", id, status.Convert(err).Message())}
 	}
 	return err

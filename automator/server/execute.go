@@ -525,14 +525,17 @@ func stateToProto(s store.State) automatorv1.State {
 }
 
 // getAllowedWork reads a unit the caller's API key may see: one of its
-// accounts' (PermissionDenied otherwise).
+// accounts'. A unit of another account is answered as an unknown id is,
+// in the same words (the refusal is logged and audited all the same): a
+// key that came by an id of another account's unit learns nothing from
+// it, not even that the unit, or its account, exists.
 func (s *Server) getAllowedWork(ctx context.Context, id, method string) (store.Work, error) {
 	w, err := s.getWork(ctx, id)
 	if err != nil {
 		return store.Work{}, err
 	}
 	if err := s.allow(ctx, w.Account, method); err != nil {
-		return store.Work{}, err
+		return store.Work{}, status.Errorf(codes.NotFound, "work %q not found", id)
 	}
 	return w, nil
 }

@@ -364,9 +364,12 @@ func TestRevokedAPIKeyIsRefusedAtOnce(t *testing.T) {
 }
 
 // TestScopedAPIKeyCannotUseOtherAccounts: a key scoped to acme executes on
-// acme, and gets PermissionDenied for everything of globex: submit,
-// execute, get, wait, cancel, instances. An account that does not exist is
-// refused the same way: the key learns nothing of which accounts exist.
+// acme, and gets PermissionDenied for every call naming globex: submit,
+// execute, instances. An account that does not exist is refused the same
+// way: the key learns nothing of which accounts exist. A unit of globex
+// (get, wait, cancel) is answered NotFound in the words an unknown id
+// gets, naming no account: the key learns nothing from the id of another
+// account's unit either. Every refusal is audited.
 func TestScopedAPIKeyCannotUseOtherAccounts(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	e.addAccount("globex")
@@ -404,9 +407,20 @@ func TestScopedAPIKeyCannotUseOtherAccounts(t *testing.T) {
 			return err
 		},
 	}
+	const unknownID = "w_0123456789abcdef0123456789abcdef"
 	for method, call := range denied {
-		if err := call(); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "globex") {
-			t.Errorf("%s on globex with a key scoped to acme: %v, want PermissionDenied naming globex", method, err)
+		err := call()
+		switch method {
+		case "Get", "Wait", "Cancel":
+			want := strings.ReplaceAll(status.Convert(err).Message(), theirs.GetWorkId(), unknownID)
+			_, unknown := scoped.Get(ctx, &automatorv1.GetRequest{WorkId: unknownID})
+			if status.Code(err) != codes.NotFound || want != status.Convert(unknown).Message() || strings.Contains(err.Error(), "globex") {
+				t.Errorf("%s of globex's unit with a key scoped to acme: %v; want NotFound in the words an unknown id gets (%v)", method, err, unknown)
+			}
+		default:
+			if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "globex") {
+				t.Errorf("%s on globex with a key scoped to acme: %v, want PermissionDenied naming globex", method, err)
+			}
 		}
 	}
 	unknown := map[string]func() error{
