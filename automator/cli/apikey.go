@@ -110,7 +110,12 @@ func cmdAPIKeyCreate(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	now := time.Now()
-	if _, err := st.APIKeyCreate(ctx, store.APIKeyCreateParams{ID: id, Hash: crypto.HashToken(secret), Name: name, Accounts: scope, Now: now}); err != nil {
+	_, err = st.APIKeyCreate(ctx, store.APIKeyCreateParams{ID: id, Hash: crypto.HashToken(secret), Name: name, Accounts: scope, Now: now})
+	if errors.Is(err, store.ErrNotFound) {
+		// Deleted since it was looked up above.
+		return fmt.Errorf("--accounts: an account was deleted meanwhile, and no key was made: %w", err)
+	}
+	if err != nil {
 		return fmt.Errorf("storing the API key: %w", err)
 	}
 	audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditAPIKeyCreated, Detail: fmt.Sprintf("%s (%s) for %s", id, name, scopeText(scope))}, env)

@@ -554,7 +554,10 @@ type Store interface {
 	// by id.
 	ReplicaList(ctx context.Context) ([]Replica, error)
 
-	// APIKeyCreate stores a new API key; ErrExists if the ID is taken.
+	// APIKeyCreate stores a new API key; ErrExists if the ID is taken,
+	// ErrNotFound if an account of its scope does not exist (checked in
+	// the transaction that stores it, so that no key escapes an
+	// AccountDelete committed meanwhile).
 	APIKeyCreate(ctx context.Context, p APIKeyCreateParams) (APIKey, error)
 	// APIKeyGetByHash returns the key whose secret hashes to h, or ErrNotFound.
 	APIKeyGetByHash(ctx context.Context, h []byte) (APIKey, error)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -42,13 +43,34 @@ func (s *Store) APIKeyCreate(ctx context.Context, p store.APIKeyCreateParams) (s
 		accounts = []string{}
 	}
 	var k store.APIKey
-	err := s.sentRow(ctx, scanAPIKeyInto(&k), `INSERT INTO api_keys (id, hash, name, created_at, accounts) VALUES ($1, $2, $3, $4, $5)
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		if len(accounts) > 0 {
+			// FOR SHARE: an AccountDelete of one of them (FOR UPDATE)
+			// waits for this key, and revokes or narrows it; or this
+			// waits for the delete, and finds the account gone.
+			rows, err := tx.Query(ctx, `SELECT name FROM accounts WHERE name = ANY ($1) AND key_id <> 0 ORDER BY name FOR SHARE`, accounts)
+			if err != nil {
+				return err
+			}
+			found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return err
+			}
+			for _, a := range accounts {
+				if !slices.Contains(found, a) {
+					return fmt.Errorf("account %q: %w", a, store.ErrNotFound)
+				}
+			}
+		}
+		err := scanAPIKeyInto(&k)(tx.QueryRow(ctx, `INSERT INTO api_keys (id, hash, name, created_at, accounts) VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (id) DO NOTHING
 RETURNING `+apiKeyColumns,
-		p.ID, nonNil(p.Hash), p.Name, p.Now, accounts)
-	if errors.Is(err, pgx.ErrNoRows) {
-		err = store.ErrExists
-	}
+			p.ID, nonNil(p.Hash), p.Name, p.Now, accounts))
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = store.ErrExists
+		}
+		return err
+	})
 	if err != nil {
 		return store.APIKey{}, fmt.Errorf("creating api key %q: %w", p.ID, err)
 	}

@@ -45,6 +45,15 @@ func (s *Store) APIKeyCreate(ctx context.Context, p store.APIKeyCreateParams) (s
 	}
 	var k store.APIKey
 	err = s.writeTx(ctx, func(ctx context.Context, tx querier) error {
+		for _, a := range p.Accounts {
+			var exists bool
+			if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM accounts WHERE name = ? AND key_id <> 0)`, a).Scan(&exists); err != nil {
+				return err
+			}
+			if !exists {
+				return fmt.Errorf("account %q: %w", a, store.ErrNotFound)
+			}
+		}
 		var err error
 		k, err = scanAPIKey(tx.QueryRowContext(ctx, `INSERT INTO api_keys (id, hash, name, created_at, accounts) VALUES (?, ?, ?, ?, ?)
 ON CONFLICT (id) DO NOTHING

@@ -14,6 +14,7 @@ var apiKeyCases = []testCase{
 	{"APIKeyCreateWithTakenIDIsErrExists", testAPIKeyCreateWithTakenID},
 	{"APIKeyListBreaksTiesByteByByte", testAPIKeyListBreaksTiesByteByByte},
 	{"APIKeyNamingAnAccountTwiceHoldsItOnceAndIsRevokedWithIt", testAPIKeyNamingAnAccountTwice},
+	{"APIKeyCreateForAnAccountThatDoesNotExistIsErrNotFound", testAPIKeyCreateForAMissingAccount},
 }
 
 func (f *fixture) wantAPIKey(what string, got, want store.APIKey) {
@@ -141,5 +142,27 @@ func testAPIKeyNamingAnAccountTwice(f *fixture) {
 	}
 	if read.RevokedAt.IsZero() {
 		f.t.Errorf("key-twice, whose only account was deleted, is not revoked (accounts %q, empty being every account)", read.Accounts)
+	}
+}
+
+// testAPIKeyCreateForAMissingAccount: a key is stored only for accounts
+// that exist when it is, checked in the transaction that stores it. A key
+// made for an account deleted a moment before (its create checked, then
+// the delete committed, then the key stored) would otherwise escape the
+// delete, which revokes or narrows the keys it finds, and could use an
+// account created later under the name.
+func testAPIKeyCreateForAMissingAccount(f *fixture) {
+	f.account("acme")
+	f.account("globex")
+	f.deleteAccount("globex", at(time.Second))
+	for i, accounts := range [][]string{{"initech"}, {"acme", "initech"}, {"globex"}} {
+		id := fmt.Sprint("key-", i)
+		_, err := f.s.APIKeyCreate(f.ctx, store.APIKeyCreateParams{ID: id, Hash: hash(id), Name: id, Accounts: accounts, Now: at(time.Minute)})
+		f.wantErr(fmt.Sprintf("APIKeyCreate for accounts %q", accounts), err, store.ErrNotFound)
+		_, err = f.s.APIKeyGetByHash(f.ctx, hash(id))
+		f.wantErr(fmt.Sprintf("APIKeyGetByHash of the key refused for accounts %q", accounts), err, store.ErrNotFound)
+	}
+	if _, err := f.s.APIKeyCreate(f.ctx, store.APIKeyCreateParams{ID: "key-acme", Hash: hash("key-acme"), Name: "acme", Accounts: []string{"acme"}, Now: at(time.Minute)}); err != nil {
+		f.t.Errorf("APIKeyCreate for acme, which exists: %v", err)
 	}
 }

@@ -258,6 +258,8 @@ func testConcurrentKeyRotations(f *fixture) {
 }
 
 func testAPIKeyScopesAndRevocation(f *fixture) {
+	f.account("acme")
+	f.account("globex")
 	all, err := f.s.APIKeyCreate(f.ctx, store.APIKeyCreateParams{ID: "admin", Hash: hash("admin"), Name: "admin", Now: at(0)})
 	if err != nil {
 		f.t.Fatal(err)
