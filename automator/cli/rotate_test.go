@@ -159,3 +159,59 @@ func TestRotationPrintsItsNewTokenWhenTheStoreFailsAfterTheCommit(t *testing.T) 
 		}
 	}
 }
+
+// keyRotatedMeanwhile is a store on which another process rotates the
+// account's key between a rotation's read of the keys and its commit.
+type keyRotatedMeanwhile struct {
+	store.Store
+	master crypto.MasterKey
+	t      *testing.T
+}
+
+func (s *keyRotatedMeanwhile) AccountRotate(ctx context.Context, p store.AccountRotateParams) (store.Account, error) {
+	k, err := crypto.NewKey(2)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	sealed, err := s.master.SealKey(p.Name, k)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if _, err := s.Store.AccountRotate(ctx, store.AccountRotateParams{Name: p.Name, KeyID: 2, SealedKey: sealed, PreviousUntil: p.Now, Now: p.Now}); err != nil {
+		s.t.Fatalf("the other process's rotate-key: %v", err)
+	}
+	return s.Store.AccountRotate(ctx, p)
+}
+
+// TestRotateTokenRacedByARotateKeyPrintsTheCurrentKey: a rotate-key of
+// another process that commits while a rotate-token runs (after its read
+// of the keys) makes a new current key. The rotate-token's profile must
+// carry that key, not the one it read, which the other rotation withdrew.
+func TestRotateTokenRacedByARotateKeyPrintsTheCurrentKey(t *testing.T) {
+	dir := initDir(t)
+	if code, _, stderr := runMain(t, "account", "create", "acme", "--data-dir", dir); code != 0 {
+		t.Fatalf("account create acme: exit %d: %s", code, stderr)
+	}
+	d, err := openAccountAdmin(t.Context(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.st.Close()
+	raw := d.st
+	d.st = &keyRotatedMeanwhile{Store: raw, master: d.master, t: t}
+	var out, errb bytes.Buffer
+	if err := rotateAccount(t.Context(), d, "acme", false, time.Hour, dir, Env{Stdout: &out, Stderr: &errb}); err != nil {
+		t.Fatalf("rotate-token: %v (%s)", err, errb.String())
+	}
+	token := regexp.MustCompile(`(?m)^token: (opt_\S+)$`).FindStringSubmatch(out.String())
+	if token == nil {
+		t.Fatalf("rotate-token printed no token:\n%s", out.String())
+	}
+	want, err := accountProfile(t.Context(), raw, d.master, "acme", d.cfg.PublicURL, token[1], string(d.caPEM), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != want || !regexp.MustCompile(`(?m)^key: 2:`).MatchString(out.String()) {
+		t.Errorf("rotate-token raced by a rotate-key printed:\n%s\nwant the profile with key 2:\n%s", out.String(), want)
+	}
+}
