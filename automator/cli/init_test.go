@@ -163,3 +163,39 @@ func TestInitWritesItsSecretsForItsOwnerOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestAnErrorOfSeveralProblemsIsOneLine: a command that finds several
+// problems at once (two --server addresses without a port, two settings of
+// automator.yaml out of bounds) names them all on one line of stderr and
+// exits 255, as DESIGN.md asks of exec's own errors.
+func TestAnErrorOfSeveralProblemsIsOneLine(t *testing.T) {
+	dir := initDir(t)
+	path := filepath.Join(dir, config.FileConfig)
+	yaml, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	yaml = bytes.Replace(yaml, []byte("poll_window: 30s"), []byte("poll_window: 1ms"), 1)
+	yaml = bytes.Replace(yaml, []byte("default_timeout: 5m0s"), []byte("default_timeout: 48h"), 1)
+	if err := os.WriteFile(path, yaml, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"exec", "--server", "https://x,https://y", "--api-key-file", filepath.Join(dir, config.FileAPIKey),
+			"--ca", filepath.Join(dir, config.FileCACert), "--account", "acme", "hello.sh"}, []string{`"https://x"`, `"https://y"`}},
+		{[]string{"serve", "--data-dir", dir}, []string{"poll_window", "default_timeout"}},
+	} {
+		code, stdout, stderr := runMain(t, c.args...)
+		if code != ExitError || stdout != "" || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want 255, nothing, one line", c.args[0], code, stdout, stderr)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("%s: stderr %q does not name %s", c.args[0], stderr, w)
+			}
+		}
+	}
+}
