@@ -91,3 +91,23 @@ func TestABadFlagValueIsNotBlamedOnTheFile(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want 1 and %q", code, stderr.String(), want)
 	}
 }
+
+// TestAConfigOfSeveralProblemsIsOneLine: a config with several problems
+// names them all on one line of stderr (exit 1), as every error of the
+// command line is one line.
+func TestAConfigOfSeveralProblemsIsOneLine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "proxy.yaml")
+	if err := os.WriteFile(path, []byte("automator_url: https://x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := Main(t.Context(), []string{"run", "--config", path}, Env{Stdout: &stdout, Stderr: &stderr})
+	if code != 1 || stdout.Len() != 0 || strings.Count(stderr.String(), "\n") != 1 {
+		t.Errorf("proxy run with a broken config: exit %d, stdout %q, stderr %q; want 1, nothing, one line", code, stdout.String(), stderr.String())
+	}
+	for _, key := range []string{"automator_url:", "token:", "key:", "ca_cert:", "scripts_dir:"} {
+		if !strings.Contains(stderr.String(), key) {
+			t.Errorf("stderr %q does not name %s", stderr.String(), key)
+		}
+	}
+}
