@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/opsgate/opsgate/internal/clihelp"
@@ -98,6 +99,16 @@ func run(ctx context.Context, args []string, env Env) (int, error) {
 		}
 		return runService(ctx, name, rest, env)
 	}
+	if len(args) >= 2 && isGroup(args[0]) && slices.Contains([]string{"-h", "--help", "help"}, args[1]) {
+		// `automator account --help`: the group's forms, as `exec --help`
+		// shows exec's.
+		fmt.Fprintln(env.Stdout, "usage:")
+		for _, f := range clihelp.Forms(usage, "automator", args[0]) {
+			fmt.Fprintln(env.Stdout, f)
+		}
+		fmt.Fprintln(env.Stdout, "\n`automator help` lists every command; `automator "+args[0]+" COMMAND --help` shows its flags.")
+		return 0, nil
+	}
 	switch args[0] {
 	case "init":
 		return 0, cmdInit(ctx, args[1:], env)
@@ -176,4 +187,10 @@ func requireFlag(name, v string) error {
 		return fmt.Errorf("--%s is required", name)
 	}
 	return nil
+}
+
+// isGroup says whether name is a group of commands (`account create`,
+// `work list`, ...) rather than a command.
+func isGroup(name string) bool {
+	return slices.Contains([]string{"account", "apikey", "cert", "work"}, name)
 }

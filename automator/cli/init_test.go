@@ -199,3 +199,23 @@ func TestAnErrorOfSeveralProblemsIsOneLine(t *testing.T) {
 		}
 	}
 }
+
+// TestHelpOfACommandGroupListsItsForms: `automator account --help` (and
+// -h, help; of work, apikey and cert too) prints the group's forms on
+// stdout and exits 0, as `automator exec --help` does for exec, instead of
+// a usage error.
+func TestHelpOfACommandGroupListsItsForms(t *testing.T) {
+	for _, c := range []struct{ group, form string }{
+		{"account", "automator account create NAME --data-dir DIR"},
+		{"work", "automator work cancel ID..."},
+		{"apikey", "automator apikey revoke ID --data-dir DIR"},
+		{"cert", "automator cert renew --data-dir DIR"},
+	} {
+		for _, help := range []string{"--help", "-h", "help"} {
+			code, stdout, stderr := runMain(t, c.group, help)
+			if code != 0 || stderr != "" || !strings.Contains(stdout, c.form) || strings.Contains(stdout, "automator init") {
+				t.Errorf("%s %s: exit %d, stdout %q, stderr %q; want 0 and the group's forms only", c.group, help, code, stdout, stderr)
+			}
+		}
+	}
+}
