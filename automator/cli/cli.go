@@ -75,17 +75,10 @@ func Main(ctx context.Context, args []string, env Env) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // the command's flag set printed its help
 		}
-		fmt.Fprintf(env.Stderr, "automator: %s\n", oneLine(err))
+		fmt.Fprintf(env.Stderr, "automator: %s\n", clihelp.OneLine(err))
 		return ExitError
 	}
 	return code
-}
-
-// oneLine is err's message on one line: the problems of an errors.Join
-// (every setting out of bounds, every bad --server address) are joined
-// with "; ", so that whoever reads the reason reads one line.
-func oneLine(err error) string {
-	return strings.Join(strings.FieldsFunc(err.Error(), func(r rune) bool { return r == '\n' }), "; ")
 }
 
 func run(ctx context.Context, args []string, env Env) (int, error) {

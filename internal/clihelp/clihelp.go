@@ -85,3 +85,26 @@ func (e *errorSeen) Write(p []byte) (int, error) {
 	e.seen = true
 	return len(p), nil
 }
+
+// OneLine is err's message on one line, as a command prints its error: the
+// lines of an errors.Join (every setting out of bounds, every bad address)
+// are joined with "; ", and the indented lines a library adds under a line
+// ending in ":" (pgx names each address it tried) follow it after a space.
+func OneLine(err error) string {
+	var b strings.Builder
+	for _, line := range strings.Split(err.Error(), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		switch {
+		case b.Len() == 0:
+		case strings.HasSuffix(b.String(), ":"):
+			b.WriteString(" ")
+		default:
+			b.WriteString("; ")
+		}
+		b.WriteString(line)
+	}
+	return b.String()
+}

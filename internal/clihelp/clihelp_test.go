@@ -2,7 +2,9 @@ package clihelp
 
 import (
 	"bytes"
+	"errors"
 	"flag"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -88,5 +90,23 @@ func TestUsageIsSilentOnAParseError(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "--timeout") {
 		t.Fatalf("help after a parse error:\n%s", out.String())
+	}
+}
+
+// TestOneLineKeepsEveryProblemOnOneLine: the problems of an errors.Join
+// are joined with "; ", and the indented lines under a line ending in ":"
+// (as pgx lists the addresses it tried) follow it, without their indent.
+func TestOneLineKeepsEveryProblemOnOneLine(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{errors.New("one problem"), "one problem"},
+		{fmt.Errorf("invalid settings: %w", errors.Join(errors.New("a: too big"), errors.New("b: too small"))), "invalid settings: a: too big; b: too small"},
+		{errors.New("failed to connect to `user=u`:\n\t127.0.0.1:1: refused\n\t[::1]:1: refused\n"), "failed to connect to `user=u`: 127.0.0.1:1: refused; [::1]:1: refused"},
+	} {
+		if got := OneLine(c.err); got != c.want {
+			t.Errorf("OneLine(%q) = %q, want %q", c.err, got, c.want)
+		}
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -52,16 +51,10 @@ func Main(ctx context.Context, args []string, env Env) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // the command's flag set printed its help
 		}
-		fmt.Fprintf(env.Stderr, "proxy: %s\n", oneLine(err))
+		fmt.Fprintf(env.Stderr, "proxy: %s\n", clihelp.OneLine(err))
 		return 1
 	}
 	return 0
-}
-
-// oneLine is err's message on one line: the problems of an errors.Join
-// (every key of a config that is wrong) are joined with "; ".
-func oneLine(err error) string {
-	return strings.Join(strings.FieldsFunc(err.Error(), func(r rune) bool { return r == '\n' }), "; ")
 }
 
 func run(ctx context.Context, args []string, env Env) error {
