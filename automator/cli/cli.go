@@ -1,6 +1,8 @@
 // Package cli is the automator's command line: init, serve, account create,
-// list, rotate and delete, exec, the listings (instances, work, replicas),
-// backup and restore. The binary's main only calls Main.
+// list, rotate and delete, apikey, audit, cert renew, exec, the listings
+// (instances, work, replicas), work wait and cancel, backup and restore, and
+// the service commands (install, start, stop, status, uninstall). The
+// binary's main only calls Main.
 package cli
 
 import (

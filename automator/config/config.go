@@ -57,8 +57,8 @@ type Config struct {
 	// Listen is the gRPC address, host:port. Defaults to all interfaces on
 	// the public URL's port.
 	Listen string `yaml:"listen"`
-	// HTTPListen is the HTTP listener's address, host:port: /healthz,
-	// /readyz, /metrics, the dashboard and the HTTP/JSON API, in plain HTTP.
+	// HTTPListen is the plain HTTP address of /healthz, /readyz, /metrics,
+	// the dashboard and the HTTP/JSON API; loopback by default.
 	HTTPListen string `yaml:"http_listen"`
 	// HTTPAllowedHosts are names the HTTP listener answers to beside the
 	// ones it always does (IP addresses, localhost, this host's name, the
