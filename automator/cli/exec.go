@@ -17,6 +17,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/client"
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/internal/hostport"
 )
 
 // maxStdin is what exec reads from --stdin at most: the most any
@@ -245,10 +246,16 @@ func clientConfig(dir, server, apiKeyFile, caFile string) (client.Config, error)
 		}
 	case server != "":
 		plaintextOnly := true
+		var bad []error
 		for _, s := range strings.Split(server, ",") {
 			s = strings.TrimSpace(s)
 			if !strings.HasPrefix(s, "https://") && !strings.HasPrefix(s, "http://") {
 				return cfg, fmt.Errorf("--server %q must be https://HOST:PORT", s)
+			}
+			if _, err := hostport.Parse(s); err != nil {
+				// Every bad address at once, each named as the flag's.
+				bad = append(bad, fmt.Errorf("--server %w", err))
+				continue
 			}
 			if hostPort, ok := strings.CutPrefix(s, "http://"); ok && config.RequireLoopback(strings.TrimSuffix(hostPort, "/")) != nil {
 				// An automator serves plaintext on loopback only: the API
@@ -257,6 +264,9 @@ func clientConfig(dir, server, apiKeyFile, caFile string) (client.Config, error)
 			}
 			plaintextOnly = plaintextOnly && strings.HasPrefix(s, "http://")
 			cfg.Addresses = append(cfg.Addresses, s)
+		}
+		if len(bad) > 0 {
+			return cfg, errors.Join(bad...)
 		}
 		if apiKeyFile == "" {
 			return cfg, errors.New("--api-key-file is required with --server")

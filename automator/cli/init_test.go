@@ -219,3 +219,23 @@ func TestHelpOfACommandGroupListsItsForms(t *testing.T) {
 		}
 	}
 }
+
+// TestABadServerAddressIsNamedAsTheFlag: an exec, work wait or work cancel
+// whose --server lists an address that is not https://HOST:PORT names it
+// as --server, every bad one at once, not by the Go client's field.
+func TestABadServerAddressIsNamedAsTheFlag(t *testing.T) {
+	dir := initDir(t)
+	caller := []string{"--api-key-file", filepath.Join(dir, config.FileAPIKey), "--ca", filepath.Join(dir, config.FileCACert)}
+	for _, args := range [][]string{
+		{"exec", "--account", "acme", "--server", "https://x,https://127.0.0.1:8443,https://y:0"},
+		{"work", "wait", "--server", "https://x,https://127.0.0.1:8443,https://y:0"},
+		{"work", "cancel", "--server", "https://x,https://127.0.0.1:8443,https://y:0"},
+	} {
+		args = append(append(args, caller...), "hello.sh")
+		code, stdout, stderr := runMain(t, args...)
+		want := `automator: --server "https://x" must be https://HOST:PORT; --server "https://y:0": port 0 is not a TCP port (1 to 65535)` + "\n"
+		if code != ExitError || stdout != "" || stderr != want {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want 255, nothing, %q", args[0], code, stdout, stderr, want)
+		}
+	}
+}
