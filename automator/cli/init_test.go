@@ -239,3 +239,15 @@ func TestABadServerAddressIsNamedAsTheFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestAServerAddressWithAPasswordIsRefusedWithoutShowingIt: a --server URL
+// carrying a user name and password is refused, the password hidden, saying
+// that a caller authenticates with its API key.
+func TestAServerAddressWithAPasswordIsRefusedWithoutShowingIt(t *testing.T) {
+	dir := initDir(t)
+	code, _, stderr := runMain(t, "exec", "--account", "acme", "--server", "https://u:hunter2@127.0.0.1:8443",
+		"--api-key-file", filepath.Join(dir, config.FileAPIKey), "--ca", filepath.Join(dir, config.FileCACert), "hello.sh")
+	if code != ExitError || strings.Contains(stderr, "hunter2") || !strings.Contains(stderr, "a caller with its API key") {
+		t.Errorf("exec --server with a password: exit %d, stderr %q; want 255, the password hidden, naming the API key", code, stderr)
+	}
+}

@@ -11,9 +11,10 @@ import (
 
 // Parse returns raw as a URL when it is scheme://HOST:PORT and nothing
 // more: a port of 1 to 65535, no user name or password (it would be shown
-// wherever the URL is, and the account's token authenticates a proxy), no
-// path but "/", no query or fragment (they would be ignored). It does not
-// check the scheme. Its errors show the URL with any password redacted.
+// wherever the URL is; a proxy authenticates with its token, a caller with
+// its API key), no path but "/", no query or fragment (they would be
+// ignored). It does not check the scheme. Its errors show the URL with any
+// password redacted.
 func Parse(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -24,7 +25,7 @@ func Parse(raw string) (*url.URL, error) {
 	case u.Hostname() == "" || u.Port() == "":
 		return nil, fmt.Errorf("%q must be https://HOST:PORT", shown)
 	case u.User != nil:
-		return nil, fmt.Errorf("%q must be https://HOST:PORT, without a user name or password (the account's token authenticates a proxy)", shown)
+		return nil, fmt.Errorf("%q must be https://HOST:PORT, without a user name or password (a proxy authenticates with its token, a caller with its API key)", shown)
 	case (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "":
 		return nil, fmt.Errorf("%q must be https://HOST:PORT, without a path, query or fragment (they would be ignored)", shown)
 	}
