@@ -51,7 +51,7 @@ var (
 	// A proxy or automator command: the program (its path, .exe, quotes
 	// aside), the `--service NAME` of a service's command line, the verb and
 	// what follows up to a shell separator.
-	cliCall = regexp.MustCompile(`(?:^|[\s'"/\\&;(])(proxy|automator)(?:\.exe)?['"]?\s+(?:(--service)\s+\S+\s+)?(install|start|stop|status|uninstall|run|exec|account create|init|serve|replicas|backup|restore)\b([^;&|>]*)`)
+	cliCall = regexp.MustCompile(`(?:^|[\s'"/\\&;(])(proxy|automator)(?:\.exe)?['"]?\s+(?:(--service)\s+\S+\s+)?(install|start|stop|status|uninstall|run|exec|account (?:create|list|rotate-token|rotate-key|delete)|apikey (?:create|list|revoke)|audit|cert renew|instances|work (?:list|show|wait|cancel)|init|serve|replicas|backup|restore)\b([^;&|>]*)`)
 	flagRef = regexp.MustCompile(`(?:^|\s)(--?[a-z][a-z-]*)`)
 )
 
@@ -136,6 +136,60 @@ func TestDocsPagesExistAndTheirCommandsMatchTheCLI(t *testing.T) {
 		}
 		if calls == 0 {
 			t.Errorf("docs/%s shows no proxy or automator command", page)
+		}
+	}
+}
+
+// inlineCode finds the code spans of a Markdown text (without its fenced
+// blocks); a span may go on over a line break.
+var inlineCode = regexp.MustCompile("`([^`]+)`")
+
+// prose is a Markdown text without its fenced code blocks.
+func prose(text string) string {
+	var b strings.Builder
+	fenced := false
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			fenced = !fenced
+			continue
+		}
+		if !fenced {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String()
+}
+
+// TestEveryCommandTheDocsNameMatchesTheCLI: every proxy or automator
+// command in the README and the reference pages, in a shell block or a code
+// span of the prose (`automator work list [--account A]`), names a verb and
+// flags the binaries accept, so a flag renamed or dropped cannot linger in
+// the docs.
+func TestEveryCommandTheDocsNameMatchesTheCLI(t *testing.T) {
+	helps := cliHelps{}
+	pages := []string{"README.md"}
+	for _, p := range []string{"api.md", "security.md", "failure-semantics.md", "guarantees.md", "backup.md",
+		"several-automators.md", "install-proxy.md", "active-active.md", "warm-standby.md", "upgrade-proxy.md"} {
+		pages = append(pages, filepath.Join("docs", p))
+	}
+	for _, page := range pages {
+		data, err := os.ReadFile(filepath.Join("..", "..", page))
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls := 0
+		for _, b := range codeBlocks(string(data)) {
+			if b.lang == "sh" {
+				for _, line := range b.lines {
+					calls += helps.checkCLICalls(t, page, line)
+				}
+			}
+		}
+		for _, m := range inlineCode.FindAllStringSubmatch(prose(string(data)), -1) {
+			calls += helps.checkCLICalls(t, page, strings.ReplaceAll(m[1], "\n", " "))
+		}
+		if calls == 0 {
+			t.Errorf("%s names no proxy or automator command", page)
 		}
 	}
 }
