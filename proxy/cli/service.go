@@ -296,8 +296,15 @@ func cmdControl(verb string, args []string, env Env) error {
 			fmt.Fprintf(env.Stdout, "Started service %s; it has not polled the automator yet. `proxy status --name %s` tells when it does, and where its log is.\n", *name, *name)
 		}
 	case "stop":
+		before, qerr := service.Query(*name)
 		if err := service.Stop(*name); err != nil {
 			return err
+		}
+		if qerr == nil && before.Installed && !before.Running {
+			// A stop of a stopped service succeeds and changes nothing:
+			// say so, not that it stopped.
+			fmt.Fprintf(env.Stdout, "Service %s is not running: nothing to stop.\n", *name)
+			break
 		}
 		fmt.Fprintf(env.Stdout, "Stopped service %s.\n", *name)
 	case "uninstall":

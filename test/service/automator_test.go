@@ -72,6 +72,10 @@ func TestAutomatorServiceInstallStartStopUninstall(t *testing.T) {
 	if healthy() {
 		t.Fatal("the automator still answers after stop")
 	}
+	// A stop of the stopped service succeeds, changes nothing and says so.
+	if r := runCLI(bin.automator, "stop", "--name", name); r.Code != 0 || r.Stdout != "Service "+name+" is not running: nothing to stop.\n" {
+		t.Fatalf("automator stop of the stopped service: %v; want exit 0 saying it is not running", r)
+	}
 	if r := runCLI(bin.automator, "uninstall", "--name", name); r.Code != 0 {
 		t.Fatalf("automator uninstall: %v", r)
 	}

@@ -286,3 +286,20 @@ func mustRead(t *testing.T, path string) []byte {
 	}
 	return data
 }
+
+// TestStopOfAStoppedProxyServiceSaysItWasNotRunning: `proxy stop` of an
+// installed service that is not running succeeds, changes nothing, and says
+// so rather than that it stopped the service.
+func TestStopOfAStoppedProxyServiceSaysItWasNotRunning(t *testing.T) {
+	requireRoot(t)
+	a := startAutomator(t)
+	w := newWorkDir(t)
+	name := uniqueName(t)
+	install(t, name, w.config(t, a.profile(t, "acme"), "acme"), "--manual-start")
+	if out := proxyCLI(t, "stop", "--name", name); out != "Service "+name+" is not running: nothing to stop.\n" {
+		t.Errorf("proxy stop of the stopped service: %q; want it to say it is not running", out)
+	}
+	if status := proxyCLI(t, "status", "--name", name); !strings.Contains(status, "running:        no") {
+		t.Errorf("status after a stop of the stopped service:\n%s", status)
+	}
+}
