@@ -45,3 +45,24 @@ func TestACommandRefusesAMissingDatabase(t *testing.T) {
 		}
 	}
 }
+
+// TestServeWithADBFlagNamingNoFileSaysSo: `serve --db` naming a SQLite
+// file that does not exist is refused as a missing database, the reason
+// saying that --db (or db in automator.yaml) may name the wrong file, not
+// only that init's database was moved.
+func TestServeWithADBFlagNamingNoFileSaysSo(t *testing.T) {
+	dir := initDir(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var out, errb bytes.Buffer
+	code := Main(ctx, []string{"serve", "--data-dir", dir, "--db", "other.db", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"}, Env{Stdout: &out, Stderr: &errb})
+	other := filepath.Join(dir, "other.db")
+	if code != ExitError || !strings.Contains(errb.String(), other+" is missing") || !strings.Contains(errb.String(), "--db") {
+		t.Errorf("serve --db other.db: exit %d, stderr %q; want exit %d saying %s is missing and naming --db", code, errb.String(), ExitError, other)
+	}
+	for _, made := range []string{other, other + "-serve.lock"} {
+		if _, err := os.Stat(made); !os.IsNotExist(err) {
+			t.Errorf("serve --db other.db made %s (%v): want nothing made", filepath.Base(made), err)
+		}
+	}
+}

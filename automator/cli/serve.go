@@ -74,6 +74,10 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("invalid settings in %s or flags: %w", filepath.Join(*dir, config.FileConfig), err)
 	}
+	// Before its lock beside it: a missing database leaves no lock file.
+	if err := sqliteExists(*dir, cfg); err != nil {
+		return err
+	}
 	only, err := lockSQLiteForServe(*dir, cfg)
 	if err != nil {
 		return err

@@ -98,7 +98,7 @@ func sqliteExists(dir string, cfg config.Config) error {
 	}
 	path := cfg.DBPath(dir)
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("the database %s is missing: `automator init` made it, so it was moved or deleted, or the disk holding it is not mounted; an empty one is not made in its place (`automator restore FILE` brings a backup back)", path)
+		return fmt.Errorf("the database %s is missing, and an empty one is not made in its place: if `automator init` made it, it was moved or deleted, or the disk holding it is not mounted (`automator restore FILE` brings a backup back); otherwise --db, or db in %s, names a file that is not there", path, config.FileConfig)
 	}
 	return nil
 }
