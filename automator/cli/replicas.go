@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/automator/store/pgstore"
 	"github.com/opsgate/opsgate/version"
 )
 
@@ -39,6 +41,47 @@ func defaultReplicaID(dir string) string {
 	}
 	sum := sha256.Sum256([]byte(abs))
 	return host + "-" + hex.EncodeToString(sum[:4])
+}
+
+// holdReplicaID keeps replicaID to this process while it serves, on
+// PostgreSQL (pgstore.ReplicaHold): a second automator started with the id
+// of one that runs, on this database, is refused, naming the id and how to
+// choose another. A replica restarted after it stopped or died takes its id
+// again at once. SQLite needs no hold: one automator serves it. The
+// returned function gives the id up.
+func holdReplicaID(ctx context.Context, st store.Store, replicaID string, log *slog.Logger) (release func(), err error) {
+	pg, ok := store.Uncached(st).(*pgstore.Store)
+	if !ok {
+		return func() {}, nil
+	}
+	lost := func(err error) {
+		log.Error("another automator took this replica's id while this one's connection to the database was lost; give one of them another id (--replica-id, or replica_id: in "+config.FileConfig+")", "err", err)
+	}
+	h, err := pg.HoldReplicaID(ctx, replicaID, lost)
+	if errors.Is(err, pgstore.ErrReplicaIDInUse) {
+		return nil, fmt.Errorf("replica id %q is in use by another running automator on this database%s; give this one another id with --replica-id or replica_id: in %s (by default it is the host name and a hash of the data directory's path), or stop the other first",
+			replicaID, describeHolder(ctx, st, replicaID), config.FileConfig)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return h.Release, nil
+}
+
+// describeHolder says where the replica holding replicaID runs, from its
+// heartbeat, or nothing when that cannot be read.
+func describeHolder(ctx context.Context, st store.Store, replicaID string) string {
+	list, err := st.ReplicaList(ctx)
+	if err != nil {
+		return ""
+	}
+	for _, r := range list {
+		if r.ReplicaID == replicaID {
+			return fmt.Sprintf(" (host %s, started %s, last heartbeat %s ago)", r.Hostname,
+				r.StartedAt.UTC().Format(time.RFC3339), max(time.Since(r.LastSeen), 0).Round(time.Second))
+		}
+	}
+	return ""
 }
 
 // startHeartbeat records the replica's first heartbeat before it returns

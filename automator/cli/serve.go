@@ -107,6 +107,11 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		cfg.ReplicaID = defaultReplicaID(*dir)
 	}
 	log := newLogger(env.Stderr, cfg.LogFormat).With("replica_id", cfg.ReplicaID)
+	releaseID, err := holdReplicaID(ctx, st, cfg.ReplicaID, log)
+	if err != nil {
+		return err
+	}
+	defer releaseID()
 	unopened, err := checkMasterKey(ctx, st, master, *dir, cfg)
 	if err != nil {
 		return err

@@ -105,6 +105,12 @@ type Store struct {
 	// reads gathers concurrent WorkGet calls into shared round trips.
 	reads grouper
 
+	// holdWait and holdPing time a ReplicaHold (replicahold.go).
+	holdWait, holdPing time.Duration
+	// testHookHoldLost, when set, is called when a ReplicaHold has found
+	// its connection lost, before it connects again.
+	testHookHoldLost func()
+
 	closeOnce sync.Once
 }
 
@@ -192,6 +198,8 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		redacted:     redacted,
 		heard:        time.Now(),
 		writeTimeout: groupTimeout,
+		holdWait:     defaultHoldWait,
+		holdPing:     defaultHoldPing,
 	}
 	s.initGrouper(&s.group)
 	s.initGrouper(&s.reads)

@@ -1,0 +1,170 @@
+package pgstore
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/opsgate/opsgate/automator/store/pgstore/pgtest"
+)
+
+// holders counts the sessions of application app holding replica id id.
+func holders(t *testing.T, s *Store, app, id string) int {
+	t.Helper()
+	var n int
+	if err := s.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = $2
+AND l.classid::int = (hashtext('opsgate automator replica id ' || current_schema()))
+AND l.objid::int = hashtext($1) AND l.objsubid = 2`, id, app+" replica id").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestAReplicaIDIsHeldByOneStoreAtATime: a second HoldReplicaID of an id
+// held elsewhere is refused with ErrReplicaIDInUse, another id is not, and
+// once the first is released the id is taken at once.
+func TestAReplicaIDIsHeldByOneStoreAtATime(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	a, b := open(t, dsn), open(t, dsn)
+	b.holdWait = 50 * time.Millisecond
+	ha, err := a.HoldReplicaID(t.Context(), "r", nil)
+	if err != nil {
+		t.Fatalf("the first HoldReplicaID(r): %v", err)
+	}
+	if _, err := b.HoldReplicaID(t.Context(), "r", nil); !errors.Is(err, ErrReplicaIDInUse) {
+		t.Fatalf("a second HoldReplicaID(r) = %v, want ErrReplicaIDInUse", err)
+	}
+	hb, err := b.HoldReplicaID(t.Context(), "s", nil)
+	if err != nil {
+		t.Fatalf("HoldReplicaID(s) beside r: %v", err)
+	}
+	hb.Release()
+	ha.Release()
+	b.holdWait = defaultHoldWait
+	hb, err = b.HoldReplicaID(t.Context(), "r", nil)
+	if err != nil {
+		t.Fatalf("HoldReplicaID(r) once released: %v", err)
+	}
+	hb.Release()
+}
+
+// TestAReplicaIDHoldTakesItsIDAgainAfterItsConnectionIsLost: the session
+// holding a replica id is ended (a database restart, say); the hold
+// connects and takes the id again, and a second holder is still refused.
+// If another process took the id meanwhile, the hold says so.
+func TestAReplicaIDHoldTakesItsIDAgainAfterItsConnectionIsLost(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	a, app := openNamed(t, dsn)
+	b, bApp := openNamed(t, dsn)
+	a.holdPing, a.holdWait, b.holdWait = 20*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond
+	// The second time the hold finds its connection lost, it waits for
+	// proceed before it connects again.
+	reconnecting := make(chan struct{})
+	proceed := make(chan struct{})
+	var once sync.Once
+	goOn := func() { once.Do(func() { close(proceed) }) }
+	losses := 0
+	a.testHookHoldLost = func() {
+		if losses++; losses == 2 {
+			close(reconnecting)
+			<-proceed
+		}
+	}
+	lost := make(chan error, 1)
+	h, err := a.HoldReplicaID(t.Context(), "r", func(err error) { lost <- err })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	defer goOn() // before Release, whatever happens
+	terminate := func() {
+		t.Helper()
+		var n int
+		if err := b.pool.QueryRow(t.Context(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app+" replica id").Scan(&n); err != nil || n != 1 {
+			t.Fatalf("ending the session holding r: %d ended, %v", n, err)
+		}
+	}
+	terminate()
+	waitFor(t, "the hold to take r again", func() bool { return holders(t, b, app, "r") == 1 })
+	if _, err := b.HoldReplicaID(t.Context(), "r", nil); !errors.Is(err, ErrReplicaIDInUse) {
+		t.Fatalf("HoldReplicaID(r) after the hold took it again = %v, want ErrReplicaIDInUse", err)
+	}
+
+	// Lost again, and taken by b before a's hold connects again.
+	terminate()
+	select {
+	case <-reconnecting:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the hold did not notice its lost connection")
+	}
+	b.holdWait = 10 * time.Second // for the ended session's lock to go
+	hb, err := b.HoldReplicaID(t.Context(), "r", nil)
+	if err != nil {
+		t.Fatalf("HoldReplicaID(r) of b while a's hold has lost it: %v", err)
+	}
+	defer hb.Release()
+	goOn()
+	select {
+	case err := <-lost:
+		if !errors.Is(err, ErrReplicaIDInUse) {
+			t.Errorf("lost(%v), want ErrReplicaIDInUse", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the hold did not say that another took its id")
+	}
+	if n := holders(t, b, bApp, "r"); n != 1 {
+		t.Errorf("%d sessions of b hold r, want 1", n)
+	}
+}
+
+// waitFor waits up to 10 s for cond, checking it every few milliseconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestAHoldTakingItsIDAgainEndsItsOwnFormerSession: after a partition the
+// session that held a replica id for this process may outlive its
+// connection in PostgreSQL; taking the id again ends that session rather
+// than take it for another process's, while any other holder still
+// refuses the id.
+func TestAHoldTakingItsIDAgainEndsItsOwnFormerSession(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	s := open(t, dsn)
+	s.holdWait = 50 * time.Millisecond
+	former, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer former.Close(t.Context())
+	var was session
+	if err := former.QueryRow(t.Context(), `SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()`).Scan(&was.pid, &was.start); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := former.Exec(t.Context(), `SELECT pg_advisory_lock`+replicaLockKey, "r"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.takeReplicaID(t.Context(), "r", session{}); !errors.Is(err, ErrReplicaIDInUse) {
+		t.Fatalf("taking r held by another session = %v, want ErrReplicaIDInUse", err)
+	}
+	// Not the same session: the same process id, another start.
+	if _, _, err := s.takeReplicaID(t.Context(), "r", session{pid: was.pid, start: was.start.Add(-time.Second)}); !errors.Is(err, ErrReplicaIDInUse) {
+		t.Fatalf("taking r held by a session of a reused process id = %v, want ErrReplicaIDInUse", err)
+	}
+	s.holdWait = defaultHoldWait // for the ended session's lock to go
+	conn, _, err := s.takeReplicaID(t.Context(), "r", was)
+	if err != nil {
+		t.Fatalf("taking r held by the former session: %v", err)
+	}
+	closeConn(conn)
+}
