@@ -26,6 +26,24 @@ const (
 	replicaAliveWithin = 3 * heartbeatInterval
 )
 
+// replicaForgetAfter is how long the heartbeat of a replica that stopped,
+// or was not heard from, stays listed by `automator replicas`: serve
+// deletes it past that, so replicas removed for good leave the listing,
+// while one stopped for a long weekend is still shown.
+const replicaForgetAfter = 7 * 24 * time.Hour
+
+// forgetReplicas deletes the heartbeats of the replicas not heard from
+// since replicaForgetAfter before now.
+func forgetReplicas(ctx context.Context, st store.Store, now time.Time, log *slog.Logger) {
+	n, err := st.ReplicaPurge(ctx, store.ReplicaPurgeParams{SeenBefore: now.Add(-replicaForgetAfter)})
+	if err != nil && ctx.Err() == nil {
+		log.Error("deleting the heartbeats of replicas not heard from for a week", "err", err)
+	}
+	if n > 0 {
+		log.Info("deleted the heartbeats of replicas not heard from for a week", "count", n)
+	}
+}
+
 // defaultReplicaID names a replica that was given no --replica-id (nor
 // replica_id in automator.yaml): the host name and a short hash of the data
 // directory's absolute path. It stays the same across restarts, and two

@@ -217,7 +217,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	recorderDone := make(chan struct{})
 	go func() { srv.RecordInstances(recordCtx); close(recorderDone) }()
 	heartbeatDone := startHeartbeat(runCtx, st, cfg.ReplicaID, log)
-	purgeDone := startPurge(runCtx, srv, dash, cfg.WorkRetention, log)
+	purgeDone := startPurge(runCtx, srv, dash, timed, cfg.WorkRetention, log)
 
 	serving := config.Serving{GRPC: lis.Addr().String(), HTTP: hlis.Addr().String(), Plaintext: cfg.InsecurePlaintext}
 	if err := config.WriteServing(*dir, serving); err != nil {
@@ -289,15 +289,17 @@ var httpIdleTimeout = 2 * time.Minute
 var httpReadTimeout = 2 * time.Minute
 
 // purgeEvery is how often serve deletes what it no longer needs: the ended
-// units past work_retention and the records of dashboard sign-outs whose
-// sessions have expired.
+// units past work_retention, the records of dashboard sign-outs whose
+// sessions have expired and the heartbeats of replicas not heard from for
+// replicaForgetAfter.
 const purgeEvery = time.Hour
 
 // startPurge deletes, at once and then every purgeEvery until ctx is done,
-// the records of dashboard sign-outs whose sessions have expired and, with
-// a retention, the ended units past it. The returned channel closes when
-// it has stopped.
-func startPurge(ctx context.Context, srv *server.Server, dash *dashboard.Dashboard, retention time.Duration, log *slog.Logger) <-chan struct{} {
+// the records of dashboard sign-outs whose sessions have expired, the
+// heartbeats of replicas not heard from for replicaForgetAfter and, with a
+// retention, the ended units past it. The returned channel closes when it
+// has stopped.
+func startPurge(ctx context.Context, srv *server.Server, dash *dashboard.Dashboard, st store.Store, retention time.Duration, log *slog.Logger) <-chan struct{} {
 	purge := func() {
 		if retention > 0 {
 			if _, err := srv.PurgeEnded(ctx, retention); err != nil && ctx.Err() == nil {
@@ -311,6 +313,7 @@ func startPurge(ctx context.Context, srv *server.Server, dash *dashboard.Dashboa
 		if n > 0 {
 			log.Info("deleted the sign-outs of expired dashboard sessions", "count", n)
 		}
+		forgetReplicas(ctx, st, time.Now(), log)
 	}
 	done := make(chan struct{})
 	go func() {

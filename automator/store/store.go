@@ -178,9 +178,9 @@ type Instance struct {
 }
 
 // Replica is one automator process sharing the store, as its last heartbeat
-// described it. Replicas are never registered nor removed: a replica appears
-// with its first heartbeat, and one that stopped keeps its row (its LastSeen
-// tells how long ago).
+// described it. Replicas are never registered: a replica appears with its
+// first heartbeat, and one that stopped keeps its row (its LastSeen tells
+// how long ago) until ReplicaPurge deletes it.
 type Replica struct {
 	ReplicaID string
 	Hostname  string
@@ -371,6 +371,11 @@ type InstanceSeenParams struct {
 	Now        time.Time
 }
 
+type ReplicaPurgeParams struct {
+	// SeenBefore: rows whose last heartbeat is older are deleted.
+	SeenBefore time.Time
+}
+
 type ReplicaHeartbeatParams struct {
 	ReplicaID string
 	Hostname  string
@@ -550,9 +555,12 @@ type Store interface {
 	// ReplicaHeartbeat records that a replica is alive (upsert by
 	// ReplicaID: a restart under the same id replaces its row).
 	ReplicaHeartbeat(ctx context.Context, p ReplicaHeartbeatParams) error
-	// ReplicaList returns every replica that ever sent a heartbeat, ordered
-	// by id.
+	// ReplicaList returns every replica that sent a heartbeat and was not
+	// purged since, ordered by id.
 	ReplicaList(ctx context.Context) ([]Replica, error)
+	// ReplicaPurge deletes the rows of the replicas whose last heartbeat
+	// is older than p.SeenBefore and returns how many it deleted.
+	ReplicaPurge(ctx context.Context, p ReplicaPurgeParams) (int, error)
 
 	// APIKeyCreate stores a new API key; ErrExists if the ID is taken,
 	// ErrNotFound if an account of its scope does not exist (checked in

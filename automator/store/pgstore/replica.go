@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -40,4 +41,12 @@ FROM replicas ORDER BY replica_id`)
 		return nil, fmt.Errorf("listing replicas: %w", err)
 	}
 	return out, nil
+}
+
+func (s *Store) ReplicaPurge(ctx context.Context, p store.ReplicaPurgeParams) (int, error) {
+	tag, err := s.sentExec(ctx, `DELETE FROM replicas WHERE last_seen < $1`, p.SeenBefore)
+	if err != nil {
+		return 0, fmt.Errorf("deleting the replicas not heard from since %s: %w", p.SeenBefore.Format(time.RFC3339), err)
+	}
+	return int(tag.RowsAffected()), nil
 }

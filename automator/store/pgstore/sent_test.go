@@ -175,6 +175,21 @@ func TestWritesUnderWayRunToTheirEnd(t *testing.T) {
 				t.Errorf("ReplicaList = %v, %v; want replica r-1", rs, err)
 			}
 		}},
+		{"ReplicaPurge", func(t *testing.T, s *Store) {
+			if err := s.ReplicaHeartbeat(t.Context(), store.ReplicaHeartbeatParams{ReplicaID: "r-1", Hostname: "h", Version: "v", StartedAt: testNow, Now: testNow}); err != nil {
+				t.Fatal(err)
+			}
+		}, lockTable("replicas"), func(t *testing.T, ctx context.Context, s *Store) error {
+			n, err := s.ReplicaPurge(ctx, store.ReplicaPurgeParams{SeenBefore: testNow.Add(time.Second)})
+			if err == nil && n != 1 {
+				t.Errorf("ReplicaPurge deleted %d replicas, want 1", n)
+			}
+			return err
+		}, func(t *testing.T, s *Store) {
+			if rs, err := s.ReplicaList(t.Context()); err != nil || len(rs) != 0 {
+				t.Errorf("ReplicaList = %v, %v; want none", rs, err)
+			}
+		}},
 		{"AuditAppend", nil, lockTable("audit"), func(t *testing.T, ctx context.Context, s *Store) error {
 			e, err := s.AuditAppend(ctx, store.AuditEvent{At: testNow, Kind: store.AuditAuthFailed, Source: "192.0.2.1"})
 			if err == nil && e.Seq == 0 {

@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/opsgate/opsgate/automator/store"
 )
@@ -46,4 +47,20 @@ FROM replicas ORDER BY replica_id`)
 		return nil, fmt.Errorf("listing replicas: %w", err)
 	}
 	return out, nil
+}
+
+func (s *Store) ReplicaPurge(ctx context.Context, p store.ReplicaPurgeParams) (int, error) {
+	var n int64
+	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM replicas WHERE last_seen < ?`, toNanos(p.SeenBefore))
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("deleting the replicas not heard from since %s: %w", p.SeenBefore.Format(time.RFC3339), err)
+	}
+	return int(n), nil
 }

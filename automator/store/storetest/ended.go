@@ -100,6 +100,10 @@ func testAWriteWhoseContextHasEnded(f *fixture) {
 		{"ReplicaHeartbeat", func() error {
 			return f.s.ReplicaHeartbeat(ended, store.ReplicaHeartbeatParams{ReplicaID: "r-1", Hostname: "h", Version: "v", StartedAt: later, Now: later})
 		}},
+		{"ReplicaPurge", func() error {
+			_, err := f.s.ReplicaPurge(ended, store.ReplicaPurgeParams{SeenBefore: later.Add(time.Hour)})
+			return err
+		}},
 		{"AuditAppend", func() error {
 			_, err := f.s.AuditAppend(ended, store.AuditEvent{At: later, Kind: store.AuditAuthFailed, Source: "192.0.2.1"})
 			return err

@@ -8,6 +8,7 @@ import (
 
 var replicaCases = []testCase{
 	{"ReplicaHeartbeatUpsertsAndReplicaListIsOrderedByID", testReplicaHeartbeatAndList},
+	{"ReplicaPurgeDeletesTheReplicasNotHeardFromSinceOnly", testReplicaPurge},
 }
 
 func (f *fixture) heartbeat(p store.ReplicaHeartbeatParams) store.Replica {
@@ -51,4 +52,21 @@ func testReplicaHeartbeatAndList(f *fixture) {
 	// A restart under the same id (a new version, a new start) replaces it.
 	b = f.heartbeat(store.ReplicaHeartbeatParams{ReplicaID: "a-host-1", Hostname: "a-host", Version: "v1.1.0", StartedAt: at(time.Hour), Now: at(time.Hour + time.Second)})
 	f.wantReplicas([]store.Replica{a, b})
+}
+
+func testReplicaPurge(f *fixture) {
+	old := f.heartbeat(store.ReplicaHeartbeatParams{ReplicaID: "old", Hostname: "h", Version: "v1", StartedAt: at(0), Now: at(time.Hour)})
+	edge := f.heartbeat(store.ReplicaHeartbeatParams{ReplicaID: "edge", Hostname: "h", Version: "v1", StartedAt: at(0), Now: at(2 * time.Hour)})
+	recent := f.heartbeat(store.ReplicaHeartbeatParams{ReplicaID: "recent", Hostname: "h", Version: "v1", StartedAt: at(0), Now: at(3 * time.Hour)})
+	f.wantReplicas([]store.Replica{edge, old, recent})
+
+	n, err := f.s.ReplicaPurge(f.ctx, store.ReplicaPurgeParams{SeenBefore: at(2 * time.Hour)})
+	if err != nil || n != 1 {
+		f.t.Fatalf("ReplicaPurge = %d, %v; want the one replica last seen before the cut", n, err)
+	}
+	f.wantReplicas([]store.Replica{edge, recent})
+
+	// A purged replica that beats again is listed again.
+	old = f.heartbeat(store.ReplicaHeartbeatParams{ReplicaID: "old", Hostname: "h", Version: "v2", StartedAt: at(4 * time.Hour), Now: at(4 * time.Hour)})
+	f.wantReplicas([]store.Replica{edge, old, recent})
 }
