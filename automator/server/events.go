@@ -14,7 +14,9 @@ import (
 type Event struct {
 	Kind    EventKind
 	Account string
-	// WorkID is set for EventWorkEnded.
+	// WorkID is set for EventWorkEnded, but in a Broadcaster's replay of
+	// what it may have missed: there one event without it stands for the
+	// ends of InstanceID's units (EventResumed wakes their waiters).
 	WorkID string
 	// InstanceID is the claimer of an ended unit, when it was claimed: its
 	// poll is woken to learn of a cancel. For EventRunPolled, the instance

@@ -19,7 +19,9 @@ const (
 	// EventWorkQueued: a unit was queued on Account.
 	EventWorkQueued EventKind = "queued"
 	// EventWorkEnded: unit WorkID of Account reached a terminal state;
-	// InstanceID is its claimer, if it was claimed.
+	// InstanceID is its claimer, if it was claimed. In a Listen's replay
+	// of a gap WorkID is empty: one event stands for every unit of
+	// InstanceID's that ended in it (EventResumed wakes their waiters).
 	EventWorkEnded EventKind = "ended"
 	// EventRunPolled: run RunID of instance InstanceID of Account polled
 	// on a new connection. (A replica that predates it ignores it.)
@@ -246,12 +248,17 @@ FROM unnest($2::text[]) AS p`, s.channel, payloads)
 //
 // Notifications sent while no connection listened are lost, so a Listen
 // that follows an earlier one of the same Store first replays, from the
-// tables, what the gap may have hidden: an ended event for each unit that
-// ended since the last moment the old connection was known to work, and a
-// queued event for each account with queued units. A Listen whose catch-up
-// fails returns its error and leaves that moment as it was, so the next one
-// replays the whole gap. Handling is idempotent, so replaying too much
-// costs a few wasted wake-ups, no more.
+// tables, what the gap may have hidden: an ended event, without a WorkID,
+// for each instance (of an account) that had claimed a unit that ended
+// since the last moment the old connection was known to work, which wakes
+// its polls to look at its running units (a cancel), and a queued event
+// for each account with queued units. That is one event per instance and
+// per account, however many units ended or wait: a gap of hours on a busy
+// database replays no more than a gap of seconds. The waiters of the
+// units that ended are woken by EventResumed, which follows. A Listen
+// whose catch-up fails returns its error and leaves that moment as it
+// was, so the next one replays the whole gap. Handling is idempotent, so
+// replaying too much costs a few wasted wake-ups, no more.
 //
 // That replay goes by the units' finished_at, stamped when an end is made,
 // not when it commits: an end that took longer than catchUpMargin to commit
@@ -346,15 +353,18 @@ func (s *Store) markHeard(t time.Time) {
 	}
 }
 
-// catchUp replays what notifications may have said since a moment.
+// catchUp replays what notifications may have said since a moment: one
+// event per claimer of units that ended since, and per account with queued
+// units (Listen).
 func (s *Store) catchUp(ctx context.Context, since time.Time, fn func(Event)) error {
-	rows, err := s.pool.Query(ctx, `SELECT id, account, instance_id FROM work WHERE finished_at >= $1`, since)
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT account, instance_id FROM work
+WHERE finished_at >= $1 AND instance_id <> ''`, since)
 	if err != nil {
 		return err
 	}
 	var ended []Event
 	var e Event
-	if _, err := pgx.ForEachRow(rows, []any{&e.WorkID, &e.Account, &e.InstanceID}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&e.Account, &e.InstanceID}, func() error {
 		e.Kind = EventWorkEnded
 		ended = append(ended, e)
 		return nil

@@ -3,6 +3,8 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"net/url"
 	"testing"
 	"time"
@@ -180,8 +182,52 @@ func TestTheFirstListenCatchesUpSinceOpen(t *testing.T) {
 	wantReplayed(t, listening(t, b), "the first Listen") // once b listens and has caught up
 }
 
-// endOneQueueOne makes account acme on s with one unit ended (w-ended) and
-// one queued. Times are real: the catch-up window is on the wall clock.
+// TestTheCatchUpReplaysOneEndPerClaimerNotOnePerUnit: however many units
+// ended in the gap, the catch-up replays one ended event per instance that
+// had claimed some (to wake its polls), none per unit: its size, in memory
+// and in events, is bounded by the instances, not by the units. The
+// units' waiters are woken by the EventResumed that ends it.
+func TestTheCatchUpReplaysOneEndPerClaimerNotOnePerUnit(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	a, b := open(t, dsn), open(t, dsn)
+	now := time.Now()
+	if _, err := a.AccountCreate(t.Context(), store.AccountCreateParams{Name: "acme", TokenHash: []byte("h"), KeyID: 1, SealedKey: []byte("k"), Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 41 {
+		enqueue(t, a, fmt.Sprintf("w-%02d", i), now.Add(time.Duration(i)*time.Millisecond), now.Add(time.Hour))
+	}
+	claim(t, a, "i-1", 30, now)
+	claim(t, a, "i-2", 10, now)
+	for i := range 41 { // the last one ends unclaimed
+		if _, err := a.WorkCancel(t.Context(), store.WorkCancelParams{ID: fmt.Sprintf("w-%02d", i), Reason: "test", Now: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	events := listening(t, b)
+	got := map[Event]int{}
+	var last Event
+	for len(events) > 0 {
+		last = <-events
+		got[last]++
+	}
+	if last.Kind != EventResumed {
+		t.Errorf("the catch-up did not end with %s: the last event was %+v", EventResumed, last)
+	}
+	delete(got, Event{Kind: EventResumed})
+	want := map[Event]int{
+		{Kind: EventWorkEnded, Account: "acme", InstanceID: "i-1"}: 1,
+		{Kind: EventWorkEnded, Account: "acme", InstanceID: "i-2"}: 1,
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("the catch-up replayed %v, want %v", got, want)
+	}
+}
+
+// endOneQueueOne makes account acme on s with one unit claimed by
+// instance i-1 and ended (w-ended) and one queued. Times are real: the
+// catch-up window is on the wall clock.
 func endOneQueueOne(t *testing.T, s *Store) {
 	t.Helper()
 	now := time.Now()
@@ -189,9 +235,23 @@ func endOneQueueOne(t *testing.T, s *Store) {
 		t.Fatal(err)
 	}
 	enqueue(t, s, "w-ended", now, now.Add(time.Hour))
+	claim(t, s, "i-1", 1, now)
 	enqueue(t, s, "w-queued", now.Add(time.Millisecond), now.Add(time.Hour))
 	if _, err := s.WorkCancel(t.Context(), store.WorkCancelParams{ID: "w-ended", Reason: "test", Now: now}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// claim claims n units of acme for instance on s.
+func claim(t *testing.T, s *Store, instance string, n int, now time.Time) {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("claim-%s-%d", instance, i)
+	}
+	ws, err := s.WorkClaim(t.Context(), store.WorkClaimParams{Account: "acme", InstanceID: instance, Max: n, ClaimIDs: ids, Now: now})
+	if err != nil || len(ws) != n {
+		t.Fatalf("WorkClaim for %s: %d units, %v; want %d", instance, len(ws), err, n)
 	}
 }
 
@@ -210,7 +270,7 @@ func wantReplayed(t *testing.T, events <-chan Event, by string) {
 		t.Errorf("%s did not end with %s: the last event was %+v", by, EventResumed, last)
 	}
 	for _, want := range []Event{
-		{Kind: EventWorkEnded, Account: "acme", WorkID: "w-ended"},
+		{Kind: EventWorkEnded, Account: "acme", InstanceID: "i-1"},
 		{Kind: EventWorkQueued, Account: "acme"},
 	} {
 		if _, ok := got[want]; !ok {
@@ -250,6 +310,7 @@ func TestListenWhoseCatchUpFailsLeavesItToTheNext(t *testing.T) {
 		t.Fatal(err)
 	}
 	enqueue(t, a, "w-ended", now.Add(-time.Hour), now.Add(time.Hour))
+	claim(t, a, "i-1", 1, now.Add(-time.Hour))
 
 	// b's Listen, called again each time next is sent.
 	ready := make(chan struct{}, 1)
@@ -350,7 +411,7 @@ func TestListenWhoseCatchUpFailsLeavesItToTheNext(t *testing.T) {
 	// The one after that replays the gap.
 	next <- struct{}{}
 	wait(ready, "the third Listen")
-	want := Event{Kind: EventWorkEnded, Account: "acme", WorkID: "w-ended"}
+	want := Event{Kind: EventWorkEnded, Account: "acme", InstanceID: "i-1"}
 	var got []Event
 	for len(events) > 0 {
 		if e := <-events; e == want {
