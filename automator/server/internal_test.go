@@ -70,3 +70,24 @@ func TestAnUnreachableDatabaseIsUnavailable(t *testing.T) {
 		t.Errorf("a constraint violation: %v; want INTERNAL", err)
 	}
 }
+
+// TestADatabaseOutOfConnectionsIsUnavailable: a store call that could not
+// get a connection because PostgreSQL has too many (max_connections, or
+// the role's CONNECTION LIMIT: SQLSTATE 53300) answers UNAVAILABLE, which
+// callers and proxies retry, here or on another replica; not INTERNAL.
+func TestADatabaseOutOfConnectionsIsUnavailable(t *testing.T) {
+	for _, storeErr := range []error{
+		fmt.Errorf("claiming work: failed to connect: %w", &pgconn.PgError{Severity: "FATAL", Code: "53300", Message: "sorry, too many clients already"}),
+		fmt.Errorf("getting work: failed to connect: %w", &pgconn.PgError{Severity: "FATAL", Code: "53300", Message: `too many connections for role "automator"`}),
+	} {
+		var log bytes.Buffer
+		s := &Server{log: slog.New(slog.NewTextHandler(&log, nil))}
+		err := s.internal(t.Context(), "claiming work", storeErr)
+		if status.Code(err) != codes.Unavailable {
+			t.Errorf("store error %v: %v; want UNAVAILABLE", storeErr, err)
+		}
+		if !strings.Contains(log.String(), "too many") {
+			t.Errorf("store error %v: the log does not say why: %q", storeErr, log.String())
+		}
+	}
+}
