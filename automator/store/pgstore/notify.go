@@ -72,6 +72,12 @@ const (
 	// catchUpMargin widens the catch-up window after a lost connection for
 	// the clocks of the replicas that stamped finished_at.
 	catchUpMargin = 5 * time.Second
+	// defaultListenSetup bounds a Listen's start: its connection, its
+	// LISTEN and its catch-up (Store.listenSetup). Without a bound, a
+	// statement on a connection cut off without a word (a partition)
+	// waits for the operating system to give it up, a quarter of an hour
+	// on Linux, and the replica listens to nothing meanwhile.
+	defaultListenSetup = 30 * time.Second
 )
 
 // Publish sends e to every automator listening on this database's schema
@@ -260,13 +266,19 @@ FROM unnest($2::text[]) AS p`, s.channel, payloads)
 // was, so the next one replays the whole gap. Handling is idempotent, so
 // replaying too much costs a few wasted wake-ups, no more.
 //
+// Its start (connecting, LISTEN, the catch-up) is bounded
+// (defaultListenSetup): a start that takes longer returns its error, and
+// the caller calls it again, as after a lost connection.
+//
 // That replay goes by the units' finished_at, stamped when an end is made,
 // not when it commits: an end that took longer than catchUpMargin to commit
 // may be missing from it. So after the replay, before any notification,
 // every Listen calls fn with EventResumed, for the listener to read again
 // what it waits for.
 func (s *Store) Listen(ctx context.Context, fn func(Event)) error {
-	conn, err := pgx.ConnectConfig(ctx, s.listenConfig)
+	setup, cancelSetup := context.WithTimeout(ctx, s.listenSetup)
+	defer cancelSetup()
+	conn, err := pgx.ConnectConfig(setup, s.listenConfig)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -278,7 +290,7 @@ func (s *Store) Listen(ctx context.Context, fn func(Event)) error {
 		defer cancel()
 		conn.Close(cctx)
 	}()
-	if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{s.channel}.Sanitize()); err != nil {
+	if _, err := conn.Exec(setup, `LISTEN `+pgx.Identifier{s.channel}.Sanitize()); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -289,13 +301,14 @@ func (s *Store) Listen(ctx context.Context, fn func(Event)) error {
 	// succeeded, so a Listen whose catch-up fails leaves that gap to the next.
 	listening := time.Now()
 	if since := s.lastHeard(); !since.IsZero() {
-		if err := s.catchUp(ctx, since.Add(-catchUpMargin), fn); err != nil {
+		if err := s.catchUp(setup, since.Add(-catchUpMargin), fn); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return fmt.Errorf("listening for queue events: catching up since %s: %w", since.Format(time.RFC3339), err)
 		}
 	}
+	cancelSetup()
 	s.markHeard(listening)
 	fn(Event{Kind: EventResumed})
 	if s.testHookListening != nil {

@@ -519,3 +519,39 @@ func TestAPublishLeavesItsSessionDurable(t *testing.T) {
 		t.Fatalf("the session the NOTIFY ran on (pid %d) is not idle in the pool", pid)
 	}
 }
+
+// TestAListenWhoseCatchUpGetsNoAnswerGivesUp: a Listen whose catch-up
+// gets no answer (here it waits on a lock; on a connection cut off without
+// a word it would wait for the operating system, a quarter of an hour)
+// returns its error once its start's bound has passed, so that the next
+// Listen tries again, rather than leave the replica deaf meanwhile.
+func TestAListenWhoseCatchUpGetsNoAnswerGivesUp(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	a, b := open(t, dsn), open(t, dsn)
+	b.listenSetup = 300 * time.Millisecond
+	lock, err := a.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(context.Background())
+	if _, err := lock.Exec(t.Context(), `LOCK TABLE work IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	returned := make(chan error, 1)
+	go func() { returned <- b.Listen(t.Context(), func(Event) {}) }()
+	select {
+	case err := <-returned:
+		if err == nil {
+			t.Fatal("Listen returned nil, want the error of its catch-up")
+		}
+		t.Logf("Listen returned: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Listen still waits for its catch-up after 10s")
+	}
+	if err := lock.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	endOneQueueOne(t, a)
+	b.listenSetup = defaultListenSetup
+	wantReplayed(t, listening(t, b), "the next Listen")
+}

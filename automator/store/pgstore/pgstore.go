@@ -92,6 +92,8 @@ type Store struct {
 	// testHookListening, when set, is called each time Listen is ready:
 	// listening, and caught up.
 	testHookListening func()
+	// listenSetup bounds a Listen's start (defaultListenSetup).
+	listenSetup time.Duration
 
 	// notify coalesces the NOTIFYs of concurrent Publish calls (notify.go).
 	notify notifier
@@ -198,6 +200,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		redacted:     redacted,
 		heard:        time.Now(),
 		writeTimeout: groupTimeout,
+		listenSetup:  defaultListenSetup,
 		holdWait:     defaultHoldWait,
 		holdPing:     defaultHoldPing,
 	}
