@@ -604,6 +604,21 @@ func restoreOpenWork(ctx context.Context, dir string, cfg config.Config, env Env
 					r.ReplicaID, r.Hostname, max(ago, 0).Round(time.Second), pgstore.Redact(cfg.DB), replicaAliveWithin)
 			}
 		}
+		// A replica paused or frozen sends no heartbeat but still holds
+		// its id, and may go on serving once it resumes.
+		if pg, ok := store.Uncached(st).(*pgstore.Store); ok {
+			held, err := pg.ReplicaIDsHeld(ctx)
+			if err != nil {
+				return err
+			}
+			if len(held) > 0 {
+				id := held[len(held)-1]
+				if id == "" {
+					id = "(one no heartbeat names)"
+				}
+				return fmt.Errorf("replica %s still runs, though its heartbeats stopped (paused, or its host frozen): stop every automator replica of %s first", id, pgstore.Redact(cfg.DB))
+			}
+		}
 	}
 	queued, claimed, err := endOpenWork(ctx, st, now, env)
 	if err != nil {

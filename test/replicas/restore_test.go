@@ -100,3 +100,42 @@ while [ ! -e "$2" ] && [ -d "${2%/*}" ]; do sleep 0.05; done`)
 		t.Errorf("runs after the restore: %q; want the one running before it and the new one, none of the queued ones", got)
 	}
 }
+
+// TestOpenWorkOnlyIsRefusedWhileAPausedReplicaHoldsItsID: a replica
+// paused (SIGSTOP, as a frozen host) sends no heartbeat, so its last one
+// ages, but it may go on serving once it resumes: `automator restore
+// --open-work-only` is refused while it holds its replica id.
+func TestOpenWorkOnlyIsRefusedWhileAPausedReplicaHoldsItsID(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	c := newCluster(t, dsn, 1)
+	c.Start(t)
+	r := c.Replicas[0]
+	r.proc.Signal(t, syscall.SIGSTOP)
+	defer r.proc.Signal(t, syscall.SIGCONT)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var code int
+	var stdout, stderr string
+	// A heartbeat sent just before the pause may land after the first
+	// ageing: then the restore is refused for it, and the second goes
+	// (the paused replica sends no more).
+	for range 2 {
+		// Its last heartbeat, as it would be 15 s later.
+		if _, err := conn.Exec(ctx, `UPDATE replicas SET last_seen = now() - interval '1 minute'`); err != nil {
+			t.Fatal(err)
+		}
+		code, stdout, stderr = run(bin.automator, "restore", "--data-dir", r.DataDir, "--open-work-only")
+		if !strings.Contains(stderr, "sent a heartbeat") {
+			break
+		}
+	}
+	if code != 255 || !strings.Contains(stderr, "replica r0 still runs") {
+		t.Fatalf("restore --open-work-only while r0 is paused: exit %d, stdout %q, stderr %q; want 255, naming replica r0", code, stdout, stderr)
+	}
+}

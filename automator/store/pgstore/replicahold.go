@@ -165,3 +165,26 @@ func closeConn(conn *pgx.Conn) {
 	defer cancel()
 	conn.Close(ctx)
 }
+
+// ReplicaIDsHeld returns the replica ids that running automators hold on
+// this schema (HoldReplicaID), as the replicas' heartbeats name them: a
+// held id no heartbeat names (its row purged, or not yet written) is
+// returned as "". Unlike a heartbeat's age, a hold tells a replica that
+// is paused or frozen, whose heartbeats stopped but which may go on, from
+// one that has stopped.
+func (s *Store) ReplicaIDsHeld(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT COALESCE(r.replica_id, '') FROM pg_locks l
+LEFT JOIN replicas r ON l.objid::int = hashtext(r.replica_id)
+WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+AND l.classid::int = hashtext('opsgate automator replica id ' || current_schema())
+ORDER BY 1`)
+	if err != nil {
+		return nil, fmt.Errorf("listing the replica ids held: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("listing the replica ids held: %w", err)
+	}
+	return ids, nil
+}

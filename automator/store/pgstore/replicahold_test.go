@@ -2,12 +2,14 @@ package pgstore
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/pgstore/pgtest"
 )
 
@@ -167,4 +169,37 @@ func TestAHoldTakingItsIDAgainEndsItsOwnFormerSession(t *testing.T) {
 		t.Fatalf("taking r held by the former session: %v", err)
 	}
 	closeConn(conn)
+}
+
+// TestReplicaIDsHeldNamesTheHeldIDsOnly: the ids held are listed, by the
+// name their heartbeat gives, whether or not their heartbeats are recent;
+// an id released is not, nor one held in another schema.
+func TestReplicaIDsHeldNamesTheHeldIDsOnly(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	s, other := open(t, dsn), open(t, pgtest.DSN(t))
+	for _, id := range []string{"held", "released"} {
+		if err := s.ReplicaHeartbeat(t.Context(), store.ReplicaHeartbeatParams{ReplicaID: id, Hostname: "h", Version: "v", StartedAt: testNow, Now: testNow}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"held", "released", "unnamed"} {
+		h, err := s.HoldReplicaID(t.Context(), id, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id == "released" {
+			h.Release()
+		} else {
+			defer h.Release()
+		}
+	}
+	h, err := other.HoldReplicaID(t.Context(), "elsewhere", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	ids, err := s.ReplicaIDsHeld(t.Context())
+	if want := []string{"", "held"}; err != nil || !slices.Equal(ids, want) {
+		t.Errorf("ReplicaIDsHeld = %q, %v; want %q", ids, err, want)
+	}
 }
