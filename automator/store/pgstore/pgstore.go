@@ -107,8 +107,9 @@ type Store struct {
 	// reads gathers concurrent WorkGet calls into shared round trips.
 	reads grouper
 
-	// holdWait and holdPing time a ReplicaHold (replicahold.go).
-	holdWait, holdPing time.Duration
+	// holdWait, holdPing and holdTimeout time a ReplicaHold
+	// (replicahold.go).
+	holdWait, holdPing, holdTimeout time.Duration
 	// testHookHoldLost, when set, is called when a ReplicaHold has found
 	// its connection lost, before it connects again.
 	testHookHoldLost func()
@@ -203,6 +204,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		listenSetup:  defaultListenSetup,
 		holdWait:     defaultHoldWait,
 		holdPing:     defaultHoldPing,
+		holdTimeout:  defaultHoldTimeout,
 	}
 	s.initGrouper(&s.group)
 	s.initGrouper(&s.reads)

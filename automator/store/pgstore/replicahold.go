@@ -30,6 +30,13 @@ const defaultHoldPing = 10 * time.Second
 // notices the closed connection within milliseconds, not at once).
 const defaultHoldWait = 5 * time.Second
 
+// defaultHoldTimeout bounds one taking of a replica id: connecting, and
+// the few statements on the new connection, its wait for the lock
+// included. Without it a statement on a connection cut off without a word
+// waits for the operating system to give it up, a quarter of an hour on
+// Linux: a replica would start that late, or take its id again that late.
+const defaultHoldTimeout = defaultHoldWait + 10*time.Second
+
 // codeLockNotAvailable is PostgreSQL's error when lock_timeout passes.
 const codeLockNotAvailable = "55P03"
 
@@ -84,6 +91,8 @@ type session struct {
 // leaves it until its keepalives give up), so it is ended first, lest the
 // hold take its own former session for another process.
 func (s *Store) takeReplicaID(ctx context.Context, id string, prev session) (conn *pgx.Conn, got session, err error) {
+	ctx, cancel := context.WithTimeout(ctx, s.holdTimeout)
+	defer cancel()
 	cfg := s.listenConfig.Copy()
 	cfg.RuntimeParams["application_name"] = s.pool.Config().ConnConfig.RuntimeParams["application_name"] + " replica id"
 	conn, err = pgx.ConnectConfig(ctx, cfg)

@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/pgstore/pgtest"
+	"github.com/opsgate/opsgate/internal/waittest"
 )
 
 // holders counts the sessions of application app holding replica id id.
@@ -201,5 +203,32 @@ func TestReplicaIDsHeldNamesTheHeldIDsOnly(t *testing.T) {
 	ids, err := s.ReplicaIDsHeld(t.Context())
 	if want := []string{"", "held"}; err != nil || !slices.Equal(ids, want) {
 		t.Errorf("ReplicaIDsHeld = %q, %v; want %q", ids, err, want)
+	}
+}
+
+// TestTakingAReplicaIDThatGetsNoAnswerGivesUp: a database that stops
+// answering while a replica takes its id (a connection cut off without a
+// word) makes the taking fail once its bound has passed, rather than wait
+// for the operating system to give the connection up.
+func TestTakingAReplicaIDThatGetsNoAnswerGivesUp(t *testing.T) {
+	r := startMarkerRelay(t, pgtest.DSN(t), hang)
+	s := open(t, r.dsn)
+	t.Cleanup(r.close)
+	s.holdTimeout = 300 * time.Millisecond
+	r.arm([]byte("pg_advisory_lock"))
+	taken := make(chan error, 1)
+	go func() {
+		_, err := s.HoldReplicaID(context.Background(), "r", nil)
+		taken <- err
+	}()
+	waittest.Recv(t, r.fired, "the taking of the id to send its lock")
+	select {
+	case err := <-taken:
+		if err == nil || errors.Is(err, ErrReplicaIDInUse) {
+			t.Fatalf("HoldReplicaID with no answer = %v; want the error of the timeout", err)
+		}
+		t.Logf("HoldReplicaID returned: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("HoldReplicaID still waits for an answer after 10s")
 	}
 }
