@@ -58,7 +58,9 @@ func (s *Server) watchDeletions(ctx context.Context) {
 // checkDeletions reads the recent deletions and acts on those not in seen.
 func (s *Server) checkDeletions(ctx context.Context, seen map[string]time.Time) {
 	since := s.clock.Now().Add(-deletionLookBack)
-	ds, err := s.store.AccountDeletions(ctx, since)
+	sctx, cancel := context.WithTimeout(ctx, s.sweepTimeout)
+	defer cancel()
+	ds, err := s.store.AccountDeletions(sctx, since)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("looking for deleted accounts", "err", err)

@@ -50,6 +50,8 @@ type envOptions struct {
 	metrics server.Metrics // none when nil
 	// sweepInterval is the server's SweepInterval (its default when zero).
 	sweepInterval time.Duration
+	// sweepTimeout is the server's SweepTimeout (its default when zero).
+	sweepTimeout time.Duration
 	// broadcaster is the server's Broadcaster (none when nil).
 	broadcaster server.Broadcaster
 	// waitRecheck is the server's WaitRecheck (its default when zero).
@@ -121,6 +123,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		Metrics:       o.metrics,
 		Logger:        slog.New(slog.NewTextHandler(o.log, nil)),
 		SweepInterval: o.sweepInterval,
+		SweepTimeout:  o.sweepTimeout,
 		Broadcaster:   o.broadcaster,
 		WaitRecheck:   o.waitRecheck,
 		Silence:       lis.Silence,

@@ -49,6 +49,12 @@ type Options struct {
 	// SweepInterval bounds how long the sweeper sleeps between looks at the
 	// next deadline (1 s); it matters only for units other replicas queued.
 	SweepInterval time.Duration
+	// SweepTimeout bounds each store call of the sweeper and of the watch
+	// for deleted accounts (30 s): one the database never answers (its
+	// connection cut off without a word) would otherwise stop them until
+	// the operating system gives the connection up, a quarter of an hour
+	// on Linux.
+	SweepTimeout time.Duration
 	// WaitRecheck is, with a Broadcaster, how often a waiting caller's
 	// unit is read again (30 s): an end on another replica whose
 	// announcement was lost (its NOTIFY failed while both stayed up)
@@ -119,6 +125,7 @@ type Server struct {
 	retention      time.Duration
 	pollWindow     time.Duration
 	sweepInterval  time.Duration
+	sweepTimeout   time.Duration
 	waitRecheck    time.Duration
 	limits         Limits
 	clock          Clock
@@ -165,6 +172,9 @@ func New(o Options) (*Server, error) {
 	if o.WaitRecheck <= 0 {
 		o.WaitRecheck = 30 * time.Second
 	}
+	if o.SweepTimeout <= 0 {
+		o.SweepTimeout = 30 * time.Second
+	}
 	if o.Clock == nil {
 		o.Clock = realClock{}
 	}
@@ -183,6 +193,7 @@ func New(o Options) (*Server, error) {
 		retention:      o.IdempotencyRetention,
 		pollWindow:     o.PollWindow,
 		sweepInterval:  o.SweepInterval,
+		sweepTimeout:   o.SweepTimeout,
 		waitRecheck:    o.WaitRecheck,
 		limits:         o.Limits,
 		clock:          o.Clock,

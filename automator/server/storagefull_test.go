@@ -77,3 +77,42 @@ func TestFullDiskIsResourceExhaustedAndSaysSo(t *testing.T) {
 		t.Errorf("Submit on a full disk: %v; want ResourceExhausted saying the database is out of disk space and nothing was stored", err)
 	}
 }
+
+// unanswered is a store whose first expiry gets no answer: it returns
+// only when its context ends, as a read on a connection cut off without a
+// word would, much later. Later expiries are counted on again.
+type unanswered struct {
+	store.Store
+	expiries atomic.Int64
+	again    chan struct{} // closed at the second expiry
+}
+
+func (u *unanswered) WorkNextDeadline(context.Context) (time.Time, bool, error) {
+	return time.Now().Add(-time.Hour), true, nil
+}
+
+func (u *unanswered) WorkExpire(ctx context.Context, p store.WorkExpireParams) ([]store.Work, error) {
+	switch u.expiries.Add(1) {
+	case 1:
+		<-ctx.Done()
+		return nil, ctx.Err()
+	case 2:
+		close(u.again)
+	}
+	return nil, nil
+}
+
+// TestASweepThatGetsNoAnswerIsGivenUp: a sweep whose store call gets no
+// answer is given up once SweepTimeout has passed, and the sweeper sweeps
+// again, rather than stop until the operating system gives the
+// connection up.
+func TestASweepThatGetsNoAnswerIsGivenUp(t *testing.T) {
+	u := &unanswered{again: make(chan struct{})}
+	newEnv(t, envOptions{sweepInterval: 50 * time.Millisecond, sweepTimeout: 100 * time.Millisecond,
+		wrap: func(st store.Store) store.Store { u.Store = st; return u }})
+	select {
+	case <-u.again:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%d expiries in 10 s; want a second one once the first, unanswered, was given up", u.expiries.Load())
+	}
+}

@@ -65,7 +65,9 @@ func (s *Server) Run(ctx context.Context) {
 const resweepAfter = 100 * time.Millisecond
 
 func (s *Server) nextSweep(ctx context.Context) time.Duration {
-	next, ok, err := s.store.WorkNextDeadline(ctx)
+	sctx, cancel := context.WithTimeout(ctx, s.sweepTimeout)
+	defer cancel()
+	next, ok, err := s.store.WorkNextDeadline(sctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Error("reading the next deadline", "err", err)
@@ -109,7 +111,9 @@ func (s *Server) takeKick() time.Time {
 // It reports false when the store failed the expiry.
 func (s *Server) expireDue(ctx context.Context) bool {
 	now := s.clock.Now()
-	expired, err := s.store.WorkExpire(ctx, store.WorkExpireParams{Now: now,
+	sctx, cancel := context.WithTimeout(ctx, s.sweepTimeout)
+	defer cancel()
+	expired, err := s.store.WorkExpire(sctx, store.WorkExpireParams{Now: now,
 		Audit: &store.AuditEvent{At: now, Kind: store.AuditWorkEnded, Actor: sweeperActor, Detail: "deadline"}})
 	if err != nil {
 		if ctx.Err() == nil {
