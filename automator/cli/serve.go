@@ -153,6 +153,9 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
+	if broadcasterFor(st) != nil {
+		m.WatchListening(srv.Listening)
+	}
 	gs := grpc.NewServer(append(grpcwire.ServerOptions(),
 		grpc.Creds(creds),
 		grpc.UnaryInterceptor(srv.UnaryInterceptor()),

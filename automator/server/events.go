@@ -121,6 +121,11 @@ func (s *Server) emit(ctx context.Context, e Event) {
 	}
 }
 
+// Listening reports whether the automator hears the other replicas' queue
+// events: its Broadcaster listens, and has caught up. False without a
+// Broadcaster, and while it has not listened yet or reconnects.
+func (s *Server) Listening() bool { return s.listening.Load() }
+
 // listen feeds events from other replicas into the hub until ctx is done.
 // It logs when it stops listening and when it listens again, not at every
 // retry: a database out of reach would log a line every SweepInterval.
@@ -130,13 +135,17 @@ func (s *Server) listen(ctx context.Context) {
 	}
 	var failing atomic.Bool
 	apply := func(e Event) {
-		if e.Kind == EventResumed && failing.Swap(false) {
-			s.log.Info("listening for queue events of other replicas again")
+		if e.Kind == EventResumed {
+			s.listening.Store(true)
+			if failing.Swap(false) {
+				s.log.Info("listening for queue events of other replicas again")
+			}
 		}
 		s.apply(e)
 	}
 	for ctx.Err() == nil {
 		err := s.broadcaster.Listen(ctx, apply)
+		s.listening.Store(false)
 		if ctx.Err() != nil {
 			return
 		}

@@ -17,6 +17,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/opsgate/opsgate/automator/store"
@@ -126,17 +127,19 @@ type Server struct {
 	pollWindow     time.Duration
 	sweepInterval  time.Duration
 	sweepTimeout   time.Duration
-	waitRecheck    time.Duration
-	limits         Limits
-	clock          Clock
-	silence        func(net.Addr) func() time.Duration
-	log            *slog.Logger
-	hub            *hub
-	seen           seenCache
-	broadcaster    Broadcaster
-	metrics        Metrics
-	started        time.Time       // when New made it (deleted.go)
-	failures       *failureLimiter // budget of failed authentications per source (ratelimit.go)
+	// listening: the Broadcaster listens (Listening).
+	listening   atomic.Bool
+	waitRecheck time.Duration
+	limits      Limits
+	clock       Clock
+	silence     func(net.Addr) func() time.Duration
+	log         *slog.Logger
+	hub         *hub
+	seen        seenCache
+	broadcaster Broadcaster
+	metrics     Metrics
+	started     time.Time       // when New made it (deleted.go)
+	failures    *failureLimiter // budget of failed authentications per source (ratelimit.go)
 
 	keysMu sync.Mutex
 	keys   map[string]*keyRing // account → its opened keys (keys.go)
