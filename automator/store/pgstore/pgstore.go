@@ -238,17 +238,33 @@ func randomID() string {
 
 // inTx runs fn in one transaction and commits it when fn returns nil.
 // Once begun, the transaction runs to its end whatever becomes of ctx
-// (see Store.sent): fn must use the ctx it is given.
+// (see Store.sent): fn must use the ctx it is given. A transaction that
+// PostgreSQL rolled back to break a deadlock (or a serialization failure)
+// is run again, txAttempts in all: it changed nothing, and the next
+// attempt finds the other transaction done. So fn may run more than once,
+// and must set what it returns afresh each time.
 func (s *Store) inTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	return s.sent(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
-		return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error { return fn(ctx, tx) })
+		for attempt := 1; ; attempt++ {
+			err := pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error { return fn(ctx, tx) })
+			if code, _ := pgCode(err); attempt == txAttempts || (code != codeDeadlockDetected && code != codeSerializationFailure) {
+				return err
+			}
+		}
 	})
 }
+
+// txAttempts bounds the runs of one transaction (inTx).
+const txAttempts = 3
 
 // PostgreSQL error codes the store turns into sentinels.
 const (
 	codeUniqueViolation     = "23505"
 	codeForeignKeyViolation = "23503"
+	// Rolled back by PostgreSQL for another transaction's sake: inTx runs
+	// the transaction again.
+	codeDeadlockDetected     = "40P01"
+	codeSerializationFailure = "40001"
 )
 
 func pgCode(err error) (code, constraint string) {
