@@ -48,16 +48,19 @@ func TestAPollOnAnotherReplicaSupersedesTheRunsWaitingPoll(t *testing.T) {
 		resp *automatorv1.PollResponse
 		err  error
 	}
-	poll := func(r *replica, wait time.Duration) <-chan answer {
+	// Numbered as a proxy numbers them: r0's announcement of the first,
+	// sent in the background, may reach r1 after the second began there,
+	// and must not end it (unnumbered, it would).
+	poll := func(r *replica, seq uint64, wait time.Duration) <-chan answer {
 		px := automatorv1.NewProxyServiceClient(c.dial(t, r, token))
 		out := make(chan answer, 1)
 		go func() {
-			resp, err := px.Poll(t.Context(), &automatorv1.PollRequest{InstanceId: "pa", RunId: "run-1", MaxUnits: 1, Wait: durationpb.New(wait)})
+			resp, err := px.Poll(t.Context(), &automatorv1.PollRequest{InstanceId: "pa", RunId: "run-1", PollSeq: seq, MaxUnits: 1, Wait: durationpb.New(wait)})
 			out <- answer{resp, err}
 		}()
 		return out
 	}
-	held := poll(c.Replicas[0], 5*time.Minute)
+	held := poll(c.Replicas[0], 1, 5*time.Minute)
 	// The held poll waits once r0 has recorded the instance (instances
 	// lists it).
 	caller := c.callers(t)[0]
@@ -65,7 +68,7 @@ func TestAPollOnAnotherReplicaSupersedesTheRunsWaitingPoll(t *testing.T) {
 		l, err := caller.ListInstances(t.Context(), &automatorv1.ListInstancesRequest{Account: "acme"})
 		return err == nil && len(l.GetInstances()) == 1
 	})
-	live := poll(c.Replicas[1], 5*time.Minute)
+	live := poll(c.Replicas[1], 2, 5*time.Minute)
 	r := waittest.Recv(t, held, "the poll r0 holds to end")
 	if r.err != nil || len(r.resp.GetClaims()) != 0 {
 		t.Errorf("the poll r0 held: %v, %v; want an empty answer", r.resp, r.err)
