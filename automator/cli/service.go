@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/store/pgstore"
 	"github.com/opsgate/opsgate/proxy/service"
 )
 
@@ -130,6 +131,9 @@ func installService(name, dir, userName string, manual bool, env Env) error {
 	if spec.Executable, err = os.Executable(); err != nil {
 		return fmt.Errorf("finding this program's path: %w", err)
 	}
+	if err := checkNotTemporary(spec.Executable, dir, cfg); err != nil {
+		return err
+	}
 	if userName != "" {
 		u, err := service.LookupUser(userName)
 		if err != nil {
@@ -172,6 +176,21 @@ func runService(ctx context.Context, name string, args []string, env Env) (int, 
 			return err
 		})
 	return 0, err
+}
+
+// checkNotTemporary refuses to install a service whose binary, data
+// directory or SQLite database lies in a temporary directory: the service
+// could not see it (systemd's PrivateTmp), or would lose it at reboot.
+func checkNotTemporary(exe, dir string, cfg config.Config) error {
+	if err := service.CheckNotTemporary("the data directory", dir); err != nil {
+		return err
+	}
+	if !pgstore.IsDSN(cfg.DB) {
+		if err := service.CheckNotTemporary("db in "+filepath.Join(dir, config.FileConfig)+": the SQLite database", cfg.DBPath(dir)); err != nil {
+			return err
+		}
+	}
+	return service.CheckNotTemporary("the binary", exe)
 }
 
 func yesNo(b bool) string {

@@ -155,6 +155,14 @@ func cmdInstall(args []string, env Env) error {
 	if err != nil {
 		return fmt.Errorf("finding this program's path: %w", err)
 	}
+	// Nor one whose binary or scripts vanish at reboot, or that systemd
+	// hides from it.
+	if err := service.CheckNotTemporary("scripts_dir in "+src+":", cfg.ScriptsDir); err != nil {
+		return err
+	}
+	if err := service.CheckNotTemporary("the binary", exe); err != nil {
+		return err
+	}
 	if u != nil {
 		// A service that cannot reach its binary or its scripts would
 		// only fail at every start.

@@ -4,8 +4,10 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -306,5 +308,41 @@ func TestUninstallLeavesTheStateDirOfARunningProxy(t *testing.T) {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
 			t.Errorf("%s is still there: %v\n%s", p, err, stdout.String())
 		}
+	}
+}
+
+// TestInstallRefusesScriptsOrBinaryInATemporaryDirectory: a service whose
+// scripts_dir or binary is under /tmp (hidden by systemd's PrivateTmp,
+// emptied at reboot) would fail at every start; install refuses it, naming
+// the path, before anything is written.
+func TestInstallRefusesScriptsOrBinaryInATemporaryDirectory(t *testing.T) {
+	profile := "automator_url: http://127.0.0.1:1\ntoken: t\nkey: " + testKey(t) + "\n"
+	t.Cleanup(func() { // run as root, an install this test expects refused would be real
+		if st, _ := service.Query("opsgate-test-tmp"); st.Installed {
+			t.Error("the service was installed")
+			Main(context.Background(), []string{"uninstall", "--name", "opsgate-test-tmp"}, Env{Stdout: io.Discard, Stderr: io.Discard})
+		}
+	})
+	install := func(scriptsDir string) (int, string) {
+		path := filepath.Join(t.TempDir(), "p.yaml")
+		if err := os.WriteFile(path, []byte(profile+"scripts_dir: "+scriptsDir+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var stdout, stderr bytes.Buffer
+		code := Main(t.Context(), []string{"install", "--config", path, "--name", "opsgate-test-tmp"}, Env{Stdout: &stdout, Stderr: &stderr})
+		return code, stderr.String()
+	}
+	scripts := t.TempDir()
+	if code, stderr := install(scripts); code != 1 || !strings.Contains(stderr, "scripts_dir in ") || !strings.Contains(stderr, scripts+" is under the temporary directory") {
+		t.Errorf("scripts_dir under a temporary directory: exit %d, stderr %q; want 1 and the path refused", code, stderr)
+	}
+
+	exe, _ := os.Executable()
+	if service.CheckNotTemporary("", exe) == nil {
+		t.Skipf("this test binary %s is not under a temporary directory", exe)
+	}
+	wd, _ := os.Getwd() // the package's sources: no temporary directory
+	if code, stderr := install(wd); code != 1 || !strings.Contains(stderr, "the binary "+exe+" is under the temporary directory") {
+		t.Errorf("a binary under a temporary directory: exit %d, stderr %q; want 1 and the binary refused", code, stderr)
 	}
 }

@@ -20,3 +20,7 @@ func programData() string {
 	}
 	return `C:\ProgramData`
 }
+
+// temporaryInstead says where a service's files belong instead of a
+// temporary directory.
+const temporaryInstead = `to C:\Program Files (a binary) or under C:\ProgramData (data, scripts)`
