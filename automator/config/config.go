@@ -252,7 +252,8 @@ func Load(dir string) (Config, error) {
 	return c, nil
 }
 
-// Decode parses YAML strictly: unknown keys and trailing documents are errors.
+// Decode parses YAML strictly: unknown keys and a second document with
+// content are errors; a trailing "---" with nothing after it is not.
 func Decode(data []byte, v any) error {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -263,11 +264,7 @@ func Decode(data []byte, v any) error {
 		}
 		return yamlerr.Word(err)
 	}
-	var extra any
-	if err := dec.Decode(&extra); err == nil {
-		return errors.New("more than one YAML document")
-	}
-	return nil
+	return yamlerr.Rest(dec)
 }
 
 // Save writes DIR/automator.yaml.

@@ -265,3 +265,26 @@ func TestInitWritesNoHTTPHostOrConnectionSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestATrailingDocumentMarkerIsAcceptedButNotASecondDocument: an
+// automator.yaml ending in "---" (configuration management writes one) is
+// one document and loads; a second document with settings, which would be
+// ignored, is refused, naming the file and the line of its "---".
+func TestATrailingDocumentMarkerIsAcceptedButNotASecondDocument(t *testing.T) {
+	load := func(body string) (Config, error) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, FileConfig), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return Load(dir)
+	}
+	for _, body := range []string{"public_url: https://h:9443\n---\n", "---\npublic_url: https://h:9443\n---\n# end\n"} {
+		if c, err := load(body); err != nil || c.PublicURL != "https://h:9443" {
+			t.Errorf("%q: %+v, %v; want it loaded", body, c, err)
+		}
+	}
+	_, err := load("public_url: https://h:9443\n---\npoll_window: 10s\n")
+	if err == nil || !strings.Contains(err.Error(), FileConfig) || !strings.Contains(err.Error(), `line 2: more than one YAML document: what follows this "---" would be ignored`) {
+		t.Errorf("a second document with a setting: %v; want it refused, naming the file and line 2", err)
+	}
+}

@@ -6,6 +6,8 @@ package yamlerr
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"regexp"
 	"strings"
 
@@ -48,4 +50,33 @@ func Word(err error) error {
 		msgs = append(msgs, m)
 	}
 	return errors.New(strings.Join(msgs, "; "))
+}
+
+// Rest reads what dec holds after the first document. An empty document
+// (a trailing "---", with nothing or only comments after it) is accepted;
+// one with content is refused, naming the line where it begins, since a
+// decode of the first document alone would ignore its settings silently.
+func Rest(dec *yaml.Decoder) error {
+	for {
+		var doc yaml.Node
+		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return Word(err)
+		}
+		if !emptyDocument(&doc) {
+			return fmt.Errorf("line %d: more than one YAML document: what follows this \"---\" would be ignored; move the settings above it, or remove it", doc.Line)
+		}
+	}
+}
+
+// emptyDocument: a document of nothing (or comments only), which the
+// parser reads as a null without text.
+func emptyDocument(doc *yaml.Node) bool {
+	for _, n := range doc.Content {
+		if n.Kind != yaml.ScalarNode || n.Tag != "!!null" || n.Value != "" {
+			return false
+		}
+	}
+	return true
 }

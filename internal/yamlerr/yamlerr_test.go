@@ -3,6 +3,7 @@ package yamlerr
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,5 +38,36 @@ func TestWordSaysWhatAndWhereInOneLine(t *testing.T) {
 	other := errors.New("yaml: line 1: did not find expected node content")
 	if got := Word(other); got != other {
 		t.Errorf("a syntax error was changed: %v", got)
+	}
+}
+
+// TestRestAcceptsAnEmptyDocumentAndRefusesOneWithContent: a trailing
+// "---" (an empty second document, also with comments) is no setting
+// lost, and is accepted; a second document with anything in it would be
+// ignored, and is refused, naming the line of its "---".
+func TestRestAcceptsAnEmptyDocumentAndRefusesOneWithContent(t *testing.T) {
+	rest := func(text string) error {
+		var s settings
+		dec := yaml.NewDecoder(bytes.NewReader([]byte(text)))
+		dec.KnownFields(true)
+		if err := dec.Decode(&s); err != nil {
+			t.Fatalf("%q: first document: %v", text, err)
+		}
+		return Rest(dec)
+	}
+	for _, text := range []string{"max: 1\n", "max: 1\n---\n", "max: 1\n---", "max: 1\n---\n# nothing more\n", "max: 1\n---\n---\n", "---\nmax: 1\n---\n"} {
+		if err := rest(text); err != nil {
+			t.Errorf("%q: %v; want it accepted", text, err)
+		}
+	}
+	for text, want := range map[string]string{
+		"max: 1\n---\nwindow: 5s\n":        `line 2: more than one YAML document: what follows this "---" would be ignored`,
+		"max: 1\n---\n---\n- a\n":          `line 3: more than one YAML document`,
+		"max: 1\n\n---\n# c\nwindow: 5s\n": `line 3: more than one YAML document`,
+		"max: 1\n---\n[\n":                 `line 3: did not find expected node content`,
+	} {
+		if err := rest(text); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v; want %q", text, err, want)
+		}
 	}
 }

@@ -99,7 +99,7 @@ func Load(path string) (Config, error) {
 }
 
 // Parse decodes a configuration strictly: unknown keys and a second
-// document are errors.
+// document with content are errors; a trailing "---" is not.
 func Parse(data []byte) (Config, error) {
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -117,17 +117,10 @@ func Parse(data []byte) (Config, error) {
 		c.gracePeriodSet = set.GracePeriod != nil
 	}
 	// Settings in a second document (after a "---") would be ignored.
-	for {
-		var extra any
-		switch err := dec.Decode(&extra); {
-		case errors.Is(err, io.EOF):
-			return c, nil
-		case err != nil:
-			return Config{}, err
-		case extra != nil:
-			return Config{}, errors.New("more than one YAML document (a \"---\" line after the first setting): the settings after it would be ignored")
-		}
+	if err := yamlerr.Rest(dec); err != nil {
+		return Config{}, err
 	}
+	return c, nil
 }
 
 // ApplyDefaults fills unset local settings.

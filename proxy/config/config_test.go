@@ -119,7 +119,7 @@ func FuzzParse(f *testing.F) {
 func TestASecondDocumentIsAnError(t *testing.T) {
 	body := "automator_url: https://a:1\ntoken: t\n---\nmax_concurrency: 16\n"
 	p := write(t, body)
-	if c, err := Load(p); err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "more than one YAML document") {
+	if c, err := Load(p); err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), `line 3: more than one YAML document: what follows this "---" would be ignored`) {
 		t.Fatalf("Load of a file with a second document: %+v, %v; want an error naming %s and the second document", c, err, p)
 	}
 	if c, err := Load(write(t, "---\n"+body[:strings.Index(body, "---")])); err != nil || c.Token != "t" {
@@ -127,6 +127,9 @@ func TestASecondDocumentIsAnError(t *testing.T) {
 	}
 	if c, err := Load(write(t, body[:strings.Index(body, "max_")]+"# nothing more\n")); err != nil || c.Token != "t" {
 		t.Fatalf("Load of one document and an empty one: %+v, %v", c, err)
+	}
+	if c, err := Load(write(t, body[:strings.Index(body, "max_")])); err != nil || c.Token != "t" {
+		t.Fatalf("Load of one document and a trailing ---: %+v, %v", c, err)
 	}
 }
 
