@@ -70,7 +70,8 @@ type Env struct {
 }
 
 // Main runs one command and returns the process exit code. Errors are
-// printed once, as one line on stderr.
+// printed once, as one line on stderr (serve's, with the JSON log format,
+// as a JSON record).
 func Main(ctx context.Context, args []string, env Env) int {
 	code, err := run(ctx, args, env)
 	if err != nil {
@@ -108,7 +109,13 @@ func run(ctx context.Context, args []string, env Env) (int, error) {
 	case "init":
 		return 0, cmdInit(ctx, args[1:], env)
 	case "serve":
-		return 0, cmdServe(ctx, args[1:], env)
+		err := cmdServe(ctx, args[1:], env)
+		if err != nil && !errors.Is(err, flag.ErrHelp) && serveLogFormat(args[1:]) == "json" {
+			// Its last log line, in the format of the others.
+			newLogger(env.Stderr, "json").Error("serve ended", "err", err)
+			return ExitError, nil
+		}
+		return 0, err
 	case "account":
 		switch {
 		case len(args) >= 2 && args[1] == "create":

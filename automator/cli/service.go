@@ -2,9 +2,9 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/store/pgstore"
+	"github.com/opsgate/opsgate/internal/clihelp"
 	"github.com/opsgate/opsgate/proxy/service"
 )
 
@@ -162,20 +163,51 @@ func installService(name, dir, userName string, manual bool, env Env) error {
 
 // runService is `automator --service NAME serve ...`, the command line of
 // the installed service: serve under the service manager, logging to the
-// system log.
+// system log. Its error is logged there once, in serve's log format, and
+// not printed again by Main (the service's stderr goes to the same log):
+// it returns ExitError and no error.
 func runService(ctx context.Context, name string, args []string, env Env) (int, error) {
 	if len(args) == 0 || args[0] != "serve" {
 		return 0, fmt.Errorf("%s %s: only `serve` runs as a service, got %q", service.Flag, name, args)
 	}
-	err := service.Run(ctx, service.RunOptions{Name: name, StopTimeout: serveStopTimeout, Stderr: env.Stderr},
+	format := serveLogFormat(args[1:])
+	err := service.Run(ctx, service.RunOptions{Name: name, StopTimeout: serveStopTimeout, Stderr: env.Stderr, LogFormat: format},
 		func(ctx context.Context, log io.Writer) error {
 			err := cmdServe(ctx, args[1:], Env{Stdin: env.Stdin, Stdout: env.Stdout, Stderr: log})
 			if err != nil {
-				slog.New(slog.NewTextHandler(log, nil)).Error("serve ended", "service", name, "err", err)
+				newLogger(log, format).Error("serve ended", "service", name, "err", err)
+				return errLogged{err}
 			}
-			return err
+			return nil
 		})
-	return 0, err
+	if err == nil {
+		return 0, nil
+	}
+	if !errors.As(err, new(errLogged)) {
+		newLogger(env.Stderr, format).Error("the service ended", "service", name, "err", err)
+	}
+	return ExitError, nil
+}
+
+// errLogged is an error of the service's function that it logged already.
+type errLogged struct{ error }
+
+func (e errLogged) Unwrap() error { return e.error }
+
+// serveLogFormat is the log format serve will use with args, known before
+// serve starts (and whether it starts): --log-format, else automator.yaml's
+// log_format, else text. A line logged before serve's own logger exists,
+// or about serve's end, is then of the same format as serve's lines.
+func serveLogFormat(args []string) string {
+	if f, ok := clihelp.FlagValue(args, "log-format"); ok {
+		return f
+	}
+	if dir, ok := clihelp.FlagValue(args, "data-dir"); ok {
+		if cfg, err := config.Load(dir); err == nil {
+			return cfg.LogFormat
+		}
+	}
+	return ""
 }
 
 // checkNotTemporary refuses to install a service whose binary, data

@@ -110,3 +110,24 @@ func TestOneLineKeepsEveryProblemOnOneLine(t *testing.T) {
 		}
 	}
 }
+
+// TestFlagValueFindsEveryFormOfAFlag: the forms flag.Parse accepts, the
+// last one winning.
+func TestFlagValueFindsEveryFormOfAFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+		ok   bool
+	}{
+		{[]string{"--data-dir", "d", "--log-format", "json"}, "json", true},
+		{[]string{"-log-format=json"}, "json", true},
+		{[]string{"--log-format=text", "--log-format", "json"}, "json", true},
+		{[]string{"--data-dir", "d"}, "", false},
+		{[]string{"--log-format"}, "", false},
+		{[]string{"--", "--log-format", "json"}, "", false},
+	} {
+		if got, ok := FlagValue(tc.args, "log-format"); got != tc.want || ok != tc.ok {
+			t.Errorf("%q: %q, %v; want %q, %v", tc.args, got, ok, tc.want, tc.ok)
+		}
+	}
+}

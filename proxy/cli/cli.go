@@ -51,6 +51,9 @@ func Main(ctx context.Context, args []string, env Env) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // the command's flag set printed its help
 		}
+		if errors.As(err, new(errLogged)) {
+			return 1 // the service logged it
+		}
 		fmt.Fprintf(env.Stderr, "proxy: %s\n", clihelp.OneLine(err))
 		return 1
 	}
@@ -80,12 +83,18 @@ func run(ctx context.Context, args []string, env Env) error {
 	return fmt.Errorf("unknown command %q; run `proxy help`", args[0])
 }
 
+// cmdRun is `proxy run`. With the JSON log format its error, its last log
+// line, is a JSON record too, which Main does not print again.
 func cmdRun(ctx context.Context, args []string, env Env) error {
 	cfg, err := runConfig(args, env)
-	if err != nil {
-		return err
+	if err == nil {
+		err = runProxy(ctx, cfg, env)
 	}
-	return runProxy(ctx, cfg, env)
+	if err != nil && !errors.Is(err, flag.ErrHelp) && runLogFormat(args) == "json" {
+		newLogger(env.Stderr, "json").Error("proxy ended", "err", err)
+		return errLogged{err}
+	}
+	return err
 }
 
 // runConfig parses the flags of `proxy run` and returns the valid config

@@ -3,14 +3,13 @@ package cli
 import (
 	"io"
 	"log/slog"
+
+	"github.com/opsgate/opsgate/proxy/service"
 )
 
 // newLogger logs to w as text, or as one JSON object per line when format
 // is "json". The agent logs its connection to the automator once per
 // change of state (connected, unreachable, refused), not once per retry.
 func newLogger(w io.Writer, format string) *slog.Logger {
-	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, nil))
-	}
-	return slog.New(slog.NewTextHandler(w, nil))
+	return service.NewLogger(w, format)
 }

@@ -5,14 +5,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/opsgate/opsgate/internal/clihelp"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/clihelp"
 	"github.com/opsgate/opsgate/proxy/agent"
 	"github.com/opsgate/opsgate/proxy/config"
 	"github.com/opsgate/opsgate/proxy/service"
@@ -58,7 +57,9 @@ func serviceCommand(verb string, args []string, env Env) error {
 // runService is `proxy --service NAME run ...`, the command line of the
 // installed service: `proxy run` under the service manager. A stop request
 // cancels ctx exactly as SIGTERM does for `proxy run`; the log goes to the
-// system log.
+// system log. An error is logged there once, in the config's log format,
+// and not printed again by Main (the service's stderr goes to the same
+// log): it returns errLogged.
 func runService(ctx context.Context, name string, args []string, env Env) error {
 	if len(args) == 0 || args[0] != "run" {
 		return fmt.Errorf("%s %s: only `run` runs as a service, got %q", service.Flag, name, args)
@@ -66,20 +67,49 @@ func runService(ctx context.Context, name string, args []string, env Env) error 
 	// A broken config is reported to the system log, where an operator of a
 	// service looks (on Windows, stderr goes nowhere).
 	cfg, cfgErr := runConfig(args[1:], Env{Stdout: env.Stdout, Stderr: io.Discard})
-	return service.Run(ctx, service.RunOptions{Name: name, StopTimeout: cfg.GracePeriod + stopMargin, Stderr: env.Stderr},
+	format := cfg.LogFormat
+	if cfgErr != nil {
+		format = runLogFormat(args[1:])
+	}
+	err := service.Run(ctx, service.RunOptions{Name: name, StopTimeout: cfg.GracePeriod + stopMargin, Stderr: env.Stderr, LogFormat: format},
 		func(ctx context.Context, log io.Writer) error {
-			if cfgErr != nil {
-				slog.New(slog.NewTextHandler(log, nil)).Error("the service cannot start", "service", name, "err", cfgErr)
-				return cfgErr
+			err := cfgErr
+			if err == nil {
+				// So is a proxy that cannot start (its state_dir held by
+				// another running proxy, say).
+				err = runProxy(ctx, cfg, Env{Stdout: env.Stdout, Stderr: log})
 			}
-			// So is a proxy that cannot start (its state_dir held by
-			// another running proxy, say).
-			if err := runProxy(ctx, cfg, Env{Stdout: env.Stdout, Stderr: log}); err != nil {
-				slog.New(slog.NewTextHandler(log, nil)).Error("the service cannot start", "service", name, "err", err)
-				return err
+			if err != nil {
+				newLogger(log, format).Error("the service cannot start", "service", name, "err", err)
+				return errLogged{err}
 			}
 			return nil
 		})
+	if err != nil && !errors.As(err, new(errLogged)) {
+		newLogger(env.Stderr, format).Error("the service ended", "service", name, "err", err)
+		return errLogged{err}
+	}
+	return err
+}
+
+// errLogged is an error logged already, which Main does not print again.
+type errLogged struct{ error }
+
+func (e errLogged) Unwrap() error { return e.error }
+
+// runLogFormat is the log format of `proxy run` with args whose config
+// is not valid: --log-format, else the file's log_format if it can be
+// read, else text.
+func runLogFormat(args []string) string {
+	if f, ok := clihelp.FlagValue(args, "log-format"); ok {
+		return f
+	}
+	if path, ok := clihelp.FlagValue(args, "config"); ok {
+		if cfg, err := config.Load(path); err == nil {
+			return cfg.LogFormat
+		}
+	}
+	return ""
 }
 
 func newFlagSet(name string, env Env) *flag.FlagSet {

@@ -2,6 +2,7 @@ package service
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"strings"
 	"sync"
@@ -10,9 +11,11 @@ import (
 )
 
 // LogWriter bridges slog to a service logger: each line written (a record
-// of slog's TextHandler) goes to l at the record's level, ERROR as an
-// error, WARN as a warning, anything else as information. The time= field
-// is dropped, since the system log stamps its own, and so is level=.
+// of slog's TextHandler or JSONHandler) goes to l at the record's level,
+// ERROR as an error, WARN as a warning, anything else as information. Of a
+// text record the time= field is dropped, since the system log stamps its
+// own, and so is level=; a JSON record is passed whole, still one JSON
+// object for a log collector.
 func LogWriter(l service.Logger) io.Writer {
 	return &logWriter{l: l}
 }
@@ -51,8 +54,17 @@ func (w *logWriter) Write(p []byte) (int, error) {
 }
 
 // splitLevel takes the leading time= and level= fields off a TextHandler
-// line and returns the level and the rest.
+// line and returns the level and the rest; a JSONHandler line it returns
+// whole, with its level.
 func splitLevel(line string) (level, rest string) {
+	if strings.HasPrefix(line, "{") {
+		var rec struct {
+			Level string `json:"level"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil {
+			return rec.Level, line
+		}
+	}
 	rest = line
 	if strings.HasPrefix(rest, "time=") {
 		_, rest, _ = strings.Cut(rest, " ")

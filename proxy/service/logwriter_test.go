@@ -1,6 +1,7 @@
 package service
 
 import (
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -60,5 +61,25 @@ func TestLogWriterJoinsPartialWrites(t *testing.T) {
 	fmt.Fprint(w, " and half\"\nlevel=INFO msg=next\n\n")
 	if got := strings.Join(rec.lines, "|"); got != `W msg="half and half"|I msg=next` {
 		t.Fatalf("lines %q", got)
+	}
+}
+
+// TestLogWriterKeepsJSONRecordsWholeAtTheirLevel: with log_format json, a
+// record reaches the system log as the JSON object it is, at its level, not
+// as information.
+func TestLogWriterKeepsJSONRecordsWholeAtTheirLevel(t *testing.T) {
+	rec := &recordingLogger{}
+	log := slog.New(slog.NewJSONHandler(LogWriter(rec), nil))
+	log.Warn("automator unreachable", "code", "Unavailable")
+	log.Error("serve ended", "err", "listening: address in use")
+	log.Info("serving")
+	want := []string{"W ", "E ", "I "}
+	if len(rec.lines) != len(want) {
+		t.Fatalf("service log %q; want %d entries", rec.lines, len(want))
+	}
+	for i, l := range rec.lines {
+		if !strings.HasPrefix(l, want[i]) || !json.Valid([]byte(l[2:])) {
+			t.Errorf("entry %d: %q; want level %q and a JSON object", i, l, want[i])
+		}
 	}
 }

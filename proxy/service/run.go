@@ -21,10 +21,23 @@ type RunOptions struct {
 	// Stderr receives the log when no system logger can be opened (no
 	// /dev/log in a container, say), and the note saying so.
 	Stderr io.Writer
+	// LogFormat is the format of fn's log, "text" (the default) or "json":
+	// Run's own lines take it too, so that every line is of one format.
+	LogFormat string
+}
+
+// NewLogger logs to w as text, or as one JSON object per line when format
+// is "json": the log of a program run as a service and of Run itself.
+func NewLogger(w io.Writer, format string) *slog.Logger {
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, nil))
+	}
+	return slog.New(slog.NewTextHandler(w, nil))
 }
 
 // Run runs fn as the service o.Name until the service is stopped, and
-// returns fn's error.
+// returns fn's error. fn logs its own error, if it wants it logged: Run
+// does not, so that it is not logged twice.
 //
 // fn gets a context that is cancelled when the service is to stop: SIGTERM
 // or SIGINT (which cancel ctx, as for a program run by hand) on Linux, a
@@ -72,12 +85,12 @@ func Run(ctx context.Context, o RunOptions, fn func(ctx context.Context, log io.
 	}
 	logw := io.Writer(o.Stderr)
 	if l, err := systemLogger(svc); err != nil {
-		slog.New(slog.NewTextHandler(o.Stderr, nil)).Warn("no system log; logging here", "service", o.Name, "err", err)
+		NewLogger(o.Stderr, o.LogFormat).Warn("no system log; logging here", "service", o.Name, "err", err)
 	} else if l != nil {
 		logw = LogWriter(l)
 	}
 	p.fn = func(ctx context.Context) error { return fn(ctx, logw) }
-	watchEarlyExit(p, logw)
+	watchEarlyExit(p, NewLogger(logw, o.LogFormat))
 	return svc.Run()
 }
 

@@ -3,7 +3,7 @@
 package service
 
 import (
-	"io"
+	"log/slog"
 
 	"github.com/kardianos/service"
 )
@@ -20,4 +20,4 @@ func systemLogger(svc service.Service) (service.Logger, error) {
 
 // watchEarlyExit: on unix RunWait returns when fn ends, and Run returns its
 // error.
-func watchEarlyExit(*program, io.Writer) {}
+func watchEarlyExit(*program, *slog.Logger) {}

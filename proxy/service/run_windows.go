@@ -1,8 +1,7 @@
 package service
 
 import (
-	"fmt"
-	"io"
+	"log/slog"
 	"os"
 
 	"github.com/kardianos/service"
@@ -24,7 +23,7 @@ func systemLogger(svc service.Service) (service.Logger, error) {
 // watchEarlyExit ends the process when fn returns without a stop request:
 // kardianos has no way to report it to the control manager, and an exit
 // with an error code lets the recovery actions restart the service.
-func watchEarlyExit(p *program, log io.Writer) {
+func watchEarlyExit(p *program, log *slog.Logger) {
 	if service.Interactive() {
 		return
 	}
@@ -33,7 +32,8 @@ func watchEarlyExit(p *program, log io.Writer) {
 		if p.stopping.Load() {
 			return
 		}
-		fmt.Fprintf(log, "level=ERROR msg=\"service %s ended without a stop request\" err=%q\n", p.name, fmt.Sprint(p.err))
+		// fn logged its error, if it had one.
+		log.Error("the service ended without a stop request; exiting, for its recovery actions to start it again", "service", p.name)
 		os.Exit(1)
 	}()
 }

@@ -1,0 +1,135 @@
+//go:build !windows
+
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// requireNoSystemLog skips a test that reads the service's log on its
+// stderr where a system log (/dev/log) would take it instead.
+func requireNoSystemLog(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat("/dev/log"); err == nil {
+		t.Skip("a system log (/dev/log) takes the service's log here, not its stderr")
+	}
+}
+
+// runAsService runs `automator --service NAME serve ARGS...` in-process, as
+// the service manager would, and returns its exit code and everything it
+// wrote to stderr: with no system log, the service's log.
+func runAsService(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := Main(t.Context(), append([]string{"--service", "opsgate-test-log", "serve"}, args...), Env{Stdout: &out, Stderr: &errb})
+	return code, errb.String()
+}
+
+// TestServiceLogsServesErrorOnce: when serve ends on an error as a
+// service, the error is in the service's log once, not once by serve's
+// wrapper and again by main (the service's stderr is the same log), both
+// when serve fails before its logger exists and after.
+func TestServiceLogsServesErrorOnce(t *testing.T) {
+	requireNoSystemLog(t)
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"a refused flag, before the logger", []string{"--listen", "no-port"}, "is not host:port"},
+		{"a port taken, after the logger", []string{"--listen", held.Addr().String(), "--http-listen", "127.0.0.1:0"}, "address already in use"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := initDir(t)
+			code, log := runAsService(t, append([]string{"--data-dir", dir}, tc.args...)...)
+			if code != ExitError {
+				t.Errorf("exit %d; want %d", code, ExitError)
+			}
+			if n := strings.Count(log, tc.want); n != 1 {
+				t.Errorf("the error is in the service's log %d times; want once:\n%s", n, log)
+			}
+		})
+	}
+}
+
+// TestServiceLogIsAllJSONInJSONMode: with log_format json, every line the
+// service writes is a JSON record: its start-up warning that there is no
+// system log, serve's own lines and the error serve ended on, whether the
+// format comes from the flag or from automator.yaml.
+func TestServiceLogIsAllJSONInJSONMode(t *testing.T) {
+	requireNoSystemLog(t)
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	flagDir := initDir(t)
+	fileDir := initDir(t)
+	cfgPath := filepath.Join(fileDir, "automator.yaml")
+	data, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A setting serve refuses, so that it ends before its logger exists.
+	data = []byte(strings.Replace(string(data), "poll_window: 30s", "poll_window: 1ms", 1) + "log_format: json\n")
+	if err := os.WriteFile(cfgPath, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, args := range map[string][]string{
+		"flag": {"--data-dir", flagDir, "--log-format", "json", "--listen", held.Addr().String(), "--http-listen", "127.0.0.1:0"},
+		"file": {"--data-dir", fileDir},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, log := runAsService(t, args...)
+			assertJSONLines(t, log, 2) // the warning and the error at least
+		})
+	}
+}
+
+// TestServeEndsWithAJSONRecordInJSONMode: `automator serve --log-format
+// json` run by hand ends on an error with a JSON record, once, not a plain
+// line after its JSON log.
+func TestServeEndsWithAJSONRecordInJSONMode(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	dir := initDir(t)
+	var out, errb bytes.Buffer
+	code := Main(t.Context(), []string{"serve", "--data-dir", dir, "--log-format", "json", "--listen", held.Addr().String(), "--http-listen", "127.0.0.1:0"}, Env{Stdout: &out, Stderr: &errb})
+	if code != ExitError {
+		t.Errorf("exit %d; want %d", code, ExitError)
+	}
+	assertJSONLines(t, errb.String(), 1)
+	if n := strings.Count(errb.String(), "address already in use"); n != 1 {
+		t.Errorf("the error is logged %d times; want once:\n%s", n, errb.String())
+	}
+}
+
+// assertJSONLines fails unless log has at least min lines, each a JSON
+// object.
+func assertJSONLines(t *testing.T, log string, min int) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(log, "\n"), "\n")
+	if log == "" || len(lines) < min {
+		t.Fatalf("log %q: want at least %d lines", log, min)
+	}
+	for _, l := range lines {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Errorf("a line that is not JSON: %q", l)
+		}
+	}
+}
