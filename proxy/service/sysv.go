@@ -17,8 +17,9 @@ const (
 // (LSB exit codes), it supervises: a service that exits is started again
 // five seconds later, until `stop`. Stop sends SIGTERM to the service alone
 // and waits up to StopTimeout for running work to finish before it kills
-// the whole session. The service's output goes to /var/log/<Name>.log; its
-// pid file is /var/run/<Name>.pid.
+// the whole session. The service's output goes to /var/log/<Name>.log,
+// with the supervisor's line about a restart, a JSON record when the
+// service logs JSON; its pid file is /var/run/<Name>.pid.
 func SysVScript(s Spec) string {
 	return sysvScript(s, sysvPIDDir+"/"+s.Name+".pid", sysvLogDir+"/"+s.Name+".log", EnvironmentFile(s.Name), "5")
 }
@@ -130,11 +131,18 @@ _supervise)
 		child=$!
 		[ -z "$stopping" ] || kill -TERM "$child" 2>/dev/null
 		code=0
-		wait "$child" || code=$?
-		while alive "$child"; do wait "$child" || code=$?; done
+		wait "$child" 2>/dev/null || code=$? # not the shell's "Killed"
+		while alive "$child"; do wait "$child" 2>/dev/null || code=$?; done
 		child=
 		[ -z "$stopping" ] || break
-		echo "$(date '+%Y-%m-%dT%H:%M:%S%z') $name exited with status $code; starting it again in $restart_delay seconds"
+		note="$name exited with status $code; starting it again in $restart_delay seconds"
+		# In the format of the service's own log: a JSON record after one
+		# (log_format json), so that every line of the file parses.
+		if tail -n 1 "$log_file" 2>/dev/null | grep -q '^{'; then
+			echo "{\"time\":\"$(date -u '+%Y-%m-%dT%H:%M:%SZ')\",\"level\":\"WARN\",\"msg\":\"$note\"}"
+		else
+			echo "$(date '+%Y-%m-%dT%H:%M:%S%z') $note"
+		fi
 		sleep "$restart_delay" &
 		sleeper=$!
 		wait "$sleeper" || kill "$sleeper" 2>/dev/null

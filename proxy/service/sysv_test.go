@@ -4,6 +4,7 @@ package service
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -24,12 +25,14 @@ import (
 
 // fakeService is a /bin/sh service: it writes its pid and "started" on
 // start, "term" on SIGTERM, and then exits once the file release exists
-// (mode graceful) or never (mode stubborn: it ignores SIGTERM).
+// (mode graceful, and json, which also logs a JSON record on stdout) or
+// never (mode stubborn: it ignores SIGTERM).
 const fakeService = `#!/bin/sh
 dir=$1
 echo $$ >"$dir/pid.tmp" && mv "$dir/pid.tmp" "$dir/pid"
 echo started >>"$dir/events"
 [ -z "$OPSGATE_TEST_VAR" ] || echo "env=$OPSGATE_TEST_VAR" >>"$dir/events"
+[ "$2" != json ] || echo '{"level":"INFO","msg":"started"}'
 if [ "$2" = stubborn ]; then
 	trap 'echo term >>"$dir/events"' TERM
 else
@@ -236,6 +239,40 @@ func TestSysVScriptRestartsAServiceThatDies(t *testing.T) {
 	}
 	if !gone(second) {
 		t.Fatal("the restarted service still runs after stop")
+	}
+}
+
+// TestSysVScriptSaysItRestartsAServiceInJSONAfterJSON: a service that
+// logs JSON (log_format json) gets the supervisor's line about its restart
+// as a JSON record too, so that every line of its log file parses.
+func TestSysVScriptSaysItRestartsAServiceInJSONAfterJSON(t *testing.T) {
+	f := newSysV(t, "json", time.Minute)
+	if err := os.WriteFile(filepath.Join(f.dir, "release"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := f.run(t, "start"); code != 0 {
+		t.Fatalf("start: exit %d %q", code, out)
+	}
+	waitFor(t, "the service to log", func() bool { log, _ := os.ReadFile(f.logFile); return len(log) > 0 })
+	first, err := readInt(filepath.Join(f.dir, "pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the service to be started again", func() bool { return f.count("started") == 2 })
+	if code, out := f.run(t, "stop"); code != 0 {
+		t.Fatalf("stop: exit %d %q", code, out)
+	}
+	log, _ := os.ReadFile(f.logFile)
+	if !strings.Contains(string(log), "exited with status 137; starting it again") {
+		t.Fatalf("the log does not say why the service was started again:\n%s", log)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(log)), "\n") {
+		if !json.Valid([]byte(l)) {
+			t.Errorf("a line of the log is not JSON: %q", l)
+		}
 	}
 }
 
