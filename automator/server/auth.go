@@ -280,7 +280,7 @@ func (s *Server) internal(ctx context.Context, doing string, err error) error {
 	if store.IsUnavailable(err) {
 		// PostgreSQL restarting, failing over or out of reach: the call can
 		// be made again, here or on another replica, once it is back.
-		s.log.Warn("the database is unreachable", attrs...)
+		s.databaseUnreachable(attrs...)
 		return status.Errorf(codes.Unavailable, "the automator's database is unreachable while %s; retry", doing)
 	}
 	s.log.Error("internal error", attrs...)

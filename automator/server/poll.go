@@ -313,6 +313,7 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 			s.failUnsent(ctx, false, "its poll failed", more...)
 			return nil, false, s.internal(ctx, "claiming work", err)
 		}
+		s.databaseAnswered()
 		ended := s.clock.Now()
 		s.hub.claimEnded(account, len(claimed) < ask, ended)
 		if len(claimed) < ask {

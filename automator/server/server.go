@@ -140,6 +140,7 @@ type Server struct {
 	metrics     Metrics
 	started     time.Time       // when New made it (deleted.go)
 	failures    *failureLimiter // budget of failed authentications per source (ratelimit.go)
+	dbDown      atomic.Bool     // the last store call that failed found the database out of reach (unreachable.go)
 
 	keysMu sync.Mutex
 	keys   map[string]*keyRing // account → its opened keys (keys.go)

@@ -60,6 +60,19 @@ func (s *Server) Run(ctx context.Context) {
 	}
 }
 
+// sweepFailed logs a store call of the sweeper that failed, unless the
+// sweeper is stopping: an error, or, with the database out of reach (every
+// SweepInterval while it lasts), once per outage.
+func (s *Server) sweepFailed(ctx context.Context, doing string, err error) {
+	switch {
+	case ctx.Err() != nil:
+	case store.IsUnavailable(err):
+		s.databaseUnreachable("doing", doing, "err", err)
+	default:
+		s.log.Error(doing, "err", err)
+	}
+}
+
 // resweepAfter is how long the sweeper waits after a sweep that left a
 // unit due.
 const resweepAfter = 100 * time.Millisecond
@@ -69,11 +82,10 @@ func (s *Server) nextSweep(ctx context.Context) time.Duration {
 	defer cancel()
 	next, ok, err := s.store.WorkNextDeadline(sctx)
 	if err != nil {
-		if ctx.Err() == nil {
-			s.log.Error("reading the next deadline", "err", err)
-		}
+		s.sweepFailed(ctx, "reading the next deadline", err)
 		return s.sweepInterval
 	}
+	s.databaseAnswered()
 	if !ok {
 		return s.sweepInterval
 	}
@@ -116,11 +128,10 @@ func (s *Server) expireDue(ctx context.Context) bool {
 	expired, err := s.store.WorkExpire(sctx, store.WorkExpireParams{Now: now,
 		Audit: &store.AuditEvent{At: now, Kind: store.AuditWorkEnded, Actor: sweeperActor, Detail: "deadline"}})
 	if err != nil {
-		if ctx.Err() == nil {
-			s.log.Error("expiring units past their deadline", "err", err)
-		}
+		s.sweepFailed(ctx, "expiring units past their deadline", err)
 		return false
 	}
+	s.databaseAnswered()
 	for _, w := range expired {
 		s.emit(ctx, Event{Kind: EventWorkEnded, Account: w.Account, WorkID: w.ID, InstanceID: w.InstanceID, ended: &w})
 		s.metrics.WorkFinished(w)

@@ -1,0 +1,84 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/waittest"
+)
+
+// outageStore fails the calls of polls and of the sweeper with the
+// database out of reach while down is set, as a PostgreSQL store does
+// while the server restarts.
+type outageStore struct {
+	store.Store
+	down *atomic.Bool
+}
+
+func (s outageStore) fail(doing string) error {
+	return fmt.Errorf("%s: %w", doing, store.ErrUnavailable)
+}
+
+func (s outageStore) WorkClaim(ctx context.Context, p store.WorkClaimParams) ([]store.Work, error) {
+	if s.down.Load() {
+		return nil, s.fail("claiming work")
+	}
+	return s.Store.WorkClaim(ctx, p)
+}
+
+func (s outageStore) WorkExpire(ctx context.Context, p store.WorkExpireParams) ([]store.Work, error) {
+	if s.down.Load() {
+		return nil, s.fail("expiring work")
+	}
+	return s.Store.WorkExpire(ctx, p)
+}
+
+func (s outageStore) WorkNextDeadline(ctx context.Context) (time.Time, bool, error) {
+	if s.down.Load() {
+		return time.Time{}, false, s.fail("reading the next deadline")
+	}
+	return s.Store.WorkNextDeadline(ctx)
+}
+
+// TestAnUnreachableDatabaseIsLoggedOncePerChange: during an outage of the
+// database every poll fails UNAVAILABLE and the sweeper fails every sweep,
+// but the log says so once, with the first failure's details, not once per
+// failed call; when the database answers again it says that once, and a
+// second outage is logged once more.
+func TestAnUnreachableDatabaseIsLoggedOncePerChange(t *testing.T) {
+	log := &syncLog{}
+	down := &atomic.Bool{}
+	e := newEnv(t, envOptions{log: log, sweepInterval: 5 * time.Millisecond, wrap: func(st store.Store) store.Store { return outageStore{st, down} }})
+	outage := func() {
+		down.Store(true)
+		for range 5 {
+			if _, err := pollNow(e.proxyClient(), "host-a", 1); status.Code(err) != codes.Unavailable {
+				t.Fatalf("a poll with the database out of reach: %v; want UNAVAILABLE", err)
+			}
+		}
+		down.Store(false)
+	}
+	const warning = "level=WARN msg=\"the database is unreachable"
+	outage()
+	if got := log.lines(warning); len(got) != 1 {
+		t.Fatalf("warnings over 5 failed polls and the sweeps meanwhile: %q; want 1", got)
+	}
+	if got := log.lines(warning, "doing=", "err=", "the database did not answer"); len(got) != 1 {
+		t.Errorf("the warning does not keep its failure's details: %q", log.lines(warning))
+	}
+	waittest.Until(t, "the database to be said to answer again", func() bool { return len(log.lines("level=INFO", "the database answers again")) == 1 })
+	outage()
+	if got := log.lines(warning); len(got) != 2 {
+		t.Errorf("warnings after a second outage: %q; want 2, one per outage", got)
+	}
+	if got := log.lines("level=INFO", "the database answers again"); len(got) > 2 {
+		t.Errorf("the database's return is logged more often than it returned: %q", got)
+	}
+}
