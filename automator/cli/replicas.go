@@ -115,14 +115,32 @@ func startHeartbeat(ctx context.Context, st store.Store, replicaID string, log *
 		Version:   version.Version,
 		StartedAt: time.Now(),
 	}
-	beat := func() {
-		p.Now = time.Now()
-		if err := st.ReplicaHeartbeat(ctx, p); err != nil && ctx.Err() == nil {
-			log.Warn("recording this replica's heartbeat", "err", err)
-		}
-	}
+	beat := heartbeat(ctx, st, p, log)
 	beat()
 	return every(ctx, heartbeatInterval, beat)
+}
+
+// heartbeat returns the function that records one heartbeat of p. A
+// failure is logged as a warning when the one before succeeded, and at
+// debug level while they go on failing (a database out of reach fails
+// every beat); the first success after them says so.
+func heartbeat(ctx context.Context, st store.Store, p store.ReplicaHeartbeatParams, log *slog.Logger) func() {
+	failing := false // beats run one at a time
+	return func() {
+		p.Now = time.Now()
+		err := st.ReplicaHeartbeat(ctx, p)
+		switch {
+		case err != nil && ctx.Err() != nil:
+		case err != nil && !failing:
+			failing = true
+			log.Warn("recording this replica's heartbeat: `automator replicas` shows it as not alive while this lasts; further failures are logged at debug level", "err", err)
+		case err != nil:
+			log.Debug("recording this replica's heartbeat", "err", err)
+		case failing:
+			failing = false
+			log.Info("recording this replica's heartbeat again")
+		}
+	}
 }
 
 // every calls fn every d, in a goroutine of its own, until ctx is done;

@@ -86,3 +86,37 @@ func TestReplicasListsHeartbeatsAndWhoIsAlive(t *testing.T) {
 		t.Errorf("the table has no header:\n%s", out)
 	}
 }
+
+// heartbeatStore fails ReplicaHeartbeat while down is set.
+type heartbeatStore struct {
+	store.Store
+	down bool
+}
+
+func (s *heartbeatStore) ReplicaHeartbeat(context.Context, store.ReplicaHeartbeatParams) error {
+	if s.down {
+		return store.ErrUnavailable
+	}
+	return nil
+}
+
+// TestAFailingHeartbeatIsLoggedOncePerChange: with the database out of
+// reach every heartbeat fails; the log warns once, not every 5 seconds,
+// and says once when a heartbeat is recorded again.
+func TestAFailingHeartbeatIsLoggedOncePerChange(t *testing.T) {
+	var log bytes.Buffer
+	st := &heartbeatStore{down: true}
+	beat := heartbeat(t.Context(), st, store.ReplicaHeartbeatParams{ReplicaID: "a"}, slog.New(slog.NewTextHandler(&log, nil)))
+	for range 4 {
+		beat()
+	}
+	st.down = false
+	beat()
+	beat()
+	if n := strings.Count(log.String(), "level=WARN"); n != 1 {
+		t.Errorf("warnings over 4 failed heartbeats: %d; want 1:\n%s", n, log.String())
+	}
+	if n := strings.Count(log.String(), "heartbeat again"); n != 1 {
+		t.Errorf("lines saying heartbeats are recorded again: %d; want 1:\n%s", n, log.String())
+	}
+}

@@ -123,7 +123,11 @@ func (s *Server) RecordInstances(ctx context.Context) {
 		select {
 		case <-t.C:
 			if err := s.FlushInstances(ctx); err != nil && ctx.Err() == nil {
-				s.log.Error("writing instances' polls", "err", err)
+				if store.IsUnavailable(err) {
+					s.databaseUnreachable("doing", "writing instances' polls", "err", err)
+				} else {
+					s.log.Error("writing instances' polls", "err", err)
+				}
 			}
 		case <-ctx.Done():
 			s.seen.mu.Lock()
