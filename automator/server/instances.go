@@ -108,6 +108,17 @@ func (c *seenCache) pruneLocked() {
 	}
 }
 
+// flushFailed logs a failed write of the instances' polls: an error, or,
+// with the database out of reach (every seenEvery while it lasts), once
+// per outage.
+func (s *Server) flushFailed(err error) {
+	if store.IsUnavailable(err) {
+		s.databaseUnreachable("doing", "writing instances' polls", "err", err)
+		return
+	}
+	s.log.Error("writing instances' polls", "err", err)
+}
+
 // RecordInstances keeps known instances' polls in memory and writes those
 // that changed every few seconds, until ctx ends; then it writes what is
 // left, and polls are written as they come again. Run it beside Run; a
@@ -123,11 +134,7 @@ func (s *Server) RecordInstances(ctx context.Context) {
 		select {
 		case <-t.C:
 			if err := s.FlushInstances(ctx); err != nil && ctx.Err() == nil {
-				if store.IsUnavailable(err) {
-					s.databaseUnreachable("doing", "writing instances' polls", "err", err)
-				} else {
-					s.log.Error("writing instances' polls", "err", err)
-				}
+				s.flushFailed(err)
 			}
 		case <-ctx.Done():
 			s.seen.mu.Lock()

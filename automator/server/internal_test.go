@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/opsgate/opsgate/automator/store"
 )
 
 // TestStoreErrorOfACallThatLeftIsNotAnInternalError: a store call that
@@ -89,5 +91,24 @@ func TestADatabaseOutOfConnectionsIsUnavailable(t *testing.T) {
 		if !strings.Contains(log.String(), "too many") {
 			t.Errorf("store error %v: the log does not say why: %q", storeErr, log.String())
 		}
+	}
+}
+
+// TestInstancesNotWrittenForAnUnreachableDatabaseAreLoggedOncePerOutage:
+// the recorder of instances' polls fails every few seconds while the
+// database is out of reach; that is the outage's one warning, not an error
+// per batch. Another failure is still an error.
+func TestInstancesNotWrittenForAnUnreachableDatabaseAreLoggedOncePerOutage(t *testing.T) {
+	var log bytes.Buffer
+	s := &Server{log: slog.New(slog.NewTextHandler(&log, nil))}
+	for range 3 {
+		s.flushFailed(fmt.Errorf("writing instances: %w", store.ErrUnavailable))
+	}
+	if n := strings.Count(log.String(), "level=WARN"); n != 1 || strings.Contains(log.String(), "level=ERROR") {
+		t.Errorf("3 failed writes with the database out of reach: %d warnings; want 1 and no error:\n%s", n, log.String())
+	}
+	s.flushFailed(errors.New("disk I/O error"))
+	if n := strings.Count(log.String(), "level=ERROR"); n != 1 {
+		t.Errorf("a failed write of another kind: %d errors; want 1", n)
 	}
 }
