@@ -282,9 +282,11 @@ func installSpec(name, exe, configPath string, cfg config.Config, u *service.Use
 
 // installedConfig is the service's copy of the config: the file as it is,
 // then the mark uninstall looks for, then state_dir when the file does not
-// set it.
+// set it. A file that ends in empty documents (a trailing "---") gets them
+// after the added lines, which must stay in the first document.
 func installedConfig(data []byte, name string, addStateDir bool, stateDir string) []byte {
-	out := append([]byte(nil), data...)
+	body, tail := splitEmptyTail(data)
+	out := append([]byte(nil), body...)
 	if len(out) > 0 && out[len(out)-1] != '\n' {
 		out = append(out, '\n')
 	}
@@ -292,7 +294,30 @@ func installedConfig(data []byte, name string, addStateDir bool, stateDir string
 	if addStateDir {
 		out = append(out, "# The service keeps its status file here.\nstate_dir: '"+strings.ReplaceAll(stateDir, "'", "''")+"'\n"...)
 	}
-	return out
+	return append(out, tail...)
+}
+
+// splitEmptyTail cuts data before its trailing empty documents: the last
+// lines after its settings that are blank, comments at the start of a line
+// or document markers ("---", "..."), when a marker is among them. Without
+// one, all of data is the body.
+func splitEmptyTail(data []byte) (body, tail []byte) {
+	lines := strings.SplitAfter(string(data), "\n")
+	cut, marker := len(lines), false
+	for i := len(lines) - 1; i >= 0; i-- {
+		l := strings.TrimRight(lines[i], "\r\n")
+		isMarker := l == "---" || l == "..." || strings.HasPrefix(l, "--- ") || strings.HasPrefix(l, "... ")
+		if !isMarker && strings.TrimSpace(l) != "" && !strings.HasPrefix(l, "#") {
+			break // a setting: the tail starts after it
+		}
+		marker = marker || isMarker
+		cut = i
+	}
+	if !marker {
+		return data, nil
+	}
+	n := len(strings.Join(lines[:cut], ""))
+	return data[:n], data[n:]
 }
 
 // installMark is the comment that says a config file is the copy `proxy

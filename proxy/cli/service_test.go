@@ -346,3 +346,25 @@ func TestInstallRefusesScriptsOrBinaryInATemporaryDirectory(t *testing.T) {
 		t.Errorf("a binary under a temporary directory: exit %d, stderr %q; want 1 and the binary refused", code, stderr)
 	}
 }
+
+// TestInstalledConfigOfAFileEndingInAnEmptyDocument: a config ending in
+// "---" (accepted: an empty second document) gets state_dir and the mark in
+// its first document, where they are read, not after the "---", where
+// they would be a second document with settings, refused.
+func TestInstalledConfigOfAFileEndingInAnEmptyDocument(t *testing.T) {
+	for _, orig := range []string{
+		"token: t\nkey: k\n---\n",
+		"token: t\nkey: k\n# end\n---\n# nothing more\n\n",
+		"---\ntoken: t\nkey: k\n---",
+		"token: t\nca_cert: |\n  -----BEGIN CERTIFICATE-----\n  MIIB\n  -----END CERTIFICATE-----\n---\n",
+	} {
+		got := installedConfig([]byte(orig), "proxy", true, "/var/lib/proxy")
+		c, err := config.Parse(got)
+		if err != nil || c.StateDir != "/var/lib/proxy" || c.Token != "t" {
+			t.Errorf("the copy of %q reads as %+v, %v:\n%s", orig, c, err, got)
+		}
+		if !bytes.Contains(got, []byte(installMark("proxy"))) {
+			t.Errorf("the copy of %q lacks the mark:\n%s", orig, got)
+		}
+	}
+}
