@@ -63,7 +63,7 @@ func (s *connState) failed(err error) {
 		return
 	}
 	s.up, s.known, s.lastKind = false, true, kind
-	attrs := []any{"automator", s.automator, "code", code, "err", msg}
+	attrs := []any{"automator", s.automator, "code", code.String(), "err", msg} // its name, in JSON too
 	switch {
 	case code == codes.Unauthenticated || code == codes.PermissionDenied:
 		s.log.Error("the automator refused this proxy's token; check `token` in the config (retrying with backoff)", attrs...)

@@ -67,3 +67,18 @@ func TestConnectionLogsOneLinePerStateChange(t *testing.T) {
 		t.Errorf("log lines:\n%s\nwant:\n%s", strings.Join(msgs, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestConnectionLogNamesTheCodeInJSONAsInText: the gRPC code of a failure
+// is its name in a JSON record ("Unavailable"), as in text, not the number
+// JSON would make of it.
+func TestConnectionLogNamesTheCodeInJSONAsInText(t *testing.T) {
+	var buf bytes.Buffer
+	s := &connState{log: slog.New(slog.NewJSONHandler(&buf, nil)), automator: "https://automator.example:8443"}
+	s.failed(status.Error(codes.Unavailable, "connection refused"))
+	var rec struct {
+		Code any `json:"code"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &rec); err != nil || rec.Code != "Unavailable" {
+		t.Errorf("code in %s: %v (%v); want \"Unavailable\"", buf.String(), rec.Code, err)
+	}
+}
