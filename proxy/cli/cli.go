@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
@@ -250,7 +251,18 @@ func Dial(cfg config.Config) (*grpc.ClientConn, error) {
 		grpc.WithPerRPCCredentials(bearer{secret: cfg.Token, tls: useTLS}),
 		grpc.WithKeepaliveParams(Keepalive),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20), grpc.MaxCallSendMsgSize(8<<20)),
+		grpc.WithConnectParams(Reconnect),
 	)...)
+}
+
+// Reconnect is how the proxy dials the automator again after losing it:
+// within a few seconds of its return (a restart, an upgrade), where
+// gRPC's default backs off up to two minutes, during which polls fail at
+// once and queued work waits. The poll loop's own backoff (up to 15 s)
+// keeps an automator that stays down from being called in a loop.
+var Reconnect = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
+	MinConnectTimeout: 5 * time.Second,
 }
 
 // Keepalive is the proxy's connection keepalive: a ping after 10 s without

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/opsgate/opsgate/crypto"
 )
@@ -109,5 +110,16 @@ func TestAConfigOfSeveralProblemsIsOneLine(t *testing.T) {
 		if !strings.Contains(stderr.String(), key) {
 			t.Errorf("stderr %q does not name %s", stderr.String(), key)
 		}
+	}
+}
+
+// TestReconnectAfterTheAutomatorReturnsWithinSeconds: the proxy dials a
+// lost automator again at most a few seconds apart, so that after a
+// restart or an upgrade of the automator its instances poll again within
+// seconds, not after gRPC's default backoff of up to two minutes.
+func TestReconnectAfterTheAutomatorReturnsWithinSeconds(t *testing.T) {
+	b := Reconnect.Backoff
+	if b.MaxDelay <= 0 || b.MaxDelay > 5*time.Second || b.BaseDelay <= 0 || b.BaseDelay > b.MaxDelay {
+		t.Errorf("reconnect backoff %+v: want a delay of at most 5 s between dials", b)
 	}
 }
