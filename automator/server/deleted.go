@@ -58,15 +58,22 @@ func (s *Server) watchDeletions(ctx context.Context) {
 // checkDeletions reads the recent deletions and acts on those not in seen.
 func (s *Server) checkDeletions(ctx context.Context, seen map[string]time.Time) {
 	since := s.clock.Now().Add(-deletionLookBack)
+	mark := s.databaseMark()
 	sctx, cancel := context.WithTimeout(ctx, s.sweepTimeout)
 	defer cancel()
 	ds, err := s.store.AccountDeletions(sctx, since)
-	if err != nil {
-		if ctx.Err() == nil {
-			s.log.Warn("looking for deleted accounts", "err", err)
-		}
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return
+	case err != nil && store.IsUnavailable(err):
+		// Every SweepInterval while the database is out of reach.
+		s.databaseUnreachable("doing", "looking for deleted accounts", "err", err)
+		return
+	case err != nil:
+		s.log.Warn("looking for deleted accounts", "err", err)
 		return
 	}
+	s.databaseAnswered(mark)
 	for tomb, at := range seen {
 		if at.Before(since) {
 			delete(seen, tomb)

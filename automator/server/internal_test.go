@@ -112,3 +112,24 @@ func TestInstancesNotWrittenForAnUnreachableDatabaseAreLoggedOncePerOutage(t *te
 		t.Errorf("a failed write of another kind: %d errors; want 1", n)
 	}
 }
+
+// TestACallUnderWayWhenTheDatabaseWentEndsNoOutage: a store call that
+// began before the first failure of an outage and succeeded (its answer
+// came just before the database went) does not say the database answers
+// again; one begun after the failure does, once.
+func TestACallUnderWayWhenTheDatabaseWentEndsNoOutage(t *testing.T) {
+	var log bytes.Buffer
+	s := &Server{log: slog.New(slog.NewTextHandler(&log, nil))}
+	before := s.databaseMark()
+	s.databaseUnreachable("err", "connection refused")
+	s.databaseAnswered(before)
+	if strings.Contains(log.String(), "the database answers again") {
+		t.Fatalf("a call begun before the outage ended it:\n%s", log.String())
+	}
+	after := s.databaseMark()
+	s.databaseAnswered(after)
+	s.databaseAnswered(after)
+	if n := strings.Count(log.String(), "the database answers again"); n != 1 {
+		t.Errorf("a call begun after the failure: %d lines saying the database answers again; want 1:\n%s", n, log.String())
+	}
+}

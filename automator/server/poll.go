@@ -296,6 +296,7 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 		}
 		work := s.hub.workSeen(account)
 		var err error
+		mark := s.databaseMark()
 		claimed, err = s.store.WorkClaim(ctx, store.WorkClaimParams{
 			Account:    account,
 			InstanceID: req.GetInstanceId(),
@@ -313,7 +314,7 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 			s.failUnsent(ctx, false, "its poll failed", more...)
 			return nil, false, s.internal(ctx, "claiming work", err)
 		}
-		s.databaseAnswered()
+		s.databaseAnswered(mark)
 		ended := s.clock.Now()
 		s.hub.claimEnded(account, len(claimed) < ask, ended)
 		if len(claimed) < ask {

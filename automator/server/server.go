@@ -140,7 +140,8 @@ type Server struct {
 	metrics     Metrics
 	started     time.Time       // when New made it (deleted.go)
 	failures    *failureLimiter // budget of failed authentications per source (ratelimit.go)
-	dbDown      atomic.Bool     // the last store call that failed found the database out of reach (unreachable.go)
+	dbDown      atomic.Bool     // the database is out of reach, since a store call found it so (unreachable.go)
+	dbFailures  atomic.Uint64   // store calls that found the database out of reach
 
 	keysMu sync.Mutex
 	keys   map[string]*keyRing // account → its opened keys (keys.go)

@@ -78,6 +78,7 @@ func (s *Server) sweepFailed(ctx context.Context, doing string, err error) {
 const resweepAfter = 100 * time.Millisecond
 
 func (s *Server) nextSweep(ctx context.Context) time.Duration {
+	mark := s.databaseMark()
 	sctx, cancel := context.WithTimeout(ctx, s.sweepTimeout)
 	defer cancel()
 	next, ok, err := s.store.WorkNextDeadline(sctx)
@@ -85,7 +86,7 @@ func (s *Server) nextSweep(ctx context.Context) time.Duration {
 		s.sweepFailed(ctx, "reading the next deadline", err)
 		return s.sweepInterval
 	}
-	s.databaseAnswered()
+	s.databaseAnswered(mark)
 	if !ok {
 		return s.sweepInterval
 	}
@@ -123,6 +124,7 @@ func (s *Server) takeKick() time.Time {
 // It reports false when the store failed the expiry.
 func (s *Server) expireDue(ctx context.Context) bool {
 	now := s.clock.Now()
+	mark := s.databaseMark()
 	sctx, cancel := context.WithTimeout(ctx, s.sweepTimeout)
 	defer cancel()
 	expired, err := s.store.WorkExpire(sctx, store.WorkExpireParams{Now: now,
@@ -131,7 +133,7 @@ func (s *Server) expireDue(ctx context.Context) bool {
 		s.sweepFailed(ctx, "expiring units past their deadline", err)
 		return false
 	}
-	s.databaseAnswered()
+	s.databaseAnswered(mark)
 	for _, w := range expired {
 		s.emit(ctx, Event{Kind: EventWorkEnded, Account: w.Account, WorkID: w.ID, InstanceID: w.InstanceID, ended: &w})
 		s.metrics.WorkFinished(w)

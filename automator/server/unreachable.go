@@ -7,10 +7,15 @@ package server
 // account, the error), the next ones debug lines, and the first store call
 // that succeeds after it says that the database answers again: as the
 // replica's listener and the per-account gauges log their own outages.
+//
+// Only a call begun after the last failure ends an outage: one that was
+// under way when the database went (and got its answer just before) says
+// nothing of it now.
 
 // databaseUnreachable logs a store call that found the database out of
 // reach: a warning for the first of an outage, debug for the others.
 func (s *Server) databaseUnreachable(attrs ...any) {
+	s.dbFailures.Add(1)
 	if !s.dbDown.Swap(true) {
 		s.log.Warn("the database is unreachable: calls that need it answer UNAVAILABLE, and units are not timed out, until it answers again; further failures are logged at debug level", attrs...)
 		return
@@ -18,10 +23,15 @@ func (s *Server) databaseUnreachable(attrs ...any) {
 	s.log.Debug("the database is unreachable", attrs...)
 }
 
+// databaseMark is taken before a store call whose success may end an
+// outage: see databaseAnswered.
+func (s *Server) databaseMark() uint64 { return s.dbFailures.Load() }
+
 // databaseAnswered ends an outage databaseUnreachable logged, saying so
-// once. It costs one atomic load when there is none.
-func (s *Server) databaseAnswered() {
-	if s.dbDown.Load() && s.dbDown.Swap(false) {
+// once, when the store call begun at mark succeeded and no call has failed
+// since it began. It costs one atomic load when there is no outage.
+func (s *Server) databaseAnswered(mark uint64) {
+	if s.dbDown.Load() && s.dbFailures.Load() == mark && s.dbDown.CompareAndSwap(true, false) {
 		s.log.Info("the database answers again")
 	}
 }

@@ -19,7 +19,16 @@ import (
 // while the server restarts.
 type outageStore struct {
 	store.Store
-	down *atomic.Bool
+	down      *atomic.Bool
+	deletions *atomic.Int32 // AccountDeletions failed
+}
+
+func (s outageStore) AccountDeletions(ctx context.Context, since time.Time) ([]store.AccountDeletion, error) {
+	if s.down.Load() {
+		s.deletions.Add(1)
+		return nil, s.fail("listing deleted accounts")
+	}
+	return s.Store.AccountDeletions(ctx, since)
 }
 
 func (s outageStore) fail(doing string) error {
@@ -48,14 +57,15 @@ func (s outageStore) WorkNextDeadline(ctx context.Context) (time.Time, bool, err
 }
 
 // TestAnUnreachableDatabaseIsLoggedOncePerChange: during an outage of the
-// database every poll fails UNAVAILABLE and the sweeper fails every sweep,
+// database every poll fails UNAVAILABLE and the sweeper fails every sweep
+// (its expiry and its look for deleted accounts),
 // but the log says so once, with the first failure's details, not once per
 // failed call; when the database answers again it says that once, and a
 // second outage is logged once more.
 func TestAnUnreachableDatabaseIsLoggedOncePerChange(t *testing.T) {
 	log := &syncLog{}
-	down := &atomic.Bool{}
-	e := newEnv(t, envOptions{log: log, sweepInterval: 5 * time.Millisecond, wrap: func(st store.Store) store.Store { return outageStore{st, down} }})
+	down, deletions := &atomic.Bool{}, &atomic.Int32{}
+	e := newEnv(t, envOptions{log: log, sweepInterval: 5 * time.Millisecond, wrap: func(st store.Store) store.Store { return outageStore{st, down, deletions} }})
 	outage := func() {
 		down.Store(true)
 		for range 5 {
@@ -63,6 +73,9 @@ func TestAnUnreachableDatabaseIsLoggedOncePerChange(t *testing.T) {
 				t.Fatalf("a poll with the database out of reach: %v; want UNAVAILABLE", err)
 			}
 		}
+		// And the sweeps meanwhile: the look for deleted accounts too.
+		from := deletions.Load()
+		waittest.Until(t, "3 looks for deleted accounts to fail", func() bool { return deletions.Load() >= from+3 })
 		down.Store(false)
 	}
 	const warning = "level=WARN msg=\"the database is unreachable"
@@ -77,6 +90,9 @@ func TestAnUnreachableDatabaseIsLoggedOncePerChange(t *testing.T) {
 	outage()
 	if got := log.lines(warning); len(got) != 2 {
 		t.Errorf("warnings after a second outage: %q; want 2, one per outage", got)
+	}
+	if got := log.lines(`msg="looking for deleted accounts"`); len(got) != 0 {
+		t.Errorf("failed looks for deleted accounts logged on their own: %q; want them in the outage's one warning", got)
 	}
 	if got := log.lines("level=INFO", "the database answers again"); len(got) > 2 {
 		t.Errorf("the database's return is logged more often than it returned: %q", got)
