@@ -197,7 +197,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		served = func() *x509.Certificate { return certs.Certificate().Leaf }
 	}
 	hosts := newHostGuard(cfg, served, log)
-	hs := &http.Server{Handler: hosts.wrap(mux), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: httpReadTimeout, IdleTimeout: httpIdleTimeout}
+	hs := newHTTPServer(hosts.wrap(mux), log)
 	hs.RegisterOnShutdown(dash.Close)
 
 	runCtx, cancel := context.WithCancel(ctx)
@@ -269,6 +269,15 @@ func httpMaxConnections(cfg config.Config) int {
 		return cfg.HTTPMaxConnections
 	}
 	return config.DefaultHTTPMaxConnections
+}
+
+// newHTTPServer is the server of the HTTP listener. Its own complaints (an
+// accept error when the process runs out of file descriptors, a handler's
+// panic) go to serve's log, in its format, not as plain lines on the
+// process's stderr.
+func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: httpReadTimeout, IdleTimeout: httpIdleTimeout,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}
 }
 
 // httpIdleTimeout is how long the HTTP listener keeps a connection open

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -131,5 +132,22 @@ func assertJSONLines(t *testing.T, log string, min int) {
 		if err := json.Unmarshal([]byte(l), &rec); err != nil {
 			t.Errorf("a line that is not JSON: %q", l)
 		}
+	}
+}
+
+// TestHTTPServerComplaintsAreServeLogLines: what the HTTP listener's server
+// itself logs (an accept error when file descriptors run out, a handler's
+// panic) is a line of serve's log, JSON in JSON mode, not a plain line on
+// the process's stderr.
+func TestHTTPServerComplaintsAreServeLogLines(t *testing.T) {
+	var log bytes.Buffer
+	hs := newHTTPServer(http.NotFoundHandler(), newLogger(&log, "json"))
+	if hs.ErrorLog == nil {
+		t.Fatal("the HTTP server logs to the process's stderr")
+	}
+	hs.ErrorLog.Printf("http: Accept error: %v; retrying in %v", "accept tcp: too many open files", "5ms")
+	assertJSONLines(t, log.String(), 1)
+	if !strings.Contains(log.String(), `"level":"ERROR"`) || !strings.Contains(log.String(), "too many open files") {
+		t.Errorf("log %q: want the complaint at ERROR", log.String())
 	}
 }
