@@ -72,7 +72,11 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	}
 	cfg.InsecurePlaintext = cfg.InsecurePlaintext || *plaintext
 	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("invalid settings in %s or flags: %w", filepath.Join(*dir, config.FileConfig), err)
+		src := filepath.Join(*dir, config.FileConfig)
+		if *listen != "" || *httpListen != "" || *db != "" || *replicaID != "" || *logFormat != "" || *plaintext {
+			src += " or flags" // a bad value may be a flag's, not the file's
+		}
+		return fmt.Errorf("invalid settings in %s: %w", src, err)
 	}
 	// Before its lock beside it: a missing database leaves no lock file.
 	if err := sqliteExists(*dir, cfg); err != nil {

@@ -151,3 +151,32 @@ func TestHTTPServerComplaintsAreServeLogLines(t *testing.T) {
 		t.Errorf("log %q: want the complaint at ERROR", log.String())
 	}
 }
+
+// TestARefusedSettingIsBlamedOnTheFileOnlyWithoutFlags: serve refusing a
+// setting names automator.yaml, and adds "or flags" only when flags
+// override it (as the service's command line, with --data-dir alone,
+// does not).
+func TestARefusedSettingIsBlamedOnTheFileOnlyWithoutFlags(t *testing.T) {
+	dir := initDir(t)
+	cfgPath := filepath.Join(dir, "automator.yaml")
+	data, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfgPath, []byte(strings.Replace(string(data), "poll_window: 30s", "poll_window: 1ms", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "invalid settings in " + cfgPath + ": poll_window"},
+		{[]string{"--listen", "127.0.0.1:0"}, "invalid settings in " + cfgPath + " or flags: poll_window"},
+	} {
+		var out, errb bytes.Buffer
+		code := Main(t.Context(), append([]string{"serve", "--data-dir", dir}, tc.args...), Env{Stdout: &out, Stderr: &errb})
+		if code != ExitError || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("serve %q: exit %d, %q; want %q", tc.args, code, errb.String(), tc.want)
+		}
+	}
+}
