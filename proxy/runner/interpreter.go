@@ -60,9 +60,11 @@ func isBatch(path string) bool {
 // cmd.exe parses the line after /c as a shell would: & | < > ^ ( ) split or
 // redirect, %name% expands, and Go's usual \" quoting means nothing to it (the
 // "BatBadBut" problem). Inside double quotes the operators are literal, so
-// an argument with any special character is quoted. Nothing makes ", % or a
-// line break safe, so arguments holding them are refused. The batch file
-// reads its arguments with %~1 to drop the quotes.
+// an argument is quoted unless it is made only of characters known to mean
+// nothing to cmd.exe (batchPlain): a list of the dangerous ones would miss
+// some (vertical tab and form feed split arguments as a space does). Nothing
+// makes ", % or a line break safe, so arguments holding them are refused. The
+// batch file reads its arguments with %~1 to drop the quotes.
 func batchCommandLine(path string, args []string) (string, error) {
 	if strings.ContainsAny(path, "\"%\r\n\x00") {
 		return "", fmt.Errorf("%w %q: its path %q cannot be passed safely to cmd.exe", ErrStart, baseName(path), path)
@@ -80,7 +82,7 @@ func batchCommandLine(path string, args []string) (string, error) {
 				ErrStart, baseName(path), i+1)
 		}
 		b.WriteByte(' ')
-		if a == "" || strings.ContainsAny(a, " \t&|<>^(),;=!") {
+		if !batchPlain(a) {
 			b.WriteString(`"` + a + `"`)
 		} else {
 			b.WriteString(a)
@@ -88,6 +90,24 @@ func batchCommandLine(path string, args []string) (string, error) {
 	}
 	b.WriteString(`"`)
 	return b.String(), nil
+}
+
+// batchPlain reports whether a can be passed to cmd.exe unquoted: it is not
+// empty and holds only ASCII letters, digits and characters that are neither
+// operators nor argument delimiters for cmd.exe.
+func batchPlain(a string) bool {
+	if a == "" {
+		return false
+	}
+	for _, r := range a {
+		switch {
+		case 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z', '0' <= r && r <= '9':
+		case strings.ContainsRune(`#$*+-./:?@\_`, r):
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // extension and baseName read a path with either separator, so the windows

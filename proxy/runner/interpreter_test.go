@@ -87,3 +87,31 @@ func TestBatchArgumentRefusalDoesNotShowTheArgument(t *testing.T) {
 		t.Errorf("the refusal does not say which argument: %v", err)
 	}
 }
+
+// TestBatchCommandLineQuotesEveryArgumentCmdCouldSplitOrRun: an argument
+// reaches cmd.exe unquoted only when it is made of characters that mean
+// nothing to it. Vertical tab and form feed split arguments like a space,
+// and characters beyond ASCII are not vouched for.
+func TestBatchCommandLineQuotesEveryArgumentCmdCouldSplitOrRun(t *testing.T) {
+	for _, arg := range []string{"a\vb", "a\fb", "a\u00a0b", "a\u3000b", "a\x1ab", "a~b", "a'b", "a`b", "[a]", "{a}"} {
+		_, line, err := windowsCommand(`C:\s\a.cmd`, []string{arg})
+		if err != nil {
+			t.Errorf("argument %q: %v", arg, err)
+			continue
+		}
+		if want := `cmd.exe /d /v:off /s /c ""C:\s\a.cmd" "` + arg + `""`; line != want {
+			t.Errorf("argument %q: command line\n got %q\nwant %q", arg, line, want)
+		}
+	}
+	// Every ASCII character is quoted, refused, or one of the plain ones.
+	for c := rune(0); c < 0x80; c++ {
+		arg := "a" + string(c) + "b"
+		_, line, err := windowsCommand(`C:\s\a.cmd`, []string{arg})
+		if err != nil || strings.HasSuffix(line, ` "`+arg+`""`) {
+			continue
+		}
+		if !strings.ContainsRune(`#$*+-./:?@\_`, c) && !('0' <= c && c <= '9') && !('a' <= c && c <= 'z') && !('A' <= c && c <= 'Z') {
+			t.Errorf("argument %q passed unquoted: %q", arg, line)
+		}
+	}
+}
