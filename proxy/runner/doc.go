@@ -6,7 +6,8 @@
 //   - Scripts come only from the scripts directory. A script is named by a
 //     plain file name: no path separators (neither / nor \, on every OS), no
 //     "." or "..", no drive or stream colon, no control characters, no leading
-//     "-". The name is resolved through symlinks and refused unless the real
+//     "-"; on windows also no device name (CON, NUL.ps1, ...), no trailing
+//     dot or space and none of < > " | ? *. The name is resolved through symlinks and refused unless the real
 //     file lies inside the real scripts directory, is a regular file and is
 //     runnable (executable on unix; .ps1, .cmd, .bat or .exe on windows, by
 //     the file's long name: an 8.3 alias such as FOO~1.PS1 for foo.ps1x is

@@ -2,6 +2,8 @@ package runner
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -62,6 +64,41 @@ func TestWithin(t *testing.T) {
 	} {
 		if got := within("/s", tc.path); got != tc.want {
 			t.Errorf("within(/s, %q) = %v, want %v", tc.path, got, tc.want)
+		}
+	}
+}
+
+// TestResolveScriptRefusesNamesWindowsGivesAMeaningOfItsOwn: on windows a
+// device name, with or without an extension, opens the device, and a
+// trailing dot or space is dropped, so the name does not mean the file in
+// the scripts directory. Each is refused as a bad name, even where such a
+// file exists; names merely like them are scripts as usual.
+func TestResolveScriptRefusesNamesWindowsGivesAMeaningOfItsOwn(t *testing.T) {
+	old := windowsNames
+	windowsNames = true
+	t.Cleanup(func() { windowsNames = old })
+	dir := t.TempDir()
+	for name, reason := range map[string]string{
+		"CON": "device name", "con.ps1": "device name", "Nul.bat": "device name", "aux.tar.cmd": "device name",
+		"PRN .ps1": "device name", "com1.exe": "device name", "LPT9.ps1": "device name", "com0": "device name",
+		"COM\u00b9.ps1": "device name", "conin$.cmd": "device name", "CONOUT$": "device name",
+		"x.ps1.": "ends in '.' or ' '", "x.ps1 ": "ends in '.' or ' '", "x.bat. .": "ends in '.' or ' '",
+		"a*.ps1": "does not allow", "a?.ps1": "does not allow", "a<b.ps1": "does not allow", "a|b.ps1": "does not allow", `a".ps1`: "does not allow",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		_, err := ResolveScript(dir, name)
+		if !errors.Is(err, ErrBadScriptName) || !strings.Contains(err.Error(), reason) {
+			t.Errorf("ResolveScript(%q) = %v, want ErrBadScriptName saying %q", name, err, reason)
+		}
+	}
+	for _, name := range []string{"console.ps1", "nul1.ps1", "com10.ps1", "auxiliary.cmd", "lpt.bat", "my.con.ps1", "com.ps1"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ResolveScript(dir, name); err != nil {
+			t.Errorf("ResolveScript(%q) = %v, want it resolved", name, err)
 		}
 	}
 }
