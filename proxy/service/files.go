@@ -25,9 +25,15 @@ const (
 // MakeDir makes the directory path (its parent must exist) for a service's
 // files, owned by u when given, and on Windows readable only by SYSTEM and
 // Administrators (private) or inheriting from ProgramData. It reports whether
-// it made the directory: an existing directory is left as it is.
+// it made the directory. An existing directory is left as it is, except that
+// a private one on Windows is made private again, and refused when someone
+// other than an administrator made it (protectExisting).
 func MakeDir(path string, mode os.FileMode, u *User, private bool) (created bool, err error) {
-	err = os.Mkdir(path, mode)
+	if private {
+		err = mkdirPrivate(path, mode)
+	} else {
+		err = os.Mkdir(path, mode)
+	}
 	if errors.Is(err, os.ErrExist) {
 		fi, serr := os.Stat(path)
 		if serr != nil {
@@ -35,6 +41,9 @@ func MakeDir(path string, mode os.FileMode, u *User, private bool) (created bool
 		}
 		if !fi.IsDir() {
 			return false, fmt.Errorf("%s exists and is not a directory", path)
+		}
+		if private {
+			return false, protectExisting(path)
 		}
 		return false, nil
 	}

@@ -49,6 +49,13 @@ func protect(string) error { return nil }
 
 func protectFile(string) error { return nil }
 
+// mkdirPrivate is os.Mkdir: the mode makes the directory private.
+func mkdirPrivate(path string, mode os.FileMode) error { return os.Mkdir(path, mode) }
+
+// protectExisting has nothing to do either: only root makes directories in
+// /etc.
+func protectExisting(string) error { return nil }
+
 // IsDirNotEmpty reports whether removing a directory failed because it
 // holds files.
 func IsDirNotEmpty(err error) bool {

@@ -51,6 +51,55 @@ func TestProtectLeavesOnlySystemAndAdministrators(t *testing.T) {
 	}
 }
 
+// openDACL gives dir back an access list that lets its owner remove it.
+func openDACL(t *testing.T, dir string) {
+	t.Cleanup(func() {
+		sd, _ := windows.SecurityDescriptorFromString("D:(A;OICI;FA;;;WD)")
+		dacl, _, _ := sd.DACL()
+		_ = windows.SetNamedSecurityInfo(dir, windows.SE_FILE_OBJECT, windows.DACL_SECURITY_INFORMATION, nil, nil, dacl, nil)
+		os.RemoveAll(dir)
+	})
+}
+
+func requireOnlySystemAndAdministrators(t *testing.T, dir string) {
+	t.Helper()
+	sd, err := windows.GetNamedSecurityInfo(dir, windows.SE_FILE_OBJECT, windows.DACL_SECURITY_INFORMATION)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sd.String()
+	if !strings.Contains(s, "D:P") || !strings.Contains(s, "(A;OICI;FA;;;SY)") || !strings.Contains(s, "(A;OICI;FA;;;BA)") || strings.Count(s, "(A;") != 2 {
+		t.Fatalf("access list of %s: %s, want only SYSTEM and Administrators, not inherited", dir, s)
+	}
+}
+
+// TestMakeDirMakesAPrivateFolderPrivateFromTheStart: the folder is made
+// with its access list, not given it after a moment open to every user.
+func TestMakeDirMakesAPrivateFolderPrivateFromTheStart(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "private")
+	openDACL(t, dir)
+	if err := mkdirPrivate(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	requireOnlySystemAndAdministrators(t, dir)
+}
+
+// TestMakeDirMakesAnExistingPrivateFolderPrivateAgain: a config folder
+// that exists already (made by this account) gets the private access list
+// too, instead of being left as it is.
+func TestMakeDirMakesAnExistingPrivateFolderPrivateAgain(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "existing")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	openDACL(t, dir)
+	created, err := MakeDir(dir, 0o755, nil, true)
+	if err != nil || created {
+		t.Fatalf("MakeDir of an existing folder: created %v, %v", created, err)
+	}
+	requireOnlySystemAndAdministrators(t, dir)
+}
+
 // TestPrivateFileIsNotReadableByUsers: the config copy is protected even in
 // a folder that lets users read.
 func TestPrivateFileIsNotReadableByUsers(t *testing.T) {
