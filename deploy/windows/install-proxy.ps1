@@ -7,7 +7,9 @@
 
     Install:
       1. copies proxy.exe to -InstallDir (default C:\Program Files\opsgate),
-         so the service does not depend on where you downloaded it;
+         so the service does not depend on where you downloaded it; a
+         -InstallDir it makes can be changed by SYSTEM and Administrators
+         only (an existing one keeps its access list);
       2. runs `proxy.exe install --config CONFIG --name NAME`, which copies the
          config to %ProgramData%\NAME\proxy.yaml (readable by SYSTEM and
          Administrators only), makes %ProgramData%\NAME\state, and creates
@@ -100,6 +102,22 @@ $Binary = (Resolve-Path -LiteralPath $Binary).ProviderPath
 $Config = (Resolve-Path -LiteralPath $Config).ProviderPath
 if (-not (Test-Path -LiteralPath $InstallDir)) {
     New-Item -ItemType Directory -Path $InstallDir | Out-Null
+    # The service runs proxy.exe as LocalSystem: whoever can replace it
+    # is LocalSystem. Under C:\Program Files only administrators can, but a
+    # folder made elsewhere (C:\opsgate) lets every authenticated user
+    # change it. So the folder gets its own access list, by SID so that it
+    # works in every language: SYSTEM and Administrators full control,
+    # Users read and execute.
+    & icacls.exe $InstallDir /inheritance:r /grant:r '*S-1-5-18:(OI)(CI)F' '*S-1-5-32-544:(OI)(CI)F' '*S-1-5-32-545:(OI)(CI)RX' | Out-Null
+    if ($LASTEXITCODE -ne 0) {
+        throw "icacls.exe could not restrict $InstallDir to SYSTEM and Administrators (exit $LASTEXITCODE)"
+    }
+    # Made a moment ago, it was open to others until now: what they put
+    # there meanwhile (a proxy.exe of theirs, which the copy would fill but
+    # not make ours) is refused.
+    if (Get-ChildItem -LiteralPath $InstallDir -Force) {
+        throw "$InstallDir, made just now, is not empty: someone else wrote to it. Remove it and run this script again."
+    }
 }
 if ($Binary -ne $exe) {
     $running = @(Get-CimInstance Win32_Service | Where-Object { $_.PathName -like "*$exe*" -and $_.State -ne 'Stopped' })
