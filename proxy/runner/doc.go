@@ -14,7 +14,8 @@
 //     refused). The resolved real path is what runs.
 //   - Arguments are an argument vector, never a shell line. On unix the script
 //     is executed directly (its #! line picks the interpreter). On windows
-//     .ps1 runs through powershell.exe -File and .exe directly; a .cmd or .bat
+//     .ps1 runs through powershell.exe -File (the system directory's, as is
+//     cmd.exe, never one found on PATH) and .exe directly; a .cmd or .bat
 //     can only run through cmd.exe, which re-parses its command line, so each
 //     argument is quoted for cmd.exe and arguments that cannot be passed safely
 //     (containing ", %, CR, LF or NUL) are refused.

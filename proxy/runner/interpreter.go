@@ -30,6 +30,23 @@ func interpreterFor(path string) ([]string, error) {
 	return nil, fmt.Errorf("%w %q: on windows a script ends in .ps1, .cmd, .bat or .exe", ErrUnknownScript, baseName(path))
 }
 
+// systemInterpreter is the full path of the interpreter named in the
+// system directory sysDir (GetSystemDirectory: C:\Windows\System32), or
+// name itself when it is not one of ours. The service runs as LocalSystem:
+// found through PATH instead, a cmd.exe or powershell.exe put in a folder
+// listed before System32 that some user may write to would run as
+// LocalSystem.
+func systemInterpreter(sysDir, name string) string {
+	sysDir = strings.TrimRight(sysDir, `\`)
+	switch strings.ToLower(name) {
+	case "cmd.exe":
+		return sysDir + `\cmd.exe`
+	case "powershell.exe":
+		return sysDir + `\WindowsPowerShell\v1.0\powershell.exe`
+	}
+	return name
+}
+
 // windowsCommand returns the argument vector that runs the script at path
 // with args on windows and, for a batch file, the exact command line to hand
 // to CreateProcess (SysProcAttr.CmdLine) instead of the usual quoting, which

@@ -115,3 +115,24 @@ func TestBatchCommandLineQuotesEveryArgumentCmdCouldSplitOrRun(t *testing.T) {
 		}
 	}
 }
+
+// TestInterpretersComeFromTheSystemDirectoryNotPATH: cmd.exe and
+// powershell.exe are run from System32, so a copy earlier on PATH (in a
+// folder some user may write to) is never what a LocalSystem service runs;
+// an .exe script runs from its own path.
+func TestInterpretersComeFromTheSystemDirectoryNotPATH(t *testing.T) {
+	for _, tc := range []struct{ sysDir, name, want string }{
+		{`C:\Windows\system32`, "cmd.exe", `C:\Windows\system32\cmd.exe`},
+		{`C:\Windows\system32\`, "powershell.exe", `C:\Windows\system32\WindowsPowerShell\v1.0\powershell.exe`},
+		{`C:\Windows\system32`, `C:\scripts\cmd.exe`, `C:\scripts\cmd.exe`},
+	} {
+		if got := systemInterpreter(tc.sysDir, tc.name); got != tc.want {
+			t.Errorf("systemInterpreter(%q, %q) = %q, want %q", tc.sysDir, tc.name, got, tc.want)
+		}
+	}
+	for _, argv := range [][]string{powerShellPrefix, batchPrefix} {
+		if got := systemInterpreter(`D:\WINNT\System32`, argv[0]); !strings.HasPrefix(got, `D:\WINNT\System32\`) {
+			t.Errorf("interpreter %q is not taken from the system directory: %q", argv[0], got)
+		}
+	}
+}

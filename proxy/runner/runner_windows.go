@@ -22,12 +22,19 @@ var baseEnvKeys = []string{
 }
 
 // commandFor runs .ps1 through PowerShell, .cmd and .bat through cmd.exe with
-// a command line quoted for it, and .exe directly.
+// a command line quoted for it, and .exe directly. The interpreters are the
+// ones of the system directory, not whatever PATH finds first.
 func commandFor(path string, args []string) (*exec.Cmd, error) {
 	argv, cmdLine, err := windowsCommand(path, args)
 	if err != nil {
 		return nil, err
 	}
+	sysDir, err := windows.GetSystemDirectory()
+	if err != nil {
+		return nil, fmt.Errorf("%w %q: finding the system directory: %w", ErrStart, baseName(path), err)
+	}
+	// An .exe script's argv[0] is its absolute path, which stays.
+	argv[0] = systemInterpreter(sysDir, argv[0])
 	cmd := exec.Command(argv[0], argv[1:]...)
 	if cmdLine != "" {
 		cmd.SysProcAttr = &syscall.SysProcAttr{CmdLine: cmdLine}
