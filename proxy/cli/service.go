@@ -363,9 +363,10 @@ func cmdControl(verb string, args []string, env Env) error {
 		if err := service.Stop(*name); err != nil {
 			return err
 		}
-		if qerr == nil && before.Installed && !before.Running {
+		if qerr == nil && before.Installed && !before.Running && before.Detail != service.DetailStopping {
 			// A stop of a stopped service succeeds and changes nothing:
-			// say so, not that it stopped.
+			// say so, not that it stopped. (One that was stopping
+			// already, on Windows, was waited for: it stopped.)
 			fmt.Fprintf(env.Stdout, "Service %s is not running: nothing to stop.\n", *name)
 			break
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kardianos/service"
 	"golang.org/x/sys/windows"
+	"golang.org/x/sys/windows/svc"
 	"golang.org/x/sys/windows/svc/mgr"
 )
 
@@ -33,12 +34,20 @@ func definition(svc service.Service, name string) (string, bool, error) {
 	return key, true, nil
 }
 
-func running(svc service.Service, _ string) (bool, string, error) {
-	st, err := svc.Status()
+// running asks the control manager itself: kardianos calls a service that
+// is stopping (SERVICE_STOP_PENDING, finishing its running work) stopped.
+func running(_ service.Service, name string) (bool, string, error) {
+	s, done, err := openSCMService(name, windows.SERVICE_QUERY_STATUS)
 	if err != nil {
 		return false, "", err
 	}
-	return st == service.StatusRunning, "", nil
+	defer done()
+	st, err := s.query()
+	if err != nil {
+		return false, "", err
+	}
+	r, detail := scmRuns(st)
+	return r, detail, nil
 }
 
 func bootStart(name string) bool {
@@ -56,22 +65,82 @@ func bootStart(name string) bool {
 	return err == nil && c.StartType == mgr.StartAutomatic
 }
 
-// start starts the service; one that runs already is started, as for
-// systemctl and the SysV script.
-func start(svc service.Service, _ string) error {
-	if err := svc.Start(); err != nil && !errors.Is(err, windows.ERROR_SERVICE_ALREADY_RUNNING) {
+// start starts the service (scmStart): one that runs already is started,
+// as for systemctl and the SysV script; one still stopping is started
+// again once it has stopped.
+func start(_ service.Service, name string) error {
+	s, done, err := openSCMService(name, windows.SERVICE_QUERY_STATUS|windows.SERVICE_START)
+	if err != nil {
 		return err
 	}
-	return nil
+	defer done()
+	return scmStart(s)
 }
 
-// stop stops the service and waits until it has stopped; one that does not
-// run is stopped, as for systemctl and the SysV script.
-func stop(svc service.Service, _ string) error {
-	if err := svc.Stop(); err != nil && !errors.Is(err, windows.ERROR_SERVICE_NOT_ACTIVE) {
+// stop stops the service and waits until it has stopped (scmStopAndWait);
+// one that does not run is stopped, as for systemctl and the SysV script,
+// and one already stopping is waited for.
+func stop(_ service.Service, name string) error {
+	s, done, err := openSCMService(name, windows.SERVICE_QUERY_STATUS|windows.SERVICE_STOP)
+	if err != nil {
 		return err
 	}
-	return nil
+	defer done()
+	return scmStopAndWait(s)
+}
+
+// scmHandle is a service opened with the control manager, as start, stop
+// and status need it.
+type scmHandle struct{ s *mgr.Service }
+
+// openSCMService opens service name with access only (mgr.Connect would
+// ask for full access to the control manager, which status does not need).
+func openSCMService(name string, access uint32) (scmHandle, func(), error) {
+	m, err := windows.OpenSCManager(nil, nil, windows.SC_MANAGER_CONNECT)
+	if err != nil {
+		return scmHandle{}, nil, fmt.Errorf("connecting to the service control manager: %w", err)
+	}
+	n, err := windows.UTF16PtrFromString(name)
+	if err != nil {
+		_ = windows.CloseServiceHandle(m)
+		return scmHandle{}, nil, err
+	}
+	h, err := windows.OpenService(m, n, access)
+	if err != nil {
+		_ = windows.CloseServiceHandle(m)
+		return scmHandle{}, nil, fmt.Errorf("opening service %s: %w", name, err)
+	}
+	s := &mgr.Service{Name: name, Handle: h}
+	return scmHandle{s}, func() { _ = s.Close(); _ = windows.CloseServiceHandle(m) }, nil
+}
+
+func (h scmHandle) query() (scmState, error) {
+	st, err := h.s.Query()
+	if err != nil {
+		return 0, err
+	}
+	return scmState(st.State), nil
+}
+
+func (h scmHandle) sendStop() error {
+	_, err := h.s.Control(svc.Stop)
+	return scmError(err)
+}
+
+func (h scmHandle) start() error { return scmError(h.s.Start()) }
+
+// scmError turns the control manager's refusals that start and stop act on
+// into their portable sentinels.
+func scmError(err error) error {
+	switch {
+	case errors.Is(err, windows.ERROR_SERVICE_NOT_ACTIVE):
+		return errSCMNotActive
+	case errors.Is(err, windows.ERROR_SERVICE_CANNOT_ACCEPT_CTRL):
+		return errSCMCannotAccept
+	case errors.Is(err, windows.ERROR_SERVICE_ALREADY_RUNNING):
+		return errSCMAlreadyRunning
+	}
+	return err
 }
 
 // afterInstall sets the recovery actions: restart 5 s after a failure, 30 s
