@@ -62,6 +62,7 @@ func (s *Server) checkDeletions(ctx context.Context, seen map[string]time.Time) 
 	sctx, cancel := context.WithTimeout(ctx, s.sweepTimeout)
 	defer cancel()
 	ds, err := s.store.AccountDeletions(sctx, since)
+	err = s.unanswered(ctx, sctx, err)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return

@@ -82,6 +82,7 @@ func (s *Server) nextSweep(ctx context.Context) time.Duration {
 	sctx, cancel := context.WithTimeout(ctx, s.sweepTimeout)
 	defer cancel()
 	next, ok, err := s.store.WorkNextDeadline(sctx)
+	err = s.unanswered(ctx, sctx, err)
 	if err != nil {
 		s.sweepFailed(ctx, "reading the next deadline", err)
 		return s.sweepInterval
@@ -129,6 +130,7 @@ func (s *Server) expireDue(ctx context.Context) bool {
 	defer cancel()
 	expired, err := s.store.WorkExpire(sctx, store.WorkExpireParams{Now: now,
 		Audit: &store.AuditEvent{At: now, Kind: store.AuditWorkEnded, Actor: sweeperActor, Detail: "deadline"}})
+	err = s.unanswered(ctx, sctx, err)
 	if err != nil {
 		s.sweepFailed(ctx, "expiring units past their deadline", err)
 		return false

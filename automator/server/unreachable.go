@@ -1,5 +1,12 @@
 package server
 
+import (
+	"context"
+	"fmt"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
 // An outage of the database fails every call that needs it, and the
 // sweeper's every look at the deadlines: one line per failure would bury
 // the log (a poll alone fails every few seconds per instance). So the
@@ -34,4 +41,16 @@ func (s *Server) databaseAnswered(mark uint64) {
 	if s.dbDown.Load() && s.dbFailures.Load() == mark && s.dbDown.CompareAndSwap(true, false) {
 		s.log.Info("the database answers again")
 	}
+}
+
+// unanswered is err, from a store call of the sweeper or the deletion
+// watch run under sctx (ctx bounded by SweepTimeout), said to be the
+// database out of reach when that bound ran out while ctx lives: a call
+// on a connection cut off without a word gets no error, only silence, and
+// a context's end on its own is not store.IsUnavailable.
+func (s *Server) unanswered(ctx, sctx context.Context, err error) error {
+	if err != nil && ctx.Err() == nil && sctx.Err() == context.DeadlineExceeded {
+		return fmt.Errorf("%w: no answer within %v: %w", store.ErrUnavailable, s.sweepTimeout, err)
+	}
+	return err
 }

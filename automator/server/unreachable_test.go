@@ -98,3 +98,64 @@ func TestAnUnreachableDatabaseIsLoggedOncePerChange(t *testing.T) {
 		t.Errorf("the database's return is logged more often than it returned: %q", got)
 	}
 }
+
+// silentStore gets no answer for the sweeper's calls while down is set:
+// each returns only when its context ends, as a read on a connection to a
+// database cut off without a word does.
+type silentStore struct {
+	store.Store
+	down                *atomic.Bool
+	expiries, deletions *atomic.Int32
+}
+
+func (s silentStore) silence(ctx context.Context, n *atomic.Int32) error {
+	n.Add(1)
+	<-ctx.Done()
+	return fmt.Errorf("reading from the database: %w", ctx.Err())
+}
+
+func (s silentStore) WorkNextDeadline(ctx context.Context) (time.Time, bool, error) {
+	if s.down.Load() {
+		return time.Time{}, false, s.silence(ctx, s.expiries)
+	}
+	return s.Store.WorkNextDeadline(ctx)
+}
+
+func (s silentStore) WorkExpire(ctx context.Context, p store.WorkExpireParams) ([]store.Work, error) {
+	if s.down.Load() {
+		return nil, s.silence(ctx, s.expiries)
+	}
+	return s.Store.WorkExpire(ctx, p)
+}
+
+func (s silentStore) AccountDeletions(ctx context.Context, since time.Time) ([]store.AccountDeletion, error) {
+	if s.down.Load() {
+		return nil, s.silence(ctx, s.deletions)
+	}
+	return s.Store.AccountDeletions(ctx, since)
+}
+
+// TestASilentDatabaseIsLoggedOncePerOutage: a sweep, or a look for deleted
+// accounts, that gets no answer within SweepTimeout is the database out of
+// reach: one warning for the outage, as for a refused connection, not an
+// error line every SweepInterval for as long as the partition lasts.
+func TestASilentDatabaseIsLoggedOncePerOutage(t *testing.T) {
+	log := &syncLog{}
+	down, expiries, deletions := &atomic.Bool{}, &atomic.Int32{}, &atomic.Int32{}
+	down.Store(true)
+	newEnv(t, envOptions{log: log, sweepInterval: 5 * time.Millisecond, sweepTimeout: 10 * time.Millisecond,
+		wrap: func(st store.Store) store.Store { return silentStore{st, down, expiries, deletions} }})
+	// A call begins after the one before it was logged.
+	waittest.Until(t, "4 sweeps and 4 looks for deleted accounts to get no answer", func() bool {
+		return expiries.Load() >= 4 && deletions.Load() >= 4
+	})
+	if got := log.lines("level=WARN msg=\"the database is unreachable"); len(got) != 1 {
+		t.Errorf("warnings over the unanswered sweeps: %q; want 1", got)
+	}
+	if got := log.lines("level=ERROR"); len(got) != 0 {
+		t.Errorf("unanswered sweeps logged as errors: %q; want them in the outage's one warning", got)
+	}
+	if got := log.lines(`msg="looking for deleted accounts"`); len(got) != 0 {
+		t.Errorf("unanswered looks for deleted accounts logged on their own: %q; want them in the outage's one warning", got)
+	}
+}
