@@ -110,7 +110,7 @@ func (s *Server) accountDeleted(ctx context.Context, d store.AccountDeletion) {
 	p := store.WorkListParams{Account: d.Tombstone, State: store.StateCancelled, Limit: 500}
 	cancelled := 0
 	for {
-		ws, err := s.store.WorkList(ctx, p)
+		ws, err := s.listUnits(ctx, p)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("reading the units of a deleted account", "account", d.Name, "err", err)
@@ -143,4 +143,15 @@ func (s *Server) accountDeleted(ctx context.Context, d store.AccountDeletion) {
 	}
 	s.log.Log(ctx, level, "account deleted: its polls and the callers of its cancelled units were woken",
 		"account", d.Name, "deleted_at", d.DeletedAt, "units_cancelled", cancelled)
+}
+
+// listUnits is one page of a deleted account's units, given up after
+// SweepTimeout as the watch's look for deletions is: a listing that gets
+// no answer would stop the watch until the operating system gives the
+// connection up.
+func (s *Server) listUnits(ctx context.Context, p store.WorkListParams) ([]store.Work, error) {
+	lctx, cancel := context.WithTimeout(ctx, s.sweepTimeout)
+	defer cancel()
+	ws, err := s.store.WorkList(lctx, p)
+	return ws, s.unanswered(ctx, lctx, err)
 }

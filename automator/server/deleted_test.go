@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -219,4 +220,43 @@ func TestAccountDeletionTellsItsWaitingPollsWhatToKill(t *testing.T) {
 	if _, err := pollNow(px, "host-a", 1); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("the next poll: %v; want Unauthenticated", err)
 	}
+}
+
+// silentUnits is a store whose listing of the units of account's
+// tombstone gets no answer: it returns only when its context ends, as on a
+// connection to a database cut off without a word. listed is closed at
+// the first such listing.
+type silentUnits struct {
+	store.Store
+	account string
+	listed  chan struct{}
+	once    sync.Once
+}
+
+func (s *silentUnits) WorkList(ctx context.Context, p store.WorkListParams) ([]store.Work, error) {
+	if name, ok := store.DeletedAccount(p.Account); ok && name == s.account {
+		s.once.Do(func() { close(s.listed) })
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return s.Store.WorkList(ctx, p)
+}
+
+// TestADeletionWhoseUnitsGetNoAnswerDoesNotStopTheWatch: the watch for
+// deleted accounts gives up a listing of a deleted account's units that
+// gets no answer after SweepTimeout, as it does its look for deletions,
+// and goes on acting on the deletions that follow, rather than wait for
+// the operating system to give the connection up.
+func TestADeletionWhoseUnitsGetNoAnswerDoesNotStopTheWatch(t *testing.T) {
+	log := &syncLog{}
+	silent := &silentUnits{account: "globex", listed: make(chan struct{})}
+	e := newEnv(t, envOptions{log: log, sweepInterval: 20 * time.Millisecond, sweepTimeout: 50 * time.Millisecond,
+		wrap: func(st store.Store) store.Store { silent.Store = cachedCredentials(st); return silent }})
+	e.addAccount("globex")
+	e.deleteAccount("globex")
+	waittest.Recv(t, silent.listed, "the watch to list the units of globex")
+	e.deleteAccount(e.account)
+	waittest.Until(t, "the automator to act on acme's deletion after globex's", func() bool {
+		return len(log.lines("account deleted", "account="+e.account+" ")) > 0
+	})
 }
