@@ -8,6 +8,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 )
@@ -28,7 +29,7 @@ func startPprof(ctx context.Context, log *slog.Logger) {
 		return
 	}
 	host, _, err := net.SplitHostPort(addr)
-	if ip := net.ParseIP(host); err != nil || (host != "localhost" && (ip == nil || !ip.IsLoopback())) {
+	if ip := net.ParseIP(host); err != nil || (!strings.EqualFold(host, "localhost") && (ip == nil || !ip.IsLoopback())) {
 		log.Warn(pprofEnv+" must be a loopback host:port; not serving profiles", "addr", addr)
 		return
 	}

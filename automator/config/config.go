@@ -205,7 +205,7 @@ func RequireLoopback(addr string) error {
 	if err != nil {
 		return fmt.Errorf("%q is not host:port", addr)
 	}
-	if host == "localhost" {
+	if strings.EqualFold(host, "localhost") {
 		return nil
 	}
 	ip := net.ParseIP(host)

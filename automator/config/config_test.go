@@ -54,7 +54,7 @@ func TestValidateNamesEveryBadField(t *testing.T) {
 }
 
 func TestPlaintextOnlyOnLoopback(t *testing.T) {
-	for addr, ok := range map[string]bool{"127.0.0.1:1": true, "[::1]:1": true, "localhost:1": true, "0.0.0.0:1": false, ":1": false, "10.1.2.3:1": false} {
+	for addr, ok := range map[string]bool{"127.0.0.1:1": true, "[::1]:1": true, "localhost:1": true, "LocalHost:1": true, "0.0.0.0:1": false, ":1": false, "10.1.2.3:1": false} {
 		if err := RequireLoopback(addr); (err == nil) != ok {
 			t.Errorf("RequireLoopback(%q) = %v, want ok=%v", addr, err, ok)
 		}

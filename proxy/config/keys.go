@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 
 	"github.com/opsgate/opsgate/automator/pki"
 	"github.com/opsgate/opsgate/crypto"
@@ -79,7 +80,7 @@ func (c Config) PlaintextToRemote() bool {
 		return false
 	}
 	host := u.Hostname()
-	if host == "localhost" {
+	if strings.EqualFold(host, "localhost") {
 		return false
 	}
 	ip := net.ParseIP(host)

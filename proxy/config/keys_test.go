@@ -66,7 +66,7 @@ func TestPinsReplaceOrTightenTheCA(t *testing.T) {
 
 func TestPlaintextToRemoteIsNoticed(t *testing.T) {
 	for url, remote := range map[string]bool{
-		"http://127.0.0.1:1": false, "http://[::1]:1": false, "http://localhost:1": false,
+		"http://127.0.0.1:1": false, "http://[::1]:1": false, "http://localhost:1": false, "http://LOCALHOST:1": false,
 		"http://automator.example:1": true, "http://10.0.0.1:1": true, "https://automator.example:1": false,
 	} {
 		if got := (Config{AutomatorURL: url}).PlaintextToRemote(); got != remote {
