@@ -118,6 +118,7 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 	}); err != nil {
 		return nil, s.internal(ctx, "recording the instance's poll", err)
 	}
+	s.noteRun(ctx, account, req.GetInstanceId(), req.GetHostname(), req.GetRunId())
 
 	// Register before the first look, so an enqueue between an empty claim
 	// and the wait still wakes this poll.

@@ -136,6 +136,7 @@ type Server struct {
 	log         *slog.Logger
 	hub         *hub
 	seen        seenCache
+	sharedIDs   sharedIDs // runs polling as one instance (sharedid.go)
 	broadcaster Broadcaster
 	metrics     Metrics
 	started     time.Time       // when New made it (deleted.go)
