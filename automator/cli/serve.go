@@ -176,6 +176,14 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		// and dead ones are noticed; allow that, refuse faster pings.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		// Anyone who can reach the listener can open a connection: one that
+		// never finishes its TLS handshake and HTTP/2 preface holds a file
+		// descriptor and a goroutine for grpcHandshakeTimeout (gRPC's own
+		// default is 2 minutes), and a request's metadata is decoded, before
+		// any credential is looked at, up to maxHeaderList (gRPC's own
+		// default is 16 MiB).
+		grpc.ConnectionTimeout(grpcHandshakeTimeout),
+		grpc.MaxHeaderListSize(maxHeaderList),
 	)...)
 	automatorv1.RegisterProxyServiceServer(gs, srv.ProxyService())
 	automatorv1.RegisterAutomatorServiceServer(gs, srv.AutomatorService())
@@ -283,6 +291,20 @@ func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: httpReadTimeout, IdleTimeout: httpIdleTimeout,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}
 }
+
+// grpcHandshakeTimeout bounds the time a new connection to the gRPC
+// listener has to complete its TLS handshake and HTTP/2 preface, as
+// ReadHeaderTimeout does for the HTTP listener: a proxy finishes in a few
+// round trips. The deadline is lifted once the connection is set up, so
+// a long poll on it is not cut. A variable for tests.
+var grpcHandshakeTimeout = 10 * time.Second
+
+// maxHeaderList bounds the metadata (HTTP/2 header list) of one gRPC
+// request: a proxy's or a caller's is well under 1 KiB. It is the HTTP
+// listener's own bound on request headers (1 MiB, Go's default), so the
+// headers that the HTTP/JSON gateway forwards as metadata stay within it.
+// A request over it is reset (RST_STREAM) without being decoded further.
+const maxHeaderList = 1 << 20
 
 // httpIdleTimeout is how long the HTTP listener keeps a connection open
 // with no request in progress: without one, every connection a client left
