@@ -259,7 +259,7 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, m
 	// A poll authenticated with a token withdrawn since is passed over: acc
 	// holds the current token, read no earlier than a rotation that
 	// returned before this call (store.CachedCredentials; pollauth.go).
-	to := s.hub.reserve(acc.Name, now, acc.TokenHash)
+	to := s.hub.reserve(acc.Name, now, acc.TokenHash, len(sealed))
 	if to != nil {
 		params.ClaimFor = &store.ClaimRef{InstanceID: to.instance, ClaimID: newID("c_"), ClaimPoll: to.poll}
 	} else if err := s.checkQueue(ctx, params, method); err != nil {
@@ -267,7 +267,7 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, m
 	}
 	w, err := s.store.WorkEnqueue(ctx, params)
 	if to != nil && err != nil {
-		s.hub.release(to)
+		s.hub.release(to, len(sealed))
 		if !refused(err) {
 			// The unit may be stored all the same (with PostgreSQL, an
 			// answer lost after the commit), as the claim of a poll that

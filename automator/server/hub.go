@@ -244,7 +244,11 @@ type poller struct {
 	parked   bool         // its poll waits for a wake-up, taking nothing else
 	inFlight int          // reserved for it and being stored
 	handed   []store.Work // stored as claimed by it, not taken yet
-	closed   bool         // the poll has ended: nothing more is handed to it
+	// bytes is the size of the sealed commands of the units reserved for
+	// it or handed to it, not taken yet: its answer must carry them all
+	// in one message (fits).
+	bytes  int
+	closed bool // the poll has ended: nothing more is handed to it
 	// superseded: a newer poll of its run came (supersede), so its
 	// connection is dead: nothing more is handed to it, and it ends. Set
 	// under h.mu; its poll reads it without.
@@ -375,7 +379,7 @@ func (p *poller) Close(now time.Time) []store.Work {
 		delete(p.h.runs, key)
 	}
 	us := p.handed
-	p.handed = nil
+	p.handed, p.bytes = nil, 0
 	p.h.mu.Unlock()
 	if len(us) > 0 {
 		return us
@@ -411,13 +415,19 @@ func (p *poller) Close(now time.Time) []store.Work {
 //
 // A unit another replica queued and whose announcement is late or lost
 // can be overtaken: order across replicas is best effort (docs).
-func (h *hub) reserve(account string, now time.Time, token []byte) *poller {
+func (h *hub) reserve(account string, now time.Time, token []byte, size int) *poller {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	seen, ok := h.empty[account]
 	empty := ok && seen.n == h.work[account]
 	if p := h.filling[account]; p != nil && (empty || p.claiming) && p.takes(now, token) {
+		if !p.fits(size) {
+			// Its answer is full: it takes nothing more.
+			delete(h.filling, account)
+			return nil
+		}
 		p.inFlight++
+		p.bytes += size
 		if p.inFlight+len(p.handed) >= p.capacity() {
 			delete(h.filling, account)
 		}
@@ -429,26 +439,28 @@ func (h *hub) reserve(account string, now time.Time, token []byte) *poller {
 	}
 	var quiet *poller
 	for e := l.Front(); e != nil; e = e.Next() {
-		if p := e.Value.(*poller); p.parked && (empty || p.claiming) && p.capacity() > 0 && p.takes(now, token) {
+		if p := e.Value.(*poller); p.parked && (empty || p.claiming) && p.capacity() > 0 && p.fits(size) && p.takes(now, token) {
 			if p.quiet() {
 				if quiet == nil {
 					quiet = p
 				}
 				continue
 			}
-			return h.reservedLocked(p)
+			return h.reservedLocked(p, size)
 		}
 	}
 	if quiet != nil {
-		return h.reservedLocked(quiet)
+		return h.reservedLocked(quiet, size)
 	}
 	return nil
 }
 
-// reservedLocked takes p, picked by reserve, out of the waiting list.
-func (h *hub) reservedLocked(p *poller) *poller {
+// reservedLocked takes p, picked by reserve for a unit whose sealed
+// command is size bytes, out of the waiting list.
+func (h *hub) reservedLocked(p *poller, size int) *poller {
 	h.removeLocked(p)
 	p.inFlight = 1
+	p.bytes += size
 	if p.capacity() > 1 {
 		h.filling[p.account] = p
 	}
@@ -486,11 +498,13 @@ func (h *hub) hand(p *poller, w store.Work) bool {
 	return true
 }
 
-// release ends a reservation that stored nothing.
-func (h *hub) release(p *poller) {
+// release ends a reservation, of a unit whose sealed command is size
+// bytes, that stored nothing.
+func (h *hub) release(p *poller, size int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	p.inFlight--
+	p.bytes -= size
 	if h.filling[p.account] == p && p.inFlight == 0 && len(p.handed) == 0 {
 		delete(h.filling, p.account)
 	}
@@ -519,6 +533,19 @@ func (h *hub) wakeHandedLocked(p *poller) {
 	case p.c <- struct{}{}:
 	default:
 	}
+}
+
+// fits reports whether a unit whose sealed command is size bytes may be
+// handed to p: its answer carries the units handed to it, in one message.
+// While its own claim is under way, those units share the message with
+// the claim's (claimBytes, fillBytes), and none may go past fillBytes;
+// otherwise they may take claimBytes, and the first always fits (any one
+// command fits in a message).
+func (p *poller) fits(size int) bool {
+	if p.claiming {
+		return p.bytes+size <= fillBytes
+	}
+	return p.bytes == 0 || p.bytes+size <= claimBytes
 }
 
 // capacity is how many units p may be handed at once.
@@ -566,7 +593,7 @@ func (p *poller) claimDone(ctx context.Context) []store.Work {
 	}
 	p.claiming, p.limit, p.stored = false, 0, nil
 	us := p.handed
-	p.handed = nil
+	p.handed, p.bytes = nil, 0
 	if p.elem == nil && !p.closed && !p.superseded.Load() && len(p.c) == 0 {
 		// reserve took it out of the waiting list (a wake-up would have
 		// left a token, and its poll rearms on that): back in place,
@@ -628,7 +655,7 @@ func (p *poller) take() []store.Work {
 	defer p.h.mu.Unlock()
 	p.parked = false
 	us := p.handed
-	p.handed = nil
+	p.handed, p.bytes = nil, 0
 	return us
 }
 

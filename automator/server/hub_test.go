@@ -230,11 +230,11 @@ func TestReserveOnlyWhenNothingClaimableIsQueued(t *testing.T) {
 	parked(h.poller("acme", "full", store.ClaimPoll{}, 0, nil, nil))
 	h.poller("acme", "busy", store.ClaimPoll{}, 1, nil, nil) // between a wake-up and its next wait
 	a, b := parked(h.poller("acme", "a", store.ClaimPoll{}, 1, nil, nil)), parked(h.poller("acme", "b", store.ClaimPoll{}, 1, nil, nil))
-	if p := h.reserve("acme", time.Now(), nil); p != nil {
+	if p := h.reserve("acme", time.Now(), nil, 1); p != nil {
 		t.Fatal("reserved a poller before any claim found the queue empty")
 	}
 	h.foundEmpty("acme", h.workSeen("acme"), time.Now())
-	if p := h.reserve("acme", time.Now(), nil); p != a {
+	if p := h.reserve("acme", time.Now(), nil, 1); p != a {
 		t.Fatalf("reserved %v, want the oldest parked poller with a free slot (a)", p)
 	}
 	if h.waiting("acme") != 3 {
@@ -250,10 +250,10 @@ func TestReserveOnlyWhenNothingClaimableIsQueued(t *testing.T) {
 	b.take()
 	b.rearm()
 	b.park()
-	if p := h.reserve("acme", time.Now(), nil); p != nil {
+	if p := h.reserve("acme", time.Now(), nil, 1); p != nil {
 		t.Fatalf("reserved %s while a queued unit may wait", p.instance)
 	}
-	if p := h.reserve("other", time.Now(), nil); p != nil {
+	if p := h.reserve("other", time.Now(), nil, 1); p != nil {
 		t.Fatal("reserved a poller of an account with none")
 	}
 }
@@ -274,7 +274,7 @@ func TestHandDeliversToAWaitingPollerOnly(t *testing.T) {
 	h := newHub()
 	h.foundEmpty("acme", 0, time.Now())
 	a := parked(h.poller("acme", "a", store.ClaimPoll{}, 1, nil, nil))
-	if h.reserve("acme", time.Now(), nil) != a {
+	if h.reserve("acme", time.Now(), nil, 1) != a {
 		t.Fatal("a not reserved")
 	}
 	if !h.hand(a, store.Work{ID: "w-1"}) || !pending(a) {
@@ -291,7 +291,7 @@ func TestHandDeliversToAWaitingPollerOnly(t *testing.T) {
 	}
 
 	b := parked(h.poller("acme", "b", store.ClaimPoll{}, 1, nil, nil))
-	if h.reserve("acme", time.Now(), nil) != b {
+	if h.reserve("acme", time.Now(), nil, 1) != b {
 		t.Fatal("b not reserved")
 	}
 	b.Close(time.Now())
@@ -300,15 +300,15 @@ func TestHandDeliversToAWaitingPollerOnly(t *testing.T) {
 	}
 
 	c := parked(h.poller("acme", "c", store.ClaimPoll{}, 1, nil, nil))
-	h.reserve("acme", time.Now(), nil)
+	h.reserve("acme", time.Now(), nil, 1)
 	h.hand(c, store.Work{ID: "w-3"})
 	if got := workIDs(c.Close(time.Now())); !slices.Equal(got, []string{"w-3"}) {
 		t.Fatalf("Close of a poller holding an untaken unit returned %v, want [w-3]", got)
 	}
 
 	d := parked(h.poller("acme", "d", store.ClaimPoll{}, 1, nil, nil))
-	h.reserve("acme", time.Now(), nil)
-	h.release(d)
+	h.reserve("acme", time.Now(), nil, 1)
+	h.release(d, 1)
 	if !pending(d) || d.take() != nil {
 		t.Fatal("a released poller was not woken to look again, or got a unit")
 	}
@@ -327,7 +327,7 @@ func TestUnitsReservedTogetherLeaveTogether(t *testing.T) {
 	a, b := parked(h.poller("acme", "a", store.ClaimPoll{}, 3, nil, nil)), parked(h.poller("acme", "b", store.ClaimPoll{}, 3, nil, nil))
 	var got []*poller
 	for range 4 {
-		got = append(got, h.reserve("acme", time.Now(), nil))
+		got = append(got, h.reserve("acme", time.Now(), nil, 1))
 	}
 	if got[0] != a || got[1] != a || got[2] != a || got[3] != b {
 		t.Fatalf("reserved %s %s %s %s, want a a a b (a has 3 free slots)", got[0].instance, got[1].instance, got[2].instance, got[3].instance)
@@ -336,7 +336,7 @@ func TestUnitsReservedTogetherLeaveTogether(t *testing.T) {
 	if pending(a) {
 		t.Fatal("a was woken while two of its units were still being stored")
 	}
-	h.release(a) // one enqueue stored nothing (a duplicate)
+	h.release(a, 1) // one enqueue stored nothing (a duplicate)
 	if pending(a) {
 		t.Fatal("a was woken while one of its units was still being stored")
 	}
@@ -351,10 +351,10 @@ func TestUnitsReservedTogetherLeaveTogether(t *testing.T) {
 	// Once a unit is stored for b, later units go elsewhere: b is on its way.
 	h.hand(b, store.Work{ID: "w-4"})
 	c := parked(h.poller("acme", "c", store.ClaimPoll{}, 3, nil, nil))
-	if p := h.reserve("acme", time.Now(), nil); p != c {
+	if p := h.reserve("acme", time.Now(), nil, 1); p != c {
 		t.Fatalf("reserved %v after b's first unit was stored, want c", p)
 	}
-	h.release(c)
+	h.release(c, 1)
 	if ids := workIDs(b.take()); !slices.Equal(ids, []string{"w-4"}) {
 		t.Fatalf("b took %v, want [w-4]", ids)
 	}
@@ -368,7 +368,7 @@ func TestReservePassesOverPollsThatCannotTake(t *testing.T) {
 	cutoff := time.Now()
 	parked(h.poller("acme", "expired", store.ClaimPoll{}, 1, func(now time.Time, _ []byte) bool { return now.Before(cutoff) }, nil))
 	ok := parked(h.poller("acme", "ok", store.ClaimPoll{}, 1, func(time.Time, []byte) bool { return true }, nil))
-	if p := h.reserve("acme", cutoff, nil); p != ok {
+	if p := h.reserve("acme", cutoff, nil, 1); p != ok {
 		t.Fatalf("reserved %v, want the poll that can take units", p)
 	}
 }
@@ -389,20 +389,20 @@ func TestReservePassesOverPollsAuthenticatedBeforeATokenRotation(t *testing.T) {
 	a := parked(h.poller("acme", "stale", store.ClaimPoll{}, 1, stale.takes, nil))
 	b := parked(h.poller("acme", "previous", store.ClaimPoll{}, 1, previous.takes, nil))
 	c := parked(h.poller("acme", "new", store.ClaimPoll{}, 1, newPollToken(proxyToken{hash: t2, current: t2}).takes, nil))
-	if p := h.reserve("acme", now, t2); p != b {
+	if p := h.reserve("acme", now, t2, 1); p != b {
 		t.Fatalf("reserved %v, want the poll authenticated with the previous token after the rotation", p)
 	}
-	if p := h.reserve("acme", now, t2); p != c {
+	if p := h.reserve("acme", now, t2, 1); p != c {
 		t.Fatalf("reserved %v, want the poll with the new token", p)
 	}
-	if p := h.reserve("acme", now, t2); p != nil {
+	if p := h.reserve("acme", now, t2, 1); p != nil {
 		t.Fatalf("reserved %s, authenticated before the rotation", p.instance)
 	}
 	if !a.takes(now, nil) {
 		t.Fatal("the stale poll is not woken to look its token up again")
 	}
 	stale.renew(store.Account{TokenHash: t2, PreviousTokenUntil: now.Add(time.Hour)})
-	if p := h.reserve("acme", now, t2); p != a {
+	if p := h.reserve("acme", now, t2, 1); p != a {
 		t.Fatalf("reserved %v, want the poll whose token is still good", p)
 	}
 }
@@ -434,7 +434,7 @@ func TestLeavingPollWaitsForUnitsBeingStored(t *testing.T) {
 	h := newHub()
 	h.foundEmpty("acme", 0, time.Now())
 	p := parked(h.poller("acme", "a", store.ClaimPoll{}, 2, nil, nil))
-	h.reserve("acme", time.Now(), nil)
+	h.reserve("acme", time.Now(), nil, 1)
 	left := make(chan struct{})
 	go func() { p.leave(t.Context()); close(left) }()
 	select {
@@ -442,7 +442,7 @@ func TestLeavingPollWaitsForUnitsBeingStored(t *testing.T) {
 		t.Fatal("leave returned while a unit was still being stored for the poll")
 	case <-time.After(50 * time.Millisecond):
 	}
-	if q := h.reserve("acme", time.Now(), nil); q != nil {
+	if q := h.reserve("acme", time.Now(), nil, 1); q != nil {
 		t.Fatal("a leaving poll was reserved again")
 	}
 	h.hand(p, store.Work{ID: "w-1"})
@@ -462,13 +462,13 @@ func TestAClaimingPollerTakesUnitsQueuedMeanwhile(t *testing.T) {
 	parked(h.poller("acme", "idle", store.ClaimPoll{}, 4, nil, nil)) // waits, not claiming
 	a := h.poller("acme", "a", store.ClaimPoll{}, 4, nil, nil)
 	a.parkWhileClaiming(2)
-	if p := h.reserve("acme", time.Now(), nil); p != a {
+	if p := h.reserve("acme", time.Now(), nil, 1); p != a {
 		t.Fatalf("reserved %v, want a: its claim takes what is queued", p)
 	}
-	if p := h.reserve("acme", time.Now(), nil); p != a {
+	if p := h.reserve("acme", time.Now(), nil, 1); p != a {
 		t.Fatalf("reserved %v for the second unit, want a (limit 2)", p)
 	}
-	if p := h.reserve("acme", time.Now(), nil); p != nil {
+	if p := h.reserve("acme", time.Now(), nil, 1); p != nil {
 		t.Fatalf("reserved %s for a third unit: a's limit is 2, and %s's poll is not claiming", p.instance, p.instance)
 	}
 	h.hand(a, store.Work{ID: "w-1"})
@@ -489,7 +489,7 @@ func TestAClaimingPollerTakesUnitsQueuedMeanwhile(t *testing.T) {
 	if h.waiting("acme") != 2 {
 		t.Fatalf("%d waiting, want 2: a is back in the list", h.waiting("acme"))
 	}
-	if p := h.reserve("acme", time.Now(), nil); p != nil {
+	if p := h.reserve("acme", time.Now(), nil, 1); p != nil {
 		t.Fatalf("reserved %s after a's claim ended, with a unit queued", p.instance)
 	}
 }
@@ -569,5 +569,47 @@ func TestAWakeUpGoesToAPollerHeardFromLately(t *testing.T) {
 	}
 	for _, p := range []*poller{gone, live, unknown} {
 		p.Close(time.Now())
+	}
+}
+
+// TestUnitsHandedToAPollFitInOneAnswer: units reserved for a waiting poll
+// carry at most claimBytes of sealed commands together (the first whatever
+// its size), and at most fillBytes, none past it, while the poll's own
+// claim is under way: its answer is one message, and a unit handed to it
+// cannot be put back. A unit that does not fit is left to the queue.
+func TestUnitsHandedToAPollFitInOneAnswer(t *testing.T) {
+	h := newHub()
+	h.foundEmpty("acme", 0, time.Now())
+	solo := parked(h.poller("acme", "solo", store.ClaimPoll{}, 8, nil, nil))
+	if p := h.reserve("acme", time.Now(), nil, claimBytes+1); p != solo {
+		t.Fatalf("reserved %v for a unit larger than claimBytes, want solo: the first unit always fits", p)
+	}
+	if p := h.reserve("acme", time.Now(), nil, 1); p != nil {
+		t.Fatalf("reserved %s for a second unit behind one larger than claimBytes", p.instance)
+	}
+	h.hand(solo, store.Work{ID: "w-1"})
+
+	a := parked(h.poller("acme", "a", store.ClaimPoll{}, 8, nil, nil))
+	big := 3 << 20
+	if p := h.reserve("acme", time.Now(), nil, big); p != a {
+		t.Fatalf("reserved %v for the first unit, want a", p)
+	}
+	if p := h.reserve("acme", time.Now(), nil, big); p != a {
+		t.Fatalf("reserved %v for the second unit (6 MiB in all), want a", p)
+	}
+	if p := h.reserve("acme", time.Now(), nil, big); p != nil {
+		t.Fatalf("reserved %s for a third unit: 9 MiB would not fit in its answer", p.instance)
+	}
+
+	c := h.poller("acme", "c", store.ClaimPoll{}, 8, nil, nil)
+	c.parkWhileClaiming(4)
+	if p := h.reserve("acme", time.Now(), nil, fillBytes+1); p != nil {
+		t.Fatalf("reserved %s for a unit past fillBytes while its claim is under way", p.instance)
+	}
+	if p := h.reserve("acme", time.Now(), nil, fillBytes/2); p != c {
+		t.Fatalf("reserved %v for a unit within fillBytes, want c", p)
+	}
+	if p := h.reserve("acme", time.Now(), nil, fillBytes/2+1); p != nil {
+		t.Fatalf("reserved %s for a unit taking c past fillBytes", p.instance)
 	}
 }

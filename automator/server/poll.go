@@ -33,6 +33,21 @@ const (
 	maxVersionLen   = 128
 )
 
+// A poll's answer is one gRPC message, bounded (8 MiB in `automator
+// serve`), and its claims cannot be put back once made (guarantee 1): a
+// claim whose units' sealed commands would not fit must not be made, or
+// they would all fail unsent. So the units of one answer carry at most
+// claimBytes of sealed commands (the first unit whatever its size: any
+// one command fits, limits.max_stdin and the others see to it). Of these,
+// units handed to a poll while its own claim is under way (hub.reserve)
+// take at most fillBytes, none past it; the claim the rest. The rest of
+// the message, the claims' ids and times and up to maxRunning cancelled
+// ids, fits in the remainder.
+const (
+	claimBytes = 7 << 20
+	fillBytes  = 512 << 10
+)
+
 // ProxyService serves proxy instances.
 type ProxyService struct {
 	automatorv1.UnimplementedProxyServiceServer
@@ -285,10 +300,11 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 		// queued while this claim is on its way are handed to this poll
 		// (in up to half its slots, the claim asking for the rest), not
 		// queued behind the claim for the next poll to claim again.
-		ask, fill := max, 0
+		ask, fill, budget := max, 0, claimBytes
 		if max >= 2 && s.hub.drainedRecently(account, now, knownEmptyFor) {
 			fill = max / 2
 			ask = max - fill
+			budget -= fillBytes
 			reg.parkWhileClaiming(fill)
 		}
 		ids := make([]string, ask)
@@ -306,6 +322,7 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 			Now:        now,
 			ClaimPoll:  reg.poll,
 			Expect:     s.hub.expectWork(account),
+			MaxBytes:   budget,
 		})
 		var more []store.Work
 		if fill > 0 {
@@ -317,8 +334,11 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 		}
 		s.databaseAnswered(mark)
 		ended := s.clock.Now()
-		s.hub.claimEnded(account, len(claimed) < ask, ended)
-		if len(claimed) < ask {
+		// Fewer than asked, and not for want of room in the answer: the
+		// queue is drained.
+		drained := len(claimed) < ask && !s.mayBeCut(claimed, budget)
+		s.hub.claimEnded(account, drained, ended)
+		if drained {
 			// Fewer than asked: the claim took every claimable unit, so
 			// the next poll of the account (this instance's, right after
 			// it starts these) need not look until more is queued.
@@ -360,6 +380,22 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 		s.log.Debug("work claimed", "work_id", w.ID, "account", account, "instance_id", w.InstanceID, "handed", w.ClaimedAt.Equal(w.QueuedAt))
 	}
 	return resp, false, nil
+}
+
+// mayBeCut reports whether a claim that took fewer units than it asked
+// for may have stopped at its byte budget rather than at the end of the
+// queue: whether a command as large as the limits allow would not have
+// fitted after those claimed. Then the queue is not known to be empty.
+func (s *Server) mayBeCut(claimed []store.Work, budget int) bool {
+	n := 0
+	for _, w := range claimed {
+		n += len(w.SealedCommand)
+	}
+	l := s.limits
+	// Each argument and variable costs a few bytes of encoding; sealing
+	// and the script name's field, less than 1 KiB.
+	largest := l.MaxScriptName + l.MaxArgsBytes + 4*l.MaxArgs + l.MaxEnvBytes + 8*l.MaxEnv + l.MaxStdin + 1024
+	return n+largest > budget
 }
 
 // claimRemaining is the time a claim carries: until the unit's deadline

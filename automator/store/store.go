@@ -281,6 +281,11 @@ type WorkClaimParams struct {
 	// an empty queue (sqlitestore's on the read pool) and claim at once.
 	// The result is the same either way.
 	Expect bool
+	// MaxBytes, when above 0, bounds the sealed commands of the units
+	// claimed, together: the claim stops, oldest first, before the unit
+	// that would take it past MaxBytes, so the claims fit in one answer.
+	// The oldest claimable unit is always claimed, whatever its size.
+	MaxBytes int
 }
 
 // WorkClaimedByPollsParams names polls of one proxy process whose answers

@@ -18,20 +18,23 @@ import (
 // claimer waits for another, none takes a locked row), numbers them oldest
 // first, and the UPDATE moves each to claimed only while it is still queued
 // (the conditional write that makes a claim happen at most once), the n-th
-// with the n-th claim id.
+// with the n-th claim id. With a byte budget ($8 above 0) it stops before
+// the first unit whose sealed command, with those of the units before it,
+// is past the budget; the first unit is claimed whatever its size.
 var claimSQL = `WITH picked AS (
-	SELECT id, queued_at FROM work
+	SELECT id, queued_at, octet_length(sealed_command) AS size FROM work
 	WHERE account = $1 AND state = 'queued' AND deadline > $2
 	ORDER BY queued_at, id
 	LIMIT $3
 	FOR UPDATE SKIP LOCKED
 ), numbered AS (
-	SELECT id, row_number() OVER (ORDER BY queued_at, id) AS n FROM picked
+	SELECT id, row_number() OVER w AS n, sum(size) OVER w AS total FROM picked
+	WINDOW w AS (ORDER BY queued_at, id)
 )
 UPDATE work SET state = 'claimed', instance_id = $4, claim_id = ($5::text[])[numbered.n], claimed_at = $2,
 	claim_run = $6, claim_poll = $7
 FROM numbered
-WHERE work.id = numbered.id AND work.state = 'queued'
+WHERE work.id = numbered.id AND work.state = 'queued' AND (numbered.n = 1 OR $8::bigint <= 0 OR numbered.total <= $8::bigint)
 RETURNING numbered.n, ` + workColumnsOf("work")
 
 func (s *Store) WorkClaim(ctx context.Context, p store.WorkClaimParams) ([]store.Work, error) {
@@ -49,7 +52,7 @@ func (s *Store) WorkClaim(ctx context.Context, p store.WorkClaimParams) ([]store
 	// Once sent, the claim runs to its end (Store.sent): its caller gets
 	// the units it committed.
 	err := s.sent(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
-		rows, err := c.Query(ctx, claimSQL, p.Account, p.Now, p.Max, p.InstanceID, p.ClaimIDs[:p.Max], p.Run, p.Poll)
+		rows, err := c.Query(ctx, claimSQL, p.Account, p.Now, p.Max, p.InstanceID, p.ClaimIDs[:p.Max], p.Run, p.Poll, p.MaxBytes)
 		if err != nil {
 			return err
 		}

@@ -35,11 +35,16 @@ func (s *Store) WorkClaim(ctx context.Context, p store.WorkClaimParams) ([]store
 	var claimed []store.Work
 	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
 		claimed = claimed[:0]
-		ids, err := claimCandidates(ctx, tx, p.Account, now, p.Max)
+		cands, err := claimCandidates(ctx, tx, p.Account, now, p.Max)
 		if err != nil {
 			return err
 		}
-		for _, id := range ids {
+		total := 0
+		for _, c := range cands {
+			if p.MaxBytes > 0 && len(claimed) > 0 && total+c.size > p.MaxBytes {
+				break // the oldest first: none overtakes the one left
+			}
+			id := c.id
 			// The conditional write is the claim: only a row still queued
 			// changes, and only changed rows come back.
 			w, err := scanWork(tx.QueryRowContext(ctx, `UPDATE work
@@ -54,6 +59,7 @@ RETURNING `+workColumns,
 				return err
 			}
 			claimed = append(claimed, w)
+			total += c.size
 		}
 		return nil
 	})
@@ -71,29 +77,36 @@ const (
 WHERE account = ? AND state = 'queued' AND deadline > ? LIMIT 1`
 	// claimCandidatesQuery: the account's oldest queued units whose
 	// deadline is still ahead.
-	claimCandidatesQuery = `SELECT id FROM work
+	claimCandidatesQuery = `SELECT id, length(sealed_command) FROM work
 WHERE account = ? AND state = 'queued' AND deadline > ?
 ORDER BY queued_at, id
 LIMIT ?`
 )
 
-// claimCandidates returns the ids of the account's oldest queued units whose
-// deadline is still ahead.
-func claimCandidates(ctx context.Context, tx querier, account string, now int64, max int) ([]string, error) {
+// candidate is a unit claimCandidates found: its id and the size of its
+// sealed command.
+type candidate struct {
+	id   string
+	size int
+}
+
+// claimCandidates returns the account's oldest queued units whose deadline
+// is still ahead.
+func claimCandidates(ctx context.Context, tx querier, account string, now int64, max int) ([]candidate, error) {
 	rows, err := tx.QueryContext(ctx, claimCandidatesQuery, account, now, max)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var ids []string
+	var cands []candidate
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
+		var c candidate
+		if err := rows.Scan(&c.id, &c.size); err != nil {
 			return nil, err
 		}
-		ids = append(ids, id)
+		cands = append(cands, c)
 	}
-	return ids, rows.Err()
+	return cands, rows.Err()
 }
 
 // claimedByPollsQuery names state 'claimed' as a literal, so that SQLite

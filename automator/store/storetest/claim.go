@@ -13,6 +13,7 @@ var claimCases = []testCase{
 	{"WorkClaimTakesTheOldestFirst", testWorkClaimOldestFirst},
 	{"WorkClaimSetsClaimFields", testWorkClaimSetsClaimFields},
 	{"WorkClaimRespectsMax", testWorkClaimRespectsMax},
+	{"WorkClaimStopsAtMaxBytesOldestFirst", testWorkClaimStopsAtMaxBytes},
 	{"WorkClaimOnlyTakesTheGivenAccount", testWorkClaimOnlyTheGivenAccount},
 	{"WorkClaimSkipsUnitsAtOrPastTheirDeadline", testWorkClaimSkipsDueUnits},
 	{"WorkClaimNeverTakesAClaimedUnitAgain", testWorkClaimNeverTakesAClaimedUnitAgain},
@@ -229,5 +230,37 @@ func testClaimIsNeverGivenTwice(f *fixture) {
 	}
 	if wrong > 10 {
 		f.t.Errorf("… and %d more units claimed other than once", wrong-10)
+	}
+}
+
+// testWorkClaimStopsAtMaxBytes: a claim with a byte budget takes units,
+// oldest first, while their sealed commands together fit in it, and stops
+// at the first that does not (a smaller one behind it does not overtake
+// it); the oldest claimable unit is taken whatever its size.
+func testWorkClaimStopsAtMaxBytes(f *fixture) {
+	f.account("acme")
+	// Each sealed command is "sealed command of w-N": 20 bytes.
+	for i := range 4 {
+		f.enqueue(fmt.Sprintf("w-%d", i), "acme", at(time.Duration(i)*time.Second), at(time.Hour))
+	}
+	claim := func(instance string, maxBytes int) []string {
+		f.t.Helper()
+		ws, err := f.s.WorkClaim(f.ctx, store.WorkClaimParams{
+			Account: "acme", InstanceID: instance, Max: 4, ClaimIDs: claimIDs(instance+"-claim", 4),
+			Now: at(time.Minute), Expect: f.expect, MaxBytes: maxBytes,
+		})
+		if err != nil {
+			f.t.Fatalf("WorkClaim(max bytes %d): %v", maxBytes, err)
+		}
+		return ids(ws)
+	}
+	if got := claim("i-1", 59); !slices.Equal(got, []string{"w-0", "w-1"}) {
+		f.t.Fatalf("WorkClaim with 59 bytes for 20-byte commands claimed %v, want [w-0 w-1]", got)
+	}
+	if got := claim("i-2", 5); !slices.Equal(got, []string{"w-2"}) {
+		f.t.Fatalf("WorkClaim with 5 bytes claimed %v, want the oldest alone, [w-2]", got)
+	}
+	if got := claim("i-3", 0); !slices.Equal(got, []string{"w-3"}) {
+		f.t.Fatalf("WorkClaim without a byte budget claimed %v, want [w-3]", got)
 	}
 }
