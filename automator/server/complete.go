@@ -18,6 +18,14 @@ import (
 // maxFailureLen bounds the plain failure reason a proxy may post.
 const maxFailureLen = 1024
 
+// maxSealedResult bounds a sealed result: a proxy cuts each output stream
+// at its max_output_bytes, at most 2 MiB, so its results are at most
+// 4 MiB and some bytes of ids, times and sealing. A larger one comes from
+// no proxy of ours; stored, it would take room in the store for no one,
+// and near the message limit (8 MiB) no answer could carry it to its
+// caller.
+const maxSealedResult = 4<<20 + 64<<10
+
 // maxCompleteBatch bounds the results of one CompleteBatch call.
 const maxCompleteBatch = 256
 
@@ -70,6 +78,9 @@ func (p *ProxyService) complete(ctx context.Context, req *automatorv1.CompleteRe
 	}
 	if err := validID("claim_id", req.GetClaimId()); err != nil {
 		return err
+	}
+	if n := len(req.GetSealedResult()); n > maxSealedResult {
+		return status.Errorf(codes.InvalidArgument, "sealed_result is %d bytes, more than the limit of %d (each output stream at most 2 MiB)", n, maxSealedResult)
 	}
 	if len(req.GetFailure()) > maxFailureLen {
 		return status.Errorf(codes.InvalidArgument, "failure is longer than %d bytes", maxFailureLen)
