@@ -44,6 +44,27 @@ func forgetReplicas(ctx context.Context, st store.Store, now time.Time, log *slo
 	}
 }
 
+// instanceForgetAfter is how long the record of a proxy instance that
+// stopped polling is kept (listings, the dashboard, metrics): an instance
+// is named by its proxy (by default its host name), so a proxy in a
+// container that gets a new name at each start, or a token's holder
+// making names up, would otherwise add records for ever. An instance that
+// polls again is recorded again; a warm standby stopped for longer simply
+// reappears when started.
+const instanceForgetAfter = 30 * 24 * time.Hour
+
+// forgetInstances deletes the records of the instances that have not
+// polled since instanceForgetAfter before now.
+func forgetInstances(ctx context.Context, st store.Store, now time.Time, log *slog.Logger) {
+	n, err := st.InstancePurge(ctx, store.InstancePurgeParams{PolledBefore: now.Add(-instanceForgetAfter)})
+	if err != nil && ctx.Err() == nil {
+		log.Error("deleting the records of instances that have not polled for 30 days", "err", err)
+	}
+	if n > 0 {
+		log.Info("deleted the records of instances that have not polled for 30 days", "count", n)
+	}
+}
+
 // defaultReplicaID names a replica that was given no --replica-id (nor
 // replica_id in automator.yaml): the host name and a short hash of the data
 // directory's absolute path. It stays the same across restarts, and two

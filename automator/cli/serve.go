@@ -352,6 +352,7 @@ func startPurge(ctx context.Context, srv *server.Server, dash *dashboard.Dashboa
 			log.Info("deleted the sign-outs of expired dashboard sessions", "count", n)
 		}
 		forgetReplicas(ctx, st, time.Now(), log)
+		forgetInstances(ctx, st, time.Now(), log)
 	}
 	done := make(chan struct{})
 	go func() {

@@ -19,7 +19,7 @@ var (
 	descInFlight = prometheus.NewDesc("automator_work_in_flight",
 		"Units of work claimed and not yet ended, by account.", []string{"account"}, nil)
 	descInstances = prometheus.NewDesc("automator_instances",
-		"Proxy instances that ever polled, by account.", []string{"account"}, nil)
+		"Proxy instances that polled within 30 days, by account.", []string{"account"}, nil)
 	descOnline = prometheus.NewDesc("automator_instances_online",
 		"Proxy instances that polled within two poll windows, by account.", []string{"account"}, nil)
 )

@@ -127,6 +127,11 @@ func (s *timedStore) ReplicaHeartbeat(ctx context.Context, p store.ReplicaHeartb
 	return s.Store.ReplicaHeartbeat(ctx, p)
 }
 
+func (s *timedStore) InstancePurge(ctx context.Context, p store.InstancePurgeParams) (int, error) {
+	defer s.since("InstancePurge", time.Now())
+	return s.Store.InstancePurge(ctx, p)
+}
+
 func (s *timedStore) ReplicaPurge(ctx context.Context, p store.ReplicaPurgeParams) (int, error) {
 	defer s.since("ReplicaPurge", time.Now())
 	return s.Store.ReplicaPurge(ctx, p)

@@ -27,7 +27,8 @@ const (
 	// StatusOffline: no instance online, nothing queued (a stopped group,
 	// or a warm standby not yet started).
 	StatusOffline AccountStatus = "offline"
-	// StatusNoInstances: no instance ever polled, nothing queued.
+	// StatusNoInstances: no instance polled within 30 days (or ever),
+	// nothing queued.
 	StatusNoInstances AccountStatus = "no instances"
 )
 

@@ -167,8 +167,9 @@ type Work struct {
 }
 
 // Instance is what the automator knows of one proxy process of an account,
-// refreshed on every poll. Instances are never registered nor removed: they
-// appear when they poll.
+// refreshed on every poll. Instances are never registered: they appear
+// when they poll, and serve forgets one that has not polled for 30 days
+// (InstancePurge).
 type Instance struct {
 	Account    string
 	InstanceID string
@@ -377,6 +378,11 @@ type InstanceSeenParams struct {
 	Now        time.Time
 }
 
+type InstancePurgeParams struct {
+	// PolledBefore: instances whose latest poll is older are deleted.
+	PolledBefore time.Time
+}
+
 type ReplicaPurgeParams struct {
 	// SeenBefore: rows whose last heartbeat is older are deleted.
 	SeenBefore time.Time
@@ -423,8 +429,8 @@ type AccountStats struct {
 	OldestQueuedAt time.Time
 	// Claimed is the number of units in flight (claimed, not yet ended).
 	Claimed int
-	// Instances is the number of instances that ever polled for the
-	// account; InstancesOnline of them polled at or after the params'
+	// Instances is the number of instances recorded for the account (that
+	// polled, and were not forgotten since: InstancePurge); InstancesOnline of them polled at or after the params'
 	// OnlineSince.
 	Instances       int
 	InstancesOnline int
@@ -557,6 +563,10 @@ type Store interface {
 	InstancesSeen(ctx context.Context, ps []InstanceSeenParams) error
 	// InstanceList returns the instances of an account, ordered by id.
 	InstanceList(ctx context.Context, account string) ([]Instance, error)
+	// InstancePurge deletes the records of the instances whose latest poll
+	// is older than p.PolledBefore, and returns how many. An instance that
+	// polls again is recorded again, as a new one is.
+	InstancePurge(ctx context.Context, p InstancePurgeParams) (int, error)
 
 	// ReplicaHeartbeat records that a replica is alive (upsert by
 	// ReplicaID: a restart under the same id replaces its row).

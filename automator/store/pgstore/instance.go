@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -88,4 +89,12 @@ FROM instances WHERE account = $1 ORDER BY instance_id`, account)
 		return nil, fmt.Errorf("listing instances of account %q: %w", account, err)
 	}
 	return out, nil
+}
+
+func (s *Store) InstancePurge(ctx context.Context, p store.InstancePurgeParams) (int, error) {
+	tag, err := s.sentExec(ctx, `DELETE FROM instances WHERE last_poll_at < $1`, p.PolledBefore)
+	if err != nil {
+		return 0, fmt.Errorf("deleting the instances that have not polled since %s: %w", p.PolledBefore.Format(time.RFC3339), err)
+	}
+	return int(tag.RowsAffected()), nil
 }

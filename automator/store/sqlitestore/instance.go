@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/opsgate/opsgate/automator/store"
 )
@@ -47,4 +48,20 @@ FROM instances WHERE account = ? ORDER BY instance_id`, account)
 		return nil, fmt.Errorf("listing instances of account %q: %w", account, err)
 	}
 	return out, nil
+}
+
+func (s *Store) InstancePurge(ctx context.Context, p store.InstancePurgeParams) (int, error) {
+	var n int64
+	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM instances WHERE last_poll_at < ?`, toNanos(p.PolledBefore))
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("deleting the instances that have not polled since %s: %w", p.PolledBefore.Format(time.RFC3339), err)
+	}
+	return int(n), nil
 }

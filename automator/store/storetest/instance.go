@@ -10,6 +10,7 @@ import (
 var instanceCases = []testCase{
 	{"InstanceSeenUpsertsAndInstanceListIsOrderedByID", testInstanceSeenAndList},
 	{"InstancesSeenUpsertsABatchAndNeverMovesARecordBack", testInstancesSeenBatch},
+	{"InstancePurgeForgetsInstancesThatStoppedPolling", testInstancePurge},
 }
 
 func (f *fixture) seen(p store.InstanceSeenParams) {
@@ -123,4 +124,30 @@ func testInstancesSeenBatch(f *fixture) {
 	}
 	batch(many...)
 	f.wantInstances("globex", append([]store.Instance{in(g)}, want...))
+}
+
+// testInstancePurge: the instances whose latest poll is older than the
+// cutoff are deleted, of every account; the others stay; one that polls
+// again is recorded again.
+func testInstancePurge(f *fixture) {
+	f.account("acme")
+	f.account("globex")
+	seen := func(account, id string, now time.Time) store.Instance {
+		f.seen(store.InstanceSeenParams{Account: account, InstanceID: id, Hostname: id, Version: "v1", Now: now})
+		return store.Instance{Account: account, InstanceID: id, Hostname: id, Version: "v1", LastPollAt: now}
+	}
+	seen("acme", "gone-1", at(0))
+	kept := seen("acme", "kept", at(time.Hour))
+	seen("globex", "gone-2", at(time.Minute))
+	n, err := f.s.InstancePurge(f.ctx, store.InstancePurgeParams{PolledBefore: at(time.Hour)})
+	if err != nil {
+		f.t.Fatalf("InstancePurge: %v", err)
+	}
+	if n != 2 {
+		f.t.Errorf("InstancePurge deleted %d, want 2", n)
+	}
+	f.wantInstances("acme", []store.Instance{kept})
+	f.wantInstances("globex", nil)
+	back := seen("globex", "gone-2", at(2*time.Hour))
+	f.wantInstances("globex", []store.Instance{back})
 }
