@@ -270,6 +270,14 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
 			claims = claims[:n]
 		}
 		for _, c := range claims {
+			if a.isRunning(c.GetWorkId()) {
+				// A unit's script runs at most once here, whatever the
+				// automator says (the same unit twice in an answer, or
+				// again while it runs): a second run could do its work
+				// twice, and its end would free the first one's slot.
+				a.log.Error("automator sent a claim for a unit already running here: not run again", "work_id", c.GetWorkId())
+				continue
+			}
 			a.start(workCtx, c)
 		}
 		if len(claims) > 0 {
@@ -396,6 +404,13 @@ func (a *Agent) cancelAll(cause error) {
 	for _, c := range a.running {
 		c(cause)
 	}
+}
+
+func (a *Agent) isRunning(id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.running[id]
+	return ok
 }
 
 func (a *Agent) runningIDs() []string {

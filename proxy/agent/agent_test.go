@@ -678,3 +678,35 @@ func TestScriptIsToldTheWholeSecondsRemainingRoundedDown(t *testing.T) {
 		waittest.Recv(t, f.completed, "its result to be posted")
 	}
 }
+
+// TestClaimForAUnitAlreadyRunningIsNotRunAgain: a claim for a unit the
+// agent runs already (twice in one answer, from a broken or hostile
+// automator) is logged and not run: a unit's script runs at most once on
+// an instance, and the slot count stays true.
+func TestClaimForAUnitAlreadyRunningIsNotRunAgain(t *testing.T) {
+	b := &blockingRunner{release: make(chan struct{}), ended: make(chan error, 4)}
+	useRunner(t, b.run)
+	f := newFake()
+	var log bytes.Buffer
+	stop := startAgent(t, f, 2, &log)
+	f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{
+		claim(t, "w1", &automatorv1.Command{Script: "s"}), claim(t, "w1", &automatorv1.Command{Script: "s"}),
+	}}
+	// The claims of an answer are all started (or refused) before the
+	// next poll is sent.
+	waitFor(t, "the poll after the answer", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.polls) >= 2
+	})
+	waitFor(t, "w1 to run", func() bool { return b.count() >= 1 })
+	b.release <- struct{}{}
+	waittest.Recv(t, f.completed, "the result of w1 to be posted")
+	stop()
+	if !strings.Contains(log.String(), "already running here") {
+		t.Errorf("the second claim of w1 was not logged:\n%s", log.String())
+	}
+	if n := b.count(); n != 1 {
+		t.Fatalf("w1 ran %d times, want once", n)
+	}
+}
