@@ -166,12 +166,26 @@ func (a *AutomatorService) ListInstances(ctx context.Context, req *automatorv1.L
 	return resp, nil
 }
 
+// maxQuotedName is how much of a name that is not valid an error quotes:
+// more than a valid name's 63 bytes, and never a caller's megabytes back
+// to it (in the status, so in a header) or into the log.
+const maxQuotedName = 80
+
+// quoteName quotes name for an error message; a name longer than
+// maxQuotedName is cut there, with its length.
+func quoteName(name string) string {
+	if len(name) <= maxQuotedName {
+		return fmt.Sprintf("%q", name)
+	}
+	return fmt.Sprintf("%q… (%d bytes)", name[:maxQuotedName], len(name))
+}
+
 // accountOrStatus reads the account a caller's method names. A key scoped
 // to other accounts is refused before the read, so that it learns nothing
 // of which accounts exist.
 func (s *Server) accountOrStatus(ctx context.Context, name, method string) (store.Account, error) {
 	if !AccountNamePattern.MatchString(name) {
-		return store.Account{}, status.Errorf(codes.InvalidArgument, "account %q is not a valid account name (%s)", name, AccountNamePattern)
+		return store.Account{}, status.Errorf(codes.InvalidArgument, "account %s is not a valid account name (%s)", quoteName(name), AccountNamePattern)
 	}
 	if err := s.allow(ctx, name, method); err != nil {
 		return store.Account{}, err
