@@ -18,14 +18,26 @@ import (
 // holders counts the sessions of application app holding replica id id.
 func holders(t *testing.T, s *Store, app, id string) int {
 	t.Helper()
-	var n int
-	if err := s.pool.QueryRow(t.Context(), `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+	return len(holderPids(t, s, app, id))
+}
+
+// holderPids returns the backend pids of app's sessions that hold replica
+// id. A session ended by pg_terminate_backend is listed until its backend
+// has exited and so released the lock.
+func holderPids(t *testing.T, s *Store, app, id string) []int {
+	t.Helper()
+	rows, err := s.pool.Query(t.Context(), `SELECT pid FROM pg_locks l JOIN pg_stat_activity a USING (pid)
 WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = $2
 AND l.classid::int = (hashtext('opsgate automator replica id ' || current_schema()))
-AND l.objid::int = hashtext($1) AND l.objsubid = 2`, id, app+" replica id").Scan(&n); err != nil {
+AND l.objid::int = hashtext($1) AND l.objsubid = 2`, id, app+" replica id")
+	if err != nil {
 		t.Fatal(err)
 	}
-	return n
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pids
 }
 
 // TestAReplicaIDIsHeldByOneStoreAtATime: a second HoldReplicaID of an id
@@ -85,15 +97,25 @@ func TestAReplicaIDHoldTakesItsIDAgainAfterItsConnectionIsLost(t *testing.T) {
 	}
 	defer h.Release()
 	defer goOn() // before Release, whatever happens
-	terminate := func() {
+	// terminate ends the session holding r and returns its pid. The
+	// ended session holds r until its backend has exited, a moment after.
+	terminate := func() int {
 		t.Helper()
-		var n int
-		if err := b.pool.QueryRow(t.Context(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app+" replica id").Scan(&n); err != nil || n != 1 {
-			t.Fatalf("ending the session holding r: %d ended, %v", n, err)
+		pids := holderPids(t, b, app, "r")
+		if len(pids) != 1 {
+			t.Fatalf("sessions of a holding r: %v, want one", pids)
 		}
+		var ended bool
+		if err := b.pool.QueryRow(t.Context(), `SELECT pg_terminate_backend($1)`, pids[0]).Scan(&ended); err != nil || !ended {
+			t.Fatalf("ending the session holding r: %v, %v", ended, err)
+		}
+		return pids[0]
 	}
-	terminate()
-	waitFor(t, "the hold to take r again", func() bool { return holders(t, b, app, "r") == 1 })
+	ended := terminate()
+	waitFor(t, "the hold to take r again", func() bool {
+		pids := holderPids(t, b, app, "r")
+		return len(pids) == 1 && pids[0] != ended
+	})
 	if _, err := b.HoldReplicaID(t.Context(), "r", nil); !errors.Is(err, ErrReplicaIDInUse) {
 		t.Fatalf("HoldReplicaID(r) after the hold took it again = %v, want ErrReplicaIDInUse", err)
 	}
