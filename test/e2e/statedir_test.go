@@ -79,15 +79,6 @@ func TestASecondProxyOnTheSameStateDirIsRefused(t *testing.T) {
 	}
 }
 
-func hasLineWithPrefix(text, prefix string) bool {
-	for _, l := range strings.Split(text, "\n") {
-		if strings.HasPrefix(l, prefix) {
-			return true
-		}
-	}
-	return false
-}
-
 // statusFile is what these tests read of a proxy's status.json.
 type statusFile struct {
 	InstanceID string `json:"instance_id"`
