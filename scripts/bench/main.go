@@ -78,8 +78,9 @@ type bench struct {
 	progress   io.Writer
 	began      time.Time
 	// mainOnly narrows the main section for quick iteration: "latency"
-	// (the baselines and the one-caller latency) or "ping64" (the raw echo
-	// and @ping at 64 callers); "" runs all of it.
+	// (the baselines and the one-caller latency), "ping64" (the raw echo
+	// and @ping at 64 callers) or "tiny" (the raw fork/exec and tiny.sh at
+	// 64 callers); "" runs all of it.
 	mainOnly string
 
 	mu    sync.Mutex
@@ -100,8 +101,9 @@ var sections = []string{"main", "wakeup", "idle", "pg"}
 // extraSections run only when named: parts of main for quick iteration.
 // "latency" measures one caller (the baselines and the latency); "ping64"
 // the raw echo and @ping at 64 callers, a change's effect on which needs
-// many runs on a noisy machine.
-var extraSections = []string{"latency", "ping64"}
+// many runs on a noisy machine; "tiny" the raw fork/exec and tiny.sh at 64
+// callers, for the same reason.
+var extraSections = []string{"latency", "ping64", "tiny"}
 
 func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
@@ -196,7 +198,7 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		switch s {
 		case "main":
 			err = b.mainSection(ctx)
-		case "latency", "ping64":
+		case "latency", "ping64", "tiny":
 			b.mainOnly = s
 			err = b.mainSection(ctx)
 		case "wakeup":

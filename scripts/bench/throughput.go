@@ -93,6 +93,16 @@ func (b *bench) mainSection(ctx context.Context) error {
 			}
 			continue
 		}
+		if b.mainOnly == "tiny" {
+			b.logf("main run %d/%d: raw fork/exec and tiny.sh, 64 callers", run, b.p.runs)
+			if err := b.forkExec64(ctx, run); err != nil {
+				return err
+			}
+			if err := b.scripts(ctx, run, api, w); err != nil {
+				return err
+			}
+			continue
+		}
 		b.logf("main run %d/%d: baselines", run, b.p.runs)
 		if err := b.baselines(ctx, run, echo); err != nil {
 			return err
@@ -233,11 +243,17 @@ func (b *bench) baselines(ctx context.Context, run int, echo automatorv1.Automat
 	}
 	r.baseline("sqlite_empty_claim", "raw empty claim (SQLite, nothing queued)", "µs").add(run, float64(empty)/float64(time.Microsecond))
 
-	f64 := forkExec(ctx, b.tinyScript, 64, p.warm, p.dur)
+	return b.forkExec64(ctx, run)
+}
+
+// forkExec64 is the baseline of the scripts figure: the raw fork/exec of
+// tiny.sh, 64 at once.
+func (b *bench) forkExec64(ctx context.Context, run int) error {
+	f64 := forkExec(ctx, b.tinyScript, 64, b.p.warm, b.p.dur)
 	if err := loopErr("raw fork/exec", f64); err != nil {
 		return err
 	}
-	r.baseline("fork_64", "raw fork/exec of tiny.sh, 64 at once", "starts/s").add(run, f64.rate)
+	b.res.baseline("fork_64", "raw fork/exec of tiny.sh, 64 at once", "starts/s").add(run, f64.rate)
 	return nil
 }
 
