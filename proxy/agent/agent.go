@@ -63,6 +63,9 @@ type Options struct {
 	// accepts or refuses them, so they survive a restart of the proxy.
 	// Unset: results are held in memory only.
 	SpoolDir string
+	// Reaper, when set, kills the scripts' process trees if the proxy
+	// process dies while they run (runner.NewReaper). Nil: they outlive it.
+	Reaper *runner.Reaper
 }
 
 // Agent runs the poll loop of one instance.

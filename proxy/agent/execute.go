@@ -111,6 +111,7 @@ func (a *Agent) execute(ctx context.Context, c *automatorv1.Claim, cmd *automato
 		Env:        env,
 		Deadline:   deadline,
 		Limits:     runner.Limits{MaxOutput: a.o.MaxOutput},
+		Reaper:     a.o.Reaper,
 	})
 	if err != nil {
 		return nil, err

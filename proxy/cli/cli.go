@@ -26,6 +26,7 @@ import (
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"github.com/opsgate/opsgate/proxy/agent"
 	"github.com/opsgate/opsgate/proxy/config"
+	"github.com/opsgate/opsgate/proxy/runner"
 	"github.com/opsgate/opsgate/proxy/service"
 	"github.com/opsgate/opsgate/version"
 )
@@ -43,6 +44,11 @@ install makes the OS service NAME (default "proxy") that runs
 type Env struct {
 	Stdout io.Writer
 	Stderr io.Writer
+	// Reaper: `proxy run` may start this very binary as the reaper of its
+	// scripts (runner.NewReaper), because its main serves
+	// runner.ReaperEnv first. False where the CLI runs inside another
+	// program (a test binary): scripts then outlive a proxy that dies.
+	Reaper bool
 }
 
 // Main runs one command and returns the exit code (0, or 1 on error with
@@ -165,6 +171,11 @@ func runProxy(ctx context.Context, cfg config.Config, env Env) error {
 	host, _ := os.Hostname()
 	endGrace, stopWatching := secondStop(ctx)
 	defer stopWatching()
+	var reaper *runner.Reaper
+	if env.Reaper {
+		reaper = runner.NewReaper(func(err error) { log.Warn("scripts may outlive this proxy if it dies", "err", err) })
+		defer reaper.Close() // after a.Run: no script runs any more
+	}
 	a := agent.New(agent.Options{
 		Client:         automatorv1.NewProxyServiceClient(conn),
 		Automator:      cfg.AutomatorURL,
@@ -180,6 +191,7 @@ func runProxy(ctx context.Context, cfg config.Config, env Env) error {
 		Logger:         log,
 		StateFile:      stateFile(cfg),
 		SpoolDir:       spoolDir(cfg),
+		Reaper:         reaper,
 	})
 	log.Info("proxy starting", "instance_id", cfg.InstanceID, "automator", cfg.AutomatorURL, "scripts_dir", cfg.ScriptsDir, "max_concurrency", cfg.MaxConcurrency, "key_ids", keys.IDs(), "version", version.Version)
 	return a.Run(ctx)

@@ -77,7 +77,7 @@ func runService(ctx context.Context, name string, args []string, env Env) error 
 			if err == nil {
 				// So is a proxy that cannot start (its state_dir held by
 				// another running proxy, say).
-				err = runProxy(ctx, cfg, Env{Stdout: env.Stdout, Stderr: log})
+				err = runProxy(ctx, cfg, Env{Stdout: env.Stdout, Stderr: log, Reaper: env.Reaper})
 			}
 			if err != nil {
 				newLogger(log, format).Error("the service cannot start", "service", name, "err", err)

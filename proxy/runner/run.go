@@ -42,6 +42,7 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("%w %q: making pipes: %w", ErrStart, spec.Script, err)
 	}
+	spec.Reaper.prepare() // at the first script: so that this one is registered a moment after its start
 	if err := cmd.Start(); err != nil {
 		streams.abort()
 		return Result{}, fmt.Errorf("%w %q: %s%w", ErrStart, spec.Script, startHint(path, err), err)
@@ -56,6 +57,11 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 		return Result{}, fmt.Errorf("%w %q: %w", ErrStart, spec.Script, err)
 	}
 	defer tree.release()
+	// Until Run returns, the reaper kills the tree if the proxy dies
+	// (before Wait: the pid cannot have been reused yet). Deferred after
+	// release: run before it, once the tree was killed and the script
+	// reaped.
+	defer spec.Reaper.register(cmd.Process.Pid)()
 
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()

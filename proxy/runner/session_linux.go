@@ -194,3 +194,31 @@ func readProcInt(path string) (int, error) {
 	}
 	return strconv.Atoi(string(bytes.TrimSpace(buf[:max(n, 0)])))
 }
+
+// processStartTime returns when process pid started, in clock ticks since
+// boot (field 22 of /proc/PID/stat): with the pid, it names one process,
+// never another that reuses the pid later.
+func processStartTime(pid int) (uint64, error) {
+	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/stat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	var buf [1024]byte
+	n, err := unix.Read(fd, buf[:])
+	if err != nil {
+		return 0, err
+	}
+	stat := buf[:max(n, 0)]
+	// pid (comm) state ppid ...: comm may hold spaces and parentheses, so
+	// the fields are counted from the last ')'; state is field 3.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("reading /proc/%d/stat: no ')'", pid)
+	}
+	f := bytes.Fields(stat[i+1:])
+	if len(f) < 22-2 {
+		return 0, fmt.Errorf("reading /proc/%d/stat: %d fields", pid, len(f)+2)
+	}
+	return strconv.ParseUint(string(f[22-3]), 10, 64)
+}

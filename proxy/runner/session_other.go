@@ -10,3 +10,7 @@ func killSession(int) error { return nil }
 
 // killSessionAfterExit does nothing either, for the same reason.
 func killSessionAfterExit(int, time.Duration) error { return nil }
+
+// processStartTime is unknown (0) without /proc: the reaper kills a
+// registered session's group without checking that its pid was not reused.
+func processStartTime(int) (uint64, error) { return 0, nil }

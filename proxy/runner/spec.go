@@ -46,6 +46,9 @@ type Spec struct {
 	Deadline time.Time
 	// Limits bound the output.
 	Limits Limits
+	// Reaper, when set, kills the script's process tree if this process
+	// dies while the script runs (see NewReaper). Nil: nothing does.
+	Reaper *Reaper
 }
 
 // Result is what a script that ran and exited produced.

@@ -10,11 +10,17 @@ import (
 
 	"github.com/opsgate/opsgate/internal/stopsignal"
 	"github.com/opsgate/opsgate/proxy/cli"
+	"github.com/opsgate/opsgate/proxy/runner"
 )
 
 func main() {
+	// First of all: this binary, run again by a proxy with ReaperEnv set,
+	// is the reaper of that proxy's scripts, not a proxy.
+	if os.Getenv(runner.ReaperEnv) == "1" {
+		os.Exit(runner.ServeReaper(os.Stdin, os.Stderr))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), stopsignal.List()...)
-	code := cli.Main(ctx, os.Args[1:], cli.Env{Stdout: os.Stdout, Stderr: os.Stderr})
+	code := cli.Main(ctx, os.Args[1:], cli.Env{Stdout: os.Stdout, Stderr: os.Stderr, Reaper: true})
 	stop()
 	os.Exit(code)
 }

@@ -1,0 +1,217 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// startSession starts `sleep 600` leading a session of its own, as a
+// script does, and returns its pid and start time; the test's end kills
+// and reaps it.
+func startSession(t *testing.T) (int, uint64) {
+	t.Helper()
+	cmd := exec.Command("sleep", "600")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	start, err := processStartTime(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmd.Process.Pid, start
+}
+
+func line(sign string, pid int, start ...uint64) string {
+	s := sign + " " + strconv.Itoa(pid)
+	for _, st := range start {
+		s += " " + strconv.FormatUint(st, 10)
+	}
+	return s + "\n"
+}
+
+// TestReaperKillsTheSessionsStillRegisteredAtEOF: what the reaper reads
+// decides what it kills when its input ends (the proxy died): a session
+// still registered, and nothing else.
+func TestReaperKillsTheSessionsStillRegisteredAtEOF(t *testing.T) {
+	registered, start := startSession(t)
+	finished, startF := startSession(t)
+	var out bytes.Buffer
+	if code := serveReaper(strings.NewReader(line("+", registered, start)+line("+", finished, startF)+line("-", finished)), &out); code != 0 {
+		t.Errorf("reaper exited %d, want 0; it said %q", code, out.String())
+	}
+	waitFor(t, "the registered session to be killed", func() bool { return processGone(registered) }, 10*time.Second)
+	if processGone(finished) {
+		t.Errorf("the reaper killed session %d, which the proxy had deregistered", finished)
+	}
+	if want := "killed the process trees of sessions " + strconv.Itoa(registered) + "\n"; !strings.HasSuffix(out.String(), want) {
+		t.Errorf("the reaper said %q, want it to end in %q", out.String(), want)
+	}
+}
+
+// TestReaperSparesAProcessThatReusedThePid: a registered session whose
+// leader's pid now names another process (another start time) has no
+// member left, and the reaper kills nothing of it.
+func TestReaperSparesAProcessThatReusedThePid(t *testing.T) {
+	pid, start := startSession(t)
+	var out bytes.Buffer
+	serveReaper(strings.NewReader(line("+", pid, start-1)), &out)
+	if processGone(pid) {
+		t.Errorf("the reaper killed process %d, whose start time differs from the one registered for its pid", pid)
+	}
+	if out.Len() != 0 {
+		t.Errorf("the reaper said %q, want nothing", out.String())
+	}
+}
+
+// newTestReaper returns a Reaper whose process (this test binary, see
+// TestMain) writes to a file the test reads with said; warned collects
+// what it reports.
+func newTestReaper(t *testing.T) (r *Reaper, said func() string, warned func() []string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "reaper.stderr")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	var mu sync.Mutex
+	var warnings []string
+	r = NewReaper(func(err error) { mu.Lock(); warnings = append(warnings, err.Error()); mu.Unlock() })
+	r.stderr = f
+	t.Cleanup(func() { r.Close() })
+	return r, func() string { b, _ := os.ReadFile(path); return string(b) },
+		func() []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), warnings...) }
+}
+
+// reaperProcess returns the running reaper's process.
+func reaperProcess(t *testing.T, r *Reaper) *exec.Cmd {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd == nil {
+		t.Fatal("no reaper runs")
+	}
+	return r.cmd
+}
+
+// TestAProxyThatEndsNormallyLeavesItsReaperNothingToKill: a script that
+// ended is deregistered, so the reaper of a proxy that ends normally, once
+// its scripts have ended, kills nothing and says nothing.
+func TestAProxyThatEndsNormallyLeavesItsReaperNothingToKill(t *testing.T) {
+	r, said, warned := newTestReaper(t)
+	spec := newSpec(t, "echo hi\n")
+	spec.Reaper = r
+	if res := run(t, spec); string(res.Stdout) != "hi\n" {
+		t.Fatalf("stdout %q, want hi", res.Stdout)
+	}
+	cmd := reaperProcess(t, r)
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 0 || said() != "" {
+		t.Errorf("the reaper exited %d and said %q; want 0 and nothing (no script ran any more)", code, said())
+	}
+	if w := warned(); len(w) != 0 {
+		t.Errorf("warnings %q, want none", w)
+	}
+}
+
+// TestScriptsDoNotInheritTheReapersPipe: a script holds no end of the pipe
+// to the reaper (it could keep the reaper from seeing the proxy die, or
+// talk to it), nor any other pipe or socket beyond its stdio: neither the
+// first script, which starts the reaper, nor a later one.
+func TestScriptsDoNotInheritTheReapersPipe(t *testing.T) {
+	r, _, _ := newTestReaper(t)
+	// What this test process inherited itself (from whoever started it) a
+	// script inherits too: not the runner's doing.
+	inherited := map[string]string{}
+	if ents, err := os.ReadDir("/proc/self/fd"); err == nil {
+		for _, e := range ents {
+			inherited[e.Name()], _ = os.Readlink("/proc/self/fd/" + e.Name())
+		}
+	}
+	for i := range 2 {
+		spec := newSpec(t, `ls -l /proc/$$/fd/`+"\n")
+		spec.Reaper = r
+		res := run(t, spec)
+		reaperIn, err := os.Readlink("/proc/" + strconv.Itoa(reaperProcess(t, r).Process.Pid) + "/fd/0")
+		if err != nil || !strings.HasPrefix(reaperIn, "pipe:") {
+			t.Fatalf("the reaper's stdin is %q (%v), want a pipe", reaperIn, err)
+		}
+		fds := 0
+		for _, l := range strings.Split(string(res.Stdout), "\n") {
+			name, target, ok := strings.Cut(l, " -> ")
+			if !ok {
+				continue
+			}
+			fds++
+			f := strings.Fields(name)
+			fd, _ := strconv.Atoi(f[len(f)-1])
+			if target == reaperIn {
+				t.Errorf("script %d holds the reaper's pipe as fd %d", i+1, fd)
+			} else if fd > 2 && inherited[strconv.Itoa(fd)] != target && (strings.HasPrefix(target, "pipe:") || strings.HasPrefix(target, "socket:")) {
+				t.Errorf("script %d holds fd %d, %s, beyond its stdio", i+1, fd, target)
+			}
+		}
+		if fds < 3 {
+			t.Fatalf("script %d listed %d fds: %q", i+1, fds, res.Stdout)
+		}
+	}
+}
+
+// TestAKilledReaperIsReplacedForLaterScripts: when the reaper dies (killed
+// by someone), the proxy notices at the next script, says so once, starts
+// a new reaper and registers with it the scripts still running, which it
+// then kills when the proxy dies.
+func TestAKilledReaperIsReplacedForLaterScripts(t *testing.T) {
+	r, said, warned := newTestReaper(t)
+	dir := t.TempDir()
+	spec := newSpec(t, `echo $$ > "$1/pid.tmp" && mv "$1/pid.tmp" "$1/pid"; exec sleep 600`+"\n")
+	spec.Args = []string{dir}
+	spec.Reaper = r
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := Run(ctx, spec); done <- err }()
+	running := readPid(t, filepath.Join(dir, "pid"))
+	first := reaperProcess(t, r)
+	if err := first.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the reaper to be gone", func() bool { return processGone(first.Process.Pid) }, 10*time.Second)
+
+	run(t, newSpecWith(t, r, "true\n"))
+	if w := warned(); len(w) != 1 || !strings.Contains(w[0], "cannot be reached") {
+		t.Errorf("warnings %q, want one saying the reaper cannot be reached", w)
+	}
+	second := reaperProcess(t, r)
+	if second == first {
+		t.Fatal("no new reaper was started")
+	}
+	// The reaper reads EOF with the script still running, as when the
+	// proxy dies: the new reaper kills the script it was told of when it
+	// started.
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the running script to be killed by the new reaper", func() bool { return processGone(running) }, 10*time.Second)
+	<-done
+	waitFor(t, "the new reaper to say so", func() bool { return strings.Contains(said(), "sessions "+strconv.Itoa(running)+"\n") }, 10*time.Second)
+}
+
+func newSpecWith(t *testing.T, r *Reaper, body string) Spec {
+	spec := newSpec(t, body)
+	spec.Reaper = r
+	return spec
+}

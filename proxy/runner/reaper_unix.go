@@ -1,0 +1,235 @@
+//go:build !windows
+
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// reaperRetry is how long after a failed start of the reaper the next
+// script tries again: scripts meanwhile run without one.
+const reaperRetry = time.Minute
+
+// Reaper is the proxy side of the reaper process (see ServeReaper): it
+// starts the process at the first script, registers each script's session
+// with it and deregisters it once Run is done with it. A nil *Reaper does
+// nothing. Its methods are safe for concurrent use.
+type Reaper struct {
+	onError func(error)
+
+	mu      sync.Mutex
+	w       *os.File        // write end of the reaper's stdin; nil when none runs
+	wc      syscall.RawConn // w's, for writes that never wait
+	cmd     *exec.Cmd       // the running reaper, when w is set
+	exited  chan struct{}   // closed once cmd has been waited for
+	retryAt time.Time       // after a failed start: no new try before
+	live    map[int]uint64
+	// exe is the binary started in reaper mode: the proxy's own, which
+	// handles ReaperEnv first thing in main. A field so tests can point
+	// elsewhere.
+	exe func() (string, error)
+	// stderr is the reaper's: where the proxy's own stderr goes, which
+	// outlives the proxy. A field so tests can read it.
+	stderr *os.File
+}
+
+// NewReaper returns the reaper of this process's scripts; it starts no
+// process yet. Only a binary whose main serves ReaperEnv first (the proxy's)
+// may make one: the reaper is that binary run again. onError is told,
+// once per failure, when the reaper cannot be started or reached: scripts
+// then run without it (they outlive a proxy that dies).
+func NewReaper(onError func(error)) *Reaper {
+	if onError == nil {
+		onError = func(error) {}
+	}
+	return &Reaper{onError: onError, live: map[int]uint64{}, exe: os.Executable, stderr: os.Stderr}
+}
+
+// Close ends the reaper, if one runs: it reads EOF and exits, killing the
+// sessions still registered (none, once every Run has returned). It waits
+// for it a few seconds, then kills it.
+func (r *Reaper) Close() error {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stopLocked()
+}
+
+// stopLocked closes the pipe and reaps the reaper.
+func (r *Reaper) stopLocked() error {
+	if r.w == nil {
+		return nil
+	}
+	err := r.w.Close()
+	r.w, r.wc = nil, nil
+	select {
+	case <-r.exited:
+	case <-time.After(5 * time.Second):
+		_ = r.cmd.Process.Kill()
+		<-r.exited
+	}
+	r.cmd = nil
+	return err
+}
+
+// startLocked starts the reaper and registers with it the sessions
+// already live (those a reaper that died had registered). It returns an
+// error only for a failed start, which onError has not been told yet.
+func (r *Reaper) startLocked() error {
+	exe, err := r.exe()
+	if err != nil {
+		return fmt.Errorf("finding the proxy's executable: %w", err)
+	}
+	// Close-on-exec, both ends: no script inherits them.
+	rd, w, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("making its pipe: %w", err)
+	}
+	wc, err := w.SyscallConn()
+	if err != nil {
+		rd.Close()
+		w.Close()
+		return fmt.Errorf("making its pipe: %w", err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = []string{ReaperEnv + "=1"}
+	cmd.Dir = "/" // hold no directory of the proxy's busy
+	cmd.Stdin = rd
+	cmd.Stderr = r.stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = cmd.Start()
+	rd.Close() // only the reaper reads: EOF when the proxy dies, EPIPE when the reaper does
+	if err != nil {
+		w.Close()
+		return fmt.Errorf("starting %s: %w", exe, err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	r.w, r.wc, r.cmd, r.exited = w, wc, cmd, exited
+	for sid, start := range r.live {
+		if err := r.writeLocked(registration(sid, start)); err != nil {
+			return nil // the new one is gone already: the next script tries again
+		}
+	}
+	return nil
+}
+
+func registration(sid int, start uint64) []byte {
+	b := append([]byte("+ "), strconv.Itoa(sid)...)
+	b = append(b, ' ')
+	b = strconv.AppendUint(b, start, 10)
+	return append(b, '\n')
+}
+
+// writeLocked writes one line to the reaper. When that fails (the reaper
+// died: EPIPE; it stopped reading, stopped or stuck, and the pipe is full:
+// EAGAIN, at once, rather than hold up every script), it tells onError,
+// stops the reaper and returns the error.
+func (r *Reaper) writeLocked(line []byte) error {
+	var n int
+	var err error
+	if cerr := r.wc.Write(func(fd uintptr) bool {
+		n, err = unix.Write(int(fd), line)
+		return true // never wait: the pipe is non-blocking (os.Pipe)
+	}); cerr != nil {
+		err = cerr
+	}
+	if err == nil && n == len(line) {
+		return nil
+	}
+	if err == nil {
+		err = errors.New("short write")
+	}
+	r.onError(fmt.Errorf("the reaper of this proxy's scripts (pid %d) cannot be reached (%w); starting a new one", r.cmd.Process.Pid, err))
+	_ = r.cmd.Process.Kill()
+	_ = r.stopLocked()
+	return err
+}
+
+// prepare starts the reaper unless one runs, before a script is started,
+// so that the script is registered a moment after its fork.
+func (r *Reaper) prepare() {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ensureLocked()
+}
+
+// ensureLocked starts the reaper unless one runs, or a start failed less
+// than reaperRetry ago.
+func (r *Reaper) ensureLocked() {
+	if r.w != nil || time.Now().Before(r.retryAt) {
+		return
+	}
+	if err := r.startLocked(); err != nil {
+		r.retryAt = time.Now().Add(reaperRetry)
+		r.onError(fmt.Errorf("starting the reaper that kills this proxy's scripts if the proxy dies: %w; scripts run without it, and outlive a proxy that dies (trying again in %v)", err, reaperRetry))
+	}
+}
+
+// register tells the reaper of the session the script pid leads. Run calls
+// it before it waits for the script, so the pid cannot have been reused
+// yet. It returns the deregistration, for when Run is done with the
+// session (its tree killed, the script reaped).
+func (r *Reaper) register(pid int) (deregister func()) {
+	if r == nil {
+		return func() {}
+	}
+	start, err := processStartTime(pid)
+	if err != nil {
+		start = 0 // no /proc: the reaper cannot check for a reused pid
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ensureLocked()
+	r.live[pid] = start
+	if r.w != nil && r.writeLocked(registration(pid, start)) != nil {
+		r.ensureLocked() // a new one, told of every live session, this one too
+	}
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		delete(r.live, pid)
+		if r.w != nil && r.writeLocked(append(append([]byte("- "), strconv.Itoa(pid)...), '\n')) != nil && len(r.live) > 0 {
+			r.ensureLocked() // for the sessions still live
+		}
+	}
+}
+
+// ignoreStopSignals keeps the reaper running when the proxy is asked to
+// stop: it ends when the proxy does.
+func ignoreStopSignals() {
+	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+}
+
+// reapSession kills the process tree of session sid, registered with its
+// leader's start time, unless the leader's pid now belongs to another
+// process (a different start time). A session whose leader is gone may
+// still have members, found by the session id, which cannot be reused
+// while one lives. It reports whether it killed (or tried to).
+func reapSession(sid int, start uint64) (bool, error) {
+	if start != 0 {
+		if now, err := processStartTime(sid); err == nil && now != start {
+			return false, nil // the pid was reused: no member of the script's session lives
+		}
+	}
+	t := &processTree{pgid: sid}
+	return true, errors.Join(t.kill(), t.killRest())
+}

@@ -1,0 +1,93 @@
+//go:build !windows
+
+package runner
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// deathTreeScript starts a background child in the script's group and one in a
+// group of its own (timeout(1)), writes the pids of all three to "$1/pids"
+// and waits.
+const deathTreeScript = `sleep 600 &
+a=$!
+timeout 600 sleep 600 &
+b=$!
+echo $$ $a $b > "$1/pids.tmp" && mv "$1/pids.tmp" "$1/pids"
+wait
+`
+
+// TestScriptsOfAProxyKilledWithSIGKILLAreKilled: guarantee 7 holds when
+// the proxy itself dies (SIGKILL, a crash, the OOM killer) while a script
+// runs: its reaper kills the script's whole tree, a descendant in a group
+// of its own included, instead of leaving it to run past its deadline.
+func TestScriptsOfAProxyKilledWithSIGKILLAreKilled(t *testing.T) {
+	if _, err := exec.LookPath("timeout"); err != nil {
+		t.Skip("no timeout command")
+	}
+	dir := t.TempDir()
+	writeScript(t, dir, "s.sh", deathTreeScript)
+	log := filepath.Join(t.TempDir(), "proxy.log")
+	logf, err := os.Create(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	proxy := exec.Command(os.Args[0], "-test.run=^$")
+	proxy.Env = append(os.Environ(), proxyChildEnv+"="+dir)
+	proxy.Stdout, proxy.Stderr = logf, logf
+	if err := proxy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Process.Kill(); _ = proxy.Wait() })
+
+	waitFor(t, "the script to write its pids", func() bool { _, err := os.Stat(filepath.Join(dir, "pids")); return err == nil }, 10*time.Second)
+	pids := readPids(t, filepath.Join(dir, "pids"))
+	t.Cleanup(func() {
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	if err := proxy.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = proxy.Wait()
+	end := time.Now().Add(10 * time.Second)
+	for _, pid := range pids {
+		for !processGone(pid) {
+			if time.Now().After(end) {
+				data, _ := os.ReadFile(log)
+				t.Fatalf("10s after the proxy was SIGKILLed, process %d of its script's tree (script, child, child under timeout: %v) still runs; the proxy's log:\n%s", pid, pids, data)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitFor(t, "the reaper to say what it killed", func() bool {
+		data, _ := os.ReadFile(log)
+		return strings.Contains(string(data), fmt.Sprintf("killed the process trees of sessions %d\n", pids[0]))
+	}, 10*time.Second)
+}
+
+func readPids(t *testing.T, path string) []int {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(data)) {
+		var pid int
+		if _, err := fmt.Sscan(f, &pid); err != nil || pid <= 1 {
+			t.Fatalf("%s holds %q", path, data)
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}

@@ -1,0 +1,22 @@
+//go:build windows
+
+package runner
+
+// Reaper does nothing on windows: each script's job object is closed when
+// the proxy dies, however it dies, which kills the script's tree.
+type Reaper struct{}
+
+// NewReaper returns a Reaper that starts no process.
+func NewReaper(func(error)) *Reaper { return &Reaper{} }
+
+// Close does nothing.
+func (*Reaper) Close() error { return nil }
+
+func (*Reaper) prepare() {}
+
+func (*Reaper) register(int) (deregister func()) { return func() {} }
+
+func ignoreStopSignals() {}
+
+// reapSession is never needed: no reaper is started on windows.
+func reapSession(int, uint64) (bool, error) { return false, nil }
