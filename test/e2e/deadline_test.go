@@ -70,6 +70,38 @@ exec sleep 300`)
 	}
 }
 
+// Guarantee 7 when the proxy itself dies (SIGKILL, a crash, the OOM
+// killer) while a script runs: its reaper kills the script's whole tree, a
+// child under timeout(1) (a group of its own) included, rather than leave
+// it running past its deadline, and says so in the proxy's log.
+func TestScriptOfAKilledProxyIsKilledWithItsChildren(t *testing.T) {
+	t.Parallel()
+	a := startAutomator(t)
+	cfg := a.createAccount(t, "acme")
+	scripts, dir := t.TempDir(), t.TempDir()
+	pids := filepath.Join(dir, "pids")
+	killPIDFilesAtCleanup(t, pids)
+	writeScript(t, scripts, "tree.sh", `sleep 300 &
+child=$!
+timeout 300 sleep 300 &
+echo $$ $child $! > "$1.tmp" && mv "$1.tmp" "$1"
+wait`)
+	p := startProxy(t, cfg, scripts, "a")
+	p.WaitPolling(t)
+
+	a.StartExec(t, "--account", "acme", "--timeout", "60s", "tree.sh", pids)
+	waitFor(t, 10*time.Second, "the script to start", func() bool { return exists(pids) })
+	tree := readPIDs(t, pids)
+	p.Kill(t)
+	if !poll(10*time.Second, func() bool { return allGone(tree) }) {
+		t.Fatalf("10s after its proxy was SIGKILLed, the script's tree (script, child, child under timeout: %v) still runs; "+
+			"the proxy's reaper (proxy/runner, ServeReaper) must kill it", tree)
+	}
+	waitFor(t, 10*time.Second, "the reaper to say so in the proxy's log", func() bool {
+		return strings.Contains(p.Log(), "killed the process trees of sessions "+strconv.Itoa(tree[0]))
+	})
+}
+
 // Guarantees 1 and 2: when the claimer dies, the unit is not handed to the
 // other instance; the caller gets the timeout at the deadline.
 //
