@@ -40,6 +40,12 @@
 //     of every process. Only a process that left the session (setsid, a
 //     daemon's double fork) survives: a script that must leave something
 //     running hands it to the service manager (systemctl, sc.exe) instead.
+//   - The tree is killed too when the proxy itself dies while the script
+//     runs (SIGKILL, a crash): on windows the job object dies with the
+//     proxy; on unix, given a Spec.Reaper, a reaper process of the proxy's
+//     own binary kills it (see ServeReaper and NewReaper). Only a proxy
+//     killed between the script's start and its registration with the
+//     reaper (microseconds), or while its reaper is dead, leaves it.
 //   - Each output stream keeps at most Limits.MaxOutput bytes; the rest is read
 //     and discarded so the script never blocks on a full pipe. A process that
 //     escaped the tree (setsid, a job breakaway) and holds the output pipes
