@@ -50,10 +50,14 @@ func TestScriptsOfAProxyKilledWithSIGKILLAreKilled(t *testing.T) {
 
 	waitFor(t, "the script to write its pids", func() bool { _, err := os.Stat(filepath.Join(dir, "pids")); return err == nil }, 10*time.Second)
 	pids := readPids(t, filepath.Join(dir, "pids"))
+	if len(pids) != 3 {
+		t.Fatalf("the script wrote %v, want 3 pids", pids)
+	}
 	t.Cleanup(func() {
 		for _, pid := range pids {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
+		_ = syscall.Kill(-pids[2], syscall.SIGKILL) // timeout(1)'s group, its child too
 	})
 	if err := proxy.Process.Kill(); err != nil {
 		t.Fatal(err)

@@ -92,6 +92,11 @@ wait`)
 	a.StartExec(t, "--account", "acme", "--timeout", "60s", "tree.sh", pids)
 	waitFor(t, 10*time.Second, "the script to start", func() bool { return exists(pids) })
 	tree := readPIDs(t, pids)
+	if len(tree) != 3 {
+		t.Fatalf("pid file holds %v, want the script, its child and timeout(1)", tree)
+	}
+	// timeout(1)'s own child is not in the file: its group is.
+	t.Cleanup(func() { _ = syscall.Kill(-tree[2], syscall.SIGKILL) })
 	p.Kill(t)
 	if !poll(10*time.Second, func() bool { return allGone(tree) }) {
 		t.Fatalf("10s after its proxy was SIGKILLed, the script's tree (script, child, child under timeout: %v) still runs; "+
