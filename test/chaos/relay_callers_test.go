@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"sync/atomic"
@@ -89,7 +90,13 @@ func TestRelayHealthCheckSendsNewConnectionsPastATargetThatFailsIt(t *testing.T)
 					return
 				}
 				accepted[i] <- struct{}{}
-				c.Close()
+				// Held until the relay closes it: a target that closed it
+				// first would make the relay reset the dialler's end,
+				// perhaps before its dial had returned.
+				go func() {
+					_, _ = io.Copy(io.Discard, c)
+					c.Close()
+				}()
 			}
 		}()
 	}
