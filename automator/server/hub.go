@@ -56,6 +56,11 @@ type hub struct {
 	// runs: the latest poller of each run of an instance (account,
 	// instance, run id), for supersede.
 	runs map[[3]string]*poller
+	// latest: the highest poll number of each run heard of here, from its
+	// own polls or another replica's announcement (EventRunPolled),
+	// whether or not that poll still waits: a poll numbered at or below it
+	// that registers later is stale (poller). Bounded like checked.
+	latest map[[3]string]int64
 	// conns: the connection (its peer address) each run last polled on,
 	// when other replicas share the queue (newConnection).
 	conns map[[3]string]string
@@ -93,6 +98,7 @@ func newHub() *hub {
 		filling: make(map[string]*poller),
 		drained: make(map[string]time.Time),
 		runs:    make(map[[3]string]*poller),
+		latest:  make(map[[3]string]int64),
 		conns:   make(map[[3]string]string),
 	}
 }
@@ -275,9 +281,10 @@ type poller struct {
 // Polls are numbered (cp.Poll, when the proxy numbers them), because they
 // need not register in the order they were sent: a poll the proxy dropped
 // (one for no units, given up when a slot freed) may reach its handler
-// after the poll sent next. A poller numbered at or below the run's
-// registered one is that stale poll: it is superseded at once, and
-// supersedes nothing.
+// after the poll sent next, or after another replica told of a newer one
+// (supersedeRun). A poller numbered at or below the highest number of its
+// run heard of here, or its run's registered poller, is that stale poll:
+// it is superseded at once, and supersedes nothing.
 //
 // Units stored as its claims record cp, the poll they are claimed for.
 func (h *hub) poller(account, instance string, cp store.ClaimPoll, slots int, accepts func(time.Time, []byte) bool, silence func() time.Duration) *poller {
@@ -285,12 +292,13 @@ func (h *hub) poller(account, instance string, cp store.ClaimPoll, slots int, ac
 	if cp.Run != "" {
 		h.mu.Lock()
 		key := [3]string{account, instance, cp.Run}
-		if !h.supersedeLocked(key, cp.Poll) {
+		if cp.Poll != 0 && cp.Poll <= h.latest[key] || !h.supersedeLocked(key, cp.Poll) {
 			p.superseded.Store(true)
 			h.mu.Unlock()
 			return p
 		}
 		h.runs[key] = p
+		h.noteLatestLocked(key, cp.Poll)
 		h.mu.Unlock()
 	}
 	p.rearm()
@@ -306,7 +314,22 @@ func (h *hub) supersedeRun(account, instance, run string, seq int64) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.supersedeLocked([3]string{account, instance, run}, seq)
+	key := [3]string{account, instance, run}
+	h.supersedeLocked(key, seq)
+	// A stale poll of the run may register here only now: it must not
+	// wait either.
+	h.noteLatestLocked(key, seq)
+}
+
+// noteLatestLocked records that run key made poll seq (0: not numbered).
+func (h *hub) noteLatestLocked(key [3]string, seq int64) {
+	if seq == 0 || seq <= h.latest[key] {
+		return
+	}
+	if len(h.latest) >= maxChecked {
+		clear(h.latest)
+	}
+	h.latest[key] = seq
 }
 
 // supersedeLocked supersedes the registered poller of run key, unless both

@@ -214,3 +214,42 @@ func TestAStalePollRegisteredLateSupersedesNothing(t *testing.T) {
 		t.Errorf("the poll superseded by a newer one on another replica: %v, %v; want an empty answer", r.resp, r.err)
 	}
 }
+
+// TestAPollOlderThanOneHeardOfEarlierEndsAtOnce: a poll of a run may reach
+// this replica only after a newer poll of the run was heard of, and ended:
+// answered here, or announced by another replica before the stale poll
+// registered. It is stale all the same: it ends at once with nothing
+// instead of holding, for its whole window, a poll whose connection is
+// dead; a newer poll of the run still waits.
+func TestAPollOlderThanOneHeardOfEarlierEndsAtOnce(t *testing.T) {
+	b := newRecordingBroadcaster()
+	e := newEnv(t, envOptions{pollWindow: time.Hour, broadcaster: b})
+	px := e.proxyClient()
+	if resp, err := pollNumbered(t.Context(), px, "host-a", "run-1", 5, 0, 1, 0); err != nil || len(resp.GetClaims()) != 0 {
+		t.Fatalf("poll 5: %v, %v; want an empty answer", resp, err)
+	}
+	b.incoming <- server.Event{Kind: server.EventRunPolled, Account: e.account, InstanceID: "host-a", RunID: "run-2", PollSeq: 3}
+	b.incoming <- server.Event{Kind: server.EventWorkQueued, Account: "nobody"} // taken once the one before was applied
+	ctx, cancel := context.WithTimeout(t.Context(), waittest.Bound)
+	defer cancel()
+	for _, p := range []struct {
+		run string
+		seq uint64
+	}{{"run-1", 4}, {"run-1", 5}, {"run-2", 2}, {"run-2", 3}} {
+		resp, err := pollNumbered(ctx, px, "host-a", p.run, p.seq, 0, 1, time.Hour)
+		if err != nil || len(resp.GetClaims()) != 0 {
+			t.Errorf("stale poll %d of %s: %v, %v; want an empty answer at once", p.seq, p.run, resp, err)
+		}
+	}
+	newer := make(chan pollResult, 1)
+	go func() {
+		resp, err := pollNumbered(t.Context(), e.proxyClient(), "host-a", "run-2", 4, 0, 1, time.Minute)
+		newer <- pollResult{resp, err}
+	}()
+	e.awaitWaiting(1)
+	st := submit(t, e.callerClient(), e.account, time.Hour)
+	r := waittest.Recv(t, newer, "the newer poll to be handed the unit")
+	if r.err != nil || len(r.resp.GetClaims()) != 1 || r.resp.GetClaims()[0].GetWorkId() != st.GetWorkId() {
+		t.Errorf("the newer poll: %v, %v; want the unit %s", r.resp, r.err, st.GetWorkId())
+	}
+}
