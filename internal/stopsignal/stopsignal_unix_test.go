@@ -38,6 +38,13 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if signal.Ignored(syscall.SIGHUP) {
+		// Run with SIGHUP ignored (under nohup, or a CI runner that
+		// ignores it), the commands these tests start would inherit it,
+		// and never stop on one: catching it here (and dropping it, as
+		// ignoring did) starts them with its default instead.
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
+	}
 	os.Exit(m.Run())
 }
 
