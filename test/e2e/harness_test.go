@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -38,6 +39,13 @@ func runTests(m *testing.M) int {
 	}
 	defer os.RemoveAll(b.Dir)
 	bin.automator, bin.proxy = b.Automator, b.Proxy
+	if signal.Ignored(syscall.SIGHUP) {
+		// Run with SIGHUP ignored (under nohup, or a runner that ignores
+		// it), the commands started here would inherit it, and exec would
+		// not stop on the one TestExecExitCodes sends: catching it here
+		// (and dropping it, as ignoring did) starts them with its default.
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
+	}
 	return proctest.NoLeaks("e2e", m.Run())
 }
 
