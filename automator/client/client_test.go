@@ -107,6 +107,12 @@ func TestTypedErrors(t *testing.T) {
 	})
 
 	t.Run("failed", func(t *testing.T) {
+		// An automator of its own: the poll its proxy has pending when
+		// stopped may still be waiting on the automator's side (until the
+		// cancel reaches it), and would take the next unit queued there,
+		// whose answer nobody then reads.
+		a := automatortest.Start(t, automatortest.Options{})
+		c := newClient(t, a)
 		p := a.StartProxy(t, automatortest.ProxyOptions{InstanceID: "a", ScriptsDir: t.TempDir()})
 		p.WaitPolling(t)
 		_, err := c.ExecuteOnProxy(waittest.Context(t, "ExecuteOnProxy of a script not deployed to return its failure"), a.Account, client.Command{Script: "not-deployed.sh"}, client.WithTimeout(30*time.Second))
