@@ -34,6 +34,13 @@ type Reaper struct {
 	exited  chan struct{}   // closed once cmd has been waited for
 	retryAt time.Time       // after a failed start: no new try before
 	live    map[int]uint64
+	// gone holds the deregistrations not yet written: they go with the
+	// next registration, in its write, so that a script costs the reaper
+	// one wake-up, not two (a session left registered a while after it
+	// ended is harmless: reapSession finds nothing of it, and a reused pid
+	// has another start time). Close writes them first, and so does a
+	// write once they reach maxGone bytes.
+	gone []byte
 	// exe is the binary started in reaper mode: the proxy's own, which
 	// handles ReaperEnv first thing in main. A field so tests can point
 	// elsewhere.
@@ -79,10 +86,22 @@ func (r *Reaper) Close() error {
 	return r.stopLocked()
 }
 
+// maxGone bounds Reaper.gone: well under PIPE_BUF (4096), so that it and a
+// registration go in one write, which a pipe never splits.
+const maxGone = 2048
+
 // stopLocked closes the pipe and reaps the reaper.
 func (r *Reaper) stopLocked() error {
 	if r.w == nil {
 		return nil
+	}
+	if len(r.gone) > 0 {
+		// Best effort: else the reaper looks for those sessions in vain.
+		gone := r.gone
+		r.gone = nil
+		if r.writeLocked(gone) != nil {
+			return nil // writeLocked stopped it
+		}
 	}
 	err := r.w.Close()
 	r.w, r.wc = nil, nil
@@ -133,6 +152,7 @@ func (r *Reaper) startLocked() error {
 		close(exited)
 	}()
 	r.w, r.wc, r.cmd, r.exited = w, wc, cmd, exited
+	r.gone = nil // the new one was told of none of those
 	for sid, start := range r.live {
 		if err := r.writeLocked(registration(sid, start)); err != nil {
 			return nil // the new one is gone already: the next script tries again
@@ -212,14 +232,27 @@ func (r *Reaper) register(pid int) (deregister func()) {
 	defer r.mu.Unlock()
 	r.ensureLocked()
 	r.live[pid] = start
-	if r.w != nil && r.writeLocked(registration(pid, start)) != nil {
-		r.ensureLocked() // a new one, told of every live session, this one too
+	if r.w != nil {
+		line := append(r.gone, registration(pid, start)...)
+		r.gone = nil
+		if r.writeLocked(line) != nil {
+			r.ensureLocked() // a new one, told of every live session, this one too
+		}
 	}
 	return func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		delete(r.live, pid)
-		if r.w != nil && r.writeLocked(append(append([]byte("- "), strconv.Itoa(pid)...), '\n')) != nil && len(r.live) > 0 {
+		if r.w == nil {
+			return
+		}
+		r.gone = append(append(append(r.gone, "- "...), strconv.Itoa(pid)...), '\n')
+		if len(r.gone) < maxGone {
+			return // written with the next registration, or by Close
+		}
+		gone := r.gone
+		r.gone = nil
+		if r.writeLocked(gone) != nil && len(r.live) > 0 {
 			r.ensureLocked() // for the sessions still live
 		}
 	}
