@@ -95,13 +95,18 @@ func (p *page) do(actions ...chromedp.Action[chromedp.Void]) {
 // text is the visible text of the first element matching sel.
 func (p *page) text(sel string) string {
 	p.t.Helper()
-	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
-	defer cancel()
-	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+	s, err := p.tryText(sel)
 	if err != nil {
 		p.t.Fatalf("reading the text of %s: %v", sel, err)
 	}
 	return s
+}
+
+// tryText is text, with the error of a read that failed.
+func (p *page) tryText(sel string) (string, error) {
+	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	defer cancel()
+	return chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
 }
 
 // eval evaluates a JavaScript expression.
@@ -117,8 +122,10 @@ func eval[T any](p *page, expr string) T {
 // wantText fails unless the element's text holds every string of want.
 //
 // A live page's content is replaced whenever the server sends it again
-// (live.js), and the element read in that instant can read empty: the text
-// is read again until it holds every want, for up to 10 s.
+// (live.js), and the element read in that instant can read empty, or be
+// gone between being found and being read ("No node with given id
+// found"): the text is read again until it holds every want, for up to
+// 10 s.
 func (p *page) wantText(sel string, want ...string) {
 	p.t.Helper()
 	holds := func(got string) bool {
@@ -129,9 +136,12 @@ func (p *page) wantText(sel string, want ...string) {
 		}
 		return true
 	}
-	got := p.text(sel)
-	for end := time.Now().Add(10 * time.Second); !holds(got) && time.Now().Before(end); got = p.text(sel) {
+	got, err := p.tryText(sel)
+	for end := time.Now().Add(10 * time.Second); (err != nil || !holds(got)) && time.Now().Before(end); got, err = p.tryText(sel) {
 		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		p.t.Fatalf("reading the text of %s: %v", sel, err)
 	}
 	for _, w := range want {
 		if !strings.Contains(got, w) {
