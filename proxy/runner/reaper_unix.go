@@ -59,19 +59,7 @@ func NewReaper(onError func(error)) *Reaper {
 	if onError == nil {
 		onError = func(error) {}
 	}
-	return &Reaper{onError: onError, live: map[int]uint64{}, exe: runningBinary, stderr: os.Stderr}
-}
-
-// runningBinary is the binary this process runs: /proc/self/exe where it
-// exists, which names that binary even once an upgrade has replaced or
-// removed its file (the reaper is then still the build that talks to it);
-// os.Executable, the file by its name, elsewhere.
-func runningBinary() (string, error) {
-	const self = "/proc/self/exe"
-	if _, err := os.Stat(self); err == nil {
-		return self, nil
-	}
-	return os.Executable()
+	return &Reaper{onError: onError, live: map[int]uint64{}, exe: os.Executable, stderr: os.Stderr}
 }
 
 // Close ends the reaper, if one runs: it reads EOF and exits, killing the

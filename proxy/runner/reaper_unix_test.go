@@ -29,22 +29,6 @@ wait
 // runs: its reaper kills the script's whole tree, a descendant in a group
 // of its own included, instead of leaving it to run past its deadline.
 func TestScriptsOfAProxyKilledWithSIGKILLAreKilled(t *testing.T) {
-	testScriptsOfAKilledProxyAreKilled(t, false)
-}
-
-// TestTheReaperIsTheProxysOwnBuildOnceItsFileIsReplaced: an upgrade
-// replaces the proxy's binary while the old proxy runs on; the reaper that
-// proxy starts afterwards is still its own build (the running binary,
-// /proc/self/exe), not whatever file now has its name, and still kills
-// the scripts of the proxy when it dies.
-func TestTheReaperIsTheProxysOwnBuildOnceItsFileIsReplaced(t *testing.T) {
-	if _, err := os.Stat("/proc/self/exe"); err != nil {
-		t.Skip("no /proc/self/exe")
-	}
-	testScriptsOfAKilledProxyAreKilled(t, true)
-}
-
-func testScriptsOfAKilledProxyAreKilled(t *testing.T, replaceBinary bool) {
 	if _, err := exec.LookPath("timeout"); err != nil {
 		t.Skip("no timeout command")
 	}
@@ -56,37 +40,13 @@ func testScriptsOfAKilledProxyAreKilled(t *testing.T, replaceBinary bool) {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	bin := os.Args[0]
-	if replaceBinary {
-		bin = filepath.Join(t.TempDir(), "proxy")
-		data, err := os.ReadFile(os.Args[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(bin, data, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	proxy := exec.Command(bin, "-test.run=^$")
-	proxy.Env = append(os.Environ(), proxyChildEnv+"="+dir, proxyChildWaitEnv+"=1")
+	proxy := exec.Command(os.Args[0], "-test.run=^$")
+	proxy.Env = append(os.Environ(), proxyChildEnv+"="+dir)
 	proxy.Stdout, proxy.Stderr = logf, logf
 	if err := proxy.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = proxy.Process.Kill(); _ = proxy.Wait() })
-	if replaceBinary {
-		// As an upgrade does: a new file in the old one's place.
-		next := bin + ".new"
-		if err := os.WriteFile(next, []byte("#!/bin/sh\necho not the proxy that started me >&2\nexit 3\n"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(next, bin); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
 
 	waitFor(t, "the script to write its pids", func() bool { _, err := os.Stat(filepath.Join(dir, "pids")); return err == nil }, 10*time.Second)
 	pids := readPids(t, filepath.Join(dir, "pids"))
