@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -15,17 +14,13 @@ import (
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/proxy/service"
 )
 
 // newLogger logs to w as text, or as one JSON object per line when format
-// is "json" (log collectors).
-func newLogger(w io.Writer, format string) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: slog.LevelInfo}
-	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
-}
+// is "json" (log collectors): the proxy's logger, so both programs' lines
+// read alike.
+var newLogger = service.NewLogger
 
 // pinger is the store check behind /readyz.
 type pinger interface {
