@@ -39,6 +39,7 @@ type markerRelay struct {
 	held   bool              // hang: the marker passed
 	deaf   map[net.Conn]bool // deafen: the store's sides of the connections made deaf
 	conns  []net.Conn
+	closed bool // close ran: a connection accepted meanwhile is closed at once
 }
 
 func startMarkerRelay(t *testing.T, dsn string, mode relayMode) *markerRelay {
@@ -66,6 +67,14 @@ func startMarkerRelay(t *testing.T, dsn string, mode relayMode) *markerRelay {
 				continue
 			}
 			r.mu.Lock()
+			if r.closed {
+				// Accepted just before close: no goroutine of the relay
+				// outlives the test.
+				r.mu.Unlock()
+				c.Close()
+				s.Close()
+				return
+			}
 			r.conns = append(r.conns, c, s)
 			r.mu.Unlock()
 			go r.toStore(c, s)
@@ -152,6 +161,7 @@ func (r *markerRelay) close() {
 	r.lis.Close()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.closed = true
 	for _, c := range r.conns {
 		c.Close()
 	}
