@@ -62,13 +62,11 @@ func serviceCommand(verb string, args []string, env Env) error {
 			fmt.Fprintf(env.Stdout, "Started service %s.\n", *name)
 		}
 	case "stop":
-		before, qerr := service.Query(*name)
-		if err := service.Stop(*name); err != nil {
+		wasRunning, err := service.StopReported(*name)
+		if err != nil {
 			return err
 		}
-		if qerr == nil && before.Installed && !before.Running {
-			// A stop of a stopped service succeeds and changes nothing:
-			// say so, not that it stopped.
+		if !wasRunning {
 			fmt.Fprintf(env.Stdout, "Service %s is not running: nothing to stop.\n", *name)
 			break
 		}

@@ -359,14 +359,11 @@ func cmdControl(verb string, args []string, env Env) error {
 			fmt.Fprintf(env.Stdout, "Started service %s; it has not polled the automator yet. `proxy status --name %s` tells when it does, and where its log is.\n", *name, *name)
 		}
 	case "stop":
-		before, qerr := service.Query(*name)
-		if err := service.Stop(*name); err != nil {
+		wasRunning, err := service.StopReported(*name)
+		if err != nil {
 			return err
 		}
-		if qerr == nil && before.Installed && !before.Running && before.Detail != service.DetailStopping {
-			// A stop of a stopped service succeeds and changes nothing:
-			// say so, not that it stopped. (One that was stopping
-			// already, on Windows, was waited for: it stopped.)
+		if !wasRunning {
 			fmt.Fprintf(env.Stdout, "Service %s is not running: nothing to stop.\n", *name)
 			break
 		}

@@ -88,6 +88,18 @@ func Stop(name string) error {
 	return nil
 }
 
+// StopReported is Stop, and says whether the service was running (or
+// stopping, on Windows, and waited for): a stop of a stopped service
+// succeeds and changes nothing, which the commands say rather than that
+// they stopped it.
+func StopReported(name string) (wasRunning bool, err error) {
+	before, qerr := Query(name)
+	if err := Stop(name); err != nil {
+		return false, err
+	}
+	return qerr != nil || !before.Installed || before.Running || before.Detail == DetailStopping, nil
+}
+
 // Query reports whether the service is installed, running and started at
 // boot. A service that is not installed is not an error.
 func Query(name string) (Status, error) {
