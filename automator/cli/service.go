@@ -50,8 +50,19 @@ func serviceCommand(verb string, args []string, env Env) error {
 	case "install":
 		return installService(*name, *dir, *userName, *manual, env)
 	case "start":
+		before, _ := service.Query(*name)
 		if err := service.Start(*name); err != nil {
 			return err
+		}
+		if before.Running {
+			// Nothing was started: say so, and how the serve already
+			// under way is doing, as the proxy's start does.
+			if s, ok, _ := waitServing(*name, serveStartWait); ok {
+				fmt.Fprintf(env.Stdout, "Service %s is already running: it serves gRPC on %s, HTTP on %s.\n", *name, s.GRPC, s.HTTP)
+			} else {
+				fmt.Fprintf(env.Stdout, "Service %s is already running, but it does not serve yet. `automator status --name %s` tells how it is doing, and where its log is.\n", *name, *name)
+			}
+			return nil
 		}
 		switch s, ok, known := waitServing(*name, serveStartWait); {
 		case ok:

@@ -65,6 +65,11 @@ func TestAutomatorServiceInstallStartStopUninstall(t *testing.T) {
 	if r := runCLI(bin.automator, "status", "--name", name); r.Code != 0 || !strings.Contains(r.Stdout, "running:        yes") {
 		t.Fatalf("status of the started service: %v", r)
 	}
+	// A start of the running service starts nothing, succeeds and says so,
+	// as the proxy's does.
+	if r := runCLI(bin.automator, "start", "--name", name); r.Code != 0 || r.Stdout != "Service "+name+" is already running: it serves gRPC on "+s.GRPC+", HTTP on "+s.HTTP+".\n" {
+		t.Fatalf("automator start of the running service: %v; want exit 0 saying it is already running", r)
+	}
 
 	if r := runCLI(bin.automator, "stop", "--name", name); r.Code != 0 {
 		t.Fatalf("automator stop: %v", r)
