@@ -32,6 +32,8 @@ func cmdAccountDelete(ctx context.Context, args []string, env Env) error {
 	defer d.st.Close()
 	st := d.st
 
+	// The deletion forgets them.
+	seen, seenErr := st.InstanceList(ctx, name)
 	now := time.Now()
 	reason := fmt.Sprintf("account %q was deleted", name)
 	del, err := st.AccountDelete(ctx, store.AccountDeleteParams{
@@ -65,6 +67,12 @@ func cmdAccountDelete(ctx context.Context, args []string, env Env) error {
 	fmt.Fprintf(env.Stdout, "units kept until the purge, listed as %q, unreadable for good: %d\n", del.Tombstone, del.Units)
 	fmt.Fprintf(env.Stdout, "API keys revoked (they could use only %s): %s\n", name, listOrNone(del.RevokedAPIKeys))
 	fmt.Fprintf(env.Stdout, "API keys that no longer name %s (they keep their other accounts): %s\n", name, listOrNone(del.NarrowedAPIKeys))
+	if seenErr == nil {
+		fmt.Fprintf(env.Stdout, "instances that polled with %s (their configs are refused from now on: uninstall them or give them another account's profile):\n", name)
+		writeSeenInstances(env.Stdout, seen, d.cfg.PollWindow, time.Now())
+	} else if !errors.Is(seenErr, store.ErrNotFound) {
+		fmt.Fprintf(env.Stderr, "automator: warning: the account's instances could not be listed before its deletion: %v\n", seenErr)
+	}
 	return nil
 }
 

@@ -64,6 +64,8 @@ func rotateAccount(ctx context.Context, d accountAdmin, name string, rotateKey b
 	if err != nil {
 		return err
 	}
+	// Read before the commit, as everything the printout needs.
+	seen, seenErr := st.InstanceList(ctx, name)
 	token, err := crypto.NewToken("opt_")
 	if err != nil {
 		return err
@@ -138,10 +140,16 @@ func rotateAccount(ctx context.Context, d accountAdmin, name string, rotateKey b
 		if rotateKey {
 			old = "the old token and key keep"
 		}
-		fmt.Fprintf(env.Stderr, "automator: account %q rotated; %s working until %s (--overlap %v): install this profile on every proxy of the account before then\n",
+		fmt.Fprintf(env.Stderr, "automator: account %q rotated; %s working until %s (--overlap %v): install this profile on every proxy of the account before then, stopped standbys included\n",
 			name, old, p.PreviousUntil.UTC().Format(time.RFC3339), overlap)
 	} else {
-		fmt.Fprintf(env.Stderr, "automator: account %q rotated with no overlap: proxies on the old profile, or on any earlier one, are refused from now on\n", name)
+		fmt.Fprintf(env.Stderr, "automator: account %q rotated with no overlap: proxies on the old profile, or on any earlier one, are refused from now on; install this profile on every proxy of the account, stopped standbys included\n", name)
+	}
+	if seenErr != nil {
+		fmt.Fprintf(env.Stderr, "automator: warning: the account's instances could not be listed (%v): see `automator instances --account %s`\n", seenErr, name)
+	} else {
+		fmt.Fprintf(env.Stderr, "automator: instances that polled with account %q:\n", name)
+		writeSeenInstances(env.Stderr, seen, d.cfg.PollWindow, time.Now())
 	}
 	return nil
 }

@@ -1,0 +1,33 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/server"
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+// writeSeenInstances lists, for the operator of a rotation or a deletion,
+// the instances that polled with the account: each runs a config that
+// holds its profile, the one just changed. Those not polling now are
+// marked, because they are the ones easily forgotten: a warm standby that
+// ran once (a failover, a test) and was stopped. A standby never started
+// has never polled and cannot be listed, which the note says.
+func writeSeenInstances(w io.Writer, list []store.Instance, pollWindow time.Duration, now time.Time) {
+	forgetDays := int(instanceForgetAfter / (24 * time.Hour))
+	if len(list) == 0 {
+		fmt.Fprintf(w, "  none has polled in the last %d days; a standby never started cannot be listed: check each host that holds the profile\n", forgetDays)
+		return
+	}
+	since := now.Add(-server.InstanceOnlineWithin(pollWindow))
+	for _, in := range list {
+		state := "polling"
+		if in.LastPollAt.Before(since) {
+			state = "NOT POLLING NOW (a stopped standby?): update its config too"
+		}
+		fmt.Fprintf(w, "  %s (host %s, version %s): last poll %s (%s), %s\n", in.InstanceID, in.Hostname, in.Version, utc(in.LastPollAt), ago(now, in.LastPollAt), state)
+	}
+	fmt.Fprintf(w, "  (an instance not polled for %d days is forgotten, and a standby never started is not listed: check each host that holds the profile)\n", forgetDays)
+}
