@@ -18,7 +18,7 @@ import (
 func writeSeenInstances(w io.Writer, list []store.Instance, pollWindow time.Duration, now time.Time) {
 	forgetDays := int(instanceForgetAfter / (24 * time.Hour))
 	if len(list) == 0 {
-		fmt.Fprintf(w, "  none has polled in the last %d days; a standby never started cannot be listed: check each host that holds the profile\n", forgetDays)
+		fmt.Fprintf(w, "  none has polled in the last %d days; a standby never started cannot be listed: run `proxy status` on each host that holds the profile (it asks the automator whether its config is current)\n", forgetDays)
 		return
 	}
 	since := now.Add(-server.InstanceOnlineWithin(pollWindow))
@@ -29,5 +29,5 @@ func writeSeenInstances(w io.Writer, list []store.Instance, pollWindow time.Dura
 		}
 		fmt.Fprintf(w, "  %s (host %s, version %s): last poll %s (%s), %s\n", in.InstanceID, in.Hostname, in.Version, utc(in.LastPollAt), ago(now, in.LastPollAt), state)
 	}
-	fmt.Fprintf(w, "  (an instance not polled for %d days is forgotten, and a standby never started is not listed: check each host that holds the profile)\n", forgetDays)
+	fmt.Fprintf(w, "  (an instance not polled for %d days is forgotten, and a standby never started is not listed: `proxy status` on each host that holds the profile says whether its config is current)\n", forgetDays)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/grpcwire"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -301,4 +303,16 @@ func callAttrs(ctx context.Context) []any {
 		attrs = append(attrs, "caller", c)
 	}
 	return attrs
+}
+
+// profileTrailer says how the token of a proxy call stands: the account's
+// current key id, and, for a previous token, the end of its overlap. Both
+// are the token holder's own account's. A proxy whose profile holds no key
+// of that id, or whose token ends, predates a rotation.
+func profileTrailer(t proxyToken) metadata.MD {
+	md := metadata.Pairs(grpcwire.TrailerKeyID, strconv.FormatUint(uint64(t.keyID), 10))
+	if !t.until.IsZero() {
+		md.Set(grpcwire.TrailerTokenUntil, t.until.UTC().Format(time.RFC3339Nano))
+	}
+	return md
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"sync"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -32,7 +33,14 @@ const maxCompleteBatch = 256
 // Complete records the outcome of a claim. The sealed result must open with
 // the account's key for this unit and the result direction; a result for a
 // unit that is already terminal is refused with FAILED_PRECONDITION.
+//
+// Its trailer tells the caller how its token stands (profileTrailer): a
+// Complete with no work_id, refused (INVALID_ARGUMENT) once authenticated,
+// claims, records and writes nothing, so `proxy status` checks with it
+// the profile of a proxy that is not running (a warm standby) without
+// making it look like a polling instance.
 func (p *ProxyService) Complete(ctx context.Context, req *automatorv1.CompleteRequest) (*automatorv1.CompleteResponse, error) {
+	_ = grpc.SetTrailer(ctx, profileTrailer(tokenFrom(ctx)))
 	if err := p.complete(ctx, req, "Complete"); err != nil {
 		return nil, err
 	}

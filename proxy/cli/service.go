@@ -589,6 +589,14 @@ func cmdStatus(args []string, env Env) error {
 			fmt.Fprintf(w, "config:         %s (valid: instance %s, automator %s, scripts %s)\n", cfgPath, cfg.InstanceID, cfg.AutomatorURL, cfg.ScriptsDir)
 		}
 	}
+	var check profileCheck
+	if cfgOK {
+		// A stopped standby's profile goes out of date without a sign
+		// (a rotation, a deleted account): it is asked now, not at
+		// failover.
+		check = checkProfile(context.Background(), cfg, now)
+		fmt.Fprintf(w, "automator:      %s\n", check.line)
+	}
 
 	statePath := filepath.Join(service.StateDir(*name), agent.StateFileName)
 	s, serr := agent.ReadState(statePath)
@@ -630,10 +638,17 @@ func cmdStatus(args []string, env Env) error {
 		fmt.Fprintf(w, "=> running since %s ago, and not polled the automator successfully yet: see its log if that lasts\n", ago(now, s.StartedAt))
 	case st.Running:
 		fmt.Fprintln(w, "=> running, but not polling the automator successfully: see its log")
+	case cfgOK && check.stale:
+		fmt.Fprintf(w, "=> stopped, and its config is out of date (automator: above): started, it would claim nothing once its token is refused; put the account's current profile in %s before a failover needs it\n", cfgPath)
+	case cfgOK && check.unreached:
+		fmt.Fprintf(w, "=> stopped and configured, but the automator is not reachable from here now: a failover to it would poll nothing until it is\n")
 	case cfgOK:
 		fmt.Fprintf(w, "=> stopped but configured (a warm standby): `proxy start --name %s` makes it poll\n", *name)
 	default:
 		fmt.Fprintln(w, "=> stopped, and its config needs attention before it can start")
+	}
+	if st.Running && check.stale {
+		fmt.Fprintf(w, "=> its config is out of date (automator: above): put the account's current profile in %s, then `proxy stop --name %s` and `proxy start --name %s`\n", cfgPath, *name, *name)
 	}
 	return nil
 }

@@ -128,3 +128,49 @@ func newStandby(t *testing.T, cfg string) *standby {
 		proxyCLI(t, "start", "--name", name)
 	}}
 }
+
+// TestStatusOfAStoppedStandbySaysWhenItsProfileWentStale: a warm standby
+// is installed and stopped; its account's token is then rotated, later
+// the account deleted. `proxy status` on the standby says so at once, not
+// at failover: it asks the automator with the service's config (over TLS,
+// with its CA and token), and without showing the standby as an instance
+// of the account. Its exit code stays 0 (the service is installed).
+func TestStatusOfAStoppedStandbySaysWhenItsProfileWentStale(t *testing.T) {
+	requireRoot(t)
+	a := startAutomator(t)
+	w := newWorkDir(t)
+	cfg := w.config(t, a.profile(t, "acme"), "standby", "instance_id: standby-b")
+	name := uniqueName(t)
+	install(t, name, cfg, "--manual-start")
+
+	status := proxyCLI(t, "status", "--name", name)
+	for _, want := range []string{"running:        no", "automator:      reached https://127.0.0.1:", "token accepted, current key 1 held", "=> stopped but configured (a warm standby)"} {
+		if !strings.Contains(status, want) {
+			t.Errorf("status of the standby with the current profile lacks %q:\n%s", want, status)
+		}
+	}
+
+	if r := runCLI(bin.automator, "account", "rotate-token", "acme", "--data-dir", a.DataDir, "--overlap", "1h"); r.Code != 0 {
+		t.Fatalf("rotate-token: %v", r)
+	}
+	status = proxyCLI(t, "status", "--name", name)
+	for _, want := range []string{"its token is a previous one, refused from ", "=> stopped, and its config is out of date"} {
+		if !strings.Contains(status, want) {
+			t.Errorf("status of the standby after a rotate-token with an overlap lacks %q:\n%s", want, status)
+		}
+	}
+
+	if r := runCLI(bin.automator, "instances", "--account", "acme", "--data-dir", a.DataDir); r.Code != 0 || strings.Contains(r.Stdout, "standby-b") {
+		t.Errorf("instances after the standby's status was checked: %v, want standby-b not listed (a check is no poll)", r)
+	}
+
+	if r := runCLI(bin.automator, "account", "delete", "acme", "--data-dir", a.DataDir); r.Code != 0 {
+		t.Fatalf("account delete: %v", r)
+	}
+	status = proxyCLI(t, "status", "--name", name)
+	for _, want := range []string{"token refused", "=> stopped, and its config is out of date"} {
+		if !strings.Contains(status, want) {
+			t.Errorf("status of the standby after its account was deleted lacks %q:\n%s", want, status)
+		}
+	}
+}

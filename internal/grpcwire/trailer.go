@@ -1,0 +1,12 @@
+package grpcwire
+
+// Keys of the trailer of ProxyService.Complete, which tells a proxy how its
+// token stands (a Complete with no work_id authenticates and does nothing
+// else: `proxy status` checks a profile with it).
+const (
+	// TrailerKeyID is the account's current key id, in decimal.
+	TrailerKeyID = "opsgate-key-id"
+	// TrailerTokenUntil is set when the call's token is a previous one
+	// (rotated, within its overlap): when it stops being accepted, RFC 3339.
+	TrailerTokenUntil = "opsgate-token-until"
+)

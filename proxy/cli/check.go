@@ -1,0 +1,100 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/opsgate/opsgate/internal/grpcwire"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+	"github.com/opsgate/opsgate/proxy/config"
+)
+
+// checkTimeout bounds `proxy status`'s check of the automator, connection
+// included: an automator out of reach makes status wait this long, no more.
+const checkTimeout = 5 * time.Second
+
+// profileCheck is what the automator says of a config's profile.
+type profileCheck struct {
+	// line is the answer, one line for status's "automator:" row.
+	line string
+	// stale says the profile is out of date: refused now (a rotated or
+	// deleted account, a CA the automator no longer uses), or soon (a
+	// previous token, a key the automator no longer hands out).
+	stale bool
+	// unreached says the automator did not answer (down, or no way to it
+	// from here), so nothing is known of the profile.
+	unreached bool
+}
+
+// checkProfile asks the automator whether it accepts the profile of cfg (a
+// valid config): reachable, its certificate signed by ca_cert, the token
+// accepted and current, the current key held. It authenticates with a
+// Complete that names no unit, which the automator refuses as malformed
+// once the token is accepted, and which claims, records and writes
+// nothing: a stopped standby checked does not appear as a polling
+// instance. It takes at most checkTimeout.
+func checkProfile(ctx context.Context, cfg config.Config, now time.Time) profileCheck {
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	conn, err := Dial(cfg)
+	if err != nil {
+		return profileCheck{line: fmt.Sprintf("not checked: %v", err)}
+	}
+	defer conn.Close()
+	var trailer metadata.MD
+	_, err = automatorv1.NewProxyServiceClient(conn).Complete(ctx, &automatorv1.CompleteRequest{}, grpc.Trailer(&trailer))
+	return judgeCheck(cfg, err, trailer, now)
+}
+
+// judgeCheck reads the answer to checkProfile's call.
+func judgeCheck(cfg config.Config, err error, trailer metadata.MD, now time.Time) profileCheck {
+	st := status.Convert(err)
+	switch st.Code() {
+	case codes.InvalidArgument:
+		// Authenticated, then refused for naming no unit: the token is
+		// accepted.
+	case codes.Unauthenticated:
+		return profileCheck{stale: true, line: fmt.Sprintf("token refused (%s): the account's token was rotated and its overlap has ended, or the account was deleted; install the account's current profile", st.Message())}
+	case codes.ResourceExhausted:
+		// Only a credential found wrong spends the address's budget of
+		// failures: a valid token is never refused so.
+		return profileCheck{stale: true, line: fmt.Sprintf("token refused, and this address is over its budget of failed authentications (%s); install the account's current profile", st.Message())}
+	case codes.Unavailable, codes.DeadlineExceeded:
+		msg := st.Message()
+		if strings.Contains(msg, "authentication handshake failed") {
+			return profileCheck{stale: true, line: fmt.Sprintf("the automator's certificate is not trusted by this config (ca_cert, pin_sha256): %s; install the account's current profile", msg)}
+		}
+		return profileCheck{unreached: true, line: fmt.Sprintf("not reached within %v: %s", checkTimeout, msg)}
+	case codes.OK:
+		return profileCheck{line: "answered a check that names no unit: not an automator this proxy knows"}
+	default:
+		return profileCheck{line: fmt.Sprintf("not checked: %s: %s", st.Code(), st.Message())}
+	}
+	held, _ := cfg.Keys() // valid
+	var problems []string
+	if v := trailer.Get(grpcwire.TrailerTokenUntil); len(v) > 0 {
+		if until, err := time.Parse(time.RFC3339Nano, v[0]); err == nil {
+			problems = append(problems, fmt.Sprintf("its token is a previous one, refused from %s (in %v)", until.UTC().Format(time.RFC3339), ago(until, now)))
+		}
+	}
+	current := " (this automator does not say whether the token and key are current: an older release)"
+	if v := trailer.Get(grpcwire.TrailerKeyID); len(v) > 0 {
+		current = ", current key " + v[0] + " held"
+		if id, err := strconv.ParseUint(v[0], 10, 32); err == nil && !slices.Contains(held.IDs(), uint32(id)) {
+			problems = append(problems, fmt.Sprintf("it lacks the account's current key %d (it holds %v)", id, held.IDs()))
+		}
+	}
+	if len(problems) > 0 {
+		return profileCheck{stale: true, line: "token accepted, but the config predates a rotation: " + strings.Join(problems, "; ") + "; install the account's current profile"}
+	}
+	return profileCheck{line: fmt.Sprintf("reached %s, token accepted%s", cfg.AutomatorURL, current)}
+}

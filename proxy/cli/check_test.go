@@ -1,0 +1,120 @@
+package cli
+
+import (
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/automatortest"
+	"github.com/opsgate/opsgate/automator/pki"
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/crypto"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+	"github.com/opsgate/opsgate/proxy/config"
+)
+
+// standbyConfig is the valid config of a standby of a's account.
+func standbyConfig(t *testing.T, a *automatortest.Automator, token string, key crypto.Key) config.Config {
+	t.Helper()
+	cfg := config.Config{
+		AutomatorURL: a.URL(),
+		Token:        token,
+		Key:          key.String(),
+		CACert:       string(a.CAPEM),
+		ScriptsDir:   t.TempDir(),
+		InstanceID:   "standby",
+	}
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// TestStatusCheckFindsAStaleStandbyProfile: `proxy status` asks the
+// automator, over TLS with the config's CA and token, whether a stopped
+// standby's profile still works, so that an operator learns of a rotation
+// or a new CA before a failover does: a current profile passes; a token
+// rotated with an overlap, a token refused, a key the account no longer
+// has as current, and a CA that did not sign the automator's certificate
+// each say the config is out of date; an automator out of reach says
+// nothing is known. The check claims nothing and records no instance: a
+// standby checked does not look like one polling.
+func TestStatusCheckFindsAStaleStandbyProfile(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	ctx := t.Context()
+	now := time.Now()
+
+	current := checkProfile(ctx, standbyConfig(t, a, a.Token, a.Key), now)
+	if current.stale || current.unreached || !strings.Contains(current.line, "token accepted, current key 1 held") {
+		t.Errorf("check of the current profile: %+v, want it accepted with key 1", current)
+	}
+
+	otherKey, err := crypto.NewKey(7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := checkProfile(ctx, standbyConfig(t, a, a.Token, otherKey), now); !c.stale || !strings.Contains(c.line, "current key 1") {
+		t.Errorf("check of a profile without the current key: %+v, want it out of date, naming key 1", c)
+	}
+
+	bogus, err := crypto.NewToken("opt_")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := checkProfile(ctx, standbyConfig(t, a, bogus, a.Key), now); !c.stale || !strings.Contains(c.line, "token refused") {
+		t.Errorf("check of a profile with a token the automator does not know: %+v, want it refused", c)
+	}
+
+	otherCA, err := pki.NewCA("another automator", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := standbyConfig(t, a, a.Token, a.Key)
+	cfg.CACert = string(otherCA.CertPEM)
+	if c := checkProfile(ctx, cfg, now); !c.stale || !strings.Contains(c.line, "not trusted") {
+		t.Errorf("check of a profile whose CA did not sign the automator's certificate: %+v, want it untrusted", c)
+	}
+
+	// rotate-token with an overlap: the old token works for an hour more.
+	newToken, err := crypto.NewToken("opt_")
+	if err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(time.Hour)
+	if _, err := a.Store.AccountRotate(ctx, store.AccountRotateParams{Name: a.Account, TokenHash: crypto.HashToken(newToken), PreviousUntil: until, Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	old := checkProfile(ctx, standbyConfig(t, a, a.Token, a.Key), time.Now())
+	if !old.stale || !strings.Contains(old.line, "previous one, refused from "+until.UTC().Format(time.RFC3339)) {
+		t.Errorf("check of the profile before a rotate-token with an overlap: %+v, want it out of date, refused from %s", old, until.UTC().Format(time.RFC3339))
+	}
+	if c := checkProfile(ctx, standbyConfig(t, a, newToken, a.Key), time.Now()); c.stale || c.unreached {
+		t.Errorf("check of the rotated profile: %+v, want it accepted", c)
+	}
+
+	// An automator out of reach: a port nothing listens on.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+	cfg = standbyConfig(t, a, a.Token, a.Key)
+	cfg.AutomatorURL = "https://" + closed
+	if c := checkProfile(ctx, cfg, time.Now()); c.stale || !c.unreached {
+		t.Errorf("check with the automator out of reach: %+v, want unreached, not out of date", c)
+	}
+
+	list, err := automatorv1.NewAutomatorServiceClient(a.CallerConn(t)).ListInstances(ctx, &automatorv1.ListInstancesRequest{Account: a.Account})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(list.GetInstances()); n != 0 {
+		t.Errorf("after the checks the automator lists %d instances (%v), want none: a check is no poll", n, list.GetInstances())
+	}
+	if n := a.CountWork(t); n != 0 {
+		t.Errorf("after the checks the store holds %d units, want none", n)
+	}
+}
