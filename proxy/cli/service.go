@@ -591,6 +591,13 @@ func cmdStatus(args []string, env Env) error {
 	}
 	var check profileCheck
 	if cfgOK {
+		// A standby must run what the active instance runs: the digest
+		// is the same on both when their scripts are.
+		if n, digest, err := scriptsDigest(cfg.ScriptsDir); err != nil {
+			fmt.Fprintf(w, "scripts:        %s: %v\n", cfg.ScriptsDir, err)
+		} else {
+			fmt.Fprintf(w, "scripts:        %d runnable in %s, digest %s (the same on each instance that runs the same scripts)\n", n, cfg.ScriptsDir, digest)
+		}
 		// A stopped standby's profile goes out of date without a sign
 		// (a rotation, a deleted account): it is asked now, not at
 		// failover.

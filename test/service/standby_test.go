@@ -144,7 +144,8 @@ func TestStatusOfAStoppedStandbySaysWhenItsProfileWentStale(t *testing.T) {
 	install(t, name, cfg, "--manual-start")
 
 	status := proxyCLI(t, "status", "--name", name)
-	for _, want := range []string{"running:        no", "automator:      reached https://127.0.0.1:", "token accepted, current key 1 held", "=> stopped but configured (a warm standby)"} {
+	for _, want := range []string{"running:        no", "automator:      reached https://127.0.0.1:", "token accepted, current key 1 held", "=> stopped but configured (a warm standby)",
+		"scripts:        2 runnable in " + w.scripts + ", digest "} {
 		if !strings.Contains(status, want) {
 			t.Errorf("status of the standby with the current profile lacks %q:\n%s", want, status)
 		}
