@@ -646,7 +646,7 @@ func cmdStatus(args []string, env Env) error {
 	case st.Running:
 		fmt.Fprintln(w, "=> running, but not polling the automator successfully: see its log")
 	case cfgOK && check.stale:
-		fmt.Fprintf(w, "=> stopped, and its config is out of date (automator: above): started, it would claim nothing once its token is refused; put the account's current profile in %s before a failover needs it\n", cfgPath)
+		fmt.Fprintf(w, "=> stopped, and its config is out of date (automator: above): started, it would claim nothing, now or once its token's overlap ends; put the account's current profile in %s before a failover needs it\n", cfgPath)
 	case cfgOK && check.unreached:
 		fmt.Fprintf(w, "=> stopped and configured, but the automator is not reachable from here now: a failover to it would poll nothing until it is\n")
 	case cfgOK:
