@@ -34,13 +34,16 @@ const maxCompleteBatch = 256
 // the account's key for this unit and the result direction; a result for a
 // unit that is already terminal is refused with FAILED_PRECONDITION.
 //
-// Its trailer tells the caller how its token stands (profileTrailer): a
-// Complete with no work_id, refused (INVALID_ARGUMENT) once authenticated,
-// claims, records and writes nothing, so `proxy status` checks with it
-// the profile of a proxy that is not running (a warm standby) without
-// making it look like a polling instance.
+// A Complete with no work_id, refused (INVALID_ARGUMENT) once
+// authenticated, claims, records and writes nothing, so `proxy status`
+// checks with it the profile of a proxy that is not running (a warm
+// standby) without making it look like a polling instance: its trailer
+// tells the caller how its token stands (profileTrailer). Real results do
+// not pay for the trailer.
 func (p *ProxyService) Complete(ctx context.Context, req *automatorv1.CompleteRequest) (*automatorv1.CompleteResponse, error) {
-	_ = grpc.SetTrailer(ctx, profileTrailer(tokenFrom(ctx)))
+	if req.GetWorkId() == "" {
+		_ = grpc.SetTrailer(ctx, profileTrailer(tokenFrom(ctx)))
+	}
 	if err := p.complete(ctx, req, "Complete"); err != nil {
 		return nil, err
 	}
