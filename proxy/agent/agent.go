@@ -158,8 +158,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	// until they are over.
 	listenCtx, stopListening := context.WithCancel(context.Background())
 	listened := make(chan struct{})
-	go func() { defer close(listened); a.hearEnds(listenCtx, seq, lostFrom) }()
-	defer func() { stopListening(); <-listened }()
+	go func() { defer close(listened); seq, lostFrom = a.hearEnds(listenCtx, seq, lostFrom) }()
+	defer func() {
+		stopListening()
+		<-listened
+		if lostFrom != 0 {
+			a.log.Warn("stopped without telling the automator of polls whose answers were never read: units it claimed for them time out at their deadline",
+				"run_id", a.run, "lost_from", lostFrom, "poll_seq", seq)
+		}
+	}()
 	if n := a.inFlight(); n > 0 {
 		a.log.Info("stopping: waiting for running units", "running", n, "grace_period", a.o.GracePeriod)
 	}
@@ -234,7 +241,16 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
 		dropped := err != nil && pctx.Err() != nil && ctx.Err() == nil && n == 0
 		cancel()
 		if ctx.Err() != nil && err != nil {
-			return
+			// Stopped while the poll waited. One that asked for units
+			// may have been handed some (stored as claimed by this
+			// instance) in an answer that crossed the cancel and is
+			// never read: the stop reports it (hearEnds), so they fail
+			// now rather than time out. A poll for no units claims
+			// nothing.
+			if n > 0 && lostFrom == 0 {
+				lostFrom = seq
+			}
+			return seq, lostFrom
 		}
 		// An answer that came as the proxy was asked to stop is still
 		// read: its claims are this instance's, and no other runs them.
@@ -293,26 +309,50 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
 	return seq, lostFrom
 }
 
+// reportLostWithin bounds the poll a stopping agent makes to report the
+// polls whose answers it never read (lost_from), when nothing else polls:
+// an unreachable automator must not hold the stop up.
+const reportLostWithin = 5 * time.Second
+
 // hearEnds polls for no units while the agent stops, until ctx is done,
 // and kills the running units the automator says ended (cancelled, timed
 // out): a stopping proxy claims nothing more, but a cancel of a unit it
 // runs must still kill the script (a poll for no units claims nothing).
 // Polls go on numbering from seq, reporting lostFrom until one is
 // answered. Errors back off quietly: the stop is already logged.
-func (a *Agent) hearEnds(ctx context.Context, seq, lostFrom uint64) {
+//
+// With lostFrom set (a poll that asked for units was stopped, or failed,
+// before its answer was read), the first poll is made even with nothing
+// running, within reportLostWithin however soon ctx ends: the automator
+// fails the units it had claimed for those polls at once, which otherwise
+// stay claimed by this instance until their deadline. It returns the
+// number of its last poll and lostFrom as it is after them (0: reported).
+func (a *Agent) hearEnds(ctx context.Context, seq, lostFrom uint64) (uint64, uint64) {
+	if lostFrom != 0 {
+		rctx, cancel := context.WithTimeout(context.Background(), reportLostWithin)
+		seq++
+		resp, err := a.pollFor(rctx, 0, 0, seq, lostFrom)
+		cancel()
+		if err == nil {
+			lostFrom = 0
+			for _, id := range resp.GetCancelled() {
+				a.ended(id)
+			}
+		}
+	}
 	bo := backoff{min: a.o.BackoffMin, max: a.o.BackoffMax}
 	for ctx.Err() == nil {
 		if len(a.runningIDs()) == 0 {
 			// Nothing left to hear of (the units still counted are
 			// being killed, or posting their results); ctx ends soon.
 			<-ctx.Done()
-			return
+			return seq, lostFrom
 		}
 		seq++
 		resp, err := a.poll(ctx, 0, a.o.PollWait, seq, lostFrom)
 		if err != nil {
 			if !sleep(ctx, bo.next()) {
-				return
+				return seq, lostFrom
 			}
 			continue
 		}
@@ -322,6 +362,7 @@ func (a *Agent) hearEnds(ctx context.Context, seq, lostFrom uint64) {
 			a.ended(id)
 		}
 	}
+	return seq, lostFrom
 }
 
 func (a *Agent) poll(ctx context.Context, n int, wait time.Duration, seq, lostFrom uint64) (*automatorv1.PollResponse, error) {
@@ -329,7 +370,12 @@ func (a *Agent) poll(ctx context.Context, n int, wait time.Duration, seq, lostFr
 	// wait and may add jitter.
 	pctx, cancel := context.WithTimeout(ctx, a.o.PollWait+a.o.PollWait/5+5*time.Second)
 	defer cancel()
-	return a.o.Client.Poll(pctx, &automatorv1.PollRequest{
+	return a.pollFor(pctx, n, wait, seq, lostFrom)
+}
+
+// pollFor is one poll of this run, bounded by ctx alone.
+func (a *Agent) pollFor(ctx context.Context, n int, wait time.Duration, seq, lostFrom uint64) (*automatorv1.PollResponse, error) {
+	return a.o.Client.Poll(ctx, &automatorv1.PollRequest{
 		InstanceId: a.o.InstanceID,
 		MaxUnits:   int32(n),
 		Wait:       durationOf(wait),
