@@ -88,7 +88,11 @@ type Agent struct {
 	lastPoll time.Time
 	state    *stateFile // used by Run's goroutine only
 	spool    *spool     // nil without SpoolDir
-	poster   *poster    // posts results, several per call under load
+	// earlier: the polls whose answers earlier runs of this instance never
+	// read and could not report, kept in the spool (lostpolls.go); used by
+	// Run's goroutine only.
+	earlier []lostPolls
+	poster  *poster // posts results, several per call under load
 }
 
 // errCancelledByAutomator: the automator said the unit ended (cancelled or
@@ -148,6 +152,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	a.state.started(a.o, time.Now())
 	a.resumeSpooled(workCtx)
+	a.earlier, _ = a.spool.loadLost(a.o.InstanceID)
 	seq, lostFrom := a.pollLoop(ctx, workCtx)
 	a.state.stopping(time.Now(), a.inFlight())
 
@@ -162,10 +167,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer func() {
 		stopListening()
 		<-listened
-		if lostFrom != 0 {
-			a.log.Warn("stopped without telling the automator of polls whose answers were never read: units it claimed for them time out at their deadline",
-				"run_id", a.run, "lost_from", lostFrom, "poll_seq", seq)
-		}
+		a.keepLost(seq, lostFrom)
 	}()
 	if n := a.inFlight(); n > 0 {
 		a.log.Info("stopping: waiting for running units", "running", n, "grace_period", a.o.GracePeriod)
@@ -215,6 +217,22 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
 	// one that asked for units and got no answer (0: none), which every
 	// poll reports until one is answered (PollRequest.lost_from).
 	for ctx.Err() == nil {
+		// An earlier run's lost polls are reported first, before any poll
+		// of this run, which would make that run's poll look like a
+		// second process polling as this instance.
+		if len(a.earlier) > 0 {
+			if err := a.reportEarlier(ctx); err != nil {
+				if ctx.Err() != nil {
+					return seq, lostFrom
+				}
+				st.failed(err)
+				quick = true
+				if !sleep(ctx, bo.next()) {
+					return seq, lostFrom
+				}
+				continue
+			}
+		}
 		select {
 		case <-a.slotFreed: // counted below
 		default:
@@ -375,16 +393,26 @@ func (a *Agent) poll(ctx context.Context, n int, wait time.Duration, seq, lostFr
 
 // pollFor is one poll of this run, bounded by ctx alone.
 func (a *Agent) pollFor(ctx context.Context, n int, wait time.Duration, seq, lostFrom uint64) (*automatorv1.PollResponse, error) {
+	return a.pollAs(ctx, a.run, n, wait, seq, lostFrom)
+}
+
+// pollAs is one poll as the run named run (this one, or an earlier run of
+// the instance reporting its lost polls), bounded by ctx alone.
+func (a *Agent) pollAs(ctx context.Context, run string, n int, wait time.Duration, seq, lostFrom uint64) (*automatorv1.PollResponse, error) {
+	var running []string // another run's are not this process's to list
+	if run == a.run {
+		running = a.runningIDs()
+	}
 	return a.o.Client.Poll(ctx, &automatorv1.PollRequest{
 		InstanceId: a.o.InstanceID,
 		MaxUnits:   int32(n),
 		Wait:       durationOf(wait),
-		RunId:      a.run,
+		RunId:      run,
 		PollSeq:    seq,
 		LostFrom:   lostFrom,
 		Hostname:   a.o.Hostname,
 		Version:    a.o.Version,
-		Running:    a.runningIDs(),
+		Running:    running,
 		KeyIds:     keyIDs(a.o.Keys),
 	})
 }

@@ -4,12 +4,15 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/opsgate/opsgate/automator/automatortest"
@@ -23,17 +26,23 @@ import (
 // automator has answered them: the cancel and the answer cross on the
 // wire. The agent gets the cancel's error, never the answer (as gRPC does
 // when the stream is reset before the answer is read); the answer's
-// claims are kept in dropped.
+// claims are kept in dropped. With cutAfter set, the connection then
+// drops: every later call fails as unreachable.
 type crossingClient struct {
 	automatorv1.ProxyServiceClient
-	waiting chan struct{} // closed when the first such poll is sent
-	once    sync.Once
+	waiting  chan struct{} // closed when the first such poll is sent
+	once     sync.Once
+	cutAfter bool
+	cut      atomic.Bool
 
 	mu      sync.Mutex
 	dropped []string
 }
 
 func (c *crossingClient) Poll(ctx context.Context, in *automatorv1.PollRequest, opts ...grpc.CallOption) (*automatorv1.PollResponse, error) {
+	if c.cut.Load() {
+		return nil, status.Error(codes.Unavailable, "connection cut by the test")
+	}
 	if in.GetMaxUnits() == 0 || in.GetWait().AsDuration() == 0 {
 		return c.ProxyServiceClient.Poll(ctx, in, opts...)
 	}
@@ -57,6 +66,7 @@ func (c *crossingClient) Poll(ctx context.Context, in *automatorv1.PollRequest, 
 			c.dropped = append(c.dropped, cl.GetWorkId())
 		}
 		c.mu.Unlock()
+		c.cut.Store(c.cutAfter)
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 }
@@ -104,6 +114,69 @@ func TestAUnitHandedToThePollAProxyStopsDuringFailsAtOnce(t *testing.T) {
 	}
 	if got.GetState() != automatorv1.State_STATE_FAILED || !strings.Contains(got.GetReason(), "never reached") {
 		t.Fatalf("after the proxy stopped, the unit handed to its last poll is %v (%q); want failed, its claim never having reached the proxy, not left claimed to time out",
+			got.GetState(), got.GetReason())
+	}
+}
+
+// TestAUnitHandedToThePollOfAProxyStoppedOffTheNetworkFailsWhenItStarts:
+// as TestAUnitHandedToThePollAProxyStopsDuringFailsAtOnce, but the
+// connection drops as the proxy stops, so it cannot say before it exits
+// that it never read its last poll's answer. A restart is a new process (a
+// new run), which knew nothing of the old one's polls: the unit stayed
+// claimed until its deadline. The stopping proxy now keeps the lost polls
+// in its spool, and the next start of the instance reports them, as the
+// old run, before it polls: the unit has failed by its first poll.
+func TestAUnitHandedToThePollOfAProxyStoppedOffTheNetworkFailsWhenItStarts(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{PollWindow: 30 * time.Second})
+	caller := automatorv1.NewAutomatorServiceClient(a.CallerConn(t))
+	proxyClient := automatorv1.NewProxyServiceClient(a.ProxyConn(t))
+	c := &crossingClient{ProxyServiceClient: proxyClient, waiting: make(chan struct{}), cutAfter: true}
+	spool := filepath.Join(t.TempDir(), agent.SpoolDirName)
+	options := func(client agent.Client) agent.Options {
+		return agent.Options{
+			Client: client, Keys: crypto.Keys{a.Key}, InstanceID: "restarted", ScriptsDir: t.TempDir(),
+			MaxConcurrency: 1, PollWait: 30 * time.Second, GracePeriod: 5 * time.Second,
+			BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond, SpoolDir: spool,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		}
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { agent.New(options(c)).Run(ctx); close(done) }()
+	<-c.waiting
+	stop()
+	st, err := caller.Submit(context.Background(), &automatorv1.ExecuteRequest{Account: "acme", Command: &automatorv1.Command{Script: "never.sh"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	c.mu.Lock()
+	dropped := c.dropped
+	c.mu.Unlock()
+	if len(dropped) != 1 || dropped[0] != st.GetWorkId() {
+		t.Fatalf("the answer the stop crossed claimed %v; want the unit %s (the test did not cross them)", dropped, st.GetWorkId())
+	}
+	state := func() *automatorv1.WorkStatus {
+		got, err := caller.Get(context.Background(), &automatorv1.GetRequest{WorkId: st.GetWorkId()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := state(); got.GetState() != automatorv1.State_STATE_CLAIMED {
+		t.Fatalf("with the connection cut, the unit is %v (%q) once the proxy stopped; want it still claimed", got.GetState(), got.GetReason())
+	}
+
+	// Started again, the network back.
+	ctx2, stop2 := context.WithCancel(context.Background())
+	defer stop2()
+	again := agent.New(options(proxyClient))
+	done2 := make(chan struct{})
+	go func() { again.Run(ctx2); close(done2) }()
+	defer func() { stop2(); <-done2 }()
+	automatortest.WaitFor(t, 10*time.Second, "the restarted proxy to poll", func() bool { return !again.LastPoll().IsZero() })
+	if got := state(); got.GetState() != automatorv1.State_STATE_FAILED || !strings.Contains(got.GetReason(), "never reached") {
+		t.Fatalf("once the restarted proxy polled, the unit handed to the stopped one's last poll is %v (%q); want failed, its claim never having reached the proxy, not left claimed to time out",
 			got.GetState(), got.GetReason())
 	}
 }

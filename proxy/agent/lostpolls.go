@@ -1,0 +1,164 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// lostPollsName is the file in the spool where a stopped proxy keeps the
+// polls whose answers it never read and could not tell the automator of
+// before it exited (the automator was unreachable). Not a result's record:
+// its name does not end in ".json", which load skips.
+const lostPollsName = "lost-polls"
+
+// lostPolls is one proxy process's (run's) polls from From on whose
+// answers it never read: the automator may have claimed units for them,
+// which no process will ever run. A poll of that run numbered Seq, made by
+// a later process of the instance, says so (lost_from), and the automator
+// fails those units rather than leave them claimed until their deadline.
+type lostPolls struct {
+	Version    int       `json:"version"`
+	InstanceID string    `json:"instance_id"`
+	Run        string    `json:"run_id"`
+	From       uint64    `json:"lost_from"`
+	Seq        uint64    `json:"poll_seq"`
+	StoppedAt  time.Time `json:"stopped_at"`
+}
+
+// loadLost returns the lost polls kept in the spool: those of instance,
+// and the others (of another instance that shares the directory), which
+// are left for it.
+func (s *spool) loadLost(instance string) (mine, others []lostPolls) {
+	if s == nil {
+		return nil, nil
+	}
+	path := filepath.Join(s.dir, lostPollsName)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	var all []lostPolls
+	if err == nil {
+		err = json.Unmarshal(data, &all)
+	}
+	if err != nil {
+		s.log.Error("unreadable record of lost polls in the spool; set aside: units claimed for them time out at their deadline", "path", path, "err", err)
+		_ = os.Rename(path, path+".bad")
+		return nil, nil
+	}
+	for _, l := range all {
+		if l.InstanceID == instance {
+			mine = append(mine, l)
+		} else {
+			others = append(others, l)
+		}
+	}
+	return mine, others
+}
+
+// saveLost replaces the spool's lost polls with all (none: the file is
+// removed), written as a result's record is.
+func (s *spool) saveLost(all []lostPolls) error {
+	path := filepath.Join(s.dir, lostPollsName)
+	if len(all) == 0 {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		s.removeDirIfEmpty()
+		return nil
+	}
+	data, err := json.Marshal(all)
+	if err != nil {
+		return err
+	}
+	tmp, err := s.createTemp()
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(append(data, '\n'))
+	if err == nil {
+		err = tmp.Sync()
+	}
+	err = errors.Join(err, tmp.Close())
+	if err == nil {
+		err = renameDurable(tmp.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+		s.removeDirIfEmpty()
+		return err
+	}
+	syncDir(s.dir)
+	return nil
+}
+
+// keepLost records, when the agent stops, that its polls from lostFrom on
+// were never answered and that it could not say so: with a spool, the next
+// start of the instance says it for this run (reportEarlier); without one,
+// the units claimed for them time out at their deadline, as logged.
+func (a *Agent) keepLost(seq, lostFrom uint64) {
+	if lostFrom == 0 {
+		return
+	}
+	if a.spool == nil {
+		a.log.Warn("stopped without telling the automator of polls whose answers were never read (it could not be reached): units it claimed for them time out at their deadline",
+			"run_id", a.run, "lost_from", lostFrom)
+		return
+	}
+	a.earlier = append(a.earlier, lostPolls{
+		Version: 1, InstanceID: a.o.InstanceID, Run: a.run, From: lostFrom, Seq: seq + 1, StoppedAt: time.Now().UTC(),
+	})
+	if err := a.saveEarlier(); err != nil {
+		a.log.Error("cannot keep in the spool the polls whose answers were never read: units the automator claimed for them time out at their deadline",
+			"run_id", a.run, "lost_from", lostFrom, "err", err)
+		return
+	}
+	a.log.Warn("stopped without telling the automator of polls whose answers were never read (it could not be reached): the next start tells it, and it fails the units it claimed for them",
+		"run_id", a.run, "lost_from", lostFrom)
+}
+
+// saveEarlier writes a.earlier to the spool, with the other instances'
+// records there.
+func (a *Agent) saveEarlier() error {
+	_, others := a.spool.loadLost(a.o.InstanceID)
+	return a.spool.saveLost(append(others, a.earlier...))
+}
+
+// reportEarlier tells the automator of the lost polls an earlier process
+// of this instance kept in the spool, each in a poll for no units of that
+// process's run, before this process polls: the automator fails the units
+// it claimed for them. An answered poll, or one refused as invalid (a
+// record it cannot take will never be taken), settles its record. Another
+// error is returned, the record kept: the automator cannot be reached, and
+// the poll loop backs off as after a failed poll.
+func (a *Agent) reportEarlier(ctx context.Context) error {
+	for len(a.earlier) > 0 {
+		l := a.earlier[0]
+		rctx, cancel := context.WithTimeout(ctx, reportLostWithin)
+		_, err := a.pollAs(rctx, l.Run, 0, 0, l.Seq, l.From)
+		cancel()
+		switch {
+		case err == nil:
+			a.log.Info("told the automator of polls an earlier run of this instance never read the answers of", "run_id", l.Run, "lost_from", l.From)
+		case status.Code(err) == codes.InvalidArgument:
+			a.log.Warn("the automator refused the report of polls an earlier run of this instance never read the answers of; units it claimed for them time out at their deadline",
+				"run_id", l.Run, "lost_from", l.From, "err", err)
+		default:
+			return fmt.Errorf("telling the automator of an earlier run's lost polls: %w", err)
+		}
+		a.earlier = a.earlier[1:]
+		if err := a.saveEarlier(); err != nil {
+			a.log.Warn("cannot update the spool's record of lost polls", "err", err)
+		}
+	}
+	return nil
+}
