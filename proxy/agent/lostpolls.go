@@ -14,11 +14,11 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// lostPollsName is the file in the spool where a stopped proxy keeps the
+// LostPollsName is the file in the spool where a stopped proxy keeps the
 // polls whose answers it never read and could not tell the automator of
 // before it exited (the automator was unreachable). Not a result's record:
 // its name does not end in ".json", which load skips.
-const lostPollsName = "lost-polls"
+const LostPollsName = "lost-polls"
 
 // lostPolls is one proxy process's (run's) polls from From on whose
 // answers it never read: the automator may have claimed units for them,
@@ -41,7 +41,7 @@ func (s *spool) loadLost(instance string) (mine, others []lostPolls) {
 	if s == nil {
 		return nil, nil
 	}
-	path := filepath.Join(s.dir, lostPollsName)
+	path := filepath.Join(s.dir, LostPollsName)
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -68,7 +68,7 @@ func (s *spool) loadLost(instance string) (mine, others []lostPolls) {
 // saveLost replaces the spool's lost polls with all (none: the file is
 // removed), written as a result's record is.
 func (s *spool) saveLost(all []lostPolls) error {
-	path := filepath.Join(s.dir, lostPollsName)
+	path := filepath.Join(s.dir, LostPollsName)
 	if len(all) == 0 {
 		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err

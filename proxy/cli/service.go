@@ -496,14 +496,26 @@ func uninstall(name string, env Env) error {
 		for _, p := range temps {
 			rm(p)
 		}
-		// The spool exists only while results wait in it to be posted.
+		// The spool exists only while results wait in it to be posted, or
+		// lost polls to be reported (agent.LostPollsName).
 		spool := filepath.Join(stateDir, agent.SpoolDirName)
 		waiting, _ := os.ReadDir(spool)
 		_ = lock.Release() // Windows removes no file that is open
 		rm(filepath.Join(stateDir, agent.LockFileName))
-		if len(waiting) > 0 {
-			left = append(left, fmt.Sprintf("%s (results of units this proxy ran that the automator has not accepted yet: %d; start the proxy again to post them, or delete them)", spool, len(waiting)))
-		} else {
+		results, lost := 0, false
+		for _, e := range waiting {
+			if e.Name() == agent.LostPollsName {
+				lost = true
+			} else {
+				results++
+			}
+		}
+		switch {
+		case results > 0:
+			left = append(left, fmt.Sprintf("%s (results of units this proxy ran that the automator has not accepted yet: %d; start the proxy again to post them, or delete them)", spool, results))
+		case lost:
+			left = append(left, fmt.Sprintf("%s (polls whose answers this proxy never read, which the automator has not been told of yet: units it claimed for them fail when the proxy starts again, or time out if it is deleted)", spool))
+		default:
 			rmdir(spool)
 			rmdir(stateDir)
 		}

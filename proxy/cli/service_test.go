@@ -235,6 +235,41 @@ func TestUninstallSaysWhenResultsWaitInTheSpool(t *testing.T) {
 	}
 }
 
+// TestUninstallSaysWhenLostPollsWaitInTheSpool: the record of polls whose
+// answers a stopped proxy never read, and could not report, is left in
+// place like a result, and uninstall says what it is (not a result).
+func TestUninstallSaysWhenLostPollsWaitInTheSpool(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("writes under /etc: needs root")
+	}
+	name := "opsgate-test-lostpolls"
+	dir, state := service.ConfigDir(name), service.StateDir(name)
+	spool := filepath.Join(state, agent.SpoolDirName)
+	if err := os.MkdirAll(spool, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir); os.RemoveAll(state) })
+	if err := os.WriteFile(filepath.Join(dir, configFileName), installedConfig([]byte("token: t\n"), name, true, state), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lost := filepath.Join(spool, agent.LostPollsName)
+	if err := os.WriteFile(lost, []byte("[]"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := Main(t.Context(), []string{"uninstall", "--name", name}, Env{Stdout: &stdout, Stderr: &stderr})
+	if code != 1 || !strings.Contains(stderr.String(), spool+" (polls whose answers this proxy never read") ||
+		strings.Contains(stderr.String(), "results of units") {
+		t.Fatalf("exit %d, stderr %q; want 1 and the spool named as holding lost polls not yet reported, not results", code, stderr.String())
+	}
+	if _, err := os.Stat(lost); err != nil {
+		t.Fatalf("uninstall removed the lost polls not yet reported: %v", err)
+	}
+}
+
 func TestServiceVerbsNeedAnInstalledService(t *testing.T) {
 	for _, verb := range []string{"start", "stop", "status", "uninstall"} {
 		var stdout, stderr bytes.Buffer
