@@ -361,7 +361,12 @@ type PollRequest struct {
 	// will never run. The automator ends each that is still claimed as
 	// failed at once, rather than at its deadline, and says why. The proxy
 	// sets it from its first failed poll that asked for units until a poll
-	// carrying it is answered.
+	// carrying it is answered; a poll for units that a stop of the proxy
+	// cancelled counts as failed, and the stopping proxy reports it in one
+	// more poll for no units. When it could not (the automator unreachable),
+	// the next process of the instance reports it before its own first poll,
+	// in a poll for no units with the earlier process's run_id, poll_seq and
+	// lost_from.
 	LostFrom      uint64 `protobuf:"varint,10,opt,name=lost_from,json=lostFrom,proto3" json:"lost_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
