@@ -340,25 +340,35 @@ const reportLostWithin = 5 * time.Second
 // answered. Errors back off quietly: the stop is already logged.
 //
 // With lostFrom set (a poll that asked for units was stopped, or failed,
-// before its answer was read), the first poll is made even with nothing
-// running, within reportLostWithin however soon ctx ends: the automator
-// fails the units it had claimed for those polls at once, which otherwise
-// stay claimed by this instance until their deadline. It returns the
+// before its answer was read), it first polls, even with nothing running,
+// until one is answered, for up to reportLostWithin however soon ctx
+// ends: the automator fails the units it had claimed for those polls at
+// once, which otherwise stay claimed by this instance until their
+// deadline. It returns the
 // number of its last poll and lostFrom as it is after them (0: reported).
 func (a *Agent) hearEnds(ctx context.Context, seq, lostFrom uint64) (uint64, uint64) {
+	bo := backoff{min: a.o.BackoffMin, max: a.o.BackoffMax}
 	if lostFrom != 0 {
+		// Tried again within the bound: a connection that dropped as
+		// the proxy stopped may come back at once.
 		rctx, cancel := context.WithTimeout(context.Background(), reportLostWithin)
-		seq++
-		resp, err := a.pollFor(rctx, 0, 0, seq, lostFrom)
-		cancel()
-		if err == nil {
-			lostFrom = 0
-			for _, id := range resp.GetCancelled() {
-				a.ended(id)
+		for {
+			seq++
+			resp, err := a.pollFor(rctx, 0, 0, seq, lostFrom)
+			if err == nil {
+				lostFrom = 0
+				for _, id := range resp.GetCancelled() {
+					a.ended(id)
+				}
+				break
+			}
+			if !sleep(rctx, bo.next()) {
+				break
 			}
 		}
+		cancel()
+		bo.reset()
 	}
-	bo := backoff{min: a.o.BackoffMin, max: a.o.BackoffMax}
 	for ctx.Err() == nil {
 		if len(a.runningIDs()) == 0 {
 			// Nothing left to hear of (the units still counted are

@@ -26,21 +26,22 @@ import (
 // automator has answered them: the cancel and the answer cross on the
 // wire. The agent gets the cancel's error, never the answer (as gRPC does
 // when the stream is reset before the answer is read); the answer's
-// claims are kept in dropped. With cutAfter set, the connection then
-// drops: every later call fails as unreachable.
+// claims are kept in dropped. With cutFor set, the connection then
+// drops: that many later calls fail as unreachable (below 0: every one).
 type crossingClient struct {
 	automatorv1.ProxyServiceClient
-	waiting  chan struct{} // closed when the first such poll is sent
-	once     sync.Once
-	cutAfter bool
-	cut      atomic.Bool
+	waiting chan struct{} // closed when the first such poll is sent
+	once    sync.Once
+	cutFor  int32
+	cutting atomic.Bool  // the answer crossed the cancel
+	cut     atomic.Int32 // calls left to fail, with cutFor above 0
 
 	mu      sync.Mutex
 	dropped []string
 }
 
 func (c *crossingClient) Poll(ctx context.Context, in *automatorv1.PollRequest, opts ...grpc.CallOption) (*automatorv1.PollResponse, error) {
-	if c.cut.Load() {
+	if c.cutting.Load() && (c.cutFor < 0 || c.cut.Add(-1) >= 0) {
 		return nil, status.Error(codes.Unavailable, "connection cut by the test")
 	}
 	if in.GetMaxUnits() == 0 || in.GetWait().AsDuration() == 0 {
@@ -66,7 +67,8 @@ func (c *crossingClient) Poll(ctx context.Context, in *automatorv1.PollRequest, 
 			c.dropped = append(c.dropped, cl.GetWorkId())
 		}
 		c.mu.Unlock()
-		c.cut.Store(c.cutAfter)
+		c.cut.Store(c.cutFor)
+		c.cutting.Store(c.cutFor != 0)
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 }
@@ -80,9 +82,26 @@ func (c *crossingClient) Poll(ctx context.Context, in *automatorv1.PollRequest, 
 // ran. The stopping proxy now tells the automator (lost_from) before it
 // exits, and the unit has failed by the time it has stopped.
 func TestAUnitHandedToThePollAProxyStopsDuringFailsAtOnce(t *testing.T) {
+	stopAsTheAnswerCrosses(t, 0)
+}
+
+// TestAUnitHandedToThePollAProxyStopsDuringFailsWhenTheConnectionComesBack:
+// as TestAUnitHandedToThePollAProxyStopsDuringFailsAtOnce, but the
+// connection drops as the proxy stops, and its first try to say so fails
+// at once; it comes back at once, and the stopping proxy, with no spool,
+// tries again within its bound rather than leave the unit to time out.
+func TestAUnitHandedToThePollAProxyStopsDuringFailsWhenTheConnectionComesBack(t *testing.T) {
+	stopAsTheAnswerCrosses(t, 1)
+}
+
+// stopAsTheAnswerCrosses stops an agent with no spool as a unit is handed
+// to its waiting poll, the answer crossing the stop, the connection then
+// failing cutFor calls, and checks that the unit has failed once the agent
+// has stopped.
+func stopAsTheAnswerCrosses(t *testing.T, cutFor int32) {
 	a := automatortest.Start(t, automatortest.Options{PollWindow: 30 * time.Second})
 	caller := automatorv1.NewAutomatorServiceClient(a.CallerConn(t))
-	c := &crossingClient{ProxyServiceClient: automatorv1.NewProxyServiceClient(a.ProxyConn(t)), waiting: make(chan struct{})}
+	c := &crossingClient{ProxyServiceClient: automatorv1.NewProxyServiceClient(a.ProxyConn(t)), waiting: make(chan struct{}), cutFor: cutFor}
 	ag := agent.New(agent.Options{
 		Client: c, Keys: crypto.Keys{a.Key}, InstanceID: "stopped", ScriptsDir: t.TempDir(),
 		MaxConcurrency: 1, PollWait: 30 * time.Second, GracePeriod: 5 * time.Second,
@@ -130,7 +149,7 @@ func TestAUnitHandedToThePollOfAProxyStoppedOffTheNetworkFailsWhenItStarts(t *te
 	a := automatortest.Start(t, automatortest.Options{PollWindow: 30 * time.Second})
 	caller := automatorv1.NewAutomatorServiceClient(a.CallerConn(t))
 	proxyClient := automatorv1.NewProxyServiceClient(a.ProxyConn(t))
-	c := &crossingClient{ProxyServiceClient: proxyClient, waiting: make(chan struct{}), cutAfter: true}
+	c := &crossingClient{ProxyServiceClient: proxyClient, waiting: make(chan struct{}), cutFor: -1}
 	spool := filepath.Join(t.TempDir(), agent.SpoolDirName)
 	options := func(client agent.Client) agent.Options {
 		return agent.Options{
