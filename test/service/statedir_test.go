@@ -13,6 +13,7 @@ import (
 
 	"github.com/opsgate/opsgate/internal/proctest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+	"github.com/opsgate/opsgate/proxy/agent"
 	psvc "github.com/opsgate/opsgate/proxy/service"
 )
 
@@ -126,7 +127,8 @@ func psvcInit(name, action string) (string, error) {
 // proxy by hand on the config of a service installed with --user, so on a
 // state directory owned by that user. Every file and directory it makes
 // there (the lock, the status file, the spool and a result kept in it
-// while the automator is down) is the user's, with the modes a proxy run
+// while the automator is down, with the polls it could not read the
+// answers of) is the user's, with the modes a proxy run
 // by that user gives them; so once it stops the service, run as that user,
 // starts on the directory and posts the result the root-run proxy kept.
 func TestAProxyRunByHandAsRootLeavesTheStateDirToTheServiceUser(t *testing.T) {
@@ -177,6 +179,9 @@ func TestAProxyRunByHandAsRootLeavesTheStateDirToTheServiceUser(t *testing.T) {
 		filepath.Join(stateDir, "status.json"): 0o644,
 		filepath.Join(stateDir, "spool"):       os.ModeDir | 0o700,
 		spooled:                                0o600,
+		// Its polls for free slots failed while the automator was down,
+		// and it could not say so as it stopped.
+		filepath.Join(stateDir, "spool", agent.LostPollsName): 0o600,
 	}
 	var wrong []string
 	err = filepath.Walk(stateDir, func(p string, fi os.FileInfo, err error) error {
