@@ -327,9 +327,10 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
 	return seq, lostFrom
 }
 
-// reportLostWithin bounds the poll a stopping agent makes to report the
-// polls whose answers it never read (lost_from), when nothing else polls:
-// an unreachable automator must not hold the stop up.
+// reportLostWithin bounds the polls a stopping agent makes to report the
+// polls whose answers it never read (lost_from), when nothing else polls,
+// and each report of an earlier run's: an unreachable automator must not
+// hold the stop up.
 const reportLostWithin = 5 * time.Second
 
 // hearEnds polls for no units while the agent stops, until ctx is done,
@@ -344,8 +345,8 @@ const reportLostWithin = 5 * time.Second
 // until one is answered, for up to reportLostWithin however soon ctx
 // ends: the automator fails the units it had claimed for those polls at
 // once, which otherwise stay claimed by this instance until their
-// deadline. It returns the
-// number of its last poll and lostFrom as it is after them (0: reported).
+// deadline. It returns the number of its last poll and lostFrom as it is
+// after them (0: reported).
 func (a *Agent) hearEnds(ctx context.Context, seq, lostFrom uint64) (uint64, uint64) {
 	bo := backoff{min: a.o.BackoffMin, max: a.o.BackoffMax}
 	if lostFrom != 0 {
