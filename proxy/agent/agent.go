@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/opsgate/opsgate/crypto"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
@@ -350,8 +352,9 @@ const reportLostWithin = 5 * time.Second
 func (a *Agent) hearEnds(ctx context.Context, seq, lostFrom uint64) (uint64, uint64) {
 	bo := backoff{min: a.o.BackoffMin, max: a.o.BackoffMax}
 	if lostFrom != 0 {
-		// Tried again within the bound: a connection that dropped as
-		// the proxy stopped may come back at once.
+		// Tried again within the bound when the automator could not be
+		// reached: a connection that dropped as the proxy stopped may
+		// come back at once.
 		rctx, cancel := context.WithTimeout(context.Background(), reportLostWithin)
 		for {
 			seq++
@@ -363,7 +366,9 @@ func (a *Agent) hearEnds(ctx context.Context, seq, lostFrom uint64) (uint64, uin
 				}
 				break
 			}
-			if !sleep(rctx, bo.next()) {
+			// Only an unreachable automator may answer the next try; a
+			// refusal (the token revoked, say) would be repeated.
+			if status.Code(err) != codes.Unavailable || !sleep(rctx, bo.next()) {
 				break
 			}
 		}

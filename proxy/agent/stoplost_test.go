@@ -199,3 +199,52 @@ func TestAUnitHandedToThePollOfAProxyStoppedOffTheNetworkFailsWhenItStarts(t *te
 			got.GetState(), got.GetReason())
 	}
 }
+
+// TestAStopRefusedWhileReportingItsLostPollsDoesNotTryAgain: the stopping
+// proxy tries again to report its lost polls only when the automator could
+// not be reached; one that refuses it (its token revoked, say) would refuse
+// every try, which would only hold the stop up.
+func TestAStopRefusedWhileReportingItsLostPollsDoesNotTryAgain(t *testing.T) {
+	var refuse atomic.Bool
+	var mu sync.Mutex
+	refused := make(chan struct{}, 1)
+	reports := 0
+	a := automatortest.Start(t, automatortest.Options{Interceptors: []grpc.UnaryServerInterceptor{
+		func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+			p, ok := req.(*automatorv1.PollRequest)
+			if !ok || !refuse.Load() {
+				return handler(ctx, req)
+			}
+			mu.Lock()
+			if p.GetMaxUnits() == 0 && p.GetLostFrom() != 0 {
+				reports++ // only the stop polls for no units: nothing runs
+			}
+			mu.Unlock()
+			select {
+			case refused <- struct{}{}:
+			default:
+			}
+			return nil, status.Error(codes.PermissionDenied, "refused by the test")
+		},
+	}})
+	ag := agent.New(agent.Options{
+		Client: automatorv1.NewProxyServiceClient(a.ProxyConn(t)), Keys: crypto.Keys{a.Key}, InstanceID: "refused", ScriptsDir: t.TempDir(),
+		MaxConcurrency: 1, PollWait: time.Second, GracePeriod: 5 * time.Second,
+		BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan struct{})
+	go func() { ag.Run(ctx); close(done) }()
+	automatortest.WaitFor(t, 10*time.Second, "the proxy to poll", func() bool { return !ag.LastPoll().IsZero() })
+	refuse.Store(true)
+	<-refused // a poll for units failed: its answer counts as lost
+	stop()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if reports != 1 {
+		t.Fatalf("the stopping proxy reported its lost polls %d times to an automator that refused it; want once", reports)
+	}
+}
