@@ -89,7 +89,7 @@ func cancelOne(ctx context.Context, c *client.Client, id string) (cancelJSON, er
 		w, err = c.Cancel(ctx, id)
 	}
 	if err != nil {
-		return cancelJSON{}, refusal(id, err)
+		return cancelJSON{}, refusal("cancelling", id, err)
 	}
 	if !w.State.Terminal() {
 		return cancelJSON{}, fmt.Errorf("cancelling work %s: the automator answered with the unit %s, not ended", id, w.State)
@@ -105,18 +105,19 @@ func cancelOne(ctx context.Context, c *client.Client, id string) (cancelJSON, er
 	return v, nil
 }
 
-// refusal turns the automator's refusal of id itself into a refusedID;
-// any other error (no automator answered, the API key refused, the
-// context ended) is returned as it is and ends the command.
-func refusal(id string, err error) error {
+// refusal turns the automator's refusal of id itself into a refusedID
+// whose message starts with doing ("cancelling", "waiting for"); any other
+// error (no automator answered, the API key refused, the context ended) is
+// returned as it is and ends the command.
+func refusal(doing, id string, err error) error {
 	switch status.Code(err) {
 	case codes.NotFound:
 		// An unknown id, or, for a scoped API key, another account's unit:
 		// the automator answers both alike.
-		return &refusedID{fmt.Sprintf("cancelling work %s: there is no such unit (unknown id, deleted past work_retention, or of an account the API key may not use)", id)}
+		return &refusedID{fmt.Sprintf("%s work %s: there is no such unit (unknown id, deleted past work_retention, or of an account the API key may not use)", doing, id)}
 	case codes.PermissionDenied, codes.FailedPrecondition, codes.InvalidArgument:
 		// The server's words say why.
-		return &refusedID{fmt.Sprintf("cancelling work %s: %s", id, status.Convert(err).Message())}
+		return &refusedID{fmt.Sprintf("%s work %s: %s", doing, id, status.Convert(err).Message())}
 	}
 	return err
 }

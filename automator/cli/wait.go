@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/mattn/go-isatty"
 
 	"github.com/opsgate/opsgate/automator/client"
+	"github.com/opsgate/opsgate/automator/store"
 )
 
 // isTerminal reports whether w is a terminal (progress lines are drawn
@@ -23,7 +25,8 @@ var isTerminal = func(w io.Writer) bool {
 const maxWaits = 32
 
 // ExitNotAllSucceeded is `work wait`'s exit code when a unit did not
-// succeed with exit code 0.
+// succeed with exit code 0, or an id was malformed or refused (unknown,
+// say): the other ids are still waited for.
 const ExitNotAllSucceeded = 1
 
 type waitJSON struct {
@@ -56,8 +59,13 @@ func unitsCommand(name string, args []string, env Env) (ids []string, asJSON boo
 }
 
 // cmdWorkWait waits until every given unit has ended and prints how each
-// ended. On a terminal, stderr shows a progress line meanwhile. It exits 0
-// when every unit succeeded with exit code 0, 1 otherwise.
+// ended. On a terminal, stderr shows a progress line meanwhile. An id that
+// is malformed or refused (unknown, another account's for a scoped API key)
+// gets one line on stderr, and the other ids are still waited for. It exits
+// 0 when every unit succeeded with exit code 0, ExitNotAllSucceeded
+// otherwise (a refused id included), and ExitError (through Main) when the
+// command itself failed: its flags, or the automator unreachable or
+// refusing the API key.
 func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 	ids, asJSON, c, explain, err := unitsCommand("work wait", args, env)
 	if err != nil {
@@ -82,27 +90,39 @@ func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 				results <- ended{i: i, err: fmt.Errorf("waiting for work %s: %w", id, ctx.Err())}
 				return
 			}
+			defer func() { <-sem }()
+			if !store.ValidWorkID(id) {
+				results <- ended{i: i, err: &refusedID{fmt.Sprintf("waiting for work %q: not a work id (w_ and 32 lowercase hex digits, as work list shows them)", id)}}
+				return
+			}
 			w, err := c.Wait(ctx, id)
 			if ended, ok := client.UnreadableWork(err); ok {
 				// Ended, with a result of an account deleted since:
 				// how it ended is known, not its exit code.
 				w, err = ended, nil
 			}
-			<-sem
+			if err != nil {
+				err = refusal("waiting for", id, err)
+			}
 			results <- ended{i: i, w: w, err: err}
 		}()
 	}
 	works := make([]client.Work, len(ids))
+	refused := make([]error, len(ids))
 	p := newProgress(env.Stderr, len(ids))
 	var firstErr error
 	for range ids {
 		e := <-results
-		if e.err != nil && firstErr == nil {
+		var r *refusedID
+		switch {
+		case errors.As(e.err, &r):
+			refused[e.i] = r
+			p.refused()
+		case e.err != nil && firstErr == nil:
 			firstErr = e.err // it names the unit
 			cancel()         // the others end at once
-		}
-		works[e.i] = e.w
-		if e.err == nil {
+		case e.err == nil:
+			works[e.i] = e.w
 			p.ended(e.w.State)
 		}
 	}
@@ -112,18 +132,28 @@ func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 	}
 
 	code := 0
-	out := make([]waitJSON, len(works))
+	out := []waitJSON{}
 	for i, w := range works {
-		out[i] = waitJSON{ID: w.ID, Account: w.Account, State: string(w.State), InstanceID: w.InstanceID, Reason: w.Reason}
-		if w.State == client.StateSucceeded && w.Result != nil {
-			out[i].ExitCode = &w.Result.ExitCode
+		if refused[i] != nil {
+			// One line each, in the order given, before the table.
+			fmt.Fprintf(env.Stderr, "automator: %v\n", refused[i])
+			code = ExitNotAllSucceeded
+			continue
 		}
-		if out[i].ExitCode == nil || *out[i].ExitCode != 0 {
+		v := waitJSON{ID: w.ID, Account: w.Account, State: string(w.State), InstanceID: w.InstanceID, Reason: w.Reason}
+		if w.State == client.StateSucceeded && w.Result != nil {
+			v.ExitCode = &w.Result.ExitCode
+		}
+		if v.ExitCode == nil || *v.ExitCode != 0 {
 			code = ExitNotAllSucceeded
 		}
+		out = append(out, v)
 	}
 	if asJSON {
 		return code, writeJSON(env.Stdout, out)
+	}
+	if len(out) == 0 {
+		return code, nil
 	}
 	t := table(env.Stdout)
 	fmt.Fprintln(t, "WORK ID\tACCOUNT\tSTATE\tEXIT\tCLAIMER\tREASON")
@@ -141,13 +171,14 @@ func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 // "waiting for 10 units: 4 ended (3 succeeded, 1 failed), 6 open, 12s".
 // Elsewhere (a pipe, a file, a log) it draws nothing.
 type progress struct {
-	w       io.Writer
-	on      bool
-	total   int
-	done    int
-	byState map[client.State]int
-	start   time.Time
-	width   int // of the line drawn last, to blank it out
+	w        io.Writer
+	on       bool
+	total    int
+	done     int
+	byState  map[client.State]int
+	nRefused int // ids refused: malformed, unknown
+	start    time.Time
+	width    int // of the line drawn last, to blank it out
 }
 
 func newProgress(w io.Writer, total int) *progress {
@@ -162,6 +193,13 @@ func (p *progress) ended(s client.State) {
 	p.draw()
 }
 
+// refused counts an id refused (malformed, unknown) as done.
+func (p *progress) refused() {
+	p.done++
+	p.nRefused++
+	p.draw()
+}
+
 func (p *progress) draw() {
 	if !p.on {
 		return
@@ -171,6 +209,9 @@ func (p *progress) draw() {
 		if n := p.byState[s]; n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", n, s))
 		}
+	}
+	if p.nRefused > 0 {
+		parts = append(parts, fmt.Sprintf("%d refused", p.nRefused))
 	}
 	line := fmt.Sprintf("waiting for %d units: %d ended", p.total, p.done)
 	if len(parts) > 0 {

@@ -87,10 +87,61 @@ func TestWorkWaitShowsProgressOnATerminalOnly(t *testing.T) {
 		t.Errorf("two units that exited 0: exit %d, want 0", code)
 	}
 
-	// An unknown unit: one line naming it once.
+	// An unknown unit: one line naming it once; the id is refused, the
+	// command did not fail, so exit 1 as work cancel's.
 	ids = []string{"w_0123456789abcdef0123456789abcdef"}
-	code, _, msg := wait(false)
-	if code != ExitError || strings.Count(msg, "waiting for work "+ids[0]) != 1 || !strings.Contains(msg, "not found") {
-		t.Errorf("an unknown unit: exit %d, %q; want %d and one line naming it once", code, msg, ExitError)
+	code, out, msg := wait(false)
+	if code != ExitNotAllSucceeded || strings.Count(msg, "waiting for work "+ids[0]) != 1 || !strings.Contains(msg, "no such unit") || out != "" {
+		t.Errorf("an unknown unit: exit %d, stdout %q, stderr %q; want %d, no table and one line naming it once", code, out, msg, ExitNotAllSucceeded)
+	}
+}
+
+// TestWorkWaitNamesAnUnknownIDAndStillWaitsForTheOthers: an id that is
+// unknown or malformed gets one line on stderr naming it, the other units
+// are still waited for and listed, and the exit status is 1, as docs/api.md
+// and the help say.
+func TestWorkWaitNamesAnUnknownIDAndStillWaitsForTheOthers(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	scripts := t.TempDir()
+	automatortest.WriteScript(t, scripts, "exit.sh", `exit "$1"`)
+	a.StartProxy(t, automatortest.ProxyOptions{InstanceID: "p1", ScriptsDir: scripts}).WaitPolling(t)
+	c, err := client.New(client.Config{Addresses: []string{a.URL()}, APIKey: a.APIKey, CAPEM: a.CAPEM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	w, err := c.Submit(t.Context(), a.Account, client.Command{Script: "exit.sh", Args: []string{"0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const unknown = "w_0123456789abcdef0123456789abcdef"
+	const malformed = "not-an-id"
+	for _, asJSON := range []bool{false, true} {
+		var out, errb bytes.Buffer
+		args := []string{"work", "wait", unknown, w.ID, malformed, "--server", a.URL(), "--api-key-file", a.APIKeyFile, "--ca", a.CAFile}
+		if asJSON {
+			args = append(args, "--json")
+		}
+		code := Main(t.Context(), args, Env{Stdout: &out, Stderr: &errb})
+		if code != ExitNotAllSucceeded {
+			t.Errorf("json=%v: exit %d, want %d; stderr %q", asJSON, code, ExitNotAllSucceeded, errb.String())
+		}
+		lines := strings.Split(strings.TrimSpace(errb.String()), "\n")
+		if len(lines) != 2 ||
+			!strings.Contains(lines[0], "waiting for work "+unknown+": there is no such unit") ||
+			!strings.Contains(lines[1], `waiting for work "`+malformed+`": not a work id`) {
+			t.Errorf("json=%v: stderr = %q, want one line naming each refused id, in the order given", asJSON, errb.String())
+		}
+		if asJSON {
+			var got []waitJSON
+			if err := json.Unmarshal(out.Bytes(), &got); err != nil || len(got) != 1 || got[0].ID != w.ID || got[0].State != "succeeded" {
+				t.Errorf("--json = %q (%v), want the one known unit, succeeded", out.String(), err)
+			}
+			continue
+		}
+		rows := strings.Split(strings.TrimSpace(out.String()), "\n")
+		if len(rows) != 2 || !strings.HasPrefix(rows[1], w.ID) || !strings.Contains(rows[1], "succeeded  0") {
+			t.Errorf("table = %q, want the one known unit, succeeded with 0", out.String())
+		}
 	}
 }
