@@ -411,6 +411,39 @@ func TestSignInRefusesBadRevokedAndScopedKeys(t *testing.T) {
 	}
 }
 
+// TestSignInWithARevokedOrWrongKeySaysHowToMakeANewAdminKey: the
+// dashboard's refusal of a revoked key names the command that makes a new
+// admin key, as the CLI does for a revoked admin.apikey; a wrong key gets
+// the same help, and neither names a key, a path or a host.
+func TestSignInWithARevokedOrWrongKeySaysHowToMakeANewAdminKey(t *testing.T) {
+	e := newEnv(t)
+	c := client(t)
+	if _, err := e.st.APIKeyRevoke(t.Context(), store.APIKeyRevokeParams{ID: "viewer", Now: e.clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	const help = "To make a new admin key, run automator apikey create admin --all-accounts --data-dir DIR on the automator&#39;s host"
+	for _, tc := range []struct {
+		what, secret, said string
+		code               int
+	}{
+		{"revoked", e.secrets["viewer"], "This API key was revoked.", http.StatusForbidden},
+		{"wrong", "oak_not-a-key", "That is not a valid API key.", http.StatusUnauthorized},
+	} {
+		resp, err := c.PostForm(e.url+"/dashboard/login", url.Values{"api_key": {tc.secret}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.code || !strings.Contains(string(body), tc.said+" "+help) {
+			t.Errorf("sign-in with a %s key: %d, body %s; want %d saying %q then %q", tc.what, resp.StatusCode, body, tc.code, tc.said, help)
+		}
+		if strings.Contains(string(body), "viewer") {
+			t.Errorf("sign-in with a %s key names the key's id: %s", tc.what, body)
+		}
+	}
+}
+
 // TestRefusedSignInsAreAuditedAndLimitedLikeRefusedCalls: a sign-in with a
 // wrong key is a failed authentication: the audit log records it with the
 // address it came from, and past the address's budget the sign-in is

@@ -169,6 +169,14 @@ type loginData struct {
 	Error string
 }
 
+// newAdminKeyHelp ends the refusal of a wrong or a revoked key: how an
+// operator makes a new admin key, as the CLI says of a revoked
+// admin.apikey. It is the same for both and names no key, path or host (a
+// visitor is not signed in), so it tells nobody which keys exist. That a
+// key was revoked is said only to whoever holds its 256-bit secret, as the
+// gRPC and HTTP APIs already tell a call made with it.
+const newAdminKeyHelp = "To make a new admin key, run automator apikey create admin --all-accounts --data-dir DIR on the automator's host, DIR being its data directory (there it needs no API key)."
+
 // login checks the API key of the form and sets the session cookie.
 func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	if !d.sameOrigin(r) {
@@ -204,7 +212,7 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	h := crypto.HashToken(secret)
 	k, err := d.o.Store.APIKeyGetByHash(r.Context(), h)
 	if errors.Is(err, store.ErrNotFound) {
-		refused(http.StatusUnauthorized, "That is not a valid API key.")
+		refused(http.StatusUnauthorized, "That is not a valid API key. "+newAdminKeyHelp)
 		return
 	}
 	if err != nil {
@@ -214,7 +222,7 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := checkKey(k); err != nil {
 		if !k.RevokedAt.IsZero() {
-			refused(http.StatusForbidden, capitalise(err.Error())+".")
+			refused(http.StatusForbidden, capitalise(err.Error())+". "+newAdminKeyHelp)
 			return
 		}
 		fail(http.StatusForbidden, capitalise(err.Error())+".")
