@@ -12,6 +12,8 @@ import (
 	"runtime"
 
 	"golang.org/x/crypto/chacha20poly1305"
+
+	"github.com/opsgate/opsgate/internal/secretfile"
 )
 
 // MasterKey seals account keys at rest in the automator's database.
@@ -160,13 +162,18 @@ func ReadMasterKeyFile(path string) (MasterKey, error) {
 }
 
 // ParseMasterKey parses the content of a master key file: standard base64
-// of 32 bytes, surrounding whitespace ignored. Errors never quote the
-// content.
+// of 32 bytes, surrounding whitespace ignored, in UTF-8 or in UTF-16 with a
+// byte-order mark (secretfile.Text: a copy written back by Windows
+// PowerShell 5's > or Out-File). Errors never quote the content.
 func ParseMasterKey(data []byte) (MasterKey, error) {
 	if len(data) > maxMasterKeyFile {
 		return MasterKey{}, fmt.Errorf("larger than %d bytes, not a master key file", maxMasterKeyFile)
 	}
-	text := bytes.TrimSpace(data)
+	decoded, err := secretfile.Text(data)
+	if err != nil {
+		return MasterKey{}, fmt.Errorf("content is %w", err)
+	}
+	text := []byte(decoded)
 	if len(text) == 0 {
 		return MasterKey{}, errors.New("file is empty")
 	}

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"unicode/utf16"
 
 	"github.com/opsgate/opsgate/crypto"
 )
@@ -149,5 +150,35 @@ func TestReadMasterKeyFileErrors(t *testing.T) {
 	// cases above fail because of the mode alone.
 	if _, err := crypto.ReadMasterKeyFile(write("ok", good, 0o600)); err != nil {
 		t.Fatalf("good file: %v", err)
+	}
+}
+
+// TestMasterKeyFileWrittenBackByPowerShellIsRead: a master key file copied
+// back (from a backup, say) with Windows PowerShell 5's > is UTF-16 with a
+// byte-order mark and CRLF; it holds the same key. Without the byte-order
+// mark it is refused, naming the encoding.
+func TestMasterKeyFileWrittenBackByPowerShellIsRead(t *testing.T) {
+	var want crypto.MasterKey
+	for i := range want {
+		want[i] = byte(i)
+	}
+	text := base64.StdEncoding.EncodeToString(want[:]) + "\r\n"
+	var le, be []byte
+	for _, u := range utf16.Encode([]rune(text)) {
+		le = append(le, byte(u), byte(u>>8))
+		be = append(be, byte(u>>8), byte(u))
+	}
+	for name, data := range map[string][]byte{
+		"UTF-16 LE with BOM": append([]byte{0xFF, 0xFE}, le...),
+		"UTF-16 BE with BOM": append([]byte{0xFE, 0xFF}, be...),
+		"UTF-8 with BOM":     []byte("\ufeff" + text),
+	} {
+		got, err := crypto.ParseMasterKey(data)
+		if err != nil || got != want {
+			t.Errorf("%s: ParseMasterKey: %v; want the key", name, err)
+		}
+	}
+	if _, err := crypto.ParseMasterKey(le); err == nil || !strings.Contains(err.Error(), "UTF-16 without a byte-order mark") {
+		t.Errorf("UTF-16 without a byte-order mark: ParseMasterKey: %v; want an error naming the encoding", err)
 	}
 }

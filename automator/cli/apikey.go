@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -20,6 +19,7 @@ import (
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/secretfile"
 )
 
 const apikeyUsage = "usage: automator apikey create NAME --data-dir DIR (--accounts A,B | --all-accounts) | apikey list --data-dir DIR [--json] | apikey revoke ID --data-dir DIR"
@@ -258,11 +258,10 @@ func cmdAPIKeyRevoke(ctx context.Context, args []string, env Env) error {
 
 // holdsKey reports whether the file at path holds the secret of API key k.
 func holdsKey(path string, k store.APIKey) bool {
-	b, err := os.ReadFile(path)
+	secret, err := secretfile.Read(path)
 	if err != nil {
 		return false
 	}
-	secret := strings.TrimSpace(string(b))
 	return secret != "" && subtle.ConstantTimeCompare(crypto.HashToken(secret), k.Hash) == 1
 }
 

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/opsgate/opsgate/automator/client"
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/internal/hostport"
+	"github.com/opsgate/opsgate/internal/secretfile"
 )
 
 // maxStdin is what exec reads from --stdin at most: the most any
@@ -196,6 +198,30 @@ func (f callerFlags) explain(err error) error {
 	return fmt.Errorf("%w; that is the key in %s: put a new one there with `automator apikey create admin --all-accounts --data-dir %s > %s` (run on this host, it needs no API key), or give --api-key-file", err, path, *f.dir, path)
 }
 
+// readAPIKeyFile reads the API key in the file at path, written by hand or
+// by a shell's redirection of `apikey create` (secretfile.Text: a
+// byte-order mark, UTF-16 and CRLF are fine). The key is one word of
+// printable ASCII: anything else gets an error naming the file, rather
+// than a refusal by the automator or the gRPC library.
+func readAPIKeyFile(path string) (string, error) {
+	key, err := secretfile.Read(path)
+	var pathErr *fs.PathError
+	switch {
+	case errors.As(err, &pathErr):
+		return "", fmt.Errorf("reading API key: %w", err)
+	case err != nil:
+		return "", fmt.Errorf("API key file %s is %w", path, err)
+	case key == "":
+		return "", fmt.Errorf("API key file %s is empty", path)
+	}
+	for _, c := range []byte(key) {
+		if c <= ' ' || c > '~' {
+			return "", fmt.Errorf("API key file %s holds something other than one API key (a space, a line break or a character that is not printable ASCII): it holds one line, as `automator apikey create` prints it", path)
+		}
+	}
+	return key, nil
+}
+
 // clientConfig says how to reach the automator as a caller, either on its
 // own host (--data-dir: address, CA and admin key from the data directory)
 // or from afar (--server, --ca, --api-key-file).
@@ -277,13 +303,9 @@ func clientConfig(dir, server, apiKeyFile, caFile string) (client.Config, error)
 	default:
 		return cfg, errors.New("give --data-dir (on the automator's host) or --server with --api-key-file and --ca")
 	}
-	keyData, err := os.ReadFile(apiKeyFile)
-	if err != nil {
-		return cfg, fmt.Errorf("reading API key: %w", err)
-	}
-	cfg.APIKey = strings.TrimSpace(string(keyData))
-	if cfg.APIKey == "" {
-		return cfg, fmt.Errorf("API key file %s is empty", apiKeyFile)
+	var err error
+	if cfg.APIKey, err = readAPIKeyFile(apiKeyFile); err != nil {
+		return cfg, err
 	}
 	if caFile != "" {
 		if cfg.CAPEM, err = os.ReadFile(caFile); err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/opsgate/opsgate/internal/hostport"
 
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/secretfile"
 	"github.com/opsgate/opsgate/internal/yamlerr"
 )
 
@@ -99,8 +100,16 @@ func Load(path string) (Config, error) {
 }
 
 // Parse decodes a configuration strictly: unknown keys and a second
-// document with content are errors; a trailing "---" is not.
+// document with content are errors; a trailing "---" is not. The file may
+// be UTF-8 or UTF-16 with a byte-order mark (secretfile.Decode), as Windows
+// PowerShell 5's > writes a profile; UTF-16 without one is refused, saying
+// so.
 func Parse(data []byte) (Config, error) {
+	text, err := secretfile.Decode(data)
+	if err != nil {
+		return Config{}, fmt.Errorf("the file is %w", err)
+	}
+	data = []byte(text)
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)

@@ -1,0 +1,89 @@
+// Package secretfile reads a file that holds a secret (an API key, a
+// token, a key, or a profile holding them) the way an operator may have
+// written it: with an editor, or
+// with a shell's redirection of a command's output. Windows PowerShell 5's
+// `>` and Out-File write UTF-16 little-endian with a byte-order mark, and
+// some editors put a byte-order mark before UTF-8: each is decoded, so the
+// secret is the same whichever wrote it. Errors never quote the content.
+package secretfile
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// Read returns the text of the file at path (Text).
+func Read(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	return Text(b)
+}
+
+// Text returns the text of data (Decode) without surrounding whitespace
+// (CRLF line ends included).
+func Text(data []byte) (string, error) {
+	s, err := Decode(data)
+	return strings.TrimSpace(s), err
+}
+
+// Decode returns the text of data, in UTF-8, without its byte-order mark:
+// data is UTF-8, with or without a byte-order mark, or UTF-16 (little- or
+// big-endian) with one. UTF-16 without a byte-order mark, and bytes that
+// are not text in the encoding found, are refused, naming the encoding.
+func Decode(data []byte) (string, error) {
+	var s string
+	switch {
+	case bytes.HasPrefix(data, []byte{0xEF, 0xBB, 0xBF}):
+		s = string(data[3:])
+	case bytes.HasPrefix(data, []byte{0xFF, 0xFE}):
+		u, err := utf16Text(data[2:], false)
+		if err != nil {
+			return "", fmt.Errorf("UTF-16 little-endian (as Windows PowerShell 5's > writes): %w", err)
+		}
+		s = u
+	case bytes.HasPrefix(data, []byte{0xFE, 0xFF}):
+		u, err := utf16Text(data[2:], true)
+		if err != nil {
+			return "", fmt.Errorf("UTF-16 big-endian: %w", err)
+		}
+		s = u
+	case len(data) >= 2 && (data[0] == 0) != (data[1] == 0):
+		// ASCII text in UTF-16 has a zero byte in every pair.
+		return "", errors.New("UTF-16 without a byte-order mark: save it as UTF-8 (or UTF-16 with a byte-order mark)")
+	default:
+		s = string(data)
+	}
+	if !utf8.ValidString(s) {
+		return "", errors.New("not UTF-8 or UTF-16 text")
+	}
+	return s, nil
+}
+
+// utf16Text decodes UTF-16 code units.
+func utf16Text(b []byte, bigEndian bool) (string, error) {
+	if len(b)%2 != 0 {
+		return "", errors.New("an odd number of bytes")
+	}
+	units := make([]uint16, len(b)/2)
+	for i := range units {
+		if bigEndian {
+			units[i] = uint16(b[2*i])<<8 | uint16(b[2*i+1])
+		} else {
+			units[i] = uint16(b[2*i+1])<<8 | uint16(b[2*i])
+		}
+	}
+	runes := utf16.Decode(units)
+	for _, r := range runes {
+		if r == utf8.RuneError {
+			return "", errors.New("not valid UTF-16")
+		}
+	}
+	return string(runes), nil
+}

@@ -1,0 +1,58 @@
+package secretfile
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf16"
+)
+
+func encode16(s string, bigEndian bool) []byte {
+	var b []byte
+	for _, u := range utf16.Encode([]rune(s)) {
+		if bigEndian {
+			b = append(b, byte(u>>8), byte(u))
+		} else {
+			b = append(b, byte(u), byte(u>>8))
+		}
+	}
+	return b
+}
+
+// TestTextDecodesWhatShellsWrite: the same secret comes out of UTF-8 with
+// or without a byte-order mark and of UTF-16 LE or BE with one, with
+// surrounding whitespace and CRLF dropped; what cannot be read as text is
+// refused naming the encoding, without quoting the content.
+func TestTextDecodesWhatShellsWrite(t *testing.T) {
+	const secret = "oak_Zm9vYmFyLWJhei1xdXV4"
+	for name, data := range map[string][]byte{
+		"UTF-8":                 []byte(secret),
+		"UTF-8, CRLF":           []byte(" " + secret + "\r\n"),
+		"UTF-8 with BOM":        []byte("\ufeff" + secret + "\r\n"),
+		"UTF-16 LE with BOM":    append([]byte{0xFF, 0xFE}, encode16(secret+"\r\n", false)...),
+		"UTF-16 BE with BOM":    append([]byte{0xFE, 0xFF}, encode16(secret+"\r\n", true)...),
+		"UTF-16 LE, no newline": append([]byte{0xFF, 0xFE}, encode16(secret, false)...),
+	} {
+		got, err := Text(data)
+		if err != nil || got != secret {
+			t.Errorf("%s: Text = %q, %v; want the secret", name, got, err)
+		}
+	}
+	if got, err := Text(nil); err != nil || got != "" {
+		t.Errorf("empty: Text = %q, %v; want empty, no error", got, err)
+	}
+	for name, tc := range map[string]struct {
+		data []byte
+		want string
+	}{
+		"UTF-16 LE without BOM":  {encode16(secret, false), "UTF-16 without a byte-order mark"},
+		"UTF-16 BE without BOM":  {encode16(secret, true), "UTF-16 without a byte-order mark"},
+		"UTF-16 LE, odd length":  {append([]byte{0xFF, 0xFE}, append(encode16(secret, false), 'x')...), "UTF-16 little-endian (as Windows PowerShell 5's > writes): an odd number of bytes"},
+		"UTF-16, lone surrogate": {[]byte{0xFF, 0xFE, 0x00, 0xD8, 'a', 0}, "not valid UTF-16"},
+		"binary":                 {[]byte{0xC3, 0x28, 0xA0, 0xA1}, "not UTF-8 or UTF-16 text"},
+	} {
+		_, err := Text(tc.data)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), secret) {
+			t.Errorf("%s: Text error %v; want one saying %q, never the content", name, err, tc.want)
+		}
+	}
+}
