@@ -33,11 +33,15 @@ type pinger interface {
 // cannot serve. The answer needs no key, so it says only which of the two
 // it is: the store's error names the database (its host, user, file path)
 // and goes to the log instead, where `automator status`'s answer points.
-// It logs when the store stops answering and when it answers again, not at
-// every check: load balancers check every second or more often.
+// It logs when the store stops answering, when the reason changes while it
+// does not (the database reachable again but its schema behind, say), and
+// when it answers again, not at every check: load balancers check every
+// second or more often. So the log's last "not ready" is the current
+// reason.
 func readyz(st pinger, stopping func() bool, log *slog.Logger) http.Handler {
 	var mu sync.Mutex
 	notReady := false
+	reason := "" // of the last "not ready" logged
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
@@ -58,8 +62,9 @@ func readyz(st pinger, stopping func() bool, log *slog.Logger) http.Handler {
 		}
 		mu.Lock()
 		switch {
-		case err != nil && !notReady:
+		case err != nil && (!notReady || err.Error() != reason):
 			log.Warn("not ready", "err", err)
+			reason = err.Error()
 		case err == nil && notReady:
 			log.Info("ready again")
 		}
