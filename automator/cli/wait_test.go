@@ -122,11 +122,20 @@ func TestWorkWaitNamesAnUnknownIDAndStillWaitsForTheOthers(t *testing.T) {
 		if asJSON {
 			args = append(args, "--json")
 		}
+		// The progress line, on a terminal (the text run), counts the
+		// refused ids as done.
+		isTerminal = func(io.Writer) bool { return !asJSON }
+		t.Cleanup(func() { isTerminal = func(io.Writer) bool { return false } })
 		code := Main(t.Context(), args, Env{Stdout: &out, Stderr: &errb})
 		if code != ExitNotAllSucceeded {
 			t.Errorf("json=%v: exit %d, want %d; stderr %q", asJSON, code, ExitNotAllSucceeded, errb.String())
 		}
-		lines := strings.Split(strings.TrimSpace(errb.String()), "\n")
+		progress, _, _ := strings.Cut(errb.String(), "automator: ")
+		if !asJSON && !strings.Contains(progress, "\rwaiting for 3 units: 3 ended (1 succeeded, 2 refused), 0 open, ") {
+			t.Errorf("progress on a terminal = %q, want the two refused ids counted as ended", progress)
+		}
+		msgs := strings.TrimPrefix(errb.String(), progress)
+		lines := strings.Split(strings.TrimSpace(msgs), "\n")
 		if len(lines) != 2 ||
 			!strings.Contains(lines[0], "waiting for work "+unknown+": there is no such unit") ||
 			!strings.Contains(lines[1], `waiting for work "`+malformed+`": not a work id`) {
