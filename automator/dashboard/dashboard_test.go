@@ -411,6 +411,40 @@ func TestSignInRefusesBadRevokedAndScopedKeys(t *testing.T) {
 	}
 }
 
+// TestASessionEndedByARevokeSaysWhyOnTheSignInForm: a page of a session
+// whose API key was revoked sends the browser to the sign-in form, which
+// then says the session ended because the key was revoked, with the help
+// to make a new admin key; the form shown to a browser with no session says
+// nothing of the kind.
+func TestASessionEndedByARevokeSaysWhyOnTheSignInForm(t *testing.T) {
+	e := newEnv(t)
+	c := client(t)
+	if code, body := get(t, c, e.url+"/dashboard/login"); code != http.StatusOK || strings.Contains(body, "Your session ended") {
+		t.Fatalf("sign-in form without a session: %d, says a session ended: %v", code, strings.Contains(body, "Your session ended"))
+	}
+	e.signIn(c, e.url, "viewer")
+	if code, _ := get(t, c, e.url+"/dashboard/"); code != http.StatusOK {
+		t.Fatalf("signed in as viewer: %d", code)
+	}
+	if _, err := e.st.APIKeyRevoke(t.Context(), store.APIKeyRevokeParams{ID: "viewer", Now: e.clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Get(e.url + "/dashboard/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	loc, err := resp.Location()
+	if resp.StatusCode != http.StatusSeeOther || err != nil || loc.Path != "/dashboard/login" {
+		t.Fatalf("a page after the revoke: %d to %v (%v), want a redirect to the sign-in form", resp.StatusCode, loc, err)
+	}
+	code, body := get(t, c, loc.String())
+	const want = "Your session ended: this API key was revoked. To make a new admin key, run automator apikey create admin --all-accounts"
+	if code != http.StatusOK || !strings.Contains(body, want) {
+		t.Errorf("the sign-in form after the revoke: %d, want it to say %q:\n%s", code, want, body)
+	}
+}
+
 // TestSignInWithARevokedOrWrongKeySaysHowToMakeANewAdminKey: the
 // dashboard's refusal of a revoked key names the command that makes a new
 // admin key, as the CLI does for a revoked admin.apikey; a wrong key gets

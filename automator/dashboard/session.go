@@ -64,7 +64,7 @@ func (d *Dashboard) encode(s session) string {
 }
 
 // decode returns the session a cookie value carries if its signature holds
-// and it has not expired.
+// and it has not expired; an expired one is returned with an endedErr.
 func (d *Dashboard) decode(v string, now time.Time) (session, error) {
 	p, m, ok := strings.Cut(v, ".")
 	if !ok {
@@ -84,10 +84,16 @@ func (d *Dashboard) decode(v string, now time.Time) (session, error) {
 		return session{}, errors.New("session cookie without an id")
 	}
 	if now.Unix() >= s.Expires {
-		return session{}, errors.New("session expired")
+		return s, endedErr("it expired")
 	}
 	return s, nil
 }
+
+// endedErr is why a session whose cookie holds has ended, in words its
+// holder may be shown on the sign-in form (never a store's error).
+type endedErr string
+
+func (e endedErr) Error() string { return string(e) }
 
 // newSessionID returns a random session id, 128 bits in base64url.
 func newSessionID() (string, error) {
@@ -133,14 +139,14 @@ func (d *Dashboard) authenticate(ctx context.Context, r *http.Request) (*session
 // key may still use the dashboard.
 func (d *Dashboard) recheck(ctx context.Context, s *session) error {
 	if d.o.Now().Unix() >= s.Expires {
-		return errors.New("session expired")
+		return endedErr("it expired")
 	}
 	ended, err := d.o.Store.DashboardSessionEnded(ctx, s.ID)
 	if err != nil {
 		return fmt.Errorf("checking for a sign-out of the session: %w", err)
 	}
 	if ended {
-		return errors.New("signed out")
+		return endedErr("it was signed out of")
 	}
 	h, err := hex.DecodeString(s.Hash)
 	if err != nil {
@@ -148,20 +154,35 @@ func (d *Dashboard) recheck(ctx context.Context, s *session) error {
 	}
 	k, err := d.o.Store.APIKeyGetByHash(ctx, h)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && k.ID != s.KeyID) {
-		return errors.New("the API key of this session no longer exists")
+		return endedErr("its API key no longer exists")
 	}
 	if err != nil {
 		return fmt.Errorf("checking the session's API key: %w", err)
 	}
 	if err := checkKey(k); err != nil {
-		return err
+		return endedErr(err.Error())
 	}
 	s.Reveal = d.reveal[k.ID]
 	return nil
 }
 
+// loginForm shows the sign-in form. A visitor whose session just ended
+// (its API key revoked, say: pages send it here) is told why, with the
+// help the refused sign-in gives: its cookie, signed by this automator,
+// shows it was signed in, so this tells it nothing it did not know.
 func (d *Dashboard) loginForm(w http.ResponseWriter, r *http.Request) {
-	d.render(w, r, http.StatusOK, "login", "Sign in", "", nil, loginData{Next: safeNext(r.URL.Query().Get("next"))})
+	data := loginData{Next: safeNext(r.URL.Query().Get("next"))}
+	if c, err := r.Cookie(cookieName); err == nil {
+		s, err := d.decode(c.Value, d.o.Now())
+		if err == nil {
+			err = d.recheck(r.Context(), &s)
+		}
+		var ended endedErr
+		if errors.As(err, &ended) {
+			data.Error = "Your session ended: " + ended.Error() + ". " + newAdminKeyHelp
+		}
+	}
+	d.render(w, r, http.StatusOK, "login", "Sign in", "", nil, data)
 }
 
 type loginData struct {
