@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/clihelp"
+	"github.com/opsgate/opsgate/internal/secretfile"
 	"github.com/opsgate/opsgate/proxy/agent"
 	"github.com/opsgate/opsgate/proxy/config"
 	"github.com/opsgate/opsgate/proxy/service"
@@ -151,9 +152,9 @@ func cmdInstall(args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	data, err := os.ReadFile(src)
+	data, err := readConfigText(src)
 	if err != nil {
-		return fmt.Errorf("reading proxy config: %w", err)
+		return err
 	}
 	cfg, err := config.Load(src)
 	if err != nil {
@@ -278,6 +279,22 @@ func installSpec(name, exe, configPath string, cfg config.Config, u *service.Use
 		spec.User, spec.Group = u.Name, u.Group
 	}
 	return spec
+}
+
+// readConfigText reads the config file at path as UTF-8 text, for the
+// service's copy: a profile saved by Windows PowerShell 5's > is UTF-16,
+// to which the lines install adds, in UTF-8, cannot be appended
+// (secretfile.Decode; config.Load reads either).
+func readConfigText(path string) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading proxy config: %w", err)
+	}
+	text, err := secretfile.Decode(data)
+	if err != nil {
+		return nil, fmt.Errorf("parsing proxy config %s: the file is %w", path, err)
+	}
+	return []byte(text), nil
 }
 
 // installedConfig is the service's copy of the config: the file as it is,

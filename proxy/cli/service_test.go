@@ -404,3 +404,34 @@ func TestInstalledConfigOfAFileEndingInAnEmptyDocument(t *testing.T) {
 		}
 	}
 }
+
+// TestInstallCopiesAProfileSavedByPowerShellAsUTF8: `proxy install` reads
+// the config (readConfigText) and writes the service's copy with its own
+// lines added (installedConfig). A profile saved by Windows PowerShell 5's
+// `>` is UTF-16 with a byte-order mark and CRLF: the copy is UTF-8 and
+// reads back with the profile's settings and the state_dir install added,
+// where UTF-8 lines appended to UTF-16 made a file that read as neither.
+func TestInstallCopiesAProfileSavedByPowerShellAsUTF8(t *testing.T) {
+	k, err := crypto.NewKey(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	profile := "automator_url: https://automator.example:8443\r\ntoken: oat_t\r\nkey: " + k.String() + "\r\nscripts_dir: /opt/scripts\r\n"
+	data := []byte{0xFF, 0xFE}
+	for _, r := range profile { // ASCII: one UTF-16 unit each
+		data = append(data, byte(r), 0)
+	}
+	path := filepath.Join(t.TempDir(), "proxy.yaml")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	text, err := readConfigText(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Parse(installedConfig(text, "proxy", true, "/var/lib/proxy"))
+	if err != nil || c.Token != "oat_t" || c.Key != k.String() || c.ScriptsDir != "/opt/scripts" || c.StateDir != "/var/lib/proxy" {
+		t.Errorf("the service's copy of a UTF-16 profile: token %q, scripts_dir %q, state_dir %q, key matches %v, %v; want the profile's settings and state_dir /var/lib/proxy",
+			c.Token, c.ScriptsDir, c.StateDir, c.Key == k.String(), err)
+	}
+}
