@@ -66,6 +66,7 @@ type Metrics struct {
 	claimed     *prometheus.CounterVec
 	finished    *prometheus.CounterVec
 	undelivered *prometheus.CounterVec
+	authFailed  *prometheus.CounterVec
 	claimWait   prometheus.Histogram
 	finishWait  *prometheus.HistogramVec
 	polls       *prometheus.GaugeVec
@@ -104,6 +105,10 @@ func New(o Options) *Metrics {
 			Name: "automator_work_undelivered_total",
 			Help: "Units of work failed because their claim never reached the proxy instance (the poll's answer was lost with its connection, or the poll ended first); their scripts did not run. By account.",
 		}, []string{"account"}),
+		authFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "automator_auth_failures_total",
+			Help: "Calls and dashboard sign-ins refused for a missing, wrong, expired or revoked token or API key, by outcome: unauthenticated (within the source's failure budget) or rate_limited (over it). The log writes at most 20 such lines a minute, and one counting the rest.",
+		}, []string{"outcome"}),
 		claimWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "automator_work_queued_to_claimed_seconds",
 			Help:    "Time from queueing a unit to its claim.",
@@ -124,11 +129,13 @@ func New(o Options) *Metrics {
 			Buckets: storeBuckets,
 		}, []string{"method"}),
 	}
-	m.reg.MustRegister(m.queued, m.claimed, m.finished, m.undelivered, m.claimWait, m.finishWait, m.polls, m.storeCalls,
+	m.reg.MustRegister(m.queued, m.claimed, m.finished, m.undelivered, m.authFailed, m.claimWait, m.finishWait, m.polls, m.storeCalls,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, st := range endStates {
 		m.finishWait.WithLabelValues(string(st))
 	}
+	m.authFailed.WithLabelValues("unauthenticated")
+	m.authFailed.WithLabelValues("rate_limited")
 	return m
 }
 
@@ -192,6 +199,15 @@ func (m *Metrics) WorkFinished(w store.Work) {
 }
 
 func (m *Metrics) WorkUndelivered(account string) { m.undelivered.WithLabelValues(account).Inc() }
+
+// AuthFailed counts a refused authentication (server.AuthMetrics).
+func (m *Metrics) AuthFailed(limited bool) {
+	if limited {
+		m.authFailed.WithLabelValues("rate_limited").Inc()
+		return
+	}
+	m.authFailed.WithLabelValues("unauthenticated").Inc()
+}
 
 func (m *Metrics) PollOpened(account string) func() {
 	g := m.polls.WithLabelValues(account)

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/opsgate/opsgate/automator/metrics"
+	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
 )
@@ -373,5 +374,30 @@ func TestStoreThatDoesNotAnswerIsLoggedOncePerChange(t *testing.T) {
 	}
 	if down != 1 || back != 1 {
 		t.Errorf("log over 3 scrapes with the store down and 2 with it back: %q; want one warning naming the error, then one line saying the gauges are back", lines)
+	}
+}
+
+// TestFailedAuthenticationsAreCountedByOutcome: the automator tells its
+// Metrics of every refused authentication (server.AuthMetrics), and
+// /metrics shows them by outcome, both at 0 before the first: the log
+// writes a bounded number of lines for them, the counter has them all.
+func TestFailedAuthenticationsAreCountedByOutcome(t *testing.T) {
+	m := metrics.New(metrics.Options{})
+	var _ server.AuthMetrics = m
+	for _, o := range []string{"unauthenticated", "rate_limited"} {
+		if got := value(t, scrape(t, m), "automator_auth_failures_total", map[string]string{"outcome": o}); got != 0 {
+			t.Errorf("automator_auth_failures_total{outcome=%q} = %v before any failure; want 0", o, got)
+		}
+	}
+	for range 3 {
+		m.AuthFailed(false)
+	}
+	m.AuthFailed(true)
+	fams := scrape(t, m)
+	if got := value(t, fams, "automator_auth_failures_total", map[string]string{"outcome": "unauthenticated"}); got != 3 {
+		t.Errorf("automator_auth_failures_total{outcome=\"unauthenticated\"} = %v, want 3", got)
+	}
+	if got := value(t, fams, "automator_auth_failures_total", map[string]string{"outcome": "rate_limited"}); got != 1 {
+		t.Errorf("automator_auth_failures_total{outcome=\"rate_limited\"} = %v, want 1", got)
 	}
 }

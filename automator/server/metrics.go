@@ -30,3 +30,7 @@ func (noMetrics) WorkClaimed(string, time.Duration) {}
 func (noMetrics) WorkFinished(store.Work)           {}
 func (noMetrics) WorkUndelivered(string)            {}
 func (noMetrics) PollOpened(string) func()          { return func() {} }
+
+type noAuthMetrics struct{}
+
+func (noAuthMetrics) AuthFailed(bool) {}

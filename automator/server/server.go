@@ -141,6 +141,8 @@ type Server struct {
 	metrics     Metrics
 	started     time.Time       // when New made it (deleted.go)
 	failures    *failureLimiter // budget of failed authentications per source (ratelimit.go)
+	authLog     authLog         // the log lines of failed authentications (authlog.go)
+	authMetrics AuthMetrics     // the Metrics, when it counts failed authentications
 	dbDown      atomic.Bool     // the database is out of reach, since a store call found it so (unreachable.go)
 	dbFailures  atomic.Uint64   // store calls that found the database out of reach
 
@@ -191,6 +193,10 @@ func New(o Options) (*Server, error) {
 		o.Metrics = noMetrics{}
 	}
 	o.Limits.applyDefaults()
+	am, ok := o.Metrics.(AuthMetrics)
+	if !ok {
+		am = noAuthMetrics{}
+	}
 	return &Server{
 		store:          o.Store,
 		master:         o.MasterKey,
@@ -209,6 +215,7 @@ func New(o Options) (*Server, error) {
 		broadcaster:    o.Broadcaster,
 		failures:       newFailureLimiter(o.Limits.FailedAuthBurst, o.Limits.FailedAuthRefill),
 		metrics:        o.Metrics,
+		authMetrics:    am,
 		started:        o.Clock.Now(),
 		keys:           make(map[string]*keyRing),
 		kick:           make(chan struct{}, 1),

@@ -41,6 +41,7 @@ func (s *Server) Run(ctx context.Context) {
 			continue
 		case <-t.C:
 		}
+		s.flushAuthLog(s.clock.Now())
 		next := s.sweepInterval
 		if s.expireDue(ctx) {
 			// A unit still due right after a sweep could not be ended by
