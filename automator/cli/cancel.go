@@ -81,7 +81,8 @@ func cancelOne(ctx context.Context, c *client.Client, id string) (cancelJSON, er
 	}
 	before, err := c.Get(ctx, id)
 	if ended, ok := client.UnreadableWork(err); ok {
-		// Ended, with a result of an account deleted since: done.
+		// Ended, with a result of an account deleted since, or one
+		// altered in the database: done.
 		before, err = ended, nil
 	}
 	w := before

@@ -97,7 +97,8 @@ func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 			}
 			w, err := c.Wait(ctx, id)
 			if ended, ok := client.UnreadableWork(err); ok {
-				// Ended, with a result of an account deleted since:
+				// Ended, with a result of an account deleted since (or
+				// one altered in the database):
 				// how it ended is known, not its exit code.
 				w, err = ended, nil
 			}

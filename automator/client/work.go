@@ -105,14 +105,14 @@ func (w Work) outcome() (Result, error) {
 }
 
 // UnreadableWork returns the unit that err describes when err is the
-// refusal (FAILED_PRECONDITION) of a Get or Wait of a unit that holds a
-// result of an account deleted since: the unit has ended, and its result
-// can no longer be read (its key was destroyed with the account). The unit
-// comes without its Result, with Reason saying so; ok is false for any
-// other error.
+// refusal of a Get or Wait of a unit whose result can no longer be read:
+// FAILED_PRECONDITION for a result of an account deleted since (its key
+// was destroyed with the account), DATA_LOSS for a stored result that does
+// not open (altered in the database). The unit has ended; it comes without
+// its Result, with Reason saying so; ok is false for any other error.
 func UnreadableWork(err error) (w Work, ok bool) {
 	s, isStatus := status.FromError(err)
-	if !isStatus || s.Code() != codes.FailedPrecondition {
+	if !isStatus || (s.Code() != codes.FailedPrecondition && s.Code() != codes.DataLoss) {
 		return Work{}, false
 	}
 	for _, d := range s.Details() {

@@ -509,6 +509,18 @@ func (s *Server) workStatus(ctx context.Context, w store.Work) (*automatorv1.Wor
 			}
 			return nil, refused.Err()
 		}
+		if errors.Is(err, crypto.ErrOpen) {
+			// Altered in the database (or copied there from another
+			// unit): the unit has ended, its result cannot be read. Its
+			// status goes with the refusal, as above; the plaintext was
+			// never had.
+			s.log.Error("a stored result does not open: altered in the database?", "work_id", w.ID, "account", w.Account, "err", err)
+			refused := status.Newf(codes.DataLoss, "work %s: its stored result does not open (altered in the database?); the unit is %s", w.ID, w.State)
+			if withStatus, derr := refused.WithDetails(st); derr == nil {
+				refused = withStatus
+			}
+			return nil, refused.Err()
+		}
 		if err != nil {
 			return nil, s.internal(ctx, "opening a stored result", err)
 		}

@@ -37,6 +37,7 @@ type env struct {
 	token   string
 	key     crypto.Key
 	master  crypto.MasterKey
+	dbPath  string // the SQLite file of store
 }
 
 type envOptions struct {
@@ -80,7 +81,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, store: st, account: "acme", master: master}
+	e := &env{t: t, store: st, account: "acme", master: master, dbPath: filepath.Join(dir, "automator.db")}
 
 	// Account and API key, made the way the CLI makes them.
 	e.token, _ = crypto.NewToken("opt_")
