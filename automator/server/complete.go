@@ -90,6 +90,15 @@ func (p *ProxyService) complete(ctx context.Context, req *automatorv1.CompleteRe
 	if err := validID("claim_id", req.GetClaimId()); err != nil {
 		return err
 	}
+	// Only logged (a refused result's line names it), but the proxy's to
+	// write: held to a poll's rules, so that no call writes a megabyte,
+	// or an escape sequence, into the log. A proxy sends the id it polls
+	// with, which passed them; none at all is served.
+	if id := req.GetInstanceId(); id != "" {
+		if err := validID("instance_id", id); err != nil {
+			return err
+		}
+	}
 	if n := len(req.GetSealedResult()); n > maxSealedResult {
 		return status.Errorf(codes.InvalidArgument, "sealed_result is %d bytes, more than the limit of %d (each output stream at most 2 MiB)", n, maxSealedResult)
 	}

@@ -267,3 +267,54 @@ func TestAbsurdPollAndExecuteValuesAreRefusedOrBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestCompleteInstanceIDIsCheckedLikeAPolls: a result's instance_id, which
+// the automator writes into its log when it refuses the result, is held to
+// a poll's rules (128 bytes, no control character): a token's holder
+// cannot write a megabyte, or a forged line, into the log per call. Every
+// proxy sends the instance id it polls with; one sending none is served.
+func TestCompleteInstanceIDIsCheckedLikeAPolls(t *testing.T) {
+	log := &syncLog{}
+	e := newEnv(t, envOptions{pollWindow: time.Hour, log: log})
+	ctx := t.Context()
+	api, px := e.callerClient(), e.proxyClient()
+	submit(t, api, e.account, time.Hour)
+	c := claimOne(t, px, "a")
+	bad := e.sealResult(c.GetWorkId(), &automatorv1.Result{})
+	bad[len(bad)-1] ^= 1 // refused, and logged, once the instance id is taken
+	for name, id := range map[string]string{
+		"a megabyte":       strings.Repeat("i", 1<<20),
+		"129 bytes":        strings.Repeat("i", 129),
+		"a forged line":    "a\nlevel=ERROR msg=\"forged\"",
+		"an escape":        "a\x1b[2J",
+		"a C1 control":     "a\u009b2J",
+		"a CompleteBatch…": strings.Repeat("b", 200),
+	} {
+		req := &automatorv1.CompleteRequest{WorkId: c.GetWorkId(), ClaimId: c.GetClaimId(), InstanceId: id,
+			Outcome: automatorv1.Outcome_OUTCOME_SUCCEEDED, SealedResult: bad}
+		_, err := px.Complete(ctx, req)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "instance_id") {
+			t.Errorf("instance_id of %s: %v; want InvalidArgument naming instance_id", name, err)
+		}
+		resp, err := px.CompleteBatch(ctx, &automatorv1.CompleteBatchRequest{Results: []*automatorv1.CompleteRequest{req}})
+		if err != nil || codes.Code(resp.GetOutcomes()[0].GetCode()) != codes.InvalidArgument {
+			t.Errorf("instance_id of %s in a batch: %v, %v; want InvalidArgument", name, resp, err)
+		}
+	}
+	log.mu.Lock()
+	written := log.b.String()
+	log.mu.Unlock()
+	if len(written) > 64<<10 {
+		t.Errorf("refusing 12 results wrote %d bytes of log", len(written))
+	}
+	if strings.Contains(written, "\nlevel=ERROR msg=\"forged\"") {
+		t.Errorf("the log holds a forged line: %q", written)
+	}
+	// No instance id at all: served (the refusal here is the blob's).
+	_, err := px.Complete(ctx, &automatorv1.CompleteRequest{WorkId: c.GetWorkId(), ClaimId: c.GetClaimId(),
+		Outcome: automatorv1.Outcome_OUTCOME_SUCCEEDED, SealedResult: bad})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "did not open") {
+		t.Errorf("a result without an instance id: %v; want it looked at (and refused as it does not open)", err)
+	}
+	e.completeClaim(px, "", c)
+}
