@@ -318,3 +318,36 @@ func TestCompleteInstanceIDIsCheckedLikeAPolls(t *testing.T) {
 	}
 	e.completeClaim(px, "", c)
 }
+
+// TestAnotherProcessesLookDoesNotHideACancelFromAProxyWithoutRunID: a
+// poll's look at the states of the units it runs stands in, for a second,
+// for the next look of the same proxy process (instance and run id). A
+// proxy predating run ids sends none, so any process of the account
+// polling under its instance id without a run id (a token's holder, or a
+// second old proxy sharing the name) is, to the automator, the same
+// process: its look, at other units, must not make the old proxy's next
+// poll skip its own, or that poll is not told that its unit was cancelled
+// and its script runs on.
+func TestAnotherProcessesLookDoesNotHideACancelFromAProxyWithoutRunID(t *testing.T) {
+	clock := newFakeClock() // still: every look is fresh
+	e := newEnv(t, envOptions{pollWindow: time.Hour, clock: clock})
+	ctx := t.Context()
+	api, old, other := e.callerClient(), e.proxyClient(), e.proxyClient()
+	u := submit(t, api, e.account, time.Hour)
+	c := claimOne(t, old, "host-a")
+	if _, err := api.Cancel(ctx, &automatorv1.CancelRequest{WorkId: u.GetWorkId()}); err != nil {
+		t.Fatal(err)
+	}
+	// The other process looks at units of its own, after the cancel.
+	resp, err := other.Poll(ctx, &automatorv1.PollRequest{InstanceId: "host-a", MaxUnits: 0, Wait: durationpb.New(0), Running: []string{"w_" + strings.Repeat("1", 32)}})
+	if err != nil || len(resp.GetCancelled()) != 0 {
+		t.Fatalf("the other process's poll: %v, %v; want an empty answer", resp, err)
+	}
+	resp, err = old.Poll(ctx, &automatorv1.PollRequest{InstanceId: "host-a", MaxUnits: 0, Wait: durationpb.New(0), Running: []string{c.GetWorkId()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.GetCancelled()) != 1 || resp.GetCancelled()[0] != c.GetWorkId() {
+		t.Errorf("the old proxy's poll listing its cancelled unit: told %v; want [%s]", resp.GetCancelled(), c.GetWorkId())
+	}
+}

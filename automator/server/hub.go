@@ -112,11 +112,16 @@ func (h *hub) cutSeen(account string) uint64 {
 	return h.cut[account]
 }
 
-// checkedRunning records that run (the proxy process, "" for one that
-// sends no run id) of instance looked at the states of its running units at
-// now, begun when the account's cut count was cut, and found the units told
-// ended.
+// checkedRunning records that run (the proxy process) of instance looked
+// at the states of its running units at now, begun when the account's cut
+// count was cut, and found the units told ended. A look without a run id
+// is not recorded (runningKnown).
 func (h *hub) checkedRunning(account, instance, run string, cut uint64, now time.Time, told []string) {
+	if run == "" {
+		// Not one process: any of the account's may poll under the
+		// instance id without a run id (runningKnown).
+		return
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if len(h.checked) >= maxChecked {
@@ -155,6 +160,13 @@ func (h *hub) retellAt(account, instance, run string, running []string, fresh ti
 // are announced through the Broadcaster, best effort: fresh bounds how late
 // a lost announcement is noticed.
 func (h *hub) runningKnown(account, instance, run string, now time.Time, fresh time.Duration) bool {
+	if run == "" {
+		// A proxy predating run ids: another process polling under its
+		// instance id without one (a second old proxy of that name, a
+		// token's holder) cannot be told from it, and that one's look at
+		// other units must not stand in for its own. It looks every time.
+		return false
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	c, ok := h.checked[[3]string{account, instance, run}]
