@@ -211,8 +211,12 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	}
 	next := safeNext(r.PostForm.Get("next"))
 	secret := strings.TrimSpace(r.PostForm.Get("api_key"))
+	// The form needs no credential to be posted: a refusal writes no log
+	// line of its own, or each post would. A wrong or revoked key is a
+	// failed authentication, which SignIns logs (a bounded number of
+	// lines) and audits; an empty form is the visitor's own mistake.
 	fail := func(code int, why string) {
-		d.log.Warn("dashboard sign-in refused", "peer", r.RemoteAddr, "reason", why)
+		d.log.Debug("dashboard sign-in refused", "peer", r.RemoteAddr, "reason", why)
 		d.render(w, r, code, "login", "Sign in", "", nil, loginData{Next: next, Error: why})
 	}
 	if secret == "" {
@@ -222,11 +226,11 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	// A wrong or revoked key is a failed authentication, counted against
 	// the address as a refused call is: past its budget, refused as such.
 	refused := func(code int, why string) {
-		if d.o.SignIns != nil {
-			if retry, limited := d.o.SignIns.SignInFailed(r.Context(), remoteHost(r), why); limited {
-				fail(http.StatusTooManyRequests, fmt.Sprintf("Too many failed sign-ins from your address; try again in %v.", retry.Round(time.Second)))
-				return
-			}
+		if d.o.SignIns == nil {
+			d.log.Warn("dashboard sign-in refused", "peer", r.RemoteAddr, "reason", why)
+		} else if retry, limited := d.o.SignIns.SignInFailed(r.Context(), remoteHost(r), why); limited {
+			fail(http.StatusTooManyRequests, fmt.Sprintf("Too many failed sign-ins from your address; try again in %v.", retry.Round(time.Second)))
+			return
 		}
 		fail(code, why)
 	}
@@ -246,6 +250,8 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 			refused(http.StatusForbidden, capitalise(err.Error())+". "+newAdminKeyHelp)
 			return
 		}
+		// A valid key that may not sign in (a scoped one): its holder's.
+		d.log.Warn("dashboard sign-in refused", "peer", r.RemoteAddr, "api_key", k.ID, "reason", err.Error())
 		fail(http.StatusForbidden, capitalise(err.Error())+".")
 		return
 	}

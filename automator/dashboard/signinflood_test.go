@@ -1,0 +1,71 @@
+package dashboard_test
+
+import (
+	"bytes"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/dashboard"
+	"github.com/opsgate/opsgate/automator/server"
+)
+
+// lockedLog is a log sink several goroutines write to.
+type lockedLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.b.String(), s)
+}
+
+// TestRefusedSignInsDoNotWriteALogLinePerAttempt: the sign-in form needs
+// no credential to be posted, so its refusals must not cost a log line
+// each. A wrong key is a failed authentication, logged as the automator
+// logs those (bounded: 20 a minute, then a count) and audited; past the
+// address's budget nothing more; an empty form is the visitor's own
+// mistake, shown on the page only.
+func TestRefusedSignInsDoNotWriteALogLinePerAttempt(t *testing.T) {
+	const attempts = 40
+	e := newEnv(t)
+	log := &lockedLog{}
+	logger := slog.New(slog.NewTextHandler(log, nil))
+	srv, err := server.New(server.Options{Store: e.st, MasterKey: e.master, PollWindow: pollWindow, Clock: e.clock,
+		Limits: server.Limits{FailedAuthBurst: 2, FailedAuthRefill: time.Hour}, Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, base := e.start(replica{srv: srv, opts: func(o *dashboard.Options) { o.Logger = logger }})
+	c := client(t)
+	for i := range attempts {
+		for _, key := range []string{"oak_wrong", ""} {
+			resp, err := c.PostForm(base+"/dashboard/login", url.Values{"api_key": {key}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode < 400 {
+				t.Fatalf("sign-in %d with key %q: %d; want a refusal", i, key, resp.StatusCode)
+			}
+		}
+	}
+	// Two within the budget, one as the address goes over it.
+	if n := log.count("authentication failed") + log.count("too many failed authentications"); n != 3 {
+		t.Errorf("%d lines of failed authentications, want 3", n)
+	}
+	if n := log.count("sign-in refused"); n != 0 {
+		t.Errorf("%d refused sign-ins wrote %d lines of their own; want none (the automator's bounded line covers them)", 2*attempts, n)
+	}
+}
