@@ -122,11 +122,13 @@ func seedListings(t *testing.T) string {
 	enqueue("w_08", "acme", at(9*time.Minute+30*time.Second), later, "report.sh")
 	enqueue("w_09", "globex", at(8*time.Minute), later, "inventory.sh")
 
+	// IN FLIGHT counts the units each holds claimed (host-b: w_07), not
+	// what each said it ran when it last polled (Running).
 	for _, in := range []store.InstanceSeenParams{
-		{Account: "acme", InstanceID: "host-a", Hostname: "a.acme.internal", Version: "v1.4.0", InFlight: 0, Now: listNow.Add(-5 * time.Second)},
-		{Account: "acme", InstanceID: "host-b", Hostname: "b.acme.internal", Version: "v1.4.0", InFlight: 1, Now: listNow.Add(-2 * time.Second)},
-		{Account: "acme", InstanceID: "host-c", Hostname: "c.acme.internal", Version: "v1.3.2", InFlight: 0, Now: listNow.Add(-10 * time.Minute)},
-		{Account: "globex", InstanceID: "g-1", Hostname: "g1.globex.lan", Version: "v1.4.0", InFlight: 0, Now: listNow.Add(-9 * time.Minute)},
+		{Account: "acme", InstanceID: "host-a", Hostname: "a.acme.internal", Version: "v1.4.0", Running: 2, Now: listNow.Add(-5 * time.Second)},
+		{Account: "acme", InstanceID: "host-b", Hostname: "b.acme.internal", Version: "v1.4.0", Running: 0, Now: listNow.Add(-2 * time.Second)},
+		{Account: "acme", InstanceID: "host-c", Hostname: "c.acme.internal", Version: "v1.3.2", Running: 1, Now: listNow.Add(-10 * time.Minute)},
+		{Account: "globex", InstanceID: "g-1", Hostname: "g1.globex.lan", Version: "v1.4.0", Running: 0, Now: listNow.Add(-9 * time.Minute)},
 	} {
 		if err := st.InstanceSeen(ctx, in); err != nil {
 			t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -201,7 +202,7 @@ func (e *env) run(account, instance string, claimed, finished time.Time, res *au
 func (e *env) poll(account, instance string, when time.Time) {
 	e.t.Helper()
 	if err := e.st.InstanceSeen(e.t.Context(), store.InstanceSeenParams{Account: account, InstanceID: instance,
-		Hostname: instance + ".example", Version: "v9", InFlight: 0, Now: when}); err != nil {
+		Hostname: instance + ".example", Version: "v9", Now: when}); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -575,6 +576,53 @@ func TestAccountsPageWarnsOfStrandedWork(t *testing.T) {
 	if code, body := get(t, c, e.url+"/dashboard/accounts/nobody"); code != http.StatusNotFound || !strings.Contains(body, `There is no account &#34;nobody&#34;.`) {
 		t.Errorf("instances of a missing account: %d\n%s", code, body)
 	}
+}
+
+// TestInstancesPageCountsTheUnitsEachInstanceHoldsClaimed: an instance's
+// "In flight" is the units it holds claimed now, not what it said it ran at
+// its last poll: one that claimed two units and stopped polling shows 2
+// until they end, then 0; an idle one that said it ran a unit shows 0.
+func TestInstancesPageCountsTheUnitsEachInstanceHoldsClaimed(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	now := e.clock.Now()
+	seen := func(instance string, running int) {
+		t.Helper()
+		if err := e.st.InstanceSeen(ctx, store.InstanceSeenParams{Account: "acme", InstanceID: instance,
+			Hostname: instance + ".example", Version: "v9", Running: running, Now: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"w_1", "w_2"} {
+		e.enqueue(id, "acme", now.Add(-time.Minute), &automatorv1.Command{Script: "x.sh"})
+	}
+	seen("dead", 0)
+	if ws, err := e.st.WorkClaim(ctx, store.WorkClaimParams{Account: "acme", InstanceID: "dead", Max: 2, ClaimIDs: []string{"c1", "c2"}, Now: now}); err != nil || len(ws) != 2 {
+		t.Fatalf("claim: %v %v", ws, err)
+	}
+	seen("idle", 1)
+	c := client(t)
+	e.signIn(c, e.url, "viewer")
+	// The row of instance, up to its In flight cell holding n.
+	cell := func(instance string, n int) *regexp.Regexp {
+		return regexp.MustCompile(`<tr data-instance="` + instance + `"[^>]*>(?:\s*<td[^>]*>[^\n]*</td>){4}\s*<td class="num">` + fmt.Sprint(n) + `</td>`)
+	}
+	wantPage := func(when string, dead int) {
+		t.Helper()
+		code, body := get(t, c, e.url+"/dashboard/accounts/acme")
+		for _, want := range []*regexp.Regexp{cell("dead", dead), cell("idle", 0)} {
+			if code != http.StatusOK || !want.MatchString(body) {
+				t.Errorf("instances page of acme %s (%d) lacks\n%s\nin\n%s", when, code, want, body)
+			}
+		}
+	}
+	wantPage("while dead holds two units", 2)
+	for _, id := range []string{"w_1", "w_2"} {
+		if _, err := e.st.WorkCancel(ctx, store.WorkCancelParams{ID: id, Reason: "cancelled by the caller", Now: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantPage("once its units ended", 0)
 }
 
 func TestWorkShowsCommandsAndOutputOnlyToKeysAllowed(t *testing.T) {

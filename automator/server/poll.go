@@ -128,7 +128,7 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 		InstanceID: req.GetInstanceId(),
 		Hostname:   req.GetHostname(),
 		Version:    req.GetVersion(),
-		InFlight:   len(req.GetRunning()),
+		Running:    len(req.GetRunning()),
 		Now:        s.clock.Now(),
 	}); err != nil {
 		return nil, s.internal(ctx, "recording the instance's poll", err)

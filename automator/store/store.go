@@ -176,7 +176,12 @@ type Instance struct {
 	Hostname   string
 	Version    string
 	LastPollAt time.Time
-	InFlight   int
+	// InFlight is the number of the account's units claimed by this
+	// instance and not yet ended (state claimed), counted from the units
+	// when listed: not what the instance said at its last poll. An
+	// instance that died keeps its units in flight until they end (at
+	// their deadline at the latest), then shows 0.
+	InFlight int
 }
 
 // Replica is one automator process sharing the store, as its last heartbeat
@@ -374,8 +379,13 @@ type InstanceSeenParams struct {
 	InstanceID string
 	Hostname   string
 	Version    string
-	InFlight   int
-	Now        time.Time
+	// Running is how many units the instance said it was running when the
+	// poll began (PollRequest.running). It is stored (column in_flight)
+	// only for automators of earlier versions sharing the database, which
+	// list it as the instance's in-flight count; InstanceList counts the
+	// claimed units instead (Instance.InFlight).
+	Running int
+	Now     time.Time
 }
 
 type InstancePurgeParams struct {
@@ -561,7 +571,10 @@ type Store interface {
 	// several replicas never move a record back in time. Polls of
 	// accounts that no longer exist are left out, as by InstanceSeen.
 	InstancesSeen(ctx context.Context, ps []InstanceSeenParams) error
-	// InstanceList returns the instances of an account, ordered by id.
+	// InstanceList returns the instances of an account, ordered by id,
+	// each with the number of the account's units it has claimed that have
+	// not ended (Instance.InFlight), read in the same statement from the
+	// index of claimed units: a few rows, however many units ended.
 	InstanceList(ctx context.Context, account string) ([]Instance, error)
 	// InstancePurge deletes the records of the instances whose latest poll
 	// is older than p.PolledBefore, and returns how many. An instance that

@@ -22,7 +22,7 @@ ON CONFLICT (account, instance_id) DO UPDATE SET
 	version = excluded.version,
 	last_poll_at = excluded.last_poll_at,
 	in_flight = excluded.in_flight`,
-		p.Account, p.InstanceID, p.Hostname, p.Version, p.Now, p.InFlight)
+		p.Account, p.InstanceID, p.Hostname, p.Version, p.Now, p.Running)
 	if err != nil {
 		return fmt.Errorf("recording a poll of instance %q of account %q: %w", p.InstanceID, p.Account, err)
 	}
@@ -56,7 +56,7 @@ ON CONFLICT (account, instance_id) DO UPDATE SET
 	last_poll_at = excluded.last_poll_at,
 	in_flight = excluded.in_flight
 WHERE excluded.last_poll_at >= instances.last_poll_at`,
-				p.Account, p.InstanceID, p.Hostname, p.Version, p.Now, p.InFlight)
+				p.Account, p.InstanceID, p.Hostname, p.Version, p.Now, p.Running)
 		}
 		br := c.SendBatch(ctx, b)
 		for _, p := range sorted {
@@ -73,9 +73,17 @@ WHERE excluded.last_poll_at >= instances.last_poll_at`,
 	return nil
 }
 
+// InstanceList counts each instance's claimed units through work_claimed,
+// which holds only the claimed units: a few, however many units ended. The
+// in_flight column (what the instance said at its last poll) is not read.
+// work.instance_id is compared as instances.instance_id is, byte by byte
+// (COLLATE "C").
 func (s *Store) InstanceList(ctx context.Context, account string) ([]store.Instance, error) {
-	rows, err := s.pool.Query(ctx, `SELECT account, instance_id, hostname, version, last_poll_at, in_flight
-FROM instances WHERE account = $1 ORDER BY instance_id`, account)
+	rows, err := s.pool.Query(ctx, `SELECT i.account, i.instance_id, i.hostname, i.version, i.last_poll_at, COALESCE(c.n, 0)
+FROM instances i
+LEFT JOIN (SELECT instance_id COLLATE "C" AS instance_id, COUNT(*) AS n FROM work
+	WHERE account = $1 AND state = 'claimed' GROUP BY 1) c ON c.instance_id = i.instance_id
+WHERE i.account = $1 ORDER BY i.instance_id`, account)
 	if err != nil {
 		return nil, fmt.Errorf("listing instances of account %q: %w", account, err)
 	}

@@ -18,7 +18,7 @@ ON CONFLICT (account, instance_id) DO UPDATE SET
 	version = excluded.version,
 	last_poll_at = excluded.last_poll_at,
 	in_flight = excluded.in_flight`,
-			p.Account, p.InstanceID, p.Hostname, p.Version, toNanos(p.Now), p.InFlight)
+			p.Account, p.InstanceID, p.Hostname, p.Version, toNanos(p.Now), p.Running)
 		return err
 	})
 	if err != nil {
@@ -27,9 +27,18 @@ ON CONFLICT (account, instance_id) DO UPDATE SET
 	return nil
 }
 
+// instanceListQuery lists an account's instances (?1) with the number of
+// its units each has claimed, counted through work_claimed, which holds only
+// the claimed units: a few, however many units ended. The in_flight column
+// (what the instance said at its last poll) is not read.
+const instanceListQuery = `SELECT i.account, i.instance_id, i.hostname, i.version, i.last_poll_at, COALESCE(c.n, 0)
+FROM instances i
+LEFT JOIN (SELECT instance_id, COUNT(*) AS n FROM work
+	WHERE account = ?1 AND state = 'claimed' GROUP BY instance_id) c ON c.instance_id = i.instance_id
+WHERE i.account = ?1 ORDER BY i.instance_id`
+
 func (s *Store) InstanceList(ctx context.Context, account string) ([]store.Instance, error) {
-	rows, err := s.reads.QueryContext(ctx, `SELECT account, instance_id, hostname, version, last_poll_at, in_flight
-FROM instances WHERE account = ? ORDER BY instance_id`, account)
+	rows, err := s.reads.QueryContext(ctx, instanceListQuery, account)
 	if err != nil {
 		return nil, fmt.Errorf("listing instances of account %q: %w", account, err)
 	}

@@ -24,7 +24,7 @@ ON CONFLICT (account, instance_id) DO UPDATE SET
 	last_poll_at = excluded.last_poll_at,
 	in_flight = excluded.in_flight
 WHERE excluded.last_poll_at >= instances.last_poll_at`,
-				p.Account, p.InstanceID, p.Hostname, p.Version, toNanos(p.Now), p.InFlight); err != nil {
+				p.Account, p.InstanceID, p.Hostname, p.Version, toNanos(p.Now), p.Running); err != nil {
 				return fmt.Errorf("instance %q of account %q: %w", p.InstanceID, p.Account, err)
 			}
 		}

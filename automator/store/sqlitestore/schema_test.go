@@ -42,7 +42,8 @@ func queryPlan(t *testing.T, q querier, query string, args ...any) []string {
 // index of open units meant for it (a partial index is used only when the
 // query's WHERE implies the index's), never scan the work table nor sort.
 // A listing of an open state reads that state's index too; across accounts
-// it sorts the (few) open units.
+// it sorts the (few) open units. The instance listing groups an account's
+// (few) claimed units by instance.
 func TestHotQueriesUseTheirIndexes(t *testing.T) {
 	s := open(t, filepath.Join(t.TempDir(), "automator.db"))
 	for _, c := range []struct {
@@ -57,6 +58,7 @@ func TestHotQueriesUseTheirIndexes(t *testing.T) {
 		{"queued count", queuedCountQuery, "work_queued", []any{"acme", 10}, false},
 		{"queued listing", listQuery(store.WorkListParams{Account: "acme", State: store.StateQueued, Limit: 10}), "work_queued", []any{"acme", 10}, false},
 		{"units claimed by polls whose answers were lost", claimedByPollsQuery, "work_claimed", []any{"acme", "i", "r", 1, 2}, false},
+		{"instance listing with the units each has in flight", instanceListQuery, "work_claimed", []any{"acme"}, true},
 		{"claimed listing", listQuery(store.WorkListParams{Account: "acme", State: store.StateClaimed, Limit: 10}), "work_claimed", []any{"acme", 10}, false},
 		{"queued listing of every account, next page", listQuery(store.WorkListParams{State: store.StateQueued, Limit: 10, BeforeQueuedAt: testNow, BeforeID: "w"}),
 			"work_queued", []any{1, 1, "w", 10}, true},

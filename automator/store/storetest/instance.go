@@ -11,6 +11,7 @@ var instanceCases = []testCase{
 	{"InstanceSeenUpsertsAndInstanceListIsOrderedByID", testInstanceSeenAndList},
 	{"InstancesSeenUpsertsABatchAndNeverMovesARecordBack", testInstancesSeenBatch},
 	{"InstancePurgeForgetsInstancesThatStoppedPolling", testInstancePurge},
+	{"InstanceListCountsInFlightTheUnitsEachInstanceHoldsClaimed", testInstanceInFlight},
 }
 
 func (f *fixture) seen(p store.InstanceSeenParams) {
@@ -43,17 +44,19 @@ func testInstanceSeenAndList(f *fixture) {
 	f.account("globex")
 	f.wantInstances("acme", nil)
 
-	seen := func(account, id, version string, inFlight int, now time.Time) store.Instance {
+	// What an instance says it runs is not its in-flight count: none of
+	// these has claimed a unit.
+	seen := func(account, id, version string, running int, now time.Time) store.Instance {
 		p := store.InstanceSeenParams{
 			Account:    account,
 			InstanceID: id,
 			Hostname:   fmt.Sprintf("%s.%s.example", id, account),
 			Version:    version,
-			InFlight:   inFlight,
+			Running:    running,
 			Now:        now,
 		}
 		f.seen(p)
-		return store.Instance{Account: account, InstanceID: id, Hostname: p.Hostname, Version: version, LastPollAt: now, InFlight: inFlight}
+		return store.Instance{Account: account, InstanceID: id, Hostname: p.Hostname, Version: version, LastPollAt: now}
 	}
 	b := seen("acme", "b-host", "v1.0.0", 0, at(time.Second))
 	a := seen("acme", "a-host", "v1.0.0", 3, at(2*time.Second+5*time.Microsecond))
@@ -75,13 +78,13 @@ func testInstancesSeenBatch(f *fixture) {
 	}
 	f.wantInstances("acme", nil)
 
-	p := func(account, id, version string, inFlight int, now time.Time) store.InstanceSeenParams {
+	p := func(account, id, version string, running int, now time.Time) store.InstanceSeenParams {
 		return store.InstanceSeenParams{Account: account, InstanceID: id, Hostname: id + ".example",
-			Version: version, InFlight: inFlight, Now: now}
+			Version: version, Running: running, Now: now}
 	}
 	in := func(p store.InstanceSeenParams) store.Instance {
 		return store.Instance{Account: p.Account, InstanceID: p.InstanceID, Hostname: p.Hostname,
-			Version: p.Version, LastPollAt: p.Now, InFlight: p.InFlight}
+			Version: p.Version, LastPollAt: p.Now}
 	}
 	batch := func(ps ...store.InstanceSeenParams) {
 		f.t.Helper()
@@ -110,7 +113,7 @@ func testInstancesSeenBatch(f *fixture) {
 	// A poll at the very same time as the stored one is written (the same
 	// poll written twice is harmless).
 	b2 := b
-	b2.InFlight = 3
+	b2.Running = 3
 	batch(b2)
 	f.wantInstances("acme", []store.Instance{in(a2), in(b2)})
 
@@ -150,4 +153,63 @@ func testInstancePurge(f *fixture) {
 	f.wantInstances("globex", nil)
 	back := seen("globex", "gone-2", at(2*time.Hour))
 	f.wantInstances("globex", []store.Instance{back})
+}
+
+// testInstanceInFlight: an instance's in-flight count is the number of its
+// account's units it holds claimed, counted from the units, whatever it said
+// when it last polled: an instance that claimed units and died shows them
+// until they end (by result, cancel or deadline), then 0; an idle one shows
+// 0; the same instance id in another account, and units of other
+// instances, count apart.
+func testInstanceInFlight(f *fixture) {
+	f.account("acme")
+	f.account("globex")
+	seen := func(account, id string, running int, now time.Time) store.Instance {
+		f.seen(store.InstanceSeenParams{Account: account, InstanceID: id, Hostname: id, Version: "v1", Running: running, Now: now})
+		return store.Instance{Account: account, InstanceID: id, Hostname: id, Version: "v1", LastPollAt: now}
+	}
+	deadline := at(10 * time.Minute)
+	for i := range 6 {
+		f.enqueue(fmt.Sprintf("w-%d", i), "acme", at(time.Duration(i)*time.Millisecond), deadline)
+	}
+	f.enqueue("w-late", "acme", at(time.Second), at(time.Minute))
+	f.enqueue("g-1", "globex", at(0), deadline)
+
+	// a polls (running nothing) and claims four units, polls again saying
+	// it runs 5 and claims two more. b polls saying it runs 2, then claims
+	// the last unit. idle says it runs 1 and claims nothing. a of globex
+	// claims a unit of its own account.
+	seen("acme", "a", 0, at(2*time.Second))
+	got := f.claim("acme", "a", 4, at(2*time.Second))
+	a := seen("acme", "a", 5, at(3*time.Second))
+	more := f.claim("acme", "a", 2, at(3*time.Second))
+	b := seen("acme", "b", 2, at(3*time.Second))
+	late := f.claim("acme", "b", 1, at(3*time.Second))
+	idle := seen("acme", "idle", 1, at(4*time.Second))
+	gb := seen("globex", "a", 0, at(3*time.Second))
+	f.claim("globex", "a", 1, at(3*time.Second))
+	if len(got) != 4 || len(more) != 2 || len(late) != 1 || late[0].ID != "w-late" {
+		f.t.Fatalf("a claimed %v then %v, b %v; want 4 units, 2 and w-late", ids(got), ids(more), ids(late))
+	}
+	inFlight := func(in store.Instance, n int) store.Instance { in.InFlight = n; return in }
+	f.wantInstances("acme", []store.Instance{inFlight(a, 6), inFlight(b, 1), idle})
+	f.wantInstances("globex", []store.Instance{inFlight(gb, 1)})
+
+	// a dies: it never polls again. Its units end one by one, by a result,
+	// a cancel, the deadline; each ends its count.
+	f.complete(got[0], at(5*time.Second))
+	if _, err := f.s.WorkCancel(f.ctx, store.WorkCancelParams{ID: got[1].ID, Reason: "cancelled by the caller", Now: at(5 * time.Second)}); err != nil {
+		f.t.Fatalf("WorkCancel(%s): %v", got[1].ID, err)
+	}
+	f.wantInstances("acme", []store.Instance{inFlight(a, 4), inFlight(b, 1), idle})
+	// b's unit is the one with the early deadline.
+	if ended, err := f.s.WorkExpire(f.ctx, store.WorkExpireParams{Now: at(time.Minute)}); err != nil || len(ended) != 1 || ended[0].InstanceID != "b" {
+		f.t.Fatalf("WorkExpire at a minute = %v, %v; want b's unit", ids(ended), err)
+	}
+	f.wantInstances("acme", []store.Instance{inFlight(a, 4), b, idle})
+	if ended, err := f.s.WorkExpire(f.ctx, store.WorkExpireParams{Now: deadline}); err != nil || len(ended) != 5 {
+		f.t.Fatalf("WorkExpire at the deadline = %v, %v; want a's 4 units and globex's", ids(ended), err)
+	}
+	f.wantInstances("acme", []store.Instance{a, b, idle})
+	f.wantInstances("globex", []store.Instance{gb})
 }

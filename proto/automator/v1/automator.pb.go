@@ -1274,7 +1274,11 @@ type Instance struct {
 	Hostname   string                 `protobuf:"bytes,2,opt,name=hostname,proto3" json:"hostname,omitempty"`
 	Version    string                 `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
 	LastPollAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_poll_at,json=lastPollAt,proto3" json:"last_poll_at,omitempty"`
-	InFlight   int32                  `protobuf:"varint,5,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	// in_flight is the number of units this instance holds claimed and not
+	// yet ended, counted from the queue when listed, not from what the
+	// instance said it ran at its last poll. An instance that died keeps its
+	// units in flight until they end, at their deadlines at the latest.
+	InFlight int32 `protobuf:"varint,5,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
 	// online: polled within the last two poll windows.
 	Online        bool `protobuf:"varint,6,opt,name=online,proto3" json:"online,omitempty"`
 	unknownFields protoimpl.UnknownFields
