@@ -44,7 +44,7 @@ func TestDataDirCommandsReachAServeListeningOnAnAddressItsCertificateOmits(t *te
 	})
 	errb.Reset()
 	code := Main(t.Context(), []string{"work", "wait", "--data-dir", dir, "w_0123456789abcdef0123456789abcdef"}, Env{Stdout: &out, Stderr: &errb})
-	if code != ExitError || !strings.Contains(errb.String(), "not found") {
-		t.Fatalf("work wait on an unknown unit: exit %d, stderr %q; want %d and the automator's not found", code, errb.String(), ExitError)
+	if code != ExitNotAllSucceeded || !strings.Contains(errb.String(), "there is no such unit") {
+		t.Fatalf("work wait on an unknown unit: exit %d, stderr %q; want %d and the automator's answer that there is no such unit", code, errb.String(), ExitNotAllSucceeded)
 	}
 }

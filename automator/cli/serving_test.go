@@ -38,8 +38,8 @@ func TestServingFileLastsWhileServeRuns(t *testing.T) {
 		code := Main(wctx, []string{"work", "wait", "--data-dir", dir, "w_0123456789abcdef0123456789abcdef"}, Env{Stdout: &out, Stderr: &errb})
 		return code, errb.String()
 	}
-	if code, stderr := wait(); code != ExitError || !strings.Contains(stderr, "not found") {
-		t.Fatalf("work wait while serve runs: exit %d, stderr %q; want %d and the automator's not found", code, stderr, ExitError)
+	if code, stderr := wait(); code != ExitNotAllSucceeded || !strings.Contains(stderr, "there is no such unit") {
+		t.Fatalf("work wait while serve runs: exit %d, stderr %q; want %d and the automator's answer that there is no such unit", code, stderr, ExitNotAllSucceeded)
 	}
 
 	cancel()
