@@ -70,7 +70,11 @@ func judgeCheck(cfg config.Config, err error, trailer metadata.MD, now time.Time
 		return profileCheck{stale: true, line: fmt.Sprintf("token refused, and this address is over its budget of failed authentications (%s); install the account's current profile", st.Message())}
 	case codes.Unavailable, codes.DeadlineExceeded:
 		msg := st.Message()
-		if strings.Contains(msg, "authentication handshake failed") {
+		// As the agent's log tells them apart (agent.connState): a
+		// handshake the automator answered with a certificate this config
+		// does not trust, or one the network cut (EOF, a reset), which
+		// names no certificate and says nothing of the profile.
+		if strings.Contains(msg, "authentication handshake failed") && strings.Contains(msg, "certificate") {
 			return profileCheck{stale: true, line: fmt.Sprintf("the automator's certificate is not trusted by this config (ca_cert, pin_sha256): %s; install the account's current profile", msg)}
 		}
 		return profileCheck{unreached: true, line: fmt.Sprintf("not reached within %v: %s", checkTimeout, msg)}

@@ -118,3 +118,34 @@ func TestStatusCheckFindsAStaleStandbyProfile(t *testing.T) {
 		t.Errorf("after the checks the store holds %d units, want none", n)
 	}
 }
+
+// TestStatusCheckOfAHandshakeCutByTheNetworkIsNotAStaleProfile: a TLS
+// handshake that the network cuts (the connection closed before the
+// automator's certificate came: a firewall, a load balancer with no
+// backend) names no certificate. The automator was not reached, and
+// nothing is known of the profile: `status` must not tell the operator
+// to install another profile, as it does for a certificate the config's
+// CA did not sign.
+func TestStatusCheckOfAHandshakeCutByTheNetworkIsNotAStaleProfile(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close() // before any byte of the handshake's answer
+		}
+	}()
+	cfg := standbyConfig(t, a, a.Token, a.Key)
+	cfg.AutomatorURL = "https://" + l.Addr().String()
+	c := checkProfile(t.Context(), cfg, time.Now())
+	if c.stale || !c.unreached || strings.Contains(c.line, "not trusted") {
+		t.Errorf("check through a connection cut during the handshake: %+v, want unreached, not an untrusted certificate", c)
+	}
+}
