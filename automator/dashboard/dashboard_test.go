@@ -518,6 +518,11 @@ func TestRefusedSignInsAreAuditedAndLimitedLikeRefusedCalls(t *testing.T) {
 	for _, ev := range events {
 		if strings.HasPrefix(ev.Detail, "dashboard sign-in: ") && ev.Source == "127.0.0.1" {
 			kinds[ev.Kind]++
+			// The reason, as for a refused call; the page's help for
+			// the visitor is no part of the record (nor of the log).
+			if ev.Kind == store.AuditAuthFailed && ev.Detail != "dashboard sign-in: That is not a valid API key." {
+				t.Errorf("audit record of a wrong key: %q, want the reason alone", ev.Detail)
+			}
 		}
 		if (ev.Kind == store.AuditDashboardSignIn || ev.Kind == store.AuditDashboardSignOut) && ev.Actor == "apikey:admin" && ev.Source == "127.0.0.1" {
 			kinds[ev.Kind]++

@@ -225,6 +225,8 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	}
 	// A wrong or revoked key is a failed authentication, counted against
 	// the address as a refused call is: past its budget, refused as such.
+	// The log and the audit record get the reason; the page adds how to
+	// make a new admin key.
 	refused := func(code int, why string) {
 		if d.o.SignIns == nil {
 			d.log.Warn("dashboard sign-in refused", "peer", r.RemoteAddr, "reason", why)
@@ -232,12 +234,12 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 			fail(http.StatusTooManyRequests, fmt.Sprintf("Too many failed sign-ins from your address; try again in %v.", retry.Round(time.Second)))
 			return
 		}
-		fail(code, why)
+		fail(code, why+" "+newAdminKeyHelp)
 	}
 	h := crypto.HashToken(secret)
 	k, err := d.o.Store.APIKeyGetByHash(r.Context(), h)
 	if errors.Is(err, store.ErrNotFound) {
-		refused(http.StatusUnauthorized, "That is not a valid API key. "+newAdminKeyHelp)
+		refused(http.StatusUnauthorized, "That is not a valid API key.")
 		return
 	}
 	if err != nil {
@@ -247,7 +249,7 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := checkKey(k); err != nil {
 		if !k.RevokedAt.IsZero() {
-			refused(http.StatusForbidden, capitalise(err.Error())+". "+newAdminKeyHelp)
+			refused(http.StatusForbidden, capitalise(err.Error())+".")
 			return
 		}
 		// A valid key that may not sign in (a scoped one): its holder's.
