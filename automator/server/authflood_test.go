@@ -6,6 +6,7 @@ import (
 	"net"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -114,5 +115,36 @@ func TestWrongTokenFloodFromManySourcesLogsBoundedLines(t *testing.T) {
 	}
 	if got := len(log.lines("authentication failed")); got != ownLines+1 {
 		t.Errorf("%d lines of their own after the minute, want %d", got, ownLines+1)
+	}
+}
+
+// TestFailuresNotLoggedAreCountedOnceTheMinuteIsOverWithoutAnother: the
+// line counting the failed authentications not logged one by one is
+// written once their minute is over even when no failure comes after it
+// (the flood stopped): the sweeper writes it, so the log's last word on a
+// flood is not the twentieth line.
+func TestFailuresNotLoggedAreCountedOnceTheMinuteIsOverWithoutAnother(t *testing.T) {
+	const total, ownLines = 25, 20
+	log := &syncLog{}
+	clock := newFakeClock()
+	e := newEnv(t, envOptions{clock: clock, log: log})
+	bad := automatorv1.NewProxyServiceClient(e.connFrom("127.0.0.1", "opt_wrong"))
+	for n := range total {
+		if _, err := pollNow(bad, "x", 1); status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("failed attempt %d, within the budget: %v; want Unauthenticated", n+1, err)
+		}
+	}
+	if got := log.lines("failed authentications not logged one by one"); len(got) != 0 {
+		t.Fatalf("summary within the minute: %q; want none yet", got)
+	}
+	clock.Advance(time.Minute)
+	var summary []string
+	deadline := time.Now().Add(10 * time.Second)
+	for len(summary) == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		summary = log.lines("failed authentications not logged one by one")
+	}
+	if len(summary) != 1 || !strings.Contains(summary[0], "count="+strconv.Itoa(total-ownLines)) {
+		t.Fatalf("summary lines once the minute is over, with no failure after it: %q; want one counting %d", summary, total-ownLines)
 	}
 }
