@@ -165,11 +165,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	// until they are over.
 	listenCtx, stopListening := context.WithCancel(context.Background())
 	listened := make(chan struct{})
-	go func() { defer close(listened); seq, lostFrom = a.hearEnds(listenCtx, seq, lostFrom) }()
+	var reportErr error // why the stop's last report of lostFrom failed
+	go func() { defer close(listened); seq, lostFrom, reportErr = a.hearEnds(listenCtx, seq, lostFrom) }()
 	defer func() {
 		stopListening()
 		<-listened
-		a.keepLost(seq, lostFrom)
+		a.keepLost(seq, lostFrom, reportErr)
 	}()
 	if n := a.inFlight(); n > 0 {
 		a.log.Info("stopping: waiting for running units", "running", n, "grace_period", a.o.GracePeriod)
@@ -347,10 +348,12 @@ const reportLostWithin = 5 * time.Second
 // until one is answered, for up to reportLostWithin however soon ctx
 // ends: the automator fails the units it had claimed for those polls at
 // once, which otherwise stay claimed by this instance until their
-// deadline. It returns the number of its last poll and lostFrom as it is
-// after them (0: reported).
-func (a *Agent) hearEnds(ctx context.Context, seq, lostFrom uint64) (uint64, uint64) {
+// deadline. It returns the number of its last poll, lostFrom as it is
+// after them (0: reported) and, when it is not 0, the error of the last
+// poll that failed to report it (nil: none was tried to the end).
+func (a *Agent) hearEnds(ctx context.Context, seq, lostFrom uint64) (uint64, uint64, error) {
 	bo := backoff{min: a.o.BackoffMin, max: a.o.BackoffMax}
+	var lastErr error
 	if lostFrom != 0 {
 		// Tried again within the bound when the automator could not be
 		// reached: a connection that dropped as the proxy stopped may
@@ -360,12 +363,13 @@ func (a *Agent) hearEnds(ctx context.Context, seq, lostFrom uint64) (uint64, uin
 			seq++
 			resp, err := a.pollFor(rctx, 0, 0, seq, lostFrom)
 			if err == nil {
-				lostFrom = 0
+				lostFrom, lastErr = 0, nil
 				for _, id := range resp.GetCancelled() {
 					a.ended(id)
 				}
 				break
 			}
+			lastErr = err
 			// Only an unreachable automator may answer the next try; a
 			// refusal (the token revoked, say) would be repeated.
 			if status.Code(err) != codes.Unavailable || !sleep(rctx, bo.next()) {
@@ -380,23 +384,26 @@ func (a *Agent) hearEnds(ctx context.Context, seq, lostFrom uint64) (uint64, uin
 			// Nothing left to hear of (the units still counted are
 			// being killed, or posting their results); ctx ends soon.
 			<-ctx.Done()
-			return seq, lostFrom
+			return seq, lostFrom, lastErr
 		}
 		seq++
 		resp, err := a.poll(ctx, 0, a.o.PollWait, seq, lostFrom)
 		if err != nil {
+			if ctx.Err() == nil && lostFrom != 0 {
+				lastErr = err
+			}
 			if !sleep(ctx, bo.next()) {
-				return seq, lostFrom
+				return seq, lostFrom, lastErr
 			}
 			continue
 		}
-		lostFrom = 0
+		lostFrom, lastErr = 0, nil
 		bo.reset()
 		for _, id := range resp.GetCancelled() {
 			a.ended(id)
 		}
 	}
-	return seq, lostFrom
+	return seq, lostFrom, lastErr
 }
 
 func (a *Agent) poll(ctx context.Context, n int, wait time.Duration, seq, lostFrom uint64) (*automatorv1.PollResponse, error) {

@@ -102,16 +102,22 @@ func (s *spool) saveLost(all []lostPolls) error {
 }
 
 // keepLost records, when the agent stops, that its polls from lostFrom on
-// were never answered and that it could not say so: with a spool, the next
+// were never answered and that it could not say so (why: the error of its
+// last try, nil when none was made to the end): with a spool, the next
 // start of the instance says it for this run (reportEarlier); without one,
 // the units claimed for them time out at their deadline, as logged.
-func (a *Agent) keepLost(seq, lostFrom uint64) {
+func (a *Agent) keepLost(seq, lostFrom uint64, why error) {
 	if lostFrom == 0 {
 		return
 	}
+	attrs := []any{"run_id", a.run, "lost_from", lostFrom}
+	if why != nil {
+		// Unreachable, or refused (a revoked token, say): the operator
+		// is told which, not one of them whatever happened.
+		attrs = append(attrs, "code", status.Code(why).String(), "err", status.Convert(why).Message())
+	}
 	if a.spool == nil {
-		a.log.Warn("stopped without telling the automator of polls whose answers were never read (it could not be reached): units it claimed for them time out at their deadline",
-			"run_id", a.run, "lost_from", lostFrom)
+		a.log.Warn("stopped without telling the automator of polls whose answers were never read (its last try failed: see err): units it claimed for them time out at their deadline", attrs...)
 		return
 	}
 	a.earlier = append(a.earlier, lostPolls{
@@ -119,11 +125,10 @@ func (a *Agent) keepLost(seq, lostFrom uint64) {
 	})
 	if err := a.saveEarlier(); err != nil {
 		a.log.Error("cannot keep in the spool the polls whose answers were never read: units the automator claimed for them time out at their deadline",
-			"run_id", a.run, "lost_from", lostFrom, "err", err)
+			append(attrs, "spool_err", err)...)
 		return
 	}
-	a.log.Warn("stopped without telling the automator of polls whose answers were never read (it could not be reached): the next start tells it, and it fails the units it claimed for them",
-		"run_id", a.run, "lost_from", lostFrom)
+	a.log.Warn("stopped without telling the automator of polls whose answers were never read (its last try failed: see err): the next start tells it, and it fails the units it claimed for them", attrs...)
 }
 
 // saveEarlier writes a.earlier to the spool, with the other instances'

@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -203,9 +204,11 @@ func TestAUnitHandedToThePollOfAProxyStoppedOffTheNetworkFailsWhenItStarts(t *te
 // TestAStopRefusedWhileReportingItsLostPollsDoesNotTryAgain: the stopping
 // proxy tries again to report its lost polls only when the automator could
 // not be reached; one that refuses it (its token revoked, say) would refuse
-// every try, which would only hold the stop up.
+// every try, which would only hold the stop up. Its log line says the
+// report was refused, and why, not that the automator was unreachable.
 func TestAStopRefusedWhileReportingItsLostPollsDoesNotTryAgain(t *testing.T) {
 	var refuse atomic.Bool
+	var logged bytes.Buffer // written by one handler, read once the agent stopped
 	var mu sync.Mutex
 	refused := make(chan struct{}, 1)
 	reports := 0
@@ -231,7 +234,7 @@ func TestAStopRefusedWhileReportingItsLostPollsDoesNotTryAgain(t *testing.T) {
 		Client: automatorv1.NewProxyServiceClient(a.ProxyConn(t)), Keys: crypto.Keys{a.Key}, InstanceID: "refused", ScriptsDir: t.TempDir(),
 		MaxConcurrency: 1, PollWait: time.Second, GracePeriod: 5 * time.Second,
 		BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: slog.New(slog.NewTextHandler(&logged, nil)),
 	})
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -246,5 +249,14 @@ func TestAStopRefusedWhileReportingItsLostPollsDoesNotTryAgain(t *testing.T) {
 	defer mu.Unlock()
 	if reports != 1 {
 		t.Fatalf("the stopping proxy reported its lost polls %d times to an automator that refused it; want once", reports)
+	}
+	var line string
+	for _, l := range strings.Split(logged.String(), "\n") {
+		if strings.Contains(l, "stopped without telling the automator") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "code=PermissionDenied") || !strings.Contains(line, "refused by the test") || strings.Contains(line, "could not be reached") {
+		t.Errorf("the stop's log line: %q; want it to give the refusal (PermissionDenied, its message), not to say the automator could not be reached", line)
 	}
 }
