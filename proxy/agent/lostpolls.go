@@ -34,9 +34,17 @@ type lostPolls struct {
 	StoppedAt  time.Time `json:"stopped_at"`
 }
 
+// keepLostFor is how long a record of lost polls is kept: twice the
+// longest timeout a unit may have (24 h, the automator's limit), counted
+// from the stop. Every unit claimed for polls made before it has ended by
+// then, timed out if not failed, so an older record has nothing left to
+// tell, and one of an instance id that never polls again (a host renamed,
+// a container's host name) does not keep the spool forever.
+const keepLostFor = 48 * time.Hour
+
 // loadLost returns the lost polls kept in the spool: those of instance,
 // and the others (of another instance that shares the directory), which
-// are left for it.
+// are left for it. Records past keepLostFor, of any instance, are dropped.
 func (s *spool) loadLost(instance string) (mine, others []lostPolls) {
 	if s == nil {
 		return nil, nil
@@ -55,11 +63,22 @@ func (s *spool) loadLost(instance string) (mine, others []lostPolls) {
 		_ = os.Rename(path, path+".bad")
 		return nil, nil
 	}
+	stale := 0
 	for _, l := range all {
-		if l.InstanceID == instance {
+		switch {
+		case time.Since(l.StoppedAt) > keepLostFor:
+			stale++
+		case l.InstanceID == instance:
 			mine = append(mine, l)
-		} else {
+		default:
 			others = append(others, l)
+		}
+	}
+	if stale > 0 {
+		if err := s.saveLost(append(append([]lostPolls{}, others...), mine...)); err != nil {
+			s.log.Warn("cannot drop old records of lost polls from the spool", "path", path, "err", err)
+		} else {
+			s.log.Info("dropped records of lost polls older than their units' longest deadline: the automator has ended those units", "count", stale, "older_than", keepLostFor)
 		}
 	}
 	return mine, others

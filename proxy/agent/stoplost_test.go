@@ -3,8 +3,12 @@ package agent_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -258,5 +262,62 @@ func TestAStopRefusedWhileReportingItsLostPollsDoesNotTryAgain(t *testing.T) {
 	}
 	if !strings.Contains(line, "code=PermissionDenied") || !strings.Contains(line, "refused by the test") || strings.Contains(line, "could not be reached") {
 		t.Errorf("the stop's log line: %q; want it to give the refusal (PermissionDenied, its message), not to say the automator could not be reached", line)
+	}
+}
+
+// TestOldRecordsOfLostPollsAreDroppedFromTheSpool: a record of lost polls
+// is of use only until the units claimed for them have ended, 24 hours at
+// most after their stop (the longest timeout). One of an instance id that
+// never polls again (a host renamed, a container's host name) was kept
+// for it forever, and with it the spool; records past twice that are
+// dropped at the next start, of whichever instance, while a recent one of
+// another instance is still left for it.
+func TestOldRecordsOfLostPollsAreDroppedFromTheSpool(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	spool := filepath.Join(t.TempDir(), agent.SpoolDirName)
+	if err := os.MkdirAll(spool, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	record := func(instance string, stopped time.Time) string {
+		return fmt.Sprintf(`{"version":1,"instance_id":%q,"run_id":"OLDRUN%s","lost_from":3,"poll_seq":5,"stopped_at":%q}`,
+			instance, instance, stopped.UTC().Format(time.RFC3339Nano))
+	}
+	path := filepath.Join(spool, agent.LostPollsName)
+	write := func(records ...string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte("["+strings.Join(records, ",")+"]\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := func() {
+		t.Helper()
+		ag := agent.New(agent.Options{
+			Client: automatorv1.NewProxyServiceClient(a.ProxyConn(t)), Keys: crypto.Keys{a.Key}, InstanceID: "new-name", ScriptsDir: t.TempDir(),
+			PollWait: time.Second, SpoolDir: spool, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { ag.Run(ctx); close(done) }()
+		automatortest.WaitFor(t, 10*time.Second, "the proxy to poll", func() bool { return !ag.LastPoll().IsZero() })
+		stop()
+		<-done
+	}
+
+	// Three days old: of an instance gone for good, and of this one.
+	write(record("old-name", time.Now().Add(-72*time.Hour)), record("new-name", time.Now().Add(-72*time.Hour)))
+	start()
+	if _, err := os.Stat(spool); !errors.Is(err, fs.ErrNotExist) {
+		data, _ := os.ReadFile(path)
+		t.Fatalf("after a start, the spool holding only records of lost polls three days old: %v (%s); want it removed", err, data)
+	}
+
+	// An hour old, of another instance: still left for it.
+	if err := os.MkdirAll(spool, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	write(record("other-name", time.Now().Add(-time.Hour)))
+	start()
+	if data, err := os.ReadFile(path); err != nil || !strings.Contains(string(data), `"other-name"`) {
+		t.Fatalf("after a start, the record of another instance's lost polls an hour old: %q, %v; want it kept", data, err)
 	}
 }
