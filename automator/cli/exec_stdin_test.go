@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,15 +23,18 @@ func TestExecInterruptedWhileReadingStdinReturns(t *testing.T) {
 	a := automatortest.Start(t, automatortest.Options{})
 	pr, pw := io.Pipe()
 	defer pw.Close()
+	reading := make(chan struct{})
+	stdin := &firstReadSignal{r: pr, reading: reading}
 	ctx, interrupt := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	var errb bytes.Buffer
 	go func() {
 		done <- cli.Main(ctx,
 			[]string{"exec", "--server", a.URL(), "--api-key-file", a.APIKeyFile, "--ca", a.CAFile, "--account", "acme", "--stdin", "-", "x.sh"},
-			cli.Env{Stdin: pr, Stdout: &bytes.Buffer{}, Stderr: &errb})
+			cli.Env{Stdin: stdin, Stdout: &bytes.Buffer{}, Stderr: &errb})
 	}()
-	time.Sleep(200 * time.Millisecond)
+	// Ctrl-C once exec is blocked reading its stdin, not before it got there.
+	waittest.Recv(t, reading, "exec to read its --stdin -")
 	interrupt()
 	select {
 	case code := <-done:
@@ -45,4 +49,17 @@ func TestExecInterruptedWhileReadingStdinReturns(t *testing.T) {
 	if n := a.CountWork(t); n != 0 {
 		t.Errorf("%d units queued by an exec interrupted before it submitted", n)
 	}
+}
+
+// firstReadSignal closes reading when its first Read begins: the reader
+// of stdin has reached the read that blocks.
+type firstReadSignal struct {
+	r       io.Reader
+	once    sync.Once
+	reading chan struct{}
+}
+
+func (f *firstReadSignal) Read(p []byte) (int, error) {
+	f.once.Do(func() { close(f.reading) })
+	return f.r.Read(p)
 }
