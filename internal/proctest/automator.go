@@ -4,6 +4,7 @@ package proctest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +23,18 @@ import (
 	"github.com/opsgate/opsgate/automator/pki"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
+
+// ErrAddrInUse is wrapped by WaitServing's error when serve exited because
+// an address it was to listen on was taken: a port picked ahead (FreePort)
+// that another process bound first. Only then is a start worth retrying on
+// another port; any other failure is the test's to report.
+var ErrAddrInUse = errors.New("an address to listen on was in use")
+
+// AddrInUse reports whether a process's log says it could not listen
+// because the address was in use (EADDRINUSE).
+func AddrInUse(log string) bool {
+	return strings.Contains(log, syscall.EADDRINUSE.Error())
+}
 
 // WaitServing waits up to timeout, twice over, for p, an `automator serve`
 // of dataDir, to write serving.yaml and then for its /healthz to answer 200;
@@ -37,7 +51,11 @@ func WaitServing(p *Proc, dataDir string, timeout time.Duration) (config.Serving
 	})
 	switch {
 	case p.Exited():
-		return s, fmt.Errorf("automator serve exited with %d: %s", p.ExitCode(), p.Tail(5))
+		err := fmt.Errorf("automator serve exited with %d: %s", p.ExitCode(), p.Tail(5))
+		if AddrInUse(p.Log()) {
+			err = fmt.Errorf("%w: %w", ErrAddrInUse, err)
+		}
+		return s, err
 	case !ok:
 		return s, fmt.Errorf("automator serve wrote no serving.yaml within %v", timeout)
 	}

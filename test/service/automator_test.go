@@ -4,7 +4,6 @@ package service
 
 import (
 	"encoding/binary"
-	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -201,7 +200,7 @@ func TestAutomatorStartAndStatusSayWhetherTheServiceServes(t *testing.T) {
 	requireRoot(t)
 	w := newWorkDir(t)
 	dir := filepath.Join(w.dir, "data")
-	port := initOnLoopback(t, dir)
+	initOnLoopback(t, dir)
 	good, err := os.ReadFile(filepath.Join(dir, config.FileConfig))
 	if err != nil {
 		t.Fatal(err)
@@ -240,7 +239,13 @@ func TestAutomatorStartAndStatusSayWhetherTheServiceServes(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = runCLI(bin.automator, "start", "--name", name)
-	grpcAddr := fmt.Sprintf("127.0.0.1:%d", port)
+	// start returns once the service serves: serving.yaml names the port
+	// the kernel gave it.
+	serving, ok, err := config.ReadServing(dir)
+	if err != nil || !ok {
+		t.Fatalf("serving.yaml once automator start returned (%v): found %v, %v", r, ok, err)
+	}
+	grpcAddr := serving.GRPC
 	if r.Code != 0 || !strings.Contains(r.Stdout, "it serves gRPC on "+grpcAddr) {
 		t.Fatalf("automator start: %v; want it to say it serves gRPC on %s", r, grpcAddr)
 	}
@@ -273,22 +278,22 @@ func allowSearch(dir string, uid int) error {
 	return syscall.Setxattr(dir, "system.posix_acl_access", acl, 0)
 }
 
-// initOnLoopback runs `automator init` on data directory dir for a free
-// loopback port, and has it serve gRPC on that port and HTTP on any:
-// it returns the gRPC port.
-func initOnLoopback(t *testing.T, dir string) int {
+// initOnLoopback runs `automator init` on data directory dir and has it
+// serve gRPC and HTTP on loopback ports of the kernel's choosing (port 0),
+// which serving.yaml then names: no port is picked ahead, for another
+// process to take before the service binds it. The public URL names a port
+// nothing serves; these tests make no profile.
+func initOnLoopback(t *testing.T, dir string) {
 	t.Helper()
-	port := freePort(t)
-	if r := runCLI(bin.automator, "init", "--data-dir", dir, "--public-url", fmt.Sprintf("https://127.0.0.1:%d", port)); r.Code != 0 {
+	if r := runCLI(bin.automator, "init", "--data-dir", dir, "--public-url", "https://127.0.0.1:1"); r.Code != 0 {
 		t.Fatalf("automator init: %v", r)
 	}
 	cfg, err := config.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Listen, cfg.HTTPListen = fmt.Sprintf("127.0.0.1:%d", port), "127.0.0.1:0"
+	cfg.Listen, cfg.HTTPListen = "127.0.0.1:0", "127.0.0.1:0"
 	if err := config.Save(dir, cfg); err != nil {
 		t.Fatal(err)
 	}
-	return port
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/store/pgstore/pgtest"
 	"github.com/opsgate/opsgate/internal/proctest"
 	"github.com/opsgate/opsgate/internal/waittest"
@@ -330,6 +331,7 @@ type localCompose struct {
 	pgAddr  string                    // the throwaway cluster, host:port
 	pgRole  string                    // its role and database for this run
 	procs   map[string]*proctest.Proc
+	mu      sync.Mutex // guards ports, which the alias relays read
 }
 
 var composeDSN = regexp.MustCompile(`postgres(?:ql)?://([^@/\s'"]+)@([a-z0-9-]+):5432/([^?\s'"]+)`)
@@ -513,14 +515,14 @@ func (c *localCompose) order(t *testing.T) []string {
 // backend that accepts it.
 type aliasRelay struct {
 	l        net.Listener
-	backends []string
+	backends func() []string // asked at each connection
 	mu       sync.Mutex
 	conns    map[net.Conn]bool
 	closing  bool
 	wg       sync.WaitGroup
 }
 
-func startAliasRelay(t *testing.T, backends []string) *aliasRelay {
+func startAliasRelay(t *testing.T, backends func() []string) *aliasRelay {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -566,7 +568,7 @@ func (r *aliasRelay) track(c net.Conn) {
 func (r *aliasRelay) serve(in net.Conn) {
 	r.track(in)
 	defer in.Close()
-	for _, b := range r.backends {
+	for _, b := range r.backends() {
 		out, err := net.DialTimeout("tcp", b, 2*time.Second)
 		if err != nil {
 			continue
@@ -592,7 +594,8 @@ func (r *aliasRelay) serve(in net.Conn) {
 // under Docker on the build machine, runs here as local processes: its
 // commands as they stand, with PostgreSQL a throwaway cluster (its role and
 // database as the postgres service's environment makes them), each named
-// volume a temporary directory, each container port a free loopback port,
+// volume a temporary directory, each container port a loopback port the
+// kernel picks (the service listens on port 0 and serving.yaml names it),
 // the alias both replicas answer to a relay to the first that accepts. Then
 // a unit is run through each replica to the proxy, both replicas list each
 // other, and once the replica the proxy polls is stopped, the proxy polls
@@ -623,7 +626,7 @@ func TestComposeTopologyRunsAsLocalProcesses(t *testing.T) {
 			if c.ports[name] == nil {
 				c.ports[name] = map[string]int{}
 			}
-			c.ports[name][port] = freePort(t)
+			c.ports[name][port] = 0 // listen on port 0; learnPorts reads the port it got
 		}
 		for _, n := range s.Networks {
 			for _, a := range n.Aliases {
@@ -639,9 +642,17 @@ func TestComposeTopologyRunsAsLocalProcesses(t *testing.T) {
 	}
 	for alias, svcs := range byAlias {
 		_, port, _ := net.SplitHostPort(flagValue(c.f.Services[svcs[0]].Command, "--listen"))
-		var backends []string
-		for _, s := range svcs {
-			backends = append(backends, fmt.Sprintf("127.0.0.1:%d", c.ports[s][port]))
+		// The backends' ports are known only once they serve.
+		backends := func() []string {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			var out []string
+			for _, s := range svcs {
+				if p := c.ports[s][port]; p != 0 {
+					out = append(out, fmt.Sprintf("127.0.0.1:%d", p))
+				}
+			}
+			return out
 		}
 		r := startAliasRelay(t, backends)
 		c.aliases[alias+":"+port] = r.l.Addr().String()
@@ -655,6 +666,7 @@ func TestComposeTopologyRunsAsLocalProcesses(t *testing.T) {
 			continue
 		}
 		p := c.start(t, name)
+		c.learnPorts(t, name)
 		switch {
 		case s.Restart == "no":
 			if code := p.Wait(t, 2*time.Minute); code != 0 {
@@ -721,6 +733,44 @@ func TestComposeTopologyRunsAsLocalProcesses(t *testing.T) {
 		t.Errorf("replica %s exited with %d on SIGTERM", first[0], code)
 	}
 	run(first[1], "after-"+first[0]+"-stopped")
+}
+
+// learnPorts waits for service svc, if it listens (automator serve, told
+// to listen on port 0), to write serving.yaml into its data directory, and
+// records the ports it got: no port is picked ahead for another process
+// to take before the service binds it.
+func (c *localCompose) learnPorts(t *testing.T, svc string) {
+	t.Helper()
+	argv := c.f.Services[svc].Command
+	if len(listenPorts(argv)) == 0 {
+		return
+	}
+	dir := c.mapped(t, svc, flagValue(argv, "--data-dir"))
+	p := c.procs[svc]
+	var serving config.Serving
+	waitFor(t, 30*time.Second, "service "+svc+" to write "+config.FileServing, func() bool {
+		var ok bool
+		serving, ok, _ = config.ReadServing(dir)
+		return ok || p.Exited()
+	})
+	if p.Exited() {
+		t.Fatalf("service %s exited with %d before it served: %s", svc, p.ExitCode(), p.Tail(10))
+	}
+	got := map[string]string{"--listen": serving.GRPC, "--http-listen": serving.HTTP}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, f := range listenFlags {
+		_, port, err := net.SplitHostPort(flagValue(argv, f))
+		if err != nil {
+			continue
+		}
+		_, bound, err := net.SplitHostPort(got[f])
+		n, err2 := strconv.Atoi(bound)
+		if err != nil || err2 != nil || n == 0 {
+			t.Fatalf("service %s: %s says it serves %s on %q", svc, config.FileServing, f, got[f])
+		}
+		c.ports[svc][port] = n
+	}
 }
 
 // setUpPostgres makes what the postgres image makes of its environment
