@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -86,9 +87,17 @@ func startAutomatorIn(t *testing.T, parent string) *automator {
 	if r := runCLI(bin.automator, "init", "--data-dir", a.DataDir, "--public-url", a.publicURL()); r.Code != 0 {
 		t.Fatalf("automator init: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
 	}
-	if err := a.serve(t); err != nil {
-		// Most likely someone took the port between freePort and serve: move
-		// the public URL to another port, once. No profile exists yet.
+	// The port was free when freePort looked; another process may bind it
+	// before serve does. Only then move the public URL to another port (no
+	// profile names it yet) and serve again.
+	for try := 1; ; try++ {
+		err := a.serve(t)
+		if err == nil {
+			return a
+		}
+		if !errors.Is(err, proctest.ErrAddrInUse) || try == 3 {
+			t.Fatal(err)
+		}
 		t.Logf("serve failed (%v); retrying on another port", err)
 		a.port = freePort(t)
 		cfg, err := config.Load(a.DataDir)
@@ -100,11 +109,7 @@ func startAutomatorIn(t *testing.T, parent string) *automator {
 		if err := config.Save(a.DataDir, cfg); err != nil {
 			t.Fatal(err)
 		}
-		if err := a.serve(t); err != nil {
-			t.Fatal(err)
-		}
 	}
-	return a
 }
 
 func (a *automator) publicURL() string { return fmt.Sprintf("https://127.0.0.1:%d", a.port) }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -114,6 +115,9 @@ func startAutomator(t *testing.T) *automator {
 		}
 		if err = a.serve(t); err == nil {
 			return a
+		}
+		if !errors.Is(err, proctest.ErrAddrInUse) {
+			t.Fatal(err)
 		}
 		t.Logf("serve failed (%v); retrying on another port", err)
 		a.DataDir = filepath.Join(t.TempDir(), "data")
