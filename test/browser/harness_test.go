@@ -119,10 +119,24 @@ func startAutomator(t *testing.T) *automator {
 	if err := config.Save(a.dir, cfg); err != nil {
 		t.Fatal(err)
 	}
-	p := startProc(t, "automator", bin.automator, "serve", "--data-dir", a.dir, "--listen", a.grpc, "--http-listen", "127.0.0.1:0")
-	s, err := proctest.WaitServing(p, a.dir, 15*time.Second)
-	if err != nil {
-		t.Fatal(err)
+	// The port was free when FreePort looked; another process may bind it
+	// before serve does. Only then move the public URL (no profile names it
+	// yet) to another port and serve again.
+	var s config.Serving
+	for try := 1; ; try++ {
+		p := startProc(t, "automator", bin.automator, "serve", "--data-dir", a.dir, "--listen", a.grpc, "--http-listen", "127.0.0.1:0")
+		if s, err = proctest.WaitServing(p, a.dir, 15*time.Second); err == nil {
+			break
+		}
+		if !errors.Is(err, proctest.ErrAddrInUse) || try == 3 {
+			t.Fatal(err)
+		}
+		t.Logf("serve failed (%v); retrying on another port", err)
+		a.grpc = fmt.Sprintf("127.0.0.1:%d", proctest.FreePort(t))
+		cfg.PublicURL = "https://" + a.grpc
+		if err := config.Save(a.dir, cfg); err != nil {
+			t.Fatal(err)
+		}
 	}
 	a.http = "http://" + s.HTTP
 	waitFor(t, 15*time.Second, "GET /readyz to answer 200", func() bool {

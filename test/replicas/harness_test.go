@@ -3,6 +3,7 @@
 package replicas
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -68,6 +69,7 @@ type cluster struct {
 	Replicas []*replica
 	caPEM    []byte
 	apiKey   string
+	started  bool // Start has run: profiles may name the replicas' ports
 }
 
 // newCluster initialises one data directory on dsn and copies it for n
@@ -105,18 +107,53 @@ func newCluster(t testing.TB, dsn string, n int) *cluster {
 }
 
 // Start starts every replica at the same moment and waits until each serves.
+// A replica's port was free when freePort looked, but another process may
+// bind it first: at the cluster's first start (no profile names a port
+// yet), a replica whose address was in use is moved to another port, and
+// started again.
 func (c *cluster) Start(t testing.TB) {
 	t.Helper()
 	for _, r := range c.Replicas {
-		r.proc = startProc(t, "automator-"+r.ID, bin.automator, "serve",
-			"--data-dir", r.DataDir, "--listen", r.GRPCAddr, "--http-listen", "127.0.0.1:0",
-			"--replica-id", r.ID)
+		r.start(t)
 	}
 	for _, r := range c.Replicas {
-		if err := r.waitServing(); err != nil {
-			t.Fatalf("replica %s: %v", r.ID, err)
+		for try := 1; ; try++ {
+			err := r.waitServing()
+			if err == nil {
+				break
+			}
+			if c.started || !errors.Is(err, proctest.ErrAddrInUse) || try == 3 {
+				t.Fatalf("replica %s: %v", r.ID, err)
+			}
+			t.Logf("replica %s: serve failed (%v); retrying on another port", r.ID, err)
+			r.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+			if r == c.Replicas[0] {
+				// The public URL is the first replica's, in every copy.
+				for _, o := range c.Replicas {
+					cfg, err := config.Load(o.DataDir)
+					if err != nil {
+						t.Fatal(err)
+					}
+					cfg.PublicURL = "https://" + r.GRPCAddr
+					if err := config.Save(o.DataDir, cfg); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			r.start(t)
 		}
 	}
+	c.started = true
+}
+
+// start starts the replica's `automator serve`.
+func (r *replica) start(t testing.TB) {
+	t.Helper()
+	// An earlier serve's, killed, would be read for this one's.
+	_ = os.Remove(filepath.Join(r.DataDir, config.FileServing))
+	r.proc = startProc(t, "automator-"+r.ID, bin.automator, "serve",
+		"--data-dir", r.DataDir, "--listen", r.GRPCAddr, "--http-listen", "127.0.0.1:0",
+		"--replica-id", r.ID)
 }
 
 // waitServing waits for serving.yaml and a 200 from /healthz.
