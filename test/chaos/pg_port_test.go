@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"syscall"
 	"testing"
+
+	"github.com/opsgate/opsgate/internal/proctest"
 )
 
 // TestAReservedPortRefusesConnectionsAndIsFreedForTheServer: while the
@@ -15,12 +17,9 @@ import (
 // dials it is refused, as by a stopped server, not left hanging; once
 // released, a server listens on it again.
 func TestAReservedPortRefusesConnectionsAndIsFreedForTheServer(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	ln.Close()
+	// Below the range of outgoing connections' ports: no connection made
+	// on the machine meanwhile takes it before reservePort binds it.
+	port := strconv.Itoa(proctest.FreePort(t))
 
 	release := reservePort(port)
 	c, err := net.Dial("tcp", "127.0.0.1:"+port)
@@ -32,7 +31,7 @@ func TestAReservedPortRefusesConnectionsAndIsFreedForTheServer(t *testing.T) {
 		t.Fatalf("a dial to the reserved port: %v; want connection refused", err)
 	}
 	release()
-	ln, err = net.Listen("tcp", "127.0.0.1:"+port)
+	ln, err := net.Listen("tcp", "127.0.0.1:"+port)
 	if err != nil {
 		t.Fatalf("listening on the released port: %v", err)
 	}
