@@ -5,7 +5,6 @@ package cli_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 
@@ -18,18 +17,20 @@ import (
 
 // TestExecInterruptedWhileItsSubmitIsAnsweredCancelsTheUnit: Ctrl-C after
 // the automator stored exec's unit but before its answer reached exec (a
-// slow automator; here the answer takes 300 ms more) must still cancel the
-// unit (README: "Ctrl-C cancels the unit"; docs/api.md: exec then exits
-// 126), not leave it queued for a proxy to run unseen: exec's idempotency
-// key is the client's, made per call, so the user could not find it.
+// slow automator; here the answer is held until exec is interrupted, so
+// the interrupt always comes first) must still cancel the unit (README:
+// "Ctrl-C cancels the unit"; docs/api.md: exec then exits 126), not leave
+// it queued for a proxy to run unseen: exec's idempotency key is the
+// client's, made per call, so the user could not find it.
 func TestExecInterruptedWhileItsSubmitIsAnsweredCancelsTheUnit(t *testing.T) {
 	stored := make(chan struct{}, 1)
+	interrupted := make(chan struct{})
 	slowSubmit := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		resp, err := h(ctx, req)
 		if info.FullMethod == automatorv1.AutomatorService_Submit_FullMethodName && err == nil {
 			stored <- struct{}{}
 			select { // the answer is late: the caller is interrupted first
-			case <-time.After(300 * time.Millisecond):
+			case <-interrupted:
 			case <-ctx.Done():
 			}
 		}
@@ -41,6 +42,7 @@ func TestExecInterruptedWhileItsSubmitIsAnsweredCancelsTheUnit(t *testing.T) {
 	go func() { done <- execCLI(ctx, a, "", "--account", "acme", "--timeout", "60s", "x.sh") }()
 	waittest.Recv(t, stored, "the unit to be stored")
 	interrupt()
+	close(interrupted)
 	r := waittest.Recv(t, done, "exec to return once interrupted")
 	list, err := a.Store.WorkList(context.Background(), store.WorkListParams{Limit: 10})
 	if err != nil || len(list) != 1 {
