@@ -147,17 +147,27 @@ func TestSIGTERMLetsRunningWorkFinish(t *testing.T) {
 	a := startAutomator(t)
 	cfg := a.createAccount(t, "acme")
 	scripts := t.TempDir()
-	started := filepath.Join(t.TempDir(), "started")
+	gate := t.TempDir()
+	started, release := filepath.Join(gate, "started"), filepath.Join(gate, "release")
+	// The script runs until the test releases it: once the proxy says it
+	// is stopping, so the unit is still running when SIGTERM comes.
 	writeScript(t, scripts, "slow.sh", `echo "$PROXY_WORK_ID" > "$1.tmp" && mv "$1.tmp" "$1"
-sleep 1
+while [ ! -e "$2" ] && [ -d "${2%/*}" ]; do sleep 0.05; done
 echo done`)
 	p := startProxy(t, cfg, scripts, "a")
 	p.WaitPolling(t)
 
-	bg := a.StartExec(t, "--account", "acme", "--timeout", "30s", "slow.sh", started)
+	bg := a.StartExec(t, "--account", "acme", "--timeout", "30s", "slow.sh", started, release)
 	waitFor(t, 10*time.Second, "the script to start", func() bool { return exists(started) })
 	workID := strings.TrimSpace(lines(started)[0])
-	if code := p.Stop(t, 15*time.Second); code != 0 {
+	p.Signal(t, syscall.SIGTERM)
+	waitFor(t, 10*time.Second, "the proxy to say it waits for its running unit", func() bool {
+		return strings.Contains(p.Log(), "stopping: waiting for running units")
+	})
+	if err := os.WriteFile(release, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.Wait(t, 15*time.Second); code != 0 {
 		t.Errorf("the proxy exited with %d after SIGTERM, want 0", code)
 	}
 	// The proxy is gone: its result must already be recorded.
