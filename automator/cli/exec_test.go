@@ -5,7 +5,6 @@ package cli_test
 import (
 	"bytes"
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -19,6 +18,7 @@ import (
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/cli"
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/closedport"
 	"github.com/opsgate/opsgate/internal/waittest"
 )
 
@@ -139,12 +139,7 @@ func TestExecInterruptedCancelsItsUnit(t *testing.T) {
 // TestExecFailsOverToTheNextServer: --server takes several URLs.
 func TestExecFailsOverToTheNextServer(t *testing.T) {
 	a := startWithScripts(t)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	down := "https://" + lis.Addr().String()
-	lis.Close()
+	down := "https://" + closedport.Addr(t)
 	r := execCLI(context.Background(), a, down+","+a.URL(), "--account", "acme", "--stdin", "-", "exit.sh", "0")
 	if r.code != 0 || r.stdout != "from stdin\n" {
 		t.Fatalf("exec with the first server down: %+v", r)

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/closedport"
 )
 
 // TestStoreErrorOfACallThatLeftIsNotAnInternalError: a store call that
@@ -43,12 +44,7 @@ func TestStoreErrorOfACallThatLeftIsNotAnInternalError(t *testing.T) {
 // the automator itself is unreachable; not INTERNAL, on which they give up.
 // TestChaosPG crashes and stops PostgreSQL under replicas and callers.
 func TestAnUnreachableDatabaseIsUnavailable(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := closedport.Addr(t)
 	_, refused := net.Dial("tcp", addr)
 	if refused == nil {
 		t.Fatalf("dialling the closed port %s succeeded", addr)

@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/opsgate/opsgate/automator/automatortest"
+	"github.com/opsgate/opsgate/internal/closedport"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -154,15 +154,11 @@ func TestPythonExampleCallFailureExits255(t *testing.T) {
 		io.WriteString(w, "<html><body><h1>502 Bad Gateway</h1></body></html>\n")
 	}))
 	defer page.Close()
-	closed, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	unreachable := "http://" + closed.Addr().String()
-	closed.Close()
+	closed := closedport.Addr(t)
+	unreachable := "http://" + closed
 	for _, tc := range []struct{ name, url, want string }{
 		{"a reverse proxy's 502 page", page.URL, "502"},
-		{"no automator listening", unreachable, closed.Addr().String()},
+		{"no automator listening", unreachable, closed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, errs := runPython(t, py, append(os.Environ(), "AUTOMATOR_HTTP="+tc.url, "AUTOMATOR_API_KEY=oak_x"), "", "hello.sh")

@@ -3,7 +3,6 @@ package pgstore
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/pgstore/pgtest"
 	"github.com/opsgate/opsgate/automator/store/storetest"
+	"github.com/opsgate/opsgate/internal/closedport"
 )
 
 func TestMain(m *testing.M) {
@@ -416,14 +416,8 @@ func TestErrorsOfAnUnreachableServerAreUnavailable(t *testing.T) {
 	if _, err := victim.Exec(ctx, "SELECT 1"); !store.IsUnavailable(err) {
 		t.Errorf("a query on the connection that broke: %v; want an error store.IsUnavailable recognises", err)
 	}
-	// A port nothing listens on (taken, then released).
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	_, err = pgx.Connect(ctx, fmt.Sprintf("postgres://u:p@127.0.0.1:%d/db?sslmode=disable&connect_timeout=5", port))
+	// A port nothing listens on, held so that nothing can.
+	_, err = pgx.Connect(ctx, fmt.Sprintf("postgres://u:p@%s/db?sslmode=disable&connect_timeout=5", closedport.Addr(t)))
 	if !store.IsUnavailable(err) {
 		t.Errorf("connecting to a server that is down: %v; want an error store.IsUnavailable recognises", err)
 	}
