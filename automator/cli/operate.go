@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -33,15 +34,17 @@ type pinger interface {
 // cannot serve. The answer needs no key, so it says only which of the two
 // it is: the store's error names the database (its host, user, file path)
 // and goes to the log instead, where `automator status`'s answer points.
-// It logs when the store stops answering, when the reason changes while it
-// does not (the database reachable again but its schema behind, say), and
-// when it answers again, not at every check: load balancers check every
-// second or more often. So the log's last "not ready" is the current
+// It logs when the store stops answering, when the kind of reason changes
+// while it does not (the database reachable again but its schema behind,
+// say), and when it answers again, not at every check: load balancers
+// check every second or more often, and a store out of reach may fail
+// with another text at each (a connect timeout, then a refused
+// connection). So the log's last "not ready" gives the current kind of
 // reason.
 func readyz(st pinger, stopping func() bool, log *slog.Logger) http.Handler {
 	var mu sync.Mutex
 	notReady := false
-	reason := "" // of the last "not ready" logged
+	var kind readyzKind // of the last "not ready" logged
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
@@ -62,9 +65,9 @@ func readyz(st pinger, stopping func() bool, log *slog.Logger) http.Handler {
 		}
 		mu.Lock()
 		switch {
-		case err != nil && (!notReady || err.Error() != reason):
+		case err != nil && (!notReady || kindOf(err) != kind):
 			log.Warn("not ready", "err", err)
-			reason = err.Error()
+			kind = kindOf(err)
 		case err == nil && notReady:
 			log.Info("ready again")
 		}
@@ -77,6 +80,22 @@ func readyz(st pinger, stopping func() bool, log *slog.Logger) http.Handler {
 		}
 		fmt.Fprintln(w, "ready")
 	})
+}
+
+// readyzKind is a kind of reason for /readyz to fail, the two its answer
+// names: the store does not answer, or its schema is behind.
+type readyzKind int
+
+const (
+	storeDown readyzKind = iota
+	schemaBehind
+)
+
+func kindOf(err error) readyzKind {
+	if _, ok := errors.AsType[*store.SchemaBehindError](err); ok {
+		return schemaBehind
+	}
+	return storeDown
 }
 
 // readyzStoreDown is /readyz's answer while the store check fails.

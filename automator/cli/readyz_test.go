@@ -13,12 +13,15 @@ import (
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
 )
 
-// TestReadyzLogsTheCurrentReasonWhileNotReady: /readyz points to serve's
-// log for why it is not ready, so the log says the reason again when it
-// changes while the automator stays not ready (here a real SQLite store
-// whose schema is first behind, then gone), and the log's last "not ready"
-// is the current reason, not the first one. The same reason is logged once.
-func TestReadyzLogsTheCurrentReasonWhileNotReady(t *testing.T) {
+// TestReadyzLogsOncePerKindOfReason: /readyz points to serve's log for why
+// it is not ready, so the log says "not ready" again when the kind of
+// reason changes while the automator stays not ready: the store not
+// answering, or answering with its schema behind. A store whose error text
+// alternates within one kind (a connect timeout, then a refused
+// connection; here a real SQLite store whose schema_migrations table is
+// gone, then has no version column, then is gone again) writes no line per
+// load-balancer check: one per kind change, and "ready again" at the end.
+func TestReadyzLogsOncePerKindOfReason(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "automator.db")
 	st, err := sqlitestore.Open(t.Context(), path)
 	if err != nil {
@@ -51,20 +54,30 @@ func TestReadyzLogsTheCurrentReasonWhileNotReady(t *testing.T) {
 	exec(`DELETE FROM schema_migrations WHERE version = (SELECT MAX(version) FROM schema_migrations)`)
 	check(http.StatusServiceUnavailable)
 	check(http.StatusServiceUnavailable)
+	for range 3 {
+		exec(`DROP TABLE IF EXISTS schema_migrations`)
+		check(http.StatusServiceUnavailable) // no such table
+		exec(`CREATE TABLE schema_migrations (other INTEGER)`)
+		check(http.StatusServiceUnavailable) // no such column
+	}
 	exec(`DROP TABLE schema_migrations`)
+	exec(`CREATE TABLE schema_migrations AS SELECT * FROM kept WHERE version < (SELECT MAX(version) FROM kept)`)
+	check(http.StatusServiceUnavailable) // behind again
 	check(http.StatusServiceUnavailable)
-	check(http.StatusServiceUnavailable)
+	exec(`DROP TABLE schema_migrations`)
 	exec(`ALTER TABLE kept RENAME TO schema_migrations`)
+	check(http.StatusOK)
 	check(http.StatusOK)
 
 	var got []string
 	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
 		got = append(got, l[strings.Index(l, "level="):])
 	}
-	if len(got) != 3 ||
+	if len(got) != 4 ||
 		!strings.HasPrefix(got[0], `level=WARN msg="not ready"`) || !strings.Contains(got[0], "the schema is at version") ||
 		!strings.HasPrefix(got[1], `level=WARN msg="not ready"`) || !strings.Contains(got[1], "no such table: schema_migrations") ||
-		got[2] != `level=INFO msg="ready again"` {
-		t.Errorf("log:\n%s\nwant \"not ready\" with the schema behind, \"not ready\" with the table gone, then \"ready again\", each once", strings.Join(got, "\n"))
+		!strings.HasPrefix(got[2], `level=WARN msg="not ready"`) || !strings.Contains(got[2], "the schema is at version") ||
+		got[3] != `level=INFO msg="ready again"` {
+		t.Errorf("log:\n%s\nwant \"not ready\" with the schema behind, \"not ready\" with the store failing (once, though its error changed), \"not ready\" with the schema behind again, then \"ready again\"", strings.Join(got, "\n"))
 	}
 }

@@ -85,6 +85,18 @@ var (
 	ErrUnavailable = errors.New("the database did not answer")
 )
 
+// SchemaBehindError is Ping's error when the database answers but its
+// schema is older than this binary's (a migration not applied yet), as
+// opposed to a database that does not answer: test for it with errors.As.
+type SchemaBehindError struct {
+	Version int // the database's
+	Want    int // this binary's
+}
+
+func (e *SchemaBehindError) Error() string {
+	return fmt.Sprintf("the schema is at version %d, this automator needs %d", e.Version, e.Want)
+}
+
 // NotCancellable is WorkCancel's refusal of unit w, as read after the
 // refusal: ended already, or past its deadline (due to time out).
 func NotCancellable(w Work) error {
@@ -558,7 +570,7 @@ type Store interface {
 	// Ping returns nil when the database answers and its schema is at the
 	// version this binary knows (every migration applied) or later (a newer
 	// replica migrated it: migrations only add): the store is ready to
-	// serve.
+	// serve. A schema behind is a *SchemaBehindError.
 	Ping(ctx context.Context) error
 
 	// InstanceSeen records a poll of an instance (upsert); a poll of an

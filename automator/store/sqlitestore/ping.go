@@ -3,6 +3,8 @@ package sqlitestore
 import (
 	"context"
 	"fmt"
+
+	"github.com/opsgate/opsgate/automator/store"
 )
 
 func (s *Store) Ping(ctx context.Context) error {
@@ -14,7 +16,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	// A schema ahead of this binary is one a newer replica migrated during
 	// a rolling upgrade: migrations only add, so this one keeps serving.
 	if want := migrations[len(migrations)-1].version; version < want {
-		return fmt.Errorf("sqlite store %q: the schema is at version %d, this automator needs %d", s.path, version, want)
+		return fmt.Errorf("sqlite store %q: %w", s.path, &store.SchemaBehindError{Version: version, Want: want})
 	}
 	return nil
 }
