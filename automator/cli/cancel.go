@@ -32,9 +32,25 @@ type cancelJSON struct {
 
 // refusedID is an error about one given id (malformed, unknown, not the
 // API key's): it is reported, and the other ids are still cancelled.
-type refusedID struct{ msg string }
+type refusedID struct {
+	msg    string // "cancelling work ID: " and why
+	reason string // why
+}
 
 func (e *refusedID) Error() string { return e.msg }
+
+// refuse is the refusedID of id for doing ("cancelling", "waiting for"),
+// given why; a malformed id is quoted.
+func refuse(doing, id, why string) *refusedID {
+	shown := id
+	if !store.ValidWorkID(id) {
+		shown = fmt.Sprintf("%q", id)
+	}
+	return &refusedID{msg: fmt.Sprintf("%s work %s: %s", doing, shown, why), reason: why}
+}
+
+// notAWorkID is why a malformed id is refused.
+const notAWorkID = "not a work id (w_ and 32 lowercase hex digits, as work list shows them)"
 
 // cmdWorkCancel cancels each given unit that is queued or claimed (a
 // claimed unit's proxy kills its script) and prints every unit as it is
@@ -77,7 +93,7 @@ func cmdWorkCancel(ctx context.Context, args []string, env Env) (int, error) {
 // by another caller between the two calls reads as cancelled by this one.
 func cancelOne(ctx context.Context, c *client.Client, id string) (cancelJSON, error) {
 	if !store.ValidWorkID(id) {
-		return cancelJSON{}, &refusedID{fmt.Sprintf("cancelling work %q: not a work id (w_ and 32 lowercase hex digits, as work list shows them)", id)}
+		return cancelJSON{}, refuse("cancelling", id, notAWorkID)
 	}
 	before, err := c.Get(ctx, id)
 	if ended, ok := client.UnreadableWork(err); ok {
@@ -115,10 +131,10 @@ func refusal(doing, id string, err error) error {
 	case codes.NotFound:
 		// An unknown id, or, for a scoped API key, another account's unit:
 		// the automator answers both alike.
-		return &refusedID{fmt.Sprintf("%s work %s: there is no such unit (unknown id, deleted past work_retention, or of an account the API key may not use)", doing, id)}
+		return refuse(doing, id, "there is no such unit (unknown id, deleted past work_retention, or of an account the API key may not use)")
 	case codes.PermissionDenied, codes.FailedPrecondition, codes.InvalidArgument:
 		// The server's words say why.
-		return &refusedID{fmt.Sprintf("%s work %s: %s", doing, id, status.Convert(err).Message())}
+		return refuse(doing, id, status.Convert(err).Message())
 	}
 	return err
 }

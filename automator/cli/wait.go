@@ -29,6 +29,7 @@ const maxWaits = 32
 // say): the other ids are still waited for.
 const ExitNotAllSucceeded = 1
 
+// waitJSON is a unit in work wait's --json array.
 type waitJSON struct {
 	ID         string `json:"work_id"`
 	Account    string `json:"account"`
@@ -36,6 +37,14 @@ type waitJSON struct {
 	ExitCode   *int   `json:"exit_code,omitempty"`
 	InstanceID string `json:"instance_id,omitempty"`
 	Reason     string `json:"reason,omitempty"`
+}
+
+// refusedJSON is an id refused (malformed, unknown) in work wait's --json
+// array, in its place among the units: the id as given and why, and no
+// state, which tells it from a unit.
+type refusedJSON struct {
+	ID      string `json:"work_id"`
+	Refused string `json:"refused"`
 }
 
 // unitsCommand parses the arguments of a command on units given by id
@@ -61,11 +70,12 @@ func unitsCommand(name string, args []string, env Env) (ids []string, asJSON boo
 // cmdWorkWait waits until every given unit has ended and prints how each
 // ended. On a terminal, stderr shows a progress line meanwhile. An id that
 // is malformed or refused (unknown, another account's for a scoped API key)
-// gets one line on stderr, and the other ids are still waited for. It exits
-// 0 when every unit succeeded with exit code 0, ExitNotAllSucceeded
-// otherwise (a refused id included), and ExitError (through Main) when the
-// command itself failed: its flags, or the automator unreachable or
-// refusing the API key.
+// gets one line on stderr (before the error, when the command then fails),
+// and a refusedJSON in its place with --json; the other ids are still
+// waited for. It exits 0 when every unit succeeded with exit code 0,
+// ExitNotAllSucceeded otherwise (a refused id included), and ExitError
+// (through Main) when the command itself failed: its flags, or the
+// automator unreachable or refusing the API key.
 func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 	ids, asJSON, c, explain, err := unitsCommand("work wait", args, env)
 	if err != nil {
@@ -92,7 +102,7 @@ func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 			}
 			defer func() { <-sem }()
 			if !store.ValidWorkID(id) {
-				results <- ended{i: i, err: &refusedID{fmt.Sprintf("waiting for work %q: not a work id (w_ and 32 lowercase hex digits, as work list shows them)", id)}}
+				results <- ended{i: i, err: refuse("waiting for", id, notAWorkID)}
 				return
 			}
 			w, err := c.Wait(ctx, id)
@@ -109,7 +119,7 @@ func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 		}()
 	}
 	works := make([]client.Work, len(ids))
-	refused := make([]error, len(ids))
+	refused := make([]*refusedID, len(ids))
 	p := newProgress(env.Stderr, len(ids))
 	var firstErr error
 	for range ids {
@@ -128,17 +138,24 @@ func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 		}
 	}
 	p.finish()
+	code := 0
+	for _, r := range refused {
+		if r != nil {
+			// One line each, in the order given, before the table, or
+			// before the error that ends the command.
+			fmt.Fprintf(env.Stderr, "automator: %v\n", r)
+			code = ExitNotAllSucceeded
+		}
+	}
 	if firstErr != nil {
 		return 0, explain(firstErr)
 	}
 
-	code := 0
 	out := []waitJSON{}
+	asListed := []any{} // --json: units and refused ids, in the order given
 	for i, w := range works {
 		if refused[i] != nil {
-			// One line each, in the order given, before the table.
-			fmt.Fprintf(env.Stderr, "automator: %v\n", refused[i])
-			code = ExitNotAllSucceeded
+			asListed = append(asListed, refusedJSON{ID: ids[i], Refused: refused[i].reason})
 			continue
 		}
 		v := waitJSON{ID: w.ID, Account: w.Account, State: string(w.State), InstanceID: w.InstanceID, Reason: w.Reason}
@@ -149,9 +166,10 @@ func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 			code = ExitNotAllSucceeded
 		}
 		out = append(out, v)
+		asListed = append(asListed, v)
 	}
 	if asJSON {
-		return code, writeJSON(env.Stdout, out)
+		return code, writeJSON(env.Stdout, asListed)
 	}
 	if len(out) == 0 {
 		return code, nil

@@ -4,6 +4,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"strings"
@@ -142,9 +143,22 @@ func TestWorkWaitNamesAnUnknownIDAndStillWaitsForTheOthers(t *testing.T) {
 			t.Errorf("json=%v: stderr = %q, want one line naming each refused id, in the order given", asJSON, errb.String())
 		}
 		if asJSON {
-			var got []waitJSON
-			if err := json.Unmarshal(out.Bytes(), &got); err != nil || len(got) != 1 || got[0].ID != w.ID || got[0].State != "succeeded" {
-				t.Errorf("--json = %q (%v), want the one known unit, succeeded", out.String(), err)
+			// Every id, in the order given: a refused one is an object
+			// with "refused" (why) and no "state", so a script tells it
+			// from a unit.
+			var got []map[string]any
+			if err := json.Unmarshal(out.Bytes(), &got); err != nil || len(got) != 3 {
+				t.Fatalf("--json = %q (%v), want the three ids", out.String(), err)
+			}
+			refused := func(v map[string]any, id, why string) bool {
+				r, ok := v["refused"].(string)
+				_, hasState := v["state"]
+				return v["work_id"] == id && ok && strings.Contains(r, why) && !hasState
+			}
+			_, unitRefused := got[1]["refused"]
+			if !refused(got[0], unknown, "no such unit") || got[1]["work_id"] != w.ID || got[1]["state"] != "succeeded" || unitRefused ||
+				!refused(got[2], malformed, "not a work id") {
+				t.Errorf("--json = %s, want the unknown id refused, the unit succeeded, the malformed id refused", out.String())
 			}
 			continue
 		}
@@ -152,5 +166,67 @@ func TestWorkWaitNamesAnUnknownIDAndStillWaitsForTheOthers(t *testing.T) {
 		if len(rows) != 2 || !strings.HasPrefix(rows[1], w.ID) || !strings.Contains(rows[1], "succeeded  0") {
 			t.Errorf("table = %q, want the one known unit, succeeded with 0", out.String())
 		}
+	}
+}
+
+// signalWriter is a terminal's stderr that closes seen once what was
+// written holds want.
+type signalWriter struct {
+	bytes.Buffer
+	want string
+	seen chan struct{}
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	n, err := w.Buffer.Write(p)
+	if w.seen != nil && strings.Contains(w.Buffer.String(), w.want) {
+		close(w.seen)
+		w.seen = nil
+	}
+	return n, err
+}
+
+// TestWorkWaitReportsRefusedIDsBeforeAnErrorEndsIt: an id refused as
+// unknown gets its line on stderr even when waiting for another unit then
+// fails and ends the command (here work wait is interrupted; a lost
+// connection ends it the same way), before that error's line, and the
+// exit status is still the command's failure, 255.
+func TestWorkWaitReportsRefusedIDsBeforeAnErrorEndsIt(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	c, err := client.New(client.Config{Addresses: []string{a.URL()}, APIKey: a.APIKey, CAPEM: a.CAPEM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// No proxy polls: the unit stays queued, and its wait open.
+	w, err := c.Submit(t.Context(), a.Account, client.Command{Script: "never.sh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const unknown = "w_0123456789abcdef0123456789abcdef"
+	isTerminal = func(io.Writer) bool { return true }
+	t.Cleanup(func() { isTerminal = func(io.Writer) bool { return false } })
+	stderr := &signalWriter{want: "1 refused", seen: make(chan struct{})}
+	seen := stderr.seen
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-seen: // the progress line counts the unknown id refused
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var out bytes.Buffer
+	code := Main(ctx, []string{"work", "wait", w.ID, unknown, "--json", "--server", a.URL(), "--api-key-file", a.APIKeyFile, "--ca", a.CAFile},
+		Env{Stdout: &out, Stderr: stderr})
+	msgs := stderr.String()
+	refused := strings.Index(msgs, "automator: waiting for work "+unknown+": there is no such unit")
+	failed := strings.Index(msgs, "automator: waiting for work "+w.ID)
+	if code != ExitError || refused < 0 || failed < 0 || refused > failed {
+		t.Errorf("exit %d, stderr %q; want %d, the line refusing %s, then the error that ended the command", code, msgs, ExitError, unknown)
+	}
+	if out.Len() != 0 {
+		t.Errorf("stdout %q, want nothing from a command that failed", out.String())
 	}
 }
