@@ -514,25 +514,41 @@ func uninstall(name string, env Env) error {
 			rm(p)
 		}
 		// The spool exists only while results wait in it to be posted, or
-		// lost polls to be reported (agent.LostPollsName).
+		// lost polls to be reported (agent.LostPollsName), or while it
+		// holds records the proxy could not read and set aside (*.bad),
+		// which it will neither post nor report.
 		spool := filepath.Join(stateDir, agent.SpoolDirName)
 		waiting, _ := os.ReadDir(spool)
-		_ = lock.Release() // Windows removes no file that is open
-		rm(filepath.Join(stateDir, agent.LockFileName))
 		results, lost := 0, false
+		var setAside []string
 		for _, e := range waiting {
-			if e.Name() == agent.LostPollsName {
+			name := e.Name()
+			switch {
+			case e.IsDir():
+			case name == agent.LostPollsName:
 				lost = true
-			} else {
+			case strings.HasSuffix(name, ".bad"):
+				setAside = append(setAside, filepath.Join(spool, name))
+			case strings.HasPrefix(name, ".tmp-"):
+				// A write interrupted before its rename: the proxy
+				// removes it at its next start.
+				rm(filepath.Join(spool, name))
+			case strings.HasSuffix(name, ".json"):
 				results++
 			}
 		}
-		switch {
-		case results > 0:
+		_ = lock.Release() // Windows removes no file that is open
+		rm(filepath.Join(stateDir, agent.LockFileName))
+		if results > 0 {
 			left = append(left, fmt.Sprintf("%s (results of units this proxy ran that the automator has not accepted yet: %d; start the proxy again to post them, or delete them)", spool, results))
-		case lost:
+		}
+		if lost {
 			left = append(left, fmt.Sprintf("%s (polls whose answers this proxy never read, which the automator has not been told of yet: units it claimed for them fail when the proxy starts again, or time out if it is deleted)", spool))
-		default:
+		}
+		if len(setAside) > 0 {
+			left = append(left, fmt.Sprintf("%s (set aside as unreadable: the proxy will neither post nor report them, and the units they were for time out at their deadlines; its log said why when it set them aside; delete them)", strings.Join(setAside, ", ")))
+		}
+		if results == 0 && !lost && len(setAside) == 0 {
 			rmdir(spool)
 			rmdir(stateDir)
 		}

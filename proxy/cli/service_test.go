@@ -270,6 +270,59 @@ func TestUninstallSaysWhenLostPollsWaitInTheSpool(t *testing.T) {
 	}
 }
 
+// TestUninstallNamesSetAsideSpoolFilesForWhatTheyAre: a record the proxy
+// could not read and set aside (a result's *.json.bad, lost-polls.bad) will
+// never be posted or reported: uninstall leaves it, naming it as set
+// aside, not counting it among the results that a start posts, nor as lost
+// polls; a write interrupted before its rename (.tmp-*), which the proxy
+// removes at its next start, is removed.
+func TestUninstallNamesSetAsideSpoolFilesForWhatTheyAre(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("writes under /etc: needs root")
+	}
+	name := "opsgate-test-setaside"
+	dir, state := service.ConfigDir(name), service.StateDir(name)
+	spool := filepath.Join(state, agent.SpoolDirName)
+	if err := os.MkdirAll(spool, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir); os.RemoveAll(state) })
+	if err := os.WriteFile(filepath.Join(dir, configFileName), installedConfig([]byte("token: t\n"), name, true, state), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	result := filepath.Join(spool, "w_1.json")
+	badResult := filepath.Join(spool, "w_2.json.bad")
+	badLost := filepath.Join(spool, agent.LostPollsName+".bad")
+	interrupted := filepath.Join(spool, ".tmp-123")
+	for _, f := range []string{result, badResult, badLost, interrupted} {
+		if err := os.WriteFile(f, []byte("{"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	code := Main(t.Context(), []string{"uninstall", "--name", name}, Env{Stdout: &stdout, Stderr: &stderr})
+	msg := stderr.String()
+	if code != 1 || !strings.Contains(msg, spool+" (results of units this proxy ran that the automator has not accepted yet: 1;") ||
+		!strings.Contains(msg, badLost+", "+badResult+" (set aside as unreadable") || !strings.Contains(msg, "will neither post nor report") ||
+		strings.Contains(msg, "polls whose answers") {
+		t.Fatalf("exit %d, stderr %q; want 1, the one result to post, and the two files set aside named as such", code, msg)
+	}
+	for _, f := range []string{result, badResult, badLost} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("uninstall removed %s: %v", f, err)
+		}
+	}
+	if _, err := os.Stat(interrupted); !os.IsNotExist(err) {
+		t.Errorf("the interrupted write %s is still there: %v", interrupted, err)
+	}
+	if !strings.Contains(stdout.String(), interrupted) {
+		t.Errorf("stdout %q does not list %s as removed", stdout.String(), interrupted)
+	}
+}
+
 func TestServiceVerbsNeedAnInstalledService(t *testing.T) {
 	for _, verb := range []string{"start", "stop", "status", "uninstall"} {
 		var stdout, stderr bytes.Buffer
