@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -648,6 +649,13 @@ func cmdStatus(args []string, env Env) error {
 		// failover.
 		check = checkProfile(context.Background(), cfg, now)
 		fmt.Fprintf(w, "automator:      %s\n", check.line)
+		// The check dials with this shell's web-proxy settings, which may
+		// not be the service's.
+		envFile := service.EnvironmentFile(*name)
+		if runtime.GOOS == "windows" {
+			envFile = ""
+		}
+		fmt.Fprintf(w, "check env:      %s\n", checkEnvLine(os.Getenv, envFile))
 	}
 
 	statePath := filepath.Join(service.StateDir(*name), agent.StateFileName)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/opsgate/opsgate/internal/proctest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+	psvc "github.com/opsgate/opsgate/proxy/service"
 )
 
 // standby is instance B of the warm-standby test: an installed, stopped
@@ -173,5 +174,34 @@ func TestStatusOfAStoppedStandbySaysWhenItsProfileWentStale(t *testing.T) {
 		if !strings.Contains(status, want) {
 			t.Errorf("status of the standby after its account was deleted lacks %q:\n%s", want, status)
 		}
+	}
+}
+
+// TestStatusSaysWhichEnvironmentItsCheckUsed: status's automator check
+// dials with the shell's web-proxy variables, while the service reads its
+// own from /etc/default/NAME. Here the shell has none and reaches the
+// automator directly, while the service's file sends it through a web
+// proxy: status says the check used the shell's settings, and what the
+// service's file sets, so "reached" is not taken for the service's way out.
+func TestStatusSaysWhichEnvironmentItsCheckUsed(t *testing.T) {
+	requireRoot(t)
+	a := startAutomator(t)
+	w := newWorkDir(t)
+	cfg := w.config(t, a.profile(t, "acme"), "standby", "instance_id: standby-env")
+	name := uniqueName(t)
+	install(t, name, cfg, "--manual-start")
+	envFile := psvc.EnvironmentFile(name)
+	if err := os.WriteFile(envFile, []byte("HTTPS_PROXY=http://webproxy.invalid:3128\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(envFile) })
+	for _, v := range []string{"HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"} {
+		t.Setenv(v, "")
+	}
+
+	status := proxyCLI(t, "status", "--name", name)
+	want := "check env:      this shell's (no HTTPS_PROXY: direct), not the service's: it reads " + envFile + ", which sets HTTPS_PROXY\n"
+	if !strings.Contains(status, "automator:      reached https://127.0.0.1:") || !strings.Contains(status, want) {
+		t.Errorf("status lacks the check reached directly and %q:\n%s", want, status)
 	}
 }
