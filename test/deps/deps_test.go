@@ -93,12 +93,11 @@ func TestStoreTypesImportNothingOfOurs(t *testing.T) {
 	}
 }
 
-// TestNothingOfOursImportsTheTestHarness: internal/proctest, the process
-// tests' harness, and internal/waittest, the tests' bounded waits, are for
-// tests only; no package of automator/ or proxy/ (their tests aside)
-// depends on them (nor on internal/closedport, the tests' refused addresses).
+// TestNothingOfOursImportsTheTestHarness: the tests' own packages under
+// internal/ (proctest, waittest, closedport, readmetest) are for tests only; no package of
+// automator/ or proxy/ (their tests aside) depends on them.
 func TestNothingOfOursImportsTheTestHarness(t *testing.T) {
-	harnesses := []string{module + "/internal/proctest", module + "/internal/waittest", module + "/internal/closedport"}
+	harnesses := []string{module + "/internal/proctest", module + "/internal/waittest", module + "/internal/closedport", module + "/internal/readmetest"}
 	for _, goos := range []string{"linux", "windows"} {
 		for _, tree := range []string{module + "/automator/...", module + "/proxy/..."} {
 			for _, d := range deps(t, goos, tree) {
