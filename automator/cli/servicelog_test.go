@@ -4,23 +4,15 @@ package cli
 
 import (
 	"bytes"
-	"encoding/json"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-// requireNoSystemLog skips a test that reads the service's log on its
-// stderr where a system log (/dev/log) would take it instead.
-func requireNoSystemLog(t *testing.T) {
-	t.Helper()
-	if _, err := os.Stat("/dev/log"); err == nil {
-		t.Skip("a system log (/dev/log) takes the service's log here, not its stderr")
-	}
-}
+	"github.com/opsgate/opsgate/internal/logtest"
+)
 
 // runAsService runs `automator --service NAME serve ARGS...` in-process, as
 // the service manager would, and returns its exit code and everything it
@@ -37,7 +29,7 @@ func runAsService(t *testing.T, args ...string) (int, string) {
 // wrapper and again by main (the service's stderr is the same log), both
 // when serve fails before its logger exists and after.
 func TestServiceLogsServesErrorOnce(t *testing.T) {
-	requireNoSystemLog(t)
+	logtest.RequireNoSystemLog(t)
 	held, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +61,7 @@ func TestServiceLogsServesErrorOnce(t *testing.T) {
 // system log, serve's own lines and the error serve ended on, whether the
 // format comes from the flag or from automator.yaml.
 func TestServiceLogIsAllJSONInJSONMode(t *testing.T) {
-	requireNoSystemLog(t)
+	logtest.RequireNoSystemLog(t)
 	held, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +85,7 @@ func TestServiceLogIsAllJSONInJSONMode(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, log := runAsService(t, args...)
-			assertJSONLines(t, log, 2) // the warning and the error at least
+			logtest.AssertJSONLines(t, log, 2) // the warning and the error at least
 		})
 	}
 }
@@ -113,25 +105,9 @@ func TestServeEndsWithAJSONRecordInJSONMode(t *testing.T) {
 	if code != ExitError {
 		t.Errorf("exit %d; want %d", code, ExitError)
 	}
-	assertJSONLines(t, errb.String(), 1)
+	logtest.AssertJSONLines(t, errb.String(), 1)
 	if n := strings.Count(errb.String(), "address already in use"); n != 1 {
 		t.Errorf("the error is logged %d times; want once:\n%s", n, errb.String())
-	}
-}
-
-// assertJSONLines fails unless log has at least min lines, each a JSON
-// object.
-func assertJSONLines(t *testing.T, log string, min int) {
-	t.Helper()
-	lines := strings.Split(strings.TrimSuffix(log, "\n"), "\n")
-	if log == "" || len(lines) < min {
-		t.Fatalf("log %q: want at least %d lines", log, min)
-	}
-	for _, l := range lines {
-		var rec map[string]any
-		if err := json.Unmarshal([]byte(l), &rec); err != nil {
-			t.Errorf("a line that is not JSON: %q", l)
-		}
 	}
 }
 
@@ -146,7 +122,7 @@ func TestHTTPServerComplaintsAreServeLogLines(t *testing.T) {
 		t.Fatal("the HTTP server logs to the process's stderr")
 	}
 	hs.ErrorLog.Printf("http: Accept error: %v; retrying in %v", "accept tcp: too many open files", "5ms")
-	assertJSONLines(t, log.String(), 1)
+	logtest.AssertJSONLines(t, log.String(), 1)
 	if !strings.Contains(log.String(), `"level":"ERROR"`) || !strings.Contains(log.String(), "too many open files") {
 		t.Errorf("log %q: want the complaint at ERROR", log.String())
 	}

@@ -4,11 +4,12 @@ package cli
 
 import (
 	"bytes"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/opsgate/opsgate/internal/logtest"
 )
 
 // writeConfig writes a proxy config of body and returns its path.
@@ -27,9 +28,7 @@ func writeConfig(t *testing.T, body string) string {
 // same log); with log_format json every line of it, the warning that there
 // is no system log included, is a JSON record.
 func TestServiceLogsItsErrorOnceInTheConfigsFormat(t *testing.T) {
-	if _, err := os.Stat("/dev/log"); err == nil {
-		t.Skip("a system log (/dev/log) takes the service's log here, not its stderr")
-	}
+	logtest.RequireNoSystemLog(t)
 	missing := filepath.Join(t.TempDir(), "no-scripts")
 	profile := "automator_url: http://127.0.0.1:1\ntoken: t\nkey: " + testKey(t) + "\nscripts_dir: " + missing + "\n"
 	for _, format := range []string{"text", "json"} {
@@ -45,7 +44,7 @@ func TestServiceLogsItsErrorOnceInTheConfigsFormat(t *testing.T) {
 				t.Errorf("the error is in the service's log %d times; want once:\n%s", n, log)
 			}
 			if format == "json" {
-				assertJSONLines(t, log, 2)
+				logtest.AssertJSONLines(t, log, 2)
 			}
 		})
 	}
@@ -60,24 +59,8 @@ func TestRunEndsWithAJSONRecordInJSONMode(t *testing.T) {
 	if code := Main(t.Context(), []string{"run", "--config", path, "--log-format", "json"}, Env{Stdout: &stdout, Stderr: &stderr}); code != 1 {
 		t.Errorf("exit %d; want 1", code)
 	}
-	assertJSONLines(t, stderr.String(), 1)
+	logtest.AssertJSONLines(t, stderr.String(), 1)
 	if n := strings.Count(stderr.String(), missing); n != 1 {
 		t.Errorf("the error is logged %d times; want once:\n%s", n, stderr.String())
-	}
-}
-
-// assertJSONLines fails unless log has at least min lines, each a JSON
-// object.
-func assertJSONLines(t *testing.T, log string, min int) {
-	t.Helper()
-	lines := strings.Split(strings.TrimSuffix(log, "\n"), "\n")
-	if log == "" || len(lines) < min {
-		t.Fatalf("log %q: want at least %d lines", log, min)
-	}
-	for _, l := range lines {
-		var rec map[string]any
-		if err := json.Unmarshal([]byte(l), &rec); err != nil {
-			t.Errorf("a line that is not JSON: %q", l)
-		}
 	}
 }
