@@ -25,6 +25,18 @@ func runCLI(t *testing.T, args ...string) (int, string, string) {
 	return code, out.String(), errb.String()
 }
 
+// takeBackup backs up the data directory's database with `automator
+// backup` into a new file and returns its path; the test fails if the
+// backup does.
+func takeBackup(t *testing.T, dir string) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "b.db")
+	if code, _, stderr := runCLI(t, "backup", "--data-dir", dir, file); code != 0 {
+		t.Fatalf("backup: exit %d: %s", code, stderr)
+	}
+	return file
+}
+
 // withStore runs fn on the data directory's SQLite database, opened by
 // this test alone.
 func withStore(t *testing.T, dir string, fn func(st *sqlitestore.Store)) {
@@ -173,10 +185,7 @@ func TestBackupAndRestoreSendPostgreSQLToItsOwnTools(t *testing.T) {
 func TestRestoreEndsTheUnitsOpenInTheBackup(t *testing.T) {
 	dir := initDir(t)
 	backupFixture(t, dir)
-	file := filepath.Join(t.TempDir(), "b.db")
-	if code, _, stderr := runCLI(t, "backup", "--data-dir", dir, file); code != 0 {
-		t.Fatalf("backup: exit %d: %s", code, stderr)
-	}
+	file := takeBackup(t, dir)
 	// After the backup: the claimed unit succeeds, the queued one is
 	// claimed, a key is revoked.
 	later := time.Now()
@@ -381,10 +390,7 @@ func TestRestoreDeletesAgainAnAccountDeletedAfterTheBackup(t *testing.T) {
 			t.Fatalf("%v: exit %d: %s", args, code, stderr)
 		}
 	}
-	file := filepath.Join(t.TempDir(), "b.db")
-	if code, _, stderr := runCLI(t, "backup", "--data-dir", dir, file); code != 0 {
-		t.Fatalf("backup: exit %d: %s", code, stderr)
-	}
+	file := takeBackup(t, dir)
 	if code, _, stderr := runCLI(t, "account", "delete", "acme", "--data-dir", dir); code != 0 {
 		t.Fatalf("account delete after the backup: exit %d: %s", code, stderr)
 	}

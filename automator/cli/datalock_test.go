@@ -122,10 +122,7 @@ func TestCommandsAreRefusedDuringARestore(t *testing.T) {
 // restore runs.
 func TestRestoreIsRefusedWhileACommandHasTheDatabaseOpen(t *testing.T) {
 	dir := initDir(t)
-	file := filepath.Join(t.TempDir(), "b.db")
-	if code, _, stderr := runCLI(t, "backup", "--data-dir", dir, file); code != 0 {
-		t.Fatalf("backup: %s", stderr)
-	}
+	file := takeBackup(t, dir)
 	st, cfg := openDirStore(t, dir)
 	if _, err := st.APIKeyList(t.Context()); err != nil {
 		t.Fatal(err)

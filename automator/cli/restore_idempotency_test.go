@@ -2,7 +2,6 @@ package cli
 
 import (
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -19,10 +18,7 @@ import (
 func TestRestoreKeepsIdempotencyKeysUsedAfterTheBackup(t *testing.T) {
 	dir := initDir(t)
 	backupFixture(t, dir)
-	file := filepath.Join(t.TempDir(), "b.db")
-	if code, _, stderr := runCLI(t, "backup", "--data-dir", dir, file); code != 0 {
-		t.Fatalf("backup: exit %d: %s", code, stderr)
-	}
+	file := takeBackup(t, dir)
 	enqueue := func(st *sqlitestore.Store, id, key string, now time.Time) (store.Work, error) {
 		return st.WorkEnqueue(t.Context(), store.WorkEnqueueParams{ID: id, Account: "acme", KeyID: 1, SealedCommand: []byte("deploy"),
 			Now: now, Deadline: now.Add(time.Hour), IdempotencyKey: key, IdempotencySince: now.Add(-24 * time.Hour)})

@@ -22,10 +22,7 @@ import (
 func TestARefusedRestoreLeavesAnOlderSchemaAsItWas(t *testing.T) {
 	dir := initDir(t)
 	backupFixture(t, dir)
-	file := filepath.Join(t.TempDir(), "b.db")
-	if code, _, stderr := runCLI(t, "backup", "--data-dir", dir, file); code != 0 {
-		t.Fatalf("backup: exit %d: %s", code, stderr)
-	}
+	file := takeBackup(t, dir)
 	cfg, _ := config.Load(dir)
 	dbPath := cfg.DBPath(dir)
 	downgradeToVersion7(t, dbPath) // as the previous release left it
@@ -94,10 +91,7 @@ func schemaVersion(t *testing.T, path string) int {
 func TestRestoreOfAnOlderBackupSaysItWasMigrated(t *testing.T) {
 	dir := initDir(t)
 	backupFixture(t, dir)
-	file := filepath.Join(t.TempDir(), "b.db")
-	if code, _, stderr := runCLI(t, "backup", "--data-dir", dir, file); code != 0 {
-		t.Fatalf("backup: exit %d: %s", code, stderr)
-	}
+	file := takeBackup(t, dir)
 	downgradeToVersion7(t, file)
 	code, stdout, stderr := runCLI(t, "restore", "--data-dir", dir, file)
 	if code != 0 {

@@ -22,10 +22,7 @@ func TestRestoreByRootKeepsTheDataDirectoryOwnersFiles(t *testing.T) {
 	const uid, gid = 65534, 65534 // nobody; no process runs as it here
 	dir := initDir(t)
 	backupFixture(t, dir)
-	file := filepath.Join(t.TempDir(), "b.db")
-	if code, _, stderr := runCLI(t, "backup", "--data-dir", dir, file); code != 0 {
-		t.Fatalf("backup: %s", stderr)
-	}
+	file := takeBackup(t, dir)
 	if err := filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
 		if err != nil {
 			return err

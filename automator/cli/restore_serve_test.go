@@ -22,10 +22,7 @@ import (
 // holds the directory.
 func TestRestoreAndServeExcludeEachOther(t *testing.T) {
 	dir := initDir(t)
-	file := filepath.Join(t.TempDir(), "b.db")
-	if code, _, stderr := runCLI(t, "backup", "--data-dir", dir, file); code != 0 {
-		t.Fatalf("backup: %s", stderr)
-	}
+	file := takeBackup(t, dir)
 	cfg := listenOnAnyPort(t, dir)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -120,10 +117,7 @@ func TestRestoreKeepsTheSignOutsMadeAfterTheBackup(t *testing.T) {
 	s := serveDirInProcess(t, dir)
 	before, after, kept := signIn(s), signIn(s), signIn(s)
 	signOut(s, before)
-	file := filepath.Join(t.TempDir(), "b.db")
-	if code, _, stderr := runCLI(t, "backup", "--data-dir", dir, file); code != 0 {
-		t.Fatalf("backup: %s", stderr)
-	}
+	file := takeBackup(t, dir)
 	signOut(s, after)
 	// A sign-out of a session expired already no longer matters: not
 	// carried over.

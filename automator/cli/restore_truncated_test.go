@@ -33,10 +33,7 @@ func TestRestoreRefusesATruncatedBackup(t *testing.T) {
 			}
 		}
 	})
-	file := filepath.Join(t.TempDir(), "b.db")
-	if code, _, stderr := runCLI(t, "backup", "--data-dir", dir, file); code != 0 {
-		t.Fatalf("backup: exit %d: %s", code, stderr)
-	}
+	file := takeBackup(t, dir)
 	data := fileBytes(t, file)
 	cfg, _ := config.Load(dir)
 	dbPath := cfg.DBPath(dir)
