@@ -51,6 +51,32 @@ func run(t *testing.T, spec Spec) Result {
 	return res
 }
 
+// runCancellable runs spec in the background, as the agent does; the
+// function it returns cancels the run and fails the test unless Run then
+// returns ErrCancelled within 10 s.
+func runCancellable(t *testing.T, spec Spec) (cancel func()) {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := Run(ctx, spec)
+		errc <- err
+	}()
+	return func() {
+		t.Helper()
+		stop()
+		select {
+		case err := <-errc:
+			if !errors.Is(err, ErrCancelled) {
+				t.Fatalf("Run = %v, want ErrCancelled", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not return after cancel")
+		}
+	}
+}
+
 // waitFor polls cond until it holds, failing the test after timeout.
 func waitFor(t *testing.T, what string, cond func() bool, timeout time.Duration) {
 	t.Helper()
@@ -250,23 +276,9 @@ func TestCancelKillsWholeTree(t *testing.T) {
 	spec := newSpec(t, treeScript)
 	pids := t.TempDir()
 	spec.Args = []string{pids}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	errc := make(chan error, 1)
-	go func() {
-		_, err := Run(ctx, spec)
-		errc <- err
-	}()
+	cancel := runCancellable(t, spec)
 	readPid(t, filepath.Join(pids, "script.pid"))
 	cancel()
-	select {
-	case err := <-errc:
-		if !errors.Is(err, ErrCancelled) {
-			t.Fatalf("Run = %v, want ErrCancelled", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not return after cancel")
-	}
 	assertTreeGone(t, pids)
 }
 

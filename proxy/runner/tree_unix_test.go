@@ -35,32 +35,13 @@ func TestCancelKillsDescendantsInAGroupOfTheirOwn(t *testing.T) {
 	spec := newSpec(t, groupLeaverScript)
 	pids := t.TempDir()
 	spec.Args = []string{pids}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	errc := make(chan error, 1)
-	go func() {
-		_, err := Run(ctx, spec)
-		errc <- err
-	}()
+	cancel := runCancellable(t, spec)
 	readPid(t, filepath.Join(pids, "script.pid"))
 	child := readPid(t, filepath.Join(pids, "child.pid"))
 	t.Cleanup(func() { syscall.Kill(child, syscall.SIGKILL) })
 	cancel()
-	select {
-	case err := <-errc:
-		if !errors.Is(err, ErrCancelled) {
-			t.Fatalf("Run = %v, want ErrCancelled", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return after cancel")
-	}
-	deadline := time.Now().Add(3 * time.Second)
-	for !processGone(child) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the script's grandchild %d (under timeout(1)) still runs after the unit was cancelled", child)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, "the script's grandchild "+strconv.Itoa(child)+" (under timeout(1)) to be gone after the unit was cancelled",
+		func() bool { return processGone(child) }, 3*time.Second)
 }
 
 // TestDeadlineKillsDescendantsInAGroupOfTheirOwn: the same at the
@@ -78,13 +59,8 @@ func TestDeadlineKillsDescendantsInAGroupOfTheirOwn(t *testing.T) {
 	}
 	child := readPid(t, filepath.Join(pids, "child.pid"))
 	t.Cleanup(func() { syscall.Kill(child, syscall.SIGKILL) })
-	deadline := time.Now().Add(3 * time.Second)
-	for !processGone(child) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the script's grandchild %d (under timeout(1)) still runs after the deadline", child)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, "the script's grandchild "+strconv.Itoa(child)+" (under timeout(1)) to be gone after the deadline",
+		func() bool { return processGone(child) }, 3*time.Second)
 }
 
 // TestNormalExitKillsEveryLeftoverOfTheSession: a unit's result is its
