@@ -44,6 +44,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/opsgate/opsgate/automator/pki"
+	"github.com/opsgate/opsgate/internal/ctxtime"
 	"github.com/opsgate/opsgate/internal/grpcwire"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
@@ -475,7 +476,7 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 		// Each address once at full speed, then back off.
 		if tried >= left {
 			tried = 0
-			if !sleep(ctx, delay) {
+			if !ctxtime.Sleep(ctx, delay) {
 				return fmt.Errorf("%s: %w", doing, ctx.Err())
 			}
 			delay = min(2*delay, 2*time.Second)
@@ -494,17 +495,6 @@ func retryable(err error) bool {
 		return true
 	}
 	return false
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // newKey is an idempotency key for one call whose caller gave none.

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/ctxtime"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"github.com/opsgate/opsgate/proxy/runner"
 )
@@ -230,7 +231,7 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
 				}
 				st.failed(err)
 				quick = true
-				if !sleep(ctx, bo.next()) {
+				if !ctxtime.Sleep(ctx, bo.next()) {
 					return seq, lostFrom
 				}
 				continue
@@ -286,7 +287,7 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
 			}
 			st.failed(err)
 			quick = true
-			if !sleep(ctx, bo.next()) {
+			if !ctxtime.Sleep(ctx, bo.next()) {
 				return
 			}
 			continue
@@ -372,7 +373,7 @@ func (a *Agent) hearEnds(ctx context.Context, seq, lostFrom uint64) (uint64, uin
 			lastErr = err
 			// Only an unreachable automator may answer the next try; a
 			// refusal (the token revoked, say) would be repeated.
-			if status.Code(err) != codes.Unavailable || !sleep(rctx, bo.next()) {
+			if status.Code(err) != codes.Unavailable || !ctxtime.Sleep(rctx, bo.next()) {
 				break
 			}
 		}
@@ -392,7 +393,7 @@ func (a *Agent) hearEnds(ctx context.Context, seq, lostFrom uint64) (uint64, uin
 			if ctx.Err() == nil && lostFrom != 0 {
 				lastErr = err
 			}
-			if !sleep(ctx, bo.next()) {
+			if !ctxtime.Sleep(ctx, bo.next()) {
 				return seq, lostFrom, lastErr
 			}
 			continue
@@ -540,17 +541,6 @@ func (a *Agent) LastPoll() time.Time {
 
 // runScript is the runner; a variable so tests can count executions.
 var runScript = runner.Run
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
 
 // keyIDs lists the ids of the keys in the ring, for each poll: the
 // automator then hands this instance only commands sealed with a key it

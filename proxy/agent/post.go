@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/opsgate/opsgate/internal/ctxtime"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -89,7 +90,7 @@ func (a *Agent) deliver(ctx context.Context, deadline time.Time, req *automatorv
 		if attempt == 1 {
 			log.Info("posting the result failed; retrying until the deadline", "err", err)
 		}
-		if !sleep(ctx, wait) {
+		if !ctxtime.Sleep(ctx, wait) {
 			a.keptInSpool(log, e, attempt, err)
 			return
 		}
