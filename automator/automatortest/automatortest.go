@@ -254,7 +254,7 @@ func (a *Automator) conn(t testing.TB, secret string) *grpc.ClientConn {
 	}
 	c, err := grpc.NewClient("passthrough:///"+a.GRPCAddr,
 		grpc.WithTransportCredentials(creds),
-		grpc.WithPerRPCCredentials(bearer{secret: secret, tls: !a.Plaintext}),
+		grpc.WithPerRPCCredentials(grpcwire.Bearer(secret, !a.Plaintext)),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage)),
 	)
 	if err != nil {
@@ -263,17 +263,6 @@ func (a *Automator) conn(t testing.TB, secret string) *grpc.ClientConn {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
-
-type bearer struct {
-	secret string
-	tls    bool
-}
-
-func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + b.secret}, nil
-}
-
-func (b bearer) RequireTransportSecurity() bool { return b.tls }
 
 func createAccount(t testing.TB, st store.Store, master crypto.MasterKey, name string) (string, crypto.Key) {
 	t.Helper()

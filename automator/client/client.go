@@ -113,7 +113,7 @@ func dial(cfg Config, t target, caPEM []byte, check *certCheck) (*grpc.ClientCon
 	}
 	opts := append(grpcwire.DialOptions(),
 		grpc.WithTransportCredentials(creds),
-		grpc.WithPerRPCCredentials(bearer{secret: cfg.APIKey, tls: !t.plaintext}),
+		grpc.WithPerRPCCredentials(grpcwire.Bearer(cfg.APIKey, !t.plaintext)),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage)),
 		// A connection that dies silently during a long wait is noticed
 		// within half a minute, and the wait resumes on a new one.
@@ -176,18 +176,6 @@ func (c *Client) Close() error {
 	}
 	return errors.Join(errs...)
 }
-
-// bearer sends the API key on every call.
-type bearer struct {
-	secret string
-	tls    bool
-}
-
-func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + b.secret}, nil
-}
-
-func (b bearer) RequireTransportSecurity() bool { return b.tls }
 
 // ExecuteOnProxy runs cmd on one proxy instance of account and returns its
 // result. It submits the command (see Submit) and waits for the unit to

@@ -19,6 +19,7 @@ import (
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/grpcwire"
 	"github.com/opsgate/opsgate/internal/lastread"
 	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
@@ -174,20 +175,13 @@ func newEnv(t *testing.T, o envOptions) *env {
 	return e
 }
 
-type bearer string
-
-func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + string(b)}, nil
-}
-func (bearer) RequireTransportSecurity() bool { return true }
-
 func (e *env) conn(secret string) *grpc.ClientConn {
 	e.t.Helper()
 	tlsCfg, err := pki.ClientTLS(e.caPEM, "127.0.0.1")
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	c, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)), grpc.WithPerRPCCredentials(bearer(secret)))
+	c, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)), grpc.WithPerRPCCredentials(grpcwire.Bearer(secret, true)))
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -3,7 +3,6 @@
 package proctest
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/pki"
+	"github.com/opsgate/opsgate/internal/grpcwire"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -133,7 +133,7 @@ func Dial(t testing.TB, grpcAddr string, caPEM []byte, secret string, opts ...gr
 	}
 	opts = append([]grpc.DialOption{
 		grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
-		grpc.WithPerRPCCredentials(bearer(secret)),
+		grpc.WithPerRPCCredentials(grpcwire.Bearer(secret, true)),
 	}, opts...)
 	conn, err := grpc.NewClient("passthrough:///"+grpcAddr, opts...)
 	if err != nil {
@@ -142,14 +142,6 @@ func Dial(t testing.TB, grpcAddr string, caPEM []byte, secret string, opts ...gr
 	t.Cleanup(func() { conn.Close() })
 	return conn
 }
-
-type bearer string
-
-func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + string(b)}, nil
-}
-
-func (bearer) RequireTransportSecurity() bool { return true }
 
 // AwaitNoOpenPolls waits until the `automator serve` of dataDir holds no
 // poll of account open (its automator_polls_open gauge, which has a line

@@ -260,7 +260,7 @@ func Dial(cfg config.Config) (*grpc.ClientConn, error) {
 	}
 	return grpc.NewClient(addr, append(grpcwire.DialOptions(),
 		grpc.WithTransportCredentials(creds),
-		grpc.WithPerRPCCredentials(bearer{secret: cfg.Token, tls: useTLS}),
+		grpc.WithPerRPCCredentials(grpcwire.Bearer(cfg.Token, useTLS)),
 		grpc.WithKeepaliveParams(Keepalive),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20), grpc.MaxCallSendMsgSize(8<<20)),
 		grpc.WithConnectParams(Reconnect),
@@ -283,14 +283,3 @@ var Reconnect = grpc.ConnectParams{
 // 15 s. 10 s is the fastest the automator accepts (its enforcement
 // MinTime). The bench's idle instances use it too.
 var Keepalive = keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}
-
-type bearer struct {
-	secret string
-	tls    bool
-}
-
-func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + b.secret}, nil
-}
-
-func (b bearer) RequireTransportSecurity() bool { return b.tls }

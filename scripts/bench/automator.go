@@ -157,15 +157,6 @@ func (b *bench) startProxy(pr profile, addr, instanceID string, maxConcurrency i
 
 // ---- gRPC clients ----
 
-// bearer puts a secret (API key or account token) on every call.
-type bearer struct{ secret string }
-
-func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + b.secret}, nil
-}
-
-func (bearer) RequireTransportSecurity() bool { return true }
-
 // dial opens a connection as callers do: TLS trusting only the automator's
 // CA, the secret on every call, 20 s keepalives (proxyClient: a proxy's).
 func dial(addr string, caPEM []byte, secret string, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
@@ -175,7 +166,7 @@ func dial(addr string, caPEM []byte, secret string, extra ...grpc.DialOption) (*
 	}
 	opts := append(grpcwire.DialOptions(),
 		grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
-		grpc.WithPerRPCCredentials(bearer{secret: secret}),
+		grpc.WithPerRPCCredentials(grpcwire.Bearer(secret, true)),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 	)

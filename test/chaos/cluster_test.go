@@ -3,7 +3,6 @@
 package chaos
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/pki"
+	"github.com/opsgate/opsgate/internal/grpcwire"
 	"github.com/opsgate/opsgate/internal/proctest"
 )
 
@@ -188,7 +188,7 @@ func (a *automator) Dial() *grpc.ClientConn {
 	}
 	conn, err := grpc.NewClient("passthrough:///"+a.Addr(),
 		grpc.WithTransportCredentials(creds),
-		grpc.WithPerRPCCredentials(bearer{secret: strings.TrimSpace(string(key)), tls: !a.Plaintext}),
+		grpc.WithPerRPCCredentials(grpcwire.Bearer(strings.TrimSpace(string(key)), !a.Plaintext)),
 	)
 	if err != nil {
 		a.t.Fatal(err)
@@ -196,17 +196,6 @@ func (a *automator) Dial() *grpc.ClientConn {
 	a.t.Cleanup(func() { conn.Close() })
 	return conn
 }
-
-type bearer struct {
-	secret string
-	tls    bool
-}
-
-func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + b.secret}, nil
-}
-
-func (b bearer) RequireTransportSecurity() bool { return b.tls }
 
 // ---- proxy instances ----
 
