@@ -14,6 +14,9 @@
 // over distance: a 50 ms round trip still carries about 20 MB/s per
 // stream. They bound what one connection may have in flight unread (2 MiB)
 // below what the dynamic windows allowed (up to 16 MiB).
+//
+// It holds the rest that both ends of a call agree on too: the keys of
+// Complete's trailer and the bearer credential a client sends.
 package grpcwire
 
 import "google.golang.org/grpc"
