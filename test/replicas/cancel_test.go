@@ -29,14 +29,9 @@ func TestCancelOnOneReplicaKillsTheRunOfAnInstancePollingAnother(t *testing.T) {
 	profile := c.createAccount(t, "acme")
 	scripts := t.TempDir()
 	pidFile := filepath.Join(t.TempDir(), "pid")
-	writeScript(t, scripts, "long.sh", `echo $$ > "$1.tmp" && mv "$1.tmp" "$1"
-exec sleep 60`)
+	writeScript(t, scripts, "long.sh", longScript)
 	startProxy(t, proxyConfig(t, profile, c.Replicas[0]), scripts, "pa")
-	t.Cleanup(func() {
-		if pid, err := readPID(pidFile); err == nil {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	})
+	killAtEnd(t, pidFile)
 
 	callerB := c.callers(t)[1]
 	st, err := callerB.Submit(t.Context(), &automatorv1.ExecuteRequest{
@@ -64,6 +59,22 @@ exec sleep 60`)
 	if err != nil || final.GetState() != automatorv1.State_STATE_CANCELLED {
 		t.Errorf("Wait after the cancel: %v, %v; want cancelled", final.GetState(), err)
 	}
+}
+
+// longScript writes its pid to the file its first argument names (whole,
+// through a rename), then sleeps a minute in its place: a unit that runs
+// until it is killed.
+const longScript = `echo $$ > "$1.tmp" && mv "$1.tmp" "$1"
+exec sleep 60`
+
+// killAtEnd kills, when the test ends, the script whose pid is in pidFile,
+// if one wrote it: a script a failing test left running.
+func killAtEnd(t *testing.T, pidFile string) {
+	t.Cleanup(func() {
+		if pid, err := readPID(pidFile); err == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
 }
 
 // readPID reads a pid a script wrote (atomically, with a rename).

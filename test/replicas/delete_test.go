@@ -6,7 +6,6 @@ import (
 	"context"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -31,14 +30,9 @@ func TestAccountDeleteReachesEveryReplica(t *testing.T) {
 	profile := c.createAccount(t, "acme")
 	scripts := t.TempDir()
 	pidFile := filepath.Join(t.TempDir(), "pid")
-	writeScript(t, scripts, "long.sh", `echo $$ > "$1.tmp" && mv "$1.tmp" "$1"
-exec sleep 60`)
+	writeScript(t, scripts, "long.sh", longScript)
 	px := startProxy(t, proxyConfig(t, profile, c.Replicas[1], "max_concurrency: 1"), scripts, "pb")
-	t.Cleanup(func() {
-		if pid, err := readPID(pidFile); err == nil {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	})
+	killAtEnd(t, pidFile)
 
 	callers := c.callers(t)
 	submit := func(on int, args ...string) string {
