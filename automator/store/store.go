@@ -355,6 +355,17 @@ type WorkExpireParams struct {
 	Audit *AuditEvent
 }
 
+// ExpireReason is the reason WorkExpire gives unit w (due, still open):
+// whether it was ever claimed and by whom, the one clue an operator has
+// when a claimer died. Both backends give it in the same words.
+func ExpireReason(w Work) string {
+	if w.State == StateClaimed {
+		return fmt.Sprintf("claimed by instance %s at %s, no result before the deadline",
+			w.InstanceID, w.ClaimedAt.UTC().Format(time.RFC3339Nano))
+	}
+	return "no instance claimed it before the deadline"
+}
+
 // WorkEndOpenParams end every open unit (WorkEndOpen).
 type WorkEndOpenParams struct {
 	// Reason says why the units ended; a claimed unit's reason adds which

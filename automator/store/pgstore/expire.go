@@ -44,7 +44,7 @@ LIMIT $2`, p.Now, limit)
 	}
 	var expired []store.Work
 	if err := s.sent(ctx, func(ctx context.Context, c *pgxpool.Conn) (err error) {
-		expired, err = timeOut(ctx, c, p.Now, due, expireReason, p.Audit)
+		expired, err = timeOut(ctx, c, p.Now, due, store.ExpireReason, p.Audit)
 		return err
 	}); err != nil {
 		return fail(err)
@@ -100,15 +100,4 @@ SELECT * FROM done`, now, ids, states, reasons, audit != nil,
 		return nil, err
 	}
 	return pgx.CollectRows(rows, rowTo(scanWork))
-}
-
-// expireReason says whether the unit was ever claimed and by whom: the one
-// clue an operator has when a claimer died. The same words as the SQLite
-// backend's.
-func expireReason(w store.Work) string {
-	if w.State == store.StateClaimed {
-		return fmt.Sprintf("claimed by instance %s at %s, no result before the deadline",
-			w.InstanceID, w.ClaimedAt.UTC().Format(time.RFC3339Nano))
-	}
-	return "no instance claimed it before the deadline"
 }

@@ -18,7 +18,7 @@ func (s *Store) WorkExpire(ctx context.Context, p store.WorkExpireParams) ([]sto
 	now := toNanos(p.Now)
 	expired, err := s.timeOut(ctx, now, func(ctx context.Context, tx querier) ([]store.Work, error) {
 		return dueWork(ctx, tx, now, limit)
-	}, expireReason, p.Audit)
+	}, store.ExpireReason, p.Audit)
 	if err != nil {
 		return nil, fmt.Errorf("expiring work due by %s: %w", p.Now.Format(time.RFC3339Nano), err)
 	}
@@ -86,14 +86,4 @@ func dueWork(ctx context.Context, tx querier, now int64, limit int) ([]store.Wor
 		due = append(due, w)
 	}
 	return due, rows.Err()
-}
-
-// expireReason says whether the unit was ever claimed and by whom: the one
-// clue an operator has when a claimer died.
-func expireReason(w store.Work) string {
-	if w.State == store.StateClaimed {
-		return fmt.Sprintf("claimed by instance %s at %s, no result before the deadline",
-			w.InstanceID, w.ClaimedAt.UTC().Format(time.RFC3339Nano))
-	}
-	return "no instance claimed it before the deadline"
 }
