@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/internal/waittest"
 )
@@ -38,7 +39,7 @@ func TestDataDirCommandsReachAServeListeningOnAnAddressItsCertificateOmits(t *te
 			t.Errorf("serve exited %d:\n%s", code, log)
 		}
 	})
-	waitUntil(t, 15*time.Second, "serve to write serving.yaml", func() bool {
+	automatortest.WaitFor(t, 15*time.Second, "serve to write serving.yaml", func() bool {
 		_, ok, _ := config.ReadServing(dir)
 		return ok
 	})

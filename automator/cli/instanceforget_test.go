@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/store"
 )
 
@@ -35,7 +36,7 @@ func TestServeForgetsInstancesThatStoppedPollingFor30Days(t *testing.T) {
 	st.Close()
 
 	s := serveDirInProcess(t, dir)
-	waitUntil(t, 15*time.Second, "serve to delete the record of gone-long-ago", func() bool {
+	automatortest.WaitFor(t, 15*time.Second, "serve to delete the record of gone-long-ago", func() bool {
 		return strings.Contains(s.log.String(), "deleted the records of instances")
 	})
 	out.Reset()

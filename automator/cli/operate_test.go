@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/client"
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/internal/waittest"
@@ -90,7 +91,7 @@ func serveDirInProcess(t *testing.T, dir string) *served {
 		}
 	})
 	t.Cleanup(s.stop)
-	waitUntil(t, 15*time.Second, "serve to write serving.yaml", func() bool {
+	automatortest.WaitFor(t, 15*time.Second, "serve to write serving.yaml", func() bool {
 		sv, ok, _ := config.ReadServing(s.dir)
 		if ok {
 			s.grpc, s.http = sv.GRPC, "http://"+sv.HTTP
@@ -98,19 +99,6 @@ func serveDirInProcess(t *testing.T, dir string) *served {
 		return ok
 	})
 	return s
-}
-
-// waitUntil polls cond every 10 ms: for states no channel signals (a
-// process's log, a scrape).
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // account makes an account and returns its proxy config, pointed at the
@@ -141,7 +129,7 @@ func (s *served) proxy(t *testing.T, cfgPath, instance string) *lockedBuffer {
 			proxycli.Env{Stdout: io.Discard, Stderr: log})
 	}()
 	t.Cleanup(func() { cancel(); waittest.Recv(t, done, "proxy run to return after its context was cancelled") })
-	waitUntil(t, 15*time.Second, "the proxy to poll", func() bool {
+	automatortest.WaitFor(t, 15*time.Second, "the proxy to poll", func() bool {
 		return strings.Contains(log.String(), `"msg":"connected to the automator; polling"`)
 	})
 	return log
@@ -249,7 +237,7 @@ func TestMetricsCountAScriptedRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 10*time.Second, "the script to start", func() bool { _, err := os.Stat(marker); return err == nil })
+	automatortest.WaitFor(t, 10*time.Second, "the script to start", func() bool { _, err := os.Stat(marker); return err == nil })
 	if w, err = c.Cancel(ctx, w.ID); err != nil || w.State != client.StateCancelled {
 		t.Fatalf("cancel: %+v, %v", w, err)
 	}
@@ -264,7 +252,7 @@ func TestMetricsCountAScriptedRun(t *testing.T) {
 	// The proxy sits in a long poll almost always; wait for a scrape that
 	// catches it there.
 	var fams map[string]*dto.MetricFamily
-	waitUntil(t, 10*time.Second, "a scrape with the proxy's poll open", func() bool {
+	automatortest.WaitFor(t, 10*time.Second, "a scrape with the proxy's poll open", func() bool {
 		fams = scrape(t, s.http)
 		v, _ := metricValue(fams, "automator_polls_open", "account", "acme")
 		return v == 1

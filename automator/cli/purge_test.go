@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
@@ -49,7 +50,7 @@ func TestServeDeletesEndedUnitsPastWorkRetention(t *testing.T) {
 	}
 
 	s := serveDirInProcess(t, dir)
-	waitUntil(t, 15*time.Second, "serve to log its purge", func() bool {
+	automatortest.WaitFor(t, 15*time.Second, "serve to log its purge", func() bool {
 		return strings.Contains(s.log.String(), `"msg":"deleted ended units past the retention","replica_id"`)
 	})
 	if log := s.log.String(); !strings.Contains(log, `"count":1,`) {
@@ -92,7 +93,7 @@ func TestServeDeletesTheSignOutsOfExpiredDashboardSessions(t *testing.T) {
 	}
 
 	s := serveDirInProcess(t, dir)
-	waitUntil(t, 15*time.Second, "serve to log its purge of sign-outs", func() bool {
+	automatortest.WaitFor(t, 15*time.Second, "serve to log its purge of sign-outs", func() bool {
 		return strings.Contains(s.log.String(), `"msg":"deleted the sign-outs of expired dashboard sessions","replica_id"`)
 	})
 	st, err = sqlitestore.Open(t.Context(), cfg.DBPath(dir))

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/store"
 )
 
@@ -30,7 +31,7 @@ func TestServeForgetsReplicasNotHeardFromForAWeek(t *testing.T) {
 	st.Close()
 
 	s := serveDirInProcess(t, dir)
-	waitUntil(t, 15*time.Second, "serve to delete the heartbeat of gone-long-ago", func() bool {
+	automatortest.WaitFor(t, 15*time.Second, "serve to delete the heartbeat of gone-long-ago", func() bool {
 		return strings.Contains(s.log.String(), "deleted the heartbeats of replicas")
 	})
 	out := replicasCLI(t, dir)

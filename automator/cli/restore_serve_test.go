@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
@@ -31,7 +32,7 @@ func TestRestoreAndServeExcludeEachOther(t *testing.T) {
 	go func() {
 		done <- Main(ctx, []string{"serve", "--data-dir", dir}, Env{Stdout: &bytes.Buffer{}, Stderr: log})
 	}()
-	waitUntil(t, 15*time.Second, "serve to write serving.yaml", func() bool {
+	automatortest.WaitFor(t, 15*time.Second, "serve to write serving.yaml", func() bool {
 		_, ok, _ := config.ReadServing(dir)
 		return ok
 	})

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/internal/waittest"
 )
@@ -29,7 +30,7 @@ func TestServeWarnsOfARevealKeyThatNamesNoAPIKey(t *testing.T) {
 	done := make(chan int, 1)
 	log := &lockedBuffer{}
 	go func() { done <- Main(ctx, []string{"serve", "--data-dir", dir}, Env{Stdout: io.Discard, Stderr: log}) }()
-	waitUntil(t, 15*time.Second, "serve to write serving.yaml", func() bool {
+	automatortest.WaitFor(t, 15*time.Second, "serve to write serving.yaml", func() bool {
 		_, ok, _ := config.ReadServing(dir)
 		return ok
 	})

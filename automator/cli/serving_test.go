@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/internal/waittest"
 )
@@ -27,7 +28,7 @@ func TestServingFileLastsWhileServeRuns(t *testing.T) {
 	done := make(chan int, 1)
 	log := &lockedBuffer{}
 	go func() { done <- Main(ctx, []string{"serve", "--data-dir", dir}, Env{Stdout: io.Discard, Stderr: log}) }()
-	waitUntil(t, 15*time.Second, "serve to write serving.yaml", func() bool {
+	automatortest.WaitFor(t, 15*time.Second, "serve to write serving.yaml", func() bool {
 		_, ok, _ := config.ReadServing(dir)
 		return ok
 	})
@@ -69,7 +70,7 @@ func TestASecondServeOfOneSQLiteDatabaseIsRefused(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	done, log := serve(ctx)
-	waitUntil(t, 15*time.Second, "serve to write serving.yaml", func() bool {
+	automatortest.WaitFor(t, 15*time.Second, "serve to write serving.yaml", func() bool {
 		_, ok, _ := config.ReadServing(dir)
 		return ok
 	})
@@ -88,7 +89,7 @@ func TestASecondServeOfOneSQLiteDatabaseIsRefused(t *testing.T) {
 	ctx2, cancel2 := context.WithCancel(t.Context())
 	defer cancel2()
 	done2, log2 := serve(ctx2)
-	waitUntil(t, 15*time.Second, "a serve started after the first stopped to write serving.yaml", func() bool {
+	automatortest.WaitFor(t, 15*time.Second, "a serve started after the first stopped to write serving.yaml", func() bool {
 		_, ok, _ := config.ReadServing(dir)
 		return ok
 	})
