@@ -181,17 +181,6 @@ func (w *lockedWriter) String() string {
 	return w.b.String()
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestPollAsksOnlyForFreeSlots: with both slots busy the agent asks for no
 // units (but still lists what it runs); when one frees it asks for one.
 func TestPollAsksOnlyForFreeSlots(t *testing.T) {
@@ -199,18 +188,18 @@ func TestPollAsksOnlyForFreeSlots(t *testing.T) {
 	useRunner(t, b.run)
 	f := newFake()
 	startAgent(t, f, 2, nil)
-	waitFor(t, "first poll", func() bool { p := f.lastPoll(); return p != nil && p.GetMaxUnits() == 2 })
+	waittest.Until(t, "first poll", func() bool { p := f.lastPoll(); return p != nil && p.GetMaxUnits() == 2 })
 	f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{
 		claim(t, "w1", &automatorv1.Command{Script: "s"}), claim(t, "w2", &automatorv1.Command{Script: "s"}),
 	}}
-	waitFor(t, "both running", func() bool { return b.count() == 2 })
-	waitFor(t, "a poll for no units listing both", func() bool {
+	waittest.Until(t, "both running", func() bool { return b.count() == 2 })
+	waittest.Until(t, "a poll for no units listing both", func() bool {
 		p := f.lastPoll()
 		return p.GetMaxUnits() == 0 && len(p.GetRunning()) == 2
 	})
 	b.release <- struct{}{}
 	waittest.Recv(t, f.completed, "the result of the first released unit to be posted")
-	waitFor(t, "a poll for one unit", func() bool { p := f.lastPoll(); return p.GetMaxUnits() == 1 && len(p.GetRunning()) == 1 })
+	waittest.Until(t, "a poll for one unit", func() bool { p := f.lastPoll(); return p.GetMaxUnits() == 1 && len(p.GetRunning()) == 1 })
 	b.release <- struct{}{}
 	waittest.Recv(t, f.completed, "the result of the second released unit to be posted")
 }
@@ -223,7 +212,7 @@ func TestCancelledUnitIsKilledAndNothingReported(t *testing.T) {
 	f := newFake()
 	stop := startAgent(t, f, 1, nil)
 	f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{claim(t, "w1", &automatorv1.Command{Script: "s"})}}
-	waitFor(t, "running", func() bool { return b.count() == 1 })
+	waittest.Until(t, "running", func() bool { return b.count() == 1 })
 	f.responses <- &automatorv1.PollResponse{Cancelled: []string{"w1"}}
 	if err := waittest.Recv(t, b.ended, "the run of w1 to end after the automator answered a poll saying w1 was cancelled"); err == nil {
 		t.Fatal("run was not cancelled")
@@ -276,7 +265,7 @@ func TestCancellationInTheAnswerOfADroppedPollIsKept(t *testing.T) {
 		answer: &automatorv1.PollResponse{Cancelled: []string{"w1", "w2"}},
 	}
 	startAgent(t, c, 2, nil)
-	waitFor(t, "first poll", func() bool { p := f.lastPoll(); return p != nil && p.GetMaxUnits() == 2 })
+	waittest.Until(t, "first poll", func() bool { p := f.lastPoll(); return p != nil && p.GetMaxUnits() == 2 })
 	f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{
 		claim(t, "w1", &automatorv1.Command{Script: "s"}), claim(t, "w2", &automatorv1.Command{Script: "s"}),
 	}}
@@ -317,9 +306,9 @@ func TestASecondStopEndsPostingWithoutASpool(t *testing.T) {
 	done := make(chan struct{})
 	go func() { a.Run(ctx); close(done) }()
 	f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{claim(t, "w1", &automatorv1.Command{Script: "s"})}}
-	waitFor(t, "running", func() bool { return b.count() == 1 })
+	waittest.Until(t, "running", func() bool { return b.count() == 1 })
 	b.release <- struct{}{}
-	waitFor(t, "a failed post", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.completes) > 0 })
+	waittest.Until(t, "a failed post", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.completes) > 0 })
 	cancel()
 	select {
 	case endGrace <- struct{}{}: // taken by Run as it waits for the posts
@@ -389,7 +378,7 @@ func TestRefusedTokenIsLoggedOnce(t *testing.T) {
 	f.pollErr = status.Error(codes.Unauthenticated, "invalid account token")
 	var log bytes.Buffer
 	stop := startAgent(t, f, 1, &log)
-	waitFor(t, "10 attempts", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.polls) >= 10 })
+	waittest.Until(t, "10 attempts", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.polls) >= 10 })
 	stop()
 	if n := strings.Count(log.String(), "refused this proxy's token"); n != 1 {
 		t.Fatalf("%d log lines about the token over 10+ attempts, want 1:\n%s", n, log.String())
@@ -579,7 +568,7 @@ func TestAUnitToldEndedIsNoLongerListedWhileItsScriptIsKilled(t *testing.T) {
 	}}
 	waittest.Recv(t, r.started, "the first unit to start")
 	waittest.Recv(t, r.started, "the second unit to start")
-	waitFor(t, "a poll listing both", func() bool { return len(f.lastPoll().GetRunning()) == 2 })
+	waittest.Until(t, "a poll listing both", func() bool { return len(f.lastPoll().GetRunning()) == 2 })
 	f.mu.Lock()
 	polls := len(f.polls) // the last one waits for this answer
 	f.mu.Unlock()
@@ -587,7 +576,7 @@ func TestAUnitToldEndedIsNoLongerListedWhileItsScriptIsKilled(t *testing.T) {
 	if id := waittest.Recv(t, r.cancelled, "the cancelled unit's run to be cancelled"); id != "w1" {
 		t.Fatalf("%s was cancelled, want w1", id)
 	}
-	waitFor(t, "the poll after the answer", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.polls) > polls })
+	waittest.Until(t, "the poll after the answer", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.polls) > polls })
 	if got := f.lastPoll().GetRunning(); len(got) != 1 || got[0] != "w2" {
 		t.Errorf("the poll after w1 was said to have ended, while its script is still being killed, lists %v; want [w2]", got)
 	}
@@ -694,12 +683,12 @@ func TestClaimForAUnitAlreadyRunningIsNotRunAgain(t *testing.T) {
 	}}
 	// The claims of an answer are all started (or refused) before the
 	// next poll is sent.
-	waitFor(t, "the poll after the answer", func() bool {
+	waittest.Until(t, "the poll after the answer", func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		return len(f.polls) >= 2
 	})
-	waitFor(t, "w1 to run", func() bool { return b.count() >= 1 })
+	waittest.Until(t, "w1 to run", func() bool { return b.count() >= 1 })
 	b.release <- struct{}{}
 	waittest.Recv(t, f.completed, "the result of w1 to be posted")
 	stop()

@@ -78,15 +78,15 @@ func TestEachWaitingResultGetsItsOwnAnswer(t *testing.T) {
 	waittest.Recv(t, c.started, "the first result's CompleteBatch call to start")
 	gaveUp, giveUp := context.WithCancel(context.Background())
 	b := post(gaveUp, "w_b")
-	waitFor(t, "w_b waiting", func() bool { return p.group.Waiting() == 1 })
+	waittest.Until(t, "w_b waiting", func() bool { return p.group.Waiting() == 1 })
 	cc := post(context.Background(), "w_c")
-	waitFor(t, "w_c waiting", func() bool { return p.group.Waiting() == 2 })
+	waittest.Until(t, "w_c waiting", func() bool { return p.group.Waiting() == 2 })
 	giveUp()
 	if err := waittest.Recv(t, b, "the post of w_b to return after its caller gave up"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("w_b, whose caller gave up: %v, want context.Canceled", err)
 	}
 	d := post(context.Background(), "w_d")
-	waitFor(t, "w_d waiting", func() bool { return p.group.Waiting() == 3 })
+	waittest.Until(t, "w_d waiting", func() bool { return p.group.Waiting() == 3 })
 	close(c.release)
 
 	if err := waittest.Recv(t, a, "the post of w_a to return after its call was released"); err != nil {

@@ -131,7 +131,7 @@ func TestNoResultIsPostedAfterTheDeadline(t *testing.T) {
 	// The claim arrived before it ran: its deadline is at the latest then
 	// plus the time remaining.
 	latest := waittest.Recv(t, ran, "the claim to run").Add(remaining)
-	waitFor(t, "the proxy to give the result up at the deadline", func() bool {
+	waittest.Until(t, "the proxy to give the result up at the deadline", func() bool {
 		return strings.Contains(log.String(), "result not posted before the deadline; giving up")
 	})
 	cancel()

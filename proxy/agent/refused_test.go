@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"github.com/opsgate/opsgate/proxy/runner"
 )
@@ -26,7 +27,7 @@ func TestAResultRefusedAfterATerminalStateIsLoggedAndNotPostedAgain(t *testing.T
 	var log bytes.Buffer
 	stop := startAgent(t, f, 1, &log)
 	f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{claim(t, "w1", &automatorv1.Command{Script: "s"})}}
-	waitFor(t, "the result to be posted", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.completes) > 0 })
+	waittest.Until(t, "the result to be posted", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.completes) > 0 })
 	stop() // waits for the unit's goroutine, and so for its posts
 
 	f.mu.Lock()

@@ -318,7 +318,7 @@ func TestSpooledResultIsPostedAfterRestart(t *testing.T) {
 	if files := spoolFiles(t, dir); len(files) != 1 || files[0] != "w1.json" {
 		t.Fatalf("with the write over and the result unposted the spool holds %q, want [w1.json]", files)
 	}
-	waitFor(t, "a few failed posts", func() bool { return down.callCount() >= 3 })
+	waittest.Until(t, "a few failed posts", func() bool { return down.callCount() >= 3 })
 	stop()
 	if files := spoolFiles(t, dir); len(files) != 1 || files[0] != "w1.json" {
 		t.Fatalf("after a stop with the result unposted the spool holds %q, want [w1.json]", files)
@@ -339,7 +339,7 @@ func TestSpooledResultIsPostedAfterRestart(t *testing.T) {
 	if err := proto.Unmarshal(plain, &r); err != nil || r.GetExitCode() != 3 || string(r.GetStdout()) != "kept" {
 		t.Fatalf("result %v (%v), want exit 3 and stdout \"kept\"", &r, err)
 	}
-	waitFor(t, "the posted result to leave the spool", func() bool { return len(spoolFiles(t, dir)) == 0 })
+	waittest.Until(t, "the posted result to leave the spool", func() bool { return len(spoolFiles(t, dir)) == 0 })
 }
 
 // TestRefusedResultLeavesTheSpool: a result the automator refuses for good
@@ -352,8 +352,8 @@ func TestRefusedResultLeavesTheSpool(t *testing.T) {
 	})
 	runSpoolAgent(t, f, dir)
 	f.claims <- claim(t, "w1", &automatorv1.Command{Script: "s"})
-	waitFor(t, "the refusal", func() bool { return f.callCount() == 1 })
-	waitFor(t, "the refused result to leave the spool", func() bool { return len(spoolFiles(t, dir)) == 0 })
+	waittest.Until(t, "the refusal", func() bool { return f.callCount() == 1 })
+	waittest.Until(t, "the refused result to leave the spool", func() bool { return len(spoolFiles(t, dir)) == 0 })
 }
 
 // TestExpiredSpooledResultIsDroppedNotPosted: at start, results whose
@@ -380,7 +380,7 @@ func TestExpiredSpooledResultIsDroppedNotPosted(t *testing.T) {
 	if got.GetWorkId() != "w-due" || got.GetFailure() != "f" {
 		t.Fatalf("posted %v, want the due result of w-due", got)
 	}
-	waitFor(t, "the spool to settle", func() bool { return len(spoolFiles(t, dir)) == 2 })
+	waittest.Until(t, "the spool to settle", func() bool { return len(spoolFiles(t, dir)) == 2 })
 	if files := strings.Join(spoolFiles(t, dir), " "); files != "w-bad.json.bad w-other.json" {
 		t.Fatalf("spool holds %q, want the other instance's record and the bad one set aside", files)
 	}
@@ -474,7 +474,7 @@ func TestResultsSpooledByAnOlderProxyArePostedAndRemoved(t *testing.T) {
 		}
 		delete(want, got.GetWorkId())
 	}
-	waitFor(t, "the posted results to leave the spool", func() bool { return len(spoolFiles(t, dir)) == 0 })
+	waittest.Until(t, "the posted results to leave the spool", func() bool { return len(spoolFiles(t, dir)) == 0 })
 	if n := f.callCount(); n != 3 {
 		t.Fatalf("%d Complete calls, want 3 (each result posted once)", n)
 	}

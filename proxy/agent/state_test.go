@@ -58,7 +58,7 @@ func TestStateFileRecordsLastSuccessfulPoll(t *testing.T) {
 	before := time.Now()
 	stop := startStateAgent(t, f, path, time.Millisecond)
 	f.responses <- &automatorv1.PollResponse{}
-	waitFor(t, "a recorded poll", func() bool { s, err := ReadState(path); return err == nil && !s.LastPoll.IsZero() })
+	waittest.Until(t, "a recorded poll", func() bool { s, err := ReadState(path); return err == nil && !s.LastPoll.IsZero() })
 	s := readState(t, path)
 	if s.InstanceID != "a" || s.Version != "v-test" || s.PID <= 0 || s.StartedAt.Before(before) || s.LastPoll.Before(s.StartedAt) {
 		t.Fatalf("state %+v", s)
@@ -82,10 +82,10 @@ func TestStateFileSaysStoppingWhileUnitsFinish(t *testing.T) {
 	f := newFake()
 	stop := startStateAgent(t, f, path, time.Millisecond)
 	f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{claim(t, "w1", &automatorv1.Command{Script: "s"})}}
-	waitFor(t, "running", func() bool { return b.count() == 1 })
+	waittest.Until(t, "running", func() bool { return b.count() == 1 })
 	stopped := make(chan struct{})
 	go func() { stop(); close(stopped) }()
-	waitFor(t, "the state file to say stopping", func() bool {
+	waittest.Until(t, "the state file to say stopping", func() bool {
 		s, err := ReadState(path)
 		return err == nil && !s.StoppingAt.IsZero() && s.Running == 1 && s.StoppedAt.IsZero()
 	})
@@ -103,12 +103,12 @@ func TestStateFileIsWrittenAtMostOnceEveryInterval(t *testing.T) {
 	f := newFake()
 	stop := startStateAgent(t, f, path, time.Hour)
 	f.responses <- &automatorv1.PollResponse{}
-	waitFor(t, "the first poll recorded", func() bool { s, err := ReadState(path); return err == nil && !s.LastPoll.IsZero() })
+	waittest.Until(t, "the first poll recorded", func() bool { s, err := ReadState(path); return err == nil && !s.LastPoll.IsZero() })
 	first := readState(t, path).LastPoll
 	for range 5 {
 		f.responses <- &automatorv1.PollResponse{}
 	}
-	waitFor(t, "7 polls", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.polls) >= 7 })
+	waittest.Until(t, "7 polls", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.polls) >= 7 })
 	if got := readState(t, path).LastPoll; !got.Equal(first) {
 		t.Fatalf("the state file was rewritten within the interval: last poll %v, first %v", got, first)
 	}
@@ -129,7 +129,7 @@ func TestStateFileKeepsTheLastPollOfAnEarlierRun(t *testing.T) {
 	f := newFake()
 	f.pollErr = status.Error(codes.Unavailable, "down")
 	startStateAgent(t, f, path, time.Millisecond)
-	waitFor(t, "a failed poll", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.polls) >= 2 })
+	waittest.Until(t, "a failed poll", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.polls) >= 2 })
 	s := readState(t, path)
 	if !s.LastPoll.Equal(earlier) || !s.StoppedAt.IsZero() || !s.StartedAt.After(earlier) {
 		t.Fatalf("state of a new run that has not polled: %+v, want last poll %v kept", s, earlier)

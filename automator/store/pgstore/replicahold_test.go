@@ -112,7 +112,7 @@ func TestAReplicaIDHoldTakesItsIDAgainAfterItsConnectionIsLost(t *testing.T) {
 		return pids[0]
 	}
 	ended := terminate()
-	waitFor(t, "the hold to take r again", func() bool {
+	waittest.Until(t, "the hold to take r again", func() bool {
 		pids := holderPids(t, b, app, "r")
 		return len(pids) == 1 && pids[0] != ended
 	})
@@ -144,18 +144,6 @@ func TestAReplicaIDHoldTakesItsIDAgainAfterItsConnectionIsLost(t *testing.T) {
 	}
 	if n := holders(t, b, bApp, "r"); n != 1 {
 		t.Errorf("%d sessions of b hold r, want 1", n)
-	}
-}
-
-// waitFor waits up to 10 s for cond, checking it every few milliseconds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
