@@ -79,22 +79,13 @@ func do(t *testing.T, g *Group[int], ctx context.Context, item int) error {
 	return outcome(t, out, fmt.Sprintf("Do(%d)", item))
 }
 
-func within(t *testing.T, ch <-chan struct{}, what string) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("waited 10 s for %s", what)
-	}
-}
-
 // holdFirst hands in item 0 and returns once its batch is being held; done
 // receives its outcome.
 func holdFirst(t *testing.T, g *Group[int], r *recorder) (done <-chan error) {
 	t.Helper()
 	out := make(chan error, 1)
 	go func() { out <- g.Do(context.Background(), 0) }()
-	within(t, r.held, "the first batch to run")
+	waittest.Recv(t, r.held, "the first batch to run")
 	return out
 }
 
@@ -112,7 +103,7 @@ func handIn(t *testing.T, g *Group[int], ctxs map[int]context.Context, items ...
 		}
 		queued := g.WaitingReaches(i + 1)
 		go func() { out <- g.Do(ctx, item) }()
-		within(t, queued, fmt.Sprintf("item %d to wait", item))
+		waittest.Recv(t, queued, fmt.Sprintf("item %d to wait", item))
 	}
 	return outs
 }
@@ -229,11 +220,11 @@ func TestATakenItemRunsWhateverItsCaller(t *testing.T) {
 			}}
 			first := make(chan error, 1)
 			go func() { first <- g.Do(context.Background(), 0) }()
-			within(t, inside[0], "the first batch to run")
+			waittest.Recv(t, inside[0], "the first batch to run")
 			ctx, cancel := context.WithCancel(context.Background())
 			outs := handIn(t, g, map[int]context.Context{2: ctx}, 1, 2)
 			close(hold[0])
-			within(t, inside[1], "the second batch to run")
+			waittest.Recv(t, inside[1], "the second batch to run")
 			cancel()
 			if detach {
 				select {
@@ -328,7 +319,7 @@ func TestCloseLetsWaitingItemsRunThenRefuses(t *testing.T) {
 	default:
 	}
 	r.release()
-	within(t, closed, "Close to return")
+	waittest.Recv(t, closed, "Close to return")
 	for _, out := range []<-chan error{first, outs[1], outs[2]} {
 		if err := outcome(t, out, "an item handed in before Close"); err != nil {
 			t.Error(err)
@@ -377,7 +368,7 @@ func TestManyItemsWithCallersGivingUpAllEnd(t *testing.T) {
 			}
 			done := make(chan struct{})
 			go func() { wg.Wait(); close(done) }()
-			within(t, done, "every Do to return")
+			waittest.Recv(t, done, "every Do to return")
 			if !g.Idle() {
 				t.Fatalf("after every Do returned: not idle, %d waiting", g.Waiting())
 			}

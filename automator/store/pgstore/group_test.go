@@ -129,7 +129,7 @@ func holdGroup(t *testing.T, s *Store) *heldGroup {
 			t.Errorf("WorkEnqueue(lead): %v", err)
 		}
 	})
-	within(t, held, "the lead write to lead its batch")
+	waittest.Recv(t, held, "the lead write to lead its batch")
 	// The lead leads its batch; wait until that batch waits on the lock in
 	// PostgreSQL, so that it was taken and nothing handed in later joins
 	// it (between the two, a write handed in would have been taken too).
@@ -201,7 +201,7 @@ func TestConcurrentWritesShareOneTransaction(t *testing.T) {
 			}
 		})
 	}
-	within(t, waited, "the writes to wait behind the held batch")
+	waittest.Recv(t, waited, "the writes to wait behind the held batch")
 	h.release(t)
 	waittest.Group(t, &wg, "the writes that waited to return once the held batch went")
 
@@ -276,7 +276,7 @@ func TestAFailingWriteInABatchFailsAlone(t *testing.T) {
 		_, err := s.WorkComplete(ctx, completeParams(fmt.Sprintf("claimed-%d", n), "another claim"))
 		record("complete with another claim id", err)
 	})
-	within(t, waited, "the writes to wait behind the held batch")
+	waittest.Recv(t, waited, "the writes to wait behind the held batch")
 	h.release(t)
 	waittest.Group(t, &wg, "the writes that waited to return once the held batch went")
 
@@ -320,7 +320,7 @@ func TestAWriteCancelledWhileWaitingNeverRuns(t *testing.T) {
 		_, err := s.WorkEnqueue(ctx, enqueueParams("cancelled", "acme"))
 		done <- err
 	}()
-	within(t, waited, "the write to wait behind the held batch")
+	waittest.Recv(t, waited, "the write to wait behind the held batch")
 	cancel()
 	select {
 	case err := <-done:
@@ -379,7 +379,7 @@ func TestABatchWhoseSessionEndsFailsEveryWrite(t *testing.T) {
 			errs <- err
 		}()
 	}
-	within(t, waited, "the writes to wait behind the held batch")
+	waittest.Recv(t, waited, "the writes to wait behind the held batch")
 	h.release(t)
 
 	// The batch's session is the one waiting for the lock: end it.
@@ -472,7 +472,7 @@ func TestConcurrentReadsShareOneRoundTrip(t *testing.T) {
 		}
 		firstDone <- err
 	}()
-	within(t, sent, "the first WorkGet to be sent")
+	waittest.Recv(t, sent, "the first WorkGet to be sent")
 	waited := s.reads.WaitingReaches(n)
 	var wg sync.WaitGroup
 	for i := range n - 1 {
@@ -488,7 +488,7 @@ func TestConcurrentReadsShareOneRoundTrip(t *testing.T) {
 			t.Errorf("WorkGet(nothing) = %v, want ErrNotFound", err)
 		}
 	})
-	within(t, waited, "the other WorkGet calls to wait")
+	waittest.Recv(t, waited, "the other WorkGet calls to wait")
 	close(release)
 	waittest.Group(t, &wg, "the WorkGet calls that waited to return")
 	if err := waittest.Recv(t, firstDone, "the first WorkGet to return once released"); err != nil {
@@ -506,15 +506,5 @@ func TestConcurrentReadsShareOneRoundTrip(t *testing.T) {
 	}
 	if b := after["write"].Batches - before["write"].Batches; b != 0 {
 		t.Errorf("BatchStats counts %d write batches for reads alone, want 0", b)
-	}
-}
-
-// within waits for ch to close, and fails t if it does not within 10 s.
-func within(t *testing.T, ch <-chan struct{}, what string) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("waited 10 s for %s", what)
 	}
 }

@@ -53,7 +53,7 @@ func TestABatchWhoseAnswerIsLostAfterItsCommitIsNotRunAgain(t *testing.T) {
 			errs <- err
 		}()
 	}
-	within(t, waited, "the writes to wait behind the held batch")
+	waittest.Recv(t, waited, "the writes to wait behind the held batch")
 	h.release(t)
 	waittest.Recv(t, r.fired, "the batch to be sent")
 
