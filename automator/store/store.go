@@ -106,6 +106,20 @@ func NotCancellable(w Work) error {
 	return fmt.Errorf("its deadline %s has passed: it times out: %w", w.Deadline.UTC().Format(time.RFC3339Nano), ErrNotClaimable)
 }
 
+// NotCompletable is WorkComplete's refusal of a result for unit w under
+// claimID, as read after the refusal: not claimed (ended already, or still
+// queued), claimed under another claim id, or past its deadline.
+func NotCompletable(w Work, claimID string) error {
+	switch {
+	case w.State != StateClaimed:
+		return fmt.Errorf("it is %s: %w", w.State, ErrNotClaimable)
+	case w.ClaimID != claimID:
+		return ErrClaimMismatch
+	default:
+		return fmt.Errorf("its deadline %s has passed: %w", w.Deadline.Format(time.RFC3339Nano), ErrNotClaimable)
+	}
+}
+
 // IsStorageFull reports whether err says the database is out of disk
 // space: ErrStorageFull (the SQLite store wraps its SQLITE_FULL in it), or
 // an error carrying SQLSTATE 53100, disk_full, as PostgreSQL's do.

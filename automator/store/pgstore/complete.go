@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -40,19 +39,13 @@ RETURNING `+workColumns, p.Audit != nil, 8),
 		if err != nil {
 			return err
 		}
-		switch {
-		case p.Account != "" && w.Account != p.Account:
+		if p.Account != "" && w.Account != p.Account {
 			// Another account's unit: as if there were none, and nothing of
 			// it is returned.
 			w = store.Work{}
 			return store.ErrNotFound
-		case w.State != store.StateClaimed:
-			return fmt.Errorf("it is %s: %w", w.State, store.ErrNotClaimable)
-		case w.ClaimID != p.ClaimID:
-			return store.ErrClaimMismatch
-		default:
-			return fmt.Errorf("its deadline %s has passed: %w", w.Deadline.Format(time.RFC3339Nano), store.ErrNotClaimable)
 		}
+		return store.NotCompletable(w, p.ClaimID)
 	}()
 	if err != nil {
 		return w, fmt.Errorf("completing work %q: %w", p.ID, err)

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/opsgate/opsgate/automator/store"
 )
@@ -39,17 +38,11 @@ RETURNING `+workColumns,
 		if err != nil {
 			return err
 		}
-		switch {
-		case p.Account != "" && w.Account != p.Account:
+		if p.Account != "" && w.Account != p.Account {
 			w = store.Work{}
 			return store.ErrNotFound
-		case w.State != store.StateClaimed:
-			return fmt.Errorf("it is %s: %w", w.State, store.ErrNotClaimable)
-		case w.ClaimID != p.ClaimID:
-			return store.ErrClaimMismatch
-		default:
-			return fmt.Errorf("its deadline %s has passed: %w", w.Deadline.Format(time.RFC3339Nano), store.ErrNotClaimable)
 		}
+		return store.NotCompletable(w, p.ClaimID)
 	})
 	if err != nil {
 		return w, fmt.Errorf("completing work %q: %w", p.ID, err)
