@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -90,19 +89,6 @@ func get(t *testing.T, c *client.Client, id string) client.Work {
 	return w
 }
 
-// processGone: the process has exited (a zombie not yet reaped counts as
-// exited: it runs nothing).
-func processGone(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	// pid (comm) state ...; comm may hold spaces, so look after the last ')'.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
-}
-
 // TestWorkCancelKillsTheScriptRunningOnAProxy: `work cancel --data-dir`
 // on the automator's host ends a claimed unit cancelled, and its proxy
 // kills the script and the process it started; the row says this call
@@ -121,30 +107,7 @@ exec sleep 600
 	pidFile := filepath.Join(t.TempDir(), "pids")
 	w := submit(t, c, "sleeper.sh", pidFile)
 	waittest.Until(t, "the script to start", func() bool { _, err := os.Stat(pidFile); return err == nil })
-	b, err := os.ReadFile(pidFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pids []int
-	for _, f := range strings.Fields(string(b)) {
-		p, err := strconv.Atoi(f)
-		if err != nil {
-			t.Fatalf("pid file %q: %v", b, err)
-		}
-		pids = append(pids, p)
-	}
-	if len(pids) != 2 {
-		t.Fatalf("pid file %q: want the child's and the script's pid", b)
-	}
-	t.Cleanup(func() {
-		for _, p := range pids {
-			if !processGone(p) {
-				if pr, err := os.FindProcess(p); err == nil {
-					_ = pr.Kill()
-				}
-			}
-		}
-	})
+	pids := automatortest.ScriptPIDs(t, pidFile)
 	if got := get(t, c, w.ID); got.State != client.StateClaimed || got.InstanceID != "p1" {
 		t.Fatalf("unit running its script: %s by %q; want claimed by p1", got.State, got.InstanceID)
 	}
@@ -158,7 +121,7 @@ exec sleep 600
 		t.Fatalf("work cancel printed %q; want one row starting %q", r.stdout, want)
 	}
 	waittest.Until(t, "the script and its child to be killed", func() bool {
-		return processGone(pids[0]) && processGone(pids[1])
+		return automatortest.ProcessGone(pids[0]) && automatortest.ProcessGone(pids[1])
 	})
 	if got := get(t, c, w.ID); got.State != client.StateCancelled || !strings.Contains(got.Reason, "cancelled by the caller") {
 		t.Errorf("unit after work cancel: %s (%q); want cancelled by the caller", got.State, got.Reason)

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -108,26 +107,14 @@ func TestExecInterruptedCancelsItsUnit(t *testing.T) {
 	go func() { done <- execCLI(ctx, a, "", "--account", "acme", "--timeout", "60s", "sleeper.sh", pidFile) }()
 
 	automatortest.WaitFor(t, 10*time.Second, "the script to start", func() bool { _, err := os.Stat(pidFile); return err == nil })
-	pids := readPIDs(t, pidFile)
-	t.Cleanup(func() {
-		for _, p := range pids {
-			if alive(p) {
-				_ = killPID(p)
-			}
-		}
-	})
+	pids := automatortest.ScriptPIDs(t, pidFile)
 	interrupt()
 	r := waittest.Recv(t, done, "exec to return once interrupted")
 	if r.code != cli.ExitCancelled || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, "cancelled (interrupted)") {
 		t.Fatalf("exec: %+v; want exit 126 with one line saying it was cancelled", r)
 	}
 	automatortest.WaitFor(t, 10*time.Second, "the script and its child to be killed", func() bool {
-		for _, p := range pids {
-			if alive(p) {
-				return false
-			}
-		}
-		return true
+		return automatortest.ProcessGone(pids[0]) && automatortest.ProcessGone(pids[1])
 	})
 	id := regexp.MustCompile(`w_[0-9a-f]+`).FindString(r.stderr)
 	w, err := a.Store.WorkGet(context.Background(), id)
@@ -144,46 +131,6 @@ func TestExecFailsOverToTheNextServer(t *testing.T) {
 	if r.code != 0 || r.stdout != "from stdin\n" {
 		t.Fatalf("exec with the first server down: %+v", r)
 	}
-}
-
-func readPIDs(t *testing.T, path string) []int {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pids []int
-	for _, f := range strings.Fields(string(b)) {
-		p, err := strconv.Atoi(f)
-		if err != nil {
-			t.Fatalf("pid file %q: %v", b, err)
-		}
-		pids = append(pids, p)
-	}
-	if len(pids) != 2 {
-		t.Fatalf("pid file %q: want the child's and the script's pid", b)
-	}
-	return pids
-}
-
-// alive: the process exists and is not a zombie waiting to be reaped.
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	// pid (comm) state ...; comm may hold spaces, so look after the last ')'.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
-}
-
-func killPID(pid int) error {
-	p, err := os.FindProcess(pid)
-	if err != nil {
-		return err
-	}
-	return p.Kill()
 }
 
 // TestExecRefusesPlaintextToAnotherHost: --server http:// to a host that is
