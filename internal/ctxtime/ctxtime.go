@@ -1,6 +1,7 @@
 // Package ctxtime waits as time.Sleep does, but no longer than a context
 // lives: the back-off of the automator's Go client and of the proxy's poll
-// loop, which must stop at once when they are cancelled.
+// loop, which must stop at once when they are cancelled, and the bench's
+// paced loops.
 package ctxtime
 
 import (

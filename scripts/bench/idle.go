@@ -11,6 +11,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
+
+	"github.com/opsgate/opsgate/internal/ctxtime"
 )
 
 // idleSection: many idle instances, each on its own connection, long-poll
@@ -133,7 +135,7 @@ func idleWindow(ctx context.Context, pid int, d time.Duration) (peak int64, cpu 
 		if next.After(end) {
 			next = end
 		}
-		if !sleepUntil(ctx, next) {
+		if !ctxtime.Sleep(ctx, time.Until(next)) {
 			return 0, nil, ctx.Err()
 		}
 	}

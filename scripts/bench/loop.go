@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/batch"
+	"github.com/opsgate/opsgate/internal/ctxtime"
 )
 
 // loopResult is what a closed loop of callers achieved in its measured
@@ -82,12 +83,12 @@ func closedLoop(ctx context.Context, n int, warm, dur time.Duration, w watch, ca
 	metered := make(chan struct{})
 	go func() {
 		defer close(metered)
-		if !sleepUntil(ctx, mStart) {
+		if !ctxtime.Sleep(ctx, time.Until(mStart)) {
 			return
 		}
 		m := meterCPU(w.pids)
 		b0 := scrapeBatches(ctx, w.metrics)
-		if !sleepUntil(ctx, mEnd) {
+		if !ctxtime.Sleep(ctx, time.Until(mEnd)) {
 			return
 		}
 		res.cpu = m.read()
@@ -99,15 +100,4 @@ func closedLoop(ctx context.Context, n int, warm, dur time.Duration, w watch, ca
 	res.done, res.errs = done.Load(), errs.Load()
 	res.rate = float64(res.done) / dur.Seconds()
 	return res
-}
-
-func sleepUntil(ctx context.Context, t time.Time) bool {
-	timer := time.NewTimer(time.Until(t))
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-timer.C:
-		return true
-	}
 }
