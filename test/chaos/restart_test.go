@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/proctest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -41,7 +42,7 @@ func TestSpooledResultSurvivesProxyKill(t *testing.T) {
 	r.Partition(true)
 	g.open(t, "done")
 	spooled := filepath.Join(in.StateDir, "spool", id+".json")
-	waitFor(t, 10*time.Second, "the result to be spooled", func() bool { _, err := os.Stat(spooled); return err == nil })
+	proctest.WaitFor(t, 10*time.Second, "the result to be spooled", func() bool { _, err := os.Stat(spooled); return err == nil })
 	if st := s.get(t, id); st.GetState() != automatorv1.State_STATE_CLAIMED {
 		t.Fatalf("with the network down, unit %s is %v; want CLAIMED (no result arrived)", id, st.GetState())
 	}
@@ -70,7 +71,7 @@ func TestSpooledResultSurvivesProxyKill(t *testing.T) {
 	if !strings.Contains(in.Proc().Tail(20), "posting results kept in the spool by an earlier run") {
 		t.Errorf("the restarted instance did not say it posts from its spool:\n%s", in.Proc().Tail(20))
 	}
-	waitFor(t, 10*time.Second, "the posted result to leave the spool", func() bool { _, err := os.Stat(spooled); return os.IsNotExist(err) })
+	proctest.WaitFor(t, 10*time.Second, "the posted result to leave the spool", func() bool { _, err := os.Stat(spooled); return os.IsNotExist(err) })
 	runs := 0
 	for _, e := range readExecs(t, s.execLog) {
 		if e.WorkID == id {

@@ -121,19 +121,6 @@ func (s *small) mustSucceed(t *testing.T, ids, wants []string, within time.Durat
 	}
 }
 
-// waitFor fails the test unless cond becomes true within timeout, looking
-// every 20ms: for conditions no process signals (files appearing).
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // mustAwait fails the test unless c is closed within timeout (or the
 // process ends first).
 func mustAwait(t *testing.T, p *proc, c <-chan struct{}, timeout time.Duration, what string) {
