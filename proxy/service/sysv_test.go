@@ -131,15 +131,6 @@ func gone(pid int) bool {
 	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for end := time.Now().Add(15 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 // TestSysVScriptStopWaitsForRunningWork: stop sends SIGTERM to the service
 // and returns only once it has finished; status follows LSB (0 running, 3
 // not running).
@@ -151,7 +142,7 @@ func TestSysVScriptStopWaitsForRunningWork(t *testing.T) {
 	if code, out := f.run(t, "start"); code != 0 {
 		t.Fatalf("start: exit %d %q", code, out)
 	}
-	waitFor(t, "the service to start", func() bool { return f.count("started") == 1 })
+	waittest.Until(t, "the service to start", func() bool { return f.count("started") == 1 })
 	if code, out := f.run(t, "status"); code != 0 || !strings.Contains(out, "is running") {
 		t.Fatalf("status: exit %d %q, want 0, running", code, out)
 	}
@@ -168,7 +159,7 @@ func TestSysVScriptStopWaitsForRunningWork(t *testing.T) {
 	}
 	stopped := make(chan error, 1)
 	go func() { stopped <- stop.Wait() }()
-	waitFor(t, "SIGTERM to reach the service", func() bool { return f.count("term") == 1 })
+	waittest.Until(t, "SIGTERM to reach the service", func() bool { return f.count("term") == 1 })
 	select {
 	case err := <-stopped:
 		t.Fatalf("stop returned (%v) while the service was still finishing its work: %s", err, out.String())
@@ -211,7 +202,7 @@ func TestSysVScriptRestartsAServiceThatDies(t *testing.T) {
 	if code, out := f.run(t, "start"); code != 0 {
 		t.Fatalf("start: exit %d %q", code, out)
 	}
-	waitFor(t, "the service to start", func() bool { return f.count("started") == 1 })
+	waittest.Until(t, "the service to start", func() bool { return f.count("started") == 1 })
 	first, err := readInt(filepath.Join(f.dir, "pid"))
 	if err != nil {
 		t.Fatal(err)
@@ -219,7 +210,7 @@ func TestSysVScriptRestartsAServiceThatDies(t *testing.T) {
 	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the service to be started again", func() bool { return f.count("started") == 2 })
+	waittest.Until(t, "the service to be started again", func() bool { return f.count("started") == 2 })
 	second, err := readInt(filepath.Join(f.dir, "pid"))
 	if err != nil || second == first {
 		t.Fatalf("pid after the restart: %d %v (first %d)", second, err, first)
@@ -253,7 +244,7 @@ func TestSysVScriptSaysItRestartsAServiceInJSONAfterJSON(t *testing.T) {
 	if code, out := f.run(t, "start"); code != 0 {
 		t.Fatalf("start: exit %d %q", code, out)
 	}
-	waitFor(t, "the service to log", func() bool { log, _ := os.ReadFile(f.logFile); return len(log) > 0 })
+	waittest.Until(t, "the service to log", func() bool { log, _ := os.ReadFile(f.logFile); return len(log) > 0 })
 	first, err := readInt(filepath.Join(f.dir, "pid"))
 	if err != nil {
 		t.Fatal(err)
@@ -261,7 +252,7 @@ func TestSysVScriptSaysItRestartsAServiceInJSONAfterJSON(t *testing.T) {
 	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the service to be started again", func() bool { return f.count("started") == 2 })
+	waittest.Until(t, "the service to be started again", func() bool { return f.count("started") == 2 })
 	if code, out := f.run(t, "stop"); code != 0 {
 		t.Fatalf("stop: exit %d %q", code, out)
 	}
@@ -283,7 +274,7 @@ func TestSysVScriptKillsAServiceThatDoesNotStop(t *testing.T) {
 	if code, out := f.run(t, "start"); code != 0 {
 		t.Fatalf("start: exit %d %q", code, out)
 	}
-	waitFor(t, "the service to start", func() bool { return f.count("started") == 1 })
+	waittest.Until(t, "the service to start", func() bool { return f.count("started") == 1 })
 	pid, err := readInt(filepath.Join(f.dir, "pid"))
 	if err != nil {
 		t.Fatal(err)
@@ -292,7 +283,7 @@ func TestSysVScriptKillsAServiceThatDoesNotStop(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "did not stop within 1 seconds") {
 		t.Fatalf("stop: exit %d %q", code, out)
 	}
-	waitFor(t, "the killed service to be gone", func() bool { return gone(pid) })
+	waittest.Until(t, "the killed service to be gone", func() bool { return gone(pid) })
 	if code, _ := f.run(t, "status"); code != 3 {
 		t.Fatalf("status after the kill: exit %d, want 3", code)
 	}
