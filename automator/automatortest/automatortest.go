@@ -5,8 +5,6 @@
 // interceptor, the HTTP/JSON gateway on its own 127.0.0.1:0 listener, one
 // account and one API key. StartProxy adds real proxy instances: the agent
 // with the real script runner, polling over TLS with the account token.
-// On Linux, ScriptPIDs and ProcessGone tell whether the processes of a
-// script they ran were killed.
 //
 // Everything stops in t.Cleanup.
 package automatortest

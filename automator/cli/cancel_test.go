@@ -19,6 +19,7 @@ import (
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/client"
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/internal/pidtest"
 	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
@@ -107,7 +108,7 @@ exec sleep 600
 	pidFile := filepath.Join(t.TempDir(), "pids")
 	w := submit(t, c, "sleeper.sh", pidFile)
 	waittest.Until(t, "the script to start", func() bool { _, err := os.Stat(pidFile); return err == nil })
-	pids := automatortest.ScriptPIDs(t, pidFile)
+	pids := pidtest.ScriptPIDs(t, pidFile)
 	if got := get(t, c, w.ID); got.State != client.StateClaimed || got.InstanceID != "p1" {
 		t.Fatalf("unit running its script: %s by %q; want claimed by p1", got.State, got.InstanceID)
 	}
@@ -121,7 +122,7 @@ exec sleep 600
 		t.Fatalf("work cancel printed %q; want one row starting %q", r.stdout, want)
 	}
 	waittest.Until(t, "the script and its child to be killed", func() bool {
-		return automatortest.ProcessGone(pids[0]) && automatortest.ProcessGone(pids[1])
+		return pidtest.Gone(pids[0]) && pidtest.Gone(pids[1])
 	})
 	if got := get(t, c, w.ID); got.State != client.StateCancelled || !strings.Contains(got.Reason, "cancelled by the caller") {
 		t.Errorf("unit after work cancel: %s (%q); want cancelled by the caller", got.State, got.Reason)

@@ -18,6 +18,7 @@ import (
 	"github.com/opsgate/opsgate/automator/cli"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/internal/closedport"
+	"github.com/opsgate/opsgate/internal/pidtest"
 	"github.com/opsgate/opsgate/internal/waittest"
 )
 
@@ -107,14 +108,14 @@ func TestExecInterruptedCancelsItsUnit(t *testing.T) {
 	go func() { done <- execCLI(ctx, a, "", "--account", "acme", "--timeout", "60s", "sleeper.sh", pidFile) }()
 
 	automatortest.WaitFor(t, 10*time.Second, "the script to start", func() bool { _, err := os.Stat(pidFile); return err == nil })
-	pids := automatortest.ScriptPIDs(t, pidFile)
+	pids := pidtest.ScriptPIDs(t, pidFile)
 	interrupt()
 	r := waittest.Recv(t, done, "exec to return once interrupted")
 	if r.code != cli.ExitCancelled || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, "cancelled (interrupted)") {
 		t.Fatalf("exec: %+v; want exit 126 with one line saying it was cancelled", r)
 	}
 	automatortest.WaitFor(t, 10*time.Second, "the script and its child to be killed", func() bool {
-		return automatortest.ProcessGone(pids[0]) && automatortest.ProcessGone(pids[1])
+		return pidtest.Gone(pids[0]) && pidtest.Gone(pids[1])
 	})
 	id := regexp.MustCompile(`w_[0-9a-f]+`).FindString(r.stderr)
 	w, err := a.Store.WorkGet(context.Background(), id)

@@ -290,25 +290,6 @@ func tail(path string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// Gone reports whether pid no longer runs. A zombie counts as gone: it has
-// been killed and only waits for a reaper (an orphan's reaper here may be a
-// PID 1 that never reaps).
-func Gone(pid int) bool {
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return true
-	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return errors.Is(err, os.ErrNotExist)
-	}
-	// "pid (comm) S ...": the state follows the last ')'.
-	s := string(data)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] == 'Z'
-	}
-	return false
-}
-
 // ---- scripts and their traces ----
 
 // WriteScript writes an executable /bin/sh script into dir and returns its

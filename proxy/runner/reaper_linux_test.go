@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/pidtest"
 )
 
 // startSession starts `sleep 600` leading a session of its own, as a
@@ -50,8 +52,8 @@ func TestReaperKillsTheSessionsStillRegisteredAtEOF(t *testing.T) {
 	if code := serveReaper(strings.NewReader(line("+", registered, start)+line("+", finished, startF)+line("-", finished)), &out); code != 0 {
 		t.Errorf("reaper exited %d, want 0; it said %q", code, out.String())
 	}
-	waitFor(t, "the registered session to be killed", func() bool { return processGone(registered) }, 10*time.Second)
-	if processGone(finished) {
+	waitFor(t, "the registered session to be killed", func() bool { return pidtest.Gone(registered) }, 10*time.Second)
+	if pidtest.Gone(finished) {
 		t.Errorf("the reaper killed session %d, which the proxy had deregistered", finished)
 	}
 	if want := "killed the process trees of sessions " + strconv.Itoa(registered) + "\n"; !strings.HasSuffix(out.String(), want) {
@@ -66,7 +68,7 @@ func TestReaperSparesAProcessThatReusedThePid(t *testing.T) {
 	pid, start := startSession(t)
 	var out bytes.Buffer
 	serveReaper(strings.NewReader(line("+", pid, start-1)), &out)
-	if processGone(pid) {
+	if pidtest.Gone(pid) {
 		t.Errorf("the reaper killed process %d, whose start time differs from the one registered for its pid", pid)
 	}
 	if out.Len() != 0 {
@@ -215,7 +217,7 @@ func TestAKilledReaperIsReplacedForLaterScripts(t *testing.T) {
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the running script to be killed by the new reaper", func() bool { return processGone(running) }, 10*time.Second)
+	waitFor(t, "the running script to be killed by the new reaper", func() bool { return pidtest.Gone(running) }, 10*time.Second)
 	<-done
 	waitFor(t, "the new reaper to say so", func() bool { return strings.Contains(said(), "sessions "+strconv.Itoa(running)+"\n") }, 10*time.Second)
 }

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/pidtest"
 )
 
 // deathTreeScript starts a background child in the script's group and one in a
@@ -65,7 +67,7 @@ func TestScriptsOfAProxyKilledWithSIGKILLAreKilled(t *testing.T) {
 	_ = proxy.Wait()
 	end := time.Now().Add(10 * time.Second)
 	for _, pid := range pids {
-		for !processGone(pid) {
+		for !pidtest.Gone(pid) {
 			if time.Now().After(end) {
 				data, _ := os.ReadFile(log)
 				t.Fatalf("10s after the proxy was SIGKILLed, process %d of its script's tree (script, child, child under timeout: %v) still runs; the proxy's log:\n%s", pid, pids, data)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/pidtest"
 	"github.com/opsgate/opsgate/internal/waittest"
 )
 
@@ -86,27 +87,6 @@ func waitFor(t *testing.T, what string, cond func() bool, timeout time.Duration)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// processGone reports whether pid no longer runs. A zombie counts as gone:
-// it is dead, and in a container whose init does not reap orphans it stays
-// a zombie forever.
-func processGone(pid int) bool {
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return true
-	}
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return errors.Is(err, os.ErrNotExist) && procMounted()
-	}
-	// pid (comm) S ...: the state follows the last ')'.
-	i := bytes.LastIndexByte(stat, ')')
-	return i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z'
-}
-
-func procMounted() bool {
-	_, err := os.Stat("/proc/self/stat")
-	return err == nil
 }
 
 // readPid waits for a script to write its pid file, then reads it.
@@ -286,7 +266,7 @@ func assertTreeGone(t *testing.T, pidDir string) {
 	t.Helper()
 	for _, name := range []string{"script.pid", "child.pid"} {
 		pid := readPid(t, filepath.Join(pidDir, name))
-		waitFor(t, name+" "+strconv.Itoa(pid)+" to be gone", func() bool { return processGone(pid) }, 5*time.Second)
+		waitFor(t, name+" "+strconv.Itoa(pid)+" to be gone", func() bool { return pidtest.Gone(pid) }, 5*time.Second)
 	}
 }
 
@@ -303,7 +283,7 @@ func TestNormalExitKillsLeftoverGroupMembers(t *testing.T) {
 		t.Errorf("stdout %q", res.Stdout)
 	}
 	pid := readPid(t, filepath.Join(pids, "child.pid"))
-	waitFor(t, "leftover child to be gone", func() bool { return processGone(pid) }, 5*time.Second)
+	waitFor(t, "leftover child to be gone", func() bool { return pidtest.Gone(pid) }, 5*time.Second)
 }
 
 func TestEscapedChildCannotHangRun(t *testing.T) {
@@ -326,7 +306,7 @@ echo bye
 	took := time.Since(start)
 	pid := readPid(t, filepath.Join(pids, "child.pid"))
 	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
-	if processGone(pid) {
+	if pidtest.Gone(pid) {
 		t.Fatal("the escaped child is gone: the test did not exercise an escape")
 	}
 	if took > 3*time.Second {

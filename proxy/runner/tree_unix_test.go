@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/pidtest"
 )
 
 // groupLeaverScript runs a child under timeout(1), which puts itself (and
@@ -41,7 +43,7 @@ func TestCancelKillsDescendantsInAGroupOfTheirOwn(t *testing.T) {
 	t.Cleanup(func() { syscall.Kill(child, syscall.SIGKILL) })
 	cancel()
 	waitFor(t, "the script's grandchild "+strconv.Itoa(child)+" (under timeout(1)) to be gone after the unit was cancelled",
-		func() bool { return processGone(child) }, 3*time.Second)
+		func() bool { return pidtest.Gone(child) }, 3*time.Second)
 }
 
 // TestDeadlineKillsDescendantsInAGroupOfTheirOwn: the same at the
@@ -60,7 +62,7 @@ func TestDeadlineKillsDescendantsInAGroupOfTheirOwn(t *testing.T) {
 	child := readPid(t, filepath.Join(pids, "child.pid"))
 	t.Cleanup(func() { syscall.Kill(child, syscall.SIGKILL) })
 	waitFor(t, "the script's grandchild "+strconv.Itoa(child)+" (under timeout(1)) to be gone after the deadline",
-		func() bool { return processGone(child) }, 3*time.Second)
+		func() bool { return pidtest.Gone(child) }, 3*time.Second)
 }
 
 // TestNormalExitKillsEveryLeftoverOfTheSession: a unit's result is its
@@ -112,7 +114,7 @@ echo bye
 			if took >= waitDelay {
 				t.Errorf("Run took %v: it waited for the leftover child to close the output instead of killing it", took)
 			}
-			waitFor(t, "the leftover child "+strconv.Itoa(pid)+" to be gone", func() bool { return processGone(pid) }, 5*time.Second)
+			waitFor(t, "the leftover child "+strconv.Itoa(pid)+" to be gone", func() bool { return pidtest.Gone(pid) }, 5*time.Second)
 		})
 	}
 }

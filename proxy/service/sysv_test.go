@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/pidtest"
 	"github.com/opsgate/opsgate/internal/waittest"
 )
 
@@ -116,21 +116,6 @@ func readInt(path string) (int, error) {
 	return strconv.Atoi(strings.TrimSpace(string(data)))
 }
 
-// gone reports whether pid no longer runs; a zombie has ended too (its
-// reaper may be a PID 1 that never reaps).
-func gone(pid int) bool {
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return true
-	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
-}
-
 // TestSysVScriptStopWaitsForRunningWork: stop sends SIGTERM to the service
 // and returns only once it has finished; status follows LSB (0 running, 3
 // not running).
@@ -165,7 +150,7 @@ func TestSysVScriptStopWaitsForRunningWork(t *testing.T) {
 		t.Fatalf("stop returned (%v) while the service was still finishing its work: %s", err, out.String())
 	default:
 	}
-	if gone(pid) {
+	if pidtest.Gone(pid) {
 		t.Fatal("the service died on SIGTERM instead of finishing its work")
 	}
 	if err := os.WriteFile(filepath.Join(f.dir, "release"), nil, 0o644); err != nil {
@@ -174,7 +159,7 @@ func TestSysVScriptStopWaitsForRunningWork(t *testing.T) {
 	if err := waittest.Recv(t, stopped, "the init script's stop to return once the service finished its work"); err != nil {
 		t.Fatalf("stop: %v: %s", err, out.String())
 	}
-	if !gone(pid) {
+	if !pidtest.Gone(pid) {
 		t.Fatal("stop returned while the service still runs")
 	}
 	if code, out := f.run(t, "status"); code != 3 {
@@ -228,7 +213,7 @@ func TestSysVScriptRestartsAServiceThatDies(t *testing.T) {
 	if code, out := f.run(t, "stop"); code != 0 {
 		t.Fatalf("stop: exit %d %q", code, out)
 	}
-	if !gone(second) {
+	if !pidtest.Gone(second) {
 		t.Fatal("the restarted service still runs after stop")
 	}
 }
@@ -283,7 +268,7 @@ func TestSysVScriptKillsAServiceThatDoesNotStop(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "did not stop within 1 seconds") {
 		t.Fatalf("stop: exit %d %q", code, out)
 	}
-	waittest.Until(t, "the killed service to be gone", func() bool { return gone(pid) })
+	waittest.Until(t, "the killed service to be gone", func() bool { return pidtest.Gone(pid) })
 	if code, _ := f.run(t, "status"); code != 3 {
 		t.Fatalf("status after the kill: exit %d, want 3", code)
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/internal/pidtest"
 	"github.com/opsgate/opsgate/internal/proctest"
 	"github.com/opsgate/opsgate/internal/waittest"
 )
@@ -57,7 +58,7 @@ var (
 	freePort    = proctest.FreePort
 	writeScript = proctest.WriteScript
 	lines       = proctest.Lines
-	processGone = proctest.Gone
+	processGone = pidtest.Gone
 )
 
 type result = proctest.Result

@@ -15,6 +15,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/store/pgstore/pgtest"
+	"github.com/opsgate/opsgate/internal/pidtest"
 	"github.com/opsgate/opsgate/internal/proctest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
@@ -42,7 +43,7 @@ var (
 	startProc   = proctest.Start
 	writeScript = proctest.WriteScript
 	lines       = proctest.Lines
-	processGone = proctest.Gone
+	processGone = pidtest.Gone
 )
 
 // run runs a CLI to the end and returns its exit code, stdout and stderr.

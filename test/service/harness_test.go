@@ -21,6 +21,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/store/pgstore/pgtest"
+	"github.com/opsgate/opsgate/internal/pidtest"
 	"github.com/opsgate/opsgate/internal/proctest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"github.com/opsgate/opsgate/proxy/agent"
@@ -76,7 +77,7 @@ var (
 	waitFor   = proctest.WaitFor
 	freePort  = proctest.FreePort
 	startProc = proctest.Start
-	gone      = proctest.Gone
+	gone      = pidtest.Gone
 )
 
 type result = proctest.Result
