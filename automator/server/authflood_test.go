@@ -18,6 +18,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/pki"
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/grpcwire"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -48,7 +49,7 @@ func (e *env) connFrom(ip, secret string) *grpc.ClientConn {
 		return d.DialContext(ctx, "tcp", addr)
 	}
 	c, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
-		grpc.WithPerRPCCredentials(bearer(secret)), grpc.WithContextDialer(dial))
+		grpc.WithPerRPCCredentials(grpcwire.Bearer(secret, true)), grpc.WithContextDialer(dial))
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -93,71 +93,15 @@ func TestStoreTypesImportNothingOfOurs(t *testing.T) {
 	}
 }
 
-<<<<<<< HEAD
-// TestNothingOfOursImportsTheTestHarness: the tests' own packages under
-// internal/ (proctest, waittest, closedport, readmetest) are for tests only; no package of
-// automator/ or proxy/ (their tests aside) depends on them.
-func TestNothingOfOursImportsTheTestHarness(t *testing.T) {
-	harnesses := []string{module + "/internal/proctest", module + "/internal/waittest", module + "/internal/closedport", module + "/internal/readmetest"}
-=======
 // TestNothingOfOursImportsTheTestHarness: internal/proctest, the process
 // tests' harness, internal/waittest, the tests' bounded waits,
 // internal/readmetest, the config tests' README check, internal/logtest,
-// the service log tests' checks, and internal/pidtest, the tests' check that
-// a process ended, are for tests only; no package of automator/ or proxy/
+// the service log tests' checks, internal/pidtest, the tests' check that
+// a process ended, and internal/closedport, the tests' refused addresses,
+// are for tests only; no package of automator/ or proxy/
 // (their tests aside) depends on them.
 func TestNothingOfOursImportsTheTestHarness(t *testing.T) {
-<<<<<<< HEAD
-	harnesses := []string{module + "/internal/proctest", module + "/internal/waittest", module + "/internal/readmetest", module + "/internal/logtest"}
->>>>>>> 11d47a1 (service log tests: both programs' JSON-line check and /dev/log skip are internal/logtest's)
-	for _, goos := range []string{"linux", "windows"} {
-		for _, tree := range []string{module + "/automator/...", module + "/proxy/..."} {
-			for _, d := range deps(t, goos, tree) {
-				if slices.Contains(harnesses, d) {
-					t.Errorf("GOOS=%s: a package of %s depends on %s", goos, tree, d)
-				}
-			}
-		}
-	}
-}// TestNothingOfOursImportsTheTestHarness: the tests' own packages under
-// internal/ (proctest, waittest, closedport, readmetest, logtest) are for tests only; no package of
-// automator/ or proxy/ (their tests aside) depends on them.
-func TestNothingOfOursImportsTheTestHarness(t *testing.T) {
-	harnesses := []string{module + "/internal/proctest", module + "/internal/waittest", module + "/internal/closedport", module + "/internal/readmetest", module + "/internal/logtest"}
-=======
-	harnesses := []string{module + "/internal/proctest", module + "/internal/waittest", module + "/internal/readmetest", module + "/internal/logtest", module + "/internal/pidtest"}
->>>>>>> 15be4dc (tests: internal/pidtest.Gone is the one check that a killed process ended)
-	for _, goos := range []string{"linux", "windows"} {
-		for _, tree := range []string{module + "/automator/...", module + "/proxy/..."} {
-			for _, d := range deps(t, goos, tree) {
-				if slices.Contains(harnesses, d) {
-					t.Errorf("GOOS=%s: a package of %s depends on %s", goos, tree, d)
-				}
-			}
-		}
-	}
-}// TestNothingOfOursImportsTheTestHarness: the tests' own packages under
-// internal/ (proctest, waittest, closedport, readmetest, logtest) are for tests only; no package of
-// automator/ or proxy/ (their tests aside) depends on them.
-func TestNothingOfOursImportsTheTestHarness(t *testing.T) {
-	harnesses := []string{module + "/internal/proctest", module + "/internal/waittest", module + "/internal/closedport", module + "/internal/readmetest", module + "/internal/logtest"}
-	for _, goos := range []string{"linux", "windows"} {
-		for _, tree := range []string{module + "/automator/...", module + "/proxy/..."} {
-			for _, d := range deps(t, goos, tree) {
-				if slices.Contains(harnesses, d) {
-					t.Errorf("GOOS=%s: a package of %s depends on %s", goos, tree, d)
-				}
-			}
-		}
-	}
-}// TestNothingOfOursImportsTheTestHarness: the tests' own packages under
-// internal/ (proctest, waittest, closedport, readmetest, logtest) are for tests only; no package of
-// automator/ or proxy/ (their tests aside) depends on them.
-func TestNothingOfOursImportsTheTestHarness(t *testing.T) {
-	harnesses := []string{module + "/internal/proctest", module + "/internal/waittest", module + "/internal/closedport", module + "/internal/readmetest", module + "/internal/logtest"}
-=======
-	harnesses := []string{module + "/internal/proctest", module + "/internal/waittest", module + "/internal/readmetest", module + "/internal/logtest", module + "/internal/pidtest"}
->>>>>>> 15be4dc (tests: internal/pidtest.Gone is the one check that a killed process ended)
+	harnesses := []string{module + "/internal/proctest", module + "/internal/waittest", module + "/internal/readmetest", module + "/internal/logtest", module + "/internal/pidtest", module + "/internal/closedport"}
 	for _, goos := range []string{"linux", "windows"} {
 		for _, tree := range []string{module + "/automator/...", module + "/proxy/..."} {
 			for _, d := range deps(t, goos, tree) {
