@@ -2,13 +2,9 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/opsgate/opsgate/automator/client"
 	"github.com/opsgate/opsgate/automator/store"
@@ -30,35 +26,17 @@ type cancelJSON struct {
 	CancelledByThisCall bool `json:"cancelled_by_this_call"`
 }
 
-// refusedID is an error about one given id (malformed, unknown, not the
-// API key's): it is reported, and the other ids are still cancelled.
-type refusedID struct {
-	msg    string // "cancelling work ID: " and why
-	reason string // why
-}
-
-func (e *refusedID) Error() string { return e.msg }
-
-// refuse is the refusedID of id for doing ("cancelling", "waiting for"),
-// given why; a malformed id is quoted.
-func refuse(doing, id, why string) *refusedID {
-	shown := id
-	if !store.ValidWorkID(id) {
-		shown = fmt.Sprintf("%q", id)
-	}
-	return &refusedID{msg: fmt.Sprintf("%s work %s: %s", doing, shown, why), reason: why}
-}
-
-// notAWorkID is why a malformed id is refused.
-const notAWorkID = "not a work id (w_ and 32 lowercase hex digits, as work list shows them)"
-
 // cmdWorkCancel cancels each given unit that is queued or claimed (a
 // claimed unit's proxy kills its script) and prints every unit as it is
-// after the call, without its output. It exits 0 when every unit is now
-// cancelled or had already ended, ExitSomeIDRefused when an id was
-// refused, and ExitError (through Main) when the command itself failed:
-// its flags, or the automator unreachable or refusing the API key. It
-// then prints the units it got to first.
+// after the call, without its output. An id that is malformed or refused
+// (unknown, another account's for a scoped API key) is reported as work
+// wait reports it (refusedIDs): one line on stderr, in the order given,
+// before the error when the command then fails, and a refusedJSON in its
+// place with --json; the other ids are still cancelled. It exits 0 when
+// every unit is now cancelled or had already ended, ExitSomeIDRefused when
+// an id was refused, and ExitError (through Main) when the command itself
+// failed: its flags, or the automator unreachable or refusing the API key.
+// It then prints the ids it got to first.
 func cmdWorkCancel(ctx context.Context, args []string, env Env) (int, error) {
 	ids, asJSON, c, explain, err := unitsCommand("work cancel", args, env)
 	if err != nil {
@@ -66,25 +44,29 @@ func cmdWorkCancel(ctx context.Context, args []string, env Env) (int, error) {
 	}
 	defer c.Close()
 
-	code := 0
-	out := []cancelJSON{}
-	for _, id := range ids {
+	units := make([]*cancelJSON, len(ids)) // nil: refused, or not got to
+	refused := make(refusedIDs, len(ids))
+	var failed error
+	for i, id := range ids {
 		v, err := cancelOne(ctx, c, id)
-		var refused *refusedID
-		if errors.As(err, &refused) {
-			fmt.Fprintf(env.Stderr, "automator: %v\n", refused)
-			code = ExitSomeIDRefused
+		if refused.take(i, err) {
 			continue
 		}
 		if err != nil {
-			if len(out) > 0 {
-				_ = printCancelled(env.Stdout, out, asJSON) // what was done before, then the error
-			}
-			return 0, explain(err)
+			failed = err // the ids after it are left alone
+			break
 		}
-		out = append(out, v)
+		units[i] = &v
 	}
-	return code, printCancelled(env.Stdout, out, asJSON)
+	code := 0
+	if refused.report(env.Stderr) {
+		code = ExitSomeIDRefused
+	}
+	if failed != nil {
+		_ = printCancelled(env.Stdout, ids, units, refused, asJSON) // what was done before, then the error
+		return 0, explain(failed)
+	}
+	return code, printCancelled(env.Stdout, ids, units, refused, asJSON)
 }
 
 // cancelOne cancels unit id unless it has ended, and returns it as it is
@@ -122,27 +104,21 @@ func cancelOne(ctx context.Context, c *client.Client, id string) (cancelJSON, er
 	return v, nil
 }
 
-// refusal turns the automator's refusal of id itself into a refusedID
-// whose message starts with doing ("cancelling", "waiting for"); any other
-// error (no automator answered, the API key refused, the context ended) is
-// returned as it is and ends the command.
-func refusal(doing, id string, err error) error {
-	switch status.Code(err) {
-	case codes.NotFound:
-		// An unknown id, or, for a scoped API key, another account's unit:
-		// the automator answers both alike.
-		return refuse(doing, id, "there is no such unit (unknown id, deleted past work_retention, or of an account the API key may not use)")
-	case codes.PermissionDenied, codes.FailedPrecondition, codes.InvalidArgument:
-		// The server's words say why.
-		return refuse(doing, id, status.Convert(err).Message())
+// printCancelled writes the units as a table, or, with the refused ids in
+// their places, as a JSON array; it writes nothing when there is neither.
+func printCancelled(w io.Writer, ids []string, units []*cancelJSON, refused refusedIDs, asJSON bool) error {
+	listed := refused.listed(ids, func(i int) (any, bool) { return units[i], units[i] != nil })
+	if len(listed) == 0 {
+		return nil
 	}
-	return err
-}
-
-// printCancelled writes the units as a table, or as a JSON array.
-func printCancelled(w io.Writer, out []cancelJSON, asJSON bool) error {
 	if asJSON {
-		return writeJSON(w, out)
+		return writeJSON(w, listed)
+	}
+	var out []*cancelJSON
+	for _, v := range units {
+		if v != nil {
+			out = append(out, v)
+		}
 	}
 	if len(out) == 0 {
 		return nil

@@ -377,3 +377,81 @@ func TestWorkCancelStopsWhenACallFails(t *testing.T) {
 		}
 	}
 }
+
+// isRefused tells whether v is a refused id's entry in a --json array:
+// the id as given, why (holding why), and no state.
+func isRefused(v map[string]any, id, why string) bool {
+	r, ok := v["refused"].(string)
+	_, hasState := v["state"]
+	return v["work_id"] == id && ok && strings.Contains(r, why) && !hasState
+}
+
+// TestWorkCancelJSONListsRefusedIDsInPlace: with --json, as with work
+// wait, every id is in the array in the order given, a refused one as
+// {"work_id": the id as given, "refused": why} with no state; stderr still
+// names each refused id in order, and the exit status is 1.
+func TestWorkCancelJSONListsRefusedIDsInPlace(t *testing.T) {
+	s := serveInProcess(t)
+	s.account(t, "acme")
+	c := s.client(t)
+	w := submit(t, c, "anything.sh")
+
+	r := s.cancelCLI(t, unknownID, w.ID, "not-a-work-id", "--json")
+	if r.code != ExitSomeIDRefused {
+		t.Errorf("work cancel --json of an unknown, a queued and a malformed id: exit %d, want %d", r.code, ExitSomeIDRefused)
+	}
+	lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "automator: cancelling work "+unknownID+": there is no such unit") ||
+		!strings.HasPrefix(lines[1], `automator: cancelling work "not-a-work-id": not a work id`) {
+		t.Errorf("stderr %q: want one line for the unknown id, then one for the malformed one", r.stderr)
+	}
+	var got []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || len(got) != 3 {
+		t.Fatalf("work cancel --json printed %q (%v); want the three ids", r.stdout, err)
+	}
+	_, unitRefused := got[1]["refused"]
+	if !isRefused(got[0], unknownID, "no such unit") ||
+		got[1]["work_id"] != w.ID || got[1]["state"] != "cancelled" || got[1]["cancelled_by_this_call"] != true || unitRefused ||
+		!isRefused(got[2], "not-a-work-id", "not a work id") {
+		t.Errorf("work cancel --json = %s; want the unknown id refused, the unit cancelled by this call, the malformed id refused", r.stdout)
+	}
+}
+
+// TestWorkCancelReportsRefusedIDsBeforeAnErrorEndsIt: when a call fails
+// for a reason other than the id (here the automator answering Internal),
+// the ids refused until then are reported first, one line each, then the
+// error; with --json the array of what it got to holds them in their
+// place; the exit status is the command's failure, 255.
+func TestWorkCancelReportsRefusedIDsBeforeAnErrorEndsIt(t *testing.T) {
+	var broken atomic.Value // the unit whose Get fails
+	broken.Store("")
+	a := automatortest.Start(t, automatortest.Options{Interceptors: []grpc.UnaryServerInterceptor{
+		func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if g, ok := req.(*automatorv1.GetRequest); ok && g.GetWorkId() == broken.Load() {
+				return nil, status.Error(codes.Internal, "internal error")
+			}
+			return h(ctx, req)
+		},
+	}})
+	c, err := client.New(client.Config{Addresses: []string{a.URL()}, APIKey: a.APIKey, CAPEM: a.CAPEM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	first, second := submit(t, c, "x.sh"), submit(t, c, "x.sh")
+	broken.Store(second.ID)
+
+	r := runCancel(t, unknownID, first.ID, second.ID, "--json", "--server", a.URL(), "--api-key-file", a.APIKeyFile, "--ca", a.CAFile)
+	want := "automator: cancelling work " + unknownID + ": there is no such unit (unknown id, deleted past work_retention, or of an account the API key may not use)\n" +
+		"automator: getting work " + second.ID + ": Internal: internal error\n"
+	if r.code != ExitError || r.stderr != want {
+		t.Errorf("work cancel with an unknown id, then a call failing: exit %d, stderr %q; want %d and %q", r.code, r.stderr, ExitError, want)
+	}
+	var got []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || len(got) != 2 {
+		t.Fatalf("work cancel --json printed %q (%v); want the unknown id and the unit cancelled before the failure", r.stdout, err)
+	}
+	if !isRefused(got[0], unknownID, "no such unit") || got[1]["work_id"] != first.ID || got[1]["state"] != "cancelled" {
+		t.Errorf("work cancel --json = %s; want the unknown id refused, then %s cancelled", r.stdout, first.ID)
+	}
+}

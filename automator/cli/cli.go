@@ -49,8 +49,10 @@ exit codes: 0 done; 255 the command failed (a flag, a file, the automator unreac
 refusing the API key). exec: the remote exit code, 124 timed out, 125 the proxy could not run
 it, 126 cancelled. work wait: 1 when a unit did not succeed with exit code 0, or an ID was
 malformed or refused (unknown, another account's; one line each): the other IDs are still
-waited for. work cancel: 1 when an ID was malformed or refused (unknown, another account's):
-the other IDs are still cancelled, and an ID whose unit had already ended counts as done.
+waited for. work cancel: 1 when an ID was malformed or refused (unknown, another account's;
+one line each): the other IDs are still cancelled, and an ID whose unit had already ended
+counts as done. With --json, work wait and work cancel list a refused ID in its place as
+{"work_id": ID, "refused": why}, with no state.
 `
 
 // Exit codes of exec (DESIGN.md); work wait and work cancel also exit 1

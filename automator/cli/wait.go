@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -39,14 +38,6 @@ type waitJSON struct {
 	Reason     string `json:"reason,omitempty"`
 }
 
-// refusedJSON is an id refused (malformed, unknown) in work wait's --json
-// array, in its place among the units: the id as given and why, and no
-// state, which tells it from a unit.
-type refusedJSON struct {
-	ID      string `json:"work_id"`
-	Refused string `json:"refused"`
-}
-
 // unitsCommand parses the arguments of a command on units given by id
 // (work wait, work cancel): the ids, --json, and the caller flags, by which
 // it connects; explain is the caller flags' (callerFlags.explain), for the
@@ -54,7 +45,7 @@ type refusedJSON struct {
 func unitsCommand(name string, args []string, env Env) (ids []string, asJSON bool, c *client.Client, explain func(error) error, err error) {
 	fs := newFlags(name, env)
 	caller := addCallerFlags(fs)
-	jsonFlag := fs.Bool("json", false, "print JSON (for scripts) instead of a table")
+	jsonFlag := fs.Bool("json", false, `print JSON (for scripts) instead of a table: an object per ID in the order given, a refused one {"work_id", "refused"} with no state`)
 	if ids, err = parseInterspersed(fs, args); err != nil {
 		return nil, false, nil, nil, err
 	}
@@ -71,11 +62,12 @@ func unitsCommand(name string, args []string, env Env) (ids []string, asJSON boo
 // ended. On a terminal, stderr shows a progress line meanwhile. An id that
 // is malformed or refused (unknown, another account's for a scoped API key)
 // gets one line on stderr (before the error, when the command then fails),
-// and a refusedJSON in its place with --json; the other ids are still
-// waited for. It exits 0 when every unit succeeded with exit code 0,
-// ExitNotAllSucceeded otherwise (a refused id included), and ExitError
-// (through Main) when the command itself failed: its flags, or the
-// automator unreachable or refusing the API key.
+// and a refusedJSON in its place with --json, as with work cancel
+// (refusedIDs); the other ids are still waited for. It exits 0 when every
+// unit succeeded with exit code 0, ExitNotAllSucceeded otherwise (a
+// refused id included), and ExitError (through Main) when the command
+// itself failed: its flags, or the automator unreachable or refusing the
+// API key.
 func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 	ids, asJSON, c, explain, err := unitsCommand("work wait", args, env)
 	if err != nil {
@@ -119,15 +111,13 @@ func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 		}()
 	}
 	works := make([]client.Work, len(ids))
-	refused := make([]*refusedID, len(ids))
+	refused := make(refusedIDs, len(ids))
 	p := newProgress(env.Stderr, len(ids))
 	var firstErr error
 	for range ids {
 		e := <-results
-		var r *refusedID
 		switch {
-		case errors.As(e.err, &r):
-			refused[e.i] = r
+		case refused.take(e.i, e.err):
 			p.refused()
 		case e.err != nil && firstErr == nil:
 			firstErr = e.err // it names the unit
@@ -139,23 +129,17 @@ func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 	}
 	p.finish()
 	code := 0
-	for _, r := range refused {
-		if r != nil {
-			// One line each, in the order given, before the table, or
-			// before the error that ends the command.
-			fmt.Fprintf(env.Stderr, "automator: %v\n", r)
-			code = ExitNotAllSucceeded
-		}
+	if refused.report(env.Stderr) {
+		code = ExitNotAllSucceeded
 	}
 	if firstErr != nil {
 		return 0, explain(firstErr)
 	}
 
-	out := []waitJSON{}
-	asListed := []any{} // --json: units and refused ids, in the order given
+	units := make([]*waitJSON, len(ids)) // nil: refused
+	var out []waitJSON
 	for i, w := range works {
 		if refused[i] != nil {
-			asListed = append(asListed, refusedJSON{ID: ids[i], Refused: refused[i].reason})
 			continue
 		}
 		v := waitJSON{ID: w.ID, Account: w.Account, State: string(w.State), InstanceID: w.InstanceID, Reason: w.Reason}
@@ -165,11 +149,12 @@ func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 		if v.ExitCode == nil || *v.ExitCode != 0 {
 			code = ExitNotAllSucceeded
 		}
+		units[i] = &v
 		out = append(out, v)
-		asListed = append(asListed, v)
 	}
 	if asJSON {
-		return code, writeJSON(env.Stdout, asListed)
+		// The units and the refused ids, in the order given.
+		return code, writeJSON(env.Stdout, refused.listed(ids, func(i int) (any, bool) { return units[i], units[i] != nil }))
 	}
 	if len(out) == 0 {
 		return code, nil
