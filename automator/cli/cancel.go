@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/opsgate/opsgate/automator/client"
-	"github.com/opsgate/opsgate/automator/store"
 )
 
 // ExitSomeIDRefused is `work cancel`'s exit code when one of the given ids
@@ -36,7 +35,8 @@ type cancelJSON struct {
 // every unit is now cancelled or had already ended, ExitSomeIDRefused when
 // an id was refused, and ExitError (through Main) when the command itself
 // failed: its flags, or the automator unreachable or refusing the API key.
-// It then prints the ids it got to first.
+// It then prints the ids it got to first; the ids after the failing one
+// are left alone, and those malformed among them reported.
 func cmdWorkCancel(ctx context.Context, args []string, env Env) (int, error) {
 	ids, asJSON, c, explain, err := unitsCommand("work cancel", args, env)
 	if err != nil {
@@ -45,9 +45,12 @@ func cmdWorkCancel(ctx context.Context, args []string, env Env) (int, error) {
 	defer c.Close()
 
 	units := make([]*cancelJSON, len(ids)) // nil: refused, or not got to
-	refused := make(refusedIDs, len(ids))
+	refused := checkIDs("cancelling", ids) // a malformed id is reported even past an error
 	var failed error
 	for i, id := range ids {
+		if refused[i] != nil {
+			continue
+		}
 		v, err := cancelOne(ctx, c, id)
 		if refused.take(i, err) {
 			continue
@@ -74,9 +77,6 @@ func cmdWorkCancel(ctx context.Context, args []string, env Env) (int, error) {
 // for a unit it cancelled and for one already cancelled; a unit cancelled
 // by another caller between the two calls reads as cancelled by this one.
 func cancelOne(ctx context.Context, c *client.Client, id string) (cancelJSON, error) {
-	if !store.ValidWorkID(id) {
-		return cancelJSON{}, refuse("cancelling", id, notAWorkID)
-	}
 	before, err := c.Get(ctx, id)
 	if ended, ok := client.UnreadableWork(err); ok {
 		// Ended, with a result of an account deleted since, or one

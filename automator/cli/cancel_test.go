@@ -420,7 +420,8 @@ func TestWorkCancelJSONListsRefusedIDsInPlace(t *testing.T) {
 // TestWorkCancelReportsRefusedIDsBeforeAnErrorEndsIt: when a call fails
 // for a reason other than the id (here the automator answering Internal),
 // the ids refused until then are reported first, one line each, then the
-// error; with --json the array of what it got to holds them in their
+// error; so is a malformed id given after the failing one, refused before
+// any call; with --json the array of what it got to holds them in their
 // place; the exit status is the command's failure, 255.
 func TestWorkCancelReportsRefusedIDsBeforeAnErrorEndsIt(t *testing.T) {
 	var broken atomic.Value // the unit whose Get fails
@@ -441,17 +442,19 @@ func TestWorkCancelReportsRefusedIDsBeforeAnErrorEndsIt(t *testing.T) {
 	first, second := submit(t, c, "x.sh"), submit(t, c, "x.sh")
 	broken.Store(second.ID)
 
-	r := runCancel(t, unknownID, first.ID, second.ID, "--json", "--server", a.URL(), "--api-key-file", a.APIKeyFile, "--ca", a.CAFile)
+	r := runCancel(t, unknownID, first.ID, second.ID, "not-a-work-id", "--json", "--server", a.URL(), "--api-key-file", a.APIKeyFile, "--ca", a.CAFile)
 	want := "automator: cancelling work " + unknownID + ": there is no such unit (unknown id, deleted past work_retention, or of an account the API key may not use)\n" +
+		`automator: cancelling work "not-a-work-id": ` + notAWorkID + "\n" +
 		"automator: getting work " + second.ID + ": Internal: internal error\n"
 	if r.code != ExitError || r.stderr != want {
 		t.Errorf("work cancel with an unknown id, then a call failing: exit %d, stderr %q; want %d and %q", r.code, r.stderr, ExitError, want)
 	}
 	var got []map[string]any
-	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || len(got) != 2 {
-		t.Fatalf("work cancel --json printed %q (%v); want the unknown id and the unit cancelled before the failure", r.stdout, err)
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || len(got) != 3 {
+		t.Fatalf("work cancel --json printed %q (%v); want the unknown id, the unit cancelled before the failure and the malformed id", r.stdout, err)
 	}
-	if !isRefused(got[0], unknownID, "no such unit") || got[1]["work_id"] != first.ID || got[1]["state"] != "cancelled" {
-		t.Errorf("work cancel --json = %s; want the unknown id refused, then %s cancelled", r.stdout, first.ID)
+	if !isRefused(got[0], unknownID, "no such unit") || got[1]["work_id"] != first.ID || got[1]["state"] != "cancelled" ||
+		!isRefused(got[2], "not-a-work-id", "not a work id") {
+		t.Errorf("work cancel --json = %s; want the unknown id refused, %s cancelled, the malformed id refused", r.stdout, first.ID)
 	}
 }

@@ -69,6 +69,19 @@ type refusedJSON struct {
 // nil for an id not refused.
 type refusedIDs []*refusedID
 
+// checkIDs refuses each of ids that is not a work id, for doing
+// ("cancelling"), before any call: it is reported whatever becomes of the
+// others, an error that ends the command included.
+func checkIDs(doing string, ids []string) refusedIDs {
+	r := make(refusedIDs, len(ids))
+	for i, id := range ids {
+		if !store.ValidWorkID(id) {
+			r[i] = refuse(doing, id, notAWorkID)
+		}
+	}
+	return r
+}
+
 // take records err as the refusal of the i-th id when it is one (a
 // *refusedID), and reports whether it was.
 func (r refusedIDs) take(i int, err error) bool {
