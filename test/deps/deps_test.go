@@ -112,3 +112,17 @@ func TestNothingOfOursImportsTheTestHarness(t *testing.T) {
 		}
 	}
 }
+
+// TestTestHarnessesBuildOnEveryUnix: the tests' own helpers built for
+// "unix" (internal/closedport, internal/pidtest) compile, with their tests,
+// on the Unix systems other than Linux that the proxy runs on too, where
+// package syscall lacks some of Linux's names (SOCK_CLOEXEC on macOS).
+func TestTestHarnessesBuildOnEveryUnix(t *testing.T) {
+	for _, goos := range []string{"darwin", "freebsd"} {
+		cmd := exec.Command("go", "vet", module+"/internal/closedport", module+"/internal/pidtest")
+		cmd.Env = append(cmd.Environ(), "GOOS="+goos)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("GOOS=%s go vet of the test harnesses: %v\n%s", goos, err, out)
+		}
+	}
+}
