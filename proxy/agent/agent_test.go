@@ -59,6 +59,12 @@ func (f *fakeAutomator) Poll(ctx context.Context, in *automatorv1.PollRequest, _
 	if err != nil {
 		return nil, err
 	}
+	if in.GetMaxUnits() == 0 && in.GetWait().AsDuration() == 0 {
+		// A poll for nothing that does not wait (a stopping agent's report
+		// of a poll it cancelled) is answered at once, as the automator
+		// does; waiting for ctx would hold every stop for its bound.
+		return &automatorv1.PollResponse{}, nil
+	}
 	select {
 	case r := <-f.responses:
 		return r, nil

@@ -42,6 +42,12 @@ func newSpoolAutomator(complete func(*automatorv1.CompleteRequest) error) *spool
 func (f *spoolAutomator) Poll(ctx context.Context, in *automatorv1.PollRequest, _ ...grpc.CallOption) (*automatorv1.PollResponse, error) {
 	claims := f.claims
 	if in.GetMaxUnits() == 0 {
+		if in.GetWait().AsDuration() == 0 {
+			// Like the automator: a poll for nothing that does not wait (a
+			// stopping agent's report of a poll it cancelled) is answered
+			// at once.
+			return &automatorv1.PollResponse{}, nil
+		}
 		claims = nil // like the automator: no claim for a poll that asks for none
 	}
 	select {
