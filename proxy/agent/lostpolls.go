@@ -99,25 +99,7 @@ func (s *spool) saveLost(all []lostPolls) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := s.createTemp()
-	if err != nil {
-		return err
-	}
-	_, err = tmp.Write(append(data, '\n'))
-	if err == nil {
-		err = tmp.Sync()
-	}
-	err = errors.Join(err, tmp.Close())
-	if err == nil {
-		err = renameDurable(tmp.Name(), path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp.Name())
-		s.removeDirIfEmpty()
-		return err
-	}
-	syncDir(s.dir)
-	return nil
+	return s.writeFile(path, data, nil)
 }
 
 // keepLost records, when the agent stops, that its polls from lostFrom on

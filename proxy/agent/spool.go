@@ -275,16 +275,29 @@ func (s *spool) write(path, account string, deadline time.Time, req *automatorv1
 	if err != nil {
 		return err
 	}
+	return s.writeFile(path, data, func() error {
+		if err := commit(); err != nil {
+			return err
+		}
+		if s.hook != nil {
+			return s.hook(stageSync, req.GetWorkId())
+		}
+		return nil
+	})
+}
+
+// writeFile writes data and a newline to a temporary file, asks beforeSync
+// (if not nil) whether to go on, then fsyncs it, renames it into place at
+// path and fsyncs the directory. When it fails, or beforeSync says no, it
+// leaves nothing behind.
+func (s *spool) writeFile(path string, data []byte, beforeSync func() error) error {
 	tmp, err := s.createTemp()
 	if err != nil {
 		return err
 	}
 	_, err = tmp.Write(append(data, '\n'))
-	if err == nil {
-		err = commit()
-	}
-	if err == nil && s.hook != nil {
-		err = s.hook(stageSync, req.GetWorkId())
+	if err == nil && beforeSync != nil {
+		err = beforeSync()
 	}
 	if err == nil {
 		err = tmp.Sync()
