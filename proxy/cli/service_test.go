@@ -201,22 +201,8 @@ func TestUninstallLeavesAFileThatIsNoLeftover(t *testing.T) {
 // TestUninstallSaysWhenResultsWaitInTheSpool: results not yet posted are
 // left in place, and uninstall says what they are.
 func TestUninstallSaysWhenResultsWaitInTheSpool(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("writes under /etc: needs root")
-	}
 	name := "opsgate-test-spooled"
-	dir, state := service.ConfigDir(name), service.StateDir(name)
-	spool := filepath.Join(state, agent.SpoolDirName)
-	if err := os.MkdirAll(spool, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir); os.RemoveAll(state) })
-	if err := os.WriteFile(filepath.Join(dir, configFileName), installedConfig([]byte("token: t\n"), name, true, state), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	dir, spool := installedWithSpool(t, name)
 	result := filepath.Join(spool, "w_1.json")
 	if err := os.WriteFile(result, []byte("{}"), 0o600); err != nil {
 		t.Fatal(err)
@@ -239,22 +225,8 @@ func TestUninstallSaysWhenResultsWaitInTheSpool(t *testing.T) {
 // answers a stopped proxy never read, and could not report, is left in
 // place like a result, and uninstall says what it is (not a result).
 func TestUninstallSaysWhenLostPollsWaitInTheSpool(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("writes under /etc: needs root")
-	}
 	name := "opsgate-test-lostpolls"
-	dir, state := service.ConfigDir(name), service.StateDir(name)
-	spool := filepath.Join(state, agent.SpoolDirName)
-	if err := os.MkdirAll(spool, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir); os.RemoveAll(state) })
-	if err := os.WriteFile(filepath.Join(dir, configFileName), installedConfig([]byte("token: t\n"), name, true, state), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	_, spool := installedWithSpool(t, name)
 	lost := filepath.Join(spool, agent.LostPollsName)
 	if err := os.WriteFile(lost, []byte("[]"), 0o600); err != nil {
 		t.Fatal(err)
@@ -277,22 +249,8 @@ func TestUninstallSaysWhenLostPollsWaitInTheSpool(t *testing.T) {
 // polls; a write interrupted before its rename (.tmp-*), which the proxy
 // removes at its next start, is removed.
 func TestUninstallNamesSetAsideSpoolFilesForWhatTheyAre(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("writes under /etc: needs root")
-	}
 	name := "opsgate-test-setaside"
-	dir, state := service.ConfigDir(name), service.StateDir(name)
-	spool := filepath.Join(state, agent.SpoolDirName)
-	if err := os.MkdirAll(spool, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir); os.RemoveAll(state) })
-	if err := os.WriteFile(filepath.Join(dir, configFileName), installedConfig([]byte("token: t\n"), name, true, state), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	_, spool := installedWithSpool(t, name)
 	result := filepath.Join(spool, "w_1.json")
 	badResult := filepath.Join(spool, "w_2.json.bad")
 	badLost := filepath.Join(spool, agent.LostPollsName+".bad")
@@ -487,4 +445,28 @@ func TestInstallCopiesAProfileSavedByPowerShellAsUTF8(t *testing.T) {
 		t.Errorf("the service's copy of a UTF-16 profile: token %q, scripts_dir %q, state_dir %q, key matches %v, %v; want the profile's settings and state_dir /var/lib/proxy",
 			c.Token, c.ScriptsDir, c.StateDir, c.Key == k.String(), err)
 	}
+}
+
+// installedWithSpool makes, as install would, the config directory of
+// service name with an installed config whose state_dir holds an empty
+// spool, removed when the test ends; it skips the test unless run as root.
+// It returns the config directory and the spool.
+func installedWithSpool(t *testing.T, name string) (dir, spool string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("writes under /etc: needs root")
+	}
+	dir, state := service.ConfigDir(name), service.StateDir(name)
+	spool = filepath.Join(state, agent.SpoolDirName)
+	if err := os.MkdirAll(spool, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir); os.RemoveAll(state) })
+	if err := os.WriteFile(filepath.Join(dir, configFileName), installedConfig([]byte("token: t\n"), name, true, state), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir, spool
 }
