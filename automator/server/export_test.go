@@ -34,3 +34,11 @@ func (s *Server) WaitingPolls(account string) int {
 	}
 	return n
 }
+
+// OnPollLeft calls f each time a poll leaves the waiting list for good
+// (its window ended, or the automator stops), before it waits for the
+// units still being stored as its claims, with how many those are. Set it
+// before the server serves polls.
+func (s *Server) OnPollLeft(f func(account, instance string, inFlight int)) {
+	s.hub.testHookLeft = f
+}

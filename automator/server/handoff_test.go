@@ -215,18 +215,22 @@ func TestUnitHandedToAPollThatLeftFailsAtOnceAndIsNeverGivenToAnother(t *testing
 // it and answers with it instead of leaving it behind.
 func TestPollWhoseWindowEndsWhileItsUnitIsStoredAnswersWithIt(t *testing.T) {
 	gate := &gatedEnqueue{entered: make(chan struct{}), release: make(chan struct{})}
-	const window = 200 * time.Millisecond
-	e := newEnv(t, envOptions{pollWindow: window, wrap: func(st store.Store) store.Store { gate.Store = st; return gate }})
+	left := make(chan int, 1)
+	e := newEnv(t, envOptions{pollWindow: 200 * time.Millisecond,
+		pollLeft: func(_, _ string, inFlight int) { left <- inFlight },
+		wrap:     func(st store.Store) store.Store { gate.Store = st; return gate }})
 	api, px := e.callerClient(), e.proxyClient()
 	polled := pollAsync(t.Context(), px, "a", 1)
 	e.awaitWaiting(1)
 	submitted := make(chan *automatorv1.WorkStatus, 1)
 	go func() { submitted <- submit(t, api, e.account, time.Minute) }()
 	waittest.Recv(t, gate.entered, "the unit to be stored as the waiting poll's claim")
-	// Past the window (jittered by at most a tenth): the poll is now
-	// waiting for its unit. (Were it not yet, it would answer with the
-	// unit all the same; the sleep only makes the test reach the case.)
-	time.Sleep(3 * window)
+	// The window ends with the unit still held in the store: the poll
+	// leaves the waiting list with one unit in flight, which it is to
+	// wait for.
+	if n := waittest.Recv(t, left, "the poll's window to end while its unit is stored"); n != 1 {
+		t.Fatalf("the poll left with %d units in flight, want 1", n)
+	}
 	close(gate.release)
 	st := waittest.Recv(t, submitted, "Submit to answer once the unit's claim was stored")
 	r := waittest.Recv(t, polled, "the poll whose window ended to answer with the unit stored as its claim")

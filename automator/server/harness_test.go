@@ -64,6 +64,8 @@ type envOptions struct {
 	// means to keep silent (its client frozen) would deliver a moment
 	// later, when the test's clock may have moved on.
 	quietConns bool
+	// pollLeft, when set, is the server's OnPollLeft hook.
+	pollLeft func(account, instance string, inFlight int)
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -134,6 +136,9 @@ func newEnv(t *testing.T, o envOptions) *env {
 		t.Fatal(err)
 	}
 	e.srv = srv
+	if o.pollLeft != nil {
+		srv.OnPollLeft(o.pollLeft)
+	}
 
 	ca, err := pki.NewCA("test CA", time.Now())
 	if err != nil {

@@ -64,6 +64,11 @@ type hub struct {
 	// conns: the connection (its peer address) each run last polled on,
 	// when other replicas share the queue (newConnection).
 	conns map[[3]string]string
+
+	// testHookLeft, when set (tests), is called by leave once the poll
+	// has left the waiting list, before it waits for the units still
+	// being stored as its claims, with how many those are.
+	testHookLeft func(account, instance string, inFlight int)
 }
 
 // maxChecked bounds hub.checked; past it the map starts again (every
@@ -671,6 +676,12 @@ func (p *poller) leave(ctx context.Context) {
 	h.mu.Lock()
 	p.parked = false
 	h.detachLocked(p)
+	if hook := h.testHookLeft; hook != nil {
+		n := p.inFlight
+		h.mu.Unlock()
+		hook(p.account, p.instance, n)
+		h.mu.Lock()
+	}
 	for p.inFlight > 0 {
 		h.mu.Unlock()
 		select {
