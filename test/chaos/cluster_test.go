@@ -3,7 +3,9 @@
 package chaos
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -45,9 +47,14 @@ type automator struct {
 	// balancer's health check asks it), else a free one each start.
 	HTTPPort int
 
-	mu     sync.Mutex
-	proc   *proc
-	serves int
+	// onAddrInUse, when set, is called when a start failed because an
+	// address was taken, before Serve waits to try again.
+	onAddrInUse func(error)
+
+	mu       sync.Mutex
+	proc     *proc
+	serves   int
+	attempts int // starts of `automator serve`, across Serve calls
 }
 
 // newAutomator initialises a data directory; Serve starts it.
@@ -85,18 +92,38 @@ func (a *automator) Serve() error {
 	if a.ReplicaID != "" {
 		args = append(args, "--replica-id", a.ReplicaID)
 	}
-	var err error
-	for attempt := 0; attempt < 5; attempt++ {
-		if err = a.serveOnce(n, args); err == nil {
-			return nil
+	// The port is the automator's for the whole test (profiles name it,
+	// proxies reconnect to it), so a start is tried again only when an
+	// address it listens on was taken, and once the port can be bound;
+	// any other failure is the test's to report.
+	for attempt := 1; ; attempt++ {
+		err := a.serveOnce(n, args)
+		if err == nil || !errors.Is(err, proctest.ErrAddrInUse) || attempt == 5 {
+			return err
 		}
-		// The port may still be held for a moment after a crash.
-		time.Sleep(200 * time.Millisecond)
+		if a.onAddrInUse != nil {
+			a.onAddrInUse(err)
+		}
+		if !proctest.Poll(5*time.Second, func() bool { return canListen(a.Addr()) && (a.HTTPPort == 0 || canListen(httpListen)) }) {
+			return fmt.Errorf("%w; still taken 5s later", err)
+		}
 	}
-	return err
+}
+
+// canListen reports whether addr can be listened on now.
+func canListen(addr string) bool {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
 }
 
 func (a *automator) serveOnce(n int, args []string) error {
+	a.mu.Lock()
+	a.attempts++
+	a.mu.Unlock()
 	_ = os.Remove(filepath.Join(a.DataDir, config.FileServing))
 	name, logName := fmt.Sprintf("automator-%d", n), "automator.log"
 	if a.ReplicaID != "" {
@@ -106,8 +133,11 @@ func (a *automator) serveOnce(n int, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := await(p, p.Watch("msg=serving"), 30*time.Second); err != nil {
+	if err := await(p, p.Seen("msg=serving"), 30*time.Second); err != nil {
 		p.Kill()
+		if proctest.AddrInUse(p.Log()) {
+			err = fmt.Errorf("%w: %w", proctest.ErrAddrInUse, err)
+		}
 		return err
 	}
 	s, ok, err := config.ReadServing(a.DataDir)
@@ -253,7 +283,7 @@ func (in *instance) Start() (polling <-chan struct{}, err error) {
 		return nil, err
 	}
 	in.proc = p
-	return p.Watch("connected to the automator; polling"), nil
+	return p.Seen("connected to the automator; polling"), nil
 }
 
 // StartPolling starts the instance and waits until it polls.

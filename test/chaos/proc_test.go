@@ -139,6 +139,30 @@ func (p *proc) Watch(substr string) <-chan struct{} {
 	return w.c
 }
 
+// Seen returns a channel closed once the process has written a line
+// holding substr, already or from now on: for what a process just started
+// may say before the caller gets to watch for it.
+func (p *proc) Seen(substr string) <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := make(chan struct{})
+	for _, l := range p.lines {
+		if strings.Contains(l, substr) {
+			close(c)
+			return c
+		}
+	}
+	p.watches = append(p.watches, &watch{substr: substr, c: c})
+	return c
+}
+
+// Log returns the lines written so far.
+func (p *proc) Log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.lines, "\n")
+}
+
 // Count counts the lines written so far that hold substr.
 func (p *proc) Count(substr string) int {
 	p.mu.Lock()
