@@ -10,6 +10,7 @@ import (
 	"github.com/opsgate/opsgate/automator/pki"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/closedport"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"github.com/opsgate/opsgate/proxy/config"
 )
@@ -94,15 +95,9 @@ func TestStatusCheckFindsAStaleStandbyProfile(t *testing.T) {
 		t.Errorf("check of the rotated profile: %+v, want it accepted", c)
 	}
 
-	// An automator out of reach: a port nothing listens on.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := l.Addr().String()
-	l.Close()
+	// An automator out of reach: a port held that refuses connections.
 	cfg = standbyConfig(t, a, a.Token, a.Key)
-	cfg.AutomatorURL = "https://" + closed
+	cfg.AutomatorURL = "https://" + closedport.Addr(t)
 	if c := checkProfile(ctx, cfg, time.Now()); c.stale || !c.unreached {
 		t.Errorf("check with the automator out of reach: %+v, want unreached, not out of date", c)
 	}
