@@ -34,6 +34,10 @@ type pgServer struct {
 	cred *syscall.Credential
 	// reserved releases the port held while the cluster is stopped.
 	reserved func()
+	// onAddrInUse, when set, is called when a start failed because the
+	// port was taken, before start waits to try again.
+	onAddrInUse func(error)
+	starts      int // pg_ctl starts run by start
 }
 
 // startPG starts the cluster; it is removed when the test ends. Without
@@ -156,23 +160,57 @@ func (pg *pgServer) stop() error {
 	return nil
 }
 
-// start starts the stopped cluster on its port. A start that fails (its
-// port taken after all) is tried again, five times in all.
+// start starts the stopped cluster on its port. A start is tried again,
+// five times in all, only when PostgreSQL could not bind the port ("Address
+// already in use": taken after all), once the port can be bound; any other
+// failure is reported at once.
 func (pg *pgServer) start() error {
 	if pg.reserved != nil {
 		pg.reserved()
 		pg.reserved = nil
 	}
+	logPath := filepath.Join(pg.dir, "postgres.log")
 	var err error
-	for range 5 {
-		if err = pg.pgCtl("start", "-w", "-t", "120", "-l", filepath.Join(pg.dir, "postgres.log"), "-o", "-p "+pg.port); err == nil {
+	for attempt := 1; ; attempt++ {
+		from := fileSize(logPath)
+		pg.starts++
+		if err = pg.pgCtl("start", "-w", "-t", "120", "-l", logPath, "-o", "-p "+pg.port); err == nil {
 			return nil
 		}
-		time.Sleep(time.Second)
+		if attempt == 5 || !pgAddrInUse(logPath, from) {
+			break
+		}
+		if pg.onAddrInUse != nil {
+			pg.onAddrInUse(err)
+		}
+		if !proctest.Poll(5*time.Second, func() bool { return canListen("127.0.0.1:" + pg.port) }) {
+			err = fmt.Errorf("%w; its port was still taken 5s later", err)
+			break
+		}
 	}
-	log, _ := os.ReadFile(filepath.Join(pg.dir, "postgres.log"))
+	log, _ := os.ReadFile(logPath)
 	lines := strings.Split(strings.TrimSpace(string(log)), "\n")
 	return fmt.Errorf("%w; the end of postgres.log:\n%s", err, strings.Join(lines[max(0, len(lines)-8):], "\n"))
+}
+
+// fileSize is the size of the file at path, 0 when it cannot be read.
+func fileSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// pgAddrInUse reports whether PostgreSQL's log, from offset from on, says
+// it could not bind an address because it was in use ("could not bind
+// IPv4 address ...: Address already in use").
+func pgAddrInUse(logPath string, from int64) bool {
+	log, err := os.ReadFile(logPath)
+	if err != nil || int64(len(log)) < from {
+		return false
+	}
+	return strings.Contains(strings.ToLower(string(log[from:])), syscall.EADDRINUSE.Error())
 }
 
 // reservePort binds a socket to 127.0.0.1:port without listening on it,
