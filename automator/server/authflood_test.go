@@ -139,12 +139,7 @@ func TestFailuresNotLoggedAreCountedOnceTheMinuteIsOverWithoutAnother(t *testing
 		t.Fatalf("summary within the minute: %q; want none yet", got)
 	}
 	clock.Advance(time.Minute)
-	var summary []string
-	deadline := time.Now().Add(10 * time.Second)
-	for len(summary) == 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-		summary = log.lines("failed authentications not logged one by one")
-	}
+	summary := log.awaitLines(t, "the sweeper to count the failures not logged once the minute is over", "failed authentications not logged one by one")
 	if len(summary) != 1 || !strings.Contains(summary[0], "count="+strconv.Itoa(total-ownLines)) {
 		t.Fatalf("summary lines once the minute is over, with no failure after it: %q; want one counting %d", summary, total-ownLines)
 	}

@@ -34,18 +34,55 @@ func (g *claimOutlivingItsPoll) WorkClaim(ctx context.Context, p store.WorkClaim
 type syncLog struct {
 	mu sync.Mutex
 	b  bytes.Buffer
+	// grew, when not nil, is closed by the next write (awaitLines).
+	grew chan struct{}
 }
 
 func (l *syncLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.grew != nil {
+		close(l.grew)
+		l.grew = nil
+	}
 	return l.b.Write(p)
+}
+
+// awaitLines returns the lines holding every one of parts once there is
+// one, failing the test if none is written within waittest.Bound; what
+// says what the line stands for.
+func (l *syncLog) awaitLines(t *testing.T, what string, parts ...string) []string {
+	t.Helper()
+	timer := time.NewTimer(waittest.Bound)
+	defer timer.Stop()
+	for {
+		l.mu.Lock()
+		out := l.linesLocked(parts...)
+		if len(out) > 0 {
+			l.mu.Unlock()
+			return out
+		}
+		if l.grew == nil {
+			l.grew = make(chan struct{})
+		}
+		grew := l.grew
+		l.mu.Unlock()
+		select {
+		case <-grew:
+		case <-timer.C:
+			t.Fatalf("timed out after %v waiting for %s", waittest.Bound, what)
+		}
+	}
 }
 
 // lines returns the lines written so far that contain every one of parts.
 func (l *syncLog) lines(parts ...string) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.linesLocked(parts...)
+}
+
+func (l *syncLog) linesLocked(parts ...string) []string {
 	var out []string
 	sc := bufio.NewScanner(bytes.NewReader(l.b.Bytes()))
 	for sc.Scan() {
