@@ -7,10 +7,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/internal/proctest"
+	"github.com/opsgate/opsgate/internal/waittest"
 )
 
 // TestServeTriesAgainOnlyWhenItsAddressIsTaken: the harness's Serve starts
@@ -48,4 +50,32 @@ func TestServeTriesAgainOnlyWhenItsAddressIsTaken(t *testing.T) {
 	if n := a.attempts - before; n != 1 {
 		t.Errorf("Serve without a master key started serve %d times, want 1 (%v)", n, err)
 	}
+}
+
+// TestSeenMatchesALineWrittenBeforeItWasAsked: what a process says at once
+// may be read before the harness asks for it; Seen matches it all the
+// same (as it matches a line written later), where Watch would wait for
+// another.
+func TestSeenMatchesALineWrittenBeforeItWasAsked(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "go-on")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := startProc(t, "sh", filepath.Join(dir, "sh.log"), nil, "/bin/sh", "-c", `echo early; read x <"$0"; echo late`, fifo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waittest.Until(t, "the first line to be read", func() bool { return p.Count("early") == 1 })
+	waittest.Recv(t, p.Seen("early"), "Seen to match the line written before it was asked")
+	late := p.Seen("late")
+	select {
+	case <-late:
+		t.Fatal("Seen matched a line not written yet")
+	default:
+	}
+	if err := os.WriteFile(fifo, []byte("go on\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	waittest.Recv(t, late, "Seen to match a line written after it was asked")
 }
