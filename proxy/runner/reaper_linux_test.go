@@ -61,6 +61,37 @@ func TestReaperKillsTheSessionsStillRegisteredAtEOF(t *testing.T) {
 	}
 }
 
+// TestReaperSaysNothingOfSessionsThatHadEnded: a proxy writes its
+// deregistrations with its next registration, so one that dies idle leaves
+// its latest scripts registered though they ended long ago. The reaper
+// kills nothing of them and says nothing: its line is for scripts a dead
+// proxy left running, and naming ended ones tells an operator that scripts
+// were killed when none were.
+func TestReaperSaysNothingOfSessionsThatHadEnded(t *testing.T) {
+	cmd := exec.Command("sleep", "600")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ended := cmd.Process.Pid
+	start, err := processStartTime(ended)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Ended and reaped, as the proxy reaps its scripts: no zombie left.
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	running, startR := startSession(t)
+	var out bytes.Buffer
+	if code := serveReaper(strings.NewReader(line("+", ended, start)+line("+", running, startR)), &out); code != 0 {
+		t.Errorf("reaper exited %d, want 0; it said %q", code, out.String())
+	}
+	waitFor(t, "the running session to be killed", func() bool { return pidtest.Gone(running) }, 10*time.Second)
+	if want := "killed the process trees of sessions " + strconv.Itoa(running) + "\n"; !strings.HasSuffix(out.String(), want) {
+		t.Errorf("the reaper said %q, want it to end in %q (the session %d had ended: nothing of it was killed)", out.String(), want, ended)
+	}
+}
+
 // TestReaperSparesAProcessThatReusedThePid: a registered session whose
 // leader's pid now names another process (another start time) has no
 // member left, and the reaper kills nothing of it.

@@ -256,13 +256,29 @@ func ignoreStopSignals() {
 // leader's start time, unless the leader's pid now belongs to another
 // process (a different start time). A session whose leader is gone may
 // still have members, found by the session id, which cannot be reused
-// while one lives. It reports whether it killed (or tried to).
+// while one lives. A session of which nothing lives is left alone: the
+// script ended before the proxy died, which had not yet written its
+// deregistration (they go with the next registration). It reports whether
+// it killed (or tried to).
 func reapSession(sid int, start uint64) (bool, error) {
 	if start != 0 {
 		if now, err := processStartTime(sid); err == nil && now != start {
 			return false, nil // the pid was reused: no member of the script's session lives
 		}
 	}
+	if !sessionLives(sid) {
+		return false, nil
+	}
 	t := &processTree{pgid: sid}
 	return true, errors.Join(t.kill(), t.killRest())
+}
+
+// sessionLives reports whether a process of session sid may still live: a
+// member of its process group (or one that cannot be asked: EPERM), or,
+// where /proc lists the processes, one of the session outside the group.
+func sessionLives(sid int) bool {
+	if err := syscall.Kill(-sid, 0); !errors.Is(err, syscall.ESRCH) {
+		return true
+	}
+	return sessionHasMember(sid)
 }

@@ -28,6 +28,22 @@ func killSession(sid int) error {
 	return sweepSession(sid, allPids)
 }
 
+// sessionHasMember reports whether a process of session sid is alive, a
+// zombie included; true when the processes cannot be listed (a kill is
+// then tried, as if one were).
+func sessionHasMember(sid int) bool {
+	pids, err := allPids()
+	if err != nil {
+		return true
+	}
+	for pid := range pids {
+		if s, err := unix.Getsid(pid); err == nil && s == sid {
+			return true
+		}
+	}
+	return false
+}
+
 // Bounds of the cheap sweep after a normal exit (killLeftovers): it looks
 // only at the pids handed out since the script started, and only when the
 // script ran for at most quickSweepRun and they are at most quickSweepPids.

@@ -8,6 +8,10 @@ import "time"
 // process group kill is all there is.
 func killSession(int) error { return nil }
 
+// sessionHasMember finds no process outside the session's group, for the
+// same reason.
+func sessionHasMember(int) bool { return false }
+
 // killSessionAfterExit does nothing either, for the same reason.
 func killSessionAfterExit(int, time.Duration) error { return nil }
 
