@@ -244,8 +244,32 @@ func migrateWith(ctx context.Context, db *sql.DB, steps []migration) error {
 			return fmt.Errorf("migrating schema to version %d (%s): recording it: %w", m.version, m.name, err)
 		}
 	}
+	if err := addIdempotencyKeys(ctx, tx); err != nil {
+		return fmt.Errorf("migrating schema: %w", err)
+	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("migrating schema: %w", err)
+	}
+	return nil
+}
+
+// addIdempotencyKeys adds the work table's idempotency_key column and its
+// unique index where they are missing. Version 1 was edited in place to
+// add them just after the first releases (2026-11-29), so a database those
+// made is at version 1, or at a later version once migrated, without them,
+// and every enqueue, listing and expiry on it failed ("no such column:
+// idempotency_key"). Units written before have no key, as then.
+func addIdempotencyKeys(ctx context.Context, tx *sql.Tx) error {
+	var columns, keys int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*), COALESCE(SUM(name = 'idempotency_key'), 0) FROM pragma_table_info('work')`).Scan(&columns, &keys); err != nil {
+		return fmt.Errorf("reading the columns of work: %w", err)
+	}
+	if columns == 0 || keys > 0 { // no work table yet (a test's empty prefix), or it has them
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `ALTER TABLE work ADD COLUMN idempotency_key TEXT;
+CREATE UNIQUE INDEX work_account_idempotency_key ON work (account, idempotency_key) WHERE idempotency_key IS NOT NULL;`); err != nil {
+		return fmt.Errorf("adding the idempotency keys the first releases' version 1 lacked: %w", err)
 	}
 	return nil
 }
