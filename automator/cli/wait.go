@@ -10,7 +10,6 @@ import (
 	"github.com/mattn/go-isatty"
 
 	"github.com/opsgate/opsgate/automator/client"
-	"github.com/opsgate/opsgate/automator/store"
 )
 
 // isTerminal reports whether w is a terminal (progress lines are drawn
@@ -61,9 +60,11 @@ func unitsCommand(name string, args []string, env Env) (ids []string, asJSON boo
 // cmdWorkWait waits until every given unit has ended and prints how each
 // ended. On a terminal, stderr shows a progress line meanwhile. An id that
 // is malformed or refused (unknown, another account's for a scoped API key)
-// gets one line on stderr (before the error, when the command then fails),
-// and a refusedJSON in its place with --json, as with work cancel
-// (refusedIDs); the other ids are still waited for. It exits 0 when every
+// gets one line on stderr (before the error, when the command then fails;
+// a malformed id is refused before any wait, so it is reported even when
+// the error comes while it waits for a slot), and a refusedJSON in its
+// place with --json, as with work cancel (refusedIDs); the other ids are
+// still waited for. It exits 0 when every
 // unit succeeded with exit code 0, ExitNotAllSucceeded otherwise (a
 // refused id included), and ExitError (through Main) when the command
 // itself failed: its flags, or the automator unreachable or refusing the
@@ -82,9 +83,20 @@ func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// A malformed id is refused before any wait: it is reported whatever
+	// becomes of the others, an error that ends the command included, even
+	// when it would still be queued for one of the maxWaits slots then.
+	refused := checkIDs("waiting for", ids)
+	p := newProgress(env.Stderr, len(ids))
 	results := make(chan ended)
 	sem := make(chan struct{}, maxWaits)
+	waits := 0
 	for i, id := range ids {
+		if refused[i] != nil {
+			p.refused()
+			continue
+		}
+		waits++
 		go func() {
 			select {
 			case sem <- struct{}{}:
@@ -93,10 +105,6 @@ func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 				return
 			}
 			defer func() { <-sem }()
-			if !store.ValidWorkID(id) {
-				results <- ended{i: i, err: refuse("waiting for", id, notAWorkID)}
-				return
-			}
 			w, err := c.Wait(ctx, id)
 			if ended, ok := client.UnreadableWork(err); ok {
 				// Ended, with a result of an account deleted since (or
@@ -111,10 +119,8 @@ func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 		}()
 	}
 	works := make([]client.Work, len(ids))
-	refused := make(refusedIDs, len(ids))
-	p := newProgress(env.Stderr, len(ids))
 	var firstErr error
-	for range ids {
+	for range waits {
 		e := <-results
 		switch {
 		case refused.take(e.i, e.err):

@@ -6,12 +6,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+
+	"google.golang.org/grpc"
 
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/client"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
 // TestWorkWaitShowsProgressOnATerminalOnly waits for units with known
@@ -225,6 +231,69 @@ func TestWorkWaitReportsRefusedIDsBeforeAnErrorEndsIt(t *testing.T) {
 	failed := strings.Index(msgs, "automator: waiting for work "+w.ID)
 	if code != ExitError || refused < 0 || failed < 0 || refused > failed {
 		t.Errorf("exit %d, stderr %q; want %d, the line refusing %s, then the error that ended the command", code, msgs, ExitError, unknown)
+	}
+	if out.Len() != 0 {
+		t.Errorf("stdout %q, want nothing from a command that failed", out.String())
+	}
+}
+
+// TestWorkWaitReportsEveryMalformedIDWhenAnErrorEndsIt: with more ids than
+// work wait holds waits open at once (maxWaits), the malformed ids given
+// after the ones that fill every slot each still get their line when an
+// error then ends the command (here an interrupt once every slot holds a
+// wait), in the order given and before that error's line, as work cancel
+// reports them; an empty id and one with a control character are named
+// quoted. The exit status is the command's failure, 255, and nothing is
+// printed on stdout.
+func TestWorkWaitReportsEveryMalformedIDWhenAnErrorEndsIt(t *testing.T) {
+	var waiting atomic.Int32
+	full := make(chan struct{}) // every slot holds a wait
+	a := automatortest.Start(t, automatortest.Options{Interceptors: []grpc.UnaryServerInterceptor{
+		func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if _, ok := req.(*automatorv1.WaitRequest); ok && waiting.Add(1) == maxWaits {
+				close(full)
+			}
+			return h(ctx, req)
+		},
+	}})
+	c, err := client.New(client.Config{Addresses: []string{a.URL()}, APIKey: a.APIKey, CAPEM: a.CAPEM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// No proxy polls: every unit stays queued, and its wait open.
+	malformed := []string{"not-an-id", "w_0123456789ABCDEF0123456789abcdef", "", "w_\t0123"}
+	ids := []string{malformed[0]}
+	for range maxWaits + 8 {
+		w, err := c.Submit(t.Context(), a.Account, client.Command{Script: "never.sh"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, w.ID)
+	}
+	ids = append(ids, malformed[1:]...)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-full:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var out, errb bytes.Buffer
+	args := append([]string{"work", "wait", "--json", "--server", a.URL(), "--api-key-file", a.APIKeyFile, "--ca", a.CAFile}, ids...)
+	code := Main(ctx, args, Env{Stdout: &out, Stderr: &errb})
+	lines := strings.Split(strings.TrimSuffix(errb.String(), "\n"), "\n")
+	var want []string
+	for _, id := range malformed {
+		want = append(want, fmt.Sprintf("automator: waiting for work %q: %s", id, notAWorkID))
+	}
+	if code != ExitError || len(lines) != len(malformed)+1 || !slices.Equal(lines[:len(malformed)], want) ||
+		!strings.HasPrefix(lines[len(malformed)], "automator: waiting for work w_") || !strings.Contains(lines[len(malformed)], "context canceled") {
+		t.Errorf("exit %d, stderr:\n%s\nwant %d, one line for each malformed id, in the order given:\n%s\nthen the error that ended the command",
+			code, errb.String(), ExitError, strings.Join(want, "\n"))
 	}
 	if out.Len() != 0 {
 		t.Errorf("stdout %q, want nothing from a command that failed", out.String())
