@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -207,7 +208,8 @@ func TestListingErrorsNameTheFlag(t *testing.T) {
 		{[]string{"instances"}, "--account is required"},
 		{[]string{"work", "list", "--state", "done"}, `--state "done" is not a state`},
 		{[]string{"work", "list", "--limit", "0"}, "--limit 0 is outside"},
-		{[]string{"work", "show", "w_nope"}, `there is no unit of work "w_nope"`},
+		{[]string{"work", "show", "w_nope"}, `showing work "w_nope": not a work id`},
+		{[]string{"work", "show", "w_ffffffffffffffffffffffffffffffff"}, `there is no unit of work "w_ffffffffffffffffffffffffffffffff"`},
 		{[]string{"work", "frobnicate"}, `unknown work command "frobnicate"`},
 	} {
 		var out, errb bytes.Buffer
@@ -220,5 +222,26 @@ func TestListingErrorsNameTheFlag(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := Main(t.Context(), []string{"account", "list"}, Env{Stdout: &out, Stderr: &errb}); code != ExitError || !strings.Contains(errb.String(), "--data-dir is required") {
 		t.Errorf("account list without --data-dir: exit %d, stderr %q", code, errb.String())
+	}
+}
+
+// TestWorkShowSaysAMalformedIDIsMalformed: an id that is not the shape of
+// a work id (an empty one, one with a control character, quoted) gets one
+// line saying so, as work wait and work cancel word it, rather than that
+// there is no such unit; an id of the right shape that names no unit
+// still says there is none. Both exit 255, as for any bad argument.
+func TestWorkShowSaysAMalformedIDIsMalformed(t *testing.T) {
+	dir := initDir(t)
+	for _, id := range []string{"not-an-id", "", "w_0123456789abcdef0123456789abcde\n", "W_0123456789abcdef0123456789abcdef"} {
+		code, out, stderr := runCLI(t, "work", "show", id, "--data-dir", dir)
+		want := fmt.Sprintf("automator: showing work %q: %s\n", id, notAWorkID)
+		if code != ExitError || stderr != want || out != "" {
+			t.Errorf("work show %q: exit %d, stdout %q, stderr %q; want %d and %q", id, code, out, stderr, ExitError, want)
+		}
+	}
+	const unknown = "w_0123456789abcdef0123456789abcdef"
+	code, _, stderr := runCLI(t, "work", "show", unknown, "--data-dir", dir)
+	if code != ExitError || stderr != `automator: there is no unit of work "`+unknown+`"`+"\n" {
+		t.Errorf("work show of an unknown id: exit %d, stderr %q; want %d and one line saying there is no such unit", code, stderr, ExitError)
 	}
 }

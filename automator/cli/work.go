@@ -242,7 +242,8 @@ func firstOf(a, b time.Time) time.Time {
 }
 
 // cmdWorkShow prints one unit: its timeline, outcome and, with --reveal,
-// its command and output.
+// its command and output. An id that names no unit is refused in one line
+// saying whether it is malformed (not the shape of a work id) or unknown.
 func cmdWorkShow(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("work show", env)
 	l := listingFlags(fs)
@@ -264,6 +265,11 @@ func cmdWorkShow(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	w, err := st.WorkGet(ctx, pos[0])
+	if errors.Is(err, store.ErrNotFound) && !store.ValidWorkID(pos[0]) {
+		// Worded as work wait and work cancel word it. Looked up first:
+		// the store takes any id, and what it holds is shown.
+		return refuse("showing", pos[0], notAWorkID)
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("there is no unit of work %q", pos[0])
 	}
