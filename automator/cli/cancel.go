@@ -36,7 +36,9 @@ type cancelJSON struct {
 // an id was refused, and ExitError (through Main) when the command itself
 // failed: its flags, or the automator unreachable or refusing the API key.
 // It then prints the ids it got to first; the ids after the failing one
-// are left alone, and those malformed among them reported.
+// are left alone, and those malformed among them reported. An id given
+// more than once is cancelled once, and listed each time as this call
+// found and left it.
 func cmdWorkCancel(ctx context.Context, args []string, env Env) (int, error) {
 	ids, asJSON, c, explain, err := unitsCommand("work cancel", args, env)
 	if err != nil {
@@ -47,10 +49,18 @@ func cmdWorkCancel(ctx context.Context, args []string, env Env) (int, error) {
 	units := make([]*cancelJSON, len(ids)) // nil: refused, or not got to
 	refused := checkIDs("cancelling", ids) // a malformed id is reported even past an error
 	var failed error
+	seen := map[string]int{} // id: where it was given first
 	for i, id := range ids {
 		if refused[i] != nil {
 			continue
 		}
+		if j, ok := seen[id]; ok {
+			// Given again: cancelled once, and both say what this call
+			// found and did (not "already cancelled" the second time).
+			units[i], refused[i] = units[j], refused[j]
+			continue
+		}
+		seen[id] = i
 		v, err := cancelOne(ctx, c, id)
 		if refused.take(i, err) {
 			continue

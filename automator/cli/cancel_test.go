@@ -458,3 +458,41 @@ func TestWorkCancelReportsRefusedIDsBeforeAnErrorEndsIt(t *testing.T) {
 		t.Errorf("work cancel --json = %s; want the unknown id refused, %s cancelled, the malformed id refused", r.stdout, first.ID)
 	}
 }
+
+// TestWorkCancelOfTheSameIDTwiceSaysThisCallCancelledIt: an id given twice
+// is cancelled once, and both its entries say what this call found and
+// did: it cancelled the unit, which was queued; not, for the second, that
+// the unit was "already cancelled", as if another caller had.
+func TestWorkCancelOfTheSameIDTwiceSaysThisCallCancelledIt(t *testing.T) {
+	s := serveInProcess(t)
+	s.account(t, "acme")
+	c := s.client(t)
+	first, second := submit(t, c, "anything.sh"), submit(t, c, "anything.sh")
+
+	r := s.cancelCLI(t, first.ID, first.ID)
+	if r.code != 0 || r.stderr != "" {
+		t.Fatalf("work cancel of one id twice: exit %d, stderr %q; want 0 and nothing", r.code, r.stderr)
+	}
+	want := []string{first.ID, "acme", "cancelled", "-", "-", "cancelled it (was queued)"}
+	got := rows(t, r.stdout)
+	if len(got) != 2 || !slices.Equal(got[0][:len(want)], want) || !slices.Equal(got[1][:len(want)], want) {
+		t.Errorf("work cancel of one id twice printed %q; want two rows starting %q", r.stdout, want)
+	}
+
+	r = s.cancelCLI(t, second.ID, unknownID, second.ID, "--json")
+	if r.code != ExitSomeIDRefused || strings.Count(r.stderr, "\n") != 1 {
+		t.Errorf("work cancel --json of an id twice and an unknown one: exit %d, stderr %q; want %d and one line", r.code, r.stderr, ExitSomeIDRefused)
+	}
+	var entries []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &entries); err != nil || len(entries) != 3 {
+		t.Fatalf("work cancel --json printed %q (%v); want an entry per id given", r.stdout, err)
+	}
+	for _, e := range []map[string]any{entries[0], entries[2]} {
+		if e["work_id"] != second.ID || e["previous_state"] != "queued" || e["cancelled_by_this_call"] != true {
+			t.Errorf("work cancel --json = %s; want both entries of %s cancelled by this call, found queued", r.stdout, second.ID)
+		}
+	}
+	if !isRefused(entries[1], unknownID, "no such unit") {
+		t.Errorf("work cancel --json = %s; want the unknown id refused in its place", r.stdout)
+	}
+}
