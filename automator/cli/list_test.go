@@ -245,3 +245,17 @@ func TestWorkShowSaysAMalformedIDIsMalformed(t *testing.T) {
 		t.Errorf("work show of an unknown id: exit %d, stderr %q; want %d and one line saying there is no such unit", code, stderr, ExitError)
 	}
 }
+
+// TestWorkListRefusesAnEmptyAccountOrState: --account "" or --state ""
+// (a script's variable left empty) is refused in one line naming the flag,
+// rather than taken as no filter and every unit listed.
+func TestWorkListRefusesAnEmptyAccountOrState(t *testing.T) {
+	dir := initDir(t)
+	for _, flag := range []string{"--account", "--state"} {
+		code, out, stderr := runCLI(t, "work", "list", flag, "", "--data-dir", dir)
+		want := "automator: " + flag + " is empty; leave it out to list units of every "
+		if code != ExitError || !strings.HasPrefix(stderr, want) || strings.Count(stderr, "\n") != 1 || out != "" {
+			t.Errorf("work list %s \"\": exit %d, stdout %q, stderr %q; want %d and one line starting %q", flag, code, out, stderr, ExitError, want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"time"
@@ -134,7 +135,8 @@ func shorten(s string, n int) string {
 	return string(r[:n-1]) + "…"
 }
 
-// cmdWorkList lists units newest first.
+// cmdWorkList lists units newest first; --account and --state narrow it,
+// and given empty they are refused rather than taken for no filter.
 func cmdWorkList(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("work list", env)
 	l := listingFlags(fs)
@@ -146,6 +148,17 @@ func cmdWorkList(ctx context.Context, args []string, env Env) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("work list takes no arguments, got %q", fs.Args())
+	}
+	var empty error
+	fs.Visit(func(f *flag.Flag) {
+		// Given, and empty (a script's variable left empty): not taken
+		// for no filter, which would list every unit.
+		if (f.Name == "account" || f.Name == "state") && f.Value.String() == "" && empty == nil {
+			empty = fmt.Errorf("--%s is empty; leave it out to list units of every %s", f.Name, f.Name)
+		}
+	})
+	if empty != nil {
+		return empty
 	}
 	if *state != "" && !store.State(*state).Valid() {
 		return fmt.Errorf("--state %q is not a state; use queued, claimed, succeeded, failed, timed_out or cancelled", *state)
