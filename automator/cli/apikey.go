@@ -154,11 +154,8 @@ func cmdAPIKeyList(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("apikey list", env)
 	dir := fs.String("data-dir", "", "the automator's data directory")
 	asJSON := fs.Bool("json", false, "one JSON object per key")
-	if err := fs.Parse(args); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("apikey list takes no arguments, got %q", fs.Args())
 	}
 	st, err := openDataStore(ctx, *dir)
 	if err != nil {

@@ -22,11 +22,8 @@ func cmdAudit(ctx context.Context, args []string, env Env) error {
 	dir := fs.String("data-dir", "", "the automator's data directory")
 	since := fs.Duration("since", 0, "only events of the last DUR (default: every event)")
 	asJSON := fs.Bool("json", false, "one JSON object per event")
-	if err := fs.Parse(args); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("audit takes no arguments, got %q", fs.Args())
 	}
 	if *since < 0 {
 		return fmt.Errorf("--since %v must be positive", *since)

@@ -24,11 +24,8 @@ import (
 func cmdCertRenew(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("cert renew", env)
 	dir := fs.String("data-dir", "", "the automator's data directory")
-	if err := fs.Parse(args); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("cert renew takes no arguments, got %q", fs.Args())
 	}
 	if err := requireFlag("data-dir", *dir); err != nil {
 		return err

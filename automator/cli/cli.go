@@ -187,6 +187,20 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// parseNoArgs parses the flags of a command that takes no arguments,
+// wherever they stand, and refuses a stray argument naming it alone (not
+// the flags after it).
+func parseNoArgs(fs *flag.FlagSet, args []string) error {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("%s takes no arguments, got %q", strings.TrimPrefix(fs.Name(), "automator "), pos)
+	}
+	return nil
+}
+
 func requireFlag(name, v string) error {
 	if strings.TrimSpace(v) == "" {
 		return fmt.Errorf("--%s is required", name)

@@ -25,11 +25,8 @@ func cmdInit(ctx context.Context, args []string, env Env) (err error) {
 	dir := flags.String("data-dir", "", "data directory to create")
 	publicURL := flags.String("public-url", config.DefaultPublicURL, "how proxies reach this automator, https://HOST:PORT")
 	db := flags.String("db", "", "database DSN (default: SQLite file automator.db in the data directory)")
-	if err := flags.Parse(args); err != nil {
+	if err := parseNoArgs(flags, args); err != nil {
 		return err
-	}
-	if flags.NArg() > 0 {
-		return fmt.Errorf("init takes no arguments, got %q", flags.Args())
 	}
 	if err := requireFlag("data-dir", *dir); err != nil {
 		return err

@@ -93,11 +93,8 @@ type accountJSON struct {
 func cmdAccountList(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("account list", env)
 	l := listingFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("account list takes no arguments, got %q", fs.Args())
 	}
 	st, cfg, err := l.open(ctx)
 	if err != nil {
@@ -152,11 +149,8 @@ func cmdInstances(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("instances", env)
 	l := listingFlags(fs)
 	account := fs.String("account", "", "the account whose instances to list")
-	if err := fs.Parse(args); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("instances takes no arguments, got %q", fs.Args())
 	}
 	if err := requireFlag("account", *account); err != nil {
 		return err

@@ -190,11 +190,8 @@ func cmdReplicas(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("replicas", env)
 	dir := fs.String("data-dir", "", "the automator's data directory")
 	db := fs.String("db", "", "database DSN (overrides automator.yaml)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("replicas takes no arguments, got %q", fs.Args())
 	}
 	if err := requireFlag("data-dir", *dir); err != nil {
 		return err

@@ -44,11 +44,8 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	replicaID := fs.String("replica-id", "", "this replica's id among automators sharing a database")
 	plaintext := fs.Bool("insecure-plaintext", false, "serve gRPC without TLS; loopback addresses only (tests and demos)")
 	logFormat := fs.String("log-format", "", "log format on stderr: text (the default) or json (overrides automator.yaml)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("serve takes no arguments, got %q", fs.Args())
 	}
 	if err := requireFlag("data-dir", *dir); err != nil {
 		return err

@@ -37,11 +37,8 @@ func serviceCommand(verb string, args []string, env Env) error {
 		userName = fs.String("user", "", "run the service as this existing, unprivileged user who owns the data directory (Linux; default root)")
 		manual = fs.Bool("manual-start", false, "do not start the service at boot")
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%s takes no arguments, got %q", verb, fs.Args())
 	}
 	if err := service.CheckName(*name); err != nil {
 		return fmt.Errorf("--name: %w", err)

@@ -143,11 +143,8 @@ func cmdWorkList(ctx context.Context, args []string, env Env) error {
 	account := fs.String("account", "", "only this account's units")
 	state := fs.String("state", "", "only units in this state: queued, claimed, succeeded, failed, timed_out or cancelled")
 	limit := fs.Int("limit", 50, "list at most this many units (the newest)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseNoArgs(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("work list takes no arguments, got %q", fs.Args())
 	}
 	var empty error
 	fs.Visit(func(f *flag.Flag) {
