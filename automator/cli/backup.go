@@ -34,6 +34,9 @@ func cmdBackup(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	file := pos[0]
+	if file == "" {
+		return errors.New("backup: FILE is empty; name the new file to write the backup to")
+	}
 	cfg, err := config.Load(*dir)
 	if err != nil {
 		return err
@@ -61,11 +64,8 @@ func cmdBackup(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	defer st.Close()
-	// Recorded first, so that the copy holds it too: a restore then tells
-	// when its backup was taken.
-	now := time.Now()
-	audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditBackup, Detail: "backup of the database"}, env)
-
+	// Made before the backup is recorded: a FILE whose directory is
+	// missing or not writable records no backup.
 	tmp, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".partial-*")
 	if err != nil {
 		return fmt.Errorf("making the backup's temporary file beside %s: %w", file, err)
@@ -78,6 +78,10 @@ func cmdBackup(ctx context.Context, args []string, env Env) error {
 			removeSQLiteFiles(tmpPath)
 		}
 	}()
+	// Recorded before the copy, so that the copy holds it too: a restore
+	// then tells when its backup was taken.
+	now := time.Now()
+	audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditBackup, Detail: "backup of the database"}, env)
 	if err := st.Backup(ctx, tmpPath); err != nil {
 		return err
 	}

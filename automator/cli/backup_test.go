@@ -418,3 +418,22 @@ func TestRestoreDeletesAgainAnAccountDeletedAfterTheBackup(t *testing.T) {
 		}
 	})
 }
+
+// TestBackupToABadFileRecordsNoBackup: a FILE that is empty, or in a
+// directory that does not exist, is refused in one line naming it, and the
+// audit log records no backup, since none was taken.
+func TestBackupToABadFileRecordsNoBackup(t *testing.T) {
+	dir := initDir(t)
+	for _, c := range []struct{ file, want string }{
+		{"", "automator: backup: FILE is empty; name the new file to write the backup to\n"},
+		{filepath.Join(t.TempDir(), "missing", "b.db"), "automator: making the backup's temporary file beside "},
+	} {
+		code, out, stderr := runCLI(t, "backup", "--data-dir", dir, c.file)
+		if code != ExitError || !strings.HasPrefix(stderr, c.want) || strings.Count(stderr, "\n") != 1 || out != "" {
+			t.Errorf("backup to %q: exit %d, stdout %q, stderr %q; want %d and one line starting %q", c.file, code, out, stderr, ExitError, c.want)
+		}
+	}
+	if _, audit, _ := runCLI(t, "audit", "--data-dir", dir); strings.Contains(audit, store.AuditBackup) {
+		t.Errorf("audit after backups refused:\n%s\nwant no %s event", audit, store.AuditBackup)
+	}
+}
