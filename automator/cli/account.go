@@ -25,10 +25,10 @@ func accountArgs(fs *flag.FlagSet, args []string, dir *string, usage string) (st
 	if err != nil {
 		return "", err
 	}
-	if len(pos) != 1 {
-		return "", errors.New(usage)
+	name, err := oneArg(fs, "NAME", pos, usage)
+	if err != nil {
+		return "", err
 	}
-	name := pos[0]
 	if !server.AccountNamePattern.MatchString(name) {
 		return "", fmt.Errorf("account name %q must match %s", name, server.AccountNamePattern)
 	}

@@ -65,10 +65,10 @@ func cmdAPIKeyCreate(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return errors.New("usage: automator apikey create NAME --data-dir DIR (--accounts A,B | --all-accounts)")
+	name, err := oneArg(fs, "NAME", pos, "usage: automator apikey create NAME --data-dir DIR (--accounts A,B | --all-accounts)")
+	if err != nil {
+		return err
 	}
-	name := pos[0]
 	if err := checkAPIKeyName(name); err != nil {
 		return err
 	}
@@ -215,8 +215,8 @@ func cmdAPIKeyRevoke(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return errors.New("usage: automator apikey revoke ID --data-dir DIR")
+	if _, err := oneArg(fs, "ID", pos, "usage: automator apikey revoke ID --data-dir DIR"); err != nil {
+		return err
 	}
 	st, err := openDataStore(ctx, *dir)
 	if err != nil {

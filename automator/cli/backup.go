@@ -27,13 +27,13 @@ func cmdBackup(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return errors.New("usage: automator backup --data-dir DIR FILE")
+	file, err := oneArg(fs, "FILE", pos, "usage: automator backup --data-dir DIR FILE")
+	if err != nil {
+		return err
 	}
 	if err := requireFlag("data-dir", *dir); err != nil {
 		return err
 	}
-	file := pos[0]
 	if file == "" {
 		return errors.New("backup: FILE is empty; name the new file to write the backup to")
 	}

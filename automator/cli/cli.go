@@ -201,6 +201,19 @@ func parseNoArgs(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// oneArg is the one argument of a command that takes one (what: "NAME",
+// "ID", "FILE") out of its positional arguments pos: none is refused with
+// usage, more than one named, with usage.
+func oneArg(fs *flag.FlagSet, what string, pos []string, usage string) (string, error) {
+	switch len(pos) {
+	case 1:
+		return pos[0], nil
+	case 0:
+		return "", errors.New(usage)
+	}
+	return "", fmt.Errorf("%s takes one %s, got %q; %s", strings.TrimPrefix(fs.Name(), "automator "), what, pos, usage)
+}
+
 func requireFlag(name, v string) error {
 	if strings.TrimSpace(v) == "" {
 		return fmt.Errorf("--%s is required", name)

@@ -59,8 +59,8 @@ func cmdRestore(ctx context.Context, args []string, env Env) error {
 		}
 		return restoreOpenWork(ctx, *dir, cfg, env)
 	}
-	if len(pos) != 1 {
-		return errors.New("usage: automator restore --data-dir DIR FILE")
+	if _, err := oneArg(fs, "FILE", pos, "usage: automator restore --data-dir DIR FILE"); err != nil {
+		return err
 	}
 	if *db != "" {
 		return errors.New("--db goes with --open-work-only only: a FILE is restored into the data directory's SQLite database")

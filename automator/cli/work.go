@@ -262,8 +262,8 @@ func cmdWorkShow(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return errors.New("usage: automator work show ID --data-dir DIR [--reveal] [--json]")
+	if _, err := oneArg(fs, "ID", pos, "usage: automator work show ID --data-dir DIR [--reveal] [--json]"); err != nil {
+		return err
 	}
 	st, _, err := l.open(ctx)
 	if err != nil {
