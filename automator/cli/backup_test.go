@@ -437,3 +437,14 @@ func TestBackupToABadFileRecordsNoBackup(t *testing.T) {
 		t.Errorf("audit after backups refused:\n%s\nwant no %s event", audit, store.AuditBackup)
 	}
 }
+
+// TestRestoreOfAnEmptyFileSaysSo: restore "" says FILE is empty, in one
+// line, rather than that a file of no name cannot be read, and changes
+// nothing.
+func TestRestoreOfAnEmptyFileSaysSo(t *testing.T) {
+	dir := initDir(t)
+	code, out, stderr := runCLI(t, "restore", "--data-dir", dir, "")
+	if want := "automator: restore: FILE is empty; name the backup to restore\n"; code != ExitError || stderr != want || out != "" {
+		t.Errorf("restore \"\": exit %d, stdout %q, stderr %q; want %d and %q", code, out, stderr, ExitError, want)
+	}
+}

@@ -59,8 +59,12 @@ func cmdRestore(ctx context.Context, args []string, env Env) error {
 		}
 		return restoreOpenWork(ctx, *dir, cfg, env)
 	}
-	if _, err := oneArg(fs, "FILE", pos, "usage: automator restore --data-dir DIR FILE"); err != nil {
+	file, err := oneArg(fs, "FILE", pos, "usage: automator restore --data-dir DIR FILE")
+	if err != nil {
 		return err
+	}
+	if file == "" {
+		return errors.New("restore: FILE is empty; name the backup to restore")
 	}
 	if *db != "" {
 		return errors.New("--db goes with --open-work-only only: a FILE is restored into the data directory's SQLite database")
@@ -68,7 +72,7 @@ func cmdRestore(ctx context.Context, args []string, env Env) error {
 	if pgstore.IsDSN(cfg.DB) {
 		return fmt.Errorf("the database is PostgreSQL (%s): restore it with PostgreSQL's own tools, then run `automator restore --data-dir %s --open-work-only` before any replica starts; see docs/several-automators.md", pgstore.Redact(cfg.DB), *dir)
 	}
-	return restoreSQLite(ctx, *dir, cfg, pos[0], env)
+	return restoreSQLite(ctx, *dir, cfg, file, env)
 }
 
 func restoreSQLite(ctx context.Context, dir string, cfg config.Config, file string, env Env) error {
