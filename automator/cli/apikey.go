@@ -236,7 +236,7 @@ func cmdAPIKeyRevoke(ctx context.Context, args []string, env Env) error {
 	now := time.Now()
 	k, err := st.APIKeyRevoke(ctx, store.APIKeyRevokeParams{ID: pos[0], Now: now})
 	if errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("no API key %q; see `automator apikey list`", pos[0])
+		return fmt.Errorf("no API key of ID %q%s; see `automator apikey list`", pos[0], namedSo(keys, pos[0]))
 	}
 	if errors.Is(err, store.ErrWithdrawalInterrupted) {
 		// The revoke is committed: record it even though interrupted.
@@ -251,6 +251,29 @@ func cmdAPIKeyRevoke(ctx context.Context, args []string, env Env) error {
 		fmt.Fprintf(env.Stderr, "automator: %s held this key: exec, work wait and work cancel with --data-dir are refused until a new one is put there: `automator apikey create admin --all-accounts --data-dir %s > %s`\n", path, *dir, path)
 	}
 	return nil
+}
+
+// namedSo is, for an ID given to apikey revoke that is no key's, what
+// to say of the keys whose name it is, if any: the IDs to give instead.
+func namedSo(keys []store.APIKey, name string) string {
+	var ids []string
+	for _, k := range keys {
+		if k.Name != name {
+			continue
+		}
+		if k.RevokedAt.IsZero() {
+			ids = append(ids, k.ID)
+		} else {
+			ids = append(ids, k.ID+" (revoked)")
+		}
+	}
+	switch len(ids) {
+	case 0:
+		return ""
+	case 1:
+		return fmt.Sprintf(": apikey revoke takes the ID, and the key named %q is %s", name, ids[0])
+	}
+	return fmt.Sprintf(": apikey revoke takes the ID, and the keys named %q are %s", name, strings.Join(ids, ", "))
 }
 
 // holdsKey reports whether the file at path holds the secret of API key k.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -103,5 +104,31 @@ func TestAPIKeyCreateNamesEachAccountOnce(t *testing.T) {
 	_, audit, _ := runMain(t, "audit", "--data-dir", dir)
 	if !strings.Contains(audit, "(ci) for account acme, globex") {
 		t.Errorf("audit:\n%s\nwant the key's creation for account acme, globex", audit)
+	}
+}
+
+// TestAPIKeyRevokeOfANameNamesTheKeysID: apikey revoke takes a key's ID;
+// given a key's name instead, it revokes nothing and says, in one line,
+// which ID the key of that name has. An ID that is neither still says
+// there is no such key.
+func TestAPIKeyRevokeOfANameNamesTheKeysID(t *testing.T) {
+	dir := initDir(t)
+	code, _, stderr := runMain(t, "apikey", "create", "ci", "--all-accounts", "--data-dir", dir)
+	id := regexp.MustCompile(`ak_[0-9a-f]+`).FindString(stderr)
+	if code != 0 || id == "" {
+		t.Fatalf("apikey create ci: exit %d: %s", code, stderr)
+	}
+	code, stdout, stderr := runMain(t, "apikey", "revoke", "ci", "--data-dir", dir)
+	want := `automator: no API key of ID "ci": apikey revoke takes the ID, and the key named "ci" is ` + id + "; see `automator apikey list`\n"
+	if code != ExitError || stderr != want || stdout != "" {
+		t.Errorf("apikey revoke ci: exit %d, stdout %q, stderr %q; want %d and %q", code, stdout, stderr, ExitError, want)
+	}
+	if _, list, _ := runMain(t, "apikey", "list", "--data-dir", dir, "--json"); !strings.Contains(list, `"id":"`+id+`","name":"ci","all_accounts":true,"accounts":[],"created_at":`) ||
+		!strings.Contains(list, `"revoked_at":null}`+"\n") || strings.Count(list, `"revoked_at":null`) != 2 {
+		t.Errorf("apikey list after revoking a name:\n%s\nwant %s and admin unrevoked", list, id)
+	}
+	code, _, stderr = runMain(t, "apikey", "revoke", "ak_000000000000", "--data-dir", dir)
+	if want := "automator: no API key of ID \"ak_000000000000\"; see `automator apikey list`\n"; code != ExitError || stderr != want {
+		t.Errorf("apikey revoke of an unknown ID: exit %d, stderr %q; want %d and %q", code, stderr, ExitError, want)
 	}
 }
