@@ -48,8 +48,15 @@ func cmdExec(ctx context.Context, args []string, env Env) (int, error) {
 	if err := requireFlag("account", *account); err != nil {
 		return 0, err
 	}
-	timeoutSet := false
-	fs.Visit(func(f *flag.Flag) { timeoutSet = timeoutSet || f.Name == "timeout" })
+	timeoutSet, stdinSet := false, false
+	fs.Visit(func(f *flag.Flag) {
+		timeoutSet = timeoutSet || f.Name == "timeout"
+		stdinSet = stdinSet || f.Name == "stdin"
+	})
+	if stdinSet && *stdinFrom == "" {
+		// A script's variable left empty: not taken for no stdin.
+		return 0, errors.New("--stdin is empty; give a FILE, or - for this process's stdin (leave it out for none)")
+	}
 	if *timeout < 0 || (timeoutSet && *timeout == 0) {
 		// 0 is the flag's unset value (the server's default), not a
 		// deadline a caller can ask for.

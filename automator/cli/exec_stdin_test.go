@@ -63,3 +63,22 @@ func (f *firstReadSignal) Read(p []byte) (int, error) {
 	f.once.Do(func() { close(f.reading) })
 	return f.r.Read(p)
 }
+
+// TestExecRefusesAnEmptyStdinFlag: --stdin "" (a script's variable left
+// empty) is refused in one line, exit 255, with nothing queued, rather
+// than taken for no stdin and the script run without what it was meant
+// to read.
+func TestExecRefusesAnEmptyStdinFlag(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	var out, errb bytes.Buffer
+	code := cli.Main(t.Context(),
+		[]string{"exec", "--server", a.URL(), "--api-key-file", a.APIKeyFile, "--ca", a.CAFile, "--account", "acme", "--timeout", "1s", "--stdin", "", "x.sh"},
+		cli.Env{Stdin: &bytes.Buffer{}, Stdout: &out, Stderr: &errb})
+	want := "automator: --stdin is empty; give a FILE, or - for this process's stdin (leave it out for none)\n"
+	if code != cli.ExitError || errb.String() != want || out.Len() != 0 {
+		t.Errorf("exec --stdin \"\": exit %d, stdout %q, stderr %q; want %d and %q", code, out.String(), errb.String(), cli.ExitError, want)
+	}
+	if n := a.CountWork(t); n != 0 {
+		t.Errorf("%d units queued by an exec refused", n)
+	}
+}
