@@ -79,12 +79,19 @@ func cmdAPIKeyCreate(ctx context.Context, args []string, env Env) error {
 	case !*all && strings.TrimSpace(*accounts) == "":
 		return errors.New("--accounts A,B is required (the accounts the key may use), or --all-accounts")
 	case !*all:
+		var bad []string
 		for _, a := range strings.Split(*accounts, ",") {
 			a = strings.TrimSpace(a)
 			if !server.AccountNamePattern.MatchString(a) {
-				return fmt.Errorf("--accounts: %q is not an account name (%s)", a, server.AccountNamePattern)
+				bad = append(bad, a)
 			}
 			scope = append(scope, a)
+		}
+		switch {
+		case len(bad) == 1:
+			return fmt.Errorf("--accounts: %q is not an account name (%s)", bad[0], server.AccountNamePattern)
+		case len(bad) > 1:
+			return fmt.Errorf("--accounts: %s are not account names (%s)", quotedList(bad), server.AccountNamePattern)
 		}
 		scope = store.DistinctAccounts(scope) // as the store keeps it
 	}
@@ -93,12 +100,19 @@ func cmdAPIKeyCreate(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	defer st.Close()
+	var missing []string
 	for _, a := range scope {
 		if _, err := st.AccountGet(ctx, a); errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("--accounts: account %q not found; create it first (`automator account create`)", a)
+			missing = append(missing, a)
 		} else if err != nil {
 			return err
 		}
+	}
+	switch {
+	case len(missing) == 1:
+		return fmt.Errorf("--accounts: account %q not found; create it first (`automator account create`)", missing[0])
+	case len(missing) > 1:
+		return fmt.Errorf("--accounts: accounts %s not found; create them first (`automator account create`)", quotedList(missing))
 	}
 	var b [6]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -124,6 +138,18 @@ func cmdAPIKeyCreate(ctx context.Context, args []string, env Env) error {
 	}
 	fmt.Fprintf(env.Stderr, "automator: API key %s (%s) for %s; its secret is on stdout, shown this once\n", id, name, scopeText(scope))
 	return nil
+}
+
+// quotedList is names quoted, as `"a", "b" and "c"`.
+func quotedList(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = fmt.Sprintf("%q", n)
+	}
+	if len(q) < 2 {
+		return strings.Join(q, "")
+	}
+	return strings.Join(q[:len(q)-1], ", ") + " and " + q[len(q)-1]
 }
 
 // maxAPIKeyName is the longest API key name, in characters.

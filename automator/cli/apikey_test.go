@@ -132,3 +132,27 @@ func TestAPIKeyRevokeOfANameNamesTheKeysID(t *testing.T) {
 		t.Errorf("apikey revoke of an unknown ID: exit %d, stderr %q; want %d and %q", code, stderr, ExitError, want)
 	}
 }
+
+// TestAPIKeyCreateNamesEveryBadAccountAtOnce: --accounts naming several
+// accounts that are not names, or that do not exist, is refused in one
+// line naming each of them, not the first only (which would take a run per
+// mistake to find them all); no key is made.
+func TestAPIKeyCreateNamesEveryBadAccountAtOnce(t *testing.T) {
+	dir := initDir(t)
+	if code, _, stderr := runMain(t, "account", "create", "acme", "--data-dir", dir); code != 0 {
+		t.Fatalf("account create acme: exit %d: %s", code, stderr)
+	}
+	for _, c := range []struct{ accounts, want string }{
+		{"acme,Bad,,x\ty", `automator: --accounts: "Bad", "" and "x\ty" are not account names (^[a-z0-9][a-z0-9._-]{0,62}$)` + "\n"},
+		{"nobody,acme,ghost", "automator: --accounts: accounts \"nobody\" and \"ghost\" not found; create them first (`automator account create`)\n"},
+		{"acme,nobody", "automator: --accounts: account \"nobody\" not found; create it first (`automator account create`)\n"},
+	} {
+		code, stdout, stderr := runMain(t, "apikey", "create", "ci", "--accounts", c.accounts, "--data-dir", dir)
+		if code != ExitError || stderr != c.want || stdout != "" {
+			t.Errorf("apikey create --accounts %q: exit %d, stdout %q, stderr %q; want %d and %q", c.accounts, code, stdout, stderr, ExitError, c.want)
+		}
+	}
+	if _, list, _ := runMain(t, "apikey", "list", "--data-dir", dir); strings.Contains(list, "ci") {
+		t.Errorf("apikey list after refused creations:\n%s\nwant no key ci", list)
+	}
+}
