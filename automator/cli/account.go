@@ -14,6 +14,7 @@ import (
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/clihelp"
 )
 
 // accountArgs parses the arguments of an account command that names one
@@ -21,7 +22,7 @@ import (
 // be one valid account name; --data-dir (dir) is required. usage is the
 // error for a missing or extra NAME.
 func accountArgs(fs *flag.FlagSet, args []string, dir *string, usage string) (string, error) {
-	pos, err := parseInterspersed(fs, args)
+	pos, err := clihelp.ParseInterspersed(fs, args)
 	if err != nil {
 		return "", err
 	}

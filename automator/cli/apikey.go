@@ -19,6 +19,7 @@ import (
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/clihelp"
 	"github.com/opsgate/opsgate/internal/secretfile"
 )
 
@@ -61,7 +62,7 @@ func cmdAPIKeyCreate(ctx context.Context, args []string, env Env) error {
 	dir := fs.String("data-dir", "", "the automator's data directory")
 	accounts := fs.String("accounts", "", "comma-separated accounts the key may use (execute on, read and cancel units of)")
 	all := fs.Bool("all-accounts", false, "the key may use every account, present and future")
-	pos, err := parseInterspersed(fs, args)
+	pos, err := clihelp.ParseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
@@ -180,7 +181,7 @@ func cmdAPIKeyList(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("apikey list", env)
 	dir := fs.String("data-dir", "", "the automator's data directory")
 	asJSON := fs.Bool("json", false, "one JSON object per key")
-	if err := parseNoArgs(fs, args); err != nil {
+	if err := clihelp.ParseNoArgs(fs, args); err != nil {
 		return err
 	}
 	st, err := openDataStore(ctx, *dir)
@@ -237,7 +238,7 @@ func cmdAPIKeyList(ctx context.Context, args []string, env Env) error {
 func cmdAPIKeyRevoke(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("apikey revoke", env)
 	dir := fs.String("data-dir", "", "the automator's data directory")
-	pos, err := parseInterspersed(fs, args)
+	pos, err := clihelp.ParseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}

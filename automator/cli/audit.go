@@ -9,6 +9,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/clihelp"
 )
 
 // auditPage is how many events one store call reads.
@@ -22,7 +23,7 @@ func cmdAudit(ctx context.Context, args []string, env Env) error {
 	dir := fs.String("data-dir", "", "the automator's data directory")
 	since := fs.Duration("since", 0, "only events of the last DUR (default: every event)")
 	asJSON := fs.Bool("json", false, "one JSON object per event")
-	if err := parseNoArgs(fs, args); err != nil {
+	if err := clihelp.ParseNoArgs(fs, args); err != nil {
 		return err
 	}
 	if *since < 0 {

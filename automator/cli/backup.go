@@ -12,6 +12,7 @@ import (
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/pgstore"
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
+	"github.com/opsgate/opsgate/internal/clihelp"
 )
 
 // cmdBackup writes a consistent copy of the SQLite database to FILE while
@@ -23,7 +24,7 @@ import (
 func cmdBackup(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("backup", env)
 	dir := fs.String("data-dir", "", "the automator's data directory")
-	pos, err := parseInterspersed(fs, args)
+	pos, err := clihelp.ParseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}

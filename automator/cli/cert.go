@@ -11,6 +11,7 @@ import (
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/pki"
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/clihelp"
 )
 
 // cmdCertRenew makes a new server certificate signed by the data
@@ -24,7 +25,7 @@ import (
 func cmdCertRenew(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("cert renew", env)
 	dir := fs.String("data-dir", "", "the automator's data directory")
-	if err := parseNoArgs(fs, args); err != nil {
+	if err := clihelp.ParseNoArgs(fs, args); err != nil {
 		return err
 	}
 	if err := requireFlag("data-dir", *dir); err != nil {

@@ -170,37 +170,6 @@ func newFlags(name string, env Env) *flag.FlagSet {
 	return fs
 }
 
-// parseInterspersed parses flags that may stand before or after the
-// positional arguments (as in `account create NAME --data-dir DIR`).
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
-}
-
-// parseNoArgs parses the flags of a command that takes no arguments,
-// wherever they stand, and refuses a stray argument naming it alone (not
-// the flags after it).
-func parseNoArgs(fs *flag.FlagSet, args []string) error {
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("%s takes no arguments, got %q", strings.TrimPrefix(fs.Name(), "automator "), pos)
-	}
-	return nil
-}
-
 // oneArg is the one argument of a command that takes one (what: "NAME",
 // "ID", "FILE") out of its positional arguments pos: none is refused with
 // usage, more than one named, with usage.

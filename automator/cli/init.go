@@ -14,6 +14,7 @@ import (
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/pgstore"
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/clihelp"
 )
 
 // cmdInit makes a data directory: settings, master key, CA, server
@@ -25,7 +26,7 @@ func cmdInit(ctx context.Context, args []string, env Env) (err error) {
 	dir := flags.String("data-dir", "", "data directory to create")
 	publicURL := flags.String("public-url", config.DefaultPublicURL, "how proxies reach this automator, https://HOST:PORT")
 	db := flags.String("db", "", "database DSN (default: SQLite file automator.db in the data directory)")
-	if err := parseNoArgs(flags, args); err != nil {
+	if err := clihelp.ParseNoArgs(flags, args); err != nil {
 		return err
 	}
 	if err := requireFlag("data-dir", *dir); err != nil {

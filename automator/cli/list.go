@@ -13,6 +13,7 @@ import (
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/clihelp"
 )
 
 // now is the listings' clock ("5s ago", online or not); tests fix it.
@@ -93,7 +94,7 @@ type accountJSON struct {
 func cmdAccountList(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("account list", env)
 	l := listingFlags(fs)
-	if err := parseNoArgs(fs, args); err != nil {
+	if err := clihelp.ParseNoArgs(fs, args); err != nil {
 		return err
 	}
 	st, cfg, err := l.open(ctx)
@@ -149,7 +150,7 @@ func cmdInstances(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("instances", env)
 	l := listingFlags(fs)
 	account := fs.String("account", "", "the account whose instances to list")
-	if err := parseNoArgs(fs, args); err != nil {
+	if err := clihelp.ParseNoArgs(fs, args); err != nil {
 		return err
 	}
 	if err := requireFlag("account", *account); err != nil {

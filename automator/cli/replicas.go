@@ -15,6 +15,7 @@ import (
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/pgstore"
+	"github.com/opsgate/opsgate/internal/clihelp"
 	"github.com/opsgate/opsgate/version"
 )
 
@@ -190,7 +191,7 @@ func cmdReplicas(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("replicas", env)
 	dir := fs.String("data-dir", "", "the automator's data directory")
 	db := fs.String("db", "", "database DSN (overrides automator.yaml)")
-	if err := parseNoArgs(fs, args); err != nil {
+	if err := clihelp.ParseNoArgs(fs, args); err != nil {
 		return err
 	}
 	if err := requireFlag("data-dir", *dir); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/pgstore"
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
+	"github.com/opsgate/opsgate/internal/clihelp"
 )
 
 // idempotencyWindow is how long an idempotency key stays bound to its
@@ -39,7 +40,7 @@ func cmdRestore(ctx context.Context, args []string, env Env) error {
 	dir := fs.String("data-dir", "", "the automator's data directory (its serve must be stopped)")
 	db := fs.String("db", "", "database DSN (overrides automator.yaml); with --open-work-only")
 	openOnly := fs.Bool("open-work-only", false, "replace nothing: end the open units of the database as restored by other means (PostgreSQL), before any replica starts")
-	pos, err := parseInterspersed(fs, args)
+	pos, err := clihelp.ParseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/opsgate/opsgate/automator/pki"
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/clihelp"
 	"github.com/opsgate/opsgate/internal/grpcwire"
 	"github.com/opsgate/opsgate/internal/lastread"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
@@ -44,7 +45,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	replicaID := fs.String("replica-id", "", "this replica's id among automators sharing a database")
 	plaintext := fs.Bool("insecure-plaintext", false, "serve gRPC without TLS; loopback addresses only (tests and demos)")
 	logFormat := fs.String("log-format", "", "log format on stderr: text (the default) or json (overrides automator.yaml)")
-	if err := parseNoArgs(fs, args); err != nil {
+	if err := clihelp.ParseNoArgs(fs, args); err != nil {
 		return err
 	}
 	if err := requireFlag("data-dir", *dir); err != nil {

@@ -37,7 +37,7 @@ func serviceCommand(verb string, args []string, env Env) error {
 		userName = fs.String("user", "", "run the service as this existing, unprivileged user who owns the data directory (Linux; default root)")
 		manual = fs.Bool("manual-start", false, "do not start the service at boot")
 	}
-	if err := parseNoArgs(fs, args); err != nil {
+	if err := clihelp.ParseNoArgs(fs, args); err != nil {
 		return err
 	}
 	if err := service.CheckName(*name); err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/mattn/go-isatty"
 
 	"github.com/opsgate/opsgate/automator/client"
+	"github.com/opsgate/opsgate/internal/clihelp"
 )
 
 // isTerminal reports whether w is a terminal (progress lines are drawn
@@ -45,7 +46,7 @@ func unitsCommand(name string, args []string, env Env) (ids []string, asJSON boo
 	fs := newFlags(name, env)
 	caller := addCallerFlags(fs)
 	jsonFlag := fs.Bool("json", false, `print JSON (for scripts) instead of a table: an object per ID in the order given, a refused one {"work_id", "refused"} with no state`)
-	if ids, err = parseInterspersed(fs, args); err != nil {
+	if ids, err = clihelp.ParseInterspersed(fs, args); err != nil {
 		return nil, false, nil, nil, err
 	}
 	if len(ids) == 0 {

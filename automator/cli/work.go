@@ -10,6 +10,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/clihelp"
 )
 
 // cmdWork dispatches the work subcommands.
@@ -143,7 +144,7 @@ func cmdWorkList(ctx context.Context, args []string, env Env) error {
 	account := fs.String("account", "", "only this account's units")
 	state := fs.String("state", "", "only units in this state: queued, claimed, succeeded, failed, timed_out or cancelled")
 	limit := fs.Int("limit", 50, "list at most this many units (the newest)")
-	if err := parseNoArgs(fs, args); err != nil {
+	if err := clihelp.ParseNoArgs(fs, args); err != nil {
 		return err
 	}
 	var empty error
@@ -258,7 +259,7 @@ func cmdWorkShow(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("work show", env)
 	l := listingFlags(fs)
 	reveal := fs.Bool("reveal", false, "also open and print the script name, arguments and output (sealed in the store)")
-	pos, err := parseInterspersed(fs, args)
+	pos, err := clihelp.ParseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}

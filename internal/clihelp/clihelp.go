@@ -108,3 +108,41 @@ func OneLine(err error) string {
 	}
 	return b.String()
 }
+
+// ParseInterspersed parses the flags of fs that may stand before or after
+// the positional arguments (as in `account create NAME --data-dir DIR`)
+// and returns the positional arguments.
+func ParseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// ParseNoArgs parses the flags of a command that takes no arguments,
+// wherever they stand, and refuses a stray argument naming it alone, not
+// the flags after it: "COMMAND takes no arguments, got [...]", COMMAND
+// being fs's name without the program's ("account list" of "automator
+// account list").
+func ParseNoArgs(fs *flag.FlagSet, args []string) error {
+	pos, err := ParseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		name := fs.Name()
+		if _, command, ok := strings.Cut(name, " "); ok {
+			name = command
+		}
+		return fmt.Errorf("%s takes no arguments, got %q", name, pos)
+	}
+	return nil
+}

@@ -113,11 +113,8 @@ func runConfig(args []string, env Env) (config.Config, error) {
 	instanceID := fs.String("instance-id", "", "this instance's id (overrides instance_id; default the host name)")
 	scriptsDir := fs.String("scripts-dir", "", "directory of runnable scripts (overrides scripts_dir)")
 	logFormat := fs.String("log-format", "", "log format: text (the default) or json (overrides log_format)")
-	if err := fs.Parse(args); err != nil {
+	if err := clihelp.ParseNoArgs(fs, args); err != nil {
 		return config.Config{}, err
-	}
-	if fs.NArg() > 0 {
-		return config.Config{}, fmt.Errorf("run takes no arguments, got %q", fs.Args())
 	}
 	if *path == "" {
 		return config.Config{}, errors.New("--config is required")

@@ -123,3 +123,25 @@ func TestReconnectAfterTheAutomatorReturnsWithinSeconds(t *testing.T) {
 		t.Errorf("reconnect backoff %+v: want a delay of at most 5 s between dials", b)
 	}
 }
+
+// TestStrayArgumentsAreNamedWithoutTheFlags: run and the service commands
+// take no arguments; one given before their flags is named alone, not with
+// the flags after it as if they were arguments too, and nothing is done.
+func TestStrayArgumentsAreNamedWithoutTheFlags(t *testing.T) {
+	config := filepath.Join(t.TempDir(), "never-read.yaml")
+	for _, args := range [][]string{
+		{"run", "extra", "--config", config, "--instance-id", "a"},
+		{"install", "extra", "--config", config},
+		{"start", "extra", "--name", "opsgate-proxy"},
+		{"stop", "extra", "--name", "opsgate-proxy"},
+		{"status", "extra", "--name", "opsgate-proxy"},
+		{"uninstall", "extra", "--name", "opsgate-proxy"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := Main(t.Context(), args, Env{Stdout: &stdout, Stderr: &stderr})
+		want := "proxy: " + args[0] + ` takes no arguments, got ["extra"]` + "\n"
+		if code != 1 || stdout.Len() != 0 || stderr.String() != want {
+			t.Errorf("proxy %s: exit %d, stdout %q, stderr %q; want 1 and %q", strings.Join(args, " "), code, stdout.String(), stderr.String(), want)
+		}
+	}
+}

@@ -120,16 +120,6 @@ func newFlagSet(name string, env Env) *flag.FlagSet {
 	return fs
 }
 
-func parseNoArgs(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%s takes no arguments, got %q", fs.Name(), fs.Args())
-	}
-	return nil
-}
-
 // cmdInstall installs the service: it copies the config to the service's
 // config directory (adding state_dir), makes the state directory and
 // installs the OS service that runs `proxy run` on the copy. It does not
@@ -140,7 +130,7 @@ func cmdInstall(args []string, env Env) error {
 	name := fs.String("name", defaultServiceName, "service name; several proxies (of different accounts) need different names")
 	userName := fs.String("user", "", "run the service as this existing, unprivileged user (Linux; default root)")
 	manual := fs.Bool("manual-start", false, "do not start the service at boot: a warm standby, started by `proxy start`")
-	if err := parseNoArgs(fs, args); err != nil {
+	if err := clihelp.ParseNoArgs(fs, args); err != nil {
 		return err
 	}
 	if *path == "" {
@@ -348,7 +338,7 @@ func installMark(name string) string {
 func cmdControl(verb string, args []string, env Env) error {
 	fs := newFlagSet(verb, env)
 	name := fs.String("name", defaultServiceName, "service name")
-	if err := parseNoArgs(fs, args); err != nil {
+	if err := clihelp.ParseNoArgs(fs, args); err != nil {
 		return err
 	}
 	switch verb {
@@ -598,7 +588,7 @@ func lockToRemove(dir string) (*agent.StateLock, error) {
 func cmdStatus(args []string, env Env) error {
 	fs := newFlagSet("status", env)
 	name := fs.String("name", defaultServiceName, "service name")
-	if err := parseNoArgs(fs, args); err != nil {
+	if err := clihelp.ParseNoArgs(fs, args); err != nil {
 		return err
 	}
 	st, err := service.Query(*name)
