@@ -345,21 +345,7 @@ func mustJSON(t *testing.T, v any) string {
 // with 255 and one line, after the rows of the units cancelled before it;
 // the ids after it are left alone.
 func TestWorkCancelStopsWhenACallFails(t *testing.T) {
-	var broken atomic.Value // the unit whose Get fails
-	broken.Store("")
-	a := automatortest.Start(t, automatortest.Options{Interceptors: []grpc.UnaryServerInterceptor{
-		func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			if g, ok := req.(*automatorv1.GetRequest); ok && g.GetWorkId() == broken.Load() {
-				return nil, status.Error(codes.Internal, "internal error")
-			}
-			return h(ctx, req)
-		},
-	}})
-	c, err := client.New(client.Config{Addresses: []string{a.URL()}, APIKey: a.APIKey, CAPEM: a.CAPEM})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	a, c, broken := startWithAFailingGet(t)
 	first, second, third := submit(t, c, "x.sh"), submit(t, c, "x.sh"), submit(t, c, "x.sh")
 	broken.Store(second.ID)
 
@@ -424,21 +410,7 @@ func TestWorkCancelJSONListsRefusedIDsInPlace(t *testing.T) {
 // any call; with --json the array of what it got to holds them in their
 // place; the exit status is the command's failure, 255.
 func TestWorkCancelReportsRefusedIDsBeforeAnErrorEndsIt(t *testing.T) {
-	var broken atomic.Value // the unit whose Get fails
-	broken.Store("")
-	a := automatortest.Start(t, automatortest.Options{Interceptors: []grpc.UnaryServerInterceptor{
-		func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			if g, ok := req.(*automatorv1.GetRequest); ok && g.GetWorkId() == broken.Load() {
-				return nil, status.Error(codes.Internal, "internal error")
-			}
-			return h(ctx, req)
-		},
-	}})
-	c, err := client.New(client.Config{Addresses: []string{a.URL()}, APIKey: a.APIKey, CAPEM: a.CAPEM})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	a, c, broken := startWithAFailingGet(t)
 	first, second := submit(t, c, "x.sh"), submit(t, c, "x.sh")
 	broken.Store(second.ID)
 
@@ -495,4 +467,26 @@ func TestWorkCancelOfTheSameIDTwiceSaysThisCallCancelledIt(t *testing.T) {
 	if !isRefused(entries[1], unknownID, "no such unit") {
 		t.Errorf("work cancel --json = %s; want the unknown id refused in its place", r.stdout)
 	}
+}
+
+// startWithAFailingGet starts an automator whose Get of the unit stored in
+// broken (none at first) answers Internal, and a client of it.
+func startWithAFailingGet(t *testing.T) (*automatortest.Automator, *client.Client, *atomic.Value) {
+	t.Helper()
+	broken := new(atomic.Value)
+	broken.Store("")
+	a := automatortest.Start(t, automatortest.Options{Interceptors: []grpc.UnaryServerInterceptor{
+		func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if g, ok := req.(*automatorv1.GetRequest); ok && g.GetWorkId() == broken.Load() {
+				return nil, status.Error(codes.Internal, "internal error")
+			}
+			return h(ctx, req)
+		},
+	}})
+	c, err := client.New(client.Config{Addresses: []string{a.URL()}, APIKey: a.APIKey, CAPEM: a.CAPEM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return a, c, broken
 }
