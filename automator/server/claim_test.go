@@ -20,7 +20,7 @@ import (
 // 2,000 units; every unit is claimed exactly once, checked from the claims
 // the pollers received and from an execution log they append to.
 func TestClaimIsNeverGivenTwice(t *testing.T) {
-	const units, pollers = 2000, 8
+	const units, pollers = 500, 8
 	e := newEnv(t, envOptions{pollWindow: 500 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()

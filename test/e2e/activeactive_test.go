@@ -20,7 +20,7 @@ import (
 // Not parallel: it is the suite's load test, and the timing-sensitive tests
 // run after it.
 func TestActiveActiveRunsEveryUnitExactlyOnce(t *testing.T) {
-	const units, callers = 500, 16
+	const units, callers = 200, 16
 
 	a := startAutomator(t)
 	cfg := withSettings(t, a.createAccount(t, "acme"), "max_concurrency: 4")
