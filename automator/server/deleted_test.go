@@ -260,3 +260,70 @@ func TestADeletionWhoseUnitsGetNoAnswerDoesNotStopTheWatch(t *testing.T) {
 		return len(log.lines("account deleted", "account="+e.account+" ")) > 0
 	})
 }
+
+// staleAccounts answers AccountGet of the accounts it holds with the copy
+// it holds, as an automator's credential cache does for up to a second
+// after the account was deleted in another process.
+type staleAccounts struct {
+	store.Store
+	mu   sync.Mutex
+	held map[string]store.Account
+}
+
+func (s *staleAccounts) hold(t *testing.T, name string) {
+	t.Helper()
+	a, err := s.Store.AccountGet(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.held[name] = a
+}
+
+func (s *staleAccounts) AccountGet(ctx context.Context, name string) (store.Account, error) {
+	s.mu.Lock()
+	a, ok := s.held[name]
+	s.mu.Unlock()
+	if ok {
+		return a, nil
+	}
+	return s.Store.AccountGet(ctx, name)
+}
+
+// TestACallRacingTheAccountsDeletionGetsNotFound: a Submit or an
+// ExecuteOnProxy that read the account just before it was deleted (from
+// the automator's cache, or a read that came first) and stores its unit
+// after gets NOT_FOUND, "account "NAME" not found", as a call made after
+// the deletion does, whether the automator held the account's keys or
+// reads them then; not INTERNAL, and no ERROR line in the log.
+func TestACallRacingTheAccountsDeletionGetsNotFound(t *testing.T) {
+	log := &syncLog{}
+	stale := &staleAccounts{held: map[string]store.Account{}}
+	// The automator does not look for deletions while the test runs: only
+	// the unit's own writes and reads can tell it.
+	e := newEnv(t, envOptions{log: log, pollWindow: time.Second, sweepInterval: time.Hour,
+		wrap: func(st store.Store) store.Store { stale.Store = st; return stale }})
+	e.addAccount("globex")
+	caller := e.callerClient()
+	submit(t, caller, e.account, time.Hour) // the automator holds acme's keys, not globex's
+	stale.hold(t, e.account)
+	stale.hold(t, "globex")
+	e.deleteAccount(e.account)
+	e.deleteAccount("globex")
+
+	for _, name := range []string{e.account, "globex"} {
+		req := &automatorv1.ExecuteRequest{Account: name, Command: &automatorv1.Command{Script: "x.sh"}}
+		_, err := caller.Submit(context.Background(), req)
+		if status.Code(err) != codes.NotFound || status.Convert(err).Message() != `account "`+name+`" not found` {
+			t.Errorf("Submit on %s, deleted after the automator read it: %v; want NotFound, account %q not found", name, err, name)
+		}
+		_, err = caller.ExecuteOnProxy(context.Background(), req)
+		if status.Code(err) != codes.NotFound || status.Convert(err).Message() != `account "`+name+`" not found` {
+			t.Errorf("ExecuteOnProxy on %s, deleted after the automator read it: %v; want NotFound, account %q not found", name, err, name)
+		}
+	}
+	if lines := log.lines("level=ERROR"); len(lines) > 0 {
+		t.Errorf("the automator logged errors for calls on a deleted account:\n%s", strings.Join(lines, "\n"))
+	}
+}

@@ -192,12 +192,18 @@ func (s *Server) accountOrStatus(ctx context.Context, name, method string) (stor
 	}
 	acc, err := s.store.AccountGet(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return store.Account{}, status.Errorf(codes.NotFound, "account %q not found", name)
+		return store.Account{}, accountNotFound(name)
 	}
 	if err != nil {
 		return store.Account{}, s.internal(ctx, "reading account", err)
 	}
 	return acc, nil
+}
+
+// accountNotFound is the answer to a call naming an account that does not
+// exist, or no longer does.
+func accountNotFound(name string) error {
+	return status.Errorf(codes.NotFound, "account %q not found", name)
 }
 
 // enqueue validates, seals and stores a new unit with the given id, then
@@ -233,6 +239,10 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, m
 		}
 	}
 	key, err := s.currentKey(ctx, acc)
+	if errors.Is(err, store.ErrNotFound) {
+		// Deleted since acc was read (a cached copy, kept up to a second).
+		return store.Work{}, accountNotFound(acc.Name)
+	}
 	if err != nil {
 		return store.Work{}, s.internal(ctx, "opening the account key", err)
 	}
@@ -306,6 +316,11 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, m
 		}
 		s.log.Debug("idempotency key already used: returning its unit", "work_id", w.ID, "account", acc.Name, "caller", callerFrom(ctx))
 		return w, nil
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		// Deleted since acc was read: the answer a call made after the
+		// deletion gets.
+		return store.Work{}, accountNotFound(acc.Name)
 	}
 	if err != nil {
 		return store.Work{}, s.internal(ctx, "queueing work", err)
