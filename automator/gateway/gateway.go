@@ -121,14 +121,21 @@ func Mount(ctx context.Context, mux *http.ServeMux, gs *grpc.Server, o Options) 
 	mux.Handle("/v1/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// An answer holds a unit's output, which may be secret, and is
 		// current only when made: no cache along the way or in a
-		// browser calling the API keeps a copy.
+		// browser calling the API keeps a copy. The OpenAPI document
+		// too, which changes with the automator's version.
 		w.Header().Set("Cache-Control", "no-store")
+		if r.URL.Path == openAPIPath {
+			serveOpenAPI(gw, w, r)
+			return
+		}
 		r.Body = http.MaxBytesReader(w, r.Body, limit)
 		gw.ServeHTTP(w, r)
 	}))
-	mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
 	return nil
 }
+
+// openAPIPath is where the OpenAPI document is served, without an API key.
+const openAPIPath = "/v1/openapi.json"
 
 // authenticateFirst refuses, before its handler reads the body, a request
 // whose API key the server refuses, answering as for a refused call (gw is
@@ -157,7 +164,14 @@ func authenticateFirst(gw **runtime.ServeMux, auth func(ctx context.Context, aut
 	}
 }
 
-func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
+// serveOpenAPI answers GET (and HEAD) of the OpenAPI document; another
+// method is refused as on the API's own paths (routingError).
+func serveOpenAPI(gw *runtime.ServeMux, w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		_, out := runtime.MarshalerForRequest(gw, r)
+		routingError(r.Context(), gw, out, w, r, http.StatusMethodNotAllowed)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(automatorgw.OpenAPI)
 }

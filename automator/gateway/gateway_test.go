@@ -334,6 +334,7 @@ func TestAPIAnswersAreNeverStored(t *testing.T) {
 		c.do("GET", "/v1/accounts/acme/instances", "", nil),
 		c.do("GET", "/v1/work/"+id, "-", nil),
 		c.do("GET", "/v1/no/such/route", "", nil),
+		c.do("GET", "/v1/openapi.json", "-", nil),
 	} {
 		if cc := r.header.Get("Cache-Control"); cc != "no-store" {
 			t.Errorf("HTTP %d %.60s: Cache-Control %q, want no-store", r.status, r.raw, cc)
@@ -423,6 +424,7 @@ func TestWrongMethodIsMethodNotAllowed(t *testing.T) {
 		{"PUT", "/v1/accounts/acme/submit"},
 		{"DELETE", "/v1/work/w_0123456789abcdef0123456789abcdef"},
 		{"POST", "/v1/accounts/acme/instances"},
+		{"POST", "/v1/openapi.json"},
 	} {
 		r := c.do(rt.method, rt.path, "", nil)
 		if r.status != http.StatusMethodNotAllowed || !strings.Contains(r.str("message"), rt.method) {
