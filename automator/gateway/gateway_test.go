@@ -366,6 +366,35 @@ func TestOpenAPIDocumentIsServed(t *testing.T) {
 	if !strings.Contains(string(r.raw), `"idempotency_key"`) || !strings.Contains(string(r.raw), `"Authorization"`) {
 		t.Error("openapi.json lacks idempotency_key or the Authorization scheme")
 	}
+	// A 404 means an unknown account where a path names one, and an
+	// unknown unit where it names a work id (docs/api.md).
+	for path, method := range map[string]string{
+		"/v1/accounts/{account}/execute":   "post",
+		"/v1/accounts/{account}/submit":    "post",
+		"/v1/accounts/{account}/instances": "get",
+		"/v1/work/{work_id}":               "get",
+		"/v1/work/{work_id}:wait":          "post",
+		"/v1/work/{work_id}:cancel":        "post",
+	} {
+		want := "account"
+		if strings.HasPrefix(path, "/v1/work/") {
+			want = "unit"
+		}
+		notFound, _ := paths[path].(map[string]any)[method].(map[string]any)["responses"].(map[string]any)["404"].(map[string]any)
+		if d, _ := notFound["description"].(string); !strings.Contains(d, want) {
+			t.Errorf("%s %s: 404 described as %q; want it to name the %s", method, path, d, want)
+		}
+	}
+	// What the server requires, the document declares required.
+	defs, _ := r.body["definitions"].(map[string]any)
+	for def, field := range map[string]string{
+		"v1Command": "script", "AutomatorServiceExecuteOnProxyBody": "command", "AutomatorServiceSubmitBody": "command",
+	} {
+		required, _ := defs[def].(map[string]any)["required"].([]any)
+		if len(required) != 1 || required[0] != field {
+			t.Errorf("definition %s: required %v, want [%s]", def, required, field)
+		}
+	}
 }
 
 // TestPlaintextAutomatorServesTheAPI: with --insecure-plaintext the
