@@ -105,11 +105,12 @@ func (w Work) outcome() (Result, error) {
 }
 
 // UnreadableWork returns the unit that err describes when err is the
-// refusal of a Get or Wait of a unit whose result can no longer be read:
-// FAILED_PRECONDITION for a result of an account deleted since (its key
-// was destroyed with the account), DATA_LOSS for a stored result that does
-// not open (altered in the database). The unit has ended; it comes without
-// its Result, with Reason saying so; ok is false for any other error.
+// refusal of a Get, Wait or Cancel of a unit whose result can no longer be
+// read: FAILED_PRECONDITION for a result of an account deleted since (its
+// key was destroyed with the account), DATA_LOSS for a stored result that
+// does not open (altered in the database). The unit has ended; it comes
+// without its Result, with Reason saying so; ok is false for any other
+// error.
 func UnreadableWork(err error) (w Work, ok bool) {
 	s, isStatus := status.FromError(err)
 	if !isStatus || (s.Code() != codes.FailedPrecondition && s.Code() != codes.DataLoss) {
