@@ -93,7 +93,8 @@ func TestCurlExample(t *testing.T) {
 }
 
 // TestPythonExample runs docs/examples/execute.py: a result with its exit
-// code, and a script the proxy cannot run (125).
+// code, its stdin sent to the script, and a script the proxy cannot run
+// (125).
 func TestPythonExample(t *testing.T) {
 	py, err := exec.LookPath("python3")
 	if err != nil {
@@ -106,6 +107,12 @@ func TestPythonExample(t *testing.T) {
 	code, out, errs := run("", "hello.sh", "python")
 	if code != 0 || !strings.HasPrefix(out, "hello python from instance docs-a") {
 		t.Errorf("execute.py hello.sh: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	// Its stdin, not a terminal here, is the script's: sha256sum of
+	// "some data\n".
+	code, out, errs = run("some data\n", "checksum.sh")
+	if code != 0 || out != "5aa03f96c77536579166fba147929626cc3a97960e994057a9d80271a736d10f\n" {
+		t.Errorf("execute.py checksum.sh: exit %d, stdout %q, stderr %q; want the checksum of its stdin", code, out, errs)
 	}
 	code, out, errs = run("data\n", "exit-code.sh", "3")
 	if code != 3 || errs != "exiting with 3\n" {
