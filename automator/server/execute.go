@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -375,7 +378,8 @@ func (s *Server) sameCommand(ctx context.Context, w store.Work, cmd *automatorv1
 	return nil
 }
 
-// checkCommand enforces the size limits with one precise message.
+// checkCommand enforces the size limits, and that every part of the command
+// can reach a process, with one precise message.
 func (s *Server) checkCommand(c *automatorv1.Command) error {
 	l := s.limits
 	if c == nil || c.GetScript() == "" {
@@ -404,7 +408,24 @@ func (s *Server) checkCommand(c *automatorv1.Command) error {
 	if n > l.MaxEnvBytes {
 		return fmt.Errorf("command.env totals %d bytes, more than the limit of %d (limits.max_env_bytes)", n, l.MaxEnvBytes)
 	}
-	for k := range c.GetEnv() {
+	// An environment block and an argument vector are NUL-terminated
+	// strings of NAME=value: what does not fit one reaches no process on
+	// any proxy, which would report the unit failed.
+	if strings.ContainsRune(c.GetScript(), 0) {
+		return errors.New("command.script holds a NUL byte, which no file name can")
+	}
+	for i, a := range c.GetArgs() {
+		if strings.ContainsRune(a, 0) {
+			return fmt.Errorf("command.args[%d] holds a NUL byte, which no process argument can", i)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.GetEnv())) {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return fmt.Errorf("command.env: variable name %s is not valid: a name is not empty and holds no '=' or NUL byte", quoteName(k))
+		}
+		if strings.ContainsRune(c.GetEnv()[k], 0) {
+			return fmt.Errorf("command.env: the value of %s holds a NUL byte, which no environment variable can", quoteName(k))
+		}
 		if err := scriptenv.Refused(k); err != nil {
 			return fmt.Errorf("command.env: %w", err)
 		}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/opsgate/opsgate/automator/store"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -106,5 +107,39 @@ func TestCommandEnvThatRunsCodeIsRefusedAtSubmit(t *testing.T) {
 		Command: &automatorv1.Command{Script: "x.sh", Env: map[string]string{"ENV": "production", "PATH": "/opt/tools/bin:/usr/bin", "LANG": "C.UTF-8"}},
 	}); err != nil {
 		t.Errorf("submit with env ENV, PATH and LANG: %v, want it queued", err)
+	}
+}
+
+// TestCommandNoProcessCanTakeIsRefusedAtSubmit: an env variable with an
+// empty name or one holding '=' or NUL, and a NUL byte in a value, an
+// argument or the script's name, can reach no process on any proxy (an
+// environment block and an argument vector are NUL-terminated strings of
+// NAME=value): such a command is refused when submitted, naming what is
+// wrong, rather than queued for a proxy to report it failed.
+func TestCommandNoProcessCanTakeIsRefusedAtSubmit(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	for _, tc := range []struct {
+		name string
+		cmd  *automatorv1.Command
+		want string
+	}{
+		{"empty env name", &automatorv1.Command{Script: "x.sh", Env: map[string]string{"": "v"}}, `command.env: variable name ""`},
+		{"env name with =", &automatorv1.Command{Script: "x.sh", Env: map[string]string{"A=B": "v"}}, `command.env: variable name "A=B"`},
+		{"env name with NUL", &automatorv1.Command{Script: "x.sh", Env: map[string]string{"A\x00": "v"}}, `command.env: variable name "A\x00"`},
+		{"env value with NUL", &automatorv1.Command{Script: "x.sh", Env: map[string]string{"A": "v\x00w"}}, `command.env: the value of "A" holds a NUL byte`},
+		{"arg with NUL", &automatorv1.Command{Script: "x.sh", Args: []string{"ok", "a\x00b"}}, `command.args[1] holds a NUL byte`},
+		{"script with NUL", &automatorv1.Command{Script: "x\x00.sh"}, `command.script holds a NUL byte`},
+	} {
+		_, err := e.callerClient().Submit(context.Background(), &automatorv1.ExecuteRequest{Account: e.account, Command: tc.cmd})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tc.want) {
+			t.Errorf("%s: %v; want InvalidArgument saying %q", tc.name, err, tc.want)
+		}
+	}
+	units, err := e.store.WorkList(context.Background(), store.WorkListParams{Account: e.account, Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(units) != 0 {
+		t.Fatalf("%d units queued by commands no process can take", len(units))
 	}
 }
