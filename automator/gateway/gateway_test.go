@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -387,6 +388,28 @@ func TestOpenAPIDocumentIsServed(t *testing.T) {
 	}
 	// What the server requires, the document declares required.
 	defs, _ := r.body["definitions"].(map[string]any)
+	// A duration's form is declared: the form the server writes and reads.
+	sub := c.do("POST", "/v1/accounts/acme/submit", "", map[string]any{"command": map[string]any{"script": "x"}, "timeout": "1.5s"})
+	sub.want(t, http.StatusOK, "")
+	for def, field := range map[string]string{"AutomatorServiceExecuteOnProxyBody": "timeout", "AutomatorServiceSubmitBody": "timeout", "v1WorkStatus": "remaining"} {
+		prop, _ := defs[def].(map[string]any)["properties"].(map[string]any)[field].(map[string]any)
+		pattern, _ := prop["pattern"].(string)
+		re, err := regexp.Compile(pattern)
+		if pattern == "" || err != nil {
+			t.Errorf("definition %s: %s has pattern %q (%v), want one", def, field, pattern, err)
+			continue
+		}
+		for _, d := range []string{"300s", "1.5s", sub.str("remaining")} {
+			if !re.MatchString(d) {
+				t.Errorf("definition %s: %s pattern %q does not match %q", def, field, pattern, d)
+			}
+		}
+		for _, d := range []string{"5m", "300", "1h30m"} {
+			if re.MatchString(d) {
+				t.Errorf("definition %s: %s pattern %q matches %q, which the server refuses", def, field, pattern, d)
+			}
+		}
+	}
 	for def, field := range map[string]string{
 		"v1Command": "script", "AutomatorServiceExecuteOnProxyBody": "command", "AutomatorServiceSubmitBody": "command",
 	} {
