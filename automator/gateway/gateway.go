@@ -17,11 +17,15 @@ package gateway
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"regexp"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
@@ -168,6 +172,7 @@ func authenticateFirst(gw **runtime.ServeMux, auth func(ctx context.Context, aut
 // method is refused as on the API's own paths (routingError).
 func serveOpenAPI(gw *runtime.ServeMux, w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
 		_, out := runtime.MarshalerForRequest(gw, r)
 		routingError(r.Context(), gw, out, w, r, http.StatusMethodNotAllowed)
 		return
@@ -251,9 +256,64 @@ func routingError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 		runtime.DefaultRoutingErrorHandler(ctx, mux, m, w, r, httpStatus)
 		return
 	}
+	if w.Header().Get("Allow") == "" {
+		if allow := allowedMethods(r.URL.Path); allow != "" {
+			w.Header().Set("Allow", allow)
+		}
+	}
 	w.Header().Set("Content-Type", m.ContentType(st.Proto()))
 	w.WriteHeader(http.StatusMethodNotAllowed)
 	_, _ = w.Write(body)
+}
+
+// apiRoutes are the paths of the OpenAPI document, each as a pattern with
+// the methods it takes: a 405 lists them in its Allow header, as HTTP
+// requires, from the document generated with the routes themselves.
+var apiRoutes = sync.OnceValue(func() []apiRoute {
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(automatorgw.OpenAPI, &doc); err != nil {
+		return nil
+	}
+	param := regexp.MustCompile(`\{[^}]*\}`)
+	var routes []apiRoute
+	for path, ops := range doc.Paths {
+		var pattern strings.Builder
+		last := 0
+		for _, at := range param.FindAllStringIndex(path, -1) {
+			pattern.WriteString(regexp.QuoteMeta(path[last:at[0]]) + "[^/]+")
+			last = at[1]
+		}
+		pattern.WriteString(regexp.QuoteMeta(path[last:]))
+		var methods []string
+		for m := range ops {
+			switch m {
+			case "get", "put", "post", "delete", "options", "head", "patch":
+				methods = append(methods, strings.ToUpper(m))
+			}
+		}
+		routes = append(routes, apiRoute{regexp.MustCompile("^" + pattern.String() + "$"), methods})
+	}
+	return routes
+})
+
+type apiRoute struct {
+	path    *regexp.Regexp
+	methods []string
+}
+
+// allowedMethods lists, for an Allow header, the methods of the API's
+// paths that path matches; "" when none does.
+func allowedMethods(path string) string {
+	var methods []string
+	for _, rt := range apiRoutes() {
+		if rt.path.MatchString(path) {
+			methods = append(methods, rt.methods...)
+		}
+	}
+	slices.Sort(methods)
+	return strings.Join(slices.Compact(methods), ", ")
 }
 
 // OutcomeStatus is the HTTP status that execute and wait answer for a unit

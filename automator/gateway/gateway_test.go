@@ -466,21 +466,26 @@ func TestCommandOverTheMessageLimitIsABadRequest(t *testing.T) {
 
 // TestWrongMethodIsMethodNotAllowed: a route called with another method
 // (GET on execute, say) is 405 naming the method, not 501 "not
-// implemented", and runs nothing.
+// implemented", with the path's methods in Allow, and runs nothing.
 func TestWrongMethodIsMethodNotAllowed(t *testing.T) {
 	a := automatortest.Start(t, automatortest.Options{})
 	c := api{t: t, base: a.HTTPURL, apiKey: a.APIKey}
-	for _, rt := range []struct{ method, path string }{
-		{"GET", "/v1/accounts/acme/execute"},
-		{"GET", "/v1/accounts/acme/submit"},
-		{"PUT", "/v1/accounts/acme/submit"},
-		{"DELETE", "/v1/work/w_0123456789abcdef0123456789abcdef"},
-		{"POST", "/v1/accounts/acme/instances"},
-		{"POST", "/v1/openapi.json"},
+	for _, rt := range []struct{ method, path, allow string }{
+		{"GET", "/v1/accounts/acme/execute", "POST"},
+		{"GET", "/v1/accounts/acme/submit", "POST"},
+		{"PUT", "/v1/accounts/acme/submit", "POST"},
+		{"DELETE", "/v1/work/w_0123456789abcdef0123456789abcdef", "GET"},
+		{"PUT", "/v1/work/w_0123456789abcdef0123456789abcdef:cancel", "GET, POST"}, // GET: the unit "w_...:cancel"
+		{"POST", "/v1/accounts/acme/instances", "GET"},
+		{"POST", "/v1/openapi.json", "GET, HEAD"},
 	} {
 		r := c.do(rt.method, rt.path, "", nil)
 		if r.status != http.StatusMethodNotAllowed || !strings.Contains(r.str("message"), rt.method) {
 			t.Errorf("%s %s: HTTP %d %s; want 405 naming %s", rt.method, rt.path, r.status, r.raw, rt.method)
+		}
+		// HTTP requires a 405 to list the methods the path takes.
+		if allow := r.header.Values("Allow"); len(allow) != 1 || allow[0] != rt.allow {
+			t.Errorf("%s %s: Allow %q, want %q", rt.method, rt.path, allow, rt.allow)
 		}
 		if ct := r.header.Get("Content-Type"); ct != "application/json" {
 			t.Errorf("%s %s: Content-Type %q, want application/json", rt.method, rt.path, ct)
