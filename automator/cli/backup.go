@@ -69,6 +69,13 @@ func cmdBackup(ctx context.Context, args []string, env Env) error {
 	// missing or not writable records no backup.
 	tmp, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".partial-*")
 	if err != nil {
+		// Said of the directory the operator named, not of the temporary
+		// file that could not be made in it.
+		if d := filepath.Dir(file); errors.Is(err, os.ErrNotExist) {
+			if _, serr := os.Stat(d); errors.Is(serr, os.ErrNotExist) {
+				return fmt.Errorf("backup: the directory %s of %s does not exist; make it first, private (mode 0700)", d, file)
+			}
+		}
 		return fmt.Errorf("making the backup's temporary file beside %s: %w", file, err)
 	}
 	tmpPath := tmp.Name() // made mode 0600; VACUUM INTO fills an empty file

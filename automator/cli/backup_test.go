@@ -424,9 +424,11 @@ func TestRestoreDeletesAgainAnAccountDeletedAfterTheBackup(t *testing.T) {
 // audit log records no backup, since none was taken.
 func TestBackupToABadFileRecordsNoBackup(t *testing.T) {
 	dir := initDir(t)
+	missing := filepath.Join(t.TempDir(), "missing")
 	for _, c := range []struct{ file, want string }{
 		{"", "automator: backup: FILE is empty; name the new file to write the backup to\n"},
-		{filepath.Join(t.TempDir(), "missing", "b.db"), "automator: making the backup's temporary file beside "},
+		// The directory named, not the temporary file made in it.
+		{filepath.Join(missing, "b.db"), "automator: backup: the directory " + missing + " of " + filepath.Join(missing, "b.db") + " does not exist; make it first, private (mode 0700)\n"},
 	} {
 		code, out, stderr := runCLI(t, "backup", "--data-dir", dir, c.file)
 		if code != ExitError || !strings.HasPrefix(stderr, c.want) || strings.Count(stderr, "\n") != 1 || out != "" {
