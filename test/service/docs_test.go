@@ -193,3 +193,68 @@ func TestEveryCommandTheDocsNameMatchesTheCLI(t *testing.T) {
 		}
 	}
 }
+
+var (
+	// shellVarUse is a variable a shell line expands: $NAME or ${NAME...}.
+	shellVarUse = regexp.MustCompile(`\$\{?([A-Za-z_][A-Za-z0-9_]*)`)
+	// shellVarSet is a variable a shell line sets: NAME=..., export
+	// NAME=..., for NAME in ..., read NAME.
+	shellVarSet = regexp.MustCompile(`(?:^|[\s;(&|])(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=|\bfor\s+([A-Za-z_][A-Za-z0-9_]*)\s+in\b|\bread\s+(?:-r\s+)?([A-Za-z_][A-Za-z0-9_]*)`)
+	// commentWord is a name a comment may give a variable.
+	commentWord = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
+)
+
+// shellVarsKnown are set in every operator's shell.
+var shellVarsKnown = map[string]bool{"HOME": true, "PATH": true, "PWD": true, "USER": true, "TMPDIR": true}
+
+// TestEveryVariableTheDocsCommandsUseIsSetOrExplained: a variable a shell
+// block of the README or a reference page expands is set in one of the
+// page's shell blocks (`DB=...`, `export PGPASSWORD=...`), or named in a
+// comment of one or in a code span of the prose, which says what to put
+// there; a command using a variable the page never explains
+// ("$AUTOMATOR_DB_URL") cannot be run as written.
+func TestEveryVariableTheDocsCommandsUseIsSetOrExplained(t *testing.T) {
+	pages := []string{"README.md"}
+	for _, p := range []string{"api.md", "security.md", "failure-semantics.md", "guarantees.md", "backup.md",
+		"several-automators.md", "install-proxy.md", "active-active.md", "warm-standby.md", "upgrade-proxy.md"} {
+		pages = append(pages, filepath.Join("docs", p))
+	}
+	for _, page := range pages {
+		data, err := os.ReadFile(filepath.Join("..", "..", page))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(data)
+		explained := map[string]bool{}
+		for _, m := range inlineCode.FindAllStringSubmatch(prose(text), -1) {
+			explained[m[1]] = true
+		}
+		type use struct{ name, line string }
+		var uses []use
+		for _, b := range codeBlocks(text) {
+			if b.lang != "sh" {
+				continue
+			}
+			for _, line := range b.lines {
+				code, comment, _ := strings.Cut(line, "#")
+				if strings.HasPrefix(line, "#") {
+					code, comment = "", line
+				}
+				for _, name := range commentWord.FindAllString(comment, -1) {
+					explained[name] = true
+				}
+				for _, m := range shellVarSet.FindAllStringSubmatch(code, -1) {
+					explained[m[1]+m[2]+m[3]] = true
+				}
+				for _, m := range shellVarUse.FindAllStringSubmatch(code, -1) {
+					uses = append(uses, use{m[1], line})
+				}
+			}
+		}
+		for _, u := range uses {
+			if !explained[u.name] && !shellVarsKnown[u.name] {
+				t.Errorf("%s: `%s` uses $%s, which the page neither sets in a shell block nor names in a comment or the prose", page, u.line, u.name)
+			}
+		}
+	}
+}
