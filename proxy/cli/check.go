@@ -30,6 +30,10 @@ type profileCheck struct {
 	// deleted account, a CA the automator no longer uses), or soon (a
 	// previous token, a key the automator no longer hands out).
 	stale bool
+	// refused says the automator refuses the profile now (its token, or
+	// its trust of the automator's certificate): a proxy running on it
+	// polls nothing.
+	refused bool
 	// unreached says the automator did not answer (down, or no way to it
 	// from here), so nothing is known of the profile.
 	unreached bool
@@ -63,11 +67,11 @@ func judgeCheck(cfg config.Config, err error, trailer metadata.MD, now time.Time
 		// Authenticated, then refused for naming no unit: the token is
 		// accepted.
 	case codes.Unauthenticated:
-		return profileCheck{stale: true, line: fmt.Sprintf("token refused (%s): the account's token was rotated and its overlap has ended, or the account was deleted; install the account's current profile", st.Message())}
+		return profileCheck{stale: true, refused: true, line: fmt.Sprintf("token refused (%s): the account's token was rotated and its overlap has ended, or the account was deleted; install the account's current profile", st.Message())}
 	case codes.ResourceExhausted:
 		// Only a credential found wrong spends the address's budget of
 		// failures: a valid token is never refused so.
-		return profileCheck{stale: true, line: fmt.Sprintf("token refused, and this address is over its budget of failed authentications (%s); install the account's current profile", st.Message())}
+		return profileCheck{stale: true, refused: true, line: fmt.Sprintf("token refused, and this address is over its budget of failed authentications (%s); install the account's current profile", st.Message())}
 	case codes.Unavailable, codes.DeadlineExceeded:
 		msg := st.Message()
 		// As the agent's log tells them apart (agent.connState): a
@@ -75,7 +79,7 @@ func judgeCheck(cfg config.Config, err error, trailer metadata.MD, now time.Time
 		// does not trust, or one the network cut (EOF, a reset), which
 		// names no certificate and says nothing of the profile.
 		if strings.Contains(msg, "authentication handshake failed") && strings.Contains(msg, "certificate") {
-			return profileCheck{stale: true, line: fmt.Sprintf("the automator's certificate is not trusted by this config (ca_cert, pin_sha256): %s; install the account's current profile", msg)}
+			return profileCheck{stale: true, refused: true, line: fmt.Sprintf("the automator's certificate is not trusted by this config (ca_cert, pin_sha256): %s; install the account's current profile", msg)}
 		}
 		return profileCheck{unreached: true, line: fmt.Sprintf("not reached within %v: %s", checkTimeout, msg)}
 	case codes.OK:

@@ -682,6 +682,10 @@ func cmdStatus(args []string, env Env) error {
 		fmt.Fprintf(w, "=> running, but its proxy cannot start: its state directory is held by %s; stop that proxy\n", holderName(held))
 	case held != nil:
 		fmt.Fprintf(w, "=> stopped; its state directory is held by %s: stop that proxy before `proxy start --name %s`\n", holderName(held), *name)
+	case st.Running && check.refused:
+		// Its last poll may be recent, but the automator refuses its
+		// config now: it polls nothing from here on.
+		fmt.Fprintln(w, "=> running, but the automator refuses its config now (automator: above): it polls nothing")
 	case st.Running && polling:
 		fmt.Fprintln(w, "=> active: running and polling the automator")
 	case st.Running && serr == nil && s.LastPoll.Before(s.StartedAt) && now.Sub(s.StartedAt) < pollStale:

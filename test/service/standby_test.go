@@ -205,3 +205,37 @@ func TestStatusSaysWhichEnvironmentItsCheckUsed(t *testing.T) {
 		t.Errorf("status lacks the check reached directly and %q:\n%s", want, status)
 	}
 }
+
+// TestStatusOfARunningProxyWhoseTokenIsRefusedIsNotActive: a running
+// service polls; its account is then deleted. `proxy status` run at once,
+// while the last successful poll is still recent, does not call it active
+// and polling: the automator refuses its token now, so it polls nothing.
+func TestStatusOfARunningProxyWhoseTokenIsRefusedIsNotActive(t *testing.T) {
+	requireRoot(t)
+	a := startAutomator(t)
+	w := newWorkDir(t)
+	cfg := w.config(t, a.profile(t, "acme"), "refused", "instance_id: refused-a")
+	name := uniqueName(t)
+	// Run after the uninstall of install's cleanup, which leaves the spool
+	// of the polls a stop could not report to an automator refusing the
+	// token.
+	t.Cleanup(func() { _ = os.RemoveAll(psvc.StateDir(name)) })
+	install(t, name, cfg)
+	proxyCLI(t, "start", "--name", name)
+	if status := proxyCLI(t, "status", "--name", name); !strings.Contains(status, "=> active: running and polling the automator") {
+		t.Fatalf("status of the running proxy lacks its active line:\n%s", status)
+	}
+
+	if r := runCLI(bin.automator, "account", "delete", "acme", "--data-dir", a.DataDir); r.Code != 0 {
+		t.Fatalf("account delete: %v", r)
+	}
+	status := proxyCLI(t, "status", "--name", name)
+	if strings.Contains(status, "=> active") {
+		t.Errorf("status of the running proxy whose token is refused says it is active:\n%s", status)
+	}
+	for _, want := range []string{"token refused", "=> running, but the automator refuses its config now", "=> its config is out of date"} {
+		if !strings.Contains(status, want) {
+			t.Errorf("status of the running proxy whose account was deleted lacks %q:\n%s", want, status)
+		}
+	}
+}
