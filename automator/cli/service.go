@@ -162,6 +162,13 @@ func installService(name, dir, userName string, manual bool, env Env) error {
 	st, _ := service.Query(name)
 	fmt.Fprintf(env.Stdout, "Installed service %s (%s): %s\n", name, st.Platform, st.Definition)
 	fmt.Fprintf(env.Stdout, "  runs:           %s %s\n", spec.Executable, strings.Join(spec.Arguments, " "))
+	if st.Platform != "windows-service" {
+		runAs := "root"
+		if spec.User != "" {
+			runAs = spec.User
+		}
+		fmt.Fprintf(env.Stdout, "  user:           %s\n", runAs)
+	}
 	fmt.Fprintf(env.Stdout, "  starts at boot: %s\n", yesNo(st.BootStart))
 	fmt.Fprintf(env.Stdout, "It is stopped. Start it with `automator start --name %s`.\n", name)
 	return nil

@@ -168,9 +168,9 @@ func TestAutomatorInstallRefusesAUserWhoCannotReachItsFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Reachable: installed, and it serves as nobody.
-	if r := install(bin.automator); r.Code != 0 {
-		t.Fatalf("install with everything reachable by nobody: %v", r)
+	// Reachable: installed, saying as whom, and it serves as nobody.
+	if r := install(bin.automator); r.Code != 0 || !strings.Contains(r.Stdout, "\n  user:           nobody\n") {
+		t.Fatalf("install with everything reachable by nobody: %v; want exit 0 and a line \"  user:           nobody\"", r)
 	}
 	if r := runCLI(bin.automator, "start", "--name", name); r.Code != 0 {
 		t.Fatalf("automator start: %v", r)
