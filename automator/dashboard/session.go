@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"path"
 	"strings"
 	"time"
 
@@ -346,9 +347,23 @@ func secureRequest(r *http.Request) bool {
 	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
 }
 
-// safeNext keeps a post-sign-in redirect on the dashboard.
+// safeNext keeps a post-sign-in redirect on the dashboard: a path under
+// Prefix with no dot segment, percent-encoded or not (http.Redirect and
+// browsers resolve them: /dashboard/../metrics lands on /metrics), and
+// nothing a browser drops or reads as a slash (tab, newline, backslash).
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, Prefix) || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
+	if !strings.HasPrefix(next, Prefix) || strings.ContainsAny(next, "\\\t\r\n") {
+		return Prefix
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.Opaque != "" || !strings.HasPrefix(u.Path, Prefix) {
+		return Prefix
+	}
+	clean := path.Clean(u.Path)
+	if strings.HasSuffix(u.Path, "/") {
+		clean += "/"
+	}
+	if clean != u.Path {
 		return Prefix
 	}
 	return next
