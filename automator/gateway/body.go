@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -80,7 +81,28 @@ func badTimeout(body []byte, err error) error {
 	if !ok || string(t) == "null" || protojson.Unmarshal(t, &durationpb.Duration{}) == nil {
 		return err
 	}
-	return fmt.Errorf("timeout %s is not a valid duration: write it as a string of seconds ending in \"s\", such as \"300s\" or \"1.5s\", of at most 24 hours", t)
+	return fmt.Errorf("timeout %s is not a valid duration: write it as a string of seconds ending in \"s\", such as \"300s\" or \"1.5s\", of at most 24 hours", shown(t))
+}
+
+// maxShown bounds how much of a wrong value an error quotes.
+const maxShown = 40
+
+// shown is a JSON value as an error quotes it: on one line (a value may
+// span several in the body), cut after maxShown bytes.
+func shown(v json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, v) != nil {
+		return "(not JSON)" // not reached: v was decoded
+	}
+	s := b.String()
+	if len(s) <= maxShown {
+		return s
+	}
+	n := maxShown
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
 }
 
 // end checks that only white space follows the value decoded.
