@@ -9,14 +9,17 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"strconv"
 	"strings"
+	"unicode"
 
 	"go.yaml.in/yaml/v3"
 )
 
 var (
-	unknownField = regexp.MustCompile(`^(line \d+: )field (.+) not found in type .+$`)
-	wrongType    = regexp.MustCompile("^(line \\d+: )cannot unmarshal !!\\w+ `(.*)` into (.+)$") // a backquote inside
+	// (?s): a quoted key or value may hold a line break.
+	unknownField = regexp.MustCompile(`(?s)^(line \d+: )field (.+) not found in type .+$`)
+	wrongType    = regexp.MustCompile("(?s)^(line \\d+: )cannot unmarshal !!\\w+ `(.*)` into (.+)$") // a backquote inside
 )
 
 // kinds names the Go types of the configs' settings as a YAML writer knows them.
@@ -39,14 +42,20 @@ func Word(err error) error {
 	msgs := make([]string, 0, len(te.Errors))
 	for _, m := range te.Errors {
 		if g := unknownField.FindStringSubmatch(m); g != nil {
-			m = g[1] + "unknown setting " + g[2]
+			name := g[2]
+			if strings.ContainsFunc(name, unicode.IsControl) {
+				name = strconv.Quote(name)
+			}
+			m = g[1] + "unknown setting " + name
 		} else if g := wrongType.FindStringSubmatch(m); g != nil {
 			kind, ok := kinds[g[3]]
 			if !ok {
 				kind = "of the setting's kind"
 			}
-			m = g[1] + "\"" + g[2] + "\" is not " + kind
+			m = g[1] + strconv.Quote(g[2]) + " is not " + kind
 		}
+		// Whatever else the library says stays on the line too.
+		m = strings.NewReplacer("\r", `\r`, "\n", `\n`).Replace(m)
 		msgs = append(msgs, m)
 	}
 	return errors.New(strings.Join(msgs, "; "))

@@ -30,6 +30,9 @@ func TestWordSaysWhatAndWhereInOneLine(t *testing.T) {
 		"max: 1\nbogus: 2\n":              `line 2: unknown setting bogus`,
 		"window: banana\n":                `line 1: "banana" is not a duration such as 30s, 5m or 24h`,
 		"max: many\nwindow: 5m\nfoo: 1\n": `line 1: "many" is not a whole number; line 3: unknown setting foo`,
+		// A quoted value or key may hold a line break; the error does not.
+		"max: \"a\\nb\"\n": `line 1: "a\nb" is not a whole number`,
+		"\"fo\\no\": 1\n":  `line 1: unknown setting "fo\no"`,
 	} {
 		if got := Word(decode(text)); got == nil || got.Error() != want {
 			t.Errorf("%q: %v, want %s", text, got, want)

@@ -3,9 +3,13 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/opsgate/opsgate/crypto"
 )
@@ -91,25 +95,72 @@ func TestPlainHTTPNeedsNoCA(t *testing.T) {
 	}
 }
 
+// FuzzParse: a proxy.yaml the fuzzer writes (a profile as `automator
+// account create` prints it, with local settings, or anything near it) is
+// refused in one line, or its settings, once valid, say the same after a
+// trip through YAML; each problem Validate finds is one line naming its
+// setting. Parse and Validate read no more than the file.
 func FuzzParse(f *testing.F) {
+	const key = "2:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
 	f.Add([]byte("automator_url: https://a:1\ntoken: t\nkey: 1:abc\nscripts_dir: /x\nmax_concurrency: 3\ngrace_period: 10s\n"))
 	f.Add([]byte("ca_cert: |\n  -----BEGIN CERTIFICATE-----\n  x\n"))
 	f.Add([]byte("{}"))
-	f.Add([]byte("automator_url: https://a:1\ntoken: t\nkey: 2:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\nprevious_keys: [\"1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\", \"x\"]\npin_sha256: [\"sha256:00\"]\n"))
+	f.Add([]byte("automator_url: https://a:1\ntoken: t\nkey: " + key + "\nprevious_keys: [\"1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\", \"x\"]\npin_sha256: [\"sha256:00\"]\n"))
 	f.Add([]byte("- a\n- b\n"))
+	f.Add([]byte("automator_url: http://127.0.0.1:8443\ntoken: opt_x\nkey: " + key + "\nscripts_dir: .\ninstance_id: host-a\ngrace_period: 0s\nlog_format: json\n"))
+	f.Add([]byte("automator_url: https://automator.example:8443\ntoken: opt_x\nkey: " + key + "\npin_sha256: [" + strings.Repeat("ab", 32) + "]\nscripts_dir: .\nstate_dir: /var/lib/opsgate-proxy\nmax_output_bytes: 2048\n"))
+	f.Add([]byte("\xff\xfea\x00:\x00 \x00b\x00"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data)
 		if err != nil {
+			if strings.ContainsAny(err.Error(), "\r\n") {
+				t.Fatalf("Parse(%q) refused it in more than one line:\n%v", data, err)
+			}
 			return
 		}
 		c.ApplyDefaults()
-		_ = c.Validate()
+		if err := c.Validate(); err != nil {
+			for _, line := range strings.Split(err.Error(), "\n") {
+				name, _, ok := strings.Cut(line, ": ")
+				name, _, _ = strings.Cut(name, "[") // previous_keys[1]
+				if !ok || !slices.Contains(settings, name) {
+					t.Fatalf("Validate of %q: a line names no setting: %q (of %q)", data, line, err)
+				}
+			}
+			return
+		}
+		out, err := yaml.Marshal(c)
+		if err != nil {
+			t.Fatalf("a valid config does not encode: %v", err)
+		}
+		back, err := Parse(out)
+		if err != nil {
+			t.Fatalf("a valid config written back does not parse: %v\n%s", err, out)
+		}
+		back.ApplyDefaults()
+		c.gracePeriodSet, back.gracePeriodSet = false, false
+		if !reflect.DeepEqual(c, back) || back.Validate() != nil {
+			t.Fatalf("a valid config written back changed:\n%+v\n%+v", c, back)
+		}
 		_, _, _ = c.Target()
 		_, _ = c.Keys()
 		_, _ = c.Pins()
 		_ = c.PlaintextToRemote()
 	})
 }
+
+// settings are the names of the file's settings, which Validate's lines
+// start with.
+var settings = func() []string {
+	var names []string
+	ty := reflect.TypeFor[Config]()
+	for i := range ty.NumField() {
+		if tag := ty.Field(i).Tag.Get("yaml"); tag != "" {
+			names = append(names, strings.Split(tag, ",")[0])
+		}
+	}
+	return names
+}()
 
 // TestASecondDocumentIsAnError: settings after a "---" line would be a
 // second YAML document, which a single decode ignores silently (here
