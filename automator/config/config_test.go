@@ -4,9 +4,12 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 )
 
 func TestDefaultIsValidAndListensOnThePublicPort(t *testing.T) {
@@ -66,20 +69,61 @@ func TestPlaintextOnlyOnLoopback(t *testing.T) {
 	}
 }
 
+// FuzzDecode: an automator.yaml the fuzzer writes is refused in one line,
+// or each problem Validate finds is one line naming its setting, or, valid,
+// it says the same after a trip through YAML (as Save writes it).
 func FuzzDecode(f *testing.F) {
 	f.Add([]byte("listen: :8443\nhttp_listen: 127.0.0.1:8080\npublic_url: https://h:8443\ndb: a.db\ndefault_timeout: 5m\npoll_window: 30s\n"))
 	f.Add([]byte("insecure_plaintext: true\n"))
 	f.Add([]byte("limits:\n  max_stdin: 4096\n  max_queued_per_account: -1\n  failed_auth_refill: 1h1s\n"))
 	f.Add([]byte("---\n---\n"))
+	f.Add([]byte("listen: 127.0.0.1:8443\nhttp_listen: 127.0.0.1:8080\nhttp_allowed_hosts: [\"*.corp.example\"]\npublic_url: http://127.0.0.1:8443\ndb: postgres://u@h/db\n" +
+		"insecure_plaintext: true\ndefault_timeout: 1m\npoll_window: 100ms\nwork_retention: 720h\nlog_format: json\ndashboard_reveal_keys: [k_1]\nlimits:\n  max_args: 10\n"))
+	f.Add([]byte("poll_window: \"30\\ns\"\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var c Config
 		if err := Decode(data, &c); err != nil {
+			if strings.ContainsAny(err.Error(), "\r\n") {
+				t.Fatalf("Decode(%q) refused it in more than one line:\n%v", data, err)
+			}
 			return
 		}
-		_ = c.Validate()
 		_ = c.DBPath("/d")
+		if err := c.Validate(); err != nil {
+			for _, line := range strings.Split(err.Error(), "\n") {
+				name, _, ok := strings.Cut(line, ": ")
+				if !ok || !slices.Contains(settingNames, name) {
+					t.Fatalf("Validate of %q: a line names no setting: %q (of %q)", data, line, err)
+				}
+			}
+			return
+		}
+		out, err := yaml.Marshal(c)
+		if err != nil {
+			t.Fatalf("a valid config does not encode: %v", err)
+		}
+		var back Config
+		if err := Decode(out, &back); err != nil || !reflect.DeepEqual(c, back) || back.Validate() != nil {
+			t.Fatalf("a valid config written back changed: %v\n%+v\n%+v", err, c, back)
+		}
 	})
 }
+
+// settingNames are the names of the file's settings (limits.NAME for a
+// limit), which Validate's lines start with.
+var settingNames = func() []string {
+	var names []string
+	add := func(ty reflect.Type, prefix string) {
+		for i := range ty.NumField() {
+			if tag := ty.Field(i).Tag.Get("yaml"); tag != "" {
+				names = append(names, prefix+strings.Split(tag, ",")[0])
+			}
+		}
+	}
+	add(reflect.TypeFor[Config](), "")
+	add(reflect.TypeFor[Limits](), "limits.")
+	return names
+}()
 
 func TestLogFormatIsTextOrJSON(t *testing.T) {
 	for format, ok := range map[string]bool{"": true, "text": true, "json": true, "xml": false} {
