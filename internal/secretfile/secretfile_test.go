@@ -1,9 +1,11 @@
 package secretfile
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 	"unicode/utf16"
+	"unicode/utf8"
 )
 
 func encode16(s string, bigEndian bool) []byte {
@@ -55,4 +57,39 @@ func TestTextDecodesWhatShellsWrite(t *testing.T) {
 			t.Errorf("%s: Text error %v; want one saying %q, never the content", name, err, tc.want)
 		}
 	}
+}
+
+// FuzzDecode: a text reads the same from UTF-8 with or without a
+// byte-order mark and from UTF-16 of either order with one; whatever the
+// bytes, what is read is UTF-8 (of UTF-8 with a byte-order mark, the bytes
+// after it), and what is refused is one line that quotes none of them.
+func FuzzDecode(f *testing.F) {
+	f.Add("oak_Zm9vYmFyLWJhei1xdXV4", []byte("\xff\xfeo\x00a\x00k\x00"))
+	f.Add("automator_url: https://a:1\r\ntoken: t\r\n", []byte("\xfe\xff\x00a\xd8\x00"))
+	f.Add("é✓😀", []byte("a\x00b\x00"))
+	f.Add("", []byte("\xef\xbb\xbf\xff"))
+	f.Fuzz(func(t *testing.T, text string, data []byte) {
+		if utf8.ValidString(text) && !strings.HasPrefix(text, "\ufeff") && !(len(text) >= 2 && (text[0] == 0) != (text[1] == 0)) {
+			for name, enc := range map[string][]byte{
+				"UTF-8":             []byte(text),
+				"UTF-8 with BOM":    append([]byte("\ufeff"), text...),
+				"UTF-16 LE and BOM": append([]byte{0xFF, 0xFE}, encode16(text, false)...),
+				"UTF-16 BE and BOM": append([]byte{0xFE, 0xFF}, encode16(text, true)...),
+			} {
+				if got, err := Decode(enc); err != nil || got != text {
+					t.Fatalf("%s of %q decoded to %q, %v", name, text, got, err)
+				}
+			}
+		}
+		got, err := Decode(data)
+		if err != nil {
+			if msg := err.Error(); strings.ContainsAny(msg, "\r\n") || (len(data) >= 4 && strings.Contains(msg, string(data))) {
+				t.Fatalf("Decode(%q) refused it with %q", data, msg)
+			}
+			return
+		}
+		if !utf8.ValidString(got) || (bytes.HasPrefix(data, []byte("\xef\xbb\xbf")) && "\ufeff"+got != string(data)) {
+			t.Fatalf("Decode(%q) = %q", data, got)
+		}
+	})
 }
