@@ -160,6 +160,17 @@ func prose(text string) string {
 	return b.String()
 }
 
+// referencePages are the README and the reference pages, whose commands an
+// operator runs as written.
+func referencePages() []string {
+	pages := []string{"README.md"}
+	for _, p := range []string{"api.md", "security.md", "failure-semantics.md", "guarantees.md", "backup.md",
+		"several-automators.md", "install-proxy.md", "active-active.md", "warm-standby.md", "upgrade-proxy.md"} {
+		pages = append(pages, filepath.Join("docs", p))
+	}
+	return pages
+}
+
 // TestEveryCommandTheDocsNameMatchesTheCLI: every proxy or automator
 // command in the README and the reference pages, in a shell block or a code
 // span of the prose (`automator work list [--account A]`), names a verb and
@@ -167,12 +178,7 @@ func prose(text string) string {
 // the docs.
 func TestEveryCommandTheDocsNameMatchesTheCLI(t *testing.T) {
 	helps := cliHelps{}
-	pages := []string{"README.md"}
-	for _, p := range []string{"api.md", "security.md", "failure-semantics.md", "guarantees.md", "backup.md",
-		"several-automators.md", "install-proxy.md", "active-active.md", "warm-standby.md", "upgrade-proxy.md"} {
-		pages = append(pages, filepath.Join("docs", p))
-	}
-	for _, page := range pages {
+	for _, page := range referencePages() {
 		data, err := os.ReadFile(filepath.Join("..", "..", page))
 		if err != nil {
 			t.Fatal(err)
@@ -214,12 +220,7 @@ var shellVarsKnown = map[string]bool{"HOME": true, "PATH": true, "PWD": true, "U
 // there; a command using a variable the page never explains
 // ("$AUTOMATOR_DB_URL") cannot be run as written.
 func TestEveryVariableTheDocsCommandsUseIsSetOrExplained(t *testing.T) {
-	pages := []string{"README.md"}
-	for _, p := range []string{"api.md", "security.md", "failure-semantics.md", "guarantees.md", "backup.md",
-		"several-automators.md", "install-proxy.md", "active-active.md", "warm-standby.md", "upgrade-proxy.md"} {
-		pages = append(pages, filepath.Join("docs", p))
-	}
-	for _, page := range pages {
+	for _, page := range referencePages() {
 		data, err := os.ReadFile(filepath.Join("..", "..", page))
 		if err != nil {
 			t.Fatal(err)
