@@ -420,7 +420,7 @@ func (s *Server) checkCommand(c *automatorv1.Command) error {
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(c.GetEnv())) {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
+		if !scriptenv.ValidName(k) {
 			return fmt.Errorf("command.env: variable name %s is not valid: a name is not empty and holds no '=' or NUL byte", quoteName(k))
 		}
 		if strings.ContainsRune(c.GetEnv()[k], 0) {

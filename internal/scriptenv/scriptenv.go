@@ -59,3 +59,10 @@ func Refused(k string) error {
 	}
 	return nil
 }
+
+// ValidName reports whether k can name a process's environment variable at
+// all: not empty, and holding no '=' or NUL byte (an environment block is
+// NUL-terminated strings of NAME=value). Its value may hold no NUL byte.
+func ValidName(k string) bool {
+	return k != "" && !strings.ContainsAny(k, "=\x00")
+}

@@ -26,7 +26,7 @@ func environ(extra map[string]string) ([]string, error) {
 	}
 	names := make(map[string]string, len(extra)) // folded name -> name in extra
 	for k, v := range extra {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+		if !scriptenv.ValidName(k) || strings.ContainsRune(v, 0) {
 			return nil, fmt.Errorf("%w: environment variable %q: names must be non-empty without '=' or NUL, values without NUL",
 				ErrStart, k)
 		}
