@@ -235,6 +235,9 @@ func (c *Client) submit(ctx context.Context, account string, cmd Command, outliv
 	if o.key == "" {
 		o.key = newKey()
 	}
+	if err := checkText(account, cmd, o); err != nil {
+		return Work{}, wrapCall(fmt.Sprintf("submitting work to account %q", account), err)
+	}
 	req := &automatorv1.ExecuteRequest{
 		Account:        account,
 		Command:        &automatorv1.Command{Script: cmd.Script, Args: cmd.Args, Stdin: o.stdin, Env: o.env},
