@@ -115,14 +115,12 @@ func cancelOne(ctx context.Context, c *client.Client, id string) (cancelJSON, er
 }
 
 // printCancelled writes the units as a table, or, with the refused ids in
-// their places, as a JSON array; it writes nothing when there is neither.
+// their places, as a JSON array. The table is left out when there is no
+// unit; the array is written even empty (the first call failed), so a
+// script reading it gets JSON.
 func printCancelled(w io.Writer, ids []string, units []*cancelJSON, refused refusedIDs, asJSON bool) error {
-	listed := refused.listed(ids, func(i int) (any, bool) { return units[i], units[i] != nil })
-	if len(listed) == 0 {
-		return nil
-	}
 	if asJSON {
-		return writeJSON(w, listed)
+		return writeJSON(w, refused.listed(ids, func(i int) (any, bool) { return units[i], units[i] != nil }))
 	}
 	var out []*cancelJSON
 	for _, v := range units {

@@ -364,6 +364,21 @@ func TestWorkCancelStopsWhenACallFails(t *testing.T) {
 	}
 }
 
+// TestWorkCancelJSONPrintsAnArrayWhenTheFirstCallFails: with --json, a
+// command that fails before any unit is done still prints an array, empty,
+// so a script reading it gets JSON, as work wait's; the exit status is the
+// command's failure, 255.
+func TestWorkCancelJSONPrintsAnArrayWhenTheFirstCallFails(t *testing.T) {
+	a, c, broken := startWithAFailingGet(t)
+	first := submit(t, c, "x.sh")
+	broken.Store(first.ID)
+
+	r := runCancel(t, first.ID, "--json", "--server", a.URL(), "--api-key-file", a.APIKeyFile, "--ca", a.CAFile)
+	if r.code != ExitError || r.stdout != "[]\n" {
+		t.Errorf("work cancel --json with its first call failing: exit %d, stdout %q, stderr %q; want %d and []", r.code, r.stdout, r.stderr, ExitError)
+	}
+}
+
 // isRefused tells whether v is a refused id's entry in a --json array:
 // the id as given, why (holding why), and no state.
 func isRefused(v map[string]any, id, why string) bool {

@@ -52,7 +52,9 @@ malformed or refused (unknown, another account's; one line each): the other IDs 
 waited for. work cancel: 1 when an ID was malformed or refused (unknown, another account's;
 one line each): the other IDs are still cancelled, and an ID whose unit had already ended
 counts as done. With --json, work wait and work cancel list a refused ID in its place as
-{"work_id": ID, "refused": why}, with no state.
+{"work_id": ID, "refused": why}, with no state; when they fail (255) they still print the
+array of what they got to (the units ended or cancelled by then and the IDs refused), then
+the error on stderr.
 `
 
 // Exit codes of exec (DESIGN.md); work wait and work cancel also exit 1

@@ -69,7 +69,10 @@ func unitsCommand(name string, args []string, env Env) (ids []string, asJSON boo
 // unit succeeded with exit code 0, ExitNotAllSucceeded otherwise (a
 // refused id included), and ExitError (through Main) when the command
 // itself failed: its flags, or the automator unreachable or refusing the
-// API key.
+// API key. Failed once it waits, it still prints, before the error, what
+// it knows, as work cancel does: the units that ended by then, and with
+// --json the refused ids too, in an array even when empty; the ids still
+// open are left out.
 func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 	ids, asJSON, c, explain, err := unitsCommand("work wait", args, env)
 	if err != nil {
@@ -120,6 +123,7 @@ func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 		}()
 	}
 	works := make([]client.Work, len(ids))
+	got := make([]bool, len(ids)) // the unit ended, and works holds it
 	var firstErr error
 	for range waits {
 		e := <-results
@@ -130,7 +134,7 @@ func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 			firstErr = e.err // it names the unit
 			cancel()         // the others end at once
 		case e.err == nil:
-			works[e.i] = e.w
+			works[e.i], got[e.i] = e.w, true
 			p.ended(e.w.State)
 		}
 	}
@@ -139,14 +143,11 @@ func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 	if refused.report(env.Stderr) {
 		code = ExitNotAllSucceeded
 	}
-	if firstErr != nil {
-		return 0, explain(firstErr)
-	}
 
-	units := make([]*waitJSON, len(ids)) // nil: refused
+	units := make([]*waitJSON, len(ids)) // nil: refused, or still open when an error ended the command
 	var out []waitJSON
 	for i, w := range works {
-		if refused[i] != nil {
+		if !got[i] {
 			continue
 		}
 		v := waitJSON{ID: w.ID, Account: w.Account, State: string(w.State), InstanceID: w.InstanceID, Reason: w.Reason}
@@ -160,22 +161,32 @@ func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 		out = append(out, v)
 	}
 	if asJSON {
-		// The units and the refused ids, in the order given.
-		return code, writeJSON(env.Stdout, refused.listed(ids, func(i int) (any, bool) { return units[i], units[i] != nil }))
-	}
-	if len(out) == 0 {
-		return code, nil
-	}
-	t := table(env.Stdout)
-	fmt.Fprintln(t, "WORK ID\tACCOUNT\tSTATE\tEXIT\tCLAIMER\tREASON")
-	for _, v := range out {
-		exit := "-"
-		if v.ExitCode != nil {
-			exit = fmt.Sprint(*v.ExitCode)
+		// The units and the refused ids, in the order given; when an error
+		// ended the command, those known by then (an array still, for a
+		// script), then the error.
+		err := writeJSON(env.Stdout, refused.listed(ids, func(i int) (any, bool) { return units[i], units[i] != nil }))
+		if firstErr != nil {
+			return 0, explain(firstErr)
 		}
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\n", v.ID, v.Account, v.State, exit, orDash(v.InstanceID), orDash(shorten(v.Reason, maxReason)))
+		return code, err
 	}
-	return code, t.Flush()
+	err = nil
+	if len(out) > 0 {
+		t := table(env.Stdout)
+		fmt.Fprintln(t, "WORK ID\tACCOUNT\tSTATE\tEXIT\tCLAIMER\tREASON")
+		for _, v := range out {
+			exit := "-"
+			if v.ExitCode != nil {
+				exit = fmt.Sprint(*v.ExitCode)
+			}
+			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\n", v.ID, v.Account, v.State, exit, orDash(v.InstanceID), orDash(shorten(v.Reason, maxReason)))
+		}
+		err = t.Flush()
+	}
+	if firstErr != nil {
+		return 0, explain(firstErr) // after the units that ended before it
+	}
+	return code, err
 }
 
 // progress draws one line on a terminal, redrawn in place as units end:

@@ -232,8 +232,11 @@ func TestWorkWaitReportsRefusedIDsBeforeAnErrorEndsIt(t *testing.T) {
 	if code != ExitError || refused < 0 || failed < 0 || refused > failed {
 		t.Errorf("exit %d, stderr %q; want %d, the line refusing %s, then the error that ended the command", code, msgs, ExitError, unknown)
 	}
-	if out.Len() != 0 {
-		t.Errorf("stdout %q, want nothing from a command that failed", out.String())
+	// stdout lists what was known before the error: the refused id, not
+	// the unit still open.
+	var got []refusedJSON
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil || len(got) != 1 || got[0].ID != unknown || !strings.Contains(got[0].Refused, "no such unit") {
+		t.Errorf("stdout %q (%v), want the refused id alone", out.String(), err)
 	}
 }
 
@@ -243,8 +246,8 @@ func TestWorkWaitReportsRefusedIDsBeforeAnErrorEndsIt(t *testing.T) {
 // error then ends the command (here an interrupt once every slot holds a
 // wait), in the order given and before that error's line, as work cancel
 // reports them; an empty id and one with a control character are named
-// quoted. The exit status is the command's failure, 255, and nothing is
-// printed on stdout.
+// quoted. The exit status is the command's failure, 255, and the --json
+// array on stdout lists the malformed ids, not the units still open.
 func TestWorkWaitReportsEveryMalformedIDWhenAnErrorEndsIt(t *testing.T) {
 	var waiting atomic.Int32
 	full := make(chan struct{}) // every slot holds a wait
@@ -295,7 +298,84 @@ func TestWorkWaitReportsEveryMalformedIDWhenAnErrorEndsIt(t *testing.T) {
 		t.Errorf("exit %d, stderr:\n%s\nwant %d, one line for each malformed id, in the order given:\n%s\nthen the error that ended the command",
 			code, errb.String(), ExitError, strings.Join(want, "\n"))
 	}
-	if out.Len() != 0 {
-		t.Errorf("stdout %q, want nothing from a command that failed", out.String())
+	var got []refusedJSON
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil || len(got) != len(malformed) {
+		t.Fatalf("stdout %q (%v), want the malformed ids alone", out.String(), err)
+	}
+	for i, id := range malformed {
+		if got[i].ID != id || got[i].Refused != notAWorkID {
+			t.Errorf("--json entry %d = %+v, want %q refused as %q", i, got[i], id, notAWorkID)
+		}
+	}
+}
+
+// TestWorkWaitListsTheUnitsThatEndedBeforeAnErrorEndsIt: when an error
+// ends work wait (here an interrupt; a lost automator or a refused API key
+// end it the same way), stdout still lists what it knows, as work cancel
+// does: with --json the array, in the order given, of the units that ended
+// and the ids refused before the error, the ids still open left out (so a
+// script reading it gets JSON, not nothing); without it the table of the
+// units that ended. The exit status is still the command's failure, 255.
+func TestWorkWaitListsTheUnitsThatEndedBeforeAnErrorEndsIt(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	c, err := client.New(client.Config{Addresses: []string{a.URL()}, APIKey: a.APIKey, CAPEM: a.CAPEM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// No proxy polls: open stays queued, and its wait open; ended is
+	// cancelled before the wait.
+	open, err := c.Submit(t.Context(), a.Account, client.Command{Script: "never.sh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended, err := c.Submit(t.Context(), a.Account, client.Command{Script: "never.sh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Cancel(t.Context(), ended.ID); err != nil {
+		t.Fatal(err)
+	}
+	const unknown = "w_0123456789abcdef0123456789abcdef"
+	isTerminal = func(io.Writer) bool { return true }
+	t.Cleanup(func() { isTerminal = func(io.Writer) bool { return false } })
+	for _, asJSON := range []bool{true, false} {
+		// Interrupted once the progress line counts the cancelled unit
+		// and the refused id.
+		stderr := &signalWriter{want: "(1 cancelled, 1 refused)", seen: make(chan struct{})}
+		seen := stderr.seen
+		ctx, cancel := context.WithCancel(t.Context())
+		go func() {
+			select {
+			case <-seen:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		args := []string{"work", "wait", open.ID, unknown, ended.ID, "--server", a.URL(), "--api-key-file", a.APIKeyFile, "--ca", a.CAFile}
+		if asJSON {
+			args = append(args, "--json")
+		}
+		var out bytes.Buffer
+		code := Main(ctx, args, Env{Stdout: &out, Stderr: stderr})
+		cancel()
+		if code != ExitError || !strings.Contains(stderr.String(), "automator: waiting for work "+open.ID) {
+			t.Errorf("json=%v: exit %d, stderr %q; want %d and the error that ended the command", asJSON, code, stderr.String(), ExitError)
+		}
+		if !asJSON {
+			rows := strings.Split(strings.TrimSpace(out.String()), "\n")
+			if len(rows) != 2 || !strings.HasPrefix(rows[0], "WORK ID") || !strings.HasPrefix(rows[1], ended.ID) || !strings.Contains(rows[1], "cancelled") {
+				t.Errorf("table = %q, want the one unit that ended, cancelled", out.String())
+			}
+			continue
+		}
+		var got []map[string]any
+		if err := json.Unmarshal(out.Bytes(), &got); err != nil || len(got) != 2 {
+			t.Fatalf("--json = %q (%v), want the refused id and the unit that ended", out.String(), err)
+		}
+		r, _ := got[0]["refused"].(string)
+		if got[0]["work_id"] != unknown || !strings.Contains(r, "no such unit") || got[1]["work_id"] != ended.ID || got[1]["state"] != "cancelled" {
+			t.Errorf("--json = %s, want the unknown id refused, then %s cancelled, and not the open %s", out.String(), ended.ID, open.ID)
+		}
 	}
 }
