@@ -106,6 +106,7 @@ func (s *Server) accountDeleted(ctx context.Context, d store.AccountDeletion) {
 	s.keysMu.Lock()
 	delete(s.keys, d.Name)
 	s.keysMu.Unlock()
+	s.queued.forget(d.Name)
 	s.hub.NotifyAccount(d.Name)
 	p := store.WorkListParams{Account: d.Tombstone, State: store.StateCancelled, Limit: 500}
 	cancelled := 0

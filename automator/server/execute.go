@@ -676,6 +676,14 @@ func (q *queuedCounts) below(account string, limit int, now time.Time) bool {
 	return true
 }
 
+// forget drops the account's count: the account was deleted (a count per
+// account ever seen would only grow with accounts made and deleted).
+func (q *queuedCounts) forget(account string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.m, account)
+}
+
 // counted records a count just read.
 func (q *queuedCounts) counted(account string, n int, now time.Time) {
 	q.mu.Lock()

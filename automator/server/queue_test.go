@@ -85,3 +85,32 @@ func TestQueueCapCountsOnlyNearTheCapOrWhenStale(t *testing.T) {
 		t.Fatalf("once the count is stale: %v, want ResourceExhausted (8 units were queued elsewhere)", err)
 	}
 }
+
+// TestQueueCountOfADeletedAccountIsForgotten: the count checkQueue keeps
+// of an account's queue is dropped when the automator finds the account
+// deleted, as its keys are: with accounts made and deleted over months, a
+// count per account ever seen would only grow.
+func TestQueueCountOfADeletedAccountIsForgotten(t *testing.T) {
+	ctx := t.Context()
+	sq, clock := openStepStore(t, "acme", "globex")
+	srv, err := New(Options{Store: sq, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, account := range []string{"acme", "globex"} {
+		if err := srv.checkQueue(ctx, store.WorkEnqueueParams{Account: account}, "Submit"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := sq.AccountDelete(ctx, store.AccountDeleteParams{Name: "acme", Reason: "account acme was deleted", Now: clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	srv.checkDeletions(ctx, map[string]time.Time{})
+	srv.queued.mu.Lock()
+	_, acme := srv.queued.m["acme"]
+	_, globex := srv.queued.m["globex"]
+	srv.queued.mu.Unlock()
+	if acme || !globex {
+		t.Errorf("queue counts held after acme was deleted: acme %v, globex %v; want globex's only", acme, globex)
+	}
+}
