@@ -5,8 +5,12 @@ import (
 	"bytes"
 	"errors"
 	"io/fs"
+	"net"
+	"net/url"
 	"os"
 	"strings"
+
+	"golang.org/x/net/http/httpproxy"
 )
 
 // checkEnvLine says which web-proxy settings status's automator check used:
@@ -18,18 +22,24 @@ import (
 // service's settings instead: that reading is made once per process and
 // cannot be given other values, and the file is read by systemd's rules or
 // sourced by /bin/sh (SysV), which no one parser matches. So it says which
-// it used, passwords hidden.
-func checkEnvLine(getenv func(string) string, envFile string) string {
+// it used, passwords hidden, and, for each, which way it takes to addr, the
+// automator's host:port (route): an HTTPS_PROXY set is not used for a
+// loopback address, nor for one NO_PROXY covers.
+func checkEnvLine(getenv func(string) string, envFile, addr string) string {
 	var shell []string
 	proxyVar, via := firstSet(getenv, "HTTPS_PROXY", "https_proxy")
 	if proxyVar == "" {
 		shell = append(shell, "no HTTPS_PROXY: direct")
 	} else {
 		shell = append(shell, proxyVar+"="+hideUserinfo(via))
-		if noVar, no := firstSet(getenv, "NO_PROXY", "no_proxy"); noVar != "" {
+		noVar, no := firstSet(getenv, "NO_PROXY", "no_proxy")
+		if noVar != "" {
 			shell = append(shell, noVar+"="+no)
 		} else {
 			shell = append(shell, "NO_PROXY not set")
+		}
+		if addr != "" {
+			shell[len(shell)-1] += ": " + route(addr, proxyVar, via, noVar, no)
 		}
 	}
 	line := "this shell's (" + strings.Join(shell, ", ") + "), not the service's"
@@ -45,30 +55,76 @@ func checkEnvLine(getenv func(string) string, envFile string) string {
 		return line + ", which this user cannot read"
 	}
 	var set []string
-	proxied := false
+	values := map[string]string{} // the last value set, as the service gets it
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {
 		l := strings.TrimSpace(sc.Text())
 		l = strings.TrimSpace(strings.TrimPrefix(l, "export "))
 		name, value, ok := strings.Cut(l, "=")
-		if !ok || strings.Trim(value, `"' `) == "" {
+		value = strings.Trim(value, `"' `)
+		if !ok || value == "" {
 			continue
 		}
 		switch name {
-		case "HTTPS_PROXY", "https_proxy":
-			proxied = true
-			fallthrough
-		case "NO_PROXY", "no_proxy":
-			set = append(set, name)
+		case "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy":
+			if _, again := values[name]; !again {
+				set = append(set, name)
+			}
+			values[name] = value
 		}
 	}
+	fileVar := func(k string) string { return values[k] }
+	proxyVar, via = firstSet(fileVar, "HTTPS_PROXY", "https_proxy")
 	switch {
 	case len(set) == 0:
 		return line + ", which sets no HTTPS_PROXY or NO_PROXY, so it uses no web proxy"
-	case !proxied:
+	case proxyVar == "":
 		return line + ", which sets " + strings.Join(set, ", ") + " but no HTTPS_PROXY, so it uses no web proxy"
 	}
-	return line + ", which sets " + strings.Join(set, ", ")
+	line += ", which sets " + strings.Join(set, ", ")
+	if addr == "" {
+		return line
+	}
+	noVar, no := firstSet(fileVar, "NO_PROXY", "no_proxy")
+	return line + ": " + route(addr, proxyVar, via, noVar, no)
+}
+
+// route says which way a dial to addr (host:port) takes with the web proxy
+// proxy (named by the variable proxyVar) and the exclusions noProxy (named
+// by noVar, "" when not set), by the rules grpc-go dials by: net/http's
+// ProxyFromEnvironment, asked for https://addr, whichever scheme the
+// automator's URL has. localhost and loopback addresses are never proxied,
+// and a proxy that is not a URL is ignored.
+func route(addr, proxyVar, proxy, noVar, noProxy string) string {
+	via := func(noProxy string) bool {
+		cfg := httpproxy.Config{HTTPSProxy: proxy, NoProxy: noProxy}
+		u, err := cfg.ProxyFunc()(&url.URL{Scheme: "https", Host: addr})
+		return err == nil && u != nil
+	}
+	switch {
+	case loopback(addr):
+		return addr + " directly: a loopback address is never proxied"
+	case !via(""):
+		return addr + " directly: " + proxyVar + " is not a URL, and is ignored"
+	case !via(noProxy):
+		return addr + " directly: " + noVar + " covers it"
+	}
+	return addr + " through that web proxy"
+}
+
+// loopback reports whether addr (host:port) names a loopback host as
+// net/http's proxy rules see one: localhost, or a loopback IP address
+// (a name that resolves to one is not).
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // firstSet returns the first of names set to a value that is not empty,

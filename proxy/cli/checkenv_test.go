@@ -22,7 +22,7 @@ func TestCheckEnvLineNamesTheShellsSettingsAndTheServiceFile(t *testing.T) {
 	if err := os.WriteFile(envFile, []byte("# the way out\nexport https_proxy=\"http://webproxy.example:3128\"\nNO_PROXY=.corp.example\nTZ=UTC\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	line := checkEnvLine(getenv, envFile)
+	line := checkEnvLine(getenv, envFile, "automator.example:8443")
 	for _, want := range []string{"this shell's", "HTTPS_PROXY=http://xxxxx@shellproxy.example:3128", "NO_PROXY not set", "not the service's", envFile, "sets https_proxy, NO_PROXY"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("check env = %q, want it to say %q", line, want)
@@ -35,17 +35,53 @@ func TestCheckEnvLineNamesTheShellsSettingsAndTheServiceFile(t *testing.T) {
 	if err := os.WriteFile(envFile, []byte("TZ=UTC\nHTTPS_PROXY=\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if line := checkEnvLine(getenv, envFile); !strings.Contains(line, "sets no HTTPS_PROXY or NO_PROXY, so it uses no web proxy") {
+	if line := checkEnvLine(getenv, envFile, "automator.example:8443"); !strings.Contains(line, "sets no HTTPS_PROXY or NO_PROXY, so it uses no web proxy") {
 		t.Errorf("check env with a file setting no proxy = %q", line)
 	}
 
 	delete(shell, "HTTPS_PROXY")
 	missing := filepath.Join(dir, "none")
-	if line := checkEnvLine(getenv, missing); !strings.Contains(line, "this shell's (no HTTPS_PROXY: direct)") || !strings.Contains(line, missing+", which does not exist, so it uses no web proxy") {
+	if line := checkEnvLine(getenv, missing, "automator.example:8443"); !strings.Contains(line, "this shell's (no HTTPS_PROXY: direct)") || !strings.Contains(line, missing+", which does not exist, so it uses no web proxy") {
 		t.Errorf("check env with no proxy anywhere = %q", line)
 	}
 
-	if line := checkEnvLine(getenv, ""); !strings.Contains(line, "not the service's, which is its own") {
+	if line := checkEnvLine(getenv, "", "automator.example:8443"); !strings.Contains(line, "not the service's, which is its own") {
 		t.Errorf("check env of a service with no environment file (Windows) = %q", line)
+	}
+}
+
+// TestCheckEnvLineSaysWhetherTheAutomatorIsReachedThroughTheWebProxy: the
+// line names the way the check took to the config's automator, by the
+// rules grpc-go dials by (net/http's ProxyFromEnvironment for an https
+// URL of the address): an HTTPS_PROXY set does not mean it was used, since
+// a loopback address (localhost, 127.0.0.0/8, ::1) is never proxied, nor
+// one NO_PROXY covers; the same for what the service's file sets.
+func TestCheckEnvLineSaysWhetherTheAutomatorIsReachedThroughTheWebProxy(t *testing.T) {
+	envFile := filepath.Join(t.TempDir(), "proxy")
+	if err := os.WriteFile(envFile, []byte("HTTPS_PROXY='http://webproxy.example:3128'\nexport NO_PROXY=\".corp.example\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	shell := map[string]string{"https_proxy": "http://shellproxy.example:3128", "no_proxy": "internal.example"}
+	getenv := func(k string) string { return shell[k] }
+	for _, c := range []struct{ addr, shell, file string }{
+		{"automator.example:8443", "automator.example:8443 through that web proxy", "automator.example:8443 through that web proxy"},
+		{"127.0.0.1:8443", "127.0.0.1:8443 directly: a loopback address is never proxied", "127.0.0.1:8443 directly: a loopback address is never proxied"},
+		{"localhost:8443", "localhost:8443 directly: a loopback address is never proxied", "localhost:8443 directly: a loopback address is never proxied"},
+		{"[::1]:8443", "[::1]:8443 directly: a loopback address is never proxied", "[::1]:8443 directly: a loopback address is never proxied"},
+		{"a.internal.example:8443", "a.internal.example:8443 directly: no_proxy covers it", "a.internal.example:8443 through that web proxy"},
+		{"a.corp.example:8443", "a.corp.example:8443 through that web proxy", "a.corp.example:8443 directly: NO_PROXY covers it"},
+	} {
+		line := checkEnvLine(getenv, envFile, c.addr)
+		shellPart, filePart, ok := strings.Cut(line, "not the service's")
+		if !ok || !strings.Contains(shellPart, "https_proxy=http://shellproxy.example:3128, no_proxy=internal.example: "+c.shell+")") ||
+			!strings.Contains(filePart, "which sets HTTPS_PROXY, NO_PROXY: "+c.file) {
+			t.Errorf("check env for %s = %q\nwant this shell's: %q, the service's: %q", c.addr, line, c.shell, c.file)
+		}
+	}
+
+	// An HTTPS_PROXY that is not a URL is ignored: the dial is direct.
+	shell["https_proxy"] = "http://%zz:3128"
+	if line := checkEnvLine(getenv, envFile, "automator.example:8443"); !strings.Contains(line, "automator.example:8443 directly: https_proxy is not a URL, and is ignored)") {
+		t.Errorf("check env with a broken https_proxy = %q", line)
 	}
 }

@@ -645,7 +645,8 @@ func cmdStatus(args []string, env Env) error {
 		if runtime.GOOS == "windows" {
 			envFile = ""
 		}
-		fmt.Fprintf(w, "check env:      %s\n", checkEnvLine(os.Getenv, envFile))
+		addr, _, _ := cfg.Target() // valid
+		fmt.Fprintf(w, "check env:      %s\n", checkEnvLine(os.Getenv, envFile, addr))
 	}
 
 	statePath := filepath.Join(service.StateDir(*name), agent.StateFileName)

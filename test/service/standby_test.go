@@ -182,7 +182,9 @@ func TestStatusOfAStoppedStandbySaysWhenItsProfileWentStale(t *testing.T) {
 // own from /etc/default/NAME. Here the shell has none and reaches the
 // automator directly, while the service's file sends it through a web
 // proxy: status says the check used the shell's settings, and what the
-// service's file sets, so "reached" is not taken for the service's way out.
+// service's file sets, so "reached" is not taken for the service's way out;
+// and, the automator being on loopback, that the service's web proxy is not
+// used for it either (no one proxies a loopback address).
 func TestStatusSaysWhichEnvironmentItsCheckUsed(t *testing.T) {
 	requireRoot(t)
 	a := startAutomator(t)
@@ -200,9 +202,12 @@ func TestStatusSaysWhichEnvironmentItsCheckUsed(t *testing.T) {
 	}
 
 	status := proxyCLI(t, "status", "--name", name)
-	want := "check env:      this shell's (no HTTPS_PROXY: direct), not the service's: it reads " + envFile + ", which sets HTTPS_PROXY\n"
-	if !strings.Contains(status, "automator:      reached https://127.0.0.1:") || !strings.Contains(status, want) {
-		t.Errorf("status lacks the check reached directly and %q:\n%s", want, status)
+	want := "check env:      this shell's (no HTTPS_PROXY: direct), not the service's: it reads " + envFile + ", which sets HTTPS_PROXY: 127.0.0.1:"
+	_, line, _ := strings.Cut(status, want)
+	line, _, _ = strings.Cut(line, "\n")
+	if !strings.Contains(status, "automator:      reached https://127.0.0.1:") || !strings.Contains(status, want) ||
+		!strings.HasSuffix(line, " directly: a loopback address is never proxied") {
+		t.Errorf("status lacks the check reached directly and %q..., the loopback address reached directly:\n%s", want, status)
 	}
 }
 
