@@ -227,15 +227,15 @@ func serveLogFormat(args []string) string {
 // directory or SQLite database lies in a temporary directory: the service
 // could not see it (systemd's PrivateTmp), or would lose it at reboot.
 func checkNotTemporary(exe, dir string, cfg config.Config) error {
-	if err := service.CheckNotTemporary("the data directory", dir); err != nil {
+	if err := service.CheckNotTemporary(service.Data, "the data directory", dir); err != nil {
 		return err
 	}
 	if !pgstore.IsDSN(cfg.DB) {
-		if err := service.CheckNotTemporary("db in "+filepath.Join(dir, config.FileConfig)+": the SQLite database", cfg.DBPath(dir)); err != nil {
+		if err := service.CheckNotTemporary(service.Data, "db in "+filepath.Join(dir, config.FileConfig)+": the SQLite database", cfg.DBPath(dir)); err != nil {
 			return err
 		}
 	}
-	return service.CheckNotTemporary("the binary", exe)
+	return service.CheckNotTemporary(service.Binary, "the binary", exe)
 }
 
 func yesNo(b bool) string {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -25,6 +26,9 @@ func TestInstallRefusesADataDirectoryInATemporaryDirectory(t *testing.T) {
 	code := Main(t.Context(), []string{"install", "--data-dir", dir, "--name", "opsgate-test-tmp"}, Env{Stdout: &out, Stderr: &errb})
 	if code != ExitError || !strings.Contains(errb.String(), "the data directory "+dir+" is under the temporary directory") {
 		t.Fatalf("install of a data directory in a temporary directory: exit %d, stderr %q; want %d and the directory refused", code, errb.String(), ExitError)
+	}
+	if msg := errb.String(); runtime.GOOS != "windows" && (!strings.Contains(msg, "; move it under /var/lib\n") || strings.Contains(msg, "/usr/local/bin")) {
+		t.Errorf("install of a data directory in a temporary directory: %q; want it told where data belongs, not where a binary does", msg)
 	}
 	if strings.Contains(out.String(), "Installed") {
 		t.Errorf("install says it installed the service: %q", out.String())

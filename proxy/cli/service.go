@@ -179,10 +179,10 @@ func cmdInstall(args []string, env Env) error {
 	}
 	// Nor one whose binary or scripts vanish at reboot, or that systemd
 	// hides from it.
-	if err := service.CheckNotTemporary("scripts_dir in "+src+":", cfg.ScriptsDir); err != nil {
+	if err := service.CheckNotTemporary(service.Scripts, "scripts_dir in "+src+":", cfg.ScriptsDir); err != nil {
 		return err
 	}
-	if err := service.CheckNotTemporary("the binary", exe); err != nil {
+	if err := service.CheckNotTemporary(service.Binary, "the binary", exe); err != nil {
 		return err
 	}
 	if u != nil {

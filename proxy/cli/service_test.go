@@ -381,10 +381,12 @@ func TestInstallRefusesScriptsOrBinaryInATemporaryDirectory(t *testing.T) {
 	scripts := t.TempDir()
 	if code, stderr := install(scripts); code != 1 || !strings.Contains(stderr, "scripts_dir in ") || !strings.Contains(stderr, scripts+" is under the temporary directory") {
 		t.Errorf("scripts_dir under a temporary directory: exit %d, stderr %q; want 1 and the path refused", code, stderr)
+	} else if !strings.Contains(stderr, "; move it under /srv or /opt\n") || strings.Contains(stderr, "/usr/local/bin") {
+		t.Errorf("scripts_dir under a temporary directory: %q; want it told where scripts belong, not where a binary does", stderr)
 	}
 
 	exe, _ := os.Executable()
-	if service.CheckNotTemporary("", exe) == nil {
+	if service.CheckNotTemporary(service.Binary, "", exe) == nil {
 		t.Skipf("this test binary %s is not under a temporary directory", exe)
 	}
 	// A scripts_dir under no temporary directory wherever the checkout is

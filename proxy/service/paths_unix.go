@@ -10,6 +10,10 @@ func ConfigDir(name string) string { return "/etc/" + name }
 // /var/lib/<name>.
 func StateDir(name string) string { return "/var/lib/" + name }
 
-// temporaryInstead says where a service's files belong instead of a
-// temporary directory.
-const temporaryInstead = "to /usr/local/bin (a binary), under /var/lib (data) or under /srv or /opt (scripts)"
+// temporaryInstead says where each kind of a service's files belongs
+// instead of a temporary directory.
+var temporaryInstead = map[PathKind]string{
+	Binary:  "to /usr/local/bin",
+	Data:    "under /var/lib",
+	Scripts: "under /srv or /opt",
+}

@@ -21,6 +21,10 @@ func programData() string {
 	return `C:\ProgramData`
 }
 
-// temporaryInstead says where a service's files belong instead of a
-// temporary directory.
-const temporaryInstead = `to C:\Program Files (a binary) or under C:\ProgramData (data, scripts)`
+// temporaryInstead says where each kind of a service's files belongs
+// instead of a temporary directory.
+var temporaryInstead = map[PathKind]string{
+	Binary:  `to C:\Program Files`,
+	Data:    `under C:\ProgramData`,
+	Scripts: `under C:\ProgramData`,
+}

@@ -8,14 +8,24 @@ import (
 	"strings"
 )
 
-// CheckNotTemporary refuses path, a file or directory an installed service
-// needs (its binary, its data or scripts), when it lies in a temporary
-// directory: /tmp and /var/tmp are hidden from a systemd service by
-// PrivateTmp, /tmp is emptied at reboot, and a Windows TEMP folder is
+// PathKind is what a path an installed service needs holds: the error of
+// CheckNotTemporary says where that kind of file belongs.
+type PathKind int
+
+const (
+	Binary  PathKind = iota // the service's program
+	Data                    // its data: a data directory, a database
+	Scripts                 // the scripts a proxy runs
+)
+
+// CheckNotTemporary refuses path, a file or directory of kind an installed
+// service needs (its binary, its data or scripts), when it lies in a
+// temporary directory: /tmp and /var/tmp are hidden from a systemd service
+// by PrivateTmp, /tmp is emptied at reboot, and a Windows TEMP folder is
 // cleaned by the system. The service would fail at every start, or after
 // the next reboot. what names the path for the operator ("scripts_dir in
 // FILE", "the data directory"); the error says where to move it instead.
-func CheckNotTemporary(what, path string) error {
+func CheckNotTemporary(kind PathKind, what, path string) error {
 	paths := []string{filepath.Clean(path)}
 	if real, err := filepath.EvalSymlinks(path); err == nil && real != paths[0] {
 		paths = append(paths, real)
@@ -23,7 +33,7 @@ func CheckNotTemporary(what, path string) error {
 	for _, root := range temporaryDirs() {
 		for _, p := range paths {
 			if within(p, root) {
-				return fmt.Errorf("%s %s is under the temporary directory %s, which a service cannot rely on (%s); move it %s", what, path, root, temporaryWhy(root), temporaryInstead)
+				return fmt.Errorf("%s %s is under the temporary directory %s, which a service cannot rely on (%s); move it %s", what, path, root, temporaryWhy(root), temporaryInstead[kind])
 			}
 		}
 	}
