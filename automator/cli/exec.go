@@ -77,8 +77,42 @@ func cmdExec(ctx context.Context, args []string, env Env) (int, error) {
 		opts = append(opts, client.WithTimeout(*timeout))
 	}
 	res, err := c.ExecuteOnProxy(ctx, *account, client.Command{Script: fs.Arg(0), Args: fs.Args()[1:]}, opts...)
-	code, err := report(ctx, res, err, env)
-	return code, caller.explain(err)
+	code, rerr := report(ctx, res, err, env)
+	if rerr != nil && mayStillRun(res, err) {
+		rerr = stillQueued(res.WorkID, rerr)
+	}
+	return code, caller.explain(rerr)
+}
+
+// mayStillRun reports whether ExecuteOnProxy's err leaves its unit queued
+// or claimed as far as exec knows: the unit was stored (res names it), and
+// then the wait, or the cancel of an interrupt, failed (the API key
+// refused since, no automator answering, a narrowed key told the unit is
+// not found), so its outcome was not learnt. A unit that ended (a
+// *WorkError, or a result unreadable since its account was deleted) is
+// not.
+func mayStillRun(res client.Result, err error) bool {
+	var we *client.WorkError
+	if err == nil || res.WorkID == "" || errors.As(err, &we) {
+		return false
+	}
+	_, ended := client.UnreadableWork(err)
+	return !ended
+}
+
+// stillQueued adds to err, which ended exec after unit id was queued, that
+// the unit may still run, and how to follow it: work wait and work cancel
+// take its id, with an API key the automator accepts when this one was
+// refused.
+func stillQueued(id string, err error) error {
+	with := ""
+	switch status.Code(err) {
+	case codes.Unauthenticated:
+		with = ", with an API key the automator accepts"
+	case codes.PermissionDenied, codes.NotFound:
+		with = ", with an API key that may use its account"
+	}
+	return fmt.Errorf("%w; work %s was queued and may still run: follow it with `automator work wait %s`, or end it with `automator work cancel %s`%s", err, id, id, id, with)
 }
 
 // report writes the outcome and returns the exit code DESIGN.md names.

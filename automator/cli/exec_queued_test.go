@@ -1,0 +1,62 @@
+//go:build linux
+
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/opsgate/opsgate/automator/automatortest"
+	"github.com/opsgate/opsgate/automator/cli"
+	"github.com/opsgate/opsgate/automator/store"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// TestExecRefusedWhileItWaitsSaysItsUnitWasQueued: exec's API key revoked
+// once its unit is queued (here right after the submit is answered; a
+// replica killed under a wait, its wait resumed on another after the
+// revoke, is refused alike) exits 255 saying why, and, since the unit
+// still runs, names it as queued and may still run, with how to follow it
+// with another key; the unit is indeed still queued.
+func TestExecRefusedWhileItWaitsSaysItsUnitWasQueued(t *testing.T) {
+	var a atomic.Pointer[automatortest.Automator]
+	var queued atomic.Value // the unit's id
+	revokeOnSubmit := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		resp, err := h(ctx, req)
+		if info.FullMethod == automatorv1.AutomatorService_Submit_FullMethodName && err == nil {
+			queued.Store(resp.(*automatorv1.WorkStatus).GetWorkId())
+			if _, err := a.Load().Store.APIKeyRevoke(context.Background(), store.APIKeyRevokeParams{ID: "admin", Now: time.Now()}); err != nil {
+				t.Error(err)
+			}
+		}
+		return resp, err
+	}
+	a.Store(automatortest.Start(t, automatortest.Options{Interceptors: []grpc.UnaryServerInterceptor{revokeOnSubmit}}))
+	at := a.Load()
+
+	var out, errb bytes.Buffer
+	code := cli.Main(t.Context(), []string{"exec", "--server", at.URL(), "--api-key-file", at.APIKeyFile, "--ca", at.CAFile,
+		"--account", at.Account, "x.sh"}, cli.Env{Stdout: &out, Stderr: &errb})
+	id, _ := queued.Load().(string)
+	if id == "" {
+		t.Fatalf("no unit was queued; exit %d, stderr %q", code, errb.String())
+	}
+	msg := errb.String()
+	for _, want := range []string{"revoked", "work " + id + " was queued and may still run", "automator work wait " + id, "with an API key the automator accepts"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("stderr %q: want it to say %q", msg, want)
+		}
+	}
+	if code != cli.ExitError || strings.Count(msg, "\n") != 1 {
+		t.Errorf("exit %d, stderr %q; want %d and one line", code, msg, cli.ExitError)
+	}
+	if w, err := at.Store.WorkGet(t.Context(), id); err != nil || w.State != store.StateQueued {
+		t.Errorf("unit %s after exec gave up: %s, %v; want it still queued, as the message says", id, w.State, err)
+	}
+}
