@@ -170,7 +170,7 @@ func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 		}
 		return code, err
 	}
-	err = nil
+	var werr error
 	if len(out) > 0 {
 		t := table(env.Stdout)
 		fmt.Fprintln(t, "WORK ID\tACCOUNT\tSTATE\tEXIT\tCLAIMER\tREASON")
@@ -181,12 +181,12 @@ func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 			}
 			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\n", v.ID, v.Account, v.State, exit, orDash(v.InstanceID), orDash(shorten(v.Reason, maxReason)))
 		}
-		err = t.Flush()
+		werr = t.Flush()
 	}
 	if firstErr != nil {
 		return 0, explain(firstErr) // after the units that ended before it
 	}
-	return code, err
+	return code, werr
 }
 
 // progress draws one line on a terminal, redrawn in place as units end:
