@@ -558,3 +558,39 @@ func TestBodyOfACallWithoutAValidKeyIsNotRead(t *testing.T) {
 		t.Fatalf("%d units queued", n)
 	}
 }
+
+// TestAuthSchemeIsCaseInsensitiveOverHTTP: "Authorization: bearer KEY" is
+// "Bearer KEY" (RFC 9110 11.1: the scheme is case-insensitive), both for
+// the gateway's check before the body and for the server's own; a wrong
+// scheme is still refused.
+func TestAuthSchemeIsCaseInsensitiveOverHTTP(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	send := func(method, path, auth, body string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(waittest.Context(t, method+" "+path+" to answer"), method, a.HTTPURL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", auth)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(raw)
+	}
+	for _, scheme := range []string{"Bearer", "bearer", "BEARER", "bEaReR"} {
+		if code, raw := send("GET", "/v1/accounts/acme/instances", scheme+" "+a.APIKey, ""); code != http.StatusOK {
+			t.Errorf("GET with %q: HTTP %d %s, want 200", scheme+" <key>", code, raw)
+		}
+		if code, raw := send("POST", "/v1/accounts/acme/submit", scheme+" "+a.APIKey, `{"command": {"script": "x"}}`); code != http.StatusOK {
+			t.Errorf("submit with %q: HTTP %d %s, want 200", scheme+" <key>", code, raw)
+		}
+	}
+	for _, auth := range []string{"Basic " + a.APIKey, "Bearer  " + a.APIKey, "Bearer" + a.APIKey, "bearer"} {
+		if code, raw := send("GET", "/v1/accounts/acme/instances", auth, ""); code != http.StatusUnauthorized {
+			t.Errorf("GET with %.10q: HTTP %d %s, want 401", auth, code, raw)
+		}
+	}
+}

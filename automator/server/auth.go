@@ -80,7 +80,8 @@ func callerFrom(ctx context.Context) string {
 }
 
 // UnaryInterceptor authenticates every call: proxy methods with an account
-// token, caller methods with an API key, both as "authorization: Bearer".
+// token, caller methods with an API key, both as "authorization: Bearer"
+// (the scheme in any case).
 func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		ctx, err := s.authenticate(ctx, info.FullMethod)
@@ -174,11 +175,26 @@ func bearerOf(vals []string) (string, error) {
 	if len(vals) != 1 {
 		return "", errors.New("missing authorization metadata (Bearer token)")
 	}
-	tok, ok := strings.CutPrefix(vals[0], "Bearer ")
+	tok, ok := cutScheme(vals[0], "Bearer ")
 	if !ok || tok == "" {
 		return "", errors.New("authorization metadata is not \"Bearer <secret>\"")
 	}
 	return tok, nil
+}
+
+// cutScheme is strings.CutPrefix(v, scheme) with the scheme's case
+// ignored: an authentication scheme is a case-insensitive token (RFC 9110
+// 11.1, RFC 6750 2.1), so "bearer x" and "BEARER x" are "Bearer x". Only
+// the scheme: the space after it and the secret are taken as they are.
+func cutScheme(v, scheme string) (string, bool) {
+	// The scheme is ASCII: len(scheme) bytes of v fold to it only when
+	// they are as many ASCII characters (one of more bytes would leave too
+	// few characters), so this ignores the case of ASCII letters and
+	// nothing else.
+	if len(v) < len(scheme) || !strings.EqualFold(v[:len(scheme)], scheme) {
+		return v, false
+	}
+	return v[len(scheme):], true
 }
 
 // authFailed spends one failure of the caller's source address. Within its
