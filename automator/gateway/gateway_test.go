@@ -206,6 +206,9 @@ func TestEveryEndpoint(t *testing.T) {
 		// Cancelling an ended unit changes nothing and is not an error.
 		again := c.do("POST", "/v1/work/"+id+":cancel", "", map[string]any{})
 		again.want(t, http.StatusOK, "STATE_CANCELLED")
+		// :cancel and :wait read no body: one sent anyway is ignored.
+		c.do("POST", "/v1/work/"+id+":cancel", "", `{"work_id": "w_other", "bogus": true}`).want(t, http.StatusOK, "STATE_CANCELLED")
+		c.do("POST", "/v1/work/"+id+":wait", "", `not JSON`).want(t, http.StatusConflict, "STATE_CANCELLED")
 		if a.CountWork(t) == 0 {
 			t.Fatal("no unit stored")
 		}
@@ -388,6 +391,27 @@ func TestOpenAPIDocumentIsServed(t *testing.T) {
 	}
 	// What the server requires, the document declares required.
 	defs, _ := r.body["definitions"].(map[string]any)
+	// execute and submit require their body; :wait and :cancel read none,
+	// so they declare none (a required one would make generated clients
+	// insist on sending one).
+	for path, want := range map[string]bool{
+		"/v1/accounts/{account}/execute": true, "/v1/accounts/{account}/submit": true,
+		"/v1/work/{work_id}:wait": false, "/v1/work/{work_id}:cancel": false,
+	} {
+		params, _ := paths[path].(map[string]any)["post"].(map[string]any)["parameters"].([]any)
+		var body map[string]any
+		for _, p := range params {
+			if p, _ := p.(map[string]any); p["in"] == "body" {
+				body = p
+			}
+		}
+		switch {
+		case want && (body == nil || body["required"] != true):
+			t.Errorf("POST %s: body parameter %v, want a required one", path, body)
+		case !want && body != nil:
+			t.Errorf("POST %s: body parameter %v, want none: the call reads no body", path, body)
+		}
+	}
 	// A duration's form is declared: the form the server writes and reads.
 	sub := c.do("POST", "/v1/accounts/acme/submit", "", map[string]any{"command": map[string]any{"script": "x"}, "timeout": "1.5s"})
 	sub.want(t, http.StatusOK, "")

@@ -1523,13 +1523,13 @@ const file_automator_v1_automator_proto_rawDesc = "" +
 	"\fProxyService\x12=\n" +
 	"\x04Poll\x12\x19.automator.v1.PollRequest\x1a\x1a.automator.v1.PollResponse\x12I\n" +
 	"\bComplete\x12\x1d.automator.v1.CompleteRequest\x1a\x1e.automator.v1.CompleteResponse\x12X\n" +
-	"\rCompleteBatch\x12\".automator.v1.CompleteBatchRequest\x1a#.automator.v1.CompleteBatchResponse2\x97\x05\n" +
+	"\rCompleteBatch\x12\".automator.v1.CompleteBatchRequest\x1a#.automator.v1.CompleteBatchResponse2\x91\x05\n" +
 	"\x10AutomatorService\x12s\n" +
 	"\x0eExecuteOnProxy\x12\x1c.automator.v1.ExecuteRequest\x1a\x18.automator.v1.WorkStatus\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/accounts/{account}/execute\x12j\n" +
-	"\x06Submit\x12\x1c.automator.v1.ExecuteRequest\x1a\x18.automator.v1.WorkStatus\"(\x82\xd3\xe4\x93\x02\":\x01*\"\x1d/v1/accounts/{account}/submit\x12_\n" +
-	"\x04Wait\x12\x19.automator.v1.WaitRequest\x1a\x18.automator.v1.WorkStatus\"\"\x82\xd3\xe4\x93\x02\x1c:\x01*\"\x17/v1/work/{work_id}:wait\x12U\n" +
-	"\x03Get\x12\x18.automator.v1.GetRequest\x1a\x18.automator.v1.WorkStatus\"\x1a\x82\xd3\xe4\x93\x02\x14\x12\x12/v1/work/{work_id}\x12e\n" +
-	"\x06Cancel\x12\x1b.automator.v1.CancelRequest\x1a\x18.automator.v1.WorkStatus\"$\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/v1/work/{work_id}:cancel\x12\x82\x01\n" +
+	"\x06Submit\x12\x1c.automator.v1.ExecuteRequest\x1a\x18.automator.v1.WorkStatus\"(\x82\xd3\xe4\x93\x02\":\x01*\"\x1d/v1/accounts/{account}/submit\x12\\\n" +
+	"\x04Wait\x12\x19.automator.v1.WaitRequest\x1a\x18.automator.v1.WorkStatus\"\x1f\x82\xd3\xe4\x93\x02\x19\"\x17/v1/work/{work_id}:wait\x12U\n" +
+	"\x03Get\x12\x18.automator.v1.GetRequest\x1a\x18.automator.v1.WorkStatus\"\x1a\x82\xd3\xe4\x93\x02\x14\x12\x12/v1/work/{work_id}\x12b\n" +
+	"\x06Cancel\x12\x1b.automator.v1.CancelRequest\x1a\x18.automator.v1.WorkStatus\"!\x82\xd3\xe4\x93\x02\x1b\"\x19/v1/work/{work_id}:cancel\x12\x82\x01\n" +
 	"\rListInstances\x12\".automator.v1.ListInstancesRequest\x1a#.automator.v1.ListInstancesResponse\"(\x82\xd3\xe4\x93\x02\"\x12 /v1/accounts/{account}/instancesB;Z9github.com/opsgate/opsgate/proto/automator/v1;automatorv1b\x06proto3"
 
 var (
