@@ -133,9 +133,36 @@ func Mount(ctx context.Context, mux *http.ServeMux, gs *grpc.Server, o Options) 
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, limit)
-		gw.ServeHTTP(w, r)
+		gw.ServeHTTP(w, asGet(r))
 	}))
 	return nil
+}
+
+// headKey marks the context of a HEAD request served as GET (asGet).
+type headKey struct{}
+
+// asGet makes a HEAD request the GET it asks for (RFC 9110 9.3.2: the
+// same answer without its content): grpc-gateway routes only the methods
+// of the proto's rules, and would refuse HEAD with 405. The API's GET
+// routes only read, so a HEAD changes nothing a GET would not; net/http
+// sends no body in answer to a HEAD, whatever the handler writes. Other
+// requests are returned as they are.
+func asGet(r *http.Request) *http.Request {
+	if r.Method != http.MethodHead {
+		return r
+	}
+	g := r.WithContext(context.WithValue(r.Context(), headKey{}, true))
+	g.Method = http.MethodGet
+	return g
+}
+
+// method is r's method as the client sent it: HEAD for a HEAD served as
+// GET.
+func method(r *http.Request) string {
+	if head, _ := r.Context().Value(headKey{}).(bool); head {
+		return http.MethodHead
+	}
+	return r.Method
 }
 
 // openAPIPath is where the OpenAPI document is served, without an API key.
@@ -152,7 +179,7 @@ func authenticateFirst(gw **runtime.ServeMux, auth func(ctx context.Context, aut
 			if host, _, err := net.SplitHostPort(source); err == nil {
 				source = host
 			}
-			if err := auth(r.Context(), authorization, source, r.Method+" "+r.URL.Path); err != nil {
+			if err := auth(r.Context(), authorization, source, method(r)+" "+r.URL.Path); err != nil {
 				if r.ContentLength != 0 {
 					// Else the HTTP server would read up to 256 KiB of the
 					// body it refused, for as long as the client takes, to
@@ -250,7 +277,7 @@ func routingError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 		runtime.DefaultRoutingErrorHandler(ctx, mux, m, w, r, httpStatus)
 		return
 	}
-	st := status.Newf(codes.Unimplemented, "method %s is not allowed on %s; GET /v1/openapi.json lists each path's method", r.Method, r.URL.Path)
+	st := status.Newf(codes.Unimplemented, "method %s is not allowed on %s; GET /v1/openapi.json lists each path's method", method(r), r.URL.Path)
 	body, err := m.Marshal(st.Proto())
 	if err != nil {
 		runtime.DefaultRoutingErrorHandler(ctx, mux, m, w, r, httpStatus)
@@ -267,8 +294,9 @@ func routingError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 }
 
 // apiRoutes are the paths of the OpenAPI document, each as a pattern with
-// the methods it takes: a 405 lists them in its Allow header, as HTTP
-// requires, from the document generated with the routes themselves.
+// the methods it takes (HEAD wherever GET: asGet): a 405 lists them in its
+// Allow header, as HTTP requires, from the document generated with the
+// routes themselves.
 var apiRoutes = sync.OnceValue(func() []apiRoute {
 	var doc struct {
 		Paths map[string]map[string]json.RawMessage `json:"paths"`
@@ -289,7 +317,9 @@ var apiRoutes = sync.OnceValue(func() []apiRoute {
 		var methods []string
 		for m := range ops {
 			switch m {
-			case "get", "put", "post", "delete", "options", "head", "patch":
+			case "get":
+				methods = append(methods, http.MethodGet, http.MethodHead)
+			case "put", "post", "delete", "options", "head", "patch":
 				methods = append(methods, strings.ToUpper(m))
 			}
 		}

@@ -490,7 +490,8 @@ func TestCommandOverTheMessageLimitIsABadRequest(t *testing.T) {
 
 // TestWrongMethodIsMethodNotAllowed: a route called with another method
 // (GET on execute, say) is 405 naming the method, not 501 "not
-// implemented", with the path's methods in Allow, and runs nothing.
+// implemented", with the path's methods in Allow (HEAD wherever GET), and
+// runs nothing.
 func TestWrongMethodIsMethodNotAllowed(t *testing.T) {
 	a := automatortest.Start(t, automatortest.Options{})
 	c := api{t: t, base: a.HTTPURL, apiKey: a.APIKey}
@@ -498,9 +499,9 @@ func TestWrongMethodIsMethodNotAllowed(t *testing.T) {
 		{"GET", "/v1/accounts/acme/execute", "POST"},
 		{"GET", "/v1/accounts/acme/submit", "POST"},
 		{"PUT", "/v1/accounts/acme/submit", "POST"},
-		{"DELETE", "/v1/work/w_0123456789abcdef0123456789abcdef", "GET"},
-		{"PUT", "/v1/work/w_0123456789abcdef0123456789abcdef:cancel", "GET, POST"}, // GET: the unit "w_...:cancel"
-		{"POST", "/v1/accounts/acme/instances", "GET"},
+		{"DELETE", "/v1/work/w_0123456789abcdef0123456789abcdef", "GET, HEAD"},
+		{"PUT", "/v1/work/w_0123456789abcdef0123456789abcdef:cancel", "GET, HEAD, POST"}, // GET: the unit "w_...:cancel"
+		{"POST", "/v1/accounts/acme/instances", "GET, HEAD"},
 		{"POST", "/v1/openapi.json", "GET, HEAD"},
 	} {
 		r := c.do(rt.method, rt.path, "", nil)
