@@ -57,6 +57,8 @@ type Options struct {
 	// Clock is the automator's clock (the real one when nil), so a test
 	// can set it apart from its callers'.
 	Clock server.Clock
+	// Limits are the server's (its defaults when zero).
+	Limits server.Limits
 }
 
 // Automator is a running automator.
@@ -130,6 +132,7 @@ func Start(t testing.TB, o Options) *Automator {
 		PollWindow:           o.PollWindow,
 		IdempotencyRetention: o.IdempotencyRetention,
 		Clock:                o.Clock,
+		Limits:               o.Limits,
 		Silence:              lis.Silence,
 		Logger:               slog.New(slog.NewTextHandler(logW, nil)),
 	})

@@ -503,6 +503,14 @@ func TestRefusedSignInsAreAuditedAndLimitedLikeRefusedCalls(t *testing.T) {
 		if resp.StatusCode != want || (want == http.StatusTooManyRequests) != strings.Contains(string(body), "Too many failed sign-ins from your address") {
 			t.Errorf("wrong key %d: %d; want %d", i, resp.StatusCode, want)
 		}
+		// The budget regains a failure in an hour: a 429 says when.
+		wantRetry := ""
+		if want == http.StatusTooManyRequests {
+			wantRetry = "3600"
+		}
+		if ra := resp.Header.Values("Retry-After"); strings.Join(ra, ", ") != wantRetry {
+			t.Errorf("wrong key %d: HTTP %d with Retry-After %q; want %q", i, resp.StatusCode, ra, wantRetry)
+		}
 	}
 	if resp := e.signIn(c, base, "admin"); resp.StatusCode != http.StatusSeeOther {
 		t.Errorf("a valid key after the budget was spent: %d, want a redirect (signed in)", resp.StatusCode)

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -232,6 +233,8 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 		if d.o.SignIns == nil {
 			d.log.Warn("dashboard sign-in refused", "peer", r.RemoteAddr, "reason", why)
 		} else if retry, limited := d.o.SignIns.SignInFailed(r.Context(), remoteHost(r), why); limited {
+			// As the API's 429 of the same budget: whole seconds, rounded up.
+			w.Header().Set("Retry-After", strconv.FormatInt(int64((max(retry, time.Second)+time.Second-1)/time.Second), 10))
 			fail(http.StatusTooManyRequests, fmt.Sprintf("Too many failed sign-ins from your address; try again in %v.", retry.Round(time.Second)))
 			return
 		}

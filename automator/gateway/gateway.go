@@ -24,10 +24,13 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -239,6 +242,11 @@ func outcomeStatus(ctx context.Context, w http.ResponseWriter, m proto.Message) 
 //     in-memory connection is closed, and answers CANCELLED, which HTTP
 //     maps to 499, "the client closed the request", though the caller did
 //     not. It is UNAVAILABLE (503), as for a gRPC caller: retry.
+//
+// A refusal that says when to try again (a google.rpc.RetryInfo detail:
+// the queue cap, the failed-authentication budget) also gets a
+// Retry-After header (retryDelay); the others, the oversized request's
+// above included, get none.
 func errorStatus(mounted context.Context) runtime.ErrorHandlerFunc {
 	return func(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 		s, ok := status.FromError(err)
@@ -250,8 +258,26 @@ func errorStatus(mounted context.Context) runtime.ErrorHandlerFunc {
 		case ok && s.Code() == codes.Unauthenticated:
 			w = bearerChallenge{w}
 		}
+		if retry, ok := retryDelay(s); ok {
+			w.Header().Set("Retry-After", strconv.FormatInt(int64((retry+time.Second-1)/time.Second), 10))
+		}
 		runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 	}
+}
+
+// retryDelay is when a refused call is worth making again, as its status
+// says in a google.rpc.RetryInfo detail (the automator's queue cap and
+// failed-authentication budget: server.retryLater); ok is false for a
+// status without one, which gets no Retry-After.
+func retryDelay(s *status.Status) (retry time.Duration, ok bool) {
+	for _, d := range s.Details() {
+		if ri, is := d.(*errdetails.RetryInfo); is && ri.GetRetryDelay().IsValid() {
+			// Retry-After is whole seconds (RFC 9110 10.2.3): round up,
+			// and never say 0, which would invite a retry at once.
+			return max(ri.GetRetryDelay().AsDuration(), time.Second), true
+		}
+	}
+	return 0, false
 }
 
 // bearerChallenge makes the WWW-Authenticate header of a 401 the challenge

@@ -481,6 +481,9 @@ func TestCommandOverTheMessageLimitIsABadRequest(t *testing.T) {
 	if r.status != http.StatusBadRequest || r.body["code"] != float64(3) || !strings.Contains(r.str("message"), "larger than max") {
 		t.Fatalf("a 10 MiB command: HTTP %d %.200s; want 400, code 3, naming the limit", r.status, r.raw)
 	}
+	if ra := r.header.Values("Retry-After"); len(ra) != 0 {
+		t.Errorf("a 10 MiB command: Retry-After %q; want none, since sending it again never helps", ra)
+	}
 	if n := a.CountWork(t); n != 0 {
 		t.Fatalf("%d units queued", n)
 	}

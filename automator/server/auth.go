@@ -8,10 +8,12 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/crypto"
@@ -211,9 +213,22 @@ func (s *Server) authFailed(ctx context.Context, method, why, actor string) erro
 // authFailedFrom is authFailed of a call from src, audited under what.
 func (s *Server) authFailedFrom(ctx context.Context, src, what, why, actor string) error {
 	if retry, limited := s.failedFrom(ctx, src, what, why, actor); limited {
-		return status.Errorf(codes.ResourceExhausted, "too many failed authentications from %s (this one: %s); retry in %v", src, why, retry)
+		return retryLater(retry, "too many failed authentications from %s (this one: %s); retry in %v", src, why, retry)
 	}
 	return status.Error(codes.Unauthenticated, why)
+}
+
+// retryLater is a ResourceExhausted status for a refusal that the same
+// call made again after retry may get past: it says so in a
+// google.rpc.RetryInfo detail, which the HTTP gateway makes a Retry-After
+// header. A refusal that no wait mends (a message over the size limit) or
+// whose end no one can tell (a full disk) carries none.
+func retryLater(retry time.Duration, format string, args ...any) error {
+	st := status.Newf(codes.ResourceExhausted, format, args...)
+	if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)}); err == nil {
+		st = d
+	}
+	return st.Err()
 }
 
 // SignInFailed records a sign-in to the dashboard refused for a wrong or

@@ -641,8 +641,17 @@ func (s *Server) checkQueue(ctx context.Context, p store.WorkEnqueueParams, meth
 	e := s.event(ctx, store.AuditWorkRefused, fmt.Sprintf("%s: queue full (%d units queued, the limit)", method, max))
 	e.Account = account
 	s.record(ctx, e)
-	return status.Errorf(codes.ResourceExhausted, "account %q has %d units queued, its limit (limits.max_queued_per_account): no instance claims them fast enough; check the account's proxies, or submit again later", account, n)
+	return retryLater(queueFullRetry, "account %q has %d units queued, its limit (limits.max_queued_per_account): no instance claims them fast enough; check the account's proxies, or submit again later", account, n)
 }
+
+// queueFullRetry is when a unit refused for a full queue is worth
+// submitting again (its RetryInfo, Retry-After over HTTP). No one can
+// tell when the account's proxies will have claimed enough units (or
+// their deadlines passed), so it is a pace, not a promise: while the queue
+// is at its cap, every new unit counts it afresh (no count is trusted at
+// or above half the cap), so a submit a second later already sees what
+// the proxies claimed meanwhile, and each refusal costs that count.
+const queueFullRetry = time.Second
 
 // queueCountFor is how long a count of an account's queued units is trusted
 // (checkQueue).

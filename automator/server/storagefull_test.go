@@ -76,6 +76,11 @@ func TestFullDiskIsResourceExhaustedAndSaysSo(t *testing.T) {
 	if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "out of disk space while queueing work: nothing was stored") {
 		t.Errorf("Submit on a full disk: %v; want ResourceExhausted saying the database is out of disk space and nothing was stored", err)
 	}
+	// When space is freed is the operator's doing: no time to retry in is
+	// known, and none is given (no Retry-After over HTTP).
+	if d, ok := retryInfo(err); ok {
+		t.Errorf("Submit on a full disk carries RetryInfo %v; want none", d)
+	}
 }
 
 // unanswered is a store whose first expiry gets no answer: it returns
