@@ -57,9 +57,10 @@ type Options struct {
 	MaxMessage int
 	// Authenticate checks the API key of a request that reached a route
 	// of the API, before its body is read: the values of its
-	// Authorization header (and of Grpc-Metadata-Authorization, which the
-	// gateway passes on too), the client's address and the request's
-	// method and path, for the log. A non-nil error, a gRPC status, is the
+	// Authorization header (what the gateway passes on to the server as
+	// "authorization"; its default header matcher forwards no
+	// Grpc-Metadata-Authorization), the client's address and the
+	// request's method and path, for the log. A non-nil error, a gRPC status, is the
 	// answer. Without it a client with no key could make the automator
 	// read and hold a body of up to twice MaxMessage per request before
 	// the gRPC server refused the call. The server's interceptor checks
@@ -177,7 +178,9 @@ const openAPIPath = "/v1/openapi.json"
 func authenticateFirst(gw **runtime.ServeMux, auth func(ctx context.Context, authorization []string, source, what string) error) runtime.Middleware {
 	return func(next runtime.HandlerFunc) runtime.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request, params map[string]string) {
-			authorization := append(r.Header.Values("Authorization"), r.Header.Values("Grpc-Metadata-Authorization")...)
+			// What the call will carry: grpc-gateway passes Authorization
+			// on as "authorization", and no Grpc-Metadata- header.
+			authorization := r.Header.Values("Authorization")
 			source := r.RemoteAddr
 			if host, _, err := net.SplitHostPort(source); err == nil {
 				source = host

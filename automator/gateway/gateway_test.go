@@ -622,3 +622,51 @@ func TestAuthSchemeIsCaseInsensitiveOverHTTP(t *testing.T) {
 		}
 	}
 }
+
+// TestOnlyTheAuthorizationHeaderAuthenticates: the gateway passes the
+// Authorization header on to the server as "authorization", and no
+// Grpc-Metadata-Authorization (grpc-gateway's default header matcher
+// forwards no Grpc-Metadata- header), so its check before the body reads
+// the former alone: a valid key is not refused for a stray
+// Grpc-Metadata-Authorization beside it, and a key sent only there is no
+// key, refused before the body is read (the body here never ends).
+func TestOnlyTheAuthorizationHeaderAuthenticates(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	ctx := waittest.Context(t, "the answers")
+	req, err := http.NewRequestWithContext(ctx, "GET", a.HTTPURL+"/v1/accounts/acme/instances", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+a.APIKey)
+	req.Header.Set("Grpc-Metadata-Authorization", "Bearer oak_wrong")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("a valid key with a stray Grpc-Metadata-Authorization: HTTP %d %s, want 200", resp.StatusCode, raw)
+	}
+
+	body, w := io.Pipe()
+	go func() { _, _ = io.WriteString(w, `{"command": {"script": "x", "args": ["`) }()
+	// The client waits for its body to be sent: end it with the wait.
+	stop := context.AfterFunc(ctx, func() { w.CloseWithError(ctx.Err()) })
+	defer stop()
+	req, err = http.NewRequestWithContext(ctx, "POST", a.HTTPURL+"/v1/accounts/acme/submit", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Grpc-Metadata-Authorization", "Bearer "+a.APIKey)
+	resp, err = http.DefaultClient.Do(req)
+	w.Close()
+	if err != nil {
+		t.Fatalf("a key in Grpc-Metadata-Authorization alone: %v", err)
+	}
+	raw, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a key in Grpc-Metadata-Authorization alone: HTTP %d %s, want 401", resp.StatusCode, raw)
+	}
+}

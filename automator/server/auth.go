@@ -174,7 +174,10 @@ func bearer(ctx context.Context) (string, error) {
 }
 
 func bearerOf(vals []string) (string, error) {
-	if len(vals) != 1 {
+	if len(vals) > 1 {
+		return "", errors.New("more than one authorization metadata value: send one Bearer token")
+	}
+	if len(vals) == 0 {
 		return "", errors.New("missing authorization metadata (Bearer token)")
 	}
 	tok, ok := cutScheme(vals[0], "Bearer ")

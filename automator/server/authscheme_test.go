@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,6 +51,11 @@ func TestAuthSchemeIsCaseInsensitive(t *testing.T) {
 		if _, err := caller.ListInstances(with(auth), &automatorv1.ListInstancesRequest{Account: e.account}); status.Code(err) != codes.Unauthenticated {
 			t.Errorf("authorization %q: %v, want Unauthenticated", auth, err)
 		}
+	}
+	// Two credentials are refused as such, not as none.
+	twice := metadata.AppendToOutgoingContext(with("Bearer "+e.apiKey), "authorization", "Bearer "+e.apiKey)
+	if _, err := caller.ListInstances(twice, &automatorv1.ListInstancesRequest{Account: e.account}); status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "more than one") {
+		t.Errorf("two authorization values: %v, want Unauthenticated saying there is more than one", err)
 	}
 }
 
