@@ -33,14 +33,21 @@ var names = map[string]bool{
 	// windows: cmd.exe runs COMSPEC for each side of a pipe in a batch
 	// file; PowerShell loads modules from PSModulePath (a share will do).
 	"COMSPEC": true, "PSMODULEPATH": true,
+	// .NET, which powershell.exe runs on: with profiling enabled, the
+	// runtime loads the profiler DLL COR_PROFILER_PATH names (a share will
+	// do) into the process before any script code; a .NET (Core) program
+	// loads the assemblies of DOTNET_STARTUP_HOOKS before its Main.
+	"COR_ENABLE_PROFILING": true, "DOTNET_ENABLE_PROFILING": true, "DOTNET_STARTUP_HOOKS": true,
 }
 
 // prefixes: the dynamic loader's variables (LD_PRELOAD, LD_AUDIT,
 // LD_LIBRARY_PATH, …; DYLD_* on macOS), bash's exported functions
 // (BASH_FUNC_name%%), which replace the commands a script calls, and lua's
 // LUA_INIT (and LUA_INIT_5_4, …), whose value lua runs as code before the
-// script.
-var prefixes = []string{"LD_", "DYLD_", "BASH_FUNC_", "LUA_INIT"}
+// script, and the .NET profiler's (COR_PROFILER, COR_PROFILER_PATH,
+// COR_PROFILER_PATH_64, …; CORECLR_* and, from .NET 11, DOTNET_PROFILER*
+// for .NET Core).
+var prefixes = []string{"LD_", "DYLD_", "BASH_FUNC_", "LUA_INIT", "COR_PROFILER", "CORECLR_", "DOTNET_PROFILER"}
 
 // Refused returns an error naming variable k when a command may not set
 // it, nil otherwise. Names are compared in upper case on every OS:

@@ -18,6 +18,9 @@ func TestRefusesVariablesThatMakeAnInterpreterRunOtherCode(t *testing.T) {
 		"NODE_OPTIONS", "NODE_PATH", "RUBYOPT", "RUBYLIB", "RUBYGEMS_GEMDEPS",
 		"LUA_INIT", "LUA_INIT_5_4", "PHPRC", "PHP_INI_SCAN_DIR",
 		"JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "COMSPEC", "PSModulePath",
+		"COR_ENABLE_PROFILING", "COR_PROFILER", "COR_PROFILER_PATH", "COR_PROFILER_PATH_64",
+		"CORECLR_ENABLE_PROFILING", "CORECLR_PROFILER_PATH", "DOTNET_ENABLE_PROFILING", "DOTNET_PROFILER_PATH",
+		"DOTNET_STARTUP_HOOKS", "cor_profiler_path",
 		"ld_preload", "rubygems_gemdeps",
 	} {
 		err := Refused(k)
@@ -38,6 +41,7 @@ func TestAcceptsCommonNames(t *testing.T) {
 		"ENV", "PROMPT_COMMAND", "PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "IFS",
 		"PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING", "NODE_ENV", "RUBY_ENV", "RAILS_ENV",
 		"DEPLOY_TARGET", "LUA", "PHP_VERSION", "PROXY_WORK_ID",
+		"DOTNET_ENVIRONMENT", "DOTNET_CLI_TELEMETRY_OPTOUT", "CORS_ORIGIN",
 	} {
 		if err := Refused(k); err != nil {
 			t.Errorf("Refused(%q) = %v, want it accepted", k, err)
