@@ -56,6 +56,13 @@ func windowsCommand(path string, args []string) (argv []string, cmdLine string, 
 	if err != nil {
 		return nil, "", err
 	}
+	if strings.ToLower(extension(path)) == ".ps1" && strings.ContainsAny(path, "[]") {
+		// Windows PowerShell takes the path after -File for a wildcard
+		// pattern (PowerShell/PowerShell#4726): x[1].ps1 would run x1.ps1,
+		// or fail, and no escape works the same in every version.
+		return nil, "", fmt.Errorf("%w %q: its path %q holds '[' or ']', which powershell.exe -File reads as a wildcard pattern: rename it",
+			ErrStart, baseName(path), path)
+	}
 	argv = append(append(append([]string(nil), prefix...), path), args...)
 	if !isBatch(path) {
 		return argv, "", nil

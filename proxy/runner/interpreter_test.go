@@ -136,3 +136,24 @@ func TestInterpretersComeFromTheSystemDirectoryNotPATH(t *testing.T) {
 		}
 	}
 }
+
+// TestPowerShellScriptPathWithBracketsIsRefused: Windows PowerShell reads
+// the path after -File as a wildcard pattern, so x[1].ps1 would run
+// x1.ps1, or nothing: such a script is refused rather than another run.
+// Brackets mean nothing to cmd.exe or to an .exe's path.
+func TestPowerShellScriptPathWithBracketsIsRefused(t *testing.T) {
+	for _, path := range []string{`C:\s\x[1].ps1`, `C:\s\[ab].ps1`, `C:\s\a].ps1`, `C:\scripts [old]\a.ps1`} {
+		_, _, err := windowsCommand(path, nil)
+		if !errors.Is(err, ErrStart) || !strings.Contains(err.Error(), "wildcard") {
+			t.Errorf("windowsCommand(%q): %v, want ErrStart saying why", path, err)
+		}
+	}
+	for _, path := range []string{`C:\s\x[1].cmd`, `C:\s\x[1].exe`} {
+		if _, _, err := windowsCommand(path, []string{"[a]"}); err != nil {
+			t.Errorf("windowsCommand(%q): %v, want it run", path, err)
+		}
+	}
+	if _, _, err := windowsCommand(`C:\s\a.ps1`, []string{"[a]", "x[1]"}); err != nil {
+		t.Errorf("a .ps1 with bracketed arguments: %v, want it run (arguments are not paths)", err)
+	}
+}
