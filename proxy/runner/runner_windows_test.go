@@ -182,3 +182,20 @@ func TestShortNameOfAFileThatIsNotAScriptIsRefused(t *testing.T) {
 		t.Fatalf("Run(%q): %v, want ErrUnknownScript naming disabled-tool.ps1x", short, err)
 	}
 }
+
+// TestPowerShellScriptWithBracketsIsRefusedNotAnotherRun: powershell.exe
+// -File would take x[1].ps1 for a pattern and run x1.ps1; the proxy
+// refuses x[1].ps1 instead, and x1.ps1 does not run.
+func TestPowerShellScriptWithBracketsIsRefusedNotAnotherRun(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(t.TempDir(), "ran")
+	writeWinScript(t, dir, "x[1].ps1", "Write-Output bracket\r\n")
+	writeWinScript(t, dir, "x1.ps1", "Set-Content -Path $args[0] -Value ran\r\n")
+	_, err := Run(context.Background(), Spec{ScriptsDir: dir, Script: "x[1].ps1", Args: []string{marker}, Deadline: time.Now().Add(time.Minute)})
+	if !errors.Is(err, ErrStart) || !strings.Contains(err.Error(), "wildcard") {
+		t.Fatalf("Run(x[1].ps1): %v, want ErrStart saying why", err)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("x1.ps1 ran for x[1].ps1")
+	}
+}
