@@ -57,7 +57,10 @@
 // # Tokens and the master key
 //
 // Tokens are 256-bit random values; servers store only their SHA-256 and
-// compare hashes in constant time. The MasterKey seals account keys at rest
+// find a presented token by its hash, so the whole token must match (a
+// lookup's timing tells only of the hash of the presented guess, not of
+// a stored token; TokenEqual compares two hashes in constant time where
+// code holds both). The MasterKey seals account keys at rest
 // in the automator's database, binding the account name and key id so that
 // a row copied to another account does not open.
 package crypto
