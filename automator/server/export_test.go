@@ -42,3 +42,6 @@ func (s *Server) WaitingPolls(account string) int {
 func (s *Server) OnPollLeft(f func(account, instance string, inFlight int)) {
 	s.hub.testHookLeft = f
 }
+
+// MaxSealedResult is the largest sealed result Complete reads.
+const MaxSealedResult = maxSealedResult
