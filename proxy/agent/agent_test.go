@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -671,6 +672,43 @@ func TestScriptIsToldTheWholeSecondsRemainingRoundedDown(t *testing.T) {
 			t.Errorf("with %v remaining, PROXY_DEADLINE_SECONDS=%s, want %s", tc.remaining, got, tc.want)
 		}
 		waittest.Recv(t, f.completed, "its result to be posted")
+	}
+}
+
+// TestClaimsBeyondTheFreeSlotsAreNotRun: an answer with more claims than
+// the poll asked for (from a broken or hostile automator) runs only as many
+// as the agent has free slots, and says so in the log: max_concurrent
+// bounds the scripts running here whatever the automator sends.
+func TestClaimsBeyondTheFreeSlotsAreNotRun(t *testing.T) {
+	b := &blockingRunner{release: make(chan struct{}), ended: make(chan error, 4)}
+	useRunner(t, b.run)
+	f := newFake()
+	var log bytes.Buffer
+	stop := startAgent(t, f, 2, &log)
+	f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{
+		claim(t, "w1", &automatorv1.Command{Script: "s"}), claim(t, "w2", &automatorv1.Command{Script: "s"}),
+		claim(t, "w3", &automatorv1.Command{Script: "s"}),
+	}}
+	waittest.Until(t, "two units to run", func() bool { return b.count() >= 2 })
+	for range 2 {
+		b.release <- struct{}{}
+		waittest.Recv(t, f.completed, "a result to be posted")
+	}
+	stop()
+	f.mu.Lock()
+	asked := f.polls[0].GetMaxUnits()
+	f.mu.Unlock()
+	if asked != 2 {
+		t.Fatalf("the first poll asked for %d units, want 2 (the test relies on it)", asked)
+	}
+	b.mu.Lock()
+	started := slices.Clone(b.started)
+	b.mu.Unlock()
+	if len(started) != 2 {
+		t.Fatalf("ran %v for an answer of 3 claims to a poll asking for 2; want 2 of them run", started)
+	}
+	if !strings.Contains(log.String(), "more claims than free slots") {
+		t.Errorf("the claim past the free slots was not logged:\n%s", log.String())
 	}
 }
 
