@@ -209,6 +209,19 @@ func (m *Metrics) AuthFailed(limited bool) {
 	m.authFailed.WithLabelValues("unauthenticated").Inc()
 }
 
+// AccountGone drops the series of account: it was deleted, a while ago,
+// and is no account again (server.AccountMetrics). Without this every
+// account ever deleted kept its counters, at their last values, in every
+// scrape until the automator restarted.
+func (m *Metrics) AccountGone(account string) {
+	l := prometheus.Labels{"account": account}
+	m.queued.DeletePartialMatch(l)
+	m.claimed.DeletePartialMatch(l)
+	m.finished.DeletePartialMatch(l)
+	m.undelivered.DeletePartialMatch(l)
+	m.polls.DeletePartialMatch(l)
+}
+
 func (m *Metrics) PollOpened(account string) func() {
 	g := m.polls.WithLabelValues(account)
 	g.Inc()

@@ -40,7 +40,7 @@ const deletionLookBack = 10 * time.Minute
 // watchDeletions acts on every account deletion it finds, once, until ctx
 // is done or the automator shuts down.
 func (s *Server) watchDeletions(ctx context.Context) {
-	seen := make(map[string]time.Time) // tombstone → deleted at
+	seen := make(map[string]store.AccountDeletion) // by tombstone
 	t := time.NewTicker(s.sweepInterval)
 	defer t.Stop()
 	for {
@@ -56,7 +56,7 @@ func (s *Server) watchDeletions(ctx context.Context) {
 }
 
 // checkDeletions reads the recent deletions and acts on those not in seen.
-func (s *Server) checkDeletions(ctx context.Context, seen map[string]time.Time) {
+func (s *Server) checkDeletions(ctx context.Context, seen map[string]store.AccountDeletion) {
 	since := s.clock.Now().Add(-deletionLookBack)
 	mark := s.databaseMark()
 	sctx, cancel := context.WithTimeout(ctx, s.sweepTimeout)
@@ -75,18 +75,43 @@ func (s *Server) checkDeletions(ctx context.Context, seen map[string]time.Time) 
 		return
 	}
 	s.databaseAnswered(mark)
-	for tomb, at := range seen {
-		if at.Before(since) {
+	for tomb, d := range seen {
+		if d.DeletedAt.Before(since) {
 			delete(seen, tomb)
+			s.accountGone(ctx, d.Name)
 		}
 	}
 	for _, d := range ds {
 		if _, ok := seen[d.Tombstone]; ok {
 			continue
 		}
-		seen[d.Tombstone] = d.DeletedAt
+		seen[d.Tombstone] = store.AccountDeletion{Name: d.Name, Tombstone: d.Tombstone, DeletedAt: d.DeletedAt}
 		s.accountDeleted(ctx, d)
 	}
+}
+
+// accountGone forgets what this automator still holds under the name of an
+// account deleted more than deletionLookBack ago, unless an account of that
+// name was created since: its metrics series and what the hub, the queue
+// counts and the instances' and runs' records keep per account. Each is
+// made again at the name's next use, as after a restart. Without this,
+// every account ever deleted kept its entries, and its series in /metrics,
+// until the automator restarted.
+func (s *Server) accountGone(ctx context.Context, name string) {
+	gctx, cancel := context.WithTimeout(ctx, s.sweepTimeout)
+	defer cancel()
+	if _, err := s.store.AccountGet(gctx, name); !errors.Is(err, store.ErrNotFound) {
+		// The name is an account again, or the store did not answer:
+		// keep them (entries of a few bytes, and series at their values).
+		return
+	}
+	if m, ok := s.metrics.(AccountMetrics); ok {
+		m.AccountGone(name)
+	}
+	s.hub.forgetAccount(name)
+	s.queued.forget(name)
+	s.seen.forgetAccount(name)
+	s.sharedIDs.forgetAccount(name)
 }
 
 // accountDeleted drops what this automator holds of a deleted account and

@@ -9,6 +9,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/opsgate/opsgate/automator/metrics"
+	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
@@ -130,5 +131,68 @@ func TestAccountDeletionIsLoggedWithTheUnitsItCancelled(t *testing.T) {
 	}
 	if got := log.lines("level=INFO", "account deleted", "account=initech "); len(got) != 0 {
 		t.Errorf("info lines of initech's deletion, made before the automator started: %q; want none", got)
+	}
+}
+
+// hasSeries reports whether m serves a series labelled with account.
+func hasSeries(t *testing.T, m *metrics.Metrics, account string) bool {
+	t.Helper()
+	fams, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		for _, s := range f.GetMetric() {
+			if label(s, "account") == account {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestDeletedAccountIsForgottenAfterTheLookBack: what the automator keeps
+// in memory per account (its series in /metrics, the hub's counts, the
+// records of its instances and their runs, its queue count) goes once the
+// account's deletion is older than the look back for deletions, so an
+// automator whose accounts come and go does not grow with every account it
+// ever served; an account deleted and created again under the same name
+// keeps its.
+func TestDeletedAccountIsForgottenAfterTheLookBack(t *testing.T) {
+	clock := newFakeClock()
+	m := metrics.New(metrics.Options{})
+	e := newEnv(t, envOptions{pollWindow: time.Hour, clock: clock, sweepInterval: 20 * time.Millisecond, metrics: m})
+	caller := e.callerClient()
+	initech, _ := e.addAccount("initech")
+	// A unit of each account queued, and claimed by a proxy run.
+	for account, px := range map[string]automatorv1.ProxyServiceClient{
+		e.account: e.proxyClient(),
+		"initech": automatorv1.NewProxyServiceClient(e.conn(initech)),
+	} {
+		submit(t, caller, account, time.Hour)
+		resp, err := px.Poll(context.Background(), &automatorv1.PollRequest{InstanceId: "host-a", MaxUnits: 1, RunId: "run-1", PollSeq: 1})
+		if err != nil || len(resp.GetClaims()) != 1 {
+			t.Fatalf("poll of %s: %v, %d claims; want one", account, err, len(resp.GetClaims()))
+		}
+	}
+	submit(t, caller, e.account, time.Hour)
+
+	e.deleteAccount(e.account)
+	e.deleteAccount("initech")
+	e.addAccount("initech")
+	waittest.Until(t, "the automator to count the units acme's deletion cancelled", func() bool {
+		return finishedTotals(t, m)["acme/cancelled"] == 2
+	})
+	if n := e.srv.AccountEntries(e.account); n == 0 || !hasSeries(t, m, e.account) {
+		t.Fatalf("before the look back: %d entries and series %v kept for acme; the test needs some", n, hasSeries(t, m, e.account))
+	}
+	initechEntries := e.srv.AccountEntries("initech")
+
+	clock.Advance(server.DeletionLookBack + time.Minute)
+	waittest.Until(t, "the automator to drop acme's series and entries, deleted past the look back", func() bool {
+		return !hasSeries(t, m, e.account) && e.srv.AccountEntries(e.account) == 0
+	})
+	if n := e.srv.AccountEntries("initech"); n != initechEntries {
+		t.Errorf("initech, deleted and created again: %d entries kept, %d before; want them kept", n, initechEntries)
 	}
 }

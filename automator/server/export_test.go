@@ -45,3 +45,47 @@ func (s *Server) OnPollLeft(f func(account, instance string, inFlight int)) {
 
 // MaxSealedResult is the largest sealed result Complete reads.
 const MaxSealedResult = maxSealedResult
+
+// AccountEntries counts what the automator keeps in memory under account:
+// the hub's counts and records, the queue count, the instances' and runs'
+// records.
+func (s *Server) AccountEntries(account string) int {
+	n := 0
+	h := s.hub
+	h.mu.Lock()
+	for _, ok := range []bool{has(h.work, account), has(h.empty, account), has(h.cut, account), has(h.drained, account)} {
+		if ok {
+			n++
+		}
+	}
+	n += withAccount(h.checked, account) + withAccount(h.latest, account) + withAccount(h.conns, account)
+	h.mu.Unlock()
+	s.queued.mu.Lock()
+	if has(s.queued.m, account) {
+		n++
+	}
+	s.queued.mu.Unlock()
+	s.seen.mu.Lock()
+	n += withAccount(s.seen.m, account)
+	s.seen.mu.Unlock()
+	s.sharedIDs.mu.Lock()
+	n += withAccount(s.sharedIDs.m, account)
+	s.sharedIDs.mu.Unlock()
+	return n
+}
+
+func has[V any](m map[string]V, k string) bool { _, ok := m[k]; return ok }
+
+// withAccount counts the entries of m whose key starts with account.
+func withAccount[K [2]string | [3]string, V any](m map[K]V, account string) int {
+	n := 0
+	for k := range m {
+		if k[0] == account {
+			n++
+		}
+	}
+	return n
+}
+
+// DeletionLookBack is how far back the automator looks for deletions.
+const DeletionLookBack = deletionLookBack

@@ -822,6 +822,34 @@ func (h *hub) resumed() {
 	clear(h.checked)
 }
 
+// forgetAccount drops the counts and records the hub keeps per account,
+// for an account deleted a while ago (Server.accountGone): its polls have
+// all ended, and its waiting callers were woken. A record missing is what a
+// restart leaves: the next poll of the name looks at the store.
+func (h *hub) forgetAccount(account string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.work, account)
+	delete(h.empty, account)
+	delete(h.cut, account)
+	delete(h.drained, account)
+	for k := range h.checked {
+		if k[0] == account {
+			delete(h.checked, k)
+		}
+	}
+	for k := range h.latest {
+		if k[0] == account {
+			delete(h.latest, k)
+		}
+	}
+	for k := range h.conns {
+		if k[0] == account {
+			delete(h.conns, k)
+		}
+	}
+}
+
 // waiting reports how many pollers of account wait (for tests and metrics).
 func (h *hub) waiting(account string) int {
 	h.mu.Lock()

@@ -108,6 +108,18 @@ func (c *seenCache) pruneLocked() {
 	}
 }
 
+// forgetAccount drops the records of the instances of account whose latest
+// poll is written (Server.accountGone).
+func (c *seenCache) forgetAccount(account string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, r := range c.m {
+		if k[0] == account && !r.dirty {
+			delete(c.m, k)
+		}
+	}
+}
+
 // flushFailed logs a failed write of the instances' polls: an error, or,
 // with the database out of reach (every seenEvery while it lasts), once
 // per outage.

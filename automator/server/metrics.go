@@ -23,6 +23,14 @@ type Metrics interface {
 	PollOpened(account string) (closed func())
 }
 
+// AccountMetrics is implemented by Metrics that keep series per account
+// (package metrics does).
+type AccountMetrics interface {
+	// AccountGone: account was deleted more than deletionLookBack ago and
+	// is no account again; its series may go.
+	AccountGone(account string)
+}
+
 type noMetrics struct{}
 
 func (noMetrics) WorkQueued(string)                 {}

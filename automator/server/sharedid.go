@@ -83,6 +83,18 @@ func (c *sharedIDs) notePoll(account, instance, run, peer string, now time.Time,
 	}
 }
 
+// forgetAccount drops the runs seen of the instances of account
+// (Server.accountGone).
+func (c *sharedIDs) forgetAccount(account string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.m {
+		if k[0] == account {
+			delete(c.m, k)
+		}
+	}
+}
+
 // noteRun tells the operator, at most once an hour for each instance,
 // when two proxy processes poll as one instance of account.
 func (s *Server) noteRun(ctx context.Context, account, instance, hostname, run string) {
