@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/opsgate/opsgate/automator/dashboard"
 	"github.com/opsgate/opsgate/automator/store"
@@ -76,4 +77,61 @@ func TestPageLeftByItsVisitorIsNoError(t *testing.T) {
 	if line := waittest.Recv(t, lines, "the dashboard to log the page it could not finish"); strings.Contains(line, "level=ERROR") {
 		t.Errorf("a page its visitor left is logged as an error: %s", line)
 	}
+}
+
+// TestLiveStreamLeftByItsVisitorIsNoWarning: a visitor who leaves a live
+// page while its event stream reads the store again (a soak with
+// dashboards opened and closed logged "refreshing a live page" warnings
+// of "context canceled" for it) ends the stream without a warning.
+func TestLiveStreamLeftByItsVisitorIsNoWarning(t *testing.T) {
+	e := newEnv(t)
+	st := &stallingWorkList{Store: e.st, entered: make(chan struct{}, 1)}
+	var warned atomic.Value
+	lines := lineFunc(func(line string) {
+		if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+			warned.Store(line)
+		}
+	})
+	d, base := e.start(replica{st: st, opts: func(o *dashboard.Options) {
+		o.Logger = slog.New(slog.NewTextHandler(lines, nil))
+		o.Refresh = 10 * time.Millisecond
+	}})
+	c := client(t)
+	e.signIn(c, base, "admin")
+
+	ctx, leave := context.WithCancel(t.Context())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/dashboard/work", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("event stream of the work page: %s; want 200", resp.Status)
+	}
+	// The stream has begun (its first read is done): the next refresh
+	// stalls in the store until the visitor leaves.
+	st.armed.Store(true)
+	waittest.Recv(t, st.entered, "the live work page to read the store again")
+	leave()
+	wctx, cancel := context.WithTimeout(t.Context(), waittest.Bound)
+	defer cancel()
+	if err := d.WaitStreamsEnded(wctx, 1); err != nil {
+		t.Fatalf("the stream its visitor left did not end: %v", err)
+	}
+	if line, ok := warned.Load().(string); ok {
+		t.Errorf("a live page its visitor left is logged as a problem: %s", line)
+	}
+}
+
+// lineFunc hands each log line written to a function.
+type lineFunc func(string)
+
+func (f lineFunc) Write(p []byte) (int, error) {
+	f(string(p))
+	return len(p), nil
 }

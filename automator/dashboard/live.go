@@ -54,6 +54,12 @@ func (d *Dashboard) stream(w http.ResponseWriter, r *http.Request, s *session, n
 			title, data, err = load(r, s)
 		}
 		first = false
+		if err != nil && r.Context().Err() != nil {
+			// The visitor left during the read (closed the tab, went to
+			// another page): the read failed for that, and the stream is
+			// over. Nothing went wrong.
+			return false
+		}
 		if err != nil {
 			// Keep the last content; the next read may succeed. Log a
 			// failure once, not at every refresh.
