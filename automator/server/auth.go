@@ -216,7 +216,7 @@ func (s *Server) authFailed(ctx context.Context, method, why, actor string) erro
 // authFailedFrom is authFailed of a call from src, audited under what.
 func (s *Server) authFailedFrom(ctx context.Context, src, what, why, actor string) error {
 	if retry, limited := s.failedFrom(ctx, src, what, why, actor); limited {
-		return retryLater(retry, "too many failed authentications from %s (this one: %s); retry in %v", src, why, retry)
+		return retryLater(grpcwire.ReasonTooManyFailedAuthentications, nil, retry, "too many failed authentications from %s (this one: %s); retry in %v", src, why, retry)
 	}
 	return status.Error(codes.Unauthenticated, why)
 }
@@ -224,11 +224,17 @@ func (s *Server) authFailedFrom(ctx context.Context, src, what, why, actor strin
 // retryLater is a ResourceExhausted status for a refusal that the same
 // call made again after retry may get past: it says so in a
 // google.rpc.RetryInfo detail, which the HTTP gateway makes a Retry-After
-// header. A refusal that no wait mends (a message over the size limit) or
-// whose end no one can tell (a full disk) carries none.
-func retryLater(retry time.Duration, format string, args ...any) error {
+// header, and which limit refused it in a google.rpc.ErrorInfo (reason, one
+// of grpcwire's, with metadata), so that a caller tells a unit it may submit
+// again (nothing was queued) from a wrong API key. A refusal that no wait
+// mends (a message over the size limit) or whose end no one can tell (a
+// full disk) carries neither.
+func retryLater(reason string, metadata map[string]string, retry time.Duration, format string, args ...any) error {
 	st := status.Newf(codes.ResourceExhausted, format, args...)
-	if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)}); err == nil {
+	if d, err := st.WithDetails(
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)},
+		&errdetails.ErrorInfo{Reason: reason, Domain: grpcwire.ErrorDomain, Metadata: metadata},
+	); err == nil {
 		st = d
 	}
 	return st.Err()

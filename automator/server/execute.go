@@ -19,6 +19,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/grpcwire"
 	"github.com/opsgate/opsgate/internal/scriptenv"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
@@ -641,7 +642,7 @@ func (s *Server) checkQueue(ctx context.Context, p store.WorkEnqueueParams, meth
 	e := s.event(ctx, store.AuditWorkRefused, fmt.Sprintf("%s: queue full (%d units queued, the limit)", method, max))
 	e.Account = account
 	s.record(ctx, e)
-	return retryLater(queueFullRetry, "account %q has %d units queued, its limit (limits.max_queued_per_account): no instance claims them fast enough; check the account's proxies, or submit again later", account, n)
+	return retryLater(grpcwire.ReasonQueueFull, map[string]string{"account": account}, queueFullRetry, "account %q has %d units queued, its limit (limits.max_queued_per_account): no instance claims them fast enough; check the account's proxies, or submit again later", account, n)
 }
 
 // queueFullRetry is when a unit refused for a full queue is worth

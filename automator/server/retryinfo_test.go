@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/opsgate/opsgate/automator/server"
+	"github.com/opsgate/opsgate/internal/grpcwire"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -24,12 +25,23 @@ func retryInfo(err error) (delay time.Duration, ok bool) {
 	return 0, false
 }
 
+// errorInfo is err's google.rpc.ErrorInfo detail, nil when it carries none.
+func errorInfo(err error) *errdetails.ErrorInfo {
+	for _, d := range status.Convert(err).Details() {
+		if ei, is := d.(*errdetails.ErrorInfo); is {
+			return ei
+		}
+	}
+	return nil
+}
+
 // TestTryAgainLaterCarriesRetryInfo: the ResourceExhausted refusals that
 // a later call of the same may get past say when to try again, in a
 // google.rpc.RetryInfo detail (which the HTTP gateway makes a Retry-After
 // header): the account's queue at its cap (1 s: it is counted afresh for
 // every new unit while it is full), and the failed-authentication budget
-// (the time until the address may fail once more).
+// (the time until the address may fail once more); and which of the two
+// refused the call, in a google.rpc.ErrorInfo.
 func TestTryAgainLaterCarriesRetryInfo(t *testing.T) {
 	clock := newFakeClock()
 	e := newEnv(t, envOptions{clock: clock, limits: server.Limits{MaxQueuedPerAccount: 1, FailedAuthBurst: 2, FailedAuthRefill: time.Minute}})
@@ -38,6 +50,11 @@ func TestTryAgainLaterCarriesRetryInfo(t *testing.T) {
 	_, err := caller.Submit(context.Background(), &automatorv1.ExecuteRequest{Account: e.account, Command: &automatorv1.Command{Script: "x.sh"}})
 	if d, ok := retryInfo(err); status.Code(err) != codes.ResourceExhausted || !ok || d != time.Second {
 		t.Errorf("a unit past the queue's cap: %v with RetryInfo %v (%v); want ResourceExhausted, retry in 1s", err, d, ok)
+	}
+	// Which limit refused it, for a caller to tell a unit it may submit
+	// again (nothing was queued) from a wrong key (below).
+	if ei := errorInfo(err); ei.GetReason() != grpcwire.ReasonQueueFull || ei.GetDomain() != grpcwire.ErrorDomain || ei.GetMetadata()["account"] != e.account {
+		t.Errorf("a unit past the queue's cap: ErrorInfo %v; want reason %s, domain %s, account %s", ei, grpcwire.ReasonQueueFull, grpcwire.ErrorDomain, e.account)
 	}
 
 	bad := automatorv1.NewAutomatorServiceClient(e.conn("oak_wrong"))
@@ -58,6 +75,9 @@ func TestTryAgainLaterCarriesRetryInfo(t *testing.T) {
 		err := list()
 		if d, ok := retryInfo(err); status.Code(err) != codes.ResourceExhausted || !ok || d != wait {
 			t.Errorf("a wrong key past the budget: %v with RetryInfo %v (%v); want ResourceExhausted, retry in %v", err, d, ok, wait)
+		}
+		if ei := errorInfo(err); ei.GetReason() != grpcwire.ReasonTooManyFailedAuthentications || ei.GetDomain() != grpcwire.ErrorDomain {
+			t.Errorf("a wrong key past the budget: ErrorInfo %v; want reason %s, domain %s", ei, grpcwire.ReasonTooManyFailedAuthentications, grpcwire.ErrorDomain)
 		}
 		clock.Advance(15 * time.Second)
 	}
