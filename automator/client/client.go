@@ -30,6 +30,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"sync/atomic"
 	"time"
@@ -189,7 +190,9 @@ func (c *Client) Close() error {
 // ended just before: then its outcome is returned). That holds when ctx ends
 // while the submit is on its way too: the automator may have stored the
 // unit already, so the submit's answer is still awaited (within its bound
-// of 10 s), and the unit it names cancelled.
+// of 10 s), and the unit it names cancelled. A submit refused for the
+// account's full queue is made again while ctx's deadline allows, as
+// Submit's; the error matches ErrQueueFull when it is not.
 func (c *Client) ExecuteOnProxy(ctx context.Context, account string, cmd Command, opts ...Option) (Result, error) {
 	w, err := c.submit(ctx, account, cmd, true, opts...)
 	if err != nil {
@@ -223,6 +226,15 @@ func (c *Client) ExecuteOnProxy(ctx context.Context, account string, cmd Command
 // submit carries an idempotency key, the caller's (WithIdempotencyKey) or
 // a fresh one, so retrying it after a lost answer cannot queue a second
 // unit: the automator returns the first.
+//
+// An automator that refuses the unit because the account's queue is full
+// (ErrQueueFull) queued nothing and says when to submit again (RetryDelay).
+// When ctx has a deadline, Submit waits that long (plus up to a fifth, so
+// that callers refused together spread out) and submits again, with the
+// same idempotency key, for as long as the next try can begin before the
+// deadline; then, or at once when ctx has no deadline, it returns the last
+// refusal, which matches ErrQueueFull: a full queue is never hidden behind
+// the context's DeadlineExceeded. ExecuteOnProxy's submit does the same.
 func (c *Client) Submit(ctx context.Context, account string, cmd Command, opts ...Option) (Work, error) {
 	return c.submit(ctx, account, cmd, false, opts...)
 }
@@ -247,23 +259,55 @@ func (c *Client) submit(ctx context.Context, account string, cmd Command, outliv
 		req.Timeout = durationpb.New(o.timeout)
 	}
 	var st *automatorv1.WorkStatus
-	err := c.call(ctx, fmt.Sprintf("submitting work to account %q", account), nil, func(ctx context.Context, api automatorv1.AutomatorServiceClient) (err error) {
-		tryCtx := ctx
-		if outlive {
-			if err := ctx.Err(); err != nil {
-				return err // no try is begun once ctx has ended
+	doing := fmt.Sprintf("submitting work to account %q", account)
+	for {
+		err := c.call(ctx, doing, nil, func(ctx context.Context, api automatorv1.AutomatorServiceClient) (err error) {
+			tryCtx := ctx
+			if outlive {
+				if err := ctx.Err(); err != nil {
+					return err // no try is begun once ctx has ended
+				}
+				tryCtx = context.WithoutCancel(ctx)
 			}
-			tryCtx = context.WithoutCancel(ctx)
+			tctx, cancel := context.WithTimeout(tryCtx, tryBound)
+			defer cancel()
+			st, err = api.Submit(tctx, req)
+			return unanswered(ctx, err)
+		})
+		if err == nil {
+			return workFromProto(st), nil
 		}
-		tctx, cancel := context.WithTimeout(tryCtx, tryBound)
-		defer cancel()
-		st, err = api.Submit(tctx, req)
-		return unanswered(ctx, err)
-	})
-	if err != nil {
-		return Work{}, err
+		// The account's queue is full: nothing was queued. Submitted again
+		// after the delay the automator asks for (with the same key, so
+		// that a unit stored meanwhile by a try whose answer was lost is
+		// returned, not queued again), while ctx's deadline leaves time
+		// for it; never without a deadline, nor past it: the refusal is
+		// the caller's to see.
+		var ce *callError
+		if !errors.As(err, &ce) {
+			return Work{}, err
+		}
+		delay, full := queueFull(ce.st)
+		if !full {
+			return Work{}, err
+		}
+		wait := delay + jitter(delay)
+		if end, ok := ctx.Deadline(); !ok || !time.Now().Add(wait).Before(end) {
+			return Work{}, err
+		}
+		if !ctxtime.Sleep(ctx, wait) {
+			return Work{}, fmt.Errorf("%w; waiting to submit again: %w", err, ctx.Err())
+		}
 	}
-	return workFromProto(st), nil
+}
+
+// jitter is a random part of up to a fifth of delay, added to it so that
+// callers refused together do not all submit again at the same moment.
+func jitter(delay time.Duration) time.Duration {
+	if delay < 5 {
+		return 0
+	}
+	return mrand.N(delay / 5)
 }
 
 // Wait blocks until unit id ends and returns it; a unit that did not
