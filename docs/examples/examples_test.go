@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -173,6 +174,76 @@ func TestPythonExampleCallFailureExits255(t *testing.T) {
 			last := lines[len(lines)-1]
 			if code != 255 || strings.Contains(errs, "Traceback") || !strings.Contains(last, tc.want) {
 				t.Errorf("exit %d, stderr:\n%s\nwant 255 and a last line naming %q, no traceback", code, errs, tc.want)
+			}
+		})
+	}
+}
+
+// TestPythonExampleHonoursRetryAfter: a 429 with Retry-After (the
+// account's queue full, which queued nothing) is tried again after it, with
+// the same idempotency key, a bounded number of times; when the refusals
+// outlast them, or a 429 says no time (a full disk) or more than a minute,
+// the example exits 255 with the refusal, saying when to try again.
+func TestPythonExampleHonoursRetryAfter(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 is not installed (not in PATH); the Python example cannot run here")
+	}
+	const refusal = `{"code": 8, "message": "account \"acme\" has 1 units queued, its limit", "details": []}`
+	for _, tc := range []struct {
+		name       string
+		retryAfter string // none when empty
+		refuse     int    // how many calls are refused
+		calls      int    // the calls the example makes
+		code       int
+		lastLine   string // what its last line on stderr holds
+	}{
+		{"refused twice, then run", "1", 2, 3, 0, "hello"},
+		{"refused every time", "0", 100, 5, 255, "HTTP 429: account \"acme\" has 1 units queued, its limit (try again in 0s)"},
+		{"a full disk says no time", "", 100, 1, 255, "HTTP 429: account \"acme\" has 1 units queued, its limit"},
+		{"a wait over a minute", "3600", 100, 1, 255, "(try again in 3600s)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var keys []string
+			automator := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				var req struct {
+					Key string `json:"idempotency_key"`
+				}
+				if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+					t.Errorf("request body: %v", err)
+				}
+				mu.Lock()
+				keys = append(keys, req.Key)
+				n := len(keys)
+				mu.Unlock()
+				w.Header().Set("Content-Type", "application/json")
+				if n <= tc.refuse {
+					if tc.retryAfter != "" {
+						w.Header().Set("Retry-After", tc.retryAfter)
+					}
+					w.WriteHeader(http.StatusTooManyRequests)
+					io.WriteString(w, refusal)
+					return
+				}
+				io.WriteString(w, `{"work_id": "w_1", "state": "STATE_SUCCEEDED", "result": {"exit_code": 0, "stdout": "aGVsbG8K", "stderr": ""}}`)
+			}))
+			defer automator.Close()
+			code, out, errs := runPython(t, py, append(os.Environ(), "AUTOMATOR_HTTP="+automator.URL, "AUTOMATOR_API_KEY=oak_x"), "", "hello.sh")
+			lines := strings.Split(strings.TrimSpace(errs), "\n")
+			if code != tc.code || !strings.Contains(out+lines[len(lines)-1], tc.lastLine) || strings.Contains(errs, "Traceback") {
+				t.Errorf("exit %d, stdout %q, stderr:\n%s\nwant %d, and %q last", code, out, errs, tc.code, tc.lastLine)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(keys) != tc.calls {
+				t.Errorf("%d calls, want %d", len(keys), tc.calls)
+			}
+			for _, k := range keys {
+				if k == "" || k != keys[0] {
+					t.Errorf("idempotency keys %q: want one, the same in every call", keys)
+					break
+				}
 			}
 		})
 	}

@@ -24,9 +24,9 @@ ACCOUNT = os.environ.get("ACCOUNT", "acme")
 
 
 def call(method, path, body=None):
-    """One API call: returns the HTTP status and the decoded JSON answer
-    ({"message": its first line} for an answer that is not JSON, such as a
-    reverse proxy's own error page)."""
+    """One API call: returns the HTTP status, the headers and the decoded
+    JSON answer ({"message": its first line} for an answer that is not
+    JSON, such as a reverse proxy's own error page)."""
     req = urllib.request.Request(
         BASE + path,
         method=method,
@@ -35,9 +35,9 @@ def call(method, path, body=None):
     )
     try:
         with urllib.request.urlopen(req) as resp:
-            return resp.status, decode(resp.read())
+            return resp.status, resp.headers, decode(resp.read())
     except urllib.error.HTTPError as err:  # 4xx and 5xx carry a JSON body too
-        return err.code, decode(err.read())
+        return err.code, err.headers, decode(err.read())
 
 
 def decode(raw):
@@ -48,35 +48,53 @@ def decode(raw):
         return {"message": lines[0] if lines else ""}
 
 
-def execute(script, args, stdin=b"", timeout="300s"):
-    """Runs script on one proxy instance and returns (status, work).
+def retry_after(status, headers):
+    """The seconds a 429 asks to wait before trying again (its Retry-After:
+    the account's queue is full, which queued nothing, or too many failed
+    authentications came from this address), or None when it says none (a
+    full disk: no one knows when space comes back)."""
+    value = headers.get("Retry-After") if status == 429 else None
+    try:
+        return max(int(value), 0) if value is not None else None
+    except ValueError:  # an HTTP date: the automator sends seconds
+        return None
+
+
+def execute(script, args, stdin=b"", timeout="300s", tries=5):
+    """Runs script on one proxy instance and returns (status, headers, work).
 
     The idempotency key makes a retry safe: if the connection drops, the
     same request again returns the same unit (and waits for its outcome)
-    instead of running the script twice.
+    instead of running the script twice. A 429 with Retry-After is tried
+    again after it, at most `tries` times in all and never for a wait over
+    a minute: the last refusal is then the answer, not hidden.
     """
     body = {
         "command": {"script": script, "args": args, "stdin": base64.b64encode(stdin).decode()},
         "timeout": timeout,
         "idempotency_key": str(uuid.uuid4()),
     }
-    for attempt in range(5):
+    for attempt in range(tries):
         try:
-            status, work = call("POST", "/v1/accounts/%s/execute" % ACCOUNT, body)
-            if status != 503:  # 503: the automator is restarting; try again
-                return status, work
+            status, headers, work = call("POST", "/v1/accounts/%s/execute" % ACCOUNT, body)
+            wait = retry_after(status, headers)
+            if status == 503:  # the automator is restarting; try again
+                wait = 1 + attempt
+            if wait is None or wait > 60 or attempt == tries - 1:
+                return status, headers, work
+            why = "HTTP %d: %s" % (status, work.get("message"))
         except (urllib.error.URLError, ConnectionError) as err:
-            if attempt == 4:
+            if attempt == tries - 1:
                 raise
-            print("retrying after: %s" % err, file=sys.stderr)
-        time.sleep(1 + attempt)
-    return status, work
+            wait, why = 1 + attempt, err
+        print("retrying in %ds after: %s" % (wait, why), file=sys.stderr)
+        time.sleep(wait)
 
 
 def main():
     stdin = b"" if sys.stdin.isatty() else sys.stdin.buffer.read()
     try:
-        status, work = execute(sys.argv[1], sys.argv[2:], stdin)
+        status, headers, work = execute(sys.argv[1], sys.argv[2:], stdin)
     except (urllib.error.URLError, ConnectionError) as err:
         print("cannot reach the automator at %s: %s" % (BASE, getattr(err, "reason", err)), file=sys.stderr)
         return 255
@@ -93,8 +111,11 @@ def main():
         print("work %s %s: %s" % (work["work_id"], what, work["reason"]), file=sys.stderr)
         return code
     # Any other answer is the call itself: 401 bad API key, 404 unknown
-    # account, 400 bad request; the body is {"code", "message", "details"}.
-    print("HTTP %d: %s" % (status, work.get("message")), file=sys.stderr)
+    # account, 400 bad request, 429 try again later; the body is
+    # {"code", "message", "details"}.
+    wait = retry_after(status, headers)
+    later = "" if wait is None else " (try again in %ds)" % wait
+    print("HTTP %d: %s%s" % (status, work.get("message"), later), file=sys.stderr)
     return 255
 
 
