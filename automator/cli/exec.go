@@ -84,6 +84,24 @@ func cmdExec(ctx context.Context, args []string, env Env) (int, error) {
 	return code, caller.explain(rerr)
 }
 
+// whenToRetry adds to a refusal that waiting mends (RetryInfo) when to try
+// again: exec does not wait for room in a full queue itself (it has no
+// deadline to bound the wait; the Go client waits within a context's), so
+// a script that wants to runs it again then. The failed-authentication
+// budget's message (any command's) says when already.
+func whenToRetry(err error) error {
+	d, ok := client.RetryDelay(err)
+	switch {
+	case !ok:
+		return err
+	case errors.Is(err, client.ErrQueueFull):
+		return fmt.Errorf("%w; nothing was queued: run it again in %v or later", err, d)
+	case !strings.Contains(err.Error(), d.String()):
+		return fmt.Errorf("%w; try again in %v", err, d)
+	}
+	return err
+}
+
 // mayStillRun reports whether ExecuteOnProxy's err leaves its unit queued
 // or claimed as far as exec knows: the unit was stored (res names it), and
 // then the wait, or the cancel of an interrupt, failed (the API key
@@ -230,8 +248,10 @@ func (f callerFlags) connect() (*client.Client, error) {
 // --data-dir uses unless --api-key-file names another: init made it, and
 // `apikey revoke admin` may have revoked it since. A new key is made on the
 // automator's host without any API key (apikey create opens the store);
-// written over the file, it keeps the file's mode (0600).
+// written over the file, it keeps the file's mode (0600). To a refusal that
+// waiting mends it adds when to try again (whenToRetry).
 func (f callerFlags) explain(err error) error {
+	err = whenToRetry(err)
 	if status.Code(err) != codes.Unauthenticated || *f.dir == "" || *f.apiKeyFile != "" {
 		return err
 	}

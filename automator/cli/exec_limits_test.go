@@ -12,8 +12,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/internal/grpcwire"
 )
 
 // TestExecSendsStdinUpToTheAutomatorsConfiguredLimit: with limits.max_stdin
@@ -91,5 +98,37 @@ func TestExecStopsReadingAnEndlessStdinAtTheLimit(t *testing.T) {
 	}
 	if r.n > config.MaxStdinLimit+1<<20 {
 		t.Errorf("read %d bytes of an endless stdin, want to stop just past the limit of %d", r.n, config.MaxStdinLimit)
+	}
+}
+
+// TestWhenToRetrySaysWhenOnce: a refusal that waiting mends says when to
+// try again, once: not again when its message says it already; other
+// errors are left as they are.
+func TestWhenToRetrySaysWhenOnce(t *testing.T) {
+	withDelay := func(msg string, d time.Duration, reason string) error {
+		st, err := status.New(codes.ResourceExhausted, msg).WithDetails(
+			&errdetails.RetryInfo{RetryDelay: durationpb.New(d)},
+			&errdetails.ErrorInfo{Reason: reason, Domain: grpcwire.ErrorDomain})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Err()
+	}
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{nil, ""},
+		{errors.New("plain"), "plain"},
+		{status.Error(codes.ResourceExhausted, "disk full"), "rpc error: code = ResourceExhausted desc = disk full"},
+		// A full queue is told apart in the client's errors
+		// (client.ErrQueueFull: TestExecRefusedForAFullQueueSaysWhenToTryAgain).
+		{withDelay("too many failed authentications; retry in 45s", 45*time.Second, grpcwire.ReasonTooManyFailedAuthentications), "rpc error: code = ResourceExhausted desc = too many failed authentications; retry in 45s"},
+		{withDelay("slow down", 2*time.Second, "SOMETHING_ELSE"), "rpc error: code = ResourceExhausted desc = slow down; try again in 2s"},
+	} {
+		got := whenToRetry(tc.err)
+		if (got == nil) != (tc.want == "") || (got != nil && got.Error() != tc.want) {
+			t.Errorf("whenToRetry(%v) = %v; want %q", tc.err, got, tc.want)
+		}
 	}
 }
