@@ -389,6 +389,27 @@ func TestOpenAPIDocumentIsServed(t *testing.T) {
 			t.Errorf("%s %s: 404 described as %q; want it to name the %s", method, path, d, want)
 		}
 	}
+	// Every operation may be refused with 429 (the failed-authentication
+	// budget; execute and submit, the account's full queue), and the
+	// document says so, with the Retry-After that says when to try again.
+	for path, method := range map[string]string{
+		"/v1/accounts/{account}/execute":   "post",
+		"/v1/accounts/{account}/submit":    "post",
+		"/v1/accounts/{account}/instances": "get",
+		"/v1/work/{work_id}":               "get",
+		"/v1/work/{work_id}:wait":          "post",
+		"/v1/work/{work_id}:cancel":        "post",
+	} {
+		tooMany, _ := paths[path].(map[string]any)[method].(map[string]any)["responses"].(map[string]any)["429"].(map[string]any)
+		headers, _ := tooMany["headers"].(map[string]any)
+		retryAfter, _ := headers["Retry-After"].(map[string]any)
+		if d, _ := tooMany["description"].(string); d == "" || retryAfter["type"] != "integer" {
+			t.Errorf("%s %s: 429 %v; want it described, with an integer Retry-After header", method, path, tooMany)
+		}
+		if d, _ := tooMany["description"].(string); strings.HasPrefix(path, "/v1/accounts/{account}/") && path != "/v1/accounts/{account}/instances" && !strings.Contains(d, "max_queued_per_account") {
+			t.Errorf("%s %s: 429 described as %q; want it to name the full queue (max_queued_per_account)", method, path, d)
+		}
+	}
 	// What the server requires, the document declares required.
 	defs, _ := r.body["definitions"].(map[string]any)
 	// execute and submit require their body; :wait and :cancel read none,
