@@ -17,9 +17,13 @@ curl -sS -w '\nHTTP %{http_code}\n' -H "$auth" -H "$json" \
 	"$AUTOMATOR_HTTP/v1/accounts/$ACCOUNT/execute"
 
 # 2. Submit with stdin (base64) and an idempotency key: it returns at once,
-#    and repeating it with the same key returns the same unit.
+#    and repeating it with the same key returns the same unit. So curl may
+#    repeat it: --retry tries again after a 429 (the account's queue full:
+#    nothing was queued) once its Retry-After has passed, or after a 503 or
+#    another passing failure, four times at most. Not the execute above,
+#    whose 502 and 504 are the unit's outcomes.
 stdin=$(printf 'some data\n' | base64 | tr -d '\n')
-work=$(curl -sS -H "$auth" -H "$json" \
+work=$(curl -sS --retry 4 --retry-max-time 60 -H "$auth" -H "$json" \
 	-d '{"command": {"script": "checksum.sh", "stdin": "'"$stdin"'"}, "idempotency_key": "checksum-'"$$"'"}' \
 	"$AUTOMATOR_HTTP/v1/accounts/$ACCOUNT/submit")
 id=$(printf '%s' "$work" | sed -n 's/.*"work_id": *"\([^"]*\)".*/\1/p')

@@ -93,6 +93,60 @@ func TestCurlExample(t *testing.T) {
 	}
 }
 
+// TestCurlExampleSubmitHonoursRetryAfter: curl.sh's submit, refused with
+// 429 and Retry-After (the account's queue full), is made again after it
+// with the same idempotency key, and the unit it then gets is waited for.
+func TestCurlExampleSubmitHonoursRetryAfter(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("curl is not installed; the curl example cannot run here")
+	}
+	const unit = `{"work_id": "w_00000000000000000000000000000001", "state": "STATE_SUCCEEDED"}`
+	var mu sync.Mutex
+	var keys []string
+	automator := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if !strings.HasSuffix(r.URL.Path, "/submit") {
+			io.WriteString(w, unit)
+			return
+		}
+		var req struct {
+			Key string `json:"idempotency_key"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			t.Errorf("submit's body: %v", err)
+		}
+		mu.Lock()
+		keys = append(keys, req.Key)
+		n := len(keys)
+		mu.Unlock()
+		if n == 1 {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+			io.WriteString(w, `{"code": 8, "message": "account \"acme\" has 1 units queued, its limit", "details": []}`)
+			return
+		}
+		io.WriteString(w, unit)
+	}))
+	defer automator.Close()
+	cmd := exec.Command("sh", "curl.sh")
+	cmd.Env = append(os.Environ(), "AUTOMATOR_HTTP="+automator.URL, "AUTOMATOR_API_KEY=oak_x", "ACCOUNT=acme")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("curl.sh: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(keys) != 2 || keys[0] == "" || keys[0] != keys[1] {
+		t.Errorf("submits with keys %q; want two with the same key", keys)
+	}
+	// The unit the second submit got is waited for and read by its id.
+	if n := strings.Count(string(out), "w_00000000000000000000000000000001"); n != 3 {
+		t.Errorf("curl.sh printed the unit %d times, want 3 (execute, wait, get):\n%s", n, out)
+	}
+}
+
 // TestPythonExample runs docs/examples/execute.py: a result with its exit
 // code, its stdin sent to the script, and a script the proxy cannot run
 // (125).
