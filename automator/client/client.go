@@ -229,8 +229,8 @@ func (c *Client) ExecuteOnProxy(ctx context.Context, account string, cmd Command
 //
 // An automator that refuses the unit because the account's queue is full
 // (ErrQueueFull) queued nothing and says when to submit again (RetryDelay).
-// When ctx has a deadline, Submit waits that long (plus up to a fifth, so
-// that callers refused together spread out) and submits again, with the
+// When ctx has a deadline, Submit waits that long (100 ms at least, plus up
+// to a fifth, so that callers refused together spread out) and submits again, with the
 // same idempotency key, for as long as the next try can begin before the
 // deadline; then, or at once when ctx has no deadline, it returns the last
 // refusal, which matches ErrQueueFull: a full queue is never hidden behind
@@ -291,6 +291,7 @@ func (c *Client) submit(ctx context.Context, account string, cmd Command, outliv
 		if !full {
 			return Work{}, err
 		}
+		delay = max(delay, leastResubmitWait)
 		wait := delay + jitter(delay)
 		if end, ok := ctx.Deadline(); !ok || !time.Now().Add(wait).Before(end) {
 			return Work{}, err
@@ -300,6 +301,11 @@ func (c *Client) submit(ctx context.Context, account string, cmd Command, outliv
 		}
 	}
 }
+
+// leastResubmitWait is the least a submit refused for a full queue waits
+// before it is made again, whatever the automator says (it says 1 s): a
+// delay of nothing would make the wait a busy loop against it.
+const leastResubmitWait = 100 * time.Millisecond
 
 // jitter is a random part of up to a fifth of delay, added to it so that
 // callers refused together do not all submit again at the same moment.

@@ -171,7 +171,7 @@ func TestQueueFullSubmitIsMadeAgainWithinTheDeadline(t *testing.T) {
 
 // TestRefusalsNotMadeAgain: what the client returns at once, with one
 // submit: a full queue when the context has no deadline, or one too near
-// for the delay; a refusal that only says when a wrong API key may fail
+// for the delay (100 ms at least); a refusal that only says when a wrong API key may fail
 // again; and one that says no time (a full disk).
 func TestRefusalsNotMadeAgain(t *testing.T) {
 	full := refusal(t, "queue full", queueFullInfo)
@@ -184,6 +184,9 @@ func TestRefusalsNotMadeAgain(t *testing.T) {
 	}{
 		{"queue full, no deadline", full(10 * time.Millisecond), 0, true, 10 * time.Millisecond},
 		{"queue full, deadline before the delay ends", full(time.Hour), time.Minute, true, time.Hour},
+		// A delay of next to nothing is waited 100 ms at least, never
+		// made a busy loop against the automator.
+		{"queue full in 1ns, deadline before 100ms", full(time.Nanosecond), 50 * time.Millisecond, true, time.Nanosecond},
 		{"too many failed authentications", refusal(t, "too many failed authentications", &errdetails.ErrorInfo{Reason: grpcwire.ReasonTooManyFailedAuthentications, Domain: grpcwire.ErrorDomain})(10 * time.Millisecond), time.Minute, false, 10 * time.Millisecond},
 		{"queue full from an older automator, without ErrorInfo", refusal(t, "queue full")(10 * time.Millisecond), time.Minute, false, 10 * time.Millisecond},
 		{"full disk", refusal(t, "disk full")(0), time.Minute, false, 0},
