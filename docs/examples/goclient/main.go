@@ -66,6 +66,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case errors.As(err, &we) && we.State == client.StateCancelled:
 		fmt.Fprintln(stderr, err)
 		return 126
+	case errors.Is(err, client.ErrQueueFull): // the account's queue is full: nothing was queued
+		// Without a deadline on ctx the client does not wait for room
+		// itself; with one, it submits again after the delay until then.
+		delay, _ := client.RetryDelay(err)
+		fmt.Fprintf(stderr, "%v; nothing was queued: run it again in %v or later\n", err, delay)
+		return 255
 	case err != nil: // the call itself: auth, unknown account, no automator reachable
 		fmt.Fprintln(stderr, err)
 		return 255

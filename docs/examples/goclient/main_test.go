@@ -9,12 +9,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/opsgate/opsgate/automator/automatortest"
+	"github.com/opsgate/opsgate/automator/client"
+	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/crypto"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
@@ -50,6 +53,27 @@ func TestGoExample(t *testing.T) {
 	env["ACCOUNT"] = "nobody"
 	if code, _, errs := exec("hello.sh"); code != 255 || !strings.Contains(errs, "NotFound") {
 		t.Errorf("unknown account: exit %d, stderr %q; want 255", code, errs)
+	}
+}
+
+// TestGoExampleQueueFullSaysWhenToRunAgain: refused because the account's
+// queue is at its cap, the example exits 255 saying that nothing was
+// queued and when to run it again (the automator's RetryInfo, 1 s).
+func TestGoExampleQueueFullSaysWhenToRunAgain(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{Limits: server.Limits{MaxQueuedPerAccount: 1}})
+	c, err := client.New(client.Config{Addresses: []string{a.URL()}, APIKey: a.APIKey, CAPEM: a.CAPEM, ServerName: "127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Submit(context.Background(), a.Account, client.Command{Script: "x.sh"}, client.WithTimeout(time.Hour)); err != nil {
+		t.Fatalf("the unit that fills the queue: %v", err)
+	}
+	env := map[string]string{"AUTOMATOR_GRPC": a.URL(), "AUTOMATOR_API_KEY": a.APIKey, "AUTOMATOR_CA": a.CAFile}
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"hello.sh"}, func(k string) string { return env[k] }, &out, &errb)
+	if code != 255 || !strings.Contains(errb.String(), "nothing was queued: run it again in 1s or later") || strings.Count(errb.String(), "\n") != 1 {
+		t.Errorf("a full queue: exit %d, stderr %q; want 255 and one line saying when to run it again", code, errb.String())
 	}
 }
 
