@@ -46,7 +46,7 @@ func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unloc
 // env is a store with accounts, API keys and units, and a dashboard on it
 // served by an httptest server.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	st     store.Store
 	path   string // st's SQLite file
 	master crypto.MasterKey
@@ -59,7 +59,7 @@ type env struct {
 	url     string
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "automator.db")
@@ -208,7 +208,7 @@ func (e *env) poll(account, instance string, when time.Time) {
 }
 
 // client is a browser: it keeps cookies and does not follow redirects.
-func client(t *testing.T) *http.Client {
+func client(t testing.TB) *http.Client {
 	t.Helper()
 	return &http.Client{
 		Jar:           newJar(t),
@@ -216,7 +216,7 @@ func client(t *testing.T) *http.Client {
 	}
 }
 
-func newJar(t *testing.T) *cookiejar.Jar {
+func newJar(t testing.TB) *cookiejar.Jar {
 	t.Helper()
 	j, err := cookiejar.New(nil)
 	if err != nil {
