@@ -1034,3 +1034,41 @@ func TestNamesAProxyOrCallerChoseAreShownAsText(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkListKeepsAFailureReasonFromKeysThatMayNotSeeIt: the automator
+// keeps what the list showed of each unit, so a list read again opens
+// nothing; what it kept for a key that may see commands (the reason of a
+// failure, which names the script, and the script name) is still not shown
+// to one that may not, on the list and on the unit's page.
+func TestWorkListKeepsAFailureReasonFromKeysThatMayNotSeeIt(t *testing.T) {
+	e := newEnv(t)
+	now := e.clock.Now()
+	e.enqueue("w_failed", "acme", now.Add(-time.Minute), &automatorv1.Command{Script: "rotate-db-password.sh"})
+	ws, err := e.st.WorkClaim(t.Context(), store.WorkClaimParams{Account: "acme", InstanceID: "a-1", Max: 1, ClaimIDs: []string{"c"}, Now: now})
+	if err != nil || len(ws) != 1 {
+		t.Fatalf("claim: %v %v", ws, err)
+	}
+	reason := `unknown script "rotate-db-password.sh"`
+	if _, err := e.st.WorkComplete(t.Context(), store.WorkCompleteParams{ID: "w_failed", ClaimID: "c", State: store.StateFailed, Now: now,
+		Reason: "the proxy could not run the command", SealedResult: e.seal("acme", "w_failed", crypto.DirResult, &automatorv1.Result{Failure: reason})}); err != nil {
+		t.Fatal(err)
+	}
+	admin, viewer := client(t), client(t)
+	e.signIn(admin, e.url, "admin")
+	e.signIn(viewer, e.url, "viewer")
+	for i := range 2 {
+		_, list := get(t, admin, e.url+"/dashboard/work")
+		if !strings.Contains(list, `<td class="outcome">unknown script &#34;rotate-db-password.sh&#34;</td>`) || !strings.Contains(list, "<code>rotate-db-password.sh</code>") {
+			t.Errorf("read %d: the list does not show admin the failure's reason and the script:\n%s", i, list)
+		}
+		for _, page := range []string{"/dashboard/work", "/dashboard/work/w_failed"} {
+			code, body := get(t, viewer, e.url+page)
+			if code != http.StatusOK || strings.Contains(body, "rotate-db-password") {
+				t.Errorf("read %d: %s shows the viewer the failure's reason or the script (%d):\n%s", i, page, code, body)
+			}
+			if !strings.Contains(body, "reason hidden") {
+				t.Errorf("read %d: %s does not tell the viewer the reason is hidden:\n%s", i, page, body)
+			}
+		}
+	}
+}

@@ -126,46 +126,86 @@ func (w workRow) RunTime() time.Duration {
 	return w.FinishedAt.Sub(w.ClaimedAt)
 }
 
-// row opens what a listing shows of unit w: the exit code for everyone,
-// the script name only when reveal.
-func (d *Dashboard) row(ctx context.Context, w store.Work, reveal bool) (workRow, *automatorv1.Command, *automatorv1.Result) {
+// row is what a listing shows of unit w: the outcome and exit code for
+// everyone, the script name only when reveal. The server keeps what it
+// opened of each unit, so a listing read again (a live page's refresh)
+// opens nothing it opened before.
+func (d *Dashboard) row(ctx context.Context, w store.Work, reveal bool) workRow {
 	row := workRow{Work: w, Outcome: w.Reason}
 	// A unit of a deleted account opens no more: nothing to warn of.
 	_, deleted := store.DeletedAccount(w.Account)
-	var res *automatorv1.Result
-	var err error
 	if !deleted {
-		if res, err = d.o.Opener.OpenResult(ctx, w); err != nil {
+		o, err := d.o.Opener.ListedOutcome(ctx, w)
+		if err != nil {
 			d.log.Warn("dashboard: opening a result", "work_id", w.ID, "err", err)
 		}
-	}
-	if res != nil {
-		if w.State == store.StateSucceeded {
-			code := res.GetExitCode()
-			row.ExitCode = &code
-		}
-		if w.State == store.StateFailed && res.GetFailure() != "" {
-			row.Outcome = res.GetFailure()
+		if o != nil {
+			row.setOutcome(o.ExitCode, o.Failure)
 		}
 	}
-	if w.State == store.StateSucceeded && row.Outcome == "" {
-		row.Outcome = "ran to the end"
-	}
-	// The proxy's reason for a failure names the script (unknown script,
-	// cannot start it): it is shown only where the script name is.
-	if w.State == store.StateFailed && !reveal {
-		row.Outcome = hiddenFailure
-	}
-	var cmd *automatorv1.Command
 	if reveal && deleted {
-		row.Script = "(unreadable: its account was deleted)"
+		row.Script = deletedScript
 	} else if reveal {
-		if cmd, err = d.o.Opener.OpenCommand(ctx, w); err != nil {
+		script, err := d.o.Opener.ListedScript(ctx, w)
+		if err != nil {
 			d.log.Warn("dashboard: opening a command", "work_id", w.ID, "err", err)
 		}
-		row.Script = cmd.GetScript()
+		row.Script = script
 	}
+	row.finish(reveal)
+	return row
+}
+
+// fullRow is row for a key that may see the command and output (reveal):
+// it opens them whole and returns them too.
+func (d *Dashboard) fullRow(ctx context.Context, w store.Work) (workRow, *automatorv1.Command, *automatorv1.Result) {
+	row := workRow{Work: w, Outcome: w.Reason}
+	if _, deleted := store.DeletedAccount(w.Account); deleted {
+		row.Script = deletedScript
+		row.finish(true)
+		return row, nil, nil
+	}
+	res, err := d.o.Opener.OpenResult(ctx, w)
+	if err != nil {
+		d.log.Warn("dashboard: opening a result", "work_id", w.ID, "err", err)
+	}
+	if res != nil {
+		row.setOutcome(res.GetExitCode(), res.GetFailure())
+	}
+	cmd, err := d.o.Opener.OpenCommand(ctx, w)
+	if err != nil {
+		d.log.Warn("dashboard: opening a command", "work_id", w.ID, "err", err)
+	}
+	row.Script = cmd.GetScript()
+	row.finish(true)
 	return row, cmd, res
+}
+
+// deletedScript is the script name shown, to keys that may see it, of a
+// unit whose account was deleted.
+const deletedScript = "(unreadable: its account was deleted)"
+
+// setOutcome sets what the unit's opened result says: its exit code if it
+// succeeded, the proxy's reason if it failed.
+func (row *workRow) setOutcome(code int32, failure string) {
+	if row.State == store.StateSucceeded {
+		row.ExitCode = &code
+	}
+	if row.State == store.StateFailed && failure != "" {
+		row.Outcome = failure
+	}
+}
+
+// finish words the outcome for the viewer: the proxy's reason for a
+// failure names the script (unknown script, cannot start it), so it is
+// shown only where the script name is.
+func (row *workRow) finish(reveal bool) {
+	if row.State == store.StateSucceeded && row.Outcome == "" {
+		row.Outcome = "ran to the end"
+	}
+	if row.State == store.StateFailed && !reveal {
+		row.Outcome = hiddenFailure
+	}
 }
 
 // hiddenFailure is the outcome of a failed unit for keys that may not see
@@ -218,8 +258,7 @@ func (d *Dashboard) workList(r *http.Request, s *session) (string, any, error) {
 		return "", nil, err
 	}
 	for _, w := range list {
-		row, _, _ := d.row(ctx, w, s.Reveal)
-		data.Rows = append(data.Rows, row)
+		data.Rows = append(data.Rows, d.row(ctx, w, s.Reveal))
 	}
 	if len(list) == p.Limit {
 		last := list[len(list)-1]
@@ -270,10 +309,11 @@ func (d *Dashboard) unit(r *http.Request, s *session) (string, any, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	row, cmd, res := d.row(r.Context(), w, s.Reveal)
-	data := unitData{workRow: row, Reveal: s.Reveal, RevealKeys: d.revealKeys()}
+	data := unitData{Reveal: s.Reveal, RevealKeys: d.revealKeys()}
 	if s.Reveal {
-		data.Command, data.Result = cmd, res
+		data.workRow, data.Command, data.Result = d.fullRow(r.Context(), w)
+	} else {
+		data.workRow = d.row(r.Context(), w, false)
 	}
 	return "Work " + id, data, nil
 }

@@ -114,9 +114,10 @@ func (s *Server) accountGone(ctx context.Context, name string) {
 	s.sharedIDs.forgetAccount(name)
 }
 
-// accountDeleted drops what this automator holds of a deleted account and
-// wakes whoever waits on it: its polls (each looks its token up again, and
-// is refused), and the callers of its units that the deletion cancelled.
+// accountDeleted drops what this automator holds of a deleted account (its
+// keys, what listings showed of its units) and wakes whoever waits on it:
+// its polls (each looks its token up again, and is refused), and the
+// callers of its units that the deletion cancelled.
 //
 // It also counts those units as finished in its metrics, which no
 // automator counted when they ended (the command made the change), under
@@ -131,6 +132,7 @@ func (s *Server) accountDeleted(ctx context.Context, d store.AccountDeletion) {
 	s.keysMu.Lock()
 	delete(s.keys, d.Name)
 	s.keysMu.Unlock()
+	s.listed.forgetAccount(d.Name)
 	s.queued.forget(d.Name)
 	s.hub.NotifyAccount(d.Name)
 	p := store.WorkListParams{Account: d.Tombstone, State: store.StateCancelled, Limit: 500}

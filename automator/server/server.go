@@ -148,6 +148,7 @@ type Server struct {
 
 	keysMu sync.Mutex
 	keys   map[string]*keyRing // account → its opened keys (keys.go)
+	listed *listedCache        // what listings show of units (listed.go)
 
 	kick     chan struct{} // wakes the sweeper when an earlier deadline arrives
 	queued   queuedCounts  // recent queue counts (checkQueue)
@@ -218,6 +219,7 @@ func New(o Options) (*Server, error) {
 		authMetrics:    am,
 		started:        o.Clock.Now(),
 		keys:           make(map[string]*keyRing),
+		listed:         newListedCache(maxListed),
 		kick:           make(chan struct{}, 1),
 		shutdown:       make(chan struct{}),
 	}, nil
