@@ -282,7 +282,11 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
 		}
 		if err != nil {
 			// Units the automator claimed for it, if any, never arrive.
-			if n > 0 && lostFrom == 0 {
+			// A poll refused as unauthenticated claimed none: the
+			// automator refuses its token before it claims, and fails
+			// what it had handed it (a token withdrawn, its account
+			// deleted, while it waited).
+			if n > 0 && lostFrom == 0 && status.Code(err) != codes.Unauthenticated {
 				lostFrom = seq
 			}
 			st.failed(err)

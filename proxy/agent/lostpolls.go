@@ -106,7 +106,9 @@ func (s *spool) saveLost(all []lostPolls) error {
 // were never answered and that it could not say so (why: the error of its
 // last try, nil when none was made to the end): with a spool, the next
 // start of the instance says it for this run (reportEarlier); without one,
-// the units claimed for them time out at their deadline, as logged.
+// the units claimed for them time out at their deadline, as logged (or
+// were cancelled, if a refusal of the token was for the account's
+// deletion).
 func (a *Agent) keepLost(seq, lostFrom uint64, why error) {
 	if lostFrom == 0 {
 		return
@@ -117,19 +119,30 @@ func (a *Agent) keepLost(seq, lostFrom uint64, why error) {
 		// is told which, not one of them whatever happened.
 		attrs = append(attrs, "code", status.Code(why).String(), "err", status.Convert(why).Message())
 	}
+	// The automator refuses a deleted account's token as any token it
+	// does not know (it destroyed it), and the deletion cancelled every
+	// unit the account had claimed: refused so, the proxy cannot tell a
+	// deletion from a token withdrawn by a rotation, after which the
+	// units do time out.
+	fate := "time out at their deadline"
+	nextStart := "the next start tells it, and it fails the units it claimed for them"
+	if status.Code(why) == codes.Unauthenticated {
+		fate += ", unless its account was deleted, which cancelled them"
+		nextStart = "the next start tells it once the automator accepts this proxy's token, and it fails the units it claimed for them, unless its account was deleted, which cancelled them"
+	}
 	if a.spool == nil {
-		a.log.Warn("stopped without telling the automator of polls whose answers were never read (its last try failed: see err): units it claimed for them time out at their deadline", attrs...)
+		a.log.Warn("stopped without telling the automator of polls whose answers were never read (its last try failed: see err): units it claimed for them "+fate, attrs...)
 		return
 	}
 	a.earlier = append(a.earlier, lostPolls{
 		Version: 1, InstanceID: a.o.InstanceID, Run: a.run, From: lostFrom, Seq: seq + 1, StoppedAt: time.Now().UTC(),
 	})
 	if err := a.saveEarlier(); err != nil {
-		a.log.Error("cannot keep in the spool the polls whose answers were never read: units the automator claimed for them time out at their deadline",
+		a.log.Error("cannot keep in the spool the polls whose answers were never read: units the automator claimed for them "+fate,
 			append(attrs, "spool_err", err)...)
 		return
 	}
-	a.log.Warn("stopped without telling the automator of polls whose answers were never read (its last try failed: see err): the next start tells it, and it fails the units it claimed for them", attrs...)
+	a.log.Warn("stopped without telling the automator of polls whose answers were never read (its last try failed: see err): "+nextStart, attrs...)
 }
 
 // saveEarlier writes a.earlier to the spool, with the other instances'
