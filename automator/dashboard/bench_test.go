@@ -3,20 +3,24 @@ package dashboard_test
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/opsgate/opsgate/automator/dashboard"
+	"github.com/opsgate/opsgate/automator/server"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
 // BenchmarkWorkListRender renders a full page of work (100 units that ran,
 // each with 64 KiB of stdout and 4 KiB of stderr) as a key that may see
 // commands (admin) and as one that may not (viewer): what every refresh of
-// a live work page costs.
+// a live work page costs; -cold, on an automator that has opened none of
+// the units yet.
 //
 //	go test -run '^$' -bench BenchmarkWorkListRender -benchmem -count 6 ./automator/dashboard
 func BenchmarkWorkListRender(b *testing.B) {
@@ -32,8 +36,25 @@ func BenchmarkWorkListRender(b *testing.B) {
 			&automatorv1.Result{ExitCode: int32(i % 3), Stdout: stdout, Stderr: stderr})
 	}
 	h := d.Handler()
-	for _, key := range []string{"admin", "viewer"} {
+	// cold: each render on a new automator, which has opened nothing
+	// yet (its first render, or one after a restart).
+	fresh := func(b *testing.B) http.Handler {
+		srv, err := server.New(server.Options{Store: e.st, MasterKey: e.master, PollWindow: pollWindow, Clock: e.clock,
+			Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		d, err := dashboard.New(dashboard.Options{Store: e.st, Opener: srv, MasterKey: e.master, PollWindow: pollWindow,
+			RevealKeys: []string{"admin"}, PageSize: 100, Now: e.clock.Now, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return d.Handler()
+	}
+	for _, key := range []string{"admin", "viewer", "admin-cold", "viewer-cold"} {
 		b.Run(key, func(b *testing.B) {
+			cold := strings.HasSuffix(key, "-cold")
+			key := strings.TrimSuffix(key, "-cold")
 			c := client(b)
 			e.signIn(c, base, key)
 			u, err := url.Parse(base + "/dashboard/work")
@@ -45,17 +66,25 @@ func BenchmarkWorkListRender(b *testing.B) {
 			for _, ck := range cookies {
 				req.AddCookie(ck)
 			}
-			render := func() *httptest.ResponseRecorder {
+			render := func(h http.Handler) *httptest.ResponseRecorder {
 				rec := httptest.NewRecorder()
 				h.ServeHTTP(rec, req)
 				return rec
 			}
-			if rec := render(); rec.Code != http.StatusOK || bytes.Count(rec.Body.Bytes(), []byte(`<tr data-work="`)) != 100 {
-				b.Fatalf("the page: %d, %d rows", rec.Code, bytes.Count(rec.Body.Bytes(), []byte(`<tr data-work="`)))
+			if rec := render(h); rec.Code != http.StatusOK || bytes.Count(rec.Body.Bytes(), []byte(`<tr data-work="`)) != 100 ||
+				(key == "admin") != bytes.Contains(rec.Body.Bytes(), []byte("<code>report.sh</code>")) {
+				b.Fatalf("the page: %d, %d rows:\n%s", rec.Code, bytes.Count(rec.Body.Bytes(), []byte(`<tr data-work="`)), rec.Body)
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				render()
+				if cold {
+					b.StopTimer()
+					h := fresh(b)
+					b.StartTimer()
+					render(h)
+					continue
+				}
+				render(h)
 			}
 		})
 	}

@@ -237,7 +237,9 @@ func (d *Dashboard) workList(r *http.Request, s *session) (string, any, error) {
 	if data.State != "" && !data.State.Valid() {
 		return "", nil, errBadRequest(fmt.Sprintf("%q is not a state; the states are queued, claimed, succeeded, failed, timed_out and cancelled.", data.State))
 	}
-	p := store.WorkListParams{Account: data.Account, State: data.State, Limit: d.o.PageSize}
+	// Without their sealed blobs: the server reads again only the units
+	// whose listed parts it does not keep (Opener.ListedOutcome).
+	p := store.WorkListParams{Account: data.Account, State: data.State, Limit: d.o.PageSize, WithoutSealed: true}
 	if b := q.Get("before"); b != "" {
 		at, id, ok := parseCursor(b)
 		if !ok {

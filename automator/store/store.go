@@ -502,6 +502,10 @@ type WorkListParams struct {
 	// BeforeID, are listed. A zero BeforeQueuedAt starts at the newest.
 	BeforeQueuedAt time.Time
 	BeforeID       string
+	// WithoutSealed leaves the sealed command and result out of the
+	// listed units (nil), for a listing that shows neither: they may
+	// weigh megabytes a unit.
+	WithoutSealed bool
 }
 
 // Store is the whole persistence seam. Every write is durable when the call

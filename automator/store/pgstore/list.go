@@ -32,7 +32,11 @@ func (s *Store) WorkList(ctx context.Context, p store.WorkListParams) ([]store.W
 	if !p.BeforeQueuedAt.IsZero() {
 		where = append(where, "(queued_at, id) < ("+arg(p.BeforeQueuedAt)+", "+arg(p.BeforeID)+")")
 	}
-	q := `SELECT ` + workColumns + ` FROM work`
+	cols := workColumns
+	if p.WithoutSealed {
+		cols = workColumnsWithoutSealed
+	}
+	q := `SELECT ` + cols + ` FROM work`
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}

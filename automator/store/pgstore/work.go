@@ -14,6 +14,10 @@ import (
 
 var workColumns = workColumnsOf("")
 
+// workColumnsWithoutSealed is workColumns with NULL for the sealed command
+// and result (WorkListParams.WithoutSealed).
+var workColumnsWithoutSealed = strings.NewReplacer("sealed_command", "NULL::bytea", "sealed_result", "NULL::bytea").Replace(workColumns)
+
 // workColumnsOf lists the columns scanWork reads, qualified by table when
 // it is not empty.
 func workColumnsOf(table string) string {

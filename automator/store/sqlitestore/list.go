@@ -64,7 +64,11 @@ func workListQuery(p store.WorkListParams) (string, []any) {
 		at := toNanos(p.BeforeQueuedAt)
 		args = append(args, at, at, p.BeforeID)
 	}
-	q := `SELECT ` + workColumns + ` FROM ` + from
+	cols := workColumns
+	if p.WithoutSealed {
+		cols = workColumnsWithoutSealed
+	}
+	q := `SELECT ` + cols + ` FROM ` + from
 	if len(where) > 0 {
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}

@@ -16,6 +16,12 @@ const workColumns = `id, account, state, key_id, sealed_command, queued_at, dead
 	claimed_at, instance_id, claim_id, finished_at, sealed_result, reason,
 	COALESCE(idempotency_key, '')`
 
+// workColumnsWithoutSealed is workColumns with NULL for the sealed command
+// and result (WorkListParams.WithoutSealed).
+const workColumnsWithoutSealed = `id, account, state, key_id, NULL, queued_at, deadline,
+	claimed_at, instance_id, claim_id, finished_at, NULL, reason,
+	COALESCE(idempotency_key, '')`
+
 func scanWork(r interface{ Scan(...any) error }) (store.Work, error) {
 	var w store.Work
 	var state string

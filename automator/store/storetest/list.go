@@ -60,6 +60,19 @@ func testWorkListFilters(f *fixture) {
 	for _, w := range f.list(store.WorkListParams{Limit: 1, State: store.StateSucceeded}) {
 		f.wantWork("WorkList of a finished unit", w, done)
 	}
+
+	// Without their sealed blobs: the same units, the same but for them.
+	bare := all
+	bare.WithoutSealed = true
+	f.wantList(bare, "a-queued-2", "g-queued", "a-queued-1", "g-claimed", "a-done")
+	for _, w := range f.list(store.WorkListParams{Limit: 1, State: store.StateSucceeded, WithoutSealed: true}) {
+		if w.SealedCommand != nil || w.SealedResult != nil {
+			f.t.Errorf("WorkList without sealed blobs gave a command of %d bytes and a result of %d", len(w.SealedCommand), len(w.SealedResult))
+		}
+		want := done
+		want.SealedCommand, want.SealedResult = nil, nil
+		f.wantWork("WorkList without sealed blobs of a finished unit", w, want)
+	}
 }
 
 // testWorkListPages walks a listing page by page, from each page's last
