@@ -81,14 +81,6 @@ func Seal(k Key, account, workID string, dir Direction, plaintext []byte) ([]byt
 // failure caused by the blob or the ring wraps ErrOpen; only an invalid dir
 // (a caller bug, not a bad blob) does not.
 func Open(ring KeyRing, account, workID string, dir Direction, blob []byte) ([]byte, error) {
-	return OpenAppend(nil, ring, account, workID, dir, blob)
-}
-
-// OpenAppend is Open appending the plaintext to dst, which must not
-// overlap blob: a caller that reads a few fields of many blobs opens them
-// all into one buffer. Whether it fails or not, dst up to its capacity may
-// have been written.
-func OpenAppend(dst []byte, ring KeyRing, account, workID string, dir Direction, blob []byte) ([]byte, error) {
 	info := dir.hkdfInfo()
 	if info == "" {
 		return nil, fmt.Errorf("opening sealed blob: invalid direction %v", dir)
@@ -108,7 +100,7 @@ func OpenAppend(dst []byte, ring KeyRing, account, workID string, dir Direction,
 	// The ad uses the id from the header, not k.ID, so a ring that answers
 	// with a mislabelled key still cannot make an altered header verify.
 	ad := sealAD(blob[0], id, account, workID, dir)
-	plaintext, err := aead.Open(dst, blob[5:headerLen], blob[headerLen:], ad)
+	plaintext, err := aead.Open(nil, blob[5:headerLen], blob[headerLen:], ad)
 	if err != nil {
 		return nil, fmt.Errorf("opening sealed blob with key id %d: wrong key, or blob altered or bound to another account, work id or direction: %w", id, ErrOpen)
 	}

@@ -235,27 +235,3 @@ func TestOpenBindsHeaderKeyID(t *testing.T) {
 	got, err := crypto.Open(sloppyRing{k}, "acme", "w", crypto.DirCommand, blob)
 	wantOpenErr(t, "relabelled key id", got, err)
 }
-
-// TestOpenAppendAppendsToItsBuffer: OpenAppend opens as Open does, the
-// plaintext after dst's bytes and in dst's array when it has room; a blob
-// that does not open fails as with Open.
-func TestOpenAppendAppendsToItsBuffer(t *testing.T) {
-	k := mustKey(t, 1)
-	ring := crypto.Keys{k}
-	plaintext := bytes.Repeat([]byte("output "), 1000)
-	blob := mustSeal(t, k, "acme", "work-42", crypto.DirResult, plaintext)
-	buf := make([]byte, 0, 2*len(plaintext))
-	buf = append(buf, "head:"...)
-	got, err := crypto.OpenAppend(buf, ring, "acme", "work-42", crypto.DirResult, blob)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, append([]byte("head:"), plaintext...)) {
-		t.Fatalf("OpenAppend = %.40q..., want head: and the plaintext", got)
-	}
-	if &got[0] != &buf[0] {
-		t.Error("OpenAppend did not open into dst, which had room")
-	}
-	_, err = crypto.OpenAppend(buf[:0], ring, "acme", "work-43", crypto.DirResult, blob)
-	wantOpenErr(t, "OpenAppend of another unit's blob", nil, err)
-}

@@ -152,11 +152,6 @@ func (r *keyRing) sameAccount(id uint32, sealedKey []byte) bool {
 // open opens a sealed blob of an account's unit with the key its header
 // names, reading the keys again if that id is new to the cache.
 func (s *Server) open(ctx context.Context, account, workID string, dir crypto.Direction, blob []byte) ([]byte, error) {
-	return s.openAppend(ctx, nil, account, workID, dir, blob)
-}
-
-// openAppend is open appending the plaintext to dst (crypto.OpenAppend).
-func (s *Server) openAppend(ctx context.Context, dst []byte, account, workID string, dir crypto.Direction, blob []byte) ([]byte, error) {
 	if err := DeletedAccountError(account); err != nil {
 		return nil, err
 	}
@@ -168,5 +163,5 @@ func (s *Server) openAppend(ctx context.Context, dst []byte, account, workID str
 	if err != nil {
 		return nil, err
 	}
-	return crypto.OpenAppend(dst, r.opened, account, workID, dir, blob)
+	return crypto.Open(r.opened, account, workID, dir, blob)
 }

@@ -3,17 +3,10 @@ package server
 import (
 	"container/list"
 	"context"
-	"errors"
 	"fmt"
 	"sync"
-	"unicode/utf8"
-
-	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/opsgate/opsgate/automator/store"
-	"github.com/opsgate/opsgate/crypto"
 )
 
 // A listing of units (the dashboard's work page, read again every two
@@ -214,81 +207,11 @@ func (c *listedCache) len() int {
 	return c.order.Len()
 }
 
-// plainBuffers hold results opened for their outcome only (openOutcome),
-// so that opening a page of them allocates no copy of their output.
-var plainBuffers = sync.Pool{New: func() any { return new([]byte) }}
-
-// openOutcome opens unit w's sealed result and reads its exit code and
-// failure, as openResult would, without copying its outputs: it opens the
-// result into a reused buffer, which it clears after.
+// openOutcome opens unit w's sealed result for what a listing shows of it.
 func (s *Server) openOutcome(ctx context.Context, w store.Work) (*Outcome, error) {
-	bp := plainBuffers.Get().(*[]byte)
-	buf := *bp
-	plain, err := s.openAppend(ctx, buf[:0], w.Account, w.ID, crypto.DirResult, w.SealedResult)
-	if cap(plain) > cap(buf) {
-		buf = plain[:0] // grown: keep the larger one
+	r, err := s.openResult(ctx, w, w.SealedResult)
+	if err != nil {
+		return nil, err
 	}
-	var o *Outcome
-	if err == nil {
-		o, err = outcomeOf(plain)
-	}
-	// Written up to the blob's length, even by an open that failed.
-	clear(buf[:min(cap(buf), len(w.SealedResult))])
-	*bp = buf[:0]
-	plainBuffers.Put(bp)
-	return o, err
+	return &Outcome{ExitCode: r.GetExitCode(), Failure: r.GetFailure()}, nil
 }
-
-// outcomeOf reads the exit code and failure of an encoded Result message
-// without copying the rest, which it checks as proto.Unmarshal does (wire
-// format, UTF-8 of its strings, its timestamps): it refuses what
-// openResult refuses, with its error (FuzzOutcomeOfAgreesWithUnmarshal).
-func outcomeOf(b []byte) (*Outcome, error) {
-	var o Outcome
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || num > protowire.MaxValidNumber {
-			return nil, errBadResult
-		}
-		b = b[n:]
-		switch {
-		case num == 1 && typ == protowire.VarintType: // exit_code
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return nil, errBadResult
-			}
-			o.ExitCode, b = int32(v), b[n:]
-			continue
-		case num == 9 && typ == protowire.BytesType: // failure
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 || !utf8.Valid(v) {
-				return nil, errBadResult
-			}
-			o.Failure, b = string(v), b[n:]
-			continue
-		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return nil, errBadResult
-		}
-		if typ == protowire.BytesType {
-			v, _ := protowire.ConsumeBytes(b)
-			switch num {
-			case 6, 7: // started_at, finished_at
-				if proto.Unmarshal(v, &timestamppb.Timestamp{}) != nil {
-					return nil, errBadResult
-				}
-			case 8: // instance_id
-				if !utf8.Valid(v) {
-					return nil, errBadResult
-				}
-			}
-		}
-		b = b[n:]
-	}
-	return &o, nil
-}
-
-// errBadResult is openResult's error for a result that opened but holds
-// no valid Result message.
-var errBadResult = errors.New("sealed result holds no valid Result message")

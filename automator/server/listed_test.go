@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
@@ -254,41 +253,4 @@ func TestListedOutcomeOfADeletedAccountIsDroppedAndNeverShown(t *testing.T) {
 	if o, err := e.s.ListedOutcome(ctx, bare); !errors.Is(err, ErrAccountDeleted) || o != nil {
 		t.Errorf("listed before the deletion, read after: %+v, %v; want ErrAccountDeleted", o, err)
 	}
-}
-
-// FuzzOutcomeOfAgreesWithUnmarshal: outcomeOf, which reads a result's exit
-// code and failure without copying its outputs, refuses exactly the
-// messages proto.Unmarshal refuses, and reads the same values from the
-// others.
-func FuzzOutcomeOfAgreesWithUnmarshal(f *testing.F) {
-	for _, r := range []*automatorv1.Result{
-		{},
-		{ExitCode: 7, Stdout: []byte("out"), Stderr: []byte("err"), StdoutTruncated: true, InstanceId: "a-1",
-			StartedAt: timestamppb.New(time.Unix(1, 2)), FinishedAt: timestamppb.New(time.Unix(3, 4))},
-		{ExitCode: -1, Failure: `unknown script "x.sh"`},
-		{Stdout: make([]byte, 70000)},
-	} {
-		b, err := proto.Marshal(r)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
-	}
-	f.Add([]byte{0x4a, 0x02, 0xff, 0xfe})       // failure not UTF-8
-	f.Add([]byte{0x42, 0x01, 0xff})             // instance_id not UTF-8
-	f.Add([]byte{0x32, 0x02, 0x08})             // started_at cut short
-	f.Add([]byte{0x08})                         // exit_code cut short
-	f.Add([]byte{0x0a, 0x01, 0x41, 0x48, 0x05}) // exit_code as bytes, failure as varint
-	f.Add([]byte{0x00})                         // field number 0
-	f.Fuzz(func(t *testing.T, b []byte) {
-		var r automatorv1.Result
-		uerr := proto.Unmarshal(b, &r)
-		o, err := outcomeOf(b)
-		if (err == nil) != (uerr == nil) {
-			t.Fatalf("outcomeOf(%x): %v; proto.Unmarshal: %v", b, err, uerr)
-		}
-		if err == nil && (o.ExitCode != r.GetExitCode() || o.Failure != r.GetFailure()) {
-			t.Fatalf("outcomeOf(%x) = %+v; proto.Unmarshal: exit code %d, failure %q", b, o, r.GetExitCode(), r.GetFailure())
-		}
-	})
 }
