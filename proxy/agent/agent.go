@@ -22,6 +22,7 @@ import (
 
 	"github.com/opsgate/opsgate/crypto"
 	"github.com/opsgate/opsgate/internal/ctxtime"
+	"github.com/opsgate/opsgate/internal/loglimit"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"github.com/opsgate/opsgate/proxy/runner"
 )
@@ -79,6 +80,8 @@ type Agent struct {
 	// run identifies this Agent's poll loop to the automator: a poll of
 	// the same run supersedes one still waiting there (PollRequest.run_id).
 	run string
+	// failLog bounds the lines of units that could not run (execute.go).
+	failLog *loglimit.Limiter
 
 	mu      sync.Mutex
 	running map[string]context.CancelCauseFunc // work id → cancel of its run
@@ -137,6 +140,13 @@ func New(o Options) *Agent {
 		told:      make(map[string]struct{}),
 		slotFreed: make(chan struct{}, 1),
 	}
+	// A unit that could not run (its script missing, the scripts
+	// directory gone) is the caller's to see in its result: the log's
+	// lines of them are bounded, so that callers queueing units while the
+	// scripts directory is missing do not write a line each.
+	a.failLog = &loglimit.Limiter{Logger: a.log, Level: slog.LevelWarn,
+		Summary:      "commands that could not run, not logged one by one",
+		SummaryAttrs: []any{"see", "each unit's result on the automator (automator work show ID) names its reason"}}
 	a.state = newStateFile(o, a.log)
 	a.spool = newSpool(o.SpoolDir, a.log)
 	a.poster = newPoster(o.Client)

@@ -63,7 +63,7 @@ func (a *Agent) handle(runCtx, postCtx context.Context, c *automatorv1.Claim) {
 	outcome := automatorv1.Outcome_OUTCOME_SUCCEEDED
 	if res.GetFailure() != "" {
 		outcome = automatorv1.Outcome_OUTCOME_FAILED
-		log.Warn("could not run the command", "script", cmd.GetScript(), "reason", res.GetFailure())
+		a.failLog.Log("could not run the command", "work_id", c.GetWorkId(), "account", c.GetAccount(), "script", cmd.GetScript(), "reason", res.GetFailure())
 	}
 	sealed, err := a.sealResult(c, res)
 	if err != nil {

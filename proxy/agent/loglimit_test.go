@@ -1,0 +1,43 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/opsgate/opsgate/internal/loglimit"
+	"github.com/opsgate/opsgate/internal/waittest"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+	"github.com/opsgate/opsgate/proxy/runner"
+)
+
+// TestCommandsThatCouldNotRunAreLoggedWithinABound: a scripts directory
+// gone from under the proxy fails every unit; with callers queueing units
+// all the while, the log has at most loglimit.DefaultLines lines of them
+// a minute, not one per unit (each is still reported, with its reason).
+func TestCommandsThatCouldNotRunAreLoggedWithinABound(t *testing.T) {
+	useRunner(t, func(context.Context, runner.Spec) (runner.Result, error) {
+		return runner.Result{}, fmt.Errorf("%w \"s\": scripts directory \"/gone\": no such file or directory", runner.ErrUnknownScript)
+	})
+	f := newFake()
+	var log bytes.Buffer
+	const units = loglimit.DefaultLines + 10
+	stop := startAgent(t, f, units, &log)
+	var claims []*automatorv1.Claim
+	for i := range units {
+		claims = append(claims, claim(t, fmt.Sprintf("w%d", i), &automatorv1.Command{Script: "s"}))
+	}
+	f.responses <- &automatorv1.PollResponse{Claims: claims}
+	for range units {
+		got := waittest.Recv(t, f.completed, "each unit's failure to be reported")
+		if got.GetOutcome() != automatorv1.Outcome_OUTCOME_FAILED {
+			t.Fatalf("%s reported %v, want FAILED", got.GetWorkId(), got.GetOutcome())
+		}
+	}
+	stop()
+	if n := strings.Count(log.String(), "could not run the command"); n != loglimit.DefaultLines {
+		t.Fatalf("%d lines for %d units that could not run within a minute, want %d:\n%s", n, units, loglimit.DefaultLines, log.String())
+	}
+}
