@@ -317,7 +317,7 @@ func (s *Server) internal(ctx context.Context, doing string, err error) error {
 		return status.FromContextError(ctx.Err()).Err()
 	}
 	if store.IsStorageFull(err) {
-		s.log.Error("the database is out of disk space: writes fail until space is freed", attrs...)
+		s.diskFullLog.Log("the database is out of disk space: writes fail until space is freed", attrs...)
 		return status.Errorf(codes.ResourceExhausted, "the automator's database is out of disk space while %s: nothing was stored; retry once space is freed", doing)
 	}
 	if store.IsUnavailable(err) {

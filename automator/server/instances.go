@@ -128,6 +128,11 @@ func (s *Server) flushFailed(err error) {
 		s.databaseUnreachable("doing", "writing instances' polls", "err", err)
 		return
 	}
+	if store.IsStorageFull(err) {
+		// Every seenEvery while the disk is full: bounded.
+		s.diskFullLog.Log("writing instances' polls", "err", err)
+		return
+	}
 	s.log.Error("writing instances' polls", "err", err)
 }
 

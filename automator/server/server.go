@@ -22,6 +22,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/loglimit"
 )
 
 // Clock tells the time. Deadlines are computed on the automator's clock
@@ -143,8 +144,11 @@ type Server struct {
 	failures    *failureLimiter // budget of failed authentications per source (ratelimit.go)
 	authLog     authLog         // the log lines of failed authentications (authlog.go)
 	authMetrics AuthMetrics     // the Metrics, when it counts failed authentications
-	dbDown      atomic.Bool     // the database is out of reach, since a store call found it so (unreachable.go)
-	dbFailures  atomic.Uint64   // store calls that found the database out of reach
+	// timedOutLog and diskFullLog bound the lines of units timed out and
+	// of store calls refused for lack of disk space (loglines.go).
+	timedOutLog, diskFullLog *loglimit.Limiter
+	dbDown                   atomic.Bool   // the database is out of reach, since a store call found it so (unreachable.go)
+	dbFailures               atomic.Uint64 // store calls that found the database out of reach
 
 	keysMu sync.Mutex
 	keys   map[string]*keyRing // account → its opened keys (keys.go)
@@ -198,7 +202,7 @@ func New(o Options) (*Server, error) {
 	if !ok {
 		am = noAuthMetrics{}
 	}
-	return &Server{
+	s := &Server{
 		store:          o.Store,
 		master:         o.MasterKey,
 		defaultTimeout: o.DefaultTimeout,
@@ -222,7 +226,9 @@ func New(o Options) (*Server, error) {
 		listed:         newListedCache(maxListed),
 		kick:           make(chan struct{}, 1),
 		shutdown:       make(chan struct{}),
-	}, nil
+	}
+	s.timedOutLog, s.diskFullLog = newTimedOutLog(o.Logger, o.Clock), newDiskFullLog(o.Logger, o.Clock)
+	return s, nil
 }
 
 // Shutdown makes pending polls return empty and waiting callers return

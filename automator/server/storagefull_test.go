@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/loglimit"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -119,5 +120,25 @@ func TestASweepThatGetsNoAnswerIsGivenUp(t *testing.T) {
 	case <-u.again:
 	case <-time.After(10 * time.Second):
 		t.Fatalf("%d expiries in 10 s; want a second one once the first, unanswered, was given up", u.expiries.Load())
+	}
+}
+
+// TestFullDiskIsLoggedWithinABound: callers queueing work on a full disk
+// are each refused, but the log has at most loglimit.DefaultLines lines of
+// them a minute, not one per call.
+func TestFullDiskIsLoggedWithinABound(t *testing.T) {
+	var log syncLog
+	full := &fullDisk{third: make(chan time.Time, 1)}
+	e := newEnv(t, envOptions{log: &log, sweepInterval: time.Hour, wrap: func(st store.Store) store.Store { full.Store = st; return full }})
+	const calls = loglimit.DefaultLines + 10
+	for range calls {
+		_, err := e.callerClient().Submit(t.Context(), &automatorv1.ExecuteRequest{Account: e.account,
+			Command: &automatorv1.Command{Script: "@ping"}, Timeout: durationpb.New(time.Minute)})
+		if status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("Submit on a full disk: %v; want ResourceExhausted", err)
+		}
+	}
+	if n := len(log.lines("out of disk space")); n != loglimit.DefaultLines {
+		t.Fatalf("%d lines for %d calls refused within a minute, want %d:\n%s", n, calls, loglimit.DefaultLines, log.lines())
 	}
 }

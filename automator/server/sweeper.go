@@ -42,6 +42,7 @@ func (s *Server) Run(ctx context.Context) {
 		case <-t.C:
 		}
 		s.flushAuthLog(s.clock.Now())
+		s.flushLogLimits()
 		next := s.sweepInterval
 		if s.expireDue(ctx) {
 			// A unit still due right after a sweep could not be ended by
@@ -69,6 +70,9 @@ func (s *Server) sweepFailed(ctx context.Context, doing string, err error) {
 	case ctx.Err() != nil:
 	case store.IsUnavailable(err):
 		s.databaseUnreachable("doing", doing, "err", err)
+	case store.IsStorageFull(err):
+		// Once a SweepInterval while units are due: bounded.
+		s.diskFullLog.Log(doing, "err", err)
 	default:
 		s.log.Error(doing, "err", err)
 	}
@@ -140,7 +144,7 @@ func (s *Server) expireDue(ctx context.Context) bool {
 	for _, w := range expired {
 		s.emit(ctx, Event{Kind: EventWorkEnded, Account: w.Account, WorkID: w.ID, InstanceID: w.InstanceID, ended: &w})
 		s.metrics.WorkFinished(w)
-		s.log.Info("work timed out", "work_id", w.ID, "account", w.Account, "instance_id", w.InstanceID, "reason", w.Reason)
+		s.timedOutLog.Log("work timed out", "work_id", w.ID, "account", w.Account, "instance_id", w.InstanceID, "reason", w.Reason)
 	}
 	return true
 }

@@ -1,0 +1,37 @@
+package server
+
+import (
+	"log/slog"
+
+	"github.com/opsgate/opsgate/internal/loglimit"
+)
+
+// Lines a caller's load or a lasting fault would repeat without end are
+// bounded as those of failed authentications are (authlog.go): 20 a
+// minute, then one line counting the rest once the minute is over. Where
+// each one is kept says the count's line.
+
+// newTimedOutLog bounds the lines of units timed out: callers queueing
+// work for an account no proxy serves would write one per unit. Each
+// timeout is in the unit's record, the audit log and the metrics.
+func newTimedOutLog(log *slog.Logger, clock Clock) *loglimit.Limiter {
+	return &loglimit.Limiter{Logger: log, Level: slog.LevelInfo, Now: clock.Now,
+		Summary:      "units timed out, not logged one by one",
+		SummaryAttrs: []any{"see", `automator work list --state timed_out, and automator_work_finished_total{state="timed_out"}`}}
+}
+
+// newDiskFullLog bounds the lines of store calls refused for lack of disk
+// space: each call of each caller and proxy fails while it lasts. Each
+// caller is told; the first lines say what to do.
+func newDiskFullLog(log *slog.Logger, clock Clock) *loglimit.Limiter {
+	return &loglimit.Limiter{Logger: log, Level: slog.LevelError, Now: clock.Now,
+		Summary: "store calls refused for lack of disk space, not logged one by one: free space for the database"}
+}
+
+// flushLogLimits writes the counts of the bounded lines not written in an
+// interval that is over: the sweeper calls it, so a clock that is not the
+// real one (tests) has its counts written too.
+func (s *Server) flushLogLimits() {
+	s.timedOutLog.Flush()
+	s.diskFullLog.Flush()
+}
