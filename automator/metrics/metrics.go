@@ -67,6 +67,7 @@ type Metrics struct {
 	finished    *prometheus.CounterVec
 	undelivered *prometheus.CounterVec
 	authFailed  *prometheus.CounterVec
+	storeErrors *prometheus.CounterVec
 	claimWait   prometheus.Histogram
 	finishWait  *prometheus.HistogramVec
 	polls       *prometheus.GaugeVec
@@ -123,19 +124,27 @@ func New(o Options) *Metrics {
 			Name: "automator_polls_open",
 			Help: "Long polls of proxy instances open on this automator, by account.",
 		}, []string{"account"}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "automator_store_errors_total",
+			Help: "Store calls that failed, by kind: unavailable (the database out of reach), storage_full (out of disk space) or other. The log writes one line for an outage of the database, and at most 20 a minute for a full disk.",
+		}, []string{"kind"}),
 		storeCalls: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "automator_store_call_seconds",
 			Help:    "Latency of store calls, by method.",
 			Buckets: storeBuckets,
 		}, []string{"method"}),
 	}
-	m.reg.MustRegister(m.queued, m.claimed, m.finished, m.undelivered, m.authFailed, m.claimWait, m.finishWait, m.polls, m.storeCalls,
+	m.reg.MustRegister(m.queued, m.claimed, m.finished, m.undelivered, m.authFailed, m.storeErrors, m.claimWait, m.finishWait, m.polls, m.storeCalls,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, st := range endStates {
 		m.finishWait.WithLabelValues(string(st))
 	}
 	m.authFailed.WithLabelValues("unauthenticated")
 	m.authFailed.WithLabelValues("rate_limited")
+	// server.StoreError*: TestStoreErrorsAreCountedByKind checks they are these.
+	for _, k := range []string{"unavailable", "storage_full", "other"} {
+		m.storeErrors.WithLabelValues(k)
+	}
 	return m
 }
 
@@ -208,6 +217,9 @@ func (m *Metrics) AuthFailed(limited bool) {
 	}
 	m.authFailed.WithLabelValues("unauthenticated").Inc()
 }
+
+// StoreFailed counts a store call that failed (server.StoreMetrics).
+func (m *Metrics) StoreFailed(kind string) { m.storeErrors.WithLabelValues(kind).Inc() }
 
 // AccountGone drops the series of account: it was deleted, a while ago,
 // and is no account again (server.AccountMetrics). Without this every

@@ -401,3 +401,29 @@ func TestFailedAuthenticationsAreCountedByOutcome(t *testing.T) {
 		t.Errorf("automator_auth_failures_total{outcome=\"rate_limited\"} = %v, want 1", got)
 	}
 }
+
+// TestStoreErrorsAreCountedByKind: the automator tells its Metrics of each
+// store call that failed (server.StoreMetrics), and /metrics shows them by
+// kind, each at 0 before the first: a full disk or an unreachable database
+// shows there, where the log writes a bounded number of lines for it.
+func TestStoreErrorsAreCountedByKind(t *testing.T) {
+	m := metrics.New(metrics.Options{})
+	var _ server.StoreMetrics = m
+	kinds := []string{server.StoreErrorUnavailable, server.StoreErrorStorageFull, server.StoreErrorOther}
+	for _, k := range kinds {
+		if got := value(t, scrape(t, m), "automator_store_errors_total", map[string]string{"kind": k}); got != 0 {
+			t.Errorf("automator_store_errors_total{kind=%q} = %v before any error; want 0", k, got)
+		}
+	}
+	for i, k := range kinds {
+		for range i + 1 {
+			m.StoreFailed(k)
+		}
+	}
+	fams := scrape(t, m)
+	for i, k := range kinds {
+		if got := value(t, fams, "automator_store_errors_total", map[string]string{"kind": k}); got != float64(i+1) {
+			t.Errorf("automator_store_errors_total{kind=%q} = %v, want %d", k, got, i+1)
+		}
+	}
+}

@@ -316,6 +316,7 @@ func (s *Server) internal(ctx context.Context, doing string, err error) error {
 		s.log.Debug("call ended while the store worked for it", attrs...)
 		return status.FromContextError(ctx.Err()).Err()
 	}
+	s.storeFailed(err)
 	if store.IsStorageFull(err) {
 		s.diskFullLog.Log("the database is out of disk space: writes fail until space is freed", attrs...)
 		return status.Errorf(codes.ResourceExhausted, "the automator's database is out of disk space while %s: nothing was stored; retry once space is freed", doing)

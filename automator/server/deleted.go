@@ -68,9 +68,11 @@ func (s *Server) checkDeletions(ctx context.Context, seen map[string]store.Accou
 		return
 	case err != nil && store.IsUnavailable(err):
 		// Every SweepInterval while the database is out of reach.
+		s.storeFailed(err)
 		s.databaseUnreachable("doing", "looking for deleted accounts", "err", err)
 		return
 	case err != nil:
+		s.storeFailed(err)
 		s.log.Warn("looking for deleted accounts", "err", err)
 		return
 	}

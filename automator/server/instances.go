@@ -124,6 +124,7 @@ func (c *seenCache) forgetAccount(account string) {
 // with the database out of reach (every seenEvery while it lasts), once
 // per outage.
 func (s *Server) flushFailed(err error) {
+	s.storeFailed(err)
 	if store.IsUnavailable(err) {
 		s.databaseUnreachable("doing", "writing instances' polls", "err", err)
 		return

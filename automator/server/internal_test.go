@@ -24,7 +24,7 @@ import (
 // while the call is still wanted is an internal error, logged.
 func TestStoreErrorOfACallThatLeftIsNotAnInternalError(t *testing.T) {
 	var log bytes.Buffer
-	s := &Server{log: slog.New(slog.NewTextHandler(&log, nil))}
+	s := bareServer(slog.New(slog.NewTextHandler(&log, nil)))
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	err := s.internal(ctx, "claiming work", fmt.Errorf("claiming: %w", context.Canceled))
@@ -56,14 +56,14 @@ func TestAnUnreachableDatabaseIsUnavailable(t *testing.T) {
 		fmt.Errorf("enqueueing work: %w", pgconn.ErrConnClosed),
 	} {
 		var log bytes.Buffer
-		s := &Server{log: slog.New(slog.NewTextHandler(&log, nil))}
+		s := bareServer(slog.New(slog.NewTextHandler(&log, nil)))
 		err := s.internal(t.Context(), "queueing work", storeErr)
 		if status.Code(err) != codes.Unavailable || !strings.Contains(status.Convert(err).Message(), "database") {
 			t.Errorf("store error %v: %v; want UNAVAILABLE saying the database is unreachable", storeErr, err)
 		}
 	}
 	var log bytes.Buffer
-	s := &Server{log: slog.New(slog.NewTextHandler(&log, nil))}
+	s := bareServer(slog.New(slog.NewTextHandler(&log, nil)))
 	if err := s.internal(t.Context(), "queueing work", &pgconn.PgError{Code: "23505", Message: "duplicate key"}); status.Code(err) != codes.Internal {
 		t.Errorf("a constraint violation: %v; want INTERNAL", err)
 	}
@@ -79,7 +79,7 @@ func TestADatabaseOutOfConnectionsIsUnavailable(t *testing.T) {
 		fmt.Errorf("getting work: failed to connect: %w", &pgconn.PgError{Severity: "FATAL", Code: "53300", Message: `too many connections for role "automator"`}),
 	} {
 		var log bytes.Buffer
-		s := &Server{log: slog.New(slog.NewTextHandler(&log, nil))}
+		s := bareServer(slog.New(slog.NewTextHandler(&log, nil)))
 		err := s.internal(t.Context(), "claiming work", storeErr)
 		if status.Code(err) != codes.Unavailable {
 			t.Errorf("store error %v: %v; want UNAVAILABLE", storeErr, err)
@@ -96,7 +96,7 @@ func TestADatabaseOutOfConnectionsIsUnavailable(t *testing.T) {
 // per batch. Another failure is still an error.
 func TestInstancesNotWrittenForAnUnreachableDatabaseAreLoggedOncePerOutage(t *testing.T) {
 	var log bytes.Buffer
-	s := &Server{log: slog.New(slog.NewTextHandler(&log, nil))}
+	s := bareServer(slog.New(slog.NewTextHandler(&log, nil)))
 	for range 3 {
 		s.flushFailed(fmt.Errorf("writing instances: %w", store.ErrUnavailable))
 	}
@@ -115,7 +115,7 @@ func TestInstancesNotWrittenForAnUnreachableDatabaseAreLoggedOncePerOutage(t *te
 // again; one begun after the failure does, once.
 func TestACallUnderWayWhenTheDatabaseWentEndsNoOutage(t *testing.T) {
 	var log bytes.Buffer
-	s := &Server{log: slog.New(slog.NewTextHandler(&log, nil))}
+	s := bareServer(slog.New(slog.NewTextHandler(&log, nil)))
 	before := s.databaseMark()
 	s.databaseUnreachable("err", "connection refused")
 	s.databaseAnswered(before)
@@ -128,4 +128,11 @@ func TestACallUnderWayWhenTheDatabaseWentEndsNoOutage(t *testing.T) {
 	if n := strings.Count(log.String(), "the database answers again"); n != 1 {
 		t.Errorf("a call begun after the failure: %d lines saying the database answers again; want 1:\n%s", n, log.String())
 	}
+}
+
+// bareServer is a Server with only what the calls these tests make need:
+// its log, its bounded log lines and no metrics.
+func bareServer(log *slog.Logger) *Server {
+	return &Server{log: log, storeMetrics: noStoreMetrics{},
+		timedOutLog: newTimedOutLog(log, realClock{}), diskFullLog: newDiskFullLog(log, realClock{})}
 }

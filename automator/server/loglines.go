@@ -25,7 +25,8 @@ func newTimedOutLog(log *slog.Logger, clock Clock) *loglimit.Limiter {
 // caller is told; the first lines say what to do.
 func newDiskFullLog(log *slog.Logger, clock Clock) *loglimit.Limiter {
 	return &loglimit.Limiter{Logger: log, Level: slog.LevelError, Now: clock.Now,
-		Summary: "store calls refused for lack of disk space, not logged one by one: free space for the database"}
+		Summary:      "store calls refused for lack of disk space, not logged one by one: free space for the database",
+		SummaryAttrs: []any{"see", `automator_store_errors_total{kind="storage_full"}`}}
 }
 
 // flushLogLimits writes the counts of the bounded lines not written in an

@@ -31,6 +31,25 @@ type AccountMetrics interface {
 	AccountGone(account string)
 }
 
+// StoreMetrics is implemented by a Metrics that also counts the store
+// calls that failed (package metrics does).
+type StoreMetrics interface {
+	// StoreFailed: a store call failed with an error of kind (one of the
+	// StoreError constants).
+	StoreFailed(kind string)
+}
+
+// The kinds of store errors StoreMetrics counts.
+const (
+	// StoreErrorUnavailable: the database was out of reach (PostgreSQL
+	// restarting, failing over, cut off; a call that got no answer).
+	StoreErrorUnavailable = "unavailable"
+	// StoreErrorStorageFull: the database is out of disk space.
+	StoreErrorStorageFull = "storage_full"
+	// StoreErrorOther: any other failure (an internal error).
+	StoreErrorOther = "other"
+)
+
 type noMetrics struct{}
 
 func (noMetrics) WorkQueued(string)                 {}
@@ -42,3 +61,19 @@ func (noMetrics) PollOpened(string) func()          { return func() {} }
 type noAuthMetrics struct{}
 
 func (noAuthMetrics) AuthFailed(bool) {}
+
+type noStoreMetrics struct{}
+
+func (noStoreMetrics) StoreFailed(string) {}
+
+// storeFailed tells the metrics of a store call that failed with err.
+func (s *Server) storeFailed(err error) {
+	switch {
+	case store.IsUnavailable(err):
+		s.storeMetrics.StoreFailed(StoreErrorUnavailable)
+	case store.IsStorageFull(err):
+		s.storeMetrics.StoreFailed(StoreErrorStorageFull)
+	default:
+		s.storeMetrics.StoreFailed(StoreErrorOther)
+	}
+}

@@ -129,21 +129,22 @@ type Server struct {
 	sweepInterval  time.Duration
 	sweepTimeout   time.Duration
 	// listening: the Broadcaster listens (Listening).
-	listening   atomic.Bool
-	waitRecheck time.Duration
-	limits      Limits
-	clock       Clock
-	silence     func(net.Addr) func() time.Duration
-	log         *slog.Logger
-	hub         *hub
-	seen        seenCache
-	sharedIDs   sharedIDs // runs polling as one instance (sharedid.go)
-	broadcaster Broadcaster
-	metrics     Metrics
-	started     time.Time       // when New made it (deleted.go)
-	failures    *failureLimiter // budget of failed authentications per source (ratelimit.go)
-	authLog     authLog         // the log lines of failed authentications (authlog.go)
-	authMetrics AuthMetrics     // the Metrics, when it counts failed authentications
+	listening    atomic.Bool
+	waitRecheck  time.Duration
+	limits       Limits
+	clock        Clock
+	silence      func(net.Addr) func() time.Duration
+	log          *slog.Logger
+	hub          *hub
+	seen         seenCache
+	sharedIDs    sharedIDs // runs polling as one instance (sharedid.go)
+	broadcaster  Broadcaster
+	metrics      Metrics
+	started      time.Time       // when New made it (deleted.go)
+	failures     *failureLimiter // budget of failed authentications per source (ratelimit.go)
+	authLog      authLog         // the log lines of failed authentications (authlog.go)
+	authMetrics  AuthMetrics     // the Metrics, when it counts failed authentications
+	storeMetrics StoreMetrics    // the Metrics, when it counts failed store calls
 	// timedOutLog and diskFullLog bound the lines of units timed out and
 	// of store calls refused for lack of disk space (loglines.go).
 	timedOutLog, diskFullLog *loglimit.Limiter
@@ -202,6 +203,10 @@ func New(o Options) (*Server, error) {
 	if !ok {
 		am = noAuthMetrics{}
 	}
+	sm, ok := o.Metrics.(StoreMetrics)
+	if !ok {
+		sm = noStoreMetrics{}
+	}
 	s := &Server{
 		store:          o.Store,
 		master:         o.MasterKey,
@@ -221,6 +226,7 @@ func New(o Options) (*Server, error) {
 		failures:       newFailureLimiter(o.Limits.FailedAuthBurst, o.Limits.FailedAuthRefill),
 		metrics:        o.Metrics,
 		authMetrics:    am,
+		storeMetrics:   sm,
 		started:        o.Clock.Now(),
 		keys:           make(map[string]*keyRing),
 		listed:         newListedCache(maxListed),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/internal/loglimit"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
@@ -140,5 +142,44 @@ func TestFullDiskIsLoggedWithinABound(t *testing.T) {
 	}
 	if n := len(log.lines("out of disk space")); n != loglimit.DefaultLines {
 		t.Fatalf("%d lines for %d calls refused within a minute, want %d:\n%s", n, calls, loglimit.DefaultLines, log.lines())
+	}
+}
+
+// storeFailures counts the store errors a Metrics is told of, by kind.
+type storeFailures struct {
+	undeliveredCount
+	mu    sync.Mutex
+	kinds map[string]int
+}
+
+func (s *storeFailures) StoreFailed(kind string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.kinds == nil {
+		s.kinds = map[string]int{}
+	}
+	s.kinds[kind]++
+}
+
+func (s *storeFailures) count(kind string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.kinds[kind]
+}
+
+// TestFullDiskIsCountedForTheMetrics: each call refused for lack of disk
+// space is counted as a store error of kind storage_full, the log's lines
+// of them bounded or not.
+func TestFullDiskIsCountedForTheMetrics(t *testing.T) {
+	full := &fullDisk{third: make(chan time.Time, 1)}
+	m := &storeFailures{}
+	e := newEnv(t, envOptions{metrics: m, sweepInterval: time.Hour, wrap: func(st store.Store) store.Store { full.Store = st; return full }})
+	const calls = 3
+	for range calls {
+		e.callerClient().Submit(t.Context(), &automatorv1.ExecuteRequest{Account: e.account,
+			Command: &automatorv1.Command{Script: "@ping"}, Timeout: durationpb.New(time.Minute)})
+	}
+	if n := m.count(server.StoreErrorStorageFull); n < calls {
+		t.Fatalf("%d store errors of kind %s counted for %d calls refused on a full disk, want at least %d", n, server.StoreErrorStorageFull, calls, calls)
 	}
 }

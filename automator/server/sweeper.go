@@ -66,6 +66,9 @@ func (s *Server) Run(ctx context.Context) {
 // sweeper is stopping: an error, or, with the database out of reach (every
 // SweepInterval while it lasts), once per outage.
 func (s *Server) sweepFailed(ctx context.Context, doing string, err error) {
+	if ctx.Err() == nil {
+		s.storeFailed(err)
+	}
 	switch {
 	case ctx.Err() != nil:
 	case store.IsUnavailable(err):
