@@ -44,7 +44,11 @@ type Limiter struct {
 // otherwise it counts it. The count is written when the next line comes
 // after the interval, or at the interval's end by a timer, whichever comes
 // first (Flush writes it too).
-func (l *Limiter) Log(msg string, attrs ...any) {
+func (l *Limiter) Log(msg string, attrs ...any) { l.LogAt(l.Level, msg, attrs...) }
+
+// LogAt is Log for a line of another level than the Limiter's (the count's
+// line has the Limiter's).
+func (l *Limiter) LogAt(level slog.Level, msg string, attrs ...any) {
 	l.mu.Lock()
 	defer l.mu.Unlock() // held while writing: the count's line comes first
 	l.flushLocked()
@@ -56,7 +60,7 @@ func (l *Limiter) Log(msg string, attrs ...any) {
 		return
 	}
 	l.logged++
-	l.Logger.Log(context.Background(), l.Level, msg, attrs...)
+	l.Logger.Log(context.Background(), level, msg, attrs...)
 }
 
 // Flush writes the count of the lines not written in an interval that is

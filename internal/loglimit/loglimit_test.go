@@ -117,3 +117,18 @@ func TestAQuietIntervalWritesNoCount(t *testing.T) {
 		t.Fatalf("want the two lines and no count: %q", m)
 	}
 }
+
+func TestLogAtKeepsTheLinesLevelAndSharesTheBudget(t *testing.T) {
+	recs := newRecords()
+	clock := &fakeClock{t: time.Unix(1e9, 0)}
+	l := &Limiter{Logger: slog.New(recs), Level: slog.LevelWarn, Summary: "not logged one by one", Now: clock.Now, Lines: 1}
+	l.LogAt(slog.LevelInfo, "a")
+	l.Log("b")
+	clock.Add(DefaultEvery)
+	l.Flush()
+	recs.mu.Lock()
+	defer recs.mu.Unlock()
+	if len(recs.recs) != 2 || recs.recs[0].Level != slog.LevelInfo || recs.recs[1].Level != slog.LevelWarn || countOf(recs.recs[1]) != 1 {
+		t.Fatalf("want a at INFO, then the count of 1 at WARN: %v", recs.recs)
+	}
+}

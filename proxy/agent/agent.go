@@ -80,8 +80,9 @@ type Agent struct {
 	// run identifies this Agent's poll loop to the automator: a poll of
 	// the same run supersedes one still waiting there (PollRequest.run_id).
 	run string
-	// failLog bounds the lines of units that could not run (execute.go).
-	failLog *loglimit.Limiter
+	// failLog and killLog bound the lines of units that could not run,
+	// and of scripts killed at their units' deadlines or ends (execute.go).
+	failLog, killLog *loglimit.Limiter
 
 	mu      sync.Mutex
 	running map[string]context.CancelCauseFunc // work id → cancel of its run
@@ -147,6 +148,11 @@ func New(o Options) *Agent {
 	a.failLog = &loglimit.Limiter{Logger: a.log, Level: slog.LevelWarn,
 		Summary:      "commands that could not run, not logged one by one",
 		SummaryAttrs: []any{"see", "each unit's result on the automator (automator work show ID) names its reason"}}
+	// Scripts that hang (a dependency down) are killed at each unit's
+	// deadline: bounded the same way.
+	a.killLog = &loglimit.Limiter{Logger: a.log, Level: slog.LevelWarn,
+		Summary:      "scripts killed at their units' deadlines or ends, not logged one by one",
+		SummaryAttrs: []any{"see", "each unit's state on the automator (automator work list --state timed_out)"}}
 	a.state = newStateFile(o, a.log)
 	a.spool = newSpool(o.SpoolDir, a.log)
 	a.poster = newPoster(o.Client)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -49,10 +50,10 @@ func (a *Agent) handle(runCtx, postCtx context.Context, c *automatorv1.Claim) {
 	switch {
 	case errors.Is(err, runner.ErrDeadline):
 		// Guarantee 7: killed at the deadline, nothing is reported.
-		log.Warn("deadline reached: process tree killed, nothing reported", "script", cmd.GetScript())
+		a.killLog.Log("deadline reached: process tree killed, nothing reported", "work_id", c.GetWorkId(), "account", c.GetAccount(), "script", cmd.GetScript())
 		return
 	case errors.Is(err, runner.ErrCancelled) && errors.Is(context.Cause(runCtx), errCancelledByAutomator):
-		log.Info("unit ended on the automator: process tree killed", "script", cmd.GetScript())
+		a.killLog.LogAt(slog.LevelInfo, "unit ended on the automator: process tree killed", "work_id", c.GetWorkId(), "account", c.GetAccount(), "script", cmd.GetScript())
 		return
 	case errors.Is(err, runner.ErrCancelled):
 		res = &automatorv1.Result{Failure: fmt.Sprintf("%v: killed on instance %s", context.Cause(runCtx), a.o.InstanceID)}

@@ -41,3 +41,31 @@ func TestCommandsThatCouldNotRunAreLoggedWithinABound(t *testing.T) {
 		t.Fatalf("%d lines for %d units that could not run within a minute, want %d:\n%s", n, units, loglimit.DefaultLines, log.String())
 	}
 }
+
+// TestScriptsKilledAtTheirDeadlineAreLoggedWithinABound: scripts that
+// hang (a dependency down) are killed at their units' deadlines; with
+// callers queueing short units all the while, the log has at most
+// loglimit.DefaultLines lines of them a minute, not one per unit.
+func TestScriptsKilledAtTheirDeadlineAreLoggedWithinABound(t *testing.T) {
+	ran := make(chan struct{}, 64)
+	useRunner(t, func(context.Context, runner.Spec) (runner.Result, error) {
+		ran <- struct{}{}
+		return runner.Result{}, runner.ErrDeadline
+	})
+	f := newFake()
+	var log bytes.Buffer
+	const units = loglimit.DefaultLines + 10
+	stop := startAgent(t, f, units, &log)
+	var claims []*automatorv1.Claim
+	for i := range units {
+		claims = append(claims, claim(t, fmt.Sprintf("w%d", i), &automatorv1.Command{Script: "s"}))
+	}
+	f.responses <- &automatorv1.PollResponse{Claims: claims}
+	for range units {
+		waittest.Recv(t, ran, "each unit's script to run")
+	}
+	stop() // waits for every unit to be handled
+	if n := strings.Count(log.String(), "deadline reached: process tree killed"); n != loglimit.DefaultLines {
+		t.Fatalf("%d lines for %d units killed at their deadline within a minute, want %d:\n%s", n, units, loglimit.DefaultLines, log.String())
+	}
+}
