@@ -293,7 +293,11 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, m
 	} else if err := s.checkQueue(ctx, params, method); err != nil {
 		return store.Work{}, err
 	}
+	mark := s.writeMark()
 	w, err := s.store.WorkEnqueue(ctx, params)
+	if err == nil {
+		s.wrote(mark)
+	}
 	if to != nil && err != nil {
 		s.hub.release(to, len(sealed))
 		if !refused(err) {

@@ -191,7 +191,11 @@ func (s *Server) FlushInstances(ctx context.Context) error {
 		if len(batch) == 0 {
 			return nil
 		}
+		mark := s.writeMark()
 		err := s.store.InstancesSeen(ctx, batch)
+		if err == nil {
+			s.wrote(mark)
+		}
 		c.mu.Lock()
 		for _, p := range batch {
 			key := [2]string{p.Account, p.InstanceID}

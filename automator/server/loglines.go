@@ -36,3 +36,17 @@ func (s *Server) flushLogLimits() {
 	s.timedOutLog.Flush()
 	s.diskFullLog.Flush()
 }
+
+// writeMark is taken before a write whose success may end a full disk: see
+// wrote.
+func (s *Server) writeMark() uint64 { return s.fullWrites.Load() }
+
+// wrote ends a full disk, saying so once, when the write begun at mark
+// succeeded and no write was refused for lack of space since it began (a
+// write under way when space ran out says nothing of it). It costs one
+// atomic load when the disk is not full.
+func (s *Server) wrote(mark uint64) {
+	if s.diskFull.Load() && s.fullWrites.Load() == mark && s.diskFull.CompareAndSwap(true, false) {
+		s.log.Info("the database takes writes again: the disk has space")
+	}
+}

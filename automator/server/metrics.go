@@ -72,6 +72,8 @@ func (s *Server) storeFailed(err error) {
 	case store.IsUnavailable(err):
 		s.storeMetrics.StoreFailed(StoreErrorUnavailable)
 	case store.IsStorageFull(err):
+		s.fullWrites.Add(1)
+		s.diskFull.Store(true)
 		s.storeMetrics.StoreFailed(StoreErrorStorageFull)
 	default:
 		s.storeMetrics.StoreFailed(StoreErrorOther)

@@ -129,27 +129,30 @@ type Server struct {
 	sweepInterval  time.Duration
 	sweepTimeout   time.Duration
 	// listening: the Broadcaster listens (Listening).
-	listening    atomic.Bool
-	waitRecheck  time.Duration
-	limits       Limits
-	clock        Clock
-	silence      func(net.Addr) func() time.Duration
-	log          *slog.Logger
-	hub          *hub
-	seen         seenCache
-	sharedIDs    sharedIDs // runs polling as one instance (sharedid.go)
-	broadcaster  Broadcaster
-	metrics      Metrics
-	started      time.Time       // when New made it (deleted.go)
-	failures     *failureLimiter // budget of failed authentications per source (ratelimit.go)
-	authLog      authLog         // the log lines of failed authentications (authlog.go)
-	authMetrics  AuthMetrics     // the Metrics, when it counts failed authentications
-	storeMetrics StoreMetrics    // the Metrics, when it counts failed store calls
+	listening   atomic.Bool
+	waitRecheck time.Duration
+	limits      Limits
+	clock       Clock
+	silence     func(net.Addr) func() time.Duration
+	log         *slog.Logger
+	hub         *hub
+	seen        seenCache
+	sharedIDs   sharedIDs // runs polling as one instance (sharedid.go)
+	broadcaster Broadcaster
+	metrics     Metrics
+	started     time.Time       // when New made it (deleted.go)
+	failures    *failureLimiter // budget of failed authentications per source (ratelimit.go)
+	authLog     authLog         // the log lines of failed authentications (authlog.go)
+	authMetrics AuthMetrics     // the Metrics, when it counts failed authentications
+	dbDown      atomic.Bool     // the database is out of reach, since a store call found it so (unreachable.go)
+	dbFailures  atomic.Uint64   // store calls that found the database out of reach
+
 	// timedOutLog and diskFullLog bound the lines of units timed out and
 	// of store calls refused for lack of disk space (loglines.go).
 	timedOutLog, diskFullLog *loglimit.Limiter
-	dbDown                   atomic.Bool   // the database is out of reach, since a store call found it so (unreachable.go)
-	dbFailures               atomic.Uint64 // store calls that found the database out of reach
+	storeMetrics             StoreMetrics  // the Metrics, when it counts failed store calls
+	diskFull                 atomic.Bool   // a write was refused for lack of disk space, and none has succeeded since (loglines.go)
+	fullWrites               atomic.Uint64 // writes refused for lack of disk space
 
 	keysMu sync.Mutex
 	keys   map[string]*keyRing // account → its opened keys (keys.go)

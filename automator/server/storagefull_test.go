@@ -183,3 +183,46 @@ func TestFullDiskIsCountedForTheMetrics(t *testing.T) {
 		t.Fatalf("%d store errors of kind %s counted for %d calls refused on a full disk, want at least %d", n, server.StoreErrorStorageFull, calls, calls)
 	}
 }
+
+// fillingDisk refuses to queue units, as a full disk does, while full is set.
+type fillingDisk struct {
+	store.Store
+	full atomic.Bool
+}
+
+func (f *fillingDisk) WorkEnqueue(ctx context.Context, p store.WorkEnqueueParams) (store.Work, error) {
+	if f.full.Load() {
+		return store.Work{}, errFull
+	}
+	return f.Store.WorkEnqueue(ctx, p)
+}
+
+// TestTheEndOfAFullDiskIsLoggedOnce: once a write succeeds after writes
+// were refused for lack of space, one line says the database takes writes
+// again; the writes after it say nothing.
+func TestTheEndOfAFullDiskIsLoggedOnce(t *testing.T) {
+	var log syncLog
+	disk := &fillingDisk{}
+	disk.full.Store(true)
+	e := newEnv(t, envOptions{log: &log, sweepInterval: time.Hour, wrap: func(st store.Store) store.Store { disk.Store = st; return disk }})
+	submit := func() error {
+		_, err := e.callerClient().Submit(t.Context(), &automatorv1.ExecuteRequest{Account: e.account,
+			Command: &automatorv1.Command{Script: "@ping"}, Timeout: durationpb.New(time.Minute)})
+		return err
+	}
+	if err := submit(); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("Submit on a full disk: %v; want ResourceExhausted", err)
+	}
+	if n := len(log.lines("takes writes again")); n != 0 {
+		t.Fatalf("the end of the full disk logged while it lasts:\n%s", log.lines())
+	}
+	disk.full.Store(false)
+	for range 3 {
+		if err := submit(); err != nil {
+			t.Fatalf("Submit once space is freed: %v", err)
+		}
+	}
+	if n := len(log.lines("the database takes writes again")); n != 1 {
+		t.Fatalf("%d lines say the full disk is over, want 1:\n%s", n, log.lines())
+	}
+}
