@@ -43,10 +43,13 @@ func (s *Server) writeMark() uint64 { return s.fullWrites.Load() }
 
 // wrote ends a full disk, saying so once, when the write begun at mark
 // succeeded and no write was refused for lack of space since it began (a
-// write under way when space ran out says nothing of it). It costs one
+// write under way when space ran out says nothing of it), within the
+// bound of the full disk's lines. It costs one
 // atomic load when the disk is not full.
 func (s *Server) wrote(mark uint64) {
 	if s.diskFull.Load() && s.fullWrites.Load() == mark && s.diskFull.CompareAndSwap(true, false) {
-		s.log.Info("the database takes writes again: the disk has space")
+		// Within the full disk's bound: SQLite reuses the pages it
+		// freed, so a disk just full takes some writes between refusals.
+		s.diskFullLog.LogAt(slog.LevelInfo, "the database takes writes again: the disk has space")
 	}
 }

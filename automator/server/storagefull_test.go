@@ -226,3 +226,22 @@ func TestTheEndOfAFullDiskIsLoggedOnce(t *testing.T) {
 		t.Fatalf("%d lines say the full disk is over, want 1:\n%s", n, log.lines())
 	}
 }
+
+// TestADiskFillingAndFreedByTurnsIsLoggedWithinABound: SQLite reuses the
+// pages it freed, so on a disk just full some writes succeed between the
+// refused ones; each turn's lines, its end's included, share the bound.
+func TestADiskFillingAndFreedByTurnsIsLoggedWithinABound(t *testing.T) {
+	var log syncLog
+	disk := &fillingDisk{}
+	e := newEnv(t, envOptions{log: &log, sweepInterval: time.Hour, wrap: func(st store.Store) store.Store { disk.Store = st; return disk }})
+	for range loglimit.DefaultLines {
+		for _, full := range []bool{true, false} {
+			disk.full.Store(full)
+			e.callerClient().Submit(t.Context(), &automatorv1.ExecuteRequest{Account: e.account,
+				Command: &automatorv1.Command{Script: "@ping"}, Timeout: durationpb.New(time.Minute)})
+		}
+	}
+	if n := len(log.lines()); n > loglimit.DefaultLines {
+		t.Fatalf("%d lines for %d turns of a disk full then not within a minute, want at most %d:\n%s", n, loglimit.DefaultLines, loglimit.DefaultLines, log.lines())
+	}
+}
