@@ -490,6 +490,33 @@ func TestBodyLargerThanTheLimitIsRefused(t *testing.T) {
 	}
 }
 
+// TestBodyOfExactlyTheLimitIsRead: the limit is 16 MiB (docs/api.md)
+// and holds a body of exactly that size: one padded with white space after
+// its object is run, and one byte more is refused, 400 with nothing
+// queued, though its object came whole before the byte too many. The
+// command is small, so only the gateway's limit is in question, not
+// gRPC's.
+func TestBodyOfExactlyTheLimitIsRead(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	c := api{t: t, base: a.HTTPURL, apiKey: a.APIKey}
+	const limit = 16 << 20
+	body := func(n int) string {
+		object := `{"command": {"script": "x"}}`
+		return object + strings.Repeat(" ", n-len(object))
+	}
+	c.do("POST", "/v1/accounts/acme/submit", "", body(limit)).want(t, http.StatusOK, "STATE_QUEUED")
+	if n := a.CountWork(t); n != 1 {
+		t.Fatalf("after a body of exactly 16 MiB: %d units queued, want 1", n)
+	}
+	r := c.do("POST", "/v1/accounts/acme/submit", "", body(limit+1))
+	if r.status != http.StatusBadRequest || r.body["code"] != float64(3) || r.str("message") != "the request body is larger than the limit of 16 MiB" {
+		t.Fatalf("a body of 16 MiB + 1 byte: HTTP %d %.200s; want 400, code 3, naming the limit", r.status, r.raw)
+	}
+	if n := a.CountWork(t); n != 1 {
+		t.Fatalf("after a body of 16 MiB + 1 byte: %d units queued, want still 1", n)
+	}
+}
+
 // TestCommandOverTheMessageLimitIsABadRequest: a body the gateway reads
 // (under 16 MiB) whose command is larger than one gRPC message (8 MiB) is
 // a limit exceeded, 400 like every other (docs/api.md), not 429, which
