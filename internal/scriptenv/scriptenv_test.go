@@ -48,3 +48,48 @@ func TestAcceptsCommonNames(t *testing.T) {
 		}
 	}
 }
+
+// TestValidName: a name no environment block can hold is refused, and
+// only that (docs/api.md, docs/security.md): empty, or holding '=' or a NUL
+// byte anywhere, windows' hidden per-drive "=C:" included. Anything else
+// a process can take passes, though no shell could name it in a script: a
+// leading digit, white space, punctuation, letters beyond ASCII.
+func TestValidName(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want bool
+	}{
+		{"", false},
+		{"=", false},
+		{"==", false},
+		{"A=", false},
+		{"=A", false},
+		{"A=B", false},
+		{"=C:", false}, // windows' current directory of drive C:
+		{"\x00", false},
+		{"\x00A", false},
+		{"A\x00", false},
+		{"A\x00B", false},
+		{"A=\x00", false},
+
+		{"A", true},
+		{"_", true},
+		{"PATH", true},
+		{"lower_case", true},
+		{"1", true},
+		{"9LIVES", true},
+		{" ", true},
+		{"A B", true},
+		{"\tA", true},
+		{"A-B.C:D", true},
+		{"ProgramFiles(x86)", true}, // windows sets it
+		{"ÉTÉ", true},
+		{"名前", true},
+		{"A\u2260B", true}, // '≠', not '='
+		{"A\uFF1DB", true}, // fullwidth '＝', not '='
+	} {
+		if got := ValidName(tc.name); got != tc.want {
+			t.Errorf("ValidName(%q) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
