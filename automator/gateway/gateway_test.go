@@ -276,6 +276,11 @@ func TestEveryEndpoint(t *testing.T) {
 			{"timeout in minutes", "POST", "/v1/accounts/acme/execute", "", map[string]any{"command": map[string]any{"script": "x"}, "timeout": "5m"}, 400, 3, `timeout "5m" is not a valid duration: write it as a string of seconds ending in "s", such as "300s"`},
 			{"timeout as a number", "POST", "/v1/accounts/acme/submit", "", map[string]any{"command": map[string]any{"script": "x"}, "timeout": 300}, 400, 3, `timeout 300 is not a valid duration`},
 			{"timeout past a Duration", "POST", "/v1/accounts/acme/submit", "", map[string]any{"command": map[string]any{"script": "x"}, "timeout": "999999999999s"}, 400, 3, `timeout "999999999999s" is not a valid duration`},
+			// Cut where a letter begins, not in the middle of one.
+			{"long timeout", "POST", "/v1/accounts/acme/submit", "", map[string]any{"command": map[string]any{"script": "x"}, "timeout": strings.Repeat("é", 30)}, 400, 3, `timeout "` + strings.Repeat("é", 19) + `... is not a valid duration`},
+			// A timeout that is right, or null, is not what is wrong.
+			{"unknown field beside a timeout", "POST", "/v1/accounts/acme/submit", "", `{"command": {"scirpt": "x"}, "timeout": "60s"}`, 400, 3, `unknown field "scirpt"`},
+			{"unknown field beside a null timeout", "POST", "/v1/accounts/acme/submit", "", `{"command": {"scirpt": "x"}, "timeout": null}`, 400, 3, `unknown field "scirpt"`},
 		} {
 			r := c.do(tc.method, tc.path, tc.key, tc.body)
 			if r.status != tc.status || r.body["code"] != tc.code || !strings.Contains(r.str("message"), tc.message) {
@@ -351,6 +356,9 @@ func TestOpenAPIDocumentIsServed(t *testing.T) {
 	r := c.do("GET", "/v1/openapi.json", "-", nil)
 	if r.status != 200 || r.body["swagger"] != "2.0" {
 		t.Fatalf("openapi.json: %d\n%.300s", r.status, r.raw)
+	}
+	if ct := r.header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("openapi.json: Content-Type %q, want application/json", ct)
 	}
 	paths, _ := r.body["paths"].(map[string]any)
 	for _, p := range []string{
