@@ -1,6 +1,13 @@
 package config
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -206,7 +213,8 @@ func TestGracePeriodZeroMeansNoGrace(t *testing.T) {
 
 // TestValidateHoldsEachBoundOnBothSides: from a valid config, each setting
 // at the edge of its range is accepted and one step past it, on either
-// side, is refused naming the setting, and only it.
+// side, is refused naming the setting, and only it; so is each value a
+// setting may not take beside one it may.
 func TestValidateHoldsEachBoundOnBothSides(t *testing.T) {
 	key, err := crypto.NewKey(1)
 	if err != nil {
@@ -240,6 +248,18 @@ func TestValidateHoldsEachBoundOnBothSides(t *testing.T) {
 		{"grace_period 1h", "", func(c *Config) { c.GracePeriod = time.Hour }},
 		{"grace_period 1h1ns", "grace_period", func(c *Config) { c.GracePeriod = time.Hour + 1 }},
 		{"scripts_dir a file", "scripts_dir", func(c *Config) { c.ScriptsDir = file }},
+		{"log_format text", "", func(c *Config) { c.LogFormat = "text" }},
+		{"log_format json", "", func(c *Config) { c.LogFormat = "json" }},
+		{"log_format xml", "log_format", func(c *Config) { c.LogFormat = "xml" }},
+		{"instance_id empty", "instance_id", func(c *Config) { c.InstanceID = "" }},
+		{"instance_id of 128 bytes", "", func(c *Config) { c.InstanceID = strings.Repeat("i", MaxInstanceID) }},
+		{"instance_id of 129 bytes", "instance_id", func(c *Config) { c.InstanceID = strings.Repeat("i", MaxInstanceID+1) }},
+		{"instance_id beyond ASCII", "", func(c *Config) { c.InstanceID = "hôte-名" }},
+		{"instance_id not UTF-8", "instance_id", func(c *Config) { c.InstanceID = "h\xffst" }},
+		{"instance_id with a control character", "instance_id", func(c *Config) { c.InstanceID = "a\tb" }},
+		{"automator_url ftp", "automator_url", func(c *Config) { c.AutomatorURL = "ftp://127.0.0.1:1" }},
+		{"ca_cert a certificate", "", func(c *Config) { c.AutomatorURL, c.CACert = "https://127.0.0.1:1", certPEM(t, "CERTIFICATE") }},
+		{"ca_cert a certificate labelled otherwise", "ca_cert", func(c *Config) { c.AutomatorURL, c.CACert = "https://127.0.0.1:1", certPEM(t, "PUBLIC KEY") }},
 	} {
 		c := valid
 		tc.set(&c)
@@ -251,4 +271,26 @@ func TestValidateHoldsEachBoundOnBothSides(t *testing.T) {
 			t.Errorf("%s: %v, want one error naming %s", tc.name, err, tc.field)
 		}
 	}
+	// Left out, scripts_dir is said to be required, not to be missing.
+	c := valid
+	c.ScriptsDir = ""
+	if err := c.Validate(); err == nil || err.Error() != "scripts_dir: required (in the file or as --scripts-dir)" {
+		t.Errorf("scripts_dir left out: %v, want it said required", err)
+	}
+}
+
+// certPEM is a self-signed certificate in a PEM block of type typ.
+func certPEM(t *testing.T, typ string) string {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}))
 }
