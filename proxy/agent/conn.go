@@ -66,7 +66,7 @@ func (s *connState) failed(err error) {
 	attrs := []any{"automator", s.automator, "code", code.String(), "err", msg} // its name, in JSON too
 	switch {
 	case code == codes.Unauthenticated || code == codes.PermissionDenied:
-		s.log.Error("the automator refused this proxy's token; check `token` in the config (retrying with backoff)", attrs...)
+		s.log.Error("the automator refused this proxy's token: the account's token was rotated and its overlap has ended, or the account was deleted; install the account's current profile, or check `token` in the config (retrying with backoff)", attrs...)
 	case kind == "handshake":
 		s.log.Error("the TLS handshake with the automator failed: its certificate is not trusted by this proxy's `ca_cert` (or `pin_sha256`), or not valid for the host of `automator_url`; check them (retrying with backoff)", attrs...)
 	case code == codes.Unavailable || code == codes.DeadlineExceeded:

@@ -58,7 +58,7 @@ func TestConnectionLogsOneLinePerStateChange(t *testing.T) {
 		"WARN automator unreachable; retrying with backoff",
 		"INFO connected to the automator; polling",
 		"WARN automator unreachable; retrying with backoff",
-		"ERROR the automator refused this proxy's token; check `token` in the config (retrying with backoff)",
+		"ERROR the automator refused this proxy's token: the account's token was rotated and its overlap has ended, or the account was deleted; install the account's current profile, or check `token` in the config (retrying with backoff)",
 		"INFO connected to the automator; polling",
 		"ERROR the TLS handshake with the automator failed: its certificate is not trusted by this proxy's `ca_cert` (or `pin_sha256`), or not valid for the host of `automator_url`; check them (retrying with backoff)",
 		"WARN automator unreachable; retrying with backoff",
