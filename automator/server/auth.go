@@ -275,13 +275,13 @@ func (s *Server) failedFrom(ctx context.Context, src, what, why, actor string) (
 	s.authMetrics.AuthFailed(!ok)
 	if !ok {
 		if first {
-			s.logAuthFailure(now, "too many failed authentications: refusing further failures from this source for a while", attrs...)
+			s.authFailLog.Log("too many failed authentications: refusing further failures from this source for a while", attrs...)
 			s.record(ctx, store.AuditEvent{At: now, Kind: store.AuditAuthRateLimited, Actor: actor, Source: src,
 				Detail: what + ": too many failed authentications; further failures refused for a while"})
 		}
 		return s.failures.retryAfter(src, now), true
 	}
-	s.logAuthFailure(now, "authentication failed", attrs...)
+	s.authFailLog.Log("authentication failed", attrs...)
 	s.record(ctx, store.AuditEvent{At: now, Kind: store.AuditAuthFailed, Actor: actor, Source: src, Detail: what + ": " + why})
 	return 0, false
 }

@@ -33,6 +33,7 @@ func newDiskFullLog(log *slog.Logger, clock Clock) *loglimit.Limiter {
 // interval that is over: the sweeper calls it, so a clock that is not the
 // real one (tests) has its counts written too.
 func (s *Server) flushLogLimits() {
+	s.authFailLog.Flush()
 	s.timedOutLog.Flush()
 	s.diskFullLog.Flush()
 }

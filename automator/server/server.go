@@ -140,12 +140,12 @@ type Server struct {
 	sharedIDs   sharedIDs // runs polling as one instance (sharedid.go)
 	broadcaster Broadcaster
 	metrics     Metrics
-	started     time.Time       // when New made it (deleted.go)
-	failures    *failureLimiter // budget of failed authentications per source (ratelimit.go)
-	authLog     authLog         // the log lines of failed authentications (authlog.go)
-	authMetrics AuthMetrics     // the Metrics, when it counts failed authentications
-	dbDown      atomic.Bool     // the database is out of reach, since a store call found it so (unreachable.go)
-	dbFailures  atomic.Uint64   // store calls that found the database out of reach
+	started     time.Time         // when New made it (deleted.go)
+	failures    *failureLimiter   // budget of failed authentications per source (ratelimit.go)
+	authFailLog *loglimit.Limiter // the log lines of failed authentications (authlog.go)
+	authMetrics AuthMetrics       // the Metrics, when it counts failed authentications
+	dbDown      atomic.Bool       // the database is out of reach, since a store call found it so (unreachable.go)
+	dbFailures  atomic.Uint64     // store calls that found the database out of reach
 
 	// timedOutLog and diskFullLog bound the lines of units timed out and
 	// of store calls refused for lack of disk space (loglines.go).
@@ -236,6 +236,7 @@ func New(o Options) (*Server, error) {
 		kick:           make(chan struct{}, 1),
 		shutdown:       make(chan struct{}),
 	}
+	s.authFailLog = newAuthFailLog(o.Logger, o.Clock)
 	s.timedOutLog, s.diskFullLog = newTimedOutLog(o.Logger, o.Clock), newDiskFullLog(o.Logger, o.Clock)
 	return s, nil
 }

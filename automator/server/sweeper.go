@@ -41,7 +41,6 @@ func (s *Server) Run(ctx context.Context) {
 			continue
 		case <-t.C:
 		}
-		s.flushAuthLog(s.clock.Now())
 		s.flushLogLimits()
 		next := s.sweepInterval
 		if s.expireDue(ctx) {
