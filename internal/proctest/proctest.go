@@ -220,9 +220,6 @@ func StartEnv(t testing.TB, name string, env []string, path string, args ...stri
 	return p
 }
 
-// Name is the name the process was started with.
-func (p *Proc) Name() string { return p.name }
-
 // Pid is the process's id.
 func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 

@@ -27,7 +27,6 @@ type ConnectProxy struct {
 	routes   map[string]string // host:port asked for → address dialled
 	tunnels  map[net.Conn]struct{}
 	connects map[string]int // successful CONNECTs by host:port
-	refused  int
 	closed   bool
 	wg       sync.WaitGroup
 }
@@ -62,14 +61,6 @@ func (p *ConnectProxy) Connects(hostPort string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.connects[hostPort]
-}
-
-// Refused counts requests it refused (not CONNECT, unknown host, dial
-// failure).
-func (p *ConnectProxy) Refused() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.refused
 }
 
 // Kill stops listening and resets every tunnel, as a crash would.
@@ -202,8 +193,5 @@ func (p *ConnectProxy) handle(client net.Conn) {
 }
 
 func (p *ConnectProxy) refuse(c net.Conn, status, reason string) {
-	p.mu.Lock()
-	p.refused++
-	p.mu.Unlock()
 	fmt.Fprintf(c, "HTTP/1.1 %s\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", status, len(reason), reason)
 }
