@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -309,7 +308,7 @@ func holdsKey(path string, k store.APIKey) bool {
 	if err != nil {
 		return false
 	}
-	return secret != "" && subtle.ConstantTimeCompare(crypto.HashToken(secret), k.Hash) == 1
+	return secret != "" && crypto.TokenEqual(crypto.HashToken(secret), k.Hash)
 }
 
 // readMaster reads a data directory's master key.
