@@ -6,25 +6,14 @@ import (
 	"sync"
 )
 
-// capture is an io.Writer that keeps the first max bytes written to it and
-// discards the rest, recording that it did. It never fails, so the copy from
-// the script's pipe keeps draining and the script never blocks on a full
-// pipe.
+// capture keeps the first max bytes of a script's output stream and
+// discards the rest, recording that it did. The stream is read into it by
+// ReadFrom, which reads the script's pipe to its end whatever the limit, so
+// the script never blocks on a full pipe.
 type capture struct {
 	max       int
 	buf       []byte
 	truncated bool
-}
-
-func (c *capture) Write(p []byte) (int, error) {
-	keep := min(len(p), c.max-len(c.buf))
-	if keep > 0 {
-		c.buf = append(c.buf, p[:keep]...)
-	}
-	if keep < len(p) {
-		c.truncated = true
-	}
-	return len(p), nil
 }
 
 // minRead is the room a read into the capture gets at least, and the first
