@@ -29,7 +29,10 @@ import (
 // Callers waiting for a unit subscribe to its id and are woken when it ends.
 //
 // With several automator replicas a cross-replica signal (LISTEN/NOTIFY)
-// feeds the same two calls, NotifyWork and NotifyDone.
+// feeds the hub too (Server.apply): NotifyWork, NotifyDone and
+// NotifyInstance as this replica's own events do, supersedeRun for a run
+// that polled another replica, and resumed when events may have been
+// missed.
 type hub struct {
 	mu      sync.Mutex
 	pollers map[string]*list.List // account → waiting pollers, oldest first
@@ -850,7 +853,7 @@ func (h *hub) forgetAccount(account string) {
 	}
 }
 
-// waiting reports how many pollers of account wait (for tests and metrics).
+// waiting reports how many pollers of account wait (for tests).
 func (h *hub) waiting(account string) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -1,7 +1,7 @@
 // Package server implements the automator's two gRPC services on top of a
-// store.Store: ProxyService (Poll, Complete) for proxy instances and
-// AutomatorService (ExecuteOnProxy, Submit, Wait, Get, Cancel,
-// ListInstances) for callers.
+// store.Store: ProxyService (Poll, Complete, CompleteBatch) for proxy
+// instances and AutomatorService (ExecuteOnProxy, Submit, Wait, Get,
+// Cancel, ListInstances) for callers.
 //
 // The queue semantics live here: commands are sealed for their account
 // before they are stored, claims are the store's atomic conditional write,
