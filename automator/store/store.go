@@ -509,8 +509,10 @@ type WorkListParams struct {
 }
 
 // Store is the whole persistence seam. Every write is durable when the call
-// returns (it survives kill -9 of the process). Consumers declare the few
-// methods they use as their own narrow interfaces.
+// returns (it survives kill -9 of the process), but a WorkEnqueue with
+// SyncLater may be answered before it is (WorkEnqueueParams.SyncLater).
+// Consumers declare the few methods they use as their own narrow
+// interfaces.
 type Store interface {
 	// AccountCreate adds an account; ErrExists if the name is taken.
 	AccountCreate(ctx context.Context, p AccountCreateParams) (Account, error)
@@ -563,9 +565,12 @@ type Store interface {
 	// A unit already terminal, or past its deadline, is returned unchanged
 	// with ErrNotClaimable (NotCancellable).
 	WorkCancel(ctx context.Context, p WorkCancelParams) (Work, error)
-	// WorkExpire moves every queued or claimed unit whose deadline is at or
-	// before p.Now to timed_out (reason says whether it was ever claimed and
-	// by whom) and returns the units it changed.
+	// WorkExpire moves the queued and claimed units whose deadline is at
+	// or before p.Now to timed_out, earliest deadline first, up to p.Max of
+	// them (reason says whether it was ever claimed and by whom), and
+	// returns the units it changed. A unit another call is changing at that
+	// moment may be left to a later call (pgstore skips a row locked by
+	// another session).
 	WorkExpire(ctx context.Context, p WorkExpireParams) ([]Work, error)
 	// WorkEndOpen moves queued and claimed units to timed_out whatever
 	// their deadline, oldest first, up to p.Max of them, and returns the
