@@ -49,7 +49,8 @@ type Options struct {
 	// PollWait is the wait the agent asks for; the automator clamps it (30s).
 	PollWait time.Duration
 	// GracePeriod: on stop, running scripts get this long to finish before
-	// they are killed (30s).
+	// they are killed (0: none, they are killed at once; the proxy's
+	// grace_period, 30s unless its config says otherwise, is passed here).
 	GracePeriod time.Duration
 	// Backoff bounds the delay between failed polls (100ms to 15s).
 	BackoffMin, BackoffMax time.Duration
