@@ -49,7 +49,10 @@ type Options struct {
 	// A proxy may ask for less.
 	PollWindow time.Duration
 	// SweepInterval bounds how long the sweeper sleeps between looks at the
-	// next deadline (1 s); it matters only for units other replicas queued.
+	// next deadline (1 s), which matters only for units other replicas
+	// queued. It is also how often deleted accounts are looked for
+	// (deleted.go), and how soon a failed sweep or a lost Broadcaster's
+	// Listen is tried again.
 	SweepInterval time.Duration
 	// SweepTimeout bounds each store call of the sweeper and of the watch
 	// for deleted accounts (30 s): one the database never answers (its
