@@ -7,8 +7,10 @@
 // (honouring their contexts) instead of failing with SQLITE_BUSY, and a
 // single fsync covers many of them. Reads use a separate pool of read-only
 // connections; in WAL mode they never block the writer nor wait for it.
-// synchronous=FULL makes a commit durable before the call returns. Every
-// statement is prepared once per connection (prepared.go).
+// synchronous=FULL makes a commit durable before the call returns; only a
+// batch made of SyncLater enqueues alone commits with synchronous=NORMAL,
+// its WAL fsynced moments later (walsync.go). Every statement is prepared
+// once per connection (prepared.go).
 package sqlitestore
 
 import (
