@@ -21,10 +21,11 @@ import (
 // token or keys expired, their caller left) are not woken; a poller that
 // goes away holding an unconsumed wake-up, or finds when woken that it
 // cannot take units, passes it on. When the queue holds nothing
-// claimable, an enqueue instead reserves the oldest poller and hands it
-// the unit, stored as claimed by it (reserve, hand). So can one while a
-// poller's own claim is under way, when the account's queue drains as
-// fast as it fills (parkWhileClaiming).
+// claimable, an enqueue instead reserves the oldest poller (one whose
+// connection was heard from lately, when there is one: quietAfter) and
+// hands it the unit, stored as claimed by it (reserve, hand). So can one
+// while a poller's own claim is under way, when the account's queue
+// drains as fast as it fills (parkWhileClaiming).
 //
 // Callers waiting for a unit subscribe to its id and are woken when it ends.
 //
@@ -38,8 +39,9 @@ type hub struct {
 	pollers map[string]*list.List // account → waiting pollers, oldest first
 	done    map[string]map[*doneSub]struct{}
 	// work counts, per account, the calls of NotifyWork: every unit queued
-	// here or announced by another replica. empty is what the latest claim
-	// that found nothing saw of it (seenAt).
+	// here or announced by another replica, and every wake-up passed on or
+	// claim that may have left units behind (poll.go). empty is what the
+	// latest claim that found nothing saw of it (seenAt).
 	work  map[string]uint64
 	empty map[string]seenAt
 	// cut counts, per account, the claimed units that ended other than by
