@@ -59,7 +59,7 @@ type hub struct {
 	// was made).
 	drained map[string]time.Time
 	// runs: the latest poller of each run of an instance (account,
-	// instance, run id), for supersede.
+	// instance, run id), for supersedeLocked.
 	runs map[[3]string]*poller
 	// latest: the highest poll number of each run heard of here, from its
 	// own polls or another replica's announcement (EventRunPolled),
@@ -277,7 +277,7 @@ type poller struct {
 	// in one message (fits).
 	bytes  int
 	closed bool // the poll has ended: nothing more is handed to it
-	// superseded: a newer poll of its run came (supersede), so its
+	// superseded: a newer poll of its run came (supersedeLocked), so its
 	// connection is dead: nothing more is handed to it, and it ends. Set
 	// under h.mu; its poll reads it without.
 	superseded atomic.Bool
