@@ -240,6 +240,12 @@ func outcomeStatus(ctx context.Context, w http.ResponseWriter, m proto.Message) 
 //     is a limit exceeded, INVALID_ARGUMENT (400) like every other
 //     (docs/api.md). Only the gateway's own refusal is mapped: the queue
 //     cap and the failed-authentication budget keep their 429.
+//   - a full disk (ResourceExhausted with grpcwire.ReasonStorageFull):
+//     HTTP maps RESOURCE_EXHAUSTED to 429, "too many requests", which
+//     tells the caller to slow down and hides a server failure from
+//     monitoring that counts 5xx answers. It is 507 Insufficient Storage
+//     (RFC 4918 11.5): nothing was stored, and the operator must free
+//     space (docs/api.md).
 //   - a call made once the gateway is stopping (mounted's context ended,
 //     the automator shutting down, its HTTP listener not closed yet): the
 //     in-memory connection is closed, and answers CANCELLED, which HTTP
@@ -260,6 +266,8 @@ func errorStatus(mounted context.Context) runtime.ErrorHandlerFunc {
 			err = status.Error(codes.Unavailable, "automator shutting down; retry")
 		case ok && s.Code() == codes.Unauthenticated:
 			w = bearerChallenge{w}
+		case ok && s.Code() == codes.ResourceExhausted && hasReason(s, grpcwire.ReasonStorageFull):
+			err = &runtime.HTTPStatusError{HTTPStatus: http.StatusInsufficientStorage, Err: err}
 		}
 		if retry, ok := retryDelay(s); ok {
 			w.Header().Set("Retry-After", strconv.FormatInt(int64((retry+time.Second-1)/time.Second), 10))
@@ -281,6 +289,17 @@ func retryDelay(s *status.Status) (retry time.Duration, ok bool) {
 		}
 	}
 	return 0, false
+}
+
+// hasReason reports whether s carries the automator's google.rpc.ErrorInfo
+// with reason.
+func hasReason(s *status.Status, reason string) bool {
+	for _, d := range s.Details() {
+		if ei, is := d.(*errdetails.ErrorInfo); is && ei.GetDomain() == grpcwire.ErrorDomain && ei.GetReason() == reason {
+			return true
+		}
+	}
+	return false
 }
 
 // bearerChallenge makes the WWW-Authenticate header of a 401 the challenge

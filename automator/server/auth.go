@@ -303,7 +303,9 @@ func (s *Server) allow(ctx context.Context, account, method string) error {
 // internal logs err and returns a generic Internal status: details stay in
 // the log. A database out of disk space is no secret and is the operator's
 // to mend, so it gets ResourceExhausted (gRPC's code for a full file
-// system) and says so. A database that cannot be reached (PostgreSQL
+// system), says so, and names it in a google.rpc.ErrorInfo
+// (grpcwire.ReasonStorageFull; no RetryInfo: no one knows when space comes
+// back). A database that cannot be reached (PostgreSQL
 // restarting) gets Unavailable, which callers retry. A store call that
 // failed because the call's own context ended is no error of the
 // automator's: the caller gets its context's status, and the log a debug
@@ -319,7 +321,11 @@ func (s *Server) internal(ctx context.Context, doing string, err error) error {
 	s.storeFailed(err)
 	if store.IsStorageFull(err) {
 		s.diskFullLog.Log("the database is out of disk space: writes fail until space is freed", attrs...)
-		return status.Errorf(codes.ResourceExhausted, "the automator's database is out of disk space while %s: nothing was stored; retry once space is freed", doing)
+		st := status.Newf(codes.ResourceExhausted, "the automator's database is out of disk space while %s: nothing was stored; retry once space is freed", doing)
+		if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: grpcwire.ReasonStorageFull, Domain: grpcwire.ErrorDomain}); err == nil {
+			st = d
+		}
+		return st.Err()
 	}
 	if store.IsUnavailable(err) {
 		// PostgreSQL restarting, failing over or out of reach: the call can

@@ -15,6 +15,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/grpcwire"
 	"github.com/opsgate/opsgate/internal/loglimit"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
@@ -83,6 +84,11 @@ func TestFullDiskIsResourceExhaustedAndSaysSo(t *testing.T) {
 	// known, and none is given (no Retry-After over HTTP).
 	if d, ok := retryInfo(err); ok {
 		t.Errorf("Submit on a full disk carries RetryInfo %v; want none", d)
+	}
+	// Which refusal it is, for a caller (and the HTTP gateway, which
+	// answers it 507) to tell a full disk from a limit of its own.
+	if ei := errorInfo(err); ei.GetReason() != grpcwire.ReasonStorageFull || ei.GetDomain() != grpcwire.ErrorDomain {
+		t.Errorf("Submit on a full disk: ErrorInfo %v; want reason %s, domain %s", ei, grpcwire.ReasonStorageFull, grpcwire.ErrorDomain)
 	}
 }
 

@@ -236,14 +236,16 @@ func TestPythonExampleCallFailureExits255(t *testing.T) {
 // TestPythonExampleHonoursRetryAfter: a 429 with Retry-After (the
 // account's queue full, which queued nothing) is tried again after it, with
 // the same idempotency key, a bounded number of times; when the refusals
-// outlast them, or a 429 says no time (a full disk) or more than a minute,
-// the example exits 255 with the refusal, saying when to try again.
+// outlast them, or a 429 says no time or more than a minute, the example
+// exits 255 with the refusal, saying when to try again. A full disk (507)
+// is not tried again.
 func TestPythonExampleHonoursRetryAfter(t *testing.T) {
 	py, err := exec.LookPath("python3")
 	if err != nil {
 		t.Skip("python3 is not installed (not in PATH); the Python example cannot run here")
 	}
 	const refusal = `{"code": 8, "message": "account \"acme\" has 1 units queued, its limit", "details": []}`
+	const diskFull = `{"code": 8, "message": "the automator's database is out of disk space while queueing work: nothing was stored; retry once space is freed", "details": []}`
 	for _, tc := range []struct {
 		name       string
 		retryAfter string // none when empty
@@ -251,11 +253,13 @@ func TestPythonExampleHonoursRetryAfter(t *testing.T) {
 		calls      int    // the calls the example makes
 		code       int
 		lastLine   string // what its last line on stderr holds
+		status     int    // of the refusals: 429 when 0, or 507 (a full disk)
 	}{
-		{"refused twice, then run", "1", 2, 3, 0, "hello"},
-		{"refused every time", "0", 100, 5, 255, "HTTP 429: account \"acme\" has 1 units queued, its limit (try again in 0s)"},
-		{"a full disk says no time", "", 100, 1, 255, "HTTP 429: account \"acme\" has 1 units queued, its limit"},
-		{"a wait over a minute", "3600", 100, 1, 255, "(try again in 3600s)"},
+		{"refused twice, then run", "1", 2, 3, 0, "hello", 0},
+		{"refused every time", "0", 100, 5, 255, "HTTP 429: account \"acme\" has 1 units queued, its limit (try again in 0s)", 0},
+		{"a 429 that says no time", "", 100, 1, 255, "HTTP 429: account \"acme\" has 1 units queued, its limit", 0},
+		{"a wait over a minute", "3600", 100, 1, 255, "(try again in 3600s)", 0},
+		{"a full disk", "", 100, 1, 255, "HTTP 507: the automator's database is out of disk space while queueing work", http.StatusInsufficientStorage},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var mu sync.Mutex
@@ -275,6 +279,11 @@ func TestPythonExampleHonoursRetryAfter(t *testing.T) {
 				if n <= tc.refuse {
 					if tc.retryAfter != "" {
 						w.Header().Set("Retry-After", tc.retryAfter)
+					}
+					if tc.status == http.StatusInsufficientStorage {
+						w.WriteHeader(tc.status)
+						io.WriteString(w, diskFull)
+						return
 					}
 					w.WriteHeader(http.StatusTooManyRequests)
 					io.WriteString(w, refusal)

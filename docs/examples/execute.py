@@ -51,8 +51,9 @@ def decode(raw):
 def retry_after(status, headers):
     """The seconds a 429 asks to wait before trying again (its Retry-After:
     the account's queue is full, which queued nothing, or too many failed
-    authentications came from this address), or None when it says none (a
-    full disk: no one knows when space comes back)."""
+    authentications came from this address), or None when it says none.
+    A full disk is no 429 but a 507, without one: no one knows when space
+    comes back."""
     value = headers.get("Retry-After") if status == 429 else None
     try:
         return max(int(value), 0) if value is not None else None
@@ -111,8 +112,8 @@ def main():
         print("work %s %s: %s" % (work["work_id"], what, work["reason"]), file=sys.stderr)
         return code
     # Any other answer is the call itself: 401 bad API key, 404 unknown
-    # account, 400 bad request, 429 try again later; the body is
-    # {"code", "message", "details"}.
+    # account, 400 bad request, 429 try again later, 507 the automator's
+    # disk full; the body is {"code", "message", "details"}.
     wait = retry_after(status, headers)
     later = "" if wait is None else " (try again in %ds)" % wait
     print("HTTP %d: %s%s" % (status, work.get("message"), later), file=sys.stderr)

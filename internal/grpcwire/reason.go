@@ -1,10 +1,11 @@
 package grpcwire
 
-// The google.rpc.ErrorInfo of a RESOURCE_EXHAUSTED refusal that waiting
-// mends (it carries a google.rpc.RetryInfo too) tells which limit refused
-// the call, so that a caller can tell one it may submit again after the
-// delay (the account's queue at its cap: nothing was queued) from one that
-// only says when its wrong API key may fail once more.
+// The google.rpc.ErrorInfo of a RESOURCE_EXHAUSTED refusal tells which
+// limit refused the call, so that a caller can tell one it may submit
+// again after the delay of its google.rpc.RetryInfo (the account's queue
+// at its cap: nothing was queued) from one that only says when its wrong
+// API key may fail once more, and both from a full disk, which no waiting
+// alone mends.
 const (
 	// ErrorDomain is the ErrorInfo's domain.
 	ErrorDomain = "automator.opsgate"
@@ -14,4 +15,10 @@ const (
 	// ReasonTooManyFailedAuthentications: the caller's source address has
 	// spent its failed-authentication budget.
 	ReasonTooManyFailedAuthentications = "TOO_MANY_FAILED_AUTHENTICATIONS"
+	// ReasonStorageFull: the automator's database is out of disk space;
+	// nothing was stored. It carries no RetryInfo (space comes back when
+	// the operator frees it), and the HTTP gateway answers it 507
+	// Insufficient Storage, not 429: the server is short of space, not the
+	// caller of patience.
+	ReasonStorageFull = "STORAGE_FULL"
 )

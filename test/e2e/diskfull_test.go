@@ -4,6 +4,9 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/internal/disktest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
@@ -52,6 +56,23 @@ func TestFullDiskRefusesNewWorkClearlyAndLosesNothing(t *testing.T) {
 	_, err = c.Submit(ctx, &automatorv1.ExecuteRequest{Account: "acme", Command: &automatorv1.Command{Script: "gate.sh"}})
 	if st := status.Convert(err); st.Code() != codes.ResourceExhausted || st.Message() != refusal {
 		t.Errorf("Submit on a full disk: %v; want ResourceExhausted: %s", err, refusal)
+	}
+	// Over HTTP a full disk is the server's shortage, 507, not a 429 that
+	// tells the caller to slow down, and no Retry-After: no one knows when
+	// space comes back.
+	adminKey, _ := os.ReadFile(filepath.Join(a.DataDir, config.FileAPIKey))
+	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+a.HTTPAddr+"/v1/accounts/acme/submit", strings.NewReader(`{"command": {"script": "gate.sh"}}`))
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(adminKey)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused struct{ Message string }
+	err = json.NewDecoder(resp.Body).Decode(&refused)
+	resp.Body.Close()
+	http.DefaultClient.CloseIdleConnections()
+	if resp.StatusCode != http.StatusInsufficientStorage || err != nil || refused.Message != refusal || resp.Header.Get("Retry-After") != "" {
+		t.Errorf("submit over HTTP on a full disk: HTTP %d (Retry-After %q) %q, %v; want 507 without Retry-After: %s", resp.StatusCode, resp.Header.Get("Retry-After"), refused.Message, err, refusal)
 	}
 	if st, err := c.Get(ctx, &automatorv1.GetRequest{WorkId: running.GetWorkId()}); err != nil || st.GetState() != automatorv1.State_STATE_CLAIMED {
 		t.Errorf("Get of the running unit on a full disk: %v, %v; want it, claimed", st.GetState(), err)
