@@ -1,5 +1,10 @@
 package server
 
+import (
+	"context"
+	"time"
+)
+
 // DoneSubscriptions counts callers' subscriptions to the end of units, so
 // tests can check that none is left behind.
 func (s *Server) DoneSubscriptions() int {
@@ -42,6 +47,15 @@ func (s *Server) WaitingPolls(account string) int {
 func (s *Server) OnPollLeft(f func(account, instance string, inFlight int)) {
 	s.hub.testHookLeft = f
 }
+
+// OnPurgePause makes PurgeEnded call f instead of waiting between two
+// batches, with how long it would have waited.
+func (s *Server) OnPurgePause(f func(ctx context.Context, d time.Duration) error) {
+	s.purgePause = f
+}
+
+// PurgeBatch is how many units one batch of PurgeEnded deletes.
+const PurgeBatch = purgeBatch
 
 // MaxSealedResult is the largest sealed result Complete reads.
 const MaxSealedResult = maxSealedResult

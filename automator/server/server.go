@@ -10,6 +10,7 @@
 package server
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -136,6 +137,9 @@ type Server struct {
 	waitRecheck time.Duration
 	limits      Limits
 	clock       Clock
+	// purgePause waits between two batches of PurgeEnded (pause; a test
+	// records the waits instead).
+	purgePause  func(ctx context.Context, d time.Duration) error
 	silence     func(net.Addr) func() time.Duration
 	log         *slog.Logger
 	hub         *hub
@@ -225,6 +229,7 @@ func New(o Options) (*Server, error) {
 		waitRecheck:    o.WaitRecheck,
 		limits:         o.Limits,
 		clock:          o.Clock,
+		purgePause:     pause,
 		silence:        o.Silence,
 		log:            o.Logger,
 		hub:            newHub(),
