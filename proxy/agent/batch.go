@@ -24,6 +24,12 @@ import (
 // result still gets its own answer (the automator records each as a
 // Complete of its own), so deliver's retries and refusals are per result as
 // before.
+//
+// A result larger than postAlonePast is posted with a Complete of its own,
+// at once, outside the batches: on a thin uplink it takes a minute or more
+// to send, and results that finish meanwhile must not wait for it (nor
+// time out behind it, nor be sent again with it each time it is retried).
+// HTTP/2 interleaves the calls on the connection.
 
 // BatchClient is implemented by a Client that can post several results in
 // one call (the generated client does). Without it, each result is posted
@@ -37,8 +43,11 @@ const (
 	// bound).
 	maxPostBatch = 256
 	// maxPostBatchBytes bounds a batch's encoded results, well within the
-	// automator's 8 MiB per message; a larger result goes alone.
+	// automator's 8 MiB per message.
 	maxPostBatchBytes = 4 << 20
+	// postAlonePast: a result larger than this is posted alone, outside
+	// the batches (a second on a 512 kbit/s uplink).
+	postAlonePast = 64 << 10
 	// batchRetryAfter is how long results go one by one after the automator
 	// answered that it has no CompleteBatch (an older version), before a
 	// batch is tried again (it may have been upgraded).
@@ -85,8 +94,9 @@ func newPoster(c Client) *poster {
 
 // complete posts req and returns its answer, as Complete would.
 func (p *poster) complete(ctx context.Context, req *automatorv1.CompleteRequest) error {
-	if p.batch != nil && time.Now().UnixNano() >= p.noBatchUntil.Load() {
-		err := p.group.Do(ctx, &postOp{ctx: ctx, req: req, size: proto.Size(req)})
+	size := proto.Size(req)
+	if p.batch != nil && size <= postAlonePast && time.Now().UnixNano() >= p.noBatchUntil.Load() {
+		err := p.group.Do(ctx, &postOp{ctx: ctx, req: req, size: size})
 		if !errors.Is(err, errNoBatch) {
 			return err
 		}
@@ -97,7 +107,7 @@ func (p *poster) complete(ctx context.Context, req *automatorv1.CompleteRequest)
 
 // post makes one call for batch and returns the answer of each of its
 // results. The call ends when every result's caller has given up (the proxy
-// stops), and in any case after postAttempt.
+// stops), and in any case after postBound of its size.
 func (p *poster) post(batch []*postOp) []error {
 	errs := make([]error, len(batch))
 	if time.Now().UnixNano() < p.noBatchUntil.Load() {
@@ -107,7 +117,11 @@ func (p *poster) post(batch []*postOp) []error {
 		}
 		return errs
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), postAttempt)
+	size := 0
+	for _, o := range batch {
+		size += o.size
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), postBound(size))
 	defer cancel()
 	var waiting atomic.Int32
 	waiting.Store(int32(len(batch)))

@@ -7,13 +7,33 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/opsgate/opsgate/internal/ctxtime"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
-// postAttempt bounds one call posting results (Complete or CompleteBatch).
-const postAttempt = 10 * time.Second
+// postAttempt and minPostRate bound one call posting results (Complete or
+// CompleteBatch): postAttempt, plus the time its results take to send at
+// minPostRate (postBound). A fixed bound cut every attempt of a large
+// result on a thin uplink before it was sent, and each retry sent it all
+// again, until the deadline: on a 256 kbit/s link 1 MiB takes about 35 s,
+// and a 10 s bound never let it through. A unit's deadline bounds every
+// attempt in any case. Variables for tests.
+var (
+	postAttempt = 10 * time.Second
+	// minPostRate, in bytes a second, is the slowest upload a post is
+	// given time for (64 kbit/s): 1 MiB is given 138 s, the largest
+	// result a proxy makes (two 2 MiB streams) more than the default
+	// 5 minutes. A call hung on a live connection (the automator stuck)
+	// is given up as late, but a retry would go to the same automator.
+	minPostRate = 8 << 10
+)
+
+// postBound bounds a call posting size bytes of results.
+func postBound(size int) time.Duration {
+	return postAttempt + time.Duration(size)*time.Second/time.Duration(minPostRate)
+}
 
 // post sends a claim's outcome, retrying with backoff until it is accepted,
 // refused for good, or the unit's deadline passes (after which the
@@ -45,12 +65,13 @@ func (a *Agent) track(f func()) {
 // start posts it.
 //
 // The first attempt is made even when ctx has ended (bounded by
-// postAttempt and the deadline): a unit killed at the end of the grace period, just as ctx
+// postBound and the deadline): a unit killed at the end of the grace period, just as ctx
 // ends, is still reported before the proxy exits. A stop ends the retries,
 // not the first post.
 func (a *Agent) deliver(ctx context.Context, deadline time.Time, req *automatorv1.CompleteRequest, e *spoolEntry) {
 	log := a.log.With("work_id", req.GetWorkId())
 	bo := backoff{min: a.o.BackoffMin, max: a.o.BackoffMax}
+	size := proto.Size(req)
 	for attempt := 1; ; attempt++ {
 		parent := ctx
 		if attempt == 1 {
@@ -59,7 +80,7 @@ func (a *Agent) deliver(ctx context.Context, deadline time.Time, req *automatorv
 		// No attempt outlives the deadline: gRPC sends no call whose
 		// context has ended, so a retry that wakes late (a timer fires
 		// after it is due) reports nothing after the deadline (guarantee 7).
-		end := time.Now().Add(postAttempt)
+		end := time.Now().Add(postBound(size))
 		if deadline.Before(end) {
 			end = deadline
 		}

@@ -1,0 +1,165 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/waittest"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// thinLink stands for an automator behind an uplink of rate bytes a second:
+// a call carrying n bytes is accepted when its deadline leaves the n/rate it
+// takes to send them, and otherwise runs until its deadline and fails, as
+// a call cut off mid-upload does. It counts the calls that carried each
+// work id and records the ones it accepted.
+type thinLink struct {
+	rate int
+
+	mu       sync.Mutex
+	calls    map[string]int
+	accepted map[string]bool
+}
+
+func (l *thinLink) Poll(context.Context, *automatorv1.PollRequest, ...grpc.CallOption) (*automatorv1.PollResponse, error) {
+	panic("not polled")
+}
+
+func (l *thinLink) send(ctx context.Context, size int, ids ...string) error {
+	l.mu.Lock()
+	for _, id := range ids {
+		l.calls[id]++
+	}
+	l.mu.Unlock()
+	takes := time.Duration(size) * time.Second / time.Duration(l.rate)
+	if end, ok := ctx.Deadline(); ok && time.Until(end) < takes {
+		<-ctx.Done()
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	l.mu.Lock()
+	for _, id := range ids {
+		l.accepted[id] = true
+	}
+	l.mu.Unlock()
+	return nil
+}
+
+func (l *thinLink) Complete(ctx context.Context, in *automatorv1.CompleteRequest, _ ...grpc.CallOption) (*automatorv1.CompleteResponse, error) {
+	if err := l.send(ctx, proto.Size(in), in.GetWorkId()); err != nil {
+		return nil, err
+	}
+	return &automatorv1.CompleteResponse{}, nil
+}
+
+func (l *thinLink) CompleteBatch(ctx context.Context, in *automatorv1.CompleteBatchRequest, _ ...grpc.CallOption) (*automatorv1.CompleteBatchResponse, error) {
+	var ids []string
+	for _, r := range in.GetResults() {
+		ids = append(ids, r.GetWorkId())
+	}
+	if err := l.send(ctx, proto.Size(in), ids...); err != nil {
+		return nil, err
+	}
+	return &automatorv1.CompleteBatchResponse{Outcomes: make([]*automatorv1.CompleteOutcome, len(ids))}, nil
+}
+
+// scaleDownPosts makes the posts' bounds those of a link 1/scale as fast,
+// for the test.
+func scaleDownPosts(t *testing.T, attempt time.Duration, rate int) {
+	oldAttempt, oldRate := postAttempt, minPostRate
+	postAttempt, minPostRate = attempt, rate
+	t.Cleanup(func() { postAttempt, minPostRate = oldAttempt, oldRate })
+}
+
+// TestALargeResultIsPostedOverALinkThatTakesLongerThanAFixedBound: a
+// result that takes longer to send than postAttempt (1 MiB over a thin
+// uplink) is given the time its size needs, and is sent once, instead of
+// being cut off and sent again from its first byte until the deadline.
+func TestALargeResultIsPostedOverALinkThatTakesLongerThanAFixedBound(t *testing.T) {
+	// Scaled down: postAttempt 20 ms, posts given time for 1 MiB/s, a link
+	// of 2 MiB/s, so 1 MiB takes 500 ms, 25 times postAttempt.
+	scaleDownPosts(t, 20*time.Millisecond, 1<<20)
+	link := &thinLink{rate: 2 << 20, calls: map[string]int{}, accepted: map[string]bool{}}
+	a := New(Options{Client: link, Keys: crypto.Keys{testKey}, InstanceID: "a", Logger: slog.New(slog.DiscardHandler),
+		BackoffMin: time.Millisecond, BackoffMax: 10 * time.Millisecond})
+	c := &automatorv1.Claim{WorkId: "w_large", ClaimId: "c", Account: "acme"}
+	req := &automatorv1.CompleteRequest{Outcome: automatorv1.Outcome_OUTCOME_SUCCEEDED, SealedResult: make([]byte, 1<<20)}
+	a.post(context.Background(), c, time.Now().Add(3*time.Second), req)
+	a.wg.Wait()
+	link.mu.Lock()
+	defer link.mu.Unlock()
+	if !link.accepted["w_large"] {
+		t.Fatalf("the 1 MiB result was never accepted: %d calls carried it, each cut off before it was sent", link.calls["w_large"])
+	}
+	if n := link.calls["w_large"]; n != 1 {
+		t.Fatalf("the 1 MiB result was sent %d times, want once", n)
+	}
+}
+
+// heldLink holds every call that carries more than 64 KiB until release,
+// and accepts the others at once.
+type heldLink struct {
+	completeOnly
+	release chan struct{}
+	held    chan struct{} // capacity 1: a large call is held
+}
+
+func (h *heldLink) hold(ctx context.Context, size int) error {
+	if size <= 64<<10 {
+		return nil
+	}
+	h.held <- struct{}{}
+	select {
+	case <-h.release:
+		return nil
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+func (h *heldLink) Complete(ctx context.Context, in *automatorv1.CompleteRequest, _ ...grpc.CallOption) (*automatorv1.CompleteResponse, error) {
+	if err := h.hold(ctx, proto.Size(in)); err != nil {
+		return nil, err
+	}
+	return &automatorv1.CompleteResponse{}, nil
+}
+
+func (h *heldLink) CompleteBatch(ctx context.Context, in *automatorv1.CompleteBatchRequest, _ ...grpc.CallOption) (*automatorv1.CompleteBatchResponse, error) {
+	if err := h.hold(ctx, proto.Size(in)); err != nil {
+		return nil, err
+	}
+	return &automatorv1.CompleteBatchResponse{Outcomes: make([]*automatorv1.CompleteOutcome, len(in.GetResults()))}, nil
+}
+
+// TestASmallResultIsNotHeldBehindALargeOneOnItsWay: while a large result
+// is on its way over a thin uplink (a minute or more), a small one that
+// finishes meanwhile is posted on its own call, next to it, instead of
+// waiting for it to be sent: a short unit's result is not made to wait
+// for, nor time out behind, a long transfer that is not its own.
+func TestASmallResultIsNotHeldBehindALargeOneOnItsWay(t *testing.T) {
+	link := &heldLink{release: make(chan struct{}), held: make(chan struct{}, 1)}
+	defer close(link.release)
+	p := newPoster(link)
+	large := make(chan error, 1)
+	go func() {
+		large <- p.complete(context.Background(), &automatorv1.CompleteRequest{WorkId: "w_large", SealedResult: make([]byte, 1<<20)})
+	}()
+	waittest.Recv(t, link.held, "the large result's call to be on its way")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.complete(ctx, &automatorv1.CompleteRequest{WorkId: "w_small", SealedResult: make([]byte, 200)}); err != nil {
+		t.Fatalf("the small result, posted while the large one was on its way: %v (code %v), want accepted", err, status.Code(err))
+	}
+	select {
+	case err := <-large:
+		t.Fatalf("the large result's post returned (%v) before its call was released", err)
+	default:
+	}
+}
