@@ -256,7 +256,7 @@ func Dial(cfg config.Config) (*grpc.ClientConn, error) {
 		creds = credentials.NewTLS(tlsCfg)
 	}
 	return grpc.NewClient(addr, append(grpcwire.DialOptions(),
-		grpc.WithTransportCredentials(creds),
+		grpc.WithTransportCredentials(lowatCreds{creds}),
 		grpc.WithPerRPCCredentials(grpcwire.Bearer(cfg.Token, useTLS)),
 		grpc.WithKeepaliveParams(Keepalive),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20), grpc.MaxCallSendMsgSize(8<<20)),

@@ -1,0 +1,6 @@
+//go:build !linux && !darwin
+
+package cli
+
+// setNotSentLowat does nothing: the system has no TCP_NOTSENT_LOWAT.
+func setNotSentLowat(uintptr, int) {}
