@@ -429,11 +429,69 @@ func (a *Agent) hearEnds(ctx context.Context, seq, lostFrom uint64) (uint64, uin
 }
 
 func (a *Agent) poll(ctx context.Context, n int, wait time.Duration, seq, lostFrom uint64) (*automatorv1.PollResponse, error) {
-	// The RPC deadline is the wait plus a margin: the server decides the
-	// wait and may add jitter.
-	pctx, cancel := context.WithTimeout(ctx, a.o.PollWait+a.o.PollWait/5+5*time.Second)
+	// The answer must begin within the wait plus a margin (the server
+	// decides the wait and may add jitter); once it has begun (AnswerStarted)
+	// it is given the time the largest answer takes at minPostRate. An
+	// answer carrying large commands takes its time on a thin downlink:
+	// 1 MiB, 35 s at 256 kbit/s. Cut off, its claims were lost, their
+	// units failed without running.
+	begin := a.o.PollWait + a.o.PollWait/5 + pollMargin
+	pctx, cancel := context.WithTimeout(ctx, begin+answerWithin())
 	defer cancel()
-	return a.pollFor(pctx, n, wait, seq, lostFrom)
+	pctx, stop := context.WithCancelCause(pctx)
+	defer stop(nil)
+	var mu sync.Mutex
+	late := time.AfterFunc(begin, func() { stop(errNoAnswer) })
+	defer func() {
+		mu.Lock()
+		late.Stop()
+		mu.Unlock()
+	}()
+	pctx = WhenAnswerStarts(pctx, func() {
+		mu.Lock()
+		late.Stop()
+		mu.Unlock()
+	})
+	resp, err := a.pollFor(pctx, n, wait, seq, lostFrom)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(pctx), errNoAnswer) {
+		err = status.Errorf(codes.DeadlineExceeded, "%v within %v", errNoAnswer, begin)
+	}
+	return resp, err
+}
+
+// pollMargin is what a poll's answer is given past the wait it asked for
+// (and a fifth of it) to begin to arrive. A variable for tests.
+var pollMargin = 5 * time.Second
+
+// errNoAnswer: a poll's answer did not begin within its bound.
+var errNoAnswer = errors.New("the automator's answer to the poll did not begin")
+
+// maxAnswer is the largest answer a poll gets (one gRPC message).
+const maxAnswer = 8 << 20
+
+// answerWithin is the time a poll's answer that has begun to arrive is
+// given to arrive whole: the largest at minPostRate.
+func answerWithin() time.Duration {
+	return time.Duration(maxAnswer) * time.Second / time.Duration(minPostRate)
+}
+
+type answerKey struct{}
+
+// WhenAnswerStarts returns a context for a call that calls f when
+// AnswerStarted is called with it.
+func WhenAnswerStarts(ctx context.Context, f func()) context.Context {
+	return context.WithValue(ctx, answerKey{}, f)
+}
+
+// AnswerStarted tells the poll whose call's context is ctx that its answer
+// began to arrive (its headers came), so that it is given the time its
+// transfer takes rather than cut off at the end of its wait. The proxy's
+// connection calls it from a gRPC stats handler; on any other call's
+// context it does nothing.
+func AnswerStarted(ctx context.Context) {
+	if f, ok := ctx.Value(answerKey{}).(func()); ok {
+		f()
+	}
 }
 
 // pollFor is one poll of this run, bounded by ctx alone.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -161,5 +162,52 @@ func TestASmallResultIsNotHeldBehindALargeOneOnItsWay(t *testing.T) {
 	case err := <-large:
 		t.Fatalf("the large result's post returned (%v) before its call was released", err)
 	default:
+	}
+}
+
+// slowAnswer is an automator whose answer to a poll begins at once (its
+// headers arrive: AnswerStarted) and takes transfer to arrive whole, as a
+// poll answer carrying a large command does over a thin downlink; with
+// transfer 0 no answer ever begins.
+type slowAnswer struct {
+	completeOnly
+	transfer time.Duration
+}
+
+func (s slowAnswer) Poll(ctx context.Context, _ *automatorv1.PollRequest, _ ...grpc.CallOption) (*automatorv1.PollResponse, error) {
+	if s.transfer == 0 {
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	AnswerStarted(ctx)
+	select {
+	case <-time.After(s.transfer): // the answer's bytes arriving
+		return &automatorv1.PollResponse{Claims: []*automatorv1.Claim{{WorkId: "w_large"}}}, nil
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// TestAPollWhoseAnswerIsOnItsWayIsNotCutOffAtTheEndOfItsWait: a poll's
+// answer that began to arrive is given the time it takes (a large command
+// over a thin downlink), not cut off when the wait and its margin are
+// over, which lost its claims (their units failed without running); an
+// answer that never begins still ends the poll then.
+func TestAPollWhoseAnswerIsOnItsWayIsNotCutOffAtTheEndOfItsWait(t *testing.T) {
+	old := pollMargin
+	pollMargin = 10 * time.Millisecond
+	t.Cleanup(func() { pollMargin = old })
+	opts := Options{Keys: crypto.Keys{testKey}, InstanceID: "a", Logger: slog.New(slog.DiscardHandler), PollWait: 50 * time.Millisecond}
+
+	// The answer takes 10 times the poll's bound (70 ms) to arrive.
+	opts.Client = slowAnswer{transfer: 700 * time.Millisecond}
+	resp, err := New(opts).poll(context.Background(), 1, opts.PollWait, 1, 0)
+	if err != nil || len(resp.GetClaims()) != 1 {
+		t.Fatalf("a poll whose answer was on its way: %v, %v; want its claim", resp, err)
+	}
+
+	opts.Client = slowAnswer{}
+	if _, err := New(opts).poll(context.Background(), 1, opts.PollWait, 1, 0); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("a poll whose answer never began: %v, want DeadlineExceeded", err)
 	}
 }
