@@ -42,6 +42,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/opsgate/opsgate/automator/pki"
@@ -259,6 +260,7 @@ func (c *Client) submit(ctx context.Context, account string, cmd Command, outliv
 		req.Timeout = durationpb.New(o.timeout)
 	}
 	var st *automatorv1.WorkStatus
+	size := proto.Size(req)
 	doing := fmt.Sprintf("submitting work to account %q", account)
 	for {
 		err := c.call(ctx, doing, nil, func(ctx context.Context, api automatorv1.AutomatorServiceClient) (err error) {
@@ -269,7 +271,7 @@ func (c *Client) submit(ctx context.Context, account string, cmd Command, outliv
 				}
 				tryCtx = context.WithoutCancel(ctx)
 			}
-			tctx, cancel := context.WithTimeout(tryCtx, tryBound)
+			tctx, cancel := context.WithTimeout(tryCtx, sendBound(size))
 			defer cancel()
 			st, err = api.Submit(tctx, req)
 			return unanswered(ctx, err)
@@ -383,7 +385,17 @@ const (
 	// address after it, not after the keepalive's 30 s. A submit repeated
 	// on the next address carries the same idempotency key.
 	tryBound = 10 * time.Second
+	// minSendRate, in bytes a second, is the slowest upload a try is
+	// given time for (64 kbit/s), past tryBound: a submit carrying a large
+	// stdin over a thin link (1 MiB: 35 s at 256 kbit/s) was cut off at
+	// tryBound and sent again from its first byte until RetryFor.
+	minSendRate = 8 << 10
 )
+
+// sendBound bounds a try that sends size bytes (sendBound(0) is tryBound).
+func sendBound(size int) time.Duration {
+	return tryBound + time.Duration(size)*time.Second/minSendRate
+}
 
 // tryUntil bounds one try of a wait: overdue past the unit's deadline, or
 // past now when that is later; without a deadline, bound past now (none
