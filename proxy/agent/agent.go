@@ -440,18 +440,9 @@ func (a *Agent) poll(ctx context.Context, n int, wait time.Duration, seq, lostFr
 	defer cancel()
 	pctx, stop := context.WithCancelCause(pctx)
 	defer stop(nil)
-	var mu sync.Mutex
 	late := time.AfterFunc(begin, func() { stop(errNoAnswer) })
-	defer func() {
-		mu.Lock()
-		late.Stop()
-		mu.Unlock()
-	}()
-	pctx = WhenAnswerStarts(pctx, func() {
-		mu.Lock()
-		late.Stop()
-		mu.Unlock()
-	})
+	defer late.Stop()
+	pctx = WhenAnswerStarts(pctx, func() { late.Stop() })
 	resp, err := a.pollFor(pctx, n, wait, seq, lostFrom)
 	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(pctx), errNoAnswer) {
 		err = status.Errorf(codes.DeadlineExceeded, "%v within %v", errNoAnswer, begin)
