@@ -378,16 +378,18 @@ func TestOpenAPIDocumentIsServed(t *testing.T) {
 	if !strings.Contains(string(r.raw), `"idempotency_key"`) || !strings.Contains(string(r.raw), `"Authorization"`) {
 		t.Error("openapi.json lacks idempotency_key or the Authorization scheme")
 	}
-	// A 404 means an unknown account where a path names one, and an
-	// unknown unit where it names a work id (docs/api.md).
-	for path, method := range map[string]string{
+	// Every operation of the API, by path and method.
+	operations := map[string]string{
 		"/v1/accounts/{account}/execute":   "post",
 		"/v1/accounts/{account}/submit":    "post",
 		"/v1/accounts/{account}/instances": "get",
 		"/v1/work/{work_id}":               "get",
 		"/v1/work/{work_id}:wait":          "post",
 		"/v1/work/{work_id}:cancel":        "post",
-	} {
+	}
+	// A 404 means an unknown account where a path names one, and an
+	// unknown unit where it names a work id (docs/api.md).
+	for path, method := range operations {
 		want := "account"
 		if strings.HasPrefix(path, "/v1/work/") {
 			want = "unit"
@@ -400,14 +402,7 @@ func TestOpenAPIDocumentIsServed(t *testing.T) {
 	// Every operation may be refused with 429 (the failed-authentication
 	// budget; execute and submit, the account's full queue), and the
 	// document says so, with the Retry-After that says when to try again.
-	for path, method := range map[string]string{
-		"/v1/accounts/{account}/execute":   "post",
-		"/v1/accounts/{account}/submit":    "post",
-		"/v1/accounts/{account}/instances": "get",
-		"/v1/work/{work_id}":               "get",
-		"/v1/work/{work_id}:wait":          "post",
-		"/v1/work/{work_id}:cancel":        "post",
-	} {
+	for path, method := range operations {
 		tooMany, _ := paths[path].(map[string]any)[method].(map[string]any)["responses"].(map[string]any)["429"].(map[string]any)
 		headers, _ := tooMany["headers"].(map[string]any)
 		retryAfter, _ := headers["Retry-After"].(map[string]any)

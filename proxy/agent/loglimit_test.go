@@ -25,11 +25,7 @@ func TestCommandsThatCouldNotRunAreLoggedWithinABound(t *testing.T) {
 	var log bytes.Buffer
 	const units = loglimit.DefaultLines + 10
 	stop := startAgent(t, f, units, &log)
-	var claims []*automatorv1.Claim
-	for i := range units {
-		claims = append(claims, claim(t, fmt.Sprintf("w%d", i), &automatorv1.Command{Script: "s"}))
-	}
-	f.responses <- &automatorv1.PollResponse{Claims: claims}
+	f.responses <- &automatorv1.PollResponse{Claims: claimsOfS(t, units)}
 	for range units {
 		got := waittest.Recv(t, f.completed, "each unit's failure to be reported")
 		if got.GetOutcome() != automatorv1.Outcome_OUTCOME_FAILED {
@@ -56,11 +52,7 @@ func TestScriptsKilledAtTheirDeadlineAreLoggedWithinABound(t *testing.T) {
 	var log bytes.Buffer
 	const units = loglimit.DefaultLines + 10
 	stop := startAgent(t, f, units, &log)
-	var claims []*automatorv1.Claim
-	for i := range units {
-		claims = append(claims, claim(t, fmt.Sprintf("w%d", i), &automatorv1.Command{Script: "s"}))
-	}
-	f.responses <- &automatorv1.PollResponse{Claims: claims}
+	f.responses <- &automatorv1.PollResponse{Claims: claimsOfS(t, units)}
 	for range units {
 		waittest.Recv(t, ran, "each unit's script to run")
 	}
@@ -68,4 +60,13 @@ func TestScriptsKilledAtTheirDeadlineAreLoggedWithinABound(t *testing.T) {
 	if n := strings.Count(log.String(), "deadline reached: process tree killed"); n != loglimit.DefaultLines {
 		t.Fatalf("%d lines for %d units killed at their deadline within a minute, want %d:\n%s", n, units, loglimit.DefaultLines, log.String())
 	}
+}
+
+// claimsOfS returns n claims, w0 to w(n-1), of the script "s".
+func claimsOfS(t *testing.T, n int) []*automatorv1.Claim {
+	var claims []*automatorv1.Claim
+	for i := range n {
+		claims = append(claims, claim(t, fmt.Sprintf("w%d", i), &automatorv1.Command{Script: "s"}))
+	}
+	return claims
 }
