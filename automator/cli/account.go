@@ -73,6 +73,9 @@ func cmdAccountCreate(ctx context.Context, args []string, env Env) error {
 	if errors.Is(err, store.ErrExists) {
 		return fmt.Errorf("account %q already exists", name)
 	}
+	if errors.Is(err, store.ErrBeingDeleted) {
+		return fmt.Errorf("account %q is still being deleted: an earlier `automator account delete` stopped before it moved every unit of the old account under its tombstone; run `automator account delete %s --data-dir %s` again to finish, then create the account", name, name, *dir)
+	}
 	if err != nil {
 		return fmt.Errorf("creating account %q: %w", name, err)
 	}

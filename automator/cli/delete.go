@@ -42,19 +42,31 @@ func cmdAccountDelete(ctx context.Context, args []string, env Env) error {
 		Now:    now,
 		Audit:  &store.AuditEvent{At: now, Kind: store.AuditWorkEnded, Actor: cliActor(), Source: cliSource(), Detail: reason},
 	})
-	interrupted := errors.Is(err, store.ErrWithdrawalInterrupted)
+	unfinished := errors.Is(err, store.ErrDeletionUnfinished)
+	interrupted := unfinished || errors.Is(err, store.ErrWithdrawalInterrupted)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return fmt.Errorf("account %q not found; see `automator account list`", name)
 	case err != nil && !interrupted:
 		return err
+	case unfinished:
+		why := "interrupted"
+		if ctx.Err() == nil {
+			why = err.Error()
+		}
+		fmt.Fprintf(env.Stderr, "automator: warning: the deletion stands, but it stopped before every unit of %q was moved under %q (%s); the name stays taken until `automator account delete %s --data-dir %s` moves the rest\n",
+			name, del.Tombstone, why, name, *dir)
+	case interrupted:
+		fmt.Fprintf(env.Stderr, "automator: warning: %v; the deletion stands\n", err)
+	}
+	if del.Resumed {
+		fmt.Fprintf(env.Stdout, "account %q was deleted at %s already; its last %d units are now kept as %q too, and the name is free\n",
+			name, del.DeletedAt.UTC().Format(time.RFC3339), del.Units, del.Tombstone)
+		return nil
 	}
 	// The deletion is committed: the audit log must record it even when
 	// the command is interrupted from here on.
 	ctx = context.WithoutCancel(ctx)
-	if interrupted {
-		fmt.Fprintf(env.Stderr, "automator: warning: %v; the deletion stands\n", err)
-	}
 	audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditAccountDeleted, Account: name,
 		Detail: fmt.Sprintf("%d units cancelled, %d kept unreadable as %q; token and keys destroyed; API keys revoked: %s; no longer scoped to it: %s",
 			len(del.Cancelled), del.Units, del.Tombstone, listOrNone(del.RevokedAPIKeys), listOrNone(del.NarrowedAPIKeys))}, env)

@@ -30,11 +30,11 @@ func TestACommandDoesNotMigrateTheDatabaseUnderARunningServe(t *testing.T) {
 	}
 	for _, args := range commands {
 		code, _, stderr := runCLI(t, args...)
-		if code != ExitError || !strings.Contains(stderr, "schema version 7") || !strings.Contains(stderr, "restart serve with this binary first") {
-			t.Errorf("%s while serve runs: exit %d, stderr %q; want %d saying the database is at schema version 7 and to restart serve with this binary first", strings.Join(args[:2], " "), code, stderr, ExitError)
+		if code != ExitError || !strings.Contains(stderr, "schema version 8") || !strings.Contains(stderr, "restart serve with this binary first") {
+			t.Errorf("%s while serve runs: exit %d, stderr %q; want %d saying the database is at schema version 8 and to restart serve with this binary first", strings.Join(args[:2], " "), code, stderr, ExitError)
 		}
-		if v := schemaVersion(t, dbPath); v != 7 {
-			t.Fatalf("after %s the database is at schema version %d, want 7 as serve left it", strings.Join(args[:2], " "), v)
+		if v := schemaVersion(t, dbPath); v != 8 {
+			t.Fatalf("after %s the database is at schema version %d, want 8 as serve left it", strings.Join(args[:2], " "), v)
 		}
 	}
 
@@ -44,15 +44,15 @@ func TestACommandDoesNotMigrateTheDatabaseUnderARunningServe(t *testing.T) {
 	if code != 0 || !strings.Contains(stderr, "not in the audit log") || !strings.Contains(stderr, "restart serve with this binary first") {
 		t.Errorf("cert renew while serve runs: exit %d, stderr %q; want 0 and a warning that the renewal is not in the audit log, saying why", code, stderr)
 	}
-	if v := schemaVersion(t, dbPath); v != 7 {
-		t.Fatalf("after cert renew the database is at schema version %d, want 7 as serve left it", v)
+	if v := schemaVersion(t, dbPath); v != 8 {
+		t.Fatalf("after cert renew the database is at schema version %d, want 8 as serve left it", v)
 	}
 
 	serving.Release()
 	if code, _, stderr := runCLI(t, "account", "list", "--data-dir", dir); code != 0 {
 		t.Fatalf("account list with no serve running: exit %d: %s", code, stderr)
 	}
-	if v := schemaVersion(t, dbPath); v == 7 {
+	if v := schemaVersion(t, dbPath); v == 8 {
 		t.Fatal("with no serve running, the command did not migrate the database")
 	}
 }
@@ -74,7 +74,7 @@ func TestACommandMigratesBesideAnotherCommandLookingForAServe(t *testing.T) {
 	if code, _, stderr := runCLI(t, "account", "list", "--data-dir", dir); code != 0 {
 		t.Fatalf("account list while another command looks for a serve (none runs): exit %d: %s", code, stderr)
 	}
-	if v := schemaVersion(t, dbPath); v == 7 {
+	if v := schemaVersion(t, dbPath); v == 8 {
 		t.Fatal("with no serve running, the command did not migrate the database")
 	}
 }
@@ -114,7 +114,7 @@ func TestServeStartsWhileACommandLooksForAServe(t *testing.T) {
 }
 
 // dataDirOfThePreviousRelease is a data directory whose SQLite database is
-// at schema version 7, as the previous release left it.
+// at schema version 8, as the previous release left it.
 func dataDirOfThePreviousRelease(t *testing.T) (dir string, cfg config.Config, dbPath string) {
 	t.Helper()
 	dir = initDir(t)
@@ -123,6 +123,6 @@ func dataDirOfThePreviousRelease(t *testing.T) (dir string, cfg config.Config, d
 		t.Fatal(err)
 	}
 	dbPath = cfg.DBPath(dir)
-	downgradeToVersion7(t, dbPath)
+	downgradeToVersion8(t, dbPath)
 	return dir, cfg, dbPath
 }

@@ -426,7 +426,7 @@ func carryDeletions(ctx context.Context, st store.Store, prevDeletions []store.A
 		if errors.Is(err, store.ErrNotFound) {
 			continue // not in the backup, or deleted again already
 		}
-		if err != nil && !errors.Is(err, store.ErrWithdrawalInterrupted) {
+		if err != nil && !errors.Is(err, store.ErrWithdrawalInterrupted) && !errors.Is(err, store.ErrDeletionUnfinished) {
 			return out, err
 		}
 		audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditAccountDeleted, Account: p.Name,

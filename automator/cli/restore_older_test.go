@@ -25,7 +25,7 @@ func TestARefusedRestoreLeavesAnOlderSchemaAsItWas(t *testing.T) {
 	file := takeBackup(t, dir)
 	cfg, _ := config.Load(dir)
 	dbPath := cfg.DBPath(dir)
-	downgradeToVersion7(t, dbPath) // as the previous release left it
+	downgradeToVersion8(t, dbPath) // as the previous release left it
 	before := fileBytes(t, dbPath)
 	// Names a restore in the coming seconds would keep the database aside
 	// under, taken already: the restore is refused at its last step.
@@ -41,8 +41,8 @@ func TestARefusedRestoreLeavesAnOlderSchemaAsItWas(t *testing.T) {
 	if code != ExitError || !strings.Contains(stderr, "run restore again") || stdout != "" {
 		t.Fatalf("restore with the aside name taken: exit %d, stdout %q, stderr %q; want %d", code, stdout, stderr, ExitError)
 	}
-	if v := schemaVersion(t, dbPath); v != 7 {
-		t.Errorf("after a refused restore the database is at schema version %d, want 7 as it was", v)
+	if v := schemaVersion(t, dbPath); v != 8 {
+		t.Errorf("after a refused restore the database is at schema version %d, want 8 as it was", v)
 	}
 	if !bytes.Equal(fileBytes(t, dbPath), before) {
 		t.Errorf("a refused restore changed the database")
@@ -57,14 +57,14 @@ func TestARefusedRestoreLeavesAnOlderSchemaAsItWas(t *testing.T) {
 	execSQLite(t, dbPath, fmt.Sprintf(`UPDATE api_keys SET revoked_at = %d WHERE id = 'ak_later_revoked'`, time.Now().UnixNano()))
 	code, stdout, stderr = runCLI(t, "restore", "--data-dir", dir, file)
 	if code != 0 || !strings.Contains(stdout, "API key ak_later_revoked (ci) was revoked after the backup was taken: revoked again") {
-		t.Fatalf("restore over a database of schema version 7: exit %d, stdout %q, stderr %q; want the key revoked again", code, stdout, stderr)
+		t.Fatalf("restore over a database of schema version 8: exit %d, stdout %q, stderr %q; want the key revoked again", code, stdout, stderr)
 	}
 	aside, _ := filepath.Glob(dbPath + ".before-restore-*")
 	if len(aside) != 1 {
 		t.Fatalf("kept aside: %v, want one file", aside)
 	}
-	if v := schemaVersion(t, aside[0]); v != 7 {
-		t.Errorf("the database kept aside is at schema version %d, want 7 as it was", v)
+	if v := schemaVersion(t, aside[0]); v != 8 {
+		t.Errorf("the database kept aside is at schema version %d, want 8 as it was", v)
 	}
 	if left, _ := filepath.Glob(dbPath + ".previous*"); len(left) != 0 {
 		t.Errorf("the restore left %v", left)
@@ -92,20 +92,21 @@ func TestRestoreOfAnOlderBackupSaysItWasMigrated(t *testing.T) {
 	dir := initDir(t)
 	backupFixture(t, dir)
 	file := takeBackup(t, dir)
-	downgradeToVersion7(t, file)
+	downgradeToVersion8(t, file)
 	code, stdout, stderr := runCLI(t, "restore", "--data-dir", dir, file)
 	if code != 0 {
 		t.Fatalf("restore: exit %d: %s", code, stderr)
 	}
 	cfg, _ := config.Load(dir)
-	if v := schemaVersion(t, cfg.DBPath(dir)); v != 8 || !strings.Contains(stdout, "schema version 7, migrated to 8") {
-		t.Errorf("restore of a backup at schema version 7 printed:\n%s\nand left the database at version %d; want 8, and the restore to say it migrated the backup to 8", stdout, v)
+	if v := schemaVersion(t, cfg.DBPath(dir)); v != 9 || !strings.Contains(stdout, "schema version 8, migrated to 9") {
+		t.Errorf("restore of a backup at schema version 8 printed:\n%s\nand left the database at version %d; want 9, and the restore to say it migrated the backup to 9", stdout, v)
 	}
 }
 
-// downgradeToVersion7 makes the SQLite database at path what the previous
-// release left: schema version 7, before the claim's poll was recorded.
-func downgradeToVersion7(t *testing.T, path string) {
+// downgradeToVersion8 makes the SQLite database at path what the previous
+// release left: schema version 8, before accounts could be left being
+// deleted.
+func downgradeToVersion8(t *testing.T, path string) {
 	t.Helper()
-	execSQLite(t, path, `ALTER TABLE work DROP COLUMN claim_run`, `ALTER TABLE work DROP COLUMN claim_poll`, `DELETE FROM schema_migrations WHERE version = 8`)
+	execSQLite(t, path, `ALTER TABLE accounts DROP COLUMN moving_to`, `DELETE FROM schema_migrations WHERE version = 9`)
 }

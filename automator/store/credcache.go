@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -194,12 +195,13 @@ func (c *credCache) APIKeyRevoke(ctx context.Context, p APIKeyRevokeParams) (API
 }
 
 // withdraw runs a change that withdraws a credential: it drops this
-// process's copies before it and, once it committed, waits the others out.
+// process's copies before it and, once it committed, waits the others out
+// (an account deletion that is unfinished is committed too).
 func withdraw[T any](ctx context.Context, c *credCache, change func() (T, error)) (T, error) {
 	c.forget()
 	v, err := change()
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrDeletionUnfinished) {
 		return v, err
 	}
-	return v, c.withdrawn(ctx)
+	return v, errors.Join(err, c.withdrawn(ctx))
 }

@@ -12,7 +12,11 @@ import (
 // DeletedAccountName(name, at): a row of accounts with key id 0 and no key
 // or usable token, which no lookup of an account returns. Its name is not a
 // valid account name, so an account created later under the old name shares
-// nothing with them: not a listing, not an API key's scope, not a key.
+// nothing with them: not a listing, not an API key's scope, not a key. A
+// store may move them after the deletion commits (SQLite, in batches): the
+// account's row then stays, with key id 0, until the last has moved, and
+// keeps its name taken (ErrBeingDeleted); reads show its units under the
+// tombstone meanwhile.
 
 // TombstoneKeyID is the key id of a deleted account's tombstone; a real
 // account's keys start at 1.
@@ -77,4 +81,8 @@ type AccountDeletion struct {
 	// others, which keep the others.
 	RevokedAPIKeys  []string
 	NarrowedAPIKeys []string
+	// Resumed: the account had been deleted already, by an AccountDelete
+	// that stopped before it moved every unit (ErrDeletionUnfinished);
+	// this one moved the rest, Units of them, and did nothing else.
+	Resumed bool
 }

@@ -62,6 +62,17 @@ var (
 	// stands (and takes effect within CredentialTTL): the caller must treat
 	// it as made.
 	ErrWithdrawalInterrupted = errors.New("committed, but interrupted while automators drop their cached credentials")
+	// ErrDeletionUnfinished: an account's deletion is committed (its
+	// credentials and keys are gone, its open units cancelled), but some
+	// of its ended units were not yet moved under its tombstone when
+	// AccountDelete stopped (its context ended, or a write failed). The
+	// deletion stands; its name stays taken until AccountDelete of that
+	// name moves the rest (AccountDeletion.Resumed), or the purge deletes
+	// them.
+	ErrDeletionUnfinished = errors.New("deleted, but some of its units are still to be moved under its tombstone")
+	// ErrBeingDeleted: AccountCreate of a name whose account's deletion is
+	// unfinished (ErrDeletionUnfinished).
+	ErrBeingDeleted = errors.New("the account of that name is still being deleted")
 	// ErrClaimMismatch: the work is claimed, but not under the claim id presented.
 	ErrClaimMismatch = errors.New("claim id does not match")
 	// ErrNotClaimable: the work is in a terminal state (or still queued), so a
@@ -522,12 +533,19 @@ type Store interface {
 	AccountGetByTokenHash(ctx context.Context, h []byte) (Account, error)
 	// AccountList returns all accounts ordered by name.
 	AccountList(ctx context.Context) ([]Account, error)
-	// AccountDelete deletes an account in one transaction (deleted.go):
-	// its queued and claimed units become cancelled with p.Reason, all its
-	// units move to its tombstone, its instances, tokens and keys (current
-	// and previous) are removed, the API keys that could use only it are
-	// revoked and the others no longer name it. Its name is free for a new
-	// account at once. ErrNotFound if there is no such account.
+	// AccountDelete deletes an account (deleted.go): in one transaction,
+	// its queued and claimed units become cancelled with p.Reason and move
+	// to its tombstone, its instances, tokens and keys (current and
+	// previous) are removed, the API keys that could use only it are
+	// revoked and the others no longer name it. Its ended units move to
+	// its tombstone too, in that transaction or, when they are many and
+	// the store has a single writer (SQLite), in batches after it,
+	// between which other writes go on; meanwhile every read presents
+	// them as the tombstone's, and the name is taken (ErrBeingDeleted).
+	// Its name is free for a new account when AccountDelete returns nil.
+	// ErrDeletionUnfinished, with the deletion, if it stopped before
+	// every unit moved; AccountDelete of that name then moves the rest.
+	// ErrNotFound if there is no such account.
 	AccountDelete(ctx context.Context, p AccountDeleteParams) (AccountDeletion, error)
 	// AccountDeletions returns the accounts deleted at or after since
 	// (Name, Tombstone, DeletedAt), oldest first, while their tombstones

@@ -32,12 +32,17 @@ ON CONFLICT (name) DO NOTHING`,
 		if err != nil {
 			return err
 		}
-		if n, err := res.RowsAffected(); err != nil {
+		if n, err := res.RowsAffected(); err != nil || n > 0 {
 			return err
-		} else if n == 0 {
-			return store.ErrExists
 		}
-		return nil
+		var moving bool
+		if err := tx.QueryRowContext(ctx, `SELECT moving_to <> '' FROM accounts WHERE name = ?`, p.Name).Scan(&moving); err != nil {
+			return err
+		}
+		if moving {
+			return store.ErrBeingDeleted
+		}
+		return store.ErrExists
 	})
 	if err != nil {
 		return store.Account{}, fmt.Errorf("creating account %q: %w", p.Name, err)

@@ -37,13 +37,6 @@ func nonNil(b []byte) []byte {
 	return b
 }
 
-// isForeignKeyViolation reports whether err is SQLite refusing a row whose
-// reference (an account) does not exist.
-func isForeignKeyViolation(err error) bool {
-	var se *sqlite.Error
-	return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
-}
-
 // lowSpace is the free space under which an I/O error is put down to a
 // full disk: less than SQLite needs to grow its files by a step.
 const lowSpace = 1 << 20

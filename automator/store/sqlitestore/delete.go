@@ -3,29 +3,55 @@ package sqlitestore
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/ctxtime"
 )
+
+// moveBatch is how many units of a deleted account one write moves to its
+// tombstone. SQLite rewrites the whole record of a unit to change its
+// account, sealed blobs included: about 0.2 ms a unit of 2 KiB on a
+// database of a million, so a batch holds the single writer for about
+// 20 ms. Moving all of a long history in one transaction held it for
+// minutes (200,000 units: 44 s), and the writes of callers and proxies
+// failed meanwhile ("database is locked").
+const moveBatch = 100
 
 func (s *Store) AccountDelete(ctx context.Context, p store.AccountDeleteParams) (store.AccountDeletion, error) {
 	now := toNanos(p.Now)
 	d := store.AccountDeletion{Name: p.Name, Tombstone: store.DeletedAccountName(p.Name, p.Now), DeletedAt: fromNanos(now)}
 	// The tombstone's token is random: nobody holds it, and no lookup of
-	// a token returns a tombstone anyway.
-	var token [32]byte
+	// a token returns a tombstone anyway. So is the one the account's row
+	// keeps while its units move.
+	var token, keptToken [32]byte
 	rand.Read(token[:])
+	rand.Read(keptToken[:])
+	var done bool
 	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
-		d.Cancelled, d.Units, d.RevokedAPIKeys, d.NarrowedAPIKeys = nil, 0, nil, nil
-		var exists bool
-		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM accounts WHERE name = ? AND key_id <> 0)`, p.Name).Scan(&exists); err != nil {
-			return err
-		}
-		if !exists {
+		d = store.AccountDeletion{Name: p.Name, Tombstone: d.Tombstone, DeletedAt: d.DeletedAt}
+		var keyID uint32
+		var movingTo string
+		err := tx.QueryRowContext(ctx, `SELECT key_id, moving_to FROM accounts WHERE name = ?`, p.Name).Scan(&keyID, &movingTo)
+		switch {
+		case errors.Is(err, sql.ErrNoRows) || err == nil && keyID == store.TombstoneKeyID && movingTo == "":
 			return store.ErrNotFound
+		case err != nil:
+			return err
+		case keyID == store.TombstoneKeyID:
+			// Deleted already, by a call that stopped before it moved
+			// every unit: move the rest, and nothing else.
+			var deletedAt int64
+			if err := tx.QueryRowContext(ctx, `SELECT created_at FROM accounts WHERE name = ?`, movingTo).Scan(&deletedAt); err != nil {
+				return fmt.Errorf("its tombstone %q: %w", movingTo, err)
+			}
+			d.Tombstone, d.DeletedAt, d.Resumed = movingTo, fromNanos(deletedAt), true
+			return nil
 		}
 		res, err := tx.ExecContext(ctx, `INSERT INTO accounts (`+accountColumns+`) VALUES (?, ?, ?, x'', ?)
 ON CONFLICT (name) DO NOTHING`, d.Tombstone, token[:], store.TombstoneKeyID, now)
@@ -38,9 +64,9 @@ ON CONFLICT (name) DO NOTHING`, d.Tombstone, token[:], store.TombstoneKeyID, now
 			return fmt.Errorf("its tombstone %q: %w", d.Tombstone, store.ErrExists)
 		}
 		rows, err := tx.QueryContext(ctx, `UPDATE work
-SET state = 'cancelled', reason = ?, finished_at = ?
+SET state = 'cancelled', reason = ?, finished_at = ?, account = ?
 WHERE account = ? AND state IN ('queued', 'claimed')
-RETURNING `+workColumns, p.Reason, now, p.Name)
+RETURNING `+workColumns, p.Reason, now, d.Tombstone, p.Name)
 		if err != nil {
 			return err
 		}
@@ -59,45 +85,92 @@ RETURNING `+workColumns, p.Reason, now, p.Name)
 			return err
 		}
 		slices.SortFunc(d.Cancelled, func(a, b store.Work) int { return a.QueuedAt.Compare(b.QueuedAt) })
-		for i := range d.Cancelled {
-			w := &d.Cancelled[i]
-			w.Account = d.Tombstone
-			if p.Audit != nil {
-				if _, err := insertAudit(ctx, tx, p.Audit.ForWork(*w)); err != nil {
+		if p.Audit != nil {
+			for _, w := range d.Cancelled {
+				if _, err := insertAudit(ctx, tx, p.Audit.ForWork(w)); err != nil {
 					return err
 				}
 			}
 		}
-		res, err = tx.ExecContext(ctx, `UPDATE work SET account = ? WHERE account = ?`, d.Tombstone, p.Name)
-		if err != nil {
+		var ended int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM work WHERE account = ?`, p.Name).Scan(&ended); err != nil {
 			return err
 		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return err
-		}
-		d.Units = int(n)
+		d.Units = len(d.Cancelled) + ended
 		// The keys are overwritten before their rows go, so that their
-		// bytes do not linger in the pages' free space.
+		// bytes do not linger in the pages' free space. The account's
+		// own row stays, with key id 0, as long as units of it are left
+		// to move: it keeps its name taken, and tells the reads which
+		// tombstone to show them under (shownAccount).
 		for _, q := range []string{
 			`DELETE FROM instances WHERE account = ?`,
 			`DELETE FROM account_tokens WHERE account = ?`,
 			`UPDATE account_keys SET sealed_key = zeroblob(length(sealed_key)) WHERE account = ?`,
 			`DELETE FROM account_keys WHERE account = ?`,
 			`UPDATE accounts SET sealed_key = zeroblob(length(sealed_key)) WHERE name = ?`,
-			`DELETE FROM accounts WHERE name = ?`,
 		} {
 			if _, err := tx.ExecContext(ctx, q, p.Name); err != nil {
 				return err
 			}
 		}
-		d.RevokedAPIKeys, d.NarrowedAPIKeys, err = unscopeAPIKeys(ctx, tx, p.Name, now)
+		if _, err := tx.ExecContext(ctx, `UPDATE accounts SET token_hash = ?, key_id = ?, sealed_key = x'', moving_to = ? WHERE name = ?`,
+			keptToken[:], store.TombstoneKeyID, d.Tombstone, p.Name); err != nil {
+			return err
+		}
+		if d.RevokedAPIKeys, d.NarrowedAPIKeys, err = unscopeAPIKeys(ctx, tx, p.Name, now); err != nil {
+			return err
+		}
+		if ended <= moveBatch {
+			_, err = moveUnits(ctx, tx, p.Name, d.Tombstone, &done)
+		}
 		return err
 	})
 	if err != nil {
 		return store.AccountDeletion{}, fmt.Errorf("deleting account %q: %w", p.Name, err)
 	}
+	moved := 0
+	for !done {
+		start := time.Now()
+		err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
+			n, err := moveUnits(ctx, tx, p.Name, d.Tombstone, &done)
+			moved += n
+			return err
+		})
+		if err == nil && s.movedBatch != nil {
+			s.movedBatch()
+		}
+		// Other writes commit between two batches, not behind the next.
+		if err == nil && !done && !ctxtime.Sleep(ctx, time.Since(start)) {
+			err = ctx.Err()
+		}
+		if err != nil {
+			return d, fmt.Errorf("deleting account %q: %w: %w", p.Name, store.ErrDeletionUnfinished, err)
+		}
+	}
+	if d.Resumed {
+		d.Units = moved
+	}
 	return d, nil
+}
+
+// moveUnits moves up to moveBatch units of account name, being deleted, to
+// its tombstone, and returns how many it moved. Once none is left, it
+// deletes the account's row, which frees its name, and sets *done.
+func moveUnits(ctx context.Context, tx querier, name, tombstone string, done *bool) (int, error) {
+	res, err := tx.ExecContext(ctx, `UPDATE work SET account = ? WHERE id IN (SELECT id FROM work WHERE account = ? LIMIT ?)`,
+		tombstone, name, moveBatch)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil || n == moveBatch {
+		return int(n), err
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM accounts WHERE name = ? AND moving_to = ?`, name, tombstone); err != nil {
+		return int(n), err
+	}
+	*done = true
+	return int(n), nil
 }
 
 // unscopeAPIKeys revokes the valid API keys that may use only account and

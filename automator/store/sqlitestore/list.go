@@ -2,6 +2,8 @@ package sqlitestore
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -12,7 +14,15 @@ func (s *Store) WorkList(ctx context.Context, p store.WorkListParams) ([]store.W
 	if p.Limit <= 0 {
 		return nil, fmt.Errorf("listing work: limit %d must be positive", p.Limit)
 	}
-	q, args := workListQuery(p)
+	var movingFrom string
+	if _, tomb := store.DeletedAccount(p.Account); tomb {
+		// An account whose units are moving to this tombstone.
+		err := s.reads.QueryRowContext(ctx, `SELECT name FROM accounts WHERE moving_to = ?`, p.Account).Scan(&movingFrom)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return nil, fmt.Errorf("listing work: %w", err)
+		}
+	}
+	q, args := workListQuery(p, movingFrom)
 	rows, err := s.reads.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("listing work: %w", err)
@@ -33,15 +43,26 @@ func (s *Store) WorkList(ctx context.Context, p store.WorkListParams) ([]store.W
 }
 
 // workListQuery returns WorkList's statement for p and its arguments.
-func workListQuery(p store.WorkListParams) (string, []any) {
+// movingFrom is the account whose units are moving to p.Account, a
+// tombstone (delete.go), if any.
+func workListQuery(p store.WorkListParams, movingFrom string) (string, []any) {
 	// Only the filters given take part, so each query can use the index
 	// that fits it (work_queued, work_claimed, work_queued_at_id,
 	// work_account_queued_at_id).
 	var where []string
 	var args []any
-	if p.Account != "" {
-		where = append(where, "account = ?")
-		args = append(args, p.Account)
+	switch {
+	case movingFrom != "":
+		// The units of the tombstone, and those shown as its while they
+		// wait to move, as of this statement (the move may end, and an
+		// account of that name be made again, since movingFrom was read).
+		where = append(where, "account IN (?, ?) AND "+shownAccount+" = ?")
+		args = append(args, p.Account, movingFrom, p.Account)
+	case p.Account != "":
+		// None while the account is being deleted: its units are its
+		// tombstone's (shownAccount).
+		where = append(where, "account = ? AND NOT EXISTS (SELECT 1 FROM accounts WHERE name = ? AND moving_to <> '')")
+		args = append(args, p.Account, p.Account)
 	}
 	from := "work"
 	switch p.State {
@@ -64,9 +85,9 @@ func workListQuery(p store.WorkListParams) (string, []any) {
 		at := toNanos(p.BeforeQueuedAt)
 		args = append(args, at, at, p.BeforeID)
 	}
-	cols := workColumns
+	cols := shownWorkColumns
 	if p.WithoutSealed {
-		cols = workColumnsWithoutSealed
+		cols = shownWorkColumnsWithoutSealed
 	}
 	q := `SELECT ` + cols + ` FROM ` + from
 	if len(where) > 0 {

@@ -197,6 +197,12 @@ CREATE INDEX dashboard_sessions_ended_expires_at ON dashboard_sessions_ended (ex
 ALTER TABLE work ADD COLUMN claim_run TEXT NOT NULL DEFAULT '';
 ALTER TABLE work ADD COLUMN claim_poll INTEGER NOT NULL DEFAULT 0;
 `},
+	{version: 9, name: "accounts being deleted", sql: `
+-- The tombstone a deleted account's units are moving to, while
+-- AccountDelete moves them in batches (its row has key_id 0 meanwhile);
+-- '' for every other account.
+ALTER TABLE accounts ADD COLUMN moving_to TEXT NOT NULL DEFAULT '';
+`},
 }
 
 // migrate applies the migrations not yet recorded in schema_migrations, all

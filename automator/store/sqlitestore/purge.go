@@ -24,9 +24,16 @@ LIMIT ?)`, toNanos(p.QueuedBefore), max(p.Max, 1))
 		if n, err = res.RowsAffected(); err != nil {
 			return err
 		}
-		// Tombstones of deleted accounts whose units are all gone.
+		// Accounts being deleted (delete.go) with no unit left to move,
+		// which frees their names; then the tombstones of deleted accounts
+		// whose units are all gone, but one that units are moving to.
+		if _, err := tx.ExecContext(ctx, `DELETE FROM accounts WHERE moving_to <> ''
+AND NOT EXISTS (SELECT 1 FROM work WHERE work.account = accounts.name)`); err != nil {
+			return err
+		}
 		_, err = tx.ExecContext(ctx, `DELETE FROM accounts WHERE key_id = 0 AND created_at < ?
-AND NOT EXISTS (SELECT 1 FROM work WHERE work.account = accounts.name)`, toNanos(p.QueuedBefore))
+AND NOT EXISTS (SELECT 1 FROM work WHERE work.account = accounts.name)
+AND NOT EXISTS (SELECT 1 FROM accounts moving WHERE moving.moving_to = accounts.name)`, toNanos(p.QueuedBefore))
 		return err
 	})
 	if err != nil {

@@ -49,6 +49,11 @@ type Store struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// movedBatch, when set (by a test), is called after each batch of a
+	// deleted account's units AccountDelete moves to its tombstone once
+	// the deletion itself committed.
+	movedBatch func()
 }
 
 var _ store.Store = (*Store)(nil)

@@ -30,6 +30,7 @@ var upgradeFills = map[int]upgradeFill{
 	6: {hasV3, fillV3}, // the audit table rebuilt, same columns
 	7: {storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true, DashboardSessions: true}, fillV7},
 	8: {storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true, DashboardSessions: true}, fillV7}, // new columns with defaults only
+	9: {storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true, DashboardSessions: true}, fillV7}, // a new column with a default only
 }
 
 var hasV3 = storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true}

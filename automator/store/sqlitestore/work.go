@@ -12,13 +12,26 @@ import (
 	"github.com/opsgate/opsgate/automator/store"
 )
 
-const workColumns = `id, account, state, key_id, sealed_command, queued_at, deadline,
+// workColumns are a unit's columns in scanWork's order, for the statements
+// on open units (a deleted account has none, shownAccount).
+const workColumns = `id, account, ` + workColumnsAfterAccount
+
+const workColumnsAfterAccount = `state, key_id, sealed_command, queued_at, deadline,
 	claimed_at, instance_id, claim_id, finished_at, sealed_result, reason,
 	COALESCE(idempotency_key, '')`
 
-// workColumnsWithoutSealed is workColumns with NULL for the sealed command
-// and result (WorkListParams.WithoutSealed).
-const workColumnsWithoutSealed = `id, account, state, key_id, NULL, queued_at, deadline,
+// shownAccount is a unit's account as reads show it: its own, or, for a
+// unit of an account being deleted, the tombstone AccountDelete is moving
+// the account's units to (delete.go), as if it had moved it already.
+const shownAccount = `COALESCE((SELECT moving_to FROM accounts WHERE accounts.name = work.account AND moving_to <> ''), work.account)`
+
+// shownWorkColumns is workColumns with the account reads show
+// (shownAccount), for the reads of units that may have ended.
+const shownWorkColumns = `id, ` + shownAccount + `, ` + workColumnsAfterAccount
+
+// shownWorkColumnsWithoutSealed is shownWorkColumns with NULL for the
+// sealed command and result (WorkListParams.WithoutSealed).
+const shownWorkColumnsWithoutSealed = `id, ` + shownAccount + `, state, key_id, NULL, queued_at, deadline,
 	claimed_at, instance_id, claim_id, finished_at, NULL, reason,
 	COALESCE(idempotency_key, '')`
 
@@ -40,7 +53,7 @@ func scanWork(r interface{ Scan(...any) error }) (store.Work, error) {
 
 // getWork reads one unit; store.ErrNotFound when there is none.
 func getWork(ctx context.Context, q querier, id string) (store.Work, error) {
-	w, err := scanWork(q.QueryRowContext(ctx, `SELECT `+workColumns+` FROM work WHERE id = ?`, id))
+	w, err := scanWork(q.QueryRowContext(ctx, `SELECT `+shownWorkColumns+` FROM work WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Work{}, store.ErrNotFound
 	}
@@ -78,23 +91,29 @@ func (s *Store) WorkEnqueue(ctx context.Context, p store.WorkEnqueueParams) (sto
 				return err
 			}
 		}
-		// The foreign key refuses a unit of an unknown account.
+		// Only an account that is not being deleted (key id 0) takes a
+		// unit: its row is kept while its units move (delete.go), so the
+		// foreign key alone would not refuse one.
 		res, err := tx.ExecContext(ctx, `INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, idempotency_key,
 	instance_id, claim_id, claimed_at, claim_run, claim_poll)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM accounts WHERE name = ?2 AND key_id <> 0)
 ON CONFLICT (id) DO NOTHING`,
 			p.ID, p.Account, string(state), p.KeyID, nonNil(p.SealedCommand), toNanos(p.Now), toNanos(p.Deadline), key,
 			instance, claimID, claimedAt, claimPoll.Run, claimPoll.Poll)
-		if isForeignKeyViolation(err) {
-			return fmt.Errorf("account %q: %w", p.Account, store.ErrNotFound)
-		}
 		if err != nil {
 			return err
 		}
 		if n, err := res.RowsAffected(); err != nil {
 			return err
 		} else if n == 0 {
-			return store.ErrExists
+			var taken bool
+			if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM work WHERE id = ?)`, p.ID).Scan(&taken); err != nil {
+				return err
+			}
+			if taken {
+				return store.ErrExists
+			}
+			return fmt.Errorf("account %q: %w", p.Account, store.ErrNotFound)
 		}
 		// The unit as stored, without reading it back.
 		w = store.Work{
