@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"log/slog"
 	"runtime"
 	"sync"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/opsgate/opsgate/crypto"
 	"github.com/opsgate/opsgate/internal/ctxtime"
+	"github.com/opsgate/opsgate/internal/grpcwire"
 	"github.com/opsgate/opsgate/internal/loglimit"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"github.com/opsgate/opsgate/proxy/runner"
@@ -436,16 +438,11 @@ func (a *Agent) poll(ctx context.Context, n int, wait time.Duration, seq, lostFr
 	// 1 MiB, 35 s at 256 kbit/s. Cut off, its claims were lost, their
 	// units failed without running.
 	begin := a.o.PollWait + a.o.PollWait/5 + pollMargin
-	pctx, cancel := context.WithTimeout(ctx, begin+answerWithin())
+	pctx, cancel := grpcwire.BeginWithin(ctx, begin, answerWithin())
 	defer cancel()
-	pctx, stop := context.WithCancelCause(pctx)
-	defer stop(nil)
-	late := time.AfterFunc(begin, func() { stop(errNoAnswer) })
-	defer late.Stop()
-	pctx = WhenAnswerStarts(pctx, func() { late.Stop() })
 	resp, err := a.pollFor(pctx, n, wait, seq, lostFrom)
-	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(pctx), errNoAnswer) {
-		err = status.Errorf(codes.DeadlineExceeded, "%v within %v", errNoAnswer, begin)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(pctx), grpcwire.ErrNoAnswer) {
+		err = noAnswerError{within: begin}
 	}
 	return resp, err
 }
@@ -454,8 +451,18 @@ func (a *Agent) poll(ctx context.Context, n int, wait time.Duration, seq, lostFr
 // (and a fifth of it) to begin to arrive. A variable for tests.
 var pollMargin = 5 * time.Second
 
-// errNoAnswer: a poll's answer did not begin within its bound.
-var errNoAnswer = errors.New("the automator's answer to the poll did not begin")
+// noAnswerError is a poll whose answer did not begin within its bound
+// (DeadlineExceeded). Its connection was up: one whose pings go unanswered
+// is dropped sooner, and the poll fails as Unavailable.
+type noAnswerError struct{ within time.Duration }
+
+func (e noAnswerError) Error() string {
+	return fmt.Sprintf("the automator did not begin its answer to the poll within %v", e.within)
+}
+
+func (e noAnswerError) GRPCStatus() *status.Status {
+	return status.New(codes.DeadlineExceeded, e.Error())
+}
 
 // maxAnswer is the largest answer a poll gets (one gRPC message).
 const maxAnswer = 8 << 20
@@ -464,25 +471,6 @@ const maxAnswer = 8 << 20
 // given to arrive whole: the largest at minPostRate.
 func answerWithin() time.Duration {
 	return time.Duration(maxAnswer) * time.Second / time.Duration(minPostRate)
-}
-
-type answerKey struct{}
-
-// WhenAnswerStarts returns a context for a call that calls f when
-// AnswerStarted is called with it.
-func WhenAnswerStarts(ctx context.Context, f func()) context.Context {
-	return context.WithValue(ctx, answerKey{}, f)
-}
-
-// AnswerStarted tells the poll whose call's context is ctx that its answer
-// began to arrive (its headers came), so that it is given the time its
-// transfer takes rather than cut off at the end of its wait. The proxy's
-// connection calls it from a gRPC stats handler; on any other call's
-// context it does nothing.
-func AnswerStarted(ctx context.Context) {
-	if f, ok := ctx.Value(answerKey{}).(func()); ok {
-		f()
-	}
 }
 
 // pollFor is one poll of this run, bounded by ctx alone.

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/grpcwire"
 	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
@@ -179,7 +180,7 @@ func (s slowAnswer) Poll(ctx context.Context, _ *automatorv1.PollRequest, _ ...g
 		<-ctx.Done()
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
-	AnswerStarted(ctx)
+	grpcwire.AnswerStarted(ctx)
 	select {
 	case <-time.After(s.transfer): // the answer's bytes arriving
 		return &automatorv1.PollResponse{Claims: []*automatorv1.Claim{{WorkId: "w_large"}}}, nil

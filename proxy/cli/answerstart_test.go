@@ -8,9 +8,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/opsgate/opsgate/internal/grpcwire"
 	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
-	"github.com/opsgate/opsgate/proxy/agent"
 	"github.com/opsgate/opsgate/proxy/config"
 )
 
@@ -32,7 +32,7 @@ func (h headersFirst) Poll(ctx context.Context, _ *automatorv1.PollRequest) (*au
 // TestAPollIsToldWhenItsAnswerBegins: the proxy's connection tells a poll
 // when its answer's headers arrive, before its message, so the agent gives
 // an answer on its way the time its transfer takes
-// (TestAPollWhoseAnswerIsOnItsWayIsNotCutOffAtTheEndOfItsWait).
+// (grpcwire.AnswerStarts; TestAPollWhoseAnswerIsOnItsWayIsNotCutOffAtTheEndOfItsWait).
 func TestAPollIsToldWhenItsAnswerBegins(t *testing.T) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -51,7 +51,7 @@ func TestAPollIsToldWhenItsAnswerBegins(t *testing.T) {
 	}
 	defer conn.Close()
 	began := make(chan struct{})
-	ctx := agent.WhenAnswerStarts(context.Background(), func() { close(began) })
+	ctx := grpcwire.WhenAnswerStarts(context.Background(), func() { close(began) })
 	go func() { _, _ = automatorv1.NewProxyServiceClient(conn).Poll(ctx, &automatorv1.PollRequest{}) }()
 	waittest.Recv(t, began, "the poll to be told that its answer began, while its message is held back")
 }

@@ -261,7 +261,7 @@ func Dial(cfg config.Config) (*grpc.ClientConn, error) {
 		grpc.WithKeepaliveParams(Keepalive),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20), grpc.MaxCallSendMsgSize(8<<20)),
 		grpc.WithConnectParams(Reconnect),
-		grpc.WithStatsHandler(answerStarts{}),
+		grpc.WithStatsHandler(grpcwire.AnswerStarts{}),
 	)...)
 }
 
