@@ -117,6 +117,8 @@ func dial(cfg Config, t target, caPEM []byte, check *certCheck) (*grpc.ClientCon
 		grpc.WithTransportCredentials(creds),
 		grpc.WithPerRPCCredentials(grpcwire.Bearer(cfg.APIKey, !t.plaintext)),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage)),
+		// A try's bound is for its answer to begin (answerBegins).
+		grpc.WithStatsHandler(grpcwire.AnswerStarts{}),
 		// A connection that dies silently during a long wait is noticed
 		// within half a minute, and the wait resumes on a new one.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second}),
@@ -271,10 +273,10 @@ func (c *Client) submit(ctx context.Context, account string, cmd Command, outliv
 				}
 				tryCtx = context.WithoutCancel(ctx)
 			}
-			tctx, cancel := context.WithTimeout(tryCtx, sendBound(size))
+			tctx, cancel := answerBegins(tryCtx, sendBound(size))
 			defer cancel()
 			st, err = api.Submit(tctx, req)
-			return unanswered(ctx, err)
+			return unanswered(ctx, tctx, err)
 		})
 		if err == nil {
 			return workFromProto(st), nil
@@ -321,8 +323,10 @@ func jitter(delay time.Duration) time.Duration {
 // Wait blocks until unit id ends and returns it; a unit that did not
 // succeed is not an error here (see Work.Err). It reads the unit first (its
 // deadline), then waits. A dropped connection is replaced and the wait
-// resumes; an automator that has not answered by a second past the unit's
-// deadline (hung, with its connection open) is given up for the next.
+// resumes; an automator that has not begun its answer by a second past the
+// unit's deadline (hung, with its connection open) is given up for the
+// next, but an answer on its way (a large result over a thin link) is
+// given the time it takes.
 func (c *Client) Wait(ctx context.Context, id string) (Work, error) {
 	return c.wait(ctx, id, time.Time{})
 }
@@ -353,7 +357,7 @@ func (c *Client) wait(ctx context.Context, id string, deadline time.Time) (Work,
 			g, err := api.Get(rctx, &automatorv1.GetRequest{WorkId: id})
 			cancel()
 			if err != nil {
-				return unanswered(ctx, err)
+				return unanswered(ctx, rctx, err)
 			}
 			b.answered(localDeadline(g))
 			if stateFromProto(g.GetState()).Terminal() {
@@ -365,7 +369,7 @@ func (c *Client) wait(ctx context.Context, id string, deadline time.Time) (Work,
 		wctx, cancel := tryUntil(ctx, b.deadline, 0)
 		defer cancel()
 		st, err = api.Wait(wctx, &automatorv1.WaitRequest{WorkId: id})
-		return unanswered(ctx, err)
+		return unanswered(ctx, wctx, err)
 	})
 	if err != nil {
 		return Work{ID: id}, err
@@ -374,9 +378,10 @@ func (c *Client) wait(ctx context.Context, id string, deadline time.Time) (Work,
 }
 
 // overdue is how long past a unit's deadline (or past the start of a try
-// begun after it) a wait's try waits for an answer from one automator
-// before it asks the next; readBound bounds a read of a unit whose deadline
-// is not known yet.
+// begun after it) a wait's try waits for an answer from one automator to
+// begin before it asks the next; readBound bounds a read of a unit whose
+// deadline is not known yet. Each bound of a try is for its answer to
+// begin (answerBegins).
 const (
 	overdue   = time.Second
 	readBound = 5 * time.Second
@@ -385,39 +390,60 @@ const (
 	// address after it, not after the keepalive's 30 s. A submit repeated
 	// on the next address carries the same idempotency key.
 	tryBound = 10 * time.Second
-	// minSendRate, in bytes a second, is the slowest upload a try is
-	// given time for (64 kbit/s), past tryBound: a submit carrying a large
-	// stdin over a thin link (1 MiB: 35 s at 256 kbit/s) was cut off at
-	// tryBound and sent again from its first byte until RetryFor.
+	// minSendRate, in bytes a second, is the slowest link a try is given
+	// time for (64 kbit/s), each way: past tryBound, its request's size
+	// (sendBound); once its answer has begun, the largest answer's
+	// (answerWithin). A submit carrying a large stdin over a thin link
+	// (1 MiB: 35 s at 256 kbit/s) was cut off at tryBound and sent again
+	// from its first byte until RetryFor; a wait whose unit ended near its
+	// deadline with a large result was cut off overdue past it, and read
+	// again from its first byte until RetryFor, the unit having succeeded.
 	minSendRate = 8 << 10
+	// answerWithin is the time an answer that has begun to arrive is
+	// given to arrive whole: the largest (maxMessage) at minSendRate.
+	answerWithin = maxMessage * time.Second / minSendRate
 )
+
+// answerBegins bounds a try whose answer must begin to arrive within
+// bound (its headers come: grpcwire.AnswerStarts), and then has
+// answerWithin to arrive whole. An automator that hangs with its
+// connection open sends nothing, and is given up after bound.
+func answerBegins(ctx context.Context, bound time.Duration) (context.Context, context.CancelFunc) {
+	return grpcwire.BeginWithin(ctx, bound, answerWithin)
+}
 
 // sendBound bounds a try that sends size bytes (sendBound(0) is tryBound).
 func sendBound(size int) time.Duration {
 	return tryBound + time.Duration(size)*time.Second/minSendRate
 }
 
-// tryUntil bounds one try of a wait: overdue past the unit's deadline, or
-// past now when that is later; without a deadline, bound past now (none
-// when bound is 0).
+// tryUntil bounds one try of a wait: its answer must begin overdue past
+// the unit's deadline, or past now when that is later; without a
+// deadline, bound past now (no bound when bound is 0).
 func tryUntil(ctx context.Context, deadline time.Time, bound time.Duration) (context.Context, context.CancelFunc) {
 	if deadline.IsZero() {
 		if bound == 0 {
 			return context.WithCancel(ctx)
 		}
-		return context.WithTimeout(ctx, bound)
+		return answerBegins(ctx, bound)
 	}
 	if now := time.Now(); deadline.Before(now) {
 		deadline = now
 	}
-	return context.WithDeadline(ctx, deadline.Add(overdue))
+	return answerBegins(ctx, time.Until(deadline.Add(overdue)))
 }
 
-// unanswered turns a try that ran out of its own time (tryUntil), while
-// the caller's ctx goes on, into Unavailable: the automator did not answer,
-// and the next one is asked.
-func unanswered(ctx context.Context, err error) error {
-	if err != nil && ctx.Err() == nil && status.Code(err) == codes.DeadlineExceeded {
+// unanswered turns a try that ran out of its own time (tctx, made by
+// answerBegins or tryUntil), while the caller's ctx goes on, into
+// Unavailable: the automator did not answer, and the next one is asked.
+func unanswered(ctx, tctx context.Context, err error) error {
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	if errors.Is(context.Cause(tctx), grpcwire.ErrNoAnswer) {
+		return status.Errorf(codes.Unavailable, "the automator did not begin its answer in time: %v", status.Convert(err).Message())
+	}
+	if status.Code(err) == codes.DeadlineExceeded {
 		return status.Errorf(codes.Unavailable, "the automator did not answer in time: %v", status.Convert(err).Message())
 	}
 	return err
@@ -427,10 +453,10 @@ func unanswered(ctx context.Context, err error) error {
 func (c *Client) Get(ctx context.Context, id string) (Work, error) {
 	var st *automatorv1.WorkStatus
 	err := c.call(ctx, "getting work "+id, nil, func(ctx context.Context, api automatorv1.AutomatorServiceClient) (err error) {
-		tctx, cancel := context.WithTimeout(ctx, tryBound)
+		tctx, cancel := answerBegins(ctx, tryBound)
 		defer cancel()
 		st, err = api.Get(tctx, &automatorv1.GetRequest{WorkId: id})
-		return unanswered(ctx, err)
+		return unanswered(ctx, tctx, err)
 	})
 	if err != nil {
 		return Work{ID: id}, err
@@ -444,10 +470,10 @@ func (c *Client) Get(ctx context.Context, id string) (Work, error) {
 func (c *Client) Cancel(ctx context.Context, id string) (Work, error) {
 	var st *automatorv1.WorkStatus
 	err := c.call(ctx, "cancelling work "+id, nil, func(ctx context.Context, api automatorv1.AutomatorServiceClient) (err error) {
-		tctx, cancel := context.WithTimeout(ctx, tryBound)
+		tctx, cancel := answerBegins(ctx, tryBound)
 		defer cancel()
 		st, err = api.Cancel(tctx, &automatorv1.CancelRequest{WorkId: id})
-		return unanswered(ctx, err)
+		return unanswered(ctx, tctx, err)
 	})
 	if err != nil {
 		return Work{ID: id}, err

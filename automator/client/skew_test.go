@@ -50,13 +50,15 @@ func TestWaitsKeepToTheAutomatorsDeadlineWhateverTheCallersClock(t *testing.T) {
 			})
 			c := newClient(t, a)
 			p := newFakeProxy(t, a)
-			// The wait's try may last up to a second past the deadline;
-			// the slack covers the calls' own time.
+			// The wait's try's answer must begin up to a second past the
+			// deadline, and then has client.AnswerWithin to arrive
+			// whole: the deadline the automator sees is their sum. The
+			// slack covers the calls' own time.
 			check := func(who string) {
 				t.Helper()
-				left := waittest.Recv(t, waits, who+"'s wait to reach the automator")
+				left := waittest.Recv(t, waits, who+"'s wait to reach the automator") - client.AnswerWithin
 				if left < timeout-time.Minute || left > timeout+5*time.Second {
-					t.Fatalf("%s's wait bounded to %v from now; the unit has about %v left on the automator's clock", who, left, timeout)
+					t.Fatalf("%s's wait's answer bounded to begin within %v from now; the unit has about %v left on the automator's clock", who, left, timeout)
 				}
 			}
 

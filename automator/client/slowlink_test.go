@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,7 +13,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/client"
+	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -69,5 +72,63 @@ func TestASubmitWithALargeStdinIsGivenTheTimeItsSizeTakes(t *testing.T) {
 	defer a.mu.Unlock()
 	if a.submits != 1 || w.ID == "" {
 		t.Fatalf("%d submits, work %q; want one, queued", a.submits, w.ID)
+	}
+}
+
+// slowReads is a connection whose reads come at rate bytes a second, as
+// over a caller's thin downlink.
+type slowReads struct {
+	net.Conn
+	rate int
+}
+
+func (c slowReads) Read(p []byte) (int, error) {
+	p = p[:min(len(p), c.rate/20)] // 50 ms of the link at a time
+	n, err := c.Conn.Read(p)
+	time.Sleep(time.Duration(n) * time.Second / time.Duration(c.rate))
+	return n, err
+}
+
+// TestALargeResultThatEndsNearTheDeadlineIsReadWholeOverAThinLink: a
+// unit's result of 2 MiB, ready before the unit's deadline of 1 s, takes
+// 4 s to reach a caller over its downlink (512 KiB/s): the wait is given
+// the time its answer takes once that answer has begun, and returns the
+// result, rather than being cut off a second past the deadline and read
+// again from its first byte until the client gives up (the unit having
+// succeeded).
+func TestALargeResultThatEndsNearTheDeadlineIsReadWholeOverAThinLink(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	var d net.Dialer
+	c, err := client.New(client.Config{
+		Addresses: []string{a.URL()}, APIKey: a.APIKey, CAPEM: a.CAPEM, ServerName: "127.0.0.1", RetryFor: 2 * time.Second,
+		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+			conn, err := d.DialContext(ctx, "tcp", addr)
+			if err != nil {
+				return nil, err
+			}
+			return slowReads{Conn: conn, rate: 512 << 10}, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	type outcome struct {
+		res client.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := c.ExecuteOnProxy(context.Background(), "acme", client.Command{Script: "large.sh"}, client.WithTimeout(time.Second))
+		done <- outcome{res, err}
+	}()
+	p := newFakeProxy(t, a)
+	p.complete(p.claim(), strings.Repeat("x", 2<<20))
+	o := waittest.Recv(t, done, "ExecuteOnProxy to return")
+	if o.err != nil {
+		t.Fatalf("a unit that succeeded with 2 MiB of stdout, read over a thin downlink: %v; want its result", o.err)
+	}
+	if len(o.res.Stdout) != 2<<20 {
+		t.Fatalf("stdout of %d bytes, want %d", len(o.res.Stdout), 2<<20)
 	}
 }
