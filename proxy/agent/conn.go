@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"strings"
@@ -59,6 +61,13 @@ func (s *connState) failed(err error) {
 		// a reset) names no certificate and stays "unreachable".
 		kind = "handshake"
 	}
+	var late noAnswerError
+	if errors.As(err, &late) {
+		// Not unreachable: the connection did not fail (a broken one,
+		// or one whose pings go unanswered, fails the poll as
+		// Unavailable), but no answer began in time.
+		kind = "no answer"
+	}
 	if s.known && !s.up && kind == s.lastKind {
 		return
 	}
@@ -69,6 +78,8 @@ func (s *connState) failed(err error) {
 		s.log.Error("the automator refused this proxy's token: the account's token was rotated and its overlap has ended, or the account was deleted; install the account's current profile, or check `token` in the config (retrying with backoff)", attrs...)
 	case kind == "handshake":
 		s.log.Error("the TLS handshake with the automator failed: its certificate is not trusted by this proxy's `ca_cert` (or `pin_sha256`), or not valid for the host of `automator_url`; check them (retrying with backoff)", attrs...)
+	case kind == "no answer":
+		s.log.Warn(fmt.Sprintf("the automator did not begin its answer to a poll within %v, though the connection did not fail: the automator is slow or stuck, or the link saturated; retrying with backoff", late.within), attrs...)
 	case code == codes.Unavailable || code == codes.DeadlineExceeded:
 		s.log.Warn("automator unreachable; retrying with backoff", attrs...)
 	default:

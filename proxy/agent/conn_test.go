@@ -2,13 +2,23 @@ package agent
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/grpcwire"
+	"github.com/opsgate/opsgate/internal/waittest"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
 // TestConnectionLogsOneLinePerStateChange: retries against an automator
@@ -80,5 +90,91 @@ func TestConnectionLogNamesTheCodeInJSONAsInText(t *testing.T) {
 	}
 	if err := json.Unmarshal(buf.Bytes(), &rec); err != nil || rec.Code != "Unavailable" {
 		t.Errorf("code in %s: %v (%v); want \"Unavailable\"", buf.String(), rec.Code, err)
+	}
+}
+
+// silentPolls is an automator, served over real gRPC, that never begins its
+// answer to a poll that asks for units (its connection stays up), and
+// answers the others at once; it counts the polls it left unanswered.
+type silentPolls struct {
+	automatorv1.UnimplementedProxyServiceServer
+	unanswered chan struct{}
+}
+
+func (s silentPolls) Poll(ctx context.Context, in *automatorv1.PollRequest) (*automatorv1.PollResponse, error) {
+	if in.GetMaxUnits() == 0 {
+		return &automatorv1.PollResponse{}, nil
+	}
+	<-ctx.Done()
+	select {
+	case s.unanswered <- struct{}{}:
+	default:
+	}
+	return nil, status.FromContextError(ctx.Err()).Err()
+}
+
+// serveProxyService serves srv on loopback over real gRPC and returns a
+// client of it through a connection set up as the proxy's is for its
+// polls (grpcwire.AnswerStarts).
+func serveProxyService(t *testing.T, srv automatorv1.ProxyServiceServer, lis net.Listener, dial ...grpc.DialOption) automatorv1.ProxyServiceClient {
+	t.Helper()
+	gs := grpc.NewServer(grpcwire.ServerOptions()...)
+	automatorv1.RegisterProxyServiceServer(gs, srv)
+	served := make(chan struct{})
+	go func() { defer close(served); _ = gs.Serve(lis) }()
+	conn, err := grpc.NewClient("passthrough:///"+lis.Addr().String(), append(append(grpcwire.DialOptions(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStatsHandler(grpcwire.AnswerStarts{})), dial...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(); gs.Stop(); <-served })
+	return automatorv1.NewProxyServiceClient(conn)
+}
+
+// TestAPollWhoseAnswerDidNotBeginIsLoggedAsSuchOnce: an automator that
+// does not begin its answer to a poll in time, on a connection that did
+// not fail, is logged as that, with the bound, not as "unreachable" (which
+// sent operators looking for a network outage), and once for all the
+// polls it leaves unanswered, as an unreachable one is.
+func TestAPollWhoseAnswerDidNotBeginIsLoggedAsSuchOnce(t *testing.T) {
+	old := pollMargin
+	pollMargin = 20 * time.Millisecond
+	t.Cleanup(func() { pollMargin = old })
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := silentPolls{unanswered: make(chan struct{})}
+	var log lockedWriter
+	log.b = &bytes.Buffer{}
+	a := New(Options{
+		Client: serveProxyService(t, srv, lis), Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(),
+		MaxConcurrency: 1, PollWait: 50 * time.Millisecond, GracePeriod: time.Second,
+		BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
+		Logger: slog.New(slog.NewJSONHandler(&log, nil)),
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx) }()
+	for range 3 {
+		waittest.Recv(t, srv.unanswered, "a poll the automator did not answer")
+	}
+	cancel()
+	waittest.Recv(t, done, "the agent to stop")
+
+	var warns []string
+	for _, line := range strings.Split(strings.TrimSpace(log.String()), "\n") {
+		var rec struct{ Level, Msg string }
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q is not JSON: %v", line, err)
+		}
+		if rec.Level == "WARN" {
+			warns = append(warns, rec.Msg)
+		}
+	}
+	want := "the automator did not begin its answer to a poll within 80ms"
+	if len(warns) != 1 || !strings.HasPrefix(warns[0], want) {
+		t.Fatalf("after 3 polls the automator did not begin to answer, the warnings logged were %q; want one, beginning %q", warns, want)
 	}
 }
