@@ -355,9 +355,9 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
 }
 
 // reportLostWithin bounds the polls a stopping agent makes to report the
-// polls whose answers it never read (lost_from), when nothing else polls,
-// and each report of an earlier run's: an unreachable automator must not
-// hold the stop up.
+// polls whose answers it never read (lost_from), when nothing else polls:
+// an unreachable automator, or a link busy with results, must not hold the
+// stop up (the next start reports them, reportEarlier).
 const reportLostWithin = 5 * time.Second
 
 // hearEnds polls for no units while the agent stops, until ctx is done,
@@ -430,7 +430,14 @@ func (a *Agent) hearEnds(ctx context.Context, seq, lostFrom uint64) (uint64, uin
 	return seq, lostFrom, lastErr
 }
 
+// poll is one poll of this run, within a poll's bounds (pollAsBounded).
 func (a *Agent) poll(ctx context.Context, n int, wait time.Duration, seq, lostFrom uint64) (*automatorv1.PollResponse, error) {
+	return a.pollAsBounded(ctx, a.run, n, wait, seq, lostFrom)
+}
+
+// pollAsBounded is one poll as the run named run (pollAs), within a
+// poll's bounds.
+func (a *Agent) pollAsBounded(ctx context.Context, run string, n int, wait time.Duration, seq, lostFrom uint64) (*automatorv1.PollResponse, error) {
 	// The answer must begin within the wait plus a margin (the server
 	// decides the wait and may add jitter); once it has begun (AnswerStarted)
 	// it is given the time the largest answer takes at minPostRate. An
@@ -440,7 +447,7 @@ func (a *Agent) poll(ctx context.Context, n int, wait time.Duration, seq, lostFr
 	begin := a.o.PollWait + a.o.PollWait/5 + pollMargin
 	pctx, cancel := grpcwire.BeginWithin(ctx, begin, answerWithin())
 	defer cancel()
-	resp, err := a.pollFor(pctx, n, wait, seq, lostFrom)
+	resp, err := a.pollAs(pctx, run, n, wait, seq, lostFrom)
 	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(pctx), grpcwire.ErrNoAnswer) {
 		err = noAnswerError{within: begin}
 	}

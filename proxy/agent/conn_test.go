@@ -118,7 +118,7 @@ func (s silentPolls) Poll(ctx context.Context, in *automatorv1.PollRequest) (*au
 // polls (grpcwire.AnswerStarts).
 func serveProxyService(t *testing.T, srv automatorv1.ProxyServiceServer, lis net.Listener, dial ...grpc.DialOption) automatorv1.ProxyServiceClient {
 	t.Helper()
-	gs := grpc.NewServer(grpcwire.ServerOptions()...)
+	gs := grpc.NewServer(append(grpcwire.ServerOptions(), grpc.MaxRecvMsgSize(8<<20))...)
 	automatorv1.RegisterProxyServiceServer(gs, srv)
 	served := make(chan struct{})
 	go func() { defer close(served); _ = gs.Serve(lis) }()

@@ -162,9 +162,12 @@ func (a *Agent) saveEarlier() error {
 func (a *Agent) reportEarlier(ctx context.Context) error {
 	for len(a.earlier) > 0 {
 		l := a.earlier[0]
-		rctx, cancel := context.WithTimeout(ctx, reportLostWithin)
-		_, err := a.pollAs(rctx, l.Run, 0, 0, l.Seq, l.From)
-		cancel()
+		// A poll for no units, bounded as every poll of this run: on a
+		// thin link it may wait behind the results posted again from
+		// the spool (resumeSpooled), for seconds. A fixed 5 s cut it
+		// off there, and it was made again, logged as the automator
+		// unreachable, until they were sent.
+		_, err := a.pollAsBounded(ctx, l.Run, 0, 0, l.Seq, l.From)
 		switch {
 		case err == nil:
 			a.log.Info("told the automator of polls an earlier run of this instance never read the answers of", "run_id", l.Run, "lost_from", l.From)
