@@ -441,7 +441,7 @@ func unanswered(ctx, tctx context.Context, err error) error {
 		return err
 	}
 	if errors.Is(context.Cause(tctx), grpcwire.ErrNoAnswer) {
-		return status.Errorf(codes.Unavailable, "the automator did not begin its answer in time: %v", status.Convert(err).Message())
+		return status.Error(codes.Unavailable, "the automator did not begin its answer in time")
 	}
 	if status.Code(err) == codes.DeadlineExceeded {
 		return status.Errorf(codes.Unavailable, "the automator did not answer in time: %v", status.Convert(err).Message())
