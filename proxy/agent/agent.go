@@ -439,7 +439,7 @@ func (a *Agent) poll(ctx context.Context, n int, wait time.Duration, seq, lostFr
 // poll's bounds.
 func (a *Agent) pollAsBounded(ctx context.Context, run string, n int, wait time.Duration, seq, lostFrom uint64) (*automatorv1.PollResponse, error) {
 	// The answer must begin within the wait plus a margin (the server
-	// decides the wait and may add jitter); once it has begun (AnswerStarted)
+	// decides the wait and may add jitter); once it has begun (grpcwire.AnswerStarts)
 	// it is given the time the largest answer takes at minPostRate. An
 	// answer carrying large commands takes its time on a thin downlink:
 	// 1 MiB, 35 s at 256 kbit/s. Cut off, its claims were lost, their
@@ -459,8 +459,9 @@ func (a *Agent) pollAsBounded(ctx context.Context, run string, n int, wait time.
 var pollMargin = 5 * time.Second
 
 // noAnswerError is a poll whose answer did not begin within its bound
-// (DeadlineExceeded). Its connection was up: one whose pings go unanswered
-// is dropped sooner, and the poll fails as Unavailable.
+// (DeadlineExceeded). Its connection had not failed: the proxy's keepalive
+// drops one whose pings go unanswered within 15 s, sooner than the 41 s
+// of a poll's default bound, and the poll fails as Unavailable.
 type noAnswerError struct{ within time.Duration }
 
 func (e noAnswerError) Error() string {
