@@ -137,7 +137,10 @@ func (s *Server) accountDeleted(ctx context.Context, d store.AccountDeletion) {
 	s.listed.forgetAccount(d.Name)
 	s.queued.forget(d.Name)
 	s.hub.NotifyAccount(d.Name)
-	p := store.WorkListParams{Account: d.Tombstone, State: store.StateCancelled, Limit: 500}
+	// Without their sealed blobs: only the ids and the times (and what
+	// metrics count: state, account) are used, and a unit's command and
+	// result may weigh megabytes.
+	p := store.WorkListParams{Account: d.Tombstone, State: store.StateCancelled, Limit: 500, WithoutSealed: true}
 	cancelled := 0
 	for {
 		ws, err := s.listUnits(ctx, p)

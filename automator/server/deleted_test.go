@@ -327,3 +327,50 @@ func TestACallRacingTheAccountsDeletionGetsNotFound(t *testing.T) {
 		t.Errorf("the automator logged errors for calls on a deleted account:\n%s", strings.Join(lines, "\n"))
 	}
 }
+
+// sealedListings records the listings of deleted accounts' units that
+// asked for their sealed blobs.
+type sealedListings struct {
+	store.Store
+	mu     sync.Mutex
+	listed int // listings of a tombstone's units
+	sealed int // of which with their sealed blobs
+}
+
+func (s *sealedListings) Unwrap() store.Store { return s.Store }
+
+func (s *sealedListings) WorkList(ctx context.Context, p store.WorkListParams) ([]store.Work, error) {
+	if _, ok := store.DeletedAccount(p.Account); ok {
+		s.mu.Lock()
+		s.listed++
+		if !p.WithoutSealed {
+			s.sealed++
+		}
+		s.mu.Unlock()
+	}
+	return s.Store.WorkList(ctx, p)
+}
+
+// TestAccountDeletionListsItsUnitsWithoutTheirSealedBlobs: the automator
+// acting on a deletion reads the cancelled units of the account without
+// their sealed commands and results, which it does not use (it wakes
+// their callers and counts them) and which may weigh megabytes a unit.
+func TestAccountDeletionListsItsUnitsWithoutTheirSealedBlobs(t *testing.T) {
+	log := &syncLog{}
+	lists := &sealedListings{}
+	e := newEnv(t, envOptions{pollWindow: time.Hour, log: log, sweepInterval: 20 * time.Millisecond,
+		wrap: func(st store.Store) store.Store { lists.Store = cachedCredentials(st); return lists }})
+	caller := e.callerClient()
+	queued := submit(t, caller, e.account, time.Hour)
+	waitQueued := waitAsync(caller, queued.GetWorkId())
+
+	e.deleteAccount(e.account)
+	waittest.Recv(t, waitQueued, "a caller waiting for a unit of the deleted account to be answered")
+	waittest.Until(t, "the automator to log acme's deletion", func() bool { return len(log.lines("account deleted", "account=acme ")) > 0 })
+
+	lists.mu.Lock()
+	defer lists.mu.Unlock()
+	if lists.listed == 0 || lists.sealed != 0 {
+		t.Errorf("listings of the deleted account's units: %d, %d of them with their sealed blobs; want some, none with them", lists.listed, lists.sealed)
+	}
+}
