@@ -54,12 +54,14 @@ type Store interface {
 
 // Opener opens sealed commands and results (the server does, with the
 // account keys). ListedOutcome and ListedScript open only what a listing
-// shows, and keep it (server.Server.ListedOutcome).
+// shows, and keep it (server.Server.ListedOutcome); ListedKnown tells
+// whether they would read the unit again.
 type Opener interface {
 	OpenCommand(ctx context.Context, w store.Work) (*automatorv1.Command, error)
 	OpenResult(ctx context.Context, w store.Work) (*automatorv1.Result, error)
 	ListedOutcome(ctx context.Context, w store.Work) (*server.Outcome, error)
 	ListedScript(ctx context.Context, w store.Work) (string, error)
+	ListedKnown(w store.Work, script bool) bool
 }
 
 // SignIns records sign-ins and sign-outs in the audit log (server.Server

@@ -238,7 +238,8 @@ func (d *Dashboard) workList(r *http.Request, s *session) (string, any, error) {
 		return "", nil, errBadRequest(fmt.Sprintf("%q is not a state; the states are queued, claimed, succeeded, failed, timed_out and cancelled.", data.State))
 	}
 	// Without their sealed blobs: the server reads again only the units
-	// whose listed parts it does not keep (Opener.ListedOutcome).
+	// whose listed parts it does not keep (Opener.ListedOutcome), and the
+	// page is listed again with them when that is most of it.
 	p := store.WorkListParams{Account: data.Account, State: data.State, Limit: d.o.PageSize, WithoutSealed: true}
 	if b := q.Get("before"); b != "" {
 		at, id, ok := parseCursor(b)
@@ -258,6 +259,23 @@ func (d *Dashboard) workList(r *http.Request, s *session) (string, any, error) {
 	list, err := d.o.Store.WorkList(ctx, p)
 	if err != nil {
 		return "", nil, err
+	}
+	unknown := 0
+	for _, w := range list {
+		if !d.o.Opener.ListedKnown(w, s.Reveal) {
+			unknown++
+		}
+	}
+	if 2*unknown > len(list) {
+		// Most of the page was never opened here (the first listing since
+		// the automator started, an older page): one query with the
+		// blobs rather than one per unit. A page read again as it
+		// refreshes has only its units that ended since to read, each
+		// alone, and its blobs (output of up to megabytes) stay unread.
+		p.WithoutSealed = false
+		if list, err = d.o.Store.WorkList(ctx, p); err != nil {
+			return "", nil, err
+		}
 	}
 	for _, w := range list {
 		data.Rows = append(data.Rows, d.row(ctx, w, s.Reveal))

@@ -123,6 +123,23 @@ func (s *Server) ListedScript(ctx context.Context, w store.Work) (string, error)
 	return script, nil
 }
 
+// ListedKnown reports whether ListedOutcome, and ListedScript when script,
+// answer unit w without reading it again: what they show of it is kept, or
+// there is nothing to show (a unit not ended, or of a deleted account). A
+// listing most of whose units are not known is cheaper listed again with
+// their sealed blobs, in one query, than read again one unit at a time.
+func (s *Server) ListedKnown(w store.Work, script bool) bool {
+	if _, deleted := store.DeletedAccount(w.Account); deleted {
+		return true
+	}
+	outcome := w.State == store.StateSucceeded || w.State == store.StateFailed
+	if !outcome && !script {
+		return true
+	}
+	e, ok := s.listed.get(w.ID, w.Account)
+	return ok && (e.outcomeKnown || !outcome) && (e.scriptKnown || !script)
+}
+
 // listedEntry is what is kept of one unit.
 type listedEntry struct {
 	id, account  string

@@ -254,3 +254,41 @@ func TestListedOutcomeOfADeletedAccountIsDroppedAndNeverShown(t *testing.T) {
 		t.Errorf("listed before the deletion, read after: %+v, %v; want ErrAccountDeleted", o, err)
 	}
 }
+
+// TestListedKnownSaysWhetherAListingReadsTheUnitAgain: an ended unit is
+// known once its outcome is kept, and for a listing that shows scripts
+// once its script name is too; a unit still running has no outcome to
+// read, and one of a deleted account nothing to open.
+func TestListedKnownSaysWhetherAListingReadsTheUnitAgain(t *testing.T) {
+	e := newListedEnv(t)
+	ctx := t.Context()
+	ran := e.unit("w_ran", "report.sh", store.StateSucceeded, e.seal("w_ran", crypto.DirResult, &automatorv1.Result{ExitCode: 7}))
+	if e.s.ListedKnown(ran, false) || e.s.ListedKnown(ran, true) {
+		t.Errorf("an ended unit not opened yet is known")
+	}
+	if _, err := e.s.ListedOutcome(ctx, ran); err != nil {
+		t.Fatal(err)
+	}
+	if !e.s.ListedKnown(ran, false) || e.s.ListedKnown(ran, true) {
+		t.Errorf("with its outcome kept: known %v without its script, %v with; want true, false", e.s.ListedKnown(ran, false), e.s.ListedKnown(ran, true))
+	}
+	if _, err := e.s.ListedScript(ctx, ran); err != nil {
+		t.Fatal(err)
+	}
+	if !e.s.ListedKnown(ran, true) {
+		t.Errorf("with its outcome and script kept: not known")
+	}
+
+	queued := store.Work{ID: "w_queued", Account: "acme", State: store.StateQueued}
+	if !e.s.ListedKnown(queued, false) || e.s.ListedKnown(queued, true) {
+		t.Errorf("a queued unit: known %v without its script, %v with; want true, false", e.s.ListedKnown(queued, false), e.s.ListedKnown(queued, true))
+	}
+	tomb := ran
+	tomb.ID, tomb.Account = "w_other", "acme (deleted 2026-01-02T03:04:05Z)"
+	if _, deleted := store.DeletedAccount(tomb.Account); !deleted {
+		t.Fatalf("%q is not a deleted account's name", tomb.Account)
+	}
+	if !e.s.ListedKnown(tomb, true) {
+		t.Errorf("a unit of a deleted account is not known")
+	}
+}
