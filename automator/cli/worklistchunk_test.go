@@ -1,0 +1,81 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+// listLimits records the most units a listing asked for.
+type listLimits struct {
+	store.Store
+	mu  sync.Mutex
+	max int
+}
+
+func (l *listLimits) WorkList(ctx context.Context, p store.WorkListParams) ([]store.Work, error) {
+	l.mu.Lock()
+	l.max = max(l.max, p.Limit)
+	l.mu.Unlock()
+	return l.Store.WorkList(ctx, p)
+}
+
+// TestWorkListReadsItsUnitsAChunkAtATime: work list reads at most
+// workListChunk units (each with its sealed blobs) a query, however many
+// it lists, and lists the same units, newest first, each once, as one
+// listing of them all would.
+func TestWorkListReadsItsUnitsAChunkAtATime(t *testing.T) {
+	dir := seedListings(t)
+	ctx := t.Context()
+	cfg, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := openStore(ctx, dir, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	// More units than two chunks, some sharing a queue time.
+	for i := range 2*workListChunk + 7 {
+		at := listNow.Add(time.Duration(i/2) * time.Millisecond)
+		if _, err := st.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: fmt.Sprintf("w_more_%03d", i), Account: "acme", KeyID: 1,
+			SealedCommand: []byte("not opened by a listing"), Now: at, Deadline: at.Add(time.Hour), SyncLater: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv, err := opener(dir, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := st.WorkList(ctx, store.WorkListParams{Limit: 10000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, limit := range []int{10000, workListChunk + 3, workListChunk, 5} {
+		rec := &listLimits{Store: st}
+		views, err := workViews(ctx, rec, srv, store.WorkListParams{}, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got, want []string
+		for _, v := range views {
+			got = append(got, v.ID)
+		}
+		for _, w := range all[:min(limit, len(all))] {
+			want = append(want, w.ID)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("--limit %d listed %d units %v...; want the %d newest, %v...", limit, len(got), got[:min(3, len(got))], len(want), want[:min(3, len(want))])
+		}
+		if rec.max > workListChunk {
+			t.Errorf("--limit %d: a listing of %d units at once; want at most %d", limit, rec.max, workListChunk)
+		}
+	}
+}
