@@ -9,17 +9,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/automator/dashboard"
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
 // unitReads counts the reads of units: listings with and without their
-// sealed blobs, and reads of one unit.
+// sealed blobs, and reads of one unit; and records the most units a
+// listing with their blobs asked for.
 type unitReads struct {
 	store.Store
 	mu                   sync.Mutex
 	whole, bare, oneUnit int
+	wholeMax             int
 }
 
 func (r *unitReads) WorkList(ctx context.Context, p store.WorkListParams) ([]store.Work, error) {
@@ -28,6 +31,7 @@ func (r *unitReads) WorkList(ctx context.Context, p store.WorkListParams) ([]sto
 		r.bare++
 	} else {
 		r.whole++
+		r.wholeMax = max(r.wholeMax, p.Limit)
 	}
 	r.mu.Unlock()
 	return r.Store.WorkList(ctx, p)
@@ -53,17 +57,19 @@ func (r *unitReads) since() string {
 // exit is a work page's cell of exit code n.
 func exit(n int) string { return fmt.Sprintf(`<td class="num exit-code">%d</td>`, n) }
 
-// TestWorkPageNotOpenedYetIsReadInOneListing: a page of work none of whose
-// units the automator has opened (its first since it started) is read in
-// two listings, the second with the units' sealed blobs, rather than with
-// one read of each unit; read again (a live page's refresh), it is listed
-// without the blobs and nothing else is read; a unit that ended since is
-// read alone, the page's other blobs left unread.
-func TestWorkPageNotOpenedYetIsReadInOneListing(t *testing.T) {
+// TestWorkPageNotOpenedYetIsListedWithItsBlobs: a page of work none of
+// whose units the automator has opened (its first since it started) is
+// listed without the units' sealed blobs, then again with them, a few
+// units (dashboard.WholeChunk) a listing, rather than with one read of
+// each unit; read again (a live page's refresh), it is listed without the
+// blobs and nothing else is read; a unit that ended since is read alone,
+// the page's other blobs left unread.
+func TestWorkPageNotOpenedYetIsListedWithItsBlobs(t *testing.T) {
 	e := newEnv(t)
 	now := e.clock.Now()
-	for i := range 3 {
-		at := now.Add(time.Duration(i-10) * time.Minute)
+	size := 2*dashboard.WholeChunk + 3
+	for i := range size {
+		at := now.Add(time.Duration(i-100) * time.Minute)
 		e.enqueue(fmt.Sprintf("w_%d", i), "acme", at, &automatorv1.Command{Script: "report.sh"})
 		e.run("acme", "a-1", at.Add(time.Second), at.Add(2*time.Second), &automatorv1.Result{ExitCode: int32(40 + i)})
 	}
@@ -73,7 +79,7 @@ func TestWorkPageNotOpenedYetIsReadInOneListing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, base := e.start(replica{st: reads, srv: srv})
+	_, base := e.start(replica{st: reads, srv: srv, opts: func(o *dashboard.Options) { o.PageSize = size }})
 	c := client(t)
 	e.signIn(c, base, "admin")
 
@@ -87,19 +93,20 @@ func TestWorkPageNotOpenedYetIsReadInOneListing(t *testing.T) {
 		}
 	}
 	reads.since()
-	page("<code>report.sh</code>", exit(40), exit(41), exit(42))
-	if got := reads.since(); got != "1/1/0" {
-		t.Errorf("reads of a page not opened yet (listings with blobs/without/units read alone): %s; want 1/1/0", got)
+	page("<code>report.sh</code>", exit(40), exit(41), exit(40+size-1))
+	if got := reads.since(); got != "3/1/0" || reads.wholeMax > dashboard.WholeChunk {
+		t.Errorf("reads of a page of %d units not opened yet (listings with blobs/without/units read alone): %s, up to %d units a listing with blobs; want 3/1/0, at most %d",
+			size, got, reads.wholeMax, dashboard.WholeChunk)
 	}
-	page("<code>report.sh</code>", exit(40), exit(41), exit(42))
+	page("<code>report.sh</code>", exit(40), exit(41), exit(40+size-1))
 	if got := reads.since(); got != "0/1/0" {
 		t.Errorf("reads of the page read again: %s; want 0/1/0", got)
 	}
 
 	at := now.Add(-time.Minute)
 	e.enqueue("w_new", "acme", at, &automatorv1.Command{Script: "report.sh"})
-	e.run("acme", "a-1", at.Add(time.Second), at.Add(2*time.Second), &automatorv1.Result{ExitCode: 43})
-	page(exit(43), exit(42), exit(41))
+	e.run("acme", "a-1", at.Add(time.Second), at.Add(2*time.Second), &automatorv1.Result{ExitCode: 99})
+	page(exit(99), exit(40+size-1))
 	if got := reads.since(); got != "0/1/1" {
 		t.Errorf("reads of the page with a unit ended since: %s; want 0/1/1", got)
 	}

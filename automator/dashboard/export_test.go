@@ -20,3 +20,7 @@ func (d *Dashboard) WaitStreamsEnded(ctx context.Context, n int) error {
 		}
 	}
 }
+
+// WholeChunk is the most units a page listed with their sealed blobs
+// reads a query.
+const WholeChunk = wholeChunk

@@ -153,6 +153,9 @@ func (d *Dashboard) row(ctx context.Context, w store.Work, reveal bool) workRow 
 		row.Script = script
 	}
 	row.finish(reveal)
+	// Opened: a row keeps no blob (a live page holds its rows until it
+	// is read again).
+	row.SealedCommand, row.SealedResult = nil, nil
 	return row
 }
 
@@ -268,20 +271,20 @@ func (d *Dashboard) workList(r *http.Request, s *session) (string, any, error) {
 	}
 	if 2*unknown > len(list) {
 		// Most of the page was never opened here (the first listing since
-		// the automator started, an older page): one query with the
-		// blobs rather than one per unit. A page read again as it
-		// refreshes has only its units that ended since to read, each
-		// alone, and its blobs (output of up to megabytes) stay unread.
-		p.WithoutSealed = false
-		if list, err = d.o.Store.WorkList(ctx, p); err != nil {
+		// the automator started, an older page): listed again with the
+		// blobs, a few units a query rather than one. A page read again as
+		// it refreshes has only its units that ended since to read, each
+		// alone, and its other blobs stay unread.
+		if data.Rows, err = d.wholeRows(ctx, p, s.Reveal); err != nil {
 			return "", nil, err
 		}
+	} else {
+		for _, w := range list {
+			data.Rows = append(data.Rows, d.row(ctx, w, s.Reveal))
+		}
 	}
-	for _, w := range list {
-		data.Rows = append(data.Rows, d.row(ctx, w, s.Reveal))
-	}
-	if len(list) == p.Limit {
-		last := list[len(list)-1]
+	if len(data.Rows) == p.Limit {
+		last := data.Rows[len(data.Rows)-1]
 		next := url.Values{}
 		if data.Account != "" {
 			next.Set("account", data.Account)
@@ -293,6 +296,35 @@ func (d *Dashboard) workList(r *http.Request, s *session) (string, any, error) {
 		data.Next = Prefix + "work?" + next.Encode()
 	}
 	return "Work", data, nil
+}
+
+// wholeChunk is the most units a page listed with their sealed blobs
+// (wholeRows) reads a query: what it holds at once, each unit's output
+// weighing up to megabytes.
+const wholeChunk = 10
+
+// wholeRows lists the page p selects with its units' sealed blobs,
+// wholeChunk units a query, and returns its rows.
+func (d *Dashboard) wholeRows(ctx context.Context, p store.WorkListParams, reveal bool) ([]workRow, error) {
+	var rows []workRow
+	page := p.Limit
+	p.WithoutSealed = false
+	for len(rows) < page {
+		p.Limit = min(wholeChunk, page-len(rows))
+		list, err := d.o.Store.WorkList(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		for _, w := range list {
+			rows = append(rows, d.row(ctx, w, reveal))
+		}
+		if len(list) < p.Limit {
+			break
+		}
+		last := list[len(list)-1]
+		p.BeforeQueuedAt, p.BeforeID = last.QueuedAt, last.ID
+	}
+	return rows, nil
 }
 
 func parseCursor(s string) (time.Time, string, bool) {
