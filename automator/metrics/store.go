@@ -187,6 +187,11 @@ func (s *timedStore) AccountKeys(ctx context.Context, account string) ([]store.A
 	return s.Store.AccountKeys(ctx, account)
 }
 
+func (s *timedStore) AccountKeysPurge(ctx context.Context, p store.AccountKeysPurgeParams) (int, error) {
+	defer s.since("AccountKeysPurge", time.Now())
+	return s.Store.AccountKeysPurge(ctx, p)
+}
+
 func (s *timedStore) AccountDelete(ctx context.Context, p store.AccountDeleteParams) (store.AccountDeletion, error) {
 	defer s.since("AccountDelete", time.Now())
 	return s.Store.AccountDelete(ctx, p)

@@ -415,6 +415,13 @@ func EndOpenReason(reason string, w Work) string {
 	return reason + " (it was queued, not claimed)"
 }
 
+type AccountKeysPurgeParams struct {
+	Now time.Time
+	// Grace: how long after its overlap ended a previous key is kept at
+	// least.
+	Grace time.Duration
+}
+
 type WorkPurgeParams struct {
 	// QueuedBefore: ended units queued before it are deleted.
 	QueuedBefore time.Time
@@ -679,8 +686,21 @@ type Store interface {
 	AccountRotate(ctx context.Context, p AccountRotateParams) (Account, error)
 	// AccountKeys returns every key version of an account, the current one
 	// first, then the previous ones newest first; ErrNotFound if there is
-	// no such account.
+	// no such account. Previous keys no unit needs any more may be gone
+	// (AccountKeysPurge).
 	AccountKeys(ctx context.Context, account string) ([]AccountKey, error)
+	// AccountKeysPurge deletes the previous keys (never a current one)
+	// whose overlap ended more than p.Grace before p.Now and whose account
+	// has no unit, in any state, queued before that time (UsableUntil plus
+	// p.Grace), and returns how many it deleted. Every unit whose command
+	// or result is sealed with a previous key was queued before it: a unit
+	// is sealed with the key that is current when it is queued, and handed
+	// sealed again with a previous key, whose result the proxy seals with
+	// it too, only while that key is usable; p.Grace covers what an
+	// automator's caches and its clock may lag. So a deleted key opens no
+	// stored unit. SQLite overwrites the sealed key before it deletes the
+	// row, as AccountDelete does.
+	AccountKeysPurge(ctx context.Context, p AccountKeysPurgeParams) (int, error)
 	// APIKeyList returns every API key, revoked ones included, oldest first.
 	APIKeyList(ctx context.Context) ([]APIKey, error)
 	// APIKeyRevoke marks a key revoked and returns it; a key revoked

@@ -134,6 +134,21 @@ WHERE account = $1 ORDER BY key_id DESC`, account)
 	return append(out, prev...), nil
 }
 
+// AccountKeysPurge deletes the previous keys no unit needs any more (see
+// store.Store). Each candidate's check, a subquery run per candidate (not
+// an anti-join the planner could make a scan of work), is a seek in
+// work_account_queued_at_id for its account's units queued before its
+// time; the candidates, previous keys past their overlap, are few.
+func (s *Store) AccountKeysPurge(ctx context.Context, p store.AccountKeysPurgeParams) (int, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM account_keys k
+WHERE k.usable_until + $1::interval < $2
+AND (SELECT 1 FROM work w WHERE w.account = k.account AND w.queued_at < k.usable_until + $1::interval LIMIT 1) IS NULL`, p.Grace, p.Now)
+	if err != nil {
+		return 0, fmt.Errorf("deleting previous keys no unit needs: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
 func (s *Store) WorkQueuedCount(ctx context.Context, account string, atMost int) (int, error) {
 	var limit *int // NULL: no limit
 	if atMost > 0 {

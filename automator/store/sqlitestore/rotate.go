@@ -131,6 +131,57 @@ WHERE account = ? ORDER BY key_id DESC`, account)
 	return out, nil
 }
 
+// AccountKeysPurge deletes the previous keys no unit needs any more (see
+// store.Store). Each candidate's check is a seek in
+// work_account_queued_at_id for its account's units queued before its
+// time, never a scan of the account's units; the candidates, previous keys
+// past their overlap, are few. Each sealed key is overwritten with zeros
+// before its row is deleted, so that it does not linger in a page's free
+// space.
+func (s *Store) AccountKeysPurge(ctx context.Context, p store.AccountKeysPurgeParams) (int, error) {
+	n := 0
+	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
+		n = 0
+		rows, err := tx.QueryContext(ctx, `UPDATE account_keys SET sealed_key = zeroblob(length(sealed_key))
+WHERE usable_until + ?1 < ?2
+AND NOT EXISTS (SELECT 1 FROM work WHERE work.account = account_keys.account AND work.queued_at < account_keys.usable_until + ?1)
+RETURNING account, key_id`, int64(p.Grace), toNanos(p.Now))
+		if err != nil {
+			return err
+		}
+		type version struct {
+			account string
+			keyID   int64
+		}
+		var gone []version
+		for rows.Next() {
+			var v version
+			if err := rows.Scan(&v.account, &v.keyID); err != nil {
+				rows.Close()
+				return err
+			}
+			gone = append(gone, v)
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, v := range gone {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM account_keys WHERE account = ? AND key_id = ?`, v.account, v.keyID); err != nil {
+				return err
+			}
+		}
+		n = len(gone)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("deleting previous keys no unit needs: %w", err)
+	}
+	return n, nil
+}
+
 // queuedCountQuery counts up to a limit of an account's queued units, from
 // the partial index work_queued.
 const queuedCountQuery = `SELECT COUNT(*) FROM (SELECT 1 FROM work WHERE account = ? AND state = 'queued' LIMIT ?)`

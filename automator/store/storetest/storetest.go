@@ -26,7 +26,7 @@ import (
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Helper()
 	all := slices.Concat(accountCases, workCases, claimCases, completeCases, cancelCases,
-		expireCases, instanceCases, apiKeyCases, idempotencyCases, replicaCases, listCases, securityCases, handoffCases, purgeCases,
+		expireCases, instanceCases, apiKeyCases, idempotencyCases, replicaCases, listCases, securityCases, handoffCases, purgeCases, keyPurgeCases,
 		endedCases, dashboardCases, endOpenCases, deleteCases)
 	for _, c := range all {
 		t.Run(c.name, func(t *testing.T) {
