@@ -22,7 +22,10 @@ const keyCacheTTL = 30 * time.Second
 const reloadUnknownEvery = time.Second
 
 // keyRing is an account's key versions as the store had them at loaded:
-// the current key first, then previous ones newest first.
+// the current key first, then previous ones newest first. Previous keys
+// that no unit needs any more are deleted from the store (purgeKeys): a
+// ring read since lacks them, and one read before keeps them until it is
+// read again, for units that no longer exist.
 type keyRing struct {
 	meta   []store.AccountKey
 	opened crypto.Keys
@@ -138,8 +141,9 @@ func (s *Server) currentKey(ctx context.Context, acc store.Account) (crypto.Key,
 
 // sameAccount reports whether the ring holds key id as sealedKey: if it
 // holds another key under that id, the account was deleted and created
-// again since the ring was read (a rotation keeps every key it had, each
-// under its id).
+// again since the ring was read (an account never gives an id to two keys,
+// and its current key stays; only previous keys no unit needs are deleted,
+// purgeKeys). A ring that does not hold id says nothing of it.
 func (r *keyRing) sameAccount(id uint32, sealedKey []byte) bool {
 	for _, k := range r.meta {
 		if k.KeyID == id {

@@ -9,8 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/crypto"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
 // TestPurgeEndedDeletesEndedUnitsPastTheRetention: PurgeEnded deletes every
@@ -124,5 +129,96 @@ func TestPurgeEndedLeavesTheDatabaseIdleBetweenBatches(t *testing.T) {
 	want := []string{full, "pause 40ms", full, "pause 40ms", "purge 3"}
 	if got := slow.steps; !slices.Equal(got, want) {
 		t.Errorf("PurgeEnded's steps: %q; want %q (each full batch followed by a pause as long as it took)", got, want)
+	}
+}
+
+// TestPurgeEndedDeletesAPreviousKeyOnceNoUnitNeedsIt: the purge deletes a
+// previous key once the units queued before its overlap ended are gone,
+// and not before: a unit queued after the rotation, stored under the new
+// key, that a proxy of the old profile ran holds a result sealed with the
+// old key, and keeps it. Once the key is gone the automator goes on
+// sealing, handing out and opening units with the keys that are left.
+func TestPurgeEndedDeletesAPreviousKeyOnceNoUnitNeedsIt(t *testing.T) {
+	clock := newFakeClock()
+	e := newEnv(t, envOptions{clock: clock})
+	ctx := t.Context()
+	caller, proxy := e.callerClient(), e.proxyClient()
+	const retention = 24 * time.Hour
+	start := clock.Now()
+	set := func(at time.Time) { clock.Advance(at.Sub(clock.Now())) }
+	keyIDs := func() []uint32 {
+		t.Helper()
+		keys, err := e.store.AccountKeys(ctx, e.account)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []uint32
+		for _, k := range keys {
+			ids = append(ids, k.KeyID)
+		}
+		return ids
+	}
+
+	submitScript(t, caller, e.account, "before.sh", time.Hour)
+	clock.Advance(time.Minute)
+	newKey := e.rotateKey(e.account, 2, clock.Now(), clock.Now().Add(time.Hour))
+	newKeys := crypto.Keys{newKey, e.key}
+	clock.Advance(time.Minute)
+	after := submitScript(t, caller, e.account, "after.sh", time.Hour)
+	c := claimOne(t, proxy, "new", 2, 1) // before.sh, as stored with key 1
+	if err := completeWith(t, proxy, newKeys, c, "new profile ok"); err != nil {
+		t.Fatal(err)
+	}
+	c = claimOne(t, proxy, "old", 1) // after.sh, sealed again with key 1
+	if err := completeWith(t, proxy, crypto.Keys{e.key}, c, "old profile ok"); err != nil {
+		t.Fatal(err)
+	}
+	if w, err := e.store.WorkGet(ctx, after.GetWorkId()); err != nil || w.KeyID != 2 {
+		t.Fatalf("unit queued after the rotation: key id %d, %v; want 2", w.KeyID, err)
+	} else if id, _ := crypto.BlobKeyID(w.SealedResult); id != 1 {
+		t.Fatalf("result of the unit queued after the rotation sealed with key %d, want 1 (the old profile's)", id)
+	}
+
+	// The unit queued before the rotation is purged; the one after it,
+	// whose result key 1 sealed, is not.
+	set(start.Add(retention + 90*time.Second))
+	if n, err := e.srv.PurgeEnded(ctx, retention); err != nil || n != 1 {
+		t.Fatalf("PurgeEnded: %d units, %v; want the unit queued before the rotation", n, err)
+	}
+	if ids := keyIDs(); !slices.Equal(ids, []uint32{2, 1}) {
+		t.Errorf("keys with a unit left whose result key 1 sealed: %v, want [2 1]", ids)
+	}
+	if st, err := caller.Get(ctx, &automatorv1.GetRequest{WorkId: after.GetWorkId()}); err != nil || string(st.GetResult().GetStdout()) != "old profile ok" {
+		t.Fatalf("Get of the unit the old profile ran: %v, %v; want its result", st, err)
+	}
+
+	set(start.Add(retention + 3*time.Minute))
+	if n, err := e.srv.PurgeEnded(ctx, retention); err != nil || n != 1 {
+		t.Fatalf("PurgeEnded: %d units, %v; want the unit queued after the rotation", n, err)
+	}
+	if ids := keyIDs(); !slices.Equal(ids, []uint32{2}) {
+		t.Errorf("keys with no unit left from key 1's time: %v, want [2]", ids)
+	}
+
+	// The automator goes on, with a ring read before the purge and with
+	// one read after it.
+	for _, read := range []string{"before", "after"} {
+		if read == "after" {
+			clock.Advance(time.Hour) // past the ring's cache
+		}
+		st := submitScript(t, caller, e.account, "later-"+read+".sh", time.Hour)
+		c := claimOne(t, proxy, "new", 2, 1)
+		if cmd, id := openWith(t, crypto.Keys{newKey}, c); cmd.GetScript() != "later-"+read+".sh" || id != 2 {
+			t.Fatalf("ring read %s the purge: the new profile got %q sealed with key %d, want later-%s.sh with key 2", read, cmd.GetScript(), id, read)
+		}
+		if err := completeWith(t, proxy, crypto.Keys{newKey}, c, "ok "+read); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := caller.Get(ctx, &automatorv1.GetRequest{WorkId: st.GetWorkId()}); err != nil || string(got.GetResult().GetStdout()) != "ok "+read {
+			t.Fatalf("ring read %s the purge: Get: %v, %v", read, got, err)
+		}
+		if _, err := pollNow(proxy, "old", 1, 1); status.Code(err) != codes.FailedPrecondition {
+			t.Fatalf("ring read %s the purge: a poll holding only the deleted key: %v, want FailedPrecondition", read, err)
+		}
 	}
 }

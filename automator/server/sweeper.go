@@ -158,7 +158,8 @@ const purgeBatch = 100
 
 // PurgeEnded deletes the ended units queued more than retention ago, a
 // batch per write, and returns how many it deleted. Units still open are
-// kept, however old.
+// kept, however old. Then it deletes the previous account keys that no
+// unit left can need (purgeKeys).
 //
 // After each full batch it waits as long as the batch took before the
 // next: the purge then holds the database at most half the time, and the
@@ -180,9 +181,35 @@ func (s *Server) PurgeEnded(ctx context.Context, retention time.Duration) (int, 
 			if total > 0 {
 				s.log.Info("deleted ended units past the retention", "count", total, "queued_before", before, "work_retention", retention)
 			}
+			if err == nil {
+				err = s.purgeKeys(ctx)
+			}
 			return total, err
 		}
 	}
+}
+
+// retiredKeyGrace is how long after a previous key's overlap ended it is
+// kept at least, and how long after that a unit queued then keeps it: the
+// most that the time an automator stores with a unit sealed with it may lag
+// its overlap. A unit is sealed with the current key an enqueue read (a
+// copy kept up to a second), and handed sealed again with a previous key
+// while a ring read up to keyCacheTTL ago says it is usable (its overlap
+// may have been cut short since by a rotation without overlap); the
+// clocks of automators and of the host that ran rotate-key may differ too.
+const retiredKeyGrace = time.Hour
+
+// purgeKeys deletes the previous keys of every account that no stored unit
+// can need any more (store.Store AccountKeysPurge): with them gone, a
+// leaked master key no longer opens, from a later copy of the database,
+// the units they sealed. A ring cached before holds them until it is read
+// again; none of its units needs them.
+func (s *Server) purgeKeys(ctx context.Context) error {
+	n, err := s.store.AccountKeysPurge(ctx, store.AccountKeysPurgeParams{Now: s.clock.Now(), Grace: retiredKeyGrace})
+	if n > 0 {
+		s.log.Info("deleted previous account keys no unit needs", "count", n)
+	}
+	return err
 }
 
 // purgePauseMin is the least pause between two purge batches.
