@@ -38,6 +38,13 @@ type Client interface {
 // Options configure an Agent.
 type Options struct {
 	Client Client
+	// Uploads, when set, carries the calls that post more than
+	// postAlonePast bytes of results; Client carries the polls and the
+	// rest. Given its own connection, a large result on a thin uplink is
+	// not queued ahead of the poll connection's keepalive ping, which
+	// would miss its answer and drop that connection, healthy, mid-upload.
+	// Nil: Client carries them.
+	Uploads Client
 	// Automator names the automator Client reaches (its URL), in the log
 	// lines that say it cannot be reached or refused this proxy.
 	Automator      string
@@ -158,7 +165,7 @@ func New(o Options) *Agent {
 		SummaryAttrs: []any{"see", "each unit's state on the automator (automator work list --state timed_out)"}}
 	a.state = newStateFile(o, a.log)
 	a.spool = newSpool(o.SpoolDir, a.log)
-	a.poster = newPoster(o.Client)
+	a.poster = newPoster(o.Client, o.Uploads)
 	return a
 }
 

@@ -30,6 +30,12 @@ import (
 // to send, and results that finish meanwhile must not wait for it (nor
 // time out behind it, nor be sent again with it each time it is retried).
 // HTTP/2 interleaves the calls on the connection.
+//
+// Every call posting more than postAlonePast bytes (a large result, or a
+// batch that large) goes to the uploads client, the other connection when
+// the agent has one (Options.Uploads): on the connection that polls, a
+// large upload would queue the keepalive's ping behind what gRPC and the
+// kernel hold of it.
 
 // BatchClient is implemented by a Client that can post several results in
 // one call (the generated client does). Without it, each result is posted
@@ -61,6 +67,9 @@ var errNoBatch = errors.New("the automator has no CompleteBatch")
 type poster struct {
 	client Client
 	batch  BatchClient // nil: Complete only
+	// uploads and uploadBatch post more than postAlonePast bytes at once.
+	uploads     Client
+	uploadBatch BatchClient
 
 	// group sends the batches (post), one call at a time, each on the
 	// goroutine of its oldest result's caller. A result whose caller gives
@@ -79,9 +88,19 @@ type postOp struct {
 	size int // encoded
 }
 
-func newPoster(c Client) *poster {
-	p := &poster{client: c}
+// newPoster posts with c, and with uploads, when not nil, what is larger
+// than postAlonePast.
+func newPoster(c, uploads Client) *poster {
+	p := &poster{client: c, uploads: c}
 	p.batch, _ = c.(BatchClient)
+	p.uploadBatch = p.batch
+	if uploads != nil {
+		p.uploads = uploads
+		p.uploadBatch, _ = uploads.(BatchClient)
+		if p.uploadBatch == nil {
+			p.uploadBatch = p.batch
+		}
+	}
 	p.group = batch.Group[*postOp]{
 		Run:      p.post,
 		MaxItems: maxPostBatch,
@@ -101,7 +120,11 @@ func (p *poster) complete(ctx context.Context, req *automatorv1.CompleteRequest)
 			return err
 		}
 	}
-	_, err := p.client.Complete(ctx, req)
+	client := p.client
+	if size > postAlonePast {
+		client = p.uploads
+	}
+	_, err := client.Complete(ctx, req)
 	return err
 }
 
@@ -137,7 +160,11 @@ func (p *poster) post(batch []*postOp) []error {
 	for i, o := range batch {
 		req.Results[i] = o.req
 	}
-	resp, err := p.batch.CompleteBatch(ctx, req)
+	client := p.batch
+	if size > postAlonePast {
+		client = p.uploadBatch
+	}
+	resp, err := client.CompleteBatch(ctx, req)
 	switch {
 	case status.Code(err) == codes.Unimplemented:
 		p.noBatchUntil.Store(time.Now().Add(batchRetryAfter).UnixNano())

@@ -67,7 +67,7 @@ func (s *scriptedBatch) CompleteBatch(ctx context.Context, in *automatorv1.Compl
 // waited is not sent at all.
 func TestEachWaitingResultGetsItsOwnAnswer(t *testing.T) {
 	c := &scriptedBatch{release: make(chan struct{}), started: make(chan struct{}), refuse: map[string]bool{"w_c": true}}
-	p := newPoster(c)
+	p := newPoster(c, nil)
 	post := func(ctx context.Context, id string) <-chan error {
 		got := make(chan error, 1)
 		go func() { got <- p.complete(ctx, &automatorv1.CompleteRequest{WorkId: id}) }()
@@ -125,7 +125,7 @@ func (s *stuckBatch) CompleteBatch(ctx context.Context, _ *automatorv1.CompleteB
 // stopping), not left running to its own timeout.
 func TestAPostEndsWhenEveryCallerGaveUp(t *testing.T) {
 	c := &stuckBatch{started: make(chan struct{}, 1), ended: make(chan error, 1)}
-	p := newPoster(c)
+	p := newPoster(c, nil)
 	ctx, giveUp := context.WithCancel(context.Background())
 	got := make(chan error, 1)
 	go func() { got <- p.complete(ctx, &automatorv1.CompleteRequest{WorkId: "w_a"}) }()
@@ -141,5 +141,67 @@ func TestAPostEndsWhenEveryCallerGaveUp(t *testing.T) {
 		}
 	case <-time.After(postAttempt / 2):
 		t.Fatal("the call went on after its only caller gave up")
+	}
+}
+
+// recordingClient accepts every call and records the work ids each carried.
+type recordingClient struct {
+	completeOnly
+	mu  sync.Mutex
+	ids []string
+}
+
+func (c *recordingClient) Complete(_ context.Context, in *automatorv1.CompleteRequest, _ ...grpc.CallOption) (*automatorv1.CompleteResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ids = append(c.ids, in.GetWorkId())
+	return &automatorv1.CompleteResponse{}, nil
+}
+
+func (c *recordingClient) CompleteBatch(_ context.Context, in *automatorv1.CompleteBatchRequest, _ ...grpc.CallOption) (*automatorv1.CompleteBatchResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range in.GetResults() {
+		c.ids = append(c.ids, r.GetWorkId())
+	}
+	return &automatorv1.CompleteBatchResponse{Outcomes: make([]*automatorv1.CompleteOutcome, len(in.GetResults()))}, nil
+}
+
+func (c *recordingClient) got() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.ids...)
+}
+
+// TestLargePostsGoOverTheUploadsClient: a call posting more than
+// postAlonePast bytes (a large result, or a batch that large) goes over the
+// uploads client, the other connection, and the rest over the client that
+// polls, so that no large upload is queued ahead of the polling
+// connection's keepalive ping.
+func TestLargePostsGoOverTheUploadsClient(t *testing.T) {
+	polling, uploads := &recordingClient{}, &recordingClient{}
+	p := newPoster(polling, uploads)
+	result := func(id string, size int) *automatorv1.CompleteRequest {
+		return &automatorv1.CompleteRequest{WorkId: id, SealedResult: make([]byte, size)}
+	}
+	for _, r := range []*automatorv1.CompleteRequest{result("w_small", 1<<10), result("w_large", postAlonePast+1)} {
+		if err := p.complete(context.Background(), r); err != nil {
+			t.Fatalf("%s: %v", r.GetWorkId(), err)
+		}
+	}
+	half := postAlonePast/2 + 1
+	for i, err := range p.post([]*postOp{
+		{ctx: context.Background(), req: result("w_half1", half), size: half},
+		{ctx: context.Background(), req: result("w_half2", half), size: half},
+	}) {
+		if err != nil {
+			t.Fatalf("batch result %d: %v", i, err)
+		}
+	}
+	if got := polling.got(); len(got) != 1 || got[0] != "w_small" {
+		t.Errorf("posted over the polling connection: %v, want [w_small]", got)
+	}
+	if got := uploads.got(); len(got) != 3 || got[0] != "w_large" || got[1] != "w_half1" || got[2] != "w_half2" {
+		t.Errorf("posted over the uploads connection: %v, want [w_large w_half1 w_half2]", got)
 	}
 }

@@ -148,7 +148,7 @@ func (h *heldLink) CompleteBatch(ctx context.Context, in *automatorv1.CompleteBa
 func TestASmallResultIsNotHeldBehindALargeOneOnItsWay(t *testing.T) {
 	link := &heldLink{release: make(chan struct{}), held: make(chan struct{}, 1)}
 	defer close(link.release)
-	p := newPoster(link)
+	p := newPoster(link, nil)
 	large := make(chan error, 1)
 	go func() {
 		large <- p.complete(context.Background(), &automatorv1.CompleteRequest{WorkId: "w_large", SealedResult: make([]byte, 1<<20)})

@@ -164,6 +164,11 @@ func runProxy(ctx context.Context, cfg config.Config, env Env) error {
 		return err
 	}
 	defer conn.Close()
+	uploads, err := DialUploads(cfg)
+	if err != nil {
+		return err
+	}
+	defer uploads.Close()
 	log := newLogger(env.Stderr, cfg.LogFormat)
 	host, _ := os.Hostname()
 	endGrace, stopWatching := secondStop(ctx)
@@ -175,6 +180,7 @@ func runProxy(ctx context.Context, cfg config.Config, env Env) error {
 	}
 	a := agent.New(agent.Options{
 		Client:         automatorv1.NewProxyServiceClient(conn),
+		Uploads:        automatorv1.NewProxyServiceClient(uploads),
 		Automator:      cfg.AutomatorURL,
 		Keys:           keys,
 		InstanceID:     cfg.InstanceID,
@@ -238,6 +244,17 @@ func spoolDir(cfg config.Config) string {
 // by a middlebox is noticed within seconds. Outbound HTTP CONNECT proxies
 // from HTTPS_PROXY are honoured by grpc-go's default dialer.
 func Dial(cfg config.Config) (*grpc.ClientConn, error) {
+	return dial(cfg, grpc.WithKeepaliveParams(Keepalive))
+}
+
+// DialUploads opens the connection over which the proxy posts large
+// results (agent.Options.Uploads), as Dial does but with UploadKeepalive,
+// and closed after uploadsIdle without a call (dialled again at the next).
+func DialUploads(cfg config.Config) (*grpc.ClientConn, error) {
+	return dial(cfg, grpc.WithKeepaliveParams(UploadKeepalive), grpc.WithIdleTimeout(uploadsIdle))
+}
+
+func dial(cfg config.Config, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	addr, useTLS, err := cfg.Target()
 	if err != nil {
 		return nil, err
@@ -255,10 +272,10 @@ func Dial(cfg config.Config) (*grpc.ClientConn, error) {
 		}
 		creds = credentials.NewTLS(tlsCfg)
 	}
-	return grpc.NewClient(addr, append(grpcwire.DialOptions(),
+	opts = append(opts, grpcwire.DialOptions()...)
+	return grpc.NewClient(addr, append(opts,
 		grpc.WithTransportCredentials(lowatCreds{creds}),
 		grpc.WithPerRPCCredentials(grpcwire.Bearer(cfg.Token, useTLS)),
-		grpc.WithKeepaliveParams(Keepalive),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20), grpc.MaxCallSendMsgSize(8<<20)),
 		grpc.WithConnectParams(Reconnect),
 		grpc.WithStatsHandler(grpcwire.AnswerStarts{}),
@@ -275,9 +292,24 @@ var Reconnect = grpc.ConnectParams{
 	MinConnectTimeout: 5 * time.Second,
 }
 
-// Keepalive is the proxy's connection keepalive: a ping after 10 s without
-// traffic, answered within 5 s, or the connection is dropped and dialled
-// again, so a connection a middlebox silently forgot is noticed within
-// 15 s. 10 s is the fastest the automator accepts (its enforcement
+// Keepalive is the keepalive of the connection that polls (Dial): a ping
+// after 10 s without traffic, answered within 5 s, or the connection is
+// dropped and dialled again, so a connection a middlebox silently forgot
+// is noticed within 15 s. 10 s is the fastest the automator accepts (its enforcement
 // MinTime). The bench's idle instances use it too.
 var Keepalive = keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}
+
+// UploadKeepalive is the keepalive of the connection that posts large
+// results (DialUploads). Its ping waits behind what of the result gRPC
+// (its write buffer, 32 KiB) and the kernel (notSentLowat, and the bytes in
+// flight) already hold: about 60 KB, 7.5 s at 64 kbit/s, the slowest
+// upload a post is given time for. 20 s leaves room for that and a slow
+// round trip; a connection cut mid-upload is noticed within 30 s. The
+// connection that polls keeps Keepalive: no large result is queued ahead
+// of its ping.
+var UploadKeepalive = keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 20 * time.Second}
+
+// uploadsIdle: the connection that posts large results is closed after this
+// long without a call, so that a proxy holds one connection to the
+// automator most of the time.
+const uploadsIdle = time.Minute

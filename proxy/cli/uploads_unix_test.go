@@ -1,0 +1,135 @@
+//go:build unix
+
+package cli
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/opsgate/opsgate/automator/automatortest"
+	"github.com/opsgate/opsgate/internal/waittest"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// countingForwarder passes connections on to target and counts the bytes
+// each carried towards it, in the order they were accepted.
+type countingForwarder struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	sent   []*atomic.Int64
+}
+
+func (f *countingForwarder) serve() {
+	for {
+		c, err := f.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", f.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		n := new(atomic.Int64)
+		f.mu.Lock()
+		f.sent = append(f.sent, n)
+		f.mu.Unlock()
+		go func() {
+			defer s.Close()
+			buf := make([]byte, 32<<10)
+			for {
+				k, err := c.Read(buf)
+				n.Add(int64(k))
+				if _, werr := s.Write(buf[:k]); err != nil || werr != nil {
+					return
+				}
+			}
+		}()
+		go func() {
+			defer c.Close()
+			_, _ = io.Copy(c, s)
+		}()
+	}
+}
+
+func (f *countingForwarder) counts() []int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []int64
+	for _, n := range f.sent {
+		out = append(out, n.Load())
+	}
+	return out
+}
+
+// TestRunPostsALargeResultOverAConnectionOfItsOwn: `proxy run` posts a
+// result larger than 64 KiB over a second connection, not over the one it
+// polls on, which carries the polls and small results only: on a thin
+// uplink, the large result would otherwise be queued ahead of that
+// connection's keepalive ping, which then missed its 5 s, and the healthy
+// connection was dropped and the result posted again from its start. A
+// real automator, the real `proxy run` and a real script.
+func TestRunPostsALargeResultOverAConnectionOfItsOwn(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	fwd := &countingForwarder{ln: ln, target: a.GRPCAddr}
+	go fwd.serve()
+	scripts := t.TempDir()
+	automatortest.WriteScript(t, scripts, "large.sh", `head -c 300000 /dev/urandom | base64`)
+	profile := "automator_url: https://" + ln.Addr().String() + "\ntoken: " + a.Token + "\nkey: " + a.Key.String() +
+		"\nca_cert: |\n  " + strings.ReplaceAll(strings.TrimSpace(string(a.CAPEM)), "\n", "\n  ") +
+		"\nscripts_dir: '" + scripts + "'\ninstance_id: uploads\n"
+	path := filepath.Join(t.TempDir(), "proxy.yaml")
+	if err := os.WriteFile(path, []byte(profile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	var stderr bytes.Buffer
+	exited := make(chan int, 1)
+	go func() {
+		exited <- Main(ctx, []string{"run", "--config", path}, Env{Stdout: &bytes.Buffer{}, Stderr: &stderr})
+	}()
+	defer func() {
+		stop()
+		if code := waittest.Recv(t, exited, "proxy run to return once its context was cancelled"); code != 0 {
+			t.Errorf("proxy run exited %d: %s", code, stderr.String())
+		}
+	}()
+
+	caller := automatorv1.NewAutomatorServiceClient(a.CallerConn(t))
+	callCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := caller.ExecuteOnProxy(callCtx, &automatorv1.ExecuteRequest{
+		Account: a.Account,
+		Command: &automatorv1.Command{Script: "large.sh"},
+		Timeout: durationpb.New(time.Minute),
+	})
+	if err != nil {
+		t.Fatalf("ExecuteOnProxy: %v", err)
+	}
+	if st.GetState() != automatorv1.State_STATE_SUCCEEDED || len(st.GetResult().GetStdout()) < 400000 {
+		t.Fatalf("unit %v (%s), %d bytes of stdout; want succeeded with 400 kB", st.GetState(), st.GetReason(), len(st.GetResult().GetStdout()))
+	}
+	// The first connection is the one the proxy polls on: it dials the
+	// other only to post the result.
+	sent := fwd.counts()
+	if len(sent) != 2 || sent[0] >= 64<<10 || sent[1] < 400000 {
+		t.Fatalf("bytes sent on each connection the proxy opened: %v; want two, the polling one less than 64 KiB, the other the 400 kB result", sent)
+	}
+}
