@@ -41,6 +41,10 @@ func cmdAccountDelete(ctx context.Context, args []string, env Env) error {
 		Reason: reason,
 		Now:    now,
 		Audit:  &store.AuditEvent{At: now, Kind: store.AuditWorkEnded, Actor: cliActor(), Source: cliSource(), Detail: reason},
+		Moving: func(d store.AccountDeletion, left int) {
+			fmt.Fprintf(env.Stderr, "automator: account %q is deleted; moving its %d ended units under %q in small batches, between which the automators' writes go on; the name is free when this command ends (stopped, run it again to finish)\n",
+				name, left, d.Tombstone)
+		},
 	})
 	unfinished := errors.Is(err, store.ErrDeletionUnfinished)
 	interrupted := unfinished || errors.Is(err, store.ErrWithdrawalInterrupted)

@@ -178,6 +178,9 @@ SELECT 'w' || i, 'acme', 'succeeded', 1, randomblob(64), i, i + 1000, i + 1 FROM
 	if want := `account "acme" was deleted at 2026-12-01T10:00:00Z already; its last 5 units are now kept as "` + tomb + `" too, and the name is free`; code != 0 || !strings.Contains(out, want) {
 		t.Errorf("account delete of an account being deleted: exit %d, stdout %q, stderr %q; want %q", code, out, stderr, want)
 	}
+	if want := `moving its 5 ended units under "` + tomb + `"`; !strings.Contains(stderr, want) {
+		t.Errorf("account delete of an account being deleted: stderr %q; want it to say it is %s", stderr, want)
+	}
 	if code, _, stderr := runMain(t, "account", "create", "acme", "--data-dir", dir); code != 0 {
 		t.Errorf("account create once the deletion is finished: exit %d: %s", code, stderr)
 	}

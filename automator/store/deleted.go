@@ -61,6 +61,10 @@ type AccountDeleteParams struct {
 	// transaction for each unit cancelled, with Account, WorkID,
 	// InstanceID and Outcome (cancelled) filled in from the unit.
 	Audit *AuditEvent
+	// Moving, when set, is called once the deletion has committed if its
+	// units are left to move in batches (AccountDelete), with the
+	// deletion as known then and how many are left.
+	Moving func(d AccountDeletion, left int)
 }
 
 // AccountDeletion is what deleting an account did (AccountDelete), or, as

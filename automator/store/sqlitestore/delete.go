@@ -128,6 +128,12 @@ RETURNING `+workColumns, p.Reason, now, d.Tombstone, p.Name)
 	if err != nil {
 		return store.AccountDeletion{}, fmt.Errorf("deleting account %q: %w", p.Name, err)
 	}
+	if !done && p.Moving != nil {
+		var left int
+		if err := s.reads.QueryRowContext(ctx, `SELECT count(*) FROM work WHERE account = ?`, p.Name).Scan(&left); err == nil {
+			p.Moving(d, left)
+		}
+	}
 	moved := 0
 	for !done {
 		start := time.Now()

@@ -190,9 +190,19 @@ func TestALongHistoryIsMovedToItsTombstoneInBatchesBetweenOtherWrites(t *testing
 			}
 		}
 	}
-	d, err := s.AccountDelete(t.Context(), store.AccountDeleteParams{Name: "acme", Reason: "deleted", Now: at})
+	var told []int
+	d, err := s.AccountDelete(t.Context(), store.AccountDeleteParams{Name: "acme", Reason: "deleted", Now: at,
+		Moving: func(d store.AccountDeletion, left int) {
+			if d.Tombstone != tomb || batches > 0 {
+				t.Errorf("Moving called with tombstone %q after %d batches; want %q before the first", d.Tombstone, batches, tomb)
+			}
+			told = append(told, left)
+		}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !slices.Equal(told, []int{len(ids)}) {
+		t.Errorf("Moving was told of %v units left, want once %d", told, len(ids))
 	}
 	if d.Units != len(ids) || d.Tombstone != tomb || d.Resumed {
 		t.Errorf("AccountDelete = %d units under %q, resumed %v; want %d under %q", d.Units, d.Tombstone, d.Resumed, len(ids), tomb)
