@@ -2,9 +2,10 @@ package cli
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -148,37 +149,41 @@ func TestAccountDeleteHelp(t *testing.T) {
 }
 
 // TestAnUnfinishedAccountDeletionIsFinishedByDeletingAgain: an account
-// whose deletion stopped before every unit moved under its tombstone
-// (the state sqlitestore's TestAnUnfinishedDeletionIsFinishedByDeletingAgain
-// makes by interrupting it, made here directly) keeps its name taken:
-// `account create` says why and what to run; `account delete` run again
-// moves the rest, says so, and frees the name.
+// whose deletion stopped before its units moved under its tombstone
+// (SQLite moves more than a batch of them after the deletion commits)
+// keeps its name taken: `account create` says why and what to run;
+// `account delete` run again moves them, says so, and frees the name.
 func TestAnUnfinishedAccountDeletionIsFinishedByDeletingAgain(t *testing.T) {
 	dir := initDir(t)
 	if code, _, stderr := runMain(t, "account", "create", "acme", "--data-dir", dir); code != 0 {
 		t.Fatalf("account create acme: exit %d: %s", code, stderr)
 	}
-	deletedAt := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	tomb := store.DeletedAccountName("acme", deletedAt)
-	execSQLite(t, filepath.Join(dir, "automator.db"),
-		`INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, finished_at)
-WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 7)
-SELECT 'w' || i, 'acme', 'succeeded', 1, randomblob(64), i, i + 1000, i + 1 FROM n`,
-		`UPDATE work SET account = '`+tomb+`' WHERE id IN ('w1', 'w2')`,
-		`INSERT INTO accounts (name, token_hash, key_id, sealed_key, created_at) VALUES ('`+tomb+`', randomblob(32), 0, x'', `+strconv.FormatInt(deletedAt.UnixNano(), 10)+`)`,
-		`DELETE FROM account_tokens WHERE account = 'acme'`,
-		`DELETE FROM account_keys WHERE account = 'acme'`,
-		`UPDATE accounts SET token_hash = randomblob(32), key_id = 0, sealed_key = x'', moving_to = '`+tomb+`' WHERE name = 'acme'`)
+	path := filepath.Join(dir, "automator.db")
+	execSQLite(t, path, `INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, finished_at)
+WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 150)
+SELECT 'w' || i, 'acme', 'succeeded', 1, randomblob(64), i, i + 1000, i + 1 FROM n`)
+	st, err := sqlitestore.Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, cancel := context.WithCancel(t.Context())
+	d, err := st.AccountDelete(stop, store.AccountDeleteParams{Name: "acme", Now: time.Now(),
+		Moving: func(store.AccountDeletion, int) { cancel() }})
+	st.Close()
+	if !errors.Is(err, store.ErrDeletionUnfinished) {
+		t.Fatalf("AccountDelete stopped before its first batch: %v, want ErrDeletionUnfinished", err)
+	}
+	tomb := d.Tombstone
 
 	code, _, stderr := runMain(t, "account", "create", "acme", "--data-dir", dir)
 	if want := "automator account delete acme --data-dir " + dir + "` again to finish"; code != ExitError || !strings.Contains(stderr, "still being deleted") || !strings.Contains(stderr, want) {
 		t.Errorf("account create of a name being deleted: exit %d, stderr %q; want %d saying it is still being deleted and to run %q", code, stderr, ExitError, want)
 	}
 	code, out, stderr := runMain(t, "account", "delete", "acme", "--data-dir", dir)
-	if want := `account "acme" was deleted at 2026-12-01T10:00:00Z already; its last 5 units are now kept as "` + tomb + `" too, and the name is free`; code != 0 || !strings.Contains(out, want) {
+	if want := `account "acme" was deleted at ` + d.DeletedAt.UTC().Format(time.RFC3339) + ` already; its last 150 units are now kept as "` + tomb + `" too, and the name is free`; code != 0 || !strings.Contains(out, want) {
 		t.Errorf("account delete of an account being deleted: exit %d, stdout %q, stderr %q; want %q", code, out, stderr, want)
 	}
-	if want := `moving its 5 ended units under "` + tomb + `"`; !strings.Contains(stderr, want) {
+	if want := `moving its 150 ended units under "` + tomb + `"`; !strings.Contains(stderr, want) {
 		t.Errorf("account delete of an account being deleted: stderr %q; want it to say it is %s", stderr, want)
 	}
 	if code, _, stderr := runMain(t, "account", "create", "acme", "--data-dir", dir); code != 0 {

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/opsgate/opsgate/automator/client"
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/crypto"
@@ -372,5 +374,59 @@ func TestAccountDeletionListsItsUnitsWithoutTheirSealedBlobs(t *testing.T) {
 	defer lists.mu.Unlock()
 	if lists.listed == 0 || lists.sealed != 0 {
 		t.Errorf("listings of the deleted account's units: %d, %d of them with their sealed blobs; want some, none with them", lists.listed, lists.sealed)
+	}
+}
+
+// TestAUnitOfAnAccountWhoseDeletionStoppedReadsAsDeleted: an account with
+// more than a batch of ended units whose deletion stopped before any of
+// them moved to its tombstone (SQLite moves them after the deletion, in
+// batches) is deleted all the same for callers: a unit with a result,
+// still stored under the account's own name, answers Get and Wait with
+// FailedPrecondition naming the deletion and the tombstone in its detail;
+// the account is unknown; and deleting it again finishes the move.
+func TestAUnitOfAnAccountWhoseDeletionStoppedReadsAsDeleted(t *testing.T) {
+	e := newEnv(t, envOptions{pollWindow: time.Second, wrap: cachedCredentials})
+	ctx := t.Context()
+	api, px := e.callerClient(), e.proxyClient()
+	done := submit(t, api, e.account, time.Hour)
+	e.completeClaim(px, "host-a", claimOne(t, px, "host-a"))
+	now := time.Now()
+	for i := range 150 { // more than a batch
+		id := fmt.Sprintf("w_old_%03d", i)
+		if _, err := e.store.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: id, Account: e.account, KeyID: 1, Now: now, Deadline: now.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.store.WorkCancel(ctx, store.WorkCancelParams{ID: id, Reason: "old", Now: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop, cancel := context.WithCancel(ctx)
+	d, err := cachedCredentials(e.store).AccountDelete(stop, store.AccountDeleteParams{Name: e.account, Reason: "deleted", Now: now,
+		Moving: func(store.AccountDeletion, int) { cancel() }})
+	if !errors.Is(err, store.ErrDeletionUnfinished) {
+		t.Fatalf("AccountDelete stopped before its first batch: %v, want ErrDeletionUnfinished", err)
+	}
+	if w, err := e.store.WorkGet(ctx, done.GetWorkId()); err != nil || w.Account != d.Tombstone {
+		t.Fatalf("the unit with a result reads as of %q (%v), want its tombstone %q", w.Account, err, d.Tombstone)
+	}
+
+	_, getErr := api.Get(ctx, &automatorv1.GetRequest{WorkId: done.GetWorkId()})
+	_, waitErr := api.Wait(ctx, &automatorv1.WaitRequest{WorkId: done.GetWorkId()})
+	for name, err := range map[string]error{"Get": getErr, "Wait": waitErr} {
+		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), `account "acme"`) || !strings.Contains(err.Error(), "deleted") {
+			t.Errorf("%s of a unit of the account whose deletion stopped: %v; want FailedPrecondition saying its account was deleted", name, err)
+			continue
+		}
+		if w, ok := client.UnreadableWork(err); !ok || w.ID != done.GetWorkId() || w.Account != d.Tombstone || w.Result != nil {
+			t.Errorf("%s: the refusal's detail: %+v, %v; want the unit under %q, without its result", name, w, ok, d.Tombstone)
+		}
+	}
+	if _, err := api.ExecuteOnProxy(ctx, &automatorv1.ExecuteRequest{Account: e.account, Command: &automatorv1.Command{Script: "x.sh"}}); status.Code(err) != codes.NotFound {
+		t.Errorf("ExecuteOnProxy on the account whose deletion stopped: %v; want NotFound", err)
+	}
+
+	again, err := e.store.AccountDelete(ctx, store.AccountDeleteParams{Name: e.account, Now: time.Now()})
+	if err != nil || !again.Resumed || again.Units != 151 {
+		t.Errorf("deleting again: resumed %v, %d units moved, %v; want the 151 units moved", again.Resumed, again.Units, err)
 	}
 }
