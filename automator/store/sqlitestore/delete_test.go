@@ -56,18 +56,7 @@ func testDeletedAccountsSealedKeysLeave(t *testing.T, units int) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var all []byte
-	for _, e := range entries {
-		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, data...)
-	}
+	all := databaseFiles(t, dir)
 	for what, key := range map[string][]byte{"current": current, "previous": previous} {
 		if bytes.Contains(all, key) {
 			t.Errorf("the deleted account's %s sealed key is still in the database files", what)
@@ -287,4 +276,23 @@ func TestThePurgeFreesTheNameOfAnUnfinishedDeletion(t *testing.T) {
 	if ds, err := s.AccountDeletions(t.Context(), time.Time{}); err != nil || len(ds) != 0 {
 		t.Errorf("AccountDeletions after the purge = %v, %v; want none (the tombstone purged)", ds, err)
 	}
+}
+
+// databaseFiles returns the bytes of every file in dir, the database's
+// directory, one after another: what a search for a secret must not find.
+func databaseFiles(t *testing.T, dir string) []byte {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []byte
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, data...)
+	}
+	return all
 }

@@ -2,7 +2,6 @@ package sqlitestore
 
 import (
 	"bytes"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -47,18 +46,7 @@ func TestPurgedPreviousKeysLeaveTheDatabaseFiles(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var all []byte
-	for _, e := range entries {
-		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, data...)
-	}
+	all := databaseFiles(t, dir)
 	if bytes.Contains(all, purged) {
 		t.Error("the purged previous key is still in the database files")
 	}
