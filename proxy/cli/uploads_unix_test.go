@@ -3,22 +3,13 @@
 package cli
 
 import (
-	"bytes"
-	"context"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
-
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/opsgate/opsgate/automator/automatortest"
-	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -92,37 +83,7 @@ func TestRunPostsALargeResultOverAConnectionOfItsOwn(t *testing.T) {
 	go fwd.serve()
 	scripts := t.TempDir()
 	automatortest.WriteScript(t, scripts, "large.sh", `head -c 300000 /dev/urandom | base64`)
-	profile := "automator_url: https://" + ln.Addr().String() + "\ntoken: " + a.Token + "\nkey: " + a.Key.String() +
-		"\nca_cert: |\n  " + strings.ReplaceAll(strings.TrimSpace(string(a.CAPEM)), "\n", "\n  ") +
-		"\nscripts_dir: '" + scripts + "'\ninstance_id: uploads\n"
-	path := filepath.Join(t.TempDir(), "proxy.yaml")
-	if err := os.WriteFile(path, []byte(profile), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	var stderr bytes.Buffer
-	exited := make(chan int, 1)
-	go func() {
-		exited <- Main(ctx, []string{"run", "--config", path}, Env{Stdout: &bytes.Buffer{}, Stderr: &stderr})
-	}()
-	defer func() {
-		stop()
-		if code := waittest.Recv(t, exited, "proxy run to return once its context was cancelled"); code != 0 {
-			t.Errorf("proxy run exited %d: %s", code, stderr.String())
-		}
-	}()
-
-	caller := automatorv1.NewAutomatorServiceClient(a.CallerConn(t))
-	callCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	st, err := caller.ExecuteOnProxy(callCtx, &automatorv1.ExecuteRequest{
-		Account: a.Account,
-		Command: &automatorv1.Command{Script: "large.sh"},
-		Timeout: durationpb.New(time.Minute),
-	})
-	if err != nil {
-		t.Fatalf("ExecuteOnProxy: %v", err)
-	}
+	st := executeThroughProxyRun(t, a, "https://"+ln.Addr().String(), scripts, "instance_id: uploads\n", "large.sh")
 	if st.GetState() != automatorv1.State_STATE_SUCCEEDED || len(st.GetResult().GetStdout()) < 400000 {
 		t.Fatalf("unit %v (%s), %d bytes of stdout; want succeeded with 400 kB", st.GetState(), st.GetReason(), len(st.GetResult().GetStdout()))
 	}
