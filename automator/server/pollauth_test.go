@@ -17,10 +17,17 @@ import (
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
+// credentialTTL is the credential cache's ttl in these tests, shorter than
+// `automator serve`'s (store.CredentialTTL): the server's cache and the
+// one a withdrawal goes through (rotateToken, deleteAccount) share it, so
+// a withdrawal still returns only once the server's copies expired, and
+// what the tests check holds for any ttl; each withdrawal waits it out.
+const credentialTTL = 100 * time.Millisecond
+
 // cachedCredentials gives the server the credential cache `automator
-// serve` runs with.
+// serve` runs with (but for its ttl, credentialTTL).
 func cachedCredentials(st store.Store) store.Store {
-	return store.CachedCredentials(st, store.CredentialTTL)
+	return store.CachedCredentials(st, credentialTTL)
 }
 
 // rotateToken gives the account a new token, the old one usable for
@@ -98,14 +105,16 @@ func TestPollWaitingAcrossRotateTokenWithOverlapStillTakesUnits(t *testing.T) {
 // whose token `rotate-token --overlap 0` withdrew, is woken by a unit
 // queued (nothing tells the automator before it looks the token up
 // again); it ends with Unauthenticated and passes the wake-up to the next
-// poll, which claims the unit at once.
+// poll, which claims the unit at once. The clock is injected.
 func TestPollWithAWithdrawnTokenPassesItsWakeUpOn(t *testing.T) {
+	clock := newFakeClock()
 	gate := newClaimHeldAfter("new")
-	e := newEnv(t, envOptions{pollWindow: time.Minute,
+	e := newEnv(t, envOptions{pollWindow: time.Minute, clock: clock,
 		wrap: func(st store.Store) store.Store { gate.Store = st; return cachedCredentials(gate) }})
 	old := pollAsync(t.Context(), e.proxyClient(), "old", 1)
 	e.awaitWaiting(1)
 	newProxy := e.rotateToken(0)
+	clock.Advance(2 * time.Second) // the old poll's empty claim is stale: the new one claims
 
 	st, polled := gate.announceWhileHeld(t, e, newProxy)
 	if r := waittest.Recv(t, old, "the poll with the withdrawn token to end"); status.Code(r.err) != codes.Unauthenticated {
