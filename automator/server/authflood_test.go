@@ -128,7 +128,7 @@ func TestFailuresNotLoggedAreCountedOnceTheMinuteIsOverWithoutAnother(t *testing
 	const total, ownLines = 25, 20
 	log := &syncLog{}
 	clock := newFakeClock()
-	e := newEnv(t, envOptions{clock: clock, log: log})
+	e := newEnv(t, envOptions{clock: clock, log: log, sweepInterval: 20 * time.Millisecond})
 	bad := automatorv1.NewProxyServiceClient(e.connFrom("127.0.0.1", "opt_wrong"))
 	for n := range total {
 		if _, err := pollNow(bad, "x", 1); status.Code(err) != codes.Unauthenticated {

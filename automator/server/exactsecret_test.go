@@ -52,7 +52,7 @@ func TestOnlyTheExactSecretAuthenticates(t *testing.T) {
 			t.Errorf("submit with the API key's %s: %v, want Unauthenticated", what, err)
 		}
 	}
-	if _, err := e.proxyClient().Poll(ctx, &automatorv1.PollRequest{InstanceId: "a", MaxUnits: 1}); err != nil {
+	if _, err := pollNow(e.proxyClient(), "a", 1); err != nil {
 		t.Errorf("poll with the account token itself: %v", err)
 	}
 	if _, err := e.callerClient().Submit(ctx, &automatorv1.ExecuteRequest{Account: e.account, Command: &automatorv1.Command{Script: "x"}}); err != nil {
