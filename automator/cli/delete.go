@@ -64,8 +64,11 @@ func cmdAccountDelete(ctx context.Context, args []string, env Env) error {
 		fmt.Fprintf(env.Stderr, "automator: warning: %v; the deletion stands\n", err)
 	}
 	if del.Resumed {
-		fmt.Fprintf(env.Stdout, "account %q was deleted at %s already; its last %d units are now kept as %q too, and the name is free\n",
-			name, del.DeletedAt.UTC().Format(time.RFC3339), del.Units, del.Tombstone)
+		// Deleted before, and audited then: this run moved units only.
+		if !unfinished {
+			fmt.Fprintf(env.Stdout, "account %q was deleted at %s already; its last %d units are now kept as %q too, and the name is free\n",
+				name, del.DeletedAt.UTC().Format(time.RFC3339), del.Units, del.Tombstone)
+		}
 		return nil
 	}
 	// The deletion is committed: the audit log must record it even when

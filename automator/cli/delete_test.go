@@ -175,6 +175,22 @@ SELECT 'w' || i, 'acme', 'succeeded', 1, randomblob(64), i, i + 1000, i + 1 FROM
 	}
 	tomb := d.Tombstone
 
+	// Run again, and stopped again (as by Ctrl+C) once it says it moves
+	// the units: it says so, not that the name is free.
+	stopAgain, cancelAgain := context.WithCancel(t.Context())
+	defer cancelAgain()
+	var againOut, errb bytes.Buffer
+	code := Main(stopAgain, []string{"account", "delete", "acme", "--data-dir", dir},
+		Env{Stdout: &againOut, Stderr: writerFunc(func(b []byte) (int, error) {
+			if bytes.Contains(b, []byte("moving its")) {
+				cancelAgain()
+			}
+			return errb.Write(b)
+		})})
+	if code != 0 || !strings.Contains(errb.String(), "the deletion stands, but it stopped") || strings.Contains(againOut.String(), "free") {
+		t.Errorf("account delete run again and stopped: exit %d, stdout %q, stderr %q; want 0, saying it stopped, not that the name is free", code, againOut.String(), errb.String())
+	}
+
 	code, _, stderr := runMain(t, "account", "create", "acme", "--data-dir", dir)
 	if want := "automator account delete acme --data-dir " + dir + "` again to finish"; code != ExitError || !strings.Contains(stderr, "still being deleted") || !strings.Contains(stderr, want) {
 		t.Errorf("account create of a name being deleted: exit %d, stderr %q; want %d saying it is still being deleted and to run %q", code, stderr, ExitError, want)
@@ -193,3 +209,8 @@ SELECT 'w' || i, 'acme', 'succeeded', 1, randomblob(64), i, i + 1000, i + 1 FROM
 		t.Errorf("work list --account acme (the new account): exit %d, stdout %q, stderr %q; want none of the old units", code, out, stderr)
 	}
 }
+
+// writerFunc is an io.Writer made of a function.
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
