@@ -39,20 +39,25 @@ func (f *countingForwarder) serve() {
 		f.mu.Unlock()
 		go func() {
 			defer s.Close()
-			buf := make([]byte, 32<<10)
-			for {
-				k, err := c.Read(buf)
-				n.Add(int64(k))
-				if _, werr := s.Write(buf[:k]); err != nil || werr != nil {
-					return
-				}
-			}
+			_, _ = io.Copy(countingWriter{s, n}, c)
 		}()
 		go func() {
 			defer c.Close()
 			_, _ = io.Copy(c, s)
 		}()
 	}
+}
+
+// countingWriter counts the bytes written through it to w.
+type countingWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c countingWriter) Write(b []byte) (int, error) {
+	k, err := c.w.Write(b)
+	c.n.Add(int64(k))
+	return k, err
 }
 
 func (f *countingForwarder) counts() []int64 {
