@@ -33,6 +33,7 @@ func (s *Store) AccountDelete(ctx context.Context, p store.AccountDeleteParams) 
 	rand.Read(token[:])
 	rand.Read(keptToken[:])
 	var done bool
+	var left int // the ended units to move
 	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
 		d = store.AccountDeletion{Name: p.Name, Tombstone: d.Tombstone, DeletedAt: d.DeletedAt}
 		var keyID uint32
@@ -51,7 +52,7 @@ func (s *Store) AccountDelete(ctx context.Context, p store.AccountDeleteParams) 
 				return fmt.Errorf("its tombstone %q: %w", movingTo, err)
 			}
 			d.Tombstone, d.DeletedAt, d.Resumed = movingTo, fromNanos(deletedAt), true
-			return nil
+			return tx.QueryRowContext(ctx, `SELECT count(*) FROM work WHERE account = ?`, p.Name).Scan(&left)
 		}
 		res, err := tx.ExecContext(ctx, `INSERT INTO accounts (`+accountColumns+`) VALUES (?, ?, ?, x'', ?)
 ON CONFLICT (name) DO NOTHING`, d.Tombstone, token[:], store.TombstoneKeyID, now)
@@ -92,11 +93,10 @@ RETURNING `+workColumns, p.Reason, now, d.Tombstone, p.Name)
 				}
 			}
 		}
-		var ended int
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM work WHERE account = ?`, p.Name).Scan(&ended); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM work WHERE account = ?`, p.Name).Scan(&left); err != nil {
 			return err
 		}
-		d.Units = len(d.Cancelled) + ended
+		d.Units = len(d.Cancelled) + left
 		// The keys are overwritten before their rows go, so that their
 		// bytes do not linger in the pages' free space. The account's
 		// own row stays, with key id 0, as long as units of it are left
@@ -120,7 +120,7 @@ RETURNING `+workColumns, p.Reason, now, d.Tombstone, p.Name)
 		if d.RevokedAPIKeys, d.NarrowedAPIKeys, err = unscopeAPIKeys(ctx, tx, p.Name, now); err != nil {
 			return err
 		}
-		if ended <= moveBatch {
+		if left <= moveBatch {
 			_, err = moveUnits(ctx, tx, p.Name, d.Tombstone, &done)
 		}
 		return err
@@ -129,10 +129,7 @@ RETURNING `+workColumns, p.Reason, now, d.Tombstone, p.Name)
 		return store.AccountDeletion{}, fmt.Errorf("deleting account %q: %w", p.Name, err)
 	}
 	if !done && p.Moving != nil {
-		var left int
-		if err := s.reads.QueryRowContext(ctx, `SELECT count(*) FROM work WHERE account = ?`, p.Name).Scan(&left); err == nil {
-			p.Moving(d, left)
-		}
+		p.Moving(d, left)
 	}
 	moved := 0
 	for !done {
