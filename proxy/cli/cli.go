@@ -287,9 +287,17 @@ func dial(cfg config.Config, opts ...grpc.DialOption) (*grpc.ClientConn, error) 
 // gRPC's default backs off up to two minutes, during which polls fail at
 // once and queued work waits. The poll loop's own backoff (up to 15 s)
 // keeps an automator that stays down from being called in a loop.
+//
+// A connection's setup (TCP, through HTTPS_PROXY if set, TLS 1.3 and
+// HTTP/2's settings: three to four round trips) is given gRPC's default of
+// 20 s; its TLS handshake, one round trip, is given handshakeWithin of it
+// (lowatCreds). So an automator that accepts the connection and then
+// hangs is still given up after 5 s, and a link whose round trip under
+// load is up to the keepalive's 5 s connects: with the whole setup in 5 s,
+// as before, one of more than about 1.6 s never did.
 var Reconnect = grpc.ConnectParams{
 	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
-	MinConnectTimeout: 5 * time.Second,
+	MinConnectTimeout: 20 * time.Second,
 }
 
 // Keepalive is the keepalive of the connection that polls (Dial): a ping

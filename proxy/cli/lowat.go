@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"syscall"
+	"time"
 
 	"google.golang.org/grpc/credentials"
 )
@@ -20,14 +22,26 @@ import (
 // handed to that poll.
 const notSentLowat = 16 << 10
 
-// lowatCreds sets notSentLowat on each connection before its handshake.
+// handshakeWithin is how long a connection's TLS handshake may take: one
+// round trip, and the automator's work. It is the keepalive's bound for
+// the answer to a ping (Keepalive.Timeout), another single round trip.
+var handshakeWithin = 5 * time.Second
+
+// lowatCreds sets notSentLowat on each connection before its handshake and
+// gives the handshake handshakeWithin.
 type lowatCreds struct {
 	credentials.TransportCredentials
 }
 
 func (c lowatCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	limitNotSent(raw)
-	return c.TransportCredentials.ClientHandshake(ctx, authority, raw)
+	hctx, cancel := context.WithTimeout(ctx, handshakeWithin)
+	defer cancel()
+	conn, info, err := c.TransportCredentials.ClientHandshake(hctx, authority, raw)
+	if err != nil && ctx.Err() == nil && hctx.Err() != nil {
+		err = fmt.Errorf("the TLS handshake did not finish within %s: %w", handshakeWithin, err)
+	}
+	return conn, info, err
 }
 
 func (c lowatCreds) Clone() credentials.TransportCredentials {
