@@ -288,16 +288,13 @@ func dial(cfg config.Config, opts ...grpc.DialOption) (*grpc.ClientConn, error) 
 // once and queued work waits. The poll loop's own backoff (up to 15 s)
 // keeps an automator that stays down from being called in a loop.
 //
-// A connection's setup (TCP, through HTTPS_PROXY if set, TLS 1.3 and
-// HTTP/2's settings: three to four round trips) is given gRPC's default of
-// 20 s; its TLS handshake, one round trip, is given handshakeWithin of it
-// (lowatCreds). So an automator that accepts the connection and then
-// hangs is still given up after 5 s, and a link whose round trip under
-// load is up to the keepalive's 5 s connects: with the whole setup in 5 s,
-// as before, one of more than about 1.6 s never did.
+// A connection's setup is given grpcwire.SetupWithin, its TLS handshake
+// grpcwire.HandshakeWithin of it (lowatCreds): a link with a round trip of
+// up to about 5 s under load connects, and an automator that accepts the
+// connection and answers nothing is given up after 5 s.
 var Reconnect = grpc.ConnectParams{
 	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
-	MinConnectTimeout: 20 * time.Second,
+	MinConnectTimeout: grpcwire.SetupWithin,
 }
 
 // Keepalive is the keepalive of the connection that polls (Dial): a ping

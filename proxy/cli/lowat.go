@@ -2,12 +2,12 @@ package cli
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"syscall"
-	"time"
 
 	"google.golang.org/grpc/credentials"
+
+	"github.com/opsgate/opsgate/internal/grpcwire"
 )
 
 // notSentLowat is how many bytes written to the connection to the
@@ -22,10 +22,11 @@ import (
 // handed to that poll.
 const notSentLowat = 16 << 10
 
-// handshakeWithin is how long a connection's TLS handshake may take: one
-// round trip, and the automator's work. It is the keepalive's bound for
-// the answer to a ping (Keepalive.Timeout), another single round trip.
-var handshakeWithin = 5 * time.Second
+// handshakeWithin is how long a connection's TLS handshake may take
+// (grpcwire.HandshakeWithin; shorter in a test). It is the keepalive's
+// bound for the answer to a ping too (Keepalive.Timeout), another single
+// round trip.
+var handshakeWithin = grpcwire.HandshakeWithin
 
 // lowatCreds sets notSentLowat on each connection before its handshake and
 // gives the handshake handshakeWithin.
@@ -35,13 +36,7 @@ type lowatCreds struct {
 
 func (c lowatCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	limitNotSent(raw)
-	hctx, cancel := context.WithTimeout(ctx, handshakeWithin)
-	defer cancel()
-	conn, info, err := c.TransportCredentials.ClientHandshake(hctx, authority, raw)
-	if err != nil && ctx.Err() == nil && hctx.Err() != nil {
-		err = fmt.Errorf("the TLS handshake did not finish within %s: %w", handshakeWithin, err)
-	}
-	return conn, info, err
+	return grpcwire.Handshake(ctx, handshakeWithin, c.TransportCredentials, authority, raw)
 }
 
 func (c lowatCreds) Clone() credentials.TransportCredentials {

@@ -11,65 +11,10 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/automator/automatortest"
+	"github.com/opsgate/opsgate/internal/delayline"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"google.golang.org/grpc/credentials"
 )
-
-// delayLine passes connections on to target, each byte delivered delay
-// after it arrived, both ways: a link with a round trip of twice delay.
-// (The TCP handshake with the delay line itself is local.)
-type delayLine struct {
-	ln     net.Listener
-	target string
-	delay  time.Duration
-}
-
-func (d *delayLine) serve() {
-	for {
-		c, err := d.ln.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.Dial("tcp", d.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		go d.pass(c, s)
-		go d.pass(s, c)
-	}
-}
-
-// pass copies from src to dst, each read written delay after it was read,
-// in order; it closes dst once src ends and what it read is written.
-func (d *delayLine) pass(src, dst net.Conn) {
-	type chunk struct {
-		due time.Time
-		b   []byte
-	}
-	queue := make(chan chunk, 1024)
-	go func() {
-		defer close(queue)
-		for {
-			b := make([]byte, 32<<10)
-			n, err := src.Read(b)
-			if n > 0 {
-				queue <- chunk{time.Now().Add(d.delay), b[:n]}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	defer dst.Close()
-	defer src.Close()
-	for c := range queue {
-		time.Sleep(time.Until(c.due)) // the link's latency, not a wait for a signal
-		if _, err := dst.Write(c.b); err != nil {
-			return
-		}
-	}
-}
 
 // TestRunConnectsOverALinkWithALongRoundTrip: `proxy run` connects, polls
 // and runs a unit over a link whose round trip is 3 s. A connection's
@@ -79,13 +24,8 @@ func (d *delayLine) pass(src, dst net.Conn) {
 // still bounded by 5 s, as is the answer to a keepalive ping.
 func TestRunConnectsOverALinkWithALongRoundTrip(t *testing.T) {
 	a := automatortest.Start(t, automatortest.Options{})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go (&delayLine{ln: ln, target: a.GRPCAddr, delay: 1500 * time.Millisecond}).serve()
-	st := executeThroughProxyRun(t, a, "https://"+ln.Addr().String(), t.TempDir(), "instance_id: far\n", "@ping")
+	far := delayline.Start(t, a.GRPCAddr, 1500*time.Millisecond)
+	st := executeThroughProxyRun(t, a, "https://"+far, t.TempDir(), "instance_id: far\n", "@ping")
 	if st.GetState() != automatorv1.State_STATE_SUCCEEDED {
 		t.Fatalf("@ping over a link with a 3 s round trip: %v (%s); want succeeded", st.GetState(), st.GetReason())
 	}

@@ -97,11 +97,12 @@ func TestStoreTypesImportNothingOfOurs(t *testing.T) {
 // tests' harness, internal/waittest, the tests' bounded waits,
 // internal/readmetest, the config tests' README check, internal/logtest,
 // the service log tests' checks, internal/pidtest, the tests' check that
-// a process ended, and internal/closedport, the tests' refused addresses,
+// a process ended, internal/closedport, the tests' refused addresses,
+// and internal/delayline, the tests' link with a long round trip,
 // are for tests only; no package of automator/ or proxy/
 // (their tests aside) depends on them.
 func TestNothingOfOursImportsTheTestHarness(t *testing.T) {
-	harnesses := []string{module + "/internal/proctest", module + "/internal/waittest", module + "/internal/readmetest", module + "/internal/logtest", module + "/internal/pidtest", module + "/internal/closedport"}
+	harnesses := []string{module + "/internal/proctest", module + "/internal/waittest", module + "/internal/readmetest", module + "/internal/logtest", module + "/internal/pidtest", module + "/internal/closedport", module + "/internal/delayline"}
 	for _, goos := range []string{"linux", "windows"} {
 		for _, tree := range []string{module + "/automator/...", module + "/proxy/..."} {
 			for _, d := range deps(t, goos, tree) {
