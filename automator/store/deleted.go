@@ -61,6 +61,16 @@ type AccountDeleteParams struct {
 	// transaction for each unit cancelled, with Account, WorkID,
 	// InstanceID and Outcome (cancelled) filled in from the unit.
 	Audit *AuditEvent
+	// AuditDeletion, when set, gives the audit events of the deletion
+	// itself, appended to the audit log in its transaction (the first,
+	// when a store moves the ended units in batches after it), so that
+	// no deletion commits without them. It is called in that transaction,
+	// possibly more than once (a transaction run again), with the
+	// deletion as known then: Tombstone, DeletedAt, Cancelled, Units (the
+	// units still to move included), RevokedAPIKeys and NarrowedAPIKeys
+	// as AccountDelete returns them. Not for a Resumed deletion, which was
+	// audited when it was made, nor a refused one.
+	AuditDeletion func(d AccountDeletion) []AuditEvent
 	// Moving, when set, is called once the deletion has committed if its
 	// units are left to move in batches (AccountDelete), with the
 	// deletion as known then and how many are left.

@@ -48,11 +48,18 @@ type AccountRotateParams struct {
 	// rotations end too: only the new token (and key) work from Now on.
 	PreviousUntil time.Time
 	Now           time.Time
+	// Audit, when set, is appended to the audit log in the same
+	// transaction as the rotation, and not when it is refused.
+	Audit *AuditEvent
 }
 
 type APIKeyRevokeParams struct {
 	ID  string
 	Now time.Time
+	// Audit, when set, is appended to the audit log in the same
+	// transaction when this call revokes the key: not when the key was
+	// revoked already, or is unknown.
+	Audit *AuditEvent
 }
 
 // Kinds of audit events.

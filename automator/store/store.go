@@ -253,6 +253,10 @@ type AccountCreateParams struct {
 	KeyID     uint32
 	SealedKey []byte
 	Now       time.Time
+	// Audit, when set, is appended to the audit log in the same
+	// transaction as the new account, so that no account is made without
+	// its record, nor a record written of one not made.
+	Audit *AuditEvent
 }
 
 type WorkEnqueueParams struct {
@@ -469,6 +473,9 @@ type APIKeyCreateParams struct {
 	// named more than once is stored once (DistinctAccounts).
 	Accounts []string
 	Now      time.Time
+	// Audit, when set, is appended to the audit log in the same
+	// transaction as the new key, and not when the key is refused.
+	Audit *AuditEvent
 }
 
 // DistinctAccounts returns accounts with each name kept once, where it

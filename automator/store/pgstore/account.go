@@ -26,14 +26,20 @@ func (s *Store) AccountCreate(ctx context.Context, p store.AccountCreateParams) 
 		return store.Account{}, fmt.Errorf("creating account %q: key id %d is a deleted account's", p.Name, p.KeyID)
 	}
 	var a store.Account
-	err := s.sentRow(ctx, func(r pgx.Row) (err error) { a, err = scanAccount(r); return err },
-		`INSERT INTO accounts (`+accountColumns+`) VALUES ($1, $2, $3, $4, $5)
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		var err error
+		a, err = scanAccount(tx.QueryRow(ctx, `INSERT INTO accounts (`+accountColumns+`) VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (name) DO NOTHING
 RETURNING `+accountColumns,
-		p.Name, nonNil(p.TokenHash), p.KeyID, nonNil(p.SealedKey), p.Now)
-	if errors.Is(err, pgx.ErrNoRows) {
-		err = store.ErrExists
-	}
+			p.Name, nonNil(p.TokenHash), p.KeyID, nonNil(p.SealedKey), p.Now))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return store.ErrExists
+		}
+		if err != nil {
+			return err
+		}
+		return appendAudit(ctx, tx, p.Audit)
+	})
 	if err != nil {
 		return store.Account{}, fmt.Errorf("creating account %q: %w", p.Name, err)
 	}

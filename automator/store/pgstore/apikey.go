@@ -28,8 +28,7 @@ func scanAPIKey(r pgx.Row) (store.APIKey, error) {
 	return k, nil
 }
 
-// scanAPIKeyInto returns a scan function for Store.sentRow that reads the
-// row into k.
+// scanAPIKeyInto returns a scan function that reads the row into k.
 func scanAPIKeyInto(k *store.APIKey) func(pgx.Row) error {
 	return func(r pgx.Row) (err error) {
 		*k, err = scanAPIKey(r)
@@ -67,9 +66,12 @@ ON CONFLICT (id) DO NOTHING
 RETURNING `+apiKeyColumns,
 			p.ID, nonNil(p.Hash), p.Name, p.Now, accounts))
 		if errors.Is(err, pgx.ErrNoRows) {
-			err = store.ErrExists
+			return store.ErrExists
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		return appendAudit(ctx, tx, p.Audit)
 	})
 	if err != nil {
 		return store.APIKey{}, fmt.Errorf("creating api key %q: %w", p.ID, err)
@@ -105,14 +107,25 @@ func (s *Store) APIKeyList(ctx context.Context) ([]store.APIKey, error) {
 }
 
 func (s *Store) APIKeyRevoke(ctx context.Context, p store.APIKeyRevokeParams) (store.APIKey, error) {
-	// COALESCE keeps the first revocation's time.
 	var k store.APIKey
-	err := s.sentRow(ctx, scanAPIKeyInto(&k), `UPDATE api_keys SET revoked_at = COALESCE(revoked_at, $2)
-WHERE id = $1
-RETURNING `+apiKeyColumns, p.ID, p.Now)
-	if errors.Is(err, pgx.ErrNoRows) {
-		err = store.ErrNotFound
-	}
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		err := scanAPIKeyInto(&k)(tx.QueryRow(ctx, `UPDATE api_keys SET revoked_at = $2
+WHERE id = $1 AND revoked_at IS NULL
+RETURNING `+apiKeyColumns, p.ID, p.Now))
+		if errors.Is(err, pgx.ErrNoRows) {
+			// Revoked already (it keeps its first revocation's time), or
+			// no such key.
+			err = scanAPIKeyInto(&k)(tx.QueryRow(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE id = $1`, p.ID))
+			if errors.Is(err, pgx.ErrNoRows) {
+				return store.ErrNotFound
+			}
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		return appendAudit(ctx, tx, p.Audit)
+	})
 	if err != nil {
 		return store.APIKey{}, fmt.Errorf("revoking api key %q: %w", p.ID, err)
 	}

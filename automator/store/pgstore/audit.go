@@ -30,6 +30,16 @@ RETURNING seq, at`,
 	return e, nil
 }
 
+// appendAudit appends e, when set, in tx, the transaction of the change e
+// records (an Audit of the params).
+func appendAudit(ctx context.Context, tx pgx.Tx, e *store.AuditEvent) error {
+	if e == nil {
+		return nil
+	}
+	_, err := insertAudit(ctx, tx, *e)
+	return err
+}
+
 func (s *Store) AuditAppend(ctx context.Context, e store.AuditEvent) (store.AuditEvent, error) {
 	var out store.AuditEvent
 	err := s.sent(ctx, func(ctx context.Context, c *pgxpool.Conn) error {

@@ -93,6 +93,13 @@ RETURNING id`, p.Name)
 		}
 		slices.Sort(d.RevokedAPIKeys)
 		slices.Sort(d.NarrowedAPIKeys)
+		if p.AuditDeletion != nil {
+			for _, e := range p.AuditDeletion(d) {
+				if _, err := insertAudit(ctx, tx, e); err != nil {
+					return err
+				}
+			}
+		}
 		return nil
 	})
 	if err != nil {

@@ -188,7 +188,7 @@ func (s *Store) detach(ctx context.Context) (context.Context, context.CancelFunc
 
 // sent runs fn, the statements of a write that does not go through the
 // grouper (a claim, a cancel, a transaction: see inTx; every other write,
-// through sentExec and sentRow), on a connection of its own, and runs it
+// through sentExec), on a connection of its own, and runs it
 // to its end as a lone write is run: ctx bounds only
 // the wait for the connection, before anything is sent (a ctx done already
 // sends nothing), and fn's context is detach(ctx). Cut off under way, a
@@ -218,15 +218,6 @@ func (s *Store) sentExec(ctx context.Context, sql string, args ...any) (pgconn.C
 		return err
 	})
 	return tag, err
-}
-
-// sentRow runs one single-row statement as a write of its own
-// (Store.sent), and returns what scan returned from its row (pgx.ErrNoRows
-// when it returned none).
-func (s *Store) sentRow(ctx context.Context, scan func(pgx.Row) error, sql string, args ...any) error {
-	return s.sent(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
-		return scan(c.QueryRow(ctx, sql, args...))
-	})
 }
 
 // refusedStatement reports whether err is PostgreSQL refusing a statement

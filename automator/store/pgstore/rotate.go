@@ -103,7 +103,10 @@ func (s *Store) AccountRotate(ctx context.Context, p store.AccountRotateParams) 
 			}
 		}
 		out, err = scanAccount(tx.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts WHERE name = $1`, p.Name))
-		return err
+		if err != nil {
+			return err
+		}
+		return appendAudit(ctx, tx, p.Audit)
 	})
 	if err != nil {
 		return store.Account{}, fmt.Errorf("rotating account %q: %w", p.Name, err)

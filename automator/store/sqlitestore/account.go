@@ -32,8 +32,10 @@ ON CONFLICT (name) DO NOTHING`,
 		if err != nil {
 			return err
 		}
-		if n, err := res.RowsAffected(); err != nil || n > 0 {
+		if n, err := res.RowsAffected(); err != nil {
 			return err
+		} else if n > 0 {
+			return appendAudit(ctx, tx, p.Audit)
 		}
 		var moving bool
 		if err := tx.QueryRowContext(ctx, `SELECT moving_to <> '' FROM accounts WHERE name = ?`, p.Name).Scan(&moving); err != nil {

@@ -62,7 +62,10 @@ RETURNING `+apiKeyColumns,
 		if errors.Is(err, sql.ErrNoRows) {
 			return store.ErrExists
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		return appendAudit(ctx, tx, p.Audit)
 	})
 	if err != nil {
 		return store.APIKey{}, fmt.Errorf("creating api key %q: %w", p.ID, err)
@@ -105,15 +108,21 @@ func (s *Store) APIKeyList(ctx context.Context) ([]store.APIKey, error) {
 func (s *Store) APIKeyRevoke(ctx context.Context, p store.APIKeyRevokeParams) (store.APIKey, error) {
 	var k store.APIKey
 	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
-		if _, err := tx.ExecContext(ctx, `UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at = 0`, toNanos(p.Now), p.ID); err != nil {
+		res, err := tx.ExecContext(ctx, `UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at = 0`, toNanos(p.Now), p.ID)
+		if err != nil {
 			return err
 		}
-		var err error
 		k, err = scanAPIKey(tx.QueryRowContext(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE id = ?`, p.ID))
 		if errors.Is(err, sql.ErrNoRows) {
 			return store.ErrNotFound
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return err // revoked already
+		}
+		return appendAudit(ctx, tx, p.Audit)
 	})
 	if err != nil {
 		return store.APIKey{}, fmt.Errorf("revoking api key %q: %w", p.ID, err)

@@ -32,6 +32,16 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 	return e, nil
 }
 
+// appendAudit appends e, when set, with tx, the write of the change e
+// records (an Audit of the params).
+func appendAudit(ctx context.Context, tx querier, e *store.AuditEvent) error {
+	if e == nil {
+		return nil
+	}
+	_, err := insertAudit(ctx, tx, *e)
+	return err
+}
+
 func (s *Store) AuditAppend(ctx context.Context, e store.AuditEvent) (store.AuditEvent, error) {
 	var out store.AuditEvent
 	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {

@@ -120,6 +120,13 @@ RETURNING `+workColumns, p.Reason, now, d.Tombstone, p.Name)
 		if d.RevokedAPIKeys, d.NarrowedAPIKeys, err = unscopeAPIKeys(ctx, tx, p.Name, now); err != nil {
 			return err
 		}
+		if p.AuditDeletion != nil {
+			for _, e := range p.AuditDeletion(d) {
+				if _, err := insertAudit(ctx, tx, e); err != nil {
+					return err
+				}
+			}
+		}
 		if left <= moveBatch {
 			_, err = moveUnits(ctx, tx, p.Name, d.Tombstone, &done)
 		}

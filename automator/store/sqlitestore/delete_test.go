@@ -219,7 +219,7 @@ func interruptedDeletion(t *testing.T, s *Store, at time.Time) (store.AccountDel
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	s.movedBatch = cancel
-	d, err := s.AccountDelete(ctx, store.AccountDeleteParams{Name: "acme", Reason: "deleted", Now: at})
+	d, err := s.AccountDelete(ctx, store.AccountDeleteParams{Name: "acme", Reason: "deleted", Now: at, AuditDeletion: deletionEvent})
 	s.movedBatch = nil
 	if !errors.Is(err, store.ErrDeletionUnfinished) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("AccountDelete stopped after its first batch: %v, want ErrDeletionUnfinished and context.Canceled", err)
@@ -230,7 +230,31 @@ func interruptedDeletion(t *testing.T, s *Store, at time.Time) (store.AccountDel
 	if _, err := s.AccountCreate(t.Context(), store.AccountCreateParams{Name: "acme", TokenHash: []byte("new token"), KeyID: 1, SealedKey: []byte("new key"), Now: at}); !errors.Is(err, store.ErrBeingDeleted) {
 		t.Fatalf("AccountCreate of its name: %v, want ErrBeingDeleted", err)
 	}
+	// Its event is in the deletion's transaction, with every unit counted.
+	wantDeletionEvents(t, s, fmt.Sprintf("%d units under %s", len(ids), d.Tombstone))
 	return d, ids
+}
+
+// deletionEvent is an AccountDeleteParams.AuditDeletion.
+func deletionEvent(d store.AccountDeletion) []store.AuditEvent {
+	return []store.AuditEvent{{At: d.DeletedAt, Kind: store.AuditAccountDeleted, Account: d.Name, Detail: fmt.Sprintf("%d units under %s", d.Units, d.Tombstone)}}
+}
+
+// wantDeletionEvents reports unless the audit log holds the events of
+// deletionEvent with these details.
+func wantDeletionEvents(t *testing.T, s *Store, details ...string) {
+	t.Helper()
+	es, err := s.AuditList(t.Context(), store.AuditListParams{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range es {
+		got = append(got, e.Detail)
+	}
+	if !slices.Equal(got, details) {
+		t.Errorf("audit log = %q, want %q", got, details)
+	}
 }
 
 // TestAnUnfinishedDeletionIsFinishedByDeletingAgain: a deletion stopped
@@ -241,10 +265,12 @@ func TestAnUnfinishedDeletionIsFinishedByDeletingAgain(t *testing.T) {
 	s := open(t, filepath.Join(t.TempDir(), "automator.db"))
 	at := testNow.Add(time.Hour)
 	first, ids := interruptedDeletion(t, s, at)
-	d, err := s.AccountDelete(t.Context(), store.AccountDeleteParams{Name: "acme", Reason: "deleted again", Now: at.Add(time.Minute)})
+	d, err := s.AccountDelete(t.Context(), store.AccountDeleteParams{Name: "acme", Reason: "deleted again", Now: at.Add(time.Minute), AuditDeletion: deletionEvent})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Audited when it was made, not again.
+	wantDeletionEvents(t, s, fmt.Sprintf("%d units under %s", len(ids), first.Tombstone))
 	if !d.Resumed || d.Tombstone != first.Tombstone || !d.DeletedAt.Equal(first.DeletedAt) || d.Units != len(ids)-moveBatch {
 		t.Errorf("deleting again = resumed %v, %d units under %q deleted at %v; want resumed, %d under %q at %v",
 			d.Resumed, d.Units, d.Tombstone, d.DeletedAt, len(ids)-moveBatch, first.Tombstone, first.DeletedAt)

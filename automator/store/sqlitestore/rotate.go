@@ -96,7 +96,10 @@ func (s *Store) AccountRotate(ctx context.Context, p store.AccountRotateParams) 
 			}
 		}
 		out, err = scanAccount(tx.QueryRowContext(ctx, `SELECT `+accountColumns+` FROM accounts WHERE name = ?`, p.Name))
-		return err
+		if err != nil {
+			return err
+		}
+		return appendAudit(ctx, tx, p.Audit)
 	})
 	if err != nil {
 		return store.Account{}, fmt.Errorf("rotating account %q: %w", p.Name, err)

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -27,6 +28,8 @@ var securityCases = []testCase{
 	{"WorkEnqueueAppendsItsAuditEventWithTheUnitOnly", testWorkEnqueueAppendsAudit},
 	{"WorkQueuedCountCountsQueuedUnitsOfTheAccount", testWorkQueuedCount},
 	{"UnitEndsAppendTheirAuditEventInTheSameWrite", testUnitEndsAppendAudit},
+	{"AdministrativeChangesAppendTheirAuditEventOnlyWhenMade", testAdminChangesAppendAudit},
+	{"AnAdministrativeChangeWhoseAuditEventFailsIsNotMade", testAdminChangeWithFailingAudit},
 }
 
 func (f *fixture) byToken(h []byte, now time.Time) (store.Account, error) {
@@ -467,5 +470,171 @@ func testUnitEndsAppendAudit(f *fixture) {
 			g.InstanceID != w.InstanceID || g.Outcome != w.Outcome || g.Source != "src" || g.Detail != "d" || !g.At.Equal(at(time.Minute)) {
 			f.t.Errorf("audit event %d = %+v, want %+v for account acme", i, g, w)
 		}
+	}
+}
+
+// adminEvent is an event of an administrative change, as the CLI makes
+// them.
+func adminEvent(kind, account, detail string) *store.AuditEvent {
+	return &store.AuditEvent{At: at(time.Minute), Kind: kind, Actor: "cli:op", Source: "host", Account: account, Detail: detail}
+}
+
+// deletionEvents is an AccountDeleteParams.AuditDeletion: the deletion's
+// event, and one per API key it revoked, from what it did.
+func deletionEvents(d store.AccountDeletion) []store.AuditEvent {
+	out := []store.AuditEvent{*adminEvent(store.AuditAccountDeleted, d.Name,
+		fmt.Sprintf("%d cancelled, %d under %s, revoked %v, narrowed %v", len(d.Cancelled), d.Units, d.Tombstone, d.RevokedAPIKeys, d.NarrowedAPIKeys))}
+	for _, id := range d.RevokedAPIKeys {
+		out = append(out, *adminEvent(store.AuditAPIKeyRevoked, d.Name, id))
+	}
+	return out
+}
+
+func testAdminChangesAppendAudit(f *fixture) {
+	create := func(name string) error {
+		_, err := f.s.AccountCreate(f.ctx, store.AccountCreateParams{Name: name, TokenHash: hash("token of " + name), KeyID: 1,
+			SealedKey: []byte("k"), Now: base, Audit: adminEvent(store.AuditAccountCreated, name, "key 1")})
+		return err
+	}
+	if err := create("acme"); err != nil {
+		f.t.Fatal(err)
+	}
+	f.wantErr("AccountCreate of a taken name", create("acme"), store.ErrExists)
+
+	rotate := func(name string, keyID uint32, token string) error {
+		_, err := f.s.AccountRotate(f.ctx, store.AccountRotateParams{Name: name, TokenHash: hash(token), KeyID: keyID, SealedKey: []byte("k2"),
+			PreviousUntil: at(time.Hour), Now: at(time.Second), Audit: adminEvent(store.AuditKeyRotated, name, fmt.Sprintf("key %d", keyID))})
+		return err
+	}
+	if err := rotate("acme", 2, "second token"); err != nil {
+		f.t.Fatal(err)
+	}
+	f.wantErr("AccountRotate to a key id used already", rotate("acme", 2, "third token"), store.ErrExists)
+	f.wantErr("AccountRotate of an unknown account", rotate("nobody", 2, "fourth token"), store.ErrNotFound)
+
+	apiKey := func(id string, accounts ...string) error {
+		_, err := f.s.APIKeyCreate(f.ctx, store.APIKeyCreateParams{ID: id, Hash: hash(id), Name: "n", Accounts: accounts, Now: at(2 * time.Second),
+			Audit: adminEvent(store.AuditAPIKeyCreated, "", id)})
+		return err
+	}
+	if err := apiKey("k-acme", "acme"); err != nil {
+		f.t.Fatal(err)
+	}
+	f.wantErr("APIKeyCreate of a taken id", apiKey("k-acme"), store.ErrExists)
+	f.wantErr("APIKeyCreate scoped to an unknown account", apiKey("k-nobody", "nobody"), store.ErrNotFound)
+	if err := apiKey("k-all"); err != nil {
+		f.t.Fatal(err)
+	}
+
+	revoke := func(id string, now time.Time) (store.APIKey, error) {
+		return f.s.APIKeyRevoke(f.ctx, store.APIKeyRevokeParams{ID: id, Now: now, Audit: adminEvent(store.AuditAPIKeyRevoked, "", id)})
+	}
+	first, err := revoke("k-all", at(3*time.Second))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	// Revoked already: returned unchanged, and not audited again.
+	again, err := revoke("k-all", at(4*time.Second))
+	if err != nil || !again.RevokedAt.Equal(first.RevokedAt) {
+		f.t.Errorf("APIKeyRevoke of a revoked key = revoked at %v, %v; want its first revocation, %v", again.RevokedAt, err, first.RevokedAt)
+	}
+	_, err = revoke("nobody", at(4*time.Second))
+	f.wantErr("APIKeyRevoke of an unknown key", err, store.ErrNotFound)
+
+	f.enqueue("w-1", "acme", at(5*time.Second), at(time.Hour))
+	f.complete(f.claimOne("acme", "host-a", "w-1", at(6*time.Second)), at(7*time.Second))
+	f.enqueue("w-2", "acme", at(8*time.Second), at(time.Hour))
+	deleted := at(10 * time.Second)
+	d, err := f.s.AccountDelete(f.ctx, store.AccountDeleteParams{Name: "acme", Reason: "deleted", Now: deleted, AuditDeletion: deletionEvents})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	_, err = f.s.AccountDelete(f.ctx, store.AccountDeleteParams{Name: "acme", Reason: "deleted", Now: at(11 * time.Second), AuditDeletion: deletionEvents})
+	f.wantErr("AccountDelete of a deleted account", err, store.ErrNotFound)
+
+	got, err := f.s.AuditList(f.ctx, store.AuditListParams{Limit: 100})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	tombstone := store.DeletedAccountName("acme", deleted)
+	want := []store.AuditEvent{
+		*adminEvent(store.AuditAccountCreated, "acme", "key 1"),
+		*adminEvent(store.AuditKeyRotated, "acme", "key 2"),
+		*adminEvent(store.AuditAPIKeyCreated, "", "k-acme"),
+		*adminEvent(store.AuditAPIKeyCreated, "", "k-all"),
+		*adminEvent(store.AuditAPIKeyRevoked, "", "k-all"),
+		*adminEvent(store.AuditAccountDeleted, "acme", "1 cancelled, 2 under "+tombstone+", revoked [k-acme], narrowed []"),
+		*adminEvent(store.AuditAPIKeyRevoked, "acme", "k-acme"),
+	}
+	if d.Tombstone != tombstone || len(d.Cancelled) != 1 || d.Units != 2 || !slices.Equal(d.RevokedAPIKeys, []string{"k-acme"}) {
+		f.t.Errorf("AccountDelete = %+v, want 1 of 2 units cancelled under %q and k-acme revoked", d, tombstone)
+	}
+	if len(got) != len(want) {
+		f.t.Fatalf("audit log holds %d events, want %d (the changes made, none refused): %+v", len(got), len(want), got)
+	}
+	for i, w := range want {
+		g := got[i]
+		if g.Kind != w.Kind || g.Account != w.Account || g.Detail != w.Detail || g.Actor != w.Actor || g.Source != w.Source || !g.At.Equal(w.At) {
+			f.t.Errorf("audit event %d = %+v, want %+v", i, g, w)
+		}
+	}
+}
+
+// testAdminChangeWithFailingAudit: an event the store refuses to append
+// (it has no kind) fails the change it records, which is not made.
+func testAdminChangeWithFailingAudit(f *fixture) {
+	bad := &store.AuditEvent{At: at(time.Minute), Actor: "cli:op", Detail: "no kind"}
+	_, err := f.s.AccountCreate(f.ctx, store.AccountCreateParams{Name: "acme", TokenHash: hash("t"), KeyID: 1, SealedKey: []byte("k"), Now: base, Audit: bad})
+	if err == nil {
+		f.t.Errorf("AccountCreate with an event that fails succeeded")
+	}
+	if _, err := f.s.AccountGet(f.ctx, "acme"); !errors.Is(err, store.ErrNotFound) {
+		f.t.Errorf("AccountGet of the account whose event failed: %v, want ErrNotFound", err)
+	}
+
+	acme := f.account("acme")
+	_, err = f.s.AccountRotate(f.ctx, store.AccountRotateParams{Name: "acme", TokenHash: hash("new token"), KeyID: 2, SealedKey: []byte("k2"),
+		PreviousUntil: at(time.Hour), Now: at(time.Second), Audit: bad})
+	if err == nil {
+		f.t.Errorf("AccountRotate with an event that fails succeeded")
+	}
+	if a, err := f.s.AccountGet(f.ctx, "acme"); err != nil || a.KeyID != 1 || !bytes.Equal(a.TokenHash, acme.TokenHash) {
+		f.t.Errorf("account after a rotation whose event failed = key %d, %v; want its first token and key 1", a.KeyID, err)
+	}
+
+	_, err = f.s.APIKeyCreate(f.ctx, store.APIKeyCreateParams{ID: "k-1", Hash: hash("k-1"), Name: "n", Now: at(2 * time.Second), Audit: bad})
+	if err == nil {
+		f.t.Errorf("APIKeyCreate with an event that fails succeeded")
+	}
+	if _, err := f.s.APIKeyGetByHash(f.ctx, hash("k-1")); !errors.Is(err, store.ErrNotFound) {
+		f.t.Errorf("APIKeyGetByHash of the key whose event failed: %v, want ErrNotFound", err)
+	}
+
+	if _, err := f.s.APIKeyCreate(f.ctx, store.APIKeyCreateParams{ID: "k-2", Hash: hash("k-2"), Name: "n", Accounts: []string{"acme"}, Now: at(2 * time.Second)}); err != nil {
+		f.t.Fatal(err)
+	}
+	_, err = f.s.APIKeyRevoke(f.ctx, store.APIKeyRevokeParams{ID: "k-2", Now: at(3 * time.Second), Audit: bad})
+	if err == nil {
+		f.t.Errorf("APIKeyRevoke with an event that fails succeeded")
+	}
+	if k, err := f.s.APIKeyGetByHash(f.ctx, hash("k-2")); err != nil || !k.RevokedAt.IsZero() {
+		f.t.Errorf("API key after a revocation whose event failed = revoked at %v, %v; want valid", k.RevokedAt, err)
+	}
+
+	f.enqueue("w-1", "acme", at(4*time.Second), at(time.Hour))
+	_, err = f.s.AccountDelete(f.ctx, store.AccountDeleteParams{Name: "acme", Reason: "deleted", Now: at(5 * time.Second),
+		AuditDeletion: func(store.AccountDeletion) []store.AuditEvent { return []store.AuditEvent{*bad} }})
+	if err == nil {
+		f.t.Errorf("AccountDelete with an event that fails succeeded")
+	}
+	if _, err := f.s.AccountGet(f.ctx, "acme"); err != nil {
+		f.t.Errorf("AccountGet of the account whose deletion's event failed: %v, want the account", err)
+	}
+	f.wantState("w-1", store.StateQueued)
+	if k, err := f.s.APIKeyGetByHash(f.ctx, hash("k-2")); err != nil || !k.RevokedAt.IsZero() || !slices.Equal(k.Accounts, []string{"acme"}) {
+		f.t.Errorf("API key after a deletion whose event failed = %+v, %v; want valid, for acme", k, err)
+	}
+	if n := f.auditLen(); n != 0 {
+		f.t.Errorf("the audit log holds %d events, want none", n)
 	}
 }
