@@ -63,12 +63,14 @@ func cmdAccountCreate(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
+	now := time.Now()
 	_, err = st.AccountCreate(ctx, store.AccountCreateParams{
 		Name:      name,
 		TokenHash: crypto.HashToken(token),
 		KeyID:     key.ID,
 		SealedKey: sealedKey,
-		Now:       time.Now(),
+		Now:       now,
+		Audit:     cliEvent(store.AuditEvent{At: now, Kind: store.AuditAccountCreated, Account: name, Detail: fmt.Sprintf("key %d", key.ID)}),
 	})
 	if errors.Is(err, store.ErrExists) {
 		return fmt.Errorf("account %q already exists", name)
@@ -77,9 +79,8 @@ func cmdAccountCreate(ctx context.Context, args []string, env Env) error {
 		return fmt.Errorf("account %q is still being deleted: an earlier `automator account delete` stopped before it moved every unit of the old account under its tombstone; run `automator account delete %s --data-dir %s` again to finish, then create the account", name, name, *dir)
 	}
 	if err != nil {
-		return fmt.Errorf("creating account %q: %w", name, err)
+		return err // it names the account
 	}
-	audit(ctx, st, store.AuditEvent{At: time.Now(), Kind: store.AuditAccountCreated, Account: name, Detail: fmt.Sprintf("key %d", key.ID)}, env)
 	if _, err := fmt.Fprint(env.Stdout, Profile(name, cfg.PublicURL, token, key.String(), string(caPEM))); err != nil {
 		// The profile was the only copy of the token: say so, rather
 		// than exit 0 with nothing saved.

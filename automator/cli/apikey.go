@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -124,7 +125,8 @@ func cmdAPIKeyCreate(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	now := time.Now()
-	_, err = st.APIKeyCreate(ctx, store.APIKeyCreateParams{ID: id, Hash: crypto.HashToken(secret), Name: name, Accounts: scope, Now: now})
+	_, err = st.APIKeyCreate(ctx, store.APIKeyCreateParams{ID: id, Hash: crypto.HashToken(secret), Name: name, Accounts: scope, Now: now,
+		Audit: cliEvent(store.AuditEvent{At: now, Kind: store.AuditAPIKeyCreated, Detail: fmt.Sprintf("%s (%s) for %s", id, name, scopeText(scope))})})
 	if errors.Is(err, store.ErrNotFound) {
 		// Deleted since it was looked up above.
 		return fmt.Errorf("--accounts: an account was deleted meanwhile, and no key was made: %w", err)
@@ -132,7 +134,6 @@ func cmdAPIKeyCreate(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return fmt.Errorf("storing the API key: %w", err)
 	}
-	audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditAPIKeyCreated, Detail: fmt.Sprintf("%s (%s) for %s", id, name, scopeText(scope))}, env)
 	if _, err := fmt.Fprintln(env.Stdout, secret); err != nil {
 		return fmt.Errorf("API key %s (%s) is made, but its secret could not be written (%w), and is nowhere else; revoke it with `automator apikey revoke %s --data-dir %s` and make another", id, name, err, id, *dir)
 	}
@@ -253,30 +254,36 @@ func cmdAPIKeyRevoke(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	for _, k := range keys {
-		if k.ID == pos[0] && !k.RevokedAt.IsZero() {
-			fmt.Fprintf(env.Stdout, "API key %s (%s) was already revoked at %s\n", k.ID, k.Name, k.RevokedAt.UTC().Format(time.RFC3339))
-			return nil
-		}
+	i := slices.IndexFunc(keys, func(k store.APIKey) bool { return k.ID == pos[0] })
+	if i < 0 {
+		return notFound(keys, pos[0])
+	}
+	if k := keys[i]; !k.RevokedAt.IsZero() {
+		fmt.Fprintf(env.Stdout, "API key %s (%s) was already revoked at %s\n", k.ID, k.Name, k.RevokedAt.UTC().Format(time.RFC3339))
+		return nil
 	}
 	now := time.Now()
-	k, err := st.APIKeyRevoke(ctx, store.APIKeyRevokeParams{ID: pos[0], Now: now})
+	k, err := st.APIKeyRevoke(ctx, store.APIKeyRevokeParams{ID: pos[0], Now: now,
+		Audit: cliEvent(store.AuditEvent{At: now, Kind: store.AuditAPIKeyRevoked, Detail: fmt.Sprintf("%s (%s)", keys[i].ID, keys[i].Name)})})
 	if errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("no API key of ID %q%s; see `automator apikey list`", pos[0], namedSo(keys, pos[0]))
+		return notFound(keys, pos[0])
 	}
 	if errors.Is(err, store.ErrWithdrawalInterrupted) {
-		// The revoke is committed: record it even though interrupted.
-		ctx = context.WithoutCancel(ctx)
+		// The revoke is committed, with its audit event.
 		fmt.Fprintf(env.Stderr, "automator: warning: %v; the revoke stands\n", err)
 	} else if err != nil {
 		return err
 	}
-	audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditAPIKeyRevoked, Detail: fmt.Sprintf("%s (%s)", k.ID, k.Name)}, env)
 	fmt.Fprintf(env.Stdout, "API key %s (%s) revoked; it is refused from now on\n", k.ID, k.Name)
 	if path := filepath.Join(*dir, config.FileAPIKey); holdsKey(path, k) {
 		fmt.Fprintf(env.Stderr, "automator: %s held this key: exec, work wait and work cancel with --data-dir are refused until a new one is put there: `automator apikey create admin --all-accounts --data-dir %s > %s`\n", path, *dir, path)
 	}
 	return nil
+}
+
+// notFound is apikey revoke's error for an ID that is none of keys'.
+func notFound(keys []store.APIKey, id string) error {
+	return fmt.Errorf("no API key of ID %q%s; see `automator apikey list`", id, namedSo(keys, id))
 }
 
 // namedSo is, for an ID given to apikey revoke that is no key's, what

@@ -324,6 +324,35 @@ func TestRestoreRefusesWhatIsNotABackup(t *testing.T) {
 	}
 }
 
+// TestARestoreWhoseAuditEventCannotBeWrittenReplacesNothing: the
+// restore's database.restore event goes into the copy before the copy
+// takes the database's place; when it cannot be written (the backup's
+// audit log refuses every insert), the restore fails with one line saying
+// so and the database is left as it was.
+func TestARestoreWhoseAuditEventCannotBeWrittenReplacesNothing(t *testing.T) {
+	dir := initDir(t)
+	file := takeBackup(t, dir)
+	execSQLite(t, file, `CREATE TRIGGER test_refuse_audit BEFORE INSERT ON audit
+BEGIN SELECT RAISE(ABORT, 'the test refuses every audit event'); END`)
+	cfg, _ := config.Load(dir)
+	dbPath := cfg.DBPath(dir)
+	before := fileBytes(t, dbPath)
+
+	code, stdout, stderr := runCLI(t, "restore", "--data-dir", dir, file)
+	if code != ExitError || stdout != "" || strings.Count(stderr, "\n") != 1 ||
+		!strings.Contains(stderr, "appending "+store.AuditRestore+" to the audit log") || !strings.Contains(stderr, "the test refuses every audit event") ||
+		!strings.HasSuffix(stderr, "; nothing was replaced\n") {
+		t.Errorf("restore of a backup whose audit log refuses events: exit %d, stdout %q, stderr %q; want %d and one line saying the audit log refused the restore's event",
+			code, stdout, stderr, ExitError)
+	}
+	if !bytes.Equal(fileBytes(t, dbPath), before) {
+		t.Errorf("a restore whose audit event failed changed the database")
+	}
+	if matches, _ := filepath.Glob(dbPath + ".*"); len(matches) != 0 {
+		t.Errorf("a restore whose audit event failed left %v", matches)
+	}
+}
+
 // TestRestoreOpenWorkOnlyEndsTheOpenUnitsInPlace: for a database restored
 // by other means, the open units end and nothing is replaced.
 func TestRestoreOpenWorkOnlyEndsTheOpenUnitsInPlace(t *testing.T) {

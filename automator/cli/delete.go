@@ -40,7 +40,16 @@ func cmdAccountDelete(ctx context.Context, args []string, env Env) error {
 		Name:   name,
 		Reason: reason,
 		Now:    now,
-		Audit:  &store.AuditEvent{At: now, Kind: store.AuditWorkEnded, Actor: cliActor(), Source: cliSource(), Detail: reason},
+		Audit:  cliEvent(store.AuditEvent{At: now, Kind: store.AuditWorkEnded, Detail: reason}),
+		AuditDeletion: func(d store.AccountDeletion) []store.AuditEvent {
+			events := []store.AuditEvent{*cliEvent(store.AuditEvent{At: now, Kind: store.AuditAccountDeleted, Account: name,
+				Detail: fmt.Sprintf("%d units cancelled, %d kept unreadable as %q; token and keys destroyed; API keys revoked: %s; no longer scoped to it: %s",
+					len(d.Cancelled), d.Units, d.Tombstone, listOrNone(d.RevokedAPIKeys), listOrNone(d.NarrowedAPIKeys))})}
+			for _, id := range d.RevokedAPIKeys {
+				events = append(events, *cliEvent(store.AuditEvent{At: now, Kind: store.AuditAPIKeyRevoked, Account: name, Detail: id + " (its only account was deleted)"}))
+			}
+			return events
+		},
 		Moving: func(d store.AccountDeletion, left int) {
 			fmt.Fprintf(env.Stderr, "automator: account %q is deleted; moving its %d ended units under %q in small batches, between which the automators' writes go on; the name is free when this command ends (stopped, run it again to finish)\n",
 				name, left, d.Tombstone)
@@ -70,15 +79,6 @@ func cmdAccountDelete(ctx context.Context, args []string, env Env) error {
 				name, del.DeletedAt.UTC().Format(time.RFC3339), del.Units, del.Tombstone)
 		}
 		return nil
-	}
-	// The deletion is committed: the audit log must record it even when
-	// the command is interrupted from here on.
-	ctx = context.WithoutCancel(ctx)
-	audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditAccountDeleted, Account: name,
-		Detail: fmt.Sprintf("%d units cancelled, %d kept unreadable as %q; token and keys destroyed; API keys revoked: %s; no longer scoped to it: %s",
-			len(del.Cancelled), del.Units, del.Tombstone, listOrNone(del.RevokedAPIKeys), listOrNone(del.NarrowedAPIKeys))}, env)
-	for _, id := range del.RevokedAPIKeys {
-		audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditAPIKeyRevoked, Account: name, Detail: id + " (its only account was deleted)"}, env)
 	}
 
 	fmt.Fprintf(env.Stdout, "account %q deleted: its token and key are destroyed, and refused by every automator from now on\n", name)

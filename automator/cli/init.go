@@ -128,14 +128,14 @@ func cmdInit(ctx context.Context, args []string, env Env) (err error) {
 		Hash: crypto.HashToken(secret),
 		Name: "admin key made by init",
 		Now:  now,
+		// The admin key is a credential like those of `apikey create`,
+		// and may use every account: its creation is audited as theirs is.
+		Audit: cliEvent(store.AuditEvent{At: now, Kind: store.AuditAPIKeyCreated, Detail: "admin (admin key made by init) for " + scopeText(nil)}),
 	}); errors.Is(err, store.ErrExists) {
 		return fmt.Errorf("the database %s already has the admin API key of an earlier `automator init`: initialise a database once, then copy that data directory to every replica", describeDB(*dir, cfg))
 	} else if err != nil {
 		return fmt.Errorf("storing the admin API key: %w", err)
 	}
-	// The admin key is a credential like those of `apikey create`, and
-	// may use every account: its creation is audited as theirs is.
-	audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditAPIKeyCreated, Detail: "admin (admin key made by init) for " + scopeText(nil)}, env)
 	err = pki.WriteFile(path(config.FileAPIKey), []byte(secret+"\n"), 0o600)
 	created(path(config.FileAPIKey), err)
 	if err != nil {

@@ -165,10 +165,10 @@ func restoreSQLite(ctx context.Context, dir string, cfg config.Config, file stri
 	var accountLines []string
 	var signOuts int
 	if err == nil && prevErr == nil {
-		reRevoked, err = carryRevocations(ctx, st, prev.apiKeys, env)
+		reRevoked, err = carryRevocations(ctx, st, prev.apiKeys)
 	}
 	if err == nil && prevErr == nil {
-		reDeleted, err = carryDeletions(ctx, st, prev.deletions, now, env)
+		reDeleted, err = carryDeletions(ctx, st, prev.deletions, now)
 	}
 	if err == nil && prevErr == nil {
 		signOuts, err = carrySignOuts(ctx, st, prev.signOuts)
@@ -177,8 +177,14 @@ func restoreSQLite(ctx context.Context, dir string, cfg config.Config, file stri
 		accountLines, err = accountWarnings(ctx, st, prev.accounts)
 	}
 	if err == nil {
-		audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditRestore,
-			Detail: fmt.Sprintf("database restored from a backup; %d open units ended, %d units queued with an idempotency key after the backup (%d of them open, ended), %d API key revocations, %d account deletions and %d dashboard sign-outs carried over", queued+claimed, carried, carriedOpen, len(reRevoked), len(reDeleted), signOuts)}, env)
+		// Putting the copy in place is no transaction of the database:
+		// the restore's event goes into the copy before the copy takes
+		// the database's place, so the database in place holds it, and a
+		// restore whose event cannot be written replaces nothing.
+		if _, aerr := st.AuditAppend(ctx, *cliEvent(store.AuditEvent{At: now, Kind: store.AuditRestore,
+			Detail: fmt.Sprintf("database restored from a backup; %d open units ended, %d units queued with an idempotency key after the backup (%d of them open, ended), %d API key revocations, %d account deletions and %d dashboard sign-outs carried over", queued+claimed, carried, carriedOpen, len(reRevoked), len(reDeleted), signOuts)})); aerr != nil {
+			err = fmt.Errorf("%w; nothing was replaced", aerr)
+		}
 	}
 	if cerr := st.Close(); err == nil && cerr != nil {
 		err = cerr
@@ -260,7 +266,7 @@ func checkBackupMasterKey(ctx context.Context, st store.Store, dir, file string)
 // each with an audit record, and returns how many were queued and claimed.
 func endOpenWork(ctx context.Context, st store.Store, now time.Time, env Env) (queued, claimed int, err error) {
 	const batch = 1000
-	tmpl := &store.AuditEvent{At: now, Kind: store.AuditWorkEnded, Actor: cliActor(), Source: cliSource(), Detail: "restore"}
+	tmpl := cliEvent(store.AuditEvent{At: now, Kind: store.AuditWorkEnded, Detail: "restore"})
 	for {
 		ws, err := st.WorkEndOpen(ctx, store.WorkEndOpenParams{Reason: restoreReason, Now: now, Max: batch, Audit: tmpl})
 		for _, w := range ws {
@@ -371,7 +377,7 @@ func readPrevious(ctx context.Context, dbPath string, now time.Time) (prev previ
 // carryRevocations revokes in st, the restored database, every API key the
 // replaced one had revoked (after the backup was taken): a revocation is
 // never undone by a restore. It returns the keys it revoked.
-func carryRevocations(ctx context.Context, st store.Store, prevKeys []store.APIKey, env Env) ([]store.APIKey, error) {
+func carryRevocations(ctx context.Context, st store.Store, prevKeys []store.APIKey) ([]store.APIKey, error) {
 	restored, err := st.APIKeyList(ctx)
 	if err != nil {
 		return nil, err
@@ -388,12 +394,12 @@ func carryRevocations(ctx context.Context, st store.Store, prevKeys []store.APIK
 		if !ok || !k.RevokedAt.IsZero() {
 			continue
 		}
-		r, err := st.APIKeyRevoke(ctx, store.APIKeyRevokeParams{ID: k.ID, Now: at})
+		r, err := st.APIKeyRevoke(ctx, store.APIKeyRevokeParams{ID: k.ID, Now: at,
+			Audit: cliEvent(store.AuditEvent{At: time.Now(), Kind: store.AuditAPIKeyRevoked,
+				Detail: fmt.Sprintf("%s (%s), revoked again by a restore: the replaced database had revoked it", k.ID, k.Name)})})
 		if err != nil {
 			return out, err
 		}
-		audit(ctx, st, store.AuditEvent{At: time.Now(), Kind: store.AuditAPIKeyRevoked,
-			Detail: fmt.Sprintf("%s (%s), revoked again by a restore: the replaced database had revoked it", r.ID, r.Name)}, env)
 		out = append(out, r)
 	}
 	return out, nil
@@ -406,7 +412,7 @@ func carryRevocations(ctx context.Context, st store.Store, prevKeys []store.APIK
 // backup, and an account of that name in it was made again afterwards; one
 // it lacks came after, and deleted the account of that name the backup
 // holds. It returns the deletions it made.
-func carryDeletions(ctx context.Context, st store.Store, prevDeletions []store.AccountDeletion, now time.Time, env Env) ([]store.AccountDeletion, error) {
+func carryDeletions(ctx context.Context, st store.Store, prevDeletions []store.AccountDeletion, now time.Time) ([]store.AccountDeletion, error) {
 	restored, err := st.AccountDeletions(ctx, time.Time{})
 	if err != nil {
 		return nil, err
@@ -422,16 +428,18 @@ func carryDeletions(ctx context.Context, st store.Store, prevDeletions []store.A
 		}
 		reason := fmt.Sprintf("account %q was deleted after the backup was taken, and again by a restore", p.Name)
 		d, err := st.AccountDelete(ctx, store.AccountDeleteParams{Name: p.Name, Reason: reason, Now: now,
-			Audit: &store.AuditEvent{At: now, Kind: store.AuditWorkEnded, Actor: cliActor(), Source: cliSource(), Detail: reason}})
+			Audit: cliEvent(store.AuditEvent{At: now, Kind: store.AuditWorkEnded, Detail: reason}),
+			AuditDeletion: func(d store.AccountDeletion) []store.AuditEvent {
+				return []store.AuditEvent{*cliEvent(store.AuditEvent{At: now, Kind: store.AuditAccountDeleted, Account: p.Name,
+					Detail: fmt.Sprintf("deleted again by a restore: the replaced database had deleted it at %s; %d units kept unreadable as %q; API keys revoked: %s",
+						p.DeletedAt.UTC().Format(time.RFC3339), d.Units, d.Tombstone, listOrNone(d.RevokedAPIKeys))})}
+			}})
 		if errors.Is(err, store.ErrNotFound) {
 			continue // not in the backup, or deleted again already
 		}
 		if err != nil && !errors.Is(err, store.ErrWithdrawalInterrupted) && !errors.Is(err, store.ErrDeletionUnfinished) {
 			return out, err
 		}
-		audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditAccountDeleted, Account: p.Name,
-			Detail: fmt.Sprintf("deleted again by a restore: the replaced database had deleted it at %s; %d units kept unreadable as %q; API keys revoked: %s",
-				p.DeletedAt.UTC().Format(time.RFC3339), d.Units, d.Tombstone, listOrNone(d.RevokedAPIKeys))}, env)
 		out = append(out, d)
 	}
 	return out, nil
@@ -629,6 +637,7 @@ func restoreOpenWork(ctx context.Context, dir string, cfg config.Config, env Env
 	if err != nil {
 		return err
 	}
+	// A summary: each unit ended has its own event, written with its end.
 	audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditRestore,
 		Detail: fmt.Sprintf("open units of a restored database ended; %d units", queued+claimed)}, env)
 	printEnded(env, queued, claimed)

@@ -72,6 +72,7 @@ func rotateAccount(ctx context.Context, d accountAdmin, name string, rotateKey b
 	}
 	now := time.Now()
 	p := store.AccountRotateParams{Name: name, TokenHash: crypto.HashToken(token), PreviousUntil: now.Add(overlap), Now: now}
+	kind, detail := store.AuditTokenRotated, fmt.Sprintf("previous token valid until %s", p.PreviousUntil.UTC().Format(time.RFC3339))
 	var newKey crypto.Key
 	if rotateKey {
 		var highest uint32
@@ -88,7 +89,9 @@ func rotateAccount(ctx context.Context, d accountAdmin, name string, rotateKey b
 			return err
 		}
 		p.KeyID = newKey.ID
+		kind, detail = store.AuditKeyRotated, fmt.Sprintf("key %d current; previous token and key %d usable until %s", newKey.ID, newKey.ID-1, p.PreviousUntil.UTC().Format(time.RFC3339))
 	}
+	p.Audit = cliEvent(store.AuditEvent{At: now, Kind: kind, Account: name, Detail: detail})
 	current, previous, err := rotatedKeys(master, name, keys, p, newKey)
 	if err != nil {
 		return err
@@ -103,9 +106,9 @@ func rotateAccount(ctx context.Context, d accountAdmin, name string, rotateKey b
 	case err != nil && !interrupted:
 		return err
 	}
-	// The rotation is committed: the profile printed below is the only copy
-	// of the new token, and the audit log must record the change, even when
-	// the command is interrupted from here on.
+	// The rotation is committed, with its audit event: the profile printed
+	// below is the only copy of the new token, even when the command is
+	// interrupted from here on.
 	ctx = context.WithoutCancel(ctx)
 	if interrupted {
 		fmt.Fprintf(env.Stderr, "automator: warning: %v; the rotation stands\n", err)
@@ -124,13 +127,6 @@ func rotateAccount(ctx context.Context, d accountAdmin, name string, rotateKey b
 		}
 	}
 	_, printErr := fmt.Fprint(env.Stdout, profile)
-
-	kind, detail := store.AuditTokenRotated, fmt.Sprintf("previous token valid until %s", p.PreviousUntil.UTC().Format(time.RFC3339))
-	if rotateKey {
-		kind, detail = store.AuditKeyRotated, fmt.Sprintf("key %d current; previous token and key %d usable until %s", newKey.ID, newKey.ID-1, p.PreviousUntil.UTC().Format(time.RFC3339))
-	}
-	audit(ctx, st, store.AuditEvent{At: now, Kind: kind, Account: name, Detail: detail}, env)
-
 	if printErr != nil {
 		return fmt.Errorf("account %q is rotated, but its new profile could not be written (%w), and its new token is nowhere else; run `automator account %s %s --data-dir %s --overlap %v` again for another",
 			name, printErr, what, name, dir, overlap)

@@ -58,11 +58,21 @@ func cliSource() string {
 	return h
 }
 
-// audit appends an event of a CLI command to the audit log. The change it
-// records is made already, so a failure is reported, not undone.
-func audit(ctx context.Context, st store.Store, e store.AuditEvent, env Env) {
+// cliEvent is event e of a CLI command, with its actor and source: the
+// Audit of the params of the change it records, which the store appends
+// in the change's own transaction. A change whose event cannot be
+// appended is not made.
+func cliEvent(e store.AuditEvent) *store.AuditEvent {
 	e.Actor, e.Source = cliActor(), cliSource()
-	if _, err := st.AuditAppend(ctx, e); err != nil {
+	return &e
+}
+
+// audit appends an event of a CLI command that records no change of the
+// database (a backup taken, a certificate renewed, the summary of a
+// restore's units ended) to the audit log. What it records is done
+// already, so a failure is reported, not undone.
+func audit(ctx context.Context, st store.Store, e store.AuditEvent, env Env) {
+	if _, err := st.AuditAppend(ctx, *cliEvent(e)); err != nil {
 		env.Stderr.Write([]byte("automator: warning: writing the audit log: " + err.Error() + "\n"))
 	}
 }
