@@ -202,6 +202,11 @@ func (s *timedStore) AccountDeletions(ctx context.Context, since time.Time) ([]s
 	return s.Store.AccountDeletions(ctx, since)
 }
 
+func (s *timedStore) AccountsBeingDeleted(ctx context.Context) ([]store.AccountDeletion, error) {
+	defer s.since("AccountsBeingDeleted", time.Now())
+	return s.Store.AccountsBeingDeleted(ctx)
+}
+
 func (s *timedStore) WorkByIdempotencyKey(ctx context.Context, account, key string, since time.Time) (store.Work, error) {
 	defer s.since("WorkByIdempotencyKey", time.Now())
 	return s.Store.WorkByIdempotencyKey(ctx, account, key, since)

@@ -75,6 +75,13 @@ type AccountDeleteParams struct {
 	// units are left to move in batches (AccountDelete), with the
 	// deletion as known then and how many are left.
 	Moving func(d AccountDeletion, left int)
+	// Resume, when set, only finishes the deletion of an account being
+	// deleted (AccountsBeingDeleted), as AccountDelete of its name does
+	// anyway: ErrNotFound if Name is not being deleted, even when an
+	// account of that name exists. It is for finishing the deletions
+	// listed a moment before: one may have finished meanwhile, and its
+	// name been given to a new account.
+	Resume bool
 }
 
 // AccountDeletion is what deleting an account did (AccountDelete), or, as

@@ -558,13 +558,22 @@ type Store interface {
 	// them as the tombstone's, and the name is taken (ErrBeingDeleted).
 	// Its name is free for a new account when AccountDelete returns nil.
 	// ErrDeletionUnfinished, with the deletion, if it stopped before
-	// every unit moved; AccountDelete of that name then moves the rest.
+	// every unit moved; AccountDelete of that name then moves the rest
+	// (so does p.Resume). Two calls may move the units of one deletion at
+	// once: each moves some, none is moved twice or left.
 	// ErrNotFound if there is no such account.
 	AccountDelete(ctx context.Context, p AccountDeleteParams) (AccountDeletion, error)
 	// AccountDeletions returns the accounts deleted at or after since
 	// (Name, Tombstone, DeletedAt), oldest first, while their tombstones
 	// are kept (WorkPurge).
 	AccountDeletions(ctx context.Context, since time.Time) ([]AccountDeletion, error)
+	// AccountsBeingDeleted returns the accounts whose deletion committed
+	// with units still to move under their tombstones (AccountDelete: an
+	// AccountDelete moving them now, or one that stopped with
+	// ErrDeletionUnfinished), by name: Name, Tombstone, DeletedAt, and in
+	// Units how many are left to move. None with a store that moves them
+	// in the deletion's own transaction (PostgreSQL).
+	AccountsBeingDeleted(ctx context.Context) ([]AccountDeletion, error)
 
 	// WorkEnqueue stores a new unit: queued, or already claimed when
 	// p.ClaimFor is set (nobody could claim it before). ErrExists if the ID

@@ -14,6 +14,11 @@ import (
 )
 
 func (s *Store) AccountDelete(ctx context.Context, p store.AccountDeleteParams) (store.AccountDeletion, error) {
+	if p.Resume {
+		// Nothing to finish: a deletion moves every unit in its own
+		// transaction.
+		return store.AccountDeletion{}, fmt.Errorf("deleting account %q: %w", p.Name, store.ErrNotFound)
+	}
 	d := store.AccountDeletion{Name: p.Name, Tombstone: store.DeletedAccountName(p.Name, p.Now)}
 	// The tombstone's token is random: nobody holds it, and no lookup of
 	// a token returns a tombstone anyway.
@@ -130,4 +135,10 @@ func (s *Store) AccountDeletions(ctx context.Context, since time.Time) ([]store.
 		}
 	}
 	return out, nil
+}
+
+// AccountsBeingDeleted: none. AccountDelete moves every unit of the
+// account in the transaction that deletes it.
+func (s *Store) AccountsBeingDeleted(ctx context.Context) ([]store.AccountDeletion, error) {
+	return nil, nil
 }

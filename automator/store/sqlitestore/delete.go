@@ -53,6 +53,8 @@ func (s *Store) AccountDelete(ctx context.Context, p store.AccountDeleteParams) 
 			}
 			d.Tombstone, d.DeletedAt, d.Resumed = movingTo, fromNanos(deletedAt), true
 			return tx.QueryRowContext(ctx, `SELECT count(*) FROM work WHERE account = ?`, p.Name).Scan(&left)
+		case p.Resume:
+			return store.ErrNotFound
 		}
 		res, err := tx.ExecContext(ctx, `INSERT INTO accounts (`+accountColumns+`) VALUES (?, ?, ?, x'', ?)
 ON CONFLICT (name) DO NOTHING`, d.Tombstone, token[:], store.TombstoneKeyID, now)
@@ -166,7 +168,23 @@ RETURNING `+workColumns, p.Reason, now, d.Tombstone, p.Name)
 // moveUnits moves up to moveBatch units of account name, being deleted, to
 // its tombstone, and returns how many it moved. Once none is left, it
 // deletes the account's row, which frees its name, and sets *done.
+//
+// Another call may be moving the same account's units (a command and the
+// serving automator, each finishing an unfinished deletion): each batch
+// moves units still of the account, so none moves twice. One that finds
+// the account's row gone, or no longer being deleted to tombstone, sets
+// *done and moves nothing: the other call finished the deletion, and the
+// name may be a new account's since, whose units are not to move.
 func moveUnits(ctx context.Context, tx querier, name, tombstone string, done *bool) (int, error) {
+	var movingTo string
+	err := tx.QueryRowContext(ctx, `SELECT moving_to FROM accounts WHERE name = ?`, name).Scan(&movingTo)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && movingTo != tombstone {
+		*done = true
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
 	res, err := tx.ExecContext(ctx, `UPDATE work SET account = ? WHERE id IN (SELECT id FROM work WHERE account = ? LIMIT ?)`,
 		tombstone, name, moveBatch)
 	if err != nil {
@@ -258,6 +276,31 @@ func (s *Store) AccountDeletions(ctx context.Context, since time.Time) ([]store.
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("listing deleted accounts: %w", err)
+	}
+	return out, nil
+}
+
+func (s *Store) AccountsBeingDeleted(ctx context.Context) ([]store.AccountDeletion, error) {
+	rows, err := s.reads.QueryContext(ctx, `SELECT a.name, a.moving_to, COALESCE(t.created_at, 0),
+(SELECT count(*) FROM work WHERE work.account = a.name)
+FROM accounts a LEFT JOIN accounts t ON t.name = a.moving_to
+WHERE a.moving_to <> '' ORDER BY a.name`)
+	if err != nil {
+		return nil, fmt.Errorf("listing the accounts being deleted: %w", err)
+	}
+	defer rows.Close()
+	var out []store.AccountDeletion
+	for rows.Next() {
+		var d store.AccountDeletion
+		var at int64
+		if err := rows.Scan(&d.Name, &d.Tombstone, &at, &d.Units); err != nil {
+			return nil, fmt.Errorf("listing the accounts being deleted: %w", err)
+		}
+		d.DeletedAt = fromNanos(at)
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing the accounts being deleted: %w", err)
 	}
 	return out, nil
 }

@@ -286,6 +286,120 @@ func TestAnUnfinishedDeletionIsFinishedByDeletingAgain(t *testing.T) {
 	}
 }
 
+// TestAccountsBeingDeletedListsAnUnfinishedDeletionWithTheUnitsLeft: an
+// account whose deletion stopped is listed, with its tombstone and the
+// units left to move, until a resumed deletion has moved them; Resume
+// finishes it, and is ErrNotFound for an account not being deleted.
+func TestAccountsBeingDeletedListsAnUnfinishedDeletionWithTheUnitsLeft(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "automator.db"))
+	at := testNow.Add(time.Hour)
+	first, ids := interruptedDeletion(t, s, at)
+	createAccounts(t, s, "globex")
+	ds, err := s.AccountsBeingDeleted(t.Context())
+	if want := (store.AccountDeletion{Name: "acme", Tombstone: first.Tombstone, DeletedAt: first.DeletedAt, Units: len(ids) - moveBatch}); err != nil || len(ds) != 1 ||
+		ds[0].Name != want.Name || ds[0].Tombstone != want.Tombstone || !ds[0].DeletedAt.Equal(want.DeletedAt) || ds[0].Units != want.Units {
+		t.Fatalf("AccountsBeingDeleted = %+v, %v; want only %+v", ds, err, want)
+	}
+	if _, err := s.AccountDelete(t.Context(), store.AccountDeleteParams{Name: "globex", Resume: true, Now: at}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("AccountDelete with Resume of an account not being deleted: %v, want ErrNotFound", err)
+	}
+	if _, err := s.AccountGet(t.Context(), "globex"); err != nil {
+		t.Errorf("the account AccountDelete with Resume was refused: %v, want it kept", err)
+	}
+	d, err := s.AccountDelete(t.Context(), store.AccountDeleteParams{Name: "acme", Resume: true, Now: at})
+	if err != nil || !d.Resumed || d.Units != len(ids)-moveBatch {
+		t.Errorf("AccountDelete with Resume of acme = resumed %v, %d units, %v; want the %d units left", d.Resumed, d.Units, err, len(ids)-moveBatch)
+	}
+	if ds, err := s.AccountsBeingDeleted(t.Context()); err != nil || len(ds) != 0 {
+		t.Errorf("AccountsBeingDeleted once finished = %+v, %v; want none", ds, err)
+	}
+}
+
+// TestTwoMoversOfOneDeletionMoveEachUnitOnce: the units of one unfinished
+// deletion moved by two stores at once (the serving automator and
+// `account delete` run again, each its own process) all end under the
+// tombstone, each moved by one of them, and the name is free. A mover
+// that finds the deletion finished by the other between two of its
+// batches stops: the name may be a new account's by then, whose units
+// stay its own.
+func TestTwoMoversOfOneDeletionMoveEachUnitOnce(t *testing.T) {
+	t.Run("interleaved, the name taken again meanwhile", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "automator.db")
+		a := open(t, path)
+		at := testNow.Add(time.Hour)
+		first, ids := interruptedDeletion(t, a, at)
+		b := open(t, path)
+		var other store.AccountDeletion
+		a.movedBatch = func() {
+			a.movedBatch = nil
+			var err error
+			if other, err = b.AccountDelete(t.Context(), store.AccountDeleteParams{Name: "acme", Now: at}); err != nil {
+				t.Fatalf("the other mover: %v", err)
+			}
+			createAccounts(t, b, "acme")
+			for _, id := range []string{"new-queued", "new-ended"} {
+				if _, err := b.WorkEnqueue(t.Context(), store.WorkEnqueueParams{ID: id, Account: "acme", KeyID: 1, Now: at, Deadline: at.Add(time.Hour)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := b.WorkCancel(t.Context(), store.WorkCancelParams{ID: "new-ended", Reason: "done with", Now: at}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d, err := a.AccountDelete(t.Context(), store.AccountDeleteParams{Name: "acme", Resume: true, Now: at})
+		if err != nil || d.Units != moveBatch || other.Units != len(ids)-2*moveBatch {
+			t.Errorf("the movers moved %d (%v) and %d units; want %d and the other %d", d.Units, err, other.Units, moveBatch, len(ids)-2*moveBatch)
+		}
+		if got := listIDs(t, a, store.WorkListParams{Account: first.Tombstone}); !slices.Equal(got, ids) {
+			t.Errorf("listing the tombstone: %v, want the %d units of the deleted account", got, len(ids))
+		}
+		for _, id := range []string{"new-queued", "new-ended"} {
+			if w, err := a.WorkGet(t.Context(), id); err != nil || w.Account != "acme" {
+				t.Errorf("unit %s of the new account acme: under %q, %v; want it kept acme's", id, w.Account, err)
+			}
+		}
+	})
+	t.Run("at once", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "automator.db")
+		a := open(t, path)
+		at := testNow.Add(time.Hour)
+		first, ids := interruptedDeletion(t, a, at)
+		b := open(t, path)
+		type result struct {
+			d   store.AccountDeletion
+			err error
+		}
+		results := make(chan result, 2)
+		for _, s := range []*Store{a, b} {
+			go func() {
+				d, err := s.AccountDelete(t.Context(), store.AccountDeleteParams{Name: "acme", Resume: true, Now: at})
+				results <- result{d, err}
+			}()
+		}
+		moved := 0
+		for range 2 {
+			r := <-results
+			if r.err != nil && !errors.Is(r.err, store.ErrNotFound) {
+				t.Errorf("a mover: %v", r.err)
+			}
+			moved += r.d.Units
+		}
+		if moved != len(ids)-moveBatch {
+			t.Errorf("the movers moved %d units between them, want the %d left", moved, len(ids)-moveBatch)
+		}
+		if got := listIDs(t, a, store.WorkListParams{Account: first.Tombstone}); !slices.Equal(got, ids) {
+			t.Errorf("listing the tombstone: %d units, want all %d", len(got), len(ids))
+		}
+		var left int
+		if err := a.read.QueryRowContext(t.Context(), `SELECT count(*) FROM work WHERE account = 'acme'`).Scan(&left); err != nil || left != 0 {
+			t.Errorf("units left under acme: %d, %v; want none", left, err)
+		}
+		if _, err := a.AccountCreate(t.Context(), store.AccountCreateParams{Name: "acme", TokenHash: []byte("new token"), KeyID: 1, SealedKey: []byte("new key"), Now: at}); err != nil {
+			t.Errorf("AccountCreate of the name once both movers returned: %v", err)
+		}
+	})
+}
+
 // TestThePurgeFreesTheNameOfAnUnfinishedDeletion: once the purge deleted
 // the units an unfinished deletion left to move, the name is free, and the
 // tombstone goes when its own units have.

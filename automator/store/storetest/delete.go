@@ -15,6 +15,7 @@ var deleteCases = []testCase{
 	{"AccountDeleteRevokesTheAPIKeysOfOnlyThatAccount", testAccountDeleteUnscopesAPIKeys},
 	{"AccountDeletionsListsDeletionsUntilTheirTombstoneIsPurged", testAccountDeletionsList},
 	{"AccountDeleteOfUnknownAccountIsErrNotFound", testAccountDeleteUnknown},
+	{"AccountDeleteWithResumeLeavesAnAccountNotBeingDeletedAlone", testAccountDeleteResumeOnly},
 }
 
 func (f *fixture) deleteAccount(name string, now time.Time) store.AccountDeletion {
@@ -321,5 +322,25 @@ func testAccountDeleteUnknown(f *fixture) {
 	f.wantErr("AccountDelete(nobody)", err, store.ErrNotFound)
 	if _, err := f.s.AccountGet(f.ctx, "acme"); err != nil {
 		f.t.Errorf("AccountGet(acme) after deleting another: %v", err)
+	}
+}
+
+// testAccountDeleteResumeOnly: AccountDelete with Resume deletes no account
+// (ErrNotFound), and an account deleted in full is not listed as being
+// deleted.
+func testAccountDeleteResumeOnly(f *fixture) {
+	f.account("acme")
+	f.account("globex")
+	f.enqueue("w-1", "globex", at(0), at(time.Hour))
+	f.deleteAccount("globex", at(time.Minute))
+	for _, name := range []string{"acme", "globex", "nobody"} {
+		_, err := f.s.AccountDelete(f.ctx, store.AccountDeleteParams{Name: name, Resume: true, Now: at(2 * time.Minute)})
+		f.wantErr("AccountDelete with Resume of "+name, err, store.ErrNotFound)
+	}
+	if _, err := f.s.AccountGet(f.ctx, "acme"); err != nil {
+		f.t.Errorf("AccountGet(acme) after AccountDelete with Resume of it: %v, want it kept", err)
+	}
+	if ds, err := f.s.AccountsBeingDeleted(f.ctx); err != nil || len(ds) != 0 {
+		f.t.Errorf("AccountsBeingDeleted = %+v, %v; want none", ds, err)
 	}
 }
