@@ -76,7 +76,7 @@ func cmdAccountCreate(ctx context.Context, args []string, env Env) error {
 		return fmt.Errorf("account %q already exists", name)
 	}
 	if errors.Is(err, store.ErrBeingDeleted) {
-		return fmt.Errorf("account %q is still being deleted: an earlier `automator account delete` stopped before it moved every unit of the old account under its tombstone; run `automator account delete %s --data-dir %s` again to finish, then create the account", name, name, *dir)
+		return fmt.Errorf("account %q is still being deleted: an earlier `automator account delete` stopped before it moved every unit of the old account under its tombstone; a serving automator finishes that as it starts and every hour, or run `automator account delete %s --data-dir %s` again to finish now, then create the account", name, name, *dir)
 	}
 	if err != nil {
 		return err // it names the account

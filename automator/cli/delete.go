@@ -67,7 +67,7 @@ func cmdAccountDelete(ctx context.Context, args []string, env Env) error {
 		if ctx.Err() == nil {
 			why = err.Error()
 		}
-		fmt.Fprintf(env.Stderr, "automator: warning: the deletion stands, but it stopped before every unit of %q was moved under %q (%s); the name stays taken until `automator account delete %s --data-dir %s` moves the rest\n",
+		fmt.Fprintf(env.Stderr, "automator: warning: the deletion stands, but it stopped before every unit of %q was moved under %q (%s); the name stays taken until `automator account delete %s --data-dir %s` moves the rest, or a serving automator does (as it starts, and every hour)\n",
 			name, del.Tombstone, why, name, *dir)
 	case interrupted:
 		fmt.Fprintf(env.Stderr, "automator: warning: %v; the deletion stands\n", err)

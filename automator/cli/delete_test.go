@@ -148,6 +148,33 @@ func TestAccountDeleteHelp(t *testing.T) {
 	}
 }
 
+// unfinishedDeletion makes account name in dir with 150 ended units, more
+// than a batch, and deletes it, stopping the deletion before any of them
+// moved under its tombstone (as Ctrl+C would stop `account delete`).
+func unfinishedDeletion(t *testing.T, dir, name string) store.AccountDeletion {
+	t.Helper()
+	if code, _, stderr := runMain(t, "account", "create", name, "--data-dir", dir); code != 0 {
+		t.Fatalf("account create %s: exit %d: %s", name, code, stderr)
+	}
+	path := filepath.Join(dir, "automator.db")
+	execSQLite(t, path, `INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, finished_at)
+WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 150)
+SELECT 'w' || i, '`+name+`', 'succeeded', 1, randomblob(64), i, i + 1000, i + 1 FROM n`)
+	st, err := sqlitestore.Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	stop, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	d, err := st.AccountDelete(stop, store.AccountDeleteParams{Name: name, Now: time.Now(),
+		Moving: func(store.AccountDeletion, int) { cancel() }})
+	if !errors.Is(err, store.ErrDeletionUnfinished) {
+		t.Fatalf("AccountDelete stopped before its first batch: %v, want ErrDeletionUnfinished", err)
+	}
+	return d
+}
+
 // TestAnUnfinishedAccountDeletionIsFinishedByDeletingAgain: an account
 // whose deletion stopped before its units moved under its tombstone
 // (SQLite moves more than a batch of them after the deletion commits)
@@ -155,24 +182,7 @@ func TestAccountDeleteHelp(t *testing.T) {
 // `account delete` run again moves them, says so, and frees the name.
 func TestAnUnfinishedAccountDeletionIsFinishedByDeletingAgain(t *testing.T) {
 	dir := initDir(t)
-	if code, _, stderr := runMain(t, "account", "create", "acme", "--data-dir", dir); code != 0 {
-		t.Fatalf("account create acme: exit %d: %s", code, stderr)
-	}
-	path := filepath.Join(dir, "automator.db")
-	execSQLite(t, path, `INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, finished_at)
-WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 150)
-SELECT 'w' || i, 'acme', 'succeeded', 1, randomblob(64), i, i + 1000, i + 1 FROM n`)
-	st, err := sqlitestore.Open(t.Context(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop, cancel := context.WithCancel(t.Context())
-	d, err := st.AccountDelete(stop, store.AccountDeleteParams{Name: "acme", Now: time.Now(),
-		Moving: func(store.AccountDeletion, int) { cancel() }})
-	st.Close()
-	if !errors.Is(err, store.ErrDeletionUnfinished) {
-		t.Fatalf("AccountDelete stopped before its first batch: %v, want ErrDeletionUnfinished", err)
-	}
+	d := unfinishedDeletion(t, dir, "acme")
 	tomb := d.Tombstone
 
 	// Run again, and stopped again (as by Ctrl+C) once it says it moves

@@ -107,3 +107,25 @@ func TestServeDeletesTheSignOutsOfExpiredDashboardSessions(t *testing.T) {
 		}
 	}
 }
+
+// TestServeFinishesAnUnfinishedAccountDeletion: an account deletion left
+// unfinished is finished by serve, as it starts, without any command: it
+// logs as it starts and ends, and the name is free.
+func TestServeFinishesAnUnfinishedAccountDeletion(t *testing.T) {
+	dir := initDir(t)
+	d := unfinishedDeletion(t, dir, "acme")
+	s := serveDirInProcess(t, dir)
+	automatortest.WaitFor(t, 15*time.Second, "serve to log that it finished the deletion", func() bool {
+		return strings.Contains(s.log.String(), `"msg":"finished an account deletion left unfinished: its name is free"`)
+	})
+	if log := s.log.String(); !strings.Contains(log, `"msg":"finishing an account deletion left unfinished: moving its units left under its tombstone, in batches"`) ||
+		!strings.Contains(log, `"units_left":150`) || !strings.Contains(log, `"units_moved":150`) {
+		t.Errorf("serve's log does not say it finishes the deletion of 150 units:\n%s", log)
+	}
+	if code, _, stderr := runMain(t, "account", "create", "acme", "--data-dir", dir); code != 0 {
+		t.Errorf("account create once serve finished the deletion: exit %d: %s", code, stderr)
+	}
+	if code, out, stderr := runMain(t, "work", "list", "--account", d.Tombstone, "--limit", "1000", "--data-dir", dir, "--json"); code != 0 || strings.Count(out, `"work_id"`) != 150 {
+		t.Errorf("work list of the tombstone: exit %d, stderr %q; want its 150 units:\n%s", code, stderr, out)
+	}
+}

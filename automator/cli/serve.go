@@ -327,14 +327,16 @@ var httpReadTimeout = 2 * time.Minute
 // purgeEvery is how often serve deletes what it no longer needs: the ended
 // units past work_retention, the records of dashboard sign-outs whose
 // sessions have expired and the heartbeats of replicas not heard from for
-// replicaForgetAfter.
+// replicaForgetAfter. It finishes the account deletions left unfinished
+// as often.
 const purgeEvery = time.Hour
 
 // startPurge deletes, at once and then every purgeEvery until ctx is done,
 // the records of dashboard sign-outs whose sessions have expired, the
 // heartbeats of replicas not heard from for replicaForgetAfter and, with a
-// retention, the ended units past it. The returned channel closes when it
-// has stopped.
+// retention, the ended units past it; then it finishes the account
+// deletions left unfinished (server.FinishDeletions). The returned channel
+// closes when it has stopped.
 func startPurge(ctx context.Context, srv *server.Server, dash *dashboard.Dashboard, st store.Store, retention time.Duration, log *slog.Logger) <-chan struct{} {
 	purge := func() {
 		if retention > 0 {
@@ -351,6 +353,9 @@ func startPurge(ctx context.Context, srv *server.Server, dash *dashboard.Dashboa
 		}
 		forgetReplicas(ctx, st, time.Now(), log)
 		forgetInstances(ctx, st, time.Now(), log)
+		// Last, as it may take minutes; after the purge, whose units
+		// need no moving.
+		srv.FinishDeletions(ctx)
 	}
 	done := make(chan struct{})
 	go func() {

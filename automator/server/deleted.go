@@ -188,3 +188,57 @@ func (s *Server) listUnits(ctx context.Context, p store.WorkListParams) ([]store
 	ws, err := s.store.WorkList(lctx, p)
 	return ws, s.unanswered(ctx, lctx, err)
 }
+
+// FinishDeletions finishes the deletions of accounts left unfinished
+// (store.AccountsBeingDeleted: an `account delete` stopped before it moved
+// every ended unit of the account under its tombstone, SQLite only), one
+// after the other, as that command run again would (store.AccountDelete
+// with Resume): a batch of units per write, with a pause as long as the
+// batch took before the next, so the writes of callers and proxies commit
+// meanwhile. Each frees the account's name when its last unit has moved.
+// It logs a line as it starts finishing one, and one as it ends.
+//
+// Shutdown, or the end of ctx, stops it between two batches: the units
+// moved stay moved, and the rest wait for the next call (serve calls it
+// as it starts and every hour). A command moving the same account's units
+// at the same moment is no harm: each batch moves units still of the
+// account, whoever moves them, and the mover that finds none left frees
+// the name.
+func (s *Server) FinishDeletions(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.shutdown:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	ds, err := s.store.AccountsBeingDeleted(ctx)
+	if err != nil {
+		s.sweepFailed(ctx, "looking for account deletions left unfinished", err)
+		return
+	}
+	for _, d := range ds {
+		moving := false
+		done, err := s.store.AccountDelete(ctx, store.AccountDeleteParams{Name: d.Name, Resume: true, Now: s.clock.Now(),
+			Moving: func(d store.AccountDeletion, left int) {
+				moving = true
+				s.log.Info("finishing an account deletion left unfinished: moving its units left under its tombstone, in batches",
+					"account", d.Name, "tombstone", d.Tombstone, "deleted_at", d.DeletedAt, "units_left", left)
+			}})
+		switch {
+		case !moving && (err == nil || errors.Is(err, store.ErrNotFound)):
+			// Finished meanwhile, by a command or the purge.
+		case err == nil:
+			s.log.Info("finished an account deletion left unfinished: its name is free", "account", d.Name, "units_moved", done.Units)
+		case ctx.Err() != nil:
+			s.log.Info("stopped finishing an account deletion left unfinished: the automator finishes it when it starts again",
+				"account", d.Name, "err", err)
+			return
+		default:
+			s.sweepFailed(ctx, fmt.Sprintf("finishing the deletion of account %q, left unfinished", d.Name), err)
+			return
+		}
+	}
+}
