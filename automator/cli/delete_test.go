@@ -149,9 +149,9 @@ func TestAccountDeleteHelp(t *testing.T) {
 }
 
 // unfinishedDeletion makes account name in dir with 150 ended units, more
-// than a batch, and deletes it, stopping the deletion before any of them
-// moved under its tombstone (as Ctrl+C would stop `account delete`).
-func unfinishedDeletion(t *testing.T, dir, name string) store.AccountDeletion {
+// than a batch, and deletes it at at, stopping the deletion before any of
+// them moved under its tombstone (as Ctrl+C would stop `account delete`).
+func unfinishedDeletion(t *testing.T, dir, name string, at time.Time) store.AccountDeletion {
 	t.Helper()
 	if code, _, stderr := runMain(t, "account", "create", name, "--data-dir", dir); code != 0 {
 		t.Fatalf("account create %s: exit %d: %s", name, code, stderr)
@@ -167,7 +167,7 @@ SELECT 'w' || i, '`+name+`', 'succeeded', 1, randomblob(64), i, i + 1000, i + 1 
 	defer st.Close()
 	stop, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	d, err := st.AccountDelete(stop, store.AccountDeleteParams{Name: name, Now: time.Now(),
+	d, err := st.AccountDelete(stop, store.AccountDeleteParams{Name: name, Now: at,
 		Moving: func(store.AccountDeletion, int) { cancel() }})
 	if !errors.Is(err, store.ErrDeletionUnfinished) {
 		t.Fatalf("AccountDelete stopped before its first batch: %v, want ErrDeletionUnfinished", err)
@@ -182,7 +182,7 @@ SELECT 'w' || i, '`+name+`', 'succeeded', 1, randomblob(64), i, i + 1000, i + 1 
 // `account delete` run again moves them, says so, and frees the name.
 func TestAnUnfinishedAccountDeletionIsFinishedByDeletingAgain(t *testing.T) {
 	dir := initDir(t)
-	d := unfinishedDeletion(t, dir, "acme")
+	d := unfinishedDeletion(t, dir, "acme", time.Now())
 	tomb := d.Tombstone
 
 	// Run again, and stopped again (as by Ctrl+C) once it says it moves

@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -88,9 +90,24 @@ type accountJSON struct {
 	Instances       int       `json:"instances"`
 	InstancesOnline int       `json:"instances_online"`
 	LastPollAt      time.Time `json:"last_poll_at,omitzero"`
+	// Deleting is set for an account being deleted (status "deleting").
+	Deleting *deletingJSON `json:"deleting,omitempty"`
 }
 
-// cmdAccountList lists the accounts with their queues and instances.
+// deletingJSON is an account whose deletion committed with units left to
+// move under its tombstone (store.AccountsBeingDeleted): its name is taken
+// until they have moved.
+type deletingJSON struct {
+	Tombstone       string `json:"tombstone"`
+	UnitsLeftToMove int    `json:"units_left_to_move"`
+}
+
+// statusDeleting is the status `account list` gives an account being
+// deleted.
+const statusDeleting = "deleting"
+
+// cmdAccountList lists the accounts with their queues and instances, and
+// after them the accounts being deleted, whose names are taken meanwhile.
 func cmdAccountList(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("account list", env)
 	l := listingFlags(fs)
@@ -107,29 +124,50 @@ func cmdAccountList(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
+	deleting, err := st.AccountsBeingDeleted(ctx)
+	if err != nil {
+		return err
+	}
 	if *l.json {
-		out := make([]accountJSON, 0, len(stats))
+		out := make([]accountJSON, 0, len(stats)+len(deleting))
 		for _, a := range stats {
 			out = append(out, accountJSON{
 				Account: a.Account, Status: string(server.StatusOf(a)), Queued: a.Queued, OldestQueuedAt: a.OldestQueuedAt,
 				InFlight: a.Claimed, Instances: a.Instances, InstancesOnline: a.InstancesOnline, LastPollAt: a.LastPollAt,
 			})
 		}
+		for _, d := range deleting {
+			out = append(out, accountJSON{Account: d.Name, Status: statusDeleting,
+				Deleting: &deletingJSON{Tombstone: d.Tombstone, UnitsLeftToMove: d.Units}})
+		}
+		slices.SortStableFunc(out, func(a, b accountJSON) int { return strings.Compare(a.Account, b.Account) })
 		return writeJSON(env.Stdout, out)
 	}
 	if len(stats) == 0 {
 		fmt.Fprintln(env.Stdout, "no account yet; make one with `automator account create NAME`")
+	} else {
+		w := table(env.Stdout)
+		fmt.Fprintln(w, "ACCOUNT\tSTATUS\tQUEUED\tOLDEST QUEUED\tIN FLIGHT\tINSTANCES ONLINE\tLAST POLL")
+		for _, a := range stats {
+			oldest := "-"
+			if a.Queued > 0 {
+				oldest = max(t0.Sub(a.OldestQueuedAt), 0).Round(time.Second).String()
+			}
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d\t%d of %d\t%s\n", a.Account, server.StatusOf(a), a.Queued, oldest,
+				a.Claimed, a.InstancesOnline, a.Instances, ago(t0, a.LastPollAt))
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(deleting) == 0 {
 		return nil
 	}
+	// Apart from the table, whose columns they would widen.
+	fmt.Fprintln(env.Stdout, "\naccounts being deleted, their names taken until their units have moved under their tombstones (a serving automator moves them as it starts and every hour; so does `automator account delete NAME`):")
 	w := table(env.Stdout)
-	fmt.Fprintln(w, "ACCOUNT\tSTATUS\tQUEUED\tOLDEST QUEUED\tIN FLIGHT\tINSTANCES ONLINE\tLAST POLL")
-	for _, a := range stats {
-		oldest := "-"
-		if a.Queued > 0 {
-			oldest = max(t0.Sub(a.OldestQueuedAt), 0).Round(time.Second).String()
-		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d\t%d of %d\t%s\n", a.Account, server.StatusOf(a), a.Queued, oldest,
-			a.Claimed, a.InstancesOnline, a.Instances, ago(t0, a.LastPollAt))
+	for _, d := range deleting {
+		fmt.Fprintf(w, "%s\t%s, %d units left to move under %q\n", d.Name, statusDeleting, d.Units, d.Tombstone)
 	}
 	return w.Flush()
 }

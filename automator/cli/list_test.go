@@ -197,6 +197,23 @@ func TestListingsPrintTablesAndJSON(t *testing.T) {
 	}
 }
 
+// TestAccountListShowsTheAccountsBeingDeleted: `account list` shows an
+// account whose deletion is unfinished, with the units it has left to
+// move, after the table of the others (byte for byte as without it), and
+// in --json among them, in name order, with status "deleting".
+func TestAccountListShowsTheAccountsBeingDeleted(t *testing.T) {
+	dir := seedListings(t)
+	unfinishedDeletion(t, dir, "hooli", listBase.Add(time.Minute))
+	now = func() time.Time { return listNow }
+	t.Cleanup(func() { now = time.Now })
+	out := listCLI(t, "account", "list", "--data-dir", dir)
+	golden(t, "account-list-deleting.txt", out)
+	if others, err := os.ReadFile(filepath.Join("testdata", "account-list.txt")); err != nil || !strings.HasPrefix(out, string(others)) {
+		t.Errorf("the table of the other accounts differs from account-list.txt (%v)", err)
+	}
+	golden(t, "account-list-deleting.json", listCLI(t, "account", "list", "--json", "--data-dir", dir))
+}
+
 func TestListingErrorsNameTheFlag(t *testing.T) {
 	dir := seedListings(t)
 	for _, c := range []struct {

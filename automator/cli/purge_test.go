@@ -113,7 +113,7 @@ func TestServeDeletesTheSignOutsOfExpiredDashboardSessions(t *testing.T) {
 // logs as it starts and ends, and the name is free.
 func TestServeFinishesAnUnfinishedAccountDeletion(t *testing.T) {
 	dir := initDir(t)
-	d := unfinishedDeletion(t, dir, "acme")
+	d := unfinishedDeletion(t, dir, "acme", time.Now())
 	s := serveDirInProcess(t, dir)
 	automatortest.WaitFor(t, 15*time.Second, "serve to log that it finished the deletion", func() bool {
 		return strings.Contains(s.log.String(), `"msg":"finished an account deletion left unfinished: its name is free"`)
