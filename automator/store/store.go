@@ -67,8 +67,8 @@ var (
 	// of its ended units were not yet moved under its tombstone when
 	// AccountDelete stopped (its context ended, or a write failed). The
 	// deletion stands; its name stays taken until AccountDelete of that
-	// name moves the rest (AccountDeletion.Resumed), or the purge deletes
-	// them.
+	// name moves the rest (AccountDeletion.Resumed; a serving automator
+	// does, server.FinishDeletions), or the purge deletes them.
 	ErrDeletionUnfinished = errors.New("deleted, but some of its units are still to be moved under its tombstone")
 	// ErrBeingDeleted: AccountCreate of a name whose account's deletion is
 	// unfinished (ErrDeletionUnfinished).
