@@ -230,6 +230,8 @@ func (s *Server) FinishDeletions(ctx context.Context) {
 		switch {
 		case !moving && (err == nil || errors.Is(err, store.ErrNotFound)):
 			// Finished meanwhile, by a command or the purge.
+		case !moving && ctx.Err() != nil:
+			return // stopped before it started: nothing to say
 		case err == nil:
 			s.log.Info("finished an account deletion left unfinished: its name is free", "account", d.Name, "units_moved", done.Units)
 		case ctx.Err() != nil:
