@@ -98,15 +98,17 @@ func TestRestoreOfAnOlderBackupSaysItWasMigrated(t *testing.T) {
 		t.Fatalf("restore: exit %d: %s", code, stderr)
 	}
 	cfg, _ := config.Load(dir)
-	if v := schemaVersion(t, cfg.DBPath(dir)); v != 9 || !strings.Contains(stdout, "schema version 8, migrated to 9") {
-		t.Errorf("restore of a backup at schema version 8 printed:\n%s\nand left the database at version %d; want 9, and the restore to say it migrated the backup to 9", stdout, v)
+	if v := schemaVersion(t, cfg.DBPath(dir)); v != 10 || !strings.Contains(stdout, "schema version 8, migrated to 10") {
+		t.Errorf("restore of a backup at schema version 8 printed:\n%s\nand left the database at version %d; want 10, and the restore to say it migrated the backup to 10", stdout, v)
 	}
 }
 
-// downgradeToVersion8 makes the SQLite database at path what the previous
+// downgradeToVersion8 makes the SQLite database at path what an earlier
 // release left: schema version 8, before accounts could be left being
-// deleted.
+// deleted (9) and before the listing indexes of the units that ended
+// without success (10).
 func downgradeToVersion8(t *testing.T, path string) {
 	t.Helper()
-	execSQLite(t, path, `ALTER TABLE accounts DROP COLUMN moving_to`, `DELETE FROM schema_migrations WHERE version = 9`)
+	execSQLite(t, path, `DROP INDEX work_unsuccessful`, `DROP INDEX work_account_unsuccessful`,
+		`ALTER TABLE accounts DROP COLUMN moving_to`, `DELETE FROM schema_migrations WHERE version >= 9`)
 }

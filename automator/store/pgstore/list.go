@@ -15,8 +15,23 @@ func (s *Store) WorkList(ctx context.Context, p store.WorkListParams) ([]store.W
 	if p.Limit <= 0 {
 		return nil, fmt.Errorf("listing work: limit %d must be positive", p.Limit)
 	}
+	q, args := workListQuery(p)
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("listing work: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, rowTo(scanWork))
+	if err != nil {
+		return nil, fmt.Errorf("listing work: %w", err)
+	}
+	return out, nil
+}
+
+// workListQuery returns WorkList's statement for p and its arguments.
+func workListQuery(p store.WorkListParams) (string, []any) {
 	// Only the filters given take part, so the planner picks the index that
-	// fits each combination.
+	// fits each combination (work_queued, work_account_unsuccessful,
+	// work_unsuccessful, work_queued_at_id, work_account_queued_at_id).
 	var where []string
 	var args []any
 	arg := func(v any) string {
@@ -26,7 +41,16 @@ func (s *Store) WorkList(ctx context.Context, p store.WorkListParams) ([]store.W
 	if p.Account != "" {
 		where = append(where, "account = "+arg(p.Account))
 	}
-	if p.State != "" {
+	switch p.State {
+	case "":
+	case store.StateFailed, store.StateTimedOut, store.StateCancelled:
+		// The state as a literal, not a parameter: the partial index of
+		// these states (work_account_unsuccessful, work_unsuccessful)
+		// serves only a plan made knowing the state, and a prepared
+		// statement's generic plan, which PostgreSQL may switch to after
+		// five runs, is made without its parameters.
+		where = append(where, "state = '"+string(p.State)+"'")
+	default:
 		where = append(where, "state = "+arg(string(p.State)))
 	}
 	if !p.BeforeQueuedAt.IsZero() {
@@ -41,16 +65,7 @@ func (s *Store) WorkList(ctx context.Context, p store.WorkListParams) ([]store.W
 		q += ` WHERE ` + strings.Join(where, " AND ")
 	}
 	q += ` ORDER BY queued_at DESC, id DESC LIMIT ` + arg(p.Limit)
-
-	rows, err := s.pool.Query(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("listing work: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, rowTo(scanWork))
-	if err != nil {
-		return nil, fmt.Errorf("listing work: %w", err)
-	}
-	return out, nil
+	return q, args
 }
 
 func (s *Store) AccountStats(ctx context.Context, p store.AccountStatsParams) ([]store.AccountStats, error) {

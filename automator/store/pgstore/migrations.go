@@ -159,6 +159,19 @@ CREATE INDEX dashboard_sessions_ended_expires_at ON dashboard_sessions_ended (ex
 ALTER TABLE work ADD COLUMN claim_run text NOT NULL DEFAULT '';
 ALTER TABLE work ADD COLUMN claim_poll bigint NOT NULL DEFAULT 0;
 `},
+	{version: 6, name: "listing indexes of the units that ended without success", sql: `
+-- WorkList by failed, timed_out or cancelled, of one account or of every
+-- account: newest first in that state. Those units are usually few among
+-- the succeeded, and walking work_account_queued_at_id or work_queued_at_id
+-- for them read every unit of the table, or of the account, to list a
+-- handful. A succeeded unit has no entry: a completion to succeeded writes
+-- neither index (state is already in the predicates of work_queued and
+-- work_open_deadline, so no completion was a HOT update before either).
+CREATE INDEX work_unsuccessful ON work (state, queued_at, id)
+	WHERE state IN ('failed', 'timed_out', 'cancelled');
+CREATE INDEX work_account_unsuccessful ON work (account, state, queued_at, id)
+	WHERE state IN ('failed', 'timed_out', 'cancelled');
+`},
 }
 
 // migrationLockKey is the advisory lock (two int4 keys: the first fixed for

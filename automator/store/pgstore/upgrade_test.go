@@ -30,6 +30,7 @@ var upgradeFills = map[int]upgradeFill{
 	3: {hasV2, fillV2}, // new indexes only
 	4: {storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true, DashboardSessions: true}, fillV4},
 	5: {storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true, DashboardSessions: true}, fillV4}, // new columns with defaults only
+	6: {storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true, DashboardSessions: true}, fillV4}, // new indexes only
 }
 
 var hasV2 = storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true}

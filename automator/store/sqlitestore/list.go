@@ -47,8 +47,8 @@ func (s *Store) WorkList(ctx context.Context, p store.WorkListParams) ([]store.W
 // tombstone (delete.go), if any.
 func workListQuery(p store.WorkListParams, movingFrom string) (string, []any) {
 	// Only the filters given take part, so each query can use the index
-	// that fits it (work_queued, work_claimed, work_queued_at_id,
-	// work_account_queued_at_id).
+	// that fits it (work_queued, work_claimed, work_account_unsuccessful,
+	// work_unsuccessful, work_queued_at_id, work_account_queued_at_id).
 	var where []string
 	var args []any
 	switch {
@@ -76,6 +76,10 @@ func workListQuery(p store.WorkListParams, movingFrom string) (string, []any) {
 		// picks for a page after the first.
 		where = append(where, "state = '"+string(p.State)+"'")
 		from = "work INDEXED BY work_" + string(p.State)
+	case store.StateFailed, store.StateTimedOut, store.StateCancelled:
+		// A literal too, for the partial index of these states
+		// (work_account_unsuccessful, work_unsuccessful).
+		where = append(where, "state = '"+string(p.State)+"'")
 	default:
 		where = append(where, "state = ?")
 		args = append(args, string(p.State))

@@ -203,6 +203,20 @@ ALTER TABLE work ADD COLUMN claim_poll INTEGER NOT NULL DEFAULT 0;
 -- '' for every other account.
 ALTER TABLE accounts ADD COLUMN moving_to TEXT NOT NULL DEFAULT '';
 `},
+	{version: 10, name: "listing indexes of the units that ended without success", sql: `
+-- WorkList by failed, timed_out or cancelled, of one account or of every
+-- account: newest first in that state. Those units are usually few among
+-- the succeeded, and walking work_account_queued_at_id or work_queued_at_id
+-- for them read every unit of the table, or of the account, to list a
+-- handful. A succeeded unit has no entry: a completion to succeeded writes
+-- neither index. The predicate is ORed equalities, not IN: SQLite uses a
+-- partial index only for a statement whose WHERE implies its WHERE, and
+-- proves "state = 'failed'" implies a term of an OR, not an IN.
+CREATE INDEX work_unsuccessful ON work (state, queued_at, id)
+	WHERE state = 'failed' OR state = 'timed_out' OR state = 'cancelled';
+CREATE INDEX work_account_unsuccessful ON work (account, state, queued_at, id)
+	WHERE state = 'failed' OR state = 'timed_out' OR state = 'cancelled';
+`},
 }
 
 // migrate applies the migrations not yet recorded in schema_migrations, all

@@ -46,11 +46,17 @@ func queryPlan(t *testing.T, q querier, query string, args ...any) []string {
 // (few) claimed units by instance.
 func TestHotQueriesUseTheirIndexes(t *testing.T) {
 	s := open(t, filepath.Join(t.TempDir(), "automator.db"))
-	for _, c := range []struct {
+	type planCase struct {
 		name, query, index string
 		args               []any
 		sorts              bool // a sort of the open units is expected
-	}{
+	}
+	// listing is the case of WorkList's statement for p, with its arguments.
+	listing := func(name string, p store.WorkListParams, index string) planCase {
+		q, args := workListQuery(p, "")
+		return planCase{name: name, query: q, index: index, args: args}
+	}
+	for _, c := range []planCase{
 		{"claim probe", claimProbeQuery, "work_queued", []any{"acme", 1}, false},
 		{"claim candidates", claimCandidatesQuery, "work_queued", []any{"acme", 1, 4}, false},
 		{"due work", dueWorkQuery, "work_open_deadline", []any{1, -1}, false},
@@ -62,6 +68,12 @@ func TestHotQueriesUseTheirIndexes(t *testing.T) {
 		{"claimed listing", listQuery(store.WorkListParams{Account: "acme", State: store.StateClaimed, Limit: 10}), "work_claimed", []any{"acme", "acme", 10}, false},
 		{"queued listing of every account, next page", listQuery(store.WorkListParams{State: store.StateQueued, Limit: 10, BeforeQueuedAt: testNow, BeforeID: "w"}),
 			"work_queued", []any{1, 1, "w", 10}, true},
+		// A listing of a rare ended state (not succeeded) reads the index of
+		// those units, not every unit newest first until it has found enough.
+		listing("failed listing", store.WorkListParams{Account: "acme", State: store.StateFailed, Limit: 10}, "work_account_unsuccessful"),
+		listing("timed out listing, next page", store.WorkListParams{Account: "acme", State: store.StateTimedOut, Limit: 10, BeforeQueuedAt: testNow, BeforeID: "w"}, "work_account_unsuccessful"),
+		listing("cancelled listing of every account", store.WorkListParams{State: store.StateCancelled, Limit: 10}, "work_unsuccessful"),
+		listing("failed listing of every account, next page", store.WorkListParams{State: store.StateFailed, Limit: 10, BeforeQueuedAt: testNow, BeforeID: "w"}, "work_unsuccessful"),
 	} {
 		plan := queryPlan(t, s.read, c.query, c.args...)
 		joined := strings.Join(plan, "; ")
@@ -139,7 +151,7 @@ func TestMigrationToOpenIndexes(t *testing.T) {
 		indexes = append(indexes, name)
 	}
 	rows.Close()
-	want := []string{"work_account_idempotency_key", "work_account_queued_at_id", "work_claimed", "work_open_deadline", "work_queued", "work_queued_at_id"}
+	want := []string{"work_account_idempotency_key", "work_account_queued_at_id", "work_account_unsuccessful", "work_claimed", "work_open_deadline", "work_queued", "work_queued_at_id", "work_unsuccessful"}
 	if !slices.Equal(indexes, want) {
 		t.Errorf("indexes of work after migrating = %v, want %v", indexes, want)
 	}
@@ -187,6 +199,67 @@ func TestMigrationToOpenIndexes(t *testing.T) {
 	}
 	if _, ok, err := s.WorkNextDeadline(ctx); err != nil || ok {
 		t.Errorf("WorkNextDeadline with every unit finished = %v, %v; want none", ok, err)
+	}
+}
+
+// TestMigrationToUnsuccessfulIndexes opens a database of version 9 holding
+// units in every ended state and checks that version 10 added the listing
+// indexes of the units that ended without success, holding the units
+// already there: each listing by such a state reads its index and finds
+// them all, newest first.
+func TestMigrationToUnsuccessfulIndexes(t *testing.T) {
+	ctx := t.Context()
+	path, old := atVersion(t, 9)
+	at := toNanos(testNow)
+	for _, stmt := range []string{
+		`INSERT INTO accounts (name, token_hash, key_id, sealed_key, created_at) VALUES ('acme', x'01', 1, x'02', 0), ('globex', x'03', 1, x'02', 0)`,
+		`INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, finished_at) VALUES
+			('a-failed-1', 'acme', 'failed', 1, x'03', ?1 + 1, ?1 + 100, ?1 + 50),
+			('a-succeeded', 'acme', 'succeeded', 1, x'03', ?1 + 2, ?1 + 100, ?1 + 50),
+			('g-failed', 'globex', 'failed', 1, x'03', ?1 + 3, ?1 + 100, ?1 + 50),
+			('a-timed-out', 'acme', 'timed_out', 1, x'03', ?1 + 3, ?1 + 4, ?1 + 50),
+			('a-cancelled', 'acme', 'cancelled', 1, x'03', ?1 + 4, ?1 + 100, ?1 + 50),
+			('a-failed-2', 'acme', 'failed', 1, x'03', ?1 + 5, ?1 + 100, ?1 + 50),
+			('g-cancelled', 'globex', 'cancelled', 1, x'03', ?1 + 6, ?1 + 100, ?1 + 50)`,
+	} {
+		if _, err := old.ExecContext(ctx, stmt, at); err != nil {
+			t.Fatalf("filling the version 9 database: %v", err)
+		}
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s := open(t, path)
+	var check string
+	if err := s.read.QueryRowContext(ctx, `PRAGMA integrity_check`).Scan(&check); err != nil || check != "ok" {
+		t.Errorf("integrity_check after migrating = %q, %v", check, err)
+	}
+	for _, c := range []struct {
+		account string
+		state   store.State
+		index   string
+		want    []string
+	}{
+		{"acme", store.StateFailed, "work_account_unsuccessful", []string{"a-failed-2", "a-failed-1"}},
+		{"", store.StateFailed, "work_unsuccessful", []string{"a-failed-2", "g-failed", "a-failed-1"}},
+		{"acme", store.StateTimedOut, "work_account_unsuccessful", []string{"a-timed-out"}},
+		{"", store.StateCancelled, "work_unsuccessful", []string{"g-cancelled", "a-cancelled"}},
+		{"globex", store.StateCancelled, "work_account_unsuccessful", []string{"g-cancelled"}},
+	} {
+		p := store.WorkListParams{Account: c.account, State: c.state, Limit: 10}
+		q, args := workListQuery(p, "")
+		if plan := strings.Join(queryPlan(t, s.read, q, args...), "; "); !strings.Contains(plan+" ", " INDEX "+c.index+" ") {
+			t.Errorf("listing of account %q by %s after migrating: plan %q does not use %s", c.account, c.state, plan, c.index)
+		}
+		got, err := s.WorkList(ctx, p)
+		var ids []string
+		for _, w := range got {
+			ids = append(ids, w.ID)
+		}
+		if err != nil || !slices.Equal(ids, c.want) {
+			t.Errorf("WorkList(account %q, %s) after migrating = %v, %v; want %v", c.account, c.state, ids, err, c.want)
+		}
 	}
 }
 

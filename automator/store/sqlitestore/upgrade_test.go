@@ -22,15 +22,16 @@ type upgradeFill struct {
 // until it has one): from then on, databases of that version are checked
 // through every later migration.
 var upgradeFills = map[int]upgradeFill{
-	1: {storetest.UpgradeHas{}, fillV1},
-	2: {storetest.UpgradeHas{Replicas: true}, fillV2},
-	3: {hasV3, fillV3},
-	4: {hasV3, fillV3}, // new indexes only
-	5: {hasV3, fillV3}, // new indexes only
-	6: {hasV3, fillV3}, // the audit table rebuilt, same columns
-	7: {storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true, DashboardSessions: true}, fillV7},
-	8: {storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true, DashboardSessions: true}, fillV7}, // new columns with defaults only
-	9: {storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true, DashboardSessions: true}, fillV7}, // a new column with a default only
+	1:  {storetest.UpgradeHas{}, fillV1},
+	2:  {storetest.UpgradeHas{Replicas: true}, fillV2},
+	3:  {hasV3, fillV3},
+	4:  {hasV3, fillV3}, // new indexes only
+	5:  {hasV3, fillV3}, // new indexes only
+	6:  {hasV3, fillV3}, // the audit table rebuilt, same columns
+	7:  {storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true, DashboardSessions: true}, fillV7},
+	8:  {storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true, DashboardSessions: true}, fillV7}, // new columns with defaults only
+	9:  {storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true, DashboardSessions: true}, fillV7}, // a new column with a default only
+	10: {storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true, DashboardSessions: true}, fillV7}, // new indexes only
 }
 
 var hasV3 = storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true}

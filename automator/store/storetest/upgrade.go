@@ -349,13 +349,22 @@ func CheckUpgraded(t *testing.T, s store.Store, d *UpgradeData, has UpgradeHas) 
 	if has.Rotation {
 		queued = append(queued, upQueuedOld)
 	}
-	for state, want := range map[store.State][]string{store.StateQueued: queued, store.StateClaimed: claimed} {
-		got, err := s.WorkList(ctx, store.WorkListParams{Account: "acme", State: state, Limit: 100})
-		ids := workIDs(got)
-		slices.Sort(ids)
-		slices.Sort(want)
-		if err != nil || !slices.Equal(ids, want) {
-			t.Errorf("WorkList(acme, %s) after the upgrade = %v, %v; want %v", state, ids, err, want)
+	// By every state, of the account and of every account: the units
+	// already there are in the indexes a later schema added (those of the
+	// ended states too).
+	for state, want := range map[store.State][]string{
+		store.StateQueued: queued, store.StateClaimed: claimed,
+		store.StateSucceeded: {upSucceeded}, store.StateFailed: {upFailed},
+		store.StateTimedOut: {upTimedOut}, store.StateCancelled: {upCancelled},
+	} {
+		for _, account := range []string{"acme", ""} {
+			got, err := s.WorkList(ctx, store.WorkListParams{Account: account, State: state, Limit: 100})
+			ids := workIDs(got)
+			slices.Sort(ids)
+			slices.Sort(want)
+			if err != nil || !slices.Equal(ids, want) {
+				t.Errorf("WorkList(account %q, %s) after the upgrade = %v, %v; want %v", account, state, ids, err, want)
+			}
 		}
 	}
 	if stats, err := s.AccountStats(ctx, store.AccountStatsParams{OnlineSince: now.Add(-10 * time.Second)}); err != nil || len(stats) != 1 ||
