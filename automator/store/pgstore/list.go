@@ -30,8 +30,7 @@ func (s *Store) WorkList(ctx context.Context, p store.WorkListParams) ([]store.W
 // workListQuery returns WorkList's statement for p and its arguments.
 func workListQuery(p store.WorkListParams) (string, []any) {
 	// Only the filters given take part, so the planner picks the index that
-	// fits each combination (work_queued, work_account_unsuccessful,
-	// work_unsuccessful, work_queued_at_id, work_account_queued_at_id).
+	// fits each combination.
 	var where []string
 	var args []any
 	arg := func(v any) string {
@@ -41,16 +40,17 @@ func workListQuery(p store.WorkListParams) (string, []any) {
 	if p.Account != "" {
 		where = append(where, "account = "+arg(p.Account))
 	}
-	switch p.State {
-	case "":
-	case store.StateFailed, store.StateTimedOut, store.StateCancelled:
-		// The state as a literal, not a parameter: the partial index of
-		// these states (work_account_unsuccessful, work_unsuccessful)
-		// serves only a plan made knowing the state, and a prepared
-		// statement's generic plan, which PostgreSQL may switch to after
-		// five runs, is made without its parameters.
+	switch {
+	case p.State.Valid():
+		// The state as a literal, not a parameter: the partial indexes of
+		// the open units (work_queued, work_claimed, work_open_deadline)
+		// and of the units that ended without success
+		// (work_account_unsuccessful, work_unsuccessful) serve only a plan
+		// made knowing the state, and a prepared statement's generic plan,
+		// which PostgreSQL may switch to after five runs, is made without
+		// its parameters: it walked every unit newest first instead.
 		where = append(where, "state = '"+string(p.State)+"'")
-	default:
+	case p.State != "":
 		where = append(where, "state = "+arg(string(p.State)))
 	}
 	if !p.BeforeQueuedAt.IsZero() {
