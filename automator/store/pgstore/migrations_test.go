@@ -22,6 +22,7 @@ var releasedMigrations = map[int]string{
 	3: "a8bff299d4e00516b80c292ea44d86489d3c7233fb0609b4a2f67d2b9b47dbe9",
 	4: "d54adec950f6a5ec7a965b8ba263455aa022b8cfbd13f395c609b0f50c1a2f25",
 	5: "2e09580728143009ffa0d8cf7544ca25ebfb1596743036b688e10b28052d44ed",
+	6: "8e096c779272449444c769cebb647cd731e62a2258462016e6b736d2ddc14d91",
 }
 
 func TestReleasedMigrationsAreNeverEdited(t *testing.T) {
