@@ -364,8 +364,9 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
 // reportLostWithin bounds the polls a stopping agent makes to report the
 // polls whose answers it never read (lost_from), when nothing else polls:
 // an unreachable automator, or a link busy with results, must not hold the
-// stop up (the next start reports them, reportEarlier).
-const reportLostWithin = 5 * time.Second
+// stop up (the next start reports them, reportEarlier). A variable for
+// tests.
+var reportLostWithin = 5 * time.Second
 
 // hearEnds polls for no units while the agent stops, until ctx is done,
 // and kills the running units the automator says ended (cancelled, timed

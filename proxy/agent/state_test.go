@@ -128,6 +128,7 @@ func TestStateFileKeepsTheLastPollOfAnEarlierRun(t *testing.T) {
 	}
 	f := newFake()
 	f.pollErr = status.Error(codes.Unavailable, "down")
+	shortReportLost(t) // the stop's report cannot reach the automator either
 	startStateAgent(t, f, path, time.Millisecond)
 	waittest.Until(t, "a failed poll", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.polls) >= 2 })
 	s := readState(t, path)
