@@ -45,6 +45,7 @@ func TestAReservedPortRefusesConnectionsAndIsFreedForTheServer(t *testing.T) {
 // taken, once the port is free; any other failure is reported at once,
 // after one start.
 func TestPGStartTriesAgainOnlyWhenItsPortIsTaken(t *testing.T) {
+	t.Parallel()
 	pg := startPG(t)
 	if err := pg.stop(); err != nil {
 		t.Fatal(err)
