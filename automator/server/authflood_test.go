@@ -65,6 +65,7 @@ func (e *env) connFrom(ip, secret string) *grpc.ClientConn {
 // of their own, whatever their sources; the rest are counted, and one line
 // says how many once the minute is over. The metric counts every one.
 func TestWrongTokenFloodFromManySourcesLogsBoundedLines(t *testing.T) {
+	t.Parallel()
 	const sources, each, ownLines = 12, 25, 20
 	if l, err := net.Listen("tcp", "127.0.0.10:0"); err != nil {
 		t.Skipf("this host has no loopback address but 127.0.0.1 (%v): the test needs several sources", err)
@@ -125,6 +126,7 @@ func TestWrongTokenFloodFromManySourcesLogsBoundedLines(t *testing.T) {
 // (the flood stopped): the sweeper writes it, so the log's last word on a
 // flood is not the twentieth line.
 func TestFailuresNotLoggedAreCountedOnceTheMinuteIsOverWithoutAnother(t *testing.T) {
+	t.Parallel()
 	const total, ownLines = 25, 20
 	log := &syncLog{}
 	clock := newFakeClock()

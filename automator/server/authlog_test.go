@@ -16,6 +16,7 @@ import (
 // account's proxy it is (the reason tells its operator to install the
 // account's new profile, which one they cannot otherwise tell).
 func TestExpiredTokenLogNamesItsAccount(t *testing.T) {
+	t.Parallel()
 	log := &syncLog{}
 	clock := newFakeClock()
 	e := newEnv(t, envOptions{clock: clock, log: log})

@@ -22,6 +22,7 @@ import (
 // key and for an account token alike; the rest stays as strict as it was:
 // one space, then the secret exactly.
 func TestAuthSchemeIsCaseInsensitive(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{limits: server.Limits{FailedAuthBurst: 100, FailedAuthRefill: time.Minute}})
 	conn := e.bareConn()
 	caller := automatorv1.NewAutomatorServiceClient(conn)

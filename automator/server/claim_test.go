@@ -20,6 +20,7 @@ import (
 // 2,000 units; every unit is claimed exactly once, checked from the claims
 // the pollers received and from an execution log they append to.
 func TestClaimIsNeverGivenTwice(t *testing.T) {
+	t.Parallel()
 	const units, pollers = 500, 8
 	e := newEnv(t, envOptions{pollWindow: 500 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
@@ -164,6 +165,7 @@ func TestClaimIsNeverGivenTwice(t *testing.T) {
 // until its deadline on the automator's clock, not its whole timeout, so a
 // proxy never runs a script past the deadline its caller was given.
 func TestClaimCarriesTheTimeRemainingOnTheAutomatorsClock(t *testing.T) {
+	t.Parallel()
 	clock := newFakeClock()
 	e := newEnv(t, envOptions{clock: clock})
 	queued := clock.Now()
@@ -195,6 +197,7 @@ func TestClaimCarriesTheTimeRemainingOnTheAutomatorsClock(t *testing.T) {
 // timeout; the claimer is handed the timeout at most, so the script is
 // killed no later than the timeout after its start, never an hour late.
 func TestClaimNeverCarriesMoreThanItsTimeout(t *testing.T) {
+	t.Parallel()
 	clock := newFakeClock()
 	e := newEnv(t, envOptions{clock: clock})
 	submit(t, e.callerClient(), e.account, 5*time.Minute)

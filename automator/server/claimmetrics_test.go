@@ -59,6 +59,7 @@ func counterValue(t *testing.T, m *metrics.Metrics, name string, labels map[stri
 // unit whose answer the proxy then lost, beside finished{failed} and
 // undelivered.
 func TestUnitClaimedForAPollThatLeftCountsAsClaimed(t *testing.T) {
+	t.Parallel()
 	gate := &claimOutlivingItsPoll{entered: make(chan struct{}, 1)}
 	m := closingMetrics{Metrics: metrics.New(metrics.Options{}), closed: make(chan struct{}, 1)}
 	e := newEnv(t, envOptions{pollWindow: time.Minute, metrics: m,
@@ -110,6 +111,7 @@ func (l lostEnqueue) WorkComplete(ctx context.Context, p store.WorkCompleteParam
 // stored is failed in case it was; when it was not, nothing was claimed,
 // and automator_work_claimed_total does not count it.
 func TestUnitWhoseEnqueueFailedIsNotCountedAsClaimed(t *testing.T) {
+	t.Parallel()
 	st := lostEnqueue{completed: make(chan error, 1)}
 	m := metrics.New(metrics.Options{})
 	e := newEnv(t, envOptions{pollWindow: time.Minute, metrics: m,

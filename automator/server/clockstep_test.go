@@ -59,6 +59,7 @@ func (s *steppingExpiry) WorkExpire(ctx context.Context, p store.WorkExpireParam
 // SweepInterval for that hour (with many callers waiting, a write each per
 // SweepInterval).
 func TestWaitingCallerFollowsTheClockWhenItStepsBack(t *testing.T) {
+	t.Parallel()
 	clock := newFakeClock()
 	spy := &steppingExpiry{clock: clock, step: -time.Hour}
 	e := newEnv(t, envOptions{clock: clock, sweepInterval: 20 * time.Millisecond, wrap: func(st store.Store) store.Store { spy.Store = st; return spy }})

@@ -20,6 +20,7 @@ import (
 // one with the code and message Complete would give, in the request's order,
 // and leaves the refused units as they were.
 func TestCompleteBatchAnswersEachResultAlone(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	ctx := context.Background()
 	caller, proxy := e.callerClient(), e.proxyClient()
@@ -116,6 +117,7 @@ func TestCompleteBatchAnswersEachResultAlone(t *testing.T) {
 // TestCompleteBatchBoundsItsSize: an empty batch and one of more than 256
 // results are refused as a whole, saying the bounds.
 func TestCompleteBatchBoundsItsSize(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	proxy := e.proxyClient()
 	tooMany := make([]*automatorv1.CompleteRequest, 257)

@@ -18,6 +18,7 @@ import (
 // never be reported there, or a token of one account learns whether any
 // unit of another (whose id it saw, in a log say) has ended.
 func TestPollTellsNothingOfAnotherAccountsUnits(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	globexToken, _ := e.addAccount("globex")
 	globex := automatorv1.NewProxyServiceClient(e.conn(globexToken))

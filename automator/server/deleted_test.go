@@ -57,6 +57,7 @@ func waitAsync(c automatorv1.AutomatorServiceClient, id string) <-chan waitResul
 // long before the poll window or the units' deadlines; the claimer's
 // result is refused afterwards.
 func TestAccountDeletionEndsItsWaitingPollsAndCallersAtOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{pollWindow: time.Hour, wrap: cachedCredentials, sweepInterval: 20 * time.Millisecond})
 	px, caller := e.proxyClient(), e.callerClient()
 	claimedSt := submit(t, caller, e.account, time.Hour)
@@ -99,6 +100,7 @@ func TestAccountDeletionEndsItsWaitingPollsAndCallersAtOnce(t *testing.T) {
 // revoked. Its ended units stay readable as far as their state, but a
 // result sealed with its destroyed key is refused, saying why.
 func TestDeletedAccountIsUnknownToCallers(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{pollWindow: time.Second, wrap: cachedCredentials})
 	e.addAccount("globex")
 	both := e.addAPIKey("k-both", "acme", "globex")
@@ -147,6 +149,7 @@ func TestDeletedAccountIsUnknownToCallers(t *testing.T) {
 // that key only (key id 1, which the old account had rotated out); and no
 // blob of the old account opens with the new key.
 func TestAccountCreatedAgainIsSealedWithItsOwnKey(t *testing.T) {
+	t.Parallel()
 	// The automator looks for deletions once, as it starts, then not for
 	// an hour: only the units' own account reads can tell it.
 	e := newEnv(t, envOptions{pollWindow: time.Second, wrap: cachedCredentials, sweepInterval: time.Hour})
@@ -200,6 +203,7 @@ func TestAccountCreatedAgainIsSealedWithItsOwnKey(t *testing.T) {
 // scripts, as for any cancel) rather than failing with nothing said, and
 // only its next poll is refused.
 func TestAccountDeletionTellsItsWaitingPollsWhatToKill(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{pollWindow: time.Hour, wrap: cachedCredentials, sweepInterval: 20 * time.Millisecond})
 	px, caller := e.proxyClient(), e.callerClient()
 	submit(t, caller, e.account, time.Hour)
@@ -250,6 +254,7 @@ func (s *silentUnits) WorkList(ctx context.Context, p store.WorkListParams) ([]s
 // and goes on acting on the deletions that follow, rather than wait for
 // the operating system to give the connection up.
 func TestADeletionWhoseUnitsGetNoAnswerDoesNotStopTheWatch(t *testing.T) {
+	t.Parallel()
 	log := &syncLog{}
 	silent := &silentUnits{account: "globex", listed: make(chan struct{})}
 	e := newEnv(t, envOptions{log: log, sweepInterval: 20 * time.Millisecond, sweepTimeout: 50 * time.Millisecond,
@@ -300,6 +305,7 @@ func (s *staleAccounts) AccountGet(ctx context.Context, name string) (store.Acco
 // the deletion does, whether the automator held the account's keys or
 // reads them then; not INTERNAL, and no ERROR line in the log.
 func TestACallRacingTheAccountsDeletionGetsNotFound(t *testing.T) {
+	t.Parallel()
 	log := &syncLog{}
 	stale := &staleAccounts{held: map[string]store.Account{}}
 	// The automator does not look for deletions while the test runs: only
@@ -358,6 +364,7 @@ func (s *sealedListings) WorkList(ctx context.Context, p store.WorkListParams) (
 // their sealed commands and results, which it does not use (it wakes
 // their callers and counts them) and which may weigh megabytes a unit.
 func TestAccountDeletionListsItsUnitsWithoutTheirSealedBlobs(t *testing.T) {
+	t.Parallel()
 	log := &syncLog{}
 	lists := &sealedListings{}
 	e := newEnv(t, envOptions{pollWindow: time.Hour, log: log, sweepInterval: 20 * time.Millisecond,
@@ -385,6 +392,7 @@ func TestAccountDeletionListsItsUnitsWithoutTheirSealedBlobs(t *testing.T) {
 // FailedPrecondition naming the deletion and the tombstone in its detail;
 // the account is unknown; and deleting it again finishes the move.
 func TestAUnitOfAnAccountWhoseDeletionStoppedReadsAsDeleted(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{pollWindow: time.Second, wrap: cachedCredentials})
 	ctx := t.Context()
 	api, px := e.callerClient(), e.proxyClient()

@@ -71,6 +71,7 @@ func deletedBeforeStart(t *testing.T) func(store.Store) store.Store {
 // a deletion made before the automator started is not counted by it (the
 // automator running then counted it).
 func TestUnitsCancelledByAccountDeletionCountAsFinished(t *testing.T) {
+	t.Parallel()
 	m := metrics.New(metrics.Options{})
 	e := newEnv(t, envOptions{pollWindow: time.Hour, wrap: deletedBeforeStart(t), sweepInterval: 20 * time.Millisecond, metrics: m})
 	px, caller := e.proxyClient(), e.callerClient()
@@ -111,6 +112,7 @@ func TestUnitsCancelledByAccountDeletionCountAsFinished(t *testing.T) {
 // deletion cancelled (not those its callers had cancelled before); one
 // made before it started, which it only looks at again, is no news.
 func TestAccountDeletionIsLoggedWithTheUnitsItCancelled(t *testing.T) {
+	t.Parallel()
 	log := &syncLog{}
 	e := newEnv(t, envOptions{pollWindow: time.Hour, wrap: deletedBeforeStart(t), sweepInterval: 20 * time.Millisecond, log: log})
 	caller := e.callerClient()
@@ -159,6 +161,7 @@ func hasSeries(t *testing.T, m *metrics.Metrics, account string) bool {
 // ever served; an account deleted and created again under the same name
 // keeps its.
 func TestDeletedAccountIsForgottenAfterTheLookBack(t *testing.T) {
+	t.Parallel()
 	clock := newFakeClock()
 	m := metrics.New(metrics.Options{})
 	e := newEnv(t, envOptions{pollWindow: time.Hour, clock: clock, sweepInterval: 20 * time.Millisecond, metrics: m})

@@ -38,6 +38,7 @@ func nearMisses(secret string) map[string]string {
 // whole: a prefix of it, or one that differs in one character or has one
 // more, is Unauthenticated, while the secret itself is served.
 func TestOnlyTheExactSecretAuthenticates(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	ctx := context.Background()
 	for what, secret := range nearMisses(e.token) {

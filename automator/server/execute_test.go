@@ -30,6 +30,7 @@ func submit(t *testing.T, c automatorv1.AutomatorServiceClient, account string, 
 }
 
 func TestDefaultTimeoutIsFiveMinutes(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	st := submit(t, e.callerClient(), e.account, 0)
 	if got := st.GetDeadline().AsTime().Sub(st.GetQueuedAt().AsTime()); got != 5*time.Minute {
@@ -40,6 +41,7 @@ func TestDefaultTimeoutIsFiveMinutes(t *testing.T) {
 // TestUnclaimedUnitTimesOutAtItsDeadline: with no instance polling,
 // ExecuteOnProxy returns timed_out, not before the deadline.
 func TestUnclaimedUnitTimesOutAtItsDeadline(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	start := time.Now()
 	st, err := e.callerClient().ExecuteOnProxy(waittest.Context(t, "ExecuteOnProxy of a unit nobody claims to answer at its 300ms deadline"), &automatorv1.ExecuteRequest{
@@ -62,6 +64,7 @@ func TestUnclaimedUnitTimesOutAtItsDeadline(t *testing.T) {
 // TestResultAfterTerminalIsRefused: a result for a cancelled unit gets
 // FAILED_PRECONDITION and does not change the unit.
 func TestResultAfterTerminalIsRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	ctx := context.Background()
 	caller, proxy := e.callerClient(), e.proxyClient()
@@ -90,6 +93,7 @@ func TestResultAfterTerminalIsRefused(t *testing.T) {
 // TestCancelWakesTheClaimersPoll: a poll that lists a running unit returns
 // at once when that unit is cancelled, naming it.
 func TestCancelWakesTheClaimersPoll(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{pollWindow: time.Minute})
 	ctx := context.Background()
 	caller, proxy := e.callerClient(), e.proxyClient()
@@ -123,6 +127,7 @@ func TestCancelWakesTheClaimersPoll(t *testing.T) {
 // open is refused with a clear message and the claim stays intact, so the
 // genuine result can still be posted.
 func TestTamperedResultIsRefusedAndUnitStaysClaimed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	ctx := context.Background()
 	caller, proxy := e.callerClient(), e.proxyClient()
@@ -159,6 +164,7 @@ func TestTamperedResultIsRefusedAndUnitStaysClaimed(t *testing.T) {
 }
 
 func TestWrongSecretsAreUnauthenticated(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	ctx := context.Background()
 	_, err := automatorv1.NewProxyServiceClient(e.conn("opt_wrong")).Poll(ctx, &automatorv1.PollRequest{InstanceId: "a", MaxUnits: 1})
@@ -183,6 +189,7 @@ func TestWrongSecretsAreUnauthenticated(t *testing.T) {
 // TestOversizedCommandIsRefusedAndOthersServed: each limit gives one
 // precise InvalidArgument, and the automator keeps serving.
 func TestOversizedCommandIsRefusedAndOthersServed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	ctx := context.Background()
 	caller := e.callerClient()
@@ -216,6 +223,7 @@ func TestOversizedCommandIsRefusedAndOthersServed(t *testing.T) {
 // TestWaitLeavesNoSubscriptionBehind: every wait unsubscribes, however
 // often it was woken.
 func TestWaitLeavesNoSubscriptionBehind(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	ctx := context.Background()
 	caller, proxy := e.callerClient(), e.proxyClient()
@@ -250,6 +258,7 @@ func TestWaitLeavesNoSubscriptionBehind(t *testing.T) {
 // name or version are longer than their limits gets one precise
 // InvalidArgument, records nothing, and polls within them are served.
 func TestPollFieldsPastTheirLimitsAreRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	proxy := e.proxyClient()
 	for field, req := range map[string]*automatorv1.PollRequest{
@@ -288,6 +297,7 @@ func (endings) PollOpened(string) func()          { return func() {} }
 // submitted it and left is timed out by the sweeper, which a new unit's
 // deadline wakes even when its next sweep is an hour away.
 func TestSweeperEndsAUnitNobodyWaitsForAtItsDeadline(t *testing.T) {
+	t.Parallel()
 	ended := make(endings, 1)
 	e := newEnv(t, envOptions{sweepInterval: time.Hour, metrics: ended})
 	st := submit(t, e.callerClient(), e.account, 200*time.Millisecond)
@@ -305,6 +315,7 @@ func TestSweeperEndsAUnitNobodyWaitsForAtItsDeadline(t *testing.T) {
 // case (guarantee 2), even when someone cancels it before the sweep has
 // come: the cancel answers with the unit timed out.
 func TestACancelPastTheDeadlineTimesTheUnitOut(t *testing.T) {
+	t.Parallel()
 	clock := newFakeClock()
 	e := newEnv(t, envOptions{clock: clock, sweepInterval: time.Hour})
 	api := e.callerClient()
@@ -329,6 +340,7 @@ func TestACancelPastTheDeadlineTimesTheUnitOut(t *testing.T) {
 // Duration holds), is refused with INVALID_ARGUMENT naming the timeout,
 // and nothing is queued. None is silently read as another duration.
 func TestTimeoutIsKeptOrRefusedAtItsBounds(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	c := e.callerClient()
 	ctx := context.Background()
@@ -370,6 +382,7 @@ func TestTimeoutIsKeptOrRefusedAtItsBounds(t *testing.T) {
 // statistics that `automator account list`, `instances` and the dashboard
 // show; a nanosecond later it is offline in both.
 func TestInstanceIsOnlineWhileItPolledWithinTheWindowsAsListingsSay(t *testing.T) {
+	t.Parallel()
 	clock := newFakeClock()
 	e := newEnv(t, envOptions{clock: clock})
 	if _, err := pollNow(e.proxyClient(), "a", 0); err != nil {

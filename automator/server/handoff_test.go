@@ -62,6 +62,7 @@ func (e *env) completeClaim(px automatorv1.ProxyServiceClient, instance string, 
 // the enqueue's own transaction, and that poll returns it: no claim
 // reaches the store.
 func TestEnqueueHandsTheUnitToAWaitingPoll(t *testing.T) {
+	t.Parallel()
 	spy := &claimCounting{}
 	e := newEnv(t, envOptions{pollWindow: time.Minute, wrap: func(st store.Store) store.Store { spy.Store = st; return spy }})
 	api, px := e.callerClient(), e.proxyClient()
@@ -112,6 +113,7 @@ func TestEnqueueHandsTheUnitToAWaitingPoll(t *testing.T) {
 // poll never joins the queue, so its Submit does not read the queue's
 // length; a unit that is queued still does.
 func TestHandedUnitIsNotCountedAgainstTheQueueCap(t *testing.T) {
+	t.Parallel()
 	spy := &server.QueueCounts{}
 	e := newEnv(t, envOptions{pollWindow: time.Minute, wrap: func(st store.Store) store.Store { spy.Store = st; return spy }})
 	api, px := e.callerClient(), e.proxyClient()
@@ -169,6 +171,7 @@ var _ server.Metrics = pollsClosed{}
 // instance), and since it can never be sent, the unit fails at once, long
 // before its deadline, saying that its script did not run.
 func TestUnitHandedToAPollThatLeftFailsAtOnceAndIsNeverGivenToAnother(t *testing.T) {
+	t.Parallel()
 	gate := &gatedEnqueue{entered: make(chan struct{}), release: make(chan struct{})}
 	m := pollsClosed{closed: make(chan struct{}, 4)}
 	e := newEnv(t, envOptions{pollWindow: time.Minute, metrics: m,
@@ -213,6 +216,9 @@ func TestUnitHandedToAPollThatLeftFailsAtOnceAndIsNeverGivenToAnother(t *testing
 // TestPollWhoseWindowEndsWhileItsUnitIsStoredAnswersWithIt: a poll's
 // window ends while a unit is being stored as its claim; the poll waits for
 // it and answers with it instead of leaving it behind.
+//
+// Not parallel: the Submit must reach the store within the poll's 200 ms
+// window, which tests running beside it can make it miss.
 func TestPollWhoseWindowEndsWhileItsUnitIsStoredAnswersWithIt(t *testing.T) {
 	gate := &gatedEnqueue{entered: make(chan struct{}), release: make(chan struct{})}
 	left := make(chan int, 1)
@@ -249,6 +255,7 @@ func TestPollWhoseWindowEndsWhileItsUnitIsStoredAnswersWithIt(t *testing.T) {
 // one handed to a waiting poll is being stored go to that poll too, up to
 // its free slots, and it answers with all of them at once.
 func TestUnitsQueuedTogetherGoToOneWaitingPoll(t *testing.T) {
+	t.Parallel()
 	gate := &gatedEnqueue{entered: make(chan struct{}), release: make(chan struct{})}
 	e := newEnv(t, envOptions{pollWindow: time.Minute, wrap: func(st store.Store) store.Store { gate.Store = st; return gate }})
 	api, px := e.callerClient(), e.proxyClient()
@@ -333,6 +340,7 @@ func claimIDs(r pollResult) []string {
 // instance, not queued behind its claim for the next poll to claim again.
 // It answers with both, the units queued before its claim first.
 func TestUnitsQueuedWhileAPollClaimsGoToThatPoll(t *testing.T) {
+	t.Parallel()
 	e, gate := newGatedClaimEnv(t, newFakeClock())
 	api, px := e.callerClient(), e.proxyClient()
 	u0 := submit(t, api, e.account, time.Minute)
@@ -378,6 +386,7 @@ func TestUnitsQueuedWhileAPollClaimsGoToThatPoll(t *testing.T) {
 // its slots and a unit queued meanwhile joins the queue, behind the older
 // ones. So does a poll whose account's last short claim is a while ago.
 func TestAPollBehindABacklogClaimsWithAllItsSlots(t *testing.T) {
+	t.Parallel()
 	clock := newFakeClock()
 	e, gate := newGatedClaimEnv(t, clock)
 	api, px := e.callerClient(), e.proxyClient()
@@ -447,6 +456,7 @@ func (l *lostEnqueueAnswer) WorkEnqueue(ctx context.Context, p store.WorkEnqueue
 // the unit, if it was stored, fails at once as never delivered instead of
 // timing out at its deadline.
 func TestAUnitHandedToAPollWhoseEnqueueAnswerWasLostFailsAtOnce(t *testing.T) {
+	t.Parallel()
 	lost := &lostEnqueueAnswer{stored: make(chan string, 1)}
 	e := newEnv(t, envOptions{pollWindow: time.Minute, wrap: func(st store.Store) store.Store { lost.Store = st; return lost }})
 	api, px := e.callerClient(), e.proxyClient()

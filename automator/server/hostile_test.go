@@ -41,6 +41,7 @@ func (e *env) stateOf(id string) automatorv1.State {
 // random bits a proxy process never sends anywhere but in its own polls)
 // does end the claimer's units, as that process's own poll would.
 func TestAProxyOfTheAccountCannotEndAnotherInstancesClaim(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{pollWindow: time.Hour})
 	ctx := t.Context()
 	api := e.callerClient()
@@ -105,6 +106,7 @@ func TestAProxyOfTheAccountCannotEndAnotherInstancesClaim(t *testing.T) {
 // work id and claim id: every attempt gets NOT_FOUND in the words an
 // unknown work id gets, and the unit's own claimer completes it.
 func TestAProxyCannotTouchAnotherAccountsUnits(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{pollWindow: time.Hour})
 	ctx := t.Context()
 	globexToken, globexKey := e.addAccount("globex")
@@ -170,6 +172,7 @@ func TestAProxyCannotTouchAnotherAccountsUnits(t *testing.T) {
 // failure over its limit) are refused with INVALID_ARGUMENT and the unit
 // stays claimed for its genuine result.
 func TestResultsReplayedTwiceOrLateAreRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{pollWindow: time.Hour})
 	ctx := t.Context()
 	api, px := e.callerClient(), e.proxyClient()
@@ -239,6 +242,7 @@ func TestResultsReplayedTwiceOrLateAreRefused(t *testing.T) {
 // timeout that is zero, negative, past the maximum or not a valid duration
 // is refused.
 func TestAbsurdPollAndExecuteValuesAreRefusedOrBounded(t *testing.T) {
+	t.Parallel()
 	const window = 50 * time.Millisecond
 	e := newEnv(t, envOptions{pollWindow: window})
 	ctx := t.Context()
@@ -274,6 +278,7 @@ func TestAbsurdPollAndExecuteValuesAreRefusedOrBounded(t *testing.T) {
 // cannot write a megabyte, or a forged line, into the log per call. Every
 // proxy sends the instance id it polls with; one sending none is served.
 func TestCompleteInstanceIDIsCheckedLikeAPolls(t *testing.T) {
+	t.Parallel()
 	log := &syncLog{}
 	e := newEnv(t, envOptions{pollWindow: time.Hour, log: log})
 	ctx := t.Context()
@@ -329,6 +334,7 @@ func TestCompleteInstanceIDIsCheckedLikeAPolls(t *testing.T) {
 // poll skip its own, or that poll is not told that its unit was cancelled
 // and its script runs on.
 func TestAnotherProcessesLookDoesNotHideACancelFromAProxyWithoutRunID(t *testing.T) {
+	t.Parallel()
 	clock := newFakeClock() // still: every look is fresh
 	e := newEnv(t, envOptions{pollWindow: time.Hour, clock: clock})
 	ctx := t.Context()

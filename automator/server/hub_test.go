@@ -20,6 +20,7 @@ func pending(p *poller) bool {
 
 // TestEnqueueWakesExactlyOnePoller: no thundering herd.
 func TestEnqueueWakesExactlyOnePoller(t *testing.T) {
+	t.Parallel()
 	h := newHub()
 	ps := make([]*poller, 100)
 	for i := range ps {
@@ -50,6 +51,7 @@ func TestEnqueueWakesExactlyOnePoller(t *testing.T) {
 // TestClosedPollerPassesItsWakeUpOn: a poller that leaves holding an
 // unconsumed wake-up hands it to the next one, so no enqueue is lost.
 func TestClosedPollerPassesItsWakeUpOn(t *testing.T) {
+	t.Parallel()
 	h := newHub()
 	a, b := h.poller("acme", "a", store.ClaimPoll{}, 1, nil, nil), h.poller("acme", "b", store.ClaimPoll{}, 1, nil, nil)
 	h.NotifyWork("acme", 1, time.Now()) // wakes a
@@ -64,6 +66,7 @@ func TestClosedPollerPassesItsWakeUpOn(t *testing.T) {
 }
 
 func TestRearmedPollerIsWokenAgain(t *testing.T) {
+	t.Parallel()
 	h := newHub()
 	p := h.poller("acme", "a", store.ClaimPoll{}, 1, nil, nil)
 	h.NotifyWork("acme", 1, time.Now())
@@ -86,6 +89,7 @@ func TestRearmedPollerIsWokenAgain(t *testing.T) {
 }
 
 func TestNotifyInstanceWakesOnlyThatInstance(t *testing.T) {
+	t.Parallel()
 	h := newHub()
 	a1, a2, b := h.poller("acme", "a", store.ClaimPoll{}, 1, nil, nil), h.poller("acme", "a", store.ClaimPoll{}, 1, nil, nil), h.poller("acme", "b", store.ClaimPoll{}, 1, nil, nil)
 	h.NotifyInstance("acme", "a")
@@ -95,6 +99,7 @@ func TestNotifyInstanceWakesOnlyThatInstance(t *testing.T) {
 }
 
 func TestNotifyDoneWakesEveryWaiterOfThatUnit(t *testing.T) {
+	t.Parallel()
 	h := newHub()
 	s1, s2, other := h.WaitDone("w1"), h.WaitDone("w1"), h.WaitDone("w2")
 	defer other.Close()
@@ -118,6 +123,7 @@ func TestNotifyDoneWakesEveryWaiterOfThatUnit(t *testing.T) {
 // its account only while no unit was announced since and only for as long
 // as asked.
 func TestKnownEmptyLastsUntilWorkIsAnnounced(t *testing.T) {
+	t.Parallel()
 	h := newHub()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	if h.knownEmpty("acme", t0, time.Second) {
@@ -152,6 +158,7 @@ func TestKnownEmptyLastsUntilWorkIsAnnounced(t *testing.T) {
 // units is trusted only while no claimed unit of the account was cancelled
 // or timed out since, and only for as long as asked.
 func TestRunningKnownUntilAUnitIsCutShort(t *testing.T) {
+	t.Parallel()
 	h := newHub()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	if h.runningKnown("acme", "i-1", "run-1", t0, time.Second) {
@@ -187,6 +194,7 @@ func TestRunningKnownUntilAUnitIsCutShort(t *testing.T) {
 // TestExpectWorkUntilAClaimFindsNothing: a claim expects a unit unless the
 // latest empty claim of the account saw every announcement so far.
 func TestExpectWorkUntilAClaimFindsNothing(t *testing.T) {
+	t.Parallel()
 	h := newHub()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	if !h.expectWork("acme") {
@@ -208,6 +216,7 @@ func TestExpectWorkUntilAClaimFindsNothing(t *testing.T) {
 // TestNotifyWorkPassesOverPollersWithoutSlots: a poll with no free slot
 // only waits to hear of cancels; a wake-up spent on it would be lost.
 func TestNotifyWorkPassesOverPollersWithoutSlots(t *testing.T) {
+	t.Parallel()
 	h := newHub()
 	full, free := h.poller("acme", "full", store.ClaimPoll{}, 0, nil, nil), h.poller("acme", "free", store.ClaimPoll{}, 2, nil, nil)
 	h.NotifyWork("acme", 1, time.Now())
@@ -226,6 +235,7 @@ func parked(p *poller) *poller {
 // waiting poller only when the account's latest claim found nothing and
 // no unit was queued since; otherwise it would overtake a queued one.
 func TestReserveOnlyWhenNothingClaimableIsQueued(t *testing.T) {
+	t.Parallel()
 	h := newHub()
 	parked(h.poller("acme", "full", store.ClaimPoll{}, 0, nil, nil))
 	h.poller("acme", "busy", store.ClaimPoll{}, 1, nil, nil) // between a wake-up and its next wait
@@ -271,6 +281,7 @@ func workIDs(ws []store.Work) []string {
 // the queue), and units handed that its poll never took come back from
 // Close.
 func TestHandDeliversToAWaitingPollerOnly(t *testing.T) {
+	t.Parallel()
 	h := newHub()
 	h.foundEmpty("acme", 0, time.Now())
 	a := parked(h.poller("acme", "a", store.ClaimPoll{}, 1, nil, nil))
@@ -322,6 +333,7 @@ func TestHandDeliversToAWaitingPollerOnly(t *testing.T) {
 // before the first of them is stored all go to it, up to its free slots,
 // and it is woken once, when the last of them is stored.
 func TestUnitsReservedTogetherLeaveTogether(t *testing.T) {
+	t.Parallel()
 	h := newHub()
 	h.foundEmpty("acme", 0, time.Now())
 	a, b := parked(h.poller("acme", "a", store.ClaimPoll{}, 3, nil, nil)), parked(h.poller("acme", "b", store.ClaimPoll{}, 3, nil, nil))
@@ -363,6 +375,7 @@ func TestUnitsReservedTogetherLeaveTogether(t *testing.T) {
 // TestReservePassesOverPollsThatCannotTake: a poll whose caller left, or
 // whose token or keys expired, is not handed a unit.
 func TestReservePassesOverPollsThatCannotTake(t *testing.T) {
+	t.Parallel()
 	h := newHub()
 	h.foundEmpty("acme", 0, time.Now())
 	cutoff := time.Now()
@@ -380,6 +393,7 @@ func TestReservePassesOverPollsThatCannotTake(t *testing.T) {
 // previous one in its overlap, is handed units; so is the stale poll once
 // it looked its token up again and found it still good.
 func TestReservePassesOverPollsAuthenticatedBeforeATokenRotation(t *testing.T) {
+	t.Parallel()
 	h := newHub()
 	now := time.Now()
 	h.foundEmpty("acme", 0, now)
@@ -411,6 +425,7 @@ func TestReservePassesOverPollsAuthenticatedBeforeATokenRotation(t *testing.T) {
 // or whose token or keys expired, claims nothing: the wake-up goes to the
 // next poll, and it stays in the list for its units' cancels.
 func TestNotifyWorkPassesOverPollsThatCannotTake(t *testing.T) {
+	t.Parallel()
 	h := newHub()
 	cutoff := time.Now()
 	expired := h.poller("acme", "expired", store.ClaimPoll{}, 1, func(now time.Time, _ []byte) bool { return now.Before(cutoff) }, nil)
@@ -431,6 +446,7 @@ func TestNotifyWorkPassesOverPollsThatCannotTake(t *testing.T) {
 // TestLeavingPollWaitsForUnitsBeingStored: a poll whose window ends while
 // a unit is being stored as its claim waits for it and takes it.
 func TestLeavingPollWaitsForUnitsBeingStored(t *testing.T) {
+	t.Parallel()
 	h := newHub()
 	h.foundEmpty("acme", 0, time.Now())
 	p := parked(h.poller("acme", "a", store.ClaimPoll{}, 2, nil, nil))
@@ -457,6 +473,7 @@ func TestLeavingPollWaitsForUnitsBeingStored(t *testing.T) {
 // its limit; claimDone waits for those being stored and returns them,
 // leaves no wake-up behind, and puts the poller back in the waiting list.
 func TestAClaimingPollerTakesUnitsQueuedMeanwhile(t *testing.T) {
+	t.Parallel()
 	h := newHub()
 	h.NotifyWork("acme", 1, time.Now())                              // a unit is queued: no claim has found the queue empty
 	parked(h.poller("acme", "idle", store.ClaimPoll{}, 4, nil, nil)) // waits, not claiming
@@ -497,6 +514,7 @@ func TestAClaimingPollerTakesUnitsQueuedMeanwhile(t *testing.T) {
 // TestDrainedRecently: a claim that took fewer units than it asked for
 // counts for a while; a full one, or time, ends it.
 func TestDrainedRecently(t *testing.T) {
+	t.Parallel()
 	h := newHub()
 	now := time.Now()
 	if h.drainedRecently("acme", now, time.Second) {
@@ -522,6 +540,7 @@ func TestDrainedRecently(t *testing.T) {
 // process's latest look found ended may look again once that look is no
 // longer fresh; one listing other units waits as usual.
 func TestRetellAtOnlyForUnitsTheLookTold(t *testing.T) {
+	t.Parallel()
 	h := newHub()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	if _, ok := h.retellAt("acme", "i-1", "run-1", []string{"w-1"}, time.Second); ok {
@@ -548,6 +567,7 @@ func TestRetellAtOnlyForUnitsTheLookTold(t *testing.T) {
 // quietAfter; one silent for longer (its host may have lost power) is
 // woken only when no other waits.
 func TestAWakeUpGoesToAPollerHeardFromLately(t *testing.T) {
+	t.Parallel()
 	h := newHub()
 	silent := func() time.Duration { return quietAfter + time.Second }
 	heard := func() time.Duration { return time.Second }
@@ -578,6 +598,7 @@ func TestAWakeUpGoesToAPollerHeardFromLately(t *testing.T) {
 // claim is under way: its answer is one message, and a unit handed to it
 // cannot be put back. A unit that does not fit is left to the queue.
 func TestUnitsHandedToAPollFitInOneAnswer(t *testing.T) {
+	t.Parallel()
 	h := newHub()
 	h.foundEmpty("acme", 0, time.Now())
 	solo := parked(h.poller("acme", "solo", store.ClaimPoll{}, 8, nil, nil))

@@ -27,6 +27,7 @@ func keyedRequest(account, key string) *automatorv1.ExecuteRequest {
 // TestConcurrentSubmitsWithOneKeyQueueOneUnit: 20 submits with one key at
 // once return one unit, and only one unit can be claimed.
 func TestConcurrentSubmitsWithOneKeyQueueOneUnit(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	caller := e.callerClient()
 	const n = 20
@@ -59,6 +60,7 @@ func TestConcurrentSubmitsWithOneKeyQueueOneUnit(t *testing.T) {
 // TestExecuteWithAUsedKeyReturnsTheFirstOutcome: ExecuteOnProxy with the
 // key of a unit that already ended answers with that unit at once.
 func TestExecuteWithAUsedKeyReturnsTheFirstOutcome(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	ctx := context.Background()
 	caller, proxy := e.callerClient(), e.proxyClient()
@@ -97,6 +99,7 @@ func TestExecuteWithAUsedKeyReturnsTheFirstOutcome(t *testing.T) {
 // unit, not ResourceExhausted; a new key, or the key with another command,
 // is still refused, and nothing more is queued.
 func TestARetryAtTheQueueCapReturnsItsUnit(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{limits: server.Limits{MaxQueuedPerAccount: 1}})
 	ctx := context.Background()
 	caller := e.callerClient()

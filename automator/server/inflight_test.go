@@ -17,6 +17,7 @@ import (
 // dies shows them in flight until they time out, then 0; one that said at
 // its last poll that it ran a unit, then posted its result, shows 0.
 func TestListInstancesCountsTheUnitsEachInstanceHoldsClaimed(t *testing.T) {
+	t.Parallel()
 	clock := newFakeClock()
 	ended := make(endings, 3)
 	e := newEnv(t, envOptions{clock: clock, sweepInterval: 20 * time.Millisecond, metrics: ended})

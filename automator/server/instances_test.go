@@ -152,6 +152,7 @@ func (e *seenEnv) batching() {
 // a flush writes the latest of each instance in one call; a changed
 // version is stored at once; a failed flush is retried by the next.
 func TestKnownInstancesPollsAreWrittenInBatches(t *testing.T) {
+	t.Parallel()
 	e := newSeenEnv(t)
 	e.batching()
 	t0 := e.clock.Now()
@@ -217,6 +218,7 @@ func TestKnownInstancesPollsAreWrittenInBatches(t *testing.T) {
 // are written when RecordInstances ends, and after that polls are written
 // as they come (at most one per instance every seenEvery).
 func TestRecordInstancesWritesWhatIsLeftWhenItStops(t *testing.T) {
+	t.Parallel()
 	e := newSeenEnv(t)
 	e.poll("a", "v1", 0)
 	ctx, cancel := context.WithCancel(t.Context())

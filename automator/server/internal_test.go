@@ -23,6 +23,7 @@ import (
 // answers with the context's status and logs no error; the same error
 // while the call is still wanted is an internal error, logged.
 func TestStoreErrorOfACallThatLeftIsNotAnInternalError(t *testing.T) {
+	t.Parallel()
 	var log bytes.Buffer
 	s := bareServer(slog.New(slog.NewTextHandler(&log, nil)))
 	ctx, cancel := context.WithCancel(t.Context())
@@ -44,6 +45,7 @@ func TestStoreErrorOfACallThatLeftIsNotAnInternalError(t *testing.T) {
 // the automator itself is unreachable; not INTERNAL, on which they give up.
 // TestChaosPG crashes and stops PostgreSQL under replicas and callers.
 func TestAnUnreachableDatabaseIsUnavailable(t *testing.T) {
+	t.Parallel()
 	addr := closedport.Addr(t)
 	_, refused := net.Dial("tcp", addr)
 	if refused == nil {
@@ -74,6 +76,7 @@ func TestAnUnreachableDatabaseIsUnavailable(t *testing.T) {
 // the role's CONNECTION LIMIT: SQLSTATE 53300) answers UNAVAILABLE, which
 // callers and proxies retry, here or on another replica; not INTERNAL.
 func TestADatabaseOutOfConnectionsIsUnavailable(t *testing.T) {
+	t.Parallel()
 	for _, storeErr := range []error{
 		fmt.Errorf("claiming work: failed to connect: %w", &pgconn.PgError{Severity: "FATAL", Code: "53300", Message: "sorry, too many clients already"}),
 		fmt.Errorf("getting work: failed to connect: %w", &pgconn.PgError{Severity: "FATAL", Code: "53300", Message: `too many connections for role "automator"`}),
@@ -95,6 +98,7 @@ func TestADatabaseOutOfConnectionsIsUnavailable(t *testing.T) {
 // database is out of reach; that is the outage's one warning, not an error
 // per batch. Another failure is still an error.
 func TestInstancesNotWrittenForAnUnreachableDatabaseAreLoggedOncePerOutage(t *testing.T) {
+	t.Parallel()
 	var log bytes.Buffer
 	s := bareServer(slog.New(slog.NewTextHandler(&log, nil)))
 	for range 3 {
@@ -114,6 +118,7 @@ func TestInstancesNotWrittenForAnUnreachableDatabaseAreLoggedOncePerOutage(t *te
 // came just before the database went) does not say the database answers
 // again; one begun after the failure does, once.
 func TestACallUnderWayWhenTheDatabaseWentEndsNoOutage(t *testing.T) {
+	t.Parallel()
 	var log bytes.Buffer
 	s := bareServer(slog.New(slog.NewTextHandler(&log, nil)))
 	before := s.databaseMark()

@@ -25,6 +25,7 @@ func (failingClaim) WorkClaim(context.Context, store.WorkClaimParams) ([]store.W
 // log line that holds the details says which call failed and for which
 // account, so the operator can tell whose work is affected.
 func TestInternalErrorLogNamesTheCallAndItsAccount(t *testing.T) {
+	t.Parallel()
 	log := &syncLog{}
 	e := newEnv(t, envOptions{log: log, wrap: func(st store.Store) store.Store { return failingClaim{st} }})
 	submit(t, e.callerClient(), e.account, time.Hour)

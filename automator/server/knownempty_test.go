@@ -28,6 +28,7 @@ func (c *claimCounting) WorkClaim(ctx context.Context, p store.WorkClaimParams) 
 // than asked took every claimable one, so the instance's next poll (right
 // after it started them) does not go to the store until a unit is queued.
 func TestPollAfterAShortClaimDoesNotLookAgain(t *testing.T) {
+	t.Parallel()
 	spy := &claimCounting{}
 	e := newEnv(t, envOptions{wrap: func(st store.Store) store.Store { spy.Store = st; return spy }})
 	ctx := t.Context()
@@ -71,6 +72,7 @@ func TestPollAfterAShortClaimDoesNotLookAgain(t *testing.T) {
 // first looks at its units, the second's next poll is still told at once,
 // not a poll window later, so that it kills the script.
 func TestACancelIsToldToEachProcessSharingAnInstanceID(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{pollWindow: 3 * time.Second})
 	ctx := t.Context()
 	api, px := e.callerClient(), e.proxyClient()
@@ -116,6 +118,7 @@ func TestACancelIsToldToEachProcessSharingAnInstanceID(t *testing.T) {
 // second a poll still listing the unit, already waiting or new, is told
 // again, not a poll window later.
 func TestACancelWhoseAnswerWasDroppedIsToldAgain(t *testing.T) {
+	t.Parallel()
 	clock := newFakeClock()
 	e := newEnv(t, envOptions{pollWindow: time.Minute, clock: clock})
 	ctx := t.Context()

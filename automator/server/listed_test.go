@@ -19,6 +19,7 @@ import (
 // TestListedCacheKeepsAtMostItsBoundDroppingTheLeastRecentlyUsed: past its
 // bound the cache drops the unit used longest ago, not one just read.
 func TestListedCacheKeepsAtMostItsBoundDroppingTheLeastRecentlyUsed(t *testing.T) {
+	t.Parallel()
 	c := newListedCache(3)
 	set := func(e *listedEntry) { e.script, e.scriptKnown = "x.sh", true }
 	for _, id := range []string{"w1", "w2", "w3"} {
@@ -130,6 +131,7 @@ func (e *listedEnv) unit(id, script string, state store.State, sealedResult []by
 // replaced by one that would not open); a unit listed without its blobs
 // is read again and opened; a failure's reason is kept like an exit code.
 func TestListedOutcomeIsOpenedOnceThenKept(t *testing.T) {
+	t.Parallel()
 	e := newListedEnv(t)
 	ctx := t.Context()
 	ran := e.unit("w_ran", "report.sh", store.StateSucceeded, e.seal("w_ran", crypto.DirResult, &automatorv1.Result{ExitCode: 7, Stdout: make([]byte, 64<<10)}))
@@ -186,6 +188,7 @@ func TestListedOutcomeIsOpenedOnceThenKept(t *testing.T) {
 // an error at every read, never an outcome, and nothing is kept of it; nor
 // of a command that does not open.
 func TestListedOutcomeThatDidNotOpenIsNotKept(t *testing.T) {
+	t.Parallel()
 	e := newListedEnv(t)
 	ctx := t.Context()
 	// Sealed for another unit: it does not open as this one's.
@@ -210,6 +213,7 @@ func TestListedOutcomeThatDidNotOpenIsNotKept(t *testing.T) {
 // from what was kept for the account, even if kept after the deletion was
 // seen (a listing that read the unit just before it).
 func TestListedOutcomeOfADeletedAccountIsDroppedAndNeverShown(t *testing.T) {
+	t.Parallel()
 	e := newListedEnv(t)
 	ctx := t.Context()
 	w := e.unit("w_ran", "report.sh", store.StateSucceeded, e.seal("w_ran", crypto.DirResult, &automatorv1.Result{ExitCode: 3}))
@@ -260,6 +264,7 @@ func TestListedOutcomeOfADeletedAccountIsDroppedAndNeverShown(t *testing.T) {
 // once its script name is too; a unit still running has no outcome to
 // read, and one of a deleted account nothing to open.
 func TestListedKnownSaysWhetherAListingReadsTheUnitAgain(t *testing.T) {
+	t.Parallel()
 	e := newListedEnv(t)
 	ctx := t.Context()
 	ran := e.unit("w_ran", "report.sh", store.StateSucceeded, e.seal("w_ran", crypto.DirResult, &automatorv1.Result{ExitCode: 7}))

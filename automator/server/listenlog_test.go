@@ -37,6 +37,7 @@ func (b *flakyListener) Listen(ctx context.Context, fn func(server.Event)) error
 // and says so once, not at every retry; when it listens again it says that
 // once.
 func TestLostEventConnectionIsLoggedOncePerChange(t *testing.T) {
+	t.Parallel()
 	log := &syncLog{}
 	b := &flakyListener{fails: 5, listening: make(chan struct{})}
 	newEnv(t, envOptions{broadcaster: b, sweepInterval: 5 * time.Millisecond, log: log})
@@ -94,6 +95,7 @@ func (b *steppedListener) Listen(ctx context.Context, fn func(server.Event)) err
 // until the Broadcaster listens, true while it does, and false again once
 // it has lost its connection.
 func TestListeningSaysWhetherTheReplicaHearsTheOthers(t *testing.T) {
+	t.Parallel()
 	b := &steppedListener{listen: make(chan struct{}), drop: make(chan struct{}),
 		failedOnce: make(chan struct{}), listening: make(chan struct{}), afterDrop: make(chan struct{})}
 	e := newEnv(t, envOptions{broadcaster: b, sweepInterval: 5 * time.Millisecond})

@@ -17,6 +17,7 @@ import (
 // so in a header that a client may refuse as too large), and others are
 // served.
 func TestOverlongAccountNameIsRefusedWithoutBeingEchoed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	caller := e.callerClient()
 	long := strings.Repeat("a", 1<<20)

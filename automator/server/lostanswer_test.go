@@ -43,6 +43,7 @@ const lostReason = "its claim never reached instance a: the answers of the polls
 // deadline, saying the script did not run; those of polls it read, of its
 // other runs and of other instances stay claimed.
 func TestAPollSayingItsRunsEarlierAnswersWereLostFailsTheirUnits(t *testing.T) {
+	t.Parallel()
 	counted := &undeliveredCount{}
 	e := newEnv(t, envOptions{pollWindow: time.Hour, metrics: counted})
 	api, px := e.callerClient(), e.proxyClient()
@@ -112,6 +113,7 @@ func TestAPollSayingItsRunsEarlierAnswersWereLostFailsTheirUnits(t *testing.T) {
 // TestLostFromMustNameEarlierPollsOfARun: lost_from names polls before this
 // one of the same run; anything else is refused in one line.
 func TestLostFromMustNameEarlierPollsOfARun(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{pollWindow: time.Hour})
 	px := e.proxyClient()
 	for _, c := range []struct {
@@ -157,6 +159,7 @@ func (g *claimHeldAfterLook) WorkClaimedByPolls(ctx context.Context, p store.Wor
 // claim is stored. The older poll then fails what it claimed, rather than
 // send it in an answer that no one reads.
 func TestAPollSupersededWhileItClaimsFailsWhatItClaimed(t *testing.T) {
+	t.Parallel()
 	g := &claimHeldAfterLook{entered: make(chan struct{}, 1), release: make(chan struct{}), looked: make(chan struct{}, 1)}
 	e := newEnv(t, envOptions{pollWindow: time.Hour, wrap: func(st store.Store) store.Store { g.Store = st; return g }})
 	api := e.callerClient()
@@ -196,6 +199,7 @@ func TestAPollSupersededWhileItClaimsFailsWhatItClaimed(t *testing.T) {
 // replica that took the poll looks once more a little later, and the unit
 // fails too.
 func TestALostClaimAnotherReplicaMakesAfterTheLookFailsToo(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{pollWindow: time.Hour, broadcaster: newRecordingBroadcaster()})
 	st := e.lostClaimAfterTheLook()
 	if st.GetState() != automatorv1.State_STATE_FAILED || !strings.HasSuffix(st.GetReason(), "; the script did not run") {
@@ -232,6 +236,7 @@ func (e *env) lostClaimAfterTheLook() *automatorv1.WorkStatus {
 // fails was failed on the proxy's word, as those of the first look are: its
 // audit record names the proxy's account, and where the poll came from.
 func TestALostClaimFailedByTheSecondLookIsAuditedAsTheProxysAccount(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{pollWindow: time.Hour, broadcaster: newRecordingBroadcaster()})
 	st := e.lostClaimAfterTheLook()
 	if st.GetState() != automatorv1.State_STATE_FAILED {

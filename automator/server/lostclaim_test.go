@@ -106,6 +106,7 @@ func (l *syncLog) linesLocked(parts ...string) []string {
 // deadline, saying that their script did not run. The server logs a
 // warning per unit naming it and the instance.
 func TestUnitsClaimedForAPollThatLeftFailAtOnce(t *testing.T) {
+	t.Parallel()
 	gate := &claimOutlivingItsPoll{entered: make(chan struct{}, 1)}
 	m := pollsClosed{closed: make(chan struct{}, 1)}
 	log := &syncLog{}

@@ -54,6 +54,7 @@ func (e *env) rotateToken(overlap time.Duration) automatorv1.ProxyServiceClient 
 // as its next poll would be, and the refusal is audited. A poll with the
 // new token gets the unit.
 func TestPollWaitingAcrossRotateTokenWithoutOverlapGetsNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{pollWindow: time.Minute, wrap: cachedCredentials})
 	oldProxy := e.proxyClient()
 	old := pollAsync(t.Context(), oldProxy, "old", 1)
@@ -89,6 +90,7 @@ func TestPollWaitingAcrossRotateTokenWithoutOverlapGetsNothing(t *testing.T) {
 // rotated with an overlap keeps working for a poll already waiting with
 // it, as it does for a new one, until the overlap ends.
 func TestPollWaitingAcrossRotateTokenWithOverlapStillTakesUnits(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{pollWindow: time.Minute, wrap: cachedCredentials})
 	old := pollAsync(t.Context(), e.proxyClient(), "old", 1)
 	e.awaitWaiting(1)
@@ -107,6 +109,7 @@ func TestPollWaitingAcrossRotateTokenWithOverlapStillTakesUnits(t *testing.T) {
 // again); it ends with Unauthenticated and passes the wake-up to the next
 // poll, which claims the unit at once. The clock is injected.
 func TestPollWithAWithdrawnTokenPassesItsWakeUpOn(t *testing.T) {
+	t.Parallel()
 	clock := newFakeClock()
 	gate := newClaimHeldAfter("new")
 	e := newEnv(t, envOptions{pollWindow: time.Minute, clock: clock,
@@ -150,6 +153,7 @@ func (g *lookupHeld) AccountGetByToken(ctx context.Context, p store.AccountGetBy
 // claims nothing and passes the wake-up to the next poll, which claims
 // the unit at once. The clock is injected.
 func TestPollWokenThatCannotTakePassesTheWakeUpOn(t *testing.T) {
+	t.Parallel()
 	clock := newFakeClock()
 	claims := newClaimHeldAfter("new")
 	lookups := &lookupHeld{hash: crypto.HashToken(""), entered: make(chan struct{}, 1), release: make(chan struct{})}

@@ -19,6 +19,7 @@ import (
 // so they would all fail unsent. The next polls take the rest; every unit
 // is claimed once.
 func TestPollClaimsOnlyWhatFitsInOneAnswer(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{})
 	caller := automatorv1.NewAutomatorServiceClient(a.CallerConn(t))
 	proxy := automatorv1.NewProxyServiceClient(a.ProxyConn(t))

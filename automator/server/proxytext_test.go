@@ -25,6 +25,7 @@ import (
 // refusal would leave its unit claimed until the deadline, is taken with
 // its control characters replaced.
 func TestProxyTextsHoldNoControlCharacters(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	proxy := e.proxyClient()
 	ctx := context.Background()
@@ -90,6 +91,7 @@ func TestProxyTextsHoldNoControlCharacters(t *testing.T) {
 // (BASH_ENV, LD_PRELOAD, ...) is refused when the command is submitted, so
 // that proxies not yet upgraded to refuse it themselves never receive it.
 func TestCommandEnvThatRunsCodeIsRefusedAtSubmit(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	for _, name := range []string{"BASH_ENV", "LD_PRELOAD", "BASH_FUNC_echo%%", "PERL5OPT", "ComSpec", "PSModulePath", "ld_preload"} {
 		_, err := e.callerClient().Submit(context.Background(), &automatorv1.ExecuteRequest{
@@ -117,6 +119,7 @@ func TestCommandEnvThatRunsCodeIsRefusedAtSubmit(t *testing.T) {
 // NAME=value): such a command is refused when submitted, naming what is
 // wrong, rather than queued for a proxy to report it failed.
 func TestCommandNoProcessCanTakeIsRefusedAtSubmit(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	for _, tc := range []struct {
 		name string

@@ -22,6 +22,7 @@ import (
 // ended unit queued more than the retention ago, over as many batches as it
 // takes, and keeps younger units and open ones however old.
 func TestPurgeEndedDeletesEndedUnitsPastTheRetention(t *testing.T) {
+	t.Parallel()
 	clock := newFakeClock()
 	e := newEnv(t, envOptions{clock: clock})
 	ctx := t.Context()
@@ -101,6 +102,7 @@ func (s *slowPurges) pause(_ context.Context, d time.Duration) error {
 // the next batch: batches sent back to back had a purge of a large
 // history cut every other write's rate twentyfold while it lasted.
 func TestPurgeEndedLeavesTheDatabaseIdleBetweenBatches(t *testing.T) {
+	t.Parallel()
 	clock := newFakeClock()
 	var slow *slowPurges
 	e := newEnv(t, envOptions{clock: clock, wrap: func(st store.Store) store.Store {
@@ -139,6 +141,7 @@ func TestPurgeEndedLeavesTheDatabaseIdleBetweenBatches(t *testing.T) {
 // old key, and keeps it. Once the key is gone the automator goes on
 // sealing, handing out and opening units with the keys that are left.
 func TestPurgeEndedDeletesAPreviousKeyOnceNoUnitNeedsIt(t *testing.T) {
+	t.Parallel()
 	clock := newFakeClock()
 	e := newEnv(t, envOptions{clock: clock})
 	ctx := t.Context()

@@ -28,6 +28,7 @@ func (c *countCounter) WorkQueuedCount(ctx context.Context, account string, atMo
 // cap on (with the units queued since the count), every enqueue counts, so
 // the cap holds exactly.
 func TestQueueCapCountsOnlyNearTheCapOrWhenStale(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	sq, clock := openStepStore(t, "acme", "globex")
 	st := &countCounter{Store: sq}
@@ -91,6 +92,7 @@ func TestQueueCapCountsOnlyNearTheCapOrWhenStale(t *testing.T) {
 // deleted, as its keys are: with accounts made and deleted over months, a
 // count per account ever seen would only grow.
 func TestQueueCountOfADeletedAccountIsForgotten(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	sq, clock := openStepStore(t, "acme", "globex")
 	srv, err := New(Options{Store: sq, Clock: clock})

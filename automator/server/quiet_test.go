@@ -15,6 +15,7 @@ import (
 // poll would wait for its deadline. With a live instance's poll waiting
 // too, the unit goes to that one, even though the silent one waits longer.
 func TestAUnitGoesToAPollHeardFromLatelyRatherThanToOneGoneSilent(t *testing.T) {
+	t.Parallel()
 	clk := newFakeClock()
 	// quietConns: nothing comes over gone's connection once its poll is in.
 	e := newEnv(t, envOptions{pollWindow: time.Minute, clock: clk, quietConns: true})

@@ -11,6 +11,7 @@ import (
 // have their own (written IPv4-mapped or not), and however many sources fail, the table stays bounded,
 // forgetting first the sources whose budget is whole again.
 func TestFailureLimiterGroupsIPv6By64AndStaysBounded(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	l := newFailureLimiter(2, time.Minute)
 	for i := range 2 {
@@ -72,6 +73,7 @@ func TestFailureLimiterGroupsIPv6By64AndStaysBounded(t *testing.T) {
 // then stayed quiet for a day regains its burst, not a day's worth of
 // failures: a burst of guesses after a pause is refused past the burst.
 func TestFailureBudgetRefillsOnlyUpToItsBurst(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	l := newFailureLimiter(3, time.Minute)
 	if ok, _ := l.fail("192.0.2.1", now); !ok {

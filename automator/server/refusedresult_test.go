@@ -20,6 +20,7 @@ import (
 // nothing of them, and gets the genuine result, posted after them, once
 // it is recorded.
 func TestARefusedResultNeverReachesTheWaitingCaller(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	proxy := e.proxyClient()
 	type answer struct {

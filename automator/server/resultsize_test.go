@@ -25,6 +25,7 @@ import (
 // carry it to its caller. A result with both streams at 2 MiB is accepted
 // and reaches the caller whole.
 func TestResultPastTheLimitIsRefusedAndTheLargestAProxyMakesIsDelivered(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{})
 	caller := automatorv1.NewAutomatorServiceClient(a.CallerConn(t))
 	proxy := automatorv1.NewProxyServiceClient(a.ProxyConn(t))
@@ -76,6 +77,7 @@ func TestResultPastTheLimitIsRefusedAndTheLargestAProxyMakesIsDelivered(t *testi
 // first, is refused with InvalidArgument naming the limit and leaves the
 // unit claimed.
 func TestASealedResultAtTheLimitIsRecordedAndOneByteOverIsRefused(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{})
 	caller := automatorv1.NewAutomatorServiceClient(a.CallerConn(t))
 	proxy := automatorv1.NewProxyServiceClient(a.ProxyConn(t))

@@ -65,6 +65,7 @@ func (b *recordingBroadcaster) applied() {
 // (EventResumed), the caller waiting for the unit reads it, rather than at
 // its deadline.
 func TestAWaiterWhoseUnitEndedUnannouncedReadsItWhenListeningResumes(t *testing.T) {
+	t.Parallel()
 	b := newRecordingBroadcaster()
 	reads := &readsOf{read: make(chan struct{}, 10)}
 	e := newEnv(t, envOptions{broadcaster: b, wrap: func(st store.Store) store.Store { reads.Store = st; return reads }})
@@ -94,6 +95,7 @@ func TestAWaiterWhoseUnitEndedUnannouncedReadsItWhenListeningResumes(t *testing.
 // end on another replica is announced. When the announcement may have been
 // lost (EventResumed), its next poll looks again and is told.
 func TestAPollIsToldOfAnUnannouncedEndWhenListeningResumes(t *testing.T) {
+	t.Parallel()
 	b := newRecordingBroadcaster()
 	clock := newFakeClock() // it stands still: every look stays fresh
 	e := newEnv(t, envOptions{pollWindow: time.Minute, clock: clock, broadcaster: b})
@@ -137,6 +139,7 @@ func TestAPollIsToldOfAnUnannouncedEndWhenListeningResumes(t *testing.T) {
 // caller reads its unit again every WaitRecheck, so it learns of the end
 // then, not at the deadline an hour away.
 func TestAWaiterWhoseUnitEndedUnannouncedReadsItWithinTheRecheck(t *testing.T) {
+	t.Parallel()
 	b := newRecordingBroadcaster()
 	reads := &readsOf{read: make(chan struct{}, 10)}
 	e := newEnv(t, envOptions{broadcaster: b, waitRecheck: 50 * time.Millisecond, wrap: func(st store.Store) store.Store { reads.Store = st; return reads }})

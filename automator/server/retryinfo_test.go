@@ -43,6 +43,7 @@ func errorInfo(err error) *errdetails.ErrorInfo {
 // (the time until the address may fail once more); and which of the two
 // refused the call, in a google.rpc.ErrorInfo.
 func TestTryAgainLaterCarriesRetryInfo(t *testing.T) {
+	t.Parallel()
 	clock := newFakeClock()
 	e := newEnv(t, envOptions{clock: clock, limits: server.Limits{MaxQueuedPerAccount: 1, FailedAuthBurst: 2, FailedAuthRefill: time.Minute}})
 	caller := e.callerClient()

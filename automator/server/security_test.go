@@ -167,6 +167,7 @@ func countKind(events []store.AuditEvent, kind string) int {
 // ends; from then on the old one gets Unauthenticated saying it expired.
 // The clock is injected: no waiting.
 func TestPreviousTokenWorksUntilItsOverlapEndsThenIsRefused(t *testing.T) {
+	t.Parallel()
 	clock := newFakeClock()
 	e := newEnv(t, envOptions{clock: clock})
 	oldProxy := e.proxyClient()
@@ -218,6 +219,7 @@ func TestPreviousTokenWorksUntilItsOverlapEndsThenIsRefused(t *testing.T) {
 // refused (claiming nothing) after it, while the new profile's proxies get
 // even old units sealed with a usable key.
 func TestRotateKeyKeepsUnitsRunningOnBothProfiles(t *testing.T) {
+	t.Parallel()
 	clock := newFakeClock()
 	e := newEnv(t, envOptions{clock: clock})
 	caller, proxy := e.callerClient(), e.proxyClient()
@@ -294,6 +296,7 @@ func TestRotateKeyKeepsUnitsRunningOnBothProfiles(t *testing.T) {
 // key and still queued when the overlap ends goes out sealed with the new
 // key, even to a proxy that holds both.
 func TestPreviousKeyUnitSealedAgainAfterOverlap(t *testing.T) {
+	t.Parallel()
 	clock := newFakeClock()
 	e := newEnv(t, envOptions{clock: clock})
 	caller, proxy := e.callerClient(), e.proxyClient()
@@ -315,6 +318,7 @@ func TestPreviousKeyUnitSealedAgainAfterOverlap(t *testing.T) {
 // never handed to a proxy again, however long that poll's window. A poll
 // of the new profile gets the unit, sealed with the new key.
 func TestPollPendingAcrossRotateKeyWithoutOverlapGetsNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{pollWindow: time.Minute})
 	caller, proxy := e.callerClient(), e.proxyClient()
 	ctx, cancel := context.WithCancel(t.Context())
@@ -346,6 +350,7 @@ func TestPollPendingAcrossRotateKeyWithoutOverlapGetsNothing(t *testing.T) {
 // TestRevokedAPIKeyIsRefusedAtOnce: the very next call with a revoked key,
 // on the same connection, is refused.
 func TestRevokedAPIKeyIsRefusedAtOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	secret := e.addAPIKey("ak_ci")
 	c := automatorv1.NewAutomatorServiceClient(e.conn(secret))
@@ -371,6 +376,7 @@ func TestRevokedAPIKeyIsRefusedAtOnce(t *testing.T) {
 // gets, naming no account: the key learns nothing from the id of another
 // account's unit either. Every refusal is audited.
 func TestScopedAPIKeyCannotUseOtherAccounts(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	e.addAccount("globex")
 	scoped := automatorv1.NewAutomatorServiceClient(e.conn(e.addAPIKey("ak_acme", "acme")))
@@ -456,6 +462,7 @@ func TestScopedAPIKeyCannotUseOtherAccounts(t *testing.T) {
 // address (a healthy proxy or caller behind the same NAT) keep working.
 // Only the failures within the budget, and the first refusal, are audited.
 func TestFailedAuthIsRateLimitedWithoutLockingOutAHealthyProxy(t *testing.T) {
+	t.Parallel()
 	clock := newFakeClock()
 	e := newEnv(t, envOptions{clock: clock, limits: server.Limits{FailedAuthBurst: 3, FailedAuthRefill: time.Minute}})
 	bad := automatorv1.NewProxyServiceClient(e.conn("opt_wrong"))
@@ -503,6 +510,7 @@ func TestFailedAuthIsRateLimitedWithoutLockingOutAHealthyProxy(t *testing.T) {
 // ResourceExhausted, other accounts are served, and once a unit is claimed
 // the account accepts units again.
 func TestQueueCapRefusesWithResourceExhaustedAndOthersServed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{limits: server.Limits{MaxQueuedPerAccount: 3}})
 	e.addAccount("globex")
 	caller := e.callerClient()
@@ -525,6 +533,7 @@ func TestQueueCapRefusesWithResourceExhaustedAndOthersServed(t *testing.T) {
 // refuses with InvalidArgument naming the field, the limit and its setting
 // in automator.yaml; the automator keeps serving.
 func TestConfiguredCommandLimitsNameTheirSetting(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{limits: server.Limits{MaxScriptName: 8, MaxArgs: 2, MaxArgsBytes: 10, MaxEnv: 1, MaxEnvBytes: 10, MaxStdin: 16}})
 	caller := e.callerClient()
 	for setting, cmd := range map[string]*automatorv1.Command{
@@ -546,6 +555,7 @@ func TestConfiguredCommandLimitsNameTheirSetting(t *testing.T) {
 // TestACommandAtEveryLimitIsAccepted: each limit is the largest size
 // accepted, not the smallest refused.
 func TestACommandAtEveryLimitIsAccepted(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{limits: server.Limits{MaxScriptName: 8, MaxArgs: 2, MaxArgsBytes: 10, MaxEnv: 1, MaxEnvBytes: 10, MaxStdin: 16}})
 	_, err := e.callerClient().Submit(context.Background(), &automatorv1.ExecuteRequest{Account: e.account, Command: &automatorv1.Command{
 		Script: "eight.sh",
@@ -562,6 +572,7 @@ func TestACommandAtEveryLimitIsAccepted(t *testing.T) {
 // unit's result (same account, work id and key: only the direction
 // differs) does not open, and the claim stays intact.
 func TestReplayedResultDirectionIsRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	proxy := e.proxyClient()
 	submitScript(t, e.callerClient(), e.account, "x.sh", time.Minute)
@@ -583,6 +594,7 @@ func TestReplayedResultDirectionIsRefused(t *testing.T) {
 // nothing in it holds a token, an API key, the account key, an argument,
 // stdin, env or output, and the script name is there only sealed.
 func TestAuditLogRecordsCallsWithoutSecrets(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{})
 	ctx := context.Background()
 	caller, proxy := e.callerClient(), e.proxyClient()
@@ -651,6 +663,7 @@ func TestAuditLogRecordsCallsWithoutSecrets(t *testing.T) {
 // overlap window ends, though its poll window is longer; the next poll is
 // refused.
 func TestPollWithAPreviousTokenEndsWithItsWindow(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{pollWindow: time.Minute})
 	oldProxy := e.proxyClient()
 	newToken, _ := crypto.NewToken("opt_")

@@ -23,6 +23,7 @@ func (seenStore) InstanceSeen(context.Context, store.InstanceSeenParams) error {
 // bounded whatever the ids, or one account's token grows the automator that
 // serves every account until it runs out of memory.
 func TestPollsOfEverNewInstanceIDsKeepBoundedMemory(t *testing.T) {
+	t.Parallel()
 	s := &Server{store: seenStore{}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	s.seen.batching = true // as under `automator serve` (RecordInstances)
 	now := time.Now()

@@ -17,6 +17,7 @@ import (
 // warns once, naming the instance and what to do; a restart, whose old
 // run never polls again, is not reported.
 func TestTwoProcessesPollingAsOneInstanceAreReported(t *testing.T) {
+	t.Parallel()
 	log := &syncLog{}
 	e := newEnv(t, envOptions{log: log})
 	px := e.proxyClient()

@@ -55,6 +55,7 @@ func (f *fullDisk) WorkExpire(context.Context, store.WorkExpireParams) ([]store.
 // not at once: the unit is still due, and retrying at once would spin and
 // flood the log.
 func TestSweeperPausesAfterAFailedExpiry(t *testing.T) {
+	t.Parallel()
 	const interval = 100 * time.Millisecond
 	full := &fullDisk{third: make(chan time.Time, 1)}
 	newEnv(t, envOptions{sweepInterval: interval, wrap: func(st store.Store) store.Store { full.Store = st; return full }})
@@ -72,6 +73,7 @@ func TestSweeperPausesAfterAFailedExpiry(t *testing.T) {
 // stored for lack of disk space hears so, with ResourceExhausted (gRPC's
 // code for a full file system), not a bare internal error.
 func TestFullDiskIsResourceExhaustedAndSaysSo(t *testing.T) {
+	t.Parallel()
 	full := &fullDisk{third: make(chan time.Time, 1)}
 	e := newEnv(t, envOptions{sweepInterval: time.Hour, wrap: func(st store.Store) store.Store { full.Store = st; return full }})
 	_, err := e.callerClient().Submit(t.Context(), &automatorv1.ExecuteRequest{Account: e.account,
@@ -121,6 +123,7 @@ func (u *unanswered) WorkExpire(ctx context.Context, p store.WorkExpireParams) (
 // again, rather than stop until the operating system gives the
 // connection up.
 func TestASweepThatGetsNoAnswerIsGivenUp(t *testing.T) {
+	t.Parallel()
 	u := &unanswered{again: make(chan struct{})}
 	newEnv(t, envOptions{sweepInterval: 50 * time.Millisecond, sweepTimeout: 100 * time.Millisecond,
 		wrap: func(st store.Store) store.Store { u.Store = st; return u }})
@@ -135,6 +138,7 @@ func TestASweepThatGetsNoAnswerIsGivenUp(t *testing.T) {
 // are each refused, but the log has at most loglimit.DefaultLines lines of
 // them a minute, not one per call.
 func TestFullDiskIsLoggedWithinABound(t *testing.T) {
+	t.Parallel()
 	var log syncLog
 	full := &fullDisk{third: make(chan time.Time, 1)}
 	e := newEnv(t, envOptions{log: &log, sweepInterval: time.Hour, wrap: func(st store.Store) store.Store { full.Store = st; return full }})
@@ -177,6 +181,7 @@ func (s *storeFailures) count(kind string) int {
 // space is counted as a store error of kind storage_full, the log's lines
 // of them bounded or not.
 func TestFullDiskIsCountedForTheMetrics(t *testing.T) {
+	t.Parallel()
 	full := &fullDisk{third: make(chan time.Time, 1)}
 	m := &storeFailures{}
 	e := newEnv(t, envOptions{metrics: m, sweepInterval: time.Hour, wrap: func(st store.Store) store.Store { full.Store = st; return full }})
@@ -207,6 +212,7 @@ func (f *fillingDisk) WorkEnqueue(ctx context.Context, p store.WorkEnqueueParams
 // were refused for lack of space, one line says the database takes writes
 // again; the writes after it say nothing.
 func TestTheEndOfAFullDiskIsLoggedOnce(t *testing.T) {
+	t.Parallel()
 	var log syncLog
 	disk := &fillingDisk{}
 	disk.full.Store(true)
@@ -237,6 +243,7 @@ func TestTheEndOfAFullDiskIsLoggedOnce(t *testing.T) {
 // pages it freed, so on a disk just full some writes succeed between the
 // refused ones; each turn's lines, its end's included, share the bound.
 func TestADiskFillingAndFreedByTurnsIsLoggedWithinABound(t *testing.T) {
+	t.Parallel()
 	var log syncLog
 	disk := &fillingDisk{}
 	e := newEnv(t, envOptions{log: &log, sweepInterval: time.Hour, wrap: func(st store.Store) store.Store { disk.Store = st; return disk }})

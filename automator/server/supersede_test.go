@@ -32,6 +32,7 @@ func (e *env) pollRunAsync(ctx context.Context, instance, run string) <-chan pol
 // ends with nothing; without it they would be stored as the dead poll's
 // claims and time out.
 func TestNewerPollOfTheSameRunSupersedesAWaitingOne(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{pollWindow: time.Hour})
 	caller := e.callerClient()
 	dead := e.pollRunAsync(t.Context(), "host-a", "run-1")
@@ -55,6 +56,7 @@ func TestNewerPollOfTheSameRunSupersedesAWaitingOne(t *testing.T) {
 // a proxy predating run ids sends none: their polls wait side by side, and
 // a unit goes to the oldest as usual.
 func TestPollsOfOtherRunsOrWithoutRunIDsAreNotSuperseded(t *testing.T) {
+	t.Parallel()
 	for _, runs := range [][2]string{{"run-1", "run-2"}, {"", ""}} {
 		t.Run(runs[0]+"+"+runs[1], func(t *testing.T) {
 			e := newEnv(t, envOptions{pollWindow: time.Hour})
@@ -116,6 +118,7 @@ func (b *recordingBroadcaster) Listen(ctx context.Context, fn func(server.Event)
 // its later polls on that connection do not; one of another run, or of the
 // same run on a new connection, does.
 func TestARunsFirstPollOnAConnectionIsAnnouncedToTheOtherReplicas(t *testing.T) {
+	t.Parallel()
 	b := newRecordingBroadcaster()
 	e := newEnv(t, envOptions{pollWindow: time.Hour, broadcaster: b})
 	px := e.proxyClient()
@@ -157,6 +160,7 @@ func TestARunsFirstPollOnAConnectionIsAnnouncedToTheOtherReplicas(t *testing.T) 
 // run polled another replica on a new connection, this replica ends its
 // waiting poll of that run, and only that one.
 func TestAnotherReplicasAnnouncementSupersedesTheRunsWaitingPoll(t *testing.T) {
+	t.Parallel()
 	b := newRecordingBroadcaster()
 	e := newEnv(t, envOptions{pollWindow: time.Hour, broadcaster: b})
 	held := e.pollRunAsync(t.Context(), "host-a", "run-1")
@@ -182,6 +186,7 @@ func TestAnotherReplicasAnnouncementSupersedesTheRunsWaitingPoll(t *testing.T) {
 // the next unit; an announcement from another replica of an older poll of
 // the run does not end it either, one of a newer poll does.
 func TestAStalePollRegisteredLateSupersedesNothing(t *testing.T) {
+	t.Parallel()
 	b := newRecordingBroadcaster()
 	e := newEnv(t, envOptions{pollWindow: time.Hour, broadcaster: b})
 	newer := make(chan pollResult, 1)
@@ -222,6 +227,7 @@ func TestAStalePollRegisteredLateSupersedesNothing(t *testing.T) {
 // instead of holding, for its whole window, a poll whose connection is
 // dead; a newer poll of the run still waits.
 func TestAPollOlderThanOneHeardOfEarlierEndsAtOnce(t *testing.T) {
+	t.Parallel()
 	b := newRecordingBroadcaster()
 	e := newEnv(t, envOptions{pollWindow: time.Hour, broadcaster: b})
 	px := e.proxyClient()

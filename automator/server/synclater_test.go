@@ -46,6 +46,7 @@ func (s *syncLaterSeen) syncLater(t *testing.T, id string) bool {
 // cannot tell the two apart (the page cache survives it), so the test
 // reads what the automator asked of the store.
 func TestSubmitAnswersOnlyOnceItsUnitIsDurable(t *testing.T) {
+	t.Parallel()
 	var rec *syncLaterSeen
 	e := newEnv(t, envOptions{wrap: func(s store.Store) store.Store {
 		rec = &syncLaterSeen{Store: s, seen: map[string]bool{}}

@@ -41,6 +41,7 @@ func (e *env) alterBlob(column, id string, alter func([]byte)) {
 // ended: it stays as it ended), as for a result of a deleted account
 // (client.UnreadableWork).
 func TestTamperedResultInTheDatabaseIsRefusedAsDataLoss(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{pollWindow: time.Hour})
 	ctx := t.Context()
 	api, px := e.callerClient(), e.proxyClient()
@@ -72,6 +73,7 @@ func TestTamperedResultInTheDatabaseIsRefusedAsDataLoss(t *testing.T) {
 // taken back), which cannot open it and reports the unit failed: it ends,
 // and nothing of the command is anywhere in the answers.
 func TestTamperedCommandInTheDatabaseEndsItsUnit(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOptions{pollWindow: time.Hour})
 	ctx := t.Context()
 	api, px := e.callerClient(), e.proxyClient()

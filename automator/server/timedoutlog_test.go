@@ -14,6 +14,7 @@ import (
 // callers keep queueing) write at most loglimit.DefaultLines lines a
 // minute, not one each; every one still ends timed_out.
 func TestTimeoutsAreLoggedWithinABound(t *testing.T) {
+	t.Parallel()
 	var log syncLog
 	e := newEnv(t, envOptions{log: &log, sweepInterval: 50 * time.Millisecond})
 	c := e.callerClient()

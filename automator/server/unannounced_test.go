@@ -22,6 +22,7 @@ import (
 // the end, here and to the other replicas, so the caller waiting for the
 // unit here gets its result now, not at the unit's deadline.
 func TestAResultRecordedByAReplicaThatDiedUnannouncedWakesItsWaiterWhenPostedAgain(t *testing.T) {
+	t.Parallel()
 	b := newRecordingBroadcaster()
 	reads := &readsOf{read: make(chan struct{}, 10)}
 	e := newEnv(t, envOptions{broadcaster: b, wrap: func(st store.Store) store.Store { reads.Store = st; return reads }})
@@ -93,6 +94,7 @@ func drain[T any](c chan T) {
 // unit's deadline, and the poll of the instance running it here is told to
 // kill it now, not when its window ends.
 func TestACancelMadeAgainAfterItsReplicaDiedUnannouncedReachesWaiterAndClaimer(t *testing.T) {
+	t.Parallel()
 	b := newRecordingBroadcaster()
 	reads := &readsOf{read: make(chan struct{}, 10)}
 	e := newEnv(t, envOptions{pollWindow: time.Hour, broadcaster: b, wrap: func(st store.Store) store.Store { reads.Store = st; return reads }})
@@ -153,6 +155,7 @@ func TestACancelMadeAgainAfterItsReplicaDiedUnannouncedReachesWaiterAndClaimer(t
 // announcing it would only wake the account's polls for nothing, at the
 // pace of whoever repeats the call.
 func TestAnEndLongPastIsNotAnnouncedAgain(t *testing.T) {
+	t.Parallel()
 	b := newRecordingBroadcaster()
 	clock := newFakeClock()
 	e := newEnv(t, envOptions{clock: clock, broadcaster: b})

@@ -63,6 +63,7 @@ func (s outageStore) WorkNextDeadline(ctx context.Context) (time.Time, bool, err
 // failed call; when the database answers again it says that once, and a
 // second outage is logged once more.
 func TestAnUnreachableDatabaseIsLoggedOncePerChange(t *testing.T) {
+	t.Parallel()
 	log := &syncLog{}
 	down, deletions := &atomic.Bool{}, &atomic.Int32{}
 	e := newEnv(t, envOptions{log: log, sweepInterval: 5 * time.Millisecond, wrap: func(st store.Store) store.Store { return outageStore{st, down, deletions} }})
@@ -140,6 +141,7 @@ func (s silentStore) AccountDeletions(ctx context.Context, since time.Time) ([]s
 // reach: one warning for the outage, as for a refused connection, not an
 // error line every SweepInterval for as long as the partition lasts.
 func TestASilentDatabaseIsLoggedOncePerOutage(t *testing.T) {
+	t.Parallel()
 	log := &syncLog{}
 	down, expiries, deletions := &atomic.Bool{}, &atomic.Int32{}, &atomic.Int32{}
 	down.Store(true)

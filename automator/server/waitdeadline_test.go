@@ -31,6 +31,7 @@ func (s *sweptOnce) WorkNextDeadline(ctx context.Context) (time.Time, bool, erro
 // queued it, and that replica is gone) still gets the timeout at the
 // deadline (guarantee 2), not at the sweeper's next look an hour later.
 func TestAWaitEndsAtTheDeadlineOfAUnitAnotherReplicaQueued(t *testing.T) {
+	t.Parallel()
 	swept := &sweptOnce{read: make(chan struct{}, 1)}
 	e := newEnv(t, envOptions{sweepInterval: time.Hour, wrap: func(st store.Store) store.Store {
 		swept.Store = st

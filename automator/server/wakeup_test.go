@@ -82,6 +82,7 @@ func (g *claimHeldAfter) announceWhileHeld(t *testing.T, e *env, px automatorv1.
 // announced to the next poll, which claims it at once, not at the end of
 // a window. The clock is injected.
 func TestWakeUpPassesOverAPollThatCannotTake(t *testing.T) {
+	t.Parallel()
 	clock := newFakeClock()
 	gate := newClaimHeldAfter("new")
 	e := newEnv(t, envOptions{pollWindow: time.Minute, clock: clock,

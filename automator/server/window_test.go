@@ -9,6 +9,7 @@ import (
 // lengthened, by less than a tick, to end on a multiple of pollTick, so that
 // idle polls end (and are polled again) together; a shorter one is kept.
 func TestLongPollWindowsEndOnTheTick(t *testing.T) {
+	t.Parallel()
 	start := time.Date(2026, 11, 29, 22, 0, 0, 0, time.UTC)
 	for _, offset := range []time.Duration{0, time.Nanosecond, 17 * time.Millisecond, pollTick / 2, pollTick - time.Nanosecond, 3*time.Second + 123456789} {
 		now := start.Add(offset)
