@@ -21,6 +21,7 @@ import (
 // command that puts a new one there; that command, run as printed, makes
 // them work again and leaves the file private.
 func TestARevokedAdminKeySaysHowToMakeANewOne(t *testing.T) {
+	t.Parallel()
 	s := serveInProcess(t)
 	s.account(t, "acme")
 	keyFile := filepath.Join(s.dir, config.FileAPIKey)

@@ -17,6 +17,7 @@ import (
 // terminal reads as the start of an escape sequence, or a bidi override,
 // which would show `apikey list` and `audit` lines other than they are.
 func TestAPIKeyNamesArePrintableCharactersCountedAsCharacters(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	for _, name := range []string{"ci", "deploy key", strings.Repeat("日本語", 10), strings.Repeat("é", 64)} {
 		if code, _, stderr := runMain(t, "apikey", "create", name, "--all-accounts", "--data-dir", dir); code != 0 {
@@ -40,6 +41,7 @@ func TestAPIKeyNamesArePrintableCharactersCountedAsCharacters(t *testing.T) {
 // most powerful: the audit log records its creation, who made it and for
 // which accounts, never its secret.
 func TestInitRecordsTheAdminAPIKeyInTheAuditLog(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	secret, err := os.ReadFile(filepath.Join(dir, "admin.apikey"))
 	if err != nil {
@@ -71,6 +73,7 @@ func TestInitRecordsTheAdminAPIKeyInTheAuditLog(t *testing.T) {
 // acme,acme,globex` makes a key for acme and globex, each named once, in
 // its listing, in its audit record and in what it says on stderr.
 func TestAPIKeyCreateNamesEachAccountOnce(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	for _, a := range []string{"acme", "globex"} {
 		if code, _, stderr := runMain(t, "account", "create", a, "--data-dir", dir); code != 0 {
@@ -112,6 +115,7 @@ func TestAPIKeyCreateNamesEachAccountOnce(t *testing.T) {
 // which ID the key of that name has. An ID that is neither still says
 // there is no such key.
 func TestAPIKeyRevokeOfANameNamesTheKeysID(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	code, _, stderr := runMain(t, "apikey", "create", "ci", "--all-accounts", "--data-dir", dir)
 	id := regexp.MustCompile(`ak_[0-9a-f]+`).FindString(stderr)
@@ -138,6 +142,7 @@ func TestAPIKeyRevokeOfANameNamesTheKeysID(t *testing.T) {
 // line naming each of them, not the first only (which would take a run per
 // mistake to find them all); no key is made.
 func TestAPIKeyCreateNamesEveryBadAccountAtOnce(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	if code, _, stderr := runMain(t, "account", "create", "acme", "--data-dir", dir); code != 0 {
 		t.Fatalf("account create acme: exit %d: %s", code, stderr)

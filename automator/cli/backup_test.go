@@ -109,6 +109,7 @@ func fileBytes(t *testing.T, path string) []byte {
 // mode 0600 holding the units, with no temporary file left beside it, and
 // an existing FILE is refused and left as it was.
 func TestBackupWritesAWholeFileOfItsOwn(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	backupFixture(t, dir)
 	out := t.TempDir()
@@ -154,6 +155,7 @@ func TestBackupWritesAWholeFileOfItsOwn(t *testing.T) {
 
 // TestBackupAndRestoreSendPostgreSQLToItsOwnTools.
 func TestBackupAndRestoreSendPostgreSQLToItsOwnTools(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	cfg, err := config.Load(dir)
 	if err != nil {
@@ -183,6 +185,7 @@ func TestBackupAndRestoreSendPostgreSQLToItsOwnTools(t *testing.T) {
 // the replaced database aside, and revokes again a key revoked after the
 // backup.
 func TestRestoreEndsTheUnitsOpenInTheBackup(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	backupFixture(t, dir)
 	file := takeBackup(t, dir)
@@ -284,6 +287,7 @@ func claimIDsFor(n int) []string {
 // a newer schema, and a missing one are each refused with one precise
 // line, and the database is left as it was.
 func TestRestoreRefusesWhatIsNotABackup(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	backupFixture(t, dir)
 	cfg, _ := config.Load(dir)
@@ -356,6 +360,7 @@ BEGIN SELECT RAISE(ABORT, 'the test refuses every audit event'); END`)
 // TestRestoreOpenWorkOnlyEndsTheOpenUnitsInPlace: for a database restored
 // by other means, the open units end and nothing is replaced.
 func TestRestoreOpenWorkOnlyEndsTheOpenUnitsInPlace(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	backupFixture(t, dir)
 	code, stdout, stderr := runCLI(t, "restore", "--data-dir", dir, "--open-work-only")
@@ -408,6 +413,7 @@ func execSQLite(t *testing.T, path string, statements ...string) {
 // (its token and key destroyed again), while one of the same name made
 // again before the backup, after an earlier deletion, is left alone.
 func TestRestoreDeletesAgainAnAccountDeletedAfterTheBackup(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	for _, args := range [][]string{
 		{"account", "create", "acme", "--data-dir", dir},
@@ -452,6 +458,7 @@ func TestRestoreDeletesAgainAnAccountDeletedAfterTheBackup(t *testing.T) {
 // directory that does not exist, is refused in one line naming it, and the
 // audit log records no backup, since none was taken.
 func TestBackupToABadFileRecordsNoBackup(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	missing := filepath.Join(t.TempDir(), "missing")
 	for _, c := range []struct{ file, want string }{
@@ -473,6 +480,7 @@ func TestBackupToABadFileRecordsNoBackup(t *testing.T) {
 // line, rather than that a file of no name cannot be read, and changes
 // nothing.
 func TestRestoreOfAnEmptyFileSaysSo(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	code, out, stderr := runCLI(t, "restore", "--data-dir", dir, "")
 	if want := "automator: restore: FILE is empty; name the backup to restore\n"; code != ExitError || stderr != want || out != "" {

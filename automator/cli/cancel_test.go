@@ -95,6 +95,7 @@ func get(t *testing.T, c *client.Client, id string) client.Work {
 // kills the script and the process it started; the row says this call
 // cancelled it. Cancelling it again changes nothing and says so.
 func TestWorkCancelKillsTheScriptRunningOnAProxy(t *testing.T) {
+	t.Parallel()
 	s := serveInProcess(t)
 	if err := os.WriteFile(filepath.Join(s.scripts, "sleeper.sh"), []byte(`#!/bin/sh
 sleep 600 &
@@ -139,6 +140,7 @@ exec sleep 600
 // --server` from afar ends a queued unit cancelled; no instance ever
 // claimed it.
 func TestWorkCancelEndsAQueuedUnit(t *testing.T) {
+	t.Parallel()
 	s := serveInProcess(t)
 	s.account(t, "acme")
 	c := s.client(t)
@@ -163,6 +165,7 @@ func TestWorkCancelEndsAQueuedUnit(t *testing.T) {
 // is reported as it is, "already succeeded", with exit 0; its result is
 // untouched, and its output is not printed.
 func TestWorkCancelLeavesAnEndedUnitAsItWas(t *testing.T) {
+	t.Parallel()
 	s := serveInProcess(t)
 	if err := os.WriteFile(filepath.Join(s.scripts, "secret.sh"), []byte("#!/bin/sh\necho the-secret-output\nexit 3\n"), 0o755); err != nil {
 		t.Fatal(err)
@@ -199,6 +202,7 @@ func TestWorkCancelLeavesAnEndedUnitAsItWas(t *testing.T) {
 // key may not use. A refused API key stops the command with 255 and
 // cancels nothing.
 func TestWorkCancelGoesOnPastAnUnknownID(t *testing.T) {
+	t.Parallel()
 	s := serveInProcess(t)
 	s.account(t, "acme")
 	c := s.client(t)
@@ -280,6 +284,7 @@ func TestWorkCancelGoesOnPastAnUnknownID(t *testing.T) {
 // exit_code, instance_id, reason) with what this call did: the state it
 // found (previous_state) and whether it cancelled the unit.
 func TestWorkCancelJSON(t *testing.T) {
+	t.Parallel()
 	s := serveInProcess(t)
 	if err := os.WriteFile(filepath.Join(s.scripts, "ok.sh"), []byte("#!/bin/sh\necho secret-output-of-ok\n"), 0o755); err != nil {
 		t.Fatal(err)
@@ -345,6 +350,7 @@ func mustJSON(t *testing.T, v any) string {
 // with 255 and one line, after the rows of the units cancelled before it;
 // the ids after it are left alone.
 func TestWorkCancelStopsWhenACallFails(t *testing.T) {
+	t.Parallel()
 	a, c, broken := startWithAFailingGet(t)
 	first, second, third := submit(t, c, "x.sh"), submit(t, c, "x.sh"), submit(t, c, "x.sh")
 	broken.Store(second.ID)
@@ -369,6 +375,7 @@ func TestWorkCancelStopsWhenACallFails(t *testing.T) {
 // so a script reading it gets JSON, as work wait's; the exit status is the
 // command's failure, 255.
 func TestWorkCancelJSONPrintsAnArrayWhenTheFirstCallFails(t *testing.T) {
+	t.Parallel()
 	a, c, broken := startWithAFailingGet(t)
 	first := submit(t, c, "x.sh")
 	broken.Store(first.ID)
@@ -392,6 +399,7 @@ func isRefused(v map[string]any, id, why string) bool {
 // {"work_id": the id as given, "refused": why} with no state; stderr still
 // names each refused id in order, and the exit status is 1.
 func TestWorkCancelJSONListsRefusedIDsInPlace(t *testing.T) {
+	t.Parallel()
 	s := serveInProcess(t)
 	s.account(t, "acme")
 	c := s.client(t)
@@ -425,6 +433,7 @@ func TestWorkCancelJSONListsRefusedIDsInPlace(t *testing.T) {
 // any call; with --json the array of what it got to holds them in their
 // place; the exit status is the command's failure, 255.
 func TestWorkCancelReportsRefusedIDsBeforeAnErrorEndsIt(t *testing.T) {
+	t.Parallel()
 	a, c, broken := startWithAFailingGet(t)
 	first, second := submit(t, c, "x.sh"), submit(t, c, "x.sh")
 	broken.Store(second.ID)
@@ -451,6 +460,7 @@ func TestWorkCancelReportsRefusedIDsBeforeAnErrorEndsIt(t *testing.T) {
 // did: it cancelled the unit, which was queued; not, for the second, that
 // the unit was "already cancelled", as if another caller had.
 func TestWorkCancelOfTheSameIDTwiceSaysThisCallCancelledIt(t *testing.T) {
+	t.Parallel()
 	s := serveInProcess(t)
 	s.account(t, "acme")
 	c := s.client(t)

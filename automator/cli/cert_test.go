@@ -19,6 +19,7 @@ import (
 // owner, with their modes, or the automator cannot read the renewed key:
 // the reload fails and the next start fails.
 func TestCertRenewByRootKeepsTheDataDirectoryOwnersFiles(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: files of another user")
 	}

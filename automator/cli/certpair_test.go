@@ -15,6 +15,7 @@ import (
 // match, and serve refuses it. It says which files, and the command that
 // makes a matching pair.
 func TestServeSaysHowToMendAKeyThatDoesNotMatchItsCertificate(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	keyPath := filepath.Join(dir, config.FileKey)
 	old, err := os.ReadFile(keyPath)

@@ -19,6 +19,7 @@ import (
 // certificate it serves and of the CA on /metrics, and warns in its log of a
 // server certificate that ends within 30 days, saying how to renew it.
 func TestCertificateEndsAreOnMetricsAndWarnedOf(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	path := func(name string) string { return filepath.Join(dir, name) }
 	var ca pki.Bundle
@@ -65,6 +66,7 @@ func TestCertificateEndsAreOnMetricsAndWarnedOf(t *testing.T) {
 // TestWarnOfEnd: a certificate is warned of in its last 30 days, and its end
 // is an error once passed; before that, nothing is said.
 func TestWarnOfEnd(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	for _, c := range []struct {
 		end  time.Time

@@ -42,6 +42,7 @@ func dataFiles(t *testing.T, dir string) map[string][]byte {
 // with one line naming the restore, and changes nothing: a change made to
 // the database being replaced would be lost with it.
 func TestCommandsAreRefusedDuringARestore(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	if code, _, stderr := runCLI(t, "account", "create", "acme", "--data-dir", dir); code != 0 {
 		t.Fatalf("account create: %s", stderr)
@@ -121,6 +122,7 @@ func TestCommandsAreRefusedDuringARestore(t *testing.T) {
 // it) is refused and replaces nothing; once the command closed it, the
 // restore runs.
 func TestRestoreIsRefusedWhileACommandHasTheDatabaseOpen(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	file := takeBackup(t, dir)
 	st, cfg := openDirStore(t, dir)
@@ -150,6 +152,7 @@ func TestRestoreIsRefusedWhileACommandHasTheDatabaseOpen(t *testing.T) {
 // reach its credential cache (as a server built on it uses it when it
 // learns of an account deleted by another process).
 func TestTheStoreOfACommandForgetsCredentialsOnDemand(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	if code, _, stderr := runCLI(t, "account", "create", "acme", "--data-dir", dir); code != 0 {
 		t.Fatalf("account create: %s", stderr)

@@ -13,6 +13,7 @@ import (
 // TestServeGivesUnitsTheConfiguredDefaultTimeout: default_timeout in
 // automator.yaml is the timeout of a unit whose caller gives none.
 func TestServeGivesUnitsTheConfiguredDefaultTimeout(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	cfg, err := config.Load(dir)
 	if err != nil {

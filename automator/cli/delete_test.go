@@ -31,6 +31,7 @@ func runMain(t *testing.T, args ...string) (code int, stdout, stderr string) {
 // name) but unreadable for good; deleting it again, or a bad name, is one
 // precise line; the name can be used again.
 func TestAccountDeleteFromADataDirectory(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	code, profile, stderr := runMain(t, "account", "create", "acme", "--data-dir", dir)
 	if code != 0 {
@@ -139,6 +140,7 @@ func TestAccountDeleteFromADataDirectory(t *testing.T) {
 
 // TestAccountDeleteHelp: `account delete --help` shows its form and flag.
 func TestAccountDeleteHelp(t *testing.T) {
+	t.Parallel()
 	code, out, stderr := runMain(t, "account", "delete", "--help")
 	if code != 0 || stderr != "" || !strings.Contains(out, "automator account delete NAME --data-dir DIR") || !strings.Contains(out, "--data-dir") {
 		t.Fatalf("account delete --help: exit %d, stderr %q, stdout:\n%s", code, stderr, out)
@@ -181,6 +183,7 @@ SELECT 'w' || i, '`+name+`', 'succeeded', 1, randomblob(64), i, i + 1000, i + 1 
 // keeps its name taken: `account create` says why and what to run;
 // `account delete` run again moves them, says so, and frees the name.
 func TestAnUnfinishedAccountDeletionIsFinishedByDeletingAgain(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	d := unfinishedDeletion(t, dir, "acme", time.Now())
 	tomb := d.Tombstone

@@ -17,6 +17,7 @@ import (
 // deleted name itself is refused with a line that gives it, and a deleted
 // name that was never one is refused as unknown.
 func TestWorkListTakesADeletedAccountAsItListsIt(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	for _, a := range []string{"acme", "globex"} {
 		if code, _, stderr := runMain(t, "account", "create", a, "--data-dir", dir); code != 0 {

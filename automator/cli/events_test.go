@@ -12,6 +12,7 @@ import (
 // kind, with its fields; one of an unknown kind (a newer replica's) is
 // dropped.
 func TestEveryEventListenDeliversReachesTheServer(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		in   pgstore.Event
 		want server.Event

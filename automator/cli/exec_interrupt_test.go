@@ -23,6 +23,7 @@ import (
 // it queued for a proxy to run unseen: exec's idempotency key is the
 // client's, made per call, so the user could not find it.
 func TestExecInterruptedWhileItsSubmitIsAnsweredCancelsTheUnit(t *testing.T) {
+	t.Parallel()
 	stored := make(chan struct{}, 1)
 	interrupted := make(chan struct{})
 	slowSubmit := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {

@@ -30,6 +30,7 @@ import (
 // refuses it in one line naming limits.max_stdin, and past the most any
 // automator accepts exec refuses it itself. Neither refusal queues a unit.
 func TestExecSendsStdinUpToTheAutomatorsConfiguredLimit(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	f, err := os.OpenFile(filepath.Join(dir, config.FileConfig), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
@@ -91,6 +92,7 @@ func (e *endless) Read(p []byte) (int, error) {
 // a source that never ends (a device, a runaway pipe) refuses it once it
 // has read past the most any automator accepts, without reading on.
 func TestExecStopsReadingAnEndlessStdinAtTheLimit(t *testing.T) {
+	t.Parallel()
 	r := &endless{}
 	_, err := readStdin(t.Context(), "-", r)
 	if err == nil || !strings.Contains(err.Error(), "more than") || !strings.Contains(err.Error(), "limits.max_stdin") {
@@ -105,6 +107,7 @@ func TestExecStopsReadingAnEndlessStdinAtTheLimit(t *testing.T) {
 // try again, once: not again when its message says it already; other
 // errors are left as they are.
 func TestWhenToRetrySaysWhenOnce(t *testing.T) {
+	t.Parallel()
 	withDelay := func(msg string, d time.Duration, reason string) error {
 		st, err := status.New(codes.ResourceExhausted, msg).WithDetails(
 			&errdetails.RetryInfo{RetryDelay: durationpb.New(d)},

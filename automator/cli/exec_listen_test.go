@@ -22,6 +22,7 @@ import (
 // wait --data-dir` (as by exec): they check the certificate against the
 // public URL's host, which it names.
 func TestDataDirCommandsReachAServeListeningOnAnAddressItsCertificateOmits(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "data")
 	var out, errb bytes.Buffer
 	if code := Main(t.Context(), []string{"init", "--data-dir", dir, "--public-url", "https://automator.test:8443"}, Env{Stdout: &out, Stderr: &errb}); code != 0 {

@@ -22,6 +22,7 @@ func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("no space
 // with the remote exit code 0 would report a success whose output is gone.
 // It is exec's own error: 255 with a one-line reason.
 func TestExecReportsOutputItCouldNotWrite(t *testing.T) {
+	t.Parallel()
 	a := startWithScripts(t)
 	var errb bytes.Buffer
 	code := cli.Main(context.Background(),

@@ -25,6 +25,7 @@ import (
 // still runs, names it as queued and may still run, with how to follow it
 // with another key; the unit is indeed still queued.
 func TestExecRefusedWhileItWaitsSaysItsUnitWasQueued(t *testing.T) {
+	t.Parallel()
 	var a atomic.Pointer[automatortest.Automator]
 	var queued atomic.Value // the unit's id
 	revokeOnSubmit := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {

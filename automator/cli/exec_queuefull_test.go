@@ -22,6 +22,7 @@ import (
 // nothing was queued and when to run it again (the automator's RetryInfo,
 // 1 s); the queue holds only the unit that filled it.
 func TestExecRefusedForAFullQueueSaysWhenToTryAgain(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{Limits: server.Limits{MaxQueuedPerAccount: 1}})
 	exec := func() (int, string) {
 		var out, errb bytes.Buffer
@@ -56,6 +57,7 @@ func TestExecRefusedForAFullQueueSaysWhenToTryAgain(t *testing.T) {
 // of failed authentications exits 255 with one line saying when the key
 // may be tried again, once only.
 func TestWorkWaitRefusedForFailedAuthenticationsSaysWhen(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{Limits: server.Limits{FailedAuthBurst: 1, FailedAuthRefill: time.Minute}})
 	wrong := filepath.Join(t.TempDir(), "wrong.apikey")
 	if err := os.WriteFile(wrong, []byte("oak_wrong\n"), 0o600); err != nil {

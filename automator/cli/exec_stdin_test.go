@@ -20,6 +20,7 @@ import (
 // once, queueing nothing. main catches SIGINT (signal.NotifyContext), so
 // nothing else ends the process.
 func TestExecInterruptedWhileReadingStdinReturns(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{})
 	pr, pw := io.Pipe()
 	defer pw.Close()
@@ -69,6 +70,7 @@ func (f *firstReadSignal) Read(p []byte) (int, error) {
 // than taken for no stdin and the script run without what it was meant
 // to read.
 func TestExecRefusesAnEmptyStdinFlag(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{})
 	var out, errb bytes.Buffer
 	code := cli.Main(t.Context(),

@@ -54,6 +54,7 @@ exec sleep 60`)
 // the remote one, 124 timed out, 125 failed, 255 for its own errors, each
 // with a one-line reason.
 func TestExecExitCodes(t *testing.T) {
+	t.Parallel()
 	a := startWithScripts(t)
 	ctx := context.Background()
 	wrongKey := filepath.Join(t.TempDir(), "wrong.apikey")
@@ -101,6 +102,7 @@ func TestExecExitCodes(t *testing.T) {
 // the running unit; the proxy kills the script's whole process tree, and
 // exec exits 126.
 func TestExecInterruptedCancelsItsUnit(t *testing.T) {
+	t.Parallel()
 	a := startWithScripts(t)
 	pidFile := filepath.Join(t.TempDir(), "pids")
 	ctx, interrupt := context.WithCancel(context.Background())
@@ -126,6 +128,7 @@ func TestExecInterruptedCancelsItsUnit(t *testing.T) {
 
 // TestExecFailsOverToTheNextServer: --server takes several URLs.
 func TestExecFailsOverToTheNextServer(t *testing.T) {
+	t.Parallel()
 	a := startWithScripts(t)
 	down := "https://" + closedport.Addr(t)
 	r := execCLI(context.Background(), a, down+","+a.URL(), "--account", "acme", "--stdin", "-", "exit.sh", "0")
@@ -139,6 +142,7 @@ func TestExecFailsOverToTheNextServer(t *testing.T) {
 // plaintext on loopback only, and the API key would cross the network in
 // clear to something else.
 func TestExecRefusesPlaintextToAnotherHost(t *testing.T) {
+	t.Parallel()
 	var out, errb bytes.Buffer
 	code := cli.Main(t.Context(), []string{"exec", "--server", "http://automator.example:8443", "--api-key-file", "no-such-file",
 		"--account", "acme", "x.sh"}, cli.Env{Stdout: &out, Stderr: &errb})
@@ -152,6 +156,7 @@ func TestExecRefusesPlaintextToAnotherHost(t *testing.T) {
 // PEM certificate (a profile, say) is one line naming that file, before
 // anything is dialled.
 func TestExecNamesACAFileThatHoldsNoCertificate(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	key, ca := filepath.Join(dir, "api.key"), filepath.Join(dir, "proxy.yaml")
 	if err := os.WriteFile(key, []byte("oak_x\n"), 0o600); err != nil {
@@ -173,6 +178,7 @@ func TestExecNamesACAFileThatHoldsNoCertificate(t *testing.T) {
 // line and exit 255 before anything is queued, not a unit silently given
 // the server's default deadline.
 func TestExecRefusesATimeoutThatIsNotPositive(t *testing.T) {
+	t.Parallel()
 	for _, d := range []string{"0s", "0", "-1s"} {
 		var out, errb bytes.Buffer
 		code := cli.Main(t.Context(), []string{"exec", "--data-dir", t.TempDir(), "--account", "acme", "--timeout", d, "x.sh"},

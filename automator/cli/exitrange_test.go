@@ -13,6 +13,7 @@ import (
 // exec exit 255 with a one-line reason, rather than one the shell would
 // read as another (256 as 0: success); 0 and 255 are passed on.
 func TestExecExitsWithARemoteCodeOnlyInside0To255(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		remote, want int
 		reason       bool

@@ -58,6 +58,7 @@ func TestUnfinishedGRPCHandshakeIsCutOff(t *testing.T) {
 // automator decode and hold 16 MiB (gRPC's own default) per request. The
 // listener goes on serving: a request of ordinary size is answered.
 func TestOversizedMetadataIsRefusedAndOthersServed(t *testing.T) {
+	t.Parallel()
 	s := serveInProcess(t)
 	request := []string{":method", "POST", ":scheme", "https", ":path", automatorv1.ProxyService_Poll_FullMethodName,
 		":authority", "localhost", "content-type", "application/grpc", "te", "trailers"}

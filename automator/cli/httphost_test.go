@@ -41,6 +41,7 @@ func getWithHost(t *testing.T, base, path, host string) (int, string) {
 // that name as Host. The probes answer any Host; the automator's own
 // names, and those of http_allowed_hosts, are answered.
 func TestHTTPListenerRefusesAHostThatIsNotItsName(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	cfg, err := config.Load(dir)
 	if err != nil {
@@ -90,6 +91,7 @@ func TestHTTPListenerRefusesAHostThatIsNotItsName(t *testing.T) {
 // server certificate in service, wildcards included, are names of the
 // automator, also after a renewal that changes them.
 func TestHTTPListenerAnswersTheNamesOfItsCertificate(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	ca, err := pki.NewCA("test CA", now)
 	if err != nil {

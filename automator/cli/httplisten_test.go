@@ -124,6 +124,7 @@ func TestSlowRequestBodyIsCutOff(t *testing.T) {
 // file descriptors, which gRPC's proxy connections need) until one of
 // them closes, and is then served.
 func TestHTTPConnectionsPastTheCapWaitForOneToClose(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	cfg, err := config.Load(dir)
 	if err != nil {

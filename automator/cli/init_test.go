@@ -19,6 +19,7 @@ import (
 // instead of stopping at "master.key: file exists". A directory that was
 // there keeps what was in it.
 func TestFailedInitLeavesNothingBehindAndCanBeRunAgain(t *testing.T) {
+	t.Parallel()
 	other := initDir(t)
 	otherDB := filepath.Join(other, config.FileDB)
 	cli := func(args ...string) (int, string) {
@@ -90,6 +91,7 @@ func TestFailedInitLeavesNothingBehindAndCanBeRunAgain(t *testing.T) {
 // public_url, and makes nothing; http:// on loopback stays allowed (tests
 // and demos with --insecure-plaintext).
 func TestInitRefusesAPlaintextPublicURLOffLoopback(t *testing.T) {
+	t.Parallel()
 	cli := func(args ...string) (int, string) {
 		var out, errb bytes.Buffer
 		code := Main(t.Context(), args, Env{Stdout: &out, Stderr: &errb})
@@ -116,6 +118,7 @@ func TestInitRefusesAPlaintextPublicURLOffLoopback(t *testing.T) {
 // serve's form and every flag serve takes, those not on the form too, and
 // exits 0.
 func TestCommandHelpShowsItsFormsAndFlags(t *testing.T) {
+	t.Parallel()
 	var out, errb bytes.Buffer
 	if code := Main(t.Context(), []string{"serve", "--help"}, Env{Stdout: &out, Stderr: &errb}); code != 0 || errb.Len() > 0 {
 		t.Fatalf("serve --help: exit %d, stderr %q; want 0 and nothing", code, errb.String())
@@ -134,6 +137,7 @@ func TestCommandHelpShowsItsFormsAndFlags(t *testing.T) {
 // stderr and exit 255, with no help on stdout (where exec writes the
 // remote script's output).
 func TestABadFlagIsOneLineAndNoHelp(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"exec", "--data-dir", t.TempDir(), "--account", "acme", "--timeout", "abc", "hello.sh"},
 		{"init", "--bogus"},
@@ -149,6 +153,7 @@ func TestABadFlagIsOneLineAndNoHelp(t *testing.T) {
 // key and the private keys of the CA and the server certificate are mode
 // 0600.
 func TestInitWritesItsSecretsForItsOwnerOnly(t *testing.T) {
+	t.Parallel()
 	if runtime.GOOS == "windows" {
 		t.Skip("no unix permission bits on windows")
 	}
@@ -169,6 +174,7 @@ func TestInitWritesItsSecretsForItsOwnerOnly(t *testing.T) {
 // automator.yaml out of bounds) names them all on one line of stderr and
 // exits 255, as DESIGN.md asks of exec's own errors.
 func TestAnErrorOfSeveralProblemsIsOneLine(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	path := filepath.Join(dir, config.FileConfig)
 	yaml, err := os.ReadFile(path)
@@ -205,6 +211,7 @@ func TestAnErrorOfSeveralProblemsIsOneLine(t *testing.T) {
 // stdout and exits 0, as `automator exec --help` does for exec, instead of
 // a usage error.
 func TestHelpOfACommandGroupListsItsForms(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ group, form string }{
 		{"account", "automator account create NAME --data-dir DIR"},
 		{"work", "automator work cancel ID..."},
@@ -224,6 +231,7 @@ func TestHelpOfACommandGroupListsItsForms(t *testing.T) {
 // whose --server lists an address that is not https://HOST:PORT names it
 // as --server, every bad one at once, not by the Go client's field.
 func TestABadServerAddressIsNamedAsTheFlag(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	caller := []string{"--api-key-file", filepath.Join(dir, config.FileAPIKey), "--ca", filepath.Join(dir, config.FileCACert)}
 	for _, args := range [][]string{
@@ -244,6 +252,7 @@ func TestABadServerAddressIsNamedAsTheFlag(t *testing.T) {
 // carrying a user name and password is refused, the password hidden, saying
 // that a caller authenticates with its API key.
 func TestAServerAddressWithAPasswordIsRefusedWithoutShowingIt(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	code, _, stderr := runMain(t, "exec", "--account", "acme", "--server", "https://u:hunter2@127.0.0.1:8443",
 		"--api-key-file", filepath.Join(dir, config.FileAPIKey), "--ca", filepath.Join(dir, config.FileCACert), "hello.sh")

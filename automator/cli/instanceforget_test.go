@@ -18,6 +18,7 @@ import (
 // name at each start, names a token's holder makes up) do not add records
 // for ever; one that polled within it stays.
 func TestServeForgetsInstancesThatStoppedPollingFor30Days(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	var out, errb bytes.Buffer
 	if code := Main(t.Context(), []string{"account", "create", "acme", "--data-dir", dir}, Env{Stdout: &out, Stderr: &errb}); code != 0 {

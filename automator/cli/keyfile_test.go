@@ -38,6 +38,7 @@ func utf16File(text string, bigEndian bool) []byte {
 // byte-order mark, and a file holding more than a key, are refused with a
 // line naming the file and what is wrong, not the gRPC library's words.
 func TestAnAPIKeyFileWrittenByPowerShellIsRead(t *testing.T) {
+	t.Parallel()
 	s := serveInProcess(t)
 	adminFile := filepath.Join(s.dir, config.FileAPIKey)
 	raw, err := os.ReadFile(adminFile)

@@ -215,6 +215,7 @@ func TestAccountListShowsTheAccountsBeingDeleted(t *testing.T) {
 }
 
 func TestListingErrorsNameTheFlag(t *testing.T) {
+	t.Parallel()
 	dir := seedListings(t)
 	for _, c := range []struct {
 		args []string
@@ -248,6 +249,7 @@ func TestListingErrorsNameTheFlag(t *testing.T) {
 // there is no such unit; an id of the right shape that names no unit
 // still says there is none. Both exit 255, as for any bad argument.
 func TestWorkShowSaysAMalformedIDIsMalformed(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	for _, id := range []string{"not-an-id", "", "w_0123456789abcdef0123456789abcde\n", "W_0123456789abcdef0123456789abcdef"} {
 		code, out, stderr := runCLI(t, "work", "show", id, "--data-dir", dir)
@@ -267,6 +269,7 @@ func TestWorkShowSaysAMalformedIDIsMalformed(t *testing.T) {
 // (a script's variable left empty) is refused in one line naming the flag,
 // rather than taken as no filter and every unit listed.
 func TestWorkListRefusesAnEmptyAccountOrState(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	for _, flag := range []string{"--account", "--state"} {
 		code, out, stderr := runCLI(t, "work", "list", flag, "", "--data-dir", dir)

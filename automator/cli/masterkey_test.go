@@ -18,6 +18,7 @@ import (
 // file, instead of serving calls that all fail or sealing new keys that
 // would not open. With its own master.key back, both work.
 func TestAnotherDatabasesMasterKeyIsRefused(t *testing.T) {
+	t.Parallel()
 	dir, other := initDir(t), initDir(t)
 	cli := func(ctx context.Context, args ...string) (int, string) {
 		var out, errb bytes.Buffer

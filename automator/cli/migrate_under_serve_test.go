@@ -17,6 +17,7 @@ import (
 // way out, and leaves the database as it was. Once no serve runs, the same
 // command migrates it as before.
 func TestACommandDoesNotMigrateTheDatabaseUnderARunningServe(t *testing.T) {
+	t.Parallel()
 	dir, cfg, dbPath := dataDirOfThePreviousRelease(t)
 	serving, err := lockSQLiteForServe(dir, cfg) // as its serve holds it
 	if err != nil {
@@ -63,6 +64,7 @@ func TestACommandDoesNotMigrateTheDatabaseUnderARunningServe(t *testing.T) {
 // database before migrating it. One's look must not pass for a serve in
 // the other's eyes: the command migrates the database, as with no serve.
 func TestACommandMigratesBesideAnotherCommandLookingForAServe(t *testing.T) {
+	t.Parallel()
 	dir, _, dbPath := dataDirOfThePreviousRelease(t)
 	// The other command's look, under way (refuseMigratingUnderServe).
 	looking, err := filelock.Shared(dbPath + "-serve.lock")

@@ -19,6 +19,7 @@ import (
 // database, and account create would put an account where no automator
 // looks for it.
 func TestACommandRefusesAMissingDatabase(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	db := filepath.Join(dir, config.FileDB)
 	for _, suffix := range []string{"", "-wal", "-shm"} {
@@ -51,6 +52,7 @@ func TestACommandRefusesAMissingDatabase(t *testing.T) {
 // saying that --db (or db in automator.yaml) may name the wrong file, not
 // only that init's database was moved.
 func TestServeWithADBFlagNamingNoFileSaysSo(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()

@@ -33,6 +33,7 @@ const documentedMaxMessage = 8 << 20
 // default of 4 MiB would refuse the first; with a larger one the second
 // would be checked as a command.
 func TestServeHoldsGRPCMessagesToTheLimit(t *testing.T) {
+	t.Parallel()
 	if config.MaxMessage != documentedMaxMessage {
 		t.Fatalf("config.MaxMessage is %d, docs/api.md says 8 MiB", config.MaxMessage)
 	}
@@ -86,6 +87,7 @@ func TestServeHoldsGRPCMessagesToTheLimit(t *testing.T) {
 // serve` runs a body of exactly 16 MiB (a small command padded with white
 // space) and refuses one byte more, 400, as docs/api.md says.
 func TestServeHoldsHTTPBodiesToTheLimit(t *testing.T) {
+	t.Parallel()
 	s := serveInProcess(t)
 	s.account(t, "acme")
 	cfg, err := clientConfig(s.dir, "", "", "")

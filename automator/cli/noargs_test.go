@@ -9,6 +9,7 @@ import (
 // arguments, given one before its flags, names that argument only, not
 // the flags after it as if they were arguments too; nothing is done.
 func TestStrayArgumentsAreNamedWithoutTheFlags(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir() // never reached: the argument is refused first
 	for _, c := range []struct {
 		name string
@@ -38,6 +39,7 @@ func TestStrayArgumentsAreNamedWithoutTheFlags(t *testing.T) {
 // two (the same one twice included), names what it got in one line, with
 // its usage, rather than the usage alone; nothing is done.
 func TestExtraArgumentsAreNamed(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	for _, c := range []struct {
 		name, what string

@@ -198,6 +198,7 @@ func metricValue(fams map[string]*dto.MetricFamily, name string, labels ...strin
 // TestMetricsCountAScriptedRun runs units with known outcomes through a
 // real automator and a real proxy, then checks every metric of /metrics.
 func TestMetricsCountAScriptedRun(t *testing.T) {
+	t.Parallel()
 	s := serveInProcess(t)
 	acme := s.account(t, "acme")
 	s.account(t, "lonely") // no proxy ever polls for it
@@ -348,6 +349,7 @@ func (f pingerFunc) Ping(ctx context.Context) error { return f(ctx) }
 // automator is shutting down, when its calls answer UNAVAILABLE, though
 // its store still answers; and 503 when the store check fails.
 func TestReadyzSaysNotReadyOnceShuttingDown(t *testing.T) {
+	t.Parallel()
 	log := slog.New(slog.DiscardHandler)
 	for _, tc := range []struct {
 		name     string
@@ -374,6 +376,7 @@ func TestReadyzSaysNotReadyOnceShuttingDown(t *testing.T) {
 // SQLite path): its 503 says that the store check failed, and the error
 // itself goes to the log only.
 func TestReadyzKeepsTheStoreErrorOutOfItsAnswer(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
 	down := errors.New("pinging postgres store postgres://automator@db-7.internal:5432/queue: connection refused")
@@ -401,6 +404,7 @@ func TestReadyzKeepsTheStoreErrorOutOfItsAnswer(t *testing.T) {
 // at every check, says when it is back, and says it again if it goes down
 // again.
 func TestReadyzLogsWhenReadinessChanges(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
 	var down error
@@ -438,6 +442,7 @@ func TestReadyzLogsWhenReadinessChanges(t *testing.T) {
 // nothing of the store: the log neither says "not ready" then "ready
 // again", nor misses the store going down later.
 func TestReadyzCheckGivenUpByItsCallerChangesNothing(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
 	var down error

@@ -19,6 +19,7 @@ import (
 // serve deletes the ended units queued longer ago than that as it starts
 // (and every hour after), and keeps the rest.
 func TestServeDeletesEndedUnitsPastWorkRetention(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	cfg, err := config.Load(dir)
 	if err != nil {
@@ -74,6 +75,7 @@ func TestServeDeletesEndedUnitsPastWorkRetention(t *testing.T) {
 // it starts (and every hour after), with or without work_retention, and
 // keeps those of sessions that could still be used.
 func TestServeDeletesTheSignOutsOfExpiredDashboardSessions(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	cfg, err := config.Load(dir)
 	if err != nil {

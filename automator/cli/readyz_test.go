@@ -22,6 +22,7 @@ import (
 // gone, then has no version column, then is gone again) writes no line per
 // load-balancer check: one per kind change, and "ready again" at the end.
 func TestReadyzLogsOncePerKindOfReason(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "automator.db")
 	st, err := sqlitestore.Open(t.Context(), path)
 	if err != nil {

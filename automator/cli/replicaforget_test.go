@@ -15,6 +15,7 @@ import (
 // last seen more than replicaForgetAfter ago leaves the listing once serve
 // runs; one seen within it stays.
 func TestServeForgetsReplicasNotHeardFromForAWeek(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	st, _ := openDirStore(t, dir)
 	now := time.Now()

@@ -50,6 +50,7 @@ func replicasCLI(t *testing.T, dir string) string {
 }
 
 func TestReplicasListsHeartbeatsAndWhoIsAlive(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	if out := replicasCLI(t, dir); !strings.Contains(out, "no replica") {
 		t.Errorf("replicas before any heartbeat printed %q, want it to say there is none", out)
@@ -104,6 +105,7 @@ func (s *heartbeatStore) ReplicaHeartbeat(context.Context, store.ReplicaHeartbea
 // reach every heartbeat fails; the log warns once, not every 5 seconds,
 // and says once when a heartbeat is recorded again.
 func TestAFailingHeartbeatIsLoggedOncePerChange(t *testing.T) {
+	t.Parallel()
 	var log bytes.Buffer
 	st := &heartbeatStore{down: true}
 	beat := heartbeat(t.Context(), st, store.ReplicaHeartbeatParams{ReplicaID: "a"}, slog.New(slog.NewTextHandler(&log, nil)))

@@ -16,6 +16,7 @@ import (
 // again", docs/api.md) must not queue the command again: at most once
 // across a restore (docs/backup.md).
 func TestRestoreKeepsIdempotencyKeysUsedAfterTheBackup(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	backupFixture(t, dir)
 	file := takeBackup(t, dir)

@@ -14,6 +14,7 @@ import (
 // open, is refused before anything changes: restored, it would leave a
 // data directory that serve refuses ("opens none of the account keys").
 func TestRestoreRefusesABackupOfAnotherMasterKey(t *testing.T) {
+	t.Parallel()
 	dir, other := initDir(t), initDir(t)
 	for _, d := range []string{dir, other} {
 		if code, _, stderr := runCLI(t, "account", "create", "acme", "--data-dir", d); code != 0 {

@@ -20,6 +20,7 @@ import (
 // withdrawn since the backup) without migrating it, so that a restore
 // refused at the last step leaves a database the older binary still opens.
 func TestARefusedRestoreLeavesAnOlderSchemaAsItWas(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	backupFixture(t, dir)
 	file := takeBackup(t, dir)
@@ -89,6 +90,7 @@ func schemaVersion(t *testing.T, path string) int {
 // is migrated as it is restored, and restore says so: it printed the
 // backup's schema version as that of the database it restored.
 func TestRestoreOfAnOlderBackupSaysItWasMigrated(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	backupFixture(t, dir)
 	file := takeBackup(t, dir)

@@ -16,6 +16,7 @@ import (
 // run by root must leave the database, and the serve lock it made, to that
 // owner, or the service can no longer open them and does not start.
 func TestRestoreByRootKeepsTheDataDirectoryOwnersFiles(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: files of another user")
 	}
@@ -53,6 +54,7 @@ func TestRestoreByRootKeepsTheDataDirectoryOwnersFiles(t *testing.T) {
 // serve lock, if missing, the directory owner's, or that serve could not
 // open it and would not start.
 func TestCommandsByRootKeepTheServeLockTheOwners(t *testing.T) {
+	t.Parallel()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: files of another user")
 	}

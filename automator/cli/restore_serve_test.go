@@ -22,6 +22,7 @@ import (
 // of the data directory runs, and a serve does not start while a restore
 // holds the directory.
 func TestRestoreAndServeExcludeEachOther(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	file := takeBackup(t, dir)
 	cfg := listenOnAnyPort(t, dir)
@@ -67,6 +68,7 @@ func TestRestoreAndServeExcludeEachOther(t *testing.T) {
 // signed out of stays valid. The sign-out of a session expired already is
 // not carried over.
 func TestRestoreKeepsTheSignOutsMadeAfterTheBackup(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	secret := strings.TrimSpace(string(fileBytes(t, filepath.Join(dir, config.FileAPIKey))))
 	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}

@@ -22,6 +22,7 @@ import (
 // table) is missing: the restored database would lack a unit's entry in
 // its primary key's index, silently.
 func TestRestoreRefusesATruncatedBackup(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	backupFixture(t, dir)
 	withStore(t, dir, func(st *sqlitestore.Store) {

@@ -19,6 +19,7 @@ import (
 // so serve says so in its log as it starts, naming the id, and serves on.
 // The ids that name keys are not warned of.
 func TestServeWarnsOfARevealKeyThatNamesNoAPIKey(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	cfg := listenOnAnyPort(t, dir)
 	cfg.DashboardRevealKeys = []string{"admin", "ak_typo"}

@@ -22,6 +22,7 @@ import (
 // and record the rotation in the audit log, or the account is left with a
 // token and key nobody holds and no record of the change.
 func TestRotateKeyInterruptedAfterItsCommitStillPrintsTheProfile(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	if code := Main(t.Context(), []string{"account", "create", "acme", "--data-dir", dir}, Env{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}}); code != 0 {
 		t.Fatalf("account create acme: exit %d", code)
@@ -117,6 +118,7 @@ func (s *readsFailAfterRotate) AccountGet(ctx context.Context, name string) (sto
 // token, the current key, the previous keys still usable) as a read after
 // the commit would have rendered it.
 func TestRotationPrintsItsNewTokenWhenTheStoreFailsAfterTheCommit(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	if code, _, stderr := runMain(t, "account", "create", "acme", "--data-dir", dir); code != 0 {
 		t.Fatalf("account create acme: exit %d: %s", code, stderr)
@@ -188,6 +190,7 @@ func (s *keyRotatedMeanwhile) AccountRotate(ctx context.Context, p store.Account
 // of the keys) makes a new current key. The rotate-token's profile must
 // carry that key, not the one it read, which the other rotation withdrew.
 func TestRotateTokenRacedByARotateKeyPrintsTheCurrentKey(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	if code, _, stderr := runMain(t, "account", "create", "acme", "--data-dir", dir); code != 0 {
 		t.Fatalf("account create acme: exit %d: %s", code, stderr)

@@ -14,6 +14,7 @@ import (
 // 0 as if the secret were saved: it exits 255 with one line saying that
 // the change was made, that its secret was not written, and what to run.
 func TestASecretThatCannotBeWrittenFailsTheCommand(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	if code, _, stderr := runMain(t, "account", "create", "acme", "--data-dir", dir); code != 0 {
 		t.Fatalf("account create acme: exit %d: %s", code, stderr)

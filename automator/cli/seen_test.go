@@ -17,6 +17,7 @@ import (
 // stopped, whose config needs the new profile as much (and which would
 // otherwise find out at failover).
 func TestRotateAndDeleteNameEveryInstanceSeenWithTheAccount(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	if code, _, stderr := runMain(t, "account", "create", "acme", "--data-dir", dir); code != 0 {
 		t.Fatalf("account create acme: exit %d: %s", code, stderr)

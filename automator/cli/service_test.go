@@ -15,6 +15,7 @@ import (
 // reboot) would fail at every start, or lose its queue at reboot; install
 // refuses it, naming the directory, before anything is installed.
 func TestInstallRefusesADataDirectoryInATemporaryDirectory(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	t.Cleanup(func() { // run as root, an install this test expects refused would be real
 		if st, _ := service.Query("opsgate-test-tmp"); st.Installed {
@@ -39,6 +40,7 @@ func TestInstallRefusesADataDirectoryInATemporaryDirectory(t *testing.T) {
 // database of automator.yaml's db, and the binary the service runs, are
 // refused there too.
 func TestInstallRefusesASQLiteDatabaseOrBinaryInATemporaryDirectory(t *testing.T) {
+	t.Parallel()
 	cfg := config.Default("https://127.0.0.1:8443")
 	cfg.DB = "sqlite:/tmp/automator.db"
 	if err := checkNotTemporary("/usr/local/bin/automator", "/var/lib/automator", cfg); err == nil || !strings.Contains(err.Error(), "the SQLite database /tmp/automator.db is under") {

@@ -29,6 +29,7 @@ func runAsService(t *testing.T, args ...string) (int, string) {
 // wrapper and again by main (the service's stderr is the same log), both
 // when serve fails before its logger exists and after.
 func TestServiceLogsServesErrorOnce(t *testing.T) {
+	t.Parallel()
 	logtest.RequireNoSystemLog(t)
 	held, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -61,6 +62,7 @@ func TestServiceLogsServesErrorOnce(t *testing.T) {
 // system log, serve's own lines and the error serve ended on, whether the
 // format comes from the flag or from automator.yaml.
 func TestServiceLogIsAllJSONInJSONMode(t *testing.T) {
+	t.Parallel()
 	logtest.RequireNoSystemLog(t)
 	held, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -94,6 +96,7 @@ func TestServiceLogIsAllJSONInJSONMode(t *testing.T) {
 // json` run by hand ends on an error with a JSON record, once, not a plain
 // line after its JSON log.
 func TestServeEndsWithAJSONRecordInJSONMode(t *testing.T) {
+	t.Parallel()
 	held, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -116,6 +119,7 @@ func TestServeEndsWithAJSONRecordInJSONMode(t *testing.T) {
 // panic) is a line of serve's log, JSON in JSON mode, not a plain line on
 // the process's stderr.
 func TestHTTPServerComplaintsAreServeLogLines(t *testing.T) {
+	t.Parallel()
 	var log bytes.Buffer
 	hs := newHTTPServer(http.NotFoundHandler(), newLogger(&log, "json"))
 	if hs.ErrorLog == nil {
@@ -133,6 +137,7 @@ func TestHTTPServerComplaintsAreServeLogLines(t *testing.T) {
 // override it (as the service's command line, with --data-dir alone,
 // does not).
 func TestARefusedSettingIsBlamedOnTheFileOnlyWithoutFlags(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	cfgPath := filepath.Join(dir, "automator.yaml")
 	data, err := os.ReadFile(cfgPath)

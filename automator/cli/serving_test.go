@@ -21,6 +21,7 @@ import (
 // that port next. With no serve running, a data-dir command says so at
 // once instead of dialling a port recorded by a serve that is gone.
 func TestServingFileLastsWhileServeRuns(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	listenOnAnyPort(t, dir)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -60,6 +61,7 @@ func TestServingFileLastsWhileServeRuns(t *testing.T) {
 // 255 at once, naming the database and where the first serves, and the
 // first serves on; once it stopped, a serve starts again.
 func TestASecondServeOfOneSQLiteDatabaseIsRefused(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	cfg := listenOnAnyPort(t, dir)
 	serve := func(ctx context.Context) (chan int, *lockedBuffer) {

@@ -249,6 +249,7 @@ func TestWorkWaitReportsRefusedIDsBeforeAnErrorEndsIt(t *testing.T) {
 // quoted. The exit status is the command's failure, 255, and the --json
 // array on stdout lists the malformed ids, not the units still open.
 func TestWorkWaitReportsEveryMalformedIDWhenAnErrorEndsIt(t *testing.T) {
+	t.Parallel()
 	var waiting atomic.Int32
 	full := make(chan struct{}) // every slot holds a wait
 	a := automatortest.Start(t, automatortest.Options{Interceptors: []grpc.UnaryServerInterceptor{

@@ -48,6 +48,7 @@ func endedThenDeleted(t *testing.T) (s *served, gone, kept client.Result) {
 // reason saying why, and exits 1 as for any unit not known to have
 // exited 0.
 func TestWorkWaitReportsAUnitOfADeletedAccountAsEnded(t *testing.T) {
+	t.Parallel()
 	s, gone, kept := endedThenDeleted(t)
 	code, out, stderr := runMain(t, "work", "wait", gone.WorkID, kept.WorkID, "--data-dir", s.dir, "--json")
 	if code != ExitNotAllSucceeded {
@@ -79,6 +80,7 @@ func TestWorkWaitReportsAUnitOfADeletedAccountAsEnded(t *testing.T) {
 // unit that ended with a result before its account was deleted finds it
 // ended, which counts as done (exit 0), as for any unit that had ended.
 func TestWorkCancelCountsAUnitOfADeletedAccountAsEnded(t *testing.T) {
+	t.Parallel()
 	s, gone, _ := endedThenDeleted(t)
 	r := s.cancelCLI(t, gone.WorkID)
 	if got := rows(t, r.stdout); r.code != 0 || r.stderr != "" || len(got) != 1 || !slices.Equal(got[0][:4], []string{gone.WorkID, got[0][1], "succeeded", "-"}) ||

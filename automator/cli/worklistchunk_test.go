@@ -31,6 +31,7 @@ func (l *listLimits) WorkList(ctx context.Context, p store.WorkListParams) ([]st
 // it lists, and lists the same units, newest first, each once, as one
 // listing of them all would.
 func TestWorkListReadsItsUnitsAChunkAtATime(t *testing.T) {
+	t.Parallel()
 	dir := seedListings(t)
 	ctx := t.Context()
 	cfg, err := config.Load(dir)
