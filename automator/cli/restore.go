@@ -159,7 +159,7 @@ func restoreSQLite(ctx context.Context, dir string, cfg config.Config, file stri
 	if err != nil {
 		return fmt.Errorf("opening the copy of %s: %w", file, err)
 	}
-	queued, claimed, err := endOpenWork(ctx, st, now, env)
+	queued, claimed, err := endOpenWork(ctx, st, now)
 	var reRevoked []store.APIKey
 	var reDeleted []store.AccountDeletion
 	var accountLines []string
@@ -264,7 +264,7 @@ func checkBackupMasterKey(ctx context.Context, st store.Store, dir, file string)
 
 // endOpenWork ends every open unit of st as timed_out, a batch per write,
 // each with an audit record, and returns how many were queued and claimed.
-func endOpenWork(ctx context.Context, st store.Store, now time.Time, env Env) (queued, claimed int, err error) {
+func endOpenWork(ctx context.Context, st store.Store, now time.Time) (queued, claimed int, err error) {
 	const batch = 1000
 	tmpl := cliEvent(store.AuditEvent{At: now, Kind: store.AuditWorkEnded, Detail: "restore"})
 	for {
@@ -633,7 +633,7 @@ func restoreOpenWork(ctx context.Context, dir string, cfg config.Config, env Env
 			}
 		}
 	}
-	queued, claimed, err := endOpenWork(ctx, st, now, env)
+	queued, claimed, err := endOpenWork(ctx, st, now)
 	if err != nil {
 		return err
 	}
