@@ -32,7 +32,7 @@ import (
 )
 
 const usage = `usage:
-  proxy run     --config FILE [--instance-id ID] [--scripts-dir DIR] [--log-format text|json]
+  proxy run     --config FILE [--instance-id ID] [--scripts-dir DIR] [--state-dir DIR] [--log-format text|json]
   proxy install --config FILE [--name NAME] [--user USER] [--manual-start]
   proxy start|stop|status|uninstall [--name NAME]
 
@@ -112,6 +112,7 @@ func runConfig(args []string, env Env) (config.Config, error) {
 	path := fs.String("config", "", "proxy config file (the profile from `automator account create` plus local settings)")
 	instanceID := fs.String("instance-id", "", "this instance's id (overrides instance_id; default the host name)")
 	scriptsDir := fs.String("scripts-dir", "", "directory of runnable scripts (overrides scripts_dir)")
+	stateDir := fs.String("state-dir", "", "absolute directory for the status file, the lock and the spool (overrides state_dir)")
 	logFormat := fs.String("log-format", "", "log format: text (the default) or json (overrides log_format)")
 	if err := clihelp.ParseNoArgs(fs, args); err != nil {
 		return config.Config{}, err
@@ -129,13 +130,18 @@ func runConfig(args []string, env Env) (config.Config, error) {
 	if *scriptsDir != "" {
 		cfg.ScriptsDir = *scriptsDir
 	}
+	// One state_dir serves one running proxy: a flag gives each instance
+	// started from a shared file one of its own.
+	if *stateDir != "" {
+		cfg.StateDir = *stateDir
+	}
 	if *logFormat != "" {
 		cfg.LogFormat = *logFormat
 	}
 	cfg.ApplyDefaults()
 	if err := cfg.Validate(); err != nil {
 		src := *path
-		if *instanceID != "" || *scriptsDir != "" || *logFormat != "" {
+		if *instanceID != "" || *scriptsDir != "" || *stateDir != "" || *logFormat != "" {
 			src += " or flags" // a bad value may be a flag's, not the file's
 		}
 		return config.Config{}, fmt.Errorf("invalid proxy config %s: %w", src, err)

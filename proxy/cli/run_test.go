@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +12,8 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/waittest"
+	"github.com/opsgate/opsgate/proxy/agent"
 )
 
 // TestRunRefusesAnInstanceIDTheAutomatorRefuses: an instance_id (in the
@@ -143,5 +147,62 @@ func TestStrayArgumentsAreNamedWithoutTheFlags(t *testing.T) {
 		if code != 1 || stdout.Len() != 0 || stderr.String() != want {
 			t.Errorf("proxy %s: exit %d, stdout %q, stderr %q; want 1 and %q", strings.Join(args, " "), code, stdout.String(), stderr.String(), want)
 		}
+	}
+}
+
+// TestTwoInstancesShareOneConfigThatSetsAStateDir: flags override the
+// local settings so that two instances can share one file (DESIGN.md),
+// and one state_dir serves one running proxy. So a file that sets
+// state_dir is shared by giving the second instance --state-dir: it runs
+// beside the first, which holds the file's state_dir meanwhile; without
+// the flag it is refused, naming the directory held.
+func TestTwoInstancesShareOneConfigThatSetsAStateDir(t *testing.T) {
+	dir := t.TempDir()
+	scripts, stateA, stateB := filepath.Join(dir, "scripts"), filepath.Join(dir, "state-a"), filepath.Join(dir, "state-b")
+	if err := os.Mkdir(scripts, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	key, err := crypto.NewKey(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "proxy.yaml")
+	body := "automator_url: http://127.0.0.1:1\ntoken: opt_x\nkey: " + key.String() + "\nscripts_dir: '" + scripts + "'\nstate_dir: '" + stateA + "'\n"
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// Instance a runs on the file's state_dir until the test ends.
+	ctxA, stopA := context.WithCancel(t.Context())
+	exitedA := make(chan int, 1)
+	go func() {
+		exitedA <- Main(ctxA, []string{"run", "--config", path, "--instance-id", "a"}, Env{Stdout: io.Discard, Stderr: io.Discard})
+	}()
+	t.Cleanup(func() {
+		stopA()
+		waittest.Recv(t, exitedA, "instance a to stop")
+	})
+	waittest.Until(t, "instance a to hold the file's state_dir", func() bool {
+		return errors.Is(agent.CheckStateDir(stateA), agent.ErrStateDirHeld)
+	})
+
+	// Instance b: the same file, run until its (cancelled) context stops it.
+	stopped, cancel := context.WithCancel(t.Context())
+	cancel()
+	var stderr bytes.Buffer
+	if code := Main(stopped, []string{"run", "--config", path, "--instance-id", "b"}, Env{Stdout: io.Discard, Stderr: &stderr}); code != 1 || !strings.Contains(stderr.String(), stateA) {
+		t.Errorf("a second instance on the file's state_dir: exit %d, stderr %q; want 1 naming %s", code, stderr.String(), stateA)
+	}
+	stderr.Reset()
+	if code := Main(stopped, []string{"run", "--config", path, "--instance-id", "b", "--state-dir", stateB}, Env{Stdout: io.Discard, Stderr: &stderr}); code != 0 {
+		t.Errorf("a second instance with --state-dir %s: exit %d, stderr %q; want it to run beside the first", stateB, code, stderr.String())
+	}
+	if _, err := os.Stat(filepath.Join(stateB, agent.LockFileName)); err != nil {
+		t.Errorf("instance b did not take the state_dir --state-dir gave: %v", err)
+	}
+	select {
+	case code := <-exitedA:
+		t.Errorf("instance a exited (%d) while b ran; want it to go on", code)
+	default:
 	}
 }
