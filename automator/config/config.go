@@ -177,6 +177,8 @@ func (c Config) Validate() error {
 	}
 	if c.DB == "" {
 		errs = append(errs, errors.New("db: must be set (a SQLite file path)"))
+	} else if err := checkDBScheme(c.DB); err != nil {
+		errs = append(errs, fmt.Errorf("db: %w", err))
 	}
 	if c.DefaultTimeout <= 0 || c.DefaultTimeout > 24*time.Hour {
 		errs = append(errs, fmt.Errorf("default_timeout: %v is outside (0, 24h]", c.DefaultTimeout))
@@ -197,6 +199,23 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkDBScheme refuses a db that is a URL of a scheme the automator does
+// not serve from (mysql://, or a misspelt postgress://): taken for a
+// SQLite file path, it would be refused for a missing directory named
+// after its scheme, or, where one existed, make a SQLite database there.
+// A path, sqlite:PATH and postgres:// or postgresql:// URLs pass.
+func checkDBScheme(db string) error {
+	scheme, _, ok := strings.Cut(db, "://")
+	if !ok || strings.ContainsAny(scheme, `/\`) {
+		return nil // a path (that may hold "://" further on)
+	}
+	switch strings.ToLower(scheme) {
+	case "postgres", "postgresql", "sqlite":
+		return nil
+	}
+	return fmt.Errorf("unsupported database URL (scheme %q); give a postgres:// URL, or a SQLite file path", scheme)
 }
 
 // RequireLoopback refuses addresses that are not on a loopback interface.

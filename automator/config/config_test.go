@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +53,32 @@ func TestValidateNamesEveryBadField(t *testing.T) {
 	for _, key := range []string{"listen:", "http_listen:", "public_url:", "db:", "default_timeout:", "poll_window:"} {
 		if err == nil || !strings.Contains(err.Error(), key) {
 			t.Errorf("Validate does not name %s: %v", key, err)
+		}
+	}
+}
+
+// TestADatabaseURLOfAnotherSchemeIsRefused: db (and --db) is a SQLite
+// file path, sqlite:PATH or a postgres:// URL. A URL of another scheme
+// (another database, a misspelt postgres) is refused naming db and the
+// scheme, and never its password, rather than taken for a SQLite file
+// path whose directory is the scheme.
+func TestADatabaseURLOfAnotherSchemeIsRefused(t *testing.T) {
+	for _, db := range []string{"mysql://u:secret@db.example/automator", "postgress://u:secret@db.example/automator", "file:///var/lib/automator/automator.db"} {
+		c := Default(DefaultPublicURL)
+		c.DB = db
+		err := c.Validate()
+		scheme, _, _ := strings.Cut(db, "://")
+		if err == nil || !strings.Contains(err.Error(), "db: unsupported database URL") || !strings.Contains(err.Error(), strconv.Quote(scheme)) {
+			t.Errorf("db %q: %v; want it refused naming db and the scheme %q", db, err, scheme)
+		} else if strings.Contains(err.Error(), "secret") {
+			t.Errorf("db %q: %v; the error shows the password", db, err)
+		}
+	}
+	for _, db := range []string{"automator.db", "/var/lib/automator/automator.db", "sqlite:other.db", "sqlite:///var/lib/automator/automator.db", "postgres://u@db.example/automator", "postgresql://u@db.example/automator", "PostgreSQL://u@db.example/automator", `C:\data\automator.db`, "dir/with://in-it.db"} {
+		c := Default(DefaultPublicURL)
+		c.DB = db
+		if err := c.Validate(); err != nil {
+			t.Errorf("db %q: %v; want it accepted", db, err)
 		}
 	}
 }
