@@ -85,7 +85,13 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	// point; after a normal exit it ends what the script left behind, so
 	// that nothing of the unit runs past its result (and a leftover that
 	// holds the output pipes cannot delay it).
-	killErr := tree.kill()
+	var killErr error
+	if stop != nil {
+		// First what left the script's session while of its tree (setsid):
+		// found through parents, which the kill below ends.
+		killErr = tree.killDescendants()
+	}
+	killErr = errors.Join(killErr, tree.kill())
 	if stop == nil {
 		// Also what left the group without leaving the tree (timeout(1)
 		// in the background).

@@ -60,6 +60,13 @@ func (t *processTree) kill() error {
 	return nil
 }
 
+// killDescendants kills, before kill, what of the script's tree left its
+// session (setsid) while it was the script's: found only through its
+// parents, which kill ends.
+func (t *processTree) killDescendants() error {
+	return killDescendants(t.pgid)
+}
+
 // killRest sends SIGKILL to what kill leaves of the script's tree: the
 // processes of its session outside its group (where the OS lists them). It
 // looks at every process, as a deadline or a cancel may come at any time.

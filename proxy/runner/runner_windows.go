@@ -136,6 +136,10 @@ func (t *processTree) kill() error {
 // killRest has nothing to do: the job holds the whole tree.
 func (t *processTree) killRest() error { return nil }
 
+// killDescendants has nothing to do: the Job Object holds every descendant
+// of the script, and kill terminates it.
+func (t *processTree) killDescendants() error { return nil }
+
 // killLeftovers has nothing to do either: kill ended the whole job.
 func (t *processTree) killLeftovers(time.Duration) error { return nil }
 

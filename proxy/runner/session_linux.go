@@ -211,28 +211,109 @@ func readProcInt(path string) (int, error) {
 	return strconv.Atoi(string(bytes.TrimSpace(buf[:max(n, 0)])))
 }
 
-// processStartTime returns when process pid started, in clock ticks since
-// boot (field 22 of /proc/PID/stat): with the pid, it names one process,
-// never another that reuses the pid later.
-func processStartTime(pid int) (uint64, error) {
+// killDescendants kills every descendant of process root, the script, found
+// through their parents, wherever they are: also one that left the
+// script's session (setsid) and so escapes the group and session kills. It
+// must run before those, while root and its descendants still link it to
+// them: a process whose parent dies is handed to another. So it first
+// stops root's group and then, pass after pass, each descendant not
+// stopped yet, until a pass finds none (a stopped process forks no more,
+// so the tree stops growing), and only then kills what it stopped. A
+// process that cannot be signalled (one that became another user's,
+// through a setuid program) is reported.
+func killDescendants(root int) error {
+	_ = syscall.Kill(-root, syscall.SIGSTOP) // the script's group: it forks no more
+	stopped := map[int]bool{}
+	var refused []error
+	for range sessionSweeps {
+		children, err := processChildren()
+		if err != nil {
+			refused = append(refused, err)
+			break
+		}
+		found := 0
+		queue := []int{root}
+		for len(queue) > 0 {
+			pid := queue[0]
+			queue = queue[1:]
+			for _, c := range children[pid] {
+				queue = append(queue, c)
+				if stopped[c] {
+					continue
+				}
+				switch err := syscall.Kill(c, syscall.SIGSTOP); {
+				case err == nil:
+					stopped[c] = true
+					found++
+				case !errors.Is(err, syscall.ESRCH):
+					stopped[c] = true // not tried again
+					refused = append(refused, fmt.Errorf("stopping process %d, a descendant of the script: %w", c, err))
+				}
+			}
+		}
+		if found == 0 {
+			break
+		}
+	}
+	for pid := range stopped {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) && !errors.Is(err, syscall.EPERM) {
+			refused = append(refused, fmt.Errorf("killing process %d, a descendant of the script: %w", pid, err))
+		}
+	}
+	return errors.Join(refused...)
+}
+
+// processChildren maps each process the OS lists to its children, read
+// from /proc/PID/stat; a process gone meanwhile is left out.
+func processChildren() (map[int][]int, error) {
+	pids, err := allPids()
+	if err != nil {
+		return nil, err
+	}
+	children := map[int][]int{}
+	for pid := range pids {
+		f, err := statFields(pid)
+		if err != nil || len(f) < 4-2 {
+			continue
+		}
+		if ppid, err := strconv.Atoi(string(f[4-3])); err == nil {
+			children[ppid] = append(children[ppid], pid)
+		}
+	}
+	return children, nil
+}
+
+// statFields returns the fields of /proc/PID/stat from the third (state)
+// on: field n is at index n-3.
+func statFields(pid int) ([][]byte, error) {
 	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/stat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer unix.Close(fd)
 	var buf [1024]byte
 	n, err := unix.Read(fd, buf[:])
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	stat := buf[:max(n, 0)]
 	// pid (comm) state ppid ...: comm may hold spaces and parentheses, so
 	// the fields are counted from the last ')'; state is field 3.
 	i := bytes.LastIndexByte(stat, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("reading /proc/%d/stat: no ')'", pid)
+		return nil, fmt.Errorf("reading /proc/%d/stat: no ')'", pid)
 	}
-	f := bytes.Fields(stat[i+1:])
+	return bytes.Fields(stat[i+1:]), nil
+}
+
+// processStartTime returns when process pid started, in clock ticks since
+// boot (field 22 of /proc/PID/stat): with the pid, it names one process,
+// never another that reuses the pid later.
+func processStartTime(pid int) (uint64, error) {
+	f, err := statFields(pid)
+	if err != nil {
+		return 0, err
+	}
 	if len(f) < 22-2 {
 		return 0, fmt.Errorf("reading /proc/%d/stat: %d fields", pid, len(f)+2)
 	}

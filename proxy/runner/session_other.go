@@ -8,6 +8,9 @@ import "time"
 // process group kill is all there is.
 func killSession(int) error { return nil }
 
+// killDescendants does nothing either: without /proc no parent is known.
+func killDescendants(int) error { return nil }
+
 // sessionHasMember finds no process outside the session's group, for the
 // same reason.
 func sessionHasMember(int) bool { return false }

@@ -5,6 +5,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -72,7 +73,9 @@ func TestDeadlineKillsDescendantsInAGroupOfTheirOwn(t *testing.T) {
 // pipes): whether the child stays in the script's process group or, under
 // timeout(1), makes a group of its own, and whether it holds the script's
 // output or sent it elsewhere. (A child that leaves the session, setsid,
-// is out of reach: TestEscapedChildCannotHangRun.)
+// is out of reach once the script has exited: TestEscapedChildCannotHangRun;
+// while it runs, a deadline or cancel finds it through its parents:
+// TestDeadlineKillsADescendantThatLeftTheSession.)
 func TestNormalExitKillsEveryLeftoverOfTheSession(t *testing.T) {
 	checkNormalExitKillsEveryLeftover(t)
 }
@@ -117,4 +120,66 @@ echo bye
 			waitFor(t, "the leftover child "+strconv.Itoa(pid)+" to be gone", func() bool { return pidtest.Gone(pid) }, 5*time.Second)
 		})
 	}
+}
+
+// sessionLeaverScript starts a child that leaves the script's session
+// (setsid, which does not fork here: a background job of a shell without
+// job control leads no group), and waits while it runs: the child stays
+// the script's, a part of its process tree, in no group or session of
+// the script's.
+const sessionLeaverScript = `
+setsid sh -c 'echo $$ > "$1/child.pid.tmp"; mv "$1/child.pid.tmp" "$1/child.pid"; exec sleep 60' sh "$1" &
+while [ ! -e "$1/child.pid" ]; do sleep 0.01; done
+echo started
+wait
+`
+
+// TestCancelKillsADescendantThatLeftTheSession: guarantee 7 and cancel
+// kill the script's whole process tree, so a child that left the
+// script's session with setsid, while still the script's child, is
+// killed with it.
+func TestCancelKillsADescendantThatLeftTheSession(t *testing.T) {
+	checkStopKillsADescendantThatLeftTheSession(t, false)
+}
+
+// TestDeadlineKillsADescendantThatLeftTheSession: the same at the
+// deadline.
+func TestDeadlineKillsADescendantThatLeftTheSession(t *testing.T) {
+	checkStopKillsADescendantThatLeftTheSession(t, true)
+}
+
+func checkStopKillsADescendantThatLeftTheSession(t *testing.T, atDeadline bool) {
+	if runtime.GOOS != "linux" {
+		t.Skip("a process tree is followed through /proc (linux)")
+	}
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Skip("no setsid command")
+	}
+	spec := newSpec(t, sessionLeaverScript)
+	pids := t.TempDir()
+	spec.Args = []string{pids}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	want := ErrCancelled
+	if atDeadline {
+		spec.Deadline = time.Now().Add(2 * time.Second)
+		want = ErrDeadline
+	} else {
+		// Cancelled once the child has left the session (or after 30 s, when
+		// readPid below says it never did).
+		go func() {
+			defer cancel()
+			for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+				if _, err := os.Stat(filepath.Join(pids, "child.pid")); err == nil {
+					return
+				}
+			}
+		}()
+	}
+	if _, err := Run(ctx, spec); !errors.Is(err, want) {
+		t.Fatalf("Run = %v, want %v", err, want)
+	}
+	child := readPid(t, filepath.Join(pids, "child.pid"))
+	t.Cleanup(func() { syscall.Kill(child, syscall.SIGKILL) })
+	waitFor(t, "the script's child "+strconv.Itoa(child)+", which left its session, to be gone", func() bool { return pidtest.Gone(child) }, 3*time.Second)
 }
