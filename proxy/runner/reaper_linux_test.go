@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/opsgate/opsgate/internal/pidtest"
 )
 
@@ -257,4 +259,36 @@ func newSpecWith(t *testing.T, r *Reaper, body string) Spec {
 	spec := newSpec(t, body)
 	spec.Reaper = r
 	return spec
+}
+
+// TestReaperKillsADescendantThatLeftTheSession: when the proxy dies, its
+// reaper kills the whole tree of each script still registered (guarantee
+// 7), a child that left the script's session with setsid while still the
+// script's included.
+func TestReaperKillsADescendantThatLeftTheSession(t *testing.T) {
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Skip("no setsid command")
+	}
+	dir := t.TempDir()
+	cmd := exec.Command("sh", "-c", `setsid sleep 600 & echo $! > "$1/child.pid.tmp" && mv "$1/child.pid.tmp" "$1/child.pid"; wait`, "sh", dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	child := readPid(t, filepath.Join(dir, "child.pid"))
+	t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) })
+	waitFor(t, "the script's child to leave its session", func() bool {
+		sid, err := unix.Getsid(child)
+		return err == nil && sid == child
+	}, 10*time.Second)
+	start, err := processStartTime(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if code := serveReaper(strings.NewReader(line("+", cmd.Process.Pid, start)), &out); code != 0 {
+		t.Errorf("reaper exited %d, want 0; it said %q", code, out.String())
+	}
+	waitFor(t, "the script's child "+strconv.Itoa(child)+", which left its session, to be gone", func() bool { return pidtest.Gone(child) }, 10*time.Second)
 }

@@ -270,7 +270,9 @@ func reapSession(sid int, start uint64) (bool, error) {
 		return false, nil
 	}
 	t := &processTree{pgid: sid}
-	return true, errors.Join(t.kill(), t.killRest())
+	// Descendants that left the session first, while the script links
+	// them to it (the start time above says sid is still the script).
+	return true, errors.Join(t.killDescendants(), t.kill(), t.killRest())
 }
 
 // sessionLives reports whether a process of session sid may still live: a
