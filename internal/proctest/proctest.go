@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -23,18 +24,125 @@ import (
 	"github.com/opsgate/opsgate/internal/waittest"
 )
 
-// Binaries are the paths of the binaries Build built.
-type Binaries struct{ Dir, Automator, Proxy string }
+// EnvBin names the environment variable that hands prebuilt binaries to
+// the process tests: an absolute directory holding automator and proxy, and
+// race/automator and race/proxy built with -race when a package asks for
+// those. `make test` builds them there once for every package; unset, each
+// package builds its own.
+const EnvBin = "OPSGATE_TEST_BIN"
 
-// Build makes a temporary directory under parent (os.TempDir() when "")
-// named after pattern, as os.MkdirTemp does, and builds the automator and
-// proxy binaries into it, with -race when race is set. The caller removes
-// b.Dir when it is done.
-func Build(parent, pattern string, race bool) (b Binaries, err error) {
+// Bins are the paths of the binaries a package's tests run, in Dir.
+type Bins struct {
+	Dir, Automator, Proxy string
+	made                  bool // Dir was made for them, and Remove removes it
+}
+
+// Remove removes the binaries' directory when Binaries made it (it built
+// them, or linked prebuilt ones into it); a directory EnvBin names is left
+// alone.
+func (b Bins) Remove() {
+	if b.made {
+		os.RemoveAll(b.Dir)
+	}
+}
+
+// Binaries returns the automator and proxy binaries of this checkout for a
+// package's tests, with -race when race is set. When EnvBin is set they are
+// the prebuilt ones it names (race/ under it for race), which must be
+// executable files: none is built. When EnvBin is unset they are built into
+// a new directory under parent (os.TempDir() when "") named after pattern,
+// as os.MkdirTemp names it. A parent that is not "" is where the binaries
+// must lie (a service's binary may not be under /tmp): prebuilt ones are
+// hard-linked, or else copied, into a new directory there. The caller calls
+// b.Remove when it is done.
+func Binaries(parent, pattern string, race bool) (Bins, error) {
+	src := os.Getenv(EnvBin)
+	if src == "" {
+		dir, err := os.MkdirTemp(parent, pattern)
+		if err != nil {
+			return Bins{}, fmt.Errorf("making the binaries' directory: %w", err)
+		}
+		b := binsIn(dir, true)
+		if err := build(dir, race); err != nil {
+			b.Remove()
+			return Bins{}, err
+		}
+		return b, nil
+	}
+	b, err := prebuilt(src, race)
+	if err != nil || parent == "" {
+		return b, err
+	}
 	dir, err := os.MkdirTemp(parent, pattern)
 	if err != nil {
-		return b, fmt.Errorf("making the binaries' directory: %w", err)
+		return Bins{}, fmt.Errorf("making the binaries' directory: %w", err)
 	}
+	in := binsIn(dir, true)
+	for _, f := range [][2]string{{b.Automator, in.Automator}, {b.Proxy, in.Proxy}} {
+		if err := linkOrCopy(f[0], f[1]); err != nil {
+			in.Remove()
+			return Bins{}, err
+		}
+	}
+	return in, nil
+}
+
+func binsIn(dir string, made bool) Bins {
+	return Bins{Dir: dir, Automator: filepath.Join(dir, "automator"), Proxy: filepath.Join(dir, "proxy"), made: made}
+}
+
+// prebuilt returns the binaries of src, the value of EnvBin, after checking
+// that they are there.
+func prebuilt(src string, race bool) (Bins, error) {
+	if !filepath.IsAbs(src) {
+		return Bins{}, fmt.Errorf("%s=%s is not an absolute path (go test runs each package in its own directory)", EnvBin, src)
+	}
+	dir, kind := src, "automator and proxy"
+	if race {
+		dir, kind = filepath.Join(src, "race"), "race-built automator and proxy"
+	}
+	b := binsIn(dir, false)
+	var problems []string
+	for _, path := range []string{b.Automator, b.Proxy} {
+		fi, err := os.Stat(path)
+		switch {
+		case err != nil:
+			problems = append(problems, err.Error())
+		case !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0:
+			problems = append(problems, fmt.Sprintf("%s is not an executable file (mode %v)", path, fi.Mode()))
+		}
+	}
+	if problems != nil {
+		return Bins{}, fmt.Errorf("%s=%s should hold the %s binaries (make test builds them there): %s", EnvBin, src, kind, strings.Join(problems, "; "))
+	}
+	return b, nil
+}
+
+// linkOrCopy makes dst the file src: a hard link, or a copy (executable)
+// where src's file system is not dst's.
+func linkOrCopy(src, dst string) error {
+	if os.Link(src, dst) == nil {
+		return nil
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("copying %s to %s: %w", src, dst, err)
+	}
+	return out.Close()
+}
+
+// build builds the automator and proxy binaries of this checkout into dir,
+// with -race when race is set; the chooser's test replaces it.
+var build = func(dir string, race bool) error {
 	args := []string{"build"}
 	if race {
 		args = append(args, "-race")
@@ -43,10 +151,9 @@ func Build(parent, pattern string, race bool) (b Binaries, err error) {
 		"github.com/opsgate/opsgate/automator/cmd/automator",
 		"github.com/opsgate/opsgate/proxy/cmd/proxy")
 	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
-		os.RemoveAll(dir)
-		return b, fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		return fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	return Binaries{Dir: dir, Automator: filepath.Join(dir, "automator"), Proxy: filepath.Join(dir, "proxy")}, nil
+	return nil
 }
 
 // NoLeaks returns code, the tests' exit code, or 1 when the tests passed but

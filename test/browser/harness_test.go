@@ -20,7 +20,7 @@ import (
 	"github.com/opsgate/opsgate/internal/proctest"
 )
 
-// bin holds the binaries TestMain built; chromium is the browser's path.
+// bin holds the binaries TestMain found or built; chromium is the browser's path.
 var (
 	bin      struct{ automator, proxy string }
 	chromium string
@@ -44,12 +44,12 @@ func runTests(m *testing.M) int {
 		return 0
 	}
 	chromium = path
-	b, err := proctest.Build("", "opsgate-browser-bin-", false)
+	b, err := proctest.Binaries("", "opsgate-browser-bin-", false)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "browser:", err)
 		return 2
 	}
-	defer os.RemoveAll(b.Dir)
+	defer b.Remove()
 	bin.automator, bin.proxy = b.Automator, b.Proxy
 	return proctest.NoLeaks("browser", m.Run())
 }

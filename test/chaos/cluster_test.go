@@ -62,7 +62,7 @@ func newAutomator(t *testing.T, dir, host string, plaintext bool) *automator {
 	t.Helper()
 	binaries(t)
 	a := &automator{t: t, dir: dir, DataDir: filepath.Join(dir, "data"), Host: host, Port: proctest.FreePort(t), Plaintext: plaintext}
-	if out, err := exec.Command(bins.automator, "init", "--data-dir", a.DataDir, "--public-url", fmt.Sprintf("https://%s:%d", host, a.Port)).CombinedOutput(); err != nil {
+	if out, err := exec.Command(bins.Automator, "init", "--data-dir", a.DataDir, "--public-url", fmt.Sprintf("https://%s:%d", host, a.Port)).CombinedOutput(); err != nil {
 		t.Fatalf("automator init: %v\n%s", err, out)
 	}
 	return a
@@ -129,7 +129,7 @@ func (a *automator) serveOnce(n int, args []string) error {
 	if a.ReplicaID != "" {
 		name, logName = fmt.Sprintf("automator-%s-%d", a.ReplicaID, n), "automator-"+a.ReplicaID+".log"
 	}
-	p, err := startProc(a.t, name, filepath.Join(a.dir, logName), nil, bins.automator, args...)
+	p, err := startProc(a.t, name, filepath.Join(a.dir, logName), nil, bins.Automator, args...)
 	if err != nil {
 		return err
 	}
@@ -189,7 +189,7 @@ func (a *automator) Proc() *proc {
 // CreateAccount makes an account and returns its proxy profile.
 func (a *automator) CreateAccount(name string) string {
 	a.t.Helper()
-	out, err := exec.Command(bins.automator, "account", "create", name, "--data-dir", a.DataDir).Output()
+	out, err := exec.Command(bins.Automator, "account", "create", name, "--data-dir", a.DataDir).Output()
 	if err != nil {
 		a.t.Fatalf("automator account create %s: %v", name, err)
 	}
@@ -278,7 +278,7 @@ func (in *instance) Start() (polling <-chan struct{}, err error) {
 	if in.proc != nil && !in.proc.Exited() {
 		return nil, fmt.Errorf("%s is already running", in.ID)
 	}
-	p, err := startProc(in.t, "proxy-"+in.ID, in.logPath, in.env, bins.proxy, "run", "--config", in.cfgPath)
+	p, err := startProc(in.t, "proxy-"+in.ID, in.logPath, in.env, bins.Proxy, "run", "--config", in.cfgPath)
 	if err != nil {
 		return nil, err
 	}

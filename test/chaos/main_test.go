@@ -6,14 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/opsgate/opsgate/internal/proctest"
 )
 
 // Flags of the long run (`make chaos`); without -chaos.long the run is the
@@ -29,9 +28,7 @@ var (
 func TestMain(m *testing.M) {
 	flag.Parse()
 	code := m.Run()
-	if bins.dir != "" {
-		_ = os.RemoveAll(bins.dir)
-	}
+	bins.Remove()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "chaos: leaked goroutines:", err)
@@ -41,44 +38,30 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// bins are the automator and proxy binaries of this checkout, built once
-// by the first test that needs them.
-var bins struct {
-	once             sync.Once
-	dir              string
-	automator, proxy string
-	err              error
-}
+// bins are the automator and proxy binaries of this checkout, found or
+// built once by the first test that needs them.
+var (
+	binsOnce sync.Once
+	bins     proctest.Bins
+	binsErr  error
+)
 
-// binaries builds the binaries (set CHAOS_RACE=1 to build them with the
-// race detector) and skips the test in -short mode.
+// binaries finds or builds the binaries (proctest.Binaries: prebuilt when
+// OPSGATE_TEST_BIN names them; set CHAOS_RACE=1 for race-built ones) and
+// skips the test in -short mode.
 func binaries(t *testing.T) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("runs the real binaries; skipped in -short mode")
 	}
-	bins.once.Do(func() {
-		bins.dir, bins.err = os.MkdirTemp("", "opsgate-chaos-bin-")
-		if bins.err != nil {
-			return
-		}
-		args := []string{"build"}
-		if os.Getenv("CHAOS_RACE") != "" {
-			args = append(args, "-race")
-		}
-		args = append(args, "-o", bins.dir+string(filepath.Separator),
-			"github.com/opsgate/opsgate/automator/cmd/automator",
-			"github.com/opsgate/opsgate/proxy/cmd/proxy")
+	binsOnce.Do(func() {
 		start := time.Now()
-		if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
-			bins.err = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-			return
+		bins, binsErr = proctest.Binaries("", "opsgate-chaos-bin-", os.Getenv("CHAOS_RACE") != "")
+		if binsErr == nil && os.Getenv(proctest.EnvBin) == "" {
+			fmt.Fprintf(os.Stderr, "chaos: built the binaries in %v\n", time.Since(start).Round(time.Millisecond))
 		}
-		bins.automator = filepath.Join(bins.dir, "automator")
-		bins.proxy = filepath.Join(bins.dir, "proxy")
-		fmt.Fprintf(os.Stderr, "chaos: built the binaries in %v\n", time.Since(start).Round(time.Millisecond))
 	})
-	if bins.err != nil {
-		t.Fatal(bins.err)
+	if binsErr != nil {
+		t.Fatal(binsErr)
 	}
 }

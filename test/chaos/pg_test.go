@@ -256,7 +256,7 @@ func newReplicas(t *testing.T, dir, url string, n int) []*automator {
 		out = append(out, &automator{t: t, dir: dir, DataDir: filepath.Join(dir, "data-"+id), Host: "127.0.0.1", Port: proctest.FreePort(t), HTTPPort: proctest.FreePort(t), Plaintext: true, ReplicaID: id})
 	}
 	first := out[0]
-	if o, err := exec.Command(bins.automator, "init", "--data-dir", first.DataDir, "--db", url,
+	if o, err := exec.Command(bins.Automator, "init", "--data-dir", first.DataDir, "--db", url,
 		"--public-url", fmt.Sprintf("https://%s:%d", first.Host, first.Port)).CombinedOutput(); err != nil {
 		t.Fatalf("automator init: %v\n%s", err, o)
 	}

@@ -23,7 +23,7 @@ import (
 	"github.com/opsgate/opsgate/internal/waittest"
 )
 
-// bin holds the paths of the binaries TestMain built.
+// bin holds the paths of the binaries TestMain found or built.
 var bin struct{ automator, proxy string }
 
 func TestMain(m *testing.M) { os.Exit(runTests(m)) }
@@ -34,12 +34,12 @@ func runTests(m *testing.M) int {
 		fmt.Println("e2e: skipped in -short mode (it builds and runs the real binaries)")
 		return 0
 	}
-	b, err := proctest.Build("", "opsgate-e2e-bin-", os.Getenv("E2E_RACE") != "")
+	b, err := proctest.Binaries("", "opsgate-e2e-bin-", os.Getenv("E2E_RACE") != "")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 2
 	}
-	defer os.RemoveAll(b.Dir)
+	defer b.Remove()
 	bin.automator, bin.proxy = b.Automator, b.Proxy
 	if signal.Ignored(syscall.SIGHUP) {
 		// Run with SIGHUP ignored (under nohup, or a runner that ignores

@@ -9,7 +9,9 @@
 //
 // The PostgreSQL server is AUTOMATOR_TEST_POSTGRES, or a throwaway cluster
 // (scripts/pg-start.sh) when it is unset; each test gets its own schema.
-// The binaries are built once per run, by TestMain, from this checkout.
+// The binaries are built once per run, by TestMain, from this checkout, or
+// are the ones `make test` built once for every package (OPSGATE_TEST_BIN,
+// internal/proctest).
 //
 // BenchmarkCrossReplicaWakeUp measures how long a unit queued on one replica
 // takes to reach an instance long-polling another.

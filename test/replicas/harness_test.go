@@ -20,18 +20,18 @@ import (
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
-// bin holds the paths of the binaries TestMain built.
+// bin holds the paths of the binaries TestMain found or built.
 var bin struct{ automator, proxy string }
 
 func TestMain(m *testing.M) { os.Exit(runTests(m)) }
 
 func runTests(m *testing.M) int {
-	b, err := proctest.Build("", "opsgate-replicas-bin-", false)
+	b, err := proctest.Binaries("", "opsgate-replicas-bin-", false)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "replicas:", err)
 		return 2
 	}
-	defer os.RemoveAll(b.Dir)
+	defer b.Remove()
 	bin.automator, bin.proxy = b.Automator, b.Proxy
 	return proctest.NoLeaks("replicas", pgtest.Main(m))
 }

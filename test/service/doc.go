@@ -13,6 +13,8 @@
 // deploy/compose/compose.yaml, which Docker cannot run on the build
 // machine, run as local processes.
 //
-// The binaries are built once per run by TestMain, under /var/lib when run
-// as root: a systemd service with PrivateTmp could not see /tmp.
+// The binaries are built once per run by TestMain (or are the ones `make
+// test` built once for every package, OPSGATE_TEST_BIN, linked in), under
+// /var/lib when run as root: a systemd service with PrivateTmp could not see
+// /tmp.
 package service

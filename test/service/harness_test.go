@@ -28,22 +28,25 @@ import (
 	psvc "github.com/opsgate/opsgate/proxy/service"
 )
 
-// bin holds the binaries TestMain built.
+// bin holds the binaries TestMain found or built.
 var bin struct{ dir, automator, proxy string }
 
 func TestMain(m *testing.M) { os.Exit(runTests(m)) }
 
 func runTests(m *testing.M) int {
+	// A directory of the binaries' own (prebuilt ones are linked into it),
+	// which the Chmod below may open to others; as root, under /var/lib: a
+	// service's binary may not lie in a temporary directory.
 	parent := os.TempDir()
 	if os.Geteuid() == 0 {
 		parent = "/var/lib"
 	}
-	b, err := proctest.Build(parent, "opsgate-svctest-bin-", os.Getenv("E2E_RACE") != "")
+	b, err := proctest.Binaries(parent, "opsgate-svctest-bin-", os.Getenv("E2E_RACE") != "")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "service tests:", err)
 		return 2
 	}
-	defer os.RemoveAll(b.Dir)
+	defer b.Remove()
 	// Readable by a service's unprivileged user.
 	if err := os.Chmod(b.Dir, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, "service tests:", err)
