@@ -53,8 +53,22 @@ windows:
 SLOW_FIRST := ./test/chaos ./test/e2e ./automator/server ./automator/store/pgstore ./test/service \
 	./automator/cli ./test/replicas ./automator/client ./proxy/agent ./test/browser ./docs/examples \
 	./automator/store/sqlitestore
+#
+# The process tests (test/e2e, test/service, test/replicas, test/browser,
+# test/chaos) run the real automator and proxy binaries. They are built here
+# once, into a temporary directory removed afterwards, and handed to every
+# package in OPSGATE_TEST_BIN (internal/proctest), instead of each package
+# building its own (20-33 s of wall each under load, and on an empty build
+# cache the whole tree compiled again beside the test binaries). Without
+# -race, as the packages build them; also with -race, under race/, only when
+# E2E_RACE or CHAOS_RACE asks for race-built ones. A package run alone, with
+# OPSGATE_TEST_BIN unset, builds its own.
+TEST_CMDS := ./automator/cmd/automator ./proxy/cmd/proxy
+TEST_RACE_BINS = $(if $(E2E_RACE)$(CHAOS_RACE),$(GO) build -race -o "$$bin/race/" $(TEST_CMDS) &&)
 race: browser-deps
-	CHAOS_STORE=pg AUTOMATOR_REQUIRE_BROWSER=1 scripts/pg-run.sh $(GO) test -race -count=1 -p 3 -timeout 8m $(SLOW_FIRST) ./...
+	bin=$$(mktemp -d -t opsgate-test-bin-XXXXXX) && trap 'rm -rf "$$bin"' EXIT && \
+	$(GO) build -o "$$bin/" $(TEST_CMDS) && $(TEST_RACE_BINS) \
+	OPSGATE_TEST_BIN="$$bin" CHAOS_STORE=pg AUTOMATOR_REQUIRE_BROWSER=1 scripts/pg-run.sh $(GO) test -race -count=1 -p 3 -timeout 8m $(SLOW_FIRST) ./...
 
 test: fmt-check vet staticcheck windows generate-check race
 
