@@ -97,9 +97,9 @@ func prebuilt(src string, race bool) (Bins, error) {
 	if !filepath.IsAbs(src) {
 		return Bins{}, fmt.Errorf("%s=%s is not an absolute path (go test runs each package in its own directory)", EnvBin, src)
 	}
-	dir, kind := src, "automator and proxy"
+	dir, kind, when := src, "automator and proxy", ""
 	if race {
-		dir, kind = filepath.Join(src, "race"), "race-built automator and proxy"
+		dir, kind, when = filepath.Join(src, "race"), "race-built automator and proxy", " when E2E_RACE or CHAOS_RACE is set"
 	}
 	b := binsIn(dir, false)
 	var problems []string
@@ -113,7 +113,7 @@ func prebuilt(src string, race bool) (Bins, error) {
 		}
 	}
 	if problems != nil {
-		return Bins{}, fmt.Errorf("%s=%s should hold the %s binaries (make test builds them there): %s", EnvBin, src, kind, strings.Join(problems, "; "))
+		return Bins{}, fmt.Errorf("%s=%s should hold the %s binaries (make test builds them there%s): %s", EnvBin, src, kind, when, strings.Join(problems, "; "))
 	}
 	return b, nil
 }
