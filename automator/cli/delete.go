@@ -50,6 +50,11 @@ func cmdAccountDelete(ctx context.Context, args []string, env Env) error {
 			}
 			return events
 		},
+		// Run again on a deletion left unfinished: it says so when it
+		// frees the name.
+		AuditFinished: func(d store.AccountDeletion) []store.AuditEvent {
+			return []store.AuditEvent{*cliEvent(store.DeletionFinishedEvent(d, now, "", ""))}
+		},
 		Moving: func(d store.AccountDeletion, left int) {
 			fmt.Fprintf(env.Stderr, "automator: account %q is deleted; moving its %d ended units under %q in small batches, between which the automators' writes go on; the name is free when this command ends (stopped, run it again to finish)\n",
 				name, left, d.Tombstone)
@@ -73,7 +78,8 @@ func cmdAccountDelete(ctx context.Context, args []string, env Env) error {
 		fmt.Fprintf(env.Stderr, "automator: warning: %v; the deletion stands\n", err)
 	}
 	if del.Resumed {
-		// Deleted before, and audited then: this run moved units only.
+		// Deleted before, and audited then: this run moved units only,
+		// and audited that it finished the deletion.
 		if !unfinished {
 			fmt.Fprintf(env.Stdout, "account %q was deleted at %s already; its last %d units are now kept as %q too, and the name is free\n",
 				name, del.DeletedAt.UTC().Format(time.RFC3339), del.Units, del.Tombstone)

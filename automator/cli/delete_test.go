@@ -3,7 +3,9 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -227,3 +229,34 @@ func TestAnUnfinishedAccountDeletionIsFinishedByDeletingAgain(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// TestAnAccountDeletionFinishedByDeletingAgainIsAudited: `account delete`
+// run again on a deletion left unfinished records, besides the deletion's
+// own account.deleted, an account.deletion_finished of its own: by the
+// command, naming the account, its tombstone and the units it moved.
+func TestAnAccountDeletionFinishedByDeletingAgainIsAudited(t *testing.T) {
+	t.Parallel()
+	dir := initDir(t)
+	d := unfinishedDeletion(t, dir, "acme", time.Now())
+	if code, _, stderr := runMain(t, "account", "delete", "acme", "--data-dir", dir); code != 0 {
+		t.Fatalf("account delete of an account being deleted: exit %d: %s", code, stderr)
+	}
+	code, out, stderr := runMain(t, "audit", "--data-dir", dir, "--json")
+	if code != 0 {
+		t.Fatalf("audit: exit %d: %s", code, stderr)
+	}
+	var finished []auditJSON
+	for line := range strings.Lines(out) {
+		var e auditJSON
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("audit line %q: %v", line, err)
+		}
+		if e.Kind == store.AuditAccountDeletionFinished {
+			finished = append(finished, e)
+		}
+	}
+	want := fmt.Sprintf("finished a deletion left unfinished: 150 more units moved under %q; the name is free", d.Tombstone)
+	if len(finished) != 1 || finished[0].Account != "acme" || !strings.HasPrefix(finished[0].Actor, "cli") || finished[0].Detail != want {
+		t.Errorf("account.deletion_finished events: %+v; want one for acme, by the command, %q", finished, want)
+	}
+}

@@ -226,6 +226,9 @@ func (s *Server) FinishDeletions(ctx context.Context) {
 				moving = true
 				s.log.Info("finishing an account deletion left unfinished: moving its units left under its tombstone, in batches",
 					"account", d.Name, "tombstone", d.Tombstone, "deleted_at", d.DeletedAt, "units_left", left)
+			},
+			AuditFinished: func(d store.AccountDeletion) []store.AuditEvent {
+				return []store.AuditEvent{store.DeletionFinishedEvent(d, s.clock.Now(), sweeperActor, "")}
 			}})
 		switch {
 		case !moving && (err == nil || errors.Is(err, store.ErrNotFound)):

@@ -169,3 +169,63 @@ func TestTheAutomatorAndACommandFinishOneDeletionAtOnce(t *testing.T) {
 	}
 	e.checkFinished(d, units)
 }
+
+// TestTheAutomatorAuditsTheDeletionItFinishes: an account deletion the
+// automator finishes (FinishDeletions) has an account.deletion_finished
+// audit record of its own, by the automator, naming the account, its
+// tombstone and the units it moved; the deletion itself was audited when
+// it was made, and is not again.
+func TestTheAutomatorAuditsTheDeletionItFinishes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	const units = 250
+	d := e.unfinishedDeletion(units)
+	before, err := e.store.AuditList(t.Context(), store.AuditListParams{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	e.srv.FinishDeletions(t.Context())
+	after, err := e.store.AuditList(t.Context(), store.AuditListParams{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	added := after[len(before):]
+	want := store.DeletionFinishedEvent(store.AccountDeletion{Name: e.account, Tombstone: d.Tombstone, Units: units}, time.Time{}, "automator", "")
+	if len(added) != 1 || added[0].Kind != store.AuditAccountDeletionFinished || added[0].Actor != "automator" ||
+		added[0].Account != e.account || added[0].Detail != want.Detail {
+		t.Errorf("audit events of the automator finishing the deletion: %+v; want one %s by the automator, %q", added, store.AuditAccountDeletionFinished, want.Detail)
+	}
+	e.checkFinished(d, units)
+}
+
+// TestThePurgeThatEndsAnUnfinishedDeletionIsAudited: a purge (PurgeEnded)
+// that deletes every unit an unfinished deletion had left to move ends
+// that deletion, and records it as the automator's
+// account.deletion_finished.
+func TestThePurgeThatEndsAnUnfinishedDeletionIsAudited(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	d := e.unfinishedDeletion(150)
+	before, err := e.store.AuditList(t.Context(), store.AuditListParams{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The units were queued in 1970.
+	if n, err := e.srv.PurgeEnded(t.Context(), time.Hour); err != nil || n != 150 {
+		t.Fatalf("PurgeEnded = %d, %v; want the 150 units", n, err)
+	}
+	after, err := e.store.AuditList(t.Context(), store.AuditListParams{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	added := after[len(before):]
+	want := store.DeletionPurgedEvent(d, time.Time{}, "automator", "")
+	if len(added) != 1 || added[0].Kind != store.AuditAccountDeletionFinished || added[0].Actor != "automator" ||
+		added[0].Account != e.account || added[0].Detail != want.Detail {
+		t.Errorf("audit events of the purge ending the deletion: %+v; want one %s by the automator, %q", added, store.AuditAccountDeletionFinished, want.Detail)
+	}
+	if ds, err := e.store.AccountsBeingDeleted(t.Context()); err != nil || len(ds) != 0 {
+		t.Errorf("AccountsBeingDeleted after the purge = %+v, %v; want none", ds, err)
+	}
+}

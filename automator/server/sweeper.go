@@ -158,7 +158,9 @@ const purgeBatch = 100
 
 // PurgeEnded deletes the ended units queued more than retention ago, a
 // batch per write, and returns how many it deleted. Units still open are
-// kept, however old. Then it deletes the previous account keys that no
+// kept, however old. A write that deletes the last units an account
+// deletion left unfinished had to move ends that deletion, and audits it
+// as FinishDeletions does. Then it deletes the previous account keys that no
 // unit left can need (purgeKeys).
 //
 // After each full batch it waits as long as the batch took before the
@@ -172,7 +174,10 @@ func (s *Server) PurgeEnded(ctx context.Context, retention time.Duration) (int, 
 	total := 0
 	for {
 		start := s.clock.Now()
-		n, err := s.store.WorkPurge(ctx, store.WorkPurgeParams{QueuedBefore: before, Max: purgeBatch})
+		n, err := s.store.WorkPurge(ctx, store.WorkPurgeParams{QueuedBefore: before, Max: purgeBatch,
+			AuditFinished: func(d store.AccountDeletion) []store.AuditEvent {
+				return []store.AuditEvent{store.DeletionPurgedEvent(d, s.clock.Now(), sweeperActor, "")}
+			}})
 		total += n
 		if err == nil && n == purgeBatch {
 			err = s.purgePause(ctx, max(s.clock.Now().Sub(start), purgePauseMin))

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"strings"
 	"time"
 )
@@ -71,6 +72,20 @@ type AccountDeleteParams struct {
 	// as AccountDelete returns them. Not for a Resumed deletion, which was
 	// audited when it was made, nor a refused one.
 	AuditDeletion func(d AccountDeletion) []AuditEvent
+	// AuditFinished, when set, gives the audit events of finishing a
+	// deletion left unfinished (Resumed: the call found the account
+	// deleted already, its units still moving): appended in the
+	// transaction that ends it, the one that finds no unit left to move
+	// and frees the name, so the name is not freed without them. Of two
+	// calls moving one deletion's units at once, only the one whose
+	// transaction frees the name appends them. It is called in that
+	// transaction, possibly more than once, with Name, Tombstone,
+	// DeletedAt, Resumed, and in Units the units this call moved, that
+	// transaction's included. Not for a deletion finished by the call
+	// that made it (AuditDeletion audits it), nor on a store that moves
+	// every unit in the deletion's own transaction (PostgreSQL), which
+	// leaves none unfinished.
+	AuditFinished func(d AccountDeletion) []AuditEvent
 	// Moving, when set, is called once the deletion has committed if its
 	// units are left to move in batches (AccountDelete), with the
 	// deletion as known then and how many are left.
@@ -106,4 +121,21 @@ type AccountDeletion struct {
 	// that stopped before it moved every unit (ErrDeletionUnfinished);
 	// this one moved the rest, Units of them, and did nothing else.
 	Resumed bool
+}
+
+// DeletionFinishedEvent is the audit event of finishing the deletion d,
+// left unfinished (AccountDeleteParams.AuditFinished), by actor from
+// source at at: the account, its tombstone, and in d.Units the units the
+// finishing call moved.
+func DeletionFinishedEvent(d AccountDeletion, at time.Time, actor, source string) AuditEvent {
+	return AuditEvent{At: at, Kind: AuditAccountDeletionFinished, Actor: actor, Source: source, Account: d.Name,
+		Detail: fmt.Sprintf("finished a deletion left unfinished: %d more units moved under %q; the name is free", d.Units, d.Tombstone)}
+}
+
+// DeletionPurgedEvent is the audit event of a purge that ended the
+// deletion d, left unfinished, by deleting the units it had left to move
+// (WorkPurgeParams.AuditFinished).
+func DeletionPurgedEvent(d AccountDeletion, at time.Time, actor, source string) AuditEvent {
+	return AuditEvent{At: at, Kind: AuditAccountDeletionFinished, Actor: actor, Source: source, Account: d.Name,
+		Detail: fmt.Sprintf("finished a deletion left unfinished: the units it had left to move under %q were deleted past work_retention; the name is free", d.Tombstone)}
 }

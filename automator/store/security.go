@@ -84,6 +84,11 @@ const (
 	AuditDashboardSignOut = "dashboard.sign_out" // a dashboard session was signed out of
 )
 
+// AuditAccountDeletionFinished: an account deletion left unfinished (its
+// units not all moved under its tombstone) was finished, by the automator
+// or by `account delete` run again, which frees the name.
+const AuditAccountDeletionFinished = "account.deletion_finished"
+
 // AuditEvent is one entry of the audit log. It never holds a secret, an
 // argument, stdin, env or output: only who, from where, what and when. The
 // script name, part of a command, is kept sealed with the master key.

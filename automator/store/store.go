@@ -431,6 +431,13 @@ type WorkPurgeParams struct {
 	QueuedBefore time.Time
 	// Max bounds how many units one call deletes (at least 1).
 	Max int
+	// AuditFinished, when set, gives the audit events of each account
+	// deletion left unfinished that the call ends, having deleted the
+	// units it had left to move (which frees its name): Name, Tombstone,
+	// DeletedAt and Resumed, Units 0. They are appended in the call's
+	// transaction. Only a store that leaves deletions unfinished
+	// (AccountsBeingDeleted: SQLite) has any to end.
+	AuditFinished func(d AccountDeletion) []AuditEvent
 }
 
 type InstanceSeenParams struct {

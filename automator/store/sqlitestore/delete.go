@@ -130,7 +130,7 @@ RETURNING `+workColumns, p.Reason, now, d.Tombstone, p.Name)
 			}
 		}
 		if left <= moveBatch {
-			_, err = moveUnits(ctx, tx, p.Name, d.Tombstone, &done)
+			_, _, err = moveUnits(ctx, tx, p.Name, d.Tombstone, &done)
 		}
 		return err
 	})
@@ -143,11 +143,29 @@ RETURNING `+workColumns, p.Reason, now, d.Tombstone, p.Name)
 	moved := 0
 	for !done {
 		start := time.Now()
+		var n int
+		var fin bool
 		err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
-			n, err := moveUnits(ctx, tx, p.Name, d.Tombstone, &done)
-			moved += n
-			return err
+			fin = false
+			var freed bool
+			var err error
+			if n, freed, err = moveUnits(ctx, tx, p.Name, d.Tombstone, &fin); err != nil || !freed || !d.Resumed || p.AuditFinished == nil {
+				return err
+			}
+			// This call finishes a deletion left unfinished: it says so
+			// in the transaction that frees the name.
+			f := d
+			f.Units = moved + n
+			for _, e := range p.AuditFinished(f) {
+				if _, err := insertAudit(ctx, tx, e); err != nil {
+					return err
+				}
+			}
+			return nil
 		})
+		if err == nil {
+			moved, done = moved+n, fin
+		}
 		if err == nil && s.movedBatch != nil {
 			s.movedBatch()
 		}
@@ -167,7 +185,8 @@ RETURNING `+workColumns, p.Reason, now, d.Tombstone, p.Name)
 
 // moveUnits moves up to moveBatch units of account name, being deleted, to
 // its tombstone, and returns how many it moved. Once none is left, it
-// deletes the account's row, which frees its name, and sets *done.
+// deletes the account's row, which frees its name, sets *done and returns
+// freed.
 //
 // Another call may be moving the same account's units (a command and the
 // serving automator, each finishing an unfinished deletion): each batch
@@ -175,30 +194,30 @@ RETURNING `+workColumns, p.Reason, now, d.Tombstone, p.Name)
 // the account's row gone, or no longer being deleted to tombstone, sets
 // *done and moves nothing: the other call finished the deletion, and the
 // name may be a new account's since, whose units are not to move.
-func moveUnits(ctx context.Context, tx querier, name, tombstone string, done *bool) (int, error) {
+func moveUnits(ctx context.Context, tx querier, name, tombstone string, done *bool) (moved int, freed bool, err error) {
 	var movingTo string
-	err := tx.QueryRowContext(ctx, `SELECT moving_to FROM accounts WHERE name = ?`, name).Scan(&movingTo)
+	err = tx.QueryRowContext(ctx, `SELECT moving_to FROM accounts WHERE name = ?`, name).Scan(&movingTo)
 	if errors.Is(err, sql.ErrNoRows) || err == nil && movingTo != tombstone {
 		*done = true
-		return 0, nil
+		return 0, false, nil
 	}
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	res, err := tx.ExecContext(ctx, `UPDATE work SET account = ? WHERE id IN (SELECT id FROM work WHERE account = ? LIMIT ?)`,
 		tombstone, name, moveBatch)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	n, err := res.RowsAffected()
 	if err != nil || n == moveBatch {
-		return int(n), err
+		return int(n), false, err
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM accounts WHERE name = ? AND moving_to = ?`, name, tombstone); err != nil {
-		return int(n), err
+		return int(n), false, err
 	}
 	*done = true
-	return int(n), nil
+	return int(n), true, nil
 }
 
 // unscopeAPIKeys revokes the valid API keys that may use only account and

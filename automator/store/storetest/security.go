@@ -545,7 +545,12 @@ func testAdminChangesAppendAudit(f *fixture) {
 	f.complete(f.claimOne("acme", "host-a", "w-1", at(6*time.Second)), at(7*time.Second))
 	f.enqueue("w-2", "acme", at(8*time.Second), at(time.Hour))
 	deleted := at(10 * time.Second)
-	d, err := f.s.AccountDelete(f.ctx, store.AccountDeleteParams{Name: "acme", Reason: "deleted", Now: deleted, AuditDeletion: deletionEvents})
+	// Finished in its own call: AuditFinished, for a deletion left
+	// unfinished, appends nothing.
+	d, err := f.s.AccountDelete(f.ctx, store.AccountDeleteParams{Name: "acme", Reason: "deleted", Now: deleted, AuditDeletion: deletionEvents,
+		AuditFinished: func(d store.AccountDeletion) []store.AuditEvent {
+			return []store.AuditEvent{*adminEvent(store.AuditAccountDeletionFinished, d.Name, "finished")}
+		}})
 	if err != nil {
 		f.t.Fatal(err)
 	}
