@@ -43,6 +43,7 @@ const Prefix = "/dashboard/"
 // Store is what the dashboard reads.
 type Store interface {
 	AccountStats(ctx context.Context, p store.AccountStatsParams) ([]store.AccountStats, error)
+	AccountsBeingDeleted(ctx context.Context) ([]store.AccountDeletion, error)
 	InstanceList(ctx context.Context, account string) ([]store.Instance, error)
 	WorkList(ctx context.Context, p store.WorkListParams) ([]store.Work, error)
 	WorkGet(ctx context.Context, id string) (store.Work, error)

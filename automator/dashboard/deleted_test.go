@@ -1,6 +1,10 @@
 package dashboard_test
 
 import (
+	"context"
+	"database/sql"
+	"errors"
+	"html"
 	"net/http"
 	"strings"
 	"testing"
@@ -37,5 +41,62 @@ func TestUnitsOfADeletedAccountAreListedAsUnreadable(t *testing.T) {
 	}
 	if code, accounts := get(t, admin, e.url+"/dashboard/"); code != http.StatusOK || strings.Contains(accounts, `data-account="acme"`) || !strings.Contains(accounts, `data-account="globex"`) {
 		t.Errorf("accounts page after acme's deletion: %d\n%s\nwant globex only", code, accounts)
+	}
+}
+
+// TestAccountsPageListsTheAccountsBeingDeleted: an account whose deletion
+// stopped before its units moved under its tombstone (its name still
+// taken) is listed after the accounts, as `automator account list` lists
+// it: deleting, with the units it has left to move and its tombstone, and
+// no link to pages of an account that is gone; once its deletion is
+// finished it is no longer listed.
+func TestAccountsPageListsTheAccountsBeingDeleted(t *testing.T) {
+	e := newEnv(t)
+	db, err := sql.Open("sqlite", "file:"+e.path+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	// More units than SQLite moves in the deletion's own transaction.
+	if _, err := db.Exec(`INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline, finished_at)
+WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 150)
+SELECT 'w' || i, 'acme', 'succeeded', 1, randomblob(64), i, i + 1000, i + 1 FROM n`); err != nil {
+		t.Fatal(err)
+	}
+	stop, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	d, err := e.st.AccountDelete(stop, store.AccountDeleteParams{Name: "acme", Now: e.clock.Now(),
+		Moving: func(store.AccountDeletion, int) { cancel() }})
+	if !errors.Is(err, store.ErrDeletionUnfinished) {
+		t.Fatalf("AccountDelete stopped before its first batch: %v, want ErrDeletionUnfinished", err)
+	}
+
+	c := client(t)
+	e.signIn(c, e.url, "viewer")
+	code, body := get(t, c, e.url+"/dashboard/")
+	for _, want := range []string{
+		`<tr data-account="globex" class="status-`,
+		`<h2>Accounts being deleted</h2>`,
+		`<table id="accounts-deleting">`,
+		`<tr data-deleting="acme" class="status-deleting">
+    <td>acme</td>
+    <td><span class="badge status status-deleting">deleting</span></td>
+    <td class="num units-left">150</td>
+    <td class="tombstone">` + html.EscapeString(d.Tombstone) + `</td>
+  </tr>`,
+	} {
+		if code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("accounts page (%d) with acme being deleted lacks %s:\n%s", code, want, body)
+		}
+	}
+	if strings.Contains(body, `data-account="acme"`) || strings.Contains(body, `href="/dashboard/accounts/acme"`) {
+		t.Errorf("accounts page lists acme, being deleted, as an account, or links to its pages:\n%s", body)
+	}
+
+	if _, err := e.st.AccountDelete(t.Context(), store.AccountDeleteParams{Name: "acme", Resume: true, Now: e.clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := get(t, c, e.url+"/dashboard/"); code != http.StatusOK || strings.Contains(body, "accounts-deleting") || strings.Contains(body, "acme") {
+		t.Errorf("accounts page (%d) once acme's deletion is finished still lists it:\n%s", code, body)
 	}
 }

@@ -26,6 +26,10 @@ func (a accountRow) Stranded() bool { return a.Status == server.StatusStranded }
 type accountsData struct {
 	Accounts []accountRow
 	Stranded []accountRow
+	// Deleting are the accounts being deleted (store.AccountsBeingDeleted:
+	// units left to move under their tombstones, their names taken
+	// meanwhile), as `automator account list` shows them after its table.
+	Deleting []store.AccountDeletion
 }
 
 func (d *Dashboard) accountRows(ctx context.Context) ([]accountRow, error) {
@@ -41,13 +45,17 @@ func (d *Dashboard) accountRows(ctx context.Context) ([]accountRow, error) {
 }
 
 // accounts: every account's queue and instances, stranded ones first in a
-// warning.
+// warning, and after them the accounts being deleted.
 func (d *Dashboard) accounts(r *http.Request, _ *session) (string, any, error) {
 	rows, err := d.accountRows(r.Context())
 	if err != nil {
 		return "", nil, err
 	}
-	data := accountsData{Accounts: rows}
+	deleting, err := d.o.Store.AccountsBeingDeleted(r.Context())
+	if err != nil {
+		return "", nil, err
+	}
+	data := accountsData{Accounts: rows, Deleting: deleting}
 	for _, a := range rows {
 		if a.Stranded() {
 			data.Stranded = append(data.Stranded, a)
