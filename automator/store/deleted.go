@@ -133,9 +133,10 @@ func DeletionFinishedEvent(d AccountDeletion, at time.Time, actor, source string
 }
 
 // DeletionPurgedEvent is the audit event of a purge that ended the
-// deletion d, left unfinished, by deleting the units it had left to move
-// (WorkPurgeParams.AuditFinished).
+// deletion d, left unfinished, finding no unit left to move
+// (WorkPurgeParams.AuditFinished): it deleted the last of them, or, rarely,
+// a mover had moved them and not yet freed the name.
 func DeletionPurgedEvent(d AccountDeletion, at time.Time, actor, source string) AuditEvent {
 	return AuditEvent{At: at, Kind: AuditAccountDeletionFinished, Actor: actor, Source: source, Account: d.Name,
-		Detail: fmt.Sprintf("finished a deletion left unfinished: the units it had left to move under %q were deleted past work_retention; the name is free", d.Tombstone)}
+		Detail: fmt.Sprintf("finished a deletion left unfinished: no unit was left to move under %q (deleted past work_retention, or moved already); the name is free", d.Tombstone)}
 }

@@ -432,10 +432,11 @@ type WorkPurgeParams struct {
 	// Max bounds how many units one call deletes (at least 1).
 	Max int
 	// AuditFinished, when set, gives the audit events of each account
-	// deletion left unfinished that the call ends, having deleted the
-	// units it had left to move (which frees its name): Name, Tombstone,
-	// DeletedAt and Resumed, Units 0. They are appended in the call's
-	// transaction. Only a store that leaves deletions unfinished
+	// deletion left unfinished that the call ends, finding no unit of it
+	// left to move (this purge or an earlier one deleted them, or a mover
+	// moved them and has not freed the name yet), which frees its name:
+	// Name, Tombstone, DeletedAt and Resumed, Units 0. They are appended
+	// in the call's transaction. Only a store that leaves deletions unfinished
 	// (AccountsBeingDeleted: SQLite) has any to end.
 	AuditFinished func(d AccountDeletion) []AuditEvent
 }
