@@ -654,7 +654,7 @@ func (j *injector) inject(p planned) {
 		before := r.Accepted()
 		redialled := r.AcceptedAbove(before)
 		start := time.Now()
-		if r.StallExisting() == 0 {
+		if n, _ := r.StallExisting(); n == 0 {
 			j.skip(p, "no connection to stall")
 			return
 		}

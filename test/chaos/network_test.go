@@ -85,8 +85,9 @@ func TestProxyBehindConnectProxyServesAndSurvivesItsRestart(t *testing.T) {
 // TestDeadConnectionIsNoticedWithinSecondsAndItsLostClaimFails: a middlebox that silently
 // forgets an idle connection (nothing arrives, nothing is reset) would
 // leave a proxy waiting on a dead long poll. The keepalive (a ping after
-// 10s of silence, 5s for its answer) notices within 15s; the proxy dials
-// again and serves work. The automator, which hears nothing of it, still
+// 10s of silence, 5s for its answer) notices within 15s of the last bytes
+// the proxy received, which came before the stall; the proxy dials again
+// and serves work. The automator, which hears nothing of it, still
 // holds the dead poll: the proxy's first poll on the new connection
 // supersedes it, so the unit queued next goes to the live poll rather than
 // being lost with the dead one. A unit queued before the proxy noticed was
@@ -107,17 +108,27 @@ func TestDeadConnectionIsNoticedWithinSecondsAndItsLostClaimFails(t *testing.T) 
 	}
 	redialled := r.AcceptedAbove(r.Accepted())
 	proctest.AwaitOpenPolls(t, s.auto.DataDir, "acme", 1, 10*time.Second) // its long poll, after the first
-	start := time.Now()
-	if n := r.StallExisting(); n != 1 {
+	stalled := time.Now()
+	n, heard := r.StallExisting()
+	if n != 1 {
 		t.Fatalf("stalled %d connections, want the instance's one", n)
 	}
 	// The automator still holds the instance's poll, which claims this
 	// (a unit the new poll took would succeed, below).
 	lost, _ := s.submit(t, "lost", 5*time.Minute)
-	const bound = 20 * time.Second // 10s + 5s keepalive, the first retry, a dial
+	// From the last bytes the instance received (here the answer to its
+	// first poll), where the keepalive's 10s start, not from the stall, which
+	// the test makes later (by as long as AwaitOpenPolls takes to see the
+	// poll): 10s + 5s keepalive, the first retry, a dial, and room for a
+	// loaded machine.
+	const bound = 20 * time.Second
 	mustAwait(t, in.Proc(), redialled, bound, "the instance to give up the dead connection and dial again")
-	noticed := time.Since(start)
-	t.Logf("dead connection noticed, and dialled again, after %v", noticed.Round(time.Millisecond))
+	noticed := time.Since(heard)
+	t.Logf("dead connection noticed, and dialled again, %v after the last bytes the instance received (%v after the stall)",
+		noticed.Round(time.Millisecond), time.Since(stalled).Round(time.Millisecond))
+	if noticed > bound {
+		t.Errorf("the instance dialled again %v after the last bytes it received, want within %v", noticed.Round(time.Millisecond), bound)
+	}
 	if !strings.Contains(in.Proc().Tail(10), "keepalive") {
 		t.Errorf("the instance did not say the keepalive failed:\n%s", in.Proc().Tail(10))
 	}

@@ -274,14 +274,19 @@ func (r *Relay) DropTo(target string) int {
 // StallExisting black-holes every open connection for good: what each end
 // sends is dropped, nothing arrives, nothing is reset, as when a middlebox
 // forgets a connection. New connections flow. It returns how many it
-// stalled; each end of one ends when that end gives up on it, the other
-// end hearing nothing of it (or both at Partition(false)).
-func (r *Relay) StallExisting() int {
+// stalled, and when the relay last let bytes through to the client of any
+// of them (zero: never): the client's silence, which a keepalive counts,
+// began then, not at the stall. Each end of a stalled connection ends when
+// that end gives up on it, the other end hearing nothing of it (or both at
+// Partition(false)).
+func (r *Relay) StallExisting() (n int, heard time.Time) {
 	ls := r.snapshot()
 	for _, l := range ls {
-		l.stall()
+		if h := l.stall(); h.After(heard) {
+			heard = h
+		}
 	}
-	return len(ls)
+	return len(ls), heard
 }
 
 // Partition black-holes all traffic, on open and new connections alike,
@@ -470,6 +475,7 @@ type link struct {
 
 	mu      sync.Mutex
 	stalled bool
+	heard   time.Time          // when bytes were last let through to the client
 	streams map[uint32]*stream // h2c: what each stream is
 }
 
@@ -480,10 +486,29 @@ type stream struct {
 	workIDs []string // the units whose results a Complete or CompleteBatch posts
 }
 
-func (l *link) stall() {
+// stall black-holes the link and returns when bytes were last let through
+// to its client: once it returns, pass lets none through.
+func (l *link) stall() (heard time.Time) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.stalled = true
-	l.mu.Unlock()
+	return l.heard
+}
+
+// pass reports whether bytes for dst go through rather than being dropped
+// (the link stalled, or made during a partition); for the client, it notes
+// when. Bytes for the client are let through here, before the latency, so
+// the time noted is never later than their arrival.
+func (l *link) pass(dst net.Conn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stalled || dst == nil {
+		return false
+	}
+	if dst == l.client {
+		l.heard = time.Now()
+	}
+	return true
 }
 
 func (l *link) isStalled() bool {
@@ -570,7 +595,7 @@ func (l *link) pump(toServer bool) {
 
 // forward relays one chunk; false means the link must be reset.
 func (l *link) forward(dst net.Conn, p *h2parser, data []byte) bool {
-	if l.isStalled() || dst == nil {
+	if !l.pass(dst) {
 		return true // black-holed: dropped
 	}
 	if d := l.r.delay(); d > 0 {

@@ -291,7 +291,7 @@ func TestRelayBlackholesAndResets(t *testing.T) {
 		t.Fatalf("a new connection after the partition: %v", err)
 	}
 
-	if n := r.StallExisting(); n != 1 {
+	if n, _ := r.StallExisting(); n != 1 {
 		t.Fatalf("stalled %d connections, want 1", n)
 	}
 	if err := roundTrip(c, "six", 300*time.Millisecond); !isTimeout(err) {
@@ -423,7 +423,7 @@ func TestStalledConnectionsCloseIsNotPassedOn(t *testing.T) {
 	if _, err := io.ReadFull(server, buf); err != nil {
 		t.Fatal(err)
 	}
-	if n := r.StallExisting(); n != 1 {
+	if n, _ := r.StallExisting(); n != 1 {
 		t.Fatalf("stalled %d connections, want 1", n)
 	}
 	c.Close()
@@ -436,5 +436,66 @@ func TestStalledConnectionsCloseIsNotPassedOn(t *testing.T) {
 	_ = server.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := server.Read(buf); err == nil || isTimeout(err) {
 		t.Fatalf("the server's end once the partition healed: %v, want a reset", err)
+	}
+}
+
+// TestStallExistingSaysWhenTheClientLastHeardBytes: StallExisting returns
+// when the relay last let bytes through to the client of a connection it
+// stalls (where the client's keepalive starts counting), not when the
+// client last sent, nor the stall; bytes dropped after it change nothing.
+func TestStallExistingSaysWhenTheClientLastHeardBytes(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	r, err := NewRelay(ln.Addr().String(), false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	c := dial(t, r.Addr())
+	server := waittest.Recv(t, accepted, "the relay to connect to the server")
+	defer server.Close()
+	buf := make([]byte, 1)
+	if _, err := c.Write([]byte("q")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(server, buf); err != nil {
+		t.Fatal(err)
+	}
+	answered := time.Now() // the client's last bytes have passed
+	if _, err := server.Write([]byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, buf); err != nil {
+		t.Fatal(err)
+	}
+	read := time.Now()
+
+	n, heard := r.StallExisting()
+	if n != 1 {
+		t.Fatalf("stalled %d connections, want 1", n)
+	}
+	if heard.Before(answered) || heard.After(read) {
+		const at = "15:04:05.000000"
+		t.Fatalf("StallExisting says the client last heard bytes at %s, want when the server's answer passed (between %s and %s)", heard.Format(at), answered.Format(at), read.Format(at))
+	}
+	if _, err := server.Write([]byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if _, err := c.Read(buf); !isTimeout(err) {
+		t.Fatalf("a stalled connection's client read %v, want silence (a timeout)", err)
+	}
+	if _, again := r.StallExisting(); !again.Equal(heard) {
+		t.Fatalf("with the server's next bytes dropped, StallExisting says the client last heard bytes at %s, want %s", again.Format("15:04:05.000000"), heard.Format("15:04:05.000000"))
 	}
 }
