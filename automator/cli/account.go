@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -86,7 +88,23 @@ func cmdAccountCreate(ctx context.Context, args []string, env Env) error {
 		// than exit 0 with nothing saved.
 		return fmt.Errorf("account %q is created, but its profile could not be written (%w), and its token is nowhere else; get a new profile with `automator account rotate-token %s --data-dir %s --overlap 0`", name, err, name, *dir)
 	}
+	noteLoopbackProfile(env.Stderr, cfg.PublicURL, *dir)
 	return nil
+}
+
+// noteLoopbackProfile says on w when a profile's automator_url (the data
+// directory's public_url) is a loopback address: `init` without
+// --public-url writes https://localhost:8443, and a profile made from it
+// looks right until a proxy on another host dials itself. Such a profile
+// still serves a proxy on this host (a demo, a test), so it is a note, not
+// an error.
+func noteLoopbackProfile(w io.Writer, publicURL, dir string) {
+	host, err := config.PublicHost(publicURL)
+	if err != nil || config.RequireLoopback(net.JoinHostPort(host, "0")) != nil {
+		return
+	}
+	fmt.Fprintf(w, "automator: note: this profile's automator_url %s is a loopback address: only a proxy on this host reaches it. For proxies on other hosts, set public_url in %s to an address they reach, run `automator cert renew --data-dir %s` (the server certificate then names that host), restart serve, and give the profiles that automator_url\n",
+		publicURL, filepath.Join(dir, config.FileConfig), dir)
 }
 
 // Profile renders the proxy configuration for an account: the profile

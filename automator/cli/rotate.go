@@ -131,6 +131,7 @@ func rotateAccount(ctx context.Context, d accountAdmin, name string, rotateKey b
 		return fmt.Errorf("account %q is rotated, but its new profile could not be written (%w), and its new token is nowhere else; run `automator account %s %s --data-dir %s --overlap %v` again for another",
 			name, printErr, what, name, dir, overlap)
 	}
+	noteLoopbackProfile(env.Stderr, cfg.PublicURL, dir)
 	if overlap > 0 {
 		old := "the old token keeps"
 		if rotateKey {
