@@ -48,6 +48,13 @@ func (s *Server) OnPollLeft(f func(account, instance string, inFlight int)) {
 	s.hub.testHookLeft = f
 }
 
+// OnPollWindow makes each poll's window end when the channel f returns
+// for it is ready (f is told the poll's account, instance and window),
+// instead of after the window. Set it before the server serves polls.
+func (s *Server) OnPollWindow(f func(account, instance string, window time.Duration) <-chan time.Time) {
+	s.testHookWindow = f
+}
+
 // OnPurgePause makes PurgeEnded call f instead of waiting between two
 // batches, with how long it would have waited.
 func (s *Server) OnPurgePause(f func(ctx context.Context, d time.Duration) error) {

@@ -217,12 +217,16 @@ func TestUnitHandedToAPollThatLeftFailsAtOnceAndIsNeverGivenToAnother(t *testing
 // window ends while a unit is being stored as its claim; the poll waits for
 // it and answers with it instead of leaving it behind.
 //
-// Not parallel: the Submit must reach the store within the poll's 200 ms
-// window, which tests running beside it can make it miss.
+// The test ends the window (OnPollWindow), once the unit is held on its way
+// into the store: no timer can end it before the unit was handed to the
+// poll, however slowly the Submit arrives.
 func TestPollWhoseWindowEndsWhileItsUnitIsStoredAnswersWithIt(t *testing.T) {
+	t.Parallel()
 	gate := &gatedEnqueue{entered: make(chan struct{}), release: make(chan struct{})}
 	left := make(chan int, 1)
-	e := newEnv(t, envOptions{pollWindow: 200 * time.Millisecond,
+	windowEnds := make(chan time.Time)
+	e := newEnv(t, envOptions{pollWindow: time.Minute,
+		pollWindowEnds: func(string, string, time.Duration) <-chan time.Time { return windowEnds },
 		pollLeft: func(_, _ string, inFlight int) {
 			select {
 			case left <- inFlight: // the first: the test's poll
@@ -239,6 +243,7 @@ func TestPollWhoseWindowEndsWhileItsUnitIsStoredAnswersWithIt(t *testing.T) {
 	// The window ends with the unit still held in the store: the poll
 	// leaves the waiting list with one unit in flight, which it is to
 	// wait for.
+	close(windowEnds)
 	if n := waittest.Recv(t, left, "the poll's window to end while its unit is stored"); n != 1 {
 		t.Fatalf("the poll left with %d units in flight, want 1", n)
 	}

@@ -66,6 +66,9 @@ type envOptions struct {
 	quietConns bool
 	// pollLeft, when set, is the server's OnPollLeft hook.
 	pollLeft func(account, instance string, inFlight int)
+	// pollWindowEnds, when set, is the server's OnPollWindow hook: it
+	// ends the polls' windows in place of their timers.
+	pollWindowEnds func(account, instance string, window time.Duration) <-chan time.Time
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -138,6 +141,9 @@ func newEnv(t *testing.T, o envOptions) *env {
 	e.srv = srv
 	if o.pollLeft != nil {
 		srv.OnPollLeft(o.pollLeft)
+	}
+	if o.pollWindowEnds != nil {
+		srv.OnPollWindow(o.pollWindowEnds)
 	}
 
 	ca, err := pki.NewCA("test CA", time.Now())

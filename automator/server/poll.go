@@ -174,6 +174,10 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 	}
 	timer := time.NewTimer(window)
 	defer timer.Stop()
+	windowEnds := timer.C
+	if hook := s.testHookWindow; hook != nil {
+		windowEnds = hook(account, req.GetInstanceId(), window)
+	}
 	var retell *time.Timer
 	defer func() {
 		if retell != nil {
@@ -231,7 +235,7 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 			}
 			w.rearm()
 			continue
-		case <-timer.C:
+		case <-windowEnds:
 		case <-s.shutdown:
 		case <-ctx.Done():
 			return nil, status.FromContextError(ctx.Err()).Err()

@@ -171,6 +171,10 @@ type Server struct {
 	kickAt   time.Time     // the earliest deadline kicked and not yet taken
 	shutdown chan struct{} // closed by Shutdown: polls and waits return
 	stopOnce sync.Once
+
+	// testHookWindow, when set (tests), ends each poll's window of d when
+	// the channel it returns for that poll is ready, in place of a timer.
+	testHookWindow func(account, instance string, d time.Duration) <-chan time.Time
 }
 
 // New builds a Server. Call Run to start its sweeper.
