@@ -662,24 +662,41 @@ func TestAuditLogRecordsCallsWithoutSecrets(t *testing.T) {
 // with a previous token returns, having claimed nothing, when the token's
 // overlap window ends, though its poll window is longer; the next poll is
 // refused.
+//
+// The clock is injected and stands still until the test moves it: the poll
+// is inside the overlap however long it takes to arrive, and its window is
+// what is left of the overlap then, which its answer states.
 func TestPollWithAPreviousTokenEndsWithItsWindow(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOptions{pollWindow: time.Minute})
+	const overlap = 500 * time.Millisecond
+	clock := newFakeClock()
+	e := newEnv(t, envOptions{pollWindow: time.Hour, clock: clock})
 	oldProxy := e.proxyClient()
 	newToken, _ := crypto.NewToken("opt_")
 	if _, err := e.store.AccountRotate(context.Background(), store.AccountRotateParams{
-		Name: e.account, TokenHash: crypto.HashToken(newToken), PreviousUntil: time.Now().Add(500 * time.Millisecond), Now: time.Now(),
+		Name: e.account, TokenHash: crypto.HashToken(newToken), PreviousUntil: clock.Now().Add(overlap), Now: clock.Now(),
 	}); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	resp, err := oldProxy.Poll(context.Background(), &automatorv1.PollRequest{InstanceId: "old", MaxUnits: 1, Wait: durationpb.New(time.Minute)})
-	if err != nil || len(resp.GetClaims()) != 0 {
-		t.Fatalf("poll with the previous token: %v, %d claims; want an empty answer", err, len(resp.GetClaims()))
+	// The overlap's end as stored, to the store's precision.
+	old, err := e.store.AccountGetByToken(context.Background(), store.AccountGetByTokenParams{TokenHash: crypto.HashToken(e.token), Now: clock.Now()})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if el := time.Since(start); el > 30*time.Second {
-		t.Fatalf("the poll with the previous token lasted %v, not ending with the token's window", el)
+	left := old.PreviousTokenUntil.Sub(clock.Now())
+	if left <= 0 || left > overlap {
+		t.Fatalf("the stored overlap ends %v from now, want within (0, %v]", left, overlap)
 	}
+	// Its poll window (a minute, as asked) is far longer than the bound
+	// the test waits for the answer.
+	r := waittest.Recv(t, pollAsync(t.Context(), oldProxy, "old", 1), "the poll with the previous token to end with the token's overlap window")
+	if r.err != nil || len(r.resp.GetClaims()) != 0 {
+		t.Fatalf("poll with the previous token: %v, %d claims; want an empty answer", r.err, len(r.resp.GetClaims()))
+	}
+	if got := r.resp.GetWait().AsDuration(); got != left {
+		t.Fatalf("the poll with the previous token waited %v, want what was left of the token's overlap window, %v", got, left)
+	}
+	clock.Advance(overlap)
 	submitScript(t, e.callerClient(), e.account, "x.sh", time.Minute)
 	if _, err := pollNow(oldProxy, "old", 1); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("poll with the expired token: %v, want Unauthenticated", err)
