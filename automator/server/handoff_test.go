@@ -22,7 +22,7 @@ import (
 // awaitWaiting returns once n polls of the account wait for work.
 func (e *env) awaitWaiting(n int) {
 	e.t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); e.srv.WaitingPolls(e.account) != n; {
+	for deadline := time.Now().Add(waittest.Bound); e.srv.WaitingPolls(e.account) != n; {
 		if time.Now().After(deadline) {
 			e.t.Fatalf("%d polls waiting, want %d", e.srv.WaitingPolls(e.account), n)
 		}
@@ -183,11 +183,7 @@ func TestUnitHandedToAPollThatLeftFailsAtOnceAndIsNeverGivenToAnother(t *testing
 
 	submitted := make(chan *automatorv1.WorkStatus, 1)
 	go func() { submitted <- submit(t, api, e.account, time.Hour) }()
-	select {
-	case <-gate.entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the unit was not stored as the waiting poll's claim")
-	}
+	waittest.Recv(t, gate.entered, "the unit to be stored as the waiting poll's claim")
 	leave()
 	if r := waittest.Recv(t, polled, "the poll that left to end"); status.Code(r.err) != codes.Canceled {
 		t.Fatalf("the poll that left: %v, want Canceled", r.err)
@@ -272,11 +268,7 @@ func TestUnitsQueuedTogetherGoToOneWaitingPoll(t *testing.T) {
 	submitted := make(chan *automatorv1.WorkStatus, 3)
 	for range 3 {
 		go func() { submitted <- submit(t, api, e.account, time.Minute) }()
-		select {
-		case <-gate.entered:
-		case <-time.After(10 * time.Second):
-			t.Fatal("a unit was not stored as a waiting poll's claim")
-		}
+		waittest.Recv(t, gate.entered, "each unit to be stored as a waiting poll's claim")
 	}
 	close(gate.release)
 	by := map[string]int{}
@@ -321,13 +313,7 @@ func newGatedClaimEnv(t *testing.T, clock server.Clock) (*env, *gatedClaim) {
 // heldClaim returns how many units the claim now held asks for.
 func (g *gatedClaim) heldClaim(t *testing.T) int {
 	t.Helper()
-	select {
-	case n := <-g.entered:
-		return n
-	case <-time.After(10 * time.Second):
-		t.Fatal("no claim reached the store")
-		return 0
-	}
+	return waittest.Recv(t, g.entered, "a claim to reach the store")
 }
 
 func claimIDs(r pollResult) []string {

@@ -176,11 +176,7 @@ func TestPollWokenThatCannotTakePassesTheWakeUpOn(t *testing.T) {
 	if st.GetState() != automatorv1.State_STATE_QUEUED {
 		t.Fatalf("the unit is %v by %q, want queued", st.GetState(), st.GetInstanceId())
 	}
-	select {
-	case <-lookups.entered: // the old poll, woken, looks its token up
-	case <-time.After(10 * time.Second):
-		t.Fatal("the old poll did not look its token up again")
-	}
+	waittest.Recv(t, lookups.entered, "the old poll, woken, to look its token up again")
 	clock.Advance(2 * time.Hour) // before it claims, the overlap ends
 	lookups.hold.Store(false)
 	close(lookups.release)

@@ -17,6 +17,7 @@ import (
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/internal/grpcwire"
 	"github.com/opsgate/opsgate/internal/loglimit"
+	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -129,8 +130,8 @@ func TestASweepThatGetsNoAnswerIsGivenUp(t *testing.T) {
 		wrap: func(st store.Store) store.Store { u.Store = st; return u }})
 	select {
 	case <-u.again:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%d expiries in 10 s; want a second one once the first, unanswered, was given up", u.expiries.Load())
+	case <-time.After(waittest.Bound):
+		t.Fatalf("%d expiries in %v; want a second one once the first, unanswered, was given up", u.expiries.Load(), waittest.Bound)
 	}
 }
 

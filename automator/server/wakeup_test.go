@@ -46,11 +46,7 @@ func newClaimHeldAfter(instance string) *claimHeldAfter {
 // held returns once the claim of its instance is held.
 func (g *claimHeldAfter) held(t *testing.T) {
 	t.Helper()
-	select {
-	case <-g.entered:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("no claim of %s reached the store", g.instance)
-	}
+	waittest.Recv(t, g.entered, "a claim of "+g.instance+" to reach the store")
 }
 
 // announceWhileHeld polls as the gate's instance through px, holds that
