@@ -137,12 +137,13 @@ func TestASweepThatGetsNoAnswerIsGivenUp(t *testing.T) {
 
 // TestFullDiskIsLoggedWithinABound: callers queueing work on a full disk
 // are each refused, but the log has at most loglimit.DefaultLines lines of
-// them a minute, not one per call.
+// them a minute, not one per call. The clock is injected and stands
+// still: the calls fall within one minute however long they take.
 func TestFullDiskIsLoggedWithinABound(t *testing.T) {
 	t.Parallel()
 	var log syncLog
 	full := &fullDisk{third: make(chan time.Time, 1)}
-	e := newEnv(t, envOptions{log: &log, sweepInterval: time.Hour, wrap: func(st store.Store) store.Store { full.Store = st; return full }})
+	e := newEnv(t, envOptions{log: &log, clock: newFakeClock(), sweepInterval: time.Hour, wrap: func(st store.Store) store.Store { full.Store = st; return full }})
 	const calls = loglimit.DefaultLines + 10
 	for range calls {
 		_, err := e.callerClient().Submit(t.Context(), &automatorv1.ExecuteRequest{Account: e.account,

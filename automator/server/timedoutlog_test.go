@@ -12,11 +12,14 @@ import (
 
 // TestTimeoutsAreLoggedWithinABound: units timing out (no proxy polls,
 // callers keep queueing) write at most loglimit.DefaultLines lines a
-// minute, not one each; every one still ends timed_out.
+// minute, not one each; every one still ends timed_out. The clock is
+// injected: the units all time out within one minute of it, however long
+// queueing them takes.
 func TestTimeoutsAreLoggedWithinABound(t *testing.T) {
 	t.Parallel()
 	var log syncLog
-	e := newEnv(t, envOptions{log: &log, sweepInterval: 50 * time.Millisecond})
+	clock := newFakeClock()
+	e := newEnv(t, envOptions{log: &log, clock: clock, sweepInterval: 50 * time.Millisecond})
 	c := e.callerClient()
 	const units = loglimit.DefaultLines + 10
 	var ids []string
@@ -28,6 +31,7 @@ func TestTimeoutsAreLoggedWithinABound(t *testing.T) {
 		}
 		ids = append(ids, w.GetWorkId())
 	}
+	clock.Advance(time.Second) // past every deadline
 	for _, id := range ids {
 		w, err := c.Wait(t.Context(), &automatorv1.WaitRequest{WorkId: id})
 		if err != nil {
