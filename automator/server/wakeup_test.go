@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/crypto"
 	"github.com/opsgate/opsgate/internal/waittest"
@@ -68,15 +69,18 @@ func (g *claimHeldAfter) announceWhileHeld(t *testing.T, e *env, px automatorv1.
 }
 
 // TestWakeUpPassesOverAPollThatCannotTake: the oldest waiting poll, whose
-// previous token's overlap has ended, claims nothing; a unit queued is
-// announced to the next poll, which claims it at once, not at the end of
-// a window. The clock is injected.
+// previous token's overlap has ended, claims nothing; a unit another
+// replica queued, which reaches this one only as its announcement, goes to
+// the next waiting poll, which claims it at once, not at the end of a
+// window (none ends here). Both polls are parked before the announcement,
+// so only a wake-up that passes over the first reaches the second: the hub
+// skipping it, or the first poll, woken, passing the wake-up on (without
+// both, the test fails). The clock is injected.
 func TestWakeUpPassesOverAPollThatCannotTake(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
-	gate := newClaimHeldAfter("new")
-	e := newEnv(t, envOptions{pollWindow: time.Minute, clock: clock, pollWindowEnds: windowsNeverEnd,
-		wrap: func(st store.Store) store.Store { gate.Store = st; return gate }})
+	b := newRecordingBroadcaster()
+	e := newEnv(t, envOptions{pollWindow: time.Minute, clock: clock, pollWindowEnds: windowsNeverEnd, broadcaster: b})
 	newToken, _ := crypto.NewToken("opt_")
 	if _, err := e.store.AccountRotate(context.Background(), store.AccountRotateParams{
 		Name: e.account, TokenHash: crypto.HashToken(newToken), PreviousUntil: clock.Now().Add(time.Hour), Now: clock.Now(),
@@ -85,13 +89,23 @@ func TestWakeUpPassesOverAPollThatCannotTake(t *testing.T) {
 	}
 	pollAsync(t.Context(), e.proxyClient(), "old", 1)
 	e.awaitWaiting(1)
-	clock.Advance(time.Hour) // the old token's overlap ends; its poll waits on
+	polled := pollAsync(t.Context(), automatorv1.NewProxyServiceClient(e.conn(newToken)), "new", 1)
+	e.awaitWaiting(2)
+	// The old token's overlap ends; its poll waits on. Both connections
+	// are as long silent (the clock is the listener's too), so neither
+	// poll is passed over for having gone quiet (hub.quietAfter).
+	clock.Advance(time.Hour)
 
-	// The new poll is registered, its claim made and held: a unit queued
-	// now cannot be handed to it, only announced.
-	st, polled := gate.announceWhileHeld(t, e, automatorv1.NewProxyServiceClient(e.conn(newToken)))
+	// Another replica queues a unit: this one learns of it by its
+	// announcement alone.
+	now := clock.Now()
+	if _, err := e.store.WorkEnqueue(t.Context(), store.WorkEnqueueParams{ID: "w_elsewhere", Account: e.account, KeyID: 1,
+		SealedCommand: []byte("sealed"), Now: now, Deadline: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	b.incoming <- server.Event{Kind: server.EventWorkQueued, Account: e.account}
 	r := waittest.Recv(t, polled, "the poll that can take the unit to answer with it")
-	if r.err != nil || len(r.resp.GetClaims()) != 1 || r.resp.GetClaims()[0].GetWorkId() != st.GetWorkId() {
-		t.Fatalf("the poll that can take: %v, %v; want unit %s as it is queued", r.err, r.resp.GetClaims(), st.GetWorkId())
+	if r.err != nil || len(r.resp.GetClaims()) != 1 || r.resp.GetClaims()[0].GetWorkId() != "w_elsewhere" {
+		t.Fatalf("the poll that can take: %v, %v; want unit w_elsewhere, announced", r.err, r.resp.GetClaims())
 	}
 }
