@@ -141,6 +141,13 @@ type DashboardSessionEndParams struct {
 	// Expires is when the session would have ended anyway: past it the
 	// record is no longer needed, and DashboardSessionPurge may delete it.
 	Expires time.Time
+	// Audit, when set, is appended to the audit log in the same
+	// transaction as the record of the sign-out, so that no session is
+	// ended without its record, nor a record written of a sign-out not
+	// made. It is not appended when the session was already ended: a
+	// second sign-out of it changes nothing. DashboardSessionEndList
+	// leaves it unset.
+	Audit *AuditEvent
 }
 
 type DashboardSessionPurgeParams struct {

@@ -745,8 +745,9 @@ type Store interface {
 	// these records let every replica sharing the database refuse it once
 	// it was signed out.
 
-	// DashboardSessionEnd records that session p.ID was signed out. Ending
-	// it again changes nothing.
+	// DashboardSessionEnd records that session p.ID was signed out, with
+	// p.Audit in the same transaction. Ending it again changes nothing and
+	// appends no second record.
 	DashboardSessionEnd(ctx context.Context, p DashboardSessionEndParams) error
 	// DashboardSessionEnded reports whether session id was signed out (and
 	// its record not purged yet).

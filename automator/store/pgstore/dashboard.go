@@ -12,8 +12,24 @@ import (
 )
 
 func (s *Store) DashboardSessionEnd(ctx context.Context, p store.DashboardSessionEndParams) error {
-	_, err := s.sentExec(ctx, `INSERT INTO dashboard_sessions_ended (id, expires_at) VALUES ($1, $2)
+	var err error
+	if p.Audit == nil {
+		_, err = s.sentExec(ctx, `INSERT INTO dashboard_sessions_ended (id, expires_at) VALUES ($1, $2)
 ON CONFLICT (id) DO NOTHING`, p.ID, p.Expires)
+	} else {
+		err = s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			tag, err := tx.Exec(ctx, `INSERT INTO dashboard_sessions_ended (id, expires_at) VALUES ($1, $2)
+ON CONFLICT (id) DO NOTHING`, p.ID, p.Expires)
+			if err != nil {
+				return err
+			}
+			// Ended already: nothing changed, so nothing to record.
+			if tag.RowsAffected() == 0 {
+				return nil
+			}
+			return appendAudit(ctx, tx, p.Audit)
+		})
+	}
 	if err != nil {
 		// Never print the id: it names a session.
 		return fmt.Errorf("recording a dashboard sign-out: %w", err)

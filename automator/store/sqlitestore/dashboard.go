@@ -12,9 +12,16 @@ import (
 
 func (s *Store) DashboardSessionEnd(ctx context.Context, p store.DashboardSessionEndParams) error {
 	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO dashboard_sessions_ended (id, expires_at) VALUES (?, ?)
+		res, err := tx.ExecContext(ctx, `INSERT INTO dashboard_sessions_ended (id, expires_at) VALUES (?, ?)
 ON CONFLICT (id) DO NOTHING`, p.ID, toNanos(p.Expires))
-		return err
+		if err != nil {
+			return err
+		}
+		// Ended already: nothing changed, so nothing to record.
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return err
+		}
+		return appendAudit(ctx, tx, p.Audit)
 	})
 	if err != nil {
 		// Never print the id: it names a session.

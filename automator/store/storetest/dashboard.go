@@ -11,6 +11,8 @@ import (
 var dashboardCases = []testCase{
 	{"DashboardSessionEndIsSeenUntilPurgedPastItsExpiry", testDashboardSessionEnd},
 	{"DashboardSessionEndListHasTheSignOutsOfSessionsExpiringAfterACut", testDashboardSessionEndList},
+	{"ASignOutAppendsItsAuditEventOnlyWhenItEndsTheSession", testSignOutAppendsAudit},
+	{"ASignOutWhoseAuditEventFailsDoesNotEndTheSession", testSignOutWithFailingAudit},
 }
 
 func (f *fixture) sessionEnded(id string) bool {
@@ -117,4 +119,61 @@ func testDashboardSessionEndList(f *fixture) {
 	// A purged record is no longer listed.
 	f.purgeSessions(at(90 * time.Minute))
 	want(time.Time{}, "after purging before 90m", "a@2h0m0s", "b@2h0m0s", "late@12h0m0s")
+}
+
+// signOutEvent is the audit event of a sign-out of session id.
+func signOutEvent(id string) *store.AuditEvent {
+	return &store.AuditEvent{At: at(time.Minute), Kind: store.AuditDashboardSignOut, Actor: "apikey:k-1", Source: "browser", Detail: id}
+}
+
+// testSignOutAppendsAudit: a sign-out appends its event with the record
+// of the session's end; a second sign-out of the same session changes
+// nothing, so it appends nothing either.
+func testSignOutAppendsAudit(f *fixture) {
+	end := func(id string) {
+		f.t.Helper()
+		if err := f.s.DashboardSessionEnd(f.ctx, store.DashboardSessionEndParams{ID: id, Expires: at(12 * time.Hour), Audit: signOutEvent(id)}); err != nil {
+			f.t.Fatalf("DashboardSessionEnd(%q): %v", id, err)
+		}
+	}
+	end("s-1")
+	end("s-1")
+	end("s-2")
+	f.wantSessionsEnded(map[string]bool{"s-1": true, "s-2": true}, "after three sign-outs of two sessions")
+	got, err := f.s.AuditList(f.ctx, store.AuditListParams{Limit: 100})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var details []string
+	for _, e := range got {
+		details = append(details, e.Detail)
+		if w := signOutEvent(e.Detail); e.Kind != w.Kind || e.Actor != w.Actor || e.Source != w.Source || !e.At.Equal(w.At) {
+			f.t.Errorf("audit event %+v, want %+v", e, w)
+		}
+	}
+	if want := []string{"s-1", "s-2"}; !slices.Equal(details, want) {
+		f.t.Errorf("the audit log records the sign-outs of %v, want %v (one per session ended)", details, want)
+	}
+}
+
+// testSignOutWithFailingAudit: an event the store refuses to append (it
+// has no kind) fails the sign-out, and the session is not ended.
+func testSignOutWithFailingAudit(f *fixture) {
+	bad := &store.AuditEvent{At: at(time.Minute), Actor: "apikey:k-1", Detail: "no kind"}
+	err := f.s.DashboardSessionEnd(f.ctx, store.DashboardSessionEndParams{ID: "s-1", Expires: at(12 * time.Hour), Audit: bad})
+	if err == nil {
+		f.t.Errorf("DashboardSessionEnd with an event that fails succeeded")
+	}
+	f.wantSessionsEnded(map[string]bool{"s-1": false}, "after a sign-out whose event failed")
+	if n := f.auditLen(); n != 0 {
+		f.t.Errorf("the audit log holds %d events, want none", n)
+	}
+	// The session can be signed out of once the event can be written.
+	if err := f.s.DashboardSessionEnd(f.ctx, store.DashboardSessionEndParams{ID: "s-1", Expires: at(12 * time.Hour), Audit: signOutEvent("s-1")}); err != nil {
+		f.t.Fatalf("DashboardSessionEnd after the failed one: %v", err)
+	}
+	f.wantSessionsEnded(map[string]bool{"s-1": true}, "after signing out again")
+	if n := f.auditLen(); n != 1 {
+		f.t.Errorf("the audit log holds %d events, want the one sign-out", n)
+	}
 }
