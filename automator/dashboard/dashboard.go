@@ -67,11 +67,14 @@ type Opener interface {
 
 // SignIns records sign-ins and sign-outs in the audit log (server.Server
 // does). SignInFailed is told of a refused one; limited: the address has
-// spent its budget of failures; refuse until retry has passed.
+// spent its budget of failures; refuse until retry has passed. SignedIn
+// writes the record of a sign-in before its session is issued: an error
+// refuses the sign-in. SignOutEvent is the record of a sign-out, written
+// with it (store.DashboardSessionEndParams.Audit).
 type SignIns interface {
 	SignInFailed(ctx context.Context, source, why string) (retry time.Duration, limited bool)
-	SignedIn(ctx context.Context, source, keyID string)
-	SignedOut(ctx context.Context, source, keyID string)
+	SignedIn(ctx context.Context, source, keyID string) error
+	SignOutEvent(source, keyID string) store.AuditEvent
 }
 
 // Options configure New.
@@ -84,8 +87,9 @@ type Options struct {
 	// PollWindow is the automator's poll window: an instance that has not
 	// polled within server.InstanceOnlineWithin of it is offline.
 	PollWindow time.Duration
-	// SignIns, when set, is told of each sign-in and sign-out (the
-	// server: audited), and of each sign-in refused for a wrong or revoked
+	// SignIns, when set, records each sign-in and sign-out in the audit
+	// log (the server), neither made unless its record is written, and is
+	// told of each sign-in refused for a wrong or revoked
 	// API key (audited, and counted against the address's budget of failed
 	// authentications, as a refused call is).
 	SignIns SignIns

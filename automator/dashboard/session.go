@@ -267,6 +267,15 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusInternalServerError, "The automator could not make a session; see its log.")
 		return
 	}
+	// The record of the sign-in is written before its session is issued:
+	// a sign-in the audit log does not hold is not made.
+	if d.o.SignIns != nil {
+		if err := d.o.SignIns.SignedIn(r.Context(), remoteHost(r), k.ID); err != nil {
+			d.log.Error("dashboard sign-in: writing it to the audit log", "api_key", k.ID, "peer", r.RemoteAddr, "err", err)
+			fail(http.StatusServiceUnavailable, "The audit log did not take the record of this sign-in, so you are not signed in; try again.")
+			return
+		}
+	}
 	now := d.o.Now()
 	s := session{ID: id, KeyID: k.ID, Hash: hex.EncodeToString(h), Expires: now.Add(d.o.SessionTTL).Unix()}
 	http.SetCookie(w, &http.Cookie{
@@ -279,16 +288,15 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 		SameSite: http.SameSiteStrictMode,
 	})
 	d.log.Info("dashboard sign-in", "api_key", k.ID, "peer", r.RemoteAddr)
-	if d.o.SignIns != nil {
-		d.o.SignIns.SignedIn(r.Context(), remoteHost(r), k.ID)
-	}
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
-// logout ends the session for good: its id is recorded in the store, so
-// every replica sharing it refuses the cookie from then on, a copy of it
-// included, and the browser's cookie is cleared. If the store does not
-// answer, nothing is cleared: the visitor is told and may sign out again.
+// logout ends the session for good: its id is recorded in the store, with
+// the sign-out's audit record in the same write, so every replica sharing
+// it refuses the cookie from then on, a copy of it included, and the
+// browser's cookie is cleared. If the store does not answer or cannot
+// write the audit record, nothing is ended or cleared: the visitor is told
+// and may sign out again.
 func (d *Dashboard) logout(w http.ResponseWriter, r *http.Request) {
 	if !d.sameOrigin(r) {
 		http.Error(w, "cross-origin sign-out refused", http.StatusForbidden)
@@ -297,16 +305,20 @@ func (d *Dashboard) logout(w http.ResponseWriter, r *http.Request) {
 	if c, err := r.Cookie(cookieName); err == nil {
 		// A cookie that is forged or expired is no session to end.
 		if s, err := d.decode(c.Value, d.o.Now()); err == nil {
-			if err := d.o.Store.DashboardSessionEnd(r.Context(), store.DashboardSessionEndParams{ID: s.ID, Expires: time.Unix(s.Expires, 0)}); err != nil {
-				d.log.Error("dashboard sign-out: recording it", "err", err)
+			p := store.DashboardSessionEndParams{ID: s.ID, Expires: time.Unix(s.Expires, 0)}
+			if d.o.SignIns != nil {
+				e := d.o.SignIns.SignOutEvent(remoteHost(r), s.KeyID)
+				p.Audit = &e
+			}
+			// The sign-out and its audit record are one write: either
+			// both are made or neither, and the session stays valid.
+			if err := d.o.Store.DashboardSessionEnd(r.Context(), p); err != nil {
+				d.log.Error("dashboard sign-out: recording it", "api_key", s.KeyID, "peer", r.RemoteAddr, "err", err)
 				d.render(w, r, http.StatusServiceUnavailable, "error", http.StatusText(http.StatusServiceUnavailable), "", nil,
-					"The store did not answer, so your session is not ended yet; sign out again.")
+					"The store did not record the sign-out (nor its audit record), so you are still signed in; sign out again.")
 				return
 			}
 			d.log.Info("dashboard sign-out", "api_key", s.KeyID, "peer", r.RemoteAddr)
-			if d.o.SignIns != nil {
-				d.o.SignIns.SignedOut(r.Context(), remoteHost(r), s.KeyID)
-			}
 		}
 	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: Prefix, MaxAge: -1, HttpOnly: true,

@@ -250,15 +250,20 @@ func (s *Server) SignInFailed(ctx context.Context, source, why string) (retry ti
 }
 
 // SignedIn records a sign-in to the dashboard with API key keyID from
-// source (the client's address) in the audit log.
-func (s *Server) SignedIn(ctx context.Context, source, keyID string) {
-	s.record(ctx, store.AuditEvent{At: s.clock.Now(), Kind: store.AuditDashboardSignIn, Actor: "apikey:" + keyID, Source: clip(source)})
+// source (the client's address) in the audit log. An error: the record was
+// not written, and the sign-in is to be refused (no session issued), as an
+// administrative change whose record cannot be written is not made.
+func (s *Server) SignedIn(ctx context.Context, source, keyID string) error {
+	_, err := s.store.AuditAppend(ctx, store.AuditEvent{At: s.clock.Now(), Kind: store.AuditDashboardSignIn, Actor: "apikey:" + keyID, Source: clip(source)})
+	return err
 }
 
-// SignedOut records a sign-out of a dashboard session made with API key
-// keyID, from source, in the audit log.
-func (s *Server) SignedOut(ctx context.Context, source, keyID string) {
-	s.record(ctx, store.AuditEvent{At: s.clock.Now(), Kind: store.AuditDashboardSignOut, Actor: "apikey:" + keyID, Source: clip(source)})
+// SignOutEvent is the audit record of a sign-out of a dashboard session
+// made with API key keyID, from source: the dashboard passes it with the
+// sign-out (store.DashboardSessionEndParams.Audit), so the session ends
+// only with its record.
+func (s *Server) SignOutEvent(source, keyID string) store.AuditEvent {
+	return store.AuditEvent{At: s.clock.Now(), Kind: store.AuditDashboardSignOut, Actor: "apikey:" + keyID, Source: clip(source)}
 }
 
 // failedFrom counts a failed authentication of what (a method, the
