@@ -390,16 +390,16 @@ func TestConnectProxyTunnelsOnlyToItsRoutes(t *testing.T) {
 	}
 }
 
-// TestStalledConnectionsCloseIsNotPassedOn: when one end gives up on a
-// stalled connection, the other end hears nothing of it (a middlebox that
-// forgot the connection drops the close as it drops data), until the
-// partition heals and the relay resets it.
-func TestStalledConnectionsCloseIsNotPassedOn(t *testing.T) {
+// relayedConn connects a client through a new relay to a listener of its
+// own: the relay, the client's end and the server's end, all closed when
+// the test ends.
+func relayedConn(t *testing.T) (r *Relay, client, server net.Conn) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
 	accepted := make(chan net.Conn, 1)
 	go func() {
 		c, err := ln.Accept()
@@ -407,14 +407,23 @@ func TestStalledConnectionsCloseIsNotPassedOn(t *testing.T) {
 			accepted <- c
 		}
 	}()
-	r, err := NewRelay(ln.Addr().String(), false, nil)
+	r, err = NewRelay(ln.Addr().String(), false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
-	c := dial(t, r.Addr())
-	server := waittest.Recv(t, accepted, "the relay to connect to the server")
-	defer server.Close()
+	t.Cleanup(r.Close)
+	client = dial(t, r.Addr())
+	server = waittest.Recv(t, accepted, "the relay to connect to the server")
+	t.Cleanup(func() { server.Close() })
+	return r, client, server
+}
+
+// TestStalledConnectionsCloseIsNotPassedOn: when one end gives up on a
+// stalled connection, the other end hears nothing of it (a middlebox that
+// forgot the connection drops the close as it drops data), until the
+// partition heals and the relay resets it.
+func TestStalledConnectionsCloseIsNotPassedOn(t *testing.T) {
+	r, c, server := relayedConn(t)
 	// Once a byte has gone through, the relay holds the connection.
 	buf := make([]byte, 1)
 	if _, err := c.Write([]byte("x")); err != nil {
@@ -444,26 +453,7 @@ func TestStalledConnectionsCloseIsNotPassedOn(t *testing.T) {
 // stalls (where the client's keepalive starts counting), not when the
 // client last sent, nor the stall; bytes dropped after it change nothing.
 func TestStallExistingSaysWhenTheClientLastHeardBytes(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			accepted <- c
-		}
-	}()
-	r, err := NewRelay(ln.Addr().String(), false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	c := dial(t, r.Addr())
-	server := waittest.Recv(t, accepted, "the relay to connect to the server")
-	defer server.Close()
+	r, c, server := relayedConn(t)
 	buf := make([]byte, 1)
 	if _, err := c.Write([]byte("q")); err != nil {
 		t.Fatal(err)
