@@ -32,8 +32,18 @@ type proc struct {
 }
 
 type watch struct {
-	substr string
-	c      chan struct{}
+	substrs []string
+	c       chan struct{}
+}
+
+// holdsAll reports whether line holds every one of substrs.
+func holdsAll(line string, substrs []string) bool {
+	for _, s := range substrs {
+		if !strings.Contains(line, s) {
+			return false
+		}
+	}
+	return true
 }
 
 // startProc starts path with args; extraEnv replaces variables of the
@@ -120,7 +130,7 @@ func (p *proc) line(l string) {
 	p.lines = append(p.lines, l)
 	kept := p.watches[:0]
 	for _, w := range p.watches {
-		if strings.Contains(l, w.substr) {
+		if holdsAll(l, w.substrs) {
 			close(w.c)
 		} else {
 			kept = append(kept, w)
@@ -130,29 +140,33 @@ func (p *proc) line(l string) {
 }
 
 // Watch returns a channel closed when the process writes a line holding
-// substr from now on.
-func (p *proc) Watch(substr string) <-chan struct{} {
+// substr (and each of more) from now on.
+func (p *proc) Watch(substr string, more ...string) <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	w := &watch{substr: substr, c: make(chan struct{})}
+	w := &watch{substrs: append([]string{substr}, more...), c: make(chan struct{})}
 	p.watches = append(p.watches, w)
 	return w.c
 }
 
 // Seen returns a channel closed once the process has written a line
-// holding substr, already or from now on: for what a process just started
-// may say before the caller gets to watch for it.
-func (p *proc) Seen(substr string) <-chan struct{} {
+// holding substr (and each of more), already or from now on: for what a
+// process just started may say before the caller gets to watch for it.
+// The whole line is matched, wherever it is in the log: a child's log
+// may hold many lines of gRPC's own (GRPC_GO_LOG_SEVERITY_LEVEL=info)
+// after it.
+func (p *proc) Seen(substr string, more ...string) <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	substrs := append([]string{substr}, more...)
 	c := make(chan struct{})
 	for _, l := range p.lines {
-		if strings.Contains(l, substr) {
+		if holdsAll(l, substrs) {
 			close(c)
 			return c
 		}
 	}
-	p.watches = append(p.watches, &watch{substr: substr, c: c})
+	p.watches = append(p.watches, &watch{substrs: substrs, c: c})
 	return c
 }
 

@@ -5,7 +5,6 @@ package chaos
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -68,8 +67,9 @@ func TestSpooledResultSurvivesProxyKill(t *testing.T) {
 		t.Errorf("the result was accepted at %v, not before the deadline %v", st.GetFinishedAt().AsTime(), st.GetDeadline().AsTime())
 	}
 	t.Logf("the spooled result was accepted %v after the restart", st.GetFinishedAt().AsTime().Sub(resumed).Round(time.Millisecond))
-	if !strings.Contains(in.Proc().Tail(20), "posting results kept in the spool by an earlier run") {
-		t.Errorf("the restarted instance did not say it posts from its spool:\n%s", in.Proc().Tail(20))
+	// Its own line, wherever it is in its log (gRPC's may follow it).
+	if err := await(in.Proc(), in.Proc().Seen("posting results kept in the spool by an earlier run"), 10*time.Second); err != nil {
+		t.Errorf("the restarted instance did not say it posts from its spool: %v", err)
 	}
 	proctest.WaitFor(t, 10*time.Second, "the posted result to leave the spool", func() bool { _, err := os.Stat(spooled); return os.IsNotExist(err) })
 	runs := 0
