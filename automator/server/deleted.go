@@ -59,7 +59,7 @@ func (s *Server) watchDeletions(ctx context.Context) {
 func (s *Server) checkDeletions(ctx context.Context, seen map[string]store.AccountDeletion) {
 	since := s.clock.Now().Add(-deletionLookBack)
 	mark := s.databaseMark()
-	sctx, cancel := context.WithTimeout(ctx, s.sweepTimeout)
+	sctx, cancel := s.sweepContext(ctx)
 	defer cancel()
 	ds, err := s.store.AccountDeletions(sctx, since)
 	err = s.unanswered(ctx, sctx, err)
@@ -100,7 +100,7 @@ func (s *Server) checkDeletions(ctx context.Context, seen map[string]store.Accou
 // every account ever deleted kept its entries, and its series in /metrics,
 // until the automator restarted.
 func (s *Server) accountGone(ctx context.Context, name string) {
-	gctx, cancel := context.WithTimeout(ctx, s.sweepTimeout)
+	gctx, cancel := s.sweepContext(ctx)
 	defer cancel()
 	if _, err := s.store.AccountGet(gctx, name); !errors.Is(err, store.ErrNotFound) {
 		// The name is an account again, or the store did not answer:
@@ -183,7 +183,7 @@ func (s *Server) accountDeleted(ctx context.Context, d store.AccountDeletion) {
 // no answer would stop the watch until the operating system gives the
 // connection up.
 func (s *Server) listUnits(ctx context.Context, p store.WorkListParams) ([]store.Work, error) {
-	lctx, cancel := context.WithTimeout(ctx, s.sweepTimeout)
+	lctx, cancel := s.sweepContext(ctx)
 	defer cancel()
 	ws, err := s.store.WorkList(lctx, p)
 	return ws, s.unanswered(ctx, lctx, err)

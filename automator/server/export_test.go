@@ -55,6 +55,14 @@ func (s *Server) OnPollWindow(f func(account, instance string, window time.Durat
 	s.testHookWindow = f
 }
 
+// OnSweepTimeout makes the SweepTimeout of each store call of the sweeper
+// and of the watch for deleted accounts pass when the test calls the
+// expire f is given for that call, instead of after the timeout (d).
+// Set it before Run.
+func (s *Server) OnSweepTimeout(f func(d time.Duration, expire func())) {
+	s.testHookSweepTimeout = f
+}
+
 // OnPurgePause makes PurgeEnded call f instead of waiting between two
 // batches, with how long it would have waited.
 func (s *Server) OnPurgePause(f func(ctx context.Context, d time.Duration) error) {

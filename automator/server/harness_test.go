@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -69,6 +70,36 @@ type envOptions struct {
 	// pollWindowEnds, when set, is the server's OnPollWindow hook: it
 	// ends the polls' windows in place of their timers.
 	pollWindowEnds func(account, instance string, window time.Duration) <-chan time.Time
+	// sweepTimeouts, when set, ends the store calls SweepTimeout bounds
+	// when the test passes that timeout (sweepTimeouts.pass), in place of
+	// their timers.
+	sweepTimeouts *sweepTimeouts
+}
+
+// sweepTimeouts stands for the timers of the store calls SweepTimeout
+// bounds (the server's OnSweepTimeout hook): none passes until the test
+// says so, however slow the machine.
+type sweepTimeouts struct {
+	mu      sync.Mutex
+	pending []func()
+}
+
+func (s *sweepTimeouts) add(_ time.Duration, expire func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pending = append(s.pending, expire)
+}
+
+// pass makes SweepTimeout pass for every store call begun so far: those
+// still waiting for an answer are given up.
+func (s *sweepTimeouts) pass() {
+	s.mu.Lock()
+	pending := s.pending
+	s.pending = nil
+	s.mu.Unlock()
+	for _, expire := range pending {
+		expire()
+	}
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -144,6 +175,9 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	if o.pollWindowEnds != nil {
 		srv.OnPollWindow(o.pollWindowEnds)
+	}
+	if o.sweepTimeouts != nil {
+		srv.OnSweepTimeout(o.sweepTimeouts.add)
 	}
 
 	ca, err := pki.NewCA("test CA", time.Now())

@@ -175,6 +175,10 @@ type Server struct {
 	// testHookWindow, when set (tests), ends each poll's window of d when
 	// the channel it returns for that poll is ready, in place of a timer.
 	testHookWindow func(account, instance string, d time.Duration) <-chan time.Time
+	// testHookSweepTimeout, when set (tests), is told of each store call
+	// SweepTimeout (d) bounds, in place of a timer: calling expire ends
+	// the call's context as the bound's passing would.
+	testHookSweepTimeout func(d time.Duration, expire func())
 }
 
 // New builds a Server. Call Run to start its sweeper.

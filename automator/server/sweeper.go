@@ -86,7 +86,7 @@ const resweepAfter = 100 * time.Millisecond
 
 func (s *Server) nextSweep(ctx context.Context) time.Duration {
 	mark := s.databaseMark()
-	sctx, cancel := context.WithTimeout(ctx, s.sweepTimeout)
+	sctx, cancel := s.sweepContext(ctx)
 	defer cancel()
 	next, ok, err := s.store.WorkNextDeadline(sctx)
 	err = s.unanswered(ctx, sctx, err)
@@ -133,7 +133,7 @@ func (s *Server) takeKick() time.Time {
 func (s *Server) expireDue(ctx context.Context) bool {
 	now := s.clock.Now()
 	mark := s.databaseMark()
-	sctx, cancel := context.WithTimeout(ctx, s.sweepTimeout)
+	sctx, cancel := s.sweepContext(ctx)
 	defer cancel()
 	expired, err := s.store.WorkExpire(sctx, store.WorkExpireParams{Now: now,
 		Audit: &store.AuditEvent{At: now, Kind: store.AuditWorkEnded, Actor: sweeperActor, Detail: "deadline"}})

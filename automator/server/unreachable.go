@@ -43,13 +43,27 @@ func (s *Server) databaseAnswered(mark uint64) {
 	}
 }
 
+// sweepContext is ctx bounded by SweepTimeout, for one store call of the
+// sweeper or the deletion watch; the caller calls cancel when the call is
+// done.
+func (s *Server) sweepContext(ctx context.Context) (sctx context.Context, cancel context.CancelFunc) {
+	hook := s.testHookSweepTimeout
+	if hook == nil {
+		return context.WithTimeout(ctx, s.sweepTimeout)
+	}
+	sctx, cancelCause := context.WithCancelCause(ctx)
+	hook(s.sweepTimeout, func() { cancelCause(context.DeadlineExceeded) })
+	return sctx, func() { cancelCause(context.Canceled) }
+}
+
 // unanswered is err, from a store call of the sweeper or the deletion
-// watch run under sctx (ctx bounded by SweepTimeout), said to be the
-// database out of reach when that bound ran out while ctx lives: a call
-// on a connection cut off without a word gets no error, only silence, and
-// a context's end on its own is not store.IsUnavailable.
+// watch run under sctx (sweepContext: ctx bounded by SweepTimeout), said
+// to be the database out of reach when that bound ran out while ctx
+// lives: a call on a connection cut off without a word gets no error,
+// only silence, and a context's end on its own is not
+// store.IsUnavailable.
 func (s *Server) unanswered(ctx, sctx context.Context, err error) error {
-	if err != nil && ctx.Err() == nil && sctx.Err() == context.DeadlineExceeded {
+	if err != nil && ctx.Err() == nil && context.Cause(sctx) == context.DeadlineExceeded {
 		return fmt.Errorf("%w: no answer within %v: %w", store.ErrUnavailable, s.sweepTimeout, err)
 	}
 	return err
