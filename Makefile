@@ -125,6 +125,13 @@ bench: build
 # -chaos.replicas) on a throwaway cluster of the run's own, which the run
 # crashes and stops, beside SIGKILLs, SIGSTOPs, connection resets and
 # database partitions of one replica, and cuts of the callers' connections.
+# The automator and proxy binaries are built first, as `race` builds them,
+# into a temporary directory handed to the run in OPSGATE_TEST_BIN: only the
+# race-built ones, under race/, when CHAOS_RACE asks for those, since the run
+# uses no others.
 CHAOS_STORE ?= sqlite
+CHAOS_BINS = $(if $(CHAOS_RACE),$(GO) build -race -o "$$bin/race/" $(TEST_CMDS),$(GO) build -o "$$bin/" $(TEST_CMDS))
 chaos:
-	$(GO) test -count=1 -timeout 60m -run '^TestChaos$(if $(filter pg,$(CHAOS_STORE)),PG)$$' -v ./test/chaos -args -chaos.long -chaos.store=$(CHAOS_STORE) $(if $(CHAOS_SEED),-chaos.seed=$(CHAOS_SEED)) $(CHAOS_FLAGS)
+	bin=$$(mktemp -d -t opsgate-chaos-bin-XXXXXX) && trap 'rm -rf "$$bin"' EXIT && \
+	$(CHAOS_BINS) && \
+	OPSGATE_TEST_BIN="$$bin" $(GO) test -count=1 -timeout 60m -run '^TestChaos$(if $(filter pg,$(CHAOS_STORE)),PG)$$' -v ./test/chaos -args -chaos.long -chaos.store=$(CHAOS_STORE) $(if $(CHAOS_SEED),-chaos.seed=$(CHAOS_SEED)) $(CHAOS_FLAGS)
