@@ -169,10 +169,12 @@ func TestASmallResultIsNotHeldBehindALargeOneOnItsWay(t *testing.T) {
 // slowAnswer is an automator whose answer to a poll begins at once (its
 // headers arrive: AnswerStarted) and takes transfer to arrive whole, as a
 // poll answer carrying a large command does over a thin downlink; with
-// transfer 0 no answer ever begins.
+// transfer 0 no answer ever begins. When began is set, each poll tells it
+// whether its answer began while the poll still waited for it.
 type slowAnswer struct {
 	completeOnly
 	transfer time.Duration
+	began    chan<- bool
 }
 
 func (s slowAnswer) Poll(ctx context.Context, _ *automatorv1.PollRequest, _ ...grpc.CallOption) (*automatorv1.PollResponse, error) {
@@ -181,6 +183,9 @@ func (s slowAnswer) Poll(ctx context.Context, _ *automatorv1.PollRequest, _ ...g
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 	grpcwire.AnswerStarted(ctx)
+	if s.began != nil {
+		s.began <- ctx.Err() == nil
+	}
 	select {
 	case <-time.After(s.transfer): // the answer's bytes arriving
 		return &automatorv1.PollResponse{Claims: []*automatorv1.Claim{{WorkId: "w_large"}}}, nil
@@ -194,19 +199,37 @@ func (s slowAnswer) Poll(ctx context.Context, _ *automatorv1.PollRequest, _ ...g
 // over a thin downlink), not cut off when the wait and its margin are
 // over, which lost its claims (their units failed without running); an
 // answer that never begins still ends the poll then.
+//
+// The poll's bound is scaled down to 70 ms, which a loaded machine may let
+// pass before the fake automator even begins its answer: that poll proves
+// nothing, and is made again with a margin 4 times as long, so that what
+// decides the test is the bound's end while the answer is on its way, not
+// the machine's speed.
 func TestAPollWhoseAnswerIsOnItsWayIsNotCutOffAtTheEndOfItsWait(t *testing.T) {
 	old := pollMargin
-	pollMargin = 10 * time.Millisecond
 	t.Cleanup(func() { pollMargin = old })
 	opts := Options{Keys: crypto.Keys{testKey}, InstanceID: "a", Logger: slog.New(slog.DiscardHandler), PollWait: 50 * time.Millisecond}
 
-	// The answer takes 10 times the poll's bound (70 ms) to arrive.
-	opts.Client = slowAnswer{transfer: 700 * time.Millisecond}
-	resp, err := New(opts).poll(context.Background(), 1, opts.PollWait, 1, 0)
-	if err != nil || len(resp.GetClaims()) != 1 {
-		t.Fatalf("a poll whose answer was on its way: %v, %v; want its claim", resp, err)
+	for pollMargin = 10 * time.Millisecond; ; pollMargin *= 4 {
+		// The answer takes 10 times the poll's bound to arrive.
+		begin := opts.PollWait + opts.PollWait/5 + pollMargin
+		began := make(chan bool, 1)
+		opts.Client = slowAnswer{transfer: 10 * begin, began: began}
+		resp, err := New(opts).poll(context.Background(), 1, opts.PollWait, 1, 0)
+		if !<-began {
+			if pollMargin > time.Minute {
+				t.Fatalf("no poll's answer began within its bound, the last %v", begin)
+			}
+			t.Logf("the answer began after the poll's bound of %v had passed (a loaded machine): polling again with a longer one", begin)
+			continue
+		}
+		if err != nil || len(resp.GetClaims()) != 1 {
+			t.Fatalf("a poll whose answer was on its way (begun within the poll's bound of %v, taking %v): %v, %v; want its claim", begin, 10*begin, resp, err)
+		}
+		break
 	}
 
+	pollMargin = 10 * time.Millisecond
 	opts.Client = slowAnswer{}
 	if _, err := New(opts).poll(context.Background(), 1, opts.PollWait, 1, 0); status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("a poll whose answer never began: %v, want DeadlineExceeded", err)
