@@ -174,7 +174,7 @@ func restoreSQLite(ctx context.Context, dir string, cfg config.Config, file stri
 		signOuts, err = carrySignOuts(ctx, st, prev.signOuts)
 	}
 	if err == nil && prevErr == nil {
-		accountLines, err = accountWarnings(ctx, st, prev.accounts)
+		accountLines, err = accountWarnings(ctx, st, prev.accounts, dir)
 	}
 	if err == nil {
 		// Putting the copy in place is no transaction of the database:
@@ -228,7 +228,7 @@ func restoreSQLite(ctx context.Context, dir string, cfg config.Config, file stri
 	if carried > 0 {
 		fmt.Fprintf(env.Stdout, "copied %s queued with an idempotency key after the backup was taken from the replaced database (%d of them open, ended as timed_out): a retry with such a key gets its unit, and runs nothing again\n", unitCount(carried), carriedOpen)
 	}
-	printCredentials(env, prev, prevErr, reRevoked, reDeleted, signOuts, accountLines)
+	printCredentials(env, dir, prev, prevErr, reRevoked, reDeleted, signOuts, accountLines)
 	if len(unopened) > 0 {
 		fmt.Fprintf(env.Stdout, "warning: the master key in %s does not open the keys of these accounts of the backup, whose calls will fail: %s\n",
 			filepath.Join(dir, config.FileMasterKey), strings.Join(firstNames(unopened, 20), ", "))
@@ -474,8 +474,10 @@ func carrySignOuts(ctx context.Context, st store.Store, prevSignOuts []store.Das
 
 // accountWarnings compares the accounts of st, the restored database,
 // with the replaced database's: an account made or rotated after the
-// backup was taken is refused to the proxies given its newer profile.
-func accountWarnings(ctx context.Context, st store.Store, prevAccounts []store.Account) ([]string, error) {
+// backup was taken is refused to the proxies given its newer profile. Each
+// warning names the command that mends it, runnable as printed (with the
+// data directory dir).
+func accountWarnings(ctx context.Context, st store.Store, prevAccounts []store.Account, dir string) ([]string, error) {
 	restored, err := st.AccountList(ctx)
 	if err != nil {
 		return nil, err
@@ -489,9 +491,9 @@ func accountWarnings(ctx context.Context, st store.Store, prevAccounts []store.A
 		r, ok := byName[p.Name]
 		switch {
 		case !ok:
-			lines = append(lines, fmt.Sprintf("warning: account %s was made after the backup was taken and is not in it: its proxies are refused until it is made again (`automator account create %s`) and they get its new profile", p.Name, p.Name))
+			lines = append(lines, fmt.Sprintf("warning: account %s was made after the backup was taken and is not in it: its proxies are refused until it is made again (`automator account create %s --data-dir %s`) and they get its new profile", p.Name, p.Name, dir))
 		case !bytes.Equal(r.TokenHash, p.TokenHash) || r.KeyID != p.KeyID:
-			lines = append(lines, fmt.Sprintf("warning: account %s had its token or key rotated after the backup was taken: the restored database accepts its earlier token again and refuses proxies given the newer profile; run `automator account rotate-token %s --overlap 0` (or rotate-key) and deploy the new profile", p.Name, p.Name))
+			lines = append(lines, fmt.Sprintf("warning: account %s had its token or key rotated after the backup was taken: the restored database accepts its earlier token again and refuses proxies given the newer profile; run `automator account rotate-token %s --data-dir %s --overlap 0` (or rotate-key) and deploy the new profile", p.Name, p.Name, dir))
 		}
 	}
 	return lines, nil
@@ -499,7 +501,7 @@ func accountWarnings(ctx context.Context, st store.Store, prevAccounts []store.A
 
 // printCredentials says what the restore did about credentials withdrawn
 // after the backup was taken, and what the operator must do again.
-func printCredentials(env Env, prev previous, prevErr error, reRevoked []store.APIKey, reDeleted []store.AccountDeletion, signOuts int, accountLines []string) {
+func printCredentials(env Env, dir string, prev previous, prevErr error, reRevoked []store.APIKey, reDeleted []store.AccountDeletion, signOuts int, accountLines []string) {
 	for _, k := range reRevoked {
 		fmt.Fprintf(env.Stdout, "API key %s (%s) was revoked after the backup was taken: revoked again\n", k.ID, k.Name)
 	}
@@ -517,7 +519,7 @@ func printCredentials(env Env, prev previous, prevErr error, reRevoked []store.A
 		if prevErr != nil {
 			why = fmt.Sprintf("the replaced database could not be read (%v)", prevErr)
 		}
-		fmt.Fprintf(env.Stdout, "warning: %s: an API key revoked, an account token or key rotated, or an account deleted, after the backup was taken is valid again; check `automator apikey list` and `automator account list`, then revoke, rotate and delete again; a dashboard session signed out of since works again until it expires, unless its API key is revoked\n", why)
+		fmt.Fprintf(env.Stdout, "warning: %s: an API key revoked, an account token or key rotated, or an account deleted, after the backup was taken is valid again; check `automator apikey list --data-dir %s` and `automator account list --data-dir %s`, then revoke, rotate and delete again; a dashboard session signed out of since works again until it expires, unless its API key is revoked\n", why, dir, dir)
 	}
 }
 
@@ -641,6 +643,6 @@ func restoreOpenWork(ctx context.Context, dir string, cfg config.Config, env Env
 	audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditRestore,
 		Detail: fmt.Sprintf("open units of a restored database ended; %d units", queued+claimed)}, env)
 	printEnded(env, queued, claimed)
-	fmt.Fprintln(env.Stdout, "note: an API key revoked, an account token or key rotated, or an account deleted, after the backup was taken is valid again; check `automator apikey list` and `automator account list`, then revoke, rotate and delete again; a dashboard session signed out of since works again until it expires, unless its API key is revoked")
+	fmt.Fprintf(env.Stdout, "note: an API key revoked, an account token or key rotated, or an account deleted, after the backup was taken is valid again; check `automator apikey list --data-dir %s` and `automator account list --data-dir %s`, then revoke, rotate and delete again; a dashboard session signed out of since works again until it expires, unless its API key is revoked\n", dir, dir)
 	return nil
 }
