@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -96,6 +97,10 @@ type Agent struct {
 
 	mu      sync.Mutex
 	running map[string]context.CancelCauseFunc // work id → cancel of its run
+	// scripts counts the units of running whose script runs now (the
+	// others are starting, or posting their results): a stop's log says
+	// which it waits for and which it kills.
+	scripts atomic.Int64
 	// told: running units the automator said ended, whose scripts are
 	// being killed; polls no longer list them (runningIDs).
 	told      map[string]struct{}
@@ -200,7 +205,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.keepLost(seq, lostFrom, reportErr)
 	}()
 	if n := a.inFlight(); n > 0 {
-		a.log.Info("stopping: waiting for running units", "running", n, "grace_period", a.o.GracePeriod)
+		scripts := int(a.scripts.Load())
+		a.log.Info("stopping: waiting for running units", "running", n, "scripts_running", scripts, "results_unposted", max(n-scripts, 0), "grace_period", a.o.GracePeriod)
 	}
 	kill := func(why error) {
 		a.cancelAll(why)
@@ -218,7 +224,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	case <-done:
 		stopListening()
 	case <-time.After(a.o.GracePeriod):
-		a.log.Warn("grace period over: killing running units", "running", a.inFlight())
+		// Units whose script has ended are only posting their results:
+		// nothing of theirs is killed, and the log says so.
+		n, scripts := a.inFlight(), int(a.scripts.Load())
+		if scripts > 0 {
+			a.log.Warn("grace period over: killing running scripts", "scripts_running", scripts, "results_unposted", max(n-scripts, 0))
+		} else {
+			a.log.Warn("grace period over: no script is running, only results are still unposted; posting them ends here", "results_unposted", n)
+		}
 		kill(errShutdown)
 	case <-a.o.EndGrace:
 		a.log.Warn("asked to stop again: killing running units", "running", a.inFlight())

@@ -104,6 +104,8 @@ func (a *Agent) execute(ctx context.Context, c *automatorv1.Claim, cmd *automato
 	env["PROXY_ACCOUNT"] = c.GetAccount()
 	env["PROXY_INSTANCE_ID"] = a.o.InstanceID
 	env["PROXY_DEADLINE_SECONDS"] = strconv.Itoa(int(time.Until(deadline).Seconds()))
+	a.scripts.Add(1)
+	defer a.scripts.Add(-1)
 	r, err := runScript(ctx, runner.Spec{
 		ScriptsDir: a.o.ScriptsDir,
 		Script:     cmd.GetScript(),

@@ -1,0 +1,78 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/waittest"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// lockedBuffer is a log destination several goroutines write to.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestAGracePeriodThatEndsWithOnlyUnpostedResultsKillsNothing: a proxy
+// stopped while the automator is unreachable, its script already over and
+// its result not posted, waits out the grace period trying to post. Its
+// log then says that no script is running, not that it kills running
+// units: an operator reading "killing running units" would think a script
+// was cut short (it once did).
+func TestAGracePeriodThatEndsWithOnlyUnpostedResultsKillsNothing(t *testing.T) {
+	quickScript(t)
+	dir := filepath.Join(t.TempDir(), "spool")
+	down := newSpoolAutomator(func(*automatorv1.CompleteRequest) error { return status.Error(codes.Unavailable, "down") })
+	h := newStageHook()
+	var logs lockedBuffer
+	a := New(Options{
+		Client: down, Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(),
+		MaxConcurrency: 1, PollWait: time.Second, GracePeriod: 20 * time.Millisecond,
+		BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
+		Logger:   slog.New(slog.NewTextHandler(&logs, nil)),
+		SpoolDir: dir,
+	})
+	a.spool.hook = h.hook
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { a.Run(ctx); close(done) }()
+	down.claims <- claim(t, "w1", &automatorv1.Command{Script: "s"})
+	h.waitStage(t, stageDone)
+	waittest.Until(t, "a few failed posts", func() bool { return down.callCount() >= 3 })
+	cancel()
+	waittest.Recv(t, done, "the agent's Run to return after its context was cancelled")
+
+	var graceOver string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "grace period over") {
+			graceOver = l
+		}
+	}
+	if graceOver == "" || strings.Contains(graceOver, "killing") || !strings.Contains(graceOver, "results_unposted=1") {
+		t.Fatalf("the log's grace-period line: %q\nwant one that kills nothing (the script had ended) and counts results_unposted=1; the log:\n%s", graceOver, logs.String())
+	}
+}
