@@ -107,6 +107,11 @@ func Mount(ctx context.Context, mux *http.ServeMux, gs *grpc.Server, o Options) 
 			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
 			UnmarshalOptions: protojson.UnmarshalOptions{},
 		}}),
+		// The API's headers are its own: no metadata of the gRPC call
+		// behind it (its content-type, a trailer) goes out as a
+		// Grpc-Metadata-* header or trailer.
+		runtime.WithOutgoingHeaderMatcher(noMetadata),
+		runtime.WithOutgoingTrailerMatcher(noMetadata),
 		runtime.WithForwardResponseOption(outcomeStatus),
 		runtime.WithErrorHandler(errorStatus(ctx)),
 		runtime.WithRoutingErrorHandler(routingError),
@@ -408,3 +413,6 @@ func OutcomeStatus(s automatorv1.State) int {
 	}
 	return http.StatusOK
 }
+
+// noMetadata passes on none of a gRPC answer's metadata to HTTP.
+func noMetadata(string) (string, bool) { return "", false }

@@ -351,6 +351,31 @@ func TestAPIAnswersAreNeverStored(t *testing.T) {
 	}
 }
 
+// TestAnswersCarryNoGRPCMetadataHeaders: the HTTP API's headers are its
+// own; the metadata of the gRPC call behind it (its content-type,
+// anything a handler sets) is not passed on as Grpc-Metadata-* headers
+// (grpc-gateway's default), which an HTTP caller could take for part of
+// the API.
+func TestAnswersCarryNoGRPCMetadataHeaders(t *testing.T) {
+	_, c, _ := start(t)
+	sub := c.do("POST", "/v1/accounts/acme/submit", "", map[string]any{"command": map[string]any{"script": "hello.sh"}})
+	id := sub.str("work_id")
+	for _, r := range []response{
+		sub,
+		c.do("POST", "/v1/accounts/acme/execute", "", map[string]any{"command": map[string]any{"script": "hello.sh"}}),
+		c.do("POST", "/v1/work/"+id+":wait", "", nil),
+		c.do("GET", "/v1/work/"+id, "", nil),
+		c.do("GET", "/v1/work/w_00000000000000000000000000000000", "", nil),
+		c.do("GET", "/v1/accounts/acme/instances", "", nil),
+	} {
+		for name := range r.header {
+			if strings.HasPrefix(strings.ToLower(name), "grpc-") {
+				t.Errorf("HTTP %d %.60s: header %s: %q, want no gRPC metadata", r.status, r.raw, name, r.header.Values(name))
+			}
+		}
+	}
+}
+
 func TestOpenAPIDocumentIsServed(t *testing.T) {
 	_, c, _ := start(t)
 	r := c.do("GET", "/v1/openapi.json", "-", nil)
