@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
@@ -519,39 +520,52 @@ func validID(field, v string) error {
 	if len(v) > maxIDLen {
 		return status.Errorf(codes.InvalidArgument, "%s is longer than %d bytes", field, maxIDLen)
 	}
-	if strings.IndexFunc(v, unicode.IsControl) >= 0 { // C0, DEL and C1
-		return status.Errorf(codes.InvalidArgument, "%s contains a control character", field)
-	}
-	return nil
+	return plainText(field, v)
 }
 
 // plainText refuses a text a proxy reports that operators are shown as it
-// came (in listings, in their terminals) when it holds a control character:
-// an escape sequence, or a line break or tab that would forge a row.
+// came (in listings, in their terminals, on the dashboard) when it holds a
+// character that is not shown as it is: a control character (C0, DEL and
+// C1: an escape sequence, or a line break or tab that would forge a row), a
+// format character (a zero-width space, which makes an instance id that is
+// listed as another's, or a bidi override, which reverses what follows), a
+// line or paragraph separator, or a space other than U+0020. It is the
+// rule API key names follow (unicode.IsPrint).
 func plainText(field, v string) error {
-	if strings.IndexFunc(v, unicode.IsControl) >= 0 {
-		return status.Errorf(codes.InvalidArgument, "%s contains a control character", field)
+	if i := strings.IndexFunc(v, notShown); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(v[i:])
+		what := "an invisible, format or separator character"
+		if unicode.IsControl(r) {
+			what = "a control character"
+		}
+		return status.Errorf(codes.InvalidArgument, "%s contains %U, %s: only printable characters are shown as they are", field, r, what)
 	}
 	return nil
 }
 
+// notShown reports whether r is not shown as it is: anything but a
+// printable character (letters, marks, numbers, punctuation, symbols and
+// the ASCII space).
+func notShown(r rune) bool { return !unicode.IsPrint(r) }
+
 // printable is a failure a proxy reports, as operators are shown it: a line
-// break or tab becomes a space, any other control character (an escape
-// sequence's) U+FFFD. The failure itself is not refused: the unit would
-// then stay claimed until its deadline, and an older proxy's message may
-// hold a line break.
+// break, a tab or another white space becomes a space, any other character
+// that is not shown as it is (an escape sequence's control characters, a
+// bidi override, a zero-width space) U+FFFD. The failure itself is not
+// refused: the unit would then stay claimed until its deadline, and an
+// older proxy's message may hold a line break.
 func printable(v string) string {
-	if strings.IndexFunc(v, unicode.IsControl) < 0 {
+	if strings.IndexFunc(v, notShown) < 0 {
 		return v
 	}
 	return strings.Map(func(r rune) rune {
 		switch {
-		case r == '\n' || r == '\r' || r == '\t':
+		case !notShown(r):
+			return r
+		case unicode.IsSpace(r):
 			return ' '
-		case unicode.IsControl(r):
-			return '\uFFFD'
 		}
-		return r
+		return '\uFFFD'
 	}, v)
 }
 

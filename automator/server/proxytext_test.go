@@ -146,3 +146,72 @@ func TestCommandNoProcessCanTakeIsRefusedAtSubmit(t *testing.T) {
 		t.Fatalf("%d units queued by commands no process can take", len(units))
 	}
 }
+
+// TestProxyTextsHoldNoInvisibleOrReorderingCharacters: beyond control
+// characters, a text a proxy reports must not hold what terminals and
+// browsers show as something else or not at all: a zero-width space makes
+// an instance id that is listed as another instance's ("p1" and
+// "p1\u200b" look the same in `automator instances` and on the
+// dashboard), a bidi override reverses what follows it, a line separator
+// breaks a row. The instance id, host name and version holding one are
+// refused, naming the character; a failure reason is taken with it
+// replaced, as with a control character.
+func TestProxyTextsHoldNoInvisibleOrReorderingCharacters(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	proxy := e.proxyClient()
+	ctx := context.Background()
+	for _, c := range []struct{ name, text, char string }{
+		{"a zero-width space", "p1\u200b", "U+200B"},
+		{"a right-to-left override", "p1\u202egnp.exe", "U+202E"},
+		{"a bidi isolate", "\u2066p1", "U+2066"},
+		{"a line separator", "p1\u2028p2", "U+2028"},
+		{"a byte order mark", "\ufeffp1", "U+FEFF"},
+	} {
+		for field, req := range map[string]*automatorv1.PollRequest{
+			"instance_id": {InstanceId: c.text, Wait: durationpb.New(0)},
+			"hostname":    {InstanceId: "i-1", Hostname: c.text, Wait: durationpb.New(0)},
+			"version":     {InstanceId: "i-1", Version: c.text, Wait: durationpb.New(0)},
+		} {
+			_, err := proxy.Poll(ctx, req)
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), field) || !strings.Contains(err.Error(), c.char) {
+				t.Errorf("poll with %s in %s: %v, want InvalidArgument naming %s and %s", c.name, field, err, field, c.char)
+			}
+		}
+	}
+	list, err := e.callerClient().ListInstances(ctx, &automatorv1.ListInstancesRequest{Account: e.account})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range list.GetInstances() {
+		if text := in.GetInstanceId() + in.GetHostname() + in.GetVersion(); strings.IndexFunc(text, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+			t.Errorf("an instance is listed as %q, host %q, version %q", in.GetInstanceId(), in.GetHostname(), in.GetVersion())
+		}
+	}
+	// Ordinary text in any script is served.
+	if _, err := proxy.Poll(ctx, &automatorv1.PollRequest{InstanceId: "hôte-1 東京", Hostname: "hôte-1", Version: "v1.2 (β)", Wait: durationpb.New(0)}); err != nil {
+		t.Errorf("poll with accented, CJK and Greek text: %v, want it served", err)
+	}
+
+	submitScript(t, e.callerClient(), e.account, "x.sh", time.Minute)
+	cl := claimOne(t, proxy, "i-2")
+	if _, err = proxy.Complete(ctx, &automatorv1.CompleteRequest{
+		WorkId: cl.GetWorkId(), ClaimId: cl.GetClaimId(), InstanceId: "i-2\u200b",
+		Outcome: automatorv1.Outcome_OUTCOME_FAILED, Failure: "no",
+	}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "instance_id") {
+		t.Errorf("result with a zero-width space in its instance_id: %v, want InvalidArgument naming instance_id", err)
+	}
+	if _, err = proxy.Complete(ctx, &automatorv1.CompleteRequest{
+		WorkId: cl.GetWorkId(), ClaimId: cl.GetClaimId(), InstanceId: "i-2",
+		Outcome: automatorv1.Outcome_OUTCOME_FAILED, Failure: "no such file:\u202e hs.txt\u2028second line",
+	}); err != nil {
+		t.Fatalf("failure reason with a bidi override and a line separator: %v, want it taken", err)
+	}
+	st, err := e.callerClient().Get(ctx, &automatorv1.GetRequest{WorkId: cl.GetWorkId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "no such file:\ufffd hs.txt second line"; st.GetState() != automatorv1.State_STATE_FAILED || st.GetReason() != want {
+		t.Errorf("unit %s is %v with reason %q; want it failed with reason %q", cl.GetWorkId(), st.GetState(), st.GetReason(), want)
+	}
+}

@@ -202,7 +202,8 @@ func (c Config) Validate() error {
 const MaxInstanceID = 128
 
 // checkInstanceID refuses what the automator refuses in every poll (an id
-// it would answer INVALID_ARGUMENT, or that cannot even be sent), so that
+// it would answer INVALID_ARGUMENT: too long, or holding a character that
+// is not printable; or that cannot even be sent), so that
 // such a proxy does not start only to retry for ever.
 func checkInstanceID(id string) error {
 	switch {
@@ -212,6 +213,10 @@ func checkInstanceID(id string) error {
 		return fmt.Errorf("%q is not valid UTF-8", id)
 	case strings.ContainsFunc(id, unicode.IsControl):
 		return fmt.Errorf("%q contains a control character", id)
+	case strings.ContainsFunc(id, func(r rune) bool { return !unicode.IsPrint(r) }):
+		// A zero-width space, a bidi override, a line separator: listings
+		// would show the id as another, or not as it is.
+		return fmt.Errorf("%q contains an invisible, format or separator character (only printable characters and the ASCII space)", id)
 	}
 	return nil
 }
