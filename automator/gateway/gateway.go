@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -201,9 +202,37 @@ func authenticateFirst(gw **runtime.ServeMux, auth func(ctx context.Context, aut
 				runtime.HTTPError(r.Context(), *gw, out, w, r, err)
 				return
 			}
+			if err := noQuery(r.URL.RawQuery); err != nil {
+				if r.ContentLength != 0 {
+					w.Header().Set("Connection", "close")
+				}
+				_, out := runtime.MarshalerForRequest(*gw, r)
+				runtime.HTTPError(r.Context(), *gw, out, w, r, err)
+				return
+			}
 			next(w, r, params)
 		}
 	}
+}
+
+// noQuery refuses a query string (INVALID_ARGUMENT, naming its first
+// parameter): no route reads one. Execute's and submit's fields are in the
+// JSON body and the other calls' in the path, so a field sent in the query
+// would be dropped unseen (an idempotency_key there, and a retried submit
+// runs its script twice), as an unknown field in the body is refused.
+func noQuery(raw string) error {
+	if raw == "" {
+		return nil
+	}
+	name, _, _ := strings.Cut(raw, "&")
+	name, _, _ = strings.Cut(name, "=")
+	if n, err := url.QueryUnescape(name); err == nil {
+		name = n
+	}
+	if len(name) > 64 {
+		name = name[:64] + "…"
+	}
+	return status.Errorf(codes.InvalidArgument, "the API reads no query parameters, and this call has %q: execute and submit take their fields in the JSON body, the other calls only what their path names", name)
 }
 
 // serveOpenAPI answers GET (and HEAD) of the OpenAPI document; another

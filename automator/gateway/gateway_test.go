@@ -746,3 +746,37 @@ func TestOnlyTheAuthorizationHeaderAuthenticates(t *testing.T) {
 		t.Errorf("a key in Grpc-Metadata-Authorization alone: HTTP %d %s, want 401", resp.StatusCode, raw)
 	}
 }
+
+// TestQueryParametersAreRefusedNotIgnored: no route of the API reads its
+// query string (execute's and submit's fields are in the JSON body, the
+// others' in the path), so a field sent there would be dropped unseen: a
+// submit retried with ?idempotency_key=... would run its script twice, an
+// execute given ?timeout=10s would wait five minutes. Like an unknown
+// field in the body, a query parameter is refused (400, naming it) before
+// anything is queued; the API key is checked first, as for every call.
+func TestQueryParametersAreRefusedNotIgnored(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	c := api{t: t, base: a.HTTPURL, apiKey: a.APIKey}
+	body := `{"command": {"script": "hello.sh"}}`
+	for _, tc := range []struct{ method, path, body, param string }{
+		{"POST", "/v1/accounts/acme/submit?idempotency_key=deploy-1", body, "idempotency_key"},
+		{"POST", "/v1/accounts/acme/execute?timeout=10s", body, "timeout"},
+		{"POST", "/v1/accounts/acme/submit?account=other", body, "account"},
+		{"GET", "/v1/accounts/acme/instances?online=true", "", "online"},
+		{"GET", "/v1/work/w_0123456789abcdef0123456789abcdef?wait=1", "", "wait"},
+		{"POST", "/v1/work/w_0123456789abcdef0123456789abcdef:wait?timeout=5s", "", "timeout"},
+	} {
+		r := c.do(tc.method, tc.path, "", tc.body)
+		if r.status != http.StatusBadRequest || r.body["code"] != float64(3) || !strings.Contains(r.str("message"), `"`+tc.param+`"`) {
+			t.Errorf("%s %s: HTTP %d %s; want 400, code 3, naming %q", tc.method, tc.path, r.status, r.raw, tc.param)
+		}
+		if r := c.do(tc.method, tc.path, "-", tc.body); r.status != http.StatusUnauthorized {
+			t.Errorf("%s %s without an API key: HTTP %d %s; want 401", tc.method, tc.path, r.status, r.raw)
+		}
+	}
+	if n := a.CountWork(t); n != 0 {
+		t.Fatalf("%d units queued by calls with a query string", n)
+	}
+	// A bare "?" carries no parameter.
+	c.do("POST", "/v1/accounts/acme/submit?", "", body).want(t, http.StatusOK, "STATE_QUEUED")
+}
