@@ -177,6 +177,15 @@ func (c Config) Validate() error {
 	}
 	if c.DB == "" {
 		errs = append(errs, errors.New("db: must be set (a SQLite file path)"))
+	} else if strings.ContainsRune(c.DB, 0) {
+		// Else found when serve opens its lock file, with the system's
+		// "invalid argument" about a path that looks right in a terminal.
+		// A URL is not quoted: it may hold a password.
+		what := fmt.Sprintf("%q", c.DB)
+		if strings.Contains(c.DB, "://") {
+			what = "the URL"
+		}
+		errs = append(errs, fmt.Errorf("db: %s holds a NUL byte, which no path or URL can", what))
 	} else if err := checkDBScheme(c.DB); err != nil {
 		errs = append(errs, fmt.Errorf("db: %w", err))
 	}

@@ -359,3 +359,21 @@ func TestATrailingDocumentMarkerIsAcceptedButNotASecondDocument(t *testing.T) {
 		t.Errorf("a second document with a setting: %v; want it refused, naming the file and line 2", err)
 	}
 }
+
+// TestADatabasePathHoldingANULByteSaysSo: a NUL byte in db (a "\0"
+// escape) is named as such, the path quoted, rather than found when serve
+// opens its lock file, with the system's "invalid argument" about a path
+// that looks right in a terminal.
+func TestADatabasePathHoldingANULByteSaysSo(t *testing.T) {
+	c := Default("https://localhost:8443")
+	c.DB = "auto\x00mator.db"
+	err := c.Validate()
+	if err == nil || !strings.HasPrefix(err.Error(), "db: ") || strings.ContainsRune(err.Error(), 0) || !strings.Contains(err.Error(), `"auto\x00mator.db" holds a NUL byte`) {
+		t.Errorf("db holding a NUL byte: %q; want one error naming db, the NUL byte, and the path quoted", err)
+	}
+	// A URL, which may hold a password, is not quoted.
+	c.DB = "postgres://automator:s3cret@db.example/automator\x00"
+	if err := c.Validate(); err == nil || !strings.HasPrefix(err.Error(), "db: ") || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "NUL byte") {
+		t.Errorf("db URL holding a NUL byte: %q; want one error naming db and the NUL byte, without the password", err)
+	}
+}

@@ -172,6 +172,8 @@ func (c Config) Validate() error {
 	}
 	if c.ScriptsDir == "" {
 		errs = append(errs, errors.New("scripts_dir: required (in the file or as --scripts-dir)"))
+	} else if err := noNUL(c.ScriptsDir); err != nil {
+		errs = append(errs, fmt.Errorf("scripts_dir: %w", err))
 	} else if fi, err := os.Stat(c.ScriptsDir); err != nil {
 		errs = append(errs, fmt.Errorf("scripts_dir: %w", err))
 	} else if !fi.IsDir() {
@@ -192,10 +194,22 @@ func (c Config) Validate() error {
 	if c.LogFormat != "" && c.LogFormat != "text" && c.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("log_format: %q is not text or json", c.LogFormat))
 	}
-	if c.StateDir != "" && !filepath.IsAbs(c.StateDir) {
+	if err := noNUL(c.StateDir); err != nil {
+		errs = append(errs, fmt.Errorf("state_dir: %w", err))
+	} else if c.StateDir != "" && !filepath.IsAbs(c.StateDir) {
 		errs = append(errs, fmt.Errorf("state_dir: %q must be an absolute path", c.StateDir))
 	}
 	return errors.Join(errs...)
+}
+
+// noNUL refuses a path holding a NUL byte, which no path can: the
+// system's own error for it ("stat /opt/scripts: invalid argument", the NUL
+// unseen in a terminal) would name a path that looks right.
+func noNUL(path string) error {
+	if strings.ContainsRune(path, 0) {
+		return fmt.Errorf("%q holds a NUL byte, which no path can", path)
+	}
+	return nil
 }
 
 // MaxInstanceID is the longest instance_id the automator accepts, in bytes.
