@@ -283,6 +283,10 @@ func readAPIKeyFile(path string) (string, error) {
 	return key, nil
 }
 
+// maxCAFile bounds the file --ca names: the automator's ca.pem is under
+// 1 KiB, a bundle of many CAs well under 1 MiB.
+const maxCAFile = 1 << 20
+
 // clientConfig says how to reach the automator as a caller, either on its
 // own host (--data-dir: address, CA and admin key from the data directory)
 // or from afar (--server, --ca, --api-key-file).
@@ -369,7 +373,7 @@ func clientConfig(dir, server, apiKeyFile, caFile string) (client.Config, error)
 		return cfg, err
 	}
 	if caFile != "" {
-		if cfg.CAPEM, err = os.ReadFile(caFile); err != nil {
+		if cfg.CAPEM, err = secretfile.ReadFile(caFile, maxCAFile); err != nil {
 			return cfg, fmt.Errorf("reading CA certificate: %w", err)
 		}
 		if !x509.NewCertPool().AppendCertsFromPEM(cfg.CAPEM) {

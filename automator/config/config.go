@@ -18,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/opsgate/opsgate/internal/hostport"
+	"github.com/opsgate/opsgate/internal/secretfile"
 	"github.com/opsgate/opsgate/internal/yamlerr"
 )
 
@@ -261,11 +262,15 @@ func PublicHost(publicURL string) (string, error) {
 	return u.Hostname(), nil
 }
 
+// MaxFileSize bounds automator.yaml: its settings are a few KiB, a long
+// http_allowed_hosts included.
+const MaxFileSize = 1 << 20
+
 // Load reads DIR/automator.yaml, refusing unknown keys; a setting left out
 // takes its default.
 func Load(dir string) (Config, error) {
 	path := filepath.Join(dir, FileConfig)
-	data, err := os.ReadFile(path)
+	data, err := secretfile.ReadFile(path, MaxFileSize)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return Config{}, fmt.Errorf("reading %s: not found; run `automator init --data-dir %s` first", path, dir)

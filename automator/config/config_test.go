@@ -377,3 +377,27 @@ func TestADatabasePathHoldingANULByteSaysSo(t *testing.T) {
 		t.Errorf("db URL holding a NUL byte: %q; want one error naming db and the NUL byte, without the password", err)
 	}
 }
+
+// TestAConfigLargerThanAnyIsRefusedUnread: automator.yaml is a few KiB;
+// one past 1 MiB (a file written over it by mistake, a link to a device
+// that never ends) is refused naming the limit, not read whole.
+func TestAConfigLargerThanAnyIsRefusedUnread(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, FileConfig), []byte("# "+strings.Repeat("x", MaxFileSize)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "larger than 1 MiB") {
+		// Without the bound, /dev/zero below would take the machine's memory.
+		t.Fatalf("automator.yaml of %d bytes: %v; want it refused, naming the limit", MaxFileSize+3, err)
+	}
+	if _, err := os.Stat("/dev/zero"); err != nil {
+		return
+	}
+	dir = t.TempDir()
+	if err := os.Symlink("/dev/zero", filepath.Join(dir, FileConfig)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "larger than 1 MiB") {
+		t.Errorf("automator.yaml a link to /dev/zero: %v; want it refused, naming the limit", err)
+	}
+}

@@ -11,19 +11,58 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 )
 
-// Read returns the text of the file at path (Text).
+// MaxSecretFile bounds a file Read reads: one API key, token or key.
+const MaxSecretFile = 64 << 10
+
+// Read returns the text of the file at path (Text), refusing one larger
+// than MaxSecretFile (ReadFile).
 func Read(path string) (string, error) {
-	b, err := os.ReadFile(path)
+	b, err := ReadFile(path, MaxSecretFile)
 	if err != nil {
 		return "", err
 	}
 	return Text(b)
+}
+
+// ReadFile returns the content of the file at path, as os.ReadFile does,
+// but refuses one larger than limit bytes after reading at most limit+1
+// (an *fs.PathError, "read PATH: larger than 1 MiB, ..."): a path given by
+// mistake to a large file, or to a device that never ends (/dev/zero,
+// /dev/urandom), is not read until the system kills the process for its
+// memory.
+func ReadFile(path string, limit int) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > limit {
+		return nil, &fs.PathError{Op: "read", Path: path, Err: fmt.Errorf("larger than %s, which it should never be: is it the right file?", size(limit))}
+	}
+	return b, nil
+}
+
+// size is limit in the unit that reads best.
+func size(limit int) string {
+	switch {
+	case limit >= 1<<20 && limit%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", limit>>20)
+	case limit >= 1<<10 && limit%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", limit>>10)
+	}
+	return fmt.Sprintf("%d bytes", limit)
 }
 
 // Text returns the text of data (Decode) without surrounding whitespace

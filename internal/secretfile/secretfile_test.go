@@ -2,6 +2,8 @@ package secretfile
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"unicode/utf16"
@@ -92,4 +94,33 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("Decode(%q) = %q", data, got)
 		}
 	})
+}
+
+// TestReadRefusesAFileLargerThanAnySecret: an API key file is one line;
+// a path to something larger (a log file by mistake, /dev/zero or
+// /dev/urandom, which never end) is refused naming the limit once just
+// past it has been read, not read until memory runs out.
+func TestReadRefusesAFileLargerThanAnySecret(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "api.key")
+	if err := os.WriteFile(p, []byte(strings.Repeat("k", MaxSecretFile+1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Read(p); err == nil || !strings.Contains(err.Error(), "read "+p+": larger than 64 KiB") {
+		// Without the bound, /dev/zero below would take the machine's memory.
+		t.Fatalf("a file of %d bytes: %v; want it refused, naming the limit", MaxSecretFile+1, err)
+	}
+	if err := os.WriteFile(p, []byte(strings.Repeat("k", MaxSecretFile)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := Read(p); err != nil || len(s) != MaxSecretFile {
+		t.Errorf("a file of exactly %d bytes: %d bytes, %v; want it read", MaxSecretFile, len(s), err)
+	}
+	for _, dev := range []string{"/dev/zero", "/dev/urandom"} {
+		if _, err := os.Stat(dev); err != nil {
+			continue
+		}
+		if _, err := Read(dev); err == nil || !strings.Contains(err.Error(), "larger than 64 KiB") {
+			t.Errorf("%s: %v; want it refused, naming the limit", dev, err)
+		}
+	}
 }

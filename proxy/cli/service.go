@@ -277,7 +277,7 @@ func installSpec(name, exe, configPath string, cfg config.Config, u *service.Use
 // to which the lines install adds, in UTF-8, cannot be appended
 // (secretfile.Decode; config.Load reads either).
 func readConfigText(path string) ([]byte, error) {
-	data, err := os.ReadFile(path)
+	data, err := secretfile.ReadFile(path, config.MaxFileSize)
 	if err != nil {
 		return nil, fmt.Errorf("reading proxy config: %w", err)
 	}

@@ -85,10 +85,14 @@ type Config struct {
 	LogFormat string `yaml:"log_format,omitempty"`
 }
 
+// MaxFileSize bounds a config file: a profile and its local settings are
+// a few KiB, previous keys and pins included.
+const MaxFileSize = 1 << 20
+
 // Load reads and strictly parses a configuration file (unknown keys are
 // errors naming the key and line). It does not apply defaults or validate.
 func Load(path string) (Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := secretfile.ReadFile(path, MaxFileSize)
 	if err != nil {
 		return Config{}, fmt.Errorf("reading proxy config: %w", err)
 	}

@@ -298,3 +298,34 @@ func certPEM(t *testing.T, typ string) string {
 	}
 	return string(pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}))
 }
+
+// TestAConfigLargerThanAnyIsRefusedUnread: a proxy config is a few KiB.
+// A path to something much larger (a log file given by mistake, a device
+// that never ends such as /dev/zero) is refused once 1 MiB has been read,
+// naming the limit, rather than read whole: /dev/zero was read until the
+// system killed the proxy for its memory, tens of GiB later, and the
+// stop signals sent meanwhile did nothing.
+func TestAConfigLargerThanAnyIsRefusedUnread(t *testing.T) {
+	// Without the bound, /dev/zero would take the machine's memory: it is
+	// read only once a file over the limit is refused.
+	if !t.Run("file", func(t *testing.T) {
+		p := write(t, "# "+strings.Repeat("x", MaxFileSize)+"\n")
+		if _, err := Load(p); err == nil || !strings.Contains(err.Error(), "larger than 1 MiB") {
+			t.Errorf("a config of %d bytes: %v; want it refused, naming the limit", MaxFileSize+3, err)
+		}
+		p = write(t, "# "+strings.Repeat("x", MaxFileSize-3)+"\n")
+		if _, err := Load(p); err == nil || !strings.Contains(err.Error(), "empty") {
+			t.Errorf("a config of exactly %d bytes, all comment: %v; want it read (and found empty)", MaxFileSize, err)
+		}
+	}) {
+		return
+	}
+	t.Run("endless", func(t *testing.T) {
+		if _, err := os.Stat("/dev/zero"); err != nil {
+			t.Skip("no /dev/zero here")
+		}
+		if _, err := Load("/dev/zero"); err == nil || !strings.Contains(err.Error(), "larger than 1 MiB") {
+			t.Errorf("/dev/zero as the config: %v; want it refused, naming the limit", err)
+		}
+	})
+}
