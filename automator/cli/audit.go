@@ -21,7 +21,7 @@ const auditPage = 1000
 func cmdAudit(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("audit", env)
 	dir := fs.String("data-dir", "", "the automator's data directory")
-	since := fs.Duration("since", 0, "only events of the last DUR (default: every event)")
+	since := clihelp.Duration(fs, "since", 0, "only events of the last DUR (default: every event)")
 	asJSON := fs.Bool("json", false, "one JSON object per event")
 	if err := clihelp.ParseNoArgs(fs, args); err != nil {
 		return err

@@ -18,6 +18,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/client"
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/internal/clihelp"
 	"github.com/opsgate/opsgate/internal/hostport"
 	"github.com/opsgate/opsgate/internal/secretfile"
 )
@@ -37,7 +38,7 @@ func cmdExec(ctx context.Context, args []string, env Env) (int, error) {
 	fs := newFlags("exec", env)
 	caller := addCallerFlags(fs)
 	account := fs.String("account", "", "account whose proxies run the command")
-	timeout := fs.Duration("timeout", 0, "time from queueing to the deadline (default: the server's, 5m)")
+	timeout := clihelp.Duration(fs, "timeout", 0, "time from queueing to the deadline (default: the server's, 5m)")
 	stdinFrom := fs.String("stdin", "", "file to send as the script's stdin, or - for this process's stdin")
 	if err := fs.Parse(args); err != nil {
 		return 0, err

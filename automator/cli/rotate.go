@@ -9,6 +9,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/clihelp"
 )
 
 // DefaultOverlap is how long a rotated token (and key) keeps working for
@@ -30,7 +31,7 @@ func cmdAccountRotate(ctx context.Context, rotateKey bool, args []string, env En
 	}
 	fs := newFlags("account "+what, env)
 	dir := fs.String("data-dir", "", "the automator's data directory")
-	overlap := fs.Duration("overlap", DefaultOverlap, "how long the old token and key keep working for proxies on the old profile (0: refused at once)")
+	overlap := clihelp.Duration(fs, "overlap", DefaultOverlap, "how long the old token and key keep working for proxies on the old profile (0: refused at once)")
 	name, err := accountArgs(fs, args, dir, fmt.Sprintf("usage: automator account %s NAME --data-dir DIR [--overlap DUR]", what))
 	if err != nil {
 		return err

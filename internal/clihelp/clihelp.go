@@ -9,6 +9,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Forms returns the lines of usage (a text with one "  PROG COMMAND ..."
@@ -63,6 +64,9 @@ func Usage(w io.Writer, usage, prog, name string, fs *flag.FlagSet) func() {
 			// The value's kind, as flag.PrintDefaults names it; a
 			// backquoted word in the text is part of the text here.
 			kind, _ := flag.UnquoteUsage(&flag.Flag{Value: f.Value})
+			if k, ok := f.Value.(interface{ Kind() string }); ok {
+				kind = k.Kind()
+			}
 			text := f.Usage
 			line := "  --" + f.Name
 			if kind != "" {
@@ -146,3 +150,33 @@ func ParseNoArgs(fs *flag.FlagSet, args []string) error {
 	}
 	return nil
 }
+
+// Duration defines a duration flag as fs.Duration does, but one whose
+// value is refused says how to write a duration ("5", seconds meant, is
+// not one), where the flag package says only "parse error".
+func Duration(fs *flag.FlagSet, name string, value time.Duration, usage string) *time.Duration {
+	d := value
+	fs.Var(durationValue{&d}, name, usage)
+	return &d
+}
+
+type durationValue struct{ d *time.Duration }
+
+func (v durationValue) String() string {
+	if v.d == nil {
+		return "0s"
+	}
+	return v.d.String()
+}
+
+func (v durationValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("not a duration: write it with its unit, such as 30s, 5m or 1h")
+	}
+	*v.d = d
+	return nil
+}
+
+// Kind is the value's kind in the usage, as for fs.Duration's.
+func (durationValue) Kind() string { return "duration" }
