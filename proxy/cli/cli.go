@@ -11,8 +11,11 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -177,6 +180,7 @@ func runProxy(ctx context.Context, cfg config.Config, env Env) error {
 	defer uploads.Close()
 	log := newLogger(env.Stderr, cfg.LogFormat)
 	host, _ := os.Hostname()
+	host = reportedHostname(host)
 	endGrace, stopWatching := secondStop(ctx)
 	defer stopWatching()
 	var reaper *runner.Reaper
@@ -324,3 +328,26 @@ var UploadKeepalive = keepalive.ClientParameters{Time: 10 * time.Second, Timeout
 // long without a call, so that a proxy holds one connection to the
 // automator most of the time.
 const uploadsIdle = time.Minute
+
+// maxReportedHostname is the longest host name the automator takes with a
+// poll (a DNS name is at most 253 bytes).
+const maxReportedHostname = 255
+
+// reportedHostname is the host name as the proxy reports it with its
+// polls, for the listings: each character the automator refuses there (a
+// control, format or separator character, which a host name should never
+// hold) replaced by U+FFFD, and cut to the length it takes, so that an odd
+// host name, which is only shown, does not get every poll refused.
+func reportedHostname(h string) string {
+	h = strings.Map(func(r rune) rune {
+		if !unicode.IsPrint(r) {
+			return utf8.RuneError
+		}
+		return r
+	}, h)
+	for len(h) > maxReportedHostname {
+		_, n := utf8.DecodeLastRuneInString(h)
+		h = h[:len(h)-n]
+	}
+	return h
+}
