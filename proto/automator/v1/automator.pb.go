@@ -367,7 +367,16 @@ type PollRequest struct {
 	// the next process of the instance reports it before its own first poll,
 	// in a poll for no units with the earlier process's run_id, poll_seq and
 	// lost_from.
-	LostFrom      uint64 `protobuf:"varint,10,opt,name=lost_from,json=lostFrom,proto3" json:"lost_from,omitempty"`
+	LostFrom uint64 `protobuf:"varint,10,opt,name=lost_from,json=lostFrom,proto3" json:"lost_from,omitempty"`
+	// stopping says that the proxy process is stopping gracefully (a service
+	// stop, SIGTERM, Ctrl+C): it asks for no more units, and this is one of
+	// its last polls (a poll for no units, made at once as it stops, and
+	// those it makes while its running units finish). The automator shows
+	// the instance stopped, not online, from this poll on, until the
+	// instance polls again without it (a process started again, or another
+	// process polling with the same instance_id). false: a proxy that is not
+	// stopping, or one predating it.
+	Stopping      bool `protobuf:"varint,11,opt,name=stopping,proto3" json:"stopping,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -470,6 +479,13 @@ func (x *PollRequest) GetLostFrom() uint64 {
 		return x.LostFrom
 	}
 	return 0
+}
+
+func (x *PollRequest) GetStopping() bool {
+	if x != nil {
+		return x.Stopping
+	}
+	return false
 }
 
 type Claim struct {
@@ -1279,8 +1295,13 @@ type Instance struct {
 	// instance said it ran at its last poll. An instance that died keeps its
 	// units in flight until they end, at their deadlines at the latest.
 	InFlight int32 `protobuf:"varint,5,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
-	// online: polled within the last two poll windows.
-	Online        bool `protobuf:"varint,6,opt,name=online,proto3" json:"online,omitempty"`
+	// online: polled within the last two poll windows, and did not say it
+	// was stopping at its last poll.
+	Online bool `protobuf:"varint,6,opt,name=online,proto3" json:"online,omitempty"`
+	// stopped: the instance's last poll said it was stopping (a graceful
+	// stop: PollRequest.stopping). It is not online, whenever that poll was,
+	// until it polls again without saying so.
+	Stopped       bool `protobuf:"varint,7,opt,name=stopped,proto3" json:"stopped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1357,6 +1378,13 @@ func (x *Instance) GetOnline() bool {
 	return false
 }
 
+func (x *Instance) GetStopped() bool {
+	if x != nil {
+		return x.Stopped
+	}
+	return false
+}
+
 type ListInstancesResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Instances     []*Instance            `protobuf:"bytes,1,rep,name=instances,proto3" json:"instances,omitempty"`
@@ -1426,7 +1454,7 @@ const file_automator_v1_automator_proto_rawDesc = "" +
 	"finishedAt\x12\x1f\n" +
 	"\vinstance_id\x18\b \x01(\tR\n" +
 	"instanceId\x12\x18\n" +
-	"\afailure\x18\t \x01(\tR\afailure\"\xb2\x02\n" +
+	"\afailure\x18\t \x01(\tR\afailure\"\xce\x02\n" +
 	"\vPollRequest\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x1b\n" +
@@ -1439,7 +1467,8 @@ const file_automator_v1_automator_proto_rawDesc = "" +
 	"\x06run_id\x18\b \x01(\tR\x05runId\x12\x19\n" +
 	"\bpoll_seq\x18\t \x01(\x04R\apollSeq\x12\x1b\n" +
 	"\tlost_from\x18\n" +
-	" \x01(\x04R\blostFrom\"\xb5\x01\n" +
+	" \x01(\x04R\blostFrom\x12\x1a\n" +
+	"\bstopping\x18\v \x01(\bR\bstopping\"\xb5\x01\n" +
 	"\x05Claim\x12\x17\n" +
 	"\awork_id\x18\x01 \x01(\tR\x06workId\x12\x19\n" +
 	"\bclaim_id\x18\x02 \x01(\tR\aclaimId\x12\x18\n" +
@@ -1496,7 +1525,7 @@ const file_automator_v1_automator_proto_rawDesc = "" +
 	"instanceId\x127\n" +
 	"\tremaining\x18\v \x01(\v2\x19.google.protobuf.DurationR\tremaining\"0\n" +
 	"\x14ListInstancesRequest\x12\x18\n" +
-	"\aaccount\x18\x01 \x01(\tR\aaccount\"\xd4\x01\n" +
+	"\aaccount\x18\x01 \x01(\tR\aaccount\"\xee\x01\n" +
 	"\bInstance\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x1a\n" +
@@ -1505,7 +1534,8 @@ const file_automator_v1_automator_proto_rawDesc = "" +
 	"\flast_poll_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"lastPollAt\x12\x1b\n" +
 	"\tin_flight\x18\x05 \x01(\x05R\binFlight\x12\x16\n" +
-	"\x06online\x18\x06 \x01(\bR\x06online\"M\n" +
+	"\x06online\x18\x06 \x01(\bR\x06online\x12\x18\n" +
+	"\astopped\x18\a \x01(\bR\astopped\"M\n" +
 	"\x15ListInstancesResponse\x124\n" +
 	"\tinstances\x18\x01 \x03(\v2\x16.automator.v1.InstanceR\tinstances*\x94\x01\n" +
 	"\x05State\x12\x15\n" +
