@@ -213,6 +213,11 @@ type Instance struct {
 	Hostname   string
 	Version    string
 	LastPollAt time.Time
+	// Stopped is set when the instance said at its latest poll that it was
+	// stopping (a graceful stop: InstanceSeenParams.Stopping). It is not
+	// online, however recent that poll, until it polls again without
+	// saying so.
+	Stopped bool
 	// InFlight is the number of the account's units claimed by this
 	// instance and not yet ended (state claimed), counted from the units
 	// when listed: not what the instance said at its last poll. An
@@ -452,7 +457,11 @@ type InstanceSeenParams struct {
 	// list it as the instance's in-flight count; InstanceList counts the
 	// claimed units instead (Instance.InFlight).
 	Running int
-	Now     time.Time
+	// Stopping is set for a poll of a proxy process that is stopping
+	// gracefully (PollRequest.stopping): the instance is recorded as
+	// stopped (Instance.Stopped), until a poll without it.
+	Stopping bool
+	Now      time.Time
 }
 
 type InstancePurgeParams struct {
@@ -511,7 +520,8 @@ type AccountStats struct {
 	Claimed int
 	// Instances is the number of instances recorded for the account (that
 	// polled, and were not forgotten since: InstancePurge); InstancesOnline of them polled at or after the params'
-	// OnlineSince.
+	// OnlineSince and did not say at that poll that they were stopping
+	// (Instance.Stopped).
 	Instances       int
 	InstancesOnline int
 	// LastPollAt is the latest poll of any of its instances; zero when none
@@ -520,7 +530,8 @@ type AccountStats struct {
 }
 
 type AccountStatsParams struct {
-	// OnlineSince: an instance whose last poll is at or after it is online.
+	// OnlineSince: an instance whose last poll is at or after it is online,
+	// unless it said at that poll that it was stopping.
 	OnlineSince time.Time
 }
 

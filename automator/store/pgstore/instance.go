@@ -13,16 +13,31 @@ import (
 	"github.com/opsgate/opsgate/automator/store"
 )
 
+// stoppedAt is the stopped_at a poll records: its time when the instance
+// said it was stopping, else NULL.
+func stoppedAt(p store.InstanceSeenParams) *time.Time {
+	if !p.Stopping {
+		return nil
+	}
+	return &p.Now
+}
+
+// instanceStopped is true for an instance whose latest poll said it was
+// stopping: one recorded since by a replica predating stopped_at moved
+// last_poll_at past it.
+const instanceStopped = `COALESCE(i.stopped_at >= i.last_poll_at, false)`
+
 func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) error {
 	// A poll of an account deleted meanwhile is not recorded.
-	_, err := s.sentExec(ctx, `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight)
-SELECT $1::text, $2::text, $3::text, $4::text, $5::timestamptz, $6::integer WHERE EXISTS (SELECT 1 FROM accounts WHERE name = $1 AND key_id <> 0)
+	_, err := s.sentExec(ctx, `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at)
+SELECT $1::text, $2::text, $3::text, $4::text, $5::timestamptz, $6::integer, $7::timestamptz WHERE EXISTS (SELECT 1 FROM accounts WHERE name = $1 AND key_id <> 0)
 ON CONFLICT (account, instance_id) DO UPDATE SET
 	hostname = excluded.hostname,
 	version = excluded.version,
 	last_poll_at = excluded.last_poll_at,
-	in_flight = excluded.in_flight`,
-		p.Account, p.InstanceID, p.Hostname, p.Version, p.Now, p.Running)
+	in_flight = excluded.in_flight,
+	stopped_at = excluded.stopped_at`,
+		p.Account, p.InstanceID, p.Hostname, p.Version, p.Now, p.Running, stoppedAt(p))
 	if err != nil {
 		return fmt.Errorf("recording a poll of instance %q of account %q: %w", p.InstanceID, p.Account, err)
 	}
@@ -48,15 +63,16 @@ func (s *Store) InstancesSeen(ctx context.Context, ps []store.InstanceSeenParams
 		b := &pgx.Batch{}
 		for _, p := range sorted {
 			// A poll of an account deleted meanwhile is left out.
-			b.Queue(`INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight)
-SELECT $1::text, $2::text, $3::text, $4::text, $5::timestamptz, $6::integer WHERE EXISTS (SELECT 1 FROM accounts WHERE name = $1 AND key_id <> 0)
+			b.Queue(`INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at)
+SELECT $1::text, $2::text, $3::text, $4::text, $5::timestamptz, $6::integer, $7::timestamptz WHERE EXISTS (SELECT 1 FROM accounts WHERE name = $1 AND key_id <> 0)
 ON CONFLICT (account, instance_id) DO UPDATE SET
 	hostname = excluded.hostname,
 	version = excluded.version,
 	last_poll_at = excluded.last_poll_at,
-	in_flight = excluded.in_flight
+	in_flight = excluded.in_flight,
+	stopped_at = excluded.stopped_at
 WHERE excluded.last_poll_at >= instances.last_poll_at`,
-				p.Account, p.InstanceID, p.Hostname, p.Version, p.Now, p.Running)
+				p.Account, p.InstanceID, p.Hostname, p.Version, p.Now, p.Running, stoppedAt(p))
 		}
 		br := c.SendBatch(ctx, b)
 		for _, p := range sorted {
@@ -79,7 +95,7 @@ WHERE excluded.last_poll_at >= instances.last_poll_at`,
 // work.instance_id is compared as instances.instance_id is, byte by byte
 // (COLLATE "C").
 func (s *Store) InstanceList(ctx context.Context, account string) ([]store.Instance, error) {
-	rows, err := s.pool.Query(ctx, `SELECT i.account, i.instance_id, i.hostname, i.version, i.last_poll_at, COALESCE(c.n, 0)
+	rows, err := s.pool.Query(ctx, `SELECT i.account, i.instance_id, i.hostname, i.version, i.last_poll_at, `+instanceStopped+`, COALESCE(c.n, 0)
 FROM instances i
 LEFT JOIN (SELECT instance_id COLLATE "C" AS instance_id, COUNT(*) AS n FROM work
 	WHERE account = $1 AND state = 'claimed' GROUP BY 1) c ON c.instance_id = i.instance_id
@@ -89,7 +105,7 @@ WHERE i.account = $1 ORDER BY i.instance_id`, account)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Instance, error) {
 		var in store.Instance
-		err := r.Scan(&in.Account, &in.InstanceID, &in.Hostname, &in.Version, &in.LastPollAt, &in.InFlight)
+		err := r.Scan(&in.Account, &in.InstanceID, &in.Hostname, &in.Version, &in.LastPollAt, &in.Stopped, &in.InFlight)
 		in.LastPollAt = in.LastPollAt.UTC()
 		return in, err
 	})

@@ -172,6 +172,13 @@ CREATE INDEX work_unsuccessful ON work (state, queued_at, id)
 CREATE INDEX work_account_unsuccessful ON work (account, state, queued_at, id)
 	WHERE state IN ('failed', 'timed_out', 'cancelled');
 `},
+	{version: 7, name: "instances that said they were stopping", sql: `
+-- The time of the poll in which an instance said it was stopping
+-- (PollRequest.stopping), NULL when its latest poll did not. The instance
+-- is stopped while it is at least last_poll_at: a later poll recorded by a
+-- replica predating the column moves last_poll_at past it.
+ALTER TABLE instances ADD COLUMN stopped_at timestamptz;
+`},
 }
 
 // migrationLockKey is the advisory lock (two int4 keys: the first fixed for

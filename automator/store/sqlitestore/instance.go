@@ -8,17 +8,32 @@ import (
 	"github.com/opsgate/opsgate/automator/store"
 )
 
+// stoppedAt is the stopped_at a poll records: its time when the instance
+// said it was stopping, else 0.
+func stoppedAt(p store.InstanceSeenParams) int64 {
+	if !p.Stopping {
+		return 0
+	}
+	return toNanos(p.Now)
+}
+
+// instanceStopped is true for an instance whose latest poll said it was
+// stopping: one recorded since by an automator predating stopped_at moved
+// last_poll_at past it.
+const instanceStopped = `(i.stopped_at >= i.last_poll_at)`
+
 func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) error {
 	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
 		// A poll of an account deleted meanwhile is not recorded.
-		_, err := tx.ExecContext(ctx, `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight)
-SELECT ?1, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM accounts WHERE name = ?1 AND key_id <> 0)
+		_, err := tx.ExecContext(ctx, `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at)
+SELECT ?1, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM accounts WHERE name = ?1 AND key_id <> 0)
 ON CONFLICT (account, instance_id) DO UPDATE SET
 	hostname = excluded.hostname,
 	version = excluded.version,
 	last_poll_at = excluded.last_poll_at,
-	in_flight = excluded.in_flight`,
-			p.Account, p.InstanceID, p.Hostname, p.Version, toNanos(p.Now), p.Running)
+	in_flight = excluded.in_flight,
+	stopped_at = excluded.stopped_at`,
+			p.Account, p.InstanceID, p.Hostname, p.Version, toNanos(p.Now), p.Running, stoppedAt(p))
 		return err
 	})
 	if err != nil {
@@ -31,7 +46,7 @@ ON CONFLICT (account, instance_id) DO UPDATE SET
 // its units each has claimed, counted through work_claimed, which holds only
 // the claimed units: a few, however many units ended. The in_flight column
 // (what the instance said at its last poll) is not read.
-const instanceListQuery = `SELECT i.account, i.instance_id, i.hostname, i.version, i.last_poll_at, COALESCE(c.n, 0)
+const instanceListQuery = `SELECT i.account, i.instance_id, i.hostname, i.version, i.last_poll_at, ` + instanceStopped + `, COALESCE(c.n, 0)
 FROM instances i
 LEFT JOIN (SELECT instance_id, COUNT(*) AS n FROM work
 	WHERE account = ?1 AND state = 'claimed' GROUP BY instance_id) c ON c.instance_id = i.instance_id
@@ -47,7 +62,7 @@ func (s *Store) InstanceList(ctx context.Context, account string) ([]store.Insta
 	for rows.Next() {
 		var in store.Instance
 		var lastPollAt int64
-		if err := rows.Scan(&in.Account, &in.InstanceID, &in.Hostname, &in.Version, &lastPollAt, &in.InFlight); err != nil {
+		if err := rows.Scan(&in.Account, &in.InstanceID, &in.Hostname, &in.Version, &lastPollAt, &in.Stopped, &in.InFlight); err != nil {
 			return nil, fmt.Errorf("listing instances of account %q: %w", account, err)
 		}
 		in.LastPollAt = fromNanos(lastPollAt)

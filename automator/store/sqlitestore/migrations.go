@@ -217,6 +217,13 @@ CREATE INDEX work_unsuccessful ON work (state, queued_at, id)
 CREATE INDEX work_account_unsuccessful ON work (account, state, queued_at, id)
 	WHERE state = 'failed' OR state = 'timed_out' OR state = 'cancelled';
 `},
+	{version: 11, name: "instances that said they were stopping", sql: `
+-- The time of the poll in which an instance said it was stopping
+-- (PollRequest.stopping), 0 when its latest poll did not. The instance is
+-- stopped while it is at least last_poll_at: a later poll recorded by an
+-- automator predating the column moves last_poll_at past it.
+ALTER TABLE instances ADD COLUMN stopped_at INTEGER NOT NULL DEFAULT 0;
+`},
 }
 
 // migrate applies the migrations not yet recorded in schema_migrations, all

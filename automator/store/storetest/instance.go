@@ -12,6 +12,7 @@ var instanceCases = []testCase{
 	{"InstancesSeenUpsertsABatchAndNeverMovesARecordBack", testInstancesSeenBatch},
 	{"InstancePurgeForgetsInstancesThatStoppedPolling", testInstancePurge},
 	{"InstanceListCountsInFlightTheUnitsEachInstanceHoldsClaimed", testInstanceInFlight},
+	{"AStoppingPollShowsTheInstanceStoppedUntilItPollsAgain", testInstanceStopped},
 }
 
 func (f *fixture) seen(p store.InstanceSeenParams) {
@@ -33,7 +34,7 @@ func (f *fixture) wantInstances(account string, want []store.Instance) {
 	for i := range want {
 		g, w := got[i], want[i]
 		if g.Account != w.Account || g.InstanceID != w.InstanceID || g.Hostname != w.Hostname ||
-			g.Version != w.Version || !g.LastPollAt.Equal(w.LastPollAt) || g.InFlight != w.InFlight {
+			g.Version != w.Version || !g.LastPollAt.Equal(w.LastPollAt) || g.Stopped != w.Stopped || g.InFlight != w.InFlight {
 			f.t.Errorf("InstanceList(%q)[%d] = %+v, want %+v", account, i, g, w)
 		}
 	}
@@ -212,4 +213,71 @@ func testInstanceInFlight(f *fixture) {
 	}
 	f.wantInstances("acme", []store.Instance{a, b, idle})
 	f.wantInstances("globex", []store.Instance{gb})
+}
+
+// testInstanceStopped: a poll that says the instance is stopping (a
+// graceful stop) records it stopped, written one by one or in a batch: it
+// is listed so and not counted online, however recent that poll, until a
+// poll without it. A late batch holding an older poll does not undo it.
+func testInstanceStopped(f *fixture) {
+	f.account("acme")
+	poll := func(id string, stopping bool, now time.Time) store.InstanceSeenParams {
+		return store.InstanceSeenParams{Account: "acme", InstanceID: id, Hostname: id + ".example", Version: "v1", Stopping: stopping, Now: now}
+	}
+	in := func(p store.InstanceSeenParams) store.Instance {
+		return store.Instance{Account: p.Account, InstanceID: p.InstanceID, Hostname: p.Hostname, Version: p.Version,
+			LastPollAt: p.Now, Stopped: p.Stopping}
+	}
+	batch := func(ps ...store.InstanceSeenParams) {
+		f.t.Helper()
+		if err := f.s.InstancesSeen(f.ctx, ps); err != nil {
+			f.t.Fatalf("InstancesSeen(%d polls): %v", len(ps), err)
+		}
+	}
+	online := func(want int) {
+		f.t.Helper()
+		stats, err := f.s.AccountStats(f.ctx, store.AccountStatsParams{OnlineSince: at(0)})
+		if err != nil {
+			f.t.Fatalf("AccountStats: %v", err)
+		}
+		if len(stats) != 1 || stats[0].Instances != 2 || stats[0].InstancesOnline != want {
+			f.t.Errorf("AccountStats = %+v, want 2 instances, %d online", stats, want)
+		}
+	}
+
+	a1, b1 := poll("a", false, at(time.Second)), poll("b", false, at(time.Second))
+	f.seen(a1)
+	f.seen(b1)
+	f.wantInstances("acme", []store.Instance{in(a1), in(b1)})
+	online(2)
+
+	// a stops: its last poll, a moment later, says so.
+	a2 := poll("a", true, at(2*time.Second))
+	f.seen(a2)
+	f.wantInstances("acme", []store.Instance{in(a2), in(b1)})
+	online(1)
+	// A batch written late, holding a's poll from before the stop, does
+	// not bring it back.
+	batch(poll("a", false, at(1500*time.Millisecond)))
+	f.wantInstances("acme", []store.Instance{in(a2), in(b1)})
+	online(1)
+	// Its further polls while its running units finish say it too.
+	a3 := poll("a", true, at(3*time.Second))
+	batch(a3)
+	f.wantInstances("acme", []store.Instance{in(a3), in(b1)})
+
+	// b stops too, recorded in a batch: none is online.
+	b2 := poll("b", true, at(3*time.Second))
+	batch(b2)
+	f.wantInstances("acme", []store.Instance{in(a3), in(b2)})
+	online(0)
+
+	// Each is started again: its first poll, written either way, shows it
+	// online at once.
+	a4 := poll("a", false, at(time.Minute))
+	f.seen(a4)
+	b3 := poll("b", false, at(time.Minute))
+	batch(b3)
+	f.wantInstances("acme", []store.Instance{in(a4), in(b3)})
+	online(2)
 }
