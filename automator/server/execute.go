@@ -154,7 +154,7 @@ func (a *AutomatorService) ListInstances(ctx context.Context, req *automatorv1.L
 		return nil, s.internal(ctx, "listing instances", err)
 	}
 	// Online as in the listings and the dashboard (store.AccountStatsParams):
-	// a last poll at or after this.
+	// a last poll at or after this, which did not say it was stopping.
 	since := s.clock.Now().Add(-InstanceOnlineWithin(s.pollWindow))
 	resp := &automatorv1.ListInstancesResponse{}
 	for _, in := range list {
@@ -164,7 +164,8 @@ func (a *AutomatorService) ListInstances(ctx context.Context, req *automatorv1.L
 			Version:    in.Version,
 			LastPollAt: timestamppb.New(in.LastPollAt),
 			InFlight:   int32(in.InFlight),
-			Online:     !in.LastPollAt.Before(since),
+			Online:     StatusOfInstance(in, since) == InstanceOnline,
+			Stopped:    in.Stopped,
 		})
 	}
 	return resp, nil

@@ -12,11 +12,13 @@ import (
 // record feeds listings, the dashboard and metrics only, so it need not be
 // durable per poll: while RecordInstances runs, a poll of a known instance
 // only updates its record in memory, and the records that changed are
-// written every seenEvery in one transaction per batch. A new instance, or
-// one whose host or version changed, is written at once. Without
-// RecordInstances, a poll is written when its record is this old. Either
-// way listings are at most this stale; "online" allows two poll windows
-// plus this.
+// written every seenEvery in one transaction per batch. A new instance,
+// one whose host or version changed, one that says it is stopping or no
+// longer says so, and the first poll this automator sees of a new proxy
+// process (run) of an instance are written at once: a stop, and a start
+// after it, show in listings as they happen. Without RecordInstances, a
+// poll is written when its record is this old. Either way listings are at
+// most this stale; "online" allows two poll windows plus this.
 const seenEvery = 5 * time.Second
 
 // seenBatch bounds the polls written in one transaction, so a flush holds
@@ -44,18 +46,46 @@ type seenRecord struct {
 	last    store.InstanceSeenParams // the latest poll
 	written time.Time                // Now of the latest poll written
 	dirty   bool                     // last is not written yet
+	// run and seq are the run id and poll_seq of the latest poll recorded
+	// (written, or in last), when it had them.
+	run string
+	seq uint64
+}
+
+// pollSeen is what instanceSeen is told of a poll beside its record.
+type pollSeen struct {
+	run string // PollRequest.run_id; "" from a proxy predating it
+	seq uint64 // PollRequest.poll_seq; 0 when not numbered
+	// newRun: the first poll this automator sees of a run (sharedIDs), a
+	// process started since the record was written, perhaps after a stop
+	// recorded by another replica.
+	newRun bool
+}
+
+// staleLocked is true for a poll of the run of r's latest poll, numbered
+// before it: a poll of the process that was still on its way when the
+// process polled again (one cancelled by the stop whose next poll said it
+// was stopping). It is older than what r holds and is not recorded.
+func (r *seenRecord) staleLocked(ps pollSeen) bool {
+	return ps.run != "" && ps.run == r.run && ps.seq != 0 && ps.seq < r.seq
 }
 
 // instanceSeen records a poll: in memory while RecordInstances runs and the
 // instance is known and unchanged, else in the store.
-func (s *Server) instanceSeen(ctx context.Context, p store.InstanceSeenParams) error {
+func (s *Server) instanceSeen(ctx context.Context, p store.InstanceSeenParams, ps pollSeen) error {
 	key := [2]string{p.Account, p.InstanceID}
 	c := &s.seen
 	c.mu.Lock()
-	if r := c.m[key]; r != nil && r.last.Hostname == p.Hostname && r.last.Version == p.Version {
+	if r := c.m[key]; r != nil && r.staleLocked(ps) {
+		c.mu.Unlock()
+		return nil
+	}
+	if r := c.m[key]; r != nil && r.last.Hostname == p.Hostname && r.last.Version == p.Version &&
+		r.last.Stopping == p.Stopping && !ps.newRun {
 		if c.batching {
 			if p.Now.After(r.last.Now) {
 				r.last = p
+				r.run, r.seq = ps.run, ps.seq
 				if !r.dirty {
 					r.dirty = true
 					c.dirty = append(c.dirty, key)
@@ -90,8 +120,16 @@ func (s *Server) instanceSeen(ctx context.Context, p store.InstanceSeenParams) e
 		r = &seenRecord{}
 		c.m[key] = r
 	}
-	if r.last.Now.IsZero() || !p.Now.Before(r.last.Now) || r.last.Hostname != p.Hostname || r.last.Version != p.Version {
+	newer := r.last.Now.IsZero() || !p.Now.Before(r.last.Now)
+	if ps.run != "" && ps.run == r.run && ps.seq != 0 && r.seq != 0 {
+		// Polls of one process are ordered by their numbers, not by when
+		// each reached this point: a poll kept in memory while this one
+		// was written may be the one it followed.
+		newer = ps.seq >= r.seq
+	}
+	if newer || r.last.Hostname != p.Hostname || r.last.Version != p.Version {
 		r.last = p
+		r.run, r.seq = ps.run, ps.seq
 		r.dirty = false // what is in memory is what was written
 	}
 	r.written = p.Now

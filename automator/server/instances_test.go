@@ -245,3 +245,101 @@ func TestRecordInstancesWritesWhatIsLeftWhenItStops(t *testing.T) {
 		t.Errorf("%d polls written one by one after the recorder stopped, want 1", s-single)
 	}
 }
+
+// pollRun makes one poll of run, numbered seq, that returns at once.
+func (e *seenEnv) pollRun(srv *Server, id, run string, seq uint64, stopping bool) {
+	e.t.Helper()
+	req := &automatorv1.PollRequest{InstanceId: id, Hostname: id + ".example", Version: "v1", Wait: durationpb.New(0),
+		RunId: run, PollSeq: seq, Stopping: stopping}
+	ctx := context.WithValue(e.t.Context(), keyAccount, "acme")
+	if _, err := srv.ProxyService().Poll(ctx, req); err != nil {
+		e.t.Fatalf("Poll(%s, run %s, seq %d): %v", id, run, seq, err)
+	}
+}
+
+// wantStopped checks whether the stored record of instance id says it
+// stopped, and its last poll.
+func (e *seenEnv) wantStopped(id string, stopped bool, lastPoll time.Time) {
+	e.t.Helper()
+	list, err := e.st.Store.InstanceList(e.t.Context(), "acme")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, in := range list {
+		if in.InstanceID == id {
+			if in.Stopped != stopped || !in.LastPollAt.Equal(lastPoll) {
+				e.t.Errorf("stored %s: stopped %v, last poll %v; want %v, %v", id, in.Stopped, in.LastPollAt, stopped, lastPoll)
+			}
+			return
+		}
+	}
+	e.t.Errorf("instance %s is not stored (stored: %+v)", id, list)
+}
+
+// TestAStopAndTheStartAfterItAreWrittenAtOnceWhilePollsAreBatched: while
+// polls are batched, the poll in which an instance says it is stopping is
+// written at once, not at the next flush, and so is the first poll of the
+// process started after it; the stopping process's further polls, which
+// say it too, are batched. A poll of the stopping process still on its way
+// (numbered before the stop) does not undo the stop, at the flush either.
+func TestAStopAndTheStartAfterItAreWrittenAtOnceWhilePollsAreBatched(t *testing.T) {
+	t.Parallel()
+	e := newSeenEnv(t)
+	e.batching()
+	e.pollRun(e.srv, "a", "run-1", 1, false)
+	e.clock.add(time.Second)
+	e.pollRun(e.srv, "a", "run-1", 2, false)
+	e.wantCounts(1, 0)
+
+	e.clock.add(time.Second)
+	tStop := e.clock.Now()
+	e.pollRun(e.srv, "a", "run-1", 4, true)
+	e.wantCounts(2, 0)
+	e.wantStopped("a", true, tStop)
+
+	e.clock.add(time.Second)
+	e.pollRun(e.srv, "a", "run-1", 3, false) // cancelled by the stop, arriving late
+	e.wantStopped("a", true, tStop)
+	tLast := e.clock.Now()
+	e.pollRun(e.srv, "a", "run-1", 5, true) // while its units finish
+	e.wantCounts(2, 0)
+	if err := e.srv.FlushInstances(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	e.wantStopped("a", true, tLast)
+
+	e.clock.add(time.Minute)
+	e.pollRun(e.srv, "a", "run-2", 1, false)
+	e.wantStopped("a", false, e.clock.Now())
+}
+
+// TestAStartAfterAStopHeardByAnotherReplicaIsWrittenAtOnce: replicas share
+// the store, each batching the polls it hears. One heard the instance's
+// process poll (kept in its memory: not stopping); the stop went to
+// another. The first poll of the process started after it, heard by the
+// first replica, is written at once: the instance is not left stopped
+// until that replica's next flush.
+func TestAStartAfterAStopHeardByAnotherReplicaIsWrittenAtOnce(t *testing.T) {
+	t.Parallel()
+	e := newSeenEnv(t)
+	e.batching()
+	other, err := New(Options{Store: e.st, Clock: e.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.seen.batching = true
+	e.pollRun(e.srv, "a", "run-1", 1, false)
+	e.clock.add(time.Second)
+	e.pollRun(e.srv, "a", "run-1", 2, false)
+	e.clock.add(time.Second)
+	e.pollRun(other, "a", "run-1", 3, true)
+	e.wantStopped("a", true, e.clock.Now())
+
+	e.clock.add(time.Second)
+	e.pollRun(e.srv, "a", "run-2", 1, false)
+	e.wantStopped("a", false, e.clock.Now())
+	if err := e.srv.FlushInstances(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	e.wantStopped("a", false, e.clock.Now())
+}

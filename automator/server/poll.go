@@ -124,17 +124,18 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 	}
 	defer s.metrics.PollOpened(account)()
 
+	newRun := s.noteRun(ctx, account, req.GetInstanceId(), req.GetHostname(), req.GetRunId())
 	if err := s.instanceSeen(ctx, store.InstanceSeenParams{
 		Account:    account,
 		InstanceID: req.GetInstanceId(),
 		Hostname:   req.GetHostname(),
 		Version:    req.GetVersion(),
 		Running:    len(req.GetRunning()),
+		Stopping:   req.GetStopping(),
 		Now:        s.clock.Now(),
-	}); err != nil {
+	}, pollSeen{run: req.GetRunId(), seq: req.GetPollSeq(), newRun: newRun}); err != nil {
 		return nil, s.internal(ctx, "recording the instance's poll", err)
 	}
-	s.noteRun(ctx, account, req.GetInstanceId(), req.GetHostname(), req.GetRunId())
 
 	// Register before the first look, so an enqueue between an empty claim
 	// and the wait still wakes this poll.

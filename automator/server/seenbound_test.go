@@ -31,7 +31,7 @@ func TestPollsOfEverNewInstanceIDsKeepBoundedMemory(t *testing.T) {
 	for i := range polls {
 		if err := s.instanceSeen(context.Background(), store.InstanceSeenParams{
 			Account: "acme", InstanceID: fmt.Sprintf("i-%d", i), Hostname: "h", Version: "v", Now: now,
-		}); err != nil {
+		}, pollSeen{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -46,11 +46,13 @@ type runSeen struct {
 
 // notePoll records a poll of run (its proxy process) of instance from
 // peer at now, and reports the other run polling as the same instance
-// when the operator is to be told of it. alive is how long a live run may
-// go without polling.
-func (c *sharedIDs) notePoll(account, instance, run, peer string, now time.Time, alive time.Duration) (other runSeen, tell bool) {
+// when the operator is to be told of it, and whether run is new: not one
+// of the last two to poll, nor the one before the last heard from lately
+// (a restart, or the second process's first poll). alive is how long a
+// live run may go without polling.
+func (c *sharedIDs) notePoll(account, instance, run, peer string, now time.Time, alive time.Duration) (other runSeen, tell, isNew bool) {
 	if run == "" {
-		return runSeen{}, false // a proxy that predates run ids
+		return runSeen{}, false, false // a proxy that predates run ids
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -67,19 +69,19 @@ func (c *sharedIDs) notePoll(account, instance, run, peer string, now time.Time,
 	switch {
 	case r.last.run == run:
 		r.last = this
-		return runSeen{}, false
+		return runSeen{}, false, false
 	case r.other.run == run && now.Sub(r.other.at) < alive:
 		// It polled, then another run did, and now it again: both live.
 		r.other, r.last = r.last, this
 		if !r.warned.IsZero() && now.Sub(r.warned) < sharedIDWarnEvery {
-			return runSeen{}, false
+			return runSeen{}, false, false
 		}
 		r.warned = now
-		return r.other, true
+		return r.other, true, false
 	default:
 		// A new run (a restart, or the second process's first poll).
 		r.other, r.last = r.last, this
-		return runSeen{}, false
+		return runSeen{}, false, true
 	}
 }
 
@@ -96,18 +98,20 @@ func (c *sharedIDs) forgetAccount(account string) {
 }
 
 // noteRun tells the operator, at most once an hour for each instance,
-// when two proxy processes poll as one instance of account.
-func (s *Server) noteRun(ctx context.Context, account, instance, hostname, run string) {
+// when two proxy processes poll as one instance of account. It returns
+// whether run is new (sharedIDs.notePoll).
+func (s *Server) noteRun(ctx context.Context, account, instance, hostname, run string) bool {
 	addr := ""
 	if pr, ok := peer.FromContext(ctx); ok && pr.Addr != nil {
 		addr = pr.Addr.String()
 	}
 	// A live run polls at least once a poll window; "online" allows two.
-	other, tell := s.sharedIDs.notePoll(account, instance, run, addr, s.clock.Now(), 2*s.pollWindow+seenEvery)
+	other, tell, isNew := s.sharedIDs.notePoll(account, instance, run, addr, s.clock.Now(), 2*s.pollWindow+seenEvery)
 	if !tell {
-		return
+		return isNew
 	}
 	s.log.Warn("two proxy processes poll as one instance; each runs its own units, but listings show them as one and cannot tell when one of them stops: give each its own instance_id (in its config or with --instance-id)",
 		"account", account, "instance_id", instance, "hostname", hostname,
 		"peer", addr, "other_peer", other.peer)
+	return false // a run polling beside another, not a new one
 }

@@ -15,14 +15,43 @@ func InstanceOnlineWithin(pollWindow time.Duration) time.Duration {
 	return 2*pollWindow + seenEvery + time.Second
 }
 
+// InstanceStatus is what listings say of one instance.
+type InstanceStatus string
+
+const (
+	// InstanceOnline: it polled within InstanceOnlineWithin and did not
+	// say it was stopping.
+	InstanceOnline InstanceStatus = "online"
+	// InstanceStopped: its last poll said it was stopping (a graceful
+	// stop: a service stop, SIGTERM, Ctrl+C), however long ago, and it
+	// has not polled since.
+	InstanceStopped InstanceStatus = "stopped"
+	// InstanceOffline: it has not polled within InstanceOnlineWithin and
+	// did not say it was stopping (killed, crashed, cut off, its host
+	// down).
+	InstanceOffline InstanceStatus = "offline"
+)
+
+// StatusOfInstance classifies in, online when its last poll is at or
+// after onlineSince (now - InstanceOnlineWithin(poll window)).
+func StatusOfInstance(in store.Instance, onlineSince time.Time) InstanceStatus {
+	switch {
+	case in.Stopped:
+		return InstanceStopped
+	case !in.LastPollAt.Before(onlineSince):
+		return InstanceOnline
+	}
+	return InstanceOffline
+}
+
 // AccountStatus sums up an account for operators (listings, dashboard).
 type AccountStatus string
 
 const (
-	// StatusOnline: at least one instance polled within two poll windows.
+	// StatusOnline: at least one instance is online (InstanceOnline).
 	StatusOnline AccountStatus = "online"
-	// StatusStranded: units are queued and no instance polled within two
-	// poll windows; they time out at their deadlines unless one returns.
+	// StatusStranded: units are queued and no instance is online; they
+	// time out at their deadlines unless one returns.
 	StatusStranded AccountStatus = "stranded"
 	// StatusOffline: no instance online, nothing queued (a stopped group,
 	// or a warm standby not yet started).
