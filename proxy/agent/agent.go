@@ -108,6 +108,10 @@ type Agent struct {
 	wg        sync.WaitGroup
 
 	lastPoll time.Time
+	// stopping is set once the poll loop has ended (the proxy is
+	// stopping): the polls of this run say so from then on
+	// (PollRequest.stopping).
+	stopping atomic.Bool
 	state    *stateFile // used by Run's goroutine only
 	spool    *spool     // nil without SpoolDir
 	// earlier: the polls whose answers earlier runs of this instance never
@@ -188,6 +192,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.resumeSpooled(workCtx)
 	a.earlier, _ = a.spool.loadLost(a.o.InstanceID)
 	seq, lostFrom := a.pollLoop(ctx, workCtx)
+	a.stopping.Store(true)
 	a.state.stopping(time.Now(), a.inFlight())
 
 	done := make(chan struct{})
@@ -374,11 +379,11 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
 	return seq, lostFrom
 }
 
-// reportLostWithin bounds the polls a stopping agent makes to report the
-// polls whose answers it never read (lost_from), when nothing else polls:
-// an unreachable automator, or a link busy with results, must not hold the
-// stop up (the next start reports them, reportEarlier). A variable for
-// tests.
+// reportLostWithin bounds the polls a stopping agent makes to say that it
+// stops and to report the polls whose answers it never read (lost_from),
+// when nothing else polls: an unreachable automator, or a link busy with
+// results, must not hold the stop up (the next start reports them,
+// reportEarlier). A variable for tests.
 var reportLostWithin = 5 * time.Second
 
 // hearEnds polls for no units while the agent stops, until ctx is done,
@@ -386,44 +391,51 @@ var reportLostWithin = 5 * time.Second
 // out): a stopping proxy claims nothing more, but a cancel of a unit it
 // runs must still kill the script (a poll for no units claims nothing).
 // Polls go on numbering from seq, reporting lostFrom until one is
-// answered. Errors back off quietly: the stop is already logged.
+// answered, and say that the proxy is stopping (PollRequest.stopping).
+// Errors back off quietly: the stop is already logged.
 //
-// With lostFrom set (a poll that asked for units was stopped, or failed,
-// before its answer was read), it first polls, even with nothing running,
-// until one is answered, for up to reportLostWithin however soon ctx
-// ends: the automator fails the units it had claimed for those polls at
-// once, which otherwise stay claimed by this instance until their
-// deadline. It returns the number of its last poll, lostFrom as it is
-// after them (0: reported) and, when it is not 0, the error of the last
-// poll that failed to report it (nil: none was tried to the end).
+// It first polls once at once, even with nothing running, however soon
+// ctx ends, within reportLostWithin: the automator shows the instance
+// stopped from then on, rather than online until its last poll is two
+// poll windows old. With lostFrom set (a poll that asked for units was
+// stopped, or failed, before its answer was read), it polls until one is
+// answered, within the same bound: the automator fails the units it had
+// claimed for those polls at once, which otherwise stay claimed by this
+// instance until their deadline. It returns the number of its last poll,
+// lostFrom as it is after them (0: reported) and, when it is not 0, the
+// error of the last poll that failed to report it (nil: none was tried to
+// the end).
 func (a *Agent) hearEnds(ctx context.Context, seq, lostFrom uint64) (uint64, uint64, error) {
 	bo := backoff{min: a.o.BackoffMin, max: a.o.BackoffMax}
 	var lastErr error
-	if lostFrom != 0 {
+	rctx, cancel := context.WithTimeout(context.Background(), reportLostWithin)
+	for {
+		seq++
+		resp, err := a.pollFor(rctx, 0, 0, seq, lostFrom)
+		if err == nil {
+			lostFrom, lastErr = 0, nil
+			for _, id := range resp.GetCancelled() {
+				a.ended(id)
+			}
+			break
+		}
+		if lostFrom == 0 {
+			// Only the stop was to be said, and the automator's listings
+			// tell it in two poll windows anyway: one try.
+			break
+		}
+		lastErr = err
 		// Tried again within the bound when the automator could not be
 		// reached: a connection that dropped as the proxy stopped may
-		// come back at once.
-		rctx, cancel := context.WithTimeout(context.Background(), reportLostWithin)
-		for {
-			seq++
-			resp, err := a.pollFor(rctx, 0, 0, seq, lostFrom)
-			if err == nil {
-				lostFrom, lastErr = 0, nil
-				for _, id := range resp.GetCancelled() {
-					a.ended(id)
-				}
-				break
-			}
-			lastErr = err
-			// Only an unreachable automator may answer the next try; a
-			// refusal (the token revoked, say) would be repeated.
-			if status.Code(err) != codes.Unavailable || !ctxtime.Sleep(rctx, bo.next()) {
-				break
-			}
+		// come back at once. Only an unreachable automator may answer
+		// the next try; a refusal (the token revoked, say) would be
+		// repeated.
+		if status.Code(err) != codes.Unavailable || !ctxtime.Sleep(rctx, bo.next()) {
+			break
 		}
-		cancel()
-		bo.reset()
 	}
+	cancel()
+	bo.reset()
 	for ctx.Err() == nil {
 		if len(a.runningIDs()) == 0 {
 			// Nothing left to hear of (the units still counted are
@@ -525,6 +537,8 @@ func (a *Agent) pollAs(ctx context.Context, run string, n int, wait time.Duratio
 		Version:    a.o.Version,
 		Running:    running,
 		KeyIds:     keyIDs(a.o.Keys),
+		// Another run's polls are that run's: it stopped long ago.
+		Stopping: run == a.run && a.stopping.Load(),
 	})
 }
 
