@@ -181,6 +181,9 @@ type instanceJSON struct {
 	LastPollAt time.Time `json:"last_poll_at"`
 	InFlight   int       `json:"in_flight"`
 	Online     bool      `json:"online"`
+	// Status is the STATUS column: online, stopped (its last poll said it
+	// was stopping) or offline.
+	Status string `json:"status"`
 }
 
 // cmdInstances lists the instances of an account.
@@ -211,8 +214,9 @@ func cmdInstances(ctx context.Context, args []string, env Env) error {
 	if *l.json {
 		out := make([]instanceJSON, 0, len(list))
 		for _, in := range list {
+			st := server.StatusOfInstance(in, since)
 			out = append(out, instanceJSON{InstanceID: in.InstanceID, Hostname: in.Hostname, Version: in.Version,
-				LastPollAt: in.LastPollAt, InFlight: in.InFlight, Online: !in.LastPollAt.Before(since)})
+				LastPollAt: in.LastPollAt, InFlight: in.InFlight, Online: st == server.InstanceOnline, Status: string(st)})
 		}
 		return writeJSON(env.Stdout, out)
 	}
@@ -223,12 +227,8 @@ func cmdInstances(ctx context.Context, args []string, env Env) error {
 	w := table(env.Stdout)
 	fmt.Fprintln(w, "INSTANCE\tHOST\tVERSION\tLAST POLL\tIN FLIGHT\tSTATUS")
 	for _, in := range list {
-		status := "offline"
-		if !in.LastPollAt.Before(since) {
-			status = "online"
-		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s (%s)\t%d\t%s\n", in.InstanceID, in.Hostname, in.Version,
-			utc(in.LastPollAt), ago(t0, in.LastPollAt), in.InFlight, status)
+			utc(in.LastPollAt), ago(t0, in.LastPollAt), in.InFlight, server.StatusOfInstance(in, since))
 	}
 	return w.Flush()
 }

@@ -129,6 +129,8 @@ func seedListings(t *testing.T) string {
 		{Account: "acme", InstanceID: "host-a", Hostname: "a.acme.internal", Version: "v1.4.0", Running: 2, Now: listNow.Add(-5 * time.Second)},
 		{Account: "acme", InstanceID: "host-b", Hostname: "b.acme.internal", Version: "v1.4.0", Running: 0, Now: listNow.Add(-2 * time.Second)},
 		{Account: "acme", InstanceID: "host-c", Hostname: "c.acme.internal", Version: "v1.3.2", Running: 1, Now: listNow.Add(-10 * time.Minute)},
+		// host-d was stopped gracefully 3 s ago: stopped, not online.
+		{Account: "acme", InstanceID: "host-d", Hostname: "d.acme.internal", Version: "v1.4.0", Stopping: true, Now: listNow.Add(-3 * time.Second)},
 		{Account: "globex", InstanceID: "g-1", Hostname: "g1.globex.lan", Version: "v1.4.0", Running: 0, Now: listNow.Add(-9 * time.Minute)},
 	} {
 		if err := st.InstanceSeen(ctx, in); err != nil {

@@ -24,7 +24,10 @@ func writeSeenInstances(w io.Writer, list []store.Instance, pollWindow time.Dura
 	since := now.Add(-server.InstanceOnlineWithin(pollWindow))
 	for _, in := range list {
 		state := "polling"
-		if in.LastPollAt.Before(since) {
+		switch server.StatusOfInstance(in, since) {
+		case server.InstanceStopped:
+			state = "STOPPED (it said so at its last poll; a standby?): update its config too"
+		case server.InstanceOffline:
 			state = "NOT POLLING NOW (a stopped standby?): update its config too"
 		}
 		fmt.Fprintf(w, "  %s (host %s, version %s): last poll %s (%s), %s\n", in.InstanceID, in.Hostname, in.Version, utc(in.LastPollAt), ago(now, in.LastPollAt), state)

@@ -15,7 +15,8 @@ import (
 // polled with the account, so that none is forgotten: the one polling now
 // and, marked as not polling, a warm standby that ran ten days ago and was
 // stopped, whose config needs the new profile as much (and which would
-// otherwise find out at failover).
+// otherwise find out at failover), and, marked as stopped, one stopped
+// gracefully a moment ago, whose last poll said so.
 func TestRotateAndDeleteNameEveryInstanceSeenWithTheAccount(t *testing.T) {
 	t.Parallel()
 	dir := initDir(t)
@@ -28,21 +29,27 @@ func TestRotateAndDeleteNameEveryInstanceSeenWithTheAccount(t *testing.T) {
 	}
 	defer st.Close()
 	now := time.Now()
-	for id, at := range map[string]time.Time{"host-a": now, "host-b": now.Add(-10 * 24 * time.Hour)} {
-		if err := st.InstanceSeen(t.Context(), store.InstanceSeenParams{Account: "acme", InstanceID: id, Hostname: id + ".example", Version: "v1.4.0", Now: at}); err != nil {
+	for id, at := range map[string]time.Time{"host-a": now, "host-b": now.Add(-10 * 24 * time.Hour), "host-c": now} {
+		if err := st.InstanceSeen(t.Context(), store.InstanceSeenParams{Account: "acme", InstanceID: id, Hostname: id + ".example", Version: "v1.4.0",
+			Stopping: id == "host-c", Now: at}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	check := func(what, out string) {
 		t.Helper()
-		var a, b string
+		var a, b, c string
 		for _, l := range strings.Split(out, "\n") {
 			switch {
 			case strings.HasPrefix(l, "  host-a "):
 				a = l
 			case strings.HasPrefix(l, "  host-b "):
 				b = l
+			case strings.HasPrefix(l, "  host-c "):
+				c = l
 			}
+		}
+		if c == "" || !strings.Contains(c, "STOPPED (it said so at its last poll") {
+			t.Errorf("%s: the instance stopped a moment ago is %q, want it listed as stopped; output:\n%s", what, c, out)
 		}
 		if a == "" || strings.Contains(a, "NOT POLLING") {
 			t.Errorf("%s: the instance polling now is %q, want it listed as polling; output:\n%s", what, a, out)
