@@ -1072,3 +1072,35 @@ func TestWorkListKeepsAFailureReasonFromKeysThatMayNotSeeIt(t *testing.T) {
 		}
 	}
 }
+
+// TestAGracefullyStoppedInstanceIsShownStopped: an instance whose last
+// poll, a second ago, said it was stopping is shown stopped on its
+// account's page, not online, and the account with it: its only instance
+// is not online, so its queued unit is stranded, at once rather than two
+// poll windows later.
+func TestAGracefullyStoppedInstanceIsShownStopped(t *testing.T) {
+	e := newEnv(t)
+	now := e.clock.Now()
+	if err := e.st.InstanceSeen(t.Context(), store.InstanceSeenParams{Account: "acme", InstanceID: "a-1",
+		Hostname: "a-1.example", Version: "v9", Stopping: true, Now: now.Add(-time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	e.enqueue("w_1", "acme", now, &automatorv1.Command{Script: "x.sh"})
+	c := client(t)
+	e.signIn(c, e.url, "viewer")
+	code, body := get(t, c, e.url+"/dashboard/accounts/acme")
+	for _, want := range []string{
+		`id="stranded-warning"`,
+		`<tr data-instance="a-1" class="stopped">`,
+		`<span class="badge status status-stopped" title="its last poll said it was stopping (a service stop, SIGTERM, Ctrl+C)">stopped</span>`,
+		`<div><dt>Instances online</dt><dd>0 of 1</dd></div>`,
+	} {
+		if code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("instances page of acme (%d) lacks %s:\n%s", code, want, body)
+		}
+	}
+	_, body = get(t, c, e.url+"/dashboard/")
+	if !strings.Contains(body, `<tr data-account="acme" class="status-stranded">`) {
+		t.Errorf("accounts page does not show acme stranded:\n%s", body)
+	}
+}

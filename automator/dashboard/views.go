@@ -66,7 +66,9 @@ func (d *Dashboard) accounts(r *http.Request, _ *session) (string, any, error) {
 
 type instanceRow struct {
 	store.Instance
-	Online bool
+	// Status is online, stopped (its last poll said it was stopping) or
+	// offline, as `automator instances` says.
+	Status server.InstanceStatus
 }
 
 type instancesData struct {
@@ -97,7 +99,7 @@ func (d *Dashboard) instances(r *http.Request, _ *session) (string, any, error) 
 	}
 	since := d.onlineSince(d.o.Now())
 	for _, in := range list {
-		data.Instances = append(data.Instances, instanceRow{Instance: in, Online: !in.LastPollAt.Before(since)})
+		data.Instances = append(data.Instances, instanceRow{Instance: in, Status: server.StatusOfInstance(in, since)})
 	}
 	return "Account " + name, data, nil
 }
