@@ -21,7 +21,7 @@ var (
 	descInstances = prometheus.NewDesc("automator_instances",
 		"Proxy instances that polled within 30 days, by account.", []string{"account"}, nil)
 	descOnline = prometheus.NewDesc("automator_instances_online",
-		"Proxy instances that polled within two poll windows, by account.", []string{"account"}, nil)
+		"Proxy instances that polled within two poll windows and did not say at that poll that they were stopping, by account.", []string{"account"}, nil)
 )
 
 // accountCollector reads the per-account gauges from the store at each

@@ -39,7 +39,8 @@ type StatsSource interface {
 // Options configure New.
 type Options struct {
 	// OnlineWithin is how recently an instance must have polled to count
-	// as online (server.InstanceOnlineWithin of the poll window).
+	// as online (server.InstanceOnlineWithin of the poll window), unless
+	// it said at that poll that it was stopping.
 	OnlineWithin time.Duration
 	// StatsTimeout bounds the store read of one scrape (5 s).
 	StatsTimeout time.Duration
