@@ -360,6 +360,6 @@ func TestDashboardInARealBrowser(t *testing.T) {
 	p.shot("stranded-work")
 	p.do(chromedp.Click(chromedp.CSS(`#stranded-warning a[href="/dashboard/accounts/acme"]`)), chromedp.WaitVisible(chromedp.CSS("table#instances")))
 	p.wantText(`tr[data-instance="p1"]`, "offline")
-	p.wantText("#stranded-warning", "1 unit queued", "no instance of acme has polled")
+	p.wantText("#stranded-warning", "1 unit queued", "no instance of acme is online")
 	p.shot("instances-acme-offline")
 }
