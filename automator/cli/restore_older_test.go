@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/store/sqlitestore"
 )
 
 // TestARefusedRestoreLeavesAnOlderSchemaAsItWas: "nothing in the data
@@ -100,17 +101,20 @@ func TestRestoreOfAnOlderBackupSaysItWasMigrated(t *testing.T) {
 		t.Fatalf("restore: exit %d: %s", code, stderr)
 	}
 	cfg, _ := config.Load(dir)
-	if v := schemaVersion(t, cfg.DBPath(dir)); v != 10 || !strings.Contains(stdout, "schema version 8, migrated to 10") {
-		t.Errorf("restore of a backup at schema version 8 printed:\n%s\nand left the database at version %d; want 10, and the restore to say it migrated the backup to 10", stdout, v)
+	latest := sqlitestore.LatestVersion()
+	if v := schemaVersion(t, cfg.DBPath(dir)); v != latest || !strings.Contains(stdout, fmt.Sprintf("schema version 8, migrated to %d", latest)) {
+		t.Errorf("restore of a backup at schema version 8 printed:\n%s\nand left the database at version %d; want %d, and the restore to say it migrated the backup to %d", stdout, v, latest, latest)
 	}
 }
 
 // downgradeToVersion8 makes the SQLite database at path what an earlier
 // release left: schema version 8, before accounts could be left being
-// deleted (9) and before the listing indexes of the units that ended
-// without success (10).
+// deleted (9), before the listing indexes of the units that ended
+// without success (10) and before instances that said they were stopping
+// (11).
 func downgradeToVersion8(t *testing.T, path string) {
 	t.Helper()
-	execSQLite(t, path, `DROP INDEX work_unsuccessful`, `DROP INDEX work_account_unsuccessful`,
+	execSQLite(t, path, `ALTER TABLE instances DROP COLUMN stopped_at`,
+		`DROP INDEX work_unsuccessful`, `DROP INDEX work_account_unsuccessful`,
 		`ALTER TABLE accounts DROP COLUMN moving_to`, `DELETE FROM schema_migrations WHERE version >= 9`)
 }
