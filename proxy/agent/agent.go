@@ -70,6 +70,10 @@ type Options struct {
 	// after a successful poll at most once every StateEvery (5s).
 	StateFile  string
 	StateEvery time.Duration
+	// ConfigFile and ConfigSHA256, recorded in the state file, are the
+	// config file the agent's settings were read from and the digest of
+	// its bytes then (config.Digest).
+	ConfigFile, ConfigSHA256 string
 	// EndGrace, when it closes while the agent stops, ends the grace period
 	// at once (the proxy was asked to stop a second time).
 	EndGrace <-chan struct{}

@@ -34,6 +34,12 @@ type State struct {
 	Running    int       `json:"running,omitempty"`
 	// StoppedAt is when the agent stopped cleanly.
 	StoppedAt time.Time `json:"stopped_at,omitzero"`
+	// ConfigFile is the config file this run was started with, and
+	// ConfigSHA256 the digest of its bytes as this run read them
+	// (config.Digest), so that `proxy status` can tell the file changed
+	// since. A state file written before they were recorded has neither.
+	ConfigFile   string `json:"config_file,omitempty"`
+	ConfigSHA256 string `json:"config_sha256,omitempty"`
 }
 
 // ReadState reads a state file.
@@ -79,7 +85,8 @@ func (f *stateFile) started(o Options, now time.Time) {
 		return
 	}
 	prev, _ := ReadState(f.path)
-	f.st = State{InstanceID: o.InstanceID, PID: os.Getpid(), Version: o.Version, StartedAt: now, LastPoll: prev.LastPoll}
+	f.st = State{InstanceID: o.InstanceID, PID: os.Getpid(), Version: o.Version, StartedAt: now, LastPoll: prev.LastPoll,
+		ConfigFile: o.ConfigFile, ConfigSHA256: o.ConfigSHA256}
 	f.write()
 }
 

@@ -20,6 +20,7 @@ import (
 func startStateAgent(t *testing.T, f *fakeAutomator, path string, every time.Duration) (stop func()) {
 	t.Helper()
 	a := New(Options{
+		ConfigFile: "/etc/proxy/proxy.yaml", ConfigSHA256: "c0ffee",
 		Client: f, Keys: crypto.Keys{testKey}, InstanceID: "a", Version: "v-test", ScriptsDir: t.TempDir(),
 		MaxConcurrency: 1, PollWait: time.Second, GracePeriod: 5 * time.Second,
 		BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
@@ -51,7 +52,8 @@ func readState(t *testing.T, path string) State {
 }
 
 // TestStateFileRecordsLastSuccessfulPoll: `proxy status` can tell when the
-// instance last polled successfully, and that it stopped cleanly.
+// instance last polled successfully, and that it stopped cleanly; and which
+// config file the run read, with its digest, to tell when it changed since.
 func TestStateFileRecordsLastSuccessfulPoll(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state", StateFileName)
 	f := newFake()
@@ -60,7 +62,8 @@ func TestStateFileRecordsLastSuccessfulPoll(t *testing.T) {
 	f.responses <- &automatorv1.PollResponse{}
 	waittest.Until(t, "a recorded poll", func() bool { s, err := ReadState(path); return err == nil && !s.LastPoll.IsZero() })
 	s := readState(t, path)
-	if s.InstanceID != "a" || s.Version != "v-test" || s.PID <= 0 || s.StartedAt.Before(before) || s.LastPoll.Before(s.StartedAt) {
+	if s.InstanceID != "a" || s.Version != "v-test" || s.PID <= 0 || s.StartedAt.Before(before) || s.LastPoll.Before(s.StartedAt) ||
+		s.ConfigFile != "/etc/proxy/proxy.yaml" || s.ConfigSHA256 != "c0ffee" {
 		t.Fatalf("state %+v", s)
 	}
 	if !s.StoppedAt.IsZero() || !s.StoppingAt.IsZero() {

@@ -96,9 +96,9 @@ func run(ctx context.Context, args []string, env Env) error {
 // cmdRun is `proxy run`. With the JSON log format its error, its last log
 // line, is a JSON record too, which Main does not print again.
 func cmdRun(ctx context.Context, args []string, env Env) error {
-	cfg, err := runConfig(args, env)
+	cfg, file, err := runConfig(args, env)
 	if err == nil {
-		err = runProxy(ctx, cfg, env)
+		err = runProxy(ctx, cfg, file, env)
 	}
 	if err != nil && !errors.Is(err, flag.ErrHelp) && runLogFormat(args) == "json" {
 		newLogger(env.Stderr, "json").Error("proxy ended", "err", err)
@@ -107,9 +107,13 @@ func cmdRun(ctx context.Context, args []string, env Env) error {
 	return err
 }
 
+// loadedConfig is the config file a proxy was started with: its absolute
+// path and the digest of the bytes read (config.Digest).
+type loadedConfig struct{ path, digest string }
+
 // runConfig parses the flags of `proxy run` and returns the valid config
-// they name.
-func runConfig(args []string, env Env) (config.Config, error) {
+// they name, and the file it was read from.
+func runConfig(args []string, env Env) (config.Config, loadedConfig, error) {
 	fs := flag.NewFlagSet("proxy run", flag.ContinueOnError)
 	fs.Usage = clihelp.Usage(env.Stdout, usage, "proxy", "run", fs) // quiet on a parse error: Main prints the one-line reason
 	path := fs.String("config", "", "proxy config file (the profile from `automator account create` plus local settings)")
@@ -118,14 +122,18 @@ func runConfig(args []string, env Env) (config.Config, error) {
 	stateDir := fs.String("state-dir", "", "absolute directory for the status file, the lock and the spool (overrides state_dir)")
 	logFormat := fs.String("log-format", "", "log format: text (the default) or json (overrides log_format)")
 	if err := clihelp.ParseNoArgs(fs, args); err != nil {
-		return config.Config{}, err
+		return config.Config{}, loadedConfig{}, err
 	}
 	if *path == "" {
-		return config.Config{}, errors.New("--config is required")
+		return config.Config{}, loadedConfig{}, errors.New("--config is required")
 	}
-	cfg, err := config.Load(*path)
+	cfg, digest, err := config.LoadDigest(*path)
 	if err != nil {
-		return config.Config{}, err
+		return config.Config{}, loadedConfig{}, err
+	}
+	abs, err := filepath.Abs(*path)
+	if err != nil {
+		return config.Config{}, loadedConfig{}, err
 	}
 	if *instanceID != "" {
 		cfg.InstanceID = *instanceID
@@ -147,16 +155,16 @@ func runConfig(args []string, env Env) (config.Config, error) {
 		if *instanceID != "" || *scriptsDir != "" || *stateDir != "" || *logFormat != "" {
 			src += " or flags" // a bad value may be a flag's, not the file's
 		}
-		return config.Config{}, fmt.Errorf("invalid proxy config %s: %w", src, err)
+		return config.Config{}, loadedConfig{}, fmt.Errorf("invalid proxy config %s: %w", src, err)
 	}
-	return cfg, nil
+	return cfg, loadedConfig{path: abs, digest: digest}, nil
 }
 
 // runProxy runs the agent of a valid config until ctx is cancelled. It
 // holds the config's state_dir meanwhile, before anything is written there:
 // a second proxy on it (`proxy run` or the service) is refused at once,
 // with nothing changed for the one that holds it.
-func runProxy(ctx context.Context, cfg config.Config, env Env) error {
+func runProxy(ctx context.Context, cfg config.Config, file loadedConfig, env Env) error {
 	if cfg.StateDir != "" {
 		lock, err := agent.LockStateDir(cfg.StateDir)
 		if err != nil {
@@ -203,6 +211,8 @@ func runProxy(ctx context.Context, cfg config.Config, env Env) error {
 		EndGrace:       endGrace,
 		Logger:         log,
 		StateFile:      stateFile(cfg),
+		ConfigFile:     file.path,
+		ConfigSHA256:   file.digest,
 		SpoolDir:       spoolDir(cfg),
 		Reaper:         reaper,
 	})

@@ -68,7 +68,7 @@ func runService(ctx context.Context, name string, args []string, env Env) error 
 	}
 	// A broken config is reported to the system log, where an operator of a
 	// service looks (on Windows, stderr goes nowhere).
-	cfg, cfgErr := runConfig(args[1:], Env{Stdout: env.Stdout, Stderr: io.Discard})
+	cfg, file, cfgErr := runConfig(args[1:], Env{Stdout: env.Stdout, Stderr: io.Discard})
 	format := cfg.LogFormat
 	if cfgErr != nil {
 		format = runLogFormat(args[1:])
@@ -79,7 +79,7 @@ func runService(ctx context.Context, name string, args []string, env Env) error 
 			if err == nil {
 				// So is a proxy that cannot start (its state_dir held by
 				// another running proxy, say).
-				err = runProxy(ctx, cfg, Env{Stdout: env.Stdout, Stderr: log, Reaper: env.Reaper})
+				err = runProxy(ctx, cfg, file, Env{Stdout: env.Stdout, Stderr: log, Reaper: env.Reaper})
 			}
 			if err != nil {
 				newLogger(log, format).Error("the service cannot start", "service", name, "err", err)
@@ -705,7 +705,29 @@ func cmdStatus(args []string, env Env) error {
 	if st.Running && check.stale {
 		fmt.Fprintf(w, "=> its config is out of date (automator: above): put the account's current profile in %s, then `proxy stop --name %s` and `proxy start --name %s`\n", cfgPath, *name, *name)
 	}
+	// A config put in place while the service runs (a new profile) is
+	// read at the next start only: until then the proxy polls with the
+	// one it started with, which the lines above do not describe.
+	if st.Running && held == nil && serr == nil && s.StoppedAt.IsZero() && s.StoppingAt.IsZero() && configChanged(s, cfgPath) {
+		fmt.Fprintf(w, "=> the config file changed after the running proxy read it (at its start, %s): restart the service to apply it (`proxy stop --name %s`, `proxy start --name %s`)\n", s.StartedAt.Format(time.RFC3339), *name, *name)
+	}
 	return nil
+}
+
+// configChanged says whether the config file at path is no longer the one
+// the run that wrote s read at its start. It says no when it cannot tell:
+// s records no config (a state file of an earlier proxy version) or
+// another file, or path cannot be read (status run by a user who may not
+// read it).
+func configChanged(s agent.State, path string) bool {
+	if s.ConfigSHA256 == "" || filepath.Clean(s.ConfigFile) != filepath.Clean(path) {
+		return false
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	return config.Digest(data) != s.ConfigSHA256
 }
 
 // waitFirstPoll waits up to d for the service's state file to record a

@@ -6,7 +6,9 @@ package config
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -92,15 +94,29 @@ const MaxFileSize = 1 << 20
 // Load reads and strictly parses a configuration file (unknown keys are
 // errors naming the key and line). It does not apply defaults or validate.
 func Load(path string) (Config, error) {
+	c, _, err := LoadDigest(path)
+	return c, err
+}
+
+// LoadDigest is Load, also returning the Digest of the bytes it read: a
+// running proxy records it, so that `proxy status` can tell when the file
+// changed after the proxy read it.
+func LoadDigest(path string) (Config, string, error) {
 	data, err := secretfile.ReadFile(path, MaxFileSize)
 	if err != nil {
-		return Config{}, fmt.Errorf("reading proxy config: %w", err)
+		return Config{}, "", fmt.Errorf("reading proxy config: %w", err)
 	}
 	c, err := Parse(data)
 	if err != nil {
-		return Config{}, fmt.Errorf("parsing proxy config %s: %w", path, err)
+		return Config{}, "", fmt.Errorf("parsing proxy config %s: %w", path, err)
 	}
-	return c, nil
+	return c, Digest(data), nil
+}
+
+// Digest is the hex SHA-256 of a config file's bytes as they are on disk.
+func Digest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
 }
 
 // Parse decodes a configuration strictly: unknown keys and a second

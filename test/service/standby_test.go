@@ -244,3 +244,60 @@ func TestStatusOfARunningProxyWhoseTokenIsRefusedIsNotActive(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusSaysARunningProxyHasNotReadItsChangedConfig: a running service
+// gets a new profile merged into its config, as install-proxy.md's "Install
+// a new profile" does it. The running proxy still polls with the config it
+// read at its start, so `proxy status`, which checks the file, says that
+// the file changed after the proxy read it and that a restart applies it;
+// after `proxy stop` and `proxy start` it says so no more.
+func TestStatusSaysARunningProxyHasNotReadItsChangedConfig(t *testing.T) {
+	requireRoot(t)
+	a := startAutomator(t)
+	w := newWorkDir(t)
+	cfg := w.config(t, a.profile(t, "acme"), "changed", "instance_id: changed-a")
+	name := uniqueName(t)
+	install(t, name, cfg)
+	proxyCLI(t, "start", "--name", name)
+	const changed = "=> the config file changed after the running proxy read it"
+	status := proxyCLI(t, "status", "--name", name)
+	if !strings.Contains(status, "=> active: running and polling the automator") || strings.Contains(status, changed) {
+		t.Fatalf("status of the service just started: want it active, without %q:\n%s", changed, status)
+	}
+
+	r := runCLI(bin.automator, "account", "rotate-token", "acme", "--data-dir", a.DataDir, "--overlap", "1h")
+	if r.Code != 0 {
+		t.Fatalf("rotate-token: %v", r)
+	}
+	// The new profile, then what follows the profile in the service's
+	// copy (the sed of install-proxy.md), written over the copy.
+	installed := filepath.Join(psvc.ConfigDir(name), "proxy.yaml")
+	data, err := os.ReadFile(installed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const last = "\n# max_concurrency:"
+	i := strings.Index(string(data), last)
+	if i < 0 {
+		t.Fatalf("the service's config has no line %q:\n%s", last[1:], data)
+	}
+	rest := string(data)[i+1:]
+	rest = rest[strings.Index(rest, "\n")+1:]
+	if err := os.WriteFile(installed, []byte(r.Stdout+rest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	status = proxyCLI(t, "status", "--name", name)
+	for _, want := range []string{"token accepted", changed + " (at its start, ", "restart the service to apply it (`proxy stop --name " + name + "`, `proxy start --name " + name + "`)"} {
+		if !strings.Contains(status, want) {
+			t.Errorf("status of the running service whose config was replaced lacks %q:\n%s", want, status)
+		}
+	}
+
+	proxyCLI(t, "stop", "--name", name)
+	proxyCLI(t, "start", "--name", name)
+	status = proxyCLI(t, "status", "--name", name)
+	if !strings.Contains(status, "=> active: running and polling the automator") || strings.Contains(status, changed) {
+		t.Errorf("status after the restart: want it active, without %q:\n%s", changed, status)
+	}
+}
