@@ -291,14 +291,27 @@ func readConfigText(path string) ([]byte, error) {
 // installedConfig is the service's copy of the config: the file as it is,
 // then the mark uninstall looks for, then state_dir when the file does not
 // set it. A file that ends in empty documents (a trailing "---") gets them
-// after the added lines, which must stay in the first document.
+// after the added lines, which must stay in the first document. A file
+// that is itself such a copy (upgrade-proxy.md installs from a copy of the
+// service's config) has its mark named for this service where it is, and
+// gets no second one.
 func installedConfig(data []byte, name string, addStateDir bool, stateDir string) []byte {
 	body, tail := splitEmptyTail(data)
-	out := append([]byte(nil), body...)
+	lines := strings.SplitAfter(string(body), "\n")
+	marked := false
+	for i, l := range lines {
+		if strings.HasPrefix(l, installMarkPrefix) {
+			end := l[len(strings.TrimRight(l, "\r\n")):]
+			lines[i], marked = installMark(name)+end, true
+		}
+	}
+	out := []byte(strings.Join(lines, ""))
 	if len(out) > 0 && out[len(out)-1] != '\n' {
 		out = append(out, '\n')
 	}
-	out = append(out, "\n"+installMark(name)+"\n"...)
+	if !marked {
+		out = append(out, "\n"+installMark(name)+"\n"...)
+	}
 	if addStateDir {
 		out = append(out, "# The service keeps its status file here.\nstate_dir: '"+strings.ReplaceAll(stateDir, "'", "''")+"'\n"...)
 	}
@@ -331,8 +344,11 @@ func splitEmptyTail(data []byte) (body, tail []byte) {
 // installMark is the comment that says a config file is the copy `proxy
 // install` made for the service name.
 func installMark(name string) string {
-	return "# Copied by `proxy install --name " + name + "`; `proxy uninstall --name " + name + "` removes this file."
+	return installMarkPrefix + name + "`; `proxy uninstall --name " + name + "` removes this file."
 }
+
+// installMarkPrefix starts the mark of a copy for any service name.
+const installMarkPrefix = "# Copied by `proxy install --name "
 
 // cmdControl is start, stop and uninstall.
 func cmdControl(verb string, args []string, env Env) error {

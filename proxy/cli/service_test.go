@@ -126,6 +126,35 @@ func TestInstalledConfigAddsStateDir(t *testing.T) {
 	}
 }
 
+// TestInstalledConfigOfTheServicesOwnCopyHasOneMark: upgrade-proxy.md
+// installs the service again from a copy of its config, which holds
+// install's mark and state_dir already. The new copy is the same file, with
+// one mark, not a second one under the first; a copy of another service's
+// config (its state_dir line removed, as install asks) gets its mark named
+// for the new service, in its place.
+func TestInstalledConfigOfTheServicesOwnCopyHasOneMark(t *testing.T) {
+	for _, orig := range []string{"token: t\nkey: k\n", "token: t\r\nkey: k\r\n---\n"} {
+		first := installedConfig([]byte(orig), "proxy", true, "/var/lib/proxy")
+		again := installedConfig(first, "proxy", false, "/var/lib/proxy")
+		if !bytes.Equal(again, first) {
+			t.Errorf("installed again from its copy of %q:\n%s\nwant the copy unchanged:\n%s", orig, again, first)
+		}
+		if n := bytes.Count(again, []byte(installMarkPrefix)); n != 1 {
+			t.Errorf("installed again from its copy of %q: %d marks, want 1:\n%s", orig, n, again)
+		}
+	}
+
+	acme := installedConfig([]byte("token: t\nkey: k\n"), "proxy-acme", true, "/var/lib/proxy-acme")
+	other := bytes.ReplaceAll(acme, []byte("state_dir: '/var/lib/proxy-acme'\n"), nil)
+	got := installedConfig(other, "proxy-b", true, "/var/lib/proxy-b")
+	if n := bytes.Count(got, []byte(installMarkPrefix)); n != 1 || !bytes.Contains(got, []byte(installMark("proxy-b"))) {
+		t.Errorf("a copy of service proxy-acme's config installed as proxy-b has %d marks, want one, proxy-b's:\n%s", n, got)
+	}
+	if c, err := config.Parse(got); err != nil || c.StateDir != "/var/lib/proxy-b" {
+		t.Errorf("it reads as %+v, %v", c, err)
+	}
+}
+
 // TestInstallRefusesWhatAServiceCannotUse: checked before anything is
 // written, so these need no root.
 func TestInstallRefusesWhatAServiceCannotUse(t *testing.T) {
