@@ -256,7 +256,7 @@ func cmdAPIKeyRevoke(ctx context.Context, args []string, env Env) error {
 	}
 	i := slices.IndexFunc(keys, func(k store.APIKey) bool { return k.ID == pos[0] })
 	if i < 0 {
-		return notFound(keys, pos[0])
+		return notFound(keys, pos[0], *dir)
 	}
 	if k := keys[i]; !k.RevokedAt.IsZero() {
 		fmt.Fprintf(env.Stdout, "API key %s (%s) was already revoked at %s\n", k.ID, k.Name, k.RevokedAt.UTC().Format(time.RFC3339))
@@ -266,7 +266,7 @@ func cmdAPIKeyRevoke(ctx context.Context, args []string, env Env) error {
 	k, err := st.APIKeyRevoke(ctx, store.APIKeyRevokeParams{ID: pos[0], Now: now,
 		Audit: cliEvent(store.AuditEvent{At: now, Kind: store.AuditAPIKeyRevoked, Detail: fmt.Sprintf("%s (%s)", keys[i].ID, keys[i].Name)})})
 	if errors.Is(err, store.ErrNotFound) {
-		return notFound(keys, pos[0])
+		return notFound(keys, pos[0], *dir)
 	}
 	if errors.Is(err, store.ErrWithdrawalInterrupted) {
 		// The revoke is committed, with its audit event.
@@ -281,9 +281,10 @@ func cmdAPIKeyRevoke(ctx context.Context, args []string, env Env) error {
 	return nil
 }
 
-// notFound is apikey revoke's error for an ID that is none of keys'.
-func notFound(keys []store.APIKey, id string) error {
-	return fmt.Errorf("no API key of ID %q%s; see `automator apikey list`", id, namedSo(keys, id))
+// notFound is apikey revoke's error for an ID that is none of keys', in
+// the data directory dir.
+func notFound(keys []store.APIKey, id, dir string) error {
+	return fmt.Errorf("no API key of ID %q%s; see `automator apikey list --data-dir %s`", id, namedSo(keys, id), shellArg(dir))
 }
 
 // namedSo is, for an ID given to apikey revoke that is no key's, what

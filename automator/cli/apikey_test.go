@@ -123,7 +123,7 @@ func TestAPIKeyRevokeOfANameNamesTheKeysID(t *testing.T) {
 		t.Fatalf("apikey create ci: exit %d: %s", code, stderr)
 	}
 	code, stdout, stderr := runMain(t, "apikey", "revoke", "ci", "--data-dir", dir)
-	want := `automator: no API key of ID "ci": apikey revoke takes the ID, and the key named "ci" is ` + id + "; see `automator apikey list`\n"
+	want := `automator: no API key of ID "ci": apikey revoke takes the ID, and the key named "ci" is ` + id + "; see `automator apikey list --data-dir " + dir + "`\n"
 	if code != ExitError || stderr != want || stdout != "" {
 		t.Errorf("apikey revoke ci: exit %d, stdout %q, stderr %q; want %d and %q", code, stdout, stderr, ExitError, want)
 	}
@@ -132,7 +132,7 @@ func TestAPIKeyRevokeOfANameNamesTheKeysID(t *testing.T) {
 		t.Errorf("apikey list after revoking a name:\n%s\nwant %s and admin unrevoked", list, id)
 	}
 	code, _, stderr = runMain(t, "apikey", "revoke", "ak_000000000000", "--data-dir", dir)
-	if want := "automator: no API key of ID \"ak_000000000000\"; see `automator apikey list`\n"; code != ExitError || stderr != want {
+	if want := "automator: no API key of ID \"ak_000000000000\"; see `automator apikey list --data-dir " + dir + "`\n"; code != ExitError || stderr != want {
 		t.Errorf("apikey revoke of an unknown ID: exit %d, stderr %q; want %d and %q", code, stderr, ExitError, want)
 	}
 }

@@ -64,7 +64,7 @@ func cmdAccountDelete(ctx context.Context, args []string, env Env) error {
 	interrupted := unfinished || errors.Is(err, store.ErrWithdrawalInterrupted)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return fmt.Errorf("account %q not found; see `automator account list`", name)
+		return fmt.Errorf("account %q not found; see `automator account list --data-dir %s`", name, shellArg(*dir))
 	case err != nil && !interrupted:
 		return err
 	case unfinished:

@@ -105,7 +105,7 @@ func TestAccountDeleteFromADataDirectory(t *testing.T) {
 	}
 
 	code, _, stderr = runMain(t, "account", "delete", "acme", "--data-dir", dir)
-	if code != ExitError || stderr != "automator: account \"acme\" not found; see `automator account list`\n" {
+	if code != ExitError || stderr != "automator: account \"acme\" not found; see `automator account list --data-dir "+dir+"`\n" {
 		t.Errorf("account delete of a deleted account: exit %d, stderr %q; want %d and one line saying it is not found", code, stderr, ExitError)
 	}
 	code, _, stderr = runMain(t, "account", "delete", "Not_A_Name", "--data-dir", dir)

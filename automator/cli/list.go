@@ -36,6 +36,26 @@ func listingFlags(fs *flag.FlagSet) listing {
 	}
 }
 
+// accountListHint says how to list the accounts of the store l opens, to
+// be run as printed. A DSN given with --db, which may hold a password, is
+// not repeated: the hint says to give it again.
+func (l listing) accountListHint() string {
+	hint := "`automator account list --data-dir " + shellArg(*l.dir) + "` lists them"
+	if *l.db != "" {
+		hint += " (with the same --db)"
+	}
+	return hint
+}
+
+// shellArg is s as one word of a POSIX shell's command line, quoted when
+// it holds anything but letters, digits and -_./:=,+@%.
+func shellArg(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:=,+@%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
 // open reads the settings and opens the store.
 func (l listing) open(ctx context.Context) (store.Store, config.Config, error) {
 	if err := requireFlag("data-dir", *l.dir); err != nil {
@@ -202,7 +222,7 @@ func cmdInstances(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	defer st.Close()
-	if err := accountExists(ctx, st, *account); err != nil {
+	if err := accountExists(ctx, st, *account, l); err != nil {
 		return err
 	}
 	list, err := st.InstanceList(ctx, *account)
@@ -235,9 +255,9 @@ func cmdInstances(ctx context.Context, args []string, env Env) error {
 
 // accountExists refuses an --account that names no account, rather than
 // let a listing of it say only that nothing matches.
-func accountExists(ctx context.Context, st store.Store, account string) error {
+func accountExists(ctx context.Context, st store.Store, account string, l listing) error {
 	if _, err := st.AccountGet(ctx, account); errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("--account: there is no account %q; `automator account list` lists them", account)
+		return fmt.Errorf("--account: there is no account %q; %s", account, l.accountListHint())
 	} else if err != nil {
 		return err
 	}

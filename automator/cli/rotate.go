@@ -60,7 +60,7 @@ func rotateAccount(ctx context.Context, d accountAdmin, name string, rotateKey b
 	cfg, master, caPEM, st := d.cfg, d.master, d.caPEM, d.st
 	keys, err := st.AccountKeys(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("account %q not found; see `automator account list`", name)
+		return fmt.Errorf("account %q not found; see `automator account list --data-dir %s`", name, shellArg(dir))
 	}
 	if err != nil {
 		return err

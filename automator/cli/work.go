@@ -170,7 +170,7 @@ func cmdWorkList(ctx context.Context, args []string, env Env) error {
 	}
 	defer st.Close()
 	if *account != "" {
-		if err := workListAccount(ctx, st, *account); err != nil {
+		if err := workListAccount(ctx, st, *account, l); err != nil {
 			return err
 		}
 	}
@@ -243,7 +243,7 @@ func workViews(ctx context.Context, st workLister, srv *server.Server, p store.W
 // "NAME (deleted TIME)", which --account takes as the listing shows it;
 // the name of a deleted account, not made again, is refused with the
 // name its units are listed under.
-func workListAccount(ctx context.Context, st store.Store, account string) error {
+func workListAccount(ctx context.Context, st store.Store, account string, l listing) error {
 	if _, err := st.AccountGet(ctx, account); !errors.Is(err, store.ErrNotFound) {
 		return err // the account (nil), or a failed read
 	}
@@ -263,7 +263,7 @@ func workListAccount(ctx context.Context, st store.Store, account string) error 
 	if last != "" {
 		return fmt.Errorf("--account: there is no account %q; it was deleted, and its units are listed as --account %q", account, last)
 	}
-	return fmt.Errorf("--account: there is no account %q; `automator account list` lists them", account)
+	return fmt.Errorf("--account: there is no account %q; %s", account, l.accountListHint())
 }
 
 // orDash stands "-" for an empty cell, so no line of a table ends in

@@ -1,0 +1,55 @@
+package cli
+
+import (
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/opsgate/opsgate/automator/config"
+)
+
+// hintCommand is the command a message names to run, between backticks,
+// as the arguments of Main (without "automator"); nil when it names none.
+func hintCommand(msg string) []string {
+	m := regexp.MustCompile("`automator ([^`]*)`").FindStringSubmatch(msg)
+	if m == nil {
+		return nil
+	}
+	return strings.Fields(m[1])
+}
+
+// TestHintsOfUnknownIDsAndAccountsRunAsPrinted: a command given an
+// unknown API key id or account names the command that lists them; run
+// as printed it works. It once lacked --data-dir, which the listing
+// requires as the command that printed it did, and was refused. A DSN
+// given with --db is not repeated (it may hold a password): the hint says
+// to give it again.
+func TestHintsOfUnknownIDsAndAccountsRunAsPrinted(t *testing.T) {
+	t.Parallel()
+	dir := initDir(t)
+	for _, args := range [][]string{
+		{"apikey", "revoke", "ak_nope", "--data-dir", dir},
+		{"account", "delete", "nope", "--data-dir", dir},
+		{"account", "rotate-token", "nope", "--data-dir", dir},
+		{"account", "rotate-key", "nope", "--data-dir", dir},
+		{"instances", "--account", "nope", "--data-dir", dir},
+		{"work", "list", "--account", "nope", "--data-dir", dir},
+	} {
+		code, _, stderr := runCLI(t, args...)
+		hint := hintCommand(stderr)
+		if code == 0 || hint == nil {
+			t.Errorf("%v: exit %d, stderr %q; want a refusal naming the command that lists what exists", args, code, stderr)
+			continue
+		}
+		if code, _, herr := runCLI(t, hint...); code != 0 {
+			t.Errorf("%v printed %q; that command run as printed: exit %d: %s", args, stderr, code, herr)
+		}
+	}
+
+	dsn := filepath.Join(dir, config.FileDB)
+	_, _, stderr := runCLI(t, "work", "list", "--account", "nope", "--data-dir", dir, "--db", dsn)
+	if want := "`automator account list --data-dir " + dir + "` lists them (with the same --db)"; !strings.Contains(stderr, want) || strings.Contains(stderr, dsn) {
+		t.Errorf("work list --db DSN of an unknown account: stderr %q; want %q, without the DSN", stderr, want)
+	}
+}
