@@ -79,8 +79,13 @@ func cmdExec(ctx context.Context, args []string, env Env) (int, error) {
 	}
 	res, err := c.ExecuteOnProxy(ctx, *account, client.Command{Script: fs.Arg(0), Args: fs.Args()[1:]}, opts...)
 	code, rerr := report(ctx, res, err, env)
-	if rerr != nil && mayStillRun(res, err) {
-		rerr = stillQueued(res.WorkID, rerr)
+	switch {
+	case rerr != nil && mayStillRun(res, err):
+		rerr = stillQueued(res.WorkID, rerr, caller)
+	case rerr != nil && res.WorkID == "" && status.Code(err) == codes.NotFound && *caller.dir != "":
+		// The account is unknown. Away from the automator's host
+		// (--server) no command lists the accounts.
+		rerr = fmt.Errorf("%w; `automator account list --data-dir %s` lists them", rerr, shellArg(*caller.dir))
 	}
 	return code, caller.explain(rerr)
 }
@@ -122,8 +127,9 @@ func mayStillRun(res client.Result, err error) bool {
 // stillQueued adds to err, which ended exec after unit id was queued, that
 // the unit may still run, and how to follow it: work wait and work cancel
 // take its id, with an API key the automator accepts when this one was
-// refused.
-func stillQueued(id string, err error) error {
+// refused. The commands carry the flags of caller, which reached the
+// automator, so that they run as printed.
+func stillQueued(id string, err error, caller callerFlags) error {
 	with := ""
 	switch status.Code(err) {
 	case codes.Unauthenticated:
@@ -131,7 +137,8 @@ func stillQueued(id string, err error) error {
 	case codes.PermissionDenied, codes.NotFound:
 		with = ", with an API key that may use its account"
 	}
-	return fmt.Errorf("%w; work %s was queued and may still run: follow it with `automator work wait %s`, or end it with `automator work cancel %s`%s", err, id, id, id, with)
+	target := caller.target()
+	return fmt.Errorf("%w; work %s was queued and may still run: follow it with `automator work wait %s %s`, or end it with `automator work cancel %s %s`%s", err, id, id, target, id, target, with)
 }
 
 // report writes the outcome and returns the exit code DESIGN.md names.
@@ -233,6 +240,19 @@ func addCallerFlags(fs *flag.FlagSet) callerFlags {
 		apiKeyFile: fs.String("api-key-file", "", "file holding the API key (with --server)"),
 		caFile:     fs.String("ca", "", "the automator's CA certificate (with --server)"),
 	}
+}
+
+// target is the flags given that say how to reach the automator, for a
+// command of the same flags (work wait, work cancel) printed to be run as
+// it is.
+func (f callerFlags) target() string {
+	var words []string
+	for _, fl := range []struct{ name, value string }{{"--data-dir", *f.dir}, {"--server", *f.server}, {"--api-key-file", *f.apiKeyFile}, {"--ca", *f.caFile}} {
+		if fl.value != "" {
+			words = append(words, fl.name, shellArg(fl.value))
+		}
+	}
+	return strings.Join(words, " ")
 }
 
 // connect makes the client the flags say (clientConfig).

@@ -5,6 +5,8 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"os"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,6 +17,7 @@ import (
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/cli"
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/crypto"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -59,5 +62,30 @@ func TestExecRefusedWhileItWaitsSaysItsUnitWasQueued(t *testing.T) {
 	}
 	if w, err := at.Store.WorkGet(t.Context(), id); err != nil || w.State != store.StateQueued {
 		t.Errorf("unit %s after exec gave up: %s, %v; want it still queued, as the message says", id, w.State, err)
+	}
+
+	// With a key the automator accepts put in the key file, the cancel
+	// the message names runs as printed: it carries exec's --server,
+	// --api-key-file and --ca (it once named none, and was refused).
+	key, err := crypto.NewToken("oak_")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := at.Store.APIKeyCreate(t.Context(), store.APIKeyCreateParams{ID: "admin2", Hash: crypto.HashToken(key), Name: "again", Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(at.APIKeyFile, []byte(key+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("end it with `automator ([^`]*)`").FindStringSubmatch(msg)
+	if m == nil {
+		t.Fatalf("stderr %q names no cancel to run", msg)
+	}
+	var cout, cerr bytes.Buffer
+	if code := cli.Main(t.Context(), strings.Fields(m[1]), cli.Env{Stdout: &cout, Stderr: &cerr}); code != 0 {
+		t.Errorf("`automator %s`, run as printed: exit %d: %s", m[1], code, cerr.String())
+	}
+	if w, err := at.Store.WorkGet(t.Context(), id); err != nil || w.State != store.StateCancelled {
+		t.Errorf("unit %s after the printed cancel: %s, %v; want it cancelled", id, w.State, err)
 	}
 }
