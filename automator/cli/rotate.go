@@ -144,7 +144,7 @@ func rotateAccount(ctx context.Context, d accountAdmin, name string, rotateKey b
 		fmt.Fprintf(env.Stderr, "automator: account %q rotated with no overlap: proxies on the old profile, or on any earlier one, are refused from now on; install this profile on every proxy of the account, stopped standbys included\n", name)
 	}
 	if seenErr != nil {
-		fmt.Fprintf(env.Stderr, "automator: warning: the account's instances could not be listed (%v): see `automator instances --account %s`\n", seenErr, name)
+		fmt.Fprintf(env.Stderr, "automator: warning: the account's instances could not be listed (%v): see `automator instances --account %s --data-dir %s`\n", seenErr, name, shellArg(dir))
 	} else {
 		fmt.Fprintf(env.Stderr, "automator: instances that polled with account %q:\n", name)
 		writeSeenInstances(env.Stderr, seen, d.cfg.PollWindow, time.Now())

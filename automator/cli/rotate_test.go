@@ -6,6 +6,7 @@ import (
 	"errors"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -216,5 +217,45 @@ func TestRotateTokenRacedByARotateKeyPrintsTheCurrentKey(t *testing.T) {
 	}
 	if out.String() != want || !regexp.MustCompile(`(?m)^key: 2:`).MatchString(out.String()) {
 		t.Errorf("rotate-token raced by a rotate-key printed:\n%s\nwant the profile with key 2:\n%s", out.String(), want)
+	}
+}
+
+// instancesFail is a store whose listing of instances fails.
+type instancesFail struct{ store.Store }
+
+func (instancesFail) InstanceList(context.Context, string) ([]store.Instance, error) {
+	return nil, errors.New("instances unreadable")
+}
+
+// TestRotationWhoseInstancesCannotBeListedNamesTheListingThatRunsAsPrinted:
+// a rotation that cannot list the account's instances says so and names
+// the command that lists them; run as printed, it works (it once lacked
+// --data-dir and was refused).
+func TestRotationWhoseInstancesCannotBeListedNamesTheListingThatRunsAsPrinted(t *testing.T) {
+	t.Parallel()
+	dir := initDir(t)
+	if code, _, stderr := runMain(t, "account", "create", "acme", "--data-dir", dir); code != 0 {
+		t.Fatalf("account create acme: exit %d: %s", code, stderr)
+	}
+	d, err := openAccountAdmin(t.Context(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.st = instancesFail{d.st}
+	var out, errb bytes.Buffer
+	err = rotateAccount(t.Context(), d, "acme", false, time.Hour, dir, Env{Stdout: &out, Stderr: &errb})
+	d.st.Close()
+	var line string // the warning, among the rotation's other notes
+	for _, l := range strings.Split(errb.String(), "\n") {
+		if strings.Contains(l, "could not be listed") {
+			line = l
+		}
+	}
+	hint := hintCommand(line)
+	if err != nil || !strings.Contains(line, "instances unreadable") || hint == nil {
+		t.Fatalf("rotate-token with the instances unreadable: %v, stderr %q; want it done, naming the command that lists them", err, errb.String())
+	}
+	if code, _, stderr := runMain(t, hint...); code != 0 || hint[0] != "instances" {
+		t.Errorf("rotate-token printed %q; that command run as printed: exit %d: %s", line, code, stderr)
 	}
 }
