@@ -111,9 +111,9 @@ func cmdAPIKeyCreate(ctx context.Context, args []string, env Env) error {
 	}
 	switch {
 	case len(missing) == 1:
-		return fmt.Errorf("--accounts: account %q not found; create it first (`automator account create`)", missing[0])
+		return fmt.Errorf("--accounts: account %q not found; create it first (`automator account create %s --data-dir %s`)", missing[0], missing[0], shellArg(*dir))
 	case len(missing) > 1:
-		return fmt.Errorf("--accounts: accounts %s not found; create them first (`automator account create`)", quotedList(missing))
+		return fmt.Errorf("--accounts: accounts %s not found; create them first (`automator account create NAME --data-dir %s` for each)", quotedList(missing), shellArg(*dir))
 	}
 	var b [6]byte
 	if _, err := rand.Read(b[:]); err != nil {

@@ -140,7 +140,9 @@ func TestAPIKeyRevokeOfANameNamesTheKeysID(t *testing.T) {
 // TestAPIKeyCreateNamesEveryBadAccountAtOnce: --accounts naming several
 // accounts that are not names, or that do not exist, is refused in one
 // line naming each of them, not the first only (which would take a run per
-// mistake to find them all); no key is made.
+// mistake to find them all); no key is made. The command it names to make
+// a missing account runs as printed (it once lacked the account's name and
+// --data-dir).
 func TestAPIKeyCreateNamesEveryBadAccountAtOnce(t *testing.T) {
 	t.Parallel()
 	dir := initDir(t)
@@ -149,8 +151,8 @@ func TestAPIKeyCreateNamesEveryBadAccountAtOnce(t *testing.T) {
 	}
 	for _, c := range []struct{ accounts, want string }{
 		{"acme,Bad,,x\ty", `automator: --accounts: "Bad", "" and "x\ty" are not account names (^[a-z0-9][a-z0-9._-]{0,62}$)` + "\n"},
-		{"nobody,acme,ghost", "automator: --accounts: accounts \"nobody\" and \"ghost\" not found; create them first (`automator account create`)\n"},
-		{"acme,nobody", "automator: --accounts: account \"nobody\" not found; create it first (`automator account create`)\n"},
+		{"nobody,acme,ghost", "automator: --accounts: accounts \"nobody\" and \"ghost\" not found; create them first (`automator account create NAME --data-dir " + dir + "` for each)\n"},
+		{"acme,nobody", "automator: --accounts: account \"nobody\" not found; create it first (`automator account create nobody --data-dir " + dir + "`)\n"},
 	} {
 		code, stdout, stderr := runMain(t, "apikey", "create", "ci", "--accounts", c.accounts, "--data-dir", dir)
 		if code != ExitError || stderr != c.want || stdout != "" {
@@ -159,5 +161,15 @@ func TestAPIKeyCreateNamesEveryBadAccountAtOnce(t *testing.T) {
 	}
 	if _, list, _ := runMain(t, "apikey", "list", "--data-dir", dir); strings.Contains(list, "ci") {
 		t.Errorf("apikey list after refused creations:\n%s\nwant no key ci", list)
+	}
+	// The one account missing: the command named runs as printed, and the
+	// key is made after it.
+	_, _, stderr := runMain(t, "apikey", "create", "ci", "--accounts", "acme,nobody", "--data-dir", dir)
+	if hint := hintCommand(stderr); hint == nil {
+		t.Errorf("apikey create --accounts of a missing account: stderr %q names no command", stderr)
+	} else if code, _, herr := runMain(t, hint...); code != 0 {
+		t.Errorf("%q printed; that command run as printed: exit %d: %s", stderr, code, herr)
+	} else if code, _, herr := runMain(t, "apikey", "create", "ci2", "--accounts", "acme,nobody", "--data-dir", dir); code != 0 {
+		t.Errorf("apikey create --accounts acme,nobody once nobody was made: exit %d: %s", code, herr)
 	}
 }
