@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"bytes"
+	"log/slog"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -51,5 +53,27 @@ func TestHintsOfUnknownIDsAndAccountsRunAsPrinted(t *testing.T) {
 	_, _, stderr := runCLI(t, "work", "list", "--account", "nope", "--data-dir", dir, "--db", dsn)
 	if want := "`automator account list --data-dir " + dir + "` lists them (with the same --db)"; !strings.Contains(stderr, want) || strings.Contains(stderr, dsn) {
 		t.Errorf("work list --db DSN of an unknown account: stderr %q; want %q, without the DSN", stderr, want)
+	}
+}
+
+// TestServesWarningOfAnUnknownRevealKeyNamesAListingThatRunsAsPrinted:
+// serve's warning that dashboard_reveal_keys names no API key names the
+// listing of the keys with its --data-dir; run as printed, it works.
+func TestServesWarningOfAnUnknownRevealKeyNamesAListingThatRunsAsPrinted(t *testing.T) {
+	t.Parallel()
+	dir := initDir(t)
+	st, err := openDataStore(t.Context(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	warnUnknownRevealKeys(t.Context(), st, []string{"ak_nope"}, dir, slog.New(slog.NewTextHandler(&log, nil)))
+	st.Close()
+	hint := hintCommand(log.String())
+	if hint == nil {
+		t.Fatalf("the warning of an unknown reveal key names no command:\n%s", log.String())
+	}
+	if code, _, stderr := runCLI(t, hint...); code != 0 {
+		t.Errorf("the warning %q names a command that, run as printed, exits %d: %s", log.String(), code, stderr)
 	}
 }

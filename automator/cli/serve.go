@@ -121,7 +121,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	if len(unopened) > 0 {
 		log.Error("the master key does not open these accounts' keys: their calls will fail", "count", len(unopened), "accounts", firstNames(unopened, 20))
 	}
-	warnUnknownRevealKeys(ctx, st, cfg.DashboardRevealKeys, log)
+	warnUnknownRevealKeys(ctx, st, cfg.DashboardRevealKeys, *dir, log)
 	logCertificateReloads(certs, log)
 	// Metrics: queue events from the server, the latency of every store
 	// call, per-account gauges read from the store at each scrape, the
@@ -378,8 +378,9 @@ func readBufferSize(plaintext bool) int {
 // warnUnknownRevealKeys logs a warning for each id of dashboard_reveal_keys
 // that names no API key (a typo, a key not made yet): it reveals nothing to
 // anyone, and without the warning the setting would seem not to work. Such
-// an id is not refused: its key may be made later.
-func warnUnknownRevealKeys(ctx context.Context, st store.Store, ids []string, log *slog.Logger) {
+// an id is not refused: its key may be made later. The listing it names
+// carries the data directory dir.
+func warnUnknownRevealKeys(ctx context.Context, st store.Store, ids []string, dir string, log *slog.Logger) {
 	if len(ids) == 0 {
 		return
 	}
@@ -393,7 +394,7 @@ func warnUnknownRevealKeys(ctx context.Context, st store.Store, ids []string, lo
 	}
 	for _, id := range ids {
 		if !known[id] {
-			log.Warn("dashboard_reveal_keys in "+config.FileConfig+" names no API key: it reveals nothing until a key with that id exists; `automator apikey list` shows the ids", "id", id)
+			log.Warn("dashboard_reveal_keys in "+config.FileConfig+" names no API key: it reveals nothing until a key with that id exists; `automator apikey list --data-dir "+shellArg(dir)+"` shows the ids", "id", id)
 		}
 	}
 }
