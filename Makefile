@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/opsgate/opsgate/version.Version=$(VERSION)
 GO ?= go
 
-.PHONY: all build test demo generate generate-check fmt-check lint vet staticcheck windows race fuzz bench chaos browser-deps test-browser
+.PHONY: all build test demo generate generate-check fmt-check vet staticcheck windows race fuzz bench chaos browser-deps test-browser
 
 all: build
 
@@ -70,23 +70,7 @@ race: browser-deps
 	$(GO) build -o "$$bin/" $(TEST_CMDS) && $(TEST_RACE_BINS) \
 	OPSGATE_TEST_BIN="$$bin" CHAOS_STORE=pg AUTOMATOR_REQUIRE_BROWSER=1 scripts/pg-run.sh $(GO) test -race -count=1 -p 3 -timeout 8m $(SLOW_FIRST) ./...
 
-# The checks that only read the code (vet, staticcheck, the Windows build)
-# run beside the race tests, at the lowest CPU priority, rather than before
-# them: the tests wait on fsyncs, timers and child processes and leave about
-# half the machine idle, which the checks fill, while the tests keep the CPU
-# whenever they want it. Their output is printed, in one piece, after the
-# tests'; make test fails when either fails. `make lint` runs them alone.
-lint: vet staticcheck windows
-
-test: fmt-check generate-check
-	@lint=$$(mktemp -t opsgate-lint-XXXXXX) && trap 'rm -f "$$lint"' EXIT && \
-	{ nice -n 19 $(MAKE) --no-print-directory lint >"$$lint" 2>&1 & } && lintpid=$$! && \
-	{ $(MAKE) --no-print-directory race; rc=$$?; } && \
-	{ wait $$lintpid; lintrc=$$?; } && \
-	echo "== make lint (vet, staticcheck, windows), run beside the tests:" && cat "$$lint" && \
-	if [ $$lintrc -ne 0 ]; then echo "make lint failed" >&2; fi && \
-	if [ $$rc -ne 0 ]; then echo "the race tests failed" >&2; fi && \
-	[ $$rc -eq 0 ] && [ $$lintrc -eq 0 ]
+test: fmt-check vet staticcheck windows generate-check race
 
 # Chromium for the browser test of the dashboard (test/browser, part of
 # `race`): Debian's chromium package, installed when missing (as root).
