@@ -179,8 +179,9 @@ func method(r *http.Request) string {
 const openAPIPath = "/v1/openapi.json"
 
 // authenticateFirst refuses, before its handler reads the body, a request
-// whose API key the server refuses, answering as for a refused call (gw is
-// set once the mux is made, before it serves).
+// whose API key the server refuses, and then one with a query string
+// (noQuery), answering as for a refused call (gw is set once the mux is
+// made, before it serves).
 func authenticateFirst(gw **runtime.ServeMux, auth func(ctx context.Context, authorization []string, source, what string) error) runtime.Middleware {
 	return func(next runtime.HandlerFunc) runtime.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request, params map[string]string) {
@@ -191,19 +192,15 @@ func authenticateFirst(gw **runtime.ServeMux, auth func(ctx context.Context, aut
 			if host, _, err := net.SplitHostPort(source); err == nil {
 				source = host
 			}
-			if err := auth(r.Context(), authorization, source, method(r)+" "+r.URL.Path); err != nil {
+			err := auth(r.Context(), authorization, source, method(r)+" "+r.URL.Path)
+			if err == nil {
+				err = noQuery(r.URL.RawQuery)
+			}
+			if err != nil {
 				if r.ContentLength != 0 {
 					// Else the HTTP server would read up to 256 KiB of the
 					// body it refused, for as long as the client takes, to
 					// keep the connection.
-					w.Header().Set("Connection", "close")
-				}
-				_, out := runtime.MarshalerForRequest(*gw, r)
-				runtime.HTTPError(r.Context(), *gw, out, w, r, err)
-				return
-			}
-			if err := noQuery(r.URL.RawQuery); err != nil {
-				if r.ContentLength != 0 {
 					w.Header().Set("Connection", "close")
 				}
 				_, out := runtime.MarshalerForRequest(*gw, r)
