@@ -734,12 +734,12 @@ func cmdStatus(args []string, env Env) error {
 // the run that wrote s read at its start. It says no when it cannot tell:
 // s records no config (a state file of an earlier proxy version) or
 // another file, or path cannot be read (status run by a user who may not
-// read it).
+// read it), or is larger than any config, read as config.Load reads one.
 func configChanged(s agent.State, path string) bool {
 	if s.ConfigSHA256 == "" || filepath.Clean(s.ConfigFile) != filepath.Clean(path) {
 		return false
 	}
-	data, err := os.ReadFile(path)
+	data, err := secretfile.ReadFile(path, config.MaxFileSize)
 	if err != nil {
 		return false
 	}
