@@ -381,6 +381,11 @@ type WorkCancelParams struct {
 
 type WorkExpireParams struct {
 	Now time.Time
+	// OnlineSince: an instance whose last poll is at or after it is online,
+	// unless it said at that poll that it was stopping (as in
+	// AccountStatsParams). The reason of a unit no instance claimed says
+	// how many of its account's instances were online (ExpireReason).
+	OnlineSince time.Time
 	// Max bounds how many units one call expires (0 means no bound).
 	Max int
 	// Audit, when set, is appended to the audit log in the same
@@ -389,15 +394,115 @@ type WorkExpireParams struct {
 	Audit *AuditEvent
 }
 
+// ExpireNamed is how many of an account's instances the reason of a unit
+// no instance claimed names at most (ExpireReason).
+const ExpireNamed = 3
+
+// AccountInstances is what WorkExpire reads, once per call, of the
+// instances of each account with a due unit no instance claimed: from the
+// records every replica writes (instances' last polls, and whether that
+// poll said the instance was stopping), as listings read them.
+type AccountInstances struct {
+	Instances int // recorded (polled, and not forgotten since: InstancePurge)
+	// Online of them polled at or after WorkExpireParams.OnlineSince and
+	// did not say at that poll that they were stopping.
+	Online int
+	// Latest holds up to ExpireNamed of them, latest poll first (then by
+	// instance id); only Account, InstanceID, LastPollAt and Stopped are
+	// set.
+	Latest []Instance
+}
+
 // ExpireReason is the reason WorkExpire gives unit w (due, still open):
 // whether it was ever claimed and by whom, the one clue an operator has
-// when a claimer died. Both backends give it in the same words.
-func ExpireReason(w Work) string {
+// when a claimer died; for a unit never claimed, what its account's
+// instances a were doing (neverClaimedReason). Both backends give it in
+// the same words.
+func ExpireReason(w Work, a AccountInstances) string {
 	if w.State == StateClaimed {
 		return fmt.Sprintf("claimed by instance %s at %s, no result before the deadline",
 			w.InstanceID, w.ClaimedAt.UTC().Format(time.RFC3339Nano))
 	}
-	return "no instance claimed it before the deadline"
+	return neverClaimedReason(w.Account, a)
+}
+
+// ExpireReasons returns ExpireReason for the units of a call of
+// WorkExpire, given the instances of the accounts of its units never
+// claimed (an account left out has none): the reason of each account's
+// units never claimed is put in words once.
+func ExpireReasons(instances map[string]AccountInstances) func(Work) string {
+	said := map[string]string{}
+	return func(w Work) string {
+		if w.State == StateClaimed {
+			return ExpireReason(w, AccountInstances{})
+		}
+		r, ok := said[w.Account]
+		if !ok {
+			r = ExpireReason(w, instances[w.Account])
+			said[w.Account] = r
+		}
+		return r
+	}
+}
+
+// UnclaimedAccounts returns the accounts of the units of due that no
+// instance claimed, each once: those whose instances WorkExpire reads.
+func UnclaimedAccounts(due []Work) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, w := range due {
+		if w.State != StateClaimed && !seen[w.Account] {
+			seen[w.Account] = true
+			out = append(out, w.Account)
+		}
+	}
+	return out
+}
+
+// neverClaimedReason says why no instance of account claimed a unit, in
+// one sentence its caller can act on: the account has no instance; none
+// was online (the latest few named, stopped or when each last polled); or
+// some were online and still claimed nothing (all busy at their
+// max_concurrency, or polling for no units).
+//
+// What it says is what the store held at the expiry. A replica writes an
+// instance's polls every few seconds (the automator's seenEvery, 5 s), not
+// one by one, so a last poll named may be up to that much older than the
+// instance's latest; an instance counts as online for two poll windows
+// plus those seconds after its last poll, as in listings, so one that died
+// within that time still counts. A stop, and an instance's first poll, are
+// written as they come.
+func neverClaimedReason(account string, a AccountInstances) string {
+	const unclaimed = "no instance claimed it before the deadline"
+	switch {
+	case a.Instances == 0:
+		// serve forgets an instance that has not polled for 30 days.
+		return fmt.Sprintf("%s: account %s has no proxy instance (none has polled in 30 days, if ever); start one with the account's profile", unclaimed, account)
+	case a.Online == 1:
+		return unclaimed + " (1 instance online)"
+	case a.Online > 1:
+		return fmt.Sprintf("%s (%d instances online)", unclaimed, a.Online)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: no instance of account %s was online (", unclaimed, account)
+	for i, in := range a.Latest {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		what := "last polled at"
+		if in.Stopped {
+			what = "stopped at"
+		}
+		fmt.Fprintf(&b, "%s %s %s", in.InstanceID, what, in.LastPollAt.UTC().Format(time.RFC3339))
+	}
+	if more := a.Instances - len(a.Latest); more > 0 {
+		if len(a.Latest) > 0 {
+			b.WriteString("; and ")
+		}
+		fmt.Fprintf(&b, "%d more", more)
+	}
+	b.WriteString(")")
+	return b.String()
 }
 
 // WorkEndOpenParams end every open unit (WorkEndOpen).

@@ -42,14 +42,60 @@ LIMIT $2`, p.Now, limit)
 	if len(due) == 0 {
 		return nil, nil
 	}
+	instances, err := s.unclaimedInstances(ctx, due, p.OnlineSince)
+	if err != nil {
+		return fail(err)
+	}
 	var expired []store.Work
 	if err := s.sent(ctx, func(ctx context.Context, c *pgxpool.Conn) (err error) {
-		expired, err = timeOut(ctx, c, p.Now, due, store.ExpireReason, p.Audit)
+		expired, err = timeOut(ctx, c, p.Now, due, store.ExpireReasons(instances), p.Audit)
 		return err
 	}); err != nil {
 		return fail(err)
 	}
 	return expired, nil
+}
+
+// unclaimedInstances reads the instances of the accounts of the units of
+// due that no instance claimed (store.ExpireReasons), in one query, without
+// locking them: for each account its first store.ExpireNamed instances by
+// latest poll, each row with the account's number of instances and of
+// those online since onlineSince. An account with none is left out. It is
+// one round trip per sweep, and only for a sweep that ends a unit never
+// claimed. The records are the ones every replica writes, so any replica
+// that sweeps gives the same reason.
+func (s *Store) unclaimedInstances(ctx context.Context, due []store.Work, onlineSince time.Time) (map[string]store.AccountInstances, error) {
+	accounts := store.UnclaimedAccounts(due)
+	if len(accounts) == 0 {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT account, instance_id, last_poll_at, stopped, n, online FROM (
+	SELECT i.account, i.instance_id, i.last_poll_at, `+instanceStopped+` AS stopped,
+		row_number() OVER (PARTITION BY i.account ORDER BY i.last_poll_at DESC, i.instance_id) AS nth,
+		count(*) OVER (PARTITION BY i.account) AS n,
+		count(*) FILTER (WHERE i.last_poll_at >= $2 AND NOT `+instanceStopped+`) OVER (PARTITION BY i.account) AS online
+	FROM instances i WHERE i.account = ANY($1::text[])
+) t WHERE nth <= $3
+ORDER BY account, nth`, accounts, onlineSince, store.ExpireNamed)
+	if err != nil {
+		return nil, fmt.Errorf("reading the instances of %d accounts: %w", len(accounts), err)
+	}
+	out := map[string]store.AccountInstances{}
+	var in store.Instance
+	var n, online int
+	_, err = pgx.ForEachRow(rows, []any{&in.Account, &in.InstanceID, &in.LastPollAt, &in.Stopped, &n, &online}, func() error {
+		a := out[in.Account]
+		a.Instances, a.Online = n, online
+		i := in
+		i.LastPollAt = i.LastPollAt.UTC()
+		a.Latest = append(a.Latest, i)
+		out[in.Account] = a
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the instances of %d accounts: %w", len(accounts), err)
+	}
+	return out, nil
 }
 
 // timeOut moves each of units to timed_out, with the reason reasonFor

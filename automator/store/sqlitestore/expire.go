@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -16,9 +17,19 @@ func (s *Store) WorkExpire(ctx context.Context, p store.WorkExpireParams) ([]sto
 		limit = p.Max
 	}
 	now := toNanos(p.Now)
+	var reasons func(store.Work) string
 	expired, err := s.timeOut(ctx, now, func(ctx context.Context, tx querier) ([]store.Work, error) {
-		return dueWork(ctx, tx, now, limit)
-	}, store.ExpireReason, p.Audit)
+		due, err := dueWork(ctx, tx, now, limit)
+		if err != nil {
+			return nil, err
+		}
+		instances, err := unclaimedInstances(ctx, tx, due, toNanos(p.OnlineSince))
+		if err != nil {
+			return nil, err
+		}
+		reasons = store.ExpireReasons(instances)
+		return due, nil
+	}, func(w store.Work) string { return reasons(w) }, p.Audit)
 	if err != nil {
 		return nil, fmt.Errorf("expiring work due by %s: %w", p.Now.Format(time.RFC3339Nano), err)
 	}
@@ -86,4 +97,54 @@ func dueWork(ctx context.Context, tx querier, now int64, limit int) ([]store.Wor
 		due = append(due, w)
 	}
 	return due, rows.Err()
+}
+
+// unclaimedInstancesQuery reads, for each account of a JSON array (?1), its
+// first ?3 instances by latest poll, each row with the account's number of
+// instances and of those online since ?2 (store.AccountInstances): a few
+// rows per account, however many instances it has.
+const unclaimedInstancesQuery = `SELECT account, instance_id, last_poll_at, stopped, n, online FROM (
+	SELECT i.account, i.instance_id, i.last_poll_at, ` + instanceStopped + ` AS stopped,
+		row_number() OVER (PARTITION BY i.account ORDER BY i.last_poll_at DESC, i.instance_id) AS nth,
+		count(*) OVER (PARTITION BY i.account) AS n,
+		sum(i.last_poll_at >= ?2 AND NOT ` + instanceStopped + `) OVER (PARTITION BY i.account) AS online
+	FROM instances i WHERE i.account IN (SELECT value FROM json_each(?1))
+) WHERE nth <= ?3
+ORDER BY account, nth`
+
+// unclaimedInstances reads the instances of the accounts of the units of due
+// that no instance claimed (store.ExpireReasons), in one query; an account
+// with none is left out.
+func unclaimedInstances(ctx context.Context, tx querier, due []store.Work, onlineSince int64) (map[string]store.AccountInstances, error) {
+	accounts := store.UnclaimedAccounts(due)
+	if len(accounts) == 0 {
+		return nil, nil
+	}
+	list, err := json.Marshal(accounts)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := tx.QueryContext(ctx, unclaimedInstancesQuery, string(list), onlineSince, store.ExpireNamed)
+	if err != nil {
+		return nil, fmt.Errorf("reading the instances of %d accounts: %w", len(accounts), err)
+	}
+	defer rows.Close()
+	out := map[string]store.AccountInstances{}
+	for rows.Next() {
+		var in store.Instance
+		var lastPoll int64
+		var n, online int
+		if err := rows.Scan(&in.Account, &in.InstanceID, &lastPoll, &in.Stopped, &n, &online); err != nil {
+			return nil, fmt.Errorf("reading the instances of %d accounts: %w", len(accounts), err)
+		}
+		in.LastPollAt = fromNanos(lastPoll)
+		a := out[in.Account]
+		a.Instances, a.Online = n, online
+		a.Latest = append(a.Latest, in)
+		out[in.Account] = a
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading the instances of %d accounts: %w", len(accounts), err)
+	}
+	return out, nil
 }

@@ -16,6 +16,78 @@ var expireCases = []testCase{
 	{"WorkExpireRespectsMax", testWorkExpireRespectsMax},
 	{"ConcurrentSweepersNeverExpireAUnitTwice", testConcurrentSweepers},
 	{"AUnitEndsOnceWhenItsResultRacesItsDeadline", testResultRacesDeadline},
+	{"WorkExpireSaysWhatTheInstancesOfAnUnclaimedUnitsAccountWereDoing", testExpireReasonNamesInstances},
+}
+
+// testExpireReasonNamesInstances: the reason of a unit no instance claimed
+// says, from the instances the store holds at the expiry, why: the account
+// has none, none was online (naming the latest few: stopped, or when they
+// last polled), or how many were online and still did not claim it. Both
+// backends give it in the same words. A claimed unit's reason names its
+// claimer as before.
+func testExpireReasonNamesInstances(f *fixture) {
+	now := at(time.Hour)
+	onlineSince := now.Add(-time.Minute)
+	for _, a := range []string{"acme", "globex", "hooli", "initech", "umbrella"} {
+		f.account(a)
+	}
+	seen := func(account, id string, polled time.Duration, stopping bool) {
+		f.seen(store.InstanceSeenParams{Account: account, InstanceID: id, Hostname: id + ".example", Version: "v1", Stopping: stopping, Now: at(polled)})
+	}
+	// acme: no instance has polled.
+	// globex: five instances, none online: one stopped at its last poll
+	// (however recent), four that polled too long ago.
+	seen("globex", "g-stopped", 59*time.Minute+30*time.Second, true)
+	seen("globex", "g-old", 40*time.Minute, false)
+	seen("globex", "g-older", 30*time.Minute, false)
+	seen("globex", "g-oldest", 20*time.Minute, false)
+	seen("globex", "g-ancient", 10*time.Minute, false)
+	// hooli: one instance, long gone.
+	seen("hooli", "h-1", 5*time.Minute, false)
+	// initech: two online (one polled at onlineSince exactly), one
+	// stopped, one that polled a second too early.
+	seen("initech", "i-1", 59*time.Minute, false)
+	seen("initech", "i-2", 59*time.Minute+50*time.Second, false)
+	seen("initech", "i-3", 59*time.Minute+59*time.Second, true)
+	seen("initech", "i-4", 58*time.Minute+59*time.Second, false)
+	// umbrella: one online.
+	seen("umbrella", "u-1", 59*time.Minute+10*time.Second, false)
+
+	for _, u := range []struct{ id, account string }{
+		{"acme-1", "acme"}, {"globex-1", "globex"}, {"globex-2", "globex"}, {"hooli-1", "hooli"},
+		{"initech-1", "initech"}, {"umbrella-1", "umbrella"},
+	} {
+		f.enqueue(u.id, u.account, at(2*time.Second), at(30*time.Minute))
+	}
+	f.enqueue("initech-claimed", "initech", at(time.Second), at(50*time.Minute))
+	f.claimOne("initech", "i-1", "initech-claimed", at(3*time.Second))
+
+	got, err := f.s.WorkExpire(f.ctx, store.WorkExpireParams{Now: now, OnlineSince: onlineSince})
+	if err != nil {
+		f.t.Fatalf("WorkExpire: %v", err)
+	}
+	if len(got) != 7 {
+		f.t.Fatalf("WorkExpire changed %v, want the 7 units", ids(got))
+	}
+	const unclaimed = "no instance claimed it before the deadline"
+	want := map[string]string{
+		"acme-1": unclaimed + ": account acme has no proxy instance (none has polled in 30 days, if ever); start one with the account's profile",
+		"globex-1": unclaimed + ": no instance of account globex was online (g-stopped stopped at 2026-01-02T04:03:35Z; " +
+			"g-old last polled at 2026-01-02T03:44:05Z; g-older last polled at 2026-01-02T03:34:05Z; and 2 more)",
+		"hooli-1":         unclaimed + ": no instance of account hooli was online (h-1 last polled at 2026-01-02T03:09:05Z)",
+		"initech-1":       unclaimed + " (2 instances online)",
+		"umbrella-1":      unclaimed + " (1 instance online)",
+		"initech-claimed": "claimed by instance i-1 at 2026-01-02T03:04:08.678901Z, no result before the deadline",
+	}
+	want["globex-2"] = want["globex-1"]
+	for _, w := range got {
+		if w.Reason != want[w.ID] {
+			f.t.Errorf("reason of %s = %q\nwant %q", w.ID, w.Reason, want[w.ID])
+		}
+		if stored := f.get(w.ID).Reason; stored != w.Reason {
+			f.t.Errorf("WorkGet(%s).Reason = %q, WorkExpire returned %q", w.ID, stored, w.Reason)
+		}
+	}
 }
 
 func testWorkExpireDueOpenUnitsOnly(f *fixture) {
