@@ -135,8 +135,14 @@ func (s *Server) expireDue(ctx context.Context) bool {
 	mark := s.databaseMark()
 	sctx, cancel := s.sweepContext(ctx)
 	defer cancel()
+	// The reason of a unit no instance claimed says what its account's
+	// instances were doing (store.ExpireReason): online as listings count
+	// them, from the records every replica writes. Those may be a few
+	// seconds (seenEvery) behind an instance's latest poll, which
+	// InstanceOnlineWithin allows for.
 	expired, err := s.store.WorkExpire(sctx, store.WorkExpireParams{Now: now,
-		Audit: &store.AuditEvent{At: now, Kind: store.AuditWorkEnded, Actor: sweeperActor, Detail: "deadline"}})
+		OnlineSince: now.Add(-InstanceOnlineWithin(s.pollWindow)),
+		Audit:       &store.AuditEvent{At: now, Kind: store.AuditWorkEnded, Actor: sweeperActor, Detail: "deadline"}})
 	err = s.unanswered(ctx, sctx, err)
 	if err != nil {
 		s.sweepFailed(ctx, "expiring units past their deadline", err)
