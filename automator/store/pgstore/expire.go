@@ -14,8 +14,9 @@ import (
 // WorkExpire is safe with any number of replicas sweeping at once, and
 // holds no lock across a round trip: a replica that hangs in the middle of
 // its sweep (stopped, frozen, cut off from PostgreSQL) keeps no unit from
-// the others' sweepers. It reads the due units without locking them, then
-// times them out in one statement, each only while it is still in the state
+// the others' sweepers. It reads the due units without locking them (and,
+// when one was never claimed, its account's instances: unclaimedInstances),
+// then times them out in one statement, each only while it is still in the state
 // it was read in (so no unit is expired twice nor after it ended
 // otherwise; a unit claimed meanwhile is left to the next sweep) and not
 // locked by another session (timeOut), with its audit record. PostgreSQL runs and commits that statement whether or not
