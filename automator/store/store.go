@@ -416,7 +416,7 @@ type AccountInstances struct {
 // ExpireReason is the reason WorkExpire gives unit w (due, still open):
 // whether it was ever claimed and by whom, the one clue an operator has
 // when a claimer died; for a unit never claimed, what its account's
-// instances a were doing (neverClaimedReason). Both backends give it in
+// instances were doing (neverClaimedReason). Both backends give it in
 // the same words.
 func ExpireReason(w Work, a AccountInstances) string {
 	if w.State == StateClaimed {
