@@ -186,6 +186,11 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	}
 	if err := migrate(ctx, pool); err != nil {
 		pool.Close()
+		// A command run by hand lacks the PGPASSWORD of the replicas'
+		// environment: PostgreSQL says only that authentication failed.
+		if code, _ := pgCode(err); code == codeInvalidPassword && cfg.ConnConfig.Password == "" {
+			return nil, fmt.Errorf("opening postgres store %s: %w; no password was given (the URL has none, and neither PGPASSWORD nor a password file, ~/.pgpass or PGPASSFILE, supplies one): give it as PGPASSWORD in this command's environment", redacted, err)
+		}
 		return nil, fmt.Errorf("opening postgres store %s: %w", redacted, err)
 	}
 	var schema string
@@ -260,6 +265,7 @@ const txAttempts = 3
 // PostgreSQL error codes the store turns into sentinels.
 const (
 	codeUniqueViolation     = "23505"
+	codeInvalidPassword     = "28P01"
 	codeForeignKeyViolation = "23503"
 	// Rolled back by PostgreSQL for another transaction's sake: inTx runs
 	// the transaction again.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -181,6 +183,36 @@ func TestOpenRefusesOtherURLsAndHidesThePassword(t *testing.T) {
 	}
 	if got := Redact("postgres://u:p%40ss@h:5432/db?password=qwerty&sslmode=disable"); strings.Contains(got, "p%40ss") || strings.Contains(got, "qwerty") {
 		t.Errorf("Redact left a password in %q", got)
+	}
+}
+
+// TestAMissingPasswordSaysWhereToGiveIt: a URL without a password, opened
+// with neither PGPASSWORD nor a password file to supply it (a command run
+// by hand in a shell that lacks the replicas' environment), is refused by
+// a server that asks for one; the error says where the password goes,
+// rather than PostgreSQL's bare "password authentication failed".
+func TestAMissingPasswordSaysWhereToGiveIt(t *testing.T) {
+	u, err := url.Parse(pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(u.User.Username())
+	t.Setenv("PGPASSWORD", "")
+	t.Setenv("PGPASSFILE", filepath.Join(t.TempDir(), "no-such-pgpass"))
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	s, err := Open(ctx, u.String())
+	if err == nil {
+		s.Close()
+		t.Skipf("the server %s lets %s in without a password: nothing to refuse", pgtest.Redacted(u.String()), u.User.Username())
+	}
+	if code, _ := pgCode(err); code != codeInvalidPassword {
+		t.Fatalf("Open without a password: %v, want SQLSTATE %s", err, codeInvalidPassword)
+	}
+	for _, want := range []string{"no password was given", "PGPASSWORD", ".pgpass"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Open without a password: %v\nwant it to say %q", err, want)
+		}
 	}
 }
 
