@@ -20,7 +20,10 @@ import (
 // (the conditional write that makes a claim happen at most once), the n-th
 // with the n-th claim id. With a byte budget ($8 above 0) it stops before
 // the first unit whose sealed command, with those of the units before it,
-// is past the budget; the first unit is claimed whatever its size.
+// is past the budget; the first unit is claimed whatever its size. A unit
+// queued after $2 (its enqueue read the clock later, or on a replica whose
+// clock runs ahead, and committed before this claim looked) is claimed at
+// its queued_at, never before it.
 var claimSQL = `WITH picked AS (
 	SELECT id, queued_at, octet_length(sealed_command) AS size FROM work
 	WHERE account = $1 AND state = 'queued' AND deadline > $2
@@ -31,7 +34,7 @@ var claimSQL = `WITH picked AS (
 	SELECT id, row_number() OVER w AS n, sum(size) OVER w AS total FROM picked
 	WINDOW w AS (ORDER BY queued_at, id)
 )
-UPDATE work SET state = 'claimed', instance_id = $4, claim_id = ($5::text[])[numbered.n], claimed_at = $2,
+UPDATE work SET state = 'claimed', instance_id = $4, claim_id = ($5::text[])[numbered.n], claimed_at = GREATEST($2, work.queued_at),
 	claim_run = $6, claim_poll = $7
 FROM numbered
 WHERE work.id = numbered.id AND work.state = 'queued' AND (numbered.n = 1 OR $8::bigint <= 0 OR numbered.total <= $8::bigint)

@@ -46,9 +46,11 @@ func (s *Store) WorkClaim(ctx context.Context, p store.WorkClaimParams) ([]store
 			}
 			id := c.id
 			// The conditional write is the claim: only a row still queued
-			// changes, and only changed rows come back.
+			// changes, and only changed rows come back. A unit queued after
+			// now (its enqueue read the clock later and committed first) is
+			// claimed at its queued_at, never before it.
 			w, err := scanWork(tx.QueryRowContext(ctx, `UPDATE work
-SET state = 'claimed', instance_id = ?, claim_id = ?, claimed_at = ?, claim_run = ?, claim_poll = ?
+SET state = 'claimed', instance_id = ?, claim_id = ?, claimed_at = max(?, queued_at), claim_run = ?, claim_poll = ?
 WHERE id = ? AND state = 'queued'
 RETURNING `+workColumns,
 				p.InstanceID, p.ClaimIDs[len(claimed)], now, p.Run, p.Poll, id))

@@ -12,6 +12,7 @@ import (
 var claimCases = []testCase{
 	{"WorkClaimTakesTheOldestFirst", testWorkClaimOldestFirst},
 	{"WorkClaimSetsClaimFields", testWorkClaimSetsClaimFields},
+	{"WorkClaimIsNeverBeforeTheUnitWasQueued", testWorkClaimNeverBeforeQueued},
 	{"WorkClaimRespectsMax", testWorkClaimRespectsMax},
 	{"WorkClaimStopsAtMaxBytesOldestFirst", testWorkClaimStopsAtMaxBytes},
 	{"WorkClaimOnlyTakesTheGivenAccount", testWorkClaimOnlyTheGivenAccount},
@@ -51,6 +52,32 @@ func testWorkClaimOldestFirst(f *fixture) {
 	}
 	if ws[0].ClaimID != "i-2-claim-0" {
 		f.t.Errorf("second WorkClaim: ClaimID = %q, want the first of its ClaimIDs", ws[0].ClaimID)
+	}
+}
+
+// testWorkClaimNeverBeforeQueued: a claim whose Now is older than a unit's
+// QueuedAt (its caller read the clock before another caller's enqueue, of
+// this replica or one whose clock runs ahead, committed; the claim then
+// found that unit) records the unit claimed when it was queued, not
+// before: `work list`, `work show` and the dashboard never show a unit
+// claimed before it was queued.
+func testWorkClaimNeverBeforeQueued(f *fixture) {
+	f.account("acme")
+	f.enqueue("early", "acme", at(0), at(time.Hour))
+	late := f.enqueue("late", "acme", at(time.Second), at(time.Hour))
+	now := at(time.Second - 3*time.Millisecond)
+	ws := f.claim("acme", "i-1", 2, now)
+	if got := ids(ws); !slices.Equal(got, []string{"early", "late"}) {
+		f.t.Fatalf("WorkClaim claimed %v, want [early late]", got)
+	}
+	for i, want := range []time.Time{now, late.QueuedAt} {
+		if !ws[i].ClaimedAt.Equal(want) {
+			f.t.Errorf("WorkClaim: %s queued at %v, ClaimedAt = %v, want %v", ws[i].ID, ws[i].QueuedAt, ws[i].ClaimedAt, want)
+		}
+		got := f.get(ws[i].ID)
+		if !got.ClaimedAt.Equal(want) {
+			f.t.Errorf("WorkGet(%s) after the claim: ClaimedAt = %v, want %v", ws[i].ID, got.ClaimedAt, want)
+		}
 	}
 }
 
