@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -45,6 +48,10 @@ func (p *ProxyService) Complete(ctx context.Context, req *automatorv1.CompleteRe
 		_ = grpc.SetTrailer(ctx, profileTrailer(tokenFrom(ctx)))
 	}
 	if err := p.complete(ctx, req, "Complete"); err != nil {
+		var r *refusedResult
+		if errors.As(err, &r) {
+			p.s.logRefused([]*refusedResult{r}, 1)
+		}
 		return nil, err
 	}
 	return &automatorv1.CompleteResponse{}, nil
@@ -53,18 +60,21 @@ func (p *ProxyService) Complete(ctx context.Context, req *automatorv1.CompleteRe
 // CompleteBatch records several outcomes, each as Complete would, and says
 // how each went. They are recorded concurrently, so the store commits them
 // together (group commit) and one result's refusal or slowness does not hold
-// up the others' recording.
+// up the others' recording. The results refused as not opening are logged
+// together, in one warning for the call (logRefused).
 func (p *ProxyService) CompleteBatch(ctx context.Context, req *automatorv1.CompleteBatchRequest) (*automatorv1.CompleteBatchResponse, error) {
 	results := req.GetResults()
 	if len(results) == 0 || len(results) > maxCompleteBatch {
 		return nil, status.Errorf(codes.InvalidArgument, "a batch holds 1 to %d results, not %d", maxCompleteBatch, len(results))
 	}
 	outcomes := make([]*automatorv1.CompleteOutcome, len(results))
+	refused := make([]*refusedResult, len(results))
 	var wg sync.WaitGroup
 	for i, r := range results {
 		do := func() {
 			outcomes[i] = &automatorv1.CompleteOutcome{}
 			if err := p.complete(ctx, r, "CompleteBatch"); err != nil {
+				errors.As(err, &refused[i])
 				st := status.Convert(err)
 				outcomes[i].Code, outcomes[i].Message = int32(st.Code()), st.Message()
 			}
@@ -76,11 +86,84 @@ func (p *ProxyService) CompleteBatch(ctx context.Context, req *automatorv1.Compl
 		wg.Go(do)
 	}
 	wg.Wait()
+	p.s.logRefused(slices.DeleteFunc(refused, func(r *refusedResult) bool { return r == nil }), len(results))
 	return &automatorv1.CompleteBatchResponse{Outcomes: outcomes}, nil
 }
 
+// refusedResult is a result refused because its sealed result did not
+// open: the one refusal that is logged (the others are the proxy's to
+// see in its answer), since it means a tampered result, a proxy holding
+// keys the account no longer has, or a token in the wrong hands.
+// It is the refusal's error: its gRPC status is the answer.
+type refusedResult struct {
+	workID, instanceID string
+	err                error // why it did not open
+	st                 *status.Status
+}
+
+func (r *refusedResult) Error() string              { return r.st.Err().Error() }
+func (r *refusedResult) GRPCStatus() *status.Status { return r.st }
+
+// refusedNamed is how many work ids the warning of a batch's refused
+// results names; the others are logged at debug level.
+const refusedNamed = 5
+
+// logRefused logs the results of one call (of n results) refused as not
+// opening: one warning, whatever their number, so that a call of 256 such
+// results (a token holder's, or a proxy's with a stale spool) writes one
+// line, not 256. A single one is logged as it always was ("result
+// refused", its work id and why); several are counted by reason, the
+// first refusedNamed work ids named, and each of the others is logged at
+// debug level.
+func (s *Server) logRefused(refused []*refusedResult, n int) {
+	switch len(refused) {
+	case 0:
+		return
+	case 1:
+		r := refused[0]
+		s.log.Warn("result refused", "work_id", r.workID, "instance_id", r.instanceID, "err", r.err)
+		return
+	}
+	var reasons []string // in order of first appearance
+	count := map[string]int{}
+	var instances []string
+	for _, r := range refused {
+		why := r.err.Error()
+		if count[why] == 0 {
+			reasons = append(reasons, why)
+		}
+		count[why]++
+		if !slices.Contains(instances, r.instanceID) && len(instances) < refusedNamed {
+			instances = append(instances, r.instanceID)
+		}
+	}
+	var by strings.Builder
+	for i, why := range reasons {
+		if i > 0 {
+			by.WriteString("; ")
+		}
+		fmt.Fprintf(&by, "%s (%d)", why, count[why])
+	}
+	named := refused[:min(len(refused), refusedNamed)]
+	ids := make([]string, len(named))
+	for i, r := range named {
+		ids[i] = r.workID
+	}
+	attrs := []any{"refused", len(refused), "results", n, "reasons", by.String(),
+		"work_ids", strings.Join(ids, " "), "instance_ids", strings.Join(instances, " ")}
+	if rest := len(refused) - len(named); rest > 0 {
+		attrs = append(attrs, "not_named", rest, "see", "each at debug level (result refused)")
+	}
+	s.log.Warn("results of one call refused: their sealed results did not open", attrs...)
+	for _, r := range refused[len(named):] {
+		s.log.Debug("result refused", "work_id", r.workID, "instance_id", r.instanceID, "err", r.err)
+	}
+}
+
 // complete is Complete's work for one result; via names the call it came in
-// (the audit record's detail). Its error is a gRPC status.
+// (the audit record's detail). Its error is a gRPC status; a
+// *refusedResult when the sealed result did not open, for the caller to
+// log (logRefused).
 func (p *ProxyService) complete(ctx context.Context, req *automatorv1.CompleteRequest, via string) error {
 	s := p.s
 	account := accountFrom(ctx)
@@ -131,8 +214,8 @@ func (p *ProxyService) complete(ctx context.Context, req *automatorv1.CompleteRe
 			if cur, gerr := s.store.WorkGet(ctx, w.ID); errors.Is(gerr, store.ErrNotFound) || (gerr == nil && cur.Account != account) {
 				return status.Errorf(codes.NotFound, "work %q not found for this account", w.ID)
 			}
-			s.log.Warn("result refused", "work_id", w.ID, "instance_id", req.GetInstanceId(), "err", err)
-			return status.Errorf(codes.InvalidArgument, "sealed result of work %q did not open: %v", w.ID, err)
+			return &refusedResult{workID: w.ID, instanceID: req.GetInstanceId(), err: err,
+				st: status.Newf(codes.InvalidArgument, "sealed result of work %q did not open: %v", w.ID, err)}
 		}
 	}
 

@@ -47,6 +47,7 @@ type envOptions struct {
 	clock      server.Clock  // the real clock when nil
 	limits     server.Limits // the defaults when zero
 	log        io.Writer     // discarded when nil
+	logLevel   slog.Level    // the lowest level logged (Info when zero)
 	// wrap, when set, wraps the store the server is given (e.store stays
 	// the bare one).
 	wrap    func(store.Store) store.Store
@@ -159,7 +160,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		Clock:         o.clock,
 		Limits:        o.limits,
 		Metrics:       o.metrics,
-		Logger:        slog.New(slog.NewTextHandler(o.log, nil)),
+		Logger:        slog.New(slog.NewTextHandler(o.log, &slog.HandlerOptions{Level: o.logLevel})),
 		SweepInterval: o.sweepInterval,
 		SweepTimeout:  o.sweepTimeout,
 		Broadcaster:   o.broadcaster,
