@@ -390,6 +390,20 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
 // reportEarlier). A variable for tests.
 var reportLostWithin = 5 * time.Second
 
+// stopSaidWithin bounds the one poll a stopping agent makes only to say
+// that it stops: nothing running, no result left to post, no poll's
+// answer lost. Nothing else holds the stop up then, so the stop of a proxy
+// whose automator is silent (blackholed, hung) takes about this, where
+// reportLostWithin would add 5 s to a stop that was instant before it
+// said so. A second: the poll asks for no units and no wait, so it is
+// answered within a round trip and the automator's write of the stop
+// (milliseconds on a loopback or a LAN, 300 ms over the longest WAN
+// paths); it leaves room for a connection set up again (TCP and TLS, two
+// more round trips), and an automator that cannot answer in a second
+// shows the instance as one that died, two poll windows later. A variable
+// for tests.
+var stopSaidWithin = time.Second
+
 // hearEnds polls for no units while the agent stops, until ctx is done,
 // and kills the running units the automator says ended (cancelled, timed
 // out): a stopping proxy claims nothing more, but a cancel of a unit it
@@ -399,9 +413,10 @@ var reportLostWithin = 5 * time.Second
 // Errors back off quietly: the stop is already logged.
 //
 // It first polls once at once, even with nothing running, however soon
-// ctx ends, within reportLostWithin: the automator shows the instance
-// stopped from then on, rather than online until its last poll is two
-// poll windows old. With lostFrom set (a poll that asked for units was
+// ctx ends, within reportLostWithin (within stopSaidWithin when nothing
+// runs and nothing is lost: the poll only says the proxy stops): the
+// automator shows the instance stopped from then on, rather than online
+// until its last poll is two poll windows old. With lostFrom set (a poll that asked for units was
 // stopped, or failed, before its answer was read), it polls until one is
 // answered, within the same bound: the automator fails the units it had
 // claimed for those polls at once, which otherwise stay claimed by this
@@ -412,7 +427,11 @@ var reportLostWithin = 5 * time.Second
 func (a *Agent) hearEnds(ctx context.Context, seq, lostFrom uint64) (uint64, uint64, error) {
 	bo := backoff{min: a.o.BackoffMin, max: a.o.BackoffMax}
 	var lastErr error
-	rctx, cancel := context.WithTimeout(context.Background(), reportLostWithin)
+	within := reportLostWithin
+	if lostFrom == 0 && a.inFlight() == 0 {
+		within = stopSaidWithin
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), within)
 	for {
 		seq++
 		resp, err := a.pollFor(rctx, 0, 0, seq, lostFrom)
