@@ -101,6 +101,9 @@ func (s *Server) instanceSeen(ctx context.Context, p store.InstanceSeenParams, p
 	}
 	c.mu.Unlock()
 
+	// Not ordered with the other polls of its run from here on: a later
+	// one (the stop) may be written first, by this replica or another.
+	// The store orders them by their numbers (InstanceSeenParams.Run).
 	if err := s.store.InstanceSeen(ctx, p); err != nil {
 		return err
 	}

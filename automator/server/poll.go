@@ -132,6 +132,8 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 		Version:    req.GetVersion(),
 		Running:    len(req.GetRunning()),
 		Stopping:   req.GetStopping(),
+		Run:        req.GetRunId(),
+		PollSeq:    int64(req.GetPollSeq()), // at most MaxInt64 (above)
 		Now:        s.clock.Now(),
 	}, pollSeen{run: req.GetRunId(), seq: req.GetPollSeq(), newRun: newRun}); err != nil {
 		return nil, s.internal(ctx, "recording the instance's poll", err)

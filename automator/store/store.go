@@ -566,7 +566,15 @@ type InstanceSeenParams struct {
 	// gracefully (PollRequest.stopping): the instance is recorded as
 	// stopped (Instance.Stopped), until a poll without it.
 	Stopping bool
-	Now      time.Time
+	// Run and PollSeq are the poll's run id and number
+	// (PollRequest.run_id and poll_seq; "" and 0 from a proxy predating
+	// them). Polls of one run are ordered by their numbers: a poll of the
+	// run of the instance's stored poll, numbered before it, changes
+	// nothing, however late it is written (a poll still on its way when
+	// the process polled again, saying it stops, does not end the stop).
+	Run     string
+	PollSeq int64
+	Now     time.Time
 }
 
 type InstancePurgeParams struct {
@@ -773,13 +781,16 @@ type Store interface {
 	Ping(ctx context.Context) error
 
 	// InstanceSeen records a poll of an instance (upsert); a poll of an
-	// account that no longer exists (deleted meanwhile) is not recorded.
+	// account that no longer exists (deleted meanwhile) is not recorded,
+	// nor one of the run of the stored poll numbered before it
+	// (InstanceSeenParams.Run).
 	InstanceSeen(ctx context.Context, p InstanceSeenParams) error
 	// InstancesSeen records polls of many instances in one transaction
 	// (upserts), for an automator that keeps its instances' latest polls in
 	// memory and writes them in batches. A poll older than the one stored
 	// for its instance changes nothing, so batches written late or by
-	// several replicas never move a record back in time. Polls of
+	// several replicas never move a record back in time, nor, numbered
+	// before the stored poll of their run, back in its run. Polls of
 	// accounts that no longer exist are left out, as by InstanceSeen.
 	InstancesSeen(ctx context.Context, ps []InstanceSeenParams) error
 	// InstanceList returns the instances of an account, ordered by id,

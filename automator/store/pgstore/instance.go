@@ -27,17 +27,31 @@ func stoppedAt(p store.InstanceSeenParams) *time.Time {
 // last_poll_at past it.
 const instanceStopped = `COALESCE(i.stopped_at >= i.last_poll_at, false)`
 
-func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) error {
-	// A poll of an account deleted meanwhile is not recorded.
-	_, err := s.sentExec(ctx, `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at)
-SELECT $1::text, $2::text, $3::text, $4::text, $5::timestamptz, $6::integer, $7::timestamptz WHERE EXISTS (SELECT 1 FROM accounts WHERE name = $1 AND key_id <> 0)
+// instanceUpsert records a poll (the arguments: account, instance id,
+// hostname, version, last_poll_at, in_flight, stopped_at, poll_run,
+// poll_seq), unless its account is gone or it is of the run of the
+// stored poll and numbered before it (polls of one run are ordered by
+// their numbers, not by when they are written); where, when not empty,
+// adds a condition on the update ("AND ...").
+func instanceUpsert(where string) string {
+	return `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at, poll_run, poll_seq)
+SELECT $1::text, $2::text, $3::text, $4::text, $5::timestamptz, $6::integer, $7::timestamptz, $8::text, $9::bigint WHERE EXISTS (SELECT 1 FROM accounts WHERE name = $1 AND key_id <> 0)
 ON CONFLICT (account, instance_id) DO UPDATE SET
 	hostname = excluded.hostname,
 	version = excluded.version,
 	last_poll_at = excluded.last_poll_at,
 	in_flight = excluded.in_flight,
-	stopped_at = excluded.stopped_at`,
-		p.Account, p.InstanceID, p.Hostname, p.Version, p.Now, p.Running, stoppedAt(p))
+	stopped_at = excluded.stopped_at,
+	poll_run = excluded.poll_run,
+	poll_seq = excluded.poll_seq
+WHERE NOT (excluded.poll_run <> '' AND excluded.poll_run = instances.poll_run
+	AND excluded.poll_seq <> 0 AND excluded.poll_seq < instances.poll_seq)` + where
+}
+
+func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) error {
+	// A poll of an account deleted meanwhile is not recorded.
+	_, err := s.sentExec(ctx, instanceUpsert(""),
+		p.Account, p.InstanceID, p.Hostname, p.Version, p.Now, p.Running, stoppedAt(p), p.Run, p.PollSeq)
 	if err != nil {
 		return fmt.Errorf("recording a poll of instance %q of account %q: %w", p.InstanceID, p.Account, err)
 	}
@@ -63,16 +77,9 @@ func (s *Store) InstancesSeen(ctx context.Context, ps []store.InstanceSeenParams
 		b := &pgx.Batch{}
 		for _, p := range sorted {
 			// A poll of an account deleted meanwhile is left out.
-			b.Queue(`INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at)
-SELECT $1::text, $2::text, $3::text, $4::text, $5::timestamptz, $6::integer, $7::timestamptz WHERE EXISTS (SELECT 1 FROM accounts WHERE name = $1 AND key_id <> 0)
-ON CONFLICT (account, instance_id) DO UPDATE SET
-	hostname = excluded.hostname,
-	version = excluded.version,
-	last_poll_at = excluded.last_poll_at,
-	in_flight = excluded.in_flight,
-	stopped_at = excluded.stopped_at
-WHERE excluded.last_poll_at >= instances.last_poll_at`,
-				p.Account, p.InstanceID, p.Hostname, p.Version, p.Now, p.Running, stoppedAt(p))
+			b.Queue(instanceUpsert(`
+	AND excluded.last_poll_at >= instances.last_poll_at`),
+				p.Account, p.InstanceID, p.Hostname, p.Version, p.Now, p.Running, stoppedAt(p), p.Run, p.PollSeq)
 		}
 		br := c.SendBatch(ctx, b)
 		for _, p := range sorted {

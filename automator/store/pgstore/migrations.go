@@ -179,6 +179,15 @@ CREATE INDEX work_account_unsuccessful ON work (account, state, queued_at, id)
 -- replica predating the column moves last_poll_at past it.
 ALTER TABLE instances ADD COLUMN stopped_at timestamptz;
 `},
+	{version: 8, name: "the run and number of an instance's poll", sql: `
+-- The run id and poll_seq of the poll recorded (PollRequest.run_id,
+-- poll_seq; '' and 0 when it had none). A poll of that run numbered before
+-- it is older and changes nothing, however late it is written: a poll on
+-- its way when the process polled again to say it stops does not end the
+-- stop. A replica predating the columns leaves them as they were.
+ALTER TABLE instances ADD COLUMN poll_run text NOT NULL DEFAULT '';
+ALTER TABLE instances ADD COLUMN poll_seq bigint NOT NULL DEFAULT 0;
+`},
 }
 
 // migrationLockKey is the advisory lock (two int4 keys: the first fixed for

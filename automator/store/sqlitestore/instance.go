@@ -22,18 +22,32 @@ func stoppedAt(p store.InstanceSeenParams) int64 {
 // last_poll_at past it.
 const instanceStopped = `(i.stopped_at >= i.last_poll_at)`
 
-func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) error {
-	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
-		// A poll of an account deleted meanwhile is not recorded.
-		_, err := tx.ExecContext(ctx, `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at)
-SELECT ?1, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM accounts WHERE name = ?1 AND key_id <> 0)
+// instanceUpsert records a poll (the arguments: account, instance id,
+// hostname, version, last_poll_at, in_flight, stopped_at, poll_run,
+// poll_seq), unless its account is gone or it is of the run of the
+// stored poll and numbered before it (polls of one run are ordered by
+// their numbers, not by when they are written); where, when not empty,
+// adds a condition on the update ("AND ...").
+func instanceUpsert(where string) string {
+	return `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at, poll_run, poll_seq)
+SELECT ?1, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM accounts WHERE name = ?1 AND key_id <> 0)
 ON CONFLICT (account, instance_id) DO UPDATE SET
 	hostname = excluded.hostname,
 	version = excluded.version,
 	last_poll_at = excluded.last_poll_at,
 	in_flight = excluded.in_flight,
-	stopped_at = excluded.stopped_at`,
-			p.Account, p.InstanceID, p.Hostname, p.Version, toNanos(p.Now), p.Running, stoppedAt(p))
+	stopped_at = excluded.stopped_at,
+	poll_run = excluded.poll_run,
+	poll_seq = excluded.poll_seq
+WHERE NOT (excluded.poll_run <> '' AND excluded.poll_run = instances.poll_run
+	AND excluded.poll_seq <> 0 AND excluded.poll_seq < instances.poll_seq)` + where
+}
+
+func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) error {
+	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
+		// A poll of an account deleted meanwhile is not recorded.
+		_, err := tx.ExecContext(ctx, instanceUpsert(""),
+			p.Account, p.InstanceID, p.Hostname, p.Version, toNanos(p.Now), p.Running, stoppedAt(p), p.Run, p.PollSeq)
 		return err
 	})
 	if err != nil {

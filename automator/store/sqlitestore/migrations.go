@@ -224,6 +224,15 @@ CREATE INDEX work_account_unsuccessful ON work (account, state, queued_at, id)
 -- automator predating the column moves last_poll_at past it.
 ALTER TABLE instances ADD COLUMN stopped_at INTEGER NOT NULL DEFAULT 0;
 `},
+	{version: 12, name: "the run and number of an instance's poll", sql: `
+-- The run id and poll_seq of the poll recorded (PollRequest.run_id,
+-- poll_seq; '' and 0 when it had none). A poll of that run numbered before
+-- it is older and changes nothing, however late it is written: a poll on
+-- its way when the process polled again to say it stops does not end the
+-- stop. An automator predating the columns leaves them as they were.
+ALTER TABLE instances ADD COLUMN poll_run TEXT NOT NULL DEFAULT '';
+ALTER TABLE instances ADD COLUMN poll_seq INTEGER NOT NULL DEFAULT 0;
+`},
 }
 
 // migrate applies the migrations not yet recorded in schema_migrations, all

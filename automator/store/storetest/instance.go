@@ -13,6 +13,7 @@ var instanceCases = []testCase{
 	{"InstancePurgeForgetsInstancesThatStoppedPolling", testInstancePurge},
 	{"InstanceListCountsInFlightTheUnitsEachInstanceHoldsClaimed", testInstanceInFlight},
 	{"AStoppingPollShowsTheInstanceStoppedUntilItPollsAgain", testInstanceStopped},
+	{"APollOfARunNumberedBeforeItsStopNeverEndsIt", testInstanceStopOrderedByPollSeq},
 }
 
 func (f *fixture) seen(p store.InstanceSeenParams) {
@@ -280,4 +281,55 @@ func testInstanceStopped(f *fixture) {
 	batch(b3)
 	f.wantInstances("acme", []store.Instance{in(a4), in(b3)})
 	online(2)
+}
+
+// testInstanceStopOrderedByPollSeq: polls of one proxy process (run) are
+// ordered by their numbers, not by when they are written: a poll of the
+// run numbered before its stopping poll, written after it (it was on its
+// way when the process polled again to say it stops), one at a time or in
+// a batch, and later on the automator's clock, never ends the stop. A poll
+// of another run (the process started again) ends it at once, whatever its
+// number.
+func testInstanceStopOrderedByPollSeq(f *fixture) {
+	f.account("acme")
+	poll := func(run string, seq int64, stopping bool, now time.Time) store.InstanceSeenParams {
+		return store.InstanceSeenParams{Account: "acme", InstanceID: "a", Hostname: "a.example", Version: "v1",
+			Stopping: stopping, Run: run, PollSeq: seq, Now: now}
+	}
+	in := func(p store.InstanceSeenParams) store.Instance {
+		return store.Instance{Account: p.Account, InstanceID: p.InstanceID, Hostname: p.Hostname, Version: p.Version,
+			LastPollAt: p.Now, Stopped: p.Stopping}
+	}
+	f.seen(poll("r1", 1, false, at(time.Second)))
+	stop := poll("r1", 3, true, at(2*time.Second))
+	f.seen(stop)
+	f.wantInstances("acme", []store.Instance{in(stop)})
+
+	// Poll 2, later on the clock (its handler read it last), written
+	// after the stop: one at a time, then in a batch.
+	late := poll("r1", 2, false, at(3*time.Second))
+	f.seen(late)
+	f.wantInstances("acme", []store.Instance{in(stop)})
+	if err := f.s.InstancesSeen(f.ctx, []store.InstanceSeenParams{late}); err != nil {
+		f.t.Fatalf("InstancesSeen: %v", err)
+	}
+	f.wantInstances("acme", []store.Instance{in(stop)})
+	// The run's further polls while it stops are recorded.
+	stop4 := poll("r1", 4, true, at(4*time.Second))
+	f.seen(stop4)
+	f.wantInstances("acme", []store.Instance{in(stop4)})
+
+	// Started again: the new run's first poll ends the stop, one at a time
+	// or in a batch.
+	again := poll("r2", 1, false, at(5*time.Second))
+	f.seen(again)
+	f.wantInstances("acme", []store.Instance{in(again)})
+	stop2 := poll("r2", 2, true, at(6*time.Second))
+	f.seen(stop2)
+	f.wantInstances("acme", []store.Instance{in(stop2)})
+	again2 := poll("r3", 1, false, at(7*time.Second))
+	if err := f.s.InstancesSeen(f.ctx, []store.InstanceSeenParams{again2}); err != nil {
+		f.t.Fatalf("InstancesSeen: %v", err)
+	}
+	f.wantInstances("acme", []store.Instance{in(again2)})
 }
