@@ -115,6 +115,7 @@ func TestRestoreOfAnOlderBackupSaysItWasMigrated(t *testing.T) {
 func downgradeToVersion8(t *testing.T, path string) {
 	t.Helper()
 	execSQLite(t, path, `ALTER TABLE instances DROP COLUMN stopped_at`,
+		`ALTER TABLE instances DROP COLUMN poll_run`, `ALTER TABLE instances DROP COLUMN poll_seq`,
 		`DROP INDEX work_unsuccessful`, `DROP INDEX work_account_unsuccessful`,
 		`ALTER TABLE accounts DROP COLUMN moving_to`, `DELETE FROM schema_migrations WHERE version >= 9`)
 }
