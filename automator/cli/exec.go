@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -67,7 +68,7 @@ func cmdExec(ctx context.Context, args []string, env Env) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	c, err := caller.connect()
+	c, err := caller.connect(env.Stderr)
 	if err != nil {
 		return 0, err
 	}
@@ -255,11 +256,24 @@ func (f callerFlags) target() string {
 	return strings.Join(words, " ")
 }
 
-// connect makes the client the flags say (clientConfig).
-func (f callerFlags) connect() (*client.Client, error) {
-	cfg, err := clientConfig(*f.dir, *f.server, *f.apiKeyFile, *f.caFile)
+// connect makes the client the flags say (clientConfig). When a call can
+// connect to no automator, it says so at once on stderr, in one line:
+// where the address came from, why it failed, and until when it keeps
+// trying (a serve restarting is reached meanwhile), rather than retrying
+// silently for the retry budget's minute.
+func (f callerFlags) connect(stderr io.Writer) (*client.Client, error) {
+	cfg, from, err := clientConfig(*f.dir, *f.server, *f.apiKeyFile, *f.caFile)
 	if err != nil {
 		return nil, err
+	}
+	several := len(cfg.Addresses) > 1
+	cfg.OnUnreachable = func(u client.Unreachable) {
+		what := "the automator at " + u.Address
+		if several {
+			what = "any automator --server names (the last tried, " + u.Address + ")"
+		}
+		left := time.Until(u.Until).Round(time.Second)
+		fmt.Fprintf(stderr, "automator: cannot connect to %s%s: %v; trying again for %v more (until %s), Ctrl-C stops\n", what, from, u.Err, left, u.Until.Format(time.TimeOnly))
 	}
 	return client.New(cfg)
 }
@@ -311,29 +325,34 @@ const maxCAFile = 1 << 20
 // clientConfig says how to reach the automator as a caller, either on its
 // own host (--data-dir: address, CA and admin key from the data directory)
 // or from afar (--server, --ca, --api-key-file).
-func clientConfig(dir, server, apiKeyFile, caFile string) (client.Config, error) {
-	var cfg client.Config
+// from says where the address of a --data-dir came from, and how to check
+// that a serve runs there: ", the address in DIR/serving.yaml, ...", or
+// ", listen in DIR/automator.yaml ..." ("" for --server).
+func clientConfig(dir, server, apiKeyFile, caFile string) (cfg client.Config, from string, err error) {
 	switch {
 	case dir != "" && server != "":
-		return cfg, errors.New("give either --data-dir or --server, not both")
+		return cfg, from, errors.New("give either --data-dir or --server, not both")
 	case dir != "":
 		c, err := config.Load(dir)
 		if err != nil {
-			return cfg, err
+			return cfg, from, err
 		}
 		addr, plaintext := c.Listen, c.InsecurePlaintext
+		serve := "`automator serve --data-dir " + shellArg(dir) + "`"
+		from = fmt.Sprintf(", listen in %s (check that %s runs)", filepath.Join(dir, config.FileConfig), serve)
 		s, ok, err := config.ReadServing(dir)
 		if err != nil {
-			return cfg, err
+			return cfg, from, err
 		} else if ok {
 			addr, plaintext = s.GRPC, s.Plaintext
+			from = fmt.Sprintf(", the address in %s, which serve removes as it stops but leaves behind when killed (check that %s runs)", filepath.Join(dir, config.FileServing), serve)
 		}
 		h, port, err := net.SplitHostPort(addr)
 		if err != nil {
-			return cfg, fmt.Errorf("gRPC address %q: %w", addr, err)
+			return cfg, from, fmt.Errorf("gRPC address %q: %w", addr, err)
 		}
 		if !ok && port == "0" {
-			return cfg, fmt.Errorf("no automator serves from %s: listen has port 0, and serve writes the port it bound to %s while it runs; start `automator serve --data-dir %s`", dir, config.FileServing, dir)
+			return cfg, from, fmt.Errorf("no automator serves from %s: listen has port 0, and serve writes the port it bound to %s while it runs; start `automator serve --data-dir %s`", dir, config.FileServing, dir)
 		}
 		if ip := net.ParseIP(h); h == "" || (ip != nil && ip.IsUnspecified()) {
 			h = "127.0.0.1"
@@ -342,7 +361,7 @@ func clientConfig(dir, server, apiKeyFile, caFile string) (client.Config, error)
 			// which its certificate need not name: check it against the
 			// public URL's host, which it does.
 			if cfg.ServerName, err = config.PublicHost(c.PublicURL); err != nil {
-				return cfg, err
+				return cfg, from, err
 			}
 		}
 		scheme := "https://"
@@ -362,7 +381,7 @@ func clientConfig(dir, server, apiKeyFile, caFile string) (client.Config, error)
 		for _, s := range strings.Split(server, ",") {
 			s = strings.TrimSpace(s)
 			if !strings.HasPrefix(s, "https://") && !strings.HasPrefix(s, "http://") {
-				return cfg, fmt.Errorf("--server %q must be https://HOST:PORT", s)
+				return cfg, from, fmt.Errorf("--server %q must be https://HOST:PORT", s)
 			}
 			if _, err := hostport.Parse(s); err != nil {
 				// Every bad address at once, each named as the flag's.
@@ -372,37 +391,36 @@ func clientConfig(dir, server, apiKeyFile, caFile string) (client.Config, error)
 			if hostPort, ok := strings.CutPrefix(s, "http://"); ok && config.RequireLoopback(strings.TrimSuffix(hostPort, "/")) != nil {
 				// An automator serves plaintext on loopback only: the API
 				// key would cross the network in clear to something else.
-				return cfg, fmt.Errorf("--server %q: http:// is for an automator serving plaintext on loopback only; give https://%s", s, strings.TrimSuffix(hostPort, "/"))
+				return cfg, from, fmt.Errorf("--server %q: http:// is for an automator serving plaintext on loopback only; give https://%s", s, strings.TrimSuffix(hostPort, "/"))
 			}
 			plaintextOnly = plaintextOnly && strings.HasPrefix(s, "http://")
 			cfg.Addresses = append(cfg.Addresses, s)
 		}
 		if len(bad) > 0 {
-			return cfg, errors.Join(bad...)
+			return cfg, from, errors.Join(bad...)
 		}
 		if apiKeyFile == "" {
-			return cfg, errors.New("--api-key-file is required with --server")
+			return cfg, from, errors.New("--api-key-file is required with --server")
 		}
 		if caFile == "" && !plaintextOnly {
-			return cfg, errors.New("--ca is required with --server (the automator's ca.pem)")
+			return cfg, from, errors.New("--ca is required with --server (the automator's ca.pem)")
 		}
 	default:
-		return cfg, errors.New("give --data-dir (on the automator's host) or --server with --api-key-file and --ca")
+		return cfg, from, errors.New("give --data-dir (on the automator's host) or --server with --api-key-file and --ca")
 	}
-	var err error
 	if cfg.APIKey, err = readAPIKeyFile(apiKeyFile); err != nil {
-		return cfg, err
+		return cfg, from, err
 	}
 	if caFile != "" {
 		if cfg.CAPEM, err = secretfile.ReadFile(caFile, maxCAFile); err != nil {
-			return cfg, fmt.Errorf("reading CA certificate: %w", err)
+			return cfg, from, fmt.Errorf("reading CA certificate: %w", err)
 		}
 		if !x509.NewCertPool().AppendCertsFromPEM(cfg.CAPEM) {
-			return cfg, fmt.Errorf("CA certificate %s holds no PEM certificate (give the automator's ca.pem)", caFile)
+			return cfg, from, fmt.Errorf("CA certificate %s holds no PEM certificate (give the automator's ca.pem)", caFile)
 		}
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("--server or --data-dir: %w", err)
+		return cfg, from, fmt.Errorf("--server or --data-dir: %w", err)
 	}
-	return cfg, nil
+	return cfg, from, nil
 }

@@ -39,7 +39,7 @@ func TestServeHoldsGRPCMessagesToTheLimit(t *testing.T) {
 	}
 	s := serveInProcess(t)
 	s.account(t, "acme")
-	cfg, err := clientConfig(s.dir, "", "", "")
+	cfg, _, err := clientConfig(s.dir, "", "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestServeHoldsHTTPBodiesToTheLimit(t *testing.T) {
 	t.Parallel()
 	s := serveInProcess(t)
 	s.account(t, "acme")
-	cfg, err := clientConfig(s.dir, "", "", "")
+	cfg, _, err := clientConfig(s.dir, "", "", "")
 	if err != nil {
 		t.Fatal(err)
 	}

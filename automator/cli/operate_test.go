@@ -137,7 +137,7 @@ func (s *served) proxy(t *testing.T, cfgPath, instance string) *lockedBuffer {
 
 func (s *served) client(t *testing.T) *client.Client {
 	t.Helper()
-	cfg, err := clientConfig(s.dir, "", "", "")
+	cfg, _, err := clientConfig(s.dir, "", "", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,7 @@ func unitsCommand(name string, args []string, env Env) (ids []string, asJSON boo
 	if len(ids) == 0 {
 		return nil, false, nil, nil, fmt.Errorf("usage: automator %s ID... (--data-dir DIR | --server URL --api-key-file F --ca FILE) [--json]", name)
 	}
-	if c, err = caller.connect(); err != nil {
+	if c, err = caller.connect(env.Stderr); err != nil {
 		return nil, false, nil, nil, err
 	}
 	return ids, *jsonFlag, c, caller.explain, nil

@@ -64,6 +64,11 @@ type Client struct {
 	// certs tell, per address, whether its last connection failed because
 	// its certificate did not verify.
 	certs []*certCheck
+	// dials hold, per address, the error of its last connection attempt
+	// when it could not connect (nil once one connects).
+	dials []*atomic.Pointer[error]
+	// onUnreachable is Config.OnUnreachable.
+	onUnreachable func(Unreachable)
 	// next is the address the next call starts with: the last one that
 	// answered.
 	next atomic.Int64
@@ -80,27 +85,28 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{retryFor: cfg.RetryFor}
+	c := &Client{retryFor: cfg.RetryFor, onUnreachable: cfg.OnUnreachable}
 	if c.retryFor == 0 {
 		c.retryFor = defaultRetryFor
 	}
 	for _, a := range cfg.Addresses {
 		t, _ := parseAddress(a) // validated
-		check := &certCheck{}
-		cc, err := dial(cfg, t, caPEM, check)
+		check, dialed := &certCheck{}, &atomic.Pointer[error]{}
+		cc, err := dial(cfg, t, caPEM, check, dialed)
 		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("automator %s: %w", a, err)
 		}
 		c.urls = append(c.urls, a)
 		c.certs = append(c.certs, check)
+		c.dials = append(c.dials, dialed)
 		c.conns = append(c.conns, cc)
 		c.apis = append(c.apis, automatorv1.NewAutomatorServiceClient(cc))
 	}
 	return c, nil
 }
 
-func dial(cfg Config, t target, caPEM []byte, check *certCheck) (*grpc.ClientConn, error) {
+func dial(cfg Config, t target, caPEM []byte, check *certCheck, dialed *atomic.Pointer[error]) (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
 	if !t.plaintext {
 		name := cfg.ServerName
@@ -138,7 +144,13 @@ func dial(cfg Config, t target, caPEM []byte, check *certCheck) (*grpc.ClientCon
 	}
 	opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 		check.err.Store(nil) // a new connection: what failed the last one is past
-		return dialer(ctx, addr)
+		conn, err := dialer(ctx, addr)
+		if err != nil {
+			dialed.Store(&err)
+		} else {
+			dialed.Store(nil)
+		}
+		return conn, err
 	}))
 	return grpc.NewClient("passthrough:///"+t.hostPort, opts...)
 }
@@ -492,13 +504,15 @@ type budget struct {
 	// giveUp is when the call stops retrying; zero until a try fails
 	// after the last answer.
 	giveUp time.Time
+	// told is set once OnUnreachable was told of this budget's retries.
+	told bool
 }
 
 // answered tells that an automator answered a try under way (and the
 // unit's deadline, when it is known): the budget starts again from the
 // next failure.
 func (b *budget) answered(deadline time.Time) {
-	b.giveUp = time.Time{}
+	b.giveUp, b.told = time.Time{}, false
 	if !deadline.IsZero() {
 		b.deadline = deadline
 	}
@@ -523,6 +537,9 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 	// this call tries them no more.
 	untrusted := make([]bool, n)
 	left, tried := n, int64(0)
+	// unreachable is the last address of this round of tries that could
+	// not be connected to, for OnUnreachable.
+	var unreachable *Unreachable
 	for attempt := int64(0); ; attempt++ {
 		i := (start + attempt) % n
 		if untrusted[i] {
@@ -555,9 +572,18 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 		if time.Now().After(b.giveUp) {
 			return wrapCall(doing+" (no automator answered; giving up)", err)
 		}
+		if p := c.dials[i].Load(); p != nil {
+			unreachable = &Unreachable{Address: c.urls[i], Err: *p}
+		}
 		// Each address once at full speed, then back off.
 		if tried >= left {
 			tried = 0
+			if unreachable != nil && !b.told && c.onUnreachable != nil {
+				b.told = true
+				unreachable.Until = b.giveUp
+				c.onUnreachable(*unreachable)
+			}
+			unreachable = nil
 			if !ctxtime.Sleep(ctx, delay) {
 				return fmt.Errorf("%s: %w", doing, ctx.Err())
 			}

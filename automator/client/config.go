@@ -36,12 +36,29 @@ type Config struct {
 	// answered. A wait for a unit retries at least until RetryFor after
 	// the unit's deadline, when its outcome is known for sure.
 	RetryFor time.Duration
+	// OnUnreachable, when set, is told once a call has tried every
+	// address and could connect to none, and goes on trying: once per
+	// call, and again after an automator answered it (a wait resumed),
+	// so that a command can say at once what it waits for rather than
+	// retrying silently until RetryFor ends. It is called on the
+	// calling goroutine, between tries.
+	OnUnreachable func(Unreachable)
 	// Dial opens the connections, when set (a proxy, a test relay). By
 	// default the address is dialled directly over TCP.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 const defaultRetryFor = time.Minute
+
+// Unreachable is what Config.OnUnreachable is told: the last address a
+// call could not connect to, why (the dial's error, "connection
+// refused", say), and when the call stops trying unless an automator
+// answers first.
+type Unreachable struct {
+	Address string
+	Err     error
+	Until   time.Time
+}
 
 // target is one parsed address.
 type target struct {
