@@ -130,7 +130,18 @@ func mayStillRun(res client.Result, err error) bool {
 // take its id, with an API key the automator accepts when this one was
 // refused. The commands carry the flags of caller, which reached the
 // automator, so that they run as printed.
+//
+// A NotFound for the unit with the data directory's admin key (no
+// --api-key-file), which init makes for every account, is not a key that
+// may not see the unit (a scoped key that lost its account to a deletion
+// since): that key stored it and sees every account, deleted ones'
+// units as unreadable. The unit, acknowledged as queued, is gone from the
+// database: a commit lost after it was acknowledged (docs/several-
+// automators.md), so no proxy claims it any more and no wait would end.
 func stillQueued(id string, err error, caller callerFlags) error {
+	if status.Code(err) == codes.NotFound && *caller.dir != "" && *caller.apiKeyFile == "" {
+		return fmt.Errorf("%w; work %s was queued, but the database has lost it since (the data directory's admin key sees every account): a commit undone after it was acknowledged, by a PostgreSQL failover to an asynchronous standby or a crash with synchronous_commit off (docs/several-automators.md); no proxy will claim it from now on (one that claimed it before may still run it): run exec again if it has to run", err, id)
+	}
 	with := ""
 	switch status.Code(err) {
 	case codes.Unauthenticated:
