@@ -23,7 +23,7 @@ import (
 	"github.com/opsgate/opsgate/internal/secretfile"
 )
 
-const apikeyUsage = "usage: automator apikey create NAME --data-dir DIR (--accounts A,B | --all-accounts) | apikey list --data-dir DIR [--json] | apikey revoke ID --data-dir DIR"
+const apikeyUsage = "usage: automator apikey create NAME --data-dir DIR (--accounts A,B | --all-accounts) | apikey list --data-dir DIR [--db DSN] [--json] | apikey revoke ID --data-dir DIR"
 
 // cmdAPIKey is `automator apikey create | list | revoke`.
 func cmdAPIKey(ctx context.Context, args []string, env Env) error {
@@ -179,12 +179,15 @@ func scopeText(accounts []string) string {
 
 func cmdAPIKeyList(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("apikey list", env)
-	dir := fs.String("data-dir", "", "the automator's data directory")
+	l := listing{
+		dir: fs.String("data-dir", "", "the automator's data directory"),
+		db:  fs.String("db", "", "database DSN (overrides automator.yaml)"),
+	}
 	asJSON := fs.Bool("json", false, "one JSON object per key")
 	if err := clihelp.ParseNoArgs(fs, args); err != nil {
 		return err
 	}
-	st, err := openDataStore(ctx, *dir)
+	st, _, err := l.open(ctx)
 	if err != nil {
 		return err
 	}

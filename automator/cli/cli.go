@@ -27,7 +27,7 @@ const usage = `usage:
   automator account rotate-key NAME --data-dir DIR [--overlap DUR]     # prints the new profile
   automator account delete NAME --data-dir DIR                         # cancels its open units, destroys its token and key
   automator apikey create NAME --data-dir DIR (--accounts A,B | --all-accounts)
-  automator apikey list --data-dir DIR [--json]
+  automator apikey list --data-dir DIR [--db DSN] [--json]
   automator apikey revoke ID --data-dir DIR
   automator audit   --data-dir DIR [--since DUR] [--json]
   automator cert renew --data-dir DIR

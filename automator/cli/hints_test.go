@@ -67,7 +67,7 @@ func TestServesWarningOfAnUnknownRevealKeyNamesAListingThatRunsAsPrinted(t *test
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
-	warnUnknownRevealKeys(t.Context(), st, []string{"ak_nope"}, dir, slog.New(slog.NewTextHandler(&log, nil)))
+	warnUnknownRevealKeys(t.Context(), st, []string{"ak_nope"}, dir, "", slog.New(slog.NewTextHandler(&log, nil)))
 	st.Close()
 	hint := hintCommand(log.String())
 	if hint == nil {
@@ -75,5 +75,45 @@ func TestServesWarningOfAnUnknownRevealKeyNamesAListingThatRunsAsPrinted(t *test
 	}
 	if code, _, stderr := runCLI(t, hint...); code != 0 {
 		t.Errorf("the warning %q names a command that, run as printed, exits %d: %s", log.String(), code, stderr)
+	}
+}
+
+// TestServesWarningOfAnUnknownRevealKeyCarriesItsDB: serve given --db
+// (overriding automator.yaml's db) names, in its warning that
+// dashboard_reveal_keys names no API key, the listing of the keys "(with
+// the same --db)", without the DSN, which may hold a password; run with
+// that --db, the listing shows that database's keys, not automator.yaml's.
+func TestServesWarningOfAnUnknownRevealKeyCarriesItsDB(t *testing.T) {
+	t.Parallel()
+	dir := initDir(t)
+	other := takeBackup(t, dir) // a database of its own, as serve --db names
+	if code, _, stderr := runCLI(t, "apikey", "create", "only-in-yaml-db", "--all-accounts", "--data-dir", dir); code != 0 {
+		t.Fatalf("apikey create: exit %d: %s", code, stderr)
+	}
+	cfg, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DB = other
+	st, err := openStore(t.Context(), dir, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	warnUnknownRevealKeys(t.Context(), st, []string{"ak_nope"}, dir, other, slog.New(slog.NewTextHandler(&log, nil)))
+	st.Close()
+	if !strings.Contains(log.String(), "(with the same --db)") || strings.Contains(log.String(), other) {
+		t.Errorf("serve --db's warning of an unknown reveal key: %q; want the listing named (with the same --db), without the DSN", log.String())
+	}
+	hint := hintCommand(log.String())
+	if hint == nil {
+		t.Fatalf("the warning of an unknown reveal key names no command:\n%s", log.String())
+	}
+	code, stdout, stderr := runCLI(t, append(hint, "--db", other)...)
+	if code != 0 {
+		t.Fatalf("the warning %q names a command that, run with the same --db, exits %d: %s", log.String(), code, stderr)
+	}
+	if strings.Contains(stdout, "only-in-yaml-db") || !strings.Contains(stdout, "admin") {
+		t.Errorf("`automator %s --db DSN` listed:\n%s\nwant the keys of --db's database (admin), not of automator.yaml's (only-in-yaml-db)", strings.Join(hint, " "), stdout)
 	}
 }

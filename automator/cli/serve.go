@@ -121,7 +121,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	if len(unopened) > 0 {
 		log.Error("the master key does not open these accounts' keys: their calls will fail", "count", len(unopened), "accounts", firstNames(unopened, 20))
 	}
-	warnUnknownRevealKeys(ctx, st, cfg.DashboardRevealKeys, *dir, log)
+	warnUnknownRevealKeys(ctx, st, cfg.DashboardRevealKeys, *dir, *db, log)
 	logCertificateReloads(certs, log)
 	// Metrics: queue events from the server, the latency of every store
 	// call, per-account gauges read from the store at each scrape, the
@@ -379,8 +379,9 @@ func readBufferSize(plaintext bool) int {
 // that names no API key (a typo, a key not made yet): it reveals nothing to
 // anyone, and without the warning the setting would seem not to work. Such
 // an id is not refused: its key may be made later. The listing it names
-// carries the data directory dir.
-func warnUnknownRevealKeys(ctx context.Context, st store.Store, ids []string, dir string, log *slog.Logger) {
+// carries the data directory dir, and says to give the same --db when
+// serve was given db, which may hold a password and is not repeated.
+func warnUnknownRevealKeys(ctx context.Context, st store.Store, ids []string, dir, db string, log *slog.Logger) {
 	if len(ids) == 0 {
 		return
 	}
@@ -388,13 +389,17 @@ func warnUnknownRevealKeys(ctx context.Context, st store.Store, ids []string, di
 	if err != nil {
 		return
 	}
+	sameDB := ""
+	if db != "" {
+		sameDB = " (with the same --db)"
+	}
 	known := make(map[string]bool, len(keys))
 	for _, k := range keys {
 		known[k.ID] = true
 	}
 	for _, id := range ids {
 		if !known[id] {
-			log.Warn("dashboard_reveal_keys in "+config.FileConfig+" names no API key: it reveals nothing until a key with that id exists; `automator apikey list --data-dir "+shellArg(dir)+"` shows the ids", "id", id)
+			log.Warn("dashboard_reveal_keys in "+config.FileConfig+" names no API key: it reveals nothing until a key with that id exists; `automator apikey list --data-dir "+shellArg(dir)+"` shows the ids"+sameDB, "id", id)
 		}
 	}
 }
