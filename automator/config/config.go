@@ -270,7 +270,7 @@ const MaxFileSize = 1 << 20
 // takes its default.
 func Load(dir string) (Config, error) {
 	path := filepath.Join(dir, FileConfig)
-	data, err := secretfile.ReadFile(path, MaxFileSize)
+	data, err := secretfile.ReadRegularFile(path, MaxFileSize)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return Config{}, fmt.Errorf("reading %s: not found; run `automator init --data-dir %s` first", path, dir)

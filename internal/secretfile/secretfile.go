@@ -126,3 +126,35 @@ func utf16Text(b []byte, bigEndian bool) (string, error) {
 	}
 	return string(runes), nil
 }
+
+// ReadRegularFile is ReadFile of a file that must be a regular one (a
+// config file): anything else (a FIFO, whose open waits for a writer and
+// no signal ends; a device; a directory) is refused before it is opened,
+// naming what it is.
+func ReadRegularFile(path string, limit int) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if m := fi.Mode(); !m.IsRegular() {
+		return nil, fmt.Errorf("%s is %s, not a regular file: give the file itself", path, kind(m))
+	}
+	return ReadFile(path, limit)
+}
+
+// kind names a mode that is not a regular file's.
+func kind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe (FIFO)"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	}
+	return "a special file (" + m.Type().String() + ")"
+}

@@ -277,7 +277,7 @@ func installSpec(name, exe, configPath string, cfg config.Config, u *service.Use
 // to which the lines install adds, in UTF-8, cannot be appended
 // (secretfile.Decode; config.Load reads either).
 func readConfigText(path string) ([]byte, error) {
-	data, err := secretfile.ReadFile(path, config.MaxFileSize)
+	data, err := secretfile.ReadRegularFile(path, config.MaxFileSize)
 	if err != nil {
 		return nil, fmt.Errorf("reading proxy config: %w", err)
 	}
@@ -739,7 +739,7 @@ func configChanged(s agent.State, path string) bool {
 	if s.ConfigSHA256 == "" || filepath.Clean(s.ConfigFile) != filepath.Clean(path) {
 		return false
 	}
-	data, err := secretfile.ReadFile(path, config.MaxFileSize)
+	data, err := secretfile.ReadRegularFile(path, config.MaxFileSize)
 	if err != nil {
 		return false
 	}

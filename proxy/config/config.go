@@ -102,7 +102,7 @@ func Load(path string) (Config, error) {
 // running proxy records it, so that `proxy status` can tell when the file
 // changed after the proxy read it.
 func LoadDigest(path string) (Config, string, error) {
-	data, err := secretfile.ReadFile(path, MaxFileSize)
+	data, err := secretfile.ReadRegularFile(path, MaxFileSize)
 	if err != nil {
 		return Config{}, "", fmt.Errorf("reading proxy config: %w", err)
 	}
