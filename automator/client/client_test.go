@@ -479,11 +479,20 @@ func TestWaitCutAgainAndAgainIsResumedEachTime(t *testing.T) {
 	a, waits := startTellingWaits(t)
 	r := startRelay(t, a.GRPCAddr)
 	const retryFor = time.Second
-	c, err := client.New(client.Config{Addresses: []string{r.url()}, APIKey: a.APIKey, CAPEM: a.CAPEM, ServerName: "127.0.0.1", RetryFor: retryFor})
+	// A cut of a connection made is not an automator that cannot be
+	// connected to: OnUnreachable is told nothing.
+	var unreachable atomic.Int32
+	c, err := client.New(client.Config{Addresses: []string{r.url()}, APIKey: a.APIKey, CAPEM: a.CAPEM, ServerName: "127.0.0.1", RetryFor: retryFor,
+		OnUnreachable: func(client.Unreachable) { unreachable.Add(1) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() {
+		c.Close()
+		if n := unreachable.Load(); n != 0 {
+			t.Errorf("OnUnreachable told %d times of a wait cut while its automator could be connected to; want none", n)
+		}
+	})
 	w, err := c.Submit(context.Background(), a.Account, client.Command{Script: "x.sh"}, client.WithTimeout(time.Minute))
 	if err != nil {
 		t.Fatal(err)
@@ -828,5 +837,42 @@ func TestSubmitToAHungAutomatorGoesToTheNext(t *testing.T) {
 	}
 	if n := a.CountWork(t); n != 4 {
 		t.Fatalf("%d units queued; want 4 (three before the hang, one after)", n)
+	}
+}
+
+// TestAnAutomatorThatCannotBeConnectedToIsToldOnce: a call to an address
+// nothing listens on tells OnUnreachable once, after its first failed try,
+// with the address, the dial's error and when the call stops trying; the
+// call goes on trying until then.
+func TestAnAutomatorThatCannotBeConnectedToIsToldOnce(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + l.Addr().String()
+	l.Close()
+	var mu sync.Mutex
+	var told []client.Unreachable
+	const retryFor = 2 * time.Second
+	c, err := client.New(client.Config{Addresses: []string{url}, APIKey: "oak_x", RetryFor: retryFor,
+		OnUnreachable: func(u client.Unreachable) { mu.Lock(); told = append(told, u); mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	_, err = c.Get(context.Background(), "w_0123456789abcdef0123456789abcdef")
+	if err == nil || !strings.Contains(err.Error(), "giving up") {
+		t.Fatalf("Get of an automator nothing listens for: %v; want it to give up once RetryFor has passed", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(told) != 1 {
+		t.Fatalf("OnUnreachable told %d times (%v); want once", len(told), told)
+	}
+	u := told[0]
+	if u.Address != url || u.Err == nil || !strings.Contains(u.Err.Error(), "connection refused") || u.Until.Before(start.Add(retryFor)) {
+		t.Errorf("OnUnreachable told %+v; want the address %s, the dial's error (connection refused), and the end of the retries, RetryFor past the first failure", u, url)
 	}
 }
