@@ -85,6 +85,43 @@ type Options struct {
 	// Reaper, when set, kills the scripts' process trees if the proxy
 	// process dies while they run (runner.NewReaper). Nil: they outlive it.
 	Reaper *runner.Reaper
+
+	// tune is set by this package's tests only (zero: the defaults).
+	tune tuning
+}
+
+// tuning is the runner and the bounds an Agent uses: tests change them for
+// their own Agent, not for the package, so that they can run in parallel.
+// A zero field takes its default (withDefaults).
+type tuning struct {
+	runScript func(context.Context, runner.Spec) (runner.Result, error)
+	// reportLostWithin, stopSaidWithin and pollMargin: as the constants
+	// of the same names; postAttempt and minPostRate: post.go.
+	reportLostWithin, stopSaidWithin, pollMargin time.Duration
+	postAttempt                                  time.Duration
+	minPostRate                                  int
+}
+
+func (t tuning) withDefaults() tuning {
+	if t.runScript == nil {
+		t.runScript = runner.Run
+	}
+	if t.reportLostWithin <= 0 {
+		t.reportLostWithin = reportLostWithin
+	}
+	if t.stopSaidWithin <= 0 {
+		t.stopSaidWithin = stopSaidWithin
+	}
+	if t.pollMargin <= 0 {
+		t.pollMargin = pollMargin
+	}
+	if t.postAttempt <= 0 {
+		t.postAttempt = postAttempt
+	}
+	if t.minPostRate <= 0 {
+		t.minPostRate = minPostRate
+	}
+	return t
 }
 
 // Agent runs the poll loop of one instance.
@@ -155,6 +192,7 @@ func New(o Options) *Agent {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	o.tune = o.tune.withDefaults()
 	a := &Agent{
 		o:         o,
 		log:       o.Logger.With("instance_id", o.InstanceID),
@@ -178,7 +216,7 @@ func New(o Options) *Agent {
 		SummaryAttrs: []any{"see", "each unit's state on the automator (automator work list --state timed_out)"}}
 	a.state = newStateFile(o, a.log)
 	a.spool = newSpool(o.SpoolDir, a.log)
-	a.poster = newPoster(o.Client, o.Uploads)
+	a.poster = newPoster(o.Client, o.Uploads, o.tune)
 	return a
 }
 
@@ -387,8 +425,8 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
 // stops and to report the polls whose answers it never read (lost_from),
 // when nothing else polls: an unreachable automator, or a link busy with
 // results, must not hold the stop up (the next start reports them,
-// reportEarlier). A variable for tests.
-var reportLostWithin = 5 * time.Second
+// reportEarlier). Tests change it per Agent (tuning).
+const reportLostWithin = 5 * time.Second
 
 // stopSaidWithin bounds the one poll a stopping agent makes only to say
 // that it stops: nothing running, no result left to post, no poll's
@@ -400,9 +438,9 @@ var reportLostWithin = 5 * time.Second
 // (milliseconds on a loopback or a LAN, 300 ms over the longest WAN
 // paths); it leaves room for a connection set up again (TCP and TLS, two
 // more round trips), and an automator that cannot answer in a second
-// shows the instance as one that died, two poll windows later. A variable
-// for tests.
-var stopSaidWithin = time.Second
+// shows the instance as one that died, two poll windows later. Tests change
+// it per Agent (tuning).
+const stopSaidWithin = time.Second
 
 // hearEnds polls for no units while the agent stops, until ctx is done,
 // and kills the running units the automator says ended (cancelled, timed
@@ -427,9 +465,9 @@ var stopSaidWithin = time.Second
 func (a *Agent) hearEnds(ctx context.Context, seq, lostFrom uint64) (uint64, uint64, error) {
 	bo := backoff{min: a.o.BackoffMin, max: a.o.BackoffMax}
 	var lastErr error
-	within := reportLostWithin
+	within := a.o.tune.reportLostWithin
 	if lostFrom == 0 && a.inFlight() == 0 {
-		within = stopSaidWithin
+		within = a.o.tune.stopSaidWithin
 	}
 	rctx, cancel := context.WithTimeout(context.Background(), within)
 	for {
@@ -500,8 +538,8 @@ func (a *Agent) pollAsBounded(ctx context.Context, run string, n int, wait time.
 	// answer carrying large commands takes its time on a thin downlink:
 	// 1 MiB, 35 s at 256 kbit/s. Cut off, its claims were lost, their
 	// units failed without running.
-	begin := a.o.PollWait + a.o.PollWait/5 + pollMargin
-	pctx, cancel := grpcwire.BeginWithin(ctx, begin, answerWithin())
+	begin := a.o.PollWait + a.o.PollWait/5 + a.o.tune.pollMargin
+	pctx, cancel := grpcwire.BeginWithin(ctx, begin, a.o.tune.answerWithin())
 	defer cancel()
 	resp, err := a.pollAs(pctx, run, n, wait, seq, lostFrom)
 	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(pctx), grpcwire.ErrNoAnswer) {
@@ -511,8 +549,9 @@ func (a *Agent) pollAsBounded(ctx context.Context, run string, n int, wait time.
 }
 
 // pollMargin is what a poll's answer is given past the wait it asked for
-// (and a fifth of it) to begin to arrive. A variable for tests.
-var pollMargin = 5 * time.Second
+// (and a fifth of it) to begin to arrive. Tests change it per Agent
+// (tuning).
+const pollMargin = 5 * time.Second
 
 // noAnswerError is a poll whose answer did not begin within its bound
 // (DeadlineExceeded). Its connection had not failed: the proxy's keepalive
@@ -533,8 +572,8 @@ const maxAnswer = 8 << 20
 
 // answerWithin is the time a poll's answer that has begun to arrive is
 // given to arrive whole: the largest at minPostRate.
-func answerWithin() time.Duration {
-	return time.Duration(maxAnswer) * time.Second / time.Duration(minPostRate)
+func (t tuning) answerWithin() time.Duration {
+	return time.Duration(maxAnswer) * time.Second / time.Duration(t.minPostRate)
 }
 
 // pollFor is one poll of this run, bounded by ctx alone.
@@ -662,9 +701,6 @@ func (a *Agent) LastPoll() time.Time {
 	defer a.mu.Unlock()
 	return a.lastPoll
 }
-
-// runScript is the runner; a variable so tests can count executions.
-var runScript = runner.Run
 
 // keyIDs lists the ids of the keys in the ring, for each poll: the
 // automator then hands this instance only commands sealed with a key it

@@ -127,19 +127,39 @@ func (b *blockingRunner) count() int {
 	return len(b.started)
 }
 
+// tunes holds each test's tuning of the agents it makes (useRunner,
+// shortReportLost), read by testTuning: per test, not per package, so that
+// the tests run in parallel.
+var tunes sync.Map // *testing.T → *tuning
+
+// tuned is t's tuning, for useRunner and shortReportLost to change before
+// the test makes its agents.
+func tuned(t *testing.T) *tuning {
+	v, loaded := tunes.LoadOrStore(t, &tuning{})
+	if !loaded {
+		t.Cleanup(func() { tunes.Delete(t) })
+	}
+	return v.(*tuning)
+}
+
+// testTuning is the tuning of the agents t makes (Options.tune).
+func testTuning(t *testing.T) tuning {
+	if v, ok := tunes.Load(t); ok {
+		return *v.(*tuning)
+	}
+	return tuning{}
+}
+
+// useRunner makes the agents t makes run f instead of runner.Run.
 func useRunner(t *testing.T, f func(context.Context, runner.Spec) (runner.Result, error)) {
-	old := runScript
-	runScript = f
-	t.Cleanup(func() { runScript = old })
+	tuned(t).runScript = f
 }
 
 // shortReportLost bounds a stopping agent's report of its lost polls by
 // 100 ms for the test: for the tests whose stop has no automator to reach,
 // which would otherwise wait out the 5 s bound.
 func shortReportLost(t *testing.T) {
-	old := reportLostWithin
-	reportLostWithin = 100 * time.Millisecond
-	t.Cleanup(func() { reportLostWithin = old })
+	tuned(t).reportLostWithin = 100 * time.Millisecond
 }
 
 var testKey = func() crypto.Key {
@@ -164,6 +184,7 @@ func startAgent(t *testing.T, f Client, max int, log *bytes.Buffer) (stop func()
 		w = &lockedWriter{b: &bytes.Buffer{}}
 	}
 	a := New(Options{
+		tune:   testTuning(t),
 		Client: f, Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(),
 		MaxConcurrency: max, PollWait: time.Second, GracePeriod: 5 * time.Second,
 		BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
@@ -200,6 +221,7 @@ func (w *lockedWriter) String() string {
 // TestPollAsksOnlyForFreeSlots: with both slots busy the agent asks for no
 // units (but still lists what it runs); when one frees it asks for one.
 func TestPollAsksOnlyForFreeSlots(t *testing.T) {
+	t.Parallel()
 	b := &blockingRunner{release: make(chan struct{}), ended: make(chan error, 4)}
 	useRunner(t, b.run)
 	f := newFake()
@@ -223,6 +245,7 @@ func TestPollAsksOnlyForFreeSlots(t *testing.T) {
 // TestCancelledUnitIsKilledAndNothingReported: when the automator says a
 // running unit ended, its run is cancelled and no result is posted.
 func TestCancelledUnitIsKilledAndNothingReported(t *testing.T) {
+	t.Parallel()
 	b := &blockingRunner{release: make(chan struct{}), ended: make(chan error, 4)}
 	useRunner(t, b.run)
 	f := newFake()
@@ -271,6 +294,7 @@ func (c *crossingAutomator) Poll(ctx context.Context, in *automatorv1.PollReques
 // answer that arrives as it drops it, saying a running unit was cancelled,
 // still cancels it (or it would run on until the automator repeats it).
 func TestCancellationInTheAnswerOfADroppedPollIsKept(t *testing.T) {
+	t.Parallel()
 	b := &blockingRunner{release: make(chan struct{}), ended: make(chan error, 4)}
 	useRunner(t, b.run)
 	f := newFake()
@@ -304,6 +328,7 @@ func TestCancellationInTheAnswerOfADroppedPollIsKept(t *testing.T) {
 // unavailable) until the unit's deadline; a second stop ends that too, and
 // the result is logged as lost.
 func TestASecondStopEndsPostingWithoutASpool(t *testing.T) {
+	t.Parallel()
 	b := &blockingRunner{release: make(chan struct{}), ended: make(chan error, 4)}
 	useRunner(t, b.run)
 	f := newFake()
@@ -313,6 +338,7 @@ func TestASecondStopEndsPostingWithoutASpool(t *testing.T) {
 	log := &lockedWriter{b: &bytes.Buffer{}}
 	endGrace := make(chan struct{})
 	a := New(Options{
+		tune:   testTuning(t),
 		Client: f, Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(),
 		MaxConcurrency: 1, PollWait: time.Second, GracePeriod: time.Hour, EndGrace: endGrace,
 		BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
@@ -344,6 +370,7 @@ func TestASecondStopEndsPostingWithoutASpool(t *testing.T) {
 // TestTamperedCommandRunsNothing: a sealed command that does not open is
 // reported failed with a clear reason, and nothing runs.
 func TestTamperedCommandRunsNothing(t *testing.T) {
+	t.Parallel()
 	b := &blockingRunner{release: make(chan struct{}), ended: make(chan error, 4)}
 	useRunner(t, b.run)
 	f := newFake()
@@ -363,6 +390,7 @@ func TestTamperedCommandRunsNothing(t *testing.T) {
 // TestResultIsRetriedUntilAccepted: an unreachable automator does not lose a
 // result; the agent posts again with backoff.
 func TestResultIsRetriedUntilAccepted(t *testing.T) {
+	t.Parallel()
 	useRunner(t, func(context.Context, runner.Spec) (runner.Result, error) {
 		return runner.Result{ExitCode: 7, Stdout: []byte("out")}, nil
 	})
@@ -390,6 +418,7 @@ func TestResultIsRetriedUntilAccepted(t *testing.T) {
 
 // TestRefusedTokenIsLoggedOnce: many failed polls, one log line.
 func TestRefusedTokenIsLoggedOnce(t *testing.T) {
+	t.Parallel()
 	f := newFake()
 	f.pollErr = status.Error(codes.Unauthenticated, "invalid account token")
 	var log bytes.Buffer
@@ -402,6 +431,7 @@ func TestRefusedTokenIsLoggedOnce(t *testing.T) {
 }
 
 func TestBuiltinPingNamesTheInstance(t *testing.T) {
+	t.Parallel()
 	useRunner(t, func(context.Context, runner.Spec) (runner.Result, error) {
 		return runner.Result{}, errors.New("a built-in must not start a process")
 	})
@@ -418,6 +448,7 @@ func TestBuiltinPingNamesTheInstance(t *testing.T) {
 }
 
 func TestBackoffIsCappedAndJittered(t *testing.T) {
+	t.Parallel()
 	b := backoff{min: 100 * time.Millisecond, max: time.Second}
 	seen := map[time.Duration]bool{}
 	for range 50 {
@@ -461,6 +492,7 @@ func FuzzOpenCommand(f *testing.F) {
 // results back: each is posted from memory, the failure is logged once, and
 // the proxy stops cleanly with nothing left running.
 func TestResultIsPostedWhenTheSpoolCannotBeWritten(t *testing.T) {
+	t.Parallel()
 	quickScript(t)
 	notADir := filepath.Join(t.TempDir(), "file")
 	if err := os.WriteFile(notADir, nil, 0o600); err != nil {
@@ -477,6 +509,7 @@ func TestResultIsPostedWhenTheSpoolCannotBeWritten(t *testing.T) {
 	})
 	var log bytes.Buffer
 	a := New(Options{
+		tune:   testTuning(t),
 		Client: f, Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(),
 		MaxConcurrency: 1, PollWait: time.Second, GracePeriod: 5 * time.Second,
 		BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
@@ -536,6 +569,7 @@ func (s *scriptedPolls) Complete(context.Context, *automatorv1.CompleteRequest, 
 // them (lost_from), until one is answered: the automator then fails those
 // units at once rather than at their deadline.
 func TestPollsAreNumberedAndSayFromWhichTheAnswersWereLost(t *testing.T) {
+	t.Parallel()
 	gone := status.Error(codes.Unavailable, "connection lost")
 	f := &scriptedPolls{answers: []error{nil, gone, gone, nil, nil}, polls: make(chan *automatorv1.PollRequest, 16)}
 	shortReportLost(t) // the stop's report gets no answer: its last poll was never answered
@@ -576,6 +610,7 @@ func (r *slowKillRunner) run(ctx context.Context, s runner.Spec) (runner.Result,
 // though its script is still being killed: the automator, which said it,
 // would only say it again.
 func TestAUnitToldEndedIsNoLongerListedWhileItsScriptIsKilled(t *testing.T) {
+	t.Parallel()
 	r := &slowKillRunner{started: make(chan string, 2), cancelled: make(chan string, 2), letGo: make(chan struct{})}
 	useRunner(t, r.run)
 	f := newFake()
@@ -607,6 +642,7 @@ func TestAUnitToldEndedIsNoLongerListedWhileItsScriptIsKilled(t *testing.T) {
 // late) runs nothing, not even a built-in, and reports nothing (guarantee
 // 7): the automator has timed it out, or will at once.
 func TestClaimArrivingPastItsDeadlineRunsAndReportsNothing(t *testing.T) {
+	t.Parallel()
 	b := &blockingRunner{release: make(chan struct{}), ended: make(chan error, 4)}
 	close(b.release)
 	useRunner(t, b.run)
@@ -664,6 +700,12 @@ func (s slotPolls) Poll(ctx context.Context, in *automatorv1.PollRequest, opts .
 // left, 299 (not 300) with 300 seconds less the time the claim took to
 // reach the script.
 func TestScriptIsToldTheWholeSecondsRemainingRoundedDown(t *testing.T) {
+	// Not parallel: a claim with 900 ms left must reach the script within
+	// 900 ms, which the load of the other tests could make it miss.
+	// Its stop, whose poll slotPolls leaves unanswered, is bounded by
+	// 100 ms rather than 1 or 5 s: the test runs alone, and is not about it.
+	tn := tuned(t)
+	tn.reportLostWithin, tn.stopSaidWithin = 100*time.Millisecond, 100*time.Millisecond
 	told := make(chan string, 3)
 	useRunner(t, func(_ context.Context, s runner.Spec) (runner.Result, error) {
 		told <- s.Env["PROXY_DEADLINE_SECONDS"]
@@ -690,6 +732,7 @@ func TestScriptIsToldTheWholeSecondsRemainingRoundedDown(t *testing.T) {
 // as the agent has free slots, and says so in the log: max_concurrent
 // bounds the scripts running here whatever the automator sends.
 func TestClaimsBeyondTheFreeSlotsAreNotRun(t *testing.T) {
+	t.Parallel()
 	b := &blockingRunner{release: make(chan struct{}), ended: make(chan error, 4)}
 	useRunner(t, b.run)
 	f := newFake()
@@ -727,6 +770,7 @@ func TestClaimsBeyondTheFreeSlotsAreNotRun(t *testing.T) {
 // automator) is logged and not run: a unit's script runs at most once on
 // an instance, and the slot count stays true.
 func TestClaimForAUnitAlreadyRunningIsNotRunAgain(t *testing.T) {
+	t.Parallel()
 	b := &blockingRunner{release: make(chan struct{}), ended: make(chan error, 4)}
 	useRunner(t, b.run)
 	f := newFake()

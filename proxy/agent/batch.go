@@ -80,6 +80,7 @@ type poster struct {
 	group batch.Group[*postOp]
 	// noBatchUntil: unix nanoseconds until which results go one by one.
 	noBatchUntil atomic.Int64
+	tune         tuning // its postBound bounds each call
 }
 
 type postOp struct {
@@ -89,9 +90,9 @@ type postOp struct {
 }
 
 // newPoster posts with c, and with uploads, when not nil, what is larger
-// than postAlonePast.
-func newPoster(c, uploads Client) *poster {
-	p := &poster{client: c, uploads: c}
+// than postAlonePast, each call within tune's postBound.
+func newPoster(c, uploads Client, tune tuning) *poster {
+	p := &poster{client: c, uploads: c, tune: tune.withDefaults()}
 	p.batch, _ = c.(BatchClient)
 	p.uploadBatch = p.batch
 	if uploads != nil {
@@ -144,7 +145,7 @@ func (p *poster) post(batch []*postOp) []error {
 	for _, o := range batch {
 		size += o.size
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), postBound(size))
+	ctx, cancel := context.WithTimeout(context.Background(), p.tune.postBound(size))
 	defer cancel()
 	var waiting atomic.Int32
 	waiting.Store(int32(len(batch)))

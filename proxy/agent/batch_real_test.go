@@ -105,6 +105,7 @@ func waitSucceeded(t *testing.T, caller automatorv1.AutomatorServiceClient, ids 
 // finish meanwhile wait for it and then go in one call; every unit ends
 // succeeded.
 func TestResultsFinishedDuringAPostGoTogether(t *testing.T) {
+	t.Parallel()
 	w := &batchWatch{hold: make(chan struct{}), held: make(chan struct{})}
 	a := automatortest.Start(t, automatortest.Options{Interceptors: []grpc.UnaryServerInterceptor{w.intercept}})
 	caller := automatorv1.NewAutomatorServiceClient(a.CallerConn(t))
@@ -127,6 +128,7 @@ func TestResultsFinishedDuringAPostGoTogether(t *testing.T) {
 // CompleteBatch with UNIMPLEMENTED (one older than the method) is asked
 // once, then gets each result with Complete; none is lost.
 func TestAnOlderAutomatorGetsResultsOneByOne(t *testing.T) {
+	t.Parallel()
 	w := &batchWatch{}
 	older := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		if info.FullMethod == completeBatchMethod {

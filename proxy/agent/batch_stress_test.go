@@ -29,7 +29,8 @@ func (slowBatch) CompleteBatch(ctx context.Context, in *automatorv1.CompleteBatc
 // that takes a random time per call: every post returns, and the poster is
 // left idle with nothing queued (no result stuck, no lost turn to send).
 func TestManyPostsWithCallersGivingUpAllEnd(t *testing.T) {
-	p := newPoster(slowBatch{}, nil)
+	t.Parallel()
+	p := newPoster(slowBatch{}, nil, tuning{})
 	var wg sync.WaitGroup
 	for i := range 4000 {
 		wg.Go(func() {

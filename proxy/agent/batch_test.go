@@ -66,8 +66,9 @@ func (s *scriptedBatch) CompleteBatch(ctx context.Context, in *automatorv1.Compl
 // together each get their own outcome, and one whose caller gave up while it
 // waited is not sent at all.
 func TestEachWaitingResultGetsItsOwnAnswer(t *testing.T) {
+	t.Parallel()
 	c := &scriptedBatch{release: make(chan struct{}), started: make(chan struct{}), refuse: map[string]bool{"w_c": true}}
-	p := newPoster(c, nil)
+	p := newPoster(c, nil, tuning{})
 	post := func(ctx context.Context, id string) <-chan error {
 		got := make(chan error, 1)
 		go func() { got <- p.complete(ctx, &automatorv1.CompleteRequest{WorkId: id}) }()
@@ -124,8 +125,9 @@ func (s *stuckBatch) CompleteBatch(ctx context.Context, _ *automatorv1.CompleteB
 // every result it carries has been given up by its caller (the proxy
 // stopping), not left running to its own timeout.
 func TestAPostEndsWhenEveryCallerGaveUp(t *testing.T) {
+	t.Parallel()
 	c := &stuckBatch{started: make(chan struct{}, 1), ended: make(chan error, 1)}
-	p := newPoster(c, nil)
+	p := newPoster(c, nil, tuning{})
 	ctx, giveUp := context.WithCancel(context.Background())
 	got := make(chan error, 1)
 	go func() { got <- p.complete(ctx, &automatorv1.CompleteRequest{WorkId: "w_a"}) }()
@@ -179,8 +181,9 @@ func (c *recordingClient) got() []string {
 // polls, so that no large upload is queued ahead of the polling
 // connection's keepalive ping.
 func TestLargePostsGoOverTheUploadsClient(t *testing.T) {
+	t.Parallel()
 	polling, uploads := &recordingClient{}, &recordingClient{}
-	p := newPoster(polling, uploads)
+	p := newPoster(polling, uploads, tuning{})
 	result := func(id string, size int) *automatorv1.CompleteRequest {
 		return &automatorv1.CompleteRequest{WorkId: id, SealedResult: make([]byte, size)}
 	}

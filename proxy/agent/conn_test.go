@@ -28,6 +28,7 @@ import (
 // automator failed names it: gRPC's own message may not (a host name that
 // does not resolve gives "produced zero addresses").
 func TestConnectionLogsOneLinePerStateChange(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	const url = "https://automator.example:8443"
 	s := &connState{log: slog.New(slog.NewJSONHandler(&buf, nil)), automator: url}
@@ -82,6 +83,7 @@ func TestConnectionLogsOneLinePerStateChange(t *testing.T) {
 // is its name in a JSON record ("Unavailable"), as in text, not the number
 // JSON would make of it.
 func TestConnectionLogNamesTheCodeInJSONAsInText(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	s := &connState{log: slog.New(slog.NewJSONHandler(&buf, nil)), automator: "https://automator.example:8443"}
 	s.failed(status.Error(codes.Unavailable, "connection refused"))
@@ -138,9 +140,7 @@ func serveProxyService(t *testing.T, srv automatorv1.ProxyServiceServer, lis net
 // sent operators looking for a network outage), and once for all the
 // polls it leaves unanswered, as an unreachable one is.
 func TestAPollWhoseAnswerDidNotBeginIsLoggedAsSuchOnce(t *testing.T) {
-	old := pollMargin
-	pollMargin = 20 * time.Millisecond
-	t.Cleanup(func() { pollMargin = old })
+	t.Parallel()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -149,6 +149,7 @@ func TestAPollWhoseAnswerDidNotBeginIsLoggedAsSuchOnce(t *testing.T) {
 	var log lockedWriter
 	log.b = &bytes.Buffer{}
 	a := New(Options{
+		tune:   tuning{pollMargin: 20 * time.Millisecond},
 		Client: serveProxyService(t, srv, lis), Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(),
 		MaxConcurrency: 1, PollWait: 50 * time.Millisecond, GracePeriod: time.Second,
 		BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,

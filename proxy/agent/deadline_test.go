@@ -34,6 +34,7 @@ func claimWithin(t *testing.T, id string, remaining time.Duration) *automatorv1.
 // deadline, and PROXY_DEADLINE_SECONDS, are the time remaining that the
 // automator handed out, counted from when the claim arrived here.
 func TestScriptGetsTheTimeRemainingAsItsDeadline(t *testing.T) {
+	t.Parallel()
 	type run struct {
 		spec   runner.Spec
 		called time.Time
@@ -65,6 +66,7 @@ func TestScriptGetsTheTimeRemainingAsItsDeadline(t *testing.T) {
 // ends at the deadline (the runner killed the tree), the proxy posts
 // nothing: the unit is the automator's to time out.
 func TestAScriptKilledAtTheDeadlineIsNotReported(t *testing.T) {
+	t.Parallel()
 	ended := make(chan struct{})
 	useRunner(t, func(_ context.Context, s runner.Spec) (runner.Result, error) {
 		defer close(ended)
@@ -108,6 +110,7 @@ func (d *downAutomator) Complete(ctx context.Context, _ *automatorv1.CompleteReq
 // automator cannot take is posted again until the unit's deadline, and no
 // post can be on its way after it (not even one whose backoff ended late).
 func TestNoResultIsPostedAfterTheDeadline(t *testing.T) {
+	t.Parallel()
 	ran := make(chan time.Time, 1)
 	useRunner(t, func(context.Context, runner.Spec) (runner.Result, error) {
 		ran <- time.Now()
@@ -116,6 +119,7 @@ func TestNoResultIsPostedAfterTheDeadline(t *testing.T) {
 	d := &downAutomator{fakeAutomator: newFake()}
 	log := &lockedWriter{b: &bytes.Buffer{}}
 	a := New(Options{
+		tune:   testTuning(t),
 		Client: d, Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(),
 		MaxConcurrency: 1, PollWait: time.Second, GracePeriod: 5 * time.Second,
 		BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,

@@ -109,6 +109,7 @@ func stopLines(log string) []string {
 // out at their deadline": there were none, and the deletion had cancelled
 // every unit the account had claimed. It says nothing of lost polls now.
 func TestAProxyOfADeletedAccountDoesNotSayItsRefusedPollsLostUnits(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{PollWindow: 30 * time.Second})
 	c := &refusalClient{ProxyServiceClient: automatorv1.NewProxyServiceClient(a.ProxyConn(t)), refused: make(chan struct{})}
 	var logged syncBuffer
@@ -143,6 +144,7 @@ func TestAProxyOfADeletedAccountDoesNotSayItsRefusedPollsLostUnits(t *testing.T)
 // destroyed a deleted account's token. The stop's warning says both, not
 // that they time out.
 func TestAProxyRefusedAfterALostPollSaysTheDeletionMayHaveCancelledItsUnits(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{PollWindow: time.Second})
 	c := &refusalClient{ProxyServiceClient: automatorv1.NewProxyServiceClient(a.ProxyConn(t)), refused: make(chan struct{}),
 		cut: make(chan struct{})}

@@ -18,6 +18,7 @@ import (
 // all the while, the log has at most loglimit.DefaultLines lines of them
 // a minute, not one per unit (each is still reported, with its reason).
 func TestCommandsThatCouldNotRunAreLoggedWithinABound(t *testing.T) {
+	t.Parallel()
 	useRunner(t, func(context.Context, runner.Spec) (runner.Result, error) {
 		return runner.Result{}, fmt.Errorf("%w \"s\": scripts directory \"/gone\": no such file or directory", runner.ErrUnknownScript)
 	})
@@ -43,6 +44,7 @@ func TestCommandsThatCouldNotRunAreLoggedWithinABound(t *testing.T) {
 // callers queueing short units all the while, the log has at most
 // loglimit.DefaultLines lines of them a minute, not one per unit.
 func TestScriptsKilledAtTheirDeadlineAreLoggedWithinABound(t *testing.T) {
+	t.Parallel()
 	ran := make(chan struct{}, 64)
 	useRunner(t, func(context.Context, runner.Spec) (runner.Result, error) {
 		ran <- struct{}{}

@@ -19,8 +19,8 @@ import (
 // result on a thin uplink before it was sent, and each retry sent it all
 // again, until the deadline: on a 256 kbit/s link 1 MiB takes about 35 s,
 // and a 10 s bound never let it through. A unit's deadline bounds every
-// attempt in any case. Variables for tests.
-var (
+// attempt in any case. Tests change them per Agent (tuning).
+const (
 	postAttempt = 10 * time.Second
 	// minPostRate, in bytes a second, is the slowest upload a post is
 	// given time for (64 kbit/s): 1 MiB is given 138 s, the largest
@@ -31,8 +31,8 @@ var (
 )
 
 // postBound bounds a call posting size bytes of results.
-func postBound(size int) time.Duration {
-	return postAttempt + time.Duration(size)*time.Second/time.Duration(minPostRate)
+func (t tuning) postBound(size int) time.Duration {
+	return t.postAttempt + time.Duration(size)*time.Second/time.Duration(t.minPostRate)
 }
 
 // post sends a claim's outcome, retrying with backoff until it is accepted,
@@ -80,7 +80,7 @@ func (a *Agent) deliver(ctx context.Context, deadline time.Time, req *automatorv
 		// No attempt outlives the deadline: gRPC sends no call whose
 		// context has ended, so a retry that wakes late (a timer fires
 		// after it is due) reports nothing after the deadline (guarantee 7).
-		end := time.Now().Add(postBound(size))
+		end := time.Now().Add(a.o.tune.postBound(size))
 		if deadline.Before(end) {
 			end = deadline
 		}

@@ -19,6 +19,7 @@ import (
 // (FAILED_PRECONDITION); the proxy logs the refusal and gives the result
 // up, rather than post it again.
 func TestAResultRefusedAfterATerminalStateIsLoggedAndNotPostedAgain(t *testing.T) {
+	t.Parallel()
 	useRunner(t, func(context.Context, runner.Spec) (runner.Result, error) {
 		return runner.Result{Stdout: []byte("late")}, nil
 	})

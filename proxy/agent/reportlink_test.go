@@ -108,6 +108,8 @@ func (w *reportWatch) Complete(context.Context, *automatorv1.CompleteRequest) (*
 // and is made once, instead of being cut off after a fixed 5 s, logged
 // as "automator unreachable" and made again until the result was sent.
 func TestAnEarlierRunsLostPollsAreReportedOverALinkBusyWithItsResults(t *testing.T) {
+	// Not parallel: its link is paced (160 KiB/s), and beside the other
+	// tests, on a loaded machine, the report once missed its 30 s wait.
 	dir := filepath.Join(t.TempDir(), SpoolDirName)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -161,6 +163,7 @@ func TestAnEarlierRunsLostPollsAreReportedOverALinkBusyWithItsResults(t *testing
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}))
 	a := New(Options{
+		tune:   testTuning(t),
 		Client: client, Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(), SpoolDir: dir,
 		MaxConcurrency: 1, GracePeriod: time.Second, BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
 		Logger: logger,

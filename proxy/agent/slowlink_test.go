@@ -77,24 +77,17 @@ func (l *thinLink) CompleteBatch(ctx context.Context, in *automatorv1.CompleteBa
 	return &automatorv1.CompleteBatchResponse{Outcomes: make([]*automatorv1.CompleteOutcome, len(ids))}, nil
 }
 
-// scaleDownPosts makes the posts' bounds those of a link 1/scale as fast,
-// for the test.
-func scaleDownPosts(t *testing.T, attempt time.Duration, rate int) {
-	oldAttempt, oldRate := postAttempt, minPostRate
-	postAttempt, minPostRate = attempt, rate
-	t.Cleanup(func() { postAttempt, minPostRate = oldAttempt, oldRate })
-}
-
 // TestALargeResultIsPostedOverALinkThatTakesLongerThanAFixedBound: a
 // result that takes longer to send than postAttempt (1 MiB over a thin
 // uplink) is given the time its size needs, and is sent once, instead of
 // being cut off and sent again from its first byte until the deadline.
 func TestALargeResultIsPostedOverALinkThatTakesLongerThanAFixedBound(t *testing.T) {
+	// Not parallel: the 500 ms transfer must end within its post's bound
+	// of 1.02 s, a margin the load of the other tests could eat.
 	// Scaled down: postAttempt 20 ms, posts given time for 1 MiB/s, a link
 	// of 2 MiB/s, so 1 MiB takes 500 ms, 25 times postAttempt.
-	scaleDownPosts(t, 20*time.Millisecond, 1<<20)
 	link := &thinLink{rate: 2 << 20, calls: map[string]int{}, accepted: map[string]bool{}}
-	a := New(Options{Client: link, Keys: crypto.Keys{testKey}, InstanceID: "a", Logger: slog.New(slog.DiscardHandler),
+	a := New(Options{tune: tuning{postAttempt: 20 * time.Millisecond, minPostRate: 1 << 20}, Client: link, Keys: crypto.Keys{testKey}, InstanceID: "a", Logger: slog.New(slog.DiscardHandler),
 		BackoffMin: time.Millisecond, BackoffMax: 10 * time.Millisecond})
 	c := &automatorv1.Claim{WorkId: "w_large", ClaimId: "c", Account: "acme"}
 	req := &automatorv1.CompleteRequest{Outcome: automatorv1.Outcome_OUTCOME_SUCCEEDED, SealedResult: make([]byte, 1<<20)}
@@ -152,9 +145,10 @@ func (h *heldLink) CompleteBatch(ctx context.Context, in *automatorv1.CompleteBa
 // waiting for it to be sent: a short unit's result is not made to wait
 // for, nor time out behind, a long transfer that is not its own.
 func TestASmallResultIsNotHeldBehindALargeOneOnItsWay(t *testing.T) {
+	t.Parallel()
 	link := &heldLink{release: make(chan struct{}), held: make(chan struct{}, 1)}
 	defer close(link.release)
-	p := newPoster(link, nil)
+	p := newPoster(link, nil, tuning{})
 	large := make(chan error, 1)
 	go func() {
 		large <- p.complete(context.Background(), &automatorv1.CompleteRequest{WorkId: "w_large", SealedResult: make([]byte, 1<<20)})
@@ -212,18 +206,17 @@ func (s slowAnswer) Poll(ctx context.Context, _ *automatorv1.PollRequest, _ ...g
 // decides the test is the bound's end while the answer is on its way, not
 // the machine's speed.
 func TestAPollWhoseAnswerIsOnItsWayIsNotCutOffAtTheEndOfItsWait(t *testing.T) {
-	old := pollMargin
-	t.Cleanup(func() { pollMargin = old })
+	t.Parallel()
 	opts := Options{Keys: crypto.Keys{testKey}, InstanceID: "a", Logger: slog.New(slog.DiscardHandler), PollWait: 50 * time.Millisecond}
 
-	for pollMargin = 10 * time.Millisecond; ; pollMargin *= 4 {
+	for opts.tune.pollMargin = 10 * time.Millisecond; ; opts.tune.pollMargin *= 4 {
 		// The answer takes 10 times the poll's bound to arrive.
-		begin := opts.PollWait + opts.PollWait/5 + pollMargin
+		begin := opts.PollWait + opts.PollWait/5 + opts.tune.pollMargin
 		began := make(chan bool, 1)
 		opts.Client = slowAnswer{transfer: 10 * begin, began: began}
 		resp, err := New(opts).poll(context.Background(), 1, opts.PollWait, 1, 0)
 		if !<-began {
-			if pollMargin > time.Minute {
+			if opts.tune.pollMargin > time.Minute {
 				t.Fatalf("no poll's answer began within its bound, the last %v", begin)
 			}
 			t.Logf("the answer began after the poll's bound of %v had passed (a loaded machine): polling again with a longer one", begin)
@@ -235,7 +228,7 @@ func TestAPollWhoseAnswerIsOnItsWayIsNotCutOffAtTheEndOfItsWait(t *testing.T) {
 		break
 	}
 
-	pollMargin = 10 * time.Millisecond
+	opts.tune.pollMargin = 10 * time.Millisecond
 	opts.Client = slowAnswer{}
 	if _, err := New(opts).poll(context.Background(), 1, opts.PollWait, 1, 0); status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("a poll whose answer never began: %v, want DeadlineExceeded", err)

@@ -81,6 +81,7 @@ func (f *spoolAutomator) callCount() int {
 func runSpoolAgent(t *testing.T, f *spoolAutomator, dir string, hook ...func(spoolStage, string) error) (stop func()) {
 	t.Helper()
 	a := New(Options{
+		tune:   testTuning(t),
 		Client: f, Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(),
 		MaxConcurrency: 1, PollWait: time.Second, GracePeriod: 20 * time.Millisecond,
 		BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
@@ -189,6 +190,7 @@ func (h *stageHook) waitStage(t *testing.T, stage spoolStage) {
 // write still completes after the answer and then removes its file: no file
 // is left behind, and the emptied spool directory goes too.
 func TestResultIsPostedWhileTheSpoolIsSlow(t *testing.T) {
+	t.Parallel()
 	quickScript(t)
 	dir := filepath.Join(t.TempDir(), "spool")
 	h := newStageHook()
@@ -226,6 +228,7 @@ func TestResultIsPostedWhileTheSpoolIsSlow(t *testing.T) {
 // TestSpoolWriteIsSkippedWhenAcceptedFirst: a write that has not begun when
 // the automator accepts the result writes nothing.
 func TestSpoolWriteIsSkippedWhenAcceptedFirst(t *testing.T) {
+	t.Parallel()
 	quickScript(t)
 	dir := filepath.Join(t.TempDir(), "spool")
 	h := newStageHook()
@@ -249,6 +252,7 @@ func TestSpoolWriteIsSkippedWhenAcceptedFirst(t *testing.T) {
 // TestResultIsPostedWhenTheSpoolFails: a write that fails costs the result
 // nothing (it is posted from memory) and leaves nothing on disk.
 func TestResultIsPostedWhenTheSpoolFails(t *testing.T) {
+	t.Parallel()
 	quickScript(t)
 	dir := filepath.Join(t.TempDir(), "spool")
 	h := newStageHook()
@@ -274,6 +278,7 @@ func TestResultIsPostedWhenTheSpoolFails(t *testing.T) {
 // unanswered result is on disk, private (so a crash from then on does not
 // lose it); the automator's answer removes it.
 func TestWrittenResultIsKeptUntilAnswered(t *testing.T) {
+	t.Parallel()
 	quickScript(t)
 	dir := filepath.Join(t.TempDir(), "spool")
 	h := newStageHook()
@@ -313,6 +318,7 @@ func TestWrittenResultIsKeptUntilAnswered(t *testing.T) {
 // automator is unreachable keeps the result; the next run of the same
 // instance posts it, byte for byte, and empties the spool.
 func TestSpooledResultIsPostedAfterRestart(t *testing.T) {
+	t.Parallel()
 	quickScript(t)
 	dir := filepath.Join(t.TempDir(), "spool")
 	down := newSpoolAutomator(func(*automatorv1.CompleteRequest) error { return status.Error(codes.Unavailable, "down") })
@@ -351,6 +357,7 @@ func TestSpooledResultIsPostedAfterRestart(t *testing.T) {
 // TestRefusedResultLeavesTheSpool: a result the automator refuses for good
 // (the unit already ended) is not posted again on the next start.
 func TestRefusedResultLeavesTheSpool(t *testing.T) {
+	t.Parallel()
 	quickScript(t)
 	dir := filepath.Join(t.TempDir(), "spool")
 	f := newSpoolAutomator(func(*automatorv1.CompleteRequest) error {
@@ -366,6 +373,7 @@ func TestRefusedResultLeavesTheSpool(t *testing.T) {
 // deadline has passed are deleted and never sent; those of another instance
 // sharing the directory are left for it; unreadable records are set aside.
 func TestExpiredSpooledResultIsDroppedNotPosted(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "spool")
 	s := newSpool(dir, slog.New(slog.DiscardHandler))
 	now := time.Now()
@@ -397,6 +405,7 @@ func TestExpiredSpooledResultIsDroppedNotPosted(t *testing.T) {
 
 // TestSpoolNamesOddWorkIDsSafely: a work id is never used as a path.
 func TestSpoolNamesOddWorkIDsSafely(t *testing.T) {
+	t.Parallel()
 	s := newSpool(t.TempDir(), slog.New(slog.DiscardHandler))
 	for _, id := range []string{"../x", "a/b", ".hidden", "w_0123abc"} {
 		p := s.path(id)
@@ -414,6 +423,7 @@ func TestSpoolNamesOddWorkIDsSafely(t *testing.T) {
 // extension; two work ids never share a file there, and no id names a
 // device.
 func TestSpoolNamesAreDistinctWhereCaseIsNot(t *testing.T) {
+	t.Parallel()
 	s := newSpool(t.TempDir(), slog.New(slog.DiscardHandler))
 	// "x-775f4142" is how w_AB is hex-encoded: as an id of its own it
 	// must not land on that file.
@@ -443,6 +453,7 @@ func TestSpoolNamesAreDistinctWhereCaseIsNot(t *testing.T) {
 // automator has answered, under whatever name it was found: a record left
 // behind would be posted again at every start until its deadline.
 func TestResultsSpooledByAnOlderProxyArePostedAndRemoved(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "spool")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 func startStateAgent(t *testing.T, f *fakeAutomator, path string, every time.Duration) (stop func()) {
 	t.Helper()
 	a := New(Options{
+		tune:       testTuning(t),
 		ConfigFile: "/etc/proxy/proxy.yaml", ConfigSHA256: "c0ffee",
 		Client: f, Keys: crypto.Keys{testKey}, InstanceID: "a", Version: "v-test", ScriptsDir: t.TempDir(),
 		MaxConcurrency: 1, PollWait: time.Second, GracePeriod: 5 * time.Second,
@@ -55,6 +56,7 @@ func readState(t *testing.T, path string) State {
 // instance last polled successfully, and that it stopped cleanly; and which
 // config file the run read, with its digest, to tell when it changed since.
 func TestStateFileRecordsLastSuccessfulPoll(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "state", StateFileName)
 	f := newFake()
 	before := time.Now()
@@ -79,6 +81,7 @@ func TestStateFileRecordsLastSuccessfulPoll(t *testing.T) {
 // TestStateFileSaysStoppingWhileUnitsFinish: between the stop request and
 // the end of the grace period the state file says how many units run.
 func TestStateFileSaysStoppingWhileUnitsFinish(t *testing.T) {
+	t.Parallel()
 	b := &blockingRunner{release: make(chan struct{}), ended: make(chan error, 4)}
 	useRunner(t, b.run)
 	path := filepath.Join(t.TempDir(), StateFileName)
@@ -102,6 +105,7 @@ func TestStateFileSaysStoppingWhileUnitsFinish(t *testing.T) {
 // TestStateFileIsWrittenAtMostOnceEveryInterval: polls returning quickly do
 // not rewrite the file each time; the first poll is recorded at once.
 func TestStateFileIsWrittenAtMostOnceEveryInterval(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), StateFileName)
 	f := newFake()
 	stop := startStateAgent(t, f, path, time.Hour)
@@ -124,6 +128,7 @@ func TestStateFileIsWrittenAtMostOnceEveryInterval(t *testing.T) {
 // TestStateFileKeepsTheLastPollOfAnEarlierRun: a restarted instance that
 // cannot reach the automator still shows when it last could.
 func TestStateFileKeepsTheLastPollOfAnEarlierRun(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), StateFileName)
 	earlier := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 	if err := writeState(path, State{InstanceID: "a", PID: 1, LastPoll: earlier, StoppedAt: earlier}); err != nil {

@@ -24,6 +24,7 @@ import (
 // the directory; once the first is released the directory can be taken
 // again.
 func TestStateDirIsHeldByOneProxyAtATime(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "state")
 	first, err := LockStateDir(dir)
 	if err != nil {
@@ -70,6 +71,7 @@ func TestStateDirIsHeldByOneProxyAtATime(t *testing.T) {
 // TestStateDirHeldErrorWithoutAPID: a holder whose pid cannot be read is
 // still named as a running proxy.
 func TestStateDirHeldErrorWithoutAPID(t *testing.T) {
+	t.Parallel()
 	err := &StateDirHeldError{Dir: "/var/lib/proxy"}
 	if got := err.Error(); !strings.HasPrefix(got, "state_dir /var/lib/proxy is held by another running proxy: ") {
 		t.Errorf("%q", got)
@@ -99,6 +101,7 @@ func holdStateDir(dir string) int {
 // leaves it free for the next proxy, as a warm standby started after the
 // active one died needs.
 func TestStateDirIsFreedWhenItsHolderIsKilled(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	pid, kill := holdInChild(t, dir)
 
@@ -121,6 +124,7 @@ func TestStateDirIsFreedWhenItsHolderIsKilled(t *testing.T) {
 // without changing the lock file, and finds it free again once the holder
 // is killed, all the while leaving the lock to be taken by a proxy.
 func TestCheckStateDirTellsWithoutChangingAnything(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "state")
 	if err := CheckStateDir(dir); err != nil {
 		t.Fatalf("a state_dir that does not exist: %v", err)

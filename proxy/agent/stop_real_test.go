@@ -80,6 +80,7 @@ func (s *stopping) wantFailed(t *testing.T, id, why string) {
 // result waiting in the spool for a start that may never come and the unit
 // timing out.
 func TestUnitKilledAtTheEndOfTheGracePeriodIsReportedFailed(t *testing.T) {
+	t.Parallel()
 	s, id := startStopping(t, agent.Options{GracePeriod: 50 * time.Millisecond}, true)
 	t.Cleanup(func() {
 		s.cancel()
@@ -98,6 +99,7 @@ func TestUnitKilledAtTheEndOfTheGracePeriodIsReportedFailed(t *testing.T) {
 // (EndGrace), it kills the script at once, posts the unit's failure saying
 // so, and returns.
 func TestASecondStopEndsTheGracePeriod(t *testing.T) {
+	t.Parallel()
 	endGrace := make(chan struct{})
 	s, id := startStopping(t, agent.Options{GracePeriod: time.Hour, EndGrace: endGrace}, false)
 	t.Cleanup(func() {
@@ -128,6 +130,7 @@ func TestASecondStopEndsTheGracePeriod(t *testing.T) {
 // ended, so a cancel made during its grace period (an hour here) kills
 // the script at once, and the agent returns without waiting out its hour.
 func TestACancelDuringTheGracePeriodKillsTheScript(t *testing.T) {
+	t.Parallel()
 	s, id := startStopping(t, agent.Options{GracePeriod: time.Hour}, false)
 	t.Cleanup(func() {
 		s.cancel()

@@ -46,6 +46,7 @@ func (s *stopAsAnsweredAutomator) Poll(ctx context.Context, in *automatorv1.Poll
 // caller waiting for the unit's deadline (5 minutes by default) for a
 // timeout, with nothing in the log.
 func TestAClaimReceivedAsTheProxyStopsIsRunOrReported(t *testing.T) {
+	t.Parallel()
 	ran := make(chan string, 1)
 	useRunner(t, func(_ context.Context, s runner.Spec) (runner.Result, error) {
 		ran <- s.Env["PROXY_WORK_ID"]
@@ -57,6 +58,7 @@ func TestAClaimReceivedAsTheProxyStopsIsRunOrReported(t *testing.T) {
 	s := &stopAsAnsweredAutomator{fakeAutomator: f, stop: cancel, claim: claim(t, "w1", &automatorv1.Command{Script: "s"})}
 	var log bytes.Buffer
 	a := New(Options{
+		tune:   testTuning(t),
 		Client: s, Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(),
 		MaxConcurrency: 1, PollWait: time.Second, GracePeriod: 5 * time.Second,
 		BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,

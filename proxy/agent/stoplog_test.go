@@ -43,12 +43,14 @@ func (l *lockedBuffer) String() string {
 // units: an operator reading "killing running units" would think a script
 // was cut short (it once did).
 func TestAGracePeriodThatEndsWithOnlyUnpostedResultsKillsNothing(t *testing.T) {
+	t.Parallel()
 	quickScript(t)
 	dir := filepath.Join(t.TempDir(), "spool")
 	down := newSpoolAutomator(func(*automatorv1.CompleteRequest) error { return status.Error(codes.Unavailable, "down") })
 	h := newStageHook()
 	var logs lockedBuffer
 	a := New(Options{
+		tune:   testTuning(t),
 		Client: down, Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(),
 		MaxConcurrency: 1, PollWait: time.Second, GracePeriod: 20 * time.Millisecond,
 		BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,

@@ -87,6 +87,7 @@ func (c *crossingClient) Poll(ctx context.Context, in *automatorv1.PollRequest, 
 // ran. The stopping proxy now tells the automator (lost_from) before it
 // exits, and the unit has failed by the time it has stopped.
 func TestAUnitHandedToThePollAProxyStopsDuringFailsAtOnce(t *testing.T) {
+	t.Parallel()
 	stopAsTheAnswerCrosses(t, 0)
 }
 
@@ -96,6 +97,7 @@ func TestAUnitHandedToThePollAProxyStopsDuringFailsAtOnce(t *testing.T) {
 // at once; it comes back at once, and the stopping proxy, with no spool,
 // tries again within its bound rather than leave the unit to time out.
 func TestAUnitHandedToThePollAProxyStopsDuringFailsWhenTheConnectionComesBack(t *testing.T) {
+	t.Parallel()
 	stopAsTheAnswerCrosses(t, 1)
 }
 
@@ -151,6 +153,7 @@ func stopAsTheAnswerCrosses(t *testing.T, cutFor int32) {
 // in its spool, and the next start of the instance reports them, as the
 // old run, before it polls: the unit has failed by its first poll.
 func TestAUnitHandedToThePollOfAProxyStoppedOffTheNetworkFailsWhenItStarts(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{PollWindow: 30 * time.Second})
 	caller := automatorv1.NewAutomatorServiceClient(a.CallerConn(t))
 	proxyClient := automatorv1.NewProxyServiceClient(a.ProxyConn(t))
@@ -211,6 +214,7 @@ func TestAUnitHandedToThePollOfAProxyStoppedOffTheNetworkFailsWhenItStarts(t *te
 // every try, which would only hold the stop up. Its log line says the
 // report was refused, and why, not that the automator was unreachable.
 func TestAStopRefusedWhileReportingItsLostPollsDoesNotTryAgain(t *testing.T) {
+	t.Parallel()
 	var refuse atomic.Bool
 	var logged bytes.Buffer // written by one handler, read once the agent stopped
 	var mu sync.Mutex
@@ -273,6 +277,7 @@ func TestAStopRefusedWhileReportingItsLostPollsDoesNotTryAgain(t *testing.T) {
 // dropped at the next start, of whichever instance, while a recent one of
 // another instance is still left for it.
 func TestOldRecordsOfLostPollsAreDroppedFromTheSpool(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{})
 	spool := filepath.Join(t.TempDir(), agent.SpoolDirName)
 	if err := os.MkdirAll(spool, 0o700); err != nil {

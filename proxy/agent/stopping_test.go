@@ -22,12 +22,14 @@ import (
 // the instance stopped at once, not online for two more poll windows. No
 // poll before the stop says so.
 func TestAStoppingAgentSaysSoInAPollEvenWithNothingToReport(t *testing.T) {
+	t.Parallel()
 	f := newFake()
 	f.pollErr = status.Error(codes.Unauthenticated, "token refused")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	log := &lockedWriter{b: &bytes.Buffer{}}
 	a := New(Options{
+		tune:   testTuning(t),
 		Client: f, Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(),
 		MaxConcurrency: 1, PollWait: time.Second, GracePeriod: time.Second,
 		BackoffMin: time.Hour, BackoffMax: time.Hour, // one refused poll, then a long sleep

@@ -41,9 +41,7 @@ func (u unanswering) Poll(ctx context.Context, in *automatorv1.PollRequest) (*au
 // it was before the stop said so, and the automator still gets the poll. The bound of lost polls' report is an
 // hour here, so a stop that waited for it would never end.
 func TestAStopWithNothingToReportIsQuickWhenTheAutomatorIsBlackholed(t *testing.T) {
-	old := reportLostWithin
-	reportLostWithin = time.Hour
-	t.Cleanup(func() { reportLostWithin = old })
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), SpoolDirName)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -60,6 +58,7 @@ func TestAStopWithNothingToReportIsQuickWhenTheAutomatorIsBlackholed(t *testing.
 	}
 	srv := unanswering{polls: make(chan *automatorv1.PollRequest, 16)}
 	a := New(Options{
+		tune:   tuning{reportLostWithin: time.Hour},
 		Client: serveProxyService(t, srv, lis), Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(), SpoolDir: dir,
 		MaxConcurrency: 1, PollWait: time.Minute, GracePeriod: time.Hour,
 		BackoffMin: time.Hour, BackoffMax: time.Hour,
