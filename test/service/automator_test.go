@@ -20,6 +20,8 @@ import (
 // OS service, with the same verbs as the proxy. The data directory is the
 // operator's: uninstall leaves it, and nothing else.
 func TestAutomatorServiceInstallStartStopUninstall(t *testing.T) {
+	// Not parallel: it compares the service directories before and after,
+	// where another test's service would show as left behind.
 	requireRoot(t)
 	w := newWorkDir(t)
 	dir := filepath.Join(w.dir, "data")
@@ -97,6 +99,7 @@ func TestAutomatorServiceInstallStartStopUninstall(t *testing.T) {
 // the user through, and the files the user's, the service serves as that
 // user.
 func TestAutomatorInstallRefusesAUserWhoCannotReachItsFiles(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	u, err := psvc.LookupUser("nobody")
 	if err != nil {
@@ -197,6 +200,7 @@ func TestAutomatorInstallRefusesAUserWhoCannotReachItsFiles(t *testing.T) {
 // `automator start` and `status` say that it does not serve, and once it
 // does, where.
 func TestAutomatorStartAndStatusSayWhetherTheServiceServes(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	w := newWorkDir(t)
 	dir := filepath.Join(w.dir, "data")

@@ -118,6 +118,7 @@ func shellScript(argv []string) (string, bool) {
 // runs automator or proxy, directly or in a shell script, names a verb and
 // flags the binaries accept; the image's services run nothing else.
 func TestComposeFileCommandsMatchTheCLI(t *testing.T) {
+	t.Parallel()
 	f := loadCompose(t)
 	helps := cliHelps{}
 	calls := 0
@@ -170,6 +171,7 @@ func composeImage(f composeFile) string {
 // user, publishes ports its services listen on and checks their health on
 // an endpoint they serve.
 func TestComposeFileAndDockerfileMatchTheRepository(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join("..", "..")
 	read := func(path string) string {
 		data, err := os.ReadFile(path)
@@ -601,6 +603,7 @@ func (r *aliasRelay) serve(in net.Conn) {
 // other, and once the replica the proxy polls is stopped, the proxy polls
 // the other through the alias and runs a unit queued there.
 func TestComposeTopologyRunsAsLocalProcesses(t *testing.T) {
+	t.Parallel()
 	c := &localCompose{f: loadCompose(t), root: t.TempDir(), ports: map[string]map[string]int{}, aliases: map[string]string{}, procs: map[string]*proctest.Proc{}}
 	for name, s := range c.f.Services {
 		if strings.HasPrefix(s.Image, "postgres:") {

@@ -105,6 +105,7 @@ func (h cliHelps) checkCLICalls(t *testing.T, where, line string) int {
 // Windows only, and every proxy or automator command in them names a verb
 // and flags the binaries accept.
 func TestDocsPagesExistAndTheirCommandsMatchTheCLI(t *testing.T) {
+	t.Parallel()
 	helps := cliHelps{}
 	for page, title := range docPages {
 		data, err := os.ReadFile(filepath.Join("..", "..", "docs", page))
@@ -177,6 +178,7 @@ func referencePages() []string {
 // flags the binaries accept, so a flag renamed or dropped cannot linger in
 // the docs.
 func TestEveryCommandTheDocsNameMatchesTheCLI(t *testing.T) {
+	t.Parallel()
 	helps := cliHelps{}
 	for _, page := range referencePages() {
 		data, err := os.ReadFile(filepath.Join("..", "..", page))
@@ -220,6 +222,7 @@ var shellVarsKnown = map[string]bool{"HOME": true, "PATH": true, "PWD": true, "U
 // there; a command using a variable the page never explains
 // ("$AUTOMATOR_DB_URL") cannot be run as written.
 func TestEveryVariableTheDocsCommandsUseIsSetOrExplained(t *testing.T) {
+	t.Parallel()
 	for _, page := range referencePages() {
 		data, err := os.ReadFile(filepath.Join("..", "..", page))
 		if err != nil {

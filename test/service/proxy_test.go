@@ -24,6 +24,8 @@ import (
 // crash (the service manager starts it again), uninstall (no file and no
 // process left behind).
 func TestProxyServiceInstallServeStopStartUninstall(t *testing.T) {
+	// Not parallel: it compares the service directories before and after,
+	// where another test's service would show as left behind.
 	requireRoot(t)
 	a := startAutomator(t)
 	c := a.Client(t)
@@ -189,6 +191,8 @@ func TestProxyServiceInstallServeStopStartUninstall(t *testing.T) {
 // TestProxyServiceRunsAsAnUnprivilegedUser: --user runs the proxy, and so
 // its scripts, as that user, who can read the config but not change it.
 func TestProxyServiceRunsAsAnUnprivilegedUser(t *testing.T) {
+	// Not parallel: it compares the service directories before and after,
+	// where another test's service would show as left behind.
 	requireRoot(t)
 	u, err := psvc.LookupUser("nobody")
 	if err != nil {
@@ -231,6 +235,7 @@ func TestProxyServiceRunsAsAnUnprivilegedUser(t *testing.T) {
 // scripts_dir) while its service manager starts it again and again.
 // install refuses it, naming what is in the way.
 func TestProxyInstallRefusesAUserWhoCannotReachItsBinaryOrScripts(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	if _, err := psvc.LookupUser("nobody"); err != nil {
 		t.Skipf("no user nobody: %v", err)
@@ -291,6 +296,7 @@ func mustRead(t *testing.T, path string) []byte {
 // installed service that is not running succeeds, changes nothing, and says
 // so rather than that it stopped the service.
 func TestStopOfAStoppedProxyServiceSaysItWasNotRunning(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	a := startAutomator(t)
 	w := newWorkDir(t)

@@ -27,6 +27,7 @@ type standby struct {
 // No unit runs twice: the one A was running is not handed to B, it ends in
 // a timeout at its deadline.
 func TestWarmStandbyTakesOverWhenTheActiveInstanceDies(t *testing.T) {
+	t.Parallel()
 	a := startAutomator(t)
 	c := a.Client(t)
 	w := newWorkDir(t)
@@ -137,6 +138,7 @@ func newStandby(t *testing.T, cfg string) *standby {
 // with its CA and token), and without showing the standby as an instance
 // of the account. Its exit code stays 0 (the service is installed).
 func TestStatusOfAStoppedStandbySaysWhenItsProfileWentStale(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	a := startAutomator(t)
 	w := newWorkDir(t)
@@ -186,6 +188,7 @@ func TestStatusOfAStoppedStandbySaysWhenItsProfileWentStale(t *testing.T) {
 // and, the automator being on loopback, that the service's web proxy is not
 // used for it either (no one proxies a loopback address).
 func TestStatusSaysWhichEnvironmentItsCheckUsed(t *testing.T) {
+	// Not parallel: it clears this process's proxy variables (t.Setenv).
 	requireRoot(t)
 	a := startAutomator(t)
 	w := newWorkDir(t)
@@ -216,6 +219,7 @@ func TestStatusSaysWhichEnvironmentItsCheckUsed(t *testing.T) {
 // while the last successful poll is still recent, does not call it active
 // and polling: the automator refuses its token now, so it polls nothing.
 func TestStatusOfARunningProxyWhoseTokenIsRefusedIsNotActive(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	a := startAutomator(t)
 	w := newWorkDir(t)
@@ -252,6 +256,7 @@ func TestStatusOfARunningProxyWhoseTokenIsRefusedIsNotActive(t *testing.T) {
 // the file changed after the proxy read it and that a restart applies it;
 // after `proxy stop` and `proxy start` it says so no more.
 func TestStatusSaysARunningProxyHasNotReadItsChangedConfig(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	a := startAutomator(t)
 	w := newWorkDir(t)

@@ -26,6 +26,7 @@ import (
 // and start and status, which see the service's own proxy hold the
 // directory, carry on as usual.
 func TestProxyStartRefusesAStateDirHeldByAProxyRunByHand(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	a := startAutomator(t)
 	w := newWorkDir(t)
@@ -132,6 +133,7 @@ func psvcInit(name, action string) (string, error) {
 // by that user gives them; so once it stops the service, run as that user,
 // starts on the directory and posts the result the root-run proxy kept.
 func TestAProxyRunByHandAsRootLeavesTheStateDirToTheServiceUser(t *testing.T) {
+	t.Parallel()
 	requireRoot(t)
 	u, err := psvc.LookupUser("nobody")
 	if err != nil {

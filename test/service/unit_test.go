@@ -42,6 +42,7 @@ func execLines(unit string) map[string][]string {
 // the proxy with a verb and flags it accepts, by an absolute path; the
 // unit's ExecStart is the service's `proxy --service NAME run`.
 func TestSystemdUnitCommandsMatchTheCLI(t *testing.T) {
+	t.Parallel()
 	helps := cliHelps{}
 	for _, path := range systemdUnits(t) {
 		data, err := os.ReadFile(path)
@@ -75,6 +76,7 @@ func TestSystemdUnitCommandsMatchTheCLI(t *testing.T) {
 // root directory that holds it, the system's units it names (copied from
 // this host's) and the proxy binary at its ExecStart path.
 func TestSystemdUnitsPassSystemdAnalyzeVerify(t *testing.T) {
+	t.Parallel()
 	analyze, err := exec.LookPath("systemd-analyze")
 	if err != nil {
 		t.Skip("systemd-analyze is not installed (Debian: apt-get install systemd): the units are not verified")
