@@ -34,6 +34,7 @@ func (h headersFirst) Poll(ctx context.Context, _ *automatorv1.PollRequest) (*au
 // an answer on its way the time its transfer takes
 // (grpcwire.AnswerStarts; TestAPollWhoseAnswerIsOnItsWayIsNotCutOffAtTheEndOfItsWait).
 func TestAPollIsToldWhenItsAnswerBegins(t *testing.T) {
+	t.Parallel()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -43,6 +43,7 @@ func standbyConfig(t *testing.T, a *automatortest.Automator, token string, key c
 // nothing is known. The check claims nothing and records no instance: a
 // standby checked does not look like one polling.
 func TestStatusCheckFindsAStaleStandbyProfile(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{})
 	ctx := t.Context()
 	now := time.Now()
@@ -122,6 +123,7 @@ func TestStatusCheckFindsAStaleStandbyProfile(t *testing.T) {
 // to install another profile, as it does for a certificate the config's
 // CA did not sign.
 func TestStatusCheckOfAHandshakeCutByTheNetworkIsNotAStaleProfile(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

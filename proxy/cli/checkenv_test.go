@@ -14,6 +14,7 @@ import (
 // service's file sets, so a check that reached the automator through the
 // shell's proxy is not taken for the service's way out.
 func TestCheckEnvLineNamesTheShellsSettingsAndTheServiceFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	envFile := filepath.Join(dir, "proxy")
 	shell := map[string]string{"HTTPS_PROXY": "http://alice:secret@shellproxy.example:3128"}
@@ -57,6 +58,7 @@ func TestCheckEnvLineNamesTheShellsSettingsAndTheServiceFile(t *testing.T) {
 // a loopback address (localhost, 127.0.0.0/8, ::1) is never proxied, nor
 // one NO_PROXY covers; the same for what the service's file sets.
 func TestCheckEnvLineSaysWhetherTheAutomatorIsReachedThroughTheWebProxy(t *testing.T) {
+	t.Parallel()
 	envFile := filepath.Join(t.TempDir(), "proxy")
 	if err := os.WriteFile(envFile, []byte("HTTPS_PROXY='http://webproxy.example:3128'\nexport NO_PROXY=\".corp.example\"\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 // file of an earlier proxy, which records no config, a run of another
 // file, and a file status cannot read say nothing.
 func TestConfigChangedComparesTheFileWithWhatTheRunRead(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "proxy.yaml")
 	read := []byte("token: t\nkey: k\n")

@@ -13,6 +13,7 @@ import (
 // other one replaced by U+FFFD, and at most 255 bytes, cut between
 // characters; an ordinary host name is reported as it is.
 func TestAHostNameIsReportedAsTheAutomatorTakesIt(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ in, want string }{
 		{"web-01.example.com", "web-01.example.com"},
 		{"höst", "höst"},

@@ -23,6 +23,7 @@ import (
 // script and flags them truncated, not the 1 MiB default. A real automator,
 // the real `proxy run` and a real script.
 func TestRunKeepsMaxOutputBytesOfEachStream(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{})
 	scripts := t.TempDir()
 	automatortest.WriteScript(t, scripts, "loud.sh", `head -c 5000 /dev/zero | tr '\0' o

@@ -15,6 +15,7 @@ import (
 // large result on a thin uplink (and the connection is not dropped as dead
 // while the ping waits).
 func TestTheConnectionToTheAutomatorHoldsLittleUnsent(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

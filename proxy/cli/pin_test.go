@@ -24,6 +24,7 @@ import (
 // pinned key, when pins are set); another CA's certificate, or a chain
 // without a pinned key, is refused before any token is sent.
 func TestDialTrustsOnlyTheProfilesCAAndPins(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca, err := pki.NewCA("test CA", time.Now())
 	if err != nil {

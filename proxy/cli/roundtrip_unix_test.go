@@ -23,6 +23,8 @@ import (
 // and again and never polled. Its TLS handshake alone, one round trip, is
 // still bounded by 5 s, as is the answer to a keepalive ping.
 func TestRunConnectsOverALinkWithALongRoundTrip(t *testing.T) {
+	// Not parallel: its handshake, one 3 s round trip, has 2 s to spare
+	// within its 5 s bound, which the load of the other tests could eat.
 	a := automatortest.Start(t, automatortest.Options{})
 	far := delayline.Start(t, a.GRPCAddr, 1500*time.Millisecond)
 	st := executeThroughProxyRun(t, a, "https://"+far, t.TempDir(), "instance_id: far\n", "@ping")
@@ -36,6 +38,7 @@ func TestRunConnectsOverALinkWithALongRoundTrip(t *testing.T) {
 // is given up once the TLS handshake has had handshakeWithin, well before
 // the whole setup's 20 s, and the error says so.
 func TestAHandshakeThatDoesNotFinishIsGivenUpWithinItsBound(t *testing.T) {
+	// Not parallel: it sets handshakeWithin, which every dial reads.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 // Any other printable id is accepted. The run's context is cancelled from
 // the start: a config that passes runs the agent only to stop it.
 func TestRunRefusesAnInstanceIDTheAutomatorRefuses(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	scripts := filepath.Join(dir, "scripts")
 	if err := os.Mkdir(scripts, 0o755); err != nil {
@@ -69,6 +70,7 @@ func TestRunRefusesAnInstanceIDTheAutomatorRefuses(t *testing.T) {
 // TestABadFlagIsOneLineAndNoHelp: a bad flag of run or of a service
 // command is one line on stderr, once, with no help on stdout.
 func TestABadFlagIsOneLineAndNoHelp(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{{"run", "--bogus"}, {"status", "--bogus"}, {"install", "--manual-start=maybe"}} {
 		var stdout, stderr bytes.Buffer
 		code := Main(t.Context(), args, Env{Stdout: &stdout, Stderr: &stderr})
@@ -82,6 +84,7 @@ func TestABadFlagIsOneLineAndNoHelp(t *testing.T) {
 // fails validation is reported as the file's or the flags', not the
 // file's alone.
 func TestABadFlagValueIsNotBlamedOnTheFile(t *testing.T) {
+	t.Parallel()
 	key, err := crypto.NewKey(1)
 	if err != nil {
 		t.Fatal(err)
@@ -101,6 +104,7 @@ func TestABadFlagValueIsNotBlamedOnTheFile(t *testing.T) {
 // names them all on one line of stderr (exit 1), as every error of the
 // command line is one line.
 func TestAConfigOfSeveralProblemsIsOneLine(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "proxy.yaml")
 	if err := os.WriteFile(path, []byte("automator_url: https://x\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -122,6 +126,7 @@ func TestAConfigOfSeveralProblemsIsOneLine(t *testing.T) {
 // restart or an upgrade of the automator its instances poll again within
 // seconds, not after gRPC's default backoff of up to two minutes.
 func TestReconnectAfterTheAutomatorReturnsWithinSeconds(t *testing.T) {
+	t.Parallel()
 	b := Reconnect.Backoff
 	if b.MaxDelay <= 0 || b.MaxDelay > 5*time.Second || b.BaseDelay <= 0 || b.BaseDelay > b.MaxDelay {
 		t.Errorf("reconnect backoff %+v: want a delay of at most 5 s between dials", b)
@@ -132,6 +137,7 @@ func TestReconnectAfterTheAutomatorReturnsWithinSeconds(t *testing.T) {
 // take no arguments; one given before their flags is named alone, not with
 // the flags after it as if they were arguments too, and nothing is done.
 func TestStrayArgumentsAreNamedWithoutTheFlags(t *testing.T) {
+	t.Parallel()
 	config := filepath.Join(t.TempDir(), "never-read.yaml")
 	for _, args := range [][]string{
 		{"run", "extra", "--config", config, "--instance-id", "a"},
@@ -157,6 +163,7 @@ func TestStrayArgumentsAreNamedWithoutTheFlags(t *testing.T) {
 // beside the first, which holds the file's state_dir meanwhile; without
 // the flag it is refused, naming the directory held.
 func TestTwoInstancesShareOneConfigThatSetsAStateDir(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	scripts, stateA, stateB := filepath.Join(dir, "scripts"), filepath.Join(dir, "state-a"), filepath.Join(dir, "state-b")
 	if err := os.Mkdir(scripts, 0o755); err != nil {

@@ -14,6 +14,7 @@ import (
 // whatever else they hold (a file that is not runnable, a subdirectory);
 // a script changed, added, removed or renamed gives another.
 func TestScriptsDigestTellsWhetherTwoHostsRunTheSameScripts(t *testing.T) {
+	t.Parallel()
 	ext := ".sh"
 	if runtime.GOOS == "windows" {
 		ext = ".cmd"

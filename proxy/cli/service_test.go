@@ -52,6 +52,7 @@ func goldenConfig() config.Config {
 // a systemd host, rendered from the spec install builds, without
 // installing. Any change to it shows here.
 func TestInstallWritesTheGoldenSystemdUnit(t *testing.T) {
+	t.Parallel()
 	configPath := filepath.Join(service.ConfigDir("proxy"), configFileName)
 	if configPath != "/etc/proxy/proxy.yaml" {
 		t.Fatalf("the service's config is %s, want /etc/proxy/proxy.yaml", configPath)
@@ -70,6 +71,7 @@ func TestInstallWritesTheGoldenSystemdUnit(t *testing.T) {
 // TestInstallWritesTheGoldenSysVScript: the init script of a host without
 // systemd.
 func TestInstallWritesTheGoldenSysVScript(t *testing.T) {
+	t.Parallel()
 	spec := installSpec("proxy", "/usr/local/bin/proxy", "/etc/proxy/proxy.yaml", goldenConfig(), nil, false)
 	goldenCheck(t, "proxy.init", service.SysVScript(spec))
 }
@@ -78,6 +80,7 @@ func TestInstallWritesTheGoldenSysVScript(t *testing.T) {
 // for those who manage units themselves, is the golden unit with its own
 // comments.
 func TestDeployedExampleUnitIsWhatInstallWrites(t *testing.T) {
+	t.Parallel()
 	example, err := os.ReadFile(filepath.Join("..", "..", "deploy", "systemd", "proxy.service"))
 	if err != nil {
 		t.Fatal(err)
@@ -105,6 +108,7 @@ func withoutComments(data []byte) string {
 // TestInstalledConfigAddsStateDir: the service's copy of the config is the
 // operator's file, byte for byte, plus state_dir.
 func TestInstalledConfigAddsStateDir(t *testing.T) {
+	t.Parallel()
 	orig := []byte("automator_url: https://a:1 # the automator\ntoken: t\nkey: k")
 	got := installedConfig(orig, "proxy", true, "/var/lib/proxy")
 	if !bytes.HasPrefix(got, orig) {
@@ -133,6 +137,7 @@ func TestInstalledConfigAddsStateDir(t *testing.T) {
 // config (its state_dir line removed, as install asks) gets its mark named
 // for the new service, in its place.
 func TestInstalledConfigOfTheServicesOwnCopyHasOneMark(t *testing.T) {
+	t.Parallel()
 	for _, orig := range []string{"token: t\nkey: k\n", "token: t\r\nkey: k\r\n---\n"} {
 		first := installedConfig([]byte(orig), "proxy", true, "/var/lib/proxy")
 		again := installedConfig(first, "proxy", false, "/var/lib/proxy")
@@ -158,6 +163,7 @@ func TestInstalledConfigOfTheServicesOwnCopyHasOneMark(t *testing.T) {
 // TestInstallRefusesWhatAServiceCannotUse: checked before anything is
 // written, so these need no root.
 func TestInstallRefusesWhatAServiceCannotUse(t *testing.T) {
+	// Not parallel: a case changes this process's working directory.
 	dir := t.TempDir()
 	profile := "automator_url: http://127.0.0.1:1\ntoken: t\nkey: " + testKey(t) + "\n"
 	for _, tc := range []struct {
@@ -195,6 +201,8 @@ func TestInstallRefusesWhatAServiceCannotUse(t *testing.T) {
 // TestUninstallLeavesAFileThatIsNoLeftover: without a service of that name,
 // uninstall removes a config only if install's mark says it copied it.
 func TestUninstallLeavesAFileThatIsNoLeftover(t *testing.T) {
+	// Not parallel: it writes under /etc and /var/lib, at paths named
+	// after a fixed service name.
 	if os.Geteuid() != 0 {
 		t.Skip("writes under /etc: needs root")
 	}
@@ -230,6 +238,8 @@ func TestUninstallLeavesAFileThatIsNoLeftover(t *testing.T) {
 // TestUninstallSaysWhenResultsWaitInTheSpool: results not yet posted are
 // left in place, and uninstall says what they are.
 func TestUninstallSaysWhenResultsWaitInTheSpool(t *testing.T) {
+	// Not parallel: it writes under /etc and /var/lib, at paths named
+	// after a fixed service name.
 	name := "opsgate-test-spooled"
 	dir, spool := installedWithSpool(t, name)
 	result := filepath.Join(spool, "w_1.json")
@@ -254,6 +264,8 @@ func TestUninstallSaysWhenResultsWaitInTheSpool(t *testing.T) {
 // answers a stopped proxy never read, and could not report, is left in
 // place like a result, and uninstall says what it is (not a result).
 func TestUninstallSaysWhenLostPollsWaitInTheSpool(t *testing.T) {
+	// Not parallel: it writes under /etc and /var/lib, at paths named
+	// after a fixed service name.
 	name := "opsgate-test-lostpolls"
 	_, spool := installedWithSpool(t, name)
 	lost := filepath.Join(spool, agent.LostPollsName)
@@ -278,6 +290,8 @@ func TestUninstallSaysWhenLostPollsWaitInTheSpool(t *testing.T) {
 // polls; a write interrupted before its rename (.tmp-*), which the proxy
 // removes at its next start, is removed.
 func TestUninstallNamesSetAsideSpoolFilesForWhatTheyAre(t *testing.T) {
+	// Not parallel: it writes under /etc and /var/lib, at paths named
+	// after a fixed service name.
 	name := "opsgate-test-setaside"
 	_, spool := installedWithSpool(t, name)
 	result := filepath.Join(spool, "w_1.json")
@@ -311,6 +325,7 @@ func TestUninstallNamesSetAsideSpoolFilesForWhatTheyAre(t *testing.T) {
 }
 
 func TestServiceVerbsNeedAnInstalledService(t *testing.T) {
+	t.Parallel()
 	for _, verb := range []string{"start", "stop", "status", "uninstall"} {
 		var stdout, stderr bytes.Buffer
 		code := Main(t.Context(), []string{verb, "--name", "opsgate-never-installed"}, Env{Stdout: &stdout, Stderr: &stderr})
@@ -335,6 +350,8 @@ func testKey(t *testing.T) string {
 // process holds it. Once that proxy is gone, uninstall run again removes
 // the rest, the lock file too.
 func TestUninstallLeavesTheStateDirOfARunningProxy(t *testing.T) {
+	// Not parallel: it sets uninstallLockWait, and writes under /etc and
+	// /var/lib at paths named after a fixed service name.
 	if os.Geteuid() != 0 {
 		t.Skip("writes under /etc: needs root")
 	}
@@ -391,6 +408,8 @@ func TestUninstallLeavesTheStateDirOfARunningProxy(t *testing.T) {
 // emptied at reboot) would fail at every start; install refuses it, naming
 // the path, before anything is written.
 func TestInstallRefusesScriptsOrBinaryInATemporaryDirectory(t *testing.T) {
+	// Not parallel: it may install, and uninstalls, a service of a fixed
+	// name.
 	profile := "automator_url: http://127.0.0.1:1\ntoken: t\nkey: " + testKey(t) + "\n"
 	t.Cleanup(func() { // run as root, an install this test expects refused would be real
 		if st, _ := service.Query("opsgate-test-tmp"); st.Installed {
@@ -430,6 +449,7 @@ func TestInstallRefusesScriptsOrBinaryInATemporaryDirectory(t *testing.T) {
 // its first document, where they are read, not after the "---", where
 // they would be a second document with settings, refused.
 func TestInstalledConfigOfAFileEndingInAnEmptyDocument(t *testing.T) {
+	t.Parallel()
 	for _, orig := range []string{
 		"token: t\nkey: k\n---\n",
 		"token: t\nkey: k\n# end\n---\n# nothing more\n\n",
@@ -454,6 +474,7 @@ func TestInstalledConfigOfAFileEndingInAnEmptyDocument(t *testing.T) {
 // reads back with the profile's settings and the state_dir install added,
 // where UTF-8 lines appended to UTF-16 made a file that read as neither.
 func TestInstallCopiesAProfileSavedByPowerShellAsUTF8(t *testing.T) {
+	t.Parallel()
 	k, err := crypto.NewKey(1)
 	if err != nil {
 		t.Fatal(err)

@@ -28,6 +28,7 @@ func writeConfig(t *testing.T, body string) string {
 // same log); with log_format json every line of it, the warning that there
 // is no system log included, is a JSON record.
 func TestServiceLogsItsErrorOnceInTheConfigsFormat(t *testing.T) {
+	t.Parallel()
 	logtest.RequireNoSystemLog(t)
 	missing := filepath.Join(t.TempDir(), "no-scripts")
 	profile := "automator_url: http://127.0.0.1:1\ntoken: t\nkey: " + testKey(t) + "\nscripts_dir: " + missing + "\n"
@@ -53,6 +54,7 @@ func TestServiceLogsItsErrorOnceInTheConfigsFormat(t *testing.T) {
 // TestRunEndsWithAJSONRecordInJSONMode: `proxy run --log-format json` that
 // cannot start says why in one JSON record, not a plain line.
 func TestRunEndsWithAJSONRecordInJSONMode(t *testing.T) {
+	t.Parallel()
 	missing := filepath.Join(t.TempDir(), "no-scripts")
 	path := writeConfig(t, "automator_url: http://127.0.0.1:1\ntoken: t\nkey: "+testKey(t)+"\nscripts_dir: "+missing+"\n")
 	var stdout, stderr bytes.Buffer

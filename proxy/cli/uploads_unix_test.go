@@ -78,6 +78,7 @@ func (f *countingForwarder) counts() []int64 {
 // connection was dropped and the result posted again from its start. A
 // real automator, the real `proxy run` and a real script.
 func TestRunPostsALargeResultOverAConnectionOfItsOwn(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
