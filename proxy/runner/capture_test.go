@@ -23,6 +23,7 @@ func (c *capture) Write(p []byte) (int, error) {
 }
 
 func TestCaptureKeepsFirstBytesAndCountsTheRest(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		writes    []string
@@ -50,6 +51,7 @@ func TestCaptureKeepsFirstBytesAndCountsTheRest(t *testing.T) {
 }
 
 func TestLimitsDefault(t *testing.T) {
+	t.Parallel()
 	for _, max := range []int{0, -1} {
 		if got := (Limits{MaxOutput: max}).maxOutput(); got != DefaultMaxOutput {
 			t.Errorf("MaxOutput %d: got %d, want %d", max, got, DefaultMaxOutput)
@@ -64,6 +66,7 @@ func TestLimitsDefault(t *testing.T) {
 // capture keeps and drops exactly what writes of it would, whatever the
 // reads' sizes.
 func TestCaptureReadFromMatchesWrite(t *testing.T) {
+	t.Parallel()
 	data := bytes.Repeat([]byte("0123456789"), 1000) // 10,000 bytes
 	readers := map[string]func(io.Reader) io.Reader{
 		"whole":    func(r io.Reader) io.Reader { return r },
@@ -91,6 +94,7 @@ func TestCaptureReadFromMatchesWrite(t *testing.T) {
 }
 
 func TestCaptureReadFromReturnsReadErrors(t *testing.T) {
+	t.Parallel()
 	boom := errors.New("boom")
 	c := capture{max: 10}
 	n, err := c.ReadFrom(io.MultiReader(strings.NewReader("abc"), iotest.ErrReader(boom)))

@@ -5,7 +5,6 @@ package runner
 import (
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -16,8 +15,9 @@ import (
 // exist, so any start would fail with ErrStart; a script that ran could
 // also be killed before it left a trace.
 func TestPastDeadlineTriesToStartNothing(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "s.sh"), []byte("#!/nonexistent/interpreter\n"), 0o755); err != nil {
+	if err := writeFileNoFork(filepath.Join(dir, "s.sh"), []byte("#!/nonexistent/interpreter\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	spec := Spec{ScriptsDir: dir, Script: "s.sh", Deadline: time.Now().Add(-time.Second)}
@@ -30,8 +30,9 @@ func TestPastDeadlineTriesToStartNothing(t *testing.T) {
 // TestCancelledContextTriesToStartNothing: with ctx done already, Run does
 // not even try to start the script (see TestPastDeadlineTriesToStartNothing).
 func TestCancelledContextTriesToStartNothing(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "s.sh"), []byte("#!/nonexistent/interpreter\n"), 0o755); err != nil {
+	if err := writeFileNoFork(filepath.Join(dir, "s.sh"), []byte("#!/nonexistent/interpreter\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

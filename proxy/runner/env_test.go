@@ -8,6 +8,7 @@ import (
 )
 
 func TestEnvironIsMinimalPlusExtra(t *testing.T) {
+	// Not parallel: it sets this process's environment (t.Setenv).
 	t.Setenv("SECRET_X", "y")
 	t.Setenv("PATH", "/test/bin")
 	env, err := environ(map[string]string{"PROXY_WORK_ID": "w-1", "PROXY_ACCOUNT": "acme"})
@@ -27,6 +28,7 @@ func TestEnvironIsMinimalPlusExtra(t *testing.T) {
 }
 
 func TestEnvironExtraOverridesBase(t *testing.T) {
+	// Not parallel: it sets this process's environment (t.Setenv).
 	t.Setenv("PATH", "/proxy/bin")
 	env, err := environ(map[string]string{"PATH": "/script/bin"})
 	if err != nil {
@@ -38,6 +40,7 @@ func TestEnvironExtraOverridesBase(t *testing.T) {
 }
 
 func TestEnvironRefusesBadVariables(t *testing.T) {
+	t.Parallel()
 	for _, extra := range []map[string]string{
 		{"": "x"}, {"A=B": "x"}, {"A\x00": "x"}, {"A": "x\x00y"},
 	} {
@@ -53,6 +56,8 @@ func TestEnvironRefusesBadVariables(t *testing.T) {
 // order, so a caller could forge the work id; now the run is refused,
 // naming both.
 func TestEnvironRefusesTwoNamesOfOneVariable(t *testing.T) {
+	// Not parallel: it sets this process's environment (t.Setenv) and
+	// foldEnvNames.
 	old := foldEnvNames
 	foldEnvNames = true
 	t.Cleanup(func() { foldEnvNames = old })

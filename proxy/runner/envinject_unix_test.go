@@ -22,6 +22,7 @@ import (
 // command's own, will do), and a BASH_FUNC_name%% variable replaces a
 // command the script calls with a function of the caller's making.
 func TestCommandEnvCannotMakeBashRunOtherCode(t *testing.T) {
+	t.Parallel()
 	bash, err := exec.LookPath("bash")
 	if err != nil {
 		t.Skip("no bash")
@@ -36,7 +37,7 @@ func TestCommandEnvCannotMakeBashRunOtherCode(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			if err := os.WriteFile(filepath.Join(dir, "deployed.sh"), []byte("#!"+bash+"\necho deployed\n"), 0o755); err != nil {
+			if err := writeFileNoFork(filepath.Join(dir, "deployed.sh"), []byte("#!"+bash+"\necho deployed\n"), 0o755); err != nil {
 				t.Fatal(err)
 			}
 			_, err := Run(context.Background(), Spec{
@@ -58,6 +59,7 @@ func TestCommandEnvCannotMakeBashRunOtherCode(t *testing.T) {
 // command naming a directory that holds one (any writable directory of
 // the host will do) would run code that is not the deployed script.
 func TestCommandEnvCannotMakePythonRunOtherCode(t *testing.T) {
+	t.Parallel()
 	python, err := exec.LookPath("python3")
 	if err != nil {
 		t.Skip("no python3")
@@ -82,10 +84,10 @@ func TestCommandEnvCannotMakePythonRunOtherCode(t *testing.T) {
 	if err := os.MkdirAll(site, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(site, "x.pth"), []byte("import os; open("+strconv.Quote(injected)+", 'w')\n"), 0o644); err != nil {
+	if err := writeFileNoFork(filepath.Join(site, "x.pth"), []byte("import os; open("+strconv.Quote(injected)+", 'w')\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "deployed.py"), []byte("#!"+python+"\nprint('deployed')\n"), 0o755); err != nil {
+	if err := writeFileNoFork(filepath.Join(dir, "deployed.py"), []byte("#!"+python+"\nprint('deployed')\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	_, err = Run(context.Background(), Spec{

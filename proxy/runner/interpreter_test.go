@@ -8,6 +8,7 @@ import (
 )
 
 func TestInterpreterFor(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		path string
 		want []string
@@ -32,6 +33,7 @@ func TestInterpreterFor(t *testing.T) {
 }
 
 func TestInterpreterForPowerShellBypassesProfileAndPolicy(t *testing.T) {
+	t.Parallel()
 	want := []string{"powershell.exe", "-NoProfile", "-NonInteractive", "-ExecutionPolicy", "Bypass", "-File"}
 	if !slices.Equal(powerShellPrefix, want) {
 		t.Errorf("powershell prefix %q, want %q", powerShellPrefix, want)
@@ -39,6 +41,7 @@ func TestInterpreterForPowerShellBypassesProfileAndPolicy(t *testing.T) {
 }
 
 func TestWindowsCommandArgv(t *testing.T) {
+	t.Parallel()
 	argv, line, err := windowsCommand(`C:\s\a.ps1`, []string{"x y", `"q"`})
 	want := append(slices.Clone(powerShellPrefix), `C:\s\a.ps1`, "x y", `"q"`)
 	if err != nil || line != "" || !slices.Equal(argv, want) {
@@ -51,6 +54,7 @@ func TestWindowsCommandArgv(t *testing.T) {
 }
 
 func TestBatchCommandLineQuotesShellCharacters(t *testing.T) {
+	t.Parallel()
 	_, line, err := windowsCommand(`C:\my scripts\a.cmd`, []string{"plain", "two words", "a&calc", "x|y", "<in", "^", "(p)", "", "c:\\dir\\", "!v!"})
 	if err != nil {
 		t.Fatal(err)
@@ -62,6 +66,7 @@ func TestBatchCommandLineQuotesShellCharacters(t *testing.T) {
 }
 
 func TestBatchCommandLineRefusesUnsafeArguments(t *testing.T) {
+	t.Parallel()
 	for _, arg := range []string{`"&calc`, `%PATH%`, "a\r\nb", "a\nb", "a\x00"} {
 		if _, _, err := windowsCommand(`C:\s\a.bat`, []string{arg}); !errors.Is(err, ErrStart) {
 			t.Errorf("argument %q: %v, want ErrStart", arg, err)
@@ -76,6 +81,7 @@ func TestBatchCommandLineRefusesUnsafeArguments(t *testing.T) {
 // batch file is named by its position, not its value: the reason is logged
 // by the proxy, and arguments may hold secrets (a password with a '%').
 func TestBatchArgumentRefusalDoesNotShowTheArgument(t *testing.T) {
+	t.Parallel()
 	_, _, err := windowsCommand(`C:\s\a.bat`, []string{"--user", "admin", "--password", `hunter2%"x`})
 	if !errors.Is(err, ErrStart) {
 		t.Fatalf("argument with %%: %v, want ErrStart", err)
@@ -93,6 +99,7 @@ func TestBatchArgumentRefusalDoesNotShowTheArgument(t *testing.T) {
 // nothing to it. Vertical tab and form feed split arguments like a space,
 // and characters beyond ASCII are not vouched for.
 func TestBatchCommandLineQuotesEveryArgumentCmdCouldSplitOrRun(t *testing.T) {
+	t.Parallel()
 	for _, arg := range []string{"a\vb", "a\fb", "a\u00a0b", "a\u3000b", "a\x1ab", "a~b", "a'b", "a`b", "[a]", "{a}"} {
 		_, line, err := windowsCommand(`C:\s\a.cmd`, []string{arg})
 		if err != nil {
@@ -121,6 +128,7 @@ func TestBatchCommandLineQuotesEveryArgumentCmdCouldSplitOrRun(t *testing.T) {
 // folder some user may write to) is never what a LocalSystem service runs;
 // an .exe script runs from its own path.
 func TestInterpretersComeFromTheSystemDirectoryNotPATH(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ sysDir, name, want string }{
 		{`C:\Windows\system32`, "cmd.exe", `C:\Windows\system32\cmd.exe`},
 		{`C:\Windows\system32\`, "powershell.exe", `C:\Windows\system32\WindowsPowerShell\v1.0\powershell.exe`},
@@ -142,6 +150,7 @@ func TestInterpretersComeFromTheSystemDirectoryNotPATH(t *testing.T) {
 // x1.ps1, or nothing: such a script is refused rather than another run.
 // Brackets mean nothing to cmd.exe or to an .exe's path.
 func TestPowerShellScriptPathWithBracketsIsRefused(t *testing.T) {
+	t.Parallel()
 	for _, path := range []string{`C:\s\x[1].ps1`, `C:\s\[ab].ps1`, `C:\s\a].ps1`, `C:\scripts [old]\a.ps1`} {
 		_, _, err := windowsCommand(path, nil)
 		if !errors.Is(err, ErrStart) || !strings.Contains(err.Error(), "wildcard") {

@@ -48,6 +48,7 @@ func line(sign string, pid int, start ...uint64) string {
 // decides what it kills when its input ends (the proxy died): a session
 // still registered, and nothing else.
 func TestReaperKillsTheSessionsStillRegisteredAtEOF(t *testing.T) {
+	t.Parallel()
 	registered, start := startSession(t)
 	finished, startF := startSession(t)
 	var out bytes.Buffer
@@ -70,6 +71,7 @@ func TestReaperKillsTheSessionsStillRegisteredAtEOF(t *testing.T) {
 // proxy left running, and naming ended ones tells an operator that scripts
 // were killed when none were.
 func TestReaperSaysNothingOfSessionsThatHadEnded(t *testing.T) {
+	t.Parallel()
 	cmd := exec.Command("sleep", "600")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -98,6 +100,7 @@ func TestReaperSaysNothingOfSessionsThatHadEnded(t *testing.T) {
 // leader's pid now names another process (another start time) has no
 // member left, and the reaper kills nothing of it.
 func TestReaperSparesAProcessThatReusedThePid(t *testing.T) {
+	t.Parallel()
 	pid, start := startSession(t)
 	var out bytes.Buffer
 	serveReaper(strings.NewReader(line("+", pid, start-1)), &out)
@@ -144,6 +147,7 @@ func reaperProcess(t *testing.T, r *Reaper) *exec.Cmd {
 // ended is deregistered, so the reaper of a proxy that ends normally, once
 // its scripts have ended, kills nothing and says nothing.
 func TestAProxyThatEndsNormallyLeavesItsReaperNothingToKill(t *testing.T) {
+	t.Parallel()
 	r, said, warned := newTestReaper(t)
 	spec := newSpec(t, "echo hi\n")
 	spec.Reaper = r
@@ -167,6 +171,7 @@ func TestAProxyThatEndsNormallyLeavesItsReaperNothingToKill(t *testing.T) {
 // talk to it), nor any other pipe or socket beyond its stdio: neither the
 // first script, which starts the reaper, nor a later one.
 func TestScriptsDoNotInheritTheReapersPipe(t *testing.T) {
+	t.Parallel()
 	r, _, _ := newTestReaper(t)
 	// What this test process inherited itself (from whoever started it) a
 	// script inherits too: not the runner's doing.
@@ -210,6 +215,7 @@ func TestScriptsDoNotInheritTheReapersPipe(t *testing.T) {
 // a new reaper and registers with it the scripts still running, which it
 // then kills when the proxy dies.
 func TestAKilledReaperIsReplacedForLaterScripts(t *testing.T) {
+	t.Parallel()
 	r, said, warned := newTestReaper(t)
 	dir := t.TempDir()
 	spec := newSpec(t, `echo $$ > "$1/pid.tmp" && mv "$1/pid.tmp" "$1/pid"; exec sleep 600`+"\n")
@@ -266,6 +272,7 @@ func newSpecWith(t *testing.T, r *Reaper, body string) Spec {
 // 7), a child that left the script's session with setsid while still the
 // script's included.
 func TestReaperKillsADescendantThatLeftTheSession(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("setsid"); err != nil {
 		t.Skip("no setsid command")
 	}

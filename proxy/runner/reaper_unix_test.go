@@ -31,6 +31,7 @@ wait
 // runs: its reaper kills the script's whole tree, a descendant in a group
 // of its own included, instead of leaving it to run past its deadline.
 func TestScriptsOfAProxyKilledWithSIGKILLAreKilled(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("timeout"); err != nil {
 		t.Skip("no timeout command")
 	}

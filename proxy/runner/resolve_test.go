@@ -10,6 +10,7 @@ import (
 )
 
 func TestResolveScriptRefusesNamesThatAreNotPlainFileNames(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	// Each name with the reason its refusal gives: an operator reads what
 	// is wrong with the name, not only that it is.
@@ -35,6 +36,7 @@ func TestResolveScriptRefusesNamesThatAreNotPlainFileNames(t *testing.T) {
 }
 
 func TestResolveScriptWithoutScriptsDir(t *testing.T) {
+	t.Parallel()
 	if _, err := ResolveScript("", "x"); !errors.Is(err, ErrUnknownScript) {
 		t.Errorf("empty scripts dir: %v, want ErrUnknownScript", err)
 	}
@@ -45,6 +47,7 @@ func TestResolveScriptWithoutScriptsDir(t *testing.T) {
 }
 
 func TestResolveScriptUnknown(t *testing.T) {
+	t.Parallel()
 	_, err := ResolveScript(t.TempDir(), "nope.sh")
 	if !errors.Is(err, ErrUnknownScript) {
 		t.Fatalf("got %v, want ErrUnknownScript", err)
@@ -55,6 +58,7 @@ func TestResolveScriptUnknown(t *testing.T) {
 }
 
 func TestWithin(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		path string
 		want bool
@@ -74,6 +78,7 @@ func TestWithin(t *testing.T) {
 // the scripts directory. Each is refused as a bad name, even where such a
 // file exists; names merely like them are scripts as usual.
 func TestResolveScriptRefusesNamesWindowsGivesAMeaningOfItsOwn(t *testing.T) {
+	// Not parallel: it sets windowsNames, which every resolve reads.
 	old := windowsNames
 	windowsNames = true
 	t.Cleanup(func() { windowsNames = old })

@@ -20,15 +20,24 @@ import (
 	"github.com/opsgate/opsgate/internal/waittest"
 )
 
-// Tests here run real /bin/sh scripts. None is parallel: writing an
-// executable while another goroutine forks can leave the new file busy
-// (ETXTBSY) for the next exec.
+// Tests here run real /bin/sh scripts, beside each other: each file a test
+// runs is written with writeFileNoFork.
+
+// writeFileNoFork is os.WriteFile with no fork meanwhile. A process forked
+// by a test running beside it (every fork takes syscall.ForkLock) would
+// inherit the file open for writing until its own exec, and a run of the
+// file then would fail with "text file busy" (ETXTBSY).
+func writeFileNoFork(path string, data []byte, perm os.FileMode) error {
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
+	return os.WriteFile(path, data, perm)
+}
 
 // writeScript writes an executable /bin/sh script into dir.
 func writeScript(t *testing.T, dir, name, body string) string {
 	t.Helper()
 	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
+	if err := writeFileNoFork(path, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -114,6 +123,7 @@ sleep 60
 `
 
 func TestArgsArriveLiterallyWithoutShell(t *testing.T) {
+	t.Parallel()
 	spec := newSpec(t, `for a in "$@"; do printf '[%s]\n' "$a"; done`)
 	spec.Args = []string{"two words", "$(touch x); *", "", "'q'", `"dq"`, "a\nb", "-n"}
 	res := run(t, spec)
@@ -127,6 +137,7 @@ func TestArgsArriveLiterallyWithoutShell(t *testing.T) {
 }
 
 func TestStdinIsPassed(t *testing.T) {
+	t.Parallel()
 	spec := newSpec(t, "cat\n")
 	spec.Stdin = bytes.Repeat([]byte("line of input\n"), 10000) // more than a pipe buffer
 	res := run(t, spec)
@@ -136,6 +147,7 @@ func TestStdinIsPassed(t *testing.T) {
 }
 
 func TestUnreadStdinDoesNotBlock(t *testing.T) {
+	t.Parallel()
 	spec := newSpec(t, "exit 0\n")
 	spec.Stdin = make([]byte, 1<<20)
 	if res := run(t, spec); res.ExitCode != 0 {
@@ -146,6 +158,7 @@ func TestUnreadStdinDoesNotBlock(t *testing.T) {
 // TestNoStdinReadsAsEmpty: without Stdin a script reads end of file at once
 // (the null device, one shared by every run), also many runs at once.
 func TestNoStdinReadsAsEmpty(t *testing.T) {
+	t.Parallel()
 	spec := newSpec(t, "wc -c\n")
 	results := make(chan string, 8)
 	for range cap(results) {
@@ -162,6 +175,7 @@ func TestNoStdinReadsAsEmpty(t *testing.T) {
 }
 
 func TestEnvIsMinimalPlusSpecEnv(t *testing.T) {
+	// Not parallel: it sets this process's environment (t.Setenv).
 	t.Setenv("SECRET_X", "y")
 	spec := newSpec(t, "env\n")
 	spec.Env = map[string]string{"PROXY_WORK_ID": "w-42", "PROXY_DEADLINE_SECONDS": "300"}
@@ -177,6 +191,7 @@ func TestEnvIsMinimalPlusSpecEnv(t *testing.T) {
 }
 
 func TestWorkingDirectoryIsScriptsDir(t *testing.T) {
+	t.Parallel()
 	spec := newSpec(t, "pwd -P\n")
 	want, err := filepath.EvalSymlinks(spec.ScriptsDir)
 	if err != nil {
@@ -188,6 +203,7 @@ func TestWorkingDirectoryIsScriptsDir(t *testing.T) {
 }
 
 func TestNonZeroExitIsAResult(t *testing.T) {
+	t.Parallel()
 	spec := newSpec(t, "echo out; echo err >&2; exit 3\n")
 	before := time.Now()
 	res := run(t, spec)
@@ -200,12 +216,14 @@ func TestNonZeroExitIsAResult(t *testing.T) {
 }
 
 func TestSignalExitIs128PlusSignal(t *testing.T) {
+	t.Parallel()
 	if res := run(t, newSpec(t, "kill -9 $$\n")); res.ExitCode != 128+9 {
 		t.Errorf("exit code %d, want %d", res.ExitCode, 128+9)
 	}
 }
 
 func TestOutputIsTruncatedWithoutBlockingTheScript(t *testing.T) {
+	t.Parallel()
 	spec := newSpec(t, "head -c 1048576 /dev/zero; head -c 1048576 /dev/zero >&2; echo done > \"$1\"\n")
 	marker := filepath.Join(t.TempDir(), "done")
 	spec.Args = []string{marker}
@@ -221,6 +239,7 @@ func TestOutputIsTruncatedWithoutBlockingTheScript(t *testing.T) {
 }
 
 func TestDefaultMaxOutputIsOneMiB(t *testing.T) {
+	t.Parallel()
 	res := run(t, newSpec(t, "head -c 1048577 /dev/zero\n"))
 	if len(res.Stdout) != DefaultMaxOutput || !res.StdoutTruncated || res.StderrTruncated {
 		t.Errorf("kept %d bytes, truncated %v/%v; want %d, true, false",
@@ -229,6 +248,7 @@ func TestDefaultMaxOutputIsOneMiB(t *testing.T) {
 }
 
 func TestOutputAtTheLimitIsNotTruncated(t *testing.T) {
+	t.Parallel()
 	spec := newSpec(t, "printf hello\n")
 	spec.Limits.MaxOutput = 5
 	if res := run(t, spec); string(res.Stdout) != "hello" || res.StdoutTruncated {
@@ -237,6 +257,8 @@ func TestOutputAtTheLimitIsNotTruncated(t *testing.T) {
 }
 
 func TestDeadlineKillsWholeTree(t *testing.T) {
+	// Not parallel: it asserts how long Run took, which the load of the
+	// other tests could stretch.
 	spec := newSpec(t, treeScript)
 	pids := t.TempDir()
 	spec.Args = []string{pids}
@@ -253,6 +275,7 @@ func TestDeadlineKillsWholeTree(t *testing.T) {
 }
 
 func TestCancelKillsWholeTree(t *testing.T) {
+	t.Parallel()
 	spec := newSpec(t, treeScript)
 	pids := t.TempDir()
 	spec.Args = []string{pids}
@@ -271,6 +294,8 @@ func assertTreeGone(t *testing.T, pidDir string) {
 }
 
 func TestNormalExitKillsLeftoverGroupMembers(t *testing.T) {
+	// Not parallel: it asserts how long Run took, which the load of the
+	// other tests could stretch.
 	spec := newSpec(t, `sleep 60 & echo $! > "$1/child.pid"; echo bye`)
 	pids := t.TempDir()
 	spec.Args = []string{pids}
@@ -287,6 +312,8 @@ func TestNormalExitKillsLeftoverGroupMembers(t *testing.T) {
 }
 
 func TestEscapedChildCannotHangRun(t *testing.T) {
+	// Not parallel: it sets waitDelay, which every Run reads, and asserts
+	// how long Run took.
 	if _, err := exec.LookPath("setsid"); err != nil {
 		t.Skip("no setsid command")
 	}
@@ -318,6 +345,7 @@ echo bye
 }
 
 func TestPastDeadlineStartsNothing(t *testing.T) {
+	t.Parallel()
 	spec := newSpec(t, `touch "$1"`)
 	marker := filepath.Join(t.TempDir(), "ran")
 	spec.Args = []string{marker}
@@ -331,6 +359,7 @@ func TestPastDeadlineStartsNothing(t *testing.T) {
 }
 
 func TestCancelledContextStartsNothing(t *testing.T) {
+	t.Parallel()
 	spec := newSpec(t, `touch "$1"`)
 	marker := filepath.Join(t.TempDir(), "ran")
 	spec.Args = []string{marker}
@@ -345,6 +374,7 @@ func TestCancelledContextStartsNothing(t *testing.T) {
 }
 
 func TestNoDeadlineRunsToTheEnd(t *testing.T) {
+	t.Parallel()
 	spec := newSpec(t, "echo ok\n")
 	spec.Deadline = time.Time{}
 	if res := run(t, spec); string(res.Stdout) != "ok\n" {
@@ -353,10 +383,11 @@ func TestNoDeadlineRunsToTheEnd(t *testing.T) {
 }
 
 func TestStartFailureIsErrStart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	// Executable, but no #! line and not a binary: exec refuses it, and no
 	// shell steps in to interpret it.
-	if err := os.WriteFile(filepath.Join(dir, "noshebang"), []byte("echo hi\n"), 0o755); err != nil {
+	if err := writeFileNoFork(filepath.Join(dir, "noshebang"), []byte("echo hi\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	_, err := Run(context.Background(), Spec{ScriptsDir: dir, Script: "noshebang", Deadline: time.Now().Add(10 * time.Second)})
@@ -366,6 +397,7 @@ func TestStartFailureIsErrStart(t *testing.T) {
 }
 
 func TestBadEnvironmentIsErrStart(t *testing.T) {
+	t.Parallel()
 	spec := newSpec(t, "exit 0\n")
 	spec.Env = map[string]string{"A=B": "c"}
 	if _, err := Run(context.Background(), spec); !errors.Is(err, ErrStart) {
@@ -374,6 +406,7 @@ func TestBadEnvironmentIsErrStart(t *testing.T) {
 }
 
 func TestRunRefusesBadScriptName(t *testing.T) {
+	t.Parallel()
 	spec := newSpec(t, "exit 0\n")
 	spec.Script = "../s.sh"
 	if _, err := Run(context.Background(), spec); !errors.Is(err, ErrBadScriptName) {
@@ -382,6 +415,7 @@ func TestRunRefusesBadScriptName(t *testing.T) {
 }
 
 func TestResolveScriptFollowsSymlinksOnlyInside(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	outside := writeScript(t, t.TempDir(), "evil.sh", "exit 0\n")
 	inside := writeScript(t, dir, "real.sh", "exit 0\n")
@@ -430,6 +464,7 @@ func TestResolveScriptFollowsSymlinksOnlyInside(t *testing.T) {
 }
 
 func TestScriptsDirMayBeASymlink(t *testing.T) {
+	t.Parallel()
 	real := t.TempDir()
 	writeScript(t, real, "s.sh", "echo via link\n")
 	link := filepath.Join(t.TempDir(), "scripts")
@@ -443,8 +478,9 @@ func TestScriptsDirMayBeASymlink(t *testing.T) {
 }
 
 func TestNotExecutableScriptIsUnknown(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "plain.sh"), []byte("#!/bin/sh\nexit 0\n"), 0o644); err != nil {
+	if err := writeFileNoFork(filepath.Join(dir, "plain.sh"), []byte("#!/bin/sh\nexit 0\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	_, err := ResolveScript(dir, "plain.sh")
@@ -458,12 +494,13 @@ func TestNotExecutableScriptIsUnknown(t *testing.T) {
 // the script were; the failure names the interpreter instead, and says
 // when a script has no #! line at all.
 func TestAMissingInterpreterIsNamed(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for name, body := range map[string]string{
 		"missing.sh":   "#! /nonexistent/interpreter -e\necho hi\n",
 		"noshebang.sh": "echo hi\n",
 	} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o755); err != nil {
+		if err := writeFileNoFork(filepath.Join(dir, name), []byte(body), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 // longer than a quick sweep allows, the sweep looks at every process, and
 // finds the same leftovers.
 func TestNormalExitOfALongRunKillsEveryLeftover(t *testing.T) {
+	// Not parallel: it sets quickSweepRun, which every Run reads.
 	defer func(d time.Duration) { quickSweepRun = d }(quickSweepRun)
 	quickSweepRun = -1
 	checkNormalExitKillsEveryLeftover(t)
@@ -19,6 +20,7 @@ func TestNormalExitOfALongRunKillsEveryLeftover(t *testing.T) {
 // out after the script's, round past pid_max, and at none when they are
 // too many.
 func TestPidsSinceGoesRoundAtPidMax(t *testing.T) {
+	t.Parallel()
 	if got := slices.Collect(pidsSince(100, 103, 0)); !slices.Equal(got, []int{101, 102, 103}) {
 		t.Errorf("pidsSince(100, 103) = %v, want 101..103", got)
 	}

@@ -36,6 +36,7 @@ func pipeWithWriter(t *testing.T) (*stdio, *os.File) {
 // one timer of the whole delay expired, and the pipes could be closed under
 // the output: the likely cause of an echo's output lost in a chaos run.)
 func TestAStallWhileWaitingForTheCopiesKeepsTheOutput(t *testing.T) {
+	t.Parallel()
 	s, w := pipeWithWriter(t)
 	ticks := make(chan time.Time, 1)
 	ticks <- time.Now() // the one tick a stop of the whole process leaves
@@ -61,6 +62,7 @@ func TestAStallWhileWaitingForTheCopiesKeepsTheOutput(t *testing.T) {
 // TestFinishCutsOffAWriterThatNeverCloses: a process that escaped the tree
 // and keeps the pipe open holds finish for its steps, and no more.
 func TestFinishCutsOffAWriterThatNeverCloses(t *testing.T) {
+	t.Parallel()
 	s, _ := pipeWithWriter(t)
 	ticks := make(chan time.Time)
 	done := make(chan struct{})

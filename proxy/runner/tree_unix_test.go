@@ -32,6 +32,7 @@ wait
 // cancelling the unit (or reaching its deadline) must kill it too
 // (guarantee 7: the whole process tree).
 func TestCancelKillsDescendantsInAGroupOfTheirOwn(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("timeout"); err != nil {
 		t.Skip("no timeout command")
 	}
@@ -50,6 +51,7 @@ func TestCancelKillsDescendantsInAGroupOfTheirOwn(t *testing.T) {
 // TestDeadlineKillsDescendantsInAGroupOfTheirOwn: the same at the
 // deadline.
 func TestDeadlineKillsDescendantsInAGroupOfTheirOwn(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("timeout"); err != nil {
 		t.Skip("no timeout command")
 	}
@@ -77,6 +79,8 @@ func TestDeadlineKillsDescendantsInAGroupOfTheirOwn(t *testing.T) {
 // while it runs, a deadline or cancel finds it through its parents:
 // TestDeadlineKillsADescendantThatLeftTheSession.)
 func TestNormalExitKillsEveryLeftoverOfTheSession(t *testing.T) {
+	// Not parallel: it asserts how long Run took, which the load of the
+	// other tests could stretch.
 	checkNormalExitKillsEveryLeftover(t)
 }
 
@@ -139,12 +143,14 @@ wait
 // script's session with setsid, while still the script's child, is
 // killed with it.
 func TestCancelKillsADescendantThatLeftTheSession(t *testing.T) {
+	t.Parallel()
 	checkStopKillsADescendantThatLeftTheSession(t, false)
 }
 
 // TestDeadlineKillsADescendantThatLeftTheSession: the same at the
 // deadline.
 func TestDeadlineKillsADescendantThatLeftTheSession(t *testing.T) {
+	t.Parallel()
 	checkStopKillsADescendantThatLeftTheSession(t, true)
 }
 
