@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -289,9 +290,14 @@ func createAccount(t testing.TB, st store.Store, master crypto.MasterKey, name s
 	return token, key
 }
 
-// WriteScript writes an executable /bin/sh script into dir.
+// WriteScript writes an executable /bin/sh script into dir. No process
+// forks meanwhile (every fork takes syscall.ForkLock): one forked by a test
+// running beside it would inherit the file open for writing until its own
+// exec, and a run of the script then would fail with "text file busy".
 func WriteScript(t testing.TB, dir, name, body string) {
 	t.Helper()
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
 	if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
