@@ -18,6 +18,7 @@ import (
 // Before, the cancel's whole budget was one try on the hung automator, and
 // the unit was left to run.
 func TestInterruptedWaitOnAHungAutomatorCancelsTheUnitOnTheNext(t *testing.T) {
+	t.Parallel()
 	a, waits := startTellingWaits(t)
 	r := startRelay(t, a.GRPCAddr)
 	c := newClient(t, a, r.url(), a.URL())

@@ -24,6 +24,7 @@ import (
 )
 
 func TestExecuteOnProxyReturnsTheResult(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{})
 	scripts := t.TempDir()
 	automatortest.WriteScript(t, scripts, "greet.sh", `read name; echo "hello $name ($1, $GREETING) from $PROXY_INSTANCE_ID"; echo warn >&2; exit 3`)
@@ -46,6 +47,7 @@ func TestExecuteOnProxyReturnsTheResult(t *testing.T) {
 // TestPingReturnsTheInstanceThatAnswered: the built-in @ping, run through
 // executeOnProxy, names the instance that claimed the unit.
 func TestPingReturnsTheInstanceThatAnswered(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{})
 	for _, id := range []string{"ping-a", "ping-b"} {
 		a.StartProxy(t, automatortest.ProxyOptions{InstanceID: id, ScriptsDir: t.TempDir()}).WaitPolling(t)
@@ -77,6 +79,7 @@ func TestPingReturnsTheInstanceThatAnswered(t *testing.T) {
 // Each outcome that is not a result is its own typed error, carrying the
 // work id and the reason.
 func TestTypedErrors(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{})
 	ctx := context.Background()
 	c := newClient(t, a)
@@ -186,6 +189,7 @@ func TestTypedErrors(t *testing.T) {
 // address, or the next one when the first is down) and gets the result,
 // with exactly one unit created.
 func TestConnectionCutMidWaitEndsInTheResult(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		// down: after the cut the relay accepts no more connections.
@@ -195,6 +199,7 @@ func TestConnectionCutMidWaitEndsInTheResult(t *testing.T) {
 		{"fail over to the next address", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			a, waits := startTellingWaits(t)
 			r := startRelay(t, a.GRPCAddr)
 			addrs := []string{r.url()} // the relay only: a new connection through it
@@ -258,6 +263,7 @@ func TestConnectionCutMidWaitEndsInTheResult(t *testing.T) {
 // the unit but its answer never arrives; the client submits again with the
 // same idempotency key and gets the same unit, not a second one.
 func TestSubmitWhoseAnswerIsLostIsRetriedWithTheSameKey(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var keys []string
 	a := automatortest.Start(t, automatortest.Options{Interceptors: []grpc.UnaryServerInterceptor{
@@ -303,6 +309,7 @@ func TestSubmitWhoseAnswerIsLostIsRetriedWithTheSameKey(t *testing.T) {
 // TestConcurrentSubmitsWithOneKeyMakeOneUnit: 20 callers submit with one
 // idempotency key at once; one unit exists and all of them get it.
 func TestConcurrentSubmitsWithOneKeyMakeOneUnit(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{})
 	c := newClient(t, a)
 	const n = 20
@@ -337,6 +344,7 @@ func TestConcurrentSubmitsWithOneKeyMakeOneUnit(t *testing.T) {
 // TestRepeatedKeyReturnsTheFirstOutcome: a second executeOnProxy with a key
 // already used returns the first unit's outcome; the script runs once.
 func TestRepeatedKeyReturnsTheFirstOutcome(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{})
 	scripts := t.TempDir()
 	automatortest.WriteScript(t, scripts, "once.sh", `echo ran >> "$1"; echo "run by $PROXY_WORK_ID"`)
@@ -371,6 +379,7 @@ func TestRepeatedKeyReturnsTheFirstOutcome(t *testing.T) {
 // TestKeyOutsideTheRetentionWindowMakesANewUnit: the server's retention
 // option bounds how long a key holds.
 func TestKeyOutsideTheRetentionWindowMakesANewUnit(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{IdempotencyRetention: time.Nanosecond})
 	c := newClient(t, a)
 	cmd := client.Command{Script: "x.sh"}
@@ -388,6 +397,7 @@ func TestKeyOutsideTheRetentionWindowMakesANewUnit(t *testing.T) {
 }
 
 func TestBadIdempotencyKeysAreRefused(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{})
 	c := newClient(t, a)
 	for _, k := range []string{strings.Repeat("k", 129), "has space", "tab\t", "é"} {
@@ -404,6 +414,7 @@ func TestBadIdempotencyKeysAreRefused(t *testing.T) {
 // TestFailoverSkipsAnAutomatorThatIsDown: the first address refuses
 // connections; every call goes to the second.
 func TestFailoverSkipsAnAutomatorThatIsDown(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{})
 	down := startRelay(t, a.GRPCAddr)
 	down.close()
@@ -422,6 +433,7 @@ func TestFailoverSkipsAnAutomatorThatIsDown(t *testing.T) {
 }
 
 func TestConfigErrorsNameTheField(t *testing.T) {
+	t.Parallel()
 	_, err := client.New(client.Config{Addresses: []string{"automator:8443", "https://x"}})
 	for _, want := range []string{"Addresses[0]", "Addresses[1]", "APIKey"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -476,6 +488,8 @@ func ExampleClient_ExecuteOnProxy() {
 // the automator answered in between, so the retry budget starts again from
 // each cut, not from the first.
 func TestWaitCutAgainAndAgainIsResumedEachTime(t *testing.T) {
+	// Not parallel: each resumed wait must reach the automator within
+	// RetryFor (1 s) of its cut, a margin that load could break.
 	a, waits := startTellingWaits(t)
 	r := startRelay(t, a.GRPCAddr)
 	const retryFor = time.Second
@@ -545,6 +559,7 @@ func TestWaitCutAgainAndAgainIsResumedEachTime(t *testing.T) {
 // RetryFor and then saying no automator answered. Another address that
 // verifies still takes the call.
 func TestCertificateThatDoesNotVerifyIsNotRetried(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{})
 	other := automatortest.Start(t, automatortest.Options{})
 	for _, tc := range []struct {
@@ -600,6 +615,7 @@ func TestCertificateThatDoesNotVerifyIsNotRetried(t *testing.T) {
 // across a network to whatever answers there; it is refused, naming the
 // address. Loopback addresses are accepted.
 func TestPlaintextIsForLoopbackOnly(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{Plaintext: true})
 	// The relayed name stands for a remote host that answers plaintext.
 	_, port, _ := net.SplitHostPort(a.GRPCAddr)
@@ -634,6 +650,7 @@ func TestPlaintextIsForLoopbackOnly(t *testing.T) {
 // automator's message naming the bound, not replaced by the 5-minute
 // default; zero means the default.
 func TestNegativeTimeoutIsRefused(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{})
 	c := newClient(t, a)
 	_, err := c.Submit(context.Background(), a.Account, client.Command{Script: "x.sh"}, client.WithTimeout(-time.Second))
@@ -675,6 +692,7 @@ func startTellingWaits(t *testing.T) (a *automatortest.Automator, waits <-chan s
 // repeat: the wait resumes and ends in the unit's outcome. Once the
 // client is closed, a Canceled call is not retried.
 func TestCallEndedCancelledByTheOtherSideIsRetried(t *testing.T) {
+	t.Parallel()
 	var cancels atomic.Int32
 	a := automatortest.Start(t, automatortest.Options{Interceptors: []grpc.UnaryServerInterceptor{
 		func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
@@ -740,8 +758,10 @@ func TestCallEndedCancelledByTheOtherSideIsRetried(t *testing.T) {
 // it does not wait for the keepalive to give the connection up (20 s of
 // silence and 10 s for the ping's answer).
 func TestWaitOnAHungAutomatorLearnsTheEndFromTheNext(t *testing.T) {
+	t.Parallel()
 	for _, call := range []string{"Wait", "ExecuteOnProxy"} {
 		t.Run(call, func(t *testing.T) {
+			t.Parallel()
 			a, waits := startTellingWaits(t)
 			r := startRelay(t, a.GRPCAddr)
 			c := newClient(t, a, r.url(), a.URL())
@@ -785,6 +805,7 @@ func TestWaitOnAHungAutomatorLearnsTheEndFromTheNext(t *testing.T) {
 // next address, with the same idempotency key, instead of waiting for the
 // keepalive to give the connection up (30 s) or the automator to resume.
 func TestSubmitToAHungAutomatorGoesToTheNext(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{})
 	r := startRelay(t, a.GRPCAddr)
 	// A client per call, each of whose calls starts on the first address,

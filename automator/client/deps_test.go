@@ -10,6 +10,7 @@ import (
 // programs; it must not pull in the store, the server, a database driver or
 // the HTTP gateway.
 func TestClientCarriesNoServerCode(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command("go", "list", "-deps", "github.com/opsgate/opsgate/automator/client").Output()
 	if err != nil {
 		t.Fatalf("go list -deps: %v", err)

@@ -17,6 +17,7 @@ import (
 // unit queued then cancelled could be claimed, and its script started, in
 // between.
 func TestExecuteOnProxyWithAnEndedContextQueuesNothing(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{})
 	c := newClient(t, a)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -107,6 +107,7 @@ var queueFullInfo = &errdetails.ErrorInfo{Reason: grpcwire.ReasonQueueFull, Doma
 // ErrQueueFull, whose RetryDelay is the automator's (1 s); without a
 // deadline on its context it is returned at once, not waited out.
 func TestQueueFullIsErrQueueFullWithItsRetryDelay(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{Limits: server.Limits{MaxQueuedPerAccount: 1}})
 	c := newClient(t, a)
 	ctx := context.Background()
@@ -143,6 +144,7 @@ func TestQueueFullIsErrQueueFullWithItsRetryDelay(t *testing.T) {
 // delay, with the same idempotency key, while the caller's context has a
 // deadline that leaves time for it; Submit and ExecuteOnProxy alike.
 func TestQueueFullSubmitIsMadeAgainWithinTheDeadline(t *testing.T) {
+	t.Parallel()
 	for _, call := range []string{"Submit", "ExecuteOnProxy"} {
 		t.Run(call, func(t *testing.T) {
 			a := &refusingAutomator{refusal: refusal(t, "account \"acme\" has 1 units queued, its limit", queueFullInfo)(10 * time.Millisecond), refuse: 2}
@@ -174,6 +176,8 @@ func TestQueueFullSubmitIsMadeAgainWithinTheDeadline(t *testing.T) {
 // for the delay (100 ms at least); a refusal that only says when a wrong API key may fail
 // again; and one that says no time (a full disk).
 func TestRefusalsNotMadeAgain(t *testing.T) {
+	// Not parallel: a refusal must arrive within a deadline of 50 ms,
+	// a margin that load could break.
 	full := refusal(t, "queue full", queueFullInfo)
 	for _, tc := range []struct {
 		name     string
@@ -218,6 +222,7 @@ func TestRefusalsNotMadeAgain(t *testing.T) {
 // client waits to submit again (an hour, here) gets its context's error at
 // once, not ErrCancelled: no unit was queued, and no other submit made.
 func TestQueueFullWaitEndsWithTheContext(t *testing.T) {
+	t.Parallel()
 	a := &refusingAutomator{refusal: refusal(t, "queue full", queueFullInfo)(time.Hour), refuse: 1, refused: make(chan struct{}, 1)}
 	c := a.start(t)
 	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(24*time.Hour))

@@ -16,6 +16,7 @@ import (
 // trips here, 6 s: with the whole setup bounded by 5 s, as it was, every
 // try dialled again and the client gave up with no automator answering.
 func TestACallOverALinkWithALongRoundTripIsAnswered(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{})
 	far := delayline.Start(t, a.GRPCAddr, 1500*time.Millisecond)
 	c := newClient(t, a, "https://"+far)

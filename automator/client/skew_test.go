@@ -26,9 +26,11 @@ func (c skewedClock) Now() time.Time { return time.Now().Add(time.Duration(c)) }
 // an hour late). Each wait's try, from ExecuteOnProxy and from Wait by id,
 // is bounded by the time the unit has left on the automator's clock.
 func TestWaitsKeepToTheAutomatorsDeadlineWhateverTheCallersClock(t *testing.T) {
+	t.Parallel()
 	const timeout = 5 * time.Minute
 	for _, skew := range []time.Duration{-time.Hour, time.Hour} {
 		t.Run("automator "+skew.String(), func(t *testing.T) {
+			t.Parallel()
 			waits := make(chan time.Duration, 16)
 			a := automatortest.Start(t, automatortest.Options{
 				Clock: skewedClock(skew),

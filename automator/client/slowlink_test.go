@@ -49,6 +49,7 @@ func (a *thinUplinkAutomator) Submit(ctx context.Context, req *automatorv1.Execu
 // the 10 s of a try and sent again from its first byte until the client
 // gives up.
 func TestASubmitWithALargeStdinIsGivenTheTimeItsSizeTakes(t *testing.T) {
+	t.Parallel()
 	a := &thinUplinkAutomator{rate: 64 << 10}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -100,6 +101,8 @@ func (c slowReads) Read(p []byte) (int, error) {
 // average of 20); the answer's 8 s still end past the deadline and its
 // second whatever that takes.
 func TestALargeResultThatEndsNearTheDeadlineIsReadWholeOverAThinLink(t *testing.T) {
+	// Not parallel: the test's proxy must claim and complete the unit
+	// within its 4 s deadline, a margin that load could break.
 	a := automatortest.Start(t, automatortest.Options{})
 	var d net.Dialer
 	c, err := client.New(client.Config{

@@ -22,6 +22,7 @@ import (
 // marshaling: string field contains invalid UTF-8" (Internal), and queues
 // nothing. Stdin carries bytes and takes anything.
 func TestTextThatIsNotUTF8IsRefusedNamingItsField(t *testing.T) {
+	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{})
 	c := newClient(t, a)
 	const bad = "caf\xe9"
