@@ -45,6 +45,7 @@ func exampleEnv(a *automatortest.Automator) []string {
 // TestCurlExample runs docs/examples/curl.sh: execute, then submit with
 // stdin and an idempotency key, wait and get.
 func TestCurlExample(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("curl is not installed; the curl example cannot run here")
 	}
@@ -97,6 +98,7 @@ func TestCurlExample(t *testing.T) {
 // 429 and Retry-After (the account's queue full), is made again after it
 // with the same idempotency key, and the unit it then gets is waited for.
 func TestCurlExampleSubmitHonoursRetryAfter(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("curl is not installed; the curl example cannot run here")
 	}
@@ -151,6 +153,7 @@ func TestCurlExampleSubmitHonoursRetryAfter(t *testing.T) {
 // code, its stdin sent to the script, and a script the proxy cannot run
 // (125).
 func TestPythonExample(t *testing.T) {
+	t.Parallel()
 	py, err := exec.LookPath("python3")
 	if err != nil {
 		t.Skip("python3 is not installed (not in PATH); the Python example cannot run here")
@@ -185,6 +188,7 @@ func TestPythonExample(t *testing.T) {
 // TestDocsShowTheExamplesThatRun: docs/api.md shows each example file
 // verbatim, so the documented code is the tested code.
 func TestDocsShowTheExamplesThatRun(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("../api.md")
 	if err != nil {
 		t.Fatal(err)
@@ -206,6 +210,7 @@ func TestDocsShowTheExamplesThatRun(t *testing.T) {
 // retries), and an answer that is not the automator's JSON (a reverse
 // proxy's own 502 page), which is no outcome of a unit.
 func TestPythonExampleCallFailureExits255(t *testing.T) {
+	t.Parallel()
 	py, err := exec.LookPath("python3")
 	if err != nil {
 		t.Skip("python3 is not installed (not in PATH); the Python example cannot run here")
@@ -215,7 +220,7 @@ func TestPythonExampleCallFailureExits255(t *testing.T) {
 		w.WriteHeader(http.StatusBadGateway)
 		io.WriteString(w, "<html><body><h1>502 Bad Gateway</h1></body></html>\n")
 	}))
-	defer page.Close()
+	t.Cleanup(page.Close)
 	closed := closedport.Addr(t)
 	unreachable := "http://" + closed
 	for _, tc := range []struct{ name, url, want string }{
@@ -223,6 +228,7 @@ func TestPythonExampleCallFailureExits255(t *testing.T) {
 		{"no automator listening", unreachable, closed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			code, _, errs := runPython(t, py, append(os.Environ(), "AUTOMATOR_HTTP="+tc.url, "AUTOMATOR_API_KEY=oak_x"), "", "hello.sh")
 			lines := strings.Split(strings.TrimSpace(errs), "\n")
 			last := lines[len(lines)-1]
@@ -240,6 +246,7 @@ func TestPythonExampleCallFailureExits255(t *testing.T) {
 // exits 255 with the refusal, saying when to try again. A full disk (507)
 // is not tried again.
 func TestPythonExampleHonoursRetryAfter(t *testing.T) {
+	t.Parallel()
 	py, err := exec.LookPath("python3")
 	if err != nil {
 		t.Skip("python3 is not installed (not in PATH); the Python example cannot run here")
@@ -262,6 +269,7 @@ func TestPythonExampleHonoursRetryAfter(t *testing.T) {
 		{"a full disk", "", 100, 1, 255, "HTTP 507: the automator's database is out of disk space while queueing work", http.StatusInsufficientStorage},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			var mu sync.Mutex
 			var keys []string
 			automator := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
