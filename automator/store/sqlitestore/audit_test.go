@@ -13,6 +13,7 @@ import (
 // TestAuditLogIsAppendOnly: the database itself refuses to change or remove
 // an audit event, whoever asks.
 func TestAuditLogIsAppendOnly(t *testing.T) {
+	t.Parallel()
 	s := open(t, filepath.Join(t.TempDir(), "a.db"))
 	if _, err := s.AuditAppend(t.Context(), store.AuditEvent{At: time.Now(), Kind: store.AuditAuthFailed, Detail: "x"}); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 // are queued and claimed holds whole units only, opens as a store of its
 // own, and is one file without a write-ahead log.
 func TestBackupIsAConsistentCopyWhileWritesGoOn(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	dir := t.TempDir()
 	s := open(t, filepath.Join(dir, "automator.db"))
@@ -92,6 +93,7 @@ func TestBackupIsAConsistentCopyWhileWritesGoOn(t *testing.T) {
 // reason, for a file that is not SQLite's, an SQLite database that is not
 // an automator's, and one of a newer schema; an older schema is fine.
 func TestInspectSaysWhatAFileIsNot(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	dir := t.TempDir()
 	write := func(name, content string) string {

@@ -24,6 +24,7 @@ import (
 // do those of an account whose units are moved after its deletion, in
 // batches (more than one batch of them).
 func TestDeletedAccountsSealedKeysLeaveTheDatabaseFiles(t *testing.T) {
+	t.Parallel()
 	for _, units := range []int{1, moveBatch + 1} {
 		t.Run(fmt.Sprintf("%d units", units), func(t *testing.T) { testDeletedAccountsSealedKeysLeave(t, units) })
 	}
@@ -123,6 +124,7 @@ func listIDs(t *testing.T, s *Store, p store.WorkListParams) []string {
 // as if they had all moved: the account is gone, its name taken until the
 // last batch (ErrBeingDeleted), and every unit shows its tombstone.
 func TestALongHistoryIsMovedToItsTombstoneInBatchesBetweenOtherWrites(t *testing.T) {
+	t.Parallel()
 	s := open(t, filepath.Join(t.TempDir(), "automator.db"))
 	createAccounts(t, s, "acme", "globex")
 	ids := endedUnits(t, s, "acme", 2*moveBatch+50)
@@ -262,6 +264,7 @@ func wantDeletionEvents(t *testing.T, s *Store, details ...string) {
 // account again moves the rest and frees the name, and a third time the
 // account is not found.
 func TestAnUnfinishedDeletionIsFinishedByDeletingAgain(t *testing.T) {
+	t.Parallel()
 	s := open(t, filepath.Join(t.TempDir(), "automator.db"))
 	at := testNow.Add(time.Hour)
 	first, ids := interruptedDeletion(t, s, at)
@@ -291,6 +294,7 @@ func TestAnUnfinishedDeletionIsFinishedByDeletingAgain(t *testing.T) {
 // units left to move, until a resumed deletion has moved them; Resume
 // finishes it, and is ErrNotFound for an account not being deleted.
 func TestAccountsBeingDeletedListsAnUnfinishedDeletionWithTheUnitsLeft(t *testing.T) {
+	t.Parallel()
 	s := open(t, filepath.Join(t.TempDir(), "automator.db"))
 	at := testNow.Add(time.Hour)
 	first, ids := interruptedDeletion(t, s, at)
@@ -323,6 +327,7 @@ func TestAccountsBeingDeletedListsAnUnfinishedDeletionWithTheUnitsLeft(t *testin
 // batches stops: the name may be a new account's by then, whose units
 // stay its own.
 func TestTwoMoversOfOneDeletionMoveEachUnitOnce(t *testing.T) {
+	t.Parallel()
 	t.Run("interleaved, the name taken again meanwhile", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "automator.db")
 		a := open(t, path)
@@ -404,6 +409,7 @@ func TestTwoMoversOfOneDeletionMoveEachUnitOnce(t *testing.T) {
 // the units an unfinished deletion left to move, the name is free, and the
 // tombstone goes when its own units have.
 func TestThePurgeFreesTheNameOfAnUnfinishedDeletion(t *testing.T) {
+	t.Parallel()
 	s := open(t, filepath.Join(t.TempDir(), "automator.db"))
 	at := testNow.Add(time.Hour)
 	interruptedDeletion(t, s, at)

@@ -43,6 +43,7 @@ func wantAudit(t *testing.T, s *Store, want ...string) {
 // unmoved, and appends nothing, until a resumed deletion whose events can
 // be written finishes it.
 func TestFinishingAnUnfinishedDeletionIsAuditedWithTheLastBatch(t *testing.T) {
+	t.Parallel()
 	s := open(t, filepath.Join(t.TempDir(), "automator.db"))
 	at := testNow.Add(time.Hour)
 	first, ids := interruptedDeletion(t, s, at)
@@ -78,6 +79,7 @@ func TestFinishingAnUnfinishedDeletionIsAuditedWithTheLastBatch(t *testing.T) {
 // events, with the units it moved; the other, which finds the deletion
 // finished between two of its batches, appends none.
 func TestOnlyTheMoverThatFreesTheNameAuditsTheFinish(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "automator.db")
 	a := open(t, path)
 	at := testNow.Add(time.Hour)
@@ -103,6 +105,7 @@ func TestOnlyTheMoverThatFreesTheNameAuditsTheFinish(t *testing.T) {
 // every unit an unfinished deletion had left to move, and so frees its
 // name, appends its AuditFinished events for it in its transaction.
 func TestThePurgeThatEndsAnUnfinishedDeletionAuditsIt(t *testing.T) {
+	t.Parallel()
 	s := open(t, filepath.Join(t.TempDir(), "automator.db"))
 	at := testNow.Add(time.Hour)
 	first, ids := interruptedDeletion(t, s, at)
@@ -133,6 +136,7 @@ func TestThePurgeThatEndsAnUnfinishedDeletionAuditsIt(t *testing.T) {
 // moves its units in batches and frees the name itself is audited by its
 // AuditDeletion events only: AuditFinished is for one left unfinished.
 func TestADeletionThatMovesItsOwnUnitsAppendsNoFinishedEvent(t *testing.T) {
+	t.Parallel()
 	s := open(t, filepath.Join(t.TempDir(), "automator.db"))
 	createAccounts(t, s, "acme")
 	ids := endedUnits(t, s, "acme", 2*moveBatch+50)

@@ -22,6 +22,7 @@ import (
 // every write that succeeded is there, in a database that passes SQLite's
 // integrity check.
 func TestFullDiskFailsWritesClearlyAndLosesNothing(t *testing.T) {
+	t.Parallel()
 	const (
 		writers       = 8
 		failuresEach  = 3    // storage-full failures each writer waits to see
@@ -114,6 +115,7 @@ func TestFullDiskFailsWritesClearlyAndLosesNothing(t *testing.T) {
 // and the error says the disk is full rather than only "disk I/O error".
 // Once space is freed it opens with everything in it.
 func TestOpenOnAFullDiskSaysSo(t *testing.T) {
+	t.Parallel()
 	dir := disktest.Small(t, 4<<20)
 	path := filepath.Join(dir, "automator.db")
 	createWithAcme(t, path)

@@ -27,6 +27,7 @@ const childEnv = "SQLITESTORE_TEST_ENQUEUE_CHILD_DB"
 // nothing acknowledged lives only in the process's memory, and that the
 // database opens cleanly after the crash.)
 func TestDurableAcrossKill(t *testing.T) {
+	t.Parallel()
 	if runtime.GOOS == "windows" {
 		t.Skip("SIGKILL semantics are POSIX-only")
 	}

@@ -68,6 +68,7 @@ CREATE TABLE api_keys (
 // without), listing, claiming, completing and expiring work all work, and
 // the units written before come through.
 func TestADatabaseOfTheFirstReleasesGetsIdempotencyKeys(t *testing.T) {
+	t.Parallel()
 	for _, already := range []bool{false, true} {
 		name := "at version 1"
 		if already {

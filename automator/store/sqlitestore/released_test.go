@@ -27,6 +27,7 @@ var releasedMigrations = map[int]string{
 }
 
 func TestReleasedMigrationsAreNeverEdited(t *testing.T) {
+	t.Parallel()
 	for _, m := range migrations {
 		want, ok := releasedMigrations[m.version]
 		if !ok {

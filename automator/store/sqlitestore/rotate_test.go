@@ -15,6 +15,7 @@ import (
 // even in the free space of a page: it is overwritten before its row is
 // deleted, as AccountDelete does. The keys it keeps are still there.
 func TestPurgedPreviousKeysLeaveTheDatabaseFiles(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "automator.db")
 	s, err := Open(t.Context(), path)

@@ -45,6 +45,7 @@ func queryPlan(t *testing.T, q querier, query string, args ...any) []string {
 // it sorts the (few) open units. The instance listing groups an account's
 // (few) claimed units by instance.
 func TestHotQueriesUseTheirIndexes(t *testing.T) {
+	t.Parallel()
 	s := open(t, filepath.Join(t.TempDir(), "automator.db"))
 	type planCase struct {
 		name, query, index string
@@ -112,6 +113,7 @@ func atVersion(t *testing.T, n int) (string, *sql.DB) {
 // migration replaced those indexes and that every unit is still found where
 // it belongs: claimable, expirable, listed by any state.
 func TestMigrationToOpenIndexes(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	path, old := atVersion(t, 4)
 	at := toNanos(testNow)
@@ -208,6 +210,7 @@ func TestMigrationToOpenIndexes(t *testing.T) {
 // already there: each listing by such a state reads its index and finds
 // them all, newest first.
 func TestMigrationToUnsuccessfulIndexes(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	path, old := atVersion(t, 9)
 	at := toNanos(testNow)
@@ -268,6 +271,7 @@ func TestMigrationToUnsuccessfulIndexes(t *testing.T) {
 // seq, that new events follow the largest seq, and that the log is still
 // append-only.
 func TestMigrationToAuditWithoutAutoincrement(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	path, old := atVersion(t, 5)
 	// Seqs 1, 2 and 7 (AUTOINCREMENT continues from sqlite_sequence).

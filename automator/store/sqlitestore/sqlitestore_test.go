@@ -42,6 +42,7 @@ func open(t *testing.T, path string) *Store {
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, func(t *testing.T) store.Store {
 		return open(t, filepath.Join(t.TempDir(), "automator.db"))
 	})
@@ -50,6 +51,7 @@ func TestConformance(t *testing.T) {
 var testNow = time.Date(2026, 1, 2, 3, 4, 5, 678901234, time.UTC)
 
 func TestReopenKeepsDataAndSchema(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "automator.db")
 
@@ -129,6 +131,7 @@ func migrationRows(t *testing.T, s *Store) map[int]int64 {
 }
 
 func TestMigrationsAreOrdered(t *testing.T) {
+	t.Parallel()
 	for i, m := range migrations {
 		if m.version != i+1 {
 			t.Errorf("migrations[%d] has version %d, want %d: versions count up from 1 without gaps", i, m.version, i+1)
@@ -140,6 +143,7 @@ func TestMigrationsAreOrdered(t *testing.T) {
 }
 
 func TestOpenRefusesANewerSchema(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "automator.db")
 	s := open(t, path)
 	if err := s.writeTx(t.Context(), func(ctx context.Context, tx querier) error {
@@ -161,6 +165,7 @@ func TestOpenRefusesANewerSchema(t *testing.T) {
 // add, so Ping, behind /readyz, still answers ready on a schema newer than
 // it knows. One older than it needs is not ready.
 func TestPingStaysReadyWhenANewerBinaryMigratesAhead(t *testing.T) {
+	t.Parallel()
 	s := open(t, filepath.Join(t.TempDir(), "automator.db"))
 	latest := migrations[len(migrations)-1].version
 	exec := func(q string, args ...any) {
@@ -183,6 +188,7 @@ func TestPingStaysReadyWhenANewerBinaryMigratesAhead(t *testing.T) {
 }
 
 func TestOpenInAMissingDirectoryFailsClearly(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "missing")
 	path := filepath.Join(dir, "automator.db")
 	s, err := Open(t.Context(), path)
@@ -201,6 +207,7 @@ func TestOpenInAMissingDirectoryFailsClearly(t *testing.T) {
 // TestEveryConnectionHasTheDurabilityPragmas holds every pooled connection at
 // once, so a pragma applied to only the first one would show.
 func TestEveryConnectionHasTheDurabilityPragmas(t *testing.T) {
+	t.Parallel()
 	s := open(t, filepath.Join(t.TempDir(), "automator.db"))
 	ctx := t.Context()
 	want := map[string]string{
@@ -250,6 +257,7 @@ func TestEveryConnectionHasTheDurabilityPragmas(t *testing.T) {
 // TestOpenTakesAnyPath: the path becomes an SQLite URI, whose special
 // characters must not change which file is opened.
 func TestOpenTakesAnyPath(t *testing.T) {
+	// Not parallel: it changes the working directory (t.Chdir).
 	dir := filepath.Join(t.TempDir(), "a b?c#d%25e&f=g")
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 // later than the stop, shows the instance polling again: it is no longer
 // listed as stopped.
 func TestAPollRecordedByAnOlderAutomatorEndsAStop(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	s := open(t, filepath.Join(t.TempDir(), "automator.db"))
 	if _, err := s.AccountCreate(ctx, store.AccountCreateParams{Name: "acme", TokenHash: []byte("hash"), KeyID: 1, SealedKey: []byte("key"), Now: testNow}); err != nil {
@@ -59,6 +60,7 @@ ON CONFLICT (account, instance_id) DO UPDATE SET
 // upgrade), and leaves the columns as they were, so this binary still
 // orders the run's polls by the numbers it stored.
 func TestALatePollRecordedByAnOlderAutomatorEndsAStop(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	s := open(t, filepath.Join(t.TempDir(), "automator.db"))
 	if _, err := s.AccountCreate(ctx, store.AccountCreateParams{Name: "acme", TokenHash: []byte("hash"), KeyID: 1, SealedKey: []byte("key"), Now: testNow}); err != nil {

@@ -45,6 +45,7 @@ var hasV3 = storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: t
 // checks through the store that every unit, credential and record came
 // through with its guarantees: guarantee 3 (Durable) across an upgrade.
 func TestEveryEarlierSchemaUpgradesWithNothingLost(t *testing.T) {
+	t.Parallel()
 	latest := migrations[len(migrations)-1].version
 	for v := 1; v <= latest; v++ {
 		if _, ok := upgradeFills[v]; !ok {

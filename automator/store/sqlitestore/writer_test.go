@@ -51,6 +51,7 @@ func accountExists(t *testing.T, s *Store, name string) bool {
 // TestGroupCommitKeepsEachWriteAlone: writes waiting together commit in one
 // transaction, and one that fails is rolled back alone, with its own error.
 func TestGroupCommitKeepsEachWriteAlone(t *testing.T) {
+	t.Parallel()
 	s := open(t, filepath.Join(t.TempDir(), "a.db"))
 	release, blocked := blockWriter(t, s, t.Context())
 
@@ -102,6 +103,7 @@ func TestGroupCommitKeepsEachWriteAlone(t *testing.T) {
 // TestAbandonedWriteNeverRuns: a caller that gives up while its write waits
 // gets its context's error, and the write never happens.
 func TestAbandonedWriteNeverRuns(t *testing.T) {
+	t.Parallel()
 	s := open(t, filepath.Join(t.TempDir(), "a.db"))
 	release, blocked := blockWriter(t, s, t.Context())
 	defer release()
@@ -138,6 +140,7 @@ func TestAbandonedWriteNeverRuns(t *testing.T) {
 // TestWriteUnderWayIsWaitedFor: a caller that gives up once its write has
 // started still gets what happened, since the write may commit.
 func TestWriteUnderWayIsWaitedFor(t *testing.T) {
+	t.Parallel()
 	s := open(t, filepath.Join(t.TempDir(), "a.db"))
 	ctx, cancel := context.WithCancel(t.Context())
 	release, blocked := blockWriter(t, s, ctx)
@@ -154,6 +157,7 @@ func TestWriteUnderWayIsWaitedFor(t *testing.T) {
 // TestCloseCommitsWhatWasHandedOver: Close lets the writes already handed
 // over commit, and refuses later ones.
 func TestCloseCommitsWhatWasHandedOver(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "a.db")
 	s, err := Open(t.Context(), path)
 	if err != nil {
@@ -198,6 +202,7 @@ func syncMode(ctx context.Context, tx querier) (int, error) {
 // answered before they are on disk commits without an fsync; any other
 // write in the batch, or the next batch, commits durably again.
 func TestSyncLaterOnlyWhenTheWholeBatchMay(t *testing.T) {
+	t.Parallel()
 	s := open(t, filepath.Join(t.TempDir(), "a.db"))
 	ctx := t.Context()
 	modeOf := func(syncLater bool) int {
@@ -257,6 +262,7 @@ func TestSyncLaterOnlyWhenTheWholeBatchMay(t *testing.T) {
 // TestSyncLaterIsOnDiskSoonAfter: a write committed without an fsync gets
 // one of the WAL right after, off the writer's path.
 func TestSyncLaterIsOnDiskSoonAfter(t *testing.T) {
+	t.Parallel()
 	s := open(t, filepath.Join(t.TempDir(), "a.db"))
 	synced := make(chan struct{}, 1)
 	s.w.syncer.onSync = func() {
@@ -288,6 +294,7 @@ func TestSyncLaterIsOnDiskSoonAfter(t *testing.T) {
 // commit's); a commit without an fsync that nothing durable followed is
 // synced, at the latest when the store closes.
 func TestSyncLaterCoveredByADurableCommitIsNotSyncedAgain(t *testing.T) {
+	t.Parallel()
 	for _, durableAfter := range []bool{true, false} {
 		s := open(t, filepath.Join(t.TempDir(), "a.db"))
 		s.w.syncer.delay = time.Hour // only Close ends the wait
@@ -324,6 +331,7 @@ func TestSyncLaterCoveredByADurableCommitIsNotSyncedAgain(t *testing.T) {
 // without one. A SIGKILL cannot tell these apart (the page cache survives
 // it), so the test reads which kind of commit each write made.
 func TestWritesOthersActOnAreDurableWhenAnswered(t *testing.T) {
+	t.Parallel()
 	s := open(t, filepath.Join(t.TempDir(), "a.db"))
 	ctx := t.Context()
 	durable := func(what string) {
