@@ -12,6 +12,7 @@ import (
 // TestAuditLogIsAppendOnly: the database itself refuses to change, remove
 // or truncate an audit event, whoever asks.
 func TestAuditLogIsAppendOnly(t *testing.T) {
+	t.Parallel()
 	s := open(t, pgtest.DSN(t))
 	if _, err := s.AuditAppend(t.Context(), store.AuditEvent{At: time.Now(), Kind: store.AuditAuthFailed, Detail: "x"}); err != nil {
 		t.Fatal(err)

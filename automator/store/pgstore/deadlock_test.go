@@ -28,6 +28,7 @@ import (
 // the scenario is then tried again, a few times, until the deletion is the
 // one rolled back.
 func TestATransactionRolledBackToBreakADeadlockRunsAgain(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.DSN(t)
 	s := open(t, dsn)
 	const tries = 5

@@ -36,6 +36,7 @@ func (s *expiredStore) WorkExpire(ctx context.Context, p store.WorkExpireParams)
 // stopped gracefully, one last polled an hour ago), and the replica that
 // times the unit out names both.
 func TestAReplicaTimesOutAnUnclaimedUnitNamingTheInstancesAnotherRecorded(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.DSN(t)
 	ctx := t.Context()
 	open := func() *pgstore.Store {

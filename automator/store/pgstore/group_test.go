@@ -182,6 +182,7 @@ func storeWithClaims(t *testing.T, n int) *Store {
 // TestConcurrentWritesShareOneTransaction: enqueues and completions made
 // while every batch is on its way go together, in one transaction.
 func TestConcurrentWritesShareOneTransaction(t *testing.T) {
+	t.Parallel()
 	const n = 10
 	s := storeWithClaims(t, n)
 	ctx := t.Context()
@@ -238,6 +239,7 @@ func TestConcurrentWritesShareOneTransaction(t *testing.T) {
 // rolls its batch back; every other write of the batch still gets its own
 // outcome, and the refused one its precise error.
 func TestAFailingWriteInABatchFailsAlone(t *testing.T) {
+	t.Parallel()
 	const n = 5
 	s := storeWithClaims(t, n+1)
 	ctx := t.Context()
@@ -310,6 +312,7 @@ func TestAFailingWriteInABatchFailsAlone(t *testing.T) {
 // TestAWriteCancelledWhileWaitingNeverRuns: a write whose context ends
 // before its batch starts returns at once and is never written.
 func TestAWriteCancelledWhileWaitingNeverRuns(t *testing.T) {
+	t.Parallel()
 	s := storeWithClaims(t, 0)
 	h := holdGroup(t, s)
 
@@ -341,6 +344,7 @@ func TestAWriteCancelledWhileWaitingNeverRuns(t *testing.T) {
 // as a write of a batch does: cut off, it would commit unseen, its caller
 // told it failed.
 func TestALoneWriteUnderWayIsWaitedFor(t *testing.T) {
+	t.Parallel()
 	s := storeWithClaims(t, 0)
 	lock, lockPID := lockAccount(t, s, "acme")
 	// The enqueue waits, inside PostgreSQL, on the lock of acme's row.
@@ -361,6 +365,7 @@ func TestALoneWriteUnderWayIsWaitedFor(t *testing.T) {
 // of the batch can know whether it committed: each gets the error, and
 // none is run again.
 func TestABatchWhoseSessionEndsFailsEveryWrite(t *testing.T) {
+	t.Parallel()
 	const n = 3
 	s := storeWithClaims(t, 0)
 	ctx := t.Context()
@@ -424,6 +429,7 @@ func TestABatchWhoseSessionEndsFailsEveryWrite(t *testing.T) {
 // are in German says FEHLER, not ERROR; only the unlocalized severity
 // tells a refused statement from an ended session.
 func TestRefusedStatementReadsTheUnlocalizedSeverity(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		err  error
 		want bool
@@ -443,6 +449,7 @@ func TestRefusedStatementReadsTheUnlocalizedSeverity(t *testing.T) {
 // TestConcurrentReadsShareOneRoundTrip: WorkGet calls made while a read
 // is on its way go together, and each gets its own unit (or ErrNotFound).
 func TestConcurrentReadsShareOneRoundTrip(t *testing.T) {
+	t.Parallel()
 	const n = 10
 	s := storeWithClaims(t, n)
 	ctx := t.Context()

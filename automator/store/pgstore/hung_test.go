@@ -19,6 +19,7 @@ import (
 // hung replica here is a store whose connection stops carrying anything to
 // PostgreSQL once it sends the statement that times units out.
 func TestAReplicaHungInItsSweepHoldsNoUnitBack(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.DSN(t)
 	other := open(t, dsn)
 	ctx := t.Context()
@@ -60,6 +61,7 @@ func TestAReplicaHungInItsSweepHoldsNoUnitBack(t *testing.T) {
 // COMMIT to wait for: a relay that stops carrying anything once a COMMIT
 // passes finds none to stop.
 func TestAReplicaHungAfterRecordingPollsHoldsNoInstanceBack(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.DSN(t)
 	other := open(t, dsn)
 	ctx := t.Context()
@@ -100,6 +102,7 @@ func TestAReplicaHungAfterRecordingPollsHoldsNoInstanceBack(t *testing.T) {
 // PostgreSQL ends its idle session (idleInTransactionTimeout): the same
 // key's enqueue on another replica, a caller's retry, then goes through.
 func TestAReplicaHungInsideATransactionLosesItsLocks(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.DSN(t)
 	other := open(t, dsn)
 	ctx := t.Context()
@@ -138,6 +141,7 @@ func TestAReplicaHungInsideATransactionLosesItsLocks(t *testing.T) {
 // ran the UPDATE and waits for the rest, until its connection is found
 // dead. The sweep leaves that unit to a later sweep, once the lock is gone.
 func TestASweepDoesNotWaitForAUnitAnotherSessionHolds(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.DSN(t)
 	s := open(t, dsn)
 	ctx := t.Context()
@@ -187,6 +191,7 @@ func TestASweepDoesNotWaitForAUnitAnotherSessionHolds(t *testing.T) {
 // connection string gives is kept. (That the kernel then keeps to them is
 // the kernel's: a loopback connection always answers.)
 func TestPostgreSQLIsAskedToNoticeADeadReplicaWithinHalfAMinute(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.DSN(t)
 	sep := "?"
 	if strings.Contains(dsn, "?") {

@@ -160,6 +160,7 @@ func checkStateListings(t *testing.T, s *Store) {
 // units are few among the succeeded, and so are the open ones; listing
 // them reads their indexes (checkStateListings).
 func TestListingsByStateUseTheirIndexes(t *testing.T) {
+	t.Parallel()
 	s := open(t, pgtest.DSN(t))
 	fillListings(t.Context(), t, s.pool)
 	checkStateListings(t, s)
@@ -170,6 +171,7 @@ func TestListingsByStateUseTheirIndexes(t *testing.T) {
 // indexes of the units that ended without success, holding the units
 // already there (checkStateListings).
 func TestMigrationToUnsuccessfulIndexes(t *testing.T) {
+	t.Parallel()
 	dsn, old := atVersion(t, 5)
 	fillListings(t.Context(), t, old)
 	old.Close()

@@ -19,6 +19,7 @@ import (
 // the commit). Run again, an enqueue would answer "exists" and a
 // completion "not claimable" for writes that took effect.
 func TestABatchWhoseAnswerIsLostAfterItsCommitIsNotRunAgain(t *testing.T) {
+	t.Parallel()
 	const n = 4
 	dsn := pgtest.DSN(t)
 	direct := open(t, dsn)

@@ -26,6 +26,7 @@ var releasedMigrations = map[int]string{
 }
 
 func TestReleasedMigrationsAreNeverEdited(t *testing.T) {
+	t.Parallel()
 	for _, m := range migrations {
 		want, ok := releasedMigrations[m.version]
 		if !ok {
@@ -110,6 +111,7 @@ WHERE c.relnamespace = current_schema()::regnamespace AND NOT g.tgisinternal`)
 // and leaves it out); and no constraint, unique index or trigger is added
 // to an existing table (it could refuse a write the old code makes).
 func TestEachMigrationOnlyAdds(t *testing.T) {
+	t.Parallel()
 	var prev schemaShape
 	for n := 1; n <= len(migrations); n++ {
 		_, pool := atVersion(t, n)

@@ -16,6 +16,7 @@ import (
 // store.IsUnavailable, which the server answers UNAVAILABLE, "retry", not
 // an internal error.
 func TestAWriteThatGetsNoAnswerGivesUpAsUnavailable(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.DSN(t)
 	ctx := t.Context()
 	r := startMarkerRelay(t, dsn, hang)

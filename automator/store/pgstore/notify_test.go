@@ -56,6 +56,7 @@ func receive(t *testing.T, events <-chan Event, what string) Event {
 }
 
 func TestPublishReachesTheOtherReplicaNotItself(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.DSN(t)
 	a, b := open(t, dsn), open(t, dsn)
 	fromA := listening(t, a)
@@ -89,6 +90,7 @@ func TestPublishReachesTheOtherReplicaNotItself(t *testing.T) {
 // TestSchemasDoNotHearEachOther: automators of two schemas in one database
 // have channels of their own.
 func TestSchemasDoNotHearEachOther(t *testing.T) {
+	t.Parallel()
 	x := open(t, pgtest.DSN(t))
 	y1, y2 := func() (*Store, *Store) { dsn := pgtest.DSN(t); return open(t, dsn), open(t, dsn) }()
 	events := listening(t, y1)
@@ -108,6 +110,7 @@ func TestSchemasDoNotHearEachOther(t *testing.T) {
 // killed; a unit ends while nobody listens (and nothing is published); the
 // next Listen replays its end from the table, and the account's queued work.
 func TestListenAfterALostConnectionCatchesUp(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.DSN(t)
 	b, app := openNamed(t, dsn)
 	a := open(t, dsn)
@@ -176,6 +179,7 @@ func TestListenAfterALostConnectionCatchesUp(t *testing.T) {
 // this Store's Open and its first Listen (a unit ended, one queued) is
 // replayed when that Listen starts, as after a lost connection.
 func TestTheFirstListenCatchesUpSinceOpen(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.DSN(t)
 	a, b := open(t, dsn), open(t, dsn)
 	endOneQueueOne(t, a)
@@ -188,6 +192,7 @@ func TestTheFirstListenCatchesUpSinceOpen(t *testing.T) {
 // and in events, is bounded by the instances, not by the units. The
 // units' waiters are woken by the EventResumed that ends it.
 func TestTheCatchUpReplaysOneEndPerClaimerNotOnePerUnit(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.DSN(t)
 	a, b := open(t, dsn), open(t, dsn)
 	now := time.Now()
@@ -301,6 +306,7 @@ func openNamed(t *testing.T, dsn string) (*Store, string) {
 // lost connection was last known to work is kept until a catch-up from it
 // succeeds.
 func TestListenWhoseCatchUpFailsLeavesItToTheNext(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.DSN(t)
 	b, app := openNamed(t, dsn)
 	a := open(t, dsn)
@@ -424,6 +430,7 @@ func TestListenWhoseCatchUpFailsLeavesItToTheNext(t *testing.T) {
 }
 
 func TestListenReturnsNilWhenCancelled(t *testing.T) {
+	t.Parallel()
 	s := open(t, pgtest.DSN(t))
 	ctx, cancel := context.WithCancel(t.Context())
 	ready := make(chan struct{}, 1)
@@ -446,6 +453,7 @@ func TestListenReturnsNilWhenCancelled(t *testing.T) {
 // just before the statement reaches it; the statement is sent again on
 // another connection, and the other replica hears the event.
 func TestAFailedNotifyIsSentAgain(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.DSN(t)
 	a, b := open(t, dsn), open(t, dsn)
 	fromA := listening(t, b)
@@ -479,6 +487,7 @@ func TestAFailedNotifyIsSentAgain(t *testing.T) {
 // with synchronous_commit as it was, so the claims and results written on it
 // later are durable before they are answered (guarantee 3).
 func TestAPublishLeavesItsSessionDurable(t *testing.T) {
+	t.Parallel()
 	u, err := url.Parse(pgtest.DSN(t))
 	if err != nil {
 		t.Fatal(err)
@@ -526,6 +535,7 @@ func TestAPublishLeavesItsSessionDurable(t *testing.T) {
 // returns its error once its start's bound has passed, so that the next
 // Listen tries again, rather than leave the replica deaf meanwhile.
 func TestAListenWhoseCatchUpGetsNoAnswerGivesUp(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.DSN(t)
 	a, b := open(t, dsn), open(t, dsn)
 	b.listenSetup = 300 * time.Millisecond

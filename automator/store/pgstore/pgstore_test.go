@@ -44,6 +44,7 @@ func open(t *testing.T, dsn string) *Store {
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, func(t *testing.T) store.Store {
 		return open(t, pgtest.DSN(t))
 	})
@@ -80,6 +81,7 @@ func migrationRows(t *testing.T, s *Store) map[int]time.Time {
 // the losers fail on "relation already exists" (or a duplicate key in the
 // catalog).
 func TestReplicasStartingTogetherMigrateOnce(t *testing.T) {
+	t.Parallel()
 	const replicas = 4
 	dsn := pgtest.DSN(t)
 	var (
@@ -121,6 +123,7 @@ func TestReplicasStartingTogetherMigrateOnce(t *testing.T) {
 }
 
 func TestMigrationsAreOrdered(t *testing.T) {
+	t.Parallel()
 	for i, m := range migrations {
 		if m.version != i+1 {
 			t.Errorf("migrations[%d] has version %d, want %d", i, m.version, i+1)
@@ -132,6 +135,7 @@ func TestMigrationsAreOrdered(t *testing.T) {
 }
 
 func TestOpenRefusesANewerSchema(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.DSN(t)
 	s := open(t, dsn)
 	if _, err := s.pool.Exec(t.Context(), `INSERT INTO schema_migrations (version) VALUES (999)`); err != nil {
@@ -149,6 +153,7 @@ func TestOpenRefusesANewerSchema(t *testing.T) {
 // /readyz, still answers ready on a schema newer than it knows; one older
 // than it needs is not ready.
 func TestAReplicaStaysReadyWhenAnotherMigratesAhead(t *testing.T) {
+	t.Parallel()
 	s := open(t, pgtest.DSN(t))
 	latest := migrations[len(migrations)-1].version
 	if _, err := s.pool.Exec(t.Context(), `INSERT INTO schema_migrations (version) VALUES ($1)`, latest+1); err != nil {
@@ -166,6 +171,7 @@ func TestAReplicaStaysReadyWhenAnotherMigratesAhead(t *testing.T) {
 }
 
 func TestOpenRefusesOtherURLsAndHidesThePassword(t *testing.T) {
+	t.Parallel()
 	for _, dsn := range []string{"automator.db", "mysql://u:secret@h/db", "sqlite:x.db"} {
 		_, err := Open(t.Context(), dsn)
 		if err == nil || !strings.Contains(err.Error(), "postgres://") {
@@ -192,6 +198,8 @@ func TestOpenRefusesOtherURLsAndHidesThePassword(t *testing.T) {
 // a server that asks for one; the error says where the password goes,
 // rather than PostgreSQL's bare "password authentication failed".
 func TestAMissingPasswordSaysWhereToGiveIt(t *testing.T) {
+	// Not parallel: it sets PGPASSWORD and PGPASSFILE (t.Setenv), which
+	// every Open reads.
 	u, err := url.Parse(pgtest.URL(t))
 	if err != nil {
 		t.Fatal(err)
@@ -217,6 +225,7 @@ func TestAMissingPasswordSaysWhereToGiveIt(t *testing.T) {
 }
 
 func TestIsDSN(t *testing.T) {
+	t.Parallel()
 	for dsn, want := range map[string]bool{
 		"postgres://h/db":        true,
 		"postgresql://u@h:1/db":  true,
@@ -255,6 +264,7 @@ func enqueue(t *testing.T, s *Store, id string, queuedAt, deadline time.Time) {
 // TestTwoReplicasExpiringConcurrentlyNeverReturnTheSameUnit: the deadline
 // sweepers of two replicas run at once over the same due units.
 func TestTwoReplicasExpiringConcurrentlyNeverReturnTheSameUnit(t *testing.T) {
+	t.Parallel()
 	const units = 400
 	a, b := twoReplicas(t)
 	for i := range units {
@@ -315,6 +325,7 @@ func TestTwoReplicasExpiringConcurrentlyNeverReturnTheSameUnit(t *testing.T) {
 // TestTwoReplicasClaimingNeverShareAUnit: claimers on two replicas (two
 // pools) race for one account's queue.
 func TestTwoReplicasClaimingNeverShareAUnit(t *testing.T) {
+	t.Parallel()
 	const units = 400
 	a, b := twoReplicas(t)
 	for i := range units {
@@ -365,6 +376,7 @@ func TestTwoReplicasClaimingNeverShareAUnit(t *testing.T) {
 // TestSameIdempotencyKeyOnTwoReplicasMakesOneUnit: the unique index, not a
 // lock in one process, makes a key count once.
 func TestSameIdempotencyKeyOnTwoReplicasMakesOneUnit(t *testing.T) {
+	t.Parallel()
 	a, b := twoReplicas(t)
 	const n = 16
 	var wg sync.WaitGroup
@@ -406,6 +418,7 @@ func TestSameIdempotencyKeyOnTwoReplicasMakesOneUnit(t *testing.T) {
 // database whose default collation is en-US's, not C's: every listing must
 // still order names and ids byte by byte, as SQLite does.
 func TestConformanceUnderANaturalLanguageCollation(t *testing.T) {
+	t.Parallel()
 	db := pgtest.CollatedDatabase(t, "en-US")
 	storetest.Run(t, func(t *testing.T) store.Store {
 		return open(t, pgtest.DSNIn(t, db))
@@ -417,6 +430,7 @@ func TestConformanceUnderANaturalLanguageCollation(t *testing.T) {
 // a connection is store.IsUnavailable, which the server answers as
 // UNAVAILABLE; a query's own error is not.
 func TestErrorsOfAnUnreachableServerAreUnavailable(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	base := pgtest.URL(t)
@@ -460,6 +474,7 @@ func TestErrorsOfAnUnreachableServerAreUnavailable(t *testing.T) {
 // an encrypted client key) is a secret like its password: the "serving"
 // log line and store errors (in the log) show the DSN redacted.
 func TestRedactHidesTheClientKeyPassword(t *testing.T) {
+	t.Parallel()
 	got := Redact("postgres://u@h:5432/db?sslmode=verify-full&sslkey=client.key&sslpassword=s3cr3t-key-pass")
 	if strings.Contains(got, "s3cr3t-key-pass") {
 		t.Errorf("Redact left the client key's password in %q", got)

@@ -44,6 +44,7 @@ AND l.objid::int = hashtext($1) AND l.objsubid = 2`, id, app+" replica id")
 // held elsewhere is refused with ErrReplicaIDInUse, another id is not, and
 // once the first is released the id is taken at once.
 func TestAReplicaIDIsHeldByOneStoreAtATime(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.DSN(t)
 	a, b := open(t, dsn), open(t, dsn)
 	b.holdWait = 50 * time.Millisecond
@@ -73,6 +74,7 @@ func TestAReplicaIDIsHeldByOneStoreAtATime(t *testing.T) {
 // connects and takes the id again, and a second holder is still refused.
 // If another process took the id meanwhile, the hold says so.
 func TestAReplicaIDHoldTakesItsIDAgainAfterItsConnectionIsLost(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.DSN(t)
 	a, app := openNamed(t, dsn)
 	b, bApp := openNamed(t, dsn)
@@ -153,6 +155,7 @@ func TestAReplicaIDHoldTakesItsIDAgainAfterItsConnectionIsLost(t *testing.T) {
 // than take it for another process's, while any other holder still
 // refuses the id.
 func TestAHoldTakingItsIDAgainEndsItsOwnFormerSession(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.DSN(t)
 	s := open(t, dsn)
 	s.holdWait = 50 * time.Millisecond
@@ -187,6 +190,7 @@ func TestAHoldTakingItsIDAgainEndsItsOwnFormerSession(t *testing.T) {
 // name their heartbeat gives, whether or not their heartbeats are recent;
 // an id released is not, nor one held in another schema.
 func TestReplicaIDsHeldNamesTheHeldIDsOnly(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.DSN(t)
 	s, other := open(t, dsn), open(t, pgtest.DSN(t))
 	for _, id := range []string{"held", "released"} {
@@ -221,6 +225,7 @@ func TestReplicaIDsHeldNamesTheHeldIDsOnly(t *testing.T) {
 // word) makes the taking fail once its bound has passed, rather than wait
 // for the operating system to give the connection up.
 func TestTakingAReplicaIDThatGetsNoAnswerGivesUp(t *testing.T) {
+	t.Parallel()
 	r := startMarkerRelay(t, pgtest.DSN(t), hang)
 	s := open(t, r.dsn)
 	t.Cleanup(r.close)

@@ -15,6 +15,7 @@ import (
 // each must still arrive (two units queued on one account are two
 // wake-ups).
 func TestConcurrentEqualEventsAllArrive(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.DSN(t)
 	a, b := open(t, dsn), open(t, dsn)
 	events := listening(t, b)
@@ -45,6 +46,7 @@ func TestConcurrentEqualEventsAllArrive(t *testing.T) {
 // refuses a unit of another account as if it did not exist, and changes
 // nothing.
 func TestCompleteOfAnotherAccountIsNotFound(t *testing.T) {
+	t.Parallel()
 	s := open(t, pgtest.DSN(t))
 	ctx := t.Context()
 	now := time.Now().UTC().Truncate(time.Microsecond)

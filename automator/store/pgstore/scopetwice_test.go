@@ -14,6 +14,7 @@ import (
 // that named it once: narrowing it would remove both copies and leave an
 // empty scope, which is every account.
 func TestAccountDeleteRevokesAKeyThatNamedItsOnlyAccountTwice(t *testing.T) {
+	t.Parallel()
 	s := open(t, pgtest.DSN(t))
 	ctx := t.Context()
 	if _, err := s.AccountCreate(ctx, store.AccountCreateParams{Name: "acme", TokenHash: []byte("acme token hash"), KeyID: 1, SealedKey: []byte("k"), Now: testNow}); err != nil {

@@ -20,6 +20,7 @@ import (
 // instance that never received them, until their deadline; a created
 // account or key would exist though its creation "failed".
 func TestWritesUnderWayRunToTheirEnd(t *testing.T) {
+	t.Parallel()
 	const (
 		lockWork    = `LOCK TABLE work IN EXCLUSIVE MODE`
 		lockUnit    = `SELECT FROM work WHERE id = 'u' FOR UPDATE`

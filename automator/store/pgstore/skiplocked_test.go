@@ -15,6 +15,7 @@ import (
 // other. The race tests of two replicas catch a claim that waits only some
 // of the time; this one holds the lock for as long as it takes.
 func TestAClaimDoesNotWaitForAUnitAnotherSessionHolds(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.DSN(t)
 	s := open(t, dsn)
 	ctx := t.Context()

@@ -13,6 +13,7 @@ import (
 // leaves the column as it was. That poll, later than the stop, shows the
 // instance polling again: it is no longer listed as stopped.
 func TestAPollRecordedByAnOlderReplicaEndsAStop(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	s := open(t, pgtest.DSN(t))
 	if _, err := s.AccountCreate(ctx, store.AccountCreateParams{Name: "acme", TokenHash: []byte("hash"), KeyID: 1, SealedKey: []byte("key"), Now: testNow}); err != nil {
@@ -54,6 +55,7 @@ ON CONFLICT (account, instance_id) DO UPDATE SET
 // and leaves the columns as they were, so the newer replicas still order
 // the run's polls by the numbers they stored.
 func TestALatePollRecordedByAnOlderReplicaEndsAStop(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	s := open(t, pgtest.DSN(t))
 	if _, err := s.AccountCreate(ctx, store.AccountCreateParams{Name: "acme", TokenHash: []byte("hash"), KeyID: 1, SealedKey: []byte("key"), Now: testNow}); err != nil {

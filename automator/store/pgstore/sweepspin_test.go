@@ -34,6 +34,7 @@ func (c *countingExpire) WorkExpire(ctx context.Context, p store.WorkExpireParam
 // over and over, for as long as the lock is held (two statements per turn,
 // on every replica, at full speed).
 func TestTheSweeperDoesNotSpinOnADueUnitAnotherSessionHolds(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.DSN(t)
 	ctx := t.Context()
 	st, err := pgstore.Open(ctx, dsn)

@@ -60,6 +60,7 @@ func atVersion(t *testing.T, n int) (string, *pgxpool.Pool) {
 // checks through the store that every unit, credential and record came
 // through with its guarantees: guarantee 3 (Durable) across an upgrade.
 func TestEveryEarlierSchemaUpgradesWithNothingLost(t *testing.T) {
+	t.Parallel()
 	latest := migrations[len(migrations)-1].version
 	for v := 1; v <= latest; v++ {
 		if _, ok := upgradeFills[v]; !ok {
