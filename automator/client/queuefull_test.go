@@ -199,6 +199,12 @@ func TestRefusalsNotMadeAgain(t *testing.T) {
 			a := &refusingAutomator{refusal: tc.refusal, refuse: 1}
 			c := a.start(t)
 			ctx := waittest.Context(t, "a refusal to be returned")
+			// The connection is made before a deadline starts: on a
+			// loaded machine its setup alone can outlast 50 ms. Get is
+			// not one of the automator's methods here (Unimplemented).
+			if _, err := c.Get(ctx, "w_connect"); status.Code(err) != codes.Unimplemented {
+				t.Fatalf("Get: %v; want Unimplemented once connected", err)
+			}
 			if tc.deadline > 0 {
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(ctx, tc.deadline)
