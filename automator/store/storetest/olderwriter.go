@@ -1,0 +1,90 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+// The stories of an older automator (or replica) writing an instance's
+// poll in the database this binary uses, during a rolling upgrade: each
+// backend's test passes olderPoll, which writes a poll of account "acme",
+// instance "a" (host name "a", version "v1", nothing running) at the time
+// given, with that older version's own upsert, which leaves the columns it
+// predates as they were.
+
+// OlderWriterEndsAStop: a poll an automator predating instances.stopped_at
+// records, later than the stop, shows the instance polling again: it is no
+// longer listed as stopped.
+func OlderWriterEndsAStop(t *testing.T, s store.Store, now time.Time, olderPoll func(at time.Time) error) {
+	t.Helper()
+	ctx := t.Context()
+	createAcme(t, s, now)
+	if err := s.InstanceSeen(ctx, store.InstanceSeenParams{Account: "acme", InstanceID: "a", Hostname: "a", Version: "v2", Stopping: true, Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	stopped := func(want bool) {
+		t.Helper()
+		list, err := s.InstanceList(ctx, "acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) != 1 || list[0].Stopped != want {
+			t.Fatalf("InstanceList = %+v, want instance a with Stopped %v", list, want)
+		}
+	}
+	stopped(true)
+	if err := olderPoll(now.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	stopped(false)
+}
+
+// OlderWriterLatePollEndsAStop: a poll of the stopping process numbered
+// before its stop, written after it by an automator predating
+// instances.poll_run and poll_seq, ends the stop as it always did (the
+// documented behaviour of a rolling upgrade), and leaves those columns as
+// they were, so this binary still orders the run's polls by the numbers it
+// stored.
+func OlderWriterLatePollEndsAStop(t *testing.T, s store.Store, now time.Time, olderPoll func(at time.Time) error) {
+	t.Helper()
+	ctx := t.Context()
+	createAcme(t, s, now)
+	seen := func(seq int64, stopping bool, at time.Time) {
+		t.Helper()
+		if err := s.InstanceSeen(ctx, store.InstanceSeenParams{Account: "acme", InstanceID: "a", Hostname: "a", Version: "v2",
+			Stopping: stopping, Run: "r1", PollSeq: seq, Now: at}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stopped := func(want bool, at time.Time) {
+		t.Helper()
+		list, err := s.InstanceList(ctx, "acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) != 1 || list[0].Stopped != want || !list[0].LastPollAt.Equal(at) {
+			t.Fatalf("InstanceList = %+v, want instance a with Stopped %v, last poll at %v", list, want, at)
+		}
+	}
+	seen(3, true, now)
+	stopped(true, now)
+	// Poll 2, by the older writer.
+	late := now.Add(time.Second)
+	if err := olderPoll(late); err != nil {
+		t.Fatal(err)
+	}
+	stopped(false, late)
+	// Poll 1, later still, written by this binary: older than poll 3 of
+	// its run, still stored as the run's latest.
+	seen(1, false, now.Add(2*time.Second))
+	stopped(false, late)
+}
+
+func createAcme(t *testing.T, s store.Store, now time.Time) {
+	t.Helper()
+	if _, err := s.AccountCreate(t.Context(), store.AccountCreateParams{Name: "acme", TokenHash: []byte("hash"), KeyID: 1, SealedKey: []byte("key"), Now: now}); err != nil {
+		t.Fatal(err)
+	}
+}
