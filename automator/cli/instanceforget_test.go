@@ -13,7 +13,7 @@ import (
 )
 
 // TestServeForgetsInstancesThatStoppedPollingFor30Days: the record of an
-// instance whose latest poll is older than instanceForgetAfter leaves the
+// instance whose latest poll is older than store.InstanceForgetAfter leaves the
 // listing once serve runs, so names that come and go (a container's host
 // name at each start, names a token's holder makes up) do not add records
 // for ever; one that polled within it stays.
@@ -27,8 +27,8 @@ func TestServeForgetsInstancesThatStoppedPollingFor30Days(t *testing.T) {
 	st, _ := openDirStore(t, dir)
 	now := time.Now()
 	for id, polled := range map[string]time.Time{
-		"gone-long-ago": now.Add(-instanceForgetAfter - time.Hour),
-		"gone-lately":   now.Add(-instanceForgetAfter + time.Hour),
+		"gone-long-ago": now.Add(-store.InstanceForgetAfter - time.Hour),
+		"gone-lately":   now.Add(-store.InstanceForgetAfter + time.Hour),
 	} {
 		if err := st.InstanceSeen(t.Context(), store.InstanceSeenParams{Account: "acme", InstanceID: id, Hostname: id, Version: "v0.9", Now: polled}); err != nil {
 			t.Fatal(err)
@@ -46,9 +46,9 @@ func TestServeForgetsInstancesThatStoppedPollingFor30Days(t *testing.T) {
 		t.Fatalf("instances: %s", errb.String())
 	}
 	if strings.Contains(out.String(), "gone-long-ago") {
-		t.Errorf("an instance that last polled more than %v ago is still listed:\n%s", instanceForgetAfter, out.String())
+		t.Errorf("an instance that last polled more than %v ago is still listed:\n%s", store.InstanceForgetAfter, out.String())
 	}
 	if !strings.Contains(out.String(), "gone-lately") {
-		t.Errorf("an instance that polled less than %v ago is no longer listed:\n%s", instanceForgetAfter, out.String())
+		t.Errorf("an instance that polled less than %v ago is no longer listed:\n%s", store.InstanceForgetAfter, out.String())
 	}
 }

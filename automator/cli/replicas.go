@@ -45,24 +45,15 @@ func forgetReplicas(ctx context.Context, st store.Store, now time.Time, log *slo
 	}
 }
 
-// instanceForgetAfter is how long the record of a proxy instance that
-// stopped polling is kept (listings, the dashboard, metrics): an instance
-// is named by its proxy (by default its host name), so a proxy in a
-// container that gets a new name at each start, or a token's holder
-// making names up, would otherwise add records for ever. An instance that
-// polls again is recorded again; a warm standby stopped for longer simply
-// reappears when started.
-const instanceForgetAfter = 30 * 24 * time.Hour
-
 // forgetInstances deletes the records of the instances that have not
-// polled since instanceForgetAfter before now.
+// polled since store.InstanceForgetAfter before now.
 func forgetInstances(ctx context.Context, st store.Store, now time.Time, log *slog.Logger) {
-	n, err := st.InstancePurge(ctx, store.InstancePurgeParams{PolledBefore: now.Add(-instanceForgetAfter)})
+	n, err := st.InstancePurge(ctx, store.InstancePurgeParams{PolledBefore: now.Add(-store.InstanceForgetAfter)})
 	if err != nil && ctx.Err() == nil {
-		log.Error("deleting the records of instances that have not polled for 30 days", "err", err)
+		log.Error(fmt.Sprintf("deleting the records of instances that have not polled for %d days", store.InstanceForgetDays), "err", err)
 	}
 	if n > 0 {
-		log.Info("deleted the records of instances that have not polled for 30 days", "count", n)
+		log.Info(fmt.Sprintf("deleted the records of instances that have not polled for %d days", store.InstanceForgetDays), "count", n)
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 // ran once (a failover, a test) and was stopped. A standby never started
 // has never polled and cannot be listed, which the note says.
 func writeSeenInstances(w io.Writer, list []store.Instance, pollWindow time.Duration, now time.Time) {
-	forgetDays := int(instanceForgetAfter / (24 * time.Hour))
+	forgetDays := store.InstanceForgetDays
 	if len(list) == 0 {
 		fmt.Fprintf(w, "  none has polled in the last %d days; a standby never started cannot be listed: run `proxy status` on each host that holds the profile (it asks the automator whether its config is current)\n", forgetDays)
 		return

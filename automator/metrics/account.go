@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,7 +20,7 @@ var (
 	descInFlight = prometheus.NewDesc("automator_work_in_flight",
 		"Units of work claimed and not yet ended, by account.", []string{"account"}, nil)
 	descInstances = prometheus.NewDesc("automator_instances",
-		"Proxy instances that polled within 30 days, by account.", []string{"account"}, nil)
+		fmt.Sprintf("Proxy instances that polled within %d days, by account.", store.InstanceForgetDays), []string{"account"}, nil)
 	descOnline = prometheus.NewDesc("automator_instances_online",
 		"Proxy instances that polled within two poll windows and did not say at that poll that they were stopping, by account.", []string{"account"}, nil)
 )

@@ -56,8 +56,8 @@ const (
 	// StatusOffline: no instance online, nothing queued (a stopped group,
 	// or a warm standby not yet started).
 	StatusOffline AccountStatus = "offline"
-	// StatusNoInstances: no instance polled within 30 days (or ever),
-	// nothing queued.
+	// StatusNoInstances: no instance polled within
+	// store.InstanceForgetAfter (or ever), nothing queued.
 	StatusNoInstances AccountStatus = "no instances"
 )
 

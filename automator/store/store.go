@@ -203,10 +203,25 @@ type Work struct {
 	IdempotencyKey string
 }
 
+// InstanceForgetDays is how many days the record of a proxy instance that
+// stopped polling is kept (listings, the dashboard, metrics): serve
+// deletes the records of instances that have not polled for
+// InstanceForgetAfter (InstancePurge). An instance is named by its proxy
+// (by default its host name), so a proxy in a container that gets a new
+// name at each start, or a token's holder making names up, would
+// otherwise add records for ever. An instance that polls again is
+// recorded again; a warm standby stopped for longer simply reappears when
+// started. What says how long (the reason of a unit no instance claimed,
+// the listings' notes, the metrics' help) derives from it.
+const InstanceForgetDays = 30
+
+// InstanceForgetAfter is InstanceForgetDays as a duration.
+const InstanceForgetAfter = InstanceForgetDays * 24 * time.Hour
+
 // Instance is what the automator knows of one proxy process of an account,
 // refreshed on every poll. Instances are never registered: they appear
-// when they poll, and serve forgets one that has not polled for 30 days
-// (InstancePurge).
+// when they poll, and serve forgets one that has not polled for
+// InstanceForgetAfter (InstancePurge).
 type Instance struct {
 	Account    string
 	InstanceID string
@@ -459,6 +474,10 @@ func UnclaimedAccounts(due []Work) []string {
 	return out
 }
 
+// UnclaimedReason begins the reason of every unit that timed out with no
+// instance having claimed it (neverClaimedReason), whatever follows.
+const UnclaimedReason = "no instance claimed it before the deadline"
+
 // neverClaimedReason says why no instance of account claimed a unit, in
 // one sentence its caller can act on: the account has no instance; none
 // was online (the latest few named, stopped or when each last polled); or
@@ -473,11 +492,12 @@ func UnclaimedAccounts(due []Work) []string {
 // within that time still counts. A stop, and an instance's first poll, are
 // written as they come.
 func neverClaimedReason(account string, a AccountInstances) string {
-	const unclaimed = "no instance claimed it before the deadline"
+	const unclaimed = UnclaimedReason
 	switch {
 	case a.Instances == 0:
-		// serve forgets an instance that has not polled for 30 days.
-		return fmt.Sprintf("%s: account %s has no proxy instance (none has polled in 30 days, if ever); start one with the account's profile", unclaimed, account)
+		// serve forgets an instance that has not polled for
+		// InstanceForgetAfter.
+		return fmt.Sprintf("%s: account %s has no proxy instance (none has polled in %d days, if ever); start one with the account's profile", unclaimed, account, InstanceForgetDays)
 	case a.Online == 1:
 		return unclaimed + " (1 instance online)"
 	case a.Online > 1:
