@@ -133,6 +133,7 @@ func printCancelled(w io.Writer, ids []string, units []*cancelJSON, refused refu
 	}
 	t := table(w)
 	fmt.Fprintln(t, "WORK ID\tACCOUNT\tSTATE\tEXIT\tCLAIMER\tTHIS CALL\tREASON")
+	var reasons reasonColumn
 	for _, v := range out {
 		exit := "-"
 		if v.ExitCode != nil {
@@ -143,7 +144,11 @@ func printCancelled(w io.Writer, ids []string, units []*cancelJSON, refused refu
 			did = "cancelled it (was " + v.PreviousState + ")"
 		}
 		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.ID, v.Account, v.State, exit, orDash(v.InstanceID), did,
-			orDash(shorten(v.Reason, maxReason)))
+			reasons.cell(v.Reason, v.Account, v.InstanceID))
 	}
-	return t.Flush()
+	if err := t.Flush(); err != nil {
+		return err
+	}
+	// Every unit listed has ended: waiting for it answers at once.
+	return reasons.note(w, "`automator work wait ID... --json`")
 }

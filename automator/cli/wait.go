@@ -174,14 +174,17 @@ func cmdWorkWait(ctx context.Context, args []string, env Env) (int, error) {
 	if len(out) > 0 {
 		t := table(env.Stdout)
 		fmt.Fprintln(t, "WORK ID\tACCOUNT\tSTATE\tEXIT\tCLAIMER\tREASON")
+		var reasons reasonColumn
 		for _, v := range out {
 			exit := "-"
 			if v.ExitCode != nil {
 				exit = fmt.Sprint(*v.ExitCode)
 			}
-			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\n", v.ID, v.Account, v.State, exit, orDash(v.InstanceID), orDash(shorten(v.Reason, maxReason)))
+			fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\n", v.ID, v.Account, v.State, exit, orDash(v.InstanceID), reasons.cell(v.Reason, v.Account, v.InstanceID))
 		}
-		werr = t.Flush()
+		if werr = t.Flush(); werr == nil {
+			werr = reasons.note(env.Stdout, "--json")
+		}
 	}
 	if firstErr != nil {
 		return 0, explain(firstErr) // after the units that ended before it

@@ -124,18 +124,6 @@ func exitCode(c *int32) string {
 	return fmt.Sprint(*c)
 }
 
-// maxReason bounds the reason in a table; --json and `work show` give it
-// whole.
-const maxReason = 60
-
-func shorten(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n-1]) + "…"
-}
-
 // cmdWorkList lists units newest first; --account and --state narrow it,
 // and given empty they are refused rather than taken for no filter.
 func cmdWorkList(ctx context.Context, args []string, env Env) error {
@@ -191,12 +179,16 @@ func cmdWorkList(ctx context.Context, args []string, env Env) error {
 	}
 	w := table(env.Stdout)
 	fmt.Fprintln(w, "WORK ID\tACCOUNT\tSTATE\tQUEUED\tCLAIMED\tFINISHED\tCLAIMER\tEXIT\tREASON")
+	var reasons reasonColumn
 	for _, v := range views {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.ID, v.Account, v.State, utc(v.QueuedAt),
 			after(v.QueuedAt, v.ClaimedAt), after(firstOf(v.ClaimedAt, v.QueuedAt), v.FinishedAt), orDash(v.InstanceID),
-			exitCode(v.ExitCode), orDash(shorten(v.Reason, maxReason)))
+			exitCode(v.ExitCode), reasons.cell(v.Reason, v.Account, v.InstanceID))
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return reasons.note(env.Stdout, "`automator work show ID` (or --json)")
 }
 
 // workListChunk is the most units work list reads at a time. Each comes
