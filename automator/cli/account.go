@@ -42,11 +42,12 @@ func accountArgs(fs *flag.FlagSet, args []string, dir *string, usage string) (st
 func cmdAccountCreate(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("account create", env)
 	dir := fs.String("data-dir", "", "the automator's data directory")
-	name, err := accountArgs(fs, args, dir, "usage: automator account create NAME --data-dir DIR")
+	db := dbFlag(fs)
+	name, err := accountArgs(fs, args, dir, "usage: automator account create NAME --data-dir DIR [--db DSN]")
 	if err != nil {
 		return err
 	}
-	d, err := openAccountAdmin(ctx, *dir)
+	d, err := openAccountAdmin(ctx, *dir, *db)
 	if err != nil {
 		return err
 	}
@@ -78,7 +79,7 @@ func cmdAccountCreate(ctx context.Context, args []string, env Env) error {
 		return fmt.Errorf("account %q already exists", name)
 	}
 	if errors.Is(err, store.ErrBeingDeleted) {
-		return fmt.Errorf("account %q is still being deleted: an earlier `automator account delete` stopped before it moved every unit of the old account under its tombstone; a serving automator finishes that as it starts and every hour, or run `automator account delete %s --data-dir %s` again to finish now, then create the account", name, name, *dir)
+		return fmt.Errorf("account %q is still being deleted: an earlier `automator account delete` stopped before it moved every unit of the old account under its tombstone; a serving automator finishes that as it starts and every hour, or run `automator account delete %s --data-dir %s`%s again to finish now, then create the account", name, name, *dir, withSameDB(*db))
 	}
 	if err != nil {
 		return err // it names the account
@@ -86,7 +87,7 @@ func cmdAccountCreate(ctx context.Context, args []string, env Env) error {
 	if _, err := fmt.Fprint(env.Stdout, Profile(name, cfg.PublicURL, token, key.String(), string(caPEM))); err != nil {
 		// The profile was the only copy of the token: say so, rather
 		// than exit 0 with nothing saved.
-		return fmt.Errorf("account %q is created, but its profile could not be written (%w), and its token is nowhere else; get a new profile with `automator account rotate-token %s --data-dir %s --overlap 0`", name, err, name, *dir)
+		return fmt.Errorf("account %q is created, but its profile could not be written (%w), and its token is nowhere else; get a new profile with `automator account rotate-token %s --data-dir %s --overlap 0`%s", name, err, name, *dir, withSameDB(*db))
 	}
 	noteLoopbackProfile(env.Stderr, cfg.PublicURL, *dir)
 	return nil
@@ -145,14 +146,17 @@ type accountAdmin struct {
 	master crypto.MasterKey
 	caPEM  []byte
 	st     store.Store
+	// db is the command's --db ("" when it was not given), for its hints.
+	db string
 }
 
 // openAccountAdmin loads the settings, the master key and the CA
-// certificate of a data directory and opens its store; the caller closes it.
+// certificate of a data directory and opens its store, or the one db
+// (--db) names; the caller closes it.
 // A master key that opens none of the accounts' keys is refused: keys
 // sealed with it would not open in the automator.
-func openAccountAdmin(ctx context.Context, dir string) (accountAdmin, error) {
-	cfg, err := config.Load(dir)
+func openAccountAdmin(ctx context.Context, dir, db string) (accountAdmin, error) {
+	cfg, err := loadConfig(dir, db)
 	if err != nil {
 		return accountAdmin{}, err
 	}
@@ -172,5 +176,5 @@ func openAccountAdmin(ctx context.Context, dir string) (accountAdmin, error) {
 		st.Close()
 		return accountAdmin{}, err
 	}
-	return accountAdmin{cfg: cfg, master: master, caPEM: caPEM, st: st}, nil
+	return accountAdmin{cfg: cfg, master: master, caPEM: caPEM, st: st, db: db}, nil
 }

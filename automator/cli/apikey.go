@@ -23,7 +23,7 @@ import (
 	"github.com/opsgate/opsgate/internal/secretfile"
 )
 
-const apikeyUsage = "usage: automator apikey create NAME --data-dir DIR (--accounts A,B | --all-accounts) | apikey list --data-dir DIR [--db DSN] [--json] | apikey revoke ID --data-dir DIR"
+const apikeyUsage = "usage: automator apikey create NAME --data-dir DIR [--db DSN] (--accounts A,B | --all-accounts) | apikey list --data-dir DIR [--db DSN] [--json] | apikey revoke ID --data-dir DIR [--db DSN]"
 
 // cmdAPIKey is `automator apikey create | list | revoke`.
 func cmdAPIKey(ctx context.Context, args []string, env Env) error {
@@ -41,12 +41,10 @@ func cmdAPIKey(ctx context.Context, args []string, env Env) error {
 	return errors.New(apikeyUsage)
 }
 
-// openDataStore loads the settings of a data directory and opens its store.
-func openDataStore(ctx context.Context, dir string) (store.Store, error) {
-	if err := requireFlag("data-dir", dir); err != nil {
-		return nil, err
-	}
-	cfg, err := config.Load(dir)
+// openDataStore loads the settings of a data directory and opens its
+// store, or the one db (--db) names.
+func openDataStore(ctx context.Context, dir, db string) (store.Store, error) {
+	cfg, err := loadConfig(dir, db)
 	if err != nil {
 		return nil, err
 	}
@@ -60,13 +58,14 @@ func openDataStore(ctx context.Context, dir string) (store.Store, error) {
 func cmdAPIKeyCreate(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("apikey create", env)
 	dir := fs.String("data-dir", "", "the automator's data directory")
+	db := dbFlag(fs)
 	accounts := fs.String("accounts", "", "comma-separated accounts the key may use (execute on, read and cancel units of)")
 	all := fs.Bool("all-accounts", false, "the key may use every account, present and future")
 	pos, err := clihelp.ParseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
-	name, err := oneArg(fs, "NAME", pos, "usage: automator apikey create NAME --data-dir DIR (--accounts A,B | --all-accounts)")
+	name, err := oneArg(fs, "NAME", pos, "usage: automator apikey create NAME --data-dir DIR [--db DSN] (--accounts A,B | --all-accounts)")
 	if err != nil {
 		return err
 	}
@@ -96,7 +95,7 @@ func cmdAPIKeyCreate(ctx context.Context, args []string, env Env) error {
 		}
 		scope = store.DistinctAccounts(scope) // as the store keeps it
 	}
-	st, err := openDataStore(ctx, *dir)
+	st, err := openDataStore(ctx, *dir, *db)
 	if err != nil {
 		return err
 	}
@@ -111,9 +110,9 @@ func cmdAPIKeyCreate(ctx context.Context, args []string, env Env) error {
 	}
 	switch {
 	case len(missing) == 1:
-		return fmt.Errorf("--accounts: account %q not found; create it first (`automator account create %s --data-dir %s`)", missing[0], missing[0], shellArg(*dir))
+		return fmt.Errorf("--accounts: account %q not found; create it first (`automator account create %s --data-dir %s`%s)", missing[0], missing[0], shellArg(*dir), withSameDB(*db))
 	case len(missing) > 1:
-		return fmt.Errorf("--accounts: accounts %s not found; create them first (`automator account create NAME --data-dir %s` for each)", quotedList(missing), shellArg(*dir))
+		return fmt.Errorf("--accounts: accounts %s not found; create them first (`automator account create NAME --data-dir %s` for each%s)", quotedList(missing), shellArg(*dir), withSameDB(*db))
 	}
 	var b [6]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -135,7 +134,7 @@ func cmdAPIKeyCreate(ctx context.Context, args []string, env Env) error {
 		return fmt.Errorf("storing the API key: %w", err)
 	}
 	if _, err := fmt.Fprintln(env.Stdout, secret); err != nil {
-		return fmt.Errorf("API key %s (%s) is made, but its secret could not be written (%w), and is nowhere else; revoke it with `automator apikey revoke %s --data-dir %s` and make another", id, name, err, id, *dir)
+		return fmt.Errorf("API key %s (%s) is made, but its secret could not be written (%w), and is nowhere else; revoke it with `automator apikey revoke %s --data-dir %s`%s and make another", id, name, err, id, *dir, withSameDB(*db))
 	}
 	fmt.Fprintf(env.Stderr, "automator: API key %s (%s) for %s; its secret is on stdout, shown this once\n", id, name, scopeText(scope))
 	return nil
@@ -181,7 +180,7 @@ func cmdAPIKeyList(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("apikey list", env)
 	l := listing{
 		dir: fs.String("data-dir", "", "the automator's data directory"),
-		db:  fs.String("db", "", "database DSN (overrides automator.yaml)"),
+		db:  dbFlag(fs),
 	}
 	asJSON := fs.Bool("json", false, "one JSON object per key")
 	if err := clihelp.ParseNoArgs(fs, args); err != nil {
@@ -241,14 +240,15 @@ func cmdAPIKeyList(ctx context.Context, args []string, env Env) error {
 func cmdAPIKeyRevoke(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("apikey revoke", env)
 	dir := fs.String("data-dir", "", "the automator's data directory")
+	db := dbFlag(fs)
 	pos, err := clihelp.ParseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
-	if _, err := oneArg(fs, "ID", pos, "usage: automator apikey revoke ID --data-dir DIR"); err != nil {
+	if _, err := oneArg(fs, "ID", pos, "usage: automator apikey revoke ID --data-dir DIR [--db DSN]"); err != nil {
 		return err
 	}
-	st, err := openDataStore(ctx, *dir)
+	st, err := openDataStore(ctx, *dir, *db)
 	if err != nil {
 		return err
 	}
@@ -259,7 +259,7 @@ func cmdAPIKeyRevoke(ctx context.Context, args []string, env Env) error {
 	}
 	i := slices.IndexFunc(keys, func(k store.APIKey) bool { return k.ID == pos[0] })
 	if i < 0 {
-		return notFound(keys, pos[0], *dir)
+		return notFound(keys, pos[0], *dir, *db)
 	}
 	if k := keys[i]; !k.RevokedAt.IsZero() {
 		fmt.Fprintf(env.Stdout, "API key %s (%s) was already revoked at %s\n", k.ID, k.Name, k.RevokedAt.UTC().Format(time.RFC3339))
@@ -269,7 +269,7 @@ func cmdAPIKeyRevoke(ctx context.Context, args []string, env Env) error {
 	k, err := st.APIKeyRevoke(ctx, store.APIKeyRevokeParams{ID: pos[0], Now: now,
 		Audit: cliEvent(store.AuditEvent{At: now, Kind: store.AuditAPIKeyRevoked, Detail: fmt.Sprintf("%s (%s)", keys[i].ID, keys[i].Name)})})
 	if errors.Is(err, store.ErrNotFound) {
-		return notFound(keys, pos[0], *dir)
+		return notFound(keys, pos[0], *dir, *db)
 	}
 	if errors.Is(err, store.ErrWithdrawalInterrupted) {
 		// The revoke is committed, with its audit event.
@@ -279,15 +279,15 @@ func cmdAPIKeyRevoke(ctx context.Context, args []string, env Env) error {
 	}
 	fmt.Fprintf(env.Stdout, "API key %s (%s) revoked; it is refused from now on\n", k.ID, k.Name)
 	if path := filepath.Join(*dir, config.FileAPIKey); holdsKey(path, k) {
-		fmt.Fprintf(env.Stderr, "automator: %s held this key: exec, work wait and work cancel with --data-dir are refused until a new one is put there: `automator apikey create admin --all-accounts --data-dir %s > %s`\n", path, *dir, path)
+		fmt.Fprintf(env.Stderr, "automator: %s held this key: exec, work wait and work cancel with --data-dir are refused until a new one is put there: `automator apikey create admin --all-accounts --data-dir %s > %s`%s\n", path, *dir, path, withSameDB(*db))
 	}
 	return nil
 }
 
 // notFound is apikey revoke's error for an ID that is none of keys', in
-// the data directory dir.
-func notFound(keys []store.APIKey, id, dir string) error {
-	return fmt.Errorf("no API key of ID %q%s; see `automator apikey list --data-dir %s`", id, namedSo(keys, id), shellArg(dir))
+// the data directory dir (and the database db, its --db).
+func notFound(keys []store.APIKey, id, dir, db string) error {
+	return fmt.Errorf("no API key of ID %q%s; see `automator apikey list --data-dir %s`%s", id, namedSo(keys, id), shellArg(dir), withSameDB(db))
 }
 
 // namedSo is, for an ID given to apikey revoke that is no key's, what

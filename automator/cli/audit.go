@@ -16,11 +16,12 @@ import (
 const auditPage = 1000
 
 // cmdAudit prints the audit log, oldest first: `automator audit --data-dir
-// DIR [--since DUR] [--json]`. Script names are stored sealed with the
+// DIR [--db DSN] [--since DUR] [--json]`. Script names are stored sealed with the
 // master key; this command, which reads the master key, shows them.
 func cmdAudit(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("audit", env)
 	dir := fs.String("data-dir", "", "the automator's data directory")
+	db := dbFlag(fs)
 	since := clihelp.Duration(fs, "since", 0, "only events of the last DUR (default: every event)")
 	asJSON := fs.Bool("json", false, "one JSON object per event")
 	if err := clihelp.ParseNoArgs(fs, args); err != nil {
@@ -29,7 +30,7 @@ func cmdAudit(ctx context.Context, args []string, env Env) error {
 	if *since < 0 {
 		return fmt.Errorf("--since %v must be positive", *since)
 	}
-	st, err := openDataStore(ctx, *dir)
+	st, err := openDataStore(ctx, *dir, *db)
 	if err != nil {
 		return err
 	}

@@ -16,7 +16,7 @@ import (
 )
 
 // cmdBackup writes a consistent copy of the SQLite database to FILE while
-// serve may be running: `automator backup --data-dir DIR FILE`. FILE must
+// serve may be running: `automator backup --data-dir DIR [--db DSN] FILE`. FILE must
 // not exist; it is written mode 0600, under a temporary name in its
 // directory, synced, then linked to its name, so it is whole or absent.
 // The copy holds the database only: its secrets are sealed with the
@@ -24,11 +24,12 @@ import (
 func cmdBackup(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("backup", env)
 	dir := fs.String("data-dir", "", "the automator's data directory")
+	db := dbFlag(fs)
 	pos, err := clihelp.ParseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
-	file, err := oneArg(fs, "FILE", pos, "usage: automator backup --data-dir DIR FILE")
+	file, err := oneArg(fs, "FILE", pos, "usage: automator backup --data-dir DIR [--db DSN] FILE")
 	if err != nil {
 		return err
 	}
@@ -38,7 +39,7 @@ func cmdBackup(ctx context.Context, args []string, env Env) error {
 	if file == "" {
 		return errors.New("backup: FILE is empty; name the new file to write the backup to")
 	}
-	cfg, err := config.Load(*dir)
+	cfg, err := loadConfig(*dir, *db)
 	if err != nil {
 		return err
 	}

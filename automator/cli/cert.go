@@ -25,13 +25,11 @@ import (
 func cmdCertRenew(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("cert renew", env)
 	dir := fs.String("data-dir", "", "the automator's data directory")
+	db := dbFlag(fs)
 	if err := clihelp.ParseNoArgs(fs, args); err != nil {
 		return err
 	}
-	if err := requireFlag("data-dir", *dir); err != nil {
-		return err
-	}
-	cfg, err := config.Load(*dir)
+	cfg, err := loadConfig(*dir, *db)
 	if err != nil {
 		return err
 	}

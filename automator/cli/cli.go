@@ -21,29 +21,32 @@ import (
 const usage = `usage:
   automator init    --data-dir DIR [--public-url https://HOST:PORT] [--db DSN]
   automator serve   --data-dir DIR [--listen ADDR] [--http-listen ADDR] [--db DSN] [--replica-id ID] [--log-format text|json]
-  automator account create NAME --data-dir DIR
-  automator account list --data-dir DIR [--json]
-  automator account rotate-token NAME --data-dir DIR [--overlap DUR]   # prints the new profile
-  automator account rotate-key NAME --data-dir DIR [--overlap DUR]     # prints the new profile
-  automator account delete NAME --data-dir DIR                         # cancels its open units, destroys its token and key
-  automator apikey create NAME --data-dir DIR (--accounts A,B | --all-accounts)
+  automator account create NAME --data-dir DIR [--db DSN]
+  automator account list --data-dir DIR [--db DSN] [--json]
+  automator account rotate-token NAME --data-dir DIR [--db DSN] [--overlap DUR]   # prints the new profile
+  automator account rotate-key NAME --data-dir DIR [--db DSN] [--overlap DUR]     # prints the new profile
+  automator account delete NAME --data-dir DIR [--db DSN]                         # cancels its open units, destroys its token and key
+  automator apikey create NAME --data-dir DIR [--db DSN] (--accounts A,B | --all-accounts)
   automator apikey list --data-dir DIR [--db DSN] [--json]
-  automator apikey revoke ID --data-dir DIR
-  automator audit   --data-dir DIR [--since DUR] [--json]
-  automator cert renew --data-dir DIR
-  automator instances --account NAME --data-dir DIR [--json]
-  automator work list --data-dir DIR [--account NAME] [--state STATE] [--limit N] [--json]
-  automator work show ID --data-dir DIR [--reveal] [--json]
+  automator apikey revoke ID --data-dir DIR [--db DSN]
+  automator audit   --data-dir DIR [--db DSN] [--since DUR] [--json]
+  automator cert renew --data-dir DIR [--db DSN]
+  automator instances --account NAME --data-dir DIR [--db DSN] [--json]
+  automator work list --data-dir DIR [--db DSN] [--account NAME] [--state STATE] [--limit N] [--json]
+  automator work show ID --data-dir DIR [--db DSN] [--reveal] [--json]
   automator work wait ID... (--data-dir DIR | --server URL --api-key-file F --ca FILE) [--json]
   automator work cancel ID... (--data-dir DIR | --server URL --api-key-file F --ca FILE) [--json]
   automator replicas --data-dir DIR [--db DSN]
-  automator backup  --data-dir DIR FILE               # SQLite: a consistent copy while serve runs
-  automator restore --data-dir DIR FILE               # serve stopped; ends the units open in FILE
+  automator backup  --data-dir DIR [--db DSN] FILE               # SQLite: a consistent copy while serve runs
+  automator restore --data-dir DIR [--db DSN] FILE               # serve stopped; ends the units open in FILE
   automator restore --data-dir DIR [--db DSN] --open-work-only   # after a PostgreSQL restore
   automator exec    --data-dir DIR --account NAME [--timeout DUR] [--stdin FILE|-] SCRIPT [ARG...]
   automator exec    --server URL --api-key-file F --ca FILE --account NAME ... SCRIPT [ARG...]
   automator install --data-dir DIR [--name NAME] [--user USER] [--manual-start]
   automator start|stop|status|uninstall [--name NAME]
+
+--db DSN, wherever it is taken, overrides db in DIR/automator.yaml: give a command the --db
+its serve was given, or it opens another database.
 
 exit codes: 0 done; 255 the command failed (a flag, a file, the automator unreachable or
 refusing the API key). exec: the remote exit code, 124 timed out, 125 the proxy could not run

@@ -21,11 +21,12 @@ import (
 func cmdAccountDelete(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("account delete", env)
 	dir := fs.String("data-dir", "", "the automator's data directory")
-	name, err := accountArgs(fs, args, dir, "usage: automator account delete NAME --data-dir DIR")
+	db := dbFlag(fs)
+	name, err := accountArgs(fs, args, dir, "usage: automator account delete NAME --data-dir DIR [--db DSN]")
 	if err != nil {
 		return err
 	}
-	d, err := openAccountAdmin(ctx, *dir)
+	d, err := openAccountAdmin(ctx, *dir, *db)
 	if err != nil {
 		return err
 	}
@@ -64,7 +65,7 @@ func cmdAccountDelete(ctx context.Context, args []string, env Env) error {
 	interrupted := unfinished || errors.Is(err, store.ErrWithdrawalInterrupted)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return fmt.Errorf("account %q not found; see `automator account list --data-dir %s`", name, shellArg(*dir))
+		return fmt.Errorf("account %q not found; see `automator account list --data-dir %s`%s", name, shellArg(*dir), withSameDB(*db))
 	case err != nil && !interrupted:
 		return err
 	case unfinished:
@@ -72,8 +73,8 @@ func cmdAccountDelete(ctx context.Context, args []string, env Env) error {
 		if ctx.Err() == nil {
 			why = err.Error()
 		}
-		fmt.Fprintf(env.Stderr, "automator: warning: the deletion stands, but it stopped before every unit of %q was moved under %q (%s); the name stays taken until `automator account delete %s --data-dir %s` moves the rest, or a serving automator does (as it starts, and every hour)\n",
-			name, del.Tombstone, why, name, *dir)
+		fmt.Fprintf(env.Stderr, "automator: warning: the deletion stands, but it stopped before every unit of %q was moved under %q (%s); the name stays taken until `automator account delete %s --data-dir %s`%s moves the rest, or a serving automator does (as it starts, and every hour)\n",
+			name, del.Tombstone, why, name, *dir, withSameDB(*db))
 	case interrupted:
 		fmt.Fprintf(env.Stderr, "automator: warning: %v; the deletion stands\n", err)
 	}

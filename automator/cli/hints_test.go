@@ -62,7 +62,7 @@ func TestHintsOfUnknownIDsAndAccountsRunAsPrinted(t *testing.T) {
 func TestServesWarningOfAnUnknownRevealKeyNamesAListingThatRunsAsPrinted(t *testing.T) {
 	t.Parallel()
 	dir := initDir(t)
-	st, err := openDataStore(t.Context(), dir)
+	st, err := openDataStore(t.Context(), dir, "")
 	if err != nil {
 		t.Fatal(err)
 	}

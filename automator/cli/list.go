@@ -31,7 +31,7 @@ type listing struct {
 func listingFlags(fs *flag.FlagSet) listing {
 	return listing{
 		dir:  fs.String("data-dir", "", "the automator's data directory"),
-		db:   fs.String("db", "", "database DSN (overrides automator.yaml)"),
+		db:   dbFlag(fs),
 		json: fs.Bool("json", false, "print JSON (for scripts) instead of a table"),
 	}
 }
@@ -40,11 +40,7 @@ func listingFlags(fs *flag.FlagSet) listing {
 // be run as printed. A DSN given with --db, which may hold a password, is
 // not repeated: the hint says to give it again.
 func (l listing) accountListHint() string {
-	hint := "`automator account list --data-dir " + shellArg(*l.dir) + "` lists them"
-	if *l.db != "" {
-		hint += " (with the same --db)"
-	}
-	return hint
+	return "`automator account list --data-dir " + shellArg(*l.dir) + "` lists them" + withSameDB(*l.db)
 }
 
 // shellArg is s as one word of a POSIX shell's command line, quoted when
@@ -58,15 +54,9 @@ func shellArg(s string) string {
 
 // open reads the settings and opens the store.
 func (l listing) open(ctx context.Context) (store.Store, config.Config, error) {
-	if err := requireFlag("data-dir", *l.dir); err != nil {
-		return nil, config.Config{}, err
-	}
-	cfg, err := config.Load(*l.dir)
+	cfg, err := loadConfig(*l.dir, *l.db)
 	if err != nil {
 		return nil, config.Config{}, err
-	}
-	if *l.db != "" {
-		cfg.DB = *l.db
 	}
 	st, err := openStore(ctx, *l.dir, cfg)
 	if err != nil {

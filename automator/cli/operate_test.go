@@ -66,8 +66,9 @@ func serveInProcess(t *testing.T) *served {
 	return serveDirInProcess(t, initDir(t))
 }
 
-// serveDirInProcess is serveInProcess on a data directory made by initDir.
-func serveDirInProcess(t *testing.T, dir string) *served {
+// serveDirInProcess is serveInProcess on a data directory made by initDir,
+// serve given the flags more as well.
+func serveDirInProcess(t *testing.T, dir string, more ...string) *served {
 	t.Helper()
 	s := &served{dir: dir, log: &lockedBuffer{}, scripts: t.TempDir()}
 	cfg, err := config.Load(s.dir)
@@ -81,7 +82,7 @@ func serveDirInProcess(t *testing.T, dir string) *served {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
 	go func() {
-		done <- Main(ctx, []string{"serve", "--data-dir", s.dir, "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--log-format", "json"},
+		done <- Main(ctx, append([]string{"serve", "--data-dir", s.dir, "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--log-format", "json"}, more...),
 			Env{Stdout: io.Discard, Stderr: s.log})
 	}()
 	s.stop = sync.OnceFunc(func() {

@@ -181,19 +181,13 @@ func every(ctx context.Context, d time.Duration, fn func()) <-chan struct{} {
 func cmdReplicas(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("replicas", env)
 	dir := fs.String("data-dir", "", "the automator's data directory")
-	db := fs.String("db", "", "database DSN (overrides automator.yaml)")
+	db := dbFlag(fs)
 	if err := clihelp.ParseNoArgs(fs, args); err != nil {
 		return err
 	}
-	if err := requireFlag("data-dir", *dir); err != nil {
-		return err
-	}
-	cfg, err := config.Load(*dir)
+	cfg, err := loadConfig(*dir, *db)
 	if err != nil {
 		return err
-	}
-	if *db != "" {
-		cfg.DB = *db
 	}
 	st, err := openStore(ctx, *dir, cfg)
 	if err != nil {

@@ -29,7 +29,7 @@ const restoreReason = "ended by a restore: it was open when the backup was taken
 // data directory's SQLite database, or, with --open-work-only, ends the
 // open units of a database restored by other means (PostgreSQL's tools):
 //
-//	automator restore --data-dir DIR FILE
+//	automator restore --data-dir DIR [--db DSN] FILE
 //	automator restore --data-dir DIR [--db DSN] --open-work-only
 //
 // Either way every unit queued or claimed in the restored database ends
@@ -38,45 +38,38 @@ const restoreReason = "ended by a restore: it was open when the backup was taken
 func cmdRestore(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("restore", env)
 	dir := fs.String("data-dir", "", "the automator's data directory (its serve must be stopped)")
-	db := fs.String("db", "", "database DSN (overrides automator.yaml); with --open-work-only")
+	db := dbFlag(fs)
 	openOnly := fs.Bool("open-work-only", false, "replace nothing: end the open units of the database as restored by other means (PostgreSQL), before any replica starts")
 	pos, err := clihelp.ParseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
-	if err := requireFlag("data-dir", *dir); err != nil {
-		return err
-	}
-	cfg, err := config.Load(*dir)
+	cfg, err := loadConfig(*dir, *db)
 	if err != nil {
 		return err
-	}
-	if *db != "" {
-		cfg.DB = *db
 	}
 	if *openOnly {
 		if len(pos) != 0 {
 			return fmt.Errorf("restore --open-work-only takes no FILE, got %q", pos)
 		}
-		return restoreOpenWork(ctx, *dir, cfg, env)
+		return restoreOpenWork(ctx, *dir, *db, cfg, env)
 	}
-	file, err := oneArg(fs, "FILE", pos, "usage: automator restore --data-dir DIR FILE")
+	file, err := oneArg(fs, "FILE", pos, "usage: automator restore --data-dir DIR [--db DSN] FILE")
 	if err != nil {
 		return err
 	}
 	if file == "" {
 		return errors.New("restore: FILE is empty; name the backup to restore")
 	}
-	if *db != "" {
-		return errors.New("--db goes with --open-work-only only: a FILE is restored into the data directory's SQLite database")
-	}
 	if pgstore.IsDSN(cfg.DB) {
-		return fmt.Errorf("the database is PostgreSQL (%s): restore it with PostgreSQL's own tools, then run `automator restore --data-dir %s --open-work-only` before any replica starts; see docs/several-automators.md", pgstore.Redact(cfg.DB), *dir)
+		return fmt.Errorf("the database is PostgreSQL (%s): restore it with PostgreSQL's own tools, then run `automator restore --data-dir %s --open-work-only`%s before any replica starts; see docs/several-automators.md", pgstore.Redact(cfg.DB), *dir, withSameDB(*db))
 	}
-	return restoreSQLite(ctx, *dir, cfg, file, env)
+	return restoreSQLite(ctx, *dir, *db, cfg, file, env)
 }
 
-func restoreSQLite(ctx context.Context, dir string, cfg config.Config, file string, env Env) error {
+// restoreSQLite restores the backup FILE into the SQLite database of cfg,
+// that of the data directory dir or the one db (--db) names.
+func restoreSQLite(ctx context.Context, dir, db string, cfg config.Config, file string, env Env) error {
 	lock, err := lockForRestore(dir)
 	if err != nil {
 		return err
@@ -174,7 +167,7 @@ func restoreSQLite(ctx context.Context, dir string, cfg config.Config, file stri
 		signOuts, err = carrySignOuts(ctx, st, prev.signOuts)
 	}
 	if err == nil && prevErr == nil {
-		accountLines, err = accountWarnings(ctx, st, prev.accounts, dir)
+		accountLines, err = accountWarnings(ctx, st, prev.accounts, dir, db)
 	}
 	if err == nil {
 		// Putting the copy in place is no transaction of the database:
@@ -228,7 +221,7 @@ func restoreSQLite(ctx context.Context, dir string, cfg config.Config, file stri
 	if carried > 0 {
 		fmt.Fprintf(env.Stdout, "copied %s queued with an idempotency key after the backup was taken from the replaced database (%d of them open, ended as timed_out): a retry with such a key gets its unit, and runs nothing again\n", unitCount(carried), carriedOpen)
 	}
-	printCredentials(env, dir, prev, prevErr, reRevoked, reDeleted, signOuts, accountLines)
+	printCredentials(env, dir, db, prev, prevErr, reRevoked, reDeleted, signOuts, accountLines)
 	if len(unopened) > 0 {
 		fmt.Fprintf(env.Stdout, "warning: the master key in %s does not open the keys of these accounts of the backup, whose calls will fail: %s\n",
 			filepath.Join(dir, config.FileMasterKey), strings.Join(firstNames(unopened, 20), ", "))
@@ -477,7 +470,7 @@ func carrySignOuts(ctx context.Context, st store.Store, prevSignOuts []store.Das
 // backup was taken is refused to the proxies given its newer profile. Each
 // warning names the command that mends it, runnable as printed (with the
 // data directory dir).
-func accountWarnings(ctx context.Context, st store.Store, prevAccounts []store.Account, dir string) ([]string, error) {
+func accountWarnings(ctx context.Context, st store.Store, prevAccounts []store.Account, dir, db string) ([]string, error) {
 	restored, err := st.AccountList(ctx)
 	if err != nil {
 		return nil, err
@@ -491,9 +484,9 @@ func accountWarnings(ctx context.Context, st store.Store, prevAccounts []store.A
 		r, ok := byName[p.Name]
 		switch {
 		case !ok:
-			lines = append(lines, fmt.Sprintf("warning: account %s was made after the backup was taken and is not in it: its proxies are refused until it is made again (`automator account create %s --data-dir %s`) and they get its new profile", p.Name, p.Name, dir))
+			lines = append(lines, fmt.Sprintf("warning: account %s was made after the backup was taken and is not in it: its proxies are refused until it is made again (`automator account create %s --data-dir %s`%s) and they get its new profile", p.Name, p.Name, dir, withSameDB(db)))
 		case !bytes.Equal(r.TokenHash, p.TokenHash) || r.KeyID != p.KeyID:
-			lines = append(lines, fmt.Sprintf("warning: account %s had its token or key rotated after the backup was taken: the restored database accepts its earlier token again and refuses proxies given the newer profile; run `automator account rotate-token %s --data-dir %s --overlap 0` (or rotate-key) and deploy the new profile", p.Name, p.Name, dir))
+			lines = append(lines, fmt.Sprintf("warning: account %s had its token or key rotated after the backup was taken: the restored database accepts its earlier token again and refuses proxies given the newer profile; run `automator account rotate-token %s --data-dir %s --overlap 0` (or rotate-key)%s and deploy the new profile", p.Name, p.Name, dir, withSameDB(db)))
 		}
 	}
 	return lines, nil
@@ -501,7 +494,7 @@ func accountWarnings(ctx context.Context, st store.Store, prevAccounts []store.A
 
 // printCredentials says what the restore did about credentials withdrawn
 // after the backup was taken, and what the operator must do again.
-func printCredentials(env Env, dir string, prev previous, prevErr error, reRevoked []store.APIKey, reDeleted []store.AccountDeletion, signOuts int, accountLines []string) {
+func printCredentials(env Env, dir, db string, prev previous, prevErr error, reRevoked []store.APIKey, reDeleted []store.AccountDeletion, signOuts int, accountLines []string) {
 	for _, k := range reRevoked {
 		fmt.Fprintf(env.Stdout, "API key %s (%s) was revoked after the backup was taken: revoked again\n", k.ID, k.Name)
 	}
@@ -519,7 +512,7 @@ func printCredentials(env Env, dir string, prev previous, prevErr error, reRevok
 		if prevErr != nil {
 			why = fmt.Sprintf("the replaced database could not be read (%v)", prevErr)
 		}
-		fmt.Fprintf(env.Stdout, "warning: %s: an API key revoked, an account token or key rotated, or an account deleted, after the backup was taken is valid again; check `automator apikey list --data-dir %s` and `automator account list --data-dir %s`, then revoke, rotate and delete again; a dashboard session signed out of since works again until it expires, unless its API key is revoked\n", why, dir, dir)
+		fmt.Fprintf(env.Stdout, "warning: %s: an API key revoked, an account token or key rotated, or an account deleted, after the backup was taken is valid again; check `automator apikey list --data-dir %s` and `automator account list --data-dir %s`%s, then revoke, rotate and delete again; a dashboard session signed out of since works again until it expires, unless its API key is revoked\n", why, dir, dir, withSameDB(db))
 	}
 }
 
@@ -589,7 +582,7 @@ func copyFile(src, dst string) error {
 // restoreOpenWork ends the open units of the configured database, replacing
 // nothing: after a database was restored by other means (PostgreSQL's
 // pg_restore, a file system snapshot), before any automator serves it.
-func restoreOpenWork(ctx context.Context, dir string, cfg config.Config, env Env) error {
+func restoreOpenWork(ctx context.Context, dir, db string, cfg config.Config, env Env) error {
 	// SQLite: the data directory's alone, as for a restore of a FILE.
 	// PostgreSQL: shared, as for any command; the replicas' heartbeats,
 	// below, tell whether one serves.
@@ -643,6 +636,6 @@ func restoreOpenWork(ctx context.Context, dir string, cfg config.Config, env Env
 	audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditRestore,
 		Detail: fmt.Sprintf("open units of a restored database ended; %d units", queued+claimed)}, env)
 	printEnded(env, queued, claimed)
-	fmt.Fprintf(env.Stdout, "note: an API key revoked, an account token or key rotated, or an account deleted, after the backup was taken is valid again; check `automator apikey list --data-dir %s` and `automator account list --data-dir %s`, then revoke, rotate and delete again; a dashboard session signed out of since works again until it expires, unless its API key is revoked\n", dir, dir)
+	fmt.Fprintf(env.Stdout, "note: an API key revoked, an account token or key rotated, or an account deleted, after the backup was taken is valid again; check `automator apikey list --data-dir %s` and `automator account list --data-dir %s`%s, then revoke, rotate and delete again; a dashboard session signed out of since works again until it expires, unless its API key is revoked\n", dir, dir, withSameDB(db))
 	return nil
 }

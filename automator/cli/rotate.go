@@ -31,15 +31,16 @@ func cmdAccountRotate(ctx context.Context, rotateKey bool, args []string, env En
 	}
 	fs := newFlags("account "+what, env)
 	dir := fs.String("data-dir", "", "the automator's data directory")
+	db := dbFlag(fs)
 	overlap := clihelp.Duration(fs, "overlap", DefaultOverlap, "how long the old token and key keep working for proxies on the old profile (0: refused at once)")
-	name, err := accountArgs(fs, args, dir, fmt.Sprintf("usage: automator account %s NAME --data-dir DIR [--overlap DUR]", what))
+	name, err := accountArgs(fs, args, dir, fmt.Sprintf("usage: automator account %s NAME --data-dir DIR [--db DSN] [--overlap DUR]", what))
 	if err != nil {
 		return err
 	}
 	if *overlap < 0 || *overlap > maxOverlap {
 		return fmt.Errorf("--overlap %v is outside [0, %v]", *overlap, maxOverlap)
 	}
-	d, err := openAccountAdmin(ctx, *dir)
+	d, err := openAccountAdmin(ctx, *dir, *db)
 	if err != nil {
 		return err
 	}
@@ -60,7 +61,7 @@ func rotateAccount(ctx context.Context, d accountAdmin, name string, rotateKey b
 	cfg, master, caPEM, st := d.cfg, d.master, d.caPEM, d.st
 	keys, err := st.AccountKeys(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("account %q not found; see `automator account list --data-dir %s`", name, shellArg(dir))
+		return fmt.Errorf("account %q not found; see `automator account list --data-dir %s`%s", name, shellArg(dir), withSameDB(d.db))
 	}
 	if err != nil {
 		return err
@@ -123,14 +124,14 @@ func rotateAccount(ctx context.Context, d accountAdmin, name string, rotateKey b
 		if again, err := accountProfile(ctx, st, master, name, cfg.PublicURL, token, string(caPEM), now); err == nil {
 			profile = again
 		} else {
-			fmt.Fprintf(env.Stderr, "automator: warning: account %q got a new key from another rotation while this one ran, and reading it failed (%v): the profile below has the new token but key %d; run `automator account rotate-token %s --data-dir %s` for one with the current key\n",
-				name, err, current.ID, name, dir)
+			fmt.Fprintf(env.Stderr, "automator: warning: account %q got a new key from another rotation while this one ran, and reading it failed (%v): the profile below has the new token but key %d; run `automator account rotate-token %s --data-dir %s`%s for one with the current key\n",
+				name, err, current.ID, name, dir, withSameDB(d.db))
 		}
 	}
 	_, printErr := fmt.Fprint(env.Stdout, profile)
 	if printErr != nil {
-		return fmt.Errorf("account %q is rotated, but its new profile could not be written (%w), and its new token is nowhere else; run `automator account %s %s --data-dir %s --overlap %v` again for another",
-			name, printErr, what, name, dir, overlap)
+		return fmt.Errorf("account %q is rotated, but its new profile could not be written (%w), and its new token is nowhere else; run `automator account %s %s --data-dir %s --overlap %v`%s again for another",
+			name, printErr, what, name, dir, overlap, withSameDB(d.db))
 	}
 	noteLoopbackProfile(env.Stderr, cfg.PublicURL, dir)
 	if overlap > 0 {
@@ -144,7 +145,7 @@ func rotateAccount(ctx context.Context, d accountAdmin, name string, rotateKey b
 		fmt.Fprintf(env.Stderr, "automator: account %q rotated with no overlap: proxies on the old profile, or on any earlier one, are refused from now on; install this profile on every proxy of the account, stopped standbys included\n", name)
 	}
 	if seenErr != nil {
-		fmt.Fprintf(env.Stderr, "automator: warning: the account's instances could not be listed (%v): see `automator instances --account %s --data-dir %s`\n", seenErr, name, shellArg(dir))
+		fmt.Fprintf(env.Stderr, "automator: warning: the account's instances could not be listed (%v): see `automator instances --account %s --data-dir %s`%s\n", seenErr, name, shellArg(dir), withSameDB(d.db))
 	} else {
 		fmt.Fprintf(env.Stderr, "automator: instances that polled with account %q:\n", name)
 		writeSeenInstances(env.Stderr, seen, d.cfg.PollWindow, time.Now())

@@ -135,7 +135,7 @@ func TestRotationPrintsItsNewTokenWhenTheStoreFailsAfterTheCommit(t *testing.T) 
 		{true, 0}, // key 4 alone
 		{true, time.Hour},
 	} {
-		d, err := openAccountAdmin(t.Context(), dir)
+		d, err := openAccountAdmin(t.Context(), dir, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -196,7 +196,7 @@ func TestRotateTokenRacedByARotateKeyPrintsTheCurrentKey(t *testing.T) {
 	if code, _, stderr := runMain(t, "account", "create", "acme", "--data-dir", dir); code != 0 {
 		t.Fatalf("account create acme: exit %d: %s", code, stderr)
 	}
-	d, err := openAccountAdmin(t.Context(), dir)
+	d, err := openAccountAdmin(t.Context(), dir, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func TestRotationWhoseInstancesCannotBeListedNamesTheListingThatRunsAsPrinted(t 
 	if code, _, stderr := runMain(t, "account", "create", "acme", "--data-dir", dir); code != 0 {
 		t.Fatalf("account create acme: exit %d: %s", code, stderr)
 	}
-	d, err := openAccountAdmin(t.Context(), dir)
+	d, err := openAccountAdmin(t.Context(), dir, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	dir := fs.String("data-dir", "", "the automator's data directory (made by init)")
 	listen := fs.String("listen", "", "gRPC address host:port (overrides automator.yaml)")
 	httpListen := fs.String("http-listen", "", "HTTP address for /healthz, /readyz, /metrics, the dashboard and the HTTP/JSON API under /v1/ (overrides automator.yaml)")
-	db := fs.String("db", "", "database DSN (overrides automator.yaml)")
+	db := dbFlag(fs)
 	replicaID := fs.String("replica-id", "", "this replica's id among automators sharing a database")
 	plaintext := fs.Bool("insecure-plaintext", false, "serve gRPC without TLS; loopback addresses only (tests and demos)")
 	logFormat := fs.String("log-format", "", "log format on stderr: text (the default) or json (overrides automator.yaml)")
@@ -389,17 +389,13 @@ func warnUnknownRevealKeys(ctx context.Context, st store.Store, ids []string, di
 	if err != nil {
 		return
 	}
-	sameDB := ""
-	if db != "" {
-		sameDB = " (with the same --db)"
-	}
 	known := make(map[string]bool, len(keys))
 	for _, k := range keys {
 		known[k.ID] = true
 	}
 	for _, id := range ids {
 		if !known[id] {
-			log.Warn("dashboard_reveal_keys in "+config.FileConfig+" names no API key: it reveals nothing until a key with that id exists; `automator apikey list --data-dir "+shellArg(dir)+"` shows the ids"+sameDB, "id", id)
+			log.Warn("dashboard_reveal_keys in "+config.FileConfig+" names no API key: it reveals nothing until a key with that id exists; `automator apikey list --data-dir "+shellArg(dir)+"` shows the ids"+withSameDB(db), "id", id)
 		}
 	}
 }
