@@ -86,7 +86,7 @@ func cmdExec(ctx context.Context, args []string, env Env) (int, error) {
 	case rerr != nil && res.WorkID == "" && status.Code(err) == codes.NotFound && *caller.dir != "":
 		// The account is unknown. Away from the automator's host
 		// (--server) no command lists the accounts.
-		rerr = fmt.Errorf("%w; `automator account list --data-dir %s` lists them", rerr, shellArg(*caller.dir))
+		rerr = fmt.Errorf("%w; `automator account list --data-dir %s`%s lists them", rerr, shellArg(*caller.dir), serveDBHint(*caller.dir))
 	}
 	return code, caller.explain(rerr)
 }
@@ -302,7 +302,7 @@ func (f callerFlags) explain(err error) error {
 		return err
 	}
 	path := filepath.Join(*f.dir, config.FileAPIKey)
-	return fmt.Errorf("%w; that is the key in %s: put a new one there with `automator apikey create admin --all-accounts --data-dir %s > %s` (run on this host, it needs no API key), or give --api-key-file", err, path, *f.dir, path)
+	return fmt.Errorf("%w; that is the key in %s: put a new one there with `automator apikey create admin --all-accounts --data-dir %s > %s`%s (run on this host, it needs no API key), or give --api-key-file", err, path, *f.dir, path, serveDBHint(*f.dir))
 }
 
 // readAPIKeyFile reads the API key in the file at path, written by hand or

@@ -232,7 +232,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	heartbeatDone := startHeartbeat(runCtx, st, cfg.ReplicaID, log)
 	purgeDone := startPurge(runCtx, srv, dash, timed, cfg.WorkRetention, log)
 
-	serving := config.Serving{GRPC: lis.Addr().String(), HTTP: hlis.Addr().String(), Plaintext: cfg.InsecurePlaintext}
+	serving := config.Serving{GRPC: lis.Addr().String(), HTTP: hlis.Addr().String(), Plaintext: cfg.InsecurePlaintext, DB: servedDB(*dir, cfg)}
 	if err := config.WriteServing(*dir, serving); err != nil {
 		return fmt.Errorf("writing %s: %w", config.FileServing, err)
 	}

@@ -328,6 +328,11 @@ type Serving struct {
 	GRPC      string `yaml:"grpc"`
 	HTTP      string `yaml:"http"`
 	Plaintext bool   `yaml:"plaintext,omitempty"`
+	// DB is the database serve opened: a SQLite file's absolute path, or
+	// a PostgreSQL URL without its password. A command run without --db
+	// compares it with automator.yaml's (it is absent from the file of a
+	// serve of an earlier release).
+	DB string `yaml:"db,omitempty"`
 }
 
 // WriteServing records the bound addresses (atomically: write then rename).
