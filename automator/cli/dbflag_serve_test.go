@@ -52,6 +52,13 @@ func TestACommandWithoutDBIsRefusedWhileServeRunsOnAnother(t *testing.T) {
 		if code != ExitError || !strings.Contains(stderr, "automator account list --data-dir") || !strings.Contains(stderr, "--db") {
 			t.Errorf("exec to an unknown account under a serve given --db: exit %d, stderr %q; want the account list hint to say to give serve's --db", code, stderr)
 		}
+		if code, _, stderr := runCLI(t, "apikey", "revoke", "admin", "--data-dir", dir, "--db", "sqlite:"+other); code != 0 {
+			t.Fatalf("apikey revoke admin --db: exit %d: %s", code, stderr)
+		}
+		code, _, stderr = runCLI(t, "exec", "--data-dir", dir, "--account", "acme", "@ping")
+		if code != ExitError || !strings.Contains(stderr, "automator apikey create admin") || !strings.Contains(stderr, "--db") {
+			t.Errorf("exec with admin.apikey revoked under a serve given --db: exit %d, stderr %q; want the apikey create hint to say to give serve's --db", code, stderr)
+		}
 	})
 	t.Run("its own database spelt otherwise", func(t *testing.T) {
 		t.Parallel()

@@ -101,3 +101,38 @@ func TestEveryCommandThatOpensTheStoreTakesDB(t *testing.T) {
 		}
 	}
 }
+
+// TestHintsOfACommandGivenDBSayToGiveItAgain: a command given --db that
+// names another command in a refusal says "(with the same --db)", without
+// the DSN, which may hold a password; run as printed with that --db, the
+// command it names works (it lists the database --db names).
+func TestHintsOfACommandGivenDBSayToGiveItAgain(t *testing.T) {
+	t.Parallel()
+	dir := initDir(t)
+	other := filepath.Join(t.TempDir(), "other.db")
+	if code, _, stderr := runCLI(t, "backup", "--data-dir", dir, other); code != 0 {
+		t.Fatalf("backup into other.db: exit %d: %s", code, stderr)
+	}
+	for _, args := range [][]string{
+		{"apikey", "revoke", "ak_nope"},
+		{"account", "delete", "nope"},
+		{"account", "rotate-token", "nope"},
+		{"account", "rotate-key", "nope"},
+		{"apikey", "create", "ci", "--accounts", "nope"}, // last: its hint makes the account
+	} {
+		name := strings.Join(args, " ")
+		code, _, stderr := runCLI(t, append(args, "--data-dir", dir, "--db", other)...)
+		if code != ExitError || !strings.Contains(stderr, "(with the same --db)") || strings.Contains(stderr, other) {
+			t.Errorf("%s --db DSN: exit %d, stderr %q; want %d and a hint saying (with the same --db), without the DSN", name, code, stderr, ExitError)
+			continue
+		}
+		hint := hintCommand(stderr)
+		if hint == nil {
+			t.Errorf("%s --db DSN: stderr %q names no command", name, stderr)
+			continue
+		}
+		if code, _, herr := runCLI(t, append(hint, "--db", other)...); code != 0 {
+			t.Errorf("%s --db DSN printed %q; that command run as printed with the same --db: exit %d: %s", name, stderr, code, herr)
+		}
+	}
+}
