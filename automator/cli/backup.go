@@ -16,9 +16,9 @@ import (
 )
 
 // cmdBackup writes a consistent copy of the SQLite database to FILE while
-// serve may be running: `automator backup --data-dir DIR [--db DSN] FILE`. FILE must
-// not exist; it is written mode 0600, under a temporary name in its
-// directory, synced, then linked to its name, so it is whole or absent.
+// serve may be running: `automator backup --data-dir DIR [--db DSN] FILE`.
+// FILE must not exist; it is written mode 0600, under a temporary name in
+// its directory, synced, then linked to its name, so it is whole or absent.
 // The copy holds the database only: its secrets are sealed with the
 // master key, which is not in it.
 func cmdBackup(ctx context.Context, args []string, env Env) error {
