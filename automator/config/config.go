@@ -368,8 +368,10 @@ func ReadServing(dir string) (s Serving, ok bool, err error) {
 	if err != nil {
 		return Serving{}, false, err
 	}
-	if err := Decode(data, &s); err != nil {
-		return Serving{}, false, fmt.Errorf("parsing %s: %w", FileServing, err)
+	// Not Decode: serve writes this file, never a person, and a later
+	// release may record more in it, which this one reads past.
+	if err := yaml.Unmarshal(data, &s); err != nil {
+		return Serving{}, false, fmt.Errorf("parsing %s: %w", FileServing, yamlerr.Word(err))
 	}
 	return s, true, nil
 }
