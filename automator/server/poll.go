@@ -285,6 +285,10 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 		return resp, true, nil
 	}
 	claimed := handed
+	// The first fromQueue units of claimed were taken from the queue by
+	// this poll's claim; the others were handed to it as they were queued
+	// (hub.reserve).
+	fromQueue := 0
 	if len(handed) == 0 {
 		switch {
 		case max == 0:
@@ -357,6 +361,7 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 			s.hub.NotifyWork(account, 1, ended)
 		}
 		// The units queued before the claim come first.
+		fromQueue = len(claimed)
 		claimed = append(claimed, more...)
 		now = ended
 		if ctx.Err() != nil {
@@ -376,7 +381,7 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 		s.failUnsent(ctx, false, "a newer poll of its proxy process came while it was being claimed", claimed...)
 		return resp, true, nil
 	}
-	for _, w := range claimed {
+	for i, w := range claimed {
 		resp.Claims = append(resp.Claims, &automatorv1.Claim{
 			WorkId:        w.ID,
 			ClaimId:       w.ClaimID,
@@ -385,7 +390,7 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 			Remaining:     durationpb.New(claimRemaining(w, now)),
 		})
 		s.metrics.WorkClaimed(w.Account, now.Sub(w.QueuedAt))
-		s.log.Debug("work claimed", "work_id", w.ID, "account", account, "instance_id", w.InstanceID, "handed", w.ClaimedAt.Equal(w.QueuedAt))
+		s.log.Debug("work claimed", "work_id", w.ID, "account", account, "instance_id", w.InstanceID, "handed", i >= fromQueue)
 	}
 	return resp, false, nil
 }
