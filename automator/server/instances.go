@@ -70,6 +70,14 @@ func (r *seenRecord) staleLocked(ps pollSeen) bool {
 	return ps.run != "" && ps.run == r.run && ps.seq != 0 && ps.seq < r.seq
 }
 
+// numberedLocked is true for a poll of the run of r's latest poll, both
+// numbered: they are ordered by their numbers, not by when each reached
+// the automator nor by its clock, which may have stepped back between
+// them.
+func (r *seenRecord) numberedLocked(ps pollSeen) bool {
+	return ps.run != "" && ps.run == r.run && ps.seq != 0 && r.seq != 0
+}
+
 // instanceSeen records a poll: in memory while RecordInstances runs and the
 // instance is known and unchanged, else in the store.
 func (s *Server) instanceSeen(ctx context.Context, p store.InstanceSeenParams, ps pollSeen) error {
@@ -83,7 +91,8 @@ func (s *Server) instanceSeen(ctx context.Context, p store.InstanceSeenParams, p
 	if r := c.m[key]; r != nil && r.last.Hostname == p.Hostname && r.last.Version == p.Version &&
 		r.last.Stopping == p.Stopping && !ps.newRun {
 		if c.batching {
-			if p.Now.After(r.last.Now) {
+			// Not stale (above): numbered, it follows r's latest.
+			if r.numberedLocked(ps) || p.Now.After(r.last.Now) {
 				r.last = p
 				r.run, r.seq = ps.run, ps.seq
 				if !r.dirty {
@@ -124,10 +133,9 @@ func (s *Server) instanceSeen(ctx context.Context, p store.InstanceSeenParams, p
 		c.m[key] = r
 	}
 	newer := r.last.Now.IsZero() || !p.Now.Before(r.last.Now)
-	if ps.run != "" && ps.run == r.run && ps.seq != 0 && r.seq != 0 {
-		// Polls of one process are ordered by their numbers, not by when
-		// each reached this point: a poll kept in memory while this one
-		// was written may be the one it followed.
+	if r.numberedLocked(ps) {
+		// A poll kept in memory while this one was written may be the one
+		// it followed.
 		newer = ps.seq >= r.seq
 	}
 	if newer || r.last.Hostname != p.Hostname || r.last.Version != p.Version {

@@ -343,3 +343,34 @@ func TestAStartAfterAStopHeardByAnotherReplicaIsWrittenAtOnce(t *testing.T) {
 	}
 	e.wantStopped("a", false, e.clock.Now())
 }
+
+// TestABatchedPollFollowsTheClockWhenItStepsBack: the automator's clock
+// steps back by an hour (an NTP step) while an instance polls, its polls
+// batched: the record follows the clock, and once the instance dies it is
+// listed offline two poll windows after its last poll, as always, not an
+// hour later (its record kept at the time from before the step, ahead of
+// the clock).
+func TestABatchedPollFollowsTheClockWhenItStepsBack(t *testing.T) {
+	t.Parallel()
+	e := newSeenEnv(t)
+	e.batching()
+	e.pollRun(e.srv, "a", "run-1", 1, false)
+	e.clock.add(-time.Hour)
+	e.clock.add(time.Second)
+	e.pollRun(e.srv, "a", "run-1", 2, false)
+	if err := e.srv.FlushInstances(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	e.wantStopped("a", false, e.clock.Now())
+
+	// It dies.
+	e.clock.add(InstanceOnlineWithin(e.srv.pollWindow) + time.Second)
+	list, err := e.st.Store.InstanceList(t.Context(), "acme")
+	if err != nil || len(list) != 1 {
+		t.Fatalf("InstanceList: %v, %v; want instance a", list, err)
+	}
+	since := e.clock.Now().Add(-InstanceOnlineWithin(e.srv.pollWindow))
+	if got := StatusOfInstance(list[0], since); got != InstanceOffline {
+		t.Errorf("%v after its last poll, instance a is %s, want %s", InstanceOnlineWithin(e.srv.pollWindow)+time.Second, got, InstanceOffline)
+	}
+}

@@ -810,8 +810,10 @@ type Store interface {
 	// memory and writes them in batches. A poll older than the one stored
 	// for its instance changes nothing, so batches written late or by
 	// several replicas never move a record back in time, nor, numbered
-	// before the stored poll of their run, back in its run. Polls of
-	// accounts that no longer exist are left out, as by InstanceSeen.
+	// before the stored poll of their run, back in its run. A poll of that
+	// run numbered after it is newer, even earlier on the clock (a step
+	// back of the automator's clock): the record follows the clock. Polls
+	// of accounts that no longer exist are left out, as by InstanceSeen.
 	InstancesSeen(ctx context.Context, ps []InstanceSeenParams) error
 	// InstanceList returns the instances of an account, ordered by id,
 	// each with the number of the account's units it has claimed that have

@@ -43,6 +43,19 @@ WHERE NOT (excluded.poll_run <> '' AND excluded.poll_run = instances.poll_run
 	AND excluded.poll_seq <> 0 AND excluded.poll_seq < instances.poll_seq)` + where
 }
 
+// batchedNotOlder is what a batch adds to instanceUpsert: a poll kept in
+// memory while a later one was written (one at a time, or by another
+// replica) changes nothing. A poll of the stored poll's run is later when
+// numbered after it, whatever the clock says: after a step back of the
+// automator's clock, the record follows the clock rather than keep a time
+// ahead of it, which would list an instance that died meanwhile online
+// for as long as the step. Another poll is later when it is not earlier
+// on the clock.
+const batchedNotOlder = `
+	AND (excluded.last_poll_at >= instances.last_poll_at
+		OR (excluded.poll_run <> '' AND excluded.poll_run = instances.poll_run
+			AND instances.poll_seq <> 0 AND excluded.poll_seq > instances.poll_seq))`
+
 func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) error {
 	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
 		// A poll of an account deleted meanwhile is not recorded.

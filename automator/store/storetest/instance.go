@@ -14,6 +14,7 @@ var instanceCases = []testCase{
 	{"InstanceListCountsInFlightTheUnitsEachInstanceHoldsClaimed", testInstanceInFlight},
 	{"AStoppingPollShowsTheInstanceStoppedUntilItPollsAgain", testInstanceStopped},
 	{"APollOfARunNumberedBeforeItsStopNeverEndsIt", testInstanceStopOrderedByPollSeq},
+	{"ABatchedPollOfTheStoredRunNumberedAfterItIsWrittenThoughEarlierOnTheClock", testInstanceBatchAfterClockStepBack},
 }
 
 func (f *fixture) seen(p store.InstanceSeenParams) {
@@ -332,4 +333,63 @@ func testInstanceStopOrderedByPollSeq(f *fixture) {
 		f.t.Fatalf("InstancesSeen: %v", err)
 	}
 	f.wantInstances("acme", []store.Instance{in(again2)})
+}
+
+// testInstanceBatchAfterClockStepBack: the automator's clock stepped back
+// (an NTP step) between two polls of one proxy process: the later poll,
+// numbered after the stored one but earlier on the clock, is written in a
+// batch as one at a time, so the record follows the clock. Were it left
+// out as older, the record would keep the time from before the step,
+// ahead of the clock, until the clock passed it again, and an instance
+// that died meanwhile would be listed online for as long as the step. A
+// batch still changes nothing of a newer poll of another run, or of the
+// stored run numbered after its own.
+func testInstanceBatchAfterClockStepBack(f *fixture) {
+	f.account("acme")
+	poll := func(run string, seq int64, stopping bool, now time.Time) store.InstanceSeenParams {
+		return store.InstanceSeenParams{Account: "acme", InstanceID: "a", Hostname: "a.example", Version: "v1",
+			Stopping: stopping, Run: run, PollSeq: seq, Now: now}
+	}
+	in := func(p store.InstanceSeenParams) store.Instance {
+		return store.Instance{Account: p.Account, InstanceID: p.InstanceID, Hostname: p.Hostname, Version: p.Version,
+			LastPollAt: p.Now, Stopped: p.Stopping}
+	}
+	batch := func(ps ...store.InstanceSeenParams) {
+		f.t.Helper()
+		if err := f.s.InstancesSeen(f.ctx, ps); err != nil {
+			f.t.Fatalf("InstancesSeen(%d polls): %v", len(ps), err)
+		}
+	}
+	before := poll("r1", 1, false, at(time.Hour))
+	f.seen(before)
+	// The clock steps back by an hour; the process polls on.
+	after := poll("r1", 2, false, at(time.Minute))
+	batch(after)
+	f.wantInstances("acme", []store.Instance{in(after)})
+	online := func(since time.Time, want int) {
+		f.t.Helper()
+		stats, err := f.s.AccountStats(f.ctx, store.AccountStatsParams{OnlineSince: since})
+		if err != nil {
+			f.t.Fatalf("AccountStats: %v", err)
+		}
+		if len(stats) != 1 || stats[0].InstancesOnline != want {
+			f.t.Errorf("AccountStats since %v = %+v, want %d online", since, stats, want)
+		}
+	}
+	// It dies: two minutes later on the clock it is no longer online.
+	online(at(2*time.Minute), 0)
+
+	// A batch holding an older poll of the run, or one of another run
+	// earlier on the clock, changes nothing.
+	batch(poll("r1", 1, false, at(2*time.Minute)))
+	f.wantInstances("acme", []store.Instance{in(after)})
+	batch(poll("r0", 9, false, at(30*time.Second)))
+	f.wantInstances("acme", []store.Instance{in(after)})
+
+	// Its stop, and its further polls while it stops, likewise.
+	stop := poll("r1", 3, true, at(2*time.Minute))
+	f.seen(stop)
+	stop4 := poll("r1", 4, true, at(90*time.Second))
+	batch(stop4)
+	f.wantInstances("acme", []store.Instance{in(stop4)})
 }
