@@ -47,3 +47,23 @@ ON CONFLICT (account, instance_id) DO UPDATE SET
 		return err
 	})
 }
+
+// TestAStopRecordedByAnOlderReplicaIsNotEndedByALateBatch: a replica
+// predating instances.poll_run and poll_seq (schema version 7; a rolling
+// upgrade) records the stop (storetest.OlderWriterStopIsNotEndedByALateBatch).
+func TestAStopRecordedByAnOlderReplicaIsNotEndedByALateBatch(t *testing.T) {
+	t.Parallel()
+	s := open(t, pgtest.DSN(t))
+	storetest.OlderWriterStopIsNotEndedByALateBatch(t, s, testNow, func(at time.Time) error {
+		_, err := s.pool.Exec(t.Context(), `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at)
+SELECT $1::text, $2::text, $3::text, $4::text, $5::timestamptz, $6::integer, $7::timestamptz WHERE EXISTS (SELECT 1 FROM accounts WHERE name = $1 AND key_id <> 0)
+ON CONFLICT (account, instance_id) DO UPDATE SET
+	hostname = excluded.hostname,
+	version = excluded.version,
+	last_poll_at = excluded.last_poll_at,
+	in_flight = excluded.in_flight,
+	stopped_at = excluded.stopped_at`,
+			"acme", "a", "a", "v1", at, 0, at)
+		return err
+	})
+}

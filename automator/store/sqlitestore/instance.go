@@ -49,12 +49,16 @@ WHERE NOT (excluded.poll_run <> '' AND excluded.poll_run = instances.poll_run
 // numbered after it, whatever the clock says: after a step back of the
 // automator's clock, the record follows the clock rather than keep a time
 // ahead of it, which would list an instance that died meanwhile online
-// for as long as the step. Another poll is later when it is not earlier
-// on the clock.
+// for as long as the step. Not so for one that would end a stop: a
+// process never polls without saying it stops after a poll that said so,
+// so the stop was recorded by a replica predating poll_seq, which left
+// the run's stored number at an earlier poll. Another poll is later when
+// it is not earlier on the clock.
 const batchedNotOlder = `
 	AND (excluded.last_poll_at >= instances.last_poll_at
 		OR (excluded.poll_run <> '' AND excluded.poll_run = instances.poll_run
-			AND instances.poll_seq <> 0 AND excluded.poll_seq > instances.poll_seq))`
+			AND instances.poll_seq <> 0 AND excluded.poll_seq > instances.poll_seq
+			AND (excluded.stopped_at <> 0 OR NOT (instances.stopped_at >= instances.last_poll_at))))`
 
 func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) error {
 	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {

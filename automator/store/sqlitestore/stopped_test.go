@@ -54,3 +54,20 @@ ON CONFLICT (account, instance_id) DO UPDATE SET
 	stopped_at = excluded.stopped_at`,
 		func(at int64) []any { return []any{"acme", "a", "a", "v1", at, 0, 0} }))
 }
+
+// TestAStopRecordedByAnOlderAutomatorIsNotEndedByALateBatch: an automator
+// predating instances.poll_run and poll_seq (version 11) records the stop
+// (storetest.OlderWriterStopIsNotEndedByALateBatch).
+func TestAStopRecordedByAnOlderAutomatorIsNotEndedByALateBatch(t *testing.T) {
+	t.Parallel()
+	s := open(t, filepath.Join(t.TempDir(), "automator.db"))
+	storetest.OlderWriterStopIsNotEndedByALateBatch(t, s, testNow, olderPoll(t, s, `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at)
+SELECT ?1, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM accounts WHERE name = ?1 AND key_id <> 0)
+ON CONFLICT (account, instance_id) DO UPDATE SET
+	hostname = excluded.hostname,
+	version = excluded.version,
+	last_poll_at = excluded.last_poll_at,
+	in_flight = excluded.in_flight,
+	stopped_at = excluded.stopped_at`,
+		func(at int64) []any { return []any{"acme", "a", "a", "v1", at, 0, at} }))
+}

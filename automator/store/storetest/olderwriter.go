@@ -82,6 +82,40 @@ func OlderWriterLatePollEndsAStop(t *testing.T, s store.Store, now time.Time, ol
 	stopped(false, late)
 }
 
+// OlderWriterStopIsNotEndedByALateBatch: a stop recorded by a replica
+// that knows instances.stopped_at but predates poll_run and poll_seq
+// (olderStop writes a poll saying the instance stops, at the time given,
+// with that older version's upsert), which leaves the run's stored number
+// at an earlier poll, is not ended by this binary's batch holding a poll
+// of the run numbered after that one but before the stop, earlier on the
+// clock (kept in memory while the process polled another replica to say
+// it stops).
+func OlderWriterStopIsNotEndedByALateBatch(t *testing.T, s store.Store, now time.Time, olderStop func(at time.Time) error) {
+	t.Helper()
+	ctx := t.Context()
+	createAcme(t, s, now)
+	poll := func(seq int64, at time.Time) store.InstanceSeenParams {
+		return store.InstanceSeenParams{Account: "acme", InstanceID: "a", Hostname: "a", Version: "v2", Run: "r1", PollSeq: seq, Now: at}
+	}
+	if err := s.InstanceSeen(ctx, poll(1, now)); err != nil {
+		t.Fatal(err)
+	}
+	stop := now.Add(2 * time.Second)
+	if err := olderStop(stop); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.InstancesSeen(ctx, []store.InstanceSeenParams{poll(2, now.Add(time.Second))}); err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.InstanceList(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || !list[0].Stopped || !list[0].LastPollAt.Equal(stop) {
+		t.Fatalf("InstanceList = %+v, want instance a stopped, last poll at %v", list, stop)
+	}
+}
+
 func createAcme(t *testing.T, s store.Store, now time.Time) {
 	t.Helper()
 	if _, err := s.AccountCreate(t.Context(), store.AccountCreateParams{Name: "acme", TokenHash: []byte("hash"), KeyID: 1, SealedKey: []byte("key"), Now: now}); err != nil {
