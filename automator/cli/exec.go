@@ -268,10 +268,14 @@ func (f callerFlags) target() string {
 }
 
 // connect makes the client the flags say (clientConfig). When a call can
-// connect to no automator, it says so at once on stderr, in one line:
-// where the address came from, why it failed, and until when it keeps
-// trying (a serve restarting is reached meanwhile), rather than retrying
-// silently for the retry budget's minute.
+// connect to no automator, or the automators it connects to do not answer
+// (hung: a stopped process, whose kernel still accepts connections), it
+// says so on stderr, in one line, as soon as the client knows (the
+// connection's setup or its keepalive gave up, or a try's bound passed):
+// where the address came from, why, what it does and until when it keeps
+// trying (a serve restarting or resuming is reached meanwhile), rather
+// than retrying silently for the retry budget's minute, or until a
+// minute past the unit's deadline.
 func (f callerFlags) connect(stderr io.Writer) (*client.Client, error) {
 	cfg, from, err := clientConfig(*f.dir, *f.server, *f.apiKeyFile, *f.caFile)
 	if err != nil {
@@ -279,12 +283,24 @@ func (f callerFlags) connect(stderr io.Writer) (*client.Client, error) {
 	}
 	several := len(cfg.Addresses) > 1
 	cfg.OnUnreachable = func(u client.Unreachable) {
+		left := time.Until(u.Until).Round(time.Second)
+		until := fmt.Sprintf("%s: trying again for %v more (until %s), Ctrl-C stops", u.Doing, left, u.Until.Format(time.TimeOnly))
+		if u.Hung {
+			what := "the automator at " + u.Address
+			if from != "" {
+				what += from + ","
+			}
+			if several {
+				what = "none of the automators --server names (the last tried, " + u.Address + ")"
+			}
+			fmt.Fprintf(stderr, "automator: %s is not answering: %v (its process stopped or frozen, or its packets dropped); %s\n", what, u.Err, until)
+			return
+		}
 		what := "the automator at " + u.Address
 		if several {
 			what = "any automator --server names (the last tried, " + u.Address + ")"
 		}
-		left := time.Until(u.Until).Round(time.Second)
-		fmt.Fprintf(stderr, "automator: cannot connect to %s%s: %v; trying again for %v more (until %s), Ctrl-C stops\n", what, from, u.Err, left, u.Until.Format(time.TimeOnly))
+		fmt.Fprintf(stderr, "automator: cannot connect to %s%s: %v; %s\n", what, from, u.Err, until)
 	}
 	return client.New(cfg)
 }

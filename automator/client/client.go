@@ -64,9 +64,9 @@ type Client struct {
 	// certs tell, per address, whether its last connection failed because
 	// its certificate did not verify.
 	certs []*certCheck
-	// dials hold, per address, the error of its last connection attempt
-	// when it could not connect (nil once one connects).
-	dials []*atomic.Pointer[error]
+	// troubles hold, per address, why its last connection did not reach
+	// an automator that answers (nil once one answers).
+	troubles []*atomic.Pointer[trouble]
 	// onUnreachable is Config.OnUnreachable.
 	onUnreachable func(Unreachable)
 	// next is the address the next call starts with: the last one that
@@ -91,22 +91,22 @@ func New(cfg Config) (*Client, error) {
 	}
 	for _, a := range cfg.Addresses {
 		t, _ := parseAddress(a) // validated
-		check, dialed := &certCheck{}, &atomic.Pointer[error]{}
-		cc, err := dial(cfg, t, caPEM, check, dialed)
+		check, troubles := &certCheck{}, &atomic.Pointer[trouble]{}
+		cc, err := dial(cfg, t, caPEM, check, troubles)
 		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("automator %s: %w", a, err)
 		}
 		c.urls = append(c.urls, a)
 		c.certs = append(c.certs, check)
-		c.dials = append(c.dials, dialed)
+		c.troubles = append(c.troubles, troubles)
 		c.conns = append(c.conns, cc)
 		c.apis = append(c.apis, automatorv1.NewAutomatorServiceClient(cc))
 	}
 	return c, nil
 }
 
-func dial(cfg Config, t target, caPEM []byte, check *certCheck, dialed *atomic.Pointer[error]) (*grpc.ClientConn, error) {
+func dial(cfg Config, t target, caPEM []byte, check *certCheck, troubles *atomic.Pointer[trouble]) (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
 	if !t.plaintext {
 		name := cfg.ServerName
@@ -127,7 +127,7 @@ func dial(cfg Config, t target, caPEM []byte, check *certCheck, dialed *atomic.P
 		grpc.WithStatsHandler(grpcwire.AnswerStarts{}),
 		// A connection that dies silently during a long wait is noticed
 		// within half a minute, and the wait resumes on a new one.
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second}),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
 		// Reconnect quickly after an automator restart: the defaults back
 		// off up to two minutes. The setup has gRPC's default 20 s, its
 		// TLS handshake 5 s of it (checkedTLS), so a link with a round
@@ -146,11 +146,13 @@ func dial(cfg Config, t target, caPEM []byte, check *certCheck, dialed *atomic.P
 		check.err.Store(nil) // a new connection: what failed the last one is past
 		conn, err := dialer(ctx, addr)
 		if err != nil {
-			dialed.Store(&err)
-		} else {
-			dialed.Store(nil)
+			troubles.Store(&trouble{err: err})
+			return nil, err
 		}
-		return conn, err
+		// The trouble of the last connection stays until this one hears
+		// from the automator: one that accepts and answers nothing (its
+		// process stopped, the kernel accepting for it) is still hung.
+		return watch(conn, troubles), nil
 	}))
 	return grpc.NewClient("passthrough:///"+t.hostPort, opts...)
 }
@@ -216,7 +218,11 @@ func (c *Client) ExecuteOnProxy(ctx context.Context, account string, cmd Command
 	if err != nil {
 		return Result{}, err
 	}
-	w, err = c.wait(ctx, w.ID, w.waitUntil)
+	// The wait and the cancel that may follow it are one call to the
+	// caller: OnUnreachable, told by the wait, is not told again by the
+	// cancel.
+	b := &budget{deadline: w.waitUntil}
+	w, err = c.wait(ctx, w.ID, b)
 	if err == nil {
 		return w.outcome()
 	}
@@ -228,7 +234,7 @@ func (c *Client) ExecuteOnProxy(ctx context.Context, account string, cmd Command
 	// on each address, so that a hung one is given up for the next.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(len(c.apis))*tryBound+time.Second)
 	defer cancel()
-	cw, cerr := c.Cancel(cctx, w.ID)
+	cw, cerr := c.cancel(cctx, w.ID, b)
 	if cerr != nil {
 		return Result{WorkID: w.ID}, fmt.Errorf("work %s: %w; cancelling it: %w", w.ID, ctx.Err(), cerr)
 	}
@@ -343,16 +349,15 @@ func jitter(delay time.Duration) time.Duration {
 // next, but an answer on its way (a large result over a thin link) is
 // given the time it takes.
 func (c *Client) Wait(ctx context.Context, id string) (Work, error) {
-	return c.wait(ctx, id, time.Time{})
+	return c.wait(ctx, id, &budget{})
 }
 
-// wait is Wait; deadline, when known, is the unit's on this process's clock
-// (localDeadline).
-func (c *Client) wait(ctx context.Context, id string, deadline time.Time) (Work, error) {
+// wait is Wait under budget b, whose deadline, when known, is the unit's
+// on this process's clock (localDeadline).
+func (c *Client) wait(ctx context.Context, id string, b *budget) (Work, error) {
 	var st *automatorv1.WorkStatus
-	b := &budget{deadline: deadline}
 	// Without the unit's deadline, the first try reads it.
-	resumed := deadline.IsZero()
+	resumed := b.deadline.IsZero()
 	err := c.call(ctx, "waiting for work "+id, b, func(ctx context.Context, api automatorv1.AutomatorServiceClient) (err error) {
 		// An automator may hang (stopped, frozen, cut off from its
 		// database) with its connection open: nothing answers and
@@ -456,13 +461,20 @@ func unanswered(ctx, tctx context.Context, err error) error {
 		return err
 	}
 	if errors.Is(context.Cause(tctx), grpcwire.ErrNoAnswer) {
-		return status.Error(codes.Unavailable, "the automator did not begin its answer in time")
+		return noAnswer{status.New(codes.Unavailable, "the automator did not begin its answer in time")}
 	}
 	if status.Code(err) == codes.DeadlineExceeded {
 		return status.Errorf(codes.Unavailable, "the automator did not answer in time: %v", status.Convert(err).Message())
 	}
 	return err
 }
+
+// noAnswer is a try given up because its answer did not begin within its
+// bound: Unavailable, the automator hung (OnUnreachable is told so).
+type noAnswer struct{ st *status.Status }
+
+func (e noAnswer) Error() string              { return e.st.Err().Error() }
+func (e noAnswer) GRPCStatus() *status.Status { return e.st }
 
 // Get returns unit id's status now.
 func (c *Client) Get(ctx context.Context, id string) (Work, error) {
@@ -483,8 +495,13 @@ func (c *Client) Get(ctx context.Context, id string) (Work, error) {
 // kills the script's process tree) and returns it. A unit that already
 // ended is returned unchanged.
 func (c *Client) Cancel(ctx context.Context, id string) (Work, error) {
+	return c.cancel(ctx, id, nil)
+}
+
+// cancel is Cancel under budget b (a new one when nil).
+func (c *Client) cancel(ctx context.Context, id string, b *budget) (Work, error) {
 	var st *automatorv1.WorkStatus
-	err := c.call(ctx, "cancelling work "+id, nil, func(ctx context.Context, api automatorv1.AutomatorServiceClient) (err error) {
+	err := c.call(ctx, "cancelling work "+id, b, func(ctx context.Context, api automatorv1.AutomatorServiceClient) (err error) {
 		tctx, cancel := answerBegins(ctx, tryBound)
 		defer cancel()
 		st, err = api.Cancel(tctx, &automatorv1.CancelRequest{WorkId: id})
@@ -538,7 +555,7 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 	untrusted := make([]bool, n)
 	left, tried := n, int64(0)
 	// unreachable is the last address of this round of tries that could
-	// not be connected to, for OnUnreachable.
+	// not be connected to, or did not answer, for OnUnreachable.
 	var unreachable *Unreachable
 	for attempt := int64(0); ; attempt++ {
 		i := (start + attempt) % n
@@ -546,6 +563,7 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 			continue
 		}
 		tried++
+		began := time.Now()
 		err := f(ctx, c.apis[i])
 		if err == nil {
 			c.next.Store(i)
@@ -572,15 +590,21 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 		if time.Now().After(b.giveUp) {
 			return wrapCall(doing+" (no automator answered; giving up)", err)
 		}
-		if p := c.dials[i].Load(); p != nil {
-			unreachable = &Unreachable{Address: c.urls[i], Err: *p}
+		var na noAnswer
+		if p := c.troubles[i].Load(); p != nil {
+			unreachable = &Unreachable{Address: c.urls[i], Err: p.err, Hung: p.hung}
+		} else if errors.As(err, &na) {
+			unreachable = &Unreachable{Address: c.urls[i], Err: fmt.Errorf("its answer did not begin within %v", since(began)), Hung: true}
 		}
 		// Each address once at full speed, then back off.
 		if tried >= left {
 			tried = 0
 			if unreachable != nil && !b.told && c.onUnreachable != nil {
 				b.told = true
-				unreachable.Until = b.giveUp
+				unreachable.Doing, unreachable.Until = doing, b.giveUp
+				if end, ok := ctx.Deadline(); ok && end.Before(b.giveUp) {
+					unreachable.Until = end
+				}
 				c.onUnreachable(*unreachable)
 			}
 			unreachable = nil

@@ -37,9 +37,12 @@ type Config struct {
 	// the unit's deadline, when its outcome is known for sure.
 	RetryFor time.Duration
 	// OnUnreachable, when set, is told once a call has tried every
-	// address and could connect to none, and goes on trying: once per
-	// call, and again after an automator answered it (a wait resumed),
-	// so that a command can say at once what it waits for rather than
+	// address and could connect to none, or none that answered (hung:
+	// a connection accepted, then nothing sent within its bound, as
+	// from a stopped process), and goes on trying: once per call
+	// (ExecuteOnProxy's wait and the cancel that follows it are one),
+	// and again after an automator answered it (a wait resumed), so
+	// that a command can say at once what it waits for rather than
 	// retrying silently until RetryFor ends. It is called on the
 	// calling goroutine, between tries.
 	OnUnreachable func(Unreachable)
@@ -51,13 +54,24 @@ type Config struct {
 const defaultRetryFor = time.Minute
 
 // Unreachable is what Config.OnUnreachable is told: the last address a
-// call could not connect to, why (the dial's error, "connection
-// refused", say), and when the call stops trying unless an automator
-// answers first.
+// call could not connect to, or that did not answer, why (the dial's
+// error, "connection refused", say; or how long nothing came), what the
+// call does and when it stops trying (RetryFor, or the context's
+// deadline when that is sooner) unless an automator answers first.
 type Unreachable struct {
 	Address string
 	Err     error
-	Until   time.Time
+	// Hung tells that the address accepted the connection but sent
+	// nothing in time: a connection's setup (the TLS handshake's 5 s,
+	// gRPC's 20 s), the keepalive's 30 s of silence, or the bound of
+	// the try's answer. The automator's process is stopped or frozen,
+	// or its packets are dropped once connected; one that resumes is
+	// reached by the tries that go on.
+	Hung bool
+	// Doing is what the call does: "waiting for work w_...",
+	// "submitting work to account \"acme\"".
+	Doing string
+	Until time.Time
 }
 
 // target is one parsed address.

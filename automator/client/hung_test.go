@@ -1,0 +1,92 @@
+package client_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/client"
+	"github.com/opsgate/opsgate/automator/pki"
+)
+
+// stoppedAutomator returns the address of an automator whose process is
+// stopped (SIGSTOP): its kernel accepts connections into the listen
+// backlog, and nothing ever answers on them. Nothing accepts from the
+// listener; closing it at the test's end resets them.
+func stoppedAutomator(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l.Addr().String()
+}
+
+// TestAnAutomatorThatAcceptsAndNeverAnswersIsToldAsHung: a call to an
+// automator whose process is stopped, so that its connections are accepted
+// and nothing comes over them, tells OnUnreachable once, as hung, with
+// the address, what the call does and how long nothing came; over TLS once
+// the handshake has had nothing for its 5 s, over plaintext once the
+// call's answer has not begun in its 10 s (gRPC's setup would wait 20 s
+// for the automator's settings). The call goes on trying, until RetryFor
+// or the context's deadline when that comes first, which is then the
+// Until told. Before, nothing was told: the connection was made.
+func TestAnAutomatorThatAcceptsAndNeverAnswersIsToldAsHung(t *testing.T) {
+	t.Parallel()
+	ca, err := pki.NewCA("test CA", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "w_0123456789abcdef0123456789abcdef"
+	for _, tc := range []struct {
+		name, scheme, says string
+		retryFor, ctxFor   time.Duration
+	}{
+		{name: "tls", scheme: "https://", says: "sent nothing for", retryFor: time.Hour, ctxFor: 20 * time.Second},
+		{name: "plaintext", scheme: "http://", says: "did not begin within", retryFor: time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			url := tc.scheme + stoppedAutomator(t)
+			var mu sync.Mutex
+			var told []client.Unreachable
+			c, err := client.New(client.Config{Addresses: []string{url}, APIKey: "oak_x", CAPEM: ca.CertPEM, ServerName: "127.0.0.1", RetryFor: tc.retryFor,
+				OnUnreachable: func(u client.Unreachable) { mu.Lock(); told = append(told, u); mu.Unlock() }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ctx := context.Background()
+			if tc.ctxFor > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tc.ctxFor)
+				defer cancel()
+			}
+			start := time.Now()
+			_, err = c.Get(ctx, id)
+			if err == nil {
+				t.Fatal("Get of a stopped automator succeeded")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(told) != 1 {
+				t.Fatalf("OnUnreachable told %d times (%+v) before the call ended (%v); want once", len(told), told, err)
+			}
+			u := told[0]
+			if !u.Hung || u.Address != url || u.Err == nil || !strings.Contains(u.Err.Error(), tc.says) || u.Doing != "getting work "+id {
+				t.Errorf("OnUnreachable told %+v; want hung, the address %s, an error saying %q, doing %q", u, url, tc.says, "getting work "+id)
+			}
+			if end, ok := ctx.Deadline(); ok {
+				if !u.Until.Equal(end) {
+					t.Errorf("told it tries until %v; want the context's deadline, %v, sooner than RetryFor", u.Until, end)
+				}
+			} else if u.Until.Before(start.Add(tc.retryFor)) {
+				t.Errorf("told it tries until %v; want RetryFor past the first failure", u.Until)
+			}
+		})
+	}
+}
