@@ -61,17 +61,21 @@ func servedDB(dir string, cfg config.Config) string {
 // servesAnotherDB returns the database a serve of dir runs on, from
 // serving.yaml, when it is not the one cfg names; ok is false when it is
 // the same, or unknown (no serve runs, or one of an earlier release). A
-// SQLite file is the same by any path that leads to it.
+// SQLite file is the same by any path that leads to it. Two PostgreSQL
+// URLs that differ may still reach one database (through a relay or a
+// pooler, by another name of its host), which their text cannot tell: a
+// serve on PostgreSQL is on another database only where automator.yaml
+// names a SQLite file.
 func servesAnotherDB(dir string, cfg config.Config) (served string, ok bool) {
 	s, found, err := config.ReadServing(dir)
 	if err != nil || !found || s.DB == "" {
 		return "", false
 	}
 	mine := servedDB(dir, cfg)
-	if s.DB == mine {
+	switch servedPG, minePG := pgstore.IsDSN(s.DB), pgstore.IsDSN(mine); {
+	case s.DB == mine, servedPG && minePG:
 		return "", false
-	}
-	if !pgstore.IsDSN(s.DB) && !pgstore.IsDSN(mine) {
+	case !servedPG && !minePG:
 		a, aerr := os.Stat(s.DB)
 		b, berr := os.Stat(mine)
 		if aerr == nil && berr == nil && os.SameFile(a, b) {
