@@ -8,6 +8,17 @@ import (
 	"github.com/opsgate/opsgate/automator/store/storetest"
 )
 
+// upsertV7 is an instance's poll as a replica of schema version 7 writes
+// it, which knows instances.stopped_at but not poll_run and poll_seq.
+const upsertV7 = `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at)
+SELECT $1::text, $2::text, $3::text, $4::text, $5::timestamptz, $6::integer, $7::timestamptz WHERE EXISTS (SELECT 1 FROM accounts WHERE name = $1 AND key_id <> 0)
+ON CONFLICT (account, instance_id) DO UPDATE SET
+	hostname = excluded.hostname,
+	version = excluded.version,
+	last_poll_at = excluded.last_poll_at,
+	in_flight = excluded.in_flight,
+	stopped_at = excluded.stopped_at`
+
 // TestAPollRecordedByAnOlderReplicaEndsAStop: a replica predating
 // instances.stopped_at (schema version 6; a rolling upgrade) records a
 // poll without it (storetest.OlderWriterEndsAStop).
@@ -35,14 +46,7 @@ func TestALatePollRecordedByAnOlderReplicaEndsAStop(t *testing.T) {
 	t.Parallel()
 	s := open(t, pgtest.DSN(t))
 	storetest.OlderWriterLatePollEndsAStop(t, s, testNow, func(at time.Time) error {
-		_, err := s.pool.Exec(t.Context(), `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at)
-SELECT $1::text, $2::text, $3::text, $4::text, $5::timestamptz, $6::integer, $7::timestamptz WHERE EXISTS (SELECT 1 FROM accounts WHERE name = $1 AND key_id <> 0)
-ON CONFLICT (account, instance_id) DO UPDATE SET
-	hostname = excluded.hostname,
-	version = excluded.version,
-	last_poll_at = excluded.last_poll_at,
-	in_flight = excluded.in_flight,
-	stopped_at = excluded.stopped_at`,
+		_, err := s.pool.Exec(t.Context(), upsertV7,
 			"acme", "a", "a", "v1", at, 0, nil)
 		return err
 	})
@@ -55,14 +59,7 @@ func TestAStopRecordedByAnOlderReplicaIsNotEndedByALateBatch(t *testing.T) {
 	t.Parallel()
 	s := open(t, pgtest.DSN(t))
 	storetest.OlderWriterStopIsNotEndedByALateBatch(t, s, testNow, func(at time.Time) error {
-		_, err := s.pool.Exec(t.Context(), `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at)
-SELECT $1::text, $2::text, $3::text, $4::text, $5::timestamptz, $6::integer, $7::timestamptz WHERE EXISTS (SELECT 1 FROM accounts WHERE name = $1 AND key_id <> 0)
-ON CONFLICT (account, instance_id) DO UPDATE SET
-	hostname = excluded.hostname,
-	version = excluded.version,
-	last_poll_at = excluded.last_poll_at,
-	in_flight = excluded.in_flight,
-	stopped_at = excluded.stopped_at`,
+		_, err := s.pool.Exec(t.Context(), upsertV7,
 			"acme", "a", "a", "v1", at, 0, at)
 		return err
 	})

@@ -21,6 +21,17 @@ func olderPoll(t *testing.T, s *Store, upsert string, args func(at int64) []any)
 	}
 }
 
+// upsertV11 is an instance's poll as an automator of version 11 writes it,
+// which knows instances.stopped_at but not poll_run and poll_seq.
+const upsertV11 = `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at)
+SELECT ?1, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM accounts WHERE name = ?1 AND key_id <> 0)
+ON CONFLICT (account, instance_id) DO UPDATE SET
+	hostname = excluded.hostname,
+	version = excluded.version,
+	last_poll_at = excluded.last_poll_at,
+	in_flight = excluded.in_flight,
+	stopped_at = excluded.stopped_at`
+
 // TestAPollRecordedByAnOlderAutomatorEndsAStop: an automator predating
 // instances.stopped_at (version 10; the database shared while the binary
 // is replaced) records a poll without it (storetest.OlderWriterEndsAStop).
@@ -44,14 +55,7 @@ ON CONFLICT (account, instance_id) DO UPDATE SET
 func TestALatePollRecordedByAnOlderAutomatorEndsAStop(t *testing.T) {
 	t.Parallel()
 	s := open(t, filepath.Join(t.TempDir(), "automator.db"))
-	storetest.OlderWriterLatePollEndsAStop(t, s, testNow, olderPoll(t, s, `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at)
-SELECT ?1, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM accounts WHERE name = ?1 AND key_id <> 0)
-ON CONFLICT (account, instance_id) DO UPDATE SET
-	hostname = excluded.hostname,
-	version = excluded.version,
-	last_poll_at = excluded.last_poll_at,
-	in_flight = excluded.in_flight,
-	stopped_at = excluded.stopped_at`,
+	storetest.OlderWriterLatePollEndsAStop(t, s, testNow, olderPoll(t, s, upsertV11,
 		func(at int64) []any { return []any{"acme", "a", "a", "v1", at, 0, 0} }))
 }
 
@@ -61,13 +65,6 @@ ON CONFLICT (account, instance_id) DO UPDATE SET
 func TestAStopRecordedByAnOlderAutomatorIsNotEndedByALateBatch(t *testing.T) {
 	t.Parallel()
 	s := open(t, filepath.Join(t.TempDir(), "automator.db"))
-	storetest.OlderWriterStopIsNotEndedByALateBatch(t, s, testNow, olderPoll(t, s, `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at)
-SELECT ?1, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM accounts WHERE name = ?1 AND key_id <> 0)
-ON CONFLICT (account, instance_id) DO UPDATE SET
-	hostname = excluded.hostname,
-	version = excluded.version,
-	last_poll_at = excluded.last_poll_at,
-	in_flight = excluded.in_flight,
-	stopped_at = excluded.stopped_at`,
+	storetest.OlderWriterStopIsNotEndedByALateBatch(t, s, testNow, olderPoll(t, s, upsertV11,
 		func(at int64) []any { return []any{"acme", "a", "a", "v1", at, 0, at} }))
 }
