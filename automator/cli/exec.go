@@ -268,7 +268,9 @@ func (f callerFlags) target() string {
 }
 
 // connect makes the client the flags say (clientConfig). When a call can
-// connect to no automator, or the automators it connects to do not answer
+// connect to no automator (refused; or accepted, then closed unanswered,
+// as by a load balancer without a backend, or answered by something that
+// is not an automator), or the automators it connects to do not answer
 // (hung: a stopped process, whose kernel still accepts connections), it
 // says so on stderr, in one line, as soon as the client knows (the
 // connection's setup or its keepalive gave up, or a try's bound passed):

@@ -142,14 +142,14 @@ func dial(cfg Config, t target, caPEM []byte, check *certCheck, troubles *atomic
 		var d net.Dialer
 		dialer = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
 	}
-	opts = append(opts, grpc.WithContextDialer(watchedDialer(dialer, check, troubles)))
+	opts = append(opts, grpc.WithContextDialer(watchedDialer(dialer, check, troubles, t.plaintext)))
 	return grpc.NewClient("passthrough:///"+t.hostPort, opts...)
 }
 
 // watchedDialer is the dialer of one address's connections: dialer's,
 // watched (watch), with the TCP_USER_TIMEOUT gRPC would have set on them
 // unwrapped.
-func watchedDialer(dialer func(context.Context, string) (net.Conn, error), check *certCheck, troubles *atomic.Pointer[trouble]) func(context.Context, string) (net.Conn, error) {
+func watchedDialer(dialer func(context.Context, string) (net.Conn, error), check *certCheck, troubles *atomic.Pointer[trouble], plaintext bool) func(context.Context, string) (net.Conn, error) {
 	return func(ctx context.Context, addr string) (net.Conn, error) {
 		check.err.Store(nil) // a new connection: what failed the last one is past
 		conn, err := dialer(ctx, addr)
@@ -164,7 +164,7 @@ func watchedDialer(dialer func(context.Context, string) (net.Conn, error), check
 		// The trouble of the last connection stays until this one hears
 		// from the automator: one that accepts and answers nothing (its
 		// process stopped, the kernel accepting for it) is still hung.
-		return watch(conn, troubles), nil
+		return watch(conn, troubles, plaintext), nil
 	}
 }
 

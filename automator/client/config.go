@@ -37,9 +37,11 @@ type Config struct {
 	// the unit's deadline, when its outcome is known for sure.
 	RetryFor time.Duration
 	// OnUnreachable, when set, is told once a call has tried every
-	// address and could connect to none, or none that answered (hung:
-	// a connection accepted, then nothing sent within its bound, as
-	// from a stopped process), and goes on trying: once per call
+	// address and could connect to none (its connections refused; or
+	// accepted, then closed with nothing sent, as by a load balancer
+	// without a backend; or answered by something not an automator), or
+	// none that answered (hung: a connection accepted, then nothing sent
+	// within its bound, as from a stopped process), and goes on trying: once per call
 	// (ExecuteOnProxy's wait and the cancel that follows it are one),
 	// and again after an automator answered it (a wait resumed), so
 	// that a command can say at once what it waits for rather than
@@ -55,9 +57,11 @@ const defaultRetryFor = time.Minute
 
 // Unreachable is what Config.OnUnreachable is told: the last address a
 // call could not connect to, or that did not answer, why (the dial's
-// error, "connection refused", say; or how long nothing came), what the
-// call does and when it stops trying (RetryFor, or the context's
-// deadline when that is sooner) unless an automator answers first.
+// error, "connection refused", say; that what accepted the connection
+// closed it without answering, or is not an automator, by what it sent;
+// or how long nothing came), what the call does and when it stops trying
+// (RetryFor, or the context's deadline when that is sooner) unless an
+// automator answers first.
 type Unreachable struct {
 	Address string
 	Err     error

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -21,41 +22,63 @@ const (
 )
 
 // trouble is why the last connection to one address did not reach an
-// automator that answers: it could not be made (err is the dial's error),
-// or it was made and given up because nothing came over it in time (hung:
-// the automator's process stopped or frozen, its packets dropped once the
+// automator that answers: it could not be made (err is the dial's error);
+// it was made and closed by the other side, or answered by something
+// that is not an automator, before an automator answered over it; or it
+// was made and given up because nothing came over it in time (hung: the
+// automator's process stopped or frozen, its packets dropped once the
 // connection was made).
 type trouble struct {
 	err  error
 	hung bool
 }
 
+// errClosedUnanswered is the trouble of a connection the other side
+// closed or reset before anything came over it: what accepted it has
+// nothing to hand it to, as a load balancer or a relay without a healthy
+// backend, or is another program on the port; or, over plaintext, it is
+// an automator serving TLS, which closes a connection that does not begin
+// with a TLS handshake without a word.
+var (
+	errClosedUnanswered          = errors.New("it accepted the connection and closed it without answering (is something in front of the automator, a load balancer or a relay, without a backend? another program on its port?)")
+	errClosedUnansweredPlaintext = errors.New("it accepted the connection and closed it without answering (is something in front of the automator, a load balancer or a relay, without a backend? another program on its port? an automator serving TLS, to be given as https://?)")
+)
+
 // watchedConn is a connection to an automator that notes on its
-// address's trouble the first data it hears (the trouble is then past),
-// and, when gRPC gives it up (closes it) before the automator ever sent
-// anything, or a keepalive's time after it last did, that it was given up
-// for silence. gRPC closes a connection itself for other reasons too (a
-// GOAWAY drained, an idle channel, a certificate that does not verify),
-// but not one silent for that long: a GOAWAY was heard just before, an
-// idle connection hears the automator's own pings, a certificate comes
-// from the automator.
+// address's trouble the first data it hears that an automator would send
+// (the trouble is then past), and, when gRPC gives it up (closes it):
+// that it was given up for silence, when the automator never sent
+// anything, or nothing a keepalive's time after it last did; that the
+// other side closed it, when it did so before anything came; that what
+// answered is not an automator, when what came is not TLS (or, over
+// plaintext, HTTP/2). gRPC closes a connection itself for other reasons
+// too (a GOAWAY drained, an idle channel, a certificate that does not
+// verify), but not one silent for that long: a GOAWAY was heard just
+// before, an idle connection hears the automator's own pings, a
+// certificate comes from the automator.
 type watchedConn struct {
 	net.Conn
-	troubles *atomic.Pointer[trouble]
-	opened   time.Time
+	troubles  *atomic.Pointer[trouble]
+	opened    time.Time
+	plaintext bool
 
 	mu sync.Mutex
 	// heard is when a read last returned data; zero until one does.
 	heard time.Time
-	// ended is set when a read failed before the connection was closed
-	// here: the automator, or something on the way, ended it (a reset,
-	// EOF), which is no silence.
+	// head is the start of what came, until it tells whether an
+	// automator answered (answered) or something else (foreign).
+	head     []byte
+	answered bool
+	foreign  error
+	// ended is set when a read or a write failed before the connection
+	// was closed here: the automator, or something on the way, ended it
+	// (a reset, EOF), which is no silence.
 	ended  bool
 	closed bool
 }
 
-func watch(conn net.Conn, troubles *atomic.Pointer[trouble]) *watchedConn {
-	return &watchedConn{Conn: conn, troubles: troubles, opened: time.Now()}
+func watch(conn net.Conn, troubles *atomic.Pointer[trouble], plaintext bool) *watchedConn {
+	return &watchedConn{Conn: conn, troubles: troubles, opened: time.Now(), plaintext: plaintext}
 }
 
 func (c *watchedConn) Read(b []byte) (int, error) {
@@ -66,14 +89,14 @@ func (c *watchedConn) Read(b []byte) (int, error) {
 	c.mu.Lock()
 	first := false
 	if n > 0 {
-		first = c.heard.IsZero()
 		c.heard = time.Now()
+		if !c.answered && c.foreign == nil {
+			c.head = append(c.head, b[:min(n, headLen-len(c.head))]...)
+			c.answered, c.foreign = judge(c.head, c.plaintext, false)
+			first = c.answered
+		}
 	}
-	// A read cut short by a deadline or by this side's Close is no end
-	// by the other side.
-	if err != nil && !c.closed && !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, net.ErrClosed) {
-		c.ended = true
-	}
+	c.endedBy(err)
 	c.mu.Unlock()
 	if first {
 		c.troubles.Store(nil) // an automator answered on this address
@@ -81,26 +104,94 @@ func (c *watchedConn) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// Close notes the trouble of a connection given up for silence, before
-// gRPC fails the calls on it: a call that fails for it finds the trouble
-// noted.
+func (c *watchedConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if err != nil {
+		c.mu.Lock()
+		c.endedBy(err)
+		c.mu.Unlock()
+	}
+	return n, err
+}
+
+// endedBy notes that the other side ended the connection when err, a
+// read's or a write's, says so: one cut short by a deadline or by this
+// side's Close is no end by the other side.
+func (c *watchedConn) endedBy(err error) {
+	if err != nil && !c.closed && !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, net.ErrClosed) {
+		c.ended = true
+	}
+}
+
+// Close notes the trouble of a connection given up for silence, closed by
+// the other side before anything came, or answered by something that is
+// not an automator, before gRPC fails the calls on it: a call that fails
+// for it finds the trouble noted.
 func (c *watchedConn) Close() error {
 	c.mu.Lock()
-	if !c.closed && !c.ended {
-		var why error
-		switch {
-		case c.heard.IsZero():
-			why = fmt.Errorf("it accepted the connection, then sent nothing for %v", since(c.opened))
-		case time.Since(c.heard) >= keepaliveTime:
-			why = fmt.Errorf("nothing came over its connection for %v", since(c.heard))
-		}
-		if why != nil {
-			c.troubles.Store(&trouble{err: why, hung: true})
+	if !c.closed {
+		if t := c.trouble(); t != nil {
+			c.troubles.Store(t)
 		}
 	}
 	c.closed = true
 	c.mu.Unlock()
 	return c.Conn.Close()
+}
+
+// trouble is the connection's, as it is closed here; nil when there is
+// none to tell.
+func (c *watchedConn) trouble() *trouble {
+	if !c.answered && c.foreign == nil && len(c.head) > 0 {
+		c.answered, c.foreign = judge(c.head, c.plaintext, true)
+	}
+	switch {
+	case c.foreign != nil:
+		return &trouble{err: c.foreign}
+	case c.heard.IsZero() && c.ended && c.plaintext:
+		return &trouble{err: errClosedUnansweredPlaintext}
+	case c.heard.IsZero() && c.ended:
+		return &trouble{err: errClosedUnanswered}
+	case c.heard.IsZero():
+		return &trouble{err: fmt.Errorf("it accepted the connection, then sent nothing for %v", since(c.opened)), hung: true}
+	case !c.ended && time.Since(c.heard) >= keepaliveTime:
+		return &trouble{err: fmt.Errorf("nothing came over its connection for %v", since(c.heard)), hung: true}
+	}
+	return nil
+}
+
+// headLen is how much of what comes first judge is given: enough to tell
+// TLS and HTTP/2 from anything else, and to quote an HTTP/1 status line.
+const headLen = 64
+
+// judge tells from head, the start of what came over a connection,
+// whether it is what an automator sends first: a TLS record (a TLS
+// handshake's), or over plaintext an HTTP/2 SETTINGS frame (the server's
+// preface); foreign, when not, says what it is instead. It judges once
+// head has 4 bytes, or, when final (the connection closed), whatever
+// came.
+func judge(head []byte, plaintext, final bool) (answered bool, foreign error) {
+	if len(head) < 4 && !final {
+		return false, nil
+	}
+	tlsRecord := len(head) >= 2 && head[0] >= 20 && head[0] <= 23 && head[1] == 3
+	h2Settings := len(head) >= 4 && head[3] == 4
+	switch {
+	case plaintext && h2Settings, !plaintext && tlsRecord:
+		return true, nil
+	case plaintext && tlsRecord:
+		return false, errors.New("what answers there is not an automator serving plaintext but a TLS server: give https:// if it is an automator")
+	case !plaintext && h2Settings:
+		return false, errors.New("what answers there is not an automator serving TLS but a plaintext HTTP/2 server (an automator's plaintext port? give http://)")
+	}
+	line := head
+	if i := bytes.IndexAny(line, "\r\n"); i >= 0 {
+		line = line[:i]
+	}
+	if len(line) > 40 {
+		line = line[:40]
+	}
+	return false, fmt.Errorf("what answers there is not an automator: it sent %q (another program on the port?)", line)
 }
 
 // since is the time since t, to the tenth of a second (for messages).

@@ -1,0 +1,159 @@
+package client_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/opsgate/opsgate/automator/automatortest"
+	"github.com/opsgate/opsgate/automator/client"
+	"github.com/opsgate/opsgate/automator/pki"
+)
+
+// answering returns the address of a listener that does to each
+// connection it accepts what serve does, then closes it.
+func answering(t *testing.T, serve func(net.Conn)) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			serve(conn)
+			conn.Close()
+		}
+	}()
+	t.Cleanup(func() { l.Close(); wg.Wait() })
+	return l.Addr().String()
+}
+
+// reset sends a TCP reset (RST) when conn is closed, rather than a FIN.
+func reset(conn net.Conn) { _ = conn.(*net.TCPConn).SetLinger(0) }
+
+// http1 answers as an HTTP/1 server does to what it does not understand.
+func http1(conn net.Conn) {
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Read(make([]byte, 4096)); err != nil {
+		return
+	}
+	_, _ = conn.Write([]byte("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"))
+}
+
+// plaintextGRPC returns the address of a gRPC server serving plaintext, as
+// an automator's port without TLS does.
+func plaintextGRPC(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Serve(l) }()
+	t.Cleanup(func() { s.Stop(); <-done })
+	return l.Addr().String()
+}
+
+// TestAConnectionClosedOrAnsweredByOtherThanAnAutomatorIsToldAtOnce: a
+// call to an address whose connections are accepted, then closed or reset
+// with nothing sent (a load balancer or a relay with no backend to send
+// them to), or answered by something that is not an automator (an HTTP/1
+// server, a plaintext port given as https; a TLS one given as http
+// closes them unanswered), tells
+// OnUnreachable once, not hung, with the address and an error saying what
+// happened, and goes on trying until RetryFor. Before, a connection closed
+// was told nothing until RetryFor ended ("giving up"), nor one answered by
+// something else; a reset one was told as hung, "sent nothing for 0s".
+func TestAConnectionClosedOrAnsweredByOtherThanAnAutomatorIsToldAtOnce(t *testing.T) {
+	t.Parallel()
+	ca, err := pki.NewCA("test CA", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	automator := automatortest.Start(t, automatortest.Options{})
+	closing := answering(t, func(net.Conn) {})
+	resetting := answering(t, reset)
+	httpServer := answering(t, http1)
+	noBackend := startRelay(t, closedAddr(t))
+	plaintext := plaintextGRPC(t)
+	const closed = "accepted the connection and closed it without answering"
+	const id = "w_0123456789abcdef0123456789abcdef"
+	for _, tc := range []struct {
+		name, url string
+		// says are what the error says; for a reset, either (a reset
+		// that comes before the dial returns fails the dial).
+		says  []string
+		reset bool
+	}{
+		{"closed", "https://" + closing, []string{closed}, false},
+		{"closed, plaintext", "http://" + closing, []string{closed}, false},
+		{"reset", "https://" + resetting, []string{closed}, true},
+		{"reset, plaintext", "http://" + resetting, []string{closed}, true},
+		{"relay without a backend", noBackend.url(), []string{closed}, false},
+		{"HTTP/1 server", "https://" + httpServer, []string{"not an automator", `"HTTP/1.1 400 Bad Request"`}, false},
+		{"HTTP/1 server, plaintext", "http://" + httpServer, []string{"not an automator", `"HTTP/1.1 400 Bad Request"`}, false},
+		{"plaintext port as https", "https://" + plaintext, []string{"not an automator", "plaintext", "http://"}, false},
+		// A TLS server closes a connection that does not begin with a TLS
+		// handshake without a word.
+		{"TLS port as http", "http://" + automator.GRPCAddr, []string{closed, "TLS", "https://"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var mu sync.Mutex
+			var told []client.Unreachable
+			c, err := client.New(client.Config{Addresses: []string{tc.url}, APIKey: "oak_x", CAPEM: ca.CertPEM, ServerName: "127.0.0.1", RetryFor: 3 * time.Second,
+				OnUnreachable: func(u client.Unreachable) { mu.Lock(); told = append(told, u); mu.Unlock() }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			// What is told is told after the first round of tries, at
+			// once; the call gives up after RetryFor.
+			if _, err := c.Get(context.Background(), id); err == nil {
+				t.Fatal("Get succeeded")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(told) != 1 {
+				t.Fatalf("OnUnreachable told %d times (%+v) before the call ended; want once", len(told), told)
+			}
+			u := told[0]
+			if u.Hung || u.Address != tc.url || u.Err == nil || u.Doing != "getting work "+id {
+				t.Fatalf("OnUnreachable told %+v; want not hung, the address %s, an error, doing %q", u, tc.url, "getting work "+id)
+			}
+			if tc.reset && strings.Contains(u.Err.Error(), "connection reset by peer") {
+				return
+			}
+			for _, want := range tc.says {
+				if !strings.Contains(u.Err.Error(), want) {
+					t.Errorf("OnUnreachable told the error %q; want it to say %q", u.Err, want)
+				}
+			}
+		})
+	}
+}
+
+// closedAddr is an address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
