@@ -388,7 +388,7 @@ func (c *Client) wait(ctx context.Context, id string, b *budget) (Work, error) {
 			g, err := api.Get(rctx, &automatorv1.GetRequest{WorkId: id})
 			cancel()
 			if err != nil {
-				return unanswered(ctx, rctx, err)
+				return overdueAnswer(unanswered(ctx, rctx, err), b.deadline)
 			}
 			b.answered(localDeadline(g))
 			if stateFromProto(g.GetState()).Terminal() {
@@ -400,7 +400,7 @@ func (c *Client) wait(ctx context.Context, id string, b *budget) (Work, error) {
 		wctx, cancel := tryUntil(ctx, b.deadline, 0)
 		defer cancel()
 		st, err = api.Wait(wctx, &automatorv1.WaitRequest{WorkId: id})
-		return unanswered(ctx, wctx, err)
+		return overdueAnswer(unanswered(ctx, wctx, err), b.deadline)
 	})
 	if err != nil {
 		return Work{ID: id}, err
@@ -472,7 +472,7 @@ func unanswered(ctx, tctx context.Context, err error) error {
 		return err
 	}
 	if errors.Is(context.Cause(tctx), grpcwire.ErrNoAnswer) {
-		return noAnswer{status.New(codes.Unavailable, "the automator did not begin its answer in time")}
+		return noAnswer{st: status.New(codes.Unavailable, "the automator did not begin its answer in time")}
 	}
 	if status.Code(err) == codes.DeadlineExceeded {
 		return status.Errorf(codes.Unavailable, "the automator did not answer in time: %v", status.Convert(err).Message())
@@ -481,8 +481,26 @@ func unanswered(ctx, tctx context.Context, err error) error {
 }
 
 // noAnswer is a try given up because its answer did not begin within its
-// bound: Unavailable, the automator hung (OnUnreachable is told so).
-type noAnswer struct{ st *status.Status }
+// bound: Unavailable, the automator hung (OnUnreachable is told so, and
+// why, when set: how the bound came).
+type noAnswer struct {
+	st  *status.Status
+	why error
+}
+
+// overdueAnswer is err, of a try of a wait whose bound was the unit's
+// deadline (overdue past it, or past the try's start when that was
+// later), telling so when the try went unanswered: a wait's answer is due
+// when its unit ends, which it has by its deadline, not within a time of
+// its own.
+func overdueAnswer(err error, deadline time.Time) error {
+	var na noAnswer
+	if deadline.IsZero() || !errors.As(err, &na) {
+		return err
+	}
+	na.why = fmt.Errorf("it has not told how the unit ended, though the unit's deadline (%s) has passed", deadline.Format(time.TimeOnly))
+	return na
+}
 
 func (e noAnswer) Error() string              { return e.st.Err().Error() }
 func (e noAnswer) GRPCStatus() *status.Status { return e.st }
@@ -605,7 +623,11 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 		if p := c.troubles[i].Load(); p != nil {
 			unreachable = &Unreachable{Address: c.urls[i], Err: p.err, Hung: p.hung}
 		} else if errors.As(err, &na) {
-			unreachable = &Unreachable{Address: c.urls[i], Err: fmt.Errorf("its answer did not begin within %v", since(began)), Hung: true}
+			why := na.why
+			if why == nil {
+				why = fmt.Errorf("its answer did not begin within %v", since(began))
+			}
+			unreachable = &Unreachable{Address: c.urls[i], Err: why, Hung: true}
 		}
 		// Each address once at full speed, then back off.
 		if tried >= left {

@@ -3,13 +3,18 @@ package client_test
 import (
 	"context"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
+	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/client"
 	"github.com/opsgate/opsgate/automator/pki"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
 // stoppedAutomator returns the address of an automator whose process is
@@ -88,5 +93,59 @@ func TestAnAutomatorThatAcceptsAndNeverAnswersIsToldAsHung(t *testing.T) {
 				t.Errorf("told it tries until %v; want RetryFor past the first failure", u.Until)
 			}
 		})
+	}
+}
+
+// TestAWaitUnansweredPastItsUnitsDeadlineIsToldSo: a wait whose automator
+// answers everything but the wait itself (its handler stuck, while its
+// connection answers pings) is given up a second past the unit's deadline,
+// and OnUnreachable says so in those words: the unit's deadline, on this
+// clock, has passed and the automator has not told how the unit ended.
+// Before, it said "its answer did not begin within 3s", the whole wait
+// (10m1s for a unit of 10 minutes), accurate but odd for a wait, whose
+// answer is not due before the unit ends.
+func TestAWaitUnansweredPastItsUnitsDeadlineIsToldSo(t *testing.T) {
+	t.Parallel()
+	a := automatortest.Start(t, automatortest.Options{Interceptors: []grpc.UnaryServerInterceptor{
+		func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if info.FullMethod == automatorv1.AutomatorService_Wait_FullMethodName {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
+			return h(ctx, req)
+		},
+	}})
+	var mu sync.Mutex
+	var told []client.Unreachable
+	c, err := client.New(client.Config{Addresses: []string{a.URL()}, APIKey: a.APIKey, CAPEM: a.CAPEM, ServerName: "127.0.0.1", RetryFor: 10 * time.Second,
+		OnUnreachable: func(u client.Unreachable) { mu.Lock(); told = append(told, u); mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	w, err := c.Submit(context.Background(), a.Account, client.Command{Script: "x.sh"}, client.WithTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The unit times out (no proxy claims it), which the read that
+	// resumes the wait learns.
+	w, err = c.Wait(context.Background(), w.ID)
+	if err != nil || w.State != client.StateTimedOut {
+		t.Fatalf("Wait: %+v, %v; want the unit timed out", w, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(told) != 1 {
+		t.Fatalf("OnUnreachable told %d times (%+v); want once", len(told), told)
+	}
+	u := told[0]
+	// The deadline told is on this clock, the automator's as its answer
+	// came: the same here, to a few milliseconds, so maybe the next second.
+	var says []string
+	for _, d := range []time.Time{w.Deadline, w.Deadline.Add(time.Second)} {
+		says = append(says, "it has not told how the unit ended, though the unit's deadline ("+d.Local().Format(time.TimeOnly)+") has passed")
+	}
+	if !u.Hung || u.Err == nil || !slices.Contains(says, u.Err.Error()) {
+		t.Errorf("OnUnreachable told %+v; want hung, the error %q", u, says[0])
 	}
 }
