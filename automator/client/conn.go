@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -73,8 +74,12 @@ type watchedConn struct {
 	// ended is set when a read or a write failed before the connection
 	// was closed here: the automator, or something on the way, ended it
 	// (a reset, EOF), which is no silence.
-	ended  bool
-	closed bool
+	ended bool
+	// timedOut is set when the kernel ended the connection because what
+	// was sent on it went unacknowledged (TCP_USER_TIMEOUT: ETIMEDOUT),
+	// which is silence, not an end by the other side.
+	timedOut bool
+	closed   bool
 }
 
 func watch(conn net.Conn, troubles *atomic.Pointer[trouble], plaintext bool) *watchedConn {
@@ -118,7 +123,11 @@ func (c *watchedConn) Write(b []byte) (int, error) {
 // read's or a write's, says so: one cut short by a deadline or by this
 // side's Close is no end by the other side.
 func (c *watchedConn) endedBy(err error) {
-	if err != nil && !c.closed && !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, net.ErrClosed) {
+	switch {
+	case err == nil || c.closed || errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, net.ErrClosed):
+	case errors.Is(err, syscall.ETIMEDOUT):
+		c.timedOut = true
+	default:
 		c.ended = true
 	}
 }
@@ -148,6 +157,8 @@ func (c *watchedConn) trouble() *trouble {
 	switch {
 	case c.foreign != nil:
 		return &trouble{err: c.foreign}
+	case c.timedOut && !c.ended:
+		return &trouble{err: fmt.Errorf("what was sent to it went unacknowledged for %v, and the connection ended", keepaliveTimeout), hung: true}
 	case c.heard.IsZero() && c.ended && c.plaintext:
 		return &trouble{err: errClosedUnansweredPlaintext}
 	case c.heard.IsZero() && c.ended:
