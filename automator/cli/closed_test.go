@@ -7,38 +7,13 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/internal/closedport"
 	"github.com/opsgate/opsgate/internal/waittest"
 )
-
-// answering returns the address of a listener that does to each
-// connection it accepts what serve does, then closes it.
-func answering(t *testing.T, serve func(net.Conn)) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			serve(conn)
-			conn.Close()
-		}
-	}()
-	t.Cleanup(func() { l.Close(); wg.Wait() })
-	return l.Addr().String()
-}
 
 // TestAClientCommandWhoseConnectionsAreClosedUnansweredSaysSoAtOnce: exec,
 // work wait and work cancel, whose automator's address accepts connections
@@ -65,14 +40,14 @@ func TestAClientCommandWhoseConnectionsAreClosedUnansweredSaysSoAtOnce(t *testin
 		server bool // the address given by --server, not the data directory
 	}{
 		{name: "exec, closed", serve: func(net.Conn) {}, args: []string{"exec", "--data-dir", "DIR", "--account", "acme", "x.sh"}, doing: `submitting work to account "acme"`, says: closed},
-		{name: "work wait, reset", serve: func(c net.Conn) { _ = c.(*net.TCPConn).SetLinger(0) }, args: []string{"work", "wait", "--data-dir", "DIR", id}, doing: "waiting for work " + id, says: closed},
+		{name: "work wait, reset", serve: closedport.Reset, args: []string{"work", "wait", "--data-dir", "DIR", id}, doing: "waiting for work " + id, says: closed},
 		{name: "work cancel, HTTP/1 server", serve: http1, args: []string{"work", "cancel", "--data-dir", "DIR", id}, doing: "getting work " + id, says: []string{`what answers there is not an automator: it sent "HTTP/1.1 400 Bad Request"`}},
 		{name: "exec --server, closed", serve: func(net.Conn) {}, args: []string{"exec", "--account", "acme", "x.sh"}, doing: `submitting work to account "acme"`, says: closed, server: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			dir := initDir(t)
-			addr := answering(t, tc.serve)
+			addr := closedport.Accepting(t, tc.serve)
 			args := append([]string(nil), tc.args...)
 			where := ", the address in " + filepath.Join(dir, config.FileServing)
 			if tc.server {

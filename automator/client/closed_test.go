@@ -13,35 +13,8 @@ import (
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/client"
 	"github.com/opsgate/opsgate/automator/pki"
+	"github.com/opsgate/opsgate/internal/closedport"
 )
-
-// answering returns the address of a listener that does to each
-// connection it accepts what serve does, then closes it.
-func answering(t *testing.T, serve func(net.Conn)) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			serve(conn)
-			conn.Close()
-		}
-	}()
-	t.Cleanup(func() { l.Close(); wg.Wait() })
-	return l.Addr().String()
-}
-
-// reset sends a TCP reset (RST) when conn is closed, rather than a FIN.
-func reset(conn net.Conn) { _ = conn.(*net.TCPConn).SetLinger(0) }
 
 // http1 answers as an HTTP/1 server does to what it does not understand.
 func http1(conn net.Conn) {
@@ -84,9 +57,9 @@ func TestAConnectionClosedOrAnsweredByOtherThanAnAutomatorIsToldAtOnce(t *testin
 		t.Fatal(err)
 	}
 	automator := automatortest.Start(t, automatortest.Options{})
-	closing := answering(t, func(net.Conn) {})
-	resetting := answering(t, reset)
-	httpServer := answering(t, http1)
+	closing := closedport.Accepting(t, func(net.Conn) {})
+	resetting := closedport.Accepting(t, closedport.Reset)
+	httpServer := closedport.Accepting(t, http1)
 	noBackend := startRelay(t, closedAddr(t))
 	plaintext := plaintextGRPC(t)
 	const closed = "accepted the connection and closed it without answering"
