@@ -24,6 +24,27 @@ func (f *fixture) seen(p store.InstanceSeenParams) {
 	}
 }
 
+// seenBatch records polls ps in one batch (InstancesSeen).
+func (f *fixture) seenBatch(ps ...store.InstanceSeenParams) {
+	f.t.Helper()
+	if err := f.s.InstancesSeen(f.ctx, ps); err != nil {
+		f.t.Fatalf("InstancesSeen(%d polls): %v", len(ps), err)
+	}
+}
+
+// listedAs is the instance a listing shows after poll p was recorded.
+func listedAs(p store.InstanceSeenParams) store.Instance {
+	return store.Instance{Account: p.Account, InstanceID: p.InstanceID, Hostname: p.Hostname, Version: p.Version,
+		LastPollAt: p.Now, Stopped: p.Stopping}
+}
+
+// runPoll is poll number seq of run (a proxy process) of instance a of
+// acme, at now.
+func runPoll(run string, seq int64, stopping bool, now time.Time) store.InstanceSeenParams {
+	return store.InstanceSeenParams{Account: "acme", InstanceID: "a", Hostname: "a.example", Version: "v1",
+		Stopping: stopping, Run: run, PollSeq: seq, Now: now}
+}
+
 func (f *fixture) wantInstances(account string, want []store.Instance) {
 	f.t.Helper()
 	got, err := f.s.InstanceList(f.ctx, account)
@@ -85,16 +106,6 @@ func testInstancesSeenBatch(f *fixture) {
 		return store.InstanceSeenParams{Account: account, InstanceID: id, Hostname: id + ".example",
 			Version: version, Running: running, Now: now}
 	}
-	in := func(p store.InstanceSeenParams) store.Instance {
-		return store.Instance{Account: p.Account, InstanceID: p.InstanceID, Hostname: p.Hostname,
-			Version: p.Version, LastPollAt: p.Now}
-	}
-	batch := func(ps ...store.InstanceSeenParams) {
-		f.t.Helper()
-		if err := f.s.InstancesSeen(f.ctx, ps); err != nil {
-			f.t.Fatalf("InstancesSeen(%d polls): %v", len(ps), err)
-		}
-	}
 
 	// One record written one by one, then a batch that inserts new
 	// instances of two accounts and updates the existing one.
@@ -103,22 +114,22 @@ func testInstancesSeenBatch(f *fixture) {
 	b := p("acme", "b-host", "v2", 2, at(time.Minute+time.Microsecond))
 	a := p("acme", "a-host", "v1", 1, at(30*time.Second))
 	g := p("globex", "a-host", "v1", 0, at(40*time.Second))
-	batch(b, g, a)
-	f.wantInstances("acme", []store.Instance{in(a), in(b)})
-	f.wantInstances("globex", []store.Instance{in(g)})
+	f.seenBatch(b, g, a)
+	f.wantInstances("acme", []store.Instance{listedAs(a), listedAs(b)})
+	f.wantInstances("globex", []store.Instance{listedAs(g)})
 
 	// A late batch holding older polls changes nothing of what is newer,
 	// and still writes what is newer in the same batch.
 	a2 := p("acme", "a-host", "v1", 5, at(45*time.Second))
-	batch(p("acme", "b-host", "v1", 9, at(50*time.Second)), a2)
-	f.wantInstances("acme", []store.Instance{in(a2), in(b)})
+	f.seenBatch(p("acme", "b-host", "v1", 9, at(50*time.Second)), a2)
+	f.wantInstances("acme", []store.Instance{listedAs(a2), listedAs(b)})
 
 	// A poll at the very same time as the stored one is written (the same
 	// poll written twice is harmless).
 	b2 := b
 	b2.Running = 3
-	batch(b2)
-	f.wantInstances("acme", []store.Instance{in(a2), in(b2)})
+	f.seenBatch(b2)
+	f.wantInstances("acme", []store.Instance{listedAs(a2), listedAs(b2)})
 
 	// A large batch: every record lands.
 	var many []store.InstanceSeenParams
@@ -126,10 +137,10 @@ func testInstancesSeenBatch(f *fixture) {
 	for i := range 300 {
 		q := p("globex", fmt.Sprintf("host-%03d", i), "v3", i%7, at(time.Hour+time.Duration(i)*time.Millisecond))
 		many = append(many, q)
-		want = append(want, in(q))
+		want = append(want, listedAs(q))
 	}
-	batch(many...)
-	f.wantInstances("globex", append([]store.Instance{in(g)}, want...))
+	f.seenBatch(many...)
+	f.wantInstances("globex", append([]store.Instance{listedAs(g)}, want...))
 }
 
 // testInstancePurge: the instances whose latest poll is older than the
@@ -226,16 +237,6 @@ func testInstanceStopped(f *fixture) {
 	poll := func(id string, stopping bool, now time.Time) store.InstanceSeenParams {
 		return store.InstanceSeenParams{Account: "acme", InstanceID: id, Hostname: id + ".example", Version: "v1", Stopping: stopping, Now: now}
 	}
-	in := func(p store.InstanceSeenParams) store.Instance {
-		return store.Instance{Account: p.Account, InstanceID: p.InstanceID, Hostname: p.Hostname, Version: p.Version,
-			LastPollAt: p.Now, Stopped: p.Stopping}
-	}
-	batch := func(ps ...store.InstanceSeenParams) {
-		f.t.Helper()
-		if err := f.s.InstancesSeen(f.ctx, ps); err != nil {
-			f.t.Fatalf("InstancesSeen(%d polls): %v", len(ps), err)
-		}
-	}
 	online := func(want int) {
 		f.t.Helper()
 		stats, err := f.s.AccountStats(f.ctx, store.AccountStatsParams{OnlineSince: at(0)})
@@ -250,28 +251,28 @@ func testInstanceStopped(f *fixture) {
 	a1, b1 := poll("a", false, at(time.Second)), poll("b", false, at(time.Second))
 	f.seen(a1)
 	f.seen(b1)
-	f.wantInstances("acme", []store.Instance{in(a1), in(b1)})
+	f.wantInstances("acme", []store.Instance{listedAs(a1), listedAs(b1)})
 	online(2)
 
 	// a stops: its last poll, a moment later, says so.
 	a2 := poll("a", true, at(2*time.Second))
 	f.seen(a2)
-	f.wantInstances("acme", []store.Instance{in(a2), in(b1)})
+	f.wantInstances("acme", []store.Instance{listedAs(a2), listedAs(b1)})
 	online(1)
 	// A batch written late, holding a's poll from before the stop, does
 	// not bring it back.
-	batch(poll("a", false, at(1500*time.Millisecond)))
-	f.wantInstances("acme", []store.Instance{in(a2), in(b1)})
+	f.seenBatch(poll("a", false, at(1500*time.Millisecond)))
+	f.wantInstances("acme", []store.Instance{listedAs(a2), listedAs(b1)})
 	online(1)
 	// Its further polls while its running units finish say it too.
 	a3 := poll("a", true, at(3*time.Second))
-	batch(a3)
-	f.wantInstances("acme", []store.Instance{in(a3), in(b1)})
+	f.seenBatch(a3)
+	f.wantInstances("acme", []store.Instance{listedAs(a3), listedAs(b1)})
 
 	// b stops too, recorded in a batch: none is online.
 	b2 := poll("b", true, at(3*time.Second))
-	batch(b2)
-	f.wantInstances("acme", []store.Instance{in(a3), in(b2)})
+	f.seenBatch(b2)
+	f.wantInstances("acme", []store.Instance{listedAs(a3), listedAs(b2)})
 	online(0)
 
 	// Each is started again: its first poll, written either way, shows it
@@ -279,8 +280,8 @@ func testInstanceStopped(f *fixture) {
 	a4 := poll("a", false, at(time.Minute))
 	f.seen(a4)
 	b3 := poll("b", false, at(time.Minute))
-	batch(b3)
-	f.wantInstances("acme", []store.Instance{in(a4), in(b3)})
+	f.seenBatch(b3)
+	f.wantInstances("acme", []store.Instance{listedAs(a4), listedAs(b3)})
 	online(2)
 }
 
@@ -293,46 +294,38 @@ func testInstanceStopped(f *fixture) {
 // number.
 func testInstanceStopOrderedByPollSeq(f *fixture) {
 	f.account("acme")
-	poll := func(run string, seq int64, stopping bool, now time.Time) store.InstanceSeenParams {
-		return store.InstanceSeenParams{Account: "acme", InstanceID: "a", Hostname: "a.example", Version: "v1",
-			Stopping: stopping, Run: run, PollSeq: seq, Now: now}
-	}
-	in := func(p store.InstanceSeenParams) store.Instance {
-		return store.Instance{Account: p.Account, InstanceID: p.InstanceID, Hostname: p.Hostname, Version: p.Version,
-			LastPollAt: p.Now, Stopped: p.Stopping}
-	}
-	f.seen(poll("r1", 1, false, at(time.Second)))
-	stop := poll("r1", 3, true, at(2*time.Second))
+	f.seen(runPoll("r1", 1, false, at(time.Second)))
+	stop := runPoll("r1", 3, true, at(2*time.Second))
 	f.seen(stop)
-	f.wantInstances("acme", []store.Instance{in(stop)})
+	f.wantInstances("acme", []store.Instance{listedAs(stop)})
 
 	// Poll 2, later on the clock (its handler read it last), written
 	// after the stop: one at a time, then in a batch.
-	late := poll("r1", 2, false, at(3*time.Second))
+	late := runPoll("r1", 2, false, at(3*time.Second))
 	f.seen(late)
-	f.wantInstances("acme", []store.Instance{in(stop)})
+	f.wantInstances("acme", []store.Instance{listedAs(stop)})
 	if err := f.s.InstancesSeen(f.ctx, []store.InstanceSeenParams{late}); err != nil {
 		f.t.Fatalf("InstancesSeen: %v", err)
 	}
-	f.wantInstances("acme", []store.Instance{in(stop)})
+	f.wantInstances("acme", []store.Instance{listedAs(stop)})
 	// The run's further polls while it stops are recorded.
-	stop4 := poll("r1", 4, true, at(4*time.Second))
+	stop4 := runPoll("r1", 4, true, at(4*time.Second))
 	f.seen(stop4)
-	f.wantInstances("acme", []store.Instance{in(stop4)})
+	f.wantInstances("acme", []store.Instance{listedAs(stop4)})
 
 	// Started again: the new run's first poll ends the stop, one at a time
 	// or in a batch.
-	again := poll("r2", 1, false, at(5*time.Second))
+	again := runPoll("r2", 1, false, at(5*time.Second))
 	f.seen(again)
-	f.wantInstances("acme", []store.Instance{in(again)})
-	stop2 := poll("r2", 2, true, at(6*time.Second))
+	f.wantInstances("acme", []store.Instance{listedAs(again)})
+	stop2 := runPoll("r2", 2, true, at(6*time.Second))
 	f.seen(stop2)
-	f.wantInstances("acme", []store.Instance{in(stop2)})
-	again2 := poll("r3", 1, false, at(7*time.Second))
+	f.wantInstances("acme", []store.Instance{listedAs(stop2)})
+	again2 := runPoll("r3", 1, false, at(7*time.Second))
 	if err := f.s.InstancesSeen(f.ctx, []store.InstanceSeenParams{again2}); err != nil {
 		f.t.Fatalf("InstancesSeen: %v", err)
 	}
-	f.wantInstances("acme", []store.Instance{in(again2)})
+	f.wantInstances("acme", []store.Instance{listedAs(again2)})
 }
 
 // testInstanceBatchAfterClockStepBack: the automator's clock stepped back
@@ -346,26 +339,12 @@ func testInstanceStopOrderedByPollSeq(f *fixture) {
 // stored run numbered after its own.
 func testInstanceBatchAfterClockStepBack(f *fixture) {
 	f.account("acme")
-	poll := func(run string, seq int64, stopping bool, now time.Time) store.InstanceSeenParams {
-		return store.InstanceSeenParams{Account: "acme", InstanceID: "a", Hostname: "a.example", Version: "v1",
-			Stopping: stopping, Run: run, PollSeq: seq, Now: now}
-	}
-	in := func(p store.InstanceSeenParams) store.Instance {
-		return store.Instance{Account: p.Account, InstanceID: p.InstanceID, Hostname: p.Hostname, Version: p.Version,
-			LastPollAt: p.Now, Stopped: p.Stopping}
-	}
-	batch := func(ps ...store.InstanceSeenParams) {
-		f.t.Helper()
-		if err := f.s.InstancesSeen(f.ctx, ps); err != nil {
-			f.t.Fatalf("InstancesSeen(%d polls): %v", len(ps), err)
-		}
-	}
-	before := poll("r1", 1, false, at(time.Hour))
+	before := runPoll("r1", 1, false, at(time.Hour))
 	f.seen(before)
 	// The clock steps back by an hour; the process polls on.
-	after := poll("r1", 2, false, at(time.Minute))
-	batch(after)
-	f.wantInstances("acme", []store.Instance{in(after)})
+	after := runPoll("r1", 2, false, at(time.Minute))
+	f.seenBatch(after)
+	f.wantInstances("acme", []store.Instance{listedAs(after)})
 	online := func(since time.Time, want int) {
 		f.t.Helper()
 		stats, err := f.s.AccountStats(f.ctx, store.AccountStatsParams{OnlineSince: since})
@@ -381,15 +360,15 @@ func testInstanceBatchAfterClockStepBack(f *fixture) {
 
 	// A batch holding an older poll of the run, or one of another run
 	// earlier on the clock, changes nothing.
-	batch(poll("r1", 1, false, at(2*time.Minute)))
-	f.wantInstances("acme", []store.Instance{in(after)})
-	batch(poll("r0", 9, false, at(30*time.Second)))
-	f.wantInstances("acme", []store.Instance{in(after)})
+	f.seenBatch(runPoll("r1", 1, false, at(2*time.Minute)))
+	f.wantInstances("acme", []store.Instance{listedAs(after)})
+	f.seenBatch(runPoll("r0", 9, false, at(30*time.Second)))
+	f.wantInstances("acme", []store.Instance{listedAs(after)})
 
 	// Its stop, and its further polls while it stops, likewise.
-	stop := poll("r1", 3, true, at(2*time.Minute))
+	stop := runPoll("r1", 3, true, at(2*time.Minute))
 	f.seen(stop)
-	stop4 := poll("r1", 4, true, at(90*time.Second))
-	batch(stop4)
-	f.wantInstances("acme", []store.Instance{in(stop4)})
+	stop4 := runPoll("r1", 4, true, at(90*time.Second))
+	f.seenBatch(stop4)
+	f.wantInstances("acme", []store.Instance{listedAs(stop4)})
 }
