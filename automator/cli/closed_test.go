@@ -38,9 +38,13 @@ func TestAClientCommandWhoseConnectionsAreClosedUnansweredSaysSoAtOnce(t *testin
 		doing  string
 		says   []string
 		server bool // the address given by --server, not the data directory
+		// reset: the listener resets each connection, which on loopback
+		// may come before the dial returns, and is then told at once as
+		// the dial's error ("connection reset by peer") rather than as says.
+		reset bool
 	}{
 		{name: "exec, closed", serve: func(net.Conn) {}, args: []string{"exec", "--data-dir", "DIR", "--account", "acme", "x.sh"}, doing: `submitting work to account "acme"`, says: closed},
-		{name: "work wait, reset", serve: closedport.Reset, args: []string{"work", "wait", "--data-dir", "DIR", id}, doing: "waiting for work " + id, says: closed},
+		{name: "work wait, reset", serve: closedport.Reset, args: []string{"work", "wait", "--data-dir", "DIR", id}, doing: "waiting for work " + id, says: closed, reset: true},
 		{name: "work cancel, HTTP/1 server", serve: http1, args: []string{"work", "cancel", "--data-dir", "DIR", id}, doing: "getting work " + id, says: []string{`what answers there is not an automator: it sent "HTTP/1.1 400 Bad Request"`}},
 		{name: "exec --server, closed", serve: func(net.Conn) {}, args: []string{"exec", "--account", "acme", "x.sh"}, doing: `submitting work to account "acme"`, says: closed, server: true},
 	} {
@@ -65,7 +69,11 @@ func TestAClientCommandWhoseConnectionsAreClosedUnansweredSaysSoAtOnce(t *testin
 			defer interrupt()
 			r := start(ctx, args...)
 			line := r.notice(t, tc.name)
-			for _, want := range append([]string{"cannot connect to the automator at https://" + addr + where, tc.doing + ": trying again for", "Ctrl-C"}, tc.says...) {
+			says := tc.says
+			if tc.reset && strings.Contains(line, "connection reset by peer") {
+				says = nil
+			}
+			for _, want := range append([]string{"cannot connect to the automator at https://" + addr + where, tc.doing + ": trying again for", "Ctrl-C"}, says...) {
 				if !strings.Contains(line, want) {
 					t.Errorf("stderr's first line %q does not say %q", line, want)
 				}
