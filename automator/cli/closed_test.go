@@ -57,7 +57,7 @@ func TestAClientCommandWhoseConnectionsAreClosedUnansweredSaysSoAtOnce(t *testin
 			if tc.server {
 				args = append([]string{args[0], "--server", "https://" + addr, "--api-key-file", filepath.Join(dir, config.FileAPIKey), "--ca", filepath.Join(dir, config.FileCACert)}, args[1:]...)
 				where = ":"
-			} else if err := config.WriteServing(dir, config.Serving{GRPC: addr, HTTP: closedPort(t)}); err != nil {
+			} else if err := config.WriteServing(dir, config.Serving{GRPC: addr, HTTP: closedport.Addr(t)}); err != nil {
 				t.Fatal(err)
 			}
 			for i, a := range args {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/internal/closedport"
 	"github.com/opsgate/opsgate/internal/waittest"
 )
 
@@ -90,7 +91,7 @@ func stoppedServe(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	if err := config.WriteServing(dir, config.Serving{GRPC: l.Addr().String(), HTTP: closedPort(t)}); err != nil {
+	if err := config.WriteServing(dir, config.Serving{GRPC: l.Addr().String(), HTTP: closedport.Addr(t)}); err != nil {
 		t.Fatal(err)
 	}
 	return l.Addr().String()

@@ -4,7 +4,6 @@ package cli
 
 import (
 	"context"
-	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -12,20 +11,8 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/internal/closedport"
 )
-
-// closedPort returns a loopback address nothing listens on: connecting
-// to it is refused.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
 
 // TestAClientCommandOfAGoneAutomatorSaysSoAtOnce: exec, work wait and work
 // cancel --data-dir, whose automator was killed (its serving.yaml left
@@ -52,7 +39,7 @@ func TestAClientCommandOfAGoneAutomatorSaysSoAtOnce(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			dir := initDir(t)
-			addr := closedPort(t)
+			addr := closedport.Addr(t)
 			cfg, err := config.Load(dir)
 			if err != nil {
 				t.Fatal(err)
@@ -62,7 +49,7 @@ func TestAClientCommandOfAGoneAutomatorSaysSoAtOnce(t *testing.T) {
 			}
 			from := filepath.Join(dir, config.FileServing)
 			if tc.serving {
-				if err := config.WriteServing(dir, config.Serving{GRPC: addr, HTTP: closedPort(t)}); err != nil {
+				if err := config.WriteServing(dir, config.Serving{GRPC: addr, HTTP: closedport.Addr(t)}); err != nil {
 					t.Fatal(err)
 				}
 			} else {

@@ -60,7 +60,7 @@ func TestAConnectionClosedOrAnsweredByOtherThanAnAutomatorIsToldAtOnce(t *testin
 	closing := closedport.Accepting(t, func(net.Conn) {})
 	resetting := closedport.Accepting(t, closedport.Reset)
 	httpServer := closedport.Accepting(t, http1)
-	noBackend := startRelay(t, closedAddr(t))
+	noBackend := startRelay(t, closedport.Addr(t))
 	plaintext := plaintextGRPC(t)
 	const closed = "accepted the connection and closed it without answering"
 	const id = "w_0123456789abcdef0123456789abcdef"
@@ -117,16 +117,4 @@ func TestAConnectionClosedOrAnsweredByOtherThanAnAutomatorIsToldAtOnce(t *testin
 			}
 		})
 	}
-}
-
-// closedAddr is an address nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
 }
