@@ -12,7 +12,6 @@ import (
 
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/internal/closedport"
-	"github.com/opsgate/opsgate/internal/waittest"
 )
 
 // TestAClientCommandWhoseConnectionsAreClosedUnansweredSaysSoAtOnce: exec,
@@ -83,18 +82,7 @@ func TestAClientCommandWhoseConnectionsAreClosedUnansweredSaysSoAtOnce(t *testin
 					t.Errorf("stderr's first line %q says %q, as of a stopped automator", line, wrong)
 				}
 			}
-			select {
-			case code := <-r.done:
-				t.Fatalf("%s ended (exit %d) once it had said it keeps trying: %s", tc.name, code, r.errText())
-			default:
-			}
-			interrupt()
-			if code := waittest.Recv(t, r.done, tc.name+" to end after Ctrl-C"); code != ExitError {
-				t.Errorf("%s interrupted: exit %d; want %d: %s", tc.name, code, ExitError, r.errText())
-			}
-			if out := r.outText(); out != "" {
-				t.Errorf("stdout %q; want it empty", out)
-			}
+			r.endsOnCtrlC(t, tc.name, interrupt)
 		})
 	}
 }

@@ -68,6 +68,25 @@ func (r *running) notice(t *testing.T, what string) string {
 	return line
 }
 
+// endsOnCtrlC checks that the command what, which has said it keeps
+// trying, still runs, and that Ctrl-C (interrupt) then ends it with exit
+// 255 and nothing on stdout.
+func (r *running) endsOnCtrlC(t *testing.T, what string, interrupt func()) {
+	t.Helper()
+	select {
+	case code := <-r.done:
+		t.Fatalf("%s ended (exit %d) once it had said it keeps trying: %s", what, code, r.errText())
+	default:
+	}
+	interrupt()
+	if code := waittest.Recv(t, r.done, what+" to end after Ctrl-C"); code != ExitError {
+		t.Errorf("%s interrupted: exit %d; want %d: %s", what, code, ExitError, r.errText())
+	}
+	if out := r.outText(); out != "" {
+		t.Errorf("stdout %q; want it empty", out)
+	}
+}
+
 func (r *running) errText() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -140,18 +159,7 @@ func TestAClientCommandOfAStoppedAutomatorSaysSoWithinSeconds(t *testing.T) {
 			if !strings.Contains(line, "sent nothing for") && !strings.Contains(line, "did not begin within") {
 				t.Errorf("stderr's first line %q does not say how long nothing came", line)
 			}
-			select {
-			case code := <-r.done:
-				t.Fatalf("%s ended (exit %d) once it had said it keeps trying: %s", tc.name, code, r.errText())
-			default:
-			}
-			interrupt()
-			if code := waittest.Recv(t, r.done, tc.name+" to end after Ctrl-C"); code != ExitError {
-				t.Errorf("%s interrupted: exit %d; want %d: %s", tc.name, code, ExitError, r.errText())
-			}
-			if out := r.outText(); out != "" {
-				t.Errorf("stdout %q; want it empty", out)
-			}
+			r.endsOnCtrlC(t, tc.name, interrupt)
 		})
 	}
 }
