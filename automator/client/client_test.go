@@ -873,11 +873,10 @@ func TestAnAutomatorThatCannotBeConnectedToIsToldOnce(t *testing.T) {
 	}
 	url := "http://" + l.Addr().String()
 	l.Close()
-	var mu sync.Mutex
-	var told []client.Unreachable
+	var told unreachables
 	const retryFor = 2 * time.Second
 	c, err := client.New(client.Config{Addresses: []string{url}, APIKey: "oak_x", RetryFor: retryFor,
-		OnUnreachable: func(u client.Unreachable) { mu.Lock(); told = append(told, u); mu.Unlock() }})
+		OnUnreachable: told.tell})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -887,12 +886,7 @@ func TestAnAutomatorThatCannotBeConnectedToIsToldOnce(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "giving up") {
 		t.Fatalf("Get of an automator nothing listens for: %v; want it to give up once RetryFor has passed", err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(told) != 1 {
-		t.Fatalf("OnUnreachable told %d times (%v); want once", len(told), told)
-	}
-	u := told[0]
+	u := told.once(t, "")
 	if u.Address != url || u.Err == nil || !strings.Contains(u.Err.Error(), "connection refused") || u.Until.Before(start.Add(retryFor)) {
 		t.Errorf("OnUnreachable told %+v; want the address %s, the dial's error (connection refused), and the end of the retries, RetryFor past the first failure", u, url)
 	}

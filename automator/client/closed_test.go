@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -85,10 +84,9 @@ func TestAConnectionClosedOrAnsweredByOtherThanAnAutomatorIsToldAtOnce(t *testin
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			var mu sync.Mutex
-			var told []client.Unreachable
+			var told unreachables
 			c, err := client.New(client.Config{Addresses: []string{tc.url}, APIKey: "oak_x", CAPEM: ca.CertPEM, ServerName: "127.0.0.1", RetryFor: 3 * time.Second,
-				OnUnreachable: func(u client.Unreachable) { mu.Lock(); told = append(told, u); mu.Unlock() }})
+				OnUnreachable: told.tell})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,12 +96,7 @@ func TestAConnectionClosedOrAnsweredByOtherThanAnAutomatorIsToldAtOnce(t *testin
 			if _, err := c.Get(context.Background(), id); err == nil {
 				t.Fatal("Get succeeded")
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			if len(told) != 1 {
-				t.Fatalf("OnUnreachable told %d times (%+v) before the call ended; want once", len(told), told)
-			}
-			u := told[0]
+			u := told.once(t, " before the call ended")
 			if u.Hung || u.Address != tc.url || u.Err == nil || u.Doing != "getting work "+id {
 				t.Fatalf("OnUnreachable told %+v; want not hung, the address %s, an error, doing %q", u, tc.url, "getting work "+id)
 			}

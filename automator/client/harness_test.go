@@ -19,6 +19,31 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// unreachables records what a client's OnUnreachable (tell) is told.
+type unreachables struct {
+	mu   sync.Mutex
+	told []client.Unreachable
+}
+
+func (r *unreachables) tell(u client.Unreachable) {
+	r.mu.Lock()
+	r.told = append(r.told, u)
+	r.mu.Unlock()
+}
+
+// once returns what OnUnreachable was told, failing the test unless it was
+// told exactly once; when ends the failure's "told N times" (" before the
+// call ended", say).
+func (r *unreachables) once(t *testing.T, when string) client.Unreachable {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.told) != 1 {
+		t.Fatalf("OnUnreachable told %d times (%+v)%s; want once", len(r.told), r.told, when)
+	}
+	return r.told[0]
+}
+
 // newClient is a client of a's API for the given addresses (a's own when
 // none), closed at the end of the test.
 func newClient(t *testing.T, a *automatortest.Automator, addrs ...string) *client.Client {

@@ -5,7 +5,6 @@ import (
 	"net"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -57,10 +56,9 @@ func TestAnAutomatorThatAcceptsAndNeverAnswersIsToldAsHung(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			url := tc.scheme + stoppedAutomator(t)
-			var mu sync.Mutex
-			var told []client.Unreachable
+			var told unreachables
 			c, err := client.New(client.Config{Addresses: []string{url}, APIKey: "oak_x", CAPEM: ca.CertPEM, ServerName: "127.0.0.1", RetryFor: tc.retryFor,
-				OnUnreachable: func(u client.Unreachable) { mu.Lock(); told = append(told, u); mu.Unlock() }})
+				OnUnreachable: told.tell})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -76,12 +74,7 @@ func TestAnAutomatorThatAcceptsAndNeverAnswersIsToldAsHung(t *testing.T) {
 			if err == nil {
 				t.Fatal("Get of a stopped automator succeeded")
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			if len(told) != 1 {
-				t.Fatalf("OnUnreachable told %d times (%+v) before the call ended (%v); want once", len(told), told, err)
-			}
-			u := told[0]
+			u := told.once(t, " before the call ended ("+err.Error()+")")
 			if !u.Hung || u.Address != url || u.Err == nil || !strings.Contains(u.Err.Error(), tc.says) || u.Doing != "getting work "+id {
 				t.Errorf("OnUnreachable told %+v; want hung, the address %s, an error saying %q, doing %q", u, url, tc.says, "getting work "+id)
 			}
@@ -115,10 +108,9 @@ func TestAWaitUnansweredPastItsUnitsDeadlineIsToldSo(t *testing.T) {
 			return h(ctx, req)
 		},
 	}})
-	var mu sync.Mutex
-	var told []client.Unreachable
+	var told unreachables
 	c, err := client.New(client.Config{Addresses: []string{a.URL()}, APIKey: a.APIKey, CAPEM: a.CAPEM, ServerName: "127.0.0.1", RetryFor: 10 * time.Second,
-		OnUnreachable: func(u client.Unreachable) { mu.Lock(); told = append(told, u); mu.Unlock() }})
+		OnUnreachable: told.tell})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,12 +125,7 @@ func TestAWaitUnansweredPastItsUnitsDeadlineIsToldSo(t *testing.T) {
 	if err != nil || w.State != client.StateTimedOut {
 		t.Fatalf("Wait: %+v, %v; want the unit timed out", w, err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(told) != 1 {
-		t.Fatalf("OnUnreachable told %d times (%+v); want once", len(told), told)
-	}
-	u := told[0]
+	u := told.once(t, "")
 	// The deadline told is on this clock, the automator's as its answer
 	// came: the same here, to a few milliseconds, so maybe the next second.
 	var says []string
