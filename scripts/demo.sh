@@ -17,7 +17,6 @@ cleanup() {
 trap cleanup EXIT
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
-run() { printf '$ %s\n' "$*"; "$@"; }
 waitfor() { # what, condition...
 	local what=$1; shift
 	for _ in $(seq 1 200); do "$@" && return 0; sleep 0.05; done
@@ -49,11 +48,12 @@ waitfor "instance a" grep -q "connected" "$dir/proxy-a.log"
 waitfor "instance b" grep -q "connected" "$dir/proxy-b.log"
 
 ex() { "$bin/automator" exec --data-dir "$dir/data" --account acme "$@"; }
+# runex shows an exec as a user would type it (without the demo's --data-dir).
+runex() { printf '$ automator exec --account acme %s\n' "$*"; ex "$@"; }
 
 say "executeOnProxy: each unit is claimed by exactly one instance"
 for n in 1 2 3 4 5 6; do
-	printf '$ automator exec --account acme hello.sh caller-%s\n' "$n"
-	ex hello.sh "caller-$n" &
+	runex hello.sh "caller-$n" &
 done
 wait_jobs() { for j in $(jobs -p); do case " ${pids[*]} " in *" $j "*) ;; *) wait "$j" || true;; esac; done; }
 wait_jobs
@@ -64,15 +64,17 @@ echo "some data" | ex --stdin - checksum.sh
 
 say "any exit code is a result: the caller exits with it"
 set +e
-run "$bin/automator" exec --data-dir "$dir/data" --account acme exit-code.sh 3
+runex exit-code.sh 3
 echo "exit code: $?"
 
-say "a script that is not deployed fails (exit 125)"
-run "$bin/automator" exec --data-dir "$dir/data" --account acme ../../bin/sh
+say "a script that is not deployed fails (exit 125), and so does a name outside the scripts directory"
+runex not-deployed.sh
+echo "exit code: $?"
+runex ../../bin/sh
 echo "exit code: $?"
 
 say "a unit that outlives its deadline: the proxy kills it, the caller gets a timeout (exit 124)"
-run "$bin/automator" exec --data-dir "$dir/data" --account acme --timeout 2s sleep.sh 30
+runex --timeout 2s sleep.sh 30
 echo "exit code: $?"
 set -e
 
@@ -80,8 +82,7 @@ say "SIGKILL instance a; b carries on"
 { kill -9 "$proxy_a"; wait "$proxy_a"; } 2>/dev/null || true
 echo "killed instance a (pid $proxy_a)"
 for n in 1 2 3; do
-	printf '$ automator exec --account acme hello.sh after-kill-%s\n' "$n"
-	ex hello.sh "after-kill-$n"
+	runex hello.sh "after-kill-$n"
 done
 
 say "done: everything above ran on loopback and is cleaned up now"
