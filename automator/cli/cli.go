@@ -42,7 +42,7 @@ const usage = `usage:
   automator restore --data-dir DIR [--db DSN] --open-work-only   # after a PostgreSQL restore
   automator exec    --data-dir DIR --account NAME [--timeout DUR] [--stdin FILE|-] SCRIPT [ARG...]
   automator exec    --server URL --api-key-file F --ca FILE --account NAME ... SCRIPT [ARG...]
-  automator install --data-dir DIR [--name NAME] [--user USER] [--manual-start]
+  automator install --data-dir DIR [--db DSN] [--name NAME] [--user USER] [--manual-start]
   automator start|stop|status|uninstall [--name NAME]
 
 --db DSN, wherever it is taken, overrides db in DIR/automator.yaml: give a command the --db

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -30,10 +32,11 @@ const (
 func serviceCommand(verb string, args []string, env Env) error {
 	fs := newFlags(verb, env)
 	name := fs.String("name", defaultServiceName, "service name")
-	var dir, userName *string
+	var dir, db, userName *string
 	var manual *bool
 	if verb == "install" {
 		dir = fs.String("data-dir", "", "the automator's data directory (made by init)")
+		db = fs.String("db", "", "the --db of the service's serve: its database DSN, overriding db in automator.yaml; a PostgreSQL URL without a password, which the service definition would show to every user of the host")
 		userName = fs.String("user", "", "run the service as this existing, unprivileged user who owns the data directory (Linux; default root)")
 		manual = fs.Bool("manual-start", false, "do not start the service at boot")
 	}
@@ -45,7 +48,7 @@ func serviceCommand(verb string, args []string, env Env) error {
 	}
 	switch verb {
 	case "install":
-		return installService(*name, *dir, *userName, *manual, env)
+		return installService(*name, *dir, *db, *userName, *manual, env)
 	case "start":
 		before, _ := service.Query(*name)
 		if err := service.Start(*name); err != nil {
@@ -110,10 +113,14 @@ func serviceCommand(verb string, args []string, env Env) error {
 }
 
 // installService installs the service that runs `automator serve
-// --data-dir DIR`. The data directory stays where it is: install only
-// refers to it (and keeps it writable under the systemd hardening).
-func installService(name, dir, userName string, manual bool, env Env) error {
+// --data-dir DIR`, with `--db DSN` when db is given. The data directory
+// stays where it is: install only refers to it (and keeps it writable
+// under the systemd hardening).
+func installService(name, dir, db, userName string, manual bool, env Env) error {
 	if err := requireFlag("data-dir", dir); err != nil {
+		return err
+	}
+	if err := checkServiceDB(name, dir, db); err != nil {
 		return err
 	}
 	dir, err := filepath.Abs(dir)
@@ -124,26 +131,24 @@ func installService(name, dir, userName string, manual bool, env Env) error {
 	if err != nil {
 		return err
 	}
+	src := filepath.Join(dir, config.FileConfig)
+	if db != "" {
+		cfg.DB = db
+		src += " or --db"
+	}
 	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("invalid settings in %s: %w", filepath.Join(dir, config.FileConfig), err)
+		return fmt.Errorf("invalid settings in %s: %w", src, err)
 	}
-	spec := service.Spec{
-		Name:          name,
-		Description:   fmt.Sprintf("opsgate automator %s: queues executeOnProxy work for proxies (data in %s)", name, dir),
-		Arguments:     []string{service.Flag, name, "serve", "--data-dir", dir},
-		StopTimeout:   serveStopTimeout,
-		WritablePaths: []string{dir},
-		ManualStart:   manual,
-	}
-	if spec.Executable, err = os.Executable(); err != nil {
+	exe, err := os.Executable()
+	if err != nil {
 		return fmt.Errorf("finding this program's path: %w", err)
 	}
-	if err := checkNotTemporary(spec.Executable, dir, cfg); err != nil {
+	if err := checkNotTemporary(exe, dir, cfg); err != nil {
 		return err
 	}
+	var u *service.User
 	if userName != "" {
-		u, err := service.LookupUser(userName)
-		if err != nil {
+		if u, err = service.LookupUser(userName); err != nil {
 			return fmt.Errorf("--user: %w", err)
 		}
 		if err := service.CheckOwner(dir, u); err != nil {
@@ -151,11 +156,11 @@ func installService(name, dir, userName string, manual bool, env Env) error {
 		}
 		// A service that cannot reach its binary or its files would only
 		// fail at every start, and be started again.
-		if err := checkServiceUserReach(u, spec.Executable, dir, cfg); err != nil {
+		if err := checkServiceUserReach(u, exe, dir, cfg); err != nil {
 			return fmt.Errorf("--user: %w", err)
 		}
-		spec.User, spec.Group = u.Name, u.Group
 	}
+	spec := installSpec(name, exe, dir, db, u, manual)
 	if err := service.Install(spec); err != nil {
 		return err
 	}
@@ -172,6 +177,70 @@ func installService(name, dir, userName string, manual bool, env Env) error {
 	fmt.Fprintf(env.Stdout, "  starts at boot: %s\n", yesNo(st.BootStart))
 	fmt.Fprintf(env.Stdout, "It is stopped. Start it with `automator start --name %s`.\n", name)
 	return nil
+}
+
+// installSpec is the service install writes: it runs exe as `automator
+// --service NAME serve --data-dir DIR`, with `--db DSN` when db is given
+// (checkServiceDB refused one holding a password), as u when u is not nil.
+func installSpec(name, exe, dir, db string, u *service.User, manual bool) service.Spec {
+	args := []string{service.Flag, name, "serve", "--data-dir", dir}
+	if db != "" {
+		args = append(args, "--db", db)
+	}
+	spec := service.Spec{
+		Name:          name,
+		Description:   fmt.Sprintf("opsgate automator %s: queues executeOnProxy work for proxies (data in %s)", name, dir),
+		Executable:    exe,
+		Arguments:     args,
+		StopTimeout:   serveStopTimeout,
+		WritablePaths: []string{dir},
+		ManualStart:   manual,
+	}
+	if u != nil {
+		spec.User, spec.Group = u.Name, u.Group
+	}
+	return spec
+}
+
+// checkServiceDB refuses an install's --db that holds a secret: a
+// password or an sslpassword of a PostgreSQL URL. The service's command
+// line is in its definition, which every user of the host may read (a
+// systemd unit and a SysV script are world-readable files; a Windows
+// service's command line is shown to every user), and in the process list
+// while it runs. The password belongs where the service reads it and
+// others do not: PGPASSWORD in its environment file (Linux), or the URL
+// in db of automator.yaml (mode 0600), the service installed without --db.
+func checkServiceDB(name, dir, db string) error {
+	secret, env := dbSecret(db)
+	if secret == "" {
+		return nil
+	}
+	where := fmt.Sprintf("keep the URL in db of %s (mode 0600) and install without --db", filepath.Join(dir, config.FileConfig))
+	if runtime.GOOS != "windows" {
+		where = fmt.Sprintf("leave it out of the URL and put %s=... in %s (mode 0600), whose variables the service gets, or %s", env, service.EnvironmentFile(name), where)
+	}
+	return fmt.Errorf("--db %s: the URL holds %s, which install would write into the service's command line, shown to every user of this host: %s", pgstore.Redact(db), secret, where)
+}
+
+// dbSecret names the secret a PostgreSQL URL db holds ("a password", "an
+// sslpassword") and the environment variable that gives it instead, or is
+// "" when it holds none (or db is a SQLite file).
+func dbSecret(db string) (secret, env string) {
+	if !pgstore.IsDSN(db) {
+		return "", ""
+	}
+	u, err := url.Parse(db)
+	if err != nil {
+		return "", ""
+	}
+	q := u.Query()
+	if _, ok := u.User.Password(); ok || q.Has("password") {
+		return "a password", "PGPASSWORD"
+	}
+	if q.Has("sslpassword") {
+		return "an sslpassword", "PGSSLPASSWORD"
+	}
+	return "", ""
 }
 
 // runService is `automator --service NAME serve ...`, the command line of

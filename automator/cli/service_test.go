@@ -2,11 +2,13 @@ package cli
 
 import (
 	"bytes"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/internal/clihelp"
 	"github.com/opsgate/opsgate/proxy/service"
 )
 
@@ -52,5 +54,76 @@ func TestInstallRefusesASQLiteDatabaseOrBinaryInATemporaryDirectory(t *testing.T
 	}
 	if err := checkNotTemporary("/usr/local/bin/automator", "/var/lib/automator", cfg); err != nil {
 		t.Errorf("a service outside the temporary directories: %v", err)
+	}
+}
+
+// TestInstallGivesTheServiceItsDB: `install --db DSN` writes a service
+// whose serve is given that --db, so a serve that runs on another database
+// than automator.yaml's can be installed as it is run by hand. Checked on
+// what install writes, rendered from the spec it builds, without
+// installing: the systemd unit's ExecStart, the SysV script, and the
+// command line kardianos gives the Windows service manager (which cannot
+// run here), the spec's Arguments. Without --db, none is written.
+func TestInstallGivesTheServiceItsDB(t *testing.T) {
+	t.Parallel()
+	const dsn = "postgres://automator@db.example/automator?sslmode=verify-full"
+	spec := installSpec("automator", "/usr/local/bin/automator", "/var/lib/automator", dsn, nil, false)
+	if got, ok := clihelp.FlagValue(spec.Arguments, "db"); !ok || got != dsn || spec.Arguments[2] != "serve" {
+		t.Errorf("the service's command line: %q; want serve given --db %s", spec.Arguments, dsn)
+	}
+	const execStart = "\nExecStart=/usr/local/bin/automator --service automator serve --data-dir /var/lib/automator --db \"" + dsn + "\"\n"
+	if unit := service.SystemdUnit(spec); !strings.Contains(unit, execStart) {
+		t.Errorf("the systemd unit:\n%s\nwant the line %q", unit, strings.TrimSpace(execStart))
+	}
+	if script := service.SysVScript(spec); !strings.Contains(script, "'--data-dir' '/var/lib/automator' '--db' '"+dsn+"'") {
+		t.Errorf("the SysV script:\n%s\nwant serve given --db %s", script, dsn)
+	}
+
+	spec = installSpec("automator", "/usr/local/bin/automator", "/var/lib/automator", "", nil, false)
+	if _, ok := clihelp.FlagValue(spec.Arguments, "db"); ok {
+		t.Errorf("the service's command line without --db: %q; want no --db", spec.Arguments)
+	}
+}
+
+// TestInstallRefusesADBHoldingAPassword: the service's command line is in
+// its definition, which every user of the host can read, so a --db holding
+// a password (in the URL's user, as a password or an sslpassword
+// parameter) is refused before anything is installed, without printing
+// the password, and the refusal says where the password goes instead.
+func TestInstallRefusesADBHoldingAPassword(t *testing.T) {
+	t.Parallel()
+	dir := initDir(t)
+	t.Cleanup(func() { // run as root, an install this test expects refused would be real
+		if st, _ := service.Query("opsgate-test-dbpass"); st.Installed {
+			t.Error("the service was installed")
+			_ = service.Uninstall("opsgate-test-dbpass")
+		}
+	})
+	for _, c := range []struct{ dsn, env string }{
+		{"postgres://automator:s3cret@db.example/automator", "PGPASSWORD"},
+		{"postgresql://automator@db.example/automator?password=s3cret", "PGPASSWORD"},
+		{"postgres://automator@db.example/automator?sslcert=c.pem&sslkey=k.pem&sslpassword=s3cret", "PGSSLPASSWORD"},
+	} {
+		dsn := c.dsn
+		var out, errb bytes.Buffer
+		code := Main(t.Context(), []string{"install", "--data-dir", dir, "--name", "opsgate-test-dbpass", "--db", dsn}, Env{Stdout: &out, Stderr: &errb})
+		msg := errb.String()
+		if code != ExitError || !strings.Contains(msg, "password") || strings.Contains(msg, "s3cret") || strings.Contains(out.String(), "s3cret") {
+			t.Errorf("install --db %s: exit %d, stderr %q; want %d, the password refused and not printed", dsn, code, msg, ExitError)
+		}
+		want := "db of " + filepath.Join(dir, config.FileConfig)
+		if runtime.GOOS != "windows" {
+			want = c.env + "=... in /etc/default/opsgate-test-dbpass"
+		}
+		if !strings.Contains(msg, want) {
+			t.Errorf("install --db %s: %q; want it told where the password goes: %s", dsn, msg, want)
+		}
+	}
+	// A URL without a password goes on to the checks that follow (here,
+	// the data directory under the temporary directory).
+	var out, errb bytes.Buffer
+	code := Main(t.Context(), []string{"install", "--data-dir", dir, "--name", "opsgate-test-dbpass", "--db", "postgres://automator@db.example/automator"}, Env{Stdout: &out, Stderr: &errb})
+	if code != ExitError || strings.Contains(errb.String(), "password") || !strings.Contains(errb.String(), "the data directory "+dir+" is under the temporary directory") {
+		t.Errorf("install --db without a password: exit %d, stderr %q; want it past the --db check, refused for the data directory", code, errb.String())
 	}
 }
