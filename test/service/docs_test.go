@@ -202,6 +202,46 @@ func TestEveryCommandTheDocsNameMatchesTheCLI(t *testing.T) {
 	}
 }
 
+// rotationRow is a row of docs/security.md's table of rotations: its first
+// cell is a command.
+var rotationRow = regexp.MustCompile("^\\| `(automator [^`]+)` \\|")
+
+// TestDocsRotationTableShowsEachCommandAsHelpDoes: the first column of
+// docs/security.md's table of rotations is each command's full form, as
+// `automator help` lists it (its comment aside), so a flag added to a
+// command (--db) shows there too, not only in the help.
+func TestDocsRotationTableShowsEachCommandAsHelpDoes(t *testing.T) {
+	t.Parallel()
+	help := runCLI(bin.automator, "help")
+	forms := map[string]bool{}
+	for _, l := range strings.Split(help.Stdout+help.Stderr, "\n") {
+		l, _, _ = strings.Cut(l, "#")
+		if l = strings.Join(strings.Fields(l), " "); strings.HasPrefix(l, "automator ") {
+			forms[l] = true
+		}
+	}
+	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "security.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, _ := strings.Cut(string(data), "\n## Rotation without downtime\n")
+	table, _, _ = strings.Cut(table, "\n\n")
+	rows := 0
+	for _, row := range strings.Split(table, "\n") {
+		m := rotationRow.FindStringSubmatch(row)
+		if m == nil {
+			continue
+		}
+		rows++
+		if form := strings.ReplaceAll(m[1], `\|`, "|"); !forms[form] {
+			t.Errorf("docs/security.md's rotation table shows `%s`, which is not a form `automator help` lists", form)
+		}
+	}
+	if rows == 0 {
+		t.Error("docs/security.md's rotation table: no command found")
+	}
+}
+
 var (
 	// shellVarUse is a variable a shell line expands: $NAME or ${NAME...}.
 	shellVarUse = regexp.MustCompile(`\$\{?([A-Za-z_][A-Za-z0-9_]*)`)
