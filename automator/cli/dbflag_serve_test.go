@@ -3,7 +3,14 @@
 package cli
 
 import (
+	"html"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -72,4 +79,57 @@ func TestACommandWithoutDBIsRefusedWhileServeRunsOnAnother(t *testing.T) {
 			t.Errorf("exec to an unknown account: exit %d, stderr %q; want a hint without --db", code, stderr)
 		}
 	})
+}
+
+// TestTheDashboardNamesServesDBInTheCommandsItPrints: the dashboard of a
+// serve given --db names that --db in the CLI commands it prints, so one
+// run as printed acts on serve's database rather than being refused (or
+// acting on automator.yaml's); its sign-in form, shown to anyone, only
+// says to give serve's --db, naming no database.
+func TestTheDashboardNamesServesDBInTheCommandsItPrints(t *testing.T) {
+	t.Parallel()
+	dir := initDir(t)
+	other := filepath.Join(t.TempDir(), "other.db")
+	if code, _, stderr := runCLI(t, "backup", "--data-dir", dir, other); code != 0 {
+		t.Fatalf("backup into other.db: exit %d: %s", code, stderr)
+	}
+	s := serveDirInProcess(t, dir, "--db", "sqlite:"+other)
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &http.Client{Jar: jar}
+	signIn := func(key string) string {
+		t.Helper()
+		resp, err := c.PostForm(s.http+"/dashboard/login", url.Values{"api_key": {key}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return html.UnescapeString(string(body))
+	}
+	const help = "run automator apikey create admin --all-accounts --data-dir DIR --db DSN on the automator's host, DIR being its data directory and DSN the --db its serve was given"
+	if page := signIn("oak_not-a-key"); !strings.Contains(page, help) || strings.Contains(page, other) {
+		t.Errorf("the refused sign-in: %s\nwant it to say %q, naming no database", page, help)
+	}
+	key, err := os.ReadFile(filepath.Join(dir, config.FileAPIKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := signIn(strings.TrimSpace(string(key))) // then the accounts page: none yet
+	m := regexp.MustCompile(`Make one with <code>(automator account create [^<]*)</code>`).FindStringSubmatch(page)
+	if m == nil || !strings.Contains(m[1], " --db "+other) {
+		t.Fatalf("the accounts page of a serve given --db: %s\nwant it to name `automator account create` with --db %s", page, other)
+	}
+	args := strings.Fields(strings.NewReplacer("NAME", "acme", "DIR", dir).Replace(m[1]))[1:]
+	if code, _, stderr := runCLI(t, args...); code != 0 {
+		t.Fatalf("%s, as the dashboard printed it: exit %d: %s", m[1], code, stderr)
+	}
+	if counts := auditCounts(t, other); counts[store.AuditAccountCreated] != 1 {
+		t.Errorf("serve's database after the printed account create: %d account.created events, want 1", counts[store.AuditAccountCreated])
+	}
 }

@@ -136,3 +136,27 @@ func TestHintsOfACommandGivenDBSayToGiveItAgain(t *testing.T) {
 		}
 	}
 }
+
+// TestTheDashboardNamesServesDBWithoutItsPassword: the --db the dashboard
+// prints in its commands is serve's, as one shell word, a SQLite file by
+// its absolute path and a PostgreSQL URL without its password or
+// sslpassword; none without --db.
+func TestTheDashboardNamesServesDBWithoutItsPassword(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, c := range []struct{ db, want string }{
+		{"", ""},
+		{"sqlite:other.db", shellArg(filepath.Join(dir, "other.db"))},
+		{"postgres://automator@db.example/automator", "postgres://automator@db.example/automator"},
+		{"postgres://automator:s3cret@db.example/automator?sslmode=verify-full", "'postgres://automator@db.example/automator?sslmode=verify-full'"},
+		{"postgresql://db.example/automator?password=s3cret&sslpassword=s3cret&sslmode=require", "'postgresql://db.example/automator?sslmode=require'"},
+	} {
+		cfg := config.Default("https://127.0.0.1:8443")
+		if c.db != "" {
+			cfg.DB = c.db
+		}
+		if got := dashboardDB(dir, cfg, c.db); got != c.want {
+			t.Errorf("serve --db %q: the dashboard names --db %q, want %q", c.db, got, c.want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/opsgate/opsgate/automator/metrics"
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/automator/store/pgstore"
 	"github.com/opsgate/opsgate/crypto"
 	"github.com/opsgate/opsgate/proxy/service"
 )
@@ -104,8 +106,9 @@ const readyzStoreDown = "not ready: the store does not answer or its schema is b
 // operatorHandlers mounts what operators use on the HTTP listener beside
 // /healthz and the API: /readyz, /metrics and the dashboard (with / sending
 // a browser to it). It returns the dashboard: call its Close when the HTTP
-// server shuts down (it ends the open event streams).
-func operatorHandlers(mux *http.ServeMux, st store.Store, m *metrics.Metrics, srv *server.Server, master crypto.MasterKey, cfg config.Config, log *slog.Logger) (*dashboard.Dashboard, error) {
+// server shuts down (it ends the open event streams). db is serve's --db
+// ("" without one), which the CLI commands the dashboard names are given.
+func operatorHandlers(mux *http.ServeMux, st store.Store, m *metrics.Metrics, srv *server.Server, master crypto.MasterKey, dir string, cfg config.Config, db string, log *slog.Logger) (*dashboard.Dashboard, error) {
 	dash, err := dashboard.New(dashboard.Options{
 		Store:      st,
 		Opener:     srv,
@@ -113,6 +116,7 @@ func operatorHandlers(mux *http.ServeMux, st store.Store, m *metrics.Metrics, sr
 		MasterKey:  master,
 		PollWindow: cfg.PollWindow,
 		PublicURL:  cfg.PublicURL,
+		DB:         dashboardDB(dir, cfg, db),
 		RevealKeys: cfg.DashboardRevealKeys,
 		Logger:     log,
 	})
@@ -124,4 +128,32 @@ func operatorHandlers(mux *http.ServeMux, st store.Store, m *metrics.Metrics, sr
 	mux.Handle(dashboard.Prefix, dash.Handler())
 	mux.Handle("GET /{$}", http.RedirectHandler(dashboard.Prefix, http.StatusSeeOther))
 	return dash, nil
+}
+
+// dashboardDB is the --db serve was given (db, "" for none) as the
+// dashboard names it in the CLI commands it prints, to be run as printed on
+// the automator's host: one shell word, a SQLite file by its absolute path,
+// a PostgreSQL URL without its password or sslpassword (the dashboard is
+// no place for them; the command then takes them from PGPASSWORD or
+// PGSSLPASSWORD, or says it needs one).
+func dashboardDB(dir string, cfg config.Config, db string) string {
+	if db == "" {
+		return ""
+	}
+	if !pgstore.IsDSN(db) {
+		return shellArg(servedDB(dir, cfg))
+	}
+	u, err := url.Parse(db)
+	if err != nil {
+		return "DSN" // IsDSN parsed it
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.User(u.User.Username())
+	}
+	if q := u.Query(); q.Has("password") || q.Has("sslpassword") {
+		q.Del("password")
+		q.Del("sslpassword")
+		u.RawQuery = q.Encode()
+	}
+	return shellArg(u.String())
 }

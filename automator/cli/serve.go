@@ -198,7 +198,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
 	})
-	dash, err := operatorHandlers(mux, timed, m, srv, master, cfg, log)
+	dash, err := operatorHandlers(mux, timed, m, srv, master, *dir, cfg, *db, log)
 	if err != nil {
 		return err
 	}

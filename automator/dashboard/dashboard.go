@@ -98,6 +98,14 @@ type Options struct {
 	// origin of the request's Host, for a reverse proxy that serves the
 	// dashboard there and rewrites Host. Optional.
 	PublicURL string
+	// DB is the --db the automator's serve was given, as one word of a
+	// shell's command line and without a password ("" when serve was given
+	// none): the CLI commands the pages name, which open the database,
+	// must be given it, or they act on the database automator.yaml names
+	// (and are refused while serve runs on another). The pages of a
+	// signed-in operator name it; the sign-in form, shown to anyone, names
+	// no path or host: it says to give serve's --db.
+	DB string
 	// RevealKeys are the ids of the API keys that may see script names,
 	// arguments and output. None may by default.
 	RevealKeys []string

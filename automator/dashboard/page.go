@@ -37,7 +37,10 @@ type view struct {
 	OnlineWithin time.Duration
 	// Live: the page keeps itself current over server-sent events.
 	Live bool
-	Data any
+	// DBFlag ends each CLI command a page names that opens the database:
+	// " --db " and Options.DB, or "" when serve was given no --db.
+	DBFlag string
+	Data   any
 }
 
 // page serves one page: the whole document to a browser, or, to an
@@ -85,6 +88,15 @@ func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, code int, nam
 	_, _ = w.Write(buf.Bytes())
 }
 
+// dbFlag is what the CLI commands the pages name are given beside
+// --data-dir: serve's --db, when it was given one.
+func (d *Dashboard) dbFlag() string {
+	if d.o.DB == "" {
+		return ""
+	}
+	return " --db " + d.o.DB
+}
+
 // content renders the live part of a page (what a stream sends).
 func (d *Dashboard) content(name, title, nav string, s *session, data any) ([]byte, error) {
 	var buf bytes.Buffer
@@ -100,6 +112,7 @@ func (d *Dashboard) view(title, nav string, s *session, data any) view {
 		Now:          d.o.Now(),
 		PollWindow:   d.o.PollWindow,
 		OnlineWithin: server.InstanceOnlineWithin(d.o.PollWindow),
+		DBFlag:       d.dbFlag(),
 		Data:         data,
 	}
 }

@@ -181,7 +181,7 @@ func (d *Dashboard) loginForm(w http.ResponseWriter, r *http.Request) {
 		}
 		var ended endedErr
 		if errors.As(err, &ended) {
-			data.Error = "Your session ended: " + ended.Error() + ". " + newAdminKeyHelp
+			data.Error = "Your session ended: " + ended.Error() + ". " + d.newAdminKeyHelp()
 		}
 	}
 	d.render(w, r, http.StatusOK, "login", "Sign in", "", nil, data)
@@ -195,10 +195,17 @@ type loginData struct {
 // newAdminKeyHelp ends the refusal of a wrong or a revoked key: how an
 // operator makes a new admin key, as the CLI says of a revoked
 // admin.apikey. It is the same for both and names no key, path or host (a
-// visitor is not signed in), so it tells nobody which keys exist. That a
-// key was revoked is said only to whoever holds its 256-bit secret, as the
-// gRPC and HTTP APIs already tell a call made with it.
-const newAdminKeyHelp = "To make a new admin key, run automator apikey create admin --all-accounts --data-dir DIR on the automator's host, DIR being its data directory (there it needs no API key)."
+// visitor is not signed in), so it tells nobody which keys exist: a serve
+// given --db gets the --db DSN its command needs, DSN said to be serve's,
+// not the database itself. That a key was revoked is said only to whoever
+// holds its 256-bit secret, as the gRPC and HTTP APIs already tell a call
+// made with it.
+func (d *Dashboard) newAdminKeyHelp() string {
+	if d.o.DB == "" {
+		return "To make a new admin key, run automator apikey create admin --all-accounts --data-dir DIR on the automator's host, DIR being its data directory (there it needs no API key)."
+	}
+	return "To make a new admin key, run automator apikey create admin --all-accounts --data-dir DIR --db DSN on the automator's host, DIR being its data directory and DSN the --db its serve was given (there it needs no API key)."
+}
 
 // login checks the API key of the form and sets the session cookie.
 func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
@@ -238,7 +245,7 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 			fail(http.StatusTooManyRequests, fmt.Sprintf("Too many failed sign-ins from your address; try again in %v.", retry.Round(time.Second)))
 			return
 		}
-		fail(code, why+" "+newAdminKeyHelp)
+		fail(code, why+" "+d.newAdminKeyHelp())
 	}
 	h := crypto.HashToken(secret)
 	k, err := d.o.Store.APIKeyGetByHash(r.Context(), h)
