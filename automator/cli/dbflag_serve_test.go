@@ -21,7 +21,8 @@ import (
 // TestACommandWithoutDBIsRefusedWhileServeRunsOnAnother: while a serve
 // given --db runs (serving.yaml names its database), a command that opens
 // the database without --db, which would open automator.yaml's, is
-// refused, saying to give serve's --db; with it, it runs. exec's hint for
+// refused, saying to give serve's --db, before it changes anything (cert
+// renew renews no certificate); with it, it runs. exec's hint for
 // an unknown account says so too. A --db naming automator.yaml's own
 // database by another spelling is no other database.
 func TestACommandWithoutDBIsRefusedWhileServeRunsOnAnother(t *testing.T) {
@@ -36,6 +37,10 @@ func TestACommandWithoutDBIsRefusedWhileServeRunsOnAnother(t *testing.T) {
 		}
 		serveDirInProcess(t, dir, "--db", "sqlite:"+other)
 		before := auditCounts(t, mine)
+		cert, err := os.ReadFile(filepath.Join(dir, config.FileCert))
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, args := range [][]string{
 			{"account", "create", "acme"},
 			{"apikey", "create", "ci", "--all-accounts"},
@@ -43,6 +48,9 @@ func TestACommandWithoutDBIsRefusedWhileServeRunsOnAnother(t *testing.T) {
 			{"account", "list"},
 			{"audit"},
 			{"backup", filepath.Join(t.TempDir(), "b.db")},
+			// Its record would go to a database serve does not use: it
+			// renews nothing rather than renew unrecorded.
+			{"cert", "renew"},
 		} {
 			code, stdout, stderr := runCLI(t, append(args, "--data-dir", dir)...)
 			if code != ExitError || !strings.Contains(stderr, other) || !strings.Contains(stderr, "--db") {
@@ -51,6 +59,9 @@ func TestACommandWithoutDBIsRefusedWhileServeRunsOnAnother(t *testing.T) {
 		}
 		if after := auditCounts(t, mine); len(after) != len(before) || after[store.AuditAccountCreated] != 0 || after[store.AuditAPIKeyCreated] != before[store.AuditAPIKeyCreated] {
 			t.Errorf("automator.yaml's database after the refused commands: audit events %v, want %v as before", after, before)
+		}
+		if now, err := os.ReadFile(filepath.Join(dir, config.FileCert)); err != nil || string(now) != string(cert) {
+			t.Errorf("%s after the refused cert renew: changed (%v)", config.FileCert, err)
 		}
 		if code, _, stderr := runCLI(t, "account", "create", "acme", "--data-dir", dir, "--db", "sqlite:"+other); code != 0 {
 			t.Errorf("account create with serve's --db: exit %d: %s", code, stderr)
