@@ -594,7 +594,13 @@ type InstanceSeenParams struct {
 	// the process polled again, saying it stops, does not end the stop).
 	Run     string
 	PollSeq int64
-	Now     time.Time
+	// AccountCreatedAt is when the account the poll was authenticated as
+	// was created (Account.CreatedAt, as the store gave it). When set, the
+	// poll is recorded only while the account of that name is that one:
+	// not under an account created again under the name after the one
+	// polled was deleted. Zero: under any account of the name.
+	AccountCreatedAt time.Time
+	Now              time.Time
 }
 
 type InstancePurgeParams struct {
@@ -802,8 +808,9 @@ type Store interface {
 
 	// InstanceSeen records a poll of an instance (upsert); a poll of an
 	// account that no longer exists (deleted meanwhile) is not recorded,
-	// nor one of the run of the stored poll numbered before it
-	// (InstanceSeenParams.Run).
+	// nor one of an account deleted and created again under its name since
+	// (InstanceSeenParams.AccountCreatedAt), nor one of the run of the
+	// stored poll numbered before it (InstanceSeenParams.Run).
 	InstanceSeen(ctx context.Context, p InstanceSeenParams) error
 	// InstancesSeen records polls of many instances in one transaction
 	// (upserts), for an automator that keeps its instances' latest polls in
@@ -813,7 +820,8 @@ type Store interface {
 	// before the stored poll of their run, back in its run. A poll of that
 	// run numbered after it is newer, even earlier on the clock (a step
 	// back of the automator's clock): the record follows the clock. Polls
-	// of accounts that no longer exist are left out, as by InstanceSeen.
+	// of accounts that no longer exist, or are not the account polled
+	// (AccountCreatedAt), are left out, as by InstanceSeen.
 	InstancesSeen(ctx context.Context, ps []InstanceSeenParams) error
 	// InstanceList returns the instances of an account, ordered by id,
 	// each with the number of the account's units it has claimed that have

@@ -22,6 +22,15 @@ func stoppedAt(p store.InstanceSeenParams) *time.Time {
 	return &p.Now
 }
 
+// instanceArgs are instanceUpsert's arguments for poll p.
+func instanceArgs(p store.InstanceSeenParams) []any {
+	var created *time.Time
+	if !p.AccountCreatedAt.IsZero() {
+		created = &p.AccountCreatedAt
+	}
+	return []any{p.Account, p.InstanceID, p.Hostname, p.Version, p.Now, p.Running, stoppedAt(p), p.Run, p.PollSeq, created}
+}
+
 // instanceStopped is true for an instance whose latest poll said it was
 // stopping: one recorded since by a replica predating stopped_at moved
 // last_poll_at past it.
@@ -29,13 +38,16 @@ const instanceStopped = `COALESCE(i.stopped_at >= i.last_poll_at, false)`
 
 // instanceUpsert records a poll (the arguments: account, instance id,
 // hostname, version, last_poll_at, in_flight, stopped_at, poll_run,
-// poll_seq), unless its account is gone or it is of the run of the
-// stored poll and numbered before it (polls of one run are ordered by
+// poll_seq, the account's created_at or NULL), unless its account is
+// gone, or is another than the one polled (deleted and created again
+// under its name: its created_at differs), or the poll is of the run of
+// the stored poll and numbered before it (polls of one run are ordered by
 // their numbers, not by when they are written); where, when not empty,
 // adds a condition on the update ("AND ...").
 func instanceUpsert(where string) string {
 	return `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at, poll_run, poll_seq)
-SELECT $1::text, $2::text, $3::text, $4::text, $5::timestamptz, $6::integer, $7::timestamptz, $8::text, $9::bigint WHERE EXISTS (SELECT 1 FROM accounts WHERE name = $1 AND key_id <> 0)
+SELECT $1::text, $2::text, $3::text, $4::text, $5::timestamptz, $6::integer, $7::timestamptz, $8::text, $9::bigint WHERE EXISTS (SELECT 1 FROM accounts WHERE name = $1 AND key_id <> 0
+	AND ($10::timestamptz IS NULL OR created_at = $10))
 ON CONFLICT (account, instance_id) DO UPDATE SET
 	hostname = excluded.hostname,
 	version = excluded.version,
@@ -67,8 +79,7 @@ const batchedNotOlder = `
 
 func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) error {
 	// A poll of an account deleted meanwhile is not recorded.
-	_, err := s.sentExec(ctx, instanceUpsert(""),
-		p.Account, p.InstanceID, p.Hostname, p.Version, p.Now, p.Running, stoppedAt(p), p.Run, p.PollSeq)
+	_, err := s.sentExec(ctx, instanceUpsert(""), instanceArgs(p)...)
 	if err != nil {
 		return fmt.Errorf("recording a poll of instance %q of account %q: %w", p.InstanceID, p.Account, err)
 	}
@@ -94,8 +105,7 @@ func (s *Store) InstancesSeen(ctx context.Context, ps []store.InstanceSeenParams
 		b := &pgx.Batch{}
 		for _, p := range sorted {
 			// A poll of an account deleted meanwhile is left out.
-			b.Queue(instanceUpsert(batchedNotOlder),
-				p.Account, p.InstanceID, p.Hostname, p.Version, p.Now, p.Running, stoppedAt(p), p.Run, p.PollSeq)
+			b.Queue(instanceUpsert(batchedNotOlder), instanceArgs(p)...)
 		}
 		br := c.SendBatch(ctx, b)
 		for _, p := range sorted {

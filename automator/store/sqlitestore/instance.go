@@ -22,15 +22,23 @@ func stoppedAt(p store.InstanceSeenParams) int64 {
 // last_poll_at past it.
 const instanceStopped = `(i.stopped_at >= i.last_poll_at)`
 
+// instanceArgs are instanceUpsert's arguments for poll p.
+func instanceArgs(p store.InstanceSeenParams) []any {
+	return []any{p.Account, p.InstanceID, p.Hostname, p.Version, toNanos(p.Now), p.Running, stoppedAt(p), p.Run, p.PollSeq,
+		toNanos(p.AccountCreatedAt)}
+}
+
 // instanceUpsert records a poll (the arguments: account, instance id,
 // hostname, version, last_poll_at, in_flight, stopped_at, poll_run,
-// poll_seq), unless its account is gone or it is of the run of the
+// poll_seq, the account's created_at or 0), unless its account is gone,
+// or is another than the one polled (deleted and created again under its
+// name: its created_at differs), or the poll is of the run of the
 // stored poll and numbered before it (polls of one run are ordered by
 // their numbers, not by when they are written); where, when not empty,
 // adds a condition on the update ("AND ...").
 func instanceUpsert(where string) string {
 	return `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at, poll_run, poll_seq)
-SELECT ?1, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM accounts WHERE name = ?1 AND key_id <> 0)
+SELECT ?1, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM accounts WHERE name = ?1 AND key_id <> 0 AND (?10 = 0 OR created_at = ?10))
 ON CONFLICT (account, instance_id) DO UPDATE SET
 	hostname = excluded.hostname,
 	version = excluded.version,
@@ -63,8 +71,7 @@ const batchedNotOlder = `
 func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) error {
 	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
 		// A poll of an account deleted meanwhile is not recorded.
-		_, err := tx.ExecContext(ctx, instanceUpsert(""),
-			p.Account, p.InstanceID, p.Hostname, p.Version, toNanos(p.Now), p.Running, stoppedAt(p), p.Run, p.PollSeq)
+		_, err := tx.ExecContext(ctx, instanceUpsert(""), instanceArgs(p)...)
 		return err
 	})
 	if err != nil {

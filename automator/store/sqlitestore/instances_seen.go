@@ -16,8 +16,7 @@ func (s *Store) InstancesSeen(ctx context.Context, ps []store.InstanceSeenParams
 	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
 		for _, p := range ps {
 			// A poll of an account deleted meanwhile is left out.
-			if _, err := tx.ExecContext(ctx, instanceUpsert(batchedNotOlder),
-				p.Account, p.InstanceID, p.Hostname, p.Version, toNanos(p.Now), p.Running, stoppedAt(p), p.Run, p.PollSeq); err != nil {
+			if _, err := tx.ExecContext(ctx, instanceUpsert(batchedNotOlder), instanceArgs(p)...); err != nil {
 				return fmt.Errorf("instance %q of account %q: %w", p.InstanceID, p.Account, err)
 			}
 		}

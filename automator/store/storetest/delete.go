@@ -12,6 +12,7 @@ var deleteCases = []testCase{
 	{"AccountDeleteCancelsOpenUnitsAndKeepsAllUnderItsTombstone", testAccountDeleteCancelsOpenUnits},
 	{"DeletedAccountsTokensKeysAndInstancesAreGone", testDeletedAccountsCredentialsAreGone},
 	{"AccountCreatedAgainAfterDeleteSharesNothingWithTheOld", testAccountCreatedAgainSharesNothing},
+	{"APollOfADeletedAccountIsNeverRecordedUnderTheAccountCreatedAgain", testDeletedAccountsPollsStayOut},
 	{"AccountDeleteRevokesTheAPIKeysOfOnlyThatAccount", testAccountDeleteUnscopesAPIKeys},
 	{"AccountDeletionsListsDeletionsUntilTheirTombstoneIsPurged", testAccountDeletionsList},
 	{"AccountDeleteOfUnknownAccountIsErrNotFound", testAccountDeleteUnknown},
@@ -343,4 +344,57 @@ func testAccountDeleteResumeOnly(f *fixture) {
 	if ds, err := f.s.AccountsBeingDeleted(f.ctx); err != nil || len(ds) != 0 {
 		f.t.Errorf("AccountsBeingDeleted = %+v, %v; want none", ds, err)
 	}
+}
+
+// testDeletedAccountsPollsStayOut: a poll authenticated as an account
+// (InstanceSeenParams.AccountCreatedAt), written after that account was
+// deleted and another created under its name, one at a time or in a batch
+// (an automator's polls kept in memory), is not recorded: the new account
+// lists only its own instances. A rotation of the new account changes
+// nothing of which account it is.
+func testDeletedAccountsPollsStayOut(f *fixture) {
+	f.account("acme")
+	old, err := f.byToken(hash("token of acme"), at(time.Second))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	oldPoll := store.InstanceSeenParams{Account: "acme", InstanceID: "host-old", Hostname: "old", Version: "1",
+		AccountCreatedAt: old.CreatedAt, Now: at(time.Second)}
+	f.seen(oldPoll)
+	f.deleteAccount("acme", at(time.Minute))
+	if _, err := f.s.AccountCreate(f.ctx, store.AccountCreateParams{Name: "acme", TokenHash: hash("new acme token"), KeyID: 1,
+		SealedKey: []byte("new sealed key"), Now: at(2 * time.Minute)}); err != nil {
+		f.t.Fatal(err)
+	}
+	fresh, err := f.byToken(hash("new acme token"), at(2*time.Minute))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+
+	late := oldPoll
+	late.Now = at(3 * time.Minute)
+	f.seen(late)
+	late.InstanceID, late.Hostname = "host-old-2", "old-2"
+	newPoll := store.InstanceSeenParams{Account: "acme", InstanceID: "host-new", Hostname: "new", Version: "1",
+		AccountCreatedAt: fresh.CreatedAt, Now: at(3 * time.Minute)}
+	f.seenBatch(late, newPoll)
+	f.wantInstances("acme", []store.Instance{listedAs(newPoll)})
+
+	f.rotate(store.AccountRotateParams{Name: "acme", TokenHash: hash("newer acme token"), KeyID: 2, SealedKey: []byte("newer sealed key"),
+		PreviousUntil: at(4 * time.Minute), Now: at(4 * time.Minute)})
+	rotated, err := f.byToken(hash("newer acme token"), at(4*time.Minute))
+	if err != nil || !rotated.CreatedAt.Equal(fresh.CreatedAt) {
+		f.t.Fatalf("the rotated account created at %v, %v; want %v", rotated.CreatedAt, err, fresh.CreatedAt)
+	}
+	newPoll.Now = at(5 * time.Minute)
+	f.seen(newPoll)
+	newPoll.Now = at(6 * time.Minute)
+	f.seenBatch(newPoll)
+	f.wantInstances("acme", []store.Instance{listedAs(newPoll)})
+
+	// A poll that names no account creation is recorded under any
+	// account of its name (the writers that predate the field).
+	unnamed := store.InstanceSeenParams{Account: "acme", InstanceID: "host-any", Hostname: "any", Version: "1", Now: at(6 * time.Minute)}
+	f.seen(unnamed)
+	f.wantInstances("acme", []store.Instance{listedAs(unnamed), listedAs(newPoll)})
 }
