@@ -54,6 +54,10 @@ type proxyToken struct {
 	// created again under the same name (keyRing.sameAccount).
 	keyID     uint32
 	sealedKey []byte
+	// created is when the account was created: what tells the account
+	// from one created again under its name after it was deleted, for the
+	// records of its instances' polls (InstanceSeenParams.AccountCreatedAt).
+	created time.Time
 }
 
 // tokenFrom is the account token that authenticated a proxy call.
@@ -118,7 +122,7 @@ func (s *Server) authenticate(ctx context.Context, method string) (context.Conte
 		case err != nil:
 			return nil, s.internal(ctx, "looking up account token", err)
 		}
-		ctx = context.WithValue(ctx, keyToken, proxyToken{hash: h, current: a.TokenHash, until: a.PreviousTokenUntil, keyID: a.KeyID, sealedKey: a.SealedKey})
+		ctx = context.WithValue(ctx, keyToken, proxyToken{hash: h, current: a.TokenHash, until: a.PreviousTokenUntil, keyID: a.KeyID, sealedKey: a.SealedKey, created: a.CreatedAt})
 		return context.WithValue(ctx, keyAccount, a.Name), nil
 	case strings.HasPrefix(method, callerPrefix):
 		c, err := s.apiKey(ctx, secret, err, sourceOf(ctx), methodName(method))

@@ -118,3 +118,11 @@ func withAccount[K [2]string | [3]string, V any](m map[K]V, account string) int 
 
 // DeletionLookBack is how far back the automator looks for deletions.
 const DeletionLookBack = deletionLookBack
+
+// BatchPolls keeps known instances' polls in memory until FlushInstances,
+// as RecordInstances does while it runs, from the moment it returns.
+func (s *Server) BatchPolls() {
+	s.seen.mu.Lock()
+	s.seen.batching = true
+	s.seen.mu.Unlock()
+}

@@ -62,6 +62,16 @@ type pollSeen struct {
 	newRun bool
 }
 
+// otherAccountLocked is true for a poll of an account other than the one
+// of r's latest poll: one created again under its name after that one was
+// deleted (InstanceSeenParams.AccountCreatedAt). Nothing of r is the new
+// account's: its first poll is written at once, as a new instance's is,
+// and polls of the old account kept in memory are never written under
+// it (the store checks it too, for every replica's batches).
+func (r *seenRecord) otherAccountLocked(p store.InstanceSeenParams) bool {
+	return !r.last.AccountCreatedAt.Equal(p.AccountCreatedAt)
+}
+
 // staleLocked is true for a poll of the run of r's latest poll, numbered
 // before it: a poll of the process that was still on its way when the
 // process polled again (one cancelled by the stop whose next poll said it
@@ -84,11 +94,15 @@ func (s *Server) instanceSeen(ctx context.Context, p store.InstanceSeenParams, p
 	key := [2]string{p.Account, p.InstanceID}
 	c := &s.seen
 	c.mu.Lock()
-	if r := c.m[key]; r != nil && r.staleLocked(ps) {
+	known := c.m[key]
+	if known != nil && known.otherAccountLocked(p) {
+		known = nil // recorded as new: written at once, below, in its place
+	}
+	if r := known; r != nil && r.staleLocked(ps) {
 		c.mu.Unlock()
 		return nil
 	}
-	if r := c.m[key]; r != nil && r.last.Hostname == p.Hostname && r.last.Version == p.Version &&
+	if r := known; r != nil && r.last.Hostname == p.Hostname && r.last.Version == p.Version &&
 		r.last.Stopping == p.Stopping && !ps.newRun {
 		if c.batching {
 			// Not stale (above): numbered, it follows r's latest.
@@ -131,6 +145,11 @@ func (s *Server) instanceSeen(ctx context.Context, p store.InstanceSeenParams, p
 		}
 		r = &seenRecord{}
 		c.m[key] = r
+	}
+	if r.otherAccountLocked(p) {
+		// What r holds is the deleted account's, written or not: the
+		// store leaves it out now that its name is another account's.
+		*r = seenRecord{}
 	}
 	newer := r.last.Now.IsZero() || !p.Now.Before(r.last.Now)
 	if r.numberedLocked(ps) {
@@ -249,6 +268,12 @@ func (s *Server) FlushInstances(ctx context.Context) error {
 		for _, p := range batch {
 			key := [2]string{p.Account, p.InstanceID}
 			r := c.m[key]
+			if r != nil && r.otherAccountLocked(p) {
+				// Now the record of an account created again under the
+				// name (instanceSeen): p, of the deleted one, is nothing
+				// of it, written or not.
+				continue
+			}
 			if r == nil {
 				// Dropped while it was written (pruneLocked): if the write
 				// failed, it is pending again.

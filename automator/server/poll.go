@@ -134,7 +134,9 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 		Stopping:   req.GetStopping(),
 		Run:        req.GetRunId(),
 		PollSeq:    int64(req.GetPollSeq()), // at most MaxInt64 (above)
-		Now:        s.clock.Now(),
+		// Not recorded under an account created again under its name.
+		AccountCreatedAt: tokenFrom(ctx).created,
+		Now:              s.clock.Now(),
 	}, pollSeen{run: req.GetRunId(), seq: req.GetPollSeq(), newRun: newRun}); err != nil {
 		return nil, s.internal(ctx, "recording the instance's poll", err)
 	}
