@@ -60,6 +60,10 @@ type Options struct {
 	Clock server.Clock
 	// Limits are the server's (its defaults when zero).
 	Limits server.Limits
+	// WrapStore, when set, wraps the store the server is given, so a
+	// test can watch or hold its calls (Automator.Store stays the bare
+	// one).
+	WrapStore func(store.Store) store.Store
 }
 
 // Automator is a running automator.
@@ -127,8 +131,12 @@ func Start(t testing.TB, o Options) *Automator {
 	}
 	// As serve's: which connections were heard from lately.
 	lis := lastread.Wrap(grpcLis, nil)
+	var given store.Store = st
+	if o.WrapStore != nil {
+		given = o.WrapStore(st)
+	}
 	srv, err := server.New(server.Options{
-		Store:                st,
+		Store:                given,
 		MasterKey:            master,
 		PollWindow:           o.PollWindow,
 		IdempotencyRetention: o.IdempotencyRetention,
