@@ -95,11 +95,12 @@ type Options struct {
 // A zero field takes its default (withDefaults).
 type tuning struct {
 	runScript func(context.Context, runner.Spec) (runner.Result, error)
-	// reportLostWithin, stopSaidWithin and pollMargin: as the constants
-	// of the same names; postAttempt and minPostRate: post.go.
-	reportLostWithin, stopSaidWithin, pollMargin time.Duration
-	postAttempt                                  time.Duration
-	minPostRate                                  int
+	// reportLostWithin, stopSaidWithin, stopHeardWithin and pollMargin:
+	// as the constants of the same names; postAttempt and minPostRate:
+	// post.go.
+	reportLostWithin, stopSaidWithin, stopHeardWithin, pollMargin time.Duration
+	postAttempt                                                   time.Duration
+	minPostRate                                                   int
 }
 
 func (t tuning) withDefaults() tuning {
@@ -111,6 +112,9 @@ func (t tuning) withDefaults() tuning {
 	}
 	if t.stopSaidWithin <= 0 {
 		t.stopSaidWithin = stopSaidWithin
+	}
+	if t.stopHeardWithin <= 0 {
+		t.stopHeardWithin = stopHeardWithin
 	}
 	if t.pollMargin <= 0 {
 		t.pollMargin = pollMargin
@@ -153,8 +157,11 @@ type Agent struct {
 	// stopping): the polls of this run say so from then on
 	// (PollRequest.stopping).
 	stopping atomic.Bool
-	state    *stateFile // used by Run's goroutine only
-	spool    *spool     // nil without SpoolDir
+	// heard: the automator answered the poll loop's last poll (none has
+	// failed since); set as the loop ends, read by the stop (hearEnds).
+	heard bool
+	state *stateFile // used by Run's goroutine only
+	spool *spool     // nil without SpoolDir
 	// earlier: the polls whose answers earlier runs of this instance never
 	// read and could not report, kept in the spool (lostpolls.go); used by
 	// Run's goroutine only.
@@ -299,6 +306,9 @@ func (a *Agent) Run(ctx context.Context) error {
 // that follow.
 func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
 	st := connState{log: a.log, automator: a.o.Automator}
+	// A poll cancelled by the stop leaves st as it was: up when the poll
+	// before it was answered.
+	defer func() { a.heard = st.up }()
 	bo := backoff{min: a.o.BackoffMin, max: a.o.BackoffMax}
 	// The first poll, and the first after a failure, does not wait: it tells
 	// at once (and logs once) whether the automator accepts this proxy.
@@ -425,22 +435,35 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
 // stops and to report the polls whose answers it never read (lost_from),
 // when nothing else polls: an unreachable automator, or a link busy with
 // results, must not hold the stop up (the next start reports them,
-// reportEarlier). Tests change it per Agent (tuning).
+// reportEarlier). An automator that answered the poll before the stop gets
+// stopHeardWithin instead. Tests change it per Agent (tuning).
 const reportLostWithin = 5 * time.Second
 
 // stopSaidWithin bounds the one poll a stopping agent makes only to say
-// that it stops: nothing running, no result left to post, no poll's
-// answer lost. Nothing else holds the stop up then, so the stop of a proxy
-// whose automator is silent (blackholed, hung) takes about this, where
-// reportLostWithin would add 5 s to a stop that was instant before it
-// said so. A second: the poll asks for no units and no wait, so it is
-// answered within a round trip and the automator's write of the stop
-// (milliseconds on a loopback or a LAN, 300 ms over the longest WAN
-// paths); it leaves room for a connection set up again (TCP and TLS, two
-// more round trips), and an automator that cannot answer in a second
-// shows the instance as one that died, two poll windows later. Tests change
-// it per Agent (tuning).
+// that it stops (nothing running, no result left to post, no poll's
+// answer lost), when the automator did not answer the poll before the
+// stop (it was failing, or none was answered yet). Nothing else holds the
+// stop up then, so the stop of a proxy whose automator is unreachable or
+// silent (blackholed, hung) takes about this, where reportLostWithin would
+// add 5 s to a stop that was instant before it said so. A second: the
+// poll asks for no units and no wait, so a reachable automator answers it
+// within a round trip and its write of the stop, and it leaves room for a
+// connection set up again (TCP and TLS, two more round trips). Tests
+// change it per Agent (tuning).
 const stopSaidWithin = time.Second
+
+// stopHeardWithin bounds the first poll of a stopping agent with nothing
+// running whose automator answered the poll before the stop (the poll the
+// stop cancelled, or the last one made): the automator is up, and the poll,
+// which asks for no units and no wait, waits only for its write of the
+// stop, which a busy disk or database can make take seconds. Cut short,
+// the stop is not recorded, and the instance is listed as one that died,
+// two poll windows later, rather than stopped. Ten seconds: the stop of a
+// proxy with nothing running stays within what service managers give a
+// stop (Windows about 20 s at system shutdown, systemd 90 s, the proxy's
+// own service a minute), also when the automator goes silent just as the
+// proxy stops. Tests change it per Agent (tuning).
+const stopHeardWithin = 10 * time.Second
 
 // hearEnds polls for no units while the agent stops, until ctx is done,
 // and kills the running units the automator says ended (cancelled, timed
@@ -452,9 +475,11 @@ const stopSaidWithin = time.Second
 //
 // It first polls once at once, even with nothing running, however soon
 // ctx ends, within reportLostWithin (within stopSaidWithin when nothing
-// runs and nothing is lost: the poll only says the proxy stops): the
-// automator shows the instance stopped from then on, rather than online
-// until its last poll is two poll windows old. With lostFrom set (a poll that asked for units was
+// runs and nothing is lost: the poll only says the proxy stops; within
+// stopHeardWithin when nothing runs and the automator answered the poll
+// before the stop):
+// the automator shows the instance stopped from then on, rather than
+// online until its last poll is two poll windows old. With lostFrom set (a poll that asked for units was
 // stopped, or failed, before its answer was read), it polls until one is
 // answered, within the same bound: the automator fails the units it had
 // claimed for those polls at once, which otherwise stay claimed by this
@@ -470,9 +495,21 @@ func (a *Agent) hearEnds(ctx context.Context, seq, lostFrom uint64) (uint64, uin
 		within = a.o.tune.stopSaidWithin
 	}
 	rctx, cancel := context.WithTimeout(context.Background(), within)
-	for {
+	// The first try's bound. After an answered poll the automator is up:
+	// the try waits for its write of the stop. (With units running, the
+	// polls that follow say it too.) A try that finds it unreachable is
+	// not the case: tries after it keep within the bound above.
+	first, cancelFirst := rctx, context.CancelFunc(func() {})
+	if a.heard && a.inFlight() == 0 {
+		first, cancelFirst = context.WithTimeout(context.Background(), max(within, a.o.tune.stopHeardWithin))
+	}
+	for try := 0; ; try++ {
 		seq++
-		resp, err := a.pollFor(rctx, 0, 0, seq, lostFrom)
+		pctx := rctx
+		if try == 0 {
+			pctx = first
+		}
+		resp, err := a.pollFor(pctx, 0, 0, seq, lostFrom)
 		if err == nil {
 			lostFrom, lastErr = 0, nil
 			for _, id := range resp.GetCancelled() {
@@ -495,6 +532,7 @@ func (a *Agent) hearEnds(ctx context.Context, seq, lostFrom uint64) (uint64, uin
 			break
 		}
 	}
+	cancelFirst()
 	cancel()
 	bo.reset()
 	for ctx.Err() == nil {

@@ -157,9 +157,11 @@ func useRunner(t *testing.T, f func(context.Context, runner.Spec) (runner.Result
 
 // shortReportLost bounds a stopping agent's report of its lost polls by
 // 100 ms for the test: for the tests whose stop has no automator to reach,
-// which would otherwise wait out the 5 s bound.
+// or one that no longer answers, which would otherwise wait out the 5 s
+// bound (10 s, stopHeardWithin, after an answered poll).
 func shortReportLost(t *testing.T) {
-	tuned(t).reportLostWithin = 100 * time.Millisecond
+	tn := tuned(t)
+	tn.reportLostWithin, tn.stopHeardWithin = 100*time.Millisecond, 100*time.Millisecond
 }
 
 var testKey = func() crypto.Key {
@@ -646,6 +648,7 @@ func TestClaimArrivingPastItsDeadlineRunsAndReportsNothing(t *testing.T) {
 	b := &blockingRunner{release: make(chan struct{}), ended: make(chan error, 4)}
 	close(b.release)
 	useRunner(t, b.run)
+	shortReportLost(t) // its stop's poll, which slotPolls leaves unanswered, is not what it is about
 	f := newFake()
 	var log bytes.Buffer
 	stop := startAgent(t, slotPolls{f}, 1, &log)
@@ -703,9 +706,10 @@ func TestScriptIsToldTheWholeSecondsRemainingRoundedDown(t *testing.T) {
 	// Not parallel: a claim with 900 ms left must reach the script within
 	// 900 ms, which the load of the other tests could make it miss.
 	// Its stop, whose poll slotPolls leaves unanswered, is bounded by
-	// 100 ms rather than 1 or 5 s: the test runs alone, and is not about it.
+	// 100 ms rather than 1, 5 or 10 s: the test runs alone, and is not
+	// about it.
 	tn := tuned(t)
-	tn.reportLostWithin, tn.stopSaidWithin = 100*time.Millisecond, 100*time.Millisecond
+	tn.reportLostWithin, tn.stopSaidWithin, tn.stopHeardWithin = 100*time.Millisecond, 100*time.Millisecond, 100*time.Millisecond
 	told := make(chan string, 3)
 	useRunner(t, func(_ context.Context, s runner.Spec) (runner.Result, error) {
 		told <- s.Env["PROXY_DEADLINE_SECONDS"]

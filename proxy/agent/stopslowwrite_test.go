@@ -1,0 +1,81 @@
+package agent_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/automatortest"
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/waittest"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+	"github.com/opsgate/opsgate/proxy/agent"
+)
+
+// heldStops is a store whose writes of polls that say the instance stops
+// are held until the test opens gate. It tells held as each is held, and
+// gaveUp when the poll's caller gave it up while it was held.
+type heldStops struct {
+	store.Store
+	held   chan struct{}
+	gate   chan struct{}
+	gaveUp chan struct{}
+}
+
+func (h *heldStops) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) error {
+	if p.Stopping {
+		h.held <- struct{}{}
+		select {
+		case <-h.gate:
+		case <-ctx.Done():
+			close(h.gaveUp)
+			return ctx.Err()
+		}
+	}
+	return h.Store.InstanceSeen(ctx, p)
+}
+
+// TestAStopIsListedWhenTheAutomatorsWriteOfItIsSlow: a proxy stopped with
+// nothing running, whose automator answered its polls until then, waits
+// for the answer to the poll that says it stops while the automator's
+// write of it takes longer than a stop against an automator that did not
+// answer is given (a busy disk, a busy database), and the instance is
+// listed stopped, not as one that died two poll windows later. The bound
+// of a stop the automator did not answer before is 100 ms here, and the
+// write takes ten times that.
+func TestAStopIsListedWhenTheAutomatorsWriteOfItIsSlow(t *testing.T) {
+	t.Parallel()
+	const unheard = 100 * time.Millisecond
+	h := &heldStops{held: make(chan struct{}, 1), gate: make(chan struct{}), gaveUp: make(chan struct{})}
+	a := automatortest.Start(t, automatortest.Options{WrapStore: func(st store.Store) store.Store { h.Store = st; return h }})
+	ag := agent.New(agent.WithStopBounds(agent.Options{
+		Client: automatorv1.NewProxyServiceClient(a.ProxyConn(t)), Keys: crypto.Keys{a.Key},
+		InstanceID: "host-a", Hostname: "host-a", ScriptsDir: t.TempDir(), MaxConcurrency: 1,
+		PollWait: time.Minute, BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}, time.Hour, unheard))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); _ = ag.Run(ctx) }()
+	automatortest.WaitFor(t, 10*time.Second, "the proxy's first poll to be answered", func() bool { return !ag.LastPoll().IsZero() })
+	cancel()
+	waittest.Recv(t, h.held, "the write of the stop's poll to be held")
+	select {
+	case <-h.gaveUp:
+		t.Fatal("the proxy gave up the poll saying it stops while the automator wrote it")
+	case <-time.After(10 * unheard):
+		close(h.gate)
+	}
+	waittest.Recv(t, stopped, "the proxy to stop once its stop was written")
+	list, err := a.Store.InstanceList(context.Background(), a.Account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].InstanceID != "host-a" || !list[0].Stopped {
+		t.Errorf("after the stop the account lists %+v; want host-a, stopped", list)
+	}
+}
