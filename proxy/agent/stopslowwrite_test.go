@@ -4,8 +4,13 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/store"
@@ -78,4 +83,50 @@ func TestAStopIsListedWhenTheAutomatorsWriteOfItIsSlow(t *testing.T) {
 	if len(list) != 1 || list[0].InstanceID != "host-a" || !list[0].Stopped {
 		t.Errorf("after the stop the account lists %+v; want host-a, stopped", list)
 	}
+}
+
+// cutClient is a proxy's client whose polls fail as Unavailable, the
+// connection gone, once cut is set; it counts the polls it passed on.
+type cutClient struct {
+	automatorv1.ProxyServiceClient
+	cut    atomic.Bool
+	passed atomic.Int32
+}
+
+func (c *cutClient) Poll(ctx context.Context, in *automatorv1.PollRequest, opts ...grpc.CallOption) (*automatorv1.PollResponse, error) {
+	if c.cut.Load() {
+		return nil, status.Error(codes.Unavailable, "connection cut by the test")
+	}
+	c.passed.Add(1)
+	return c.ProxyServiceClient.Poll(ctx, in, opts...)
+}
+
+// TestAStopThatFindsTheAutomatorUnreachableKeepsItsShortBound: the longer
+// wait for the stop's answer after an answered poll is for an automator
+// that is up; when the stop's first try finds it unreachable (the
+// connection dropped as the proxy stopped), the tries after it keep within
+// the bound of a stop whose automator did not answer (100 ms here), not
+// the longer one (an hour here).
+func TestAStopThatFindsTheAutomatorUnreachableKeepsItsShortBound(t *testing.T) {
+	t.Parallel()
+	a := automatortest.Start(t, automatortest.Options{PollWindow: time.Minute})
+	c := &cutClient{ProxyServiceClient: automatorv1.NewProxyServiceClient(a.ProxyConn(t))}
+	ag := agent.New(agent.WithStopBounds(agent.Options{
+		Client: c, Keys: crypto.Keys{a.Key},
+		InstanceID: "host-a", Hostname: "host-a", ScriptsDir: t.TempDir(), MaxConcurrency: 1,
+		PollWait: time.Minute, BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}, time.Hour, 100*time.Millisecond))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); _ = ag.Run(ctx) }()
+	// The first poll, which does not wait, answered; the next one, on
+	// its way, waits for a minute on the automator.
+	automatortest.WaitFor(t, 10*time.Second, "the proxy's second poll to be on its way", func() bool {
+		return !ag.LastPoll().IsZero() && c.passed.Load() >= 2
+	})
+	c.cut.Store(true)
+	cancel()
+	waittest.Recv(t, stopped, "the stop to end within its short bound, the automator unreachable")
 }
