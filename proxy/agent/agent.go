@@ -477,9 +477,9 @@ const stopHeardWithin = 10 * time.Second
 // ctx ends, within reportLostWithin (within stopSaidWithin when nothing
 // runs and nothing is lost: the poll only says the proxy stops; within
 // stopHeardWithin when nothing runs and the automator answered the poll
-// before the stop):
-// the automator shows the instance stopped from then on, rather than
-// online until its last poll is two poll windows old. With lostFrom set (a poll that asked for units was
+// before the stop, for its first try): the automator shows the instance
+// stopped from then on, rather than online until its last poll is two
+// poll windows old. With lostFrom set (a poll that asked for units was
 // stopped, or failed, before its answer was read), it polls until one is
 // answered, within the same bound: the automator fails the units it had
 // claimed for those polls at once, which otherwise stay claimed by this
