@@ -460,9 +460,11 @@ const stopSaidWithin = time.Second
 // the stop is not recorded, and the instance is listed as one that died,
 // two poll windows later, rather than stopped. Ten seconds: the stop of a
 // proxy with nothing running stays within what service managers give a
-// stop (Windows about 20 s at system shutdown, systemd 90 s, the proxy's
-// own service a minute), also when the automator goes silent just as the
-// proxy stops. Tests change it per Agent (tuning).
+// stop (systemd 90 s, the proxy's own service a minute), also when the
+// automator goes silent just as the proxy stops. Windows gives services 5
+// to 20 s at system shutdown, depending on its version and settings: a
+// stop it cuts short is listed as one that died, as before. Tests change
+// it per Agent (tuning).
 const stopHeardWithin = 10 * time.Second
 
 // hearEnds polls for no units while the agent stops, until ctx is done,
