@@ -18,11 +18,21 @@ const maxReason = 80
 // unclaimed unit's reason begins with become "unclaimed", so that what
 // tells why (the instances and what each did, when the claim was) fits:
 // "unclaimed: no instance was online (p1 stopped at T; ...)", "claimed at
-// T, no result before the deadline". Then a reason longer than maxReason
-// runes is cut, ending in "…", and cut says so.
+// T, no result before the deadline". An account with no instance at all
+// keeps its advice: "unclaimed: no proxy instance in 30 days; start one
+// with the account's profile". Then a reason longer than maxReason runes
+// is cut, ending in "…", and cut says so.
 func tableReason(reason, account, instance string) (shown string, cut bool) {
 	if rest, ok := strings.CutPrefix(reason, store.UnclaimedReason); ok {
-		if r, ok := strings.CutPrefix(rest, ": account "+account+" has "); ok {
+		if r, ok := strings.CutPrefix(rest, ": account "+account+" has no proxy instance ("); ok {
+			// The parenthesis says how long "no instance" covers, which
+			// the table says in fewer words, so the advice after it fits.
+			if _, advice, ok := strings.Cut(r, "); "); ok {
+				rest = fmt.Sprintf(": no proxy instance in %d days; %s", store.InstanceForgetDays, advice)
+			} else {
+				rest = ": the account has no proxy instance (" + r
+			}
+		} else if r, ok := strings.CutPrefix(rest, ": account "+account+" has "); ok {
 			rest = ": the account has " + r
 		} else if r, ok := strings.CutPrefix(rest, ": no instance of account "+account+" was "); ok {
 			rest = ": no instance was " + r

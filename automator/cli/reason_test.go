@@ -170,3 +170,43 @@ func TestWorkCancelShowsWhyNoInstanceClaimedAUnit(t *testing.T) {
 	}
 	checkTableReason(t, r.stdout, w.ID, "p1 stopped at "+stopped.UTC().Format(time.RFC3339)+"; ", "`automator work wait ID... --json`")
 }
+
+// TestWorkWaitShowsTheAdviceForAnAccountWithNoInstance: the REASON cell
+// of a unit that timed out unclaimed because its account has no proxy
+// instance at all keeps the reason's advice, to start one with the
+// account's profile, whole within maxReason runes; --json gives the
+// reason whole. Before, the cell was cut before the advice.
+func TestWorkWaitShowsTheAdviceForAnAccountWithNoInstance(t *testing.T) {
+	t.Parallel()
+	a := automatortest.Start(t, automatortest.Options{})
+	ctx := context.Background()
+	c, err := client.New(client.Config{Addresses: []string{a.URL()}, APIKey: a.APIKey, CAPEM: a.CAPEM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	queued, err := c.Submit(ctx, a.Account, client.Command{Script: "x.sh"}, client.WithTimeout(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.Wait(ctx, queued.ID)
+	if w.State != client.StateTimedOut || !strings.Contains(w.Reason, "has no proxy instance") {
+		t.Fatalf("unit: %s, %q, %v; want it timed out unclaimed, the account having no instance", w.State, w.Reason, err)
+	}
+	remote := []string{"--server", a.URL(), "--api-key-file", a.APIKeyFile, "--ca", a.CAFile}
+	code, out, errOut := runCLI(t, append([]string{"work", "wait", w.ID}, remote...)...)
+	if code != ExitNotAllSucceeded {
+		t.Fatalf("work wait: exit %d, stderr %q", code, errOut)
+	}
+	cell, noted := reasonCell(t, out, w.ID, "--json")
+	const advice = "start one with the account's profile"
+	if !strings.HasPrefix(cell, "unclaimed: ") || !strings.HasSuffix(cell, advice) || utf8.RuneCountInString(cell) > maxReason || noted {
+		t.Errorf("REASON of %s = %q (%d runes), a line noting a cut: %v; want it to begin %q and end with the advice %q, in at most %d runes, uncut",
+			w.ID, cell, utf8.RuneCountInString(cell), noted, "unclaimed: ", advice, maxReason)
+	}
+	_, out, _ = runCLI(t, append([]string{"work", "wait", w.ID, "--json"}, remote...)...)
+	var got []waitJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got) != 1 || got[0].Reason != w.Reason {
+		t.Errorf("work wait --json = %s (%v); want the reason whole, %q", out, err, w.Reason)
+	}
+}
