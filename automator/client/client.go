@@ -64,9 +64,10 @@ type Client struct {
 	// certs tell, per address, whether its last connection failed because
 	// its certificate did not verify.
 	certs []*certCheck
-	// troubles hold, per address, why its last connection did not reach
-	// an automator that answers (nil once one answers).
-	troubles []*atomic.Pointer[trouble]
+	// watches hold, per address, why its last connection did not reach
+	// an automator that answers (nil once one answers), and when
+	// anything last came from it.
+	watches []*addrWatch
 	// onUnreachable is Config.OnUnreachable.
 	onUnreachable func(Unreachable)
 	// next is the address the next call starts with: the last one that
@@ -91,22 +92,22 @@ func New(cfg Config) (*Client, error) {
 	}
 	for _, a := range cfg.Addresses {
 		t, _ := parseAddress(a) // validated
-		check, troubles := &certCheck{}, &atomic.Pointer[trouble]{}
-		cc, err := dial(cfg, t, caPEM, check, troubles)
+		check, w := &certCheck{}, &addrWatch{}
+		cc, err := dial(cfg, t, caPEM, check, w)
 		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("automator %s: %w", a, err)
 		}
 		c.urls = append(c.urls, a)
 		c.certs = append(c.certs, check)
-		c.troubles = append(c.troubles, troubles)
+		c.watches = append(c.watches, w)
 		c.conns = append(c.conns, cc)
 		c.apis = append(c.apis, automatorv1.NewAutomatorServiceClient(cc))
 	}
 	return c, nil
 }
 
-func dial(cfg Config, t target, caPEM []byte, check *certCheck, troubles *atomic.Pointer[trouble]) (*grpc.ClientConn, error) {
+func dial(cfg Config, t target, caPEM []byte, check *certCheck, w *addrWatch) (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
 	if !t.plaintext {
 		name := cfg.ServerName
@@ -142,19 +143,19 @@ func dial(cfg Config, t target, caPEM []byte, check *certCheck, troubles *atomic
 		var d net.Dialer
 		dialer = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
 	}
-	opts = append(opts, grpc.WithContextDialer(watchedDialer(dialer, check, troubles, t.plaintext)))
+	opts = append(opts, grpc.WithContextDialer(watchedDialer(dialer, check, w, t.plaintext)))
 	return grpc.NewClient("passthrough:///"+t.hostPort, opts...)
 }
 
 // watchedDialer is the dialer of one address's connections: dialer's,
 // watched (watch), with the TCP_USER_TIMEOUT gRPC would have set on them
 // unwrapped.
-func watchedDialer(dialer func(context.Context, string) (net.Conn, error), check *certCheck, troubles *atomic.Pointer[trouble], plaintext bool) func(context.Context, string) (net.Conn, error) {
+func watchedDialer(dialer func(context.Context, string) (net.Conn, error), check *certCheck, w *addrWatch, plaintext bool) func(context.Context, string) (net.Conn, error) {
 	return func(ctx context.Context, addr string) (net.Conn, error) {
 		check.err.Store(nil) // a new connection: what failed the last one is past
 		conn, err := dialer(ctx, addr)
 		if err != nil {
-			troubles.Store(&trouble{err: err})
+			w.trouble.Store(&trouble{kind: KindNotConnected, err: err})
 			return nil, err
 		}
 		if err := setUserTimeout(conn, keepaliveTimeout); err != nil {
@@ -164,7 +165,7 @@ func watchedDialer(dialer func(context.Context, string) (net.Conn, error), check
 		// The trouble of the last connection stays until this one hears
 		// from the automator: one that accepts and answers nothing (its
 		// process stopped, the kernel accepting for it) is still hung.
-		return watch(conn, troubles, plaintext), nil
+		return watch(conn, w, plaintext), nil
 	}
 }
 
@@ -185,7 +186,8 @@ func (c *certCheck) failed() error {
 }
 
 // checkedTLS is TLS that notes a certificate that does not verify, its
-// handshake given grpcwire.HandshakeWithin.
+// handshake given grpcwire.HandshakeWithin; over a watchedConn, it tells
+// it how TLS went (tlsWatched, tlsFailed).
 type checkedTLS struct {
 	credentials.TransportCredentials
 	check *certCheck
@@ -195,6 +197,13 @@ func (t checkedTLS) ClientHandshake(ctx context.Context, authority string, raw n
 	conn, info, err := grpcwire.Handshake(ctx, grpcwire.HandshakeWithin, t.TransportCredentials, authority, raw)
 	if v := (*tls.CertificateVerificationError)(nil); errors.As(err, &v) {
 		t.check.err.Store(&err)
+	}
+	if w, ok := raw.(*watchedConn); ok {
+		if err != nil {
+			w.tlsFailed(err)
+			return conn, info, err
+		}
+		conn = &tlsWatched{Conn: conn, raw: w}
 	}
 	return conn, info, err
 }
@@ -440,8 +449,12 @@ const (
 // answerWithin to arrive whole. An automator that hangs with its
 // connection open sends nothing, and is given up after bound.
 func answerBegins(ctx context.Context, bound time.Duration) (context.Context, context.CancelFunc) {
-	return grpcwire.BeginWithin(ctx, bound, answerWithin)
+	return grpcwire.BeginWithin(context.WithValue(ctx, beganKey{}, time.Now()), bound, answerWithin)
 }
+
+// beganKey is the key of the time a try bounded by answerBegins began,
+// in its context.
+type beganKey struct{}
 
 // sendBound bounds a try that sends size bytes (sendBound(0) is tryBound).
 func sendBound(size int) time.Duration {
@@ -472,7 +485,8 @@ func unanswered(ctx, tctx context.Context, err error) error {
 		return err
 	}
 	if errors.Is(context.Cause(tctx), grpcwire.ErrNoAnswer) {
-		return noAnswer{st: status.New(codes.Unavailable, "the automator did not begin its answer in time")}
+		began, _ := tctx.Value(beganKey{}).(time.Time)
+		return noAnswer{st: status.New(codes.Unavailable, "the automator did not begin its answer in time"), began: began}
 	}
 	if status.Code(err) == codes.DeadlineExceeded {
 		return status.Errorf(codes.Unavailable, "the automator did not answer in time: %v", status.Convert(err).Message())
@@ -482,10 +496,12 @@ func unanswered(ctx, tctx context.Context, err error) error {
 
 // noAnswer is a try given up because its answer did not begin within its
 // bound: Unavailable, the automator hung (OnUnreachable is told so, and
-// why, when set: how the bound came).
+// why, when set: how the bound came). began is when the try's call
+// began, when known.
 type noAnswer struct {
-	st  *status.Status
-	why error
+	st    *status.Status
+	why   error
+	began time.Time
 }
 
 // overdueAnswer is err, of a try of a wait whose bound was the unit's
@@ -620,14 +636,21 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 			return wrapCall(doing+" (no automator answered; giving up)", err)
 		}
 		var na noAnswer
-		if p := c.troubles[i].Load(); p != nil {
-			unreachable = &Unreachable{Address: c.urls[i], Err: p.err, Hung: p.hung}
+		if p := c.watches[i].trouble.Load(); p != nil {
+			unreachable = &Unreachable{Address: c.urls[i], Err: p.err, Kind: p.kind, Hung: p.kind.hung()}
 		} else if errors.As(err, &na) {
 			why := na.why
 			if why == nil {
 				why = fmt.Errorf("its answer did not begin within %v", since(began))
 			}
-			unreachable = &Unreachable{Address: c.urls[i], Err: why, Hung: true}
+			// A connection that answered while the call did not (a
+			// ping, another call) has the automator behind it.
+			kind := KindCallUnanswered
+			if heard := c.watches[i].heard.Load(); !na.began.IsZero() && heard > na.began.UnixNano() {
+				kind = KindCallStuck
+				why = fmt.Errorf("%w; its connection answered meanwhile", why)
+			}
+			unreachable = &Unreachable{Address: c.urls[i], Err: why, Kind: kind, Hung: true}
 		}
 		// Each address once at full speed, then back off.
 		if tried >= left {

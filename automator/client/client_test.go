@@ -863,7 +863,8 @@ func TestSubmitToAHungAutomatorGoesToTheNext(t *testing.T) {
 
 // TestAnAutomatorThatCannotBeConnectedToIsToldOnce: a call to an address
 // nothing listens on tells OnUnreachable once, after its first failed try,
-// with the address, the dial's error and when the call stops trying; the
+// with the address, the dial's error (KindNotConnected) and when the call
+// stops trying; the
 // call goes on trying until then.
 func TestAnAutomatorThatCannotBeConnectedToIsToldOnce(t *testing.T) {
 	t.Parallel()
@@ -887,7 +888,7 @@ func TestAnAutomatorThatCannotBeConnectedToIsToldOnce(t *testing.T) {
 		t.Fatalf("Get of an automator nothing listens for: %v; want it to give up once RetryFor has passed", err)
 	}
 	u := told.once(t, "")
-	if u.Address != url || u.Err == nil || !strings.Contains(u.Err.Error(), "connection refused") || u.Until.Before(start.Add(retryFor)) {
-		t.Errorf("OnUnreachable told %+v; want the address %s, the dial's error (connection refused), and the end of the retries, RetryFor past the first failure", u, url)
+	if u.Address != url || u.Err == nil || !strings.Contains(u.Err.Error(), "connection refused") || u.Kind != client.KindNotConnected || u.Until.Before(start.Add(retryFor)) {
+		t.Errorf("OnUnreachable told %+v; want the address %s, the dial's error (connection refused), KindNotConnected, and the end of the retries, RetryFor past the first failure", u, url)
 	}
 }

@@ -46,7 +46,8 @@ func plaintextGRPC(t *testing.T) string {
 // server, a plaintext port given as https; a TLS one given as http
 // closes them unanswered), tells
 // OnUnreachable once, not hung, with the address and an error saying what
-// happened, and goes on trying until RetryFor. Before, a connection closed
+// happened, its Kind saying which it is, and goes on trying until
+// RetryFor. Before, a connection closed
 // was told nothing until RetryFor ended ("giving up"), nor one answered by
 // something else; a reset one was told as hung, "sent nothing for 0s".
 func TestAConnectionClosedOrAnsweredByOtherThanAnAutomatorIsToldAtOnce(t *testing.T) {
@@ -68,19 +69,20 @@ func TestAConnectionClosedOrAnsweredByOtherThanAnAutomatorIsToldAtOnce(t *testin
 		// says are what the error says; for a reset, either (a reset
 		// that comes before the dial returns fails the dial).
 		says  []string
+		kind  client.UnreachableKind
 		reset bool
 	}{
-		{"closed", "https://" + closing, []string{closed}, false},
-		{"closed, plaintext", "http://" + closing, []string{closed}, false},
-		{"reset", "https://" + resetting, []string{closed}, true},
-		{"reset, plaintext", "http://" + resetting, []string{closed}, true},
-		{"relay without a backend", noBackend.url(), []string{closed}, false},
-		{"HTTP/1 server", "https://" + httpServer, []string{"not an automator", `"HTTP/1.1 400 Bad Request"`}, false},
-		{"HTTP/1 server, plaintext", "http://" + httpServer, []string{"not an automator", `"HTTP/1.1 400 Bad Request"`}, false},
-		{"plaintext port as https", "https://" + plaintext, []string{"not an automator", "plaintext", "http://"}, false},
+		{"closed", "https://" + closing, []string{closed}, client.KindClosed, false},
+		{"closed, plaintext", "http://" + closing, []string{closed}, client.KindClosed, false},
+		{"reset", "https://" + resetting, []string{closed}, client.KindClosed, true},
+		{"reset, plaintext", "http://" + resetting, []string{closed}, client.KindClosed, true},
+		{"relay without a backend", noBackend.url(), []string{closed}, client.KindClosed, false},
+		{"HTTP/1 server", "https://" + httpServer, []string{"not an automator", `"HTTP/1.1 400 Bad Request"`}, client.KindNotAnAutomator, false},
+		{"HTTP/1 server, plaintext", "http://" + httpServer, []string{"not an automator", `"HTTP/1.1 400 Bad Request"`}, client.KindNotAnAutomator, false},
+		{"plaintext port as https", "https://" + plaintext, []string{"not an automator", "plaintext", "http://"}, client.KindNotAnAutomator, false},
 		// A TLS server closes a connection that does not begin with a TLS
 		// handshake without a word.
-		{"TLS port as http", "http://" + automator.GRPCAddr, []string{closed, "TLS", "https://"}, false},
+		{"TLS port as http", "http://" + automator.GRPCAddr, []string{closed, "TLS", "https://"}, client.KindClosed, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -101,7 +103,13 @@ func TestAConnectionClosedOrAnsweredByOtherThanAnAutomatorIsToldAtOnce(t *testin
 				t.Fatalf("OnUnreachable told %+v; want not hung, the address %s, an error, doing %q", u, tc.url, "getting work "+id)
 			}
 			if tc.reset && strings.Contains(u.Err.Error(), "connection reset by peer") {
+				if u.Kind != client.KindNotConnected {
+					t.Errorf("OnUnreachable told the dial's error %q as %v; want %v", u.Err, u.Kind, client.KindNotConnected)
+				}
 				return
+			}
+			if u.Kind != tc.kind {
+				t.Errorf("OnUnreachable told %q as %v; want %v", u.Err, u.Kind, tc.kind)
 			}
 			for _, want := range tc.says {
 				if !strings.Contains(u.Err.Error(), want) {

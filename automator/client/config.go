@@ -39,9 +39,11 @@ type Config struct {
 	// OnUnreachable, when set, is told once a call has tried every
 	// address and could connect to none (its connections refused; or
 	// accepted, then closed with nothing sent, as by a load balancer
-	// without a backend; or answered by something not an automator), or
-	// none that answered (hung: a connection accepted, then nothing sent
-	// within its bound, as from a stopped process), and goes on trying: once per call
+	// without a backend; or answered by something not an automator; or
+	// refused by TLS), or none that answered (hung: a connection
+	// accepted, then nothing sent within its bound, as from a stopped
+	// process, or a call unanswered, as one stuck in the automator), and
+	// goes on trying: once per call
 	// (ExecuteOnProxy's wait and the cancel that follows it are one),
 	// and again after an automator answered it (a wait resumed), so
 	// that a command can say at once what it waits for rather than
@@ -59,23 +61,89 @@ const defaultRetryFor = time.Minute
 // call could not connect to, or that did not answer, why (the dial's
 // error, "connection refused", say; that what accepted the connection
 // closed it without answering, or is not an automator, by what it sent;
-// or how long nothing came), what the call does and when it stops trying
-// (RetryFor, or the context's deadline when that is sooner) unless an
-// automator answers first.
+// the TLS error; or how long nothing came), which of these it is (Kind),
+// what the call does and when it stops trying (RetryFor, or the context's
+// deadline when that is sooner) unless an automator answers first.
 type Unreachable struct {
 	Address string
 	Err     error
-	// Hung tells that the address accepted the connection but sent
-	// nothing in time: a connection's setup (the TLS handshake's 5 s,
-	// gRPC's 20 s), the keepalive's 30 s of silence, or the bound of
-	// the try's answer. The automator's process is stopped or frozen,
-	// or its packets are dropped once connected; one that resumes is
-	// reached by the tries that go on.
+	// Kind tells which way the address failed the call.
+	Kind UnreachableKind
+	// Hung tells that the address accepted the connection but did not
+	// answer in time (Kind is KindSilent, KindCallStuck or
+	// KindCallUnanswered): a connection's setup (the TLS handshake's 5 s,
+	// gRPC's 20 s), the keepalive's 30 s of silence, or the bound of the
+	// try's answer. An automator that resumes is reached by the tries
+	// that go on.
 	Hung bool
 	// Doing is what the call does: "waiting for work w_...",
 	// "submitting work to account \"acme\"".
 	Doing string
 	Until time.Time
+}
+
+// UnreachableKind is which way an address failed a call (Unreachable.Kind).
+type UnreachableKind int
+
+const (
+	// KindNotConnected: the connection could not be made (refused, no
+	// route, a name that does not resolve); Err is the dial's error.
+	KindNotConnected UnreachableKind = iota + 1
+	// KindClosed: what accepted the connection closed or reset it with
+	// nothing sent, or after its TLS handshake with nothing more: a load
+	// balancer or a relay without a backend, another program on the
+	// port, or, given as http://, an automator serving TLS.
+	KindClosed
+	// KindNotAnAutomator: what answered sent what no automator sends (an
+	// HTTP/1 status line, which Err quotes; plaintext HTTP/2 for
+	// https://, TLS for http://).
+	KindNotAnAutomator
+	// KindTLS: TLS failed before an automator answered: the server ended
+	// it with an alert (it wants a client certificate, speaks no HTTP/2:
+	// a TLS server that is not the automator, or a proxy in front of it)
+	// or its certificate does not verify. Err is the TLS error.
+	KindTLS
+	// KindSilent (Hung): a connection was given up with nothing coming
+	// over it in its time, its setup's or the keepalive's (a ping
+	// unanswered): the automator's process stopped or frozen, or its
+	// packets dropped.
+	KindSilent
+	// KindCallStuck (Hung): the try's answer did not begin within its
+	// bound, though the connection answered meanwhile (a ping, another
+	// call): the automator is there, the call is stuck in it (waiting on
+	// its database, say).
+	KindCallStuck
+	// KindCallUnanswered (Hung): the try's answer did not begin within
+	// its bound, and nothing else came over the connection meanwhile
+	// (no ping was due): the automator stopped, or the call stuck in it,
+	// the client cannot tell which.
+	KindCallUnanswered
+)
+
+func (k UnreachableKind) String() string {
+	switch k {
+	case KindNotConnected:
+		return "not connected"
+	case KindClosed:
+		return "closed unanswered"
+	case KindNotAnAutomator:
+		return "not an automator"
+	case KindTLS:
+		return "TLS failed"
+	case KindSilent:
+		return "silent"
+	case KindCallStuck:
+		return "call stuck"
+	case KindCallUnanswered:
+		return "call unanswered"
+	}
+	return fmt.Sprintf("UnreachableKind(%d)", int(k))
+}
+
+// hung tells whether the address accepted the connection but did not
+// answer in time (Unreachable.Hung).
+func (k UnreachableKind) hung() bool {
+	return k == KindSilent || k == KindCallStuck || k == KindCallUnanswered
 }
 
 // target is one parsed address.

@@ -2,8 +2,10 @@ package client
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"sync"
@@ -22,16 +24,26 @@ const (
 	keepaliveTimeout = 10 * time.Second
 )
 
+// addrWatch is what the connections to one address tell of it.
+type addrWatch struct {
+	// trouble is why its last connection did not reach an automator
+	// that answers; nil once one answered.
+	trouble atomic.Pointer[trouble]
+	// heard is when anything last came from it, over any connection
+	// (UnixNano): the answer to a ping, to another call.
+	heard atomic.Int64
+}
+
 // trouble is why the last connection to one address did not reach an
 // automator that answers: it could not be made (err is the dial's error);
 // it was made and closed by the other side, or answered by something
-// that is not an automator, before an automator answered over it; or it
-// was made and given up because nothing came over it in time (hung: the
-// automator's process stopped or frozen, its packets dropped once the
-// connection was made).
+// that is not an automator, or refused by TLS, before an automator
+// answered over it; or it was made and given up because nothing came
+// over it in time (silent: the automator's process stopped or frozen,
+// its packets dropped once the connection was made).
 type trouble struct {
+	kind UnreachableKind
 	err  error
-	hung bool
 }
 
 // errClosedUnanswered is the trouble of a connection the other side
@@ -46,31 +58,40 @@ var (
 )
 
 // watchedConn is a connection to an automator that notes on its
-// address's trouble the first data it hears that an automator would send
-// (the trouble is then past), and, when gRPC gives it up (closes it):
-// that it was given up for silence, when the automator never sent
-// anything, or nothing a keepalive's time after it last did; that the
-// other side closed it, when it did so before anything came; that what
-// answered is not an automator, when what came is not TLS (or, over
-// plaintext, HTTP/2). gRPC closes a connection itself for other reasons
-// too (a GOAWAY drained, an idle channel, a certificate that does not
-// verify), but not one silent for that long: a GOAWAY was heard just
-// before, an idle connection hears the automator's own pings, a
-// certificate comes from the automator.
+// address's watch when an automator answers over it (its HTTP/2 settings
+// come: the trouble is then past) and when anything comes, and, when gRPC
+// gives it up (closes it): that it was given up for silence, when the
+// automator never sent anything, or nothing a keepalive's time after it
+// last did; that the other side closed it, when it did so before anything
+// came; that what answered is not an automator, when what came is not TLS
+// (or, over plaintext, HTTP/2); that TLS failed (tlsFailed), when what
+// came is TLS that ended before an automator answered over it (an alert:
+// a client certificate wanted, no HTTP/2; a certificate that does not
+// verify). gRPC closes a connection itself for other reasons too (a
+// GOAWAY drained, an idle channel), but not one silent for that long: a
+// GOAWAY was heard just before, an idle connection hears the automator's
+// own pings.
 type watchedConn struct {
 	net.Conn
-	troubles  *atomic.Pointer[trouble]
+	watch     *addrWatch
 	opened    time.Time
 	plaintext bool
 
 	mu sync.Mutex
 	// heard is when a read last returned data; zero until one does.
 	heard time.Time
-	// head is the start of what came, until it tells whether an
-	// automator answered (answered) or something else (foreign).
+	// head is the start of what came, until it tells whether it is what
+	// an automator sends (answered: TLS, or over plaintext HTTP/2) or
+	// something else (foreign).
 	head     []byte
 	answered bool
 	foreign  error
+	// automator is set once an automator answered over the connection
+	// (its HTTP/2 settings came, over TLS once decrypted).
+	automator bool
+	// tls is the trouble of a TLS layer that failed before an automator
+	// answered (tlsFailed).
+	tls *trouble
 	// ended is set when a read or a write failed before the connection
 	// was closed here: the automator, or something on the way, ended it
 	// (a reset, EOF), which is no silence.
@@ -80,10 +101,12 @@ type watchedConn struct {
 	// which is silence, not an end by the other side.
 	timedOut bool
 	closed   bool
+	// noted is set when Close noted a trouble.
+	noted bool
 }
 
-func watch(conn net.Conn, troubles *atomic.Pointer[trouble], plaintext bool) *watchedConn {
-	return &watchedConn{Conn: conn, troubles: troubles, opened: time.Now(), plaintext: plaintext}
+func watch(conn net.Conn, w *addrWatch, plaintext bool) *watchedConn {
+	return &watchedConn{Conn: conn, watch: w, opened: time.Now(), plaintext: plaintext}
 }
 
 func (c *watchedConn) Read(b []byte) (int, error) {
@@ -95,18 +118,58 @@ func (c *watchedConn) Read(b []byte) (int, error) {
 	first := false
 	if n > 0 {
 		c.heard = time.Now()
+		c.watch.heard.Store(c.heard.UnixNano())
 		if !c.answered && c.foreign == nil {
 			c.head = append(c.head, b[:min(n, headLen-len(c.head))]...)
 			c.answered, c.foreign = judge(c.head, c.plaintext, false)
-			first = c.answered
+			// Over TLS, what answers is known once it is decrypted
+			// (tlsWatched).
+			first = c.answered && c.plaintext
+			c.automator = first
 		}
 	}
 	c.endedBy(err)
 	c.mu.Unlock()
 	if first {
-		c.troubles.Store(nil) // an automator answered on this address
+		c.watch.trouble.Store(nil) // an automator answered on this address
 	}
 	return n, err
+}
+
+// automatorAnswered notes that an automator answered over the
+// connection, over TLS: the address's trouble is past.
+func (c *watchedConn) automatorAnswered() {
+	c.mu.Lock()
+	c.automator = true
+	c.mu.Unlock()
+	c.watch.trouble.Store(nil)
+}
+
+// tlsFailed notes err, of the TLS layer over the connection (its
+// handshake's, or a read's before an automator answered), as the
+// connection's trouble: TLS that ended with an alert, or a certificate
+// that does not verify, is no automator answering; TLS closed by the other
+// side after its handshake (a load balancer without a backend) was closed
+// unanswered. Errors of this side's own making (a bound passed, a Close
+// here), and a connection the raw one already tells of (silence, an end
+// before TLS came, what is not TLS), are not noted.
+func (c *watchedConn) tlsFailed(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case err == nil, c.automator, c.tls != nil, c.noted, c.foreign != nil, c.timedOut, c.heard.IsZero(),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
+		errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, net.ErrClosed):
+		return
+	case c.ended, errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET):
+		c.tls = &trouble{kind: KindClosed, err: errClosedUnanswered}
+	default:
+		c.tls = &trouble{kind: KindTLS, err: fmt.Errorf("TLS failed: %w", err)}
+	}
+	if c.closed {
+		c.noted = true
+		c.watch.trouble.Store(c.tls)
+	}
 }
 
 func (c *watchedConn) Write(b []byte) (int, error) {
@@ -133,14 +196,15 @@ func (c *watchedConn) endedBy(err error) {
 }
 
 // Close notes the trouble of a connection given up for silence, closed by
-// the other side before anything came, or answered by something that is
-// not an automator, before gRPC fails the calls on it: a call that fails
-// for it finds the trouble noted.
+// the other side before anything came, answered by something that is not
+// an automator, or refused by TLS, before gRPC fails the calls on it: a
+// call that fails for it finds the trouble noted.
 func (c *watchedConn) Close() error {
 	c.mu.Lock()
 	if !c.closed {
 		if t := c.trouble(); t != nil {
-			c.troubles.Store(t)
+			c.noted = true
+			c.watch.trouble.Store(t)
 		}
 	}
 	c.closed = true
@@ -156,19 +220,64 @@ func (c *watchedConn) trouble() *trouble {
 	}
 	switch {
 	case c.foreign != nil:
-		return &trouble{err: c.foreign}
+		return &trouble{kind: KindNotAnAutomator, err: c.foreign}
+	case c.tls != nil:
+		return c.tls
 	case c.timedOut && !c.ended:
-		return &trouble{err: fmt.Errorf("what was sent to it went unacknowledged for %v, and the connection ended", keepaliveTimeout), hung: true}
+		return &trouble{kind: KindSilent, err: fmt.Errorf("what was sent to it went unacknowledged for %v, and the connection ended", keepaliveTimeout)}
 	case c.heard.IsZero() && c.ended && c.plaintext:
-		return &trouble{err: errClosedUnansweredPlaintext}
+		return &trouble{kind: KindClosed, err: errClosedUnansweredPlaintext}
 	case c.heard.IsZero() && c.ended:
-		return &trouble{err: errClosedUnanswered}
+		return &trouble{kind: KindClosed, err: errClosedUnanswered}
 	case c.heard.IsZero():
-		return &trouble{err: fmt.Errorf("it accepted the connection, then sent nothing for %v", since(c.opened)), hung: true}
+		return &trouble{kind: KindSilent, err: fmt.Errorf("it accepted the connection, then sent nothing for %v", since(c.opened))}
 	case !c.ended && time.Since(c.heard) >= keepaliveTime:
-		return &trouble{err: fmt.Errorf("nothing came over its connection for %v", since(c.heard)), hung: true}
+		return &trouble{kind: KindSilent, err: fmt.Errorf("nothing came over its connection for %v", since(c.heard))}
 	}
 	return nil
+}
+
+// tlsWatched is the TLS connection over a watchedConn (raw): what it
+// decrypts tells whether an automator answers (its HTTP/2 settings) or
+// something else, and a read that fails before one answered (an alert, an
+// end) is raw's trouble (tlsFailed).
+type tlsWatched struct {
+	net.Conn
+	raw *watchedConn
+
+	mu   sync.Mutex
+	head []byte
+	done bool
+}
+
+func (c *tlsWatched) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.mu.Lock()
+	if c.done {
+		c.mu.Unlock()
+		return n, err
+	}
+	if n > 0 {
+		c.head = append(c.head, b[:min(n, headLen-len(c.head))]...)
+		answered, foreign := judge(c.head, true, false)
+		switch {
+		case answered:
+			c.done = true
+			c.mu.Unlock()
+			c.raw.automatorAnswered()
+			return n, err
+		case foreign != nil:
+			c.done = true
+			c.raw.mu.Lock()
+			c.raw.foreign = foreign
+			c.raw.mu.Unlock()
+		}
+	}
+	c.mu.Unlock()
+	if err != nil {
+		c.raw.tlsFailed(err)
+	}
+	return n, err
 }
 
 // headLen is how much of what comes first judge is given: enough to tell

@@ -34,9 +34,10 @@ func stoppedAutomator(t *testing.T) string {
 // automator whose process is stopped, so that its connections are accepted
 // and nothing comes over them, tells OnUnreachable once, as hung, with
 // the address, what the call does and how long nothing came; over TLS once
-// the handshake has had nothing for its 5 s, over plaintext once the
-// call's answer has not begun in its 10 s (gRPC's setup would wait 20 s
-// for the automator's settings). The call goes on trying, until RetryFor
+// the handshake has had nothing for its 5 s (KindSilent: the connection
+// given up), over plaintext once the call's answer has not begun in its
+// 10 s, no ping due meanwhile (KindCallUnanswered; gRPC's setup would
+// wait 20 s for the automator's settings). The call goes on trying, until RetryFor
 // or the context's deadline when that comes first, which is then the
 // Until told. Before, nothing was told: the connection was made.
 func TestAnAutomatorThatAcceptsAndNeverAnswersIsToldAsHung(t *testing.T) {
@@ -48,10 +49,11 @@ func TestAnAutomatorThatAcceptsAndNeverAnswersIsToldAsHung(t *testing.T) {
 	const id = "w_0123456789abcdef0123456789abcdef"
 	for _, tc := range []struct {
 		name, scheme, says string
+		kind               client.UnreachableKind
 		retryFor, ctxFor   time.Duration
 	}{
-		{name: "tls", scheme: "https://", says: "sent nothing for", retryFor: time.Hour, ctxFor: 20 * time.Second},
-		{name: "plaintext", scheme: "http://", says: "did not begin within", retryFor: time.Second},
+		{name: "tls", scheme: "https://", says: "sent nothing for", kind: client.KindSilent, retryFor: time.Hour, ctxFor: 20 * time.Second},
+		{name: "plaintext", scheme: "http://", says: "did not begin within", kind: client.KindCallUnanswered, retryFor: time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -75,8 +77,8 @@ func TestAnAutomatorThatAcceptsAndNeverAnswersIsToldAsHung(t *testing.T) {
 				t.Fatal("Get of a stopped automator succeeded")
 			}
 			u := told.once(t, " before the call ended ("+err.Error()+")")
-			if !u.Hung || u.Address != url || u.Err == nil || !strings.Contains(u.Err.Error(), tc.says) || u.Doing != "getting work "+id {
-				t.Errorf("OnUnreachable told %+v; want hung, the address %s, an error saying %q, doing %q", u, url, tc.says, "getting work "+id)
+			if !u.Hung || u.Kind != tc.kind || u.Address != url || u.Err == nil || !strings.Contains(u.Err.Error(), tc.says) || u.Doing != "getting work "+id {
+				t.Errorf("OnUnreachable told %+v; want hung, %v, the address %s, an error saying %q, doing %q", u, tc.kind, url, tc.says, "getting work "+id)
 			}
 			if end, ok := ctx.Deadline(); ok {
 				if !u.Until.Equal(end) {
@@ -94,45 +96,67 @@ func TestAnAutomatorThatAcceptsAndNeverAnswersIsToldAsHung(t *testing.T) {
 // connection answers pings) is given up a second past the unit's deadline,
 // and OnUnreachable says so in those words: the unit's deadline, on this
 // clock, has passed and the automator has not told how the unit ended.
+// Its Kind says whether the connection answered meanwhile: with a unit
+// long enough for a keepalive ping, the ping's answer came
+// (KindCallStuck: the automator is there); with a short one nothing came
+// (KindCallUnanswered: stopped or stuck, the client cannot tell).
 // Before, it said "its answer did not begin within 3s", the whole wait
 // (10m1s for a unit of 10 minutes), accurate but odd for a wait, whose
 // answer is not due before the unit ends.
 func TestAWaitUnansweredPastItsUnitsDeadlineIsToldSo(t *testing.T) {
 	t.Parallel()
-	a := automatortest.Start(t, automatortest.Options{Interceptors: []grpc.UnaryServerInterceptor{
-		func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			if info.FullMethod == automatorv1.AutomatorService_Wait_FullMethodName {
-				<-ctx.Done()
-				return nil, ctx.Err()
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration
+		kind    client.UnreachableKind
+		says    string
+	}{
+		{"no ping due", 2 * time.Second, client.KindCallUnanswered, ""},
+		{"a ping answered", stuckUnitTimeout, client.KindCallStuck, "; its connection answered meanwhile"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			a := automatortest.Start(t, automatortest.Options{Interceptors: []grpc.UnaryServerInterceptor{
+				func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+					if info.FullMethod == automatorv1.AutomatorService_Wait_FullMethodName {
+						<-ctx.Done()
+						return nil, ctx.Err()
+					}
+					return h(ctx, req)
+				},
+			}})
+			var told unreachables
+			c, err := client.New(client.Config{Addresses: []string{a.URL()}, APIKey: a.APIKey, CAPEM: a.CAPEM, ServerName: "127.0.0.1", RetryFor: 10 * time.Second,
+				OnUnreachable: told.tell})
+			if err != nil {
+				t.Fatal(err)
 			}
-			return h(ctx, req)
-		},
-	}})
-	var told unreachables
-	c, err := client.New(client.Config{Addresses: []string{a.URL()}, APIKey: a.APIKey, CAPEM: a.CAPEM, ServerName: "127.0.0.1", RetryFor: 10 * time.Second,
-		OnUnreachable: told.tell})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	w, err := c.Submit(context.Background(), a.Account, client.Command{Script: "x.sh"}, client.WithTimeout(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The unit times out (no proxy claims it), which the read that
-	// resumes the wait learns.
-	w, err = c.Wait(context.Background(), w.ID)
-	if err != nil || w.State != client.StateTimedOut {
-		t.Fatalf("Wait: %+v, %v; want the unit timed out", w, err)
-	}
-	u := told.once(t, "")
-	// The deadline told is on this clock, the automator's as its answer
-	// came: the same here, to a few milliseconds, so maybe the next second.
-	var says []string
-	for _, d := range []time.Time{w.Deadline, w.Deadline.Add(time.Second)} {
-		says = append(says, "it has not told how the unit ended, though the unit's deadline ("+d.Local().Format(time.TimeOnly)+") has passed")
-	}
-	if !u.Hung || u.Err == nil || !slices.Contains(says, u.Err.Error()) {
-		t.Errorf("OnUnreachable told %+v; want hung, the error %q", u, says[0])
+			defer c.Close()
+			w, err := c.Submit(context.Background(), a.Account, client.Command{Script: "x.sh"}, client.WithTimeout(tc.timeout))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The unit times out (no proxy claims it), which the read that
+			// resumes the wait learns.
+			w, err = c.Wait(context.Background(), w.ID)
+			if err != nil || w.State != client.StateTimedOut {
+				t.Fatalf("Wait: %+v, %v; want the unit timed out", w, err)
+			}
+			u := told.once(t, "")
+			// The deadline told is on this clock, the automator's as its answer
+			// came: the same here, to a few milliseconds, so maybe the next second.
+			var says []string
+			for _, d := range []time.Time{w.Deadline, w.Deadline.Add(time.Second)} {
+				says = append(says, "it has not told how the unit ended, though the unit's deadline ("+d.Local().Format(time.TimeOnly)+") has passed"+tc.says)
+			}
+			if !u.Hung || u.Kind != tc.kind || u.Err == nil || !slices.Contains(says, u.Err.Error()) {
+				t.Errorf("OnUnreachable told %+v; want hung, %v, the error %q", u, tc.kind, says[0])
+			}
+		})
 	}
 }
+
+// stuckUnitTimeout is the timeout of a unit whose wait is stuck in an
+// automator long enough for the client's keepalive to ping it: it pings
+// after 20 s without a word.
+const stuckUnitTimeout = 25 * time.Second

@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"net"
-	"sync/atomic"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -22,7 +21,7 @@ func TestTheClientsConnectionsKeepTheirUserTimeout(t *testing.T) {
 	defer lis.Close()
 	var d net.Dialer
 	dial := watchedDialer(func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) },
-		&certCheck{}, &atomic.Pointer[trouble]{}, false)
+		&certCheck{}, &addrWatch{}, false)
 	conn, err := dial(t.Context(), lis.Addr().String())
 	if err != nil {
 		t.Fatal(err)

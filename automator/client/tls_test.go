@@ -1,0 +1,94 @@
+package client_test
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/client"
+	"github.com/opsgate/opsgate/automator/pki"
+	"github.com/opsgate/opsgate/internal/closedport"
+)
+
+// tlsServer returns the address of a TLS server that is not an
+// automator, its certificate for 127.0.0.1 signed by ca, configured
+// further by configure: it makes the handshake, then reads until the
+// client goes, answering nothing.
+func tlsServer(t *testing.T, ca pki.Bundle, configure func(*tls.Config)) string {
+	t.Helper()
+	b, err := pki.NewServer(ca, []string{"127.0.0.1"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(b.CertPEM, b.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}}
+	configure(cfg)
+	return closedport.Accepting(t, func(conn net.Conn) {
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		tc := tls.Server(conn, cfg)
+		if tc.Handshake() == nil {
+			_, _ = io.Copy(io.Discard, tc)
+		}
+	})
+}
+
+// TestATLSServerThatRefusesTheClientIsToldAsTheTLSError: a TLS server
+// that ends the handshake with an alert (it wants a client certificate;
+// it speaks no HTTP/2), or whose certificate the client does not trust,
+// is no automator answering: OnUnreachable is told once, not hung, the
+// TLS error (KindTLS), with the address. Before, the TLS records it sent counted as
+// an automator's answer: the alerts were told nothing until RetryFor
+// ended ("giving up"), and an untrusted address after a refused one was
+// told as the refused one.
+func TestATLSServerThatRefusesTheClientIsToldAsTheTLSError(t *testing.T) {
+	t.Parallel()
+	ca, err := pki.NewCA("test CA", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := pki.NewCA("another CA", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantsCert := "https://" + tlsServer(t, ca, func(c *tls.Config) { c.ClientAuth = tls.RequireAnyClientCert })
+	noH2 := "https://" + tlsServer(t, ca, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	untrusted := "https://" + tlsServer(t, other, func(*tls.Config) {})
+	refused := "https://" + closedport.Addr(t)
+	const id = "w_0123456789abcdef0123456789abcdef"
+	for _, tc := range []struct {
+		name string
+		// addrs are the client's; the last is the one told.
+		addrs []string
+		says  string
+	}{
+		{"wants a client certificate", []string{wantsCert}, "certificate required"},
+		{"speaks no HTTP/2", []string{noH2}, "no application protocol"},
+		{"untrusted, after a refused one", []string{refused, untrusted}, "certificate signed by unknown authority"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var told unreachables
+			c, err := client.New(client.Config{Addresses: tc.addrs, APIKey: "oak_x", CAPEM: ca.CertPEM, ServerName: "127.0.0.1", RetryFor: 2 * time.Second,
+				OnUnreachable: told.tell})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := c.Get(context.Background(), id); err == nil {
+				t.Fatal("Get succeeded")
+			}
+			u := told.once(t, " before the call ended")
+			url := tc.addrs[len(tc.addrs)-1]
+			if u.Hung || u.Kind != client.KindTLS || u.Address != url || u.Err == nil || !strings.Contains(u.Err.Error(), tc.says) {
+				t.Fatalf("OnUnreachable told %+v; want not hung, KindTLS, the address %s, an error saying %q", u, url, tc.says)
+			}
+		})
+	}
+}
