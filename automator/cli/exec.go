@@ -270,8 +270,9 @@ func (f callerFlags) target() string {
 // connect makes the client the flags say (clientConfig). When a call can
 // connect to no automator (refused; or accepted, then closed unanswered,
 // as by a load balancer without a backend, or answered by something that
-// is not an automator), or the automators it connects to do not answer
-// (hung: a stopped process, whose kernel still accepts connections), it
+// is not an automator; or refused by TLS), or the automators it connects
+// to do not answer (hung: a stopped process, whose kernel still accepts
+// connections; a call stuck in one that answers pings: hungWhy), it
 // says so on stderr, in one line, as soon as the client knows (the
 // connection's setup or its keepalive gave up, or a try's bound passed):
 // where the address came from, why, what it does and until when it keeps
@@ -295,7 +296,7 @@ func (f callerFlags) connect(stderr io.Writer) (*client.Client, error) {
 			if several {
 				what = "none of the automators --server names (the last tried, " + u.Address + ")"
 			}
-			fmt.Fprintf(stderr, "automator: %s is not answering: %v (its process stopped or frozen, or its packets dropped); %s\n", what, u.Err, until)
+			fmt.Fprintf(stderr, "automator: %s is not answering: %v (%s); %s\n", what, u.Err, hungWhy(u.Kind), until)
 			return
 		}
 		what := "the automator at " + u.Address
@@ -305,6 +306,21 @@ func (f callerFlags) connect(stderr io.Writer) (*client.Client, error) {
 		fmt.Fprintf(stderr, "automator: cannot connect to %s%s: %v; %s\n", what, from, u.Err, until)
 	}
 	return client.New(cfg)
+}
+
+// hungWhy is what an automator that did not answer in the way kind says
+// may have come to: only what the client saw leaves open.
+func hungWhy(kind client.UnreachableKind) string {
+	switch kind {
+	case client.KindCallStuck:
+		// It answered pings: its process runs and its packets pass.
+		return "it is there, the call is stuck in it: waiting on its database?"
+	case client.KindCallUnanswered:
+		// No ping was due within the try's bound.
+		return "nothing else came over its connection either: its process stopped or frozen, its packets dropped, or the call stuck in it"
+	}
+	// Its pings unanswered: a stuck call would not silence them.
+	return "its process stopped or frozen, or its packets dropped"
 }
 
 // explain adds to an automator's refusal of the API key (Unauthenticated)

@@ -12,10 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/opsgate/opsgate/automator/automatortest"
+	"github.com/opsgate/opsgate/automator/client"
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/internal/closedport"
 	"github.com/opsgate/opsgate/internal/waittest"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
 // noticeBound is how long a test gives a client command to say that its
@@ -341,3 +345,55 @@ func TestExecWhoseAutomatorStopsWhileItWaitsSaysSoOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkWaitOnAStuckAutomatorSaysItsCallIsStuck: work wait on an
+// automator whose wait handler is stuck (on its database, say) while its
+// connection answers the client's keepalive pings says so once the unit's
+// deadline has passed: the automator answers, not the call; it does not
+// say the automator's process is stopped or its packets dropped, which
+// the answered pings rule out. Before, it did.
+func TestWorkWaitOnAStuckAutomatorSaysItsCallIsStuck(t *testing.T) {
+	t.Parallel()
+	a := automatortest.Start(t, automatortest.Options{Interceptors: []grpc.UnaryServerInterceptor{
+		func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if info.FullMethod == automatorv1.AutomatorService_Wait_FullMethodName {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
+			return h(ctx, req)
+		},
+	}})
+	c, err := client.New(client.Config{Addresses: []string{a.URL()}, APIKey: a.APIKey, CAPEM: a.CAPEM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Long enough for a keepalive ping, which the automator answers,
+	// before the deadline.
+	w, err := c.Submit(t.Context(), a.Account, client.Command{Script: "x.sh"}, client.WithTimeout(stuckUnitTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, interrupt := context.WithCancel(t.Context())
+	defer interrupt()
+	r := start(ctx, "work", "wait", w.ID, "--server", a.URL(), "--api-key-file", a.APIKeyFile, "--ca", a.CAFile)
+	line := r.notice(t, "work wait")
+	for _, want := range []string{"the automator at " + a.URL() + " is not answering", "it has not told how the unit ended", "; its connection answered meanwhile", "the call is stuck in it", "waiting for work " + w.ID + ": trying again for"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("stderr's first line %q does not say %q", line, want)
+		}
+	}
+	if strings.Contains(line, "stopped or frozen") || strings.Contains(line, "packets dropped") {
+		t.Errorf("stderr's first line %q says the automator stopped or its packets dropped; its connection answered", line)
+	}
+	// The unit timed out meanwhile (no proxy), which the read that
+	// resumes the wait learns.
+	if code := waittest.Recv(t, r.done, "work wait to end"); code != ExitNotAllSucceeded {
+		t.Errorf("work wait: exit %d; want %d (the unit timed out): %s", code, ExitNotAllSucceeded, r.errText())
+	}
+}
+
+// stuckUnitTimeout is the unit's timeout in tests of a call stuck in an
+// automator that answers pings: the client pings after 20 s without a
+// word.
+const stuckUnitTimeout = 25 * time.Second
