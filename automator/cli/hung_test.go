@@ -23,7 +23,7 @@ import (
 )
 
 // noticeBound is how long a test gives a client command to say that its
-// automator does not answer: the client's keepalive (20 s of silence and
+// automator does not answer: the client's keepalive (10 s of silence and
 // 10 s for the ping's answer) and a connection's setup, with a loaded
 // machine's margin. Not a timing assertion: the point where "not yet"
 // becomes "never".
@@ -288,7 +288,7 @@ func (p *pausable) close() {
 // TestExecWhoseAutomatorStopsWhileItWaitsSaysSoOnce: exec waiting for its
 // unit on an automator whose process then stops (SIGSTOP: its connection
 // stays open, nothing comes over it) says so in one line on stderr once
-// its keepalive has given the connection up (30 s of silence at most): the
+// its keepalive has given the connection up (20 s of silence at most): the
 // address, that it is not answering, that it still waits for the unit and
 // until when, and that Ctrl-C stops it. When the automator continues in
 // time, exec gets the unit's result and exits with its code, its stdout
@@ -394,6 +394,6 @@ func TestWorkWaitOnAStuckAutomatorSaysItsCallIsStuck(t *testing.T) {
 }
 
 // stuckUnitTimeout is the unit's timeout in tests of a call stuck in an
-// automator that answers pings: the client pings after 20 s without a
+// automator that answers pings: the client pings after 10 s without a
 // word.
-const stuckUnitTimeout = 25 * time.Second
+const stuckUnitTimeout = 15 * time.Second

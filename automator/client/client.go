@@ -127,7 +127,7 @@ func dial(cfg Config, t target, caPEM []byte, check *certCheck, w *addrWatch) (*
 		// A try's bound is for its answer to begin (answerBegins).
 		grpc.WithStatsHandler(grpcwire.AnswerStarts{}),
 		// A connection that dies silently during a long wait is noticed
-		// within half a minute, and the wait resumes on a new one.
+		// within 20 s, and the wait resumes on a new one.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
 		// Reconnect quickly after an automator restart: the defaults back
 		// off up to two minutes. The setup has gRPC's default 20 s, its
@@ -381,7 +381,7 @@ func (c *Client) wait(ctx context.Context, id string, b *budget) (Work, error) {
 	err := c.call(ctx, "waiting for work "+id, b, func(ctx context.Context, api automatorv1.AutomatorServiceClient) (err error) {
 		// An automator may hang (stopped, frozen, cut off from its
 		// database) with its connection open: nothing answers and
-		// nothing is reset, so only the keepalive would give it up, 30
+		// nothing is reset, so only the keepalive would give it up, 20
 		// s later. Once the unit's deadline has passed, its end is
 		// known to every automator that can answer: a try that has no
 		// answer by then gives this one up for the next.
@@ -427,7 +427,7 @@ const (
 	readBound = 5 * time.Second
 	// tryBound bounds one try of a call an automator answers at once
 	// (Submit, Get, Cancel): a hung one is given up for the next
-	// address after it, not after the keepalive's 30 s. A submit repeated
+	// address after it, not after the keepalive's 20 s. A submit repeated
 	// on the next address carries the same idempotency key.
 	tryBound = 10 * time.Second
 	// minSendRate, in bytes a second, is the slowest link a try is given

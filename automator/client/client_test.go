@@ -755,7 +755,7 @@ func TestCallEndedCancelledByTheOtherSideIsRetried(t *testing.T) {
 // replica's sweeper would end it). The client gives the hung automator up
 // once the unit's deadline has passed and learns the end from the next
 // address, as executeOnProxy's "at the deadline, a timeout error" asks;
-// it does not wait for the keepalive to give the connection up (20 s of
+// it does not wait for the keepalive to give the connection up (10 s of
 // silence and 10 s for the ping's answer).
 func TestWaitOnAHungAutomatorLearnsTheEndFromTheNext(t *testing.T) {
 	t.Parallel()
@@ -784,7 +784,7 @@ func TestWaitOnAHungAutomatorLearnsTheEndFromTheNext(t *testing.T) {
 			}()
 			waittest.Recv(t, waits, "the wait to reach the automator")
 			r.hang()
-			// The keepalive would give the connection up after 30 s;
+			// The keepalive would give the connection up after 20 s;
 			// the unit's deadline is 2 s away.
 			select {
 			case err := <-done:
@@ -803,7 +803,7 @@ func TestWaitOnAHungAutomatorLearnsTheEndFromTheNext(t *testing.T) {
 // (stopped, frozen: its connection open, nothing answered, nothing reset)
 // is given up after a bound of its own (tryBound) and the call made on the
 // next address, with the same idempotency key, instead of waiting for the
-// keepalive to give the connection up (30 s) or the automator to resume.
+// keepalive to give the connection up (20 s) or the automator to resume.
 func TestSubmitToAHungAutomatorGoesToTheNext(t *testing.T) {
 	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{})

@@ -72,7 +72,7 @@ type Unreachable struct {
 	// Hung tells that the address accepted the connection but did not
 	// answer in time (Kind is KindSilent, KindCallStuck or
 	// KindCallUnanswered): a connection's setup (the TLS handshake's 5 s,
-	// gRPC's 20 s), the keepalive's 30 s of silence, or the bound of the
+	// gRPC's 20 s), the keepalive's 20 s of silence, or the bound of the
 	// try's answer. An automator that resumes is reached by the tries
 	// that go on.
 	Hung bool

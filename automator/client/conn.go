@@ -18,9 +18,13 @@ import (
 // connection with a call on it that has heard nothing for keepaliveTime is
 // pinged, and given up when the ping's answer has not come keepaliveTimeout
 // later. A connection that dies silently during a long wait is so noticed
-// within half a minute, and the wait resumes on a new one.
+// within 20 s, and the wait resumes on a new one. keepaliveTime is the
+// least gRPC allows, and the least time between pings an automator takes
+// without a GOAWAY "too_many_pings" (its enforcement policy's MinTime,
+// 10 s): a ping is sent only keepaliveTime after the last bytes came, the
+// last ping's answer included, so never sooner than that after the last.
 const (
-	keepaliveTime    = 20 * time.Second
+	keepaliveTime    = 10 * time.Second
 	keepaliveTimeout = 10 * time.Second
 )
 

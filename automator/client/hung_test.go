@@ -13,6 +13,7 @@ import (
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/client"
 	"github.com/opsgate/opsgate/automator/pki"
+	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -158,5 +159,45 @@ func TestAWaitUnansweredPastItsUnitsDeadlineIsToldSo(t *testing.T) {
 
 // stuckUnitTimeout is the timeout of a unit whose wait is stuck in an
 // automator long enough for the client's keepalive to ping it: it pings
-// after 20 s without a word.
-const stuckUnitTimeout = 25 * time.Second
+// after 10 s without a word.
+const stuckUnitTimeout = 15 * time.Second
+
+// TestAWaitOnAnAutomatorThatStopsIsToldByItsKeepaliveBeforeTheDeadline: a
+// wait whose automator stops while it waits (its connection open, nothing
+// coming over it) is told by the keepalive, which pings after 10 s
+// without a word (the least gRPC allows, and the automator's MinTime) and
+// gives the connection up 10 s later: KindSilent, "nothing came over its
+// connection", before the unit's deadline, 25 s away. Before, it pinged
+// after 20 s, and the notice came only after the deadline, as a wait that
+// has not told how the unit ended.
+func TestAWaitOnAnAutomatorThatStopsIsToldByItsKeepaliveBeforeTheDeadline(t *testing.T) {
+	t.Parallel()
+	a, waits := startTellingWaits(t)
+	r := startRelay(t, a.GRPCAddr)
+	var told unreachables
+	c, err := client.New(client.Config{Addresses: []string{r.url()}, APIKey: a.APIKey, CAPEM: a.CAPEM, ServerName: "127.0.0.1", RetryFor: 2 * time.Second,
+		OnUnreachable: told.tell})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	w, err := c.Submit(context.Background(), a.Account, client.Command{Script: "x.sh"}, client.WithTimeout(25*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Wait(context.Background(), w.ID)
+		done <- err
+	}()
+	waittest.Recv(t, waits, "the wait to reach the automator")
+	r.hang()
+	// The relay stays hung: the wait gives up RetryFor past the deadline.
+	if err := <-done; err == nil {
+		t.Fatal("Wait on a stopped automator ended without an error")
+	}
+	u := told.once(t, "")
+	if !u.Hung || u.Kind != client.KindSilent || u.Err == nil || !strings.Contains(u.Err.Error(), "nothing came over its connection for") {
+		t.Errorf("OnUnreachable told %+v; want %v, the keepalive's \"nothing came over its connection for\"", u, client.KindSilent)
+	}
+}
