@@ -19,6 +19,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/client"
+	"github.com/opsgate/opsgate/internal/closedport"
 	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
@@ -868,12 +869,7 @@ func TestSubmitToAHungAutomatorGoesToTheNext(t *testing.T) {
 // call goes on trying until then.
 func TestAnAutomatorThatCannotBeConnectedToIsToldOnce(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := "http://" + l.Addr().String()
-	l.Close()
+	url := "http://" + closedport.Addr(t)
 	var told unreachables
 	const retryFor = 2 * time.Second
 	c, err := client.New(client.Config{Addresses: []string{url}, APIKey: "oak_x", RetryFor: retryFor,
