@@ -38,11 +38,11 @@ import (
 const mixSleep = "29.731"
 
 // mixKinds is the cycle of kinds ServeMix runs, by unit index.
-var mixKinds = []string{"@ping", "stdin", "exit code", "not deployed", "cancelled running",
+var mixKinds = [...]string{"@ping", "stdin", "exit code", "not deployed", "cancelled running",
 	"submit and wait", "caller gives up", "idempotent twice", "@ping", "timed out running"}
 
 // MixKinds is the length of ServeMix's cycle of kinds.
-const MixKinds = 10
+const MixKinds = len(mixKinds)
 
 // MixScripts writes the scripts ServeMix's units run into dir.
 func MixScripts(t testing.TB, dir string) {
