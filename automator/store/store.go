@@ -233,6 +233,13 @@ type Instance struct {
 	// online, however recent that poll, until it polls again without
 	// saying so.
 	Stopped bool
+	// RefusedKeyIDs is not empty when the instance's latest poll was
+	// refused because it holds no key of its account usable then (a proxy
+	// still on the profile of before `automator account rotate-key`): the
+	// key ids that poll listed (InstanceSeenParams.RefusedKeyIDs). It
+	// claims nothing, so it is not online however recent that poll, until
+	// a poll of it is accepted.
+	RefusedKeyIDs []uint32
 	// InFlight is the number of the account's units claimed by this
 	// instance and not yet ended (state claimed), counted from the units
 	// when listed: not what the instance said at its last poll. An
@@ -420,11 +427,17 @@ const ExpireNamed = 3
 type AccountInstances struct {
 	Instances int // recorded (polled, and not forgotten since: InstancePurge)
 	// Online of them polled at or after WorkExpireParams.OnlineSince and
-	// did not say at that poll that they were stopping.
+	// did not say at that poll that they were stopping, nor were refused
+	// at it for want of a usable key.
 	Online int
-	// Latest holds up to ExpireNamed of them, latest poll first (then by
-	// instance id); only Account, InstanceID, LastPollAt and Stopped are
-	// set.
+	// Refused of them polled at or after WorkExpireParams.OnlineSince and
+	// were refused at that poll for want of a usable key
+	// (Instance.RefusedKeyIDs), and did not say they were stopping: they
+	// poll, and claim nothing until their profile is replaced.
+	Refused int
+	// Latest holds up to ExpireNamed of them: the Refused ones first, then
+	// the others, each part latest poll first (then by instance id); only
+	// Account, InstanceID, LastPollAt, Stopped and RefusedKeyIDs are set.
 	Latest []Instance
 }
 
@@ -482,7 +495,9 @@ const UnclaimedReason = "no instance claimed it before the deadline"
 // one sentence its caller can act on: the account has no instance; none
 // was online (the latest few named, stopped or when each last polled); or
 // some were online and still claimed nothing (all busy at their
-// max_concurrency, or polling for no units).
+// max_concurrency, or polling for no units). Either way, the instances
+// that polled and were refused for want of a usable key (a profile of
+// before a key rotation) are named first, with the fix.
 //
 // What it says is what the store held at the expiry. A replica writes an
 // instance's polls every few seconds (the automator's seenEvery, 5 s), not
@@ -493,36 +508,73 @@ const UnclaimedReason = "no instance claimed it before the deadline"
 // written as they come.
 func neverClaimedReason(account string, a AccountInstances) string {
 	const unclaimed = UnclaimedReason
+	// The instances that poll and are refused for want of a usable key
+	// (the first of Latest) are named first: a profile to install is the
+	// cause an operator can act on at once.
+	named := min(a.Refused, len(a.Latest))
+	refused := refusedClause(a.Latest[:named], a.Refused-named)
 	switch {
 	case a.Instances == 0:
 		// serve forgets an instance that has not polled for
 		// InstanceForgetAfter.
 		return fmt.Sprintf("%s: account %s has no proxy instance (none has polled in %d days, if ever); start one with the account's profile", unclaimed, account, InstanceForgetDays)
-	case a.Online == 1:
-		return unclaimed + " (1 instance online)"
-	case a.Online > 1:
-		return fmt.Sprintf("%s (%d instances online)", unclaimed, a.Online)
+	case a.Online > 0:
+		online := "1 instance online"
+		if a.Online > 1 {
+			online = fmt.Sprintf("%d instances online", a.Online)
+		}
+		if refused != "" {
+			online += "; " + refused
+		}
+		return fmt.Sprintf("%s (%s)", unclaimed, online)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: no instance of account %s was online (", unclaimed, account)
-	for i, in := range a.Latest {
-		if i > 0 {
+	parts := 0
+	if refused != "" {
+		b.WriteString(refused)
+		parts++
+	}
+	for _, in := range a.Latest[named:] {
+		if parts > 0 {
 			b.WriteString("; ")
 		}
+		parts++
 		what := "last polled at"
 		if in.Stopped {
 			what = "stopped at"
 		}
 		fmt.Fprintf(&b, "%s %s %s", in.InstanceID, what, in.LastPollAt.UTC().Format(time.RFC3339))
 	}
-	if more := a.Instances - len(a.Latest); more > 0 {
-		if len(a.Latest) > 0 {
+	if more := a.Instances - len(a.Latest) - (a.Refused - named); more > 0 {
+		if parts > 0 {
 			b.WriteString("; and ")
 		}
 		fmt.Fprintf(&b, "%d more", more)
 	}
 	b.WriteString(")")
 	return b.String()
+}
+
+// refusedClause says that the instances of refused, and more others, poll
+// but are refused for want of a usable key, and what to do; "" when there
+// are none.
+func refusedClause(refused []Instance, more int) string {
+	if len(refused) == 0 && more == 0 {
+		return ""
+	}
+	ids := make([]string, len(refused))
+	for i, in := range refused {
+		ids[i] = in.InstanceID
+	}
+	who := strings.Join(ids, ", ")
+	if more > 0 {
+		who += fmt.Sprintf(" and %d more", more)
+	}
+	if len(refused) == 1 && more == 0 {
+		return fmt.Sprintf("instance %s polls but holds no usable key: install the account's latest profile", who)
+	}
+	return fmt.Sprintf("instances %s poll but hold no usable key: install the account's latest profile", who)
 }
 
 // WorkEndOpenParams end every open unit (WorkEndOpen).
@@ -586,6 +638,11 @@ type InstanceSeenParams struct {
 	// gracefully (PollRequest.stopping): the instance is recorded as
 	// stopped (Instance.Stopped), until a poll without it.
 	Stopping bool
+	// RefusedKeyIDs, when not empty, marks a poll refused because the
+	// instance holds no usable key of its account: the key ids it listed.
+	// The instance is recorded as refused (Instance.RefusedKeyIDs) until a
+	// poll without it.
+	RefusedKeyIDs []uint32
 	// Run and PollSeq are the poll's run id and number
 	// (PollRequest.run_id and poll_seq; "" and 0 from a proxy predating
 	// them). Polls of one run are ordered by their numbers: a poll of the
@@ -660,7 +717,8 @@ type AccountStats struct {
 	// Instances is the number of instances recorded for the account (that
 	// polled, and were not forgotten since: InstancePurge); InstancesOnline of them polled at or after the params'
 	// OnlineSince and did not say at that poll that they were stopping
-	// (Instance.Stopped).
+	// (Instance.Stopped), nor were refused at it for want of a usable key
+	// (Instance.RefusedKeyIDs).
 	Instances       int
 	InstancesOnline int
 	// LastPollAt is the latest poll of any of its instances; zero when none
@@ -670,7 +728,8 @@ type AccountStats struct {
 
 type AccountStatsParams struct {
 	// OnlineSince: an instance whose last poll is at or after it is online,
-	// unless it said at that poll that it was stopping.
+	// unless it said at that poll that it was stopping, or that poll was
+	// refused for want of a usable key.
 	OnlineSince time.Time
 }
 

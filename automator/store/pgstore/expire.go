@@ -70,11 +70,16 @@ func (s *Store) unclaimedInstances(ctx context.Context, due []store.Work, online
 	if len(accounts) == 0 {
 		return nil, nil
 	}
-	rows, err := s.pool.Query(ctx, `SELECT account, instance_id, last_poll_at, stopped, n, online FROM (
+	// refusedNow: polled since onlineSince and refused at that poll for
+	// want of a usable key (store.AccountInstances.Refused).
+	const refusedNow = `(i.last_poll_at >= $2 AND NOT ` + instanceStopped + ` AND ` + instanceRefused + `)`
+	rows, err := s.pool.Query(ctx, `SELECT account, instance_id, last_poll_at, stopped, refused_key_ids, n, online, refused FROM (
 	SELECT i.account, i.instance_id, i.last_poll_at, `+instanceStopped+` AS stopped,
-		row_number() OVER (PARTITION BY i.account ORDER BY i.last_poll_at DESC, i.instance_id) AS nth,
+		CASE WHEN `+instanceRefused+` THEN i.refused_key_ids ELSE '' END AS refused_key_ids,
+		row_number() OVER (PARTITION BY i.account ORDER BY `+refusedNow+` DESC, i.last_poll_at DESC, i.instance_id) AS nth,
 		count(*) OVER (PARTITION BY i.account) AS n,
-		count(*) FILTER (WHERE i.last_poll_at >= $2 AND NOT `+instanceStopped+`) OVER (PARTITION BY i.account) AS online
+		count(*) FILTER (WHERE i.last_poll_at >= $2 AND NOT `+instanceStopped+` AND NOT `+instanceRefused+`) OVER (PARTITION BY i.account) AS online,
+		count(*) FILTER (WHERE `+refusedNow+`) OVER (PARTITION BY i.account) AS refused
 	FROM instances i WHERE i.account = ANY($1::text[])
 ) t WHERE nth <= $3
 ORDER BY account, nth`, accounts, onlineSince, store.ExpireNamed)
@@ -83,12 +88,17 @@ ORDER BY account, nth`, accounts, onlineSince, store.ExpireNamed)
 	}
 	out := map[string]store.AccountInstances{}
 	var in store.Instance
-	var n, online int
-	_, err = pgx.ForEachRow(rows, []any{&in.Account, &in.InstanceID, &in.LastPollAt, &in.Stopped, &n, &online}, func() error {
+	var keyIDs string
+	var n, online, refused int
+	_, err = pgx.ForEachRow(rows, []any{&in.Account, &in.InstanceID, &in.LastPollAt, &in.Stopped, &keyIDs, &n, &online, &refused}, func() error {
 		a := out[in.Account]
-		a.Instances, a.Online = n, online
+		a.Instances, a.Online, a.Refused = n, online, refused
 		i := in
 		i.LastPollAt = i.LastPollAt.UTC()
+		var err error
+		if i.RefusedKeyIDs, err = store.ParseKeyIDsText(keyIDs); err != nil {
+			return fmt.Errorf("instance %q: %w", i.InstanceID, err)
+		}
 		a.Latest = append(a.Latest, i)
 		out[in.Account] = a
 		return nil

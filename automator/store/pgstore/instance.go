@@ -22,13 +22,28 @@ func stoppedAt(p store.InstanceSeenParams) *time.Time {
 	return &p.Now
 }
 
+// refusedAt is the refused_at a poll records: its time when it was
+// refused for want of a usable key, else NULL.
+func refusedAt(p store.InstanceSeenParams) *time.Time {
+	if len(p.RefusedKeyIDs) == 0 {
+		return nil
+	}
+	return &p.Now
+}
+
+// instanceRefused is true for an instance whose latest poll was refused
+// for want of a usable key: one recorded since by a replica predating
+// refused_at (which refuses no poll's record) moved last_poll_at past it.
+const instanceRefused = `COALESCE(i.refused_at >= i.last_poll_at, false)`
+
 // instanceArgs are instanceUpsert's arguments for poll p.
 func instanceArgs(p store.InstanceSeenParams) []any {
 	var created *time.Time
 	if !p.AccountCreatedAt.IsZero() {
 		created = &p.AccountCreatedAt
 	}
-	return []any{p.Account, p.InstanceID, p.Hostname, p.Version, p.Now, p.Running, stoppedAt(p), p.Run, p.PollSeq, created}
+	return []any{p.Account, p.InstanceID, p.Hostname, p.Version, p.Now, p.Running, stoppedAt(p), p.Run, p.PollSeq, created,
+		refusedAt(p), store.KeyIDsText(p.RefusedKeyIDs)}
 }
 
 // instanceStopped is true for an instance whose latest poll said it was
@@ -38,15 +53,16 @@ const instanceStopped = `COALESCE(i.stopped_at >= i.last_poll_at, false)`
 
 // instanceUpsert records a poll (the arguments: account, instance id,
 // hostname, version, last_poll_at, in_flight, stopped_at, poll_run,
-// poll_seq, the account's created_at or NULL), unless its account is
+// poll_seq, the account's created_at or NULL, refused_at,
+// refused_key_ids), unless its account is
 // gone, or is another than the one polled (deleted and created again
 // under its name: its created_at differs), or the poll is of the run of
 // the stored poll and numbered before it (polls of one run are ordered by
 // their numbers, not by when they are written); where, when not empty,
 // adds a condition on the update ("AND ...").
 func instanceUpsert(where string) string {
-	return `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at, poll_run, poll_seq)
-SELECT $1::text, $2::text, $3::text, $4::text, $5::timestamptz, $6::integer, $7::timestamptz, $8::text, $9::bigint WHERE EXISTS (SELECT 1 FROM accounts WHERE name = $1 AND key_id <> 0
+	return `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at, poll_run, poll_seq, refused_at, refused_key_ids)
+SELECT $1::text, $2::text, $3::text, $4::text, $5::timestamptz, $6::integer, $7::timestamptz, $8::text, $9::bigint, $11::timestamptz, $12::text WHERE EXISTS (SELECT 1 FROM accounts WHERE name = $1 AND key_id <> 0
 	AND ($10::timestamptz IS NULL OR created_at = $10))
 ON CONFLICT (account, instance_id) DO UPDATE SET
 	hostname = excluded.hostname,
@@ -55,7 +71,9 @@ ON CONFLICT (account, instance_id) DO UPDATE SET
 	in_flight = excluded.in_flight,
 	stopped_at = excluded.stopped_at,
 	poll_run = excluded.poll_run,
-	poll_seq = excluded.poll_seq
+	poll_seq = excluded.poll_seq,
+	refused_at = excluded.refused_at,
+	refused_key_ids = excluded.refused_key_ids
 WHERE NOT (excluded.poll_run <> '' AND excluded.poll_run = instances.poll_run
 	AND excluded.poll_seq <> 0 AND excluded.poll_seq < instances.poll_seq)` + where
 }
@@ -128,7 +146,8 @@ func (s *Store) InstancesSeen(ctx context.Context, ps []store.InstanceSeenParams
 // work.instance_id is compared as instances.instance_id is, byte by byte
 // (COLLATE "C").
 func (s *Store) InstanceList(ctx context.Context, account string) ([]store.Instance, error) {
-	rows, err := s.pool.Query(ctx, `SELECT i.account, i.instance_id, i.hostname, i.version, i.last_poll_at, `+instanceStopped+`, COALESCE(c.n, 0)
+	rows, err := s.pool.Query(ctx, `SELECT i.account, i.instance_id, i.hostname, i.version, i.last_poll_at, `+instanceStopped+`,
+	CASE WHEN `+instanceRefused+` THEN i.refused_key_ids ELSE '' END, COALESCE(c.n, 0)
 FROM instances i
 LEFT JOIN (SELECT instance_id COLLATE "C" AS instance_id, COUNT(*) AS n FROM work
 	WHERE account = $1 AND state = 'claimed' GROUP BY 1) c ON c.instance_id = i.instance_id
@@ -138,9 +157,16 @@ WHERE i.account = $1 ORDER BY i.instance_id`, account)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Instance, error) {
 		var in store.Instance
-		err := r.Scan(&in.Account, &in.InstanceID, &in.Hostname, &in.Version, &in.LastPollAt, &in.Stopped, &in.InFlight)
+		var refused string
+		if err := r.Scan(&in.Account, &in.InstanceID, &in.Hostname, &in.Version, &in.LastPollAt, &in.Stopped, &refused, &in.InFlight); err != nil {
+			return in, err
+		}
 		in.LastPollAt = in.LastPollAt.UTC()
-		return in, err
+		var err error
+		if in.RefusedKeyIDs, err = store.ParseKeyIDsText(refused); err != nil {
+			return in, fmt.Errorf("instance %q: %w", in.InstanceID, err)
+		}
+		return in, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listing instances of account %q: %w", account, err)

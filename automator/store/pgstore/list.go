@@ -74,7 +74,7 @@ func (s *Store) AccountStats(ctx context.Context, p store.AccountStatsParams) ([
 	(SELECT MIN(w.queued_at) FROM work w WHERE w.account = a.name AND w.state = 'queued'),
 	(SELECT COUNT(*) FROM work w WHERE w.account = a.name AND w.state = 'claimed'),
 	(SELECT COUNT(*) FROM instances i WHERE i.account = a.name),
-	(SELECT COUNT(*) FROM instances i WHERE i.account = a.name AND i.last_poll_at >= $1 AND NOT `+instanceStopped+`),
+	(SELECT COUNT(*) FROM instances i WHERE i.account = a.name AND i.last_poll_at >= $1 AND NOT `+instanceStopped+` AND NOT `+instanceRefused+`),
 	(SELECT MAX(i.last_poll_at) FROM instances i WHERE i.account = a.name)
 FROM accounts a WHERE a.key_id <> 0 ORDER BY a.name`, p.OnlineSince)
 	if err != nil {

@@ -188,6 +188,16 @@ ALTER TABLE instances ADD COLUMN stopped_at timestamptz;
 ALTER TABLE instances ADD COLUMN poll_run text NOT NULL DEFAULT '';
 ALTER TABLE instances ADD COLUMN poll_seq bigint NOT NULL DEFAULT 0;
 `},
+	{version: 9, name: "instances whose polls are refused for want of a usable key", sql: `
+-- The time of the poll refused because the instance held no usable key of
+-- its account (a profile of before a key rotation), NULL when its latest
+-- poll was not refused, and the key ids that poll listed ('1,2'). The
+-- instance is refused while refused_at is at least last_poll_at: a later
+-- poll recorded by a replica predating the columns moves last_poll_at past
+-- it.
+ALTER TABLE instances ADD COLUMN refused_at timestamptz;
+ALTER TABLE instances ADD COLUMN refused_key_ids text NOT NULL DEFAULT '';
+`},
 }
 
 // migrationLockKey is the advisory lock (two int4 keys: the first fixed for

@@ -64,3 +64,25 @@ func TestAStopRecordedByAnOlderReplicaIsNotEndedByALateBatch(t *testing.T) {
 		return err
 	})
 }
+
+// TestAPollRecordedByAnOlderReplicaEndsARefusal: a replica predating
+// instances.refused_at (schema version 8; a rolling upgrade) records a
+// poll without it (storetest.OlderWriterEndsARefusal).
+func TestAPollRecordedByAnOlderReplicaEndsARefusal(t *testing.T) {
+	t.Parallel()
+	s := open(t, pgtest.DSN(t))
+	storetest.OlderWriterEndsARefusal(t, s, testNow, func(at time.Time) error {
+		_, err := s.pool.Exec(t.Context(), `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at, poll_run, poll_seq)
+SELECT $1::text, $2::text, $3::text, $4::text, $5::timestamptz, $6::integer, $7::timestamptz, $8::text, $9::bigint WHERE EXISTS (SELECT 1 FROM accounts WHERE name = $1 AND key_id <> 0)
+ON CONFLICT (account, instance_id) DO UPDATE SET
+	hostname = excluded.hostname,
+	version = excluded.version,
+	last_poll_at = excluded.last_poll_at,
+	in_flight = excluded.in_flight,
+	stopped_at = excluded.stopped_at,
+	poll_run = excluded.poll_run,
+	poll_seq = excluded.poll_seq`,
+			"acme", "a", "a", "v1", at, 0, nil, "", 0)
+		return err
+	})
+}

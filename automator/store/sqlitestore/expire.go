@@ -103,14 +103,20 @@ func dueWork(ctx context.Context, tx querier, now int64, limit int) ([]store.Wor
 // first ?3 instances by latest poll, each row with the account's number of
 // instances and of those online since ?2 (store.AccountInstances): a few
 // rows per account, however many instances it has.
-const unclaimedInstancesQuery = `SELECT account, instance_id, last_poll_at, stopped, n, online FROM (
+const unclaimedInstancesQuery = `SELECT account, instance_id, last_poll_at, stopped, refused_key_ids, n, online, refused FROM (
 	SELECT i.account, i.instance_id, i.last_poll_at, ` + instanceStopped + ` AS stopped,
-		row_number() OVER (PARTITION BY i.account ORDER BY i.last_poll_at DESC, i.instance_id) AS nth,
+		CASE WHEN ` + instanceRefused + ` THEN i.refused_key_ids ELSE '' END AS refused_key_ids,
+		row_number() OVER (PARTITION BY i.account ORDER BY ` + refusedNow + ` DESC, i.last_poll_at DESC, i.instance_id) AS nth,
 		count(*) OVER (PARTITION BY i.account) AS n,
-		sum(i.last_poll_at >= ?2 AND NOT ` + instanceStopped + `) OVER (PARTITION BY i.account) AS online
+		sum(i.last_poll_at >= ?2 AND NOT ` + instanceStopped + ` AND NOT ` + instanceRefused + `) OVER (PARTITION BY i.account) AS online,
+		sum(` + refusedNow + `) OVER (PARTITION BY i.account) AS refused
 	FROM instances i WHERE i.account IN (SELECT value FROM json_each(?1))
 ) WHERE nth <= ?3
 ORDER BY account, nth`
+
+// refusedNow is true for an instance that polled since ?2 and was refused
+// at that poll for want of a usable key (store.AccountInstances.Refused).
+const refusedNow = `(i.last_poll_at >= ?2 AND NOT ` + instanceStopped + ` AND ` + instanceRefused + `)`
 
 // unclaimedInstances reads the instances of the accounts of the units of due
 // that no instance claimed (store.ExpireReasons), in one query; an account
@@ -133,13 +139,17 @@ func unclaimedInstances(ctx context.Context, tx querier, due []store.Work, onlin
 	for rows.Next() {
 		var in store.Instance
 		var lastPoll int64
-		var n, online int
-		if err := rows.Scan(&in.Account, &in.InstanceID, &lastPoll, &in.Stopped, &n, &online); err != nil {
+		var keyIDs string
+		var n, online, refused int
+		if err := rows.Scan(&in.Account, &in.InstanceID, &lastPoll, &in.Stopped, &keyIDs, &n, &online, &refused); err != nil {
 			return nil, fmt.Errorf("reading the instances of %d accounts: %w", len(accounts), err)
 		}
 		in.LastPollAt = fromNanos(lastPoll)
+		if in.RefusedKeyIDs, err = store.ParseKeyIDsText(keyIDs); err != nil {
+			return nil, fmt.Errorf("reading the instances of %d accounts: instance %q: %w", len(accounts), in.InstanceID, err)
+		}
 		a := out[in.Account]
-		a.Instances, a.Online = n, online
+		a.Instances, a.Online, a.Refused = n, online, refused
 		a.Latest = append(a.Latest, in)
 		out[in.Account] = a
 	}

@@ -22,23 +22,38 @@ func stoppedAt(p store.InstanceSeenParams) int64 {
 // last_poll_at past it.
 const instanceStopped = `(i.stopped_at >= i.last_poll_at)`
 
+// refusedAt is the refused_at a poll records: its time when it was
+// refused for want of a usable key, else 0.
+func refusedAt(p store.InstanceSeenParams) int64 {
+	if len(p.RefusedKeyIDs) == 0 {
+		return 0
+	}
+	return toNanos(p.Now)
+}
+
+// instanceRefused is true for an instance whose latest poll was refused
+// for want of a usable key: one recorded since by an automator predating
+// refused_at (which refuses no poll's record) moved last_poll_at past it.
+const instanceRefused = `(i.refused_at >= i.last_poll_at)`
+
 // instanceArgs are instanceUpsert's arguments for poll p.
 func instanceArgs(p store.InstanceSeenParams) []any {
 	return []any{p.Account, p.InstanceID, p.Hostname, p.Version, toNanos(p.Now), p.Running, stoppedAt(p), p.Run, p.PollSeq,
-		toNanos(p.AccountCreatedAt)}
+		toNanos(p.AccountCreatedAt), refusedAt(p), store.KeyIDsText(p.RefusedKeyIDs)}
 }
 
 // instanceUpsert records a poll (the arguments: account, instance id,
 // hostname, version, last_poll_at, in_flight, stopped_at, poll_run,
-// poll_seq, the account's created_at or 0), unless its account is gone,
+// poll_seq, the account's created_at or 0, refused_at, refused_key_ids),
+// unless its account is gone,
 // or is another than the one polled (deleted and created again under its
 // name: its created_at differs), or the poll is of the run of the
 // stored poll and numbered before it (polls of one run are ordered by
 // their numbers, not by when they are written); where, when not empty,
 // adds a condition on the update ("AND ...").
 func instanceUpsert(where string) string {
-	return `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at, poll_run, poll_seq)
-SELECT ?1, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM accounts WHERE name = ?1 AND key_id <> 0 AND (?10 = 0 OR created_at = ?10))
+	return `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at, poll_run, poll_seq, refused_at, refused_key_ids)
+SELECT ?1, ?, ?, ?, ?, ?, ?, ?, ?, ?11, ?12 WHERE EXISTS (SELECT 1 FROM accounts WHERE name = ?1 AND key_id <> 0 AND (?10 = 0 OR created_at = ?10))
 ON CONFLICT (account, instance_id) DO UPDATE SET
 	hostname = excluded.hostname,
 	version = excluded.version,
@@ -46,7 +61,9 @@ ON CONFLICT (account, instance_id) DO UPDATE SET
 	in_flight = excluded.in_flight,
 	stopped_at = excluded.stopped_at,
 	poll_run = excluded.poll_run,
-	poll_seq = excluded.poll_seq
+	poll_seq = excluded.poll_seq,
+	refused_at = excluded.refused_at,
+	refused_key_ids = excluded.refused_key_ids
 WHERE NOT (excluded.poll_run <> '' AND excluded.poll_run = instances.poll_run
 	AND excluded.poll_seq <> 0 AND excluded.poll_seq < instances.poll_seq)` + where
 }
@@ -84,7 +101,8 @@ func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) er
 // its units each has claimed, counted through work_claimed, which holds only
 // the claimed units: a few, however many units ended. The in_flight column
 // (what the instance said at its last poll) is not read.
-const instanceListQuery = `SELECT i.account, i.instance_id, i.hostname, i.version, i.last_poll_at, ` + instanceStopped + `, COALESCE(c.n, 0)
+const instanceListQuery = `SELECT i.account, i.instance_id, i.hostname, i.version, i.last_poll_at, ` + instanceStopped + `,
+	CASE WHEN ` + instanceRefused + ` THEN i.refused_key_ids ELSE '' END, COALESCE(c.n, 0)
 FROM instances i
 LEFT JOIN (SELECT instance_id, COUNT(*) AS n FROM work
 	WHERE account = ?1 AND state = 'claimed' GROUP BY instance_id) c ON c.instance_id = i.instance_id
@@ -100,10 +118,15 @@ func (s *Store) InstanceList(ctx context.Context, account string) ([]store.Insta
 	for rows.Next() {
 		var in store.Instance
 		var lastPollAt int64
-		if err := rows.Scan(&in.Account, &in.InstanceID, &in.Hostname, &in.Version, &lastPollAt, &in.Stopped, &in.InFlight); err != nil {
+		var refused string
+		if err := rows.Scan(&in.Account, &in.InstanceID, &in.Hostname, &in.Version, &lastPollAt, &in.Stopped, &refused, &in.InFlight); err != nil {
 			return nil, fmt.Errorf("listing instances of account %q: %w", account, err)
 		}
 		in.LastPollAt = fromNanos(lastPollAt)
+		var err error
+		if in.RefusedKeyIDs, err = store.ParseKeyIDsText(refused); err != nil {
+			return nil, fmt.Errorf("listing instances of account %q: instance %q: %w", account, in.InstanceID, err)
+		}
 		out = append(out, in)
 	}
 	if err := rows.Err(); err != nil {

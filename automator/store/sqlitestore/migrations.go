@@ -233,6 +233,16 @@ ALTER TABLE instances ADD COLUMN stopped_at INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE instances ADD COLUMN poll_run TEXT NOT NULL DEFAULT '';
 ALTER TABLE instances ADD COLUMN poll_seq INTEGER NOT NULL DEFAULT 0;
 `},
+	{version: 13, name: "instances whose polls are refused for want of a usable key", sql: `
+-- The time of the poll refused because the instance held no usable key of
+-- its account (a profile of before a key rotation), 0 when its latest poll
+-- was not refused, and the key ids that poll listed ("1,2"). The instance
+-- is refused while refused_at is at least last_poll_at: a later poll
+-- recorded by an automator predating the columns moves last_poll_at past
+-- it.
+ALTER TABLE instances ADD COLUMN refused_at INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE instances ADD COLUMN refused_key_ids TEXT NOT NULL DEFAULT '';
+`},
 }
 
 // migrate applies the migrations not yet recorded in schema_migrations, all

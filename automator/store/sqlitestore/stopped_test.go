@@ -68,3 +68,22 @@ func TestAStopRecordedByAnOlderAutomatorIsNotEndedByALateBatch(t *testing.T) {
 	storetest.OlderWriterStopIsNotEndedByALateBatch(t, s, testNow, olderPoll(t, s, upsertV11,
 		func(at int64) []any { return []any{"acme", "a", "a", "v1", at, 0, at} }))
 }
+
+// TestAPollRecordedByAnOlderAutomatorEndsARefusal: an automator predating
+// instances.refused_at (version 12) records a poll without it
+// (storetest.OlderWriterEndsARefusal).
+func TestAPollRecordedByAnOlderAutomatorEndsARefusal(t *testing.T) {
+	t.Parallel()
+	s := open(t, filepath.Join(t.TempDir(), "automator.db"))
+	storetest.OlderWriterEndsARefusal(t, s, testNow, olderPoll(t, s, `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at, poll_run, poll_seq)
+SELECT ?1, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM accounts WHERE name = ?1 AND key_id <> 0)
+ON CONFLICT (account, instance_id) DO UPDATE SET
+	hostname = excluded.hostname,
+	version = excluded.version,
+	last_poll_at = excluded.last_poll_at,
+	in_flight = excluded.in_flight,
+	stopped_at = excluded.stopped_at,
+	poll_run = excluded.poll_run,
+	poll_seq = excluded.poll_seq`,
+		func(at int64) []any { return []any{"acme", "a", "a", "v1", at, 0, 0, "", 0} }))
+}

@@ -22,17 +22,22 @@ var expireCases = []testCase{
 // testExpireReasonNamesInstances: the reason of a unit no instance claimed
 // says, from the instances the store holds at the expiry, why: the account
 // has none, none was online (naming the latest few: stopped, or when they
-// last polled), or how many were online and still did not claim it. Both
-// backends give it in the same words. A claimed unit's reason names its
-// claimer as before.
+// last polled), or how many were online and still did not claim it; the
+// instances that poll but are refused for want of a usable key are named
+// first, with the fix. Both backends give it in the same words. A claimed
+// unit's reason names its claimer as before.
 func testExpireReasonNamesInstances(f *fixture) {
 	now := at(time.Hour)
 	onlineSince := now.Add(-time.Minute)
-	for _, a := range []string{"acme", "globex", "hooli", "initech", "umbrella"} {
+	for _, a := range []string{"acme", "globex", "hooli", "initech", "umbrella", "stark", "wayne"} {
 		f.account(a)
 	}
 	seen := func(account, id string, polled time.Duration, stopping bool) {
 		f.seen(store.InstanceSeenParams{Account: account, InstanceID: id, Hostname: id + ".example", Version: "v1", Stopping: stopping, Now: at(polled)})
+	}
+	// refused records a poll refused for want of a usable key.
+	refused := func(account, id string, polled time.Duration) {
+		f.seen(store.InstanceSeenParams{Account: account, InstanceID: id, Hostname: id + ".example", Version: "v1", RefusedKeyIDs: []uint32{1}, Now: at(polled)})
 	}
 	// acme: no instance has polled.
 	// globex: five instances, none online: one stopped at its last poll
@@ -50,12 +55,25 @@ func testExpireReasonNamesInstances(f *fixture) {
 	seen("initech", "i-2", 59*time.Minute+50*time.Second, false)
 	seen("initech", "i-3", 59*time.Minute+59*time.Second, true)
 	seen("initech", "i-4", 58*time.Minute+59*time.Second, false)
-	// umbrella: one online.
+	// umbrella: one online, and one that polls and is refused, named
+	// though it polled before the other.
 	seen("umbrella", "u-1", 59*time.Minute+10*time.Second, false)
+	refused("umbrella", "u-refused", 59*time.Minute+5*time.Second)
+	// stark: none online: one refused, named first though it polled
+	// before the others; one stopped; one long gone, refused at its last
+	// poll, named as it last polled; and one more not named.
+	refused("stark", "s-refused", 59*time.Minute+20*time.Second)
+	seen("stark", "s-stopped", 59*time.Minute+40*time.Second, true)
+	refused("stark", "s-gone", 30*time.Minute)
+	seen("stark", "s-older", 20*time.Minute, false)
+	// wayne: four refused, three named.
+	for i, id := range []string{"w-1", "w-2", "w-3", "w-4"} {
+		refused("wayne", id, 59*time.Minute+time.Duration(i)*time.Second)
+	}
 
 	for _, u := range []struct{ id, account string }{
 		{"acme-1", "acme"}, {"globex-1", "globex"}, {"globex-2", "globex"}, {"hooli-1", "hooli"},
-		{"initech-1", "initech"}, {"umbrella-1", "umbrella"},
+		{"initech-1", "initech"}, {"umbrella-1", "umbrella"}, {"stark-1", "stark"}, {"wayne-1", "wayne"},
 	} {
 		f.enqueue(u.id, u.account, at(2*time.Second), at(30*time.Minute))
 	}
@@ -66,17 +84,20 @@ func testExpireReasonNamesInstances(f *fixture) {
 	if err != nil {
 		f.t.Fatalf("WorkExpire: %v", err)
 	}
-	if len(got) != 7 {
-		f.t.Fatalf("WorkExpire changed %v, want the 7 units", ids(got))
+	if len(got) != 9 {
+		f.t.Fatalf("WorkExpire changed %v, want the 9 units", ids(got))
 	}
 	const unclaimed = "no instance claimed it before the deadline"
 	want := map[string]string{
 		"acme-1": unclaimed + ": account acme has no proxy instance (none has polled in 30 days, if ever); start one with the account's profile",
 		"globex-1": unclaimed + ": no instance of account globex was online (g-stopped stopped at 2026-01-02T04:03:35Z; " +
 			"g-old last polled at 2026-01-02T03:44:05Z; g-older last polled at 2026-01-02T03:34:05Z; and 2 more)",
-		"hooli-1":         unclaimed + ": no instance of account hooli was online (h-1 last polled at 2026-01-02T03:09:05Z)",
-		"initech-1":       unclaimed + " (2 instances online)",
-		"umbrella-1":      unclaimed + " (1 instance online)",
+		"hooli-1":    unclaimed + ": no instance of account hooli was online (h-1 last polled at 2026-01-02T03:09:05Z)",
+		"initech-1":  unclaimed + " (2 instances online)",
+		"umbrella-1": unclaimed + " (1 instance online; instance u-refused polls but holds no usable key: install the account's latest profile)",
+		"stark-1": unclaimed + ": no instance of account stark was online (instance s-refused polls but holds no usable key: install the account's latest profile; " +
+			"s-stopped stopped at 2026-01-02T04:03:45Z; s-gone last polled at 2026-01-02T03:34:05Z; and 1 more)",
+		"wayne-1":         unclaimed + ": no instance of account wayne was online (instances w-4, w-3, w-2 and 1 more poll but hold no usable key: install the account's latest profile)",
 		"initech-claimed": "claimed by instance i-1 at 2026-01-02T03:04:08.678901Z, no result before the deadline",
 	}
 	want["globex-2"] = want["globex-1"]

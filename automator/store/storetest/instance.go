@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/opsgate/opsgate/automator/store"
@@ -15,6 +16,7 @@ var instanceCases = []testCase{
 	{"AStoppingPollShowsTheInstanceStoppedUntilItPollsAgain", testInstanceStopped},
 	{"APollOfARunNumberedBeforeItsStopNeverEndsIt", testInstanceStopOrderedByPollSeq},
 	{"ABatchedPollOfTheStoredRunNumberedAfterItIsWrittenThoughEarlierOnTheClock", testInstanceBatchAfterClockStepBack},
+	{"ARefusedPollShowsTheInstanceRefusedWithItsKeyIDsUntilAPollIsAccepted", testInstanceRefused},
 }
 
 func (f *fixture) seen(p store.InstanceSeenParams) {
@@ -35,7 +37,7 @@ func (f *fixture) seenBatch(ps ...store.InstanceSeenParams) {
 // listedAs is the instance a listing shows after poll p was recorded.
 func listedAs(p store.InstanceSeenParams) store.Instance {
 	return store.Instance{Account: p.Account, InstanceID: p.InstanceID, Hostname: p.Hostname, Version: p.Version,
-		LastPollAt: p.Now, Stopped: p.Stopping}
+		LastPollAt: p.Now, Stopped: p.Stopping, RefusedKeyIDs: p.RefusedKeyIDs}
 }
 
 // runPoll is poll number seq of run (a proxy process) of instance a of
@@ -57,7 +59,8 @@ func (f *fixture) wantInstances(account string, want []store.Instance) {
 	for i := range want {
 		g, w := got[i], want[i]
 		if g.Account != w.Account || g.InstanceID != w.InstanceID || g.Hostname != w.Hostname ||
-			g.Version != w.Version || !g.LastPollAt.Equal(w.LastPollAt) || g.Stopped != w.Stopped || g.InFlight != w.InFlight {
+			g.Version != w.Version || !g.LastPollAt.Equal(w.LastPollAt) || g.Stopped != w.Stopped || g.InFlight != w.InFlight ||
+			!slices.Equal(g.RefusedKeyIDs, w.RefusedKeyIDs) {
 			f.t.Errorf("InstanceList(%q)[%d] = %+v, want %+v", account, i, g, w)
 		}
 	}
@@ -371,4 +374,73 @@ func testInstanceBatchAfterClockStepBack(f *fixture) {
 	stop4 := runPoll("r1", 4, true, at(90*time.Second))
 	f.seenBatch(stop4)
 	f.wantInstances("acme", []store.Instance{listedAs(stop4)})
+}
+
+// testInstanceRefused: a poll refused because the instance holds no usable
+// key of its account (a profile of before a key rotation) records the
+// instance as refused, with the key ids it listed, written one by one or
+// in a batch: it is listed so and not counted online, however recent that
+// poll, until a poll of it is accepted. A late batch holding an older
+// accepted poll does not undo it; one that says it stops still records
+// the stop.
+func testInstanceRefused(f *fixture) {
+	f.account("acme")
+	poll := func(id string, refused []uint32, now time.Time) store.InstanceSeenParams {
+		return store.InstanceSeenParams{Account: "acme", InstanceID: id, Hostname: id + ".example", Version: "v1", RefusedKeyIDs: refused, Now: now}
+	}
+	online := func(want int) {
+		f.t.Helper()
+		stats, err := f.s.AccountStats(f.ctx, store.AccountStatsParams{OnlineSince: at(0)})
+		if err != nil {
+			f.t.Fatalf("AccountStats: %v", err)
+		}
+		if len(stats) != 1 || stats[0].Instances != 2 || stats[0].InstancesOnline != want {
+			f.t.Errorf("AccountStats = %+v, want 2 instances, %d online", stats, want)
+		}
+	}
+
+	a1, b1 := poll("a", nil, at(time.Second)), poll("b", nil, at(time.Second))
+	f.seen(a1)
+	f.seen(b1)
+	f.wantInstances("acme", []store.Instance{listedAs(a1), listedAs(b1)})
+	online(2)
+
+	// The account's key is rotated with no overlap: a, still on the old
+	// profile, holds key id 1 only, and its polls are refused.
+	a2 := poll("a", []uint32{1}, at(2*time.Second))
+	f.seen(a2)
+	f.wantInstances("acme", []store.Instance{listedAs(a2), listedAs(b1)})
+	online(1)
+	// A batch written late, holding a's poll from before, does not bring
+	// it back.
+	f.seenBatch(poll("a", nil, at(1500*time.Millisecond)))
+	f.wantInstances("acme", []store.Instance{listedAs(a2), listedAs(b1)})
+	online(1)
+	// Its further refused polls, batched, keep it refused with the ids
+	// each listed.
+	a3 := poll("a", []uint32{1, 4294967295}, at(3*time.Second))
+	f.seenBatch(a3)
+	f.wantInstances("acme", []store.Instance{listedAs(a3), listedAs(b1)})
+	online(1)
+
+	// b is refused too, recorded in a batch: none is online.
+	b2 := poll("b", []uint32{1}, at(3*time.Second))
+	f.seenBatch(b2)
+	f.wantInstances("acme", []store.Instance{listedAs(a3), listedAs(b2)})
+	online(0)
+	// b stops, its stop refused as its polls are: it is stopped.
+	b3 := poll("b", []uint32{1}, at(4*time.Second))
+	b3.Stopping = true
+	f.seen(b3)
+	f.wantInstances("acme", []store.Instance{listedAs(a3), listedAs(b3)})
+	online(0)
+
+	// Each gets the latest profile: its first poll accepted, written
+	// either way, shows it online at once, and refused no more.
+	a4 := poll("a", nil, at(time.Minute))
+	f.seen(a4)
+	b4 := poll("b", nil, at(time.Minute))
+	f.seenBatch(b4)
+	f.wantInstances("acme", []store.Instance{listedAs(a4), listedAs(b4)})
+	online(2)
 }

@@ -122,3 +122,32 @@ func createAcme(t *testing.T, s store.Store, now time.Time) {
 		t.Fatal(err)
 	}
 }
+
+// OlderWriterEndsARefusal: a poll an automator predating
+// instances.refused_at records (it refuses no poll's record, so the poll
+// was accepted), later than a refused one, shows the instance polling and
+// accepted: it is no longer listed as refused.
+func OlderWriterEndsARefusal(t *testing.T, s store.Store, now time.Time, olderPoll func(at time.Time) error) {
+	t.Helper()
+	ctx := t.Context()
+	createAcme(t, s, now)
+	if err := s.InstanceSeen(ctx, store.InstanceSeenParams{Account: "acme", InstanceID: "a", Hostname: "a", Version: "v2",
+		RefusedKeyIDs: []uint32{1}, Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	refused := func(want bool) {
+		t.Helper()
+		list, err := s.InstanceList(ctx, "acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) != 1 || (len(list[0].RefusedKeyIDs) > 0) != want {
+			t.Fatalf("InstanceList = %+v, want instance a refused %v", list, want)
+		}
+	}
+	refused(true)
+	if err := olderPoll(now.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	refused(false)
+}
