@@ -154,18 +154,21 @@ func (a *AutomatorService) ListInstances(ctx context.Context, req *automatorv1.L
 		return nil, s.internal(ctx, "listing instances", err)
 	}
 	// Online as in the listings and the dashboard (store.AccountStatsParams):
-	// a last poll at or after this, which did not say it was stopping.
+	// a last poll at or after this, which did not say it was stopping and
+	// was not refused for want of a usable key.
 	since := s.clock.Now().Add(-InstanceOnlineWithin(s.pollWindow))
 	resp := &automatorv1.ListInstancesResponse{}
 	for _, in := range list {
 		resp.Instances = append(resp.Instances, &automatorv1.Instance{
-			InstanceId: in.InstanceID,
-			Hostname:   in.Hostname,
-			Version:    in.Version,
-			LastPollAt: timestamppb.New(in.LastPollAt),
-			InFlight:   int32(in.InFlight),
-			Online:     StatusOfInstance(in, since) == InstanceOnline,
-			Stopped:    in.Stopped,
+			InstanceId:    in.InstanceID,
+			Hostname:      in.Hostname,
+			Version:       in.Version,
+			LastPollAt:    timestamppb.New(in.LastPollAt),
+			InFlight:      int32(in.InFlight),
+			Online:        StatusOfInstance(in, since) == InstanceOnline,
+			Stopped:       in.Stopped,
+			Refused:       len(in.RefusedKeyIDs) > 0,
+			RefusedKeyIds: in.RefusedKeyIDs,
 		})
 	}
 	return resp, nil

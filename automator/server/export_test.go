@@ -126,3 +126,6 @@ func (s *Server) BatchPolls() {
 	s.seen.batching = true
 	s.seen.mu.Unlock()
 }
+
+// KeyCacheTTL is how long the automator trusts an account's keys as read.
+const KeyCacheTTL = keyCacheTTL

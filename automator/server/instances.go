@@ -14,9 +14,14 @@ import (
 // only updates its record in memory, and the records that changed are
 // written every seenEvery in one transaction per batch. A new instance,
 // one whose host or version changed, one that says it is stopping or no
-// longer says so, and the first poll this automator sees of a new proxy
-// process (run) of an instance are written at once: a stop, and a start
-// after it, show in listings as they happen. Without RecordInstances, a
+// longer says so, one refused for want of a usable key after one accepted
+// or the reverse (refusedPoll), and the first poll this automator sees of
+// a new proxy process (run) of an instance are written at once: a stop, a
+// start after it, and a key rotation that leaves an instance without a
+// usable key (and the new profile installed), show in listings as they
+// happen. A refused instance polls with backoff, but a token's holder may
+// poll as often as it likes: its refused polls, like accepted ones, are
+// batched while nothing changes, with the key ids each listed. Without RecordInstances, a
 // poll is written when its record is this old. Either way listings are at
 // most this stale; "online" allows two poll windows plus this.
 const seenEvery = 5 * time.Second
@@ -103,7 +108,7 @@ func (s *Server) instanceSeen(ctx context.Context, p store.InstanceSeenParams, p
 		return nil
 	}
 	if r := known; r != nil && r.last.Hostname == p.Hostname && r.last.Version == p.Version &&
-		r.last.Stopping == p.Stopping && !ps.newRun {
+		r.last.Stopping == p.Stopping && refusedPoll(r.last) == refusedPoll(p) && !ps.newRun {
 		if c.batching {
 			// Not stale (above): numbered, it follows r's latest.
 			if r.numberedLocked(ps) || p.Now.After(r.last.Now) {
@@ -165,6 +170,9 @@ func (s *Server) instanceSeen(ctx context.Context, p store.InstanceSeenParams, p
 	r.written = p.Now
 	return nil
 }
+
+// refusedPoll is true for a poll refused for want of a usable key.
+func refusedPoll(p store.InstanceSeenParams) bool { return len(p.RefusedKeyIDs) > 0 }
 
 // pruneLocked drops the records whose latest poll is written: only those
 // pending (dirty) must stay until a flush writes them.

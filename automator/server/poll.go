@@ -103,8 +103,34 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 	}
 	// The keys the instance holds decide how its claims are sealed
 	// (reseal.go); one that holds no usable key claims nothing.
-	ring, err := s.instanceRing(ctx, account, req.GetInstanceId(), req.GetKeyIds())
-	if err != nil {
+	ring, refused, err := s.instanceRing(ctx, account, req.GetInstanceId(), req.GetKeyIds())
+	if err != nil && !refused {
+		return nil, err
+	}
+	newRun := s.noteRun(ctx, account, req.GetInstanceId(), req.GetHostname(), req.GetRunId())
+	seen := store.InstanceSeenParams{
+		Account:    account,
+		InstanceID: req.GetInstanceId(),
+		Hostname:   req.GetHostname(),
+		Version:    req.GetVersion(),
+		Running:    len(req.GetRunning()),
+		Stopping:   req.GetStopping(),
+		Run:        req.GetRunId(),
+		PollSeq:    int64(req.GetPollSeq()), // at most MaxInt64 (above)
+		// Not recorded under an account created again under its name.
+		AccountCreatedAt: tokenFrom(ctx).created,
+		Now:              s.clock.Now(),
+	}
+	ps := pollSeen{run: req.GetRunId(), seq: req.GetPollSeq(), newRun: newRun}
+	if refused {
+		// Recorded as refused, with the key ids it holds: listings, the
+		// dashboard and the reason of a unit no instance claimed tell the
+		// cause, rather than show an instance that polls as gone. The
+		// proxy is told why all the same if it cannot be recorded.
+		seen.RefusedKeyIDs = req.GetKeyIds()
+		if rerr := s.instanceSeen(ctx, seen, ps); rerr != nil {
+			_ = s.internal(ctx, "recording the instance's refused poll", rerr)
+		}
 		return nil, err
 	}
 	window := s.pollWindow
@@ -124,20 +150,7 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 	}
 	defer s.metrics.PollOpened(account)()
 
-	newRun := s.noteRun(ctx, account, req.GetInstanceId(), req.GetHostname(), req.GetRunId())
-	if err := s.instanceSeen(ctx, store.InstanceSeenParams{
-		Account:    account,
-		InstanceID: req.GetInstanceId(),
-		Hostname:   req.GetHostname(),
-		Version:    req.GetVersion(),
-		Running:    len(req.GetRunning()),
-		Stopping:   req.GetStopping(),
-		Run:        req.GetRunId(),
-		PollSeq:    int64(req.GetPollSeq()), // at most MaxInt64 (above)
-		// Not recorded under an account created again under its name.
-		AccountCreatedAt: tokenFrom(ctx).created,
-		Now:              s.clock.Now(),
-	}, pollSeen{run: req.GetRunId(), seq: req.GetPollSeq(), newRun: newRun}); err != nil {
+	if err := s.instanceSeen(ctx, seen, ps); err != nil {
 		return nil, s.internal(ctx, "recording the instance's poll", err)
 	}
 

@@ -28,18 +28,20 @@ const maxKeyIDs = 64
 
 // instanceRing returns the account's keys for a poll whose instance holds
 // key ids held, or nil when it lists none (a proxy older than rotation:
-// it gets commands as stored). FailedPrecondition when none of held is
-// usable now.
-func (s *Server) instanceRing(ctx context.Context, account, instanceID string, held []uint32) (*keyRing, error) {
+// it gets commands as stored). When none of held is usable now, refused is
+// true and err is the FailedPrecondition that tells the proxy why: the
+// poll is recorded as refused (Instance.RefusedKeyIDs) before it is
+// answered so.
+func (s *Server) instanceRing(ctx context.Context, account, instanceID string, held []uint32) (_ *keyRing, refused bool, _ error) {
 	if len(held) == 0 {
-		return nil, nil
+		return nil, false, nil
 	}
 	if len(held) > maxKeyIDs {
-		return nil, status.Errorf(codes.InvalidArgument, "key_ids lists %d keys, more than %d", len(held), maxKeyIDs)
+		return nil, false, status.Errorf(codes.InvalidArgument, "key_ids lists %d keys, more than %d", len(held), maxKeyIDs)
 	}
 	r, err := s.ring(ctx, account)
 	if err != nil {
-		return nil, s.internal(ctx, "reading the account's keys", err)
+		return nil, false, s.internal(ctx, "reading the account's keys", err)
 	}
 	now := s.clock.Now()
 	// An id the cache does not know may come from a rotation made since it
@@ -49,20 +51,20 @@ func (s *Server) instanceRing(ctx context.Context, account, instanceID string, h
 	// once: what tells it comes from the store.
 	if tok := tokenFrom(ctx); tok.sealedKey != nil && !r.sameAccount(tok.keyID, tok.sealedKey) {
 		if r, err = s.loadRing(ctx, account); err != nil {
-			return nil, s.internal(ctx, "reading the account's keys", err)
+			return nil, false, s.internal(ctx, "reading the account's keys", err)
 		}
 	} else if slices.ContainsFunc(held, func(id uint32) bool { return !r.has(id) }) && now.Sub(r.loaded) >= reloadUnknownEvery {
 		if r, err = s.loadRing(ctx, account); err != nil {
-			return nil, s.internal(ctx, "reading the account's keys", err)
+			return nil, false, s.internal(ctx, "reading the account's keys", err)
 		}
 	}
 	if _, ok := r.newestUsableOf(held, now); !ok {
 		s.log.Warn("instance holds no usable key of its account; it claims nothing", "account", account, "instance_id", instanceID, "holds", held)
-		return nil, status.Errorf(codes.FailedPrecondition,
+		return nil, true, status.Errorf(codes.FailedPrecondition,
 			"instance %q holds key ids %v of account %q, none of them usable now (usable: %s); install the account's latest profile (from `automator account rotate-key`)",
 			instanceID, held, account, r.describe(now))
 	}
-	return r, nil
+	return r, false, nil
 }
 
 // latestRing returns the account's keys as last read, for a poll that read

@@ -26,22 +26,29 @@ const (
 	// stop: a service stop, SIGTERM, Ctrl+C), however long ago, and it
 	// has not polled since.
 	InstanceStopped InstanceStatus = "stopped"
+	// InstanceRefused: it polled within InstanceOnlineWithin, and that
+	// poll was refused because it holds no usable key of its account (a
+	// profile of before a key rotation: store.Instance.RefusedKeyIDs). It
+	// is alive and claims nothing until it gets the latest profile.
+	InstanceRefused InstanceStatus = "refused"
 	// InstanceOffline: it has not polled within InstanceOnlineWithin and
 	// did not say it was stopping (killed, crashed, cut off, its host
-	// down).
+	// down), whether or not its last poll was refused.
 	InstanceOffline InstanceStatus = "offline"
 )
 
-// StatusOfInstance classifies in, online when its last poll is at or
-// after onlineSince (now - InstanceOnlineWithin(poll window)).
+// StatusOfInstance classifies in, online (or refused) when its last poll
+// is at or after onlineSince (now - InstanceOnlineWithin(poll window)).
 func StatusOfInstance(in store.Instance, onlineSince time.Time) InstanceStatus {
 	switch {
 	case in.Stopped:
 		return InstanceStopped
-	case !in.LastPollAt.Before(onlineSince):
-		return InstanceOnline
+	case in.LastPollAt.Before(onlineSince):
+		return InstanceOffline
+	case len(in.RefusedKeyIDs) > 0:
+		return InstanceRefused
 	}
-	return InstanceOffline
+	return InstanceOnline
 }
 
 // AccountStatus sums up an account for operators (listings, dashboard).

@@ -1301,7 +1301,15 @@ type Instance struct {
 	// stopped: the instance's last poll said it was stopping (a graceful
 	// stop: PollRequest.stopping). It is not online, whenever that poll was,
 	// until it polls again without saying so.
-	Stopped       bool `protobuf:"varint,7,opt,name=stopped,proto3" json:"stopped,omitempty"`
+	Stopped bool `protobuf:"varint,7,opt,name=stopped,proto3" json:"stopped,omitempty"`
+	// refused: the instance's last poll was refused (FAILED_PRECONDITION)
+	// because it holds no key of its account usable then: it runs a profile
+	// of before `automator account rotate-key`. It claims nothing, so it is
+	// not online however recent that poll, until a poll of it is accepted;
+	// install the account's latest profile on it.
+	Refused bool `protobuf:"varint,8,opt,name=refused,proto3" json:"refused,omitempty"`
+	// refused_key_ids: when refused, the key ids that poll listed.
+	RefusedKeyIds []uint32 `protobuf:"varint,9,rep,packed,name=refused_key_ids,json=refusedKeyIds,proto3" json:"refused_key_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1383,6 +1391,20 @@ func (x *Instance) GetStopped() bool {
 		return x.Stopped
 	}
 	return false
+}
+
+func (x *Instance) GetRefused() bool {
+	if x != nil {
+		return x.Refused
+	}
+	return false
+}
+
+func (x *Instance) GetRefusedKeyIds() []uint32 {
+	if x != nil {
+		return x.RefusedKeyIds
+	}
+	return nil
 }
 
 type ListInstancesResponse struct {
@@ -1525,7 +1547,7 @@ const file_automator_v1_automator_proto_rawDesc = "" +
 	"instanceId\x127\n" +
 	"\tremaining\x18\v \x01(\v2\x19.google.protobuf.DurationR\tremaining\"0\n" +
 	"\x14ListInstancesRequest\x12\x18\n" +
-	"\aaccount\x18\x01 \x01(\tR\aaccount\"\xee\x01\n" +
+	"\aaccount\x18\x01 \x01(\tR\aaccount\"\xb0\x02\n" +
 	"\bInstance\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x1a\n" +
@@ -1535,7 +1557,9 @@ const file_automator_v1_automator_proto_rawDesc = "" +
 	"lastPollAt\x12\x1b\n" +
 	"\tin_flight\x18\x05 \x01(\x05R\binFlight\x12\x16\n" +
 	"\x06online\x18\x06 \x01(\bR\x06online\x12\x18\n" +
-	"\astopped\x18\a \x01(\bR\astopped\"M\n" +
+	"\astopped\x18\a \x01(\bR\astopped\x12\x18\n" +
+	"\arefused\x18\b \x01(\bR\arefused\x12&\n" +
+	"\x0frefused_key_ids\x18\t \x03(\rR\rrefusedKeyIds\"M\n" +
 	"\x15ListInstancesResponse\x124\n" +
 	"\tinstances\x18\x01 \x03(\v2\x16.automator.v1.InstanceR\tinstances*\x94\x01\n" +
 	"\x05State\x12\x15\n" +
