@@ -110,12 +110,14 @@ func TestRestoreOfAnOlderBackupSaysItWasMigrated(t *testing.T) {
 // downgradeToVersion8 makes the SQLite database at path what an earlier
 // release left: schema version 8, before accounts could be left being
 // deleted (9), before the listing indexes of the units that ended
-// without success (10) and before instances that said they were stopping
-// (11).
+// without success (10), before instances that said they were stopping
+// (11), before the run and number of an instance's poll (12) and before
+// instances whose polls are refused for want of a usable key (13).
 func downgradeToVersion8(t *testing.T, path string) {
 	t.Helper()
 	execSQLite(t, path, `ALTER TABLE instances DROP COLUMN stopped_at`,
 		`ALTER TABLE instances DROP COLUMN poll_run`, `ALTER TABLE instances DROP COLUMN poll_seq`,
+		`ALTER TABLE instances DROP COLUMN refused_at`, `ALTER TABLE instances DROP COLUMN refused_key_ids`,
 		`DROP INDEX work_unsuccessful`, `DROP INDEX work_account_unsuccessful`,
 		`ALTER TABLE accounts DROP COLUMN moving_to`, `DELETE FROM schema_migrations WHERE version >= 9`)
 }
