@@ -192,8 +192,12 @@ type instanceJSON struct {
 	InFlight   int       `json:"in_flight"`
 	Online     bool      `json:"online"`
 	// Status is the STATUS column: online, stopped (its last poll said it
-	// was stopping) or offline.
+	// was stopping), refused (it polls, and its polls are refused: it holds
+	// no usable key of the account) or offline.
 	Status string `json:"status"`
+	// RefusedKeyIDs, when its last poll was refused for want of a usable
+	// key (status refused, or offline since), are the key ids it held.
+	RefusedKeyIDs []uint32 `json:"refused_key_ids,omitempty"`
 }
 
 // cmdInstances lists the instances of an account.
@@ -226,7 +230,8 @@ func cmdInstances(ctx context.Context, args []string, env Env) error {
 		for _, in := range list {
 			st := server.StatusOfInstance(in, since)
 			out = append(out, instanceJSON{InstanceID: in.InstanceID, Hostname: in.Hostname, Version: in.Version,
-				LastPollAt: in.LastPollAt, InFlight: in.InFlight, Online: st == server.InstanceOnline, Status: string(st)})
+				LastPollAt: in.LastPollAt, InFlight: in.InFlight, Online: st == server.InstanceOnline, Status: string(st),
+				RefusedKeyIDs: in.RefusedKeyIDs})
 		}
 		return writeJSON(env.Stdout, out)
 	}
@@ -238,9 +243,23 @@ func cmdInstances(ctx context.Context, args []string, env Env) error {
 	fmt.Fprintln(w, "INSTANCE\tHOST\tVERSION\tLAST POLL\tIN FLIGHT\tSTATUS")
 	for _, in := range list {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s (%s)\t%d\t%s\n", in.InstanceID, in.Hostname, in.Version,
-			utc(in.LastPollAt), ago(t0, in.LastPollAt), in.InFlight, server.StatusOfInstance(in, since))
+			utc(in.LastPollAt), ago(t0, in.LastPollAt), in.InFlight, instanceStatusText(in, since))
 	}
 	return w.Flush()
+}
+
+// instanceStatusText is the STATUS column: the status word, and for an
+// instance whose last poll was refused for want of a usable key, the key
+// ids it holds and the fix.
+func instanceStatusText(in store.Instance, since time.Time) string {
+	st := server.StatusOfInstance(in, since)
+	if len(in.RefusedKeyIDs) == 0 || st == server.InstanceStopped {
+		return string(st)
+	}
+	if st == server.InstanceRefused {
+		return fmt.Sprintf("%s (its polls are refused: it holds key ids %v, none usable; install the account's latest profile)", st, in.RefusedKeyIDs)
+	}
+	return fmt.Sprintf("%s (its last poll was refused: it held key ids %v, none usable then; install the account's latest profile)", st, in.RefusedKeyIDs)
 }
 
 // accountExists refuses an --account that names no account, rather than

@@ -131,6 +131,11 @@ func seedListings(t *testing.T) string {
 		{Account: "acme", InstanceID: "host-c", Hostname: "c.acme.internal", Version: "v1.3.2", Running: 1, Now: listNow.Add(-10 * time.Minute)},
 		// host-d was stopped gracefully 3 s ago: stopped, not online.
 		{Account: "acme", InstanceID: "host-d", Hostname: "d.acme.internal", Version: "v1.4.0", Stopping: true, Now: listNow.Add(-3 * time.Second)},
+		// host-e, still on the profile of before a rotate-key --overlap 0,
+		// polls and is refused: refused, not online.
+		{Account: "acme", InstanceID: "host-e", Hostname: "e.acme.internal", Version: "v1.4.0", RefusedKeyIDs: []uint32{1}, Now: listNow.Add(-4 * time.Second)},
+		// host-f's last poll, long ago, was refused: offline, and said so.
+		{Account: "acme", InstanceID: "host-f", Hostname: "f.acme.internal", Version: "v1.3.2", RefusedKeyIDs: []uint32{1, 2}, Now: listNow.Add(-20 * time.Minute)},
 		{Account: "globex", InstanceID: "g-1", Hostname: "g1.globex.lan", Version: "v1.4.0", Running: 0, Now: listNow.Add(-9 * time.Minute)},
 	} {
 		if err := st.InstanceSeen(ctx, in); err != nil {

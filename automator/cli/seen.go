@@ -27,6 +27,8 @@ func writeSeenInstances(w io.Writer, list []store.Instance, pollWindow time.Dura
 		switch server.StatusOfInstance(in, since) {
 		case server.InstanceStopped:
 			state = "STOPPED (it said so at its last poll; a standby?): update its config too"
+		case server.InstanceRefused:
+			state = fmt.Sprintf("REFUSED (it polls holding key ids %v, none usable): update its config", in.RefusedKeyIDs)
 		case server.InstanceOffline:
 			state = "NOT POLLING NOW (a stopped standby?): update its config too"
 		}

@@ -16,7 +16,8 @@ import (
 // and, marked as not polling, a warm standby that ran ten days ago and was
 // stopped, whose config needs the new profile as much (and which would
 // otherwise find out at failover), and, marked as stopped, one stopped
-// gracefully a moment ago, whose last poll said so.
+// gracefully a moment ago, whose last poll said so, and, marked as
+// refused, one polling with a profile whose keys are no longer usable.
 func TestRotateAndDeleteNameEveryInstanceSeenWithTheAccount(t *testing.T) {
 	t.Parallel()
 	dir := initDir(t)
@@ -29,17 +30,23 @@ func TestRotateAndDeleteNameEveryInstanceSeenWithTheAccount(t *testing.T) {
 	}
 	defer st.Close()
 	now := time.Now()
-	for id, at := range map[string]time.Time{"host-a": now, "host-b": now.Add(-10 * 24 * time.Hour), "host-c": now} {
+	for id, at := range map[string]time.Time{"host-a": now, "host-b": now.Add(-10 * 24 * time.Hour), "host-c": now, "host-d": now} {
+		var refused []uint32
+		if id == "host-d" {
+			refused = []uint32{1}
+		}
 		if err := st.InstanceSeen(t.Context(), store.InstanceSeenParams{Account: "acme", InstanceID: id, Hostname: id + ".example", Version: "v1.4.0",
-			Stopping: id == "host-c", Now: at}); err != nil {
+			Stopping: id == "host-c", RefusedKeyIDs: refused, Now: at}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	check := func(what, out string) {
 		t.Helper()
-		var a, b, c string
+		var a, b, c, d string
 		for _, l := range strings.Split(out, "\n") {
 			switch {
+			case strings.HasPrefix(l, "  host-d "):
+				d = l
 			case strings.HasPrefix(l, "  host-a "):
 				a = l
 			case strings.HasPrefix(l, "  host-b "):
@@ -47,6 +54,9 @@ func TestRotateAndDeleteNameEveryInstanceSeenWithTheAccount(t *testing.T) {
 			case strings.HasPrefix(l, "  host-c "):
 				c = l
 			}
+		}
+		if d == "" || !strings.Contains(d, "REFUSED (it polls holding key ids [1], none usable)") {
+			t.Errorf("%s: the instance polling with a profile of before a key rotation is %q, want it listed as refused; output:\n%s", what, d, out)
 		}
 		if c == "" || !strings.Contains(c, "STOPPED (it said so at its last poll") {
 			t.Errorf("%s: the instance stopped a moment ago is %q, want it listed as stopped; output:\n%s", what, c, out)
