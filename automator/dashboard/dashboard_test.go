@@ -1104,3 +1104,37 @@ func TestAGracefullyStoppedInstanceIsShownStopped(t *testing.T) {
 		t.Errorf("accounts page does not show acme stranded:\n%s", body)
 	}
 }
+
+// TestAnInstanceRefusedForWantOfAUsableKeyIsShownRefused: an instance
+// still on the profile of before a key rotation polls, and its polls are
+// refused: it is shown refused on its account's page, with the key ids it
+// holds and the fix, not online (nor offline: it is alive), and the
+// account's queued unit is stranded, the warning saying why it may be.
+func TestAnInstanceRefusedForWantOfAUsableKeyIsShownRefused(t *testing.T) {
+	e := newEnv(t)
+	now := e.clock.Now()
+	if err := e.st.InstanceSeen(t.Context(), store.InstanceSeenParams{Account: "acme", InstanceID: "a-1",
+		Hostname: "a-1.example", Version: "v9", RefusedKeyIDs: []uint32{1}, Now: now.Add(-time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	e.enqueue("w_1", "acme", now, &automatorv1.Command{Script: "x.sh"})
+	c := client(t)
+	e.signIn(c, e.url, "viewer")
+	code, body := get(t, c, e.url+"/dashboard/accounts/acme")
+	for _, want := range []string{
+		`id="stranded-warning"`,
+		`or were refused for want of a usable key`,
+		`<tr data-instance="a-1" class="refused">`,
+		`<span class="badge status status-refused" title="its polls are refused: it holds no key of the account usable now">refused</span>`,
+		`<span class="note">holds key ids [1]: install the account's latest profile</span>`,
+		`<div><dt>Instances online</dt><dd>0 of 1</dd></div>`,
+	} {
+		if code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("instances page of acme (%d) lacks %s:\n%s", code, want, body)
+		}
+	}
+	_, body = get(t, c, e.url+"/dashboard/")
+	if !strings.Contains(body, `<tr data-account="acme" class="status-stranded">`) {
+		t.Errorf("accounts page does not show acme stranded:\n%s", body)
+	}
+}
