@@ -22,7 +22,7 @@ var (
 	descInstances = prometheus.NewDesc("automator_instances",
 		fmt.Sprintf("Proxy instances that polled within %d days, by account.", store.InstanceForgetDays), []string{"account"}, nil)
 	descOnline = prometheus.NewDesc("automator_instances_online",
-		"Proxy instances that polled within two poll windows and did not say at that poll that they were stopping, by account.", []string{"account"}, nil)
+		"Proxy instances that polled within two poll windows, did not say at that poll that they were stopping, and were not refused at it for want of a usable key, by account.", []string{"account"}, nil)
 )
 
 // accountCollector reads the per-account gauges from the store at each
