@@ -33,8 +33,9 @@ func (s *expiredStore) WorkExpire(ctx context.Context, p store.WorkExpireParams)
 // the reason of a unit no instance claimed comes from the instances'
 // records in the shared database, not from what the sweeping replica saw
 // itself: here every poll was recorded by another replica (one instance
-// stopped gracefully, one last polled an hour ago), and the replica that
-// times the unit out names both.
+// stopped gracefully, one last polled an hour ago, one that polls and is
+// refused for want of a usable key), and the replica that times the unit
+// out names all three, the refused one first, and lists it refused.
 func TestAReplicaTimesOutAnUnclaimedUnitNamingTheInstancesAnotherRecorded(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.DSN(t)
@@ -56,8 +57,12 @@ func TestAReplicaTimesOutAnUnclaimedUnitNamingTheInstancesAnotherRecorded(t *tes
 	if err := other.InstancesSeen(ctx, []store.InstanceSeenParams{
 		{Account: "acme", InstanceID: "p1", Hostname: "p1", Version: "v1", Stopping: true, Now: stopped},
 		{Account: "acme", InstanceID: "p2", Hostname: "p2", Version: "v1", Now: gone},
+		{Account: "acme", InstanceID: "p3", Hostname: "p3", Version: "v1", RefusedKeyIDs: []uint32{1}, Now: now.Add(-20 * time.Second)},
 	}); err != nil {
 		t.Fatal(err)
+	}
+	if list, err := sweeping.InstanceList(ctx, "acme"); err != nil || len(list) != 3 || len(list[2].RefusedKeyIDs) != 1 || list[2].RefusedKeyIDs[0] != 1 {
+		t.Fatalf("InstanceList on the sweeping replica = %+v, %v; want p3 refused holding key id 1", list, err)
 	}
 	if _, err := other.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: "w-1", Account: "acme", KeyID: 1, SealedCommand: []byte("c"),
 		Now: now.Add(-time.Minute), Deadline: now.Add(-time.Second)}); err != nil {
@@ -80,7 +85,8 @@ func TestAReplicaTimesOutAnUnclaimedUnitNamingTheInstancesAnotherRecorded(t *tes
 	defer func() { cancel(); <-ran }()
 	ended := waittest.Recv(t, watched.ended, "the sweeper to time out unit w-1")
 
-	want := "no instance claimed it before the deadline: no instance of account acme was online (p1 stopped at " +
+	want := "no instance claimed it before the deadline: no instance of account acme was online (" +
+		"instance p3 polls but holds no usable key: install the account's latest profile; p1 stopped at " +
 		stopped.Format(time.RFC3339) + "; p2 last polled at " + gone.Format(time.RFC3339) + ")"
 	if len(ended) != 1 || ended[0].Reason != want {
 		t.Fatalf("the sweeper ended %+v\nwant unit w-1 with reason %q", ended, want)
