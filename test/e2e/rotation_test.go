@@ -252,3 +252,55 @@ func TestCommandReplayedIntoAnotherUnitFailsAndRunsNothing(t *testing.T) {
 		t.Fatalf("scripts that ran: %v; want only the genuine unit's", names)
 	}
 }
+
+// TestAProxyHoldingNoUsableKeyIsListedRefusedUntilItGetsTheLatestProfile:
+// after `account rotate-key --overlap 0`, a proxy whose config was given
+// the new token but still holds only the old key (key id 1) polls and is
+// refused for want of a usable key. It is listed refused, not online (nor
+// gone), in `automator instances`, `account list` and
+// automator_instances_online, and a unit that times out unclaimed names it
+// and the fix. With the latest profile installed, it is online at once.
+func TestAProxyHoldingNoUsableKeyIsListedRefusedUntilItGetsTheLatestProfile(t *testing.T) {
+	t.Parallel()
+	a := startAutomator(t)
+	oldProfile := a.createAccount(t, "acme")
+	scripts := t.TempDir()
+	writeScript(t, scripts, "hello.sh", `echo hello`)
+	newProfile := a.rotate(t, "rotate-key", "acme", "0s")
+
+	data, err := os.ReadFile(oldProfile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mixed := filepath.Join(t.TempDir(), "acme-new-token-old-key.yaml")
+	oldToken, newToken := profileValue(t, oldProfile, "token"), profileValue(t, newProfile, "token")
+	if err := os.WriteFile(mixed, []byte(strings.Replace(string(data), "token: "+oldToken, "token: "+newToken, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startProxy(t, mixed, scripts, "p1")
+	waitFor(t, 15*time.Second, "p1, holding only key 1, to be listed refused", func() bool {
+		return a.instanceStates(t, "acme")["p1"] == "refused"
+	})
+	r := runCLI(bin.automator, "instances", "--data-dir", a.DataDir, "--account", "acme")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "refused (its polls are refused: it holds key ids [1], none usable; install the account's latest profile)") {
+		t.Errorf("automator instances while p1 is refused: %v", r)
+	}
+	if status, n := a.accountOnline(t, "acme"); status != "offline" || n != 0 {
+		t.Errorf("account acme while p1 is refused: %s, %d online; want offline, 0", status, n)
+	}
+	if got := a.onlineMetric(t, "acme"); !strings.HasSuffix(got, " 0") {
+		t.Errorf("while p1 is refused: %s; want 0", got)
+	}
+	r = a.Exec("--account", "acme", "--timeout", "2s", "hello.sh")
+	if want := "instance p1 polls but holds no usable key: install the account's latest profile"; r.Code != 124 || !strings.Contains(r.Stderr, want) {
+		t.Errorf("exec while p1 is refused: %v; want exit 124 saying %q", r, want)
+	}
+
+	if code := p.Stop(t, 30*time.Second); code != 0 {
+		t.Fatalf("proxy exited %d after SIGTERM, want 0\n%s", code, p.Log())
+	}
+	startProxy(t, newProfile, scripts, "p1").WaitPolling(t)
+	if got := a.instanceStates(t, "acme"); got["p1"] != "online" {
+		t.Errorf("instances once p1 has the latest profile: %v; want p1 online", got)
+	}
+}
