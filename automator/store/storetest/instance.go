@@ -240,16 +240,7 @@ func testInstanceStopped(f *fixture) {
 	poll := func(id string, stopping bool, now time.Time) store.InstanceSeenParams {
 		return store.InstanceSeenParams{Account: "acme", InstanceID: id, Hostname: id + ".example", Version: "v1", Stopping: stopping, Now: now}
 	}
-	online := func(want int) {
-		f.t.Helper()
-		stats, err := f.s.AccountStats(f.ctx, store.AccountStatsParams{OnlineSince: at(0)})
-		if err != nil {
-			f.t.Fatalf("AccountStats: %v", err)
-		}
-		if len(stats) != 1 || stats[0].Instances != 2 || stats[0].InstancesOnline != want {
-			f.t.Errorf("AccountStats = %+v, want 2 instances, %d online", stats, want)
-		}
-	}
+	online := func(want int) { f.t.Helper(); f.wantOnlineOfTwo(want) }
 
 	a1, b1 := poll("a", false, at(time.Second)), poll("b", false, at(time.Second))
 	f.seen(a1)
@@ -388,16 +379,7 @@ func testInstanceRefused(f *fixture) {
 	poll := func(id string, refused []uint32, now time.Time) store.InstanceSeenParams {
 		return store.InstanceSeenParams{Account: "acme", InstanceID: id, Hostname: id + ".example", Version: "v1", RefusedKeyIDs: refused, Now: now}
 	}
-	online := func(want int) {
-		f.t.Helper()
-		stats, err := f.s.AccountStats(f.ctx, store.AccountStatsParams{OnlineSince: at(0)})
-		if err != nil {
-			f.t.Fatalf("AccountStats: %v", err)
-		}
-		if len(stats) != 1 || stats[0].Instances != 2 || stats[0].InstancesOnline != want {
-			f.t.Errorf("AccountStats = %+v, want 2 instances, %d online", stats, want)
-		}
-	}
+	online := func(want int) { f.t.Helper(); f.wantOnlineOfTwo(want) }
 
 	a1, b1 := poll("a", nil, at(time.Second)), poll("b", nil, at(time.Second))
 	f.seen(a1)
@@ -443,4 +425,17 @@ func testInstanceRefused(f *fixture) {
 	f.seenBatch(b4)
 	f.wantInstances("acme", []store.Instance{listedAs(a4), listedAs(b4)})
 	online(2)
+}
+
+// wantOnlineOfTwo checks that the fixture's one account has two instances,
+// want of them counted online (AccountStats, any poll since at(0)).
+func (f *fixture) wantOnlineOfTwo(want int) {
+	f.t.Helper()
+	stats, err := f.s.AccountStats(f.ctx, store.AccountStatsParams{OnlineSince: at(0)})
+	if err != nil {
+		f.t.Fatalf("AccountStats: %v", err)
+	}
+	if len(stats) != 1 || stats[0].Instances != 2 || stats[0].InstancesOnline != want {
+		f.t.Errorf("AccountStats = %+v, want 2 instances, %d online", stats, want)
+	}
 }
