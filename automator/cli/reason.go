@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 
 	"github.com/opsgate/opsgate/automator/store"
@@ -20,8 +21,10 @@ const maxReason = 80
 // "unclaimed: no instance was online (p1 stopped at T; ...)", "claimed at
 // T, no result before the deadline". An account with no instance at all
 // keeps its advice: "unclaimed: no proxy instance in 30 days; start one
-// with the account's profile". Then a reason longer than maxReason runes
-// is cut, ending in "…", and cut says so.
+// with the account's profile"; instances refused for want of a usable key,
+// which the reason names first, are said in short, "a: no usable key,
+// install the latest profile", so that the fix shows. Then a reason longer
+// than maxReason runes is cut, ending in "…", and cut says so.
 func tableReason(reason, account, instance string) (shown string, cut bool) {
 	if rest, ok := strings.CutPrefix(reason, store.UnclaimedReason); ok {
 		if r, ok := strings.CutPrefix(rest, ": account "+account+" has no proxy instance ("); ok {
@@ -37,7 +40,7 @@ func tableReason(reason, account, instance string) (shown string, cut bool) {
 		} else if r, ok := strings.CutPrefix(rest, ": no instance of account "+account+" was "); ok {
 			rest = ": no instance was " + r
 		}
-		reason = "unclaimed" + rest
+		reason = "unclaimed" + refusedClause.ReplaceAllString(rest, "$1$2: no usable key, install the latest profile")
 	}
 	if instance != "" {
 		reason = strings.Replace(reason, "claimed by instance "+instance+" at ", "claimed at ", 1)
@@ -48,6 +51,12 @@ func tableReason(reason, account, instance string) (shown string, cut bool) {
 	}
 	return string(r[:maxReason-1]) + "…", true
 }
+
+// refusedClause matches the store's words for the instances of an unclaimed
+// unit's account that poll but are refused for want of a usable key
+// (store.ExpireReasons), which opens the reason's parenthesis or follows a
+// "; " in it: that opening in the first group, their ids in the second.
+var refusedClause = regexp.MustCompile(`(\(|; )instances? (.+?) (?:polls but holds|poll but hold) no usable key: install the account's latest profile`)
 
 // reasonColumn fills the REASON cells of a table (tableReason) and
 // remembers whether it cut one, to say so under the table.

@@ -210,3 +210,33 @@ func TestWorkWaitShowsTheAdviceForAnAccountWithNoInstance(t *testing.T) {
 		t.Errorf("work wait --json = %s (%v); want the reason whole, %q", out, err, w.Reason)
 	}
 }
+
+// TestATableShowsTheFixForInstancesRefusedForWantOfAKey: the reason of a
+// unit unclaimed while instances of its account polled and were refused
+// for want of a usable key names them first, with the fix; a table says
+// that in short, so that the fix shows within maxReason runes, with the
+// store's own words (store.ExpireReasons).
+func TestATableShowsTheFixForInstancesRefusedForWantOfAKey(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 2, 16, 0, 0, 0, time.UTC)
+	refused := func(id string) store.Instance {
+		return store.Instance{Account: "acme", InstanceID: id, LastPollAt: at, RefusedKeyIDs: []uint32{1}}
+	}
+	polled := store.Instance{Account: "acme", InstanceID: "b", LastPollAt: at.Add(-time.Hour)}
+	for _, c := range []struct {
+		name string
+		in   store.AccountInstances
+		want string
+	}{
+		{"one refused, none online", store.AccountInstances{Instances: 2, Refused: 1, Latest: []store.Instance{refused("a"), polled}},
+			"unclaimed: no instance was online (a: no usable key, install the latest profile"},
+		{"two refused, one online", store.AccountInstances{Instances: 3, Online: 1, Refused: 2, Latest: []store.Instance{refused("a"), refused("c"), polled}},
+			"unclaimed (1 instance online; a, c: no usable key, install the latest profile)"},
+	} {
+		reason := store.ExpireReasons(map[string]store.AccountInstances{"acme": c.in})(store.Work{Account: "acme", State: store.StateQueued})
+		shown, _ := tableReason(reason, "acme", "")
+		if !strings.HasPrefix(shown, c.want) || utf8.RuneCountInString(shown) > maxReason {
+			t.Errorf("%s: the reason %q is shown %q; want it to begin %q, in at most %d runes", c.name, reason, shown, c.want, maxReason)
+		}
+	}
+}
