@@ -266,6 +266,27 @@ func (h Held) GrownFrom(base Held) []string {
 	return grown
 }
 
+// AwaitNoGrowth waits up to within until what take reads has grown no
+// more from base than GrownFrom allows (what a closed connection, a unit's
+// last write or a script's end held takes a moment to go), and returns
+// what it read last. Past within it fails the test, saying after what
+// (after), what grew, and the goroutines of automators (Goroutines, which
+// ends them).
+func AwaitNoGrowth(t testing.TB, within time.Duration, after string, base Held, take func() Held, automators ...*Proc) Held {
+	t.Helper()
+	var now Held
+	grown := func() []string { now = take(); return now.GrownFrom(base) }
+	if !Poll(within, func() bool { return len(grown()) == 0 }) {
+		what := grown()
+		dumps := make([]string, len(automators))
+		for i, p := range automators {
+			dumps[i] = Goroutines(t, p)
+		}
+		t.Fatalf("%s:\n  %s\nbefore: %s\nnow: %s\n%s", after, strings.Join(what, "\n  "), base, now, strings.Join(dumps, "\n"))
+	}
+	return now
+}
+
 // MetricValue reads one sample of an automator's /metrics, by its name and
 // labels, as an integer.
 func MetricValue(httpAddr, sample string) (int, error) {

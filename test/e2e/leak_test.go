@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -64,15 +65,7 @@ func TestNothingGrowsWithTheUnitsServed(t *testing.T) {
 
 	serve("second batch", counted, 8)
 	proctest.AwaitMixEnded(t, []string{a.HTTPAddr}, "acme")
-	// Goroutines of a closed connection, of a unit's last write or of a
-	// script's end take a moment to go: wait for them, up to a bound,
-	// before calling what is left a leak.
-	var now proctest.Held
-	grown := func() []string { now = held(); return now.GrownFrom(base) }
-	if !proctest.Poll(20*time.Second, func() bool { return len(grown()) == 0 }) {
-		what := grown()
-		t.Fatalf("after %d more units, their connections closed:\n  %s\nafter the first %d: %s\nnow: %s\n%s",
-			counted, strings.Join(what, "\n  "), warm, base, now, proctest.Goroutines(t, a.proc))
-	}
+	now := proctest.AwaitNoGrowth(t, 20*time.Second, fmt.Sprintf("after %d more units than the first %d, their connections closed", counted, warm),
+		base, held, a.proc)
 	t.Logf("after %d more units: %s", counted, now)
 }

@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -40,11 +39,6 @@ func TestTheAutomatorHoldsNothingMoreOfProxiesThatWentAway(t *testing.T) {
 		}
 		proctest.AwaitNoOpenPolls(t, a.DataDir, "acme", 30*time.Second)
 	}
-	var now proctest.Held
-	grown := func() []string { now = held(); return now.GrownFrom(base) }
-	if !poll(10*time.Second, func() bool { return len(grown()) == 0 }) {
-		what := grown()
-		t.Fatalf("after thirty proxies came and went:\n  %s\nbefore: %s\nnow: %s\n%s", strings.Join(what, "\n  "), base, now, proctest.Goroutines(t, a.proc))
-	}
+	now := proctest.AwaitNoGrowth(t, 10*time.Second, "after thirty proxies came and went", base, held, a.proc)
 	t.Logf("before: %s; after thirty proxies came and went: %s", base, now)
 }

@@ -3,7 +3,7 @@
 package replicas
 
 import (
-	"strings"
+	"fmt"
 	"testing"
 	"time"
 
@@ -57,16 +57,11 @@ func TestNothingGrowsWithTheUnitsServedAcrossReplicas(t *testing.T) {
 
 	serve("second batch", counted, 8)
 	proctest.AwaitMixEnded(t, httpAddrs, "acme")
-	var now proctest.Held
-	grown := func() []string { now = held(); return now.GrownFrom(base) }
-	if !proctest.Poll(20*time.Second, func() bool { return len(grown()) == 0 }) {
-		what := grown()
-		var dumps []string
-		for _, r := range c.Replicas {
-			dumps = append(dumps, proctest.Goroutines(t, r.proc))
-		}
-		t.Fatalf("after %d more units, their connections closed:\n  %s\nafter the first %d: %s\nnow: %s\n%s",
-			counted, strings.Join(what, "\n  "), warm, base, now, strings.Join(dumps, "\n"))
+	var automators []*proctest.Proc
+	for _, r := range c.Replicas {
+		automators = append(automators, r.proc)
 	}
+	now := proctest.AwaitNoGrowth(t, 20*time.Second, fmt.Sprintf("after %d more units than the first %d, their connections closed", counted, warm),
+		base, held, automators...)
 	t.Logf("after %d more units: %s", counted, now)
 }
