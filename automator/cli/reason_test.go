@@ -151,11 +151,7 @@ func TestWorkWaitShowsWhyNoInstanceClaimedAUnit(t *testing.T) {
 	}
 	checkTableReason(t, out, w.ID, "p1 stopped at "+stopped.UTC().Format(time.RFC3339)+"; ", "--json")
 
-	_, out, _ = runCLI(t, append([]string{"work", "wait", w.ID, "--json"}, remote...)...)
-	var got []waitJSON
-	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got) != 1 || got[0].Reason != w.Reason {
-		t.Errorf("work wait --json = %s (%v); want the reason whole, %q", out, err, w.Reason)
-	}
+	wantWholeReasonInJSON(t, w.ID, w.Reason, remote)
 }
 
 // TestWorkCancelShowsWhyNoInstanceClaimedAUnit: as work list, work
@@ -204,11 +200,7 @@ func TestWorkWaitShowsTheAdviceForAnAccountWithNoInstance(t *testing.T) {
 		t.Errorf("REASON of %s = %q (%d runes), a line noting a cut: %v; want it to begin %q and end with the advice %q, in at most %d runes, uncut",
 			w.ID, cell, utf8.RuneCountInString(cell), noted, "unclaimed: ", advice, maxReason)
 	}
-	_, out, _ = runCLI(t, append([]string{"work", "wait", w.ID, "--json"}, remote...)...)
-	var got []waitJSON
-	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got) != 1 || got[0].Reason != w.Reason {
-		t.Errorf("work wait --json = %s (%v); want the reason whole, %q", out, err, w.Reason)
-	}
+	wantWholeReasonInJSON(t, w.ID, w.Reason, remote)
 }
 
 // TestATableShowsTheFixForInstancesRefusedForWantOfAKey: the reason of a
@@ -238,5 +230,16 @@ func TestATableShowsTheFixForInstancesRefusedForWantOfAKey(t *testing.T) {
 		if !strings.HasPrefix(shown, c.want) || utf8.RuneCountInString(shown) > maxReason {
 			t.Errorf("%s: the reason %q is shown %q; want it to begin %q, in at most %d runes", c.name, reason, shown, c.want, maxReason)
 		}
+	}
+}
+
+// wantWholeReasonInJSON checks that `work wait ID --json` gives the unit's
+// reason whole, as the table does not.
+func wantWholeReasonInJSON(t *testing.T, id, reason string, remote []string) {
+	t.Helper()
+	_, out, _ := runCLI(t, append([]string{"work", "wait", id, "--json"}, remote...)...)
+	var got []waitJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got) != 1 || got[0].Reason != reason {
+		t.Errorf("work wait --json = %s (%v); want the reason whole, %q", out, err, reason)
 	}
 }
