@@ -25,6 +25,7 @@ import (
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/internal/clihelp"
+	"github.com/opsgate/opsgate/internal/gctune"
 	"github.com/opsgate/opsgate/internal/grpcwire"
 	"github.com/opsgate/opsgate/internal/lastread"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
@@ -60,6 +61,9 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	defer lock.Release()
+	// Serving units at speed keeps little live and allocates fast: collect
+	// less often than the default then (internal/gctune).
+	defer gctune.Start()()
 	for _, o := range []struct {
 		dst *string
 		v   string
