@@ -718,9 +718,13 @@ type AccountStats struct {
 	// polled, and were not forgotten since: InstancePurge); InstancesOnline of them polled at or after the params'
 	// OnlineSince and did not say at that poll that they were stopping
 	// (Instance.Stopped), nor were refused at it for want of a usable key
-	// (Instance.RefusedKeyIDs).
-	Instances       int
-	InstancesOnline int
+	// (Instance.RefusedKeyIDs). InstancesRefused of them polled at or after
+	// OnlineSince and were refused at that poll (Instance.RefusedKeyIDs), and
+	// did not say at it that they were stopping: proxies that are up but
+	// hold no usable key, counted apart from those online.
+	Instances        int
+	InstancesOnline  int
+	InstancesRefused int
 	// LastPollAt is the latest poll of any of its instances; zero when none
 	// ever polled.
 	LastPollAt time.Time

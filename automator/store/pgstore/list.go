@@ -75,6 +75,7 @@ func (s *Store) AccountStats(ctx context.Context, p store.AccountStatsParams) ([
 	(SELECT COUNT(*) FROM work w WHERE w.account = a.name AND w.state = 'claimed'),
 	(SELECT COUNT(*) FROM instances i WHERE i.account = a.name),
 	(SELECT COUNT(*) FROM instances i WHERE i.account = a.name AND i.last_poll_at >= $1 AND NOT `+instanceStopped+` AND NOT `+instanceRefused+`),
+	(SELECT COUNT(*) FROM instances i WHERE i.account = a.name AND i.last_poll_at >= $1 AND NOT `+instanceStopped+` AND `+instanceRefused+`),
 	(SELECT MAX(i.last_poll_at) FROM instances i WHERE i.account = a.name)
 FROM accounts a WHERE a.key_id <> 0 ORDER BY a.name`, p.OnlineSince)
 	if err != nil {
@@ -83,7 +84,7 @@ FROM accounts a WHERE a.key_id <> 0 ORDER BY a.name`, p.OnlineSince)
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.AccountStats, error) {
 		var a store.AccountStats
 		var oldest, lastPoll *time.Time
-		err := r.Scan(&a.Account, &a.Queued, &oldest, &a.Claimed, &a.Instances, &a.InstancesOnline, &lastPoll)
+		err := r.Scan(&a.Account, &a.Queued, &oldest, &a.Claimed, &a.Instances, &a.InstancesOnline, &a.InstancesRefused, &lastPoll)
 		a.OldestQueuedAt = fromNull(oldest)
 		a.LastPollAt = fromNull(lastPoll)
 		return a, err

@@ -108,7 +108,8 @@ func (s *Store) AccountStats(ctx context.Context, p store.AccountStatsParams) ([
 	(SELECT COALESCE(MIN(w.queued_at), 0) FROM work w WHERE w.account = a.name AND w.state = 'queued'),
 	(SELECT COUNT(*) FROM work w WHERE w.account = a.name AND w.state = 'claimed'),
 	(SELECT COUNT(*) FROM instances i WHERE i.account = a.name),
-	(SELECT COUNT(*) FROM instances i WHERE i.account = a.name AND i.last_poll_at >= ? AND NOT `+instanceStopped+` AND NOT `+instanceRefused+`),
+	(SELECT COUNT(*) FROM instances i WHERE i.account = a.name AND i.last_poll_at >= ?1 AND NOT `+instanceStopped+` AND NOT `+instanceRefused+`),
+	(SELECT COUNT(*) FROM instances i WHERE i.account = a.name AND i.last_poll_at >= ?1 AND NOT `+instanceStopped+` AND `+instanceRefused+`),
 	(SELECT COALESCE(MAX(i.last_poll_at), 0) FROM instances i WHERE i.account = a.name)
 FROM accounts a WHERE a.key_id <> 0 ORDER BY a.name`, toNanos(p.OnlineSince))
 	if err != nil {
@@ -119,7 +120,7 @@ FROM accounts a WHERE a.key_id <> 0 ORDER BY a.name`, toNanos(p.OnlineSince))
 	for rows.Next() {
 		var a store.AccountStats
 		var oldest, lastPoll int64
-		if err := rows.Scan(&a.Account, &a.Queued, &oldest, &a.Claimed, &a.Instances, &a.InstancesOnline, &lastPoll); err != nil {
+		if err := rows.Scan(&a.Account, &a.Queued, &oldest, &a.Claimed, &a.Instances, &a.InstancesOnline, &a.InstancesRefused, &lastPoll); err != nil {
 			return nil, fmt.Errorf("reading account statistics: %w", err)
 		}
 		a.OldestQueuedAt = fromNanos(oldest)

@@ -240,7 +240,7 @@ func testInstanceStopped(f *fixture) {
 	poll := func(id string, stopping bool, now time.Time) store.InstanceSeenParams {
 		return store.InstanceSeenParams{Account: "acme", InstanceID: id, Hostname: id + ".example", Version: "v1", Stopping: stopping, Now: now}
 	}
-	online := func(want int) { f.t.Helper(); f.wantOnlineOfTwo(want) }
+	online := func(want int) { f.t.Helper(); f.wantOnlineOfTwo(want, 0) }
 
 	a1, b1 := poll("a", false, at(time.Second)), poll("b", false, at(time.Second))
 	f.seen(a1)
@@ -370,8 +370,8 @@ func testInstanceBatchAfterClockStepBack(f *fixture) {
 // testInstanceRefused: a poll refused because the instance holds no usable
 // key of its account (a profile of before a key rotation) records the
 // instance as refused, with the key ids it listed, written one by one or
-// in a batch: it is listed so and not counted online, however recent that
-// poll, until a poll of it is accepted. A late batch holding an older
+// in a batch: it is listed so and counted refused, not online, however
+// recent that poll, until a poll of it is accepted. A late batch holding an older
 // accepted poll does not undo it; one that says it stops still records
 // the stop.
 func testInstanceRefused(f *fixture) {
@@ -379,43 +379,43 @@ func testInstanceRefused(f *fixture) {
 	poll := func(id string, refused []uint32, now time.Time) store.InstanceSeenParams {
 		return store.InstanceSeenParams{Account: "acme", InstanceID: id, Hostname: id + ".example", Version: "v1", RefusedKeyIDs: refused, Now: now}
 	}
-	online := func(want int) { f.t.Helper(); f.wantOnlineOfTwo(want) }
+	online := func(want, refused int) { f.t.Helper(); f.wantOnlineOfTwo(want, refused) }
 
 	a1, b1 := poll("a", nil, at(time.Second)), poll("b", nil, at(time.Second))
 	f.seen(a1)
 	f.seen(b1)
 	f.wantInstances("acme", []store.Instance{listedAs(a1), listedAs(b1)})
-	online(2)
+	online(2, 0)
 
 	// The account's key is rotated with no overlap: a, still on the old
 	// profile, holds key id 1 only, and its polls are refused.
 	a2 := poll("a", []uint32{1}, at(2*time.Second))
 	f.seen(a2)
 	f.wantInstances("acme", []store.Instance{listedAs(a2), listedAs(b1)})
-	online(1)
+	online(1, 1)
 	// A batch written late, holding a's poll from before, does not bring
 	// it back.
 	f.seenBatch(poll("a", nil, at(1500*time.Millisecond)))
 	f.wantInstances("acme", []store.Instance{listedAs(a2), listedAs(b1)})
-	online(1)
+	online(1, 1)
 	// Its further refused polls, batched, keep it refused with the ids
 	// each listed.
 	a3 := poll("a", []uint32{1, 4294967295}, at(3*time.Second))
 	f.seenBatch(a3)
 	f.wantInstances("acme", []store.Instance{listedAs(a3), listedAs(b1)})
-	online(1)
+	online(1, 1)
 
 	// b is refused too, recorded in a batch: none is online.
 	b2 := poll("b", []uint32{1}, at(3*time.Second))
 	f.seenBatch(b2)
 	f.wantInstances("acme", []store.Instance{listedAs(a3), listedAs(b2)})
-	online(0)
+	online(0, 2)
 	// b stops, its stop refused as its polls are: it is stopped.
 	b3 := poll("b", []uint32{1}, at(4*time.Second))
 	b3.Stopping = true
 	f.seen(b3)
 	f.wantInstances("acme", []store.Instance{listedAs(a3), listedAs(b3)})
-	online(0)
+	online(0, 1)
 
 	// Each gets the latest profile: its first poll accepted, written
 	// either way, shows it online at once, and refused no more.
@@ -424,18 +424,19 @@ func testInstanceRefused(f *fixture) {
 	b4 := poll("b", nil, at(time.Minute))
 	f.seenBatch(b4)
 	f.wantInstances("acme", []store.Instance{listedAs(a4), listedAs(b4)})
-	online(2)
+	online(2, 0)
 }
 
 // wantOnlineOfTwo checks that the fixture's one account has two instances,
-// want of them counted online (AccountStats, any poll since at(0)).
-func (f *fixture) wantOnlineOfTwo(want int) {
+// want of them counted online and refused of them counted refused
+// (AccountStats, any poll since at(0)).
+func (f *fixture) wantOnlineOfTwo(want, refused int) {
 	f.t.Helper()
 	stats, err := f.s.AccountStats(f.ctx, store.AccountStatsParams{OnlineSince: at(0)})
 	if err != nil {
 		f.t.Fatalf("AccountStats: %v", err)
 	}
-	if len(stats) != 1 || stats[0].Instances != 2 || stats[0].InstancesOnline != want {
-		f.t.Errorf("AccountStats = %+v, want 2 instances, %d online", stats, want)
+	if len(stats) != 1 || stats[0].Instances != 2 || stats[0].InstancesOnline != want || stats[0].InstancesRefused != refused {
+		f.t.Errorf("AccountStats = %+v, want 2 instances, %d online, %d refused", stats, want, refused)
 	}
 }

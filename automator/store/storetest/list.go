@@ -226,6 +226,18 @@ func testAccountStats(f *fixture) {
 	poll("acme", "host-b", onlineSince) // exactly at the bound: online
 	poll("acme", "host-c", at(30*time.Second))
 	poll("globex", "host-g", at(10*time.Second))
+	// Polls refused for want of a usable key: counted refused when the
+	// latest poll is at or after the bound and not a stop, never online.
+	refused := func(account, id string, when time.Time, stopping bool) {
+		f.seen(store.InstanceSeenParams{Account: account, InstanceID: id, Hostname: id + ".example", Version: "v1",
+			RefusedKeyIDs: []uint32{1}, Stopping: stopping, Now: when})
+	}
+	refused("acme", "host-d", onlineSince, false)         // exactly at the bound: refused
+	refused("acme", "host-e", at(30*time.Second), false)  // before the bound: neither
+	refused("acme", "host-f", at(90*time.Second), true)   // stopped: neither
+	refused("globex", "host-h", at(3*time.Minute), false) // globex's only live instance
+	poll("initech", "host-i", at(20*time.Second))         // accepted, then refused later
+	refused("initech", "host-i", at(100*time.Second), false)
 
 	got, err := f.s.AccountStats(f.ctx, store.AccountStatsParams{OnlineSince: onlineSince})
 	if err != nil {
@@ -233,10 +245,10 @@ func testAccountStats(f *fixture) {
 	}
 	want := []store.AccountStats{
 		{Account: "acme", Queued: 2, OldestQueuedAt: at(3*time.Second + 7*time.Microsecond), Claimed: 1,
-			Instances: 3, InstancesOnline: 2, LastPollAt: at(2 * time.Minute)},
+			Instances: 6, InstancesOnline: 2, InstancesRefused: 1, LastPollAt: at(2 * time.Minute)},
 		{Account: "globex", Queued: 1, OldestQueuedAt: at(5 * time.Second),
-			Instances: 1, InstancesOnline: 0, LastPollAt: at(10 * time.Second)},
-		{Account: "initech"},
+			Instances: 2, InstancesOnline: 0, InstancesRefused: 1, LastPollAt: at(3 * time.Minute)},
+		{Account: "initech", Instances: 1, InstancesRefused: 1, LastPollAt: at(100 * time.Second)},
 	}
 	if len(got) != len(want) {
 		f.t.Fatalf("AccountStats = %+v, want %+v", got, want)
@@ -245,7 +257,7 @@ func testAccountStats(f *fixture) {
 		g, w := got[i], want[i]
 		if g.Account != w.Account || g.Queued != w.Queued || !g.OldestQueuedAt.Equal(w.OldestQueuedAt) ||
 			g.Claimed != w.Claimed || g.Instances != w.Instances || g.InstancesOnline != w.InstancesOnline ||
-			!g.LastPollAt.Equal(w.LastPollAt) {
+			g.InstancesRefused != w.InstancesRefused || !g.LastPollAt.Equal(w.LastPollAt) {
 			f.t.Errorf("AccountStats[%d] = %+v, want %+v", i, g, w)
 		}
 	}
