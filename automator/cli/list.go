@@ -99,7 +99,10 @@ type accountJSON struct {
 	InFlight        int       `json:"in_flight"`
 	Instances       int       `json:"instances"`
 	InstancesOnline int       `json:"instances_online"`
-	LastPollAt      time.Time `json:"last_poll_at,omitzero"`
+	// InstancesRefused polled within the online window and were refused:
+	// they hold no usable key of the account.
+	InstancesRefused int       `json:"instances_refused"`
+	LastPollAt       time.Time `json:"last_poll_at,omitzero"`
 	// Deleting is set for an account being deleted (status "deleting").
 	Deleting *deletingJSON `json:"deleting,omitempty"`
 }
@@ -143,7 +146,8 @@ func cmdAccountList(ctx context.Context, args []string, env Env) error {
 		for _, a := range stats {
 			out = append(out, accountJSON{
 				Account: a.Account, Status: string(server.StatusOf(a)), Queued: a.Queued, OldestQueuedAt: a.OldestQueuedAt,
-				InFlight: a.Claimed, Instances: a.Instances, InstancesOnline: a.InstancesOnline, LastPollAt: a.LastPollAt,
+				InFlight: a.Claimed, Instances: a.Instances, InstancesOnline: a.InstancesOnline, InstancesRefused: a.InstancesRefused,
+				LastPollAt: a.LastPollAt,
 			})
 		}
 		for _, d := range deleting {
@@ -169,6 +173,9 @@ func cmdAccountList(ctx context.Context, args []string, env Env) error {
 		if err := w.Flush(); err != nil {
 			return err
 		}
+		if err := printRefused(env.Stdout, stats); err != nil {
+			return err
+		}
 	}
 	if len(deleting) == 0 {
 		return nil
@@ -178,6 +185,28 @@ func cmdAccountList(ctx context.Context, args []string, env Env) error {
 	w := table(env.Stdout)
 	for _, d := range deleting {
 		fmt.Fprintf(w, "%s\t%s, %d units left to move under %q\n", d.Name, statusDeleting, d.Units, d.Tombstone)
+	}
+	return w.Flush()
+}
+
+// printRefused says, after the account table (whose columns it would
+// widen), how many instances of each account poll and are refused for want
+// of a usable key, and the fix: an account stranded or offline for that
+// reason has proxies up, not down.
+func printRefused(out io.Writer, stats []store.AccountStats) error {
+	var refused []store.AccountStats
+	for _, a := range stats {
+		if a.InstancesRefused > 0 {
+			refused = append(refused, a)
+		}
+	}
+	if len(refused) == 0 {
+		return nil
+	}
+	fmt.Fprintln(out, "\ninstances refused: they poll but hold no usable key of their account (a profile of before a key rotation); install the account's latest profile on them (`automator instances --account NAME` names them):")
+	w := table(out)
+	for _, a := range refused {
+		fmt.Fprintf(w, "%s\t%d refused\n", a.Account, a.InstancesRefused)
 	}
 	return w.Flush()
 }

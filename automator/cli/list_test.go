@@ -27,7 +27,7 @@ var (
 	listNow  = listBase.Add(10 * time.Minute)
 )
 
-// seedListings makes a data directory whose store holds three accounts,
+// seedListings makes a data directory whose store holds four accounts,
 // their instances and units of work in every state, all at fixed times,
 // sealed with the real account keys.
 func seedListings(t *testing.T) string {
@@ -48,7 +48,7 @@ func seedListings(t *testing.T) string {
 	}
 	defer st.Close()
 	keys := map[string]crypto.Key{}
-	for _, name := range []string{"acme", "globex", "initech"} {
+	for _, name := range []string{"acme", "globex", "initech", "stark"} {
 		k, err := crypto.NewKey(1)
 		if err != nil {
 			t.Fatal(err)
@@ -137,6 +137,13 @@ func seedListings(t *testing.T) string {
 		// host-f's last poll, long ago, was refused: offline, and said so.
 		{Account: "acme", InstanceID: "host-f", Hostname: "f.acme.internal", Version: "v1.3.2", RefusedKeyIDs: []uint32{1, 2}, Now: listNow.Add(-20 * time.Minute)},
 		{Account: "globex", InstanceID: "g-1", Hostname: "g1.globex.lan", Version: "v1.4.0", Running: 0, Now: listNow.Add(-9 * time.Minute)},
+		// g-2 polls and is refused: globex, with a unit queued and no
+		// instance online, is stranded, and says why.
+		{Account: "globex", InstanceID: "g-2", Hostname: "g2.globex.lan", Version: "v1.4.0", RefusedKeyIDs: []uint32{1}, Now: listNow.Add(-7 * time.Second)},
+		// stark's only instances poll and are refused, nothing queued: the
+		// account is refused, not offline.
+		{Account: "stark", InstanceID: "s-1", Hostname: "s1.stark.lan", Version: "v1.4.0", RefusedKeyIDs: []uint32{1}, Now: listNow.Add(-1 * time.Second)},
+		{Account: "stark", InstanceID: "s-2", Hostname: "s2.stark.lan", Version: "v1.4.0", RefusedKeyIDs: []uint32{1}, Now: listNow.Add(-3 * time.Second)},
 	} {
 		if err := st.InstanceSeen(ctx, in); err != nil {
 			t.Fatal(err)

@@ -58,8 +58,15 @@ const (
 	// StatusOnline: at least one instance is online (InstanceOnline).
 	StatusOnline AccountStatus = "online"
 	// StatusStranded: units are queued and no instance is online; they
-	// time out at their deadlines unless one returns.
+	// time out at their deadlines unless one returns. Some of its
+	// instances may be refused (store.AccountStats.InstancesRefused): the
+	// listings say so beside it.
 	StatusStranded AccountStatus = "stranded"
+	// StatusRefused: no instance online, nothing queued, and at least one
+	// instance refused (InstanceRefused): its proxies are up but hold no
+	// usable key of the account (a profile of before a key rotation), and
+	// will claim nothing until they get the latest profile.
+	StatusRefused AccountStatus = "refused"
 	// StatusOffline: no instance online, nothing queued (a stopped group,
 	// or a warm standby not yet started).
 	StatusOffline AccountStatus = "offline"
@@ -68,14 +75,17 @@ const (
 	StatusNoInstances AccountStatus = "no instances"
 )
 
-// StatusOf classifies a (with InstancesOnline counted since
-// now - InstanceOnlineWithin(poll window)).
+// StatusOf classifies a (with InstancesOnline and InstancesRefused counted
+// since now - InstanceOnlineWithin(poll window)). Queued units with no
+// instance online are stranded whatever the instances are: they time out.
 func StatusOf(a store.AccountStats) AccountStatus {
 	switch {
 	case a.InstancesOnline > 0:
 		return StatusOnline
 	case a.Queued > 0:
 		return StatusStranded
+	case a.InstancesRefused > 0:
+		return StatusRefused
 	case a.Instances > 0:
 		return StatusOffline
 	}
