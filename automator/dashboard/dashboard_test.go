@@ -1108,8 +1108,9 @@ func TestAGracefullyStoppedInstanceIsShownStopped(t *testing.T) {
 // TestAnInstanceRefusedForWantOfAUsableKeyIsShownRefused: an instance
 // still on the profile of before a key rotation polls, and its polls are
 // refused: it is shown refused on its account's page, with the key ids it
-// holds and the fix, not online (nor offline: it is alive), and the
-// account's queued unit is stranded, the warning saying why it may be.
+// holds and the fix, not online (nor offline: it is alive), and counted
+// refused; the account's queued unit is stranded, the warnings (accounts
+// page and account page) naming the refused instances and the fix.
 func TestAnInstanceRefusedForWantOfAUsableKeyIsShownRefused(t *testing.T) {
 	e := newEnv(t)
 	now := e.clock.Now()
@@ -1127,14 +1128,71 @@ func TestAnInstanceRefusedForWantOfAUsableKeyIsShownRefused(t *testing.T) {
 		`<tr data-instance="a-1" class="refused">`,
 		`<span class="badge status status-refused" title="its polls are refused: it holds no key of the account usable now">refused</span>`,
 		`<span class="note">holds key ids [1]: install the account's latest profile</span>`,
-		`<div><dt>Instances online</dt><dd>0 of 1</dd></div>`,
+		`<div><dt>Instances online</dt><dd>0 of 1, <span class="refused">1 refused</span></dd></div>`,
+		`<p class="refused-hint">1 instance of <b>acme</b> polls but is refused for want of a usable key: install the account's latest profile on it.</p>`,
 	} {
 		if code != http.StatusOK || !strings.Contains(body, want) {
 			t.Errorf("instances page of acme (%d) lacks %s:\n%s", code, want, body)
 		}
 	}
 	_, body = get(t, c, e.url+"/dashboard/")
-	if !strings.Contains(body, `<tr data-account="acme" class="status-stranded">`) {
-		t.Errorf("accounts page does not show acme stranded:\n%s", body)
+	for _, want := range []string{
+		`<tr data-account="acme" class="status-stranded">`,
+		`<td class="online">0 of 1, <span class="refused">1 refused</span></td>`,
+		`<li data-account="acme"><a href="/dashboard/accounts/acme"><b>acme</b></a>: 1 unit queued, the oldest for 0s; last poll 1s ago; 1 instance refused for want of a usable key: install the account's latest profile.</li>`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("accounts page lacks %s:\n%s", want, body)
+		}
+	}
+}
+
+// TestAnAccountWhoseOnlyInstancesAreRefusedIsShownRefused: an account with
+// nothing queued whose only live instances poll and are refused for want of
+// a usable key is refused, not offline (its proxies are up), on the
+// accounts page and its own, with a warning naming the fix; one whose
+// instances are down is offline, with no such warning.
+func TestAnAccountWhoseOnlyInstancesAreRefusedIsShownRefused(t *testing.T) {
+	e := newEnv(t)
+	now := e.clock.Now()
+	for _, id := range []string{"a-1", "a-2"} {
+		if err := e.st.InstanceSeen(t.Context(), store.InstanceSeenParams{Account: "acme", InstanceID: id,
+			Hostname: id + ".example", Version: "v9", RefusedKeyIDs: []uint32{1}, Now: now.Add(-time.Second)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.poll("globex", "g-1", now.Add(-time.Hour))
+	c := client(t)
+	e.signIn(c, e.url, "viewer")
+	code, body := get(t, c, e.url+"/dashboard/")
+	for _, want := range []string{
+		`<tr data-account="acme" class="status-refused">`,
+		`<span class="badge status status-refused">refused</span>`,
+		`<td class="online">0 of 2, <span class="refused">2 refused</span></td>`,
+		`id="refused-warning"`,
+		`<li data-account="acme"><a href="/dashboard/accounts/acme"><b>acme</b></a>: 2 instances refused for want of a usable key: install the account's latest profile; last poll 1s ago.</li>`,
+		`<tr data-account="globex" class="status-offline">`,
+	} {
+		if code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("accounts page (%d) lacks %s:\n%s", code, want, body)
+		}
+	}
+	if strings.Contains(body, `id="stranded-warning"`) || strings.Contains(body, `<li data-account="globex"`) {
+		t.Errorf("accounts page warns of stranded work, or of globex (offline):\n%s", body)
+	}
+	code, body = get(t, c, e.url+"/dashboard/accounts/acme")
+	for _, want := range []string{
+		`<span class="badge status status-refused">refused</span></h1>`,
+		`<div><dt>Instances online</dt><dd>0 of 2, <span class="refused">2 refused</span></dd></div>`,
+		`id="refused-warning"`,
+		`<p class="refused-hint">2 instances of <b>acme</b> poll but are refused for want of a usable key: install the account's latest profile on them.</p>`,
+	} {
+		if code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("instances page of acme (%d) lacks %s:\n%s", code, want, body)
+		}
+	}
+	_, body = get(t, c, e.url+"/dashboard/accounts/globex")
+	if strings.Contains(body, `id="refused-warning"`) || strings.Contains(body, `class="refused-hint"`) {
+		t.Errorf("instances page of globex (offline) warns of refused instances:\n%s", body)
 	}
 }

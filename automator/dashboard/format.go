@@ -23,6 +23,9 @@ var funcs = template.FuncMap{
 	"stranded": func(s server.AccountStatus) bool {
 		return s == server.StatusStranded
 	},
+	"refusedStatus": func(s server.AccountStatus) bool {
+		return s == server.StatusRefused
+	},
 }
 
 // dur renders a duration for people: 20ms, 1.2s, 3m4s, 2h5m.

@@ -23,9 +23,16 @@ type accountRow struct {
 
 func (a accountRow) Stranded() bool { return a.Status == server.StatusStranded }
 
+// Refused: nothing queued, no instance online, and instances refused for
+// want of a usable key (server.StatusRefused).
+func (a accountRow) Refused() bool { return a.Status == server.StatusRefused }
+
 type accountsData struct {
 	Accounts []accountRow
 	Stranded []accountRow
+	// Refused are the accounts whose only live instances are refused
+	// (warned of after the stranded ones: nothing of theirs times out yet).
+	Refused []accountRow
 	// Deleting are the accounts being deleted (store.AccountsBeingDeleted:
 	// units left to move under their tombstones, their names taken
 	// meanwhile), as `automator account list` shows them after its table.
@@ -45,7 +52,8 @@ func (d *Dashboard) accountRows(ctx context.Context) ([]accountRow, error) {
 }
 
 // accounts: every account's queue and instances, stranded ones first in a
-// warning, and after them the accounts being deleted.
+// warning, then those whose only live instances are refused in another,
+// and after them the accounts being deleted.
 func (d *Dashboard) accounts(r *http.Request, _ *session) (string, any, error) {
 	rows, err := d.accountRows(r.Context())
 	if err != nil {
@@ -59,6 +67,9 @@ func (d *Dashboard) accounts(r *http.Request, _ *session) (string, any, error) {
 	for _, a := range rows {
 		if a.Stranded() {
 			data.Stranded = append(data.Stranded, a)
+		}
+		if a.Refused() {
+			data.Refused = append(data.Refused, a)
 		}
 	}
 	return "Accounts", data, nil
