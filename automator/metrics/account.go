@@ -23,6 +23,8 @@ var (
 		fmt.Sprintf("Proxy instances that polled within %d days, by account.", store.InstanceForgetDays), []string{"account"}, nil)
 	descOnline = prometheus.NewDesc("automator_instances_online",
 		"Proxy instances that polled within two poll windows, did not say at that poll that they were stopping, and were not refused at it for want of a usable key, by account.", []string{"account"}, nil)
+	descRefused = prometheus.NewDesc("automator_instances_refused",
+		"Proxy instances that polled within two poll windows, did not say at that poll that they were stopping, and were refused at it for want of a usable key (a profile of before a key rotation: install the account's latest profile), by account.", []string{"account"}, nil)
 )
 
 // accountCollector reads the per-account gauges from the store at each
@@ -80,7 +82,7 @@ func (c *accountCollector) stats() *statsRead {
 }
 
 func (c *accountCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descQueueDepth, descOldestAge, descInFlight, descInstances, descOnline} {
+	for _, d := range []*prometheus.Desc{descQueueDepth, descOldestAge, descInFlight, descInstances, descOnline, descRefused} {
 		ch <- d
 	}
 }
@@ -111,5 +113,6 @@ func (c *accountCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descInFlight, float64(a.Claimed), a.Account)
 		gauge(descInstances, float64(a.Instances), a.Account)
 		gauge(descOnline, float64(a.InstancesOnline), a.Account)
+		gauge(descRefused, float64(a.InstancesRefused), a.Account)
 	}
 }

@@ -155,7 +155,7 @@ func (f *fakeStats) AccountStats(_ context.Context, p store.AccountStatsParams) 
 func TestAccountGaugesAreReadFromTheStoreAtEachScrape(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	src := &fakeStats{stats: []store.AccountStats{
-		{Account: "acme", Queued: 3, OldestQueuedAt: now.Add(-90 * time.Second), Claimed: 2, Instances: 3, InstancesOnline: 2},
+		{Account: "acme", Queued: 3, OldestQueuedAt: now.Add(-90 * time.Second), Claimed: 2, Instances: 4, InstancesOnline: 2, InstancesRefused: 1},
 		{Account: "globex"},
 	}}
 	m := metrics.New(metrics.Options{OnlineWithin: 61 * time.Second, Now: func() time.Time { return now }})
@@ -171,11 +171,13 @@ func TestAccountGaugesAreReadFromTheStoreAtEachScrape(t *testing.T) {
 		{"automator_queue_depth", "acme", 3},
 		{"automator_queue_oldest_age_seconds", "acme", 90},
 		{"automator_work_in_flight", "acme", 2},
-		{"automator_instances", "acme", 3},
+		{"automator_instances", "acme", 4},
 		{"automator_instances_online", "acme", 2},
+		{"automator_instances_refused", "acme", 1},
 		{"automator_queue_depth", "globex", 0},
 		{"automator_queue_oldest_age_seconds", "globex", 0},
 		{"automator_instances_online", "globex", 0},
+		{"automator_instances_refused", "globex", 0},
 	} {
 		if got := value(t, fams, c.name, map[string]string{"account": c.account}); got != c.want {
 			t.Errorf("%s{account=%q} = %v, want %v", c.name, c.account, got, c.want)
