@@ -257,9 +257,10 @@ func TestCommandReplayedIntoAnotherUnitFailsAndRunsNothing(t *testing.T) {
 // after `account rotate-key --overlap 0`, a proxy whose config was given
 // the new token but still holds only the old key (key id 1) polls and is
 // refused for want of a usable key. It is listed refused, not online (nor
-// gone), in `automator instances`, `account list` and
-// automator_instances_online, and a unit that times out unclaimed names it
-// and the fix. With the latest profile installed, it is online at once.
+// gone), in `automator instances`, `account list` (the account refused,
+// not offline: its only proxy is up) and automator_instances_online and
+// _refused, and a unit that times out unclaimed names it and the fix. With
+// the latest profile installed, it is online at once.
 func TestAProxyHoldingNoUsableKeyIsListedRefusedUntilItGetsTheLatestProfile(t *testing.T) {
 	t.Parallel()
 	a := startAutomator(t)
@@ -285,11 +286,14 @@ func TestAProxyHoldingNoUsableKeyIsListedRefusedUntilItGetsTheLatestProfile(t *t
 	if r.Code != 0 || !strings.Contains(r.Stdout, "refused (its polls are refused: it holds key ids [1], none usable; install the account's latest profile)") {
 		t.Errorf("automator instances while p1 is refused: %v", r)
 	}
-	if status, n := a.accountOnline(t, "acme"); status != "offline" || n != 0 {
-		t.Errorf("account acme while p1 is refused: %s, %d online; want offline, 0", status, n)
+	if status, n := a.accountOnline(t, "acme"); status != "refused" || n != 0 {
+		t.Errorf("account acme while p1 is refused: %s, %d online; want refused, 0", status, n)
 	}
 	if got := a.onlineMetric(t, "acme"); !strings.HasSuffix(got, " 0") {
 		t.Errorf("while p1 is refused: %s; want 0", got)
+	}
+	if got := a.accountGauge(t, "automator_instances_refused", "acme"); !strings.HasSuffix(got, " 1") {
+		t.Errorf("while p1 is refused: %s; want 1", got)
 	}
 	r = a.Exec("--account", "acme", "--timeout", "2s", "hello.sh")
 	if want := "instance p1 polls but holds no usable key: install the account's latest profile"; r.Code != 124 || !strings.Contains(r.Stderr, want) {

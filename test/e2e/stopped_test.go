@@ -66,6 +66,13 @@ func (a *automator) accountOnline(t *testing.T, account string) (string, int) {
 // in the automator's /metrics.
 func (a *automator) onlineMetric(t *testing.T, account string) string {
 	t.Helper()
+	return a.accountGauge(t, "automator_instances_online", account)
+}
+
+// accountGauge returns the line of the per-account gauge name of account
+// in the automator's /metrics.
+func (a *automator) accountGauge(t *testing.T, name, account string) string {
+	t.Helper()
 	resp, err := http.Get("http://" + a.HTTPAddr + "/metrics")
 	if err != nil {
 		t.Fatalf("GET /metrics: %v", err)
@@ -75,7 +82,7 @@ func (a *automator) onlineMetric(t *testing.T, account string) string {
 	if err != nil {
 		t.Fatalf("GET /metrics: %v", err)
 	}
-	prefix := `automator_instances_online{account="` + account + `"} `
+	prefix := name + `{account="` + account + `"} `
 	for _, l := range strings.Split(string(body), "\n") {
 		if strings.HasPrefix(l, prefix) {
 			return l
