@@ -191,8 +191,8 @@ func cmdAccountList(ctx context.Context, args []string, env Env) error {
 
 // printRefused says, after the account table (whose columns it would
 // widen), how many instances of each account poll and are refused for want
-// of a usable key, and the fix: an account stranded or offline for that
-// reason has proxies up, not down.
+// of a usable key, and the fix: a stranded or refused account with such
+// instances has proxies up, not down.
 func printRefused(out io.Writer, stats []store.AccountStats) error {
 	var refused []store.AccountStats
 	for _, a := range stats {
