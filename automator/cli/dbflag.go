@@ -14,10 +14,12 @@ import (
 // directory's database has it (serve, the account, apikey and listing
 // commands, audit, cert renew, backup, restore): the database it names
 // overrides db in automator.yaml, so a command given the --db its serve
-// was given acts on that serve's database. (init's --db, which chooses the
+// was given acts on that serve's database. A relative SQLite path is
+// relative to the data directory, for every command (config.DBPath), as
+// db in automator.yaml is. (init's --db, which chooses the
 // database to write in automator.yaml, is its own.)
 func dbFlag(fs *flag.FlagSet) *string {
-	return fs.String("db", "", "database DSN (overrides automator.yaml)")
+	return fs.String("db", "", "database DSN (overrides automator.yaml): a SQLite file, relative to the data directory, or a PostgreSQL URL")
 }
 
 // loadConfig reads the settings of the data directory dir for a command

@@ -36,7 +36,7 @@ func serviceCommand(verb string, args []string, env Env) error {
 	var manual *bool
 	if verb == "install" {
 		dir = fs.String("data-dir", "", "the automator's data directory (made by init)")
-		db = fs.String("db", "", "the --db of the service's serve: its database DSN, overriding db in automator.yaml; a PostgreSQL URL without a password, which the service definition would show to every user of the host")
+		db = fs.String("db", "", "the --db of the service's serve: its database DSN, overriding db in automator.yaml: a SQLite file (relative to the data directory, written as its absolute path), or a PostgreSQL URL without a password, which the service definition would show to every user of the host")
 		userName = fs.String("user", "", "run the service as this existing, unprivileged user who owns the data directory (Linux; default root)")
 		manual = fs.Bool("manual-start", false, "do not start the service at boot")
 	}
@@ -139,6 +139,10 @@ func installService(name, dir, db, userName string, manual bool, env Env) error 
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("invalid settings in %s: %w", src, err)
 	}
+	// serve refuses a missing SQLite database at every start.
+	if err := sqliteExists(dir, cfg); err != nil {
+		return err
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("finding this program's path: %w", err)
@@ -160,13 +164,14 @@ func installService(name, dir, db, userName string, manual bool, env Env) error 
 			return fmt.Errorf("--user: %w", err)
 		}
 	}
-	spec := installSpec(name, exe, dir, db, u, manual)
+	spec := installSpec(name, exe, dir, db, cfg, u, manual)
 	if err := service.Install(spec); err != nil {
 		return err
 	}
 	st, _ := service.Query(name)
 	fmt.Fprintf(env.Stdout, "Installed service %s (%s): %s\n", name, st.Platform, st.Definition)
 	fmt.Fprintf(env.Stdout, "  runs:           %s %s\n", spec.Executable, strings.Join(spec.Arguments, " "))
+	fmt.Fprintf(env.Stdout, "  database:       %s\n", installedDB(dir, cfg))
 	if st.Platform != "windows-service" {
 		runAs := "root"
 		if spec.User != "" {
@@ -182,7 +187,26 @@ func installService(name, dir, db, userName string, manual bool, env Env) error 
 // installSpec is the service install writes: it runs exe as `automator
 // --service NAME serve --data-dir DIR`, with `--db DSN` when db is given
 // (checkServiceDB refused one holding a password), as u when u is not nil.
-func installSpec(name, exe, dir, db string, u *service.User, manual bool) service.Spec {
+// dir is absolute, cfg the settings of automator.yaml. A SQLite db is
+// written as the absolute path serve opens: a relative one is relative to
+// the data directory, for serve as for every command given --db. The data
+// directory stays writable under the systemd hardening, and so does the
+// directory of a SQLite database outside it (db, or db in automator.yaml),
+// where SQLite creates its -wal, -shm and journal files and serve its lock.
+func installSpec(name, exe, dir, db string, cfg config.Config, u *service.User, manual bool) service.Spec {
+	if db != "" {
+		cfg.DB = db
+	}
+	writable := []string{dir}
+	if !pgstore.IsDSN(cfg.DB) {
+		file := filepath.Clean(cfg.DBPath(dir))
+		if db != "" {
+			db = file
+		}
+		if d := filepath.Dir(file); !within(dir, d) {
+			writable = append(writable, d)
+		}
+	}
 	args := []string{service.Flag, name, "serve", "--data-dir", dir}
 	if db != "" {
 		args = append(args, "--db", db)
@@ -193,13 +217,29 @@ func installSpec(name, exe, dir, db string, u *service.User, manual bool) servic
 		Executable:    exe,
 		Arguments:     args,
 		StopTimeout:   serveStopTimeout,
-		WritablePaths: []string{dir},
+		WritablePaths: writable,
 		ManualStart:   manual,
 	}
 	if u != nil {
 		spec.User, spec.Group = u.Name, u.Group
 	}
 	return spec
+}
+
+// installedDB names the database the service's serve opens: a SQLite
+// file by its absolute path, a PostgreSQL URL without its password.
+func installedDB(dir string, cfg config.Config) string {
+	if pgstore.IsDSN(cfg.DB) {
+		return pgstore.Redact(cfg.DB)
+	}
+	return filepath.Clean(cfg.DBPath(dir))
+}
+
+// within reports whether path is dir or lies under it (both clean and
+// absolute).
+func within(dir, path string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // checkServiceDB refuses an install's --db that holds a secret: a

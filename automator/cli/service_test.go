@@ -67,7 +67,7 @@ func TestInstallRefusesASQLiteDatabaseOrBinaryInATemporaryDirectory(t *testing.T
 func TestInstallGivesTheServiceItsDB(t *testing.T) {
 	t.Parallel()
 	const dsn = "postgres://automator@db.example/automator?sslmode=verify-full"
-	spec := installSpec("automator", "/usr/local/bin/automator", "/var/lib/automator", dsn, nil, false)
+	spec := installSpec("automator", "/usr/local/bin/automator", "/var/lib/automator", dsn, config.Config{DB: dsn}, nil, false)
 	if got, ok := clihelp.FlagValue(spec.Arguments, "db"); !ok || got != dsn || spec.Arguments[2] != "serve" {
 		t.Errorf("the service's command line: %q; want serve given --db %s", spec.Arguments, dsn)
 	}
@@ -79,7 +79,7 @@ func TestInstallGivesTheServiceItsDB(t *testing.T) {
 		t.Errorf("the SysV script:\n%s\nwant serve given --db %s", script, dsn)
 	}
 
-	spec = installSpec("automator", "/usr/local/bin/automator", "/var/lib/automator", "", nil, false)
+	spec = installSpec("automator", "/usr/local/bin/automator", "/var/lib/automator", "", config.Config{DB: "automator.db"}, nil, false)
 	if _, ok := clihelp.FlagValue(spec.Arguments, "db"); ok {
 		t.Errorf("the service's command line without --db: %q; want no --db", spec.Arguments)
 	}
@@ -125,5 +125,87 @@ func TestInstallRefusesADBHoldingAPassword(t *testing.T) {
 	code := Main(t.Context(), []string{"install", "--data-dir", dir, "--name", "opsgate-test-dbpass", "--db", "postgres://automator@db.example/automator"}, Env{Stdout: &out, Stderr: &errb})
 	if code != ExitError || strings.Contains(errb.String(), "password") || !strings.Contains(errb.String(), "the data directory "+dir+" is under the temporary directory") {
 		t.Errorf("install --db without a password: exit %d, stderr %q; want it past the --db check, refused for the data directory", code, errb.String())
+	}
+}
+
+// TestInstallWritesTheAbsoluteSQLitePathServeOpens: a relative SQLite
+// --db means, for install as for serve and every other command given it, a
+// file relative to the data directory; install writes that file's absolute
+// path into the service's command line (a "sqlite:" prefix resolved too),
+// so the definition says which file the service opens. A PostgreSQL URL is
+// written as given.
+func TestInstallWritesTheAbsoluteSQLitePathServeOpens(t *testing.T) {
+	t.Parallel()
+	dir := filepath.FromSlash("/var/lib/automator")
+	for _, c := range []struct{ db, want string }{
+		{"automator.db", filepath.Join(dir, "automator.db")},
+		{"sqlite:sub/../other.db", filepath.Join(dir, "other.db")},
+		{filepath.FromSlash("/srv/db/automator.db"), filepath.FromSlash("/srv/db/automator.db")},
+		{"postgres://automator@db.example/automator", "postgres://automator@db.example/automator"},
+	} {
+		cfg := config.Default("https://127.0.0.1:8443")
+		cfg.DB = c.db
+		spec := installSpec("automator", "/usr/local/bin/automator", dir, c.db, cfg, nil, false)
+		if got, _ := clihelp.FlagValue(spec.Arguments, "db"); got != c.want {
+			t.Errorf("install --db %s: the service's serve is given --db %q; want %q", c.db, got, c.want)
+		}
+	}
+}
+
+// TestInstallKeepsASQLiteDatabaseOutsideTheDataDirectoryWritable: under
+// the systemd hardening (ProtectSystem=full: /etc, /usr and /boot
+// read-only) only the unit's ReadWritePaths stay writable; a SQLite
+// database outside the data directory, named by --db or by db in
+// automator.yaml, has its directory there too (SQLite creates its -wal,
+// -shm and journal files beside it, serve its lock). One inside the data
+// directory, and a PostgreSQL URL, add nothing.
+func TestInstallKeepsASQLiteDatabaseOutsideTheDataDirectoryWritable(t *testing.T) {
+	t.Parallel()
+	const dir = "/var/lib/automator"
+	for _, c := range []struct {
+		flag, yaml string
+		want       []string
+	}{
+		{"/etc/opsgate/automator.db", "automator.db", []string{dir, "/etc/opsgate"}},
+		{"", "sqlite:/etc/opsgate/automator.db", []string{dir, "/etc/opsgate"}},
+		{"../shared/automator.db", "automator.db", []string{dir, "/var/lib/shared"}},
+		{"", "sub/automator.db", []string{dir}},
+		{"", "automator.db", []string{dir}},
+		{dir + "/automator.db", "automator.db", []string{dir}},
+		{"postgres://automator@db.example/automator", "automator.db", []string{dir}},
+	} {
+		cfg := config.Default("https://127.0.0.1:8443")
+		cfg.DB = c.yaml
+		if c.flag != "" {
+			cfg.DB = c.flag
+		}
+		spec := installSpec("automator", "/usr/local/bin/automator", dir, c.flag, cfg, nil, false)
+		if strings.Join(spec.WritablePaths, " ") != strings.Join(c.want, " ") {
+			t.Errorf("--db %q, db %q in automator.yaml: writable paths %q; want %q", c.flag, c.yaml, spec.WritablePaths, c.want)
+		}
+		want := "\nReadWritePaths=" + strings.Join(c.want, " ") + "\n"
+		if unit := service.SystemdUnit(spec); !strings.Contains(unit, want) {
+			t.Errorf("--db %q, db %q in automator.yaml: the systemd unit:\n%s\nwant the line %q", c.flag, c.yaml, unit, strings.TrimSpace(want))
+		}
+	}
+}
+
+// TestInstallRefusesAMissingSQLiteDatabase: serve refuses a SQLite
+// database that is missing at every start (an empty one is not made in its
+// place), so install refuses it first, naming the file it resolved (a
+// relative --db against the data directory), before anything is installed.
+func TestInstallRefusesAMissingSQLiteDatabase(t *testing.T) {
+	t.Parallel()
+	dir := initDir(t)
+	t.Cleanup(func() { // run as root, an install this test expects refused would be real
+		if st, _ := service.Query("opsgate-test-nodb"); st.Installed {
+			t.Error("the service was installed")
+			_ = service.Uninstall("opsgate-test-nodb")
+		}
+	})
+	var out, errb bytes.Buffer
+	code := Main(t.Context(), []string{"install", "--data-dir", dir, "--name", "opsgate-test-nodb", "--db", "moved.db"}, Env{Stdout: &out, Stderr: &errb})
+	if want := "the database " + filepath.Join(dir, "moved.db") + " is missing"; code != ExitError || !strings.Contains(errb.String(), want) {
+		t.Fatalf("install --db of a missing file: exit %d, stderr %q; want %d and %q", code, errb.String(), ExitError, want)
 	}
 }

@@ -39,6 +39,11 @@ func TestAutomatorServiceInstallStartStopUninstall(t *testing.T) {
 	if r.Code != 0 || !strings.Contains(r.Stdout, "serve --data-dir "+dir) {
 		t.Fatalf("automator install: %v", r)
 	}
+	// It says which database the service opens: automator.yaml's, by its
+	// absolute path.
+	if want := "\n  database:       " + filepath.Join(dir, "automator.db") + "\n"; !strings.Contains(r.Stdout, want) {
+		t.Errorf("automator install: %q; want the line %q", r.Stdout, strings.TrimSpace(want))
+	}
 	if r := runCLI(bin.automator, "status", "--name", name); r.Code != 0 || !strings.Contains(r.Stdout, "running:        no") {
 		t.Fatalf("status after install: %v", r)
 	}
