@@ -147,7 +147,11 @@ func installService(name, dir, db, userName string, manual bool, env Env) error 
 	if err != nil {
 		return fmt.Errorf("finding this program's path: %w", err)
 	}
-	if err := checkNotTemporary(exe, dir, cfg); err != nil {
+	dbFrom := "db in " + filepath.Join(dir, config.FileConfig)
+	if db != "" {
+		dbFrom = "--db"
+	}
+	if err := checkNotTemporary(exe, dir, dbFrom, cfg); err != nil {
 		return err
 	}
 	var u *service.User
@@ -335,12 +339,14 @@ func serveLogFormat(args []string) string {
 // checkNotTemporary refuses to install a service whose binary, data
 // directory or SQLite database lies in a temporary directory: the service
 // could not see it (systemd's PrivateTmp), or would lose it at reboot.
-func checkNotTemporary(exe, dir string, cfg config.Config) error {
+// dbFrom says where the database was named: "--db", or db in
+// automator.yaml.
+func checkNotTemporary(exe, dir, dbFrom string, cfg config.Config) error {
 	if err := service.CheckNotTemporary(service.Data, "the data directory", dir); err != nil {
 		return err
 	}
 	if !pgstore.IsDSN(cfg.DB) {
-		if err := service.CheckNotTemporary(service.Data, "db in "+filepath.Join(dir, config.FileConfig)+": the SQLite database", cfg.DBPath(dir)); err != nil {
+		if err := service.CheckNotTemporary(service.Data, dbFrom+": the SQLite database", cfg.DBPath(dir)); err != nil {
 			return err
 		}
 	}

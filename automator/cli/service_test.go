@@ -39,20 +39,24 @@ func TestInstallRefusesADataDirectoryInATemporaryDirectory(t *testing.T) {
 }
 
 // TestInstallRefusesASQLiteDatabaseOrBinaryInATemporaryDirectory: the
-// database of automator.yaml's db, and the binary the service runs, are
-// refused there too.
+// database of automator.yaml's db or of --db, and the binary the service
+// runs, are refused there too, naming where the database was named.
 func TestInstallRefusesASQLiteDatabaseOrBinaryInATemporaryDirectory(t *testing.T) {
 	t.Parallel()
 	cfg := config.Default("https://127.0.0.1:8443")
 	cfg.DB = "sqlite:/tmp/automator.db"
-	if err := checkNotTemporary("/usr/local/bin/automator", "/var/lib/automator", cfg); err == nil || !strings.Contains(err.Error(), "the SQLite database /tmp/automator.db is under") {
+	if err := checkNotTemporary("/usr/local/bin/automator", "/var/lib/automator", "db in /var/lib/automator/automator.yaml", cfg); err == nil || !strings.Contains(err.Error(), "the SQLite database /tmp/automator.db is under") {
 		t.Errorf("a SQLite database under /tmp: %v; want it refused", err)
 	}
+	// Named by --db, the refusal says so, not automator.yaml.
+	if err := checkNotTemporary("/usr/local/bin/automator", "/var/lib/automator", "--db", cfg); err == nil || !strings.HasPrefix(err.Error(), "--db: the SQLite database /tmp/automator.db is under") {
+		t.Errorf("--db of a SQLite database under /tmp: %v; want it refused, naming --db", err)
+	}
 	cfg.DB = "postgres://db.example/automator"
-	if err := checkNotTemporary("/tmp/go-build1/automator", "/var/lib/automator", cfg); err == nil || !strings.Contains(err.Error(), "the binary /tmp/go-build1/automator is under") {
+	if err := checkNotTemporary("/tmp/go-build1/automator", "/var/lib/automator", "db in /var/lib/automator/automator.yaml", cfg); err == nil || !strings.Contains(err.Error(), "the binary /tmp/go-build1/automator is under") {
 		t.Errorf("a binary under /tmp: %v; want it refused", err)
 	}
-	if err := checkNotTemporary("/usr/local/bin/automator", "/var/lib/automator", cfg); err != nil {
+	if err := checkNotTemporary("/usr/local/bin/automator", "/var/lib/automator", "db in /var/lib/automator/automator.yaml", cfg); err != nil {
 		t.Errorf("a service outside the temporary directories: %v", err)
 	}
 }
