@@ -313,10 +313,12 @@ func (f callerFlags) connect(stderr io.Writer) (*client.Client, error) {
 func hungWhy(kind client.UnreachableKind) string {
 	switch kind {
 	case client.KindCallStuck:
-		// It answered pings: its process runs and its packets pass.
+		// It answered pings, or the probe of its connection: its process
+		// runs and its packets pass.
 		return "it is there, the call is stuck in it: waiting on its database?"
 	case client.KindCallUnanswered:
-		// No ping was due within the try's bound.
+		// Nothing came within the try's bound, nor in answer to the probe
+		// of its connection.
 		return "nothing else came over its connection either: its process stopped or frozen, its packets dropped, or the call stuck in it"
 	}
 	// Its pings unanswered: a stuck call would not silence them.

@@ -40,6 +40,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -600,8 +601,12 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 	untrusted := make([]bool, n)
 	left, tried := n, int64(0)
 	// unreachable is the last address of this round of tries that could
-	// not be connected to, or did not answer, for OnUnreachable.
+	// not be connected to, or did not answer, for OnUnreachable; when it
+	// did not answer a try over a connection it had not been heard from
+	// over since, stuck is that try, to find out before it is told
+	// whether the automator is there (stuckIn).
 	var unreachable *Unreachable
+	var stuck *unansweredTry
 	for attempt := int64(0); ; attempt++ {
 		i := (start + attempt) % n
 		if untrusted[i] {
@@ -638,38 +643,79 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 		var na noAnswer
 		if p := c.watches[i].trouble.Load(); p != nil {
 			unreachable = &Unreachable{Address: c.urls[i], Err: p.err, Kind: p.kind, Hung: p.kind.hung()}
+			stuck = nil
 		} else if errors.As(err, &na) {
 			why := na.why
 			if why == nil {
 				why = fmt.Errorf("its answer did not begin within %v", since(began))
 			}
-			// A connection that answered while the call did not (a
-			// ping, another call) has the automator behind it.
-			kind := KindCallUnanswered
-			if heard := c.watches[i].heard.Load(); !na.began.IsZero() && heard > na.began.UnixNano() {
-				kind = KindCallStuck
-				why = fmt.Errorf("%w; its connection answered meanwhile", why)
-			}
-			unreachable = &Unreachable{Address: c.urls[i], Err: why, Kind: kind, Hung: true}
+			unreachable = &Unreachable{Address: c.urls[i], Err: why, Kind: KindCallUnanswered, Hung: true}
+			stuck = &unansweredTry{addr: i, began: na.began}
 		}
 		// Each address once at full speed, then back off.
 		if tried >= left {
 			tried = 0
 			if unreachable != nil && !b.told && c.onUnreachable != nil {
 				b.told = true
+				// A connection that answered while the call did not (a
+				// ping, another call), or answers a probe now, has the
+				// automator behind it: the call is stuck in it.
+				if stuck != nil && c.stuckIn(ctx, stuck) {
+					unreachable.Kind = KindCallStuck
+					unreachable.Err = fmt.Errorf("%w; its connection answered meanwhile", unreachable.Err)
+				}
 				unreachable.Doing, unreachable.Until = doing, b.giveUp
 				if end, ok := ctx.Deadline(); ok && end.Before(b.giveUp) {
 					unreachable.Until = end
 				}
 				c.onUnreachable(*unreachable)
 			}
-			unreachable = nil
+			unreachable, stuck = nil, nil
 			if !ctxtime.Sleep(ctx, delay) {
 				return fmt.Errorf("%s: %w", doing, ctx.Err())
 			}
 			delay = min(2*delay, 2*time.Second)
 		}
 	}
+}
+
+// unansweredTry is a try whose answer did not begin within its bound, on
+// address addr, begun at began (zero when not known).
+type unansweredTry struct {
+	addr  int64
+	began time.Time
+}
+
+// probeBound bounds the probe of a connection over which a try went
+// unanswered (stuckIn): an automator that runs answers it at once, over a
+// link of a round trip of up to about 2 s.
+const probeBound = 2 * time.Second
+
+// stuckIn tells whether the automator behind the connection of try, which
+// went unanswered, is there: whether anything came over the connection
+// after the try began (a ping's answer, another call's), or else comes in
+// answer to a probe on it, within probeBound. The probe is a call of the
+// standard health service's Check, which needs no credentials and no
+// database: an automator that runs answers it (with its health, or, one
+// that does not serve that service, Unimplemented), even while its calls
+// are stuck, waiting on its database say; a stopped or frozen one, or one
+// whose packets are dropped, does not. The keepalive alone does not tell:
+// it pings 10 s after the last bytes came, so the answer to its ping comes
+// after a short call's try (Submit, Get, Cancel: 10 s) begun as the last
+// answer came is given up.
+func (c *Client) stuckIn(ctx context.Context, try *unansweredTry) bool {
+	began := try.began
+	if began.IsZero() {
+		began = time.Now()
+	}
+	w := c.watches[try.addr]
+	if w.heard.Load() > began.UnixNano() {
+		return true
+	}
+	pctx, cancel := context.WithTimeout(ctx, probeBound)
+	defer cancel()
+	_, _ = healthpb.NewHealthClient(c.conns[try.addr]).Check(pctx, &healthpb.HealthCheckRequest{})
+	return w.heard.Load() > began.UnixNano()
 }
 
 // retryable: the automator could not be reached, or dropped the call (its

@@ -48,7 +48,10 @@ type Config struct {
 	// and again after an automator answered it (a wait resumed), so
 	// that a command can say at once what it waits for rather than
 	// retrying silently until RetryFor ends. It is called on the
-	// calling goroutine, between tries.
+	// calling goroutine, between tries; of a try unanswered over a
+	// connection nothing came over since it began, once a probe on the
+	// connection has told whether the automator is there (up to 2 s
+	// later: KindCallStuck, KindCallUnanswered).
 	OnUnreachable func(Unreachable)
 	// Dial opens the connections, when set (a proxy, a test relay). By
 	// default the address is dialled directly over TCP.
@@ -110,13 +113,15 @@ const (
 	KindSilent
 	// KindCallStuck (Hung): the try's answer did not begin within its
 	// bound, though the connection answered meanwhile (a ping, another
-	// call): the automator is there, the call is stuck in it (waiting on
+	// call) or answered a probe sent on it then (a health check, given
+	// 2 s): the automator is there, the call is stuck in it (waiting on
 	// its database, say).
 	KindCallStuck
 	// KindCallUnanswered (Hung): the try's answer did not begin within
-	// its bound, and nothing else came over the connection meanwhile
-	// (no ping was due): the automator stopped, or the call stuck in it,
-	// the client cannot tell which.
+	// its bound, and nothing else came over the connection meanwhile,
+	// nor in answer to the probe sent on it then within its 2 s: the
+	// automator's process stopped or frozen, or its packets dropped (or a
+	// link with a round trip longer than the probe's bound).
 	KindCallUnanswered
 )
 

@@ -31,6 +31,15 @@ func (r *unreachables) tell(u client.Unreachable) {
 	r.mu.Unlock()
 }
 
+// tellAndEnd is tell, then end: what a test asserts was told, the call
+// it was told of (its context's cancel) need not go on until it gives up.
+func (r *unreachables) tellAndEnd(end context.CancelFunc) func(client.Unreachable) {
+	return func(u client.Unreachable) {
+		r.tell(u)
+		end()
+	}
+}
+
 // once returns what OnUnreachable was told, failing the test unless it was
 // told exactly once; when ends the failure's "told N times" (" before the
 // call ended", say).

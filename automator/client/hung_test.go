@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/client"
 	"github.com/opsgate/opsgate/automator/pki"
+	"github.com/opsgate/opsgate/internal/delayline"
 	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
@@ -37,10 +39,11 @@ func stoppedAutomator(t *testing.T) string {
 // the address, what the call does and how long nothing came; over TLS once
 // the handshake has had nothing for its 5 s (KindSilent: the connection
 // given up), over plaintext once the call's answer has not begun in its
-// 10 s, no ping due meanwhile (KindCallUnanswered; gRPC's setup would
-// wait 20 s for the automator's settings). The call goes on trying, until RetryFor
-// or the context's deadline when that comes first, which is then the
-// Until told. Before, nothing was told: the connection was made.
+// 10 s, nothing come meanwhile nor in answer to a probe on the connection
+// (KindCallUnanswered; gRPC's setup would wait 20 s for the automator's
+// settings). The call goes on trying, until RetryFor or the context's
+// deadline when that comes first, which is then the Until told. Before,
+// nothing was told: the connection was made.
 func TestAnAutomatorThatAcceptsAndNeverAnswersIsToldAsHung(t *testing.T) {
 	t.Parallel()
 	ca, err := pki.NewCA("test CA", time.Now())
@@ -97,13 +100,14 @@ func TestAnAutomatorThatAcceptsAndNeverAnswersIsToldAsHung(t *testing.T) {
 // connection answers pings) is given up a second past the unit's deadline,
 // and OnUnreachable says so in those words: the unit's deadline, on this
 // clock, has passed and the automator has not told how the unit ended.
-// Its Kind says whether the connection answered meanwhile: with a unit
-// long enough for a keepalive ping, the ping's answer came
-// (KindCallStuck: the automator is there); with a short one nothing came
-// (KindCallUnanswered: stopped or stuck, the client cannot tell).
-// Before, it said "its answer did not begin within 3s", the whole wait
-// (10m1s for a unit of 10 minutes), accurate but odd for a wait, whose
-// answer is not due before the unit ends.
+// Its Kind says the automator is there, the call stuck in it
+// (KindCallStuck): with a unit long enough for a keepalive ping, the
+// ping's answer came; with a short one, no ping due, the answer to a
+// probe on the connection (before, that was told as KindCallUnanswered:
+// stopped or stuck, the client could not tell). Before, it said "its
+// answer did not begin within 3s", the whole wait (10m1s for a unit of 10
+// minutes), accurate but odd for a wait, whose answer is not due before
+// the unit ends.
 func TestAWaitUnansweredPastItsUnitsDeadlineIsToldSo(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -112,7 +116,7 @@ func TestAWaitUnansweredPastItsUnitsDeadlineIsToldSo(t *testing.T) {
 		kind    client.UnreachableKind
 		says    string
 	}{
-		{"no ping due", 2 * time.Second, client.KindCallUnanswered, ""},
+		{"a probe answered", 2 * time.Second, client.KindCallStuck, "; its connection answered meanwhile"},
 		{"a ping answered", stuckUnitTimeout, client.KindCallStuck, "; its connection answered meanwhile"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -201,3 +205,105 @@ func TestAWaitOnAnAutomatorThatStopsIsToldByItsKeepaliveBeforeTheDeadline(t *tes
 		t.Errorf("OnUnreachable told %+v; want %v, the keepalive's \"nothing came over its connection for\"", u, client.KindSilent)
 	}
 }
+
+// TestAShortCallIsToldStuckWhenItsAutomatorIsThere: a submit, a read or a
+// cancel whose answer does not begin within its bound (10 s) is told as
+// stuck in the automator (KindCallStuck, "its connection answered
+// meanwhile") when the automator behind its connection answers a probe on
+// it (its handlers stuck, waiting on its database say, while its process
+// runs), and as unanswered (KindCallUnanswered) when nothing answers that
+// either (the automator stopped, frozen, or cut off, its connection open).
+// Each call here begins as the last answer came, over a link with a round
+// trip of 500 ms: the keepalive pings 10 s after the last bytes came, the
+// try's bound, so its answer comes after the try is given up. Before, both
+// were told as unanswered: stopped or stuck, the client could not tell.
+func TestAShortCallIsToldStuckWhenItsAutomatorIsThere(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		kind client.UnreachableKind
+		says string
+	}{
+		{"stuck", client.KindCallStuck, "; its connection answered meanwhile"},
+		{"stopped", client.KindCallUnanswered, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			// Each client's first submit (its key "first-...") is
+			// answered; then the automator's handlers stick, or the relay
+			// in front of it hangs.
+			a := automatortest.Start(t, automatortest.Options{Interceptors: []grpc.UnaryServerInterceptor{
+				func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+					if r, ok := req.(*automatorv1.ExecuteRequest); tc.kind == client.KindCallStuck && (!ok || !strings.HasPrefix(r.GetIdempotencyKey(), "first-")) {
+						<-ctx.Done()
+						return nil, ctx.Err()
+					}
+					return h(ctx, req)
+				},
+			}})
+			calls := []string{"Submit", "Get", "Cancel"}
+			errs := make(chan error, len(calls))
+			for _, call := range calls {
+				r := startRelay(t, delayline.Start(t, a.GRPCAddr, linkDelay))
+				go func() { errs <- shortCallTold(a, r, call, tc.kind, tc.says) }()
+			}
+			for range calls {
+				if err := <-errs; err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+}
+
+// shortCallTold makes call (Submit, Get or Cancel) to a over relay r, as
+// soon as a first submit was answered over it; when the call is not a's
+// to stick, the relay hangs then. It returns what is wrong with what
+// OnUnreachable was told, which ends the call: hung, kind, "its answer did
+// not begin within 10s" and says.
+func shortCallTold(a *automatortest.Automator, r *relay, call string, kind client.UnreachableKind, says string) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var told unreachables
+	c, err := client.New(client.Config{Addresses: []string{r.url()}, APIKey: a.APIKey, CAPEM: a.CAPEM, ServerName: "127.0.0.1", RetryFor: time.Minute,
+		OnUnreachable: told.tellAndEnd(cancel)})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	w, err := c.Submit(context.Background(), a.Account, client.Command{Script: "x.sh"}, client.WithIdempotencyKey("first-"+call))
+	if err != nil {
+		return err
+	}
+	if kind != client.KindCallStuck {
+		r.hang()
+	}
+	var doing string
+	switch call {
+	case "Submit":
+		doing = "submitting work to account \"" + a.Account + "\""
+		_, err = c.Submit(ctx, a.Account, client.Command{Script: "x.sh"})
+	case "Get":
+		doing = "getting work " + w.ID
+		_, err = c.Get(ctx, w.ID)
+	case "Cancel":
+		doing = "cancelling work " + w.ID
+		_, err = c.Cancel(ctx, w.ID)
+	}
+	if err == nil {
+		return fmt.Errorf("%s succeeded", call)
+	}
+	told.mu.Lock()
+	defer told.mu.Unlock()
+	want := "its answer did not begin within 10s" + says
+	if len(told.told) != 1 {
+		return fmt.Errorf("%s: OnUnreachable told %d times (%+v) before the call ended (%v); want once", call, len(told.told), told.told, err)
+	}
+	if u := told.told[0]; !u.Hung || u.Kind != kind || u.Address != r.url() || u.Err == nil || u.Err.Error() != want || u.Doing != doing {
+		return fmt.Errorf("%s: OnUnreachable told %+v; want hung, %v, the address %s, the error %q, doing %q", call, u, kind, r.url(), want, doing)
+	}
+	return nil
+}
+
+// linkDelay is each way's delay of a link with a round trip of 500 ms.
+const linkDelay = 250 * time.Millisecond
