@@ -47,7 +47,7 @@ func plaintextGRPC(t *testing.T) string {
 // closes them unanswered), tells
 // OnUnreachable once, not hung, with the address and an error saying what
 // happened, its Kind saying which it is, and goes on trying until
-// RetryFor. Before, a connection closed
+// RetryFor (the test ends it once told). Before, a connection closed
 // was told nothing until RetryFor ended ("giving up"), nor one answered by
 // something else; a reset one was told as hung, "sent nothing for 0s".
 func TestAConnectionClosedOrAnsweredByOtherThanAnAutomatorIsToldAtOnce(t *testing.T) {
@@ -86,16 +86,19 @@ func TestAConnectionClosedOrAnsweredByOtherThanAnAutomatorIsToldAtOnce(t *testin
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
+			// What is told is told after the first round of tries, at
+			// once, and ends the call, which would go on trying until
+			// RetryFor.
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
 			var told unreachables
 			c, err := client.New(client.Config{Addresses: []string{tc.url}, APIKey: "oak_x", CAPEM: ca.CertPEM, ServerName: "127.0.0.1", RetryFor: 3 * time.Second,
-				OnUnreachable: told.tell})
+				OnUnreachable: told.tellAndEnd(cancel)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			// What is told is told after the first round of tries, at
-			// once; the call gives up after RetryFor.
-			if _, err := c.Get(context.Background(), id); err == nil {
+			if _, err := c.Get(ctx, id); err == nil {
 				t.Fatal("Get succeeded")
 			}
 			u := told.once(t, " before the call ended")

@@ -42,8 +42,8 @@ func stoppedAutomator(t *testing.T) string {
 // 10 s, nothing come meanwhile nor in answer to a probe on the connection
 // (KindCallUnanswered; gRPC's setup would wait 20 s for the automator's
 // settings). The call goes on trying, until RetryFor or the context's
-// deadline when that comes first, which is then the Until told. Before,
-// nothing was told: the connection was made.
+// deadline when that comes first, which is then the Until told (the test
+// ends it once told). Before, nothing was told: the connection was made.
 func TestAnAutomatorThatAcceptsAndNeverAnswersIsToldAsHung(t *testing.T) {
 	t.Parallel()
 	ca, err := pki.NewCA("test CA", time.Now())
@@ -62,19 +62,22 @@ func TestAnAutomatorThatAcceptsAndNeverAnswersIsToldAsHung(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			url := tc.scheme + stoppedAutomator(t)
+			var ctx context.Context
+			var cancel context.CancelFunc
+			if tc.ctxFor > 0 {
+				ctx, cancel = context.WithTimeout(context.Background(), tc.ctxFor)
+			} else {
+				ctx, cancel = context.WithCancel(context.Background())
+			}
+			defer cancel()
+			// What is told ends the call, which would go on trying.
 			var told unreachables
 			c, err := client.New(client.Config{Addresses: []string{url}, APIKey: "oak_x", CAPEM: ca.CertPEM, ServerName: "127.0.0.1", RetryFor: tc.retryFor,
-				OnUnreachable: told.tell})
+				OnUnreachable: told.tellAndEnd(cancel)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			ctx := context.Background()
-			if tc.ctxFor > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, tc.ctxFor)
-				defer cancel()
-			}
 			start := time.Now()
 			_, err = c.Get(ctx, id)
 			if err == nil {
@@ -178,9 +181,13 @@ func TestAWaitOnAnAutomatorThatStopsIsToldByItsKeepaliveBeforeTheDeadline(t *tes
 	t.Parallel()
 	a, waits := startTellingWaits(t)
 	r := startRelay(t, a.GRPCAddr)
+	// What is told ends the wait, which would go on trying until RetryFor
+	// past the unit's deadline, the relay hung.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	var told unreachables
 	c, err := client.New(client.Config{Addresses: []string{r.url()}, APIKey: a.APIKey, CAPEM: a.CAPEM, ServerName: "127.0.0.1", RetryFor: 2 * time.Second,
-		OnUnreachable: told.tell})
+		OnUnreachable: told.tellAndEnd(cancel)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,12 +198,11 @@ func TestAWaitOnAnAutomatorThatStopsIsToldByItsKeepaliveBeforeTheDeadline(t *tes
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.Wait(context.Background(), w.ID)
+		_, err := c.Wait(ctx, w.ID)
 		done <- err
 	}()
 	waittest.Recv(t, waits, "the wait to reach the automator")
 	r.hang()
-	// The relay stays hung: the wait gives up RetryFor past the deadline.
 	if err := <-done; err == nil {
 		t.Fatal("Wait on a stopped automator ended without an error")
 	}

@@ -81,14 +81,18 @@ func TestATLSServerThatRefusesTheClientIsToldAsTheTLSError(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
+			// What is told ends the call, which would go on trying
+			// until RetryFor.
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
 			var told unreachables
 			c, err := client.New(client.Config{Addresses: tc.addrs, APIKey: "oak_x", CAPEM: ca.CertPEM, ServerName: "127.0.0.1", RetryFor: 2 * time.Second,
-				OnUnreachable: told.tell})
+				OnUnreachable: told.tellAndEnd(cancel)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			if _, err := c.Get(context.Background(), id); err == nil {
+			if _, err := c.Get(ctx, id); err == nil {
 				t.Fatal("Get succeeded")
 			}
 			u := told.once(t, " before the call ended")
