@@ -111,13 +111,15 @@ func TestRestoreOfAnOlderBackupSaysItWasMigrated(t *testing.T) {
 // release left: schema version 8, before accounts could be left being
 // deleted (9), before the listing indexes of the units that ended
 // without success (10), before instances that said they were stopping
-// (11), before the run and number of an instance's poll (12) and before
-// instances whose polls are refused for want of a usable key (13).
+// (11), before the run and number of an instance's poll (12), before
+// instances whose polls are refused for want of a usable key (13) and
+// before the cause of a refusal (14).
 func downgradeToVersion8(t *testing.T, path string) {
 	t.Helper()
 	execSQLite(t, path, `ALTER TABLE instances DROP COLUMN stopped_at`,
 		`ALTER TABLE instances DROP COLUMN poll_run`, `ALTER TABLE instances DROP COLUMN poll_seq`,
 		`ALTER TABLE instances DROP COLUMN refused_at`, `ALTER TABLE instances DROP COLUMN refused_key_ids`,
+		`ALTER TABLE instances DROP COLUMN refused_cause`,
 		`DROP INDEX work_unsuccessful`, `DROP INDEX work_account_unsuccessful`,
 		`ALTER TABLE accounts DROP COLUMN moving_to`, `DELETE FROM schema_migrations WHERE version >= 9`)
 }

@@ -240,6 +240,14 @@ type Instance struct {
 	// claims nothing, so it is not online however recent that poll, until
 	// a poll of it is accepted.
 	RefusedKeyIDs []uint32
+	// RefusedTokenExpired is set when the instance's latest poll was
+	// refused because the account token it presented had expired: it was
+	// the account's token before a rotation whose overlap window has
+	// ended (InstanceSeenParams.TokenExpired; a proxy still running the
+	// whole profile of before `automator account rotate-key`). It claims
+	// nothing, so it is not online however recent that poll, until a poll
+	// of it is accepted. RefusedKeyIDs is then empty.
+	RefusedTokenExpired bool
 	// InFlight is the number of the account's units claimed by this
 	// instance and not yet ended (state claimed), counted from the units
 	// when listed: not what the instance said at its last poll. An
@@ -441,6 +449,15 @@ type AccountInstances struct {
 	Latest []Instance
 }
 
+// Refused reports whether the instance's latest poll was refused, for
+// want of a usable key (RefusedKeyIDs) or for an expired account token
+// (RefusedTokenExpired).
+func (in Instance) Refused() bool { return len(in.RefusedKeyIDs) > 0 || in.RefusedTokenExpired }
+
+// Refused reports whether the poll was refused, for want of a usable key
+// or for an expired account token.
+func (p InstanceSeenParams) Refused() bool { return len(p.RefusedKeyIDs) > 0 || p.TokenExpired }
+
 // ExpireReason is the reason WorkExpire gives unit w (due, still open):
 // whether it was ever claimed and by whom, the one clue an operator has
 // when a claimer died; for a unit never claimed, what its account's
@@ -496,8 +513,9 @@ const UnclaimedReason = "no instance claimed it before the deadline"
 // was online (the latest few named, stopped or when each last polled); or
 // some were online and still claimed nothing (all busy at their
 // max_concurrency, or polling for no units). Either way, the instances
-// that polled and were refused for want of a usable key (a profile of
-// before a key rotation) are named first, with the fix.
+// that polled and were refused, for want of a usable key or for an
+// expired account token (a profile of before a key rotation), are named
+// first, with the cause and the fix.
 //
 // What it says is what the store held at the expiry. A replica writes an
 // instance's polls every few seconds (the automator's seenEvery, 5 s), not
@@ -557,24 +575,41 @@ func neverClaimedReason(account string, a AccountInstances) string {
 }
 
 // refusedClause says that the instances of refused, and more others, poll
-// but are refused for want of a usable key, and what to do; "" when there
-// are none.
+// but are refused, and what to do; "" when there are none. Those refused
+// for want of a usable key are said first, then those whose account token
+// expired (Instance.RefusedTokenExpired), each cause in its own clause;
+// the more not named are counted in the first clause said.
 func refusedClause(refused []Instance, more int) string {
 	if len(refused) == 0 && more == 0 {
 		return ""
 	}
-	ids := make([]string, len(refused))
-	for i, in := range refused {
-		ids[i] = in.InstanceID
+	var noKey, expired []string
+	for _, in := range refused {
+		if in.RefusedTokenExpired {
+			expired = append(expired, in.InstanceID)
+		} else {
+			noKey = append(noKey, in.InstanceID)
+		}
 	}
-	who := strings.Join(ids, ", ")
-	if more > 0 {
-		who += fmt.Sprintf(" and %d more", more)
+	clause := func(ids []string, more int, one, many string) string {
+		who := strings.Join(ids, ", ")
+		if more > 0 {
+			who += fmt.Sprintf(" and %d more", more)
+		}
+		if len(ids) == 1 && more == 0 {
+			return fmt.Sprintf("instance %s %s: install the account's latest profile", who, one)
+		}
+		return fmt.Sprintf("instances %s %s: install the account's latest profile", who, many)
 	}
-	if len(refused) == 1 && more == 0 {
-		return fmt.Sprintf("instance %s polls but holds no usable key: install the account's latest profile", who)
+	var parts []string
+	if len(noKey) > 0 || len(expired) == 0 {
+		parts = append(parts, clause(noKey, more, "polls but holds no usable key", "poll but hold no usable key"))
+		more = 0
 	}
-	return fmt.Sprintf("instances %s poll but hold no usable key: install the account's latest profile", who)
+	if len(expired) > 0 {
+		parts = append(parts, clause(expired, more, "polls but its account token expired", "poll but their account token expired"))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // WorkEndOpenParams end every open unit (WorkEndOpen).
@@ -643,6 +678,12 @@ type InstanceSeenParams struct {
 	// The instance is recorded as refused (Instance.RefusedKeyIDs) until a
 	// poll without it.
 	RefusedKeyIDs []uint32
+	// TokenExpired marks a poll refused at authentication because the
+	// account token it presented was the account's before a rotation
+	// whose overlap window has ended (ErrExpired); RefusedKeyIDs is then
+	// empty. The instance is recorded as refused
+	// (Instance.RefusedTokenExpired) until a poll without it.
+	TokenExpired bool
 	// Run and PollSeq are the poll's run id and number
 	// (PollRequest.run_id and poll_seq; "" and 0 from a proxy predating
 	// them). Polls of one run are ordered by their numbers: a poll of the

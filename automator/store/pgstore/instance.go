@@ -23,17 +23,38 @@ func stoppedAt(p store.InstanceSeenParams) *time.Time {
 }
 
 // refusedAt is the refused_at a poll records: its time when it was
-// refused for want of a usable key, else NULL.
+// refused (for want of a usable key or for an expired account token),
+// else NULL.
 func refusedAt(p store.InstanceSeenParams) *time.Time {
-	if len(p.RefusedKeyIDs) == 0 {
+	if !p.Refused() {
 		return nil
 	}
 	return &p.Now
 }
 
+// refusedCauseTokenExpired is the refused_cause of a poll refused for an
+// expired account token (store.InstanceSeenParams.TokenExpired); a poll
+// refused for want of a usable key, or not refused, records an empty one.
+const refusedCauseTokenExpired = "token_expired"
+
+// refusedCause is the refused_cause a poll records.
+func refusedCause(p store.InstanceSeenParams) string {
+	if p.TokenExpired && len(p.RefusedKeyIDs) == 0 {
+		return refusedCauseTokenExpired
+	}
+	return ""
+}
+
+// refusedTokenExpired is true for an instance whose latest poll was
+// refused for an expired account token. A replica predating refused_cause
+// leaves it as it was, but writes the key ids of a poll it refuses for
+// want of a usable key: those say the cause then.
+const refusedTokenExpired = `(COALESCE(i.refused_at >= i.last_poll_at, false) AND i.refused_key_ids = '' AND i.refused_cause = 'token_expired')`
+
 // instanceRefused is true for an instance whose latest poll was refused
-// for want of a usable key: one recorded since by a replica predating
-// refused_at (which refuses no poll's record) moved last_poll_at past it.
+// (for want of a usable key or for an expired account token): one
+// recorded since by a replica predating refused_at (which refuses no
+// poll's record) moved last_poll_at past it.
 const instanceRefused = `COALESCE(i.refused_at >= i.last_poll_at, false)`
 
 // instanceArgs are instanceUpsert's arguments for poll p.
@@ -43,7 +64,7 @@ func instanceArgs(p store.InstanceSeenParams) []any {
 		created = &p.AccountCreatedAt
 	}
 	return []any{p.Account, p.InstanceID, p.Hostname, p.Version, p.Now, p.Running, stoppedAt(p), p.Run, p.PollSeq, created,
-		refusedAt(p), store.KeyIDsText(p.RefusedKeyIDs)}
+		refusedAt(p), store.KeyIDsText(p.RefusedKeyIDs), refusedCause(p)}
 }
 
 // instanceStopped is true for an instance whose latest poll said it was
@@ -54,15 +75,15 @@ const instanceStopped = `COALESCE(i.stopped_at >= i.last_poll_at, false)`
 // instanceUpsert records a poll (the arguments: account, instance id,
 // hostname, version, last_poll_at, in_flight, stopped_at, poll_run,
 // poll_seq, the account's created_at or NULL, refused_at,
-// refused_key_ids), unless its account is
+// refused_key_ids, refused_cause), unless its account is
 // gone, or is another than the one polled (deleted and created again
 // under its name: its created_at differs), or the poll is of the run of
 // the stored poll and numbered before it (polls of one run are ordered by
 // their numbers, not by when they are written); where, when not empty,
 // adds a condition on the update ("AND ...").
 func instanceUpsert(where string) string {
-	return `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at, poll_run, poll_seq, refused_at, refused_key_ids)
-SELECT $1::text, $2::text, $3::text, $4::text, $5::timestamptz, $6::integer, $7::timestamptz, $8::text, $9::bigint, $11::timestamptz, $12::text WHERE EXISTS (SELECT 1 FROM accounts WHERE name = $1 AND key_id <> 0
+	return `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at, poll_run, poll_seq, refused_at, refused_key_ids, refused_cause)
+SELECT $1::text, $2::text, $3::text, $4::text, $5::timestamptz, $6::integer, $7::timestamptz, $8::text, $9::bigint, $11::timestamptz, $12::text, $13::text WHERE EXISTS (SELECT 1 FROM accounts WHERE name = $1 AND key_id <> 0
 	AND ($10::timestamptz IS NULL OR created_at = $10))
 ON CONFLICT (account, instance_id) DO UPDATE SET
 	hostname = excluded.hostname,
@@ -73,7 +94,8 @@ ON CONFLICT (account, instance_id) DO UPDATE SET
 	poll_run = excluded.poll_run,
 	poll_seq = excluded.poll_seq,
 	refused_at = excluded.refused_at,
-	refused_key_ids = excluded.refused_key_ids
+	refused_key_ids = excluded.refused_key_ids,
+	refused_cause = excluded.refused_cause
 WHERE NOT (excluded.poll_run <> '' AND excluded.poll_run = instances.poll_run
 	AND excluded.poll_seq <> 0 AND excluded.poll_seq < instances.poll_seq)` + where
 }
@@ -147,7 +169,7 @@ func (s *Store) InstancesSeen(ctx context.Context, ps []store.InstanceSeenParams
 // (COLLATE "C").
 func (s *Store) InstanceList(ctx context.Context, account string) ([]store.Instance, error) {
 	rows, err := s.pool.Query(ctx, `SELECT i.account, i.instance_id, i.hostname, i.version, i.last_poll_at, `+instanceStopped+`,
-	CASE WHEN `+instanceRefused+` THEN i.refused_key_ids ELSE '' END, COALESCE(c.n, 0)
+	CASE WHEN `+instanceRefused+` THEN i.refused_key_ids ELSE '' END, `+refusedTokenExpired+`, COALESCE(c.n, 0)
 FROM instances i
 LEFT JOIN (SELECT instance_id COLLATE "C" AS instance_id, COUNT(*) AS n FROM work
 	WHERE account = $1 AND state = 'claimed' GROUP BY 1) c ON c.instance_id = i.instance_id
@@ -158,7 +180,7 @@ WHERE i.account = $1 ORDER BY i.instance_id`, account)
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Instance, error) {
 		var in store.Instance
 		var refused string
-		if err := r.Scan(&in.Account, &in.InstanceID, &in.Hostname, &in.Version, &in.LastPollAt, &in.Stopped, &refused, &in.InFlight); err != nil {
+		if err := r.Scan(&in.Account, &in.InstanceID, &in.Hostname, &in.Version, &in.LastPollAt, &in.Stopped, &refused, &in.RefusedTokenExpired, &in.InFlight); err != nil {
 			return in, err
 		}
 		in.LastPollAt = in.LastPollAt.UTC()

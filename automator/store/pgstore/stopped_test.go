@@ -86,3 +86,34 @@ ON CONFLICT (account, instance_id) DO UPDATE SET
 		return err
 	})
 }
+
+// TestAPollRecordedByAnOlderReplicaSaysItsOwnCauseOfRefusal: a replica
+// predating instances.refused_cause (schema version 9; a rolling upgrade)
+// records a poll refused for want of a usable key, then an accepted one,
+// after one refused for an expired token
+// (storetest.OlderWriterRefusesForItsOwnCause).
+func TestAPollRecordedByAnOlderReplicaSaysItsOwnCauseOfRefusal(t *testing.T) {
+	t.Parallel()
+	s := open(t, pgtest.DSN(t))
+	storetest.OlderWriterRefusesForItsOwnCause(t, s, testNow, func(at time.Time, keyRefused bool) error {
+		var refusedAt *time.Time
+		keyIDs := ""
+		if keyRefused {
+			refusedAt, keyIDs = &at, "1"
+		}
+		_, err := s.pool.Exec(t.Context(), `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at, poll_run, poll_seq, refused_at, refused_key_ids)
+SELECT $1::text, $2::text, $3::text, $4::text, $5::timestamptz, $6::integer, $7::timestamptz, $8::text, $9::bigint, $10::timestamptz, $11::text WHERE EXISTS (SELECT 1 FROM accounts WHERE name = $1 AND key_id <> 0)
+ON CONFLICT (account, instance_id) DO UPDATE SET
+	hostname = excluded.hostname,
+	version = excluded.version,
+	last_poll_at = excluded.last_poll_at,
+	in_flight = excluded.in_flight,
+	stopped_at = excluded.stopped_at,
+	poll_run = excluded.poll_run,
+	poll_seq = excluded.poll_seq,
+	refused_at = excluded.refused_at,
+	refused_key_ids = excluded.refused_key_ids`,
+			"acme", "a", "a", "v1", at, 0, nil, "", 0, refusedAt, keyIDs)
+		return err
+	})
+}

@@ -23,28 +23,50 @@ func stoppedAt(p store.InstanceSeenParams) int64 {
 const instanceStopped = `(i.stopped_at >= i.last_poll_at)`
 
 // refusedAt is the refused_at a poll records: its time when it was
-// refused for want of a usable key, else 0.
+// refused (for want of a usable key or for an expired account token),
+// else 0.
 func refusedAt(p store.InstanceSeenParams) int64 {
-	if len(p.RefusedKeyIDs) == 0 {
+	if !p.Refused() {
 		return 0
 	}
 	return toNanos(p.Now)
 }
 
+// refusedCauseTokenExpired is the refused_cause of a poll refused for an
+// expired account token (store.InstanceSeenParams.TokenExpired); a poll
+// refused for want of a usable key, or not refused, records an empty one.
+const refusedCauseTokenExpired = "token_expired"
+
+// refusedCause is the refused_cause a poll records.
+func refusedCause(p store.InstanceSeenParams) string {
+	if p.TokenExpired && len(p.RefusedKeyIDs) == 0 {
+		return refusedCauseTokenExpired
+	}
+	return ""
+}
+
+// refusedTokenExpired is true for an instance whose latest poll was
+// refused for an expired account token. An automator predating
+// refused_cause leaves it as it was, but writes the key ids of a poll it
+// refuses for want of a usable key: those say the cause then.
+const refusedTokenExpired = `((i.refused_at >= i.last_poll_at) AND i.refused_key_ids = '' AND i.refused_cause = 'token_expired')`
+
 // instanceRefused is true for an instance whose latest poll was refused
-// for want of a usable key: one recorded since by an automator predating
-// refused_at (which refuses no poll's record) moved last_poll_at past it.
+// (for want of a usable key or for an expired account token): one
+// recorded since by an automator predating refused_at (which refuses no
+// poll's record) moved last_poll_at past it.
 const instanceRefused = `(i.refused_at >= i.last_poll_at)`
 
 // instanceArgs are instanceUpsert's arguments for poll p.
 func instanceArgs(p store.InstanceSeenParams) []any {
 	return []any{p.Account, p.InstanceID, p.Hostname, p.Version, toNanos(p.Now), p.Running, stoppedAt(p), p.Run, p.PollSeq,
-		toNanos(p.AccountCreatedAt), refusedAt(p), store.KeyIDsText(p.RefusedKeyIDs)}
+		toNanos(p.AccountCreatedAt), refusedAt(p), store.KeyIDsText(p.RefusedKeyIDs), refusedCause(p)}
 }
 
 // instanceUpsert records a poll (the arguments: account, instance id,
 // hostname, version, last_poll_at, in_flight, stopped_at, poll_run,
-// poll_seq, the account's created_at or 0, refused_at, refused_key_ids),
+// poll_seq, the account's created_at or 0, refused_at, refused_key_ids,
+// refused_cause),
 // unless its account is gone,
 // or is another than the one polled (deleted and created again under its
 // name: its created_at differs), or the poll is of the run of the
@@ -52,8 +74,8 @@ func instanceArgs(p store.InstanceSeenParams) []any {
 // their numbers, not by when they are written); where, when not empty,
 // adds a condition on the update ("AND ...").
 func instanceUpsert(where string) string {
-	return `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at, poll_run, poll_seq, refused_at, refused_key_ids)
-SELECT ?1, ?, ?, ?, ?, ?, ?, ?, ?, ?11, ?12 WHERE EXISTS (SELECT 1 FROM accounts WHERE name = ?1 AND key_id <> 0 AND (?10 = 0 OR created_at = ?10))
+	return `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at, poll_run, poll_seq, refused_at, refused_key_ids, refused_cause)
+SELECT ?1, ?, ?, ?, ?, ?, ?, ?, ?, ?11, ?12, ?13 WHERE EXISTS (SELECT 1 FROM accounts WHERE name = ?1 AND key_id <> 0 AND (?10 = 0 OR created_at = ?10))
 ON CONFLICT (account, instance_id) DO UPDATE SET
 	hostname = excluded.hostname,
 	version = excluded.version,
@@ -63,7 +85,8 @@ ON CONFLICT (account, instance_id) DO UPDATE SET
 	poll_run = excluded.poll_run,
 	poll_seq = excluded.poll_seq,
 	refused_at = excluded.refused_at,
-	refused_key_ids = excluded.refused_key_ids
+	refused_key_ids = excluded.refused_key_ids,
+	refused_cause = excluded.refused_cause
 WHERE NOT (excluded.poll_run <> '' AND excluded.poll_run = instances.poll_run
 	AND excluded.poll_seq <> 0 AND excluded.poll_seq < instances.poll_seq)` + where
 }
@@ -102,7 +125,7 @@ func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) er
 // the claimed units: a few, however many units ended. The in_flight column
 // (what the instance said at its last poll) is not read.
 const instanceListQuery = `SELECT i.account, i.instance_id, i.hostname, i.version, i.last_poll_at, ` + instanceStopped + `,
-	CASE WHEN ` + instanceRefused + ` THEN i.refused_key_ids ELSE '' END, COALESCE(c.n, 0)
+	CASE WHEN ` + instanceRefused + ` THEN i.refused_key_ids ELSE '' END, ` + refusedTokenExpired + `, COALESCE(c.n, 0)
 FROM instances i
 LEFT JOIN (SELECT instance_id, COUNT(*) AS n FROM work
 	WHERE account = ?1 AND state = 'claimed' GROUP BY instance_id) c ON c.instance_id = i.instance_id
@@ -119,7 +142,7 @@ func (s *Store) InstanceList(ctx context.Context, account string) ([]store.Insta
 		var in store.Instance
 		var lastPollAt int64
 		var refused string
-		if err := rows.Scan(&in.Account, &in.InstanceID, &in.Hostname, &in.Version, &lastPollAt, &in.Stopped, &refused, &in.InFlight); err != nil {
+		if err := rows.Scan(&in.Account, &in.InstanceID, &in.Hostname, &in.Version, &lastPollAt, &in.Stopped, &refused, &in.RefusedTokenExpired, &in.InFlight); err != nil {
 			return nil, fmt.Errorf("listing instances of account %q: %w", account, err)
 		}
 		in.LastPollAt = fromNanos(lastPollAt)

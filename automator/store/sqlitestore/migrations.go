@@ -243,6 +243,17 @@ ALTER TABLE instances ADD COLUMN poll_seq INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE instances ADD COLUMN refused_at INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE instances ADD COLUMN refused_key_ids TEXT NOT NULL DEFAULT '';
 `},
+	{version: 14, name: "instances whose polls are refused for an expired account token", sql: `
+-- Why the refused poll recorded (refused_at) was refused: 'token_expired'
+-- for a poll that presented the account's token of before a rotation whose
+-- overlap window had ended (a proxy still running the whole profile of
+-- before a key rotation; refused_key_ids is then ''), '' for one refused
+-- for want of a usable key or not refused. An automator predating the
+-- column leaves it as it was, records no poll refused for its token, and
+-- writes the key ids of a poll it refuses for want of a usable key, which
+-- say the cause then.
+ALTER TABLE instances ADD COLUMN refused_cause TEXT NOT NULL DEFAULT '';
+`},
 }
 
 // migrate applies the migrations not yet recorded in schema_migrations, all

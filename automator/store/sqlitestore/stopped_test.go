@@ -87,3 +87,31 @@ ON CONFLICT (account, instance_id) DO UPDATE SET
 	poll_seq = excluded.poll_seq`,
 		func(at int64) []any { return []any{"acme", "a", "a", "v1", at, 0, 0, "", 0} }))
 }
+
+// TestAPollRecordedByAnOlderAutomatorSaysItsOwnCauseOfRefusal: an
+// automator predating instances.refused_cause (version 13) records a poll
+// refused for want of a usable key, then an accepted one, after one
+// refused for an expired token (storetest.OlderWriterRefusesForItsOwnCause).
+func TestAPollRecordedByAnOlderAutomatorSaysItsOwnCauseOfRefusal(t *testing.T) {
+	t.Parallel()
+	s := open(t, filepath.Join(t.TempDir(), "automator.db"))
+	storetest.OlderWriterRefusesForItsOwnCause(t, s, testNow, func(at time.Time, keyRefused bool) error {
+		refusedAt, keyIDs := int64(0), ""
+		if keyRefused {
+			refusedAt, keyIDs = toNanos(at), "1"
+		}
+		return olderPoll(t, s, `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at, poll_run, poll_seq, refused_at, refused_key_ids)
+SELECT ?1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM accounts WHERE name = ?1 AND key_id <> 0)
+ON CONFLICT (account, instance_id) DO UPDATE SET
+	hostname = excluded.hostname,
+	version = excluded.version,
+	last_poll_at = excluded.last_poll_at,
+	in_flight = excluded.in_flight,
+	stopped_at = excluded.stopped_at,
+	poll_run = excluded.poll_run,
+	poll_seq = excluded.poll_seq,
+	refused_at = excluded.refused_at,
+	refused_key_ids = excluded.refused_key_ids`,
+			func(at int64) []any { return []any{"acme", "a", "a", "v1", at, 0, 0, "", 0, refusedAt, keyIDs} })(at)
+	})
+}

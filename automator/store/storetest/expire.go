@@ -17,6 +17,7 @@ var expireCases = []testCase{
 	{"ConcurrentSweepersNeverExpireAUnitTwice", testConcurrentSweepers},
 	{"AUnitEndsOnceWhenItsResultRacesItsDeadline", testResultRacesDeadline},
 	{"WorkExpireSaysWhatTheInstancesOfAnUnclaimedUnitsAccountWereDoing", testExpireReasonNamesInstances},
+	{"WorkExpireNamesTheInstancesRefusedForAnExpiredTokenWithTheirCause", testExpireReasonNamesTokenExpired},
 }
 
 // testExpireReasonNamesInstances: the reason of a unit no instance claimed
@@ -107,6 +108,52 @@ func testExpireReasonNamesInstances(f *fixture) {
 		}
 		if stored := f.get(w.ID).Reason; stored != w.Reason {
 			f.t.Errorf("WorkGet(%s).Reason = %q, WorkExpire returned %q", w.ID, stored, w.Reason)
+		}
+	}
+}
+
+// testExpireReasonNamesTokenExpired: the instances that poll but are
+// refused because their account token expired (a whole profile of before
+// a key rotation) are named first with that cause, apart from those
+// refused for want of a usable key.
+func testExpireReasonNamesTokenExpired(f *fixture) {
+	now := at(time.Hour)
+	for _, a := range []string{"acme", "globex"} {
+		f.account(a)
+	}
+	poll := func(account, id string, polled time.Duration, expired bool, keyIDs []uint32) {
+		f.seen(store.InstanceSeenParams{Account: account, InstanceID: id, Hostname: id + ".example", Version: "v1",
+			TokenExpired: expired, RefusedKeyIDs: keyIDs, Now: at(polled)})
+	}
+	// acme: one refused for its token, one gone.
+	poll("acme", "a-old", 59*time.Minute+30*time.Second, true, nil)
+	poll("acme", "a-gone", 30*time.Minute, false, nil)
+	// globex: one online, one refused for want of a key, two for their
+	// token.
+	poll("globex", "g-1", 59*time.Minute+50*time.Second, false, nil)
+	poll("globex", "g-key", 59*time.Minute+10*time.Second, false, []uint32{1})
+	poll("globex", "g-old-1", 59*time.Minute+20*time.Second, true, nil)
+	poll("globex", "g-old-2", 59*time.Minute+30*time.Second, true, nil)
+	f.enqueue("acme-1", "acme", at(2*time.Second), at(30*time.Minute))
+	f.enqueue("globex-1", "globex", at(2*time.Second), at(30*time.Minute))
+
+	got, err := f.s.WorkExpire(f.ctx, store.WorkExpireParams{Now: now, OnlineSince: now.Add(-time.Minute)})
+	if err != nil {
+		f.t.Fatalf("WorkExpire: %v", err)
+	}
+	const unclaimed = "no instance claimed it before the deadline"
+	want := map[string]string{
+		"acme-1": unclaimed + ": no instance of account acme was online (instance a-old polls but its account token expired: install the account's latest profile; " +
+			"a-gone last polled at 2026-01-02T03:34:05Z)",
+		"globex-1": unclaimed + " (1 instance online; instance g-key polls but holds no usable key: install the account's latest profile; " +
+			"instances g-old-2, g-old-1 poll but their account token expired: install the account's latest profile)",
+	}
+	if len(got) != len(want) {
+		f.t.Fatalf("WorkExpire changed %v, want the %d units", ids(got), len(want))
+	}
+	for _, w := range got {
+		if w.Reason != want[w.ID] {
+			f.t.Errorf("reason of %s = %q\nwant %q", w.ID, w.Reason, want[w.ID])
 		}
 	}
 }

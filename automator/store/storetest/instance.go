@@ -17,6 +17,7 @@ var instanceCases = []testCase{
 	{"APollOfARunNumberedBeforeItsStopNeverEndsIt", testInstanceStopOrderedByPollSeq},
 	{"ABatchedPollOfTheStoredRunNumberedAfterItIsWrittenThoughEarlierOnTheClock", testInstanceBatchAfterClockStepBack},
 	{"ARefusedPollShowsTheInstanceRefusedWithItsKeyIDsUntilAPollIsAccepted", testInstanceRefused},
+	{"APollRefusedForAnExpiredTokenShowsTheInstanceRefusedForItUntilAPollIsAccepted", testInstanceRefusedTokenExpired},
 }
 
 func (f *fixture) seen(p store.InstanceSeenParams) {
@@ -37,7 +38,7 @@ func (f *fixture) seenBatch(ps ...store.InstanceSeenParams) {
 // listedAs is the instance a listing shows after poll p was recorded.
 func listedAs(p store.InstanceSeenParams) store.Instance {
 	return store.Instance{Account: p.Account, InstanceID: p.InstanceID, Hostname: p.Hostname, Version: p.Version,
-		LastPollAt: p.Now, Stopped: p.Stopping, RefusedKeyIDs: p.RefusedKeyIDs}
+		LastPollAt: p.Now, Stopped: p.Stopping, RefusedKeyIDs: p.RefusedKeyIDs, RefusedTokenExpired: p.TokenExpired}
 }
 
 // runPoll is poll number seq of run (a proxy process) of instance a of
@@ -60,7 +61,7 @@ func (f *fixture) wantInstances(account string, want []store.Instance) {
 		g, w := got[i], want[i]
 		if g.Account != w.Account || g.InstanceID != w.InstanceID || g.Hostname != w.Hostname ||
 			g.Version != w.Version || !g.LastPollAt.Equal(w.LastPollAt) || g.Stopped != w.Stopped || g.InFlight != w.InFlight ||
-			!slices.Equal(g.RefusedKeyIDs, w.RefusedKeyIDs) {
+			!slices.Equal(g.RefusedKeyIDs, w.RefusedKeyIDs) || g.RefusedTokenExpired != w.RefusedTokenExpired {
 			f.t.Errorf("InstanceList(%q)[%d] = %+v, want %+v", account, i, g, w)
 		}
 	}
@@ -425,6 +426,58 @@ func testInstanceRefused(f *fixture) {
 	f.seenBatch(b4)
 	f.wantInstances("acme", []store.Instance{listedAs(a4), listedAs(b4)})
 	online(2, 0)
+}
+
+// testInstanceRefusedTokenExpired: a poll refused because the account
+// token it presented expired (the account's before a rotation whose
+// overlap ended: a proxy on the whole old profile) records the instance
+// as refused for that cause, written one by one or in a batch: it is
+// listed so, with no key ids, and not counted online until a poll of it
+// is accepted. A later poll refused for want of a usable key says that
+// cause instead.
+func testInstanceRefusedTokenExpired(f *fixture) {
+	f.account("acme")
+	poll := func(id string, now time.Time) store.InstanceSeenParams {
+		return store.InstanceSeenParams{Account: "acme", InstanceID: id, Hostname: id + ".example", Version: "v1", Now: now}
+	}
+	expired := func(id string, now time.Time) store.InstanceSeenParams {
+		p := poll(id, now)
+		p.TokenExpired = true
+		return p
+	}
+	online := func(want int) { f.t.Helper(); f.wantOnlineOfTwo(want) }
+
+	a1, b1 := poll("a", at(time.Second)), poll("b", at(time.Second))
+	f.seen(a1)
+	f.seen(b1)
+	online(2)
+
+	// The overlap of a rotation ends: a, on the old profile, is refused
+	// at authentication, written at once; b, in a batch.
+	a2, b2 := expired("a", at(2*time.Second)), expired("b", at(2*time.Second))
+	f.seen(a2)
+	f.seenBatch(b2)
+	f.wantInstances("acme", []store.Instance{listedAs(a2), listedAs(b2)})
+	online(0)
+	// A batch written late, holding a's accepted poll from before, does
+	// not bring it back.
+	f.seenBatch(poll("a", at(1500*time.Millisecond)))
+	f.wantInstances("acme", []store.Instance{listedAs(a2), listedAs(b2)})
+	online(0)
+
+	// b gets the new token but not the new key: refused for that, with
+	// its key ids, no more for its token.
+	b3 := poll("b", at(3*time.Second))
+	b3.RefusedKeyIDs = []uint32{1}
+	f.seen(b3)
+	f.wantInstances("acme", []store.Instance{listedAs(a2), listedAs(b3)})
+
+	// a gets the latest profile: its first poll accepted shows it online
+	// at once, refused no more.
+	a3 := poll("a", at(time.Minute))
+	f.seenBatch(a3)
+	f.wantInstances("acme", []store.Instance{listedAs(a3), listedAs(b3)})
+	online(1)
 }
 
 // wantOnlineOfTwo checks that the fixture's one account has two instances,

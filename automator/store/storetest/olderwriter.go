@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -150,4 +151,40 @@ func OlderWriterEndsARefusal(t *testing.T, s store.Store, now time.Time, olderPo
 		t.Fatal(err)
 	}
 	refused(false)
+}
+
+// OlderWriterRefusesForItsOwnCause: after this binary recorded a poll of
+// instance a refused for an expired account token, a poll an automator
+// predating instances.refused_cause records (olderPoll: refused for want
+// of key id 1 when keyRefused, else accepted), later, leaves the cause
+// column as it was; the instance is listed as that poll says all the
+// same: refused for want of a usable key, with its key ids, and no longer
+// for its token; or not refused.
+func OlderWriterRefusesForItsOwnCause(t *testing.T, s store.Store, now time.Time, olderPoll func(at time.Time, keyRefused bool) error) {
+	t.Helper()
+	ctx := t.Context()
+	createAcme(t, s, now)
+	if err := s.InstanceSeen(ctx, store.InstanceSeenParams{Account: "acme", InstanceID: "a", Hostname: "a", Version: "v2",
+		TokenExpired: true, Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	want := func(keyIDs []uint32, expired bool) {
+		t.Helper()
+		list, err := s.InstanceList(ctx, "acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) != 1 || !slices.Equal(list[0].RefusedKeyIDs, keyIDs) || list[0].RefusedTokenExpired != expired {
+			t.Fatalf("InstanceList = %+v, want instance a refused for key ids %v, for its expired token %v", list, keyIDs, expired)
+		}
+	}
+	want(nil, true)
+	if err := olderPoll(now.Add(time.Minute), true); err != nil {
+		t.Fatal(err)
+	}
+	want([]uint32{1}, false)
+	if err := olderPoll(now.Add(2*time.Minute), false); err != nil {
+		t.Fatal(err)
+	}
+	want(nil, false)
 }
