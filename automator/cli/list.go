@@ -222,11 +222,27 @@ type instanceJSON struct {
 	Online     bool      `json:"online"`
 	// Status is the STATUS column: online, stopped (its last poll said it
 	// was stopping), refused (it polls, and its polls are refused: it holds
-	// no usable key of the account) or offline.
+	// no usable key of the account, or its account token expired) or
+	// offline.
 	Status string `json:"status"`
+	// RefusedCause, when its last poll was refused (status refused, or
+	// offline since), says why: "no_usable_key" or "token_expired" (the
+	// account token of before a rotation whose overlap has ended).
+	RefusedCause string `json:"refused_cause,omitempty"`
 	// RefusedKeyIDs, when its last poll was refused for want of a usable
 	// key (status refused, or offline since), are the key ids it held.
 	RefusedKeyIDs []uint32 `json:"refused_key_ids,omitempty"`
+}
+
+// refusedCauseJSON is instanceJSON.RefusedCause of in.
+func refusedCauseJSON(in store.Instance) string {
+	switch {
+	case in.RefusedTokenExpired:
+		return "token_expired"
+	case len(in.RefusedKeyIDs) > 0:
+		return "no_usable_key"
+	}
+	return ""
 }
 
 // cmdInstances lists the instances of an account.
@@ -260,7 +276,7 @@ func cmdInstances(ctx context.Context, args []string, env Env) error {
 			st := server.StatusOfInstance(in, since)
 			out = append(out, instanceJSON{InstanceID: in.InstanceID, Hostname: in.Hostname, Version: in.Version,
 				LastPollAt: in.LastPollAt, InFlight: in.InFlight, Online: st == server.InstanceOnline, Status: string(st),
-				RefusedKeyIDs: in.RefusedKeyIDs})
+				RefusedCause: refusedCauseJSON(in), RefusedKeyIDs: in.RefusedKeyIDs})
 		}
 		return writeJSON(env.Stdout, out)
 	}
@@ -278,12 +294,18 @@ func cmdInstances(ctx context.Context, args []string, env Env) error {
 }
 
 // instanceStatusText is the STATUS column: the status word, and for an
-// instance whose last poll was refused for want of a usable key, the key
-// ids it holds and the fix.
+// instance whose last poll was refused, why (the key ids it holds, none
+// usable, or its expired account token) and the fix.
 func instanceStatusText(in store.Instance, since time.Time) string {
 	st := server.StatusOfInstance(in, since)
-	if len(in.RefusedKeyIDs) == 0 || st == server.InstanceStopped {
+	if !in.Refused() || st == server.InstanceStopped {
 		return string(st)
+	}
+	if in.RefusedTokenExpired {
+		if st == server.InstanceRefused {
+			return fmt.Sprintf("%s (its polls are refused: its account token expired, rotated and its overlap ended; install the account's latest profile)", st)
+		}
+		return fmt.Sprintf("%s (its last poll was refused: its account token had expired; install the account's latest profile)", st)
 	}
 	if st == server.InstanceRefused {
 		return fmt.Sprintf("%s (its polls are refused: it holds key ids %v, none usable; install the account's latest profile)", st, in.RefusedKeyIDs)

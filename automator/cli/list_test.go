@@ -136,6 +136,11 @@ func seedListings(t *testing.T) string {
 		{Account: "acme", InstanceID: "host-e", Hostname: "e.acme.internal", Version: "v1.4.0", RefusedKeyIDs: []uint32{1}, Now: listNow.Add(-4 * time.Second)},
 		// host-f's last poll, long ago, was refused: offline, and said so.
 		{Account: "acme", InstanceID: "host-f", Hostname: "f.acme.internal", Version: "v1.3.2", RefusedKeyIDs: []uint32{1, 2}, Now: listNow.Add(-20 * time.Minute)},
+		// host-g still runs the whole profile of before a rotate-key whose
+		// overlap has ended: its polls are refused for its expired token.
+		{Account: "acme", InstanceID: "host-g", Hostname: "g.acme.internal", Version: "v1.4.0", TokenExpired: true, Now: listNow.Add(-6 * time.Second)},
+		// host-h's last poll, long ago, was refused for its expired token.
+		{Account: "acme", InstanceID: "host-h", Hostname: "h.acme.internal", Version: "v1.3.2", TokenExpired: true, Now: listNow.Add(-30 * time.Minute)},
 		{Account: "globex", InstanceID: "g-1", Hostname: "g1.globex.lan", Version: "v1.4.0", Running: 0, Now: listNow.Add(-9 * time.Minute)},
 		// g-2 polls and is refused: globex, with a unit queued and no
 		// instance online, is stranded, and says why.

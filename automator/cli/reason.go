@@ -21,9 +21,10 @@ const maxReason = 80
 // "unclaimed: no instance was online (p1 stopped at T; ...)", "claimed at
 // T, no result before the deadline". An account with no instance at all
 // keeps its advice: "unclaimed: no proxy instance in 30 days; start one
-// with the account's profile"; instances refused for want of a usable key,
-// which the reason names first, are said in short, "a: no usable key,
-// install the latest profile", so that the fix shows. Then a reason longer
+// with the account's profile"; instances refused for want of a usable key
+// or for an expired account token, which the reason names first, are said
+// in short, "a: no usable key, install the latest profile", "b: token
+// expired, install the latest profile", so that the fix shows. Then a reason longer
 // than maxReason runes is cut, ending in "…", and cut says so.
 func tableReason(reason, account, instance string) (shown string, cut bool) {
 	if rest, ok := strings.CutPrefix(reason, store.UnclaimedReason); ok {
@@ -40,7 +41,8 @@ func tableReason(reason, account, instance string) (shown string, cut bool) {
 		} else if r, ok := strings.CutPrefix(rest, ": no instance of account "+account+" was "); ok {
 			rest = ": no instance was " + r
 		}
-		reason = "unclaimed" + refusedClause.ReplaceAllString(rest, "$1$2: no usable key, install the latest profile")
+		rest = refusedClause.ReplaceAllString(rest, "$1$2: no usable key, install the latest profile")
+		reason = "unclaimed" + expiredClause.ReplaceAllString(rest, "$1$2: token expired, install the latest profile")
 	}
 	if instance != "" {
 		reason = strings.Replace(reason, "claimed by instance "+instance+" at ", "claimed at ", 1)
@@ -57,6 +59,10 @@ func tableReason(reason, account, instance string) (shown string, cut bool) {
 // (store.ExpireReasons), which opens the reason's parenthesis or follows a
 // "; " in it: that opening in the first group, their ids in the second.
 var refusedClause = regexp.MustCompile(`(\(|; )instances? (.+?) (?:polls but holds|poll but hold) no usable key: install the account's latest profile`)
+
+// expiredClause is refusedClause for the instances refused because their
+// account token expired (a whole profile of before a key rotation).
+var expiredClause = regexp.MustCompile(`(\(|; )instances? (.+?) (?:polls but its|poll but their) account token expired: install the account's latest profile`)
 
 // reasonColumn fills the REASON cells of a table (tableReason) and
 // remembers whether it cut one, to say so under the table.

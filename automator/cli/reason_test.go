@@ -205,7 +205,8 @@ func TestWorkWaitShowsTheAdviceForAnAccountWithNoInstance(t *testing.T) {
 
 // TestATableShowsTheFixForInstancesRefusedForWantOfAKey: the reason of a
 // unit unclaimed while instances of its account polled and were refused
-// for want of a usable key names them first, with the fix; a table says
+// for want of a usable key, or for an expired account token, names them
+// first, with the cause and the fix; a table says
 // that in short, so that the fix shows within maxReason runes, with the
 // store's own words (store.ExpireReasons).
 func TestATableShowsTheFixForInstancesRefusedForWantOfAKey(t *testing.T) {
@@ -213,6 +214,9 @@ func TestATableShowsTheFixForInstancesRefusedForWantOfAKey(t *testing.T) {
 	at := time.Date(2026, 12, 2, 16, 0, 0, 0, time.UTC)
 	refused := func(id string) store.Instance {
 		return store.Instance{Account: "acme", InstanceID: id, LastPollAt: at, RefusedKeyIDs: []uint32{1}}
+	}
+	expired := func(id string) store.Instance {
+		return store.Instance{Account: "acme", InstanceID: id, LastPollAt: at, RefusedTokenExpired: true}
 	}
 	polled := store.Instance{Account: "acme", InstanceID: "b", LastPollAt: at.Add(-time.Hour)}
 	for _, c := range []struct {
@@ -224,6 +228,10 @@ func TestATableShowsTheFixForInstancesRefusedForWantOfAKey(t *testing.T) {
 			"unclaimed: no instance was online (a: no usable key, install the latest profile"},
 		{"two refused, one online", store.AccountInstances{Instances: 3, Online: 1, Refused: 2, Latest: []store.Instance{refused("a"), refused("c"), polled}},
 			"unclaimed (1 instance online; a, c: no usable key, install the latest profile)"},
+		{"one refused for its expired token, none online", store.AccountInstances{Instances: 2, Refused: 1, Latest: []store.Instance{expired("a"), polled}},
+			"unclaimed: no instance was online (a: token expired, install the latest profile"},
+		{"two refused for their expired token, one online", store.AccountInstances{Instances: 3, Online: 1, Refused: 2, Latest: []store.Instance{expired("a"), expired("c"), polled}},
+			"unclaimed (1 instance online; a, c: token expired, install the latest profile)"},
 	} {
 		reason := store.ExpireReasons(map[string]store.AccountInstances{"acme": c.in})(store.Work{Account: "acme", State: store.StateQueued})
 		shown, _ := tableReason(reason, "acme", "")

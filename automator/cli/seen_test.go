@@ -17,7 +17,9 @@ import (
 // stopped, whose config needs the new profile as much (and which would
 // otherwise find out at failover), and, marked as stopped, one stopped
 // gracefully a moment ago, whose last poll said so, and, marked as
-// refused, one polling with a profile whose keys are no longer usable.
+// refused, one polling with a profile whose keys are no longer usable and
+// one polling with the whole profile of before a rotation whose overlap
+// has ended.
 func TestRotateAndDeleteNameEveryInstanceSeenWithTheAccount(t *testing.T) {
 	t.Parallel()
 	dir := initDir(t)
@@ -30,21 +32,23 @@ func TestRotateAndDeleteNameEveryInstanceSeenWithTheAccount(t *testing.T) {
 	}
 	defer st.Close()
 	now := time.Now()
-	for id, at := range map[string]time.Time{"host-a": now, "host-b": now.Add(-10 * 24 * time.Hour), "host-c": now, "host-d": now} {
+	for id, at := range map[string]time.Time{"host-a": now, "host-b": now.Add(-10 * 24 * time.Hour), "host-c": now, "host-d": now, "host-e": now} {
 		var refused []uint32
 		if id == "host-d" {
 			refused = []uint32{1}
 		}
 		if err := st.InstanceSeen(t.Context(), store.InstanceSeenParams{Account: "acme", InstanceID: id, Hostname: id + ".example", Version: "v1.4.0",
-			Stopping: id == "host-c", RefusedKeyIDs: refused, Now: at}); err != nil {
+			Stopping: id == "host-c", RefusedKeyIDs: refused, TokenExpired: id == "host-e", Now: at}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	check := func(what, out string) {
 		t.Helper()
-		var a, b, c, d string
+		var a, b, c, d, e string
 		for _, l := range strings.Split(out, "\n") {
 			switch {
+			case strings.HasPrefix(l, "  host-e "):
+				e = l
 			case strings.HasPrefix(l, "  host-d "):
 				d = l
 			case strings.HasPrefix(l, "  host-a "):
@@ -57,6 +61,9 @@ func TestRotateAndDeleteNameEveryInstanceSeenWithTheAccount(t *testing.T) {
 		}
 		if d == "" || !strings.Contains(d, "REFUSED (it polls holding key ids [1], none usable)") {
 			t.Errorf("%s: the instance polling with a profile of before a key rotation is %q, want it listed as refused; output:\n%s", what, d, out)
+		}
+		if e == "" || !strings.Contains(e, "REFUSED (it polls with the account token of before a rotation whose overlap has ended)") {
+			t.Errorf("%s: the instance polling with the whole profile of before a rotation is %q, want it listed as refused for its token; output:\n%s", what, e, out)
 		}
 		if c == "" || !strings.Contains(c, "STOPPED (it said so at its last poll") {
 			t.Errorf("%s: the instance stopped a moment ago is %q, want it listed as stopped; output:\n%s", what, c, out)

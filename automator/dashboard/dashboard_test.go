@@ -1124,7 +1124,7 @@ func TestAnInstanceRefusedForWantOfAUsableKeyIsShownRefused(t *testing.T) {
 	code, body := get(t, c, e.url+"/dashboard/accounts/acme")
 	for _, want := range []string{
 		`id="stranded-warning"`,
-		`or were refused for want of a usable key`,
+		`or were refused for want of a usable key or for an expired account token`,
 		`<tr data-instance="a-1" class="refused">`,
 		`<span class="badge status status-refused" title="its polls are refused: it holds no key of the account usable now">refused</span>`,
 		`<span class="note">holds key ids [1]: install the account's latest profile</span>`,
@@ -1194,5 +1194,36 @@ func TestAnAccountWhoseOnlyInstancesAreRefusedIsShownRefused(t *testing.T) {
 	_, body = get(t, c, e.url+"/dashboard/accounts/globex")
 	if strings.Contains(body, `id="refused-warning"`) || strings.Contains(body, `class="refused-hint"`) {
 		t.Errorf("instances page of globex (offline) warns of refused instances:\n%s", body)
+	}
+}
+
+// TestAnInstanceOnAnExpiredTokenIsShownRefusedForIt: an instance still
+// running the whole profile of before a key rotation whose overlap has
+// ended polls, and its polls are refused at authentication: it is shown
+// refused on its account's page, saying its account token expired and
+// the fix, not online (nor offline: it is alive), and the account's queued
+// unit is stranded, the warning saying why it may be.
+func TestAnInstanceOnAnExpiredTokenIsShownRefusedForIt(t *testing.T) {
+	e := newEnv(t)
+	now := e.clock.Now()
+	if err := e.st.InstanceSeen(t.Context(), store.InstanceSeenParams{Account: "acme", InstanceID: "a-1",
+		Hostname: "a-1.example", Version: "v9", TokenExpired: true, Now: now.Add(-time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	e.enqueue("w_1", "acme", now, &automatorv1.Command{Script: "x.sh"})
+	c := client(t)
+	e.signIn(c, e.url, "viewer")
+	code, body := get(t, c, e.url+"/dashboard/accounts/acme")
+	for _, want := range []string{
+		`id="stranded-warning"`,
+		`or were refused for want of a usable key or for an expired account token`,
+		`<tr data-instance="a-1" class="refused">`,
+		`<span class="badge status status-refused" title="its polls are refused: its account token expired (rotated, and its overlap ended)">refused</span>`,
+		`<span class="note">its account token expired: install the account's latest profile</span>`,
+		`<div><dt>Instances online</dt><dd>0 of 1</dd></div>`,
+	} {
+		if code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("instances page of acme (%d) lacks %s:\n%s", code, want, body)
+		}
 	}
 }

@@ -90,7 +90,7 @@ func callerFrom(ctx context.Context) string {
 // (the scheme in any case).
 func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		ctx, err := s.authenticate(ctx, info.FullMethod)
+		ctx, err := s.authenticate(ctx, info.FullMethod, req)
 		if err != nil {
 			return nil, err
 		}
@@ -103,7 +103,9 @@ var (
 	callerPrefix = "/" + automatorv1.AutomatorService_ServiceDesc.ServiceName + "/"
 )
 
-func (s *Server) authenticate(ctx context.Context, method string) (context.Context, error) {
+// req is the call's request, for a poll refused for an expired token
+// (tokenExpiredPoll).
+func (s *Server) authenticate(ctx context.Context, method string, req any) (context.Context, error) {
 	secret, err := bearer(ctx)
 	switch {
 	case strings.HasPrefix(method, proxyPrefix):
@@ -118,7 +120,13 @@ func (s *Server) authenticate(ctx context.Context, method string) (context.Conte
 		case errors.Is(err, store.ErrExpired):
 			// The presenter held this token: telling it that it expired
 			// reveals nothing, and tells its operator what to do.
-			return nil, s.authFailed(ctx, method, "account token expired: it was rotated and its overlap window has ended; install the account's new profile", "account:"+a.Name)
+			err := s.authFailed(ctx, method, "account token expired: it was rotated and its overlap window has ended; install the account's new profile", "account:"+a.Name)
+			if poll, ok := req.(*automatorv1.PollRequest); ok && method == proxyPrefix+"Poll" && status.Code(err) == codes.Unauthenticated {
+				// Within the source's budget only (over it, the refusal
+				// is ResourceExhausted and nothing more is written).
+				s.tokenExpiredPoll(ctx, a, poll)
+			}
+			return nil, err
 		case err != nil:
 			return nil, s.internal(ctx, "looking up account token", err)
 		}
@@ -132,6 +140,28 @@ func (s *Server) authenticate(ctx context.Context, method string) (context.Conte
 		return context.WithValue(ctx, keyCaller, c), nil
 	}
 	return ctx, nil // health and reflection services carry no secrets
+}
+
+// tokenExpiredPoll records poll req, refused because the account token it
+// presented was a's before a rotation whose overlap window has ended, as
+// its instance's refused poll (store.InstanceSeenParams.TokenExpired):
+// listings, the dashboard and the reason of a unit no instance claimed
+// tell that it polls with the whole profile of before the rotation,
+// rather than show it gone two poll windows later. Only such a token, one
+// that was the account's, gets here, never an unknown one; the poll is
+// checked as an accepted one is (validPoll) and recorded through the
+// seen-cache, so a flood of them writes at most one record per instance
+// every seenEvery (within maxSeen instances held), as accepted polls do.
+// The proxy is refused all the same, whether or not the poll is recorded.
+func (s *Server) tokenExpiredPoll(ctx context.Context, a store.Account, req *automatorv1.PollRequest) {
+	if validPoll(req) != nil {
+		return
+	}
+	seen := pollRecord(req, a.Name, a.CreatedAt, s.clock.Now())
+	seen.TokenExpired = true
+	if err := s.instanceSeen(ctx, seen, pollSeen{run: req.GetRunId(), seq: req.GetPollSeq()}); err != nil {
+		_ = s.internal(ctx, "recording the instance's poll refused for an expired account token", err)
+	}
 }
 
 // apiKey returns the caller whose API key is secret (bearerErr: the

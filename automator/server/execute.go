@@ -155,7 +155,7 @@ func (a *AutomatorService) ListInstances(ctx context.Context, req *automatorv1.L
 	}
 	// Online as in the listings and the dashboard (store.AccountStatsParams):
 	// a last poll at or after this, which did not say it was stopping and
-	// was not refused for want of a usable key.
+	// was not refused.
 	since := s.clock.Now().Add(-InstanceOnlineWithin(s.pollWindow))
 	resp := &automatorv1.ListInstancesResponse{}
 	for _, in := range list {
@@ -167,8 +167,9 @@ func (a *AutomatorService) ListInstances(ctx context.Context, req *automatorv1.L
 			InFlight:      int32(in.InFlight),
 			Online:        StatusOfInstance(in, since) == InstanceOnline,
 			Stopped:       in.Stopped,
-			Refused:       len(in.RefusedKeyIDs) > 0,
+			Refused:       in.Refused(),
 			RefusedKeyIds: in.RefusedKeyIDs,
+			RefusedCause:  refusedCause(in),
 		})
 	}
 	return resp, nil
@@ -712,4 +713,15 @@ func (q *queuedCounts) counted(account string, n int, now time.Time) {
 		q.m = make(map[string]queuedCount)
 	}
 	q.m[account] = queuedCount{n: n, at: now}
+}
+
+// refusedCause is in's Instance.refused_cause.
+func refusedCause(in store.Instance) automatorv1.RefusedCause {
+	switch {
+	case in.RefusedTokenExpired:
+		return automatorv1.RefusedCause_REFUSED_CAUSE_TOKEN_EXPIRED
+	case len(in.RefusedKeyIDs) > 0:
+		return automatorv1.RefusedCause_REFUSED_CAUSE_NO_USABLE_KEY
+	}
+	return automatorv1.RefusedCause_REFUSED_CAUSE_UNSPECIFIED
 }

@@ -14,8 +14,9 @@ import (
 // only updates its record in memory, and the records that changed are
 // written every seenEvery in one transaction per batch. A new instance,
 // one whose host or version changed, one that says it is stopping or no
-// longer says so, one refused for want of a usable key after one accepted
-// or the reverse (refusedPoll), and the first poll this automator sees of
+// longer says so, one refused (for want of a usable key, or for an
+// expired account token) after one accepted, or the reverse, or for
+// another cause (refusedPoll), and the first poll this automator sees of
 // a new proxy process (run) of an instance are written at once: a stop, a
 // start after it, and a key rotation that leaves an instance without a
 // usable key (and the new profile installed), show in listings as they
@@ -171,8 +172,18 @@ func (s *Server) instanceSeen(ctx context.Context, p store.InstanceSeenParams, p
 	return nil
 }
 
-// refusedPoll is true for a poll refused for want of a usable key.
-func refusedPoll(p store.InstanceSeenParams) bool { return len(p.RefusedKeyIDs) > 0 }
+// refusedPoll is why a poll was refused: "" when it was not, "key" for
+// want of a usable key, "token" for an expired account token. A poll
+// refused for another cause than the one before it is written at once.
+func refusedPoll(p store.InstanceSeenParams) string {
+	switch {
+	case len(p.RefusedKeyIDs) > 0:
+		return "key"
+	case p.TokenExpired:
+		return "token"
+	}
+	return ""
+}
 
 // pruneLocked drops the records whose latest poll is written: only those
 // pending (dirty) must stay until a flush writes them.

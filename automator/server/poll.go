@@ -64,41 +64,7 @@ func (s *Server) ProxyService() *ProxyService { return &ProxyService{s: s} }
 func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (*automatorv1.PollResponse, error) {
 	s := p.s
 	account := accountFrom(ctx)
-	if err := validID("instance_id", req.GetInstanceId()); err != nil {
-		return nil, err
-	}
-	max := int(req.GetMaxUnits())
-	if max < 0 || max > maxUnitsPerPoll {
-		return nil, status.Errorf(codes.InvalidArgument, "max_units %d is outside [0, %d]", max, maxUnitsPerPoll)
-	}
-	if len(req.GetRunning()) > maxRunning {
-		return nil, status.Errorf(codes.InvalidArgument, "running lists %d units, more than %d", len(req.GetRunning()), maxRunning)
-	}
-	for i, id := range req.GetRunning() {
-		if len(id) > maxIDLen {
-			return nil, status.Errorf(codes.InvalidArgument, "running[%d] is longer than %d bytes", i, maxIDLen)
-		}
-	}
-	if len(req.GetRunId()) > maxIDLen {
-		return nil, status.Errorf(codes.InvalidArgument, "run_id is longer than %d bytes", maxIDLen)
-	}
-	if req.GetPollSeq() > math.MaxInt64 {
-		return nil, status.Errorf(codes.InvalidArgument, "poll_seq %d is above %d", req.GetPollSeq(), int64(math.MaxInt64))
-	}
-	if from := req.GetLostFrom(); from != 0 && (from >= req.GetPollSeq() || req.GetRunId() == "") {
-		return nil, status.Errorf(codes.InvalidArgument, "lost_from %d needs a run_id and a poll_seq above it (poll_seq %d)", from, req.GetPollSeq())
-	}
-	// Both are stored with the instance and shown in listings.
-	if len(req.GetHostname()) > maxHostnameLen {
-		return nil, status.Errorf(codes.InvalidArgument, "hostname is longer than %d bytes", maxHostnameLen)
-	}
-	if len(req.GetVersion()) > maxVersionLen {
-		return nil, status.Errorf(codes.InvalidArgument, "version is longer than %d bytes", maxVersionLen)
-	}
-	if err := plainText("hostname", req.GetHostname()); err != nil {
-		return nil, err
-	}
-	if err := plainText("version", req.GetVersion()); err != nil {
+	if err := validPoll(req); err != nil {
 		return nil, err
 	}
 	// The keys the instance holds decide how its claims are sealed
@@ -108,19 +74,7 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 		return nil, err
 	}
 	newRun := s.noteRun(ctx, account, req.GetInstanceId(), req.GetHostname(), req.GetRunId())
-	seen := store.InstanceSeenParams{
-		Account:    account,
-		InstanceID: req.GetInstanceId(),
-		Hostname:   req.GetHostname(),
-		Version:    req.GetVersion(),
-		Running:    len(req.GetRunning()),
-		Stopping:   req.GetStopping(),
-		Run:        req.GetRunId(),
-		PollSeq:    int64(req.GetPollSeq()), // at most MaxInt64 (above)
-		// Not recorded under an account created again under its name.
-		AccountCreatedAt: tokenFrom(ctx).created,
-		Now:              s.clock.Now(),
-	}
+	seen := pollRecord(req, account, tokenFrom(ctx).created, s.clock.Now())
 	ps := pollSeen{run: req.GetRunId(), seq: req.GetPollSeq(), newRun: newRun}
 	if refused {
 		// Recorded as refused, with the key ids it holds: listings, the
@@ -133,6 +87,75 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 		}
 		return nil, err
 	}
+	return p.poll(ctx, req, account, ring, seen, ps)
+}
+
+// validPoll checks what a poll says of its instance and itself, before
+// anything of it is used or recorded: a poll refused for an expired token
+// (tokenExpiredPoll) is checked as an accepted one is.
+func validPoll(req *automatorv1.PollRequest) error {
+	if err := validID("instance_id", req.GetInstanceId()); err != nil {
+		return err
+	}
+	max := int(req.GetMaxUnits())
+	if max < 0 || max > maxUnitsPerPoll {
+		return status.Errorf(codes.InvalidArgument, "max_units %d is outside [0, %d]", max, maxUnitsPerPoll)
+	}
+	if len(req.GetRunning()) > maxRunning {
+		return status.Errorf(codes.InvalidArgument, "running lists %d units, more than %d", len(req.GetRunning()), maxRunning)
+	}
+	for i, id := range req.GetRunning() {
+		if len(id) > maxIDLen {
+			return status.Errorf(codes.InvalidArgument, "running[%d] is longer than %d bytes", i, maxIDLen)
+		}
+	}
+	if len(req.GetRunId()) > maxIDLen {
+		return status.Errorf(codes.InvalidArgument, "run_id is longer than %d bytes", maxIDLen)
+	}
+	if req.GetPollSeq() > math.MaxInt64 {
+		return status.Errorf(codes.InvalidArgument, "poll_seq %d is above %d", req.GetPollSeq(), int64(math.MaxInt64))
+	}
+	if from := req.GetLostFrom(); from != 0 && (from >= req.GetPollSeq() || req.GetRunId() == "") {
+		return status.Errorf(codes.InvalidArgument, "lost_from %d needs a run_id and a poll_seq above it (poll_seq %d)", from, req.GetPollSeq())
+	}
+	// Both are stored with the instance and shown in listings.
+	if len(req.GetHostname()) > maxHostnameLen {
+		return status.Errorf(codes.InvalidArgument, "hostname is longer than %d bytes", maxHostnameLen)
+	}
+	if len(req.GetVersion()) > maxVersionLen {
+		return status.Errorf(codes.InvalidArgument, "version is longer than %d bytes", maxVersionLen)
+	}
+	if err := plainText("hostname", req.GetHostname()); err != nil {
+		return err
+	}
+	if err := plainText("version", req.GetVersion()); err != nil {
+		return err
+	}
+	return nil
+}
+
+// pollRecord is the record of poll req of an instance of account (created
+// at created), at now.
+func pollRecord(req *automatorv1.PollRequest, account string, created, now time.Time) store.InstanceSeenParams {
+	return store.InstanceSeenParams{
+		Account:    account,
+		InstanceID: req.GetInstanceId(),
+		Hostname:   req.GetHostname(),
+		Version:    req.GetVersion(),
+		Running:    len(req.GetRunning()),
+		Stopping:   req.GetStopping(),
+		Run:        req.GetRunId(),
+		PollSeq:    int64(req.GetPollSeq()), // at most MaxInt64 (validPoll)
+		// Not recorded under an account created again under its name.
+		AccountCreatedAt: created,
+		Now:              now,
+	}
+}
+
+// poll is Poll of an instance whose poll is accepted, recorded as seen.
+func (p *ProxyService) poll(ctx context.Context, req *automatorv1.PollRequest, account string, ring *keyRing, seen store.InstanceSeenParams, ps pollSeen) (*automatorv1.PollResponse, error) {
+	s := p.s
+	max := int(req.GetMaxUnits())
 	window := s.pollWindow
 	if w := req.GetWait(); w != nil && w.AsDuration() >= 0 && w.AsDuration() < window {
 		window = w.AsDuration()

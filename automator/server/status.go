@@ -28,7 +28,9 @@ const (
 	InstanceStopped InstanceStatus = "stopped"
 	// InstanceRefused: it polled within InstanceOnlineWithin, and that
 	// poll was refused because it holds no usable key of its account (a
-	// profile of before a key rotation: store.Instance.RefusedKeyIDs). It
+	// profile of before a key rotation: store.Instance.RefusedKeyIDs), or
+	// because its account token expired (the whole profile of before the
+	// rotation, past its overlap: store.Instance.RefusedTokenExpired). It
 	// is alive and claims nothing until it gets the latest profile.
 	InstanceRefused InstanceStatus = "refused"
 	// InstanceOffline: it has not polled within InstanceOnlineWithin and
@@ -45,7 +47,7 @@ func StatusOfInstance(in store.Instance, onlineSince time.Time) InstanceStatus {
 		return InstanceStopped
 	case in.LastPollAt.Before(onlineSince):
 		return InstanceOffline
-	case len(in.RefusedKeyIDs) > 0:
+	case in.Refused():
 		return InstanceRefused
 	}
 	return InstanceOnline

@@ -308,3 +308,48 @@ func TestAProxyHoldingNoUsableKeyIsListedRefusedUntilItGetsTheLatestProfile(t *t
 		t.Errorf("instances once p1 has the latest profile: %v; want p1 online", got)
 	}
 }
+
+// TestAProxyOnTheWholeOldProfileIsListedRefusedForItsTokenUntilItGetsTheLatest:
+// after `account rotate-key --overlap 2s`, a proxy still running the whole
+// profile of before it polls with the old token, which is refused once the
+// overlap has ended. It is listed refused for its expired token, not
+// online (nor gone), in `automator instances` (table and --json), and a
+// unit that times out unclaimed names it and the fix. With the latest
+// profile installed, it is online at once.
+func TestAProxyOnTheWholeOldProfileIsListedRefusedForItsTokenUntilItGetsTheLatest(t *testing.T) {
+	t.Parallel()
+	a := startAutomator(t)
+	oldProfile := a.createAccount(t, "acme")
+	scripts := t.TempDir()
+	writeScript(t, scripts, "hello.sh", `echo hello`)
+	p := startProxy(t, oldProfile, scripts, "p1")
+	p.WaitPolling(t)
+	newProfile := a.rotate(t, "rotate-key", "acme", "2s")
+
+	waitFor(t, 30*time.Second, "p1, on the old token past its overlap, to be listed refused", func() bool {
+		return a.instanceStates(t, "acme")["p1"] == "refused"
+	})
+	r := runCLI(bin.automator, "instances", "--data-dir", a.DataDir, "--account", "acme")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "refused (its polls are refused: its account token expired, rotated and its overlap ended; install the account's latest profile)") {
+		t.Errorf("automator instances while p1 is refused: %v", r)
+	}
+	r = runCLI(bin.automator, "instances", "--data-dir", a.DataDir, "--account", "acme", "--json")
+	if r.Code != 0 || !strings.Contains(r.Stdout, `"refused_cause": "token_expired"`) {
+		t.Errorf("automator instances --json while p1 is refused: %v", r)
+	}
+	if status, n := a.accountOnline(t, "acme"); status != "offline" || n != 0 {
+		t.Errorf("account acme while p1 is refused: %s, %d online; want offline, 0", status, n)
+	}
+	r = a.Exec("--account", "acme", "--timeout", "2s", "hello.sh")
+	if want := "instance p1 polls but its account token expired: install the account's latest profile"; r.Code != 124 || !strings.Contains(r.Stderr, want) {
+		t.Errorf("exec while p1 is refused: %v; want exit 124 saying %q", r, want)
+	}
+
+	if code := p.Stop(t, 30*time.Second); code != 0 {
+		t.Fatalf("proxy exited %d after SIGTERM, want 0\n%s", code, p.Log())
+	}
+	startProxy(t, newProfile, scripts, "p1").WaitPolling(t)
+	if got := a.instanceStates(t, "acme"); got["p1"] != "online" {
+		t.Errorf("instances once p1 has the latest profile: %v; want p1 online", got)
+	}
+}

@@ -142,6 +142,62 @@ func (Outcome) EnumDescriptor() ([]byte, []int) {
 	return file_automator_v1_automator_proto_rawDescGZIP(), []int{1}
 }
 
+// Why an instance's last poll was refused (Instance.refused_cause).
+type RefusedCause int32
+
+const (
+	RefusedCause_REFUSED_CAUSE_UNSPECIFIED RefusedCause = 0
+	// The poll was refused (FAILED_PRECONDITION) because the instance holds
+	// no key of its account usable then: its config has the account's
+	// latest token but not its latest keys.
+	RefusedCause_REFUSED_CAUSE_NO_USABLE_KEY RefusedCause = 1
+	// The poll was refused at authentication (UNAUTHENTICATED) because the
+	// account token it presented was the account's before a rotation whose
+	// overlap window has ended: it runs the whole profile of before it.
+	RefusedCause_REFUSED_CAUSE_TOKEN_EXPIRED RefusedCause = 2
+)
+
+// Enum value maps for RefusedCause.
+var (
+	RefusedCause_name = map[int32]string{
+		0: "REFUSED_CAUSE_UNSPECIFIED",
+		1: "REFUSED_CAUSE_NO_USABLE_KEY",
+		2: "REFUSED_CAUSE_TOKEN_EXPIRED",
+	}
+	RefusedCause_value = map[string]int32{
+		"REFUSED_CAUSE_UNSPECIFIED":   0,
+		"REFUSED_CAUSE_NO_USABLE_KEY": 1,
+		"REFUSED_CAUSE_TOKEN_EXPIRED": 2,
+	}
+)
+
+func (x RefusedCause) Enum() *RefusedCause {
+	p := new(RefusedCause)
+	*p = x
+	return p
+}
+
+func (x RefusedCause) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RefusedCause) Descriptor() protoreflect.EnumDescriptor {
+	return file_automator_v1_automator_proto_enumTypes[2].Descriptor()
+}
+
+func (RefusedCause) Type() protoreflect.EnumType {
+	return &file_automator_v1_automator_proto_enumTypes[2]
+}
+
+func (x RefusedCause) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RefusedCause.Descriptor instead.
+func (RefusedCause) EnumDescriptor() ([]byte, []int) {
+	return file_automator_v1_automator_proto_rawDescGZIP(), []int{2}
+}
+
 // Command is what a proxy runs. It travels sealed (see crypto/).
 type Command struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1302,14 +1358,17 @@ type Instance struct {
 	// stop: PollRequest.stopping). It is not online, whenever that poll was,
 	// until it polls again without saying so.
 	Stopped bool `protobuf:"varint,7,opt,name=stopped,proto3" json:"stopped,omitempty"`
-	// refused: the instance's last poll was refused (FAILED_PRECONDITION)
-	// because it holds no key of its account usable then: it runs a profile
-	// of before `automator account rotate-key`. It claims nothing, so it is
-	// not online however recent that poll, until a poll of it is accepted;
-	// install the account's latest profile on it.
+	// refused: the instance's last poll was refused: it runs a profile of
+	// before `automator account rotate-key` (refused_cause says how). It
+	// claims nothing, so it is not online however recent that poll, until a
+	// poll of it is accepted; install the account's latest profile on it.
 	Refused bool `protobuf:"varint,8,opt,name=refused,proto3" json:"refused,omitempty"`
-	// refused_key_ids: when refused, the key ids that poll listed.
+	// refused_key_ids: when refused for want of a usable key, the key ids
+	// that poll listed.
 	RefusedKeyIds []uint32 `protobuf:"varint,9,rep,packed,name=refused_key_ids,json=refusedKeyIds,proto3" json:"refused_key_ids,omitempty"`
+	// refused_cause: why, when refused. An automator predating the field
+	// leaves it unspecified (its refusals are all REFUSED_CAUSE_NO_USABLE_KEY).
+	RefusedCause  RefusedCause `protobuf:"varint,10,opt,name=refused_cause,json=refusedCause,proto3,enum=automator.v1.RefusedCause" json:"refused_cause,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1405,6 +1464,13 @@ func (x *Instance) GetRefusedKeyIds() []uint32 {
 		return x.RefusedKeyIds
 	}
 	return nil
+}
+
+func (x *Instance) GetRefusedCause() RefusedCause {
+	if x != nil {
+		return x.RefusedCause
+	}
+	return RefusedCause_REFUSED_CAUSE_UNSPECIFIED
 }
 
 type ListInstancesResponse struct {
@@ -1547,7 +1613,7 @@ const file_automator_v1_automator_proto_rawDesc = "" +
 	"instanceId\x127\n" +
 	"\tremaining\x18\v \x01(\v2\x19.google.protobuf.DurationR\tremaining\"0\n" +
 	"\x14ListInstancesRequest\x12\x18\n" +
-	"\aaccount\x18\x01 \x01(\tR\aaccount\"\xb0\x02\n" +
+	"\aaccount\x18\x01 \x01(\tR\aaccount\"\xf1\x02\n" +
 	"\bInstance\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x1a\n" +
@@ -1559,7 +1625,9 @@ const file_automator_v1_automator_proto_rawDesc = "" +
 	"\x06online\x18\x06 \x01(\bR\x06online\x12\x18\n" +
 	"\astopped\x18\a \x01(\bR\astopped\x12\x18\n" +
 	"\arefused\x18\b \x01(\bR\arefused\x12&\n" +
-	"\x0frefused_key_ids\x18\t \x03(\rR\rrefusedKeyIds\"M\n" +
+	"\x0frefused_key_ids\x18\t \x03(\rR\rrefusedKeyIds\x12?\n" +
+	"\rrefused_cause\x18\n" +
+	" \x01(\x0e2\x1a.automator.v1.RefusedCauseR\frefusedCause\"M\n" +
 	"\x15ListInstancesResponse\x124\n" +
 	"\tinstances\x18\x01 \x03(\v2\x16.automator.v1.InstanceR\tinstances*\x94\x01\n" +
 	"\x05State\x12\x15\n" +
@@ -1573,7 +1641,11 @@ const file_automator_v1_automator_proto_rawDesc = "" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11OUTCOME_SUCCEEDED\x10\x01\x12\x12\n" +
-	"\x0eOUTCOME_FAILED\x10\x022\xf2\x01\n" +
+	"\x0eOUTCOME_FAILED\x10\x02*o\n" +
+	"\fRefusedCause\x12\x1d\n" +
+	"\x19REFUSED_CAUSE_UNSPECIFIED\x10\x00\x12\x1f\n" +
+	"\x1bREFUSED_CAUSE_NO_USABLE_KEY\x10\x01\x12\x1f\n" +
+	"\x1bREFUSED_CAUSE_TOKEN_EXPIRED\x10\x022\xf2\x01\n" +
 	"\fProxyService\x12=\n" +
 	"\x04Poll\x12\x19.automator.v1.PollRequest\x1a\x1a.automator.v1.PollResponse\x12I\n" +
 	"\bComplete\x12\x1d.automator.v1.CompleteRequest\x1a\x1e.automator.v1.CompleteResponse\x12X\n" +
@@ -1598,78 +1670,80 @@ func file_automator_v1_automator_proto_rawDescGZIP() []byte {
 	return file_automator_v1_automator_proto_rawDescData
 }
 
-var file_automator_v1_automator_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_automator_v1_automator_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_automator_v1_automator_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_automator_v1_automator_proto_goTypes = []any{
 	(State)(0),                    // 0: automator.v1.State
 	(Outcome)(0),                  // 1: automator.v1.Outcome
-	(*Command)(nil),               // 2: automator.v1.Command
-	(*Result)(nil),                // 3: automator.v1.Result
-	(*PollRequest)(nil),           // 4: automator.v1.PollRequest
-	(*Claim)(nil),                 // 5: automator.v1.Claim
-	(*PollResponse)(nil),          // 6: automator.v1.PollResponse
-	(*CompleteRequest)(nil),       // 7: automator.v1.CompleteRequest
-	(*CompleteResponse)(nil),      // 8: automator.v1.CompleteResponse
-	(*CompleteBatchRequest)(nil),  // 9: automator.v1.CompleteBatchRequest
-	(*CompleteBatchResponse)(nil), // 10: automator.v1.CompleteBatchResponse
-	(*CompleteOutcome)(nil),       // 11: automator.v1.CompleteOutcome
-	(*ExecuteRequest)(nil),        // 12: automator.v1.ExecuteRequest
-	(*WaitRequest)(nil),           // 13: automator.v1.WaitRequest
-	(*GetRequest)(nil),            // 14: automator.v1.GetRequest
-	(*CancelRequest)(nil),         // 15: automator.v1.CancelRequest
-	(*WorkStatus)(nil),            // 16: automator.v1.WorkStatus
-	(*ListInstancesRequest)(nil),  // 17: automator.v1.ListInstancesRequest
-	(*Instance)(nil),              // 18: automator.v1.Instance
-	(*ListInstancesResponse)(nil), // 19: automator.v1.ListInstancesResponse
-	nil,                           // 20: automator.v1.Command.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 22: google.protobuf.Duration
+	(RefusedCause)(0),             // 2: automator.v1.RefusedCause
+	(*Command)(nil),               // 3: automator.v1.Command
+	(*Result)(nil),                // 4: automator.v1.Result
+	(*PollRequest)(nil),           // 5: automator.v1.PollRequest
+	(*Claim)(nil),                 // 6: automator.v1.Claim
+	(*PollResponse)(nil),          // 7: automator.v1.PollResponse
+	(*CompleteRequest)(nil),       // 8: automator.v1.CompleteRequest
+	(*CompleteResponse)(nil),      // 9: automator.v1.CompleteResponse
+	(*CompleteBatchRequest)(nil),  // 10: automator.v1.CompleteBatchRequest
+	(*CompleteBatchResponse)(nil), // 11: automator.v1.CompleteBatchResponse
+	(*CompleteOutcome)(nil),       // 12: automator.v1.CompleteOutcome
+	(*ExecuteRequest)(nil),        // 13: automator.v1.ExecuteRequest
+	(*WaitRequest)(nil),           // 14: automator.v1.WaitRequest
+	(*GetRequest)(nil),            // 15: automator.v1.GetRequest
+	(*CancelRequest)(nil),         // 16: automator.v1.CancelRequest
+	(*WorkStatus)(nil),            // 17: automator.v1.WorkStatus
+	(*ListInstancesRequest)(nil),  // 18: automator.v1.ListInstancesRequest
+	(*Instance)(nil),              // 19: automator.v1.Instance
+	(*ListInstancesResponse)(nil), // 20: automator.v1.ListInstancesResponse
+	nil,                           // 21: automator.v1.Command.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 23: google.protobuf.Duration
 }
 var file_automator_v1_automator_proto_depIdxs = []int32{
-	20, // 0: automator.v1.Command.env:type_name -> automator.v1.Command.EnvEntry
-	21, // 1: automator.v1.Result.started_at:type_name -> google.protobuf.Timestamp
-	21, // 2: automator.v1.Result.finished_at:type_name -> google.protobuf.Timestamp
-	22, // 3: automator.v1.PollRequest.wait:type_name -> google.protobuf.Duration
-	22, // 4: automator.v1.Claim.remaining:type_name -> google.protobuf.Duration
-	5,  // 5: automator.v1.PollResponse.claims:type_name -> automator.v1.Claim
-	22, // 6: automator.v1.PollResponse.wait:type_name -> google.protobuf.Duration
+	21, // 0: automator.v1.Command.env:type_name -> automator.v1.Command.EnvEntry
+	22, // 1: automator.v1.Result.started_at:type_name -> google.protobuf.Timestamp
+	22, // 2: automator.v1.Result.finished_at:type_name -> google.protobuf.Timestamp
+	23, // 3: automator.v1.PollRequest.wait:type_name -> google.protobuf.Duration
+	23, // 4: automator.v1.Claim.remaining:type_name -> google.protobuf.Duration
+	6,  // 5: automator.v1.PollResponse.claims:type_name -> automator.v1.Claim
+	23, // 6: automator.v1.PollResponse.wait:type_name -> google.protobuf.Duration
 	1,  // 7: automator.v1.CompleteRequest.outcome:type_name -> automator.v1.Outcome
-	7,  // 8: automator.v1.CompleteBatchRequest.results:type_name -> automator.v1.CompleteRequest
-	11, // 9: automator.v1.CompleteBatchResponse.outcomes:type_name -> automator.v1.CompleteOutcome
-	2,  // 10: automator.v1.ExecuteRequest.command:type_name -> automator.v1.Command
-	22, // 11: automator.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
+	8,  // 8: automator.v1.CompleteBatchRequest.results:type_name -> automator.v1.CompleteRequest
+	12, // 9: automator.v1.CompleteBatchResponse.outcomes:type_name -> automator.v1.CompleteOutcome
+	3,  // 10: automator.v1.ExecuteRequest.command:type_name -> automator.v1.Command
+	23, // 11: automator.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
 	0,  // 12: automator.v1.WorkStatus.state:type_name -> automator.v1.State
-	3,  // 13: automator.v1.WorkStatus.result:type_name -> automator.v1.Result
-	21, // 14: automator.v1.WorkStatus.queued_at:type_name -> google.protobuf.Timestamp
-	21, // 15: automator.v1.WorkStatus.deadline:type_name -> google.protobuf.Timestamp
-	21, // 16: automator.v1.WorkStatus.claimed_at:type_name -> google.protobuf.Timestamp
-	21, // 17: automator.v1.WorkStatus.finished_at:type_name -> google.protobuf.Timestamp
-	22, // 18: automator.v1.WorkStatus.remaining:type_name -> google.protobuf.Duration
-	21, // 19: automator.v1.Instance.last_poll_at:type_name -> google.protobuf.Timestamp
-	18, // 20: automator.v1.ListInstancesResponse.instances:type_name -> automator.v1.Instance
-	4,  // 21: automator.v1.ProxyService.Poll:input_type -> automator.v1.PollRequest
-	7,  // 22: automator.v1.ProxyService.Complete:input_type -> automator.v1.CompleteRequest
-	9,  // 23: automator.v1.ProxyService.CompleteBatch:input_type -> automator.v1.CompleteBatchRequest
-	12, // 24: automator.v1.AutomatorService.ExecuteOnProxy:input_type -> automator.v1.ExecuteRequest
-	12, // 25: automator.v1.AutomatorService.Submit:input_type -> automator.v1.ExecuteRequest
-	13, // 26: automator.v1.AutomatorService.Wait:input_type -> automator.v1.WaitRequest
-	14, // 27: automator.v1.AutomatorService.Get:input_type -> automator.v1.GetRequest
-	15, // 28: automator.v1.AutomatorService.Cancel:input_type -> automator.v1.CancelRequest
-	17, // 29: automator.v1.AutomatorService.ListInstances:input_type -> automator.v1.ListInstancesRequest
-	6,  // 30: automator.v1.ProxyService.Poll:output_type -> automator.v1.PollResponse
-	8,  // 31: automator.v1.ProxyService.Complete:output_type -> automator.v1.CompleteResponse
-	10, // 32: automator.v1.ProxyService.CompleteBatch:output_type -> automator.v1.CompleteBatchResponse
-	16, // 33: automator.v1.AutomatorService.ExecuteOnProxy:output_type -> automator.v1.WorkStatus
-	16, // 34: automator.v1.AutomatorService.Submit:output_type -> automator.v1.WorkStatus
-	16, // 35: automator.v1.AutomatorService.Wait:output_type -> automator.v1.WorkStatus
-	16, // 36: automator.v1.AutomatorService.Get:output_type -> automator.v1.WorkStatus
-	16, // 37: automator.v1.AutomatorService.Cancel:output_type -> automator.v1.WorkStatus
-	19, // 38: automator.v1.AutomatorService.ListInstances:output_type -> automator.v1.ListInstancesResponse
-	30, // [30:39] is the sub-list for method output_type
-	21, // [21:30] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	4,  // 13: automator.v1.WorkStatus.result:type_name -> automator.v1.Result
+	22, // 14: automator.v1.WorkStatus.queued_at:type_name -> google.protobuf.Timestamp
+	22, // 15: automator.v1.WorkStatus.deadline:type_name -> google.protobuf.Timestamp
+	22, // 16: automator.v1.WorkStatus.claimed_at:type_name -> google.protobuf.Timestamp
+	22, // 17: automator.v1.WorkStatus.finished_at:type_name -> google.protobuf.Timestamp
+	23, // 18: automator.v1.WorkStatus.remaining:type_name -> google.protobuf.Duration
+	22, // 19: automator.v1.Instance.last_poll_at:type_name -> google.protobuf.Timestamp
+	2,  // 20: automator.v1.Instance.refused_cause:type_name -> automator.v1.RefusedCause
+	19, // 21: automator.v1.ListInstancesResponse.instances:type_name -> automator.v1.Instance
+	5,  // 22: automator.v1.ProxyService.Poll:input_type -> automator.v1.PollRequest
+	8,  // 23: automator.v1.ProxyService.Complete:input_type -> automator.v1.CompleteRequest
+	10, // 24: automator.v1.ProxyService.CompleteBatch:input_type -> automator.v1.CompleteBatchRequest
+	13, // 25: automator.v1.AutomatorService.ExecuteOnProxy:input_type -> automator.v1.ExecuteRequest
+	13, // 26: automator.v1.AutomatorService.Submit:input_type -> automator.v1.ExecuteRequest
+	14, // 27: automator.v1.AutomatorService.Wait:input_type -> automator.v1.WaitRequest
+	15, // 28: automator.v1.AutomatorService.Get:input_type -> automator.v1.GetRequest
+	16, // 29: automator.v1.AutomatorService.Cancel:input_type -> automator.v1.CancelRequest
+	18, // 30: automator.v1.AutomatorService.ListInstances:input_type -> automator.v1.ListInstancesRequest
+	7,  // 31: automator.v1.ProxyService.Poll:output_type -> automator.v1.PollResponse
+	9,  // 32: automator.v1.ProxyService.Complete:output_type -> automator.v1.CompleteResponse
+	11, // 33: automator.v1.ProxyService.CompleteBatch:output_type -> automator.v1.CompleteBatchResponse
+	17, // 34: automator.v1.AutomatorService.ExecuteOnProxy:output_type -> automator.v1.WorkStatus
+	17, // 35: automator.v1.AutomatorService.Submit:output_type -> automator.v1.WorkStatus
+	17, // 36: automator.v1.AutomatorService.Wait:output_type -> automator.v1.WorkStatus
+	17, // 37: automator.v1.AutomatorService.Get:output_type -> automator.v1.WorkStatus
+	17, // 38: automator.v1.AutomatorService.Cancel:output_type -> automator.v1.WorkStatus
+	20, // 39: automator.v1.AutomatorService.ListInstances:output_type -> automator.v1.ListInstancesResponse
+	31, // [31:40] is the sub-list for method output_type
+	22, // [22:31] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_automator_v1_automator_proto_init() }
@@ -1682,7 +1756,7 @@ func file_automator_v1_automator_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_automator_v1_automator_proto_rawDesc), len(file_automator_v1_automator_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   2,
