@@ -100,7 +100,7 @@ type accountJSON struct {
 	Instances       int       `json:"instances"`
 	InstancesOnline int       `json:"instances_online"`
 	// InstancesRefused polled within the online window and were refused:
-	// they hold no usable key of the account.
+	// they hold no usable key of the account, or an expired account token.
 	InstancesRefused int       `json:"instances_refused"`
 	LastPollAt       time.Time `json:"last_poll_at,omitzero"`
 	// Deleting is set for an account being deleted (status "deleting").
@@ -190,8 +190,8 @@ func cmdAccountList(ctx context.Context, args []string, env Env) error {
 }
 
 // printRefused says, after the account table (whose columns it would
-// widen), how many instances of each account poll and are refused for want
-// of a usable key, and the fix: a stranded or refused account with such
+// widen), how many instances of each account poll and are refused (for want
+// of a usable key, or for an expired account token), and the fix: a stranded or refused account with such
 // instances has proxies up, not down.
 func printRefused(out io.Writer, stats []store.AccountStats) error {
 	var refused []store.AccountStats
@@ -203,7 +203,7 @@ func printRefused(out io.Writer, stats []store.AccountStats) error {
 	if len(refused) == 0 {
 		return nil
 	}
-	fmt.Fprintln(out, "\ninstances refused: they poll but hold no usable key of their account (a profile of before a key rotation); install the account's latest profile on them (`automator instances --account NAME` names them):")
+	fmt.Fprintln(out, "\ninstances refused: they poll but hold no usable key of their account or an expired account token (a profile of before a key rotation); install the account's latest profile on them (`automator instances --account NAME` names them):")
 	w := table(out)
 	for _, a := range refused {
 		fmt.Fprintf(w, "%s\t%d refused\n", a.Account, a.InstancesRefused)

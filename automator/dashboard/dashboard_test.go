@@ -1129,7 +1129,7 @@ func TestAnInstanceRefusedForWantOfAUsableKeyIsShownRefused(t *testing.T) {
 		`<span class="badge status status-refused" title="its polls are refused: it holds no key of the account usable now">refused</span>`,
 		`<span class="note">holds key ids [1]: install the account's latest profile</span>`,
 		`<div><dt>Instances online</dt><dd>0 of 1, <span class="refused">1 refused</span></dd></div>`,
-		`<p class="refused-hint">1 instance of <b>acme</b> polls but is refused for want of a usable key: install the account's latest profile on it.</p>`,
+		`<p class="refused-hint">1 instance of <b>acme</b> polls but is refused (holding no usable key, or an expired account token): install the account's latest profile on it.</p>`,
 	} {
 		if code != http.StatusOK || !strings.Contains(body, want) {
 			t.Errorf("instances page of acme (%d) lacks %s:\n%s", code, want, body)
@@ -1139,7 +1139,7 @@ func TestAnInstanceRefusedForWantOfAUsableKeyIsShownRefused(t *testing.T) {
 	for _, want := range []string{
 		`<tr data-account="acme" class="status-stranded">`,
 		`<td class="online">0 of 1, <span class="refused">1 refused</span></td>`,
-		`<li data-account="acme"><a href="/dashboard/accounts/acme"><b>acme</b></a>: 1 unit queued, the oldest for 0s; last poll 1s ago; 1 instance refused for want of a usable key: install the account's latest profile.</li>`,
+		`<li data-account="acme"><a href="/dashboard/accounts/acme"><b>acme</b></a>: 1 unit queued, the oldest for 0s; last poll 1s ago; 1 instance refused (no usable key, or an expired account token): install the account's latest profile.</li>`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("accounts page lacks %s:\n%s", want, body)
@@ -1170,7 +1170,7 @@ func TestAnAccountWhoseOnlyInstancesAreRefusedIsShownRefused(t *testing.T) {
 		`<span class="badge status status-refused">refused</span>`,
 		`<td class="online">0 of 2, <span class="refused">2 refused</span></td>`,
 		`id="refused-warning"`,
-		`<li data-account="acme"><a href="/dashboard/accounts/acme"><b>acme</b></a>: 2 instances refused for want of a usable key: install the account's latest profile; last poll 1s ago.</li>`,
+		`<li data-account="acme"><a href="/dashboard/accounts/acme"><b>acme</b></a>: 2 instances refused (no usable key, or an expired account token): install the account's latest profile; last poll 1s ago.</li>`,
 		`<tr data-account="globex" class="status-offline">`,
 	} {
 		if code != http.StatusOK || !strings.Contains(body, want) {
@@ -1185,7 +1185,7 @@ func TestAnAccountWhoseOnlyInstancesAreRefusedIsShownRefused(t *testing.T) {
 		`<span class="badge status status-refused">refused</span></h1>`,
 		`<div><dt>Instances online</dt><dd>0 of 2, <span class="refused">2 refused</span></dd></div>`,
 		`id="refused-warning"`,
-		`<p class="refused-hint">2 instances of <b>acme</b> poll but are refused for want of a usable key: install the account's latest profile on them.</p>`,
+		`<p class="refused-hint">2 instances of <b>acme</b> poll but are refused (holding no usable key, or an expired account token): install the account's latest profile on them.</p>`,
 	} {
 		if code != http.StatusOK || !strings.Contains(body, want) {
 			t.Errorf("instances page of acme (%d) lacks %s:\n%s", code, want, body)
@@ -1220,7 +1220,8 @@ func TestAnInstanceOnAnExpiredTokenIsShownRefusedForIt(t *testing.T) {
 		`<tr data-instance="a-1" class="refused">`,
 		`<span class="badge status status-refused" title="its polls are refused: its account token expired (rotated, and its overlap ended)">refused</span>`,
 		`<span class="note">its account token expired: install the account's latest profile</span>`,
-		`<div><dt>Instances online</dt><dd>0 of 1</dd></div>`,
+		`<div><dt>Instances online</dt><dd>0 of 1, <span class="refused">1 refused</span></dd></div>`,
+		`<p class="refused-hint">1 instance of <b>acme</b> polls but is refused (holding no usable key, or an expired account token): install the account's latest profile on it.</p>`,
 	} {
 		if code != http.StatusOK || !strings.Contains(body, want) {
 			t.Errorf("instances page of acme (%d) lacks %s:\n%s", code, want, body)

@@ -22,9 +22,9 @@ var (
 	descInstances = prometheus.NewDesc("automator_instances",
 		fmt.Sprintf("Proxy instances that polled within %d days, by account.", store.InstanceForgetDays), []string{"account"}, nil)
 	descOnline = prometheus.NewDesc("automator_instances_online",
-		"Proxy instances that polled within two poll windows, did not say at that poll that they were stopping, and were not refused at it for want of a usable key, by account.", []string{"account"}, nil)
+		"Proxy instances that polled within two poll windows, did not say at that poll that they were stopping, and were not refused at it (for want of a usable key, or for an expired account token), by account.", []string{"account"}, nil)
 	descRefused = prometheus.NewDesc("automator_instances_refused",
-		"Proxy instances that polled within two poll windows, did not say at that poll that they were stopping, and were refused at it for want of a usable key (a profile of before a key rotation: install the account's latest profile), by account.", []string{"account"}, nil)
+		"Proxy instances that polled within two poll windows, did not say at that poll that they were stopping, and were refused at it for want of a usable key or for an expired account token (a profile of before a key rotation: install the account's latest profile), by account.", []string{"account"}, nil)
 )
 
 // accountCollector reads the per-account gauges from the store at each

@@ -41,7 +41,7 @@ type Options struct {
 	// OnlineWithin is how recently an instance must have polled to count
 	// as online (server.InstanceOnlineWithin of the poll window), unless
 	// it said at that poll that it was stopping, or that poll was refused
-	// for want of a usable key.
+	// (for want of a usable key, or for an expired account token).
 	OnlineWithin time.Duration
 	// StatsTimeout bounds the store read of one scrape (5 s).
 	StatsTimeout time.Duration

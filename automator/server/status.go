@@ -66,7 +66,8 @@ const (
 	StatusStranded AccountStatus = "stranded"
 	// StatusRefused: no instance online, nothing queued, and at least one
 	// instance refused (InstanceRefused): its proxies are up but hold no
-	// usable key of the account (a profile of before a key rotation), and
+	// usable key of the account or an expired account token (a profile of
+	// before a key rotation), and
 	// will claim nothing until they get the latest profile.
 	StatusRefused AccountStatus = "refused"
 	// StatusOffline: no instance online, nothing queued (a stopped group,

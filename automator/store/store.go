@@ -758,11 +758,11 @@ type AccountStats struct {
 	// Instances is the number of instances recorded for the account (that
 	// polled, and were not forgotten since: InstancePurge); InstancesOnline of them polled at or after the params'
 	// OnlineSince and did not say at that poll that they were stopping
-	// (Instance.Stopped), nor were refused at it for want of a usable key
-	// (Instance.RefusedKeyIDs). InstancesRefused of them polled at or after
-	// OnlineSince and were refused at that poll (Instance.RefusedKeyIDs), and
-	// did not say at it that they were stopping: proxies that are up but
-	// hold no usable key, counted apart from those online.
+	// (Instance.Stopped), nor were refused at it (Instance.Refused).
+	// InstancesRefused of them polled at or after OnlineSince and were
+	// refused at that poll, for want of a usable key or for an expired
+	// account token, and did not say at it that they were stopping: proxies
+	// that are up but hold a stale profile, counted apart from those online.
 	Instances        int
 	InstancesOnline  int
 	InstancesRefused int
@@ -774,7 +774,7 @@ type AccountStats struct {
 type AccountStatsParams struct {
 	// OnlineSince: an instance whose last poll is at or after it is online,
 	// unless it said at that poll that it was stopping, or that poll was
-	// refused for want of a usable key.
+	// refused (for want of a usable key, or for an expired account token).
 	OnlineSince time.Time
 }
 

@@ -445,12 +445,12 @@ func testInstanceRefusedTokenExpired(f *fixture) {
 		p.TokenExpired = true
 		return p
 	}
-	online := func(want int) { f.t.Helper(); f.wantOnlineOfTwo(want) }
+	online := func(want, refused int) { f.t.Helper(); f.wantOnlineOfTwo(want, refused) }
 
 	a1, b1 := poll("a", at(time.Second)), poll("b", at(time.Second))
 	f.seen(a1)
 	f.seen(b1)
-	online(2)
+	online(2, 0)
 
 	// The overlap of a rotation ends: a, on the old profile, is refused
 	// at authentication, written at once; b, in a batch.
@@ -458,12 +458,12 @@ func testInstanceRefusedTokenExpired(f *fixture) {
 	f.seen(a2)
 	f.seenBatch(b2)
 	f.wantInstances("acme", []store.Instance{listedAs(a2), listedAs(b2)})
-	online(0)
+	online(0, 2)
 	// A batch written late, holding a's accepted poll from before, does
 	// not bring it back.
 	f.seenBatch(poll("a", at(1500*time.Millisecond)))
 	f.wantInstances("acme", []store.Instance{listedAs(a2), listedAs(b2)})
-	online(0)
+	online(0, 2)
 
 	// b gets the new token but not the new key: refused for that, with
 	// its key ids, no more for its token.
@@ -477,7 +477,7 @@ func testInstanceRefusedTokenExpired(f *fixture) {
 	a3 := poll("a", at(time.Minute))
 	f.seenBatch(a3)
 	f.wantInstances("acme", []store.Instance{listedAs(a3), listedAs(b3)})
-	online(1)
+	online(1, 1)
 }
 
 // wantOnlineOfTwo checks that the fixture's one account has two instances,
