@@ -313,8 +313,9 @@ func TestAProxyHoldingNoUsableKeyIsListedRefusedUntilItGetsTheLatestProfile(t *t
 // after `account rotate-key --overlap 2s`, a proxy still running the whole
 // profile of before it polls with the old token, which is refused once the
 // overlap has ended. It is listed refused for its expired token, not
-// online (nor gone), in `automator instances` (table and --json), and a
-// unit that times out unclaimed names it and the fix. With the latest
+// online (nor gone), in `automator instances` (table and --json), its
+// account is refused and counts it so, and a unit that times out
+// unclaimed names it and the fix. With the latest
 // profile installed, it is online at once.
 func TestAProxyOnTheWholeOldProfileIsListedRefusedForItsTokenUntilItGetsTheLatest(t *testing.T) {
 	t.Parallel()
@@ -326,7 +327,10 @@ func TestAProxyOnTheWholeOldProfileIsListedRefusedForItsTokenUntilItGetsTheLates
 	p.WaitPolling(t)
 	newProfile := a.rotate(t, "rotate-key", "acme", "2s")
 
-	waitFor(t, 30*time.Second, "p1, on the old token past its overlap, to be listed refused", func() bool {
+	// p1's poll parked before the rotation was authenticated with the then
+	// current token: it waits out its window (30–33 s from when it began)
+	// and claims nothing past the overlap; the poll after it is refused.
+	waitFor(t, 45*time.Second, "p1, on the old token past its overlap, to be listed refused", func() bool {
 		return a.instanceStates(t, "acme")["p1"] == "refused"
 	})
 	r := runCLI(bin.automator, "instances", "--data-dir", a.DataDir, "--account", "acme")
@@ -337,8 +341,11 @@ func TestAProxyOnTheWholeOldProfileIsListedRefusedForItsTokenUntilItGetsTheLates
 	if r.Code != 0 || !strings.Contains(r.Stdout, `"refused_cause": "token_expired"`) {
 		t.Errorf("automator instances --json while p1 is refused: %v", r)
 	}
-	if status, n := a.accountOnline(t, "acme"); status != "offline" || n != 0 {
-		t.Errorf("account acme while p1 is refused: %s, %d online; want offline, 0", status, n)
+	if status, n := a.accountOnline(t, "acme"); status != "refused" || n != 0 {
+		t.Errorf("account acme while p1 is refused: %s, %d online; want refused, 0", status, n)
+	}
+	if got := a.accountGauge(t, "automator_instances_refused", "acme"); !strings.HasSuffix(got, " 1") {
+		t.Errorf("while p1 is refused: %s; want 1", got)
 	}
 	r = a.Exec("--account", "acme", "--timeout", "2s", "hello.sh")
 	if want := "instance p1 polls but its account token expired: install the account's latest profile"; r.Code != 124 || !strings.Contains(r.Stderr, want) {
