@@ -286,27 +286,7 @@ func TestAProxyHoldingNoUsableKeyIsListedRefusedUntilItGetsTheLatestProfile(t *t
 	if r.Code != 0 || !strings.Contains(r.Stdout, "refused (its polls are refused: it holds key ids [1], none usable; install the account's latest profile)") {
 		t.Errorf("automator instances while p1 is refused: %v", r)
 	}
-	if status, n := a.accountOnline(t, "acme"); status != "refused" || n != 0 {
-		t.Errorf("account acme while p1 is refused: %s, %d online; want refused, 0", status, n)
-	}
-	if got := a.onlineMetric(t, "acme"); !strings.HasSuffix(got, " 0") {
-		t.Errorf("while p1 is refused: %s; want 0", got)
-	}
-	if got := a.accountGauge(t, "automator_instances_refused", "acme"); !strings.HasSuffix(got, " 1") {
-		t.Errorf("while p1 is refused: %s; want 1", got)
-	}
-	r = a.Exec("--account", "acme", "--timeout", "2s", "hello.sh")
-	if want := "instance p1 polls but holds no usable key: install the account's latest profile"; r.Code != 124 || !strings.Contains(r.Stderr, want) {
-		t.Errorf("exec while p1 is refused: %v; want exit 124 saying %q", r, want)
-	}
-
-	if code := p.Stop(t, 30*time.Second); code != 0 {
-		t.Fatalf("proxy exited %d after SIGTERM, want 0\n%s", code, p.Log())
-	}
-	startProxy(t, newProfile, scripts, "p1").WaitPolling(t)
-	if got := a.instanceStates(t, "acme"); got["p1"] != "online" {
-		t.Errorf("instances once p1 has the latest profile: %v; want p1 online", got)
-	}
+	wantRefusedUntilTheLatestProfile(t, a, p, newProfile, scripts, "instance p1 polls but holds no usable key: install the account's latest profile")
 }
 
 // TestAProxyOnTheWholeOldProfileIsListedRefusedForItsTokenUntilItGetsTheLatest:
@@ -341,15 +321,27 @@ func TestAProxyOnTheWholeOldProfileIsListedRefusedForItsTokenUntilItGetsTheLates
 	if r.Code != 0 || !strings.Contains(r.Stdout, `"refused_cause": "token_expired"`) {
 		t.Errorf("automator instances --json while p1 is refused: %v", r)
 	}
+	wantRefusedUntilTheLatestProfile(t, a, p, newProfile, scripts, "instance p1 polls but its account token expired: install the account's latest profile")
+}
+
+// wantRefusedUntilTheLatestProfile checks what follows from p1, acme's only
+// instance (proxy p), being listed refused: the account is refused with
+// none online and one refused on /metrics, a unit times out unclaimed
+// with reason in its error, and p1 restarted with newProfile is online.
+func wantRefusedUntilTheLatestProfile(t *testing.T, a *automator, p *proxy, newProfile, scripts, reason string) {
+	t.Helper()
 	if status, n := a.accountOnline(t, "acme"); status != "refused" || n != 0 {
 		t.Errorf("account acme while p1 is refused: %s, %d online; want refused, 0", status, n)
+	}
+	if got := a.onlineMetric(t, "acme"); !strings.HasSuffix(got, " 0") {
+		t.Errorf("while p1 is refused: %s; want 0", got)
 	}
 	if got := a.accountGauge(t, "automator_instances_refused", "acme"); !strings.HasSuffix(got, " 1") {
 		t.Errorf("while p1 is refused: %s; want 1", got)
 	}
-	r = a.Exec("--account", "acme", "--timeout", "2s", "hello.sh")
-	if want := "instance p1 polls but its account token expired: install the account's latest profile"; r.Code != 124 || !strings.Contains(r.Stderr, want) {
-		t.Errorf("exec while p1 is refused: %v; want exit 124 saying %q", r, want)
+	r := a.Exec("--account", "acme", "--timeout", "2s", "hello.sh")
+	if r.Code != 124 || !strings.Contains(r.Stderr, reason) {
+		t.Errorf("exec while p1 is refused: %v; want exit 124 saying %q", r, reason)
 	}
 
 	if code := p.Stop(t, 30*time.Second); code != 0 {
