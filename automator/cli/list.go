@@ -234,17 +234,6 @@ type instanceJSON struct {
 	RefusedKeyIDs []uint32 `json:"refused_key_ids,omitempty"`
 }
 
-// refusedCauseJSON is instanceJSON.RefusedCause of in.
-func refusedCauseJSON(in store.Instance) string {
-	switch {
-	case in.RefusedTokenExpired:
-		return "token_expired"
-	case len(in.RefusedKeyIDs) > 0:
-		return "no_usable_key"
-	}
-	return ""
-}
-
 // cmdInstances lists the instances of an account.
 func cmdInstances(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("instances", env)
@@ -276,7 +265,7 @@ func cmdInstances(ctx context.Context, args []string, env Env) error {
 			st := server.StatusOfInstance(in, since)
 			out = append(out, instanceJSON{InstanceID: in.InstanceID, Hostname: in.Hostname, Version: in.Version,
 				LastPollAt: in.LastPollAt, InFlight: in.InFlight, Online: st == server.InstanceOnline, Status: string(st),
-				RefusedCause: refusedCauseJSON(in), RefusedKeyIDs: in.RefusedKeyIDs})
+				RefusedCause: string(in.RefusedCause()), RefusedKeyIDs: in.RefusedKeyIDs})
 		}
 		return writeJSON(env.Stdout, out)
 	}

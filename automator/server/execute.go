@@ -717,10 +717,10 @@ func (q *queuedCounts) counted(account string, n int, now time.Time) {
 
 // refusedCause is in's Instance.refused_cause.
 func refusedCause(in store.Instance) automatorv1.RefusedCause {
-	switch {
-	case in.RefusedTokenExpired:
+	switch in.RefusedCause() {
+	case store.RefusedTokenExpired:
 		return automatorv1.RefusedCause_REFUSED_CAUSE_TOKEN_EXPIRED
-	case len(in.RefusedKeyIDs) > 0:
+	case store.RefusedNoUsableKey:
 		return automatorv1.RefusedCause_REFUSED_CAUSE_NO_USABLE_KEY
 	}
 	return automatorv1.RefusedCause_REFUSED_CAUSE_UNSPECIFIED

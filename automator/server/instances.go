@@ -16,7 +16,7 @@ import (
 // one whose host or version changed, one that says it is stopping or no
 // longer says so, one refused (for want of a usable key, or for an
 // expired account token) after one accepted, or the reverse, or for
-// another cause (refusedPoll), and the first poll this automator sees of
+// another cause (store.InstanceSeenParams.RefusedCause), and the first poll this automator sees of
 // a new proxy process (run) of an instance are written at once: a stop, a
 // start after it, and a key rotation that leaves an instance without a
 // usable key (and the new profile installed), show in listings as they
@@ -109,7 +109,7 @@ func (s *Server) instanceSeen(ctx context.Context, p store.InstanceSeenParams, p
 		return nil
 	}
 	if r := known; r != nil && r.last.Hostname == p.Hostname && r.last.Version == p.Version &&
-		r.last.Stopping == p.Stopping && refusedPoll(r.last) == refusedPoll(p) && !ps.newRun {
+		r.last.Stopping == p.Stopping && r.last.RefusedCause() == p.RefusedCause() && !ps.newRun {
 		if c.batching {
 			// Not stale (above): numbered, it follows r's latest.
 			if r.numberedLocked(ps) || p.Now.After(r.last.Now) {
@@ -170,19 +170,6 @@ func (s *Server) instanceSeen(ctx context.Context, p store.InstanceSeenParams, p
 	}
 	r.written = p.Now
 	return nil
-}
-
-// refusedPoll is why a poll was refused: "" when it was not, "key" for
-// want of a usable key, "token" for an expired account token. A poll
-// refused for another cause than the one before it is written at once.
-func refusedPoll(p store.InstanceSeenParams) string {
-	switch {
-	case len(p.RefusedKeyIDs) > 0:
-		return "key"
-	case p.TokenExpired:
-		return "token"
-	}
-	return ""
 }
 
 // pruneLocked drops the records whose latest poll is written: only those

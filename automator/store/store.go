@@ -449,14 +449,62 @@ type AccountInstances struct {
 	Latest []Instance
 }
 
+// RefusedCause is why a poll was refused: "" when it was not. Its values
+// are those of `automator instances --json`'s refused_cause.
+type RefusedCause string
+
+const (
+	// RefusedNoUsableKey: the poll listed no key of its account usable now
+	// (InstanceSeenParams.RefusedKeyIDs, Instance.RefusedKeyIDs).
+	RefusedNoUsableKey RefusedCause = "no_usable_key"
+	// RefusedTokenExpired: the poll presented the account's token of
+	// before a rotation whose overlap has ended
+	// (InstanceSeenParams.TokenExpired, Instance.RefusedTokenExpired). It
+	// is also what both stores keep in instances.refused_cause for such a
+	// poll, and '' for any other.
+	RefusedTokenExpired RefusedCause = "token_expired"
+)
+
+// refusedCause is the cause of a poll refused with keyIDs listed or for
+// an expired token: the key ids say it when there are any.
+func refusedCause(keyIDs []uint32, tokenExpired bool) RefusedCause {
+	switch {
+	case len(keyIDs) > 0:
+		return RefusedNoUsableKey
+	case tokenExpired:
+		return RefusedTokenExpired
+	}
+	return ""
+}
+
+// RefusedCause is why the instance's latest poll was refused; "" when it
+// was not.
+func (in Instance) RefusedCause() RefusedCause {
+	return refusedCause(in.RefusedKeyIDs, in.RefusedTokenExpired)
+}
+
 // Refused reports whether the instance's latest poll was refused, for
-// want of a usable key (RefusedKeyIDs) or for an expired account token
-// (RefusedTokenExpired).
-func (in Instance) Refused() bool { return len(in.RefusedKeyIDs) > 0 || in.RefusedTokenExpired }
+// want of a usable key or for an expired account token.
+func (in Instance) Refused() bool { return in.RefusedCause() != "" }
+
+// RefusedCause is why the poll was refused; "" when it was not.
+func (p InstanceSeenParams) RefusedCause() RefusedCause {
+	return refusedCause(p.RefusedKeyIDs, p.TokenExpired)
+}
 
 // Refused reports whether the poll was refused, for want of a usable key
 // or for an expired account token.
-func (p InstanceSeenParams) Refused() bool { return len(p.RefusedKeyIDs) > 0 || p.TokenExpired }
+func (p InstanceSeenParams) Refused() bool { return p.RefusedCause() != "" }
+
+// RefusedCauseText is what both stores keep in instances.refused_cause
+// for poll p: RefusedTokenExpired for a poll refused for its token, ""
+// for any other (one refused for want of a usable key keeps its key ids).
+func RefusedCauseText(p InstanceSeenParams) string {
+	if c := p.RefusedCause(); c == RefusedTokenExpired {
+		return string(c)
+	}
+	return ""
+}
 
 // ExpireReason is the reason WorkExpire gives unit w (due, still open):
 // whether it was ever claimed and by whom, the one clue an operator has

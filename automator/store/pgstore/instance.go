@@ -32,24 +32,11 @@ func refusedAt(p store.InstanceSeenParams) *time.Time {
 	return &p.Now
 }
 
-// refusedCauseTokenExpired is the refused_cause of a poll refused for an
-// expired account token (store.InstanceSeenParams.TokenExpired); a poll
-// refused for want of a usable key, or not refused, records an empty one.
-const refusedCauseTokenExpired = "token_expired"
-
-// refusedCause is the refused_cause a poll records.
-func refusedCause(p store.InstanceSeenParams) string {
-	if p.TokenExpired && len(p.RefusedKeyIDs) == 0 {
-		return refusedCauseTokenExpired
-	}
-	return ""
-}
-
 // refusedTokenExpired is true for an instance whose latest poll was
 // refused for an expired account token. A replica predating refused_cause
 // leaves it as it was, but writes the key ids of a poll it refuses for
 // want of a usable key: those say the cause then.
-const refusedTokenExpired = `(COALESCE(i.refused_at >= i.last_poll_at, false) AND i.refused_key_ids = '' AND i.refused_cause = 'token_expired')`
+const refusedTokenExpired = `(COALESCE(i.refused_at >= i.last_poll_at, false) AND i.refused_key_ids = '' AND i.refused_cause = '` + string(store.RefusedTokenExpired) + `')`
 
 // instanceRefused is true for an instance whose latest poll was refused
 // (for want of a usable key or for an expired account token): one
@@ -64,7 +51,7 @@ func instanceArgs(p store.InstanceSeenParams) []any {
 		created = &p.AccountCreatedAt
 	}
 	return []any{p.Account, p.InstanceID, p.Hostname, p.Version, p.Now, p.Running, stoppedAt(p), p.Run, p.PollSeq, created,
-		refusedAt(p), store.KeyIDsText(p.RefusedKeyIDs), refusedCause(p)}
+		refusedAt(p), store.KeyIDsText(p.RefusedKeyIDs), store.RefusedCauseText(p)}
 }
 
 // instanceStopped is true for an instance whose latest poll said it was

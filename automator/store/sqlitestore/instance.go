@@ -32,24 +32,11 @@ func refusedAt(p store.InstanceSeenParams) int64 {
 	return toNanos(p.Now)
 }
 
-// refusedCauseTokenExpired is the refused_cause of a poll refused for an
-// expired account token (store.InstanceSeenParams.TokenExpired); a poll
-// refused for want of a usable key, or not refused, records an empty one.
-const refusedCauseTokenExpired = "token_expired"
-
-// refusedCause is the refused_cause a poll records.
-func refusedCause(p store.InstanceSeenParams) string {
-	if p.TokenExpired && len(p.RefusedKeyIDs) == 0 {
-		return refusedCauseTokenExpired
-	}
-	return ""
-}
-
 // refusedTokenExpired is true for an instance whose latest poll was
 // refused for an expired account token. An automator predating
 // refused_cause leaves it as it was, but writes the key ids of a poll it
 // refuses for want of a usable key: those say the cause then.
-const refusedTokenExpired = `((i.refused_at >= i.last_poll_at) AND i.refused_key_ids = '' AND i.refused_cause = 'token_expired')`
+const refusedTokenExpired = `((i.refused_at >= i.last_poll_at) AND i.refused_key_ids = '' AND i.refused_cause = '` + string(store.RefusedTokenExpired) + `')`
 
 // instanceRefused is true for an instance whose latest poll was refused
 // (for want of a usable key or for an expired account token): one
@@ -60,7 +47,7 @@ const instanceRefused = `(i.refused_at >= i.last_poll_at)`
 // instanceArgs are instanceUpsert's arguments for poll p.
 func instanceArgs(p store.InstanceSeenParams) []any {
 	return []any{p.Account, p.InstanceID, p.Hostname, p.Version, toNanos(p.Now), p.Running, stoppedAt(p), p.Run, p.PollSeq,
-		toNanos(p.AccountCreatedAt), refusedAt(p), store.KeyIDsText(p.RefusedKeyIDs), refusedCause(p)}
+		toNanos(p.AccountCreatedAt), refusedAt(p), store.KeyIDsText(p.RefusedKeyIDs), store.RefusedCauseText(p)}
 }
 
 // instanceUpsert records a poll (the arguments: account, instance id,
