@@ -30,57 +30,92 @@ type pinger interface {
 	Ping(ctx context.Context) error
 }
 
-// readyz answers 200 while the store answers and its migrations are done,
-// 503 otherwise or once the automator is shutting down (its calls answer
-// UNAVAILABLE then), so a load balancer sends no caller to a replica that
-// cannot serve. The answer needs no key, so it says only which of the two
-// it is: the store's error names the database (its host, user, file path)
-// and goes to the log instead, where `automator status`'s answer points.
-// It logs when the store stops answering, when the kind of reason changes
-// while it does not (the database reachable again but its schema behind,
-// say), and when it answers again, not at every check: load balancers
-// check every second or more often, and a store out of reach may fail
-// with another text at each (a connect timeout, then a refused
-// connection). So the log's last "not ready" gives the current kind of
-// reason.
+// readiness is whether the automator can serve calls: while its store
+// answers and its migrations are done, and until it is shutting down (its
+// calls answer UNAVAILABLE then). /readyz and the gRPC health service ask
+// it, so that a load balancer sends no caller to a replica that cannot
+// serve, whichever of the two it checks. It logs when the store stops
+// answering, when the kind of reason changes while it does not (the
+// database reachable again but its schema behind, say), and when it
+// answers again, not at every check: load balancers check every second or
+// more often, and a store out of reach may fail with another text at each
+// (a connect timeout, then a refused connection). So the log's last "not
+// ready" gives the current kind of reason. The answers need no key, so
+// they say only which of the two it is: the store's error names the
+// database (its host, user, file path) and goes to the log instead, where
+// `automator status`'s answer points.
+type readiness struct {
+	st       pinger
+	stopping func() bool
+	log      *slog.Logger
+
+	mu       sync.Mutex
+	notReady bool
+	kind     readyzKind // of the last "not ready" logged
+}
+
+func newReadiness(st pinger, stopping func() bool, log *slog.Logger) *readiness {
+	return &readiness{st: st, stopping: stopping, log: log}
+}
+
+// errShuttingDown is check's answer once the automator is shutting down.
+var errShuttingDown = errors.New("shutting down")
+
+// check returns nil when the automator is ready, errShuttingDown, the
+// store's error, or ctx's when ctx ended before the store answered: the
+// caller gave up, which says nothing of the store and changes nothing.
+// The store is given until ctx's deadline and at most bound.
+func (r *readiness) check(ctx context.Context, bound time.Duration) error {
+	if r.stopping() {
+		return errShuttingDown
+	}
+	pctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	err := r.st.Ping(pctx)
+	if err != nil && ctx.Err() != nil {
+		// The check's caller gave up (its timeout) before the store
+		// answered: that says nothing of the store. (The store taking
+		// longer than our own bound does.)
+		return ctx.Err()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case err != nil && (!r.notReady || kindOf(err) != r.kind):
+		r.log.Warn("not ready", "err", err)
+		r.kind = kindOf(err)
+	case err == nil && r.notReady:
+		r.log.Info("ready again")
+	}
+	r.notReady = err != nil
+	return err
+}
+
+// readyz answers 200 while the automator is ready, 503 otherwise, saying
+// only whether it is shutting down or its store check failed.
 func readyz(st pinger, stopping func() bool, log *slog.Logger) http.Handler {
-	var mu sync.Mutex
-	notReady := false
-	var kind readyzKind // of the last "not ready" logged
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
+	return newReadiness(st, stopping, log).handler()
+}
+
+// readyzBound bounds /readyz's store check.
+const readyzBound = 2 * time.Second
+
+func (r *readiness) handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
-		if stopping() {
+		switch err := r.check(req.Context(), readyzBound); {
+		case err == nil:
+			fmt.Fprintln(w, "ready")
+		case errors.Is(err, errShuttingDown):
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintln(w, "not ready: shutting down")
-			return
-		}
-		err := st.Ping(ctx)
-		if err != nil && r.Context().Err() != nil {
-			// The check's caller gave up (its timeout) before the store
-			// answered: that says nothing of the store. (The store taking
-			// longer than our own bound does: ctx's deadline.)
+		case req.Context().Err() != nil:
 			w.WriteHeader(http.StatusServiceUnavailable)
-			return
-		}
-		mu.Lock()
-		switch {
-		case err != nil && (!notReady || kindOf(err) != kind):
-			log.Warn("not ready", "err", err)
-			kind = kindOf(err)
-		case err == nil && notReady:
-			log.Info("ready again")
-		}
-		notReady = err != nil
-		mu.Unlock()
-		if err != nil {
+		default:
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintln(w, readyzStoreDown)
-			return
 		}
-		fmt.Fprintln(w, "ready")
 	})
 }
 
@@ -108,7 +143,7 @@ const readyzStoreDown = "not ready: the store does not answer or its schema is b
 // a browser to it). It returns the dashboard: call its Close when the HTTP
 // server shuts down (it ends the open event streams). db is serve's --db
 // ("" without one), which the CLI commands the dashboard names are given.
-func operatorHandlers(mux *http.ServeMux, st store.Store, m *metrics.Metrics, srv *server.Server, master crypto.MasterKey, dir string, cfg config.Config, db string, log *slog.Logger) (*dashboard.Dashboard, error) {
+func operatorHandlers(mux *http.ServeMux, st store.Store, ready *readiness, m *metrics.Metrics, srv *server.Server, master crypto.MasterKey, dir string, cfg config.Config, db string, log *slog.Logger) (*dashboard.Dashboard, error) {
 	dash, err := dashboard.New(dashboard.Options{
 		Store:      st,
 		Opener:     srv,
@@ -123,7 +158,7 @@ func operatorHandlers(mux *http.ServeMux, st store.Store, m *metrics.Metrics, sr
 	if err != nil {
 		return nil, err
 	}
-	mux.Handle("GET /readyz", readyz(st, srv.ShuttingDown, log))
+	mux.Handle("GET /readyz", ready.handler())
 	mux.Handle("GET /metrics", m.Handler())
 	mux.Handle(dashboard.Prefix, dash.Handler())
 	mux.Handle("GET /{$}", http.RedirectHandler(dashboard.Prefix, http.StatusSeeOther))

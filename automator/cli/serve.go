@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/opsgate/opsgate/automator/config"
@@ -189,6 +190,10 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	)...)
 	automatorv1.RegisterProxyServiceServer(gs, srv.ProxyService())
 	automatorv1.RegisterAutomatorServiceServer(gs, srv.AutomatorService())
+	// /readyz and the gRPC health service answer alike, and share the log
+	// of the store's readiness.
+	ready := newReadiness(timed, srv.ShuttingDown, log)
+	healthpb.RegisterHealthServer(gs, &healthServer{ready: ready})
 
 	hraw, err := net.Listen("tcp", cfg.HTTPListen)
 	if err != nil {
@@ -202,7 +207,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
 	})
-	dash, err := operatorHandlers(mux, timed, m, srv, master, *dir, cfg, *db, log)
+	dash, err := operatorHandlers(mux, timed, ready, m, srv, master, *dir, cfg, *db, log)
 	if err != nil {
 		return err
 	}

@@ -695,10 +695,11 @@ const probeBound = 2 * time.Second
 // went unanswered, is there: whether anything came over the connection
 // after the try began (a ping's answer, another call's), or else comes in
 // answer to a probe on it, within probeBound. The probe is a call of the
-// standard health service's Check, which needs no credentials and no
-// database: an automator that runs answers it (with its health, or, one
-// that does not serve that service, Unimplemented), even while its calls
-// are stuck, waiting on its database say; a stopped or frozen one, or one
+// standard health service's Check, which needs no credentials: an
+// automator that runs answers it (with its health, within 1 s even when
+// its database does not answer; or, one of a release that does not serve
+// that service, Unimplemented), even while its calls are stuck, waiting on
+// its database say; a stopped or frozen one, or one
 // whose packets are dropped, does not. The keepalive alone does not tell:
 // it pings 10 s after the last bytes came, so the answer to its ping comes
 // after a short call's try (Submit, Get, Cancel: 10 s) begun as the last

@@ -1,0 +1,165 @@
+//go:build linux
+
+package cli
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/opsgate/opsgate/automator/config"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// healthOver serves the health service of ready on a loopback socket and
+// returns a client of it.
+func healthOver(t *testing.T, ready *readiness) healthpb.HealthClient {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	healthpb.RegisterHealthServer(gs, &healthServer{ready: ready})
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return healthpb.NewHealthClient(conn)
+}
+
+// TestGRPCHealthCheckAnswersAsReadyzDoes: the gRPC health service says
+// SERVING exactly when /readyz says ready: NOT_SERVING while the store
+// fails, while it does not answer (within its bound, so a caller that gives
+// a check 2 s hears from an automator whose store hangs), and once the
+// automator is shutting down; for the overall health and each service of
+// the API alike, NOT_FOUND for any other service; and its store errors go
+// to the log shared with /readyz, once per change, never into the answer.
+func TestGRPCHealthCheckAnswersAsReadyzDoes(t *testing.T) {
+	t.Parallel()
+	var buf lockedBuffer
+	var (
+		down     atomic.Pointer[error]
+		hang     atomic.Bool
+		stopping atomic.Bool
+	)
+	ready := newReadiness(pingerFunc(func(ctx context.Context) error {
+		if hang.Load() {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		if e := down.Load(); e != nil {
+			return *e
+		}
+		return nil
+	}), stopping.Load, slog.New(slog.NewTextHandler(&buf, nil)))
+	h := healthOver(t, ready)
+	check := func(service string) healthpb.HealthCheckResponse_ServingStatus {
+		t.Helper()
+		resp, err := h.Check(t.Context(), &healthpb.HealthCheckRequest{Service: service})
+		if err != nil {
+			t.Fatalf("Check(%q): %v", service, err)
+		}
+		return resp.GetStatus()
+	}
+	services := []string{"", automatorv1.AutomatorService_ServiceDesc.ServiceName, automatorv1.ProxyService_ServiceDesc.ServiceName}
+	want := func(state string, st healthpb.HealthCheckResponse_ServingStatus) {
+		t.Helper()
+		for _, s := range services {
+			if got := check(s); got != st {
+				t.Errorf("%s: Check(%q) = %v, want %v", state, s, got, st)
+			}
+		}
+		list, err := h.List(t.Context(), &healthpb.HealthListRequest{})
+		if err != nil {
+			t.Fatalf("%s: List: %v", state, err)
+		}
+		if len(list.GetStatuses()) != len(services) {
+			t.Errorf("%s: List has %d services, want %d", state, len(list.GetStatuses()), len(services))
+		}
+		for _, s := range services {
+			if got := list.GetStatuses()[s].GetStatus(); got != st {
+				t.Errorf("%s: List says %q is %v, want %v", state, s, got, st)
+			}
+		}
+	}
+
+	want("serving", healthpb.HealthCheckResponse_SERVING)
+	gone := errors.New("pinging postgres store postgres://automator@db-7.internal:5432/queue: connection refused")
+	down.Store(&gone)
+	want("store down", healthpb.HealthCheckResponse_NOT_SERVING)
+	down.Store(nil)
+	want("store back", healthpb.HealthCheckResponse_SERVING)
+	hang.Store(true)
+	if got := check(""); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("store hanging: Check = %v, want NOT_SERVING", got)
+	}
+	hang.Store(false)
+	stopping.Store(true)
+	want("shutting down", healthpb.HealthCheckResponse_NOT_SERVING)
+
+	_, err := h.Check(t.Context(), &healthpb.HealthCheckRequest{Service: "grpc.reflection.v1.ServerReflection"})
+	if status.Code(err) != codes.NotFound {
+		t.Errorf("Check of a service the automator does not serve: %v, want NotFound", err)
+	}
+	// Watch is not served: a client told so uses Check.
+	if w, err := h.Watch(t.Context(), &healthpb.HealthCheckRequest{}); err == nil {
+		if _, err = w.Recv(); status.Code(err) != codes.Unimplemented {
+			t.Errorf("Watch: %v, want Unimplemented", err)
+		}
+	}
+
+	log := buf.String()
+	for _, line := range []string{`msg="not ready" err="pinging postgres store`, `msg="ready again"`, `msg="not ready" err="context deadline exceeded"`} {
+		if strings.Count(log, line) != 1 {
+			t.Errorf("the log has %q %d times, want once:\n%s", line, strings.Count(log, line), log)
+		}
+	}
+}
+
+// TestServeAnswersTheGRPCHealthCheckWithoutCredentials: `automator serve`
+// serves the standard health service on its gRPC listener, over its TLS,
+// to a caller with no key or token (a load balancer's or Kubernetes'
+// check), and says SERVING while it serves.
+func TestServeAnswersTheGRPCHealthCheckWithoutCredentials(t *testing.T) {
+	t.Parallel()
+	s := serveInProcess(t)
+	caPEM, err := os.ReadFile(filepath.Join(s.dir, config.FileCACert))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		t.Fatal("no certificate in the data directory's CA file")
+	}
+	conn, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "localhost"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	resp, err := healthpb.NewHealthClient(conn).Check(t.Context(), &healthpb.HealthCheckRequest{})
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health Check of a serving automator: %v %v, want SERVING", resp, err)
+	}
+	if strings.Contains(s.log.String(), "not ready") {
+		t.Errorf("serve logged not ready while it served:\n%s", s.log)
+	}
+}
