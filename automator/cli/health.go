@@ -2,7 +2,7 @@ package cli
 
 import (
 	"context"
-	"errors"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -22,9 +22,33 @@ import (
 // alike: both serve from the same store. Watch is not served (a client
 // told UNIMPLEMENTED checks with Check instead, as the protocol says): a
 // watch would hold a goroutine and a timer for anyone who connects.
+//
+// The gRPC listener faces the proxies' networks and answers this without a
+// credential, so checks do not reach the store each: concurrent checks
+// share one store check, and its answer serves the checks that come within
+// reuse of it. However many checks come, the store sees at most one at a
+// time and about four a second.
 type healthServer struct {
 	healthpb.UnimplementedHealthServer
 	ready *readiness
+	reuse time.Duration // healthReuse; tests set less
+
+	mu     sync.Mutex
+	flight *healthFlight // the latest store check, under way or done
+}
+
+// healthFlight is one store check that health checks share.
+type healthFlight struct {
+	done chan struct{} // closed when err and at are set
+	err  error
+	at   time.Time
+}
+
+// healthReuse is how long a store check's answer serves later checks.
+const healthReuse = 250 * time.Millisecond
+
+func newHealthServer(ready *readiness) *healthServer {
+	return &healthServer{ready: ready, reuse: healthReuse}
 }
 
 // healthBound bounds the store check of a health check: well within the
@@ -65,12 +89,39 @@ func (h *healthServer) List(ctx context.Context, _ *healthpb.HealthListRequest) 
 // status is the automator's readiness as a serving status, or ctx's error
 // when the caller gave up first.
 func (h *healthServer) status(ctx context.Context) (healthpb.HealthCheckResponse_ServingStatus, error) {
-	err := h.ready.check(ctx, healthBound)
-	switch {
-	case err == nil:
-		return healthpb.HealthCheckResponse_SERVING, nil
-	case !errors.Is(err, errShuttingDown) && ctx.Err() != nil:
+	if h.ready.stopping() {
+		return healthpb.HealthCheckResponse_NOT_SERVING, nil
+	}
+	h.mu.Lock()
+	f := h.flight
+	if f == nil || f.stale(h.reuse) {
+		f = &healthFlight{done: make(chan struct{})}
+		h.flight = f
+		go func() {
+			// Not the caller's ctx: the others waiting on it did not give up.
+			f.err = h.ready.check(context.Background(), healthBound)
+			f.at = time.Now()
+			close(f.done)
+		}()
+	}
+	h.mu.Unlock()
+	select {
+	case <-f.done:
+	case <-ctx.Done():
 		return 0, status.FromContextError(ctx.Err()).Err()
 	}
-	return healthpb.HealthCheckResponse_NOT_SERVING, nil
+	if f.err != nil {
+		return healthpb.HealthCheckResponse_NOT_SERVING, nil
+	}
+	return healthpb.HealthCheckResponse_SERVING, nil
+}
+
+// stale: f is done and older than reuse.
+func (f *healthFlight) stale(reuse time.Duration) bool {
+	select {
+	case <-f.done:
+		return time.Since(f.at) >= reuse
+	default:
+		return false
+	}
 }

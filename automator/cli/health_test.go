@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -23,19 +24,20 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
-// healthOver serves the health service of ready on a loopback socket and
+// healthOver serves health service h on a loopback socket and
 // returns a client of it.
-func healthOver(t *testing.T, ready *readiness) healthpb.HealthClient {
+func healthOver(t *testing.T, h *healthServer) healthpb.HealthClient {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	gs := grpc.NewServer()
-	healthpb.RegisterHealthServer(gs, &healthServer{ready: ready})
+	healthpb.RegisterHealthServer(gs, h)
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -71,7 +73,9 @@ func TestGRPCHealthCheckAnswersAsReadyzDoes(t *testing.T) {
 		}
 		return nil
 	}), stopping.Load, slog.New(slog.NewTextHandler(&buf, nil)))
-	h := healthOver(t, ready)
+	hs := newHealthServer(ready)
+	hs.reuse = 0 // every check asks the store
+	h := healthOver(t, hs)
 	check := func(service string) healthpb.HealthCheckResponse_ServingStatus {
 		t.Helper()
 		resp, err := h.Check(t.Context(), &healthpb.HealthCheckRequest{Service: service})
@@ -161,5 +165,67 @@ func TestServeAnswersTheGRPCHealthCheckWithoutCredentials(t *testing.T) {
 	}
 	if strings.Contains(s.log.String(), "not ready") {
 		t.Errorf("serve logged not ready while it served:\n%s", s.log)
+	}
+}
+
+// TestGRPCHealthChecksShareTheirStoreChecks: the health service answers
+// anyone who reaches the gRPC listener, so a flood of checks must not become
+// a flood of store checks (each holds a connection of the store's pool):
+// concurrent checks share one store check, never two at once, and a store
+// check's answer serves the checks that come soon after it.
+func TestGRPCHealthChecksShareTheirStoreChecks(t *testing.T) {
+	t.Parallel()
+	// Each store check hangs until its bound: with a store check per
+	// health check, all of them would be under way at once.
+	var pings, inside, most atomic.Int64
+	ready := newReadiness(pingerFunc(func(ctx context.Context) error {
+		pings.Add(1)
+		n := inside.Add(1)
+		defer inside.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	}), func() bool { return false }, slog.New(slog.DiscardHandler))
+	hs := newHealthServer(ready)
+	hs.reuse = 0
+	h := healthOver(t, hs)
+
+	const checks = 40
+	answers := make(chan error, checks)
+	for range checks {
+		go func() {
+			resp, err := h.Check(t.Context(), &healthpb.HealthCheckRequest{})
+			if err == nil && resp.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+				err = errors.New(resp.GetStatus().String())
+			}
+			answers <- err
+		}()
+	}
+	for range checks {
+		if err := waittest.Recv(t, answers, "a health check's answer"); err != nil {
+			t.Errorf("health check with the store hanging: %v, want NOT_SERVING", err)
+		}
+	}
+	if most.Load() != 1 {
+		t.Errorf("%d store checks were under way at once for %d concurrent health checks, want 1", most.Load(), checks)
+	}
+	if pings.Load() >= checks {
+		t.Errorf("%d health checks made %d store checks, want fewer", checks, pings.Load())
+	}
+
+	// An answer serves the checks within reuse of it.
+	ready.st = pingerFunc(func(context.Context) error { pings.Add(1); return nil })
+	hs.mu.Lock()
+	hs.reuse = time.Hour
+	hs.mu.Unlock()
+	before := pings.Load()
+	for range 5 {
+		if _, err := h.Check(t.Context(), &healthpb.HealthCheckRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := pings.Load() - before; n > 1 {
+		t.Errorf("5 checks in a row within the reuse window made %d store checks, want at most 1", n)
 	}
 }

@@ -193,7 +193,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	// /readyz and the gRPC health service answer alike, and share the log
 	// of the store's readiness.
 	ready := newReadiness(timed, srv.ShuttingDown, log)
-	healthpb.RegisterHealthServer(gs, &healthServer{ready: ready})
+	healthpb.RegisterHealthServer(gs, newHealthServer(ready))
 
 	hraw, err := net.Listen("tcp", cfg.HTTPListen)
 	if err != nil {
