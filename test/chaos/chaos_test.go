@@ -422,9 +422,31 @@ func runChaos(t *testing.T, rc runConfig) {
 				t.Logf("---- tail of %s ----\n%s", id, p.Tail(20))
 			}
 		}
+		// The faults' times, to set the violations' times against.
+		var fl strings.Builder
+		for _, f := range faults {
+			end := ""
+			if !f.End.IsZero() {
+				end = "–" + f.End.Format("15:04:05.000")
+			}
+			fmt.Fprintf(&fl, "%s%s %s %s\n", f.Start.Format("15:04:05.000"), end, f.Kind, strings.Join(f.Targets, ","))
+		}
+		t.Logf("---- faults injected ----\n%s", fl.String())
 		for _, a := range autos {
-			if p := a.Proc(); p != nil && rc.pg {
-				t.Logf("---- tail of replica %s ----\n%s", a.ReplicaID, p.Tail(20))
+			if p := a.Proc(); p != nil {
+				name := a.ReplicaID
+				if name == "" {
+					name = "(SQLite)"
+				}
+				// Its warnings and errors: its INFO lines are mostly units
+				// timed out, which the violations name already.
+				var warn []string
+				for _, l := range strings.Split(p.Log(), "\n") {
+					if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+						warn = append(warn, l)
+					}
+				}
+				t.Logf("---- the last warnings and errors of automator %s (its current process) ----\n%s\n---- its tail ----\n%s", name, strings.Join(warn[max(0, len(warn)-20):], "\n"), p.Tail(10))
 			}
 		}
 	}
