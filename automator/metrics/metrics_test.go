@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -429,3 +430,22 @@ func TestStoreErrorsAreCountedByKind(t *testing.T) {
 		}
 	}
 }
+
+// TestSlowStoreCallIsLogged: the store's calls that m.Store times are also
+// watched for slow ones, which serve's log says (the threshold set to 0
+// here, so that any call is slow).
+func TestSlowStoreCallIsLogged(t *testing.T) {
+	var buf bytes.Buffer
+	m := metrics.New(metrics.Options{Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	st := m.Store(pingStore{})
+	metrics.SetSlowStoreCall(st, 0)
+	_ = st.Ping(t.Context())
+	if !strings.Contains(buf.String(), `level=WARN msg="store calls were slow`) || !strings.Contains(buf.String(), "method=Ping") {
+		t.Errorf("a slow Ping logged:\n%s", buf.String())
+	}
+}
+
+// pingStore answers Ping.
+type pingStore struct{ store.Store }
+
+func (pingStore) Ping(context.Context) error { return nil }

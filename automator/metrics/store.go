@@ -2,6 +2,9 @@ package metrics
 
 import (
 	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,13 +16,80 @@ import (
 // automator_store_call_seconds{method}: every method but Close
 // (TestEveryStoreCallIsTimed checks that a method added to store.Store is
 // added here).
+//
+// A call that takes SlowStoreCall or longer is also logged as a warning:
+// the store's disk syncing slowly or its database out of reach delays
+// every unit's end (a deadline's timeout included), and the histogram
+// alone would show that only to whoever looks at it. At most one line per
+// slowLogEvery, with the count and the slowest of the calls since the
+// line before.
 func (m *Metrics) Store(st store.Store) store.Store {
-	return &timedStore{Store: st, calls: m.storeCalls}
+	return &timedStore{Store: st, calls: m.storeCalls, slow: &slowCalls{log: m.log, now: m.o.Now, threshold: SlowStoreCall}}
 }
 
 type timedStore struct {
 	store.Store
 	calls *prometheus.HistogramVec
+	slow  *slowCalls
+}
+
+// SlowStoreCall is how long a store call takes before it is logged.
+const SlowStoreCall = time.Second
+
+// slowLogEvery is the least time between two lines of slow calls.
+const slowLogEvery = 10 * time.Second
+
+// slowCalls logs the store calls that took threshold or longer, one line
+// per slowLogEvery at most: the first slow call at once, then the count and
+// the slowest of those that came within slowLogEvery of the line before,
+// with the first call made after that time (slow or not), so a burst of
+// slow calls (a stall of the disk) ends with a line that says how bad it
+// got.
+type slowCalls struct {
+	log       *slog.Logger
+	now       func() time.Time
+	threshold time.Duration
+
+	pending atomic.Bool // more > 0: the fast path's only look
+
+	mu      sync.Mutex
+	logged  time.Time     // of the last line
+	more    int           // slow calls since it, not logged
+	slowest time.Duration // of those
+	which   string        // the method of the slowest
+}
+
+func (c *slowCalls) note(method string, took time.Duration) {
+	slow := took >= c.threshold
+	if !slow && !c.pending.Load() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	if now.Sub(c.logged) < slowLogEvery {
+		if slow {
+			c.more++
+			if took > c.slowest {
+				c.slowest, c.which = took, method
+			}
+			c.pending.Store(true)
+		}
+		return
+	}
+	var attrs []any
+	if slow {
+		attrs = append(attrs, "method", method, "took", took.Round(time.Millisecond))
+	}
+	if c.more > 0 {
+		attrs = append(attrs, "more_slow_calls", c.more, "slowest", c.slowest.Round(time.Millisecond), "slowest_method", c.which)
+	}
+	if len(attrs) == 0 {
+		return
+	}
+	c.log.Warn("store calls were slow: the database's disk or its connection holds up the calls that write, units' ends and timeouts among them", attrs...)
+	c.logged, c.more, c.slowest, c.which = now, 0, 0, ""
+	c.pending.Store(false)
 }
 
 // Unwrap returns the store the timing wraps (store.ForgetCredentials finds
@@ -29,7 +99,9 @@ func (s *timedStore) Unwrap() store.Store { return s.Store }
 // since observes the time since start under method; use it as
 // `defer s.since("Method", time.Now())`.
 func (s *timedStore) since(method string, start time.Time) {
-	s.calls.WithLabelValues(method).Observe(time.Since(start).Seconds())
+	took := time.Since(start)
+	s.calls.WithLabelValues(method).Observe(took.Seconds())
+	s.slow.note(method, took)
 }
 
 func (s *timedStore) AccountCreate(ctx context.Context, p store.AccountCreateParams) (store.Account, error) {
