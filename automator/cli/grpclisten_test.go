@@ -4,20 +4,16 @@ package cli
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/net/http2"
 
-	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/internal/grpcwire/wiretest"
 	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
@@ -85,15 +81,9 @@ func TestOversizedMetadataIsRefusedAndOthersServed(t *testing.T) {
 // its CA, and starts HTTP/2 on it.
 func dialH2(t *testing.T, s *served) *http2.Framer {
 	t.Helper()
-	pem, err := os.ReadFile(filepath.Join(s.dir, config.FileCACert))
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(pem) {
-		t.Fatal("no certificate in the CA file")
-	}
-	conn, err := tls.Dial("tcp", s.grpc, &tls.Config{RootCAs: roots, ServerName: "localhost", NextProtos: []string{"h2"}})
+	cfg := s.tlsConfig(t)
+	cfg.NextProtos = []string{"h2"}
+	conn, err := tls.Dial("tcp", s.grpc, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,13 +4,9 @@ package cli
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -23,7 +19,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
@@ -146,15 +141,7 @@ func TestGRPCHealthCheckAnswersAsReadyzDoes(t *testing.T) {
 func TestServeAnswersTheGRPCHealthCheckWithoutCredentials(t *testing.T) {
 	t.Parallel()
 	s := serveInProcess(t)
-	caPEM, err := os.ReadFile(filepath.Join(s.dir, config.FileCACert))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		t.Fatal("no certificate in the data directory's CA file")
-	}
-	conn, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "localhost"})))
+	conn, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(credentials.NewTLS(s.tlsConfig(t))))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,8 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -134,6 +136,21 @@ func (s *served) proxy(t *testing.T, cfgPath, instance string) *lockedBuffer {
 		return strings.Contains(log.String(), `"msg":"connected to the automator; polling"`)
 	})
 	return log
+}
+
+// tlsConfig trusts the data directory's CA, as a client of the gRPC
+// listener that holds no profile does.
+func (s *served) tlsConfig(t *testing.T) *tls.Config {
+	t.Helper()
+	pem, err := os.ReadFile(filepath.Join(s.dir, config.FileCACert))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		t.Fatal("no certificate in the data directory's CA file")
+	}
+	return &tls.Config{RootCAs: roots, ServerName: "localhost"}
 }
 
 func (s *served) client(t *testing.T) *client.Client {
