@@ -165,7 +165,10 @@ func (c *watchedConn) tlsFailed(err error) {
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
 		errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, net.ErrClosed):
 		return
-	case c.ended, errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET):
+	case !remoteAlert(err) && (c.ended || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)):
+		// An alert that came is what refused this side, even when a
+		// write failed first: a server that closes after its alert,
+		// what was written meanwhile unread, resets the connection.
 		c.tls = &trouble{kind: KindClosed, err: errClosedUnanswered}
 	default:
 		c.tls = &trouble{kind: KindTLS, err: fmt.Errorf("TLS failed: %w", err)}
@@ -174,6 +177,13 @@ func (c *watchedConn) tlsFailed(err error) {
 		c.noted = true
 		c.watch.trouble.Store(c.tls)
 	}
+}
+
+// remoteAlert tells whether err is a TLS alert the other side sent
+// (crypto/tls reports one as a net.OpError of Op "remote error").
+func remoteAlert(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "remote error"
 }
 
 func (c *watchedConn) Write(b []byte) (int, error) {
