@@ -21,15 +21,7 @@ import (
 // (a load balancer that ends TLS, without a backend).
 func tlsServer(t *testing.T, ca pki.Bundle, closes bool, configure func(*tls.Config)) string {
 	t.Helper()
-	b, err := pki.NewServer(ca, []string{"127.0.0.1"}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := tls.X509KeyPair(b.CertPEM, b.KeyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}}
+	cfg := &tls.Config{Certificates: []tls.Certificate{client.ServerCert(t, ca)}, NextProtos: []string{"h2"}}
 	configure(cfg)
 	return closedport.Accepting(t, func(conn net.Conn) {
 		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))

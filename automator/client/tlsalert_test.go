@@ -24,14 +24,7 @@ func TestATLSAlertAfterAFailedWriteIsToldAsTheTLSError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := pki.NewServer(ca, []string{"127.0.0.1"}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := tls.X509KeyPair(b.CertPEM, b.KeyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cert := serverCert(t, ca)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -88,4 +81,19 @@ func TestATLSAlertAfterAFailedWriteIsToldAsTheTLSError(t *testing.T) {
 	if tr == nil || tr.kind != KindTLS || !strings.Contains(tr.err.Error(), "certificate required") {
 		t.Fatalf("trouble = %+v; want the TLS error, saying certificate required", tr)
 	}
+}
+
+// serverCert is a certificate for 127.0.0.1 signed by ca, for a TLS
+// server of a test's.
+func serverCert(t *testing.T, ca pki.Bundle) tls.Certificate {
+	t.Helper()
+	b, err := pki.NewServer(ca, []string{"127.0.0.1"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(b.CertPEM, b.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
 }
