@@ -23,15 +23,17 @@ import (
 // log files in a temporary directory, around a fake service that records
 // what happens to it. test/service runs the real thing as root.
 
-// fakeService is a /bin/sh service: it writes its pid and "started" on
-// start, "term" on SIGTERM, and then exits once the file release exists
-// (mode graceful, and json, which also logs a JSON record on stdout) or
-// never (mode stubborn: it ignores SIGTERM).
+// fakeService is a /bin/sh service: on start it writes its pid, the
+// variable OPSGATE_TEST_VAR of its environment if set (before "started", so
+// a test that has seen "started" sees it too) and "started"; "term" on
+// SIGTERM, and then exits once the file release exists (mode graceful, and
+// json, which also logs a JSON record on stdout) or never (mode stubborn:
+// it ignores SIGTERM).
 const fakeService = `#!/bin/sh
 dir=$1
 echo $$ >"$dir/pid.tmp" && mv "$dir/pid.tmp" "$dir/pid"
-echo started >>"$dir/events"
 [ -z "$OPSGATE_TEST_VAR" ] || echo "env=$OPSGATE_TEST_VAR" >>"$dir/events"
+echo started >>"$dir/events"
 [ "$2" != json ] || echo '{"level":"INFO","msg":"started"}'
 if [ "$2" = stubborn ]; then
 	trap 'echo term >>"$dir/events"' TERM
