@@ -50,6 +50,9 @@ type automator struct {
 	// onAddrInUse, when set, is called when a start failed because an
 	// address was taken, before Serve waits to try again.
 	onAddrInUse func(error)
+	// Env replaces variables of serve's environment (an empty value
+	// removes one).
+	Env map[string]string
 
 	mu       sync.Mutex
 	proc     *proc
@@ -129,7 +132,7 @@ func (a *automator) serveOnce(n int, args []string) error {
 	if a.ReplicaID != "" {
 		name, logName = fmt.Sprintf("automator-%s-%d", a.ReplicaID, n), "automator-"+a.ReplicaID+".log"
 	}
-	p, err := startProc(a.t, name, filepath.Join(a.dir, logName), nil, bins.Automator, args...)
+	p, err := startProc(a.t, name, filepath.Join(a.dir, logName), a.Env, bins.Automator, args...)
 	if err != nil {
 		return err
 	}
@@ -200,6 +203,14 @@ func (a *automator) CreateAccount(name string) string {
 // restarts (it reconnects); it is closed when the test ends.
 func (a *automator) Dial() *grpc.ClientConn {
 	a.t.Helper()
+	return a.DialAt(a.Addr())
+}
+
+// DialAt is Dial through addr, a relay in front of the automator: over TLS
+// the certificate is checked for 127.0.0.1, which names the automator
+// whatever port it is reached on.
+func (a *automator) DialAt(addr string) *grpc.ClientConn {
+	a.t.Helper()
 	key, err := os.ReadFile(filepath.Join(a.DataDir, config.FileAPIKey))
 	if err != nil {
 		a.t.Fatal(err)
@@ -216,7 +227,7 @@ func (a *automator) Dial() *grpc.ClientConn {
 		}
 		creds = credentials.NewTLS(tlsCfg)
 	}
-	conn, err := grpc.NewClient("passthrough:///"+a.Addr(),
+	conn, err := grpc.NewClient("passthrough:///"+addr,
 		grpc.WithTransportCredentials(creds),
 		grpc.WithPerRPCCredentials(grpcwire.Bearer(strings.TrimSpace(string(key)), !a.Plaintext)),
 	)
