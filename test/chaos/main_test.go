@@ -26,6 +26,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if mode := os.Getenv(soakHelperEnv); mode != "" {
+		// This binary started as a helper process of the soak's tests.
+		os.Exit(soakHelper(mode))
+	}
 	flag.Parse()
 	code := m.Run()
 	bins.Remove()
