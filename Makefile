@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/opsgate/opsgate/version.Version=$(VERSION)
 GO ?= go
 
-.PHONY: all build test demo generate generate-check fmt-check vet staticcheck windows race fuzz bench chaos browser-deps test-browser
+.PHONY: all build test demo generate generate-check fmt-check vet staticcheck windows race fuzz bench chaos soak browser-deps test-browser
 
 all: build
 
@@ -119,3 +119,27 @@ chaos:
 	bin=$$(mktemp -d -t opsgate-chaos-bin-XXXXXX) && trap 'rm -rf "$$bin"' EXIT && \
 	$(CHAOS_BINS) && \
 	OPSGATE_TEST_BIN="$$bin" $(GO) test -count=1 -timeout 60m -run '^TestChaos$(if $(filter pg,$(CHAOS_STORE)),PG)$$' -v ./test/chaos -args -chaos.long -chaos.store=$(CHAOS_STORE) $(if $(CHAOS_SEED),-chaos.seed=$(CHAOS_SEED)) $(CHAOS_FLAGS)
+
+# The soak, a leak check (docs/failure-semantics.md, "The soak"): a real
+# automator on durable SQLite and four real proxy instances under a steady
+# load of every kind of unit for SOAK_DURATION (default 20m), with a
+# connection reset, a short black hole or a proxy restart every 8-16 s; the
+# automator, two proxies and their reapers are sampled every 5 s (memory,
+# open files, threads, goroutines, heap, the database's size), and the run
+# fails when one grew from the second quarter of the run to the last past
+# its allowance, or when the load saw a broken guarantee or a caller error.
+# It prints a summary table, and keeps the samples (samples.csv), the report,
+# the automator's goroutine and heap profiles and every log in SOAK_DIR
+# (default bin/soak-DATE-TIME). SOAK_FLAGS adds flags of test/chaos
+# (-soak.rate, -soak.callers, -soak.every, -soak.seed); SOAK_TIMEOUT bounds
+# the whole run (default 90m: raise it with a SOAK_DURATION over an hour).
+# The binaries are built first, as for `race`, into a temporary directory
+# handed to the run in OPSGATE_TEST_BIN.
+SOAK_DURATION ?= 20m
+SOAK_TIMEOUT ?= 90m
+soak:
+	bin=$$(mktemp -d -t opsgate-soak-bin-XXXXXX) && trap 'rm -rf "$$bin"' EXIT && \
+	$(GO) build -o "$$bin/" $(TEST_CMDS) && \
+	dir="$(if $(SOAK_DIR),$(SOAK_DIR),bin/soak-$$(date +%Y%m%d-%H%M%S))" && mkdir -p "$$dir" && dir=$$(cd "$$dir" && pwd) && \
+	echo "soak: samples, report, profiles and logs in $$dir" && \
+	OPSGATE_TEST_BIN="$$bin" $(GO) test -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestSoak$$' -v ./test/chaos -args -soak.duration=$(SOAK_DURATION) -soak.dir="$$dir" $(SOAK_FLAGS)
