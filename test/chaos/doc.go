@@ -19,4 +19,16 @@
 // of the proxies and the network it kills, pauses (SIGSTOP) and resets one
 // replica, cuts one off from PostgreSQL, crashes and stops PostgreSQL, and
 // resets and cuts the callers' connections.
+//
+// The soak (`make soak`, TestSoak, skipped without -soak.duration) is the
+// package's leak check: a real automator on durable SQLite and four real
+// proxy instances under a steady mix of units for 20 minutes, with mild
+// disturbances (connection resets and short black holes through the
+// relays, proxies restarted or crashed, the callers' connection reset),
+// sampled every few seconds by SoakSampler (memory, open files and threads
+// from /proc; goroutines and heap from the automator's /metrics; the
+// database's size) and judged by SoakVerdict, a pure function that compares
+// the last quarter of the run with the second, per process role and
+// resource, against the allowances DefaultSoakAllowances gives (see
+// soak.go and docs/failure-semantics.md, "The soak").
 package chaos
