@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -60,11 +61,7 @@ const healthBound = time.Second
 var healthServices = []string{"", automatorv1.AutomatorService_ServiceDesc.ServiceName, automatorv1.ProxyService_ServiceDesc.ServiceName}
 
 func (h *healthServer) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
-	known := false
-	for _, s := range healthServices {
-		known = known || req.GetService() == s
-	}
-	if !known {
+	if !slices.Contains(healthServices, req.GetService()) {
 		return nil, status.Errorf(codes.NotFound, "unknown service %q: this automator serves %q, %q and the overall health (\"\")", req.GetService(), healthServices[1], healthServices[2])
 	}
 	st, err := h.status(ctx)
