@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/metrics"
@@ -37,6 +39,9 @@ func openStoreFor(ctx context.Context, dir string, cfg config.Config, create boo
 	}
 	if !create {
 		err = sqliteExists(dir, cfg)
+		if err == nil {
+			err = sqliteIsAutomators(ctx, dir, cfg)
+		}
 	}
 	if err == nil {
 		err = refuseMigratingUnderServe(ctx, dir, cfg)
@@ -85,6 +90,9 @@ func openLockedStore(ctx context.Context, dir string, cfg config.Config) (store.
 	if err := sqliteExists(dir, cfg); err != nil {
 		return nil, err
 	}
+	if err := sqliteIsAutomators(ctx, dir, cfg); err != nil {
+		return nil, err
+	}
 	return openDB(ctx, dir, cfg)
 }
 
@@ -101,6 +109,32 @@ func sqliteExists(dir string, cfg config.Config) error {
 		return fmt.Errorf("the database %s is missing, and an empty one is not made in its place: if `automator init` made it, it was moved or deleted, or the disk holding it is not mounted (`automator restore FILE` brings a backup back); otherwise --db, or db in %s, names a file that is not there", path, config.FileConfig)
 	}
 	return nil
+}
+
+// sqliteIsAutomators refuses a SQLite database file that exists but holds
+// no automator schema: an empty file (emptied, or cut short to nothing) or
+// another program's database that --db names by mistake. Opening it would
+// migrate the automator's tables into it and serve, or change, an empty
+// database, as for a missing one (sqliteExists), the other program's file
+// changed besides. A file the check cannot read is left to the opening,
+// which says what is wrong with it.
+func sqliteIsAutomators(ctx context.Context, dir string, cfg config.Config) error {
+	if pgstore.IsDSN(cfg.DB) {
+		return nil
+	}
+	path := cfg.DBPath(dir)
+	tables, err := sqlitestore.TableNames(ctx, path)
+	if err != nil || slices.Contains(tables, "schema_migrations") {
+		return nil
+	}
+	if len(tables) == 0 {
+		return fmt.Errorf("the database %s is empty (no table), and an automator's is not made in it: if `automator init` made it, it was emptied or cut short (`automator restore FILE` brings a backup back); otherwise --db, or db in %s, names the wrong file", path, config.FileConfig)
+	}
+	shown := tables
+	if len(shown) > 5 {
+		shown = append(shown[:5:5], "…")
+	}
+	return fmt.Errorf("the database %s is an SQLite database but not an automator's (its tables are %s, without schema_migrations), and the automator's tables are not added to it: --db, or db in %s, names another program's database", path, strings.Join(shown, ", "), config.FileConfig)
 }
 
 // refuseMigratingUnderServe refuses a command the SQLite database that a

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -189,4 +190,38 @@ func SchemaVersion(ctx context.Context, path string) (version, latest int, err e
 		return 0, latest, fmt.Errorf("reading the schema version of %s: %w", path, err)
 	}
 	return version, latest, db.Close()
+}
+
+// TableNames returns the names of the tables of the SQLite database at
+// path, read without changing it (read only: no migration, no change of
+// journal mode), so a caller can tell an automator's database (it has
+// schema_migrations) from an empty file or another program's database
+// before Open migrates it into one. It may run while an automator serves
+// the database.
+func TableNames(ctx context.Context, path string) ([]string, error) {
+	q := url.Values{}
+	q.Set("mode", "ro")
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeoutMillis))
+	db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", path, err)
+	}
+	defer db.Close()
+	rows, err := db.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("reading the tables of %s: %w", path, err)
+	}
+	defer rows.Close()
+	var names []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, fmt.Errorf("reading the tables of %s: %w", path, err)
+		}
+		names = append(names, name)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading the tables of %s: %w", path, err)
+	}
+	return names, db.Close()
 }
