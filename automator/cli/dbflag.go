@@ -37,6 +37,17 @@ func loadConfig(dir, db string) (config.Config, error) {
 	}
 	if db != "" {
 		cfg.DB = db
+	}
+	// As serve checks it: a db it refuses would be opened as something
+	// else (a URL that does not parse, as a SQLite file named after it).
+	if err := config.CheckDB(cfg.DB); err != nil {
+		src := filepath.Join(dir, config.FileConfig)
+		if db != "" {
+			src = "--db"
+		}
+		return config.Config{}, fmt.Errorf("invalid settings in %s: %w", src, err)
+	}
+	if db != "" {
 		return cfg, nil
 	}
 	if served, ok := servesAnotherDB(dir, cfg); ok {

@@ -176,19 +176,8 @@ func (c Config) Validate() error {
 	if publicErr != nil {
 		errs = append(errs, fmt.Errorf("public_url: %w", publicErr))
 	}
-	if c.DB == "" {
-		errs = append(errs, errors.New("db: must be set (a SQLite file path)"))
-	} else if strings.ContainsRune(c.DB, 0) {
-		// Else found when serve opens its lock file, with the system's
-		// "invalid argument" about a path that looks right in a terminal.
-		// A URL is not quoted: it may hold a password.
-		what := fmt.Sprintf("%q", c.DB)
-		if strings.Contains(c.DB, "://") {
-			what = "the URL"
-		}
-		errs = append(errs, fmt.Errorf("db: %s holds a NUL byte, which no path or URL can", what))
-	} else if err := checkDBScheme(c.DB); err != nil {
-		errs = append(errs, fmt.Errorf("db: %w", err))
+	if err := CheckDB(c.DB); err != nil {
+		errs = append(errs, err)
 	}
 	if c.DefaultTimeout <= 0 || c.DefaultTimeout > 24*time.Hour {
 		errs = append(errs, fmt.Errorf("default_timeout: %v is outside (0, 24h]", c.DefaultTimeout))
@@ -211,6 +200,29 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// CheckDB returns the problem of the db setting (a SQLite file path, or a
+// postgres:// URL), naming the setting, or nil: Validate's check of it, for
+// the commands that take --db without the rest of the settings.
+func CheckDB(db string) error {
+	if db == "" {
+		return errors.New("db: must be set (a SQLite file path)")
+	}
+	if strings.ContainsRune(db, 0) {
+		// Else found when serve opens its lock file, with the system's
+		// "invalid argument" about a path that looks right in a terminal.
+		// A URL is not quoted: it may hold a password.
+		what := fmt.Sprintf("%q", db)
+		if strings.Contains(db, "://") {
+			what = "the URL"
+		}
+		return fmt.Errorf("db: %s holds a NUL byte, which no path or URL can", what)
+	}
+	if err := checkDBScheme(db); err != nil {
+		return fmt.Errorf("db: %w", err)
+	}
+	return nil
+}
+
 // checkDBScheme refuses a db that is a URL of a scheme the automator does
 // not serve from (mysql://, or a misspelt postgress://): taken for a
 // SQLite file path, it would be refused for a missing directory named
@@ -222,7 +234,16 @@ func checkDBScheme(db string) error {
 		return nil // a path (that may hold "://" further on)
 	}
 	switch strings.ToLower(scheme) {
-	case "postgres", "postgresql", "sqlite":
+	case "postgres", "postgresql":
+		// One that does not parse would be taken for a SQLite file path,
+		// refused as a missing file named after the URL, its password
+		// shown. Neither the URL nor the parser's reason (which quotes a
+		// part of it) is shown: it may hold a password.
+		if _, err := url.Parse(db); err != nil {
+			return fmt.Errorf("the %s:// URL does not parse as a URL; in its user name and password, write a character other than a letter, a digit or -._~ percent-encoded (%% as %%25, @ as %%40, / as %%2F, # as %%23, ? as %%3F, a space as %%20)", scheme)
+		}
+		return nil
+	case "sqlite":
 		return nil
 	}
 	return fmt.Errorf("unsupported database URL (scheme %q); give a postgres:// URL, or a SQLite file path", scheme)

@@ -83,6 +83,26 @@ func TestADatabaseURLOfAnotherSchemeIsRefused(t *testing.T) {
 	}
 }
 
+// TestAPostgreSQLURLThatDoesNotParseIsRefused: a postgres:// URL whose
+// password holds a character it must percent-encode (a %, a space) is
+// refused as a URL that does not parse, never showing the password, rather
+// than taken for a SQLite file path named after it.
+func TestAPostgreSQLURLThatDoesNotParseIsRefused(t *testing.T) {
+	for _, db := range []string{"postgres://u:S3cr%t!@db.example/automator", "postgresql://u:S3cr t@db.example:5432/automator", "postgres://u:S3cr%zz@db.example/automator"} {
+		c := Default(DefaultPublicURL)
+		c.DB = db
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), "db: the postgres") || !strings.Contains(err.Error(), "does not parse") {
+			t.Errorf("db %q: %v; want it refused naming db as a URL that does not parse", db, err)
+		} else if strings.Contains(err.Error(), "S3cr") {
+			t.Errorf("db %q: %v; the error shows the password", db, err)
+		}
+	}
+	if err := CheckDB("postgres://u:S3cr%25t@db.example/automator"); err != nil {
+		t.Errorf("a password percent-encoded: %v; want it accepted", err)
+	}
+}
+
 func TestPlaintextOnlyOnLoopback(t *testing.T) {
 	for addr, ok := range map[string]bool{"127.0.0.1:1": true, "[::1]:1": true, "localhost:1": true, "LocalHost:1": true, "0.0.0.0:1": false, ":1": false, "10.1.2.3:1": false} {
 		if err := RequireLoopback(addr); (err == nil) != ok {
