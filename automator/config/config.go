@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
@@ -179,6 +181,11 @@ func (c Config) Validate() error {
 	if err := CheckDB(c.DB); err != nil {
 		errs = append(errs, err)
 	}
+	if c.ReplicaID != "" {
+		if err := checkReplicaID(c.ReplicaID); err != nil {
+			errs = append(errs, fmt.Errorf("replica_id: %w", err))
+		}
+	}
 	if c.DefaultTimeout <= 0 || c.DefaultTimeout > 24*time.Hour {
 		errs = append(errs, fmt.Errorf("default_timeout: %v is outside (0, 24h]", c.DefaultTimeout))
 	}
@@ -198,6 +205,28 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// MaxReplicaID is the longest replica_id (--replica-id), in bytes, as a
+// proxy's instance_id.
+const MaxReplicaID = 128
+
+// checkReplicaID refuses a replica id that `automator replicas`, the logs
+// and the heartbeat records could not show as it is: too long, not UTF-8,
+// or holding a control character (a newline, a terminal's escape) or an
+// invisible one.
+func checkReplicaID(id string) error {
+	switch {
+	case len(id) > MaxReplicaID:
+		return fmt.Errorf("%d bytes, more than %d", len(id), MaxReplicaID)
+	case !utf8.ValidString(id):
+		return fmt.Errorf("%q is not valid UTF-8", id)
+	case strings.ContainsFunc(id, unicode.IsControl):
+		return fmt.Errorf("%q contains a control character", id)
+	case strings.ContainsFunc(id, func(r rune) bool { return !unicode.IsPrint(r) }):
+		return fmt.Errorf("%q contains an invisible, format or separator character (only printable characters and the ASCII space)", id)
+	}
+	return nil
 }
 
 // CheckDB returns the problem of the db setting (a SQLite file path, or a

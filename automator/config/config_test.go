@@ -103,6 +103,26 @@ func TestAPostgreSQLURLThatDoesNotParseIsRefused(t *testing.T) {
 	}
 }
 
+// TestReplicaIDIsPrintableAndBounded: replica_id (or --replica-id) goes
+// into the heartbeat records, `automator replicas` and every log line: one
+// holding a newline or a terminal's escape, or past its bound, is refused.
+func TestReplicaIDIsPrintableAndBounded(t *testing.T) {
+	for _, id := range []string{"a\nb", "evil\x1b[31mRED", "zero\u200bwidth", "bad\xffutf8", strings.Repeat("r", MaxReplicaID+1)} {
+		c := Default(DefaultPublicURL)
+		c.ReplicaID = id
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "replica_id: ") {
+			t.Errorf("replica_id %q: %v; want it refused naming replica_id", id, err)
+		}
+	}
+	for _, id := range []string{"", "replica-1", "host ü-1", strings.Repeat("r", MaxReplicaID)} {
+		c := Default(DefaultPublicURL)
+		c.ReplicaID = id
+		if err := c.Validate(); err != nil {
+			t.Errorf("replica_id %q: %v; want it accepted", id, err)
+		}
+	}
+}
+
 func TestPlaintextOnlyOnLoopback(t *testing.T) {
 	for addr, ok := range map[string]bool{"127.0.0.1:1": true, "[::1]:1": true, "localhost:1": true, "LocalHost:1": true, "0.0.0.0:1": false, ":1": false, "10.1.2.3:1": false} {
 		if err := RequireLoopback(addr); (err == nil) != ok {
