@@ -65,6 +65,10 @@ func (a *Agent) handle(runCtx, postCtx context.Context, c *automatorv1.Claim) {
 	if res.GetFailure() != "" {
 		outcome = automatorv1.Outcome_OUTCOME_FAILED
 		a.failLog.Log("could not run the command", "work_id", c.GetWorkId(), "account", c.GetAccount(), "script", cmd.GetScript(), "reason", res.GetFailure())
+		// The reason may quote a path whose bytes are not UTF-8 (a
+		// scripts_dir named in Latin-1): a protobuf string takes none, and
+		// the result would not seal, leaving the unit to time out.
+		res.Failure = strings.ToValidUTF8(res.GetFailure(), "\uFFFD")
 	}
 	sealed, err := a.sealResult(c, res)
 	if err != nil {
