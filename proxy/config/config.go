@@ -178,6 +178,10 @@ func (c Config) Validate() error {
 	}
 	if c.Token == "" {
 		errs = append(errs, errors.New("token: required (from `automator account create`)"))
+	} else if strings.ContainsFunc(c.Token, func(r rune) bool { return r <= ' ' || r > '~' }) {
+		// gRPC sends no header holding such a character: the proxy would
+		// start only to fail every poll.
+		errs = append(errs, errors.New("token: holds a space, a line break or a character that is not printable ASCII; copy it as `automator account create` printed it"))
 	}
 	if _, err := crypto.ParseKey(c.Key); err != nil {
 		errs = append(errs, fmt.Errorf("key: %w", err))

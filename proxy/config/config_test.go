@@ -262,6 +262,10 @@ func TestValidateHoldsEachBoundOnBothSides(t *testing.T) {
 		{"instance_id with a line separator", "instance_id", func(c *Config) { c.InstanceID = "host\u2028a" }},
 		{"instance_id with a space", "", func(c *Config) { c.InstanceID = "rack 3" }},
 		{"automator_url ftp", "automator_url", func(c *Config) { c.AutomatorURL = "ftp://127.0.0.1:1" }},
+		{"token as printed", "", func(c *Config) { c.Token = "opt_wxxagtpgf9qjHvnbxFcZce-NGR3GRbFdsS4-D3oAdac" }},
+		{"token with a line break", "token", func(c *Config) { c.Token = "opt_x\r" }},
+		{"token with a space", "token", func(c *Config) { c.Token = "opt_x y" }},
+		{"token beyond ASCII", "token", func(c *Config) { c.Token = "opt_\u00e9" }},
 		{"ca_cert a certificate", "", func(c *Config) { c.AutomatorURL, c.CACert = "https://127.0.0.1:1", certPEM(t, "CERTIFICATE") }},
 		{"ca_cert a certificate labelled otherwise", "ca_cert", func(c *Config) { c.AutomatorURL, c.CACert = "https://127.0.0.1:1", certPEM(t, "PUBLIC KEY") }},
 	} {
