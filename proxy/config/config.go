@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -140,10 +141,20 @@ func Parse(data []byte) (Config, error) {
 		return Config{}, yamlerr.Word(err)
 	}
 	var set struct {
-		GracePeriod *time.Duration `yaml:"grace_period"`
+		GracePeriod    *time.Duration `yaml:"grace_period"`
+		MaxConcurrency yaml.Node      `yaml:"max_concurrency"`
+		MaxOutputBytes yaml.Node      `yaml:"max_output_bytes"`
 	}
 	if err := yaml.Unmarshal(data, &set); err == nil {
 		c.gracePeriodSet = set.GracePeriod != nil
+		// The YAML library cuts a fraction off for a whole-number setting
+		// (4.5 runs 4 units, 0.5 the default 4): refuse it, as a text is.
+		for _, n := range []*yaml.Node{&set.MaxConcurrency, &set.MaxOutputBytes} {
+			var f float64
+			if n.Tag == "!!float" && n.Decode(&f) == nil && f != math.Trunc(f) {
+				return Config{}, fmt.Errorf("line %d: %q is not a whole number", n.Line, n.Value)
+			}
+		}
 	}
 	// Settings in a second document (after a "---") would be ignored.
 	if err := yamlerr.Rest(dec); err != nil {

@@ -43,6 +43,10 @@ func TestMalformedYAMLAndEmptyFileAreClearErrors(t *testing.T) {
 		"automator_url: [unterminated\n": "parsing proxy config",
 		"":                               "empty",
 		"max_concurrency: many\n":        "line 1",
+		// Not cut to a whole number: 4.5 is not 4, and 0.5 not the default.
+		"token: t\nmax_concurrency: 4.5\n": `line 2: "4.5" is not a whole number`,
+		"max_concurrency: 0.5\n":           `line 1: "0.5" is not a whole number`,
+		"max_output_bytes: 2000.7\n":       `line 1: "2000.7" is not a whole number`,
 	} {
 		_, err := Load(write(t, body))
 		if err == nil || !strings.Contains(err.Error(), want) {
