@@ -280,10 +280,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	case <-time.After(a.o.GracePeriod):
 		// Units whose script has ended are only posting their results:
 		// nothing of theirs is killed, and the log says so.
+		// With nothing in flight (a grace period of 0s, the proxy idle)
+		// there is nothing to say.
 		n, scripts := a.inFlight(), int(a.scripts.Load())
-		if scripts > 0 {
+		switch {
+		case scripts > 0:
 			a.log.Warn("grace period over: killing running scripts", "scripts_running", scripts, "results_unposted", max(n-scripts, 0))
-		} else {
+		case n > 0:
 			a.log.Warn("grace period over: no script is running, only results are still unposted; posting them ends here", "results_unposted", n)
 		}
 		kill(errShutdown)
