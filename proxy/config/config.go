@@ -76,6 +76,9 @@ type Config struct {
 	GracePeriod time.Duration `yaml:"grace_period"`
 	// gracePeriodSet: the file sets grace_period (to 0s, perhaps).
 	gracePeriodSet bool
+	// maxConcurrencySet, maxOutputSet: the file sets max_concurrency,
+	// max_output_bytes (to 0, perhaps, which Validate refuses).
+	maxConcurrencySet, maxOutputSet bool
 	// StateDir is where the proxy keeps its state file (status.json: when
 	// it last polled the automator successfully), read by `proxy status`.
 	// An absolute path, made if missing; `proxy install` sets it to
@@ -147,6 +150,8 @@ func Parse(data []byte) (Config, error) {
 	}
 	if err := yaml.Unmarshal(data, &set); err == nil {
 		c.gracePeriodSet = set.GracePeriod != nil
+		c.maxConcurrencySet = set.MaxConcurrency.Kind != 0 && set.MaxConcurrency.Tag != "!!null"
+		c.maxOutputSet = set.MaxOutputBytes.Kind != 0 && set.MaxOutputBytes.Tag != "!!null"
 		// The YAML library cuts a fraction off for a whole-number setting
 		// (4.5 runs 4 units, 0.5 the default 4): refuse it, as a text is.
 		for _, n := range []*yaml.Node{&set.MaxConcurrency, &set.MaxOutputBytes} {
@@ -170,10 +175,10 @@ func (c *Config) ApplyDefaults() {
 			c.InstanceID = h
 		}
 	}
-	if c.MaxConcurrency == 0 {
+	if c.MaxConcurrency == 0 && !c.maxConcurrencySet {
 		c.MaxConcurrency = DefaultMaxConcurrency
 	}
-	if c.MaxOutputBytes == 0 {
+	if c.MaxOutputBytes == 0 && !c.maxOutputSet {
 		c.MaxOutputBytes = DefaultMaxOutput
 	}
 	if c.GracePeriod == 0 && !c.gracePeriodSet {

@@ -150,6 +150,8 @@ func FuzzParse(f *testing.F) {
 		}
 		back.ApplyDefaults()
 		c.gracePeriodSet, back.gracePeriodSet = false, false
+		c.maxConcurrencySet, back.maxConcurrencySet = false, false
+		c.maxOutputSet, back.maxOutputSet = false, false
 		if !reflect.DeepEqual(c, back) || back.Validate() != nil {
 			t.Fatalf("a valid config written back changed:\n%+v\n%+v", c, back)
 		}
@@ -211,6 +213,41 @@ func TestGracePeriodZeroMeansNoGrace(t *testing.T) {
 		c.ApplyDefaults()
 		if c.GracePeriod != want {
 			t.Errorf("%q: grace period %v after defaults, want %v", body, c.GracePeriod, want)
+		}
+	}
+}
+
+// TestAnExplicitZeroIsRefusedNotDefaulted: max_concurrency and
+// max_output_bytes set to 0 in the file are refused, naming the setting, as
+// any other value out of their range is, rather than taken for "unset" and
+// given the default (max_concurrency: 0, meant to make an instance take no
+// work, ran 4 units at once). Left out or null, they get the default.
+func TestAnExplicitZeroIsRefusedNotDefaulted(t *testing.T) {
+	key, err := crypto.NewKey(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "automator_url: http://127.0.0.1:1\ntoken: t\nkey: " + key.String() + "\nscripts_dir: '" + t.TempDir() + "'\n"
+	for line, field := range map[string]string{
+		"max_concurrency: 0":  "max_concurrency",
+		"max_output_bytes: 0": "max_output_bytes",
+		"max_concurrency: ~":  "",
+		"max_output_bytes: ~": "",
+		"":                    "",
+	} {
+		c, err := Parse([]byte(base + line + "\n"))
+		if err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		c.ApplyDefaults()
+		err = c.Validate()
+		switch {
+		case field == "" && err != nil:
+			t.Errorf("%q: %v, want it accepted", line, err)
+		case field == "" && (c.MaxConcurrency != DefaultMaxConcurrency || c.MaxOutputBytes != DefaultMaxOutput):
+			t.Errorf("%q: max_concurrency %d, max_output_bytes %d; want the defaults", line, c.MaxConcurrency, c.MaxOutputBytes)
+		case field != "" && (err == nil || !strings.HasPrefix(err.Error(), field+": 0 is outside")):
+			t.Errorf("%q: %v, want %s refused as outside its range", line, err, field)
 		}
 	}
 }
