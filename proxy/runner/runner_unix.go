@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"time"
 
@@ -105,14 +106,29 @@ func checkRunnable(name, path string) error {
 // startHint says what an error starting the script at path means, where
 // exec's words mislead: the script resolved, so ENOENT means its #!
 // interpreter is missing (exec says "no such file or directory", as if the
-// script were), ENOEXEC that it has no #! line. It ends in ": ", or is "".
+// script were), ENOEXEC that it has no #! line, or one the system does not
+// see (after a byte-order mark), or that it is a program for another
+// system. It ends in ": ", or is "".
 func startHint(path string, err error) string {
 	switch {
 	case errors.Is(err, syscall.ENOENT):
-		if interp := shebang(path); interp != "" {
+		if interp := shebang(path); strings.HasSuffix(interp, "\r") {
+			// Saved on Windows: the interpreter the system looks for is
+			// "/bin/sh\r", which is not there, though /bin/sh is.
+			return fmt.Sprintf("its interpreter %q (its #! line) does not exist: the file has Windows line endings (CRLF); convert them to LF (dos2unix): ", interp)
+		} else if interp != "" {
 			return fmt.Sprintf("its interpreter %q (its #! line) does not exist: ", interp)
 		}
 	case errors.Is(err, syscall.ENOEXEC):
+		head := fileHead(path)
+		switch {
+		case bytes.HasPrefix(head, []byte("\xef\xbb\xbf#!")):
+			return "its #! line comes after a byte-order mark, which hides it from the system: save the file without one: "
+		case bytes.HasPrefix(head, []byte("\x7fELF")):
+			return "it is a program for another system or processor: "
+		case bytes.HasPrefix(head, []byte("MZ")):
+			return "it is a Windows program: "
+		}
 		return "it is not a program and has no #! line: "
 	case errors.Is(err, syscall.EACCES):
 		return "its #! interpreter is not executable, or its file system is mounted noexec: "
@@ -120,22 +136,31 @@ func startHint(path string, err error) string {
 	return ""
 }
 
-// shebang returns the interpreter a script's #! line names, or "".
-func shebang(path string) string {
+// fileHead returns the first bytes of the file at path (at most 256), or
+// none.
+func fileHead(path string) []byte {
 	f, err := os.Open(path)
 	if err != nil {
-		return ""
+		return nil
 	}
 	defer f.Close()
 	buf := make([]byte, 256)
 	n, _ := io.ReadFull(f, buf)
-	line, ok := bytes.CutPrefix(buf[:n], []byte("#!"))
+	return buf[:n]
+}
+
+// shebang returns the interpreter a script's #! line names, as the system
+// reads it (up to a space, a tab or the line's end: a carriage return is
+// part of it), or "".
+func shebang(path string) string {
+	line, ok := bytes.CutPrefix(fileHead(path), []byte("#!"))
 	if !ok {
 		return ""
 	}
 	line, _, _ = bytes.Cut(line, []byte("\n"))
-	if f := bytes.Fields(line); len(f) > 0 {
-		return string(f[0])
+	line = bytes.TrimLeft(line, " \t")
+	if i := bytes.IndexAny(line, " \t"); i >= 0 {
+		line = line[:i]
 	}
-	return ""
+	return string(line)
 }

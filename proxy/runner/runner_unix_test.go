@@ -489,6 +489,40 @@ func TestNotExecutableScriptIsUnknown(t *testing.T) {
 	}
 }
 
+// TestAScriptThatDoesNotStartIsNotMisnamed: the reasons a script does not
+// start are not those of another: a script saved with Windows line endings
+// (CRLF) is not said to miss /bin/sh, which is there (its #! line names
+// "/bin/sh\r"); one saved with a UTF-8 byte-order mark before its #! line
+// is not said to have no #! line; and a program built for another system
+// is not said to be no program.
+func TestAScriptThatDoesNotStartIsNotMisnamed(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	// An ELF header for a machine no system runs (e_machine 0xabcd).
+	elf := append([]byte("\x7fELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\xcd\xab"), make([]byte, 128)...)
+	for name, body := range map[string][]byte{
+		"crlf.sh":  []byte("#!/bin/sh\r\necho hi\r\n"),
+		"bom.sh":   []byte("\xef\xbb\xbf#!/bin/sh\necho hi\n"),
+		"program":  elf,
+		"tool.exe": append([]byte("MZ\x90\x00"), make([]byte, 128)...),
+	} {
+		if err := writeFileNoFork(filepath.Join(dir, name), body, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, want := range map[string]string{
+		"crlf.sh":  `its interpreter "/bin/sh\r" (its #! line) does not exist: the file has Windows line endings (CRLF)`,
+		"bom.sh":   "its #! line comes after a byte-order mark",
+		"program":  "a program for another system or processor",
+		"tool.exe": "a Windows program",
+	} {
+		_, err := Run(context.Background(), Spec{ScriptsDir: dir, Script: name, Deadline: time.Now().Add(10 * time.Second)})
+		if !errors.Is(err, ErrStart) || !strings.Contains(err.Error(), want) {
+			t.Errorf("Run %s = %v, want ErrStart saying %q", name, err, want)
+		}
+	}
+}
+
 // TestAMissingInterpreterIsNamed: exec says only "no such file or
 // directory" when a script's #! interpreter is missing, which reads as if
 // the script were; the failure names the interpreter instead, and says
