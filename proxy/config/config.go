@@ -218,6 +218,10 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("scripts_dir: %w", err))
 	} else if !fi.IsDir() {
 		errs = append(errs, fmt.Errorf("scripts_dir: %s is not a directory", c.ScriptsDir))
+	} else if err := mayEnter(c.ScriptsDir); err != nil {
+		// It exists, but every unit would fail ("permission denied")
+		// while the proxy polled, and took its share of the work.
+		errs = append(errs, fmt.Errorf("scripts_dir: %s: %w: this proxy's user may not enter it, so no script in it could run", c.ScriptsDir, err))
 	}
 	if err := checkInstanceID(c.InstanceID); err != nil {
 		errs = append(errs, fmt.Errorf("instance_id: %w", err))
