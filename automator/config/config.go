@@ -335,8 +335,9 @@ func Load(dir string) (Config, error) {
 	return c, nil
 }
 
-// Decode parses YAML strictly: unknown keys and a second document with
-// content are errors; a trailing "---" with nothing after it is not.
+// Decode parses YAML strictly: unknown keys, a fraction for a whole number
+// and a second document with content are errors; a trailing "---" with
+// nothing after it is not.
 func Decode(data []byte, v any) error {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -346,6 +347,11 @@ func Decode(data []byte, v any) error {
 			return errors.New("the file holds no settings (it is empty or comments only)")
 		}
 		return yamlerr.Word(err)
+	}
+	// The YAML library cuts a fraction off for a whole-number setting
+	// (limits.max_stdin: 1.5 would be 1 byte): refuse it, as a text is.
+	if err := yamlerr.WholeNumbers(data, v); err != nil {
+		return err
 	}
 	return yamlerr.Rest(dec)
 }

@@ -47,6 +47,26 @@ func TestLoadErrors(t *testing.T) {
 	}
 }
 
+// TestLoadRefusesAFractionForAWholeNumber: the YAML library would cut
+// limits.max_stdin: 1.5 to 1 byte without a word; Load refuses it with its
+// line, as it does a text there. A whole number written as a float passes.
+func TestLoadRefusesAFractionForAWholeNumber(t *testing.T) {
+	dir := t.TempDir()
+	write := func(text string) {
+		if err := os.WriteFile(filepath.Join(dir, FileConfig), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("listen: :1\nlimits:\n  max_stdin: 1.5\n")
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), `line 3: "1.5" is not a whole number`) {
+		t.Errorf("max_stdin: 1.5: %v, want it refused naming its line", err)
+	}
+	write("listen: :1\nlimits:\n  max_stdin: 1e3\n")
+	if c, err := Load(dir); err != nil || c.Limits.MaxStdin != 1000 {
+		t.Errorf("max_stdin: 1e3: %v, max_stdin %d; want 1000", err, c.Limits.MaxStdin)
+	}
+}
+
 func TestValidateNamesEveryBadField(t *testing.T) {
 	c := Config{Listen: "nope", HTTPListen: "", PublicURL: "ftp://x", DB: "", DefaultTimeout: -1, PollWindow: time.Hour}
 	err := c.Validate()

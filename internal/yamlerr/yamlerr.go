@@ -8,9 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 
 	"go.yaml.in/yaml/v3"
@@ -88,4 +91,94 @@ func emptyDocument(doc *yaml.Node) bool {
 		}
 	}
 	return true
+}
+
+// WholeNumbers refuses a number with a fraction (4.5, 0.5) given where v,
+// a pointer to the struct the document decodes into, takes a whole number:
+// the YAML library cuts the fraction off without a word, so max_concurrency:
+// 4.5 would run 4 units, and 0.5 would be 0, which reads as left out.
+// A whole number written as a float (4.0, 1e3) passes, as the library
+// decodes it exactly. It names the line, as Word does; data that does not
+// parse is Decode's to report, not this.
+func WholeNumbers(data []byte, v any) error {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil
+	}
+	return wholeNumbers(&doc, reflect.TypeOf(v))
+}
+
+func wholeNumbers(n *yaml.Node, t reflect.Type) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			if err := wholeNumbers(c, t); err != nil {
+				return err
+			}
+		}
+	case yaml.MappingNode:
+		if t.Kind() != reflect.Struct {
+			return nil
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if f, ok := fieldByYAMLName(t, n.Content[i].Value); ok {
+				if err := wholeNumbers(n.Content[i+1], f.Type); err != nil {
+					return err
+				}
+			}
+		}
+	case yaml.SequenceNode:
+		if t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
+			for _, c := range n.Content {
+				if err := wholeNumbers(c, t.Elem()); err != nil {
+					return err
+				}
+			}
+		}
+	case yaml.ScalarNode:
+		var f float64
+		if n.Tag == "!!float" && isWhole(t) && n.Decode(&f) == nil && f != math.Trunc(f) {
+			return fmt.Errorf("line %d: %q is not a whole number", n.Line, n.Value)
+		}
+	}
+	return nil
+}
+
+// isWhole: t holds a whole number. A time.Duration is not decoded from a
+// number at all: the library refuses one.
+func isWhole(t reflect.Type) bool {
+	if t == reflect.TypeFor[time.Duration]() {
+		return false
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return true
+	}
+	return false
+}
+
+// fieldByYAMLName returns the exported field of struct t that the key name
+// decodes into: its yaml tag's name, or its name in lower case.
+func fieldByYAMLName(t reflect.Type, name string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if tag == "-" {
+			continue
+		}
+		if tag == "" {
+			tag = strings.ToLower(f.Name)
+		}
+		if tag == name {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
 }

@@ -74,3 +74,44 @@ func TestRestAcceptsAnEmptyDocumentAndRefusesOneWithContent(t *testing.T) {
 		}
 	}
 }
+
+// TestWholeNumbersRefusesAFractionWhereAWholeNumberGoes: the YAML library
+// decodes 4.5 into an int as 4, and 0.5 as 0 (read as left out): such a
+// value is refused with its line, wherever a whole number goes (a nested
+// section, a list, a pointer). A whole number written as a float, and a
+// fraction where a text goes, pass.
+func TestWholeNumbersRefusesAFractionWhereAWholeNumberGoes(t *testing.T) {
+	type inner struct {
+		Bytes uint64 `yaml:"bytes"`
+	}
+	type doc struct {
+		Max    int           `yaml:"max"`
+		Name   string        `yaml:"name"`
+		Window time.Duration `yaml:"window"`
+		Limits inner         `yaml:"limits"`
+		Ports  []int         `yaml:"ports"`
+		Ptr    *int          `yaml:"ptr"`
+		Tagged int
+	}
+	for text, want := range map[string]string{
+		"max: 4.5\n":                     `line 1: "4.5" is not a whole number`,
+		"name: a\nmax: 0.5\n":            `line 2: "0.5" is not a whole number`,
+		"limits:\n  bytes: 1.5e0\n":      `line 2: "1.5e0" is not a whole number`,
+		"ports: [1, 2.5]\n":              `line 1: "2.5" is not a whole number`,
+		"ptr: -3.25\n":                   `line 1: "-3.25" is not a whole number`,
+		"tagged: 7.7\n":                  `line 1: "7.7" is not a whole number`,
+		"max: 1\n---\nmax: 2.5\n":        "", // a second document is Rest's
+		"max: 4.0\nlimits: {bytes: 1e3}": "",
+		"name: 4.5\nmax: 4\n":            "",
+		"window: 30s\nptr: ~\n":          "",
+		"max: [\n":                       "", // Decode's to report
+	} {
+		err := WholeNumbers([]byte(text), &doc{})
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("%q: %v, want it accepted", text, err)
+		case want != "" && (err == nil || err.Error() != want):
+			t.Errorf("%q: %v, want %q", text, err, want)
+		}
+	}
+}

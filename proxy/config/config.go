@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -152,14 +151,11 @@ func Parse(data []byte) (Config, error) {
 		c.gracePeriodSet = set.GracePeriod != nil
 		c.maxConcurrencySet = set.MaxConcurrency.Kind != 0 && set.MaxConcurrency.Tag != "!!null"
 		c.maxOutputSet = set.MaxOutputBytes.Kind != 0 && set.MaxOutputBytes.Tag != "!!null"
-		// The YAML library cuts a fraction off for a whole-number setting
-		// (4.5 runs 4 units, 0.5 the default 4): refuse it, as a text is.
-		for _, n := range []*yaml.Node{&set.MaxConcurrency, &set.MaxOutputBytes} {
-			var f float64
-			if n.Tag == "!!float" && n.Decode(&f) == nil && f != math.Trunc(f) {
-				return Config{}, fmt.Errorf("line %d: %q is not a whole number", n.Line, n.Value)
-			}
-		}
+	}
+	// The YAML library cuts a fraction off for a whole-number setting
+	// (4.5 runs 4 units): refuse it, as a text is.
+	if err := yamlerr.WholeNumbers(data, &c); err != nil {
+		return Config{}, err
 	}
 	// Settings in a second document (after a "---") would be ignored.
 	if err := yamlerr.Rest(dec); err != nil {
