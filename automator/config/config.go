@@ -14,12 +14,11 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/opsgate/opsgate/internal/hostport"
+	"github.com/opsgate/opsgate/internal/printable"
 	"github.com/opsgate/opsgate/internal/secretfile"
 	"github.com/opsgate/opsgate/internal/yamlerr"
 )
@@ -216,17 +215,10 @@ const MaxReplicaID = 128
 // or holding a control character (a newline, a terminal's escape) or an
 // invisible one.
 func checkReplicaID(id string) error {
-	switch {
-	case len(id) > MaxReplicaID:
+	if len(id) > MaxReplicaID {
 		return fmt.Errorf("%d bytes, more than %d", len(id), MaxReplicaID)
-	case !utf8.ValidString(id):
-		return fmt.Errorf("%q is not valid UTF-8", id)
-	case strings.ContainsFunc(id, unicode.IsControl):
-		return fmt.Errorf("%q contains a control character", id)
-	case strings.ContainsFunc(id, func(r rune) bool { return !unicode.IsPrint(r) }):
-		return fmt.Errorf("%q contains an invisible, format or separator character (only printable characters and the ASCII space)", id)
 	}
-	return nil
+	return printable.Check(id)
 }
 
 // CheckDB returns the problem of the db setting (a SQLite file path, or a

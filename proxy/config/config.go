@@ -18,12 +18,11 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/opsgate/opsgate/internal/hostport"
+	"github.com/opsgate/opsgate/internal/printable"
 
 	"github.com/opsgate/opsgate/crypto"
 	"github.com/opsgate/opsgate/internal/secretfile"
@@ -260,19 +259,10 @@ const MaxInstanceID = 128
 // is not printable; or that cannot even be sent), so that
 // such a proxy does not start only to retry for ever.
 func checkInstanceID(id string) error {
-	switch {
-	case id == "" || len(id) > MaxInstanceID:
+	if id == "" || len(id) > MaxInstanceID {
 		return fmt.Errorf("must be 1 to %d bytes (defaults to the host name)", MaxInstanceID)
-	case !utf8.ValidString(id):
-		return fmt.Errorf("%q is not valid UTF-8", id)
-	case strings.ContainsFunc(id, unicode.IsControl):
-		return fmt.Errorf("%q contains a control character", id)
-	case strings.ContainsFunc(id, func(r rune) bool { return !unicode.IsPrint(r) }):
-		// A zero-width space, a bidi override, a line separator: listings
-		// would show the id as another, or not as it is.
-		return fmt.Errorf("%q contains an invisible, format or separator character (only printable characters and the ASCII space)", id)
 	}
-	return nil
+	return printable.Check(id)
 }
 
 // Target returns the host:port to dial and whether TLS is used.
