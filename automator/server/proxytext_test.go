@@ -88,12 +88,13 @@ func TestProxyTextsHoldNoControlCharacters(t *testing.T) {
 
 // TestCommandEnvThatRunsCodeIsRefusedAtSubmit: an env variable that makes a
 // shell, an interpreter or the loader run code of the caller's choosing
-// (BASH_ENV, LD_PRELOAD, ...) is refused when the command is submitted, so
+// (BASH_ENV, LD_PRELOAD, ...), or picks the programs a script runs (PATH),
+// is refused when the command is submitted, so
 // that proxies not yet upgraded to refuse it themselves never receive it.
 func TestCommandEnvThatRunsCodeIsRefusedAtSubmit(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{})
-	for _, name := range []string{"BASH_ENV", "LD_PRELOAD", "BASH_FUNC_echo%%", "PERL5OPT", "ComSpec", "PSModulePath", "ld_preload"} {
+	for _, name := range []string{"BASH_ENV", "LD_PRELOAD", "BASH_FUNC_echo%%", "PERL5OPT", "ComSpec", "PSModulePath", "ld_preload", "PATH", "Path", "PATHEXT"} {
 		_, err := e.callerClient().Submit(context.Background(), &automatorv1.ExecuteRequest{
 			Account: e.account,
 			Command: &automatorv1.Command{Script: "x.sh", Env: map[string]string{name: "$(id)"}},
@@ -106,9 +107,9 @@ func TestCommandEnvThatRunsCodeIsRefusedAtSubmit(t *testing.T) {
 	// interactive shells only) among them.
 	if _, err := e.callerClient().Submit(context.Background(), &automatorv1.ExecuteRequest{
 		Account: e.account,
-		Command: &automatorv1.Command{Script: "x.sh", Env: map[string]string{"ENV": "production", "PATH": "/opt/tools/bin:/usr/bin", "LANG": "C.UTF-8"}},
+		Command: &automatorv1.Command{Script: "x.sh", Env: map[string]string{"ENV": "production", "TMPDIR": "/var/tmp", "LANG": "C.UTF-8"}},
 	}); err != nil {
-		t.Errorf("submit with env ENV, PATH and LANG: %v, want it queued", err)
+		t.Errorf("submit with env ENV, TMPDIR and LANG: %v, want it queued", err)
 	}
 }
 

@@ -49,6 +49,16 @@ var names = map[string]bool{
 // for .NET Core).
 var prefixes = []string{"LD_", "DYLD_", "BASH_FUNC_", "LUA_INIT", "COR_PROFILER", "CORECLR_", "DOTNET_PROFILER"}
 
+// searchPath are the variables that choose which program a name runs: the
+// interpreter of a "#!/usr/bin/env python3" line, found before the
+// script's first line runs, and every command the script calls by name.
+// Set by a command, a directory of its choosing (one that any user of the
+// proxy's host may write to will do) would run that user's programs as the
+// proxy's user, root or LocalSystem as often as not. The script gets the
+// proxy's own PATH; one that wants another sets it itself. PATHEXT is
+// windows' list of the extensions a name is tried with.
+var searchPath = map[string]bool{"PATH": true, "PATHEXT": true}
+
 // Refused returns an error naming variable k when a command may not set
 // it, nil otherwise. Names are compared in upper case on every OS:
 // refusing a lower-case twin costs nothing, and windows names are
@@ -57,6 +67,9 @@ var prefixes = []string{"LD_", "DYLD_", "BASH_FUNC_", "LUA_INIT", "COR_PROFILER"
 // interpreters and the loader run code before the script's own.
 func Refused(k string) error {
 	u := strings.ToUpper(k)
+	if searchPath[u] {
+		return fmt.Errorf("environment variable %q is refused: it chooses the programs that the script's #! line and the commands it calls run; the script gets the proxy's own, and sets another itself if it needs one", k)
+	}
 	refused := names[u]
 	for _, p := range prefixes {
 		refused = refused || strings.HasPrefix(u, p)

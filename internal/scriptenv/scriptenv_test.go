@@ -8,7 +8,8 @@ import (
 
 // TestRefusesVariablesThatMakeAnInterpreterRunOtherCode: each of these
 // makes a shell, an interpreter or the loader run code that is not the
-// deployed script's (see names); a lower-case twin is refused too.
+// deployed script's (see names), or chooses the programs it runs (PATH,
+// PATHEXT); a lower-case twin is refused too.
 func TestRefusesVariablesThatMakeAnInterpreterRunOtherCode(t *testing.T) {
 	for _, k := range []string{
 		"BASH_ENV", "SHELLOPTS", "BASHOPTS", "PS4", "BASH_FUNC_echo%%", "ZDOTDIR",
@@ -22,6 +23,7 @@ func TestRefusesVariablesThatMakeAnInterpreterRunOtherCode(t *testing.T) {
 		"CORECLR_ENABLE_PROFILING", "CORECLR_PROFILER_PATH", "DOTNET_ENABLE_PROFILING", "DOTNET_PROFILER_PATH",
 		"DOTNET_STARTUP_HOOKS", "cor_profiler_path",
 		"ld_preload", "rubygems_gemdeps",
+		"PATH", "Path", "PATHEXT",
 	} {
 		err := Refused(k)
 		if err == nil {
@@ -38,7 +40,7 @@ func TestRefusesVariablesThatMakeAnInterpreterRunOtherCode(t *testing.T) {
 // read by an interpreter without making it run other code, pass.
 func TestAcceptsCommonNames(t *testing.T) {
 	for _, k := range []string{
-		"ENV", "PROMPT_COMMAND", "PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "IFS",
+		"ENV", "PROMPT_COMMAND", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "IFS",
 		"PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING", "NODE_ENV", "RUBY_ENV", "RAILS_ENV",
 		"DEPLOY_TARGET", "LUA", "PHP_VERSION", "PROXY_WORK_ID",
 		"DOTNET_ENVIRONMENT", "DOTNET_CLI_TELEMETRY_OPTOUT", "CORS_ORIGIN",

@@ -21,8 +21,9 @@
 //     (containing ", %, CR, LF or NUL) are refused.
 //   - The script sees a minimal environment: PATH and a few OS variables taken
 //     from the proxy (never the whole proxy environment, which may hold
-//     secrets) plus the command's own variables. It runs in the scripts
-//     directory.
+//     secrets) plus the command's own variables, which may not set PATH
+//     (nor a variable that makes an interpreter run code of its own:
+//     internal/scriptenv). It runs in the scripts directory.
 //   - The whole process tree is killed, not just the script: on unix the
 //     script leads its own session and process group and the group gets
 //     SIGKILL (at the deadline or on cancel, so does every process of the

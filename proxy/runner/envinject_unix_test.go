@@ -101,3 +101,41 @@ func TestCommandEnvCannotMakePythonRunOtherCode(t *testing.T) {
 		t.Errorf("Run = %v, want ErrStart refusing the variable, and nothing run", err)
 	}
 }
+
+// TestCommandEnvCannotChooseTheScriptsPrograms: a script's "#!/usr/bin/env
+// sh" line, and every command it calls by name, find their program through
+// PATH, before the script's first line can set it. A command's PATH naming
+// a directory that holds a program of that name (any directory some user
+// of the host may write to will do) would run it, as the proxy's user,
+// instead of the deployed script. The run is refused and nothing runs.
+func TestCommandEnvCannotChooseTheScriptsPrograms(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/usr/bin/env"); err != nil {
+		t.Skip("no /usr/bin/env")
+	}
+	dir, planted := t.TempDir(), t.TempDir()
+	injected := filepath.Join(dir, "injected")
+	if err := writeFileNoFork(filepath.Join(planted, "sh"), []byte("#!/bin/sh\n: >"+injected+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFileNoFork(filepath.Join(dir, "deployed.sh"), []byte("#!/usr/bin/env sh\necho deployed\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"PATH", "Path"} {
+		_, err := Run(context.Background(), Spec{
+			ScriptsDir: dir, Script: "deployed.sh", Env: map[string]string{name: planted},
+			Deadline: time.Now().Add(10 * time.Second),
+		})
+		if _, serr := os.Stat(injected); serr == nil {
+			t.Fatalf("the command's %s made the deployed script's #! line run a program of the caller's choosing", name)
+		}
+		if !errors.Is(err, ErrStart) || !strings.Contains(err.Error(), strconv.Quote(name)) {
+			t.Errorf("Run with %s = %v, want ErrStart naming the variable, and nothing run", name, err)
+		}
+	}
+	// Without it, the proxy's own PATH finds the system's sh.
+	res, err := Run(context.Background(), Spec{ScriptsDir: dir, Script: "deployed.sh", Deadline: time.Now().Add(10 * time.Second)})
+	if err != nil || string(res.Stdout) != "deployed\n" {
+		t.Errorf("Run without PATH: stdout %q, %v; want the deployed script's output", res.Stdout, err)
+	}
+}
