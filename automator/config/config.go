@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -300,6 +301,11 @@ func PublicHost(publicURL string) (string, error) {
 		// would name an address that cannot answer, and its proxies would
 		// send their token across the network in clear trying.
 		return "", fmt.Errorf("%q: http:// is for an automator serving plaintext on loopback only; give https://%s", publicURL, u.Host)
+	}
+	if ip, err := netip.ParseAddr(u.Hostname()); err == nil && ip.Unmap().IsUnspecified() {
+		// What a listener takes for "every address" names none to dial:
+		// every profile would send its proxies to their own host.
+		return "", fmt.Errorf("%q: %s is no address a proxy can reach (to a listener it means every address); give the automator's host name, or an address of it", publicURL, u.Hostname())
 	}
 	return u.Hostname(), nil
 }

@@ -319,6 +319,23 @@ func TestPublicURLIsHostAndPortOnly(t *testing.T) {
 	}
 }
 
+// TestPublicURLIsNotTheUnspecifiedAddress: 0.0.0.0 and :: mean every
+// address to a listener and none to a dialler (each proxy would dial its
+// own host): init and serve refuse them in public_url, naming them.
+func TestPublicURLIsNotTheUnspecifiedAddress(t *testing.T) {
+	for _, u := range []string{"https://0.0.0.0:8443", "https://[::]:8443", "https://[::ffff:0.0.0.0]:8443"} {
+		err := Default(u).Validate()
+		if err == nil || !strings.Contains(err.Error(), "public_url:") || !strings.Contains(err.Error(), "is no address a proxy can reach") {
+			t.Errorf("Default(%q).Validate() = %v, want public_url refused as no address to reach", u, err)
+		}
+	}
+	for _, u := range []string{"https://10.0.0.1:8443", "https://[2001:db8::1]:8443", "https://[::1]:8443"} {
+		if _, err := PublicHost(u); err != nil {
+			t.Errorf("PublicHost(%q) = %v, want it accepted", u, err)
+		}
+	}
+}
+
 // TestPublicURLPortIsAPortNumber: init refuses a public URL whose port no
 // listener can bind, saying so in one line, rather than writing a config
 // that serve cannot use; a URL without a port is named once, not also as
