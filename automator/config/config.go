@@ -15,8 +15,10 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
+	"golang.org/x/net/idna"
 
 	"github.com/opsgate/opsgate/internal/hostport"
 	"github.com/opsgate/opsgate/internal/printable"
@@ -306,6 +308,15 @@ func PublicHost(publicURL string) (string, error) {
 		// What a listener takes for "every address" names none to dial:
 		// every profile would send its proxies to their own host.
 		return "", fmt.Errorf("%q: %s is no address a proxy can reach (to a listener it means every address); give the automator's host name, or an address of it", publicURL, u.Hostname())
+	}
+	if h := u.Hostname(); strings.ContainsFunc(h, func(r rune) bool { return r >= utf8.RuneSelf }) {
+		// A certificate names hosts in ASCII only (x509 would refuse it
+		// with "cannot be encoded as an IA5String").
+		hint := "its ASCII (xn--…) form"
+		if a, err := idna.Lookup.ToASCII(h); err == nil {
+			hint = a
+		}
+		return "", fmt.Errorf("%q: a host name outside ASCII is written in its ASCII form in a URL and a certificate: give %s", publicURL, hint)
 	}
 	return u.Hostname(), nil
 }

@@ -336,6 +336,19 @@ func TestPublicURLIsNotTheUnspecifiedAddress(t *testing.T) {
 	}
 }
 
+// TestPublicURLHostOutsideASCIIIsGivenInItsASCIIForm: a certificate names
+// hosts in ASCII only; init said so in x509's words ("cannot be encoded as
+// an IA5String"). Now public_url is refused naming the form to give.
+func TestPublicURLHostOutsideASCIIIsGivenInItsASCIIForm(t *testing.T) {
+	_, err := PublicHost("https://bücher.example:8443")
+	if err == nil || !strings.Contains(err.Error(), "give xn--bcher-kva.example") {
+		t.Errorf("PublicHost with bücher.example = %v, want it refused naming xn--bcher-kva.example", err)
+	}
+	if _, err := PublicHost("https://xn--bcher-kva.example:8443"); err != nil {
+		t.Errorf("PublicHost with xn--bcher-kva.example = %v, want it accepted", err)
+	}
+}
+
 // TestPublicURLPortIsAPortNumber: init refuses a public URL whose port no
 // listener can bind, saying so in one line, rather than writing a config
 // that serve cannot use; a URL without a port is named once, not also as
