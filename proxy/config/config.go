@@ -290,12 +290,24 @@ func checkPEM(s string) error {
 	if s == "" {
 		return errors.New("required (the automator's CA certificate, PEM)")
 	}
-	block, _ := pem.Decode([]byte(s))
-	if block == nil || block.Type != "CERTIFICATE" {
-		return errors.New("not a PEM certificate")
+	// Every block is trusted (a CA and its successor, during a move), so
+	// each must be a certificate: the TLS setup skips one that is not
+	// without a word.
+	rest := []byte(s)
+	for n := 1; ; n++ {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			if n == 1 {
+				return errors.New("not a PEM certificate")
+			}
+			return nil
+		}
+		if block.Type != "CERTIFICATE" {
+			return fmt.Errorf("PEM block %d is a %q, not a certificate", n, block.Type)
+		}
+		if _, err := x509.ParseCertificate(block.Bytes); err != nil {
+			return fmt.Errorf("PEM block %d is not a valid certificate: %w", n, err)
+		}
 	}
-	if _, err := x509.ParseCertificate(block.Bytes); err != nil {
-		return fmt.Errorf("not a valid certificate: %w", err)
-	}
-	return nil
 }

@@ -309,6 +309,16 @@ func TestValidateHoldsEachBoundOnBothSides(t *testing.T) {
 		{"token beyond ASCII", "token", func(c *Config) { c.Token = "opt_\u00e9" }},
 		{"ca_cert a certificate", "", func(c *Config) { c.AutomatorURL, c.CACert = "https://127.0.0.1:1", certPEM(t, "CERTIFICATE") }},
 		{"ca_cert a certificate labelled otherwise", "ca_cert", func(c *Config) { c.AutomatorURL, c.CACert = "https://127.0.0.1:1", certPEM(t, "PUBLIC KEY") }},
+		// Every block is trusted, so each must be a certificate.
+		{"ca_cert two certificates", "", func(c *Config) {
+			c.AutomatorURL, c.CACert = "https://127.0.0.1:1", certPEM(t, "CERTIFICATE")+certPEM(t, "CERTIFICATE")
+		}},
+		{"ca_cert a certificate and a key", "ca_cert", func(c *Config) {
+			c.AutomatorURL, c.CACert = "https://127.0.0.1:1", certPEM(t, "CERTIFICATE")+certPEM(t, "PRIVATE KEY")
+		}},
+		{"ca_cert a certificate and a broken one", "ca_cert", func(c *Config) {
+			c.AutomatorURL, c.CACert = "https://127.0.0.1:1", certPEM(t, "CERTIFICATE")+"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"
+		}},
 	} {
 		c := valid
 		tc.set(&c)
