@@ -3,7 +3,6 @@
 package chaos
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -22,13 +22,17 @@ import (
 // "steady" gives it back.
 const soakHelperEnv = "CHAOS_SOAK_HELPER"
 
-// The helper's pace: for every soakHelperTick since it started the leaking
-// one keeps 3 MiB more of heap (touched, so resident), one more open file
-// and one more goroutine, catching up when a tick came late (a loaded
-// machine), so that it leaks at the same rate whatever its ticks; the
-// steady one takes as much at each tick and gives it back at once.
+// The helper's pace: each reading of its Prometheus page (the sampler's,
+// one per sample) is answered after soakHelperSteps steps. At each step the
+// leaking one keeps 3 MiB more of heap (touched, so resident), one more open
+// file and one more goroutine; the steady one takes as much and gives it
+// back at once.
+// Paced by the readings rather than by a clock, the leak between two
+// windows of samples follows the readings however little CPU a loaded
+// machine leaves the helper (paced by a 50 ms ticker, it once leaked a
+// fifth of what the test needs while make test ran beside a soak).
 const (
-	soakHelperTick  = 50 * time.Millisecond
+	soakHelperSteps = 2
 	soakHelperBytes = 3 << 20
 )
 
@@ -48,16 +52,6 @@ func soakHelper(mode string) int {
 		fmt.Println("soak helper:", err)
 		return 1
 	}
-	gogc := []metrics.Sample{{Name: "/gc/gogc:percent"}}
-	http.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		metrics.Read(gogc)
-		fmt.Fprintf(w, "go_goroutines %d\ngo_memstats_heap_inuse_bytes %d\ngo_memstats_next_gc_bytes %d\ngo_gc_gogc_percent %d\n",
-			runtime.NumGoroutine(), ms.HeapInuse, ms.NextGC, gogc[0].Value.Uint64())
-	})
-	go func() { _ = http.Serve(ln, nil) }()
-	fmt.Printf("soak helper (%s) serves http://%s/metrics\n", mode, ln.Addr())
 	block := make(chan struct{})
 	take := func() ([]byte, *os.File, error) {
 		b := make([]byte, soakHelperBytes)
@@ -67,36 +61,50 @@ func soakHelper(mode string) int {
 		f, err := os.Open(os.DevNull)
 		return b, f, err
 	}
-	start := time.Now()
-	tick := time.NewTicker(soakHelperTick)
-	for range tick.C {
-		if mode != "leak" {
-			_, f, err := take()
-			if err != nil {
-				fmt.Println("soak helper:", err)
-				return 1
-			}
-			f.Close()
-			done := make(chan struct{})
-			go func() { <-done }()
-			close(done)
-			continue
-		}
-		for due := int(time.Since(start) / soakHelperTick); len(soakHelperHeld.bufs) < due; {
+	// step takes what one reading is due, before the reading is answered:
+	// every reading of the page is one step, however late.
+	var mu sync.Mutex
+	step := func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		for range soakHelperSteps {
 			b, f, err := take()
 			if err != nil {
-				fmt.Println("soak helper:", err)
-				return 1
+				return err
+			}
+			if mode != "leak" {
+				f.Close()
+				done := make(chan struct{})
+				go func() { <-done }()
+				close(done)
+				continue
 			}
 			soakHelperHeld.bufs, soakHelperHeld.files = append(soakHelperHeld.bufs, b), append(soakHelperHeld.files, f)
 			go func() { <-block }()
 		}
+		return nil
 	}
-	return 0
+	gogc := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	failed := make(chan error, 1)
+	http.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
+		if err := step(); err != nil {
+			failed <- err
+			return
+		}
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		metrics.Read(gogc)
+		fmt.Fprintf(w, "go_goroutines %d\ngo_memstats_heap_inuse_bytes %d\ngo_memstats_next_gc_bytes %d\ngo_gc_gogc_percent %d\n",
+			runtime.NumGoroutine(), ms.HeapInuse, ms.NextGC, gogc[0].Value.Uint64())
+	})
+	go func() { _ = http.Serve(ln, nil) }()
+	fmt.Printf("soak helper (%s) serves http://%s/metrics\n", mode, ln.Addr())
+	fmt.Println("soak helper:", <-failed)
+	return 1
 }
 
 // The sampler and the verdict of the soak, on real processes: a helper that
-// leaks memory, open files and goroutines steadily for a few seconds fails
+// leaks memory, open files and goroutines at every reading fails
 // the verdict on each, named; one that takes as much and gives it back
 // (its heap a garbage collector's sawtooth) passes. Both are read by the
 // soak's own sampler, from /proc and from their Prometheus pages, and
@@ -122,17 +130,21 @@ func TestSoakVerdictFailsARealLeakAndPassesASteadyProcess(t *testing.T) {
 		targets = append(targets, SoakTarget{Name: mode, Role: RoleAutomator, PID: p.PID, MetricsURL: strings.TrimSpace(url)})
 	}
 
-	// 4 s read every 100 ms: 10 readings in each quarter compared.
-	const span, every = 4 * time.Second, 100 * time.Millisecond
+	// 40 readings 100 ms apart, for 4 s or longer: about 10 readings in
+	// each quarter compared, however slowly a loaded machine lets them
+	// come (a fixed 4 s once left 6, too few to judge). The quarters are
+	// of the time the readings took.
+	const readings, every = 40, 100 * time.Millisecond
 	var csv strings.Builder
 	s := NewSoakSampler(targets, nil, &csv)
-	ctx, cancel := context.WithTimeout(context.Background(), span)
-	defer cancel()
-	s.Run(ctx, every)
+	for range readings {
+		s.Sample()
+		time.Sleep(every) // the pace of the readings, not a wait for anything
+	}
 	if errs := s.Errors(); len(errs) > 0 {
 		t.Fatalf("readings failed: %v", errs)
 	}
-	r := SoakVerdict(s.Series(), SoakOptions{Allow: DefaultSoakAllowances(), Span: span})
+	r := SoakVerdict(s.Series(), SoakOptions{Allow: DefaultSoakAllowances()})
 	t.Logf("%d samples\n%s", s.Samples(), r.Table())
 
 	failed := map[string]bool{}
@@ -156,7 +168,7 @@ func TestSoakVerdictFailsARealLeakAndPassesASteadyProcess(t *testing.T) {
 			t.Errorf("the verdict's failure does not say %q:\n%v", want, err)
 		}
 	}
-	if n := strings.Count(csv.String(), "\n"); n < 2*3*20 {
-		t.Errorf("the samples' CSV holds %d lines, want a header and at least 20 readings of 3 resources of 2 processes", n)
+	if n := strings.Count(csv.String(), "\n"); n < 1+readings*2*3 {
+		t.Errorf("the samples' CSV holds %d lines, want a header and %d readings of at least 3 resources of 2 processes", n, readings)
 	}
 }
