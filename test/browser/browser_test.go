@@ -150,11 +150,29 @@ func (p *page) wantText(sel string, want ...string) {
 	}
 }
 
-// shot saves a full-page screenshot as NN-name.png.
+// shot saves a full-page screenshot as NN-name.png, once the page is
+// loaded and laid out. Chromium refuses to take one ("Cannot take
+// screenshot with 0 width") while a navigation's new document has not been
+// painted, which a loaded machine once stretched past the checks before a
+// shot (the click that submits a filter, and the new page's control): the
+// poll runs on animation frames, so it passes once a frame of the laid-out
+// document was drawn, and the shot is tried again, after another poll, if
+// Chromium still refuses it.
 func (p *page) shot(name string) {
 	p.t.Helper()
 	p.n++
-	png, err := chromedp.Run(p.ctx, chromedp.FullScreenshot(100))
+	var png []byte
+	var err error
+	for try := 0; try < 3; try++ {
+		_, err = chromedp.Run(p.ctx, chromedp.Poll[bool](`document.readyState === "complete" && document.documentElement.getBoundingClientRect().width > 0`,
+			chromedp.WithPollingTimeout(10*time.Second)))
+		if err == nil {
+			png, err = chromedp.Run(p.ctx, chromedp.FullScreenshot(100))
+		}
+		if err == nil || !strings.Contains(err.Error(), "0 width") {
+			break
+		}
+	}
 	if err != nil {
 		p.t.Errorf("screenshot %s: %v", name, err)
 		return
