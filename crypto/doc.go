@@ -29,6 +29,8 @@
 // therefore never be confused with a command blob even if the additional
 // data were somehow equal, and the master key uses its own info string
 // ("opsgate master key v1") so it never shares a derived key with sealing.
+// KeyCheck, which shows that a proxy holds an account's key of a key id,
+// derives its HMAC key with info "opsgate key check v1".
 //
 // # Additional data
 //

@@ -226,11 +226,14 @@ type instanceJSON struct {
 	// offline.
 	Status string `json:"status"`
 	// RefusedCause, when its last poll was refused (status refused, or
-	// offline since), says why: "no_usable_key" or "token_expired" (the
-	// account token of before a rotation whose overlap has ended).
+	// offline since), says why: "no_usable_key", "token_expired" (the
+	// account token of before a rotation whose overlap has ended) or
+	// "wrong_key" (it holds a key that is not the account's key of its id:
+	// another account's, or a mistyped one).
 	RefusedCause string `json:"refused_cause,omitempty"`
 	// RefusedKeyIDs, when its last poll was refused for want of a usable
-	// key (status refused, or offline since), are the key ids it held.
+	// key or for a wrong key (status refused, or offline since), are the
+	// key ids it held.
 	RefusedKeyIDs []uint32 `json:"refused_key_ids,omitempty"`
 }
 
@@ -284,11 +287,18 @@ func cmdInstances(ctx context.Context, args []string, env Env) error {
 
 // instanceStatusText is the STATUS column: the status word, and for an
 // instance whose last poll was refused, why (the key ids it holds, none
-// usable, or its expired account token) and the fix.
+// usable, or one not the account's key of its id, or its expired account
+// token) and the fix.
 func instanceStatusText(in store.Instance, since time.Time) string {
 	st := server.StatusOfInstance(in, since)
 	if !in.Refused() || st == server.InstanceStopped {
 		return string(st)
+	}
+	if in.RefusedWrongKey {
+		if st == server.InstanceRefused {
+			return fmt.Sprintf("%s (its polls are refused: it holds key ids %v, and a key among them is not the account's key of its id: another account's key, or a mistyped one; install the account's profile)", st, in.RefusedKeyIDs)
+		}
+		return fmt.Sprintf("%s (its last poll was refused: it held key ids %v, and a key among them was not the account's key of its id: another account's key, or a mistyped one; install the account's profile)", st, in.RefusedKeyIDs)
 	}
 	if in.RefusedTokenExpired {
 		if st == server.InstanceRefused {

@@ -29,6 +29,9 @@ func writeSeenInstances(w io.Writer, list []store.Instance, pollWindow time.Dura
 			state = "STOPPED (it said so at its last poll; a standby?): update its config too"
 		case server.InstanceRefused:
 			state = fmt.Sprintf("REFUSED (it polls holding key ids %v, none usable): update its config", in.RefusedKeyIDs)
+			if in.RefusedWrongKey {
+				state = fmt.Sprintf("REFUSED (it polls holding key ids %v, a key among them not the account's key of its id: another account's key, or a mistyped one): update its config", in.RefusedKeyIDs)
+			}
 			if in.RefusedTokenExpired {
 				state = "REFUSED (it polls with the account token of before a rotation whose overlap has ended): update its config"
 			}

@@ -1124,12 +1124,12 @@ func TestAnInstanceRefusedForWantOfAUsableKeyIsShownRefused(t *testing.T) {
 	code, body := get(t, c, e.url+"/dashboard/accounts/acme")
 	for _, want := range []string{
 		`id="stranded-warning"`,
-		`or were refused for want of a usable key or for an expired account token`,
+		`or were refused for want of a usable key, for a key that is not the account's or for an expired account token`,
 		`<tr data-instance="a-1" class="refused">`,
 		`<span class="badge status status-refused" title="its polls are refused: it holds no key of the account usable now">refused</span>`,
 		`<span class="note">holds key ids [1]: install the account's latest profile</span>`,
 		`<div><dt>Instances online</dt><dd>0 of 1, <span class="refused">1 refused</span></dd></div>`,
-		`<p class="refused-hint">1 instance of <b>acme</b> polls but is refused (holding no usable key, or an expired account token): install the account's latest profile on it.</p>`,
+		`<p class="refused-hint">1 instance of <b>acme</b> polls but is refused (holding no usable key, a key that is not the account's, or an expired account token): install the account's latest profile on it.</p>`,
 	} {
 		if code != http.StatusOK || !strings.Contains(body, want) {
 			t.Errorf("instances page of acme (%d) lacks %s:\n%s", code, want, body)
@@ -1185,7 +1185,7 @@ func TestAnAccountWhoseOnlyInstancesAreRefusedIsShownRefused(t *testing.T) {
 		`<span class="badge status status-refused">refused</span></h1>`,
 		`<div><dt>Instances online</dt><dd>0 of 2, <span class="refused">2 refused</span></dd></div>`,
 		`id="refused-warning"`,
-		`<p class="refused-hint">2 instances of <b>acme</b> poll but are refused (holding no usable key, or an expired account token): install the account's latest profile on them.</p>`,
+		`<p class="refused-hint">2 instances of <b>acme</b> poll but are refused (holding no usable key, a key that is not the account's, or an expired account token): install the account's latest profile on them.</p>`,
 	} {
 		if code != http.StatusOK || !strings.Contains(body, want) {
 			t.Errorf("instances page of acme (%d) lacks %s:\n%s", code, want, body)
@@ -1216,12 +1216,12 @@ func TestAnInstanceOnAnExpiredTokenIsShownRefusedForIt(t *testing.T) {
 	code, body := get(t, c, e.url+"/dashboard/accounts/acme")
 	for _, want := range []string{
 		`id="stranded-warning"`,
-		`or were refused for want of a usable key or for an expired account token`,
+		`or were refused for want of a usable key, for a key that is not the account's or for an expired account token`,
 		`<tr data-instance="a-1" class="refused">`,
 		`<span class="badge status status-refused" title="its polls are refused: its account token expired (rotated, and its overlap ended)">refused</span>`,
 		`<span class="note">its account token expired: install the account's latest profile</span>`,
 		`<div><dt>Instances online</dt><dd>0 of 1, <span class="refused">1 refused</span></dd></div>`,
-		`<p class="refused-hint">1 instance of <b>acme</b> polls but is refused (holding no usable key, or an expired account token): install the account's latest profile on it.</p>`,
+		`<p class="refused-hint">1 instance of <b>acme</b> polls but is refused (holding no usable key, a key that is not the account's, or an expired account token): install the account's latest profile on it.</p>`,
 	} {
 		if code != http.StatusOK || !strings.Contains(body, want) {
 			t.Errorf("instances page of acme (%d) lacks %s:\n%s", code, want, body)

@@ -78,8 +78,9 @@ func (d *Dashboard) accounts(r *http.Request, _ *session) (string, any, error) {
 type instanceRow struct {
 	store.Instance
 	// Status is online, stopped (its last poll said it was stopping),
-	// refused (it polls, and is refused for want of a usable key or for
-	// an expired account token) or offline, as `automator instances` says.
+	// refused (it polls, and is refused for want of a usable key, for a
+	// key that is not the account's or for an expired account token) or
+	// offline, as `automator instances` says.
 	Status server.InstanceStatus
 }
 

@@ -720,6 +720,8 @@ func refusedCause(in store.Instance) automatorv1.RefusedCause {
 	switch in.RefusedCause() {
 	case store.RefusedTokenExpired:
 		return automatorv1.RefusedCause_REFUSED_CAUSE_TOKEN_EXPIRED
+	case store.RefusedWrongKey:
+		return automatorv1.RefusedCause_REFUSED_CAUSE_WRONG_KEY
 	case store.RefusedNoUsableKey:
 		return automatorv1.RefusedCause_REFUSED_CAUSE_NO_USABLE_KEY
 	}

@@ -29,6 +29,10 @@ const reloadUnknownEvery = time.Second
 type keyRing struct {
 	meta   []store.AccountKey
 	opened crypto.Keys
+	// checks[i] is crypto.KeyCheck of opened[i], computed when the ring is
+	// read: polls, which are frequent, compare with it
+	// (PollRequest.key_checks).
+	checks [][]byte
 	loaded time.Time
 }
 
@@ -37,6 +41,17 @@ func (r *keyRing) current() crypto.Key { return r.opened[0] }
 func (r *keyRing) has(id uint32) bool {
 	_, ok := r.opened.Key(id)
 	return ok
+}
+
+// checkOf returns the key check of the account's key of id; false when the
+// ring does not hold id.
+func (r *keyRing) checkOf(id uint32) ([]byte, bool) {
+	for i, k := range r.opened {
+		if k.ID == id && id != 0 {
+			return r.checks[i], true
+		}
+	}
+	return nil, false
 }
 
 // usable reports whether key id may be handed to proxies at now: the
@@ -96,6 +111,7 @@ func (s *Server) loadRing(ctx context.Context, account string) (*keyRing, error)
 			return nil, fmt.Errorf("key %d of account %q is stored under id %d", k.ID, account, m.KeyID)
 		}
 		r.opened = append(r.opened, k)
+		r.checks = append(r.checks, crypto.KeyCheck(k))
 	}
 	s.keysMu.Lock()
 	s.keys[account] = r

@@ -69,7 +69,7 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 	}
 	// The keys the instance holds decide how its claims are sealed
 	// (reseal.go); one that holds no usable key claims nothing.
-	ring, refused, err := s.instanceRing(ctx, account, req.GetInstanceId(), req.GetKeyIds())
+	ring, refused, wrongKey, err := s.instanceRing(ctx, account, req.GetInstanceId(), req.GetKeyIds(), req.GetKeyChecks())
 	if err != nil && !refused {
 		return nil, err
 	}
@@ -82,6 +82,7 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 		// cause, rather than show an instance that polls as gone. The
 		// proxy is told why all the same if it cannot be recorded.
 		seen.RefusedKeyIDs = req.GetKeyIds()
+		seen.WrongKey = wrongKey
 		if rerr := s.instanceSeen(ctx, seen, ps); rerr != nil {
 			_ = s.internal(ctx, "recording the instance's refused poll", rerr)
 		}

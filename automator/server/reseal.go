@@ -15,6 +15,10 @@ import (
 // maxKeyIDs bounds the key ids one poll may list.
 const maxKeyIDs = 64
 
+// maxKeyCheckLen bounds each of a poll's key checks (crypto.KeyCheckLen
+// now; room for a longer one later).
+const maxKeyCheckLen = 32
+
 // Key rotation without downtime: new units are sealed with the account's
 // current key, but during a rotation's overlap window some instances still
 // run the old profile, which holds only the previous key. Each poll lists
@@ -27,21 +31,33 @@ const maxKeyIDs = 64
 // instance that cannot open it.
 
 // instanceRing returns the account's keys for a poll whose instance holds
-// key ids held, or nil when it lists none (a proxy older than rotation:
-// it gets commands as stored). When none of held is usable now, refused is
-// true and err is the FailedPrecondition that tells the proxy why: the
-// poll is recorded as refused (Instance.RefusedKeyIDs) before it is
+// key ids held, with their key checks (checks: none from a proxy
+// predating them, else one per key id), or nil when it lists none (a
+// proxy older than rotation: it gets commands as stored). When a check is
+// not that of the account's key of its id (the instance holds another
+// account's key, or a mistyped one, under that id), or none of held is
+// usable now, refused is true and err is the FailedPrecondition that
+// tells the proxy why, and wrongKey says which: the poll is recorded as
+// refused (Instance.RefusedKeyIDs, Instance.RefusedWrongKey) before it is
 // answered so.
-func (s *Server) instanceRing(ctx context.Context, account, instanceID string, held []uint32) (_ *keyRing, refused bool, _ error) {
+func (s *Server) instanceRing(ctx context.Context, account, instanceID string, held []uint32, checks [][]byte) (_ *keyRing, refused, wrongKey bool, _ error) {
+	if len(checks) != 0 && len(checks) != len(held) {
+		return nil, false, false, status.Errorf(codes.InvalidArgument, "key_checks lists %d checks for %d key_ids: it must list one for each, or none", len(checks), len(held))
+	}
+	for i, c := range checks {
+		if len(c) > maxKeyCheckLen {
+			return nil, false, false, status.Errorf(codes.InvalidArgument, "key_checks[%d] is %d bytes, longer than %d", i, len(c), maxKeyCheckLen)
+		}
+	}
 	if len(held) == 0 {
-		return nil, false, nil
+		return nil, false, false, nil
 	}
 	if len(held) > maxKeyIDs {
-		return nil, false, status.Errorf(codes.InvalidArgument, "key_ids lists %d keys, more than %d", len(held), maxKeyIDs)
+		return nil, false, false, status.Errorf(codes.InvalidArgument, "key_ids lists %d keys, more than %d", len(held), maxKeyIDs)
 	}
 	r, err := s.ring(ctx, account)
 	if err != nil {
-		return nil, false, s.internal(ctx, "reading the account's keys", err)
+		return nil, false, false, s.internal(ctx, "reading the account's keys", err)
 	}
 	now := s.clock.Now()
 	// An id the cache does not know may come from a rotation made since it
@@ -51,20 +67,31 @@ func (s *Server) instanceRing(ctx context.Context, account, instanceID string, h
 	// once: what tells it comes from the store.
 	if tok := tokenFrom(ctx); tok.sealedKey != nil && !r.sameAccount(tok.keyID, tok.sealedKey) {
 		if r, err = s.loadRing(ctx, account); err != nil {
-			return nil, false, s.internal(ctx, "reading the account's keys", err)
+			return nil, false, false, s.internal(ctx, "reading the account's keys", err)
 		}
 	} else if slices.ContainsFunc(held, func(id uint32) bool { return !r.has(id) }) && now.Sub(r.loaded) >= reloadUnknownEvery {
 		if r, err = s.loadRing(ctx, account); err != nil {
-			return nil, false, s.internal(ctx, "reading the account's keys", err)
+			return nil, false, false, s.internal(ctx, "reading the account's keys", err)
+		}
+	}
+	// A key id the account does not have (any more) is not checked: it
+	// is one of before a rotation, which the usable keys decide on.
+	for i, c := range checks {
+		if want, ok := r.checkOf(held[i]); ok && !crypto.KeyCheckEqual(c, want) {
+			s.log.Warn("instance holds a key that is not its account's key of that id (another account's key, or a mistyped one); it claims nothing",
+				"account", account, "instance_id", instanceID, "key_id", held[i])
+			return nil, true, true, status.Errorf(codes.FailedPrecondition,
+				"instance %q holds, as key id %d, a key that is not account %q's key %d (another account's key, or a mistyped one); it claims nothing: install the account's profile (from `automator account create` or `automator account rotate-key`)",
+				instanceID, held[i], account, held[i])
 		}
 	}
 	if _, ok := r.newestUsableOf(held, now); !ok {
 		s.log.Warn("instance holds no usable key of its account; it claims nothing", "account", account, "instance_id", instanceID, "holds", held)
-		return nil, true, status.Errorf(codes.FailedPrecondition,
+		return nil, true, false, status.Errorf(codes.FailedPrecondition,
 			"instance %q holds key ids %v of account %q, none of them usable now (usable: %s); install the account's latest profile (from `automator account rotate-key`)",
 			instanceID, held, account, r.describe(now))
 	}
-	return r, false, nil
+	return r, false, false, nil
 }
 
 // latestRing returns the account's keys as last read, for a poll that read

@@ -30,7 +30,9 @@ const (
 	// poll was refused because it holds no usable key of its account (a
 	// profile of before a key rotation: store.Instance.RefusedKeyIDs), or
 	// because its account token expired (the whole profile of before the
-	// rotation, past its overlap: store.Instance.RefusedTokenExpired). It
+	// rotation, past its overlap: store.Instance.RefusedTokenExpired), or
+	// because a key it holds is not the account's key of its id (another
+	// account's key line, or a mistyped one: store.Instance.RefusedWrongKey). It
 	// is alive and claims nothing until it gets the latest profile.
 	InstanceRefused InstanceStatus = "refused"
 	// InstanceOffline: it has not polled within InstanceOnlineWithin and

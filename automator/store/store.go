@@ -248,6 +248,13 @@ type Instance struct {
 	// nothing, so it is not online however recent that poll, until a poll
 	// of it is accepted. RefusedKeyIDs is then empty.
 	RefusedTokenExpired bool
+	// RefusedWrongKey is set when the instance's latest poll was refused
+	// because a key it holds under one of the account's key ids is not the
+	// account's key of that id (another account's key, or a mistyped one:
+	// InstanceSeenParams.WrongKey). RefusedKeyIDs are then the key ids
+	// that poll listed. It claims nothing, so it is not online however
+	// recent that poll, until a poll of it is accepted.
+	RefusedWrongKey bool
 	// InFlight is the number of the account's units claimed by this
 	// instance and not yet ended (state claimed), counted from the units
 	// when listed: not what the instance said at its last poll. An
@@ -445,7 +452,8 @@ type AccountInstances struct {
 	Refused int
 	// Latest holds up to ExpireNamed of them: the Refused ones first, then
 	// the others, each part latest poll first (then by instance id); only
-	// Account, InstanceID, LastPollAt, Stopped and RefusedKeyIDs are set.
+	// Account, InstanceID, LastPollAt, Stopped, RefusedKeyIDs,
+	// RefusedTokenExpired and RefusedWrongKey are set.
 	Latest []Instance
 }
 
@@ -461,14 +469,23 @@ const (
 	// before a rotation whose overlap has ended
 	// (InstanceSeenParams.TokenExpired, Instance.RefusedTokenExpired). It
 	// is also what both stores keep in instances.refused_cause for such a
-	// poll, and '' for any other.
+	// poll (RefusedCauseText).
 	RefusedTokenExpired RefusedCause = "token_expired"
+	// RefusedWrongKey: the poll listed a key id whose key check was not
+	// that of the account's key of that id (InstanceSeenParams.WrongKey,
+	// Instance.RefusedWrongKey): the instance holds another account's
+	// key, or a mistyped one. Both stores keep it in
+	// instances.refused_cause, beside the key ids the poll listed.
+	RefusedWrongKey RefusedCause = "wrong_key"
 )
 
-// refusedCause is the cause of a poll refused with keyIDs listed or for
-// an expired token: the key ids say it when there are any.
-func refusedCause(keyIDs []uint32, tokenExpired bool) RefusedCause {
+// refusedCause is the cause of a poll refused for a wrong key, with keyIDs
+// listed, or for an expired token: a wrong key first, then the key ids
+// say it when there are any.
+func refusedCause(keyIDs []uint32, wrongKey, tokenExpired bool) RefusedCause {
 	switch {
+	case wrongKey:
+		return RefusedWrongKey
 	case len(keyIDs) > 0:
 		return RefusedNoUsableKey
 	case tokenExpired:
@@ -480,27 +497,30 @@ func refusedCause(keyIDs []uint32, tokenExpired bool) RefusedCause {
 // RefusedCause is why the instance's latest poll was refused; "" when it
 // was not.
 func (in Instance) RefusedCause() RefusedCause {
-	return refusedCause(in.RefusedKeyIDs, in.RefusedTokenExpired)
+	return refusedCause(in.RefusedKeyIDs, in.RefusedWrongKey, in.RefusedTokenExpired)
 }
 
 // Refused reports whether the instance's latest poll was refused, for
-// want of a usable key or for an expired account token.
+// want of a usable key, for a wrong key or for an expired account token.
 func (in Instance) Refused() bool { return in.RefusedCause() != "" }
 
 // RefusedCause is why the poll was refused; "" when it was not.
 func (p InstanceSeenParams) RefusedCause() RefusedCause {
-	return refusedCause(p.RefusedKeyIDs, p.TokenExpired)
+	return refusedCause(p.RefusedKeyIDs, p.WrongKey, p.TokenExpired)
 }
 
-// Refused reports whether the poll was refused, for want of a usable key
-// or for an expired account token.
+// Refused reports whether the poll was refused, for want of a usable key,
+// for a wrong key or for an expired account token.
 func (p InstanceSeenParams) Refused() bool { return p.RefusedCause() != "" }
 
 // RefusedCauseText is what both stores keep in instances.refused_cause
-// for poll p: RefusedTokenExpired for a poll refused for its token, ""
-// for any other (one refused for want of a usable key keeps its key ids).
+// for poll p: RefusedTokenExpired for a poll refused for its token,
+// RefusedWrongKey for one refused for a wrong key, "" for any other (one
+// refused for want of a usable key keeps its key ids). A wrong key's
+// poll keeps its key ids too, so an automator predating the cause lists
+// it as refused for want of a usable key: refused all the same.
 func RefusedCauseText(p InstanceSeenParams) string {
-	if c := p.RefusedCause(); c == RefusedTokenExpired {
+	if c := p.RefusedCause(); c == RefusedTokenExpired || c == RefusedWrongKey {
 		return string(c)
 	}
 	return ""
@@ -625,17 +645,21 @@ func neverClaimedReason(account string, a AccountInstances) string {
 // refusedClause says that the instances of refused, and more others, poll
 // but are refused, and what to do; "" when there are none. Those refused
 // for want of a usable key are said first, then those whose account token
-// expired (Instance.RefusedTokenExpired), each cause in its own clause;
+// expired (Instance.RefusedTokenExpired), then those holding a wrong key
+// (Instance.RefusedWrongKey), each cause in its own clause;
 // the more not named are counted in the first clause said.
 func refusedClause(refused []Instance, more int) string {
 	if len(refused) == 0 && more == 0 {
 		return ""
 	}
-	var noKey, expired []string
+	var noKey, expired, wrongKey []string
 	for _, in := range refused {
-		if in.RefusedTokenExpired {
+		switch {
+		case in.RefusedWrongKey:
+			wrongKey = append(wrongKey, in.InstanceID)
+		case in.RefusedTokenExpired:
 			expired = append(expired, in.InstanceID)
-		} else {
+		default:
 			noKey = append(noKey, in.InstanceID)
 		}
 	}
@@ -650,12 +674,17 @@ func refusedClause(refused []Instance, more int) string {
 		return fmt.Sprintf("instances %s %s: install the account's latest profile", who, many)
 	}
 	var parts []string
-	if len(noKey) > 0 || len(expired) == 0 {
+	if len(noKey) > 0 || len(expired) == 0 && len(wrongKey) == 0 {
 		parts = append(parts, clause(noKey, more, "polls but holds no usable key", "poll but hold no usable key"))
 		more = 0
 	}
 	if len(expired) > 0 {
 		parts = append(parts, clause(expired, more, "polls but its account token expired", "poll but their account token expired"))
+		more = 0
+	}
+	if len(wrongKey) > 0 {
+		parts = append(parts, clause(wrongKey, more, "polls but holds a key that is not the account's (another account's, or a mistyped one)",
+			"poll but hold a key that is not the account's (another account's, or a mistyped one)"))
 	}
 	return strings.Join(parts, "; ")
 }
@@ -726,6 +755,12 @@ type InstanceSeenParams struct {
 	// The instance is recorded as refused (Instance.RefusedKeyIDs) until a
 	// poll without it.
 	RefusedKeyIDs []uint32
+	// WrongKey marks a poll refused because a key the instance holds under
+	// one of the account's key ids is not the account's key of that id
+	// (PollRequest.key_checks); RefusedKeyIDs are then the key ids it
+	// listed. The instance is recorded as refused (Instance.RefusedWrongKey)
+	// until a poll without it.
+	WrongKey bool
 	// TokenExpired marks a poll refused at authentication because the
 	// account token it presented was the account's before a rotation
 	// whose overlap window has ended (ErrExpired); RefusedKeyIDs is then

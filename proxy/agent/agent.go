@@ -166,7 +166,13 @@ type Agent struct {
 	// read and could not report, kept in the spool (lostpolls.go); used by
 	// Run's goroutine only.
 	earlier []lostPolls
-	poster  *poster // posts results, several per call under load
+	// checks are the key checks every poll carries
+	// (PollRequest.key_checks), one for each of keyIDs(o.Keys), so that
+	// the automator refuses this proxy, before it claims anything, if a
+	// key it holds is not the account's key of its id (another account's
+	// key line, or a mistyped one). Set by New.
+	checks [][]byte
+	poster *poster // posts results, several per call under load
 }
 
 // errCancelledByAutomator: the automator said the unit ended (cancelled or
@@ -224,6 +230,7 @@ func New(o Options) *Agent {
 	a.state = newStateFile(o, a.log)
 	a.spool = newSpool(o.SpoolDir, a.log)
 	a.poster = newPoster(o.Client, o.Uploads, o.tune)
+	a.checks = keyChecks(o.Keys)
 	return a
 }
 
@@ -642,6 +649,7 @@ func (a *Agent) pollAs(ctx context.Context, run string, n int, wait time.Duratio
 		Version:    a.o.Version,
 		Running:    running,
 		KeyIds:     keyIDs(a.o.Keys),
+		KeyChecks:  a.checks,
 		// Another run's polls are that run's: it stopped long ago.
 		Stopping: run == a.run && a.stopping.Load(),
 	})
@@ -743,6 +751,20 @@ func (a *Agent) LastPoll() time.Time {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.lastPoll
+}
+
+// keyChecks returns the key check of each key of ring, in the order of
+// keyIDs(ring); nil when ring lists no key, or one it cannot give.
+func keyChecks(ring crypto.KeyRing) [][]byte {
+	var checks [][]byte
+	for _, id := range keyIDs(ring) {
+		k, ok := ring.Key(id)
+		if !ok {
+			return nil
+		}
+		checks = append(checks, crypto.KeyCheck(k))
+	}
+	return checks
 }
 
 // keyIDs lists the ids of the keys in the ring, for each poll: the

@@ -352,3 +352,74 @@ func wantRefusedUntilTheLatestProfile(t *testing.T, a *automator, p *proxy, newP
 		t.Errorf("instances once p1 has the latest profile: %v; want p1 online", got)
 	}
 }
+
+// TestAProxyHoldingAnotherAccountsKeyIsRefusedAndClaimsNothing: a proxy
+// whose config has acme's token but the key line of another account (key
+// id 1, as every account's first key: the key id check alone lets it
+// through) is refused at its first poll for units, with the reason in its
+// log; it claims nothing, so acme's unit runs on the healthy proxy, and
+// it is listed refused for a wrong key (table and --json).
+func TestAProxyHoldingAnotherAccountsKeyIsRefusedAndClaimsNothing(t *testing.T) {
+	t.Parallel()
+	a := startAutomator(t)
+	acme := a.createAccount(t, "acme")
+	other := a.createAccount(t, "other")
+	scripts := t.TempDir()
+	writeScript(t, scripts, "hello.sh", `echo "hello $PROXY_INSTANCE_ID"`)
+
+	data, err := os.ReadFile(acme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acmeKey, otherKey := profileValue(t, acme, "key"), profileValue(t, other, "key")
+	if !strings.HasPrefix(acmeKey, "1:") || !strings.HasPrefix(otherKey, "1:") {
+		t.Fatalf("the accounts' first keys are not both key id 1")
+	}
+	wrong := filepath.Join(t.TempDir(), "acme-with-others-key.yaml")
+	if err := os.WriteFile(wrong, []byte(strings.Replace(string(data), "key: "+acmeKey, "key: "+otherKey, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startProxy(t, wrong, scripts, "wrong")
+	const said = `holds, as key id 1, a key that is not account \"acme\"'s key 1 (another account's key, or a mistyped one)`
+	waitFor(t, 15*time.Second, "the proxy holding another account's key to log its refusal", func() bool {
+		return strings.Contains(p.Log(), said) || p.Exited()
+	})
+	if !strings.Contains(p.Log(), "FailedPrecondition") || !strings.Contains(p.Log(), "install the account's profile") {
+		t.Errorf("the refused proxy's log does not say why and what to do:\n%s", p.Log())
+	}
+	waitFor(t, 15*time.Second, "the proxy to be listed refused", func() bool {
+		return a.instanceStates(t, "acme")["wrong"] == "refused"
+	})
+	r := runCLI(bin.automator, "instances", "--data-dir", a.DataDir, "--account", "acme", "--json")
+	if r.Code != 0 || !strings.Contains(r.Stdout, `"refused_cause": "wrong_key"`) {
+		t.Errorf("automator instances --json while the proxy is refused: %v", r)
+	}
+	r = runCLI(bin.automator, "instances", "--data-dir", a.DataDir, "--account", "acme")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "refused (its polls are refused: it holds key ids [1], and a key among them is not the account's key of its id") {
+		t.Errorf("automator instances while the proxy is refused: %v", r)
+	}
+	// Alone, it leaves the unit unclaimed, and the reason names it.
+	r = a.Exec("--account", "acme", "--timeout", "2s", "hello.sh")
+	if r.Code != 124 || !strings.Contains(r.Stderr, "instance wrong polls but holds a key that is not the account's") {
+		t.Errorf("exec while only the refused proxy polls: %v; want exit 124 naming it", r)
+	}
+
+	good := startProxy(t, acme, scripts, "good")
+	good.WaitPolling(t)
+	for i := range 4 {
+		r := a.Exec("--account", "acme", "--timeout", "30s", "hello.sh")
+		if r.Code != 0 || r.Stdout != "hello good\n" {
+			t.Errorf("exec %d with a healthy proxy beside the refused one: %v; want it run by the healthy one", i, r)
+		}
+	}
+	var claimed int
+	if err := openDB(t, a).QueryRow(`SELECT COUNT(*) FROM work WHERE instance_id = 'wrong'`).Scan(&claimed); err != nil {
+		t.Fatal(err)
+	}
+	if claimed != 0 {
+		t.Errorf("the proxy holding another account's key claimed %d units, want none", claimed)
+	}
+	if strings.Contains(p.Log(), "did not open") {
+		t.Errorf("the refused proxy was handed a command:\n%s", p.Log())
+	}
+}

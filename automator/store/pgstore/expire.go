@@ -71,12 +71,14 @@ func (s *Store) unclaimedInstances(ctx context.Context, due []store.Work, online
 		return nil, nil
 	}
 	// refusedNow: polled since onlineSince and refused at that poll for
-	// want of a usable key or for an expired token (store.AccountInstances.Refused).
+	// want of a usable key, for a wrong key or for an expired token
+	// (store.AccountInstances.Refused).
 	const refusedNow = `(i.last_poll_at >= $2 AND NOT ` + instanceStopped + ` AND ` + instanceRefused + `)`
-	rows, err := s.pool.Query(ctx, `SELECT account, instance_id, last_poll_at, stopped, refused_key_ids, token_expired, n, online, refused FROM (
+	rows, err := s.pool.Query(ctx, `SELECT account, instance_id, last_poll_at, stopped, refused_key_ids, token_expired, wrong_key, n, online, refused FROM (
 	SELECT i.account, i.instance_id, i.last_poll_at, `+instanceStopped+` AS stopped,
 		CASE WHEN `+instanceRefused+` THEN i.refused_key_ids ELSE '' END AS refused_key_ids,
 		`+refusedTokenExpired+` AS token_expired,
+		`+refusedWrongKey+` AS wrong_key,
 		row_number() OVER (PARTITION BY i.account ORDER BY `+refusedNow+` DESC, i.last_poll_at DESC, i.instance_id) AS nth,
 		count(*) OVER (PARTITION BY i.account) AS n,
 		count(*) FILTER (WHERE i.last_poll_at >= $2 AND NOT `+instanceStopped+` AND NOT `+instanceRefused+`) OVER (PARTITION BY i.account) AS online,
@@ -91,7 +93,7 @@ ORDER BY account, nth`, accounts, onlineSince, store.ExpireNamed)
 	var in store.Instance
 	var keyIDs string
 	var n, online, refused int
-	_, err = pgx.ForEachRow(rows, []any{&in.Account, &in.InstanceID, &in.LastPollAt, &in.Stopped, &keyIDs, &in.RefusedTokenExpired, &n, &online, &refused}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&in.Account, &in.InstanceID, &in.LastPollAt, &in.Stopped, &keyIDs, &in.RefusedTokenExpired, &in.RefusedWrongKey, &n, &online, &refused}, func() error {
 		a := out[in.Account]
 		a.Instances, a.Online, a.Refused = n, online, refused
 		i := in

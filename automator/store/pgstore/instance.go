@@ -38,6 +38,13 @@ func refusedAt(p store.InstanceSeenParams) *time.Time {
 // want of a usable key: those say the cause then.
 const refusedTokenExpired = `(COALESCE(i.refused_at >= i.last_poll_at, false) AND i.refused_key_ids = '' AND i.refused_cause = '` + string(store.RefusedTokenExpired) + `')`
 
+// refusedWrongKey is true for an instance whose latest poll was refused
+// because it holds a key that is not the account's key of its id
+// (store.RefusedWrongKey). Such a poll's key ids are written too: one
+// recorded by an automator predating the cause, which writes an empty
+// refused_cause for any poll but one refused for its token, ends it.
+const refusedWrongKey = `(COALESCE(i.refused_at >= i.last_poll_at, false) AND i.refused_cause = '` + string(store.RefusedWrongKey) + `')`
+
 // instanceRefused is true for an instance whose latest poll was refused
 // (for want of a usable key or for an expired account token): one
 // recorded since by a replica predating refused_at (which refuses no
@@ -156,7 +163,7 @@ func (s *Store) InstancesSeen(ctx context.Context, ps []store.InstanceSeenParams
 // (COLLATE "C").
 func (s *Store) InstanceList(ctx context.Context, account string) ([]store.Instance, error) {
 	rows, err := s.pool.Query(ctx, `SELECT i.account, i.instance_id, i.hostname, i.version, i.last_poll_at, `+instanceStopped+`,
-	CASE WHEN `+instanceRefused+` THEN i.refused_key_ids ELSE '' END, `+refusedTokenExpired+`, COALESCE(c.n, 0)
+	CASE WHEN `+instanceRefused+` THEN i.refused_key_ids ELSE '' END, `+refusedTokenExpired+`, `+refusedWrongKey+`, COALESCE(c.n, 0)
 FROM instances i
 LEFT JOIN (SELECT instance_id COLLATE "C" AS instance_id, COUNT(*) AS n FROM work
 	WHERE account = $1 AND state = 'claimed' GROUP BY 1) c ON c.instance_id = i.instance_id
@@ -167,7 +174,7 @@ WHERE i.account = $1 ORDER BY i.instance_id`, account)
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Instance, error) {
 		var in store.Instance
 		var refused string
-		if err := r.Scan(&in.Account, &in.InstanceID, &in.Hostname, &in.Version, &in.LastPollAt, &in.Stopped, &refused, &in.RefusedTokenExpired, &in.InFlight); err != nil {
+		if err := r.Scan(&in.Account, &in.InstanceID, &in.Hostname, &in.Version, &in.LastPollAt, &in.Stopped, &refused, &in.RefusedTokenExpired, &in.RefusedWrongKey, &in.InFlight); err != nil {
 			return in, err
 		}
 		in.LastPollAt = in.LastPollAt.UTC()

@@ -103,10 +103,11 @@ func dueWork(ctx context.Context, tx querier, now int64, limit int) ([]store.Wor
 // first ?3 instances by latest poll, each row with the account's number of
 // instances and of those online since ?2 (store.AccountInstances): a few
 // rows per account, however many instances it has.
-const unclaimedInstancesQuery = `SELECT account, instance_id, last_poll_at, stopped, refused_key_ids, token_expired, n, online, refused FROM (
+const unclaimedInstancesQuery = `SELECT account, instance_id, last_poll_at, stopped, refused_key_ids, token_expired, wrong_key, n, online, refused FROM (
 	SELECT i.account, i.instance_id, i.last_poll_at, ` + instanceStopped + ` AS stopped,
 		CASE WHEN ` + instanceRefused + ` THEN i.refused_key_ids ELSE '' END AS refused_key_ids,
 		` + refusedTokenExpired + ` AS token_expired,
+		` + refusedWrongKey + ` AS wrong_key,
 		row_number() OVER (PARTITION BY i.account ORDER BY ` + refusedNow + ` DESC, i.last_poll_at DESC, i.instance_id) AS nth,
 		count(*) OVER (PARTITION BY i.account) AS n,
 		sum(i.last_poll_at >= ?2 AND NOT ` + instanceStopped + ` AND NOT ` + instanceRefused + `) OVER (PARTITION BY i.account) AS online,
@@ -142,7 +143,7 @@ func unclaimedInstances(ctx context.Context, tx querier, due []store.Work, onlin
 		var lastPoll int64
 		var keyIDs string
 		var n, online, refused int
-		if err := rows.Scan(&in.Account, &in.InstanceID, &lastPoll, &in.Stopped, &keyIDs, &in.RefusedTokenExpired, &n, &online, &refused); err != nil {
+		if err := rows.Scan(&in.Account, &in.InstanceID, &lastPoll, &in.Stopped, &keyIDs, &in.RefusedTokenExpired, &in.RefusedWrongKey, &n, &online, &refused); err != nil {
 			return nil, fmt.Errorf("reading the instances of %d accounts: %w", len(accounts), err)
 		}
 		in.LastPollAt = fromNanos(lastPoll)

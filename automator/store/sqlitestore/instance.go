@@ -38,6 +38,13 @@ func refusedAt(p store.InstanceSeenParams) int64 {
 // refuses for want of a usable key: those say the cause then.
 const refusedTokenExpired = `((i.refused_at >= i.last_poll_at) AND i.refused_key_ids = '' AND i.refused_cause = '` + string(store.RefusedTokenExpired) + `')`
 
+// refusedWrongKey is true for an instance whose latest poll was refused
+// because it holds a key that is not the account's key of its id
+// (store.RefusedWrongKey). Such a poll's key ids are written too: one
+// recorded by an automator predating the cause, which writes an empty
+// refused_cause for any poll but one refused for its token, ends it.
+const refusedWrongKey = `((i.refused_at >= i.last_poll_at) AND i.refused_cause = '` + string(store.RefusedWrongKey) + `')`
+
 // instanceRefused is true for an instance whose latest poll was refused
 // (for want of a usable key or for an expired account token): one
 // recorded since by an automator predating refused_at (which refuses no
@@ -112,7 +119,7 @@ func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) er
 // the claimed units: a few, however many units ended. The in_flight column
 // (what the instance said at its last poll) is not read.
 const instanceListQuery = `SELECT i.account, i.instance_id, i.hostname, i.version, i.last_poll_at, ` + instanceStopped + `,
-	CASE WHEN ` + instanceRefused + ` THEN i.refused_key_ids ELSE '' END, ` + refusedTokenExpired + `, COALESCE(c.n, 0)
+	CASE WHEN ` + instanceRefused + ` THEN i.refused_key_ids ELSE '' END, ` + refusedTokenExpired + `, ` + refusedWrongKey + `, COALESCE(c.n, 0)
 FROM instances i
 LEFT JOIN (SELECT instance_id, COUNT(*) AS n FROM work
 	WHERE account = ?1 AND state = 'claimed' GROUP BY instance_id) c ON c.instance_id = i.instance_id
@@ -129,7 +136,7 @@ func (s *Store) InstanceList(ctx context.Context, account string) ([]store.Insta
 		var in store.Instance
 		var lastPollAt int64
 		var refused string
-		if err := rows.Scan(&in.Account, &in.InstanceID, &in.Hostname, &in.Version, &lastPollAt, &in.Stopped, &refused, &in.RefusedTokenExpired, &in.InFlight); err != nil {
+		if err := rows.Scan(&in.Account, &in.InstanceID, &in.Hostname, &in.Version, &lastPollAt, &in.Stopped, &refused, &in.RefusedTokenExpired, &in.RefusedWrongKey, &in.InFlight); err != nil {
 			return nil, fmt.Errorf("listing instances of account %q: %w", account, err)
 		}
 		in.LastPollAt = fromNanos(lastPollAt)

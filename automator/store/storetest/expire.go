@@ -18,6 +18,7 @@ var expireCases = []testCase{
 	{"AUnitEndsOnceWhenItsResultRacesItsDeadline", testResultRacesDeadline},
 	{"WorkExpireSaysWhatTheInstancesOfAnUnclaimedUnitsAccountWereDoing", testExpireReasonNamesInstances},
 	{"WorkExpireNamesTheInstancesRefusedForAnExpiredTokenWithTheirCause", testExpireReasonNamesTokenExpired},
+	{"WorkExpireNamesTheInstancesRefusedForAWrongKeyWithTheirCause", testExpireReasonNamesWrongKey},
 }
 
 // testExpireReasonNamesInstances: the reason of a unit no instance claimed
@@ -401,6 +402,52 @@ func testResultRacesDeadline(f *fixture) {
 			f.t.Errorf("unit %s was expired but is stored as %s", w.ID, got.State)
 		case !completed[w.ID] && expired[w.ID] == 0 && got.State != store.StateClaimed:
 			f.t.Errorf("unit %s neither completed nor expired, but is stored as %s", w.ID, got.State)
+		}
+	}
+}
+
+// testExpireReasonNamesWrongKey: the instances that poll but are refused
+// because a key they hold is not the account's key of its id (another
+// account's key line) are named first with that cause, apart from those
+// refused for want of a usable key.
+func testExpireReasonNamesWrongKey(f *fixture) {
+	now := at(time.Hour)
+	for _, a := range []string{"acme", "globex"} {
+		f.account(a)
+	}
+	poll := func(account, id string, polled time.Duration, wrong bool, keyIDs []uint32) {
+		f.seen(store.InstanceSeenParams{Account: account, InstanceID: id, Hostname: id + ".example", Version: "v1",
+			WrongKey: wrong, RefusedKeyIDs: keyIDs, Now: at(polled)})
+	}
+	// acme: one refused for a wrong key, one gone.
+	poll("acme", "a-wrong", 59*time.Minute+30*time.Second, true, []uint32{1})
+	poll("acme", "a-gone", 30*time.Minute, false, nil)
+	// globex: one online, one refused for want of a key, one for a wrong
+	// key.
+	poll("globex", "g-1", 59*time.Minute+50*time.Second, false, nil)
+	poll("globex", "g-key", 59*time.Minute+10*time.Second, false, []uint32{1})
+	poll("globex", "g-wrong", 59*time.Minute+20*time.Second, true, []uint32{1})
+	f.enqueue("acme-1", "acme", at(2*time.Second), at(30*time.Minute))
+	f.enqueue("globex-1", "globex", at(2*time.Second), at(30*time.Minute))
+
+	got, err := f.s.WorkExpire(f.ctx, store.WorkExpireParams{Now: now, OnlineSince: now.Add(-time.Minute)})
+	if err != nil {
+		f.t.Fatalf("WorkExpire: %v", err)
+	}
+	const unclaimed = "no instance claimed it before the deadline"
+	const wrongKey = "polls but holds a key that is not the account's (another account's, or a mistyped one): install the account's latest profile"
+	want := map[string]string{
+		"acme-1": unclaimed + ": no instance of account acme was online (instance a-wrong " + wrongKey + "; " +
+			"a-gone last polled at 2026-01-02T03:34:05Z)",
+		"globex-1": unclaimed + " (1 instance online; instance g-key polls but holds no usable key: install the account's latest profile; " +
+			"instance g-wrong " + wrongKey + ")",
+	}
+	if len(got) != len(want) {
+		f.t.Fatalf("WorkExpire changed %v, want the %d units", ids(got), len(want))
+	}
+	for _, w := range got {
+		if w.Reason != want[w.ID] {
+			f.t.Errorf("reason of %s = %q\nwant %q", w.ID, w.Reason, want[w.ID])
 		}
 	}
 }

@@ -18,6 +18,7 @@ var instanceCases = []testCase{
 	{"ABatchedPollOfTheStoredRunNumberedAfterItIsWrittenThoughEarlierOnTheClock", testInstanceBatchAfterClockStepBack},
 	{"ARefusedPollShowsTheInstanceRefusedWithItsKeyIDsUntilAPollIsAccepted", testInstanceRefused},
 	{"APollRefusedForAnExpiredTokenShowsTheInstanceRefusedForItUntilAPollIsAccepted", testInstanceRefusedTokenExpired},
+	{"APollRefusedForAWrongKeyShowsTheInstanceRefusedForItUntilAPollIsAccepted", testInstanceRefusedWrongKey},
 }
 
 func (f *fixture) seen(p store.InstanceSeenParams) {
@@ -38,7 +39,8 @@ func (f *fixture) seenBatch(ps ...store.InstanceSeenParams) {
 // listedAs is the instance a listing shows after poll p was recorded.
 func listedAs(p store.InstanceSeenParams) store.Instance {
 	return store.Instance{Account: p.Account, InstanceID: p.InstanceID, Hostname: p.Hostname, Version: p.Version,
-		LastPollAt: p.Now, Stopped: p.Stopping, RefusedKeyIDs: p.RefusedKeyIDs, RefusedTokenExpired: p.TokenExpired}
+		LastPollAt: p.Now, Stopped: p.Stopping, RefusedKeyIDs: p.RefusedKeyIDs, RefusedTokenExpired: p.TokenExpired,
+		RefusedWrongKey: p.WrongKey}
 }
 
 // runPoll is poll number seq of run (a proxy process) of instance a of
@@ -61,7 +63,8 @@ func (f *fixture) wantInstances(account string, want []store.Instance) {
 		g, w := got[i], want[i]
 		if g.Account != w.Account || g.InstanceID != w.InstanceID || g.Hostname != w.Hostname ||
 			g.Version != w.Version || !g.LastPollAt.Equal(w.LastPollAt) || g.Stopped != w.Stopped || g.InFlight != w.InFlight ||
-			!slices.Equal(g.RefusedKeyIDs, w.RefusedKeyIDs) || g.RefusedTokenExpired != w.RefusedTokenExpired {
+			!slices.Equal(g.RefusedKeyIDs, w.RefusedKeyIDs) || g.RefusedTokenExpired != w.RefusedTokenExpired ||
+			g.RefusedWrongKey != w.RefusedWrongKey || g.RefusedCause() != w.RefusedCause() {
 			f.t.Errorf("InstanceList(%q)[%d] = %+v, want %+v", account, i, g, w)
 		}
 	}
@@ -492,4 +495,50 @@ func (f *fixture) wantOnlineOfTwo(want, refused int) {
 	if len(stats) != 1 || stats[0].Instances != 2 || stats[0].InstancesOnline != want || stats[0].InstancesRefused != refused {
 		f.t.Errorf("AccountStats = %+v, want 2 instances, %d online, %d refused", stats, want, refused)
 	}
+}
+
+// testInstanceRefusedWrongKey: a poll refused because a key the instance
+// holds is not the account's key of its id (another account's key line,
+// or a mistyped one) records the instance as refused for that cause, with
+// the key ids it listed, written one by one or in a batch: it is listed
+// so, and not counted online, until a poll of it is accepted. A later
+// poll refused for want of a usable key says that cause instead.
+func testInstanceRefusedWrongKey(f *fixture) {
+	f.account("acme")
+	poll := func(id string, now time.Time) store.InstanceSeenParams {
+		return store.InstanceSeenParams{Account: "acme", InstanceID: id, Hostname: id + ".example", Version: "v1", Now: now}
+	}
+	wrong := func(id string, now time.Time) store.InstanceSeenParams {
+		p := poll(id, now)
+		p.WrongKey = true
+		p.RefusedKeyIDs = []uint32{1}
+		return p
+	}
+	online := func(want, refused int) { f.t.Helper(); f.wantOnlineOfTwo(want, refused) }
+
+	a1, b1 := wrong("a", at(time.Second)), wrong("b", at(time.Second))
+	if a1.RefusedCause() != store.RefusedWrongKey || store.RefusedCauseText(a1) != "wrong_key" {
+		f.t.Fatalf("a poll refused for a wrong key has cause %q, kept as %q; want wrong_key", a1.RefusedCause(), store.RefusedCauseText(a1))
+	}
+	f.seen(a1)
+	f.seenBatch(b1)
+	f.wantInstances("acme", []store.Instance{listedAs(a1), listedAs(b1)})
+	if got, err := f.s.InstanceList(f.ctx, "acme"); err == nil && len(got) == 2 && got[0].RefusedCause() != store.RefusedWrongKey {
+		f.t.Errorf("the instance refused for a wrong key is listed with cause %q, want %q", got[0].RefusedCause(), store.RefusedWrongKey)
+	}
+	online(0, 2)
+
+	// b gets the account's key of before a rotation only: refused for
+	// want of a usable key, no more for a wrong key.
+	b2 := poll("b", at(2*time.Second))
+	b2.RefusedKeyIDs = []uint32{1}
+	f.seenBatch(b2)
+	f.wantInstances("acme", []store.Instance{listedAs(a1), listedAs(b2)})
+
+	// a gets the account's profile: its first poll accepted shows it
+	// online at once, refused no more.
+	a2 := poll("a", at(time.Minute))
+	f.seen(a2)
+	f.wantInstances("acme", []store.Instance{listedAs(a2), listedAs(b2)})
+	online(1, 1)
 }

@@ -155,6 +155,11 @@ const (
 	// account token it presented was the account's before a rotation whose
 	// overlap window has ended: it runs the whole profile of before it.
 	RefusedCause_REFUSED_CAUSE_TOKEN_EXPIRED RefusedCause = 2
+	// The poll was refused (FAILED_PRECONDITION) because a key the instance
+	// holds under one of the account's key ids is not the account's key of
+	// that id (PollRequest.key_checks): another account's key, or a
+	// mistyped one. refused_key_ids are the key ids that poll listed.
+	RefusedCause_REFUSED_CAUSE_WRONG_KEY RefusedCause = 3
 )
 
 // Enum value maps for RefusedCause.
@@ -163,11 +168,13 @@ var (
 		0: "REFUSED_CAUSE_UNSPECIFIED",
 		1: "REFUSED_CAUSE_NO_USABLE_KEY",
 		2: "REFUSED_CAUSE_TOKEN_EXPIRED",
+		3: "REFUSED_CAUSE_WRONG_KEY",
 	}
 	RefusedCause_value = map[string]int32{
 		"REFUSED_CAUSE_UNSPECIFIED":   0,
 		"REFUSED_CAUSE_NO_USABLE_KEY": 1,
 		"REFUSED_CAUSE_TOKEN_EXPIRED": 2,
+		"REFUSED_CAUSE_WRONG_KEY":     3,
 	}
 )
 
@@ -432,7 +439,17 @@ type PollRequest struct {
 	// instance polls again without it (a process started again, or another
 	// process polling with the same instance_id). false: a proxy that is not
 	// stopping, or one predating it.
-	Stopping      bool `protobuf:"varint,11,opt,name=stopping,proto3" json:"stopping,omitempty"`
+	Stopping bool `protobuf:"varint,11,opt,name=stopping,proto3" json:"stopping,omitempty"`
+	// key_checks shows that the instance holds the account's keys it lists:
+	// key_checks[i] is crypto.KeyCheck of its key with id key_ids[i] (at
+	// most 32 bytes each, 16 as computed now). A poll listing a
+	// key id whose check is not that of the account's key of that id (the
+	// instance holds another account's key, or a mistyped one, under that
+	// id) is refused (FAILED_PRECONDITION) and claims nothing; the instance
+	// is listed as refused, REFUSED_CAUSE_WRONG_KEY. Empty: a proxy
+	// predating it, whose keys are not checked; otherwise it has as many
+	// entries as key_ids (else INVALID_ARGUMENT).
+	KeyChecks     [][]byte `protobuf:"bytes,12,rep,name=key_checks,json=keyChecks,proto3" json:"key_checks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -542,6 +559,13 @@ func (x *PollRequest) GetStopping() bool {
 		return x.Stopping
 	}
 	return false
+}
+
+func (x *PollRequest) GetKeyChecks() [][]byte {
+	if x != nil {
+		return x.KeyChecks
+	}
+	return nil
 }
 
 type Claim struct {
@@ -1359,12 +1383,13 @@ type Instance struct {
 	// until it polls again without saying so.
 	Stopped bool `protobuf:"varint,7,opt,name=stopped,proto3" json:"stopped,omitempty"`
 	// refused: the instance's last poll was refused: it runs a profile of
-	// before `automator account rotate-key` (refused_cause says how). It
-	// claims nothing, so it is not online however recent that poll, until a
-	// poll of it is accepted; install the account's latest profile on it.
+	// before `automator account rotate-key`, or holds another account's key
+	// (refused_cause says how). It claims nothing, so it is not online
+	// however recent that poll, until a poll of it is accepted; install the
+	// account's latest profile on it.
 	Refused bool `protobuf:"varint,8,opt,name=refused,proto3" json:"refused,omitempty"`
-	// refused_key_ids: when refused for want of a usable key, the key ids
-	// that poll listed.
+	// refused_key_ids: when refused for want of a usable key or for a
+	// wrong key, the key ids that poll listed.
 	RefusedKeyIds []uint32 `protobuf:"varint,9,rep,packed,name=refused_key_ids,json=refusedKeyIds,proto3" json:"refused_key_ids,omitempty"`
 	// refused_cause: why, when refused. An automator predating the field
 	// leaves it unspecified (its refusals are all REFUSED_CAUSE_NO_USABLE_KEY).
@@ -1542,7 +1567,7 @@ const file_automator_v1_automator_proto_rawDesc = "" +
 	"finishedAt\x12\x1f\n" +
 	"\vinstance_id\x18\b \x01(\tR\n" +
 	"instanceId\x12\x18\n" +
-	"\afailure\x18\t \x01(\tR\afailure\"\xce\x02\n" +
+	"\afailure\x18\t \x01(\tR\afailure\"\xed\x02\n" +
 	"\vPollRequest\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x1b\n" +
@@ -1556,7 +1581,9 @@ const file_automator_v1_automator_proto_rawDesc = "" +
 	"\bpoll_seq\x18\t \x01(\x04R\apollSeq\x12\x1b\n" +
 	"\tlost_from\x18\n" +
 	" \x01(\x04R\blostFrom\x12\x1a\n" +
-	"\bstopping\x18\v \x01(\bR\bstopping\"\xb5\x01\n" +
+	"\bstopping\x18\v \x01(\bR\bstopping\x12\x1d\n" +
+	"\n" +
+	"key_checks\x18\f \x03(\fR\tkeyChecks\"\xb5\x01\n" +
 	"\x05Claim\x12\x17\n" +
 	"\awork_id\x18\x01 \x01(\tR\x06workId\x12\x19\n" +
 	"\bclaim_id\x18\x02 \x01(\tR\aclaimId\x12\x18\n" +
@@ -1641,11 +1668,12 @@ const file_automator_v1_automator_proto_rawDesc = "" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11OUTCOME_SUCCEEDED\x10\x01\x12\x12\n" +
-	"\x0eOUTCOME_FAILED\x10\x02*o\n" +
+	"\x0eOUTCOME_FAILED\x10\x02*\x8c\x01\n" +
 	"\fRefusedCause\x12\x1d\n" +
 	"\x19REFUSED_CAUSE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bREFUSED_CAUSE_NO_USABLE_KEY\x10\x01\x12\x1f\n" +
-	"\x1bREFUSED_CAUSE_TOKEN_EXPIRED\x10\x022\xf2\x01\n" +
+	"\x1bREFUSED_CAUSE_TOKEN_EXPIRED\x10\x02\x12\x1b\n" +
+	"\x17REFUSED_CAUSE_WRONG_KEY\x10\x032\xf2\x01\n" +
 	"\fProxyService\x12=\n" +
 	"\x04Poll\x12\x19.automator.v1.PollRequest\x1a\x1a.automator.v1.PollResponse\x12I\n" +
 	"\bComplete\x12\x1d.automator.v1.CompleteRequest\x1a\x1e.automator.v1.CompleteResponse\x12X\n" +
