@@ -452,12 +452,15 @@ func runChaos(t *testing.T, rc runConfig) {
 	}
 }
 
-// watchStalls notices when the test machine stands still: a ticker of the
-// harness that fires far later than it should means every process was
-// frozen (a loaded or paused virtual machine). It returns the stalls seen
-// so far; it stops when the test ends.
+// watchStalls notices when the test machine stands still, every process
+// frozen at once: a ticker of the harness fires far later than it should
+// (a loaded machine), or the wall clock runs ahead of the monotonic one
+// between two ticks (a paused virtual machine: its monotonic clock stops
+// while it is paused, and its wall clock is set forward on resume; the
+// automator's deadlines are on the wall clock). It returns the stalls seen
+// so far, on the wall clock; it stops when the test ends.
 func watchStalls(t *testing.T) func() []Interval {
-	const every, stalled = 50 * time.Millisecond, 750 * time.Millisecond
+	const every = 50 * time.Millisecond
 	var mu sync.Mutex
 	var out []Interval
 	done := make(chan struct{})
@@ -473,9 +476,9 @@ func watchStalls(t *testing.T) func() []Interval {
 				return
 			case <-tick.C:
 				now := time.Now()
-				if now.Sub(last) > stalled {
+				if stalled(now.Sub(last), now.Round(0).Sub(last.Round(0))) {
 					mu.Lock()
-					out = append(out, Interval{Who: "machine", Start: last, End: now})
+					out = append(out, Interval{Who: Machine, Start: last.Round(0), End: now.Round(0)})
 					mu.Unlock()
 				}
 				last = now
@@ -487,5 +490,38 @@ func watchStalls(t *testing.T) func() []Interval {
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Clone(out)
+	}
+}
+
+// stalled says whether the machine stood still between two ticks of
+// watchStalls that its monotonic clock read mono apart and its wall clock
+// wall apart: mono far past the ticker's period, or wall far ahead of
+// mono. A wall clock stepped back is no stall.
+func stalled(mono, wall time.Duration) bool {
+	const still = 750 * time.Millisecond
+	return mono > still || wall-mono > still
+}
+
+// A stall is a tick of watchStalls far later than its period, or the wall
+// clock far ahead of the monotonic one: a paused virtual machine (one of
+// these machines froze 5.3 s in a soak, its monotonic clock stopped, and
+// its wall clock set forward on resume). A wall clock stepped back is
+// none, nor is an ordinary tick.
+func TestAStallIsATickerLateOrTheWallClockAheadOfTheMonotonic(t *testing.T) {
+	ms := func(n float64) time.Duration { return time.Duration(n * float64(time.Millisecond)) }
+	for _, c := range []struct {
+		name       string
+		mono, wall time.Duration
+		want       bool
+	}{
+		{"on time", ms(50), ms(50), false},
+		{"a little late", ms(400), ms(400), false},
+		{"the ticker late (a loaded machine)", ms(1200), ms(1200), true},
+		{"the wall clock ahead (a paused virtual machine)", ms(50), ms(5350), true},
+		{"the wall clock stepped back", ms(50), -time.Hour, false},
+	} {
+		if got := stalled(c.mono, c.wall); got != c.want {
+			t.Errorf("%s (monotonic %v, wall %v): stalled %v, want %v", c.name, c.mono, c.wall, got, c.want)
+		}
 	}
 }

@@ -654,3 +654,10 @@ func maxTime(a, b time.Time) time.Time {
 	}
 	return a
 }
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}

@@ -31,8 +31,9 @@ type History struct {
 	// late, once it waits again on another replica.
 	Replicas []string
 	// Stalls are intervals when the test machine itself stood still (the
-	// harness's own timers fired late): every process was frozen, so they
-	// count as an outage of everything.
+	// harness's own timers fired late, or its wall clock ran ahead of its
+	// monotonic clock across a pause of the virtual machine): every process
+	// was frozen, so they count as an outage of everything.
 	Stalls []Interval
 }
 
@@ -42,6 +43,9 @@ const Automator = "automator"
 // Callers names the callers among a fault's targets: a fault of their
 // connections to a replica.
 const Callers = "callers"
+
+// Machine names the whole test machine: what a stall freezes.
+const Machine = "machine"
 
 // Expect is what a unit should end as when nothing goes wrong.
 type Expect int

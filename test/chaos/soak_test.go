@@ -164,6 +164,7 @@ func TestSoak(t *testing.T) {
 	}
 
 	start := time.Now()
+	stalls := watchStalls(t)
 	ctx, stop := context.WithTimeout(context.Background(), duration)
 	defer stop()
 	var bg sync.WaitGroup
@@ -216,6 +217,10 @@ func TestSoak(t *testing.T) {
 
 	units := load.Units()
 	events := d.Events()
+	for _, s := range stalls() {
+		events = append(events, soakEvent{Kind: evMachineStall, Target: Machine, Start: s.Start, End: s.End})
+	}
+	sort.Slice(events, func(i, j int) bool { return events[i].Start.Before(events[j].Start) })
 	check := checkSoak(units, readExecs(t, execLog), events, time.Now())
 	// The units ended are the load's progress, given to the verdict for
 	// the database's growth per unit, and not a resource of their own.
@@ -231,7 +236,7 @@ func TestSoak(t *testing.T) {
 	fmt.Fprintf(&out, "\nsoak: seed %d, load for %v (run %v), %.0f units/s asked from %d callers, %d samples every %v\n\n",
 		seed, duration, elapsed.Round(time.Second), *flagSoakRate, *flagSoakCallers, sampler.Samples(), every)
 	out.WriteString(check.Table())
-	fmt.Fprintf(&out, "\n| disturbance | injected |\n|---|---:|\n")
+	fmt.Fprintf(&out, "\n| disturbance | times |\n|---|---:|\n")
 	byKind := map[string]int{}
 	for _, e := range events {
 		byKind[e.Kind]++
@@ -281,7 +286,7 @@ func TestSoak(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(out.String()), 0o644); err != nil {
 		t.Error(err)
 	}
-	writeEvents(t, filepath.Join(dir, "disturbances.txt"), start, events)
+	writeEvents(t, filepath.Join(dir, "disturbances.txt"), start.Round(0), events)
 	for _, f := range failures {
 		t.Error(f)
 	}
@@ -534,17 +539,24 @@ func (l *soakLoad) one(caller, seq int, rng *mrand.Rand) soakUnit {
 		// The caller's context ends while the script sleeps: the unit runs
 		// on without it. A reset may cut the call first; either way the
 		// caller comes back for it with its key.
+		// Or the unit ends at once without running: its claim lost with
+		// its claimer's reset connection fails it, which the check then
+		// holds against the disturbances.
 		gctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		_, gerr := l.client.ExecuteOnProxy(gctx, req, grpc.WaitForReady(true))
+		gst, gerr := l.client.ExecuteOnProxy(gctx, req, grpc.WaitForReady(true))
 		cancel()
-		if c := status.Code(gerr); c != codes.DeadlineExceeded && c != codes.Unavailable {
-			err = fmt.Errorf("ExecuteOnProxy given 100ms for a script sleeping 0.5s: %v, want the caller's deadline exceeded", gerr)
-			break
+		c := status.Code(gerr)
+		switch {
+		case gerr == nil && terminal(stateName(gst.GetState())) && gst.GetState() != automatorv1.State_STATE_SUCCEEDED:
+			u.WorkID, u.AckedAt = gst.GetWorkId(), time.Now()
+			st = gst
+		case c != codes.DeadlineExceeded && c != codes.Unavailable:
+			err = fmt.Errorf("ExecuteOnProxy given 100ms for a script sleeping 0.5s: %v (state %s), want the caller's deadline exceeded, or an end without running", gerr, stateName(gst.GetState()))
+		default:
+			if _, err = l.submit(&u, req); err == nil {
+				st, err = l.wait(&u)
+			}
 		}
-		if _, err = l.submit(&u, req); err != nil {
-			break
-		}
-		st, err = l.wait(&u)
 	default:
 		st, err = l.execute(&u, req)
 		if err == nil && u.Kind == soakRepeat {
@@ -628,7 +640,8 @@ func (l *soakLoad) wait(u *soakUnit) (*automatorv1.WorkStatus, error) {
 
 // ---- the disturbances ----
 
-// soakEvent is one disturbance: its kind, target and when.
+// soakEvent is one disturbance: its kind, target and when (on the wall
+// clock).
 type soakEvent struct {
 	Kind, Target string
 	Start, End   time.Time
@@ -641,6 +654,9 @@ const (
 	evCallerReset    = "caller-reset"    // reset the callers' connection
 	evProxyRestart   = "proxy-restart"   // SIGTERM p3 or p4, start it again once it has stopped
 	evProxyCrash     = "proxy-crash"     // SIGKILL p3 or p4, start it again 0.5–2 s later
+	// Not injected: the machine stood still (watchStalls), every process
+	// frozen; it excuses what a disturbance of every proxy would.
+	evMachineStall = "machine-stall"
 )
 
 var soakDisturbances = []struct {
@@ -693,7 +709,9 @@ func (d *disturber) inject(ctx context.Context) {
 		}
 		return b
 	}
-	e := soakEvent{Kind: kind, Start: time.Now()}
+	// On the wall clock, as the automator's times are: a pause of the
+	// virtual machine stops the monotonic clock, not the wall clock.
+	e := soakEvent{Kind: kind, Start: time.Now().Round(0)}
 	switch kind {
 	case evRelayReset:
 		e.Target = pick("p2", "p3")
@@ -727,7 +745,7 @@ func (d *disturber) inject(ctx context.Context) {
 			d.fail("starting %s again after %s: %v", e.Target, kind, err)
 		}
 	}
-	e.End = time.Now()
+	e.End = time.Now().Round(0)
 	d.mu.Lock()
 	d.events = append(d.events, e)
 	d.mu.Unlock()

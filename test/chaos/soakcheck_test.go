@@ -23,7 +23,11 @@ type soakCheck struct {
 	Executions int
 	// MaxLate is the latest a unit ended timed_out after its deadline,
 	// on the automator's clock.
-	MaxLate      time.Duration
+	MaxLate time.Duration
+	// Stalls counts the times the machine stood still (not injected),
+	// MaxStall the longest.
+	Stalls       int
+	MaxStall     time.Duration
 	CallerErrors []string
 	Violations   []Violation
 }
@@ -52,6 +56,12 @@ func (c *soakCheck) fail(rule, id, format string, args ...any) {
 // the disturbances; execs were read at readAt.
 func checkSoak(units []soakUnit, execs []Exec, events []soakEvent, readAt time.Time) soakCheck {
 	c := soakCheck{ByState: map[string]int{}, Executions: len(execs)}
+	for _, e := range events {
+		if e.Target == Machine {
+			c.Stalls++
+			c.MaxStall = max(c.MaxStall, e.End.Sub(e.Start))
+		}
+	}
 	byID := map[string][]Exec{}
 	for _, e := range execs {
 		byID[e.WorkID] = append(byID[e.WorkID], e)
@@ -111,15 +121,22 @@ func checkSoak(units []soakUnit, execs []Exec, events []soakEvent, readAt time.T
 func (c *soakCheck) timing(u *soakUnit, events []soakEvent) {
 	switch u.State {
 	case StateTimedOut:
+		// Time the machine stood still after the deadline is no one's
+		// lateness: nothing ran then.
 		late := u.FinishedAt.Sub(u.Deadline)
-		c.MaxLate = max(c.MaxLate, late)
+		still := stoodStill(events, u.Deadline, u.FinishedAt)
+		if still == 0 {
+			c.MaxLate = max(c.MaxLate, late)
+		}
 		if late < 0 {
 			c.fail(RuleDeadline, u.WorkID, "%s: timed out %v before its deadline", u.Kind, -late)
-		} else if late > soakLate {
-			c.fail(RuleDeadline, u.WorkID, "%s: timed out %v after its deadline", u.Kind, late)
+		} else if late-still > soakLate {
+			c.fail(RuleDeadline, u.WorkID, "%s: timed out %v after its deadline%s", u.Kind, late, stillFor(still))
 		}
-		if seen := u.SeenAt.Sub(u.Deadline); seen > soakSeenLate && !callersReset(events, u.Deadline.Add(-time.Second), u.SeenAt) {
-			c.fail(RuleDeadline, u.WorkID, "%s: its caller learnt of its timeout %v after its deadline", u.Kind, seen.Round(time.Millisecond))
+		seen := u.SeenAt.Sub(u.Deadline)
+		seenStill := stoodStill(events, u.Deadline, u.SeenAt)
+		if seen-seenStill > soakSeenLate && !callersReset(events, u.Deadline.Add(-time.Second), u.SeenAt) {
+			c.fail(RuleDeadline, u.WorkID, "%s: its caller learnt of its timeout %v after its deadline%s", u.Kind, seen.Round(time.Millisecond), stillFor(seenStill))
 		}
 	case StateSucceeded:
 		if u.FinishedAt.After(u.Deadline) {
@@ -193,7 +210,7 @@ func expected(u *soakUnit, es []Exec, readAt time.Time) string {
 func disturbed(u *soakUnit, events []soakEvent) bool {
 	from, to := u.QueuedAt.Add(-time.Second), maxTime(u.FinishedAt, u.SeenAt).Add(time.Second)
 	for _, e := range events {
-		if e.Target == Callers || (u.Claimer != "" && e.Target != u.Claimer) {
+		if e.Target == Callers || (u.Claimer != "" && e.Target != u.Claimer && e.Target != Machine) {
 			continue
 		}
 		if !e.Start.After(to) && !e.End.Add(soakRecovery).Before(from) {
@@ -201,6 +218,28 @@ func disturbed(u *soakUnit, events []soakEvent) bool {
 		}
 	}
 	return false
+}
+
+// stoodStill is how long the machine stood still between from and to.
+func stoodStill(events []soakEvent, from, to time.Time) time.Duration {
+	var d time.Duration
+	for _, e := range events {
+		if e.Target != Machine {
+			continue
+		}
+		if s, t := maxTime(e.Start, from), minTime(e.End, to); t.After(s) {
+			d += t.Sub(s)
+		}
+	}
+	return d
+}
+
+// stillFor names a time the machine stood still, for a violation.
+func stillFor(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %v of it with the machine standing still", d.Round(time.Millisecond))
 }
 
 // callersReset reports whether the callers' connection was reset between
@@ -252,7 +291,8 @@ func (c soakCheck) Table() string {
 	fmt.Fprintf(&b, "| units succeeded / failed / timed out / cancelled | %d / %d / %d / %d |\n",
 		c.ByState[StateSucceeded], c.ByState[StateFailed], c.ByState[StateTimedOut], c.ByState[StateCancelled])
 	fmt.Fprintf(&b, "| script executions logged | %d |\n", c.Executions)
-	fmt.Fprintf(&b, "| latest timeout after its deadline | %s |\n", ms(c.MaxLate))
+	fmt.Fprintf(&b, "| latest timeout after its deadline (the machine running) | %s |\n", ms(c.MaxLate))
+	fmt.Fprintf(&b, "| the machine stood still | %d times, longest %s |\n", c.Stalls, ms(c.MaxStall))
 	fmt.Fprintf(&b, "| caller errors (other than an outage to retry) | %d |\n", len(c.CallerErrors))
 	fmt.Fprintf(&b, "| guarantee violations | %d |\n", len(c.Violations))
 	return b.String()
