@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"slices"
 	"strconv"
@@ -393,13 +394,22 @@ func callAttrs(ctx context.Context) []any {
 }
 
 // profileTrailer says how the token of a proxy call stands: the account's
-// current key id, and, for a previous token, the end of its overlap. Both
-// are the token holder's own account's. A proxy whose profile holds no key
-// of that id, or whose token ends, predates a rotation.
-func profileTrailer(t proxyToken) metadata.MD {
+// current key id, for a previous token the end of its overlap, and the
+// key check of each of the account's keys. All are the token holder's own
+// account's. A proxy whose profile holds no key of that id, or whose token
+// ends, predates a rotation; one that holds a key of one of those ids
+// whose check differs is refused at its polls. The checks are left out
+// when the account's keys cannot be read.
+func (s *Server) profileTrailer(ctx context.Context) metadata.MD {
+	t := tokenFrom(ctx)
 	md := metadata.Pairs(grpcwire.TrailerKeyID, strconv.FormatUint(uint64(t.keyID), 10))
 	if !t.until.IsZero() {
 		md.Set(grpcwire.TrailerTokenUntil, t.until.UTC().Format(time.RFC3339Nano))
+	}
+	if r, err := s.ringWith(ctx, accountFrom(ctx), t.keyID); err == nil {
+		for i, k := range r.opened {
+			md.Append(grpcwire.TrailerKeyCheck, strconv.FormatUint(uint64(k.ID), 10)+":"+base64.RawStdEncoding.EncodeToString(r.checks[i]))
+		}
 	}
 	return md
 }

@@ -45,7 +45,7 @@ const maxCompleteBatch = 256
 // not pay for the trailer.
 func (p *ProxyService) Complete(ctx context.Context, req *automatorv1.CompleteRequest) (*automatorv1.CompleteResponse, error) {
 	if req.GetWorkId() == "" {
-		_ = grpc.SetTrailer(ctx, profileTrailer(tokenFrom(ctx)))
+		_ = grpc.SetTrailer(ctx, p.s.profileTrailer(ctx))
 	}
 	if err := p.complete(ctx, req, "Complete"); err != nil {
 		var r *refusedResult

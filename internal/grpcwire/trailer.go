@@ -9,4 +9,10 @@ const (
 	// TrailerTokenUntil is set when the call's token is a previous one
 	// (rotated, within its overlap): when it stops being accepted, RFC 3339.
 	TrailerTokenUntil = "opsgate-token-until"
+	// TrailerKeyCheck is given once for each key the account has: its id
+	// in decimal, a colon, and its key check (crypto.KeyCheck) in unpadded
+	// standard base64. A proxy holding a key of one of those ids whose
+	// check differs holds another account's key, or a mistyped one, and
+	// its polls are refused.
+	TrailerKeyCheck = "opsgate-key-check"
 )

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"slices"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/opsgate/opsgate/crypto"
 	"github.com/opsgate/opsgate/internal/grpcwire"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"github.com/opsgate/opsgate/proxy/config"
@@ -88,6 +90,9 @@ func judgeCheck(cfg config.Config, err error, trailer metadata.MD, now time.Time
 		return profileCheck{line: fmt.Sprintf("not checked: %s: %s", st.Code(), st.Message())}
 	}
 	held, _ := cfg.Keys() // valid
+	if id, ok := wrongKey(held, trailer.Get(grpcwire.TrailerKeyCheck)); ok {
+		return profileCheck{stale: true, refused: true, line: fmt.Sprintf("token accepted, but this config's key %d is not the account's key %d (another account's key, or a mistyped one): the automator refuses its polls; install the account's current profile", id, id)}
+	}
 	var problems []string
 	if v := trailer.Get(grpcwire.TrailerTokenUntil); len(v) > 0 {
 		if until, err := time.Parse(time.RFC3339Nano, v[0]); err == nil {
@@ -105,4 +110,30 @@ func judgeCheck(cfg config.Config, err error, trailer metadata.MD, now time.Time
 		return profileCheck{stale: true, line: "token accepted, but the config predates a rotation: " + strings.Join(problems, "; ") + "; install the account's current profile"}
 	}
 	return profileCheck{line: fmt.Sprintf("reached %s, token accepted%s", cfg.AutomatorURL, current)}
+}
+
+// wrongKey returns the id of a key held whose check is not the one the
+// automator gave for the account's key of that id (grpcwire.TrailerKeyCheck,
+// "ID:CHECK"); false when every key held that the account has matches, or
+// the automator gave no checks (an older release). A check that does not
+// parse is passed over.
+func wrongKey(held crypto.Keys, checks []string) (uint32, bool) {
+	for _, c := range checks {
+		idText, check, ok := strings.Cut(c, ":")
+		if !ok {
+			continue
+		}
+		id, err := strconv.ParseUint(idText, 10, 32)
+		if err != nil {
+			continue
+		}
+		want, err := base64.RawStdEncoding.DecodeString(check)
+		if err != nil {
+			continue
+		}
+		if k, ok := held.Key(uint32(id)); ok && !crypto.KeyCheckEqual(crypto.KeyCheck(k), want) {
+			return uint32(id), true
+		}
+	}
+	return 0, false
 }

@@ -38,8 +38,9 @@ func standbyConfig(t *testing.T, a *automatortest.Automator, token string, key c
 // standby's profile still works, so that an operator learns of a rotation
 // or a new CA before a failover does: a current profile passes; a token
 // rotated with an overlap, a token refused, a key the account no longer
-// has as current, and a CA that did not sign the automator's certificate
-// each say the config is out of date; an automator out of reach says
+// has as current, another key of the current key's id (whose polls the
+// automator refuses), and a CA that did not sign the automator's
+// certificate each say the config is out of date; an automator out of reach says
 // nothing is known. The check claims nothing and records no instance: a
 // standby checked does not look like one polling.
 func TestStatusCheckFindsAStaleStandbyProfile(t *testing.T) {
@@ -59,6 +60,15 @@ func TestStatusCheckFindsAStaleStandbyProfile(t *testing.T) {
 	}
 	if c := checkProfile(ctx, standbyConfig(t, a, a.Token, otherKey), now); !c.stale || !strings.Contains(c.line, "current key 1") {
 		t.Errorf("check of a profile without the current key: %+v, want it out of date, naming key 1", c)
+	}
+	// Another account's key (every account's first key has id 1), or a
+	// mistyped one: its id is the current one, its secret is not.
+	foreignKey, err := crypto.NewKey(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := checkProfile(ctx, standbyConfig(t, a, a.Token, foreignKey), now); !c.stale || !c.refused || !strings.Contains(c.line, "key 1 is not the account's key 1") {
+		t.Errorf("check of a profile holding another key of the current key's id: %+v, want it refused, naming key 1", c)
 	}
 
 	bogus, err := crypto.NewToken("opt_")
