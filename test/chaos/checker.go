@@ -654,10 +654,3 @@ func maxTime(a, b time.Time) time.Time {
 	}
 	return a
 }
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
-}

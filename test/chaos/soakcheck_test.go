@@ -297,3 +297,10 @@ func (c soakCheck) Table() string {
 	fmt.Fprintf(&b, "| guarantee violations | %d |\n", len(c.Violations))
 	return b.String()
 }
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
