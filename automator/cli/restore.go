@@ -135,24 +135,35 @@ func restoreSQLite(ctx context.Context, dir, db string, cfg config.Config, file 
 	if err != nil {
 		return err
 	}
-	// The units queued with an idempotency key after the backup was taken
-	// are copied from the replaced database, ended: a caller's retry with
-	// such a key must not run the command again (at most once).
-	// It copies all of them or none (one transaction): a full disk fails
-	// the restore, another failure (a damaged database) is said.
-	var carried, carriedOpen int
-	var carryErr error
-	if prev.exists && prevErr == nil {
-		carried, carriedOpen, carryErr = sqlitestore.CarryIdempotentUnits(ctx, tmp, dbPath, now.Add(-idempotencyWindow), now, restoreReason)
-		if store.IsStorageFull(carryErr) {
-			return fmt.Errorf("copying the units queued with an idempotency key after the backup was taken (nothing was replaced): %w", carryErr)
-		}
-	}
 	st, err = sqlitestore.Open(ctx, tmp)
 	if err != nil {
 		return fmt.Errorf("opening the copy of %s: %w", file, err)
 	}
 	queued, claimed, err := endOpenWork(ctx, st, now)
+	// The units queued with an idempotency key after the backup was taken
+	// are copied from the replaced database, with their audit records: a
+	// caller's retry with such a key must not run the command again (at
+	// most once). Those still open are then ended as the backup's were,
+	// each with its work.ended record. It copies all of them or none (one
+	// transaction): a full disk fails the restore, another failure (a
+	// damaged database) is said.
+	var carried, carriedOpen int
+	var carryErr error
+	if err == nil && prev.exists && prevErr == nil {
+		if err := st.Close(); err != nil {
+			return err
+		}
+		carried, _, carryErr = sqlitestore.CarryIdempotentUnits(ctx, tmp, dbPath, now.Add(-idempotencyWindow))
+		if store.IsStorageFull(carryErr) {
+			return fmt.Errorf("copying the units queued with an idempotency key after the backup was taken (nothing was replaced): %w", carryErr)
+		}
+		if st, err = sqlitestore.Open(ctx, tmp); err != nil {
+			return fmt.Errorf("opening the copy of %s: %w", file, err)
+		}
+		var q, c int
+		q, c, err = endOpenWork(ctx, st, now)
+		carriedOpen = q + c
+	}
 	var reRevoked []store.APIKey
 	var reDeleted []store.AccountDeletion
 	var accountLines []string

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,6 +63,86 @@ func TestRestoreKeepsIdempotencyKeysUsedAfterTheBackup(t *testing.T) {
 		}
 		if ws, err := st.WorkClaim(t.Context(), store.WorkClaimParams{Account: "acme", InstanceID: "host-b", Max: 5, ClaimIDs: claimIDsFor(5), Now: time.Now()}); err != nil || len(ws) != 0 {
 			t.Errorf("a claim after the restore got %d units, %v; want none", len(ws), err)
+		}
+	})
+}
+
+// TestRestoreRecordsTheUnitsItCopiesFromTheReplacedDatabase: a unit queued
+// with an idempotency key after the backup was taken is copied into the
+// restored database with its audit records, and one still open there is
+// ended as the backup's open units are: its reason names its claimer, and
+// its work.ended record (detail "restore") is written with its end. No unit
+// is in the database, nor ends, without its record (docs/security.md).
+func TestRestoreRecordsTheUnitsItCopiesFromTheReplacedDatabase(t *testing.T) {
+	t.Parallel()
+	dir := initDir(t)
+	backupFixture(t, dir)
+	file := takeBackup(t, dir)
+	// After the backup: "w-after" is queued with its key, claimed and run;
+	// "w-running" is queued with its key and claimed, and may be running.
+	withStore(t, dir, func(st *sqlitestore.Store) {
+		ctx := t.Context()
+		now := time.Now()
+		for i, id := range []string{"w-after", "w-running"} {
+			queued := now.Add(time.Duration(i) * time.Millisecond) // claimed oldest first
+			if _, err := st.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: id, Account: "acme", KeyID: 1, SealedCommand: []byte("deploy"),
+				Now: queued, Deadline: now.Add(time.Hour), IdempotencyKey: "key-" + id, IdempotencySince: now.Add(-24 * time.Hour),
+				Audit: &store.AuditEvent{At: queued, Kind: store.AuditWorkQueued, Account: "acme", WorkID: id, Actor: "apikey:admin"}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ws, err := st.WorkClaim(ctx, store.WorkClaimParams{Account: "acme", InstanceID: "host-a", Max: 5, ClaimIDs: claimIDsFor(5), Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range ws {
+			if w.ID == "w-after" {
+				if _, err := st.WorkComplete(ctx, store.WorkCompleteParams{ID: w.ID, ClaimID: w.ClaimID, State: store.StateSucceeded, Now: now,
+					Audit: &store.AuditEvent{At: now, Kind: store.AuditWorkEnded, Actor: "account:acme"}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	})
+	code, stdout, stderr := runCLI(t, "restore", "--data-dir", dir, file)
+	if code != 0 {
+		t.Fatalf("restore: exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{
+		"ended 2 units open in the backup as timed_out (1 queued, 1 claimed)",
+		"copied 2 units queued with an idempotency key after the backup was taken from the replaced database (1 of them open, ended as timed_out)",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("restore printed:\n%s\nwant %q", stdout, want)
+		}
+	}
+	withStore(t, dir, func(st *sqlitestore.Store) {
+		ctx := t.Context()
+		w, err := st.WorkGet(ctx, "w-running")
+		if want := restoreReason + " (claimed by instance host-a at "; err != nil || w.State != store.StateTimedOut || !strings.HasPrefix(w.Reason, want) {
+			t.Errorf("w-running after the restore: %s (%q), %v; want timed_out, its reason starting %q", w.State, w.Reason, err, want)
+		}
+		if w, err := st.WorkGet(ctx, "w-after"); err != nil || w.State != store.StateSucceeded {
+			t.Errorf("w-after after the restore: %s, %v; want succeeded, as it was", w.State, err)
+		}
+		events, err := st.AuditList(ctx, store.AuditListParams{Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string][]string{}
+		for _, e := range events {
+			if e.WorkID == "w-after" || e.WorkID == "w-running" {
+				got[e.WorkID] = append(got[e.WorkID], e.Kind+" "+e.Outcome+" "+e.Detail)
+			}
+		}
+		want := map[string][]string{
+			"w-after":   {"work.queued  ", "work.ended succeeded "},
+			"w-running": {"work.queued  ", "work.ended timed_out restore"},
+		}
+		for id, kinds := range want {
+			if strings.Join(got[id], "; ") != strings.Join(kinds, "; ") {
+				t.Errorf("audit records of %s after the restore: %q; want %q", id, got[id], kinds)
+			}
 		}
 	})
 }

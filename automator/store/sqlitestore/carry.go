@@ -14,13 +14,16 @@ import (
 // copy and prevPath the database it replaces, where those units were
 // queued after the backup was taken. Their keys stay used, so a caller's
 // retry with one returns the unit it made instead of queueing its command
-// again. A unit that was open in prevPath is copied ended, timed_out with
-// reason at now (it may have run); an ended one keeps its outcome. A unit
-// of an account path lacks is not copied. A unit of path holding a key
-// that prevPath gave to a newer unit loses it, as in prevPath. Both files
-// must be closed; prevPath is only read, and may be of any schema version.
-// It returns how many units it copied, and how many of them were open.
-func CarryIdempotentUnits(ctx context.Context, path, prevPath string, since, now time.Time, reason string) (carried, ended int, err error) {
+// again. Each unit is copied as it is, with its audit records (its
+// work.queued, and its work.ended when it ended), so that no unit is in
+// path without its records: a unit that was open in prevPath is copied
+// open, for the caller to end (store.Store.WorkEndOpen, which records its
+// end), and an ended one keeps its outcome. A unit of an account path
+// lacks is not copied. A unit of path holding a key that prevPath gave to
+// a newer unit loses it, as in prevPath. Both files must be closed;
+// prevPath is only read, and may be of any schema version. It returns how
+// many units it copied, and how many of them were open.
+func CarryIdempotentUnits(ctx context.Context, path, prevPath string, since time.Time) (carried, open int, err error) {
 	db, err := sql.Open("sqlite", dsn(path, false))
 	if err != nil {
 		return 0, 0, fmt.Errorf("opening %s: %w", path, err)
@@ -59,22 +62,31 @@ WHERE idempotency_key IS NOT NULL AND EXISTS (SELECT 1 FROM prev.work p
 		return 0, 0, fmt.Errorf("carrying units into %s: %w", path, outOfSpace(err, filepath.Dir(path)))
 	}
 	if err := tx.QueryRowContext(ctx, `SELECT count(*), COALESCE(SUM(state IN ('queued', 'claimed')), 0) FROM prev.work WHERE id IN (`+toCarry+`)`,
-		toNanos(since)).Scan(&carried, &ended); err != nil {
+		toNanos(since)).Scan(&carried, &open); err != nil {
 		return 0, 0, fmt.Errorf("reading %s: %w", prevPath, err)
+	}
+	// Their audit records first: once the units are in main, toCarry
+	// selects none. A prevPath of a schema before the audit log has none.
+	var auditTables int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM prev.sqlite_master WHERE type = 'table' AND name = 'audit'`).Scan(&auditTables); err != nil {
+		return 0, 0, fmt.Errorf("reading %s: %w", prevPath, err)
+	}
+	if auditTables > 0 {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO main.audit (at, kind, actor, source, account, work_id, instance_id, outcome, sealed_script, detail)
+SELECT a.at, a.kind, a.actor, a.source, a.account, a.work_id, a.instance_id, a.outcome, a.sealed_script, a.detail
+FROM prev.audit a WHERE a.work_id IN (`+toCarry+`) ORDER BY a.seq`, toNanos(since)); err != nil {
+			return 0, 0, fmt.Errorf("carrying the audit records of units into %s: %w", path, outOfSpace(err, filepath.Dir(path)))
+		}
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO main.work (id, account, state, key_id, sealed_command, queued_at, deadline,
 	claimed_at, instance_id, claim_id, finished_at, sealed_result, reason, idempotency_key)
-SELECT p.id, p.account, CASE WHEN p.state IN ('queued', 'claimed') THEN 'timed_out' ELSE p.state END,
-	p.key_id, p.sealed_command, p.queued_at, p.deadline, p.claimed_at, p.instance_id, p.claim_id,
-	CASE WHEN p.state IN ('queued', 'claimed') THEN ? ELSE p.finished_at END,
-	p.sealed_result,
-	CASE WHEN p.state IN ('queued', 'claimed') THEN ? ELSE p.reason END,
-	p.idempotency_key
-FROM prev.work p WHERE p.id IN (`+toCarry+`)`, toNanos(now), reason, toNanos(since)); err != nil {
+SELECT p.id, p.account, p.state, p.key_id, p.sealed_command, p.queued_at, p.deadline, p.claimed_at, p.instance_id, p.claim_id,
+	p.finished_at, p.sealed_result, p.reason, p.idempotency_key
+FROM prev.work p WHERE p.id IN (`+toCarry+`)`, toNanos(since)); err != nil {
 		return 0, 0, fmt.Errorf("carrying units into %s: %w", path, outOfSpace(err, filepath.Dir(path)))
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, 0, fmt.Errorf("carrying units into %s: %w", path, outOfSpace(err, filepath.Dir(path)))
 	}
-	return carried, ended, nil
+	return carried, open, nil
 }
