@@ -487,3 +487,32 @@ func TestRestoreOfAnEmptyFileSaysSo(t *testing.T) {
 		t.Errorf("restore \"\": exit %d, stdout %q, stderr %q; want %d and %q", code, out, stderr, ExitError, want)
 	}
 }
+
+// TestRestoreOverADatabaseWithNoSchemaSaysThereIsNothingToCompareWith: a
+// data directory whose automator.db is there but empty (no table) has no
+// credentials to compare the backup with, as one with no database: the
+// restore says so, and what to check, rather than reading a migrated copy
+// of it as an automator's with no API key, account or deletion, and saying
+// nothing of those withdrawn after the backup.
+func TestRestoreOverADatabaseWithNoSchemaSaysThereIsNothingToCompareWith(t *testing.T) {
+	t.Parallel()
+	dir := initDir(t)
+	backupFixture(t, dir)
+	file := takeBackup(t, dir)
+	cfg, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(cfg.DBPath(dir), 0); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI(t, "restore", "--data-dir", dir, file)
+	if code != 0 {
+		t.Fatalf("restore: exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"the database it replaced is kept as ", "warning: there was no database to compare the backup with", "automator apikey list --data-dir " + dir} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("restore over an empty database printed:\n%s\nwant %q", stdout, want)
+		}
+	}
+}

@@ -318,8 +318,8 @@ type previous struct {
 // readPrevious reads the credentials of the database about to be replaced,
 // and the sign-outs of dashboard sessions that have not expired by now, and
 // closes it (which checkpoints its write-ahead log into it). A missing
-// database is no error: there is nothing to compare with; one that cannot
-// be read is prevErr. A database of an older schema is not migrated (a
+// database is no error: there is nothing to compare with, as with one that
+// holds no automator's schema; one that cannot be read is prevErr. A database of an older schema is not migrated (a
 // restore that fails leaves it as it was, for the binary that made it): a
 // copy of it beside it is, and read; err, when that copy cannot be made or
 // the disk is too full to migrate it.
@@ -331,6 +331,13 @@ func readPrevious(ctx context.Context, dbPath string, now time.Time) (prev previ
 	version, latest, err := sqlitestore.SchemaVersion(ctx, dbPath)
 	if err != nil {
 		return prev, err, nil
+	}
+	if version == 0 {
+		// No automator's schema (an empty file, another program's
+		// database): nothing to compare with, as with no database. Read,
+		// a migrated copy would list no credential at all, and the restore
+		// would say nothing of those withdrawn after the backup.
+		return previous{}, nil, nil
 	}
 	path := dbPath
 	if version < latest {
