@@ -319,10 +319,11 @@ type previous struct {
 // and the sign-outs of dashboard sessions that have not expired by now, and
 // closes it (which checkpoints its write-ahead log into it). A missing
 // database is no error: there is nothing to compare with, as with one that
-// holds no automator's schema; one that cannot be read is prevErr. A database of an older schema is not migrated (a
-// restore that fails leaves it as it was, for the binary that made it): a
-// copy of it beside it is, and read; err, when that copy cannot be made or
-// the disk is too full to migrate it.
+// holds no automator's schema; one that cannot be read is prevErr. A
+// database of an older schema is not migrated (a restore that fails leaves
+// it as it was, for the binary that made it): a copy of it beside it is,
+// and read; err, when that copy cannot be made or the disk is too full to
+// migrate it.
 func readPrevious(ctx context.Context, dbPath string, now time.Time) (prev previous, prevErr, err error) {
 	if _, err := os.Stat(dbPath); errors.Is(err, os.ErrNotExist) {
 		return previous{}, nil, nil
