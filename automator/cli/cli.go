@@ -48,6 +48,8 @@ const usage = `usage:
 --db DSN, wherever it is taken, overrides db in DIR/automator.yaml: give a command the --db
 its serve was given, or it opens another database.
 
+` + "`automator help COMMAND`" + ` (or ` + "`automator COMMAND --help`" + `) shows one command's forms and flags.
+
 exit codes: 0 done; 255 the command failed (a flag, a file, the automator unreachable or
 refusing the API key). exec: the remote exit code, 124 timed out, 125 the proxy could not run
 it, 126 cancelled. work wait: 1 when a unit did not succeed with exit code 0, or an ID was
@@ -162,6 +164,11 @@ func run(ctx context.Context, args []string, env Env) (int, error) {
 	case "install", "start", "stop", "status", "uninstall":
 		return 0, serviceCommand(args[0], args[1:], env)
 	case "help", "-h", "--help":
+		if len(args) > 1 && args[0] == "help" {
+			// `automator help exec` is `automator exec --help`, and
+			// `automator help account create` `automator account create --help`.
+			return run(ctx, append(slices.Clone(args[1:]), "--help"), env)
+		}
 		fmt.Fprint(env.Stdout, usage)
 		return 0, nil
 	}

@@ -206,6 +206,30 @@ func TestAnErrorOfSeveralProblemsIsOneLine(t *testing.T) {
 	}
 }
 
+// TestHelpNamingACommandIsThatCommandsHelp: `automator help exec` prints
+// what `automator exec --help` does, and `automator help account create`
+// what `automator account create --help` does, not the whole list; `help`
+// of a command that does not exist says so.
+func TestHelpNamingACommandIsThatCommandsHelp(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		form string
+	}{
+		{[]string{"help", "exec"}, "automator exec    --data-dir DIR --account NAME"},
+		{[]string{"help", "account", "create"}, "automator account create NAME --data-dir DIR"},
+		{[]string{"help", "work"}, "automator work cancel ID..."},
+	} {
+		code, stdout, stderr := runMain(t, c.args...)
+		if code != 0 || stderr != "" || !strings.Contains(stdout, c.form) || strings.Contains(stdout, "automator init") {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want 0 and that command's help only", c.args, code, stdout, stderr)
+		}
+	}
+	if code, stdout, stderr := runMain(t, "help", "nosuch"); code != ExitError || stdout != "" || !strings.Contains(stderr, `unknown command "nosuch"`) {
+		t.Errorf("help nosuch: exit %d, stdout %q, stderr %q; want %d and the unknown command named", code, stdout, stderr, ExitError)
+	}
+}
+
 // TestHelpOfACommandGroupListsItsForms: `automator account --help` (and
 // -h, help; of work, apikey and cert too) prints the group's forms on
 // stdout and exits 0, as `automator exec --help` does for exec, instead of

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -41,6 +42,8 @@ const usage = `usage:
 
 install makes the OS service NAME (default "proxy") that runs
   proxy --service NAME run --config <its copy of FILE>
+
+` + "`proxy help COMMAND`" + ` (or ` + "`proxy COMMAND --help`" + `) shows one command's flags.
 `
 
 // Env is what a command may touch of the outside world.
@@ -87,6 +90,10 @@ func run(ctx context.Context, args []string, env Env) error {
 	case "install", "start", "stop", "status", "uninstall":
 		return serviceCommand(args[0], args[1:], env)
 	case "help", "-h", "--help":
+		if len(args) > 1 && args[0] == "help" {
+			// `proxy help run` is `proxy run --help`.
+			return run(ctx, append(slices.Clone(args[1:]), "--help"), env)
+		}
 		fmt.Fprint(env.Stdout, usage)
 		return nil
 	}

@@ -80,6 +80,23 @@ func TestABadFlagIsOneLineAndNoHelp(t *testing.T) {
 	}
 }
 
+// TestHelpNamingACommandIsThatCommandsHelp: `proxy help run` prints what
+// `proxy run --help` does, not the whole list; `help` of a command that
+// does not exist says so.
+func TestHelpNamingACommandIsThatCommandsHelp(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	if code := Main(t.Context(), []string{"help", "run"}, Env{Stdout: &stdout, Stderr: &stderr}); code != 0 || stderr.Len() != 0 ||
+		!strings.Contains(stdout.String(), "proxy run     --config FILE") || strings.Contains(stdout.String(), "proxy install") {
+		t.Errorf("help run: exit %d, stdout %q, stderr %q; want 0 and run's help only", code, stdout.String(), stderr.String())
+	}
+	stdout.Reset()
+	stderr.Reset()
+	if code := Main(t.Context(), []string{"help", "nosuch"}, Env{Stdout: &stdout, Stderr: &stderr}); code != 1 || stdout.Len() != 0 || !strings.Contains(stderr.String(), `unknown command "nosuch"`) {
+		t.Errorf("help nosuch: exit %d, stdout %q, stderr %q; want 1 and the unknown command named", code, stdout.String(), stderr.String())
+	}
+}
+
 // TestABadFlagValueIsNotBlamedOnTheFile: a value given by a flag that
 // fails validation is reported as the file's or the flags', not the
 // file's alone.
