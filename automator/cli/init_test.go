@@ -150,15 +150,15 @@ func TestABadFlagIsOneLineAndNoHelp(t *testing.T) {
 }
 
 // TestInitWritesItsSecretsForItsOwnerOnly: the master key, the admin API
-// key and the private keys of the CA and the server certificate are mode
-// 0600.
+// key, the private keys of the CA and the server certificate, and the
+// database (token hashes, sealed account keys, sealed units) are mode 0600.
 func TestInitWritesItsSecretsForItsOwnerOnly(t *testing.T) {
 	t.Parallel()
 	if runtime.GOOS == "windows" {
 		t.Skip("no unix permission bits on windows")
 	}
 	dir := initDir(t)
-	for _, name := range []string{config.FileMasterKey, config.FileAPIKey, config.FileCAKey, config.FileKey} {
+	for _, name := range []string{config.FileMasterKey, config.FileAPIKey, config.FileCAKey, config.FileKey, config.FileDB} {
 		fi, err := os.Stat(filepath.Join(dir, name))
 		if err != nil {
 			t.Fatal(err)

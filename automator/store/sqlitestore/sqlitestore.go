@@ -74,6 +74,17 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("opening sqlite store %q: %q is not a directory", path, dir)
 	}
 
+	// A new database is its owner's alone: SQLite would create it 0644
+	// (less the umask), and gives its -wal and -shm files the mode of the
+	// database file. An existing file keeps the mode it has.
+	if f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
+		if err := f.Close(); err != nil {
+			return nil, fmt.Errorf("opening sqlite store %q: %w", path, err)
+		}
+	} else if !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("opening sqlite store %q: %w", path, err)
+	}
+
 	write, err := sql.Open("sqlite", dsn(path, false))
 	if err != nil {
 		return nil, fmt.Errorf("opening sqlite store %q: %w", path, err)

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -275,5 +276,43 @@ func TestOpenTakesAnyPath(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "relative.db")); err != nil {
 		t.Errorf("a relative path did not open in the working directory: %v", err)
+	}
+}
+
+// TestANewDatabaseIsItsOwnersAlone: a database Open creates, and the -wal
+// and -shm files SQLite makes beside it, are mode 0600 whatever the umask
+// lets through (SQLite alone makes them 0644 less the umask); a database
+// that was there keeps its mode.
+func TestANewDatabaseIsItsOwnersAlone(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS == "windows" {
+		t.Skip("no unix permission bits on windows")
+	}
+	path := filepath.Join(t.TempDir(), "automator.db")
+	s, err := Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Stat(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s has mode %04o after Open created it, want 0600", filepath.Base(name), fi.Mode().Perm())
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := os.Chmod(path, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	open(t, path)
+	if fi, err := os.Stat(path); err != nil {
+		t.Fatal(err)
+	} else if fi.Mode().Perm() != 0o640 {
+		t.Errorf("an existing database has mode %04o after Open, want the 0640 it had", fi.Mode().Perm())
 	}
 }
