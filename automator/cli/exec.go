@@ -280,12 +280,13 @@ func (f callerFlags) target() string {
 // than retrying silently for the retry budget's minute, or until a
 // minute past the unit's deadline.
 func (f callerFlags) connect(stderr io.Writer) (*client.Client, error) {
-	cfg, from, err := clientConfig(*f.dir, *f.server, *f.apiKeyFile, *f.caFile)
+	cfg, fromNow, err := clientConfig(*f.dir, *f.server, *f.apiKeyFile, *f.caFile)
 	if err != nil {
 		return nil, err
 	}
 	several := len(cfg.Addresses) > 1
 	cfg.OnUnreachable = func(u client.Unreachable) {
+		from := fromNow()
 		left := time.Until(u.Until).Round(time.Second)
 		until := fmt.Sprintf("%s: trying again for %v more (until %s), Ctrl-C stops", u.Doing, left, u.Until.Format(time.TimeOnly))
 		if u.Hung {
@@ -372,10 +373,13 @@ const maxCAFile = 1 << 20
 // clientConfig says how to reach the automator as a caller, either on its
 // own host (--data-dir: address, CA and admin key from the data directory)
 // or from afar (--server, --ca, --api-key-file).
-// from says where the address of a --data-dir came from, and how to check
-// that a serve runs there: ", the address in DIR/serving.yaml, ...", or
-// ", listen in DIR/automator.yaml ..." ("" for --server).
-func clientConfig(dir, server, apiKeyFile, caFile string) (cfg client.Config, from string, err error) {
+// from says, when called, where the address of a --data-dir came from, and
+// how to check that a serve runs there: ", the address in
+// DIR/serving.yaml, ...", or ", listen in DIR/automator.yaml ..." ("" for
+// --server); it looks at serving.yaml again, which a serve that stopped
+// since has removed.
+func clientConfig(dir, server, apiKeyFile, caFile string) (cfg client.Config, from func() string, err error) {
+	from = func() string { return "" }
 	switch {
 	case dir != "" && server != "":
 		return cfg, from, errors.New("give either --data-dir or --server, not both")
@@ -386,13 +390,20 @@ func clientConfig(dir, server, apiKeyFile, caFile string) (cfg client.Config, fr
 		}
 		addr, plaintext := c.Listen, c.InsecurePlaintext
 		serve := "`automator serve --data-dir " + shellArg(dir) + "`"
-		from = fmt.Sprintf(", listen in %s (check that %s runs)", filepath.Join(dir, config.FileConfig), serve)
+		listen := fmt.Sprintf(", listen in %s (check that %s runs)", filepath.Join(dir, config.FileConfig), serve)
+		from = func() string { return listen }
 		s, ok, err := config.ReadServing(dir)
 		if err != nil {
 			return cfg, from, err
 		} else if ok {
 			addr, plaintext = s.GRPC, s.Plaintext
-			from = fmt.Sprintf(", the address in %s, which serve removes as it stops but leaves behind when killed (check that %s runs)", filepath.Join(dir, config.FileServing), serve)
+			serving := filepath.Join(dir, config.FileServing)
+			from = func() string {
+				if _, ok, err := config.ReadServing(dir); err == nil && !ok {
+					return fmt.Sprintf(", the address %s named as this command started, which serve has removed since, as it does when it stops (check that %s runs)", serving, serve)
+				}
+				return fmt.Sprintf(", the address in %s, which serve removes as it stops but leaves behind when killed (check that %s runs)", serving, serve)
+			}
 		}
 		h, port, err := net.SplitHostPort(addr)
 		if err != nil {

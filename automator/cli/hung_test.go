@@ -5,6 +5,7 @@ package cli
 import (
 	"context"
 	"net"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -166,6 +167,49 @@ func TestAClientCommandOfAStoppedAutomatorSaysSoWithinSeconds(t *testing.T) {
 			r.endsOnCtrlC(t, tc.name, interrupt)
 		})
 	}
+}
+
+// TestAClientCommandWhoseServeStoppedSinceDoesNotPointAtServingYaml: exec
+// --data-dir took its address from serving.yaml, and the serve that wrote
+// it stopped (and removed it) before exec said it could not reach it: the
+// line says so, rather than pointing at a serving.yaml that is no longer
+// there as one a killed serve left behind.
+func TestAClientCommandWhoseServeStoppedSinceDoesNotPointAtServingYaml(t *testing.T) {
+	t.Parallel()
+	dir := initDir(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	if err := config.WriteServing(dir, config.Serving{GRPC: l.Addr().String(), HTTP: closedport.Addr(t)}); err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			accepted <- c
+		}
+	}()
+	ctx, interrupt := context.WithCancel(t.Context())
+	defer interrupt()
+	r := start(ctx, "exec", "--data-dir", dir, "--account", "acme", "x.sh")
+	// exec dials once it has read serving.yaml; the connection gets no
+	// answer, as from a serve stopping. Then serve's removal of the file.
+	c := waittest.Recv(t, accepted, "exec to connect")
+	defer c.Close()
+	serving := filepath.Join(dir, config.FileServing)
+	if err := os.Remove(serving); err != nil {
+		t.Fatal(err)
+	}
+	line := r.notice(t, "exec")
+	if want := "the address " + serving + " named as this command started, which serve has removed since"; !strings.Contains(line, want) {
+		t.Errorf("stderr's first line %q does not say %q", line, want)
+	}
+	if strings.Contains(line, "leaves behind when killed") {
+		t.Errorf("stderr's first line %q points at the serving.yaml serve removed as one it left behind", line)
+	}
+	r.endsOnCtrlC(t, "exec", interrupt)
 }
 
 // pausable is a TCP relay in front of an automator that a test can stop
