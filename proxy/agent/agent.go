@@ -48,7 +48,12 @@ type Options struct {
 	Uploads Client
 	// Automator names the automator Client reaches (its URL), in the log
 	// lines that say it cannot be reached or refused this proxy.
-	Automator      string
+	Automator string
+	// Route, when set, says which way Client dials the automator (directly,
+	// or through the web proxy HTTPS_PROXY names), in the line that says it
+	// cannot be reached: a web proxy that is down or refuses the tunnel
+	// fails the poll as the automator's own outage would.
+	Route          string
 	Keys           crypto.KeyRing
 	InstanceID     string
 	Hostname       string
@@ -315,7 +320,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // answers never came since the last answered one (0: none), for the polls
 // that follow.
 func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
-	st := connState{log: a.log, automator: a.o.Automator}
+	st := connState{log: a.log, automator: a.o.Automator, route: a.o.Route}
 	// A poll cancelled by the stop leaves st as it was: up when the poll
 	// before it was answered.
 	defer func() { a.heard = st.up }()

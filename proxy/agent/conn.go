@@ -36,6 +36,7 @@ func (b *backoff) reset() { b.cur = 0 }
 type connState struct {
 	log       *slog.Logger
 	automator string // its URL, named when it fails
+	route     string // which way it is dialled, named when unreachable ("": unsaid)
 	up        bool
 	known     bool
 	lastKind  string
@@ -81,6 +82,9 @@ func (s *connState) failed(err error) {
 	case kind == "no answer":
 		s.log.Warn(fmt.Sprintf("the automator did not begin its answer to a poll within %v, though the connection did not fail: the automator is slow or stuck, or the link saturated; retrying with backoff", late.within), attrs...)
 	case code == codes.Unavailable || code == codes.DeadlineExceeded:
+		if s.route != "" {
+			attrs = append(attrs, "route", s.route)
+		}
 		s.log.Warn("automator unreachable; retrying with backoff", attrs...)
 	default:
 		s.log.Error("poll failed; retrying with backoff", attrs...)

@@ -95,6 +95,32 @@ func TestConnectionLogNamesTheCodeInJSONAsInText(t *testing.T) {
 	}
 }
 
+// TestUnreachableLineNamesTheRoute: the line that says the automator cannot
+// be reached names the way it was dialled (a web proxy down, or refusing
+// the tunnel, fails the poll as the automator's outage would); a refusal,
+// which the automator itself answered, does not.
+func TestUnreachableLineNamesTheRoute(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	const route = "HTTPS_PROXY=http://webproxy.example:3128, NO_PROXY not set: automator.example:8443 through that web proxy"
+	s := &connState{log: slog.New(slog.NewJSONHandler(&buf, nil)), automator: "https://automator.example:8443", route: route}
+	s.failed(status.Error(codes.Unavailable, "connection refused"))
+	s.failed(status.Error(codes.Unauthenticated, "invalid account token"))
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("log lines %q; want 2", lines)
+	}
+	for i, want := range []string{route, ""} {
+		var rec struct{ Msg, Route string }
+		if err := json.Unmarshal([]byte(lines[i]), &rec); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Route != want {
+			t.Errorf("%q: route %q; want %q", rec.Msg, rec.Route, want)
+		}
+	}
+}
+
 // silentPolls is an automator, served over real gRPC, that never begins its
 // answer to a poll that asks for units (its connection stays up), and
 // answers the others at once; it counts the polls it left unanswered.

@@ -26,23 +26,7 @@ import (
 // automator's host:port (route): an HTTPS_PROXY set is not used for a
 // loopback address, nor for one NO_PROXY covers.
 func checkEnvLine(getenv func(string) string, envFile, addr string) string {
-	var shell []string
-	proxyVar, via := firstSet(getenv, "HTTPS_PROXY", "https_proxy")
-	if proxyVar == "" {
-		shell = append(shell, "no HTTPS_PROXY: direct")
-	} else {
-		shell = append(shell, proxyVar+"="+hideUserinfo(via))
-		noVar, no := firstSet(getenv, "NO_PROXY", "no_proxy")
-		if noVar != "" {
-			shell = append(shell, noVar+"="+no)
-		} else {
-			shell = append(shell, "NO_PROXY not set")
-		}
-		if addr != "" {
-			shell[len(shell)-1] += ": " + route(addr, proxyVar, via, noVar, no)
-		}
-	}
-	line := "this shell's (" + strings.Join(shell, ", ") + "), not the service's"
+	line := "this shell's (" + dialRoute(getenv, addr) + "), not the service's"
 	if envFile == "" {
 		return line + ", which is its own (the system's)"
 	}
@@ -74,7 +58,7 @@ func checkEnvLine(getenv func(string) string, envFile, addr string) string {
 		}
 	}
 	fileVar := func(k string) string { return values[k] }
-	proxyVar, via = firstSet(fileVar, "HTTPS_PROXY", "https_proxy")
+	proxyVar, via := firstSet(fileVar, "HTTPS_PROXY", "https_proxy")
 	switch {
 	case len(set) == 0:
 		return line + ", which sets no HTTPS_PROXY or NO_PROXY, so it uses no web proxy"
@@ -86,6 +70,29 @@ func checkEnvLine(getenv func(string) string, envFile, addr string) string {
 		return line
 	}
 	noVar, no := firstSet(fileVar, "NO_PROXY", "no_proxy")
+	return line + ": " + route(addr, proxyVar, via, noVar, no)
+}
+
+// dialRoute says which way a process whose environment getenv reads dials
+// addr (host:port, the automator's; "": unsaid): "no HTTPS_PROXY: direct",
+// or its web-proxy settings (passwords hidden) and route's verdict. The
+// proxy logs it for its own environment, which for a service is the
+// service's.
+func dialRoute(getenv func(string) string, addr string) string {
+	proxyVar, via := firstSet(getenv, "HTTPS_PROXY", "https_proxy")
+	if proxyVar == "" {
+		return "no HTTPS_PROXY: direct"
+	}
+	line := proxyVar + "=" + hideUserinfo(via)
+	noVar, no := firstSet(getenv, "NO_PROXY", "no_proxy")
+	if noVar != "" {
+		line += ", " + noVar + "=" + no
+	} else {
+		line += ", NO_PROXY not set"
+	}
+	if addr == "" {
+		return line
+	}
 	return line + ": " + route(addr, proxyVar, via, noVar, no)
 }
 

@@ -203,10 +203,13 @@ func runProxy(ctx context.Context, cfg config.Config, file loadedConfig, env Env
 		reaper = runner.NewReaper(func(err error) { log.Warn("scripts may outlive this proxy if it dies", "err", err) })
 		defer reaper.Close() // after a.Run: no script runs any more
 	}
+	addr, _, _ := cfg.Target() // valid
+	route := dialRoute(os.Getenv, addr)
 	a := agent.New(agent.Options{
 		Client:         automatorv1.NewProxyServiceClient(conn),
 		Uploads:        automatorv1.NewProxyServiceClient(uploads),
 		Automator:      cfg.AutomatorURL,
+		Route:          route,
 		Keys:           keys,
 		InstanceID:     cfg.InstanceID,
 		Hostname:       host,
@@ -223,7 +226,7 @@ func runProxy(ctx context.Context, cfg config.Config, file loadedConfig, env Env
 		SpoolDir:       spoolDir(cfg),
 		Reaper:         reaper,
 	})
-	log.Info("proxy starting", "instance_id", cfg.InstanceID, "automator", cfg.AutomatorURL, "scripts_dir", cfg.ScriptsDir, "max_concurrency", cfg.MaxConcurrency, "key_ids", keys.IDs(), "version", version.Version)
+	log.Info("proxy starting", "instance_id", cfg.InstanceID, "automator", cfg.AutomatorURL, "route", route, "scripts_dir", cfg.ScriptsDir, "max_concurrency", cfg.MaxConcurrency, "key_ids", keys.IDs(), "version", version.Version)
 	return a.Run(ctx)
 }
 

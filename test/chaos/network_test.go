@@ -18,7 +18,9 @@ import (
 // automator's name resolves nowhere but in the CONNECT proxy, as in many
 // customer networks) serves work over TLS through it. When the CONNECT
 // proxy is killed and started again, the instance reconnects by itself and
-// the work queued meanwhile (unclaimed) is all run, once each.
+// the work queued meanwhile (unclaimed) is all run, once each. Its log
+// names the web proxy it dials through, at its start and in the line that
+// says the automator is unreachable.
 func TestProxyBehindConnectProxyServesAndSurvivesItsRestart(t *testing.T) {
 	t.Parallel()
 	const host = "automator.chaos.test"
@@ -52,6 +54,15 @@ func TestProxyBehindConnectProxyServesAndSurvivesItsRestart(t *testing.T) {
 	unreachable := in.Proc().Watch("automator unreachable")
 	connect.Kill()
 	mustAwait(t, in.Proc(), unreachable, 15*time.Second, "the instance to notice the CONNECT proxy is gone")
+	// Its log says which way it dials, at its start and when the way
+	// fails: the CONNECT proxy's outage looks like the automator's.
+	for _, line := range []string{"proxy starting", "automator unreachable"} {
+		select {
+		case <-in.Proc().Seen(line, "HTTPS_PROXY=http://"+connect.Addr(), target+" through that web proxy"):
+		default:
+			t.Errorf("the instance's %q line does not say it dials %s through the web proxy %s:\n%s", line, target, connect.Addr(), in.Proc().Tail(20))
+		}
+	}
 	// And the automator: until it has seen the tunnel go, a unit queued now
 	// would be handed to the dead poll and lost with it (a connection is
 	// reset, docs/failure-semantics.md).
