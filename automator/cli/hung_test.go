@@ -110,6 +110,13 @@ func (r *running) outText() string {
 // listener; closing it at the test's end resets them.
 func stoppedServe(t *testing.T, dir string) string {
 	t.Helper()
+	return stoppedServeListener(t, dir).Addr().String()
+}
+
+// stoppedServeListener is stoppedServe's listener, for a test that
+// accepts from it.
+func stoppedServeListener(t *testing.T, dir string) net.Listener {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +125,7 @@ func stoppedServe(t *testing.T, dir string) string {
 	if err := config.WriteServing(dir, config.Serving{GRPC: l.Addr().String(), HTTP: closedport.Addr(t)}); err != nil {
 		t.Fatal(err)
 	}
-	return l.Addr().String()
+	return l
 }
 
 // TestAClientCommandOfAStoppedAutomatorSaysSoWithinSeconds: exec, work
@@ -177,14 +184,7 @@ func TestAClientCommandOfAStoppedAutomatorSaysSoWithinSeconds(t *testing.T) {
 func TestAClientCommandWhoseServeStoppedSinceDoesNotPointAtServingYaml(t *testing.T) {
 	t.Parallel()
 	dir := initDir(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	if err := config.WriteServing(dir, config.Serving{GRPC: l.Addr().String(), HTTP: closedport.Addr(t)}); err != nil {
-		t.Fatal(err)
-	}
+	l := stoppedServeListener(t, dir)
 	accepted := make(chan net.Conn, 1)
 	go func() {
 		if c, err := l.Accept(); err == nil {
