@@ -17,6 +17,7 @@ import (
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/crypto"
 	"github.com/opsgate/opsgate/internal/clihelp"
+	"github.com/opsgate/opsgate/internal/printable"
 )
 
 // accountArgs parses the arguments of an account command that names one
@@ -33,7 +34,7 @@ func accountArgs(fs *flag.FlagSet, args []string, dir *string, usage string) (st
 		return "", err
 	}
 	if !server.AccountNamePattern.MatchString(name) {
-		return "", fmt.Errorf("account name %q must match %s", name, server.AccountNamePattern)
+		return "", fmt.Errorf("account name %s must match %s", printable.Quote(name), server.AccountNamePattern)
 	}
 	return name, requireFlag("data-dir", *dir)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/crypto"
 	"github.com/opsgate/opsgate/internal/clihelp"
+	"github.com/opsgate/opsgate/internal/printable"
 	"github.com/opsgate/opsgate/internal/secretfile"
 )
 
@@ -89,7 +90,7 @@ func cmdAPIKeyCreate(ctx context.Context, args []string, env Env) error {
 		}
 		switch {
 		case len(bad) == 1:
-			return fmt.Errorf("--accounts: %q is not an account name (%s)", bad[0], server.AccountNamePattern)
+			return fmt.Errorf("--accounts: %s is not an account name (%s)", printable.Quote(bad[0]), server.AccountNamePattern)
 		case len(bad) > 1:
 			return fmt.Errorf("--accounts: %s are not account names (%s)", quotedList(bad), server.AccountNamePattern)
 		}
@@ -144,7 +145,7 @@ func cmdAPIKeyCreate(ctx context.Context, args []string, env Env) error {
 func quotedList(names []string) string {
 	q := make([]string, len(names))
 	for i, n := range names {
-		q[i] = fmt.Sprintf("%q", n)
+		q[i] = printable.Quote(n)
 	}
 	if len(q) < 2 {
 		return strings.Join(q, "")

@@ -153,6 +153,8 @@ func TestAPIKeyCreateNamesEveryBadAccountAtOnce(t *testing.T) {
 		{"acme,Bad,,x\ty", `automator: --accounts: "Bad", "" and "x\ty" are not account names (^[a-z0-9][a-z0-9._-]{0,62}$)` + "\n"},
 		{"nobody,acme,ghost", "automator: --accounts: accounts \"nobody\" and \"ghost\" not found; create them first (`automator account create NAME --data-dir " + dir + "` for each)\n"},
 		{"acme,nobody", "automator: --accounts: account \"nobody\" not found; create it first (`automator account create nobody --data-dir " + dir + "`)\n"},
+		// One too long to read is quoted cut, with its length.
+		{"acme," + strings.Repeat("X", 300), `automator: --accounts: "` + strings.Repeat("X", 80) + `"… (300 bytes) is not an account name (^[a-z0-9][a-z0-9._-]{0,62}$)` + "\n"},
 	} {
 		code, stdout, stderr := runMain(t, "apikey", "create", "ci", "--accounts", c.accounts, "--data-dir", dir)
 		if code != ExitError || stderr != c.want || stdout != "" {
@@ -171,5 +173,17 @@ func TestAPIKeyCreateNamesEveryBadAccountAtOnce(t *testing.T) {
 		t.Errorf("%q printed; that command run as printed: exit %d: %s", stderr, code, herr)
 	} else if code, _, herr := runMain(t, "apikey", "create", "ci2", "--accounts", "acme,nobody", "--data-dir", dir); code != 0 {
 		t.Errorf("apikey create --accounts acme,nobody once nobody was made: exit %d: %s", code, herr)
+	}
+}
+
+// TestAnOverLongAccountNameIsQuotedCut: a NAME too long to read is quoted
+// in the error that refuses it, but no more than its first 80 bytes, with
+// its length.
+func TestAnOverLongAccountNameIsQuotedCut(t *testing.T) {
+	t.Parallel()
+	dir := initDir(t)
+	code, _, stderr := runMain(t, "account", "create", strings.Repeat("X", 300), "--data-dir", dir)
+	if want := `automator: account name "` + strings.Repeat("X", 80) + `"… (300 bytes) must match`; code != ExitError || !strings.HasPrefix(stderr, want) {
+		t.Errorf("account create of a 300-byte name: exit %d, stderr %q; want %d, beginning %q", code, stderr, ExitError, want)
 	}
 }

@@ -1228,3 +1228,29 @@ func TestAnInstanceOnAnExpiredTokenIsShownRefusedForIt(t *testing.T) {
 		}
 	}
 }
+
+// TestAnOverLongIDOrNameInAPageIsQuotedCut: a work id, an account name or a
+// state in a URL that names nothing is quoted in the page that says so, but
+// no more than its first 80 bytes, with its length: a crafted URL does not
+// come back whole (here 7,000 bytes).
+func TestAnOverLongIDOrNameInAPageIsQuotedCut(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := client(t)
+	e.signIn(c, e.url, "admin")
+	long := strings.Repeat("x", 7000)
+	for _, tc := range []struct {
+		path string
+		code int
+	}{
+		{"/dashboard/work/w_" + long, http.StatusNotFound},
+		{"/dashboard/accounts/" + long, http.StatusNotFound},
+		{"/dashboard/work?account=" + long, http.StatusBadRequest},
+		{"/dashboard/work?state=" + long, http.StatusBadRequest},
+	} {
+		code, body := get(t, c, e.url+tc.path)
+		if code != tc.code || !strings.Contains(body, strings.Repeat("x", 70)) || !strings.Contains(body, " bytes)") || strings.Contains(body, strings.Repeat("x", 100)) {
+			t.Errorf("GET %s…: %d; want %d, quoting the first 80 bytes and the length, not the whole:\n%.600s", tc.path[:30], code, tc.code, body)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/printable"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -104,7 +105,7 @@ func (d *Dashboard) instances(r *http.Request, _ *session) (string, any, error) 
 		}
 	}
 	if !found {
-		return "", nil, errNotFound(fmt.Sprintf("There is no account %q.", name))
+		return "", nil, errNotFound(fmt.Sprintf("There is no account %s.", printable.Quote(name)))
 	}
 	list, err := d.o.Store.InstanceList(r.Context(), name)
 	if err != nil {
@@ -258,10 +259,10 @@ func (d *Dashboard) workList(r *http.Request, s *session) (string, any, error) {
 	q := r.URL.Query()
 	data := workData{Account: q.Get("account"), State: store.State(q.Get("state")), States: states, Reveal: s.Reveal}
 	if data.Account != "" && !server.AccountNamePattern.MatchString(data.Account) {
-		return "", nil, errBadRequest(fmt.Sprintf("%q is not an account name.", data.Account))
+		return "", nil, errBadRequest(fmt.Sprintf("%s is not an account name.", printable.Quote(data.Account)))
 	}
 	if data.State != "" && !data.State.Valid() {
-		return "", nil, errBadRequest(fmt.Sprintf("%q is not a state; the states are queued, claimed, succeeded, failed, timed_out and cancelled.", data.State))
+		return "", nil, errBadRequest(fmt.Sprintf("%s is not a state; the states are queued, claimed, succeeded, failed, timed_out and cancelled.", printable.Quote(string(data.State))))
 	}
 	// Without their sealed blobs: the server reads again only the units
 	// whose listed parts it does not keep (Opener.ListedOutcome), and the
@@ -379,7 +380,7 @@ func (d *Dashboard) unit(r *http.Request, s *session) (string, any, error) {
 	id := r.PathValue("id")
 	w, err := d.o.Store.WorkGet(r.Context(), id)
 	if errors.Is(err, store.ErrNotFound) {
-		return "", nil, errNotFound(fmt.Sprintf("There is no unit of work %q.", id))
+		return "", nil, errNotFound(fmt.Sprintf("There is no unit of work %s.", printable.Quote(id)))
 	}
 	if err != nil {
 		return "", nil, err

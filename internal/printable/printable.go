@@ -1,6 +1,6 @@
 // Package printable says whether a name an operator chose (a proxy's
 // instance_id, an automator's replica_id) can be shown as it is in
-// listings, logs and terminals.
+// listings, logs and terminals, and quotes a value for an error message.
 package printable
 
 import (
