@@ -309,6 +309,8 @@ func TestValidateHoldsEachBoundOnBothSides(t *testing.T) {
 		{"token beyond ASCII", "token", func(c *Config) { c.Token = "opt_\u00e9" }},
 		{"ca_cert a certificate", "", func(c *Config) { c.AutomatorURL, c.CACert = "https://127.0.0.1:1", certPEM(t, "CERTIFICATE") }},
 		{"ca_cert a certificate labelled otherwise", "ca_cert", func(c *Config) { c.AutomatorURL, c.CACert = "https://127.0.0.1:1", certPEM(t, "PUBLIC KEY") }},
+		// No PEM block at all: a file's path given for its contents, say.
+		{"ca_cert not PEM", "ca_cert", func(c *Config) { c.AutomatorURL, c.CACert = "https://127.0.0.1:1", "/etc/opsgate/ca.pem" }},
 		// Every block is trusted, so each must be a certificate.
 		{"ca_cert two certificates", "", func(c *Config) {
 			c.AutomatorURL, c.CACert = "https://127.0.0.1:1", certPEM(t, "CERTIFICATE")+certPEM(t, "CERTIFICATE")
