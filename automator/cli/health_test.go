@@ -216,3 +216,38 @@ func TestGRPCHealthChecksShareTheirStoreChecks(t *testing.T) {
 		t.Errorf("5 checks in a row within the reuse window made %d store checks, want at most 1", n)
 	}
 }
+
+// TestGRPCHealthCheckSaysNotServingAtOnceWhenShuttingDown: a store check's
+// answer serves the checks that come within reuse of it, but not past the
+// start of a shutdown: from then on every check says NOT_SERVING, as
+// /readyz does, so that a load balancer sends no more callers to it.
+func TestGRPCHealthCheckSaysNotServingAtOnceWhenShuttingDown(t *testing.T) {
+	t.Parallel()
+	var stopping atomic.Bool
+	ready := newReadiness(pingerFunc(func(context.Context) error { return nil }), stopping.Load, slog.New(slog.DiscardHandler))
+	hs := newHealthServer(ready)
+	hs.reuse = time.Hour // the first store check's answer serves every later check
+	h := healthOver(t, hs)
+	check := func() healthpb.HealthCheckResponse_ServingStatus {
+		t.Helper()
+		resp, err := h.Check(t.Context(), &healthpb.HealthCheckRequest{})
+		if err != nil {
+			t.Fatalf("Check: %v", err)
+		}
+		return resp.GetStatus()
+	}
+	if got := check(); got != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("before the shutdown: Check = %v, want SERVING", got)
+	}
+	stopping.Store(true)
+	if got := check(); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("once shutting down, within reuse of a store check that answered: Check = %v, want NOT_SERVING", got)
+	}
+	list, err := h.List(t.Context(), &healthpb.HealthListRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := list.GetStatuses()[""].GetStatus(); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("once shutting down: List says %v, want NOT_SERVING", got)
+	}
+}
