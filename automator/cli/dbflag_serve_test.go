@@ -22,9 +22,10 @@ import (
 // given --db runs (serving.yaml names its database), a command that opens
 // the database without --db, which would open automator.yaml's, is
 // refused, saying to give serve's --db, before it changes anything (cert
-// renew renews no certificate); with it, it runs. exec's hint for
-// an unknown account says so too. A --db naming automator.yaml's own
-// database by another spelling is no other database.
+// renew renews no certificate); with --db, serve's or another, it runs.
+// exec's hint for an unknown account says so too. A --db naming
+// automator.yaml's own database by another spelling, or by a path through
+// a symbolic link, is no other database.
 func TestACommandWithoutDBIsRefusedWhileServeRunsOnAnother(t *testing.T) {
 	t.Parallel()
 	t.Run("another database", func(t *testing.T) {
@@ -66,6 +67,11 @@ func TestACommandWithoutDBIsRefusedWhileServeRunsOnAnother(t *testing.T) {
 		if code, _, stderr := runCLI(t, "account", "create", "acme", "--data-dir", dir, "--db", "sqlite:"+other); code != 0 {
 			t.Errorf("account create with serve's --db: exit %d: %s", code, stderr)
 		}
+		// Given --db, a command acts on the database it names, whatever
+		// serve runs on: automator.yaml's, to look at it, say.
+		if code, _, stderr := runCLI(t, "account", "list", "--data-dir", dir, "--db", "sqlite:"+mine); code != 0 {
+			t.Errorf("account list with --db naming automator.yaml's database under a serve given another --db: exit %d: %s", code, stderr)
+		}
 		code, _, stderr := runCLI(t, "exec", "--data-dir", dir, "--account", "globex", "@ping")
 		if code != ExitError || !strings.Contains(stderr, "automator account list --data-dir") || !strings.Contains(stderr, "--db") {
 			t.Errorf("exec to an unknown account under a serve given --db: exit %d, stderr %q; want the account list hint to say to give serve's --db", code, stderr)
@@ -76,6 +82,18 @@ func TestACommandWithoutDBIsRefusedWhileServeRunsOnAnother(t *testing.T) {
 		code, _, stderr = runCLI(t, "exec", "--data-dir", dir, "--account", "acme", "@ping")
 		if code != ExitError || !strings.Contains(stderr, "automator apikey create admin") || !strings.Contains(stderr, "--db") {
 			t.Errorf("exec with admin.apikey revoked under a serve given --db: exit %d, stderr %q; want the apikey create hint to say to give serve's --db", code, stderr)
+		}
+	})
+	t.Run("its own database by a path through a symbolic link", func(t *testing.T) {
+		t.Parallel()
+		dir := initDir(t)
+		link := filepath.Join(t.TempDir(), "data")
+		if err := os.Symlink(dir, link); err != nil {
+			t.Fatal(err)
+		}
+		serveDirInProcess(t, dir, "--db", "sqlite:"+filepath.Join(link, config.FileDB))
+		if code, _, stderr := runCLI(t, "account", "create", "acme", "--data-dir", dir); code != 0 {
+			t.Errorf("account create without --db under a serve given its own database through a symbolic link: exit %d: %s", code, stderr)
 		}
 	})
 	t.Run("its own database spelt otherwise", func(t *testing.T) {

@@ -150,6 +150,7 @@ func TestTheDashboardNamesServesDBWithoutItsPassword(t *testing.T) {
 		{"postgres://automator@db.example/automator", "postgres://automator@db.example/automator"},
 		{"postgres://automator:s3cret@db.example/automator?sslmode=verify-full", "'postgres://automator@db.example/automator?sslmode=verify-full'"},
 		{"postgresql://db.example/automator?password=s3cret&sslpassword=s3cret&sslmode=require", "'postgresql://db.example/automator?sslmode=require'"},
+		{"postgresql://db.example/automator?sslpassword=s3cret&sslmode=require", "'postgresql://db.example/automator?sslmode=require'"},
 	} {
 		cfg := config.Default("https://127.0.0.1:8443")
 		if c.db != "" {
