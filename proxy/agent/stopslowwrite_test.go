@@ -130,3 +130,48 @@ func TestAStopThatFindsTheAutomatorUnreachableKeepsItsShortBound(t *testing.T) {
 	cancel()
 	waittest.Recv(t, stopped, "the stop to end within its short bound, the automator unreachable")
 }
+
+// silentClient is a proxy's client whose automator never answers (its
+// process stopped, its packets dropped): each poll waits for its context
+// to end. It tells polled as a poll begins.
+type silentClient struct {
+	automatorv1.ProxyServiceClient
+	polled chan struct{}
+}
+
+func (c *silentClient) Poll(ctx context.Context, in *automatorv1.PollRequest, opts ...grpc.CallOption) (*automatorv1.PollResponse, error) {
+	select {
+	case c.polled <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return nil, status.FromContextError(ctx.Err()).Err()
+}
+
+// TestAStopWhoseAutomatorNeverAnsweredKeepsItsShortBound: the longer wait
+// for the stop's answer is for an automator that answered the poll before
+// the stop; a proxy stopped with nothing running whose automator never
+// answered it (stopped, blackholed) stops within the bound of a stop the
+// automator did not answer (100 ms here), not the longer one (an hour
+// here).
+func TestAStopWhoseAutomatorNeverAnsweredKeepsItsShortBound(t *testing.T) {
+	t.Parallel()
+	key, err := crypto.NewKey(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &silentClient{polled: make(chan struct{}, 1)}
+	ag := agent.New(agent.WithStopBounds(agent.Options{
+		Client: c, Keys: crypto.Keys{key},
+		InstanceID: "host-a", Hostname: "host-a", ScriptsDir: t.TempDir(), MaxConcurrency: 1,
+		PollWait: time.Minute, BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}, time.Hour, 100*time.Millisecond))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); _ = ag.Run(ctx) }()
+	waittest.Recv(t, c.polled, "the proxy's first poll to be on its way")
+	cancel()
+	waittest.Recv(t, stopped, "the stop to end within its short bound, the automator silent")
+}
