@@ -146,3 +146,41 @@ func TestRestoreRecordsTheUnitsItCopiesFromTheReplacedDatabase(t *testing.T) {
 		}
 	})
 }
+
+// TestRestoreKeepsTheKeysOfTheWholeIdempotencyWindow: a key stays bound to
+// its unit for 24 hours; a unit queued with a key after the backup was
+// taken, 23 hours before the restore, is copied from the replaced
+// database like one queued a moment before it, and a retry with its key
+// gets it. One queued 25 hours before, whose key no longer binds, is not
+// copied.
+func TestRestoreKeepsTheKeysOfTheWholeIdempotencyWindow(t *testing.T) {
+	t.Parallel()
+	dir := initDir(t)
+	backupFixture(t, dir)
+	file := takeBackup(t, dir)
+	now := time.Now()
+	enqueue := func(st *sqlitestore.Store, id, key string, at time.Time) (store.Work, error) {
+		return st.WorkEnqueue(t.Context(), store.WorkEnqueueParams{ID: id, Account: "acme", KeyID: 1, SealedCommand: []byte("deploy"),
+			Now: at, Deadline: at.Add(48 * time.Hour), IdempotencyKey: key, IdempotencySince: at.Add(-24 * time.Hour)})
+	}
+	// Queued after the backup was taken, with the times of units queued a
+	// day or so ago (a backup kept since, restored now).
+	withStore(t, dir, func(st *sqlitestore.Store) {
+		for id, at := range map[string]time.Time{"w-23h": now.Add(-23 * time.Hour), "w-25h": now.Add(-25 * time.Hour)} {
+			if _, err := enqueue(st, id, "key-"+id, at); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	if code, _, stderr := runCLI(t, "restore", "--data-dir", dir, file); code != 0 {
+		t.Fatalf("restore: exit %d: %s", code, stderr)
+	}
+	withStore(t, dir, func(st *sqlitestore.Store) {
+		if w, err := enqueue(st, "w-retry", "key-w-23h", time.Now()); !errors.Is(err, store.ErrDuplicate) || w.ID != "w-23h" {
+			t.Errorf("a retry with the key of a unit queued 23 hours ago, after the backup: unit %s, %v; want %v with w-23h, nothing queued again", w.ID, err, store.ErrDuplicate)
+		}
+		if _, err := st.WorkGet(t.Context(), "w-25h"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("the unit queued 25 hours ago, its key no longer bound: %v, want it not copied (%v)", err, store.ErrNotFound)
+		}
+	})
+}
