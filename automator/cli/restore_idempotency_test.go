@@ -147,6 +147,55 @@ func TestRestoreRecordsTheUnitsItCopiesFromTheReplacedDatabase(t *testing.T) {
 	})
 }
 
+// TestRestoreCopiesOnlyTheRecordsOfTheUnitsItCopies: the audit records
+// copied from the replaced database are those of the units it copies
+// (queued with an idempotency key after the backup was taken). A unit the
+// backup holds too keeps the records the backup holds of it, each once: the
+// replaced database's copies of them are not added.
+func TestRestoreCopiesOnlyTheRecordsOfTheUnitsItCopies(t *testing.T) {
+	t.Parallel()
+	dir := initDir(t)
+	backupFixture(t, dir)
+	ctx := t.Context()
+	now := time.Now()
+	enqueue := func(st *sqlitestore.Store, id string, at time.Time) {
+		t.Helper()
+		if _, err := st.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: id, Account: "acme", KeyID: 1, SealedCommand: []byte("deploy"),
+			Now: at, Deadline: at.Add(time.Hour), IdempotencyKey: "key-" + id, IdempotencySince: at.Add(-24 * time.Hour),
+			Audit: &store.AuditEvent{At: at, Kind: store.AuditWorkQueued, Account: "acme", WorkID: id, Actor: "apikey:admin"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// "w-before" is queued with its key before the backup is taken, so
+	// both the backup and the database it replaces hold it and its record;
+	// "w-after" after, so only the replaced database does.
+	withStore(t, dir, func(st *sqlitestore.Store) { enqueue(st, "w-before", now) })
+	file := takeBackup(t, dir)
+	withStore(t, dir, func(st *sqlitestore.Store) { enqueue(st, "w-after", now.Add(time.Millisecond)) })
+	if code, _, stderr := runCLI(t, "restore", "--data-dir", dir, file); code != 0 {
+		t.Fatalf("restore: exit %d: %s", code, stderr)
+	}
+	withStore(t, dir, func(st *sqlitestore.Store) {
+		events, err := st.AuditList(ctx, store.AuditListParams{Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string][]string{}
+		for _, e := range events {
+			if e.WorkID == "w-before" || e.WorkID == "w-after" {
+				got[e.WorkID] = append(got[e.WorkID], e.Kind+" "+e.Outcome+" "+e.Detail)
+			}
+		}
+		// Both were open: the restore ended them, each with its record.
+		for _, id := range []string{"w-before", "w-after"} {
+			want := []string{"work.queued  ", "work.ended timed_out restore"}
+			if strings.Join(got[id], "; ") != strings.Join(want, "; ") {
+				t.Errorf("audit records of %s after the restore: %q; want %q", id, got[id], want)
+			}
+		}
+	})
+}
+
 // TestRestoreKeepsTheKeysOfTheWholeIdempotencyWindow: a key stays bound to
 // its unit for 24 hours; a unit queued with a key after the backup was
 // taken, 23 hours before the restore, is copied from the replaced
