@@ -127,30 +127,38 @@ func createAcme(t *testing.T, s store.Store, now time.Time) {
 // OlderWriterEndsARefusal: a poll an automator predating
 // instances.refused_at records (it refuses no poll's record, so the poll
 // was accepted), later than a refused one, shows the instance polling and
-// accepted: it is no longer listed as refused.
+// accepted: it is no longer listed as refused, whether it was refused for
+// want of a usable key or for a wrong key (whose cause that automator
+// leaves as it was).
 func OlderWriterEndsARefusal(t *testing.T, s store.Store, now time.Time, olderPoll func(at time.Time) error) {
 	t.Helper()
 	ctx := t.Context()
 	createAcme(t, s, now)
-	if err := s.InstanceSeen(ctx, store.InstanceSeenParams{Account: "acme", InstanceID: "a", Hostname: "a", Version: "v2",
-		RefusedKeyIDs: []uint32{1}, Now: now}); err != nil {
-		t.Fatal(err)
-	}
 	refused := func(want bool) {
 		t.Helper()
 		list, err := s.InstanceList(ctx, "acme")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(list) != 1 || (len(list[0].RefusedKeyIDs) > 0) != want {
+		if len(list) != 1 || list[0].Refused() != want {
 			t.Fatalf("InstanceList = %+v, want instance a refused %v", list, want)
 		}
 	}
-	refused(true)
-	if err := olderPoll(now.Add(time.Minute)); err != nil {
-		t.Fatal(err)
+	for i, p := range []store.InstanceSeenParams{
+		{RefusedKeyIDs: []uint32{1}},
+		{RefusedKeyIDs: []uint32{1}, WrongKey: true},
+	} {
+		at := now.Add(time.Duration(2*i) * time.Minute)
+		p.Account, p.InstanceID, p.Hostname, p.Version, p.Now = "acme", "a", "a", "v2", at
+		if err := s.InstanceSeen(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		refused(true)
+		if err := olderPoll(at.Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		refused(false)
 	}
-	refused(false)
 }
 
 // OlderWriterRefusesForItsOwnCause: after this binary recorded a poll of
