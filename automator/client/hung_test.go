@@ -313,3 +313,30 @@ func shortCallTold(a *automatortest.Automator, r *relay, call string, kind clien
 
 // linkDelay is each way's delay of a link with a round trip of 500 ms.
 const linkDelay = 250 * time.Millisecond
+
+// TestAWaitUnansweredBeforeItKnowsItsUnitsDeadlineNamesNoDeadline: a wait
+// that does not know its unit's deadline yet (Wait, not ExecuteOnProxy)
+// first reads it; when that read goes unanswered (its automator stopped),
+// OnUnreachable says the answer did not begin in time, as for any call,
+// and nothing of a deadline having passed: none is known.
+func TestAWaitUnansweredBeforeItKnowsItsUnitsDeadlineNamesNoDeadline(t *testing.T) {
+	t.Parallel()
+	const id = "w_0123456789abcdef0123456789abcdef"
+	url := "http://" + stoppedAutomator(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var told unreachables
+	c, err := client.New(client.Config{Addresses: []string{url}, APIKey: "oak_x", RetryFor: time.Second, OnUnreachable: told.tellAndEnd(cancel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err = c.Wait(ctx, id); err == nil {
+		t.Fatal("Wait on a stopped automator succeeded")
+	}
+	u := told.once(t, " before the wait ended ("+err.Error()+")")
+	if !u.Hung || u.Kind != client.KindCallUnanswered || u.Err == nil || !strings.Contains(u.Err.Error(), "did not begin within") ||
+		strings.Contains(u.Err.Error(), "deadline") || u.Doing != "waiting for work "+id {
+		t.Errorf("OnUnreachable told %+v; want hung, %v, an error saying its answer did not begin in time and nothing of a deadline, doing %q", u, client.KindCallUnanswered, "waiting for work "+id)
+	}
+}
