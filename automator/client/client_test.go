@@ -448,6 +448,9 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	if _, err := client.New(client.Config{Addresses: []string{"https://h:1"}, APIKey: "k", CAFile: filepath.Join(t.TempDir(), "missing.pem")}); err == nil {
 		t.Error("a missing CA file was accepted")
 	}
+	if _, err := client.New(client.Config{Addresses: []string{"http://127.0.0.1:1"}, APIKey: "k", RetryFor: -time.Nanosecond}); err == nil || !strings.Contains(err.Error(), "RetryFor") {
+		t.Errorf("a negative RetryFor: %v, want an error naming RetryFor", err)
+	}
 	c, err := client.New(client.Config{Addresses: []string{"http://127.0.0.1:1"}, APIKey: "k"})
 	if err != nil {
 		t.Fatalf("plaintext needs no CA: %v", err)
