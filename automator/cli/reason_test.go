@@ -251,3 +251,18 @@ func wantWholeReasonInJSON(t *testing.T, id, reason string, remote []string) {
 		t.Errorf("work wait --json = %s (%v); want the reason whole, %q", out, err, reason)
 	}
 }
+
+// TestATableReasonIsCutOnlyPastItsWidth: a reason of maxReason runes
+// (characters, not bytes) fits its cell whole; one rune more, and it is
+// cut to maxReason runes, the last "…", and said to be cut.
+func TestATableReasonIsCutOnlyPastItsWidth(t *testing.T) {
+	t.Parallel()
+	fits := strings.Repeat("é", maxReason)
+	if got, cut := tableReason(fits, "acme", ""); got != fits || cut {
+		t.Errorf("a reason of %d runes: %q (cut %v), want it whole", maxReason, got, cut)
+	}
+	got, cut := tableReason(fits+"x", "acme", "")
+	if want := strings.Repeat("é", maxReason-1) + "…"; got != want || !cut {
+		t.Errorf("a reason of %d runes: %q (cut %v), want %q, cut", maxReason+1, got, cut, want)
+	}
+}
