@@ -116,3 +116,17 @@ func TestAPollWithoutKeyChecksIsServedAsBefore(t *testing.T) {
 		t.Errorf("instance polling without key checks listed %v; want online", in)
 	}
 }
+
+// TestAKeyCheckAtItsBoundIsCheckedNotRefused: a key check may be up to 32
+// bytes (room for a longer one than today's 16); one of 32 bytes is
+// compared with the account's key's, and refused as a wrong key, not as
+// malformed.
+func TestAKeyCheckAtItsBoundIsCheckedNotRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	_, err := e.proxyClient().Poll(context.Background(), &automatorv1.PollRequest{InstanceId: "a", Wait: durationpb.New(0),
+		KeyIds: []uint32{e.key.ID}, KeyChecks: [][]byte{bytes.Repeat([]byte{1}, 32)}})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("a poll with a key check of 32 bytes: %v, want FAILED_PRECONDITION (a wrong key)", err)
+	}
+}
