@@ -263,6 +263,25 @@ func outcomeStatus(ctx context.Context, w http.ResponseWriter, m proto.Message) 
 	return nil
 }
 
+// sendSizes finds the sizes in grpc-go's refusal of a message too large to
+// send: "trying to send message larger than max (SIZE vs. LIMIT)".
+var sendSizes = regexp.MustCompile(`\((\d+) vs\. (\d+)\)`)
+
+// tooLargeMessage says what grpc-go's refusal of a request larger than one
+// gRPC message means to an HTTP caller, who sent no gRPC message: its
+// request, encoded, is over the limit, and what makes a command large.
+// grpc-go's text is kept, after what it means, when its sizes are not
+// where they were.
+func tooLargeMessage(grpcMsg string) string {
+	const fix = "send less stdin, or fewer or shorter args or env"
+	m := sendSizes.FindStringSubmatch(grpcMsg)
+	if m == nil {
+		return "the request is larger than one gRPC message once encoded: " + fix + " (" + grpcMsg + ")"
+	}
+	limit, _ := strconv.ParseInt(m[2], 10, 64)
+	return fmt.Sprintf("the request is %s bytes once encoded, more than the limit of %s of one gRPC message: %s", m[1], size(limit), fix)
+}
+
 // errorStatus answers a failed call as grpc-gateway does, except:
 //
 //   - a request larger than one gRPC message: the in-memory connection
@@ -292,7 +311,7 @@ func errorStatus(mounted context.Context) runtime.ErrorHandlerFunc {
 		s, ok := status.FromError(err)
 		switch {
 		case ok && s.Code() == codes.ResourceExhausted && strings.Contains(s.Message(), "trying to send message larger than max"):
-			err = status.Error(codes.InvalidArgument, s.Message())
+			err = status.Error(codes.InvalidArgument, tooLargeMessage(s.Message()))
 		case ok && s.Code() == codes.Canceled && mounted.Err() != nil && r.Context().Err() == nil:
 			err = status.Error(codes.Unavailable, "automator shutting down; retry")
 		case ok && s.Code() == codes.Unauthenticated:

@@ -548,14 +548,17 @@ func TestBodyOfExactlyTheLimitIsRead(t *testing.T) {
 // TestCommandOverTheMessageLimitIsABadRequest: a body the gateway reads
 // (under 16 MiB) whose command is larger than one gRPC message (8 MiB) is
 // a limit exceeded, 400 like every other (docs/api.md), not 429, which
-// tells a caller to submit the same again later.
+// tells a caller to submit the same again later. Its message speaks of the
+// caller's request and the limit, not of grpc-go's in-memory send, which
+// an HTTP caller never made ("trying to send message larger than max").
 func TestCommandOverTheMessageLimitIsABadRequest(t *testing.T) {
 	a := automatortest.Start(t, automatortest.Options{})
 	c := api{t: t, base: a.HTTPURL, apiKey: a.APIKey}
 	big := `{"command": {"script": "x", "args": ["` + strings.Repeat("a", 10<<20) + `"]}}`
 	r := c.do("POST", "/v1/accounts/acme/submit", "", big)
-	if r.status != http.StatusBadRequest || r.body["code"] != float64(3) || !strings.Contains(r.str("message"), "larger than max") {
-		t.Fatalf("a 10 MiB command: HTTP %d %.200s; want 400, code 3, naming the limit", r.status, r.raw)
+	const want = "the request is 10485779 bytes once encoded, more than the limit of 8 MiB of one gRPC message: send less stdin, or fewer or shorter args or env"
+	if r.status != http.StatusBadRequest || r.body["code"] != float64(3) || r.str("message") != want {
+		t.Fatalf("a 10 MiB command: HTTP %d %.200s; want 400, code 3, %q", r.status, r.raw, want)
 	}
 	if ra := r.header.Values("Retry-After"); len(ra) != 0 {
 		t.Errorf("a 10 MiB command: Retry-After %q; want none, since sending it again never helps", ra)
