@@ -118,6 +118,46 @@ func TestSlowRequestBodyIsCutOff(t *testing.T) {
 	}
 }
 
+// TestRequestBodyCutOffSaysItDidNotArriveInTime: an API call whose body
+// stops coming is answered, once the read timeout passes, 400 with a
+// message that says the body did not arrive in time, not the socket's
+// "read tcp ADDR->ADDR: i/o timeout", which names neither the body nor
+// what ran out.
+func TestRequestBodyCutOffSaysItDidNotArriveInTime(t *testing.T) {
+	saved := httpReadTimeout
+	httpReadTimeout = 300 * time.Millisecond
+	t.Cleanup(func() { httpReadTimeout = saved })
+	s := serveInProcess(t)
+	s.account(t, "acme")
+	key, err := os.ReadFile(filepath.Join(s.dir, config.FileAPIKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.http, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "POST /v1/accounts/acme/submit HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "+
+		strings.TrimSpace(string(key))+"\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"com\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	// Not a timing assertion: only how long the test waits for the answer.
+	if err := conn.SetReadDeadline(time.Now().Add(waittest.Bound)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("reading the answer to a body that stops coming: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	const want = "the request body did not arrive whole within the time the automator gives a request to arrive"
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), want) || strings.Contains(string(body), "i/o timeout") {
+		t.Fatalf("a body that stops coming: HTTP %d %s; want 400 saying %q", resp.StatusCode, body, want)
+	}
+}
+
 // TestHTTPConnectionsPastTheCapWaitForOneToClose: the HTTP listener holds
 // at most http_max_connections open; a connection past them is not
 // served (it waits in the kernel's queue, taking none of the process's

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"unicode/utf8"
 
@@ -56,9 +57,15 @@ func (d bodyDecoder) Decode(v any) error {
 	}
 	var syntax *json.SyntaxError
 	var tooLarge *http.MaxBytesError
+	var netErr net.Error
 	switch {
 	case errors.As(err, &tooLarge):
 		return fmt.Errorf("the request body is larger than the limit of %s", size(tooLarge.Limit))
+	case errors.As(err, &netErr) && netErr.Timeout():
+		// The HTTP server's read deadline passed with the body still
+		// coming: the socket's "read tcp ADDR->ADDR: i/o timeout" names
+		// neither the body nor what ran out.
+		return errors.New("the request body did not arrive whole within the time the automator gives a request to arrive: send it whole, faster")
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return errors.New("the request body is not complete JSON: it ends in the middle of a value")
 	case errors.As(err, &syntax):
