@@ -20,6 +20,7 @@ import (
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/crypto"
 	"github.com/opsgate/opsgate/internal/grpcwire"
+	"github.com/opsgate/opsgate/internal/printable"
 	"github.com/opsgate/opsgate/internal/scriptenv"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
@@ -175,26 +176,12 @@ func (a *AutomatorService) ListInstances(ctx context.Context, req *automatorv1.L
 	return resp, nil
 }
 
-// maxQuotedName is how much of a name that is not valid an error quotes:
-// more than a valid name's 63 bytes, and never a caller's megabytes back
-// to it (in the status, so in a header) or into the log.
-const maxQuotedName = 80
-
-// quoteName quotes name for an error message; a name longer than
-// maxQuotedName is cut there, with its length.
-func quoteName(name string) string {
-	if len(name) <= maxQuotedName {
-		return fmt.Sprintf("%q", name)
-	}
-	return fmt.Sprintf("%q… (%d bytes)", name[:maxQuotedName], len(name))
-}
-
 // accountOrStatus reads the account a caller's method names. A key scoped
 // to other accounts is refused before the read, so that it learns nothing
 // of which accounts exist.
 func (s *Server) accountOrStatus(ctx context.Context, name, method string) (store.Account, error) {
 	if !AccountNamePattern.MatchString(name) {
-		return store.Account{}, status.Errorf(codes.InvalidArgument, "account %s is not a valid account name (%s)", quoteName(name), AccountNamePattern)
+		return store.Account{}, status.Errorf(codes.InvalidArgument, "account %s is not a valid account name (%s)", printable.Quote(name), AccountNamePattern)
 	}
 	if err := s.allow(ctx, name, method); err != nil {
 		return store.Account{}, err
@@ -431,10 +418,10 @@ func (s *Server) checkCommand(c *automatorv1.Command) error {
 	}
 	for _, k := range slices.Sorted(maps.Keys(c.GetEnv())) {
 		if !scriptenv.ValidName(k) {
-			return fmt.Errorf("command.env: variable name %s is not valid: a name is not empty and holds no '=' or NUL byte", quoteName(k))
+			return fmt.Errorf("command.env: variable name %s is not valid: a name is not empty and holds no '=' or NUL byte", printable.Quote(k))
 		}
 		if strings.ContainsRune(c.GetEnv()[k], 0) {
-			return fmt.Errorf("command.env: the value of %s holds a NUL byte, which no environment variable can", quoteName(k))
+			return fmt.Errorf("command.env: the value of %s holds a NUL byte, which no environment variable can", printable.Quote(k))
 		}
 		if err := scriptenv.Refused(k); err != nil {
 			return fmt.Errorf("command.env: %w", err)
@@ -572,7 +559,7 @@ func (s *Server) workStatus(ctx context.Context, w store.Work) (*automatorv1.Wor
 		}
 		st.Result = r
 		if w.State == store.StateFailed && r.GetFailure() != "" {
-			st.Reason = printable(r.GetFailure())
+			st.Reason = printableFailure(r.GetFailure())
 		}
 	}
 	return st, nil

@@ -595,13 +595,13 @@ func plainText(field, v string) error {
 // the ASCII space).
 func notShown(r rune) bool { return !unicode.IsPrint(r) }
 
-// printable is a failure a proxy reports, as operators are shown it: a line
+// printableFailure is a failure a proxy reports, as operators are shown it: a line
 // break, a tab or another white space becomes a space, any other character
 // that is not shown as it is (an escape sequence's control characters, a
 // bidi override, a zero-width space) U+FFFD. The failure itself is not
 // refused: the unit would then stay claimed until its deadline, and an
 // older proxy's message may hold a line break.
-func printable(v string) string {
+func printableFailure(v string) string {
 	if strings.IndexFunc(v, notShown) < 0 {
 		return v
 	}
