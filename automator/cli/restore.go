@@ -153,7 +153,7 @@ func restoreSQLite(ctx context.Context, dir, db string, cfg config.Config, file 
 		if err := st.Close(); err != nil {
 			return err
 		}
-		carried, _, carryErr = sqlitestore.CarryIdempotentUnits(ctx, tmp, dbPath, now.Add(-idempotencyWindow))
+		carried, carryErr = sqlitestore.CarryIdempotentUnits(ctx, tmp, dbPath, now.Add(-idempotencyWindow))
 		if store.IsStorageFull(carryErr) {
 			return fmt.Errorf("copying the units queued with an idempotency key after the backup was taken (nothing was replaced): %w", carryErr)
 		}

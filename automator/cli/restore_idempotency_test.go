@@ -2,6 +2,7 @@ package cli
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -125,16 +126,7 @@ func TestRestoreRecordsTheUnitsItCopiesFromTheReplacedDatabase(t *testing.T) {
 		if w, err := st.WorkGet(ctx, "w-after"); err != nil || w.State != store.StateSucceeded {
 			t.Errorf("w-after after the restore: %s, %v; want succeeded, as it was", w.State, err)
 		}
-		events, err := st.AuditList(ctx, store.AuditListParams{Limit: 1000})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := map[string][]string{}
-		for _, e := range events {
-			if e.WorkID == "w-after" || e.WorkID == "w-running" {
-				got[e.WorkID] = append(got[e.WorkID], e.Kind+" "+e.Outcome+" "+e.Detail)
-			}
-		}
+		got := unitsAudit(t, st, "w-after", "w-running")
 		want := map[string][]string{
 			"w-after":   {"work.queued  ", "work.ended succeeded "},
 			"w-running": {"work.queued  ", "work.ended timed_out restore"},
@@ -176,16 +168,7 @@ func TestRestoreCopiesOnlyTheRecordsOfTheUnitsItCopies(t *testing.T) {
 		t.Fatalf("restore: exit %d: %s", code, stderr)
 	}
 	withStore(t, dir, func(st *sqlitestore.Store) {
-		events, err := st.AuditList(ctx, store.AuditListParams{Limit: 1000})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := map[string][]string{}
-		for _, e := range events {
-			if e.WorkID == "w-before" || e.WorkID == "w-after" {
-				got[e.WorkID] = append(got[e.WorkID], e.Kind+" "+e.Outcome+" "+e.Detail)
-			}
-		}
+		got := unitsAudit(t, st, "w-before", "w-after")
 		// Both were open: the restore ended them, each with its record.
 		for _, id := range []string{"w-before", "w-after"} {
 			want := []string{"work.queued  ", "work.ended timed_out restore"}
@@ -232,4 +215,21 @@ func TestRestoreKeepsTheKeysOfTheWholeIdempotencyWindow(t *testing.T) {
 			t.Errorf("the unit queued 25 hours ago, its key no longer bound: %v, want it not copied (%v)", err, store.ErrNotFound)
 		}
 	})
+}
+
+// unitsAudit returns the audit records of the units ids in st, each as
+// "KIND OUTCOME DETAIL", in the order AuditList gives them.
+func unitsAudit(t *testing.T, st *sqlitestore.Store, ids ...string) map[string][]string {
+	t.Helper()
+	events, err := st.AuditList(t.Context(), store.AuditListParams{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, e := range events {
+		if slices.Contains(ids, e.WorkID) {
+			got[e.WorkID] = append(got[e.WorkID], e.Kind+" "+e.Outcome+" "+e.Detail)
+		}
+	}
+	return got
 }

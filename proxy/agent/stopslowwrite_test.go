@@ -56,16 +56,7 @@ func TestAStopIsListedWhenTheAutomatorsWriteOfItIsSlow(t *testing.T) {
 	const unheard = 100 * time.Millisecond
 	h := &heldStops{held: make(chan struct{}, 1), gate: make(chan struct{}), gaveUp: make(chan struct{})}
 	a := automatortest.Start(t, automatortest.Options{WrapStore: func(st store.Store) store.Store { h.Store = st; return h }})
-	ag := agent.New(agent.WithStopBounds(agent.Options{
-		Client: automatorv1.NewProxyServiceClient(a.ProxyConn(t)), Keys: crypto.Keys{a.Key},
-		InstanceID: "host-a", Hostname: "host-a", ScriptsDir: t.TempDir(), MaxConcurrency: 1,
-		PollWait: time.Minute, BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}, time.Hour, unheard))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stopped := make(chan struct{})
-	go func() { defer close(stopped); _ = ag.Run(ctx) }()
+	ag, cancel, stopped := runStopBounded(t, automatorv1.NewProxyServiceClient(a.ProxyConn(t)), a.Key, unheard)
 	automatortest.WaitFor(t, 10*time.Second, "the proxy's first poll to be answered", func() bool { return !ag.LastPoll().IsZero() })
 	cancel()
 	waittest.Recv(t, h.held, "the write of the stop's poll to be held")
@@ -111,16 +102,7 @@ func TestAStopThatFindsTheAutomatorUnreachableKeepsItsShortBound(t *testing.T) {
 	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{PollWindow: time.Minute})
 	c := &cutClient{ProxyServiceClient: automatorv1.NewProxyServiceClient(a.ProxyConn(t))}
-	ag := agent.New(agent.WithStopBounds(agent.Options{
-		Client: c, Keys: crypto.Keys{a.Key},
-		InstanceID: "host-a", Hostname: "host-a", ScriptsDir: t.TempDir(), MaxConcurrency: 1,
-		PollWait: time.Minute, BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}, time.Hour, 100*time.Millisecond))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stopped := make(chan struct{})
-	go func() { defer close(stopped); _ = ag.Run(ctx) }()
+	ag, cancel, stopped := runStopBounded(t, c, a.Key, 100*time.Millisecond)
 	// The first poll, which does not wait, answered; the next one, on
 	// its way, waits for a minute on the automator.
 	automatortest.WaitFor(t, 10*time.Second, "the proxy's second poll to be on its way", func() bool {
@@ -161,17 +143,27 @@ func TestAStopWhoseAutomatorNeverAnsweredKeepsItsShortBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &silentClient{polled: make(chan struct{}, 1)}
-	ag := agent.New(agent.WithStopBounds(agent.Options{
+	_, cancel, stopped := runStopBounded(t, c, key, 100*time.Millisecond)
+	waittest.Recv(t, c.polled, "the proxy's first poll to be on its way")
+	cancel()
+	waittest.Recv(t, stopped, "the stop to end within its short bound, the automator silent")
+}
+
+// runStopBounded runs an agent of client c holding key, whose stop waits
+// an hour for the answer of an automator that answered the poll before it
+// and unheard for one that did not; cancel stops it (and is called when
+// the test ends), and stopped is closed once it has.
+func runStopBounded(t *testing.T, c automatorv1.ProxyServiceClient, key crypto.Key, unheard time.Duration) (ag *agent.Agent, cancel context.CancelFunc, stopped <-chan struct{}) {
+	t.Helper()
+	ag = agent.New(agent.WithStopBounds(agent.Options{
 		Client: c, Keys: crypto.Keys{key},
 		InstanceID: "host-a", Hostname: "host-a", ScriptsDir: t.TempDir(), MaxConcurrency: 1,
 		PollWait: time.Minute, BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}, time.Hour, 100*time.Millisecond))
+	}, time.Hour, unheard))
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	stopped := make(chan struct{})
-	go func() { defer close(stopped); _ = ag.Run(ctx) }()
-	waittest.Recv(t, c.polled, "the proxy's first poll to be on its way")
-	cancel()
-	waittest.Recv(t, stopped, "the stop to end within its short bound, the automator silent")
+	t.Cleanup(cancel)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = ag.Run(ctx) }()
+	return ag, cancel, done
 }

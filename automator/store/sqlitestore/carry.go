@@ -22,32 +22,32 @@ import (
 // lacks is not copied. A unit of path holding a key that prevPath gave to
 // a newer unit loses it, as in prevPath. Both files must be closed;
 // prevPath is only read, and may be of any schema version. It returns how
-// many units it copied, and how many of them were open.
-func CarryIdempotentUnits(ctx context.Context, path, prevPath string, since time.Time) (carried, open int, err error) {
+// many units it copied.
+func CarryIdempotentUnits(ctx context.Context, path, prevPath string, since time.Time) (carried int, err error) {
 	db, err := sql.Open("sqlite", dsn(path, false))
 	if err != nil {
-		return 0, 0, fmt.Errorf("opening %s: %w", path, err)
+		return 0, fmt.Errorf("opening %s: %w", path, err)
 	}
 	defer db.Close()
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return 0, 0, fmt.Errorf("opening %s: %w", path, err)
+		return 0, fmt.Errorf("opening %s: %w", path, err)
 	}
 	defer conn.Close()
 	if _, err := conn.ExecContext(ctx, `ATTACH DATABASE ? AS prev`, prevPath); err != nil {
-		return 0, 0, fmt.Errorf("reading %s: %w", prevPath, err)
+		return 0, fmt.Errorf("reading %s: %w", prevPath, err)
 	}
 	defer conn.ExecContext(context.WithoutCancel(ctx), `DETACH DATABASE prev`)
 	var tables int
 	if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM prev.sqlite_master WHERE type = 'table' AND name = 'work'`).Scan(&tables); err != nil {
-		return 0, 0, fmt.Errorf("reading %s: %w", prevPath, err)
+		return 0, fmt.Errorf("reading %s: %w", prevPath, err)
 	}
 	if tables == 0 {
-		return 0, 0, nil // an empty database: no unit to carry
+		return 0, nil // an empty database: no unit to carry
 	}
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, 0, fmt.Errorf("carrying units into %s: %w", path, err)
+		return 0, fmt.Errorf("carrying units into %s: %w", path, err)
 	}
 	defer tx.Rollback()
 	// The units to carry: in prev, queued with a key since, not in main,
@@ -59,23 +59,23 @@ AND NOT EXISTS (SELECT 1 FROM main.work m WHERE m.id = p.id)`
 	if _, err := tx.ExecContext(ctx, `UPDATE main.work SET idempotency_key = NULL
 WHERE idempotency_key IS NOT NULL AND EXISTS (SELECT 1 FROM prev.work p
 	WHERE p.account = work.account AND p.idempotency_key = work.idempotency_key AND p.id IN (`+toCarry+`))`, toNanos(since)); err != nil {
-		return 0, 0, fmt.Errorf("carrying units into %s: %w", path, outOfSpace(err, filepath.Dir(path)))
+		return 0, fmt.Errorf("carrying units into %s: %w", path, outOfSpace(err, filepath.Dir(path)))
 	}
-	if err := tx.QueryRowContext(ctx, `SELECT count(*), COALESCE(SUM(state IN ('queued', 'claimed')), 0) FROM prev.work WHERE id IN (`+toCarry+`)`,
-		toNanos(since)).Scan(&carried, &open); err != nil {
-		return 0, 0, fmt.Errorf("reading %s: %w", prevPath, err)
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM prev.work WHERE id IN (`+toCarry+`)`,
+		toNanos(since)).Scan(&carried); err != nil {
+		return 0, fmt.Errorf("reading %s: %w", prevPath, err)
 	}
 	// Their audit records first: once the units are in main, toCarry
 	// selects none. A prevPath of a schema before the audit log has none.
 	var auditTables int
 	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM prev.sqlite_master WHERE type = 'table' AND name = 'audit'`).Scan(&auditTables); err != nil {
-		return 0, 0, fmt.Errorf("reading %s: %w", prevPath, err)
+		return 0, fmt.Errorf("reading %s: %w", prevPath, err)
 	}
 	if auditTables > 0 {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO main.audit (at, kind, actor, source, account, work_id, instance_id, outcome, sealed_script, detail)
 SELECT a.at, a.kind, a.actor, a.source, a.account, a.work_id, a.instance_id, a.outcome, a.sealed_script, a.detail
 FROM prev.audit a WHERE a.work_id IN (`+toCarry+`) ORDER BY a.seq`, toNanos(since)); err != nil {
-			return 0, 0, fmt.Errorf("carrying the audit records of units into %s: %w", path, outOfSpace(err, filepath.Dir(path)))
+			return 0, fmt.Errorf("carrying the audit records of units into %s: %w", path, outOfSpace(err, filepath.Dir(path)))
 		}
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO main.work (id, account, state, key_id, sealed_command, queued_at, deadline,
@@ -83,10 +83,10 @@ FROM prev.audit a WHERE a.work_id IN (`+toCarry+`) ORDER BY a.seq`, toNanos(sinc
 SELECT p.id, p.account, p.state, p.key_id, p.sealed_command, p.queued_at, p.deadline, p.claimed_at, p.instance_id, p.claim_id,
 	p.finished_at, p.sealed_result, p.reason, p.idempotency_key
 FROM prev.work p WHERE p.id IN (`+toCarry+`)`, toNanos(since)); err != nil {
-		return 0, 0, fmt.Errorf("carrying units into %s: %w", path, outOfSpace(err, filepath.Dir(path)))
+		return 0, fmt.Errorf("carrying units into %s: %w", path, outOfSpace(err, filepath.Dir(path)))
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, 0, fmt.Errorf("carrying units into %s: %w", path, outOfSpace(err, filepath.Dir(path)))
+		return 0, fmt.Errorf("carrying units into %s: %w", path, outOfSpace(err, filepath.Dir(path)))
 	}
-	return carried, open, nil
+	return carried, nil
 }
