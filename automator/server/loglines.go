@@ -29,6 +29,36 @@ func newDiskFullLog(log *slog.Logger, clock Clock) *loglimit.Limiter {
 		SummaryAttrs: []any{"see", `automator_store_errors_total{kind="storage_full"}`}}
 }
 
+// newRefusedPollLog bounds the lines of polls refused for their
+// instance's keys (none usable, or another account's): each such instance
+// polls again with backoff, every 15 s at most, until its profile is
+// replaced, so a rotation without --overlap that left a thousand
+// instances behind would write some 4,000 lines a minute. Each is listed
+// refused, with its cause, and counted in automator_instances_refused.
+func newRefusedPollLog(log *slog.Logger, clock Clock) *loglimit.Limiter {
+	return &loglimit.Limiter{Logger: log, Level: slog.LevelWarn, Now: clock.Now,
+		Summary:      "polls refused for their instance's keys, not logged one by one",
+		SummaryAttrs: []any{"see", "automator instances --account A (STATUS refused, and why), and automator_instances_refused"}}
+}
+
+// newQueueFullLog bounds the lines of units refused for a full queue: a
+// caller that submits again at once, without the wait its answer asks
+// for, would write one per call. Each is in the audit log.
+func newQueueFullLog(log *slog.Logger, clock Clock) *loglimit.Limiter {
+	return &loglimit.Limiter{Logger: log, Level: slog.LevelWarn, Now: clock.Now,
+		Summary:      "units refused for a full queue, not logged one by one",
+		SummaryAttrs: []any{"see", "the audit log (work.refused), and automator_queue_depth"}}
+}
+
+// newDeniedLog bounds the lines of calls refused because the API key may
+// not use the account they name: a caller given the wrong account would
+// write one per call. Each is in the audit log.
+func newDeniedLog(log *slog.Logger, clock Clock) *loglimit.Limiter {
+	return &loglimit.Limiter{Logger: log, Level: slog.LevelWarn, Now: clock.Now,
+		Summary:      "calls of API keys outside their accounts, not logged one by one",
+		SummaryAttrs: []any{"see", "the audit log (auth.denied)"}}
+}
+
 // flushLogLimits writes the counts of the bounded lines not written in an
 // interval that is over: the sweeper calls it, so a clock that is not the
 // real one (tests) has its counts written too.
@@ -36,6 +66,9 @@ func (s *Server) flushLogLimits() {
 	s.authFailLog.Flush()
 	s.timedOutLog.Flush()
 	s.diskFullLog.Flush()
+	s.refusedPollLog.Flush()
+	s.queueFullLog.Flush()
+	s.deniedLog.Flush()
 }
 
 // writeMark is taken before a write whose success may end a full disk: see

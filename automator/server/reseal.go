@@ -78,7 +78,7 @@ func (s *Server) instanceRing(ctx context.Context, account, instanceID string, h
 	// is one of before a rotation, which the usable keys decide on.
 	for i, c := range checks {
 		if want, ok := r.checkOf(held[i]); ok && !crypto.KeyCheckEqual(c, want) {
-			s.log.Warn("instance holds a key that is not its account's key of that id (another account's key, or a mistyped one); it claims nothing",
+			s.refusedPollLog.Log("instance holds a key that is not its account's key of that id (another account's key, or a mistyped one); it claims nothing",
 				"account", account, "instance_id", instanceID, "key_id", held[i])
 			return nil, true, true, status.Errorf(codes.FailedPrecondition,
 				"instance %q holds, as key id %d, a key that is not account %q's key %d (another account's key, or a mistyped one); it claims nothing: install the account's profile (from `automator account create` or `automator account rotate-key`)",
@@ -86,7 +86,7 @@ func (s *Server) instanceRing(ctx context.Context, account, instanceID string, h
 		}
 	}
 	if _, ok := r.newestUsableOf(held, now); !ok {
-		s.log.Warn("instance holds no usable key of its account; it claims nothing", "account", account, "instance_id", instanceID, "holds", held)
+		s.refusedPollLog.Log("instance holds no usable key of its account; it claims nothing", "account", account, "instance_id", instanceID, "holds", held)
 		return nil, true, false, status.Errorf(codes.FailedPrecondition,
 			"instance %q holds key ids %v of account %q, none of them usable now (usable: %s); install the account's latest profile (from `automator account rotate-key`)",
 			instanceID, held, account, r.describe(now))

@@ -157,9 +157,13 @@ type Server struct {
 	// timedOutLog and diskFullLog bound the lines of units timed out and
 	// of store calls refused for lack of disk space (loglines.go).
 	timedOutLog, diskFullLog *loglimit.Limiter
-	storeMetrics             StoreMetrics  // the Metrics, when it counts failed store calls
-	diskFull                 atomic.Bool   // a write was refused for lack of disk space, and none has succeeded since (loglines.go)
-	fullWrites               atomic.Uint64 // writes refused for lack of disk space
+	// refusedPollLog, queueFullLog and deniedLog bound the lines of polls
+	// refused for their keys, units refused for a full queue, and calls of
+	// API keys outside their accounts (loglines.go).
+	refusedPollLog, queueFullLog, deniedLog *loglimit.Limiter
+	storeMetrics                            StoreMetrics  // the Metrics, when it counts failed store calls
+	diskFull                                atomic.Bool   // a write was refused for lack of disk space, and none has succeeded since (loglines.go)
+	fullWrites                              atomic.Uint64 // writes refused for lack of disk space
 
 	keysMu sync.Mutex
 	keys   map[string]*keyRing // account → its opened keys (keys.go)
@@ -254,6 +258,7 @@ func New(o Options) (*Server, error) {
 	}
 	s.authFailLog = newAuthFailLog(o.Logger, o.Clock)
 	s.timedOutLog, s.diskFullLog = newTimedOutLog(o.Logger, o.Clock), newDiskFullLog(o.Logger, o.Clock)
+	s.refusedPollLog, s.queueFullLog, s.deniedLog = newRefusedPollLog(o.Logger, o.Clock), newQueueFullLog(o.Logger, o.Clock), newDeniedLog(o.Logger, o.Clock)
 	return s, nil
 }
 
