@@ -88,7 +88,7 @@ func Main(ctx context.Context, args []string, env Env) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // the command's flag set printed its help
 		}
-		fmt.Fprintf(env.Stderr, "automator: %s\n", clihelp.OneLine(err))
+		fmt.Fprintf(env.Stderr, "automator: %s\n", clihelp.OneLineStopped(ctx, err))
 		return ExitError
 	}
 	return code

@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -19,7 +20,8 @@ import (
 // behind, naming an address nothing listens on), say at once, in one line
 // on stderr, which address they dial, where it came from, how to check
 // that serve runs, why it failed and until when they keep trying (Ctrl-C
-// stops them), and go on trying; stdout stays empty. So for a SQLite data
+// stops them), and go on trying; stdout stays empty. Stopped by a signal
+// then, they say which, not "context canceled". So for a SQLite data
 // directory, a PostgreSQL one (the client does not open the database), and
 // one whose address is automator.yaml's listen (no serve wrote one).
 func TestAClientCommandOfAGoneAutomatorSaysSoAtOnce(t *testing.T) {
@@ -59,7 +61,9 @@ func TestAClientCommandOfAGoneAutomatorSaysSoAtOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			ctx, cancel := context.WithCancel(t.Context())
+			// As signal.NotifyContext ends main's context.
+			ctx, cancelCause := context.WithCancelCause(t.Context())
+			cancel := func() { cancelCause(errors.New("interrupt signal received")) }
 			defer cancel()
 			var mu sync.Mutex
 			var stdout, stderr strings.Builder
@@ -110,7 +114,18 @@ func TestAClientCommandOfAGoneAutomatorSaysSoAtOnce(t *testing.T) {
 				}
 			}
 			cancel()
-			<-done
+			if code := <-done; code != ExitError {
+				t.Errorf("%s stopped by a signal: exit %d, want %d", tc.args[0], code, ExitError)
+			}
+			mu.Lock()
+			last := strings.TrimSpace(stderr.String())
+			mu.Unlock()
+			if i := strings.LastIndex(last, "\n"); i >= 0 {
+				last = last[i+1:]
+			}
+			if !strings.Contains(last, "stopped: interrupt signal received") || strings.Contains(last, "context canceled") {
+				t.Errorf("stderr's last line once stopped by a signal: %q; want it to say \"stopped: interrupt signal received\", not \"context canceled\"", last)
+			}
 			if stdout.String() != "" {
 				t.Errorf("stdout %q; want it empty (the notice goes to stderr)", stdout.String())
 			}

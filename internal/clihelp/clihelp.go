@@ -4,6 +4,7 @@
 package clihelp
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -111,6 +112,22 @@ func OneLine(err error) string {
 		b.WriteString(line)
 	}
 	return b.String()
+}
+
+// OneLineStopped is OneLine for the error of a command given ctx, the
+// context a stop signal ends (signal.NotifyContext, whose cause names the
+// signal: "interrupt signal received"): once the signal came, the
+// "context canceled" of the calls it cut short is said as "stopped:
+// interrupt signal received", which tells the operator why they ended.
+func OneLineStopped(ctx context.Context, err error) string {
+	line := OneLine(err)
+	cause := context.Cause(ctx)
+	// The cause is context.Canceled itself when no signal ended ctx (the
+	// signal's cause is one too, for errors.Is).
+	if ctx.Err() == nil || cause == nil || cause == context.Canceled {
+		return line
+	}
+	return strings.ReplaceAll(line, context.Canceled.Error(), "stopped: "+cause.Error())
 }
 
 // ParseInterspersed parses the flags of fs that may stand before or after

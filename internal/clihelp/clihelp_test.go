@@ -2,6 +2,7 @@ package clihelp
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -129,5 +130,26 @@ func TestFlagValueFindsEveryFormOfAFlag(t *testing.T) {
 		if got, ok := FlagValue(tc.args, "log-format"); got != tc.want || ok != tc.ok {
 			t.Errorf("%q: %q, %v; want %q, %v", tc.args, got, ok, tc.want, tc.ok)
 		}
+	}
+}
+
+// TestOneLineStoppedNamesTheSignalOnlyWhenOneEndedTheCommand: the
+// "context canceled" of a call cut short is said as the signal that ended
+// the command's context (signal.NotifyContext's cause), and left as it is
+// while the context runs or when it ended for another reason.
+func TestOneLineStoppedNamesTheSignalOnlyWhenOneEndedTheCommand(t *testing.T) {
+	err := fmt.Errorf("waiting for work w_1: %w", context.Canceled)
+	if got := OneLineStopped(context.Background(), err); got != "waiting for work w_1: context canceled" {
+		t.Errorf("a running context: %q", got)
+	}
+	plain, cancel := context.WithCancel(context.Background())
+	cancel()
+	if got := OneLineStopped(plain, err); got != "waiting for work w_1: context canceled" {
+		t.Errorf("a context cancelled without a cause: %q", got)
+	}
+	signalled, cancelCause := context.WithCancelCause(context.Background())
+	cancelCause(errors.New("terminated signal received"))
+	if got := OneLineStopped(signalled, err); got != "waiting for work w_1: stopped: terminated signal received" {
+		t.Errorf("a context ended by a signal: %q", got)
 	}
 }

@@ -67,7 +67,7 @@ func Main(ctx context.Context, args []string, env Env) int {
 		if errors.As(err, new(errLogged)) {
 			return 1 // the service logged it
 		}
-		fmt.Fprintf(env.Stderr, "proxy: %s\n", clihelp.OneLine(err))
+		fmt.Fprintf(env.Stderr, "proxy: %s\n", clihelp.OneLineStopped(ctx, err))
 		return 1
 	}
 	return 0
