@@ -31,6 +31,17 @@ func (b *backoff) next() time.Duration {
 
 func (b *backoff) reset() { b.cur = 0 }
 
+// PlaintextClosed reports whether err, of a call to the automator at
+// automatorURL, says that a plaintext connection (an http:// URL) was
+// closed or reset before the automator's HTTP/2 settings came: what an
+// automator serving TLS does, without a word, to a connection that does
+// not begin with a TLS handshake. automator_url may be http:// only for
+// one started with --insecure-plaintext.
+func PlaintextClosed(automatorURL string, err error) bool {
+	return status.Code(err) == codes.Unavailable && strings.HasPrefix(automatorURL, "http://") &&
+		strings.Contains(status.Convert(err).Message(), "error reading server preface")
+}
+
 // connState logs the connection to the automator once per change of state,
 // not once per attempt.
 type connState struct {
@@ -62,6 +73,9 @@ func (s *connState) failed(err error) {
 		// a reset) names no certificate and stays "unreachable".
 		kind = "handshake"
 	}
+	if PlaintextClosed(s.automator, err) {
+		kind = "plaintext"
+	}
 	var late noAnswerError
 	if errors.As(err, &late) {
 		// Not unreachable: the connection did not fail (a broken one,
@@ -79,6 +93,8 @@ func (s *connState) failed(err error) {
 		s.log.Error("the automator refused this proxy's token: the account's token was rotated and its overlap has ended, or the account was deleted; install the account's current profile, or check `token` in the config (retrying with backoff)", attrs...)
 	case kind == "handshake":
 		s.log.Error("the TLS handshake with the automator failed: its certificate is not trusted by this proxy's `ca_cert` (or `pin_sha256`), or not valid for the host of `automator_url`; check them (retrying with backoff)", attrs...)
+	case kind == "plaintext":
+		s.log.Error("the automator closed the plaintext connection without answering: an automator serving TLS (as serve does unless started with --insecure-plaintext) does so to a connection that does not begin with a TLS handshake, so give `automator_url` as https:// with the profile's `ca_cert` (`proxy status` checks which); or something else on that port closes it (retrying with backoff)", attrs...)
 	case kind == "no answer":
 		s.log.Warn(fmt.Sprintf("the automator did not begin its answer to a poll within %v, though the connection did not fail: the automator is slow or stuck, or the link saturated; retrying with backoff", late.within), attrs...)
 	case code == codes.Unavailable || code == codes.DeadlineExceeded:

@@ -2,8 +2,12 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/base64"
+	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +21,7 @@ import (
 	"github.com/opsgate/opsgate/crypto"
 	"github.com/opsgate/opsgate/internal/grpcwire"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+	"github.com/opsgate/opsgate/proxy/agent"
 	"github.com/opsgate/opsgate/proxy/config"
 )
 
@@ -58,7 +63,37 @@ func checkProfile(ctx context.Context, cfg config.Config, now time.Time) profile
 	defer conn.Close()
 	var trailer metadata.MD
 	_, err = automatorv1.NewProxyServiceClient(conn).Complete(ctx, &automatorv1.CompleteRequest{}, grpc.Trailer(&trailer))
+	if agent.PlaintextClosed(cfg.AutomatorURL, err) {
+		// Closed without a word: an automator serving TLS, or something
+		// else on the port (a relay without a backend), which a TLS
+		// handshake tells apart.
+		if u, perr := url.Parse(cfg.AutomatorURL); perr == nil && answersTLS(ctx, u.Host) {
+			return profileCheck{stale: true, refused: true, line: fmt.Sprintf("the automator at %s serves TLS, and closes the plaintext connections an http:// automator_url makes without answering: give automator_url as https://%s with the profile's ca_cert; install the account's current profile", u.Host, u.Host)}
+		}
+	}
 	return judgeCheck(cfg, err, trailer, now)
+}
+
+// answersTLS reports whether what listens at addr (HOST:PORT) answers a
+// TLS handshake: it completes, or fails for the certificate (which need
+// not be trusted here: nothing is sent over it) or with an alert the
+// other side sent. A connection closed, reset or answered in anything but
+// TLS does not.
+func answersTLS(ctx context.Context, addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	d := tls.Dialer{Config: &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12}}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err == nil {
+		c.Close()
+		return true
+	}
+	var verify *tls.CertificateVerificationError
+	var alert tls.AlertError
+	var op *net.OpError
+	return errors.As(err, &verify) || errors.As(err, &alert) || (errors.As(err, &op) && op.Op == "remote error")
 }
 
 // judgeCheck reads the answer to checkProfile's call.

@@ -156,3 +156,42 @@ func TestStatusCheckOfAHandshakeCutByTheNetworkIsNotAStaleProfile(t *testing.T) 
 		t.Errorf("check through a connection cut during the handshake: %+v, want unreached, not an untrusted certificate", c)
 	}
 }
+
+// TestStatusCheckOfAnHTTPURLForAnAutomatorServingTLSSaysToGiveHTTPS: a
+// config whose automator_url is http:// (plaintext, allowed on loopback)
+// for an automator serving TLS, as serve does by default, gets its
+// connections closed without a word. The check tells it from something
+// else on the port by a TLS handshake: the automator's answers, so the
+// config is refused and the line says to give https://; a listener that
+// closes every connection (a relay without a backend) answers none, and
+// it stays unreached.
+func TestStatusCheckOfAnHTTPURLForAnAutomatorServingTLSSaysToGiveHTTPS(t *testing.T) {
+	t.Parallel()
+	a := automatortest.Start(t, automatortest.Options{})
+	cfg := standbyConfig(t, a, a.Token, a.Key)
+	cfg.AutomatorURL = "http://" + a.GRPCAddr
+	c := checkProfile(t.Context(), cfg, time.Now())
+	if !c.stale || !c.refused || c.unreached || !strings.Contains(c.line, "serves TLS") || !strings.Contains(c.line, "give automator_url as https://"+a.GRPCAddr) {
+		t.Errorf("check of an http:// URL for an automator serving TLS: %+v, want refused, saying to give https://%s", c, a.GRPCAddr)
+	}
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	cfg.AutomatorURL = "http://" + l.Addr().String()
+	c = checkProfile(t.Context(), cfg, time.Now())
+	if c.stale || c.refused || !c.unreached || strings.Contains(c.line, "TLS") {
+		t.Errorf("check of an http:// URL for a listener that closes every connection: %+v, want unreached, saying nothing of TLS", c)
+	}
+}
