@@ -42,6 +42,18 @@ func PlaintextClosed(automatorURL string, err error) bool {
 		strings.Contains(status.Convert(err).Message(), "error reading server preface")
 }
 
+// NotTLS reports whether err, of a call over TLS, says that what answered
+// at the automator's address does not speak TLS: the automator's HTTP
+// listener (http_listen) given for its gRPC one, an automator serving
+// plaintext (--insecure-plaintext, reached with http://), or another
+// program.
+func NotTLS(err error) bool {
+	return status.Code(err) == codes.Unavailable && strings.Contains(status.Convert(err).Message(), "first record does not look like a TLS handshake")
+}
+
+// NotTLSHelp is what to check when NotTLS.
+const NotTLSHelp = "what answers at automator_url does not speak TLS: is its port the automator's HTTP listener (http_listen, 8080 by default) rather than its gRPC one (listen, 8443 by default)? an automator started with --insecure-plaintext is given as http://"
+
 // connState logs the connection to the automator once per change of state,
 // not once per attempt.
 type connState struct {
@@ -76,6 +88,9 @@ func (s *connState) failed(err error) {
 	if PlaintextClosed(s.automator, err) {
 		kind = "plaintext"
 	}
+	if NotTLS(err) {
+		kind = "not TLS"
+	}
 	var late noAnswerError
 	if errors.As(err, &late) {
 		// Not unreachable: the connection did not fail (a broken one,
@@ -95,6 +110,8 @@ func (s *connState) failed(err error) {
 		s.log.Error("the TLS handshake with the automator failed: its certificate is not trusted by this proxy's `ca_cert` (or `pin_sha256`), or not valid for the host of `automator_url`; check them (retrying with backoff)", attrs...)
 	case kind == "plaintext":
 		s.log.Error("the automator closed the plaintext connection without answering: an automator serving TLS (as serve does unless started with --insecure-plaintext) does so to a connection that does not begin with a TLS handshake, so give `automator_url` as https:// with the profile's `ca_cert` (`proxy status` checks which); or something else on that port closes it (retrying with backoff)", attrs...)
+	case kind == "not TLS":
+		s.log.Error(NotTLSHelp+" (retrying with backoff)", attrs...)
 	case kind == "no answer":
 		s.log.Warn(fmt.Sprintf("the automator did not begin its answer to a poll within %v, though the connection did not fail: the automator is slow or stuck, or the link saturated; retrying with backoff", late.within), attrs...)
 	case code == codes.Unavailable || code == codes.DeadlineExceeded:

@@ -3,14 +3,18 @@ package agent_test
 import (
 	"context"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/opsgate/opsgate/automator/automatortest"
+	"github.com/opsgate/opsgate/automator/pki"
 	"github.com/opsgate/opsgate/crypto"
 	"github.com/opsgate/opsgate/internal/grpcwire"
 	"github.com/opsgate/opsgate/internal/waittest"
@@ -59,5 +63,55 @@ func TestAPlaintextURLOfAnAutomatorServingTLSIsSaidSo(t *testing.T) {
 	}
 	if n := strings.Count(line, "automator unreachable"); n != 0 {
 		t.Errorf("%d lines say the automator is unreachable; want none: it answered, in TLS:\n%s", n, line)
+	}
+}
+
+// TestAnHTTPSURLOfSomethingNotSpeakingTLSIsSaidSo: an agent whose
+// automator_url names a port where something answers but not in TLS
+// (the automator's HTTP listener given for its gRPC one, say) says so,
+// once, at ERROR, naming the likely mix-up, rather than that the automator
+// is unreachable with crypto/tls's "first record does not look like a TLS
+// handshake".
+func TestAnHTTPSURLOfSomethingNotSpeakingTLSIsSaidSo(t *testing.T) {
+	t.Parallel()
+	a := automatortest.Start(t, automatortest.Options{})
+	web := httptest.NewServer(http.NotFoundHandler()) // plaintext HTTP/1.1
+	defer web.Close()
+	addr := web.Listener.Addr().String()
+	tlsCfg, err := pki.ClientTLS(a.CAPEM, "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
+		grpc.WithPerRPCCredentials(grpcwire.Bearer(a.Token, true)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	log := &syncBuffer{}
+	ag := agent.New(agent.Options{
+		Client:     automatorv1.NewProxyServiceClient(conn),
+		Automator:  "https://" + addr,
+		Keys:       crypto.Keys{a.Key},
+		InstanceID: "mixed-up",
+		ScriptsDir: t.TempDir(),
+		PollWait:   time.Second,
+		BackoffMin: 10 * time.Millisecond,
+		BackoffMax: 50 * time.Millisecond,
+		Logger:     slog.New(slog.NewTextHandler(log, nil)),
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = ag.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	waittest.Until(t, "the line saying what answers does not speak TLS", func() bool {
+		return strings.Contains(log.String(), "level=ERROR msg=\"what answers at automator_url does not speak TLS")
+	})
+	line := log.String()
+	if !strings.Contains(line, "HTTP listener (http_listen") || !strings.Contains(line, "automator=https://"+addr) {
+		t.Errorf("the line does not name the likely mix-up or the automator:\n%s", line)
+	}
+	if n := strings.Count(line, "automator unreachable"); n != 0 {
+		t.Errorf("%d lines say the automator is unreachable; want none: something answered, not in TLS:\n%s", n, line)
 	}
 }

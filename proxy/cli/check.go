@@ -118,6 +118,9 @@ func judgeCheck(cfg config.Config, err error, trailer metadata.MD, now time.Time
 		if strings.Contains(msg, "authentication handshake failed") && strings.Contains(msg, "certificate") {
 			return profileCheck{stale: true, refused: true, line: fmt.Sprintf("the automator's certificate is not trusted by this config (ca_cert, pin_sha256): %s; install the account's current profile", msg)}
 		}
+		if agent.NotTLS(err) {
+			return profileCheck{unreached: true, line: fmt.Sprintf("not reached: %s (%s)", agent.NotTLSHelp, msg)}
+		}
 		return profileCheck{unreached: true, line: fmt.Sprintf("not reached within %v: %s", checkTimeout, msg)}
 	case codes.OK:
 		return profileCheck{line: "answered a check that names no unit: not an automator this proxy knows"}

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -193,5 +195,23 @@ func TestStatusCheckOfAnHTTPURLForAnAutomatorServingTLSSaysToGiveHTTPS(t *testin
 	c = checkProfile(t.Context(), cfg, time.Now())
 	if c.stale || c.refused || !c.unreached || strings.Contains(c.line, "TLS") {
 		t.Errorf("check of an http:// URL for a listener that closes every connection: %+v, want unreached, saying nothing of TLS", c)
+	}
+}
+
+// TestStatusCheckOfSomethingNotSpeakingTLSNamesTheLikelyMixUp: a config
+// whose automator_url names a port where something answers, but not in
+// TLS (the automator's HTTP listener given for its gRPC one, say), is
+// not reached, and the line says what to check rather than crypto/tls's
+// "first record does not look like a TLS handshake" alone.
+func TestStatusCheckOfSomethingNotSpeakingTLSNamesTheLikelyMixUp(t *testing.T) {
+	t.Parallel()
+	a := automatortest.Start(t, automatortest.Options{})
+	web := httptest.NewServer(http.NotFoundHandler()) // plaintext HTTP/1.1
+	defer web.Close()
+	cfg := standbyConfig(t, a, a.Token, a.Key)
+	cfg.AutomatorURL = "https://" + web.Listener.Addr().String()
+	c := checkProfile(t.Context(), cfg, time.Now())
+	if c.stale || c.refused || !c.unreached || !strings.Contains(c.line, "does not speak TLS") || !strings.Contains(c.line, "HTTP listener (http_listen") {
+		t.Errorf("check of a port answering plaintext HTTP: %+v, want unreached, naming the HTTP listener as the likely mix-up", c)
 	}
 }
