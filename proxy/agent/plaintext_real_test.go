@@ -22,6 +22,30 @@ import (
 	"github.com/opsgate/opsgate/proxy/agent"
 )
 
+// runLoggedAgent runs, until the test ends, an agent of a's account that
+// calls the automator over conn, which dials automatorURL, and returns
+// its log.
+func runLoggedAgent(t *testing.T, a *automatortest.Automator, conn *grpc.ClientConn, automatorURL string) *syncBuffer {
+	t.Helper()
+	log := &syncBuffer{}
+	ag := agent.New(agent.Options{
+		Client:     automatorv1.NewProxyServiceClient(conn),
+		Automator:  automatorURL,
+		Keys:       crypto.Keys{a.Key},
+		InstanceID: "misconfigured",
+		ScriptsDir: t.TempDir(),
+		PollWait:   time.Second,
+		BackoffMin: 10 * time.Millisecond,
+		BackoffMax: 50 * time.Millisecond,
+		Logger:     slog.New(slog.NewTextHandler(log, nil)),
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = ag.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return log
+}
+
 // TestAPlaintextURLOfAnAutomatorServingTLSIsSaidSo: an agent whose
 // automator_url is http:// (plaintext, allowed on loopback) for an
 // automator serving TLS, as serve does by default, finds its connections
@@ -38,22 +62,7 @@ func TestAPlaintextURLOfAnAutomatorServingTLSIsSaidSo(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	log := &syncBuffer{}
-	ag := agent.New(agent.Options{
-		Client:     automatorv1.NewProxyServiceClient(conn),
-		Automator:  "http://" + a.GRPCAddr,
-		Keys:       crypto.Keys{a.Key},
-		InstanceID: "plain",
-		ScriptsDir: t.TempDir(),
-		PollWait:   time.Second,
-		BackoffMin: 10 * time.Millisecond,
-		BackoffMax: 50 * time.Millisecond,
-		Logger:     slog.New(slog.NewTextHandler(log, nil)),
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = ag.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	log := runLoggedAgent(t, a, conn, "http://"+a.GRPCAddr)
 	waittest.Until(t, "the line saying the automator closed the plaintext connection", func() bool {
 		return strings.Contains(log.String(), "level=ERROR msg=\"the automator closed the plaintext connection without answering")
 	})
@@ -88,22 +97,7 @@ func TestAnHTTPSURLOfSomethingNotSpeakingTLSIsSaidSo(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	log := &syncBuffer{}
-	ag := agent.New(agent.Options{
-		Client:     automatorv1.NewProxyServiceClient(conn),
-		Automator:  "https://" + addr,
-		Keys:       crypto.Keys{a.Key},
-		InstanceID: "mixed-up",
-		ScriptsDir: t.TempDir(),
-		PollWait:   time.Second,
-		BackoffMin: 10 * time.Millisecond,
-		BackoffMax: 50 * time.Millisecond,
-		Logger:     slog.New(slog.NewTextHandler(log, nil)),
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = ag.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	log := runLoggedAgent(t, a, conn, "https://"+addr)
 	waittest.Until(t, "the line saying what answers does not speak TLS", func() bool {
 		return strings.Contains(log.String(), "level=ERROR msg=\"what answers at automator_url does not speak TLS")
 	})

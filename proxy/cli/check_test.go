@@ -137,22 +137,9 @@ func TestStatusCheckFindsAStaleStandbyProfile(t *testing.T) {
 func TestStatusCheckOfAHandshakeCutByTheNetworkIsNotAStaleProfile(t *testing.T) {
 	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close() // before any byte of the handshake's answer
-		}
-	}()
+	addr := closingListener(t) // before any byte of the handshake's answer
 	cfg := standbyConfig(t, a, a.Token, a.Key)
-	cfg.AutomatorURL = "https://" + l.Addr().String()
+	cfg.AutomatorURL = "https://" + addr
 	c := checkProfile(t.Context(), cfg, time.Now())
 	if c.stale || !c.unreached || strings.Contains(c.line, "not trusted") {
 		t.Errorf("check through a connection cut during the handshake: %+v, want unreached, not an untrusted certificate", c)
@@ -177,21 +164,8 @@ func TestStatusCheckOfAnHTTPURLForAnAutomatorServingTLSSaysToGiveHTTPS(t *testin
 		t.Errorf("check of an http:// URL for an automator serving TLS: %+v, want refused, saying to give https://%s", c, a.GRPCAddr)
 	}
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	cfg.AutomatorURL = "http://" + l.Addr().String()
+	addr := closingListener(t)
+	cfg.AutomatorURL = "http://" + addr
 	c = checkProfile(t.Context(), cfg, time.Now())
 	if c.stale || c.refused || !c.unreached || strings.Contains(c.line, "TLS") {
 		t.Errorf("check of an http:// URL for a listener that closes every connection: %+v, want unreached, saying nothing of TLS", c)
@@ -214,4 +188,26 @@ func TestStatusCheckOfSomethingNotSpeakingTLSNamesTheLikelyMixUp(t *testing.T) {
 	if c.stale || c.refused || !c.unreached || !strings.Contains(c.line, "does not speak TLS") || !strings.Contains(c.line, "HTTP listener (http_listen") {
 		t.Errorf("check of a port answering plaintext HTTP: %+v, want unreached, naming the HTTP listener as the likely mix-up", c)
 	}
+}
+
+// closingListener listens on loopback until the test ends, closing every
+// connection it accepts before sending anything (a relay or a load
+// balancer without a backend), and returns its address.
+func closingListener(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return l.Addr().String()
 }
