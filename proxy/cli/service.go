@@ -693,7 +693,10 @@ func cmdStatus(args []string, env Env) error {
 	}
 	fmt.Fprintf(w, "log:            %s\n", service.LogLocation(st))
 
-	polling := serr == nil && !s.LastPoll.IsZero() && now.Sub(s.LastPoll) < pollStale && s.StoppingAt.IsZero()
+	// A poll of this run: the state file keeps an earlier run's last poll,
+	// which says nothing of a run started since (the automator down, or a
+	// config it refuses, since).
+	polling := serr == nil && !s.LastPoll.IsZero() && !s.LastPoll.Before(s.StartedAt) && now.Sub(s.LastPoll) < pollStale && s.StoppingAt.IsZero()
 	switch {
 	case held != nil && st.Running:
 		fmt.Fprintf(w, "=> running, but its proxy cannot start: its state directory is held by %s; stop that proxy\n", holderName(held))

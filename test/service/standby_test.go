@@ -249,6 +249,48 @@ func TestStatusOfARunningProxyWhoseTokenIsRefusedIsNotActive(t *testing.T) {
 	}
 }
 
+// TestStatusOfARestartedProxyThatHasNotPolledSinceIsNotActive: a service
+// polls, is stopped, and is started again while its automator is down. Its
+// status file keeps the earlier run's last poll, seconds old: `proxy
+// status` does not take it for this run's and call the proxy active and
+// polling, it says that this run has not polled yet. Once the automator is
+// back and the run has polled, it is active.
+func TestStatusOfARestartedProxyThatHasNotPolledSinceIsNotActive(t *testing.T) {
+	t.Parallel()
+	requireRoot(t)
+	a := startAutomator(t)
+	w := newWorkDir(t)
+	cfg := w.config(t, a.profile(t, "acme"), "restarted", "instance_id: restarted-a")
+	name := uniqueName(t)
+	// Run after the uninstall of install's cleanup: the restarted automator
+	// is stopped before it, so the service's last stop may leave a spool.
+	t.Cleanup(func() { _ = os.RemoveAll(psvc.StateDir(name)) })
+	install(t, name, cfg)
+	proxyCLI(t, "start", "--name", name)
+	proxyCLI(t, "stop", "--name", name)
+	first, err := readState(name)
+	if err != nil || first.LastPoll.IsZero() {
+		t.Fatalf("the service's status file after its first run: %+v, %v; want a poll recorded", first, err)
+	}
+
+	a.proc.Kill(t)
+	started := time.Now()
+	proxyCLI(t, "start", "--name", name)
+	status := proxyCLI(t, "status", "--name", name)
+	if strings.Contains(status, "=> active") || !strings.Contains(status, "and not polled the automator successfully yet") {
+		t.Errorf("status of the service started again while its automator is down (its last poll, of the run before, at %s): want it not active, not polled yet:\n%s",
+			first.LastPoll.Format(time.RFC3339Nano), status)
+	}
+
+	if err := a.serve(t); err != nil {
+		t.Fatal(err)
+	}
+	waitPolled(t, name, started, first.PID)
+	if status := proxyCLI(t, "status", "--name", name); !strings.Contains(status, "=> active: running and polling the automator") {
+		t.Errorf("status once the service has polled the automator back: want it active:\n%s", status)
+	}
+}
+
 // TestStatusSaysARunningProxyHasNotReadItsChangedConfig: a running service
 // gets a new profile merged into its config, as install-proxy.md's "Install
 // a new profile" does it. The running proxy still polls with the config it
