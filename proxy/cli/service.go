@@ -625,10 +625,11 @@ func cmdStatus(args []string, env Env) error {
 	fmt.Fprintf(w, "starts at boot: %s\n", yesNo(st.BootStart))
 
 	cfgPath := filepath.Join(service.ConfigDir(*name), configFileName)
-	cfgOK := false
+	cfgOK, cfgUnreadable := false, false
 	cfg, err := config.Load(cfgPath)
 	switch {
 	case errors.Is(err, os.ErrPermission):
+		cfgUnreadable = true
 		fmt.Fprintf(w, "config:         %s (not readable by this user; run as root to check it)\n", cfgPath)
 	case err != nil:
 		fmt.Fprintf(w, "config:         %v\n", err)
@@ -718,6 +719,9 @@ func cmdStatus(args []string, env Env) error {
 		fmt.Fprintf(w, "=> stopped and configured, but the automator is not reachable from here now: a failover to it would poll nothing until it is\n")
 	case cfgOK:
 		fmt.Fprintf(w, "=> stopped but configured (a warm standby): `proxy start --name %s` makes it poll\n", *name)
+	case cfgUnreadable:
+		// Nothing says the config is wrong: this user cannot tell.
+		fmt.Fprintln(w, "=> stopped; its config is not checked, as this user cannot read it: run `proxy status` as root to check it and the automator's answer")
 	default:
 		fmt.Fprintln(w, "=> stopped, and its config needs attention before it can start")
 	}

@@ -5,8 +5,10 @@ package service
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -288,6 +290,55 @@ func TestStatusOfARestartedProxyThatHasNotPolledSinceIsNotActive(t *testing.T) {
 	waitPolled(t, name, started, first.PID)
 	if status := proxyCLI(t, "status", "--name", name); !strings.Contains(status, "=> active: running and polling the automator") {
 		t.Errorf("status once the service has polled the automator back: want it active:\n%s", status)
+	}
+}
+
+// TestStatusRunByAUserWhoCannotReadTheConfigSaysItWasNotChecked: `proxy
+// status` of a stopped standby run by a user who may not read its config
+// (mode 0600, root's) checks neither the config nor the automator's answer.
+// Its last line says so, not that the config needs attention: nothing is
+// wrong with it.
+func TestStatusRunByAUserWhoCannotReadTheConfigSaysItWasNotChecked(t *testing.T) {
+	t.Parallel()
+	requireRoot(t)
+	u, err := psvc.LookupUser("nobody")
+	if err != nil {
+		t.Skipf("no user nobody: %v", err)
+	}
+	a := startAutomator(t)
+	w := newWorkDir(t)
+	cfg := w.config(t, a.profile(t, "acme"), "unread", "instance_id: unread-a")
+	name := uniqueName(t)
+	install(t, name, cfg, "--manual-start")
+	if status := proxyCLI(t, "status", "--name", name); !strings.Contains(status, "=> stopped but configured (a warm standby)") {
+		t.Fatalf("status as root of the stopped standby: want it a warm standby:\n%s", status)
+	}
+
+	// The binary where nobody may run it (the test binaries' directory may
+	// be private).
+	exe := filepath.Join(w.dir, "proxy")
+	data, err := os.ReadFile(bin.proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exe, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr strings.Builder
+	cmd := exec.Command(exe, "status", "--name", name)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(u.UID), Gid: uint32(u.GID)}}
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("status as nobody: %v; stderr: %s", err, stderr.String())
+	}
+	status := stdout.String()
+	for _, want := range []string{"(not readable by this user; run as root to check it)", "=> stopped; its config is not checked, as this user cannot read it"} {
+		if !strings.Contains(status, want) {
+			t.Errorf("status as nobody lacks %q:\n%s", want, status)
+		}
+	}
+	if strings.Contains(status, "needs attention") {
+		t.Errorf("status as nobody says the config it could not read needs attention:\n%s", status)
 	}
 }
 
