@@ -717,6 +717,9 @@ func cmdStatus(args []string, env Env) error {
 		fmt.Fprintf(w, "=> stopped, and its config is out of date (automator: above): started, it would claim nothing, now or once its token's overlap ends; put the account's current profile in %s before a failover needs it\n", cfgPath)
 	case cfgOK && check.unreached:
 		fmt.Fprintf(w, "=> stopped and configured, but the automator is not reachable from here now: a failover to it would poll nothing until it is\n")
+	case cfgOK && st.BootStart:
+		// Installed to run, not as a standby (--manual-start).
+		fmt.Fprintf(w, "=> stopped but configured, and started at boot: `proxy start --name %s` makes it poll\n", *name)
 	case cfgOK:
 		fmt.Fprintf(w, "=> stopped but configured (a warm standby): `proxy start --name %s` makes it poll\n", *name)
 	case cfgUnreadable:
@@ -724,6 +727,13 @@ func cmdStatus(args []string, env Env) error {
 		fmt.Fprintln(w, "=> stopped; its config is not checked, as this user cannot read it: run `proxy status` as root to check it and the automator's answer")
 	default:
 		fmt.Fprintln(w, "=> stopped, and its config needs attention before it can start")
+	}
+	// Not running, and its last run neither stopped nor is stopping (a
+	// windows service's stop under way is not running either): it was
+	// killed, or crashed, or its host went down, and the service manager
+	// did not start it again.
+	if !st.Running && st.Detail != service.DetailStopping && held == nil && serr == nil && !s.StartedAt.IsZero() && s.StoppedAt.IsZero() {
+		fmt.Fprintf(w, "=> its last run (pid %d, since %s) ended without a stop: killed, crashed, or its host went down; its log says more\n", s.PID, s.StartedAt.Format(time.RFC3339))
 	}
 	if st.Running && check.stale {
 		fmt.Fprintf(w, "=> its config is out of date (automator: above): put the account's current profile in %s, then `proxy stop --name %s` and `proxy start --name %s`\n", cfgPath, *name, *name)

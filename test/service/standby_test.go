@@ -399,3 +399,48 @@ func TestStatusSaysARunningProxyHasNotReadItsChangedConfig(t *testing.T) {
 		t.Errorf("status after the restart: want it active, without %q:\n%s", changed, status)
 	}
 }
+
+// TestStatusOfAServiceWhoseLastRunDiedSaysSo: a service installed to run
+// (started at boot, not a standby) whose supervisor and proxy are killed
+// (SIGKILL: what a crash or an OOM kill leaves) is not running, and its
+// status file's last run never stopped. `proxy status` says that run
+// ended without a stop, and does not call the service a warm standby.
+// Started again and stopped gracefully, it says neither.
+func TestStatusOfAServiceWhoseLastRunDiedSaysSo(t *testing.T) {
+	t.Parallel()
+	requireRoot(t)
+	a := startAutomator(t)
+	w := newWorkDir(t)
+	cfg := w.config(t, a.profile(t, "acme"), "died", "instance_id: died-a")
+	name := uniqueName(t)
+	install(t, name, cfg)
+	started := time.Now()
+	proxyCLI(t, "start", "--name", name)
+	st := waitPolled(t, name, started, 0)
+	data, err := os.ReadFile("/var/run/" + name + ".pid")
+	if err != nil {
+		t.Skipf("no SysV supervisor's pid file (%v): the test kills the supervisor, so that nothing starts the proxy again", err)
+	}
+	supervisor := atoi(t, strings.TrimSpace(string(data)))
+	for _, pid := range []int{supervisor, st.PID} {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, "the killed supervisor and proxy to be gone", func() bool { return gone(supervisor) && gone(st.PID) })
+
+	status := proxyCLI(t, "status", "--name", name)
+	want := fmt.Sprintf("=> its last run (pid %d, since %s) ended without a stop: killed, crashed, or its host went down", st.PID, st.StartedAt.Format(time.RFC3339))
+	if !strings.Contains(status, "running:        no") || !strings.Contains(status, want) ||
+		!strings.Contains(status, "=> stopped but configured, and started at boot") || strings.Contains(status, "warm standby") {
+		t.Errorf("status of the service whose supervisor and proxy were killed: want not running, %q, started at boot, no warm standby:\n%s", want, status)
+	}
+
+	again := time.Now()
+	proxyCLI(t, "start", "--name", name)
+	waitPolled(t, name, again, st.PID)
+	proxyCLI(t, "stop", "--name", name)
+	if status := proxyCLI(t, "status", "--name", name); strings.Contains(status, "ended without a stop") || !strings.Contains(status, "=> stopped but configured, and started at boot") {
+		t.Errorf("status of the service started again and stopped gracefully: want no line on a run that died:\n%s", status)
+	}
+}
