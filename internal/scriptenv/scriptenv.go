@@ -38,6 +38,18 @@ var names = map[string]bool{
 	// do) into the process before any script code; a .NET (Core) program
 	// loads the assemblies of DOTNET_STARTUP_HOOKS before its Main.
 	"COR_ENABLE_PROFILING": true, "DOTNET_ENABLE_PROFILING": true, "DOTNET_STARTUP_HOOKS": true,
+	// windows' own folders, which windows and its programs take from the
+	// process's environment to find the DLLs they load: the side-by-side
+	// loader, Winsock (%SystemRoot%\System32\mswsock.dll) and COM servers
+	// registered as %SystemRoot%\..., %windir%\... or
+	// %CommonProgramFiles%\..., and powershell.exe's module path
+	// (%ProgramFiles%\WindowsPowerShell\Modules and
+	// %SystemRoot%\system32\WindowsPowerShell\v1.0\Modules, as PSModulePath
+	// is unset). The script gets the proxy's own SystemRoot, windir and
+	// ProgramFiles.
+	"SYSTEMROOT": true, "WINDIR": true,
+	"PROGRAMFILES": true, "PROGRAMFILES(X86)": true, "PROGRAMW6432": true,
+	"COMMONPROGRAMFILES": true, "COMMONPROGRAMFILES(X86)": true, "COMMONPROGRAMW6432": true,
 }
 
 // prefixes: the dynamic loader's variables (LD_PRELOAD, LD_AUDIT,
@@ -46,8 +58,10 @@ var names = map[string]bool{
 // LUA_INIT (and LUA_INIT_5_4, …), whose value lua runs as code before the
 // script, and the .NET profiler's (COR_PROFILER, COR_PROFILER_PATH,
 // COR_PROFILER_PATH_64, …; CORECLR_* and, from .NET 11, DOTNET_PROFILER*
-// for .NET Core).
-var prefixes = []string{"LD_", "DYLD_", "BASH_FUNC_", "LUA_INIT", "COR_PROFILER", "CORECLR_", "DOTNET_PROFILER"}
+// for .NET Core), and the .NET Framework runtime's own settings (COMPlus_*:
+// COMPlus_InstallRoot and COMPlus_Version choose the runtime directory
+// whose DLLs powershell.exe loads).
+var prefixes = []string{"LD_", "DYLD_", "BASH_FUNC_", "LUA_INIT", "COR_PROFILER", "CORECLR_", "DOTNET_PROFILER", "COMPLUS_"}
 
 // searchPath are the variables that choose which program a name runs: the
 // interpreter of a "#!/usr/bin/env python3" line, found before the

@@ -22,6 +22,9 @@ func TestRefusesVariablesThatMakeAnInterpreterRunOtherCode(t *testing.T) {
 		"COR_ENABLE_PROFILING", "COR_PROFILER", "COR_PROFILER_PATH", "COR_PROFILER_PATH_64",
 		"CORECLR_ENABLE_PROFILING", "CORECLR_PROFILER_PATH", "DOTNET_ENABLE_PROFILING", "DOTNET_PROFILER_PATH",
 		"DOTNET_STARTUP_HOOKS", "cor_profiler_path",
+		"SystemRoot", "SYSTEMROOT", "windir", "ProgramFiles", "ProgramFiles(x86)", "ProgramW6432",
+		"CommonProgramFiles", "CommonProgramFiles(x86)", "CommonProgramW6432",
+		"COMPlus_InstallRoot", "COMPLUS_VERSION",
 		"ld_preload", "rubygems_gemdeps",
 		"PATH", "Path", "PATHEXT",
 	} {
