@@ -88,7 +88,9 @@ func isBatch(path string) bool {
 // nothing to cmd.exe (batchPlain): a list of the dangerous ones would miss
 // some (vertical tab and form feed split arguments as a space does). Nothing
 // makes ", % or a line break safe, so arguments holding them are refused. The
-// batch file reads its arguments with %~1 to drop the quotes.
+// batch file reads its arguments in quotes, as "%~1": %1 and %~1 expand
+// before cmd.exe looks for & and |, so an unquoted %~1 (which drops the
+// quotes added here) hands them back to cmd.exe to run.
 func batchCommandLine(path string, args []string) (string, error) {
 	if strings.ContainsAny(path, "\"%\r\n\x00") {
 		return "", fmt.Errorf("%w %q: its path %q cannot be passed safely to cmd.exe", ErrStart, baseName(path), path)

@@ -66,9 +66,12 @@ func readPID(t *testing.T, path string) int {
 	return pid
 }
 
+// The script reads its argument as docs/install-proxy.md says, in quotes
+// ("%~1"), and echoes it by delayed expansion, which comes after cmd.exe
+// looked for & (an unquoted echo [%~1] would run "b c]").
 func TestBatchScriptRunsThroughCmdWithLiteralArguments(t *testing.T) {
 	dir := t.TempDir()
-	writeWinScript(t, dir, "s.cmd", "@echo off\r\necho [%~1]\r\nexit /b 3\r\n")
+	writeWinScript(t, dir, "s.cmd", "@echo off\r\nset \"a=%~1\"\r\nsetlocal EnableDelayedExpansion\r\necho [!a!]\r\nexit /b 3\r\n")
 	res, err := Run(context.Background(), Spec{ScriptsDir: dir, Script: "s.cmd", Args: []string{"a&b c"}, Deadline: time.Now().Add(time.Minute)})
 	if err != nil {
 		t.Fatal(err)
