@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"unsafe"
 
 	"golang.org/x/sys/windows"
@@ -77,7 +78,36 @@ func protectExisting(path string) error {
 		return fmt.Errorf("%s exists and belongs to %s, not to SYSTEM or Administrators, so someone other than an administrator made it: remove it, then install again",
 			path, accountName(owner))
 	}
-	return protect(path)
+	if err := protect(path); err != nil {
+		return err
+	}
+	// Protected, the folder takes nothing new from other users; but while
+	// it was open (an administrator made it inside ProgramData, whose
+	// access list lets every user add folders), a user may have made
+	// something in it, such as the "state" folder the service writes in.
+	// protect changes no owner, nor an access list that inherits nothing,
+	// so that is refused too.
+	return filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == path {
+			return err
+		}
+		if d.Type()&(fs.ModeSymlink|fs.ModeIrregular) != 0 {
+			return fmt.Errorf("%s is a link or junction inside %s: remove it, then install again", p, path)
+		}
+		sd, err := windows.GetNamedSecurityInfo(p, windows.SE_FILE_OBJECT, windows.OWNER_SECURITY_INFORMATION)
+		if err != nil {
+			return fmt.Errorf("reading the owner of %s: %w", p, err)
+		}
+		owner, _, err := sd.Owner()
+		if err != nil {
+			return fmt.Errorf("reading the owner of %s: %w", p, err)
+		}
+		if !administrative(owner) {
+			return fmt.Errorf("%s belongs to %s, not to SYSTEM or Administrators, so someone other than an administrator made it inside %s: remove it, then install again",
+				p, accountName(owner), path)
+		}
+		return nil
+	})
 }
 
 // administrative reports whether sid is SYSTEM, the Administrators group

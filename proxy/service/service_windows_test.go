@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -84,10 +85,22 @@ func TestMakeDirMakesAPrivateFolderPrivateFromTheStart(t *testing.T) {
 	requireOnlySystemAndAdministrators(t, dir)
 }
 
+// requireElevated skips a test of MakeDir on an existing private folder
+// unless it runs elevated: once the folder is private, MakeDir looks at
+// what it holds, which only SYSTEM and Administrators may now list (as
+// install does, elevated).
+func requireElevated(t *testing.T) {
+	t.Helper()
+	if !windows.GetCurrentProcessToken().IsElevated() {
+		t.Skip("MakeDir lists an existing folder once it is private to SYSTEM and Administrators: it needs an elevated (administrator) prompt")
+	}
+}
+
 // TestMakeDirMakesAnExistingPrivateFolderPrivateAgain: a config folder
 // that exists already (made by this account) gets the private access list
 // too, instead of being left as it is.
 func TestMakeDirMakesAnExistingPrivateFolderPrivateAgain(t *testing.T) {
+	requireElevated(t)
 	dir := filepath.Join(t.TempDir(), "existing")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -98,6 +111,35 @@ func TestMakeDirMakesAnExistingPrivateFolderPrivateAgain(t *testing.T) {
 		t.Fatalf("MakeDir of an existing folder: created %v, %v", created, err)
 	}
 	requireOnlySystemAndAdministrators(t, dir)
+}
+
+// TestMakeDirChecksWhatAnExistingPrivateFolderHolds: what was made in the
+// folder while it was open is checked too, not only the folder: files and
+// folders of this account pass (a state folder left by an earlier
+// install), a junction (which any user may make where they may make a
+// folder) is refused, naming it. A folder of another user is refused the
+// same way, but making one needs a second account.
+func TestMakeDirChecksWhatAnExistingPrivateFolderHolds(t *testing.T) {
+	requireElevated(t)
+	dir := filepath.Join(t.TempDir(), "existing")
+	if err := os.MkdirAll(filepath.Join(dir, "state", "spool"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "state", "status.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	openDACL(t, dir)
+	if created, err := MakeDir(dir, 0o755, nil, true); err != nil || created {
+		t.Fatalf("MakeDir of a folder holding this account's files: created %v, %v", created, err)
+	}
+	junction := filepath.Join(dir, "state", "elsewhere")
+	if out, err := exec.Command("cmd.exe", "/c", "mklink", "/J", junction, t.TempDir()).CombinedOutput(); err != nil {
+		t.Skipf("mklink /J: %v: %s", err, out)
+	}
+	_, err := MakeDir(dir, 0o755, nil, true)
+	if err == nil || !strings.Contains(err.Error(), junction) || !strings.Contains(err.Error(), "junction") {
+		t.Fatalf("MakeDir of a folder holding a junction: %v, want it refused naming %s", err, junction)
+	}
 }
 
 // TestPrivateFileIsNotReadableByUsers: the config copy is protected even in
