@@ -73,6 +73,14 @@ var prefixes = []string{"LD_", "DYLD_", "BASH_FUNC_", "LUA_INIT", "COR_PROFILER"
 // windows' list of the extensions a name is tried with.
 var searchPath = map[string]bool{"PATH": true, "PATHEXT": true}
 
+// workingDir are the variables that choose the directory a script's
+// relative paths name, hence the programs it runs by one: a shell's cd to
+// a relative directory ("cd lib && ./run.sh") looks in CDPATH first (the
+// current directory only if CDPATH lists it), and cmd.exe expands %CD%
+// and %__CD__% to a variable of that name, when one is set, instead of
+// the current directory ("%CD%\tool.exe").
+var workingDir = map[string]bool{"CDPATH": true, "CD": true, "__CD__": true}
+
 // Refused returns an error naming variable k when a command may not set
 // it, nil otherwise. Names are compared in upper case on every OS:
 // refusing a lower-case twin costs nothing, and windows names are
@@ -83,6 +91,9 @@ func Refused(k string) error {
 	u := strings.ToUpper(k)
 	if searchPath[u] {
 		return fmt.Errorf("environment variable %q is refused: it chooses the programs that the script's #! line and the commands it calls run; the script gets the proxy's own, and sets another itself if it needs one", k)
+	}
+	if workingDir[u] {
+		return fmt.Errorf("environment variable %q is refused: it chooses the directory that the script's relative paths name (a shell's cd, cmd.exe's %%CD%%), hence the programs it runs by one", k)
 	}
 	refused := names[u]
 	for _, p := range prefixes {

@@ -9,7 +9,8 @@ import (
 // TestRefusesVariablesThatMakeAnInterpreterRunOtherCode: each of these
 // makes a shell, an interpreter or the loader run code that is not the
 // deployed script's (see names), or chooses the programs it runs (PATH,
-// PATHEXT); a lower-case twin is refused too.
+// PATHEXT; CDPATH, CD: the directory its relative paths name); a
+// lower-case twin is refused too.
 func TestRefusesVariablesThatMakeAnInterpreterRunOtherCode(t *testing.T) {
 	for _, k := range []string{
 		"BASH_ENV", "SHELLOPTS", "BASHOPTS", "PS4", "BASH_FUNC_echo%%", "ZDOTDIR",
@@ -27,6 +28,7 @@ func TestRefusesVariablesThatMakeAnInterpreterRunOtherCode(t *testing.T) {
 		"COMPlus_InstallRoot", "COMPLUS_VERSION",
 		"ld_preload", "rubygems_gemdeps",
 		"PATH", "Path", "PATHEXT",
+		"CDPATH", "cdpath", "CD", "Cd", "__CD__",
 	} {
 		err := Refused(k)
 		if err == nil {
@@ -46,7 +48,7 @@ func TestAcceptsCommonNames(t *testing.T) {
 		"ENV", "PROMPT_COMMAND", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "IFS",
 		"PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING", "NODE_ENV", "RUBY_ENV", "RAILS_ENV",
 		"DEPLOY_TARGET", "LUA", "PHP_VERSION", "PROXY_WORK_ID",
-		"DOTNET_ENVIRONMENT", "DOTNET_CLI_TELEMETRY_OPTOUT", "CORS_ORIGIN",
+		"DOTNET_ENVIRONMENT", "DOTNET_CLI_TELEMETRY_OPTOUT", "CORS_ORIGIN", "CD_TARGET", "CDN_URL",
 	} {
 		if err := Refused(k); err != nil {
 			t.Errorf("Refused(%q) = %v, want it accepted", k, err)

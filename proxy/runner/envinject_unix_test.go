@@ -139,3 +139,42 @@ func TestCommandEnvCannotChooseTheScriptsPrograms(t *testing.T) {
 		t.Errorf("Run without PATH: stdout %q, %v; want the deployed script's output", res.Stdout, err)
 	}
 }
+
+// TestCommandEnvCannotChooseWhereTheScriptChangesDirectory: a shell's cd
+// to a relative directory looks in CDPATH first, the current directory
+// only when CDPATH lists it. A deployed script that runs "cd lib &&
+// ./run.sh" would, given a command's CDPATH naming a directory that holds
+// lib/run.sh (any directory some user of the host may write to will do),
+// run that program instead of the deployed lib/run.sh. The run is refused
+// and nothing runs.
+func TestCommandEnvCannotChooseWhereTheScriptChangesDirectory(t *testing.T) {
+	t.Parallel()
+	dir, planted := t.TempDir(), t.TempDir()
+	injected := filepath.Join(dir, "injected")
+	for path, body := range map[string]string{
+		filepath.Join(planted, "lib", "run.sh"): "#!/bin/sh\n: >" + injected + "\n",
+		filepath.Join(dir, "lib", "run.sh"):     "#!/bin/sh\necho deployed\n",
+		filepath.Join(dir, "deployed.sh"):       "#!/bin/sh\ncd lib >/dev/null && ./run.sh\n",
+	} {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := writeFileNoFork(path, []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := Run(context.Background(), Spec{
+		ScriptsDir: dir, Script: "deployed.sh", Env: map[string]string{"CDPATH": planted},
+		Deadline: time.Now().Add(10 * time.Second),
+	})
+	if _, serr := os.Stat(injected); serr == nil {
+		t.Fatal("the command's CDPATH made the deployed script run a program of the caller's choosing")
+	}
+	if !errors.Is(err, ErrStart) || !strings.Contains(err.Error(), `"CDPATH"`) {
+		t.Errorf("Run with CDPATH = %v, want ErrStart naming the variable, and nothing run", err)
+	}
+	res, err := Run(context.Background(), Spec{ScriptsDir: dir, Script: "deployed.sh", Deadline: time.Now().Add(10 * time.Second)})
+	if err != nil || string(res.Stdout) != "deployed\n" {
+		t.Errorf("Run without CDPATH: stdout %q, %v; want the deployed script's output", res.Stdout, err)
+	}
+}
