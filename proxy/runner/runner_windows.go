@@ -15,10 +15,16 @@ import (
 )
 
 // baseEnvKeys are the proxy's variables a script inherits, when set. Beyond
-// the system ones, the folders PowerShell needs to find its modules.
+// the system ones, the folders PowerShell needs to find its modules, those
+// COM servers and installers are registered under (%CommonProgramFiles%,
+// the 32-bit ones), and the machine's and user's names and processor,
+// which scripts and installers read: none holds a secret.
 var baseEnvKeys = []string{
 	"PATH", "PATHEXT", "SystemRoot", "SystemDrive", "WINDIR", "ComSpec",
 	"TEMP", "TMP", "USERPROFILE", "ProgramFiles", "ProgramData", "LOCALAPPDATA", "APPDATA",
+	"ProgramFiles(x86)", "ProgramW6432", "CommonProgramFiles", "CommonProgramFiles(x86)", "CommonProgramW6432",
+	"ALLUSERSPROFILE", "PUBLIC", "OS", "PROCESSOR_ARCHITECTURE", "NUMBER_OF_PROCESSORS",
+	"COMPUTERNAME", "USERNAME", "USERDOMAIN",
 }
 
 // commandFor runs .ps1 through PowerShell, .cmd and .bat through cmd.exe with

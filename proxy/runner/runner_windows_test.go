@@ -202,3 +202,22 @@ func TestPowerShellScriptWithBracketsIsRefusedNotAnotherRun(t *testing.T) {
 		t.Fatal("x1.ps1 ran for x[1].ps1")
 	}
 }
+
+// TestScriptGetsTheSystemsFoldersAndNamesButNotTheProxysOtherVariables:
+// a script sees the proxy's PROCESSOR_ARCHITECTURE and CommonProgramFiles
+// (which scripts, installers and COM servers read), and none of the
+// proxy's other variables, which may hold secrets.
+func TestScriptGetsTheSystemsFoldersAndNamesButNotTheProxysOtherVariables(t *testing.T) {
+	t.Setenv("OPSGATE_TEST_SECRET", "s3cret")
+	dir := t.TempDir()
+	writeWinScript(t, dir, "env.cmd", "@echo off\r\necho [%PROCESSOR_ARCHITECTURE%][%CommonProgramFiles%][%OPSGATE_TEST_SECRET%]\r\n")
+	res, err := Run(context.Background(), Spec{ScriptsDir: dir, Script: "env.cmd", Deadline: time.Now().Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// In a batch file, a variable that is not set expands to nothing.
+	want := "[" + os.Getenv("PROCESSOR_ARCHITECTURE") + "][" + os.Getenv("CommonProgramFiles") + "][]"
+	if got := strings.TrimSpace(string(res.Stdout)); got != want {
+		t.Errorf("the script's variables: %q, want %q", got, want)
+	}
+}
