@@ -121,6 +121,10 @@ func judgeCheck(cfg config.Config, err error, trailer metadata.MD, now time.Time
 		if agent.NotTLS(err) {
 			return profileCheck{unreached: true, line: fmt.Sprintf("not reached: %s (%s)", agent.NotTLSHelp, msg)}
 		}
+		if st.Code() == codes.DeadlineExceeded && strings.Contains(msg, "while waiting for connections to become ready") {
+			// gRPC's words for a connection never set up in time.
+			return profileCheck{unreached: true, line: fmt.Sprintf("not reached within %v: no connection to %s was set up in that time: nothing answered (its host down, or packets dropped on the way), or its TLS handshake was not answered", checkTimeout, cfg.AutomatorURL)}
+		}
 		return profileCheck{unreached: true, line: fmt.Sprintf("not reached within %v: %s", checkTimeout, msg)}
 	case codes.OK:
 		return profileCheck{line: "answered a check that names no unit: not an automator this proxy knows"}

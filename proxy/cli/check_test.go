@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -210,4 +211,48 @@ func closingListener(t *testing.T) string {
 		}
 	}()
 	return l.Addr().String()
+}
+
+// TestStatusCheckOfAnAutomatorThatNeverAnswersSaysNoConnectionWasSetUp: a
+// config whose automator accepts the connection and never answers its TLS
+// handshake (a stopped process whose kernel still accepts, a black hole
+// past a proxy) is not reached, and the line says no connection was set up
+// in the time, naming the URL, rather than gRPC's "context deadline
+// exceeded while waiting for connections to become ready".
+func TestStatusCheckOfAnAutomatorThatNeverAnswersSaysNoConnectionWasSetUp(t *testing.T) {
+	t.Parallel()
+	a := automatortest.Start(t, automatortest.Options{})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	held := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			held <- c // open, silent
+		}
+	}()
+	t.Cleanup(func() {
+		for {
+			select {
+			case c := <-held:
+				c.Close()
+			default:
+				return
+			}
+		}
+	})
+	cfg := standbyConfig(t, a, a.Token, a.Key)
+	cfg.AutomatorURL = "https://" + l.Addr().String()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second) // the check's own bound is 5 s
+	defer cancel()
+	c := checkProfile(ctx, cfg, time.Now())
+	if c.stale || c.refused || !c.unreached || !strings.Contains(c.line, "no connection to "+cfg.AutomatorURL+" was set up") || strings.Contains(c.line, "waiting for connections") {
+		t.Errorf("check of an automator that never answers its handshake: %+v, want unreached, saying no connection was set up", c)
+	}
 }
