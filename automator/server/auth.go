@@ -245,7 +245,12 @@ func cutScheme(v, scheme string) (string, bool) {
 // of writes. actor names the credential when it was recognised (a revoked
 // key, an expired token).
 func (s *Server) authFailed(ctx context.Context, method, why, actor string) error {
-	return s.authFailedFrom(ctx, sourceOf(ctx), methodName(method), why, actor)
+	what := methodName(method)
+	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get(grpcwire.HeaderStatusCheck)) > 0 {
+		// Not a result posted: a config checked, a standby's perhaps.
+		what += " (`proxy status` checking a config)"
+	}
+	return s.authFailedFrom(ctx, sourceOf(ctx), what, why, actor)
 }
 
 // authFailedFrom is authFailed of a call from src, audited under what.

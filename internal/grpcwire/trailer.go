@@ -16,3 +16,9 @@ const (
 	// its polls are refused.
 	TrailerKeyCheck = "opsgate-key-check"
 )
+
+// HeaderStatusCheck, in the metadata of that Complete, says `proxy status`
+// makes it to check a config (a stopped standby's, say), not a running
+// proxy: the audit record of a token it presents that is refused says so.
+// Its value is not read.
+const HeaderStatusCheck = "opsgate-status-check"

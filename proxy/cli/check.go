@@ -62,6 +62,7 @@ func checkProfile(ctx context.Context, cfg config.Config, now time.Time) profile
 	}
 	defer conn.Close()
 	var trailer metadata.MD
+	ctx = metadata.AppendToOutgoingContext(ctx, grpcwire.HeaderStatusCheck, "1")
 	_, err = automatorv1.NewProxyServiceClient(conn).Complete(ctx, &automatorv1.CompleteRequest{}, grpc.Trailer(&trailer))
 	if agent.PlaintextClosed(cfg.AutomatorURL, err) {
 		// Closed without a word: an automator serving TLS, or something

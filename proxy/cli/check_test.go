@@ -256,3 +256,41 @@ func TestStatusCheckOfAnAutomatorThatNeverAnswersSaysNoConnectionWasSetUp(t *tes
 		t.Errorf("check of an automator that never answers its handshake: %+v, want unreached, saying no connection was set up", c)
 	}
 }
+
+// TestAStatusCheckWithARefusedTokenIsAuditedAsACheck: `proxy status`'s
+// check of a config whose token is refused is audited as any refused
+// token is (auth.failed), naming the check, so that a standby's check is
+// not taken for a proxy posting a result; a Complete of a running proxy
+// refused so is audited without that.
+func TestAStatusCheckWithARefusedTokenIsAuditedAsACheck(t *testing.T) {
+	t.Parallel()
+	a := automatortest.Start(t, automatortest.Options{})
+	wrong, err := crypto.NewToken("opt_")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := checkProfile(t.Context(), standbyConfig(t, a, wrong, a.Key), time.Now()); !c.refused {
+		t.Fatalf("check with a token the automator does not know: %+v, want refused", c)
+	}
+	conn, err := Dial(standbyConfig(t, a, wrong, a.Key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := automatorv1.NewProxyServiceClient(conn).Complete(t.Context(), &automatorv1.CompleteRequest{WorkId: "w_0123456789abcdef0123456789abcdef"}); err == nil {
+		t.Fatal("a result posted with a token the automator does not know was accepted")
+	}
+	events, err := a.Store.AuditList(t.Context(), store.AuditListParams{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var details []string
+	for _, e := range events {
+		if e.Kind == store.AuditAuthFailed {
+			details = append(details, e.Detail)
+		}
+	}
+	if len(details) != 2 || !strings.Contains(details[0], "Complete (`proxy status` checking a config)") || strings.Contains(details[1], "proxy status") {
+		t.Errorf("auth.failed records: %q; want the check's naming it, then the posted result's not", details)
+	}
+}
