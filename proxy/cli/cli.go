@@ -227,8 +227,17 @@ func runProxy(ctx context.Context, cfg config.Config, file loadedConfig, env Env
 		Reaper:         reaper,
 	})
 	log.Info("proxy starting", "instance_id", cfg.InstanceID, "automator", cfg.AutomatorURL, "route", route, "scripts_dir", cfg.ScriptsDir, "max_concurrency", cfg.MaxConcurrency, "key_ids", keys.IDs(), "version", version.Version)
+	if loose := runner.WritableByOthers(cfg.ScriptsDir); len(loose) > 0 {
+		// Not refused: the operator may mean it. But whoever may write
+		// there decides what this proxy runs, as its user.
+		log.Warn(looseScriptsWarning, "writable", loose)
+	}
 	return a.Run(ctx)
 }
+
+// looseScriptsWarning is what the proxy logs at start, and status says,
+// when runner.WritableByOthers lists anything.
+const looseScriptsWarning = "users other than the scripts' owners may change what this proxy runs, as its user: keep scripts_dir, the directories above it and its scripts writable by their owner (root) only"
 
 // stopSignals ask the process to stop (as in main).
 var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM}

@@ -155,6 +155,20 @@ func TestStatusOfAStoppedStandbySaysWhenItsProfileWentStale(t *testing.T) {
 			t.Errorf("status of the standby with the current profile lacks %q:\n%s", want, status)
 		}
 	}
+	if strings.Contains(status, "may change what this proxy runs") {
+		t.Errorf("status of the standby whose scripts only root may write warns of them:\n%s", status)
+	}
+	// A scripts directory every user may write: said, not refused.
+	if err := os.Chmod(w.scripts, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	status = proxyCLI(t, "status", "--name", name)
+	if want := "scripts:        users other than the scripts' owners may change what this proxy runs, as its user: keep scripts_dir, the directories above it and its scripts writable by their owner (root) only: " + w.scripts + ": writable by every user"; !strings.Contains(status, want) {
+		t.Errorf("status of the standby whose scripts directory every user may write lacks %q:\n%s", want, status)
+	}
+	if err := os.Chmod(w.scripts, 0o755); err != nil {
+		t.Fatal(err)
+	}
 
 	if r := runCLI(bin.automator, "account", "rotate-token", "acme", "--data-dir", a.DataDir, "--overlap", "1h"); r.Code != 0 {
 		t.Fatalf("rotate-token: %v", r)

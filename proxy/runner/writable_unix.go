@@ -1,0 +1,84 @@
+//go:build !windows
+
+package runner
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"syscall"
+)
+
+// WritableByOthers lists what lets users other than the scripts' owners
+// choose the programs that the scripts directory dir runs (as the proxy's
+// user, often root): dir, a directory above it, or a runnable script in
+// it (its real path, as ResolveScript gives it) that every user may
+// write to, or a group other than root's. A directory above dir with the
+// sticky bit (/var/tmp, say) is not listed for every user's write: there
+// no one may rename or replace what is not theirs. Each entry names the
+// path, who may write it and its mode. Empty when dir cannot be read.
+func WritableByOthers(dir string) []string {
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil
+	}
+	real, err = filepath.Abs(real)
+	if err != nil {
+		return nil
+	}
+	var found []string
+	note := func(path string, fi fs.FileInfo, above bool) {
+		if w := writers(fi, above); w != "" {
+			found = append(found, fmt.Sprintf("%s: writable by %s (mode %v)", path, w, fi.Mode()))
+		}
+	}
+	for p := real; ; p = filepath.Dir(p) {
+		if fi, err := os.Stat(p); err == nil {
+			note(p, fi, p != real)
+		}
+		if filepath.Dir(p) == p {
+			break
+		}
+	}
+	entries, err := os.ReadDir(real)
+	if err != nil {
+		return found
+	}
+	for _, e := range entries {
+		path, err := ResolveScript(real, e.Name())
+		if err != nil {
+			continue // not runnable
+		}
+		if fi, err := os.Stat(path); err == nil {
+			note(path, fi, false)
+		}
+	}
+	return found
+}
+
+// writers says who, beyond its owner and root, may write fi ("" for no
+// one): every user, or a group other than root's. above says fi is a
+// directory above the scripts directory, where the sticky bit keeps
+// others from renaming what is not theirs.
+func writers(fi fs.FileInfo, above bool) string {
+	m := fi.Mode()
+	sticky := above && m&fs.ModeSticky != 0
+	switch {
+	case m.Perm()&0o002 != 0 && !sticky:
+		return "every user"
+	case m.Perm()&0o020 != 0 && !sticky:
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok || st.Gid == 0 {
+			return ""
+		}
+		gid := strconv.FormatUint(uint64(st.Gid), 10)
+		if g, err := user.LookupGroupId(gid); err == nil {
+			return "group " + g.Name
+		}
+		return "group " + gid
+	}
+	return ""
+}

@@ -1,0 +1,93 @@
+//go:build !windows
+
+package runner
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestWritableByOthersListsWhatOthersMayChangeOfTheScripts: a scripts
+// directory, a directory above it, or a runnable script that every user
+// may write (or a group other than root's) is listed, with who and the
+// mode; one above it with the sticky bit, a file that is not runnable,
+// and what only its owner (or root's group) may write are not.
+func TestWritableByOthersListsWhatOthersMayChangeOfTheScripts(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	above, sticky := filepath.Join(base, "above"), filepath.Join(base, "sticky")
+	dir := filepath.Join(above, "sticky-not", "scripts")
+	for _, d := range []string{dir, sticky} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(name string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("#!/bin/sh\necho ok\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	write("tidy.sh", 0o755)
+	if got := WritableByOthers(dir); len(got) != 0 {
+		t.Fatalf("a tidy scripts directory: %q, want nothing listed", got)
+	}
+
+	loose := write("loose.sh", 0o757)
+	write("notes.txt", 0o666) // not runnable: no unit runs it
+	chmod(t, dir, 0o777)
+	chmod(t, above, 0o757)
+	chmod(t, sticky, 0o777|os.ModeSticky)
+	got := strings.Join(WritableByOthers(dir), "\n")
+	for _, want := range []string{
+		loose + ": writable by every user (mode -rwxr-xrwx)",
+		dir + ": writable by every user (mode drwxrwxrwx)",
+		above + ": writable by every user (mode drwxr-xrwx)",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("listed:\n%s\nwant a line %q", got, want)
+		}
+	}
+	if strings.Contains(got, "notes.txt") || strings.Contains(got, "tidy.sh") {
+		t.Errorf("listed:\n%s\nwant neither a file that is not runnable nor one only its owner may write", got)
+	}
+
+	// Above with the sticky bit: no one may replace what is not theirs.
+	inSticky := filepath.Join(sticky, "scripts")
+	if err := os.Mkdir(inSticky, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := WritableByOthers(inSticky); len(got) != 0 {
+		t.Errorf("a scripts directory under one with the sticky bit: %q, want nothing listed", got)
+	}
+
+	// A group: root's is the owner's own; another group's members are not.
+	chmod(t, dir, 0o775)
+	chmod(t, above, 0o755)
+	chmod(t, loose, 0o775)
+	if os.Geteuid() != 0 {
+		return // chown to another group needs root
+	}
+	if got := WritableByOthers(dir); len(got) != 0 {
+		t.Errorf("writable by root's group only: %q, want nothing listed", got)
+	}
+	if err := os.Chown(loose, -1, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(WritableByOthers(dir), "\n"); !strings.Contains(got, loose+": writable by group ") || strings.Contains(got, dir+":") {
+		t.Errorf("a script writable by group 65534: listed %q, want that script alone, naming the group", got)
+	}
+}
+
+func chmod(t *testing.T, path string, mode os.FileMode) {
+	t.Helper()
+	if err := os.Chmod(path, mode); err != nil {
+		t.Fatal(err)
+	}
+}
