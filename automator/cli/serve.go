@@ -29,6 +29,7 @@ import (
 	"github.com/opsgate/opsgate/internal/gctune"
 	"github.com/opsgate/opsgate/internal/grpcwire"
 	"github.com/opsgate/opsgate/internal/lastread"
+	"github.com/opsgate/opsgate/internal/secretfile"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -250,6 +251,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 			log.Warn("removing "+config.FileServing+" at stop", "err", err)
 		}
 	}()
+	warnExposedSecrets(log, *dir)
 	log.Info("serving", "grpc", lis.Addr().String(), "http", hlis.Addr().String(), "tls", !cfg.InsecurePlaintext, "db", describeDB(*dir, cfg))
 
 	var serveErr error
@@ -405,6 +407,23 @@ func warnUnknownRevealKeys(ctx context.Context, st store.Store, ids []string, di
 	for _, id := range ids {
 		if !known[id] {
 			log.Warn("dashboard_reveal_keys in "+config.FileConfig+" names no API key: it reveals nothing until a key with that id exists; `automator apikey list --data-dir "+shellArg(dir)+"` shows the ids"+withSameDB(db), "id", id)
+		}
+	}
+}
+
+// warnExposedSecrets logs, once at start, each file of data directory dir
+// that holds a secret and that users other than its owner may read: init
+// writes them 0600, so a wider mode came later (a copy, an archive, a
+// secret mounted by an orchestrator). The keys let one pose as the
+// automator or sign its certificates; the admin API key acts as the
+// admin; automator.yaml may hold a database password. Not refused, as the
+// directory may be private (the master key, which opens every sealed
+// command and result, is: crypto.LoadMasterKey).
+func warnExposedSecrets(log *slog.Logger, dir string) {
+	for _, name := range []string{config.FileCAKey, config.FileKey, config.FileAPIKey, config.FileConfig} {
+		path := filepath.Join(dir, name)
+		if who := secretfile.ReadableByOthers(path); who != "" {
+			log.Warn(name+" holds a secret and is readable by "+who+": unless its directory keeps them out, chmod 600 it", "path", path)
 		}
 	}
 }

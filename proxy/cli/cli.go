@@ -27,6 +27,7 @@ import (
 	"github.com/opsgate/opsgate/automator/pki"
 	"github.com/opsgate/opsgate/internal/clihelp"
 	"github.com/opsgate/opsgate/internal/grpcwire"
+	"github.com/opsgate/opsgate/internal/secretfile"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"github.com/opsgate/opsgate/proxy/agent"
 	"github.com/opsgate/opsgate/proxy/config"
@@ -227,6 +228,9 @@ func runProxy(ctx context.Context, cfg config.Config, file loadedConfig, env Env
 		Reaper:         reaper,
 	})
 	log.Info("proxy starting", "instance_id", cfg.InstanceID, "automator", cfg.AutomatorURL, "route", route, "scripts_dir", cfg.ScriptsDir, "max_concurrency", cfg.MaxConcurrency, "key_ids", keys.IDs(), "version", version.Version)
+	if who := secretfile.ReadableByOthers(file.path); who != "" {
+		log.Warn("the config holds the account's token and key, and is readable by "+who+": whoever reads it may poll as this proxy and open its commands; chmod 600 it", "config", file.path)
+	}
 	if loose := runner.WritableByOthers(cfg.ScriptsDir); len(loose) > 0 {
 		// Not refused: the operator may mean it. But whoever may write
 		// there decides what this proxy runs, as its user.

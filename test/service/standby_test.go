@@ -458,3 +458,25 @@ func TestStatusOfAServiceWhoseLastRunDiedSaysSo(t *testing.T) {
 		t.Errorf("status of the service started again and stopped gracefully: want no line on a run that died:\n%s", status)
 	}
 }
+
+// TestInstallNotesAConfigOthersMayRead: install copies the config into a
+// private file of the service's; when the file it copied (the account's
+// token and key) is one every user may read, its output says so, naming
+// it, and the install goes on. A private one gets no such note.
+func TestInstallNotesAConfigOthersMayRead(t *testing.T) {
+	t.Parallel()
+	requireRoot(t)
+	a := startAutomator(t)
+	w := newWorkDir(t)
+	cfg := w.config(t, a.profile(t, "acme"), "noted", "instance_id: noted-a")
+	if out := install(t, uniqueName(t), cfg, "--manual-start"); strings.Contains(out, "readable by") {
+		t.Errorf("install of a private config notes it:\n%s", out)
+	}
+	if err := os.Chmod(cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := install(t, uniqueName(t), cfg, "--manual-start")
+	if want := "Note: " + cfg + ", which install copied, holds the account's token and key and is readable by every user (mode -rw-r--r--): remove it, or chmod 600 it"; !strings.Contains(out, want) {
+		t.Errorf("install of a config every user may read: want %q in:\n%s", want, out)
+	}
+}

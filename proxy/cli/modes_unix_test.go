@@ -51,3 +51,38 @@ func TestRunWarnsOfAScriptsDirOthersMayWrite(t *testing.T) {
 		t.Errorf("a scripts directory every user may write: want a WARN naming it:\n%s", log)
 	}
 }
+
+// TestRunWarnsOfAConfigOthersMayRead: the config holds the account's token
+// and key; `proxy run` on one every user may read (a profile saved with a
+// shell's umask 022) says so at start, at WARN, naming it, and runs all
+// the same. One only its owner may read gets no such line.
+func TestRunWarnsOfAConfigOthersMayRead(t *testing.T) {
+	t.Parallel()
+	key, err := crypto.NewKey(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "proxy.yaml")
+	if err := os.WriteFile(path, []byte("automator_url: http://127.0.0.1:1\ntoken: opt_x\nkey: "+key.String()+"\nscripts_dir: '"+t.TempDir()+"'\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel() // the agent starts only to stop
+	run := func() string {
+		var stdout, stderr bytes.Buffer
+		if code := Main(ctx, []string{"run", "--config", path}, Env{Stdout: &stdout, Stderr: &stderr}); code != 0 {
+			t.Fatalf("proxy run: exit %d, %s", code, stderr.String())
+		}
+		return stderr.String()
+	}
+	if log := run(); strings.Contains(log, "token and key, and is readable") {
+		t.Errorf("a config only its owner may read: the log warns of it:\n%s", log)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if log := run(); !strings.Contains(log, "level=WARN msg=\"the config holds the account's token and key, and is readable by every user (mode -rw-r--r--)") ||
+		!strings.Contains(log, "config="+path) {
+		t.Errorf("a config every user may read: want a WARN naming it:\n%s", log)
+	}
+}
