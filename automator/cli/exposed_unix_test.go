@@ -17,8 +17,8 @@ import (
 // directory's secrets 0600; serve started on one whose server key every
 // user may read (a copy, an archive, an orchestrator's mount) says so at
 // start, at WARN, naming the file, and serves all the same (a master key
-// so is refused: crypto.ReadMasterKeyFile). A tidy directory gets
-// no such line.
+// so is refused: crypto.ReadMasterKeyFile). So is a data directory every
+// user may write. A tidy directory gets no such line.
 func TestServeWarnsOfASecretFileOthersMayRead(t *testing.T) {
 	t.Parallel()
 	serving := func(s *served) string {
@@ -42,5 +42,17 @@ func TestServeWarnsOfASecretFileOthersMayRead(t *testing.T) {
 	}
 	if n := strings.Count(log, "holds a secret"); n != 1 {
 		t.Errorf("%d lines warn of a secret, want 1 (the server key's):\n%s", n, log)
+	}
+	if strings.Contains(log, "data directory is writable") {
+		t.Errorf("serve on a data directory only its owner may write warns of it:\n%s", log)
+	}
+
+	// A data directory every user may write: its keys may be replaced.
+	dir = initDir(t)
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if log := serving(serveDirInProcess(t, dir)); !strings.Contains(log, `"level":"WARN","msg":"the data directory is writable by every user (mode drwxrwxrwx)`) {
+		t.Errorf("serve on a data directory every user may write: want a WARN saying so:\n%s", log)
 	}
 }

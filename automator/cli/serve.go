@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -411,8 +412,9 @@ func warnUnknownRevealKeys(ctx context.Context, st store.Store, ids []string, di
 	}
 }
 
-// warnExposedSecrets logs, once at start, each file of data directory dir
-// that holds a secret and that users other than its owner may read: init
+// warnExposedSecrets logs, once at start, data directory dir when users
+// other than its owner may write it, and each of its files that holds a
+// secret and that users other than its owner may read: init
 // writes them 0600, so a wider mode came later (a copy, an archive, a
 // secret mounted by an orchestrator). The keys let one pose as the
 // automator or sign its certificates; the admin API key acts as the
@@ -420,6 +422,11 @@ func warnUnknownRevealKeys(ctx context.Context, st store.Store, ids []string, di
 // directory may be private (the master key, which opens every sealed
 // command and result, is: crypto.LoadMasterKey).
 func warnExposedSecrets(log *slog.Logger, dir string) {
+	if fi, err := os.Stat(dir); err == nil {
+		if who := secretfile.Others(fi, true); who != "" {
+			log.Warn(fmt.Sprintf("the data directory is writable by %s (mode %v): whoever may write it may replace its keys, certificates and config; chmod 700 it", who, fi.Mode()), "data_dir", dir)
+		}
+	}
 	for _, name := range []string{config.FileCAKey, config.FileKey, config.FileAPIKey, config.FileConfig} {
 		path := filepath.Join(dir, name)
 		if who := secretfile.ReadableByOthers(path); who != "" {

@@ -4,6 +4,7 @@ package secretfile
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"os/user"
 	"strconv"
@@ -19,21 +20,34 @@ func ReadableByOthers(path string) string {
 	if err != nil {
 		return ""
 	}
-	m := fi.Mode()
+	if who := Others(fi, false); who != "" {
+		return fmt.Sprintf("%s (mode %v)", who, fi.Mode())
+	}
+	return ""
+}
+
+// Others says who, beyond fi's owner and root's group, may read it (write
+// false) or write it (write true), by its mode: "every user", "group
+// NAME" (its id when it has no name), or "".
+func Others(fi fs.FileInfo, write bool) string {
+	other, group := fs.FileMode(0o004), fs.FileMode(0o040)
+	if write {
+		other, group = 0o002, 0o020
+	}
+	m := fi.Mode().Perm()
 	switch {
-	case m.Perm()&0o004 != 0:
-		return fmt.Sprintf("every user (mode %v)", m)
-	case m.Perm()&0o040 != 0:
+	case m&other != 0:
+		return "every user"
+	case m&group != 0:
 		st, ok := fi.Sys().(*syscall.Stat_t)
 		if !ok || st.Gid == 0 {
 			return ""
 		}
 		gid := strconv.FormatUint(uint64(st.Gid), 10)
-		name := gid
 		if g, err := user.LookupGroupId(gid); err == nil {
-			name = g.Name
+			return "group " + g.Name
 		}
-		return fmt.Sprintf("group %s (mode %v)", name, m)
+		return "group " + gid
 	}
 	return ""
 }

@@ -6,10 +6,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/user"
 	"path/filepath"
-	"strconv"
-	"syscall"
+
+	"github.com/opsgate/opsgate/internal/secretfile"
 )
 
 // WritableByOthers lists what lets users other than the scripts' owners
@@ -64,21 +63,8 @@ func WritableByOthers(dir string) []string {
 // directory above the scripts directory, where the sticky bit keeps
 // others from renaming what is not theirs.
 func writers(fi fs.FileInfo, above bool) string {
-	m := fi.Mode()
-	sticky := above && m&fs.ModeSticky != 0
-	switch {
-	case m.Perm()&0o002 != 0 && !sticky:
-		return "every user"
-	case m.Perm()&0o020 != 0 && !sticky:
-		st, ok := fi.Sys().(*syscall.Stat_t)
-		if !ok || st.Gid == 0 {
-			return ""
-		}
-		gid := strconv.FormatUint(uint64(st.Gid), 10)
-		if g, err := user.LookupGroupId(gid); err == nil {
-			return "group " + g.Name
-		}
-		return "group " + gid
+	if above && fi.Mode()&fs.ModeSticky != 0 {
+		return ""
 	}
-	return ""
+	return secretfile.Others(fi, true)
 }
