@@ -213,13 +213,15 @@ func (d *Dashboard) fullRow(ctx context.Context, w store.Work) (workRow, *automa
 const deletedScript = "(unreadable: its account was deleted)"
 
 // setOutcome sets what the unit's opened result says: its exit code if it
-// succeeded, the proxy's reason if it failed.
+// succeeded, the proxy's reason if it failed, as the API shows it (the
+// proxy's text: a bidi override or an escape sequence in it is not shown
+// as it is).
 func (row *workRow) setOutcome(code int32, failure string) {
 	if row.State == store.StateSucceeded {
 		row.ExitCode = &code
 	}
 	if row.State == store.StateFailed && failure != "" {
-		row.Outcome = failure
+		row.Outcome = server.PrintableFailure(failure)
 	}
 }
 

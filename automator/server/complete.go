@@ -204,7 +204,7 @@ func (p *ProxyService) complete(ctx context.Context, req *automatorv1.CompleteRe
 		st = store.StateFailed
 		reason = "the proxy could not run the command"
 		if req.GetFailure() != "" {
-			reason = printableFailure(req.GetFailure())
+			reason = PrintableFailure(req.GetFailure())
 		}
 	default:
 		return status.Errorf(codes.InvalidArgument, "outcome %v is not SUCCEEDED or FAILED", req.GetOutcome())

@@ -559,7 +559,7 @@ func (s *Server) workStatus(ctx context.Context, w store.Work) (*automatorv1.Wor
 		}
 		st.Result = r
 		if w.State == store.StateFailed && r.GetFailure() != "" {
-			st.Reason = printableFailure(r.GetFailure())
+			st.Reason = PrintableFailure(r.GetFailure())
 		}
 	}
 	return st, nil

@@ -595,13 +595,14 @@ func plainText(field, v string) error {
 // the ASCII space).
 func notShown(r rune) bool { return !unicode.IsPrint(r) }
 
-// printableFailure is a failure a proxy reports, as operators are shown it: a line
-// break, a tab or another white space becomes a space, any other character
-// that is not shown as it is (an escape sequence's control characters, a
-// bidi override, a zero-width space) U+FFFD. The failure itself is not
-// refused: the unit would then stay claimed until its deadline, and an
-// older proxy's message may hold a line break.
-func printableFailure(v string) string {
+// PrintableFailure is a failure a proxy reports, as operators are shown it
+// (by the API, the CLI and the dashboard): a line break, a tab or another
+// white space becomes a space, any other character that is not shown as it
+// is (an escape sequence's control characters, a bidi override, a
+// zero-width space) U+FFFD. The failure itself is not refused: the unit
+// would then stay claimed until its deadline, and an older proxy's message
+// may hold a line break.
+func PrintableFailure(v string) string {
 	if strings.IndexFunc(v, notShown) < 0 {
 		return v
 	}
