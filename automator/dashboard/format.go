@@ -3,11 +3,13 @@ package dashboard
 import (
 	"fmt"
 	"html/template"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/printable"
 )
 
 var funcs = template.FuncMap{
@@ -18,6 +20,7 @@ var funcs = template.FuncMap{
 	"stamp":   stamp,
 	"plural":  plural,
 	"slug":    slug,
+	"shown":   shown,
 	"text":    func(b []byte) string { return string(b) },
 	"isState": func(a store.State, b string) bool { return string(a) == b },
 	"stranded": func(s server.AccountStatus) bool {
@@ -98,4 +101,18 @@ func plural(n int, word string) string {
 // slug turns a word into a CSS class part: "no instances" → "no-instances".
 func slug(v any) string {
 	return strings.ReplaceAll(strings.ToLower(fmt.Sprint(v)), " ", "-")
+}
+
+// shown is a caller's text (a script name, an argument) as a page shows
+// it: as it is when the page shows it so, else quoted in Go syntax, as
+// `automator work show --reveal` quotes arguments. Quoted is one that is
+// empty, holds a character not shown as it is (printable.Check: a control
+// character, a bidi override that reverses what follows, a zero-width
+// space) or spaces HTML shows otherwise (at an end, or two together): the
+// operator sees what ran, not another name or argument.
+func shown(s string) string {
+	if s == "" || printable.Check(s) != nil || strings.HasPrefix(s, " ") || strings.HasSuffix(s, " ") || strings.Contains(s, "  ") {
+		return strconv.Quote(s)
+	}
+	return s
 }
