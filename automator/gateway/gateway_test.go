@@ -603,6 +603,26 @@ func TestWrongMethodIsMethodNotAllowed(t *testing.T) {
 	}
 }
 
+// TestWrongMethodOnACraftedPathQuotesItCut: the path a 405 names is
+// quoted, no more than its first 80 bytes with its length, as the API
+// quotes what else a caller sent (and so is a method longer than that): a crafted URL's kilobytes, or a bidi
+// override or line break percent-encoded in it, do not come back as they
+// are.
+func TestWrongMethodOnACraftedPathQuotesItCut(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	c := api{t: t, base: a.HTTPURL, apiKey: a.APIKey}
+	for _, tc := range []struct{ method, path, want, not string }{
+		{"GET", "/v1/accounts/" + strings.Repeat("x", 7000) + "/submit", `method GET is not allowed on "/v1/accounts/xxx`, strings.Repeat("x", 100)},
+		{"GET", "/v1/accounts/%E2%80%AEevil%0Aline/submit", `method GET is not allowed on "/v1/accounts/\u202eevil\nline/submit";`, "\u202e"},
+		{strings.Repeat("M", 7000), "/v1/accounts/acme/submit", `method "MMM`, strings.Repeat("M", 100)},
+	} {
+		r := c.do(tc.method, tc.path, "", nil)
+		if msg := r.str("message"); r.status != http.StatusMethodNotAllowed || !strings.Contains(msg, tc.want) || strings.Contains(msg, tc.not) {
+			t.Errorf("%.10s %.40s…: HTTP %d %.300q; want 405 saying %s, without %q", tc.method, tc.path, r.status, msg, tc.want, tc.not)
+		}
+	}
+}
+
 // TestBodyThatIsNotJSONSaysSo: a body cut short, that is not JSON at all
 // or that has more after its object is a bad request whose message says
 // what is wrong with the body, not json's bare "unexpected EOF"; nothing
