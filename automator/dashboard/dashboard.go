@@ -247,21 +247,12 @@ func (d *Dashboard) Handler() http.Handler {
 		if allow := allowedMethods(mux, r); len(allow) > 0 {
 			w.Header().Set("Allow", strings.Join(allow, ", "))
 			d.render(w, r, http.StatusMethodNotAllowed, "error", http.StatusText(http.StatusMethodNotAllowed), "", nil,
-				fmt.Sprintf("%s is not allowed on %s: it takes %s only.", method(r.Method), printable.Quote(r.URL.Path), strings.Join(allow, " or ")))
+				fmt.Sprintf("%s is not allowed on %s: it takes %s only.", printable.Token(r.Method), printable.Quote(r.URL.Path), strings.Join(allow, " or ")))
 			return
 		}
 		notFound.ServeHTTP(w, r)
 	}))
 	return securityHeaders(mux)
-}
-
-// method is a request's method as a page names it: a method is a token
-// (printable ASCII), but of any length; a long one is quoted cut.
-func method(m string) string {
-	if len(m) > printable.MaxQuoted {
-		return printable.Quote(m)
-	}
-	return m
 }
 
 // allowedMethods lists the methods that a page other than the catch-all

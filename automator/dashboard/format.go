@@ -3,7 +3,6 @@ package dashboard
 import (
 	"fmt"
 	"html/template"
-	"strconv"
 	"strings"
 	"time"
 
@@ -20,7 +19,7 @@ var funcs = template.FuncMap{
 	"stamp":   stamp,
 	"plural":  plural,
 	"slug":    slug,
-	"shown":   shown,
+	"shown":   printable.Shown,
 	"text":    func(b []byte) string { return string(b) },
 	"isState": func(a store.State, b string) bool { return string(a) == b },
 	"stranded": func(s server.AccountStatus) bool {
@@ -101,18 +100,4 @@ func plural(n int, word string) string {
 // slug turns a word into a CSS class part: "no instances" → "no-instances".
 func slug(v any) string {
 	return strings.ReplaceAll(strings.ToLower(fmt.Sprint(v)), " ", "-")
-}
-
-// shown is a caller's text (a script name, an argument) as a page shows
-// it: as it is when the page shows it so, else quoted in Go syntax, as
-// `automator work show --reveal` quotes arguments. Quoted is one that is
-// empty, holds a character not shown as it is (printable.Check: a control
-// character, a bidi override that reverses what follows, a zero-width
-// space) or spaces HTML shows otherwise (at an end, or two together): the
-// operator sees what ran, not another name or argument.
-func shown(s string) string {
-	if s == "" || printable.Check(s) != nil || strings.HasPrefix(s, " ") || strings.HasSuffix(s, " ") || strings.Contains(s, "  ") {
-		return strconv.Quote(s)
-	}
-	return s
 }

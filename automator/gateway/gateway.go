@@ -176,15 +176,6 @@ func method(r *http.Request) string {
 	return r.Method
 }
 
-// shownMethod is a method as a message names it: a method is a token
-// (printable ASCII), but of any length; a long one is quoted cut.
-func shownMethod(m string) string {
-	if len(m) > printable.MaxQuoted {
-		return printable.Quote(m)
-	}
-	return m
-}
-
 // openAPIPath is where the OpenAPI document is served, without an API key.
 const openAPIPath = "/v1/openapi.json"
 
@@ -385,7 +376,7 @@ func routingError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 		runtime.DefaultRoutingErrorHandler(ctx, mux, m, w, r, httpStatus)
 		return
 	}
-	st := status.Newf(codes.Unimplemented, "method %s is not allowed on %s; GET /v1/openapi.json lists each path's method", shownMethod(method(r)), printable.Quote(r.URL.Path))
+	st := status.Newf(codes.Unimplemented, "method %s is not allowed on %s; GET /v1/openapi.json lists each path's method", printable.Token(method(r)), printable.Quote(r.URL.Path))
 	body, err := m.Marshal(st.Proto())
 	if err != nil {
 		runtime.DefaultRoutingErrorHandler(ctx, mux, m, w, r, httpStatus)

@@ -3,6 +3,7 @@ package printable
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -23,4 +24,28 @@ func Quote(s string) string {
 		cut--
 	}
 	return fmt.Sprintf("%q… (%d bytes)", s[:cut], len(s))
+}
+
+// Token is a token a message names (an HTTP method: printable ASCII, but
+// of any length): as it is, or quoted cut (Quote) when longer than
+// MaxQuoted bytes.
+func Token(s string) string {
+	if len(s) > MaxQuoted {
+		return Quote(s)
+	}
+	return s
+}
+
+// Shown is a caller's text (a script name, an argument) as a listing or a
+// page shows it: as it is when it shows as it is, else quoted in Go syntax
+// (as %q does). Quoted is one that is empty, holds a character Check
+// refuses (a control character, as an escape sequence's; a bidi override
+// that reverses what follows; a zero-width space), or spaces that do not
+// show (at an end, or two together): the operator sees what ran, not
+// another name or argument.
+func Shown(s string) string {
+	if s == "" || Check(s) != nil || strings.HasPrefix(s, " ") || strings.HasSuffix(s, " ") || strings.Contains(s, "  ") {
+		return strconv.Quote(s)
+	}
+	return s
 }
