@@ -10,6 +10,7 @@ import (
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/crypto"
 	"github.com/opsgate/opsgate/internal/clihelp"
+	"github.com/opsgate/opsgate/internal/printable"
 )
 
 // auditPage is how many events one store call reads.
@@ -97,7 +98,7 @@ func openScript(master crypto.MasterKey, e store.AuditEvent) string {
 }
 
 // auditLine is one event as "TIME KIND key=value ...", values quoted when
-// they hold spaces or quotes.
+// they hold spaces or quotes, or a character that does not show as it is.
 func auditLine(e store.AuditEvent, script string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s  %-20s", e.At.UTC().Format("2006-01-02T15:04:05.000Z"), e.Kind)
@@ -109,7 +110,10 @@ func auditLine(e store.AuditEvent, script string) string {
 			continue
 		}
 		v := f.v
-		if strings.ContainsAny(v, " \"=\t\n") {
+		// Quoted too when a character would not show as it is: a
+		// caller's script name may hold an escape sequence, or a bidi
+		// override.
+		if strings.ContainsAny(v, " \"=\t\n") || printable.Check(v) != nil {
 			v = fmt.Sprintf("%q", v)
 		}
 		fmt.Fprintf(&b, " %s=%s", f.k, v)

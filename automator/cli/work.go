@@ -11,6 +11,7 @@ import (
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/internal/clihelp"
+	"github.com/opsgate/opsgate/internal/printable"
 )
 
 // cmdWork dispatches the work subcommands.
@@ -340,7 +341,7 @@ func cmdWorkShow(ctx context.Context, args []string, env Env) error {
 		line("command", "(sealed; --reveal opens the script name, arguments and output)")
 		return t.Flush()
 	}
-	line("script", v.Command.Script)
+	line("script", printable.Shown(v.Command.Script))
 	for i, a := range v.Command.Args {
 		line(fmt.Sprintf("arg %d", i+1), fmt.Sprintf("%q", a))
 	}
