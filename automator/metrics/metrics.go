@@ -1,8 +1,9 @@
 // Package metrics is the automator's Prometheus instrumentation, served at
 // /metrics on its HTTP listener:
 //
-//   - counters of units queued, claimed and finished (by terminal state),
-//     and histograms of the time from queueing to the claim and to the end,
+//   - counters of units queued, claimed, finished (by terminal state) and
+//     refused for a full queue, and of calls denied for an API key outside
+//     its accounts, and histograms of the time from queueing to the claim and to the end,
 //     counted by the replica that made each change (server.Metrics); the
 //     units that `account delete` cancels, by an automator that serves
 //     its store alone (SQLite) when it notices the deletion;
@@ -69,6 +70,8 @@ type Metrics struct {
 	finished    *prometheus.CounterVec
 	undelivered *prometheus.CounterVec
 	authFailed  *prometheus.CounterVec
+	authDenied  prometheus.Counter
+	refused     *prometheus.CounterVec
 	storeErrors *prometheus.CounterVec
 	claimWait   prometheus.Histogram
 	finishWait  *prometheus.HistogramVec
@@ -112,6 +115,14 @@ func New(o Options) *Metrics {
 			Name: "automator_auth_failures_total",
 			Help: "Calls and dashboard sign-ins refused for a missing, wrong, expired or revoked token or API key, by outcome: unauthenticated (within the source's failure budget) or rate_limited (over it). The log writes at most 20 such lines a minute, and one counting the rest.",
 		}, []string{"outcome"}),
+		authDenied: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "automator_auth_denied_total",
+			Help: "Calls refused because their API key, valid, may not use the account they name (PERMISSION_DENIED; audited as auth.denied). The log writes at most 20 such lines a minute, and one counting the rest.",
+		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "automator_work_refused_total",
+			Help: "Units of work refused, nothing queued, by account and reason: queue_full (the account had limits.max_queued_per_account units queued; audited as work.refused). The log writes at most 20 such lines a minute, and one counting the rest.",
+		}, []string{"account", "reason"}),
 		claimWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "automator_work_queued_to_claimed_seconds",
 			Help:    "Time from queueing a unit to its claim.",
@@ -136,7 +147,7 @@ func New(o Options) *Metrics {
 			Buckets: storeBuckets,
 		}, []string{"method"}),
 	}
-	m.reg.MustRegister(m.queued, m.claimed, m.finished, m.undelivered, m.authFailed, m.storeErrors, m.claimWait, m.finishWait, m.polls, m.storeCalls,
+	m.reg.MustRegister(m.queued, m.claimed, m.finished, m.undelivered, m.refused, m.authFailed, m.authDenied, m.storeErrors, m.claimWait, m.finishWait, m.polls, m.storeCalls,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, st := range endStates {
 		m.finishWait.WithLabelValues(string(st))
@@ -168,6 +179,7 @@ func (m *Metrics) known(account string) {
 	m.queued.WithLabelValues(account)
 	m.claimed.WithLabelValues(account)
 	m.undelivered.WithLabelValues(account)
+	m.refused.WithLabelValues(account, refusedQueueFull)
 	for _, st := range endStates {
 		m.finished.WithLabelValues(account, string(st))
 	}
@@ -188,8 +200,11 @@ func (m *Metrics) Handler() http.Handler {
 // collectors.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-// WorkQueued counts a unit queued. It also makes the account's claimed
-// and undelivered counters exist at 0: a counter that appears only at its
+// refusedQueueFull is the reason label of a unit refused for a full queue.
+const refusedQueueFull = "queue_full"
+
+// WorkQueued counts a unit queued. It also makes the account's claimed,
+// undelivered and refused counters exist at 0: a counter that appears only at its
 // first event hides that event from rate() and increase(), and for the
 // undelivered one, whose every event is a sign of trouble, that is the
 // event to alert on.
@@ -197,6 +212,7 @@ func (m *Metrics) WorkQueued(account string) {
 	m.queued.WithLabelValues(account).Inc()
 	m.claimed.WithLabelValues(account)
 	m.undelivered.WithLabelValues(account)
+	m.refused.WithLabelValues(account, refusedQueueFull)
 }
 
 func (m *Metrics) WorkClaimed(account string, waited time.Duration) {
@@ -220,6 +236,17 @@ func (m *Metrics) AuthFailed(limited bool) {
 	m.authFailed.WithLabelValues("unauthenticated").Inc()
 }
 
+// WorkRefused counts a unit refused for the account's full queue
+// (server.RefusalMetrics).
+func (m *Metrics) WorkRefused(account string) {
+	m.refused.WithLabelValues(account, refusedQueueFull).Inc()
+}
+
+// AuthDenied counts a call refused because its API key may not use the
+// account it named (server.RefusalMetrics). No account label: the caller
+// names the account, one that exists or not.
+func (m *Metrics) AuthDenied() { m.authDenied.Inc() }
+
 // StoreFailed counts a store call that failed (server.StoreMetrics).
 func (m *Metrics) StoreFailed(kind string) { m.storeErrors.WithLabelValues(kind).Inc() }
 
@@ -233,6 +260,7 @@ func (m *Metrics) AccountGone(account string) {
 	m.claimed.DeletePartialMatch(l)
 	m.finished.DeletePartialMatch(l)
 	m.undelivered.DeletePartialMatch(l)
+	m.refused.DeletePartialMatch(l)
 	m.polls.DeletePartialMatch(l)
 }
 

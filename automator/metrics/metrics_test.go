@@ -288,7 +288,7 @@ func TestCountersOfEveryAccountExistAtZeroBeforeTheirFirstEvent(t *testing.T) {
 	scrape(t, m) // the first scrape may come before the series exist
 	fams := scrape(t, m)
 	acme := map[string]string{"account": "acme"}
-	for _, name := range []string{"automator_work_queued_total", "automator_work_claimed_total", "automator_work_undelivered_total"} {
+	for _, name := range []string{"automator_work_queued_total", "automator_work_claimed_total", "automator_work_undelivered_total", "automator_work_refused_total"} {
 		if s := sample(fams, name, acme); s == nil || s.GetCounter().GetValue() != 0 {
 			t.Errorf("%s{account=\"acme\"} = %v before any event; want 0", name, s)
 		}

@@ -338,6 +338,7 @@ func (s *Server) allow(ctx context.Context, account, method string) error {
 	if c == nil || len(c.accounts) == 0 || slices.Contains(c.accounts, account) {
 		return nil
 	}
+	s.refusalMetrics.AuthDenied()
 	s.deniedLog.Log("API key used outside its accounts", "api_key", c.id, "account", account, "method", method, "peer", sourceOf(ctx))
 	e := s.event(ctx, store.AuditAuthDenied, method+": the API key may not use this account")
 	e.Account = account

@@ -634,6 +634,7 @@ func (s *Server) checkQueue(ctx context.Context, p store.WorkEnqueueParams, meth
 			return nil
 		}
 	}
+	s.refusalMetrics.WorkRefused(account)
 	s.queueFullLog.Log("account queue full: unit refused", "account", account, "queued", n, "caller", callerFrom(ctx))
 	e := s.event(ctx, store.AuditWorkRefused, fmt.Sprintf("%s: queue full (%d units queued, the limit)", method, max))
 	e.Account = account

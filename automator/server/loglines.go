@@ -43,20 +43,22 @@ func newRefusedPollLog(log *slog.Logger, clock Clock) *loglimit.Limiter {
 
 // newQueueFullLog bounds the lines of units refused for a full queue: a
 // caller that submits again at once, without the wait its answer asks
-// for, would write one per call. Each is in the audit log.
+// for, would write one per call. Each is in the audit log and
+// automator_work_refused_total.
 func newQueueFullLog(log *slog.Logger, clock Clock) *loglimit.Limiter {
 	return &loglimit.Limiter{Logger: log, Level: slog.LevelWarn, Now: clock.Now,
 		Summary:      "units refused for a full queue, not logged one by one",
-		SummaryAttrs: []any{"see", "the audit log (work.refused), and automator_queue_depth"}}
+		SummaryAttrs: []any{"see", `the audit log (work.refused), and automator_work_refused_total{reason="queue_full"}`}}
 }
 
 // newDeniedLog bounds the lines of calls refused because the API key may
 // not use the account they name: a caller given the wrong account would
-// write one per call. Each is in the audit log.
+// write one per call. Each is in the audit log and
+// automator_auth_denied_total.
 func newDeniedLog(log *slog.Logger, clock Clock) *loglimit.Limiter {
 	return &loglimit.Limiter{Logger: log, Level: slog.LevelWarn, Now: clock.Now,
 		Summary:      "calls of API keys outside their accounts, not logged one by one",
-		SummaryAttrs: []any{"see", "the audit log (auth.denied)"}}
+		SummaryAttrs: []any{"see", "the audit log (auth.denied), and automator_auth_denied_total"}}
 }
 
 // flushLogLimits writes the counts of the bounded lines not written in an

@@ -39,6 +39,18 @@ type StoreMetrics interface {
 	StoreFailed(kind string)
 }
 
+// RefusalMetrics is implemented by a Metrics that also counts the calls
+// refused before they did anything, which the log bounds to 20 lines a
+// minute and the audit log records (package metrics does).
+type RefusalMetrics interface {
+	// WorkRefused: a unit of account was refused because the account had
+	// limits.max_queued_per_account units queued.
+	WorkRefused(account string)
+	// AuthDenied: a call was refused because its API key may not use the
+	// account it named.
+	AuthDenied()
+}
+
 // The kinds of store errors StoreMetrics counts.
 const (
 	// StoreErrorUnavailable: the database was out of reach (PostgreSQL
@@ -63,6 +75,11 @@ type noAuthMetrics struct{}
 func (noAuthMetrics) AuthFailed(bool) {}
 
 type noStoreMetrics struct{}
+
+type noRefusalMetrics struct{}
+
+func (noRefusalMetrics) WorkRefused(string) {}
+func (noRefusalMetrics) AuthDenied()        {}
 
 func (noStoreMetrics) StoreFailed(string) {}
 

@@ -161,9 +161,10 @@ type Server struct {
 	// refused for their keys, units refused for a full queue, and calls of
 	// API keys outside their accounts (loglines.go).
 	refusedPollLog, queueFullLog, deniedLog *loglimit.Limiter
-	storeMetrics                            StoreMetrics  // the Metrics, when it counts failed store calls
-	diskFull                                atomic.Bool   // a write was refused for lack of disk space, and none has succeeded since (loglines.go)
-	fullWrites                              atomic.Uint64 // writes refused for lack of disk space
+	storeMetrics                            StoreMetrics   // the Metrics, when it counts failed store calls
+	refusalMetrics                          RefusalMetrics // the Metrics, when it counts refused units and denied calls
+	diskFull                                atomic.Bool    // a write was refused for lack of disk space, and none has succeeded since (loglines.go)
+	fullWrites                              atomic.Uint64  // writes refused for lack of disk space
 
 	keysMu sync.Mutex
 	keys   map[string]*keyRing // account → its opened keys (keys.go)
@@ -229,6 +230,10 @@ func New(o Options) (*Server, error) {
 	if !ok {
 		sm = noStoreMetrics{}
 	}
+	rm, ok := o.Metrics.(RefusalMetrics)
+	if !ok {
+		rm = noRefusalMetrics{}
+	}
 	s := &Server{
 		store:          o.Store,
 		master:         o.MasterKey,
@@ -250,6 +255,7 @@ func New(o Options) (*Server, error) {
 		metrics:        o.Metrics,
 		authMetrics:    am,
 		storeMetrics:   sm,
+		refusalMetrics: rm,
 		started:        o.Clock.Now(),
 		keys:           make(map[string]*keyRing),
 		listed:         newListedCache(maxListed),

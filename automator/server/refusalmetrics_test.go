@@ -1,0 +1,63 @@
+package server_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/opsgate/opsgate/automator/metrics"
+	"github.com/opsgate/opsgate/automator/server"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// TestRefusedUnitsAndDeniedCallsAreCounted: a unit refused for its
+// account's full queue, and a call refused because its API key may not
+// use the account it names, are each counted on /metrics, at 0 before the
+// first: the log writes at most 20 lines a minute of each, and without a
+// counter an operator could alert on neither (the queue's depth is read
+// at each scrape, and says nothing of the submits refused between two).
+func TestRefusedUnitsAndDeniedCallsAreCounted(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(metrics.Options{})
+	e := newEnv(t, envOptions{metrics: m, limits: server.Limits{MaxQueuedPerAccount: 1}})
+	e.addAccount("globex")
+	queueFull := map[string]string{"account": e.account, "reason": "queue_full"}
+	caller := e.callerClient()
+	submitScript(t, caller, e.account, "x.sh", time.Minute)
+	if got := counterValue(t, m, "automator_work_refused_total", queueFull); got != 0 {
+		t.Fatalf("automator_work_refused_total%v = %v before any refusal; want 0", queueFull, got)
+	}
+	if got := counterValue(t, m, "automator_auth_denied_total", nil); got != 0 {
+		t.Fatalf("automator_auth_denied_total = %v before any denial; want 0", got)
+	}
+
+	const refused = 3
+	for range refused {
+		_, err := caller.Submit(context.Background(), &automatorv1.ExecuteRequest{Account: e.account, Command: &automatorv1.Command{Script: "x.sh"}})
+		if status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("a unit past acme's queue cap: %v, want ResourceExhausted", err)
+		}
+	}
+	scoped := automatorv1.NewAutomatorServiceClient(e.conn(e.addAPIKey("ak_globex", "globex")))
+	for _, account := range []string{e.account, "initech"} { // an account that exists, one that does not
+		_, err := scoped.Submit(context.Background(), &automatorv1.ExecuteRequest{Account: account, Command: &automatorv1.Command{Script: "x.sh"}})
+		if status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("a unit on %s with a key scoped to globex: %v, want PermissionDenied", account, err)
+		}
+	}
+	if got := counterValue(t, m, "automator_work_refused_total", queueFull); got != refused {
+		t.Errorf("automator_work_refused_total%v = %v after %d units refused for acme's full queue; want %d", queueFull, got, refused, refused)
+	}
+	if got := counterValue(t, m, "automator_work_refused_total", map[string]string{"account": "globex"}); got > 0 {
+		t.Errorf("automator_work_refused_total{account=\"globex\"} = %v; globex refused nothing", got)
+	}
+	if got := counterValue(t, m, "automator_auth_denied_total", nil); got != 2 {
+		t.Errorf("automator_auth_denied_total = %v after 2 calls of a key outside its accounts; want 2", got)
+	}
+	if hasSeries(t, m, "initech") {
+		t.Errorf("a series labelled with initech, an account a caller named and that does not exist; want none")
+	}
+}
