@@ -117,7 +117,7 @@ func New(o Options) *Metrics {
 		}, []string{"outcome"}),
 		authDenied: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "automator_auth_denied_total",
-			Help: "Calls refused because their API key, valid, may not use the account they name (PERMISSION_DENIED; audited as auth.denied). The log writes at most 20 such lines a minute, and one counting the rest.",
+			Help: "Calls refused because their API key, valid, may not use the account they name (PERMISSION_DENIED) or whose unit they name (NOT_FOUND, as for an unknown unit); audited as auth.denied. The log writes at most 20 such lines a minute, and one counting the rest.",
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "automator_work_refused_total",

@@ -26,7 +26,7 @@ func TestRefusedUnitsAndDeniedCallsAreCounted(t *testing.T) {
 	e.addAccount("globex")
 	queueFull := map[string]string{"account": e.account, "reason": "queue_full"}
 	caller := e.callerClient()
-	submitScript(t, caller, e.account, "x.sh", time.Minute)
+	acmes := submitScript(t, caller, e.account, "x.sh", time.Minute)
 	if got := counterValue(t, m, "automator_work_refused_total", queueFull); got != 0 {
 		t.Fatalf("automator_work_refused_total%v = %v before any refusal; want 0", queueFull, got)
 	}
@@ -48,14 +48,19 @@ func TestRefusedUnitsAndDeniedCallsAreCounted(t *testing.T) {
 			t.Fatalf("a unit on %s with a key scoped to globex: %v, want PermissionDenied", account, err)
 		}
 	}
+	// A unit of another account is answered as an unknown one, and
+	// counted as denied too.
+	if _, err := scoped.Get(context.Background(), &automatorv1.GetRequest{WorkId: acmes.GetWorkId()}); status.Code(err) != codes.NotFound {
+		t.Fatalf("Get of acme's unit with a key scoped to globex: %v, want NotFound", err)
+	}
 	if got := counterValue(t, m, "automator_work_refused_total", queueFull); got != refused {
 		t.Errorf("automator_work_refused_total%v = %v after %d units refused for acme's full queue; want %d", queueFull, got, refused, refused)
 	}
 	if got := counterValue(t, m, "automator_work_refused_total", map[string]string{"account": "globex"}); got > 0 {
 		t.Errorf("automator_work_refused_total{account=\"globex\"} = %v; globex refused nothing", got)
 	}
-	if got := counterValue(t, m, "automator_auth_denied_total", nil); got != 2 {
-		t.Errorf("automator_auth_denied_total = %v after 2 calls of a key outside its accounts; want 2", got)
+	if got := counterValue(t, m, "automator_auth_denied_total", nil); got != 3 {
+		t.Errorf("automator_auth_denied_total = %v after 3 calls of a key outside its accounts; want 3", got)
 	}
 	if hasSeries(t, m, "initech") {
 		t.Errorf("a series labelled with initech, an account a caller named and that does not exist; want none")
