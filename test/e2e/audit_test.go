@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -206,8 +207,8 @@ func TestAuditLogListsExecutionsAndFailuresWithoutSecrets(t *testing.T) {
 
 // TestConfiguredLimitsAndQueueCapKeepOthersServed: limits set in
 // automator.yaml are enforced with an error naming the setting, a full
-// account queue refuses more with ResourceExhausted, and the automator
-// keeps serving every other account.
+// account queue refuses more with ResourceExhausted, counted in /metrics,
+// and the automator keeps serving every other account.
 func TestConfiguredLimitsAndQueueCapKeepOthersServed(t *testing.T) {
 	t.Parallel()
 	a := startAutomator(t)
@@ -245,6 +246,18 @@ func TestConfiguredLimitsAndQueueCapKeepOthersServed(t *testing.T) {
 	}
 	if err := submit("globex"); err != nil {
 		t.Fatalf("globex while acme's queue is full: %v", err)
+	}
+	resp, err := http.Get("http://" + a.HTTPAddr + "/metrics")
+	if err != nil {
+		t.Fatalf("GET /metrics: %v", err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("GET /metrics: %v", err)
+	}
+	if want := `automator_work_refused_total{account="acme",reason="queue_full"} 1` + "\n"; !strings.Contains(string(body), want) {
+		t.Errorf("/metrics after one unit refused for acme's full queue lacks %q:\n%s", want, body)
 	}
 	scripts := t.TempDir()
 	writeScript(t, scripts, "hello.sh", `echo hello`)
