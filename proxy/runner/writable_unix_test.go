@@ -4,6 +4,7 @@ package runner
 
 import (
 	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -80,8 +81,27 @@ func TestWritableByOthersListsWhatOthersMayChangeOfTheScripts(t *testing.T) {
 	if err := os.Chown(loose, -1, 65534); err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(WritableByOthers(dir), "\n"); !strings.Contains(got, loose+": writable by group ") || strings.Contains(got, dir+":") {
-		t.Errorf("a script writable by group 65534: listed %q, want that script alone, naming the group", got)
+	group := "group 65534"
+	if g, err := user.LookupGroupId("65534"); err == nil {
+		group = "group " + g.Name
+	}
+	if got := strings.Join(WritableByOthers(dir), "\n"); !strings.Contains(got, loose+": writable by "+group+" ") || strings.Contains(got, dir+":") {
+		t.Errorf("a script writable by group 65534: listed %q, want that script alone, naming the group (%s)", got, group)
+	}
+
+	// Root's group aside, the sticky bit above the scripts keeps a group
+	// from replacing what is not theirs as it keeps every user.
+	chmod(t, loose, 0o755)
+	if err := os.Chown(above, -1, 65534); err != nil {
+		t.Fatal(err)
+	}
+	chmod(t, above, 0o775|os.ModeSticky)
+	if got := WritableByOthers(dir); len(got) != 0 {
+		t.Errorf("above the scripts, a directory its group may write, with the sticky bit: listed %q, want nothing", got)
+	}
+	chmod(t, above, 0o775)
+	if got := strings.Join(WritableByOthers(dir), "\n"); !strings.Contains(got, above+": writable by "+group+" ") {
+		t.Errorf("above the scripts, a directory its group may write: listed %q, want it listed", got)
 	}
 }
 
@@ -89,5 +109,60 @@ func chmod(t *testing.T, path string, mode os.FileMode) {
 	t.Helper()
 	if err := os.Chmod(path, mode); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWritableByOthersIgnoresTheStickyBitOnlyAboveTheScripts: the sticky
+// bit keeps others from replacing what is not theirs in a directory above
+// the scripts directory, but not from adding scripts to the scripts
+// directory itself, and means nothing on a script: both are listed.
+func TestWritableByOthersIgnoresTheStickyBitOnlyAboveTheScripts(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "scripts")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(dir, "run.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho ok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	chmod(t, dir, 0o777|os.ModeSticky)
+	chmod(t, script, 0o757|os.ModeSticky)
+	got := strings.Join(WritableByOthers(dir), "\n")
+	for _, want := range []string{dir + ": writable by every user", script + ": writable by every user"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("listed:\n%s\nwant a line %q: the sticky bit does not keep others from adding scripts, nor from writing a script", got, want)
+		}
+	}
+}
+
+// TestWritableByOthersChecksWhereTheScriptsReallyAre: a scripts directory
+// given through a link, or as a relative path, is checked where it is:
+// the directories above its real, absolute path are listed, under that
+// path.
+func TestWritableByOthersChecksWhereTheScriptsReallyAre(t *testing.T) {
+	base := t.TempDir()
+	loose := filepath.Join(base, "loose")
+	dir := filepath.Join(loose, "scripts")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	chmod(t, loose, 0o777)
+	want := loose + ": writable by every user"
+
+	link := filepath.Join(base, "tidy", "scripts")
+	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(WritableByOthers(link), "\n"); !strings.Contains(got, want) {
+		t.Errorf("scripts_dir %s, a link to %s: listed %q, want a line %q", link, dir, got, want)
+	}
+
+	t.Chdir(loose)
+	if got := strings.Join(WritableByOthers("scripts"), "\n"); !strings.Contains(got, want) {
+		t.Errorf("scripts_dir \"scripts\" in %s: listed %q, want a line %q", loose, got, want)
 	}
 }
