@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -165,7 +166,9 @@ func TestStatusCheckOfAnHTTPURLForAnAutomatorServingTLSSaysToGiveHTTPS(t *testin
 		t.Errorf("check of an http:// URL for an automator serving TLS: %+v, want refused, saying to give https://%s", c, a.GRPCAddr)
 	}
 
-	addr := closingListener(t)
+	// Closed once the call is written, so that it reads the close (a
+	// closed connection's writes may fail first, which is no sign of TLS).
+	addr := halfClosingListener(t)
 	cfg.AutomatorURL = "http://" + addr
 	c = checkProfile(t.Context(), cfg, time.Now())
 	if c.stale || c.refused || !c.unreached || strings.Contains(c.line, "TLS") {
@@ -208,6 +211,41 @@ func closingListener(t *testing.T) string {
 				return
 			}
 			c.Close()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// halfClosingListener listens on loopback until the test ends, and ends
+// its side of every connection it accepts at once, reading nothing and
+// sending nothing: the other side reads its close after any write it
+// makes. It returns its address.
+func halfClosingListener(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			c.(*net.TCPConn).CloseWrite()
 		}
 	}()
 	return l.Addr().String()
