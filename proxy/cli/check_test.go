@@ -1,7 +1,11 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -215,6 +219,62 @@ func closingListener(t *testing.T) string {
 	}()
 	return l.Addr().String()
 }
+
+// TestStatusCheckOfAnHTTPURLForATLSFrontThatRefusesTheHandshake: what
+// answers the check's TLS handshake with an alert (a front that has no
+// certificate for the name, say) serves TLS too, so an http:// URL for it
+// is refused, saying to give https://, as for the automator itself.
+func TestStatusCheckOfAnHTTPURLForATLSFrontThatRefusesTheHandshake(t *testing.T) {
+	t.Parallel()
+	a := automatortest.Start(t, automatortest.Options{})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	front := &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+		return nil, errors.New("no certificate for this name")
+	}}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				first := make([]byte, 1)
+				if _, err := io.ReadFull(c, first); err != nil {
+					return
+				}
+				if first[0] != 0x16 { // not a TLS handshake record
+					// Closed, after reading what comes: the client reads
+					// the close, not a failed write.
+					c.(*net.TCPConn).CloseWrite()
+					_, _ = io.Copy(io.Discard, c)
+					return
+				}
+				_ = tls.Server(prefixedConn{c, io.MultiReader(bytes.NewReader(first), c)}, front).Handshake()
+			}()
+		}
+	}()
+	cfg := standbyConfig(t, a, a.Token, a.Key)
+	addr := l.Addr().String()
+	cfg.AutomatorURL = "http://" + addr
+	c := checkProfile(t.Context(), cfg, time.Now())
+	if !c.stale || !c.refused || c.unreached || !strings.Contains(c.line, "serves TLS") || !strings.Contains(c.line, "give automator_url as https://"+addr) {
+		t.Errorf("check of an http:// URL for a TLS front that answers the handshake with an alert: %+v, want refused, saying to give https://%s", c, addr)
+	}
+}
+
+// prefixedConn is a connection whose first bytes were read already: r
+// gives them again, then the rest.
+type prefixedConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c prefixedConn) Read(b []byte) (int, error) { return c.r.Read(b) }
 
 // halfClosingListener listens on loopback until the test ends, and ends
 // its side of every connection it accepts at once, reading nothing and
