@@ -4,6 +4,7 @@ import (
 	"context"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,6 +95,66 @@ func TestRepeatedRefusalsLogBoundedLines(t *testing.T) {
 		}
 		if got := len(log.lines(k.line)); got != ownLines+1 {
 			t.Errorf("%s: %d lines of their own after the minute, want %d", k.name, got, ownLines+1)
+		}
+	}
+}
+
+// TestRefusalsNotLoggedAreCountedOnceTheMinuteIsOverWithoutAnother: the
+// line counting the refusals not logged one by one (polls holding no
+// usable key, units past the queue's cap, API keys used outside their
+// accounts) is written once their minute is over even when no refusal
+// comes after it: the sweeper writes it, so the log's last word on a
+// fleet left behind by a rotation that was then fixed is not the
+// twentieth line.
+func TestRefusalsNotLoggedAreCountedOnceTheMinuteIsOverWithoutAnother(t *testing.T) {
+	t.Parallel()
+	const each, ownLines = 25, 20
+	log := &syncLog{}
+	clock := newFakeClock()
+	e := newEnv(t, envOptions{clock: clock, log: log, limits: server.Limits{MaxQueuedPerAccount: 1}, sweepInterval: 20 * time.Millisecond})
+	e.addAccount("globex")
+	px := e.proxyClient()
+	caller := e.callerClient()
+	submitScript(t, caller, e.account, "x.sh", time.Hour) // the queue at its cap
+	scoped := automatorv1.NewAutomatorServiceClient(e.conn(e.addAPIKey("k-globex", "globex")))
+	ctx := context.Background()
+
+	kinds := []struct {
+		name, line, summary string
+		refuse              func() error
+		code                codes.Code
+	}{
+		{"a poll holding no usable key", "instance holds no usable key of its account", "polls refused for their instance's keys, not logged one by one",
+			func() error {
+				_, err := px.Poll(ctx, &automatorv1.PollRequest{InstanceId: "behind", MaxUnits: 1, Wait: durationpb.New(0), KeyIds: []uint32{99}})
+				return err
+			}, codes.FailedPrecondition},
+		{"a unit past the queue's cap", "account queue full: unit refused", "units refused for a full queue, not logged one by one",
+			func() error {
+				_, err := caller.Submit(ctx, &automatorv1.ExecuteRequest{Account: e.account, Command: &automatorv1.Command{Script: "x.sh"}})
+				return err
+			}, codes.ResourceExhausted},
+		{"an API key outside its accounts", "API key used outside its accounts", "calls of API keys outside their accounts, not logged one by one",
+			func() error {
+				_, err := scoped.Submit(ctx, &automatorv1.ExecuteRequest{Account: e.account, Command: &automatorv1.Command{Script: "x.sh"}})
+				return err
+			}, codes.PermissionDenied},
+	}
+	for _, k := range kinds {
+		for n := range each {
+			if err := k.refuse(); status.Code(err) != k.code {
+				t.Fatalf("%s, %d: %v; want %v", k.name, n+1, err, k.code)
+			}
+		}
+		if got := len(log.lines("level=WARN", k.line)); got != ownLines {
+			t.Errorf("%d refusals of %s wrote %d lines of their own at WARN; want %d", each, k.name, got, ownLines)
+		}
+	}
+	clock.Advance(time.Minute)
+	for _, k := range kinds {
+		summary := log.awaitLines(t, "the sweeper to count "+k.name+" not logged once the minute is over", k.summary)
+		if len(summary) != 1 || !strings.Contains(summary[0], "count="+strconv.Itoa(each-ownLines)) || !strings.Contains(summary[0], "level=WARN") {
+			t.Errorf("%s: count lines once the minute is over, with no refusal after it: %q; want one at WARN counting %d", k.name, summary, each-ownLines)
 		}
 	}
 }
