@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/pem"
 	"errors"
 	"io"
 	"net"
@@ -13,6 +14,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/pki"
@@ -390,5 +394,45 @@ func TestAStatusCheckWithARefusedTokenIsAuditedAsACheck(t *testing.T) {
 	}
 	if len(details) != 2 || !strings.Contains(details[0], "Complete (`proxy status` checking a config)") || strings.Contains(details[1], "proxy status") {
 		t.Errorf("auth.failed records: %q; want the check's naming it, then the posted result's not", details)
+	}
+}
+
+// stuckProxyService answers no Complete: each waits for its caller to
+// give up.
+type stuckProxyService struct {
+	automatorv1.UnimplementedProxyServiceServer
+}
+
+func (stuckProxyService) Complete(ctx context.Context, _ *automatorv1.CompleteRequest) (*automatorv1.CompleteResponse, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestStatusCheckOfAStuckAutomatorDoesNotSayNoConnectionWasSetUp: an
+// automator whose connection is set up (TLS, HTTP/2) but that does not
+// answer the check in its time (stuck, overloaded) is not reached, and the
+// line does not say that no connection was set up: that is only for
+// gRPC's "while waiting for connections to become ready".
+func TestStatusCheckOfAStuckAutomatorDoesNotSayNoConnectionWasSetUp(t *testing.T) {
+	t.Parallel()
+	a := automatortest.Start(t, automatortest.Options{})
+	web := httptest.NewTLSServer(http.NotFoundHandler()) // for its certificate
+	defer web.Close()
+	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(web.TLS.Clone())))
+	automatorv1.RegisterProxyServiceServer(srv, stuckProxyService{})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	cfg := standbyConfig(t, a, a.Token, a.Key)
+	cfg.AutomatorURL = "https://" + l.Addr().String()
+	cfg.CACert = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: web.Certificate().Raw}))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second) // the check's own bound is 5 s
+	defer cancel()
+	c := checkProfile(ctx, cfg, time.Now())
+	if c.stale || c.refused || !c.unreached || strings.Contains(c.line, "no connection") || !strings.Contains(c.line, "deadline exceeded") {
+		t.Errorf("check of an automator whose connection is set up but that does not answer: %+v, want unreached, with gRPC's words, not that no connection was set up", c)
 	}
 }
