@@ -431,6 +431,9 @@ func TestStatusOfAServiceWhoseLastRunDiedSaysSo(t *testing.T) {
 	started := time.Now()
 	proxyCLI(t, "start", "--name", name)
 	st := waitPolled(t, name, started, 0)
+	if status := proxyCLI(t, "status", "--name", name); strings.Contains(status, "ended without a stop") {
+		t.Errorf("status of the running service says a run ended without a stop:\n%s", status)
+	}
 	data, err := os.ReadFile("/var/run/" + name + ".pid")
 	if err != nil {
 		t.Skipf("no SysV supervisor's pid file (%v): the test kills the supervisor, so that nothing starts the proxy again", err)

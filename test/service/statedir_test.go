@@ -53,6 +53,9 @@ func TestProxyStartRefusesAStateDirHeldByAProxyRunByHand(t *testing.T) {
 			t.Errorf("status with the state directory held lacks %q:\n%s", want, status)
 		}
 	}
+	if strings.Contains(status, "ended without a stop") {
+		t.Errorf("status with the state directory held by a running proxy says a run ended without a stop:\n%s", status)
+	}
 
 	// Started behind proxy start's back, the service is refused by the
 	// held directory and started again every few seconds: running, as its
