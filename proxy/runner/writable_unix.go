@@ -14,10 +14,11 @@ import (
 // WritableByOthers lists what lets users other than the scripts' owners
 // choose the programs that the scripts directory dir runs (as the proxy's
 // user, often root): dir, a directory above it, or a runnable script in
-// it (its real path, as ResolveScript gives it) that every user may
-// write to, or a group other than root's. A directory above dir with the
-// sticky bit (/var/tmp, say) is not listed for every user's write: there
-// no one may rename or replace what is not theirs. Each entry names the
+// it (its real path, as ResolveScript gives it) or a directory inside dir
+// holding one (a link's target), that every user may write to, or a group
+// other than root's. A directory above dir or inside it with the sticky
+// bit (/var/tmp, say) is not listed for every user's write: there no one
+// may rename or replace what is not theirs. Each entry names the
 // path, who may write it and its mode. Empty when dir cannot be read.
 func WritableByOthers(dir string) []string {
 	real, err := filepath.EvalSymlinks(dir)
@@ -46,6 +47,7 @@ func WritableByOthers(dir string) []string {
 	if err != nil {
 		return found
 	}
+	inside := map[string]bool{}
 	for _, e := range entries {
 		path, err := ResolveScript(real, e.Name())
 		if err != nil {
@@ -53,6 +55,15 @@ func WritableByOthers(dir string) []string {
 		}
 		if fi, err := os.Stat(path); err == nil {
 			note(path, fi, false)
+		}
+		// A link's target in a directory inside dir: who may write that
+		// directory may put another file in the script's place (unless
+		// its sticky bit keeps them from renaming what is not theirs).
+		for d := filepath.Dir(path); d != real && !inside[d]; d = filepath.Dir(d) {
+			inside[d] = true
+			if fi, err := os.Stat(d); err == nil {
+				note(d, fi, true)
+			}
 		}
 	}
 	return found

@@ -166,3 +166,39 @@ func TestWritableByOthersChecksWhereTheScriptsReallyAre(t *testing.T) {
 		t.Errorf("scripts_dir \"scripts\" in %s: listed %q, want a line %q", loose, got, want)
 	}
 }
+
+// TestWritableByOthersListsADirectoryInsideHoldingAScript: a runnable
+// script that is a link to a file in a directory inside the scripts
+// directory runs that file, which whoever may write that directory may
+// replace: it is listed, unless its sticky bit keeps them from replacing
+// what is not theirs.
+func TestWritableByOthersListsADirectoryInsideHoldingAScript(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "scripts")
+	lib := filepath.Join(dir, "lib", "v2")
+	if err := os.MkdirAll(lib, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(lib, "real.sh"), []byte("#!/bin/sh\necho ok\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"run.sh", "also.sh"} { // a directory is listed once
+		if err := os.Symlink(filepath.Join("lib", "v2", "real.sh"), filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := WritableByOthers(dir); len(got) != 0 {
+		t.Fatalf("a tidy scripts directory: %q, want nothing listed", got)
+	}
+	for _, d := range []string{lib, filepath.Dir(lib)} {
+		chmod(t, d, 0o777)
+		if got := strings.Join(WritableByOthers(dir), "\n"); strings.Count(got, d+": writable by every user (mode drwxrwxrwx)") != 1 {
+			t.Errorf("run.sh and also.sh link to a file under %s, which every user may write: listed %q, want it once", d, got)
+		}
+		chmod(t, d, 0o777|os.ModeSticky)
+		if got := WritableByOthers(dir); len(got) != 0 {
+			t.Errorf("run.sh links to a file under %s, which every user may write, with the sticky bit: listed %q, want nothing", d, got)
+		}
+		chmod(t, d, 0o755)
+	}
+}
