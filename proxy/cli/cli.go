@@ -231,7 +231,7 @@ func runProxy(ctx context.Context, cfg config.Config, file loadedConfig, env Env
 	if who := secretfile.ReadableByOthers(file.path); who != "" {
 		log.Warn("the config holds the account's token and key, and is readable by "+who+": whoever reads it may poll as this proxy and open its commands; chmod 600 it", "config", file.path)
 	}
-	if loose := runner.WritableByOthers(cfg.ScriptsDir); len(loose) > 0 {
+	if loose := writableByOthers(cfg.ScriptsDir); len(loose) > 0 {
 		// Not refused: the operator may mean it. But whoever may write
 		// there decides what this proxy runs, as its user.
 		log.Warn(looseScriptsWarning, "writable", loose)
@@ -240,7 +240,7 @@ func runProxy(ctx context.Context, cfg config.Config, file loadedConfig, env Env
 }
 
 // looseScriptsWarning is what the proxy logs at start, and status says,
-// when runner.WritableByOthers lists anything.
+// when writableByOthers lists anything.
 const looseScriptsWarning = "users other than the scripts' owners may change what this proxy runs, as its user: keep scripts_dir, the directories above it and its scripts writable by their owner (root) only"
 
 // stopSignals ask the process to stop (as in main).

@@ -16,7 +16,6 @@ import (
 	"github.com/opsgate/opsgate/internal/secretfile"
 	"github.com/opsgate/opsgate/proxy/agent"
 	"github.com/opsgate/opsgate/proxy/config"
-	"github.com/opsgate/opsgate/proxy/runner"
 	"github.com/opsgate/opsgate/proxy/service"
 )
 
@@ -655,7 +654,7 @@ func cmdStatus(args []string, env Env) error {
 		} else {
 			fmt.Fprintf(w, "scripts:        %d runnable in %s, digest %s (the same on each instance that runs the same scripts)\n", n, cfg.ScriptsDir, digest)
 		}
-		if loose := runner.WritableByOthers(cfg.ScriptsDir); len(loose) > 0 {
+		if loose := writableByOthers(cfg.ScriptsDir); len(loose) > 0 {
 			fmt.Fprintf(w, "scripts:        %s: %s\n", looseScriptsWarning, strings.Join(loose, "; "))
 		}
 		// A stopped standby's profile goes out of date without a sign

@@ -1,6 +1,6 @@
 //go:build !windows
 
-package runner
+package cli
 
 import (
 	"os"
@@ -36,7 +36,7 @@ func TestWritableByOthersListsWhatOthersMayChangeOfTheScripts(t *testing.T) {
 		return p
 	}
 	write("tidy.sh", 0o755)
-	if got := WritableByOthers(dir); len(got) != 0 {
+	if got := writableByOthers(dir); len(got) != 0 {
 		t.Fatalf("a tidy scripts directory: %q, want nothing listed", got)
 	}
 
@@ -45,7 +45,7 @@ func TestWritableByOthersListsWhatOthersMayChangeOfTheScripts(t *testing.T) {
 	chmod(t, dir, 0o777)
 	chmod(t, above, 0o757)
 	chmod(t, sticky, 0o777|os.ModeSticky)
-	got := strings.Join(WritableByOthers(dir), "\n")
+	got := strings.Join(writableByOthers(dir), "\n")
 	for _, want := range []string{
 		loose + ": writable by every user (mode -rwxr-xrwx)",
 		dir + ": writable by every user (mode drwxrwxrwx)",
@@ -64,7 +64,7 @@ func TestWritableByOthersListsWhatOthersMayChangeOfTheScripts(t *testing.T) {
 	if err := os.Mkdir(inSticky, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if got := WritableByOthers(inSticky); len(got) != 0 {
+	if got := writableByOthers(inSticky); len(got) != 0 {
 		t.Errorf("a scripts directory under one with the sticky bit: %q, want nothing listed", got)
 	}
 
@@ -75,7 +75,7 @@ func TestWritableByOthersListsWhatOthersMayChangeOfTheScripts(t *testing.T) {
 	if os.Geteuid() != 0 {
 		return // chown to another group needs root
 	}
-	if got := WritableByOthers(dir); len(got) != 0 {
+	if got := writableByOthers(dir); len(got) != 0 {
 		t.Errorf("writable by root's group only: %q, want nothing listed", got)
 	}
 	if err := os.Chown(loose, -1, 65534); err != nil {
@@ -85,7 +85,7 @@ func TestWritableByOthersListsWhatOthersMayChangeOfTheScripts(t *testing.T) {
 	if g, err := user.LookupGroupId("65534"); err == nil {
 		group = "group " + g.Name
 	}
-	if got := strings.Join(WritableByOthers(dir), "\n"); !strings.Contains(got, loose+": writable by "+group+" ") || strings.Contains(got, dir+":") {
+	if got := strings.Join(writableByOthers(dir), "\n"); !strings.Contains(got, loose+": writable by "+group+" ") || strings.Contains(got, dir+":") {
 		t.Errorf("a script writable by group 65534: listed %q, want that script alone, naming the group (%s)", got, group)
 	}
 
@@ -96,11 +96,11 @@ func TestWritableByOthersListsWhatOthersMayChangeOfTheScripts(t *testing.T) {
 		t.Fatal(err)
 	}
 	chmod(t, above, 0o775|os.ModeSticky)
-	if got := WritableByOthers(dir); len(got) != 0 {
+	if got := writableByOthers(dir); len(got) != 0 {
 		t.Errorf("above the scripts, a directory its group may write, with the sticky bit: listed %q, want nothing", got)
 	}
 	chmod(t, above, 0o775)
-	if got := strings.Join(WritableByOthers(dir), "\n"); !strings.Contains(got, above+": writable by "+group+" ") {
+	if got := strings.Join(writableByOthers(dir), "\n"); !strings.Contains(got, above+": writable by "+group+" ") {
 		t.Errorf("above the scripts, a directory its group may write: listed %q, want it listed", got)
 	}
 }
@@ -128,7 +128,7 @@ func TestWritableByOthersIgnoresTheStickyBitOnlyAboveTheScripts(t *testing.T) {
 	}
 	chmod(t, dir, 0o777|os.ModeSticky)
 	chmod(t, script, 0o757|os.ModeSticky)
-	got := strings.Join(WritableByOthers(dir), "\n")
+	got := strings.Join(writableByOthers(dir), "\n")
 	for _, want := range []string{dir + ": writable by every user", script + ": writable by every user"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("listed:\n%s\nwant a line %q: the sticky bit does not keep others from adding scripts, nor from writing a script", got, want)
@@ -157,12 +157,12 @@ func TestWritableByOthersChecksWhereTheScriptsReallyAre(t *testing.T) {
 	if err := os.Symlink(dir, link); err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(WritableByOthers(link), "\n"); !strings.Contains(got, want) {
+	if got := strings.Join(writableByOthers(link), "\n"); !strings.Contains(got, want) {
 		t.Errorf("scripts_dir %s, a link to %s: listed %q, want a line %q", link, dir, got, want)
 	}
 
 	t.Chdir(loose)
-	if got := strings.Join(WritableByOthers("scripts"), "\n"); !strings.Contains(got, want) {
+	if got := strings.Join(writableByOthers("scripts"), "\n"); !strings.Contains(got, want) {
 		t.Errorf("scripts_dir \"scripts\" in %s: listed %q, want a line %q", loose, got, want)
 	}
 }
@@ -187,16 +187,16 @@ func TestWritableByOthersListsADirectoryInsideHoldingAScript(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := WritableByOthers(dir); len(got) != 0 {
+	if got := writableByOthers(dir); len(got) != 0 {
 		t.Fatalf("a tidy scripts directory: %q, want nothing listed", got)
 	}
 	for _, d := range []string{lib, filepath.Dir(lib)} {
 		chmod(t, d, 0o777)
-		if got := strings.Join(WritableByOthers(dir), "\n"); strings.Count(got, d+": writable by every user (mode drwxrwxrwx)") != 1 {
+		if got := strings.Join(writableByOthers(dir), "\n"); strings.Count(got, d+": writable by every user (mode drwxrwxrwx)") != 1 {
 			t.Errorf("run.sh and also.sh link to a file under %s, which every user may write: listed %q, want it once", d, got)
 		}
 		chmod(t, d, 0o777|os.ModeSticky)
-		if got := WritableByOthers(dir); len(got) != 0 {
+		if got := writableByOthers(dir); len(got) != 0 {
 			t.Errorf("run.sh links to a file under %s, which every user may write, with the sticky bit: listed %q, want nothing", d, got)
 		}
 		chmod(t, d, 0o755)

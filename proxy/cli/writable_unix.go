@@ -1,6 +1,6 @@
 //go:build !windows
 
-package runner
+package cli
 
 import (
 	"fmt"
@@ -9,18 +9,19 @@ import (
 	"path/filepath"
 
 	"github.com/opsgate/opsgate/internal/secretfile"
+	"github.com/opsgate/opsgate/proxy/runner"
 )
 
-// WritableByOthers lists what lets users other than the scripts' owners
+// writableByOthers lists what lets users other than the scripts' owners
 // choose the programs that the scripts directory dir runs (as the proxy's
 // user, often root): dir, a directory above it, or a runnable script in
-// it (its real path, as ResolveScript gives it) or a directory inside dir
+// it (its real path, as runner.ResolveScript gives it) or a directory inside dir
 // holding one (a link's target), that every user may write to, or a group
 // other than root's. A directory above dir or inside it with the sticky
 // bit (/var/tmp, say) is not listed for every user's write: there no one
 // may rename or replace what is not theirs. Each entry names the
 // path, who may write it and its mode. Empty when dir cannot be read.
-func WritableByOthers(dir string) []string {
+func writableByOthers(dir string) []string {
 	real, err := filepath.EvalSymlinks(dir)
 	if err != nil {
 		return nil
@@ -49,7 +50,7 @@ func WritableByOthers(dir string) []string {
 	}
 	inside := map[string]bool{}
 	for _, e := range entries {
-		path, err := ResolveScript(real, e.Name())
+		path, err := runner.ResolveScript(real, e.Name())
 		if err != nil {
 			continue // not runnable
 		}
