@@ -420,7 +420,7 @@ func warnUnknownRevealKeys(ctx context.Context, st store.Store, ids []string, di
 // automator or sign its certificates; the admin API key acts as the
 // admin; automator.yaml may hold a database password. Not refused, as the
 // directory may be private (the master key, which opens every sealed
-// command and result, is: crypto.LoadMasterKey).
+// command and result, is: crypto.ReadMasterKeyFile).
 func warnExposedSecrets(log *slog.Logger, dir string) {
 	if fi, err := os.Stat(dir); err == nil {
 		if who := secretfile.Others(fi, true); who != "" {

@@ -91,10 +91,10 @@ func answersTLS(ctx context.Context, addr string) bool {
 		c.Close()
 		return true
 	}
+	// An alert received over TCP is a net.OpError of Op "remote error".
 	var verify *tls.CertificateVerificationError
-	var alert tls.AlertError
 	var op *net.OpError
-	return errors.As(err, &verify) || errors.As(err, &alert) || (errors.As(err, &op) && op.Op == "remote error")
+	return errors.As(err, &verify) || (errors.As(err, &op) && op.Op == "remote error")
 }
 
 // judgeCheck reads the answer to checkProfile's call.

@@ -14,13 +14,13 @@ import (
 
 // writableByOthers lists what lets users other than the scripts' owners
 // choose the programs that the scripts directory dir runs (as the proxy's
-// user, often root): dir, a directory above it, or a runnable script in
-// it (its real path, as runner.ResolveScript gives it) or a directory inside dir
-// holding one (a link's target), that every user may write to, or a group
-// other than root's. A directory above dir or inside it with the sticky
-// bit (/var/tmp, say) is not listed for every user's write: there no one
-// may rename or replace what is not theirs. Each entry names the
-// path, who may write it and its mode. Empty when dir cannot be read.
+// user, often root): dir, a directory above it, a runnable script in it
+// (its real path, as runner.ResolveScript gives it) or a directory inside
+// dir holding one (a link's target), that every user may write to, or a
+// group other than root's. A directory above dir or inside it with the
+// sticky bit (/var/tmp, say) is not listed: there no one may rename or
+// replace what is not theirs. Each entry names the path, who may write it
+// and its mode. Empty when dir cannot be read.
 func writableByOthers(dir string) []string {
 	real, err := filepath.EvalSymlinks(dir)
 	if err != nil {
@@ -31,8 +31,8 @@ func writableByOthers(dir string) []string {
 		return nil
 	}
 	var found []string
-	note := func(path string, fi fs.FileInfo, above bool) {
-		if w := writers(fi, above); w != "" {
+	note := func(path string, fi fs.FileInfo, other bool) {
+		if w := writers(fi, other); w != "" {
 			found = append(found, fmt.Sprintf("%s: writable by %s (mode %v)", path, w, fi.Mode()))
 		}
 	}
@@ -71,11 +71,12 @@ func writableByOthers(dir string) []string {
 }
 
 // writers says who, beyond its owner and root, may write fi ("" for no
-// one): every user, or a group other than root's. above says fi is a
-// directory above the scripts directory, where the sticky bit keeps
-// others from renaming what is not theirs.
-func writers(fi fs.FileInfo, above bool) string {
-	if above && fi.Mode()&fs.ModeSticky != 0 {
+// one): every user, or a group other than root's. other says fi is a
+// directory other than the scripts directory (above it, or inside it
+// holding a script), where the sticky bit keeps others from renaming what
+// is not theirs.
+func writers(fi fs.FileInfo, other bool) string {
+	if other && fi.Mode()&fs.ModeSticky != 0 {
 		return ""
 	}
 	return secretfile.Others(fi, true)
