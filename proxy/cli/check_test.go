@@ -202,89 +202,10 @@ func TestStatusCheckOfSomethingNotSpeakingTLSNamesTheLikelyMixUp(t *testing.T) {
 	}
 }
 
-// closingListener listens on loopback until the test ends, closing every
-// connection it accepts before sending anything (a relay or a load
-// balancer without a backend), and returns its address.
-func closingListener(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	return l.Addr().String()
-}
-
-// TestStatusCheckOfAnHTTPURLForATLSFrontThatRefusesTheHandshake: what
-// answers the check's TLS handshake with an alert (a front that has no
-// certificate for the name, say) serves TLS too, so an http:// URL for it
-// is refused, saying to give https://, as for the automator itself.
-func TestStatusCheckOfAnHTTPURLForATLSFrontThatRefusesTheHandshake(t *testing.T) {
-	t.Parallel()
-	a := automatortest.Start(t, automatortest.Options{})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	front := &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-		return nil, errors.New("no certificate for this name")
-	}}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				first := make([]byte, 1)
-				if _, err := io.ReadFull(c, first); err != nil {
-					return
-				}
-				if first[0] != 0x16 { // not a TLS handshake record
-					// Closed, after reading what comes: the client reads
-					// the close, not a failed write.
-					c.(*net.TCPConn).CloseWrite()
-					_, _ = io.Copy(io.Discard, c)
-					return
-				}
-				_ = tls.Server(prefixedConn{c, io.MultiReader(bytes.NewReader(first), c)}, front).Handshake()
-			}()
-		}
-	}()
-	cfg := standbyConfig(t, a, a.Token, a.Key)
-	addr := l.Addr().String()
-	cfg.AutomatorURL = "http://" + addr
-	c := checkProfile(t.Context(), cfg, time.Now())
-	if !c.stale || !c.refused || c.unreached || !strings.Contains(c.line, "serves TLS") || !strings.Contains(c.line, "give automator_url as https://"+addr) {
-		t.Errorf("check of an http:// URL for a TLS front that answers the handshake with an alert: %+v, want refused, saying to give https://%s", c, addr)
-	}
-}
-
-// prefixedConn is a connection whose first bytes were read already: r
-// gives them again, then the rest.
-type prefixedConn struct {
-	net.Conn
-	r io.Reader
-}
-
-func (c prefixedConn) Read(b []byte) (int, error) { return c.r.Read(b) }
-
-// halfClosingListener listens on loopback until the test ends, and ends
-// its side of every connection it accepts at once, reading nothing and
-// sending nothing: the other side reads its close after any write it
-// makes. It returns its address.
-func halfClosingListener(t *testing.T) string {
+// listenEach listens on loopback until the test ends, hands each
+// connection it accepts to handle, in a goroutine of its own, and closes
+// them all at the end. It returns its address.
+func listenEach(t *testing.T, handle func(net.Conn)) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -309,10 +230,67 @@ func halfClosingListener(t *testing.T) string {
 			mu.Lock()
 			conns = append(conns, c)
 			mu.Unlock()
-			c.(*net.TCPConn).CloseWrite()
+			go handle(c)
 		}
 	}()
 	return l.Addr().String()
+}
+
+// closingListener listens on loopback until the test ends, closing every
+// connection it accepts before sending anything (a relay or a load
+// balancer without a backend), and returns its address.
+func closingListener(t *testing.T) string {
+	return listenEach(t, func(c net.Conn) { c.Close() })
+}
+
+// TestStatusCheckOfAnHTTPURLForATLSFrontThatRefusesTheHandshake: what
+// answers the check's TLS handshake with an alert (a front that has no
+// certificate for the name, say) serves TLS too, so an http:// URL for it
+// is refused, saying to give https://, as for the automator itself.
+func TestStatusCheckOfAnHTTPURLForATLSFrontThatRefusesTheHandshake(t *testing.T) {
+	t.Parallel()
+	a := automatortest.Start(t, automatortest.Options{})
+	front := &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+		return nil, errors.New("no certificate for this name")
+	}}
+	addr := listenEach(t, func(c net.Conn) {
+		defer c.Close()
+		first := make([]byte, 1)
+		if _, err := io.ReadFull(c, first); err != nil {
+			return
+		}
+		if first[0] != 0x16 { // not a TLS handshake record
+			// Closed, after reading what comes: the client reads the
+			// close, not a failed write.
+			c.(*net.TCPConn).CloseWrite()
+			_, _ = io.Copy(io.Discard, c)
+			return
+		}
+		_ = tls.Server(prefixedConn{c, io.MultiReader(bytes.NewReader(first), c)}, front).Handshake()
+	})
+	cfg := standbyConfig(t, a, a.Token, a.Key)
+	cfg.AutomatorURL = "http://" + addr
+	c := checkProfile(t.Context(), cfg, time.Now())
+	if !c.stale || !c.refused || c.unreached || !strings.Contains(c.line, "serves TLS") || !strings.Contains(c.line, "give automator_url as https://"+addr) {
+		t.Errorf("check of an http:// URL for a TLS front that answers the handshake with an alert: %+v, want refused, saying to give https://%s", c, addr)
+	}
+}
+
+// prefixedConn is a connection whose first bytes were read already: r
+// gives them again, then the rest.
+type prefixedConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c prefixedConn) Read(b []byte) (int, error) { return c.r.Read(b) }
+
+// halfClosingListener listens on loopback until the test ends, and ends
+// its side of every connection it accepts at once, reading nothing and
+// sending nothing: the other side reads its close after any write it
+// makes. It returns its address.
+func halfClosingListener(t *testing.T) string {
+	return listenEach(t, func(c net.Conn) { c.(*net.TCPConn).CloseWrite() })
 }
 
 // TestStatusCheckOfAnAutomatorThatNeverAnswersSaysNoConnectionWasSetUp: a
@@ -324,33 +302,9 @@ func halfClosingListener(t *testing.T) string {
 func TestStatusCheckOfAnAutomatorThatNeverAnswersSaysNoConnectionWasSetUp(t *testing.T) {
 	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	held := make(chan net.Conn, 16)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			held <- c // open, silent
-		}
-	}()
-	t.Cleanup(func() {
-		for {
-			select {
-			case c := <-held:
-				c.Close()
-			default:
-				return
-			}
-		}
-	})
+	silent := listenEach(t, func(net.Conn) {}) // open, and silent
 	cfg := standbyConfig(t, a, a.Token, a.Key)
-	cfg.AutomatorURL = "https://" + l.Addr().String()
+	cfg.AutomatorURL = "https://" + silent
 	ctx, cancel := context.WithTimeout(t.Context(), time.Second) // the check's own bound is 5 s
 	defer cancel()
 	c := checkProfile(ctx, cfg, time.Now())

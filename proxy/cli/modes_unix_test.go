@@ -13,6 +13,31 @@ import (
 	"github.com/opsgate/opsgate/crypto"
 )
 
+// startStopped writes a valid config (mode 0600) whose scripts_dir is
+// scripts, and returns it with a function that runs `proxy run` on it,
+// its agent started only to stop, and returns its log.
+func startStopped(t *testing.T, scripts string) (path string, run func() string) {
+	t.Helper()
+	key, err := crypto.NewKey(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path = filepath.Join(t.TempDir(), "proxy.yaml")
+	if err := os.WriteFile(path, []byte("automator_url: http://127.0.0.1:1\ntoken: opt_x\nkey: "+key.String()+"\nscripts_dir: '"+scripts+"'\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	return path, func() string {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		if code := Main(ctx, []string{"run", "--config", path}, Env{Stdout: &stdout, Stderr: &stderr}); code != 0 {
+			t.Fatalf("proxy run: exit %d, %s", code, stderr.String())
+		}
+		return stderr.String()
+	}
+}
+
 // TestRunWarnsOfAScriptsDirOthersMayWrite: a scripts directory every user
 // may write to is not refused (the operator may mean it), but `proxy run`
 // says at start, at WARN, that others may change what it runs, naming the
@@ -23,23 +48,7 @@ func TestRunWarnsOfAScriptsDirOthersMayWrite(t *testing.T) {
 	if err := os.Mkdir(scripts, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	key, err := crypto.NewKey(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "proxy.yaml")
-	if err := os.WriteFile(path, []byte("automator_url: http://127.0.0.1:1\ntoken: opt_x\nkey: "+key.String()+"\nscripts_dir: '"+scripts+"'\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel() // the agent starts only to stop
-	run := func() string {
-		var stdout, stderr bytes.Buffer
-		if code := Main(ctx, []string{"run", "--config", path}, Env{Stdout: &stdout, Stderr: &stderr}); code != 0 {
-			t.Fatalf("proxy run: exit %d, %s", code, stderr.String())
-		}
-		return stderr.String()
-	}
+	_, run := startStopped(t, scripts)
 	if log := run(); strings.Contains(log, "may change what this proxy runs") {
 		t.Errorf("a tidy scripts directory: the log warns of it:\n%s", log)
 	}
@@ -58,23 +67,7 @@ func TestRunWarnsOfAScriptsDirOthersMayWrite(t *testing.T) {
 // the same. One only its owner may read gets no such line.
 func TestRunWarnsOfAConfigOthersMayRead(t *testing.T) {
 	t.Parallel()
-	key, err := crypto.NewKey(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "proxy.yaml")
-	if err := os.WriteFile(path, []byte("automator_url: http://127.0.0.1:1\ntoken: opt_x\nkey: "+key.String()+"\nscripts_dir: '"+t.TempDir()+"'\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel() // the agent starts only to stop
-	run := func() string {
-		var stdout, stderr bytes.Buffer
-		if code := Main(ctx, []string{"run", "--config", path}, Env{Stdout: &stdout, Stderr: &stderr}); code != 0 {
-			t.Fatalf("proxy run: exit %d, %s", code, stderr.String())
-		}
-		return stderr.String()
-	}
+	path, run := startStopped(t, t.TempDir())
 	if log := run(); strings.Contains(log, "token and key, and is readable") {
 		t.Errorf("a config only its owner may read: the log warns of it:\n%s", log)
 	}
