@@ -235,7 +235,9 @@ func (d *Dashboard) Handler() http.Handler {
 	mux.HandleFunc("GET "+Prefix+"login", d.loginForm)
 	mux.HandleFunc("POST "+Prefix+"login", d.login)
 	mux.HandleFunc("POST "+Prefix+"logout", d.logout)
-	mux.Handle("GET "+Prefix+"static/", d.static)
+	// Its files only: the folder itself is no page (a file server would
+	// list it).
+	mux.Handle("GET "+Prefix+"static/{file}", d.static)
 	mux.Handle("GET "+Prefix+"{$}", d.page("accounts", "accounts", d.accounts))
 	mux.Handle("GET "+Prefix+"accounts/{account}", d.page("instances", "accounts", d.instances))
 	mux.Handle("GET "+Prefix+"work", d.page("work", "work", d.workList))

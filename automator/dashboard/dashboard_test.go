@@ -867,6 +867,17 @@ func TestStaticAssetsAndSecurityHeaders(t *testing.T) {
 			t.Errorf("%s: Content-Security-Policy %q", path, csp)
 		}
 	}
+	// The static folder is not listed: a file server would list its
+	// files, which no page asks for.
+	resp, err := c.Get(e.url + "/dashboard/static/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusOK || strings.Contains(string(body), "live.js") {
+		t.Errorf("/dashboard/static/: %d, listing its files: %s", resp.StatusCode, body)
+	}
 }
 
 // readSpecEvents parses a stream as a browser's EventSource does (the
