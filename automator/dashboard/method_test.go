@@ -27,20 +27,11 @@ func TestWrongMethodIsMethodNotAllowed(t *testing.T) {
 		{"GET", "/dashboard/nothing", http.StatusNotFound, ""},
 		{"POST", "/dashboard/nothing", http.StatusNotFound, ""},
 	} {
-		req, err := http.NewRequest(tc.method, e.url+tc.path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := c.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		resp, body := send(t, c, tc.method, e.url+tc.path)
 		if resp.StatusCode != tc.code || resp.Header.Get("Allow") != tc.allow {
 			t.Errorf("%s %s: HTTP %d, Allow %q; want %d, Allow %q", tc.method, tc.path, resp.StatusCode, resp.Header.Get("Allow"), tc.code, tc.allow)
 		}
-		if tc.code == http.StatusMethodNotAllowed && !strings.Contains(string(body), tc.method+" is not allowed on &#34;"+tc.path+"&#34;") {
+		if tc.code == http.StatusMethodNotAllowed && !strings.Contains(body, tc.method+" is not allowed on &#34;"+tc.path+"&#34;") {
 			t.Errorf("%s %s: the page does not say the method is not allowed:\n%.800s", tc.method, tc.path, body)
 		}
 	}
@@ -59,18 +50,26 @@ func TestAWrongMethodOnACraftedPathQuotesItCut(t *testing.T) {
 		{"POST", "/dashboard/work/w_%E2%80%AEevil%0Aline", `POST is not allowed on &#34;/dashboard/work/w_\u202eevil\nline&#34;`, "\u202e"},
 		{strings.Repeat("M", 7000), "/dashboard/work", "&#34;MMM", strings.Repeat("M", 100)},
 	} {
-		req, err := http.NewRequest(tc.method, e.url+tc.path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := c.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusMethodNotAllowed || !strings.Contains(string(body), tc.want) || strings.Contains(string(body), tc.not) {
+		resp, body := send(t, c, tc.method, e.url+tc.path)
+		if resp.StatusCode != http.StatusMethodNotAllowed || !strings.Contains(body, tc.want) || strings.Contains(body, tc.not) {
 			t.Errorf("%.10s %.40s…: HTTP %d; want 405 saying %s, without %q:\n%.1200s", tc.method, tc.path, resp.StatusCode, tc.want, tc.not, body)
 		}
 	}
+}
+
+// send makes a request of method to url with c, without a body, and
+// returns its response, closed, and its body.
+func send(t *testing.T, c *http.Client, method, url string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(body)
 }

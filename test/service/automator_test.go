@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/automator/config"
-	psvc "github.com/opsgate/opsgate/proxy/service"
 )
 
 // TestAutomatorServiceInstallStartStopUninstall: `automator serve` as an
@@ -106,10 +105,7 @@ func TestAutomatorServiceInstallStartStopUninstall(t *testing.T) {
 func TestAutomatorInstallRefusesAUserWhoCannotReachItsFiles(t *testing.T) {
 	t.Parallel()
 	requireRoot(t)
-	u, err := psvc.LookupUser("nobody")
-	if err != nil {
-		t.Skipf("no user nobody: %v", err)
-	}
+	u := requireNobody(t)
 	w := newWorkDir(t)
 	private := filepath.Join(w.dir, "private")
 	if err := os.Mkdir(private, 0o700); err != nil {

@@ -65,6 +65,17 @@ func requireRoot(t *testing.T) {
 	}
 }
 
+// requireNobody returns the user nobody, which the tests of a service run
+// as another user than root run it as, or skips the test.
+func requireNobody(t *testing.T) *psvc.User {
+	t.Helper()
+	u, err := psvc.LookupUser("nobody")
+	if err != nil {
+		t.Skipf("no user nobody: %v", err)
+	}
+	return u
+}
+
 // uniqueName is a service name no real installation uses.
 func uniqueName(t *testing.T) string {
 	t.Helper()

@@ -194,10 +194,7 @@ func TestProxyServiceRunsAsAnUnprivilegedUser(t *testing.T) {
 	// Not parallel: it compares the service directories before and after,
 	// where another test's service would show as left behind.
 	requireRoot(t)
-	u, err := psvc.LookupUser("nobody")
-	if err != nil {
-		t.Skipf("no user nobody: %v", err)
-	}
+	u := requireNobody(t)
 	a := startAutomator(t)
 	w := newWorkDir(t)
 	cfg := w.config(t, a.profile(t, "acme"), "acme", "instance_id: svc-nobody")
@@ -237,9 +234,7 @@ func TestProxyServiceRunsAsAnUnprivilegedUser(t *testing.T) {
 func TestProxyInstallRefusesAUserWhoCannotReachItsBinaryOrScripts(t *testing.T) {
 	t.Parallel()
 	requireRoot(t)
-	if _, err := psvc.LookupUser("nobody"); err != nil {
-		t.Skipf("no user nobody: %v", err)
-	}
+	requireNobody(t)
 	a := startAutomator(t)
 	w := newWorkDir(t)
 	name := uniqueName(t)

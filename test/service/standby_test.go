@@ -315,10 +315,7 @@ func TestStatusOfARestartedProxyThatHasNotPolledSinceIsNotActive(t *testing.T) {
 func TestStatusRunByAUserWhoCannotReadTheConfigSaysItWasNotChecked(t *testing.T) {
 	t.Parallel()
 	requireRoot(t)
-	u, err := psvc.LookupUser("nobody")
-	if err != nil {
-		t.Skipf("no user nobody: %v", err)
-	}
+	u := requireNobody(t)
 	a := startAutomator(t)
 	w := newWorkDir(t)
 	cfg := w.config(t, a.profile(t, "acme"), "unread", "instance_id: unread-a")

@@ -138,10 +138,7 @@ func psvcInit(name, action string) (string, error) {
 func TestAProxyRunByHandAsRootLeavesTheStateDirToTheServiceUser(t *testing.T) {
 	t.Parallel()
 	requireRoot(t)
-	u, err := psvc.LookupUser("nobody")
-	if err != nil {
-		t.Skipf("no user nobody: %v", err)
-	}
+	u := requireNobody(t)
 	a := startAutomator(t)
 	c := a.Client(t)
 	w := newWorkDir(t)
@@ -189,7 +186,7 @@ func TestAProxyRunByHandAsRootLeavesTheStateDirToTheServiceUser(t *testing.T) {
 		filepath.Join(stateDir, "spool", agent.LostPollsName): 0o600,
 	}
 	var wrong []string
-	err = filepath.Walk(stateDir, func(p string, fi os.FileInfo, err error) error {
+	err := filepath.Walk(stateDir, func(p string, fi os.FileInfo, err error) error {
 		if err != nil {
 			return err
 		}
