@@ -229,7 +229,10 @@ func TestTakingAReplicaIDThatGetsNoAnswerGivesUp(t *testing.T) {
 	r := startMarkerRelay(t, pgtest.DSN(t), hang)
 	s := open(t, r.dsn)
 	t.Cleanup(r.close)
-	s.holdTimeout = 300 * time.Millisecond
+	// Long enough for the connection, the handshake and set_config to
+	// be done first on a loaded machine (at 300 ms they once were not,
+	// and the lock was never sent): only the lock goes unanswered.
+	s.holdTimeout = 3 * time.Second
 	r.arm([]byte("pg_advisory_lock"))
 	taken := make(chan error, 1)
 	go func() {
