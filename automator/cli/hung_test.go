@@ -364,6 +364,13 @@ func TestExecWhoseAutomatorStopsWhileItWaitsSaysSoOnce(t *testing.T) {
 				id = regexp.MustCompile(`w_[0-9a-f]{32}`).FindString(out)
 				return id != ""
 			})
+			// Queued is not yet waited for: the submit's answer may still
+			// be on its way, and stopped with it, exec would say it is
+			// still submitting.
+			automatortest.WaitFor(t, 20*time.Second, "exec to wait for its unit", func() bool {
+				waits, _ := metricValue(scrape(t, s.http), "automator_waits_open", "account", "acme")
+				return waits == 1
+			})
 			relay.stop()
 			line := r.notice(t, "exec")
 			for _, want := range []string{"the automator at https://" + relay.addr() + " is not answering", "nothing came over its connection for", "waiting for work " + id + ": trying again for", "Ctrl-C"} {

@@ -264,17 +264,27 @@ func TestMetricsCountAScriptedRun(t *testing.T) {
 	if _, err := c.ExecuteOnProxy(ctx, "lonely", client.Command{Script: "ok.sh"}, client.WithTimeout(time.Second)); !errors.Is(err, client.ErrTimeout) {
 		t.Fatalf("lonely with a 1s timeout: %v, want timed out", err)
 	}
-	if _, err := c.Submit(ctx, "lonely", client.Command{Script: "ok.sh"}, long); err != nil {
+	queued, err := c.Submit(ctx, "lonely", client.Command{Script: "ok.sh"}, long)
+	if err != nil {
 		t.Fatal(err)
 	}
+	// A caller waits for it until the test stops waiting.
+	waitCtx, stopWaiting := context.WithCancel(ctx)
+	defer stopWaiting()
+	waited := make(chan error, 1)
+	go func() {
+		_, err := c.Wait(waitCtx, queued.ID)
+		waited <- err
+	}()
 
 	// The proxy sits in a long poll almost always; wait for a scrape that
-	// catches it there.
+	// catches it there, and the caller's wait open.
 	var fams map[string]*dto.MetricFamily
-	automatortest.WaitFor(t, 10*time.Second, "a scrape with the proxy's poll open", func() bool {
+	automatortest.WaitFor(t, 10*time.Second, "a scrape with the proxy's poll and the caller's wait open", func() bool {
 		fams = scrape(t, s.http)
-		v, _ := metricValue(fams, "automator_polls_open", "account", "acme")
-		return v == 1
+		polls, _ := metricValue(fams, "automator_polls_open", "account", "acme")
+		waits, _ := metricValue(fams, "automator_waits_open", "account", "lonely")
+		return polls == 1 && waits == 1
 	})
 	for _, c := range []struct {
 		name   string
@@ -302,6 +312,8 @@ func TestMetricsCountAScriptedRun(t *testing.T) {
 		{"automator_instances_online", []string{"account", "lonely"}, 0},
 		{"automator_queue_oldest_age_seconds", []string{"account", "acme"}, 0},
 		{"automator_polls_open", []string{"account", "acme"}, 1},
+		// Every ExecuteOnProxy of acme has ended, and its wait with it.
+		{"automator_waits_open", []string{"account", "acme"}, 0},
 		{"automator_store_call_seconds", []string{"method", "WorkEnqueue"}, 9},
 	} {
 		got, ok := metricValue(fams, c.name, c.labels...)
@@ -327,6 +339,15 @@ func TestMetricsCountAScriptedRun(t *testing.T) {
 	if writes < 9 || batches < 1 || batches > writes || busy <= 0 {
 		t.Errorf("store write batches: %v writes in %v batches, busy %v s; want at least the 9 enqueues, in 1 to that many batches, busy more than 0", writes, batches, busy)
 	}
+	// The caller that gives up its wait is no longer counted.
+	stopWaiting()
+	if err := waittest.Recv(t, waited, "the caller's wait to end"); !errors.Is(err, context.Canceled) {
+		t.Errorf("the wait the caller gave up: %v, want its context's cancel", err)
+	}
+	automatortest.WaitFor(t, 10*time.Second, "the wait given up to leave automator_waits_open", func() bool {
+		waits, ok := metricValue(scrape(t, s.http), "automator_waits_open", "account", "lonely")
+		return ok && waits == 0
+	})
 
 	// Health: alive, ready (the store answers, migrations done), and /
 	// leads a browser to the dashboard.

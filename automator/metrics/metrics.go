@@ -7,7 +7,8 @@
 //     counted by the replica that made each change (server.Metrics); the
 //     units that `account delete` cancels, by an automator that serves
 //     its store alone (SQLite) when it notices the deletion;
-//   - the open polls per account, on this replica;
+//   - the open polls and the calls waiting for a unit, per account, on
+//     this replica;
 //   - the latency of every store call, by method (Store wraps a store);
 //   - the store's batches of calls run together (group commit), by group:
 //     how many, how full, how busy (WatchBatches);
@@ -76,6 +77,7 @@ type Metrics struct {
 	claimWait   prometheus.Histogram
 	finishWait  *prometheus.HistogramVec
 	polls       *prometheus.GaugeVec
+	waits       *prometheus.GaugeVec
 	storeCalls  *prometheus.HistogramVec
 	accounts    *accountCollector // set by WatchAccounts
 }
@@ -137,6 +139,10 @@ func New(o Options) *Metrics {
 			Name: "automator_polls_open",
 			Help: "Long polls of proxy instances open on this automator, by account.",
 		}, []string{"account"}),
+		waits: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "automator_waits_open",
+			Help: "Calls of callers waiting on this automator for a unit of work to end (ExecuteOnProxy, Wait), by account.",
+		}, []string{"account"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "automator_store_errors_total",
 			Help: "Store calls that failed, by kind: unavailable (the database out of reach), storage_full (out of disk space) or other. The log writes one line for an outage of the database, and at most 20 a minute for a full disk.",
@@ -147,7 +153,7 @@ func New(o Options) *Metrics {
 			Buckets: storeBuckets,
 		}, []string{"method"}),
 	}
-	m.reg.MustRegister(m.queued, m.claimed, m.finished, m.undelivered, m.refused, m.authFailed, m.authDenied, m.storeErrors, m.claimWait, m.finishWait, m.polls, m.storeCalls,
+	m.reg.MustRegister(m.queued, m.claimed, m.finished, m.undelivered, m.refused, m.authFailed, m.authDenied, m.storeErrors, m.claimWait, m.finishWait, m.polls, m.waits, m.storeCalls,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, st := range endStates {
 		m.finishWait.WithLabelValues(string(st))
@@ -262,10 +268,17 @@ func (m *Metrics) AccountGone(account string) {
 	m.undelivered.DeletePartialMatch(l)
 	m.refused.DeletePartialMatch(l)
 	m.polls.DeletePartialMatch(l)
+	m.waits.DeletePartialMatch(l)
 }
 
 func (m *Metrics) PollOpened(account string) func() {
 	g := m.polls.WithLabelValues(account)
+	g.Inc()
+	return g.Dec
+}
+
+func (m *Metrics) WaitOpened(account string) func() {
+	g := m.waits.WithLabelValues(account)
 	g.Inc()
 	return g.Dec
 }

@@ -99,6 +99,9 @@ func TestQueueEventsAreCountedAndTimed(t *testing.T) {
 	closeB := m.PollOpened("acme")
 	m.PollOpened("globex")
 	closeA()
+	endWait := m.WaitOpened("acme")
+	m.WaitOpened("acme")
+	endWait()
 
 	fams := scrape(t, m)
 	for _, c := range []struct {
@@ -119,6 +122,7 @@ func TestQueueEventsAreCountedAndTimed(t *testing.T) {
 		{"automator_work_queued_to_finished_seconds", map[string]string{"state": "timed_out"}, 1},
 		{"automator_polls_open", map[string]string{"account": "acme"}, 1},
 		{"automator_polls_open", map[string]string{"account": "globex"}, 1},
+		{"automator_waits_open", map[string]string{"account": "acme"}, 1},
 	} {
 		if got := value(t, fams, c.name, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)

@@ -486,6 +486,7 @@ func (s *Server) wait(ctx context.Context, id string, sub *doneSub, known *store
 		switch {
 		case timer == nil:
 			timer = time.NewTimer(w.Deadline.Sub(s.clock.Now()))
+			defer s.waitMetrics.WaitOpened(w.Account)()
 		case fired:
 			// Not ended at its deadline: another replica may hold it, or
 			// the store failed; look again soon. Or the clock stepped

@@ -51,6 +51,14 @@ type RefusalMetrics interface {
 	AuthDenied()
 }
 
+// WaitMetrics is implemented by a Metrics that also counts the calls
+// waiting for a unit to end (package metrics does).
+type WaitMetrics interface {
+	// WaitOpened: a call (ExecuteOnProxy, Wait) began waiting for a unit
+	// of account that has not ended; the function returned ends it.
+	WaitOpened(account string) (closed func())
+}
+
 // The kinds of store errors StoreMetrics counts.
 const (
 	// StoreErrorUnavailable: the database was out of reach (PostgreSQL
@@ -77,6 +85,10 @@ func (noAuthMetrics) AuthFailed(bool) {}
 type noStoreMetrics struct{}
 
 type noRefusalMetrics struct{}
+
+type noWaitMetrics struct{}
+
+func (noWaitMetrics) WaitOpened(string) func() { return func() {} }
 
 func (noRefusalMetrics) WorkRefused(string) {}
 func (noRefusalMetrics) AuthDenied()        {}

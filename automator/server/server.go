@@ -163,6 +163,7 @@ type Server struct {
 	refusedPollLog, queueFullLog, deniedLog *loglimit.Limiter
 	storeMetrics                            StoreMetrics   // the Metrics, when it counts failed store calls
 	refusalMetrics                          RefusalMetrics // the Metrics, when it counts refused units and denied calls
+	waitMetrics                             WaitMetrics    // the Metrics, when it counts the calls waiting for a unit
 	diskFull                                atomic.Bool    // a write was refused for lack of disk space, and none has succeeded since (loglines.go)
 	fullWrites                              atomic.Uint64  // writes refused for lack of disk space
 
@@ -234,6 +235,10 @@ func New(o Options) (*Server, error) {
 	if !ok {
 		rm = noRefusalMetrics{}
 	}
+	wm, ok := o.Metrics.(WaitMetrics)
+	if !ok {
+		wm = noWaitMetrics{}
+	}
 	s := &Server{
 		store:          o.Store,
 		master:         o.MasterKey,
@@ -256,6 +261,7 @@ func New(o Options) (*Server, error) {
 		authMetrics:    am,
 		storeMetrics:   sm,
 		refusalMetrics: rm,
+		waitMetrics:    wm,
 		started:        o.Clock.Now(),
 		keys:           make(map[string]*keyRing),
 		listed:         newListedCache(maxListed),
