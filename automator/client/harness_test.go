@@ -99,6 +99,14 @@ func (p *fakeProxy) claim() *automatorv1.Claim {
 // complete posts a successful result for c.
 func (p *fakeProxy) complete(c *automatorv1.Claim, stdout string) {
 	p.t.Helper()
+	if err := p.tryComplete(c, stdout); err != nil {
+		p.t.Fatalf("complete: %v", err)
+	}
+}
+
+// tryComplete is complete, returning the automator's refusal.
+func (p *fakeProxy) tryComplete(c *automatorv1.Claim, stdout string) error {
+	p.t.Helper()
 	plain, err := proto.Marshal(&automatorv1.Result{
 		ExitCode: 0, Stdout: []byte(stdout), InstanceId: "fake",
 		StartedAt: timestamppb.Now(), FinishedAt: timestamppb.Now(),
@@ -110,12 +118,11 @@ func (p *fakeProxy) complete(c *automatorv1.Claim, stdout string) {
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	if _, err := p.api.Complete(context.Background(), &automatorv1.CompleteRequest{
+	_, err = p.api.Complete(context.Background(), &automatorv1.CompleteRequest{
 		WorkId: c.GetWorkId(), ClaimId: c.GetClaimId(), InstanceId: "fake",
 		Outcome: automatorv1.Outcome_OUTCOME_SUCCEEDED, SealedResult: sealed,
-	}); err != nil {
-		p.t.Fatalf("complete: %v", err)
-	}
+	})
+	return err
 }
 
 // relay is a TCP relay between the client and the automator that a test
