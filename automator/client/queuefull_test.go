@@ -176,8 +176,9 @@ func TestQueueFullSubmitIsMadeAgainWithinTheDeadline(t *testing.T) {
 // for the delay (100 ms at least); a refusal that only says when a wrong API key may fail
 // again; and one that says no time (a full disk).
 func TestRefusalsNotMadeAgain(t *testing.T) {
-	// Not parallel: a refusal must arrive within a deadline of 50 ms,
-	// a margin that load could break.
+	// Not parallel: a refusal must arrive within a deadline of 90 ms,
+	// a margin that load could break. When it does not, the case is
+	// made again, up to 5 times: the refusal's wait is not what failed.
 	full := refusal(t, "queue full", queueFullInfo)
 	for _, tc := range []struct {
 		name     string
@@ -190,27 +191,36 @@ func TestRefusalsNotMadeAgain(t *testing.T) {
 		{"queue full, deadline before the delay ends", full(time.Hour), time.Minute, true, time.Hour},
 		// A delay of next to nothing is waited 100 ms at least, never
 		// made a busy loop against the automator.
-		{"queue full in 1ns, deadline before 100ms", full(time.Nanosecond), 50 * time.Millisecond, true, time.Nanosecond},
+		{"queue full in 1ns, deadline before 100ms", full(time.Nanosecond), 90 * time.Millisecond, true, time.Nanosecond},
 		{"too many failed authentications", refusal(t, "too many failed authentications", &errdetails.ErrorInfo{Reason: grpcwire.ReasonTooManyFailedAuthentications, Domain: grpcwire.ErrorDomain})(10 * time.Millisecond), time.Minute, false, 10 * time.Millisecond},
 		{"queue full from an older automator, without ErrorInfo", refusal(t, "queue full")(10 * time.Millisecond), time.Minute, false, 10 * time.Millisecond},
 		{"full disk", refusal(t, "disk full")(0), time.Minute, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := &refusingAutomator{refusal: tc.refusal, refuse: 1}
-			c := a.start(t)
-			ctx := waittest.Context(t, "a refusal to be returned")
-			// The connection is made before a deadline starts: on a
-			// loaded machine its setup alone can outlast 50 ms. Get is
-			// not one of the automator's methods here (Unimplemented).
-			if _, err := c.Get(ctx, "w_connect"); status.Code(err) != codes.Unimplemented {
-				t.Fatalf("Get: %v; want Unimplemented once connected", err)
+			submit := func() (*refusingAutomator, error) {
+				a := &refusingAutomator{refusal: tc.refusal, refuse: 1}
+				c := a.start(t)
+				ctx := waittest.Context(t, "a refusal to be returned")
+				// The connection is made before a deadline starts: on a
+				// loaded machine its setup alone can outlast 90 ms. Get
+				// is not one of the automator's methods here
+				// (Unimplemented).
+				if _, err := c.Get(ctx, "w_connect"); status.Code(err) != codes.Unimplemented {
+					t.Fatalf("Get: %v; want Unimplemented once connected", err)
+				}
+				if tc.deadline > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, tc.deadline)
+					defer cancel()
+				}
+				_, err := c.Submit(ctx, "acme", client.Command{Script: "x.sh"})
+				return a, err
 			}
-			if tc.deadline > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, tc.deadline)
-				defer cancel()
+			a, err := submit()
+			for try := 2; try <= 5 && status.Code(err) != codes.ResourceExhausted && errors.Is(err, context.DeadlineExceeded); try++ {
+				t.Logf("the refusal did not arrive within the deadline of %v (%v): the machine is loaded; try %d", tc.deadline, err, try)
+				a, err = submit()
 			}
-			_, err := c.Submit(ctx, "acme", client.Command{Script: "x.sh"})
 			if status.Code(err) != codes.ResourceExhausted || errors.Is(err, client.ErrQueueFull) != tc.full {
 				t.Errorf("Submit: %v; want the refusal, matching ErrQueueFull: %v", err, tc.full)
 			}
