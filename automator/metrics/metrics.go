@@ -2,9 +2,10 @@
 // /metrics on its HTTP listener:
 //
 //   - counters of units queued, claimed, finished (by terminal state) and
-//     refused for a full queue, and of calls denied for an API key outside
-//     its accounts, and histograms of the time from queueing to the claim and to the end,
-//     counted by the replica that made each change (server.Metrics); the
+//     refused for a full queue, of results refused as not opening, and of
+//     calls denied for an API key outside its accounts, and histograms of
+//     the time from queueing to the claim and to the end, counted by the
+//     replica that made each change (server.Metrics); the
 //     units that `account delete` cancels, by an automator that serves
 //     its store alone (SQLite) when it notices the deletion;
 //   - the open polls and the calls waiting for a unit, per account, on
@@ -73,6 +74,7 @@ type Metrics struct {
 	authFailed  *prometheus.CounterVec
 	authDenied  prometheus.Counter
 	refused     *prometheus.CounterVec
+	unopened    *prometheus.CounterVec
 	storeErrors *prometheus.CounterVec
 	claimWait   prometheus.Histogram
 	finishWait  *prometheus.HistogramVec
@@ -125,6 +127,10 @@ func New(o Options) *Metrics {
 			Name: "automator_work_refused_total",
 			Help: "Units of work refused, nothing queued, by account and reason: queue_full (the account had limits.max_queued_per_account units queued; audited as work.refused). The log writes at most 20 such lines a minute, and one counting the rest.",
 		}, []string{"account", "reason"}),
+		unopened: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "automator_results_refused_total",
+			Help: "Results posted by a proxy and refused because their sealed result did not open (tampered, sealed for another unit, or with a key the account no longer holds), by account. The unit stays claimed: a result that opens may still come, or it times out. Logged as result refused (one line per call).",
+		}, []string{"account"}),
 		claimWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "automator_work_queued_to_claimed_seconds",
 			Help:    "Time from queueing a unit to its claim.",
@@ -153,7 +159,7 @@ func New(o Options) *Metrics {
 			Buckets: storeBuckets,
 		}, []string{"method"}),
 	}
-	m.reg.MustRegister(m.queued, m.claimed, m.finished, m.undelivered, m.refused, m.authFailed, m.authDenied, m.storeErrors, m.claimWait, m.finishWait, m.polls, m.waits, m.storeCalls,
+	m.reg.MustRegister(m.queued, m.claimed, m.finished, m.undelivered, m.refused, m.unopened, m.authFailed, m.authDenied, m.storeErrors, m.claimWait, m.finishWait, m.polls, m.waits, m.storeCalls,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, st := range endStates {
 		m.finishWait.WithLabelValues(string(st))
@@ -186,6 +192,7 @@ func (m *Metrics) known(account string) {
 	m.claimed.WithLabelValues(account)
 	m.undelivered.WithLabelValues(account)
 	m.refused.WithLabelValues(account, refusedQueueFull)
+	m.unopened.WithLabelValues(account)
 	for _, st := range endStates {
 		m.finished.WithLabelValues(account, string(st))
 	}
@@ -219,6 +226,7 @@ func (m *Metrics) WorkQueued(account string) {
 	m.claimed.WithLabelValues(account)
 	m.undelivered.WithLabelValues(account)
 	m.refused.WithLabelValues(account, refusedQueueFull)
+	m.unopened.WithLabelValues(account)
 }
 
 func (m *Metrics) WorkClaimed(account string, waited time.Duration) {
@@ -248,6 +256,10 @@ func (m *Metrics) WorkRefused(account string) {
 	m.refused.WithLabelValues(account, refusedQueueFull).Inc()
 }
 
+// ResultRefused counts a result of account refused because its sealed
+// result did not open (server.RefusalMetrics).
+func (m *Metrics) ResultRefused(account string) { m.unopened.WithLabelValues(account).Inc() }
+
 // AuthDenied counts a call refused because its API key may not use the
 // account it named (server.RefusalMetrics). No account label: the caller
 // names the account, one that exists or not.
@@ -267,6 +279,7 @@ func (m *Metrics) AccountGone(account string) {
 	m.finished.DeletePartialMatch(l)
 	m.undelivered.DeletePartialMatch(l)
 	m.refused.DeletePartialMatch(l)
+	m.unopened.DeletePartialMatch(l)
 	m.polls.DeletePartialMatch(l)
 	m.waits.DeletePartialMatch(l)
 }

@@ -50,7 +50,7 @@ func (p *ProxyService) Complete(ctx context.Context, req *automatorv1.CompleteRe
 	if err := p.complete(ctx, req, "Complete"); err != nil {
 		var r *refusedResult
 		if errors.As(err, &r) {
-			p.s.logRefused([]*refusedResult{r}, 1)
+			p.s.noteRefused([]*refusedResult{r}, 1)
 		}
 		return nil, err
 	}
@@ -61,7 +61,7 @@ func (p *ProxyService) Complete(ctx context.Context, req *automatorv1.CompleteRe
 // how each went. They are recorded concurrently, so the store commits them
 // together (group commit) and one result's refusal or slowness does not hold
 // up the others' recording. The results refused as not opening are logged
-// together, in one warning for the call (logRefused).
+// together, in one warning for the call (noteRefused).
 func (p *ProxyService) CompleteBatch(ctx context.Context, req *automatorv1.CompleteBatchRequest) (*automatorv1.CompleteBatchResponse, error) {
 	results := req.GetResults()
 	if len(results) == 0 || len(results) > maxCompleteBatch {
@@ -86,7 +86,7 @@ func (p *ProxyService) CompleteBatch(ctx context.Context, req *automatorv1.Compl
 		wg.Go(do)
 	}
 	wg.Wait()
-	p.s.logRefused(slices.DeleteFunc(refused, func(r *refusedResult) bool { return r == nil }), len(results))
+	p.s.noteRefused(slices.DeleteFunc(refused, func(r *refusedResult) bool { return r == nil }), len(results))
 	return &automatorv1.CompleteBatchResponse{Outcomes: outcomes}, nil
 }
 
@@ -96,9 +96,9 @@ func (p *ProxyService) CompleteBatch(ctx context.Context, req *automatorv1.Compl
 // keys the account no longer has, or a token in the wrong hands.
 // It is the refusal's error: its gRPC status is the answer.
 type refusedResult struct {
-	workID, instanceID string
-	err                error // why it did not open
-	st                 *status.Status
+	account, workID, instanceID string
+	err                         error // why it did not open
+	st                          *status.Status
 }
 
 func (r *refusedResult) Error() string              { return r.st.Err().Error() }
@@ -108,14 +108,17 @@ func (r *refusedResult) GRPCStatus() *status.Status { return r.st }
 // results names; the others are logged at debug level.
 const refusedNamed = 5
 
-// logRefused logs the results of one call (of n results) refused as not
-// opening: one warning, whatever their number, so that a call of 256 such
+// noteRefused counts the results of one call (of n results) refused as
+// not opening, and logs them: one warning, whatever their number, so that a call of 256 such
 // results (a token holder's, or a proxy's with a stale spool) writes one
 // line, not 256. A single one is logged as it always was ("result
 // refused", its work id and why); several are counted by reason, the
 // first refusedNamed work ids named, and each of the others is logged at
 // debug level.
-func (s *Server) logRefused(refused []*refusedResult, n int) {
+func (s *Server) noteRefused(refused []*refusedResult, n int) {
+	for _, r := range refused {
+		s.refusalMetrics.ResultRefused(r.account)
+	}
 	switch len(refused) {
 	case 0:
 		return
@@ -163,7 +166,7 @@ func (s *Server) logRefused(refused []*refusedResult, n int) {
 // complete is Complete's work for one result; via names the call it came in
 // (the audit record's detail). Its error is a gRPC status; a
 // *refusedResult when the sealed result did not open, for the caller to
-// log (logRefused).
+// log (noteRefused).
 func (p *ProxyService) complete(ctx context.Context, req *automatorv1.CompleteRequest, via string) error {
 	s := p.s
 	account := accountFrom(ctx)
@@ -214,7 +217,7 @@ func (p *ProxyService) complete(ctx context.Context, req *automatorv1.CompleteRe
 			if cur, gerr := s.store.WorkGet(ctx, w.ID); errors.Is(gerr, store.ErrNotFound) || (gerr == nil && cur.Account != account) {
 				return status.Errorf(codes.NotFound, "work %q not found for this account", w.ID)
 			}
-			return &refusedResult{workID: w.ID, instanceID: req.GetInstanceId(), err: err,
+			return &refusedResult{account: account, workID: w.ID, instanceID: req.GetInstanceId(), err: err,
 				st: status.Newf(codes.InvalidArgument, "sealed result of work %q did not open: %v", w.ID, err)}
 		}
 	}

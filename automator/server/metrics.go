@@ -49,6 +49,9 @@ type RefusalMetrics interface {
 	// AuthDenied: a call was refused because its API key may not use the
 	// account it named.
 	AuthDenied()
+	// ResultRefused: a result a proxy of account posted was refused
+	// because its sealed result did not open.
+	ResultRefused(account string)
 }
 
 // WaitMetrics is implemented by a Metrics that also counts the calls
@@ -90,8 +93,9 @@ type noWaitMetrics struct{}
 
 func (noWaitMetrics) WaitOpened(string) func() { return func() {} }
 
-func (noRefusalMetrics) WorkRefused(string) {}
-func (noRefusalMetrics) AuthDenied()        {}
+func (noRefusalMetrics) WorkRefused(string)   {}
+func (noRefusalMetrics) AuthDenied()          {}
+func (noRefusalMetrics) ResultRefused(string) {}
 
 func (noStoreMetrics) StoreFailed(string) {}
 

@@ -14,11 +14,13 @@ import (
 )
 
 // TestRefusedUnitsAndDeniedCallsAreCounted: a unit refused for its
-// account's full queue, and a call refused because its API key may not
-// use the account it names, are each counted on /metrics, at 0 before the
-// first: the log writes at most 20 lines a minute of each, and without a
-// counter an operator could alert on neither (the queue's depth is read
-// at each scrape, and says nothing of the submits refused between two).
+// account's full queue, a call refused because its API key may not use
+// the account it names, and a result refused because it did not open are
+// each counted on /metrics, at 0 before the first: the log writes at most
+// 20 lines a minute of the first two, and one per call of the last, and
+// without a counter an operator could alert on none (the queue's depth is
+// read at each scrape, and says nothing of the submits refused between
+// two; a refused result leaves its unit claimed, and timing out later).
 func TestRefusedUnitsAndDeniedCallsAreCounted(t *testing.T) {
 	t.Parallel()
 	m := metrics.New(metrics.Options{})
@@ -32,6 +34,10 @@ func TestRefusedUnitsAndDeniedCallsAreCounted(t *testing.T) {
 	}
 	if got := counterValue(t, m, "automator_auth_denied_total", nil); got != 0 {
 		t.Fatalf("automator_auth_denied_total = %v before any denial; want 0", got)
+	}
+	unopened := map[string]string{"account": e.account}
+	if got := counterValue(t, m, "automator_results_refused_total", unopened); got != 0 {
+		t.Fatalf("automator_results_refused_total%v = %v before any refusal; want 0", unopened, got)
 	}
 
 	const refused = 3
@@ -61,6 +67,30 @@ func TestRefusedUnitsAndDeniedCallsAreCounted(t *testing.T) {
 	}
 	if got := counterValue(t, m, "automator_auth_denied_total", nil); got != 3 {
 		t.Errorf("automator_auth_denied_total = %v after 3 calls of a key outside its accounts; want 3", got)
+	}
+	// acme's queued unit, claimed, gets a tampered result, then one of
+	// another unit: each refused and counted, as in a batch.
+	proxy := e.proxyClient()
+	resp, err := proxy.Poll(context.Background(), &automatorv1.PollRequest{InstanceId: "a", MaxUnits: 1})
+	if err != nil || len(resp.GetClaims()) != 1 {
+		t.Fatalf("poll: %v, %d claims; want acme's unit", err, len(resp.GetClaims()))
+	}
+	c := resp.GetClaims()[0]
+	tampered := e.sealResult(c.GetWorkId(), &automatorv1.Result{Stdout: []byte("ok")})
+	tampered[len(tampered)-1] ^= 1
+	if _, err := proxy.Complete(context.Background(), &automatorv1.CompleteRequest{WorkId: c.GetWorkId(), ClaimId: c.GetClaimId(), InstanceId: "a",
+		Outcome: automatorv1.Outcome_OUTCOME_SUCCEEDED, SealedResult: tampered}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("a tampered result: %v, want InvalidArgument", err)
+	}
+	batch, err := proxy.CompleteBatch(context.Background(), &automatorv1.CompleteBatchRequest{Results: []*automatorv1.CompleteRequest{{
+		WorkId: c.GetWorkId(), ClaimId: c.GetClaimId(), InstanceId: "a",
+		Outcome: automatorv1.Outcome_OUTCOME_SUCCEEDED, SealedResult: e.sealResult("w_other", &automatorv1.Result{Stdout: []byte("ok")}),
+	}}})
+	if err != nil || codes.Code(batch.GetOutcomes()[0].GetCode()) != codes.InvalidArgument {
+		t.Fatalf("a batch of a result sealed for another unit: %v, %v; want its result refused", batch.GetOutcomes(), err)
+	}
+	if got := counterValue(t, m, "automator_results_refused_total", unopened); got != 2 {
+		t.Errorf("automator_results_refused_total%v = %v after 2 results that did not open; want 2", unopened, got)
 	}
 	if hasSeries(t, m, "initech") {
 		t.Errorf("a series labelled with initech, an account a caller named and that does not exist; want none")
