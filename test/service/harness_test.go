@@ -306,15 +306,16 @@ func install(t *testing.T, name, cfgPath string, extra ...string) string {
 	r := runCLI(bin.proxy, append([]string{"install", "--config", cfgPath, "--name", name}, extra...)...)
 	t.Cleanup(func() {
 		st, _ := agent.ReadState(filepath.Join(psvc.StateDir(name), agent.StateFileName))
+		if t.Failed() {
+			// Read before the uninstall, which removes it.
+			log, _ := os.ReadFile("/var/log/" + name + ".log")
+			t.Logf("---- service log /var/log/%s.log ----\n%s", name, log)
+		}
 		if r := runCLI(bin.proxy, "uninstall", "--name", name); r.Code != 0 && t.Failed() {
 			t.Logf("cleanup: proxy uninstall --name %s: %v", name, r)
 		}
 		if st.PID > 0 && !gone(st.PID) {
 			_ = syscall.Kill(st.PID, syscall.SIGKILL)
-		}
-		if t.Failed() {
-			log, _ := os.ReadFile("/var/log/" + name + ".log")
-			t.Logf("---- service log /var/log/%s.log ----\n%s", name, log)
 		}
 	})
 	if r.Code != 0 {
@@ -329,14 +330,23 @@ func readState(name string) (agent.State, error) {
 
 // waitPolled waits until the service's state file records a successful
 // poll after since, by a process other than notPID, and returns the state.
+// Failing, it logs what the state file held last, and the service's
+// status.
 func waitPolled(t *testing.T, name string, since time.Time, notPID int) agent.State {
 	t.Helper()
 	var st agent.State
+	var err error
+	polled := false
+	t.Cleanup(func() {
+		if t.Failed() && !polled {
+			t.Logf("service %s's state file, read last: %+v, %v; its status:\n%s", name, st, err, runCLI(bin.proxy, "status", "--name", name))
+		}
+	})
 	waitFor(t, 30*time.Second, "service "+name+" to poll the automator", func() bool {
-		var err error
 		st, err = readState(name)
 		return err == nil && st.LastPoll.After(since) && st.PID != notPID && st.StoppedAt.IsZero()
 	})
+	polled = true
 	return st
 }
 
