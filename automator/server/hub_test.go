@@ -451,8 +451,14 @@ func TestLeavingPollWaitsForUnitsBeingStored(t *testing.T) {
 	h.foundEmpty("acme", 0, time.Now())
 	p := parked(h.poller("acme", "a", store.ClaimPoll{}, 2, nil, nil))
 	h.reserve("acme", time.Now(), nil, 1)
+	// The poll is leaving once leave has taken it out of the waiting
+	// list, which leave's goroutine may not have done 50 ms later on a
+	// loaded machine: the hook says when it has.
+	detached := make(chan struct{})
+	h.testHookLeft = func(string, string, int) { close(detached) }
 	left := make(chan struct{})
 	go func() { p.leave(t.Context()); close(left) }()
+	waittest.Recv(t, detached, "leave to take the poll out of the waiting list")
 	select {
 	case <-left:
 		t.Fatal("leave returned while a unit was still being stored for the poll")
