@@ -28,6 +28,11 @@ type api struct {
 	t      *testing.T
 	base   string
 	apiKey string
+	// within, when set, is how long a request may take instead of
+	// waittest.Bound: for a request whose own work (megabytes decoded and
+	// encoded under the race detector) can take that long on a loaded
+	// machine.
+	within time.Duration
 }
 
 type response struct {
@@ -53,7 +58,15 @@ func (a api) do(method, path, key string, body any) response {
 		}
 		r = bytes.NewReader(buf)
 	}
-	req, err := http.NewRequestWithContext(waittest.Context(a.t, method+" "+path+" to answer"), method, a.base+path, r)
+	var ctx context.Context
+	if a.within != 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(a.t.Context(), a.within)
+		defer cancel()
+	} else {
+		ctx = waittest.Context(a.t, method+" "+path+" to answer")
+	}
+	req, err := http.NewRequestWithContext(ctx, method, a.base+path, r)
 	if err != nil {
 		a.t.Fatal(err)
 	}
@@ -555,7 +568,11 @@ func TestCommandOverTheMessageLimitIsABadRequest(t *testing.T) {
 	a := automatortest.Start(t, automatortest.Options{})
 	c := api{t: t, base: a.HTTPURL, apiKey: a.APIKey}
 	big := `{"command": {"script": "x", "args": ["` + strings.Repeat("a", 10<<20) + `"]}}`
-	r := c.do("POST", "/v1/accounts/acme/submit", "", big)
+	// Decoding and encoding 10 MiB under the race detector takes the
+	// better part of a second of CPU, which took longer than
+	// waittest.Bound on a loaded machine of 2 cores: not a timing
+	// assertion, only how long the test waits for the answer.
+	r := api{t: t, base: a.HTTPURL, apiKey: a.APIKey, within: 4 * waittest.Bound}.do("POST", "/v1/accounts/acme/submit", "", big)
 	const want = "the request is 10485779 bytes once encoded, more than the limit of 8 MiB of one gRPC message: send less stdin, or fewer or shorter args or env"
 	if r.status != http.StatusBadRequest || r.body["code"] != float64(3) || r.str("message") != want {
 		t.Fatalf("a 10 MiB command: HTTP %d %.200s; want 400, code 3, %q", r.status, r.raw, want)
