@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/pki"
@@ -351,15 +353,18 @@ func TestAStatusCheckWithARefusedTokenIsAuditedAsACheck(t *testing.T) {
 	}
 }
 
-// stuckProxyService answers no Complete: each waits for its caller to
-// give up.
+// stuckProxyService answers no Complete until released: not even when
+// the call's deadline passes, so that only the caller's own timer ends
+// the call (a handler returning at the deadline on the server's side
+// could answer first, on a loaded machine, with a reset of the stream).
 type stuckProxyService struct {
 	automatorv1.UnimplementedProxyServiceServer
+	release <-chan struct{}
 }
 
-func (stuckProxyService) Complete(ctx context.Context, _ *automatorv1.CompleteRequest) (*automatorv1.CompleteResponse, error) {
-	<-ctx.Done()
-	return nil, ctx.Err()
+func (s stuckProxyService) Complete(context.Context, *automatorv1.CompleteRequest) (*automatorv1.CompleteResponse, error) {
+	<-s.release
+	return nil, status.Error(codes.Unavailable, "released at the test's end")
 }
 
 // TestStatusCheckOfAStuckAutomatorDoesNotSayNoConnectionWasSetUp: an
@@ -373,13 +378,14 @@ func TestStatusCheckOfAStuckAutomatorDoesNotSayNoConnectionWasSetUp(t *testing.T
 	web := httptest.NewTLSServer(http.NotFoundHandler()) // for its certificate
 	defer web.Close()
 	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(web.TLS.Clone())))
-	automatorv1.RegisterProxyServiceServer(srv, stuckProxyService{})
+	release := make(chan struct{})
+	automatorv1.RegisterProxyServiceServer(srv, stuckProxyService{release: release})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(srv.Stop)
+	t.Cleanup(func() { close(release); srv.Stop() })
 	cfg := standbyConfig(t, a, a.Token, a.Key)
 	cfg.AutomatorURL = "https://" + l.Addr().String()
 	cfg.CACert = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: web.Certificate().Raw}))
