@@ -51,7 +51,10 @@ windows:
 # waiting (on keepalives, deadlines and hung peers), so it starts early,
 # beside the ones that compute. Four at once, not one per core: the tests
 # wait on fsyncs, timers and child processes more than they compute (three
-# at once kept 1.4 of the 2 cores busy and took 7m40 here; four, 6m10).
+# at once kept 1.4 of the 2 cores busy and took 7m40 here, twice; four took
+# 6m13 to 7m16 over three runs). Six tests at once inside a package
+# (-parallel 6) was no better: the packages that compute slowed as much as
+# the waiting ones sped up.
 SLOW_FIRST := ./automator/cli ./test/chaos ./automator/client ./test/e2e ./automator/server \
 	./automator/store/pgstore ./test/replicas ./test/service ./proxy/agent \
 	./automator/store/sqlitestore ./test/browser ./docs/examples
