@@ -290,6 +290,8 @@ func (m *Metrics) PollOpened(account string) func() {
 	return g.Dec
 }
 
+// WaitOpened counts a call waiting for a unit of account to end until the
+// function returned is called (server.WaitMetrics).
 func (m *Metrics) WaitOpened(account string) func() {
 	g := m.waits.WithLabelValues(account)
 	g.Inc()

@@ -109,9 +109,9 @@ func (r *refusedResult) GRPCStatus() *status.Status { return r.st }
 const refusedNamed = 5
 
 // noteRefused counts the results of one call (of n results) refused as
-// not opening, and logs them: one warning, whatever their number, so that a call of 256 such
-// results (a token holder's, or a proxy's with a stale spool) writes one
-// line, not 256. A single one is logged as it always was ("result
+// not opening, and logs them: one warning, whatever their number, so that
+// a call of 256 such results (a token holder's, or a proxy's with a stale
+// spool) writes one line, not 256. A single one is logged as it always was ("result
 // refused", its work id and why); several are counted by reason, the
 // first refusedNamed work ids named, and each of the others is logged at
 // debug level.

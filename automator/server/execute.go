@@ -486,6 +486,8 @@ func (s *Server) wait(ctx context.Context, id string, sub *doneSub, known *store
 		switch {
 		case timer == nil:
 			timer = time.NewTimer(w.Deadline.Sub(s.clock.Now()))
+			// Counted from the first look that finds the unit not
+			// ended, until the call returns.
 			defer s.waitMetrics.WaitOpened(w.Account)()
 		case fired:
 			// Not ended at its deadline: another replica may hold it, or

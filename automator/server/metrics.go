@@ -89,13 +89,13 @@ type noStoreMetrics struct{}
 
 type noRefusalMetrics struct{}
 
-type noWaitMetrics struct{}
-
-func (noWaitMetrics) WaitOpened(string) func() { return func() {} }
-
 func (noRefusalMetrics) WorkRefused(string)   {}
 func (noRefusalMetrics) AuthDenied()          {}
 func (noRefusalMetrics) ResultRefused(string) {}
+
+type noWaitMetrics struct{}
+
+func (noWaitMetrics) WaitOpened(string) func() { return func() {} }
 
 func (noStoreMetrics) StoreFailed(string) {}
 
