@@ -52,7 +52,9 @@ windows:
 # beside the ones that compute. Four at once, not one per core: the tests
 # wait on fsyncs, timers and child processes more than they compute (three
 # at once kept 1.4 of the 2 cores busy and took 7m40 here, twice; four took
-# 6m13 to 7m16 over three runs). Six tests at once inside a package
+# 6m13 to 7m50 over four runs, 7m08 at the median: these machines are
+# noisy, and automator/cli, first, slows most beside the other three).
+# Six tests at once inside a package
 # (-parallel 6) was no better: the packages that compute slowed as much as
 # the waiting ones sped up.
 SLOW_FIRST := ./automator/cli ./test/chaos ./automator/client ./test/e2e ./automator/server \
