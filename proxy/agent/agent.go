@@ -53,7 +53,16 @@ type Options struct {
 	// or through the web proxy HTTPS_PROXY names), in the line that says it
 	// cannot be reached: a web proxy that is down or refuses the tunnel
 	// fails the poll as the automator's own outage would.
-	Route          string
+	Route string
+	// Resolve, when set, looks up the host name that dialling the
+	// automator makes this machine resolve (the web proxy's, when Client
+	// goes through one): nil when it resolves to an address, an error
+	// naming the name otherwise. The line that says a poll failed without
+	// a connection to the automator gives its error as the cause: gRPC
+	// says "produced zero addresses" of a name that does not resolve, and
+	// nothing at all of a web proxy's (the poll waits for a connection
+	// until its bound).
+	Resolve        func(context.Context) error
 	Keys           crypto.KeyRing
 	InstanceID     string
 	Hostname       string
@@ -320,7 +329,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // answers never came since the last answered one (0: none), for the polls
 // that follow.
 func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
-	st := connState{log: a.log, automator: a.o.Automator, route: a.o.Route}
+	st := connState{log: a.log, automator: a.o.Automator, route: a.o.Route, resolve: a.o.Resolve}
 	// A poll cancelled by the stop leaves st as it was: up when the poll
 	// before it was answered.
 	defer func() { a.heard = st.up }()
@@ -598,7 +607,7 @@ func (a *Agent) pollAsBounded(ctx context.Context, run string, n int, wait time.
 	defer cancel()
 	resp, err := a.pollAs(pctx, run, n, wait, seq, lostFrom)
 	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(pctx), grpcwire.ErrNoAnswer) {
-		err = noAnswerError{within: begin}
+		err = noAnswerError{within: begin, sent: grpcwire.Sent(pctx)}
 	}
 	return resp, err
 }
@@ -609,12 +618,21 @@ func (a *Agent) pollAsBounded(ctx context.Context, run string, n int, wait time.
 const pollMargin = 5 * time.Second
 
 // noAnswerError is a poll whose answer did not begin within its bound
-// (DeadlineExceeded). Its connection had not failed: the proxy's keepalive
-// drops one whose pings go unanswered within 15 s, sooner than the 41 s
-// of a poll's default bound, and the poll fails as Unavailable.
-type noAnswerError struct{ within time.Duration }
+// (DeadlineExceeded). Sent, its connection had not failed: the proxy's
+// keepalive drops one whose pings go unanswered within 15 s, sooner than
+// the 41 s of a poll's default bound, and the poll fails as Unavailable.
+// Unsent, it never had a connection to go on (grpcwire.Sent): gRPC fails
+// a call whose connection's setup failed, so its name resolution produced
+// nothing.
+type noAnswerError struct {
+	within time.Duration
+	sent   bool
+}
 
 func (e noAnswerError) Error() string {
+	if !e.sent {
+		return fmt.Sprintf("no connection to the automator was set up within %v to send the poll on", e.within)
+	}
 	return fmt.Sprintf("the automator did not begin its answer to the poll within %v", e.within)
 }
 

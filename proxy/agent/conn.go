@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -58,8 +59,9 @@ const NotTLSHelp = "what answers at automator_url does not speak TLS: is its por
 // not once per attempt.
 type connState struct {
 	log       *slog.Logger
-	automator string // its URL, named when it fails
-	route     string // which way it is dialled, named when unreachable ("": unsaid)
+	automator string                      // its URL, named when it fails
+	route     string                      // which way it is dialled, named when unreachable ("": unsaid)
+	resolve   func(context.Context) error // Options.Resolve (nil: not asked)
 	up        bool
 	known     bool
 	lastKind  string
@@ -71,6 +73,20 @@ func (s *connState) ok() {
 	}
 	s.log.Info("connected to the automator; polling")
 	s.up, s.known = true, true
+}
+
+// lookupWithin bounds connState's lookup of the name it dials.
+const lookupWithin = 5 * time.Second
+
+// lookup returns why the name that dialling the automator resolves does
+// not resolve (Options.Resolve), or nil.
+func (s *connState) lookup() error {
+	if s.resolve == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lookupWithin)
+	defer cancel()
+	return s.resolve(ctx)
 }
 
 func (s *connState) failed(err error) {
@@ -95,8 +111,21 @@ func (s *connState) failed(err error) {
 	if errors.As(err, &late) {
 		// Not unreachable: the connection did not fail (a broken one,
 		// or one whose pings go unanswered, fails the poll as
-		// Unavailable), but no answer began in time.
+		// Unavailable), but no answer began in time. Or there was none
+		// to send the poll on.
 		kind = "no answer"
+		if !late.sent {
+			kind = "no connection"
+		}
+	}
+	var unresolved error
+	if kind == "no connection" || (code == codes.Unavailable && strings.Contains(msg, "produced zero addresses")) {
+		// No connection was tried: a name did not resolve, which gRPC
+		// does not say in words of its own (see Options.Resolve).
+		unresolved = s.lookup()
+		if unresolved != nil {
+			kind = "unresolved"
+		}
 	}
 	if s.known && !s.up && kind == s.lastKind {
 		return
@@ -112,14 +141,23 @@ func (s *connState) failed(err error) {
 		s.log.Error("the automator closed the plaintext connection without answering: an automator serving TLS (as serve does unless started with --insecure-plaintext) does so to a connection that does not begin with a TLS handshake, so give `automator_url` as https:// with the profile's `ca_cert` (`proxy status` checks which); or something else on that port closes it (retrying with backoff)", attrs...)
 	case kind == "not TLS":
 		s.log.Error(NotTLSHelp+" (retrying with backoff)", attrs...)
+	case kind == "unresolved":
+		s.log.Error(unresolved.Error()+": check it and this machine's DNS (retrying with backoff)", s.withRoute(attrs)...)
+	case kind == "no connection":
+		s.log.Warn(msg+"; retrying with backoff", s.withRoute(attrs)...)
 	case kind == "no answer":
 		s.log.Warn(fmt.Sprintf("the automator did not begin its answer to a poll within %v, though the connection did not fail: the automator is slow or stuck, or the link saturated; retrying with backoff", late.within), attrs...)
 	case code == codes.Unavailable || code == codes.DeadlineExceeded:
-		if s.route != "" {
-			attrs = append(attrs, "route", s.route)
-		}
-		s.log.Warn("automator unreachable; retrying with backoff", attrs...)
+		s.log.Warn("automator unreachable; retrying with backoff", s.withRoute(attrs)...)
 	default:
 		s.log.Error("poll failed; retrying with backoff", attrs...)
 	}
+}
+
+// withRoute is attrs and the route, when it is said.
+func (s *connState) withRoute(attrs []any) []any {
+	if s.route == "" {
+		return attrs
+	}
+	return append(attrs, "route", s.route)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net"
 	"strings"
@@ -13,6 +14,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
 
 	"github.com/opsgate/opsgate/crypto"
@@ -203,5 +206,117 @@ func TestAPollWhoseAnswerDidNotBeginIsLoggedAsSuchOnce(t *testing.T) {
 	want := "the automator did not begin its answer to a poll within 80ms"
 	if len(warns) != 1 || !strings.HasPrefix(warns[0], want) {
 		t.Fatalf("after 3 polls the automator did not begin to answer, the warnings logged were %q; want one, beginning %q", warns, want)
+	}
+}
+
+// unresolvedAgent runs an agent whose client's channel gets its addresses
+// from r, with resolve as its Options.Resolve, until resolve has been
+// asked twice (two failed polls), and returns its log's records.
+// Only the records that name the automator are returned: those of the
+// connection's state (connState).
+func unresolvedAgent(t *testing.T, r *manual.Resolver, resolve func(context.Context) error) []struct{ Level, Msg, Code, Err, Route string } {
+	t.Helper()
+	conn, err := grpc.NewClient(r.Scheme()+":///automator.example:8443", append(grpcwire.DialOptions(),
+		grpc.WithResolvers(r),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStatsHandler(grpcwire.AnswerStarts{}))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	asked := make(chan struct{})
+	var log lockedWriter
+	log.b = &bytes.Buffer{}
+	const route = "HTTPS_PROXY=http://webproxy.example:3128, NO_PROXY not set: automator.example:8443 through that web proxy"
+	a := New(Options{
+		// Its stop tells no automator of its lost polls: within 100ms.
+		tune:   tuning{pollMargin: 20 * time.Millisecond, reportLostWithin: 100 * time.Millisecond},
+		Client: automatorv1.NewProxyServiceClient(conn), Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(),
+		Automator: "https://automator.example:8443", Route: route,
+		Resolve: func(ctx context.Context) error {
+			err := resolve(ctx)
+			asked <- struct{}{}
+			return err
+		},
+		MaxConcurrency: 1, PollWait: 50 * time.Millisecond, GracePeriod: time.Second,
+		BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
+		Logger: slog.New(slog.NewJSONHandler(&log, nil)),
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx) }()
+	for range 2 {
+		waittest.Recv(t, asked, "the agent to look up the name it dials after a failed poll")
+	}
+	cancel()
+	go func() {
+		for range asked { // a lookup of a poll that failed as it stopped
+		}
+	}()
+	waittest.Recv(t, done, "the agent to stop")
+	close(asked)
+
+	var recs []struct{ Level, Msg, Code, Err, Route string }
+	for _, line := range strings.Split(strings.TrimSpace(log.String()), "\n") {
+		var rec struct{ Level, Msg, Code, Err, Route, Automator string }
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q is not JSON: %v", line, err)
+		}
+		if rec.Automator != "" && rec.Level != "INFO" {
+			recs = append(recs, struct{ Level, Msg, Code, Err, Route string }{rec.Level, rec.Msg, rec.Code, rec.Err, rec.Route})
+		}
+	}
+	return recs
+}
+
+// TestAPollWithNoConnectionToGoOnSaysWhichNameDoesNotResolve: gRPC waits
+// without a word for a connection while the channel's name resolution has
+// produced nothing (a web proxy's name that does not resolve), until the
+// poll's bound. The poll was never sent, so the line does not blame the
+// automator for an answer that did not begin: it gives the lookup's error
+// of the name the proxy dials, once for all such polls.
+func TestAPollWithNoConnectionToGoOnSaysWhichNameDoesNotResolve(t *testing.T) {
+	t.Parallel()
+	const lookup = "the host of HTTPS_PROXY, webproxy.example, does not resolve: lookup webproxy.example: no such host"
+	recs := unresolvedAgent(t, manual.NewBuilderWithScheme("nothing"), func(context.Context) error { return errors.New(lookup) })
+	if len(recs) != 1 {
+		t.Fatalf("log records %+v; want one", recs)
+	}
+	want := lookup + ": check it and this machine's DNS (retrying with backoff)"
+	if r := recs[0]; r.Level != "ERROR" || r.Msg != want || r.Code != "DeadlineExceeded" ||
+		r.Err != "no connection to the automator was set up within 80ms to send the poll on" || !strings.Contains(r.Route, "webproxy.example:3128") {
+		t.Errorf("log record %+v; want an ERROR %q, err saying no connection was set up within 80ms, and the route", r, want)
+	}
+}
+
+// TestAPollWithNoConnectionToGoOnIsNotBlamedOnTheAutomator: when the name
+// does resolve (DNS answered late, say), the line still says that there
+// was no connection to send the poll on, not that the automator did not
+// answer.
+func TestAPollWithNoConnectionToGoOnIsNotBlamedOnTheAutomator(t *testing.T) {
+	t.Parallel()
+	recs := unresolvedAgent(t, manual.NewBuilderWithScheme("nothing"), func(context.Context) error { return nil })
+	want := "no connection to the automator was set up within 80ms to send the poll on; retrying with backoff"
+	if len(recs) != 1 || recs[0].Level != "WARN" || recs[0].Msg != want {
+		t.Fatalf("log records %+v; want one WARN %q", recs, want)
+	}
+}
+
+// TestANameResolvedToNoAddressIsSaidInTheLookupsWords: a name the DNS does
+// not know, gRPC's resolver reports as zero addresses, and its channel
+// fails the poll with "produced zero addresses"; the line gives the
+// lookup's own error instead, which names the name.
+func TestANameResolvedToNoAddressIsSaidInTheLookupsWords(t *testing.T) {
+	t.Parallel()
+	r := manual.NewBuilderWithScheme("zero")
+	r.InitialState(resolver.State{})
+	const lookup = "the host of automator_url, automator.example, does not resolve: lookup automator.example: no such host"
+	recs := unresolvedAgent(t, r, func(context.Context) error { return errors.New(lookup) })
+	if len(recs) != 1 {
+		t.Fatalf("log records %+v; want one", recs)
+	}
+	if r := recs[0]; r.Level != "ERROR" || r.Msg != lookup+": check it and this machine's DNS (retrying with backoff)" ||
+		r.Code != "Unavailable" || !strings.Contains(r.Err, "produced zero addresses") {
+		t.Errorf("log record %+v; want an ERROR beginning %q, with gRPC's error", r, lookup)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,6 +29,10 @@ import (
 // checkTimeout bounds `proxy status`'s check of the automator, connection
 // included: an automator out of reach makes status wait this long, no more.
 const checkTimeout = 5 * time.Second
+
+// checkResolver looks up the name checkProfile dials (resolveProblem).
+// Tests give one that asks no DNS server.
+var checkResolver = net.DefaultResolver
 
 // profileCheck is what the automator says of a config's profile.
 type profileCheck struct {
@@ -56,6 +61,13 @@ type profileCheck struct {
 func checkProfile(ctx context.Context, cfg config.Config, now time.Time) profileCheck {
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
+	if addr, _, err := cfg.Target(); err == nil {
+		// gRPC would say "produced zero addresses" of a name that does
+		// not resolve, or wait out the bound for a web proxy's.
+		if err := resolveProblem(ctx, checkResolver, os.Getenv, addr); err != nil {
+			return profileCheck{unreached: true, line: fmt.Sprintf("not reached: %v: check it and this machine's DNS", err)}
+		}
+	}
 	conn, err := Dial(cfg)
 	if err != nil {
 		return profileCheck{line: fmt.Sprintf("not checked: %v", err)}

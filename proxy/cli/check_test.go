@@ -396,3 +396,20 @@ func TestStatusCheckOfAStuckAutomatorDoesNotSayNoConnectionWasSetUp(t *testing.T
 		t.Errorf("check of an automator whose connection is set up but that does not answer: %+v, want unreached, with gRPC's words, not that no connection was set up", c)
 	}
 }
+
+// TestStatusCheckOfANameThatDoesNotResolveSaysSo: gRPC would say
+// "produced zero addresses" of the automator's name that does not resolve
+// (and wait out the check's bound for a web proxy's); the check says which
+// name, in the lookup's words. Not parallel: it sets checkResolver.
+func TestStatusCheckOfANameThatDoesNotResolveSaysSo(t *testing.T) {
+	defer func(r *net.Resolver) { checkResolver = r }(checkResolver)
+	checkResolver = noDNS
+	a := automatortest.Start(t, automatortest.Options{})
+	cfg := standbyConfig(t, a, a.Token, a.Key)
+	cfg.AutomatorURL = "https://automator.invalid:8443"
+	c := checkProfile(t.Context(), cfg, time.Now())
+	want := "not reached: the host of automator_url, automator.invalid, does not resolve: lookup automator.invalid"
+	if c.stale || !c.unreached || !strings.HasPrefix(c.line, want) || !strings.HasSuffix(c.line, ": check it and this machine's DNS") {
+		t.Errorf("check of an automator_url whose host does not resolve: %+v; want unreached, %q…", c, want)
+	}
+}

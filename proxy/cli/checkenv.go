@@ -3,7 +3,9 @@ package cli
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"net"
 	"net/url"
@@ -155,4 +157,43 @@ func hideUserinfo(v string) string {
 		return v[:s+3] + "xxxxx" + v[at:]
 	}
 	return "xxxxx" + v[at:]
+}
+
+// dialedName returns the host name that dialling addr (the automator's
+// host:port) makes a process whose environment getenv reads resolve, and
+// what names it: the web proxy's when the dial goes through one (grpc-go
+// leaves the automator's name to it), the automator's otherwise. "" when
+// that host is an IP address: nothing is resolved.
+func dialedName(getenv func(string) string, addr string) (host, what string) {
+	host, _, _ = net.SplitHostPort(addr)
+	what = "the host of automator_url"
+	if proxyVar, via := firstSet(getenv, "HTTPS_PROXY", "https_proxy"); proxyVar != "" && !loopback(addr) {
+		_, no := firstSet(getenv, "NO_PROXY", "no_proxy")
+		cfg := httpproxy.Config{HTTPSProxy: via, NoProxy: no}
+		if u, err := cfg.ProxyFunc()(&url.URL{Scheme: "https", Host: addr}); err == nil && u != nil {
+			host, what = u.Hostname(), "the host of "+proxyVar
+		}
+	}
+	if net.ParseIP(host) != nil {
+		return "", ""
+	}
+	return host, what
+}
+
+// resolveProblem says why dialedName's host does not resolve to an address
+// with r: its lookup failed (no such host, no answer from the DNS server),
+// or found no address. nil when it resolves, or is an IP address.
+func resolveProblem(ctx context.Context, r *net.Resolver, getenv func(string) string, addr string) error {
+	host, what := dialedName(getenv, addr)
+	if host == "" {
+		return nil
+	}
+	addrs, err := r.LookupHost(ctx, host)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s, %s, does not resolve: %w", what, host, err)
+	case len(addrs) == 0:
+		return fmt.Errorf("%s, %s, resolves to no address", what, host)
+	}
+	return nil
 }

@@ -1,6 +1,9 @@
 package cli
 
 import (
+	"context"
+	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -85,5 +88,58 @@ func TestCheckEnvLineSaysWhetherTheAutomatorIsReachedThroughTheWebProxy(t *testi
 	shell["https_proxy"] = "http://%zz:3128"
 	if line := checkEnvLine(getenv, envFile, "automator.example:8443"); !strings.Contains(line, "automator.example:8443 directly: https_proxy is not a URL, and is ignored)") {
 		t.Errorf("check env with a broken https_proxy = %q", line)
+	}
+}
+
+// TestDialedNameIsTheWebProxysWhenTheDialGoesThroughOne: the name this
+// machine resolves to reach the automator is the web proxy's when grpc-go
+// dials through one (the automator's name is then the web proxy's to
+// resolve), the automator's otherwise; an IP address is no name at all.
+func TestDialedNameIsTheWebProxysWhenTheDialGoesThroughOne(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"HTTPS_PROXY": "http://user:secret@webproxy.example:3128", "no_proxy": "internal.example"}
+	getenv := func(k string) string { return env[k] }
+	for _, c := range []struct{ addr, host, what string }{
+		{"automator.example:8443", "webproxy.example", "the host of HTTPS_PROXY"},
+		{"a.internal.example:8443", "a.internal.example", "the host of automator_url"},
+		{"localhost:8443", "localhost", "the host of automator_url"},
+		{"192.0.2.7:8443", "webproxy.example", "the host of HTTPS_PROXY"},
+		{"127.0.0.1:8443", "", ""},
+	} {
+		if host, what := dialedName(getenv, c.addr); host != c.host || what != c.what {
+			t.Errorf("dialedName(%s) = %q, %q; want %q, %q", c.addr, host, what, c.host, c.what)
+		}
+	}
+	env["HTTPS_PROXY"] = "http://192.0.2.9:3128"
+	if host, what := dialedName(getenv, "automator.example:8443"); host != "" {
+		t.Errorf("through a web proxy given by address: %q, %q; want nothing to resolve", host, what)
+	}
+	delete(env, "HTTPS_PROXY")
+	if host, what := dialedName(getenv, "automator.example:8443"); host != "automator.example" || what != "the host of automator_url" {
+		t.Errorf("without a web proxy: %q, %q; want the automator's host", host, what)
+	}
+}
+
+// noDNS is a resolver that asks no DNS server: it reads the hosts file,
+// and a name not in it fails to resolve.
+var noDNS = &net.Resolver{PreferGo: true, Dial: func(context.Context, string, string) (net.Conn, error) {
+	return nil, errors.New("no DNS server in this test")
+}}
+
+// TestResolveProblemNamesTheNameThatDoesNotResolve: the error names what
+// the name is (whose host), the name, and the lookup's own error; a name
+// that resolves, or an address, is no problem.
+func TestResolveProblemNamesTheNameThatDoesNotResolve(t *testing.T) {
+	t.Parallel()
+	getenv := func(string) string { return "" }
+	err := resolveProblem(t.Context(), noDNS, getenv, "automator.invalid:8443")
+	if err == nil || !strings.HasPrefix(err.Error(), "the host of automator_url, automator.invalid, does not resolve: lookup automator.invalid") ||
+		!strings.Contains(err.Error(), "no DNS server in this test") {
+		t.Errorf("resolveProblem of a name that does not resolve = %v", err)
+	}
+	for _, addr := range []string{"localhost:8443", "127.0.0.1:8443", "[::1]:8443"} {
+		if err := resolveProblem(t.Context(), noDNS, getenv, addr); err != nil {
+			t.Errorf("resolveProblem(%s) = %v; want nil", addr, err)
+		}
 	}
 }

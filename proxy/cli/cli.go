@@ -207,10 +207,13 @@ func runProxy(ctx context.Context, cfg config.Config, file loadedConfig, env Env
 	addr, _, _ := cfg.Target() // valid
 	route := dialRoute(os.Getenv, addr)
 	a := agent.New(agent.Options{
-		Client:         automatorv1.NewProxyServiceClient(conn),
-		Uploads:        automatorv1.NewProxyServiceClient(uploads),
-		Automator:      cfg.AutomatorURL,
-		Route:          route,
+		Client:    automatorv1.NewProxyServiceClient(conn),
+		Uploads:   automatorv1.NewProxyServiceClient(uploads),
+		Automator: cfg.AutomatorURL,
+		Route:     route,
+		Resolve: func(ctx context.Context) error {
+			return resolveProblem(ctx, net.DefaultResolver, os.Getenv, addr)
+		},
 		Keys:           keys,
 		InstanceID:     cfg.InstanceID,
 		Hostname:       host,
