@@ -113,3 +113,47 @@ func TestPublicURLOriginOmitsTheDefaultPort(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionCookieIsSecureBehindATLSProxyThatSaysNothingOfIt: behind a
+// TLS-terminating reverse proxy that passes the browser's Host on but
+// sends no X-Forwarded-Proto (nginx with `proxy_set_header Host $host`
+// and nothing more), the browser's Origin says https: the session cookie
+// is Secure, so the browser never sends it over plain http. The same
+// proxy over plain http gets a cookie that is not.
+func TestSessionCookieIsSecureBehindATLSProxyThatSaysNothingOfIt(t *testing.T) {
+	e := newEnv(t)
+	_, back := e.start(replica{})
+	target, err := url.Parse(back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tls := range []bool{true, false} {
+		proxy := httptest.NewUnstartedServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(target)
+			r.Out.Host = r.In.Host
+		}})
+		scheme := "http"
+		if tls {
+			proxy.StartTLS()
+			scheme = "https"
+		} else {
+			proxy.Start()
+		}
+		t.Cleanup(proxy.Close)
+		form := url.Values{"api_key": {e.secrets["admin"]}}
+		req, _ := http.NewRequest(http.MethodPost, proxy.URL+"/dashboard/login", strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", proxy.URL)
+		c := proxy.Client()
+		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		cs := resp.Cookies()
+		if resp.StatusCode != http.StatusSeeOther || len(cs) != 1 || cs[0].Secure != tls {
+			t.Errorf("sign-in through a proxy serving %s: %d, cookies %v; want 303 and one session cookie, Secure: %v", scheme, resp.StatusCode, cs, tls)
+		}
+	}
+}

@@ -365,8 +365,18 @@ func origin(u *url.URL) string {
 	return scheme + "://" + host
 }
 
+// secureRequest reports whether the browser reached the dashboard over
+// https, so that its session cookie is Secure (never sent over plain
+// http). The listener serves plain HTTP, so that is through a
+// TLS-terminating reverse proxy: one that says so in X-Forwarded-Proto,
+// or one that does not (nginx sends it only when told to), which the
+// browser's own Origin tells, as a form post carries it.
 func secureRequest(r *http.Request) bool {
-	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
+	if r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https") {
+		return true
+	}
+	u, err := url.Parse(r.Header.Get("Origin"))
+	return err == nil && strings.EqualFold(u.Scheme, "https")
 }
 
 // safeNext keeps a post-sign-in redirect on the dashboard: a path under
