@@ -450,12 +450,17 @@ const (
 // answerWithin to arrive whole. An automator that hangs with its
 // connection open sends nothing, and is given up after bound.
 func answerBegins(ctx context.Context, bound time.Duration) (context.Context, context.CancelFunc) {
-	return grpcwire.BeginWithin(context.WithValue(ctx, beganKey{}, time.Now()), bound, answerWithin)
+	return grpcwire.BeginWithin(context.WithValue(ctx, beganKey{}, tryBegan{at: time.Now(), bound: bound}), bound, answerWithin)
 }
 
-// beganKey is the key of the time a try bounded by answerBegins began,
-// in its context.
+// beganKey is the key of a try's tryBegan in its context (answerBegins).
 type beganKey struct{}
+
+// tryBegan is when a try bounded by answerBegins began, and its bound.
+type tryBegan struct {
+	at    time.Time
+	bound time.Duration
+}
 
 // sendBound bounds a try that sends size bytes (sendBound(0) is tryBound).
 func sendBound(size int) time.Duration {
@@ -486,8 +491,8 @@ func unanswered(ctx, tctx context.Context, err error) error {
 		return err
 	}
 	if errors.Is(context.Cause(tctx), grpcwire.ErrNoAnswer) {
-		began, _ := tctx.Value(beganKey{}).(time.Time)
-		return noAnswer{st: status.New(codes.Unavailable, "the automator did not begin its answer in time"), began: began}
+		began, _ := tctx.Value(beganKey{}).(tryBegan)
+		return noAnswer{st: status.New(codes.Unavailable, "the automator did not begin its answer in time"), began: began.at, bound: began.bound}
 	}
 	if status.Code(err) == codes.DeadlineExceeded {
 		return status.Errorf(codes.Unavailable, "the automator did not answer in time: %v", status.Convert(err).Message())
@@ -498,11 +503,12 @@ func unanswered(ctx, tctx context.Context, err error) error {
 // noAnswer is a try given up because its answer did not begin within its
 // bound: Unavailable, the automator hung (OnUnreachable is told so, and
 // why, when set: how the bound came). began is when the try's call
-// began, when known.
+// began, and bound its bound, when known.
 type noAnswer struct {
 	st    *status.Status
 	why   error
 	began time.Time
+	bound time.Duration
 }
 
 // overdueAnswer is err, of a try of a wait whose bound was the unit's
@@ -646,7 +652,12 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 			stuck = nil
 		} else if errors.As(err, &na) {
 			why := na.why
-			if why == nil {
+			switch {
+			case why != nil:
+			case na.bound >= time.Second:
+				// A send's bound counts its bytes: 10.007s for a small one.
+				why = fmt.Errorf("its answer did not begin within %v", na.bound.Round(100*time.Millisecond))
+			default:
 				why = fmt.Errorf("its answer did not begin within %v", since(began))
 			}
 			unreachable = &Unreachable{Address: c.urls[i], Err: why, Kind: KindCallUnanswered, Hung: true}

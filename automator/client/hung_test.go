@@ -302,9 +302,9 @@ func shortCallTold(a *automatortest.Automator, r *relay, call string, kind clien
 	}
 	told.mu.Lock()
 	defer told.mu.Unlock()
-	// The time said is the time the try waited, to the tenth of a
-	// second: its bound of 10 s, and a tenth more on a loaded machine.
-	want := regexp.MustCompile(`^its answer did not begin within 10(\.[0-9])?s` + regexp.QuoteMeta(says) + `$`)
+	// The time said is the try's bound, 10 s, however long a loaded
+	// machine took to give it up.
+	want := regexp.MustCompile(`^its answer did not begin within 10s` + regexp.QuoteMeta(says) + `$`)
 	if len(told.told) != 1 {
 		return fmt.Errorf("%s: OnUnreachable told %d times (%+v) before the call ended (%v); want once", call, len(told.told), told.told, err)
 	}
