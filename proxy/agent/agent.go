@@ -333,6 +333,9 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
 	// A poll cancelled by the stop leaves st as it was: up when the poll
 	// before it was answered.
 	defer func() { a.heard = st.up }()
+	// A name that does not resolve is said at once: through a web proxy
+	// whose name does not, the first poll fails only at its bound (41 s).
+	st.checkName()
 	bo := backoff{min: a.o.BackoffMin, max: a.o.BackoffMax}
 	// The first poll, and the first after a failure, does not wait: it tells
 	// at once (and logs once) whether the automator accepts this proxy.

@@ -89,6 +89,19 @@ func (s *connState) lookup() error {
 	return s.resolve(ctx)
 }
 
+// unresolvedHelp follows the error of a name that does not resolve.
+const unresolvedHelp = ": check it and this machine's DNS (retrying with backoff)"
+
+// checkName looks up the name dialled (Options.Resolve) before the first
+// poll, and logs it as failed polls would when it does not resolve; they
+// are then not logged again for the same cause.
+func (s *connState) checkName() {
+	if err := s.lookup(); err != nil {
+		s.up, s.known, s.lastKind = false, true, "unresolved"
+		s.log.Error(err.Error()+unresolvedHelp, s.withRoute([]any{"automator", s.automator})...)
+	}
+}
+
 func (s *connState) failed(err error) {
 	code := status.Code(err)
 	msg := status.Convert(err).Message()
@@ -142,7 +155,7 @@ func (s *connState) failed(err error) {
 	case kind == "not TLS":
 		s.log.Error(NotTLSHelp+" (retrying with backoff)", attrs...)
 	case kind == "unresolved":
-		s.log.Error(unresolved.Error()+": check it and this machine's DNS (retrying with backoff)", s.withRoute(attrs)...)
+		s.log.Error(unresolved.Error()+unresolvedHelp, s.withRoute(attrs)...)
 	case kind == "no connection":
 		s.log.Warn(msg+"; retrying with backoff", s.withRoute(attrs)...)
 	case kind == "no answer":

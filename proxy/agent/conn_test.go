@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -211,7 +212,8 @@ func TestAPollWhoseAnswerDidNotBeginIsLoggedAsSuchOnce(t *testing.T) {
 
 // unresolvedAgent runs an agent whose client's channel gets its addresses
 // from r, with resolve as its Options.Resolve, until resolve has been
-// asked twice (two failed polls), and returns its log's records.
+// asked three times (at the start, and for two failed polls), and returns
+// its log's records.
 // Only the records that name the automator are returned: those of the
 // connection's state (connState).
 func unresolvedAgent(t *testing.T, r *manual.Resolver, resolve func(context.Context) error) []struct{ Level, Msg, Code, Err, Route string } {
@@ -245,8 +247,8 @@ func unresolvedAgent(t *testing.T, r *manual.Resolver, resolve func(context.Cont
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = a.Run(ctx) }()
-	for range 2 {
-		waittest.Recv(t, asked, "the agent to look up the name it dials after a failed poll")
+	for range 3 {
+		waittest.Recv(t, asked, "the agent to look up the name it dials (at its start, then after a failed poll)")
 	}
 	cancel()
 	go func() {
@@ -269,16 +271,43 @@ func unresolvedAgent(t *testing.T, r *manual.Resolver, resolve func(context.Cont
 	return recs
 }
 
+// failingFrom returns an Options.Resolve that resolves the name its
+// first n times, and then fails with err.
+func failingFrom(n int, err error) func(context.Context) error {
+	var asked atomic.Int32
+	return func(context.Context) error {
+		if asked.Add(1) > int32(n) {
+			return err
+		}
+		return nil
+	}
+}
+
+// TestANameThatDoesNotResolveIsSaidAtStart: the agent looks the name it
+// dials up before its first poll, and logs at once when it does not
+// resolve (through a web proxy whose name does not, the first poll fails
+// only at its bound); the polls that then fail for it are not logged
+// again.
+func TestANameThatDoesNotResolveIsSaidAtStart(t *testing.T) {
+	t.Parallel()
+	const lookup = "the host of HTTPS_PROXY, webproxy.example, does not resolve: lookup webproxy.example: no such host"
+	recs := unresolvedAgent(t, manual.NewBuilderWithScheme("nothing"), failingFrom(0, errors.New(lookup)))
+	want := lookup + ": check it and this machine's DNS (retrying with backoff)"
+	if len(recs) != 1 || recs[0].Level != "ERROR" || recs[0].Msg != want || recs[0].Code != "" || !strings.Contains(recs[0].Route, "webproxy.example:3128") {
+		t.Fatalf("log records %+v; want one ERROR %q, before any poll failed (no code), with the route", recs, want)
+	}
+}
+
 // TestAPollWithNoConnectionToGoOnSaysWhichNameDoesNotResolve: gRPC waits
 // without a word for a connection while the channel's name resolution has
-// produced nothing (a web proxy's name that does not resolve), until the
+// produced nothing (a web proxy's name that stopped resolving), until the
 // poll's bound. The poll was never sent, so the line does not blame the
 // automator for an answer that did not begin: it gives the lookup's error
 // of the name the proxy dials, once for all such polls.
 func TestAPollWithNoConnectionToGoOnSaysWhichNameDoesNotResolve(t *testing.T) {
 	t.Parallel()
 	const lookup = "the host of HTTPS_PROXY, webproxy.example, does not resolve: lookup webproxy.example: no such host"
-	recs := unresolvedAgent(t, manual.NewBuilderWithScheme("nothing"), func(context.Context) error { return errors.New(lookup) })
+	recs := unresolvedAgent(t, manual.NewBuilderWithScheme("nothing"), failingFrom(1, errors.New(lookup)))
 	if len(recs) != 1 {
 		t.Fatalf("log records %+v; want one", recs)
 	}
@@ -311,7 +340,7 @@ func TestANameResolvedToNoAddressIsSaidInTheLookupsWords(t *testing.T) {
 	r := manual.NewBuilderWithScheme("zero")
 	r.InitialState(resolver.State{})
 	const lookup = "the host of automator_url, automator.example, does not resolve: lookup automator.example: no such host"
-	recs := unresolvedAgent(t, r, func(context.Context) error { return errors.New(lookup) })
+	recs := unresolvedAgent(t, r, failingFrom(1, errors.New(lookup)))
 	if len(recs) != 1 {
 		t.Fatalf("log records %+v; want one", recs)
 	}
