@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -145,15 +146,16 @@ const readyzStoreDown = "not ready: the store does not answer or its schema is b
 // ("" without one), which the CLI commands the dashboard names are given.
 func operatorHandlers(mux *http.ServeMux, st store.Store, ready *readiness, m *metrics.Metrics, srv *server.Server, master crypto.MasterKey, dir string, cfg config.Config, db string, log *slog.Logger) (*dashboard.Dashboard, error) {
 	dash, err := dashboard.New(dashboard.Options{
-		Store:      st,
-		Opener:     srv,
-		SignIns:    srv,
-		MasterKey:  master,
-		PollWindow: cfg.PollWindow,
-		PublicURL:  cfg.PublicURL,
-		DB:         dashboardDB(dir, cfg, db),
-		RevealKeys: cfg.DashboardRevealKeys,
-		Logger:     log,
+		Store:                st,
+		Opener:               srv,
+		SignIns:              srv,
+		MasterKey:            master,
+		PollWindow:           cfg.PollWindow,
+		PublicURL:            cfg.PublicURL,
+		DB:                   dashboardDB(dir, cfg, db),
+		RevealKeys:           cfg.DashboardRevealKeys,
+		MaxLiveStreamsPerKey: cmp.Or(cfg.DashboardLivePagesPerKey, config.DefaultDashboardLivePagesPerKey),
+		Logger:               log,
 	})
 	if err != nil {
 		return nil, err

@@ -54,7 +54,10 @@ const (
 	DefaultHTTPListen = "127.0.0.1:8080"
 	// DefaultHTTPMaxConnections is http_max_connections left out.
 	DefaultHTTPMaxConnections = 1024
-	DefaultPublicURL          = "https://localhost:8443"
+	// DefaultDashboardLivePagesPerKey is dashboard_live_pages_per_key
+	// left out.
+	DefaultDashboardLivePagesPerKey = 64
+	DefaultPublicURL                = "https://localhost:8443"
 )
 
 // Config is automator.yaml. Flags of `automator serve` override it.
@@ -103,6 +106,11 @@ type Config struct {
 	// DashboardRevealKeys are the ids of the API keys whose dashboard
 	// sessions may see script names, arguments and output. None by default.
 	DashboardRevealKeys []string `yaml:"dashboard_reveal_keys,omitempty"`
+	// DashboardLivePagesPerKey bounds the live dashboard pages one API
+	// key's sessions hold open on this replica at once; 0 (left out) is
+	// DefaultDashboardLivePagesPerKey. Each reads the store at every
+	// refresh; a page past it stays as loaded, and says so.
+	DashboardLivePagesPerKey int `yaml:"dashboard_live_pages_per_key,omitempty"`
 	// WorkRetention, when set, is how long ended units are kept after they
 	// were queued: serve deletes older ones every hour (their audit
 	// records stay). Zero, the default, keeps every unit.
@@ -176,6 +184,9 @@ func (c Config) Validate() error {
 	}
 	if c.HTTPMaxConnections < 0 || c.HTTPMaxConnections > MaxHTTPConnections {
 		errs = append(errs, fmt.Errorf("http_max_connections: %d is outside [1, %d] (0 or left out: %d)", c.HTTPMaxConnections, MaxHTTPConnections, DefaultHTTPMaxConnections))
+	}
+	if c.DashboardLivePagesPerKey < 0 || c.DashboardLivePagesPerKey > MaxHTTPConnections {
+		errs = append(errs, fmt.Errorf("dashboard_live_pages_per_key: %d is outside [1, %d] (0 or left out: %d)", c.DashboardLivePagesPerKey, MaxHTTPConnections, DefaultDashboardLivePagesPerKey))
 	}
 	if publicErr != nil {
 		errs = append(errs, fmt.Errorf("public_url: %w", publicErr))

@@ -288,6 +288,9 @@ func TestValidateHoldsEachBoundOnBothSides(t *testing.T) {
 		{"http_max_connections 1", "", func(c *Config) { c.HTTPMaxConnections = 1 }},
 		{"http_max_connections max", "", func(c *Config) { c.HTTPMaxConnections = MaxHTTPConnections }},
 		{"http_max_connections max+1", "http_max_connections", func(c *Config) { c.HTTPMaxConnections = MaxHTTPConnections + 1 }},
+		{"dashboard_live_pages_per_key -1", "dashboard_live_pages_per_key", func(c *Config) { c.DashboardLivePagesPerKey = -1 }},
+		{"dashboard_live_pages_per_key 1", "", func(c *Config) { c.DashboardLivePagesPerKey = 1 }},
+		{"dashboard_live_pages_per_key max+1", "dashboard_live_pages_per_key", func(c *Config) { c.DashboardLivePagesPerKey = MaxHTTPConnections + 1 }},
 	} {
 		c := valid
 		tc.set(&c)

@@ -123,6 +123,12 @@ type Options struct {
 	WriteTimeout time.Duration
 	// PageSize is the number of units on a page of work (50).
 	PageSize int
+	// MaxLiveStreamsPerKey bounds the live pages (event streams) one API
+	// key's sessions hold open on this replica at once (64): each reads
+	// the store every Refresh, so one key could otherwise hold a replica
+	// busy with as many as http_max_connections allows. A page past it
+	// stays as it was loaded, and says so (dashboard_live_pages_per_key).
+	MaxLiveStreamsPerKey int
 	// Now tells the time (time.Now).
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -144,7 +150,9 @@ type Dashboard struct {
 	// streamsEnded counts the event streams whose handler returned (tests
 	// wait on it).
 	streamsEnded counter
-	deadlineOnce sync.Once // warns once that writes take no deadline
+	liveMu       sync.Mutex
+	live         map[string]int // open event streams by API key id
+	deadlineOnce sync.Once      // warns once that writes take no deadline
 }
 
 //go:embed templates static
@@ -170,6 +178,9 @@ func New(o Options) (*Dashboard, error) {
 	if o.PageSize <= 0 {
 		o.PageSize = 50
 	}
+	if o.MaxLiveStreamsPerKey <= 0 {
+		o.MaxLiveStreamsPerKey = 64
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -187,6 +198,7 @@ func New(o Options) (*Dashboard, error) {
 		pages:      make(map[string]*template.Template),
 		log:        o.Logger,
 		stop:       make(chan struct{}),
+		live:       make(map[string]int),
 	}
 	if o.PublicURL != "" {
 		u, err := url.Parse(o.PublicURL)

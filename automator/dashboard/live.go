@@ -38,6 +38,13 @@ func (d *Dashboard) stream(w http.ResponseWriter, r *http.Request, s *session, n
 	if !d.write(w, []byte("retry: 2000\n\n")) {
 		return
 	}
+	if !d.openLive(s.KeyID) {
+		// A stream that ends is reconnected to: "paused" tells the page
+		// to stop, as it is.
+		d.write(w, event("paused", []byte(fmt.Sprintf("not live: this API key has %d live pages open on this automator, the most it may; close some, then reload this one", d.o.MaxLiveStreamsPerKey))))
+		return
+	}
+	defer d.closeLive(s.KeyID)
 	refresh := time.NewTicker(d.o.Refresh)
 	defer refresh.Stop()
 	keepalive := time.NewTicker(d.o.Keepalive)
@@ -99,6 +106,27 @@ func (d *Dashboard) stream(w http.ResponseWriter, r *http.Request, s *session, n
 				return
 			}
 		}
+	}
+}
+
+// openLive counts an event stream of the API key keyID open, unless the
+// key holds MaxLiveStreamsPerKey already; it reports whether it did.
+func (d *Dashboard) openLive(keyID string) bool {
+	d.liveMu.Lock()
+	defer d.liveMu.Unlock()
+	if d.live[keyID] >= d.o.MaxLiveStreamsPerKey {
+		return false
+	}
+	d.live[keyID]++
+	return true
+}
+
+// closeLive counts an event stream of keyID that openLive counted closed.
+func (d *Dashboard) closeLive(keyID string) {
+	d.liveMu.Lock()
+	defer d.liveMu.Unlock()
+	if d.live[keyID]--; d.live[keyID] == 0 {
+		delete(d.live, keyID)
 	}
 }
 

@@ -97,3 +97,66 @@ func TestStalledEventStreamIsDropped(t *testing.T) {
 		t.Fatalf("the stream of a client that stopped reading did not end: %v", err)
 	}
 }
+
+// TestLivePagesOfOneKeyAreBounded: one API key holds at most
+// MaxLiveStreamsPerKey live pages open on a replica (each reads the store
+// at every refresh). The next is told "paused", why, and ends, so the page
+// stops rather than reconnecting; another key is not held back, and once
+// one of the first key's pages closes, its next page is live again.
+func TestLivePagesOfOneKeyAreBounded(t *testing.T) {
+	e := newEnv(t)
+	d, base := e.start(replica{opts: func(o *dashboard.Options) { o.MaxLiveStreamsPerKey = 2 }})
+	viewer, admin := client(t), client(t)
+	e.signIn(viewer, base, "viewer")
+	e.signIn(admin, base, "admin")
+	first := func(c *http.Client, ctx context.Context) (event, <-chan event) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/dashboard/work", nil)
+		req.Header.Set("Accept", "text/event-stream")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events := make(chan event)
+		go readEvents(resp.Body, events)
+		t.Cleanup(func() {
+			resp.Body.Close()
+			for range events { // until readEvents ends
+			}
+		})
+		for ev := range events {
+			if ev.name != "keepalive" {
+				return ev, events
+			}
+		}
+		t.Fatal("the stream ended without an event")
+		return event{}, nil
+	}
+	closeFirst, cancel := context.WithCancel(t.Context())
+	for i, ctx := range []context.Context{closeFirst, t.Context()} {
+		if ev, _ := first(viewer, ctx); ev.name != "update" {
+			t.Fatalf("the viewer's live page %d: first event %q, want update", i+1, ev.name)
+		}
+	}
+	ev, events := first(viewer, t.Context())
+	want := "not live: this API key has 2 live pages open on this automator, the most it may; close some, then reload this one"
+	if ev.name != "paused" || ev.data != want {
+		t.Fatalf("the viewer's third live page: %q %q; want paused, %q", ev.name, ev.data, want)
+	}
+	for ev := range events {
+		if ev.name != "keepalive" {
+			t.Errorf("after paused, the stream went on with %q", ev.name)
+		}
+	}
+	if ev, _ := first(admin, t.Context()); ev.name != "update" {
+		t.Errorf("another key's live page: first event %q, want update", ev.name)
+	}
+	cancel()
+	// The paused stream and the closed one.
+	if err := d.WaitStreamsEnded(waittest.Context(t, "two of the viewer's streams to end"), 2); err != nil {
+		t.Fatal(err)
+	}
+	if ev, _ := first(viewer, t.Context()); ev.name != "update" {
+		t.Errorf("the viewer's live page once one of its two closed: first event %q, want update", ev.name)
+	}
+}

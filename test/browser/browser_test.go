@@ -3,8 +3,10 @@
 package browser
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -55,6 +57,18 @@ func newPage(t *testing.T) *page {
 		t.Fatalf("starting %s: %v", chromium, err)
 	}
 	return &page{t: t, ctx: ctx, shots: screenshotDir(t)}
+}
+
+// newTab opens another tab of p's browser (its cookies too), closed when
+// the test ends; its screenshots are numbered after p's.
+func (p *page) newTab() *page {
+	p.t.Helper()
+	ctx, cancel := chromedp.NewContext(p.ctx)
+	p.t.Cleanup(cancel)
+	if err := chromedp.Do(ctx); err != nil {
+		p.t.Fatalf("opening a tab: %v", err)
+	}
+	return &page{t: p.t, ctx: ctx, shots: p.shots, n: p.n}
 }
 
 // screenshotDir is $AUTOMATOR_SCREENSHOTS, or bin/dashboard-screenshots in
@@ -380,4 +394,50 @@ func TestDashboardInARealBrowser(t *testing.T) {
 	p.wantText(`tr[data-instance="p1"]`, "offline")
 	p.wantText("#stranded-warning", "1 unit queued", "no instance of acme is online")
 	p.shot("instances-acme-offline")
+
+	// Live pages per key (dashboard_live_pages_per_key, 64): with this
+	// page and 63 more of the key open, one more, in a second tab, stays
+	// as it was loaded and says why.
+	p.do(chromedp.WaitVisible(chromedp.CSS("#live-status.live")))
+	cookie := sessionCookie(p, a.http)
+	for range 63 {
+		holdLivePage(t, a.http+"/dashboard/work", cookie)
+	}
+	tab := p.newTab()
+	tab.do(chromedp.Navigate(a.http+"/dashboard/work"), chromedp.WaitVisible(chromedp.CSS("#live-status.paused")))
+	tab.wantText("#live-status", "not live: this API key has 64 live pages open on this automator")
+	tab.wantText("table#work", "failed")
+	tab.shot("work-not-live")
+}
+
+// holdLivePage opens the live stream of page u with the session cookie c,
+// as a browser's page does, and holds it open until the test ends, once
+// its first update came: it counts among the key's live pages.
+func holdLivePage(t *testing.T, u string, c *http.Cookie) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	req.AddCookie(c)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	br := bufio.NewReader(resp.Body)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("the live stream of %s ended before its first update: %v", u, err)
+		}
+		if line == "event: paused\n" {
+			t.Fatalf("the live stream of %s was paused: the key has more live pages open than the test opened", u)
+		}
+		if line == "event: update\n" {
+			break
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, br) }()
 }
