@@ -130,7 +130,11 @@ func TestNoResultIsPostedAfterTheDeadline(t *testing.T) {
 	go func() { a.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); waittest.Recv(t, done, "the agent's Run to return") })
 
-	const remaining = 300 * time.Millisecond
+	// Time for the claim to run and its result to be posted at least
+	// once, on a loaded machine: a first post begun after the deadline
+	// would not be sent, and the test would see none. The test waits for
+	// the deadline, so it takes this long.
+	const remaining = 2 * time.Second
 	d.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{claimWithin(t, "w1", remaining)}}
 	// The claim arrived before it ran: its deadline is at the latest then
 	// plus the time remaining.
