@@ -15,11 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/status"
-
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/pki"
 	"github.com/opsgate/opsgate/automator/store"
@@ -353,20 +348,6 @@ func TestAStatusCheckWithARefusedTokenIsAuditedAsACheck(t *testing.T) {
 	}
 }
 
-// stuckProxyService answers no Complete until released: not even when
-// the call's deadline passes, so that only the caller's own timer ends
-// the call (a handler returning at the deadline on the server's side
-// could answer first, on a loaded machine, with a reset of the stream).
-type stuckProxyService struct {
-	automatorv1.UnimplementedProxyServiceServer
-	release <-chan struct{}
-}
-
-func (s stuckProxyService) Complete(context.Context, *automatorv1.CompleteRequest) (*automatorv1.CompleteResponse, error) {
-	<-s.release
-	return nil, status.Error(codes.Unavailable, "released at the test's end")
-}
-
 // TestStatusCheckOfAStuckAutomatorDoesNotSayNoConnectionWasSetUp: an
 // automator whose connection is set up (TLS, HTTP/2) but that does not
 // answer the check in its time (stuck, overloaded) is not reached, and the
@@ -375,19 +356,16 @@ func (s stuckProxyService) Complete(context.Context, *automatorv1.CompleteReques
 func TestStatusCheckOfAStuckAutomatorDoesNotSayNoConnectionWasSetUp(t *testing.T) {
 	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{})
-	web := httptest.NewTLSServer(http.NotFoundHandler()) // for its certificate
+	// An HTTP/2 server over TLS that takes the call and answers nothing
+	// until the caller gives up. Not a gRPC server: one resets the
+	// stream at the deadline the call sends it (grpc-timeout), which on
+	// a loaded machine may come before the check's own timer.
+	web := httptest.NewUnstartedServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
+	web.EnableHTTP2 = true
+	web.StartTLS()
 	defer web.Close()
-	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(web.TLS.Clone())))
-	release := make(chan struct{})
-	automatorv1.RegisterProxyServiceServer(srv, stuckProxyService{release: release})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { close(release); srv.Stop() })
 	cfg := standbyConfig(t, a, a.Token, a.Key)
-	cfg.AutomatorURL = "https://" + l.Addr().String()
+	cfg.AutomatorURL = "https://" + web.Listener.Addr().String()
 	cfg.CACert = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: web.Certificate().Raw}))
 	ctx, cancel := context.WithTimeout(t.Context(), time.Second) // the check's own bound is 5 s
 	defer cancel()
