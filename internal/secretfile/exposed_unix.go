@@ -11,6 +11,9 @@ import (
 	"syscall"
 )
 
+// Restrict is what to do to a file ReadableByOthers names.
+const Restrict = "chmod 600 it"
+
 // ReadableByOthers says who beyond its owner (and root) may read the file
 // at path, which holds a secret: "every user (mode -rw-r--r--)", "group
 // staff (mode -rw-r-----)", or "" when no one else may, or it cannot be

@@ -232,7 +232,7 @@ func runProxy(ctx context.Context, cfg config.Config, file loadedConfig, env Env
 	})
 	log.Info("proxy starting", "instance_id", cfg.InstanceID, "automator", cfg.AutomatorURL, "route", route, "scripts_dir", cfg.ScriptsDir, "max_concurrency", cfg.MaxConcurrency, "key_ids", keys.IDs(), "version", version.Version)
 	if who := secretfile.ReadableByOthers(file.path); who != "" {
-		log.Warn("the config holds the account's token and key, and is readable by "+who+": whoever reads it may poll as this proxy and open its commands; chmod 600 it", "config", file.path)
+		log.Warn("the config holds the account's token and key, and is readable by "+who+": whoever reads it may poll as this proxy and open its commands; "+secretfile.Restrict, "config", file.path)
 	}
 	if loose := writableByOthers(cfg.ScriptsDir); len(loose) > 0 {
 		// Not refused: the operator may mean it. But whoever may write
@@ -241,10 +241,6 @@ func runProxy(ctx context.Context, cfg config.Config, file loadedConfig, env Env
 	}
 	return a.Run(ctx)
 }
-
-// looseScriptsWarning is what the proxy logs at start, and status says,
-// when writableByOthers lists anything.
-const looseScriptsWarning = "users other than the scripts' owners may change what this proxy runs, as its user: keep scripts_dir, the directories above it and its scripts writable by their owner (root) only"
 
 // stopSignals ask the process to stop (as in main).
 var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM}

@@ -253,7 +253,7 @@ func cmdInstall(args []string, env Env) error {
 	fmt.Fprintf(w, "  starts at boot: %s\n", yesNo(st.BootStart))
 	fmt.Fprintf(w, "It is stopped. Start it with `proxy start --name %s`.\n", *name)
 	if who := secretfile.ReadableByOthers(src); who != "" {
-		fmt.Fprintf(w, "Note: %s, which install copied, holds the account's token and key and is readable by %s: remove it, or chmod 600 it (the service's copy is private).\n", src, who)
+		fmt.Fprintf(w, "Note: %s, which install copied, holds the account's token and key and is readable by %s: remove it, or "+secretfile.Restrict+" (the service's copy is private).\n", src, who)
 	}
 	return nil
 }
