@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/windows"
+	"github.com/opsgate/opsgate/internal/winacl"
 )
 
 // TestReadableByOthersReadsTheAccessList (Windows only, as the file's name
@@ -20,16 +20,7 @@ func TestReadableByOthersReadsTheAccessList(t *testing.T) {
 	}
 	set := func(sddl string) {
 		t.Helper()
-		sd, err := windows.SecurityDescriptorFromString(sddl)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dacl, _, err := sd.DACL()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := windows.SetNamedSecurityInfo(path, windows.SE_FILE_OBJECT,
-			windows.DACL_SECURITY_INFORMATION|windows.PROTECTED_DACL_SECURITY_INFORMATION, nil, nil, dacl, nil); err != nil {
+		if err := winacl.Set(path, sddl); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -85,3 +85,19 @@ func Self() string {
 	}
 	return u.User.Sid.String()
 }
+
+// Set gives the file or directory at path the access list of sddl (an
+// SDDL string, "D:P(A;OICI;FA;;;SY)…"), inheriting nothing from its
+// folder.
+func Set(path, sddl string) error {
+	sd, err := windows.SecurityDescriptorFromString(sddl)
+	if err != nil {
+		return err
+	}
+	dacl, _, err := sd.DACL()
+	if err != nil {
+		return err
+	}
+	return windows.SetNamedSecurityInfo(path, windows.SE_FILE_OBJECT,
+		windows.DACL_SECURITY_INFORMATION|windows.PROTECTED_DACL_SECURITY_INFORMATION, nil, nil, dacl, nil)
+}

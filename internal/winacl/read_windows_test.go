@@ -6,26 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-
-	"golang.org/x/sys/windows"
 )
-
-// setDACL gives path the access list of sddl, inheriting nothing.
-func setDACL(t *testing.T, path, sddl string) {
-	t.Helper()
-	sd, err := windows.SecurityDescriptorFromString(sddl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dacl, _, err := sd.DACL()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := windows.SetNamedSecurityInfo(path, windows.SE_FILE_OBJECT,
-		windows.DACL_SECURITY_INFORMATION|windows.PROTECTED_DACL_SECURITY_INFORMATION, nil, nil, dacl, nil); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // TestReadGivesTheAccessListInOrder (Windows only, as the file's name
 // says: it reads real access lists): the entries of a folder's list come
@@ -36,7 +17,9 @@ func TestReadGivesTheAccessListInOrder(t *testing.T) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	setDACL(t, dir, "D:P(D;;0x2;;;WD)(A;OICI;FA;;;SY)(A;OICIIO;FA;;;BA)(A;;0x6;;;BU)")
+	if err := Set(dir, "D:P(D;;0x2;;;WD)(A;OICI;FA;;;SY)(A;OICIIO;FA;;;BA)(A;;0x6;;;BU)"); err != nil {
+		t.Fatal(err)
+	}
 	d, err := Read(dir)
 	if err != nil {
 		t.Fatal(err)

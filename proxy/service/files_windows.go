@@ -9,6 +9,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/windows"
+
+	"github.com/opsgate/opsgate/internal/winacl"
 )
 
 // LookupUser: a Windows service runs as LocalSystem here.
@@ -135,17 +137,7 @@ func accountName(sid *windows.SID) string {
 }
 
 func setDACL(path, sddl string) error {
-	sd, err := windows.SecurityDescriptorFromString(sddl)
-	if err != nil {
-		return fmt.Errorf("building the access list for %s: %w", path, err)
-	}
-	dacl, _, err := sd.DACL()
-	if err != nil {
-		return fmt.Errorf("building the access list for %s: %w", path, err)
-	}
-	err = windows.SetNamedSecurityInfo(path, windows.SE_FILE_OBJECT,
-		windows.DACL_SECURITY_INFORMATION|windows.PROTECTED_DACL_SECURITY_INFORMATION, nil, nil, dacl, nil)
-	if err != nil {
+	if err := winacl.Set(path, sddl); err != nil {
 		return fmt.Errorf("restricting %s to SYSTEM and Administrators: %w", path, err)
 	}
 	return nil
