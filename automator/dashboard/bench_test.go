@@ -89,3 +89,41 @@ func BenchmarkWorkListRender(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkUnitPageRender renders the page of one unit whose output is the
+// largest a proxy posts (2 MiB each of stdout and stderr), as a key that
+// may see it: what every refresh of that live page costs while it is open
+// (an ended unit's page does not change, so nothing is sent, but it is
+// read and rendered again to find that out).
+//
+//	go test -run '^$' -bench BenchmarkUnitPageRender -benchmem -count 6 ./automator/dashboard
+func BenchmarkUnitPageRender(b *testing.B) {
+	e := newEnv(b)
+	d, base := e.start(replica{})
+	now := e.clock.Now()
+	e.enqueue("w_big", "acme", now.Add(-time.Minute), &automatorv1.Command{Script: "report.sh"})
+	e.run("acme", "a-1", now.Add(-59*time.Second), now.Add(-58*time.Second), &automatorv1.Result{
+		Stdout: bytes.Repeat([]byte("0123456789abcde\n"), 2<<20/16),
+		Stderr: bytes.Repeat([]byte("warning: slow <\n"), 2<<20/16),
+	})
+	c := client(b)
+	e.signIn(c, base, "admin")
+	u, err := url.Parse(base + "/dashboard/work/w_big")
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := httptest.NewRequest(http.MethodGet, "/dashboard/work/w_big", nil)
+	for _, ck := range c.Jar.Cookies(u) {
+		req.AddCookie(ck)
+	}
+	h := d.Handler()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK || rec.Body.Len() < 4<<20 {
+		b.Fatalf("the page: %d, %d bytes", rec.Code, rec.Body.Len())
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}
+}
