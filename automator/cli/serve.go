@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -422,10 +421,8 @@ func warnUnknownRevealKeys(ctx context.Context, st store.Store, ids []string, di
 // directory may be private (the master key, which opens every sealed
 // command and result, is: crypto.ReadMasterKeyFile).
 func warnExposedSecrets(log *slog.Logger, dir string) {
-	if fi, err := os.Stat(dir); err == nil {
-		if who := secretfile.Others(fi, true); who != "" {
-			log.Warn(fmt.Sprintf("the data directory is writable by %s (mode %v): whoever may write it may replace its keys, certificates and config; chmod 700 it", who, fi.Mode()), "data_dir", dir)
-		}
+	if who := secretfile.WritableByOthers(dir); who != "" {
+		log.Warn("the data directory is writable by "+who+": whoever may write it may replace its keys, certificates and config; "+secretfile.RestrictDir, "data_dir", dir)
 	}
 	for _, name := range []string{config.FileCAKey, config.FileKey, config.FileAPIKey, config.FileConfig} {
 		path := filepath.Join(dir, name)

@@ -11,8 +11,27 @@ import (
 	"syscall"
 )
 
-// Restrict is what to do to a file ReadableByOthers names.
-const Restrict = "chmod 600 it"
+// Restrict is what to do to a file ReadableByOthers names, RestrictDir
+// to a directory WritableByOthers names.
+const (
+	Restrict    = "chmod 600 it"
+	RestrictDir = "chmod 700 it"
+)
+
+// WritableByOthers says who beyond its owner (and root) may add, remove
+// or replace what the directory at path holds: "every user (mode
+// drwxrwxrwx)", "group staff (mode drwxrwx---)", or "" when no one else
+// may, or it cannot be read.
+func WritableByOthers(path string) string {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return ""
+	}
+	if who := Others(fi, true); who != "" {
+		return fmt.Sprintf("%s (mode %v)", who, fi.Mode())
+	}
+	return ""
+}
 
 // ReadableByOthers says who beyond its owner (and root) may read the file
 // at path, which holds a secret: "every user (mode -rw-r--r--)", "group

@@ -33,3 +33,25 @@ func TestReadableByOthersReadsTheAccessList(t *testing.T) {
 		t.Errorf("a file only SYSTEM and Administrators may read: ReadableByOthers = %q; want none", who)
 	}
 }
+
+// TestWritableByOthersReadsTheAccessList (Windows only): a folder that
+// Users may add files to is said to be, naming them; one only SYSTEM and
+// Administrators may change is not.
+func TestWritableByOthersReadsTheAccessList(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := winacl.Set(dir, "D:P(A;OICI;FA;;;SY)(A;OICI;FA;;;BA)(A;;0x2;;;BU)"); err != nil {
+		t.Fatal(err)
+	}
+	if who := WritableByOthers(dir); !strings.HasSuffix(who, "(add files)") {
+		t.Errorf("a folder Users may add files to: WritableByOthers = %q; want Users named, (add files)", who)
+	}
+	if err := winacl.Set(dir, "D:P(A;OICI;FA;;;SY)(A;OICI;FA;;;BA)"); err != nil {
+		t.Fatal(err)
+	}
+	if who := WritableByOthers(dir); who != "" {
+		t.Errorf("a folder only SYSTEM and Administrators may change: WritableByOthers = %q; want none", who)
+	}
+}
