@@ -427,7 +427,7 @@ func warnExposedSecrets(log *slog.Logger, dir string) {
 	for _, name := range []string{config.FileCAKey, config.FileKey, config.FileAPIKey, config.FileConfig} {
 		path := filepath.Join(dir, name)
 		if who := secretfile.ReadableByOthers(path); who != "" {
-			log.Warn(name+" holds a secret and is readable by "+who+": unless its directory keeps them out, "+secretfile.Restrict, "path", path)
+			log.Warn(name+" holds a secret and is readable by "+who+": "+secretfile.RestrictInDir, "path", path)
 		}
 	}
 }

@@ -16,6 +16,9 @@ import (
 const (
 	Restrict    = "chmod 600 it"
 	RestrictDir = "chmod 700 it"
+	// RestrictInDir is Restrict for a file in a directory that may keep
+	// others out.
+	RestrictInDir = "unless its directory keeps them out, " + Restrict
 )
 
 // WritableByOthers says who beyond its owner (and root) may add, remove

@@ -7,6 +7,10 @@ import "github.com/opsgate/opsgate/internal/winacl"
 const (
 	Restrict    = "give it an access list of SYSTEM, Administrators and the account that uses it only: icacls.exe FILE /inheritance:r /grant:r *S-1-5-18:F *S-1-5-32-544:F ACCOUNT:R"
 	RestrictDir = "give it an access list of SYSTEM, Administrators and the account that uses it only: icacls.exe FOLDER /inheritance:r /grant:r *S-1-5-18:(OI)(CI)F *S-1-5-32-544:(OI)(CI)F ACCOUNT:(OI)(CI)F"
+	// RestrictInDir is Restrict: a folder does not keep out a reader the
+	// file's own list lets in, as every account may pass through folders
+	// (the bypass traverse checking right).
+	RestrictInDir = Restrict
 )
 
 // ReadableByOthers says who beyond SYSTEM, Administrators,
