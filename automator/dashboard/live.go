@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -57,6 +58,9 @@ func (d *Dashboard) stream(w http.ResponseWriter, r *http.Request, s *session, n
 			if err := d.recheck(r.Context(), s); err != nil {
 				d.signedOut(w)
 				return false
+			}
+			if st, ok := data.(settled); ok && err == nil && last != nil && st.unchanged(r.Context(), d.o.Store) {
+				return true // sent, and still so
 			}
 			title, data, err = load(r, s)
 		}
@@ -128,6 +132,13 @@ func (d *Dashboard) closeLive(keyID string) {
 	if d.live[keyID]--; d.live[keyID] == 0 {
 		delete(d.live, keyID)
 	}
+}
+
+// settled is the data of a page that changes no more once loaded but for
+// what a cheap read tells (an ended unit's): a live page's refresh asks it
+// whether it still stands before reading and rendering the page again.
+type settled interface {
+	unchanged(ctx context.Context, st Store) bool
 }
 
 // signedOut tells an event stream that its session is over; the page then

@@ -9,10 +9,12 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/opsgate/opsgate/automator/dashboard"
+	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
@@ -158,5 +160,71 @@ func TestLivePagesOfOneKeyAreBounded(t *testing.T) {
 	}
 	if ev, _ := first(viewer, t.Context()); ev.name != "update" {
 		t.Errorf("the viewer's live page once one of its two closed: first event %q, want update", ev.name)
+	}
+}
+
+// countingReads counts the reads of a unit whole (WorkGet) and of
+// listings (WorkList).
+type countingReads struct {
+	store.Store
+	gets, lists atomic.Int32
+}
+
+func (c *countingReads) WorkGet(ctx context.Context, id string) (store.Work, error) {
+	c.gets.Add(1)
+	return c.Store.WorkGet(ctx, id)
+}
+
+func (c *countingReads) WorkList(ctx context.Context, p store.WorkListParams) ([]store.Work, error) {
+	c.lists.Add(1)
+	return c.Store.WorkList(ctx, p)
+}
+
+// TestTheLivePageOfAnEndedUnitIsNotReadWholeAgain: an ended unit's page,
+// once sent, is not read whole (its sealed output, up to megabytes, opened
+// and rendered) at every refresh: a read of its row without them says it
+// stands. When it no longer does (its account deleted), the page is read
+// again and the stream sends what it shows now.
+func TestTheLivePageOfAnEndedUnitIsNotReadWholeAgain(t *testing.T) {
+	e := newEnv(t)
+	now := e.clock.Now()
+	e.enqueue("w_done", "acme", now.Add(-time.Minute), &automatorv1.Command{Script: "backup.sh"})
+	e.run("acme", "a-1", now.Add(-59*time.Second), now.Add(-58*time.Second), &automatorv1.Result{Stdout: []byte("all saved")})
+	reads := &countingReads{Store: e.st}
+	_, base := e.start(replica{st: reads})
+	c := client(t)
+	e.signIn(c, base, "admin")
+	events := openStream(t, c, base+"/dashboard/work/w_done")
+	next := func(what string) event {
+		t.Helper()
+		for {
+			select {
+			case ev, ok := <-events:
+				if !ok {
+					t.Fatalf("the stream ended before %s", what)
+				}
+				if ev.name != "keepalive" {
+					return ev
+				}
+			case <-time.After(waittest.Bound):
+				t.Fatalf("no %s within %v", what, waittest.Bound)
+			}
+		}
+	}
+	if ev := next("the page"); ev.name != "update" || !strings.Contains(ev.data, "all saved") {
+		t.Fatalf("first event %q:\n%s\nwant the page with the unit's output", ev.name, ev.data)
+	}
+	gets := reads.gets.Load()
+	lists := reads.lists.Load()
+	waittest.Until(t, "five refreshes of the page", func() bool { return reads.lists.Load() >= lists+5 })
+	if n := reads.gets.Load(); n != gets {
+		t.Errorf("the ended unit was read whole %d times more over five refreshes; want none", n-gets)
+	}
+
+	if _, err := e.st.AccountDelete(t.Context(), store.AccountDeleteParams{Name: "acme", Reason: `account "acme" was deleted`, Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next("the page of the deleted account's unit"); ev.name != "update" || !strings.Contains(ev.data, "acme (deleted ") || strings.Contains(ev.data, "all saved") {
+		t.Errorf("after the account's deletion, event %q:\n%s\nwant the page under the deleted name, its output unreadable", ev.name, ev.data)
 	}
 }

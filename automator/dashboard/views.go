@@ -378,6 +378,37 @@ type unitData struct {
 
 // unit: one unit's timeline, outcome and, for keys that may see them, its
 // command and output.
+// unchanged reports whether the unit shown, ended, is still as it was
+// read: a read of its row without the sealed command and result (up to
+// megabytes, which its page opens and renders again at every refresh)
+// finds it under the same account, in the same state, with the same
+// times, claimer and key. An ended unit changes no more, but its account
+// may be deleted (its units then shown under the tombstone, unreadable),
+// or the unit purged: then it is not found as it was, and the page is
+// read again. (settled)
+func (u unitData) unchanged(ctx context.Context, st Store) bool {
+	w := u.Work
+	if w.FinishedAt.IsZero() {
+		return false
+	}
+	// Its queue time and a microsecond (PostgreSQL's precision) bound the
+	// listing from above: units queued in that microsecond with a
+	// greater id come first, so a few are read.
+	list, err := st.WorkList(ctx, store.WorkListParams{Account: w.Account, State: w.State,
+		BeforeQueuedAt: w.QueuedAt.Add(time.Microsecond), Limit: 8, WithoutSealed: true})
+	if err != nil {
+		return false
+	}
+	for _, l := range list {
+		if l.ID == w.ID {
+			return l.Account == w.Account && l.State == w.State && l.KeyID == w.KeyID && l.InstanceID == w.InstanceID &&
+				l.ClaimID == w.ClaimID && l.Reason == w.Reason && l.QueuedAt.Equal(w.QueuedAt) && l.Deadline.Equal(w.Deadline) &&
+				l.ClaimedAt.Equal(w.ClaimedAt) && l.FinishedAt.Equal(w.FinishedAt)
+		}
+	}
+	return false
+}
+
 func (d *Dashboard) unit(r *http.Request, s *session) (string, any, error) {
 	id := r.PathValue("id")
 	w, err := d.o.Store.WorkGet(r.Context(), id)
