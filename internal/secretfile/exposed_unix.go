@@ -25,27 +25,21 @@ const (
 // or replace what the directory at path holds: "every user (mode
 // drwxrwxrwx)", "group staff (mode drwxrwx---)", or "" when no one else
 // may, or it cannot be read.
-func WritableByOthers(path string) string {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return ""
-	}
-	if who := Others(fi, true); who != "" {
-		return fmt.Sprintf("%s (mode %v)", who, fi.Mode())
-	}
-	return ""
-}
+func WritableByOthers(path string) string { return othersWithMode(path, true) }
 
 // ReadableByOthers says who beyond its owner (and root) may read the file
 // at path, which holds a secret: "every user (mode -rw-r--r--)", "group
 // staff (mode -rw-r-----)", or "" when no one else may, or it cannot be
 // read. Root's group is the owner's own here.
-func ReadableByOthers(path string) string {
+func ReadableByOthers(path string) string { return othersWithMode(path, false) }
+
+// othersWithMode is Others of the file at path, with its mode.
+func othersWithMode(path string, write bool) string {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return ""
 	}
-	if who := Others(fi, false); who != "" {
+	if who := Others(fi, write); who != "" {
 		return fmt.Sprintf("%s (mode %v)", who, fi.Mode())
 	}
 	return ""
