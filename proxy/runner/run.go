@@ -47,6 +47,12 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 		streams.abort()
 		return Result{}, fmt.Errorf("%w %q: %s%w", ErrStart, spec.Script, startHint(path, err), err)
 	}
+	// Until Run returns, the reaper kills the tree if the proxy dies
+	// (before Wait: the pid cannot have been reused yet). Registered
+	// before its stdin is fed: a script that reads it first does nothing
+	// else before it is registered. Deregistered last, once the tree was
+	// killed (tree.release) and the script reaped.
+	defer spec.Reaper.register(cmd.Process.Pid)()
 	startedAt := time.Now()
 	streams.started()
 	tree, err := afterStart(cmd)
@@ -57,11 +63,6 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 		return Result{}, fmt.Errorf("%w %q: %w", ErrStart, spec.Script, err)
 	}
 	defer tree.release()
-	// Until Run returns, the reaper kills the tree if the proxy dies
-	// (before Wait: the pid cannot have been reused yet). Deferred after
-	// release: run before it, once the tree was killed and the script
-	// reaped.
-	defer spec.Reaper.register(cmd.Process.Pid)()
 
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -81,15 +82,25 @@ func TestScriptOfAKilledProxyIsKilledWithItsChildren(t *testing.T) {
 	scripts, dir := t.TempDir(), t.TempDir()
 	pids := filepath.Join(dir, "pids")
 	killPIDFilesAtCleanup(t, pids)
-	writeScript(t, scripts, "tree.sh", `sleep 300 &
+	// It reads its stdin first, which the proxy feeds once the script is
+	// registered with its reaper: the proxy killed the moment the pid
+	// file appears is then not killed between the script's start and its
+	// registration, a window a loaded machine once stretched past the
+	// script's first steps.
+	writeScript(t, scripts, "tree.sh", `read -r go
+sleep 300 &
 child=$!
 timeout 300 sleep 300 &
 echo $$ $child $! > "$1.tmp" && mv "$1.tmp" "$1"
 wait`)
 	p := startProxy(t, cfg, scripts, "a")
 	p.WaitPolling(t)
+	stdin := filepath.Join(dir, "stdin")
+	if err := os.WriteFile(stdin, []byte("go\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 
-	a.StartExec(t, "--account", "acme", "--timeout", "60s", "tree.sh", pids)
+	a.StartExec(t, "--account", "acme", "--timeout", "60s", "--stdin", stdin, "tree.sh", pids)
 	waitFor(t, 10*time.Second, "the script to start", func() bool { return exists(pids) })
 	tree := readPIDs(t, pids)
 	if len(tree) != 3 {
