@@ -96,6 +96,12 @@ func TestUnitsCancelledByAccountDeletionCountAsFinished(t *testing.T) {
 		}
 	}
 
+	// The callers may be woken (a sweep reads their units' states) before
+	// the automator has counted what the deletion cancelled: wait for the
+	// count to reach what it should, then see that it went no further.
+	waittest.Until(t, "the units the deletion cancelled to be counted", func() bool {
+		return finishedTotals(t, m)["acme/cancelled"] >= 3
+	})
 	got := finishedTotals(t, m)
 	if got["acme/cancelled"] != 3 {
 		t.Errorf("automator_work_finished_total{account=\"acme\",state=\"cancelled\"} = %v after the deletion cancelled a claimed and a queued unit; want 3 (1 cancelled by its caller before)", got["acme/cancelled"])
