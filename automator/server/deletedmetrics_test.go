@@ -96,9 +96,9 @@ func TestUnitsCancelledByAccountDeletionCountAsFinished(t *testing.T) {
 		}
 	}
 
-	// The callers may be woken (a sweep reads their units' states) before
-	// the automator has counted what the deletion cancelled: wait for the
-	// count to reach what it should, then see that it went no further.
+	// Once, under load, the count read 1 right after both callers were
+	// woken (not reproduced): wait for it to reach what it should, then
+	// see that it went no further.
 	waittest.Until(t, "the units the deletion cancelled to be counted", func() bool {
 		return finishedTotals(t, m)["acme/cancelled"] >= 3
 	})
