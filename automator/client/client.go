@@ -449,8 +449,38 @@ const (
 // bound (its headers come: grpcwire.AnswerStarts), and then has
 // answerWithin to arrive whole. An automator that hangs with its
 // connection open sends nothing, and is given up after bound.
+//
+// Two things stretch bound, for an automator that is slow, not hung.
+// Each try of a call at an address where an earlier try of the call went
+// unanswered is given twice as long as that one (up to 2^maxPatience
+// times bound): an automator on a loaded machine may take longer than
+// bound to read and open a large result, and a try given up again and
+// again with the same bound would never be answered (its work begun
+// again each time, the given-up tries' work still running). And past
+// bound, a try over a connection that is still delivering (its answer
+// queued behind others on a thin link) waits until it has delivered
+// nothing for grpcwire.Quiet.
 func answerBegins(ctx context.Context, bound time.Duration) (context.Context, context.CancelFunc) {
-	return grpcwire.BeginWithin(context.WithValue(ctx, beganKey{}, tryBegan{at: time.Now(), bound: bound}), bound, answerWithin)
+	var heard func() time.Time
+	if t, ok := ctx.Value(tryKey{}).(tryTo); ok {
+		heard = t.watch.lastHeard
+		bound <<= min(t.unanswered, maxPatience)
+	}
+	return grpcwire.BeginWithinUnlessHeard(context.WithValue(ctx, beganKey{}, tryBegan{at: time.Now(), bound: bound}), bound, answerWithin, heard)
+}
+
+// maxPatience is how many times at most a try's bound is doubled for the
+// tries at its address that went unanswered before it (answerBegins).
+const maxPatience = 3
+
+// tryKey is the key of a try's tryTo in its context (call).
+type tryKey struct{}
+
+// tryTo is what a try knows of the address it goes to: its watch, and
+// how many of the call's tries there went unanswered before it.
+type tryTo struct {
+	watch      *addrWatch
+	unanswered int
 }
 
 // beganKey is the key of a try's tryBegan in its context (answerBegins).
@@ -492,7 +522,11 @@ func unanswered(ctx, tctx context.Context, err error) error {
 	}
 	if errors.Is(context.Cause(tctx), grpcwire.ErrNoAnswer) {
 		began, _ := tctx.Value(beganKey{}).(tryBegan)
-		return noAnswer{st: status.New(codes.Unavailable, "the automator did not begin its answer in time"), began: began.at, bound: began.bound}
+		na := noAnswer{st: status.New(codes.Unavailable, "the automator did not begin its answer in time"), began: began.at, bound: began.bound}
+		if errors.Is(context.Cause(tctx), grpcwire.ErrNoAnswerOnceQuiet) && !began.at.IsZero() {
+			na.waitedBusy = since(began.at)
+		}
+		return na
 	}
 	if status.Code(err) == codes.DeadlineExceeded {
 		return status.Errorf(codes.Unavailable, "the automator did not answer in time: %v", status.Convert(err).Message())
@@ -509,6 +543,10 @@ type noAnswer struct {
 	why   error
 	began time.Time
 	bound time.Duration
+	// waitedBusy, when not 0, is how long the try waited for its answer
+	// past its bound, its connection delivering other data, until it
+	// delivered nothing for grpcwire.Quiet (answerBegins).
+	waitedBusy time.Duration
 }
 
 // overdueAnswer is err, of a try of a wait whose bound was the unit's
@@ -613,6 +651,9 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 	// whether the automator is there (stuckIn).
 	var unreachable *Unreachable
 	var stuck *unansweredTry
+	// unansweredAt counts, per address, this call's tries there whose
+	// answer did not begin within their bound (answerBegins).
+	unansweredAt := make([]int, n)
 	for attempt := int64(0); ; attempt++ {
 		i := (start + attempt) % n
 		if untrusted[i] {
@@ -620,7 +661,7 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 		}
 		tried++
 		began := time.Now()
-		err := f(ctx, c.apis[i])
+		err := f(context.WithValue(ctx, tryKey{}, tryTo{watch: c.watches[i], unanswered: unansweredAt[i]}), c.apis[i])
 		if err == nil {
 			c.next.Store(i)
 			return nil
@@ -647,6 +688,9 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 			return wrapCall(doing+" (no automator answered; giving up)", err)
 		}
 		var na noAnswer
+		if errors.As(err, &na) {
+			unansweredAt[i]++
+		}
 		if p := c.watches[i].trouble.Load(); p != nil {
 			unreachable = &Unreachable{Address: c.urls[i], Err: p.err, Kind: p.kind, Hung: p.kind.hung()}
 			stuck = nil
@@ -654,6 +698,8 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 			why := na.why
 			switch {
 			case why != nil:
+			case na.waitedBusy != 0:
+				why = fmt.Errorf("its answer did not begin within %v, though its connection delivered other data past its bound of %v, until nothing came for %v", na.waitedBusy, na.bound.Round(100*time.Millisecond), grpcwire.Quiet)
 			case na.bound >= time.Second:
 				// A send's bound counts its bytes: 10.007s for a small one.
 				why = fmt.Errorf("its answer did not begin within %v", na.bound.Round(100*time.Millisecond))

@@ -38,6 +38,15 @@ type addrWatch struct {
 	heard atomic.Int64
 }
 
+// lastHeard is when anything last came from the address (the zero time
+// when nothing did).
+func (w *addrWatch) lastHeard() time.Time {
+	if n := w.heard.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
 // trouble is why the last connection to one address did not reach an
 // automator that answers: it could not be made (err is the dial's error);
 // it was made and closed by the other side, or answered by something

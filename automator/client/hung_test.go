@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"regexp"
@@ -162,6 +163,49 @@ func TestAWaitUnansweredPastItsUnitsDeadlineIsToldSo(t *testing.T) {
 				t.Errorf("OnUnreachable told %+v; want hung, %v, the error %q", u, tc.kind, says[0])
 			}
 		})
+	}
+}
+
+// TestASlowAutomatorIsGivenLongerOnceATryWentUnanswered: an automator
+// that answers every read and wait of a unit 1.5 s late (a loaded machine
+// reading and opening a large result) is given up once a second past the
+// unit's deadline, as hung, and then given twice as long: the read that
+// follows is answered, and the caller learns how the unit ended (it timed
+// out). Before, every try had the same second, and the call gave up after
+// RetryFor without an answer, the automator having answered each try in
+// time to be ignored.
+func TestASlowAutomatorIsGivenLongerOnceATryWentUnanswered(t *testing.T) {
+	t.Parallel()
+	const late = 1500 * time.Millisecond
+	a := automatortest.Start(t, automatortest.Options{Interceptors: []grpc.UnaryServerInterceptor{
+		func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			resp, err := h(ctx, req)
+			switch info.FullMethod {
+			case automatorv1.AutomatorService_Wait_FullMethodName, automatorv1.AutomatorService_Get_FullMethodName:
+				timer := time.NewTimer(late)
+				defer timer.Stop()
+				select {
+				case <-timer.C:
+				case <-ctx.Done():
+				}
+			}
+			return resp, err
+		},
+	}})
+	var told unreachables
+	c, err := client.New(client.Config{Addresses: []string{a.URL()}, APIKey: a.APIKey, CAPEM: a.CAPEM, ServerName: "127.0.0.1", RetryFor: 5 * time.Second,
+		OnUnreachable: told.tell})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.ExecuteOnProxy(context.Background(), a.Account, client.Command{Script: "x.sh"}, client.WithTimeout(time.Second))
+	if !errors.Is(err, client.ErrTimeout) {
+		t.Fatalf("ExecuteOnProxy of a unit no proxy claims: %v; want it timed out", err)
+	}
+	// The first try was given up, and told.
+	if u := told.once(t, ""); !u.Hung {
+		t.Errorf("OnUnreachable told %+v; want hung", u)
 	}
 }
 

@@ -3,9 +3,11 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/client"
+	"github.com/opsgate/opsgate/internal/grpcwire"
 	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
@@ -79,17 +82,135 @@ func TestASubmitWithALargeStdinIsGivenTheTimeItsSizeTakes(t *testing.T) {
 }
 
 // slowReads is a connection whose reads come at rate bytes a second, as
-// over a caller's thin downlink.
+// over a caller's thin downlink; onRead, when set, is told of each read.
 type slowReads struct {
 	net.Conn
-	rate int
+	rate   int
+	onRead func(n int)
 }
 
 func (c slowReads) Read(p []byte) (int, error) {
 	p = p[:min(len(p), c.rate/20)] // 50 ms of the link at a time
 	n, err := c.Conn.Read(p)
 	time.Sleep(time.Duration(n) * time.Second / time.Duration(c.rate))
+	if c.onRead != nil {
+		c.onRead(n)
+	}
 	return n, err
+}
+
+// busyLinkAutomator answers every call at once: a Get of bigID with a
+// result of 4 MiB; a Submit with a unit whose deadline is now; a Wait
+// with that unit succeeded. It counts the other calls.
+type busyLinkAutomator struct {
+	automatorv1.UnimplementedAutomatorServiceServer
+
+	mu          sync.Mutex
+	waits, gets int
+}
+
+const (
+	bigID   = "w_0000000000000000000000000000000c"
+	smallID = "w_0000000000000000000000000000000d"
+)
+
+func (a *busyLinkAutomator) Get(_ context.Context, req *automatorv1.GetRequest) (*automatorv1.WorkStatus, error) {
+	if req.GetWorkId() == bigID {
+		return &automatorv1.WorkStatus{WorkId: bigID, Account: "acme", State: automatorv1.State_STATE_SUCCEEDED, Result: &automatorv1.Result{Stdout: make([]byte, 4<<20)}}, nil
+	}
+	a.mu.Lock()
+	a.gets++
+	a.mu.Unlock()
+	return &automatorv1.WorkStatus{WorkId: smallID, Account: "acme", State: automatorv1.State_STATE_QUEUED, Remaining: durationpb.New(0)}, nil
+}
+
+func (a *busyLinkAutomator) Submit(context.Context, *automatorv1.ExecuteRequest) (*automatorv1.WorkStatus, error) {
+	return &automatorv1.WorkStatus{WorkId: smallID, Account: "acme", State: automatorv1.State_STATE_QUEUED, Remaining: durationpb.New(0)}, nil
+}
+
+func (a *busyLinkAutomator) Wait(context.Context, *automatorv1.WaitRequest) (*automatorv1.WorkStatus, error) {
+	a.mu.Lock()
+	a.waits++
+	a.mu.Unlock()
+	return &automatorv1.WorkStatus{WorkId: smallID, Account: "acme", State: automatorv1.State_STATE_SUCCEEDED, Result: &automatorv1.Result{Stdout: []byte("ok")}}, nil
+}
+
+// TestAnAnswerQueuedBehindAnotherOnAThinLinkIsWaitedFor: over a caller's
+// downlink of 512 KiB/s, a wait whose bound is a second (its unit's
+// deadline has passed) has its answer queued behind about 1 MiB of
+// another call's 4 MiB answer (what the automator may send of it before
+// the caller asks for more), 2 s of the link. The wait is not given up at
+// its bound while its connection is delivering: it returns the unit,
+// having asked once, and nothing is told as unreachable. Before, it was
+// given up at its bound, the automator told as not answering, and asked
+// again.
+func TestAnAnswerQueuedBehindAnotherOnAThinLinkIsWaitedFor(t *testing.T) {
+	t.Parallel()
+	a := &busyLinkAutomator{}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpcwire.ServerOptions()...)
+	automatorv1.RegisterAutomatorServiceServer(srv, a)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(lis) }()
+	t.Cleanup(func() { srv.Stop(); <-done })
+
+	// flowing is closed once 256 KiB of the large answer came: the
+	// automator is sending it, as fast as the link takes it.
+	flowing := make(chan struct{})
+	var got atomic.Int64
+	var once sync.Once
+	var told unreachables
+	var d net.Dialer
+	c, err := client.New(client.Config{
+		Addresses: []string{"http://" + lis.Addr().String()}, APIKey: "oak_test", RetryFor: time.Minute,
+		OnUnreachable: told.tell,
+		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+			conn, err := d.DialContext(ctx, "tcp", addr)
+			if err != nil {
+				return nil, err
+			}
+			return slowReads{Conn: conn, rate: 512 << 10, onRead: func(n int) {
+				if got.Add(int64(n)) >= 256<<10 {
+					once.Do(func() { close(flowing) })
+				}
+			}}, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	big := make(chan error, 1)
+	go func() {
+		w, err := c.Get(ctx, bigID)
+		if err == nil && len(w.Result.Stdout) != 4<<20 {
+			err = fmt.Errorf("stdout of %d bytes, want %d", len(w.Result.Stdout), 4<<20)
+		}
+		big <- err
+	}()
+	waittest.Recv(t, flowing, "the large answer to begin to come")
+	res, err := c.ExecuteOnProxy(ctx, "acme", client.Command{Script: "x.sh"})
+	if err != nil || string(res.Stdout) != "ok" {
+		t.Fatalf("ExecuteOnProxy: %q, %v; want its result", res.Stdout, err)
+	}
+	if err := waittest.Recv(t, big, "the large answer"); err != nil {
+		t.Fatalf("Get of the large answer: %v", err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.waits != 1 || a.gets != 0 {
+		t.Errorf("the automator was asked %d waits and %d reads of the unit; want one wait", a.waits, a.gets)
+	}
+	told.mu.Lock()
+	defer told.mu.Unlock()
+	if len(told.told) != 0 {
+		t.Errorf("told as unreachable: %+v; want nothing told", told.told)
+	}
 }
 
 // TestALargeResultThatEndsNearTheDeadlineIsReadWholeOverAThinLink: a
@@ -102,14 +223,19 @@ func (c slowReads) Read(p []byte) (int, error) {
 // unit on a loaded machine (a deadline of 1 s was too short at a load
 // average of 20, and 4 s once too); when the unit times out first, the
 // test gives the next one 6 s. The answer's 8 s still end past either
-// deadline and its second whatever the claim and completion took.
+// deadline and its second whatever the claim and completion took. The
+// client retries for 30 s: under load (the race detector beside 16 busy
+// loops) the in-process automator took 2 s to read and open the result,
+// past the wait's second, and the tries that follow are given longer
+// (TestASlowAutomatorIsGivenLongerOnceATryWentUnanswered); with 2 s, the
+// client gave up before.
 func TestALargeResultThatEndsNearTheDeadlineIsReadWholeOverAThinLink(t *testing.T) {
 	// Not parallel: the test's proxy must claim and complete the unit
 	// within its 4 s deadline, a margin that load could break.
 	a := automatortest.Start(t, automatortest.Options{})
 	var d net.Dialer
 	c, err := client.New(client.Config{
-		Addresses: []string{a.URL()}, APIKey: a.APIKey, CAPEM: a.CAPEM, ServerName: "127.0.0.1", RetryFor: 2 * time.Second,
+		Addresses: []string{a.URL()}, APIKey: a.APIKey, CAPEM: a.CAPEM, ServerName: "127.0.0.1", RetryFor: 30 * time.Second,
 		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
 			conn, err := d.DialContext(ctx, "tcp", addr)
 			if err != nil {

@@ -3,6 +3,8 @@ package grpcwire
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +22,11 @@ type AnswerStarts struct{}
 // because the call's answer did not begin in time.
 var ErrNoAnswer = errors.New("the answer did not begin in time")
 
+// ErrNoAnswerOnceQuiet is the cause, wrapping ErrNoAnswer, when
+// BeginWithinUnlessHeard ended the call past its bound because its
+// connection, busy until then, had delivered nothing for Quiet.
+var ErrNoAnswerOnceQuiet = fmt.Errorf("%w: its connection delivered nothing for %v", ErrNoAnswer, Quiet)
+
 type answerKey struct{}
 
 // sentKey is the key of a call's *atomic.Bool that AnswerStarts sets when
@@ -33,16 +40,81 @@ type sentKey struct{}
 // cross) to arrive whole. A peer that hangs on a live connection is given
 // up after begin, but a large answer on its way is not cut off.
 func BeginWithin(ctx context.Context, begin, whole time.Duration) (context.Context, context.CancelFunc) {
+	return BeginWithinUnlessHeard(ctx, begin, whole, nil)
+}
+
+// Quiet is how long a call's connection must have delivered nothing for
+// the call, past its bound for its answer to begin, to be given up
+// (BeginWithinUnlessHeard).
+const Quiet = time.Second
+
+// BeginWithinUnlessHeard is BeginWithin for a call over a connection
+// whose last delivery heard tells (the zero time when nothing came yet;
+// nil: not known): past begin, a call whose answer has not begun is given
+// up only once its connection has delivered nothing for Quiet. Over a
+// thin link an answer may have to wait behind what the peer sent before
+// it (another call's large answer, or what it had sent of the answer to a
+// try given up before it): the link is busy, not the peer hung, and a try
+// given up for that would only add its own answer to what the next try
+// waits behind. The time its answer took to begin is taken from whole.
+func BeginWithinUnlessHeard(ctx context.Context, begin, whole time.Duration, heard func() time.Time) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithTimeout(ctx, begin+whole)
 	ctx, stop := context.WithCancelCause(ctx)
 	ctx = context.WithValue(ctx, sentKey{}, new(atomic.Bool))
-	late := time.AfterFunc(begin, func() { stop(ErrNoAnswer) })
-	ctx = WhenAnswerStarts(ctx, func() { late.Stop() })
+	b := &beginTimer{heard: heard, stop: stop}
+	b.mu.Lock()
+	b.t = time.AfterFunc(begin, b.fire)
+	b.mu.Unlock()
+	ctx = WhenAnswerStarts(ctx, b.settle)
 	return ctx, func() {
-		late.Stop()
+		b.settle()
 		stop(nil)
 		cancel()
 	}
+}
+
+// beginTimer ends a call whose answer did not begin in time
+// (BeginWithinUnlessHeard).
+type beginTimer struct {
+	heard func() time.Time
+	stop  context.CancelCauseFunc
+
+	mu sync.Mutex
+	t  *time.Timer
+	// settled is set once the answer began or the call ended: the timer
+	// is not set again.
+	settled bool
+	// busy is set once the bound passed while the connection delivered.
+	busy bool
+}
+
+func (b *beginTimer) fire() {
+	b.mu.Lock()
+	if b.settled {
+		b.mu.Unlock()
+		return
+	}
+	cause := ErrNoAnswer
+	if b.heard != nil {
+		if wait := time.Until(b.heard().Add(Quiet)); wait > 0 {
+			b.t.Reset(wait)
+			b.busy = true
+			b.mu.Unlock()
+			return
+		}
+	}
+	if b.busy {
+		cause = ErrNoAnswerOnceQuiet
+	}
+	b.mu.Unlock()
+	b.stop(cause)
+}
+
+func (b *beginTimer) settle() {
+	b.mu.Lock()
+	b.settled = true
+	b.t.Stop()
+	b.mu.Unlock()
 }
 
 // WhenAnswerStarts returns a context for a call that calls f when
