@@ -126,7 +126,6 @@ func dial(cfg Config, t target, caPEM []byte, check *certCheck, w *addrWatch) (*
 		grpc.WithPerRPCCredentials(grpcwire.Bearer(cfg.APIKey, !t.plaintext)),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage)),
 		// A try's bound is for its answer to begin (answerBegins).
-		grpc.WithStatsHandler(grpcwire.AnswerStarts{}),
 		// A connection that dies silently during a long wait is noticed
 		// within 20 s, and the wait resumes on a new one.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
@@ -139,6 +138,7 @@ func dial(cfg Config, t target, caPEM []byte, check *certCheck, w *addrWatch) (*
 			MinConnectTimeout: grpcwire.SetupWithin,
 		}),
 	)
+	opts = append(opts, grpcwire.WatchAnswers()...)
 	dialer := cfg.Dial
 	if dialer == nil {
 		var d net.Dialer

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/stats"
 )
 
@@ -15,8 +16,24 @@ import (
 // tells a call bounded by BeginWithin when its answer begins to arrive:
 // its headers come, ahead of its message, which over a thin link may take
 // minutes more to arrive whole. It also notes when the call was sent on a
-// connection (Sent).
+// connection (Sent). WatchAnswers gives it with what Unsent needs.
 type AnswerStarts struct{}
+
+// WatchAnswers are the dial options of a client whose calls are bounded by
+// BeginWithin: AnswerStarts, and an interceptor that notes each unary
+// call made through it, so that Unsent knows the call was watched (a
+// stats handler sees a call only once its channel's name has resolved).
+func WatchAnswers() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithStatsHandler(AnswerStarts{}),
+		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if m, ok := ctx.Value(sentKey{}).(*callMarks); ok {
+				m.watched.Store(true)
+			}
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}),
+	}
+}
 
 // ErrNoAnswer is the cause of a call's context that BeginWithin ended
 // because the call's answer did not begin in time.
@@ -29,9 +46,15 @@ var ErrNoAnswerOnceQuiet = fmt.Errorf("%w: its connection delivered nothing for 
 
 type answerKey struct{}
 
-// sentKey is the key of a call's *atomic.Bool that AnswerStarts sets when
-// the call's headers are sent (BeginWithin).
+// sentKey is the key of a call's *callMarks (BeginWithin).
 type sentKey struct{}
+
+// callMarks is what WatchAnswers notes of a call bounded by BeginWithin:
+// watched once the call went through its interceptor, sent once its
+// headers were given to a connection (AnswerStarts, OutHeader).
+type callMarks struct {
+	watched, sent atomic.Bool
+}
 
 // BeginWithin bounds a call made with the returned context: its answer
 // must begin to arrive within begin (AnswerStarts), or the context ends
@@ -60,7 +83,7 @@ const Quiet = time.Second
 func BeginWithinUnlessHeard(ctx context.Context, begin, whole time.Duration, heard func() time.Time) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithTimeout(ctx, begin+whole)
 	ctx, stop := context.WithCancelCause(ctx)
-	ctx = context.WithValue(ctx, sentKey{}, new(atomic.Bool))
+	ctx = context.WithValue(ctx, sentKey{}, new(callMarks))
 	b := &beginTimer{heard: heard, stop: stop}
 	b.mu.Lock()
 	b.t = time.AfterFunc(begin, b.fire)
@@ -136,10 +159,22 @@ func AnswerStarted(ctx context.Context) {
 // its headers given to a connection. A call that ended unsent never had
 // one to go on: gRPC fails a call whose connection could not be set up,
 // but waits for one without end while the channel's name resolution has
-// produced nothing (a web proxy's host name that does not resolve).
+// produced nothing (a web proxy's host name that does not resolve). A
+// call made without AnswerStarts is never known to be sent (Unsent).
 func Sent(ctx context.Context) bool {
-	b, ok := ctx.Value(sentKey{}).(*atomic.Bool)
-	return ok && b.Load()
+	m, ok := ctx.Value(sentKey{}).(*callMarks)
+	return ok && m.sent.Load()
+}
+
+// Unsent reports whether the call made with ctx (BeginWithin's) is known
+// to have reached no server: it was made through WatchAnswers and never
+// given to a connection (none could be set up, or its channel's name
+// resolved to nothing). A call given to a connection may have reached the
+// server even when it then failed; and one made without WatchAnswers (a
+// client that does not use them) is not known either way.
+func Unsent(ctx context.Context) bool {
+	m, ok := ctx.Value(sentKey{}).(*callMarks)
+	return ok && m.watched.Load() && !m.sent.Load()
 }
 
 func (AnswerStarts) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
@@ -151,8 +186,8 @@ func (AnswerStarts) HandleRPC(ctx context.Context, s stats.RPCStats) {
 			AnswerStarted(ctx)
 		}
 	case *stats.OutHeader:
-		if b, ok := ctx.Value(sentKey{}).(*atomic.Bool); ok && h.IsClient() {
-			b.Store(true)
+		if m, ok := ctx.Value(sentKey{}).(*callMarks); ok && h.IsClient() {
+			m.sent.Store(true)
 		}
 	}
 }

@@ -391,8 +391,8 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
 			// instance) in an answer that crossed the cancel and is
 			// never read: the stop reports it (hearEnds), so they fail
 			// now rather than time out. A poll for no units claims
-			// nothing.
-			if n > 0 && lostFrom == 0 {
+			// nothing, nor does one that reached no automator.
+			if n > 0 && lostFrom == 0 && mayHaveClaimed(err) {
 				lostFrom = seq
 			}
 			return seq, lostFrom
@@ -408,8 +408,10 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
 			// A poll refused as unauthenticated claimed none: the
 			// automator refuses its token before it claims, and fails
 			// what it had handed it (a token withdrawn, its account
-			// deleted, while it waited).
-			if n > 0 && lostFrom == 0 && status.Code(err) != codes.Unauthenticated {
+			// deleted, while it waited). Nor did one that reached no
+			// automator (it down, its name not resolving): a stop
+			// would wait to report it, and say it stopped without.
+			if n > 0 && lostFrom == 0 && mayHaveClaimed(err) {
 				lostFrom = seq
 			}
 			st.failed(err)
@@ -610,9 +612,29 @@ func (a *Agent) pollAsBounded(ctx context.Context, run string, n int, wait time.
 	defer cancel()
 	resp, err := a.pollAs(pctx, run, n, wait, seq, lostFrom)
 	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(pctx), grpcwire.ErrNoAnswer) {
-		err = noAnswerError{within: begin, sent: grpcwire.Sent(pctx)}
+		err = noAnswerError{within: begin, sent: !grpcwire.Unsent(pctx)}
+	}
+	if err != nil && grpcwire.Unsent(pctx) {
+		err = unsentError{err}
 	}
 	return resp, err
+}
+
+// unsentError is the error of a poll that reached no automator
+// (grpcwire.Unsent: no connection could be set up, or the name it dials
+// resolved to nothing): it claimed nothing, so its answer is not lost.
+type unsentError struct{ error }
+
+func (e unsentError) Unwrap() error              { return e.error }
+func (e unsentError) GRPCStatus() *status.Status { return status.Convert(e.error) }
+
+// mayHaveClaimed reports whether a poll for units that failed with err
+// may have had units claimed for it, in an answer never read: unless the
+// automator refused its token (it refuses before it claims, and fails
+// what it had handed the poll), or the poll reached no automator.
+func mayHaveClaimed(err error) bool {
+	var u unsentError
+	return status.Code(err) != codes.Unauthenticated && !errors.As(err, &u)
 }
 
 // pollMargin is what a poll's answer is given past the wait it asked for

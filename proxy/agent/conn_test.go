@@ -7,7 +7,9 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -147,16 +149,16 @@ func (s silentPolls) Poll(ctx context.Context, in *automatorv1.PollRequest) (*au
 
 // serveProxyService serves srv on loopback over real gRPC and returns a
 // client of it through a connection set up as the proxy's is for its
-// polls (grpcwire.AnswerStarts).
+// polls (grpcwire.WatchAnswers).
 func serveProxyService(t *testing.T, srv automatorv1.ProxyServiceServer, lis net.Listener, dial ...grpc.DialOption) automatorv1.ProxyServiceClient {
 	t.Helper()
 	gs := grpc.NewServer(append(grpcwire.ServerOptions(), grpc.MaxRecvMsgSize(8<<20))...)
 	automatorv1.RegisterProxyServiceServer(gs, srv)
 	served := make(chan struct{})
 	go func() { defer close(served); _ = gs.Serve(lis) }()
-	conn, err := grpc.NewClient("passthrough:///"+lis.Addr().String(), append(append(grpcwire.DialOptions(),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithStatsHandler(grpcwire.AnswerStarts{})), dial...)...)
+	opts := append(grpcwire.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	opts = append(opts, grpcwire.WatchAnswers()...)
+	conn, err := grpc.NewClient("passthrough:///"+lis.Addr().String(), append(opts, dial...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,10 +220,8 @@ func TestAPollWhoseAnswerDidNotBeginIsLoggedAsSuchOnce(t *testing.T) {
 // connection's state (connState).
 func unresolvedAgent(t *testing.T, r *manual.Resolver, resolve func(context.Context) error) []struct{ Level, Msg, Code, Err, Route string } {
 	t.Helper()
-	conn, err := grpc.NewClient(r.Scheme()+":///automator.example:8443", append(grpcwire.DialOptions(),
-		grpc.WithResolvers(r),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithStatsHandler(grpcwire.AnswerStarts{}))...)
+	opts := append(grpcwire.DialOptions(), grpc.WithResolvers(r), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(r.Scheme()+":///automator.example:8443", append(opts, grpcwire.WatchAnswers()...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,4 +348,64 @@ func TestANameResolvedToNoAddressIsSaidInTheLookupsWords(t *testing.T) {
 		r.Code != "Unavailable" || !strings.Contains(r.Err, "produced zero addresses") {
 		t.Errorf("log record %+v; want an ERROR beginning %q, with gRPC's error", r, lookup)
 	}
+}
+
+// TestPollsThatReachedNoAutomatorAreNotLost: polls for units that failed
+// without reaching an automator (every connection refused: it is down)
+// had nothing claimed for them. The proxy's stop does not take them for
+// polls whose answers were lost: it neither keeps them in its spool for
+// the next start to report nor logs that it stopped without telling the
+// automator of them (before, it did both, after trying to report them
+// for 5 s).
+func TestPollsThatReachedNoAutomatorAreNotLost(t *testing.T) {
+	t.Parallel()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close() // nothing listens there: every connection is refused
+	opts := append(grpcwire.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("passthrough:///"+addr, append(opts, grpcwire.WatchAnswers()...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	log := &signalingWriter{lockedWriter: lockedWriter{b: &bytes.Buffer{}}, says: "automator unreachable", said: make(chan struct{})}
+	a := New(Options{
+		tune:   tuning{reportLostWithin: 200 * time.Millisecond},
+		Client: automatorv1.NewProxyServiceClient(conn), Keys: crypto.Keys{testKey}, InstanceID: "down", ScriptsDir: t.TempDir(),
+		SpoolDir:       filepath.Join(t.TempDir(), SpoolDirName),
+		MaxConcurrency: 1, PollWait: time.Second, GracePeriod: time.Second,
+		BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(log, nil)),
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx) }()
+	waittest.Recv(t, log.said, "a poll to fail, the automator unreachable")
+	cancel()
+	waittest.Recv(t, done, "the agent to stop")
+	if strings.Contains(log.String(), "stopped without telling the automator") {
+		t.Errorf("the stop took polls that reached no automator for lost ones: %s", log.String())
+	}
+	if mine, _ := a.spool.loadLost("down"); len(mine) != 0 {
+		t.Errorf("the spool keeps %+v for the next start to report; want nothing", mine)
+	}
+}
+
+// signalingWriter is a lockedWriter that closes said once a write
+// contains says.
+type signalingWriter struct {
+	lockedWriter
+	says string
+	said chan struct{}
+	once sync.Once
+}
+
+func (w *signalingWriter) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte(w.says)) {
+		w.once.Do(func() { close(w.said) })
+	}
+	return w.lockedWriter.Write(p)
 }

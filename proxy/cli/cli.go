@@ -315,12 +315,12 @@ func dial(cfg config.Config, opts ...grpc.DialOption) (*grpc.ClientConn, error) 
 		creds = credentials.NewTLS(tlsCfg)
 	}
 	opts = append(opts, grpcwire.DialOptions()...)
+	opts = append(opts, grpcwire.WatchAnswers()...)
 	return grpc.NewClient(addr, append(opts,
 		grpc.WithTransportCredentials(lowatCreds{creds}),
 		grpc.WithPerRPCCredentials(grpcwire.Bearer(cfg.Token, useTLS)),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20), grpc.MaxCallSendMsgSize(8<<20)),
 		grpc.WithConnectParams(Reconnect),
-		grpc.WithStatsHandler(grpcwire.AnswerStarts{}),
 	)...)
 }
 
