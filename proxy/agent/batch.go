@@ -131,7 +131,9 @@ func (p *poster) complete(ctx context.Context, req *automatorv1.CompleteRequest)
 
 // post makes one call for batch and returns the answer of each of its
 // results. The call ends when every result's caller has given up (the proxy
-// stops), and in any case after postBound of its size.
+// stops, or its attempt's bound passed), and in any case after postBound of
+// its size or the latest of its results' bounds, whichever is later (an
+// attempt after one that ran out of time is given longer: deliver).
 func (p *poster) post(batch []*postOp) []error {
 	errs := make([]error, len(batch))
 	if time.Now().UnixNano() < p.noBatchUntil.Load() {
@@ -145,7 +147,13 @@ func (p *poster) post(batch []*postOp) []error {
 	for _, o := range batch {
 		size += o.size
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.tune.postBound(size))
+	end := time.Now().Add(p.tune.postBound(size))
+	for _, o := range batch {
+		if d, ok := o.ctx.Deadline(); ok && d.After(end) {
+			end = d
+		}
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), end)
 	defer cancel()
 	var waiting atomic.Int32
 	waiting.Store(int32(len(batch)))

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -34,6 +35,10 @@ const (
 func (t tuning) postBound(size int) time.Duration {
 	return t.postAttempt + time.Duration(size)*time.Second/time.Duration(t.minPostRate)
 }
+
+// maxPostPatience is how many times at most an attempt's bound is doubled
+// for the attempts before it that ran out of their own time (deliver).
+const maxPostPatience = 3
 
 // post sends a claim's outcome, retrying with backoff until it is accepted,
 // refused for good, or the unit's deadline passes (after which the
@@ -72,6 +77,13 @@ func (a *Agent) deliver(ctx context.Context, deadline time.Time, req *automatorv
 	log := a.log.With("work_id", req.GetWorkId())
 	bo := backoff{min: a.o.BackoffMin, max: a.o.BackoffMax}
 	size := proto.Size(req)
+	// ranOut counts the attempts that ran out of their own time: each
+	// after one is given twice as long (up to 2^maxPostPatience times
+	// postBound). An automator on a loaded machine, its store's writes
+	// queued behind others, may take longer than the bound to store a
+	// result, and attempts given the same bound again and again would
+	// each be cut off, until the deadline.
+	ranOut := 0
 	for attempt := 1; ; attempt++ {
 		parent := ctx
 		if attempt == 1 {
@@ -80,12 +92,15 @@ func (a *Agent) deliver(ctx context.Context, deadline time.Time, req *automatorv
 		// No attempt outlives the deadline: gRPC sends no call whose
 		// context has ended, so a retry that wakes late (a timer fires
 		// after it is due) reports nothing after the deadline (guarantee 7).
-		end := time.Now().Add(a.o.tune.postBound(size))
+		end := time.Now().Add(a.o.tune.postBound(size) << min(ranOut, maxPostPatience))
 		if deadline.Before(end) {
 			end = deadline
 		}
 		actx, cancel := context.WithDeadline(parent, end)
 		err := a.poster.complete(actx, req)
+		if errors.Is(actx.Err(), context.DeadlineExceeded) {
+			ranOut++
+		}
 		cancel()
 		if err == nil {
 			log.Debug("result posted", "outcome", req.GetOutcome(), "attempts", attempt)

@@ -234,3 +234,84 @@ func TestAPollWhoseAnswerIsOnItsWayIsNotCutOffAtTheEndOfItsWait(t *testing.T) {
 		t.Fatalf("a poll whose answer never began: %v, want DeadlineExceeded", err)
 	}
 }
+
+// slowStore stands for an automator that takes takes to store each post
+// (its writes queued behind others' on a loaded machine): a call whose
+// deadline comes first fails at it. It counts the calls and records
+// whether one was accepted.
+type slowStore struct {
+	completeOnly
+	takes time.Duration
+
+	mu       sync.Mutex
+	calls    int
+	accepted bool
+}
+
+func (s *slowStore) store(ctx context.Context) error {
+	s.mu.Lock()
+	s.calls++
+	s.mu.Unlock()
+	stored := time.NewTimer(s.takes)
+	defer stored.Stop()
+	select {
+	case <-stored.C:
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	s.mu.Lock()
+	s.accepted = true
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *slowStore) Complete(ctx context.Context, _ *automatorv1.CompleteRequest, _ ...grpc.CallOption) (*automatorv1.CompleteResponse, error) {
+	if err := s.store(ctx); err != nil {
+		return nil, err
+	}
+	return &automatorv1.CompleteResponse{}, nil
+}
+
+// slowBatchStore is a slowStore that takes results in batches too.
+type slowBatchStore struct{ *slowStore }
+
+func (s slowBatchStore) CompleteBatch(ctx context.Context, in *automatorv1.CompleteBatchRequest, _ ...grpc.CallOption) (*automatorv1.CompleteBatchResponse, error) {
+	if err := s.store(ctx); err != nil {
+		return nil, err
+	}
+	return &automatorv1.CompleteBatchResponse{Outcomes: make([]*automatorv1.CompleteOutcome, len(in.GetResults()))}, nil
+}
+
+// TestAResultIsPostedToAnAutomatorSlowerThanAPostsBound: an automator that
+// takes one and a half times a post's bound to store a result (scaled
+// down: 150 ms against 100 ms) gets it, on its own call or in a batch:
+// the attempt after one that ran out of its time is given twice as long.
+// Before, every attempt had the same bound and was cut off, until the
+// unit's deadline, and the result was never posted.
+func TestAResultIsPostedToAnAutomatorSlowerThanAPostsBound(t *testing.T) {
+	t.Parallel()
+	for _, batched := range []bool{false, true} {
+		name := "alone"
+		if batched {
+			name = "batched"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := &slowStore{takes: 150 * time.Millisecond}
+			var client Client = s
+			if batched {
+				client = slowBatchStore{s}
+			}
+			a := New(Options{tune: tuning{postAttempt: 100 * time.Millisecond}, Client: client, Keys: crypto.Keys{testKey}, InstanceID: "a", Logger: slog.New(slog.DiscardHandler),
+				BackoffMin: time.Millisecond, BackoffMax: 10 * time.Millisecond})
+			c := &automatorv1.Claim{WorkId: "w_slow", ClaimId: "c", Account: "acme"}
+			a.post(context.Background(), c, time.Now().Add(5*time.Second), &automatorv1.CompleteRequest{Outcome: automatorv1.Outcome_OUTCOME_SUCCEEDED})
+			a.wg.Wait()
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if !s.accepted || s.calls < 2 {
+				t.Fatalf("accepted %v after %d calls; want it accepted, after a first call cut off at its bound", s.accepted, s.calls)
+			}
+		})
+	}
+}
