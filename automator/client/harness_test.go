@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"flag"
 	"net"
 	"sync"
 	"testing"
@@ -17,7 +18,20 @@ import (
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain runs up to six of this package's tests at once unless the
+// command line says otherwise: they spend most of their time waiting on
+// hung peers, keepalives and deadlines, not computing, and the default
+// (GOMAXPROCS, two on the CI machines) left the package's slot in
+// `make test` mostly idle (123 s of wall for 15 s of CPU).
+func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", "6")
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // unreachables records what a client's OnUnreachable (tell) is told.
 type unreachables struct {
