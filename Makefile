@@ -54,9 +54,11 @@ windows:
 # at once kept 1.4 of the 2 cores busy and took 7m40 here, twice; four took
 # 6m13 to 7m50 over four runs, 7m08 at the median: these machines are
 # noisy, and automator/cli, first, slows most beside the other three).
-# Six tests at once inside a package
+# Six tests at once inside every package
 # (-parallel 6) was no better: the packages that compute slowed as much as
-# the waiting ones sped up.
+# the waiting ones sped up. So only packages that mostly wait raise it, in
+# their TestMain (internal/testparallel): automator/client, automator/cli,
+# test/service.
 SLOW_FIRST := ./automator/cli ./test/chaos ./automator/client ./test/e2e ./automator/server \
 	./automator/store/pgstore ./test/replicas ./test/service ./proxy/agent \
 	./automator/store/sqlitestore ./test/browser ./docs/examples

@@ -2,7 +2,6 @@ package client_test
 
 import (
 	"context"
-	"flag"
 	"net"
 	"sync"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/client"
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/testparallel"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -24,12 +24,7 @@ import (
 // (GOMAXPROCS, two on the CI machines) left the package's slot in
 // `make test` mostly idle (123 s of wall for 15 s of CPU).
 func TestMain(m *testing.M) {
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		_ = flag.Set("test.parallel", "6")
-	}
+	testparallel.Default(6)
 	goleak.VerifyTestMain(m)
 }
 
