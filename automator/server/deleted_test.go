@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/opsgate/opsgate/automator/client"
+	"github.com/opsgate/opsgate/automator/metrics"
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/crypto"
@@ -58,12 +59,16 @@ func waitAsync(c automatorv1.AutomatorServiceClient, id string) <-chan waitResul
 // result is refused afterwards.
 func TestAccountDeletionEndsItsWaitingPollsAndCallersAtOnce(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOptions{pollWindow: time.Hour, wrap: cachedCredentials, sweepInterval: 20 * time.Millisecond})
+	m := metrics.New(metrics.Options{})
+	e := newEnv(t, envOptions{pollWindow: time.Hour, wrap: cachedCredentials, sweepInterval: 20 * time.Millisecond, metrics: m})
 	px, caller := e.proxyClient(), e.callerClient()
 	claimedSt := submit(t, caller, e.account, time.Hour)
 	claim := claimOne(t, px, "host-a")
 	queuedSt := submit(t, caller, e.account, time.Hour)
 	waitClaimed, waitQueued := waitAsync(caller, claimedSt.GetWorkId()), waitAsync(caller, queuedSt.GetWorkId())
+	// Both wait before the deletion (one arriving after it would only read
+	// its unit cancelled).
+	waittest.Until(t, "both callers to wait for their units", func() bool { return waitsOpen(t, m, "acme") == 2 })
 	// A poll that waits to hear of cancels only, so it does not take the
 	// queued unit.
 	polled := pollAsync(t.Context(), px, "host-b", 0)

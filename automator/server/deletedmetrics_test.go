@@ -35,6 +35,27 @@ func finishedTotals(t *testing.T, m *metrics.Metrics) map[string]float64 {
 	return out
 }
 
+// waitsOpen is automator_waits_open of account: the Wait calls that have
+// found their unit not ended and wait for its end.
+func waitsOpen(t *testing.T, m *metrics.Metrics, account string) float64 {
+	t.Helper()
+	fams, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != "automator_waits_open" {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			if label(s, "account") == account {
+				return s.GetGauge().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
 func label(m *dto.Metric, name string) string {
 	for _, l := range m.GetLabel() {
 		if l.GetName() == name {
@@ -83,6 +104,10 @@ func TestUnitsCancelledByAccountDeletionCountAsFinished(t *testing.T) {
 	claimOne(t, px, "host-a")
 	queued := submit(t, caller, e.account, time.Hour)
 	waitClaimed, waitQueued := waitAsync(caller, claimed.GetWorkId()), waitAsync(caller, queued.GetWorkId())
+	// Both callers wait before the deletion: a Wait that arrived after it
+	// would read its unit cancelled and return before the automator had
+	// acted on the deletion (and counted), which a loaded machine did once.
+	waittest.Until(t, "both callers to wait for their units", func() bool { return waitsOpen(t, m, "acme") == 2 })
 	if got := finishedTotals(t, m); got["acme/cancelled"] != 1 {
 		t.Fatalf("finished units before the deletion: %v; want acme/cancelled 1 (the caller's cancel)", got)
 	}
@@ -96,12 +121,7 @@ func TestUnitsCancelledByAccountDeletionCountAsFinished(t *testing.T) {
 		}
 	}
 
-	// Once, under load, the count read 1 right after both callers were
-	// woken (not reproduced): wait for it to reach what it should, then
-	// see that it went no further.
-	waittest.Until(t, "the units the deletion cancelled to be counted", func() bool {
-		return finishedTotals(t, m)["acme/cancelled"] >= 3
-	})
+	// Each unit is counted before its callers are woken.
 	got := finishedTotals(t, m)
 	if got["acme/cancelled"] != 3 {
 		t.Errorf("automator_work_finished_total{account=\"acme\",state=\"cancelled\"} = %v after the deletion cancelled a claimed and a queued unit; want 3 (1 cancelled by its caller before)", got["acme/cancelled"])
