@@ -19,12 +19,8 @@ import (
 // and state ("acme/cancelled").
 func finishedTotals(t *testing.T, m *metrics.Metrics) map[string]float64 {
 	t.Helper()
-	fams, err := m.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := make(map[string]float64)
-	for _, f := range fams {
+	for _, f := range gather(t, m) {
 		if f.GetName() != "automator_work_finished_total" {
 			continue
 		}
@@ -39,11 +35,7 @@ func finishedTotals(t *testing.T, m *metrics.Metrics) map[string]float64 {
 // found their unit not ended and wait for its end.
 func waitsOpen(t *testing.T, m *metrics.Metrics, account string) float64 {
 	t.Helper()
-	fams, err := m.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fams {
+	for _, f := range gather(t, m) {
 		if f.GetName() != "automator_waits_open" {
 			continue
 		}
@@ -54,6 +46,16 @@ func waitsOpen(t *testing.T, m *metrics.Metrics, account string) float64 {
 		}
 	}
 	return 0
+}
+
+// gather is every metric family m serves.
+func gather(t *testing.T, m *metrics.Metrics) []*dto.MetricFamily {
+	t.Helper()
+	fams, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fams
 }
 
 func label(m *dto.Metric, name string) string {
@@ -165,11 +167,7 @@ func TestAccountDeletionIsLoggedWithTheUnitsItCancelled(t *testing.T) {
 // hasSeries reports whether m serves a series labelled with account.
 func hasSeries(t *testing.T, m *metrics.Metrics, account string) bool {
 	t.Helper()
-	fams, err := m.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fams {
+	for _, f := range gather(t, m) {
 		for _, s := range f.GetMetric() {
 			if label(s, "account") == account {
 				return true
