@@ -55,10 +55,13 @@ func TestExecRefusedForAFullQueueSaysWhenToTryAgain(t *testing.T) {
 // TestWorkWaitRefusedForFailedAuthenticationsSaysWhen: `work wait` (as
 // `work cancel` and exec) with a wrong API key past its address's budget
 // of failed authentications exits 255 with one line saying when the key
-// may be tried again, once only.
+// may be tried again, once only. The automator's clock stands still, so
+// that the time it names is the whole refill however long the commands
+// take (a second command more than half a second after the first made it
+// 59s on a loaded machine).
 func TestWorkWaitRefusedForFailedAuthenticationsSaysWhen(t *testing.T) {
 	t.Parallel()
-	a := automatortest.Start(t, automatortest.Options{Limits: server.Limits{FailedAuthBurst: 1, FailedAuthRefill: time.Minute}})
+	a := automatortest.Start(t, automatortest.Options{Limits: server.Limits{FailedAuthBurst: 1, FailedAuthRefill: time.Minute}, Clock: stoppedClock(time.Now())})
 	wrong := filepath.Join(t.TempDir(), "wrong.apikey")
 	if err := os.WriteFile(wrong, []byte("oak_wrong\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -77,3 +80,8 @@ func TestWorkWaitRefusedForFailedAuthenticationsSaysWhen(t *testing.T) {
 		t.Errorf("a wrong key past the budget: exit %d, stderr %q; want %d and one line saying to retry in 1m0s, once", code, msg, cli.ExitError)
 	}
 }
+
+// stoppedClock is an automator's clock that always tells the same time.
+type stoppedClock time.Time
+
+func (c stoppedClock) Now() time.Time { return time.Time(c) }
