@@ -19,19 +19,10 @@ import (
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/internal/closedport"
 	"github.com/opsgate/opsgate/internal/pidtest"
-	"github.com/opsgate/opsgate/internal/testparallel"
 	"github.com/opsgate/opsgate/internal/waittest"
 )
 
-// TestMain runs up to four of this package's tests at once unless the
-// command line says otherwise: most of their time is spent waiting (on
-// commands' bounds, fsyncs, a withdrawn credential's second), and with
-// the default of two the package took 290 s of wall for 92 s of CPU in
-// `make test`, the longest of all.
-func TestMain(m *testing.M) {
-	testparallel.Default(4)
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 type execResult struct {
 	code           int
