@@ -1,6 +1,7 @@
 package server
 
 import (
+	"math"
 	"net"
 	"sync"
 	"time"
@@ -57,7 +58,9 @@ func (l *failureLimiter) fail(source string, now time.Time) (ok, first bool) {
 	return false, first
 }
 
-// retryAfter is how long until source may fail once more.
+// retryAfter is how long until source may fail once more, in whole
+// seconds, rounded up: a caller that waits as long is not refused again
+// (rounded to the nearest, 59.4 s left read 59s).
 func (l *failureLimiter) retryAfter(source string, now time.Time) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -66,7 +69,8 @@ func (l *failureLimiter) retryAfter(source string, now time.Time) time.Duration 
 		return 0
 	}
 	l.refillBucket(b, now)
-	return max(time.Duration((1-b.tokens)*float64(l.refill)).Round(time.Second), time.Second)
+	left := time.Duration(math.Ceil((1 - b.tokens) * float64(l.refill)))
+	return max((left+time.Second-1)/time.Second*time.Second, time.Second)
 }
 
 func (l *failureLimiter) refillBucket(b *failureBucket, now time.Time) {

@@ -92,3 +92,29 @@ func TestFailureBudgetRefillsOnlyUpToItsBurst(t *testing.T) {
 		t.Errorf("retry after %v, want one refill (1m)", d)
 	}
 }
+
+// TestRetryAfterIsRoundedUpToAWholeSecond: the time a source over its
+// budget is told to wait is never less than the time until it may fail
+// once more, so that waiting as long is enough.
+func TestRetryAfterIsRoundedUpToAWholeSecond(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	l := newFailureLimiter(1, time.Minute)
+	l.fail("192.0.2.1", now)
+	if ok, _ := l.fail("192.0.2.1", now); ok {
+		t.Fatal("a second failure at once was allowed past a burst of 1")
+	}
+	for _, tc := range []struct {
+		after time.Duration
+		want  time.Duration
+	}{
+		{0, time.Minute},
+		{600 * time.Millisecond, time.Minute}, // 59.4 s left
+		{time.Second, 59 * time.Second},
+		{59*time.Second + 999*time.Millisecond, time.Second},
+	} {
+		if got := l.retryAfter("192.0.2.1", now.Add(tc.after)); got != tc.want {
+			t.Errorf("%v after the refused failure: retry after %v, want %v", tc.after, got, tc.want)
+		}
+	}
+}
