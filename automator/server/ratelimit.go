@@ -1,7 +1,6 @@
 package server
 
 import (
-	"math"
 	"net"
 	"sync"
 	"time"
@@ -69,7 +68,7 @@ func (l *failureLimiter) retryAfter(source string, now time.Time) time.Duration 
 		return 0
 	}
 	l.refillBucket(b, now)
-	left := time.Duration(math.Ceil((1 - b.tokens) * float64(l.refill)))
+	left := time.Duration((1 - b.tokens) * float64(l.refill))
 	return max((left+time.Second-1)/time.Second*time.Second, time.Second)
 }
 
