@@ -18,6 +18,7 @@ import (
 // that says so, prints nothing else, and changes nothing: no account made,
 // deleted or rotated, no API key made or revoked.
 func TestAChangeWhoseAuditEventCannotBeWrittenIsNotMade(t *testing.T) {
+	t.Parallel()
 	dir := initDir(t)
 	for _, args := range [][]string{
 		{"account", "create", "acme"},

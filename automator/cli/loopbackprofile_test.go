@@ -13,6 +13,7 @@ import (
 // automator an address other hosts reach. A profile with another host says
 // nothing.
 func TestAProfileNamingLoopbackSaysOnlyThisHostReachesIt(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		publicURL string // "" for init's default
@@ -25,6 +26,7 @@ func TestAProfileNamingLoopbackSaysOnlyThisHostReachesIt(t *testing.T) {
 		{"an address", "https://192.0.2.10:8443", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			dir := filepath.Join(t.TempDir(), "data")
 			args := []string{"init", "--data-dir", dir}
 			if tc.publicURL != "" {
