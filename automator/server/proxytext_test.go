@@ -94,7 +94,7 @@ func TestProxyTextsHoldNoControlCharacters(t *testing.T) {
 func TestCommandEnvThatRunsCodeIsRefusedAtSubmit(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{})
-	for _, name := range []string{"BASH_ENV", "LD_PRELOAD", "BASH_FUNC_echo%%", "PERL5OPT", "ComSpec", "PSModulePath", "ld_preload", "PATH", "Path", "PATHEXT"} {
+	for _, name := range []string{"BASH_ENV", "LD_PRELOAD", "BASH_FUNC_echo%%", "PERL5OPT", "ComSpec", "PSModulePath", "ld_preload", "PATH", "Path", "PATHEXT", "HOME", "XDG_CONFIG_HOME", "APPDATA", "UserProfile"} {
 		_, err := e.callerClient().Submit(context.Background(), &automatorv1.ExecuteRequest{
 			Account: e.account,
 			Command: &automatorv1.Command{Script: "x.sh", Env: map[string]string{name: "$(id)"}},

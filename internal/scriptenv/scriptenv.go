@@ -81,6 +81,19 @@ var searchPath = map[string]bool{"PATH": true, "PATHEXT": true}
 // the current directory ("%CD%\tool.exe").
 var workingDir = map[string]bool{"CDPATH": true, "CD": true, "__CD__": true}
 
+// homeDir are the variables that choose the folders where programs find
+// their user's own configuration and code, before the script's first line
+// can set them: python runs the .pth files of the user site-packages under
+// HOME (~/.local) or, on windows, APPDATA, as PYTHONUSERBASE's; git reads
+// the config under HOME or XDG_CONFIG_HOME (on windows also HOMEDRIVE and
+// HOMEPATH, or USERPROFILE), whose core.fsmonitor is a command it runs.
+// The script gets the proxy's own HOME (USERPROFILE, APPDATA and
+// LOCALAPPDATA on windows).
+var homeDir = map[string]bool{
+	"HOME": true, "XDG_CONFIG_HOME": true,
+	"USERPROFILE": true, "HOMEDRIVE": true, "HOMEPATH": true, "APPDATA": true, "LOCALAPPDATA": true,
+}
+
 // Refused returns an error naming variable k when a command may not set
 // it, nil otherwise. Names are compared in upper case on every OS:
 // refusing a lower-case twin costs nothing, and windows names are
@@ -94,6 +107,9 @@ func Refused(k string) error {
 	}
 	if workingDir[u] {
 		return fmt.Errorf("environment variable %q is refused: it chooses the directory that the script's relative paths name (a shell's cd, cmd.exe's %%CD%%), hence the programs it runs by one", k)
+	}
+	if homeDir[u] {
+		return fmt.Errorf("environment variable %q is refused: it chooses the folder where programs find their user's own configuration and code (python's user site-packages, whose .pth files it runs as it starts; git's config, whose core.fsmonitor it runs); the script gets the proxy's own, and sets another itself if it needs one", k)
 	}
 	refused := names[u]
 	for _, p := range prefixes {

@@ -9,8 +9,9 @@ import (
 // TestRefusesVariablesThatMakeAnInterpreterRunOtherCode: each of these
 // makes a shell, an interpreter or the loader run code that is not the
 // deployed script's (see names), or chooses the programs it runs (PATH,
-// PATHEXT; CDPATH, CD: the directory its relative paths name); a
-// lower-case twin is refused too.
+// PATHEXT; CDPATH, CD: the directory its relative paths name; HOME and
+// its windows twins: where programs find their user's configuration and
+// code); a lower-case twin is refused too.
 func TestRefusesVariablesThatMakeAnInterpreterRunOtherCode(t *testing.T) {
 	for _, k := range []string{
 		"BASH_ENV", "SHELLOPTS", "BASHOPTS", "PS4", "BASH_FUNC_echo%%", "ZDOTDIR",
@@ -29,6 +30,7 @@ func TestRefusesVariablesThatMakeAnInterpreterRunOtherCode(t *testing.T) {
 		"ld_preload", "rubygems_gemdeps",
 		"PATH", "Path", "PATHEXT",
 		"CDPATH", "cdpath", "CD", "Cd", "__CD__",
+		"HOME", "home", "XDG_CONFIG_HOME", "USERPROFILE", "UserProfile", "HOMEDRIVE", "HOMEPATH", "APPDATA", "LocalAppData",
 	} {
 		err := Refused(k)
 		if err == nil {
@@ -45,7 +47,7 @@ func TestRefusesVariablesThatMakeAnInterpreterRunOtherCode(t *testing.T) {
 // read by an interpreter without making it run other code, pass.
 func TestAcceptsCommonNames(t *testing.T) {
 	for _, k := range []string{
-		"ENV", "PROMPT_COMMAND", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "IFS",
+		"ENV", "PROMPT_COMMAND", "LANG", "LC_ALL", "TZ", "TMPDIR", "IFS",
 		"PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING", "NODE_ENV", "RUBY_ENV", "RAILS_ENV",
 		"DEPLOY_TARGET", "LUA", "PHP_VERSION", "PROXY_WORK_ID",
 		"DOTNET_ENVIRONMENT", "DOTNET_CLI_TELEMETRY_OPTOUT", "CORS_ORIGIN", "CD_TARGET", "CDN_URL",

@@ -55,9 +55,10 @@ func TestCommandEnvCannotMakeBashRunOtherCode(t *testing.T) {
 }
 
 // TestCommandEnvCannotMakePythonRunOtherCode: python runs the .pth files
-// of the site-packages under PYTHONUSERBASE before the script, so a
-// command naming a directory that holds one (any writable directory of
-// the host will do) would run code that is not the deployed script.
+// of its user site-packages before the script: under PYTHONUSERBASE, or
+// without it under HOME (~/.local), so a command naming a directory that
+// holds one (any writable directory of the host will do) would run code
+// that is not the deployed script.
 func TestCommandEnvCannotMakePythonRunOtherCode(t *testing.T) {
 	t.Parallel()
 	python, err := exec.LookPath("python3")
@@ -71,34 +72,98 @@ func TestCommandEnvCannotMakePythonRunOtherCode(t *testing.T) {
 		t.Skipf("python3 does not run: %v", err)
 	}
 	python = strings.TrimSpace(string(out))
-	base := t.TempDir()
-	cmd := exec.Command(python, "-c", "import site; print(site.getusersitepackages())")
-	cmd.Env = []string{"PYTHONUSERBASE=" + base}
-	out, err = cmd.Output()
+	for _, name := range []string{"PYTHONUSERBASE", "HOME"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			base := t.TempDir()
+			cmd := exec.Command(python, "-c", "import site; print(site.getusersitepackages())")
+			cmd.Env = []string{name + "=" + base}
+			out, err := cmd.Output()
+			if err != nil {
+				t.Skipf("python3 has no user site: %v", err)
+			}
+			site := strings.TrimSpace(string(out))
+			if !strings.HasPrefix(site, base+"/") {
+				t.Fatalf("python3's user site with %s=%s is %s, not under it", name, base, site)
+			}
+			dir := t.TempDir()
+			injected := filepath.Join(dir, "injected")
+			if err := os.MkdirAll(site, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := writeFileNoFork(filepath.Join(site, "x.pth"), []byte("import os; open("+strconv.Quote(injected)+", 'w')\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := writeFileNoFork(filepath.Join(dir, "deployed.py"), []byte("#!"+python+"\nprint('deployed')\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			_, err = Run(context.Background(), Spec{
+				ScriptsDir: dir, Script: "deployed.py", Env: map[string]string{name: base},
+				Deadline: time.Now().Add(10 * time.Second),
+			})
+			if _, serr := os.Stat(injected); serr == nil {
+				t.Errorf("the command's %s made python run code that is not the deployed script", name)
+			}
+			if !errors.Is(err, ErrStart) {
+				t.Errorf("Run = %v, want ErrStart refusing the variable, and nothing run", err)
+			}
+		})
+	}
+}
+
+// TestCommandEnvCannotMakeGitRunOtherCode: a deployed script that calls
+// git has it read the user's config under HOME or XDG_CONFIG_HOME, and
+// core.fsmonitor there is a command git runs (git status will do). A
+// command naming a directory that holds such a config would run code that
+// is not the deployed script's.
+func TestCommandEnvCannotMakeGitRunOtherCode(t *testing.T) {
+	t.Parallel()
+	git, err := exec.LookPath("git")
 	if err != nil {
-		t.Skipf("python3 has no user site: %v", err)
+		t.Skip("no git")
 	}
-	site := strings.TrimSpace(string(out))
-	dir := t.TempDir()
-	injected := filepath.Join(dir, "injected")
-	if err := os.MkdirAll(site, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := writeFileNoFork(filepath.Join(site, "x.pth"), []byte("import os; open("+strconv.Quote(injected)+", 'w')\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := writeFileNoFork(filepath.Join(dir, "deployed.py"), []byte("#!"+python+"\nprint('deployed')\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	_, err = Run(context.Background(), Spec{
-		ScriptsDir: dir, Script: "deployed.py", Env: map[string]string{"PYTHONUSERBASE": base},
-		Deadline: time.Now().Add(10 * time.Second),
-	})
-	if _, serr := os.Stat(injected); serr == nil {
-		t.Errorf("the command's PYTHONUSERBASE made python run code that is not the deployed script")
-	}
-	if !errors.Is(err, ErrStart) {
-		t.Errorf("Run = %v, want ErrStart refusing the variable, and nothing run", err)
+	for _, tc := range []struct{ name, config string }{
+		{"HOME", ".gitconfig"},
+		{"XDG_CONFIG_HOME", "git/config"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir, planted := t.TempDir(), t.TempDir()
+			injected := filepath.Join(dir, "injected")
+			config := filepath.Join(planted, tc.config)
+			if err := os.MkdirAll(filepath.Dir(config), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := writeFileNoFork(config, []byte("[core]\n\tfsmonitor = \": >"+injected+"; false\"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			script := "#!/bin/sh\ncd " + dir + " && " + git + " init -q repo && cd repo && " + git + " status --short\n"
+			if err := writeFileNoFork(filepath.Join(dir, "deployed.sh"), []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			// The planted config works: git run so runs it.
+			check := exec.Command("/bin/sh", filepath.Join(dir, "deployed.sh"))
+			check.Env = []string{"PATH=/usr/bin:/bin", tc.name + "=" + planted}
+			if out, err := check.CombinedOutput(); err != nil {
+				t.Skipf("git does not run here: %v: %s", err, out)
+			}
+			if err := os.Remove(injected); err != nil {
+				t.Skipf("this git does not run core.fsmonitor (%v): nothing to refuse", err)
+			}
+			if err := os.RemoveAll(filepath.Join(dir, "repo")); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Run(context.Background(), Spec{
+				ScriptsDir: dir, Script: "deployed.sh", Env: map[string]string{tc.name: planted},
+				Deadline: time.Now().Add(10 * time.Second),
+			})
+			if _, serr := os.Stat(injected); serr == nil {
+				t.Errorf("the command's %s made git run code that is not the deployed script", tc.name)
+			}
+			if !errors.Is(err, ErrStart) {
+				t.Errorf("Run = %v, want ErrStart refusing the variable, and nothing run", err)
+			}
+		})
 	}
 }
 
