@@ -5,6 +5,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,17 +41,25 @@ func TestCommandEnvCannotMakeBashRunOtherCode(t *testing.T) {
 			if err := writeFileNoFork(filepath.Join(dir, "deployed.sh"), []byte("#!"+bash+"\necho deployed\n"), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			_, err := Run(context.Background(), Spec{
-				ScriptsDir: dir, Script: "deployed.sh", Env: tc.env, Stdin: []byte(tc.stdin),
-				Deadline: time.Now().Add(10 * time.Second),
-			})
-			if _, serr := os.Stat(filepath.Join(dir, "injected")); serr == nil {
-				t.Errorf("the command's env %v made bash run code that is not the deployed script", tc.env)
-			}
-			if !errors.Is(err, ErrStart) {
-				t.Errorf("Run = %v, want ErrStart refusing the variable, and nothing run", err)
-			}
+			runRefused(t, Spec{ScriptsDir: dir, Script: "deployed.sh", Env: tc.env, Stdin: []byte(tc.stdin)},
+				filepath.Join(dir, "injected"), fmt.Sprintf("env %v", tc.env), "bash")
 		})
+	}
+}
+
+// runRefused runs spec, whose env (what) would make interpreter run code
+// that is not the deployed script's, and fails the test unless the run was
+// refused (ErrStart) and the file injected, which that code would make, is
+// not there.
+func runRefused(t *testing.T, spec Spec, injected, what, interpreter string) {
+	t.Helper()
+	spec.Deadline = time.Now().Add(10 * time.Second)
+	_, err := Run(context.Background(), spec)
+	if _, serr := os.Stat(injected); serr == nil {
+		t.Errorf("the command's %s made %s run code that is not the deployed script", what, interpreter)
+	}
+	if !errors.Is(err, ErrStart) {
+		t.Errorf("Run = %v, want ErrStart refusing the variable, and nothing run", err)
 	}
 }
 
@@ -97,16 +106,7 @@ func TestCommandEnvCannotMakePythonRunOtherCode(t *testing.T) {
 			if err := writeFileNoFork(filepath.Join(dir, "deployed.py"), []byte("#!"+python+"\nprint('deployed')\n"), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			_, err = Run(context.Background(), Spec{
-				ScriptsDir: dir, Script: "deployed.py", Env: map[string]string{name: base},
-				Deadline: time.Now().Add(10 * time.Second),
-			})
-			if _, serr := os.Stat(injected); serr == nil {
-				t.Errorf("the command's %s made python run code that is not the deployed script", name)
-			}
-			if !errors.Is(err, ErrStart) {
-				t.Errorf("Run = %v, want ErrStart refusing the variable, and nothing run", err)
-			}
+			runRefused(t, Spec{ScriptsDir: dir, Script: "deployed.py", Env: map[string]string{name: base}}, injected, name, "python")
 		})
 	}
 }
@@ -153,16 +153,7 @@ func TestCommandEnvCannotMakeGitRunOtherCode(t *testing.T) {
 			if err := os.RemoveAll(filepath.Join(dir, "repo")); err != nil {
 				t.Fatal(err)
 			}
-			_, err := Run(context.Background(), Spec{
-				ScriptsDir: dir, Script: "deployed.sh", Env: map[string]string{tc.name: planted},
-				Deadline: time.Now().Add(10 * time.Second),
-			})
-			if _, serr := os.Stat(injected); serr == nil {
-				t.Errorf("the command's %s made git run code that is not the deployed script", tc.name)
-			}
-			if !errors.Is(err, ErrStart) {
-				t.Errorf("Run = %v, want ErrStart refusing the variable, and nothing run", err)
-			}
+			runRefused(t, Spec{ScriptsDir: dir, Script: "deployed.sh", Env: map[string]string{tc.name: planted}}, injected, tc.name, "git")
 		})
 	}
 }
