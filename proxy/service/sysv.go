@@ -91,11 +91,15 @@ run() {
 }
 
 # alive PID: the process exists and is not a zombie (the zombie of an
-# orphan lingers where PID 1 does not reap). /proc first: kill -0 fails for
-# someone else's process, and status may be asked by any user.
+# orphan lingers until PID 1 reaps it, seconds where PID 1 reaps late). /proc
+# first: kill -0 fails for someone else's process, and status may be asked
+# by any user. The state is read once, and only a state read says alive: a
+# zombie reaped between a check that its file exists and the read of it
+# must not pass for a running process.
 alive() {
 	if [ -d /proc/self ]; then
-		[ -r "/proc/$1/stat" ] && [ "$(sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1)" != Z ]
+		alive_state=$(sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1)
+		[ -n "$alive_state" ] && [ "$alive_state" != Z ]
 	else
 		kill -0 "$1" 2>/dev/null
 	fi

@@ -276,6 +276,77 @@ func TestSysVScriptKillsAServiceThatDoesNotStop(t *testing.T) {
 	}
 }
 
+// TestSysVScriptCallsAZombieNotRunning: a supervisor killed with SIGKILL
+// stays a zombie until it is reaped, seconds where PID 1 reaps late; status
+// calls it not running, and start starts the service instead of saying it
+// already runs.
+func TestSysVScriptCallsAZombieNotRunning(t *testing.T) {
+	f := newSysV(t, "graceful", time.Minute)
+	zombie := exec.Command("true")
+	if err := zombie.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = zombie.Wait() }() // reaped only at the end: a zombie meanwhile
+	waittest.Until(t, "the exited child to be a zombie", func() bool { return procState(zombie.Process.Pid) == "Z" })
+	if err := os.WriteFile(f.pidFile, []byte(strconv.Itoa(zombie.Process.Pid)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := f.run(t, "status"); code != 1 || !strings.Contains(out, "is not running, but its pid file") {
+		t.Fatalf("status of a pid file naming a zombie: exit %d %q, want 1, not running", code, out)
+	}
+	if code, out := f.run(t, "start"); code != 0 || strings.Contains(out, "already running") {
+		t.Fatalf("start over a pid file naming a zombie: exit %d %q, want it started", code, out)
+	}
+	waittest.Until(t, "the service to start", func() bool { return f.count("started") == 1 })
+	if err := os.WriteFile(filepath.Join(f.dir, "release"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := f.run(t, "stop"); code != 0 {
+		t.Fatalf("stop: exit %d %q", code, out)
+	}
+}
+
+// TestSysVScriptCallsAProcessGoneBeforeItsStateIsReadNotRunning: the
+// zombie named by the pid file may be reaped between the moment the script
+// finds its /proc file and the moment it reads its state; that read then
+// finds nothing, and nothing is not a running process. That moment cannot
+// be made on demand, so a sed that finds the file gone stands in for it,
+// for a pid that exists: only a state that was read makes a process alive.
+func TestSysVScriptCallsAProcessGoneBeforeItsStateIsReadNotRunning(t *testing.T) {
+	f := newSysV(t, "graceful", time.Minute)
+	bin := filepath.Join(f.dir, "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	gone := "#!/bin/sh\nfor f; do :; done\necho \"sed: can't read $f: No such file or directory\" >&2\nexit 2\n"
+	if err := os.WriteFile(filepath.Join(bin, "sed"), []byte(gone), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(f.pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(f.script, "status")
+	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), "is not running, but its pid file") {
+		t.Fatalf("status when the state of the pid file's process could not be read: %v %q, want exit 1, not running", err, out)
+	}
+}
+
+// procState is the state letter of /proc/PID/stat ("" once it is gone).
+func procState(pid int) string {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 || i+2 >= len(data) {
+		return ""
+	}
+	return string(data[i+2])
+}
+
 // TestSysVScriptRunsAsTheGivenUser: the command drops privileges with
 // setpriv, to the user and its group.
 func TestSysVScriptRunsAsTheGivenUser(t *testing.T) {

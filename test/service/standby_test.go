@@ -443,16 +443,10 @@ func TestStatusOfAServiceWhoseLastRunDiedSaysSo(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "the killed supervisor and proxy to be gone", func() bool { return gone(supervisor) && gone(st.PID) })
 
-	// Asked until it says not running, for a few seconds: once (a
-	// clean-clone make test under load) status said "running: yes" right
-	// after both pids were gone, and the start that followed it two
-	// seconds later found the service stopped and started a new run. The
-	// cause was not found; the checks below print what status said last.
-	var status string
-	proctest.Poll(10*time.Second, func() bool {
-		status = proxyCLI(t, "status", "--name", name)
-		return strings.Contains(status, "running:        no")
-	})
+	// Asked once: the supervisor may still be a zombie here, or be reaped
+	// while the init script reads its state; either way it is not running
+	// (TestSysVScriptCalls… in proxy/service).
+	status := proxyCLI(t, "status", "--name", name)
 	want := fmt.Sprintf("=> its last run (pid %d, since %s) ended without a stop: killed, crashed, or its host went down", st.PID, st.StartedAt.Format(time.RFC3339))
 	if !strings.Contains(status, "running:        no") || !strings.Contains(status, want) ||
 		!strings.Contains(status, "=> stopped but configured, and started at boot") || strings.Contains(status, "warm standby") {
