@@ -214,6 +214,12 @@ func (p *ProxyService) complete(ctx context.Context, req *automatorv1.CompleteRe
 	}
 	if len(req.GetSealedResult()) > 0 {
 		if _, err := s.openResult(ctx, w, req.GetSealedResult()); err != nil {
+			if unread := (*keysUnread)(nil); errors.As(err, &unread) {
+				// Not the result's fault: the proxy posts it again
+				// (UNAVAILABLE, or INTERNAL), where a refusal would make
+				// it drop a result its script produced.
+				return s.internal(ctx, "reading the account's keys to open a result", unread.err)
+			}
 			if cur, gerr := s.store.WorkGet(ctx, w.ID); errors.Is(gerr, store.ErrNotFound) || (gerr == nil && cur.Account != account) {
 				return status.Errorf(codes.NotFound, "work %q not found for this account", w.ID)
 			}

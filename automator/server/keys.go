@@ -181,7 +181,15 @@ func (s *Server) open(ctx context.Context, account, workID string, dir crypto.Di
 	}
 	r, err := s.ringWith(ctx, account, id)
 	if err != nil {
-		return nil, err
+		return nil, &keysUnread{err}
 	}
 	return crypto.Open(r.opened, account, workID, dir, blob)
 }
+
+// keysUnread is open's error when the account's keys could not be read
+// (the database out of reach, say): the blob was not tried, and the error
+// says nothing of it.
+type keysUnread struct{ err error }
+
+func (e *keysUnread) Error() string { return "reading the account's keys: " + e.err.Error() }
+func (e *keysUnread) Unwrap() error { return e.err }
