@@ -105,13 +105,23 @@ func validPoll(req *automatorv1.PollRequest) error {
 	if len(req.GetRunning()) > maxRunning {
 		return status.Errorf(codes.InvalidArgument, "running lists %d units, more than %d", len(req.GetRunning()), maxRunning)
 	}
+	// The ids below are looked up and stored, and with PostgreSQL a NUL
+	// byte in any text fails the statement it is in, and with it the
+	// batch of other instances' polls written together: none comes from
+	// a proxy of ours (work ids, and run ids of base32).
 	for i, id := range req.GetRunning() {
 		if len(id) > maxIDLen {
 			return status.Errorf(codes.InvalidArgument, "running[%d] is longer than %d bytes", i, maxIDLen)
 		}
+		if err := plainText(fmt.Sprintf("running[%d]", i), id); err != nil {
+			return err
+		}
 	}
 	if len(req.GetRunId()) > maxIDLen {
 		return status.Errorf(codes.InvalidArgument, "run_id is longer than %d bytes", maxIDLen)
+	}
+	if err := plainText("run_id", req.GetRunId()); err != nil {
+		return err
 	}
 	if req.GetPollSeq() > math.MaxInt64 {
 		return status.Errorf(codes.InvalidArgument, "poll_seq %d is above %d", req.GetPollSeq(), int64(math.MaxInt64))

@@ -16,7 +16,8 @@ import (
 )
 
 // TestProxyTextsHoldNoControlCharacters: the host name and version a poll
-// reports, and the plain failure reason a proxy posts, are stored and shown
+// reports (and its run id and running units' ids, which are looked up and
+// stored), and the plain failure reason a proxy posts, are stored and shown
 // to operators as they came (`automator instances`, `automator work list`,
 // ListInstances, WorkStatus.reason), in their terminals. A token holder
 // must not be able to put terminal escape sequences (or line breaks and
@@ -37,9 +38,14 @@ func TestProxyTextsHoldNoControlCharacters(t *testing.T) {
 		// C1 controls: U+009B is CSI, which terminals may take as ESC [.
 		"hostname (C1)":    {InstanceId: "i-1", Hostname: "h\u009b2J", Wait: durationpb.New(0)},
 		"instance_id (C1)": {InstanceId: "i-\u009b2J", Wait: durationpb.New(0)},
+		// Not shown, but looked up and stored: with PostgreSQL a NUL
+		// fails the statement, and the batch of other instances' polls
+		// written with it.
+		"run_id":     {InstanceId: "i-1", RunId: "r\x00", Wait: durationpb.New(0)},
+		"running[0]": {InstanceId: "i-1", Running: []string{"w_\x00"}, Wait: durationpb.New(0)},
 	} {
-		if _, err := proxy.Poll(ctx, req); status.Code(err) != codes.InvalidArgument {
-			t.Errorf("poll with an escape sequence in %s: %v, want InvalidArgument", field, err)
+		if _, err := proxy.Poll(ctx, req); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), strings.Fields(field)[0]) {
+			t.Errorf("poll with a control character in %s: %v, want InvalidArgument naming it", field, err)
 		}
 	}
 	list, err := e.callerClient().ListInstances(ctx, &automatorv1.ListInstancesRequest{Account: e.account})
