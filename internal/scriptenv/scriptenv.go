@@ -27,6 +27,10 @@ var names = map[string]bool{
 	"GCONV_PATH": true, "GLIBC_TUNABLES": true,
 	"PERL5OPT": true, "PERL5LIB": true, "PERLLIB": true, "PERL5DB": true,
 	"PYTHONSTARTUP": true, "PYTHONPATH": true, "PYTHONHOME": true, "PYTHONWARNINGS": true, "PYTHONUSERBASE": true,
+	// python builds its standard library's directory from PYTHONPLATLIBDIR
+	// (a relative path leads out of its prefix), and loads the compiled
+	// modules under PYTHONPYCACHEPREFIX: both before the script's first line.
+	"PYTHONPLATLIBDIR": true, "PYTHONPYCACHEPREFIX": true,
 	"NODE_OPTIONS": true, "NODE_PATH": true, "RUBYOPT": true, "RUBYLIB": true, "RUBYGEMS_GEMDEPS": true,
 	"PHPRC": true, "PHP_INI_SCAN_DIR": true,
 	"JAVA_TOOL_OPTIONS": true, "_JAVA_OPTIONS": true, "JDK_JAVA_OPTIONS": true,
@@ -56,12 +60,13 @@ var names = map[string]bool{
 // LD_LIBRARY_PATH, …; DYLD_* on macOS), bash's exported functions
 // (BASH_FUNC_name%%), which replace the commands a script calls, and lua's
 // LUA_INIT (and LUA_INIT_5_4, …), whose value lua runs as code before the
-// script, and the .NET profiler's (COR_PROFILER, COR_PROFILER_PATH,
+// script, and LUA_PATH and LUA_CPATH (and LUA_PATH_5_4, …), where its
+// require finds modules, as PYTHONPATH is python's, and the .NET profiler's (COR_PROFILER, COR_PROFILER_PATH,
 // COR_PROFILER_PATH_64, …; CORECLR_* and, from .NET 11, DOTNET_PROFILER*
 // for .NET Core), and the .NET Framework runtime's own settings (COMPlus_*:
 // COMPlus_InstallRoot and COMPlus_Version choose the runtime directory
 // whose DLLs powershell.exe loads).
-var prefixes = []string{"LD_", "DYLD_", "BASH_FUNC_", "LUA_INIT", "COR_PROFILER", "CORECLR_", "DOTNET_PROFILER", "COMPLUS_"}
+var prefixes = []string{"LD_", "DYLD_", "BASH_FUNC_", "LUA_INIT", "LUA_PATH", "LUA_CPATH", "COR_PROFILER", "CORECLR_", "DOTNET_PROFILER", "COMPLUS_"}
 
 // searchPath are the variables that choose which program a name runs: the
 // interpreter of a "#!/usr/bin/env python3" line, found before the

@@ -111,6 +111,95 @@ func TestCommandEnvCannotMakePythonRunOtherCode(t *testing.T) {
 	}
 }
 
+// TestCommandEnvCannotMovePythonsStandardLibrary: python builds the
+// directory of its standard library from PYTHONPLATLIBDIR, relative to its
+// prefix ("../.." leads out of it), and imports its encodings package from
+// there as it starts: a command naming a directory that holds one would
+// run code that is not the deployed script.
+func TestCommandEnvCannotMovePythonsStandardLibrary(t *testing.T) {
+	t.Parallel()
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3")
+	}
+	out, err := exec.Command(python, "-c", "import sys; print(sys.executable); print(sys.prefix); print('python%d.%d' % sys.version_info[:2])").Output()
+	if err != nil {
+		t.Skipf("python3 does not run: %v", err)
+	}
+	lines := strings.Fields(string(out))
+	if len(lines) != 3 {
+		t.Fatalf("python3 said %q", out)
+	}
+	python, prefix, version := lines[0], lines[1], lines[2]
+	dir, planted := t.TempDir(), t.TempDir()
+	injected := filepath.Join(dir, "injected")
+	rel, err := filepath.Rel(prefix, planted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	encodings := filepath.Join(planted, version, "encodings")
+	if err := os.MkdirAll(encodings, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Too early for open(), which needs the codecs: posix is built in.
+	code := "import posix\nposix.close(posix.open(" + strconv.Quote(injected) + ", posix.O_WRONLY | posix.O_CREAT, 0o644))\n"
+	if err := writeFileNoFork(filepath.Join(encodings, "__init__.py"), []byte(code), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFileNoFork(filepath.Join(dir, "deployed.py"), []byte("#!"+python+"\nprint('deployed')\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The planted package works: python run so imports it.
+	check := exec.Command(filepath.Join(dir, "deployed.py"))
+	check.Env = []string{"PYTHONPLATLIBDIR=" + rel}
+	_ = check.Run() // it fails once the planted package has run: no codecs
+	if err := os.Remove(injected); err != nil {
+		t.Skipf("this python does not take its standard library from PYTHONPLATLIBDIR (%v): nothing to refuse", err)
+	}
+	runRefused(t, Spec{ScriptsDir: dir, Script: "deployed.py", Env: map[string]string{"PYTHONPLATLIBDIR": rel}}, injected, "PYTHONPLATLIBDIR", "python")
+}
+
+// TestCommandEnvCannotChooseWhereLuaFindsModules: lua's require finds a
+// module through LUA_PATH (LUA_PATH_5_4, …), as python's import does
+// through PYTHONPATH: a command naming a directory that holds a module of
+// the name a deployed script requires would run it instead.
+func TestCommandEnvCannotChooseWhereLuaFindsModules(t *testing.T) {
+	t.Parallel()
+	var lua string
+	for _, name := range []string{"lua", "lua5.4", "lua5.3", "lua5.1"} {
+		if p, err := exec.LookPath(name); err == nil {
+			lua = p
+			break
+		}
+	}
+	if lua == "" {
+		t.Skip("no lua")
+	}
+	for _, name := range []string{"LUA_PATH", "LUA_PATH_5_4"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			dir, planted := t.TempDir(), t.TempDir()
+			injected := filepath.Join(dir, "injected")
+			if err := writeFileNoFork(filepath.Join(planted, "helpers.lua"), []byte("io.open("+strconv.Quote(injected)+", 'w'):close()\nreturn {}\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := writeFileNoFork(filepath.Join(dir, "deployed.lua"), []byte("#!"+lua+"\npcall(require, 'helpers')\nprint('deployed')\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			value := filepath.Join(planted, "?.lua")
+			check := exec.Command(filepath.Join(dir, "deployed.lua"))
+			check.Env = []string{name + "=" + value}
+			if out, err := check.CombinedOutput(); err != nil {
+				t.Skipf("lua does not run here: %v: %s", err, out)
+			}
+			if err := os.Remove(injected); err != nil {
+				t.Skipf("this lua does not read %s (%v): nothing to refuse", name, err)
+			}
+			runRefused(t, Spec{ScriptsDir: dir, Script: "deployed.lua", Env: map[string]string{name: value}}, injected, name, "lua")
+		})
+	}
+}
+
 // TestCommandEnvCannotMakeGitRunOtherCode: a deployed script that calls
 // git has it read the user's config under HOME or XDG_CONFIG_HOME, and
 // core.fsmonitor there is a command git runs (git status will do). A
