@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 
+	"github.com/opsgate/opsgate/internal/pid1"
 	"github.com/opsgate/opsgate/internal/stopsignal"
 	"github.com/opsgate/opsgate/proxy/cli"
 	"github.com/opsgate/opsgate/proxy/runner"
@@ -18,6 +19,12 @@ func main() {
 	// is the reaper of that proxy's scripts, not a proxy.
 	if os.Getenv(runner.ReaperEnv) == "1" {
 		os.Exit(runner.ServeReaper(os.Stdin, os.Stderr))
+	}
+	// A container's first process, with no init before it: this one
+	// reaps the namespace's orphans (its scripts leave some) and passes
+	// signals to the proxy, which runs as its child.
+	if code, ok := pid1.Run(); ok {
+		os.Exit(code)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), stopsignal.List()...)
 	code := cli.Main(ctx, os.Args[1:], cli.Env{Stdout: os.Stdout, Stderr: os.Stderr, Reaper: true})
