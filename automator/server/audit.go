@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"strings"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -51,13 +52,22 @@ func sourceOf(ctx context.Context) string {
 	return clip(addr)
 }
 
-// clip bounds a value taken from a request before it is logged or stored.
+// clip bounds a value taken from a request before it is logged or stored,
+// as text every store takes: bytes that are not UTF-8 and NUL (an HTTP
+// path's %00, %C3 alone), which PostgreSQL refuses in a text column, become
+// U+FFFD, and the cut falls between two characters. Else the audit record
+// of a failed authentication whose path held one would not be written.
 func clip(s string) string {
 	const max = 64
-	if len(s) > max {
-		return s[:max]
+	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+	if len(s) <= max {
+		return s
 	}
-	return s
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
 }
 
 // event starts an audit event of kind about the call in ctx, now.
