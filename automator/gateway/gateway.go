@@ -29,6 +29,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -197,6 +198,9 @@ func authenticateFirst(gw **runtime.ServeMux, auth func(ctx context.Context, aut
 			if err == nil {
 				err = noQuery(r.URL.RawQuery)
 			}
+			if err == nil {
+				err = textParams(params)
+			}
 			if err != nil {
 				if r.ContentLength != 0 {
 					// Else the HTTP server would read up to 256 KiB of the
@@ -231,6 +235,18 @@ func noQuery(raw string) error {
 		name = name[:64] + "…"
 	}
 	return status.Errorf(codes.InvalidArgument, "the API reads no query parameters, and this call has %q: execute and submit take their fields in the JSON body, the other calls only what their path names", name)
+}
+
+// textParams refuses (INVALID_ARGUMENT, naming it) a path parameter that
+// is not UTF-8 text (%C3 alone, say): the call's fields are protobuf
+// strings, which hold UTF-8 only, and the call could not be made.
+func textParams(params map[string]string) error {
+	for name, v := range params {
+		if !utf8.ValidString(v) {
+			return status.Errorf(codes.InvalidArgument, "%s %q is not UTF-8 text", name, v)
+		}
+	}
+	return nil
 }
 
 // serveOpenAPI answers GET (and HEAD) of the OpenAPI document; another

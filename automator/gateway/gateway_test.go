@@ -820,3 +820,28 @@ func TestQueryParametersAreRefusedNotIgnored(t *testing.T) {
 	// A bare "?" carries no parameter.
 	c.do("POST", "/v1/accounts/acme/submit?", "", body).want(t, http.StatusOK, "STATE_QUEUED")
 }
+
+// TestAPathParameterThatIsNotTextIsRefusedAsSuch: a path's %-escapes may
+// decode to bytes that are not UTF-8 (%C3 alone); the call's fields are
+// protobuf strings, which cannot hold them. The call is refused as bad
+// input (400, naming the parameter), not answered as an internal error
+// (it was 500, "error while marshaling"), and nothing is queued.
+func TestAPathParameterThatIsNotTextIsRefusedAsSuch(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	c := api{t: t, base: a.HTTPURL, apiKey: a.APIKey}
+	for _, tc := range []struct{ method, path, body, param string }{
+		{"GET", "/v1/work/w_%C3%28", "", "work_id"},
+		{"POST", "/v1/work/w_%C3%28:cancel", "", "work_id"},
+		{"POST", "/v1/work/w_%FF:wait", "", "work_id"},
+		{"GET", "/v1/accounts/%C3%28/instances", "", "account"},
+		{"POST", "/v1/accounts/acme%FF/submit", `{"command": {"script": "hello.sh"}}`, "account"},
+	} {
+		r := c.do(tc.method, tc.path, "", tc.body)
+		if r.status != http.StatusBadRequest || r.body["code"] != float64(3) || !strings.Contains(r.str("message"), tc.param+" ") || !strings.Contains(r.str("message"), "not UTF-8") {
+			t.Errorf("%s %s: HTTP %d %s; want 400, code 3, naming %s as not UTF-8", tc.method, tc.path, r.status, r.raw, tc.param)
+		}
+	}
+	if n := a.CountWork(t); n != 0 {
+		t.Fatalf("%d units queued by calls whose path is not text", n)
+	}
+}
