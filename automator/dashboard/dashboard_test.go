@@ -734,6 +734,13 @@ func TestWorkFiltersAndPages(t *testing.T) {
 	if code, body := get(t, c, e.url+"/dashboard/work?state=done"); code != http.StatusBadRequest || !strings.Contains(body, "is not a state") {
 		t.Errorf("an unknown state: %d", code)
 	}
+	// A page position whose unit id no unit can have (PostgreSQL refuses
+	// it in a query) is a position that is not valid, as one not parsed.
+	for _, before := range []string{"x", "123.w_%00", "123.w_%C3%28"} {
+		if code, body := get(t, c, e.url+"/dashboard/work?before="+before); code != http.StatusBadRequest || !strings.Contains(body, "The page position (before=) is not valid") {
+			t.Errorf("before=%s: %d, want 400 saying the page position is not valid", before, code)
+		}
+	}
 }
 
 // event is one server-sent event.

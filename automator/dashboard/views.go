@@ -355,7 +355,7 @@ func (d *Dashboard) wholeRows(ctx context.Context, p store.WorkListParams, revea
 
 func parseCursor(s string) (time.Time, string, bool) {
 	n, id, ok := strings.Cut(s, ".")
-	if !ok || id == "" {
+	if !ok || id == "" || !store.Text(id) {
 		return time.Time{}, "", false
 	}
 	nanos, err := strconv.ParseInt(n, 10, 64)

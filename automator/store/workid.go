@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // NewWorkID returns a new unit's id: "w_" and 32 lowercase hex digits, of
@@ -43,4 +44,13 @@ func ValidWorkID(id string) bool {
 		}
 	}
 	return true
+}
+
+// Text reports whether s can be stored or looked up as text by every
+// store: UTF-8 holding no NUL byte. PostgreSQL refuses anything else in a
+// text value, a query's parameter included, with an error that says
+// nothing of whether a row matches: a lookup of such a value finds
+// nothing, as it does in SQLite.
+func Text(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
 }

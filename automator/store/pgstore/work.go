@@ -201,6 +201,9 @@ func (s *Store) WorkByIdempotencyKey(ctx context.Context, account, key string, s
 }
 
 func (s *Store) WorkGet(ctx context.Context, id string) (store.Work, error) {
+	if !store.Text(id) {
+		return store.Work{}, fmt.Errorf("getting work %q: %w", id, store.ErrNotFound)
+	}
 	var w store.Work
 	err := s.gather(&s.reads, ctx, getWorkQuery, []any{id}, scanInto(&w))
 	if errors.Is(err, pgx.ErrNoRows) {

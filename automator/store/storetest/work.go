@@ -79,6 +79,12 @@ func testWorkEnqueueForUnknownAccount(f *fixture) {
 func testWorkGetUnknown(f *fixture) {
 	_, err := f.s.WorkGet(f.ctx, "nope")
 	f.wantErr("WorkGet of an unknown id", err, store.ErrNotFound)
+	// Ids no unit can have, from a URL's %00 or %C3 alone: not found
+	// either, where PostgreSQL refuses such text in a query.
+	for _, id := range []string{"w_\x00", "w_\xc3("} {
+		_, err := f.s.WorkGet(f.ctx, id)
+		f.wantErr(fmt.Sprintf("WorkGet of %q", id), err, store.ErrNotFound)
+	}
 }
 
 func testWorkNextDeadline(f *fixture) {
