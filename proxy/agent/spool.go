@@ -323,6 +323,9 @@ func (s *spool) writeFile(path string, data []byte, beforeSync func() error) err
 func (s *spool) createTemp() (*os.File, error) {
 	var err error
 	for range 3 {
+		if err = checkNotLinked(s.dir); err != nil {
+			return nil, err
+		}
 		if err = os.MkdirAll(s.dir, 0o700); err != nil {
 			return nil, err
 		}
@@ -381,6 +384,10 @@ type pending struct {
 // instance within their deadline are left for it.
 func (s *spool) load(instanceID string, now time.Time) []pending {
 	if s == nil {
+		return nil
+	}
+	if err := checkNotLinked(s.dir); err != nil {
+		s.log.Error("cannot read the spool; results kept there are not posted", "dir", s.dir, "err", err)
 		return nil
 	}
 	entries, err := os.ReadDir(s.dir)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -15,6 +16,10 @@ const StateFileName = "status.json"
 
 // DefaultStateEvery is how often, at most, a successful poll is recorded.
 const DefaultStateEvery = 5 * time.Second
+
+// maxStateFile bounds what ReadState reads: the proxy's status file is a
+// few hundred bytes.
+const maxStateFile = 1 << 20
 
 // State is what the agent records in its state file, so that `proxy
 // status` can tell when this instance last polled the automator
@@ -44,7 +49,12 @@ type State struct {
 
 // ReadState reads a state file.
 func ReadState(path string) (State, error) {
-	data, err := os.ReadFile(path)
+	f, err := openStateFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return State{}, err
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxStateFile))
+	f.Close()
 	if err != nil {
 		return State{}, err
 	}

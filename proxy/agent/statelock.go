@@ -63,7 +63,7 @@ func LockStateDir(dir string) (*StateLock, error) {
 	path := filepath.Join(dir, LockFileName)
 	// 0600: whoever can open the file can take its lock, and so keep the
 	// proxy from starting.
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := openStateFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening the lock of state_dir %s: %w", dir, err)
 	}
@@ -104,7 +104,7 @@ func LockStateDir(dir string) (*StateLock, error) {
 // this check were a proxy.
 func CheckStateDir(dir string) error {
 	path := filepath.Join(dir, LockFileName)
-	f, err := os.Open(path)
+	f, err := openStateFile(path, os.O_RDONLY, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -159,4 +159,28 @@ func readLockPID(f *os.File) int {
 		return 0
 	}
 	return pid
+}
+
+// checkNotLinked refuses dir when it is there and is not a directory of
+// its own (a symbolic link, a windows junction, a file): the spool's files
+// are made, renamed and removed in it, and through a link that would be
+// done in whatever directory the link names, as the proxy's user.
+func checkNotLinked(dir string) error {
+	fi, err := os.Lstat(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory (%s), which the proxy does not use as its spool: remove it", dir, fi.Mode().Type())
+	}
+	return nil
+}
+
+// CheckSpoolDir refuses the spool of the state_dir dir when it is a link
+// or not a directory (checkNotLinked); nil when it is absent.
+func CheckSpoolDir(dir string) error {
+	return checkNotLinked(filepath.Join(dir, SpoolDirName))
 }

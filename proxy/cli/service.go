@@ -528,7 +528,12 @@ func uninstall(name string, env Env) error {
 		// holds records the proxy could not read and set aside (*.bad),
 		// which it will neither post nor report.
 		spool := filepath.Join(stateDir, agent.SpoolDirName)
-		waiting, _ := os.ReadDir(spool)
+		var waiting []os.DirEntry
+		if agent.CheckSpoolDir(stateDir) == nil {
+			// Not through a link (removed below as the link it is):
+			// nothing where one leads is the service's.
+			waiting, _ = os.ReadDir(spool)
+		}
 		results, lost := 0, false
 		var setAside []string
 		for _, e := range waiting {
