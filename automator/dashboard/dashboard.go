@@ -221,7 +221,7 @@ func New(o Options) (*Dashboard, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.static = http.StripPrefix(Prefix+"static/", http.FileServerFS(staticFS))
+	d.static = staticFiles(staticFS)
 	return d, nil
 }
 
@@ -314,4 +314,22 @@ func (d *Dashboard) revealKeys() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// staticFiles serves the files of fsys by their names, and nothing else:
+// no folder is listed, whatever the path's escapes decode to ("./",
+// "live.js/"), and a name that is not one of its files is not found.
+func staticFiles(fsys fs.FS) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("file")
+		if !fs.ValidPath(name) || strings.Contains(name, "/") {
+			http.NotFound(w, r)
+			return
+		}
+		if fi, err := fs.Stat(fsys, name); err != nil || !fi.Mode().IsRegular() {
+			http.NotFound(w, r)
+			return
+		}
+		http.ServeFileFS(w, r, fsys, name)
+	})
 }

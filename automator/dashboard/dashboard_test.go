@@ -875,15 +875,23 @@ func TestStaticAssetsAndSecurityHeaders(t *testing.T) {
 		}
 	}
 	// The static folder is not listed: a file server would list its
-	// files, which no page asks for.
-	resp, err := c.Get(e.url + "/dashboard/static/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode == http.StatusOK || strings.Contains(string(body), "live.js") {
-		t.Errorf("/dashboard/static/: %d, listing its files: %s", resp.StatusCode, body)
+	// files, which no page asks for; nor when the path's escapes decode
+	// to the folder ("./"), nor is a file taken for a folder.
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	for _, path := range []string{"/dashboard/static/", "/dashboard/static/.%2f", "/dashboard/static/%2e", "/dashboard/static/live.js%2f", "/dashboard/static/nope.js"} {
+		resp, err := c.Get(e.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		want := http.StatusNotFound
+		if path == "/dashboard/static/" {
+			want = http.StatusSeeOther // no page: signing in is asked first
+		}
+		if resp.StatusCode != want || strings.Contains(string(body), "live.js") {
+			t.Errorf("%s: %d, want %d listing nothing: %s", path, resp.StatusCode, want, body)
+		}
 	}
 }
 
