@@ -145,6 +145,13 @@ func Mount(ctx context.Context, mux *http.ServeMux, gs *grpc.Server, o Options) 
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, limit)
+		// grpc-gateway would make a Grpc-Timeout header the call's
+		// deadline, and answer 504 when it passed, though what the call
+		// did (a unit queued) stands: a caller retrying that without an
+		// idempotency key would run its script twice. The API has no such
+		// header: execute takes its wait in the body, the others answer
+		// at once.
+		r.Header.Del("Grpc-Timeout")
 		gw.ServeHTTP(w, asGet(r))
 	}))
 	return nil

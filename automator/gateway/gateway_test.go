@@ -845,3 +845,33 @@ func TestAPathParameterThatIsNotTextIsRefusedAsSuch(t *testing.T) {
 		t.Fatalf("%d units queued by calls whose path is not text", n)
 	}
 }
+
+// TestAGrpcTimeoutHeaderIsNotTheCallsDeadline: grpc-gateway takes a
+// Grpc-Timeout request header for the call's deadline, and answers 504 once
+// it passes, though a submit made before it stands: its caller, told the
+// call failed, would submit again and run the script twice. The API reads
+// no such header: a submit with a 1 ns one queues its unit and says so.
+func TestAGrpcTimeoutHeaderIsNotTheCallsDeadline(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	for range 3 {
+		req, err := http.NewRequest("POST", a.HTTPURL+"/v1/accounts/acme/submit", strings.NewReader(`{"command": {"script": "hello.sh"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+a.APIKey)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Grpc-Timeout", "1n")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "STATE_QUEUED") {
+			t.Errorf("submit with Grpc-Timeout: 1n: HTTP %d %s; want 200, the unit queued", resp.StatusCode, body)
+		}
+	}
+	if n := a.CountWork(t); n != 3 {
+		t.Errorf("%d units queued by 3 submits", n)
+	}
+}
