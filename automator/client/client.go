@@ -370,6 +370,9 @@ func jitter(delay time.Duration) time.Duration {
 // next, but an answer on its way (a large result over a thin link) is
 // given the time it takes.
 func (c *Client) Wait(ctx context.Context, id string) (Work, error) {
+	if err := checkWorkID(id); err != nil {
+		return Work{ID: id}, err
+	}
 	return c.wait(ctx, id, &budget{})
 }
 
@@ -568,6 +571,9 @@ func (e noAnswer) GRPCStatus() *status.Status { return e.st }
 
 // Get returns unit id's status now.
 func (c *Client) Get(ctx context.Context, id string) (Work, error) {
+	if err := checkWorkID(id); err != nil {
+		return Work{ID: id}, err
+	}
 	var st *automatorv1.WorkStatus
 	err := c.call(ctx, "getting work "+id, nil, func(ctx context.Context, api automatorv1.AutomatorServiceClient) (err error) {
 		tctx, cancel := answerBegins(ctx, tryBound)
@@ -585,6 +591,9 @@ func (c *Client) Get(ctx context.Context, id string) (Work, error) {
 // kills the script's process tree) and returns it. A unit that already
 // ended is returned unchanged.
 func (c *Client) Cancel(ctx context.Context, id string) (Work, error) {
+	if err := checkWorkID(id); err != nil {
+		return Work{ID: id}, err
+	}
 	return c.cancel(ctx, id, nil)
 }
 

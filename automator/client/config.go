@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -176,6 +177,14 @@ func (c Config) Validate() error {
 	}
 	if c.APIKey == "" {
 		errs = append(errs, errors.New("no APIKey: the API key is required"))
+	} else if i := strings.IndexFunc(c.APIKey, func(r rune) bool { return r < 0x21 || r > 0x7e }); i >= 0 {
+		// It goes in a header ("authorization: Bearer KEY"), which
+		// holds printable ASCII only: every call would fail Internal.
+		what := fmt.Sprintf("the character %U at byte %d", []rune(c.APIKey[i:])[0], i)
+		if strings.TrimSpace(c.APIKey) != c.APIKey {
+			what = "a space or line break around it (a key read from a file ends in one: trim it, strings.TrimSpace)"
+		}
+		errs = append(errs, fmt.Errorf("APIKey holds %s; a key is printable ASCII only", what))
 	}
 	if tlsNeeded && len(c.CAPEM) == 0 && c.CAFile == "" {
 		errs = append(errs, errors.New("no CAPEM or CAFile: the automator's CA certificate is required for https addresses"))

@@ -43,3 +43,12 @@ func checkText(account string, cmd Command, o callOptions) error {
 	}
 	return nil
 }
+
+// checkWorkID refuses a work id that is not UTF-8, which the API cannot
+// carry, as checkText does the fields of a submit.
+func checkWorkID(id string) error {
+	if !utf8.ValidString(id) {
+		return status.Errorf(codes.InvalidArgument, "work id %q is not valid UTF-8: no unit has such an id", id)
+	}
+	return nil
+}

@@ -64,3 +64,41 @@ func TestTextThatIsNotUTF8IsRefusedNamingItsField(t *testing.T) {
 		t.Errorf("Submit with stdin that is not UTF-8: %v; want it queued", err)
 	}
 }
+
+// TestAWorkIDThatIsNotUTF8IsRefusedAsSuch: Get, Wait and Cancel of an id
+// that is not UTF-8 (no unit has one) say so, InvalidArgument, instead of
+// gRPC's Internal "error while marshaling".
+func TestAWorkIDThatIsNotUTF8IsRefusedAsSuch(t *testing.T) {
+	t.Parallel()
+	a := automatortest.Start(t, automatortest.Options{})
+	c := newClient(t, a)
+	ctx := context.Background()
+	for name, call := range map[string]func(string) (client.Work, error){
+		"Get": func(id string) (client.Work, error) { return c.Get(ctx, id) }, "Wait": func(id string) (client.Work, error) { return c.Wait(ctx, id) },
+		"Cancel": func(id string) (client.Work, error) { return c.Cancel(ctx, id) },
+	} {
+		if _, err := call("w_\xff"); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "not valid UTF-8") {
+			t.Errorf("%s of an id that is not UTF-8: %v (%s); want InvalidArgument saying so", name, err, status.Code(err))
+		}
+	}
+}
+
+// TestAnAPIKeyAHeaderCannotCarryIsRefusedAtNew: the key goes in the
+// authorization header, printable ASCII only; one read from a file with
+// its line break (as `automator init` writes admin.apikey) is refused by
+// New, saying what to do, not by every call with Internal.
+func TestAnAPIKeyAHeaderCannotCarryIsRefusedAtNew(t *testing.T) {
+	t.Parallel()
+	a := automatortest.Start(t, automatortest.Options{})
+	for key, want := range map[string]string{
+		a.APIKey + "\n":     "trim it",
+		" " + a.APIKey:      "trim it",
+		a.APIKey + "\x00":   "U+0000",
+		"oak_caf\u00e9-key": "U+00E9",
+	} {
+		_, err := client.New(client.Config{Addresses: []string{a.URL()}, APIKey: key, CAPEM: a.CAPEM, ServerName: "127.0.0.1"})
+		if err == nil || !strings.Contains(err.Error(), "APIKey") || !strings.Contains(err.Error(), want) {
+			t.Errorf("New with the key %q: %v; want it refused naming APIKey and %q", key, err, want)
+		}
+	}
+}
