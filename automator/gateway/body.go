@@ -70,9 +70,23 @@ func (d bodyDecoder) Decode(v any) error {
 		return errors.New("the request body is not complete JSON: it ends in the middle of a value")
 	case errors.As(err, &syntax):
 		return fmt.Errorf("the request body is not valid JSON: %v (at byte %d)", err, syntax.Offset)
+	case err != nil && len(err.Error()) > maxDecodeError:
+		// protojson quotes the value it refuses whole (a stdin of
+		// megabytes that is not base64, an unknown field's name): the
+		// answer says what is wrong, not the value again.
+		msg := err.Error()
+		n := maxDecodeError
+		for n > 0 && !utf8.RuneStart(msg[n]) {
+			n--
+		}
+		return fmt.Errorf("%s... (cut at %d of its %d bytes)", msg[:n], n, len(msg))
 	}
 	return err
 }
+
+// maxDecodeError bounds the error a body that does not decode is answered
+// with.
+const maxDecodeError = 200
 
 // badTimeout names the timeout when it is what an execute or submit body
 // holds wrong, and says how to write one: protojson's error names neither

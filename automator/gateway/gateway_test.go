@@ -875,3 +875,26 @@ func TestAGrpcTimeoutHeaderIsNotTheCallsDeadline(t *testing.T) {
 		t.Errorf("%d units queued by 3 submits", n)
 	}
 }
+
+// TestABodyThatDoesNotDecodeIsAnsweredWithoutItsValue: a value the API
+// refuses (a stdin of megabytes that is not base64, an unknown field's
+// name as long) is named in the answer, not sent back whole: the answer
+// stays short, and a stdin, which may be secret, does not reach the
+// caller's error logs.
+func TestABodyThatDoesNotDecodeIsAnsweredWithoutItsValue(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	c := api{t: t, base: a.HTTPURL, apiKey: a.APIKey}
+	huge := strings.Repeat("!", 1<<20)
+	for _, tc := range []struct{ body, want string }{
+		{`{"command": {"script": "hello.sh", "stdin": "` + huge + `"}}`, "stdin"},
+		{`{"command": {"script": "hello.sh"}, "` + huge + `": 1}`, "unknown field"},
+	} {
+		r := c.do("POST", "/v1/accounts/acme/submit", "", tc.body)
+		if r.status != http.StatusBadRequest || !strings.Contains(r.str("message"), tc.want) || len(r.raw) > 1024 {
+			t.Errorf("a body with a refused megabyte value: HTTP %d, %d bytes, message %.120q; want 400 naming %q in under 1 KiB", r.status, len(r.raw), r.str("message"), tc.want)
+		}
+	}
+	if n := a.CountWork(t); n != 0 {
+		t.Errorf("%d units queued", n)
+	}
+}
