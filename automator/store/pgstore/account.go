@@ -47,6 +47,9 @@ RETURNING `+accountColumns,
 }
 
 func (s *Store) AccountGet(ctx context.Context, name string) (store.Account, error) {
+	if !store.Text(name) {
+		return store.Account{}, fmt.Errorf("getting account %q: %w", name, store.ErrNotFound)
+	}
 	a, err := scanAccount(s.pool.QueryRow(ctx, `SELECT `+accountColumns+` FROM accounts WHERE name = $1 AND key_id <> 0`, name))
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = store.ErrNotFound

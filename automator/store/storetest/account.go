@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/opsgate/opsgate/automator/store"
@@ -78,6 +79,12 @@ func testAccountGetUnknown(f *fixture) {
 	f.account("acme")
 	_, err = f.s.AccountGet(f.ctx, "ACME")
 	f.wantErr("AccountGet with another case", err, store.ErrNotFound)
+	// Names no account can have (a command line's bytes): not found
+	// either, where PostgreSQL refuses such text in a query.
+	for _, name := range []string{"\xff", "ac\x00me"} {
+		_, err = f.s.AccountGet(f.ctx, name)
+		f.wantErr("AccountGet of "+strconv.Quote(name), err, store.ErrNotFound)
+	}
 }
 
 func testAccountGetByTokenHash(f *fixture) {
