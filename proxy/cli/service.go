@@ -230,6 +230,14 @@ func cmdInstall(args []string, env Env) error {
 	if err != nil {
 		return fail(fmt.Errorf("making %s: %w", stateDir, err))
 	}
+	if !created && u != nil {
+		// Left by an earlier install (uninstall keeps it while results
+		// wait in its spool), perhaps of another user: the service could
+		// not take its lock, and would fail at every start.
+		if err := service.CheckOwner(stateDir, u); err != nil {
+			return fail(fmt.Errorf("--user: %w", err))
+		}
+	}
 	if created {
 		undo = append(undo, func() { _ = os.Remove(stateDir) })
 	}

@@ -272,6 +272,22 @@ func TestProxyInstallRefusesAUserWhoCannotReachItsBinaryOrScripts(t *testing.T) 
 		t.Fatalf("install from a binary nobody cannot reach: %v; want exit 1 naming %s", r, exe)
 	}
 
+	// A state directory left by an earlier install (uninstall keeps one
+	// whose spool holds results) of root's: the service, as nobody, could
+	// not take its lock.
+	stateDir := "/var/lib/" + name
+	if err := os.Mkdir(stateDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(stateDir) })
+	r = install(bin.proxy, cfg)
+	if want := stateDir + " is not owned by nobody; run `chown -R nobody: " + stateDir + "` first"; r.Code != 1 || !strings.Contains(r.Stderr, want) {
+		t.Fatalf("install over a state directory of root's: %v; want exit 1 saying %q", r, want)
+	}
+	if r := runCLI("chown", "-R", "nobody:", stateDir); r.Code != 0 {
+		t.Fatalf("chown: %v", r)
+	}
+
 	// Reachable: installed.
 	if r := install(bin.proxy, cfg); r.Code != 0 {
 		t.Fatalf("install with everything reachable by nobody: %v", r)
