@@ -35,8 +35,24 @@ func TestUnitsOfADeletedAccountAreListedAsUnreadable(t *testing.T) {
 		t.Errorf("work list with units of a deleted account: %d\n%s\nwant both, under the deleted name, their script unreadable", code, list)
 	}
 	for _, id := range []string{"w_ran", "w_queued"} {
-		if code, unit := get(t, admin, e.url+"/dashboard/work/"+id); code != http.StatusOK || !strings.Contains(unit, "acme (deleted ") || strings.Contains(unit, "backup.sh") {
+		code, unit := get(t, admin, e.url+"/dashboard/work/"+id)
+		if code != http.StatusOK || !strings.Contains(unit, "acme (deleted ") || strings.Contains(unit, "backup.sh") {
 			t.Errorf("the page of unit %s of a deleted account: %d\n%s", id, code, unit)
+		}
+		// Its links lead somewhere: the work list of the deleted name
+		// (it lists the unit), and no account page of a name that is
+		// no account's.
+		if strings.Contains(unit, `href="/dashboard/accounts/acme`) {
+			t.Errorf("the page of unit %s links to an account page of the deleted account", id)
+		}
+		i := strings.Index(unit, `href="/dashboard/work?account=`)
+		if i < 0 {
+			t.Fatalf("the page of unit %s has no link to its account's units", id)
+		}
+		link := html.UnescapeString(unit[i+len(`href="`):])
+		link = link[:strings.IndexByte(link, '"')]
+		if code, list := get(t, admin, e.url+link); code != http.StatusOK || !strings.Contains(list, id) {
+			t.Errorf("the link %s of unit %s's page: %d, want its deleted account's units, it among them", link, id, code)
 		}
 	}
 	if code, accounts := get(t, admin, e.url+"/dashboard/"); code != http.StatusOK || strings.Contains(accounts, `data-account="acme"`) || !strings.Contains(accounts, `data-account="globex"`) {

@@ -22,6 +22,9 @@ var funcs = template.FuncMap{
 	"shown":   printable.Shown,
 	"text":    func(b []byte) string { return string(b) },
 	"isState": func(a store.State, b string) bool { return string(a) == b },
+	// deleted: the name a unit of a deleted account keeps (no account
+	// page is it).
+	"deleted": func(account string) bool { _, ok := store.DeletedAccount(account); return ok },
 	"stranded": func(s server.AccountStatus) bool {
 		return s == server.StatusStranded
 	},

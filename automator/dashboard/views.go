@@ -260,7 +260,7 @@ type workData struct {
 func (d *Dashboard) workList(r *http.Request, s *session) (string, any, error) {
 	q := r.URL.Query()
 	data := workData{Account: q.Get("account"), State: store.State(q.Get("state")), States: states, Reveal: s.Reveal}
-	if data.Account != "" && !server.AccountNamePattern.MatchString(data.Account) {
+	if data.Account != "" && !server.AccountNamePattern.MatchString(data.Account) && !deletedName(data.Account) {
 		return "", nil, errBadRequest(fmt.Sprintf("%s is not an account name.", printable.Quote(data.Account)))
 	}
 	if data.State != "" && !data.State.Valid() {
@@ -425,4 +425,12 @@ func (d *Dashboard) unit(r *http.Request, s *session) (string, any, error) {
 		data.workRow = d.row(r.Context(), w, false)
 	}
 	return "Work " + id, data, nil
+}
+
+// deletedName reports whether name is the name the units of a deleted
+// account keep ("acme (deleted …)"), which a unit's page links the work
+// list to.
+func deletedName(name string) bool {
+	base, ok := store.DeletedAccount(name)
+	return ok && server.AccountNamePattern.MatchString(base) && store.Text(name)
 }
