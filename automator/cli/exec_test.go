@@ -5,6 +5,7 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,12 +18,25 @@ import (
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/cli"
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/automator/store/pgstore/pgtest"
 	"github.com/opsgate/opsgate/internal/closedport"
 	"github.com/opsgate/opsgate/internal/pidtest"
 	"github.com/opsgate/opsgate/internal/waittest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain gives the tests that need one a PostgreSQL server (pgtest: the
+// one AUTOMATOR_TEST_POSTGRES names, else a throwaway cluster), and fails
+// the run if a test leaked a goroutine.
+func TestMain(m *testing.M) {
+	code := pgtest.Main(m)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "automator/cli: leaked goroutines:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 type execResult struct {
 	code           int

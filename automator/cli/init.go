@@ -17,6 +17,10 @@ import (
 	"github.com/opsgate/opsgate/internal/clihelp"
 )
 
+// initDraft is the directory of the data directory where init writes its
+// automator.yaml until the admin API key is stored in the database.
+const initDraft = ".init"
+
 // cmdInit makes a data directory: settings, master key, CA, server
 // certificate, database and an admin API key. When it fails (an unreachable
 // --db, a database another init made) it removes what it made, so that it
@@ -110,6 +114,33 @@ func cmdInit(ctx context.Context, args []string, env Env) (err error) {
 			made = append(made, dbPath, dbPath+"-wal", dbPath+"-shm", dbPath+"-journal")
 		}
 	}
+	// The admin key's file, and automator.yaml (in initDraft inside the
+	// data directory, renamed into place last: automator.yaml is what says
+	// the directory is initialised), are written before the key is stored
+	// in the database: once it is, a failure could not remove it from
+	// there, and every later init on that database would be refused
+	// ("already has the admin API key"), no directory holding the key.
+	secret, err := crypto.NewToken("oak_")
+	if err != nil {
+		return err
+	}
+	err = pki.WriteFile(path(config.FileAPIKey), []byte(secret+"\n"), 0o600)
+	created(path(config.FileAPIKey), err)
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", config.FileAPIKey, err)
+	}
+	draft := path(initDraft)
+	err = os.Mkdir(draft, 0o700)
+	created(draft, err)
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", config.FileConfig, err)
+	}
+	draftConfig := filepath.Join(draft, config.FileConfig)
+	made = append(made, draftConfig) // removed before draft (made is removed last first)
+	if err := config.Save(draft, cfg); err != nil {
+		return fmt.Errorf("writing %s: %w", config.FileConfig, err)
+	}
+
 	// openStore takes the serve lock, its file made if missing.
 	if _, err := os.Stat(path(config.FileServeLock)); errors.Is(err, fs.ErrNotExist) {
 		made = append(made, path(config.FileServeLock))
@@ -119,10 +150,6 @@ func cmdInit(ctx context.Context, args []string, env Env) (err error) {
 		return err
 	}
 	defer st.Close() // before the removal of made, deferred above
-	secret, err := crypto.NewToken("oak_")
-	if err != nil {
-		return err
-	}
 	if _, err := st.APIKeyCreate(ctx, store.APIKeyCreateParams{
 		ID:   "admin",
 		Hash: crypto.HashToken(secret),
@@ -132,19 +159,19 @@ func cmdInit(ctx context.Context, args []string, env Env) (err error) {
 		// and may use every account: its creation is audited as theirs is.
 		Audit: cliEvent(store.AuditEvent{At: now, Kind: store.AuditAPIKeyCreated, Detail: "admin (admin key made by init) for " + scopeText(nil)}),
 	}); errors.Is(err, store.ErrExists) {
-		return fmt.Errorf("the database %s already has the admin API key of an earlier `automator init`: initialise a database once, then copy that data directory to every replica", describeDB(*dir, cfg))
+		return fmt.Errorf("the database %s already has the admin API key of an earlier `automator init`: initialise a database once, then copy that data directory to every replica "+
+			"(an init stopped after storing the key, before putting its %s in place, left it in %s of its data directory: move it into that directory to finish it)",
+			describeDB(*dir, cfg), config.FileConfig, filepath.Join(initDraft, config.FileConfig))
 	} else if err != nil {
 		return fmt.Errorf("storing the admin API key: %w", err)
 	}
-	err = pki.WriteFile(path(config.FileAPIKey), []byte(secret+"\n"), 0o600)
-	created(path(config.FileAPIKey), err)
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", config.FileAPIKey, err)
+	// Stored: from here on, the data directory holding the key is kept.
+	if err := os.Rename(draftConfig, path(config.FileConfig)); err != nil {
+		made = nil
+		return fmt.Errorf("putting %s in place: %w; the admin API key is stored in the database and in %s: move %s to %s to finish the data directory",
+			config.FileConfig, err, path(config.FileAPIKey), draftConfig, path(config.FileConfig))
 	}
-	made = append(made, path(config.FileConfig))
-	if err := config.Save(*dir, cfg); err != nil {
-		return fmt.Errorf("writing %s: %w", config.FileConfig, err)
-	}
+	_ = os.Remove(draft)
 	fmt.Fprintf(env.Stdout, "initialised %s for %s\nnext: automator serve --data-dir %s\n", *dir, cfg.PublicURL, *dir)
 	return nil
 }
