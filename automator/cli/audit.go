@@ -61,7 +61,11 @@ func cmdAudit(ctx context.Context, args []string, env Env) error {
 				}
 				continue
 			}
-			fmt.Fprintln(env.Stdout, auditLine(e, script))
+			// A stdout that cannot take the log (a full disk under
+			// `> audit.txt`) fails the command, as the other listings do.
+			if _, err := fmt.Fprintln(env.Stdout, auditLine(e, script)); err != nil {
+				return err
+			}
 		}
 		if len(events) < p.Limit {
 			return nil

@@ -214,8 +214,7 @@ func cmdReplicas(ctx context.Context, args []string, env Env) error {
 			}
 		}
 	}
-	writeReplicas(env, list, held, time.Now())
-	return nil
+	return writeReplicas(env, list, held, time.Now())
 }
 
 // heldIDs are the replica ids running automators hold on PostgreSQL
@@ -228,10 +227,13 @@ type heldIDs struct {
 // writeReplicas prints the replicas' heartbeats; with held (PostgreSQL),
 // a HOLDS ID column says whether a running automator holds each id: the
 // lock ends with the process's session, at once when it is killed, while
-// a process paused or frozen keeps it with its heartbeats stopped.
-func writeReplicas(env Env, list []store.Replica, held *heldIDs, now time.Time) {
+// a process paused or frozen keeps it with its heartbeats stopped. An error
+// writing to stdout (a full disk) is returned: the command fails.
+func writeReplicas(env Env, list []store.Replica, held *heldIDs, now time.Time) error {
 	if len(list) == 0 {
-		fmt.Fprintln(env.Stdout, "no replica has sent a heartbeat to this database yet")
+		if _, err := fmt.Fprintln(env.Stdout, "no replica has sent a heartbeat to this database yet"); err != nil {
+			return err
+		}
 	}
 	if len(list) > 0 {
 		w := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
@@ -256,9 +258,14 @@ func writeReplicas(env Env, list []store.Replica, held *heldIDs, now time.Time) 
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s (%s ago)\t%s%s\n", r.ReplicaID, r.Hostname, r.Version,
 				r.StartedAt.UTC().Format(time.RFC3339), r.LastSeen.UTC().Format(time.RFC3339), ago, holds, alive)
 		}
-		w.Flush()
+		if err := w.Flush(); err != nil {
+			return err
+		}
 	}
 	if held != nil && held.unnamed > 0 {
-		fmt.Fprintf(env.Stdout, "and %d replica id(s) held by a running automator that no heartbeat names (not written yet, or deleted after a week without one)\n", held.unnamed)
+		if _, err := fmt.Fprintf(env.Stdout, "and %d replica id(s) held by a running automator that no heartbeat names (not written yet, or deleted after a week without one)\n", held.unnamed); err != nil {
+			return err
+		}
 	}
+	return nil
 }
