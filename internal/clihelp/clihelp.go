@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // Forms returns the lines of usage (a text with one "  PROG COMMAND ..."
@@ -188,6 +189,13 @@ func (v durationValue) String() string {
 
 func (v durationValue) Set(s string) error {
 	d, err := time.ParseDuration(s)
+	if err != nil && strings.Contains(err.Error(), "invalid duration") && strings.IndexFunc(s, unicode.IsLetter) >= 0 {
+		if _, uerr := time.ParseDuration("1" + strings.TrimLeft(s, "+-0123456789.")); uerr == nil {
+			// Its unit is one: the number is what is wrong, too large
+			// for a duration (about 290 years).
+			return fmt.Errorf("too long a duration: at most about 290 years (2562047h)")
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("not a duration: write it with its unit, such as 30s, 5m or 1h")
 	}

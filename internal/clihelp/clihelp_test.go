@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -151,5 +152,25 @@ func TestOneLineStoppedNamesTheSignalOnlyWhenOneEndedTheCommand(t *testing.T) {
 	cancelCause(errors.New("terminated signal received"))
 	if got := OneLineStopped(signalled, err); got != "waiting for work w_1: stopped: terminated signal received" {
 		t.Errorf("a context ended by a signal: %q", got)
+	}
+}
+
+// TestADurationTooLongIsSaidSo: a duration flag given a value with its
+// unit that is too long for a duration (about 290 years) says so, not that
+// it is no duration or lacks its unit; one without a unit still says how
+// to write one.
+func TestADurationTooLongIsSaidSo(t *testing.T) {
+	for value, want := range map[string]string{
+		"9999999h":    "too long a duration",
+		"99999999h5m": "too long a duration",
+		"5":           "write it with its unit",
+		"5x":          "write it with its unit",
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		Duration(fs, "timeout", time.Minute, "")
+		if err := fs.Parse([]string{"--timeout", value}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--timeout %s: %v, want %q", value, err, want)
+		}
 	}
 }
