@@ -77,7 +77,10 @@ pid_file=@PID_FILE_Q@
 log_file=@LOG_FILE_Q@
 stop_timeout=@STOP_TIMEOUT@
 restart_delay=@RESTART_DELAY@
+lock_file=$pid_file.lock
 self=$(readlink -f "$0")
+nl='
+'
 
 # run replaces itself with the service, with the variables of the optional
 # environment file exported.
@@ -105,15 +108,115 @@ alive() {
 	fi
 }
 
-# running: the supervisor named by the pid file is alive; sets pid.
+# supervisor PID: the process is this script's supervisor, alive. A stale
+# pid file (its supervisor killed with SIGKILL, or a pid file that outlived
+# a reboot) may name an unrelated process now, which status must not call
+# the service, start must not take for it, and stop must not signal. The
+# supervisor's argv, read once from /proc (a zombie's is empty), ends with
+# "$self" _supervise, after the shell that runs the script (or setsid, on
+# its way to it): start ran setsid "$self" _supervise. Without /proc, alive
+# (kill -0) is all there is.
+supervisor() {
+	alive "$1" || return 1
+	[ -d /proc/self ] || return 0
+	supervisor_argv=$(tr '\0' '\n' 2>/dev/null <"/proc/$1/cmdline")
+	case "$supervisor_argv" in
+	*"$nl$self$nl"_supervise) return 0 ;;
+	esac
+	return 1
+}
+
+# running: the pid file names this script's supervisor; sets pid.
 running() {
 	[ -f "$pid_file" ] || return 1
 	pid=$(cat "$pid_file" 2>/dev/null)
-	[ -n "$pid" ] && alive "$pid"
+	case "$pid" in
+	[1-9]*) supervisor "$pid" ;;
+	*) return 1 ;;
+	esac
+}
+
+# ident PID: the pid and, from /proc, the start time of a live process (not
+# a zombie): a pid reused by another process since, after a reboot say, has
+# another start time. The stat file is read once.
+ident() {
+	if [ -d /proc/self ]; then
+		ident_stat=$(sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1,20)
+		case "$ident_stat" in
+		[!Z]" "[0-9]*) echo "$1 ${ident_stat#* }" ;;
+		*) return 1 ;;
+		esac
+	else
+		kill -0 "$1" 2>/dev/null && echo "$1"
+	fi
+}
+
+# held IDENT: the process of a lock's ident still runs.
+held() {
+	[ "$(ident "${1%% *}")" = "$1" ]
+}
+
+# lock: start and stop hold lock_file while they run, so that two starts at
+# once do not both start a supervisor (only one of which stop would stop),
+# nor a stop and a start cross. flock(1) is not everywhere: the lock is a
+# file linked into place (ln fails if it exists), which names its holder's
+# ident. A holder gone without removing it (killed with SIGKILL, or before
+# a reboot) is taken over: whoever creates lock_file.PID (ln again) replaces
+# a lock_file still naming that dead PID; that file, left by a taker killed
+# in turn, is taken over the same way, one level down. A live holder (a
+# stop, which takes up to stop_timeout) is waited for, with a bound.
+lock() {
+	if ! lock_me=$(ident $$); then
+		echo "$name: cannot read this process's state in /proc" >&2
+		exit 1
+	fi
+	lock_new=$lock_file.$$.new
+	trap 'rm -f "$lock_new"' EXIT
+	trap 'exit 1' HUP INT TERM
+	echo "$lock_me" >"$lock_new" || exit 1
+	i=0
+	until lock_take; do
+		if [ "$i" -ge $(((stop_timeout + 10) * 10)) ]; then
+			echo "$name: another start or stop holds $lock_file ($(cat "$lock_file" 2>/dev/null)); giving up" >&2
+			exit 1
+		fi
+		sleep 0.1
+		i=$((i + 1))
+	done
+	trap 'rm -f "$lock_file"' EXIT
+	rm -f "$lock_new"
+}
+
+# lock_take: one try at lock; 1 if a live process holds it.
+lock_take() {
+	lock_at=$lock_file
+	until ln "$lock_new" "$lock_at" 2>/dev/null; do
+		lock_holder=$(cat "$lock_at" 2>/dev/null)
+		case "$lock_holder" in
+		[1-9]*) ;;
+		*) return 1 ;; # released meanwhile
+		esac
+		! held "$lock_holder" || return 1
+		lock_at=$lock_at.${lock_holder%% *}
+	done
+	# lock_at names this process; below lock_file, it is the right to
+	# replace the file above it if that still names the dead holder.
+	while [ "$lock_at" != "$lock_file" ]; do
+		lock_up=${lock_at%.*}
+		lock_holder=$(cat "$lock_up" 2>/dev/null)
+		if [ "${lock_holder%% *}" != "${lock_at##*.}" ] || held "$lock_holder" ||
+			! { echo "$lock_me" >"$lock_new.up" && mv -f "$lock_new.up" "$lock_up"; }; then
+			rm -f "$lock_at" "$lock_new.up"
+			return 1
+		fi
+		rm -f "$lock_at"
+		lock_at=$lock_up
+	done
 }
 
 case "$1" in
 start)
+	lock
 	if running; then
 		echo "$name is already running (pid $pid)"
 		exit 0
@@ -121,8 +224,22 @@ start)
 	(umask 027 && : >>"$log_file") || exit 1
 	# A session of its own: away from the caller's terminal and its signals.
 	setsid "$self" _supervise </dev/null >>"$log_file" 2>&1 &
-	echo $! >"$pid_file"
-	echo "Started $name (pid $!)"
+	pid=$!
+	echo "$pid" >"$pid_file"
+	# The lock is released once the pid is the supervisor's (the shell
+	# forked for it has run setsid): a start waiting for it finds it running.
+	i=0
+	until supervisor "$pid"; do
+		if [ "$i" -ge 100 ] || ! alive "$pid"; then
+			kill -TERM "$pid" 2>/dev/null
+			rm -f "$pid_file"
+			echo "$name did not start; see $log_file" >&2
+			exit 1
+		fi
+		sleep 0.1
+		i=$((i + 1))
+	done
+	echo "Started $name (pid $pid)"
 	;;
 _supervise)
 	# Runs the service, and again restart_delay seconds after it exits, until
@@ -154,6 +271,7 @@ _supervise)
 	exit 0
 	;;
 stop)
+	lock
 	if ! running; then
 		rm -f "$pid_file"
 		echo "$name is not running"

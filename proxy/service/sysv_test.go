@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -49,7 +50,7 @@ type sysvFixture struct {
 
 func newSysV(t *testing.T, mode string, stopTimeout time.Duration) *sysvFixture {
 	t.Helper()
-	for _, tool := range []string{"setsid", "sed", "cut", "readlink"} {
+	for _, tool := range []string{"setsid", "sed", "cut", "readlink", "tr"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s is not installed: %v", tool, err)
 		}
@@ -311,9 +312,22 @@ func TestSysVScriptCallsAZombieNotRunning(t *testing.T) {
 // finds its /proc file and the moment it reads its state; that read then
 // finds nothing, and nothing is not a running process. That moment cannot
 // be made on demand, so a sed that finds the file gone stands in for it,
-// for a pid that exists: only a state that was read makes a process alive.
+// for the pid of a running supervisor (which status would otherwise call
+// running): only a state that was read makes a process alive.
 func TestSysVScriptCallsAProcessGoneBeforeItsStateIsReadNotRunning(t *testing.T) {
 	f := newSysV(t, "graceful", time.Minute)
+	if code, out := f.run(t, "start"); code != 0 {
+		t.Fatalf("start: exit %d %q", code, out)
+	}
+	waittest.Until(t, "the service to start", func() bool { return f.count("started") == 1 })
+	defer func() {
+		if err := os.WriteFile(filepath.Join(f.dir, "release"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if code, out := f.run(t, "stop"); code != 0 {
+			t.Fatalf("stop: exit %d %q", code, out)
+		}
+	}()
 	bin := filepath.Join(f.dir, "bin")
 	if err := os.Mkdir(bin, 0o755); err != nil {
 		t.Fatal(err)
@@ -322,15 +336,241 @@ func TestSysVScriptCallsAProcessGoneBeforeItsStateIsReadNotRunning(t *testing.T)
 	if err := os.WriteFile(filepath.Join(bin, "sed"), []byte(gone), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(f.pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	cmd := exec.Command(f.script, "status")
 	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), "is not running, but its pid file") {
 		t.Fatalf("status when the state of the pid file's process could not be read: %v %q, want exit 1, not running", err, out)
+	}
+}
+
+// stranger is an unrelated process, in a session of its own, that a stale
+// pid file may name: it records SIGTERM in the file term of dir and runs
+// on. Killed, with its session, when the test ends.
+func stranger(t *testing.T, dir string) int {
+	t.Helper()
+	script := filepath.Join(dir, "stranger.sh")
+	body := "#!/bin/sh\ntrap 'echo term >>\"$1/stranger-term\"' TERM\nwhile :; do sleep 0.05; done\n"
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(script, dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	return cmd.Process.Pid
+}
+
+// TestSysVScriptDoesNotTakeAStrangerForItsSupervisor: a stale pid file (the
+// supervisor killed with SIGKILL, or a pid file that outlived a reboot) may
+// name a live process that is not the service's. Status calls the service
+// not running, start starts it instead of saying it already runs, and stop
+// leaves that process alone: no SIGTERM, and no SIGKILL to its session
+// after the stop timeout.
+func TestSysVScriptDoesNotTakeAStrangerForItsSupervisor(t *testing.T) {
+	f := newSysV(t, "graceful", time.Second)
+	other := stranger(t, f.dir)
+	writePID := func() {
+		t.Helper()
+		if err := os.WriteFile(f.pidFile, []byte(strconv.Itoa(other)+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writePID()
+	if code, out := f.run(t, "status"); code != 1 || !strings.Contains(out, "is not running, but its pid file") {
+		t.Errorf("status of a pid file naming an unrelated process: exit %d %q, want 1, not running", code, out)
+	}
+	if code, out := f.run(t, "start"); code != 0 || strings.Contains(out, "already running") {
+		t.Errorf("start over a pid file naming an unrelated process: exit %d %q, want it started", code, out)
+	} else {
+		waittest.Until(t, "the service to start", func() bool { return f.count("started") == 1 })
+		if err := os.WriteFile(filepath.Join(f.dir, "release"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if code, out := f.run(t, "stop"); code != 0 {
+			t.Fatalf("stop of the started service: exit %d %q", code, out)
+		}
+	}
+	writePID()
+	if code, out := f.run(t, "stop"); code != 0 || !strings.Contains(out, "is not running") {
+		t.Errorf("stop with a pid file naming an unrelated process: exit %d %q, want 0, not running", code, out)
+	}
+	if pidtest.Gone(other) {
+		t.Errorf("stop killed the unrelated process its pid file named")
+	}
+	if term, err := os.ReadFile(filepath.Join(f.dir, "stranger-term")); err == nil {
+		t.Errorf("stop sent SIGTERM to the unrelated process its pid file named (%q)", term)
+	}
+}
+
+// supervisors are the pids of the supervisors of script: the processes
+// whose argv holds script and _supervise (setsid on its way to becoming
+// one too), but not their children that have yet to exec the service.
+func supervisors(t *testing.T, script string) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	isOne := func(pid int) bool {
+		argv, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		if err != nil {
+			return false
+		}
+		var script1, supervise bool
+		for _, a := range strings.Split(string(argv), "\x00") {
+			script1 = script1 || a == script
+			supervise = supervise || a == "_supervise"
+		}
+		return script1 && supervise
+	}
+	parent := func(pid int) int {
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return 0
+		}
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			return 0
+		}
+		fields := strings.Fields(string(stat[i+1:]))
+		if len(fields) < 2 {
+			return 0
+		}
+		ppid, _ := strconv.Atoi(fields[1])
+		return ppid
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !isOne(pid) || isOne(parent(pid)) {
+			continue
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// TestSysVScriptStartsOneSupervisorForStartsAtOnce: starts at once (an
+// operator's and a boot's, say) start one supervisor between them; were
+// there two, stop would stop the one in the pid file, and the other would
+// keep starting the service again. setsid is slowed down here, so that the
+// supervisor of the first start takes a while to become one: the next
+// start must find it running all the same. No lock is left behind.
+func TestSysVScriptStartsOneSupervisorForStartsAtOnce(t *testing.T) {
+	f := newSysV(t, "graceful", time.Second)
+	t.Cleanup(func() {
+		for _, pid := range supervisors(t, f.script) {
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		}
+	})
+	if err := os.WriteFile(filepath.Join(f.dir, "release"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	setsid, err := exec.LookPath("setsid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(f.dir, "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	slow := "#!/bin/sh\nsleep 0.3\nexec " + shQuote(setsid) + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(bin, "setsid"), []byte(slow), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const starts = 8
+	var wg sync.WaitGroup
+	codes, outs := make([]int, starts), make([]string, starts)
+	for i := range starts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := exec.Command(f.script, "start")
+			cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+			out, _ := cmd.CombinedOutput()
+			codes[i], outs[i] = cmd.ProcessState.ExitCode(), string(out)
+		}()
+	}
+	wg.Wait()
+	for i := range starts {
+		if codes[i] != 0 {
+			t.Errorf("start: exit %d %q", codes[i], outs[i])
+		}
+	}
+	if n := len(supervisors(t, f.script)); n != 1 {
+		t.Errorf("%d starts at once left %d supervisors, want 1: %q", starts, n, outs)
+	}
+	if code, out := f.run(t, "stop"); code != 0 {
+		t.Fatalf("stop: exit %d %q", code, out)
+	}
+	if pids := supervisors(t, f.script); len(pids) != 0 {
+		t.Errorf("supervisors %v still run after stop", pids)
+	}
+	if locks, _ := filepath.Glob(f.pidFile + ".lock*"); len(locks) != 0 {
+		t.Errorf("files of the lock left behind: %q", locks)
+	}
+}
+
+// TestSysVScriptTakesOverTheLockOfAKilledStart: a start killed with SIGKILL
+// while it holds the lock (or the machine going down under it) cannot
+// remove it; its holder gone, the next start takes it over.
+func TestSysVScriptTakesOverTheLockOfAKilledStart(t *testing.T) {
+	f := newSysV(t, "graceful", time.Second)
+	bin := filepath.Join(f.dir, "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A setsid that hangs: the start holds the lock, waiting for its
+	// supervisor.
+	hang := "#!/bin/sh\necho $$ >\"" + f.dir + "/hung\"\nexec sleep 60\n"
+	if err := os.WriteFile(filepath.Join(bin, "setsid"), []byte(hang), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	start := exec.Command(f.script, "start")
+	start.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	if err := start.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if pid, err := readInt(filepath.Join(f.dir, "hung")); err == nil {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	waittest.Until(t, "the start to hold the lock", func() bool {
+		_, err := readInt(filepath.Join(f.dir, "hung"))
+		return err == nil
+	})
+	if _, err := os.Stat(f.pidFile + ".lock"); err != nil {
+		t.Fatalf("the hanging start holds no lock: %v", err)
+	}
+	if err := start.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = start.Wait()
+
+	begun := time.Now()
+	if code, out := f.run(t, "start"); code != 0 || !strings.Contains(out, "Started") {
+		t.Fatalf("start after a start killed holding the lock: exit %d %q, want it started", code, out)
+	}
+	if d := time.Since(begun); d > 5*time.Second {
+		t.Errorf("start took %v: it waited for the lock of a start that is gone", d)
+	}
+	waittest.Until(t, "the service to start", func() bool { return f.count("started") == 1 })
+	if err := os.WriteFile(filepath.Join(f.dir, "release"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := f.run(t, "stop"); code != 0 {
+		t.Fatalf("stop: exit %d %q", code, out)
+	}
+	if locks, _ := filepath.Glob(f.pidFile + ".lock*"); len(locks) != 0 {
+		t.Errorf("files of the lock left behind: %q", locks)
 	}
 }
 
