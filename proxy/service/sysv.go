@@ -100,12 +100,7 @@ run() {
 # zombie reaped between a check that its file exists and the read of it
 # must not pass for a running process.
 alive() {
-	if [ -d /proc/self ]; then
-		alive_state=$(sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1)
-		[ -n "$alive_state" ] && [ "$alive_state" != Z ]
-	else
-		kill -0 "$1" 2>/dev/null
-	fi
+	ident "$1" >/dev/null
 }
 
 # supervisor PID: the process is this script's supervisor, alive. A stale
@@ -137,8 +132,8 @@ running() {
 }
 
 # ident PID: the pid and, from /proc, the start time of a live process (not
-# a zombie): a pid reused by another process since, after a reboot say, has
-# another start time. The stat file is read once.
+# a zombie; alive above): a pid reused by another process since, after a
+# reboot say, has another start time. The stat file is read once.
 ident() {
 	if [ -d /proc/self ]; then
 		ident_stat=$(sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1,20)
