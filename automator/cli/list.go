@@ -158,7 +158,9 @@ func cmdAccountList(ctx context.Context, args []string, env Env) error {
 		return writeJSON(env.Stdout, out)
 	}
 	if len(stats) == 0 {
-		fmt.Fprintln(env.Stdout, "no account yet; make one with `automator account create NAME`")
+		if _, err := fmt.Fprintln(env.Stdout, "no account yet; make one with `automator account create NAME`"); err != nil {
+			return err
+		}
 	} else {
 		w := table(env.Stdout)
 		fmt.Fprintln(w, "ACCOUNT\tSTATUS\tQUEUED\tOLDEST QUEUED\tIN FLIGHT\tINSTANCES ONLINE\tLAST POLL")
@@ -273,8 +275,8 @@ func cmdInstances(ctx context.Context, args []string, env Env) error {
 		return writeJSON(env.Stdout, out)
 	}
 	if len(list) == 0 {
-		fmt.Fprintf(env.Stdout, "no instance of account %s has polled yet\n", *account)
-		return nil
+		_, err := fmt.Fprintf(env.Stdout, "no instance of account %s has polled yet\n", *account)
+		return err
 	}
 	w := table(env.Stdout)
 	fmt.Fprintln(w, "INSTANCE\tHOST\tVERSION\tLAST POLL\tIN FLIGHT\tSTATUS")

@@ -17,7 +17,8 @@ import (
 // printed nothing a script can rely on: it exits 255 saying why ("no space
 // left on device"), as `account list` does, not 0 over an empty file. The
 // audit log (table and --json) and the replicas table, with and without a
-// replica.
+// replica; and the listings' single line that says nothing matches (no
+// account yet, no unit, no instance), which a script reads as an answer too.
 func TestAListingThatCannotBeWrittenFailsTheCommand(t *testing.T) {
 	t.Parallel()
 	empty := initDir(t) // no replica has sent a heartbeat
@@ -38,6 +39,9 @@ func TestAListingThatCannotBeWrittenFailsTheCommand(t *testing.T) {
 		{"audit", "--json", "--data-dir", dir},
 		{"replicas", "--data-dir", dir},
 		{"replicas", "--data-dir", empty},
+		{"account", "list", "--data-dir", empty},
+		{"work", "list", "--data-dir", empty},
+		{"instances", "--account", "acme", "--data-dir", dir},
 	} {
 		full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
 		if err != nil {

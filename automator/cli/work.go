@@ -175,8 +175,8 @@ func cmdWorkList(ctx context.Context, args []string, env Env) error {
 		return writeJSON(env.Stdout, views)
 	}
 	if len(views) == 0 {
-		fmt.Fprintln(env.Stdout, "no unit of work matches")
-		return nil
+		_, err := fmt.Fprintln(env.Stdout, "no unit of work matches")
+		return err
 	}
 	w := table(env.Stdout)
 	fmt.Fprintln(w, "WORK ID\tACCOUNT\tSTATE\tQUEUED\tCLAIMED\tFINISHED\tCLAIMER\tEXIT\tREASON")
