@@ -171,6 +171,7 @@ func Start(t testing.TB, o Options) *Automator {
 	}
 	gs := grpc.NewServer(append(grpcwire.ServerOptions(),
 		grpc.Creds(creds),
+		grpc.InTapHandle(srv.TapHandle()),
 		grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{srv.UnaryInterceptor()}, o.Interceptors...)...),
 		grpc.MaxRecvMsgSize(maxMessage),
 		grpc.MaxSendMsgSize(maxMessage),

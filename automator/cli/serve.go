@@ -166,6 +166,10 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	}
 	gs := grpc.NewServer(append(grpcwire.ServerOptions(),
 		grpc.Creds(creds),
+		// Credentials are checked from a call's headers, before its
+		// request is read (Server.TapHandle), and again by the interceptor
+		// for a call the tap did not authenticate.
+		grpc.InTapHandle(srv.TapHandle()),
 		grpc.UnaryInterceptor(srv.UnaryInterceptor()),
 		grpc.MaxRecvMsgSize(maxMessage),
 		grpc.MaxSendMsgSize(maxMessage),

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/opsgate/opsgate/automator/store"
@@ -28,6 +29,9 @@ const (
 	keyAccount ctxKey = iota
 	keyCaller
 	keyToken
+	// keyTapped marks a call TapHandle authenticated: the interceptor
+	// does not look its credential up again.
+	keyTapped
 )
 
 // caller is the API key that authenticated a caller.
@@ -88,16 +92,71 @@ func callerFrom(ctx context.Context) string {
 
 // UnaryInterceptor authenticates every call: proxy methods with an account
 // token, caller methods with an API key, both as "authorization: Bearer"
-// (the scheme in any case).
+// (the scheme in any case). A call TapHandle authenticated already is not
+// looked up again.
 func (s *Server) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		ctx, err := s.authenticate(ctx, info.FullMethod, req)
-		if err != nil {
-			return nil, err
+		if ctx.Value(keyTapped) == nil {
+			var err error
+			if ctx, err = s.authenticate(ctx, info.FullMethod, req); err != nil {
+				return nil, err
+			}
 		}
 		return handler(ctx, req)
 	}
 }
+
+// tapLookupTimeout bounds TapHandle's lookup of a credential the store's
+// cache does not hold. The lookup holds up the reading of its connection's
+// frames, pings included: a proxy gives up a connection whose ping is not
+// answered within 5 s (proxy/cli.Keepalive).
+const tapLookupTimeout = 3 * time.Second
+
+// TapHandle authenticates a call from its headers, before gRPC reads its
+// request: a message of up to 8 MiB, which gRPC receives whole before any
+// interceptor runs. Without it, anyone who can reach the listener could
+// open calls without a credential, each holding up to 8 MiB of request
+// until it is complete, as many as they like on one connection. A call
+// refused here gets the status the interceptor would give it (counted
+// against its source's failure budget and audited as such), and its
+// stream is reset, so its request is never read. An accepted call carries
+// what the lookup found to the interceptor, which does not look it up
+// again. An expired account token is left to the interceptor, which
+// records the poll it refuses (tokenExpiredPoll): its holder held the
+// account's token.
+//
+// The handle runs on the goroutine that reads the connection's frames: a
+// credential in the store's cache is checked in memory, and the lookup of
+// one that is not is bounded by tapLookupTimeout.
+func (s *Server) TapHandle() tap.ServerInHandle {
+	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		method := info.FullMethodName
+		if !strings.HasPrefix(method, proxyPrefix) && !strings.HasPrefix(method, callerPrefix) {
+			return ctx, nil // health: no secrets
+		}
+		lctx, cancel := context.WithTimeout(ctx, tapLookupTimeout)
+		defer cancel()
+		actx, err := s.authenticate(context.WithValue(lctx, keyTapped, true), method, nil)
+		switch {
+		case errors.Is(err, errExpiredToInterceptor):
+			return ctx, nil
+		case err != nil && lctx.Err() != nil && ctx.Err() == nil:
+			return ctx, status.Errorf(codes.Unavailable, "the automator's database did not answer within %v while looking up the call's credential; retry", tapLookupTimeout)
+		case err != nil:
+			return ctx, err
+		}
+		for _, k := range []ctxKey{keyToken, keyAccount, keyCaller} {
+			if v := actx.Value(k); v != nil {
+				ctx = context.WithValue(ctx, k, v)
+			}
+		}
+		return context.WithValue(ctx, keyTapped, true), nil
+	}
+}
+
+// errExpiredToInterceptor: TapHandle met an expired account token, which
+// the interceptor refuses once it has the poll to record.
+var errExpiredToInterceptor = errors.New("expired account token: left to the interceptor")
 
 var (
 	proxyPrefix  = "/" + automatorv1.ProxyService_ServiceDesc.ServiceName + "/"
@@ -118,6 +177,8 @@ func (s *Server) authenticate(ctx context.Context, method string, req any) (cont
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			return nil, s.authFailed(ctx, method, "invalid account token", "")
+		case errors.Is(err, store.ErrExpired) && ctx.Value(keyTapped) != nil:
+			return nil, errExpiredToInterceptor
 		case errors.Is(err, store.ErrExpired):
 			// The presenter held this token: telling it that it expired
 			// reveals nothing, and tells its operator what to do.

@@ -196,6 +196,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	opts := []grpc.ServerOption{
 		grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12})),
+		grpc.InTapHandle(srv.TapHandle()),
 		grpc.UnaryInterceptor(srv.UnaryInterceptor()),
 	}
 	if o.quietConns {
