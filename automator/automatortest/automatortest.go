@@ -256,6 +256,12 @@ func (a *Automator) CallerConn(t testing.TB) *grpc.ClientConn {
 	return a.conn(t, a.APIKey)
 }
 
+// SecretConn is a connection that presents secret (a wrong token, say).
+func (a *Automator) SecretConn(t testing.TB, secret string) *grpc.ClientConn {
+	t.Helper()
+	return a.conn(t, secret)
+}
+
 func (a *Automator) conn(t testing.TB, secret string) *grpc.ClientConn {
 	creds := insecure.NewCredentials()
 	if !a.Plaintext {

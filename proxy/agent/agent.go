@@ -408,7 +408,8 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
 			// A poll refused as unauthenticated claimed none: the
 			// automator refuses its token before it claims, and fails
 			// what it had handed it (a token withdrawn, its account
-			// deleted, while it waited). Nor did one that reached no
+			// deleted, while it waited); nor did one refused for its
+			// keys (mayHaveClaimed). Nor did one that reached no
 			// automator (it down, its name not resolving): a stop
 			// would wait to report it, and say it stopped without.
 			if n > 0 && lostFrom == 0 && mayHaveClaimed(err) {
@@ -631,10 +632,17 @@ func (e unsentError) GRPCStatus() *status.Status { return status.Convert(e.error
 // mayHaveClaimed reports whether a poll for units that failed with err
 // may have had units claimed for it, in an answer never read: unless the
 // automator refused its token (it refuses before it claims, and fails
-// what it had handed the poll), or the poll reached no automator.
+// what it had handed the poll) or the keys it holds (FailedPrecondition,
+// the automator's one answer of that code to a poll, given before it
+// claims: another account's key under an id, or none usable now), or the
+// poll reached no automator.
 func mayHaveClaimed(err error) bool {
 	var u unsentError
-	return status.Code(err) != codes.Unauthenticated && !errors.As(err, &u)
+	switch status.Code(err) {
+	case codes.Unauthenticated, codes.FailedPrecondition:
+		return false
+	}
+	return !errors.As(err, &u)
 }
 
 // pollMargin is what a poll's answer is given past the wait it asked for
