@@ -732,8 +732,13 @@ func cmdStatus(args []string, env Env) error {
 		fmt.Fprintf(w, "=> running since %s ago, and not polled the automator successfully yet: see its log if that lasts\n", ago(now, s.StartedAt))
 	case st.Running:
 		fmt.Fprintln(w, "=> running, but not polling the automator successfully: see its log")
+	case cfgOK && check.refused:
+		fmt.Fprintf(w, "=> stopped, and its config is out of date (automator: above): started, it would claim nothing; put the account's current profile in %s before a failover needs it\n", cfgPath)
 	case cfgOK && check.stale:
-		fmt.Fprintf(w, "=> stopped, and its config is out of date (automator: above): started, it would claim nothing, now or once its token's overlap ends; put the account's current profile in %s before a failover needs it\n", cfgPath)
+		// A previous token, or keys of before a rotation: accepted until
+		// the rotation's overlap ends (keys the account no longer has at
+		// all are refused at the first poll, which the check cannot tell).
+		fmt.Fprintf(w, "=> stopped, and its config is out of date (automator: above): started, it may claim units only until the rotation's overlap ends, and none after; put the account's current profile in %s before a failover needs it\n", cfgPath)
 	case cfgOK && check.unreached:
 		fmt.Fprintf(w, "=> stopped and configured, but the automator is not reachable from here now: a failover to it would poll nothing until it is\n")
 	case cfgOK && st.BootStart:
