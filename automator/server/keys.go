@@ -169,6 +169,12 @@ func (r *keyRing) sameAccount(id uint32, sealedKey []byte) bool {
 	return true
 }
 
+// read reports whether the ring was read with the account's key of id
+// among its keys (whether or not it opened).
+func (r *keyRing) read(id uint32) bool {
+	return slices.ContainsFunc(r.meta, func(k store.AccountKey) bool { return k.KeyID == id })
+}
+
 // open opens a sealed blob of an account's unit with the key its header
 // names, reading the keys again if that id is new to the cache.
 func (s *Server) open(ctx context.Context, account, workID string, dir crypto.Direction, blob []byte) ([]byte, error) {

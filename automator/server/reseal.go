@@ -64,8 +64,11 @@ func (s *Server) instanceRing(ctx context.Context, account, instanceID string, h
 	// was read. The ids come from the instance (a token holder), so they
 	// may make the keys be read again at most once a second. A ring read
 	// before the account was deleted and created again is read again at
-	// once: what tells it comes from the store.
-	if tok := tokenFrom(ctx); tok.sealedKey != nil && !r.sameAccount(tok.keyID, tok.sealedKey) {
+	// once, and so is one that lacks the account's current key id as the
+	// token's lookup read it (a rotation since, which may have withdrawn
+	// the keys held at once, --overlap 0): what tells either comes from
+	// the store.
+	if tok := tokenFrom(ctx); tok.sealedKey != nil && (!r.read(tok.keyID) || !r.sameAccount(tok.keyID, tok.sealedKey)) {
 		if r, err = s.loadRing(ctx, account); err != nil {
 			return nil, false, false, s.internal(ctx, "reading the account's keys", err)
 		}

@@ -347,6 +347,32 @@ func TestPollPendingAcrossRotateKeyWithoutOverlapGetsNothing(t *testing.T) {
 	}
 }
 
+// TestAPollAfterRotateKeyWithoutOverlapIsRefusedAtOnce: the first poll
+// after rotate-key --overlap 0 of a proxy holding only the withdrawn key is
+// refused (FailedPrecondition, recorded as refused), though the account's
+// keys were read for an earlier poll less than 30 s before: the token's
+// lookup reads the account's current key id, and one the keys read
+// lack is a rotation made since. It used to be accepted until those keys
+// were 30 s old, listed online, and a unit no instance could take timed
+// out saying an instance was online.
+func TestAPollAfterRotateKeyWithoutOverlapIsRefusedAtOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	proxy := e.proxyClient()
+	if _, err := pollNow(proxy, "old", 1, 1); err != nil {
+		t.Fatalf("poll holding the account's key: %v", err)
+	}
+	now := time.Now()
+	e.rotateKey(e.account, 2, now, now) // --overlap 0
+	_, err := pollNow(proxy, "old", 1, 1)
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "none of them usable now") {
+		t.Fatalf("poll holding only the key withdrawn by rotate-key --overlap 0: %v; want FailedPrecondition, none of its keys usable now", err)
+	}
+	if _, err := pollNow(proxy, "new", 1, 2); err != nil {
+		t.Fatalf("poll holding the new key: %v", err)
+	}
+}
+
 // TestRevokedAPIKeyIsRefusedAtOnce: the very next call with a revoked key,
 // on the same connection, is refused.
 func TestRevokedAPIKeyIsRefusedAtOnce(t *testing.T) {
