@@ -1,8 +1,12 @@
 // Command goclient is executeOnProxy from Go with the automator's client
 // package (docs/api.md):
 //
+//	go build -o goclient ./docs/examples/goclient
 //	AUTOMATOR_GRPC=https://automator.example:8443 AUTOMATOR_CA=ca.pem \
-//	AUTOMATOR_API_KEY=$(cat admin.apikey) go run ./docs/examples/goclient hello.sh world
+//	AUTOMATOR_API_KEY=$(cat admin.apikey) ./goclient hello.sh world
+//
+// Built, not with `go run`, which exits 1 whatever the exit code the
+// program returns.
 //
 // AUTOMATOR_GRPC may list several automators, comma-separated: a call that
 // finds one unavailable moves on to the next.
