@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"time"
 
@@ -256,6 +257,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		}
 	}()
 	warnExposedSecrets(log, *dir)
+	warnSchemeMismatch(log, *dir, cfg)
 	log.Info("serving", "grpc", lis.Addr().String(), "http", hlis.Addr().String(), "tls", !cfg.InsecurePlaintext, "db", describeDB(*dir, cfg))
 
 	var serveErr error
@@ -433,5 +435,24 @@ func warnExposedSecrets(log *slog.Logger, dir string) {
 		if who := secretfile.ReadableByOthers(path); who != "" {
 			log.Warn(name+" holds a secret and is readable by "+who+": "+secretfile.RestrictInDir, "path", path)
 		}
+	}
+}
+
+// warnSchemeMismatch warns when public_url's scheme is not the one serve
+// speaks: the profiles `account create` prints name it as automator_url,
+// and no proxy given one could use it (a plaintext connection to a TLS
+// listener is closed unanswered; a TLS handshake to a plaintext one fails),
+// which would otherwise be found only at each proxy.
+func warnSchemeMismatch(log *slog.Logger, dir string, cfg config.Config) {
+	u, err := url.Parse(cfg.PublicURL)
+	if err != nil {
+		return // Validate refused it
+	}
+	path := filepath.Join(dir, config.FileConfig)
+	switch {
+	case u.Scheme == "http" && !cfg.InsecurePlaintext:
+		log.Warn("public_url is http://, but serve serves TLS: the profiles `account create` prints name an automator_url no proxy can use; set public_url to https://"+u.Host+" in "+path+", or serve plaintext on loopback (--insecure-plaintext)", "public_url", cfg.PublicURL)
+	case u.Scheme == "https" && cfg.InsecurePlaintext:
+		log.Warn("serving plaintext (insecure_plaintext), but public_url is https://: the profiles `account create` prints name an automator_url whose TLS handshake this automator does not answer; set public_url to http://"+u.Host+" in "+path, "public_url", cfg.PublicURL)
 	}
 }
