@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -228,17 +229,25 @@ func (p *ProxyService) complete(ctx context.Context, req *automatorv1.CompleteRe
 		}
 	}
 
-	audit := s.event(ctx, store.AuditWorkEnded, via)
-	done, err := s.store.WorkComplete(ctx, store.WorkCompleteParams{
-		ID:           w.ID,
-		ClaimID:      req.GetClaimId(),
-		Account:      account,
-		State:        st,
-		SealedResult: req.GetSealedResult(),
-		Reason:       reason,
-		Now:          s.clock.Now(),
-		Audit:        &audit,
-	})
+	now := s.clock.Now()
+	var done store.Work
+	err := s.refusedFromRead(ctx, account, req, now)
+	if err == nil {
+		audit := s.event(ctx, store.AuditWorkEnded, via)
+		done, err = s.store.WorkComplete(ctx, store.WorkCompleteParams{
+			ID:           w.ID,
+			ClaimID:      req.GetClaimId(),
+			Account:      account,
+			State:        st,
+			SealedResult: req.GetSealedResult(),
+			Reason:       reason,
+			Now:          now,
+			Audit:        &audit,
+		})
+	}
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrClaimMismatch) || errors.Is(err, store.ErrNotClaimable) {
+		s.results.refused(account, now)
+	}
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return status.Errorf(codes.NotFound, "work %q not found for this account", w.ID)
@@ -275,6 +284,27 @@ func (p *ProxyService) complete(ctx context.Context, req *automatorv1.CompleteRe
 	// and the metrics already hold every ending. Cancels and timeouts stay
 	// at Info.
 	s.log.Debug("work finished", "work_id", done.ID, "account", account, "state", string(done.State), "instance_id", done.InstanceID)
+	return nil
+}
+
+// refusedFromRead is, for a result of account whose results are read
+// before they are written (resultGuard), the store's refusal of it as the
+// unit reads: ErrNotFound (no unit, or another account's), or
+// store.NotCompletable's (not claimed, or under another claim id). nil
+// when the result is to be written: the account's results are not read
+// first, the unit is claimed under the result's claim, or the read
+// failed (the write says how the store is).
+func (s *Server) refusedFromRead(ctx context.Context, account string, req *automatorv1.CompleteRequest, now time.Time) error {
+	if !s.results.wary(account, now) {
+		return nil
+	}
+	cur, err := s.store.WorkGet(ctx, req.GetWorkId())
+	switch {
+	case errors.Is(err, store.ErrNotFound) || (err == nil && cur.Account != account):
+		return store.ErrNotFound
+	case err == nil && (cur.State != store.StateClaimed || cur.ClaimID != req.GetClaimId()):
+		return store.NotCompletable(cur, req.GetClaimId())
+	}
 	return nil
 }
 

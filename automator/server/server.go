@@ -149,6 +149,7 @@ type Server struct {
 	metrics     Metrics
 	started     time.Time         // when New made it (deleted.go)
 	failures    *failureLimiter   // budget of failed authentications per source (ratelimit.go)
+	results     resultGuard       // accounts whose results are read before they are written (resultguard.go)
 	authFailLog *loglimit.Limiter // the log lines of failed authentications (authlog.go)
 	authMetrics AuthMetrics       // the Metrics, when it counts failed authentications
 	dbDown      atomic.Bool       // the database is out of reach, since a store call found it so (unreachable.go)
