@@ -10,8 +10,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/opsgate/opsgate/automator/automatortest"
+	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -39,4 +42,55 @@ func TestServeRefusesACallWithoutACredentialBeforeItsRequest(t *testing.T) {
 	if status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("a submit without a credential whose request is never sent: %v, want Unauthenticated before the request", err)
 	}
+}
+
+// TestServeBoundsHealthChecksThatNeverSendTheirRequest: the gRPC health
+// service needs no credential, and gRPC reads a call's whole request (up to
+// 8 MiB) before its handler runs, so health calls that never finished their
+// request held it without bound. At most 4 are open at once from one
+// source (the next is refused at once, ResourceExhausted), and each ends
+// within 5 s, its request sent or not; then health checks are answered
+// again.
+func TestServeBoundsHealthChecksThatNeverSendTheirRequest(t *testing.T) {
+	t.Parallel()
+	s := serveDirInProcess(t, initDir(t))
+	cc, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(credentials.NewTLS(s.tlsConfig(t))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	const check = "/grpc.health.v1.Health/Check"
+	// No deadline of the test's own: the calls end on the automator's.
+	ctx := t.Context()
+	open := func() grpc.ClientStream {
+		st, err := cc.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, check)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	var held []grpc.ClientStream
+	for range 4 {
+		held = append(held, open())
+	}
+	ended := make(chan error, len(held)+1)
+	recv := func(st grpc.ClientStream) {
+		go func() { ended <- st.RecvMsg(&healthpb.HealthCheckResponse{}) }()
+	}
+	recv(open())
+	if err := waittest.Recv(t, ended, "a fifth health check that never sends its request to be refused"); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a fifth health check that never sends its request, from the same source: %v; want ResourceExhausted at once", err)
+	}
+	for _, st := range held {
+		recv(st)
+	}
+	for i := range held {
+		if err := waittest.Recv(t, ended, "a health check that never sent its request to end"); status.Code(err) != codes.DeadlineExceeded {
+			t.Errorf("health check %d that never sent its request: %v; want it ended by the automator (DeadlineExceeded)", i, err)
+		}
+	}
+	automatortest.WaitFor(t, 10*time.Second, "a health check to be answered once the others ended", func() bool {
+		resp, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
+		return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -125,6 +126,9 @@ const tapLookupTimeout = 3 * time.Second
 // records the poll it refuses (tokenExpiredPoll): its holder held the
 // account's token.
 //
+// A call that takes no credential (the health service's) is bounded
+// otherwise (withoutCredential).
+//
 // The handle runs on the goroutine that reads the connection's frames: a
 // credential in the store's cache is checked in memory, and the lookup of
 // one that is not is bounded by tapLookupTimeout.
@@ -132,7 +136,7 @@ func (s *Server) TapHandle() tap.ServerInHandle {
 	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
 		method := info.FullMethodName
 		if !strings.HasPrefix(method, proxyPrefix) && !strings.HasPrefix(method, callerPrefix) {
-			return ctx, nil // health: no secrets
+			return s.withoutCredential(ctx)
 		}
 		lctx, cancel := context.WithTimeout(ctx, tapLookupTimeout)
 		defer cancel()
@@ -151,6 +155,61 @@ func (s *Server) TapHandle() tap.ServerInHandle {
 			}
 		}
 		return context.WithValue(ctx, keyTapped, true), nil
+	}
+}
+
+// Calls that carry no credential (the gRPC health service's, for load
+// balancers and probes) are bounded apart: gRPC reads each one's request
+// whole too (up to 8 MiB) before its handler runs. At most
+// uncredentialedPerSource are open at once from one source address, and
+// each ends within uncredentialedWithin: a health check answers at once,
+// and a call that has not sent its request by then holds nothing longer.
+const (
+	uncredentialedPerSource = 4
+	uncredentialedWithin    = 5 * time.Second
+)
+
+// withoutCredential is TapHandle's answer for a call that carries no
+// credential: ResourceExhausted when its source has
+// uncredentialedPerSource such calls open, else the call, bounded to
+// uncredentialedWithin and counted until it ends.
+func (s *Server) withoutCredential(ctx context.Context) (context.Context, error) {
+	src := sourceOf(ctx)
+	if !s.uncredentialed.take(src) {
+		return ctx, status.Errorf(codes.ResourceExhausted, "%d calls without a credential (health checks) from %s are open already, the most one source may have", uncredentialedPerSource, src)
+	}
+	ctx, cancel := context.WithTimeout(ctx, uncredentialedWithin)
+	context.AfterFunc(ctx, func() {
+		cancel()
+		s.uncredentialed.give(src)
+	})
+	return ctx, nil
+}
+
+// openCalls counts the calls without a credential open per source.
+type openCalls struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (o *openCalls) take(src string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.n[src] >= uncredentialedPerSource {
+		return false
+	}
+	if o.n == nil {
+		o.n = make(map[string]int)
+	}
+	o.n[src]++
+	return true
+}
+
+func (o *openCalls) give(src string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.n[src]--; o.n[src] <= 0 {
+		delete(o.n, src)
 	}
 }
 

@@ -147,13 +147,15 @@ type Server struct {
 	sharedIDs   sharedIDs // runs polling as one instance (sharedid.go)
 	broadcaster Broadcaster
 	metrics     Metrics
-	started     time.Time         // when New made it (deleted.go)
-	failures    *failureLimiter   // budget of failed authentications per source (ratelimit.go)
-	results     resultGuard       // accounts whose results are read before they are written (resultguard.go)
-	authFailLog *loglimit.Limiter // the log lines of failed authentications (authlog.go)
-	authMetrics AuthMetrics       // the Metrics, when it counts failed authentications
-	dbDown      atomic.Bool       // the database is out of reach, since a store call found it so (unreachable.go)
-	dbFailures  atomic.Uint64     // store calls that found the database out of reach
+	started     time.Time       // when New made it (deleted.go)
+	failures    *failureLimiter // budget of failed authentications per source (ratelimit.go)
+	results     resultGuard     // accounts whose results are read before they are written (resultguard.go)
+	// calls without a credential open per source (TapHandle)
+	uncredentialed openCalls
+	authFailLog    *loglimit.Limiter // the log lines of failed authentications (authlog.go)
+	authMetrics    AuthMetrics       // the Metrics, when it counts failed authentications
+	dbDown         atomic.Bool       // the database is out of reach, since a store call found it so (unreachable.go)
+	dbFailures     atomic.Uint64     // store calls that found the database out of reach
 
 	// timedOutLog and diskFullLog bound the lines of units timed out and
 	// of store calls refused for lack of disk space (loglines.go).
