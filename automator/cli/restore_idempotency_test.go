@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"errors"
 	"slices"
 	"strings"
@@ -232,4 +233,72 @@ func unitsAudit(t *testing.T, st *sqlitestore.Store, ids ...string) map[string][
 		}
 	}
 	return got
+}
+
+// TestRestoreCopiesTheKeyOfAUnitQueuedAfterARotation: a unit queued with an
+// idempotency key after the backup, under a key that a rotate-key made
+// after the backup too, is copied into the restored database; its key used
+// to be left behind, so the unit (the caller's retry with its key, a Get,
+// `work show`) could never be opened, and the next rotate-key would make
+// another key under the same id. The key comes along as a previous key,
+// usable by no proxy; the next rotate-key makes the id after it.
+func TestRestoreCopiesTheKeyOfAUnitQueuedAfterARotation(t *testing.T) {
+	t.Parallel()
+	dir := initDir(t)
+	backupFixture(t, dir)
+	file := takeBackup(t, dir)
+	if code, _, stderr := runCLI(t, "account", "rotate-key", "acme", "--overlap", "0", "--data-dir", dir); code != 0 {
+		t.Fatalf("rotate-key: exit %d: %s", code, stderr)
+	}
+	var key2 []byte
+	withStore(t, dir, func(st *sqlitestore.Store) {
+		keys, err := st.AccountKeys(t.Context(), "acme")
+		if err != nil || len(keys) == 0 || keys[0].KeyID != 2 {
+			t.Fatalf("acme's keys after rotate-key: %v, %v; want key 2 current", keys, err)
+		}
+		key2 = keys[0].SealedKey
+		now := time.Now()
+		if _, err := st.WorkEnqueue(t.Context(), store.WorkEnqueueParams{ID: "w-key2", Account: "acme", KeyID: 2, SealedCommand: []byte("deploy"),
+			Now: now, Deadline: now.Add(time.Hour), IdempotencyKey: "deploy-key2", IdempotencySince: now.Add(-24 * time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if code, _, stderr := runCLI(t, "restore", "--data-dir", dir, file); code != 0 {
+		t.Fatalf("restore: exit %d: %s", code, stderr)
+	}
+	keyOf := func(st *sqlitestore.Store, id uint32) (store.AccountKey, bool) {
+		keys, err := st.AccountKeys(t.Context(), "acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(keys, func(k store.AccountKey) bool { return k.KeyID == id })
+		if i < 0 {
+			return store.AccountKey{}, false
+		}
+		return keys[i], true
+	}
+	withStore(t, dir, func(st *sqlitestore.Store) {
+		if w, err := st.WorkGet(t.Context(), "w-key2"); err != nil || w.KeyID != 2 {
+			t.Fatalf("the unit queued under key 2 after the backup: %+v, %v; want it copied", w, err)
+		}
+		k, ok := keyOf(st, 2)
+		switch {
+		case !ok:
+			t.Fatal("after the restore acme has no key 2, which the unit it copied is sealed with")
+		case k.Current || !bytes.Equal(k.SealedKey, key2) || k.UsableUntil.After(time.Now()):
+			t.Errorf("acme's key 2 after the restore: current %v, the replaced database's %v, usable until %v; want the replaced database's key 2, a previous key no proxy may use",
+				k.Current, bytes.Equal(k.SealedKey, key2), k.UsableUntil)
+		}
+	})
+	if code, _, stderr := runCLI(t, "account", "rotate-key", "acme", "--overlap", "0", "--data-dir", dir); code != 0 {
+		t.Fatalf("rotate-key after the restore: exit %d: %s", code, stderr)
+	}
+	withStore(t, dir, func(st *sqlitestore.Store) {
+		if keys, err := st.AccountKeys(t.Context(), "acme"); err != nil || keys[0].KeyID != 3 {
+			t.Errorf("acme's current key after a rotate-key following the restore: %v, %v; want key 3", keys, err)
+		}
+		if k, ok := keyOf(st, 2); !ok || !bytes.Equal(k.SealedKey, key2) {
+			t.Error("the unit's key 2 was replaced by the rotate-key after the restore")
+		}
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -78,6 +79,14 @@ FROM prev.audit a WHERE a.work_id IN (`+toCarry+`) ORDER BY a.seq`, toNanos(sinc
 			return 0, fmt.Errorf("carrying the audit records of units into %s: %w", path, outOfSpace(err, filepath.Dir(path)))
 		}
 	}
+	// The keys they are sealed with that main lacks (a rotate-key after
+	// the backup), as previous keys no proxy may use: without them the
+	// units would never open, and the account's next rotation would make
+	// another key under one of their ids. Both databases' keys are sealed
+	// with the same master key, bound to the account's name.
+	if err := carryKeys(ctx, tx, toCarry, since); err != nil {
+		return 0, fmt.Errorf("carrying the keys of units into %s: %w", path, outOfSpace(err, filepath.Dir(path)))
+	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO main.work (id, account, state, key_id, sealed_command, queued_at, deadline,
 	claimed_at, instance_id, claim_id, finished_at, sealed_result, reason, idempotency_key)
 SELECT p.id, p.account, p.state, p.key_id, p.sealed_command, p.queued_at, p.deadline, p.claimed_at, p.instance_id, p.claim_id,
@@ -89,4 +98,27 @@ FROM prev.work p WHERE p.id IN (`+toCarry+`)`, toNanos(since)); err != nil {
 		return 0, fmt.Errorf("carrying units into %s: %w", path, outOfSpace(err, filepath.Dir(path)))
 	}
 	return carried, nil
+}
+
+// carryKeys copies from prev into main, as previous keys whose overlap has
+// ended, the keys of the units toCarry selects that main has under no id
+// (neither current nor previous). A key id main has already stays as it
+// is.
+func carryKeys(ctx context.Context, tx *sql.Tx, toCarry string, since time.Time) error {
+	var keyTables int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM prev.sqlite_master WHERE type = 'table' AND name = 'account_keys'`).Scan(&keyTables); err != nil {
+		return err
+	}
+	prevKeys := `SELECT name AS account, key_id, sealed_key FROM prev.accounts WHERE key_id <> 0`
+	if keyTables > 0 {
+		prevKeys += ` UNION ALL SELECT account, key_id, sealed_key FROM prev.account_keys`
+	}
+	now := toNanos(time.Now())
+	_, err := tx.ExecContext(ctx, `INSERT INTO main.account_keys (account, key_id, sealed_key, retired_at, usable_until)
+SELECT k.account, k.key_id, k.sealed_key, ?2, ?2 FROM (`+prevKeys+`) k
+WHERE EXISTS (SELECT 1 FROM prev.work p WHERE p.account = k.account AND p.key_id = k.key_id AND p.id IN (`+strings.Replace(toCarry, "?", "?1", 1)+`))
+AND NOT EXISTS (SELECT 1 FROM main.accounts a WHERE a.name = k.account AND a.key_id = k.key_id)
+AND NOT EXISTS (SELECT 1 FROM main.account_keys m WHERE m.account = k.account AND m.key_id = k.key_id)
+GROUP BY k.account, k.key_id`, toNanos(since), now)
+	return err
 }
