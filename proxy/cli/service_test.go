@@ -324,6 +324,45 @@ func TestUninstallNamesSetAsideSpoolFilesForWhatTheyAre(t *testing.T) {
 	}
 }
 
+// TestUninstallDoesNotReachThroughASpoolThatIsALink: a --user service's
+// state directory is its user's (and its scripts') to write, so its spool
+// may be a link planted to lead elsewhere; uninstall, run as root, removes
+// the link and touches nothing where it leads: neither a write interrupted
+// before its rename (.tmp-*), which it removes from a real spool, nor a
+// result, which it does not count as the service's either.
+func TestUninstallDoesNotReachThroughASpoolThatIsALink(t *testing.T) {
+	// Not parallel: it writes under /etc and /var/lib, at paths named
+	// after a fixed service name.
+	name := "opsgate-test-linkedspool"
+	_, spool := installedWithSpool(t, name)
+	elsewhere := t.TempDir()
+	tmp, result := filepath.Join(elsewhere, ".tmp-keep"), filepath.Join(elsewhere, "w_1.json")
+	for _, f := range []string{tmp, result} {
+		if err := os.WriteFile(f, []byte("{}"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Remove(spool); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, spool); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := Main(t.Context(), []string{"uninstall", "--name", name}, Env{Stdout: &stdout, Stderr: &stderr})
+	for _, f := range []string{tmp, result} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("uninstall reached through the spool's link to %s: %v", f, err)
+		}
+	}
+	if strings.Contains(stderr.String(), "results of units") {
+		t.Errorf("exit %d, stderr %q: uninstall counted a file where the spool's link leads as the service's result", code, stderr.String())
+	}
+	if _, err := os.Lstat(spool); !os.IsNotExist(err) {
+		t.Errorf("the spool's link is still there: %v", err)
+	}
+}
+
 func TestServiceVerbsNeedAnInstalledService(t *testing.T) {
 	t.Parallel()
 	for _, verb := range []string{"start", "stop", "status", "uninstall"} {
