@@ -271,11 +271,14 @@ func (a *Automator) conn(t testing.TB, secret string) *grpc.ClientConn {
 		}
 		creds = credentials.NewTLS(tlsCfg)
 	}
-	c, err := grpc.NewClient("passthrough:///"+a.GRPCAddr,
+	// WatchAnswers, as the proxy and the client dial: what a call's
+	// bound (grpcwire.BeginWithin) tells of it, sent or not, is then as in
+	// production.
+	c, err := grpc.NewClient("passthrough:///"+a.GRPCAddr, append([]grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithPerRPCCredentials(grpcwire.Bearer(secret, !a.Plaintext)),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage)),
-	)
+	}, grpcwire.WatchAnswers()...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
