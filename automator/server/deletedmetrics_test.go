@@ -202,7 +202,24 @@ func TestDeletedAccountIsForgottenAfterTheLookBack(t *testing.T) {
 			t.Fatalf("poll of %s: %v, %d claims; want one", account, err, len(resp.GetClaims()))
 		}
 	}
-	submit(t, caller, e.account, time.Hour)
+	// A caller waits for the queued one, until the deletion ends it.
+	queued := submit(t, caller, e.account, time.Hour)
+	waited := make(chan error, 1)
+	go func() {
+		_, err := caller.Wait(context.Background(), &automatorv1.WaitRequest{WorkId: queued.GetWorkId()})
+		waited <- err
+	}()
+	waitsOf := func(account string) (float64, bool) {
+		for _, f := range gather(t, m) {
+			for _, s := range f.GetMetric() {
+				if f.GetName() == "automator_waits_open" && label(s, "account") == account {
+					return s.GetGauge().GetValue(), true
+				}
+			}
+		}
+		return 0, false
+	}
+	waittest.Until(t, "the caller's wait for acme's unit to be open", func() bool { n, _ := waitsOf(e.account); return n == 1 })
 
 	e.deleteAccount(e.account)
 	e.deleteAccount("initech")
@@ -210,8 +227,12 @@ func TestDeletedAccountIsForgottenAfterTheLookBack(t *testing.T) {
 	waittest.Until(t, "the automator to count the units acme's deletion cancelled", func() bool {
 		return finishedTotals(t, m)["acme/cancelled"] == 2
 	})
+	waittest.Recv(t, waited, "the wait for acme's unit to end with the deletion")
 	if n := e.srv.AccountEntries(e.account); n == 0 || !hasSeries(t, m, e.account) {
 		t.Fatalf("before the look back: %d entries and series %v kept for acme; the test needs some", n, hasSeries(t, m, e.account))
+	}
+	if _, ok := waitsOf(e.account); !ok {
+		t.Fatal("before the look back: no automator_waits_open series for acme; the test needs it")
 	}
 	initechEntries := e.srv.AccountEntries("initech")
 
