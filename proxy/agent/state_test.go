@@ -3,7 +3,9 @@ package agent
 import (
 	"context"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,5 +144,23 @@ func TestStateFileKeepsTheLastPollOfAnEarlierRun(t *testing.T) {
 	s := readState(t, path)
 	if !s.LastPoll.Equal(earlier) || !s.StoppedAt.IsZero() || !s.StartedAt.After(earlier) {
 		t.Fatalf("state of a new run that has not polled: %+v, want last poll %v kept", s, earlier)
+	}
+}
+
+// TestAStateFilePastItsBoundIsNotReadWhole: `proxy status`, run as root,
+// reads the state file of a --user service, whose directory that user (and
+// its scripts) may write: a file of gigabytes would be read into memory.
+// One past the bound (1 MiB, the proxy's own file is well under 1 KiB) is
+// read up to it, and so refused as cut short.
+func TestAStateFilePastItsBoundIsNotReadWhole(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), StateFileName)
+	// Valid JSON, its closing brace past the bound.
+	data := []byte(`{"pid": 42` + strings.Repeat(" ", maxStateFile) + `}`)
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := ReadState(path); err == nil {
+		t.Fatalf("a state file of %d bytes, past the bound of %d, was read whole (pid %d); want it refused", len(data), maxStateFile, s.PID)
 	}
 }
