@@ -26,12 +26,7 @@ import (
 // installs the check.
 func TestServeRefusesACallWithoutACredentialBeforeItsRequest(t *testing.T) {
 	t.Parallel()
-	s := serveDirInProcess(t, initDir(t))
-	cc, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(credentials.NewTLS(s.tlsConfig(t))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc := serveDirInProcess(t, initDir(t)).noCredential(t)
 	// The deadline only bounds the test when the refusal does not come.
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -53,12 +48,7 @@ func TestServeRefusesACallWithoutACredentialBeforeItsRequest(t *testing.T) {
 // again.
 func TestServeBoundsHealthChecksThatNeverSendTheirRequest(t *testing.T) {
 	t.Parallel()
-	s := serveDirInProcess(t, initDir(t))
-	cc, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(credentials.NewTLS(s.tlsConfig(t))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	cc := serveDirInProcess(t, initDir(t)).noCredential(t)
 	const check = "/grpc.health.v1.Health/Check"
 	// No deadline of the test's own: the calls end on the automator's.
 	ctx := t.Context()
@@ -93,4 +83,16 @@ func TestServeBoundsHealthChecksThatNeverSendTheirRequest(t *testing.T) {
 		resp, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
 		return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
 	})
+}
+
+// noCredential is a connection to the served gRPC listener that presents
+// no credential, closed when the test ends.
+func (s *served) noCredential(t *testing.T) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(credentials.NewTLS(s.tlsConfig(t))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
 }
