@@ -169,10 +169,12 @@ func (r *keyRing) sameAccount(id uint32, sealedKey []byte) bool {
 	return true
 }
 
-// read reports whether the ring was read with the account's key of id
-// among its keys (whether or not it opened).
-func (r *keyRing) read(id uint32) bool {
-	return slices.ContainsFunc(r.meta, func(k store.AccountKey) bool { return k.KeyID == id })
+// holds reports whether the ring was read with the account's key of id,
+// as sealedKey, among its keys (whether or not it opened): false for a
+// ring read before that key was made, or before the account was deleted
+// and created again (sameAccount).
+func (r *keyRing) holds(id uint32, sealedKey []byte) bool {
+	return slices.ContainsFunc(r.meta, func(k store.AccountKey) bool { return k.KeyID == id && bytes.Equal(k.SealedKey, sealedKey) })
 }
 
 // open opens a sealed blob of an account's unit with the key its header

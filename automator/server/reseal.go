@@ -68,7 +68,7 @@ func (s *Server) instanceRing(ctx context.Context, account, instanceID string, h
 	// token's lookup read it (a rotation since, which may have withdrawn
 	// the keys held at once, --overlap 0): what tells either comes from
 	// the store.
-	if tok := tokenFrom(ctx); tok.sealedKey != nil && (!r.read(tok.keyID) || !r.sameAccount(tok.keyID, tok.sealedKey)) {
+	if tok := tokenFrom(ctx); tok.sealedKey != nil && !r.holds(tok.keyID, tok.sealedKey) {
 		if r, err = s.loadRing(ctx, account); err != nil {
 			return nil, false, false, s.internal(ctx, "reading the account's keys", err)
 		}

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"time"
 )
 
@@ -53,8 +52,9 @@ func CarryIdempotentUnits(ctx context.Context, path, prevPath string, since time
 	defer tx.Rollback()
 	// The units to carry: in prev, queued with a key since, not in main,
 	// of an account main has.
+	// since is ?1 in every statement that selects them.
 	const toCarry = `SELECT p.id FROM prev.work p
-WHERE p.idempotency_key IS NOT NULL AND p.queued_at >= ?
+WHERE p.idempotency_key IS NOT NULL AND p.queued_at >= ?1
 AND p.account IN (SELECT name FROM main.accounts)
 AND NOT EXISTS (SELECT 1 FROM main.work m WHERE m.id = p.id)`
 	if _, err := tx.ExecContext(ctx, `UPDATE main.work SET idempotency_key = NULL
@@ -116,7 +116,7 @@ func carryKeys(ctx context.Context, tx *sql.Tx, toCarry string, since time.Time)
 	now := toNanos(time.Now())
 	_, err := tx.ExecContext(ctx, `INSERT INTO main.account_keys (account, key_id, sealed_key, retired_at, usable_until)
 SELECT k.account, k.key_id, k.sealed_key, ?2, ?2 FROM (`+prevKeys+`) k
-WHERE EXISTS (SELECT 1 FROM prev.work p WHERE p.account = k.account AND p.key_id = k.key_id AND p.id IN (`+strings.Replace(toCarry, "?", "?1", 1)+`))
+WHERE EXISTS (SELECT 1 FROM prev.work p WHERE p.account = k.account AND p.key_id = k.key_id AND p.id IN (`+toCarry+`))
 AND NOT EXISTS (SELECT 1 FROM main.accounts a WHERE a.name = k.account AND a.key_id = k.key_id)
 AND NOT EXISTS (SELECT 1 FROM main.account_keys m WHERE m.account = k.account AND m.key_id = k.key_id)
 GROUP BY k.account, k.key_id`, toNanos(since), now)
