@@ -513,9 +513,7 @@ func TestSysVScriptStartsOneSupervisorForStartsAtOnce(t *testing.T) {
 	if pids := supervisors(t, f.script); len(pids) != 0 {
 		t.Errorf("supervisors %v still run after stop", pids)
 	}
-	if locks, _ := filepath.Glob(f.pidFile + ".lock*"); len(locks) != 0 {
-		t.Errorf("files of the lock left behind: %q", locks)
-	}
+	f.noLockLeft(t)
 }
 
 // TestSysVScriptTakesOverTheLockOfAKilledStart: a start killed with SIGKILL
@@ -562,6 +560,13 @@ func TestSysVScriptTakesOverTheLockOfAKilledStart(t *testing.T) {
 	if d := time.Since(begun); d > 5*time.Second {
 		t.Errorf("start took %v: it waited for the lock of a start that is gone", d)
 	}
+	f.stopStarted(t)
+}
+
+// stopStarted waits for the service a start started, lets it end when
+// stopped, stops it, and checks that the lock left nothing behind.
+func (f *sysvFixture) stopStarted(t *testing.T) {
+	t.Helper()
 	waittest.Until(t, "the service to start", func() bool { return f.count("started") == 1 })
 	if err := os.WriteFile(filepath.Join(f.dir, "release"), nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -569,6 +574,12 @@ func TestSysVScriptTakesOverTheLockOfAKilledStart(t *testing.T) {
 	if code, out := f.run(t, "stop"); code != 0 {
 		t.Fatalf("stop: exit %d %q", code, out)
 	}
+	f.noLockLeft(t)
+}
+
+// noLockLeft checks that no file of the start and stop lock is left.
+func (f *sysvFixture) noLockLeft(t *testing.T) {
+	t.Helper()
 	if locks, _ := filepath.Glob(f.pidFile + ".lock*"); len(locks) != 0 {
 		t.Errorf("files of the lock left behind: %q", locks)
 	}

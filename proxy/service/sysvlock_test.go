@@ -173,16 +173,7 @@ func TestSysVScriptStartWaitsForALiveHolderOfTheLock(t *testing.T) {
 	if code, out := start.wait(t, "the start to return once the holder of the lock is gone"); code != 0 || !strings.Contains(out, "Started") {
 		t.Fatalf("start once the holder of the lock is gone: exit %d %q, want it started", code, out)
 	}
-	waittest.Until(t, "the service to start", func() bool { return f.count("started") == 1 })
-	if err := os.WriteFile(filepath.Join(f.dir, "release"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if code, out := f.run(t, "stop"); code != 0 {
-		t.Fatalf("stop: exit %d %q", code, out)
-	}
-	if locks, _ := filepath.Glob(f.pidFile + ".lock*"); len(locks) != 0 {
-		t.Errorf("files of the lock left behind: %q", locks)
-	}
+	f.stopStarted(t)
 }
 
 // TestSysVScriptStopWaitsForALiveHolderOfTheLock: a stop finding the lock
@@ -233,9 +224,7 @@ func TestSysVScriptStopWaitsForALiveHolderOfTheLock(t *testing.T) {
 	if code, out := f.run(t, "status"); code != 3 {
 		t.Fatalf("status after stop: exit %d %q, want 3", code, out)
 	}
-	if locks, _ := filepath.Glob(f.pidFile + ".lock*"); len(locks) != 0 {
-		t.Errorf("files of the lock left behind: %q", locks)
-	}
+	f.noLockLeft(t)
 }
 
 // TestSysVScriptTakesOverTheLockOfAZombie: a start or stop killed while it
@@ -270,14 +259,5 @@ func TestSysVScriptTakesOverTheLockOfAZombie(t *testing.T) {
 	if procState(zombie.Process.Pid) != "Z" {
 		t.Fatal("the holder of the lock was not a zombie throughout")
 	}
-	waittest.Until(t, "the service to start", func() bool { return f.count("started") == 1 })
-	if err := os.WriteFile(filepath.Join(f.dir, "release"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if code, out := f.run(t, "stop"); code != 0 {
-		t.Fatalf("stop: exit %d %q", code, out)
-	}
-	if locks, _ := filepath.Glob(f.pidFile + ".lock*"); len(locks) != 0 {
-		t.Errorf("files of the lock left behind: %q", locks)
-	}
+	f.stopStarted(t)
 }
