@@ -46,6 +46,13 @@ func serviceCommand(verb string, args []string, env Env) error {
 	if err := service.CheckName(*name); err != nil {
 		return fmt.Errorf("--name: %w", err)
 	}
+	// Another program's service of that name, or a proxy's, is left
+	// alone.
+	if st, err := service.Query(*name); err != nil {
+		return err
+	} else if err := st.Expect(serviceRuns); err != nil {
+		return err
+	}
 	switch verb {
 	case "install":
 		return installService(*name, *dir, *db, *userName, *manual, env)
@@ -111,6 +118,10 @@ func serviceCommand(verb string, args []string, env Env) error {
 	}
 	return nil
 }
+
+// serviceRuns is the command an automator's service definition runs
+// (service.Status.Runs): `automator --service NAME serve`.
+const serviceRuns = "serve"
 
 // installService installs the service that runs `automator serve
 // --data-dir DIR`, with `--db DSN` when db is given. The data directory
@@ -211,7 +222,7 @@ func installSpec(name, exe, dir, db string, cfg config.Config, u *service.User, 
 			writable = append(writable, d)
 		}
 	}
-	args := []string{service.Flag, name, "serve", "--data-dir", dir}
+	args := []string{service.Flag, name, serviceRuns, "--data-dir", dir}
 	if db != "" {
 		args = append(args, "--db", db)
 	}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -211,5 +212,32 @@ func TestInstallRefusesAMissingSQLiteDatabase(t *testing.T) {
 	code := Main(t.Context(), []string{"install", "--data-dir", dir, "--name", "opsgate-test-nodb", "--db", "moved.db"}, Env{Stdout: &out, Stderr: &errb})
 	if want := "the database " + filepath.Join(dir, "moved.db") + " is missing"; code != ExitError || !strings.Contains(errb.String(), want) {
 		t.Fatalf("install --db of a missing file: exit %d, stderr %q; want %d and %q", code, errb.String(), ExitError, want)
+	}
+}
+
+// TestAutomatorCommandsLeaveAProxysServiceAlone: `automator stop`, `start`,
+// `status`, `uninstall` and `install` of a service that runs a proxy
+// refuse it, saying whose it is, and leave it installed. Needs root.
+func TestAutomatorCommandsLeaveAProxysServiceAlone(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("installing an OS service needs root")
+	}
+	name := "opsgate-test-proxys"
+	spec := service.Spec{Name: name, Description: "opsgate test", Executable: "/bin/sleep", Arguments: []string{service.Flag, name, "run", "--config", "/etc/" + name + "/proxy.yaml"}, ManualStart: true}
+	if err := service.Install(spec); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = service.Uninstall(name) })
+	dir := t.TempDir()
+	for _, args := range [][]string{{"stop"}, {"start"}, {"status"}, {"uninstall"}, {"install", "--data-dir", dir}} {
+		var stdout, stderr bytes.Buffer
+		code := Main(t.Context(), append(args, "--name", name), Env{Stdout: &stdout, Stderr: &stderr})
+		if code != ExitError || !strings.Contains(stderr.String(), "is a proxy's (it runs `run`), not an automator's") {
+			t.Errorf("automator %s of a proxy's service: exit %d, stderr %q; want %d, saying whose it is", args[0], code, stderr.String(), ExitError)
+		}
+	}
+	if st, err := service.Query(name); err != nil || !st.Installed || st.Runs != "run" || st.Running {
+		t.Errorf("the proxy's service afterwards: %+v, %v; want it installed, not started", st, err)
 	}
 }

@@ -170,6 +170,8 @@ func cmdInstall(args []string, env Env) error {
 	}
 	if st, err := service.Query(*name); err != nil {
 		return err
+	} else if err := st.Expect(serviceRuns); err != nil {
+		return err
 	} else if st.Installed {
 		return fmt.Errorf("service %q is already installed (%s); uninstall it first or choose another --name", *name, st.Definition)
 	}
@@ -273,7 +275,7 @@ func installSpec(name, exe, configPath string, cfg config.Config, u *service.Use
 		Name:        name,
 		Description: fmt.Sprintf("opsgate proxy: runs scripts for the automator %s, polling it over outbound connections", cfg.AutomatorURL),
 		Executable:  exe,
-		Arguments:   []string{service.Flag, name, "run", "--config", configPath},
+		Arguments:   []string{service.Flag, name, serviceRuns, "--config", configPath},
 		StopTimeout: cfg.GracePeriod + stopMargin,
 		ManualStart: manual,
 	}
@@ -361,11 +363,22 @@ func installMark(name string) string {
 // installMarkPrefix starts the mark of a copy for any service name.
 const installMarkPrefix = "# Copied by `proxy install --name "
 
+// serviceRuns is the command a proxy's service definition runs
+// (service.Status.Runs): `proxy --service NAME run`.
+const serviceRuns = "run"
+
 // cmdControl is start, stop and uninstall.
 func cmdControl(verb string, args []string, env Env) error {
 	fs := newFlagSet(verb, env)
 	name := fs.String("name", defaultServiceName, "service name")
 	if err := clihelp.ParseNoArgs(fs, args); err != nil {
+		return err
+	}
+	// Another program's service of that name, or an automator's, is
+	// left alone.
+	if st, err := service.Query(*name); err != nil {
+		return err
+	} else if err := st.Expect(serviceRuns); err != nil {
 		return err
 	}
 	switch verb {
@@ -625,6 +638,9 @@ func cmdStatus(args []string, env Env) error {
 	}
 	st, err := service.Query(*name)
 	if err != nil {
+		return err
+	}
+	if err := st.Expect(serviceRuns); err != nil {
 		return err
 	}
 	if !st.Installed {

@@ -561,3 +561,31 @@ func installedWithSpool(t *testing.T, name string) (dir, spool string) {
 	}
 	return dir, spool
 }
+
+// TestProxyCommandsLeaveAnAutomatorsServiceAlone: `proxy stop`, `start`,
+// `status` and `uninstall` of a service that runs an automator (both
+// install theirs through the same service manager) refuse it, saying whose
+// it is, and leave it installed. Before, `proxy uninstall --name` of an
+// automator's service removed it. Needs root.
+func TestProxyCommandsLeaveAnAutomatorsServiceAlone(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("installing an OS service needs root")
+	}
+	name := "opsgate-test-automators"
+	spec := service.Spec{Name: name, Description: "opsgate test", Executable: "/bin/sleep", Arguments: []string{service.Flag, name, "serve", "--data-dir", "/var/lib/" + name}, ManualStart: true}
+	if err := service.Install(spec); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = service.Uninstall(name) })
+	for _, verb := range []string{"stop", "start", "status", "uninstall"} {
+		var stdout, stderr bytes.Buffer
+		code := Main(t.Context(), []string{verb, "--name", name}, Env{Stdout: &stdout, Stderr: &stderr})
+		if code != 1 || !strings.Contains(stderr.String(), "is an automator's (it runs `serve`), not a proxy's") {
+			t.Errorf("proxy %s of an automator's service: exit %d, stderr %q; want 1, saying whose it is", verb, code, stderr.String())
+		}
+	}
+	if st, err := service.Query(name); err != nil || !st.Installed || st.Runs != "serve" || st.Running {
+		t.Errorf("the automator's service afterwards: %+v, %v; want it installed, not started", st, err)
+	}
+}

@@ -16,7 +16,10 @@ func Install(s Spec) error {
 	if err != nil {
 		return err
 	}
-	if st.Installed {
+	switch {
+	case st.Installed && st.Runs == "":
+		return notOurs(st)
+	case st.Installed:
 		return fmt.Errorf("service %q is %w (%s); uninstall it first or choose another --name", s.Name, ErrAlreadyInstalled, st.Definition)
 	}
 	if err := checkPlatformSpec(s); err != nil {
@@ -115,6 +118,15 @@ func Query(name string) (Status, error) {
 	if err != nil || !st.Installed {
 		return st, err
 	}
+	text, err := definitionText(name, st.Definition)
+	if err != nil {
+		return st, fmt.Errorf("service %q: reading its definition %s: %w", name, st.Definition, err)
+	}
+	if st.Runs = runsAfterFlag(text, name); st.Runs == "" {
+		// Another program's: its init script is not run to ask.
+		st.Detail = ErrNotOurs.Error()
+		return st, nil
+	}
 	st.Running, st.Detail, err = running(svc, name)
 	if err != nil {
 		st.Detail = err.Error()
@@ -136,6 +148,9 @@ func installed(name string) (service.Service, error) {
 	}
 	if !st.Installed {
 		return nil, fmt.Errorf("service %q is %w (%s)", name, ErrNotInstalled, st.Platform)
+	}
+	if st.Runs == "" {
+		return nil, notOurs(st)
 	}
 	return newService(Spec{Name: name}, nil, nil)
 }

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -49,6 +51,16 @@ func checkPlatformSpec(s Spec) error {
 		}
 	}
 	chooseSystem()
+	if service.Platform() == platformSystemd {
+		// A unit of that name that systemd has from elsewhere (a
+		// package's, one it generates from an init script) would be
+		// overridden by the one Install writes in /etc/systemd/system,
+		// and disabled by Uninstall.
+		if p := unitElsewhere(s.Name, systemdUnitDirs, sysvInitDir); p != "" {
+			return fmt.Errorf("service %q: systemd has a unit of that name already (%s): the one install writes in %s would override it, and uninstall would disable it; choose another --name", s.Name, p, systemdUnitDir)
+		}
+		return nil
+	}
 	if service.Platform() != platformSysV {
 		return nil
 	}
@@ -64,6 +76,48 @@ func checkPlatformSpec(s Spec) error {
 		}
 	}
 	return nil
+}
+
+// systemdUnitDirs are the directories other than systemdUnitDir where
+// systemd finds units: packages', the administrator's in /usr/local,
+// runtime and generated ones.
+var systemdUnitDirs = []string{
+	"/run/systemd/system", "/run/systemd/transient",
+	"/run/systemd/generator.early", "/run/systemd/generator", "/run/systemd/generator.late",
+	"/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system",
+}
+
+// unitElsewhere is the path of a unit NAME.service in one of dirs, or of
+// an init script initDir/NAME (systemd makes a unit of that name from it),
+// or empty when there is none.
+func unitElsewhere(name string, dirs []string, initDir string) string {
+	for _, p := range append(slices.Clone(dirs), initDir) {
+		if p == initDir {
+			p = filepath.Join(initDir, name)
+		} else {
+			p = filepath.Join(p, name+".service")
+		}
+		if _, err := os.Lstat(p); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// maxDefinition bounds how much of a definition file is read to find its
+// command line: ours are a few KiB.
+const maxDefinition = 1 << 20
+
+// definitionText is what the definition of service name says: the file
+// at path (its systemd unit or init script), up to a bound.
+func definitionText(_ string, path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxDefinition))
+	return string(b), err
 }
 
 // DefinitionFiles are the files of service name that exist now and that

@@ -16,6 +16,8 @@ func checkPlatformSpec(Spec) error { return errUnsupported }
 
 func definition(service.Service, string) (string, bool, error) { return "", false, errUnsupported }
 
+func definitionText(string, string) (string, error) { return "", errUnsupported }
+
 func running(service.Service, string) (bool, string, error) { return false, "", errUnsupported }
 
 func bootStart(string) bool { return false }

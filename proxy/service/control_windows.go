@@ -34,6 +34,21 @@ func definition(svc service.Service, name string) (string, bool, error) {
 	return key, true, nil
 }
 
+// definitionText is the command line the control manager starts service
+// name with.
+func definitionText(name, _ string) (string, error) {
+	s, done, err := openSCMService(name, windows.SERVICE_QUERY_CONFIG)
+	if err != nil {
+		return "", err
+	}
+	defer done()
+	c, err := s.s.Config()
+	if err != nil {
+		return "", fmt.Errorf("reading the configuration of service %s: %w", name, err)
+	}
+	return c.BinaryPathName, nil
+}
+
 // running asks the control manager itself: kardianos calls a service that
 // is stopping (SERVICE_STOP_PENDING, finishing its running work) stopped.
 func running(_ service.Service, name string) (bool, string, error) {

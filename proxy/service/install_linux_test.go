@@ -5,6 +5,7 @@ package service
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -56,5 +57,62 @@ func TestSysVInstallLeavesAnotherProgramsPidAndLogFilesAlone(t *testing.T) {
 				_ = Uninstall(name)
 			}
 		})
+	}
+}
+
+// TestAnotherProgramsServiceIsLeftAlone: a service of that name that
+// Install did not make (another program's init script) is reported but
+// not asked (its script is not run), and Install, Start, Stop and
+// Uninstall refuse it, saying so, without running it or touching its
+// script or its rc.d link. Before, Uninstall deleted them both. Needs root
+// on a host where SysV is used.
+func TestAnotherProgramsServiceIsLeftAlone(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("writing an init script needs root")
+	}
+	if p := Platform(); p != platformSysV {
+		t.Skipf("the service manager here is %s, not SysV init", p)
+	}
+	b := make([]byte, 3)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	name := "opsgate-test-" + hex.EncodeToString(b)
+	ran := filepath.Join(t.TempDir(), "ran")
+	script := filepath.Join(sysvInitDir, name)
+	theirs := "#!/bin/sh\n# another program's\necho \"$1\" >> " + ran + "\n"
+	if err := os.WriteFile(script, []byte(theirs), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(script) })
+	link := "/etc/rc2.d/S01" + name
+	if err := os.Symlink("../init.d/"+name, link); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(link) })
+
+	st, err := Query(name)
+	if err != nil || !st.Installed || st.Runs != "" || st.Running || st.Definition != script {
+		t.Errorf("Query: %+v, %v; want installed at %s, running nothing of ours", st, err, script)
+	}
+	spec := Spec{Name: name, Description: "opsgate test", Executable: "/bin/sleep", Arguments: []string{Flag, name, "run"}}
+	for what, err := range map[string]error{
+		"install":   Install(spec),
+		"start":     Start(name),
+		"stop":      Stop(name),
+		"uninstall": Uninstall(name),
+	} {
+		if !errors.Is(err, ErrNotOurs) || !strings.Contains(err.Error(), script) {
+			t.Errorf("%s: %v; want it refused (ErrNotOurs), naming %s", what, err, script)
+		}
+	}
+	if got, err := os.ReadFile(script); err != nil || string(got) != theirs {
+		t.Errorf("%s afterwards: %q, %v; want it untouched", script, got, err)
+	}
+	if _, err := os.Lstat(link); err != nil {
+		t.Errorf("%s afterwards: %v; want it left", link, err)
+	}
+	if got, err := os.ReadFile(ran); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the script was run (%q, %v); want it never run", got, err)
 	}
 }

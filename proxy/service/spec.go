@@ -49,6 +49,11 @@ var ErrNotInstalled = errors.New("not installed")
 // ErrAlreadyInstalled is returned by Install when the name is taken.
 var ErrAlreadyInstalled = errors.New("already installed")
 
+// ErrNotOurs is returned by Install, Uninstall, Start and Stop for a
+// service of that name that `proxy install` or `automator install` did not
+// make (Status.Runs is empty): another program's, which they leave alone.
+var ErrNotOurs = errors.New("not one that `proxy install` or `automator install` made")
+
 // CheckName refuses a name that cannot safely name a unit, a directory and
 // a Windows service.
 func CheckName(name string) error {
@@ -99,6 +104,13 @@ type Status struct {
 	Platform string
 	// Installed: the service definition exists.
 	Installed bool
+	// Runs is the command the definition runs the program with, after
+	// "--service NAME" on its command line: "run" for a proxy, "serve" for
+	// an automator. Every definition Install writes has one.
+	// Empty for a definition without it, another program's service
+	// (Running, BootStart and Detail are then not asked: its init script
+	// is not run). See Expect.
+	Runs string
 	// Definition is where the definition lives (a file, or the Windows
 	// registry key).
 	Definition string
@@ -109,4 +121,57 @@ type Status struct {
 	// Detail is extra information when the state is unusual (a failed
 	// systemd unit, a status that could not be read).
 	Detail string
+}
+
+// Expect refuses a service that is installed but is not the program's
+// whose command is cmd ("run", "serve"): another program's service, or
+// the other one of this pair's. A command of one would otherwise stop,
+// start or remove the other's service.
+func (st Status) Expect(cmd string) error {
+	if !st.Installed || st.Runs == cmd {
+		return nil
+	}
+	if st.Runs == "" {
+		return notOurs(st)
+	}
+	own, theirs := programs[cmd], programs[st.Runs]
+	return fmt.Errorf("service %q (%s) is %s's (it runs `%s`), not %s's: manage it with `%s`, or choose another --name", st.Name, st.Definition, article(theirs), st.Runs, article(own), theirs)
+}
+
+// programs names the program of each command a definition may run.
+var programs = map[string]string{"run": "proxy", "serve": "automator"}
+
+func article(prog string) string {
+	if strings.IndexByte("aeiou", prog[0]) >= 0 {
+		return "an " + prog
+	}
+	return "a " + prog
+}
+
+// notOurs is ErrNotOurs for the service st.
+func notOurs(st Status) error {
+	return fmt.Errorf("service %q (%s) is %w: its definition does not run `%s %s`; this command leaves another program's service alone (choose another --name)", st.Name, st.Definition, ErrNotOurs, Flag, st.Name)
+}
+
+// runsAfterFlag is the command after "--service NAME" in the command line
+// of a service definition (a systemd unit, an init script, a Windows
+// service's command line), each word perhaps quoted: one of programs'
+// commands, or empty when there is none.
+func runsAfterFlag(def, name string) string {
+	words := strings.Fields(def)
+	for i := 0; i+2 < len(words); i++ {
+		if unquote(words[i]) == Flag && unquote(words[i+1]) == name {
+			if cmd := unquote(words[i+2]); programs[cmd] != "" {
+				return cmd
+			}
+		}
+	}
+	return ""
+}
+
+func unquote(w string) string {
+	if len(w) >= 2 && (w[0] == '\'' || w[0] == '"') && w[len(w)-1] == w[0] {
+		return w[1 : len(w)-1]
+	}
+	return w
 }

@@ -75,7 +75,8 @@ func (h cliHelps) usage(prog, verb string) string {
 
 // checkCLICalls checks every proxy or automator command in line, found in
 // where: it names a verb and flags the binaries accept (`--service NAME`
-// only before run, as a service runs it). It returns how many it found.
+// only before the proxy's run and the automator's serve, as a service runs
+// them). It returns how many it found.
 func (h cliHelps) checkCLICalls(t *testing.T, where, line string) int {
 	t.Helper()
 	calls := cliCall.FindAllStringSubmatch(line, -1)
@@ -85,8 +86,8 @@ func (h cliHelps) checkCLICalls(t *testing.T, where, line string) int {
 		if !strings.Contains(usage, "Usage of") && !strings.Contains(usage, "-") {
 			t.Errorf("%s: %s %s: no usage from the binary: %q", where, prog, verb, usage)
 		}
-		if service != "" && verb != "run" {
-			t.Errorf("%s: `%s` gives --service to %s: only `%s --service NAME run` runs as a service", where, strings.TrimSpace(line), verb, prog)
+		if want := map[string]string{"proxy": "run", "automator": "serve"}[prog]; service != "" && verb != want {
+			t.Errorf("%s: `%s` gives --service to %s: only `%s --service NAME %s` runs as a service", where, strings.TrimSpace(line), verb, prog, want)
 		}
 		for _, f := range flagRef.FindAllStringSubmatch(rest, -1) {
 			name := strings.TrimLeft(f[1], "-")
