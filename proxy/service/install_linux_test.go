@@ -21,17 +21,7 @@ import (
 // the other daemon for this service, `stop` sends it SIGTERM, and
 // uninstall deletes its file. Needs root on a host where SysV is used.
 func TestSysVInstallLeavesAnotherProgramsPidAndLogFilesAlone(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("installing an OS service needs root")
-	}
-	if p := Platform(); p != platformSysV {
-		t.Skipf("the service manager here is %s, not SysV init", p)
-	}
-	b := make([]byte, 3)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	name := "opsgate-test-" + hex.EncodeToString(b)
+	name := sysvTestName(t)
 	for _, p := range []string{filepath.Join(sysvPIDDir, name+".pid"), filepath.Join(sysvLogDir, name+".log")} {
 		t.Run(filepath.Base(p), func(t *testing.T) {
 			const theirs = "another program's file\n"
@@ -67,17 +57,7 @@ func TestSysVInstallLeavesAnotherProgramsPidAndLogFilesAlone(t *testing.T) {
 // script or its rc.d link. Before, Uninstall deleted them both. Needs root
 // on a host where SysV is used.
 func TestAnotherProgramsServiceIsLeftAlone(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("writing an init script needs root")
-	}
-	if p := Platform(); p != platformSysV {
-		t.Skipf("the service manager here is %s, not SysV init", p)
-	}
-	b := make([]byte, 3)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	name := "opsgate-test-" + hex.EncodeToString(b)
+	name := sysvTestName(t)
 	ran := filepath.Join(t.TempDir(), "ran")
 	script := filepath.Join(sysvInitDir, name)
 	theirs := "#!/bin/sh\n# another program's\necho \"$1\" >> " + ran + "\n"
@@ -115,4 +95,21 @@ func TestAnotherProgramsServiceIsLeftAlone(t *testing.T) {
 	if got, err := os.ReadFile(ran); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the script was run (%q, %v); want it never run", got, err)
 	}
+}
+
+// sysvTestName skips the test unless it runs as root on a host where SysV
+// init is used, and names a service no one else's test uses.
+func sysvTestName(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("installing an OS service needs root")
+	}
+	if p := Platform(); p != platformSysV {
+		t.Skipf("the service manager here is %s, not SysV init", p)
+	}
+	b := make([]byte, 3)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return "opsgate-test-" + hex.EncodeToString(b)
 }
