@@ -4,6 +4,7 @@
 package stopsignal
 
 import (
+	"context"
 	"os"
 	"os/signal"
 	"syscall"
@@ -14,7 +15,16 @@ import (
 // process was started with SIGHUP ignored (nohup), which it then stays:
 // handling it would end a command its operator meant to outlive the
 // terminal.
+//
+// Under the Windows Service Control Manager it is empty: there the control
+// manager's stop and shutdown requests stop the service, and Go turns the
+// console events a service process gets when any user logs off
+// (CTRL_LOGOFF_EVENT) into SIGTERM, so a service watching for it would
+// stop, and be restarted, at every logoff.
 func List() []os.Signal {
+	if inWindowsService() {
+		return nil
+	}
 	sigs := []os.Signal{os.Interrupt, syscall.SIGTERM}
 	if !signal.Ignored(syscall.SIGHUP) {
 		sigs = append(sigs, syscall.SIGHUP)
@@ -33,4 +43,14 @@ func List() []os.Signal {
 func Stopping(stop func()) {
 	signal.Ignore(syscall.SIGHUP)
 	stop()
+}
+
+// NotifyContext is signal.NotifyContext of parent with List: a context the
+// first of those signals ends. With List empty, nothing but stop ends it
+// (signal.NotifyContext with no signal would take every one).
+func NotifyContext(parent context.Context) (context.Context, context.CancelFunc) {
+	if sigs := List(); len(sigs) > 0 {
+		return signal.NotifyContext(parent, sigs...)
+	}
+	return context.WithCancel(parent)
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/opsgate/opsgate/internal/clihelp"
 	"github.com/opsgate/opsgate/internal/grpcwire"
 	"github.com/opsgate/opsgate/internal/secretfile"
+	"github.com/opsgate/opsgate/internal/stopsignal"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"github.com/opsgate/opsgate/proxy/agent"
 	"github.com/opsgate/opsgate/proxy/config"
@@ -248,8 +249,13 @@ var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM}
 // secondStop returns a channel closed when the process is asked to stop
 // (SIGINT, SIGTERM) a second time: the first stop (it cancels ctx, in main
 // or the service manager) waits out the grace period of running scripts,
-// the second ends it, as a second Ctrl-C is expected to.
+// the second ends it, as a second Ctrl-C is expected to. Under the Windows
+// Service Control Manager, which stops the service by its own requests
+// (stopsignal.List), it is never closed.
 func secondStop(ctx context.Context) (<-chan struct{}, func()) {
+	if len(stopsignal.List()) == 0 {
+		return nil, func() {}
+	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, stopSignals...) // the first one too: it stopped ctx
 	again := make(chan struct{})

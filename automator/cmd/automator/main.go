@@ -5,14 +5,13 @@ package main
 import (
 	"context"
 	"os"
-	"os/signal"
 
 	"github.com/opsgate/opsgate/automator/cli"
 	"github.com/opsgate/opsgate/internal/stopsignal"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), stopsignal.List()...)
+	ctx, stop := stopsignal.NotifyContext(context.Background())
 	// The first signal asks the command to end (serve stops gracefully,
 	// exec cancels its unit); a second one ends the process at once, as
 	// the signal's default does, whatever the command still waits for

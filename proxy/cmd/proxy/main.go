@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"os"
-	"os/signal"
 
 	"github.com/opsgate/opsgate/internal/pid1"
 	"github.com/opsgate/opsgate/internal/stopsignal"
@@ -26,7 +25,7 @@ func main() {
 	if code, ok := pid1.Run(); ok {
 		os.Exit(code)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), stopsignal.List()...)
+	ctx, stop := stopsignal.NotifyContext(context.Background())
 	code := cli.Main(ctx, os.Args[1:], cli.Env{Stdout: os.Stdout, Stderr: os.Stderr, Reaper: true})
 	stop()
 	os.Exit(code)
