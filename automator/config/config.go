@@ -412,16 +412,34 @@ type Serving struct {
 }
 
 // WriteServing records the bound addresses (atomically: write then rename).
+// The file is written under a new name of its own (O_EXCL), never one
+// that may be there already: the data directory may be a service user's,
+// where a link at a fixed name would have a serve run as root truncate
+// the file it names, and replicas of one directory write theirs at once.
 func WriteServing(dir string, s Serving) error {
 	data, err := yaml.Marshal(s)
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, FileServing+".tmp")
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+	f, err := os.CreateTemp(dir, "."+FileServing+".*")
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, filepath.Join(dir, FileServing))
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(dir, FileServing))
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
 }
 
 // RemoveServing removes FileServing if it still holds s (another serve of

@@ -45,3 +45,34 @@ func TestServingRoundTrips(t *testing.T) {
 		t.Fatalf("after RemoveServing: found %v, %v", ok, err)
 	}
 }
+
+// TestWriteServingWritesNoFileALinkNames: a link at the name the file used
+// to be written under first (serving.yaml.tmp), made by the owner of a
+// service user's data directory, must not have a serve run as root
+// truncate the file it names: WriteServing writes under a new name of its
+// own, and leaves nothing else behind.
+func TestWriteServingWritesNoFileALinkNames(t *testing.T) {
+	dir := t.TempDir()
+	victim := filepath.Join(t.TempDir(), "victim")
+	const theirs = "root:x:0:0:someone else's file\n"
+	if err := os.WriteFile(victim, []byte(theirs), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, filepath.Join(dir, FileServing+".tmp")); err != nil {
+		t.Fatal(err)
+	}
+	s := Serving{GRPC: "127.0.0.1:8443", HTTP: "127.0.0.1:8080"}
+	if err := WriteServing(dir, s); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(victim); err != nil || string(got) != theirs {
+		t.Errorf("the file the link names: %q, %v; want it untouched", got, err)
+	}
+	if got, ok, err := ReadServing(dir); err != nil || !ok || got != s {
+		t.Errorf("ReadServing: %+v, %v, %v; want %+v", got, ok, err, s)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 2 {
+		t.Errorf("the directory holds %d entries, want the link and %s: %v", len(entries), FileServing, entries)
+	}
+}

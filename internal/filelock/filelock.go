@@ -30,9 +30,12 @@ func Shared(path string) (*Lock, error) { return take(path, false) }
 // if missing). ErrLocked when any other lock on it is held.
 func Exclusive(path string) (*Lock, error) { return take(path, true) }
 
+// take opens the lock file with OpenRegular: it lies in a data directory
+// that may be a service user's, where a command run as root must not
+// create or lock a file a link names (/etc/nologin, say).
 func take(path string, exclusive bool) (*Lock, error) {
 	// 0600: whoever can open the file can take its lock.
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := OpenRegular(path, os.O_RDWR|os.O_CREATE, 0o600, "a data directory")
 	if err != nil {
 		return nil, fmt.Errorf("opening lock file %s: %w", path, err)
 	}
