@@ -108,3 +108,46 @@ func tablesOf(t *testing.T, path string) []string {
 	}
 	return names
 }
+
+// TestInitAndRestoreLeaveAnotherProgramsDatabaseAlone: `init --db` naming
+// another program's SQLite database added the automator's tables to it,
+// and `restore --db` moved it aside and put an automator's in its place,
+// where every other command refuses it. Both refuse it now, saying whose
+// it is, and leave it as it was: init makes no data directory, restore
+// sets nothing aside.
+func TestInitAndRestoreLeaveAnotherProgramsDatabaseAlone(t *testing.T) {
+	t.Parallel()
+	other := filepath.Join(t.TempDir(), "other.db")
+	db, err := sql.Open("sqlite", other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES ('precious')`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	before := tablesOf(t, other)
+	want := other + " is an SQLite database but not an automator's (its tables are notes, without schema_migrations)"
+
+	dir := filepath.Join(t.TempDir(), "data")
+	code, _, stderr := runCLI(t, "init", "--data-dir", dir, "--public-url", "https://127.0.0.1:8443", "--db", other)
+	if code != ExitError || !strings.Contains(stderr, want) {
+		t.Errorf("init --db naming another program's database: exit %d, stderr %q; want %d saying %q", code, stderr, ExitError, want)
+	}
+	if _, err := os.Stat(filepath.Join(dir, config.FileConfig)); !os.IsNotExist(err) {
+		t.Errorf("the refused init left %s: %v", config.FileConfig, err)
+	}
+
+	served := initDir(t)
+	file := takeBackup(t, served)
+	code, _, stderr = runCLI(t, "restore", "--data-dir", served, "--db", other, file)
+	if code != ExitError || !strings.Contains(stderr, want) || !strings.Contains(stderr, "nothing was replaced") {
+		t.Errorf("restore --db naming another program's database: exit %d, stderr %q; want %d saying %q and that nothing was replaced", code, stderr, ExitError, want)
+	}
+	if after := tablesOf(t, other); !slices.Equal(after, before) {
+		t.Errorf("the other program's database has tables %q after init and restore, want %q", after, before)
+	}
+	if aside, _ := filepath.Glob(other + ".before-restore-*"); len(aside) > 0 {
+		t.Errorf("restore set the other program's database aside: %v", aside)
+	}
+}

@@ -334,10 +334,15 @@ func readPrevious(ctx context.Context, dbPath string, now time.Time) (prev previ
 		return prev, err, nil
 	}
 	if version == 0 {
-		// No automator's schema (an empty file, another program's
-		// database): nothing to compare with, as with no database. Read,
-		// a migrated copy would list no credential at all, and the restore
-		// would say nothing of those withdrawn after the backup.
+		// Another program's database is not replaced: every other
+		// command refuses it, and --db names it by mistake.
+		if err := sqliteOfAnotherProgram(ctx, dbPath); err != nil {
+			return prev, nil, fmt.Errorf("%w (nothing was replaced)", err)
+		}
+		// No automator's schema (an empty file): nothing to compare
+		// with, as with no database. Read, a migrated copy would list no
+		// credential at all, and the restore would say nothing of those
+		// withdrawn after the backup.
 		return previous{}, nil, nil
 	}
 	path := dbPath

@@ -37,11 +37,14 @@ func openStoreFor(ctx context.Context, dir string, cfg config.Config, create boo
 	if err != nil {
 		return nil, err
 	}
-	if !create {
+	switch {
+	case !create:
 		err = sqliteExists(dir, cfg)
 		if err == nil {
 			err = sqliteIsAutomators(ctx, dir, cfg)
 		}
+	case !pgstore.IsDSN(cfg.DB):
+		err = sqliteOfAnotherProgram(ctx, cfg.DBPath(dir))
 	}
 	if err == nil {
 		err = refuseMigratingUnderServe(ctx, dir, cfg)
@@ -130,6 +133,29 @@ func sqliteIsAutomators(ctx context.Context, dir string, cfg config.Config) erro
 	if len(tables) == 0 {
 		return fmt.Errorf("the database %s is empty (no table), and an automator's is not made in it: if `automator init` made it, it was emptied or cut short (`automator restore FILE` brings a backup back); otherwise --db, or db in %s, names the wrong file", path, config.FileConfig)
 	}
+	return anotherProgramsDB(path, tables)
+}
+
+// sqliteOfAnotherProgram refuses, for init and restore, the SQLite file
+// at path when it holds tables, none of them schema_migrations: another
+// program's database, which init would add the automator's tables to and
+// restore would move aside, where every other command refuses it
+// (sqliteIsAutomators). A file that is missing, empty, an automator's, or
+// that cannot be read passes.
+func sqliteOfAnotherProgram(ctx context.Context, path string) error {
+	if _, err := os.Stat(path); err != nil {
+		return nil
+	}
+	tables, err := sqlitestore.TableNames(ctx, path)
+	if err != nil || len(tables) == 0 || slices.Contains(tables, "schema_migrations") {
+		return nil
+	}
+	return anotherProgramsDB(path, tables)
+}
+
+// anotherProgramsDB is the error for the SQLite database at path that
+// holds tables but no automator's schema.
+func anotherProgramsDB(path string, tables []string) error {
 	shown := tables
 	if len(shown) > 5 {
 		shown = append(shown[:5:5], "…")
