@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -174,6 +175,12 @@ func cmdInstall(args []string, env Env) error {
 		return err
 	} else if st.Installed {
 		return fmt.Errorf("service %q is already installed (%s); uninstall it first or choose another --name", *name, st.Definition)
+	}
+	// A state directory there already must be a proxy's (left by an
+	// earlier install, or a proxy run by hand on it): uninstall removes
+	// what a proxy keeps there, and the service would write over it.
+	if err := stateDirOfAProxy(stateDir); err != nil {
+		return fmt.Errorf("%w; choose another --name, or move them out", err)
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -513,6 +520,16 @@ func uninstall(name string, env Env) error {
 			left = append(left, fmt.Sprintf("%s (%v)", dir, err))
 		}
 	}
+	// /etc/NAME or /var/lib/NAME as a link the operator put there (to a
+	// directory on another volume, say) is theirs: os.Remove would remove
+	// the link. (A spool that is a link is not: the proxy uses none.)
+	rmdirNotLink := func(dir string) {
+		if fi, err := os.Lstat(dir); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			left = append(left, dir+" (a symbolic link, which `proxy install` did not make)")
+			return
+		}
+		rmdir(dir)
+	}
 	cfgCopy := filepath.Join(configDir, configFileName)
 	if notInstalled {
 		// No service of that name: remove only what is visibly a leftover
@@ -586,12 +603,12 @@ func uninstall(name string, env Env) error {
 		}
 		if results == 0 && !lost && len(setAside) == 0 {
 			rmdir(spool)
-			rmdir(stateDir)
+			rmdirNotLink(stateDir)
 		}
 	}
 	if held == nil {
 		rm(cfgCopy)
-		rmdir(configDir)
+		rmdirNotLink(configDir)
 	}
 	if notInstalled && len(removed) == 0 && len(left) == 0 {
 		return err
@@ -608,6 +625,41 @@ func uninstall(name string, env Env) error {
 		return fmt.Errorf("left behind: %s", strings.Join(left, "; "))
 	}
 	return nil
+}
+
+// stateDirOfAProxy refuses a directory at dir that holds anything but
+// what a proxy keeps in its state_dir: its status file (one a proxy
+// wrote), its lock and the status file's temporary files, and its spool.
+// Missing or empty, it is fine.
+func stateDirOfAProxy(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var foreign []string
+	for _, e := range entries {
+		switch n := e.Name(); {
+		case n == agent.LockFileName && e.Type().IsRegular(),
+			strings.HasPrefix(n, "."+agent.StateFileName+".") && e.Type().IsRegular(),
+			n == agent.SpoolDirName && e.IsDir():
+		case n == agent.StateFileName && e.Type().IsRegular():
+			if s, err := agent.ReadState(filepath.Join(dir, n)); err != nil || s.InstanceID == "" || s.StartedAt.IsZero() {
+				foreign = append(foreign, n+" (not a proxy's)")
+			}
+		default:
+			foreign = append(foreign, n)
+		}
+	}
+	if len(foreign) == 0 {
+		return nil
+	}
+	if len(foreign) > 5 {
+		foreign = append(foreign[:5:5], "…")
+	}
+	return fmt.Errorf("%s exists and holds what a proxy's state directory does not: %s; install would make it the service's state_dir, which the service writes and uninstall removes", dir, strings.Join(foreign, ", "))
 }
 
 // lockToRemove takes the state directory of a service being uninstalled,

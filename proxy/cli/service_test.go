@@ -5,6 +5,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -587,5 +588,111 @@ func TestProxyCommandsLeaveAnAutomatorsServiceAlone(t *testing.T) {
 	}
 	if st, err := service.Query(name); err != nil || !st.Installed || st.Runs != "serve" || st.Running {
 		t.Errorf("the automator's service afterwards: %+v, %v; want it installed, not started", st, err)
+	}
+}
+
+// TestInstallRefusesAStateDirThatIsNotAProxys: /var/lib/NAME there
+// already, holding another program's files, was taken for the service's
+// state_dir: the service overwrote its status.json and proxy.lock, and
+// uninstall deleted them and the directory. Install refuses it, naming
+// what is not a proxy's, and changes nothing; a state directory a proxy
+// left (its status file, lock and spool) is still taken, as after an
+// uninstall that kept results waiting in the spool.
+func TestInstallRefusesAStateDirThatIsNotAProxys(t *testing.T) {
+	// Not parallel: it writes under /var/lib at a fixed service name.
+	if os.Geteuid() != 0 {
+		t.Skip("writes under /var/lib: needs root")
+	}
+	name := "opsgate-test-foreignstate"
+	state, cfgDir := service.StateDir(name), service.ConfigDir(name)
+	if err := os.Mkdir(state, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(state); os.RemoveAll(cfgDir) })
+	files := map[string]string{
+		agent.StateFileName: `{"app":"another program's state"}` + "\n",
+		agent.LockFileName:  "another program's lock\n",
+		"notes.txt":         "theirs\n",
+	}
+	for n, data := range files {
+		if err := os.WriteFile(filepath.Join(state, n), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scripts := t.TempDir()
+	path := filepath.Join(t.TempDir(), "p.yaml")
+	if err := os.WriteFile(path, []byte("automator_url: http://127.0.0.1:1\ntoken: t\nkey: "+testKey(t)+"\nscripts_dir: "+scripts+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := Main(t.Context(), []string{"install", "--config", path, "--name", name}, Env{Stdout: &stdout, Stderr: &stderr})
+	want := state + " exists and holds what a proxy's state directory does not: notes.txt, status.json (not a proxy's)"
+	if code != 1 || !strings.Contains(stderr.String(), want) {
+		t.Errorf("install over another program's %s: exit %d, stderr %q; want 1 saying %q", state, code, stderr.String(), want)
+	}
+	for n, data := range files {
+		if got, err := os.ReadFile(filepath.Join(state, n)); err != nil || string(got) != data {
+			t.Errorf("%s afterwards: %q, %v; want it untouched", n, got, err)
+		}
+	}
+	if _, err := os.Stat(cfgDir); !os.IsNotExist(err) {
+		t.Errorf("the refused install made %s: %v", cfgDir, err)
+	}
+	if st, err := service.Query(name); err != nil || st.Installed {
+		t.Errorf("the refused install installed the service: %+v, %v", st, err)
+	}
+
+	// What a proxy leaves there is its own.
+	os.Remove(filepath.Join(state, "notes.txt"))
+	s := agent.State{InstanceID: "host-a", PID: 1, StartedAt: time.Now()}
+	data, _ := json.Marshal(s)
+	if err := os.WriteFile(filepath.Join(state, agent.StateFileName), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(state, agent.SpoolDirName), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := stateDirOfAProxy(state); err != nil {
+		t.Errorf("a state directory a proxy left: %v; want it taken", err)
+	}
+}
+
+// TestUninstallLeavesTheLinksItFoundInPlaceOfItsDirectories: /etc/NAME or
+// /var/lib/NAME as a link the operator made (to a directory on another
+// volume) is theirs: uninstall removes what install and the proxy put in
+// the directories, not the links, and says it left them. It used to
+// remove both links (os.Remove unlinks a link to a directory).
+func TestUninstallLeavesTheLinksItFoundInPlaceOfItsDirectories(t *testing.T) {
+	// Not parallel: it writes under /etc and /var/lib at a fixed name.
+	if os.Geteuid() != 0 {
+		t.Skip("writes under /etc: needs root")
+	}
+	name := "opsgate-test-linkeddirs"
+	cfgDir, state := service.ConfigDir(name), service.StateDir(name)
+	cfgTarget, stateTarget := t.TempDir(), t.TempDir()
+	for link, target := range map[string]string{cfgDir: cfgTarget, state: stateTarget} {
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Remove(link) })
+	}
+	if err := os.WriteFile(filepath.Join(cfgDir, configFileName), installedConfig([]byte("token: t\n"), name, true, state), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := Main(t.Context(), []string{"uninstall", "--name", name}, Env{Stdout: &stdout, Stderr: &stderr})
+	for _, link := range []string{cfgDir, state} {
+		if !strings.Contains(stderr.String(), link+" (a symbolic link, which `proxy install` did not make)") {
+			t.Errorf("uninstall's stderr %q does not say it left %s", stderr.String(), link)
+		}
+		if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			t.Errorf("%s after uninstall: %v; want the link left", link, err)
+		}
+	}
+	if code != 1 {
+		t.Errorf("uninstall: exit %d, want 1 (something left behind)", code)
+	}
+	if _, err := os.Stat(filepath.Join(cfgTarget, configFileName)); !os.IsNotExist(err) {
+		t.Errorf("the config copy is still there: %v", err)
 	}
 }
