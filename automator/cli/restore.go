@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -91,6 +92,16 @@ func restoreSQLite(ctx context.Context, dir, db string, cfg config.Config, file 
 	// open units ended there; only then does it take the database's place.
 	// Until that rename nothing of the data directory has changed.
 	dbPath := cfg.DBPath(dir)
+	// A database file that is a link (to another volume, say) is restored
+	// where the link leads, and the link stays: replaced in the data
+	// directory, the database would leave that volume for this one.
+	if fi, err := os.Lstat(dbPath); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		real, err := filepath.EvalSymlinks(dbPath)
+		if err != nil {
+			return fmt.Errorf("the database %s is a symbolic link that does not lead to a file: %w", dbPath, err)
+		}
+		dbPath = real
+	}
 	tmp := dbPath + ".restoring"
 	removeSQLiteFiles(tmp) // left by a restore that was interrupted
 	done := false
