@@ -714,7 +714,11 @@ func cmdStatus(args []string, env Env) error {
 	switch {
 	case errors.Is(err, os.ErrPermission):
 		cfgUnreadable = true
-		fmt.Fprintf(w, "config:         %s (not readable by this user; run as root to check it)\n", cfgPath)
+		admin := "root"
+		if runtime.GOOS == "windows" {
+			admin = "an administrator"
+		}
+		fmt.Fprintf(w, "config:         %s (not readable by this user; run as %s to check it)\n", cfgPath, admin)
 	case err != nil:
 		fmt.Fprintf(w, "config:         %v\n", err)
 	default:

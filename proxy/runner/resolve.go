@@ -10,6 +10,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/opsgate/opsgate/internal/winname"
 )
 
 // maxNameLen is the longest script name accepted, the usual file system
@@ -89,7 +91,7 @@ func badNameReason(name string) string {
 	case windowsNames && (strings.HasSuffix(name, ".") || strings.HasSuffix(name, " ")):
 		// Windows drops them: "x.ps1." opens x.ps1.
 		return "ends in '.' or ' ', which windows drops, so it names another file"
-	case windowsNames && isWindowsDeviceName(name):
+	case windowsNames && winname.IsDevice(name):
 		// CreateFile opens the device, not a file (CON would wait for
 		// console input until the deadline).
 		return "is a windows device name (CON, PRN, AUX, NUL, COM0-9, LPT0-9, CONIN$, CONOUT$), with or without an extension"
@@ -101,26 +103,6 @@ func badNameReason(name string) string {
 // trailing dots) are refused on windows, where they would not name the file
 // in the scripts directory. A variable so tests can set it on any OS.
 var windowsNames = runtime.GOOS == "windows"
-
-// isWindowsDeviceName reports whether name is a reserved device name of
-// windows, alone or followed by an extension ("nul.ps1") and spaces before
-// it ("CON .bat"): some windows versions open the device for those too.
-func isWindowsDeviceName(name string) bool {
-	base, _, _ := strings.Cut(name, ".")
-	base = strings.ToUpper(strings.TrimRight(base, " "))
-	switch base {
-	case "CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$":
-		return true
-	}
-	if len(base) < 4 || (base[:3] != "COM" && base[:3] != "LPT") {
-		return false
-	}
-	switch base[3:] {
-	case "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "\u00b9", "\u00b2", "\u00b3":
-		return true
-	}
-	return false
-}
 
 // realScriptsDir returns the absolute, symlink-resolved scripts directory.
 func realScriptsDir(dir string) (string, error) {

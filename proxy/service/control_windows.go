@@ -22,15 +22,20 @@ func checkPlatformSpec(s Spec) error {
 	return nil
 }
 
-func definition(svc service.Service, name string) (string, bool, error) {
+// definition asks the control manager whether service name exists, with
+// the least access that tells (kardianos's Status asks for the right to
+// start and stop it too, which a user who is not an administrator lacks,
+// so that `status` failed for them with "Access is denied").
+func definition(_ service.Service, name string) (string, bool, error) {
 	key := `HKLM\SYSTEM\CurrentControlSet\Services\` + name
-	_, err := svc.Status()
+	_, done, err := openSCMService(name, windows.SERVICE_QUERY_STATUS)
 	switch {
-	case errors.Is(err, service.ErrNotInstalled):
+	case errors.Is(err, windows.ERROR_SERVICE_DOES_NOT_EXIST):
 		return key, false, nil
 	case err != nil:
 		return key, false, err
 	}
+	done()
 	return key, true, nil
 }
 

@@ -2,6 +2,7 @@ package service
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -68,5 +69,27 @@ func TestExpectTellsWhoseAServiceIs(t *testing.T) {
 	}
 	if err := (Status{Name: "x", Installed: true}).Expect("run"); !errors.Is(err, ErrNotOurs) {
 		t.Errorf("another program's service: %v, want ErrNotOurs", err)
+	}
+}
+
+// TestServiceNamesWindowsGivesAMeaningAreRefusedThere: on Windows a
+// trailing dot is dropped from a folder's name, so that `--name proxy.`
+// would act on %ProgramData%\proxy, the proxy service's folder; a device
+// name (NUL, COM1, with or without an extension) names no folder. Both
+// are refused there, and stay valid names elsewhere.
+func TestServiceNamesWindowsGivesAMeaningAreRefusedThere(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"proxy.", "nul", "NUL.proxy", "com1", "Lpt9.x", "aux"} {
+		if err := checkName(name, true); err == nil || !strings.Contains(err.Error(), "Windows gives it a meaning of its own") {
+			t.Errorf("%q on Windows: %v; want it refused", name, err)
+		}
+		if err := checkName(name, false); err != nil {
+			t.Errorf("%q elsewhere: %v; want it valid", name, err)
+		}
+	}
+	for _, name := range []string{"proxy", "proxy.a", "console", "com10", "nully"} {
+		if err := checkName(name, true); err != nil {
+			t.Errorf("%q on Windows: %v; want it valid", name, err)
+		}
 	}
 }

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"time"
+
+	"github.com/opsgate/opsgate/internal/winname"
 )
 
 // Spec describes one service to install.
@@ -56,9 +59,19 @@ var ErrNotOurs = errors.New("not one that `proxy install` or `automator install`
 
 // CheckName refuses a name that cannot safely name a unit, a directory and
 // a Windows service.
-func CheckName(name string) error {
+func CheckName(name string) error { return checkName(name, runtime.GOOS == "windows") }
+
+// checkName is CheckName, with the names Windows gives a meaning of its
+// own refused when onWindows.
+func checkName(name string, onWindows bool) error {
 	if !validName.MatchString(name) || name == "." || name == ".." {
 		return fmt.Errorf("service name %q: use 1 to 64 letters, digits, '-', '_' or '.', starting with a letter or digit", name)
+	}
+	// Windows drops a trailing dot from a folder's name, so that
+	// %ProgramData%\proxy. would be proxy's folder; a device name names no
+	// folder at all.
+	if onWindows && (strings.HasSuffix(name, ".") || winname.IsDevice(name)) {
+		return fmt.Errorf("service name %q: Windows gives it a meaning of its own (a trailing '.', which it drops from a folder's name, or a device name: CON, PRN, AUX, NUL, COM0-9, LPT0-9, with or without an extension)", name)
 	}
 	return nil
 }
