@@ -3,9 +3,11 @@ package service
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/kardianos/service"
 )
@@ -41,6 +43,7 @@ func (w *logWriter) Write(p []byte) (int, error) {
 			continue
 		}
 		level, msg := splitLevel(line)
+		msg = cutLine(msg)
 		switch level {
 		case "ERROR":
 			_ = w.l.Error(msg)
@@ -73,4 +76,22 @@ func splitLevel(line string) (level, rest string) {
 		level, rest, _ = strings.Cut(v, " ")
 	}
 	return level, rest
+}
+
+// maxLogLine bounds one entry: the Windows Event Log refuses a string of
+// more than 31,839 characters (ReportEvent), and the entry would be lost;
+// syslog daemons cut far shorter lines themselves.
+const maxLogLine = 30000
+
+// cutLine cuts a line longer than maxLogLine on a character boundary,
+// saying how much was cut.
+func cutLine(line string) string {
+	if len(line) <= maxLogLine {
+		return line
+	}
+	n := maxLogLine
+	for n > 0 && !utf8.RuneStart(line[n]) {
+		n--
+	}
+	return fmt.Sprintf("%s … (%d bytes more cut: the system log takes no longer entry)", line[:n], len(line)-n)
 }

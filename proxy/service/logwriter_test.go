@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 )
 
 // recordingLogger is a service.Logger that keeps what it is given.
@@ -81,5 +82,27 @@ func TestLogWriterKeepsJSONRecordsWholeAtTheirLevel(t *testing.T) {
 		if !strings.HasPrefix(l, want[i]) || !json.Valid([]byte(l[2:])) {
 			t.Errorf("entry %d: %q; want level %q and a JSON object", i, l, want[i])
 		}
+	}
+}
+
+// TestLogWriterCutsAnEntryTheSystemLogWouldRefuse: the Windows Event Log
+// refuses a string over 31,839 characters, and the entry was lost (a
+// warning listing many writable script paths could be that long): a longer
+// line is cut on a character boundary, saying how much went.
+func TestLogWriterCutsAnEntryTheSystemLogWouldRefuse(t *testing.T) {
+	rec := &recordingLogger{}
+	w := LogWriter(rec)
+	long := strings.Repeat("é", 20000) // 40,000 bytes
+	fmt.Fprintf(w, "level=WARN msg=%s\n", long)
+	if len(rec.lines) != 1 {
+		t.Fatalf("%d entries, want 1", len(rec.lines))
+	}
+	got := rec.lines[0]
+	if len(got) > maxLogLine+100 || !strings.Contains(got, "bytes more cut") || !utf8.ValidString(got) {
+		t.Errorf("entry of %d bytes (valid UTF-8: %v) ending %q; want it cut near %d bytes on a character boundary, saying so", len(got), utf8.ValidString(got), got[len(got)-80:], maxLogLine)
+	}
+	fmt.Fprint(w, "level=INFO msg=short\n")
+	if rec.lines[1] != "I msg=short" {
+		t.Errorf("a short line became %q", rec.lines[1])
 	}
 }
