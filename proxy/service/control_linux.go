@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 
@@ -91,12 +90,11 @@ var systemdUnitDirs = []string{
 // an init script initDir/NAME (systemd makes a unit of that name from it),
 // or empty when there is none.
 func unitElsewhere(name string, dirs []string, initDir string) string {
-	for _, p := range append(slices.Clone(dirs), initDir) {
-		if p == initDir {
-			p = filepath.Join(initDir, name)
-		} else {
-			p = filepath.Join(p, name+".service")
-		}
+	paths := make([]string, 0, len(dirs)+1)
+	for _, d := range dirs {
+		paths = append(paths, filepath.Join(d, name+".service"))
+	}
+	for _, p := range append(paths, filepath.Join(initDir, name)) {
 		if _, err := os.Lstat(p); err == nil {
 			return p
 		}
