@@ -40,10 +40,44 @@ func List() []os.Signal {
 // the foreground group another when the shell exits), and it would kill
 // the command while it stops (exec cancelling its unit). It is ignored
 // from then on.
+//
+// An interrupt or SIGTERM the process was started with ignored (a
+// background job of a script ignores SIGINT) is ignored again once stop
+// lets it go, so the second would change nothing: such a one is caught
+// instead, and ends the process with the code a shell gives a command the
+// signal killed (128 + its number).
 func Stopping(stop func()) {
 	signal.Ignore(syscall.SIGHUP)
+	var again chan os.Signal
+	if len(ignoredAtStart) > 0 && len(List()) > 0 {
+		again = make(chan os.Signal, 1)
+		signal.Notify(again, ignoredAtStart...) // before stop: never ignored in between
+	}
 	stop()
+	if again != nil {
+		go func() {
+			s := <-again
+			code := 1
+			if n, ok := s.(syscall.Signal); ok {
+				code = 128 + int(n)
+			}
+			os.Exit(code)
+		}()
+	}
 }
+
+// ignoredAtStart are the interrupt and SIGTERM when this process was
+// started with them ignored (read before any Notify, which takes the
+// ignoring off).
+var ignoredAtStart = func() []os.Signal {
+	var sigs []os.Signal
+	for _, s := range []os.Signal{os.Interrupt, syscall.SIGTERM} {
+		if signal.Ignored(s) {
+			sigs = append(sigs, s)
+		}
+	}
+	return sigs
+}()
 
 // NotifyContext is signal.NotifyContext of parent with List: a context the
 // first of those signals ends. With List empty, nothing but stop ends it

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/opsgate/opsgate/internal/stopsignal"
 )
@@ -121,5 +122,52 @@ func TestAHangupStopsACommandUnlessItWasStartedUnderNohup(t *testing.T) {
 		if got := string(out); got != c.want+"\n" {
 			t.Errorf("started as %v, the command stops on SIGHUP: %q, want %s", c.argv, got, c.want)
 		}
+	}
+}
+
+// TestASecondInterruptEndsACommandStartedWithItIgnored: a command started
+// with SIGINT ignored (a background job of a script) stops on the first,
+// as any; once it stops watching for it, Go puts the ignoring back, and a
+// second one changed nothing where it must end the command at once. It
+// ends with 130, the code a shell gives a command SIGINT killed.
+func TestASecondInterruptEndsACommandStartedWithItIgnored(t *testing.T) {
+	cmd := exec.Command("sh", "-c", `trap '' INT; exec "$0"`, os.Args[0])
+	cmd.Env = append(os.Environ(), helperEnv+"=1")
+	if _, err := cmd.StdinPipe(); err != nil { // never closed: it would wait
+		t.Fatal(err)
+	}
+	outPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	out := bufio.NewReader(outPipe)
+	expect := func(line string) {
+		t.Helper()
+		if got, err := out.ReadString('\n'); got != line+"\n" {
+			t.Fatalf("the command printed %q (%v), want %q", got, err, line)
+		}
+	}
+	expect("running")
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	expect("stopping")
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+			t.Errorf("after a second SIGINT the command ended with %v; want exit 130", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the command still runs 10 s after a second SIGINT; want it ended at once")
 	}
 }
