@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -58,37 +59,9 @@ const helperEnv = "STOPSIGNAL_TEST_HELPER"
 // not kill it while it stops (exec cancelling its unit), as a second
 // Ctrl-C would.
 func TestASecondHangupDoesNotKillACommandThatIsStopping(t *testing.T) {
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), helperEnv+"=1")
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	outPipe, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	out := bufio.NewReader(outPipe)
-	expect := func(line string) {
-		t.Helper()
-		if got, err := out.ReadString('\n'); got != line+"\n" {
-			t.Fatalf("the command printed %q (%v), want %q", got, err, line)
-		}
-	}
-	expect("running")
-	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
-	expect("stopping")
-	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
+	cmd, in := stopTwice(t, syscall.SIGHUP, os.Args[0])
 	in.Close() // it may end now
-	err = cmd.Wait()
+	err := cmd.Wait()
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		t.Fatalf("the command stopping after a SIGHUP ended with %v (3: another SIGHUP would kill it); want it to finish stopping, exit 0, whatever SIGHUP comes", ee)
@@ -131,34 +104,7 @@ func TestAHangupStopsACommandUnlessItWasStartedUnderNohup(t *testing.T) {
 // second one changed nothing where it must end the command at once. It
 // ends with 130, the code a shell gives a command SIGINT killed.
 func TestASecondInterruptEndsACommandStartedWithItIgnored(t *testing.T) {
-	cmd := exec.Command("sh", "-c", `trap '' INT; exec "$0"`, os.Args[0])
-	cmd.Env = append(os.Environ(), helperEnv+"=1")
-	if _, err := cmd.StdinPipe(); err != nil { // never closed: it would wait
-		t.Fatal(err)
-	}
-	outPipe, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	out := bufio.NewReader(outPipe)
-	expect := func(line string) {
-		t.Helper()
-		if got, err := out.ReadString('\n'); got != line+"\n" {
-			t.Fatalf("the command printed %q (%v), want %q", got, err, line)
-		}
-	}
-	expect("running")
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	expect("stopping")
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
+	cmd, _ := stopTwice(t, syscall.SIGINT, "sh", "-c", `trap '' INT; exec "$0"`, os.Args[0]) // its stdin left open: it would wait
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
@@ -170,4 +116,35 @@ func TestASecondInterruptEndsACommandStartedWithItIgnored(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the command still runs 10 s after a second SIGINT; want it ended at once")
 	}
+}
+
+// stopTwice starts the helper command by argv, sends it sig once it runs,
+// and sig again once it stops; it returns the command and its stdin,
+// which it reads to its end before it exits.
+func stopTwice(t *testing.T, sig syscall.Signal, argv ...string) (*exec.Cmd, io.WriteCloser) {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), helperEnv+"=1")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	out := bufio.NewReader(outPipe)
+	for _, line := range []string{"running", "stopping"} {
+		if got, err := out.ReadString('\n'); got != line+"\n" {
+			t.Fatalf("the command printed %q (%v), want %q", got, err, line)
+		}
+		if err := cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cmd, in
 }
