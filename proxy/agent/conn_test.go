@@ -178,11 +178,18 @@ func TestAPollWhoseAnswerDidNotBeginIsLoggedAsSuchOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := silentPolls{unanswered: make(chan struct{})}
+	client := serveProxyService(t, srv, lis)
+	// The connection is set up first: on a loaded machine setting it up
+	// may take longer than a poll's 80 ms, which the agent rightly logs
+	// as no connection set up, not as the case here.
+	if _, err := client.Complete(t.Context(), &automatorv1.CompleteRequest{}); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("a first call to set the connection up: %v, want Unimplemented", err)
+	}
 	var log lockedWriter
 	log.b = &bytes.Buffer{}
 	a := New(Options{
 		tune:   tuning{pollMargin: 20 * time.Millisecond},
-		Client: serveProxyService(t, srv, lis), Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(),
+		Client: client, Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(),
 		MaxConcurrency: 1, PollWait: 50 * time.Millisecond, GracePeriod: time.Second,
 		BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
 		Logger: slog.New(slog.NewJSONHandler(&log, nil)),
