@@ -127,10 +127,7 @@ func TestSysVScriptStopWaitsForRunningWork(t *testing.T) {
 	if code, out := f.run(t, "status"); code != 3 {
 		t.Fatalf("status before start: exit %d %q, want 3", code, out)
 	}
-	if code, out := f.run(t, "start"); code != 0 {
-		t.Fatalf("start: exit %d %q", code, out)
-	}
-	waittest.Until(t, "the service to start", func() bool { return f.count("started") == 1 })
+	f.start(t)
 	if code, out := f.run(t, "status"); code != 0 || !strings.Contains(out, "is running") {
 		t.Fatalf("status: exit %d %q, want 0, running", code, out)
 	}
@@ -187,14 +184,7 @@ func TestSysVScriptRestartsAServiceThatDies(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(f.dir, "release"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if code, out := f.run(t, "start"); code != 0 {
-		t.Fatalf("start: exit %d %q", code, out)
-	}
-	waittest.Until(t, "the service to start", func() bool { return f.count("started") == 1 })
-	first, err := readInt(filepath.Join(f.dir, "pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := f.start(t)
 	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -259,14 +249,7 @@ func TestSysVScriptSaysItRestartsAServiceInJSONAfterJSON(t *testing.T) {
 // whole session is killed.
 func TestSysVScriptKillsAServiceThatDoesNotStop(t *testing.T) {
 	f := newSysV(t, "stubborn", time.Second)
-	if code, out := f.run(t, "start"); code != 0 {
-		t.Fatalf("start: exit %d %q", code, out)
-	}
-	waittest.Until(t, "the service to start", func() bool { return f.count("started") == 1 })
-	pid, err := readInt(filepath.Join(f.dir, "pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pid := f.start(t)
 	code, out := f.run(t, "stop")
 	if code != 0 || !strings.Contains(out, "did not stop within 1 seconds") {
 		t.Fatalf("stop: exit %d %q", code, out)
@@ -316,10 +299,7 @@ func TestSysVScriptCallsAZombieNotRunning(t *testing.T) {
 // running): only a state that was read makes a process alive.
 func TestSysVScriptCallsAProcessGoneBeforeItsStateIsReadNotRunning(t *testing.T) {
 	f := newSysV(t, "graceful", time.Minute)
-	if code, out := f.run(t, "start"); code != 0 {
-		t.Fatalf("start: exit %d %q", code, out)
-	}
-	waittest.Until(t, "the service to start", func() bool { return f.count("started") == 1 })
+	f.start(t)
 	defer func() {
 		if err := os.WriteFile(filepath.Join(f.dir, "release"), nil, 0o644); err != nil {
 			t.Fatal(err)
@@ -561,6 +541,21 @@ func TestSysVScriptTakesOverTheLockOfAKilledStart(t *testing.T) {
 		t.Errorf("start took %v: it waited for the lock of a start that is gone", d)
 	}
 	f.stopStarted(t)
+}
+
+// start starts the service, waits until it has, and returns its
+// supervisor's pid, from the pid file.
+func (f *sysvFixture) start(t *testing.T) int {
+	t.Helper()
+	if code, out := f.run(t, "start"); code != 0 {
+		t.Fatalf("start: exit %d %q", code, out)
+	}
+	waittest.Until(t, "the service to start", func() bool { return f.count("started") == 1 })
+	pid, err := readInt(filepath.Join(f.dir, "pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
 }
 
 // stopStarted waits for the service a start started, lets it end when

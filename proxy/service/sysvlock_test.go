@@ -185,14 +185,7 @@ func TestSysVScriptStopWaitsForALiveHolderOfTheLock(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(f.dir, "release"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if code, out := f.run(t, "start"); code != 0 {
-		t.Fatalf("start: exit %d %q", code, out)
-	}
-	waittest.Until(t, "the service to start", func() bool { return f.count("started") == 1 })
-	service, err := readInt(filepath.Join(f.dir, "pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	service := f.start(t)
 	holder := f.holdLock(t)
 	stop := f.background(t, "stop", f.sleepSpy(t))
 	// Its first sleep is that of a stop that found the lock held; a stop
