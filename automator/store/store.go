@@ -924,7 +924,8 @@ type Store interface {
 	// p.ClaimFor is set (nobody could claim it before). ErrExists if the ID
 	// is taken; ErrNotFound if the account does not exist; the existing
 	// unit and ErrDuplicate if p.IdempotencyKey was used on the account at
-	// or after p.IdempotencySince.
+	// or after p.IdempotencySince; unless p.SyncLater, that unit is on disk
+	// when it is returned, even if its own enqueue had SyncLater.
 	WorkEnqueue(ctx context.Context, p WorkEnqueueParams) (Work, error)
 	// WorkByIdempotencyKey returns the unit of account queued with
 	// idempotency key key at or after since (what WorkEnqueue would answer

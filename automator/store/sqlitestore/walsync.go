@@ -2,6 +2,7 @@ package sqlitestore
 
 import (
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -29,6 +30,11 @@ type walSyncer struct {
 	kick                  chan struct{} // capacity 1: a sync is due
 	quit                  chan struct{}
 	exited                chan struct{}
+
+	mu     sync.Mutex // held by an fsync (sync)
+	f      *os.File   // the WAL, opened by the first fsync
+	synced int64      // the latest lazy commit an fsync of this syncer covered
+	closed bool       // run has ended: sync closes the file it opens
 
 	syncs  atomic.Int64 // fsyncs done (for tests)
 	onSync func()       // called after each fsync (for tests; set before any write)
@@ -63,14 +69,16 @@ func (y *walSyncer) close() {
 }
 
 func (y *walSyncer) run() {
-	defer close(y.exited)
-	var f *os.File
 	defer func() {
-		if f != nil {
-			f.Close()
+		y.mu.Lock()
+		defer y.mu.Unlock()
+		if y.f != nil {
+			y.f.Close()
+			y.f = nil
 		}
+		y.closed = true
+		close(y.exited)
 	}()
-	var synced int64                 // the latest lazy commit this syncer's fsyncs covered
 	wait := time.NewTimer(time.Hour) // armed after each kick
 	wait.Stop()
 	for {
@@ -93,25 +101,46 @@ func (y *walSyncer) run() {
 				wait.Stop()
 			}
 		}
-		upTo := y.lastLazy()
-		if upTo <= synced || upTo < y.lastDurable() {
-			continue // on disk already
-		}
-		if f == nil {
-			var err error
-			// SQLite keeps the WAL file while the database is open in WAL
-			// mode; if it cannot be opened, the next durable commit syncs.
-			if f, err = os.OpenFile(y.path, os.O_RDWR, 0); err != nil {
-				f = nil
-				continue
-			}
-		}
-		if f.Sync() == nil {
-			synced = upTo
-			y.syncs.Add(1)
-			if y.onSync != nil {
-				y.onSync()
-			}
-		}
+		// If the WAL cannot be opened or synced, the next durable commit
+		// syncs it.
+		_ = y.sync()
 	}
+}
+
+// sync makes every commit made so far durable before it returns: it
+// fsyncs the WAL, and with it every frame appended so far, unless each
+// commit without an fsync is on disk already (synced by an earlier call, or
+// followed by a durable commit). The background syncer calls it, and so
+// does a write that answers with a unit another write committed without an
+// fsync (WorkEnqueue's duplicate).
+func (y *walSyncer) sync() error {
+	y.mu.Lock()
+	defer y.mu.Unlock()
+	upTo := y.lastLazy()
+	if upTo <= y.synced || upTo < y.lastDurable() {
+		return nil // on disk already
+	}
+	if y.f == nil {
+		// SQLite keeps the WAL file while the database is open in WAL
+		// mode.
+		f, err := os.OpenFile(y.path, os.O_RDWR, 0)
+		if err != nil {
+			return err
+		}
+		y.f = f
+	}
+	err := y.f.Sync()
+	if y.closed {
+		y.f.Close()
+		y.f = nil
+	}
+	if err != nil {
+		return err
+	}
+	y.synced = upTo
+	y.syncs.Add(1)
+	if y.onSync != nil {
+		y.onSync()
+	}
+	return nil
 }

@@ -136,6 +136,14 @@ ON CONFLICT (id) DO NOTHING`,
 		return nil
 	})
 	if errors.Is(err, store.ErrDuplicate) {
+		if !p.SyncLater {
+			// The caller hands w's id out (Submit), and w may be an
+			// ExecuteOnProxy unit committed without its fsync, which
+			// this write, rolled back, did not make: sync it first.
+			if err := s.w.syncer.sync(); err != nil {
+				return store.Work{}, fmt.Errorf("enqueueing work with idempotency key %q: writing its unit %s to disk: %w", p.IdempotencyKey, w.ID, err)
+			}
+		}
 		return w, fmt.Errorf("enqueueing work with idempotency key %q: %w", p.IdempotencyKey, err)
 	}
 	if err != nil {

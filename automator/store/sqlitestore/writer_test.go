@@ -376,3 +376,47 @@ func TestWritesOthersActOnAreDurableWhenAnswered(t *testing.T) {
 	}
 	durable("WorkExpire")
 }
+
+// TestADuplicateOfAUnitNotYetOnDiskIsSyncedBeforeItIsAnswered: a Submit
+// whose idempotency key names an ExecuteOnProxy unit still waiting for its
+// fsync hands that unit's id out, so the unit is on disk first; the
+// duplicate's own write is rolled back and commits nothing that would sync
+// it. An ExecuteOnProxy retry (SyncLater) hands nothing out and waits for
+// no fsync.
+func TestADuplicateOfAUnitNotYetOnDiskIsSyncedBeforeItIsAnswered(t *testing.T) {
+	t.Parallel()
+	s := open(t, filepath.Join(t.TempDir(), "a.db"))
+	s.w.syncer.delay = time.Hour // no background fsync in the test's time
+	ctx := t.Context()
+	if _, err := s.AccountCreate(ctx, store.AccountCreateParams{Name: "acme", TokenHash: []byte{1}, KeyID: 1, SealedKey: []byte{1}, Now: testNow}); err != nil {
+		t.Fatal(err)
+	}
+	enqueue := func(id string, syncLater bool) (store.Work, error) {
+		return s.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: id, Account: "acme", KeyID: 1, SealedCommand: []byte("c"),
+			Now: testNow, Deadline: testNow.Add(time.Minute), IdempotencyKey: "k", IdempotencySince: testNow.Add(-time.Hour), SyncLater: syncLater})
+	}
+	if _, err := enqueue("w-1", true); err != nil {
+		t.Fatal(err)
+	}
+	if s.w.lastLazy.Load() != s.w.commits.Load() {
+		t.Fatal("a sync-later enqueue committed durably: the test cannot see the fsync it is about")
+	}
+	if w, err := enqueue("w-2", true); !errors.Is(err, store.ErrDuplicate) || w.ID != "w-1" {
+		t.Fatalf("sync-later enqueue with the key again: %v, unit %q; want ErrDuplicate and w-1", err, w.ID)
+	}
+	if n := s.w.syncer.syncs.Load(); n != 0 {
+		t.Errorf("a sync-later duplicate fsynced the WAL %d times, want none", n)
+	}
+	if w, err := enqueue("w-3", false); !errors.Is(err, store.ErrDuplicate) || w.ID != "w-1" {
+		t.Fatalf("durable enqueue with the key again: %v, unit %q; want ErrDuplicate and w-1", err, w.ID)
+	}
+	if n := s.w.syncer.syncs.Load(); n != 1 {
+		t.Errorf("a durable duplicate of a unit committed without its fsync returned after %d fsyncs of the WAL, want 1", n)
+	}
+	if w, err := enqueue("w-4", false); !errors.Is(err, store.ErrDuplicate) || w.ID != "w-1" {
+		t.Fatalf("durable enqueue with the key a third time: %v, unit %q; want ErrDuplicate and w-1", err, w.ID)
+	}
+	if n := s.w.syncer.syncs.Load(); n != 1 {
+		t.Errorf("a durable duplicate of a unit on disk already fsynced the WAL again (%d fsyncs, want 1)", n)
+	}
+}
