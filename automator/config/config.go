@@ -439,7 +439,26 @@ func WriteServing(dir string, s Serving) error {
 	if err != nil {
 		os.Remove(tmp)
 	}
+	removeStaleServing(dir)
 	return err
+}
+
+// staleServingAfter is the age past which a temporary file of WriteServing
+// is a leftover of a serve that stopped between writing and renaming it (a
+// crash, a power cut): one being written is renamed within milliseconds.
+const staleServingAfter = time.Hour
+
+// removeStaleServing removes the temporary files of WriteServing older
+// than staleServingAfter. A younger one may be another replica's (one data
+// directory, several serve processes), about to be renamed.
+func removeStaleServing(dir string) {
+	leftovers, _ := filepath.Glob(filepath.Join(dir, "."+FileServing+".*"))
+	for _, path := range leftovers {
+		// Lstat and Remove leave what a link names alone.
+		if fi, err := os.Lstat(path); err == nil && time.Since(fi.ModTime()) > staleServingAfter {
+			os.Remove(path)
+		}
+	}
 }
 
 // RemoveServing removes FileServing if it still holds s (another serve of

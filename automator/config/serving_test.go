@@ -3,7 +3,9 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
+	"time"
 )
 
 // TestServingOfALaterReleaseIsRead: serving.yaml is written by serve, never
@@ -74,5 +76,35 @@ func TestWriteServingWritesNoFileALinkNames(t *testing.T) {
 	entries, _ := os.ReadDir(dir)
 	if len(entries) != 2 {
 		t.Errorf("the directory holds %d entries, want the link and %s: %v", len(entries), FileServing, entries)
+	}
+}
+
+// TestWriteServingRemovesTheLeftoversOfAnInterruptedWrite: a serve that
+// stopped between writing its file under a name of its own and renaming it
+// left that file behind; the next write removes such files once they are
+// older than any write takes, and leaves a younger one, which may be
+// another replica's about to be renamed.
+func TestWriteServingRemovesTheLeftoversOfAnInterruptedWrite(t *testing.T) {
+	dir := t.TempDir()
+	old, young := filepath.Join(dir, "."+FileServing+".111"), filepath.Join(dir, "."+FileServing+".222")
+	for _, path := range []string{old, young} {
+		if err := os.WriteFile(path, []byte("grpc: 127.0.0.1:1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	then := time.Now().Add(-staleServingAfter - time.Minute)
+	if err := os.Chtimes(old, then, then); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteServing(dir, Serving{GRPC: "127.0.0.1:8443", HTTP: "127.0.0.1:8080"}); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if want := []string{"." + FileServing + ".222", FileServing}; !slices.Equal(names, want) {
+		t.Errorf("the directory holds %q, want %q: the leftover of an hour ago removed, the younger one kept", names, want)
 	}
 }
