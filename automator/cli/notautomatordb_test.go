@@ -46,7 +46,7 @@ func TestACommandRefusesADatabaseThatIsNotAnAutomators(t *testing.T) {
 			if _, err := other.Exec(`CREATE TABLE notes (body TEXT)`); err != nil {
 				t.Fatal(err)
 			}
-		}, " is an SQLite database but not an automator's (its tables are notes, without schema_migrations)"},
+		}, " is an SQLite database but not an automator's (its tables are notes, without the automator's schema_migrations, accounts and work)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -127,7 +127,7 @@ func TestInitAndRestoreLeaveAnotherProgramsDatabaseAlone(t *testing.T) {
 	}
 	db.Close()
 	before := tablesOf(t, other)
-	want := other + " is an SQLite database but not an automator's (its tables are notes, without schema_migrations)"
+	want := other + " is an SQLite database but not an automator's (its tables are notes, without the automator's schema_migrations, accounts and work)"
 
 	dir := filepath.Join(t.TempDir(), "data")
 	code, _, stderr := runCLI(t, "init", "--data-dir", dir, "--public-url", "https://127.0.0.1:8443", "--db", other)

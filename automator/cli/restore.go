@@ -340,16 +340,18 @@ func readPrevious(ctx context.Context, dbPath string, now time.Time) (prev previ
 		return previous{}, nil, nil
 	}
 	prev = previous{exists: true}
+	// Another program's database is not replaced: every other command
+	// refuses it, and --db names it by mistake. Checked first, read only:
+	// reading the schema version opens the file as the store does, which
+	// puts it in WAL mode.
+	if err := sqliteOfAnotherProgram(ctx, dbPath); err != nil {
+		return prev, nil, fmt.Errorf("%w (nothing was replaced)", err)
+	}
 	version, latest, err := sqlitestore.SchemaVersion(ctx, dbPath)
 	if err != nil {
 		return prev, err, nil
 	}
 	if version == 0 {
-		// Another program's database is not replaced: every other
-		// command refuses it, and --db names it by mistake.
-		if err := sqliteOfAnotherProgram(ctx, dbPath); err != nil {
-			return prev, nil, fmt.Errorf("%w (nothing was replaced)", err)
-		}
 		// No automator's schema (an empty file): nothing to compare
 		// with, as with no database. Read, a migrated copy would list no
 		// credential at all, and the restore would say nothing of those

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"slices"
 	"strings"
 
 	"github.com/opsgate/opsgate/automator/config"
@@ -115,19 +114,21 @@ func sqliteExists(dir string, cfg config.Config) error {
 }
 
 // sqliteIsAutomators refuses a SQLite database file that exists but holds
-// no automator schema: an empty file (emptied, or cut short to nothing) or
-// another program's database that --db names by mistake. Opening it would
-// migrate the automator's tables into it and serve, or change, an empty
-// database, as for a missing one (sqliteExists), the other program's file
-// changed besides. A file the check cannot read is left to the opening,
-// which says what is wrong with it.
+// no automator schema (sqlitestore.IsAutomators: schema_migrations,
+// accounts and work): an empty file (emptied, or cut short to nothing) or
+// another program's database that --db names by mistake, with a
+// schema_migrations table of its own or none. Opening it would migrate the
+// automator's tables into it and serve, or change, an empty database, as
+// for a missing one (sqliteExists), the other program's file changed
+// besides. A file the check cannot read is left to the opening, which says
+// what is wrong with it.
 func sqliteIsAutomators(ctx context.Context, dir string, cfg config.Config) error {
 	if pgstore.IsDSN(cfg.DB) {
 		return nil
 	}
 	path := cfg.DBPath(dir)
 	tables, err := sqlitestore.TableNames(ctx, path)
-	if err != nil || slices.Contains(tables, "schema_migrations") {
+	if err != nil || sqlitestore.IsAutomators(tables) {
 		return nil
 	}
 	if len(tables) == 0 {
@@ -137,17 +138,17 @@ func sqliteIsAutomators(ctx context.Context, dir string, cfg config.Config) erro
 }
 
 // sqliteOfAnotherProgram refuses, for init and restore, the SQLite file
-// at path when it holds tables, none of them schema_migrations: another
-// program's database, which init would add the automator's tables to and
-// restore would move aside, where every other command refuses it
-// (sqliteIsAutomators). A file that is missing, empty, an automator's, or
-// that cannot be read passes.
+// at path when it holds tables but not an automator's schema
+// (sqlitestore.IsAutomators): another program's database, which init
+// would add the automator's tables to and restore would move aside, where
+// every other command refuses it (sqliteIsAutomators). A file that is
+// missing, empty, an automator's, or that cannot be read passes.
 func sqliteOfAnotherProgram(ctx context.Context, path string) error {
 	if _, err := os.Stat(path); err != nil {
 		return nil
 	}
 	tables, err := sqlitestore.TableNames(ctx, path)
-	if err != nil || len(tables) == 0 || slices.Contains(tables, "schema_migrations") {
+	if err != nil || len(tables) == 0 || sqlitestore.IsAutomators(tables) {
 		return nil
 	}
 	return anotherProgramsDB(path, tables)
@@ -156,11 +157,34 @@ func sqliteOfAnotherProgram(ctx context.Context, path string) error {
 // anotherProgramsDB is the error for the SQLite database at path that
 // holds tables but no automator's schema.
 func anotherProgramsDB(path string, tables []string) error {
+	return fmt.Errorf("the database %s is an SQLite database but not an automator's (its tables are %s, without the automator's %s), and the automator's tables are not added to it: --db, or db in %s, names another program's database", path, shownTables(tables), joinNames(sqlitestore.MissingAutomatorTables(tables)), config.FileConfig)
+}
+
+// anotherApplicationsPG is the error for the PostgreSQL database dsn
+// names whose schema holds another application's tables and none of the
+// automator's schema (pgstore.NotAutomatorsError): an init, or any command,
+// would otherwise migrate the automator's tables into it.
+func anotherApplicationsPG(dsn string, e *pgstore.NotAutomatorsError) error {
+	return fmt.Errorf("the database %s is a PostgreSQL database but not an automator's (the tables of its schema %s are %s, without the automator's %s), and the automator's tables are not added to it: --db, or db in %s, names another application's database; give the automator a database of its own, or a schema of its own in this one (search_path in the URL)", pgstore.Redact(dsn), e.Schema, shownTables(e.Tables), joinNames(e.Missing()), config.FileConfig)
+}
+
+// shownTables is up to five of tables, comma separated, "…" after them
+// when there are more.
+func shownTables(tables []string) string {
 	shown := tables
 	if len(shown) > 5 {
 		shown = append(shown[:5:5], "…")
 	}
-	return fmt.Errorf("the database %s is an SQLite database but not an automator's (its tables are %s, without schema_migrations), and the automator's tables are not added to it: --db, or db in %s, names another program's database", path, strings.Join(shown, ", "), config.FileConfig)
+	return strings.Join(shown, ", ")
+}
+
+// joinNames is names as a sentence lists them: "a", "a and b", "a, b
+// and c".
+func joinNames(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 // refuseMigratingUnderServe refuses a command the SQLite database that a
@@ -198,15 +222,25 @@ func refuseMigratingUnderServe(ctx context.Context, dir string, cfg config.Confi
 }
 
 // openDB is openLockedStore without the check that a SQLite file exists.
+// A database of another program is refused by the store as it migrates
+// (for PostgreSQL, under the migration lock: the only check there, which
+// replicas starting together pass in turn), said here as the commands'
+// checks of a SQLite file say it.
 func openDB(ctx context.Context, dir string, cfg config.Config) (store.Store, error) {
 	if pgstore.IsDSN(cfg.DB) {
 		st, err := pgstore.Open(ctx, cfg.DB)
+		if e := (*pgstore.NotAutomatorsError)(nil); errors.As(err, &e) {
+			return nil, anotherApplicationsPG(cfg.DB, e)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("db: %w", err)
 		}
 		return store.CachedCredentials(st, store.CredentialTTL), nil
 	}
 	st, err := sqlitestore.Open(ctx, cfg.DBPath(dir))
+	if e := (*sqlitestore.NotAutomatorsError)(nil); errors.As(err, &e) {
+		return nil, anotherProgramsDB(cfg.DBPath(dir), e.Tables)
+	}
 	if err != nil {
 		return nil, err
 	}

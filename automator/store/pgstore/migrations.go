@@ -220,7 +220,9 @@ const migrationLockKey = `pg_advisory_xact_lock(hashtext('opsgate automator sche
 // together queue on the lock, and each finds the steps the first applied
 // already recorded. The transaction-level lock is released by commit or
 // rollback, and by PostgreSQL if the connection dies, so a crashed replica
-// never leaves it held. It refuses a schema newer than this binary knows.
+// never leaves it held. It refuses a schema newer than this binary knows,
+// and one that holds another application's tables and not the automator's
+// (refuseOtherApplications).
 func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	return migrateWith(ctx, pool, migrations)
 }
@@ -239,6 +241,9 @@ func migrateWith(ctx context.Context, pool *pgxpool.Pool, steps []migration) err
 		}
 		if _, err := tx.Exec(ctx, `SELECT `+migrationLockKey); err != nil {
 			return fmt.Errorf("migrating schema: taking the migration lock: %w", err)
+		}
+		if err := refuseOtherApplications(ctx, tx, *schema); err != nil {
+			return fmt.Errorf("migrating schema: %w", err)
 		}
 		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 	version    integer     PRIMARY KEY,

@@ -117,13 +117,12 @@ func Inspect(ctx context.Context, path, name string) (Snapshot, error) {
 		return snap, fmt.Errorf("opening %s: %w", name, err)
 	}
 	defer db.Close()
-	var tables int
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master
-WHERE type = 'table' AND name IN ('schema_migrations', 'accounts', 'work')`).Scan(&tables); err != nil {
+	tables, err := tableNames(ctx, db)
+	if err != nil {
 		return snap, fmt.Errorf("reading %s: %w", name, err)
 	}
-	if tables != 3 {
-		return snap, fmt.Errorf("%s is an SQLite database but not an automator's (it lacks the schema_migrations, accounts and work tables): %w", name, ErrNotAutomatorDB)
+	if !IsAutomators(tables) {
+		return snap, fmt.Errorf("%s is an SQLite database but not an automator's (it lacks the %s tables): %w", name, joinNames(MissingAutomatorTables(tables)), ErrNotAutomatorDB)
 	}
 	if err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&snap.Version); err != nil {
 		return snap, fmt.Errorf("reading the schema version of %s: %w", name, err)
@@ -170,8 +169,11 @@ func LatestVersion() int { return migrations[len(migrations)-1].version }
 
 // SchemaVersion reads the schema version of the database at path without
 // migrating it (a write-ahead log a crash left is recovered into it, as
-// any opening does), and returns it with the latest this binary knows.
-// The file must not be in use by another process.
+// any opening does), and returns it with the latest this binary knows:
+// version 0 for a database that is not an automator's (IsAutomators), an
+// empty one or another program's, whose schema_migrations, if it has one,
+// holds that program's versions. The file must not be in use by another
+// process.
 func SchemaVersion(ctx context.Context, path string) (version, latest int, err error) {
 	latest = migrations[len(migrations)-1].version
 	db, err := sql.Open("sqlite", dsn(path, false))
@@ -179,11 +181,11 @@ func SchemaVersion(ctx context.Context, path string) (version, latest int, err e
 		return 0, latest, fmt.Errorf("opening %s: %w", path, err)
 	}
 	defer db.Close()
-	var tables int
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'`).Scan(&tables); err != nil {
+	tables, err := tableNames(ctx, db)
+	if err != nil {
 		return 0, latest, fmt.Errorf("reading the schema version of %s: %w", path, err)
 	}
-	if tables == 0 {
+	if !IsAutomators(tables) {
 		return 0, latest, nil
 	}
 	if err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&version); err != nil {
@@ -193,11 +195,11 @@ func SchemaVersion(ctx context.Context, path string) (version, latest int, err e
 }
 
 // TableNames returns the names of the tables of the SQLite database at
-// path, read without changing it (read only: no migration, no change of
-// journal mode), so a caller can tell an automator's database (it has
-// schema_migrations) from an empty file or another program's database
-// before Open migrates it into one. It may run while an automator serves
-// the database.
+// path, in order, read without changing it (read only: no migration, no
+// change of journal mode), so a caller can tell an automator's database
+// (IsAutomators) from an empty file or another program's database before
+// Open migrates it into one. It may run while an automator serves the
+// database.
 func TableNames(ctx context.Context, path string) ([]string, error) {
 	q := url.Values{}
 	q.Set("mode", "ro")
@@ -207,20 +209,8 @@ func TableNames(ctx context.Context, path string) ([]string, error) {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
 	defer db.Close()
-	rows, err := db.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name`)
+	names, err := tableNames(ctx, db)
 	if err != nil {
-		return nil, fmt.Errorf("reading the tables of %s: %w", path, err)
-	}
-	defer rows.Close()
-	var names []string
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			return nil, fmt.Errorf("reading the tables of %s: %w", path, err)
-		}
-		names = append(names, name)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("reading the tables of %s: %w", path, err)
 	}
 	return names, db.Close()

@@ -259,7 +259,8 @@ ALTER TABLE instances ADD COLUMN refused_cause TEXT NOT NULL DEFAULT '';
 // migrate applies the migrations not yet recorded in schema_migrations, all
 // in one IMMEDIATE transaction, so a crash leaves the schema at the old
 // version or the new one, never between. It refuses a database whose schema
-// is newer than this binary knows.
+// is newer than this binary knows, and one that holds tables but not an
+// automator's schema (refuseOtherPrograms).
 func migrate(ctx context.Context, db *sql.DB) error {
 	return migrateWith(ctx, db, migrations)
 }
@@ -273,6 +274,9 @@ func migrateWith(ctx context.Context, db *sql.DB, steps []migration) error {
 	}
 	defer tx.Rollback()
 
+	if err := refuseOtherPrograms(ctx, tx); err != nil {
+		return fmt.Errorf("migrating schema: %w", err)
+	}
 	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 	version    INTEGER PRIMARY KEY,
 	applied_at INTEGER NOT NULL
