@@ -21,6 +21,7 @@ import (
 	"github.com/opsgate/opsgate/crypto"
 	"github.com/opsgate/opsgate/internal/clihelp"
 	"github.com/opsgate/opsgate/internal/printable"
+	"github.com/opsgate/opsgate/internal/prose"
 	"github.com/opsgate/opsgate/internal/secretfile"
 )
 
@@ -147,10 +148,7 @@ func quotedList(names []string) string {
 	for i, n := range names {
 		q[i] = printable.Quote(n)
 	}
-	if len(q) < 2 {
-		return strings.Join(q, "")
-	}
-	return strings.Join(q[:len(q)-1], ", ") + " and " + q[len(q)-1]
+	return prose.And(q)
 }
 
 // maxAPIKeyName is the longest API key name, in characters.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"strings"
 
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/metrics"
@@ -15,6 +14,7 @@ import (
 	"github.com/opsgate/opsgate/automator/store/pgstore"
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
 	"github.com/opsgate/opsgate/internal/filelock"
+	"github.com/opsgate/opsgate/internal/prose"
 )
 
 // openStore opens the database named by the settings for a command, holding
@@ -157,7 +157,7 @@ func sqliteOfAnotherProgram(ctx context.Context, path string) error {
 // anotherProgramsDB is the error for the SQLite database at path that
 // holds tables but no automator's schema.
 func anotherProgramsDB(path string, tables []string) error {
-	return fmt.Errorf("the database %s is an SQLite database but not an automator's (its tables are %s, without the automator's %s), and the automator's tables are not added to it: --db, or db in %s, names another program's database", path, shownTables(tables), joinNames(sqlitestore.MissingAutomatorTables(tables)), config.FileConfig)
+	return fmt.Errorf("the database %s is an SQLite database but not an automator's (its tables are %s, without the automator's %s), and the automator's tables are not added to it: --db, or db in %s, names another program's database", path, prose.Some(tables, 5), prose.And(store.MissingAutomatorTables(tables)), config.FileConfig)
 }
 
 // anotherApplicationsPG is the error for the PostgreSQL database dsn
@@ -165,26 +165,7 @@ func anotherProgramsDB(path string, tables []string) error {
 // automator's schema (pgstore.NotAutomatorsError): an init, or any command,
 // would otherwise migrate the automator's tables into it.
 func anotherApplicationsPG(dsn string, e *pgstore.NotAutomatorsError) error {
-	return fmt.Errorf("the database %s is a PostgreSQL database but not an automator's (the tables of its schema %s are %s, without the automator's %s), and the automator's tables are not added to it: --db, or db in %s, names another application's database; give the automator a database of its own, or a schema of its own in this one (search_path in the URL)", pgstore.Redact(dsn), e.Schema, shownTables(e.Tables), joinNames(e.Missing()), config.FileConfig)
-}
-
-// shownTables is up to five of tables, comma separated, "…" after them
-// when there are more.
-func shownTables(tables []string) string {
-	shown := tables
-	if len(shown) > 5 {
-		shown = append(shown[:5:5], "…")
-	}
-	return strings.Join(shown, ", ")
-}
-
-// joinNames is names as a sentence lists them: "a", "a and b", "a, b
-// and c".
-func joinNames(names []string) string {
-	if len(names) < 2 {
-		return strings.Join(names, "")
-	}
-	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+	return fmt.Errorf("the database %s is a PostgreSQL database but not an automator's (the tables of its schema %s are %s, without the automator's %s), and the automator's tables are not added to it: --db, or db in %s, names another application's database; give the automator a database of its own, or a schema of its own in this one (search_path in the URL)", pgstore.Redact(dsn), e.Schema, prose.Some(e.Tables, 5), prose.And(e.Missing()), config.FileConfig)
 }
 
 // refuseMigratingUnderServe refuses a command the SQLite database that a

@@ -3,31 +3,12 @@ package pgstore
 import (
 	"context"
 	"fmt"
-	"slices"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/prose"
 )
-
-// automatorTables are the tables an automator's schema has at every schema
-// version: schema_migrations, and accounts and work, which the first step
-// (version 1) makes and no later one drops or renames. A table named
-// schema_migrations alone does not make a schema the automator's: many
-// other applications' migration tools keep one (golang-migrate, Rails,
-// dbmate, Ecto), with versions of their own.
-var automatorTables = []string{"schema_migrations", "accounts", "work"}
-
-// missingAutomatorTables returns those of schema_migrations, accounts and
-// work that tables lacks: none for an automator's schema.
-func missingAutomatorTables(tables []string) []string {
-	var missing []string
-	for _, name := range automatorTables {
-		if !slices.Contains(tables, name) {
-			missing = append(missing, name)
-		}
-	}
-	return missing
-}
 
 // NotAutomatorsError is the error of Open for a database whose schema (the
 // first of the connection's search_path that exists, where the automator's
@@ -42,31 +23,12 @@ type NotAutomatorsError struct {
 
 func (e *NotAutomatorsError) Error() string {
 	return fmt.Sprintf("schema %s of database %s holds tables (%s) but not an automator's (without its %s): another application's, to which the automator's tables are not added",
-		e.Schema, e.Database, shownTables(e.Tables), joinNames(e.Missing()))
+		e.Schema, e.Database, prose.Some(e.Tables, 5), prose.And(e.Missing()))
 }
 
 // Missing returns those of schema_migrations, accounts and work that the
 // schema lacks.
-func (e *NotAutomatorsError) Missing() []string { return missingAutomatorTables(e.Tables) }
-
-// shownTables is up to five of tables, comma separated, "…" after them
-// when there are more.
-func shownTables(tables []string) string {
-	shown := tables
-	if len(shown) > 5 {
-		shown = append(shown[:5:5], "…")
-	}
-	return strings.Join(shown, ", ")
-}
-
-// joinNames is names as a sentence lists them: "a", "a and b", "a, b
-// and c".
-func joinNames(names []string) string {
-	if len(names) < 2 {
-		return strings.Join(names, "")
-	}
-	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
-}
+func (e *NotAutomatorsError) Missing() []string { return store.MissingAutomatorTables(e.Tables) }
 
 // schemaTables returns the names of the tables, views and foreign tables
 // of the connection's current schema (where the automator's tables are
@@ -119,7 +81,7 @@ func refuseOtherApplications(ctx context.Context, tx pgx.Tx, schema string) erro
 	if err != nil {
 		return fmt.Errorf("reading the tables of schema %s: %w", schema, err)
 	}
-	if len(tables) == 0 || len(missingAutomatorTables(tables)) == 0 {
+	if len(tables) == 0 || len(store.MissingAutomatorTables(tables)) == 0 {
 		return nil
 	}
 	e := &NotAutomatorsError{Schema: schema, Tables: tables}

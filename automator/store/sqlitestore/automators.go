@@ -6,34 +6,16 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-)
 
-// automatorTables are the tables an automator's database has at every
-// schema version: schema_migrations, and accounts and work, which the first
-// step (version 1) makes and no later one drops or renames. A table named
-// schema_migrations alone does not make a database an automator's: many
-// other programs' migration tools keep one (golang-migrate, Rails, dbmate,
-// Ecto), with versions of their own, which migrate would otherwise take
-// for the automator's.
-var automatorTables = []string{"schema_migrations", "accounts", "work"}
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/prose"
+)
 
 // IsAutomators tells whether a database whose tables are tables (as
 // TableNames returns them) is an automator's: it has every one of
-// schema_migrations, accounts and work.
+// store.AutomatorTables.
 func IsAutomators(tables []string) bool {
-	return len(MissingAutomatorTables(tables)) == 0
-}
-
-// MissingAutomatorTables returns those of schema_migrations, accounts and
-// work that tables lacks: none for an automator's database.
-func MissingAutomatorTables(tables []string) []string {
-	var missing []string
-	for _, name := range automatorTables {
-		if !slices.Contains(tables, name) {
-			missing = append(missing, name)
-		}
-	}
-	return missing
+	return len(store.MissingAutomatorTables(tables)) == 0
 }
 
 // NotAutomatorsError is the error of Open for a database that holds
@@ -47,30 +29,11 @@ type NotAutomatorsError struct {
 
 func (e *NotAutomatorsError) Error() string {
 	return fmt.Sprintf("the database holds tables (%s) but not an automator's (without its %s): another program's database, to which the automator's tables are not added",
-		shownTables(e.Tables), joinNames(MissingAutomatorTables(e.Tables)))
+		prose.Some(e.Tables, 5), prose.And(store.MissingAutomatorTables(e.Tables)))
 }
 
 // Is makes a NotAutomatorsError match ErrNotAutomatorDB.
 func (e *NotAutomatorsError) Is(target error) bool { return target == ErrNotAutomatorDB }
-
-// shownTables is up to five of tables, comma separated, "…" after them
-// when there are more.
-func shownTables(tables []string) string {
-	shown := tables
-	if len(shown) > 5 {
-		shown = append(shown[:5:5], "…")
-	}
-	return strings.Join(shown, ", ")
-}
-
-// joinNames is names as a sentence lists them: "a", "a and b", "a, b
-// and c".
-func joinNames(names []string) string {
-	if len(names) < 2 {
-		return strings.Join(names, "")
-	}
-	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
-}
 
 // tableNames returns the names of the tables of the database q reads, in
 // order.

@@ -13,6 +13,9 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/prose"
 )
 
 // Backup writes a consistent copy of the whole database, as it was at one
@@ -122,7 +125,7 @@ func Inspect(ctx context.Context, path, name string) (Snapshot, error) {
 		return snap, fmt.Errorf("reading %s: %w", name, err)
 	}
 	if !IsAutomators(tables) {
-		return snap, fmt.Errorf("%s is an SQLite database but not an automator's (it lacks the %s tables): %w", name, joinNames(MissingAutomatorTables(tables)), ErrNotAutomatorDB)
+		return snap, fmt.Errorf("%s is an SQLite database but not an automator's (it lacks the %s tables): %w", name, prose.And(store.MissingAutomatorTables(tables)), ErrNotAutomatorDB)
 	}
 	if err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&snap.Version); err != nil {
 		return snap, fmt.Errorf("reading the schema version of %s: %w", name, err)
