@@ -13,7 +13,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -115,6 +117,9 @@ type tuning struct {
 	reportLostWithin, stopSaidWithin, stopHeardWithin, pollMargin time.Duration
 	postAttempt                                                   time.Duration
 	minPostRate                                                   int
+	// rereadFirst, rereadMax and rereadFor: as the constants of the
+	// same names.
+	rereadFirst, rereadMax, rereadFor time.Duration
 }
 
 func (t tuning) withDefaults() tuning {
@@ -138,6 +143,15 @@ func (t tuning) withDefaults() tuning {
 	}
 	if t.minPostRate <= 0 {
 		t.minPostRate = minPostRate
+	}
+	if t.rereadFirst <= 0 {
+		t.rereadFirst = rereadFirst
+	}
+	if t.rereadMax <= 0 {
+		t.rereadMax = rereadMax
+	}
+	if t.rereadFor <= 0 {
+		t.rereadFor = rereadFor
 	}
 	return t
 }
@@ -180,6 +194,9 @@ type Agent struct {
 	// read and could not report, kept in the spool (lostpolls.go); used by
 	// Run's goroutine only.
 	earlier []lostPolls
+	// earlierUnread: the start could not read the spool's record of lost
+	// polls (loadEarlier), left in place; saveEarlier keeps what it holds.
+	earlierUnread bool
 	// checks are the key checks every poll carries
 	// (PollRequest.key_checks), one for each of keyIDs(o.Keys), so that
 	// the automator refuses this proxy, before it claims anything, if a
@@ -259,8 +276,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer stopWork(errShutdown)
 
 	a.state.started(a.o, time.Now())
-	a.resumeSpooled(workCtx)
-	a.earlier, _ = a.spool.loadLost(a.o.InstanceID)
+	a.resumeSpooled(ctx, workCtx)
+	a.loadEarlier()
 	seq, lostFrom := a.pollLoop(ctx, workCtx)
 	a.stopping.Store(true)
 	a.state.stopping(time.Now(), a.inFlight())
@@ -738,19 +755,93 @@ func (a *Agent) start(workCtx context.Context, c *automatorv1.Claim) {
 
 // resumeSpooled posts, in the background, the results an earlier run of
 // this instance kept in the spool and could not post, while their deadline
-// has not passed; it drops the expired ones.
-func (a *Agent) resumeSpooled(postCtx context.Context) {
-	due := a.spool.load(a.o.InstanceID, time.Now())
-	if len(due) == 0 {
-		return
+// has not passed; it drops the expired ones. The records it cannot read
+// (a disk error, a mode set wrong, no file descriptor left) stay in place,
+// and are read again in the background (rereadSpooled) until ctx ends
+// (the proxy stops).
+func (a *Agent) resumeSpooled(ctx, postCtx context.Context) {
+	due, unread := a.spool.loadAll(a.o.InstanceID, time.Now())
+	if len(due) > 0 {
+		a.log.Info("posting results kept in the spool by an earlier run", "count", len(due))
 	}
-	a.log.Info("posting results kept in the spool by an earlier run", "count", len(due))
 	for _, p := range due {
-		a.wg.Add(1)
-		go func() {
-			defer a.wg.Done()
-			a.deliver(postCtx, p.deadline, p.req, a.spool.written(p.req.GetWorkId(), p.path))
-		}()
+		a.resume(postCtx, p)
+	}
+	if len(unread) > 0 {
+		a.track(func() { a.rereadSpooled(ctx, postCtx, unread) })
+	}
+}
+
+// resume posts, in the background, a result found in the spool.
+func (a *Agent) resume(postCtx context.Context, p pending) {
+	a.track(func() { a.deliver(postCtx, p.deadline, p.req, a.spool.written(p.req.GetWorkId(), p.path)) })
+}
+
+// rereadFirst and rereadMax bound the wait before each new read of the
+// spooled records the start could not read: it doubles from the first to
+// the longest (with jitter, as a failed poll's backoff), so a record that
+// becomes readable again (the disk back, the mode set right, file
+// descriptors freed) is posted within a minute, while one that stays
+// unreadable costs a read a minute. Tests change them per Agent (tuning).
+const (
+	rereadFirst = time.Second
+	rereadMax   = time.Minute
+)
+
+// rereadFor is how long the records the start could not read are read
+// again: the longest timeout a unit may have (24 h, the automator's
+// default limit). Each was written after its unit was claimed, before
+// this start, so every unit it can be for has ended by then: read, it
+// would only be dropped as expired. Still unreadable then, it stays in
+// place for the next start, which reads it again (so does one of a unit
+// given longer by an automator configured so). Tests change it per Agent
+// (tuning).
+const rereadFor = 24 * time.Hour
+
+// rereadSpooled reads again, with backoff, the spooled records that the
+// start could not read (unread: each path with its error), and does with
+// each that now reads what the start does (loadRecord): posts it, drops
+// it as expired, leaves it to its instance, or sets it aside if it does
+// not decode. It stops when
+// none is left unread, when ctx ends (the proxy stops) or after
+// tune.rereadFor, leaving the records still unread in place for the next
+// start, and saying so.
+func (a *Agent) rereadSpooled(ctx, postCtx context.Context, unread map[string]error) {
+	bo := backoff{min: a.o.tune.rereadFirst, max: a.o.tune.rereadMax}
+	until := time.Now().Add(a.o.tune.rereadFor)
+	paths := slices.Sorted(maps.Keys(unread))
+	errs := maps.Clone(unread)
+	for len(paths) > 0 {
+		wait := bo.next()
+		if time.Now().Add(wait).After(until) {
+			for _, path := range paths {
+				a.log.Error("a record in the spool still cannot be read; left in place, not posted by this run: the next start reads it again",
+					"path", path, "err", errs[path], "read_again_for", a.o.tune.rereadFor)
+			}
+			return
+		}
+		if !ctxtime.Sleep(ctx, wait) {
+			for _, path := range paths {
+				a.log.Warn("stopping with a record in the spool that could not be read; left in place: the next start reads it again",
+					"path", path, "err", errs[path])
+			}
+			return
+		}
+		var still []string
+		for _, path := range paths {
+			p, workID, fate, err := a.spool.loadRecord(path, a.o.InstanceID, time.Now())
+			switch fate {
+			case recordUnread:
+				errs[path] = err
+				still = append(still, path)
+			case recordDue:
+				a.log.Info("a record in the spool that could not be read reads now: posting its result", "path", path, "work_id", workID)
+				a.resume(postCtx, p)
+			case recordExpired:
+				a.log.Warn("dropped a spooled result past its deadline, read only now; the automator has timed its unit out", "path", path, "work_id", workID)
+			}
+		}
+		paths = still
 	}
 }
 

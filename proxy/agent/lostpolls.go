@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -44,24 +45,40 @@ const keepLostFor = 48 * time.Hour
 
 // loadLost returns the lost polls kept in the spool: those of instance,
 // and the others (of another instance that shares the directory), which
-// are left for it. Records past keepLostFor, of any instance, are dropped.
+// are left for it (readLost, without its error).
 func (s *spool) loadLost(instance string) (mine, others []lostPolls) {
+	mine, others, _ = s.readLost(instance)
+	return mine, others
+}
+
+// readLost returns the lost polls kept in the spool: those of instance,
+// and the others (of another instance that shares the directory), which
+// are left for it. Records past keepLostFor, of any instance, are
+// dropped; a file whose content does not decode is set aside (*.bad).
+//
+// A file that is there but could not be read (an open or read error:
+// EIO, EACCES, EMFILE...) is left in place, untouched, and its error is
+// returned: whoever would write the record (saveEarlier) must not write
+// over it, which would lose what it holds.
+func (s *spool) readLost(instance string) (mine, others []lostPolls, err error) {
 	if s == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	path := filepath.Join(s.dir, LostPollsName)
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+	data, err := s.readFile(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) && gone(path) {
+			return nil, nil, nil
+		}
+		s.log.Error("cannot read the spool's record of lost polls; left in place, untouched (not set aside, not written over): the lost polls it holds are not reported by this run, but by the next start that can read it",
+			"path", path, "err", err)
+		return nil, nil, err
 	}
 	var all []lostPolls
-	if err == nil {
-		err = json.Unmarshal(data, &all)
-	}
-	if err != nil {
-		s.log.Error("unreadable record of lost polls in the spool; set aside: units claimed for them time out at their deadline", "path", path, "err", err)
+	if err := json.Unmarshal(data, &all); err != nil {
+		s.log.Error("the spool's record of lost polls does not decode; set aside as .bad: units claimed for them time out at their deadline", "path", path, "err", err)
 		_ = os.Rename(path, path+".bad")
-		return nil, nil
+		return nil, nil, nil
 	}
 	stale := 0
 	for _, l := range all {
@@ -81,7 +98,7 @@ func (s *spool) loadLost(instance string) (mine, others []lostPolls) {
 			s.log.Info("dropped records of lost polls older than their units' longest deadline: the automator has ended those units", "count", stale, "older_than", keepLostFor)
 		}
 	}
-	return mine, others
+	return mine, others, nil
 }
 
 // saveLost replaces the spool's lost polls with all (none: the file is
@@ -145,11 +162,45 @@ func (a *Agent) keepLost(seq, lostFrom uint64, why error) {
 	a.log.Warn("stopped without telling the automator of polls whose answers were never read (its last try failed: see err): "+nextStart, attrs...)
 }
 
+// loadEarlier reads the polls whose answers earlier runs of this instance
+// never read, kept in the spool, into a.earlier, at the start. A record
+// that cannot be read is left in place and not read again in this run:
+// an earlier run's report must come before this run's first poll
+// (pollLoop), so the next start reports what it holds.
+func (a *Agent) loadEarlier() {
+	var err error
+	a.earlier, _, err = a.spool.readLost(a.o.InstanceID)
+	a.earlierUnread = err != nil
+}
+
 // saveEarlier writes a.earlier to the spool, with the other instances'
 // records there.
+//
+// It writes nothing when the record in the spool cannot be read now: the
+// new file would replace it with a list that lacks what it holds (other
+// instances' lost polls, and earlier runs' of this one that this run could
+// not load), lost for good, where refusing loses at most this run's
+// update (its own lost polls, whose units then time out at their deadline,
+// as without a spool; or the removal of a record just reported, which the
+// next start reports again). Nor is the unread file moved aside: nothing
+// would read it there.
 func (a *Agent) saveEarlier() error {
-	_, others := a.spool.loadLost(a.o.InstanceID)
-	return a.spool.saveLost(append(others, a.earlier...))
+	mine, others, err := a.spool.readLost(a.o.InstanceID)
+	if err != nil {
+		return fmt.Errorf("the spool's record of lost polls cannot be read; not written over, so as to lose none of the polls it keeps: %w", err)
+	}
+	all := others
+	if a.earlierUnread {
+		// The start could not read it: its records of this instance
+		// are in no a.earlier, and are kept for the next start (each
+		// once: this run's own, written by an earlier call, are).
+		for _, l := range mine {
+			if !slices.ContainsFunc(a.earlier, func(e lostPolls) bool { return e.Run == l.Run }) {
+				all = append(all, l)
+			}
+		}
+	}
+	return a.spool.saveLost(append(all, a.earlier...))
 }
 
 // reportEarlier tells the automator of the lost polls an earlier process

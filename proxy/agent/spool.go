@@ -63,6 +63,10 @@ type spool struct {
 	// spoolStage; an error from it fails the write. It may block, to stand
 	// for a slow disk.
 	hook func(stage spoolStage, workID string) error
+	// read, when set (tests), reads a record's file in place of
+	// os.ReadFile: a test makes a read fail as a disk error would (EIO),
+	// which it cannot make a real file do (chmod 000 does not stop root).
+	read func(path string) ([]byte, error)
 
 	mu      sync.Mutex
 	failing bool // the last write failed (logged once per change)
@@ -378,27 +382,37 @@ type pending struct {
 }
 
 // load returns this instance's spooled results whose deadline has not
-// passed at now. It deletes the expired ones (of any instance sharing the
-// directory: the automator has timed them out), leftovers of interrupted
-// writes, and sets aside records it cannot read. Records of another
-// instance within their deadline are left for it.
+// passed at now (loadAll), logging the records it could not read, which it
+// leaves in place.
 func (s *spool) load(instanceID string, now time.Time) []pending {
+	due, _ := s.loadAll(instanceID, now)
+	return due
+}
+
+// loadAll returns this instance's spooled results whose deadline has not
+// passed at now, and the records it could not read, each path with its
+// error (an open or read error: EIO, EACCES, EMFILE...), left in place,
+// untouched, for a later read (loadRecord) or the next start. It deletes
+// the expired ones (of any instance sharing the directory: the automator
+// has timed them out), leftovers of interrupted writes, and sets aside
+// (*.bad) the records it read whose content does not decode. Records of
+// another instance within their deadline are left for it.
+func (s *spool) loadAll(instanceID string, now time.Time) (due []pending, unread map[string]error) {
 	if s == nil {
-		return nil
+		return nil, nil
 	}
 	if err := checkNotLinked(s.dir); err != nil {
 		s.log.Error("cannot read the spool; results kept there are not posted", "dir", s.dir, "err", err)
-		return nil
+		return nil, nil
 	}
 	entries, err := os.ReadDir(s.dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
 		s.log.Error("cannot read the spool; results kept there are not posted", "dir", s.dir, "err", err)
-		return nil
+		return nil, nil
 	}
-	var due []pending
 	var expired []string
 	for _, e := range entries {
 		name := e.Name()
@@ -412,43 +426,123 @@ func (s *spool) load(instanceID string, now time.Time) []pending {
 		case !strings.HasSuffix(name, ".json"):
 			continue
 		}
-		rec, err := readSpooled(path)
-		if err != nil {
-			s.log.Error("unreadable record in the spool; set aside, not posted", "path", path, "err", err)
-			_ = os.Rename(path, path+".bad")
-			continue
+		p, workID, fate, err := s.loadRecord(path, instanceID, now)
+		switch fate {
+		case recordDue:
+			due = append(due, p)
+		case recordExpired:
+			expired = append(expired, workID)
+		case recordUnread:
+			// Nothing is known of it, not even whether its deadline
+			// passed: only its bytes could tell, so it is neither
+			// dropped as expired nor set aside, but kept as it is.
+			s.log.Error("cannot read a record in the spool; left in place, untouched (not set aside): read again while this proxy runs, until it posts it or the longest timeout a unit may have has passed, and at the next start",
+				"path", path, "err", err)
+			if unread == nil {
+				unread = map[string]error{}
+			}
+			unread[path] = err
 		}
-		if !now.Before(rec.Deadline) {
-			expired = append(expired, rec.WorkID)
-			_ = os.Remove(path)
-			continue
-		}
-		if rec.InstanceID != instanceID {
-			continue
-		}
-		var req automatorv1.CompleteRequest
-		if err := proto.Unmarshal(rec.Complete, &req); err != nil || req.GetWorkId() != rec.WorkID {
-			s.log.Error("unreadable record in the spool; set aside, not posted", "path", path, "err", fmt.Errorf("its request does not decode for work %q", rec.WorkID))
-			_ = os.Rename(path, path+".bad")
-			continue
-		}
-		due = append(due, pending{account: rec.Account, deadline: rec.Deadline, req: &req, path: path})
 	}
 	if len(expired) > 0 {
 		syncDir(s.dir)
 		s.log.Warn("dropped spooled results past their deadline; the automator has timed those units out", "count", len(expired), "work_ids", expired)
 	}
 	if len(due) == 0 {
-		s.removeDirIfEmpty()
+		s.removeDirIfEmpty() // fails, harmlessly, while a record is left in it
 	}
-	return due
+	return due, unread
 }
 
+// recordFate is what loadRecord made of a record.
+type recordFate int
+
+const (
+	// recordDue: a result of the instance to post, within its deadline.
+	recordDue recordFate = iota + 1
+	// recordExpired: past its deadline; removed.
+	recordExpired
+	// recordOthers: another instance's, within its deadline; left for it.
+	recordOthers
+	// recordSetAside: read, but its content does not decode; renamed
+	// *.bad (logged).
+	recordSetAside
+	// recordUnread: its file could not be opened or read; left in place,
+	// untouched.
+	recordUnread
+	// recordGone: its file is no longer there.
+	recordGone
+)
+
+// loadRecord reads the record at path and decides its fate (recordFate).
+// Only a record whose bytes were read can be decided about: one that
+// could not be read (the error is returned) is left as it is, whatever it
+// holds, so a transient fault (EIO, EMFILE, EINTR, ENOMEM, a mode set
+// wrong by hand) costs no result. For a record due it returns what to
+// post, for an expired one its work id.
+func (s *spool) loadRecord(path, instanceID string, now time.Time) (pending, string, recordFate, error) {
+	data, err := s.readFile(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) && gone(path) {
+			return pending{}, "", recordGone, nil
+		}
+		return pending{}, "", recordUnread, err
+	}
+	rec, err := decodeSpooled(data)
+	if err != nil {
+		s.setAside(path, err)
+		return pending{}, "", recordSetAside, nil
+	}
+	if !now.Before(rec.Deadline) {
+		_ = os.Remove(path)
+		return pending{}, rec.WorkID, recordExpired, nil
+	}
+	if rec.InstanceID != instanceID {
+		return pending{}, "", recordOthers, nil
+	}
+	var req automatorv1.CompleteRequest
+	if err := proto.Unmarshal(rec.Complete, &req); err != nil || req.GetWorkId() != rec.WorkID {
+		s.setAside(path, fmt.Errorf("its request does not decode for work %q", rec.WorkID))
+		return pending{}, "", recordSetAside, nil
+	}
+	return pending{account: rec.Account, deadline: rec.Deadline, req: &req, path: path}, rec.WorkID, recordDue, nil
+}
+
+// gone reports whether nothing is at path, after a read of it failed as
+// not existing: a link whose target is missing is there, unreadable.
+func gone(path string) bool {
+	_, err := os.Lstat(path)
+	return errors.Is(err, fs.ErrNotExist)
+}
+
+// setAside renames a record that was read but does not decode to
+// path.bad: it will never decode, so it is neither posted nor read again
+// (its unit times out at its deadline); the file is kept for a look.
+func (s *spool) setAside(path string, why error) {
+	s.log.Error("a record in the spool does not decode; set aside as .bad, not posted", "path", path, "err", why)
+	_ = os.Rename(path, path+".bad")
+}
+
+// readFile reads a record's file (the test hook read, when set).
+func (s *spool) readFile(path string) ([]byte, error) {
+	if s.read != nil {
+		return s.read(path)
+	}
+	return os.ReadFile(path)
+}
+
+// readSpooled reads and decodes the record at path.
 func readSpooled(path string) (spooled, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return spooled{}, err
 	}
+	return decodeSpooled(data)
+}
+
+// decodeSpooled decodes a record's bytes; an error says they are not a
+// whole record (bad JSON, another version, a field missing).
+func decodeSpooled(data []byte) (spooled, error) {
 	var rec spooled
 	if err := json.Unmarshal(data, &rec); err != nil {
 		return spooled{}, err

@@ -371,7 +371,8 @@ func TestRefusedResultLeavesTheSpool(t *testing.T) {
 
 // TestExpiredSpooledResultIsDroppedNotPosted: at start, results whose
 // deadline has passed are deleted and never sent; those of another instance
-// sharing the directory are left for it; unreadable records are set aside.
+// sharing the directory are left for it; records that do not decode are set
+// aside (those that cannot be read are not: spoolread_test.go).
 func TestExpiredSpooledResultIsDroppedNotPosted(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "spool")

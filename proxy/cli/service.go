@@ -563,7 +563,7 @@ func uninstall(name string, env Env) error {
 		}
 		// The spool exists only while results wait in it to be posted, or
 		// lost polls to be reported (agent.LostPollsName), or while it
-		// holds records the proxy could not read and set aside (*.bad),
+		// holds records the proxy read but could not decode, and set aside (*.bad),
 		// which it will neither post nor report.
 		spool := filepath.Join(stateDir, agent.SpoolDirName)
 		var waiting []os.DirEntry
@@ -599,7 +599,7 @@ func uninstall(name string, env Env) error {
 			left = append(left, fmt.Sprintf("%s (polls whose answers this proxy never read, which the automator has not been told of yet: units it claimed for them fail when the proxy starts again, or time out if it is deleted)", spool))
 		}
 		if len(setAside) > 0 {
-			left = append(left, fmt.Sprintf("%s (set aside as unreadable: the proxy will neither post nor report them, and the units they were for time out at their deadlines; its log said why when it set them aside; delete them)", strings.Join(setAside, ", ")))
+			left = append(left, fmt.Sprintf("%s (set aside as not decoding: the proxy will neither post nor report them, and the units they were for time out at their deadlines; its log said why when it set them aside; delete them)", strings.Join(setAside, ", ")))
 		}
 		if results == 0 && !lost && len(setAside) == 0 {
 			rmdir(spool)

@@ -308,7 +308,7 @@ func TestUninstallNamesSetAsideSpoolFilesForWhatTheyAre(t *testing.T) {
 	code := Main(t.Context(), []string{"uninstall", "--name", name}, Env{Stdout: &stdout, Stderr: &stderr})
 	msg := stderr.String()
 	if code != 1 || !strings.Contains(msg, spool+" (results of units this proxy ran that the automator has not accepted yet: 1;") ||
-		!strings.Contains(msg, badLost+", "+badResult+" (set aside as unreadable") || !strings.Contains(msg, "will neither post nor report") ||
+		!strings.Contains(msg, badLost+", "+badResult+" (set aside as not decoding") || !strings.Contains(msg, "will neither post nor report") ||
 		strings.Contains(msg, "polls whose answers") {
 		t.Fatalf("exit %d, stderr %q; want 1, the one result to post, and the two files set aside named as such", code, msg)
 	}
