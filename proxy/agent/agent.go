@@ -754,15 +754,23 @@ func (a *Agent) start(workCtx context.Context, c *automatorv1.Claim) {
 }
 
 // resumeSpooled posts, in the background, the results an earlier run of
-// this instance kept in the spool and could not post, while their deadline
-// has not passed; it drops the expired ones. The records it cannot read
+// this instance kept in the spool and could not post, even those past
+// their deadline on this host's clock (keepPastDeadline): the automator
+// refuses those whose units ended; it drops the expired ones. The records it cannot read
 // (a disk error, a mode set wrong, no file descriptor left) stay in place,
 // and are read again in the background (rereadSpooled) until ctx ends
 // (the proxy stops).
 func (a *Agent) resumeSpooled(ctx, postCtx context.Context) {
 	due, unread := a.spool.loadAll(a.o.InstanceID, time.Now())
 	if len(due) > 0 {
-		a.log.Info("posting results kept in the spool by an earlier run", "count", len(due))
+		now, late := time.Now(), 0
+		for _, p := range due {
+			if !now.Before(p.deadline) {
+				late++
+			}
+		}
+		a.log.Info("posting results kept in the spool by an earlier run", "count", len(due),
+			"past_deadline_on_this_hosts_clock", late)
 	}
 	for _, p := range due {
 		a.resume(postCtx, p)
@@ -772,9 +780,16 @@ func (a *Agent) resumeSpooled(ctx, postCtx context.Context) {
 	}
 }
 
-// resume posts, in the background, a result found in the spool.
+// resume posts, in the background, a result found in the spool, for at
+// least latePostFor: its deadline on this host's clock may have passed only
+// because the clock stepped forward since it was spooled, and the
+// automator, whose clock counts, refuses it if its unit ended.
 func (a *Agent) resume(postCtx context.Context, p pending) {
-	a.track(func() { a.deliver(postCtx, p.deadline, p.req, a.spool.written(p.req.GetWorkId(), p.path)) })
+	deadline := p.deadline
+	if least := time.Now().Add(latePostFor); deadline.Before(least) {
+		deadline = least
+	}
+	a.track(func() { a.deliver(postCtx, deadline, p.req, a.spool.written(p.req.GetWorkId(), p.path)) })
 }
 
 // rereadFirst and rereadMax bound the wait before each new read of the
@@ -838,7 +853,7 @@ func (a *Agent) rereadSpooled(ctx, postCtx context.Context, unread map[string]er
 				a.log.Info("a record in the spool that could not be read reads now: posting its result", "path", path, "work_id", workID)
 				a.resume(postCtx, p)
 			case recordExpired:
-				a.log.Warn("dropped a spooled result past its deadline, read only now; the automator has timed its unit out", "path", path, "work_id", workID)
+				a.log.Warn("dropped a spooled result far past its deadline, read only now; the automator has ended its unit", "path", path, "work_id", workID, "past_deadline_by", keepPastDeadline)
 			}
 		}
 		paths = still

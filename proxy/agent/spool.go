@@ -29,8 +29,9 @@ const spoolVersion = 1
 // CompleteRequest exactly as it will be sent (its result sealed for the
 // unit), and the unit's deadline on this host's wall clock.
 //
-// The deadline only decides whether a restarted proxy still tries to post;
-// the automator, whose clock is the only one that counts (guarantee 6),
+// The deadline only decides how long a restarted proxy tries to post, and
+// whether it still tries once keepPastDeadline has passed since it; the
+// automator, whose clock is the only one that counts (guarantee 6),
 // refuses a result that arrives after the unit ended.
 type spooled struct {
 	Version    int       `json:"version"`
@@ -373,6 +374,23 @@ func (s *spool) removeDirIfEmpty() {
 	_ = os.Remove(s.dir)
 }
 
+// keepPastDeadline is how long past its deadline on this host's wall
+// clock a spooled result is still posted by a start. That clock may have
+// stepped forward since the result was spooled (an NTP step at boot, a
+// real-time clock kept in local time, a virtual machine restored), while
+// the deadline that counts is the automator's (guarantee 6), which refuses
+// a result that comes after its unit ended: dropping every record past
+// this host's reading of its deadline dropped results the automator was
+// still waiting for. Past it, twice the longest timeout a unit may have
+// by default (24 h), no unit of the record can still be open, however
+// the clocks stepped.
+const keepPastDeadline = 48 * time.Hour
+
+// latePostFor is how long a start tries at least to post a spooled result
+// (resume): its deadline on this host's clock may have passed, or be near,
+// only because that clock stepped forward.
+const latePostFor = time.Minute
+
 // pending is a spooled result to post again, found at path.
 type pending struct {
 	account  string
@@ -389,14 +407,15 @@ func (s *spool) load(instanceID string, now time.Time) []pending {
 	return due
 }
 
-// loadAll returns this instance's spooled results whose deadline has not
-// passed at now, and the records it could not read, each path with its
+// loadAll returns this instance's spooled results that are not
+// keepPastDeadline past their deadline at now, and the records it could
+// not read, each path with its
 // error (an open or read error: EIO, EACCES, EMFILE...), left in place,
 // untouched, for a later read (loadRecord) or the next start. It deletes
-// the expired ones (of any instance sharing the directory: the automator
-// has timed them out), leftovers of interrupted writes, and sets aside
+// those past it (expired, of any instance sharing the directory: the
+// automator has ended their units), leftovers of interrupted writes, and sets aside
 // (*.bad) the records it read whose content does not decode. Records of
-// another instance within their deadline are left for it.
+// another instance not expired are left for it.
 func (s *spool) loadAll(instanceID string, now time.Time) (due []pending, unread map[string]error) {
 	if s == nil {
 		return nil, nil
@@ -446,7 +465,7 @@ func (s *spool) loadAll(instanceID string, now time.Time) (due []pending, unread
 	}
 	if len(expired) > 0 {
 		syncDir(s.dir)
-		s.log.Warn("dropped spooled results past their deadline; the automator has timed those units out", "count", len(expired), "work_ids", expired)
+		s.log.Warn("dropped spooled results far past their deadline; the automator has ended those units", "count", len(expired), "past_deadline_by", keepPastDeadline, "work_ids", expired)
 	}
 	if len(due) == 0 {
 		s.removeDirIfEmpty() // fails, harmlessly, while a record is left in it
@@ -458,11 +477,12 @@ func (s *spool) loadAll(instanceID string, now time.Time) (due []pending, unread
 type recordFate int
 
 const (
-	// recordDue: a result of the instance to post, within its deadline.
+	// recordDue: a result of the instance to post, not keepPastDeadline
+	// past its deadline.
 	recordDue recordFate = iota + 1
-	// recordExpired: past its deadline; removed.
+	// recordExpired: keepPastDeadline past its deadline; removed.
 	recordExpired
-	// recordOthers: another instance's, within its deadline; left for it.
+	// recordOthers: another instance's, not expired; left for it.
 	recordOthers
 	// recordSetAside: read, but its content does not decode; renamed
 	// *.bad (logged).
@@ -493,7 +513,7 @@ func (s *spool) loadRecord(path, instanceID string, now time.Time) (pending, str
 		s.setAside(path, err)
 		return pending{}, "", recordSetAside, nil
 	}
-	if !now.Before(rec.Deadline) {
+	if !now.Before(rec.Deadline.Add(keepPastDeadline)) {
 		_ = os.Remove(path)
 		return pending{}, rec.WorkID, recordExpired, nil
 	}

@@ -17,8 +17,9 @@ import (
 
 // FuzzSpoolRecords: what a proxy reads back from its spool at start. A
 // result it wrote (any work id, account and instance the automator may
-// send) is read back as written while its deadline lasts, and dropped
-// after, whatever else the directory holds; a record file with arbitrary
+// send) is read back as written until keepPastDeadline after its deadline
+// (this host's clock may have stepped forward: the automator's decides),
+// and dropped after, whatever else the directory holds; a record file with arbitrary
 // content (a disk error, an older or newer proxy, a hand edit) is posted
 // only if it is a whole record of this instance, and else is dropped as
 // expired, left to its instance, or set aside as .bad, never fatal. The
@@ -35,6 +36,7 @@ func FuzzSpoolRecords(f *testing.F) {
 	}{
 		{"w_0123456789abcdef0123456789abcdef", "acme", "host-a", 60, valid},
 		{"w_1", "acme", "host-a", 60, valid},
+		{"w_3", "acme", "host-a", -50 * 3600, valid}, // dropped: far past its deadline
 		{"W_AB", "a b", "host-b", -1, lost},
 		{"con", "", "", 300, []byte(`{"version":1,"work_id":"x","deadline":"2026-03-01T12:01:00Z","complete":"CgF5"}`)},
 		{"x-77", "acme", "host-a", 0, []byte(`{"version":2}`)},
@@ -50,7 +52,7 @@ func FuzzSpoolRecords(f *testing.F) {
 		}
 		dir := filepath.Join(t.TempDir(), SpoolDirName)
 		s := newSpool(dir, log)
-		deadline := now.Add(time.Duration(ttl%(48*3600)) * time.Second)
+		deadline := now.Add(time.Duration(ttl%(96*3600)) * time.Second)
 		req := &automatorv1.CompleteRequest{WorkId: workID, ClaimId: "c", InstanceId: instance,
 			Outcome: automatorv1.Outcome_OUTCOME_SUCCEEDED, SealedResult: sealed}
 		mine := s.path(workID)
@@ -79,11 +81,11 @@ func FuzzSpoolRecords(f *testing.F) {
 					t.Fatalf("record read back as %v, %q, %v; written as %v, %q, %v", p.req, p.account, p.deadline, req, account, deadline)
 				}
 			}
-			if !now.Before(p.deadline) {
-				t.Fatalf("a record past its deadline %v loaded at %v", p.deadline, now)
+			if !now.Before(p.deadline.Add(keepPastDeadline)) {
+				t.Fatalf("a record %v past its deadline %v loaded at %v", keepPastDeadline, p.deadline, now)
 			}
 		}
-		if now.Before(deadline) != found {
+		if now.Before(deadline.Add(keepPastDeadline)) != found {
 			t.Fatalf("record of deadline %v loaded at %v: %v", deadline, now, found)
 		}
 		if _, err := os.Stat(mine); (err == nil) != found {

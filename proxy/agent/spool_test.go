@@ -2,12 +2,14 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -67,6 +69,13 @@ func (f *spoolAutomator) Complete(_ context.Context, in *automatorv1.CompleteReq
 	}
 	f.ok <- in
 	return &automatorv1.CompleteResponse{}, nil
+}
+
+// callsMade returns the Complete calls made so far, in order.
+func (f *spoolAutomator) callsMade() []*automatorv1.CompleteRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.calls)
 }
 
 func (f *spoolAutomator) callCount() int {
@@ -369,17 +378,20 @@ func TestRefusedResultLeavesTheSpool(t *testing.T) {
 	waittest.Until(t, "the refused result to leave the spool", func() bool { return len(spoolFiles(t, dir)) == 0 })
 }
 
-// TestExpiredSpooledResultIsDroppedNotPosted: at start, results whose
-// deadline has passed are deleted and never sent; those of another instance
-// sharing the directory are left for it; records that do not decode are set
-// aside (those that cannot be read are not: spoolread_test.go).
+// TestExpiredSpooledResultIsDroppedNotPosted: at start, results far past
+// their deadline (keepPastDeadline) are deleted and never sent; one just
+// past it on this host's clock is posted, and removed once the automator
+// refuses it; those of another instance sharing the directory are left for
+// it; records that do not decode are set aside (those that cannot be read
+// are not: spoolread_test.go).
 func TestExpiredSpooledResultIsDroppedNotPosted(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "spool")
 	s := newSpool(dir, slog.New(slog.DiscardHandler))
 	now := time.Now()
 	inline := func(f func()) { f() }
-	s.put("acme", now.Add(-time.Second), &automatorv1.CompleteRequest{WorkId: "w-old", ClaimId: "c", InstanceId: "a"}, inline)
+	s.put("acme", now.Add(-keepPastDeadline-time.Second), &automatorv1.CompleteRequest{WorkId: "w-old", ClaimId: "c", InstanceId: "a"}, inline)
+	s.put("acme", now.Add(-time.Second), &automatorv1.CompleteRequest{WorkId: "w-late", ClaimId: "c", InstanceId: "a"}, inline)
 	s.put("acme", now.Add(time.Minute), &automatorv1.CompleteRequest{WorkId: "w-other", ClaimId: "c", InstanceId: "b"}, inline)
 	s.put("acme", now.Add(time.Minute), &automatorv1.CompleteRequest{WorkId: "w-due", ClaimId: "c", InstanceId: "a", Outcome: automatorv1.Outcome_OUTCOME_FAILED, Failure: "f"}, inline)
 	if err := os.WriteFile(filepath.Join(dir, "w-bad.json"), []byte("{not json"), 0o600); err != nil {
@@ -389,7 +401,12 @@ func TestExpiredSpooledResultIsDroppedNotPosted(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	f := newSpoolAutomator(func(*automatorv1.CompleteRequest) error { return nil })
+	f := newSpoolAutomator(func(req *automatorv1.CompleteRequest) error {
+		if req.GetWorkId() == "w-late" {
+			return status.Error(codes.FailedPrecondition, "work w-late has ended (timed_out)")
+		}
+		return nil
+	})
 	runSpoolAgent(t, f, dir)
 	got := waittest.Recv(t, f.ok, "the agent to post the due result found in the spool at its start")
 	if got.GetWorkId() != "w-due" || got.GetFailure() != "f" {
@@ -399,9 +416,66 @@ func TestExpiredSpooledResultIsDroppedNotPosted(t *testing.T) {
 	if files := strings.Join(spoolFiles(t, dir), " "); files != "w-bad.json.bad w-other.json" {
 		t.Fatalf("spool holds %q, want the other instance's record and the bad one set aside", files)
 	}
-	if n := f.callCount(); n != 1 {
-		t.Fatalf("%d Complete calls, want 1 (the expired result is never sent)", n)
+	var posted []string
+	for _, c := range f.callsMade() {
+		posted = append(posted, c.GetWorkId())
 	}
+	slices.Sort(posted)
+	if want := []string{"w-due", "w-late"}; !slices.Equal(posted, want) {
+		t.Fatalf("Complete calls for %q, want %q (once each; the expired result is never sent)", posted, want)
+	}
+}
+
+// TestASpooledResultIsPostedAfterTheProxysClockSteppedForward: a proxy
+// spools a result while the automator is unreachable and stops; its host's
+// wall clock then steps forward by an hour (an NTP step at boot, a
+// real-time clock kept in local time, a virtual machine restored) before
+// the proxy starts again. On the automator's clock the unit still has most
+// of its minute left, and the automator accepts the result: a proxy's clock
+// changes nothing (guarantee 6), where the start used to delete the record
+// as past its deadline on this host's clock, and the caller got a timeout
+// for a script that ran.
+//
+// The step is simulated without touching the machine's clock: the record's
+// deadline, which the spool keeps as a wall time of this host, is moved
+// back by the step, which is what a clock an hour ahead at the restart
+// sees.
+func TestASpooledResultIsPostedAfterTheProxysClockSteppedForward(t *testing.T) {
+	t.Parallel()
+	quickScript(t)
+	dir := filepath.Join(t.TempDir(), "spool")
+	down := newSpoolAutomator(func(*automatorv1.CompleteRequest) error { return status.Error(codes.Unavailable, "down") })
+	h := newStageHook()
+	stop := runSpoolAgent(t, down, dir, h.hook)
+	down.claims <- claim(t, "w1", &automatorv1.Command{Script: "s"}) // 1 minute remaining
+	h.waitStage(t, stageDone)
+	stop()
+
+	const step = time.Hour
+	path := filepath.Join(dir, "w1.json")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec spooled
+	if err := json.Unmarshal(data, &rec); err != nil {
+		t.Fatal(err)
+	}
+	rec.Deadline = rec.Deadline.Add(-step)
+	if data, err = json.Marshal(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	up := newSpoolAutomator(func(*automatorv1.CompleteRequest) error { return nil })
+	runSpoolAgent(t, up, dir)
+	got := waittest.Recv(t, up.ok, "the restarted proxy, its clock an hour ahead of the one that spooled the result, to post it")
+	if got.GetWorkId() != "w1" {
+		t.Fatalf("posted %q, want w1", got.GetWorkId())
+	}
+	waittest.Until(t, "the posted result to leave the spool", func() bool { return len(spoolFiles(t, dir)) == 0 })
 }
 
 // TestSpoolNamesOddWorkIDsSafely: a work id is never used as a path.
