@@ -34,13 +34,31 @@ func DeletedAccountError(account string) error {
 // automator looks for deletions every SweepInterval and wakes them.
 
 // deletionLookBack is how far back in time the automator looks for
-// deletions (past its clock, and other replicas' clocks, may differ).
-const deletionLookBack = 10 * time.Minute
+// deletions. A deletion is stamped with the clock of the host that ran
+// `automator account delete` (with PostgreSQL, any host that reaches the
+// database), which may be behind this automator's by minutes: with a look
+// back of 10 minutes, a deletion stamped by a clock 11 minutes behind was
+// never seen, and the account's running scripts ran on to their deadline.
+// Deletions are rare, so reading those of a day costs nothing.
+const deletionLookBack = 24 * time.Hour
+
+// forgetDeletedAfter is how long after it saw a deletion, on its own clock,
+// the automator forgets what it still holds under the account's name
+// (accountGone).
+const forgetDeletedAfter = 10 * time.Minute
+
+// seenDeletion is a deletion watchDeletions acted on, when it saw it, and
+// whether it forgot the account since (accountGone).
+type seenDeletion struct {
+	store.AccountDeletion
+	seenAt time.Time
+	gone   bool
+}
 
 // watchDeletions acts on every account deletion it finds, once, until ctx
 // is done or the automator shuts down.
 func (s *Server) watchDeletions(ctx context.Context) {
-	seen := make(map[string]store.AccountDeletion) // by tombstone
+	seen := make(map[string]seenDeletion) // by tombstone
 	t := time.NewTicker(s.sweepInterval)
 	defer t.Stop()
 	for {
@@ -56,8 +74,9 @@ func (s *Server) watchDeletions(ctx context.Context) {
 }
 
 // checkDeletions reads the recent deletions and acts on those not in seen.
-func (s *Server) checkDeletions(ctx context.Context, seen map[string]store.AccountDeletion) {
-	since := s.clock.Now().Add(-deletionLookBack)
+func (s *Server) checkDeletions(ctx context.Context, seen map[string]seenDeletion) {
+	now := s.clock.Now()
+	since := now.Add(-deletionLookBack)
 	mark := s.databaseMark()
 	sctx, cancel := s.sweepContext(ctx)
 	defer cancel()
@@ -78,22 +97,26 @@ func (s *Server) checkDeletions(ctx context.Context, seen map[string]store.Accou
 	}
 	s.databaseAnswered(mark)
 	for tomb, d := range seen {
-		if d.DeletedAt.Before(since) {
-			delete(seen, tomb)
+		if !d.gone && now.Sub(d.seenAt) > forgetDeletedAfter {
+			d.gone = true
+			seen[tomb] = d
 			s.accountGone(ctx, d.Name)
+		}
+		if d.gone && d.DeletedAt.Before(since) {
+			delete(seen, tomb) // no longer read: it cannot be seen again
 		}
 	}
 	for _, d := range ds {
 		if _, ok := seen[d.Tombstone]; ok {
 			continue
 		}
-		seen[d.Tombstone] = store.AccountDeletion{Name: d.Name, Tombstone: d.Tombstone, DeletedAt: d.DeletedAt}
+		seen[d.Tombstone] = seenDeletion{AccountDeletion: store.AccountDeletion{Name: d.Name, Tombstone: d.Tombstone, DeletedAt: d.DeletedAt}, seenAt: now}
 		s.accountDeleted(ctx, d)
 	}
 }
 
 // accountGone forgets what this automator still holds under the name of an
-// account deleted more than deletionLookBack ago, unless an account of that
+// account it saw deleted more than forgetDeletedAfter ago, unless an account of that
 // name was created since: its metrics series and what the hub, the queue
 // counts and the instances' and runs' records keep per account. Each is
 // made again at the name's next use, as after a restart. Without this,

@@ -236,7 +236,7 @@ func TestDeletedAccountIsForgottenAfterTheLookBack(t *testing.T) {
 	}
 	initechEntries := e.srv.AccountEntries("initech")
 
-	clock.Advance(server.DeletionLookBack + time.Minute)
+	clock.Advance(server.ForgetDeletedAfter + time.Minute)
 	waittest.Until(t, "the automator to drop acme's series and entries, deleted past the look back", func() bool {
 		return !hasSeries(t, m, e.account) && e.srv.AccountEntries(e.account) == 0
 	})

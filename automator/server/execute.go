@@ -688,7 +688,7 @@ func (q *queuedCounts) below(account string, limit int, now time.Time) bool {
 
 // forget drops the account's count: the account was deleted (a count per
 // account ever seen would only grow with accounts made and deleted). Both
-// the deletion (accountDeleted) and its end of look-back (accountGone)
+// the deletion (accountDeleted) and, a while after it, accountGone
 // call it.
 func (q *queuedCounts) forget(account string) {
 	q.mu.Lock()

@@ -116,8 +116,9 @@ func withAccount[K [2]string | [3]string, V any](m map[K]V, account string) int 
 	return n
 }
 
-// DeletionLookBack is how far back the automator looks for deletions.
-const DeletionLookBack = deletionLookBack
+// ForgetDeletedAfter is how long after it saw a deletion the automator
+// forgets the account's entries and series.
+const ForgetDeletedAfter = forgetDeletedAfter
 
 // BatchPolls keeps known instances' polls in memory until FlushInstances,
 // as RecordInstances does while it runs, from the moment it returns.

@@ -226,7 +226,7 @@ func TestListedOutcomeOfADeletedAccountIsDroppedAndNeverShown(t *testing.T) {
 	if _, err := e.st.AccountDelete(ctx, store.AccountDeleteParams{Name: "acme", Reason: "deleted", Now: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	e.s.checkDeletions(ctx, make(map[string]store.AccountDeletion))
+	e.s.checkDeletions(ctx, make(map[string]seenDeletion))
 	if e.s.listed.len() != 0 {
 		t.Errorf("%d units kept after the deletion was seen, want 0", e.s.listed.len())
 	}

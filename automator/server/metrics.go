@@ -26,7 +26,7 @@ type Metrics interface {
 // AccountMetrics is implemented by Metrics that keep series per account
 // (package metrics does).
 type AccountMetrics interface {
-	// AccountGone: account was deleted more than deletionLookBack ago and
+	// AccountGone: account was deleted more than forgetDeletedAfter ago and
 	// is no account again; its series may go.
 	AccountGone(account string)
 }

@@ -107,7 +107,7 @@ func TestQueueCountOfADeletedAccountIsForgotten(t *testing.T) {
 	if _, err := sq.AccountDelete(ctx, store.AccountDeleteParams{Name: "acme", Reason: "account acme was deleted", Now: clock.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	srv.checkDeletions(ctx, map[string]store.AccountDeletion{})
+	srv.checkDeletions(ctx, map[string]seenDeletion{})
 	srv.queued.mu.Lock()
 	_, acme := srv.queued.m["acme"]
 	_, globex := srv.queued.m["globex"]
