@@ -78,10 +78,18 @@ type poster struct {
 	// it was sent: the result may or may not be recorded, and deliver keeps
 	// it in the spool.
 	group batch.Group[*postOp]
-	// noBatchUntil: unix nanoseconds until which results go one by one.
+	// noBatchUntil: the time since born (sinceBorn) until which results go
+	// one by one: on the monotonic clock, which a step of the wall clock
+	// leaves alone (stored as unix nanoseconds, a step back of the wall
+	// clock kept batching off that much longer).
 	noBatchUntil atomic.Int64
+	born         time.Time
 	tune         tuning // its postBound bounds each call
 }
+
+// sinceBorn is the time since the poster was made, in nanoseconds, on the
+// monotonic clock.
+func (p *poster) sinceBorn() int64 { return int64(time.Since(p.born)) }
 
 type postOp struct {
 	ctx  context.Context
@@ -92,7 +100,7 @@ type postOp struct {
 // newPoster posts with c, and with uploads, when not nil, what is larger
 // than postAlonePast, each call within tune's postBound.
 func newPoster(c, uploads Client, tune tuning) *poster {
-	p := &poster{client: c, uploads: c, tune: tune.withDefaults()}
+	p := &poster{client: c, uploads: c, born: time.Now(), tune: tune.withDefaults()}
 	p.batch, _ = c.(BatchClient)
 	p.uploadBatch = p.batch
 	if uploads != nil {
@@ -115,7 +123,7 @@ func newPoster(c, uploads Client, tune tuning) *poster {
 // complete posts req and returns its answer, as Complete would.
 func (p *poster) complete(ctx context.Context, req *automatorv1.CompleteRequest) error {
 	size := proto.Size(req)
-	if p.batch != nil && size <= postAlonePast && time.Now().UnixNano() >= p.noBatchUntil.Load() {
+	if p.batch != nil && size <= postAlonePast && p.sinceBorn() >= p.noBatchUntil.Load() {
 		err := p.group.Do(ctx, &postOp{ctx: ctx, req: req, size: size})
 		if !errors.Is(err, errNoBatch) {
 			return err
@@ -136,7 +144,7 @@ func (p *poster) complete(ctx context.Context, req *automatorv1.CompleteRequest)
 // attempt after one that ran out of time is given longer: deliver).
 func (p *poster) post(batch []*postOp) []error {
 	errs := make([]error, len(batch))
-	if time.Now().UnixNano() < p.noBatchUntil.Load() {
+	if p.sinceBorn() < p.noBatchUntil.Load() {
 		// They waited for the call that found out: each goes alone.
 		for i := range errs {
 			errs[i] = errNoBatch
@@ -176,7 +184,7 @@ func (p *poster) post(batch []*postOp) []error {
 	resp, err := client.CompleteBatch(ctx, req)
 	switch {
 	case status.Code(err) == codes.Unimplemented:
-		p.noBatchUntil.Store(time.Now().Add(batchRetryAfter).UnixNano())
+		p.noBatchUntil.Store(p.sinceBorn() + int64(batchRetryAfter))
 		err = errNoBatch
 	case err == nil && len(resp.GetOutcomes()) != len(batch):
 		err = status.Errorf(codes.Internal, "the automator answered %d outcomes for %d results", len(resp.GetOutcomes()), len(batch))
