@@ -13,56 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/store/pgstore"
 	"github.com/opsgate/opsgate/automator/store/pgstore/pgtest"
 )
-
-// pgExec runs sql on a connection of its own to dsn.
-func pgExec(t *testing.T, dsn, sql string) {
-	t.Helper()
-	conn, err := pgx.Connect(t.Context(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(t.Context())
-	if _, err := conn.Exec(t.Context(), sql); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-}
-
-// pgSchemaRows is every table of dsn's schema with its rows, as text.
-func pgSchemaRows(t *testing.T, dsn string) string {
-	t.Helper()
-	conn, err := pgx.Connect(t.Context(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(t.Context())
-	rows, err := conn.Query(t.Context(), `SELECT table_name::text FROM information_schema.tables WHERE table_schema = current_schema() ORDER BY 1`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	for _, table := range tables {
-		rows, err := conn.Query(t.Context(), `SELECT t::text FROM `+pgx.Identifier{table}.Sanitize()+` t ORDER BY 1`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		fmt.Fprintf(&b, "%s: %s\n", table, strings.Join(lines, " "))
-	}
-	return b.String()
-}
 
 // searchPath is the schema pgtest.DSN's URL selects.
 func searchPath(t *testing.T, dsn string) string {
@@ -105,8 +59,8 @@ INSERT INTO users (email) VALUES ('ada@example.com')`, "users", "schema_migratio
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			other := pgtest.DSN(t)
-			pgExec(t, other, c.sql)
-			before := pgSchemaRows(t, other)
+			pgtest.Exec(t, other, c.sql)
+			before := pgtest.SchemaDump(t, other)
 			want := fmt.Sprintf("the database %s is a PostgreSQL database but not an automator's (the tables of its schema %s are %s, without the automator's %s), and the automator's tables are not added to it: --db, or db in %s, names another application's database; give the automator a database of its own, or a schema of its own in this one (search_path in the URL)",
 				pgstore.Redact(other), searchPath(t, other), c.tables, c.missing, config.FileConfig)
 
@@ -118,7 +72,7 @@ INSERT INTO users (email) VALUES ('ada@example.com')`, "users", "schema_migratio
 			if _, err := os.Stat(dir); !os.IsNotExist(err) {
 				t.Errorf("the refused init left its data directory %s (%v)", dir, err)
 			}
-			if after := pgSchemaRows(t, other); after != before {
+			if after := pgtest.SchemaDump(t, other); after != before {
 				t.Fatalf("the refused init changed the other application's schema:\n%s\nwas:\n%s", after, before)
 			}
 
@@ -138,7 +92,7 @@ INSERT INTO users (email) VALUES ('ada@example.com')`, "users", "schema_migratio
 				if code != ExitError || !strings.Contains(errb.String(), want) {
 					t.Errorf("%s --db naming another application's PostgreSQL database: exit %d, stdout %q, stderr %q; want exit %d saying %q", strings.Join(args[:2], " "), code, out.String(), errb.String(), ExitError, want)
 				}
-				if after := pgSchemaRows(t, other); after != before {
+				if after := pgtest.SchemaDump(t, other); after != before {
 					t.Fatalf("%s changed the other application's schema:\n%s\nwas:\n%s", strings.Join(args[:2], " "), after, before)
 				}
 			}
@@ -159,7 +113,7 @@ func TestAnAutomatorsPostgreSQLDatabaseKeepsWorkingBesideOtherTables(t *testing.
 	if code, _, stderr := runMain(t, "init", "--data-dir", dir, "--public-url", "https://127.0.0.1:8443", "--db", dsn); code != 0 {
 		t.Fatalf("init into an empty PostgreSQL schema: exit %d: %s", code, stderr)
 	}
-	pgExec(t, dsn, `CREATE TABLE reports (id serial PRIMARY KEY, body text NOT NULL);
+	pgtest.Exec(t, dsn, `CREATE TABLE reports (id serial PRIMARY KEY, body text NOT NULL);
 INSERT INTO reports (body) VALUES ('kept')`)
 	if code, _, stderr := runMain(t, "account", "create", "acme", "--data-dir", dir); code != 0 {
 		t.Fatalf("account create on the automator's database beside another table: exit %d: %s", code, stderr)
@@ -167,7 +121,7 @@ INSERT INTO reports (body) VALUES ('kept')`)
 	if code, stdout, stderr := runMain(t, "account", "list", "--data-dir", dir); code != 0 || !strings.Contains(stdout, "acme") {
 		t.Errorf("account list: exit %d, stdout %q, stderr %q; want acme listed", code, stdout, stderr)
 	}
-	if rows := pgSchemaRows(t, dsn); !strings.Contains(rows, "reports: (1,kept)\n") {
+	if rows := pgtest.SchemaDump(t, dsn); !strings.Contains(rows, "reports: (1,kept)\n") {
 		t.Errorf("the other table after the commands:\n%s\nwant reports: (1,kept)", rows)
 	}
 }

@@ -7,55 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/opsgate/opsgate/automator/store/pgstore/pgtest"
 )
-
-// execSQL runs sql on a connection of its own to dsn.
-func execSQL(t *testing.T, dsn, sql string) {
-	t.Helper()
-	conn, err := pgx.Connect(t.Context(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(t.Context())
-	if _, err := conn.Exec(t.Context(), sql); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-}
-
-// schemaDump is every table of dsn's schema with its rows, as text, to
-// tell whether anything in it changed.
-func schemaDump(t *testing.T, dsn string) string {
-	t.Helper()
-	conn, err := pgx.Connect(t.Context(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(t.Context())
-	rows, err := conn.Query(t.Context(), `SELECT table_name::text FROM information_schema.tables WHERE table_schema = current_schema() ORDER BY 1`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	for _, table := range tables {
-		rows, err := conn.Query(t.Context(), `SELECT t::text FROM `+pgx.Identifier{table}.Sanitize()+` t ORDER BY 1`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		fmt.Fprintf(&b, "%s: %s\n", table, strings.Join(lines, " "))
-	}
-	return b.String()
-}
 
 // TestOpenLeavesAnotherApplicationsSchemaAlone: Open on a schema that
 // holds another application's tables and not the automator's migrated the
@@ -88,8 +41,8 @@ CREATE VIEW big_orders AS SELECT * FROM orders WHERE total > 100`, []string{"big
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			dsn := pgtest.DSN(t)
-			execSQL(t, dsn, c.sql)
-			before := schemaDump(t, dsn)
+			pgtest.Exec(t, dsn, c.sql)
+			before := pgtest.SchemaDump(t, dsn)
 
 			s, err := Open(t.Context(), dsn)
 			if err == nil {
@@ -105,7 +58,7 @@ CREATE VIEW big_orders AS SELECT * FROM orders WHERE total > 100`, []string{"big
 			if want := "(without its " + c.missing + ")"; !strings.Contains(err.Error(), want) {
 				t.Errorf("Open: %v; want it saying %q", err, want)
 			}
-			if after := schemaDump(t, dsn); after != before {
+			if after := pgtest.SchemaDump(t, dsn); after != before {
 				t.Errorf("the refused Open changed the schema:\n%s\nwas:\n%s", after, before)
 			}
 		})
@@ -123,13 +76,13 @@ func TestOpenTakesAnAutomatorsSchemaWithOtherTables(t *testing.T) {
 			t.Parallel()
 			dsn, pool := atVersion(t, n)
 			pool.Close()
-			execSQL(t, dsn, `CREATE TABLE reports (id serial PRIMARY KEY, body text); INSERT INTO reports (body) VALUES ('kept')`)
+			pgtest.Exec(t, dsn, `CREATE TABLE reports (id serial PRIMARY KEY, body text); INSERT INTO reports (body) VALUES ('kept')`)
 			s := open(t, dsn)
 			rows := migrationRows(t, s)
 			if len(rows) != len(migrations) {
 				t.Errorf("schema_migrations holds %d rows after Open, want %d", len(rows), len(migrations))
 			}
-			if dump := schemaDump(t, dsn); !strings.Contains(dump, "reports: (1,kept)\n") {
+			if dump := pgtest.SchemaDump(t, dsn); !strings.Contains(dump, "reports: (1,kept)\n") {
 				t.Errorf("the other table after Open:\n%s\nwant reports: (1,kept)", dump)
 			}
 		})

@@ -143,6 +143,46 @@ func execOn(ctx context.Context, dsn, sql string) error {
 	return err
 }
 
+// Exec runs sql on a connection of its own to dsn, failing t if it fails.
+func Exec(t testing.TB, dsn, sql string) {
+	t.Helper()
+	if err := execOn(t.Context(), dsn, sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// SchemaDump is every table of dsn's schema with its rows, as text, to
+// tell whether anything in it changed.
+func SchemaDump(t testing.TB, dsn string) string {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(t.Context())
+	rows, err := conn.Query(t.Context(), `SELECT table_name::text FROM information_schema.tables WHERE table_schema = current_schema() ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, table := range tables {
+		rows, err := conn.Query(t.Context(), `SELECT t::text FROM `+pgx.Identifier{table}.Sanitize()+` t ORDER BY 1`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%s: %s\n", table, strings.Join(lines, " "))
+	}
+	return b.String()
+}
+
 // CollatedDatabase creates a new, empty database for t whose default
 // collation is the ICU locale icuLocale, a natural language's (the
 // throwaway cluster's is C, which compares bytes), and returns its URL; give
