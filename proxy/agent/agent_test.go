@@ -192,15 +192,7 @@ func startAgent(t *testing.T, f Client, max int, log *bytes.Buffer) (stop func()
 		BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(w, nil)),
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { a.Run(ctx); close(done) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() { cancel(); waittest.Recv(t, done, "the agent's Run to return after its context was cancelled") })
-	}
-	t.Cleanup(stop)
-	return stop
+	return runInBackground(t, a)
 }
 
 type lockedWriter struct {
@@ -800,4 +792,19 @@ func TestClaimForAUnitAlreadyRunningIsNotRunAgain(t *testing.T) {
 	if n := b.count(); n != 1 {
 		t.Fatalf("w1 ran %d times, want once", n)
 	}
+}
+
+// runInBackground runs a until stop, which cancels its context and waits
+// for Run to return; it is called at t's end too.
+func runInBackground(t *testing.T, a *Agent) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { a.Run(ctx); close(done) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() { cancel(); waittest.Recv(t, done, "the agent's Run to return after its context was cancelled") })
+	}
+	t.Cleanup(stop)
+	return stop
 }

@@ -100,15 +100,7 @@ func runSpoolAgent(t *testing.T, f *spoolAutomator, dir string, hook ...func(spo
 	if len(hook) > 0 {
 		a.spool.hook = hook[0]
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { a.Run(ctx); close(done) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() { cancel(); waittest.Recv(t, done, "the agent's Run to return after its context was cancelled") })
-	}
-	t.Cleanup(stop)
-	return stop
+	return runInBackground(t, a)
 }
 
 func spoolFiles(t *testing.T, dir string) []string {

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io/fs"
 	"log/slog"
@@ -207,15 +206,7 @@ func spoolReadAgent(t *testing.T, f *spoolAutomator, dir string, read func(strin
 		Logger: log, SpoolDir: dir,
 	})
 	a.spool.read = read
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { a.Run(ctx); close(done) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() { cancel(); waittest.Recv(t, done, "the agent's Run to return after its context was cancelled") })
-	}
-	t.Cleanup(stop)
-	return stop
+	return runInBackground(t, a)
 }
 
 // TestARecordThatBecomesReadableIsPostedInTheSameRun: a record the start
