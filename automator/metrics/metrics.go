@@ -25,6 +25,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -82,6 +83,10 @@ type Metrics struct {
 	waits       *prometheus.GaugeVec
 	storeCalls  *prometheus.HistogramVec
 	accounts    *accountCollector // set by WatchAccounts
+	// clockOffset is registered at its first value (ClockOffset): with
+	// PostgreSQL only.
+	clockOffset     prometheus.Gauge
+	clockOffsetOnce sync.Once
 }
 
 // New registers the automator's metrics in a registry of their own.
@@ -153,6 +158,10 @@ func New(o Options) *Metrics {
 			Name: "automator_store_errors_total",
 			Help: "Store calls that failed, by kind: unavailable (the database out of reach), storage_full (out of disk space) or other. The log writes one line for an outage of the database, and at most 20 a minute for a full disk.",
 		}, []string{"kind"}),
+		clockOffset: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "automator_clock_offset_seconds",
+			Help: "This replica's clock minus its PostgreSQL server's, as last estimated (every 30 s, from a read of the database's clock whose round trip took under 500 ms). Positive: this replica's clock is ahead, so its sweeper times every replica's units out that much early; negative: behind, so it times them out that much late. The log warns while it is over 1 s either way. Only with PostgreSQL: with SQLite the database runs on the automator's own clock.",
+		}),
 		storeCalls: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "automator_store_call_seconds",
 			Help:    "Latency of store calls, by method.",
@@ -267,6 +276,15 @@ func (m *Metrics) AuthDenied() { m.authDenied.Inc() }
 
 // StoreFailed counts a store call that failed (server.StoreMetrics).
 func (m *Metrics) StoreFailed(kind string) { m.storeErrors.WithLabelValues(kind).Inc() }
+
+// ClockOffset sets automator_clock_offset_seconds to the latest estimate
+// of this replica's clock minus its database server's
+// (server.ClockMetrics), registering it at the first: the server gives
+// one with PostgreSQL only.
+func (m *Metrics) ClockOffset(offset time.Duration) {
+	m.clockOffsetOnce.Do(func() { m.reg.MustRegister(m.clockOffset) })
+	m.clockOffset.Set(offset.Seconds())
+}
 
 // AccountGone drops the series of account: it was deleted, a while ago,
 // and is no account again (server.AccountMetrics). Without this every

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -197,6 +198,26 @@ func (s *timedStore) InstanceList(ctx context.Context, account string) ([]store.
 func (s *timedStore) ReplicaHeartbeat(ctx context.Context, p store.ReplicaHeartbeatParams) error {
 	defer s.since("ReplicaHeartbeat", time.Now())
 	return s.Store.ReplicaHeartbeat(ctx, p)
+}
+
+// DatabaseClock reads the database server's clock, timed like the store's
+// calls, when the store beneath has one (pgstore.Store.DatabaseClock);
+// otherwise (SQLite, which runs on the automator's own clock) it returns
+// errors.ErrUnsupported at once. The server compares it with its own
+// (server.DatabaseClock).
+func (s *timedStore) DatabaseClock(ctx context.Context) (time.Time, error) {
+	type databaseClock interface {
+		DatabaseClock(context.Context) (time.Time, error)
+	}
+	c, ok := s.Store.(databaseClock)
+	if !ok {
+		c, ok = store.Uncached(s.Store).(databaseClock)
+	}
+	if !ok {
+		return time.Time{}, errors.ErrUnsupported
+	}
+	defer s.since("DatabaseClock", time.Now())
+	return c.DatabaseClock(ctx)
 }
 
 func (s *timedStore) InstancePurge(ctx context.Context, p store.InstancePurgeParams) (int, error) {

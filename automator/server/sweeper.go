@@ -13,13 +13,16 @@ import (
 // before that wakes it earlier.
 //
 // With a Broadcaster it also listens for other replicas' events. It also
-// looks for accounts deleted meanwhile every SweepInterval (deleted.go).
+// looks for accounts deleted meanwhile every SweepInterval (deleted.go),
+// and, with a database server of its own (PostgreSQL), compares this
+// replica's clock with that server's every 30 s (clockoffset.go).
 func (s *Server) Run(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
-	listening, watching := make(chan struct{}), make(chan struct{})
+	listening, watching, clocking := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() { s.listen(ctx); close(listening) }()
 	go func() { s.watchDeletions(ctx); close(watching) }()
-	defer func() { cancel(); <-listening; <-watching }()
+	go func() { s.watchClock(ctx); close(clocking) }()
+	defer func() { cancel(); <-listening; <-watching; <-clocking }()
 	t := time.NewTimer(0)
 	defer t.Stop()
 	var armed time.Time // when t fires

@@ -50,3 +50,19 @@ func (s *Store) ReplicaPurge(ctx context.Context, p store.ReplicaPurgeParams) (i
 	}
 	return int(tag.RowsAffected()), nil
 }
+
+// DatabaseClock reads the database server's clock (clock_timestamp(): the
+// time as the statement runs, not its transaction's start), in one round
+// trip. Each replica compares it with its own (package server,
+// clockoffset.go): with several replicas, a unit's deadline is the clock of
+// the replica that queued it plus its timeout, and every replica's sweeper
+// times units out by its own clock, so replicas whose clocks disagree time
+// units out early or late. SQLite has no such method: its database runs on
+// the automator's own clock.
+func (s *Store) DatabaseClock(ctx context.Context) (time.Time, error) {
+	var t time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&t); err != nil {
+		return time.Time{}, fmt.Errorf("reading the database server's clock: %w", err)
+	}
+	return t, nil
+}
