@@ -130,3 +130,6 @@ func (s *Server) BatchPolls() {
 
 // KeyCacheTTL is how long the automator trusts an account's keys as read.
 const KeyCacheTTL = keyCacheTTL
+
+// ExpireBatch is the most units one sweep times out.
+const ExpireBatch = expireBatch

@@ -46,7 +46,11 @@ func (s *Server) Run(ctx context.Context) {
 		}
 		s.flushLogLimits()
 		next := s.sweepInterval
-		if s.expireDue(ctx) {
+		if ok, full := s.expireDue(ctx); full {
+			// More may be due: sweep again at once, each batch a write
+			// of its own, with the other writes going on between them.
+			next = 0
+		} else if ok {
 			// A unit still due right after a sweep could not be ended by
 			// it (claimed meanwhile; with PostgreSQL, its row locked by
 			// another session, maybe for half a minute): sweeping again at
@@ -128,12 +132,23 @@ func (s *Server) takeKick() time.Time {
 	return d
 }
 
-// expireDue times out every unit whose deadline has passed and wakes its
-// waiting callers. Safe to run from several places and replicas at once:
-// the store's expiry is a conditional write.
+// expireBatch is the most units one sweep times out, in one write. Units
+// fall due together by the thousand (an automator started again after
+// minutes down with a queue behind it, an account's queue filled to its cap
+// while its proxies were away, a burst of calls with one timeout): all of a
+// hundred thousand in one write held SQLite's writer for minutes, every
+// other write waiting behind it, and the automator's memory grew by
+// gigabytes. The sweeper sweeps again at once after a full batch.
+const expireBatch = 256
+
+// expireDue times out the units whose deadline has passed, up to
+// expireBatch of them, and wakes their waiting callers. Safe to run from
+// several places and replicas at once: the store's expiry is a conditional
+// write.
 //
-// It reports false when the store failed the expiry.
-func (s *Server) expireDue(ctx context.Context) bool {
+// ok is false when the store failed the expiry; full, when it timed out a
+// whole batch, so more may be due.
+func (s *Server) expireDue(ctx context.Context) (ok, full bool) {
 	now := s.clock.Now()
 	mark := s.databaseMark()
 	sctx, cancel := s.sweepContext(ctx)
@@ -143,13 +158,13 @@ func (s *Server) expireDue(ctx context.Context) bool {
 	// them, from the records every replica writes. Those may be a few
 	// seconds (seenEvery) behind an instance's latest poll, which
 	// InstanceOnlineWithin allows for.
-	expired, err := s.store.WorkExpire(sctx, store.WorkExpireParams{Now: now,
+	expired, err := s.store.WorkExpire(sctx, store.WorkExpireParams{Now: now, Max: expireBatch,
 		OnlineSince: now.Add(-InstanceOnlineWithin(s.pollWindow)),
 		Audit:       &store.AuditEvent{At: now, Kind: store.AuditWorkEnded, Actor: sweeperActor, Detail: "deadline"}})
 	err = s.unanswered(ctx, sctx, err)
 	if err != nil {
 		s.sweepFailed(ctx, "expiring units past their deadline", err)
-		return false
+		return false, false
 	}
 	s.databaseAnswered(mark)
 	for _, w := range expired {
@@ -157,7 +172,7 @@ func (s *Server) expireDue(ctx context.Context) bool {
 		s.metrics.WorkFinished(w)
 		s.timedOutLog.Log("work timed out", "work_id", w.ID, "account", w.Account, "instance_id", w.InstanceID, "reason", w.Reason)
 	}
-	return true
+	return true, len(expired) == expireBatch
 }
 
 // purgeBatch is how many units one purge write deletes, so that the writes

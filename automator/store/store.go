@@ -955,13 +955,14 @@ type Store interface {
 	// WorkExpire moves the queued and claimed units whose deadline is at
 	// or before p.Now to timed_out, earliest deadline first, up to p.Max of
 	// them (reason says whether it was ever claimed and by whom), and
-	// returns the units it changed. A unit another call is changing at that
-	// moment may be left to a later call (pgstore skips a row locked by
-	// another session).
+	// returns the units it changed, without their sealed command (nothing
+	// that acts on a unit timed out reads it, and thousands may be due at
+	// once). A unit another call is changing at that moment may be left to
+	// a later call (pgstore skips a row locked by another session).
 	WorkExpire(ctx context.Context, p WorkExpireParams) ([]Work, error)
 	// WorkEndOpen moves queued and claimed units to timed_out whatever
 	// their deadline, oldest first, up to p.Max of them, and returns the
-	// units it changed. It is for a database restored from a backup: a
+	// units it changed, without their sealed command, as WorkExpire. It is for a database restored from a backup: a
 	// unit open in the backup may have been claimed and run since, so
 	// handing it out again could run it twice (at most once, DESIGN.md).
 	WorkEndOpen(ctx context.Context, p WorkEndOpenParams) ([]Work, error)

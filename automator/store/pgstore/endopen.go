@@ -19,7 +19,7 @@ func (s *Store) WorkEndOpen(ctx context.Context, p store.WorkEndOpenParams) ([]s
 	}
 	var ended []store.Work
 	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT `+workColumns+` FROM work
+		rows, err := tx.Query(ctx, `SELECT `+workColumnsWithoutSealed+` FROM work
 WHERE state IN ('queued', 'claimed')
 ORDER BY queued_at, id
 LIMIT $1

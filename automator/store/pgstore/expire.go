@@ -29,7 +29,10 @@ func (s *Store) WorkExpire(ctx context.Context, p store.WorkExpireParams) ([]sto
 	fail := func(err error) ([]store.Work, error) {
 		return nil, fmt.Errorf("expiring work due by %s: %w", p.Now.Format(time.RFC3339Nano), err)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+workColumns+` FROM work
+	// Without their sealed blobs, which nothing that acts on a unit timed
+	// out reads, and which for thousands of units due at once would weigh
+	// gigabytes.
+	rows, err := s.pool.Query(ctx, `SELECT `+workColumnsWithoutSealed+` FROM work
 WHERE state IN ('queued', 'claimed') AND deadline <= $1
 ORDER BY deadline, id
 LIMIT $2`, p.Now, limit)
@@ -148,7 +151,7 @@ func timeOut(ctx context.Context, q interface {
 	UPDATE work SET state = 'timed_out', reason = due.reason, finished_at = $1
 	FROM due
 	WHERE work.id = due.id AND work.state = due.state
-	RETURNING `+workColumnsOf("work")+`
+	RETURNING `+withoutSealed("work", workColumnsOf("work"))+`
 ), audited AS (
 	INSERT INTO audit (at, kind, actor, source, account, work_id, instance_id, outcome, sealed_script, detail)
 	SELECT $6, $7, $8, $9, done.account, done.id, COALESCE(done.instance_id, ''), done.state, $10, $11

@@ -15,8 +15,19 @@ import (
 var workColumns = workColumnsOf("")
 
 // workColumnsWithoutSealed is workColumns with NULL for the sealed command
-// and result (WorkListParams.WithoutSealed).
-var workColumnsWithoutSealed = strings.NewReplacer("sealed_command", "NULL::bytea", "sealed_result", "NULL::bytea").Replace(workColumns)
+// and result (WorkListParams.WithoutSealed, and the units timed out:
+// expire.go).
+var workColumnsWithoutSealed = withoutSealed("", workColumns)
+
+// withoutSealed is cols, columns of table (when not empty) as
+// workColumnsOf lists them, with NULL for the sealed command and result.
+func withoutSealed(table, cols string) string {
+	q := ""
+	if table != "" {
+		q = table + "."
+	}
+	return strings.NewReplacer(q+"sealed_command", "NULL::bytea", q+"sealed_result", "NULL::bytea").Replace(cols)
+}
 
 // workColumnsOf lists the columns scanWork reads, qualified by table when
 // it is not empty.

@@ -10,7 +10,7 @@ import (
 // openWorkQuery: the open units, oldest first. Its state term is
 // work_open_deadline's WHERE, word for word: SQLite uses a partial index
 // only for a query whose WHERE implies the index's.
-const openWorkQuery = `SELECT ` + workColumns + ` FROM work
+const openWorkQuery = `SELECT ` + workColumnsWithoutSealed + ` FROM work
 WHERE state IN ('queued', 'claimed')
 ORDER BY queued_at, id
 LIMIT ?`

@@ -39,7 +39,9 @@ func (s *Store) WorkExpire(ctx context.Context, p store.WorkExpireParams) ([]sto
 // timeOut moves each unit read returns to timed_out, with the reason
 // reasonFor gives it, only while it is still in the state it was read in,
 // and appends audit (when not nil) for each it moved, in one write
-// transaction. It returns the units it moved (WorkExpire, WorkEndOpen).
+// transaction. It returns the units it moved (WorkExpire, WorkEndOpen),
+// without their sealed blobs, which nothing acting on a unit timed out
+// reads.
 func (s *Store) timeOut(ctx context.Context, now int64, read func(context.Context, querier) ([]store.Work, error), reasonFor func(store.Work) string, audit *store.AuditEvent) ([]store.Work, error) {
 	var moved []store.Work
 	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
@@ -52,7 +54,7 @@ func (s *Store) timeOut(ctx context.Context, now int64, read func(context.Contex
 			w, err := scanWork(tx.QueryRowContext(ctx, `UPDATE work
 SET state = 'timed_out', reason = ?, finished_at = ?
 WHERE id = ? AND state = ?
-RETURNING `+workColumns,
+RETURNING `+workColumnsWithoutSealed,
 				reasonFor(u), now, u.ID, string(u.State)))
 			if errors.Is(err, sql.ErrNoRows) {
 				continue
@@ -72,10 +74,11 @@ RETURNING `+workColumns,
 	return moved, err
 }
 
-// dueWorkQuery: the open units whose deadline is at or before now. Its state
-// term is work_open_deadline's WHERE, word for word: SQLite uses a partial
-// index only for a query whose WHERE implies the index's.
-const dueWorkQuery = `SELECT ` + workColumns + ` FROM work
+// dueWorkQuery: the open units whose deadline is at or before now, without
+// their sealed blobs (timeOut). Its state term is work_open_deadline's
+// WHERE, word for word: SQLite uses a partial index only for a query whose
+// WHERE implies the index's.
+const dueWorkQuery = `SELECT ` + workColumnsWithoutSealed + ` FROM work
 WHERE state IN ('queued', 'claimed') AND deadline <= ?
 ORDER BY deadline, id
 LIMIT ?`

@@ -20,6 +20,13 @@ const workColumnsAfterAccount = `state, key_id, sealed_command, queued_at, deadl
 	claimed_at, instance_id, claim_id, finished_at, sealed_result, reason,
 	COALESCE(idempotency_key, '')`
 
+// workColumnsWithoutSealed is workColumns with NULL for the sealed command
+// and result: for the statements that time units out (expire.go), whose
+// callers read neither, and which may read thousands of units at once.
+const workColumnsWithoutSealed = `id, account, state, key_id, NULL, queued_at, deadline,
+	claimed_at, instance_id, claim_id, finished_at, NULL, reason,
+	COALESCE(idempotency_key, '')`
+
 // shownAccount is a unit's account as reads show it: its own, or, for a
 // unit of an account being deleted, the tombstone AccountDelete is moving
 // the account's units to (delete.go), as if it had moved it already.

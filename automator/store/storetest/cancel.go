@@ -94,8 +94,9 @@ func testWorkCancelTerminal(f *fixture) {
 	if err != nil || len(ex) != 1 {
 		f.t.Fatalf("WorkExpire = %v, %v; want the one unit", ids(ex), err)
 	}
+	expired := f.get(ex[0].ID) // with its sealed command, which WorkExpire leaves out
 
-	for _, want := range []store.Work{done, cancelled, ex[0]} {
+	for _, want := range []store.Work{done, cancelled, expired} {
 		got, err := f.s.WorkCancel(f.ctx, store.WorkCancelParams{ID: want.ID, Reason: "again", Now: at(4 * time.Minute)})
 		f.wantErr("WorkCancel of a "+string(want.State)+" unit", err, store.ErrNotClaimable)
 		f.wantWork("WorkCancel of a "+string(want.State)+" unit", got, want)
