@@ -56,10 +56,8 @@ func (s *Store) AuditList(ctx context.Context, p store.AuditListParams) ([]store
 	if p.Limit <= 0 {
 		return nil, fmt.Errorf("listing the audit log: limit %d must be positive", p.Limit)
 	}
-	rows, err := s.reads.QueryContext(ctx, `SELECT `+auditColumns+` FROM audit
-WHERE seq > ? AND at >= ?
-ORDER BY seq
-LIMIT ?`, p.AfterSeq, toNanos(p.Since), p.Limit)
+	query, args := auditListQuery(p)
+	rows, err := s.reads.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("listing the audit log: %w", err)
 	}
@@ -78,4 +76,41 @@ LIMIT ?`, p.AfterSeq, toNanos(p.Since), p.Limit)
 		return nil, fmt.Errorf("listing the audit log: %w", err)
 	}
 	return out, nil
+}
+
+// auditPageQuery reads the events after a seq from a time on, by seq: the
+// next page of a listing.
+const auditPageQuery = `SELECT ` + auditColumns + ` FROM audit
+WHERE seq > ?1 AND at >= ?2
+ORDER BY seq
+LIMIT ?3`
+
+// auditSinceQuery reads the first page of the events from a time on. SQLite
+// plans auditPageQuery as SEARCH audit USING INTEGER PRIMARY KEY (rowid>?):
+// from AfterSeq 0 it reads every event from the first one on to reach the
+// last hour (seconds on a log of millions). This one first finds, in the
+// index on at, the smallest seq of the events from Since on and reads the
+// table from there. That min is no larger than the seq of any event it
+// keeps, so none is lost even when a later seq carries an earlier at (the
+// callers stamp at before the write queue), and at >= ?1 still decides which
+// events are kept: the same events, in the same order, as auditPageQuery. No
+// event from Since on: the min is NULL, and so is the answer (one statement,
+// one snapshot). INDEXED BY is needed: without it SQLite computes the min
+// with the same walk of the rowids from the first, stopping at the first
+// match. The min costs a walk of the index entries from Since on (a
+// millisecond for an hour of events, a quarter of a second for 60 days of 3
+// M events), so only the first page pays it: each next page starts after the
+// last seq of the previous one, already past the start.
+const auditSinceQuery = `SELECT ` + auditColumns + ` FROM audit
+WHERE seq >= (SELECT min(seq) FROM audit INDEXED BY audit_at WHERE at >= ?1) AND at >= ?1
+ORDER BY seq
+LIMIT ?2`
+
+// auditListQuery returns the statement AuditList runs for p, with its
+// arguments.
+func auditListQuery(p store.AuditListParams) (string, []any) {
+	if p.AfterSeq <= 0 && !p.Since.IsZero() {
+		return auditSinceQuery, []any{toNanos(p.Since), p.Limit}
+	}
+	return auditPageQuery, []any{p.AfterSeq, toNanos(p.Since), p.Limit}
 }

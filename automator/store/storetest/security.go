@@ -25,6 +25,7 @@ var securityCases = []testCase{
 	{"APIKeyScopesAndRevocation", testAPIKeyScopesAndRevocation},
 	{"APIKeyRevokeOfUnknownIsErrNotFound", testAPIKeyRevokeUnknown},
 	{"AuditAppendThenListInOrder", testAuditAppendThenList},
+	{"AuditListSinceReturnsEveryEventFromThenOnEvenStampedOutOfOrder", testAuditListSince},
 	{"WorkEnqueueAppendsItsAuditEventWithTheUnitOnly", testWorkEnqueueAppendsAudit},
 	{"WorkQueuedCountCountsQueuedUnitsOfTheAccount", testWorkQueuedCount},
 	{"UnitEndsAppendTheirAuditEventInTheSameWrite", testUnitEndsAppendAudit},

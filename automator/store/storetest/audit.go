@@ -1,0 +1,85 @@
+package storetest
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+// testAuditListSince: AuditList with Since returns every event whose At is
+// at or after it, and only those, in the order of their Seqs, paged by
+// AfterSeq as `automator audit --since` pages, whatever Since and Limit.
+// An event's At is stamped by its caller before the write, so a later Seq
+// may carry an earlier At: the event appended after 12s here is stamped
+// 11s. A listing since 11s then starts at the event of 12s, before the
+// earliest At it keeps (a backend that starts where At first reaches Since
+// loses it).
+func testAuditListSince(f *fixture) {
+	stamps := []time.Duration{
+		10 * time.Second,
+		12 * time.Second,
+		11 * time.Second, // stamped before the previous event, appended after it
+		13 * time.Second,
+		13 * time.Second, // the same At twice
+		12*time.Second + time.Microsecond,
+		14 * time.Second,
+		9 * time.Second, // stamped before every earlier event
+		15 * time.Second,
+	}
+	var all []store.AuditEvent
+	for i, d := range stamps {
+		e, err := f.s.AuditAppend(f.ctx, store.AuditEvent{At: at(d), Kind: store.AuditAuthFailed, Detail: fmt.Sprintf("event %d", i)})
+		if err != nil {
+			f.t.Fatalf("AuditAppend(event %d): %v", i, err)
+		}
+		all = append(all, e)
+	}
+	details := func(es []store.AuditEvent) []string {
+		var out []string
+		for _, e := range es {
+			out = append(out, e.Detail)
+		}
+		return out
+	}
+	var sinces []time.Time
+	sinces = append(sinces, time.Time{}, at(0), at(time.Hour))
+	for _, d := range stamps {
+		sinces = append(sinces, at(d), at(d-time.Microsecond), at(d+time.Microsecond))
+	}
+	for _, since := range sinces {
+		var want []store.AuditEvent
+		for _, e := range all {
+			if !e.At.Before(since) {
+				want = append(want, e)
+			}
+		}
+		for _, limit := range []int{1, 2, 3, 100} {
+			var got []store.AuditEvent
+			p := store.AuditListParams{Since: since, Limit: limit}
+			for pages := 0; ; pages++ {
+				if pages > len(all) {
+					f.t.Fatalf("AuditList(Since %v, Limit %d) pages on past %d pages", since, limit, pages)
+				}
+				page, err := f.s.AuditList(f.ctx, p)
+				if err != nil {
+					f.t.Fatalf("AuditList(%+v): %v", p, err)
+				}
+				if len(page) > limit {
+					f.t.Fatalf("AuditList(%+v) returned %d events, more than the limit", p, len(page))
+				}
+				got = append(got, page...)
+				if len(page) < limit {
+					break
+				}
+				p.AfterSeq = page[len(page)-1].Seq
+			}
+			if !slices.Equal(details(got), details(want)) ||
+				!slices.EqualFunc(got, want, func(g, w store.AuditEvent) bool { return g.Seq == w.Seq && g.At.Equal(w.At) }) {
+				f.t.Errorf("AuditList(Since %s, Limit %d, paged) = %q; want %q (every event at or after Since, by Seq)",
+					since.Sub(base), limit, details(got), details(want))
+			}
+		}
+	}
+}
