@@ -85,9 +85,16 @@ func workListQuery(p store.WorkListParams, movingFrom string) (string, []any) {
 		args = append(args, string(p.State))
 	}
 	if !p.BeforeQueuedAt.IsZero() {
-		where = append(where, "(queued_at < ? OR (queued_at = ? AND id < ?))")
-		at := toNanos(p.BeforeQueuedAt)
-		args = append(args, at, at, p.BeforeID)
+		// The cursor as a row value (as in pgstore): SQLite then searches
+		// the listing's index, which ends in (queued_at, id), from the
+		// cursor on: "SEARCH work USING INDEX work_queued_at_id
+		// ((queued_at,id)<(?,?))". Written "queued_at < ? OR (queued_at = ?
+		// AND id < ?)" with bound parameters, it was planned as a walk from
+		// the newest unit ("SCAN work USING INDEX work_queued_at_id", or
+		// "SEARCH ... (account=?)" by an account's), reading every unit
+		// before the page: slower the deeper the page.
+		where = append(where, "(queued_at, id) < (?, ?)")
+		args = append(args, toNanos(p.BeforeQueuedAt), p.BeforeID)
 	}
 	cols := shownWorkColumns
 	if p.WithoutSealed {

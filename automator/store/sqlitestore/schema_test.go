@@ -43,7 +43,11 @@ func queryPlan(t *testing.T, q querier, query string, args ...any) []string {
 // query's WHERE implies the index's), never scan the work table nor sort.
 // A listing of an open state reads that state's index too; across accounts
 // it sorts the (few) open units. The instance listing groups an account's
-// (few) claimed units by instance.
+// (few) claimed units by instance. A listing's next page (the keyset cursor
+// BeforeQueuedAt, BeforeID) searches its index from the cursor on, by every
+// filter whose index ends in (queued_at, id) after the filter's columns:
+// a walk from the newest unit skipping those before the page got slower the
+// deeper the page (a cursor written without a row value was planned so).
 func TestHotQueriesUseTheirIndexes(t *testing.T) {
 	t.Parallel()
 	s := open(t, filepath.Join(t.TempDir(), "automator.db"))
@@ -51,30 +55,64 @@ func TestHotQueriesUseTheirIndexes(t *testing.T) {
 		name, query, index string
 		args               []any
 		sorts              bool // a sort of the open units is expected
+		// cursor: the index is searched from the cursor on, the step
+		// reading it a SEARCH with "(queued_at,id)<(?,?)".
+		cursor bool
 	}
 	// listing is the case of WorkList's statement for p, with its arguments.
 	listing := func(name string, p store.WorkListParams, index string) planCase {
 		q, args := workListQuery(p, "")
 		return planCase{name: name, query: q, index: index, args: args}
 	}
+	// sorted is c with a sort of the open units expected.
+	sorted := func(c planCase) planCase {
+		c.sorts = true
+		return c
+	}
+	// nextPage is the case of WorkList's statement for p's page after the
+	// unit queued at testNow with id "w", of a tombstone when movingFrom is
+	// not "": its index searched from the cursor on.
+	nextPage := func(name string, p store.WorkListParams, movingFrom, index string, sorts bool) planCase {
+		p.Limit, p.BeforeQueuedAt, p.BeforeID = 10, testNow, "w"
+		q, args := workListQuery(p, movingFrom)
+		return planCase{name: name, query: q, index: index, args: args, sorts: sorts, cursor: true}
+	}
 	for _, c := range []planCase{
-		{"claim probe", claimProbeQuery, "work_queued", []any{"acme", 1}, false},
-		{"claim candidates", claimCandidatesQuery, "work_queued", []any{"acme", 1, 4}, false},
-		{"due work", dueWorkQuery, "work_open_deadline", []any{1, -1}, false},
-		{"next deadline", nextDeadlineQuery, "work_open_deadline", nil, false},
-		{"queued count", queuedCountQuery, "work_queued", []any{"acme", 10}, false},
-		{"queued listing", listQuery(store.WorkListParams{Account: "acme", State: store.StateQueued, Limit: 10}), "work_queued", []any{"acme", "acme", 10}, false},
-		{"units claimed by polls whose answers were lost", claimedByPollsQuery, "work_claimed", []any{"acme", "i", "r", 1, 2}, false},
-		{"instance listing with the units each has in flight", instanceListQuery, "work_claimed", []any{"acme"}, true},
-		{"claimed listing", listQuery(store.WorkListParams{Account: "acme", State: store.StateClaimed, Limit: 10}), "work_claimed", []any{"acme", "acme", 10}, false},
-		{"queued listing of every account, next page", listQuery(store.WorkListParams{State: store.StateQueued, Limit: 10, BeforeQueuedAt: testNow, BeforeID: "w"}),
-			"work_queued", []any{1, 1, "w", 10}, true},
+		{"claim probe", claimProbeQuery, "work_queued", []any{"acme", 1}, false, false},
+		{"claim candidates", claimCandidatesQuery, "work_queued", []any{"acme", 1, 4}, false, false},
+		{"due work", dueWorkQuery, "work_open_deadline", []any{1, -1}, false, false},
+		{"next deadline", nextDeadlineQuery, "work_open_deadline", nil, false, false},
+		{"queued count", queuedCountQuery, "work_queued", []any{"acme", 10}, false, false},
+		{"queued listing", listQuery(store.WorkListParams{Account: "acme", State: store.StateQueued, Limit: 10}), "work_queued", []any{"acme", "acme", 10}, false, false},
+		{"units claimed by polls whose answers were lost", claimedByPollsQuery, "work_claimed", []any{"acme", "i", "r", 1, 2}, false, false},
+		{"instance listing with the units each has in flight", instanceListQuery, "work_claimed", []any{"acme"}, true, false},
+		{"claimed listing", listQuery(store.WorkListParams{Account: "acme", State: store.StateClaimed, Limit: 10}), "work_claimed", []any{"acme", "acme", 10}, false, false},
+		// Across accounts an open state's index (account first) is read
+		// whole, not from the cursor, and sorted: the open units are few.
+		sorted(listing("queued listing of every account, next page", store.WorkListParams{State: store.StateQueued, Limit: 10, BeforeQueuedAt: testNow, BeforeID: "w"}, "work_queued")),
+		sorted(listing("claimed listing of every account, next page", store.WorkListParams{State: store.StateClaimed, Limit: 10, BeforeQueuedAt: testNow, BeforeID: "w"}, "work_claimed")),
 		// A listing of a rare ended state (not succeeded) reads the index of
 		// those units, not every unit newest first until it has found enough.
 		listing("failed listing", store.WorkListParams{Account: "acme", State: store.StateFailed, Limit: 10}, "work_account_unsuccessful"),
 		listing("timed out listing, next page", store.WorkListParams{Account: "acme", State: store.StateTimedOut, Limit: 10, BeforeQueuedAt: testNow, BeforeID: "w"}, "work_account_unsuccessful"),
 		listing("cancelled listing of every account", store.WorkListParams{State: store.StateCancelled, Limit: 10}, "work_unsuccessful"),
 		listing("failed listing of every account, next page", store.WorkListParams{State: store.StateFailed, Limit: 10, BeforeQueuedAt: testNow, BeforeID: "w"}, "work_unsuccessful"),
+		// The next page by every filter searches from the cursor on.
+		nextPage("listing of every unit, next page", store.WorkListParams{}, "", "work_queued_at_id", false),
+		nextPage("succeeded listing of every account, next page", store.WorkListParams{State: store.StateSucceeded}, "", "work_queued_at_id", false),
+		nextPage("failed listing of every account, next page, from the cursor", store.WorkListParams{State: store.StateFailed}, "", "work_unsuccessful", false),
+		nextPage("timed out listing of every account, next page", store.WorkListParams{State: store.StateTimedOut}, "", "work_unsuccessful", false),
+		nextPage("cancelled listing of every account, next page", store.WorkListParams{State: store.StateCancelled}, "", "work_unsuccessful", false),
+		nextPage("account listing, next page", store.WorkListParams{Account: "acme"}, "", "work_account_queued_at_id", false),
+		nextPage("queued listing, next page", store.WorkListParams{Account: "acme", State: store.StateQueued}, "", "work_queued", false),
+		nextPage("claimed listing, next page", store.WorkListParams{Account: "acme", State: store.StateClaimed}, "", "work_claimed", false),
+		nextPage("succeeded listing, next page", store.WorkListParams{Account: "acme", State: store.StateSucceeded}, "", "work_account_queued_at_id", false),
+		nextPage("failed listing, next page", store.WorkListParams{Account: "acme", State: store.StateFailed}, "", "work_account_unsuccessful", false),
+		nextPage("timed out listing, next page, from the cursor", store.WorkListParams{Account: "acme", State: store.StateTimedOut}, "", "work_account_unsuccessful", false),
+		nextPage("cancelled listing, next page", store.WorkListParams{Account: "acme", State: store.StateCancelled}, "", "work_account_unsuccessful", false),
+		// A tombstone's listing reads both accounts' units (each from the
+		// cursor on) and sorts them.
+		nextPage("tombstone listing, next page", store.WorkListParams{Account: "deleted-acme"}, "acme", "work_account_queued_at_id", true),
 	} {
 		plan := queryPlan(t, s.read, c.query, c.args...)
 		joined := strings.Join(plan, "; ")
@@ -83,6 +121,11 @@ func TestHotQueriesUseTheirIndexes(t *testing.T) {
 		}
 		if strings.Contains(joined, "SCAN work ") && !c.sorts || strings.Contains(joined, "TEMP B-TREE") != c.sorts {
 			t.Errorf("%s: plan %q scans the work table or sorts", c.name, joined)
+		}
+		if c.cursor && !slices.ContainsFunc(plan, func(step string) bool {
+			return strings.HasPrefix(step, "SEARCH work USING INDEX "+c.index+" (") && strings.Contains(step, "(queued_at,id)<(?,?)")
+		}) {
+			t.Errorf("%s: plan %q does not search %s from the cursor on", c.name, joined, c.index)
 		}
 	}
 }

@@ -12,6 +12,7 @@ var listCases = []testCase{
 	{"WorkListIsNewestFirstAndFilters", testWorkListFilters},
 	{"WorkListPagesWithoutGapsOrRepeats", testWorkListPages},
 	{"WorkListByEndedStateIsNewestFirstAndPages", testWorkListByEndedState},
+	{"WorkListPagesThroughTiesByEveryFilter", testWorkListPagesThroughTies},
 	{"WorkListRefusesANonPositiveLimit", testWorkListLimit},
 	{"AccountStatsCountsQueueClaimsAndInstances", testAccountStats},
 	{"PingAnswersOnAMigratedStore", testPing},
@@ -190,6 +191,109 @@ func testWorkListByEndedState(f *fixture) {
 		}
 		if !slices.Equal(got, c.want) {
 			f.t.Errorf("WorkList(account %q, state %s) in pages of 2 = %v, want %v", c.account, c.state, got, c.want)
+		}
+	}
+}
+
+// testWorkListPagesThroughTies walks the listing by every filter (none,
+// account, state, both; every state) page by page, in pages of 1, 2 and 5,
+// over units most of which share a queue time with units of every account
+// and state: each unit of the filter exactly once, newest first and by id
+// (descending) among those queued at the same time, whichever unit a page
+// ends on. The cursor (BeforeQueuedAt, BeforeID) reads each index of the
+// listing from the middle of a run of equal queue times.
+func testWorkListPagesThroughTies(f *fixture) {
+	accounts := []string{"acme", "globex"}
+	states := []store.State{store.StateQueued, store.StateClaimed, store.StateSucceeded, store.StateFailed, store.StateTimedOut, store.StateCancelled}
+	for _, a := range accounts {
+		f.account(a)
+	}
+	type unit struct {
+		id, account string
+		state       store.State
+		queued      time.Duration
+	}
+	// 36 units: u-00 to u-23 all queued at 0 s (each account and state
+	// twice), u-24 to u-35 at 1 s (each once).
+	var units []unit
+	for i := range 36 {
+		units = append(units, unit{
+			id:      fmt.Sprintf("u-%02d", i),
+			account: accounts[i/len(states)%len(accounts)],
+			state:   states[i%len(states)],
+			queued:  time.Duration(i/24) * time.Second,
+		})
+	}
+	// The ended and claimed units first, one at a time (a claim takes the
+	// account's oldest queued unit), then the queued ones.
+	timedOut := 0
+	for _, u := range units {
+		queued, host := at(u.queued), "host-"+u.id
+		switch u.state {
+		case store.StateQueued:
+			continue
+		case store.StateClaimed:
+			f.enqueue(u.id, u.account, queued, at(time.Hour))
+			f.claimOne(u.account, host, u.id, queued)
+		case store.StateSucceeded:
+			f.enqueue(u.id, u.account, queued, at(time.Hour))
+			f.complete(f.claimOne(u.account, host, u.id, queued), queued)
+		case store.StateFailed:
+			f.enqueue(u.id, u.account, queued, at(time.Hour))
+			c := f.claimOne(u.account, host, u.id, queued)
+			if _, err := f.s.WorkComplete(f.ctx, store.WorkCompleteParams{ID: c.ID, ClaimID: c.ClaimID, State: store.StateFailed, SealedResult: []byte("r"), Now: queued}); err != nil {
+				f.t.Fatalf("WorkComplete(%s, failed): %v", u.id, err)
+			}
+		case store.StateCancelled:
+			f.enqueue(u.id, u.account, queued, at(time.Hour))
+			f.cancel(u.id, queued)
+		case store.StateTimedOut:
+			f.enqueue(u.id, u.account, queued, queued.Add(time.Millisecond))
+			f.claimOne(u.account, host, u.id, queued) // expired below
+			timedOut++
+		}
+	}
+	if ex, err := f.s.WorkExpire(f.ctx, store.WorkExpireParams{Now: at(time.Minute)}); err != nil || len(ex) != timedOut {
+		f.t.Fatalf("WorkExpire = %v, %v; want the %d units to time out", ids(ex), err, timedOut)
+	}
+	for _, u := range units {
+		if u.state == store.StateQueued {
+			f.enqueue(u.id, u.account, at(u.queued), at(time.Hour))
+		}
+	}
+
+	for _, account := range append([]string{""}, accounts...) {
+		for _, state := range append([]store.State{""}, states...) {
+			// The units of the filter, newest first, by id among ties.
+			var want []string
+			for i := len(units) - 1; i >= 0; i-- {
+				u := units[i]
+				if (account == "" || u.account == account) && (state == "" || u.state == state) {
+					want = append(want, u.id)
+				}
+			}
+			for _, limit := range []int{1, 2, 5} {
+				p := store.WorkListParams{Account: account, State: state, Limit: limit, WithoutSealed: true}
+				var got []string
+				for page := 0; ; page++ {
+					if page > len(want) {
+						f.t.Fatalf("WorkList(account %q, state %q) in pages of %d did not end after %d pages; so far %v", account, state, limit, page, got)
+					}
+					ws := f.list(p)
+					if len(ws) > limit {
+						f.t.Errorf("WorkList(account %q, state %q, limit %d) gave %d units", account, state, limit, len(ws))
+					}
+					if len(ws) == 0 {
+						break
+					}
+					got = append(got, ids(ws)...)
+					last := ws[len(ws)-1]
+					p.BeforeQueuedAt, p.BeforeID = last.QueuedAt, last.ID
+				}
+				if !slices.Equal(got, want) {
+					f.t.Errorf("WorkList(account %q, state %q) in pages of %d = %v, want %v", account, state, limit, got, want)
+				}
+			}
 		}
 	}
 }
