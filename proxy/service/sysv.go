@@ -109,12 +109,23 @@ alive() {
 # the service, start must not take for it, and stop must not signal. The
 # supervisor's argv, read once from /proc (a zombie's is empty), ends with
 # "$self" _supervise, after the shell that runs the script (or setsid, on
-# its way to it): start ran setsid "$self" _supervise. Without /proc, alive
-# (kill -0) is all there is.
+# its way to it): start ran setsid "$self" _supervise. A process in the
+# middle of an exec has an empty argv for a moment (the kernel has given it
+# its new memory, not yet its arguments), as the supervisor has on its way
+# through setsid: its argv is read again a little later, up to three times
+# (a kernel thread's stays empty). Read once, a start that came just then
+# took the supervisor for gone and started a second one. Without /proc,
+# alive (kill -0) is all there is.
 supervisor() {
 	alive "$1" || return 1
 	[ -d /proc/self ] || return 0
-	supervisor_argv=$(tr '\0' '\n' 2>/dev/null <"/proc/$1/cmdline")
+	supervisor_try=0
+	while :; do
+		supervisor_argv=$(tr '\0' '\n' 2>/dev/null <"/proc/$1/cmdline")
+		[ -z "$supervisor_argv" ] && [ "$supervisor_try" -lt 3 ] && alive "$1" || break
+		supervisor_try=$((supervisor_try + 1))
+		sleep 0.1
+	done
 	case "$supervisor_argv" in
 	*"$nl$self$nl"_supervise) return 0 ;;
 	esac

@@ -389,6 +389,27 @@ func TestSysVScriptDoesNotTakeAStrangerForItsSupervisor(t *testing.T) {
 	}
 }
 
+// TestSysVScriptDoesNotTakeAKernelThreadForItsSupervisor: a process whose
+// argv reads empty is read again (one in the middle of an exec, as the
+// supervisor is on its way through setsid, shows none for a moment), but a
+// kernel thread's stays empty: a stale pid file naming one (kthreadd, pid
+// 2, after a reboot) is not the service running.
+func TestSysVScriptDoesNotTakeAKernelThreadForItsSupervisor(t *testing.T) {
+	if comm, err := os.ReadFile("/proc/2/comm"); err != nil || strings.TrimSpace(string(comm)) != "kthreadd" {
+		t.Skipf("pid 2 is not kthreadd here (%q, %v)", comm, err)
+	}
+	if argv, err := os.ReadFile("/proc/2/cmdline"); err != nil || len(argv) != 0 {
+		t.Skipf("kthreadd's argv is not empty here (%q, %v)", argv, err)
+	}
+	f := newSysV(t, "graceful", time.Second)
+	if err := os.WriteFile(f.pidFile, []byte("2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := f.run(t, "status"); code != 1 || !strings.Contains(out, "is not running, but its pid file") {
+		t.Errorf("status of a pid file naming kthreadd: exit %d %q, want 1, not running", code, out)
+	}
+}
+
 // supervisors are the pids of the supervisors of script: the processes
 // whose argv holds script and _supervise (setsid on its way to becoming
 // one too), but not their children that have yet to exec the service.
