@@ -5,10 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/types/known/durationpb"
-
 	"github.com/opsgate/opsgate/automator/store"
-	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
 // TestADeletionStampedByASlowerClockStillKillsItsRunningScripts:
@@ -23,18 +20,7 @@ import (
 // of 10 minutes it had, it was never seen.
 func TestADeletionStampedByASlowerClockStillKillsItsRunningScripts(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, envOptions{pollWindow: time.Hour, wrap: cachedCredentials, sweepInterval: 20 * time.Millisecond})
-	px, caller := e.proxyClient(), e.callerClient()
-	submit(t, caller, e.account, time.Hour)
-	claim := claimOne(t, px, "host-a")
-	polled := make(chan pollResult, 1)
-	go func() {
-		resp, err := px.Poll(t.Context(), &automatorv1.PollRequest{
-			InstanceId: "host-a", MaxUnits: 0, Running: []string{claim.GetWorkId()}, Wait: durationpb.New(time.Minute),
-		})
-		polled <- pollResult{resp, err}
-	}()
-	e.awaitWaiting(1)
+	e, _, claim, polled := pollWaitingWithARunningUnit(t)
 
 	// As `automator account delete --db` on a host 11 minutes behind.
 	if _, err := cachedCredentials(e.store).AccountDelete(context.Background(), store.AccountDeleteParams{

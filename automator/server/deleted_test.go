@@ -202,18 +202,16 @@ func TestAccountCreatedAgainIsSealedWithItsOwnKey(t *testing.T) {
 	}
 }
 
-// TestAccountDeletionTellsItsWaitingPollsWhatToKill: the units an instance
-// runs when its account is deleted are cancelled by the deletion; its
-// waiting poll, woken, answers them as cancelled (so the proxy kills their
-// scripts, as for any cancel) rather than failing with nothing said, and
-// only its next poll is refused.
-func TestAccountDeletionTellsItsWaitingPollsWhatToKill(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, envOptions{pollWindow: time.Hour, wrap: cachedCredentials, sweepInterval: 20 * time.Millisecond})
+// pollWaitingWithARunningUnit starts an automator whose instance host-a
+// runs a unit of the account (claim) and waits in a poll for no units,
+// saying so; polled gets that poll's answer.
+func pollWaitingWithARunningUnit(t *testing.T) (e *env, px automatorv1.ProxyServiceClient, claim *automatorv1.Claim, polled chan pollResult) {
+	t.Helper()
+	e = newEnv(t, envOptions{pollWindow: time.Hour, wrap: cachedCredentials, sweepInterval: 20 * time.Millisecond})
 	px, caller := e.proxyClient(), e.callerClient()
 	submit(t, caller, e.account, time.Hour)
-	claim := claimOne(t, px, "host-a")
-	polled := make(chan pollResult, 1)
+	claim = claimOne(t, px, "host-a")
+	polled = make(chan pollResult, 1)
 	go func() {
 		resp, err := px.Poll(t.Context(), &automatorv1.PollRequest{
 			InstanceId: "host-a", MaxUnits: 0, Running: []string{claim.GetWorkId()}, Wait: durationpb.New(time.Minute),
@@ -221,6 +219,17 @@ func TestAccountDeletionTellsItsWaitingPollsWhatToKill(t *testing.T) {
 		polled <- pollResult{resp, err}
 	}()
 	e.awaitWaiting(1)
+	return e, px, claim, polled
+}
+
+// TestAccountDeletionTellsItsWaitingPollsWhatToKill: the units an instance
+// runs when its account is deleted are cancelled by the deletion; its
+// waiting poll, woken, answers them as cancelled (so the proxy kills their
+// scripts, as for any cancel) rather than failing with nothing said, and
+// only its next poll is refused.
+func TestAccountDeletionTellsItsWaitingPollsWhatToKill(t *testing.T) {
+	t.Parallel()
+	e, px, claim, polled := pollWaitingWithARunningUnit(t)
 
 	e.deleteAccount(e.account)
 
