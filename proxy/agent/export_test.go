@@ -1,6 +1,9 @@
 package agent
 
-import "time"
+import (
+	"os"
+	"time"
+)
 
 // PostsWaiting is how many results wait for the post on its way.
 func (a *Agent) PostsWaiting() int { return a.poster.group.Waiting() }
@@ -13,4 +16,19 @@ func WithStopBounds(o Options, heard, unheard time.Duration) Options {
 	o.tune.stopHeardWithin = heard
 	o.tune.stopSaidWithin, o.tune.reportLostWithin = unheard, unheard
 	return o
+}
+
+// load is loadAll without the records it could not read.
+func (s *spool) load(instanceID string, now time.Time) []pending {
+	due, _ := s.loadAll(instanceID, now)
+	return due
+}
+
+// readSpooled reads and decodes the record at path.
+func readSpooled(path string) (spooled, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return spooled{}, err
+	}
+	return decodeSpooled(data)
 }

@@ -399,14 +399,6 @@ type pending struct {
 	path     string
 }
 
-// load returns this instance's spooled results whose deadline has not
-// passed at now (loadAll), logging the records it could not read, which it
-// leaves in place.
-func (s *spool) load(instanceID string, now time.Time) []pending {
-	due, _ := s.loadAll(instanceID, now)
-	return due
-}
-
 // loadAll returns this instance's spooled results that are not
 // keepPastDeadline past their deadline at now, and the records it could
 // not read, each path with its
@@ -549,15 +541,6 @@ func (s *spool) readFile(path string) ([]byte, error) {
 		return s.read(path)
 	}
 	return os.ReadFile(path)
-}
-
-// readSpooled reads and decodes the record at path.
-func readSpooled(path string) (spooled, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return spooled{}, err
-	}
-	return decodeSpooled(data)
 }
 
 // decodeSpooled decodes a record's bytes; an error says they are not a
