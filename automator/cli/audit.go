@@ -3,7 +3,10 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,19 +20,45 @@ import (
 const auditPage = 1000
 
 // cmdAudit prints the audit log, oldest first: `automator audit --data-dir
-// DIR [--db DSN] [--since DUR] [--json]`. Script names are stored sealed with the
-// master key; this command, which reads the master key, shows them.
+// DIR [--db DSN] [--since DUR] [--account NAME] [--work ID] [--kind
+// KIND,...] [--json]`. Script names are stored sealed with the master key;
+// this command, which reads the master key, shows them.
 func cmdAudit(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("audit", env)
 	dir := fs.String("data-dir", "", "the automator's data directory")
 	db := dbFlag(fs)
 	since := clihelp.Duration(fs, "since", 0, "only events of the last DUR (default: every event)")
+	account := fs.String("account", "", "only the events of this account (deleted ones too)")
+	work := fs.String("work", "", "only the events of this unit of work (a work id, w_…)")
+	kinds := fs.String("kind", "", "only events of these kinds, comma-separated: a kind (work.ended) or a family (work, auth, account, …)")
 	asJSON := fs.Bool("json", false, "one JSON object per event")
 	if err := clihelp.ParseNoArgs(fs, args); err != nil {
 		return err
 	}
 	if *since < 0 {
 		return fmt.Errorf("--since %v must be positive", *since)
+	}
+	var empty error
+	fs.Visit(func(f *flag.Flag) {
+		// Given, and empty (a script's variable left empty): not taken
+		// for no filter, which would list every event.
+		every := map[string]string{"account": "account", "work": "unit", "kind": "kind"}[f.Name]
+		if every != "" && f.Value.String() == "" && empty == nil {
+			empty = fmt.Errorf("--%s is empty; leave it out to list the events of every %s", f.Name, every)
+		}
+	})
+	if empty != nil {
+		return empty
+	}
+	if *work != "" && !store.ValidWorkID(*work) {
+		return fmt.Errorf("--work %q is not a work id (w_ and 32 hexadecimal digits)", *work)
+	}
+	p := store.AuditListParams{Limit: auditPage, Account: *account, WorkID: *work}
+	if *kinds != "" {
+		var err error
+		if p.Kinds, err = auditKinds(*kinds); err != nil {
+			return err
+		}
 	}
 	st, err := openDataStore(ctx, *dir, *db)
 	if err != nil {
@@ -40,9 +69,19 @@ func cmdAudit(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	p := store.AuditListParams{Limit: auditPage}
 	if *since > 0 {
 		p.Since = time.Now().Add(-*since)
+	}
+	if *work != "" {
+		// No index holds the work id: start at the unit's time rather
+		// than read the whole log.
+		from, err := workAuditFrom(ctx, st, *work)
+		if err != nil {
+			return err
+		}
+		if from.After(p.Since) {
+			p.Since = from
+		}
 	}
 	enc := json.NewEncoder(env.Stdout)
 	for {
@@ -123,4 +162,62 @@ func auditLine(e store.AuditEvent, script string) string {
 		fmt.Fprintf(&b, " %s=%s", f.k, v)
 	}
 	return b.String()
+}
+
+// auditKinds turns --kind's comma-separated list into the kinds it names: a
+// kind itself, or a family (the part before the dot) for all of its kinds.
+func auditKinds(list string) ([]string, error) {
+	var out []string
+	for _, k := range strings.Split(list, ",") {
+		k = strings.TrimSpace(k)
+		found := false
+		for _, kind := range store.AuditKinds {
+			if family, _, _ := strings.Cut(kind, "."); kind == k || family == k {
+				found = true
+				if !slices.Contains(out, kind) {
+					out = append(out, kind)
+				}
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("--kind %q is not a kind of audit event; the kinds are %s, or their families %s",
+				k, strings.Join(store.AuditKinds, ", "), strings.Join(auditFamilies(), ", "))
+		}
+	}
+	return out, nil
+}
+
+// auditFamilies are the parts before the dot of the audit events' kinds.
+func auditFamilies() []string {
+	var out []string
+	for _, kind := range store.AuditKinds {
+		if f, _, _ := strings.Cut(kind, "."); !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// auditSlack is how long before a unit was queued `audit --work` starts
+// reading: its events are stamped by the clocks of the replicas and hosts
+// that wrote them, which may be behind the one that queued it.
+const auditSlack = 24 * time.Hour
+
+// workAuditFrom is when the events of unit id can begin: a day before it
+// was queued. A unit the retention purge removed is dated by its id, which
+// holds the time it was made (store.NewWorkID); an id whose time is not
+// plausible (one made at random, by the first releases) gives no start.
+func workAuditFrom(ctx context.Context, st store.Store, id string) (time.Time, error) {
+	w, err := st.WorkGet(ctx, id)
+	switch {
+	case err == nil:
+		return w.QueuedAt.Add(-auditSlack), nil
+	case !errors.Is(err, store.ErrNotFound):
+		return time.Time{}, err
+	}
+	t, ok := store.WorkIDTime(id)
+	if !ok || t.After(time.Now().Add(auditSlack)) {
+		return time.Time{}, nil
+	}
+	return t.Add(-auditSlack), nil
 }

@@ -29,7 +29,7 @@ const usage = `usage:
   automator apikey create NAME --data-dir DIR [--db DSN] (--accounts A,B | --all-accounts)
   automator apikey list --data-dir DIR [--db DSN] [--json]
   automator apikey revoke ID --data-dir DIR [--db DSN]
-  automator audit   --data-dir DIR [--db DSN] [--since DUR] [--json]
+  automator audit   --data-dir DIR [--db DSN] [--since DUR] [--account NAME] [--work ID] [--kind KIND,...] [--json]
   automator cert renew --data-dir DIR [--db DSN]
   automator instances --account NAME --data-dir DIR [--db DSN] [--json]
   automator work list --data-dir DIR [--db DSN] [--account NAME] [--state STATE] [--limit N] [--json]

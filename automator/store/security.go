@@ -89,6 +89,17 @@ const (
 // or by `account delete` run again, which frees the name.
 const AuditAccountDeletionFinished = "account.deletion_finished"
 
+// AuditKinds are the kinds of audit events, in the order docs/security.md
+// lists them: what `automator audit --kind` accepts.
+var AuditKinds = []string{
+	AuditWorkQueued, AuditWorkDuplicate, AuditWorkEnded, AuditWorkRefused,
+	AuditAuthFailed, AuditAuthDenied, AuditAuthRateLimited,
+	AuditDashboardSignIn, AuditDashboardSignOut,
+	AuditAccountCreated, AuditTokenRotated, AuditKeyRotated, AuditAPIKeyCreated, AuditAPIKeyRevoked, AuditCertRenewed,
+	AuditBackup, AuditRestore,
+	AuditAccountDeleted, AuditAccountDeletionFinished,
+}
+
 // AuditEvent is one entry of the audit log. It never holds a secret, an
 // argument, stdin, env or output: only who, from where, what and when. The
 // script name, part of a command, is kept sealed with the master key.
@@ -131,6 +142,14 @@ type AuditListParams struct {
 	AfterSeq int64
 	// Limit is the most events returned; it must be positive.
 	Limit int
+	// Account, WorkID and Kinds, when set, keep only the events of that
+	// account, of that unit, and of one of those kinds. No index holds
+	// them: a listing reads the events from Since on (from the first
+	// without it) and keeps those that match, so a page may read far more
+	// events than it returns.
+	Account string
+	WorkID  string
+	Kinds   []string
 }
 
 // DashboardSessionEndParams record that a dashboard session was signed out

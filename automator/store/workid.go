@@ -3,6 +3,7 @@ package store
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -17,7 +18,9 @@ import (
 // its index, instead of each in a random page of an index that only grows:
 // every commit writes each page it touched in full to the WAL, and a
 // random page of a large index is seldom in the cache. The time is there
-// for that locality only: nothing reads it back or relies on the order.
+// for that locality, and `automator audit --work` reads it back (WorkIDTime)
+// to know where to start for a unit the purge removed; nothing relies on
+// the order.
 func NewWorkID(t time.Time) string {
 	var b [16]byte
 	if _, err := rand.Read(b[6:]); err != nil {
@@ -29,6 +32,21 @@ func NewWorkID(t time.Time) string {
 		ms >>= 8
 	}
 	return "w_" + hex.EncodeToString(b[:])
+}
+
+// WorkIDTime returns the time NewWorkID put in id, and false when id does
+// not have its shape. The first releases made ids of the same shape at
+// random: the time of such an id is meaningless, most often thousands of
+// years ahead.
+func WorkIDTime(id string) (time.Time, bool) {
+	if !ValidWorkID(id) {
+		return time.Time{}, false
+	}
+	ms, err := strconv.ParseUint(id[2:14], 16, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(int64(ms)), true
 }
 
 // ValidWorkID reports whether id has the shape NewWorkID gives, so a

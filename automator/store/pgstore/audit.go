@@ -54,10 +54,19 @@ func (s *Store) AuditList(ctx context.Context, p store.AuditListParams) ([]store
 	if p.Limit <= 0 {
 		return nil, fmt.Errorf("listing the audit log: limit %d must be positive", p.Limit)
 	}
+	// The filters are each true at once when not set (a zero-length
+	// array keeps every kind): one statement for every listing.
+	kinds := p.Kinds
+	if kinds == nil {
+		kinds = []string{}
+	}
 	rows, err := s.pool.Query(ctx, `SELECT `+auditColumns+` FROM audit
 WHERE seq > $1 AND at >= $2
+AND ($4::text = '' OR account = $4)
+AND ($5::text = '' OR work_id = $5)
+AND (cardinality($6::text[]) = 0 OR kind = ANY($6))
 ORDER BY seq
-LIMIT $3`, p.AfterSeq, p.Since, p.Limit)
+LIMIT $3`, p.AfterSeq, p.Since, p.Limit, p.Account, p.WorkID, kinds)
 	if err != nil {
 		return nil, fmt.Errorf("listing the audit log: %w", err)
 	}

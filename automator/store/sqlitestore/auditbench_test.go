@@ -20,7 +20,8 @@ var auditBacklog = flag.Int("audit.backlog", 200000, "audit events in the databa
 // -audit.backlog events spread over 60 days: "walk" is the statement of a
 // next page run from AfterSeq 0, the plan SQLite gave the first page before
 // (the rowids walked from the first event); "AuditList" is what the store
-// runs now (the start found in audit_at).
+// runs now (the start found in audit_at). The last two time the filters
+// of `automator audit --work` and `--account`, which no index holds.
 func BenchmarkAuditListSince(b *testing.B) {
 	ctx := context.Background()
 	s, err := Open(ctx, filepath.Join(b.TempDir(), "automator.db"))
@@ -52,7 +53,7 @@ func BenchmarkAuditListSince(b *testing.B) {
 	want := min(1000, int(time.Hour/step))
 	b.Run("walk", func(b *testing.B) {
 		for b.Loop() {
-			rows, err := s.reads.QueryContext(ctx, auditPageQuery, 0, toNanos(since), 1000)
+			rows, err := s.reads.QueryContext(ctx, auditPageQuery, 0, toNanos(since), 1000, "", "", "")
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -75,6 +76,27 @@ func BenchmarkAuditListSince(b *testing.B) {
 			got, err := s.AuditList(ctx, store.AuditListParams{Since: since, Limit: 1000})
 			if err != nil || len(got) < want-1 {
 				b.Fatalf("AuditList: %d events, %v; want about %d", len(got), err, want)
+			}
+		}
+	})
+	// A unit's trail, as `automator audit --work` reads it: from a day
+	// before it was queued, ten days ago, to the end of the log, keeping
+	// its events only (no index holds the work id).
+	b.Run("one unit ten days back", func(b *testing.B) {
+		j := n - int(10*24*time.Hour/step)
+		for b.Loop() {
+			got, err := s.AuditList(ctx, store.AuditListParams{Since: testNow.Add(time.Duration(j)*step - 24*time.Hour), WorkID: fmt.Sprintf("w-%d", j), Limit: 1000})
+			if err != nil || len(got) != 1 {
+				b.Fatalf("AuditList: %d events, %v; want 1", len(got), err)
+			}
+		}
+	})
+	// An account with no event, every event read.
+	b.Run("an account in the whole log", func(b *testing.B) {
+		for b.Loop() {
+			got, err := s.AuditList(ctx, store.AuditListParams{Account: "globex", Limit: 1000})
+			if err != nil || len(got) != 0 {
+				b.Fatalf("AuditList: %d events, %v; want none", len(got), err)
 			}
 		}
 	})

@@ -26,6 +26,9 @@ func TestAuditListSinceStartsInTheIndexOnAt(t *testing.T) {
 		{"first page since an hour ago", store.AuditListParams{Since: testNow.Add(-time.Hour), Limit: 1000}, true},
 		{"next page since an hour ago", store.AuditListParams{Since: testNow.Add(-time.Hour), AfterSeq: 7, Limit: 1000}, false},
 		{"first page of every event", store.AuditListParams{Limit: 1000}, false},
+		{"first page of one unit since a day before it", store.AuditListParams{Since: testNow.Add(-24 * time.Hour), WorkID: "w_1", Limit: 1000}, true},
+		{"first page of an account's events of two kinds", store.AuditListParams{Account: "acme", Kinds: []string{store.AuditWorkQueued, store.AuditWorkEnded}, Limit: 1000}, false},
+		{"next page of an account's events since an hour ago", store.AuditListParams{Since: testNow.Add(-time.Hour), AfterSeq: 7, Account: "acme", Limit: 1000}, false},
 	} {
 		q, args := auditListQuery(c.p)
 		plan := queryPlan(t, s.read, q, args...)

@@ -83,3 +83,83 @@ func testAuditListSince(f *fixture) {
 		}
 	}
 }
+
+// testAuditListFilters: AuditList with Account, WorkID or Kinds returns the
+// events that match every filter set, and all of them, in the order of
+// their Seqs, paged by AfterSeq, with Since or without: a page that reads
+// past its limit of events that do not match still finds the next that
+// does.
+func testAuditListFilters(f *fixture) {
+	type ev struct {
+		d             time.Duration
+		kind, account string
+		work          string
+	}
+	evs := []ev{
+		{1 * time.Second, store.AuditWorkQueued, "acme", "w_1"},
+		{2 * time.Second, store.AuditWorkQueued, "globex", "w_2"},
+		{3 * time.Second, store.AuditAuthFailed, "", ""},
+		{4 * time.Second, store.AuditWorkEnded, "acme", "w_1"},
+		{5 * time.Second, store.AuditAuthDenied, "acme", ""},
+		{6 * time.Second, store.AuditWorkEnded, "globex", "w_2"},
+		{7 * time.Second, store.AuditAccountCreated, "initech", ""},
+		{8 * time.Second, store.AuditWorkDuplicate, "acme", "w_1"},
+		{9 * time.Second, store.AuditWorkQueued, "acme", "w_3"},
+		{10 * time.Second, store.AuditWorkEnded, "acme", "w_3"},
+	}
+	var all []store.AuditEvent
+	for i, e := range evs {
+		got, err := f.s.AuditAppend(f.ctx, store.AuditEvent{At: at(e.d), Kind: e.kind, Account: e.account, WorkID: e.work, Detail: fmt.Sprintf("event %d", i)})
+		if err != nil {
+			f.t.Fatalf("AuditAppend(event %d): %v", i, err)
+		}
+		all = append(all, got)
+	}
+	for _, c := range []store.AuditListParams{
+		{Account: "acme"},
+		{Account: "globex"},
+		{Account: "nobody"},
+		{WorkID: "w_1"},
+		{WorkID: "w_3", Since: at(10 * time.Second)},
+		{Kinds: []string{store.AuditWorkEnded}},
+		{Kinds: []string{store.AuditWorkQueued, store.AuditAuthFailed, store.AuditAccountCreated}},
+		{Kinds: []string{"no.such_kind"}},
+		{Account: "acme", Kinds: []string{store.AuditWorkEnded, store.AuditAuthDenied}},
+		{Account: "acme", WorkID: "w_2"},
+		{Account: "acme", WorkID: "w_1", Kinds: []string{store.AuditWorkDuplicate}},
+		{Account: "acme", Since: at(5 * time.Second)},
+	} {
+		var want []string
+		for _, e := range all {
+			if !e.At.Before(c.Since) && (c.Account == "" || e.Account == c.Account) &&
+				(c.WorkID == "" || e.WorkID == c.WorkID) && (len(c.Kinds) == 0 || slices.Contains(c.Kinds, e.Kind)) {
+				want = append(want, e.Detail)
+			}
+		}
+		for _, limit := range []int{1, 2, 100} {
+			p := c
+			p.Limit = limit
+			var got []string
+			for pages := 0; ; pages++ {
+				if pages > len(all) {
+					f.t.Fatalf("AuditList(%+v) pages on past %d pages", p, pages)
+				}
+				page, err := f.s.AuditList(f.ctx, p)
+				if err != nil {
+					f.t.Fatalf("AuditList(%+v): %v", p, err)
+				}
+				for _, e := range page {
+					got = append(got, e.Detail)
+				}
+				if len(page) < limit {
+					break
+				}
+				p.AfterSeq = page[len(page)-1].Seq
+			}
+			if !slices.Equal(got, want) {
+				f.t.Errorf("AuditList(account %q, work %q, kinds %q, since %v, limit %d, paged) = %q; want %q",
+					c.Account, c.WorkID, c.Kinds, c.Since, limit, got, want)
+			}
+		}
+	}
+}

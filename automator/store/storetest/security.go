@@ -26,6 +26,7 @@ var securityCases = []testCase{
 	{"APIKeyRevokeOfUnknownIsErrNotFound", testAPIKeyRevokeUnknown},
 	{"AuditAppendThenListInOrder", testAuditAppendThenList},
 	{"AuditListSinceReturnsEveryEventFromThenOnEvenStampedOutOfOrder", testAuditListSince},
+	{"AuditListKeepsTheEventsOfAnAccountAUnitAndSomeKinds", testAuditListFilters},
 	{"WorkEnqueueAppendsItsAuditEventWithTheUnitOnly", testWorkEnqueueAppendsAudit},
 	{"WorkQueuedCountCountsQueuedUnitsOfTheAccount", testWorkQueuedCount},
 	{"UnitEndsAppendTheirAuditEventInTheSameWrite", testUnitEndsAppendAudit},
