@@ -859,6 +859,10 @@ type AccountStatsParams struct {
 	// unless it said at that poll that it was stopping, or that poll was
 	// refused (for want of a usable key, or for an expired account token).
 	OnlineSince time.Time
+	// Account: only this account's statistics (none when it is no
+	// account, or one being deleted); "" for every account's. A page of
+	// one account reads its row alone.
+	Account string
 }
 
 // WorkListParams select and page units, newest first.
@@ -986,8 +990,8 @@ type Store interface {
 	// WorkList returns units newest first (by queue time, then id, both
 	// descending), filtered and paged by p.
 	WorkList(ctx context.Context, p WorkListParams) ([]Work, error)
-	// AccountStats returns the queue and instances of every account,
-	// ordered by name.
+	// AccountStats returns the queue and instances of every account
+	// (or of p.Account alone), ordered by name.
 	AccountStats(ctx context.Context, p AccountStatsParams) ([]AccountStats, error)
 	// Ping returns nil when the database answers and its schema is at the
 	// version this binary knows (every migration applied) or later (a newer

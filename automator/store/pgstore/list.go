@@ -69,6 +69,12 @@ func workListQuery(p store.WorkListParams) (string, []any) {
 }
 
 func (s *Store) AccountStats(ctx context.Context, p store.AccountStatsParams) ([]store.AccountStats, error) {
+	where, args := `a.key_id <> 0`, []any{p.OnlineSince}
+	if p.Account != "" {
+		// One account's page reads its row alone, found by name.
+		where += ` AND a.name = $2`
+		args = append(args, p.Account)
+	}
 	rows, err := s.pool.Query(ctx, `SELECT a.name,
 	(SELECT COUNT(*) FROM work w WHERE w.account = a.name AND w.state = 'queued'),
 	(SELECT MIN(w.queued_at) FROM work w WHERE w.account = a.name AND w.state = 'queued'),
@@ -77,7 +83,7 @@ func (s *Store) AccountStats(ctx context.Context, p store.AccountStatsParams) ([
 	(SELECT COUNT(*) FROM instances i WHERE i.account = a.name AND i.last_poll_at >= $1 AND NOT `+instanceStopped+` AND NOT `+instanceRefused+`),
 	(SELECT COUNT(*) FROM instances i WHERE i.account = a.name AND i.last_poll_at >= $1 AND NOT `+instanceStopped+` AND `+instanceRefused+`),
 	(SELECT MAX(i.last_poll_at) FROM instances i WHERE i.account = a.name)
-FROM accounts a WHERE a.key_id <> 0 ORDER BY a.name`, p.OnlineSince)
+FROM accounts a WHERE `+where+` ORDER BY a.name`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("reading account statistics: %w", err)
 	}

@@ -48,6 +48,7 @@ func queryPlan(t *testing.T, q querier, query string, args ...any) []string {
 // filter whose index ends in (queued_at, id) after the filter's columns:
 // a walk from the newest unit skipping those before the page got slower the
 // deeper the page (a cursor written without a row value was planned so).
+// The statistics of one account read its row alone.
 func TestHotQueriesUseTheirIndexes(t *testing.T) {
 	t.Parallel()
 	s := open(t, filepath.Join(t.TempDir(), "automator.db"))
@@ -127,6 +128,17 @@ func TestHotQueriesUseTheirIndexes(t *testing.T) {
 		}) {
 			t.Errorf("%s: plan %q does not search %s from the cursor on", c.name, joined, c.index)
 		}
+	}
+	// The statistics of one account (its dashboard page, every refresh)
+	// search the accounts by name and each of its counts by account: no
+	// step scans a table, every account's or every unit's.
+	q, args := accountStatsQuery(store.AccountStatsParams{OnlineSince: testNow, Account: "acme"})
+	plan := queryPlan(t, s.read, q, args...)
+	scansOrSorts := slices.ContainsFunc(plan, func(step string) bool {
+		return strings.HasPrefix(step, "SCAN ") || strings.Contains(step, "TEMP B-TREE")
+	})
+	if !slices.Contains(plan, "SEARCH a USING INDEX sqlite_autoindex_accounts_1 (name=?)") || scansOrSorts {
+		t.Errorf("account statistics of one account: plan %q does not search the account by name, or scans or sorts", strings.Join(plan, "; "))
 	}
 }
 

@@ -15,6 +15,7 @@ var listCases = []testCase{
 	{"WorkListPagesThroughTiesByEveryFilter", testWorkListPagesThroughTies},
 	{"WorkListRefusesANonPositiveLimit", testWorkListLimit},
 	{"AccountStatsCountsQueueClaimsAndInstances", testAccountStats},
+	{"AccountStatsOfOneAccountIsItsRowAlone", testAccountStatsOfOneAccount},
 	{"PingAnswersOnAMigratedStore", testPing},
 }
 
@@ -363,6 +364,52 @@ func testAccountStats(f *fixture) {
 			g.Claimed != w.Claimed || g.Instances != w.Instances || g.InstancesOnline != w.InstancesOnline ||
 			g.InstancesRefused != w.InstancesRefused || !g.LastPollAt.Equal(w.LastPollAt) {
 			f.t.Errorf("AccountStats[%d] = %+v, want %+v", i, g, w)
+		}
+	}
+}
+
+// testAccountStatsOfOneAccount: AccountStats of one account (p.Account) is
+// that account's row of every account's statistics, and nothing for a name
+// that is no account, nor for an account being deleted.
+func testAccountStatsOfOneAccount(f *fixture) {
+	for _, name := range []string{"initech", "acme", "globex", "umbrella"} {
+		f.account(name)
+	}
+	deadline := at(time.Hour)
+	f.enqueue("a-1", "acme", at(1*time.Second), deadline)
+	f.enqueue("a-2", "acme", at(2*time.Second), deadline)
+	f.claimOne("acme", "host-a", "a-1", at(3*time.Second))
+	f.enqueue("g-1", "globex", at(4*time.Second), deadline)
+	f.enqueue("u-1", "umbrella", at(5*time.Second), deadline)
+	f.seen(store.InstanceSeenParams{Account: "acme", InstanceID: "host-a", Hostname: "host-a.example", Version: "v1", Now: at(time.Minute)})
+	f.seen(store.InstanceSeenParams{Account: "initech", InstanceID: "host-i", Hostname: "host-i.example", Version: "v1",
+		RefusedKeyIDs: []uint32{1}, Now: at(time.Minute)})
+	if _, err := f.s.AccountDelete(f.ctx, store.AccountDeleteParams{Name: "umbrella", Reason: "deleted", Now: at(2 * time.Minute)}); err != nil {
+		f.t.Fatalf("AccountDelete(umbrella): %v", err)
+	}
+	onlineSince := at(30 * time.Second)
+	all, err := f.s.AccountStats(f.ctx, store.AccountStatsParams{OnlineSince: onlineSince})
+	if err != nil {
+		f.t.Fatalf("AccountStats: %v", err)
+	}
+	if len(all) != 3 {
+		f.t.Fatalf("AccountStats = %+v, want acme, globex and initech", all)
+	}
+	for _, want := range all {
+		got, err := f.s.AccountStats(f.ctx, store.AccountStatsParams{OnlineSince: onlineSince, Account: want.Account})
+		if err != nil {
+			f.t.Fatalf("AccountStats of %s: %v", want.Account, err)
+		}
+		if len(got) != 1 || got[0].Account != want.Account || got[0].Queued != want.Queued ||
+			!got[0].OldestQueuedAt.Equal(want.OldestQueuedAt) || got[0].Claimed != want.Claimed ||
+			got[0].Instances != want.Instances || got[0].InstancesOnline != want.InstancesOnline ||
+			got[0].InstancesRefused != want.InstancesRefused || !got[0].LastPollAt.Equal(want.LastPollAt) {
+			f.t.Errorf("AccountStats of %s = %+v, want its row of every account's, %+v", want.Account, got, want)
+		}
+	}
+	for _, name := range []string{"nobody", "umbrella", store.DeletedAccountName("umbrella", at(2*time.Minute))} {
+		if got, err := f.s.AccountStats(f.ctx, store.AccountStatsParams{OnlineSince: onlineSince, Account: name}); err != nil || len(got) != 0 {
+			f.t.Errorf("AccountStats of %q = %+v, %v; want none", name, got, err)
 		}
 	}
 }
