@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/opsgate/opsgate/automator/dashboard"
 	"github.com/opsgate/opsgate/automator/server"
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/crypto"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -126,4 +129,185 @@ func BenchmarkUnitPageRender(b *testing.B) {
 	for b.Loop() {
 		h.ServeHTTP(httptest.NewRecorder(), req)
 	}
+}
+
+// manyAccounts adds n accounts (t0000, t0001, …, after acme and globex by
+// name) to e's store, each with two units queued, one claimed and an
+// instance that polled within the last 30 s (a poll window), but every
+// 20th, whose instance polled an hour ago (stranded), and every 50th,
+// whose instance is refused (stranded too, as units are queued). Their
+// instances are returned, by account.
+func manyAccounts(b *testing.B, e *env, n int) map[string]string {
+	ctx := b.Context()
+	now := e.clock.Now()
+	instances := map[string]string{}
+	for i := range n {
+		name := fmt.Sprintf("t%04d", i)
+		k, err := crypto.NewKey(1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sealed, err := e.master.SealKey(name, k)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := e.st.AccountCreate(ctx, store.AccountCreateParams{Name: name, TokenHash: []byte("t-" + name), KeyID: 1, SealedKey: sealed, Now: now}); err != nil {
+			b.Fatal(err)
+		}
+		e.keys[name] = k
+		for j := range 3 {
+			id := fmt.Sprintf("w_%s_%d", name, j)
+			if _, err := e.st.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: id, Account: name, KeyID: 1, Now: now.Add(time.Duration(j-60) * time.Second),
+				Deadline: now.Add(time.Hour), SealedCommand: e.seal(name, id, crypto.DirCommand, &automatorv1.Command{Script: "s.sh"}), SyncLater: true}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		instance := "i-" + name
+		instances[name] = instance
+		p := store.InstanceSeenParams{Account: name, InstanceID: instance, Hostname: instance + ".example", Version: "v9", Now: now.Add(-time.Duration(i%30) * time.Second)}
+		switch {
+		case i%20 == 0:
+			p.Now = now.Add(-time.Hour)
+		case i%50 == 1:
+			p.RefusedKeyIDs = []uint32{9}
+		}
+		if err := e.st.InstanceSeen(ctx, p); err != nil {
+			b.Fatal(err)
+		}
+		if i%20 != 0 {
+			if _, err := e.st.WorkClaim(ctx, store.WorkClaimParams{Account: name, InstanceID: instance, Max: 1, ClaimIDs: []string{"c"}, Now: now}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	return instances
+}
+
+// BenchmarkAccountsPage measures the accounts page of an automator of 1,000
+// accounts (each with units queued and claimed, and an instance): store,
+// every account's statistics (what the page reads at each refresh);
+// store-one, one account's (the instances page's); page, the whole page
+// loaded (B/page, its bytes); instances, the whole page of one account;
+// refresh, a live page's update when the clock
+// moved by the 2 s of a refresh and 1/15 of the accounts polled meanwhile,
+// as they do with a poll window of 30 s (B/refresh, the bytes of the
+// update event the stream sends; its ns/op counts the wait for the test's
+// refresh ticker too).
+//
+//	go test -run '^$' -bench BenchmarkAccountsPage -benchtime 20x ./automator/dashboard
+func BenchmarkAccountsPage(b *testing.B) {
+	e := newEnv(b)
+	const accounts = 1000
+	instances := manyAccounts(b, e, accounts)
+	// The poll window of 30 s that the accounts' polls are spread over.
+	const window = 30 * time.Second
+	d, base := e.start(replica{opts: func(o *dashboard.Options) { o.Keepalive, o.PollWindow = time.Hour, window }})
+	c := client(b)
+	e.signIn(c, base, "admin")
+	u, err := url.Parse(base + "/dashboard/")
+	if err != nil {
+		b.Fatal(err)
+	}
+	cookies := c.Jar.Cookies(u)
+	since := e.clock.Now().Add(-server.InstanceOnlineWithin(window))
+
+	b.Run("store", func(b *testing.B) {
+		for b.Loop() {
+			if stats, err := e.st.AccountStats(b.Context(), store.AccountStatsParams{OnlineSince: since}); err != nil || len(stats) != accounts+2 {
+				b.Fatalf("AccountStats: %d, %v", len(stats), err)
+			}
+		}
+	})
+	b.Run("store-one", func(b *testing.B) {
+		for b.Loop() {
+			if stats, err := e.st.AccountStats(b.Context(), store.AccountStatsParams{OnlineSince: since, Account: "t0500"}); err != nil || len(stats) != 1 {
+				b.Fatalf("AccountStats of t0500: %d, %v", len(stats), err)
+			}
+		}
+	})
+	b.Run("page", func(b *testing.B) {
+		req := httptest.NewRequest(http.MethodGet, "/dashboard/", nil)
+		for _, ck := range cookies {
+			req.AddCookie(ck)
+		}
+		h := d.Handler()
+		var size int
+		for b.Loop() {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != http.StatusOK {
+				b.Fatalf("the accounts page: %d", rec.Code)
+			}
+			size = rec.Body.Len()
+		}
+		b.ReportMetric(float64(size), "B/page")
+	})
+	b.Run("instances", func(b *testing.B) {
+		req := httptest.NewRequest(http.MethodGet, "/dashboard/accounts/t0500", nil)
+		for _, ck := range cookies {
+			req.AddCookie(ck)
+		}
+		h := d.Handler()
+		for b.Loop() {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `data-instance="i-t0500"`) {
+				b.Fatalf("the page of t0500: %d\n%s", rec.Code, rec.Body)
+			}
+		}
+	})
+	b.Run("refresh", func(b *testing.B) {
+		ctx, cancel := context.WithCancel(b.Context())
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/dashboard/", nil)
+		req.Header.Set("Accept", "text/event-stream")
+		resp, err := c.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		events := make(chan event)
+		go readEvents(resp.Body, events)
+		defer func() {
+			cancel()
+			resp.Body.Close()
+			for range events {
+			}
+		}()
+		if ev := <-events; ev.name != "update" {
+			b.Fatalf("first event %q", ev.name)
+		}
+		names := make([]string, 0, accounts)
+		for i := range accounts {
+			names = append(names, fmt.Sprintf("t%04d", i))
+		}
+		var sent, refreshes int
+		next := 0
+		for b.Loop() {
+			b.StopTimer()
+			e.clock.Add(2 * time.Second)
+			now := e.clock.Now()
+			for range accounts / 15 {
+				name := names[next%accounts]
+				next++
+				e.poll(name, instances[name], now)
+			}
+			// acme polls last, a millisecond later: the update that shows
+			// its poll shows every change of this refresh.
+			marker := now.Add(time.Millisecond)
+			e.poll("acme", "a-1", marker)
+			want := marker.UTC().Format("2006-01-02 15:04:05.000Z")
+			b.StartTimer()
+			for ev := range events {
+				if ev.name == "update" && strings.Contains(ev.data, want) {
+					// On the wire: "event: update\n", "data: " and a
+					// newline a line, and the blank line ending it.
+					lines := strings.Count(ev.data, "\n") + 1
+					sent += len("event: update\n") + len(ev.data) + lines*len("data: \n") - (lines - 1) + 1
+					refreshes++
+					break
+				}
+			}
+		}
+		b.ReportMetric(float64(sent)/float64(refreshes), "B/refresh")
+	})
 }

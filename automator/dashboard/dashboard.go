@@ -44,6 +44,7 @@ const Prefix = "/dashboard/"
 // Store is what the dashboard reads.
 type Store interface {
 	AccountStats(ctx context.Context, p store.AccountStatsParams) ([]store.AccountStats, error)
+	AccountList(ctx context.Context) ([]store.Account, error)
 	AccountsBeingDeleted(ctx context.Context) ([]store.AccountDeletion, error)
 	InstanceList(ctx context.Context, account string) ([]store.Instance, error)
 	WorkList(ctx context.Context, p store.WorkListParams) ([]store.Work, error)
@@ -123,6 +124,12 @@ type Options struct {
 	WriteTimeout time.Duration
 	// PageSize is the number of units on a page of work (50).
 	PageSize int
+	// AccountsPageSize is the number of accounts on a page of the accounts
+	// table (100): a live page is rendered and sent again at every refresh
+	// that changes it (a poll, a second of an age shown), some 370 bytes
+	// an account. The warnings above it name every account they concern,
+	// on every page.
+	AccountsPageSize int
 	// MaxLiveStreamsPerKey bounds the live pages (event streams) one API
 	// key's sessions hold open on this replica at once (64): each reads
 	// the store every Refresh, so one key could otherwise hold a replica
@@ -177,6 +184,9 @@ func New(o Options) (*Dashboard, error) {
 	def(&o.WriteTimeout, 10*time.Second)
 	if o.PageSize <= 0 {
 		o.PageSize = 50
+	}
+	if o.AccountsPageSize <= 0 {
+		o.AccountsPageSize = 100
 	}
 	if o.MaxLiveStreamsPerKey <= 0 {
 		o.MaxLiveStreamsPerKey = 64

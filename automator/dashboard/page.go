@@ -49,7 +49,7 @@ type view struct {
 func (d *Dashboard) page(name, nav string, load loader) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s, err := d.authenticate(r.Context(), r)
-		stream := strings.Contains(r.Header.Get("Accept"), "text/event-stream")
+		stream := streaming(r)
 		if err != nil {
 			if stream {
 				d.signedOut(w)
@@ -69,6 +69,12 @@ func (d *Dashboard) page(name, nav string, load loader) http.Handler {
 		}
 		d.render(w, r, http.StatusOK, name, title, nav, s, data)
 	})
+}
+
+// streaming reports whether r asks for a page's event stream (an
+// EventSource), whose updates hold the page's content only.
+func streaming(r *http.Request) bool {
+	return strings.Contains(r.Header.Get("Accept"), "text/event-stream")
 }
 
 // render writes the whole page.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -29,7 +30,17 @@ func (a accountRow) Stranded() bool { return a.Status == server.StatusStranded }
 func (a accountRow) Refused() bool { return a.Status == server.StatusRefused }
 
 type accountsData struct {
+	// Accounts are the rows of this page of the table: AccountsPageSize
+	// accounts by name, after After.
 	Accounts []accountRow
+	// After is the name the page starts after ("" on the first page);
+	// First and Last are the numbers (from 1) of its first and last rows,
+	// Total the accounts' number.
+	After              string
+	First, Last, Total int
+	// Next is the URL of the next page; empty on the last.
+	Next string
+
 	Stranded []accountRow
 	// Refused are the accounts whose only live instances are refused
 	// (warned of after the stranded ones: nothing of theirs times out yet).
@@ -40,8 +51,10 @@ type accountsData struct {
 	Deleting []store.AccountDeletion
 }
 
-func (d *Dashboard) accountRows(ctx context.Context) ([]accountRow, error) {
-	stats, err := d.o.Store.AccountStats(ctx, store.AccountStatsParams{OnlineSince: d.onlineSince(d.o.Now())})
+// accountRows returns the accounts' rows: every account's, or account's
+// alone when it is not "" (none when it is no account).
+func (d *Dashboard) accountRows(ctx context.Context, account string) ([]accountRow, error) {
+	stats, err := d.o.Store.AccountStats(ctx, store.AccountStatsParams{OnlineSince: d.onlineSince(d.o.Now()), Account: account})
 	if err != nil {
 		return nil, err
 	}
@@ -52,11 +65,17 @@ func (d *Dashboard) accountRows(ctx context.Context) ([]accountRow, error) {
 	return rows, nil
 }
 
-// accounts: every account's queue and instances, stranded ones first in a
-// warning, then those whose only live instances are refused in another,
-// and after them the accounts being deleted.
+// accounts: every account's queue and instances, a page of them at a
+// time (?after=NAME: those after NAME by name), the stranded ones first in
+// a warning, then those whose only live instances are refused in another,
+// both naming every account they concern whatever the page, and after the
+// table the accounts being deleted.
 func (d *Dashboard) accounts(r *http.Request, _ *session) (string, any, error) {
-	rows, err := d.accountRows(r.Context())
+	after := r.URL.Query().Get("after")
+	if after != "" && !server.AccountNamePattern.MatchString(after) {
+		return "", nil, errBadRequest(fmt.Sprintf("%s is not an account name; start from the first page.", printable.Quote(after)))
+	}
+	rows, err := d.accountRows(r.Context(), "")
 	if err != nil {
 		return "", nil, err
 	}
@@ -64,7 +83,7 @@ func (d *Dashboard) accounts(r *http.Request, _ *session) (string, any, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	data := accountsData{Accounts: rows, Deleting: deleting}
+	data := accountsData{Deleting: deleting, After: after, Total: len(rows)}
 	for _, a := range rows {
 		if a.Stranded() {
 			data.Stranded = append(data.Stranded, a)
@@ -72,6 +91,19 @@ func (d *Dashboard) accounts(r *http.Request, _ *session) (string, any, error) {
 		if a.Refused() {
 			data.Refused = append(data.Refused, a)
 		}
+	}
+	// The rows are by name, byte by byte (AccountStats): the page starts
+	// at the first after After.
+	start, _ := slices.BinarySearchFunc(rows, after, func(a accountRow, name string) int {
+		if a.Account <= name {
+			return -1
+		}
+		return 1
+	})
+	end := min(start+d.o.AccountsPageSize, len(rows))
+	data.Accounts, data.First, data.Last = rows[start:end], start+1, end
+	if end < len(rows) {
+		data.Next = Prefix + "?" + url.Values{"after": {rows[end-1].Account}}.Encode()
 	}
 	return "Accounts", data, nil
 }
@@ -93,20 +125,16 @@ type instancesData struct {
 // instances: the instances of one account.
 func (d *Dashboard) instances(r *http.Request, _ *session) (string, any, error) {
 	name := r.PathValue("account")
-	rows, err := d.accountRows(r.Context())
+	// Its row alone: a live page reads it again at every refresh, and
+	// every account's statistics are thousands of counts.
+	rows, err := d.accountRows(r.Context(), name)
 	if err != nil {
 		return "", nil, err
 	}
-	data := instancesData{}
-	found := false
-	for _, a := range rows {
-		if a.Account == name {
-			data.Account, found = a, true
-		}
-	}
-	if !found {
+	if len(rows) != 1 || rows[0].Account != name {
 		return "", nil, errNotFound(fmt.Sprintf("There is no account %s.", printable.Quote(name)))
 	}
+	data := instancesData{Account: rows[0]}
 	list, err := d.o.Store.InstanceList(r.Context(), name)
 	if err != nil {
 		return "", nil, err
@@ -278,12 +306,17 @@ func (d *Dashboard) workList(r *http.Request, s *session) (string, any, error) {
 		p.BeforeQueuedAt, p.BeforeID = at, id
 	}
 	ctx := r.Context()
-	accounts, err := d.accountRows(ctx)
-	if err != nil {
-		return "", nil, err
-	}
-	for _, a := range accounts {
-		data.Accounts = append(data.Accounts, a.Account)
+	// The account filter is in the page's controls, which a live page's
+	// updates do not hold: only the page loaded whole reads the names, and
+	// only the names (not the accounts' statistics).
+	if !streaming(r) {
+		accounts, err := d.o.Store.AccountList(ctx)
+		if err != nil {
+			return "", nil, err
+		}
+		for _, a := range accounts {
+			data.Accounts = append(data.Accounts, a.Name)
+		}
 	}
 	list, err := d.o.Store.WorkList(ctx, p)
 	if err != nil {
