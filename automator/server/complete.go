@@ -257,7 +257,7 @@ func (p *ProxyService) complete(ctx context.Context, req *automatorv1.CompleteRe
 		cur, gerr := s.store.WorkGet(ctx, w.ID)
 		if gerr == nil && cur.State == store.StateClaimed {
 			// Past its deadline but not yet swept: end it now.
-			s.expireDue(ctx)
+			s.expireDue(ctx, w.ID)
 			cur, gerr = s.store.WorkGet(ctx, w.ID)
 		}
 		if gerr != nil {

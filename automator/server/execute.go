@@ -119,7 +119,7 @@ func (a *AutomatorService) Cancel(ctx context.Context, req *automatorv1.CancelRe
 	case errors.Is(err, store.ErrNotClaimable) && !w.State.Terminal():
 		// Past its deadline: it times out, as its waiting callers are
 		// told, whoever cancels it first. The sweep may not have come yet.
-		s.expireDue(ctx)
+		s.expireDue(ctx, req.GetWorkId())
 		if w, err = s.getWork(ctx, req.GetWorkId()); err != nil {
 			return nil, err
 		}
@@ -503,7 +503,7 @@ func (s *Server) wait(ctx context.Context, id string, sub *doneSub, known *store
 			sub = s.hub.WaitDone(id)
 		case <-recheck: // read it again
 		case <-timer.C:
-			s.expireDue(ctx)
+			s.expireDue(ctx, id)
 			fired = true
 		case <-s.shutdown:
 			return nil, status.Errorf(codes.Unavailable, "automator shutting down; wait for work %q again", id)

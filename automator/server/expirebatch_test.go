@@ -3,13 +3,19 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/crypto"
 	"github.com/opsgate/opsgate/internal/waittest"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
 // expiries records each WorkExpire the server makes: its Max and how many
@@ -72,5 +78,53 @@ func TestABacklogOfDueUnitsIsTimedOutInBatches(t *testing.T) {
 	}
 	if batches < 3 {
 		t.Errorf("%d units timed out in %d writes, want at least 3 of at most %d each: %v", due, batches, server.ExpireBatch, calls)
+	}
+}
+
+// TestACallAboutAUnitPastItsDeadlineEndsItBehindABacklog: a result, a
+// cancel or a caller waiting, for a unit past its deadline that the
+// sweeper has not reached, ends that unit then, even behind more units due
+// before it than one expiry takes. Each used to time out the batch of the
+// earliest due, which did not hold it: the result was refused as if the
+// unit were still claimed, the cancel answered it still queued, and the
+// waiting caller waited a SweepInterval more.
+func TestACallAboutAUnitPastItsDeadlineEndsItBehindABacklog(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	// No sweep comes during the test: its next is an hour away on the
+	// real clock, and the backlog, stored behind the server's back, kicks
+	// nothing.
+	e := newEnv(t, envOptions{clock: clock, sweepInterval: time.Hour})
+	api, px := e.callerClient(), e.proxyClient()
+	claimed := submit(t, api, e.account, time.Hour)
+	cl := claimOne(t, px, "host-a", 1)
+	if cl.GetWorkId() != claimed.GetWorkId() {
+		t.Fatalf("claimed %s, want %s", cl.GetWorkId(), claimed.GetWorkId())
+	}
+	cancelled := submit(t, api, e.account, time.Hour)
+	waited := submit(t, api, e.account, time.Hour)
+	for i := range 4*server.ExpireBatch + 1 { // more than the three calls take in batches
+		if _, err := e.store.WorkEnqueue(t.Context(), store.WorkEnqueueParams{ID: fmt.Sprintf("w-backlog-%04d", i), Account: e.account, KeyID: 1,
+			SealedCommand: []byte("c"), Now: clock.Now(), Deadline: clock.Now().Add(30 * time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(2 * time.Hour)
+
+	err := completeWith(t, px, crypto.Keys{e.key}, cl, "too late")
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), "is timed_out; result refused") {
+		t.Errorf("a result past its unit's deadline, behind a backlog: %v; want FAILED_PRECONDITION, the unit timed out", err)
+	}
+	st, err := api.Cancel(t.Context(), &automatorv1.CancelRequest{WorkId: cancelled.GetWorkId()})
+	if err != nil || st.GetState() != automatorv1.State_STATE_TIMED_OUT {
+		t.Errorf("a cancel past its unit's deadline, behind a backlog: %v, %v; want the unit timed out", st.GetState(), err)
+	}
+	// The old code answered this wait only at its next look, a
+	// SweepInterval (an hour) later: a bound, not a timing.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	st, err = api.Wait(ctx, &automatorv1.WaitRequest{WorkId: waited.GetWorkId()})
+	if err != nil || st.GetState() != automatorv1.State_STATE_TIMED_OUT {
+		t.Errorf("a wait past its unit's deadline, behind a backlog: %v, %v; want the unit timed out", st.GetState(), err)
 	}
 }

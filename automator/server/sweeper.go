@@ -46,7 +46,7 @@ func (s *Server) Run(ctx context.Context) {
 		}
 		s.flushLogLimits()
 		next := s.sweepInterval
-		if ok, full := s.expireDue(ctx); full {
+		if ok, full := s.expireDue(ctx, ""); full {
 			// More may be due: sweep again at once, each batch a write
 			// of its own, with the other writes going on between them.
 			next = 0
@@ -144,11 +144,14 @@ const expireBatch = 256
 // expireDue times out the units whose deadline has passed, up to
 // expireBatch of them, and wakes their waiting callers. Safe to run from
 // several places and replicas at once: the store's expiry is a conditional
-// write.
+// write. A call about one unit past its deadline (its result, a cancel, a
+// caller waiting at the deadline) names it in id, so that it ends then
+// even behind a backlog of others due before it, which the batch may not
+// reach; the sweeper names none.
 //
 // ok is false when the store failed the expiry; full, when it timed out a
 // whole batch, so more may be due.
-func (s *Server) expireDue(ctx context.Context) (ok, full bool) {
+func (s *Server) expireDue(ctx context.Context, id string) (ok, full bool) {
 	now := s.clock.Now()
 	mark := s.databaseMark()
 	sctx, cancel := s.sweepContext(ctx)
@@ -158,7 +161,7 @@ func (s *Server) expireDue(ctx context.Context) (ok, full bool) {
 	// them, from the records every replica writes. Those may be a few
 	// seconds (seenEvery) behind an instance's latest poll, which
 	// InstanceOnlineWithin allows for.
-	expired, err := s.store.WorkExpire(sctx, store.WorkExpireParams{Now: now, Max: expireBatch,
+	expired, err := s.store.WorkExpire(sctx, store.WorkExpireParams{Now: now, Max: expireBatch, ID: id,
 		OnlineSince: now.Add(-InstanceOnlineWithin(s.pollWindow)),
 		Audit:       &store.AuditEvent{At: now, Kind: store.AuditWorkEnded, Actor: sweeperActor, Detail: "deadline"}})
 	err = s.unanswered(ctx, sctx, err)
@@ -172,7 +175,7 @@ func (s *Server) expireDue(ctx context.Context) (ok, full bool) {
 		s.metrics.WorkFinished(w)
 		s.timedOutLog.Log("work timed out", "work_id", w.ID, "account", w.Account, "instance_id", w.InstanceID, "reason", w.Reason)
 	}
-	return true, len(expired) == expireBatch
+	return true, len(expired) >= expireBatch
 }
 
 // purgeBatch is how many units one purge write deletes, so that the writes

@@ -425,6 +425,11 @@ type WorkExpireParams struct {
 	OnlineSince time.Time
 	// Max bounds how many units one call expires (0 means no bound).
 	Max int
+	// ID, when set, names a unit that is timed out too when it is due,
+	// beyond Max: a call about that unit (its result, its cancel, its
+	// caller waiting at its deadline) ends it then, however many units
+	// fell due before it.
+	ID string
 	// Audit, when set, is appended to the audit log in the same
 	// transaction for each unit expired, with Account, WorkID, InstanceID
 	// and Outcome (timed_out) filled in from the unit.

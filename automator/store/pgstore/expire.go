@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -42,6 +43,18 @@ LIMIT $2`, p.Now, limit)
 	due, err := pgx.CollectRows(rows, rowTo(scanWork))
 	if err != nil {
 		return fail(err)
+	}
+	if p.ID != "" && !slices.ContainsFunc(due, func(w store.Work) bool { return w.ID == p.ID }) {
+		rows, err := s.pool.Query(ctx, `SELECT `+workColumnsWithoutSealed+` FROM work
+WHERE id = $1 AND state IN ('queued', 'claimed') AND deadline <= $2`, p.ID, p.Now)
+		if err != nil {
+			return fail(err)
+		}
+		own, err := pgx.CollectRows(rows, rowTo(scanWork))
+		if err != nil {
+			return fail(err)
+		}
+		due = append(due, own...)
 	}
 	if len(due) == 0 {
 		return nil, nil

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/opsgate/opsgate/automator/store"
@@ -22,6 +23,15 @@ func (s *Store) WorkExpire(ctx context.Context, p store.WorkExpireParams) ([]sto
 		due, err := dueWork(ctx, tx, now, limit)
 		if err != nil {
 			return nil, err
+		}
+		if p.ID != "" && !slices.ContainsFunc(due, func(w store.Work) bool { return w.ID == p.ID }) {
+			w, err := scanWork(tx.QueryRowContext(ctx, dueUnitQuery, p.ID, now))
+			switch {
+			case err == nil:
+				due = append(due, w)
+			case !errors.Is(err, sql.ErrNoRows):
+				return nil, err
+			}
 		}
 		instances, err := unclaimedInstances(ctx, tx, due, toNanos(p.OnlineSince))
 		if err != nil {
@@ -82,6 +92,11 @@ const dueWorkQuery = `SELECT ` + workColumnsWithoutSealed + ` FROM work
 WHERE state IN ('queued', 'claimed') AND deadline <= ?
 ORDER BY deadline, id
 LIMIT ?`
+
+// dueUnitQuery: the unit ?1 if it is open and its deadline is at or
+// before ?2 (WorkExpireParams.ID).
+const dueUnitQuery = `SELECT ` + workColumnsWithoutSealed + ` FROM work
+WHERE id = ?1 AND state IN ('queued', 'claimed') AND deadline <= ?2`
 
 // dueWork returns the open units whose deadline is at or before now, earliest
 // deadline first.

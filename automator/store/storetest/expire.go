@@ -14,6 +14,7 @@ import (
 var expireCases = []testCase{
 	{"WorkExpireTimesOutDueOpenUnitsOnly", testWorkExpireDueOpenUnitsOnly},
 	{"WorkExpireRespectsMax", testWorkExpireRespectsMax},
+	{"WorkExpireTimesOutTheUnitItNamesBeyondMax", testWorkExpireNamedUnit},
 	{"ConcurrentSweepersNeverExpireAUnitTwice", testConcurrentSweepers},
 	{"AUnitEndsOnceWhenItsResultRacesItsDeadline", testResultRacesDeadline},
 	{"WorkExpireSaysWhatTheInstancesOfAnUnclaimedUnitsAccountWereDoing", testExpireReasonNamesInstances},
@@ -450,5 +451,49 @@ func testExpireReasonNamesWrongKey(f *fixture) {
 		if w.Reason != want[w.ID] {
 			f.t.Errorf("reason of %s = %q\nwant %q", w.ID, w.Reason, want[w.ID])
 		}
+	}
+}
+
+// testWorkExpireNamedUnit: WorkExpire with ID times that unit out too, when
+// it is due, beyond Max and whatever falls due before it: a call about it
+// (its result, a cancel, a caller waiting at its deadline) ends it then,
+// behind a backlog. A unit not yet due, ended already, or not there, is
+// not; nor is it timed out twice when the batch holds it.
+func testWorkExpireNamedUnit(f *fixture) {
+	f.account("acme")
+	for i := range 5 {
+		f.enqueue(fmt.Sprintf("w-%d", i), "acme", at(time.Duration(i)*time.Second), at(time.Minute+time.Duration(i)*time.Second))
+	}
+	f.enqueue("w-named", "acme", at(10*time.Second), at(2*time.Minute))
+	f.claim("acme", "i-1", 1, at(20*time.Second)) // w-0, claimed
+	f.enqueue("w-later", "acme", at(11*time.Second), at(2*time.Hour))
+	f.enqueue("w-ended", "acme", at(12*time.Second), at(3*time.Minute))
+	if _, err := f.s.WorkCancel(f.ctx, store.WorkCancelParams{ID: "w-ended", Reason: "cancelled", Now: at(13 * time.Second)}); err != nil {
+		f.t.Fatalf("WorkCancel(w-ended): %v", err)
+	}
+	now := at(time.Hour)
+
+	got, err := f.s.WorkExpire(f.ctx, store.WorkExpireParams{Now: now, Max: 2, ID: "w-named"})
+	if err != nil {
+		f.t.Fatalf("WorkExpire(Max 2, ID w-named): %v", err)
+	}
+	if got := slices.Sorted(slices.Values(ids(got))); !slices.Equal(got, []string{"w-0", "w-1", "w-named"}) {
+		f.t.Errorf("WorkExpire(Max 2, ID w-named) timed out %v; want the two earliest due and w-named", got)
+	}
+	f.wantState("w-named", store.StateTimedOut)
+	for _, id := range []string{"w-later", "w-ended", "w-nowhere"} {
+		got, err := f.s.WorkExpire(f.ctx, store.WorkExpireParams{Now: now, Max: 1, ID: id})
+		if err != nil {
+			f.t.Fatalf("WorkExpire(Max 1, ID %s): %v", id, err)
+		}
+		if len(got) != 1 || got[0].ID == id {
+			f.t.Errorf("WorkExpire(Max 1, ID %s) timed out %v; want one of the others due, not %s", id, ids(got), id)
+		}
+	}
+	f.wantState("w-later", store.StateQueued)
+	f.wantState("w-ended", store.StateCancelled)
+	got, err = f.s.WorkExpire(f.ctx, store.WorkExpireParams{Now: now, Max: 5, ID: "w-later"})
+	if err != nil || len(got) != 0 {
+		f.t.Errorf("WorkExpire once every due unit ended = %v, %v; want none", ids(got), err)
 	}
 }
