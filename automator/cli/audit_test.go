@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/store"
 )
 
@@ -40,14 +39,7 @@ func TestAuditListsTheEventsOfAnAccountAUnitOrSomeKinds(t *testing.T) {
 	t.Parallel()
 	dir := initDir(t)
 	ctx := t.Context()
-	cfg, err := config.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := openStore(ctx, dir, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := dataDirStore(t, dir)
 	now := time.Now()
 	queued := now.Add(-90 * 24 * time.Hour)
 	stored := store.NewWorkID(queued)                    // still in the work table

@@ -34,18 +34,11 @@ func seedListings(t *testing.T) string {
 	t.Helper()
 	dir := initDir(t)
 	ctx := t.Context()
-	cfg, err := config.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	master, err := crypto.ReadMasterKeyFile(filepath.Join(dir, config.FileMasterKey))
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := openStore(ctx, dir, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := dataDirStore(t, dir)
 	defer st.Close()
 	keys := map[string]crypto.Key{}
 	for _, name := range []string{"acme", "globex", "initech", "stark"} {
@@ -155,6 +148,21 @@ func seedListings(t *testing.T) string {
 		}
 	}
 	return dir
+}
+
+// dataDirStore opens the store of data directory dir as its commands do,
+// for a test to fill or read it behind their back; the caller closes it.
+func dataDirStore(t *testing.T, dir string) store.Store {
+	t.Helper()
+	cfg, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := openStore(t.Context(), dir, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 // golden compares got with testdata/NAME (rewritten with -update).

@@ -12,7 +12,6 @@ import (
 
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/client"
-	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/store"
 )
 
@@ -64,14 +63,7 @@ func checkTableReason(t *testing.T, out, id, latest, whole string) {
 func TestWorkListShowsWhyNoInstanceClaimedAUnit(t *testing.T) {
 	dir := seedListings(t)
 	ctx := t.Context()
-	cfg, err := config.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := openStore(ctx, dir, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := dataDirStore(t, dir)
 	if _, err := st.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: "w_10", Account: "acme", KeyID: 1, Now: listNow.Add(-time.Minute),
 		Deadline: listNow.Add(-time.Second), SealedCommand: []byte("sealed")}); err != nil {
 		t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/store"
 )
 
@@ -34,14 +33,7 @@ func TestWorkListReadsItsUnitsAChunkAtATime(t *testing.T) {
 	t.Parallel()
 	dir := seedListings(t)
 	ctx := t.Context()
-	cfg, err := config.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := openStore(ctx, dir, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := dataDirStore(t, dir)
 	defer st.Close()
 	// More units than two chunks, some sharing a queue time.
 	for i := range 2*workListChunk + 7 {
