@@ -15,10 +15,15 @@
 //     how many, how full, how busy (WatchBatches);
 //   - per account, read from the store at each scrape and so the same on
 //     every replica sharing it: queue depth, age of the oldest queued unit,
-//     units in flight, instances known and online.
+//     units in flight, instances known, online and refused.
 //
-// Every series is named automator_*. The registry is the automator's own,
-// with the Go runtime and process collectors beside ours.
+// Every series is named automator_*, and README.md's table of metrics lists
+// each family with its labels (TestEveryMetricIsDocumentedWithItsLabels in
+// package server checks it against a scrape). No label holds a unit, a
+// claim, an instance, an API key or an address, which callers and proxies
+// choose: the series grow with the accounts only, and AccountGone drops a
+// deleted account's. The registry is the automator's own, with the Go
+// runtime and process collectors beside ours.
 package metrics
 
 import (
@@ -55,10 +60,12 @@ type Options struct {
 }
 
 // Buckets, in seconds. A unit waits for a claim from about a millisecond
-// (an instance was polling) to its deadline (5 minutes by default); it ends
-// up to a day after it was queued.
+// (an instance was polling) to its deadline: 5 minutes by default, up to a
+// day (server.Options.MaxTimeout), and a wait past the last bucket would
+// read as that bucket's bound in histogram_quantile. It ends up to a day
+// after it was queued.
 var (
-	claimBuckets  = []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300}
+	claimBuckets  = []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 900, 3600, 86400}
 	finishBuckets = []float64{.01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 900, 3600, 86400}
 	storeBuckets  = prometheus.ExponentialBuckets(0.0001, 4, 10) // 100µs to 26s
 )
