@@ -4,7 +4,9 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -129,5 +131,65 @@ func TestServeFinishesAnUnfinishedAccountDeletion(t *testing.T) {
 	}
 	if code, out, stderr := runMain(t, "work", "list", "--account", d.Tombstone, "--limit", "1000", "--data-dir", dir, "--json"); code != 0 || strings.Count(out, `"work_id"`) != 150 {
 		t.Errorf("work list of the tombstone: exit %d, stderr %q; want its 150 units:\n%s", code, stderr, out)
+	}
+}
+
+// TestServeDeletesAuditEventsPastAuditRetention: with audit_retention set,
+// serve deletes the audit events stamped longer ago than that as it starts
+// (and every hour after), keeps the rest, and records what it deleted in
+// an audit.purged event.
+func TestServeDeletesAuditEventsPastAuditRetention(t *testing.T) {
+	t.Parallel()
+	dir := initDir(t)
+	cfg, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AuditRetention = 48 * time.Hour
+	if err := config.Save(dir, cfg); err != nil {
+		t.Fatal(err)
+	}
+	st, err := sqlitestore.Open(t.Context(), cfg.DBPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []struct {
+		detail string
+		age    time.Duration
+	}{{"old", 72 * time.Hour}, {"young", 24 * time.Hour}} {
+		if _, err := st.AuditAppend(t.Context(), store.AuditEvent{At: time.Now().Add(-e.age), Kind: store.AuditAuthFailed, Detail: e.detail}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s := serveDirInProcess(t, dir)
+	automatortest.WaitFor(t, 15*time.Second, "serve to log its purge of the audit log", func() bool {
+		return strings.Contains(s.log.String(), `"msg":"deleted audit events past the retention","replica_id"`)
+	})
+	// The old event goes, though appended after init's, which stay.
+	code, out, stderr := runMain(t, "audit", "--data-dir", dir, "--json")
+	if code != 0 {
+		t.Fatalf("audit: exit %d: %s", code, stderr)
+	}
+	var details []string
+	var purged auditJSON
+	for line := range strings.Lines(out) {
+		var e auditJSON
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("audit line %q: %v", line, err)
+		}
+		details = append(details, e.Detail)
+		if e.Kind == store.AuditPurged {
+			purged = e
+		}
+	}
+	if slices.Contains(details, "old") || !slices.Contains(details, "young") {
+		t.Errorf("the audit log after a purge of 48 h: %q; want the event of 72 h ago gone, that of 24 h ago kept", details)
+	}
+	if purged.Actor != "automator" || !strings.HasPrefix(purged.Detail, "audit_retention 48h0m0s: the events stamped before ") {
+		t.Errorf("the purge's event: %+v; want audit.purged by automator, naming the retention and how far", purged)
 	}
 }

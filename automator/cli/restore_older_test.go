@@ -112,11 +112,14 @@ func TestRestoreOfAnOlderBackupSaysItWasMigrated(t *testing.T) {
 // deleted (9), before the listing indexes of the units that ended
 // without success (10), before instances that said they were stopping
 // (11), before the run and number of an instance's poll (12), before
-// instances whose polls are refused for want of a usable key (13) and
-// before the cause of a refusal (14).
+// instances whose polls are refused for want of a usable key (13),
+// before the cause of a refusal (14) and before audit events could be
+// deleted past audit_retention (15).
 func downgradeToVersion8(t *testing.T, path string) {
 	t.Helper()
-	execSQLite(t, path, `ALTER TABLE instances DROP COLUMN stopped_at`,
+	execSQLite(t, path, `DROP TABLE audit_purged`, `DROP TRIGGER audit_no_delete`,
+		`CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END`,
+		`ALTER TABLE instances DROP COLUMN stopped_at`,
 		`ALTER TABLE instances DROP COLUMN poll_run`, `ALTER TABLE instances DROP COLUMN poll_seq`,
 		`ALTER TABLE instances DROP COLUMN refused_at`, `ALTER TABLE instances DROP COLUMN refused_key_ids`,
 		`ALTER TABLE instances DROP COLUMN refused_cause`,

@@ -245,7 +245,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	recorderDone := make(chan struct{})
 	go func() { srv.RecordInstances(recordCtx); close(recorderDone) }()
 	heartbeatDone := startHeartbeat(runCtx, st, cfg.ReplicaID, log)
-	purgeDone := startPurge(runCtx, srv, dash, timed, cfg.WorkRetention, log)
+	purgeDone := startPurge(runCtx, srv, dash, timed, cfg.WorkRetention, cfg.AuditRetention, log)
 
 	serving := config.Serving{GRPC: lis.Addr().String(), HTTP: hlis.Addr().String(), Plaintext: cfg.InsecurePlaintext, DB: servedDB(*dir, cfg)}
 	if err := config.WriteServing(*dir, serving); err != nil {
@@ -342,7 +342,7 @@ var httpIdleTimeout = 2 * time.Minute
 var httpReadTimeout = 2 * time.Minute
 
 // purgeEvery is how often serve deletes what it no longer needs: the ended
-// units past work_retention, the records of dashboard sign-outs whose
+// units past work_retention, the audit events past audit_retention, the records of dashboard sign-outs whose
 // sessions have expired and the heartbeats of replicas not heard from for
 // replicaForgetAfter. It finishes the account deletions left unfinished
 // as often.
@@ -351,14 +351,20 @@ const purgeEvery = time.Hour
 // startPurge deletes, at once and then every purgeEvery until ctx is done,
 // the records of dashboard sign-outs whose sessions have expired, the
 // heartbeats of replicas not heard from for replicaForgetAfter and, with a
-// retention, the ended units past it; then it finishes the account
-// deletions left unfinished (server.FinishDeletions). The returned channel
-// closes when it has stopped.
-func startPurge(ctx context.Context, srv *server.Server, dash *dashboard.Dashboard, st store.Store, retention time.Duration, log *slog.Logger) <-chan struct{} {
+// retention, the ended units past it and, with an audit retention, the
+// audit events past that; then it finishes the account deletions left
+// unfinished (server.FinishDeletions). The returned channel closes when it
+// has stopped.
+func startPurge(ctx context.Context, srv *server.Server, dash *dashboard.Dashboard, st store.Store, retention, auditRetention time.Duration, log *slog.Logger) <-chan struct{} {
 	purge := func() {
 		if retention > 0 {
 			if _, err := srv.PurgeEnded(ctx, retention); err != nil && ctx.Err() == nil {
 				log.Error("deleting ended units past work_retention", "err", err)
+			}
+		}
+		if auditRetention > 0 {
+			if _, err := srv.PurgeAudit(ctx, auditRetention); err != nil && ctx.Err() == nil {
+				log.Error("deleting audit events past audit_retention", "err", err)
 			}
 		}
 		n, err := dash.PurgeEndedSessions(ctx)

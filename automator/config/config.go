@@ -115,6 +115,10 @@ type Config struct {
 	// were queued: serve deletes older ones every hour (their audit
 	// records stay). Zero, the default, keeps every unit.
 	WorkRetention time.Duration `yaml:"work_retention,omitempty"`
+	// AuditRetention, when set, is how long audit events are kept: serve
+	// deletes older ones every hour, and records that it did (an
+	// audit.purged event). Zero, the default, keeps every event.
+	AuditRetention time.Duration `yaml:"audit_retention,omitempty"`
 }
 
 // MaxHTTPConnections bounds http_max_connections.
@@ -134,6 +138,10 @@ func checkAllowedHost(h string) error {
 // MinWorkRetention is the shortest WorkRetention: a unit's idempotency key
 // binds it for 24 hours, and the unit must outlive that.
 const MinWorkRetention = 24 * time.Hour
+
+// MinAuditRetention is the shortest AuditRetention: yesterday's trail is
+// what an incident looked into today needs.
+const MinAuditRetention = 24 * time.Hour
 
 // Default returns the settings init writes for a public URL.
 func Default(publicURL string) Config {
@@ -207,6 +215,9 @@ func (c Config) Validate() error {
 	}
 	if c.WorkRetention != 0 && c.WorkRetention < MinWorkRetention {
 		errs = append(errs, fmt.Errorf("work_retention: %v is under %v (the idempotency window); 0 keeps every unit", c.WorkRetention, MinWorkRetention))
+	}
+	if c.AuditRetention != 0 && c.AuditRetention < MinAuditRetention {
+		errs = append(errs, fmt.Errorf("audit_retention: %v is under %v; 0 keeps every event", c.AuditRetention, MinAuditRetention))
 	}
 	if c.LogFormat != "" && c.LogFormat != "text" && c.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("log_format: %q is not text or json", c.LogFormat))

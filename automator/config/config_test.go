@@ -165,7 +165,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte("limits:\n  max_stdin: 4096\n  max_queued_per_account: -1\n  failed_auth_refill: 1h1s\n"))
 	f.Add([]byte("---\n---\n"))
 	f.Add([]byte("listen: 127.0.0.1:8443\nhttp_listen: 127.0.0.1:8080\nhttp_allowed_hosts: [\"*.corp.example\"]\npublic_url: http://127.0.0.1:8443\ndb: postgres://u@h/db\n" +
-		"insecure_plaintext: true\ndefault_timeout: 1m\npoll_window: 100ms\nwork_retention: 720h\nlog_format: json\ndashboard_reveal_keys: [k_1]\nlimits:\n  max_args: 10\n"))
+		"insecure_plaintext: true\ndefault_timeout: 1m\npoll_window: 100ms\nwork_retention: 720h\naudit_retention: 8760h\nlog_format: json\ndashboard_reveal_keys: [k_1]\nlimits:\n  max_args: 10\n"))
 	f.Add([]byte("poll_window: \"30\\ns\"\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var c Config
@@ -247,6 +247,18 @@ func TestWorkRetentionIsZeroOrADayOrMore(t *testing.T) {
 		c.WorkRetention = d
 		if err := c.Validate(); (err == nil) != ok || (err != nil && !strings.Contains(err.Error(), "work_retention: ")) {
 			t.Errorf("work_retention %v: %v, want valid %v", d, err, ok)
+		}
+	}
+}
+
+// TestAuditRetentionIsZeroOrADayOrMore: 0 keeps every audit event;
+// otherwise at least a day's.
+func TestAuditRetentionIsZeroOrADayOrMore(t *testing.T) {
+	for d, ok := range map[time.Duration]bool{0: true, 24 * time.Hour: true, 8760 * time.Hour: true, time.Hour: false, -time.Hour: false} {
+		c := Default("https://h:1")
+		c.AuditRetention = d
+		if err := c.Validate(); (err == nil) != ok || (err != nil && !strings.Contains(err.Error(), "audit_retention: ")) {
+			t.Errorf("audit_retention %v: %v, want valid %v", d, err, ok)
 		}
 	}
 }

@@ -335,6 +335,11 @@ func (s *timedStore) AuditAppend(ctx context.Context, e store.AuditEvent) (store
 	return s.Store.AuditAppend(ctx, e)
 }
 
+func (s *timedStore) AuditPurge(ctx context.Context, p store.AuditPurgeParams) (int, error) {
+	defer s.since("AuditPurge", time.Now())
+	return s.Store.AuditPurge(ctx, p)
+}
+
 func (s *timedStore) AuditList(ctx context.Context, p store.AuditListParams) ([]store.AuditEvent, error) {
 	defer s.since("AuditList", time.Now())
 	return s.Store.AuditList(ctx, p)

@@ -221,6 +221,35 @@ func (s *Server) PurgeEnded(ctx context.Context, retention time.Duration) (int, 
 	}
 }
 
+// auditPurgeBatch is how many audit events one purge write deletes: a few
+// hundred bytes each, some milliseconds a batch.
+const auditPurgeBatch = 1000
+
+// PurgeAudit deletes the audit events stamped more than retention ago,
+// oldest first, a batch per write paced as PurgeEnded's, and returns how
+// many. The first write that reaches further than any earlier purge
+// appends an audit.purged event saying how far (store.AuditPurge), so the
+// log says what it no longer holds.
+func (s *Server) PurgeAudit(ctx context.Context, retention time.Duration) (int, error) {
+	before := s.clock.Now().Add(-retention)
+	total := 0
+	for {
+		start := s.clock.Now()
+		n, err := s.store.AuditPurge(ctx, store.AuditPurgeParams{Before: before, Max: auditPurgeBatch,
+			Audit: store.AuditEvent{At: start, Kind: store.AuditPurged, Actor: sweeperActor, Detail: "audit_retention " + retention.String()}})
+		total += n
+		if err == nil && n == auditPurgeBatch {
+			err = s.purgePause(ctx, max(s.clock.Now().Sub(start), purgePauseMin))
+		}
+		if err != nil || n < auditPurgeBatch {
+			if total > 0 {
+				s.log.Info("deleted audit events past the retention", "count", total, "stamped_before", before, "audit_retention", retention)
+			}
+			return total, err
+		}
+	}
+}
+
 // retiredKeyGrace is how long after a previous key's overlap ended it is
 // kept at least, and how long after that a unit queued then keeps it: the
 // most that the time an automator stores with a unit sealed with it may lag

@@ -1,6 +1,9 @@
 package store
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Types of credential rotation, of the audit log and of dashboard sessions
 // (docs/security.md).
@@ -89,6 +92,10 @@ const (
 // or by `account delete` run again, which frees the name.
 const AuditAccountDeletionFinished = "account.deletion_finished"
 
+// AuditPurged: the oldest events of the audit log, past audit_retention,
+// were deleted (AuditPurge).
+const AuditPurged = "audit.purged"
+
 // AuditKinds are the kinds of audit events, in the order docs/security.md
 // lists them: what `automator audit --kind` accepts.
 var AuditKinds = []string{
@@ -98,6 +105,7 @@ var AuditKinds = []string{
 	AuditAccountCreated, AuditTokenRotated, AuditKeyRotated, AuditAPIKeyCreated, AuditAPIKeyRevoked, AuditCertRenewed,
 	AuditBackup, AuditRestore,
 	AuditAccountDeleted, AuditAccountDeletionFinished,
+	AuditPurged,
 }
 
 // AuditEvent is one entry of the audit log. It never holds a secret, an
@@ -150,6 +158,39 @@ type AuditListParams struct {
 	Account string
 	WorkID  string
 	Kinds   []string
+}
+
+// AuditPurgeParams delete the old events of the audit log (AuditPurge).
+type AuditPurgeParams struct {
+	// Before: the events stamped before it are deleted.
+	Before time.Time
+	// Max bounds how many events one call deletes; it must be positive.
+	Max int
+	// Audit is the audit.purged event appended, in the same transaction,
+	// by the call that first deletes events before a later Before than
+	// any earlier purge; its Detail gets Before added
+	// (AuditPurgedDetail).
+	Audit AuditEvent
+}
+
+// CheckAuditPurge refuses params no store runs: a Max that is not
+// positive, and an audit.purged event stamped before what it deletes, which
+// would delete its own record.
+func CheckAuditPurge(p AuditPurgeParams) error {
+	if p.Max <= 0 {
+		return fmt.Errorf("purging the audit log: max %d must be positive", p.Max)
+	}
+	if p.Audit.At.Before(p.Before) {
+		return fmt.Errorf("purging the audit log: its event is stamped %s, before the events it deletes (%s)", p.Audit.At.UTC().Format(time.RFC3339Nano), p.Before.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// AuditPurgedDetail is the Detail of the audit.purged event of a purge of
+// the events stamped before before: what the caller said (the retention)
+// and what went.
+func AuditPurgedDetail(said string, before time.Time) string {
+	return fmt.Sprintf("%s: the events stamped before %s deleted", said, before.UTC().Format(time.RFC3339))
 }
 
 // DashboardSessionEndParams record that a dashboard session was signed out

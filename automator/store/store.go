@@ -1091,6 +1091,12 @@ type Store interface {
 	AuditAppend(ctx context.Context, e AuditEvent) (AuditEvent, error)
 	// AuditList returns events in the order they were appended (by Seq).
 	AuditList(ctx context.Context, p AuditListParams) ([]AuditEvent, error)
+	// AuditPurge deletes at most p.Max of the events stamped before
+	// p.Before, oldest first, in one transaction, and returns how many.
+	// Before it deletes any, it records p.Before (the database refuses
+	// the deletion of any event stamped at or after the latest recorded),
+	// with p.Audit appended when p.Before is later than any recorded.
+	AuditPurge(ctx context.Context, p AuditPurgeParams) (int, error)
 	// WorkQueuedCount counts the queued units of an account, stopping at
 	// atMost (so the cost is bounded); atMost <= 0 counts them all.
 	WorkQueuedCount(ctx context.Context, account string, atMost int) (int, error)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -107,4 +108,42 @@ func appendAuditArgs(args []any, e *store.AuditEvent) []any {
 		return args
 	}
 	return append(args, e.At, e.Kind, e.Actor, e.Source, e.SealedScript, e.Detail)
+}
+
+func (s *Store) AuditPurge(ctx context.Context, p store.AuditPurgeParams) (int, error) {
+	if err := store.CheckAuditPurge(p); err != nil {
+		return 0, err
+	}
+	var n int64
+	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		// On record before any event goes, when there is one to delete
+		// and the record does not cover it yet: the delete trigger
+		// refuses every event stamped at or after the latest before.
+		// Another replica's purge that recorded the same time meanwhile
+		// wrote its event.
+		var due bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM audit WHERE at < $1)`, p.Before).Scan(&due); err != nil || !due {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `INSERT INTO audit_purged (before, at)
+SELECT $1::timestamptz, $2::timestamptz WHERE NOT EXISTS (SELECT 1 FROM audit_purged WHERE before >= $1::timestamptz)
+ON CONFLICT (before) DO NOTHING`, p.Before, p.Audit.At)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 1 {
+			e := p.Audit
+			e.Detail = store.AuditPurgedDetail(e.Detail, p.Before)
+			if _, err := insertAudit(ctx, tx, e); err != nil {
+				return err
+			}
+		}
+		tag, err = tx.Exec(ctx, `DELETE FROM audit WHERE seq IN (SELECT seq FROM audit WHERE at < $1 ORDER BY at LIMIT $2)`, p.Before, p.Max)
+		n = tag.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("purging the audit log of the events before %s: %w", p.Before.UTC().Format(time.RFC3339), err)
+	}
+	return int(n), nil
 }

@@ -209,6 +209,37 @@ ALTER TABLE instances ADD COLUMN refused_key_ids text NOT NULL DEFAULT '';
 -- say the cause then.
 ALTER TABLE instances ADD COLUMN refused_cause text NOT NULL DEFAULT '';
 `},
+	{version: 11, name: "audit events deleted past audit_retention", sql: `
+-- The audit log's old events may be deleted past audit_retention, and only
+-- those: a purge first records here the time before which it deletes the
+-- events (with an audit.purged event, stamped later, in the same
+-- transaction), and the log's delete trigger refuses any event stamped at
+-- or after the latest recorded. So the log stays append-only but for its
+-- old events, whose deletion is itself on record. Rows here are never
+-- changed nor removed (nor truncated).
+CREATE TABLE audit_purged (
+	before timestamptz PRIMARY KEY,
+	at     timestamptz NOT NULL
+);
+CREATE TRIGGER audit_purged_no_update_delete BEFORE UPDATE OR DELETE ON audit_purged
+	FOR EACH ROW EXECUTE FUNCTION audit_append_only();
+CREATE TRIGGER audit_purged_no_truncate BEFORE TRUNCATE ON audit_purged
+	FOR EACH STATEMENT EXECUTE FUNCTION audit_append_only();
+-- The triggers on audit stay as they were (an older replica's writes meet
+-- the same ones during a rolling upgrade): their function lets a DELETE
+-- of an event stamped before the latest recorded time through.
+CREATE OR REPLACE FUNCTION audit_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF TG_OP = 'DELETE' AND TG_TABLE_NAME = 'audit' THEN
+		IF OLD.at < (SELECT max(before) FROM audit_purged) THEN
+			RETURN OLD;
+		END IF;
+		RAISE EXCEPTION 'the audit log is append-only: only events stamped before a recorded purge are deleted';
+	END IF;
+	RAISE EXCEPTION 'the audit log is append-only';
+END
+$$;
+`},
 }
 
 // migrationLockKey is the advisory lock (two int4 keys: the first fixed for

@@ -35,6 +35,7 @@ var upgradeFills = map[int]upgradeFill{
 	8:  {storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true, DashboardSessions: true}, fillV4}, // new columns with defaults only
 	9:  {storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true, DashboardSessions: true}, fillV4}, // new columns, nullable or with defaults
 	10: {storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true, DashboardSessions: true}, fillV4}, // a new column with a default only
+	11: {storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true, DashboardSessions: true}, fillV4}, // a new table, empty, and triggers
 }
 
 var hasV2 = storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/opsgate/opsgate/automator/store"
 )
@@ -130,4 +131,51 @@ func auditListQuery(p store.AuditListParams) (string, []any) {
 		return auditSinceQuery, []any{toNanos(p.Since), p.Limit, nil, p.Account, p.WorkID, kinds}
 	}
 	return auditPageQuery, []any{p.AfterSeq, toNanos(p.Since), p.Limit, p.Account, p.WorkID, kinds}
+}
+
+// auditPurgeQuery deletes the ?2 oldest events stamped before ?1, found in
+// audit_at.
+const auditPurgeQuery = `DELETE FROM audit WHERE seq IN (
+SELECT seq FROM audit INDEXED BY audit_at WHERE at < ?1 ORDER BY at LIMIT ?2)`
+
+func (s *Store) AuditPurge(ctx context.Context, p store.AuditPurgeParams) (int, error) {
+	if err := store.CheckAuditPurge(p); err != nil {
+		return 0, err
+	}
+	before := toNanos(p.Before)
+	var n int64
+	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
+		// On record before any event goes, when there is one to delete
+		// and the record does not cover it yet: the delete trigger
+		// refuses every event stamped at or after the latest before.
+		var due, recorded bool
+		if err := tx.QueryRowContext(ctx, `SELECT
+	EXISTS (SELECT 1 FROM audit INDEXED BY audit_at WHERE at < ?1),
+	EXISTS (SELECT 1 FROM audit_purged WHERE before >= ?1)`, before).Scan(&due, &recorded); err != nil {
+			return err
+		}
+		if !due {
+			return nil
+		}
+		if !recorded {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO audit_purged (before, at) VALUES (?, ?)`, before, toNanos(p.Audit.At)); err != nil {
+				return err
+			}
+			e := p.Audit
+			e.Detail = store.AuditPurgedDetail(e.Detail, p.Before)
+			if _, err := insertAudit(ctx, tx, e); err != nil {
+				return err
+			}
+		}
+		res, err := tx.ExecContext(ctx, auditPurgeQuery, before, p.Max)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("purging the audit log of the events before %s: %w", p.Before.UTC().Format(time.RFC3339), err)
+	}
+	return int(n), nil
 }

@@ -254,6 +254,27 @@ ALTER TABLE instances ADD COLUMN refused_key_ids TEXT NOT NULL DEFAULT '';
 -- say the cause then.
 ALTER TABLE instances ADD COLUMN refused_cause TEXT NOT NULL DEFAULT '';
 `},
+	{version: 15, name: "audit events deleted past audit_retention", sql: `
+-- The audit log's old events may be deleted past audit_retention, and only
+-- those: a purge first records here the time before which it deletes the
+-- events (with an audit.purged event, stamped later, in the same
+-- transaction), and the log's delete trigger refuses any event stamped at
+-- or after the latest recorded. So the log stays append-only but for its
+-- old events, whose deletion is itself on record. Rows here are never
+-- changed nor removed.
+CREATE TABLE audit_purged (
+	before INTEGER PRIMARY KEY,
+	at     INTEGER NOT NULL
+) STRICT;
+CREATE TRIGGER audit_purged_no_update BEFORE UPDATE ON audit_purged
+BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+CREATE TRIGGER audit_purged_no_delete BEFORE DELETE ON audit_purged
+BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+DROP TRIGGER audit_no_delete;
+CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
+WHEN OLD.at >= (SELECT COALESCE(MAX(before), 0) FROM audit_purged)
+BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: only events stamped before a recorded purge are deleted'); END;
+`},
 }
 
 // migrate applies the migrations not yet recorded in schema_migrations, all

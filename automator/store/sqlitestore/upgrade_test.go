@@ -36,6 +36,7 @@ var upgradeFills = map[int]upgradeFill{
 	12: {storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true, DashboardSessions: true}, fillV7}, // new columns with defaults only
 	13: {storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true, DashboardSessions: true}, fillV7}, // new columns with defaults only
 	14: {storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true, DashboardSessions: true}, fillV7}, // new columns with defaults only
+	15: {storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true, DashboardSessions: true}, fillV7}, // a new table, empty, and a trigger
 }
 
 var hasV3 = storetest.UpgradeHas{Replicas: true, Rotation: true, APIKeyScopes: true, Audit: true}

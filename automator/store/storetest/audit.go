@@ -163,3 +163,75 @@ func testAuditListFilters(f *fixture) {
 		}
 	}
 }
+
+// testAuditPurge: AuditPurge deletes the events stamped before Before,
+// oldest first, Max at a time, whatever order they were appended in. Its
+// first call for a Before later than any earlier purge's appends one
+// audit.purged event saying so; the calls that go on with that Before
+// append none, nor does one that finds nothing to delete. A purge of
+// everything keeps its own event.
+func testAuditPurge(f *fixture) {
+	stamps := []time.Duration{10 * time.Second, 12 * time.Second, 11 * time.Second, 13 * time.Second,
+		20 * time.Second, 14 * time.Second, 30 * time.Second}
+	for i, d := range stamps {
+		if _, err := f.s.AuditAppend(f.ctx, store.AuditEvent{At: at(d), Kind: store.AuditAuthFailed, Detail: fmt.Sprintf("event %d", i)}); err != nil {
+			f.t.Fatalf("AuditAppend(event %d): %v", i, err)
+		}
+	}
+	list := func() []store.AuditEvent {
+		f.t.Helper()
+		es, err := f.s.AuditList(f.ctx, store.AuditListParams{Limit: 100})
+		if err != nil {
+			f.t.Fatalf("AuditList: %v", err)
+		}
+		return es
+	}
+	details := func(es []store.AuditEvent) []string {
+		var out []string
+		for _, e := range es {
+			out = append(out, e.Detail)
+		}
+		return out
+	}
+	purge := func(before time.Time, limit int, said string, now time.Time) int {
+		f.t.Helper()
+		n, err := f.s.AuditPurge(f.ctx, store.AuditPurgeParams{Before: before, Max: limit,
+			Audit: store.AuditEvent{At: now, Kind: store.AuditPurged, Actor: "automator", Detail: said}})
+		if err != nil {
+			f.t.Fatalf("AuditPurge(before %v, max %d): %v", before.Sub(base), limit, err)
+		}
+		return n
+	}
+	if _, err := f.s.AuditPurge(f.ctx, store.AuditPurgeParams{Before: at(time.Hour), Audit: store.AuditEvent{At: at(2 * time.Hour), Kind: store.AuditPurged}}); err == nil {
+		f.t.Errorf("AuditPurge with Max 0: no error, want one")
+	}
+	if _, err := f.s.AuditPurge(f.ctx, store.AuditPurgeParams{Before: at(time.Hour), Max: 10, Audit: store.AuditEvent{At: at(time.Minute), Kind: store.AuditPurged}}); err == nil {
+		f.t.Errorf("AuditPurge whose event is stamped before what it deletes: no error, want one (it would delete its own record)")
+	}
+
+	// Before 15s: events 0, 1, 2, 3 and 5 (14s, appended after 20s) go.
+	for i, want := range []int{2, 2, 1, 0} {
+		if n := purge(at(15*time.Second), 2, fmt.Sprint("retention ", i), at(40*time.Second)); n != want {
+			f.t.Errorf("purge %d of at most 2 before 15s deleted %d events, want %d", i, n, want)
+		}
+	}
+	want := []string{"event 4", "event 6", store.AuditPurgedDetail("retention 0", at(15*time.Second))}
+	got := list()
+	if !slices.Equal(details(got), want) {
+		f.t.Fatalf("the log after purging the events before 15s = %q; want %q", details(got), want)
+	}
+	if e := got[2]; e.Kind != store.AuditPurged || e.Actor != "automator" || !e.At.Equal(at(40*time.Second)) {
+		f.t.Errorf("the purge's event = %+v; want audit.purged by automator at 40s", e)
+	}
+	if n := purge(at(16*time.Second), 10, "nothing to delete", at(41*time.Second)); n != 0 || len(list()) != 3 {
+		f.t.Errorf("a purge finding nothing before its time deleted %d events and left %d; want none deleted, no event added", n, len(list()))
+	}
+
+	// Everything stamped before an hour, the first purge's event too.
+	if n := purge(at(time.Hour), 100, "retention 4", at(2*time.Hour)); n != 3 {
+		f.t.Errorf("the purge of everything deleted %d events, want 3", n)
+	}
+	if got := list(); !slices.Equal(details(got), []string{store.AuditPurgedDetail("retention 4", at(time.Hour))}) {
+		f.t.Errorf("the log after purging everything = %q; want this purge's event alone", details(got))
+	}
+}

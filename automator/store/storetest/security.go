@@ -27,6 +27,7 @@ var securityCases = []testCase{
 	{"AuditAppendThenListInOrder", testAuditAppendThenList},
 	{"AuditListSinceReturnsEveryEventFromThenOnEvenStampedOutOfOrder", testAuditListSince},
 	{"AuditListKeepsTheEventsOfAnAccountAUnitAndSomeKinds", testAuditListFilters},
+	{"AuditPurgeDeletesTheOldEventsOnRecord", testAuditPurge},
 	{"WorkEnqueueAppendsItsAuditEventWithTheUnitOnly", testWorkEnqueueAppendsAudit},
 	{"WorkQueuedCountCountsQueuedUnitsOfTheAccount", testWorkQueuedCount},
 	{"UnitEndsAppendTheirAuditEventInTheSameWrite", testUnitEndsAppendAudit},
