@@ -6,10 +6,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/crypto"
 	"github.com/opsgate/opsgate/internal/clihelp"
@@ -38,17 +41,17 @@ func cmdAudit(ctx context.Context, args []string, env Env) error {
 	if *since < 0 {
 		return fmt.Errorf("--since %v must be positive", *since)
 	}
-	var empty error
-	fs.Visit(func(f *flag.Flag) {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, f := range []struct{ name, value, every string }{{"account", *account, "account"}, {"work", *work, "unit"}, {"kind", *kinds, "kind"}} {
 		// Given, and empty (a script's variable left empty): not taken
 		// for no filter, which would list every event.
-		every := map[string]string{"account": "account", "work": "unit", "kind": "kind"}[f.Name]
-		if every != "" && f.Value.String() == "" && empty == nil {
-			empty = fmt.Errorf("--%s is empty; leave it out to list the events of every %s", f.Name, every)
+		if set[f.name] && f.value == "" {
+			return fmt.Errorf("--%s is empty; leave it out to list the events of every %s", f.name, f.every)
 		}
-	})
-	if empty != nil {
-		return empty
+	}
+	if *account != "" && !server.AccountNamePattern.MatchString(*account) {
+		return fmt.Errorf("--account %s is not an account name: it must match %s", printable.Quote(*account), server.AccountNamePattern)
 	}
 	if *work != "" && !store.ValidWorkID(*work) {
 		return fmt.Errorf("--work %q is not a work id (w_ and 32 hexadecimal digits)", *work)
@@ -72,42 +75,60 @@ func cmdAudit(ctx context.Context, args []string, env Env) error {
 	if *since > 0 {
 		p.Since = time.Now().Add(-*since)
 	}
-	if *work != "" {
-		// No index holds the work id: start at the unit's time rather
-		// than read the whole log.
-		from, err := workAuditFrom(ctx, st, *work)
-		if err != nil {
-			return err
-		}
-		if from.After(p.Since) {
-			p.Since = from
-		}
+	if *work == "" {
+		_, err := printAudit(ctx, st, master, p, env.Stdout, *asJSON)
+		return err
 	}
-	enc := json.NewEncoder(env.Stdout)
+	// No index holds the work id: start at the unit's time rather than
+	// read the whole log.
+	from, byID, err := workAuditFrom(ctx, st, *work)
+	if err != nil {
+		return err
+	}
+	since0 := p.Since
+	if from.After(p.Since) {
+		p.Since = from
+	}
+	n, err := printAudit(ctx, st, master, p, env.Stdout, *asJSON)
+	if err == nil && n == 0 && byID && p.Since != since0 {
+		// Dated by an id of the first releases, whose time is random
+		// bits that may read later than the unit: read it all.
+		p.Since = since0
+		_, err = printAudit(ctx, st, master, p, env.Stdout, *asJSON)
+	}
+	return err
+}
+
+// printAudit prints the events p selects, a page at a time, as JSON or as
+// lines, and returns how many.
+func printAudit(ctx context.Context, st store.Store, master crypto.MasterKey, p store.AuditListParams, out io.Writer, asJSON bool) (int, error) {
+	enc := json.NewEncoder(out)
+	n := 0
 	for {
 		events, err := st.AuditList(ctx, p)
 		if err != nil {
-			return err
+			return n, err
 		}
 		for _, e := range events {
+			n++
 			script := openScript(master, e)
-			if *asJSON {
+			if asJSON {
 				if err := enc.Encode(auditJSON{
 					Seq: e.Seq, At: e.At.UTC(), Kind: e.Kind, Actor: e.Actor, Source: e.Source, Account: e.Account,
 					WorkID: e.WorkID, InstanceID: e.InstanceID, Outcome: e.Outcome, Script: script, Detail: e.Detail,
 				}); err != nil {
-					return err
+					return n, err
 				}
 				continue
 			}
 			// A stdout that cannot take the log (a full disk under
 			// `> audit.txt`) fails the command, as the other listings do.
-			if _, err := fmt.Fprintln(env.Stdout, auditLine(e, script)); err != nil {
-				return err
+			if _, err := fmt.Fprintln(out, auditLine(e, script)); err != nil {
+				return n, err
 			}
 		}
 		if len(events) < p.Limit {
-			return nil
+			return n, nil
 		}
 		p.AfterSeq = events[len(events)-1].Seq
 	}
@@ -170,33 +191,33 @@ func auditKinds(list string) ([]string, error) {
 	var out []string
 	for _, k := range strings.Split(list, ",") {
 		k = strings.TrimSpace(k)
-		found := false
-		for _, kind := range store.AuditKinds {
-			if family, _, _ := strings.Cut(kind, "."); kind == k || family == k {
-				found = true
-				if !slices.Contains(out, kind) {
-					out = append(out, kind)
-				}
-			}
+		named, ok := auditFamilies[k]
+		if !ok && slices.Contains(store.AuditKinds, k) {
+			named, ok = []string{k}, true
 		}
-		if !found {
+		if !ok {
 			return nil, fmt.Errorf("--kind %q is not a kind of audit event; the kinds are %s, or their families %s",
-				k, strings.Join(store.AuditKinds, ", "), strings.Join(auditFamilies(), ", "))
+				k, strings.Join(store.AuditKinds, ", "), strings.Join(slices.Sorted(maps.Keys(auditFamilies)), ", "))
+		}
+		for _, kind := range named {
+			if !slices.Contains(out, kind) {
+				out = append(out, kind)
+			}
 		}
 	}
 	return out, nil
 }
 
-// auditFamilies are the parts before the dot of the audit events' kinds.
-func auditFamilies() []string {
-	var out []string
+// auditFamilies are the kinds of audit events by family, the part of a
+// kind before its dot.
+var auditFamilies = func() map[string][]string {
+	m := map[string][]string{}
 	for _, kind := range store.AuditKinds {
-		if f, _, _ := strings.Cut(kind, "."); !slices.Contains(out, f) {
-			out = append(out, f)
-		}
+		f, _, _ := strings.Cut(kind, ".")
+		m[f] = append(m[f], kind)
 	}
-	return out
-}
+	return m
+}()
 
 // auditSlack is how long before a unit was queued `audit --work` starts
 // reading: its events are stamped by the clocks of the replicas and hosts
@@ -205,19 +226,21 @@ const auditSlack = 24 * time.Hour
 
 // workAuditFrom is when the events of unit id can begin: a day before it
 // was queued. A unit the retention purge removed is dated by its id, which
-// holds the time it was made (store.NewWorkID); an id whose time is not
-// plausible (one made at random, by the first releases) gives no start.
-func workAuditFrom(ctx context.Context, st store.Store, id string) (time.Time, error) {
+// holds the time it was made (store.NewWorkID), and byID says so: the
+// first releases made ids at random, whose time may read later than the
+// unit (the caller then reads the whole log when it finds nothing), or
+// ages ahead (no start then).
+func workAuditFrom(ctx context.Context, st store.Store, id string) (from time.Time, byID bool, err error) {
 	w, err := st.WorkGet(ctx, id)
 	switch {
 	case err == nil:
-		return w.QueuedAt.Add(-auditSlack), nil
+		return w.QueuedAt.Add(-auditSlack), false, nil
 	case !errors.Is(err, store.ErrNotFound):
-		return time.Time{}, err
+		return time.Time{}, false, err
 	}
 	t, ok := store.WorkIDTime(id)
 	if !ok || t.After(time.Now().Add(auditSlack)) {
-		return time.Time{}, nil
+		return time.Time{}, false, nil
 	}
-	return t.Add(-auditSlack), nil
+	return t.Add(-auditSlack), true, nil
 }

@@ -33,8 +33,9 @@ func auditDetails(t *testing.T, dir string, args ...string) []string {
 // --account`, `--work` and `--kind` keep the events that match, all of
 // them. A unit's events are found whether it is still stored (by when it
 // was queued, also for an id of the first releases, made at random) or
-// purged (by the time its id holds), an event of another clock stamped
-// before it was queued included; a kind's family stands for its kinds.
+// purged (by the time its id holds, or, when that finds nothing, the whole
+// log), an event of another clock stamped before it was queued included; a
+// kind's family stands for its kinds.
 func TestAuditListsTheEventsOfAnAccountAUnitOrSomeKinds(t *testing.T) {
 	t.Parallel()
 	dir := initDir(t)
@@ -46,6 +47,9 @@ func TestAuditListsTheEventsOfAnAccountAUnitOrSomeKinds(t *testing.T) {
 	purged := store.NewWorkID(queued.Add(time.Minute))   // removed by the purge: never stored here
 	random := "w_ffffffffffff" + strings.Repeat("0", 20) // an id of the first releases: its "time" is ages ahead
 	randomPurged := "w_fffffffffffe" + strings.Repeat("0", 20)
+	// A purged unit of the first releases whose random id reads as ten
+	// days ago, months after the unit was queued.
+	randomRecent := store.NewWorkID(now.Add(-10 * 24 * time.Hour))
 	for _, u := range []struct {
 		id string
 		at time.Time
@@ -65,6 +69,7 @@ func TestAuditListsTheEventsOfAnAccountAUnitOrSomeKinds(t *testing.T) {
 		{At: queued.Add(2 * time.Minute), Kind: store.AuditWorkQueued, Account: "globex", WorkID: random, Detail: "random queued"},
 		{At: queued.Add(3 * time.Minute), Kind: store.AuditAuthFailed, Detail: "a wrong token"},
 		{At: queued.Add(4 * time.Minute), Kind: store.AuditWorkEnded, Account: "initech", WorkID: randomPurged, Detail: "random purged ended"},
+		{At: queued.Add(5 * time.Minute), Kind: store.AuditWorkEnded, Account: "initech", WorkID: randomRecent, Detail: "random recent ended"},
 		{At: now.Add(-time.Hour), Kind: store.AuditAuthDenied, Account: "acme", Detail: "acme denied"},
 		{At: now.Add(-time.Minute), Kind: store.AuditWorkEnded, Account: "globex", WorkID: random, Detail: "random ended"},
 		{At: now.Add(-time.Second), Kind: store.AuditWorkEnded, Account: "acme", WorkID: stored, Detail: "stored ended"},
@@ -83,6 +88,7 @@ func TestAuditListsTheEventsOfAnAccountAUnitOrSomeKinds(t *testing.T) {
 		{[]string{"--work", purged}, []string{"purged queued", "purged, by a clock an hour slow"}},
 		{[]string{"--work", random}, []string{"random queued", "random ended"}},
 		{[]string{"--work", randomPurged}, []string{"random purged ended"}},
+		{[]string{"--work", randomRecent}, []string{"random recent ended"}},
 		{[]string{"--work", stored, "--since", "1h"}, []string{"stored ended"}},
 		{[]string{"--account", "acme"}, []string{"stored, by a clock an hour slow", "stored queued", "purged queued", "purged, by a clock an hour slow", "acme denied", "stored ended"}},
 		{[]string{"--account", "acme", "--kind", "auth"}, []string{"acme denied"}},
@@ -110,6 +116,7 @@ func TestAuditRefusesFiltersItCannotUse(t *testing.T) {
 		{[]string{"--kind", "work.done"}, `--kind "work.done" is not a kind of audit event; the kinds are work.queued, work.duplicate, work.ended, work.refused, auth.failed,`},
 		{[]string{"--kind", "work,"}, `--kind "" is not a kind of audit event`},
 		{[]string{"--work", "w_123"}, `--work "w_123" is not a work id (w_ and 32 hexadecimal digits)`},
+		{[]string{"--account", "Acme"}, `--account "Acme" is not an account name: it must match`},
 		{[]string{"--work", ""}, "--work is empty; leave it out to list the events of every unit"},
 		{[]string{"--account", ""}, "--account is empty; leave it out to list the events of every account"},
 		{[]string{"--kind", ""}, "--kind is empty"},

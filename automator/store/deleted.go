@@ -33,6 +33,11 @@ func DeletedAccountName(name string, at time.Time) string {
 	return name + deletedInfix + at.UTC().Format("2006-01-02T15:04:05.000000Z07:00") + ")"
 }
 
+// DeletedAccountPrefix is how the names of account's tombstones begin
+// (DeletedAccountName): what a listing of the records of an account, its
+// deleted namesakes' included, matches beside the name itself.
+func DeletedAccountPrefix(account string) string { return account + deletedInfix }
+
 // OfAccount reports whether a unit whose account is unitAccount belongs to
 // account: it is account's own, or one it had when a namesake was deleted.
 func OfAccount(unitAccount, account string) bool {

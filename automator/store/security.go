@@ -151,10 +151,11 @@ type AuditListParams struct {
 	// Limit is the most events returned; it must be positive.
 	Limit int
 	// Account, WorkID and Kinds, when set, keep only the events of that
-	// account, of that unit, and of one of those kinds. No index holds
-	// them: a listing reads the events from Since on (from the first
-	// without it) and keeps those that match, so a page may read far more
-	// events than it returns.
+	// account (of its deleted namesakes too: OfAccount), of that unit, and
+	// of one of those kinds; a value no store can hold as text (Text)
+	// matches nothing. No index holds them: a listing reads the events
+	// from Since on (from the first without it) and keeps those that
+	// match, so a page may read far more events than it returns.
 	Account string
 	WorkID  string
 	Kinds   []string

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -55,19 +56,25 @@ func (s *Store) AuditList(ctx context.Context, p store.AuditListParams) ([]store
 	if p.Limit <= 0 {
 		return nil, fmt.Errorf("listing the audit log: limit %d must be positive", p.Limit)
 	}
+	// A filter PostgreSQL cannot take as text matches nothing, as in
+	// SQLite, rather than fail the query.
+	if !store.Text(p.Account) || !store.Text(p.WorkID) || slices.ContainsFunc(p.Kinds, func(k string) bool { return !store.Text(k) }) {
+		return nil, nil
+	}
 	// The filters are each true at once when not set (a zero-length
-	// array keeps every kind): one statement for every listing.
+	// array keeps every kind): one statement for every listing. An
+	// account's tombstones' names begin with $7.
 	kinds := p.Kinds
 	if kinds == nil {
 		kinds = []string{}
 	}
 	rows, err := s.pool.Query(ctx, `SELECT `+auditColumns+` FROM audit
 WHERE seq > $1 AND at >= $2
-AND ($4::text = '' OR account = $4)
+AND ($4::text = '' OR account = $4 OR left(account, length($7::text)) = $7)
 AND ($5::text = '' OR work_id = $5)
 AND (cardinality($6::text[]) = 0 OR kind = ANY($6))
 ORDER BY seq
-LIMIT $3`, p.AfterSeq, p.Since, p.Limit, p.Account, p.WorkID, kinds)
+LIMIT $3`, p.AfterSeq, p.Since, p.Limit, p.Account, p.WorkID, kinds, store.DeletedAccountPrefix(p.Account))
 	if err != nil {
 		return nil, fmt.Errorf("listing the audit log: %w", err)
 	}

@@ -80,57 +80,60 @@ func (s *Store) AuditList(ctx context.Context, p store.AuditListParams) ([]store
 	return out, nil
 }
 
-// auditPageQuery reads the events after a seq from a time on, by seq: the
-// next page of a listing. The filters of AuditListParams go in where
-// auditFilters says.
+// auditPageQuery reads the events after a seq (?1) from a time (?2) on,
+// by seq, at most ?3 of them: the next page of a listing. The filters of
+// AuditListParams go in where auditFilters says.
 const auditPageQuery = `SELECT ` + auditColumns + ` FROM audit
 WHERE seq > ?1 AND at >= ?2` + auditFilters + `
 ORDER BY seq
 LIMIT ?3`
 
-// auditSinceQuery reads the first page of the events from a time on. SQLite
-// plans auditPageQuery as SEARCH audit USING INTEGER PRIMARY KEY (rowid>?):
-// from AfterSeq 0 it reads every event from the first one on to reach the
-// last hour (seconds on a log of millions). This one first finds, in the
-// index on at, the smallest seq of the events from Since on and reads the
-// table from there. That min is no larger than the seq of any event it
-// keeps, so none is lost even when a later seq carries an earlier at (the
-// callers stamp at before the write queue), and at >= ?1 still decides which
-// events are kept: the same events, in the same order, as auditPageQuery. No
-// event from Since on: the min is NULL, and so is the answer (one statement,
-// one snapshot). INDEXED BY is needed: without it SQLite computes the min
-// with the same walk of the rowids from the first, stopping at the first
-// match. The min costs a walk of the index entries from Since on (a
-// millisecond for an hour of events, a quarter of a second for 60 days of 3
-// M events), so only the first page pays it: each next page starts after the
-// last seq of the previous one, already past the start.
+// auditSinceQuery reads the first page of the events from a time on, with
+// the parameters of auditPageQuery. SQLite plans auditPageQuery as SEARCH
+// audit USING INTEGER PRIMARY KEY (rowid>?): from AfterSeq 0 it reads every
+// event from the first one on to reach the last hour (seconds on a log of
+// millions). This one first finds, in the index on at, the smallest seq of
+// the events from Since on and reads the table from there. That min is no
+// larger than the seq of any event it keeps, so none is lost even when a
+// later seq carries an earlier at (the callers stamp at before the write
+// queue), and at >= ?2 still decides which events are kept: the same
+// events, in the same order, as auditPageQuery. No event from Since on: the
+// min is NULL, and so is the answer (one statement, one snapshot). INDEXED
+// BY is needed: without it SQLite computes the min with the same walk of
+// the rowids from the first, stopping at the first match. The min costs a
+// walk of the index entries from Since on (a millisecond for an hour of
+// events, a quarter of a second for 60 days of 3 M events), so only the
+// first page pays it: each next page starts after the last seq of the
+// previous one, already past the start.
 const auditSinceQuery = `SELECT ` + auditColumns + ` FROM audit
-WHERE seq >= (SELECT min(seq) FROM audit INDEXED BY audit_at WHERE at >= ?1) AND at >= ?1` + auditFilters + `
+WHERE seq >= (SELECT min(seq) FROM audit INDEXED BY audit_at WHERE at >= ?2) AND at >= ?2` + auditFilters + `
 ORDER BY seq
-LIMIT ?2`
+LIMIT ?3`
 
-// auditFilters keeps the events of an account (?4), of a unit (?5) and of
-// some kinds (?6, a JSON array), each only when set: one statement for
-// every listing, whose plan stays the walk by seq above (no index holds
-// these columns: an index on each would cost every unit's writes for a
-// read an operator makes now and then).
+// auditFilters keeps the events of an account (?4, or a name beginning with
+// ?7, its tombstones'), of a unit (?5) and of some kinds (?6, a JSON array),
+// each only when set: one statement for every listing, whose plan stays
+// the walk by seq above (store.AuditListParams says why no index holds
+// these columns).
 const auditFilters = `
-AND (?4 = '' OR account = ?4)
+AND (?4 = '' OR account = ?4 OR substr(account, 1, length(?7)) = ?7)
 AND (?5 = '' OR work_id = ?5)
 AND (?6 = '' OR kind IN (SELECT value FROM json_each(?6)))`
 
 // auditListQuery returns the statement AuditList runs for p, with its
-// arguments.
+// arguments (the same for both statements).
 func auditListQuery(p store.AuditListParams) (string, []any) {
 	kinds := ""
 	if len(p.Kinds) > 0 {
 		b, _ := json.Marshal(p.Kinds) // strings: cannot fail
 		kinds = string(b)
 	}
+	args := []any{p.AfterSeq, toNanos(p.Since), p.Limit, p.Account, p.WorkID, kinds, store.DeletedAccountPrefix(p.Account)}
 	if p.AfterSeq <= 0 && !p.Since.IsZero() {
-		return auditSinceQuery, []any{toNanos(p.Since), p.Limit, nil, p.Account, p.WorkID, kinds}
+		args[0] = 0
+		return auditSinceQuery, args
 	}
-	return auditPageQuery, []any{p.AfterSeq, toNanos(p.Since), p.Limit, p.Account, p.WorkID, kinds}
+	return auditPageQuery, args
 }
 
 // auditPurgeQuery deletes the ?2 oldest events stamped before ?1, found in

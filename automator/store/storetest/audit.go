@@ -88,7 +88,10 @@ func testAuditListSince(f *fixture) {
 // events that match every filter set, and all of them, in the order of
 // their Seqs, paged by AfterSeq, with Since or without: a page that reads
 // past its limit of events that do not match still finds the next that
-// does.
+// does. An account's events include those of its deleted namesakes (the
+// units its deletion cancelled are recorded under its tombstone), not
+// those of an account whose name begins with its own; a value no store
+// holds as text matches nothing, with no error.
 func testAuditListFilters(f *fixture) {
 	type ev struct {
 		d             time.Duration
@@ -106,6 +109,12 @@ func testAuditListFilters(f *fixture) {
 		{8 * time.Second, store.AuditWorkDuplicate, "acme", "w_1"},
 		{9 * time.Second, store.AuditWorkQueued, "acme", "w_3"},
 		{10 * time.Second, store.AuditWorkEnded, "acme", "w_3"},
+		// acme deleted, its open unit cancelled under its tombstone; a
+		// namesake's tombstone, and an account whose name only begins
+		// with acme's.
+		{11 * time.Second, store.AuditWorkEnded, store.DeletedAccountName("acme", at(11*time.Second)), "w_4"},
+		{12 * time.Second, store.AuditAccountCreated, "acme-2", ""},
+		{13 * time.Second, store.AuditWorkEnded, "acme-2" + " (deleted 2026)", "w_5"},
 	}
 	var all []store.AuditEvent
 	for i, e := range evs {
@@ -128,10 +137,14 @@ func testAuditListFilters(f *fixture) {
 		{Account: "acme", WorkID: "w_2"},
 		{Account: "acme", WorkID: "w_1", Kinds: []string{store.AuditWorkDuplicate}},
 		{Account: "acme", Since: at(5 * time.Second)},
+		{Account: "acme-2"},
+		{Account: "\xff"},
+		{WorkID: "w\x00"},
+		{Kinds: []string{"\xff"}},
 	} {
 		var want []string
 		for _, e := range all {
-			if !e.At.Before(c.Since) && (c.Account == "" || e.Account == c.Account) &&
+			if !e.At.Before(c.Since) && (c.Account == "" || store.OfAccount(e.Account, c.Account)) &&
 				(c.WorkID == "" || e.WorkID == c.WorkID) && (len(c.Kinds) == 0 || slices.Contains(c.Kinds, e.Kind)) {
 				want = append(want, e.Detail)
 			}
