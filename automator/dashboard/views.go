@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -94,12 +94,7 @@ func (d *Dashboard) accounts(r *http.Request, _ *session) (string, any, error) {
 	}
 	// The rows are by name, byte by byte (AccountStats): the page starts
 	// at the first after After.
-	start, _ := slices.BinarySearchFunc(rows, after, func(a accountRow, name string) int {
-		if a.Account <= name {
-			return -1
-		}
-		return 1
-	})
+	start := sort.Search(len(rows), func(i int) bool { return rows[i].Account > after })
 	end := min(start+d.o.AccountsPageSize, len(rows))
 	data.Accounts, data.First, data.Last = rows[start:end], start+1, end
 	if end < len(rows) {
@@ -307,8 +302,8 @@ func (d *Dashboard) workList(r *http.Request, s *session) (string, any, error) {
 	}
 	ctx := r.Context()
 	// The account filter is in the page's controls, which a live page's
-	// updates do not hold: only the page loaded whole reads the names, and
-	// only the names (not the accounts' statistics).
+	// updates do not hold: only the page loaded whole reads the accounts,
+	// and their rows only (not their statistics).
 	if !streaming(r) {
 		accounts, err := d.o.Store.AccountList(ctx)
 		if err != nil {

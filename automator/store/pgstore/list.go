@@ -69,6 +69,9 @@ func workListQuery(p store.WorkListParams) (string, []any) {
 }
 
 func (s *Store) AccountStats(ctx context.Context, p store.AccountStatsParams) ([]store.AccountStats, error) {
+	if !store.Text(p.Account) {
+		return nil, nil // no account's name, as in SQLite, rather than an error of the query
+	}
 	where, args := `a.key_id <> 0`, []any{p.OnlineSince}
 	if p.Account != "" {
 		// One account's page reads its row alone, found by name.

@@ -407,7 +407,7 @@ func testAccountStatsOfOneAccount(f *fixture) {
 			f.t.Errorf("AccountStats of %s = %+v, want its row of every account's, %+v", want.Account, got, want)
 		}
 	}
-	for _, name := range []string{"nobody", "umbrella", store.DeletedAccountName("umbrella", at(2*time.Minute))} {
+	for _, name := range []string{"nobody", "umbrella", store.DeletedAccountName("umbrella", at(2*time.Minute)), "\xff", "a\x00b"} {
 		if got, err := f.s.AccountStats(f.ctx, store.AccountStatsParams{OnlineSince: onlineSince, Account: name}); err != nil || len(got) != 0 {
 			f.t.Errorf("AccountStats of %q = %+v, %v; want none", name, got, err)
 		}
