@@ -97,10 +97,9 @@ func (s *Server) checkDeletions(ctx context.Context, seen map[string]seenDeletio
 	}
 	s.databaseAnswered(mark)
 	for tomb, d := range seen {
-		if !d.gone && now.Sub(d.seenAt) > forgetDeletedAfter {
+		if !d.gone && now.Sub(d.seenAt) > forgetDeletedAfter && s.accountGone(ctx, d.Name) {
 			d.gone = true
 			seen[tomb] = d
-			s.accountGone(ctx, d.Name)
 		}
 		if d.gone && d.DeletedAt.Before(since) {
 			delete(seen, tomb) // no longer read: it cannot be seen again
@@ -122,13 +121,19 @@ func (s *Server) checkDeletions(ctx context.Context, seen map[string]seenDeletio
 // made again at the name's next use, as after a restart. Without this,
 // every account ever deleted kept its entries, and its series in /metrics,
 // until the automator restarted.
-func (s *Server) accountGone(ctx context.Context, name string) {
+//
+// It reports whether it is done with the name: false when the store did
+// not answer, so that the next check tries again (an answer missed once
+// kept a deleted account's series until the automator restarted).
+func (s *Server) accountGone(ctx context.Context, name string) bool {
 	gctx, cancel := s.sweepContext(ctx)
 	defer cancel()
-	if _, err := s.store.AccountGet(gctx, name); !errors.Is(err, store.ErrNotFound) {
-		// The name is an account again, or the store did not answer:
-		// keep them (entries of a few bytes, and series at their values).
-		return
+	switch _, err := s.store.AccountGet(gctx, name); {
+	case err == nil:
+		// The name is an account again: keep them.
+		return true
+	case !errors.Is(err, store.ErrNotFound):
+		return false
 	}
 	if m, ok := s.metrics.(AccountMetrics); ok {
 		m.AccountGone(name)
@@ -137,6 +142,7 @@ func (s *Server) accountGone(ctx context.Context, name string) {
 	s.queued.forget(name)
 	s.seen.forgetAccount(name)
 	s.sharedIDs.forgetAccount(name)
+	return true
 }
 
 // accountDeleted drops what this automator holds of a deleted account (its

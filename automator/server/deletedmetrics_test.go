@@ -2,7 +2,9 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -243,4 +245,60 @@ func TestDeletedAccountIsForgottenAfterTheLookBack(t *testing.T) {
 	if n := e.srv.AccountEntries("initech"); n != initechEntries {
 		t.Errorf("initech, deleted and created again: %d entries kept, %d before; want them kept", n, initechEntries)
 	}
+}
+
+// accountGetFails fails every AccountGet of one name while it is set,
+// as a database out of reach does, and counts those it failed.
+type accountGetFails struct {
+	store.Store
+	name   string
+	mu     sync.Mutex
+	on     bool
+	failed int
+}
+
+func (s *accountGetFails) AccountGet(ctx context.Context, name string) (store.Account, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.on && name == s.name {
+		s.failed++
+		return store.Account{}, errors.New("the database is out of reach")
+	}
+	return s.Store.AccountGet(ctx, name)
+}
+
+func (s *accountGetFails) set(on bool) (failed int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.on = on
+	return s.failed
+}
+
+// TestADeletedAccountIsForgottenOnceTheStoreAnswersAgain: when the store
+// does not answer the look at the name (is it an account again?) that
+// forgetting a deleted account begins with, the next check tries again.
+// The first try used to be the only one: the deleted account's series and
+// entries stayed until the automator restarted (found by a helper).
+func TestADeletedAccountIsForgottenOnceTheStoreAnswersAgain(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	m := metrics.New(metrics.Options{})
+	var st *accountGetFails
+	e := newEnv(t, envOptions{pollWindow: time.Hour, clock: clock, sweepInterval: 20 * time.Millisecond, metrics: m,
+		wrap: func(s store.Store) store.Store { st = &accountGetFails{Store: s, name: "acme"}; return st }})
+	submit(t, e.callerClient(), e.account, time.Hour)
+	e.deleteAccount(e.account)
+	waittest.Until(t, "the automator to count the unit acme's deletion cancelled", func() bool {
+		return finishedTotals(t, m)["acme/cancelled"] == 1
+	})
+	if !hasSeries(t, m, e.account) {
+		t.Fatal("no series of acme before its forgetting: the test needs some")
+	}
+	st.set(true)
+	clock.Advance(server.ForgetDeletedAfter + time.Minute)
+	waittest.Until(t, "the automator to look at acme's name, and the store not to answer", func() bool { return st.set(true) > 0 })
+	st.set(false)
+	waittest.Until(t, "the automator to drop acme's series once the store answers again", func() bool {
+		return !hasSeries(t, m, e.account) && e.srv.AccountEntries(e.account) == 0
+	})
 }
