@@ -132,6 +132,9 @@ func (a *Agent) deliver(ctx context.Context, deadline time.Time, req *automatorv
 		if attempt == 1 {
 			log.Info("posting the result failed; retrying until the deadline", "err", err)
 		}
+		// A spool write that failed (its disk full) is tried again while
+		// the result waits: a restart would lose it otherwise.
+		e.rewrite()
 		if !ctxtime.Sleep(ctx, wait) {
 			a.keptInSpool(log, e, attempt, err)
 			return
@@ -145,7 +148,7 @@ func (a *Agent) keptInSpool(log *slog.Logger, e *spoolEntry, attempts int, err e
 	switch {
 	case a.spool == nil:
 		log.Warn("the proxy stopped before the result was posted; it is lost (no state_dir, so no spool)", "attempts", attempts, "err", err)
-	case !e.wait():
+	case !e.wait() && !e.rewrite():
 		log.Warn("the proxy stopped before the result was posted, and the spool could not keep it; it is lost", "attempts", attempts, "err", err)
 	default:
 		log.Warn("the proxy stopped before the result was posted; it stays in the spool and is posted when the proxy starts again", "attempts", attempts, "err", err)

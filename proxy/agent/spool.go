@@ -130,12 +130,21 @@ type spoolEntry struct {
 	path string
 	done chan struct{} // closed when the write is over
 
+	// account, deadline and req are what the write wrote, kept to write
+	// it again (rewrite) when it failed.
+	account  string
+	deadline time.Time
+	req      *automatorv1.CompleteRequest
+
 	// settled: accepted, refused for good, or past its deadline. Once the
 	// write has committed (see commit) it removes its file itself when it
 	// finds the entry settled at its end.
 	mu      sync.Mutex
 	settled bool
 	onDisk  bool // the file is in place and nobody removed it yet
+	// failed: the last write failed (the spool's disk full, say), so
+	// nothing of the result is on disk: rewrite writes it again.
+	failed bool
 }
 
 // put starts writing req to the spool in the background and returns its
@@ -146,7 +155,8 @@ func (s *spool) put(account string, deadline time.Time, req *automatorv1.Complet
 	if s == nil {
 		return nil
 	}
-	e := &spoolEntry{s: s, workID: req.GetWorkId(), path: s.path(req.GetWorkId()), done: make(chan struct{})}
+	e := &spoolEntry{s: s, workID: req.GetWorkId(), path: s.path(req.GetWorkId()), done: make(chan struct{}),
+		account: account, deadline: deadline, req: req}
 	track(func() { e.write(account, deadline, req) })
 	return e
 }
@@ -174,6 +184,9 @@ func (e *spoolEntry) write(account string, deadline time.Time, req *automatorv1.
 	}()
 	if s.hook != nil {
 		if err := s.hook(stageStart, e.workID); err != nil {
+			e.mu.Lock()
+			e.failed = true
+			e.mu.Unlock()
 			s.noteWrite(err)
 			return
 		}
@@ -189,7 +202,7 @@ func (e *spoolEntry) write(account string, deadline time.Time, req *automatorv1.
 		return // skipped before its fsyncs: nothing was left on disk
 	}
 	e.mu.Lock()
-	e.onDisk = err == nil
+	e.onDisk, e.failed = err == nil, err != nil
 	remove := e.settled && e.onDisk
 	if remove {
 		e.onDisk = false
@@ -199,6 +212,38 @@ func (e *spoolEntry) write(account string, deadline time.Time, req *automatorv1.
 	if remove {
 		s.remove(e.workID, e.path)
 	}
+}
+
+// rewrite writes the record again when its write is over and failed (the
+// spool's file system full, a mode set wrong) while the result is still
+// unposted and unsettled, and reports whether the record is on disk. The
+// poster calls it before each new attempt and when the proxy stops with
+// the result unposted: a write that failed once was never tried again,
+// so a result spooled while the disk was full was lost at the next
+// restart, though the disk had room again long before it. The poster
+// alone settles the entry, so nothing settles it meanwhile; a write
+// still running is left to end on its own.
+func (e *spoolEntry) rewrite() bool {
+	if e == nil {
+		return false
+	}
+	select {
+	case <-e.done:
+	default:
+		return false // the first write is still on its way
+	}
+	e.mu.Lock()
+	again, kept := e.failed && !e.settled && !e.onDisk, e.onDisk
+	e.mu.Unlock()
+	if !again {
+		return kept
+	}
+	err := e.s.write(e.path, e.account, e.deadline, e.req, func() error { return nil })
+	e.mu.Lock()
+	e.onDisk, e.failed = err == nil, err != nil
+	e.mu.Unlock()
+	e.s.noteWrite(err)
+	return err == nil
 }
 
 // errSettled: the write was skipped, its result settled before its fsyncs.
@@ -254,7 +299,7 @@ func (s *spool) noteWrite(err error) {
 	defer s.mu.Unlock()
 	switch {
 	case err != nil && !s.failing:
-		s.log.Warn("cannot keep results in the spool; a restart before they are posted loses them", "dir", s.dir, "err", err)
+		s.log.Warn("cannot keep results in the spool; a restart before they are posted loses them, unless the spool takes them first: each is written again before its next attempt to post it, and at the stop", "dir", s.dir, "err", err)
 	case err == nil && s.failing:
 		s.log.Info("results are kept in the spool again", "dir", s.dir)
 	}
