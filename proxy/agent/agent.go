@@ -120,6 +120,8 @@ type tuning struct {
 	// rereadFirst, rereadMax and rereadFor: as the constants of the
 	// same names.
 	rereadFirst, rereadMax, rereadFor time.Duration
+	// startWaitFor: as the constant of the same name (shortage.go).
+	startWaitFor time.Duration
 }
 
 func (t tuning) withDefaults() tuning {
@@ -153,6 +155,9 @@ func (t tuning) withDefaults() tuning {
 	if t.rereadFor <= 0 {
 		t.rereadFor = rereadFor
 	}
+	if t.startWaitFor <= 0 {
+		t.startWaitFor = startWaitFor
+	}
 	return t
 }
 
@@ -165,8 +170,10 @@ type Agent struct {
 	// the same run supersedes one still waiting there (PollRequest.run_id).
 	run string
 	// failLog and killLog bound the lines of units that could not run,
-	// and of scripts killed at their units' deadlines or ends (execute.go).
-	failLog, killLog *loglimit.Limiter
+	// and of scripts killed at their units' deadlines or ends (execute.go);
+	// shortLog those that say scripts cannot start for want of resources,
+	// and start again (shortage.go).
+	failLog, killLog, shortLog *loglimit.Limiter
 
 	mu      sync.Mutex
 	running map[string]context.CancelCauseFunc // work id → cancel of its run
@@ -177,8 +184,13 @@ type Agent struct {
 	// told: running units the automator said ended, whose scripts are
 	// being killed; polls no longer list them (runningIDs).
 	told      map[string]struct{}
-	slotFreed chan struct{} // capacity 1: a unit finished
-	wg        sync.WaitGroup
+	slotFreed chan struct{} // capacity 1: a unit finished, or no unit waits to start any more
+	// waitingStart counts the units waiting for the resources their
+	// scripts' starts lacked; short: the last start lacked them (logged
+	// once until a script starts again). Both under mu (shortage.go).
+	waitingStart int
+	short        bool
+	wg           sync.WaitGroup
 
 	lastPoll time.Time
 	// stopping is set once the poll loop has ended (the proxy is
@@ -258,6 +270,10 @@ func New(o Options) *Agent {
 	a.killLog = &loglimit.Limiter{Logger: a.log, Level: slog.LevelWarn,
 		Summary:      "scripts killed at their units' deadlines or ends, not logged one by one",
 		SummaryAttrs: []any{"see", "each unit's state on the automator (automator work list --state timed_out)"}}
+	// A host short of processes or file descriptors may stay so, or
+	// come and go as scripts end: bounded too.
+	a.shortLog = &loglimit.Limiter{Logger: a.log, Level: slog.LevelWarn,
+		Summary: "scripts that could not start for want of resources, and started again, not logged one by one"}
 	a.state = newStateFile(o, a.log)
 	a.spool = newSpool(o.SpoolDir, a.log)
 	a.poster = newPoster(o.Client, o.Uploads, o.tune)
@@ -382,6 +398,13 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
 		default:
 		}
 		n := a.o.MaxConcurrency - a.inFlight()
+		if a.waitingForStarts() {
+			// A unit waits for what its script's start lacked (file
+			// descriptors, processes): one more would only wait too,
+			// where another instance may run it now. The poll goes on
+			// for no units, ended when no unit waits any more.
+			n = 0
+		}
 		pctx, cancel := context.WithCancel(ctx)
 		if n == 0 {
 			go func() {

@@ -31,6 +31,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(lockHolderEnv); dir != "" {
 		os.Exit(holdStateDir(dir)) // a child of TestStateDirIsFreedWhenItsHolderIsKilled
 	}
+	if spec := os.Getenv(ShortProxyEnv); spec != "" {
+		os.Exit(runShortProxy(spec)) // a proxy process of shortage_linux_test.go
+	}
 	goleak.VerifyTestMain(m)
 }
 

@@ -110,7 +110,7 @@ func (a *Agent) execute(ctx context.Context, c *automatorv1.Claim, cmd *automato
 	env["PROXY_DEADLINE_SECONDS"] = strconv.Itoa(int(time.Until(deadline).Seconds()))
 	a.scripts.Add(1)
 	defer a.scripts.Add(-1)
-	r, err := a.o.tune.runScript(ctx, runner.Spec{
+	r, err := a.runStarting(ctx, runner.Spec{
 		ScriptsDir: a.o.ScriptsDir,
 		Script:     cmd.GetScript(),
 		Args:       cmd.GetArgs(),
@@ -119,7 +119,7 @@ func (a *Agent) execute(ctx context.Context, c *automatorv1.Claim, cmd *automato
 		Deadline:   deadline,
 		Limits:     runner.Limits{MaxOutput: a.o.MaxOutput},
 		Reaper:     a.o.Reaper,
-	})
+	}, deadline)
 	if err != nil {
 		return nil, err
 	}

@@ -20,4 +20,31 @@ var (
 	ErrCancelled = errors.New("cancelled")
 	// ErrStart: the process could not be started. The OS error is wrapped too.
 	ErrStart = errors.New("cannot start script")
+	// ErrNoResources, wrapped with ErrStart: the process could not be
+	// started for want of something the host hands out and takes back as
+	// processes end (file descriptors, processes, memory). Nothing of the
+	// script ran, so a start tried again once some are free runs it once.
+	// Its own text is not in the error's message, which names what ran
+	// out instead.
+	ErrNoResources = errors.New("the host is out of a resource a script needs to start")
 )
+
+// shortage is an error of a start that failed for want of a resource
+// (ErrNoResources): what says which, and err is the OS error.
+type shortage struct {
+	what string
+	err  error
+}
+
+func (s *shortage) Error() string        { return s.what + ": " + s.err.Error() }
+func (s *shortage) Unwrap() error        { return s.err }
+func (s *shortage) Is(target error) bool { return target == ErrNoResources }
+
+// startFailed is the error of a script whose start failed with err: a
+// shortage when err says the host was out of a resource (shortOf).
+func startFailed(err error) error {
+	if what := shortOf(err); what != "" {
+		return &shortage{what: what, err: err}
+	}
+	return err
+}

@@ -12,8 +12,10 @@ import (
 // It returns a Result when the script ran and exited, whatever its exit code.
 // It returns an error and no Result when the script could not be resolved
 // (ErrBadScriptName, ErrUnknownScript, ErrOutsideScripts) or started
-// (ErrStart), when spec.Deadline passed (ErrDeadline) or when ctx was
-// cancelled (ErrCancelled). In the last two cases the whole process tree has
+// (ErrStart; also ErrNoResources when the host was out of file
+// descriptors, processes or memory, and nothing of the script ran), when
+// spec.Deadline passed (ErrDeadline) or when ctx was cancelled
+// (ErrCancelled). In the last two cases the whole process tree has
 // been killed; if the deadline had passed or ctx was done before the start,
 // nothing was started.
 func Run(ctx context.Context, spec Spec) (Result, error) {
@@ -40,11 +42,14 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	configureCmd(cmd)
 	streams, err := attachStdio(cmd, spec.Stdin, spec.Limits.maxOutput())
 	if err != nil {
-		return Result{}, fmt.Errorf("%w %q: making pipes: %w", ErrStart, spec.Script, err)
+		return Result{}, fmt.Errorf("%w %q: %w", ErrStart, spec.Script, startFailed(fmt.Errorf("making pipes: %w", err)))
 	}
 	spec.Reaper.prepare() // at the first script: so that this one is registered a moment after its start
 	if err := cmd.Start(); err != nil {
 		streams.abort()
+		if short := startFailed(err); short != err {
+			return Result{}, fmt.Errorf("%w %q: %w", ErrStart, spec.Script, short)
+		}
 		return Result{}, fmt.Errorf("%w %q: %s%w", ErrStart, spec.Script, startHint(path, err), err)
 	}
 	// Until Run returns, the reaper kills the tree if the proxy dies

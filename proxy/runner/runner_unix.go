@@ -164,3 +164,22 @@ func shebang(path string) string {
 	}
 	return string(line)
 }
+
+// shortOf says which resource of the host a failed start (making its
+// pipes, fork, exec) lacked, or "" when err is no shortage. The words
+// name the limit to raise: the OS's alone ("too many open files",
+// "resource temporarily unavailable") do not say which, or that the
+// script did not run.
+func shortOf(err error) string {
+	switch {
+	case errors.Is(err, syscall.EMFILE):
+		return "the proxy has as many files open as its limit allows (ulimit -n; LimitNOFILE= of its systemd unit)"
+	case errors.Is(err, syscall.ENFILE):
+		return "the host has as many files open as it allows (sysctl fs.file-max)"
+	case errors.Is(err, syscall.EAGAIN):
+		return "the proxy's user or service runs as many processes as its limit allows (ulimit -u; TasksMax= of its systemd unit; pids.max of its cgroup)"
+	case errors.Is(err, syscall.ENOMEM):
+		return "the host is out of memory"
+	}
+	return ""
+}

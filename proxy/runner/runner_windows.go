@@ -204,3 +204,16 @@ func longPathName(path string) (string, error) {
 // startHint has nothing to add on windows: the script's interpreter is
 // the proxy's choice (interpreterFor), and its errors say what they mean.
 func startHint(string, error) string { return "" }
+
+// shortOf says which resource of the host a failed start (making its
+// pipes, CreateProcess) lacked, or "" when err is no shortage.
+func shortOf(err error) string {
+	switch {
+	case errors.Is(err, windows.ERROR_TOO_MANY_OPEN_FILES):
+		return "the proxy has as many handles open as it may"
+	case errors.Is(err, windows.ERROR_NOT_ENOUGH_MEMORY), errors.Is(err, windows.ERROR_OUTOFMEMORY),
+		errors.Is(err, windows.ERROR_COMMITMENT_LIMIT), errors.Is(err, windows.ERROR_NO_SYSTEM_RESOURCES):
+		return "the host is out of memory or system resources"
+	}
+	return ""
+}

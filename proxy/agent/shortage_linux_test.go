@@ -1,0 +1,234 @@
+package agent_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/opsgate/opsgate/automator/automatortest"
+	"github.com/opsgate/opsgate/internal/waittest"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+	"github.com/opsgate/opsgate/proxy/agent"
+)
+
+// pollWatch is an automator's interceptor that, while watching, records
+// the polls asking for units that come after one asking for none.
+type pollWatch struct {
+	mu       sync.Mutex
+	watching bool
+	sawNone  bool
+	none     chan struct{} // told of the first poll for none while watching
+	forUnits []int32       // polls for units after it, while watching
+}
+
+func (w *pollWatch) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if p, ok := req.(*automatorv1.PollRequest); ok {
+		w.mu.Lock()
+		switch {
+		case !w.watching:
+		case p.GetMaxUnits() == 0 && !w.sawNone:
+			w.sawNone = true
+			close(w.none)
+		case p.GetMaxUnits() > 0 && w.sawNone:
+			w.forUnits = append(w.forUnits, p.GetMaxUnits())
+		}
+		w.mu.Unlock()
+	}
+	return h(ctx, req)
+}
+
+func (w *pollWatch) watch(on bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.watching = on
+}
+
+// shortProxy is a proxy process (the test binary run as agent.ShortProxy)
+// of a real automator, whose log lines the test reads.
+type shortProxy struct {
+	pid   int
+	lines chan string
+	all   *lineTap
+}
+
+// startShortProxy starts it, with a script hello.sh, and waits for it to
+// poll.
+func startShortProxy(t *testing.T, a *automatortest.Automator, waitFor time.Duration) *shortProxy {
+	t.Helper()
+	scripts := t.TempDir()
+	automatortest.WriteScript(t, scripts, "hello.sh", `echo "hello $PROXY_WORK_ID"`)
+	spec, err := json.Marshal(agent.ShortProxy{Addr: a.GRPCAddr, Token: a.Token, Key: a.Key.String(), ScriptsDir: scripts,
+		InstanceID: "short", MaxConcurrency: 4, StartWaitFor: waitFor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), agent.ShortProxyEnv+"="+string(spec))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &shortProxy{pid: cmd.Process.Pid, lines: make(chan string, 256), all: &lineTap{lines: make(chan string)}}
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			p.all.Write([]byte(sc.Text() + "\n"))
+			select {
+			case p.lines <- sc.Text():
+			default:
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		stdin.Close() // it stops
+		<-read
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("the proxy's log:\n%s", p.all.String())
+		}
+	})
+	p.waitLine(t, "the proxy to poll", "connected to the automator; polling")
+	return p
+}
+
+// waitLine waits for a line holding part, and returns it; a line holding
+// fail instead fails the test.
+func (p *shortProxy) waitLine(t *testing.T, what, part string, fail ...string) string {
+	t.Helper()
+	for {
+		line := waittest.Recv(t, p.lines, what)
+		if strings.Contains(line, part) {
+			return line
+		}
+		for _, f := range fail {
+			if strings.Contains(line, f) {
+				t.Fatalf("waiting for %s, the proxy logged:\n%s", what, line)
+			}
+		}
+	}
+}
+
+// openFiles is the number of the process's open file descriptors.
+func openFiles(t *testing.T, pid int) uint64 {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uint64(len(fds))
+}
+
+// limitOpenFiles sets the process's limit of open files (its soft one) to
+// n, and returns a function that sets it back.
+func limitOpenFiles(t *testing.T, pid int, n uint64) (restore func()) {
+	t.Helper()
+	var old unix.Rlimit
+	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, nil, &old); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: n, Max: old.Max}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &old, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func submitHello(t *testing.T, caller automatorv1.AutomatorServiceClient, account string) string {
+	t.Helper()
+	st, err := caller.Submit(context.Background(), &automatorv1.ExecuteRequest{Account: account,
+		Command: &automatorv1.Command{Script: "hello.sh"}, Timeout: durationpb.New(2 * time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.GetWorkId()
+}
+
+func wantHello(t *testing.T, caller automatorv1.AutomatorServiceClient, id string) {
+	t.Helper()
+	got := waitEnded(t, caller, id)
+	if got.GetState() != automatorv1.State_STATE_SUCCEEDED || string(got.GetResult().GetStdout()) != "hello "+id+"\n" {
+		t.Errorf("unit %s ended %v (%s; failure %q), stdout %q; want succeeded, the script's output", id, got.GetState(), got.GetReason(),
+			got.GetResult().GetFailure(), got.GetResult().GetStdout())
+	}
+}
+
+// TestAUnitWhoseScriptLacksFileDescriptorsRunsOnceTheyAreFreeAndNoMoreAreClaimedMeanwhile:
+// a proxy process at its limit of open files (a real limit, set with
+// prlimit, so that making the script's pipes fails with EMFILE) does not
+// fail the unit it claimed: nothing of the script ran, and it starts it
+// again once descriptors are free. Meanwhile it polls for no units, so a
+// unit queued then waits for it (or goes to another instance), and both
+// succeed once the limit is raised. The unit failed at once, "too many
+// open files", and the proxy went on claiming units to fail them so.
+func TestAUnitWhoseScriptLacksFileDescriptorsRunsOnceTheyAreFreeAndNoMoreAreClaimedMeanwhile(t *testing.T) {
+	t.Parallel()
+	w := &pollWatch{none: make(chan struct{})}
+	a := automatortest.Start(t, automatortest.Options{Plaintext: true, Interceptors: []grpc.UnaryServerInterceptor{w.intercept}})
+	caller := automatorv1.NewAutomatorServiceClient(a.CallerConn(t))
+	p := startShortProxy(t, a, time.Hour)
+	restore := limitOpenFiles(t, p.pid, openFiles(t, p.pid)+1)
+	first := submitHello(t, caller, a.Account)
+	p.waitLine(t, "the proxy to wait for file descriptors to start the script", "scripts cannot start", "could not run the command")
+	w.watch(true)
+	waittest.Recv(t, w.none, "a poll for no units while the unit waits")
+	second := submitHello(t, caller, a.Account)
+	// Its claim would be on the next poll for units, which is not made.
+	if st, err := caller.Get(context.Background(), &automatorv1.GetRequest{WorkId: second}); err != nil || st.GetState() != automatorv1.State_STATE_QUEUED {
+		t.Errorf("the unit queued while the first waits is %v (%v); want queued", st.GetState(), err)
+	}
+	w.watch(false)
+	restore()
+	wantHello(t, caller, first)
+	wantHello(t, caller, second)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.forUnits) > 0 {
+		t.Errorf("while its unit waited for file descriptors the proxy polled for units %v times", w.forUnits)
+	}
+	p.waitLine(t, "the proxy to say scripts start again", "scripts start again")
+}
+
+// TestAUnitWhoseScriptStillLacksFileDescriptorsFailsSayingSoBeforeItsDeadline:
+// a proxy process that stays at its limit of open files fails the unit,
+// after it waited for descriptors (1 s here), with the reason naming the
+// limit, well before the unit's deadline; raised again, the next unit
+// runs. The failure said only "making pipes: pipe2: too many open files".
+func TestAUnitWhoseScriptStillLacksFileDescriptorsFailsSayingSoBeforeItsDeadline(t *testing.T) {
+	t.Parallel()
+	a := automatortest.Start(t, automatortest.Options{Plaintext: true})
+	caller := automatorv1.NewAutomatorServiceClient(a.CallerConn(t))
+	p := startShortProxy(t, a, time.Second)
+	restore := limitOpenFiles(t, p.pid, openFiles(t, p.pid)+1)
+	id := submitHello(t, caller, a.Account)
+	got := waitEnded(t, caller, id)
+	const why = `cannot start script "hello.sh": the proxy has as many files open as its limit allows (ulimit -n; LimitNOFILE= of its systemd unit): making pipes: pipe2: too many open files (waited `
+	if got.GetState() != automatorv1.State_STATE_FAILED || !strings.HasPrefix(got.GetResult().GetFailure(), why) {
+		t.Fatalf("the unit ended %v (%s), failure %q; want failed, saying %q…", got.GetState(), got.GetReason(), got.GetResult().GetFailure(), why)
+	}
+	restore()
+	wantHello(t, caller, submitHello(t, caller, a.Account))
+}
