@@ -175,9 +175,20 @@ func (r *Reaper) writeLocked(line []byte) error {
 	if err == nil {
 		err = errors.New("short write")
 	}
-	r.onError(fmt.Errorf("the reaper of this proxy's scripts (pid %d) cannot be reached (%w); starting a new one", r.cmd.Process.Pid, err))
-	_ = r.cmd.Process.Kill()
+	cmd := r.cmd
+	_ = cmd.Process.Kill()
 	_ = r.stopLocked()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && !(ws.Signaled() && ws.Signal() == syscall.SIGKILL) {
+		// It ended by itself, not killed (by someone, or the OOM
+		// killer: a new one is started at once): one started again at
+		// once would most likely end so too (the host out of threads,
+		// its binary replaced by a broken one), at every script, each
+		// time writing its last words to the log.
+		r.retryAt = time.Now().Add(reaperRetry)
+		r.onError(fmt.Errorf("the reaper of this proxy's scripts (pid %d) ended by itself (%v) and cannot be reached (%w); scripts run without it, and outlive a proxy that dies (trying again in %v)", cmd.Process.Pid, cmd.ProcessState, err, reaperRetry))
+		return err
+	}
+	r.onError(fmt.Errorf("the reaper of this proxy's scripts (pid %d) cannot be reached (%w); starting a new one", cmd.Process.Pid, err))
 	return err
 }
 
