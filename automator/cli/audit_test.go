@@ -40,7 +40,7 @@ func TestAuditListsTheEventsOfAnAccountAUnitOrSomeKinds(t *testing.T) {
 	t.Parallel()
 	dir := initDir(t)
 	ctx := t.Context()
-	st := dataDirStore(t, dir)
+	st, _ := openDirStore(t, dir)
 	now := time.Now()
 	queued := now.Add(-90 * 24 * time.Hour)
 	stored := store.NewWorkID(queued)                    // still in the work table

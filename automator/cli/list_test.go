@@ -38,7 +38,7 @@ func seedListings(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := dataDirStore(t, dir)
+	st, _ := openDirStore(t, dir)
 	defer st.Close()
 	keys := map[string]crypto.Key{}
 	for _, name := range []string{"acme", "globex", "initech", "stark"} {
@@ -148,21 +148,6 @@ func seedListings(t *testing.T) string {
 		}
 	}
 	return dir
-}
-
-// dataDirStore opens the store of data directory dir as its commands do,
-// for a test to fill or read it behind their back; the caller closes it.
-func dataDirStore(t *testing.T, dir string) store.Store {
-	t.Helper()
-	cfg, err := config.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := openStore(t.Context(), dir, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
 }
 
 // golden compares got with testdata/NAME (rewritten with -update).

@@ -63,7 +63,7 @@ func checkTableReason(t *testing.T, out, id, latest, whole string) {
 func TestWorkListShowsWhyNoInstanceClaimedAUnit(t *testing.T) {
 	dir := seedListings(t)
 	ctx := t.Context()
-	st := dataDirStore(t, dir)
+	st, _ := openDirStore(t, dir)
 	if _, err := st.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: "w_10", Account: "acme", KeyID: 1, Now: listNow.Add(-time.Minute),
 		Deadline: listNow.Add(-time.Second), SealedCommand: []byte("sealed")}); err != nil {
 		t.Fatal(err)

@@ -33,7 +33,7 @@ func TestWorkListReadsItsUnitsAChunkAtATime(t *testing.T) {
 	t.Parallel()
 	dir := seedListings(t)
 	ctx := t.Context()
-	st := dataDirStore(t, dir)
+	st, _ := openDirStore(t, dir)
 	defer st.Close()
 	// More units than two chunks, some sharing a queue time.
 	for i := range 2*workListChunk + 7 {

@@ -205,19 +205,7 @@ func TestTheLivePageOfAnEndedUnitIsNotReadWholeAgain(t *testing.T) {
 	})
 	next := func(what string) event {
 		t.Helper()
-		for {
-			select {
-			case ev, ok := <-events:
-				if !ok {
-					t.Fatalf("the stream ended before %s", what)
-				}
-				if ev.name != "keepalive" {
-					return ev
-				}
-			case <-time.After(waittest.Bound):
-				t.Fatalf("no %s within %v", what, waittest.Bound)
-			}
-		}
+		return nextUpdate(t, events, what)
 	}
 	if ev := next("the page"); ev.name != "update" || !strings.Contains(ev.data, "all saved") {
 		t.Fatalf("first event %q:\n%s\nwant the page with the unit's output", ev.name, ev.data)
