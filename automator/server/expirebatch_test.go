@@ -128,3 +128,35 @@ func TestACallAboutAUnitPastItsDeadlineEndsItBehindABacklog(t *testing.T) {
 		t.Errorf("a wait past its unit's deadline, behind a backlog: %v, %v; want the unit timed out", st.GetState(), err)
 	}
 }
+
+// TestAnAutomatorWhoseClockRunsAheadPurgesNoAuditEventItsRetentionKeeps:
+// an automator whose clock stepped two days ahead deletes, with a
+// retention of a day, only the events older than a day before the newest
+// event (SQLite has no clock of its own): not the day of events its
+// clock puts in the past (found by a review: it deleted all but its own).
+func TestAnAutomatorWhoseClockRunsAheadPurgesNoAuditEventItsRetentionKeeps(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	e := newEnv(t, envOptions{clock: clock, sweepInterval: time.Hour})
+	now := time.Now()
+	for _, age := range []time.Duration{30 * time.Hour, time.Hour, time.Minute} {
+		if _, err := e.store.AuditAppend(t.Context(), store.AuditEvent{At: now.Add(-age), Kind: store.AuditAuthFailed, Detail: age.String()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(49 * time.Hour)
+	if n, err := e.srv.PurgeAudit(t.Context(), 24*time.Hour); err != nil || n != 1 {
+		t.Errorf("PurgeAudit(24h) on a clock 49 h ahead: %d, %v; want the event of 30 h ago alone deleted", n, err)
+	}
+	events, err := e.store.AuditList(t.Context(), store.AuditListParams{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for _, ev := range events {
+		kept = append(kept, ev.Detail)
+	}
+	if len(kept) != 3 || kept[0] != "1h0m0s" || kept[1] != "1m0s" {
+		t.Errorf("the audit log after the purge: %q; want the events of 1 h and 1 min ago, and the purge's", kept)
+	}
+}

@@ -231,19 +231,19 @@ const auditPurgeBatch = 1000
 // appends an audit.purged event saying how far (store.AuditPurge), so the
 // log says what it no longer holds.
 func (s *Server) PurgeAudit(ctx context.Context, retention time.Duration) (int, error) {
-	before := s.clock.Now().Add(-retention)
+	now := s.clock.Now()
 	total := 0
 	for {
 		start := s.clock.Now()
-		n, err := s.store.AuditPurge(ctx, store.AuditPurgeParams{Before: before, Max: auditPurgeBatch,
-			Audit: store.AuditEvent{At: start, Kind: store.AuditPurged, Actor: sweeperActor, Detail: "audit_retention " + retention.String()}})
+		n, err := s.store.AuditPurge(ctx, store.AuditPurgeParams{Now: now, Retention: retention, Max: auditPurgeBatch,
+			Audit: store.AuditEvent{Kind: store.AuditPurged, Actor: sweeperActor, Detail: "audit_retention " + retention.String()}})
 		total += n
 		if err == nil && n == auditPurgeBatch {
 			err = s.purgePause(ctx, max(s.clock.Now().Sub(start), purgePauseMin))
 		}
 		if err != nil || n < auditPurgeBatch {
 			if total > 0 {
-				s.log.Info("deleted audit events past the retention", "count", total, "stamped_before", before, "audit_retention", retention)
+				s.log.Info("deleted audit events past the retention", "count", total, "audit_retention", retention)
 			}
 			return total, err
 		}

@@ -163,26 +163,34 @@ type AuditListParams struct {
 
 // AuditPurgeParams delete the old events of the audit log (AuditPurge).
 type AuditPurgeParams struct {
-	// Before: the events stamped before it are deleted.
-	Before time.Time
+	// Now and Retention: the events stamped more than Retention before
+	// Now are deleted, and before the store's own reading of now where it
+	// has one (PostgreSQL's clock; with SQLite, the newest event's stamp),
+	// so that an automator whose clock runs ahead deletes no event the
+	// retention keeps. Retention is MinAuditRetention at least.
+	Now       time.Time
+	Retention time.Duration
 	// Max bounds how many events one call deletes; it must be positive.
 	Max int
-	// Audit is the audit.purged event appended, in the same transaction,
-	// by the call that first deletes events before a later Before than
-	// any earlier purge; its Detail gets Before added
-	// (AuditPurgedDetail).
+	// Audit is the audit.purged event appended, stamped Now, by the call
+	// that records a later time than any earlier purge and deletes
+	// events (a call that deletes none changes nothing); its Detail gets
+	// that time added (AuditPurgedDetail).
 	Audit AuditEvent
 }
 
+// MinAuditRetention is the least Retention of AuditPurge: the audit log
+// always keeps at least its last day, which the databases enforce too.
+const MinAuditRetention = 24 * time.Hour
+
 // CheckAuditPurge refuses params no store runs: a Max that is not
-// positive, and an audit.purged event stamped before what it deletes, which
-// would delete its own record.
+// positive, and a Retention under MinAuditRetention.
 func CheckAuditPurge(p AuditPurgeParams) error {
 	if p.Max <= 0 {
 		return fmt.Errorf("purging the audit log: max %d must be positive", p.Max)
 	}
-	if p.Audit.At.Before(p.Before) {
-		return fmt.Errorf("purging the audit log: its event is stamped %s, before the events it deletes (%s)", p.Audit.At.UTC().Format(time.RFC3339Nano), p.Before.UTC().Format(time.RFC3339Nano))
+	if p.Retention < MinAuditRetention {
+		return fmt.Errorf("purging the audit log: a retention of %v is under %v", p.Retention, MinAuditRetention)
 	}
 	return nil
 }

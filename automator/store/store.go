@@ -1091,11 +1091,14 @@ type Store interface {
 	AuditAppend(ctx context.Context, e AuditEvent) (AuditEvent, error)
 	// AuditList returns events in the order they were appended (by Seq).
 	AuditList(ctx context.Context, p AuditListParams) ([]AuditEvent, error)
-	// AuditPurge deletes at most p.Max of the events stamped before
-	// p.Before, oldest first, in one transaction, and returns how many.
-	// Before it deletes any, it records p.Before (the database refuses
-	// the deletion of any event stamped at or after the latest recorded),
-	// with p.Audit appended when p.Before is later than any recorded.
+	// AuditPurge deletes at most p.Max of the events stamped more than
+	// p.Retention ago (AuditPurgeParams says by which clock), oldest
+	// first, in one transaction, and returns how many. Before it deletes
+	// any, it records the time it deletes before (the database refuses
+	// the deletion of any event stamped at or after the latest recorded,
+	// and a record within a day of its now), with p.Audit appended when
+	// that time is later than any recorded. The newest event is never
+	// deleted, so seqs are never handed out twice.
 	AuditPurge(ctx context.Context, p AuditPurgeParams) (int, error)
 	// WorkQueuedCount counts the queued units of an account, stopping at
 	// atMost (so the cost is bounded); atMost <= 0 counts them all.

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -117,40 +118,62 @@ func appendAuditArgs(args []any, e *store.AuditEvent) []any {
 	return append(args, e.At, e.Kind, e.Actor, e.Source, e.SealedScript, e.Detail)
 }
 
+// errNothingPurged undoes a purge's record when it found nothing to
+// delete.
+var errNothingPurged = errors.New("nothing to purge")
+
 func (s *Store) AuditPurge(ctx context.Context, p store.AuditPurgeParams) (int, error) {
 	if err := store.CheckAuditPurge(p); err != nil {
 		return 0, err
 	}
 	var n int64
 	err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
-		// On record before any event goes, when there is one to delete
-		// and the record does not cover it yet: the delete trigger
-		// refuses every event stamped at or after the latest before.
-		// Another replica's purge that recorded the same time meanwhile
-		// wrote its event.
+		n = 0
+		// By the earlier of the replica's clock and the database's: a
+		// replica whose clock runs ahead deletes nothing the retention
+		// keeps (and the database refuses a record within a day of its
+		// clock).
+		var before time.Time
 		var due bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM audit WHERE at < $1)`, p.Before).Scan(&due); err != nil || !due {
+		if err := tx.QueryRow(ctx, `WITH b AS (SELECT LEAST($1::timestamptz, now()) - $2::bigint * interval '1 microsecond' AS before)
+SELECT before, EXISTS (SELECT 1 FROM audit WHERE at < before) FROM b`, p.Now, p.Retention.Microseconds()).Scan(&before, &due); err != nil || !due {
 			return err
 		}
+		// On record before any event goes, unless a record covers it
+		// already: the delete trigger refuses every event stamped at or
+		// after the latest before.
 		tag, err := tx.Exec(ctx, `INSERT INTO audit_purged (before, at)
 SELECT $1::timestamptz, $2::timestamptz WHERE NOT EXISTS (SELECT 1 FROM audit_purged WHERE before >= $1::timestamptz)
-ON CONFLICT (before) DO NOTHING`, p.Before, p.Audit.At)
+ON CONFLICT (before) DO NOTHING`, before, p.Now)
 		if err != nil {
 			return err
 		}
-		if tag.RowsAffected() == 1 {
+		recorded := tag.RowsAffected() == 1
+		if recorded {
 			e := p.Audit
-			e.Detail = store.AuditPurgedDetail(e.Detail, p.Before)
+			e.At, e.Detail = p.Now, store.AuditPurgedDetail(e.Detail, before)
 			if _, err := insertAudit(ctx, tx, e); err != nil {
 				return err
 			}
 		}
-		tag, err = tx.Exec(ctx, `DELETE FROM audit WHERE seq IN (SELECT seq FROM audit WHERE at < $1 ORDER BY at LIMIT $2)`, p.Before, p.Max)
-		n = tag.RowsAffected()
-		return err
+		// Never the newest event, as in SQLite (whose seqs would be handed
+		// out again; an identity's are not, but the stores keep one rule).
+		if tag, err = tx.Exec(ctx, `DELETE FROM audit WHERE seq IN (SELECT seq FROM audit WHERE at < $1 ORDER BY at LIMIT $2)
+AND seq < (SELECT max(seq) FROM audit)`, before, p.Max); err != nil {
+			return err
+		}
+		if n = tag.RowsAffected(); n == 0 && recorded {
+			// Another replica's purge deleted them first: no record of a
+			// purge that deleted nothing.
+			return errNothingPurged
+		}
+		return nil
 	})
-	if err != nil {
-		return 0, fmt.Errorf("purging the audit log of the events before %s: %w", p.Before.UTC().Format(time.RFC3339), err)
+	switch {
+	case errors.Is(err, errNothingPurged):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("purging the audit log of the events older than %v: %w", p.Retention, err)
 	}
 	return int(n), nil
 }

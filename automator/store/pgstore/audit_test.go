@@ -31,22 +31,28 @@ func TestAuditLogIsAppendOnly(t *testing.T) {
 
 // TestAuditLogIsAppendOnlyButForItsPurgedEvents: once a purge has recorded
 // how far it deletes, the database still refuses to remove any later
-// event, to change any, and to change, remove or truncate the record of
-// the purge.
+// event, to change any, to change, remove or truncate the record of the
+// purge, and to record one that reaches the last day of its clock, even
+// for a session whose temporary table of the record's name comes first in
+// its search_path.
 func TestAuditLogIsAppendOnlyButForItsPurgedEvents(t *testing.T) {
 	t.Parallel()
 	s := open(t, pgtest.DSN(t))
 	now := time.Now()
-	for i, d := range []time.Duration{2 * time.Hour, time.Hour, time.Minute} {
+	for i, d := range []time.Duration{72 * time.Hour, time.Hour, time.Minute} {
 		if _, err := s.AuditAppend(t.Context(), store.AuditEvent{At: now.Add(-d), Kind: store.AuditAuthFailed, Detail: fmt.Sprint("event ", i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n, err := s.AuditPurge(t.Context(), store.AuditPurgeParams{Before: now.Add(-90 * time.Minute), Max: 10,
-		Audit: store.AuditEvent{At: now, Kind: store.AuditPurged, Detail: "test"}}); err != nil || n != 1 {
+	if n, err := s.AuditPurge(t.Context(), store.AuditPurgeParams{Now: now, Retention: 24 * time.Hour, Max: 10,
+		Audit: store.AuditEvent{Kind: store.AuditPurged, Detail: "test"}}); err != nil || n != 1 {
 		t.Fatalf("AuditPurge: %d, %v; want the oldest event deleted", n, err)
 	}
 	for _, q := range []string{`DELETE FROM audit`, `DELETE FROM audit WHERE detail = 'event 1'`, `UPDATE audit SET detail = 'changed'`,
+		`INSERT INTO audit_purged (before, at) VALUES (now() - interval '1 hour', now())`,
+		// A table of a session's own that the triggers' function would
+		// find first through its search_path, saying everything was purged.
+		`CREATE TEMP TABLE audit_purged (before timestamptz); INSERT INTO pg_temp.audit_purged VALUES ('infinity'); DELETE FROM audit`,
 		`UPDATE audit_purged SET before = before + interval '1 day'`, `DELETE FROM audit_purged`, `TRUNCATE audit_purged`, `TRUNCATE audit`} {
 		if _, err := s.pool.Exec(t.Context(), q); err == nil || !strings.Contains(err.Error(), "append-only") {
 			t.Errorf("%s: %v, want it refused as append-only", q, err)
@@ -55,5 +61,28 @@ func TestAuditLogIsAppendOnlyButForItsPurgedEvents(t *testing.T) {
 	got, err := s.AuditList(t.Context(), store.AuditListParams{Limit: 10})
 	if err != nil || len(got) != 3 || got[0].Detail != "event 1" || got[1].Detail != "event 2" || got[2].Kind != store.AuditPurged {
 		t.Fatalf("after the refused changes AuditList = %+v, %v; want events 1 and 2 and the purge's, unchanged", got, err)
+	}
+}
+
+// TestAReplicaWhoseClockRunsAheadPurgesNoAuditEventItsRetentionKeeps: the
+// purge's time is read on the earlier of the replica's clock and the
+// database's, so a replica two days ahead deletes, with a retention of a
+// day, only the events older than a day on the database's clock.
+func TestAReplicaWhoseClockRunsAheadPurgesNoAuditEventItsRetentionKeeps(t *testing.T) {
+	t.Parallel()
+	s := open(t, pgtest.DSN(t))
+	now, err := s.DatabaseClock(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, age := range []time.Duration{30 * time.Hour, time.Hour, time.Minute} {
+		if _, err := s.AuditAppend(t.Context(), store.AuditEvent{At: now.Add(-age), Kind: store.AuditAuthFailed, Detail: age.String()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ahead := now.Add(49 * time.Hour)
+	if n, err := s.AuditPurge(t.Context(), store.AuditPurgeParams{Now: ahead, Retention: 24 * time.Hour, Max: 10,
+		Audit: store.AuditEvent{Kind: store.AuditPurged, Detail: "test"}}); err != nil || n != 1 {
+		t.Errorf("AuditPurge(24h) from a replica 49 h ahead: %d, %v; want the event of 30 h ago alone deleted", n, err)
 	}
 }

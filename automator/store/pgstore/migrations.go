@@ -214,13 +214,27 @@ ALTER TABLE instances ADD COLUMN refused_cause text NOT NULL DEFAULT '';
 -- those: a purge first records here the time before which it deletes the
 -- events (with an audit.purged event, stamped later, in the same
 -- transaction), and the log's delete trigger refuses any event stamped at
--- or after the latest recorded. So the log stays append-only but for its
--- old events, whose deletion is itself on record. Rows here are never
--- changed nor removed (nor truncated).
+-- or after the latest recorded. A record must be a day older than the
+-- database's clock at least (a replica whose clock runs ahead may not make
+-- one that reaches today's events). So the log stays append-only but for
+-- its old events, whose deletion is itself on record. Rows here are never
+-- changed nor removed (nor truncated). The functions read audit_purged in
+-- the schema of the table that fired them, never through the session's
+-- search_path, where a temporary table of that name would come first.
 CREATE TABLE audit_purged (
 	before timestamptz PRIMARY KEY,
 	at     timestamptz NOT NULL
 );
+CREATE FUNCTION audit_purged_keeps_a_day() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF NEW.before > now() - interval '24 hours' THEN
+		RAISE EXCEPTION 'the audit log is append-only but for a purge, which keeps at least its last day of events';
+	END IF;
+	RETURN NEW;
+END
+$$;
+CREATE TRIGGER audit_purged_keeps_a_day BEFORE INSERT ON audit_purged
+	FOR EACH ROW EXECUTE FUNCTION audit_purged_keeps_a_day();
 CREATE TRIGGER audit_purged_no_update_delete BEFORE UPDATE OR DELETE ON audit_purged
 	FOR EACH ROW EXECUTE FUNCTION audit_append_only();
 CREATE TRIGGER audit_purged_no_truncate BEFORE TRUNCATE ON audit_purged
@@ -229,9 +243,12 @@ CREATE TRIGGER audit_purged_no_truncate BEFORE TRUNCATE ON audit_purged
 -- the same ones during a rolling upgrade): their function lets a DELETE
 -- of an event stamped before the latest recorded time through.
 CREATE OR REPLACE FUNCTION audit_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+	purged timestamptz;
 BEGIN
 	IF TG_OP = 'DELETE' AND TG_TABLE_NAME = 'audit' THEN
-		IF OLD.at < (SELECT max(before) FROM audit_purged) THEN
+		EXECUTE format('SELECT max(before) FROM %I.audit_purged', TG_TABLE_SCHEMA) INTO purged;
+		IF OLD.at < purged THEN
 			RETURN OLD;
 		END IF;
 		RAISE EXCEPTION 'the audit log is append-only: only events stamped before a recorded purge are deleted';

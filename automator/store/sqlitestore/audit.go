@@ -2,9 +2,10 @@ package sqlitestore
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"time"
 
 	"github.com/opsgate/opsgate/automator/store"
 )
@@ -137,35 +138,47 @@ func auditListQuery(p store.AuditListParams) (string, []any) {
 }
 
 // auditPurgeQuery deletes the ?2 oldest events stamped before ?1, found in
-// audit_at.
+// audit_at, never the newest event (whose seq SQLite would hand out again).
 const auditPurgeQuery = `DELETE FROM audit WHERE seq IN (
-SELECT seq FROM audit INDEXED BY audit_at WHERE at < ?1 ORDER BY at LIMIT ?2)`
+SELECT seq FROM audit INDEXED BY audit_at WHERE at < ?1 ORDER BY at LIMIT ?2)
+AND seq < (SELECT max(seq) FROM audit)`
+
+// errNothingPurged undoes a purge's record when it found nothing to
+// delete.
+var errNothingPurged = errors.New("nothing to purge")
 
 func (s *Store) AuditPurge(ctx context.Context, p store.AuditPurgeParams) (int, error) {
 	if err := store.CheckAuditPurge(p); err != nil {
 		return 0, err
 	}
-	before := toNanos(p.Before)
 	var n int64
 	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
-		// On record before any event goes, when there is one to delete
-		// and the record does not cover it yet: the delete trigger
-		// refuses every event stamped at or after the latest before.
-		var due, recorded bool
-		if err := tx.QueryRowContext(ctx, `SELECT
-	EXISTS (SELECT 1 FROM audit INDEXED BY audit_at WHERE at < ?1),
-	EXISTS (SELECT 1 FROM audit_purged WHERE before >= ?1)`, before).Scan(&due, &recorded); err != nil {
+		n = 0
+		// The newest event's stamp stands for now when it is earlier
+		// than the automator's clock: a clock stepped ahead deletes
+		// nothing the retention keeps, until it has stamped events of
+		// its own (and the database refuses a record within a day of
+		// the newest event).
+		var newest sql.NullInt64
+		if err := tx.QueryRowContext(ctx, `SELECT max(at) FROM audit`).Scan(&newest); err != nil || !newest.Valid {
 			return err
 		}
-		if !due {
-			return nil
+		before := min(toNanos(p.Now), newest.Int64) - int64(p.Retention)
+		// On record before any event goes, unless a record covers it
+		// already: the delete trigger refuses every event stamped at or
+		// after the latest before.
+		var due, covered bool
+		if err := tx.QueryRowContext(ctx, `SELECT
+	EXISTS (SELECT 1 FROM audit INDEXED BY audit_at WHERE at < ?1),
+	EXISTS (SELECT 1 FROM audit_purged WHERE before >= ?1)`, before).Scan(&due, &covered); err != nil || !due {
+			return err
 		}
-		if !recorded {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO audit_purged (before, at) VALUES (?, ?)`, before, toNanos(p.Audit.At)); err != nil {
+		if !covered {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO audit_purged (before, at) VALUES (?, ?)`, before, toNanos(p.Now)); err != nil {
 				return err
 			}
 			e := p.Audit
-			e.Detail = store.AuditPurgedDetail(e.Detail, p.Before)
+			e.At, e.Detail = p.Now, store.AuditPurgedDetail(e.Detail, fromNanos(before))
 			if _, err := insertAudit(ctx, tx, e); err != nil {
 				return err
 			}
@@ -174,11 +187,16 @@ func (s *Store) AuditPurge(ctx context.Context, p store.AuditPurgeParams) (int, 
 		if err != nil {
 			return err
 		}
-		n, err = res.RowsAffected()
+		if n, err = res.RowsAffected(); err == nil && n == 0 && !covered {
+			return errNothingPurged // the newest event alone was due: no record of a purge that deleted nothing
+		}
 		return err
 	})
-	if err != nil {
-		return 0, fmt.Errorf("purging the audit log of the events before %s: %w", p.Before.UTC().Format(time.RFC3339), err)
+	switch {
+	case errors.Is(err, errNothingPurged):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("purging the audit log of the events older than %v: %w", p.Retention, err)
 	}
 	return int(n), nil
 }

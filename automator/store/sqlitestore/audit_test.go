@@ -36,21 +36,23 @@ func TestAuditLogIsAppendOnly(t *testing.T) {
 
 // TestAuditLogIsAppendOnlyButForItsPurgedEvents: once a purge has recorded
 // how far it deletes, the database still refuses to remove any later
-// event, to change any, and to change or remove the record of the purge.
+// event, to change any, to change or remove the record of the purge, and
+// to record one that reaches the last day of events.
 func TestAuditLogIsAppendOnlyButForItsPurgedEvents(t *testing.T) {
 	t.Parallel()
 	s := open(t, filepath.Join(t.TempDir(), "a.db"))
 	now := time.Now()
-	for i, d := range []time.Duration{2 * time.Hour, time.Hour, time.Minute} {
+	for i, d := range []time.Duration{72 * time.Hour, time.Hour, time.Minute} {
 		if _, err := s.AuditAppend(t.Context(), store.AuditEvent{At: now.Add(-d), Kind: store.AuditAuthFailed, Detail: fmt.Sprint("event ", i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n, err := s.AuditPurge(t.Context(), store.AuditPurgeParams{Before: now.Add(-90 * time.Minute), Max: 10,
-		Audit: store.AuditEvent{At: now, Kind: store.AuditPurged, Detail: "test"}}); err != nil || n != 1 {
+	if n, err := s.AuditPurge(t.Context(), store.AuditPurgeParams{Now: now, Retention: 24 * time.Hour, Max: 10,
+		Audit: store.AuditEvent{Kind: store.AuditPurged, Detail: "test"}}); err != nil || n != 1 {
 		t.Fatalf("AuditPurge: %d, %v; want the oldest event deleted", n, err)
 	}
 	for _, q := range []string{`DELETE FROM audit`, `DELETE FROM audit WHERE detail = 'event 1'`, `UPDATE audit SET detail = 'changed'`,
+		fmt.Sprintf(`INSERT INTO audit_purged (before, at) VALUES (%d, %d)`, now.Add(-time.Hour).UnixNano(), now.UnixNano()),
 		`UPDATE audit_purged SET before = before + 10`, `DELETE FROM audit_purged`} {
 		err := s.writeTx(t.Context(), func(ctx context.Context, tx querier) error {
 			_, err := tx.ExecContext(ctx, q)

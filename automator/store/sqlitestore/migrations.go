@@ -259,21 +259,27 @@ ALTER TABLE instances ADD COLUMN refused_cause TEXT NOT NULL DEFAULT '';
 -- those: a purge first records here the time before which it deletes the
 -- events (with an audit.purged event, stamped later, in the same
 -- transaction), and the log's delete trigger refuses any event stamped at
--- or after the latest recorded. So the log stays append-only but for its
--- old events, whose deletion is itself on record. Rows here are never
--- changed nor removed.
+-- or after the latest recorded. A record must be a day older than the
+-- newest event at least (a clock stepped ahead may not make one that
+-- reaches today's events), and the newest event is never deleted: with
+-- seq an INTEGER PRIMARY KEY, SQLite would hand its seq out again. So the
+-- log stays append-only but for its old events, whose deletion is itself
+-- on record. Rows here are never changed nor removed.
 CREATE TABLE audit_purged (
 	before INTEGER PRIMARY KEY,
 	at     INTEGER NOT NULL
 ) STRICT;
+CREATE TRIGGER audit_purged_keeps_a_day BEFORE INSERT ON audit_purged
+WHEN NEW.before > (SELECT COALESCE(MAX(at), 0) FROM audit) - 86400000000000
+BEGIN SELECT RAISE(ABORT, 'the audit log is append-only but for a purge, which keeps at least its last day of events'); END;
 CREATE TRIGGER audit_purged_no_update BEFORE UPDATE ON audit_purged
 BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
 CREATE TRIGGER audit_purged_no_delete BEFORE DELETE ON audit_purged
 BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
 DROP TRIGGER audit_no_delete;
 CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
-WHEN OLD.at >= (SELECT COALESCE(MAX(before), 0) FROM audit_purged)
-BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: only events stamped before a recorded purge are deleted'); END;
+WHEN OLD.at >= (SELECT COALESCE(MAX(before), 0) FROM audit_purged) OR OLD.seq = (SELECT MAX(seq) FROM audit)
+BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: only events stamped before a recorded purge are deleted, and never the newest'); END;
 `},
 }
 

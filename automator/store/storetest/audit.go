@@ -177,74 +177,114 @@ func testAuditListFilters(f *fixture) {
 	}
 }
 
-// testAuditPurge: AuditPurge deletes the events stamped before Before,
-// oldest first, Max at a time, whatever order they were appended in. Its
-// first call for a Before later than any earlier purge's appends one
-// audit.purged event saying so; the calls that go on with that Before
-// append none, nor does one that finds nothing to delete. A purge of
-// everything keeps its own event.
+// testAuditPurge: AuditPurge deletes the events stamped more than
+// Retention before Now, oldest first, Max at a time, whatever order they
+// were appended in. Its first call for a later time than any earlier
+// purge's appends one audit.purged event saying so; the calls that go on
+// to that time append none, nor does one that finds nothing to delete. A
+// purge of everything old keeps its own event.
 func testAuditPurge(f *fixture) {
 	stamps := []time.Duration{10 * time.Second, 12 * time.Second, 11 * time.Second, 13 * time.Second,
-		20 * time.Second, 14 * time.Second, 30 * time.Second}
+		20 * time.Second, 14 * time.Second, 30 * time.Second, day + 15*time.Second}
 	for i, d := range stamps {
 		if _, err := f.s.AuditAppend(f.ctx, store.AuditEvent{At: at(d), Kind: store.AuditAuthFailed, Detail: fmt.Sprintf("event %d", i)}); err != nil {
 			f.t.Fatalf("AuditAppend(event %d): %v", i, err)
 		}
 	}
-	list := func() []store.AuditEvent {
+	purge := func(now time.Time, limit int, said string) int {
 		f.t.Helper()
-		es, err := f.s.AuditList(f.ctx, store.AuditListParams{Limit: 100})
+		n, err := f.s.AuditPurge(f.ctx, store.AuditPurgeParams{Now: now, Retention: day, Max: limit,
+			Audit: store.AuditEvent{Kind: store.AuditPurged, Actor: "automator", Detail: said}})
 		if err != nil {
-			f.t.Fatalf("AuditList: %v", err)
-		}
-		return es
-	}
-	details := func(es []store.AuditEvent) []string {
-		var out []string
-		for _, e := range es {
-			out = append(out, e.Detail)
-		}
-		return out
-	}
-	purge := func(before time.Time, limit int, said string, now time.Time) int {
-		f.t.Helper()
-		n, err := f.s.AuditPurge(f.ctx, store.AuditPurgeParams{Before: before, Max: limit,
-			Audit: store.AuditEvent{At: now, Kind: store.AuditPurged, Actor: "automator", Detail: said}})
-		if err != nil {
-			f.t.Fatalf("AuditPurge(before %v, max %d): %v", before.Sub(base), limit, err)
+			f.t.Fatalf("AuditPurge(now %v, max %d): %v", now.Sub(base), limit, err)
 		}
 		return n
 	}
-	if _, err := f.s.AuditPurge(f.ctx, store.AuditPurgeParams{Before: at(time.Hour), Audit: store.AuditEvent{At: at(2 * time.Hour), Kind: store.AuditPurged}}); err == nil {
-		f.t.Errorf("AuditPurge with Max 0: no error, want one")
-	}
-	if _, err := f.s.AuditPurge(f.ctx, store.AuditPurgeParams{Before: at(time.Hour), Max: 10, Audit: store.AuditEvent{At: at(time.Minute), Kind: store.AuditPurged}}); err == nil {
-		f.t.Errorf("AuditPurge whose event is stamped before what it deletes: no error, want one (it would delete its own record)")
-	}
-
-	// Before 15s: events 0, 1, 2, 3 and 5 (14s, appended after 20s) go.
-	for i, want := range []int{2, 2, 1, 0} {
-		if n := purge(at(15*time.Second), 2, fmt.Sprint("retention ", i), at(40*time.Second)); n != want {
-			f.t.Errorf("purge %d of at most 2 before 15s deleted %d events, want %d", i, n, want)
+	for _, p := range []store.AuditPurgeParams{
+		{Now: at(2 * day), Retention: day},
+		{Now: at(2 * day), Retention: day - time.Second, Max: 10},
+	} {
+		if _, err := f.s.AuditPurge(f.ctx, p); err == nil {
+			f.t.Errorf("AuditPurge(max %d, retention %v): no error, want one", p.Max, p.Retention)
 		}
 	}
-	want := []string{"event 4", "event 6", store.AuditPurgedDetail("retention 0", at(15*time.Second))}
-	got := list()
-	if !slices.Equal(details(got), want) {
-		f.t.Fatalf("the log after purging the events before 15s = %q; want %q", details(got), want)
+
+	// Older than a day at a day and 15s: events 0, 1, 2, 3 and 5 (14s,
+	// appended after 20s) go.
+	for i, want := range []int{2, 2, 1, 0} {
+		if n := purge(at(day+15*time.Second), 2, fmt.Sprint("retention ", i)); n != want {
+			f.t.Errorf("purge %d of at most 2 deleted %d events, want %d", i, n, want)
+		}
 	}
-	if e := got[2]; e.Kind != store.AuditPurged || e.Actor != "automator" || !e.At.Equal(at(40*time.Second)) {
-		f.t.Errorf("the purge's event = %+v; want audit.purged by automator at 40s", e)
+	want := []string{"event 4", "event 6", "event 7", store.AuditPurgedDetail("retention 0", at(15*time.Second))}
+	got := auditDetails(f)
+	if !slices.Equal(got, want) {
+		f.t.Fatalf("the log after purging the events older than a day = %q; want %q", got, want)
 	}
-	if n := purge(at(16*time.Second), 10, "nothing to delete", at(41*time.Second)); n != 0 || len(list()) != 3 {
-		f.t.Errorf("a purge finding nothing before its time deleted %d events and left %d; want none deleted, no event added", n, len(list()))
+	if n := purge(at(day+16*time.Second), 10, "nothing to delete"); n != 0 || len(auditDetails(f)) != 4 {
+		f.t.Errorf("a purge finding nothing to delete deleted %d events and left %q; want none deleted, no event added", n, auditDetails(f))
 	}
 
-	// Everything stamped before an hour, the first purge's event too.
-	if n := purge(at(time.Hour), 100, "retention 4", at(2*time.Hour)); n != 3 {
-		f.t.Errorf("the purge of everything deleted %d events, want 3", n)
+	// Three days in, everything older than two days.
+	if _, err := f.s.AuditAppend(f.ctx, store.AuditEvent{At: at(3 * day), Kind: store.AuditAuthFailed, Detail: "newest"}); err != nil {
+		f.t.Fatal(err)
 	}
-	if got := list(); !slices.Equal(details(got), []string{store.AuditPurgedDetail("retention 4", at(time.Hour))}) {
-		f.t.Errorf("the log after purging everything = %q; want this purge's event alone", details(got))
+	if n := purge(at(3*day), 100, "retention 4"); n != 4 {
+		f.t.Errorf("the purge of everything older than two days deleted %d events, want 4", n)
 	}
+	if got := auditDetails(f); !slices.Equal(got, []string{"newest", store.AuditPurgedDetail("retention 4", at(2*day))}) {
+		f.t.Errorf("the log after purging everything older than two days = %q; want the newest event and this purge's", got)
+	}
+}
+
+// testAuditPurgeKeepsTheNewestEvent: the newest event (by seq) is never
+// purged, however old its stamp (a clock stepped back), even by a purge
+// whose time a record covers already, which appends no event of its own:
+// SQLite would hand its seq out again.
+func testAuditPurgeKeepsTheNewestEvent(f *fixture) {
+	appendAt := func(d time.Duration, detail string) {
+		f.t.Helper()
+		if _, err := f.s.AuditAppend(f.ctx, store.AuditEvent{At: at(d), Kind: store.AuditAuthFailed, Detail: detail}); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	purge := func() int {
+		f.t.Helper()
+		n, err := f.s.AuditPurge(f.ctx, store.AuditPurgeParams{Now: at(3 * day), Retention: day, Max: 10,
+			Audit: store.AuditEvent{Kind: store.AuditPurged, Actor: "automator", Detail: "r"}})
+		if err != nil {
+			f.t.Fatalf("AuditPurge: %v", err)
+		}
+		return n
+	}
+	appendAt(10*time.Hour, "old")
+	appendAt(3*day, "recent")
+	if n := purge(); n != 1 {
+		f.t.Fatalf("the first purge deleted %d events, want the old one", n)
+	}
+	appendAt(day, "newest, stamped by a clock stepped back")
+	if n := purge(); n != 0 {
+		f.t.Errorf("a purge with only the newest event due deleted %d events, want none", n)
+	}
+	want := []string{"recent", store.AuditPurgedDetail("r", at(2*day)), "newest, stamped by a clock stepped back"}
+	if got := auditDetails(f); !slices.Equal(got, want) {
+		f.t.Errorf("the log = %q; want %q", got, want)
+	}
+}
+
+// day is a day, the least retention of the audit log.
+const day = 24 * time.Hour
+
+// auditDetails lists the details of every event of the audit log.
+func auditDetails(f *fixture) []string {
+	f.t.Helper()
+	es, err := f.s.AuditList(f.ctx, store.AuditListParams{Limit: 100})
+	if err != nil {
+		f.t.Fatalf("AuditList: %v", err)
+	}
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Detail)
+	}
+	return out
 }

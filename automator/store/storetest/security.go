@@ -28,6 +28,7 @@ var securityCases = []testCase{
 	{"AuditListSinceReturnsEveryEventFromThenOnEvenStampedOutOfOrder", testAuditListSince},
 	{"AuditListKeepsTheEventsOfAnAccountAUnitAndSomeKinds", testAuditListFilters},
 	{"AuditPurgeDeletesTheOldEventsOnRecord", testAuditPurge},
+	{"AuditPurgeKeepsTheNewestEvent", testAuditPurgeKeepsTheNewestEvent},
 	{"WorkEnqueueAppendsItsAuditEventWithTheUnitOnly", testWorkEnqueueAppendsAudit},
 	{"WorkQueuedCountCountsQueuedUnitsOfTheAccount", testWorkQueuedCount},
 	{"UnitEndsAppendTheirAuditEventInTheSameWrite", testUnitEndsAppendAudit},
