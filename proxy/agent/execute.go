@@ -107,7 +107,7 @@ func (a *Agent) execute(ctx context.Context, c *automatorv1.Claim, cmd *automato
 	env["PROXY_WORK_ID"] = c.GetWorkId()
 	env["PROXY_ACCOUNT"] = c.GetAccount()
 	env["PROXY_INSTANCE_ID"] = a.o.InstanceID
-	env["PROXY_DEADLINE_SECONDS"] = strconv.Itoa(int(time.Until(deadline).Seconds()))
+	env[deadlineSecondsVar] = deadlineSeconds(deadline)
 	a.scripts.Add(1)
 	defer a.scripts.Add(-1)
 	r, err := a.runStarting(ctx, runner.Spec{
@@ -151,3 +151,13 @@ func (a *Agent) sealResult(c *automatorv1.Claim, r *automatorv1.Result) ([]byte,
 }
 
 func durationOf(d time.Duration) *durationpb.Duration { return durationpb.New(d) }
+
+// deadlineSecondsVar tells a script the whole seconds left until its
+// unit's deadline, as they are when it starts (deadlineSeconds).
+const deadlineSecondsVar = "PROXY_DEADLINE_SECONDS"
+
+// deadlineSeconds is the value of deadlineSecondsVar for a script that
+// starts now: the whole seconds left, rounded down.
+func deadlineSeconds(deadline time.Time) string {
+	return strconv.Itoa(int(time.Until(deadline).Seconds()))
+}

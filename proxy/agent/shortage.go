@@ -39,17 +39,32 @@ const (
 
 // runStarting runs spec (tune.runScript), starting its script again while
 // the host lacks the resources to start it, until it starts, deadline is
-// half as near as it was, tune.startWaitFor has passed, or ctx ends.
+// half as near as it was, tune.startWaitFor has passed, or ctx ends. The
+// unit waits no more once its script has started (spec.Started), not once
+// it has ended: the poll loop claims units again meanwhile. Each start
+// tells the script the time then left (PROXY_DEADLINE_SECONDS).
 func (a *Agent) runStarting(ctx context.Context, spec runner.Spec, deadline time.Time) (runner.Result, error) {
+	waiting := false
+	spec.Started = func() {
+		if waiting {
+			waiting = false
+			a.startWaiting(-1, nil)
+		}
+		a.startsAgain()
+	}
+	defer func() {
+		if waiting {
+			a.startWaiting(-1, nil)
+		}
+	}()
 	r, err := a.o.tune.runScript(ctx, spec)
 	if !errors.Is(err, runner.ErrNoResources) {
-		a.startsAgain(err)
 		return r, err
 	}
 	began := time.Now()
 	giveUp := began.Add(min(a.o.tune.startWaitFor, time.Until(deadline)/2))
+	waiting = true
 	a.startWaiting(+1, err)
-	defer a.startWaiting(-1, nil)
 	bo := backoff{min: startRetryMin, max: startRetryMax}
 	for {
 		wait := bo.next()
@@ -59,9 +74,9 @@ func (a *Agent) runStarting(ctx context.Context, spec runner.Spec, deadline time
 		if !ctxtime.Sleep(ctx, wait) {
 			return runner.Result{}, fmt.Errorf("script %q: %w before it started, while it waited for what its start lacked (%v)", spec.Script, runner.ErrCancelled, err)
 		}
+		spec.Env[deadlineSecondsVar] = deadlineSeconds(deadline)
 		r, err = a.o.tune.runScript(ctx, spec)
 		if !errors.Is(err, runner.ErrNoResources) {
-			a.startsAgain(err)
 			return r, err
 		}
 	}
@@ -92,12 +107,9 @@ func (a *Agent) startWaiting(delta int, err error) {
 	}
 }
 
-// startsAgain records, when err is nil, that a script started (and ran),
-// and says so once after starts lacked resources.
-func (a *Agent) startsAgain(err error) {
-	if err != nil {
-		return // not started, or not known to have
-	}
+// startsAgain records that a script started, and says so once after
+// starts lacked resources.
+func (a *Agent) startsAgain() {
 	a.mu.Lock()
 	was := a.short
 	a.short = false

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,12 +63,14 @@ type shortProxy struct {
 	all   *lineTap
 }
 
-// startShortProxy starts it, with a script hello.sh, and waits for it to
+// startShortProxy starts it, with the scripts hello.sh and hold.sh (which
+// runs until the file its argument names exists), and waits for it to
 // poll.
 func startShortProxy(t *testing.T, a *automatortest.Automator, waitFor time.Duration) *shortProxy {
 	t.Helper()
 	scripts := t.TempDir()
 	automatortest.WriteScript(t, scripts, "hello.sh", `echo "hello $PROXY_WORK_ID"`)
+	automatortest.WriteScript(t, scripts, "hold.sh", `while [ ! -e "$1" ]; do sleep 0.05; done; echo held`)
 	spec, err := json.Marshal(agent.ShortProxy{Addr: a.GRPCAddr, Token: a.Token, Key: a.Key.String(), ScriptsDir: scripts,
 		InstanceID: "short", MaxConcurrency: 4, StartWaitFor: waitFor})
 	if err != nil {
@@ -231,4 +234,36 @@ func TestAUnitWhoseScriptStillLacksFileDescriptorsFailsSayingSoBeforeItsDeadline
 	}
 	restore()
 	wantHello(t, caller, submitHello(t, caller, a.Account))
+}
+
+// TestAProxyWhoseScriptWaitedForResourcesClaimsAgainOnceItStarts: the unit
+// waits for resources no more once its script has started, however long
+// it runs: the proxy claims units again then, and says scripts start
+// again. It claimed nothing, and said nothing, until the script had ended
+// (found by a review).
+func TestAProxyWhoseScriptWaitedForResourcesClaimsAgainOnceItStarts(t *testing.T) {
+	t.Parallel()
+	a := automatortest.Start(t, automatortest.Options{Plaintext: true})
+	caller := automatorv1.NewAutomatorServiceClient(a.CallerConn(t))
+	p := startShortProxy(t, a, time.Hour)
+	restore := limitOpenFiles(t, p.pid, openFiles(t, p.pid)+1)
+	release := filepath.Join(t.TempDir(), "release")
+	held, err := caller.Submit(context.Background(), &automatorv1.ExecuteRequest{Account: a.Account,
+		Command: &automatorv1.Command{Script: "hold.sh", Args: []string{release}}, Timeout: durationpb.New(2 * time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.waitLine(t, "the proxy to wait for file descriptors to start the script", "scripts cannot start", "could not run the command")
+	restore()
+	p.waitLine(t, "the proxy to say scripts start again, while hold.sh runs", "scripts start again")
+	wantHello(t, caller, submitHello(t, caller, a.Account))
+	if st, err := caller.Get(context.Background(), &automatorv1.GetRequest{WorkId: held.GetWorkId()}); err != nil || st.GetState() != automatorv1.State_STATE_CLAIMED {
+		t.Fatalf("hold.sh's unit after hello.sh's ended: %v (%v); want it still running", st.GetState(), err)
+	}
+	if err := os.WriteFile(release, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitEnded(t, caller, held.GetWorkId()); got.GetState() != automatorv1.State_STATE_SUCCEEDED {
+		t.Errorf("hold.sh's unit ended %v (%s); want succeeded", got.GetState(), got.GetReason())
+	}
 }

@@ -68,6 +68,9 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 		return Result{}, fmt.Errorf("%w %q: %w", ErrStart, spec.Script, err)
 	}
 	defer tree.release()
+	if spec.Started != nil {
+		spec.Started()
+	}
 
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()

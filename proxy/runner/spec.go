@@ -49,6 +49,11 @@ type Spec struct {
 	// Reaper, when set, kills the script's process tree if this process
 	// dies while the script runs (see NewReaper). Nil: nothing does.
 	Reaper *Reaper
+	// Started, when set, is called once the script has started (its
+	// process created and handed its tree), before Run waits for it: a
+	// caller that waited for the resources an earlier start lacked knows
+	// then that it waits no more, however long the script runs.
+	Started func()
 }
 
 // Result is what a script that ran and exited produced.
