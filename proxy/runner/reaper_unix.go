@@ -178,7 +178,7 @@ func (r *Reaper) writeLocked(line []byte) error {
 	cmd := r.cmd
 	_ = cmd.Process.Kill()
 	_ = r.stopLocked()
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && !(ws.Signaled() && ws.Signal() == syscall.SIGKILL) {
+	if ws, ok := waitStatus(cmd); ok && !(ws.Signaled() && ws.Signal() == syscall.SIGKILL) {
 		// It ended by itself, not killed (by someone, or the OOM
 		// killer: a new one is started at once): one started again at
 		// once would most likely end so too (the host out of threads,
@@ -294,4 +294,14 @@ func sessionLives(sid int) bool {
 		return true
 	}
 	return sessionHasMember(sid)
+}
+
+// waitStatus is how cmd's process ended, and false when that is not known
+// (its Wait failed).
+func waitStatus(cmd *exec.Cmd) (syscall.WaitStatus, bool) {
+	if cmd.ProcessState == nil {
+		return 0, false
+	}
+	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	return ws, ok
 }

@@ -212,8 +212,9 @@ func shortOf(err error) string {
 	case errors.Is(err, windows.ERROR_TOO_MANY_OPEN_FILES):
 		return "the proxy has as many handles open as it may"
 	case errors.Is(err, windows.ERROR_NOT_ENOUGH_MEMORY), errors.Is(err, windows.ERROR_OUTOFMEMORY),
-		errors.Is(err, windows.ERROR_COMMITMENT_LIMIT), errors.Is(err, windows.ERROR_NO_SYSTEM_RESOURCES):
-		return "the host is out of memory or system resources"
+		errors.Is(err, windows.ERROR_COMMITMENT_LIMIT), errors.Is(err, windows.ERROR_NO_SYSTEM_RESOURCES),
+		errors.Is(err, windows.ERROR_NOT_ENOUGH_QUOTA):
+		return "the host is out of memory or system resources, or the proxy's account out of its quota"
 	}
 	return ""
 }
