@@ -148,6 +148,12 @@ func TestAnAutomatorWhoseClockRunsAheadPurgesNoAuditEventItsRetentionKeeps(t *te
 	if n, err := e.srv.PurgeAudit(t.Context(), 24*time.Hour); err != nil || n != 1 {
 		t.Errorf("PurgeAudit(24h) on a clock 49 h ahead: %d, %v; want the event of 30 h ago alone deleted", n, err)
 	}
+	// The purge's own event, stamped by that clock, does not stand for
+	// now at the next sweep.
+	clock.Advance(time.Hour)
+	if n, err := e.srv.PurgeAudit(t.Context(), 24*time.Hour); err != nil || n != 0 {
+		t.Errorf("the next PurgeAudit(24h), an hour later on that clock: %d, %v; want none deleted", n, err)
+	}
 	events, err := e.store.AuditList(t.Context(), store.AuditListParams{Limit: 100})
 	if err != nil {
 		t.Fatal(err)

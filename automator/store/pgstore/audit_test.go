@@ -1,10 +1,13 @@
 package pgstore
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/pgstore/pgtest"
@@ -84,5 +87,43 @@ func TestAReplicaWhoseClockRunsAheadPurgesNoAuditEventItsRetentionKeeps(t *testi
 	if n, err := s.AuditPurge(t.Context(), store.AuditPurgeParams{Now: ahead, Retention: 24 * time.Hour, Max: 10,
 		Audit: store.AuditEvent{Kind: store.AuditPurged, Detail: "test"}}); err != nil || n != 1 {
 		t.Errorf("AuditPurge(24h) from a replica 49 h ahead: %d, %v; want the event of 30 h ago alone deleted", n, err)
+	}
+}
+
+// TestTheAuditTriggersIgnoreTheSessionsSearchPath: the triggers' functions
+// look names up in the automator's schema and the catalog alone: a session
+// whose search_path puts first a schema of its own, with a now() that says
+// 'infinity', cannot record a purge of every event (found by a review).
+func TestTheAuditTriggersIgnoreTheSessionsSearchPath(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	s := open(t, dsn)
+	if _, err := s.AuditAppend(t.Context(), store.AuditEvent{At: time.Now(), Kind: store.AuditAuthFailed, Detail: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var schema string
+	if err := conn.QueryRow(t.Context(), `SELECT current_schema()`).Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	own := schema + "_own"
+	for _, q := range []string{
+		`CREATE SCHEMA ` + own,
+		`CREATE FUNCTION ` + own + `.now() RETURNS timestamptz LANGUAGE sql AS $$ SELECT 'infinity'::timestamptz $$`,
+		`SET search_path = ` + own + `, pg_catalog, ` + schema,
+	} {
+		if _, err := conn.Exec(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if _, err := conn.Exec(t.Context(), `INSERT INTO audit_purged (before, at) VALUES ('infinity', pg_catalog.now())`); err == nil || !strings.Contains(err.Error(), "append-only") {
+		t.Errorf("a purge record of 'infinity' by a session with a now() of its own: %v; want it refused as append-only", err)
+	}
+	if got, err := s.AuditList(t.Context(), store.AuditListParams{Limit: 10}); err != nil || len(got) != 1 {
+		t.Errorf("the audit log after: %+v, %v; want its one event", got, err)
 	}
 }

@@ -214,13 +214,11 @@ ALTER TABLE instances ADD COLUMN refused_cause text NOT NULL DEFAULT '';
 -- those: a purge first records here the time before which it deletes the
 -- events (with an audit.purged event, stamped later, in the same
 -- transaction), and the log's delete trigger refuses any event stamped at
--- or after the latest recorded. A record must be a day older than the
--- database's clock at least (a replica whose clock runs ahead may not make
--- one that reaches today's events). So the log stays append-only but for
--- its old events, whose deletion is itself on record. Rows here are never
--- changed nor removed (nor truncated). The functions read audit_purged in
--- the schema of the table that fired them, never through the session's
--- search_path, where a temporary table of that name would come first.
+-- or after the latest recorded, and the newest event. A record must be a
+-- day older than the database's clock at least (a replica whose clock runs
+-- ahead may not make one that reaches today's events). So the log stays
+-- append-only but for its old events, whose deletion is itself on record.
+-- Rows here are never changed nor removed (nor truncated).
 CREATE TABLE audit_purged (
 	before timestamptz PRIMARY KEY,
 	at     timestamptz NOT NULL
@@ -241,21 +239,27 @@ CREATE TRIGGER audit_purged_no_truncate BEFORE TRUNCATE ON audit_purged
 	FOR EACH STATEMENT EXECUTE FUNCTION audit_append_only();
 -- The triggers on audit stay as they were (an older replica's writes meet
 -- the same ones during a rolling upgrade): their function lets a DELETE
--- of an event stamped before the latest recorded time through.
+-- of an event stamped before the latest recorded time through, but for
+-- the newest event.
 CREATE OR REPLACE FUNCTION audit_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-	purged timestamptz;
 BEGIN
 	IF TG_OP = 'DELETE' AND TG_TABLE_NAME = 'audit' THEN
-		EXECUTE format('SELECT max(before) FROM %I.audit_purged', TG_TABLE_SCHEMA) INTO purged;
-		IF OLD.at < purged THEN
+		IF OLD.at < (SELECT max(before) FROM audit_purged) AND OLD.seq < (SELECT max(seq) FROM audit) THEN
 			RETURN OLD;
 		END IF;
-		RAISE EXCEPTION 'the audit log is append-only: only events stamped before a recorded purge are deleted';
+		RAISE EXCEPTION 'the audit log is append-only: only events stamped before a recorded purge are deleted, and never the newest';
 	END IF;
 	RAISE EXCEPTION 'the audit log is append-only';
 END
 $$;
+-- Both functions look names up in this schema and the catalog alone,
+-- whatever the session's search_path: a session's temporary table, or a
+-- function or operator of its own schema (now(), <), found first there,
+-- would decide for them.
+DO $do$ BEGIN
+	EXECUTE format('ALTER FUNCTION audit_append_only() SET search_path = pg_catalog, %I, pg_temp', current_schema());
+	EXECUTE format('ALTER FUNCTION audit_purged_keeps_a_day() SET search_path = pg_catalog, %I, pg_temp', current_schema());
+END $do$;
 `},
 }
 

@@ -156,11 +156,11 @@ func (s *Store) AuditPurge(ctx context.Context, p store.AuditPurgeParams) (int, 
 		n = 0
 		// The newest event's stamp stands for now when it is earlier
 		// than the automator's clock: a clock stepped ahead deletes
-		// nothing the retention keeps, until it has stamped events of
-		// its own (and the database refuses a record within a day of
-		// the newest event).
+		// nothing the retention keeps until it has stamped events of its
+		// own, the purges' left out (and the database refuses a record
+		// within a day of that event). SQLite has no clock of its own.
 		var newest sql.NullInt64
-		if err := tx.QueryRowContext(ctx, `SELECT max(at) FROM audit`).Scan(&newest); err != nil || !newest.Valid {
+		if err := tx.QueryRowContext(ctx, `SELECT max(at) FROM audit WHERE kind <> 'audit.purged'`).Scan(&newest); err != nil || !newest.Valid {
 			return err
 		}
 		before := min(toNanos(p.Now), newest.Int64) - int64(p.Retention)

@@ -260,8 +260,9 @@ ALTER TABLE instances ADD COLUMN refused_cause TEXT NOT NULL DEFAULT '';
 -- events (with an audit.purged event, stamped later, in the same
 -- transaction), and the log's delete trigger refuses any event stamped at
 -- or after the latest recorded. A record must be a day older than the
--- newest event at least (a clock stepped ahead may not make one that
--- reaches today's events), and the newest event is never deleted: with
+-- newest event at least, the purges' own left out (a clock stepped ahead
+-- may not make one that reaches today's events), and the newest event is
+-- never deleted: with
 -- seq an INTEGER PRIMARY KEY, SQLite would hand its seq out again. So the
 -- log stays append-only but for its old events, whose deletion is itself
 -- on record. Rows here are never changed nor removed.
@@ -270,7 +271,7 @@ CREATE TABLE audit_purged (
 	at     INTEGER NOT NULL
 ) STRICT;
 CREATE TRIGGER audit_purged_keeps_a_day BEFORE INSERT ON audit_purged
-WHEN NEW.before > (SELECT COALESCE(MAX(at), 0) FROM audit) - 86400000000000
+WHEN NEW.before > (SELECT COALESCE(MAX(at), 0) FROM audit WHERE kind <> 'audit.purged') - 86400000000000
 BEGIN SELECT RAISE(ABORT, 'the audit log is append-only but for a purge, which keeps at least its last day of events'); END;
 CREATE TRIGGER audit_purged_no_update BEFORE UPDATE ON audit_purged
 BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
