@@ -184,41 +184,26 @@ func (s *Server) expireDue(ctx context.Context, id string) (ok, full bool) {
 const purgeBatch = 100
 
 // PurgeEnded deletes the ended units queued more than retention ago, a
-// batch per write, and returns how many it deleted. Units still open are
-// kept, however old. A write that deletes the last units an account
-// deletion left unfinished had to move ends that deletion, and audits it
-// as FinishDeletions does. Then it deletes the previous account keys that no
-// unit left can need (purgeKeys).
-//
-// After each full batch it waits as long as the batch took before the
-// next: the purge then holds the database at most half the time, and the
-// writes of callers and proxies made meanwhile commit on their own, not
-// behind the next batch. Batches sent back to back had a first purge of a
-// year's history (900,000 units, two minutes) cut the rate of `@ping`
-// units twentyfold, with waits of a second.
+// batch per write (purgePaced), and returns how many it deleted. Units
+// still open are kept, however old. A write that deletes the last units an
+// account deletion left unfinished had to move ends that deletion, and
+// audits it as FinishDeletions does. Then it deletes the previous account
+// keys that no unit left can need (purgeKeys).
 func (s *Server) PurgeEnded(ctx context.Context, retention time.Duration) (int, error) {
 	before := s.clock.Now().Add(-retention)
-	total := 0
-	for {
-		start := s.clock.Now()
-		n, err := s.store.WorkPurge(ctx, store.WorkPurgeParams{QueuedBefore: before, Max: purgeBatch,
+	total, err := s.purgePaced(ctx, purgeBatch, func() (int, error) {
+		return s.store.WorkPurge(ctx, store.WorkPurgeParams{QueuedBefore: before, Max: purgeBatch,
 			AuditFinished: func(d store.AccountDeletion) []store.AuditEvent {
 				return []store.AuditEvent{store.DeletionPurgedEvent(d, s.clock.Now(), sweeperActor, "")}
 			}})
-		total += n
-		if err == nil && n == purgeBatch {
-			err = s.purgePause(ctx, max(s.clock.Now().Sub(start), purgePauseMin))
-		}
-		if err != nil || n < purgeBatch {
-			if total > 0 {
-				s.log.Info("deleted ended units past the retention", "count", total, "queued_before", before, "work_retention", retention)
-			}
-			if err == nil {
-				err = s.purgeKeys(ctx)
-			}
-			return total, err
-		}
+	})
+	if total > 0 {
+		s.log.Info("deleted ended units past the retention", "count", total, "queued_before", before, "work_retention", retention)
 	}
+	if err == nil {
+		err = s.purgeKeys(ctx)
+	}
+	return total, err
 }
 
 // auditPurgeBatch is how many audit events one purge write deletes: a few
@@ -226,25 +211,41 @@ func (s *Server) PurgeEnded(ctx context.Context, retention time.Duration) (int, 
 const auditPurgeBatch = 1000
 
 // PurgeAudit deletes the audit events stamped more than retention ago,
-// oldest first, a batch per write paced as PurgeEnded's, and returns how
-// many. The first write that reaches further than any earlier purge
-// appends an audit.purged event saying how far (store.AuditPurge), so the
-// log says what it no longer holds.
+// oldest first, a batch per write (purgePaced), and returns how many. The
+// first write that reaches further than any earlier purge appends an
+// audit.purged event saying how far (store.AuditPurge), so the log says
+// what it no longer holds.
 func (s *Server) PurgeAudit(ctx context.Context, retention time.Duration) (int, error) {
 	now := s.clock.Now()
+	total, err := s.purgePaced(ctx, auditPurgeBatch, func() (int, error) {
+		return s.store.AuditPurge(ctx, store.AuditPurgeParams{Now: now, Retention: retention, Max: auditPurgeBatch,
+			Audit: store.AuditEvent{Kind: store.AuditPurged, Actor: sweeperActor, Detail: "audit_retention " + retention.String()}})
+	})
+	if total > 0 {
+		s.log.Info("deleted audit events past the retention", "count", total, "audit_retention", retention)
+	}
+	return total, err
+}
+
+// purgePaced runs write, which deletes at most batch rows, until it
+// deletes fewer or fails, and returns how many it deleted in all.
+//
+// After each full batch it waits as long as the batch took before the
+// next: the purge then holds the database at most half the time, and the
+// writes of callers and proxies made meanwhile commit on their own, not
+// behind the next batch. Batches sent back to back had a first purge of a
+// year's history (900,000 units, two minutes) cut the rate of `@ping`
+// units twentyfold, with waits of a second.
+func (s *Server) purgePaced(ctx context.Context, batch int, write func() (int, error)) (int, error) {
 	total := 0
 	for {
 		start := s.clock.Now()
-		n, err := s.store.AuditPurge(ctx, store.AuditPurgeParams{Now: now, Retention: retention, Max: auditPurgeBatch,
-			Audit: store.AuditEvent{Kind: store.AuditPurged, Actor: sweeperActor, Detail: "audit_retention " + retention.String()}})
+		n, err := write()
 		total += n
-		if err == nil && n == auditPurgeBatch {
+		if err == nil && n == batch {
 			err = s.purgePause(ctx, max(s.clock.Now().Sub(start), purgePauseMin))
 		}
-		if err != nil || n < auditPurgeBatch {
-			if total > 0 {
-				s.log.Info("deleted audit events past the retention", "count", total, "audit_retention", retention)
-			}
+		if err != nil || n < batch {
 			return total, err
 		}
 	}
