@@ -21,11 +21,13 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Environment variables.
@@ -42,6 +44,43 @@ var (
 	noBinary  bool   // the problem is that PostgreSQL is not installed
 )
 
+// adminPools are the connections DSNIn creates and drops schemas on, one
+// pool per database, closed when Main returns. A connection of its own for
+// each statement cost the server a backend's start, about 30 ms of its CPU
+// on the CI machines, twice per test: two thirds of the connections the
+// pgstore tests made, and a fifth of the server's CPU in them.
+var (
+	adminMu    sync.Mutex
+	adminPools = map[string]*pgxpool.Pool{}
+)
+
+// adminPool returns the pool of database db (a URL), made when first asked.
+func adminPool(db string) (*pgxpool.Pool, error) {
+	adminMu.Lock()
+	defer adminMu.Unlock()
+	if p := adminPools[db]; p != nil {
+		return p, nil
+	}
+	p, err := pgxpool.New(context.Background(), db)
+	if err != nil {
+		return nil, err
+	}
+	adminPools[db] = p
+	return p, nil
+}
+
+// closeAdminPools closes the pools of adminPool, or only db's when given.
+func closeAdminPools(db ...string) {
+	adminMu.Lock()
+	defer adminMu.Unlock()
+	for name, p := range adminPools {
+		if len(db) == 0 || name == db[0] {
+			p.Close()
+			delete(adminPools, name)
+		}
+	}
+}
+
 // Main runs the tests of a package with a PostgreSQL server: call it from
 // TestMain, os.Exit(pgtest.Main(m)).
 func Main(m *testing.M) int {
@@ -54,6 +93,7 @@ func Main(m *testing.M) int {
 			defer stop()
 		}
 	}
+	defer closeAdminPools()
 	return m.Run()
 }
 
@@ -192,9 +232,15 @@ func CollatedDatabase(t testing.TB, icuLocale string) string {
 	t.Helper()
 	base := URL(t)
 	name := "t_" + randomHex(8)
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("%s is not a URL: %v", EnvURL, err)
+	}
+	u.Path = "/" + name
+	dbURL := u.String()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err := execOn(ctx, base, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE template0 ENCODING 'UTF8' LOCALE 'C' LOCALE_PROVIDER icu ICU_LOCALE '%s'`,
+	err = execOn(ctx, base, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE template0 ENCODING 'UTF8' LOCALE 'C' LOCALE_PROVIDER icu ICU_LOCALE '%s'`,
 		name, strings.ReplaceAll(icuLocale, "'", "''")))
 	if code := pgCode(err); code == "42601" || code == "0A000" {
 		// A syntax error (no LOCALE_PROVIDER before PostgreSQL 15) or a
@@ -207,16 +253,12 @@ func CollatedDatabase(t testing.TB, icuLocale string) string {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
+		closeAdminPools(dbURL) // DROP ... WITH (FORCE) would end its connections
 		if err := execOn(ctx, base, "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
 			t.Errorf("dropping database %s: %v", name, err)
 		}
 	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatalf("%s is not a URL: %v", EnvURL, err)
-	}
-	u.Path = "/" + name
-	return u.String()
+	return dbURL
 }
 
 // pgCode is the SQLSTATE of err, or "".
@@ -234,7 +276,13 @@ func DSNIn(t testing.TB, db string) string {
 	t.Helper()
 	base := db
 	schema := "t_" + randomHex(8)
-	exec := func(ctx context.Context, sql string) error { return execOn(ctx, base, sql) }
+	exec := func(ctx context.Context, sql string) error {
+		p, err := adminPool(base)
+		if err == nil {
+			_, err = p.Exec(ctx, sql)
+		}
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := exec(ctx, "CREATE SCHEMA "+schema); err != nil {
