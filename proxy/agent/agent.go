@@ -172,8 +172,9 @@ type Agent struct {
 	// failLog and killLog bound the lines of units that could not run,
 	// and of scripts killed at their units' deadlines or ends (execute.go);
 	// shortLog those that say scripts cannot start for want of resources,
-	// and start again (shortage.go).
-	failLog, killLog, shortLog *loglimit.Limiter
+	// and start again (shortage.go); leftLog those of scripts that exited
+	// leaving processes the proxy could not kill.
+	failLog, killLog, shortLog, leftLog *loglimit.Limiter
 
 	mu      sync.Mutex
 	running map[string]context.CancelCauseFunc // work id → cancel of its run
@@ -274,6 +275,11 @@ func New(o Options) *Agent {
 	// come and go as scripts end: bounded too.
 	a.shortLog = &loglimit.Limiter{Logger: a.log, Level: slog.LevelWarn,
 		Summary: "scripts that could not start for want of resources, and started again, not logged one by one"}
+	// What a script left running is killed after it exits; a kill that
+	// failed (the proxy out of file descriptors, a process turned
+	// another user's) leaves it running, which its result cannot say.
+	a.leftLog = &loglimit.Limiter{Logger: a.log, Level: slog.LevelWarn,
+		Summary: "scripts that exited leaving processes the proxy could not kill, not logged one by one"}
 	a.state = newStateFile(o, a.log)
 	a.spool = newSpool(o.SpoolDir, a.log)
 	a.poster = newPoster(o.Client, o.Uploads, o.tune)

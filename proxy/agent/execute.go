@@ -123,6 +123,9 @@ func (a *Agent) execute(ctx context.Context, c *automatorv1.Claim, cmd *automato
 	if err != nil {
 		return nil, err
 	}
+	if r.Leftovers != nil {
+		a.leftLog.Log("script exited, but what it left running may still run: killing it failed", "work_id", c.GetWorkId(), "account", c.GetAccount(), "script", cmd.GetScript(), "err", r.Leftovers)
+	}
 	return &automatorv1.Result{
 		ExitCode:        int32(r.ExitCode),
 		Stdout:          r.Stdout,

@@ -63,14 +63,20 @@ type shortProxy struct {
 	all   *lineTap
 }
 
-// startShortProxy starts it, with the scripts hello.sh and hold.sh (which
-// runs until the file its argument names exists), and waits for it to
-// poll.
+// startShortProxy starts it, with the scripts hello.sh, hold.sh (which
+// runs until the file its argument names exists) and leave.sh, and waits
+// for it to poll.
 func startShortProxy(t *testing.T, a *automatortest.Automator, waitFor time.Duration) *shortProxy {
 	t.Helper()
 	scripts := t.TempDir()
 	automatortest.WriteScript(t, scripts, "hello.sh", `echo "hello $PROXY_WORK_ID"`)
 	automatortest.WriteScript(t, scripts, "hold.sh", `while [ ! -e "$1" ]; do sleep 0.05; done; echo held`)
+	// leave.sh leaves a process running in a group of its own (timeout's),
+	// which only the sweep of its session finds, writes its pid to $1, and
+	// exits once $2 exists.
+	automatortest.WriteScript(t, scripts, "leave.sh", `timeout 60 sleep 60 &
+echo $! > "$1.tmp"; mv "$1.tmp" "$1"
+while [ ! -e "$2" ]; do sleep 0.05; done; echo left`)
 	spec, err := json.Marshal(agent.ShortProxy{Addr: a.GRPCAddr, Token: a.Token, Key: a.Key.String(), ScriptsDir: scripts,
 		InstanceID: "short", MaxConcurrency: 4, StartWaitFor: waitFor})
 	if err != nil {
@@ -265,5 +271,51 @@ func TestAProxyWhoseScriptWaitedForResourcesClaimsAgainOnceItStarts(t *testing.T
 	}
 	if got := waitEnded(t, caller, held.GetWorkId()); got.GetState() != automatorv1.State_STATE_SUCCEEDED {
 		t.Errorf("hold.sh's unit ended %v (%s); want succeeded", got.GetState(), got.GetReason())
+	}
+}
+
+// TestAScriptWhoseLeftoversCannotBeKilledForWantOfFileDescriptorsIsLogged:
+// after a script exits, the proxy kills what it left running in its
+// session, which it finds in /proc. A proxy at its limit of open files
+// cannot read /proc: its unit still succeeds (the script ran), and the
+// proxy logs that what the script left may still run, and why. The sweep
+// read an unreadable /proc as a host without processes, and said nothing.
+func TestAScriptWhoseLeftoversCannotBeKilledForWantOfFileDescriptorsIsLogged(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("timeout"); err != nil {
+		t.Skip("no timeout command, which leave.sh runs")
+	}
+	a := automatortest.Start(t, automatortest.Options{Plaintext: true})
+	caller := automatorv1.NewAutomatorServiceClient(a.CallerConn(t))
+	p := startShortProxy(t, a, time.Hour)
+	dir := t.TempDir()
+	pidFile, release := filepath.Join(dir, "left.pid"), filepath.Join(dir, "release")
+	st, err := caller.Submit(context.Background(), &automatorv1.ExecuteRequest{Account: a.Account,
+		Command: &automatorv1.Command{Script: "leave.sh", Args: []string{pidFile, release}}, Timeout: durationpb.New(2 * time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	waittest.Until(t, "leave.sh to start what it leaves", func() bool {
+		b, err := os.ReadFile(pidFile)
+		left, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	})
+	t.Cleanup(func() { _ = unix.Kill(-left, unix.SIGKILL) }) // timeout's group: it and its sleep
+	// Below what it has open: the script's end closes a few (its pidfd,
+	// its pipes) before the sweep, which must find none free still.
+	restore := limitOpenFiles(t, p.pid, openFiles(t, p.pid)-8)
+	if err := os.WriteFile(release, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	line := p.waitLine(t, "the proxy to say it could not kill what leave.sh left", "what it left running may still run")
+	for _, want := range []string{"work_id=" + st.GetWorkId(), "script=leave.sh", "listing processes", "too many open files"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the proxy logged %q; want it to say %q", line, want)
+		}
+	}
+	restore()
+	if got := waitEnded(t, caller, st.GetWorkId()); got.GetState() != automatorv1.State_STATE_SUCCEEDED || string(got.GetResult().GetStdout()) != "left\n" {
+		t.Errorf("leave.sh's unit ended %v (%s), stdout %q; want succeeded, left", got.GetState(), got.GetReason(), got.GetResult().GetStdout())
 	}
 }

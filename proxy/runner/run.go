@@ -127,7 +127,7 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 		return Result{}, fmt.Errorf("waiting for script %q: %w", spec.Script, waitErr)
 	}
 	// A failed kill of leftovers after a normal exit does not undo the
-	// result: the script ran and exited.
+	// result: the script ran and exited. It is said beside it.
 	return Result{
 		ExitCode:        exitCode(cmd.ProcessState),
 		Stdout:          streams.stdout.buf,
@@ -136,5 +136,6 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 		StderrTruncated: streams.stderr.truncated,
 		StartedAt:       startedAt,
 		FinishedAt:      finishedAt,
+		Leftovers:       killErr,
 	}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"iter"
 	"os"
 	"strconv"
@@ -163,12 +164,17 @@ func refusedError(sid int, refused map[int]error) error {
 	return nil
 }
 
-// allPids lists every process in /proc. Without /proc it lists none: the
-// process group kill is all there is.
+// allPids lists every process in /proc. Without /proc (none mounted) it
+// lists none: the process group kill is all there is. A /proc that cannot
+// be read (the proxy out of file descriptors) is an error, not a host
+// without processes: a sweep that found none would say it killed all.
 func allPids() (iter.Seq[int], error) {
 	d, err := os.Open("/proc")
-	if err != nil {
+	if errors.Is(err, fs.ErrNotExist) {
 		return func(func(int) bool) {}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing processes: %w", err)
 	}
 	defer d.Close()
 	names, err := d.Readdirnames(-1)

@@ -66,4 +66,9 @@ type Result struct {
 	// StartedAt is when the process started, FinishedAt when it exited.
 	StartedAt  time.Time
 	FinishedAt time.Time
+	// Leftovers is why what the script left running (its session's
+	// processes, on linux; its job's, on windows) may not have been
+	// killed after it exited, or nil. The result stands: the script ran
+	// and exited.
+	Leftovers error
 }
