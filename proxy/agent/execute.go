@@ -55,6 +55,9 @@ func (a *Agent) handle(runCtx, postCtx context.Context, c *automatorv1.Claim) {
 	case errors.Is(err, runner.ErrCancelled) && errors.Is(context.Cause(runCtx), errCancelledByAutomator):
 		a.killLog.LogAt(slog.LevelInfo, "unit ended on the automator: process tree killed", "work_id", c.GetWorkId(), "account", c.GetAccount(), "script", cmd.GetScript())
 		return
+	case errors.Is(err, runner.ErrCancelled) && errors.Is(err, runner.ErrNotStarted):
+		// Waiting for what its start lacked, say: nothing was killed.
+		res = &automatorv1.Result{Failure: fmt.Sprintf("%v: not started on instance %s, nothing of it ran: %v", context.Cause(runCtx), a.o.InstanceID, err)}
 	case errors.Is(err, runner.ErrCancelled):
 		res = &automatorv1.Result{Failure: fmt.Sprintf("%v: killed on instance %s", context.Cause(runCtx), a.o.InstanceID)}
 	case err != nil:

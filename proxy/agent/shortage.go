@@ -72,7 +72,7 @@ func (a *Agent) runStarting(ctx context.Context, spec runner.Spec, deadline time
 			return runner.Result{}, fmt.Errorf("%w (waited %v for it)", err, time.Since(began).Round(100*time.Millisecond))
 		}
 		if !ctxtime.Sleep(ctx, wait) {
-			return runner.Result{}, fmt.Errorf("script %q: %w before it started, while it waited for what its start lacked (%v)", spec.Script, runner.ErrCancelled, err)
+			return runner.Result{}, fmt.Errorf("script %q: %w %w, while it waited for what its start lacked (%v)", spec.Script, runner.ErrCancelled, runner.ErrNotStarted, err)
 		}
 		spec.Env[deadlineSecondsVar] = deadlineSeconds(deadline)
 		r, err = a.o.tune.runScript(ctx, spec)

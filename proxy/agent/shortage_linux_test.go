@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,6 +62,7 @@ type shortProxy struct {
 	pid   int
 	lines chan string
 	all   *lineTap
+	stdin io.Closer // closing it stops the proxy (its grace period is 0)
 }
 
 // startShortProxy starts it, with the scripts hello.sh, hold.sh (which
@@ -95,7 +97,7 @@ while [ ! -e "$2" ]; do sleep 0.05; done; echo left`)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &shortProxy{pid: cmd.Process.Pid, lines: make(chan string, 256), all: &lineTap{lines: make(chan string)}}
+	p := &shortProxy{pid: cmd.Process.Pid, lines: make(chan string, 256), all: &lineTap{lines: make(chan string)}, stdin: stdin}
 	read := make(chan struct{})
 	go func() {
 		defer close(read)
@@ -317,5 +319,26 @@ func TestAScriptWhoseLeftoversCannotBeKilledForWantOfFileDescriptorsIsLogged(t *
 	restore()
 	if got := waitEnded(t, caller, st.GetWorkId()); got.GetState() != automatorv1.State_STATE_SUCCEEDED || string(got.GetResult().GetStdout()) != "left\n" {
 		t.Errorf("leave.sh's unit ended %v (%s), stdout %q; want succeeded, left", got.GetState(), got.GetReason(), got.GetResult().GetStdout())
+	}
+}
+
+// TestAUnitWaitingToStartItsScriptWhenTheProxyStopsFailsSayingNothingRan:
+// a proxy that stops while a unit waits for the file descriptors its
+// script's start lacked fails the unit saying that its script was not
+// started, and why. It said the script was killed.
+func TestAUnitWaitingToStartItsScriptWhenTheProxyStopsFailsSayingNothingRan(t *testing.T) {
+	t.Parallel()
+	a := automatortest.Start(t, automatortest.Options{Plaintext: true})
+	caller := automatorv1.NewAutomatorServiceClient(a.CallerConn(t))
+	p := startShortProxy(t, a, time.Hour)
+	limitOpenFiles(t, p.pid, openFiles(t, p.pid)+1)
+	id := submitHello(t, caller, a.Account)
+	p.waitLine(t, "the proxy to wait for file descriptors to start the script", "scripts cannot start", "could not run the command")
+	p.stdin.Close()
+	got := waitEnded(t, caller, id)
+	failure := got.GetResult().GetFailure()
+	if got.GetState() != automatorv1.State_STATE_FAILED || !strings.Contains(failure, "not started on instance short, nothing of it ran") ||
+		!strings.Contains(failure, "too many open files") || strings.Contains(failure, "killed") {
+		t.Errorf("the unit ended %v (%s), failure %q; want failed, saying its script was not started and why, not that it was killed", got.GetState(), got.GetReason(), failure)
 	}
 }

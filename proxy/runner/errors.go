@@ -18,6 +18,10 @@ var (
 	// ErrCancelled: the context was cancelled; the process tree was killed (or
 	// nothing was started).
 	ErrCancelled = errors.New("cancelled")
+	// ErrNotStarted, wrapped with ErrDeadline or ErrCancelled: the deadline
+	// or the cancel came before the script was started, and nothing of it
+	// ran. Its text ends the error's message.
+	ErrNotStarted = errors.New("before it started")
 	// ErrStart: the process could not be started. The OS error is wrapped too.
 	ErrStart = errors.New("cannot start script")
 	// ErrNoResources, wrapped with ErrStart: the process could not be

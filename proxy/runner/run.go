@@ -24,10 +24,10 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 		return Result{}, err
 	}
 	if ctx.Err() != nil {
-		return Result{}, fmt.Errorf("script %q: %w before it started", spec.Script, ErrCancelled)
+		return Result{}, fmt.Errorf("script %q: %w %w", spec.Script, ErrCancelled, ErrNotStarted)
 	}
 	if !spec.Deadline.IsZero() && !time.Now().Before(spec.Deadline) {
-		return Result{}, fmt.Errorf("script %q: %w before it started", spec.Script, ErrDeadline)
+		return Result{}, fmt.Errorf("script %q: %w %w", spec.Script, ErrDeadline, ErrNotStarted)
 	}
 	env, err := environ(spec.Env)
 	if err != nil {
