@@ -61,11 +61,14 @@ func configureCmd(cmd *exec.Cmd) {
 type processTree struct{ job windows.Handle }
 
 // afterStart creates a job that kills its processes when closed, assigns the
-// suspended script to it, then lets the script run.
+// suspended script to it, then lets the script run. Until the script's
+// thread is resumed nothing of it ran: a step that failed for want of
+// handles, memory or quota before then is a shortage (ErrNoResources), and
+// the start may be tried again.
 func afterStart(cmd *exec.Cmd) (*processTree, error) {
 	job, err := windows.CreateJobObject(nil, nil)
 	if err != nil {
-		return nil, fmt.Errorf("creating job object: %w", err)
+		return nil, startFailed(fmt.Errorf("creating job object: %w", err))
 	}
 	t := &processTree{job: job}
 	info := windows.JOBOBJECT_EXTENDED_LIMIT_INFORMATION{
@@ -76,19 +79,19 @@ func afterStart(cmd *exec.Cmd) (*processTree, error) {
 	if _, err := windows.SetInformationJobObject(job, windows.JobObjectExtendedLimitInformation,
 		uintptr(unsafe.Pointer(&info)), uint32(unsafe.Sizeof(info))); err != nil {
 		t.release()
-		return nil, fmt.Errorf("setting job object limits: %w", err)
+		return nil, startFailed(fmt.Errorf("setting job object limits: %w", err))
 	}
 	pid := uint32(cmd.Process.Pid)
 	// os.Process holds a handle, so the pid still names our child.
 	proc, err := windows.OpenProcess(windows.PROCESS_SET_QUOTA|windows.PROCESS_TERMINATE, false, pid)
 	if err != nil {
 		t.release()
-		return nil, fmt.Errorf("opening process %d: %w", pid, err)
+		return nil, startFailed(fmt.Errorf("opening process %d: %w", pid, err))
 	}
 	defer windows.CloseHandle(proc)
 	if err := windows.AssignProcessToJobObject(job, proc); err != nil {
 		t.release()
-		return nil, fmt.Errorf("assigning process %d to its job object: %w", pid, err)
+		return nil, startFailed(fmt.Errorf("assigning process %d to its job object: %w", pid, err))
 	}
 	if err := resumeProcess(pid); err != nil {
 		t.release()
@@ -102,7 +105,7 @@ func afterStart(cmd *exec.Cmd) (*processTree, error) {
 func resumeProcess(pid uint32) error {
 	snap, err := windows.CreateToolhelp32Snapshot(windows.TH32CS_SNAPTHREAD, 0)
 	if err != nil {
-		return err
+		return startFailed(err)
 	}
 	defer windows.CloseHandle(snap)
 	entry := windows.ThreadEntry32{Size: uint32(unsafe.Sizeof(windows.ThreadEntry32{}))}
@@ -113,7 +116,11 @@ func resumeProcess(pid uint32) error {
 		}
 		th, err := windows.OpenThread(windows.THREAD_SUSPEND_RESUME, false, entry.ThreadID)
 		if err != nil {
-			return fmt.Errorf("opening thread %d: %w", entry.ThreadID, err)
+			err = fmt.Errorf("opening thread %d: %w", entry.ThreadID, err)
+			if resumed == 0 {
+				err = startFailed(err)
+			}
+			return err
 		}
 		_, err = windows.ResumeThread(th)
 		windows.CloseHandle(th)

@@ -5,6 +5,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -219,5 +220,23 @@ func TestScriptGetsTheSystemsFoldersAndNamesButNotTheProxysOtherVariables(t *tes
 	want := "[" + os.Getenv("PROCESSOR_ARCHITECTURE") + "][" + os.Getenv("CommonProgramFiles") + "][]"
 	if got := strings.TrimSpace(string(res.Stdout)); got != want {
 		t.Errorf("the script's variables: %q, want %q", got, want)
+	}
+}
+
+// TestAStartStepShortOfHandlesMemoryOrQuotaIsAShortage: a step of the
+// start that fails for want of handles, memory or quota (the job object's,
+// before the suspended script is resumed: nothing of it ran) is
+// ErrNoResources, so the proxy starts the script again; another failure is
+// not. (These machines cannot exhaust a Windows quota; this checks the
+// classification afterStart's steps go through.)
+func TestAStartStepShortOfHandlesMemoryOrQuotaIsAShortage(t *testing.T) {
+	t.Parallel()
+	for _, e := range []error{windows.ERROR_NOT_ENOUGH_QUOTA, windows.ERROR_TOO_MANY_OPEN_FILES, windows.ERROR_NO_SYSTEM_RESOURCES, windows.ERROR_NOT_ENOUGH_MEMORY} {
+		if err := startFailed(fmt.Errorf("creating job object: %w", e)); !errors.Is(err, ErrNoResources) || !errors.Is(err, e) {
+			t.Errorf("a job object not made for %v gave %v; want a shortage wrapping it", e, err)
+		}
+	}
+	if err := startFailed(fmt.Errorf("assigning process 1 to its job object: %w", windows.ERROR_ACCESS_DENIED)); errors.Is(err, ErrNoResources) {
+		t.Errorf("access denied gave a shortage: %v", err)
 	}
 }
