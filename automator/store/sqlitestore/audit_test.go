@@ -19,7 +19,10 @@ func TestAuditLogIsAppendOnly(t *testing.T) {
 	if _, err := s.AuditAppend(t.Context(), store.AuditEvent{At: time.Now(), Kind: store.AuditAuthFailed, Detail: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range []string{`UPDATE audit SET detail = 'changed'`, `DELETE FROM audit`} {
+	for _, q := range []string{`UPDATE audit SET detail = 'changed'`, `DELETE FROM audit`,
+		`INSERT OR REPLACE INTO audit (seq, at, kind, detail) SELECT seq, at, kind, 'changed' FROM audit`,
+		`REPLACE INTO audit (seq, at, kind, detail) SELECT seq, at, kind, 'changed' FROM audit`,
+		`INSERT INTO audit (seq, at, kind, detail) SELECT seq, at, kind, 'changed' FROM audit WHERE true ON CONFLICT (seq) DO UPDATE SET detail = 'changed'`} {
 		err := s.writeTx(t.Context(), func(ctx context.Context, tx querier) error {
 			_, err := tx.ExecContext(ctx, q)
 			return err
@@ -53,7 +56,8 @@ func TestAuditLogIsAppendOnlyButForItsPurgedEvents(t *testing.T) {
 	}
 	for _, q := range []string{`DELETE FROM audit`, `DELETE FROM audit WHERE detail = 'event 1'`, `UPDATE audit SET detail = 'changed'`,
 		fmt.Sprintf(`INSERT INTO audit_purged (before, at) VALUES (%d, %d)`, now.Add(-time.Hour).UnixNano(), now.UnixNano()),
-		`UPDATE audit_purged SET before = before + 10`, `DELETE FROM audit_purged`} {
+		`UPDATE audit_purged SET before = before + 10`, `DELETE FROM audit_purged`,
+		`INSERT OR REPLACE INTO audit_purged (before, at) SELECT before, at + 1 FROM audit_purged`} {
 		err := s.writeTx(t.Context(), func(ctx context.Context, tx querier) error {
 			_, err := tx.ExecContext(ctx, q)
 			return err

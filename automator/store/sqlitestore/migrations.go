@@ -282,6 +282,20 @@ CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
 WHEN OLD.at >= (SELECT COALESCE(MAX(before), 0) FROM audit_purged) OR OLD.seq = (SELECT MAX(seq) FROM audit)
 BEGIN SELECT RAISE(ABORT, 'the audit log is append-only: only events stamped before a recorded purge are deleted, and never the newest'); END;
 `},
+	{version: 16, name: "audit events and purge records never replaced", sql: `
+-- INSERT OR REPLACE (REPLACE, an UPSERT's insert) of a row whose key is
+-- taken deletes that row without firing its DELETE trigger (unless
+-- recursive_triggers is on), so it rewrote an audit event or a purge's
+-- record past the triggers above. An insert that names a taken key is
+-- refused before it. The automator's inserts name none (NEW.seq is -1
+-- there): the probe finds nothing, at one lookup by key.
+CREATE TRIGGER audit_no_replace BEFORE INSERT ON audit
+WHEN EXISTS (SELECT 1 FROM audit WHERE seq = NEW.seq)
+BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+CREATE TRIGGER audit_purged_no_replace BEFORE INSERT ON audit_purged
+WHEN EXISTS (SELECT 1 FROM audit_purged WHERE before = NEW.before)
+BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+`},
 }
 
 // migrate applies the migrations not yet recorded in schema_migrations, all
