@@ -224,10 +224,10 @@ type Agent struct {
 var errCancelledByAutomator = errors.New("the automator ended this unit")
 
 // errShutdown: the proxy is stopping and the grace period ran out.
-var errShutdown = errors.New("the proxy stopped before the script finished (grace period over)")
+var errShutdown = errors.New("the proxy stopped (grace period over)")
 
 // errStoppedAgain: the proxy is stopping and was asked to stop again.
-var errStoppedAgain = errors.New("the proxy stopped before the script finished (asked to stop a second time, before the grace period was over)")
+var errStoppedAgain = errors.New("the proxy stopped (asked to stop a second time, before the grace period was over)")
 
 // New makes an Agent.
 func New(o Options) *Agent {

@@ -50,14 +50,16 @@ func (a *Agent) handle(runCtx, postCtx context.Context, c *automatorv1.Claim) {
 	switch {
 	case errors.Is(err, runner.ErrDeadline):
 		// Guarantee 7: killed at the deadline, nothing is reported.
-		a.killLog.Log("deadline reached: process tree killed, nothing reported", "work_id", c.GetWorkId(), "account", c.GetAccount(), "script", cmd.GetScript())
+		a.logStopped(slog.LevelWarn, "deadline reached", c, cmd, err)
 		return
 	case errors.Is(err, runner.ErrCancelled) && errors.Is(context.Cause(runCtx), errCancelledByAutomator):
-		a.killLog.LogAt(slog.LevelInfo, "unit ended on the automator: process tree killed", "work_id", c.GetWorkId(), "account", c.GetAccount(), "script", cmd.GetScript())
+		a.logStopped(slog.LevelInfo, "unit ended on the automator", c, cmd, err)
 		return
 	case errors.Is(err, runner.ErrCancelled) && errors.Is(err, runner.ErrNotStarted):
 		// Waiting for what its start lacked, say: nothing was killed.
 		res = &automatorv1.Result{Failure: fmt.Sprintf("%v: not started on instance %s, nothing of it ran: %v", context.Cause(runCtx), a.o.InstanceID, err)}
+	case errors.Is(err, runner.ErrCancelled) && errors.Is(err, runner.ErrKillFailed):
+		res = &automatorv1.Result{Failure: fmt.Sprintf("%v: killed on instance %s, but some of its process tree may still run: %v", context.Cause(runCtx), a.o.InstanceID, err)}
 	case errors.Is(err, runner.ErrCancelled):
 		res = &automatorv1.Result{Failure: fmt.Sprintf("%v: killed on instance %s", context.Cause(runCtx), a.o.InstanceID)}
 	case err != nil:
@@ -79,6 +81,22 @@ func (a *Agent) handle(runCtx, postCtx context.Context, c *automatorv1.Claim) {
 		return
 	}
 	a.post(postCtx, c, deadline, &automatorv1.CompleteRequest{Outcome: outcome, SealedResult: sealed})
+}
+
+// logStopped logs a unit whose run was stopped (at its deadline, or ended
+// on the automator), whose result is not reported: what became of its
+// script, said at level, or as a warning when the kill of its process
+// tree failed (the reason then follows).
+func (a *Agent) logStopped(level slog.Level, why string, c *automatorv1.Claim, cmd *automatorv1.Command, err error) {
+	attrs := []any{"work_id", c.GetWorkId(), "account", c.GetAccount(), "script", cmd.GetScript()}
+	switch {
+	case errors.Is(err, runner.ErrNotStarted):
+		a.killLog.LogAt(level, why+": the script was not started, nothing reported", attrs...)
+	case errors.Is(err, runner.ErrKillFailed):
+		a.killLog.LogAt(slog.LevelWarn, why+": process tree killed, but some of it may still run, nothing reported", append(attrs, "err", err)...)
+	default:
+		a.killLog.LogAt(level, why+": process tree killed, nothing reported", attrs...)
+	}
 }
 
 // openCommand opens and decodes a claim's sealed command.

@@ -66,16 +66,25 @@ func (a *Agent) runStarting(ctx context.Context, spec runner.Spec, deadline time
 	waiting = true
 	a.startWaiting(+1, err)
 	bo := backoff{min: startRetryMin, max: startRetryMax}
+	// cancelled is the error of a unit cancelled while it waited, which
+	// says what its start lacked.
+	cancelled := func(lacked error) error {
+		return fmt.Errorf("script %q: %w %w, while it waited for what its start lacked (%v)", spec.Script, runner.ErrCancelled, runner.ErrNotStarted, lacked)
+	}
 	for {
 		wait := bo.next()
 		if time.Now().Add(wait).After(giveUp) {
 			return runner.Result{}, fmt.Errorf("%w (waited %v for it)", err, time.Since(began).Round(100*time.Millisecond))
 		}
 		if !ctxtime.Sleep(ctx, wait) {
-			return runner.Result{}, fmt.Errorf("script %q: %w %w, while it waited for what its start lacked (%v)", spec.Script, runner.ErrCancelled, runner.ErrNotStarted, err)
+			return runner.Result{}, cancelled(err)
 		}
 		spec.Env[deadlineSecondsVar] = deadlineSeconds(deadline)
+		lacked := err
 		r, err = a.o.tune.runScript(ctx, spec)
+		if errors.Is(err, runner.ErrCancelled) && errors.Is(err, runner.ErrNotStarted) {
+			return runner.Result{}, cancelled(lacked) // cancelled just after the wait
+		}
 		if !errors.Is(err, runner.ErrNoResources) {
 			return r, err
 		}

@@ -342,3 +342,44 @@ func TestAUnitWaitingToStartItsScriptWhenTheProxyStopsFailsSayingNothingRan(t *t
 		t.Errorf("the unit ended %v (%s), failure %q; want failed, saying its script was not started and why, not that it was killed", got.GetState(), got.GetReason(), failure)
 	}
 }
+
+// TestAKillAtTheDeadlineThatCannotListProcessesIsLogged: at a unit's
+// deadline the proxy kills the script's process tree, looking in /proc for
+// what left its group; a proxy at its limit of open files cannot, and logs
+// that some of the tree may still run, and why. It logged that the tree
+// was killed.
+func TestAKillAtTheDeadlineThatCannotListProcessesIsLogged(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("timeout"); err != nil {
+		t.Skip("no timeout command, which leave.sh runs")
+	}
+	a := automatortest.Start(t, automatortest.Options{Plaintext: true})
+	caller := automatorv1.NewAutomatorServiceClient(a.CallerConn(t))
+	p := startShortProxy(t, a, time.Hour)
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "left.pid")
+	// leave.sh runs until its deadline: nothing makes its second argument.
+	st, err := caller.Submit(context.Background(), &automatorv1.ExecuteRequest{Account: a.Account,
+		Command: &automatorv1.Command{Script: "leave.sh", Args: []string{pidFile, filepath.Join(dir, "never")}}, Timeout: durationpb.New(5 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	waittest.Until(t, "leave.sh to start what it leaves", func() bool {
+		b, err := os.ReadFile(pidFile)
+		left, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	})
+	t.Cleanup(func() { _ = unix.Kill(-left, unix.SIGKILL) }) // timeout's group: it and its sleep
+	restore := limitOpenFiles(t, p.pid, openFiles(t, p.pid)-8)
+	line := p.waitLine(t, "the proxy to say at the deadline that some of the tree may still run", "deadline reached")
+	for _, want := range []string{"but some of it may still run", "work_id=" + st.GetWorkId(), "too many open files"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the proxy logged %q; want it to say %q", line, want)
+		}
+	}
+	restore()
+	if got := waitEnded(t, caller, st.GetWorkId()); got.GetState() != automatorv1.State_STATE_TIMED_OUT {
+		t.Errorf("leave.sh's unit ended %v (%s); want timed out", got.GetState(), got.GetReason())
+	}
+}

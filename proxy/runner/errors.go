@@ -20,8 +20,13 @@ var (
 	ErrCancelled = errors.New("cancelled")
 	// ErrNotStarted, wrapped with ErrDeadline or ErrCancelled: the deadline
 	// or the cancel came before the script was started, and nothing of it
-	// ran. Its text ends the error's message.
+	// ran. Its text follows theirs in the error's message.
 	ErrNotStarted = errors.New("before it started")
+	// ErrKillFailed, wrapped with ErrDeadline or ErrCancelled: killing the
+	// script's process tree failed, at least in part (the proxy out of
+	// file descriptors could not look for its processes, say), so some of
+	// it may still run. The reason follows in the error's message.
+	ErrKillFailed = errors.New("killing its process tree")
 	// ErrStart: the process could not be started. The OS error is wrapped too.
 	ErrStart = errors.New("cannot start script")
 	// ErrNoResources, wrapped with ErrStart: the process could not be

@@ -17,7 +17,7 @@ import (
 // spec.Deadline passed (ErrDeadline) or when ctx was cancelled
 // (ErrCancelled). In the last two cases the whole process tree has
 // been killed; if the deadline had passed or ctx was done before the start,
-// nothing was started.
+// nothing was started (ErrNotStarted); a kill that failed is ErrKillFailed.
 func Run(ctx context.Context, spec Spec) (Result, error) {
 	path, err := ResolveScript(spec.ScriptsDir, spec.Script)
 	if err != nil {
@@ -119,7 +119,7 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 
 	if stop != nil {
 		if killErr != nil {
-			return Result{}, fmt.Errorf("script %q: %w; killing its process tree: %v", spec.Script, stop, killErr)
+			return Result{}, fmt.Errorf("script %q: %w; %w: %v", spec.Script, stop, ErrKillFailed, killErr)
 		}
 		return Result{}, fmt.Errorf("script %q: %w; its process tree was killed", spec.Script, stop)
 	}
