@@ -276,24 +276,21 @@ func TestAProxyWhoseScriptWaitedForResourcesClaimsAgainOnceItStarts(t *testing.T
 	}
 }
 
-// TestAScriptWhoseLeftoversCannotBeKilledForWantOfFileDescriptorsIsLogged:
-// after a script exits, the proxy kills what it left running in its
-// session, which it finds in /proc. A proxy at its limit of open files
-// cannot read /proc: its unit still succeeds (the script ran), and the
-// proxy logs that what the script left may still run, and why. The sweep
-// read an unreadable /proc as a host without processes, and said nothing.
-func TestAScriptWhoseLeftoversCannotBeKilledForWantOfFileDescriptorsIsLogged(t *testing.T) {
-	t.Parallel()
+// leaveWithoutFiles submits leave.sh (released by the file release, timed
+// out after timeout) to the proxy p, waits for what it leaves to run, and
+// then leaves the proxy no file to open: its limit is set below what it
+// has open, since the script's end closes a few (its pidfd, its pipes)
+// before the sweep, which must find none free still. It returns the unit
+// and the function that sets the limit back; what leave.sh left is killed
+// when the test ends.
+func leaveWithoutFiles(t *testing.T, caller automatorv1.AutomatorServiceClient, account string, p *shortProxy, release string, timeout time.Duration) (*automatorv1.WorkStatus, func()) {
+	t.Helper()
 	if _, err := exec.LookPath("timeout"); err != nil {
 		t.Skip("no timeout command, which leave.sh runs")
 	}
-	a := automatortest.Start(t, automatortest.Options{Plaintext: true})
-	caller := automatorv1.NewAutomatorServiceClient(a.CallerConn(t))
-	p := startShortProxy(t, a, time.Hour)
-	dir := t.TempDir()
-	pidFile, release := filepath.Join(dir, "left.pid"), filepath.Join(dir, "release")
-	st, err := caller.Submit(context.Background(), &automatorv1.ExecuteRequest{Account: a.Account,
-		Command: &automatorv1.Command{Script: "leave.sh", Args: []string{pidFile, release}}, Timeout: durationpb.New(2 * time.Minute)})
+	pidFile := filepath.Join(t.TempDir(), "left.pid")
+	st, err := caller.Submit(context.Background(), &automatorv1.ExecuteRequest{Account: account,
+		Command: &automatorv1.Command{Script: "leave.sh", Args: []string{pidFile, release}}, Timeout: durationpb.New(timeout)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,9 +301,22 @@ func TestAScriptWhoseLeftoversCannotBeKilledForWantOfFileDescriptorsIsLogged(t *
 		return err == nil
 	})
 	t.Cleanup(func() { _ = unix.Kill(-left, unix.SIGKILL) }) // timeout's group: it and its sleep
-	// Below what it has open: the script's end closes a few (its pidfd,
-	// its pipes) before the sweep, which must find none free still.
-	restore := limitOpenFiles(t, p.pid, openFiles(t, p.pid)-8)
+	return st, limitOpenFiles(t, p.pid, openFiles(t, p.pid)-8)
+}
+
+// TestAScriptWhoseLeftoversCannotBeKilledForWantOfFileDescriptorsIsLogged:
+// after a script exits, the proxy kills what it left running in its
+// session, which it finds in /proc. A proxy at its limit of open files
+// cannot read /proc: its unit still succeeds (the script ran), and the
+// proxy logs that what the script left may still run, and why. The sweep
+// read an unreadable /proc as a host without processes, and said nothing.
+func TestAScriptWhoseLeftoversCannotBeKilledForWantOfFileDescriptorsIsLogged(t *testing.T) {
+	t.Parallel()
+	a := automatortest.Start(t, automatortest.Options{Plaintext: true})
+	caller := automatorv1.NewAutomatorServiceClient(a.CallerConn(t))
+	p := startShortProxy(t, a, time.Hour)
+	release := filepath.Join(t.TempDir(), "release")
+	st, restore := leaveWithoutFiles(t, caller, a.Account, p, release, 2*time.Minute)
 	if err := os.WriteFile(release, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -350,28 +360,11 @@ func TestAUnitWaitingToStartItsScriptWhenTheProxyStopsFailsSayingNothingRan(t *t
 // was killed.
 func TestAKillAtTheDeadlineThatCannotListProcessesIsLogged(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath("timeout"); err != nil {
-		t.Skip("no timeout command, which leave.sh runs")
-	}
 	a := automatortest.Start(t, automatortest.Options{Plaintext: true})
 	caller := automatorv1.NewAutomatorServiceClient(a.CallerConn(t))
 	p := startShortProxy(t, a, time.Hour)
-	dir := t.TempDir()
-	pidFile := filepath.Join(dir, "left.pid")
-	// leave.sh runs until its deadline: nothing makes its second argument.
-	st, err := caller.Submit(context.Background(), &automatorv1.ExecuteRequest{Account: a.Account,
-		Command: &automatorv1.Command{Script: "leave.sh", Args: []string{pidFile, filepath.Join(dir, "never")}}, Timeout: durationpb.New(5 * time.Second)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var left int
-	waittest.Until(t, "leave.sh to start what it leaves", func() bool {
-		b, err := os.ReadFile(pidFile)
-		left, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		return err == nil
-	})
-	t.Cleanup(func() { _ = unix.Kill(-left, unix.SIGKILL) }) // timeout's group: it and its sleep
-	restore := limitOpenFiles(t, p.pid, openFiles(t, p.pid)-8)
+	// leave.sh runs until its deadline: nothing makes its release file.
+	st, restore := leaveWithoutFiles(t, caller, a.Account, p, filepath.Join(t.TempDir(), "never"), 5*time.Second)
 	line := p.waitLine(t, "the proxy to say at the deadline that some of the tree may still run", "deadline reached")
 	for _, want := range []string{"but some of it may still run", "work_id=" + st.GetWorkId(), "too many open files"} {
 		if !strings.Contains(line, want) {
