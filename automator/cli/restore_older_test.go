@@ -113,11 +113,12 @@ func TestRestoreOfAnOlderBackupSaysItWasMigrated(t *testing.T) {
 // without success (10), before instances that said they were stopping
 // (11), before the run and number of an instance's poll (12), before
 // instances whose polls are refused for want of a usable key (13),
-// before the cause of a refusal (14) and before audit events could be
-// deleted past audit_retention (15).
+// before the cause of a refusal (14), before audit events could be
+// deleted past audit_retention (15) and before an insert could not replace
+// them (16).
 func downgradeToVersion8(t *testing.T, path string) {
 	t.Helper()
-	execSQLite(t, path, `DROP TABLE audit_purged`, `DROP TRIGGER audit_no_delete`,
+	execSQLite(t, path, `DROP TABLE audit_purged`, `DROP TRIGGER audit_no_replace`, `DROP TRIGGER audit_no_delete`,
 		`CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END`,
 		`ALTER TABLE instances DROP COLUMN stopped_at`,
 		`ALTER TABLE instances DROP COLUMN poll_run`, `ALTER TABLE instances DROP COLUMN poll_seq`,
