@@ -297,6 +297,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	workCtx, stopWork := context.WithCancelCause(context.Background())
 	defer stopWork(errShutdown)
 
+	// The threads scripts will need, made before they run: scripts that
+	// reach a limit of processes then cost the proxy a start, not its life.
+	runner.ReserveThreads()
 	a.state.started(a.o, time.Now())
 	a.resumeSpooled(ctx, workCtx)
 	a.loadEarlier()

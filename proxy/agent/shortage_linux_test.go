@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,12 +66,21 @@ type shortProxy struct {
 	stdin io.Closer // closing it stops the proxy (its grace period is 0)
 }
 
-// startShortProxy starts it, with the scripts hello.sh, hold.sh (which
-// runs until the file its argument names exists) and leave.sh, and waits
-// for it to poll.
+// startShortProxy starts it, running up to 4 scripts at once, with the
+// scripts hello.sh, hold.sh (which runs until the file its argument names
+// exists), leave.sh and rest.sh (sleep, for 5 minutes), and waits for it
+// to poll.
 func startShortProxy(t *testing.T, a *automatortest.Automator, waitFor time.Duration) *shortProxy {
 	t.Helper()
+	return startShortProxyOf(t, a, waitFor, 4)
+}
+
+// startShortProxyOf is startShortProxy running up to maxConcurrency
+// scripts at once.
+func startShortProxyOf(t *testing.T, a *automatortest.Automator, waitFor time.Duration, maxConcurrency int) *shortProxy {
+	t.Helper()
 	scripts := t.TempDir()
+	automatortest.WriteScript(t, scripts, "rest.sh", `exec sleep 300`)
 	automatortest.WriteScript(t, scripts, "hello.sh", `echo "hello $PROXY_WORK_ID"`)
 	automatortest.WriteScript(t, scripts, "hold.sh", `while [ ! -e "$1" ]; do sleep 0.05; done; echo held`)
 	// leave.sh leaves a process running in a group of its own (timeout's),
@@ -80,7 +90,7 @@ func startShortProxy(t *testing.T, a *automatortest.Automator, waitFor time.Dura
 echo $! > "$1.tmp"; mv "$1.tmp" "$1"
 while [ ! -e "$2" ]; do sleep 0.05; done; echo left`)
 	spec, err := json.Marshal(agent.ShortProxy{Addr: a.GRPCAddr, Token: a.Token, Key: a.Key.String(), ScriptsDir: scripts,
-		InstanceID: "short", MaxConcurrency: 4, StartWaitFor: waitFor})
+		InstanceID: "short", MaxConcurrency: maxConcurrency, StartWaitFor: waitFor})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,4 +385,123 @@ func TestAKillAtTheDeadlineThatCannotListProcessesIsLogged(t *testing.T) {
 	if got := waitEnded(t, caller, st.GetWorkId()); got.GetState() != automatorv1.State_STATE_TIMED_OUT {
 		t.Errorf("leave.sh's unit ended %v (%s); want timed out", got.GetState(), got.GetReason())
 	}
+}
+
+// pidsCgroupRoot is the cgroup v1 hierarchy of the pids controller, where
+// a test may limit the processes (threads included) of one proxy process.
+const pidsCgroupRoot = "/sys/fs/cgroup/pids"
+
+// processLimit is a cgroup of the pids controller, to hold a proxy
+// process.
+type processLimit struct{ dir string }
+
+// newProcessLimit makes one, removed when the test ends. Made before the
+// proxy it will hold starts, it is removed after that proxy stopped. The
+// test is skipped where no such cgroup can be made (not root, no cgroup v1
+// pids hierarchy): a limit of processes set with prlimit binds no root
+// process.
+func newProcessLimit(t *testing.T) *processLimit {
+	t.Helper()
+	dir, err := os.MkdirTemp(pidsCgroupRoot, "opsgate-test-")
+	if err != nil {
+		t.Skipf("no cgroup to limit a proxy's processes in: %v", err)
+	}
+	t.Cleanup(func() {
+		// What is left in it goes back to the root, so that it can be
+		// removed.
+		b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		for _, p := range strings.Fields(string(b)) {
+			_ = os.WriteFile(filepath.Join(pidsCgroupRoot, "cgroup.procs"), []byte(p), 0o644)
+		}
+		waittest.Until(t, "the test's cgroup to be removed", func() bool { return os.Remove(dir) == nil })
+	})
+	return &processLimit{dir: dir}
+}
+
+// hold moves the process pid into the cgroup, whose tasks (threads of it
+// and its children) may then number room more than it has now.
+func (l *processLimit) hold(t *testing.T, pid, room int) {
+	t.Helper()
+	l.write(t, "cgroup.procs", strconv.Itoa(pid))
+	b, err := os.ReadFile(filepath.Join(l.dir, "pids.current"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.write(t, "pids.max", strconv.Itoa(n+room))
+}
+
+func (l *processLimit) write(t *testing.T, file, v string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(l.dir, file), []byte(v), 0o644); err != nil {
+		t.Fatalf("writing %s to the cgroup's %s: %v", v, file, err)
+	}
+}
+
+// lift lifts the limit.
+func (l *processLimit) lift(t *testing.T) {
+	t.Helper()
+	l.write(t, "pids.max", "max")
+}
+
+// processes is the number of processes in the cgroup (not threads).
+func (l *processLimit) processes(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(l.dir, "cgroup.procs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(strings.Fields(string(b)))
+}
+
+// TestAProxyAtItsLimitOfProcessesRunsWhatFitsAndTheRestOnceThereIsRoom: a
+// proxy process whose limit of processes (a cgroup's pids.max; also ulimit
+// -u and systemd's TasksMax=, a thread counting as a process) leaves room
+// for more scripts than the threads it reserved at its start, given 10
+// units more than that of a script that sleeps, runs as many as there is
+// room for, the proxy taking none of it, and the others once the limit is
+// lifted. Each running script held a thread of the proxy, waiting for its
+// exit, so half the room went to the proxy, and now and then the runtime
+// could not make a thread it asked for and aborted the proxy ("failed to
+// create new OS thread", "pthread_create failed").
+func TestAProxyAtItsLimitOfProcessesRunsWhatFitsAndTheRestOnceThereIsRoom(t *testing.T) {
+	t.Parallel()
+	room := runtime.GOMAXPROCS(0) + 24 // above runner.ReserveThreads's GOMAXPROCS + 16
+	units := room + 10
+	a := automatortest.Start(t, automatortest.Options{Plaintext: true})
+	caller := automatorv1.NewAutomatorServiceClient(a.CallerConn(t))
+	limit := newProcessLimit(t)
+	p := startShortProxyOf(t, a, time.Hour, units)
+	wantHello(t, caller, submitHello(t, caller, a.Account)) // its reaper started, outside the limit
+	limit.hold(t, p.pid, room)
+	var ids []string
+	for range units {
+		st, err := caller.Submit(context.Background(), &automatorv1.ExecuteRequest{Account: a.Account,
+			Command: &automatorv1.Command{Script: "rest.sh"}, Timeout: durationpb.New(2 * time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, st.GetWorkId())
+	}
+	aborted := []string{"failed to create new OS thread", "pthread_create failed"}
+	p.waitLine(t, "the proxy to find it can start no more scripts", "scripts cannot start", append(aborted, "could not run the command")...)
+	if n := limit.processes(t) - 1; n != room { // the proxy's the one other
+		t.Errorf("%d scripts ran in the room for %d; want all of it theirs, the proxy taking none for threads", n, room)
+	}
+	limit.lift(t)
+	p.waitLine(t, "the proxy to start the other scripts", "scripts start again", append(aborted, "could not run the command")...)
+	for _, id := range ids {
+		if _, err := caller.Cancel(context.Background(), &automatorv1.CancelRequest{WorkId: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range ids {
+		if got := waitEnded(t, caller, id); got.GetState() != automatorv1.State_STATE_CANCELLED {
+			t.Errorf("unit %s ended %v (%s); want cancelled", id, got.GetState(), got.GetReason())
+		}
+	}
+	wantHello(t, caller, submitHello(t, caller, a.Account))
 }

@@ -73,7 +73,10 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	}
 
 	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	go func() {
+		awaitExit(cmd.Process.Pid) // holding no thread while the script runs
+		exited <- cmd.Wait()
+	}()
 	var expired <-chan time.Time
 	if !spec.Deadline.IsZero() {
 		timer := time.NewTimer(time.Until(spec.Deadline))
