@@ -9,7 +9,8 @@ const DefaultMaxOutput = 1 << 20
 // waitDelay bounds how long Run waits, once the script has exited and its
 // process tree has been killed, for the output pipes to close. Only a process
 // that escaped the tree can hold them open longer; its output is then cut
-// off. A variable so tests can shorten it.
+// off (a pipe nobody holds is not: its copy ends as soon as it runs). A
+// variable so tests can shorten it.
 var waitDelay = 2 * time.Second
 
 // Limits bound what a command may produce.

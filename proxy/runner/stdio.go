@@ -30,6 +30,10 @@ type stdio struct {
 	copies  atomic.Int32  // copies still running
 	copied  chan struct{} // closed when the last copy ends
 	running bool          // the copies were started
+
+	// cutOff, when set (by tests), is called once finish's delay is
+	// over and the held pipes were closed.
+	cutOff func()
 }
 
 // devNull is the null device, opened once and shared, read-only, as the
@@ -53,6 +57,18 @@ type pipeEnd struct {
 func (p *pipeEnd) close() {
 	if p != nil {
 		p.once.Do(func() { p.f.Close() })
+	}
+}
+
+// closeIfHeld closes the end if a process still holds the pipe's other
+// end, which may then keep a copy on it waiting for ever. A copy on a pipe
+// whose other end nobody holds ends by itself as soon as it runs (at the
+// end of the output, or as the script is gone), however long it waited to
+// be scheduled: its end is left open, and the output it has yet to read is
+// kept.
+func (p *pipeEnd) closeIfHeld() {
+	if p != nil && otherEndHeld(p.f) {
+		p.close()
 	}
 }
 
@@ -150,7 +166,8 @@ func (s *stdio) finish(delay time.Duration) {
 }
 
 // await waits for the copies to end or for n ticks, whichever comes first,
-// then closes the pipes and waits for the copies to end.
+// then closes the pipes that a process still holds (closeIfHeld) and waits
+// for the copies to end.
 //
 // It counts ticks rather than waiting for one timer so that the wait is
 // this process's running time: if the whole process is stopped while it
@@ -158,7 +175,12 @@ func (s *stdio) finish(delay time.Duration) {
 // expired on resume together with the copy goroutines becoming runnable,
 // and the pipes could be closed under output they had not read yet (the
 // likely cause of an echo's output lost in a chaos run with a proxy-pause).
-// A ticker fires once on resume: one step of n.
+// A ticker fires once on resume: one step of n. Copies that have not run
+// for the whole delay are not cut off for it either, unless the pipe is
+// still held: a proxy running many scripts on few cores may leave a
+// goroutine unscheduled for a second or more (64 tiny scripts at once on 2
+// cores: about one batch of 2,000 in three had a script whose "ok" was lost
+// so, its copy not run for 2 s though the pipe held the output).
 func (s *stdio) await(ticks <-chan time.Time, n int) {
 	for range n {
 		select {
@@ -168,8 +190,14 @@ func (s *stdio) await(ticks <-chan time.Time, n int) {
 		case <-ticks:
 		}
 	}
-	s.closeParentEnds()
+	s.outR.closeIfHeld()
+	s.errR.closeIfHeld()
+	s.inW.closeIfHeld()
+	if s.cutOff != nil {
+		s.cutOff()
+	}
 	<-s.copied
+	s.closeParentEnds()
 }
 
 // abort closes every pipe; the process did not start.

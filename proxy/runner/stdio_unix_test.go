@@ -83,3 +83,50 @@ func TestFinishCutsOffAWriterThatNeverCloses(t *testing.T) {
 		t.Fatal("finish kept waiting after its steps")
 	}
 }
+
+// TestACopyNotRunByTheEndOfTheDelayStillGetsTheOutputOfAPipeNobodyHolds:
+// when finish's delay is over, a copy that has not run yet (a proxy
+// running many scripts on few cores leaves a goroutine unscheduled for
+// seconds now and then) still reads what the script wrote, as nothing
+// holds the pipe's other end: only a pipe some process still holds is cut
+// off. Here the stdout copy starts only once the delay is over; its pipe
+// was closed under it, and a script's "ok" came back as "".
+func TestACopyNotRunByTheEndOfTheDelayStillGetsTheOutputOfAPipeNobodyHolds(t *testing.T) {
+	t.Parallel()
+	s, err := attachStdio(&exec.Cmd{}, nil, DefaultMaxOutput)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, out := range []string{"ok\n", "err\n"} {
+		if _, err := s.childEnds[i].WriteString(out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.closeChildEnds() // the script exited: nothing holds the write ends
+	// started, with the stdout copy held back until the delay is over.
+	s.running = true
+	s.copied = make(chan struct{})
+	s.copies.Store(2)
+	go s.drain(&s.stderr, s.errR)
+	s.cutOff = func() { go s.drain(&s.stdout, s.outR) }
+	ticks := make(chan time.Time, finishSteps)
+	for range finishSteps {
+		ticks <- time.Now()
+	}
+	done := make(chan struct{})
+	go func() {
+		s.await(ticks, finishSteps)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("finish did not return after the copies ended")
+	}
+	if got := string(s.stdout.buf); got != "ok\n" {
+		t.Errorf("stdout = %q, want %q", got, "ok\n")
+	}
+	if got := string(s.stderr.buf); got != "err\n" {
+		t.Errorf("stderr = %q, want %q", got, "err\n")
+	}
+}
