@@ -15,12 +15,17 @@ import (
 // -u, TasksMax=, pids.max: a thread counts as a process) the runtime may
 // then fail to make, and a runtime that cannot make a thread aborts the
 // whole proxy. Where pidfds are not to be had (a kernel before 5.4, a
-// seccomp filter), it returns at once and the Wait blocks as before.
+// seccomp filter, no file descriptor left), it returns at once and the Wait
+// blocks as before.
 //
 // The pid cannot have been reused: the caller has not reaped it yet.
 func awaitExit(pid int) {
-	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	fd, err := unix.PidfdOpen(pid, 0) // PIDFD_NONBLOCK would need Linux 5.10
 	if err != nil {
+		return
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
 		return
 	}
 	f := os.NewFile(uintptr(fd), "pidfd") // registered with the poller: a pidfd is readable once its process exited
