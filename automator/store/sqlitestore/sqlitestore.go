@@ -110,13 +110,37 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	read.SetMaxIdleConns(readConns)
 	read.SetConnMaxLifetime(0)
 	read.SetConnMaxIdleTime(0)
-	if err := read.PingContext(ctx); err != nil {
+	if err := openReaders(ctx, read); err != nil {
 		read.Close()
 		write.Close()
 		return nil, fmt.Errorf("opening sqlite store %q: %w", path, outOfSpace(err, dir))
 	}
 
 	return &Store{path: path, write: write, read: read, w: newWriter(write, path), reads: newPrepared(read)}, nil
+}
+
+// openReaders opens every connection of the read pool, which keeps them.
+// One opened later, when a burst of reads first needed it, found an
+// automator whose connections hold every file descriptor its limit allows
+// unable to open it ("unable to open database file"), and failed the read.
+func openReaders(ctx context.Context, read *sql.DB) error {
+	conns := make([]*sql.Conn, 0, readConns)
+	defer func() {
+		for _, c := range conns {
+			c.Close() // back to the pool, idle
+		}
+	}()
+	for range readConns {
+		c, err := read.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		conns = append(conns, c)
+		if err := c.PingContext(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Path returns the database file's path as given to Open.
