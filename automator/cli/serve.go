@@ -26,6 +26,7 @@ import (
 	"github.com/opsgate/opsgate/automator/pki"
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/acceptwait"
 	"github.com/opsgate/opsgate/internal/clihelp"
 	"github.com/opsgate/opsgate/internal/gctune"
 	"github.com/opsgate/opsgate/internal/grpcwire"
@@ -145,7 +146,9 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	}
 	// Which connections were heard from lately: a poll on one silent for
 	// long (its proxy's host lost power) is handed work last.
-	lis := lastread.Wrap(raw, nil)
+	// Both listeners leave the automator a reserve of file descriptors.
+	headroom := acceptwait.NewHeadroom()
+	lis := lastread.Wrap(acceptwait.Wrap(raw, headroom, acceptOptions("gRPC", metrics.ListenerGRPC, m, log)), nil)
 	defer lis.Close()
 	srv, err := server.New(server.Options{
 		Store:          timed,
@@ -207,7 +210,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	}
 	// Past the cap, connections wait in the kernel's queue, holding none
 	// of the file descriptors that the proxies' gRPC connections need.
-	hlis := netutil.LimitListener(hraw, httpMaxConnections(cfg))
+	hlis := netutil.LimitListener(acceptwait.Wrap(hraw, headroom, acceptOptions("HTTP", metrics.ListenerHTTP, m, log)), httpMaxConnections(cfg))
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -287,6 +290,15 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		return fmt.Errorf("serving: %w", serveErr)
 	}
 	return nil
+}
+
+// acceptOptions are those of a listener named name in the log, counted
+// under label on /metrics. Short of file descriptors, it waits to accept
+// and says so once when it begins and once when it is over (a failed
+// accept was logged at each try by the HTTP server, and not at all by
+// gRPC's).
+func acceptOptions(name, label string, m *metrics.Metrics, log *slog.Logger) acceptwait.Options {
+	return acceptwait.Options{Name: name, Who: "the automator", Log: log, Waited: func(d time.Duration) { m.AcceptWaited(label, d) }}
 }
 
 // httpMaxConnections is http_max_connections, or its default when it is

@@ -89,6 +89,7 @@ type Metrics struct {
 	polls       *prometheus.GaugeVec
 	waits       *prometheus.GaugeVec
 	storeCalls  *prometheus.HistogramVec
+	accepts     *prometheus.CounterVec
 	accounts    *accountCollector // set by WatchAccounts
 	// clockOffset is registered at its first value (ClockOffset): with
 	// PostgreSQL only.
@@ -174,8 +175,12 @@ func New(o Options) *Metrics {
 			Help:    "Latency of store calls, by method.",
 			Buckets: storeBuckets,
 		}, []string{"method"}),
+		accepts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "automator_accept_waited_seconds_total",
+			Help: "Time a listener did not accept new connections, by listener (grpc, http): the automator held all but the last of the file descriptors its limit allows (an eighth of the limit, from 8 to 64, kept for its database and files), or an accept failed for want of descriptors or memory. Meanwhile new connections wait in the kernel's queue and those open are served. The log says when it begins and when it is over.",
+		}, []string{"listener"}),
 	}
-	m.reg.MustRegister(m.queued, m.claimed, m.finished, m.undelivered, m.refused, m.unopened, m.authFailed, m.authDenied, m.storeErrors, m.claimWait, m.finishWait, m.polls, m.waits, m.storeCalls,
+	m.reg.MustRegister(m.queued, m.claimed, m.finished, m.undelivered, m.refused, m.unopened, m.authFailed, m.authDenied, m.storeErrors, m.claimWait, m.finishWait, m.polls, m.waits, m.storeCalls, m.accepts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, st := range endStates {
 		m.finishWait.WithLabelValues(string(st))
@@ -186,7 +191,22 @@ func New(o Options) *Metrics {
 	for _, k := range []string{"unavailable", "storage_full", "other"} {
 		m.storeErrors.WithLabelValues(k)
 	}
+	for _, l := range []string{ListenerGRPC, ListenerHTTP} {
+		m.accepts.WithLabelValues(l)
+	}
 	return m
+}
+
+// The listener label's values.
+const (
+	ListenerGRPC = "grpc"
+	ListenerHTTP = "http"
+)
+
+// AcceptWaited counts a time d that listener (ListenerGRPC, ListenerHTTP)
+// did not accept for want of file descriptors or memory.
+func (m *Metrics) AcceptWaited(listener string, d time.Duration) {
+	m.accepts.WithLabelValues(listener).Add(d.Seconds())
 }
 
 // endStates are the terminal states, the values of the state label.
