@@ -70,7 +70,7 @@ func Reserve(limit int) int { return min(max(limit/8, 8), 64) }
 type Headroom struct {
 	mu      sync.Mutex
 	conns   int           // accepted by its listeners and not closed
-	others  int           // the process's other descriptors, at the last count
+	others  int           // the process's other descriptors, at the last count (conns + others: all of them)
 	next    time.Time     // when to count them again
 	changed chan struct{} // closed and made again when a connection closes
 }
@@ -101,7 +101,9 @@ func (h *Headroom) room() (ok bool, held, limit int, changed <-chan struct{}) {
 	defer h.mu.Unlock()
 	if start := time.Now(); h.others+h.conns >= limit/2 && !start.Before(h.next) {
 		if n, counted := openFiles(); counted {
-			h.others = max(n-h.conns, 0)
+			// Below zero if conns counts connections closed
+			// unbeknown to it: the count is the truth.
+			h.others = n - h.conns
 		} else {
 			// Out of descriptors to count them with.
 			h.others = max(limit-h.conns, h.others)
