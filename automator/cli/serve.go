@@ -117,6 +117,15 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		cfg.ReplicaID = defaultReplicaID(*dir)
 	}
 	log := newLogger(env.Stderr, cfg.LogFormat).With("replica_id", cfg.ReplicaID)
+	// In a container (or a systemd unit) with a memory limit, the collector
+	// works harder near it rather than let the kernel kill the automator
+	// for garbage (internal/gctune).
+	memCtx, stopMem := context.WithCancel(ctx)
+	defer stopMem()
+	if ml, ok := gctune.LimitMemory(memCtx); ok {
+		log.Info(fmt.Sprintf("the automator's cgroup limits its memory to %s: its garbage collector works harder past %s (GOMEMLIMIT, %.0f %% of it)",
+			mebibytes(ml.Cgroup), mebibytes(ml.Soft), 100*gctune.Ratio), "memory_limit", ml.Cgroup, "gomemlimit", ml.Soft)
+	}
 	releaseID, err := holdReplicaID(ctx, st, cfg.ReplicaID, log)
 	if err != nil {
 		return err
@@ -300,6 +309,9 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 func acceptOptions(name, label string, m *metrics.Metrics, log *slog.Logger) acceptwait.Options {
 	return acceptwait.Options{Name: name, Who: "the automator", Log: log, Waited: func(d time.Duration) { m.AcceptWaited(label, d) }}
 }
+
+// mebibytes says n bytes in MiB.
+func mebibytes(n int64) string { return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20)) }
 
 // httpMaxConnections is http_max_connections, or its default when it is
 // left out (0).
