@@ -156,7 +156,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	// Which connections were heard from lately: a poll on one silent for
 	// long (its proxy's host lost power) is handed work last.
 	// Both listeners leave the automator a reserve of file descriptors.
-	headroom := acceptwait.NewHeadroom()
+	headroom := acceptwait.NewHeadroom(log)
 	lis := lastread.Wrap(acceptwait.Wrap(raw, headroom, acceptOptions("gRPC", metrics.ListenerGRPC, m, log)), nil)
 	defer lis.Close()
 	srv, err := server.New(server.Options{

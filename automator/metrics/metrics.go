@@ -177,7 +177,7 @@ func New(o Options) *Metrics {
 		}, []string{"method"}),
 		accepts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "automator_accept_waited_seconds_total",
-			Help: "Time a listener did not accept new connections, by listener (grpc, http): the automator held all but the last of the file descriptors its limit allows (an eighth of the limit, from 8 to 64, kept for its database and files), or an accept failed for want of descriptors or memory. Meanwhile new connections wait in the kernel's queue and those open are served. The log says when it begins and when it is over.",
+			Help: "Time a listener did not accept new connections, by listener (grpc, http): the automator held all but the last of the file descriptors its limit allows (an eighth of the limit, from 8 to 64, kept for its database and files; on Linux), or an accept failed for want of descriptors or memory. Meanwhile new connections wait in the kernel's queue and those open are served. The log says when it begins and when it is over.",
 		}, []string{"listener"}),
 	}
 	m.reg.MustRegister(m.queued, m.claimed, m.finished, m.undelivered, m.refused, m.unopened, m.authFailed, m.authDenied, m.storeErrors, m.claimWait, m.finishWait, m.polls, m.waits, m.storeCalls, m.accepts,

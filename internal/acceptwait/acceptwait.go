@@ -58,6 +58,10 @@ var (
 	Quiet    = 10 * time.Second
 )
 
+// countFiles counts the process's open descriptors: openFiles, or a
+// test's.
+var countFiles = openFiles
+
 // Reserve is how many of the limit's descriptors the listeners leave to
 // the process's own files: an eighth of the limit, from 8 to 64. With
 // PostgreSQL the automator may open some 20 connections to the database as
@@ -66,22 +70,60 @@ func Reserve(limit int) int { return min(max(limit/8, 8), 64) }
 
 // Headroom is the account the listeners sharing a process keep of its
 // file descriptors. Where the process's descriptors cannot be counted
-// (outside Linux), it only tries failed accepts again.
+// (outside Linux, or without /proc), it only tries failed accepts again.
 type Headroom struct {
-	mu      sync.Mutex
-	conns   int           // accepted by its listeners and not closed
-	others  int           // the process's other descriptors, at the last count (conns + others: all of them)
-	next    time.Time     // when to count them again
-	changed chan struct{} // closed and made again when a connection closes
+	log *slog.Logger
+
+	mu       sync.Mutex
+	off      bool          // the descriptors cannot be counted
+	conns    int           // accepted by its listeners and not closed
+	others   int           // the process's other descriptors, at the last count (conns + others: all of them)
+	next     time.Time     // when to count them again
+	counting bool          // a count is under way
+	changed  chan struct{} // closed and made again when a connection closes
 }
 
-// NewHeadroom starts the account of the process's descriptors.
-func NewHeadroom() *Headroom {
-	h := &Headroom{changed: make(chan struct{})}
-	if n, ok := openFiles(); ok {
-		h.others, h.next = n, time.Now().Add(MaxDelay)
+// NewHeadroom starts the account of the process's descriptors. It logs to
+// log, once, if it cannot count them (no /proc), and keeps no reserve then.
+func NewHeadroom(log *slog.Logger) *Headroom {
+	if log == nil {
+		log = slog.Default()
+	}
+	h := &Headroom{log: log, off: !countable, changed: make(chan struct{})}
+	if !h.off {
+		n, err := countFiles()
+		h.counted(n, err, time.Now())
 	}
 	return h
+}
+
+// Counting reports whether h counts the process's descriptors, and so
+// keeps a reserve of them.
+func (h *Headroom) Counting() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.off
+}
+
+// counted takes in a count of the process's descriptors, begun at start,
+// with h.mu held.
+func (h *Headroom) counted(n int, err error, start time.Time) {
+	switch {
+	case err == nil:
+		// Below zero if conns counts connections closed unbeknown to
+		// it: the count is the truth.
+		h.others = n - h.conns
+	case shortOfFiles(err):
+		// Out of descriptors to count them with.
+		if limit, ok := fileLimit(); ok {
+			h.others = max(limit-h.conns, h.others)
+		}
+	default:
+		h.off = true
+		h.log.Warn("cannot count the open files of the process, so its listeners keep none of them in reserve for its own files: "+
+			"they accept until it has as many open as its limit allows", "err", err)
+	}
+	h.next = time.Now().Add(max(MaxDelay, 100*time.Since(start)))
 }
 
 // room reports whether a connection may be accepted now, and if not what
@@ -94,21 +136,26 @@ func NewHeadroom() *Headroom {
 // its limit, the count of its connections tells enough.
 func (h *Headroom) room() (ok bool, held, limit int, changed <-chan struct{}) {
 	limit, known := fileLimit()
-	if !known || !countable {
+	if !known {
 		return true, 0, 0, nil
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if start := time.Now(); h.others+h.conns >= limit/2 && !start.Before(h.next) {
-		if n, counted := openFiles(); counted {
-			// Below zero if conns counts connections closed
-			// unbeknown to it: the count is the truth.
-			h.others = n - h.conns
-		} else {
-			// Out of descriptors to count them with.
-			h.others = max(limit-h.conns, h.others)
+	if h.off {
+		return true, 0, 0, nil
+	}
+	if start := time.Now(); h.others+h.conns >= limit/2 && !start.Before(h.next) && !h.counting {
+		// Counted without the lock: a count of many descriptors takes
+		// milliseconds, and the connections closing meanwhile wait for it.
+		h.counting = true
+		h.mu.Unlock()
+		n, err := countFiles()
+		h.mu.Lock()
+		h.counting = false
+		h.counted(n, err, start)
+		if h.off {
+			return true, 0, 0, nil
 		}
-		h.next = time.Now().Add(max(MaxDelay, 100*time.Since(start)))
 	}
 	if held = h.others + h.conns; held < limit-Reserve(limit) {
 		return true, 0, 0, nil
@@ -120,11 +167,13 @@ func (h *Headroom) room() (ok bool, held, limit int, changed <-chan struct{}) {
 // holds as many as its limit allows, whatever the last count said.
 func (h *Headroom) full() {
 	limit, known := fileLimit()
-	if !known || !countable {
+	if !known {
 		return
 	}
 	h.mu.Lock()
-	h.others = max(limit-h.conns, h.others)
+	if !h.off {
+		h.others = max(limit-h.conns, h.others)
+	}
 	h.next = time.Now().Add(MaxDelay)
 	h.mu.Unlock()
 }

@@ -76,7 +76,7 @@ func wrapped(t *testing.T, quiet time.Duration) (*fakeListener, net.Listener, *s
 	var waits atomic.Int64
 	saved := Quiet
 	Quiet = quiet
-	l := Wrap(f, NewHeadroom(), Options{Name: "gRPC", Who: "the automator", Log: slog.New(slog.NewTextHandler(&log, nil)),
+	l := Wrap(f, NewHeadroom(nil), Options{Name: "gRPC", Who: "the automator", Log: slog.New(slog.NewTextHandler(&log, nil)),
 		Waited: func(time.Duration) { waits.Add(1) }})
 	Quiet = saved
 	t.Cleanup(func() { l.Close() })
@@ -221,5 +221,82 @@ func TestShortagesNameWhatRanOut(t *testing.T) {
 		if got, _ := shortage(&net.OpError{Op: "accept", Err: os.NewSyscallError("accept4", err)}, "the automator"); got != want {
 			t.Errorf("shortage(%v) = %q, want %q", err, got, want)
 		}
+	}
+}
+
+// countedAs makes the count of the process's descriptors count for the
+// test.
+func countedAs(t *testing.T, count func() (int, error)) {
+	saved := countFiles
+	countFiles = count
+	t.Cleanup(func() { countFiles = saved })
+}
+
+// TestWithoutACountOfItsFilesAProcessKeepsNoReserveAndSaysSoOnce: where
+// /proc cannot be read (a chroot, a sandbox), the listeners accept as they
+// would without a reserve, and the log says why once; they do not wait for
+// ever, as if the process were out of descriptors.
+func TestWithoutACountOfItsFilesAProcessKeepsNoReserveAndSaysSoOnce(t *testing.T) {
+	if _, ok := fileLimit(); !ok || !countable {
+		t.Skip("no limit of open files, or no count of them, here")
+	}
+	countedAs(t, func() (int, error) {
+		return 0, &os.PathError{Op: "open", Path: "/proc/self/fd", Err: syscall.ENOENT}
+	})
+	var log safeBuffer
+	h := NewHeadroom(slog.New(slog.NewTextHandler(&log, nil)))
+	if h.Counting() {
+		t.Error("the headroom counts the process's files without /proc")
+	}
+	if ok, _, _, _ := h.room(); !ok {
+		t.Error("no room to accept without a count of the process's files")
+	}
+	if got := log.String(); strings.Count(got, "level=WARN") != 1 || !strings.Contains(got, "cannot count the open files of the process") ||
+		!strings.Contains(got, "/proc/self/fd") {
+		t.Errorf("log:\n%s\nwant one WARN saying the files cannot be counted, and why", got)
+	}
+}
+
+// TestACountThatFindsNoDescriptorLeftIsAFullProcess: a count that fails
+// for want of a descriptor to count with means the process holds all it
+// may: the listener waits, and accepts once a count finds room.
+func TestACountThatFindsNoDescriptorLeftIsAFullProcess(t *testing.T) {
+	limit, ok := fileLimit()
+	if !ok || !countable {
+		t.Skip("no limit of open files, or no count of them, here")
+	}
+	fastRetries(t)
+	var full atomic.Bool
+	full.Store(true)
+	countedAs(t, func() (int, error) {
+		if full.Load() {
+			return 0, &os.PathError{Op: "open", Path: "/proc/self/fd", Err: syscall.EMFILE}
+		}
+		return 10, nil
+	})
+	f := newFake()
+	var log safeBuffer
+	h := NewHeadroom(slog.New(slog.NewTextHandler(&log, nil)))
+	l := Wrap(f, h, Options{Name: "gRPC", Who: "the automator", Log: slog.New(slog.NewTextHandler(&log, nil))})
+	done, exited := make(chan error, 1), make(chan struct{})
+	go func() {
+		defer close(exited)
+		c, err := l.Accept()
+		if err == nil {
+			c.Close()
+		}
+		done <- err
+	}()
+	// Gone before the test's cleanups set First and MaxDelay back.
+	defer func() { l.Close(); <-exited }()
+	f.next <- nil
+	want := "the automator has " + strconv.Itoa(limit) + " files open and its limit allows " + strconv.Itoa(limit)
+	waittest.Until(t, "the listener to wait for descriptors", func() bool { return strings.Contains(log.String(), want) })
+	full.Store(false)
+	if err := waittest.Recv(t, done, "the connection to be accepted once a count found room"); err != nil {
+		t.Errorf("Accept: %v", err)
+	}
+	if !h.Counting() || strings.Contains(log.String(), "level=WARN") {
+		t.Errorf("a count short of descriptors turned the count off:\n%s", log.String())
 	}
 }

@@ -2,19 +2,18 @@ package acceptwait
 
 import "os"
 
-// openFiles counts the process's open file descriptors, and is false when
-// it cannot (out of descriptors to read the list with, say).
-func openFiles() (int, bool) {
+// openFiles counts the process's open file descriptors.
+func openFiles() (int, error) {
 	d, err := os.Open("/proc/self/fd")
 	if err != nil {
-		return 0, false
+		return 0, err
 	}
 	defer d.Close()
 	names, err := d.Readdirnames(-1)
 	if err != nil {
-		return 0, false
+		return 0, err
 	}
-	return len(names) - 1, true // less the one reading the list
+	return len(names) - 1, nil // less the one reading the list
 }
 
 // countable: the process's descriptors are counted in /proc/self/fd.

@@ -38,9 +38,9 @@ func TestListenersKeepTheReserveForTheProcesssOwnFiles(t *testing.T) {
 		}
 		defer c.Close()
 	}
-	open, ok := openFiles()
-	if !ok {
-		t.Fatal("cannot count this process's open files")
+	open, err := openFiles()
+	if err != nil {
+		t.Fatal(err)
 	}
 	// Room for 7 connections.
 	limit := open + 7 + Reserve(open+7+8)
@@ -57,10 +57,11 @@ func TestListenersKeepTheReserveForTheProcesssOwnFiles(t *testing.T) {
 		}
 	}()
 	var log safeBuffer
-	l := Wrap(ln, NewHeadroom(), Options{Name: "gRPC", Who: "the automator", Log: slog.New(slog.NewTextHandler(&log, nil))})
-	defer l.Close()
+	l := Wrap(ln, NewHeadroom(nil), Options{Name: "gRPC", Who: "the automator", Log: slog.New(slog.NewTextHandler(&log, nil))})
 	accepted := make(chan net.Conn, clients)
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		for {
 			c, err := l.Accept()
 			if err != nil {
@@ -69,6 +70,9 @@ func TestListenersKeepTheReserveForTheProcesssOwnFiles(t *testing.T) {
 			accepted <- c
 		}
 	}()
+	// The listener is closed, and its goroutine gone, before the test's
+	// cleanups set First and MaxDelay back.
+	defer func() { l.Close(); <-done }()
 	const waiting = "of which it keeps the last "
 	waittest.Until(t, "the listener to wait for descriptors", func() bool { return strings.Contains(log.String(), waiting) })
 	var held []net.Conn

@@ -27,6 +27,12 @@ func shortage(err error, who string) (what string, files bool) {
 	return "", false
 }
 
+// shortOfFiles reports whether err is the process's or the host's want of
+// file descriptors.
+func shortOfFiles(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
+}
+
 // fileLimit is the process's limit of open files, and false when it has
 // none worth keeping a reserve of.
 func fileLimit() (int, bool) {

@@ -23,5 +23,8 @@ func shortage(err error, who string) (what string, files bool) {
 	return "", false
 }
 
+// shortOfFiles reports whether err is the process's want of sockets.
+func shortOfFiles(err error) bool { return errors.Is(err, wsaEMFILE) }
+
 // fileLimit: Windows keeps no limit of open files worth a reserve.
 func fileLimit() (int, bool) { return 0, false }

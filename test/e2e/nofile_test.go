@@ -122,12 +122,9 @@ func TestAnAutomatorOutOfFileDescriptorsSaysSoOnceServesWhatItHoldsAndAcceptsOnc
 	const outOfFiles = "), of which it keeps the last "
 	waitFor(t, 10*time.Second, "the automator to log that it is out of file descriptors", func() bool { return strings.Contains(a.Log(), outOfFiles) })
 
-	// Connections that come now wait: a caller's and an HTTP client's.
-	lateCaller := a.Client(t)
-	late := make(chan error, 1)
-	go func() { late <- hello(ctx, lateCaller, "late") }()
-	healthz := make(chan error, 1)
-	go func() {
+	// The HTTP listener, waiting in accept since before the limit, takes
+	// one connection past it: this one. Then it waits too.
+	get := func() error {
 		resp, err := (&http.Client{Transport: &http.Transport{}}).Get("http://" + a.HTTPAddr + "/healthz")
 		if err == nil {
 			resp.Body.Close()
@@ -135,8 +132,17 @@ func TestAnAutomatorOutOfFileDescriptorsSaysSoOnceServesWhatItHoldsAndAcceptsOnc
 				err = fmt.Errorf("HTTP %d", resp.StatusCode)
 			}
 		}
-		healthz <- err
-	}()
+		return err
+	}
+	if err := get(); err != nil {
+		t.Fatalf("GET /healthz: %v", err)
+	}
+	// Connections that come now wait: a caller's and an HTTP client's.
+	lateCaller := a.Client(t)
+	late := make(chan error, 1)
+	go func() { late <- hello(ctx, lateCaller, "late") }()
+	healthz := make(chan error, 1)
+	go func() { healthz <- get() }()
 	waitFor(t, time.Minute, "the HTTP listener to wait for file descriptors", func() bool { return waited("http") > 0 })
 	// What it holds is served meanwhile, and it has files for itself: the
 	// process collector of /metrics opens three to read its figures.
@@ -170,6 +176,14 @@ func TestAnAutomatorOutOfFileDescriptorsSaysSoOnceServesWhatItHoldsAndAcceptsOnc
 	// The waits are not logged each.
 	from := waited("grpc")
 	waitFor(t, time.Minute, "the gRPC listener to wait a second more", func() bool { return waited("grpc") >= from+1 })
+	for what, ch := range map[string]chan error{"the call on a connection made at the limit": late, "GET /healthz on a connection made at the limit": healthz} {
+		select {
+		case err := <-ch:
+			t.Errorf("%s ended (%v) while the automator was at its limit; want it to wait", what, err)
+			ch <- err // for the checks below
+		default:
+		}
+	}
 	log := a.Log()
 	if n := strings.Count(log, outOfFiles); n != 2 {
 		t.Errorf("the automator logged %d lines saying it is out of file descriptors, want 2 (one for each listener):\n%s", n, log)
