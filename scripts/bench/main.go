@@ -85,6 +85,9 @@ type bench struct {
 
 	mu    sync.Mutex
 	procs []*proc
+	// abort ends the running section, with why: a child it started
+	// exited unasked.
+	abort context.CancelCauseFunc
 }
 
 func (b *bench) automatorBin() string { return filepath.Join(b.binDir, "automator") }
@@ -195,20 +198,31 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			continue
 		}
 		var err error
+		sctx, abort := context.WithCancelCause(ctx)
+		b.mu.Lock()
+		b.abort = abort
+		b.mu.Unlock()
 		switch s {
 		case "main":
-			err = b.mainSection(ctx)
+			err = b.mainSection(sctx)
 		case "latency", "ping64", "tiny":
 			b.mainOnly = s
-			err = b.mainSection(ctx)
+			err = b.mainSection(sctx)
 		case "wakeup":
-			err = b.wakeSection(ctx)
+			err = b.wakeSection(sctx)
 		case "idle":
-			err = b.idleSection(ctx)
+			err = b.idleSection(sctx)
 		case "pg":
-			err = b.pgSection(ctx)
+			err = b.pgSection(sctx)
 		}
 		b.stopAll()
+		b.mu.Lock()
+		b.abort = nil
+		b.mu.Unlock()
+		if cause := context.Cause(sctx); cause != nil && ctx.Err() == nil {
+			err = cause // a child's exit, which the section's error (if any) only follows
+		}
+		abort(nil)
 		if err != nil {
 			b.logf("section %s failed: %v", s, err)
 			b.res.notef("section %s failed: %v", s, err)

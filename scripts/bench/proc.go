@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -17,10 +18,11 @@ import (
 // proc is a child process this program started (automator serve, proxy
 // run). It leads its own process group; its output goes to a log file.
 type proc struct {
-	name    string
-	cmd     *exec.Cmd
-	logPath string
-	done    chan struct{}
+	name     string
+	cmd      *exec.Cmd
+	logPath  string
+	done     chan struct{}
+	stopping atomic.Bool // stopped by the bench: its exit is expected
 }
 
 // start runs path with args; env is added to this process's environment.
@@ -40,8 +42,20 @@ func (b *bench) start(name string, env []string, path string, args ...string) (*
 	}
 	p := &proc{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
 	go func() {
-		_ = cmd.Wait()
+		err := cmd.Wait()
 		close(p.done)
+		if !p.stopping.Load() {
+			// The section's figures need it: end the section now, with
+			// why, rather than measure errors (an automator the kernel
+			// killed for its memory kept the idle section's 10,000
+			// instances polling a closed port until its timeout).
+			b.mu.Lock()
+			abort := b.abort
+			b.mu.Unlock()
+			if abort != nil {
+				abort(fmt.Errorf("%s exited while the section ran (%v): %s", name, err, tail(p.log(), 5)))
+			}
+		}
 	}()
 	b.mu.Lock()
 	b.procs = append(b.procs, p)
@@ -62,6 +76,7 @@ func (p *proc) exited() bool {
 
 // stop sends SIGTERM and waits up to timeout, then kills the group.
 func (p *proc) stop(timeout time.Duration) {
+	p.stopping.Store(true)
 	if p.exited() {
 		return
 	}
@@ -111,6 +126,7 @@ func (b *bench) stopAll() {
 	b.procs = nil
 	b.mu.Unlock()
 	for _, p := range procs {
+		p.stopping.Store(true)
 		if !p.exited() {
 			_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		}
