@@ -153,9 +153,10 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return fmt.Errorf("listening for gRPC on %s: %w", cfg.Listen, err)
 	}
-	// Which connections were heard from lately: a poll on one silent for
-	// long (its proxy's host lost power) is handed work last.
-	// Both listeners leave the automator a reserve of file descriptors.
+	// Both listeners leave the automator a reserve of file descriptors
+	// (internal/acceptwait). And which connections were heard from
+	// lately: a poll on one silent for long (its proxy's host lost power)
+	// is handed work last.
 	headroom := acceptwait.NewHeadroom(log)
 	lis := lastread.Wrap(acceptwait.Wrap(raw, headroom, acceptOptions("gRPC", metrics.ListenerGRPC, m, log)), nil)
 	defer lis.Close()

@@ -217,7 +217,7 @@ type listener struct {
 	began  time.Time // its first wait
 	last   time.Time // the end of its latest
 	waited time.Duration
-	check  *time.Timer // armed once a connection was accepted during it
+	check  *time.Timer // armed once the listener found room during it
 }
 
 // Accept returns the next connection, or the listener's error other than a
