@@ -26,6 +26,7 @@ import (
 	"github.com/opsgate/opsgate/automator/pki"
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/automator/store/sqlitestore"
 	"github.com/opsgate/opsgate/internal/acceptwait"
 	"github.com/opsgate/opsgate/internal/clihelp"
 	"github.com/opsgate/opsgate/internal/gctune"
@@ -112,6 +113,14 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	defer st.Close()
+	// SQLite: every read connection open from the start, so that reads
+	// never need a file descriptor the automator's connections may hold
+	// by then.
+	if s, ok := store.Uncached(st).(*sqlitestore.Store); ok {
+		if err := s.OpenReaders(ctx); err != nil {
+			return err
+		}
+	}
 
 	if cfg.ReplicaID == "" {
 		cfg.ReplicaID = defaultReplicaID(*dir)

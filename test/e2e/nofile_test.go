@@ -100,6 +100,11 @@ func TestAnAutomatorOutOfFileDescriptorsSaysSoOnceServesWhatItHoldsAndAcceptsOnc
 	// HTTP/2 preface (so that the automator keeps them, idle) take the 8,
 	// and the others wait.
 	pid := a.proc.Pid()
+	// serve holds its database open from the start for its writer and
+	// each of its four readers, so that no read needs a descriptor later.
+	if n := openedFile(t, pid, filepath.Join(a.DataDir, "automator.db")); n != 5 {
+		t.Errorf("the automator has its database open %d times, want 5: its writer and its four readers", n)
+	}
 	open := openFiles(t, pid)
 	limit := open + 8 + uint64(acceptwait.Reserve(int(open)+16))
 	if r := uint64(acceptwait.Reserve(int(limit))); limit-r != open+8 {
@@ -207,6 +212,23 @@ func TestAnAutomatorOutOfFileDescriptorsSaysSoOnceServesWhatItHoldsAndAcceptsOnc
 	if log := a.Log(); strings.Count(log, outOfFiles) != 2 {
 		t.Errorf("the automator logged more lines saying it is out of file descriptors:\n%s", log)
 	}
+}
+
+// openedFile is how many of the process's file descriptors are path.
+func openedFile(t *testing.T, pid int, path string) int {
+	t.Helper()
+	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
+	fds, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, fd := range fds {
+		if target, err := os.Readlink(filepath.Join(dir, fd.Name())); err == nil && target == path {
+			n++
+		}
+	}
+	return n
 }
 
 // openFiles is the number of the process's open file descriptors.

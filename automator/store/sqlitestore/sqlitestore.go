@@ -110,7 +110,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	read.SetMaxIdleConns(readConns)
 	read.SetConnMaxLifetime(0)
 	read.SetConnMaxIdleTime(0)
-	if err := openReaders(ctx, read); err != nil {
+	if err := read.PingContext(ctx); err != nil {
 		read.Close()
 		write.Close()
 		return nil, fmt.Errorf("opening sqlite store %q: %w", path, outOfSpace(err, dir))
@@ -119,11 +119,13 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	return &Store{path: path, write: write, read: read, w: newWriter(write, path), reads: newPrepared(read)}, nil
 }
 
-// openReaders opens every connection of the read pool, which keeps them.
-// One opened later, when a burst of reads first needed it, found an
-// automator whose connections hold every file descriptor its limit allows
-// unable to open it ("unable to open database file"), and failed the read.
-func openReaders(ctx context.Context, read *sql.DB) error {
+// OpenReaders opens every connection of the read pool now, and the pool
+// keeps them; Open opens one, and the others open when a burst of reads
+// first needs them. `serve` calls it: a connection opened later found an
+// automator whose network connections held every file descriptor its
+// limit allows unable to open it ("unable to open database file"), and
+// the read failed. Short-lived commands and tests need not pay for it.
+func (s *Store) OpenReaders(ctx context.Context) error {
 	conns := make([]*sql.Conn, 0, readConns)
 	defer func() {
 		for _, c := range conns {
@@ -131,13 +133,13 @@ func openReaders(ctx context.Context, read *sql.DB) error {
 		}
 	}()
 	for range readConns {
-		c, err := read.Conn(ctx)
+		c, err := s.read.Conn(ctx)
 		if err != nil {
-			return err
+			return fmt.Errorf("opening the read connections of sqlite store %q: %w", s.path, err)
 		}
 		conns = append(conns, c)
 		if err := c.PingContext(ctx); err != nil {
-			return err
+			return fmt.Errorf("opening the read connections of sqlite store %q: %w", s.path, err)
 		}
 	}
 	return nil

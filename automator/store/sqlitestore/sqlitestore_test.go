@@ -255,17 +255,21 @@ func TestEveryConnectionHasTheDurabilityPragmas(t *testing.T) {
 	}
 }
 
-// TestOpenOpensEveryReadConnection: the read pool's connections are all
-// open when Open returns, and kept: an automator whose network connections
-// took every file descriptor its limit allows could not open one later, in
-// a burst of reads, and failed those reads ("unable to open database
-// file"). test/e2e's TestAnAutomatorOutOfFileDescriptorsSaysSoOnceServesWhatItHoldsAndAcceptsOnceSomeClose
-// makes such reads on the real binary.
-func TestOpenOpensEveryReadConnection(t *testing.T) {
+// TestOpenReadersOpensEveryReadConnection: after OpenReaders the read
+// pool's connections are all open, and kept: an automator whose network
+// connections took every file descriptor its limit allows could not open
+// one later, in a burst of reads, and failed those reads ("unable to open
+// database file"). test/e2e's
+// TestAnAutomatorOutOfFileDescriptorsSaysSoOnceServesWhatItHoldsAndAcceptsOnceSomeClose
+// checks that serve holds them.
+func TestOpenReadersOpensEveryReadConnection(t *testing.T) {
 	t.Parallel()
 	s := open(t, filepath.Join(t.TempDir(), "automator.db"))
+	if err := s.OpenReaders(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	if st := s.read.Stats(); st.OpenConnections != readConns || st.Idle != readConns {
-		t.Errorf("read pool after Open: %d connections open, %d idle; want all %d, idle", st.OpenConnections, st.Idle, readConns)
+		t.Errorf("read pool after OpenReaders: %d connections open, %d idle; want all %d, idle", st.OpenConnections, st.Idle, readConns)
 	}
 }
 
