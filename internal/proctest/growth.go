@@ -227,14 +227,20 @@ func TakeHeld(t testing.TB, httpAddrs []string, proxyPIDs []int) Held {
 		h.Goroutines, h.FDs = append(h.Goroutines, g), append(h.FDs, fds)
 	}
 	for _, pid := range proxyPIDs {
-		fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-		if err != nil {
-			t.Fatalf("proxy %d: %v", pid, err)
-		}
-		h.ProxyFDs = append(h.ProxyFDs, len(fds))
+		h.ProxyFDs = append(h.ProxyFDs, OpenFiles(t, pid))
 	}
 	h.Sleeping = mixSleepsRunning()
 	return h
+}
+
+// OpenFiles is the number of the file descriptors process pid holds.
+func OpenFiles(t testing.TB, pid int) int {
+	t.Helper()
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatalf("process %d: %v", pid, err)
+	}
+	return len(fds)
 }
 
 func (h Held) String() string {

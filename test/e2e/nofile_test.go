@@ -105,7 +105,7 @@ func TestAnAutomatorOutOfFileDescriptorsSaysSoOnceServesWhatItHoldsAndAcceptsOnc
 	if n := openedFile(t, pid, filepath.Join(a.DataDir, "automator.db")); n != 5 {
 		t.Errorf("the automator has its database open %d times, want 5: its writer and its four readers", n)
 	}
-	open := openFiles(t, pid)
+	open := uint64(proctest.OpenFiles(t, pid))
 	limit := open + 8 + uint64(acceptwait.Reserve(int(open)+16))
 	if r := uint64(acceptwait.Reserve(int(limit))); limit-r != open+8 {
 		t.Fatalf("limit %d, reserve %d: want room for 8 connections over %d files", limit, r, open)
@@ -229,14 +229,4 @@ func openedFile(t *testing.T, pid int, path string) int {
 		}
 	}
 	return n
-}
-
-// openFiles is the number of the process's open file descriptors.
-func openFiles(t *testing.T, pid int) uint64 {
-	t.Helper()
-	fds, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return uint64(len(fds))
 }
