@@ -13,6 +13,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/internal/logtest"
 	"github.com/opsgate/opsgate/internal/waittest"
 )
 
@@ -30,7 +31,7 @@ func TestDataDirCommandsReachAServeListeningOnAnAddressItsCertificateOmits(t *te
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
-	log := &lockedBuffer{}
+	log := &logtest.Buffer{}
 	go func() {
 		done <- Main(ctx, []string{"serve", "--data-dir", dir, "--listen", "127.0.0.2:0", "--http-listen", "127.0.0.1:0"}, Env{Stdout: io.Discard, Stderr: log})
 	}()

@@ -19,6 +19,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/opsgate/opsgate/internal/logtest"
 	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
@@ -52,7 +53,7 @@ func healthOver(t *testing.T, h *healthServer) healthpb.HealthClient {
 // to the log shared with /readyz, once per change, never into the answer.
 func TestGRPCHealthCheckAnswersAsReadyzDoes(t *testing.T) {
 	t.Parallel()
-	var buf lockedBuffer
+	var buf logtest.Buffer
 	var (
 		down     atomic.Pointer[error]
 		hang     atomic.Bool

@@ -29,34 +29,17 @@ import (
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/client"
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/internal/logtest"
 	"github.com/opsgate/opsgate/internal/waittest"
 	proxycli "github.com/opsgate/opsgate/proxy/cli"
 )
-
-// lockedBuffer is a log written by a running command and read by the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // served is `automator serve` running in this process.
 type served struct {
 	dir     string
 	grpc    string // 127.0.0.1:PORT
 	http    string // http://127.0.0.1:PORT
-	log     *lockedBuffer
+	log     *logtest.Buffer
 	scripts string
 	stop    func() // stops serve and waits for it; at the test's end if not before
 }
@@ -72,7 +55,7 @@ func serveInProcess(t *testing.T) *served {
 // serve given the flags more as well.
 func serveDirInProcess(t *testing.T, dir string, more ...string) *served {
 	t.Helper()
-	s := &served{dir: dir, log: &lockedBuffer{}, scripts: t.TempDir()}
+	s := &served{dir: dir, log: &logtest.Buffer{}, scripts: t.TempDir()}
 	cfg, err := config.Load(s.dir)
 	if err != nil {
 		t.Fatal(err)
@@ -122,9 +105,9 @@ func (s *served) account(t *testing.T, name string) string {
 
 // proxy runs `proxy run --log-format json` in this process until the test
 // ends, and returns its log.
-func (s *served) proxy(t *testing.T, cfgPath, instance string) *lockedBuffer {
+func (s *served) proxy(t *testing.T, cfgPath, instance string) *logtest.Buffer {
 	t.Helper()
-	log := &lockedBuffer{}
+	log := &logtest.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
 	go func() {

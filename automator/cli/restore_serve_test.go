@@ -16,6 +16,7 @@ import (
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
+	"github.com/opsgate/opsgate/internal/logtest"
 )
 
 // TestRestoreAndServeExcludeEachOther: restore is refused while a serve
@@ -29,7 +30,7 @@ func TestRestoreAndServeExcludeEachOther(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	done := make(chan int, 1)
-	log := &lockedBuffer{}
+	log := &logtest.Buffer{}
 	go func() {
 		done <- Main(ctx, []string{"serve", "--data-dir", dir}, Env{Stdout: &bytes.Buffer{}, Stderr: log})
 	}()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/internal/logtest"
 	"github.com/opsgate/opsgate/internal/waittest"
 )
 
@@ -29,7 +30,7 @@ func TestServeWarnsOfARevealKeyThatNamesNoAPIKey(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan int, 1)
-	log := &lockedBuffer{}
+	log := &logtest.Buffer{}
 	go func() { done <- Main(ctx, []string{"serve", "--data-dir", dir}, Env{Stdout: io.Discard, Stderr: log}) }()
 	automatortest.WaitFor(t, 15*time.Second, "serve to write serving.yaml", func() bool {
 		_, ok, _ := config.ReadServing(dir)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/internal/logtest"
 	"github.com/opsgate/opsgate/internal/waittest"
 )
 
@@ -27,7 +28,7 @@ func TestServingFileLastsWhileServeRuns(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan int, 1)
-	log := &lockedBuffer{}
+	log := &logtest.Buffer{}
 	go func() { done <- Main(ctx, []string{"serve", "--data-dir", dir}, Env{Stdout: io.Discard, Stderr: log}) }()
 	automatortest.WaitFor(t, 15*time.Second, "serve to write serving.yaml", func() bool {
 		_, ok, _ := config.ReadServing(dir)
@@ -64,8 +65,8 @@ func TestASecondServeOfOneSQLiteDatabaseIsRefused(t *testing.T) {
 	t.Parallel()
 	dir := initDir(t)
 	cfg := listenOnAnyPort(t, dir)
-	serve := func(ctx context.Context) (chan int, *lockedBuffer) {
-		done, log := make(chan int, 1), &lockedBuffer{}
+	serve := func(ctx context.Context) (chan int, *logtest.Buffer) {
+		done, log := make(chan int, 1), &logtest.Buffer{}
 		go func() { done <- Main(ctx, []string{"serve", "--data-dir", dir}, Env{Stdout: io.Discard, Stderr: log}) }()
 		return done, log
 	}

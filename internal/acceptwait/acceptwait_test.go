@@ -3,7 +3,6 @@
 package acceptwait
 
 import (
-	"bytes"
 	"errors"
 	"log/slog"
 	"net"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/logtest"
 	"github.com/opsgate/opsgate/internal/waittest"
 )
 
@@ -48,31 +48,12 @@ func (f *fakeListener) Accept() (net.Conn, error) {
 func (f *fakeListener) Close() error   { f.once.Do(func() { close(f.closed) }); return nil }
 func (f *fakeListener) Addr() net.Addr { return &net.TCPAddr{} }
 
-// safeBuffer is a log's destination written by the listener's goroutines
-// and read by the test's.
-type safeBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *safeBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *safeBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // wrapped is a fake listener and its wrapping with a Headroom of its own,
 // with quiet for Quiet, and the log and the count of waits.
-func wrapped(t *testing.T, quiet time.Duration) (*fakeListener, net.Listener, *safeBuffer, *atomic.Int64) {
+func wrapped(t *testing.T, quiet time.Duration) (*fakeListener, net.Listener, *logtest.Buffer, *atomic.Int64) {
 	t.Helper()
 	f := newFake()
-	var log safeBuffer
+	var log logtest.Buffer
 	var waits atomic.Int64
 	saved := Quiet
 	Quiet = quiet
@@ -243,7 +224,7 @@ func TestWithoutACountOfItsFilesAProcessKeepsNoReserveAndSaysSoOnce(t *testing.T
 	countedAs(t, func() (int, error) {
 		return 0, &os.PathError{Op: "open", Path: "/proc/self/fd", Err: syscall.ENOENT}
 	})
-	var log safeBuffer
+	var log logtest.Buffer
 	h := NewHeadroom(slog.New(slog.NewTextHandler(&log, nil)))
 	if h.Counting() {
 		t.Error("the headroom counts the process's files without /proc")
@@ -275,7 +256,7 @@ func TestACountThatFindsNoDescriptorLeftIsAFullProcess(t *testing.T) {
 		return 10, nil
 	})
 	f := newFake()
-	var log safeBuffer
+	var log logtest.Buffer
 	h := NewHeadroom(slog.New(slog.NewTextHandler(&log, nil)))
 	l := Wrap(f, h, Options{Name: "gRPC", Who: "the automator", Log: slog.New(slog.NewTextHandler(&log, nil))})
 	done, exited := make(chan error, 1), make(chan struct{})

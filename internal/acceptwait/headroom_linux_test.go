@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/opsgate/opsgate/internal/logtest"
 	"github.com/opsgate/opsgate/internal/waittest"
 )
 
@@ -56,7 +57,7 @@ func TestListenersKeepTheReserveForTheProcesssOwnFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}()
-	var log safeBuffer
+	var log logtest.Buffer
 	l := Wrap(ln, NewHeadroom(nil), Options{Name: "gRPC", Who: "the automator", Log: slog.New(slog.NewTextHandler(&log, nil))})
 	accepted := make(chan net.Conn, clients)
 	done := make(chan struct{})

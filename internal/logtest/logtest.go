@@ -6,9 +6,11 @@
 package logtest
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -35,4 +37,24 @@ func AssertJSONLines(t testing.TB, log string, min int) {
 			t.Errorf("a line that is not JSON: %q", l)
 		}
 	}
+}
+
+// Buffer is a log's destination that goroutines write to while the test
+// reads it.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+// String is what was written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

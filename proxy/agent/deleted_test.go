@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
@@ -16,27 +15,10 @@ import (
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/logtest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"github.com/opsgate/opsgate/proxy/agent"
 )
-
-// syncBuffer is a log that one handler writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // refusalClient is the real client of a real automator that closes
 // refused when a poll for units is refused as unauthenticated. With
@@ -112,7 +94,7 @@ func TestAProxyOfADeletedAccountDoesNotSayItsRefusedPollsLostUnits(t *testing.T)
 	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{PollWindow: 30 * time.Second})
 	c := &refusalClient{ProxyServiceClient: automatorv1.NewProxyServiceClient(a.ProxyConn(t)), refused: make(chan struct{})}
-	var logged syncBuffer
+	var logged logtest.Buffer
 	ag := agent.New(agent.Options{
 		Client: c, Keys: crypto.Keys{a.Key}, InstanceID: "deleted", ScriptsDir: t.TempDir(),
 		MaxConcurrency: 1, PollWait: 30 * time.Second, GracePeriod: 5 * time.Second,
@@ -148,7 +130,7 @@ func TestAProxyRefusedAfterALostPollSaysTheDeletionMayHaveCancelledItsUnits(t *t
 	a := automatortest.Start(t, automatortest.Options{PollWindow: time.Second})
 	c := &refusalClient{ProxyServiceClient: automatorv1.NewProxyServiceClient(a.ProxyConn(t)), refused: make(chan struct{}),
 		cut: make(chan struct{})}
-	var logged syncBuffer
+	var logged logtest.Buffer
 	ag := agent.New(agent.Options{
 		Client: c, Keys: crypto.Keys{a.Key}, InstanceID: "cut", ScriptsDir: t.TempDir(),
 		MaxConcurrency: 1, PollWait: time.Second, GracePeriod: 5 * time.Second,

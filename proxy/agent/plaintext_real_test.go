@@ -17,6 +17,7 @@ import (
 	"github.com/opsgate/opsgate/automator/pki"
 	"github.com/opsgate/opsgate/crypto"
 	"github.com/opsgate/opsgate/internal/grpcwire"
+	"github.com/opsgate/opsgate/internal/logtest"
 	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"github.com/opsgate/opsgate/proxy/agent"
@@ -25,9 +26,9 @@ import (
 // runLoggedAgent runs, until the test ends, an agent of a's account that
 // calls the automator over conn, which dials automatorURL, and returns
 // its log.
-func runLoggedAgent(t *testing.T, a *automatortest.Automator, conn *grpc.ClientConn, automatorURL string) *syncBuffer {
+func runLoggedAgent(t *testing.T, a *automatortest.Automator, conn *grpc.ClientConn, automatorURL string) *logtest.Buffer {
 	t.Helper()
-	log := &syncBuffer{}
+	log := &logtest.Buffer{}
 	ag := agent.New(agent.Options{
 		Client:     automatorv1.NewProxyServiceClient(conn),
 		Automator:  automatorURL,

@@ -1,12 +1,10 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,27 +12,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/logtest"
 	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
-
-// lockedBuffer is a log destination several goroutines write to.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestAGracePeriodThatEndsWithOnlyUnpostedResultsKillsNothing: a proxy
 // stopped while the automator is unreachable, its script already over and
@@ -48,7 +29,7 @@ func TestAGracePeriodThatEndsWithOnlyUnpostedResultsKillsNothing(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "spool")
 	down := newSpoolAutomator(func(*automatorv1.CompleteRequest) error { return status.Error(codes.Unavailable, "down") })
 	h := newStageHook()
-	var logs lockedBuffer
+	var logs logtest.Buffer
 	a := New(Options{
 		tune:   testTuning(t),
 		Client: down, Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(),
