@@ -1,35 +1,16 @@
 package dashboard_test
 
 import (
-	"bytes"
 	"log/slog"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/opsgate/opsgate/automator/dashboard"
 	"github.com/opsgate/opsgate/automator/server"
+	"github.com/opsgate/opsgate/internal/logtest"
 )
-
-// lockedLog is a log sink several goroutines write to.
-type lockedLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), s)
-}
 
 // TestRefusedSignInsDoNotWriteALogLinePerAttempt: the sign-in form needs
 // no credential to be posted, so its refusals must not cost a log line
@@ -40,7 +21,7 @@ func (l *lockedLog) count(s string) int {
 func TestRefusedSignInsDoNotWriteALogLinePerAttempt(t *testing.T) {
 	const attempts = 40
 	e := newEnv(t)
-	log := &lockedLog{}
+	log := &logtest.Buffer{}
 	logger := slog.New(slog.NewTextHandler(log, nil))
 	srv, err := server.New(server.Options{Store: e.st, MasterKey: e.master, PollWindow: pollWindow, Clock: e.clock,
 		Limits: server.Limits{FailedAuthBurst: 2, FailedAuthRefill: time.Hour}, Logger: logger})
@@ -62,10 +43,10 @@ func TestRefusedSignInsDoNotWriteALogLinePerAttempt(t *testing.T) {
 		}
 	}
 	// Two within the budget, one as the address goes over it.
-	if n := log.count("authentication failed") + log.count("too many failed authentications"); n != 3 {
+	if n := strings.Count(log.String(), "authentication failed") + strings.Count(log.String(), "too many failed authentications"); n != 3 {
 		t.Errorf("%d lines of failed authentications, want 3", n)
 	}
-	if n := log.count("sign-in refused"); n != 0 {
+	if n := strings.Count(log.String(), "sign-in refused"); n != 0 {
 		t.Errorf("%d refused sign-ins wrote %d lines of their own; want none (the automator's bounded line covers them)", 2*attempts, n)
 	}
 }

@@ -1,28 +1,16 @@
 package service
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/internal/logtest"
 	"github.com/opsgate/opsgate/internal/waittest"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
 
 // TestRunStopsOnTheSamePathAsCtrlC: cancelling ctx (what SIGTERM does in
 // main) stops the service by cancelling fn's context; Run returns fn's
@@ -90,7 +78,7 @@ func TestRunStopIsBounded(t *testing.T) {
 // on its own exits with the error, so the service manager restarts it.
 func TestRunEndsWithTheErrorOfAFunctionThatQuits(t *testing.T) {
 	boom := errors.New("invalid proxy config")
-	var log syncBuffer
+	var log logtest.Buffer
 	err := Run(context.Background(), RunOptions{Name: "svc-test", Stderr: &log},
 		func(_ context.Context, w io.Writer) error {
 			io.WriteString(w, "level=ERROR msg=bad\n")
