@@ -1,0 +1,256 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+// damagedFixture makes an automator database at path holding units in
+// every state (400 of them, so that the work table and its indexes span
+// pages of more than one level), their audit records, and closes it: its
+// write-ahead log checkpointed into the file.
+func damagedFixture(t *testing.T, path string) {
+	t.Helper()
+	ctx := t.Context()
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AccountCreate(ctx, store.AccountCreateParams{Name: "acme", TokenHash: []byte("t"), KeyID: 1, SealedKey: []byte("k"), Now: testNow}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 400 {
+		if _, err := s.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: fmt.Sprintf("w-%06d", i), Account: "acme", KeyID: 1,
+			IdempotencyKey: fmt.Sprintf("k-%d", i), SealedCommand: []byte(strings.Repeat("c", 200)), Now: testNow, Deadline: testNow.Add(time.Hour),
+			Audit: &store.AuditEvent{At: testNow, Kind: store.AuditWorkQueued, Actor: "test"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claimed, err := s.WorkClaim(ctx, store.WorkClaimParams{Account: "acme", InstanceID: "i-1", Max: 200, ClaimIDs: claimIDs(200), Now: testNow})
+	if err != nil || len(claimed) != 200 {
+		t.Fatalf("WorkClaim: %d units, %v", len(claimed), err)
+	}
+	for _, w := range claimed[:100] {
+		if _, err := s.WorkComplete(ctx, store.WorkCompleteParams{ID: w.ID, ClaimID: w.ClaimID, State: store.StateFailed, SealedResult: []byte("r"), Now: testNow}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func claimIDs(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("c-%d", i)
+	}
+	return ids
+}
+
+// rootPage is the page where the table or index name of the database at
+// path begins.
+func rootPage(t *testing.T, path, name string) int64 {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var page int64
+	if err := db.QueryRow(`SELECT rootpage FROM sqlite_schema WHERE name = ?`, name).Scan(&page); err != nil {
+		t.Fatalf("the root page of %s: %v", name, err)
+	}
+	return page
+}
+
+// damagePage overwrites 200 bytes of page (from 1) of the database at
+// path, past its header's first bytes, as a bad sector or a torn copy
+// would: the cell pointers it holds lead nowhere.
+func damagePage(t *testing.T, path string, page int64) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const pageSize = 4096
+	if _, err := f.WriteAt([]byte(strings.Repeat("\xff", 200)), (page-1)*pageSize+8); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// dumpTables reads every row of every table of the database at path,
+// rowids included, in rowid order, without going through an index.
+func dumpTables(t *testing.T, path string) map[string][]string {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	names, err := tableNames(t.Context(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	for _, name := range names {
+		sel := "SELECT rowid, * FROM " + quoteIdent(name) + " NOT INDEXED ORDER BY rowid"
+		if strings.HasPrefix(name, "sqlite_") {
+			sel = "SELECT * FROM " + quoteIdent(name)
+		}
+		rows, err := db.Query(sel)
+		if err != nil {
+			t.Fatalf("reading %s: %v", name, err)
+		}
+		cols, _ := rows.Columns()
+		for rows.Next() {
+			vals := make([]any, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err := rows.Scan(ptrs...); err != nil {
+				t.Fatal(err)
+			}
+			out[name] = append(out[name], fmt.Sprint(vals...))
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatalf("reading %s: %v", name, err)
+		}
+		rows.Close()
+	}
+	return out
+}
+
+// TestRebuildOfADatabaseWhoseIndexesAreDamagedLosesNothing: with pages of
+// two of work's indexes overwritten, the store's calls that use them fail
+// as damaged (store.IsDamaged); Rebuild makes a database SQLite finds
+// whole, holding every row of every table as it was (rowids too), with
+// every index, and a store opened on it claims the queued units.
+func TestRebuildOfADatabaseWhoseIndexesAreDamagedLosesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "automator.db")
+	damagedFixture(t, path)
+	want := dumpTables(t, path)
+	for _, idx := range []string{"work_queued", "work_account_idempotency_key"} {
+		damagePage(t, path, rootPage(t, path, idx))
+	}
+
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatalf("Open of the damaged database: %v", err)
+	}
+	_, err = s.WorkClaim(ctx, store.WorkClaimParams{Account: "acme", InstanceID: "i-1", Max: 1, ClaimIDs: []string{"c-x"}, Now: testNow})
+	if !store.IsDamaged(err) {
+		t.Errorf("WorkClaim on a damaged index: %v; want an error store.IsDamaged reports", err)
+	}
+	s.Close()
+
+	dst := filepath.Join(dir, "rebuilt.db")
+	rep, err := Rebuild(ctx, path, dst, path)
+	if err != nil {
+		t.Fatalf("Rebuild: %v", err)
+	}
+	if rep.Found == 0 || len(rep.Problems) == 0 {
+		t.Errorf("Rebuild reported %d problems (%q); want those integrity_check found", rep.Found, rep.Problems)
+	}
+	if got := dumpTables(t, dst); fmt.Sprint(got) != fmt.Sprint(want) {
+		for name := range want {
+			if len(got[name]) != len(want[name]) {
+				t.Errorf("table %s: %d rows rebuilt, want %d", name, len(got[name]), len(want[name]))
+			}
+		}
+		t.Fatalf("the rebuilt database's rows differ from the damaged one's before the damage")
+	}
+	var indexes int
+	db, err := sql.Open("sqlite", "file:"+uriPath(dst)+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRow(`SELECT COUNT(*) FROM sqlite_schema WHERE type = 'index' AND sql IS NOT NULL`).Scan(&indexes); err != nil {
+		t.Fatal(err)
+	}
+	var check string
+	if err := db.QueryRow(`PRAGMA integrity_check`).Scan(&check); err != nil || check != "ok" {
+		t.Errorf("integrity_check of the rebuilt database: %q, %v", check, err)
+	}
+	db.Close()
+	if indexes == 0 || rep.Indexes != indexes {
+		t.Errorf("Rebuild built %d indexes; the rebuilt database has %d", rep.Indexes, indexes)
+	}
+
+	r, err := Open(ctx, dst)
+	if err != nil {
+		t.Fatalf("Open of the rebuilt database: %v", err)
+	}
+	defer r.Close()
+	claimed, err := r.WorkClaim(ctx, store.WorkClaimParams{Account: "acme", InstanceID: "i-2", Max: 300, ClaimIDs: claimIDs(300), Now: testNow})
+	if err != nil || len(claimed) != 200 {
+		t.Fatalf("WorkClaim on the rebuilt database: %d units, %v; want the 200 still queued", len(claimed), err)
+	}
+	// The idempotency keys are there: a submit with one returns its unit.
+	if _, err := r.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: "w-new", Account: "acme", KeyID: 1, IdempotencyKey: "k-7",
+		SealedCommand: []byte("c"), Now: testNow, Deadline: testNow.Add(time.Hour)}); !errors.Is(err, store.ErrDuplicate) {
+		t.Errorf("WorkEnqueue with a key used before the rebuild: %v; want ErrDuplicate", err)
+	}
+}
+
+// TestRebuildRefusesADatabaseWhoseRowsAreDamaged: with a page of the work
+// table itself overwritten, Rebuild makes no database: it names the
+// table, and its error is a damaged database's. The damaged file is left
+// as it was.
+func TestRebuildRefusesADatabaseWhoseRowsAreDamaged(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "automator.db")
+	damagedFixture(t, path)
+	damagePage(t, path, rootPage(t, path, "work"))
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Rebuild(ctx, path, filepath.Join(dir, "rebuilt.db"), "DB")
+	var dt *DamagedTablesError
+	if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[work]" || !store.IsDamaged(err) {
+		t.Fatalf("Rebuild of a database whose work table is damaged: %v; want a DamagedTablesError naming work", err)
+	}
+	if !strings.Contains(err.Error(), "the rows of table work cannot all be read") {
+		t.Errorf("the error says %q", err)
+	}
+	after, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(after) != string(before) {
+		t.Error("Rebuild changed the damaged file")
+	}
+}
+
+// TestRebuildOfAWholeDatabaseSaysSo: a database integrity_check finds
+// whole is refused with ErrWhole, and nothing is made.
+func TestRebuildOfAWholeDatabaseSaysSo(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "automator.db")
+	damagedFixture(t, path)
+	dst := filepath.Join(dir, "rebuilt.db")
+	if _, err := Rebuild(context.Background(), path, dst, path); !errors.Is(err, ErrWhole) {
+		t.Fatalf("Rebuild of a whole database: %v; want ErrWhole", err)
+	}
+}
