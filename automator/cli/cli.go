@@ -1,8 +1,8 @@
 // Package cli is the automator's command line: init, serve, account create,
 // list, rotate and delete, apikey, audit, cert renew, exec, the listings
-// (instances, work, replicas), work wait and cancel, backup and restore, and
-// the service commands (install, start, stop, status, uninstall). The
-// binary's main only calls Main.
+// (instances, work, replicas), work wait and cancel, backup, restore and
+// repair, and the service commands (install, start, stop, status,
+// uninstall). The binary's main only calls Main.
 package cli
 
 import (
@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/internal/clihelp"
 	"github.com/opsgate/opsgate/proxy/service"
 )
@@ -40,6 +41,7 @@ const usage = `usage:
   automator backup  --data-dir DIR [--db DSN] FILE               # SQLite: a consistent copy while serve runs
   automator restore --data-dir DIR [--db DSN] FILE               # serve stopped; ends the units open in FILE
   automator restore --data-dir DIR [--db DSN] --open-work-only   # after a PostgreSQL restore
+  automator repair  --data-dir DIR [--db DSN]                    # serve stopped; rebuilds a damaged SQLite database
   automator exec    --data-dir DIR --account NAME [--timeout DUR] [--stdin FILE|-] SCRIPT [ARG...]
   automator exec    --server URL --api-key-file F --ca FILE --account NAME ... SCRIPT [ARG...]
   automator install --data-dir DIR [--db DSN] [--name NAME] [--user USER] [--manual-start]
@@ -88,7 +90,11 @@ func Main(ctx context.Context, args []string, env Env) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // the command's flag set printed its help
 		}
-		fmt.Fprintf(env.Stderr, "automator: %s\n", clihelp.OneLineStopped(ctx, err))
+		msg := clihelp.OneLineStopped(ctx, err)
+		if store.IsDamaged(err) && !strings.Contains(msg, "restore") {
+			msg += " (the database is damaged: with serve stopped, `automator repair` rebuilds it or says what to do; see docs/backup.md)"
+		}
+		fmt.Fprintf(env.Stderr, "automator: %s\n", msg)
 		return ExitError
 	}
 	return code
@@ -161,6 +167,8 @@ func run(ctx context.Context, args []string, env Env) (int, error) {
 		return 0, cmdBackup(ctx, args[1:], env)
 	case "restore":
 		return 0, cmdRestore(ctx, args[1:], env)
+	case "repair":
+		return 0, cmdRepair(ctx, args[1:], env)
 	case "install", "start", "stop", "status", "uninstall":
 		return 0, serviceCommand(args[0], args[1:], env)
 	case "help", "-h", "--help":

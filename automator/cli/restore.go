@@ -215,7 +215,7 @@ func restoreSQLite(ctx context.Context, dir, db string, cfg config.Config, file 
 		return fmt.Errorf("syncing %s: %w", tmp, err)
 	}
 
-	aside, err := replaceDB(dbPath, tmp, now)
+	aside, err := replaceDB(dbPath, tmp, now, "restore", "before-restore", "the backup")
 	if err != nil {
 		return err
 	}
@@ -553,24 +553,25 @@ func printCredentials(env Env, dir, db string, prev previous, prevErr error, reR
 	}
 }
 
-// replaceDB puts the database file tmp in place of dbPath and returns the
-// name the replaced database is kept under ("" when there was none). The
+// replaceDB puts the database file tmp (what: "the backup") in place of
+// dbPath, for the command cmd, and returns the name the replaced database
+// is kept under (dbPath.tag-TIME; "" when there was none). The
 // replaced database keeps its write-ahead log, renamed with it (reading it
 // closed it, which checkpoints the log; one left means that failed), so it
 // stays whole; its shared-memory index, rebuilt from the log, goes. The
 // new file takes dbPath's name in one rename, so dbPath always names a
 // whole database, the old or the new.
-func replaceDB(dbPath, tmp string, now time.Time) (string, error) {
+func replaceDB(dbPath, tmp string, now time.Time, cmd, tag, what string) (string, error) {
 	if _, err := os.Lstat(dbPath); errors.Is(err, os.ErrNotExist) {
 		if err := os.Rename(tmp, dbPath); err != nil {
-			return "", fmt.Errorf("putting the backup in place: %w", err)
+			return "", fmt.Errorf("putting %s in place: %w", what, err)
 		}
 		return "", nil
 	}
-	aside := dbPath + ".before-restore-" + now.UTC().Format("20060102T150405Z")
+	aside := dbPath + "." + tag + "-" + now.UTC().Format("20060102T150405Z")
 	for _, suffix := range []string{"", "-wal", "-shm", "-journal"} {
 		if _, err := os.Lstat(aside + suffix); err == nil {
-			return "", fmt.Errorf("%s exists; wait a second and run restore again", aside+suffix)
+			return "", fmt.Errorf("%s exists; wait a second and run %s again", aside+suffix, cmd)
 		}
 	}
 	// The replaced database gets its second name first, a hard link, so
@@ -589,7 +590,7 @@ func replaceDB(dbPath, tmp string, now time.Time) (string, error) {
 		return "", fmt.Errorf("removing the replaced database's shared-memory file: %w", err)
 	}
 	if err := os.Rename(tmp, dbPath); err != nil {
-		return "", fmt.Errorf("putting the backup in place (the replaced database is kept as %s): %w", aside, err)
+		return "", fmt.Errorf("putting %s in place (the replaced database is kept as %s): %w", what, aside, err)
 	}
 	return aside, nil
 }

@@ -180,6 +180,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		// PostgreSQL: queue events reach the other replicas (NOTIFY/LISTEN).
 		Broadcaster: broadcasterFor(st),
 		Silence:     lis.Silence,
+		Repair:      repairHint(*dir, *db, cfg),
 	})
 	if err != nil {
 		return err

@@ -46,11 +46,15 @@ func lockShared(dir, refused string) (*filelock.Lock, error) {
 // lockForRestore takes the data directory's serve lock, exclusive: it is
 // refused while any serve of the directory runs, or any command that has
 // its database open, and keeps any from starting until released.
-func lockForRestore(dir string) (*filelock.Lock, error) {
+func lockForRestore(dir string) (*filelock.Lock, error) { return lockAlone(dir, "restore") }
+
+// lockAlone is lockForRestore for the command named cmd (restore,
+// repair), which replaces the database.
+func lockAlone(dir, cmd string) (*filelock.Lock, error) {
 	path := filepath.Join(dir, config.FileServeLock)
 	l, err := filelock.Exclusive(path)
 	if errors.Is(err, filelock.ErrLocked) {
-		return nil, fmt.Errorf("an automator serve or another command is using %s%s, or another restore is; stop it, or let it finish, first (restore replaces the database it has open)", dir, servingAt(dir))
+		return nil, fmt.Errorf("an automator serve or another command is using %s%s, or a restore or repair is; stop it, or let it finish, first (%s replaces the database it has open)", dir, servingAt(dir), cmd)
 	}
 	if err != nil {
 		return nil, err

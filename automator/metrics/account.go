@@ -92,7 +92,7 @@ func (c *accountCollector) Collect(ch chan<- prometheus.Metric) {
 	now, stats := r.now, r.stats
 	if err := r.err; err != nil {
 		if !c.failing.Swap(true) {
-			c.o.Logger.Warn("the per-account gauges are left out of /metrics: the store did not answer", "err", err)
+			c.o.Logger.Warn("the per-account gauges are left out of /metrics: reading them from the store failed", "err", err)
 		}
 		return
 	}

@@ -471,7 +471,8 @@ func (s *Server) allow(ctx context.Context, account, method string) error {
 // to mend, so it gets ResourceExhausted (gRPC's code for a full file
 // system), says so, and names it in a google.rpc.ErrorInfo
 // (grpcwire.ReasonStorageFull; no RetryInfo: no one knows when space comes
-// back). A database that cannot be reached (PostgreSQL
+// back). A damaged database gets DataLoss, and a line within a bound
+// saying what to do (Options.Repair). A database that cannot be reached (PostgreSQL
 // restarting) gets Unavailable, which callers retry. A store call that
 // failed because the call's own context ended is no error of the
 // automator's: the caller gets its context's status, and the log a debug
@@ -492,6 +493,13 @@ func (s *Server) internal(ctx context.Context, doing string, err error) error {
 			st = d
 		}
 		return st.Err()
+	}
+	if store.IsDamaged(err) {
+		// It fails again until the operator repairs the database: not
+		// Unavailable, which callers retry at once, but DataLoss, gRPC's
+		// code for data that is damaged.
+		s.damaged(doing, append(callAttrs(ctx), "err", err)...)
+		return status.Errorf(codes.DataLoss, "the automator's database is damaged: %s failed, and fails until its operator repairs the database", doing)
 	}
 	if store.IsUnavailable(err) {
 		// PostgreSQL restarting, failing over or out of reach: the call can

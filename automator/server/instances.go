@@ -208,6 +208,10 @@ func (s *Server) flushFailed(err error) {
 		s.diskFullLog.Log("writing instances' polls", "err", err)
 		return
 	}
+	if store.IsDamaged(err) {
+		s.damaged("writing instances' polls", "err", err)
+		return
+	}
 	s.log.Error("writing instances' polls", "err", err)
 }
 

@@ -29,6 +29,30 @@ func newDiskFullLog(log *slog.Logger, clock Clock) *loglimit.Limiter {
 		SummaryAttrs: []any{"see", `automator_store_errors_total{kind="storage_full"}`}}
 }
 
+// newDamagedLog bounds the lines of store calls that failed on a damaged
+// database: each call that reads or writes the damaged part fails, every
+// time, until it is repaired. Each caller is told; the lines say what to
+// do (repair).
+func newDamagedLog(log *slog.Logger, clock Clock, repair string) *loglimit.Limiter {
+	attrs := []any{"see", `automator_store_errors_total{kind="damaged"}`}
+	if repair != "" {
+		attrs = append(attrs, "repair", repair)
+	}
+	return &loglimit.Limiter{Logger: log, Level: slog.LevelError, Now: clock.Now,
+		Summary:      "store calls that met the damaged database, not logged one by one: repair it",
+		SummaryAttrs: attrs}
+}
+
+// damaged logs, within damagedLog's bound, a store call that met a
+// damaged database.
+func (s *Server) damaged(doing string, attrs ...any) {
+	attrs = append(attrs, "doing", doing)
+	if s.repair != "" {
+		attrs = append(attrs, "repair", s.repair)
+	}
+	s.damagedLog.Log("the database is damaged: the calls that read or write its damaged part fail until it is repaired", attrs...)
+}
+
 // newRefusedPollLog bounds the lines of polls refused for their
 // instance's keys (none usable, or another account's): each such instance
 // polls again with backoff, every 15 s at most, until its profile is
@@ -68,6 +92,7 @@ func (s *Server) flushLogLimits() {
 	s.authFailLog.Flush()
 	s.timedOutLog.Flush()
 	s.diskFullLog.Flush()
+	s.damagedLog.Flush()
 	s.refusedPollLog.Flush()
 	s.queueFullLog.Flush()
 	s.deniedLog.Flush()

@@ -69,6 +69,8 @@ const (
 	StoreErrorUnavailable = "unavailable"
 	// StoreErrorStorageFull: the database is out of disk space.
 	StoreErrorStorageFull = "storage_full"
+	// StoreErrorDamaged: the database is damaged (store.IsDamaged).
+	StoreErrorDamaged = "damaged"
 	// StoreErrorOther: any other failure (an internal error).
 	StoreErrorOther = "other"
 )
@@ -108,6 +110,8 @@ func (s *Server) storeFailed(err error) {
 		s.fullWrites.Add(1)
 		s.diskFull.Store(true)
 		s.storeMetrics.StoreFailed(StoreErrorStorageFull)
+	case store.IsDamaged(err):
+		s.storeMetrics.StoreFailed(StoreErrorDamaged)
 	default:
 		s.storeMetrics.StoreFailed(StoreErrorOther)
 	}

@@ -80,8 +80,12 @@ type Options struct {
 	// host may have lost power, and a unit handed to it would wait for
 	// its deadline.
 	Silence func(peer net.Addr) func() time.Duration
-	Clock   Clock
-	Logger  *slog.Logger
+	// Repair says, in the log's lines of a damaged database, what its
+	// operator does about it (automator repair, for SQLite); empty: the
+	// line says nothing of it.
+	Repair string
+	Clock  Clock
+	Logger *slog.Logger
 }
 
 // Limits bound what a caller may submit, and what abuse may cost.
@@ -157,9 +161,11 @@ type Server struct {
 	dbDown         atomic.Bool       // the database is out of reach, since a store call found it so (unreachable.go)
 	dbFailures     atomic.Uint64     // store calls that found the database out of reach
 
-	// timedOutLog and diskFullLog bound the lines of units timed out and
-	// of store calls refused for lack of disk space (loglines.go).
-	timedOutLog, diskFullLog *loglimit.Limiter
+	// timedOutLog, diskFullLog and damagedLog bound the lines of units
+	// timed out, of store calls refused for lack of disk space, and of
+	// those that met a damaged database (loglines.go).
+	timedOutLog, diskFullLog, damagedLog *loglimit.Limiter
+	repair                               string // what to do about a damaged database (Options.Repair)
 	// refusedPollLog, queueFullLog and deniedLog bound the lines of polls
 	// refused for their keys, units refused for a full queue, and calls of
 	// API keys outside their accounts (loglines.go).
@@ -273,6 +279,7 @@ func New(o Options) (*Server, error) {
 	}
 	s.authFailLog = newAuthFailLog(o.Logger, o.Clock)
 	s.timedOutLog, s.diskFullLog = newTimedOutLog(o.Logger, o.Clock), newDiskFullLog(o.Logger, o.Clock)
+	s.damagedLog, s.repair = newDamagedLog(o.Logger, o.Clock, o.Repair), o.Repair
 	s.refusedPollLog, s.queueFullLog, s.deniedLog = newRefusedPollLog(o.Logger, o.Clock), newQueueFullLog(o.Logger, o.Clock), newDeniedLog(o.Logger, o.Clock)
 	return s, nil
 }

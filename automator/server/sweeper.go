@@ -82,6 +82,9 @@ func (s *Server) sweepFailed(ctx context.Context, doing string, err error) {
 	case store.IsStorageFull(err):
 		// Once a SweepInterval while units are due: bounded.
 		s.diskFullLog.Log(doing, "err", err)
+	case store.IsDamaged(err):
+		// Once a SweepInterval while units are due: bounded.
+		s.damaged(doing, "err", err)
 	default:
 		s.log.Error(doing, "err", err)
 	}

@@ -83,6 +83,7 @@ const (
 	AuditCertRenewed      = "server.cert_renewed"
 	AuditBackup           = "database.backup"    // `automator backup` began copying the database
 	AuditRestore          = "database.restore"   // `automator restore` put a backup in place, or ended the open units
+	AuditRepair           = "database.repair"    // `automator repair` rebuilt a damaged database
 	AuditDashboardSignIn  = "dashboard.sign_in"  // an API key signed in to the dashboard
 	AuditDashboardSignOut = "dashboard.sign_out" // a dashboard session was signed out of
 )
@@ -103,7 +104,7 @@ var AuditKinds = []string{
 	AuditAuthFailed, AuditAuthDenied, AuditAuthRateLimited,
 	AuditDashboardSignIn, AuditDashboardSignOut,
 	AuditAccountCreated, AuditTokenRotated, AuditKeyRotated, AuditAPIKeyCreated, AuditAPIKeyRevoked, AuditCertRenewed,
-	AuditBackup, AuditRestore,
+	AuditBackup, AuditRestore, AuditRepair,
 	AuditAccountDeleted, AuditAccountDeletionFinished,
 	AuditPurged,
 }

@@ -31,3 +31,28 @@ func TestIsStorageFull(t *testing.T) {
 		}
 	}
 }
+
+// TestIsDamaged: the sentinel and PostgreSQL's data_corrupted and
+// index_corrupted (SQLSTATE XX001, XX002), however wrapped, are a damaged
+// database; PostgreSQL's other internal errors and a full disk are not.
+// (SQLite's SQLITE_CORRUPT, from a real damaged file, is sqlitestore's
+// TestRebuildOfADatabaseWhoseIndexesAreDamagedLosesNothing.)
+func TestIsDamaged(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"the sentinel, wrapped", fmt.Errorf("repairing: %w", store.ErrDamaged), true},
+		{"PostgreSQL data_corrupted, wrapped", fmt.Errorf("claiming work: %w", &pgconn.PgError{Code: "XX001", Message: "invalid page in block 7"}), true},
+		{"PostgreSQL index_corrupted", &pgconn.PgError{Code: "XX002", Message: "index \"work_queued\" contains unexpected zero page"}, true},
+		{"PostgreSQL internal_error", &pgconn.PgError{Code: "XX000"}, false},
+		{"a full disk", store.ErrStorageFull, false},
+		{"another error", errors.New("database disk image is malformed"), false},
+		{"nil", nil, false},
+	} {
+		if got := store.IsDamaged(c.err); got != c.want {
+			t.Errorf("%s: IsDamaged(%v) = %v, want %v", c.name, c.err, got, c.want)
+		}
+	}
+}

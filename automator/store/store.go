@@ -4,7 +4,7 @@
 // all pass the shared conformance suite in storetest.
 //
 // This package imports nothing else of ours (of pgx, only pgconn's
-// sentinel of a broken connection).
+// sentinel of a broken connection; of modernc.org/sqlite, its error type).
 package store
 
 import (
@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // State is the lifecycle state of a unit of work.
@@ -94,6 +96,11 @@ var (
 	// the call may or may not have taken effect. Test for it with
 	// IsUnavailable.
 	ErrUnavailable = errors.New("the database did not answer")
+	// ErrDamaged: the database's files are damaged (a disk's bad sector, a
+	// file copied while it was written), so a call that reads or writes the
+	// damaged part fails, and fails again until the database is repaired
+	// or restored; the rest of it serves. Test for it with IsDamaged.
+	ErrDamaged = errors.New("the database is damaged")
 )
 
 // SchemaBehindError is Ping's error when the database answers but its
@@ -140,6 +147,27 @@ func IsStorageFull(err error) bool {
 	}
 	var sqlState interface{ SQLState() string }
 	return errors.As(err, &sqlState) && sqlState.SQLState() == "53100"
+}
+
+// IsDamaged reports whether err says the database is damaged: ErrDamaged,
+// SQLite's SQLITE_CORRUPT or SQLITE_NOTADB (a page or a header that is not
+// what SQLite wrote), or SQLSTATE XX001 or XX002 (data_corrupted,
+// index_corrupted), as PostgreSQL's are.
+func IsDamaged(err error) bool {
+	if errors.Is(err, ErrDamaged) {
+		return true
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		code := se.Code() & 0xff
+		return code == sqlite3.SQLITE_CORRUPT || code == sqlite3.SQLITE_NOTADB
+	}
+	var sqlState interface{ SQLState() string }
+	if errors.As(err, &sqlState) {
+		code := sqlState.SQLState()
+		return code == "XX001" || code == "XX002"
+	}
+	return false
 }
 
 // IsUnavailable reports whether err says the database could not be

@@ -1,0 +1,141 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/automator/store/pgstore"
+	"github.com/opsgate/opsgate/automator/store/sqlitestore"
+	"github.com/opsgate/opsgate/internal/clihelp"
+)
+
+// repairHint is what serve's log says to do about a damaged database.
+func repairHint(dir, db string, cfg config.Config) string {
+	if pgstore.IsDSN(cfg.DB) {
+		return "REINDEX the index PostgreSQL names, or restore the database from a backup (docs/backup.md)"
+	}
+	return fmt.Sprintf("stop serve, then run `automator repair --data-dir %s%s` (docs/backup.md)", dir, withSameDB(db))
+}
+
+// cmdRepair rebuilds a damaged SQLite database from its tables' rows, in
+// its place, with serve stopped:
+//
+//	automator repair --data-dir DIR [--db DSN]
+//
+// Its indexes, where damage most often lies, are built again from the
+// rows, so a database whose indexes alone are damaged loses nothing; its
+// units stay as they were, open ones included (unlike a restore, nothing
+// here is older than what the proxies did). A database some of whose
+// rows cannot be read is left as it is: a backup is then the way back.
+func cmdRepair(ctx context.Context, args []string, env Env) error {
+	flags := newFlags("repair", env)
+	dir := flags.String("data-dir", "", "the automator's data directory (its serve must be stopped)")
+	db := dbFlag(flags)
+	if err := clihelp.ParseNoArgs(flags, args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*dir, *db)
+	if err != nil {
+		return err
+	}
+	if pgstore.IsDSN(cfg.DB) {
+		return fmt.Errorf("the database is PostgreSQL (%s): repair it with PostgreSQL's own means: REINDEX the index its error names (index_corrupted), or, for damaged rows (data_corrupted), restore it from a backup with PostgreSQL's tools and then run `automator restore --data-dir %s --open-work-only`%s; see docs/backup.md", pgstore.Redact(cfg.DB), *dir, withSameDB(*db))
+	}
+	lock, err := lockAlone(*dir, "repair")
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
+	dbPath := cfg.DBPath(*dir)
+	fi, err := os.Lstat(dbPath)
+	if err != nil {
+		return fmt.Errorf("reading the database: %w", err)
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 { // repaired where the link leads, as restore does
+		if dbPath, err = filepath.EvalSymlinks(dbPath); err != nil {
+			return fmt.Errorf("the database %s is a symbolic link that does not lead to a file: %w", cfg.DBPath(*dir), err)
+		}
+	}
+
+	// The database is rebuilt beside it, checked, and only then takes its
+	// place: until that rename nothing of the data directory has changed.
+	tmp := dbPath + ".repairing"
+	removeSQLiteFiles(tmp) // left by a repair that was interrupted
+	done := false
+	defer func() {
+		if !done {
+			removeSQLiteFiles(tmp)
+		}
+	}()
+	rep, err := sqlitestore.Rebuild(ctx, dbPath, tmp, dbPath)
+	var dt *sqlitestore.DamagedTablesError
+	switch {
+	case errors.Is(err, sqlitestore.ErrWhole):
+		fmt.Fprintf(env.Stdout, "%s is whole (SQLite's integrity_check: ok): nothing to repair\n", dbPath)
+		return nil
+	case errors.As(err, &dt):
+		return fmt.Errorf("%s is damaged, and %v: repair builds a database again from its tables' rows, so it cannot make this one whole without losing rows; restore the latest backup instead (`automator restore --data-dir %s%s FILE`, see docs/backup.md); nothing was changed", dbPath, err, *dir, withSameDB(*db))
+	case err != nil:
+		return fmt.Errorf("repairing %s (nothing was changed): %w", dbPath, err)
+	}
+	if err := keepOwner(tmp, dbPath); err != nil {
+		return fmt.Errorf("giving %s the owner of %s: %w", tmp, dbPath, err)
+	}
+	// Opened as serve opens it (migrated to this binary's schema, in WAL
+	// mode), to record the repair in it before it takes the database's
+	// place.
+	now := time.Now()
+	version, latest, err := sqlitestore.SchemaVersion(ctx, tmp)
+	if err != nil {
+		return fmt.Errorf("reading the rebuilt database: %w", err)
+	}
+	st, err := sqlitestore.Open(ctx, tmp)
+	if err != nil {
+		return fmt.Errorf("opening the rebuilt database: %w", err)
+	}
+	_, err = st.AuditAppend(ctx, *cliEvent(store.AuditEvent{At: now, Kind: store.AuditRepair,
+		Detail: fmt.Sprintf("database rebuilt from its tables' rows: %d tables, %d rows, %d indexes built again; SQLite's integrity_check had found %d problems", rep.Tables, rep.Rows, rep.Indexes, rep.Found)}))
+	if cerr := st.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("recording the repair in the rebuilt database (nothing was replaced): %w", err)
+	}
+	if _, err := os.Stat(tmp + "-wal"); err == nil {
+		return fmt.Errorf("the rebuilt database %s still has a write-ahead log after it was closed; nothing was replaced", tmp)
+	}
+	_ = os.Remove(tmp + "-shm")
+	if err := syncFile(tmp); err != nil {
+		return fmt.Errorf("syncing %s: %w", tmp, err)
+	}
+	aside, err := replaceDB(dbPath, tmp, now, "repair", "damaged", "the rebuilt database")
+	if err != nil {
+		return err
+	}
+	done = true
+	if err := syncDir(filepath.Dir(dbPath)); err != nil {
+		return fmt.Errorf("syncing the directory of %s: %w", dbPath, err)
+	}
+
+	found := fmt.Sprintf("%d problems", rep.Found)
+	if rep.Found == 1 {
+		found = "1 problem"
+	}
+	fmt.Fprintf(env.Stdout, "%s was damaged: SQLite's integrity_check found %s: %s\n", dbPath, found, strings.Join(rep.Problems[:min(len(rep.Problems), 3)], "; "))
+	migrated := ""
+	if version < latest {
+		migrated = fmt.Sprintf(", migrated from schema version %d to %d", version, latest)
+	}
+	fmt.Fprintf(env.Stdout, "rebuilt it from its tables' rows, nothing lost: %d tables, %d rows, %d indexes built again%s\n", rep.Tables, rep.Rows, rep.Indexes, migrated)
+	fmt.Fprintf(env.Stdout, "the damaged database is kept as %s\n", aside)
+	fmt.Fprintln(env.Stdout, "start serve again; then take a backup (`automator backup`)")
+	return nil
+}

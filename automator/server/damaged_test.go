@@ -1,0 +1,81 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/opsgate/opsgate/automator/server"
+	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/loglimit"
+	"github.com/opsgate/opsgate/internal/waittest"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// damagedDB is a store whose units cannot be queued nor ended, as with
+// the pages that hold them damaged, while one unit is always past its
+// deadline.
+type damagedDB struct {
+	store.Store
+	expiries atomic.Int64
+	many     chan struct{} // closed at the 30th expiry
+}
+
+var errDamaged = fmt.Errorf("writing: %w", store.ErrDamaged)
+
+func (d *damagedDB) WorkEnqueue(context.Context, store.WorkEnqueueParams) (store.Work, error) {
+	return store.Work{}, errDamaged
+}
+
+func (d *damagedDB) WorkNextDeadline(context.Context) (time.Time, bool, error) {
+	return time.Now().Add(-time.Hour), true, nil
+}
+
+func (d *damagedDB) WorkExpire(context.Context, store.WorkExpireParams) ([]store.Work, error) {
+	if d.expiries.Add(1) == 30 {
+		close(d.many)
+	}
+	return nil, errDamaged
+}
+
+// TestADamagedDatabaseIsDataLossAndLoggedWithinABound: a call that meets a
+// damaged database gets DataLoss saying so (not a bare internal error,
+// nor Unavailable, which callers retry at once), and the sweeper's and
+// the callers' failures together write at most loglimit.DefaultLines
+// lines a minute, each saying what the damage is, none an internal
+// error; every one is counted as kind damaged.
+func TestADamagedDatabaseIsDataLossAndLoggedWithinABound(t *testing.T) {
+	t.Parallel()
+	var log syncLog
+	m := &storeFailures{}
+	d := &damagedDB{many: make(chan struct{})}
+	e := newEnv(t, envOptions{log: &log, metrics: m, clock: newFakeClock(), sweepInterval: 5 * time.Millisecond,
+		wrap: func(st store.Store) store.Store { d.Store = st; return d }})
+	_, err := e.callerClient().Submit(t.Context(), &automatorv1.ExecuteRequest{Account: e.account,
+		Command: &automatorv1.Command{Script: "@ping"}, Timeout: durationpb.New(time.Minute)})
+	const want = "the automator's database is damaged: queueing work failed, and fails until its operator repairs the database"
+	if st := status.Convert(err); st.Code() != codes.DataLoss || st.Message() != want {
+		t.Errorf("Submit on a damaged database: %v; want DataLoss: %s", err, want)
+	}
+	waittest.Recv(t, d.many, "30 failed expiries")
+	lines := log.lines("the database is damaged")
+	if len(lines) != loglimit.DefaultLines {
+		t.Fatalf("%d lines for over 30 failed store calls within a minute, want %d:\n%s", len(lines), loglimit.DefaultLines, log.lines())
+	}
+	if !strings.Contains(strings.Join(lines, "\n"), `doing="expiring units past their deadline"`) {
+		t.Errorf("no line says the sweeper's call failed:\n%s", strings.Join(lines, "\n"))
+	}
+	if l := log.lines("internal error"); len(l) != 0 {
+		t.Errorf("the damage logged as an internal error:\n%s", l)
+	}
+	if n := m.count(server.StoreErrorDamaged); n < 30 {
+		t.Errorf("%d store errors of kind %s counted, want at least 30", n, server.StoreErrorDamaged)
+	}
+}
