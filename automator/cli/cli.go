@@ -41,7 +41,7 @@ const usage = `usage:
   automator backup  --data-dir DIR [--db DSN] FILE               # SQLite: a consistent copy while serve runs
   automator restore --data-dir DIR [--db DSN] FILE               # serve stopped; ends the units open in FILE
   automator restore --data-dir DIR [--db DSN] --open-work-only   # after a PostgreSQL restore
-  automator repair  --data-dir DIR [--db DSN]                    # serve stopped; rebuilds a damaged SQLite database
+  automator repair  --data-dir DIR [--db DSN]                    # rebuilds a damaged database (SQLite: serve stopped)
   automator exec    --data-dir DIR --account NAME [--timeout DUR] [--stdin FILE|-] SCRIPT [ARG...]
   automator exec    --server URL --api-key-file F --ca FILE --account NAME ... SCRIPT [ARG...]
   automator install --data-dir DIR [--db DSN] [--name NAME] [--user USER] [--manual-start]
@@ -92,7 +92,7 @@ func Main(ctx context.Context, args []string, env Env) int {
 		}
 		msg := clihelp.OneLineStopped(ctx, err)
 		if store.IsDamaged(err) && !strings.Contains(msg, "restore") {
-			msg += " (the database is damaged: with serve stopped, `automator repair` rebuilds it or says what to do; see docs/backup.md)"
+			msg += " (the database is damaged: `automator repair` rebuilds it, with SQLite once serve is stopped, or says what to do; see docs/backup.md)"
 		}
 		fmt.Fprintf(env.Stderr, "automator: %s\n", msg)
 		return ExitError

@@ -20,13 +20,43 @@ import (
 // repairHint is what serve's log says to do about a damaged database.
 func repairHint(dir, db string, cfg config.Config) string {
 	if pgstore.IsDSN(cfg.DB) {
-		return "REINDEX the index PostgreSQL names, or restore the database from a backup (docs/backup.md)"
+		return fmt.Sprintf("run `automator repair --data-dir %s%s`, which rebuilds the indexes from the tables' rows while the replicas serve (docs/backup.md)", dir, withSameDB(db))
 	}
 	return fmt.Sprintf("stop serve, then run `automator repair --data-dir %s%s` (docs/backup.md)", dir, withSameDB(db))
 }
 
+// repairPG rebuilds every index of the automator's tables in PostgreSQL
+// from the tables' rows (pgstore.Reindex), while the replicas serve: a
+// damaged index is repaired with nothing lost. Damaged rows are not:
+// restoring a backup is the way back.
+func repairPG(ctx context.Context, dir, db string, cfg config.Config, env Env) error {
+	st, err := openStore(ctx, dir, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	pg, ok := store.Uncached(st).(*pgstore.Store)
+	if !ok {
+		return fmt.Errorf("the database %s is not PostgreSQL's", pgstore.Redact(cfg.DB))
+	}
+	tables, indexes, err := pg.Reindex(ctx)
+	var dt *store.DamagedTablesError
+	switch {
+	case errors.As(err, &dt):
+		fmt.Fprintf(env.Stdout, "rebuilt the %d indexes of %d tables from their rows\n", indexes, tables)
+		return fmt.Errorf("the database %s is damaged, and %v: their indexes cannot be rebuilt, nor the rows read; restore the database from a backup with PostgreSQL's tools, then run `automator restore --data-dir %s%s --open-work-only` before any replica starts (docs/backup.md)", pgstore.Redact(cfg.DB), err, dir, withSameDB(db))
+	case err != nil:
+		return fmt.Errorf("rebuilding the indexes of %s: %w", pgstore.Redact(cfg.DB), err)
+	}
+	audit(ctx, st, store.AuditEvent{At: time.Now(), Kind: store.AuditRepair,
+		Detail: fmt.Sprintf("indexes rebuilt from their tables' rows (REINDEX): %d tables, %d indexes", tables, indexes)}, env)
+	fmt.Fprintf(env.Stdout, "rebuilt the %d indexes of the %d tables of %s from their rows (REINDEX TABLE): a damaged index is whole again, with nothing lost\n", indexes, tables, pgstore.Redact(cfg.DB))
+	return nil
+}
+
 // cmdRepair rebuilds a damaged SQLite database from its tables' rows, in
-// its place, with serve stopped:
+// its place, with serve stopped (with PostgreSQL, the indexes, while the
+// replicas serve: repairPG):
 //
 //	automator repair --data-dir DIR [--db DSN]
 //
@@ -37,7 +67,7 @@ func repairHint(dir, db string, cfg config.Config) string {
 // rows cannot be read is left as it is: a backup is then the way back.
 func cmdRepair(ctx context.Context, args []string, env Env) error {
 	flags := newFlags("repair", env)
-	dir := flags.String("data-dir", "", "the automator's data directory (its serve must be stopped)")
+	dir := flags.String("data-dir", "", "the automator's data directory (with SQLite, its serve must be stopped)")
 	db := dbFlag(flags)
 	if err := clihelp.ParseNoArgs(flags, args); err != nil {
 		return err
@@ -47,7 +77,7 @@ func cmdRepair(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	if pgstore.IsDSN(cfg.DB) {
-		return fmt.Errorf("the database is PostgreSQL (%s): repair it with PostgreSQL's own means: REINDEX the index its error names (index_corrupted), or, for damaged rows (data_corrupted), restore it from a backup with PostgreSQL's tools and then run `automator restore --data-dir %s --open-work-only`%s; see docs/backup.md", pgstore.Redact(cfg.DB), *dir, withSameDB(*db))
+		return repairPG(ctx, *dir, *db, cfg, env)
 	}
 	lock, err := lockAlone(*dir, "repair")
 	if err != nil {
@@ -76,7 +106,7 @@ func cmdRepair(ctx context.Context, args []string, env Env) error {
 		}
 	}()
 	rep, err := sqlitestore.Rebuild(ctx, dbPath, tmp, dbPath)
-	var dt *sqlitestore.DamagedTablesError
+	var dt *store.DamagedTablesError
 	switch {
 	case errors.Is(err, sqlitestore.ErrWhole):
 		fmt.Fprintf(env.Stdout, "%s is whole (SQLite's integrity_check: ok): nothing to repair\n", dbPath)

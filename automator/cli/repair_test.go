@@ -3,12 +3,14 @@ package cli
 import (
 	"bytes"
 	"database/sql"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/store/pgstore/pgtest"
 )
 
 // damageTable overwrites the first 200 bytes of the first page of the
@@ -78,22 +80,43 @@ func TestACommandOnADamagedDatabaseSaysWhatToDo(t *testing.T) {
 	backupFixture(t, dir)
 	damageTable(t, dir, "work")
 	code, _, stderr := runCLI(t, "work", "list", "--data-dir", dir)
-	if code != ExitError || !strings.Contains(stderr, "database disk image is malformed") || !strings.Contains(stderr, "(the database is damaged: with serve stopped, `automator repair` rebuilds it or says what to do; see docs/backup.md)") {
+	if code != ExitError || !strings.Contains(stderr, "database disk image is malformed") || !strings.Contains(stderr, "(the database is damaged: `automator repair` rebuilds it, with SQLite once serve is stopped, or says what to do; see docs/backup.md)") {
 		t.Errorf("work list on a damaged database: exit %d, stderr %q", code, stderr)
 	}
 }
 
-// TestRepairOfAPostgreSQLDatabaseSaysWhatToDo: repair rebuilds SQLite
-// databases; for PostgreSQL it names PostgreSQL's means, and connects to
-// nothing.
-func TestRepairOfAPostgreSQLDatabaseSaysWhatToDo(t *testing.T) {
+// TestRepairOfAPostgreSQLDatabaseRebuildsItsIndexes: on PostgreSQL,
+// repair rebuilds every index of the automator's tables from their rows
+// (pgstore.Reindex; the damage itself is test/chaos's
+// TestReindexRepairsADamagedPostgreSQLIndexAndNamesADamagedTable), says
+// so without the password, and records it in the audit log.
+func TestRepairOfAPostgreSQLDatabaseRebuildsItsIndexes(t *testing.T) {
 	t.Parallel()
-	dir := initDir(t)
-	code, _, stderr := runCLI(t, "repair", "--data-dir", dir, "--db", "postgres://automator:secret@db.invalid:5432/automator")
-	if code != ExitError || !strings.Contains(stderr, "repair it with PostgreSQL's own means: REINDEX the index its error names") || strings.Contains(stderr, "secret") {
-		t.Errorf("repair of a PostgreSQL database: exit %d, stderr %q", code, stderr)
+	dsn := pgtest.DSN(t)
+	dir := t.TempDir()
+	if code, _, stderr := runCLI(t, "init", "--data-dir", dir, "--public-url", "https://127.0.0.1:8443", "--db", dsn); code != 0 {
+		t.Fatalf("init: exit %d: %s", code, stderr)
+	}
+	code, stdout, stderr := runCLI(t, "repair", "--data-dir", dir, "--db", dsn)
+	if code != 0 || !strings.Contains(stdout, "indexes of the ") || !strings.Contains(stdout, "from their rows (REINDEX TABLE)") || (password(t, dsn) != "" && strings.Contains(stdout+stderr, password(t, dsn))) {
+		t.Fatalf("repair on PostgreSQL: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	code, stdout, _ = runCLI(t, "audit", "--data-dir", dir, "--db", dsn, "--kind", "database.repair")
+	if code != 0 || !strings.Contains(stdout, "indexes rebuilt from their tables' rows (REINDEX)") {
+		t.Errorf("the audit log of the repair: exit %d, %q", code, stdout)
 	}
 	if code, _, stderr := runCLI(t, "repair", "--data-dir", dir, "extra"); code != ExitError || !strings.Contains(stderr, `repair takes no arguments, got ["extra"]`) {
 		t.Errorf("repair with an argument: exit %d, stderr %q", code, stderr)
 	}
+}
+
+// password is the password of the URL dsn ("" for none).
+func password(t *testing.T, dsn string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := u.User.Password()
+	return p
 }

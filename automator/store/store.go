@@ -103,6 +103,29 @@ var (
 	ErrDamaged = errors.New("the database is damaged")
 )
 
+// DamagedTablesError is a repair's refusal of a database some of whose
+// tables' rows cannot be read: their pages are damaged, and rebuilding
+// the database from its tables' rows would lose rows. It matches
+// ErrDamaged.
+type DamagedTablesError struct {
+	Tables []string // the tables whose rows could not all be read
+	Err    error    // the first table's error
+}
+
+func (e *DamagedTablesError) Error() string {
+	names := make([]string, len(e.Tables))
+	for i, n := range e.Tables {
+		names[i] = "table " + n
+	}
+	list := strings.Join(names, ", ")
+	if len(names) > 1 {
+		list = strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+	}
+	return fmt.Sprintf("the rows of %s cannot all be read (%v)", list, e.Err)
+}
+
+func (e *DamagedTablesError) Unwrap() []error { return []error{ErrDamaged, e.Err} }
+
 // SchemaBehindError is Ping's error when the database answers but its
 // schema is older than this binary's (a migration not applied yet), as
 // opposed to a database that does not answer: test for it with errors.As.

@@ -17,28 +17,6 @@ import (
 // finds whole: there is nothing to repair.
 var ErrWhole = errors.New("the database is whole")
 
-// DamagedTablesError is Rebuild's refusal of a database some of whose
-// tables' rows cannot be read: their pages are damaged, and no copy of
-// them is kept anywhere else in the file. It matches store.ErrDamaged.
-type DamagedTablesError struct {
-	Tables []string // the tables whose rows could not all be read
-	Err    error    // the first table's error
-}
-
-func (e *DamagedTablesError) Error() string {
-	return fmt.Sprintf("the rows of %s cannot all be read (%v)", prose.And(quoteAll(e.Tables)), e.Err)
-}
-
-func (e *DamagedTablesError) Unwrap() []error { return []error{store.ErrDamaged, e.Err} }
-
-func quoteAll(names []string) []string {
-	q := make([]string, len(names))
-	for i, n := range names {
-		q[i] = "table " + n
-	}
-	return q
-}
-
 // RebuildReport says what Rebuild found and made.
 type RebuildReport struct {
 	// Problems are the first lines of SQLite's integrity_check of the
@@ -62,7 +40,7 @@ const maxProblems = 100
 // damage to a file most often lies (they are about half its pages),
 // are not read at all, so a database whose indexes alone are damaged is
 // rebuilt with nothing lost. A table whose rows cannot all be read is
-// refused (a DamagedTablesError naming each one): Rebuild never makes a
+// refused (a store.DamagedTablesError naming each one): Rebuild never makes a
 // database with rows missing. src must be in use by no other process
 // (its name, for messages, is name); a write-ahead log beside it is read
 // with it. A database SQLite's integrity_check finds whole is refused
@@ -114,7 +92,7 @@ func Rebuild(ctx context.Context, src, dst, name string) (RebuildReport, error) 
 	if err != nil {
 		return rep, unreadableSchema(name, err)
 	}
-	var damaged *DamagedTablesError
+	var damaged *store.DamagedTablesError
 	for _, e := range entries {
 		if e.kind != "table" {
 			continue
@@ -126,7 +104,7 @@ func Rebuild(ctx context.Context, src, dst, name string) (RebuildReport, error) 
 		switch {
 		case err != nil && store.IsDamaged(err):
 			if damaged == nil {
-				damaged = &DamagedTablesError{Err: err}
+				damaged = &store.DamagedTablesError{Err: err}
 			}
 			damaged.Tables = append(damaged.Tables, e.name)
 		case err != nil:
@@ -150,7 +128,7 @@ func Rebuild(ctx context.Context, src, dst, name string) (RebuildReport, error) 
 		}
 		if _, err := conn.ExecContext(ctx, `INSERT INTO main.sqlite_sequence SELECT * FROM old.sqlite_sequence WHERE name IN (SELECT name FROM main.sqlite_schema)`); err != nil {
 			if store.IsDamaged(err) {
-				return rep, &DamagedTablesError{Tables: []string{"sqlite_sequence"}, Err: err}
+				return rep, &store.DamagedTablesError{Tables: []string{"sqlite_sequence"}, Err: err}
 			}
 			return rep, fmt.Errorf("copying sqlite_sequence: %w", err)
 		}
@@ -201,7 +179,7 @@ func Rebuild(ctx context.Context, src, dst, name string) (RebuildReport, error) 
 // list of tables and indexes cannot be read.
 func unreadableSchema(name string, err error) error {
 	if store.IsDamaged(err) {
-		return &DamagedTablesError{Tables: []string{"sqlite_schema"}, Err: fmt.Errorf("the list of %s's tables and indexes: %w", name, err)}
+		return &store.DamagedTablesError{Tables: []string{"sqlite_schema"}, Err: fmt.Errorf("the list of %s's tables and indexes: %w", name, err)}
 	}
 	return fmt.Errorf("reading %s: %w", name, err)
 }

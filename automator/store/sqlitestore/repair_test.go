@@ -226,7 +226,7 @@ func TestRebuildRefusesADatabaseWhoseRowsAreDamaged(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = Rebuild(ctx, path, filepath.Join(dir, "rebuilt.db"), "DB")
-	var dt *DamagedTablesError
+	var dt *store.DamagedTablesError
 	if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[work]" || !store.IsDamaged(err) {
 		t.Fatalf("Rebuild of a database whose work table is damaged: %v; want a DamagedTablesError naming work", err)
 	}
