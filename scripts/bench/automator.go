@@ -188,7 +188,12 @@ func waitInstances(ctx context.Context, api automatorv1.AutomatorServiceClient, 
 	deadline := time.Now().Add(timeout)
 	seen := 0
 	for {
-		resp, err := api.ListInstances(ctx, &automatorv1.ListInstancesRequest{Account: account})
+		// Each call is bounded by what is left: an automator that does not
+		// answer (its new connections waiting in the listen queue at its
+		// limit of open files) held a call without one past the timeout.
+		cctx, cancel := context.WithDeadline(ctx, deadline.Add(time.Second))
+		resp, err := api.ListInstances(cctx, &automatorv1.ListInstancesRequest{Account: account})
+		cancel()
 		if err == nil {
 			seen = 0
 			for _, in := range resp.GetInstances() {
