@@ -91,7 +91,7 @@ func Main(ctx context.Context, args []string, env Env) int {
 			return 0 // the command's flag set printed its help
 		}
 		msg := clihelp.OneLineStopped(ctx, err)
-		if store.IsDamaged(err) && !strings.Contains(msg, "restore") {
+		if store.IsDamaged(err) && len(args) > 0 && args[0] != "repair" && !strings.Contains(msg, "restore") {
 			msg += " (the database is damaged: `automator repair` rebuilds it, with SQLite once serve is stopped, or says what to do; see docs/backup.md)"
 		}
 		fmt.Fprintf(env.Stderr, "automator: %s\n", msg)

@@ -113,6 +113,8 @@ func cmdRepair(ctx context.Context, args []string, env Env) error {
 		return nil
 	case errors.As(err, &dt):
 		return fmt.Errorf("%s is damaged, and %v: repair builds a database again from its tables' rows, so it cannot make this one whole without losing rows; restore the latest backup instead (`automator restore --data-dir %s%s FILE`, see docs/backup.md); nothing was changed", dbPath, err, *dir, withSameDB(*db))
+	case store.IsDamaged(err):
+		return fmt.Errorf("%s is damaged, and repair cannot build it again from its tables' rows: %v; restore the latest backup instead (`automator restore --data-dir %s%s FILE`, see docs/backup.md); nothing was changed", dbPath, err, *dir, withSameDB(*db))
 	case err != nil:
 		return fmt.Errorf("repairing %s (nothing was changed): %w", dbPath, err)
 	}
@@ -139,20 +141,10 @@ func cmdRepair(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return fmt.Errorf("recording the repair in the rebuilt database (nothing was replaced): %w", err)
 	}
-	if _, err := os.Stat(tmp + "-wal"); err == nil {
-		return fmt.Errorf("the rebuilt database %s still has a write-ahead log after it was closed; nothing was replaced", tmp)
-	}
-	_ = os.Remove(tmp + "-shm")
-	if err := syncFile(tmp); err != nil {
-		return fmt.Errorf("syncing %s: %w", tmp, err)
-	}
-	aside, err := replaceDB(dbPath, tmp, now, "repair", "damaged", "the rebuilt database")
+	aside, moved, err := putInPlace(dbPath, tmp, now, "repair", "damaged", "the rebuilt database")
+	done = moved
 	if err != nil {
 		return err
-	}
-	done = true
-	if err := syncDir(filepath.Dir(dbPath)); err != nil {
-		return fmt.Errorf("syncing the directory of %s: %w", dbPath, err)
 	}
 
 	found := fmt.Sprintf("%d problems", rep.Found)

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bytes"
-	"database/sql"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -11,37 +10,20 @@ import (
 
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/store/pgstore/pgtest"
+	"github.com/opsgate/opsgate/internal/sqlitetest"
 )
 
-// damageTable overwrites the first 200 bytes of the first page of the
-// table or index name of the data directory's database, its page type
-// among them, as a bad sector would.
+// damageTable damages the first page of the table or index name of the
+// data directory's database (sqlitetest.DamageFirstPage) and returns the
+// database's path.
 func damageTable(t *testing.T, dir, name string) string {
 	t.Helper()
 	cfg, err := config.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := cfg.DBPath(dir)
-	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var page, size int64
-	err = db.QueryRow(`SELECT rootpage, (SELECT page_size FROM pragma_page_size) FROM sqlite_schema WHERE name = ?`, name).Scan(&page, &size)
-	db.Close()
-	if err != nil {
-		t.Fatalf("the first page of %s: %v", name, err)
-	}
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.WriteAt(bytes.Repeat([]byte{0xff}, 200), (page-1)*size); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	sqlitetest.DamageFirstPage(t, cfg.DBPath(dir), name)
+	return cfg.DBPath(dir)
 }
 
 // TestRepairRefusesADatabaseWhoseRowsAreDamagedAndChangesNothing: with
@@ -119,4 +101,29 @@ func password(t *testing.T, dsn string) string {
 	}
 	p, _ := u.User.Password()
 	return p
+}
+
+// TestRepairOfADatabaseCutShortPointsToTheBackup: a database file cut
+// short (a copy that did not finish) cannot be rebuilt; repair says so,
+// points to the backup rather than to itself, and changes nothing.
+func TestRepairOfADatabaseCutShortPointsToTheBackup(t *testing.T) {
+	t.Parallel()
+	dir := initDir(t)
+	backupFixture(t, dir)
+	cfg, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := cfg.DBPath(dir)
+	if err := os.Truncate(path, 3*4096); err != nil {
+		t.Fatal(err)
+	}
+	before := fileBytes(t, path)
+	code, stdout, stderr := runCLI(t, "repair", "--data-dir", dir)
+	if code != ExitError || stdout != "" || !strings.Contains(stderr, "is cut short") || !strings.Contains(stderr, "restore the latest backup instead") || strings.Contains(stderr, "`automator repair` rebuilds it") {
+		t.Errorf("repair of a database cut short: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if !bytes.Equal(fileBytes(t, path), before) {
+		t.Error("a refused repair changed the database")
+	}
 }

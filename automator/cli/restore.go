@@ -207,21 +207,10 @@ func restoreSQLite(ctx context.Context, dir, db string, cfg config.Config, file 
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(tmp + "-wal"); err == nil {
-		return fmt.Errorf("the copy %s still has a write-ahead log after it was closed; nothing was replaced", tmp)
-	}
-	_ = os.Remove(tmp + "-shm")
-	if err := syncFile(tmp); err != nil {
-		return fmt.Errorf("syncing %s: %w", tmp, err)
-	}
-
-	aside, err := replaceDB(dbPath, tmp, now, "restore", "before-restore", "the backup")
+	aside, moved, err := putInPlace(dbPath, tmp, now, "restore", "before-restore", "the copy of the backup")
+	done = moved
 	if err != nil {
 		return err
-	}
-	done = true
-	if err := syncDir(filepath.Dir(dbPath)); err != nil {
-		return fmt.Errorf("syncing the directory of %s: %w", dbPath, err)
 	}
 
 	as := ""
@@ -553,7 +542,30 @@ func printCredentials(env Env, dir, db string, prev previous, prevErr error, reR
 	}
 }
 
-// replaceDB puts the database file tmp (what: "the backup") in place of
+// putInPlace puts the closed database file tmp (what: "the copy of the
+// backup") in place of dbPath for the command cmd, keeping the replaced
+// one as dbPath.tag-TIME (replaceDB), once tmp is whole on disk: no
+// write-ahead log left beside it (closing it checkpointed the log), and
+// synced. moved reports whether tmp has taken dbPath's place, error or
+// not.
+func putInPlace(dbPath, tmp string, now time.Time, cmd, tag, what string) (aside string, moved bool, err error) {
+	if _, err := os.Stat(tmp + "-wal"); err == nil {
+		return "", false, fmt.Errorf("%s, %s, still has a write-ahead log after it was closed; nothing was replaced", what, tmp)
+	}
+	_ = os.Remove(tmp + "-shm")
+	if err := syncFile(tmp); err != nil {
+		return "", false, fmt.Errorf("syncing %s: %w", tmp, err)
+	}
+	if aside, err = replaceDB(dbPath, tmp, now, cmd, tag, what); err != nil {
+		return "", false, err
+	}
+	if err := syncDir(filepath.Dir(dbPath)); err != nil {
+		return aside, true, fmt.Errorf("syncing the directory of %s: %w", dbPath, err)
+	}
+	return aside, true, nil
+}
+
+// replaceDB puts the database file tmp (what: "the copy of the backup") in place of
 // dbPath, for the command cmd, and returns the name the replaced database
 // is kept under (dbPath.tag-TIME; "" when there was none). The
 // replaced database keeps its write-ahead log, renamed with it (reading it

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bytes"
-	"database/sql"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
+	"github.com/opsgate/opsgate/internal/sqlitetest"
 )
 
 // TestRestoreRefusesATruncatedBackup: a backup that lost its last bytes
@@ -52,7 +52,7 @@ func TestRestoreRefusesATruncatedBackup(t *testing.T) {
 			t.Errorf("restore of a backup cut short by %d bytes: exit %d, stdout %q, stderr %q; want %d and one line naming it",
 				cut, code, stdout, stderr, ExitError)
 			if code == 0 {
-				t.Errorf("integrity_check of the database it restored: %s", integrityCheck(t, dbPath))
+				t.Errorf("integrity_check of the database it restored: %s", sqlitetest.IntegrityCheck(t, dbPath))
 			}
 			continue
 		}
@@ -60,26 +60,4 @@ func TestRestoreRefusesATruncatedBackup(t *testing.T) {
 			t.Errorf("a refused restore changed the database")
 		}
 	}
-}
-
-// integrityCheck runs SQLite's full integrity_check on the file at path.
-func integrityCheck(t *testing.T, path string) string {
-	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	rows, err := db.Query(`PRAGMA integrity_check`)
-	if err != nil {
-		return err.Error()
-	}
-	defer rows.Close()
-	var lines []string
-	for rows.Next() {
-		var l string
-		rows.Scan(&l)
-		lines = append(lines, l)
-	}
-	return strings.Join(lines, "; ")
 }

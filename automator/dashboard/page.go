@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/automator/server"
+	"github.com/opsgate/opsgate/automator/store"
 )
 
 // loader reads what a page shows. It returns the page title and data, or
@@ -136,6 +137,9 @@ func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, s *session, err
 	if !errors.As(err, &he) {
 		d.log.Error("dashboard page", "path", r.URL.Path, "err", err)
 		he = &httpError{http.StatusInternalServerError, "The automator could not read its store; see its log."}
+		if store.IsDamaged(err) {
+			he.msg = "The automator's database is damaged where this page reads: its operator must repair it (automator repair; see docs/backup.md and the automator's log)."
+		}
 	}
 	d.render(w, r, he.code, "error", http.StatusText(he.code), "", s, he.msg)
 }

@@ -75,13 +75,14 @@ func (s *Server) event(ctx context.Context, kind, detail string) store.AuditEven
 	return store.AuditEvent{At: s.clock.Now(), Kind: kind, Actor: actorFrom(ctx), Source: sourceOf(ctx), Detail: detail}
 }
 
-// record appends e to the audit log. A failure is logged, not returned:
-// the events written this way describe refusals, whose call fails anyway.
-// (A unit's queueing and its end are written in the same transaction as the
-// unit, so those cannot be lost.)
+// record appends e to the audit log. A failure is logged (storeFailure:
+// a caller with a wrong key repeats it, so its lines are bounded as a
+// fault's are), not returned: the events written this way describe
+// refusals, whose call fails anyway. (A unit's queueing and its end are
+// written in the same transaction as the unit, so those cannot be lost.)
 func (s *Server) record(ctx context.Context, e store.AuditEvent) {
 	if _, err := s.store.AuditAppend(context.WithoutCancel(ctx), e); err != nil {
-		s.log.Error("writing the audit log", "kind", e.Kind, "err", err)
+		s.storeFailure("writing the audit log", err, "kind", e.Kind)
 	}
 }
 

@@ -79,3 +79,67 @@ func TestADamagedDatabaseIsDataLossAndLoggedWithinABound(t *testing.T) {
 		t.Errorf("%d store errors of kind %s counted, want at least 30", n, server.StoreErrorDamaged)
 	}
 }
+
+// auditDamaged is a store whose audit log cannot be written, as with its
+// pages damaged.
+type auditDamaged struct{ store.Store }
+
+func (auditDamaged) AuditAppend(context.Context, store.AuditEvent) (store.AuditEvent, error) {
+	return store.AuditEvent{}, errDamaged
+}
+
+// TestAuditRecordsThatMeetADamagedDatabaseAreLoggedWithinABound: calls
+// with a wrong API key, each refused and recorded in the audit log, whose
+// writes fail on a damaged database, write at most loglimit.DefaultLines
+// lines a minute of it (they were an error line each: anyone who reaches
+// the port could write them), and are counted.
+func TestAuditRecordsThatMeetADamagedDatabaseAreLoggedWithinABound(t *testing.T) {
+	t.Parallel()
+	var log syncLog
+	m := &storeFailures{}
+	e := newEnv(t, envOptions{log: &log, metrics: m, clock: newFakeClock(), sweepInterval: time.Hour,
+		wrap: func(st store.Store) store.Store { return auditDamaged{st} }})
+	c := automatorv1.NewAutomatorServiceClient(e.conn("not-a-key"))
+	const calls = loglimit.DefaultLines + 5
+	for range calls {
+		_, err := c.Get(t.Context(), &automatorv1.GetRequest{WorkId: "w_0"})
+		if status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("a call with a wrong key: %v; want Unauthenticated", err)
+		}
+	}
+	lines := log.lines(`doing="writing the audit log"`)
+	if len(lines) != loglimit.DefaultLines {
+		t.Errorf("%d lines of %d audit records that met the damage within a minute, want %d:\n%s", len(lines), calls, loglimit.DefaultLines, log.lines())
+	}
+	if l := log.lines(`msg="writing the audit log"`); len(l) != 0 {
+		t.Errorf("audit records that met the damage logged one by one:\n%s", l)
+	}
+	if n := m.count(server.StoreErrorDamaged); n < calls {
+		t.Errorf("%d store errors of kind %s counted for %d failed audit records", n, server.StoreErrorDamaged, calls)
+	}
+}
+
+// expiryDamaged is a store whose units cannot be timed out, as with the
+// pages of the index of units that ended without success damaged.
+type expiryDamaged struct{ store.Store }
+
+func (expiryDamaged) WorkExpire(context.Context, store.WorkExpireParams) ([]store.Work, error) {
+	return nil, errDamaged
+}
+
+// TestACallerWaitingForAUnitThatCannotTimeOutIsToldWhyAtItsDeadline: a
+// unit whose timing out meets a damaged database stays open, and its
+// waiting caller gets DataLoss at its deadline saying so, rather than
+// waiting until the database is repaired with nothing said.
+func TestACallerWaitingForAUnitThatCannotTimeOutIsToldWhyAtItsDeadline(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{wrap: func(st store.Store) store.Store { return expiryDamaged{st} }})
+	ctx, cancel := context.WithTimeout(t.Context(), waittest.Bound)
+	defer cancel()
+	_, err := e.callerClient().ExecuteOnProxy(ctx, &automatorv1.ExecuteRequest{Account: e.account,
+		Command: &automatorv1.Command{Script: "hello.sh"}, Timeout: durationpb.New(time.Second)})
+	st := status.Convert(err)
+	if st.Code() != codes.DataLoss || !strings.Contains(st.Message(), "the automator's database is damaged: timing work") || !strings.Contains(st.Message(), "out at its deadline failed") {
+		t.Fatalf("ExecuteOnProxy of a unit that cannot time out: %v; want DataLoss saying why", err)
+	}
+}

@@ -503,7 +503,12 @@ func (s *Server) wait(ctx context.Context, id string, sub *doneSub, known *store
 			sub = s.hub.WaitDone(id)
 		case <-recheck: // read it again
 		case <-timer.C:
-			s.expireDue(ctx, id)
+			if _, err := s.expireDue(ctx, id); store.IsDamaged(err) {
+				// It cannot be timed out, and would be waited for until
+				// the database is repaired, with nothing said: the
+				// caller is told why at its deadline.
+				return nil, status.Errorf(codes.DataLoss, "the automator's database is damaged: timing work %q out at its deadline failed, and fails until its operator repairs the database", id)
+			}
 			fired = true
 		case <-s.shutdown:
 			return nil, status.Errorf(codes.Unavailable, "automator shutting down; wait for work %q again", id)

@@ -194,26 +194,9 @@ func (c *seenCache) forgetAccount(account string) {
 	}
 }
 
-// flushFailed logs a failed write of the instances' polls: an error, or,
-// with the database out of reach (every seenEvery while it lasts), once
-// per outage.
-func (s *Server) flushFailed(err error) {
-	s.storeFailed(err)
-	if store.IsUnavailable(err) {
-		s.databaseUnreachable("doing", "writing instances' polls", "err", err)
-		return
-	}
-	if store.IsStorageFull(err) {
-		// Every seenEvery while the disk is full: bounded.
-		s.diskFullLog.Log("writing instances' polls", "err", err)
-		return
-	}
-	if store.IsDamaged(err) {
-		s.damaged("writing instances' polls", "err", err)
-		return
-	}
-	s.log.Error("writing instances' polls", "err", err)
-}
+// flushFailed logs a failed write of the instances' polls (storeFailure:
+// every seenEvery while a fault lasts).
+func (s *Server) flushFailed(err error) { s.storeFailure("writing instances' polls", err) }
 
 // RecordInstances keeps known instances' polls in memory and writes those
 // that changed every few seconds, until ctx ends; then it writes what is

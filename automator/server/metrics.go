@@ -101,6 +101,26 @@ func (noWaitMetrics) WaitOpened(string) func() { return func() {} }
 
 func (noStoreMetrics) StoreFailed(string) {}
 
+// storeFailure counts and logs a store call that failed with err where no
+// caller is told of it (the sweeper's, the instances' polls, the audit
+// log's records of refusals): with the database out of reach, once per
+// outage; out of disk space or damaged, within those faults' bounds of
+// lines; anything else, an error.
+func (s *Server) storeFailure(doing string, err error, attrs ...any) {
+	s.storeFailed(err)
+	attrs = append(attrs, "err", err)
+	switch {
+	case store.IsUnavailable(err):
+		s.databaseUnreachable(append([]any{"doing", doing}, attrs...)...)
+	case store.IsStorageFull(err):
+		s.diskFullLog.Log(doing, attrs...)
+	case store.IsDamaged(err):
+		s.damaged(doing, attrs...)
+	default:
+		s.log.Error(doing, attrs...)
+	}
+}
+
 // storeFailed tells the metrics of a store call that failed with err.
 func (s *Server) storeFailed(err error) {
 	switch {

@@ -478,8 +478,13 @@ func (s *Server) failLost(ctx context.Context, account, instance, run string, fr
 		Account: account, InstanceID: instance, Run: run, FromPoll: from, ToPoll: to,
 	})
 	if err != nil {
-		s.log.Warn("reading the units claimed for polls whose answers a proxy did not receive; they time out at their deadline",
-			"account", account, "instance_id", instance, "polls", fmt.Sprintf("%d-%d", from, to), "err", err)
+		s.storeFailed(err)
+		attrs := []any{"account", account, "instance_id", instance, "polls", fmt.Sprintf("%d-%d", from, to), "err", err}
+		if store.IsDamaged(err) {
+			s.damaged("reading the units claimed for polls whose answers a proxy did not receive", attrs...)
+			return
+		}
+		s.log.Warn("reading the units claimed for polls whose answers a proxy did not receive; they time out at their deadline", attrs...)
 		return
 	}
 	why := "the answer of the poll it was claimed for never reached the proxy (its connection died unseen, or the answer came too late)"

@@ -46,11 +46,11 @@ func (s *Server) Run(ctx context.Context) {
 		}
 		s.flushLogLimits()
 		next := s.sweepInterval
-		if ok, full := s.expireDue(ctx, ""); full {
+		if full, err := s.expireDue(ctx, ""); full {
 			// More may be due: sweep again at once, each batch a write
 			// of its own, with the other writes going on between them.
 			next = 0
-		} else if ok {
+		} else if err == nil {
 			// A unit still due right after a sweep could not be ended by
 			// it (claimed meanwhile; with PostgreSQL, its row locked by
 			// another session, maybe for half a minute): sweeping again at
@@ -69,24 +69,11 @@ func (s *Server) Run(ctx context.Context) {
 }
 
 // sweepFailed logs a store call of the sweeper that failed, unless the
-// sweeper is stopping: an error, or, with the database out of reach (every
-// SweepInterval while it lasts), once per outage.
+// sweeper is stopping (storeFailure: once a SweepInterval while units are
+// due, so bounded as a fault's lines are).
 func (s *Server) sweepFailed(ctx context.Context, doing string, err error) {
 	if ctx.Err() == nil {
-		s.storeFailed(err)
-	}
-	switch {
-	case ctx.Err() != nil:
-	case store.IsUnavailable(err):
-		s.databaseUnreachable("doing", doing, "err", err)
-	case store.IsStorageFull(err):
-		// Once a SweepInterval while units are due: bounded.
-		s.diskFullLog.Log(doing, "err", err)
-	case store.IsDamaged(err):
-		// Once a SweepInterval while units are due: bounded.
-		s.damaged(doing, "err", err)
-	default:
-		s.log.Error(doing, "err", err)
+		s.storeFailure(doing, err)
 	}
 }
 
@@ -152,9 +139,9 @@ const expireBatch = 256
 // even behind a backlog of others due before it, which the batch may not
 // reach; the sweeper names none.
 //
-// ok is false when the store failed the expiry; full, when it timed out a
-// whole batch, so more may be due.
-func (s *Server) expireDue(ctx context.Context, id string) (ok, full bool) {
+// err is the store's when it failed the expiry (logged already); full
+// says that it timed out a whole batch, so more may be due.
+func (s *Server) expireDue(ctx context.Context, id string) (full bool, err error) {
 	now := s.clock.Now()
 	mark := s.databaseMark()
 	sctx, cancel := s.sweepContext(ctx)
@@ -170,7 +157,7 @@ func (s *Server) expireDue(ctx context.Context, id string) (ok, full bool) {
 	err = s.unanswered(ctx, sctx, err)
 	if err != nil {
 		s.sweepFailed(ctx, "expiring units past their deadline", err)
-		return false, false
+		return false, err
 	}
 	s.databaseAnswered(mark)
 	for _, w := range expired {
@@ -178,7 +165,7 @@ func (s *Server) expireDue(ctx context.Context, id string) (ok, full bool) {
 		s.metrics.WorkFinished(w)
 		s.timedOutLog.Log("work timed out", "work_id", w.ID, "account", w.Account, "instance_id", w.InstanceID, "reason", w.Reason)
 	}
-	return true, len(expired) >= expireBatch
+	return len(expired) >= expireBatch, nil
 }
 
 // purgeBatch is how many units one purge write deletes, so that the writes

@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,10 +15,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
-	_ "modernc.org/sqlite"
 
 	"github.com/opsgate/opsgate/internal/loglimit"
 	"github.com/opsgate/opsgate/internal/proctest"
+	"github.com/opsgate/opsgate/internal/sqlitetest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -76,7 +75,7 @@ func TestADamagedDatabaseFailsOnlyWhatTouchesTheDamageUntilRepairRebuildsIt(t *t
 	if _, err := os.Stat(dbPath + "-wal"); err == nil {
 		t.Fatal("serve left a write-ahead log beside the database")
 	}
-	damageIndex(t, dbPath, "work_unsuccessful")
+	sqlitetest.DamageFirstPage(t, dbPath, "work_unsuccessful")
 	a.Restart(t)
 	p = startProxy(t, cfg, scripts, "a")
 	p.WaitPolling(t)
@@ -129,7 +128,7 @@ func TestADamagedDatabaseFailsOnlyWhatTouchesTheDamageUntilRepairRebuildsIt(t *t
 	if len(aside) != 1 || !strings.Contains(r.Stdout, "the damaged database is kept as "+aside[0]) {
 		t.Errorf("the damaged database kept as %q; repair said:\n%s", aside, r.Stdout)
 	}
-	if check := integrity(t, dbPath); check != "ok" {
+	if check := sqlitetest.IntegrityCheck(t, dbPath); check != "ok" {
 		t.Errorf("integrity_check of the repaired database: %s", check)
 	}
 	if r := runCLI(bin.automator, "repair", "--data-dir", a.DataDir); r.Code != 0 || !strings.Contains(r.Stdout, "is whole (SQLite's integrity_check: ok): nothing to repair") {
@@ -156,46 +155,4 @@ func TestADamagedDatabaseFailsOnlyWhatTouchesTheDamageUntilRepairRebuildsIt(t *t
 	if r := runCLI(bin.automator, "audit", "--data-dir", a.DataDir, "--kind", "database.repair"); r.Code != 0 || !strings.Contains(r.Stdout, "database rebuilt from its tables' rows") {
 		t.Errorf("the audit log's record of the repair: %s", r)
 	}
-}
-
-// damageIndex overwrites the first 200 bytes of the first page of index
-// name in the SQLite database at path (4 KiB pages), as a bad sector
-// would: its page type is none SQLite knows.
-func damageIndex(t *testing.T, path, name string) {
-	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var page, size int64
-	err = db.QueryRow(`SELECT rootpage, (SELECT page_size FROM pragma_page_size) FROM sqlite_schema WHERE name = ?`, name).Scan(&page, &size)
-	db.Close()
-	if err != nil {
-		t.Fatalf("the first page of %s: %v", name, err)
-	}
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt([]byte(strings.Repeat("\xff", 200)), (page-1)*size); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// integrity is SQLite's integrity_check of the database at path.
-func integrity(t *testing.T, path string) string {
-	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var check string
-	if err := db.QueryRow(`PRAGMA integrity_check`).Scan(&check); err != nil {
-		return err.Error()
-	}
-	return check
 }

@@ -5,8 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
-	"slices"
 	"strings"
 
 	"github.com/opsgate/opsgate/automator/store"
@@ -32,33 +32,64 @@ type RebuildReport struct {
 // maxProblems bounds the lines of integrity_check that Rebuild reads.
 const maxProblems = 100
 
-// Rebuild writes into dst, a new file, the automator database at src
-// built again from its tables' rows: every table made from its schema
-// and given its rows, read from the table itself and never through an
-// index (with their rowids), then every index built again from those
-// rows, and the triggers and views made. The indexes of src, where
-// damage to a file most often lies (they are about half its pages),
-// are not read at all, so a database whose indexes alone are damaged is
-// rebuilt with nothing lost. A table whose rows cannot all be read is
-// refused (a store.DamagedTablesError naming each one): Rebuild never makes a
-// database with rows missing. src must be in use by no other process
-// (its name, for messages, is name); a write-ahead log beside it is read
-// with it. A database SQLite's integrity_check finds whole is refused
-// with ErrWhole, and dst is then not made.
+// Rebuild writes into dst, a new file (mode 0600), the automator database
+// at src built again from its tables' rows: every table made from its
+// schema and given its rows, read from the table itself and never through
+// an index (with their rowids), then every index built again from those
+// rows, and the triggers and views made. The damaged database's indexes,
+// where damage to a file most often lies (they are about half its pages),
+// are not copied, so a database whose indexes alone are damaged is rebuilt
+// with nothing lost.
+//
+// Rows are never lost quietly. A table whose rows cannot all be read is
+// refused, and so is one that reads with no error but holds fewer rows,
+// or other values, than an index of the damaged database that can still
+// be read in full lists for it (a page of the table cut short or
+// changed): a store.DamagedTablesError names each such table. The other
+// refusals (a file cut short, rows that break the schema's constraints or
+// refer to rows that are not there) match store.ErrDamaged too; an error
+// that does not (a full disk) is the writing of dst's.
+//
+// src is read only, its write-ahead log with it, and must be in use by
+// no other process (its name, for messages, is name). A database SQLite's
+// integrity_check finds whole is refused with ErrWhole, and dst is then
+// not made. On any other error dst may be left behind, for the caller to
+// remove.
 func Rebuild(ctx context.Context, src, dst, name string) (RebuildReport, error) {
 	var rep RebuildReport
 	if err := checkHeader(src, name); err != nil {
+		return rep, damaged(err)
+	}
+	// Opening a database in WAL mode makes its -wal and -shm files, read
+	// only too: those that were not there go once it is closed (this
+	// function's other deferred calls close it first).
+	var made []string
+	for _, suffix := range []string{"-wal", "-shm"} {
+		if _, err := os.Lstat(src + suffix); errors.Is(err, fs.ErrNotExist) {
+			made = append(made, src+suffix)
+		}
+	}
+	defer func() {
+		for _, p := range made {
+			_ = os.Remove(p)
+		}
+	}()
+	old := "file:" + uriPath(src) + "?mode=ro"
+	if err := check(ctx, old, name, &rep); err != nil {
 		return rep, err
 	}
-	if _, err := os.Lstat(dst); err == nil {
-		return rep, fmt.Errorf("%s exists", dst)
+	f, err := os.OpenFile(dst, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return rep, err
+	}
+	if err := f.Close(); err != nil {
+		return rep, err
 	}
 	// One connection: the rebuilt database, with the damaged one
-	// attached. Not durable while it is built (a crash leaves a file to
-	// remove, never a database in use); the caller syncs the file once
-	// it is whole.
-	q := "file:" + uriPath(dst) + "?_pragma=busy_timeout(5000)&_pragma=synchronous(OFF)&_pragma=foreign_keys(0)&_pragma=temp_store(MEMORY)"
-	db, err := sql.Open("sqlite", q)
+	// attached, read only. Not durable while it is built (a crash leaves a
+	// file to remove, never a database in use); the caller syncs the file
+	// once it is whole.
+	db, err := sql.Open("sqlite", "file:"+uriPath(dst)+"?_pragma=busy_timeout(5000)&_pragma=synchronous(OFF)&_pragma=foreign_keys(0)")
 	if err != nil {
 		return rep, err
 	}
@@ -69,30 +100,20 @@ func Rebuild(ctx context.Context, src, dst, name string) (RebuildReport, error) 
 		return rep, fmt.Errorf("making %s: %w", dst, err)
 	}
 	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, `ATTACH DATABASE ? AS old`, src); err != nil {
-		return rep, fmt.Errorf("opening %s: %w", name, err)
-	}
-
-	tables, err := schemaNames(ctx, conn, "table")
-	if err != nil {
+	if _, err := conn.ExecContext(ctx, `ATTACH DATABASE ? AS old`, old); err != nil {
 		return rep, unreadableSchema(name, err)
 	}
-	if !IsAutomators(tables) {
-		return rep, fmt.Errorf("%s is an SQLite database but not an automator's (it lacks the %s tables): %w", name, prose.And(store.MissingAutomatorTables(tables)), ErrNotAutomatorDB)
-	}
-	rep.Problems, rep.Found, err = integrityCheck(ctx, conn, "old")
-	if err != nil {
-		return rep, unreadableSchema(name, err)
-	}
-	if rep.Found == 0 {
-		return rep, ErrWhole
-	}
-
 	entries, err := schemaEntries(ctx, conn)
 	if err != nil {
 		return rep, unreadableSchema(name, err)
 	}
-	var damaged *store.DamagedTablesError
+	var refused *store.DamagedTablesError
+	lost := func(table string, err error) {
+		if refused == nil {
+			refused = &store.DamagedTablesError{Err: err}
+		}
+		refused.Tables = append(refused.Tables, table)
+	}
 	for _, e := range entries {
 		if e.kind != "table" {
 			continue
@@ -103,35 +124,24 @@ func Rebuild(ctx context.Context, src, dst, name string) (RebuildReport, error) 
 		n, err := copyRows(ctx, conn, e.name)
 		switch {
 		case err != nil && store.IsDamaged(err):
-			if damaged == nil {
-				damaged = &store.DamagedTablesError{Err: err}
-			}
-			damaged.Tables = append(damaged.Tables, e.name)
+			lost(e.name, err)
+			continue
 		case err != nil:
-			return rep, fmt.Errorf("copying the rows of table %s: %w", e.name, err)
+			// A row that breaks the table's constraints: a value changed.
+			return rep, damaged(fmt.Errorf("copying the rows of table %s: %w", e.name, err))
+		}
+		if err := compareIndexes(ctx, conn, e.name); err != nil {
+			if !store.IsDamaged(err) {
+				return rep, err
+			}
+			lost(e.name, err)
+			continue
 		}
 		rep.Tables++
 		rep.Rows += n
 	}
-	if damaged != nil {
-		return rep, damaged
-	}
-	// AUTOINCREMENT's counters, so that no id is given twice (of the
-	// tables that have one: a table dropped may have left its counter).
-	var counters int
-	if err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM main.sqlite_schema WHERE name = 'sqlite_sequence'`).Scan(&counters); err != nil {
-		return rep, err
-	}
-	if counters > 0 && slices.Contains(tables, "sqlite_sequence") {
-		if _, err := conn.ExecContext(ctx, `DELETE FROM main.sqlite_sequence`); err != nil {
-			return rep, fmt.Errorf("copying sqlite_sequence: %w", err)
-		}
-		if _, err := conn.ExecContext(ctx, `INSERT INTO main.sqlite_sequence SELECT * FROM old.sqlite_sequence WHERE name IN (SELECT name FROM main.sqlite_schema)`); err != nil {
-			if store.IsDamaged(err) {
-				return rep, &store.DamagedTablesError{Tables: []string{"sqlite_sequence"}, Err: err}
-			}
-			return rep, fmt.Errorf("copying sqlite_sequence: %w", err)
-		}
+	if refused != nil {
+		return rep, refused
 	}
 	for _, e := range entries {
 		if e.kind == "table" {
@@ -140,7 +150,7 @@ func Rebuild(ctx context.Context, src, dst, name string) (RebuildReport, error) 
 		if _, err := conn.ExecContext(ctx, e.sql); err != nil {
 			// A unique index that the copied rows break: two rows the
 			// damaged database held under one key.
-			return rep, fmt.Errorf("making %s %s from the rows copied: %w", e.kind, e.name, err)
+			return rep, damaged(fmt.Errorf("making %s %s from the rows copied: %w", e.kind, e.name, err))
 		}
 		if e.kind == "index" {
 			rep.Indexes++
@@ -163,16 +173,158 @@ func Rebuild(ctx context.Context, src, dst, name string) (RebuildReport, error) 
 		return rep, fmt.Errorf("checking the rebuilt database: %w", err)
 	}
 	if found > 0 {
-		return rep, fmt.Errorf("the rebuilt database is not whole either (SQLite's integrity_check: %s)", strings.Join(problems[:min(len(problems), 3)], "; "))
+		return rep, damaged(fmt.Errorf("the rebuilt database is not whole either (SQLite's integrity_check: %s)", strings.Join(problems[:min(len(problems), 3)], "; ")))
 	}
 	var orphans int
 	if err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM pragma_foreign_key_check`).Scan(&orphans); err != nil {
 		return rep, fmt.Errorf("checking the rebuilt database's references: %w", err)
 	}
 	if orphans > 0 {
-		return rep, fmt.Errorf("%d rows of %s refer to rows that are not there (SQLite's foreign_key_check): %w", orphans, name, store.ErrDamaged)
+		return rep, damaged(fmt.Errorf("%d rows of %s refer to rows that are not there (SQLite's foreign_key_check)", orphans, name))
 	}
 	return rep, nil
+}
+
+// damagedError is err, which says how a database is damaged, as an error
+// that matches store.ErrDamaged.
+type damagedError struct{ err error }
+
+func (e damagedError) Error() string   { return e.err.Error() }
+func (e damagedError) Unwrap() []error { return []error{store.ErrDamaged, e.err} }
+
+func damaged(err error) error { return damagedError{err} }
+
+// check reads the database at the URI old (read only): an automator's,
+// and, by SQLite's integrity_check, damaged (rep's Problems and Found), or
+// ErrWhole.
+func check(ctx context.Context, old, name string, rep *RebuildReport) error {
+	db, err := sql.Open("sqlite", old)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return unreadableSchema(name, err)
+	}
+	defer conn.Close()
+	tables, err := tableNames(ctx, conn)
+	if err != nil {
+		return unreadableSchema(name, err)
+	}
+	if !IsAutomators(tables) {
+		return fmt.Errorf("%s is an SQLite database but not an automator's (it lacks the %s tables): %w", name, prose.And(store.MissingAutomatorTables(tables)), ErrNotAutomatorDB)
+	}
+	rep.Problems, rep.Found, err = integrityCheck(ctx, conn, "main")
+	if err != nil {
+		return unreadableSchema(name, err)
+	}
+	if rep.Found == 0 {
+		return ErrWhole
+	}
+	return nil
+}
+
+// compareIndexes reads, for table (copied into main), each index the
+// damaged database old has of it in full (not partial, on columns alone)
+// that can still be read, and returns an error matching store.ErrDamaged
+// when one lists a row the copy lacks, or holds with other values in the
+// index's columns: the table's pages lost or changed rows that read
+// without an error. An index that cannot be read is passed over (it is
+// damaged itself, and rebuilt); a row the copy has and an index lacks is
+// an index's damage, not the table's.
+func compareIndexes(ctx context.Context, conn *sql.Conn, table string) error {
+	indexes, err := fullIndexes(ctx, conn, table)
+	if err != nil {
+		return err
+	}
+	t := quoteIdent(table)
+	for _, ix := range indexes {
+		cols := "rowid"
+		for _, c := range ix.cols {
+			cols += ", " + quoteIdent(c)
+		}
+		var n int64
+		err := conn.QueryRowContext(ctx, fmt.Sprintf(`SELECT COUNT(*) FROM (SELECT %s FROM old.%s INDEXED BY %s EXCEPT SELECT %s FROM main.%s NOT INDEXED)`,
+			cols, t, quoteIdent(ix.name), cols, t)).Scan(&n)
+		switch {
+		case err != nil && store.IsDamaged(err):
+			continue
+		case err != nil:
+			return fmt.Errorf("comparing table %s with its index %s: %w", table, ix.name, err)
+		case n > 0:
+			return damaged(fmt.Errorf("its index %s lists %d rows that its pages no longer hold, or hold with other values", ix.name, n))
+		}
+	}
+	return nil
+}
+
+type index struct {
+	name string
+	cols []string
+}
+
+// fullIndexes lists the indexes of table in old that hold every row
+// (not partial) on its columns alone (no expression), with their columns.
+// A table without rowids has none listed.
+func fullIndexes(ctx context.Context, conn *sql.Conn, table string) ([]index, error) {
+	var withoutRowid bool
+	if err := conn.QueryRowContext(ctx, `SELECT wr FROM pragma_table_list WHERE schema = 'old' AND name = ?`, table).Scan(&withoutRowid); err != nil {
+		return nil, err
+	}
+	if withoutRowid {
+		return nil, nil
+	}
+	rows, err := conn.QueryContext(ctx, `SELECT name FROM pragma_index_list(?, 'old') WHERE partial = 0 ORDER BY name`, table)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		names = append(names, n)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	var out []index
+next:
+	for _, n := range names {
+		rows, err := conn.QueryContext(ctx, `SELECT cid, COALESCE(name, '') FROM pragma_index_info(?, 'old') ORDER BY seqno`, n)
+		if err != nil {
+			return nil, err
+		}
+		ix := index{name: n}
+		expr := false
+		for rows.Next() {
+			var cid int
+			var col string
+			if err := rows.Scan(&cid, &col); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			switch {
+			case cid == -2:
+				expr = true
+			case cid >= 0:
+				ix.cols = append(ix.cols, col)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		if expr {
+			continue next
+		}
+		out = append(out, ix)
+	}
+	return out, nil
 }
 
 // unreadableSchema is Rebuild's error when the damaged database's own
@@ -208,25 +360,6 @@ func schemaEntries(ctx context.Context, conn *sql.Conn) ([]schemaEntry, error) {
 	return entries, rows.Err()
 }
 
-// schemaNames lists the names of the attached database old's entries of
-// a kind (table, index, …), SQLite's own included.
-func schemaNames(ctx context.Context, conn *sql.Conn, kind string) ([]string, error) {
-	rows, err := conn.QueryContext(ctx, `SELECT name FROM old.sqlite_schema WHERE type = ? ORDER BY name`, kind)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var names []string
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			return nil, err
-		}
-		names = append(names, n)
-	}
-	return names, rows.Err()
-}
-
 // copyRows copies the rows of table from old into main, with their rowids
 // where the table has them, reading the table itself and none of its
 // indexes (NOT INDEXED).
@@ -248,28 +381,24 @@ func copyRows(ctx context.Context, conn *sql.Conn, table string) (int64, error) 
 }
 
 // tableColumns lists the stored columns of table in old, quoted (not the
-// generated ones, which SQLite computes), and whether its rowid is to be
-// copied: the table has one, and no INTEGER PRIMARY KEY column names it.
+// generated ones, which SQLite computes), and whether it has rowids, which
+// are copied too (as rowid beside the column that may alias it: SQLite
+// takes both as one).
 func tableColumns(ctx context.Context, conn *sql.Conn, table string) (cols []string, rowid bool, err error) {
 	var withoutRowid bool
 	if err := conn.QueryRowContext(ctx, `SELECT wr FROM pragma_table_list WHERE schema = 'old' AND name = ?`, table).Scan(&withoutRowid); err != nil {
 		return nil, false, err
 	}
-	rows, err := conn.QueryContext(ctx, `SELECT name, type, pk, hidden FROM pragma_table_xinfo(?, 'old')`, table)
+	rows, err := conn.QueryContext(ctx, `SELECT name, hidden FROM pragma_table_xinfo(?, 'old')`, table)
 	if err != nil {
 		return nil, false, err
 	}
 	defer rows.Close()
-	pks, aliased := 0, false
 	for rows.Next() {
-		var name, typ string
-		var pk, hidden int
-		if err := rows.Scan(&name, &typ, &pk, &hidden); err != nil {
+		var name string
+		var hidden int
+		if err := rows.Scan(&name, &hidden); err != nil {
 			return nil, false, err
-		}
-		if pk > 0 {
-			pks++
-			aliased = strings.EqualFold(typ, "INTEGER")
 		}
 		if hidden == 0 {
 			cols = append(cols, quoteIdent(name))
@@ -278,7 +407,7 @@ func tableColumns(ctx context.Context, conn *sql.Conn, table string) (cols []str
 	if err := rows.Err(); err != nil {
 		return nil, false, err
 	}
-	return cols, !withoutRowid && !(pks == 1 && aliased), nil
+	return cols, !withoutRowid, nil
 }
 
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }

@@ -12,12 +12,14 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/sqlitetest"
 )
 
 // damagedFixture makes an automator database at path holding units in
 // every state (400 of them, so that the work table and its indexes span
 // pages of more than one level), their audit records, and closes it: its
-// write-ahead log checkpointed into the file.
+// write-ahead log checkpointed into the file. Every seventh unit is then
+// deleted, so that the rowids have gaps a copy must keep.
 func damagedFixture(t *testing.T, path string) {
 	t.Helper()
 	ctx := t.Context()
@@ -47,6 +49,17 @@ func damagedFixture(t *testing.T, path string) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
+	db, err := sql.Open("sqlite", "file:"+uriPath(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`DELETE FROM work WHERE rowid % 7 = 0`); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func claimIDs(n int) []string {
@@ -55,41 +68,6 @@ func claimIDs(n int) []string {
 		ids[i] = fmt.Sprintf("c-%d", i)
 	}
 	return ids
-}
-
-// rootPage is the page where the table or index name of the database at
-// path begins.
-func rootPage(t *testing.T, path, name string) int64 {
-	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?mode=ro")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	var page int64
-	if err := db.QueryRow(`SELECT rootpage FROM sqlite_schema WHERE name = ?`, name).Scan(&page); err != nil {
-		t.Fatalf("the root page of %s: %v", name, err)
-	}
-	return page
-}
-
-// damagePage overwrites 200 bytes of page (from 1) of the database at
-// path, past its header's first bytes, as a bad sector or a torn copy
-// would: the cell pointers it holds lead nowhere.
-func damagePage(t *testing.T, path string, page int64) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	const pageSize = 4096
-	if _, err := f.WriteAt([]byte(strings.Repeat("\xff", 200)), (page-1)*pageSize+8); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // dumpTables reads every row of every table of the database at path,
@@ -147,8 +125,18 @@ func TestRebuildOfADatabaseWhoseIndexesAreDamagedLosesNothing(t *testing.T) {
 	path := filepath.Join(dir, "automator.db")
 	damagedFixture(t, path)
 	want := dumpTables(t, path)
+	var queued int
+	if db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?mode=ro"); err != nil {
+		t.Fatal(err)
+	} else {
+		err := db.QueryRow(`SELECT COUNT(*) FROM work WHERE state = 'queued'`).Scan(&queued)
+		db.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, idx := range []string{"work_queued", "work_account_idempotency_key"} {
-		damagePage(t, path, rootPage(t, path, idx))
+		sqlitetest.DamageFirstPage(t, path, idx)
 	}
 
 	s, err := Open(ctx, path)
@@ -165,6 +153,9 @@ func TestRebuildOfADatabaseWhoseIndexesAreDamagedLosesNothing(t *testing.T) {
 	rep, err := Rebuild(ctx, path, dst, path)
 	if err != nil {
 		t.Fatalf("Rebuild: %v", err)
+	}
+	if fi, err := os.Stat(dst); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the rebuilt database: %v, %v; want mode 0600, as the database it replaces", fi.Mode(), err)
 	}
 	if rep.Found == 0 || len(rep.Problems) == 0 {
 		t.Errorf("Rebuild reported %d problems (%q); want those integrity_check found", rep.Found, rep.Problems)
@@ -200,8 +191,8 @@ func TestRebuildOfADatabaseWhoseIndexesAreDamagedLosesNothing(t *testing.T) {
 	}
 	defer r.Close()
 	claimed, err := r.WorkClaim(ctx, store.WorkClaimParams{Account: "acme", InstanceID: "i-2", Max: 300, ClaimIDs: claimIDs(300), Now: testNow})
-	if err != nil || len(claimed) != 200 {
-		t.Fatalf("WorkClaim on the rebuilt database: %d units, %v; want the 200 still queued", len(claimed), err)
+	if err != nil || len(claimed) != queued || queued == 0 {
+		t.Fatalf("WorkClaim on the rebuilt database: %d units, %v; want the %d still queued", len(claimed), err, queued)
 	}
 	// The idempotency keys are there: a submit with one returns its unit.
 	if _, err := r.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: "w-new", Account: "acme", KeyID: 1, IdempotencyKey: "k-7",
@@ -220,7 +211,7 @@ func TestRebuildRefusesADatabaseWhoseRowsAreDamaged(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "automator.db")
 	damagedFixture(t, path)
-	damagePage(t, path, rootPage(t, path, "work"))
+	sqlitetest.DamageFirstPage(t, path, "work")
 	before, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -243,7 +234,8 @@ func TestRebuildRefusesADatabaseWhoseRowsAreDamaged(t *testing.T) {
 }
 
 // TestRebuildOfAWholeDatabaseSaysSo: a database integrity_check finds
-// whole is refused with ErrWhole, and nothing is made.
+// whole is refused with ErrWhole, and nothing is made, nor left beside it
+// (reading a database in WAL mode makes its -wal and -shm files).
 func TestRebuildOfAWholeDatabaseSaysSo(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -252,5 +244,123 @@ func TestRebuildOfAWholeDatabaseSaysSo(t *testing.T) {
 	dst := filepath.Join(dir, "rebuilt.db")
 	if _, err := Rebuild(context.Background(), path, dst, path); !errors.Is(err, ErrWhole) {
 		t.Fatalf("Rebuild of a whole database: %v; want ErrWhole", err)
+	}
+	// Nothing made, nothing left beside the database read.
+	for _, p := range []string{dst, path + "-wal", path + "-shm"} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s is there after Rebuild of a whole database (%v)", p, err)
+		}
+	}
+}
+
+// TestRebuildRefusesATableThatLostRowsWithoutAnError: a page of the work
+// table whose count of rows was lowered reads with no error, and fewer
+// rows; the work table's indexes, read from the damaged file, still list
+// them, so Rebuild refuses the table rather than rebuild it without them.
+func TestRebuildRefusesATableThatLostRowsWithoutAnError(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "automator.db")
+	damagedFixture(t, path)
+	// The work table's root is an interior page (400 units); its right-most
+	// child, a leaf, has its cell count at bytes 3–4 of its header.
+	root := int64(0)
+	db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.QueryRow(`SELECT rootpage FROM sqlite_schema WHERE name = 'work'`).Scan(&root)
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pageSize = 4096
+	hdr := make([]byte, 12)
+	if _, err := f.ReadAt(hdr, (root-1)*pageSize); err != nil || hdr[0] != 0x05 {
+		t.Fatalf("the work table's root page (type %#x, %v) is not an interior page", hdr[0], err)
+	}
+	leaf := int64(hdr[8])<<24 | int64(hdr[9])<<16 | int64(hdr[10])<<8 | int64(hdr[11])
+	if _, err := f.ReadAt(hdr[:8], (leaf-1)*pageSize); err != nil || hdr[0] != 0x0d {
+		t.Fatalf("page %d (type %#x, %v) is not a leaf of the table", leaf, hdr[0], err)
+	}
+	cells := int(hdr[3])<<8 | int(hdr[4])
+	if cells < 3 {
+		t.Fatalf("the leaf holds %d rows", cells)
+	}
+	if _, err := f.WriteAt([]byte{byte((cells - 2) >> 8), byte(cells - 2)}, (leaf-1)*pageSize+3); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	_, err = Rebuild(ctx, path, filepath.Join(dir, "rebuilt.db"), path)
+	var dt *store.DamagedTablesError
+	if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[work]" || !strings.Contains(err.Error(), "rows that its pages no longer hold") {
+		t.Fatalf("Rebuild of a work table that lost 2 rows without an error: %v; want a DamagedTablesError naming work", err)
+	}
+}
+
+// TestRebuildOnlyReadsTheDamagedDatabase: Rebuild leaves the damaged
+// database and its write-ahead log (a crash's: the process that wrote it
+// never closed it) byte for byte as they were, whether it rebuilds or
+// refuses: they are what an operator may still need.
+func TestRebuildOnlyReadsTheDamagedDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "automator.db")
+	damagedFixture(t, path)
+	// Units written while a copy of the files is taken, with the log
+	// holding them: as a serve killed with SIGKILL leaves them.
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if _, err := s.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: fmt.Sprintf("w-late-%d", i), Account: "acme", KeyID: 1,
+			SealedCommand: []byte("c"), Now: testNow, Deadline: testNow.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	crashed := filepath.Join(dir, "crashed.db")
+	for _, suffix := range []string{"", "-wal"} {
+		b, err := os.ReadFile(path + suffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(crashed+suffix, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	sqlitetest.DamageFirstPage(t, crashed, "work_account_unsuccessful")
+	before := map[string][]byte{}
+	for _, suffix := range []string{"", "-wal"} {
+		before[suffix], _ = os.ReadFile(crashed + suffix)
+	}
+	if len(before["-wal"]) == 0 {
+		t.Fatal("the copy has no write-ahead log")
+	}
+	dst := filepath.Join(dir, "rebuilt.db")
+	if _, err := Rebuild(ctx, crashed, dst, crashed); err != nil {
+		t.Fatalf("Rebuild: %v", err)
+	}
+	for _, suffix := range []string{"", "-wal"} {
+		if b, _ := os.ReadFile(crashed + suffix); string(b) != string(before[suffix]) {
+			t.Errorf("Rebuild changed %s", crashed+suffix)
+		}
+	}
+	// The units in the log are in what was rebuilt.
+	r, err := Open(ctx, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if w, err := r.WorkGet(ctx, "w-late-19"); err != nil || w.State != store.StateQueued {
+		t.Errorf("a unit the write-ahead log held, after the rebuild: %+v, %v", w, err)
 	}
 }
