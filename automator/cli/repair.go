@@ -148,8 +148,11 @@ func cmdRepair(ctx context.Context, args []string, env Env) error {
 	}
 
 	found := fmt.Sprintf("%d problems", rep.Found)
-	if rep.Found == 1 {
+	switch {
+	case rep.Found == 1:
 		found = "1 problem"
+	case rep.Found >= sqlitestore.MaxProblems:
+		found = fmt.Sprintf("%d problems or more (it stops there)", rep.Found)
 	}
 	fmt.Fprintf(env.Stdout, "%s was damaged: SQLite's integrity_check found %s: %s\n", dbPath, found, strings.Join(rep.Problems[:min(len(rep.Problems), 3)], "; "))
 	migrated := ""

@@ -29,8 +29,8 @@ type RebuildReport struct {
 	Rows            int64
 }
 
-// maxProblems bounds the lines of integrity_check that Rebuild reads.
-const maxProblems = 100
+// MaxProblems bounds the problems integrity_check reports to Rebuild.
+const MaxProblems = 100
 
 // Rebuild writes into dst, a new file (mode 0600), the automator database
 // at src built again from its tables' rows: every table made from its
@@ -425,7 +425,7 @@ func integrityCheck(ctx context.Context, conn *sql.Conn, schema string) ([]strin
 			lines = append(lines, l)
 		}
 	}
-	rows, err := conn.QueryContext(ctx, fmt.Sprintf(`PRAGMA %s.integrity_check(%d)`, schema, maxProblems))
+	rows, err := conn.QueryContext(ctx, fmt.Sprintf(`PRAGMA %s.integrity_check(%d)`, schema, MaxProblems))
 	if err != nil {
 		if store.IsDamaged(err) {
 			add(err.Error())
