@@ -228,17 +228,24 @@ func check(ctx context.Context, old, name string, rep *RebuildReport) error {
 // compareIndexes reads, for table (copied into main), each index the
 // damaged database old has of it in full (not partial, on columns alone)
 // that can still be read, and returns an error matching store.ErrDamaged
-// when one lists a row the copy lacks, or holds with other values in the
-// index's columns: the table's pages lost or changed rows that read
-// without an error. An index that cannot be read is passed over (it is
-// damaged itself, and rebuilt); a row the copy has and an index lacks is
-// an index's damage, not the table's.
+// when they show that the table's pages lost or changed rows that read
+// without an error: rows an index lists that the copy lacks, or holds
+// with other values in the index's columns. Each index is a copy of its
+// columns of every row, so a row the table lost or changed shows in every
+// one that has the column; one index alone that disagrees, while another
+// agrees, is that index's damage (it is rebuilt), unless it is the only
+// one that can be read. An index that cannot be read is passed over (it
+// is damaged itself); a row the copy has and an index lacks is an index's
+// damage too.
 func compareIndexes(ctx context.Context, conn *sql.Conn, table string) error {
 	indexes, err := fullIndexes(ctx, conn, table)
 	if err != nil {
 		return err
 	}
 	t := quoteIdent(table)
+	read := 0
+	var differ []string
+	var first error
 	for _, ix := range indexes {
 		cols := "rowid"
 		for _, c := range ix.cols {
@@ -252,9 +259,20 @@ func compareIndexes(ctx context.Context, conn *sql.Conn, table string) error {
 			continue
 		case err != nil:
 			return fmt.Errorf("comparing table %s with its index %s: %w", table, ix.name, err)
-		case n > 0:
-			return damaged(fmt.Errorf("its index %s lists %d rows that its pages no longer hold, or hold with other values", ix.name, n))
 		}
+		read++
+		if n > 0 {
+			differ = append(differ, ix.name)
+			if first == nil {
+				first = fmt.Errorf("its index %s lists %d rows that its pages no longer hold, or hold with other values", ix.name, n)
+			}
+		}
+	}
+	if len(differ) >= 2 || (len(differ) == 1 && read == 1) {
+		if len(differ) > 1 {
+			first = fmt.Errorf("%w (and so do %s)", first, prose.And(differ[1:]))
+		}
+		return damaged(first)
 	}
 	return nil
 }

@@ -364,3 +364,78 @@ func TestRebuildOnlyReadsTheDamagedDatabase(t *testing.T) {
 		t.Errorf("a unit the write-ahead log held, after the rebuild: %+v, %v", w, err)
 	}
 }
+
+// TestRebuildOfAnIndexThatReadsWrongValuesLosesNothing: a page of one of
+// the work table's indexes that reads without an error but lists a row
+// with another value than the table holds (that page taken from a copy in
+// which the row had that value) is the index's damage, not the table's:
+// the other indexes agree with the table, so Rebuild rebuilds the index,
+// and every row is as it was.
+func TestRebuildOfAnIndexThatReadsWrongValuesLosesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "automator.db")
+	damagedFixture(t, path)
+	want := dumpTables(t, path)
+	other := filepath.Join(dir, "other.db")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(other, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", "file:"+uriPath(other))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`UPDATE work SET queued_at = queued_at + 1 WHERE id = 'w-000123'`); err != nil {
+		t.Fatal(err)
+	}
+	var pages []int64
+	rows, err := db.Query(`SELECT pageno FROM dbstat WHERE name = 'work_queued_at_id'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var p int64
+		if err := rows.Scan(&p); err != nil {
+			t.Fatal(err)
+		}
+		pages = append(pages, p)
+	}
+	rows.Close()
+	db.Close()
+	after, err := os.ReadFile(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pageSize = 4096
+	copied := 0
+	for _, p := range pages {
+		from, to := (p-1)*pageSize, p*pageSize
+		if string(b[from:to]) != string(after[from:to]) {
+			copy(b[from:to], after[from:to])
+			copied++
+		}
+	}
+	if copied == 0 {
+		t.Fatal("no page of work_queued_at_id changed with the row")
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	dst := filepath.Join(dir, "rebuilt.db")
+	rep, err := Rebuild(ctx, path, dst, path)
+	if err != nil {
+		t.Fatalf("Rebuild with one index listing a wrong value: %v", err)
+	}
+	if rep.Found == 0 {
+		t.Error("integrity_check found nothing wrong with the index")
+	}
+	if got := dumpTables(t, dst); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Error("the rebuilt database's rows differ from the database's before the damage")
+	}
+}
