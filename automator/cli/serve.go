@@ -282,6 +282,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	warnExposedSecrets(log, *dir)
 	warnSchemeMismatch(log, *dir, cfg)
 	log.Info("serving", "grpc", lis.Addr().String(), "http", hlis.Addr().String(), "tls", !cfg.InsecurePlaintext, "db", describeDB(*dir, cfg))
+	checkDone := startCheck(runCtx, st, repairHint(*dir, *db, cfg), log)
 
 	var serveErr error
 	select {
@@ -294,6 +295,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	<-sweeperDone
 	<-heartbeatDone
 	<-purgeDone
+	<-checkDone
 	stopped := make(chan struct{})
 	go func() { gs.GracefulStop(); close(stopped) }()
 	select {

@@ -54,6 +54,10 @@ func TestADamagedDatabaseFailsOnlyWhatTouchesTheDamageUntilRepairRebuildsIt(t *t
 	if err := hello("before"); err != nil {
 		t.Fatalf("a call before the damage: %v", err)
 	}
+	// serve checks its database as it starts (SQLite's quick_check).
+	proctest.WaitFor(t, 30*time.Second, "serve's check of its database", func() bool {
+		return strings.Contains(a.Log(), `msg="database checked: SQLite's quick_check found nothing wrong"`)
+	})
 	var queued []string
 	for range 3 {
 		w, err := a.Client(t).Submit(ctx, &automatorv1.ExecuteRequest{Account: "idle", Command: &automatorv1.Command{Script: "hello.sh"}, Timeout: durationpb.New(time.Hour)})
@@ -77,6 +81,12 @@ func TestADamagedDatabaseFailsOnlyWhatTouchesTheDamageUntilRepairRebuildsIt(t *t
 	}
 	sqlitetest.DamageFirstPage(t, dbPath, "work_unsuccessful")
 	a.Restart(t)
+	// Said as serve starts, before any call meets it, with what to do.
+	checked := `msg="the database is damaged: SQLite's quick_check found problems; the calls that read or write the damaged pages fail until it is repaired"`
+	proctest.WaitFor(t, 30*time.Second, "serve's check to find the damage", func() bool { return strings.Contains(a.Log(), checked) })
+	if log := a.Log(); strings.Count(log, checked) != 1 || !strings.Contains(log, "repair=\"stop serve, then run `automator repair --data-dir "+a.DataDir+"`") {
+		t.Errorf("serve's check of the damaged database, once, saying what to do:\n%s", log)
+	}
 	p = startProxy(t, cfg, scripts, "a")
 	p.WaitPolling(t)
 

@@ -168,7 +168,7 @@ func Rebuild(ctx context.Context, src, dst, name string) (RebuildReport, error) 
 
 	// What was made is checked as any database: whole, and with no row
 	// referring to one that is not there.
-	problems, found, err := integrityCheck(ctx, conn, "main")
+	problems, found, err := integrityCheck(ctx, conn, "main", "integrity_check")
 	if err != nil {
 		return rep, fmt.Errorf("checking the rebuilt database: %w", err)
 	}
@@ -215,7 +215,7 @@ func check(ctx context.Context, old, name string, rep *RebuildReport) error {
 	if !IsAutomators(tables) {
 		return fmt.Errorf("%s is an SQLite database but not an automator's (it lacks the %s tables): %w", name, prose.And(store.MissingAutomatorTables(tables)), ErrNotAutomatorDB)
 	}
-	rep.Problems, rep.Found, err = integrityCheck(ctx, conn, "main")
+	rep.Problems, rep.Found, err = integrityCheck(ctx, conn, "main", "integrity_check")
 	if err != nil {
 		return unreadableSchema(name, err)
 	}
@@ -430,11 +430,11 @@ func tableColumns(ctx context.Context, conn *sql.Conn, table string) (cols []str
 
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
-// integrityCheck runs SQLite's integrity_check on schema, and returns the
-// first of its lines that are not "ok" (at most 10) and how many there
-// were. A check that SQLite itself stops, finding a page it cannot read
-// past, counts that as one more line.
-func integrityCheck(ctx context.Context, conn *sql.Conn, schema string) ([]string, int, error) {
+// integrityCheck runs SQLite's check (integrity_check, or quick_check) on
+// schema, and returns the first of its lines that are not "ok" (at most
+// 10) and how many there were. A check that SQLite itself stops, finding a
+// page it cannot read past, counts that as one more line.
+func integrityCheck(ctx context.Context, conn *sql.Conn, schema, check string) ([]string, int, error) {
 	var lines []string
 	n := 0
 	add := func(l string) {
@@ -443,7 +443,7 @@ func integrityCheck(ctx context.Context, conn *sql.Conn, schema string) ([]strin
 			lines = append(lines, l)
 		}
 	}
-	rows, err := conn.QueryContext(ctx, fmt.Sprintf(`PRAGMA %s.integrity_check(%d)`, schema, MaxProblems))
+	rows, err := conn.QueryContext(ctx, fmt.Sprintf(`PRAGMA %s.%s(%d)`, schema, check, MaxProblems))
 	if err != nil {
 		if store.IsDamaged(err) {
 			add(err.Error())
@@ -473,4 +473,18 @@ func integrityCheck(ctx context.Context, conn *sql.Conn, schema string) ([]strin
 		add("the check stopped: " + err.Error())
 	}
 	return lines, n, nil
+}
+
+// QuickCheck runs SQLite's quick_check on the database, on a read
+// connection: every page is read and checked, not each index against its
+// table (about a second for 500 MB here). It returns the first problems
+// it reports (at most 10) and how many (none: the database is whole, as
+// far as that check sees), or the error that kept it from checking.
+func (s *Store) QuickCheck(ctx context.Context) ([]string, int, error) {
+	conn, err := s.read.Conn(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer conn.Close()
+	return integrityCheck(ctx, conn, "main", "quick_check")
 }
