@@ -112,7 +112,7 @@ func cmdRepair(ctx context.Context, args []string, env Env) error {
 		fmt.Fprintf(env.Stdout, "%s is whole (SQLite's integrity_check: ok): nothing to repair\n", dbPath)
 		return nil
 	case errors.As(err, &dt):
-		return fmt.Errorf("%s is damaged, and %v: repair builds a database again from its tables' rows, so it cannot make this one whole without losing rows; restore the latest backup instead (`automator restore --data-dir %s%s FILE`, see docs/backup.md); nothing was changed", dbPath, err, *dir, withSameDB(*db))
+		return fmt.Errorf("%s: %v: repair builds a database again from its tables' rows, so it cannot make this one whole without losing rows; restore the latest backup instead (`automator restore --data-dir %s%s FILE`, see docs/backup.md); nothing was changed", dbPath, err, *dir, withSameDB(*db))
 	case store.IsDamaged(err):
 		return fmt.Errorf("%s is damaged, and repair cannot build it again from its tables' rows: %v; restore the latest backup instead (`automator restore --data-dir %s%s FILE`, see docs/backup.md); nothing was changed", dbPath, err, *dir, withSameDB(*db))
 	case err != nil:
@@ -134,7 +134,7 @@ func cmdRepair(ctx context.Context, args []string, env Env) error {
 		return fmt.Errorf("opening the rebuilt database: %w", err)
 	}
 	_, err = st.AuditAppend(ctx, *cliEvent(store.AuditEvent{At: now, Kind: store.AuditRepair,
-		Detail: fmt.Sprintf("database rebuilt from its tables' rows: %d tables, %d rows, %d indexes built again; SQLite's integrity_check had found %d problems", rep.Tables, rep.Rows, rep.Indexes, rep.Found)}))
+		Detail: fmt.Sprintf("database rebuilt from its tables' rows: %d tables, %d rows, %d indexes built again; SQLite's integrity_check had found %s", rep.Tables, rep.Rows, rep.Indexes, problemCount(rep.Found))}))
 	if cerr := st.Close(); err == nil {
 		err = cerr
 	}
@@ -147,20 +147,24 @@ func cmdRepair(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 
-	found := fmt.Sprintf("%d problems", rep.Found)
-	switch {
-	case rep.Found == 1:
-		found = "1 problem"
-	case rep.Found >= sqlitestore.MaxProblems:
-		found = fmt.Sprintf("%d problems or more (it stops there)", rep.Found)
-	}
-	fmt.Fprintf(env.Stdout, "%s was damaged: SQLite's integrity_check found %s: %s\n", dbPath, found, strings.Join(rep.Problems[:min(len(rep.Problems), 3)], "; "))
+	fmt.Fprintf(env.Stdout, "%s was damaged: SQLite's integrity_check found %s: %s\n", dbPath, problemCount(rep.Found), strings.Join(rep.Problems[:min(len(rep.Problems), 3)], "; "))
 	migrated := ""
 	if version < latest {
 		migrated = fmt.Sprintf(", migrated from schema version %d to %d", version, latest)
 	}
-	fmt.Fprintf(env.Stdout, "rebuilt it from its tables' rows, nothing lost: %d tables, %d rows, %d indexes built again%s\n", rep.Tables, rep.Rows, rep.Indexes, migrated)
+	fmt.Fprintf(env.Stdout, "rebuilt it from its tables' rows, no row lost or changed as far as SQLite's check and the damaged file's indexes tell: %d tables, %d rows, %d indexes built again%s\n", rep.Tables, rep.Rows, rep.Indexes, migrated)
 	fmt.Fprintf(env.Stdout, "the damaged database is kept as %s\n", aside)
 	fmt.Fprintln(env.Stdout, "start serve again; then take a backup (`automator backup`)")
 	return nil
+}
+
+// problemCount says how many problems integrity_check found.
+func problemCount(n int) string {
+	switch {
+	case n == 1:
+		return "1 problem"
+	case n >= sqlitestore.MaxProblems:
+		return fmt.Sprintf("%d problems or more (it stops there)", n)
+	}
+	return fmt.Sprintf("%d problems", n)
 }

@@ -41,7 +41,7 @@ func TestRepairRefusesADatabaseWhoseRowsAreDamagedAndChangesNothing(t *testing.T
 	if code != ExitError || stdout != "" {
 		t.Fatalf("repair of a damaged work table: exit %d, stdout %q, stderr %q; want %d", code, stdout, stderr, ExitError)
 	}
-	for _, want := range []string{path + " is damaged, and the rows of table work cannot all be read", "restore the latest backup instead (`automator restore --data-dir " + dir + " FILE`", "nothing was changed"} {
+	for _, want := range []string{path + ": the rows of table work are damaged", "restore the latest backup instead (`automator restore --data-dir " + dir + " FILE`", "nothing was changed"} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("repair said %q; want it to say %q", stderr, want)
 		}

@@ -568,9 +568,10 @@ func putInPlace(dbPath, tmp string, now time.Time, cmd, tag, what string) (aside
 // replaceDB puts the database file tmp (what: "the copy of the backup") in place of
 // dbPath, for the command cmd, and returns the name the replaced database
 // is kept under (dbPath.tag-TIME; "" when there was none). The
-// replaced database keeps its write-ahead log, renamed with it (reading it
-// closed it, which checkpoints the log; one left means that failed), so it
-// stays whole; its shared-memory index, rebuilt from the log, goes. The
+// replaced database keeps its write-ahead log, renamed with it (a restore
+// read it and closed it, which checkpoints the log; a repair only read
+// it), so it stays whole; its shared-memory index, rebuilt from the log,
+// goes; a failed last rename puts them back. The
 // new file takes dbPath's name in one rename, so dbPath always names a
 // whole database, the old or the new.
 func replaceDB(dbPath, tmp string, now time.Time, cmd, tag, what string) (string, error) {
@@ -602,7 +603,20 @@ func replaceDB(dbPath, tmp string, now time.Time, cmd, tag, what string) (string
 		return "", fmt.Errorf("removing the replaced database's shared-memory file: %w", err)
 	}
 	if err := os.Rename(tmp, dbPath); err != nil {
-		return "", fmt.Errorf("putting %s in place (the replaced database is kept as %s): %w", what, aside, err)
+		// The database stays as it was: its log goes back beside it
+		// (a repair's damaged database keeps commits there that it never
+		// wrote into the file).
+		if rerr := os.Rename(aside+"-wal", dbPath+"-wal"); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			return "", fmt.Errorf("putting %s in place: %w; and the write-ahead log of %s could not be put back from %s: %v", what, err, dbPath, aside+"-wal", rerr)
+		}
+		if !linked {
+			if rerr := os.Rename(aside, dbPath); rerr != nil {
+				return "", fmt.Errorf("putting %s in place: %w; and %s could not be put back from %s: %v", what, err, dbPath, aside, rerr)
+			}
+			return "", fmt.Errorf("putting %s in place: %w; nothing was replaced", what, err)
+		}
+		_ = os.Remove(aside)
+		return "", fmt.Errorf("putting %s in place: %w; nothing was replaced", what, err)
 	}
 	return aside, nil
 }

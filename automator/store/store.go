@@ -104,8 +104,9 @@ var (
 )
 
 // DamagedTablesError is a repair's refusal of a database some of whose
-// tables' rows cannot be read: their pages are damaged, and rebuilding
-// the database from its tables' rows would lose rows. It matches
+// tables' rows are damaged: they cannot all be read, or their pages no
+// longer hold what they held, and rebuilding the database from its
+// tables' rows would lose rows, or keep changed ones. It matches
 // ErrDamaged.
 type DamagedTablesError struct {
 	Tables []string // the tables whose rows could not all be read
@@ -121,7 +122,7 @@ func (e *DamagedTablesError) Error() string {
 	if len(names) > 1 {
 		list = strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 	}
-	return fmt.Sprintf("the rows of %s cannot all be read (%v)", list, e.Err)
+	return fmt.Sprintf("the rows of %s are damaged (%v)", list, e.Err)
 }
 
 func (e *DamagedTablesError) Unwrap() []error { return []error{ErrDamaged, e.Err} }

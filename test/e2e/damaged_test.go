@@ -131,7 +131,7 @@ func TestADamagedDatabaseFailsOnlyWhatTouchesTheDamageUntilRepairRebuildsIt(t *t
 	a.proc.Signal(t, syscall.SIGTERM)
 	a.proc.Wait(t, 30*time.Second)
 	r = runCLI(bin.automator, "repair", "--data-dir", a.DataDir)
-	if r.Code != 0 || !strings.Contains(r.Stdout, dbPath+" was damaged: SQLite's integrity_check found") || !strings.Contains(r.Stdout, "rebuilt it from its tables' rows, nothing lost") {
+	if r.Code != 0 || !strings.Contains(r.Stdout, dbPath+" was damaged: SQLite's integrity_check found") || !strings.Contains(r.Stdout, "rebuilt it from its tables' rows, no row lost or changed") {
 		t.Fatalf("repair: %s", r)
 	}
 	aside, _ := filepath.Glob(dbPath + ".damaged-*")

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/opsgate/opsgate/automator/store"
@@ -29,8 +32,9 @@ type RebuildReport struct {
 	Rows            int64
 }
 
-// MaxProblems bounds the problems integrity_check reports to Rebuild.
-const MaxProblems = 100
+// MaxProblems bounds the problems integrity_check reports to Rebuild,
+// which reads them all to tell which tables they lie on.
+const MaxProblems = 10000
 
 // Rebuild writes into dst, a new file (mode 0600), the automator database
 // at src built again from its tables' rows: every table made from its
@@ -75,7 +79,8 @@ func Rebuild(ctx context.Context, src, dst, name string) (RebuildReport, error) 
 		}
 	}()
 	old := "file:" + uriPath(src) + "?mode=ro"
-	if err := check(ctx, old, name, &rep); err != nil {
+	findings, err := check(ctx, old, name, &rep)
+	if err != nil {
 		return rep, err
 	}
 	f, err := os.OpenFile(dst, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
@@ -106,6 +111,13 @@ func Rebuild(ctx context.Context, src, dst, name string) (RebuildReport, error) 
 	entries, err := schemaEntries(ctx, conn)
 	if err != nil {
 		return rep, unreadableSchema(name, err)
+	}
+	// What integrity_check found on the tables themselves (their b-trees,
+	// their pages, their rows' values) is rows lost or changed: refused
+	// before anything is copied. What it found on indexes is what the
+	// rebuild mends.
+	if err := blameTables(ctx, conn, src, findings); err != nil {
+		return rep, err
 	}
 	var refused *store.DamagedTablesError
 	lost := func(table string, err error) {
@@ -195,97 +207,120 @@ func (e damagedError) Unwrap() []error { return []error{store.ErrDamaged, e.err}
 func damaged(err error) error { return damagedError{err} }
 
 // check reads the database at the URI old (read only): an automator's,
-// and, by SQLite's integrity_check, damaged (rep's Problems and Found), or
-// ErrWhole.
-func check(ctx context.Context, old, name string, rep *RebuildReport) error {
+// and, by SQLite's integrity_check, damaged (rep's Problems and Found,
+// lines its lines, for blame), or ErrWhole.
+func check(ctx context.Context, old, name string, rep *RebuildReport) (lines []string, err error) {
 	db, err := sql.Open("sqlite", old)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer db.Close()
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return unreadableSchema(name, err)
+		return nil, unreadableSchema(name, err)
 	}
 	defer conn.Close()
 	tables, err := tableNames(ctx, conn)
 	if err != nil {
-		return unreadableSchema(name, err)
+		return nil, unreadableSchema(name, err)
 	}
 	if !IsAutomators(tables) {
-		return fmt.Errorf("%s is an SQLite database but not an automator's (it lacks the %s tables): %w", name, prose.And(store.MissingAutomatorTables(tables)), ErrNotAutomatorDB)
+		return nil, fmt.Errorf("%s is an SQLite database but not an automator's (it lacks the %s tables): %w", name, prose.And(store.MissingAutomatorTables(tables)), ErrNotAutomatorDB)
 	}
-	rep.Problems, rep.Found, err = integrityCheck(ctx, conn, "main", "integrity_check")
+	lines, err = checkLines(ctx, conn, "main", "integrity_check", MaxProblems)
 	if err != nil {
-		return unreadableSchema(name, err)
+		return nil, unreadableSchema(name, err)
 	}
-	if rep.Found == 0 {
-		return ErrWhole
+	if len(lines) == 0 {
+		return nil, ErrWhole
 	}
-	return nil
+	rep.Problems, rep.Found = lines[:min(len(lines), 10)], len(lines)
+	return lines, nil
 }
 
 // compareIndexes reads, for table (copied into main), each index the
-// damaged database old has of it in full (not partial, on columns alone)
-// that can still be read, and returns an error matching store.ErrDamaged
-// when they show that the table's pages lost or changed rows that read
-// without an error: rows an index lists that the copy lacks, or holds
-// with other values in the index's columns. Each index is a copy of its
-// columns of every row, so a row the table lost or changed shows in every
-// one that has the column; one index alone that disagrees, while another
-// agrees, is that index's damage (it is rebuilt), unless it is the only
-// one that can be read. An index that cannot be read is passed over (it
-// is damaged itself); a row the copy has and an index lacks is an index's
-// damage too.
+// damaged database old has of it (on columns alone, not expressions) that
+// can still be read, and returns an error matching store.ErrDamaged when
+// they show that the table's pages lost or changed rows that read without
+// an error: rows that two or more indexes list and the copy lacks, or
+// holds with other values in their columns (under a partial index's
+// condition). Each index is a copy of its columns of every row (that its
+// condition takes), so a row the table lost or changed shows in every
+// index that has the column; a row only one index disagrees on is that
+// index's damage, and it is rebuilt. An index that cannot be read is
+// passed over (it is damaged itself); a row the copy has and an index
+// lacks is an index's damage too.
 func compareIndexes(ctx context.Context, conn *sql.Conn, table string) error {
-	indexes, err := fullIndexes(ctx, conn, table)
+	indexes, err := tableIndexes(ctx, conn, table)
 	if err != nil {
 		return err
 	}
 	t := quoteIdent(table)
-	read := 0
-	var differ []string
-	var first error
+	seen := map[int64][]string{} // rowid → the indexes that disagree on it
 	for _, ix := range indexes {
 		cols := "rowid"
 		for _, c := range ix.cols {
 			cols += ", " + quoteIdent(c)
 		}
-		var n int64
-		err := conn.QueryRowContext(ctx, fmt.Sprintf(`SELECT COUNT(*) FROM (SELECT %s FROM old.%s INDEXED BY %s EXCEPT SELECT %s FROM main.%s NOT INDEXED)`,
-			cols, t, quoteIdent(ix.name), cols, t)).Scan(&n)
-		switch {
-		case err != nil && store.IsDamaged(err):
-			continue
-		case err != nil:
+		where := ""
+		if ix.where != "" {
+			where = " WHERE " + ix.where
+		}
+		rows, err := conn.QueryContext(ctx, fmt.Sprintf(`SELECT rowid FROM (SELECT %s FROM old.%s INDEXED BY %s%s EXCEPT SELECT %s FROM main.%s NOT INDEXED%s) LIMIT 100000`,
+			cols, t, quoteIdent(ix.name), where, cols, t, where))
+		if err != nil {
+			if store.IsDamaged(err) {
+				continue
+			}
 			return fmt.Errorf("comparing table %s with its index %s: %w", table, ix.name, err)
 		}
-		read++
-		if n > 0 {
-			differ = append(differ, ix.name)
-			if first == nil {
-				first = fmt.Errorf("its index %s lists %d rows that its pages no longer hold, or hold with other values", ix.name, n)
+		var ids []int64
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
 			}
+			ids = append(ids, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			if store.IsDamaged(err) {
+				continue
+			}
+			return fmt.Errorf("comparing table %s with its index %s: %w", table, ix.name, err)
+		}
+		for _, id := range ids {
+			seen[id] = append(seen[id], ix.name)
 		}
 	}
-	if len(differ) >= 2 || (len(differ) == 1 && read == 1) {
-		if len(differ) > 1 {
-			first = fmt.Errorf("%w (and so do %s)", first, prose.And(differ[1:]))
+	var lost []int64
+	for id, by := range seen {
+		if len(by) >= 2 {
+			lost = append(lost, id)
 		}
-		return damaged(first)
 	}
-	return nil
+	if len(lost) == 0 {
+		return nil
+	}
+	slices.Sort(lost)
+	by := seen[lost[0]]
+	return damaged(fmt.Errorf("%d of its rows (rowid %d among them) are listed by its indexes %s with values its pages no longer hold, or not at all", len(lost), lost[0], prose.And(by)))
 }
 
 type index struct {
-	name string
-	cols []string
+	name  string
+	cols  []string
+	where string // a partial index's condition ("" for none)
 }
 
-// fullIndexes lists the indexes of table in old that hold every row
-// (not partial) on its columns alone (no expression), with their columns.
-// A table without rowids has none listed.
-func fullIndexes(ctx context.Context, conn *sql.Conn, table string) ([]index, error) {
+// whereClause finds a partial index's condition in its SQL.
+var whereClause = regexp.MustCompile(`(?is)\bWHERE\b(.*)$`)
+
+// tableIndexes lists the indexes of table in old on its columns alone
+// (no expression), with their columns and a partial index's condition. A
+// table without rowids has none listed.
+func tableIndexes(ctx context.Context, conn *sql.Conn, table string) ([]index, error) {
 	var withoutRowid bool
 	if err := conn.QueryRowContext(ctx, `SELECT wr FROM pragma_table_list WHERE schema = 'old' AND name = ?`, table).Scan(&withoutRowid); err != nil {
 		return nil, err
@@ -293,31 +328,43 @@ func fullIndexes(ctx context.Context, conn *sql.Conn, table string) ([]index, er
 	if withoutRowid {
 		return nil, nil
 	}
-	rows, err := conn.QueryContext(ctx, `SELECT name FROM pragma_index_list(?, 'old') WHERE partial = 0 ORDER BY name`, table)
+	type listed struct {
+		name    string
+		partial bool
+		sql     sql.NullString
+	}
+	rows, err := conn.QueryContext(ctx, `SELECT l.name, l.partial, s.sql FROM pragma_index_list(?, 'old') l
+		LEFT JOIN old.sqlite_schema s ON s.type = 'index' AND s.name = l.name ORDER BY l.name`, table)
 	if err != nil {
 		return nil, err
 	}
-	var names []string
+	var all []listed
 	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
+		var l listed
+		if err := rows.Scan(&l.name, &l.partial, &l.sql); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		names = append(names, n)
+		all = append(all, l)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 	var out []index
-next:
-	for _, n := range names {
-		rows, err := conn.QueryContext(ctx, `SELECT cid, COALESCE(name, '') FROM pragma_index_info(?, 'old') ORDER BY seqno`, n)
+	for _, l := range all {
+		ix := index{name: l.name}
+		if l.partial {
+			m := whereClause.FindStringSubmatch(l.sql.String)
+			if m == nil {
+				continue
+			}
+			ix.where = strings.TrimSpace(m[1])
+		}
+		rows, err := conn.QueryContext(ctx, `SELECT cid, COALESCE(name, '') FROM pragma_index_info(?, 'old') ORDER BY seqno`, l.name)
 		if err != nil {
 			return nil, err
 		}
-		ix := index{name: n}
 		expr := false
 		for rows.Next() {
 			var cid int
@@ -337,12 +384,183 @@ next:
 		if err := rows.Err(); err != nil {
 			return nil, err
 		}
-		if expr {
-			continue next
+		if !expr {
+			out = append(out, ix)
 		}
-		out = append(out, ix)
 	}
 	return out, nil
+}
+
+// blameTables places each of integrity_check's findings on the damaged
+// database old (attached to conn; its file is src) on the b-tree it is
+// about: a table's (its pages, its rows' values, a table page no b-tree
+// reaches), an index's, or the freelist's. Findings on tables, a table
+// whose b-tree cannot be walked, and findings it cannot place are refused
+// (a store.DamagedTablesError, or an error matching store.ErrDamaged):
+// rows of those may be lost or changed, with no error when they are read.
+func blameTables(ctx context.Context, conn *sql.Conn, src string, findings []string) error {
+	type tree struct{ name, table, kind string }
+	roots := map[int64]tree{1: {"sqlite_schema", "sqlite_schema", "table"}}
+	rows, err := conn.QueryContext(ctx, `SELECT type, name, tbl_name, rootpage FROM old.sqlite_schema WHERE rootpage > 0`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var tr tree
+		var root int64
+		if err := rows.Scan(&tr.kind, &tr.name, &tr.table, &root); err != nil {
+			rows.Close()
+			return err
+		}
+		roots[root] = tr
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	var refused *store.DamagedTablesError
+	blame := func(table, why string) {
+		if refused == nil {
+			refused = &store.DamagedTablesError{Err: errors.New(why)}
+		}
+		if !slices.Contains(refused.Tables, table) {
+			refused.Tables = append(refused.Tables, table)
+		}
+	}
+	// Which b-tree each page belongs to: every b-tree walked (dbstat). A
+	// table's that cannot be walked has lost what lies past the damage.
+	owner := map[int64]tree{}
+	for _, tr := range roots {
+		names := []any{tr.name}
+		if tr.name == "sqlite_schema" {
+			names = append(names, "sqlite_master")
+		}
+		q := `SELECT pageno FROM dbstat('old') WHERE name = ?`
+		if len(names) == 2 {
+			q = `SELECT pageno FROM dbstat('old') WHERE name IN (?, ?)`
+		}
+		pages, err := conn.QueryContext(ctx, q, names...)
+		if err == nil {
+			for pages.Next() {
+				var p int64
+				if err = pages.Scan(&p); err != nil {
+					break
+				}
+				owner[p] = tr
+			}
+			pages.Close()
+			if err == nil {
+				err = pages.Err()
+			}
+		}
+		switch {
+		case err != nil && store.IsDamaged(err) && tr.kind == "table":
+			blame(tr.table, fmt.Sprintf("its b-tree cannot be walked: %v", err))
+		case err != nil && !store.IsDamaged(err):
+			return fmt.Errorf("reading the pages of %s: %w", tr.name, err)
+		}
+	}
+	pageSize, err := pageSizeOf(ctx, conn)
+	if err != nil {
+		return err
+	}
+	var unplaced []string
+	for _, f := range findings {
+		switch {
+		case strings.HasPrefix(f, stoppedPrefix):
+			// Where SQLite stopped is said by the other findings, and by
+			// the copy, which reads every table.
+		case indexFinding.MatchString(f):
+		case strings.Contains(strings.ToLower(f), "freelist"):
+		default:
+			if m := treeFinding.FindStringSubmatch(f); m != nil {
+				root, _ := strconv.ParseInt(m[1], 10, 64)
+				tr, ok := roots[root]
+				switch {
+				case !ok:
+					unplaced = append(unplaced, f)
+				case tr.kind == "table":
+					blame(tr.table, f)
+				}
+				continue
+			}
+			if m := valueFinding.FindStringSubmatch(f); m != nil {
+				blame(strings.Trim(m[1], `"`), f)
+				continue
+			}
+			if m := unusedFinding.FindStringSubmatch(f); m != nil {
+				p, _ := strconv.ParseInt(m[1], 10, 64)
+				if t, err := pageType(src, p, pageSize); err != nil || t == 0x05 || t == 0x0d {
+					// A table's page no b-tree reaches: its rows lost.
+					unplaced = append(unplaced, f)
+				}
+				continue
+			}
+			if m := pageFinding.FindStringSubmatch(f); m != nil {
+				p, _ := strconv.ParseInt(m[1], 10, 64)
+				tr, ok := owner[p]
+				switch {
+				case !ok:
+					unplaced = append(unplaced, f)
+				case tr.kind == "table":
+					blame(tr.table, f)
+				}
+				continue
+			}
+			unplaced = append(unplaced, f)
+		}
+	}
+	if refused != nil {
+		return refused
+	}
+	if len(unplaced) > 0 {
+		return damaged(fmt.Errorf("SQLite's integrity_check finds what may be rows lost or changed: %s", strings.Join(unplaced[:min(len(unplaced), 3)], "; ")))
+	}
+	return nil
+}
+
+// What integrity_check says, by what it is about.
+var (
+	// An index's: "row 12 missing from index work_queued", "wrong # of
+	// entries in index audit_at", "non-unique entry in index …".
+	indexFinding = regexp.MustCompile(`(?i)\b(missing from index|entries in index|entry in index)\b`)
+	// A b-tree's, by its first page: "Tree 10 page 10 cell 0: …".
+	treeFinding = regexp.MustCompile(`^Tree (\d+)\b`)
+	// A table's values: "NULL value in work.state", "CHECK constraint
+	// failed in work", "non-INTEGER value in work.key_id".
+	valueFinding = regexp.MustCompile(`(?i)(?:value in|constraint failed in) ("?[A-Za-z_][A-Za-z0-9_]*"?)`)
+	// A page no b-tree, nor the freelist, reaches.
+	unusedFinding = regexp.MustCompile(`^Page (\d+)(?::| is) never used`)
+	// A page's: "Fragmentation of 13 bytes reported as 0 on page 2", "On
+	// tree page 5 cell 3: …".
+	pageFinding = regexp.MustCompile(`(?i)\bpage (\d+)\b`)
+)
+
+// pageSizeOf is the page size of the attached database old.
+func pageSizeOf(ctx context.Context, conn *sql.Conn) (int64, error) {
+	var n int64
+	err := conn.QueryRowContext(ctx, `PRAGMA old.page_size`).Scan(&n)
+	return n, err
+}
+
+// pageType reads the type byte of page p of the database file at path:
+// 0x02 and 0x0a an index's interior and leaf pages, 0x05 and 0x0d a
+// table's.
+func pageType(path string, p, pageSize int64) (byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	off := (p - 1) * pageSize
+	if p == 1 {
+		off = sqliteHeaderSize
+	}
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, off); err != nil {
+		return 0, err
+	}
+	return b[0], nil
 }
 
 // unreadableSchema is Rebuild's error when the damaged database's own
@@ -432,48 +650,51 @@ func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`)
 
 // integrityCheck runs SQLite's check (integrity_check, or quick_check) on
 // schema, and returns the first of its lines that are not "ok" (at most
-// 10) and how many there were. A check that SQLite itself stops, finding a
-// page it cannot read past, counts that as one more line.
+// 10) and how many there were (at most 100).
 func integrityCheck(ctx context.Context, conn *sql.Conn, schema, check string) ([]string, int, error) {
+	lines, err := checkLines(ctx, conn, schema, check, 100)
+	return lines[:min(len(lines), 10)], len(lines), err
+}
+
+// checkLines runs SQLite's check (integrity_check, or quick_check) on
+// schema, stopping at max problems, and returns its lines that are not
+// "ok". A check that SQLite itself stops, finding a page it cannot read
+// past, says so in one more line.
+func checkLines(ctx context.Context, conn *sql.Conn, schema, check string, max int) ([]string, error) {
 	var lines []string
-	n := 0
-	add := func(l string) {
-		n++
-		if len(lines) < 10 {
-			lines = append(lines, l)
-		}
-	}
-	rows, err := conn.QueryContext(ctx, fmt.Sprintf(`PRAGMA %s.%s(%d)`, schema, check, MaxProblems))
+	rows, err := conn.QueryContext(ctx, fmt.Sprintf(`PRAGMA %s.%s(%d)`, schema, check, max))
 	if err != nil {
 		if store.IsDamaged(err) {
-			add(err.Error())
-			return lines, n, nil
+			return []string{stoppedPrefix + err.Error()}, nil
 		}
-		return nil, 0, err
+		return nil, err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var l string
 		if err := rows.Scan(&l); err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 		if l == "ok" {
 			continue
 		}
 		for part := range strings.SplitSeq(strings.TrimSpace(l), "\n") {
 			if part = strings.TrimSpace(part); part != "" && !strings.HasPrefix(part, "***") {
-				add(part)
+				lines = append(lines, part)
 			}
 		}
 	}
 	if err := rows.Err(); err != nil {
 		if !store.IsDamaged(err) {
-			return nil, 0, err
+			return nil, err
 		}
-		add("the check stopped: " + err.Error())
+		lines = append(lines, stoppedPrefix+err.Error())
 	}
-	return lines, n, nil
+	return lines, nil
 }
+
+// stoppedPrefix begins checkLines' line for a check SQLite stopped.
+const stoppedPrefix = "the check stopped: "
 
 // QuickCheck runs SQLite's quick_check on the database, on a read
 // connection: every page is read and checked, not each index against its

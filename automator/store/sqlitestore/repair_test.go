@@ -221,7 +221,7 @@ func TestRebuildRefusesADatabaseWhoseRowsAreDamaged(t *testing.T) {
 	if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[work]" || !store.IsDamaged(err) {
 		t.Fatalf("Rebuild of a database whose work table is damaged: %v; want a DamagedTablesError naming work", err)
 	}
-	if !strings.Contains(err.Error(), "the rows of table work cannot all be read") {
+	if !strings.Contains(err.Error(), "the rows of table work are damaged") {
 		t.Errorf("the error says %q", err)
 	}
 	after, err := os.ReadFile(path)
@@ -275,31 +275,15 @@ func TestRebuildRefusesATableThatLostRowsWithoutAnError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
+	hdr := readPage(t, path, root)
+	if hdr[0] != 0x05 {
+		t.Fatalf("the work table's root page (type %#x) is not an interior page", hdr[0])
 	}
-	const pageSize = 4096
-	hdr := make([]byte, 12)
-	if _, err := f.ReadAt(hdr, (root-1)*pageSize); err != nil || hdr[0] != 0x05 {
-		t.Fatalf("the work table's root page (type %#x, %v) is not an interior page", hdr[0], err)
-	}
-	leaf := int64(hdr[8])<<24 | int64(hdr[9])<<16 | int64(hdr[10])<<8 | int64(hdr[11])
-	if _, err := f.ReadAt(hdr[:8], (leaf-1)*pageSize); err != nil || hdr[0] != 0x0d {
-		t.Fatalf("page %d (type %#x, %v) is not a leaf of the table", leaf, hdr[0], err)
-	}
-	cells := int(hdr[3])<<8 | int(hdr[4])
-	if cells < 3 {
-		t.Fatalf("the leaf holds %d rows", cells)
-	}
-	if _, err := f.WriteAt([]byte{byte((cells - 2) >> 8), byte(cells - 2)}, (leaf-1)*pageSize+3); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	lowerCellCount(t, path, int64(hdr[8])<<24|int64(hdr[9])<<16|int64(hdr[10])<<8|int64(hdr[11]), 0x0d)
 
 	_, err = Rebuild(ctx, path, filepath.Join(dir, "rebuilt.db"), path)
 	var dt *store.DamagedTablesError
-	if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[work]" || !strings.Contains(err.Error(), "rows that its pages no longer hold") {
+	if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[work]" || !strings.Contains(err.Error(), "Fragmentation") {
 		t.Fatalf("Rebuild of a work table that lost 2 rows without an error: %v; want a DamagedTablesError naming work", err)
 	}
 }
@@ -365,24 +349,18 @@ func TestRebuildOnlyReadsTheDamagedDatabase(t *testing.T) {
 	}
 }
 
-// TestRebuildOfAnIndexThatReadsWrongValuesLosesNothing: a page of one of
-// the work table's indexes that reads without an error but lists a row
-// with another value than the table holds (that page taken from a copy in
-// which the row had that value) is the index's damage, not the table's:
-// the other indexes agree with the table, so Rebuild rebuilds the index,
-// and every row is as it was.
-func TestRebuildOfAnIndexThatReadsWrongValuesLosesNothing(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "automator.db")
-	damagedFixture(t, path)
-	want := dumpTables(t, path)
-	other := filepath.Join(dir, "other.db")
+// changedPages makes, beside the database at path, a copy changed by the
+// statements change, and copies into path the pages of the b-tree tree
+// (a table or an index) that the change made different: path's tree then
+// holds what change made of it, and the rest of path does not, as a page
+// damaged so that it reads without an error would.
+func changedPages(t *testing.T, path, tree string, change ...string) {
+	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	other := path + ".changed"
 	if err := os.WriteFile(other, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -390,11 +368,13 @@ func TestRebuildOfAnIndexThatReadsWrongValuesLosesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec(`UPDATE work SET queued_at = queued_at + 1 WHERE id = 'w-000123'`); err != nil {
-		t.Fatal(err)
+	for _, q := range change {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
 	}
 	var pages []int64
-	rows, err := db.Query(`SELECT pageno FROM dbstat WHERE name = 'work_queued_at_id'`)
+	rows, err := db.Query(`SELECT pageno FROM dbstat WHERE name = ?`, tree)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,7 +386,9 @@ func TestRebuildOfAnIndexThatReadsWrongValuesLosesNothing(t *testing.T) {
 		pages = append(pages, p)
 	}
 	rows.Close()
-	db.Close()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
 	after, err := os.ReadFile(other)
 	if err != nil {
 		t.Fatal(err)
@@ -415,27 +397,130 @@ func TestRebuildOfAnIndexThatReadsWrongValuesLosesNothing(t *testing.T) {
 	copied := 0
 	for _, p := range pages {
 		from, to := (p-1)*pageSize, p*pageSize
-		if string(b[from:to]) != string(after[from:to]) {
+		if to <= int64(len(b)) && string(b[from:to]) != string(after[from:to]) {
 			copy(b[from:to], after[from:to])
 			copied++
 		}
 	}
 	if copied == 0 {
-		t.Fatal("no page of work_queued_at_id changed with the row")
+		t.Fatalf("no page of %s changed", tree)
 	}
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestRebuildOfIndexesThatReadWrongValuesLosesNothing: pages of indexes
+// that read without an error but list a row with another value than the
+// table holds (taken from a copy in which the row had that value) are the
+// indexes' damage, not the table's, when no other index agrees with them:
+// one of the work table's, another row in another of its indexes, and the
+// audit table's one index. Rebuild rebuilds them, and every row is as it
+// was.
+func TestRebuildOfIndexesThatReadWrongValuesLosesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "automator.db")
+	damagedFixture(t, path)
+	want := dumpTables(t, path)
+	changedPages(t, path, "work_queued_at_id", `UPDATE work SET queued_at = queued_at + 1 WHERE id = 'w-000123'`)
+	changedPages(t, path, "sqlite_autoindex_work_1", `UPDATE work SET id = 'w-x00200' WHERE id = 'w-000200'`)
+	changedPages(t, path, "audit_at", `DROP TRIGGER audit_no_update`, `UPDATE audit SET at = at + 1 WHERE rowid = 5`)
 
 	dst := filepath.Join(dir, "rebuilt.db")
 	rep, err := Rebuild(ctx, path, dst, path)
 	if err != nil {
-		t.Fatalf("Rebuild with one index listing a wrong value: %v", err)
+		t.Fatalf("Rebuild with indexes listing wrong values: %v", err)
 	}
-	if rep.Found == 0 {
-		t.Error("integrity_check found nothing wrong with the index")
+	if rep.Found < 3 {
+		t.Errorf("integrity_check found %d problems (%q); want one at least for each index", rep.Found, rep.Problems)
 	}
 	if got := dumpTables(t, dst); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Error("the rebuilt database's rows differ from the database's before the damage")
+	}
+}
+
+// TestRebuildRefusesRowsChangedWithoutAnError: the work table's page
+// holding a queued unit, taken from a copy in which that unit failed,
+// reads without an error, and SQLite's integrity_check finds only indexes
+// that disagree with it; but two of them (the queue's and the open units'
+// by deadline) still list the unit as it was, so Rebuild refuses the table
+// rather than rebuild it with the unit changed. And a row of
+// schema_migrations, a table without an index, lost from its page (its
+// count of cells lowered) is found on that page, and refused.
+func TestRebuildRefusesRowsChangedWithoutAnError(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "automator.db")
+	damagedFixture(t, path)
+	changedPages(t, path, "work", `UPDATE work SET state = 'failed' WHERE id = 'w-000380'`)
+	_, err := Rebuild(ctx, path, filepath.Join(dir, "rebuilt.db"), path)
+	var dt *store.DamagedTablesError
+	if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[work]" || !strings.Contains(err.Error(), "are listed by its indexes") {
+		t.Fatalf("Rebuild of a work table holding a unit changed: %v; want a DamagedTablesError naming work, from its indexes", err)
+	}
+
+	path = filepath.Join(dir, "other.db")
+	damagedFixture(t, path)
+	var root int64
+	db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.QueryRow(`SELECT rootpage FROM sqlite_schema WHERE name = 'schema_migrations'`).Scan(&root)
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lowerCellCount(t, path, root, 0x0d)
+	_, err = Rebuild(ctx, path, filepath.Join(dir, "rebuilt-other.db"), path)
+	if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[schema_migrations]" {
+		t.Fatalf("Rebuild of a schema_migrations that lost a row: %v; want a DamagedTablesError naming schema_migrations", err)
+	}
+}
+
+// readPage reads page p (from 1) of the database file at path (4 KiB
+// pages).
+func readPage(t *testing.T, path string, p int64) []byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 4096)
+	if _, err := f.ReadAt(b, (p-1)*4096); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// lowerCellCount lowers by 2 (by 1 when it holds 2) the count of cells in
+// the header of page p of the database file at path, which must be of
+// type kind (0x0d: a table's leaf): its last rows are then gone, with no
+// error when it is read, as a page damaged so would lose them.
+func lowerCellCount(t *testing.T, path string, p int64, kind byte) {
+	t.Helper()
+	hdr := readPage(t, path, p)
+	if hdr[0] != kind {
+		t.Fatalf("page %d is of type %#x, not %#x", p, hdr[0], kind)
+	}
+	cells := int(hdr[3])<<8 | int(hdr[4])
+	by := 2
+	if cells <= 2 {
+		by = 1
+	}
+	if cells < 2 {
+		t.Fatalf("page %d holds %d rows", p, cells)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt([]byte{byte((cells - by) >> 8), byte(cells - by)}, (p-1)*4096+3); err != nil {
+		t.Fatal(err)
 	}
 }
