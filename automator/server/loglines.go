@@ -32,25 +32,31 @@ func newDiskFullLog(log *slog.Logger, clock Clock) *loglimit.Limiter {
 // newDamagedLog bounds the lines of store calls that failed on a damaged
 // database: each call that reads or writes the damaged part fails, every
 // time, until it is repaired. Each caller is told; the lines say what to
-// do (repair).
-func newDamagedLog(log *slog.Logger, clock Clock, repair string) *loglimit.Limiter {
+// do (repair). The calls of callers and proxies (of) and the automator's
+// own (the sweeper's, every second while units are due) have a bound
+// each, so that neither takes the other's lines.
+func newDamagedLog(log *slog.Logger, clock Clock, of, repair string) *loglimit.Limiter {
 	attrs := []any{"see", `automator_store_errors_total{kind="damaged"}`}
 	if repair != "" {
 		attrs = append(attrs, "repair", repair)
 	}
 	return &loglimit.Limiter{Logger: log, Level: slog.LevelError, Now: clock.Now,
-		Summary:      "store calls that met the damaged database, not logged one by one: repair it",
+		Summary:      "store calls " + of + " that met the damaged database, not logged one by one: repair it",
 		SummaryAttrs: attrs}
 }
 
-// damaged logs, within damagedLog's bound, a store call that met a
-// damaged database.
-func (s *Server) damaged(doing string, attrs ...any) {
+// damaged logs, within damagedLog's bound, a call of a caller or a proxy
+// that met a damaged database.
+func (s *Server) damaged(doing string, attrs ...any) { s.damagedOn(s.damagedLog, doing, attrs...) }
+
+// damagedOn logs, within l's bound, a store call that met a damaged
+// database.
+func (s *Server) damagedOn(l *loglimit.Limiter, doing string, attrs ...any) {
 	attrs = append(attrs, "doing", doing)
 	if s.repair != "" {
 		attrs = append(attrs, "repair", s.repair)
 	}
-	s.damagedLog.Log("the database is damaged: the calls that read or write its damaged part fail until it is repaired", attrs...)
+	l.Log("the database is damaged: the calls that read or write its damaged part fail until it is repaired", attrs...)
 }
 
 // newRefusedPollLog bounds the lines of polls refused for their
@@ -93,6 +99,7 @@ func (s *Server) flushLogLimits() {
 	s.timedOutLog.Flush()
 	s.diskFullLog.Flush()
 	s.damagedLog.Flush()
+	s.ownDamagedLog.Flush()
 	s.refusedPollLog.Flush()
 	s.queueFullLog.Flush()
 	s.deniedLog.Flush()

@@ -115,7 +115,7 @@ func (s *Server) storeFailure(doing string, err error, attrs ...any) {
 	case store.IsStorageFull(err):
 		s.diskFullLog.Log(doing, attrs...)
 	case store.IsDamaged(err):
-		s.damaged(doing, attrs...)
+		s.damagedOn(s.ownDamagedLog, doing, attrs...)
 	default:
 		s.log.Error(doing, attrs...)
 	}

@@ -165,7 +165,8 @@ type Server struct {
 	// timed out, of store calls refused for lack of disk space, and of
 	// those that met a damaged database (loglines.go).
 	timedOutLog, diskFullLog, damagedLog *loglimit.Limiter
-	repair                               string // what to do about a damaged database (Options.Repair)
+	ownDamagedLog                        *loglimit.Limiter // the automator's own calls that met a damaged database (storeFailure)
+	repair                               string            // what to do about a damaged database (Options.Repair)
 	// refusedPollLog, queueFullLog and deniedLog bound the lines of polls
 	// refused for their keys, units refused for a full queue, and calls of
 	// API keys outside their accounts (loglines.go).
@@ -279,7 +280,8 @@ func New(o Options) (*Server, error) {
 	}
 	s.authFailLog = newAuthFailLog(o.Logger, o.Clock)
 	s.timedOutLog, s.diskFullLog = newTimedOutLog(o.Logger, o.Clock), newDiskFullLog(o.Logger, o.Clock)
-	s.damagedLog, s.repair = newDamagedLog(o.Logger, o.Clock, o.Repair), o.Repair
+	s.damagedLog, s.repair = newDamagedLog(o.Logger, o.Clock, "of callers and proxies", o.Repair), o.Repair
+	s.ownDamagedLog = newDamagedLog(o.Logger, o.Clock, "of the automator's own (the sweeper's, the instances', the audit log's)", o.Repair)
 	s.refusedPollLog, s.queueFullLog, s.deniedLog = newRefusedPollLog(o.Logger, o.Clock), newQueueFullLog(o.Logger, o.Clock), newDeniedLog(o.Logger, o.Clock)
 	return s, nil
 }
