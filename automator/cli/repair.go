@@ -127,11 +127,13 @@ func cmdRepair(ctx context.Context, args []string, env Env) error {
 	now := time.Now()
 	version, latest, err := sqlitestore.SchemaVersion(ctx, tmp)
 	if err != nil {
-		return fmt.Errorf("reading the rebuilt database: %w", err)
+		return fmt.Errorf("reading the rebuilt database (nothing was replaced): %w", err)
 	}
 	st, err := sqlitestore.Open(ctx, tmp)
 	if err != nil {
-		return fmt.Errorf("opening the rebuilt database: %w", err)
+		// Its migration failed: a row of schema_migrations lost where no
+		// check could see it, say.
+		return fmt.Errorf("opening the rebuilt database (nothing was replaced; restore the latest backup, see docs/backup.md): %w", err)
 	}
 	_, err = st.AuditAppend(ctx, *cliEvent(store.AuditEvent{At: now, Kind: store.AuditRepair,
 		Detail: fmt.Sprintf("database rebuilt from its tables' rows: %d tables, %d rows, %d indexes built again; SQLite's integrity_check had found %s", rep.Tables, rep.Rows, rep.Indexes, problemCount(rep.Found))}))
