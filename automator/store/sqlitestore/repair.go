@@ -465,6 +465,15 @@ func blameTables(ctx context.Context, conn *sql.Conn, src string, findings []str
 		return err
 	}
 	var unplaced []string
+	// place puts finding f on the b-tree tr (ok: one was found for it).
+	place := func(tr tree, ok bool, f string) {
+		switch {
+		case !ok:
+			unplaced = append(unplaced, f)
+		case tr.kind == "table":
+			blame(tr.table, f)
+		}
+	}
 	for _, f := range findings {
 		switch {
 		case strings.HasPrefix(f, stoppedPrefix):
@@ -476,12 +485,7 @@ func blameTables(ctx context.Context, conn *sql.Conn, src string, findings []str
 			if m := treeFinding.FindStringSubmatch(f); m != nil {
 				root, _ := strconv.ParseInt(m[1], 10, 64)
 				tr, ok := roots[root]
-				switch {
-				case !ok:
-					unplaced = append(unplaced, f)
-				case tr.kind == "table":
-					blame(tr.table, f)
-				}
+				place(tr, ok, f)
 				continue
 			}
 			if m := valueFinding.FindStringSubmatch(f); m != nil {
@@ -499,12 +503,7 @@ func blameTables(ctx context.Context, conn *sql.Conn, src string, findings []str
 			if m := pageFinding.FindStringSubmatch(f); m != nil {
 				p, _ := strconv.ParseInt(m[1], 10, 64)
 				tr, ok := owner[p]
-				switch {
-				case !ok:
-					unplaced = append(unplaced, f)
-				case tr.kind == "table":
-					blame(tr.table, f)
-				}
+				place(tr, ok, f)
 				continue
 			}
 			unplaced = append(unplaced, f)
