@@ -69,6 +69,7 @@ func cmdRepair(ctx context.Context, args []string, env Env) error {
 	flags := newFlags("repair", env)
 	dir := flags.String("data-dir", "", "the automator's data directory (with SQLite, its serve must be stopped)")
 	db := dbFlag(flags)
+	trustRows := flags.Bool("trust-rows", false, "SQLite: rebuild a table whose rows its indexes, in the damaged file, list otherwise (the table's pages are taken as right)")
 	if err := clihelp.ParseNoArgs(flags, args); err != nil {
 		return err
 	}
@@ -105,7 +106,7 @@ func cmdRepair(ctx context.Context, args []string, env Env) error {
 			removeSQLiteFiles(tmp)
 		}
 	}()
-	rep, err := sqlitestore.Rebuild(ctx, dbPath, tmp, dbPath)
+	rep, err := sqlitestore.Rebuild(ctx, dbPath, tmp, dbPath, *trustRows)
 	var dt *store.DamagedTablesError
 	switch {
 	case errors.Is(err, sqlitestore.ErrWhole):

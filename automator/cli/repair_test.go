@@ -127,3 +127,36 @@ func TestRepairOfADatabaseCutShortPointsToTheBackup(t *testing.T) {
 		t.Error("a refused repair changed the database")
 	}
 }
+
+// TestRepairTrustingTheRowsRebuildsIndexesThatListThemOtherwise: an
+// index page that lists a unit with another value than its table holds
+// (taken from a copy in which it had it) cannot be told from the table's
+// page having lost a write: repair refuses, and says how to take the
+// table as right; with --trust-rows it rebuilds, and the unit is as the
+// table held it.
+func TestRepairTrustingTheRowsRebuildsIndexesThatListThemOtherwise(t *testing.T) {
+	t.Parallel()
+	dir := initDir(t)
+	backupFixture(t, dir)
+	cfg, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := cfg.DBPath(dir)
+	sqlitetest.ChangedPages(t, path, "work_queued_at_id", `UPDATE work SET queued_at = queued_at + 1 WHERE id = 'w-queued'`)
+	before := fileBytes(t, path)
+	code, _, stderr := runCLI(t, "repair", "--data-dir", dir)
+	if code != ExitError || !strings.Contains(stderr, "differ between its pages and its index work_queued_at_id") || !strings.Contains(stderr, "run repair again with --trust-rows") {
+		t.Fatalf("repair with an index listing a unit otherwise: exit %d, stderr %q", code, stderr)
+	}
+	if !bytes.Equal(fileBytes(t, path), before) {
+		t.Error("a refused repair changed the database")
+	}
+	code, stdout, stderr := runCLI(t, "repair", "--data-dir", dir, "--trust-rows")
+	if code != 0 || !strings.Contains(stdout, "rebuilt it from its tables' rows") {
+		t.Fatalf("repair --trust-rows: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if check := sqlitetest.IntegrityCheck(t, path); check != "ok" {
+		t.Errorf("integrity_check after repair --trust-rows: %s", check)
+	}
+}

@@ -72,3 +72,120 @@ func DamageFirstPage(t testing.TB, path, name string) {
 		t.Fatal(err)
 	}
 }
+
+// ChangedPages makes, beside the database at path, a copy changed by the
+// statements change, and copies into path the pages of the b-tree tree
+// (a table or an index) that the change made different: path's tree then
+// holds what change made of it, and the rest of path does not, as a page
+// damaged so that it reads without an error would.
+func ChangedPages(t testing.TB, path, tree string, change ...string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := path + ".changed"
+	if err := os.WriteFile(other, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", "file:"+other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range change {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	var pages []int64
+	rows, err := db.Query(`SELECT pageno FROM dbstat WHERE name = ?`, tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var p int64
+		if err := rows.Scan(&p); err != nil {
+			t.Fatal(err)
+		}
+		pages = append(pages, p)
+	}
+	rows.Close()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.ReadFile(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pageSize = 4096
+	copied := 0
+	for _, p := range pages {
+		from, to := (p-1)*pageSize, p*pageSize
+		if to <= int64(len(b)) && string(b[from:to]) != string(after[from:to]) {
+			copy(b[from:to], after[from:to])
+			copied++
+		}
+	}
+	if copied == 0 {
+		t.Fatalf("no page of %s changed", tree)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// StalePages applies the statements change to the database at path, then
+// writes back the pages of the b-tree tree (a table or an index) that the
+// change made different, as they were: tree has lost the change's write,
+// and the rest of path has it.
+func StalePages(t testing.TB, path, tree string, change ...string) {
+	t.Helper()
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range change {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	var pages []int64
+	rows, err := db.Query(`SELECT pageno FROM dbstat WHERE name = ?`, tree)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var p int64
+		if err := rows.Scan(&p); err != nil {
+			t.Fatal(err)
+		}
+		pages = append(pages, p)
+	}
+	rows.Close()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pageSize = 4096
+	stale := 0
+	for _, p := range pages {
+		from, to := (p-1)*pageSize, p*pageSize
+		if to <= int64(len(before)) && string(before[from:to]) != string(after[from:to]) {
+			copy(after[from:to], before[from:to])
+			stale++
+		}
+	}
+	if stale == 0 {
+		t.Fatalf("no page of %s changed", tree)
+	}
+	if err := os.WriteFile(path, after, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -59,7 +59,7 @@ const MaxProblems = 10000
 // integrity_check finds whole is refused with ErrWhole, and dst is then
 // not made. On any other error dst may be left behind, for the caller to
 // remove.
-func Rebuild(ctx context.Context, src, dst, name string) (RebuildReport, error) {
+func Rebuild(ctx context.Context, src, dst, name string, trustRows bool) (RebuildReport, error) {
 	var rep RebuildReport
 	if err := checkHeader(src, name); err != nil {
 		return rep, damaged(err)
@@ -116,7 +116,7 @@ func Rebuild(ctx context.Context, src, dst, name string) (RebuildReport, error) 
 	// their pages, their rows' values) is rows lost or changed: refused
 	// before anything is copied. What it found on indexes is what the
 	// rebuild mends.
-	if err := blameTables(ctx, conn, src, findings); err != nil {
+	if err := blameTables(ctx, conn, findings); err != nil {
 		return rep, err
 	}
 	var refused *store.DamagedTablesError
@@ -142,7 +142,7 @@ func Rebuild(ctx context.Context, src, dst, name string) (RebuildReport, error) 
 			// A row that breaks the table's constraints: a value changed.
 			return rep, damaged(fmt.Errorf("copying the rows of table %s: %w", e.name, err))
 		}
-		if err := compareIndexes(ctx, conn, e.name); err != nil {
+		if err := compareIndexes(ctx, conn, e.name, trustRows); err != nil {
 			if !store.IsDamaged(err) {
 				return rep, err
 			}
@@ -240,23 +240,27 @@ func check(ctx context.Context, old, name string, rep *RebuildReport) (lines []s
 
 // compareIndexes reads, for table (copied into main), each index the
 // damaged database old has of it (on columns alone, not expressions) that
-// can still be read, and returns an error matching store.ErrDamaged when
-// they show that the table's pages lost or changed rows that read without
-// an error: rows that two or more indexes list and the copy lacks, or
-// holds with other values in their columns (under a partial index's
-// condition). Each index is a copy of its columns of every row (that its
-// condition takes), so a row the table lost or changed shows in every
-// index that has the column; a row only one index disagrees on is that
-// index's damage, and it is rebuilt. An index that cannot be read is
-// passed over (it is damaged itself); a row the copy has and an index
-// lacks is an index's damage too.
-func compareIndexes(ctx context.Context, conn *sql.Conn, table string) error {
+// can still be read, and compares it with the rows copied, both ways
+// (under a partial index's condition): a row an index lists that the copy
+// lacks, or holds with other values, or one the copy holds that an index
+// lacks. Each index is a copy of its columns of every row its condition
+// takes, so where they disagree, either the table's pages lost or changed
+// rows that read without an error (a page that lost a write: a unit
+// finished and queued again), or the index's did; a file does not say
+// which. So a disagreement is an error matching store.ErrDamaged, unless
+// trustRows: the operator says the table is right. An index that cannot
+// be read is passed over (it is damaged itself, and rebuilt).
+func compareIndexes(ctx context.Context, conn *sql.Conn, table string, trustRows bool) error {
+	if trustRows {
+		return nil
+	}
 	indexes, err := tableIndexes(ctx, conn, table)
 	if err != nil {
 		return err
 	}
 	t := quoteIdent(table)
-	seen := map[int64][]string{} // rowid → the indexes that disagree on it
+	disputed := map[int64]bool{}
+	var by []string
 	for _, ix := range indexes {
 		cols := "rowid"
 		for _, c := range ix.cols {
@@ -266,46 +270,62 @@ func compareIndexes(ctx context.Context, conn *sql.Conn, table string) error {
 		if ix.where != "" {
 			where = " WHERE " + ix.where
 		}
-		rows, err := conn.QueryContext(ctx, fmt.Sprintf(`SELECT rowid FROM (SELECT %s FROM old.%s INDEXED BY %s%s EXCEPT SELECT %s FROM main.%s NOT INDEXED%s) LIMIT 100000`,
-			cols, t, quoteIdent(ix.name), where, cols, t, where))
-		if err != nil {
-			if store.IsDamaged(err) {
-				continue
-			}
-			return fmt.Errorf("comparing table %s with its index %s: %w", table, ix.name, err)
-		}
+		fromIndex := fmt.Sprintf(`SELECT %s FROM old.%s INDEXED BY %s%s`, cols, t, quoteIdent(ix.name), where)
+		fromCopy := fmt.Sprintf(`SELECT %s FROM main.%s NOT INDEXED%s`, cols, t, where)
 		var ids []int64
-		for rows.Next() {
-			var id int64
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return err
+		for _, q := range []string{fromIndex + " EXCEPT " + fromCopy, fromCopy + " EXCEPT " + fromIndex} {
+			more, err := rowids(ctx, conn, `SELECT rowid FROM (`+q+`) LIMIT 100000`)
+			if err != nil {
+				if store.IsDamaged(err) {
+					ids = nil
+					break
+				}
+				return fmt.Errorf("comparing table %s with its index %s: %w", table, ix.name, err)
 			}
-			ids = append(ids, id)
+			ids = append(ids, more...)
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			if store.IsDamaged(err) {
-				continue
-			}
-			return fmt.Errorf("comparing table %s with its index %s: %w", table, ix.name, err)
+		if len(ids) > 0 {
+			by = append(by, ix.name)
 		}
 		for _, id := range ids {
-			seen[id] = append(seen[id], ix.name)
+			disputed[id] = true
 		}
 	}
-	var lost []int64
-	for id, by := range seen {
-		if len(by) >= 2 {
-			lost = append(lost, id)
-		}
-	}
-	if len(lost) == 0 {
+	if len(disputed) == 0 {
 		return nil
 	}
-	slices.Sort(lost)
-	by := seen[lost[0]]
-	return damaged(fmt.Errorf("%d of its rows (rowid %d among them) are listed by its indexes %s with values its pages no longer hold, or not at all", len(lost), lost[0], prose.And(by)))
+	first := int64(-1)
+	for id := range disputed {
+		if first < 0 || id < first {
+			first = id
+		}
+	}
+	return damaged(fmt.Errorf("%d of its rows (rowid %d among them) differ between its pages and its %s %s: its pages lost or changed them, or those indexes did, which the file does not tell; if its rows are right, run repair again with --trust-rows", len(disputed), first, plural(len(by), "index", "indexes"), prose.And(by)))
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// rowids runs query, whose one column is a rowid, and returns them.
+func rowids(ctx context.Context, conn *sql.Conn, query string) ([]int64, error) {
+	rows, err := conn.QueryContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
 }
 
 type index struct {
@@ -398,7 +418,7 @@ func tableIndexes(ctx context.Context, conn *sql.Conn, table string) ([]index, e
 // whose b-tree cannot be walked, and findings it cannot place are refused
 // (a store.DamagedTablesError, or an error matching store.ErrDamaged):
 // rows of those may be lost or changed, with no error when they are read.
-func blameTables(ctx context.Context, conn *sql.Conn, src string, findings []string) error {
+func blameTables(ctx context.Context, conn *sql.Conn, findings []string) error {
 	type tree struct{ name, table, kind string }
 	roots := map[int64]tree{1: {"sqlite_schema", "sqlite_schema", "table"}}
 	rows, err := conn.QueryContext(ctx, `SELECT type, name, tbl_name, rootpage FROM old.sqlite_schema WHERE rootpage > 0`)
@@ -460,7 +480,7 @@ func blameTables(ctx context.Context, conn *sql.Conn, src string, findings []str
 			return fmt.Errorf("reading the pages of %s: %w", tr.name, err)
 		}
 	}
-	pageSize, err := pageSizeOf(ctx, conn)
+	free, err := freelistPages(ctx, conn)
 	if err != nil {
 		return err
 	}
@@ -494,8 +514,9 @@ func blameTables(ctx context.Context, conn *sql.Conn, src string, findings []str
 			}
 			if m := unusedFinding.FindStringSubmatch(f); m != nil {
 				p, _ := strconv.ParseInt(m[1], 10, 64)
-				if t, err := pageType(src, p, pageSize); err != nil || t == 0x05 || t == 0x0d {
-					// A table's page no b-tree reaches: its rows lost.
+				// A table's page no b-tree reaches: its rows lost; unless
+				// the freelist lists it (a freed page keeps what it held).
+				if t, err := pageType(ctx, conn, p); !free[p] && (err != nil || t == 0x05 || t == 0x0d) {
 					unplaced = append(unplaced, f)
 				}
 				continue
@@ -535,31 +556,64 @@ var (
 	pageFinding = regexp.MustCompile(`(?i)\bpage (\d+)\b`)
 )
 
-// pageSizeOf is the page size of the attached database old.
-func pageSizeOf(ctx context.Context, conn *sql.Conn) (int64, error) {
-	var n int64
-	err := conn.QueryRowContext(ctx, `PRAGMA old.page_size`).Scan(&n)
-	return n, err
+// readPage reads page p of the attached database old as SQLite sees it
+// (the write-ahead log's copy, where it has one).
+func readPage(ctx context.Context, conn *sql.Conn, p int64) ([]byte, error) {
+	var b []byte
+	err := conn.QueryRowContext(ctx, `SELECT data FROM sqlite_dbpage('old') WHERE pgno = ?`, p).Scan(&b)
+	return b, err
 }
 
-// pageType reads the type byte of page p of the database file at path:
+// pageType reads the type byte of page p of the attached database old:
 // 0x02 and 0x0a an index's interior and leaf pages, 0x05 and 0x0d a
 // table's.
-func pageType(path string, p, pageSize int64) (byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	off := (p - 1) * pageSize
+func pageType(ctx context.Context, conn *sql.Conn, p int64) (byte, error) {
+	b, err := readPage(ctx, conn, p)
+	off := 0
 	if p == 1 {
 		off = sqliteHeaderSize
 	}
-	b := make([]byte, 1)
-	if _, err := f.ReadAt(b, off); err != nil {
+	if err == nil && len(b) <= off {
+		err = fmt.Errorf("page %d is short", p)
+	}
+	if err != nil {
 		return 0, err
 	}
-	return b[0], nil
+	return b[off], nil
+}
+
+// freelistPages lists the pages the freelist of the attached database old
+// names: its trunk pages and every page number their arrays hold, past
+// the count a damaged trunk may say too (a page freed keeps what it held,
+// its type byte among it).
+func freelistPages(ctx context.Context, conn *sql.Conn) (map[int64]bool, error) {
+	var pages int64
+	if err := conn.QueryRowContext(ctx, `PRAGMA old.page_count`).Scan(&pages); err != nil {
+		return nil, err
+	}
+	first, err := readPage(ctx, conn, 1)
+	if err != nil {
+		return nil, err
+	}
+	free := map[int64]bool{}
+	if len(first) < 40 {
+		return free, nil
+	}
+	be32 := func(b []byte) int64 { return int64(b[0])<<24 | int64(b[1])<<16 | int64(b[2])<<8 | int64(b[3]) }
+	for trunk := be32(first[32:36]); trunk > 0 && trunk <= pages && !free[trunk]; {
+		free[trunk] = true
+		b, err := readPage(ctx, conn, trunk)
+		if err != nil || len(b) < 8 {
+			break
+		}
+		for off := 8; off+4 <= len(b); off += 4 {
+			if p := be32(b[off : off+4]); p > 0 && p <= pages {
+				free[p] = true
+			}
+		}
+		trunk = be32(b[0:4])
+	}
+	return free, nil
 }
 
 // unreadableSchema is Rebuild's error when the damaged database's own

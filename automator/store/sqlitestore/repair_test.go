@@ -150,7 +150,7 @@ func TestRebuildOfADatabaseWhoseIndexesAreDamagedLosesNothing(t *testing.T) {
 	s.Close()
 
 	dst := filepath.Join(dir, "rebuilt.db")
-	rep, err := Rebuild(ctx, path, dst, path)
+	rep, err := Rebuild(ctx, path, dst, path, false)
 	if err != nil {
 		t.Fatalf("Rebuild: %v", err)
 	}
@@ -216,7 +216,7 @@ func TestRebuildRefusesADatabaseWhoseRowsAreDamaged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = Rebuild(ctx, path, filepath.Join(dir, "rebuilt.db"), "DB")
+	_, err = Rebuild(ctx, path, filepath.Join(dir, "rebuilt.db"), "DB", false)
 	var dt *store.DamagedTablesError
 	if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[work]" || !store.IsDamaged(err) {
 		t.Fatalf("Rebuild of a database whose work table is damaged: %v; want a DamagedTablesError naming work", err)
@@ -242,7 +242,7 @@ func TestRebuildOfAWholeDatabaseSaysSo(t *testing.T) {
 	path := filepath.Join(dir, "automator.db")
 	damagedFixture(t, path)
 	dst := filepath.Join(dir, "rebuilt.db")
-	if _, err := Rebuild(context.Background(), path, dst, path); !errors.Is(err, ErrWhole) {
+	if _, err := Rebuild(context.Background(), path, dst, path, false); !errors.Is(err, ErrWhole) {
 		t.Fatalf("Rebuild of a whole database: %v; want ErrWhole", err)
 	}
 	// Nothing made, nothing left beside the database read.
@@ -275,13 +275,13 @@ func TestRebuildRefusesATableThatLostRowsWithoutAnError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hdr := readPage(t, path, root)
+	hdr := readFilePage(t, path, root)
 	if hdr[0] != 0x05 {
 		t.Fatalf("the work table's root page (type %#x) is not an interior page", hdr[0])
 	}
 	lowerCellCount(t, path, int64(hdr[8])<<24|int64(hdr[9])<<16|int64(hdr[10])<<8|int64(hdr[11]), 0x0d)
 
-	_, err = Rebuild(ctx, path, filepath.Join(dir, "rebuilt.db"), path)
+	_, err = Rebuild(ctx, path, filepath.Join(dir, "rebuilt.db"), path, false)
 	var dt *store.DamagedTablesError
 	if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[work]" || !strings.Contains(err.Error(), "Fragmentation") {
 		t.Fatalf("Rebuild of a work table that lost 2 rows without an error: %v; want a DamagedTablesError naming work", err)
@@ -330,7 +330,7 @@ func TestRebuildOnlyReadsTheDamagedDatabase(t *testing.T) {
 		t.Fatal("the copy has no write-ahead log")
 	}
 	dst := filepath.Join(dir, "rebuilt.db")
-	if _, err := Rebuild(ctx, crashed, dst, crashed); err != nil {
+	if _, err := Rebuild(ctx, crashed, dst, crashed, false); err != nil {
 		t.Fatalf("Rebuild: %v", err)
 	}
 	for _, suffix := range []string{"", "-wal"} {
@@ -349,95 +349,71 @@ func TestRebuildOnlyReadsTheDamagedDatabase(t *testing.T) {
 	}
 }
 
-// changedPages makes, beside the database at path, a copy changed by the
-// statements change, and copies into path the pages of the b-tree tree
-// (a table or an index) that the change made different: path's tree then
-// holds what change made of it, and the rest of path does not, as a page
-// damaged so that it reads without an error would.
-func changedPages(t *testing.T, path, tree string, change ...string) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	other := path + ".changed"
-	if err := os.WriteFile(other, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	db, err := sql.Open("sqlite", "file:"+uriPath(other))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range change {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	var pages []int64
-	rows, err := db.Query(`SELECT pageno FROM dbstat WHERE name = ?`, tree)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var p int64
-		if err := rows.Scan(&p); err != nil {
-			t.Fatal(err)
-		}
-		pages = append(pages, p)
-	}
-	rows.Close()
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	after, err := os.ReadFile(other)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const pageSize = 4096
-	copied := 0
-	for _, p := range pages {
-		from, to := (p-1)*pageSize, p*pageSize
-		if to <= int64(len(b)) && string(b[from:to]) != string(after[from:to]) {
-			copy(b[from:to], after[from:to])
-			copied++
-		}
-	}
-	if copied == 0 {
-		t.Fatalf("no page of %s changed", tree)
-	}
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// TestRebuildOfIndexesThatReadWrongValuesLosesNothing: pages of indexes
-// that read without an error but list a row with another value than the
-// table holds (taken from a copy in which the row had that value) are the
-// indexes' damage, not the table's, when no other index agrees with them:
-// one of the work table's, another row in another of its indexes, and the
-// audit table's one index. Rebuild rebuilds them, and every row is as it
-// was.
-func TestRebuildOfIndexesThatReadWrongValuesLosesNothing(t *testing.T) {
+// TestRebuildOfIndexesThatReadWrongValuesIsRefusedUnlessTheRowsAreTrusted:
+// pages of indexes that read without an error but list a row with another
+// value than the table holds (taken from a copy in which the row had that
+// value: one of the work table's, another row in another of its indexes,
+// and the audit table's one index) cannot be told from the table's pages
+// having lost a write, so Rebuild refuses both tables; trusting the rows,
+// it rebuilds the indexes, and every row is as it was.
+func TestRebuildOfIndexesThatReadWrongValuesIsRefusedUnlessTheRowsAreTrusted(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "automator.db")
 	damagedFixture(t, path)
 	want := dumpTables(t, path)
-	changedPages(t, path, "work_queued_at_id", `UPDATE work SET queued_at = queued_at + 1 WHERE id = 'w-000123'`)
-	changedPages(t, path, "sqlite_autoindex_work_1", `UPDATE work SET id = 'w-x00200' WHERE id = 'w-000200'`)
-	changedPages(t, path, "audit_at", `DROP TRIGGER audit_no_update`, `UPDATE audit SET at = at + 1 WHERE rowid = 5`)
+	sqlitetest.ChangedPages(t, path, "work_queued_at_id", `UPDATE work SET queued_at = queued_at + 1 WHERE id = 'w-000123'`)
+	sqlitetest.ChangedPages(t, path, "sqlite_autoindex_work_1", `UPDATE work SET id = 'w-x00200' WHERE id = 'w-000200'`)
+	sqlitetest.ChangedPages(t, path, "audit_at", `DROP TRIGGER audit_no_update`, `UPDATE audit SET at = at + 1 WHERE rowid = 5`)
 
+	_, err := Rebuild(ctx, path, filepath.Join(dir, "refused.db"), path, false)
+	var dt *store.DamagedTablesError
+	if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[work audit]" || !strings.Contains(err.Error(), "run repair again with --trust-rows") {
+		t.Fatalf("Rebuild with indexes listing rows otherwise: %v; want the work and audit tables refused, saying how to trust their rows", err)
+	}
 	dst := filepath.Join(dir, "rebuilt.db")
-	rep, err := Rebuild(ctx, path, dst, path)
+	rep, err := Rebuild(ctx, path, dst, path, true)
 	if err != nil {
-		t.Fatalf("Rebuild with indexes listing wrong values: %v", err)
+		t.Fatalf("Rebuild trusting the rows: %v", err)
 	}
 	if rep.Found < 3 {
 		t.Errorf("integrity_check found %d problems (%q); want one at least for each index", rep.Found, rep.Problems)
 	}
 	if got := dumpTables(t, dst); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Error("the rebuilt database's rows differ from the database's before the damage")
+	}
+}
+
+// TestRebuildRefusesATablePageThatLostAWrite: a page of the work table that
+// lost the write that ended a queued unit (its indexes have it) would
+// queue the unit again, and run it twice; a page of the audit table (one
+// index) that lost the writes of its latest events would lose them, and
+// give their numbers again. Both read without an error, and SQLite's
+// integrity_check finds only indexes that disagree; Rebuild refuses both.
+func TestRebuildRefusesATablePageThatLostAWrite(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "automator.db")
+	damagedFixture(t, path)
+	sqlitetest.StalePages(t, path, "work", `UPDATE work SET state = 'succeeded', claimed_at = 7, instance_id = 'i-1', claim_id = 'c', finished_at = 9, sealed_result = x'0102' WHERE id = 'w-000390'`)
+	_, err := Rebuild(ctx, path, filepath.Join(dir, "rebuilt.db"), path, false)
+	var dt *store.DamagedTablesError
+	if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[work]" {
+		t.Fatalf("Rebuild of a work table that lost a unit's end: %v; want a DamagedTablesError naming work", err)
+	}
+
+	path = filepath.Join(dir, "audit.db")
+	damagedFixture(t, path)
+	var inserts []string
+	for i := range 20 {
+		inserts = append(inserts, fmt.Sprintf(`INSERT INTO audit (at, kind, actor, detail) VALUES (%d, 'test.late', 'test', '%s')`, testNow.UnixNano()+int64(i), strings.Repeat("d", 100)))
+	}
+	sqlitetest.StalePages(t, path, "audit", inserts...)
+	_, err = Rebuild(ctx, path, filepath.Join(dir, "rebuilt-audit.db"), path, false)
+	if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[audit]" {
+		t.Fatalf("Rebuild of an audit table that lost its latest events: %v; want a DamagedTablesError naming audit", err)
 	}
 }
 
@@ -455,10 +431,10 @@ func TestRebuildRefusesRowsChangedWithoutAnError(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "automator.db")
 	damagedFixture(t, path)
-	changedPages(t, path, "work", `UPDATE work SET state = 'failed' WHERE id = 'w-000380'`)
-	_, err := Rebuild(ctx, path, filepath.Join(dir, "rebuilt.db"), path)
+	sqlitetest.ChangedPages(t, path, "work", `UPDATE work SET state = 'failed' WHERE id = 'w-000380'`)
+	_, err := Rebuild(ctx, path, filepath.Join(dir, "rebuilt.db"), path, false)
 	var dt *store.DamagedTablesError
-	if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[work]" || !strings.Contains(err.Error(), "are listed by its indexes") {
+	if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[work]" || !strings.Contains(err.Error(), "differ between its pages and its indexes") {
 		t.Fatalf("Rebuild of a work table holding a unit changed: %v; want a DamagedTablesError naming work, from its indexes", err)
 	}
 
@@ -475,15 +451,15 @@ func TestRebuildRefusesRowsChangedWithoutAnError(t *testing.T) {
 		t.Fatal(err)
 	}
 	lowerCellCount(t, path, root, 0x0d)
-	_, err = Rebuild(ctx, path, filepath.Join(dir, "rebuilt-other.db"), path)
+	_, err = Rebuild(ctx, path, filepath.Join(dir, "rebuilt-other.db"), path, false)
 	if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[schema_migrations]" {
 		t.Fatalf("Rebuild of a schema_migrations that lost a row: %v; want a DamagedTablesError naming schema_migrations", err)
 	}
 }
 
-// readPage reads page p (from 1) of the database file at path (4 KiB
+// readFilePage reads page p (from 1) of the database file at path (4 KiB
 // pages).
-func readPage(t *testing.T, path string, p int64) []byte {
+func readFilePage(t *testing.T, path string, p int64) []byte {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -503,7 +479,7 @@ func readPage(t *testing.T, path string, p int64) []byte {
 // error when it is read, as a page damaged so would lose them.
 func lowerCellCount(t *testing.T, path string, p int64, kind byte) {
 	t.Helper()
-	hdr := readPage(t, path, p)
+	hdr := readFilePage(t, path, p)
 	if hdr[0] != kind {
 		t.Fatalf("page %d is of type %#x, not %#x", p, hdr[0], kind)
 	}
@@ -522,5 +498,61 @@ func lowerCellCount(t *testing.T, path string, p int64, kind byte) {
 	defer f.Close()
 	if _, err := f.WriteAt([]byte{byte((cells - by) >> 8), byte(cells - by)}, (p-1)*4096+3); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRebuildOfADamagedFreelistLosesNothing: units deleted (as a purge
+// does) leave their pages on the freelist, still holding what they held;
+// with the count of a freelist trunk page lowered, integrity_check says
+// some are never used, and their type bytes say table pages. The
+// freelist's arrays still name them, so they are free pages, not rows
+// lost: Rebuild rebuilds, and every row is as it was.
+func TestRebuildOfADamagedFreelistLosesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "automator.db")
+	damagedFixture(t, path)
+	db, err := sql.Open("sqlite", "file:"+uriPath(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`DELETE FROM work WHERE rowid BETWEEN 50 AND 300`); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := dumpTables(t, path)
+	first := readFilePage(t, path, 1)
+	trunk := int64(first[32])<<24 | int64(first[33])<<16 | int64(first[34])<<8 | int64(first[35])
+	if trunk == 0 {
+		t.Fatal("the deletes left no freelist")
+	}
+	hdr := readFilePage(t, path, trunk)
+	count := int(hdr[4])<<24 | int(hdr[5])<<16 | int(hdr[6])<<8 | int(hdr[7])
+	if count < 4 {
+		t.Fatalf("the freelist trunk lists %d pages", count)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.WriteAt([]byte{byte((count - 3) >> 24), byte((count - 3) >> 16), byte((count - 3) >> 8), byte(count - 3)}, (trunk-1)*4096+4)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	dst := filepath.Join(dir, "rebuilt.db")
+	rep, err := Rebuild(ctx, path, dst, path, false)
+	if err != nil {
+		t.Fatalf("Rebuild with a freelist trunk's count lowered: %v", err)
+	}
+	if !strings.Contains(strings.Join(rep.Problems, "\n"), "never used") {
+		t.Errorf("integrity_check found %q; want pages never used", rep.Problems)
+	}
+	if got := dumpTables(t, dst); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Error("the rebuilt database's rows differ from the database's before the damage")
 	}
 }
