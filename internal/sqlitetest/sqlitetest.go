@@ -50,16 +50,7 @@ func IntegrityCheck(t testing.TB, path string) string {
 // connection has none).
 func DamageFirstPage(t testing.TB, path, name string) {
 	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var page, size int64
-	err = db.QueryRow(`SELECT rootpage, (SELECT page_size FROM pragma_page_size) FROM sqlite_schema WHERE name = ?`, name).Scan(&page, &size)
-	db.Close()
-	if err != nil {
-		t.Fatalf("the first page of %s: %v", name, err)
-	}
+	page, size := rootPage(t, path, name)
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -73,6 +64,29 @@ func DamageFirstPage(t testing.TB, path, name string) {
 	}
 }
 
+// RootPage is the first page of the table or index name in the database
+// file at path, read only.
+func RootPage(t testing.TB, path, name string) int64 {
+	t.Helper()
+	page, _ := rootPage(t, path, name)
+	return page
+}
+
+// rootPage is RootPage with the database's page size.
+func rootPage(t testing.TB, path, name string) (page, size int64) {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	err = db.QueryRow(`SELECT rootpage, (SELECT page_size FROM pragma_page_size) FROM sqlite_schema WHERE name = ?`, name).Scan(&page, &size)
+	if err != nil {
+		t.Fatalf("the first page of %s: %v", name, err)
+	}
+	return page, size
+}
+
 // ChangedPages makes, beside the database at path, a copy changed by the
 // statements change, and copies into path the pages of the b-tree tree
 // (a table or an index) that the change made different: path's tree then
@@ -80,14 +94,33 @@ func DamageFirstPage(t testing.TB, path, name string) {
 // damaged so that it reads without an error would.
 func ChangedPages(t testing.TB, path, tree string, change ...string) {
 	t.Helper()
-	b, err := os.ReadFile(path)
+	mixPages(t, path, tree, true, change)
+}
+
+// StalePages applies the statements change to the database at path, then
+// writes back the pages of the b-tree tree (a table or an index) that the
+// change made different, as they were: tree has lost the change's write,
+// and the rest of path has it.
+func StalePages(t testing.TB, path, tree string, change ...string) {
+	t.Helper()
+	mixPages(t, path, tree, false, change)
+}
+
+// mixPages applies change to a copy of the database at path and writes
+// into path the copy's pages of tree that the change made different
+// (changedTree) with the rest of path as it was, or the copy with those
+// pages of tree as they were.
+func mixPages(t testing.TB, path, tree string, changedTree bool, change []string) {
+	t.Helper()
+	before, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	other := path + ".changed"
-	if err := os.WriteFile(other, b, 0o600); err != nil {
+	if err := os.WriteFile(other, before, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	defer os.Remove(other)
 	db, err := sql.Open("sqlite", "file:"+other)
 	if err != nil {
 		t.Fatal(err)
@@ -117,75 +150,23 @@ func ChangedPages(t testing.TB, path, tree string, change ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const pageSize = 4096
-	copied := 0
-	for _, p := range pages {
-		from, to := (p-1)*pageSize, p*pageSize
-		if to <= int64(len(b)) && string(b[from:to]) != string(after[from:to]) {
-			copy(b[from:to], after[from:to])
-			copied++
-		}
-	}
-	if copied == 0 {
-		t.Fatalf("no page of %s changed", tree)
-	}
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// StalePages applies the statements change to the database at path, then
-// writes back the pages of the b-tree tree (a table or an index) that the
-// change made different, as they were: tree has lost the change's write,
-// and the rest of path has it.
-func StalePages(t testing.TB, path, tree string, change ...string) {
-	t.Helper()
-	before, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range change {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	var pages []int64
-	rows, err := db.Query(`SELECT pageno FROM dbstat WHERE name = ?`, tree)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var p int64
-		if err := rows.Scan(&p); err != nil {
-			t.Fatal(err)
-		}
-		pages = append(pages, p)
-	}
-	rows.Close()
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	after, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
+	into, from := after, before // the change, with tree's pages as they were
+	if changedTree {
+		into, from = before, after
 	}
 	const pageSize = 4096
-	stale := 0
+	mixed := 0
 	for _, p := range pages {
-		from, to := (p-1)*pageSize, p*pageSize
-		if to <= int64(len(before)) && string(before[from:to]) != string(after[from:to]) {
-			copy(after[from:to], before[from:to])
-			stale++
+		lo, hi := (p-1)*pageSize, p*pageSize
+		if hi <= int64(len(before)) && string(before[lo:hi]) != string(after[lo:hi]) {
+			copy(into[lo:hi], from[lo:hi])
+			mixed++
 		}
 	}
-	if stale == 0 {
+	if mixed == 0 {
 		t.Fatalf("no page of %s changed", tree)
 	}
-	if err := os.WriteFile(path, after, 0o600); err != nil {
+	if err := os.WriteFile(path, into, 0o600); err != nil {
 		t.Fatal(err)
 	}
 }

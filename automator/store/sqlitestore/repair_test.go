@@ -265,23 +265,13 @@ func TestRebuildRefusesATableThatLostRowsWithoutAnError(t *testing.T) {
 	damagedFixture(t, path)
 	// The work table's root is an interior page (400 units); its right-most
 	// child, a leaf, has its cell count at bytes 3–4 of its header.
-	root := int64(0)
-	db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?mode=ro")
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = db.QueryRow(`SELECT rootpage FROM sqlite_schema WHERE name = 'work'`).Scan(&root)
-	db.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	hdr := readFilePage(t, path, root)
+	hdr := readFilePage(t, path, sqlitetest.RootPage(t, path, "work"))
 	if hdr[0] != 0x05 {
 		t.Fatalf("the work table's root page (type %#x) is not an interior page", hdr[0])
 	}
 	lowerCellCount(t, path, int64(hdr[8])<<24|int64(hdr[9])<<16|int64(hdr[10])<<8|int64(hdr[11]), 0x0d)
 
-	_, err = Rebuild(ctx, path, filepath.Join(dir, "rebuilt.db"), path, false)
+	_, err := Rebuild(ctx, path, filepath.Join(dir, "rebuilt.db"), path, false)
 	var dt *store.DamagedTablesError
 	if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[work]" || !strings.Contains(err.Error(), "Fragmentation") {
 		t.Fatalf("Rebuild of a work table that lost 2 rows without an error: %v; want a DamagedTablesError naming work", err)
@@ -440,17 +430,7 @@ func TestRebuildRefusesRowsChangedWithoutAnError(t *testing.T) {
 
 	path = filepath.Join(dir, "other.db")
 	damagedFixture(t, path)
-	var root int64
-	db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?mode=ro")
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = db.QueryRow(`SELECT rootpage FROM sqlite_schema WHERE name = 'schema_migrations'`).Scan(&root)
-	db.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	lowerCellCount(t, path, root, 0x0d)
+	lowerCellCount(t, path, sqlitetest.RootPage(t, path, "schema_migrations"), 0x0d)
 	_, err = Rebuild(ctx, path, filepath.Join(dir, "rebuilt-other.db"), path, false)
 	if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[schema_migrations]" {
 		t.Fatalf("Rebuild of a schema_migrations that lost a row: %v; want a DamagedTablesError naming schema_migrations", err)
