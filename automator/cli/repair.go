@@ -70,6 +70,7 @@ func cmdRepair(ctx context.Context, args []string, env Env) error {
 	dir := flags.String("data-dir", "", "the automator's data directory (with SQLite, its serve must be stopped)")
 	db := dbFlag(flags)
 	trustRows := flags.Bool("trust-rows", false, "SQLite: rebuild a table whose rows its indexes, in the damaged file, list otherwise (the table's pages are taken as right)")
+	salvage := flags.Bool("salvage", false, "SQLite: keep the rows of units, audit events, instances and replicas that can be read when some cannot, and name those lost (lost units are kept as ended, failed)")
 	if err := clihelp.ParseNoArgs(flags, args); err != nil {
 		return err
 	}
@@ -106,14 +107,15 @@ func cmdRepair(ctx context.Context, args []string, env Env) error {
 			removeSQLiteFiles(tmp)
 		}
 	}()
-	rep, err := sqlitestore.Rebuild(ctx, dbPath, tmp, dbPath, *trustRows)
+	now := time.Now()
+	rep, err := sqlitestore.Rebuild(ctx, dbPath, tmp, dbPath, sqlitestore.RebuildOptions{TrustRows: *trustRows, Salvage: *salvage, Now: now})
 	var dt *store.DamagedTablesError
 	switch {
 	case errors.Is(err, sqlitestore.ErrWhole):
 		fmt.Fprintf(env.Stdout, "%s is whole (SQLite's integrity_check: ok): nothing to repair\n", dbPath)
 		return nil
 	case errors.As(err, &dt):
-		return fmt.Errorf("%s: %v: repair builds a database again from its tables' rows, so it cannot make this one whole without losing rows; restore the latest backup instead (`automator restore --data-dir %s%s FILE`, see docs/backup.md); nothing was changed", dbPath, err, *dir, withSameDB(*db))
+		return fmt.Errorf("%s: %v: repair builds a database again from its tables' rows, so it cannot make this one whole without losing rows; %s; nothing was changed", dbPath, err, salvageOrRestore(dt.Tables, *salvage, *dir, *db))
 	case store.IsDamaged(err):
 		return fmt.Errorf("%s is damaged, and repair cannot build it again from its tables' rows: %v; restore the latest backup instead (`automator restore --data-dir %s%s FILE`, see docs/backup.md); nothing was changed", dbPath, err, *dir, withSameDB(*db))
 	case err != nil:
@@ -125,7 +127,6 @@ func cmdRepair(ctx context.Context, args []string, env Env) error {
 	// Opened as serve opens it (migrated to this binary's schema, in WAL
 	// mode), to record the repair in it before it takes the database's
 	// place.
-	now := time.Now()
 	version, latest, err := sqlitestore.SchemaVersion(ctx, tmp)
 	if err != nil {
 		return fmt.Errorf("reading the rebuilt database (nothing was replaced): %w", err)
@@ -137,7 +138,7 @@ func cmdRepair(ctx context.Context, args []string, env Env) error {
 		return fmt.Errorf("opening the rebuilt database (nothing was replaced; restore the latest backup, see docs/backup.md): %w", err)
 	}
 	_, err = st.AuditAppend(ctx, *cliEvent(store.AuditEvent{At: now, Kind: store.AuditRepair,
-		Detail: fmt.Sprintf("database rebuilt from its tables' rows: %d tables, %d rows, %d indexes built again; SQLite's integrity_check had found %s", rep.Tables, rep.Rows, rep.Indexes, problemCount(rep.Found))}))
+		Detail: fmt.Sprintf("database rebuilt from its tables' rows: %d tables, %d rows, %d indexes built again; SQLite's integrity_check had found %s%s", rep.Tables, rep.Rows, rep.Indexes, problemCount(rep.Found), lostDetail(rep.Lost))}))
 	if cerr := st.Close(); err == nil {
 		err = cerr
 	}
@@ -155,7 +156,15 @@ func cmdRepair(ctx context.Context, args []string, env Env) error {
 	if version < latest {
 		migrated = fmt.Sprintf(", migrated from schema version %d to %d", version, latest)
 	}
-	fmt.Fprintf(env.Stdout, "rebuilt it from its tables' rows, no row lost or changed as far as SQLite's check and the damaged file's indexes tell: %d tables, %d rows, %d indexes built again%s\n", rep.Tables, rep.Rows, rep.Indexes, migrated)
+	if len(rep.Lost) == 0 {
+		fmt.Fprintf(env.Stdout, "rebuilt it from its tables' rows, no row lost or changed as far as SQLite's check and the damaged file's indexes tell: %d tables, %d rows, %d indexes built again%s\n", rep.Tables, rep.Rows, rep.Indexes, migrated)
+	} else {
+		fmt.Fprintf(env.Stdout, "salvaged it: rebuilt it from the rows of its tables that could be read, no other row lost or changed as far as SQLite's check and the damaged file's indexes tell: %d tables, %d rows, %d indexes built again%s\n", rep.Tables, rep.Rows, rep.Indexes, migrated)
+		for _, l := range rep.Lost {
+			fmt.Fprintf(env.Stdout, "lost: %s\n", l)
+		}
+		fmt.Fprintln(env.Stdout, "a unit lost and kept as ended says so in its reason (`automator work show ID`); its caller gets it as failed, and a retry with its idempotency key returns it rather than running its script again")
+	}
 	fmt.Fprintf(env.Stdout, "the damaged database is kept as %s\n", aside)
 	fmt.Fprintln(env.Stdout, "start serve again; then take a backup (`automator backup`)")
 	return nil
@@ -170,4 +179,29 @@ func problemCount(n int) string {
 		return fmt.Sprintf("%d problems or more (it stops there)", n)
 	}
 	return fmt.Sprintf("%d problems", n)
+}
+
+// salvageOrRestore says what to do about tables whose rows are damaged:
+// repair again with --salvage, where that would keep the rows that can
+// be read, or restore the latest backup.
+func salvageOrRestore(tables []string, salvage bool, dir, db string) string {
+	restore := fmt.Sprintf("restore the latest backup instead (`automator restore --data-dir %s%s FILE`, see docs/backup.md)", dir, withSameDB(db))
+	for _, t := range tables {
+		if _, ok := sqlitestore.Salvaged[t]; !ok || salvage {
+			return restore
+		}
+	}
+	return fmt.Sprintf("%s, or run repair again with --salvage, which keeps the rows that can be read and names those lost (docs/backup.md)", restore)
+}
+
+// lostDetail says, for the repair's audit event, what a salvage lost.
+func lostDetail(lost []sqlitestore.LostRows) string {
+	if len(lost) == 0 {
+		return ""
+	}
+	parts := make([]string, len(lost))
+	for i, l := range lost {
+		parts[i] = l.String()
+	}
+	return "; salvaged, and lost " + strings.Join(parts, "; ")
 }

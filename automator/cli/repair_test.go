@@ -160,3 +160,42 @@ func TestRepairTrustingTheRowsRebuildsIndexesThatListThemOtherwise(t *testing.T)
 		t.Errorf("integrity_check after repair --trust-rows: %s", check)
 	}
 }
+
+// TestRepairSalvagesTheUnitsItCanAndKeepsTheLostOnesEnded: with the work
+// table's only page damaged, repair refuses and names --salvage; with it,
+// it rebuilds the database, names each unit lost as the indexes kept it
+// (the claimed one as maybe run), keeps each as ended (failed) with a
+// reason that says so, which `work show --reveal` shows without its
+// command, and records what was lost in the audit log.
+func TestRepairSalvagesTheUnitsItCanAndKeepsTheLostOnesEnded(t *testing.T) {
+	t.Parallel()
+	dir := initDir(t)
+	backupFixture(t, dir)
+	path := damageTable(t, dir, "work")
+	code, _, stderr := runCLI(t, "repair", "--data-dir", dir)
+	if code != ExitError || !strings.Contains(stderr, "or run repair again with --salvage, which keeps the rows that can be read and names those lost") {
+		t.Fatalf("repair of a damaged work table: exit %d, stderr %q; want it to name --salvage", code, stderr)
+	}
+	code, stdout, stderr := runCLI(t, "repair", "--data-dir", dir, "--salvage")
+	if code != 0 {
+		t.Fatalf("repair --salvage: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	for _, want := range []string{"salvaged it: rebuilt it from the rows of its tables that could be read",
+		"lost: 3 rows of table work (unit w-done (account acme, ended, or its state not known), unit w-claimed (account acme, claimed: its script may have run), unit w-queued (account acme, queued)), 3 of them kept as ended (failed)\n",
+		"a retry with its idempotency key returns it rather than running its script again"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("repair --salvage said %q; want it to say %q", stdout, want)
+		}
+	}
+	if check := sqlitetest.IntegrityCheck(t, path); check != "ok" {
+		t.Errorf("integrity_check after repair --salvage: %s", check)
+	}
+	code, stdout, stderr = runCLI(t, "work", "show", "w-claimed", "--data-dir", dir, "--reveal")
+	if code != 0 || !strings.Contains(stdout, "failed") || !strings.Contains(stdout, "whether its script ran is not known (last seen claimed: its script may have run)") {
+		t.Errorf("work show --reveal of a lost unit: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	code, stdout, _ = runCLI(t, "audit", "--data-dir", dir, "--kind", "database.repair")
+	if code != 0 || !strings.Contains(stdout, "salvaged, and lost 3 rows of table work") {
+		t.Errorf("the audit log of the salvage: exit %d, %q", code, stdout)
+	}
+}

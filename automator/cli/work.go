@@ -98,6 +98,9 @@ func viewOf(ctx context.Context, srv *server.Server, w store.Work, reveal bool) 
 		return v, nil
 	}
 	cmd, err := srv.OpenCommand(ctx, w)
+	if errors.Is(err, server.ErrCommandLost) {
+		return v, nil // its reason says so
+	}
 	if err != nil {
 		return v, fmt.Errorf("opening the command of work %s: %w", w.ID, err)
 	}

@@ -194,7 +194,7 @@ func (d *Dashboard) row(ctx context.Context, w store.Work, reveal bool) workRow 
 		row.Script = deletedScript
 	} else if reveal {
 		script, err := d.o.Opener.ListedScript(ctx, w)
-		if err != nil {
+		if err != nil && !errors.Is(err, server.ErrCommandLost) {
 			d.log.Warn("dashboard: opening a command", "work_id", w.ID, "err", err)
 		}
 		row.Script = script
@@ -223,7 +223,7 @@ func (d *Dashboard) fullRow(ctx context.Context, w store.Work) (workRow, *automa
 		row.setOutcome(res.GetExitCode(), res.GetFailure())
 	}
 	cmd, err := d.o.Opener.OpenCommand(ctx, w)
-	if err != nil {
+	if err != nil && !errors.Is(err, server.ErrCommandLost) {
 		d.log.Warn("dashboard: opening a command", "work_id", w.ID, "err", err)
 	}
 	row.Script = cmd.GetScript()

@@ -366,6 +366,11 @@ func checkIdempotencyKey(k string) error {
 // caller would otherwise get the outcome of a command it did not send.
 func (s *Server) sameCommand(ctx context.Context, w store.Work, cmd *automatorv1.Command) error {
 	prev, err := s.openCommand(ctx, w)
+	if errors.Is(err, ErrCommandLost) {
+		// Which command it was is gone with its row: the caller gets the
+		// unit, ended, rather than a second run of what may have run.
+		return nil
+	}
 	if err != nil {
 		return s.internal(ctx, "opening a stored command", err)
 	}

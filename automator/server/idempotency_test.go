@@ -134,3 +134,26 @@ func TestARetryAtTheQueueCapReturnsItsUnit(t *testing.T) {
 		t.Errorf("audit log holds %d work.refused events, want 1 (the new key's)", n)
 	}
 }
+
+// TestARetryWithTheKeyOfAUnitWhoseCommandWasLostReturnsThatUnit: a unit
+// `automator repair --salvage` kept in place of one whose row was lost
+// has no command to compare a retry's with; a retry with its key gets
+// that unit, ended, with its reason, rather than an internal error or a
+// second run.
+func TestARetryWithTheKeyOfAUnitWhoseCommandWasLostReturnsThatUnit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	ctx := context.Background()
+	now := time.Now()
+	if _, err := e.store.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: "w-lost", Account: e.account, KeyID: 0, SealedCommand: []byte{},
+		IdempotencyKey: "k-lost", Now: now, Deadline: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.WorkCancel(ctx, store.WorkCancelParams{ID: "w-lost", Reason: "lost: its row was damaged", Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := e.callerClient().ExecuteOnProxy(waittest.Context(t, "ExecuteOnProxy with the key of a lost unit"), keyedRequest(e.account, "k-lost"))
+	if err != nil || st.GetWorkId() != "w-lost" || st.GetState() != automatorv1.State_STATE_CANCELLED || !strings.Contains(st.GetReason(), "lost: its row was damaged") {
+		t.Fatalf("ExecuteOnProxy with the key of a unit whose command was lost: %v, %v; want that unit, ended, with its reason", st, err)
+	}
+}

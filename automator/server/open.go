@@ -25,7 +25,15 @@ func (s *Server) OpenResult(ctx context.Context, w store.Work) (*automatorv1.Res
 	return s.openResult(ctx, w, w.SealedResult)
 }
 
+// ErrCommandLost is the error of opening the command of a unit that
+// `automator repair --salvage` kept in place of one whose row was lost:
+// its command is gone (its reason says so).
+var ErrCommandLost = errors.New("its command was lost with its row in a damaged database (automator repair --salvage kept the unit, ended; its reason says so)")
+
 func (s *Server) openCommand(ctx context.Context, w store.Work) (*automatorv1.Command, error) {
+	if len(w.SealedCommand) == 0 {
+		return nil, ErrCommandLost
+	}
 	plain, err := s.open(ctx, w.Account, w.ID, crypto.DirCommand, w.SealedCommand)
 	if err != nil {
 		return nil, err

@@ -84,6 +84,7 @@ const (
 	AuditBackup           = "database.backup"    // `automator backup` began copying the database
 	AuditRestore          = "database.restore"   // `automator restore` put a backup in place, or ended the open units
 	AuditRepair           = "database.repair"    // `automator repair` rebuilt a damaged database
+	AuditLost             = "audit.lost"         // an event lost in a damaged database, its place kept by `automator repair --salvage`
 	AuditDashboardSignIn  = "dashboard.sign_in"  // an API key signed in to the dashboard
 	AuditDashboardSignOut = "dashboard.sign_out" // a dashboard session was signed out of
 )
@@ -104,7 +105,7 @@ var AuditKinds = []string{
 	AuditAuthFailed, AuditAuthDenied, AuditAuthRateLimited,
 	AuditDashboardSignIn, AuditDashboardSignOut,
 	AuditAccountCreated, AuditTokenRotated, AuditKeyRotated, AuditAPIKeyCreated, AuditAPIKeyRevoked, AuditCertRenewed,
-	AuditBackup, AuditRestore, AuditRepair,
+	AuditBackup, AuditRestore, AuditRepair, AuditLost,
 	AuditAccountDeleted, AuditAccountDeletionFinished,
 	AuditPurged,
 }

@@ -51,6 +51,13 @@ func IntegrityCheck(t testing.TB, path string) string {
 func DamageFirstPage(t testing.TB, path, name string) {
 	t.Helper()
 	page, size := rootPage(t, path, name)
+	overwrite(t, path, page, size)
+}
+
+// overwrite writes 0xff over the first 200 bytes of page (of size bytes)
+// of the database file at path.
+func overwrite(t testing.TB, path string, page, size int64) {
+	t.Helper()
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -62,6 +69,29 @@ func DamageFirstPage(t testing.TB, path, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// DamageLeaf overwrites, as DamageFirstPage does, the nth leaf page
+// (from 0, in the b-tree's order) of the table or index name in the
+// database file at path, and returns its page number. The b-tree must
+// have more than n leaves.
+func DamageLeaf(t testing.TB, path, name string, n int) int64 {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var page int64
+	err = db.QueryRow(`SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY path LIMIT 1 OFFSET ?`, name, n).Scan(&page)
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatalf("leaf %d of %s: %v", n, name, err)
+	}
+	_, size := rootPage(t, path, name)
+	overwrite(t, path, page, size)
+	return page
 }
 
 // RootPage is the first page of the table or index name in the database

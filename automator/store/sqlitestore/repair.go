@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/internal/prose"
@@ -30,6 +31,24 @@ type RebuildReport struct {
 	// them; Indexes the indexes built again from those rows.
 	Tables, Indexes int
 	Rows            int64
+	// Lost says, table by table, the rows a salvage could not read
+	// (RebuildOptions.Salvage); none without one.
+	Lost []LostRows
+}
+
+// RebuildOptions says what Rebuild may take as right, or do without.
+type RebuildOptions struct {
+	// TrustRows: a table whose rows the damaged file's indexes list
+	// otherwise is rebuilt from its rows, taken as right.
+	TrustRows bool
+	// Salvage: a table of Salvaged whose rows cannot all be read keeps
+	// those that can, and the others are lost, said in
+	// RebuildReport.Lost and stood in for as Salvaged says; rows that
+	// read with other values than an index lists are still refused
+	// (unless TrustRows).
+	Salvage bool
+	// Now stamps what a salvage writes.
+	Now time.Time
 }
 
 // MaxProblems bounds the problems integrity_check reports to Rebuild,
@@ -55,11 +74,13 @@ const MaxProblems = 10000
 // that does not (a full disk) is the writing of dst's.
 //
 // src is read only, its write-ahead log with it, and must be in use by
-// no other process (its name, for messages, is name). A database SQLite's
+// no other process (its name, for messages, is name). With opts.Salvage,
+// a table of Salvaged whose rows cannot all be read is salvaged rather
+// than refused (RebuildOptions). A database SQLite's
 // integrity_check finds whole is refused with ErrWhole, and dst is then
 // not made. On any other error dst may be left behind, for the caller to
 // remove.
-func Rebuild(ctx context.Context, src, dst, name string, trustRows bool) (RebuildReport, error) {
+func Rebuild(ctx context.Context, src, dst, name string, opts RebuildOptions) (RebuildReport, error) {
 	var rep RebuildReport
 	if err := checkHeader(src, name); err != nil {
 		return rep, damaged(err)
@@ -116,7 +137,11 @@ func Rebuild(ctx context.Context, src, dst, name string, trustRows bool) (Rebuil
 	// their pages, their rows' values) is rows lost or changed: refused
 	// before anything is copied. What it found on indexes is what the
 	// rebuild mends.
-	if err := blameTables(ctx, conn, findings); err != nil {
+	salvaged := func(table string) bool {
+		_, ok := Salvaged[table]
+		return opts.Salvage && ok
+	}
+	if err := blameTables(ctx, conn, findings, salvaged, opts.Salvage); err != nil {
 		return rep, err
 	}
 	var refused *store.DamagedTablesError
@@ -134,20 +159,48 @@ func Rebuild(ctx context.Context, src, dst, name string, trustRows bool) (Rebuil
 			return rep, fmt.Errorf("making table %s: %w", e.name, err)
 		}
 		n, err := copyRows(ctx, conn, e.name)
+		unreadable := err != nil && store.IsDamaged(err)
 		switch {
-		case err != nil && store.IsDamaged(err):
+		case unreadable && salvaged(e.name):
+			n, err = salvageRows(ctx, conn, e.name)
+			if err != nil {
+				return rep, fmt.Errorf("salvaging the rows of table %s: %w", e.name, err)
+			}
+		case unreadable:
 			lost(e.name, err)
 			continue
 		case err != nil:
 			// A row that breaks the table's constraints: a value changed.
 			return rep, damaged(fmt.Errorf("copying the rows of table %s: %w", e.name, err))
 		}
-		if err := compareIndexes(ctx, conn, e.name, trustRows); err != nil {
+		var gone map[int64]*lostRow
+		var known bool
+		if salvaged(e.name) {
+			// Rows an index lists that the copy lacks: read one by one,
+			// or lost.
+			if gone, known, err = recoverListed(ctx, conn, e.name); err != nil {
+				return rep, fmt.Errorf("salvaging the rows of table %s: %w", e.name, err)
+			}
+		}
+		if err := compareIndexes(ctx, conn, e.name, opts.TrustRows, salvaged(e.name)); err != nil {
 			if !store.IsDamaged(err) {
 				return rep, err
 			}
 			lost(e.name, err)
 			continue
+		}
+		if salvaged(e.name) {
+			// The rows copied, those read one by one among them.
+			if err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM main.`+quoteIdent(e.name)).Scan(&n); err != nil {
+				return rep, err
+			}
+		}
+		if len(gone) > 0 || (unreadable && !known) {
+			l, err := keepLost(ctx, conn, e.name, gone, known, opts.Now)
+			if err != nil {
+				return rep, err
+			}
+			rep.Lost = append(rep.Lost, l)
 		}
 		rep.Tables++
 		rep.Rows += n
@@ -249,8 +302,10 @@ func check(ctx context.Context, old, name string, rep *RebuildReport) (lines []s
 // finished and queued again), or the index's did; a file does not say
 // which. So a disagreement is an error matching store.ErrDamaged, unless
 // trustRows: the operator says the table is right. An index that cannot
-// be read is passed over (it is damaged itself, and rebuilt).
-func compareIndexes(ctx context.Context, conn *sql.Conn, table string, trustRows bool) error {
+// be read is passed over (it is damaged itself, and rebuilt). A table
+// salvaged is compared on the rows copied alone: those lost are said
+// apart.
+func compareIndexes(ctx context.Context, conn *sql.Conn, table string, trustRows, salvaged bool) error {
 	if trustRows {
 		return nil
 	}
@@ -274,7 +329,13 @@ func compareIndexes(ctx context.Context, conn *sql.Conn, table string, trustRows
 		fromCopy := fmt.Sprintf(`SELECT %s FROM main.%s NOT INDEXED%s`, cols, t, where)
 		var ids []int64
 		for _, q := range []string{fromIndex + " EXCEPT " + fromCopy, fromCopy + " EXCEPT " + fromIndex} {
-			more, err := rowids(ctx, conn, `SELECT rowid FROM (`+q+`) LIMIT 100000`)
+			only := ""
+			if salvaged {
+				// Rows a salvage lost are said as lost (keepLost): only
+				// those copied are compared.
+				only = ` WHERE rowid IN (SELECT rowid FROM main.` + t + `)`
+			}
+			more, err := rowids(ctx, conn, `SELECT rowid FROM (`+q+`)`+only+` LIMIT 100000`)
 			if err != nil {
 				if store.IsDamaged(err) {
 					ids = nil
@@ -418,7 +479,10 @@ func tableIndexes(ctx context.Context, conn *sql.Conn, table string) ([]index, e
 // whose b-tree cannot be walked, and findings it cannot place are refused
 // (a store.DamagedTablesError, or an error matching store.ErrDamaged):
 // rows of those may be lost or changed, with no error when they are read.
-func blameTables(ctx context.Context, conn *sql.Conn, findings []string) error {
+// A table salvaged (salvaged(table)) is not refused, and, with salvage,
+// neither are findings it cannot place: a salvage finds the rows lost by
+// the indexes that list them.
+func blameTables(ctx context.Context, conn *sql.Conn, findings []string, salvaged func(string) bool, salvage bool) error {
 	type tree struct{ name, table, kind string }
 	roots := map[int64]tree{1: {"sqlite_schema", "sqlite_schema", "table"}}
 	rows, err := conn.QueryContext(ctx, `SELECT type, name, tbl_name, rootpage FROM old.sqlite_schema WHERE rootpage > 0`)
@@ -440,6 +504,9 @@ func blameTables(ctx context.Context, conn *sql.Conn, findings []string) error {
 	}
 	var refused *store.DamagedTablesError
 	blame := func(table, why string) {
+		if salvaged(table) {
+			return
+		}
 		if refused == nil {
 			refused = &store.DamagedTablesError{Err: errors.New(why)}
 		}
@@ -533,7 +600,7 @@ func blameTables(ctx context.Context, conn *sql.Conn, findings []string) error {
 	if refused != nil {
 		return refused
 	}
-	if len(unplaced) > 0 {
+	if len(unplaced) > 0 && !salvage {
 		return damaged(fmt.Errorf("SQLite's integrity_check finds what may be rows lost or changed: %s", strings.Join(unplaced[:min(len(unplaced), 3)], "; ")))
 	}
 	return nil

@@ -150,7 +150,7 @@ func TestRebuildOfADatabaseWhoseIndexesAreDamagedLosesNothing(t *testing.T) {
 	s.Close()
 
 	dst := filepath.Join(dir, "rebuilt.db")
-	rep, err := Rebuild(ctx, path, dst, path, false)
+	rep, err := Rebuild(ctx, path, dst, path, RebuildOptions{})
 	if err != nil {
 		t.Fatalf("Rebuild: %v", err)
 	}
@@ -216,7 +216,7 @@ func TestRebuildRefusesADatabaseWhoseRowsAreDamaged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = Rebuild(ctx, path, filepath.Join(dir, "rebuilt.db"), "DB", false)
+	_, err = Rebuild(ctx, path, filepath.Join(dir, "rebuilt.db"), "DB", RebuildOptions{})
 	var dt *store.DamagedTablesError
 	if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[work]" || !store.IsDamaged(err) {
 		t.Fatalf("Rebuild of a database whose work table is damaged: %v; want a DamagedTablesError naming work", err)
@@ -242,7 +242,7 @@ func TestRebuildOfAWholeDatabaseSaysSo(t *testing.T) {
 	path := filepath.Join(dir, "automator.db")
 	damagedFixture(t, path)
 	dst := filepath.Join(dir, "rebuilt.db")
-	if _, err := Rebuild(context.Background(), path, dst, path, false); !errors.Is(err, ErrWhole) {
+	if _, err := Rebuild(context.Background(), path, dst, path, RebuildOptions{}); !errors.Is(err, ErrWhole) {
 		t.Fatalf("Rebuild of a whole database: %v; want ErrWhole", err)
 	}
 	// Nothing made, nothing left beside the database read.
@@ -271,7 +271,7 @@ func TestRebuildRefusesATableThatLostRowsWithoutAnError(t *testing.T) {
 	}
 	lowerCellCount(t, path, int64(hdr[8])<<24|int64(hdr[9])<<16|int64(hdr[10])<<8|int64(hdr[11]), 0x0d)
 
-	_, err := Rebuild(ctx, path, filepath.Join(dir, "rebuilt.db"), path, false)
+	_, err := Rebuild(ctx, path, filepath.Join(dir, "rebuilt.db"), path, RebuildOptions{})
 	var dt *store.DamagedTablesError
 	if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[work]" || !strings.Contains(err.Error(), "Fragmentation") {
 		t.Fatalf("Rebuild of a work table that lost 2 rows without an error: %v; want a DamagedTablesError naming work", err)
@@ -320,7 +320,7 @@ func TestRebuildOnlyReadsTheDamagedDatabase(t *testing.T) {
 		t.Fatal("the copy has no write-ahead log")
 	}
 	dst := filepath.Join(dir, "rebuilt.db")
-	if _, err := Rebuild(ctx, crashed, dst, crashed, false); err != nil {
+	if _, err := Rebuild(ctx, crashed, dst, crashed, RebuildOptions{}); err != nil {
 		t.Fatalf("Rebuild: %v", err)
 	}
 	for _, suffix := range []string{"", "-wal"} {
@@ -357,13 +357,13 @@ func TestRebuildOfIndexesThatReadWrongValuesIsRefusedUnlessTheRowsAreTrusted(t *
 	sqlitetest.ChangedPages(t, path, "sqlite_autoindex_work_1", `UPDATE work SET id = 'w-x00200' WHERE id = 'w-000200'`)
 	sqlitetest.ChangedPages(t, path, "audit_at", `DROP TRIGGER audit_no_update`, `UPDATE audit SET at = at + 1 WHERE rowid = 5`)
 
-	_, err := Rebuild(ctx, path, filepath.Join(dir, "refused.db"), path, false)
+	_, err := Rebuild(ctx, path, filepath.Join(dir, "refused.db"), path, RebuildOptions{})
 	var dt *store.DamagedTablesError
 	if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[work audit]" || !strings.Contains(err.Error(), "run repair again with --trust-rows") {
 		t.Fatalf("Rebuild with indexes listing rows otherwise: %v; want the work and audit tables refused, saying how to trust their rows", err)
 	}
 	dst := filepath.Join(dir, "rebuilt.db")
-	rep, err := Rebuild(ctx, path, dst, path, true)
+	rep, err := Rebuild(ctx, path, dst, path, RebuildOptions{TrustRows: true})
 	if err != nil {
 		t.Fatalf("Rebuild trusting the rows: %v", err)
 	}
@@ -388,7 +388,7 @@ func TestRebuildRefusesATablePageThatLostAWrite(t *testing.T) {
 	path := filepath.Join(dir, "automator.db")
 	damagedFixture(t, path)
 	sqlitetest.StalePages(t, path, "work", `UPDATE work SET state = 'succeeded', claimed_at = 7, instance_id = 'i-1', claim_id = 'c', finished_at = 9, sealed_result = x'0102' WHERE id = 'w-000390'`)
-	_, err := Rebuild(ctx, path, filepath.Join(dir, "rebuilt.db"), path, false)
+	_, err := Rebuild(ctx, path, filepath.Join(dir, "rebuilt.db"), path, RebuildOptions{})
 	var dt *store.DamagedTablesError
 	if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[work]" {
 		t.Fatalf("Rebuild of a work table that lost a unit's end: %v; want a DamagedTablesError naming work", err)
@@ -401,7 +401,7 @@ func TestRebuildRefusesATablePageThatLostAWrite(t *testing.T) {
 		inserts = append(inserts, fmt.Sprintf(`INSERT INTO audit (at, kind, actor, detail) VALUES (%d, 'test.late', 'test', '%s')`, testNow.UnixNano()+int64(i), strings.Repeat("d", 100)))
 	}
 	sqlitetest.StalePages(t, path, "audit", inserts...)
-	_, err = Rebuild(ctx, path, filepath.Join(dir, "rebuilt-audit.db"), path, false)
+	_, err = Rebuild(ctx, path, filepath.Join(dir, "rebuilt-audit.db"), path, RebuildOptions{})
 	if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[audit]" {
 		t.Fatalf("Rebuild of an audit table that lost its latest events: %v; want a DamagedTablesError naming audit", err)
 	}
@@ -422,7 +422,7 @@ func TestRebuildRefusesRowsChangedWithoutAnError(t *testing.T) {
 	path := filepath.Join(dir, "automator.db")
 	damagedFixture(t, path)
 	sqlitetest.ChangedPages(t, path, "work", `UPDATE work SET state = 'failed' WHERE id = 'w-000380'`)
-	_, err := Rebuild(ctx, path, filepath.Join(dir, "rebuilt.db"), path, false)
+	_, err := Rebuild(ctx, path, filepath.Join(dir, "rebuilt.db"), path, RebuildOptions{})
 	var dt *store.DamagedTablesError
 	if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[work]" || !strings.Contains(err.Error(), "differ between its pages and its indexes") {
 		t.Fatalf("Rebuild of a work table holding a unit changed: %v; want a DamagedTablesError naming work, from its indexes", err)
@@ -431,7 +431,7 @@ func TestRebuildRefusesRowsChangedWithoutAnError(t *testing.T) {
 	path = filepath.Join(dir, "other.db")
 	damagedFixture(t, path)
 	lowerCellCount(t, path, sqlitetest.RootPage(t, path, "schema_migrations"), 0x0d)
-	_, err = Rebuild(ctx, path, filepath.Join(dir, "rebuilt-other.db"), path, false)
+	_, err = Rebuild(ctx, path, filepath.Join(dir, "rebuilt-other.db"), path, RebuildOptions{})
 	if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[schema_migrations]" {
 		t.Fatalf("Rebuild of a schema_migrations that lost a row: %v; want a DamagedTablesError naming schema_migrations", err)
 	}
@@ -525,7 +525,7 @@ func TestRebuildOfADamagedFreelistLosesNothing(t *testing.T) {
 	}
 
 	dst := filepath.Join(dir, "rebuilt.db")
-	rep, err := Rebuild(ctx, path, dst, path, false)
+	rep, err := Rebuild(ctx, path, dst, path, RebuildOptions{})
 	if err != nil {
 		t.Fatalf("Rebuild with a freelist trunk's count lowered: %v", err)
 	}

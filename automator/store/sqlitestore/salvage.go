@@ -1,0 +1,357 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/opsgate/opsgate/automator/store"
+)
+
+// Salvaged lists the tables Rebuild may salvage (RebuildOptions.Salvage)
+// when some of their rows cannot be read, and what becomes of the rows
+// lost. The others hold what no salvage can make up (accounts, their keys
+// and tokens, API keys, ended dashboard sessions, the schema's version):
+// a table of those whose rows are damaged is refused, and a backup is the
+// way back.
+var Salvaged = map[string]string{
+	"work":      "each unit lost is kept as ended (failed), under its id, account and idempotency key where an index kept them, so that neither a caller waiting by its id nor a retry with its key runs it again",
+	"audit":     "each event lost keeps its place in the sequence as an audit.lost event",
+	"instances": "an instance lost is listed again at its next poll",
+	"replicas":  "a replica lost is listed again at its next heartbeat",
+}
+
+// LostRows says what Rebuild's salvage could not read of one table.
+type LostRows struct {
+	Table string
+	// Rows counts the rows an index of the damaged file names that could
+	// not be read; Known reports whether an index of every row was read
+	// whole, so that no other row can have been lost.
+	Rows  int
+	Known bool
+	// Named names the first of them (at most 20), as the indexes did:
+	// "unit w-1 (account acme, claimed)", "event 1041", ...
+	Named []string
+	// Kept counts those kept in their place, ended (units) or as
+	// audit.lost events.
+	Kept int
+}
+
+// String says it in one phrase.
+func (l LostRows) String() string {
+	s := fmt.Sprintf("%d %s of table %s", l.Rows, plural(l.Rows, "row", "rows"), l.Table)
+	if len(l.Named) > 0 {
+		s += " (" + strings.Join(l.Named, ", ")
+		if more := l.Rows - len(l.Named); more > 0 {
+			s += fmt.Sprintf(" and %d more", more)
+		}
+		s += ")"
+	}
+	if l.Kept > 0 {
+		switch l.Table {
+		case "work":
+			s += fmt.Sprintf(", %d of them kept as ended (failed)", l.Kept)
+		case "audit":
+			s += fmt.Sprintf(", %d of them kept in place as audit.lost events", l.Kept)
+		}
+	}
+	if !l.Known {
+		s += ", and how many more no index named is not known"
+	}
+	return s
+}
+
+// lostRow is what the readable indexes of the damaged file say of a row
+// the table no longer gives: its columns' values, and the indexes that
+// list it (a partial index lists only the rows its condition takes).
+type lostRow struct {
+	vals map[string]any
+	in   []string
+}
+
+// salvageRows copies into main the rows of table (a rowid table) that can
+// be read in old, around the pages that cannot: the table is read in
+// rowid order until it fails, and again from the first rowid past the
+// damage a seek reaches. It returns how many rows it copied.
+func salvageRows(ctx context.Context, conn *sql.Conn, table string) (int64, error) {
+	cols, _, err := tableColumns(ctx, conn, table)
+	if err != nil {
+		return 0, err
+	}
+	t := quoteIdent(table)
+	list := "rowid, " + strings.Join(cols, ", ")
+	var n int64
+	for lo := int64(math.MinInt64); ; {
+		start, ok, err := firstFrom(ctx, conn, t, lo)
+		if store.IsDamaged(err) {
+			start, ok, err = nextReadable(ctx, conn, t, lo)
+		}
+		if err != nil || !ok {
+			return n, err
+		}
+		last, count, scanErr := lastReadable(ctx, conn, t, start)
+		if scanErr != nil && !store.IsDamaged(scanErr) {
+			return n, scanErr
+		}
+		if count > 0 {
+			// By count, not up to last: a range's end is found by
+			// reading the row past it, on the damaged page.
+			res, err := conn.ExecContext(ctx, fmt.Sprintf(`INSERT INTO main.%s (%s) SELECT %s FROM old.%s NOT INDEXED WHERE rowid >= ? ORDER BY rowid LIMIT ?`, t, list, list, t), start, count)
+			if err != nil {
+				return n, err
+			}
+			m, _ := res.RowsAffected()
+			n += m
+		} else {
+			last = start // read by the seek, not by the scan: passed over
+		}
+		if scanErr == nil || last == math.MaxInt64 {
+			return n, nil
+		}
+		lo = last + 1
+	}
+}
+
+// firstFrom returns the first rowid of table t in old at or past lo.
+func firstFrom(ctx context.Context, conn *sql.Conn, t string, lo int64) (int64, bool, error) {
+	var id int64
+	err := conn.QueryRowContext(ctx, `SELECT rowid FROM old.`+t+` NOT INDEXED WHERE rowid >= ? ORDER BY rowid LIMIT 1`, lo).Scan(&id)
+	if err == sql.ErrNoRows {
+		return 0, false, nil
+	}
+	return id, err == nil, err
+}
+
+// nextReadable finds, past lo, where a seek into table t of old reads
+// again, lo's own seek having failed: rowids at doubling steps from lo
+// (up to the largest), then halving back between the last that failed
+// and the first that read. It returns the first rowid read from there.
+func nextReadable(ctx context.Context, conn *sql.Conn, t string, lo int64) (int64, bool, error) {
+	failed, x, step := lo, lo, int64(1)
+	for {
+		x = addSat(x, step)
+		id, ok, err := firstFrom(ctx, conn, t, x)
+		switch {
+		case err == nil:
+			for x-failed > 1 {
+				mid := failed + (x-failed)/2
+				mid2, ok2, err := firstFrom(ctx, conn, t, mid)
+				switch {
+				case err == nil:
+					x, id, ok = mid, mid2, ok2
+				case store.IsDamaged(err):
+					failed = mid
+				default:
+					return 0, false, err
+				}
+			}
+			return id, ok, nil
+		case !store.IsDamaged(err):
+			return 0, false, err
+		case x == math.MaxInt64:
+			return 0, false, nil // nothing past the damage can be read
+		}
+		failed = x
+		step = addSat(step, step)
+	}
+}
+
+// addSat is a+b, b ≥ 0, at most math.MaxInt64.
+func addSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// lastReadable reads the rowids of table t in old from start, in order,
+// and returns the last it read (start-1 for none), how many it read, and
+// the error that stopped it, if one did.
+func lastReadable(ctx context.Context, conn *sql.Conn, t string, start int64) (last, count int64, err error) {
+	last = start - 1
+	rows, err := conn.QueryContext(ctx, `SELECT rowid FROM old.`+t+` NOT INDEXED WHERE rowid >= ? ORDER BY rowid`, start)
+	if err != nil {
+		return last, 0, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return last, count, err
+		}
+		last = id
+		count++
+	}
+	return last, count, rows.Err()
+}
+
+// recoverListed reads, for table, the rows every readable index of old
+// lists that main lacks, and copies each one the table still gives (a
+// rowid seek reaches pages a scan in order may have passed over). The
+// others are lost: what the indexes said of them is returned by rowid,
+// with whether an index of every row was read whole.
+func recoverListed(ctx context.Context, conn *sql.Conn, table string) (lost map[int64]*lostRow, known bool, err error) {
+	indexes, err := tableIndexes(ctx, conn, table)
+	if err != nil {
+		return nil, false, err
+	}
+	cols, _, err := tableColumns(ctx, conn, table)
+	if err != nil {
+		return nil, false, err
+	}
+	t := quoteIdent(table)
+	lost = map[int64]*lostRow{}
+	for _, ix := range indexes {
+		sel := "rowid"
+		for _, c := range ix.cols {
+			sel += ", " + quoteIdent(c)
+		}
+		cond := ""
+		if ix.where != "" {
+			cond = "(" + ix.where + ") AND "
+		}
+		rows, err := conn.QueryContext(ctx, fmt.Sprintf(`SELECT %s FROM old.%s INDEXED BY %s WHERE %srowid NOT IN (SELECT rowid FROM main.%s)`, sel, t, quoteIdent(ix.name), cond, t))
+		if err != nil {
+			if store.IsDamaged(err) {
+				continue
+			}
+			return nil, false, err
+		}
+		for rows.Next() {
+			vals := make([]any, 1+len(ix.cols))
+			ptrs := make([]any, len(vals))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			if err = rows.Scan(ptrs...); err != nil {
+				break
+			}
+			id, _ := vals[0].(int64)
+			l := lost[id]
+			if l == nil {
+				l = &lostRow{vals: map[string]any{}}
+				lost[id] = l
+			}
+			for i, c := range ix.cols {
+				l.vals[c] = vals[1+i]
+			}
+			l.in = append(l.in, ix.name)
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+		switch {
+		case err == nil && ix.where == "":
+			known = true
+		case err != nil && !store.IsDamaged(err):
+			return nil, false, err
+		}
+	}
+	list := "rowid, " + strings.Join(cols, ", ")
+	for id := range lost {
+		res, err := conn.ExecContext(ctx, fmt.Sprintf(`INSERT INTO main.%s (%s) SELECT %s FROM old.%s NOT INDEXED WHERE rowid = ?`, t, list, list, t), id)
+		if err != nil {
+			if store.IsDamaged(err) {
+				continue
+			}
+			return nil, false, err
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			delete(lost, id)
+		}
+	}
+	return lost, known, nil
+}
+
+// keepLost writes into main, for table, what stands in for its rows lost
+// (Salvaged), and says what was lost.
+func keepLost(ctx context.Context, conn *sql.Conn, table string, lost map[int64]*lostRow, known bool, now time.Time) (LostRows, error) {
+	rep := LostRows{Table: table, Rows: len(lost), Known: known}
+	ids := make([]int64, 0, len(lost))
+	for id := range lost {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		l := lost[id]
+		name, err := keepLostRow(ctx, conn, table, id, l, now)
+		if err != nil {
+			return rep, err
+		}
+		if name.kept {
+			rep.Kept++
+		}
+		if len(rep.Named) < 20 {
+			rep.Named = append(rep.Named, name.text)
+		}
+	}
+	return rep, nil
+}
+
+type lostName struct {
+	text string
+	kept bool
+}
+
+// keepLostRow writes what stands in for row id of table, lost, and names
+// it.
+func keepLostRow(ctx context.Context, conn *sql.Conn, table string, id int64, l *lostRow, now time.Time) (lostName, error) {
+	str := func(c string) string { s, _ := l.vals[c].(string); return s }
+	num := func(c string) (int64, bool) { n, ok := l.vals[c].(int64); return n, ok }
+	switch table {
+	case "work":
+		unit, account := str("id"), str("account")
+		state, was := store.StateFailed, "last seen ended, or its state not known"
+		switch s := store.State(str("state")); {
+		case s == store.StateFailed || s == store.StateTimedOut || s == store.StateCancelled:
+			state, was = s, "last seen "+string(s)
+		case slices.Contains(l.in, "work_claimed"):
+			was = "last seen claimed: its script may have run"
+		case slices.Contains(l.in, "work_queued"):
+			was = "last seen queued"
+		}
+		name := fmt.Sprintf("unit %s (account %s, %s)", unit, account, strings.TrimPrefix(was, "last seen "))
+		if unit == "" || account == "" {
+			// No index that still reads kept both: nothing to keep it by.
+			return lostName{text: fmt.Sprintf("unit at rowid %d, its id or account not known", id)}, nil
+		}
+		queued, _ := num("queued_at")
+		deadline, ok := num("deadline")
+		if !ok {
+			deadline = queued
+		}
+		var key any
+		if k, ok := l.vals["idempotency_key"].(string); ok {
+			key = k
+		}
+		reason := fmt.Sprintf("lost: its row was damaged, and automator repair --salvage ended it at %s; its command and result are gone, and whether its script ran is not known (%s)", now.UTC().Format(time.RFC3339), was)
+		_, err := conn.ExecContext(ctx, `INSERT INTO main.work (rowid, id, account, state, key_id, sealed_command, queued_at, deadline, finished_at, reason, idempotency_key)
+			VALUES (?, ?, ?, ?, 0, x'', ?, ?, ?, ?, ?)`, id, unit, account, string(state), queued, deadline, now.UnixNano(), reason, key)
+		if err != nil {
+			return lostName{}, fmt.Errorf("keeping unit %s, lost, as ended: %w", unit, err)
+		}
+		return lostName{text: name, kept: true}, nil
+	case "audit":
+		at, ok := num("at")
+		when := "its time not known"
+		if ok {
+			when = "its time from the index audit_at"
+		}
+		_, err := conn.ExecContext(ctx, `INSERT INTO main.audit (seq, at, kind, detail) VALUES (?, ?, ?, ?)`,
+			id, at, store.AuditLost, fmt.Sprintf("this event was lost: its row was damaged, and automator repair --salvage kept its place at %s (%s)", now.UTC().Format(time.RFC3339), when))
+		if err != nil {
+			return lostName{}, fmt.Errorf("keeping audit event %d, lost, in place: %w", id, err)
+		}
+		return lostName{text: fmt.Sprintf("event %d", id), kept: true}, nil
+	case "instances":
+		return lostName{text: fmt.Sprintf("instance %s of account %s", str("instance_id"), str("account"))}, nil
+	case "replicas":
+		return lostName{text: "replica " + str("replica_id")}, nil
+	}
+	return lostName{text: fmt.Sprintf("rowid %d", id)}, nil
+}
