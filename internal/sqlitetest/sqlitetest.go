@@ -71,23 +71,24 @@ func overwrite(t testing.TB, path string, page, size int64) {
 	}
 }
 
-// DamageLeaf overwrites, as DamageFirstPage does, the nth leaf page
-// (from 0, in the b-tree's order) of the table or index name in the
-// database file at path, and returns its page number. The b-tree must
-// have more than n leaves.
-func DamageLeaf(t testing.TB, path, name string, n int) int64 {
+// DamagePage overwrites, as DamageFirstPage does, the nth page of kind
+// ("leaf", "internal" or "overflow", as SQLite's dbstat names them; from
+// 0, in the b-tree's order) of the table or index name in the database
+// file at path, and returns its page number. Pages are found by walking
+// the b-tree, which stops at a damaged page: damage the last first.
+func DamagePage(t testing.TB, path, name, kind string, n int) int64 {
 	t.Helper()
 	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var page int64
-	err = db.QueryRow(`SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY path LIMIT 1 OFFSET ?`, name, n).Scan(&page)
+	err = db.QueryRow(`SELECT pageno FROM dbstat WHERE name = ? AND pagetype = ? ORDER BY path LIMIT 1 OFFSET ?`, name, kind, n).Scan(&page)
 	if cerr := db.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		t.Fatalf("leaf %d of %s: %v", n, name, err)
+		t.Fatalf("%s page %d of %s: %v", kind, n, name, err)
 	}
 	_, size := rootPage(t, path, name)
 	overwrite(t, path, page, size)

@@ -540,11 +540,14 @@ func blameTables(ctx context.Context, conn *sql.Conn, findings []string, salvage
 				err = pages.Err()
 			}
 		}
+		// dbstat, walking a damaged b-tree of a file opened read only,
+		// may also fail with other codes (an overflow page's damaged
+		// chain: "database or disk is full"): those are the damage too.
 		switch {
-		case err != nil && store.IsDamaged(err) && tr.kind == "table":
+		case err != nil && ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil && tr.kind == "table":
 			blame(tr.table, fmt.Sprintf("its b-tree cannot be walked: %v", err))
-		case err != nil && !store.IsDamaged(err):
-			return fmt.Errorf("reading the pages of %s: %w", tr.name, err)
 		}
 	}
 	free, err := freelistPages(ctx, conn)

@@ -98,14 +98,11 @@ func salvageRows(ctx context.Context, conn *sql.Conn, table string) (int64, erro
 			return n, scanErr
 		}
 		if count > 0 {
-			// By count, not up to last: a range's end is found by
-			// reading the row past it, on the damaged page.
-			res, err := conn.ExecContext(ctx, fmt.Sprintf(`INSERT INTO main.%s (%s) SELECT %s FROM old.%s NOT INDEXED WHERE rowid >= ? ORDER BY rowid LIMIT ?`, t, list, list, t), start, count)
+			m, err := copyRange(ctx, conn, t, list, start, count)
+			n += m
 			if err != nil {
 				return n, err
 			}
-			m, _ := res.RowsAffected()
-			n += m
 		} else {
 			last = start // read by the seek, not by the scan: passed over
 		}
@@ -114,6 +111,37 @@ func salvageRows(ctx context.Context, conn *sql.Conn, table string) (int64, erro
 		}
 		lo = last + 1
 	}
+}
+
+// copyRange copies into main the count rows of table t (its columns
+// list) in old from rowid start, and returns how many it copied: by count,
+// not up to the last rowid, as a range's end is found by reading the row
+// past it, on the damaged page. A row that cannot be read whole (its
+// overflow pages damaged) is passed over, the others copied one by one.
+func copyRange(ctx context.Context, conn *sql.Conn, t, list string, start, count int64) (int64, error) {
+	res, err := conn.ExecContext(ctx, fmt.Sprintf(`INSERT INTO main.%s (%s) SELECT %s FROM old.%s NOT INDEXED WHERE rowid >= ? ORDER BY rowid LIMIT ?`, t, list, list, t), start, count)
+	if err == nil {
+		return res.RowsAffected()
+	}
+	if !store.IsDamaged(err) {
+		return 0, err
+	}
+	ids, err := rowids(ctx, conn, fmt.Sprintf(`SELECT rowid FROM old.%s NOT INDEXED WHERE rowid >= %d ORDER BY rowid LIMIT %d`, t, start, count))
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, id := range ids {
+		res, err := conn.ExecContext(ctx, fmt.Sprintf(`INSERT INTO main.%s (%s) SELECT %s FROM old.%s NOT INDEXED WHERE rowid = ?`, t, list, list, t), id)
+		switch {
+		case err == nil:
+			m, _ := res.RowsAffected()
+			n += m
+		case !store.IsDamaged(err):
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // firstFrom returns the first rowid of table t in old at or past lo.

@@ -72,7 +72,7 @@ func TestSalvageKeepsTheRowsThatCanBeReadAndEndsTheUnitsLost(t *testing.T) {
 	onLeaves := 0
 	for _, leaf := range []int{20, 12, 10, 9, 7, 6, 5} {
 		onLeaves += leafCells(t, path, "work", leaf)
-		sqlitetest.DamageLeaf(t, path, "work", leaf)
+		sqlitetest.DamagePage(t, path, "work", "leaf", leaf)
 	}
 
 	_, err := Rebuild(ctx, path, filepath.Join(dir, "refused.db"), path, RebuildOptions{})
@@ -160,6 +160,51 @@ func TestSalvageKeepsTheRowsThatCanBeReadAndEndsTheUnitsLost(t *testing.T) {
 	}
 }
 
+// TestSalvageLosesOnlyTheUnitWhoseOverflowPageIsDamaged: a unit whose
+// command is too large for its page keeps the rest on overflow pages;
+// with one of them overwritten, the table's pages all read but that row
+// does not, and salvage loses that unit alone, kept as ended.
+func TestSalvageLosesOnlyTheUnitWhoseOverflowPageIsDamaged(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "automator.db")
+	damagedFixture(t, path)
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: "w-large", Account: "acme", KeyID: 1, IdempotencyKey: "k-large",
+		SealedCommand: []byte(strings.Repeat("L", 20000)), Now: testNow, Deadline: testNow.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before := workRows(t, path)
+	sqlitetest.DamagePage(t, path, "work", "overflow", 1)
+
+	dst := filepath.Join(dir, "salvaged.db")
+	rep, err := Rebuild(ctx, path, dst, path, RebuildOptions{Salvage: true, Now: testNow})
+	if err != nil {
+		t.Fatalf("Rebuild with salvage: %v", err)
+	}
+	if len(rep.Lost) != 1 || rep.Lost[0].Rows != 1 || !strings.HasPrefix(rep.Lost[0].String(), "1 row of table work (unit w-large (account acme, queued))") {
+		t.Fatalf("Rebuild lost %v; want the large unit alone", rep.Lost)
+	}
+	after := workRows(t, dst)
+	for rowid, b := range before {
+		a := after[rowid]
+		if b[0] == "w-large" {
+			if a[2] != "failed" || a[3] != int64(0) || a[5] != "k-large" {
+				t.Errorf("the large unit kept as %v", a)
+			}
+		} else if fmt.Sprint(a) != fmt.Sprint(b) {
+			t.Errorf("unit at rowid %d salvaged as %v; it was %v", rowid, a, b)
+		}
+	}
+}
+
 // TestSalvageKeepsTheAuditLogsSequence: with a leaf of the audit table
 // overwritten, salvage keeps every other event, and the place of each
 // event lost as an audit.lost event at its number and time, so the next
@@ -200,7 +245,7 @@ func TestSalvageKeepsTheAuditLogsSequence(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sqlitetest.DamageLeaf(t, path, "audit", leaves-1)
+	sqlitetest.DamagePage(t, path, "audit", "leaf", leaves-1)
 
 	dst := filepath.Join(dir, "salvaged.db")
 	rep, err := Rebuild(ctx, path, dst, path, RebuildOptions{Salvage: true, Now: testNow})
@@ -255,7 +300,7 @@ func TestSalvageRefusesTablesItCannotMakeUp(t *testing.T) {
 	damagedFixture(t, path)
 	units := len(workRows(t, path))
 	onLeaf := leafCells(t, path, "work", 5)
-	sqlitetest.DamageLeaf(t, path, "work", 5)
+	sqlitetest.DamagePage(t, path, "work", "leaf", 5)
 	for _, ix := range []string{"sqlite_autoindex_work_1", "work_queued_at_id", "work_account_queued_at_id", "work_account_idempotency_key",
 		"work_queued", "work_claimed", "work_open_deadline", "work_unsuccessful", "work_account_unsuccessful"} {
 		sqlitetest.DamageFirstPage(t, path, ix)
@@ -282,7 +327,7 @@ func TestSalvageRefusesTablesItCannotMakeUp(t *testing.T) {
 }
 
 // leafCells counts the cells (rows) of the nth leaf page of the b-tree
-// name in the database at path (in the order sqlitetest.DamageLeaf
+// name in the database at path (in the order sqlitetest.DamagePage
 // counts).
 func leafCells(t *testing.T, path, name string, n int) int {
 	t.Helper()
