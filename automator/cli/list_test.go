@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"database/sql"
 	"flag"
 	"fmt"
 	"os"
@@ -289,5 +290,54 @@ func TestWorkListRefusesAnEmptyAccountOrState(t *testing.T) {
 		if code != ExitError || !strings.HasPrefix(stderr, want) || strings.Count(stderr, "\n") != 1 || out != "" {
 			t.Errorf("work list %s \"\": exit %d, stdout %q, stderr %q; want %d and one line starting %q", flag, code, out, stderr, ExitError, want)
 		}
+	}
+}
+
+// TestAUnitWhoseSealedBlobsDoNotOpenIsListedAndMarked: with one unit's
+// stored result and another's command altered in the database, work list
+// lists every unit and marks those two; work show --reveal shows the unit
+// whose result does not open with its command, and says what does not
+// open, rather than failing.
+func TestAUnitWhoseSealedBlobsDoNotOpenIsListedAndMarked(t *testing.T) {
+	t.Parallel()
+	dir := seedListings(t)
+	cfg, err := config.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", "file:"+cfg.DBPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`UPDATE work SET sealed_result = CAST(substr(sealed_result, 1, length(sealed_result) - 1) || x'00' AS BLOB) WHERE id = 'w_02'`,
+		`UPDATE work SET sealed_command = CAST(substr(sealed_command, 1, length(sealed_command) - 1) || x'00' AS BLOB) WHERE id = 'w_08'`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI(t, "work", "list", "--data-dir", dir, "--json")
+	if code != 0 {
+		t.Fatalf("work list with an altered result: exit %d, stderr %q", code, stderr)
+	}
+	for _, id := range []string{"w_01", "w_02", "w_03", "w_05", "w_09"} {
+		if !strings.Contains(stdout, `"work_id": "`+id+`"`) {
+			t.Errorf("work list left out %s: %s", id, stdout)
+		}
+	}
+	if !strings.Contains(stdout, `"problem": "its stored result does not open (altered in the database?): `) {
+		t.Errorf("work list does not mark the unit whose result does not open: %s", stdout)
+	}
+	code, stdout, stderr = runCLI(t, "work", "show", "w_02", "--data-dir", dir, "--reveal")
+	if code != 0 || !strings.Contains(stdout, "its stored result does not open") || !strings.Contains(stdout, "report.sh") {
+		t.Errorf("work show --reveal of a unit whose result does not open: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	code, stdout, stderr = runCLI(t, "work", "show", "w_08", "--data-dir", dir, "--reveal")
+	if code != 0 || !strings.Contains(stdout, "its stored command does not open") {
+		t.Errorf("work show --reveal of a unit whose command does not open: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }

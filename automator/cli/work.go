@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -46,18 +47,21 @@ func opener(dir string, st store.Store) (*server.Server, error) {
 // exit code comes from the sealed result; the command and output only
 // with --reveal.
 type workView struct {
-	ID         string       `json:"work_id"`
-	Account    string       `json:"account"`
-	State      string       `json:"state"`
-	QueuedAt   time.Time    `json:"queued_at"`
-	ClaimedAt  time.Time    `json:"claimed_at,omitzero"`
-	FinishedAt time.Time    `json:"finished_at,omitzero"`
-	Deadline   time.Time    `json:"deadline"`
-	InstanceID string       `json:"instance_id,omitempty"`
-	ExitCode   *int32       `json:"exit_code,omitempty"`
-	Reason     string       `json:"reason,omitempty"`
-	Command    *commandView `json:"command,omitempty"`
-	Output     *outputView  `json:"output,omitempty"`
+	ID         string    `json:"work_id"`
+	Account    string    `json:"account"`
+	State      string    `json:"state"`
+	QueuedAt   time.Time `json:"queued_at"`
+	ClaimedAt  time.Time `json:"claimed_at,omitzero"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+	Deadline   time.Time `json:"deadline"`
+	InstanceID string    `json:"instance_id,omitempty"`
+	ExitCode   *int32    `json:"exit_code,omitempty"`
+	Reason     string    `json:"reason,omitempty"`
+	// Problem says what of the unit's sealed blobs does not open (altered
+	// in the database?): the unit is listed all the same.
+	Problem string       `json:"problem,omitempty"`
+	Command *commandView `json:"command,omitempty"`
+	Output  *outputView  `json:"output,omitempty"`
 }
 
 type commandView struct {
@@ -85,7 +89,9 @@ func viewOf(ctx context.Context, srv *server.Server, w store.Work, reveal bool) 
 	}
 	res, err := srv.OpenResult(ctx, w)
 	if err != nil {
-		return v, fmt.Errorf("opening the result of work %s: %w", w.ID, err)
+		// One unit's blob that does not open fails neither a listing nor
+		// the rest of what is shown of it.
+		v.Problem = fmt.Sprintf("its stored result does not open (altered in the database?): %v", err)
 	}
 	if res != nil && w.State == store.StateSucceeded {
 		code := res.GetExitCode()
@@ -102,7 +108,11 @@ func viewOf(ctx context.Context, srv *server.Server, w store.Work, reveal bool) 
 		return v, nil // its reason says so
 	}
 	if err != nil {
-		return v, fmt.Errorf("opening the command of work %s: %w", w.ID, err)
+		if v.Problem != "" {
+			v.Problem += "; "
+		}
+		v.Problem += fmt.Sprintf("its stored command does not open (altered in the database?): %v", err)
+		return v, nil
 	}
 	v.Command = &commandView{Script: cmd.GetScript(), Args: append([]string{}, cmd.GetArgs()...)}
 	if res != nil {
@@ -187,7 +197,7 @@ func cmdWorkList(ctx context.Context, args []string, env Env) error {
 	for _, v := range views {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.ID, v.Account, v.State, utc(v.QueuedAt),
 			after(v.QueuedAt, v.ClaimedAt), after(firstOf(v.ClaimedAt, v.QueuedAt), v.FinishedAt), orDash(v.InstanceID),
-			exitCode(v.ExitCode), reasons.cell(v.Reason, v.Account, v.InstanceID))
+			exitCode(v.ExitCode), reasons.cell(cmp.Or(v.Problem, v.Reason), v.Account, v.InstanceID))
 	}
 	if err := w.Flush(); err != nil {
 		return err
@@ -340,6 +350,9 @@ func cmdWorkShow(ctx context.Context, args []string, env Env) error {
 	line("deadline", utc(v.Deadline))
 	line("exit code", exitCode(v.ExitCode))
 	line("reason", orDash(v.Reason))
+	if v.Problem != "" {
+		line("problem", v.Problem)
+	}
 	if v.Command == nil {
 		line("command", "(sealed; --reveal opens the script name, arguments and output)")
 		return t.Flush()
