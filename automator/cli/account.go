@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/pki"
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/crypto"
@@ -53,6 +54,9 @@ func cmdAccountCreate(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	defer d.st.Close()
+	if err := d.profileReady(*dir); err != nil {
+		return err
+	}
 	cfg, master, caPEM, st := d.cfg, d.master, d.caPEM, d.st
 
 	token, err := crypto.NewToken("opt_")
@@ -149,6 +153,20 @@ type accountAdmin struct {
 	st     store.Store
 	// db is the command's --db ("" when it was not given), for its hints.
 	db string
+}
+
+// profileReady refuses, before anything is changed, to make a profile no
+// proxy could use: with a public_url serve refuses (the profile's
+// automator_url), or a ca.pem that holds no certificate (what the profile
+// trusts).
+func (d accountAdmin) profileReady(dir string) error {
+	if _, err := config.PublicHost(d.cfg.PublicURL); err != nil {
+		return fmt.Errorf("public_url in %s: %w: a profile made from it would not reach the automator (serve refuses it too); set it to the https://HOST:PORT proxies reach, then run the command again; nothing was changed", filepath.Join(dir, config.FileConfig), err)
+	}
+	if _, err := pki.ParseCertPEM(d.caPEM); err != nil {
+		return fmt.Errorf("%s: %w: a profile made from it would trust no automator; put the data directory's CA certificate back (from a backup of the data directory), then run the command again; nothing was changed", filepath.Join(dir, config.FileCACert), err)
+	}
+	return nil
 }
 
 // openAccountAdmin loads the settings, the master key and the CA

@@ -45,6 +45,9 @@ func cmdAccountRotate(ctx context.Context, rotateKey bool, args []string, env En
 		return err
 	}
 	defer d.st.Close()
+	if err := d.profileReady(*dir); err != nil {
+		return err
+	}
 	return rotateAccount(ctx, d, name, rotateKey, *overlap, *dir, env)
 }
 

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
 	"github.com/opsgate/opsgate/crypto"
@@ -257,5 +259,57 @@ func TestRotationWhoseInstancesCannotBeListedNamesTheListingThatRunsAsPrinted(t 
 	}
 	if code, _, stderr := runMain(t, hint...); code != 0 || hint[0] != "instances" {
 		t.Errorf("rotate-token printed %q; that command run as printed: exit %d: %s", line, code, stderr)
+	}
+}
+
+// TestNoProfileIsMadeThatNoProxyCouldUse: with public_url gone from
+// automator.yaml, or ca.pem not a certificate, account create, rotate-key
+// and rotate-token refuse before anything changes, naming the file and
+// what to do: the profiles they print would not reach, or trust, the
+// automator, and rotate-key and rotate-token would have replaced the
+// account's working profile with it.
+func TestNoProfileIsMadeThatNoProxyCouldUse(t *testing.T) {
+	t.Parallel()
+	dir := initDir(t)
+	if code, _, stderr := runCLI(t, "account", "create", "acme", "--data-dir", dir); code != 0 {
+		t.Fatalf("account create: exit %d: %s", code, stderr)
+	}
+	yamlPath := filepath.Join(dir, config.FileConfig)
+	good, err := os.ReadFile(yamlPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for _, l := range strings.Split(string(good), "\n") {
+		if !strings.HasPrefix(l, "public_url:") {
+			kept = append(kept, l)
+		}
+	}
+	if err := os.WriteFile(yamlPath, []byte(strings.Join(kept, "\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, before, _ := runCLI(t, "account", "list", "--data-dir", dir, "--json")
+	for _, args := range [][]string{{"account", "create", "globex"}, {"account", "rotate-key", "acme"}, {"account", "rotate-token", "acme"}} {
+		code, stdout, stderr := runCLI(t, append(args, "--data-dir", dir)...)
+		if code != ExitError || stdout != "" || !strings.Contains(stderr, "public_url in "+yamlPath) || !strings.Contains(stderr, "nothing was changed") {
+			t.Errorf("%v without public_url: exit %d, stdout %q, stderr %q", args, code, stdout, stderr)
+		}
+	}
+	if _, after, _ := runCLI(t, "account", "list", "--data-dir", dir, "--json"); after != before {
+		t.Errorf("refused commands changed the accounts: %s, then %s", before, after)
+	}
+
+	if err := os.WriteFile(yamlPath, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, config.FileCACert), []byte("junk\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI(t, "account", "rotate-key", "acme", "--data-dir", dir)
+	if code != ExitError || stdout != "" || !strings.Contains(stderr, filepath.Join(dir, config.FileCACert)+": ") || !strings.Contains(stderr, "would trust no automator") {
+		t.Errorf("rotate-key with a ca.pem that holds no certificate: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if _, after, _ := runCLI(t, "account", "list", "--data-dir", dir, "--json"); after != before {
+		t.Errorf("a refused rotate-key changed the accounts: %s, then %s", before, after)
 	}
 }
