@@ -3,17 +3,13 @@
 package config
 
 import (
-	"io"
 	"os"
-	"os/exec"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/nobodytest"
 )
 
 // enterChildEnv, set, makes TestAScriptsDirThisUserCannotEnterIsRefused
@@ -68,46 +64,13 @@ func TestAScriptsDirThisUserCannotEnterIsRefused(t *testing.T) {
 	}
 }
 
-// validateAsNobody runs this test again as the user nobody, in a copy of
-// the test binary that nobody can run, on scripts (root's, mode 0700, in
-// dir), and returns what Validate said there.
+// validateAsNobody runs this test again as the user nobody
+// (nobodytest.Run), on scripts (root's, mode 0700, in dir), and returns
+// what Validate said there.
 func validateAsNobody(t *testing.T, dir, scripts string) string {
 	t.Helper()
-	u, err := user.Lookup("nobody")
-	if err != nil {
-		t.Skipf("no user nobody: %v", err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	// nobody must reach the copy of the binary and the scripts directory's
-	// parent (the test's temporary directories are made for it), and may
-	// not enter the directory.
-	for d := dir; strings.HasPrefix(d, os.TempDir()+string(filepath.Separator)); d = filepath.Dir(d) {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for d := os.TempDir(); ; d = filepath.Dir(d) {
-		if fi, err := os.Stat(d); err != nil || fi.Mode().Perm()&0o001 == 0 {
-			t.Skipf("nobody may not enter %s, on the way to the test's files", d)
-		}
-		if d == filepath.Dir(d) {
-			break
-		}
-	}
-	bin := filepath.Join(dir, "config.test")
-	if err := copyFile(os.Args[0], bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-test.run=^TestAScriptsDirThisUserCannotEnterIsRefused$", "-test.count=1")
-	cmd.Env = append(os.Environ(), enterChildEnv+"="+scripts)
-	cmd.Dir = dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("the test run as nobody: %v\n%s", err, out)
-	}
-	for _, line := range strings.Split(string(out), "\n") {
+	out := nobodytest.Run(t, dir, "TestAScriptsDirThisUserCannotEnterIsRefused", enterChildEnv+"="+scripts)
+	for _, line := range strings.Split(out, "\n") {
 		if v, ok := strings.CutPrefix(line, "validate: "); ok {
 			return v
 		}
@@ -121,21 +84,4 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
-}
-
-func copyFile(from, to string, mode os.FileMode) error {
-	in, err := os.Open(from)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }

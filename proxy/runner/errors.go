@@ -9,6 +9,9 @@ var (
 	ErrBadScriptName = errors.New("bad script name")
 	// ErrUnknownScript: no such runnable regular file in the scripts directory.
 	ErrUnknownScript = errors.New("unknown script")
+	// ErrNotAllowed: the script, or the scripts directory, is there, but
+	// the proxy's user may not reach or run it (its permissions).
+	ErrNotAllowed = errors.New("script not allowed to the proxy's user")
 	// ErrOutsideScripts: the name resolves, through symlinks, outside the
 	// scripts directory.
 	ErrOutsideScripts = errors.New("script outside the scripts directory")

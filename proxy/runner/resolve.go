@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/user"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"unicode"
 	"unicode/utf8"
 
@@ -29,6 +31,9 @@ func ResolveScript(dir, name string) (string, error) {
 			ErrBadScriptName, name, reason)
 	}
 	realDir, err := realScriptsDir(dir)
+	if errors.Is(err, fs.ErrPermission) {
+		return "", fmt.Errorf("%w %q: %s may not enter the scripts directory %q or a directory above it: give it search (x) access: %w", ErrNotAllowed, name, proxyUser(), dir, err)
+	}
 	if err != nil {
 		return "", fmt.Errorf("%w %q: %w", ErrUnknownScript, name, err)
 	}
@@ -46,10 +51,14 @@ func ResolveScript(dir, name string) (string, error) {
 			fi, err = os.Stat(real)
 		}
 	}
-	if errors.Is(err, fs.ErrNotExist) {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		return "", fmt.Errorf("%w %q: no such file in scripts directory %q", ErrUnknownScript, name, dir)
-	}
-	if err != nil {
+	case errors.Is(err, fs.ErrPermission):
+		return "", fmt.Errorf("%w %q: %s may not look it up in the scripts directory %q (or where its link leads): give it read and search (x) access: %w", ErrNotAllowed, name, proxyUser(), dir, err)
+	case errors.Is(err, syscall.ELOOP):
+		return "", fmt.Errorf("%w %q: it is a symbolic link that leads to itself, through other links: %w", ErrUnknownScript, name, err)
+	case err != nil:
 		return "", fmt.Errorf("%w %q: %w", ErrUnknownScript, name, err)
 	}
 	if !fi.Mode().IsRegular() {
@@ -135,4 +144,13 @@ func within(root, path string) bool {
 		return false
 	}
 	return rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// proxyUser names the proxy's user for a message: "the proxy's user
+// (NAME)".
+func proxyUser() string {
+	if u, err := user.Current(); err == nil {
+		return fmt.Sprintf("the proxy's user (%s)", u.Username)
+	}
+	return "the proxy's user"
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/user"
 	"strings"
 	"syscall"
 	"time"
@@ -97,10 +98,22 @@ func exitCode(state *os.ProcessState) int {
 
 // checkRunnable refuses a script the proxy may not execute.
 func checkRunnable(name, path string) error {
-	if err := unix.Access(path, unix.X_OK); err != nil {
-		return fmt.Errorf("%w %q: not executable by the proxy (chmod +x it): %w", ErrUnknownScript, name, err)
+	err := unix.Access(path, unix.X_OK)
+	if err == nil {
+		return nil
 	}
-	return nil
+	if fi, serr := os.Stat(path); serr == nil && fi.Mode().Perm()&0o111 != 0 {
+		// Executable, but not by this user (its owner's alone, say).
+		owner := ""
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			owner = fmt.Sprintf(", owner uid %d", st.Uid)
+			if u, err := user.LookupId(fmt.Sprint(st.Uid)); err == nil {
+				owner = ", owner " + u.Username
+			}
+		}
+		return fmt.Errorf("%w %q: it is executable (mode %v%s), but not by %s: give that user execute access, and read access to a script: %w", ErrNotAllowed, name, fi.Mode().Perm(), owner, proxyUser(), err)
+	}
+	return fmt.Errorf("%w %q: not executable (chmod +x it): %w", ErrUnknownScript, name, err)
 }
 
 // startHint says what an error starting the script at path means, where
