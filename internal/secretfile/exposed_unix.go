@@ -30,7 +30,8 @@ func WritableByOthers(path string) string { return othersWithMode(path, true) }
 // ReadableByOthers says who beyond its owner (and root) may read the file
 // at path, which holds a secret: "every user (mode -rw-r--r--)", "group
 // staff (mode -rw-r-----)", or "" when no one else may, or it cannot be
-// read. Root's group is the owner's own here.
+// read. Root's group is the owner's own here, and so is the group this
+// process reads the file through (Others).
 func ReadableByOthers(path string) string { return othersWithMode(path, false) }
 
 // othersWithMode is Others of the file at path, with its mode.
@@ -47,7 +48,10 @@ func othersWithMode(path string, write bool) string {
 
 // Others says who, beyond fi's owner and root's group, may read it (write
 // false) or write it (write true), by its mode: "every user", "group
-// NAME" (its id when it has no name), or "".
+// NAME" (its id when it has no name), or "". A group this process reads
+// the file through (its own group, on a file it does not own: a service's
+// config that root owns, readable by the service's group, as `proxy
+// install --user` writes it) is the reader's own too.
 func Others(fi fs.FileInfo, write bool) string {
 	other, group := fs.FileMode(0o004), fs.FileMode(0o040)
 	if write {
@@ -60,6 +64,9 @@ func Others(fi fs.FileInfo, write bool) string {
 	case m&group != 0:
 		st, ok := fi.Sys().(*syscall.Stat_t)
 		if !ok || st.Gid == 0 {
+			return ""
+		}
+		if !write && int(st.Gid) == os.Getegid() && int(st.Uid) != os.Geteuid() {
 			return ""
 		}
 		gid := strconv.FormatUint(uint64(st.Gid), 10)
