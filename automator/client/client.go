@@ -684,7 +684,7 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 		if c.certs[i].failed() != nil {
 			untrusted[i] = true
 			if left--; left == 0 {
-				return wrapCall(fmt.Sprintf("%s: automator %s: its certificate does not verify (check CAPEM or CAFile, and ServerName)", doing, c.urls[i]), err)
+				return wrapCall(fmt.Sprintf("%s: automator %s: its certificate does not verify against the CA certificate given (the automator data directory's ca.pem: --ca, or Config.CAPEM or CAFile), or does not name the host dialed (Config.ServerName)", doing, c.urls[i]), err)
 			}
 		}
 		if b.giveUp.IsZero() {

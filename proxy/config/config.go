@@ -206,7 +206,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.ScriptsDir == "" {
-		errs = append(errs, errors.New("scripts_dir: required (in the file or as --scripts-dir)"))
+		errs = append(errs, errors.New("scripts_dir: required (in the config file, or as proxy run's --scripts-dir)"))
 	} else if err := noNUL(c.ScriptsDir); err != nil {
 		errs = append(errs, fmt.Errorf("scripts_dir: %w", err))
 	} else if fi, err := os.Stat(c.ScriptsDir); err != nil {

@@ -335,7 +335,7 @@ func TestValidateHoldsEachBoundOnBothSides(t *testing.T) {
 	// Left out, scripts_dir is said to be required, not to be missing.
 	c := valid
 	c.ScriptsDir = ""
-	if err := c.Validate(); err == nil || err.Error() != "scripts_dir: required (in the file or as --scripts-dir)" {
+	if err := c.Validate(); err == nil || err.Error() != "scripts_dir: required (in the config file, or as proxy run's --scripts-dir)" {
 		t.Errorf("scripts_dir left out: %v, want it said required", err)
 	}
 }

@@ -145,6 +145,8 @@ func startHint(path string, err error) string {
 		return "it is not a program and has no #! line: "
 	case errors.Is(err, syscall.EACCES):
 		return "its #! interpreter is not executable, or its file system is mounted noexec: "
+	case errors.Is(err, syscall.E2BIG):
+		return "its arguments and environment are more than this system passes to a program (on Linux at most 128 KiB in one argument): pass large data on stdin: "
 	}
 	return ""
 }

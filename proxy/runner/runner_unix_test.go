@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -545,5 +546,24 @@ func TestAMissingInterpreterIsNamed(t *testing.T) {
 	_, err = Run(context.Background(), Spec{ScriptsDir: dir, Script: "noshebang.sh", Deadline: time.Now().Add(10 * time.Second)})
 	if !errors.Is(err, ErrStart) || !strings.Contains(err.Error(), "no #! line") {
 		t.Errorf("Run without a #! line = %v, want ErrStart saying so", err)
+	}
+}
+
+// TestAnArgumentLongerThanTheSystemPassesSaysSo: one argument of 200 KiB,
+// within the automator's limits on all the arguments, is more than Linux
+// passes in one (128 KiB): the start fails saying so, and how to pass
+// large data, not only "argument list too long".
+func TestAnArgumentLongerThanTheSystemPassesSaysSo(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the limit of one argument is Linux's")
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	if err := writeFileNoFork(filepath.Join(dir, "echo.sh"), []byte("#!/bin/sh\necho ok\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Run(context.Background(), Spec{ScriptsDir: dir, Script: "echo.sh", Args: []string{strings.Repeat("a", 200<<10)}, Deadline: time.Now().Add(10 * time.Second)})
+	if !errors.Is(err, ErrStart) || !strings.Contains(err.Error(), "more than this system passes to a program") || !strings.Contains(err.Error(), "pass large data on stdin") {
+		t.Errorf("Run with a 200 KiB argument = %v, want ErrStart saying what the system passes", err)
 	}
 }
