@@ -8,7 +8,9 @@
 package nobodytest
 
 import (
+	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/user"
@@ -21,8 +23,9 @@ import (
 
 // Run runs the test named test (the current test binary's) as nobody,
 // with env added to its environment, from a copy of the binary in dir, a
-// directory under os.TempDir that the test made: dir and the directories
-// above it up to os.TempDir are made enterable by everyone. It returns
+// directory under os.TempDir that the test made (more than one Run may
+// share it): dir and the directories above it up to os.TempDir are made
+// enterable by everyone. It returns
 // what the copy wrote, and fails t if it failed. It skips t where there is
 // no user nobody or nobody may not reach os.TempDir.
 func Run(t testing.TB, dir, test string, env ...string) string {
@@ -47,8 +50,8 @@ func Run(t testing.TB, dir, test string, env ...string) string {
 		}
 	}
 	bin := filepath.Join(dir, filepath.Base(os.Args[0])+".nobody")
-	if err := copyFile(os.Args[0], bin, 0o755); err != nil {
-		t.Fatal(err)
+	if err := copyFile(os.Args[0], bin, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		t.Fatal(err) // made already by an earlier Run of the test
 	}
 	cmd := exec.Command(bin, "-test.run=^"+test+"$", "-test.count=1")
 	cmd.Env = append(os.Environ(), env...)

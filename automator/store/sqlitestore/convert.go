@@ -3,6 +3,9 @@ package sqlitestore
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"time"
 
 	"modernc.org/sqlite"
@@ -59,4 +62,41 @@ func outOfSpace(err error, dir string) error {
 		return err
 	}
 	return fmt.Errorf("%w (%d bytes free in %s): %w", store.ErrStorageFull, free, dir, err)
+}
+
+// notWritable says, for a SQLITE_READONLY err of the database at path,
+// which of its files this process may not write: SQLite names only the
+// database, though a -shm or -wal file beside it, made while the database
+// itself was read only (SQLite gives them its mode) and left, makes it
+// read only as well once the database is writable again.
+func notWritable(err error, path string) error {
+	var se *sqlite.Error
+	if !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_READONLY {
+		return err
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		f, oerr := os.OpenFile(p, os.O_WRONLY, 0)
+		if oerr == nil {
+			f.Close()
+			continue
+		}
+		if errors.Is(oerr, fs.ErrPermission) {
+			mode := ""
+			if fi, serr := os.Stat(p); serr == nil {
+				mode = fmt.Sprintf(" (mode %v)", fi.Mode().Perm())
+			}
+			fix := "give it to the automator's user, mode 0600"
+			if p != path {
+				fix = "SQLite made it beside the database with the database's mode, when the database was read only; with serve stopped, remove it, or give it the database's owner and mode 0600"
+			}
+			return fmt.Errorf("%s is not writable by this user%s: %s: %w", p, mode, fix, err)
+		}
+	}
+	if f, terr := os.CreateTemp(filepath.Dir(path), ".write-test-*"); terr == nil {
+		f.Close()
+		os.Remove(f.Name())
+	} else if errors.Is(terr, fs.ErrPermission) {
+		return fmt.Errorf("the directory %s is not writable by this user (SQLite makes its -wal and -shm files there): %w", filepath.Dir(path), err)
+	}
+	return err
 }

@@ -98,7 +98,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	// the file into WAL mode, and the readers then find it so.
 	if err := migrate(ctx, write); err != nil {
 		write.Close()
-		return nil, fmt.Errorf("opening sqlite store %q: %w", path, outOfSpace(err, dir))
+		return nil, fmt.Errorf("opening sqlite store %q: %w", path, notWritable(outOfSpace(err, dir), path))
 	}
 
 	read, err := sql.Open("sqlite", dsn(path, true))

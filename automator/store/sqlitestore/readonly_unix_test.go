@@ -1,0 +1,80 @@
+//go:build !windows
+
+package sqlitestore
+
+import (
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/opsgate/opsgate/internal/nobodytest"
+)
+
+// readOnlyChildEnv, set, makes TestAShmFileLeftReadOnlyIsNamed open the
+// database it names and print the error: the test run again as nobody.
+const readOnlyChildEnv = "OPSGATE_TEST_OPEN_AS_NOBODY"
+
+// TestAShmFileLeftReadOnlyIsNamed: a command run on a database made read
+// only (mode 0444) fails, and leaves its -shm file with that mode; once
+// the database is writable again, every open still fails as "attempt to
+// write a readonly database", which names the database, writable now.
+// The error names the -shm file and what to do. As root (whom no mode
+// stops) the opens run in a copy of this test run as nobody, who owns
+// the files.
+func TestAShmFileLeftReadOnlyIsNamed(t *testing.T) {
+	if path := os.Getenv(readOnlyChildEnv); path != "" {
+		s, err := Open(t.Context(), path)
+		if err == nil {
+			s.Close()
+		}
+		fmt.Printf("open: %v\n", err)
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to give the files to nobody and open them as nobody")
+	}
+	t.Parallel()
+	u, err := user.Lookup("nobody")
+	if err != nil {
+		t.Skipf("no user nobody: %v", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	if err := os.Mkdir(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(data, "automator.db")
+	s, err := Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{data, path} {
+		if err := os.Chown(p, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(path, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	nobodytest.Run(t, dir, "TestAShmFileLeftReadOnlyIsNamed", readOnlyChildEnv+"="+path)
+	if fi, err := os.Stat(path + "-shm"); err != nil || fi.Mode().Perm() != 0o444 {
+		t.Fatalf("the open of the read-only database left no read-only -shm file: %v, %v", fi, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := nobodytest.Run(t, dir, "TestAShmFileLeftReadOnlyIsNamed", readOnlyChildEnv+"="+path)
+	want := "open: opening sqlite store " + strconv.Quote(path) + ": " + path + "-shm is not writable by this user (mode -r--r--r--): SQLite made it beside the database with the database's mode, when the database was read only; with serve stopped, remove it, or give it the database's owner and mode 0600: "
+	if !strings.Contains(out, want) {
+		t.Errorf("the open with the -shm file left read only said:\n%s\nwant it to say %q", out, want)
+	}
+}
