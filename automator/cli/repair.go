@@ -112,7 +112,7 @@ func cmdRepair(ctx context.Context, args []string, env Env) error {
 	var dt *store.DamagedTablesError
 	switch {
 	case errors.Is(err, sqlitestore.ErrWhole):
-		fmt.Fprintf(env.Stdout, "%s is whole (SQLite's integrity_check: ok): nothing to repair\n", dbPath)
+		fmt.Fprintf(env.Stdout, "%s is whole (SQLite's integrity_check: ok, and each index agrees with its table): nothing to repair\n", dbPath)
 		return nil
 	case errors.As(err, &dt):
 		return fmt.Errorf("%s: %v: repair builds a database again from its tables' rows, so it cannot make this one whole without losing rows; %s; nothing was changed", dbPath, err, salvageOrRestore(dt.Tables, *salvage, *dir, *db))

@@ -285,9 +285,57 @@ func check(ctx context.Context, old, name string, rep *RebuildReport) (lines []s
 		return nil, unreadableSchema(name, err)
 	}
 	if len(lines) == 0 {
+		// SQLite's check does not see every index entry that disagrees
+		// with its row (a stale entry of a partial index, which an index
+		// page that lost a write leaves): each index is compared with its
+		// table, both ways.
+		if lines, err = staleEntries(ctx, conn, tables); err != nil {
+			return nil, unreadableSchema(name, err)
+		}
+	}
+	if len(lines) == 0 {
 		return nil, ErrWhole
 	}
 	rep.Problems, rep.Found = lines[:min(len(lines), 10)], len(lines)
+	return lines, nil
+}
+
+// staleEntries compares each index of tables (of the database conn has
+// open as main) with the table's rows, both ways, under a partial index's
+// condition, and says of each that disagrees, in integrity_check's words
+// for an index's problem.
+func staleEntries(ctx context.Context, conn *sql.Conn, tables []string) ([]string, error) {
+	var lines []string
+	for _, table := range tables {
+		if strings.HasPrefix(table, "sqlite_") {
+			continue
+		}
+		indexes, err := tableIndexes(ctx, conn, "main", table)
+		if err != nil {
+			return nil, err
+		}
+		t := quoteIdent(table)
+		for _, ix := range indexes {
+			cols := "rowid"
+			for _, c := range ix.cols {
+				cols += ", " + quoteIdent(c)
+			}
+			where := ""
+			if ix.where != "" {
+				where = " WHERE " + ix.where
+			}
+			fromIndex := fmt.Sprintf(`SELECT %s FROM %s INDEXED BY %s%s`, cols, t, quoteIdent(ix.name), where)
+			fromTable := fmt.Sprintf(`SELECT %s FROM %s NOT INDEXED%s`, cols, t, where)
+			var n int
+			err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM (`+fromIndex+` EXCEPT `+fromTable+`) UNION ALL SELECT COUNT(*) FROM (`+fromTable+` EXCEPT `+fromIndex+`) ORDER BY 1 DESC LIMIT 1`).Scan(&n)
+			if err != nil {
+				return nil, err
+			}
+			if n > 0 {
+				lines = append(lines, fmt.Sprintf("rows of table %s differ from their entries in index %s (found by comparing each index with its table's rows; SQLite's integrity_check does not see them all)", table, ix.name))
+			}
+		}
+	}
 	return lines, nil
 }
 
@@ -309,7 +357,7 @@ func compareIndexes(ctx context.Context, conn *sql.Conn, table string, trustRows
 	if trustRows {
 		return nil
 	}
-	indexes, err := tableIndexes(ctx, conn, table)
+	indexes, err := tableIndexes(ctx, conn, "old", table)
 	if err != nil {
 		return err
 	}
@@ -398,12 +446,12 @@ type index struct {
 // whereClause finds a partial index's condition in its SQL.
 var whereClause = regexp.MustCompile(`(?is)\bWHERE\b(.*)$`)
 
-// tableIndexes lists the indexes of table in old on its columns alone
-// (no expression), with their columns and a partial index's condition. A
-// table without rowids has none listed.
-func tableIndexes(ctx context.Context, conn *sql.Conn, table string) ([]index, error) {
+// tableIndexes lists the indexes of table in schema (old, the damaged
+// database) on its columns alone (no expression), with their columns and
+// a partial index's condition. A table without rowids has none listed.
+func tableIndexes(ctx context.Context, conn *sql.Conn, schema, table string) ([]index, error) {
 	var withoutRowid bool
-	if err := conn.QueryRowContext(ctx, `SELECT wr FROM pragma_table_list WHERE schema = 'old' AND name = ?`, table).Scan(&withoutRowid); err != nil {
+	if err := conn.QueryRowContext(ctx, `SELECT wr FROM pragma_table_list WHERE schema = ? AND name = ?`, schema, table).Scan(&withoutRowid); err != nil {
 		return nil, err
 	}
 	if withoutRowid {
@@ -414,8 +462,8 @@ func tableIndexes(ctx context.Context, conn *sql.Conn, table string) ([]index, e
 		partial bool
 		sql     sql.NullString
 	}
-	rows, err := conn.QueryContext(ctx, `SELECT l.name, l.partial, s.sql FROM pragma_index_list(?, 'old') l
-		LEFT JOIN old.sqlite_schema s ON s.type = 'index' AND s.name = l.name ORDER BY l.name`, table)
+	rows, err := conn.QueryContext(ctx, `SELECT l.name, l.partial, s.sql FROM pragma_index_list(?, ?) l
+		LEFT JOIN `+quoteIdent(schema)+`.sqlite_schema s ON s.type = 'index' AND s.name = l.name ORDER BY l.name`, table, schema)
 	if err != nil {
 		return nil, err
 	}
@@ -442,7 +490,7 @@ func tableIndexes(ctx context.Context, conn *sql.Conn, table string) ([]index, e
 			}
 			ix.where = strings.TrimSpace(m[1])
 		}
-		rows, err := conn.QueryContext(ctx, `SELECT cid, COALESCE(name, '') FROM pragma_index_info(?, 'old') ORDER BY seqno`, l.name)
+		rows, err := conn.QueryContext(ctx, `SELECT cid, COALESCE(name, '') FROM pragma_index_info(?, ?) ORDER BY seqno`, l.name, schema)
 		if err != nil {
 			return nil, err
 		}

@@ -536,3 +536,40 @@ func TestRebuildOfADamagedFreelistLosesNothing(t *testing.T) {
 		t.Error("the rebuilt database's rows differ from the database's before the damage")
 	}
 }
+
+// TestRebuildFindsAStaleIndexEntryIntegrityCheckDoesNotSee: the pages of
+// the queue's index (partial: queued units) written back as they were
+// before a unit was claimed still list it as queued, and SQLite's
+// integrity_check of this build may say ok; Rebuild compares each index
+// with its table all the same, so it does not call the database whole: it
+// refuses the table (the file cannot tell which is right), and with
+// TrustRows rebuilds the index from the table, the unit claimed and no
+// longer queued.
+func TestRebuildFindsAStaleIndexEntryIntegrityCheckDoesNotSee(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "automator.db")
+	damagedFixture(t, path)
+	sqlitetest.StalePages(t, path, "work_queued", `UPDATE work SET state = 'claimed', claimed_at = 7, instance_id = 'i-9', claim_id = 'c-9' WHERE id = 'w-000390'`)
+	t.Logf("SQLite's integrity_check of the stale index: %s", sqlitetest.IntegrityCheck(t, path))
+	_, err := Rebuild(ctx, path, filepath.Join(dir, "refused.db"), path, RebuildOptions{})
+	var dt *store.DamagedTablesError
+	if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[work]" || !strings.Contains(err.Error(), "its index work_queued") {
+		t.Fatalf("Rebuild of a database whose queue index lists a claimed unit: %v; want a DamagedTablesError naming work and work_queued", err)
+	}
+	dst := filepath.Join(dir, "rebuilt.db")
+	if _, err := Rebuild(ctx, path, dst, path, RebuildOptions{TrustRows: true}); err != nil {
+		t.Fatalf("Rebuild trusting the rows: %v", err)
+	}
+	db, err := sql.Open("sqlite", "file:"+uriPath(dst)+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var state string
+	var listed int
+	if err := db.QueryRow(`SELECT state, (SELECT COUNT(*) FROM work INDEXED BY work_queued WHERE state = 'queued' AND id = 'w-000390') FROM work WHERE id = 'w-000390'`).Scan(&state, &listed); err != nil || state != "claimed" || listed != 0 {
+		t.Errorf("the unit in the rebuilt database: %q, listed queued %d times, %v; want claimed, not listed", state, listed, err)
+	}
+}

@@ -223,7 +223,7 @@ func lastReadable(ctx context.Context, conn *sql.Conn, t string, start int64) (l
 // others are lost: what the indexes said of them is returned by rowid,
 // with whether an index of every row was read whole.
 func recoverListed(ctx context.Context, conn *sql.Conn, table string) (lost map[int64]*lostRow, known bool, err error) {
-	indexes, err := tableIndexes(ctx, conn, table)
+	indexes, err := tableIndexes(ctx, conn, "old", table)
 	if err != nil {
 		return nil, false, err
 	}
