@@ -70,7 +70,7 @@ func cmdRepair(ctx context.Context, args []string, env Env) error {
 	dir := flags.String("data-dir", "", "the automator's data directory (with SQLite, its serve must be stopped)")
 	db := dbFlag(flags)
 	trustRows := flags.Bool("trust-rows", false, "SQLite: rebuild a table whose rows its indexes, in the damaged file, list otherwise (the table's pages are taken as right)")
-	salvage := flags.Bool("salvage", false, "SQLite: keep the rows of units, audit events, instances and replicas that can be read when some cannot, and name those lost (lost units are kept as ended, failed)")
+	salvage := flags.Bool("salvage", false, "SQLite: keep the rows of units, audit events, instances and replicas that can be read when some cannot, and name those lost (lost units are kept as ended, timed out)")
 	if err := clihelp.ParseNoArgs(flags, args); err != nil {
 		return err
 	}
@@ -162,8 +162,16 @@ func cmdRepair(ctx context.Context, args []string, env Env) error {
 		fmt.Fprintf(env.Stdout, "salvaged it: rebuilt it from the rows of its tables that could be read, no other row lost or changed as far as SQLite's check and the damaged file's indexes tell: %d tables, %d rows, %d indexes built again%s\n", rep.Tables, rep.Rows, rep.Indexes, migrated)
 		for _, l := range rep.Lost {
 			fmt.Fprintf(env.Stdout, "lost: %s\n", l)
+			if l.Table != "work" {
+				continue
+			}
+			if l.Kept > 0 {
+				fmt.Fprintln(env.Stdout, "a unit lost and kept as ended says so in its reason (`automator work show ID`); its caller gets it as timed out (it may have run), and a retry with its idempotency key returns it rather than running its script again")
+			}
+			if l.Kept < l.Rows || !l.Known {
+				fmt.Fprintln(env.Stdout, "a unit lost and not kept (no index read kept its account, or none named it) is not found by its id, and a retry with its idempotency key would run its script again: look for its work.queued event (`automator audit --kind work.queued`)")
+			}
 		}
-		fmt.Fprintln(env.Stdout, "a unit lost and kept as ended says so in its reason (`automator work show ID`); its caller gets it as failed, and a retry with its idempotency key returns it rather than running its script again")
 	}
 	fmt.Fprintf(env.Stdout, "the damaged database is kept as %s\n", aside)
 	fmt.Fprintln(env.Stdout, "start serve again; then take a backup (`automator backup`)")

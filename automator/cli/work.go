@@ -61,7 +61,10 @@ type workView struct {
 	// in the database?): the unit is listed all the same.
 	Problem string       `json:"problem,omitempty"`
 	Command *commandView `json:"command,omitempty"`
-	Output  *outputView  `json:"output,omitempty"`
+	// CommandLost: the unit was kept by `automator repair --salvage`, its
+	// row, with its command, lost.
+	CommandLost bool        `json:"command_lost,omitempty"`
+	Output      *outputView `json:"output,omitempty"`
 }
 
 type commandView struct {
@@ -105,7 +108,8 @@ func viewOf(ctx context.Context, srv *server.Server, w store.Work, reveal bool) 
 	}
 	cmd, err := srv.OpenCommand(ctx, w)
 	if errors.Is(err, server.ErrCommandLost) {
-		return v, nil // its reason says so
+		v.CommandLost = true // its reason says so
+		return v, nil
 	}
 	if err != nil {
 		if v.Problem != "" {
@@ -352,6 +356,10 @@ func cmdWorkShow(ctx context.Context, args []string, env Env) error {
 	line("reason", orDash(v.Reason))
 	if v.Problem != "" {
 		line("problem", v.Problem)
+	}
+	if v.CommandLost {
+		line("command", "(lost with its row)")
+		return t.Flush()
 	}
 	if v.Command == nil {
 		line("command", "(sealed; --reveal opens the script name, arguments and output)")

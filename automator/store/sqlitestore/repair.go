@@ -364,6 +364,7 @@ func compareIndexes(ctx context.Context, conn *sql.Conn, table string, trustRows
 	t := quoteIdent(table)
 	disputed := map[int64]bool{}
 	var by []string
+	read := map[string]bool{} // the indexes compared in full
 	for _, ix := range indexes {
 		cols := "rowid"
 		for _, c := range ix.cols {
@@ -376,6 +377,7 @@ func compareIndexes(ctx context.Context, conn *sql.Conn, table string, trustRows
 		fromIndex := fmt.Sprintf(`SELECT %s FROM old.%s INDEXED BY %s%s`, cols, t, quoteIdent(ix.name), where)
 		fromCopy := fmt.Sprintf(`SELECT %s FROM main.%s NOT INDEXED%s`, cols, t, where)
 		var ids []int64
+		read[ix.name] = true
 		for _, q := range []string{fromIndex + " EXCEPT " + fromCopy, fromCopy + " EXCEPT " + fromIndex} {
 			only := ""
 			if salvaged {
@@ -386,7 +388,7 @@ func compareIndexes(ctx context.Context, conn *sql.Conn, table string, trustRows
 			more, err := rowids(ctx, conn, `SELECT rowid FROM (`+q+`)`+only+` LIMIT 100000`)
 			if err != nil {
 				if store.IsDamaged(err) {
-					ids = nil
+					ids, read[ix.name] = nil, false
 					break
 				}
 				return fmt.Errorf("comparing table %s with its index %s: %w", table, ix.name, err)
@@ -401,7 +403,7 @@ func compareIndexes(ctx context.Context, conn *sql.Conn, table string, trustRows
 		}
 	}
 	if len(disputed) == 0 {
-		return nil
+		return queuedConfirmed(ctx, conn, table, read)
 	}
 	first := int64(-1)
 	for id := range disputed {
@@ -410,6 +412,34 @@ func compareIndexes(ctx context.Context, conn *sql.Conn, table string, trustRows
 		}
 	}
 	return damaged(fmt.Errorf("%d of its rows (rowid %d among them) differ between its pages and its %s %s: its pages lost or changed them, or those indexes did, which the file does not tell; if its rows are right, run repair again with --trust-rows", len(disputed), first, plural(len(by), "index", "indexes"), prose.And(by)))
+}
+
+// queuedConfirmed refuses, for the work table, units the copy holds as
+// queued that no index compared in full (read) confirms as queued: a unit
+// that ran, read back as queued from a page of the table that lost a
+// write, would run again. The queue's index (work_queued) confirms them;
+// so do the open units' (work_open_deadline) and the claimed units'
+// (work_claimed) together: open, and not claimed. Where neither can be
+// read, an index page damaged beside the table's page would hide the
+// change.
+func queuedConfirmed(ctx context.Context, conn *sql.Conn, table string, read map[string]bool) error {
+	if table != "work" || read["work_queued"] || (read["work_open_deadline"] && read["work_claimed"]) {
+		return nil
+	}
+	var queued int
+	if err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM main.work NOT INDEXED WHERE state = 'queued'`).Scan(&queued); err != nil {
+		return err
+	}
+	if queued == 0 {
+		return nil
+	}
+	var missing []string
+	for _, ix := range []string{"work_queued", "work_open_deadline", "work_claimed"} {
+		if !read[ix] {
+			missing = append(missing, ix)
+		}
+	}
+	return damaged(fmt.Errorf("%d of its rows are units queued, and its %s %s, which would confirm them, cannot be read: a unit that ran, read back as queued from a page that lost a write, would run again; if its rows are right, run repair again with --trust-rows", queued, plural(len(missing), "index", "indexes"), prose.And(missing)))
 }
 
 func plural(n int, one, many string) string {

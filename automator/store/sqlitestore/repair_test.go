@@ -381,6 +381,8 @@ func TestRebuildOfIndexesThatReadWrongValuesIsRefusedUnlessTheRowsAreTrusted(t *
 // index) that lost the writes of its latest events would lose them, and
 // give their numbers again. Both read without an error, and SQLite's
 // integrity_check finds only indexes that disagree; Rebuild refuses both.
+// And so a claimed unit read back as queued whose indexes that would tell
+// are damaged too.
 func TestRebuildRefusesATablePageThatLostAWrite(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -404,6 +406,22 @@ func TestRebuildRefusesATablePageThatLostAWrite(t *testing.T) {
 	_, err = Rebuild(ctx, path, filepath.Join(dir, "rebuilt-audit.db"), path, RebuildOptions{})
 	if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[audit]" {
 		t.Fatalf("Rebuild of an audit table that lost its latest events: %v; want a DamagedTablesError naming audit", err)
+	}
+
+	// A unit claimed, read back as queued, with the two indexes that
+	// would tell (the queue's and the claimed units') damaged beside it:
+	// no index left can confirm the queued units, with salvage neither.
+	path = filepath.Join(dir, "hidden.db")
+	damagedFixture(t, path)
+	sqlitetest.StalePages(t, path, "work", `UPDATE work SET state = 'claimed', claimed_at = 7, instance_id = 'i-9', claim_id = 'c-9' WHERE id = 'w-000390'`)
+	for _, ix := range []string{"work_queued", "work_claimed"} {
+		sqlitetest.DamageFirstPage(t, path, ix)
+	}
+	for _, salvage := range []bool{false, true} {
+		_, err = Rebuild(ctx, path, filepath.Join(dir, fmt.Sprintf("rebuilt-hidden-%v.db", salvage)), path, RebuildOptions{Salvage: salvage, Now: testNow})
+		if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[work]" || !strings.Contains(err.Error(), "its indexes work_queued and work_claimed, which would confirm them, cannot be read") {
+			t.Fatalf("Rebuild (salvage %v) of a claimed unit read as queued, the indexes that tell damaged: %v; want a DamagedTablesError naming work", salvage, err)
+		}
 	}
 }
 

@@ -19,7 +19,7 @@ import (
 // a table of those whose rows are damaged is refused, and a backup is the
 // way back.
 var Salvaged = map[string]string{
-	"work":      "each unit lost is kept as ended (failed), under its id, account and idempotency key where an index kept them, so that neither a caller waiting by its id nor a retry with its key runs it again",
+	"work":      "each unit lost is kept as ended (timed out, as a restore ends open units), under its id, account and idempotency key where an index kept them, so that neither a caller waiting by its id nor a retry with its key runs it again",
 	"audit":     "each event lost keeps its place in the sequence as an audit.lost event",
 	"instances": "an instance lost is listed again at its next poll",
 	"replicas":  "a replica lost is listed again at its next heartbeat",
@@ -54,7 +54,7 @@ func (l LostRows) String() string {
 	if l.Kept > 0 {
 		switch l.Table {
 		case "work":
-			s += fmt.Sprintf(", %d of them kept as ended (failed)", l.Kept)
+			s += fmt.Sprintf(", %d of them kept as ended", l.Kept)
 		case "audit":
 			s += fmt.Sprintf(", %d of them kept in place as audit.lost events", l.Kept)
 		}
@@ -334,7 +334,10 @@ func keepLostRow(ctx context.Context, conn *sql.Conn, table string, id int64, l 
 	switch table {
 	case "work":
 		unit, account := str("id"), str("account")
-		state, was := store.StateFailed, "last seen ended, or its state not known"
+		// Ended as timed out, as a restore ends the units open in it: its
+		// result will never come, and it may have run. A state an index
+		// kept it in, ended already otherwise, stays.
+		state, was := store.StateTimedOut, "last seen ended, or its state not known"
 		switch s := store.State(str("state")); {
 		case s == store.StateFailed || s == store.StateTimedOut || s == store.StateCancelled:
 			state, was = s, "last seen "+string(s)
@@ -343,23 +346,38 @@ func keepLostRow(ctx context.Context, conn *sql.Conn, table string, id int64, l 
 		case slices.Contains(l.in, "work_queued"):
 			was = "last seen queued"
 		}
-		name := fmt.Sprintf("unit %s (account %s, %s)", unit, account, strings.TrimPrefix(was, "last seen "))
-		if unit == "" || account == "" {
-			// No index that still reads kept both: nothing to keep it by.
-			return lostName{text: fmt.Sprintf("unit at rowid %d, its id or account not known", id)}, nil
+		if account == "" {
+			// No index that still reads kept its account: nothing to keep
+			// it under.
+			return lostName{text: fmt.Sprintf("unit at rowid %d, its account not known", id)}, nil
 		}
-		queued, _ := num("queued_at")
+		named := unit
+		if unit == "" {
+			// Its id is lost with it, but not its account, nor perhaps its
+			// idempotency key, which a retry would reuse: kept under an id
+			// of its own, so the key stays taken.
+			unit = fmt.Sprintf("w_lost_%d", id)
+			named = unit + " (its id not known)"
+		}
+		// A queue time not known is the repair's: the idempotency key is
+		// kept for its retention from now, not taken as long expired.
+		queued, ok := num("queued_at")
+		if !ok || queued <= 0 {
+			queued = now.UnixNano()
+		}
 		deadline, ok := num("deadline")
-		if !ok {
+		if !ok || deadline < queued {
 			deadline = queued
 		}
 		var key any
 		if k, ok := l.vals["idempotency_key"].(string); ok {
 			key = k
+			named += ", key " + k
 		}
+		name := fmt.Sprintf("unit %s (account %s, %s)", named, account, strings.TrimPrefix(was, "last seen "))
 		reason := fmt.Sprintf("lost: its row was damaged, and automator repair --salvage ended it at %s; its command and result are gone, and whether its script ran is not known (%s)", now.UTC().Format(time.RFC3339), was)
 		_, err := conn.ExecContext(ctx, `INSERT INTO main.work (rowid, id, account, state, key_id, sealed_command, queued_at, deadline, finished_at, reason, idempotency_key)
-			VALUES (?, ?, ?, ?, 0, x'', ?, ?, ?, ?, ?)`, id, unit, account, string(state), queued, deadline, now.UnixNano(), reason, key)
+			VALUES (?, ?, ?, ?, 0, x'', ?, ?, ?, ?, ?)`, id, unit, account, string(state), queued, deadline, max(now.UnixNano(), queued), reason, key)
 		if err != nil {
 			return lostName{}, fmt.Errorf("keeping unit %s, lost, as ended: %w", unit, err)
 		}

@@ -52,7 +52,7 @@ func workRows(t *testing.T, path string) map[int64][]any {
 // claimed, units queued), Rebuild refuses the table, and with Salvage
 // makes a whole database holding every other row as it was, and each unit
 // of those pages, named by the indexes, kept under its rowid, id, account,
-// queue time and idempotency key as ended: failed (or the state an index
+// queue time and idempotency key as ended: timed out (or the state an index
 // kept), its command gone, its reason saying what it was last seen as. A
 // store opened on it answers a retry with a lost unit's key with that
 // unit, and lists it as ended.
@@ -122,9 +122,9 @@ func TestSalvageKeepsTheRowsThatCanBeReadAndEndsTheUnitsLost(t *testing.T) {
 		case "failed":
 			wantState, wantSeen = "failed", "(last seen failed)"
 		case "claimed":
-			wantState, wantSeen = "failed", "(last seen claimed: its script may have run)"
+			wantState, wantSeen = "timed_out", "(last seen claimed: its script may have run)"
 		case "queued":
-			wantState, wantSeen = "failed", "(last seen queued)"
+			wantState, wantSeen = "timed_out", "(last seen queued)"
 		default:
 			t.Fatalf("unit %v was %v", b[0], b[2])
 		}
@@ -136,8 +136,8 @@ func TestSalvageKeepsTheRowsThatCanBeReadAndEndsTheUnitsLost(t *testing.T) {
 	if lost != rep.Lost[0].Rows || lost != onLeaves || len(seen) != 3 {
 		t.Errorf("%d units kept as lost (of states %v); Rebuild said %d, and the damaged pages held %d", lost, seen, rep.Lost[0].Rows, onLeaves)
 	}
-	if l := rep.Lost[0].String(); !strings.HasPrefix(l, fmt.Sprintf("%d rows of table work (unit w-", lost)) || !strings.Contains(l, "(account acme, failed)") ||
-		!strings.HasSuffix(l, fmt.Sprintf("and %d more), %d of them kept as ended (failed)", lost-20, lost)) {
+	if l := rep.Lost[0].String(); !strings.HasPrefix(l, fmt.Sprintf("%d rows of table work (unit w-", lost)) || !strings.Contains(l, ", key k-63 (account acme, failed)") ||
+		!strings.HasSuffix(l, fmt.Sprintf("and %d more), %d of them kept as ended", lost-20, lost)) {
 		t.Errorf("the report says %q", l)
 	}
 
@@ -189,19 +189,66 @@ func TestSalvageLosesOnlyTheUnitWhoseOverflowPageIsDamaged(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Rebuild with salvage: %v", err)
 	}
-	if len(rep.Lost) != 1 || rep.Lost[0].Rows != 1 || !strings.HasPrefix(rep.Lost[0].String(), "1 row of table work (unit w-large (account acme, queued))") {
+	if len(rep.Lost) != 1 || rep.Lost[0].Rows != 1 || !strings.HasPrefix(rep.Lost[0].String(), "1 row of table work (unit w-large, key k-large (account acme, queued))") {
 		t.Fatalf("Rebuild lost %v; want the large unit alone", rep.Lost)
 	}
 	after := workRows(t, dst)
 	for rowid, b := range before {
 		a := after[rowid]
 		if b[0] == "w-large" {
-			if a[2] != "failed" || a[3] != int64(0) || a[5] != "k-large" {
+			if a[2] != "timed_out" || a[3] != int64(0) || a[5] != "k-large" {
 				t.Errorf("the large unit kept as %v", a)
 			}
 		} else if fmt.Sprint(a) != fmt.Sprint(b) {
 			t.Errorf("unit at rowid %d salvaged as %v; it was %v", rowid, a, b)
 		}
+	}
+}
+
+// TestSalvageKeepsAUnitWhoseIdIsLostUnderItsKey: with a page of units
+// damaged, and every index that holds their ids too, the index of
+// idempotency keys still says which account and key each lost unit had:
+// each is kept under an id of its own (w_lost_ROWID), queued as of the
+// repair, so that a retry with its key gets it, ended, rather than a new
+// unit (a queue time of 0 would have made the key long expired).
+func TestSalvageKeepsAUnitWhoseIdIsLostUnderItsKey(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "automator.db")
+	damagedFixture(t, path)
+	onLeaf := leafCells(t, path, "work", 5)
+	sqlitetest.DamagePage(t, path, "work", "leaf", 5)
+	for _, ix := range []string{"sqlite_autoindex_work_1", "work_queued_at_id", "work_account_queued_at_id",
+		"work_queued", "work_claimed", "work_open_deadline", "work_unsuccessful", "work_account_unsuccessful"} {
+		sqlitetest.DamageFirstPage(t, path, ix)
+	}
+	dst := filepath.Join(dir, "salvaged.db")
+	now := testNow.Add(48 * time.Hour)
+	// Rows trusted: no index that confirms the queued units can be read.
+	rep, err := Rebuild(ctx, path, dst, path, RebuildOptions{Salvage: true, TrustRows: true, Now: now})
+	if err != nil {
+		t.Fatalf("Rebuild with salvage: %v", err)
+	}
+	if len(rep.Lost) != 1 || rep.Lost[0].Rows != onLeaf || rep.Lost[0].Kept != onLeaf || !strings.Contains(rep.Lost[0].String(), " (its id not known), key k-") {
+		t.Fatalf("Rebuild lost %v; want the %d units of the page, kept under ids of their own", rep.Lost, onLeaf)
+	}
+	var key string
+	for _, w := range workRows(t, dst) {
+		if strings.HasPrefix(w[0].(string), "w_lost_") {
+			key = w[5].(string)
+			break
+		}
+	}
+	r, err := Open(ctx, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	w, err := r.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: "w-retry", Account: "acme", KeyID: 1, IdempotencyKey: key,
+		IdempotencySince: now.Add(-24 * time.Hour), SealedCommand: []byte("c"), Now: now, Deadline: now.Add(time.Hour)})
+	if !errors.Is(err, store.ErrDuplicate) || !strings.HasPrefix(w.ID, "w_lost_") || w.State != store.StateTimedOut || !w.QueuedAt.Equal(now) {
+		t.Errorf("a retry with the key %q of a unit whose id was lost: %+v, %v; want that unit, timed out, queued as of the repair (ErrDuplicate)", key, w, err)
 	}
 }
 
@@ -306,10 +353,16 @@ func TestSalvageRefusesTablesItCannotMakeUp(t *testing.T) {
 		sqlitetest.DamageFirstPage(t, path, ix)
 	}
 	dst := filepath.Join(dir, "salvaged.db")
-	rep, err := Rebuild(ctx, path, dst, path, RebuildOptions{Salvage: true, Now: testNow})
+	_, err = Rebuild(ctx, path, dst, path, RebuildOptions{Salvage: true, Now: testNow})
+	if !errors.As(err, &dt) || !strings.Contains(err.Error(), "units queued, and its indexes work_queued, work_open_deadline and work_claimed, which would confirm them, cannot be read") {
+		t.Fatalf("salvage of a work table none of whose indexes can be read: %v; want it refused, as its queued units cannot be confirmed", err)
+	}
+	// The operator takes the rows as right.
+	rep, err := Rebuild(ctx, path, dst+".2", path, RebuildOptions{Salvage: true, TrustRows: true, Now: testNow})
 	if err != nil {
 		t.Fatalf("salvage of a work table without a readable index of every unit: %v", err)
 	}
+	dst += ".2"
 	// Read past the damaged page in rowid order: every unit on the other
 	// pages kept.
 	kept := 0
