@@ -169,9 +169,12 @@ func Rebuild(ctx context.Context, src, dst, name string, opts RebuildOptions) (R
 		case unreadable:
 			lost(e.name, err)
 			continue
+		case isConstraint(err):
+			// A row that breaks the table's constraints: a value changed,
+			// or a page written where another belongs.
+			return rep, twoRows(quoteIdent(e.name), err)
 		case err != nil:
-			// A row that breaks the table's constraints: a value changed.
-			return rep, damaged(fmt.Errorf("copying the rows of table %s: %w", e.name, err))
+			return rep, fmt.Errorf("copying the rows of table %s: %w", e.name, err)
 		}
 		var gone map[int64]*lostRow
 		var known bool

@@ -3,11 +3,15 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strings"
 	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/opsgate/opsgate/automator/store"
 )
@@ -123,6 +127,9 @@ func copyRange(ctx context.Context, conn *sql.Conn, t, list string, start, count
 	if err == nil {
 		return res.RowsAffected()
 	}
+	if isConstraint(err) {
+		return 0, twoRows(t, err)
+	}
 	if !store.IsDamaged(err) {
 		return 0, err
 	}
@@ -137,11 +144,27 @@ func copyRange(ctx context.Context, conn *sql.Conn, t, list string, start, count
 		case err == nil:
 			m, _ := res.RowsAffected()
 			n += m
+		case isConstraint(err):
+			return n, twoRows(t, err)
 		case !store.IsDamaged(err):
 			return n, err
 		}
 	}
 	return n, nil
+}
+
+// isConstraint reports whether err is SQLite's refusal of a row that
+// breaks a constraint.
+func isConstraint(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_CONSTRAINT
+}
+
+// twoRows is salvage's error for table t read with two rows under one
+// rowid: a page written where another belongs (a misdirected write),
+// whose copies of rows the file does not tell from the right ones.
+func twoRows(t string, err error) error {
+	return damaged(fmt.Errorf("table %s reads with two rows under one rowid, or rows that break its constraints (a page written where another belongs?), and which is right the file does not tell: %w", t, err))
 }
 
 // firstFrom returns the first rowid of table t in old at or past lo.
@@ -211,7 +234,7 @@ func lastReadable(ctx context.Context, conn *sql.Conn, t string, start int64) (l
 		if err := rows.Scan(&id); err != nil {
 			return last, count, err
 		}
-		last = id
+		last = max(last, id) // a page written where another belongs reads out of order
 		count++
 	}
 	return last, count, rows.Err()

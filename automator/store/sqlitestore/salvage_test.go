@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -394,4 +395,40 @@ func leafCells(t *testing.T, path, name string, n int) int {
 		t.Fatal(err)
 	}
 	return cells
+}
+
+// TestSalvageRefusesAPageWrittenWhereAnotherBelongs: a leaf of units
+// written over another's place (a misdirected write) reads with two rows
+// under each of its rowids; which copy is right the file does not tell,
+// so salvage refuses, saying so, rather than fail on the copy's
+// constraint with SQLite's words alone.
+func TestSalvageRefusesAPageWrittenWhereAnotherBelongs(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "automator.db")
+	damagedFixture(t, path)
+	db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var from, to int64
+	err = db.QueryRow(`SELECT (SELECT pageno FROM dbstat WHERE name = 'work' AND pagetype = 'leaf' ORDER BY path LIMIT 1 OFFSET 4),
+		(SELECT pageno FROM dbstat WHERE name = 'work' AND pagetype = 'leaf' ORDER BY path LIMIT 1 OFFSET 6)`).Scan(&from, &to)
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(b[(to-1)*4096:to*4096], b[(from-1)*4096:from*4096])
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Rebuild(ctx, path, filepath.Join(dir, "salvaged.db"), path, RebuildOptions{Salvage: true, Now: testNow})
+	if !store.IsDamaged(err) || !strings.Contains(err.Error(), "table \"work\" reads with two rows under one rowid") {
+		t.Fatalf("salvage of a work table with a page written where another belongs: %v; want it refused as two rows under one rowid", err)
+	}
 }
