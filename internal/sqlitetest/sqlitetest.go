@@ -6,6 +6,7 @@ package sqlitetest
 import (
 	"bytes"
 	"database/sql"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -71,28 +72,34 @@ func overwrite(t testing.TB, path string, page, size int64) {
 	}
 }
 
-// DamagePage overwrites, as DamageFirstPage does, the nth page of kind
-// ("leaf", "internal" or "overflow", as SQLite's dbstat names them; from
-// 0, in the b-tree's order) of the table or index name in the database
-// file at path, and returns its page number. Pages are found by walking
-// the b-tree, which stops at a damaged page: damage the last first.
-func DamagePage(t testing.TB, path, name, kind string, n int) int64 {
+// DamagePage overwrites, as DamageFirstPage does, the pages of kind
+// ("leaf", "internal" or "overflow", as SQLite's dbstat names them) of
+// the table or index name in the database file at path that are the nth
+// of that kind, for each n (from 0, in the b-tree's order). All are found
+// before any is damaged (walking a b-tree stops at a damaged page).
+func DamagePage(t testing.TB, path, name, kind string, n ...int) {
 	t.Helper()
 	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var page int64
-	err = db.QueryRow(`SELECT pageno FROM dbstat WHERE name = ? AND pagetype = ? ORDER BY path LIMIT 1 OFFSET ?`, name, kind, n).Scan(&page)
+	pages := make([]int64, len(n))
+	for i, nth := range n {
+		if err = db.QueryRow(`SELECT pageno FROM dbstat WHERE name = ? AND pagetype = ? ORDER BY path LIMIT 1 OFFSET ?`, name, kind, nth).Scan(&pages[i]); err != nil {
+			err = fmt.Errorf("%s page %d of %s: %w", kind, nth, name, err)
+			break
+		}
+	}
 	if cerr := db.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		t.Fatalf("%s page %d of %s: %v", kind, n, name, err)
+		t.Fatal(err)
 	}
 	_, size := rootPage(t, path, name)
-	overwrite(t, path, page, size)
-	return page
+	for _, p := range pages {
+		overwrite(t, path, p, size)
+	}
 }
 
 // RootPage is the first page of the table or index name in the database

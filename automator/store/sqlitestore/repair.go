@@ -160,9 +160,10 @@ func Rebuild(ctx context.Context, src, dst, name string, opts RebuildOptions) (R
 		}
 		n, err := copyRows(ctx, conn, e.name)
 		unreadable := err != nil && store.IsDamaged(err)
+		tailLost := false
 		switch {
 		case unreadable && salvaged(e.name):
-			n, err = salvageRows(ctx, conn, e.name)
+			n, tailLost, err = salvageRows(ctx, conn, e.name)
 			if err != nil {
 				return rep, fmt.Errorf("salvaging the rows of table %s: %w", e.name, err)
 			}
@@ -196,6 +197,11 @@ func Rebuild(ctx context.Context, src, dst, name string, opts RebuildOptions) (R
 			// The rows copied, those read one by one among them.
 			if err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM main.`+quoteIdent(e.name)).Scan(&n); err != nil {
 				return rep, err
+			}
+		}
+		if e.name == "audit" && unreadable && salvaged(e.name) {
+			if err := auditGaps(ctx, conn, gone, tailLost && !known); err != nil {
+				return rep, fmt.Errorf("salvaging the rows of table %s: %w", e.name, err)
 			}
 		}
 		if len(gone) > 0 || (unreadable && !known) {

@@ -81,37 +81,38 @@ type lostRow struct {
 // be read in old, around the pages that cannot: the table is read in
 // rowid order until it fails, and again from the first rowid past the
 // damage a seek reaches. It returns how many rows it copied.
-func salvageRows(ctx context.Context, conn *sql.Conn, table string) (int64, error) {
+func salvageRows(ctx context.Context, conn *sql.Conn, table string) (n int64, tailLost bool, err error) {
 	cols, _, err := tableColumns(ctx, conn, table)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	t := quoteIdent(table)
 	list := "rowid, " + strings.Join(cols, ", ")
-	var n int64
 	for lo := int64(math.MinInt64); ; {
 		start, ok, err := firstFrom(ctx, conn, t, lo)
-		if store.IsDamaged(err) {
+		damagedHere := store.IsDamaged(err)
+		if damagedHere {
 			start, ok, err = nextReadable(ctx, conn, t, lo)
 		}
 		if err != nil || !ok {
-			return n, err
+			// Nothing read past damage: the table's last rows are lost.
+			return n, damagedHere && err == nil, err
 		}
 		last, count, scanErr := lastReadable(ctx, conn, t, start)
 		if scanErr != nil && !store.IsDamaged(scanErr) {
-			return n, scanErr
+			return n, false, scanErr
 		}
 		if count > 0 {
 			m, err := copyRange(ctx, conn, t, list, start, count)
 			n += m
 			if err != nil {
-				return n, err
+				return n, false, err
 			}
 		} else {
 			last = start // read by the seek, not by the scan: passed over
 		}
 		if scanErr == nil || last == math.MaxInt64 {
-			return n, nil
+			return n, false, nil
 		}
 		lo = last + 1
 	}
@@ -328,6 +329,12 @@ func keepLost(ctx context.Context, conn *sql.Conn, table string, lost map[int64]
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
+	if n := len(ids); n > 1 {
+		if _, ok := lost[ids[n-1]].vals[reservedAfter]; ok {
+			// The numbers kept past the last event read: named first.
+			ids = append([]int64{ids[n-1]}, ids[:n-1]...)
+		}
+	}
 	for _, id := range ids {
 		l := lost[id]
 		name, err := keepLostRow(ctx, conn, table, id, l, now)
@@ -407,14 +414,19 @@ func keepLostRow(ctx context.Context, conn *sql.Conn, table string, id int64, l 
 		return lostName{text: name, kept: true}, nil
 	case "audit":
 		at, ok := num("at")
-		when := "its time not known"
-		if ok {
-			when = "its time from the index audit_at"
+		when := "its time from the index audit_at"
+		if guessed, _ := l.vals[guessedAt].(string); guessed != "" {
+			when = guessed
+		} else if !ok {
+			when = "its time not known"
 		}
 		_, err := conn.ExecContext(ctx, `INSERT INTO main.audit (seq, at, kind, detail) VALUES (?, ?, ?, ?)`,
 			id, at, store.AuditLost, fmt.Sprintf("this event was lost: its row was damaged, and automator repair --salvage kept its place at %s (%s)", now.UTC().Format(time.RFC3339), when))
 		if err != nil {
 			return lostName{}, fmt.Errorf("keeping audit event %d, lost, in place: %w", id, err)
+		}
+		if after, ok := l.vals[reservedAfter].(int64); ok {
+			return lostName{text: fmt.Sprintf("the events after %d, how many not known (their numbers kept, up to %d)", after, id), kept: true}, nil
 		}
 		return lostName{text: fmt.Sprintf("event %d", id), kept: true}, nil
 	case "instances":
@@ -423,4 +435,79 @@ func keepLostRow(ctx context.Context, conn *sql.Conn, table string, id int64, l 
 		return lostName{text: "replica " + str("replica_id")}, nil
 	}
 	return lostName{text: fmt.Sprintf("rowid %d", id)}, nil
+}
+
+// guessedAt, among a lost row's values, says how its time was guessed;
+// reservedAfter marks the audit.lost event that keeps the numbers past
+// the last event read, and is that event's number.
+const (
+	guessedAt     = "\x00guessed at"
+	reservedAfter = "\x00reserved after"
+)
+
+// auditGaps adds to gone, for the audit table salvaged into main, the
+// events no index named whose numbers lie between two that were read (a
+// purge deletes the oldest events only, so a number missing between two
+// kept is an event lost, or, after the clock stepped back, one a purge
+// deleted), each with the time of the event before it. When the table's
+// last pages could not be read (tailLost) and no index of every event
+// was, how many events were lost past the last one read is not known: the
+// numbers past it, up to as many as the damaged file's pages could hold,
+// are kept for them by one audit.lost event at the last of those numbers,
+// so the events after the repair take numbers no event had.
+func auditGaps(ctx context.Context, conn *sql.Conn, gone map[int64]*lostRow, tailLost bool) error {
+	rows, err := conn.QueryContext(ctx, `SELECT seq, at FROM main.audit ORDER BY seq`)
+	if err != nil {
+		return err
+	}
+	type event struct{ seq, at int64 }
+	var read []event
+	for rows.Next() {
+		var e event
+		if err := rows.Scan(&e.seq, &e.at); err != nil {
+			rows.Close()
+			return err
+		}
+		read = append(read, e)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for i := 1; i < len(read); i++ {
+		for seq := read[i-1].seq + 1; seq < read[i].seq; seq++ {
+			if gone[seq] == nil {
+				gone[seq] = &lostRow{vals: map[string]any{"at": read[i-1].at,
+					guessedAt: "its time not known: that of the event before it; no index named it, and its number lay between two events read (or, after the clock stepped back, a purge had deleted it)"}}
+			}
+		}
+	}
+	if !tailLost {
+		return nil
+	}
+	last := int64(0)
+	if len(read) > 0 {
+		last = read[len(read)-1].seq
+	}
+	at := int64(0)
+	if len(read) > 0 {
+		at = read[len(read)-1].at
+	}
+	for seq, l := range gone {
+		if seq > last {
+			last = seq
+			if a, ok := l.vals["at"].(int64); ok {
+				at = a
+			}
+		}
+	}
+	var pages, size int64
+	if err := conn.QueryRowContext(ctx, `SELECT (SELECT page_count FROM pragma_page_count('old')), (SELECT page_size FROM pragma_page_size('old'))`).Scan(&pages, &size); err != nil {
+		return err
+	}
+	// An event's row takes more than 32 bytes of a page.
+	reserve := addSat(last, pages*(size/32))
+	gone[reserve] = &lostRow{vals: map[string]any{"at": at, reservedAfter: last,
+		guessedAt: fmt.Sprintf("the events after number %d could not be read, and how many there were is not known: their numbers, up to this one, are kept for them; its time is that of the last event read", last)}}
+	return nil
 }

@@ -68,13 +68,13 @@ func TestSalvageKeepsTheRowsThatCanBeReadAndEndsTheUnitsLost(t *testing.T) {
 	// Units queued, claimed and failed; three pages in a row, then two
 	// past a page that reads, which the scan in rowid order passes over
 	// (its seeks past the damage land beyond it), and which is read by
-	// the rowids its indexes list. Damaged last first: a leaf is found
-	// by walking the b-tree, which stops at a damaged page.
+	// the rowids its indexes list.
+	leaves := []int{5, 6, 7, 9, 10, 12, 20}
 	onLeaves := 0
-	for _, leaf := range []int{20, 12, 10, 9, 7, 6, 5} {
+	for _, leaf := range leaves {
 		onLeaves += leafCells(t, path, "work", leaf)
-		sqlitetest.DamagePage(t, path, "work", "leaf", leaf)
 	}
+	sqlitetest.DamagePage(t, path, "work", "leaf", leaves...)
 
 	_, err := Rebuild(ctx, path, filepath.Join(dir, "refused.db"), path, RebuildOptions{})
 	var dt *store.DamagedTablesError
@@ -430,5 +430,61 @@ func TestSalvageRefusesAPageWrittenWhereAnotherBelongs(t *testing.T) {
 	_, err = Rebuild(ctx, path, filepath.Join(dir, "salvaged.db"), path, RebuildOptions{Salvage: true, Now: testNow})
 	if !store.IsDamaged(err) || !strings.Contains(err.Error(), "table \"work\" reads with two rows under one rowid") {
 		t.Fatalf("salvage of a work table with a page written where another belongs: %v; want it refused as two rows under one rowid", err)
+	}
+}
+
+// TestSalvageKeepsThePlacesOfEventsNoIndexNamed: with the index of events
+// by time damaged too, no index names the events lost. A page in the
+// middle lost leaves a gap between the numbers read: each number of it is
+// kept as an audit.lost event. The last page lost leaves how many events
+// followed unknown: their numbers are kept by one audit.lost event past
+// as many as the file could hold, so the next event appended takes a
+// number no event had.
+func TestSalvageKeepsThePlacesOfEventsNoIndexNamed(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "automator.db")
+	damagedFixture(t, path)
+	var maxSeq int64
+	var leaves int
+	if db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?mode=ro"); err == nil {
+		err = db.QueryRow(`SELECT (SELECT MAX(seq) FROM audit), (SELECT COUNT(*) FROM dbstat WHERE name = 'audit' AND pagetype = 'leaf')`).Scan(&maxSeq, &leaves)
+		db.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if leaves < 3 {
+		t.Fatalf("the audit table has %d leaves; want a middle one and a last", leaves)
+	}
+	inner := leafCells(t, path, "audit", 1)
+	sqlitetest.DamagePage(t, path, "audit", "leaf", 1, leaves-1)
+	sqlitetest.DamageFirstPage(t, path, "audit_at")
+
+	dst := filepath.Join(dir, "salvaged.db")
+	rep, err := Rebuild(ctx, path, dst, path, RebuildOptions{Salvage: true, Now: testNow})
+	if err != nil {
+		t.Fatalf("Rebuild with salvage: %v", err)
+	}
+	if len(rep.Lost) != 1 || rep.Lost[0].Table != "audit" || rep.Lost[0].Known || rep.Lost[0].Rows != inner+1 ||
+		!strings.HasPrefix(rep.Lost[0].String(), fmt.Sprintf("%d rows of table audit (the events after ", inner+1)) {
+		t.Fatalf("Rebuild lost %v; want the %d events of the middle page kept in place, and the numbers after the last read kept", rep.Lost, inner)
+	}
+	r, err := Open(ctx, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	events, err := r.AuditList(ctx, store.AuditListParams{Kinds: []string{store.AuditLost}, Limit: 10000})
+	if err != nil || len(events) != inner+1 {
+		t.Fatalf("%d audit.lost events, %v; want %d", len(events), err, inner+1)
+	}
+	if last := events[len(events)-1]; last.Seq <= maxSeq || !strings.Contains(last.Detail, "could not be read, and how many there were is not known: their numbers, up to this one, are kept for them") {
+		t.Errorf("the last audit.lost event: %d, %q; want one past %d keeping the numbers after the last event read", last.Seq, last.Detail, maxSeq)
+	}
+	e, err := r.AuditAppend(ctx, store.AuditEvent{At: testNow, Kind: store.AuditRepair})
+	if err != nil || e.Seq <= maxSeq {
+		t.Errorf("the next event appended: number %d, %v; want more than %d, the last before the damage", e.Seq, err, maxSeq)
 	}
 }
