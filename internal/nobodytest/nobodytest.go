@@ -30,12 +30,7 @@ import (
 // no user nobody or nobody may not reach os.TempDir.
 func Run(t testing.TB, dir, test string, env ...string) string {
 	t.Helper()
-	u, err := user.Lookup("nobody")
-	if err != nil {
-		t.Skipf("no user nobody: %v", err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
+	uid, gid := IDs(t)
 	for d := dir; strings.HasPrefix(d, os.TempDir()+string(filepath.Separator)); d = filepath.Dir(d) {
 		if err := os.Chmod(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -79,4 +74,17 @@ func copyFile(from, to string, mode os.FileMode) error {
 		return err
 	}
 	return out.Close()
+}
+
+// IDs returns the user and group ids of nobody, or skips t where there is
+// no such user.
+func IDs(t testing.TB) (uid, gid int) {
+	t.Helper()
+	u, err := user.Lookup("nobody")
+	if err != nil {
+		t.Skipf("no user nobody: %v", err)
+	}
+	uid, _ = strconv.Atoi(u.Uid)
+	gid, _ = strconv.Atoi(u.Gid)
+	return uid, gid
 }

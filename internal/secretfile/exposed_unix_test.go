@@ -5,9 +5,7 @@ package secretfile
 import (
 	"fmt"
 	"os"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -74,12 +72,7 @@ func TestAConfigReadThroughTheReadersOwnGroupIsNotExposed(t *testing.T) {
 		t.Skip("needs root, to give files to nobody's group and read them as nobody")
 	}
 	t.Parallel()
-	u, err := user.Lookup("nobody")
-	if err != nil {
-		t.Skipf("no user nobody: %v", err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
+	uid, gid := nobodytest.IDs(t)
 	dir := t.TempDir()
 	for name, owner := range map[string][2]int{"service.yaml": {0, gid}, "other-group.yaml": {0, 1}, "own.yaml": {uid, gid}} {
 		p := filepath.Join(dir, name)

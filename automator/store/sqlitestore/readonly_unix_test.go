@@ -5,7 +5,6 @@ package sqlitestore
 import (
 	"fmt"
 	"os"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -38,12 +37,7 @@ func TestAShmFileLeftReadOnlyIsNamed(t *testing.T) {
 		t.Skip("needs root, to give the files to nobody and open them as nobody")
 	}
 	t.Parallel()
-	u, err := user.Lookup("nobody")
-	if err != nil {
-		t.Skipf("no user nobody: %v", err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
+	uid, gid := nobodytest.IDs(t)
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	if err := os.Mkdir(data, 0o700); err != nil {

@@ -325,14 +325,7 @@ func staleEntries(ctx context.Context, conn *sql.Conn, tables []string) ([]strin
 		}
 		t := quoteIdent(table)
 		for _, ix := range indexes {
-			cols := "rowid"
-			for _, c := range ix.cols {
-				cols += ", " + quoteIdent(c)
-			}
-			where := ""
-			if ix.where != "" {
-				where = " WHERE " + ix.where
-			}
+			cols, where := ix.columns(), ix.whereClause()
 			fromIndex := fmt.Sprintf(`SELECT %s FROM %s INDEXED BY %s%s`, cols, t, quoteIdent(ix.name), where)
 			fromTable := fmt.Sprintf(`SELECT %s FROM %s NOT INDEXED%s`, cols, t, where)
 			var n int
@@ -375,14 +368,7 @@ func compareIndexes(ctx context.Context, conn *sql.Conn, table string, trustRows
 	var by []string
 	read := map[string]bool{} // the indexes compared in full
 	for _, ix := range indexes {
-		cols := "rowid"
-		for _, c := range ix.cols {
-			cols += ", " + quoteIdent(c)
-		}
-		where := ""
-		if ix.where != "" {
-			where = " WHERE " + ix.where
-		}
+		cols, where := ix.columns(), ix.whereClause()
 		fromIndex := fmt.Sprintf(`SELECT %s FROM old.%s INDEXED BY %s%s`, cols, t, quoteIdent(ix.name), where)
 		fromCopy := fmt.Sprintf(`SELECT %s FROM main.%s NOT INDEXED%s`, cols, t, where)
 		var ids []int64
@@ -480,6 +466,24 @@ type index struct {
 	name  string
 	cols  []string
 	where string // a partial index's condition ("" for none)
+}
+
+// columns is what the index holds of each row, as a select list: its
+// rowid and its columns.
+func (ix index) columns() string {
+	cols := "rowid"
+	for _, c := range ix.cols {
+		cols += ", " + quoteIdent(c)
+	}
+	return cols
+}
+
+// whereClause is " WHERE " and a partial index's condition, or "".
+func (ix index) whereClause() string {
+	if ix.where == "" {
+		return ""
+	}
+	return " WHERE " + ix.where
 }
 
 // whereClause finds a partial index's condition in its SQL.

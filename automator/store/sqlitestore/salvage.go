@@ -258,10 +258,7 @@ func recoverListed(ctx context.Context, conn *sql.Conn, table string) (lost map[
 	t := quoteIdent(table)
 	lost = map[int64]*lostRow{}
 	for _, ix := range indexes {
-		sel := "rowid"
-		for _, c := range ix.cols {
-			sel += ", " + quoteIdent(c)
-		}
+		sel := ix.columns()
 		cond := ""
 		if ix.where != "" {
 			cond = "(" + ix.where + ") AND "
