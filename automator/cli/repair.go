@@ -195,7 +195,7 @@ func problemCount(n int) string {
 func salvageOrRestore(tables []string, salvage bool, dir, db string) string {
 	restore := fmt.Sprintf("restore the latest backup instead (`automator restore --data-dir %s%s FILE`, see docs/backup.md)", dir, withSameDB(db))
 	for _, t := range tables {
-		if _, ok := sqlitestore.Salvaged[t]; !ok || salvage {
+		if !sqlitestore.Salvaged[t] || salvage {
 			return restore
 		}
 	}

@@ -138,8 +138,7 @@ func Rebuild(ctx context.Context, src, dst, name string, opts RebuildOptions) (R
 	// before anything is copied. What it found on indexes is what the
 	// rebuild mends.
 	salvaged := func(table string) bool {
-		_, ok := Salvaged[table]
-		return opts.Salvage && ok
+		return opts.Salvage && Salvaged[table]
 	}
 	if err := blameTables(ctx, conn, findings, salvaged, opts.Salvage); err != nil {
 		return rep, err

@@ -17,17 +17,14 @@ import (
 )
 
 // Salvaged lists the tables Rebuild may salvage (RebuildOptions.Salvage)
-// when some of their rows cannot be read, and what becomes of the rows
-// lost. The others hold what no salvage can make up (accounts, their keys
-// and tokens, API keys, ended dashboard sessions, the schema's version):
-// a table of those whose rows are damaged is refused, and a backup is the
-// way back.
-var Salvaged = map[string]string{
-	"work":      "each unit lost is kept as ended (timed out, as a restore ends open units), under its id, account and idempotency key where an index kept them, so that neither a caller waiting by its id nor a retry with its key runs it again",
-	"audit":     "each event lost keeps its place in the sequence as an audit.lost event",
-	"instances": "an instance lost is listed again at its next poll",
-	"replicas":  "a replica lost is listed again at its next heartbeat",
-}
+// when some of their rows cannot be read: a unit lost is kept as ended
+// (keepLostRow), an audit event lost keeps its place (keepLostRow,
+// auditGaps), an instance or a replica lost is listed again at its next
+// poll or heartbeat. The others hold what no salvage can make up
+// (accounts, their keys and tokens, API keys, ended dashboard sessions,
+// the schema's version): a table of those whose rows are damaged is
+// refused, and a backup is the way back.
+var Salvaged = map[string]bool{"work": true, "audit": true, "instances": true, "replicas": true}
 
 // LostRows says what Rebuild's salvage could not read of one table.
 type LostRows struct {
@@ -80,7 +77,9 @@ type lostRow struct {
 // salvageRows copies into main the rows of table (a rowid table) that can
 // be read in old, around the pages that cannot: the table is read in
 // rowid order until it fails, and again from the first rowid past the
-// damage a seek reaches. It returns how many rows it copied.
+// damage a seek reaches. It returns how many rows it copied, and whether
+// nothing past the last damage could be read (tailLost: how many rows
+// followed is not known).
 func salvageRows(ctx context.Context, conn *sql.Conn, table string) (n int64, tailLost bool, err error) {
 	cols, _, err := tableColumns(ctx, conn, table)
 	if err != nil {
