@@ -139,18 +139,32 @@ func copyRange(ctx context.Context, conn *sql.Conn, t, list string, start, count
 	}
 	var n int64
 	for _, id := range ids {
-		res, err := conn.ExecContext(ctx, fmt.Sprintf(`INSERT INTO main.%s (%s) SELECT %s FROM old.%s NOT INDEXED WHERE rowid = ?`, t, list, list, t), id)
-		switch {
-		case err == nil:
-			m, _ := res.RowsAffected()
-			n += m
-		case isConstraint(err):
-			return n, twoRows(t, err)
-		case !store.IsDamaged(err):
+		copied, err := copyRow(ctx, conn, t, list, id)
+		if err != nil {
 			return n, err
+		}
+		if copied {
+			n++
 		}
 	}
 	return n, nil
+}
+
+// copyRow copies into main the row of table t (its columns list) in old
+// with rowid id, reached by a seek, and reports whether it did: not when
+// the table has no such row, or it cannot be read.
+func copyRow(ctx context.Context, conn *sql.Conn, t, list string, id int64) (bool, error) {
+	res, err := conn.ExecContext(ctx, fmt.Sprintf(`INSERT INTO main.%s (%s) SELECT %s FROM old.%s NOT INDEXED WHERE rowid = ?`, t, list, list, t), id)
+	switch {
+	case err == nil:
+		n, _ := res.RowsAffected()
+		return n == 1, nil
+	case isConstraint(err):
+		return false, twoRows(t, err)
+	case store.IsDamaged(err):
+		return false, nil
+	}
+	return false, err
 }
 
 // isConstraint reports whether err is SQLite's refusal of a row that
@@ -302,14 +316,11 @@ func recoverListed(ctx context.Context, conn *sql.Conn, table string) (lost map[
 	}
 	list := "rowid, " + strings.Join(cols, ", ")
 	for id := range lost {
-		res, err := conn.ExecContext(ctx, fmt.Sprintf(`INSERT INTO main.%s (%s) SELECT %s FROM old.%s NOT INDEXED WHERE rowid = ?`, t, list, list, t), id)
+		copied, err := copyRow(ctx, conn, t, list, id)
 		if err != nil {
-			if store.IsDamaged(err) {
-				continue
-			}
 			return nil, false, err
 		}
-		if n, _ := res.RowsAffected(); n == 1 {
+		if copied {
 			delete(lost, id)
 		}
 	}
