@@ -49,6 +49,9 @@ func cmdAccountCreate(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
+	if err := secretOut(env.Stdout, "the account's profile, with its token"); err != nil {
+		return err
+	}
 	d, err := openAccountAdmin(ctx, *dir, *db)
 	if err != nil {
 		return err

@@ -97,6 +97,9 @@ func cmdAPIKeyCreate(ctx context.Context, args []string, env Env) error {
 		}
 		scope = store.DistinctAccounts(scope) // as the store keeps it
 	}
+	if err := secretOut(env.Stdout, "the API key"); err != nil {
+		return err
+	}
 	st, err := openDataStore(ctx, *dir, *db)
 	if err != nil {
 		return err

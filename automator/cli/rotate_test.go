@@ -313,3 +313,35 @@ func TestNoProfileIsMadeThatNoProxyCouldUse(t *testing.T) {
 		t.Errorf("a refused rotate-key changed the accounts: %s, then %s", before, after)
 	}
 }
+
+// TestASecretPrintedOnceIsNotSentToTheNullDevice: account create,
+// rotate-token and apikey create with stdout the null device (closed at
+// the start, which Go makes the null device, or sent there) refuse before
+// anything changes: the write would succeed and the secret, printed only
+// once, go nowhere, while the command said it was on stdout.
+func TestASecretPrintedOnceIsNotSentToTheNullDevice(t *testing.T) {
+	t.Parallel()
+	dir := initDir(t)
+	if code, _, stderr := runCLI(t, "account", "create", "acme", "--data-dir", dir); code != 0 {
+		t.Fatalf("account create: exit %d: %s", code, stderr)
+	}
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	_, before, _ := runCLI(t, "account", "list", "--data-dir", dir, "--json")
+	_, keysBefore, _ := runCLI(t, "apikey", "list", "--data-dir", dir)
+	for _, args := range [][]string{{"account", "create", "globex"}, {"account", "rotate-token", "acme"}, {"apikey", "create", "ci", "--all-accounts"}} {
+		var errb bytes.Buffer
+		code := Main(t.Context(), append(args, "--data-dir", dir), Env{Stdout: null, Stderr: &errb})
+		if code != ExitError || !strings.Contains(errb.String(), "stdout is "+os.DevNull+" (closed, or sent there)") || !strings.Contains(errb.String(), "nothing was changed") {
+			t.Errorf("%v with stdout the null device: exit %d, stderr %q", args, code, errb.String())
+		}
+	}
+	_, after, _ := runCLI(t, "account", "list", "--data-dir", dir, "--json")
+	_, keysAfter, _ := runCLI(t, "apikey", "list", "--data-dir", dir)
+	if after != before || keysAfter != keysBefore {
+		t.Errorf("refused commands changed the accounts or keys: %s / %s, then %s / %s", before, keysBefore, after, keysAfter)
+	}
+}
