@@ -69,7 +69,7 @@ func cmdRepair(ctx context.Context, args []string, env Env) error {
 	flags := newFlags("repair", env)
 	dir := flags.String("data-dir", "", "the automator's data directory (with SQLite, its serve must be stopped)")
 	db := dbFlag(flags)
-	trustRows := flags.Bool("trust-rows", false, "SQLite: rebuild a table whose rows its indexes, in the damaged file, list otherwise (the table's pages are taken as right)")
+	trustRows := flags.Bool("trust-rows", false, "SQLite: rebuild a table whose rows its indexes, in the damaged file, list otherwise or do not confirm (the table's pages are taken as right, but a unit held as queued that no index confirms is ended, not run)")
 	salvage := flags.Bool("salvage", false, "SQLite: keep the rows of units, audit events, instances and replicas that can be read when some cannot, and name those lost (lost units are kept as ended, timed out)")
 	if err := clihelp.ParseNoArgs(flags, args); err != nil {
 		return err
@@ -115,7 +115,7 @@ func cmdRepair(ctx context.Context, args []string, env Env) error {
 		fmt.Fprintf(env.Stdout, "%s is whole (SQLite's integrity_check: ok, and each index agrees with its table): nothing to repair\n", dbPath)
 		return nil
 	case errors.As(err, &dt):
-		return fmt.Errorf("%s: %v: repair builds a database again from its tables' rows, so it cannot make this one whole without losing rows; %s; nothing was changed", dbPath, err, salvageOrRestore(dt.Tables, *salvage, *dir, *db))
+		return fmt.Errorf("%s: %v: repair builds a database again from its tables' rows, so it cannot make this one whole without losing rows; %s; nothing was changed", dbPath, err, salvageOrRestore(dt, *salvage, *dir, *db))
 	case store.IsDamaged(err):
 		return fmt.Errorf("%s is damaged, and repair cannot build it again from its tables' rows: %v; restore the latest backup instead (`automator restore --data-dir %s%s FILE`, see docs/backup.md); nothing was changed", dbPath, err, *dir, withSameDB(*db))
 	case err != nil:
@@ -138,7 +138,7 @@ func cmdRepair(ctx context.Context, args []string, env Env) error {
 		return fmt.Errorf("opening the rebuilt database (nothing was replaced; restore the latest backup, see docs/backup.md): %w", err)
 	}
 	_, err = st.AuditAppend(ctx, *cliEvent(store.AuditEvent{At: now, Kind: store.AuditRepair,
-		Detail: fmt.Sprintf("database rebuilt from its tables' rows: %d tables, %d rows, %d indexes built again; SQLite's integrity_check had found %s%s", rep.Tables, rep.Rows, rep.Indexes, problemCount(rep.Found), lostDetail(rep.Lost))}))
+		Detail: fmt.Sprintf("database rebuilt from its tables' rows: %d tables, %d rows, %d indexes built again; SQLite's integrity_check had found %s%s%s", rep.Tables, rep.Rows, rep.Indexes, problemCount(rep.Found), lostDetail(rep.Lost), endedDetail(rep))}))
 	if cerr := st.Close(); err == nil {
 		err = cerr
 	}
@@ -173,6 +173,10 @@ func cmdRepair(ctx context.Context, args []string, env Env) error {
 			}
 		}
 	}
+	if rep.EndedCount > 0 {
+		fmt.Fprintf(env.Stdout, "ended %s held as queued that no index confirmed (%s%s): each may have been claimed and run already; their callers get them as timed out, and a retry with the same idempotency key returns them\n",
+			unitCount(rep.EndedCount), strings.Join(rep.Ended, ", "), more(rep.EndedCount, len(rep.Ended)))
+	}
 	fmt.Fprintf(env.Stdout, "the damaged database is kept as %s\n", aside)
 	fmt.Fprintln(env.Stdout, "start serve again; then take a backup (`automator backup`)")
 	return nil
@@ -191,10 +195,14 @@ func problemCount(n int) string {
 
 // salvageOrRestore says what to do about tables whose rows are damaged:
 // repair again with --salvage, where that would keep the rows that can
-// be read, or restore the latest backup.
-func salvageOrRestore(tables []string, salvage bool, dir, db string) string {
+// be read (not rows its indexes list otherwise, which it refuses too), or
+// restore the latest backup.
+func salvageOrRestore(dt *store.DamagedTablesError, salvage bool, dir, db string) string {
 	restore := fmt.Sprintf("restore the latest backup instead (`automator restore --data-dir %s%s FILE`, see docs/backup.md)", dir, withSameDB(db))
-	for _, t := range tables {
+	if errors.Is(dt.Err, sqlitestore.ErrRowsDiffer) {
+		return restore
+	}
+	for _, t := range dt.Tables {
 		if !sqlitestore.Salvaged[t] || salvage {
 			return restore
 		}
@@ -212,4 +220,21 @@ func lostDetail(lost []sqlitestore.LostRows) string {
 		parts[i] = l.String()
 	}
 	return "; salvaged, and lost " + strings.Join(parts, "; ")
+}
+
+// endedDetail says, for the repair's audit event, the units ended as no
+// index confirmed them queued.
+func endedDetail(rep sqlitestore.RebuildReport) string {
+	if rep.EndedCount == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; ended %s held as queued that no index confirmed: %s%s", unitCount(rep.EndedCount), strings.Join(rep.Ended, ", "), more(rep.EndedCount, len(rep.Ended)))
+}
+
+// more is " and N more" for n things of which shown were named, or "".
+func more(n, shown int) string {
+	if n > shown {
+		return fmt.Sprintf(" and %d more", n-shown)
+	}
+	return ""
 }

@@ -132,8 +132,9 @@ func TestRepairOfADatabaseCutShortPointsToTheBackup(t *testing.T) {
 // index page that lists a unit with another value than its table holds
 // (taken from a copy in which it had it) cannot be told from the table's
 // page having lost a write: repair refuses, and says how to take the
-// table as right; with --trust-rows it rebuilds, and the unit is as the
-// table held it.
+// table as right (not --salvage, which would refuse it too); with
+// --trust-rows it rebuilds, and the unit, queued, is ended rather than
+// queued: its row in doubt, it may have been claimed and run.
 func TestRepairTrustingTheRowsRebuildsIndexesThatListThemOtherwise(t *testing.T) {
 	t.Parallel()
 	dir := initDir(t)
@@ -146,15 +147,17 @@ func TestRepairTrustingTheRowsRebuildsIndexesThatListThemOtherwise(t *testing.T)
 	sqlitetest.ChangedPages(t, path, "work_queued_at_id", `UPDATE work SET queued_at = queued_at + 1 WHERE id = 'w-queued'`)
 	before := fileBytes(t, path)
 	code, _, stderr := runCLI(t, "repair", "--data-dir", dir)
-	if code != ExitError || !strings.Contains(stderr, "differ between its pages and its index work_queued_at_id") || !strings.Contains(stderr, "run repair again with --trust-rows") {
-		t.Fatalf("repair with an index listing a unit otherwise: exit %d, stderr %q", code, stderr)
+	if code != ExitError || !strings.Contains(stderr, "differ between its pages and its index work_queued_at_id") || !strings.Contains(stderr, "run repair again with --trust-rows") ||
+		strings.Contains(stderr, "--salvage") {
+		t.Fatalf("repair with an index listing a unit otherwise: exit %d, stderr %q; want --trust-rows named, not --salvage, which refuses it too", code, stderr)
 	}
 	if !bytes.Equal(fileBytes(t, path), before) {
 		t.Error("a refused repair changed the database")
 	}
 	code, stdout, stderr := runCLI(t, "repair", "--data-dir", dir, "--trust-rows")
-	if code != 0 || !strings.Contains(stdout, "rebuilt it from its tables' rows") {
-		t.Fatalf("repair --trust-rows: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	if code != 0 || !strings.Contains(stdout, "rebuilt it from its tables' rows") ||
+		!strings.Contains(stdout, "ended 1 unit held as queued that no index confirmed (w-queued): each may have been claimed and run already") {
+		t.Fatalf("repair --trust-rows: exit %d, stdout %q, stderr %q; want the queued unit the index listed otherwise ended", code, stdout, stderr)
 	}
 	if check := sqlitetest.IntegrityCheck(t, path); check != "ok" {
 		t.Errorf("integrity_check after repair --trust-rows: %s", check)

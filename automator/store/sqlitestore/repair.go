@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -34,6 +35,11 @@ type RebuildReport struct {
 	// Lost says, table by table, the rows a salvage could not read
 	// (RebuildOptions.Salvage); none without one.
 	Lost []LostRows
+	// Ended names the first of the units held as queued that, with the
+	// rows trusted (RebuildOptions.TrustRows), were ended as no index
+	// confirmed them (at most 20), and EndedCount counts them all.
+	Ended      []string
+	EndedCount int
 }
 
 // RebuildOptions says what Rebuild may take as right, or do without.
@@ -185,12 +191,28 @@ func Rebuild(ctx context.Context, src, dst, name string, opts RebuildOptions) (R
 				return rep, fmt.Errorf("salvaging the rows of table %s: %w", e.name, err)
 			}
 		}
-		if err := compareIndexes(ctx, conn, e.name, opts.TrustRows, salvaged(e.name)); err != nil {
-			if !store.IsDamaged(err) {
-				return rep, err
+		c, err := compareIndexes(ctx, conn, e.name, salvaged(e.name))
+		if err != nil {
+			return rep, err
+		}
+		if !opts.TrustRows {
+			if err := c.differ(); err != nil {
+				lost(e.name, err)
+				continue
 			}
-			lost(e.name, err)
-			continue
+			if e.name == "work" {
+				if err := confirmOpen(ctx, conn, c.read); err != nil {
+					if !store.IsDamaged(err) {
+						return rep, err
+					}
+					lost(e.name, err)
+					continue
+				}
+			}
+		} else if e.name == "work" {
+			if rep.Ended, rep.EndedCount, err = endDoubtful(ctx, conn, c, opts.Now); err != nil {
+				return rep, fmt.Errorf("ending the units no index confirms as queued: %w", err)
+			}
 		}
 		if salvaged(e.name) {
 			// The rows copied, those read one by one among them.
@@ -257,6 +279,15 @@ func Rebuild(ctx context.Context, src, dst, name string, opts RebuildOptions) (R
 	}
 	return rep, nil
 }
+
+// silently wraps err so that it matches but adds nothing to a message:
+// "%w" of it at the end of a message's format.
+func silently(err error) error { return silentError{err} }
+
+type silentError struct{ err error }
+
+func (e silentError) Error() string { return "" }
+func (e silentError) Unwrap() error { return e.err }
 
 // damagedError is err, which says how a database is damaged, as an error
 // that matches store.ErrDamaged.
@@ -354,24 +385,19 @@ func staleEntries(ctx context.Context, conn *sql.Conn, tables []string) ([]strin
 // be read is passed over (it is damaged itself, and rebuilt). A table
 // salvaged is compared on the rows copied alone: those lost are said
 // apart.
-func compareIndexes(ctx context.Context, conn *sql.Conn, table string, trustRows, salvaged bool) error {
-	if trustRows {
-		return nil
-	}
+func compareIndexes(ctx context.Context, conn *sql.Conn, table string, salvaged bool) (c comparison, err error) {
 	indexes, err := tableIndexes(ctx, conn, "old", table)
 	if err != nil {
-		return err
+		return c, err
 	}
 	t := quoteIdent(table)
-	disputed := map[int64]bool{}
-	var by []string
-	read := map[string]bool{} // the indexes compared in full
+	c = comparison{disputed: map[int64]bool{}, read: map[string]bool{}}
 	for _, ix := range indexes {
 		cols, where := ix.columns(), ix.whereClause()
 		fromIndex := fmt.Sprintf(`SELECT %s FROM old.%s INDEXED BY %s%s`, cols, t, quoteIdent(ix.name), where)
 		fromCopy := fmt.Sprintf(`SELECT %s FROM main.%s NOT INDEXED%s`, cols, t, where)
 		var ids []int64
-		read[ix.name] = true
+		c.read[ix.name] = true
 		for _, q := range []string{fromIndex + " EXCEPT " + fromCopy, fromCopy + " EXCEPT " + fromIndex} {
 			only := ""
 			if salvaged {
@@ -382,58 +408,138 @@ func compareIndexes(ctx context.Context, conn *sql.Conn, table string, trustRows
 			more, err := rowids(ctx, conn, `SELECT rowid FROM (`+q+`)`+only+` LIMIT 100000`)
 			if err != nil {
 				if store.IsDamaged(err) {
-					ids, read[ix.name] = nil, false
+					ids, c.read[ix.name] = nil, false
 					break
 				}
-				return fmt.Errorf("comparing table %s with its index %s: %w", table, ix.name, err)
+				return c, fmt.Errorf("comparing table %s with its index %s: %w", table, ix.name, err)
 			}
 			ids = append(ids, more...)
 		}
 		if len(ids) > 0 {
-			by = append(by, ix.name)
+			c.by = append(c.by, ix.name)
 		}
 		for _, id := range ids {
-			disputed[id] = true
+			c.disputed[id] = true
 		}
 	}
-	if len(disputed) == 0 {
-		return queuedConfirmed(ctx, conn, table, read)
+	return c, nil
+}
+
+// comparison is what compareIndexes found of a table: the rowids of the
+// rows its indexes list otherwise (disputed) and those indexes (by), and
+// the indexes it compared in full (read).
+type comparison struct {
+	disputed map[int64]bool
+	by       []string
+	read     map[string]bool
+}
+
+// ErrRowsDiffer is matched by Rebuild's refusal of a table whose rows
+// its readable indexes list otherwise, or do not confirm: not a table
+// whose rows cannot be read, which a salvage would keep.
+var ErrRowsDiffer = errors.New("rows its indexes list otherwise, or do not confirm")
+
+// differ refuses the rows c found disputed.
+func (c comparison) differ() error {
+	if len(c.disputed) == 0 {
+		return nil
 	}
 	first := int64(-1)
-	for id := range disputed {
+	for id := range c.disputed {
 		if first < 0 || id < first {
 			first = id
 		}
 	}
-	return damaged(fmt.Errorf("%d of its rows (rowid %d among them) differ between its pages and its %s %s: its pages lost or changed them, or those indexes did, which the file does not tell; if its rows are right, run repair again with --trust-rows", len(disputed), first, plural(len(by), "index", "indexes"), prose.And(by)))
+	return damaged(fmt.Errorf("%d of its rows (rowid %d among them) differ between its pages and its %s %s: its pages lost or changed them, or those indexes did, which the file does not tell; if its rows are right, run repair again with --trust-rows%w", len(c.disputed), first, plural(len(c.by), "index", "indexes"), prose.And(c.by), silently(ErrRowsDiffer)))
 }
 
-// queuedConfirmed refuses, for the work table, units the copy holds as
-// queued that no index compared in full (read) confirms as queued: a unit
-// that ran, read back as queued from a page of the table that lost a
-// write, would run again. The queue's index (work_queued) confirms them;
-// so do the open units' (work_open_deadline) and the claimed units'
-// (work_claimed) together: open, and not claimed. Where neither can be
-// read, an index page damaged beside the table's page would hide the
-// change.
-func queuedConfirmed(ctx context.Context, conn *sql.Conn, table string, read map[string]bool) error {
-	if table != "work" || read["work_queued"] || (read["work_open_deadline"] && read["work_claimed"]) {
-		return nil
+// openUnconfirmed counts, for the work table, the units the copy holds as
+// queued, and as claimed, that no index compared in full (read) confirms
+// in that state. The queue's index (work_queued) confirms the queued
+// units, so do the open units' (work_open_deadline) and the claimed
+// units' (work_claimed) together: open, and not claimed; and the other
+// way round for the claimed units. Where none can be read, an index page
+// damaged beside a page of the table that lost a write would hide a unit
+// that ran read back as queued, which would run again, or one that ended
+// read back as claimed, its result lost.
+func openUnconfirmed(ctx context.Context, conn *sql.Conn, read map[string]bool) (queued, claimed int, missing []string, err error) {
+	q := read["work_queued"] || (read["work_open_deadline"] && read["work_claimed"])
+	cl := read["work_claimed"] || (read["work_open_deadline"] && read["work_queued"])
+	if !q {
+		if err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM main.work NOT INDEXED WHERE state = 'queued'`).Scan(&queued); err != nil {
+			return 0, 0, nil, err
+		}
 	}
-	var queued int
-	if err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM main.work NOT INDEXED WHERE state = 'queued'`).Scan(&queued); err != nil {
-		return err
+	if !cl {
+		if err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM main.work NOT INDEXED WHERE state = 'claimed'`).Scan(&claimed); err != nil {
+			return 0, 0, nil, err
+		}
 	}
-	if queued == 0 {
-		return nil
-	}
-	var missing []string
 	for _, ix := range []string{"work_queued", "work_open_deadline", "work_claimed"} {
 		if !read[ix] {
 			missing = append(missing, ix)
 		}
 	}
-	return damaged(fmt.Errorf("%d of its rows are units queued, and its %s %s, which would confirm them, cannot be read: a unit that ran, read back as queued from a page that lost a write, would run again; if its rows are right, run repair again with --trust-rows", queued, plural(len(missing), "index", "indexes"), prose.And(missing)))
+	return queued, claimed, missing, nil
+}
+
+// confirmOpen refuses, for the work table, units held as queued or
+// claimed that no index that could be read confirms (openUnconfirmed).
+func confirmOpen(ctx context.Context, conn *sql.Conn, read map[string]bool) error {
+	queued, claimed, missing, err := openUnconfirmed(ctx, conn, read)
+	if err != nil || queued+claimed == 0 {
+		return err
+	}
+	what := fmt.Sprintf("%d units queued", queued)
+	switch {
+	case queued == 0:
+		what = fmt.Sprintf("%d units claimed", claimed)
+	case claimed > 0:
+		what += fmt.Sprintf(" and %d claimed", claimed)
+	}
+	return damaged(fmt.Errorf("%d of its rows are %s, and its %s %s, which would confirm them, cannot be read: a unit that ran, read back as queued from a page that lost a write, would run again, and one that ended, read back as claimed, lose its result; run repair again with --trust-rows to end the units read as queued that no index confirms, rather than run them%w", queued+claimed, what, plural(len(missing), "index", "indexes"), prose.And(missing), silently(ErrRowsDiffer)))
+}
+
+// endDoubtful ends, as timed out, the units the copy holds as queued that
+// an index lists otherwise (disputed) or that no index that could be read
+// confirms as queued: with the rows trusted, none of them runs, as one may
+// have run already. It returns the first of their ids (at most 20) and
+// how many.
+func endDoubtful(ctx context.Context, conn *sql.Conn, c comparison, now time.Time) ([]string, int, error) {
+	queued, _, _, err := openUnconfirmed(ctx, conn, c.read)
+	if err != nil {
+		return nil, 0, err
+	}
+	ids := make([]int64, 0, len(c.disputed))
+	for id := range c.disputed {
+		ids = append(ids, id)
+	}
+	list, err := json.Marshal(ids)
+	if err != nil {
+		return nil, 0, err
+	}
+	which := `rowid IN (SELECT value FROM json_each(?))`
+	if queued > 0 {
+		which = `(? IS NOT NULL)` // every unit queued: none is confirmed
+	}
+	reason := fmt.Sprintf("ended by automator repair --trust-rows at %s: the database was damaged, and no index that could be read confirmed that it was still queued (its row may have been read back from a page that lost a write); ended rather than risk running it twice, so it may not have run", now.UTC().Format(time.RFC3339))
+	rows, err := conn.QueryContext(ctx, `UPDATE main.work SET state = 'timed_out', finished_at = ?, reason = ? WHERE state = 'queued' AND `+which+` RETURNING id`, now.UnixNano(), reason, string(list))
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	var names []string
+	n := 0
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, 0, err
+		}
+		if n++; len(names) < 20 {
+			names = append(names, id)
+		}
+	}
+	return names, n, rows.Err()
 }
 
 func plural(n int, one, many string) string {

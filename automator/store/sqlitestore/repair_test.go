@@ -345,7 +345,9 @@ func TestRebuildOnlyReadsTheDamagedDatabase(t *testing.T) {
 // value: one of the work table's, another row in another of its indexes,
 // and the audit table's one index) cannot be told from the table's pages
 // having lost a write, so Rebuild refuses both tables; trusting the rows,
-// it rebuilds the indexes, and every row is as it was.
+// it rebuilds the indexes, and every row is as it was but the queued unit
+// an index listed otherwise, which is ended: with its row in doubt it may
+// have been claimed and run, and is not run again.
 func TestRebuildOfIndexesThatReadWrongValuesIsRefusedUnlessTheRowsAreTrusted(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -363,12 +365,37 @@ func TestRebuildOfIndexesThatReadWrongValuesIsRefusedUnlessTheRowsAreTrusted(t *
 		t.Fatalf("Rebuild with indexes listing rows otherwise: %v; want the work and audit tables refused, saying how to trust their rows", err)
 	}
 	dst := filepath.Join(dir, "rebuilt.db")
-	rep, err := Rebuild(ctx, path, dst, path, RebuildOptions{TrustRows: true})
+	now := testNow.Add(time.Hour)
+	rep, err := Rebuild(ctx, path, dst, path, RebuildOptions{TrustRows: true, Now: now})
 	if err != nil {
 		t.Fatalf("Rebuild trusting the rows: %v", err)
 	}
 	if rep.Found < 3 {
 		t.Errorf("integrity_check found %d problems (%q); want one at least for each index", rep.Found, rep.Problems)
+	}
+	if rep.EndedCount != 1 || fmt.Sprint(rep.Ended) != "[w-000200]" {
+		t.Errorf("Rebuild ended %d units %v; want the queued unit an index listed otherwise, w-000200", rep.EndedCount, rep.Ended)
+	}
+	r, err := Open(ctx, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := r.WorkGet(ctx, "w-000200")
+	if err != nil || w.State != store.StateTimedOut || !strings.Contains(w.Reason, "ended rather than risk running it twice") {
+		t.Errorf("the queued unit an index listed otherwise: %+v, %v; want it timed out, saying why", w, err)
+	}
+	r.Close()
+	// As it was before the damage, the unit ended aside.
+	db, err := sql.Open("sqlite", "file:"+uriPath(dst))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = db.Exec(`UPDATE work SET state = 'queued', finished_at = 0, reason = '' WHERE id = 'w-000200'`)
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 	if got := dumpTables(t, dst); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Error("the rebuilt database's rows differ from the database's before the damage")
@@ -589,5 +616,73 @@ func TestRebuildFindsAStaleIndexEntryIntegrityCheckDoesNotSee(t *testing.T) {
 	var listed int
 	if err := db.QueryRow(`SELECT state, (SELECT COUNT(*) FROM work INDEXED BY work_queued WHERE state = 'queued' AND id = 'w-000390') FROM work WHERE id = 'w-000390'`).Scan(&state, &listed); err != nil || state != "claimed" || listed != 0 {
 		t.Errorf("the unit in the rebuilt database: %q, listed queued %d times, %v; want claimed, not listed", state, listed, err)
+	}
+}
+
+// TestTrustingTheRowsNeverQueuesAUnitNoIndexConfirms: with the rows
+// trusted, a unit the table holds as queued that an index that can be
+// read lists otherwise (a claimed unit read back as queued from a page
+// that lost a write) is ended, not queued, and the others stay queued;
+// with the indexes that would confirm the queued units damaged too, every
+// unit held as queued is ended. And without trusting the rows, a unit that
+// ended read back as claimed, the indexes that would tell damaged, is
+// refused too (its result would be lost without a word).
+func TestTrustingTheRowsNeverQueuesAUnitNoIndexConfirms(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dir := t.TempDir()
+	claim := `UPDATE work SET state = 'claimed', claimed_at = 7, instance_id = 'i-9', claim_id = 'c-9' WHERE id = 'w-000390'`
+	queuedIn := func(path string) int {
+		t.Helper()
+		db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?mode=ro")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		var n int
+		if err := db.QueryRow(`SELECT COUNT(*) FROM work NOT INDEXED WHERE state = 'queued'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	path := filepath.Join(dir, "stale.db")
+	damagedFixture(t, path)
+	queued := queuedIn(path)
+	sqlitetest.StalePages(t, path, "work", claim)
+	dst := filepath.Join(dir, "stale-rebuilt.db")
+	rep, err := Rebuild(ctx, path, dst, path, RebuildOptions{TrustRows: true, Now: testNow})
+	if err != nil || rep.EndedCount != 1 || fmt.Sprint(rep.Ended) != "[w-000390]" {
+		t.Fatalf("Rebuild trusting a table page that lost a unit's claim: ended %v (%d), %v; want w-000390 alone", rep.Ended, rep.EndedCount, err)
+	}
+	if got := queuedIn(dst); got != queued-1 {
+		t.Errorf("%d units queued after the rebuild; want the %d before but w-000390", got, queued-1)
+	}
+
+	path = filepath.Join(dir, "hidden.db")
+	damagedFixture(t, path)
+	sqlitetest.StalePages(t, path, "work", claim)
+	for _, ix := range []string{"work_queued", "work_claimed"} {
+		sqlitetest.DamageFirstPage(t, path, ix)
+	}
+	dst = filepath.Join(dir, "hidden-rebuilt.db")
+	rep, err = Rebuild(ctx, path, dst, path, RebuildOptions{TrustRows: true, Now: testNow})
+	if err != nil || rep.EndedCount != queued {
+		t.Fatalf("Rebuild trusting the rows, no index to confirm the queued units: ended %d, %v; want all %d", rep.EndedCount, err, queued)
+	}
+	if got := queuedIn(dst); got != 0 {
+		t.Errorf("%d units queued after the rebuild; want none", got)
+	}
+
+	path = filepath.Join(dir, "ended.db")
+	damagedFixture(t, path)
+	sqlitetest.StalePages(t, path, "work", `UPDATE work SET state = 'succeeded', finished_at = 9, sealed_result = x'0102' WHERE id = 'w-000150'`)
+	for _, ix := range []string{"work_claimed", "work_open_deadline"} {
+		sqlitetest.DamageFirstPage(t, path, ix)
+	}
+	_, err = Rebuild(ctx, path, filepath.Join(dir, "ended-rebuilt.db"), path, RebuildOptions{})
+	var dt *store.DamagedTablesError
+	if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[work]" || !strings.Contains(err.Error(), "claimed, and its indexes work_open_deadline and work_claimed, which would confirm them, cannot be read") {
+		t.Fatalf("Rebuild of an ended unit read back as claimed, the indexes that tell damaged: %v; want a DamagedTablesError naming work", err)
 	}
 }

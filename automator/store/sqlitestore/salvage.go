@@ -40,6 +40,10 @@ type LostRows struct {
 	// Kept counts those kept in their place, ended (units) or as
 	// audit.lost events.
 	Kept int
+	// Reserved says, for the audit table whose last pages could not be
+	// read, the numbers kept for the events lost past the last one read
+	// (auditGaps), or is "".
+	Reserved string
 }
 
 // String says it in one phrase.
@@ -60,7 +64,9 @@ func (l LostRows) String() string {
 			s += fmt.Sprintf(", %d of them kept in place as audit.lost events", l.Kept)
 		}
 	}
-	if !l.Known {
+	if l.Reserved != "" {
+		s += "; and " + l.Reserved
+	} else if !l.Known {
 		s += ", and how many more no index named is not known"
 	}
 	return s
@@ -330,24 +336,23 @@ func recoverListed(ctx context.Context, conn *sql.Conn, table string) (lost map[
 // keepLost writes into main, for table, what stands in for its rows lost
 // (Salvaged), and says what was lost.
 func keepLost(ctx context.Context, conn *sql.Conn, table string, lost map[int64]*lostRow, known bool, now time.Time) (LostRows, error) {
-	rep := LostRows{Table: table, Rows: len(lost), Known: known}
+	rep := LostRows{Table: table, Known: known}
 	ids := make([]int64, 0, len(lost))
 	for id := range lost {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	if n := len(ids); n > 1 {
-		if _, ok := lost[ids[n-1]].vals[reservedAfter]; ok {
-			// The numbers kept past the last event read: named first.
-			ids = append([]int64{ids[n-1]}, ids[:n-1]...)
-		}
-	}
 	for _, id := range ids {
 		l := lost[id]
 		name, err := keepLostRow(ctx, conn, table, id, l, now)
 		if err != nil {
 			return rep, err
 		}
+		if _, reserved := l.vals[reservedAfter]; reserved {
+			rep.Reserved = name.text
+			continue
+		}
+		rep.Rows++
 		if name.kept {
 			rep.Kept++
 		}
@@ -388,14 +393,15 @@ func keepLostRow(ctx context.Context, conn *sql.Conn, table string, id int64, l 
 			// it under.
 			return lostName{text: fmt.Sprintf("unit at rowid %d, its account not known", id)}, nil
 		}
-		named := unit
+		var about []string
 		if unit == "" {
 			// Its id is lost with it, but not its account, nor perhaps its
 			// idempotency key, which a retry would reuse: kept under an id
 			// of its own, so the key stays taken.
 			unit = fmt.Sprintf("w_lost_%d", id)
-			named = unit + " (its id not known)"
+			about = append(about, "its id not known")
 		}
+		about = append(about, "account "+account)
 		// A queue time not known is the repair's: the idempotency key is
 		// kept for its retention from now, not taken as long expired.
 		queued, ok := num("queued_at")
@@ -409,9 +415,10 @@ func keepLostRow(ctx context.Context, conn *sql.Conn, table string, id int64, l 
 		var key any
 		if k, ok := l.vals["idempotency_key"].(string); ok {
 			key = k
-			named += ", key " + k
+			about = append(about, "key "+k)
 		}
-		name := fmt.Sprintf("unit %s (account %s, %s)", named, account, strings.TrimPrefix(was, "last seen "))
+		about = append(about, strings.TrimPrefix(was, "last seen "))
+		name := fmt.Sprintf("unit %s (%s)", unit, strings.Join(about, ", "))
 		reason := fmt.Sprintf("lost: its row was damaged, and automator repair --salvage ended it at %s; its command and result are gone, and whether its script ran is not known (%s)", now.UTC().Format(time.RFC3339), was)
 		_, err := conn.ExecContext(ctx, `INSERT INTO main.work (rowid, id, account, state, key_id, sealed_command, queued_at, deadline, finished_at, reason, idempotency_key)
 			VALUES (?, ?, ?, ?, 0, x'', ?, ?, ?, ?, ?)`, id, unit, account, string(state), queued, deadline, max(now.UnixNano(), queued), reason, key)
