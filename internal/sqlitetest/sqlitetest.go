@@ -6,6 +6,7 @@ package sqlitetest
 import (
 	"bytes"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -132,7 +133,7 @@ func rootPage(t testing.TB, path, name string) (page, size int64) {
 // damaged so that it reads without an error would.
 func ChangedPages(t testing.TB, path, tree string, change ...string) {
 	t.Helper()
-	mixPages(t, path, tree, true, change)
+	mixPages(t, path, []string{tree}, true, change)
 }
 
 // StalePages applies the statements change to the database at path, then
@@ -141,14 +142,21 @@ func ChangedPages(t testing.TB, path, tree string, change ...string) {
 // and the rest of path has it.
 func StalePages(t testing.TB, path, tree string, change ...string) {
 	t.Helper()
-	mixPages(t, path, tree, false, change)
+	mixPages(t, path, []string{tree}, false, change)
+}
+
+// StaleRegion is StalePages for the b-trees trees together: all of them
+// lost the change's writes, as a region of a disk rolled back would.
+func StaleRegion(t testing.TB, path string, trees []string, change ...string) {
+	t.Helper()
+	mixPages(t, path, trees, false, change)
 }
 
 // mixPages applies change to a copy of the database at path and writes
-// into path the copy's pages of tree that the change made different
+// into path the copy's pages of trees that the change made different
 // (changedTree) with the rest of path as it was, or the copy with those
-// pages of tree as they were.
-func mixPages(t testing.TB, path, tree string, changedTree bool, change []string) {
+// pages of trees as they were.
+func mixPages(t testing.TB, path string, trees []string, changedTree bool, change []string) {
 	t.Helper()
 	before, err := os.ReadFile(path)
 	if err != nil {
@@ -169,7 +177,11 @@ func mixPages(t testing.TB, path, tree string, changedTree bool, change []string
 		}
 	}
 	var pages []int64
-	rows, err := db.Query(`SELECT pageno FROM dbstat WHERE name = ?`, tree)
+	names, err := json.Marshal(trees)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := db.Query(`SELECT pageno FROM dbstat WHERE name IN (SELECT value FROM json_each(?))`, string(names))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +214,7 @@ func mixPages(t testing.TB, path, tree string, changedTree bool, change []string
 		}
 	}
 	if mixed == 0 {
-		t.Fatalf("no page of %s changed", tree)
+		t.Fatalf("no page of %s changed", strings.Join(trees, ", "))
 	}
 	if err := os.WriteFile(path, into, 0o600); err != nil {
 		t.Fatal(err)

@@ -195,13 +195,18 @@ func Rebuild(ctx context.Context, src, dst, name string, opts RebuildOptions) (R
 		if err != nil {
 			return rep, err
 		}
+		if e.name == "work" {
+			if err := c.endedInAudit(ctx, conn); err != nil {
+				return rep, err
+			}
+		}
 		if !opts.TrustRows {
 			if err := c.differ(); err != nil {
 				lost(e.name, err)
 				continue
 			}
 			if e.name == "work" {
-				if err := confirmOpen(ctx, conn, c.read); err != nil {
+				if err := confirmOpen(ctx, conn, c); err != nil {
 					if !store.IsDamaged(err) {
 						return rep, err
 					}
@@ -398,6 +403,7 @@ func compareIndexes(ctx context.Context, conn *sql.Conn, table string, salvaged 
 		fromCopy := fmt.Sprintf(`SELECT %s FROM main.%s NOT INDEXED%s`, cols, t, where)
 		var ids []int64
 		c.read[ix.name] = true
+		c.exists = append(c.exists, ix.name)
 		for _, q := range []string{fromIndex + " EXCEPT " + fromCopy, fromCopy + " EXCEPT " + fromIndex} {
 			only := ""
 			if salvaged {
@@ -405,7 +411,7 @@ func compareIndexes(ctx context.Context, conn *sql.Conn, table string, salvaged 
 				// those copied are compared.
 				only = ` WHERE rowid IN (SELECT rowid FROM main.` + t + `)`
 			}
-			more, err := rowids(ctx, conn, `SELECT rowid FROM (`+q+`)`+only+` LIMIT 100000`)
+			more, err := rowids(ctx, conn, `SELECT rowid FROM (`+q+`)`+only)
 			if err != nil {
 				if store.IsDamaged(err) {
 					ids, c.read[ix.name] = nil, false
@@ -417,6 +423,9 @@ func compareIndexes(ctx context.Context, conn *sql.Conn, table string, salvaged 
 		}
 		if len(ids) > 0 {
 			c.by = append(c.by, ix.name)
+		}
+		if c.read[ix.name] && ix.where == "" && slices.Contains(ix.cols, "state") {
+			c.stateRead = true // every row's state, compared
 		}
 		for _, id := range ids {
 			c.disputed[id] = true
@@ -432,6 +441,34 @@ type comparison struct {
 	disputed map[int64]bool
 	by       []string
 	read     map[string]bool
+	// exists lists the indexes of the table (read or not), and
+	// stateRead says an index of every row holding its state was read in
+	// full (the schema before the partial indexes of queued and claimed
+	// units had such indexes).
+	exists    []string
+	stateRead bool
+}
+
+// endedInAudit adds to c.disputed the units the copy holds as queued or
+// claimed that the damaged file's audit log says ended (work.ended, which
+// is written in the transaction that ends a unit): the pages of the work
+// table and of its indexes that would tell may have lost the same writes
+// (a region of the disk rolled back), and agree. An audit log that
+// cannot be read whole gives no such evidence.
+func (c *comparison) endedInAudit(ctx context.Context, conn *sql.Conn) error {
+	ids, err := rowids(ctx, conn, `SELECT w.rowid FROM main.work w NOT INDEXED WHERE w.state IN ('queued', 'claimed') AND w.id IN
+		(SELECT a.work_id FROM old.audit a NOT INDEXED WHERE a.kind = '`+store.AuditWorkEnded+`' AND a.work_id IN
+			(SELECT id FROM main.work NOT INDEXED WHERE state IN ('queued', 'claimed')))`)
+	if err != nil && !store.IsDamaged(err) {
+		return fmt.Errorf("reading the audit log's ends of units: %w", err)
+	}
+	if len(ids) > 0 {
+		c.by = append(c.by, "audit log's work.ended events")
+	}
+	for _, id := range ids {
+		c.disputed[id] = true
+	}
+	return nil
 }
 
 // ErrRowsDiffer is matched by Rebuild's refusal of a table whose rows
@@ -462,9 +499,10 @@ func (c comparison) differ() error {
 // damaged beside a page of the table that lost a write would hide a unit
 // that ran read back as queued, which would run again, or one that ended
 // read back as claimed, its result lost.
-func openUnconfirmed(ctx context.Context, conn *sql.Conn, read map[string]bool) (queued, claimed int, missing []string, err error) {
-	q := read["work_queued"] || (read["work_open_deadline"] && read["work_claimed"])
-	cl := read["work_claimed"] || (read["work_open_deadline"] && read["work_queued"])
+func openUnconfirmed(ctx context.Context, conn *sql.Conn, c comparison) (queued, claimed int, missing []string, err error) {
+	read := c.read
+	q := c.stateRead || read["work_queued"] || (read["work_open_deadline"] && read["work_claimed"])
+	cl := c.stateRead || read["work_claimed"] || (read["work_open_deadline"] && read["work_queued"])
 	if !q {
 		if err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM main.work NOT INDEXED WHERE state = 'queued'`).Scan(&queued); err != nil {
 			return 0, 0, nil, err
@@ -476,7 +514,7 @@ func openUnconfirmed(ctx context.Context, conn *sql.Conn, read map[string]bool) 
 		}
 	}
 	for _, ix := range []string{"work_queued", "work_open_deadline", "work_claimed"} {
-		if !read[ix] {
+		if !read[ix] && slices.Contains(c.exists, ix) {
 			missing = append(missing, ix)
 		}
 	}
@@ -485,10 +523,14 @@ func openUnconfirmed(ctx context.Context, conn *sql.Conn, read map[string]bool) 
 
 // confirmOpen refuses, for the work table, units held as queued or
 // claimed that no index that could be read confirms (openUnconfirmed).
-func confirmOpen(ctx context.Context, conn *sql.Conn, read map[string]bool) error {
-	queued, claimed, missing, err := openUnconfirmed(ctx, conn, read)
+func confirmOpen(ctx context.Context, conn *sql.Conn, c comparison) error {
+	queued, claimed, missing, err := openUnconfirmed(ctx, conn, c)
 	if err != nil || queued+claimed == 0 {
 		return err
+	}
+	indexes := fmt.Sprintf("its %s %s, which would confirm them, cannot be read", plural(len(missing), "index", "indexes"), prose.And(missing))
+	if len(missing) == 0 {
+		indexes = "no index of it that holds their state could be read"
 	}
 	what := fmt.Sprintf("%d units queued", queued)
 	switch {
@@ -497,7 +539,7 @@ func confirmOpen(ctx context.Context, conn *sql.Conn, read map[string]bool) erro
 	case claimed > 0:
 		what += fmt.Sprintf(" and %d claimed", claimed)
 	}
-	return damaged(fmt.Errorf("%d of its rows are %s, and its %s %s, which would confirm them, cannot be read: a unit that ran, read back as queued from a page that lost a write, would run again, and one that ended, read back as claimed, lose its result; run repair again with --trust-rows to end the units read as queued that no index confirms, rather than run them%w", queued+claimed, what, plural(len(missing), "index", "indexes"), prose.And(missing), silently(ErrRowsDiffer)))
+	return damaged(fmt.Errorf("%d of its rows are %s, and %s: a unit that ran, read back as queued from a page that lost a write, would run again, and one that ended, read back as claimed, lose its result; run repair again with --trust-rows to end the units read as queued that no index confirms, rather than run them%w", queued+claimed, what, indexes, silently(ErrRowsDiffer)))
 }
 
 // endDoubtful ends, as timed out, the units the copy holds as queued that
@@ -506,7 +548,7 @@ func confirmOpen(ctx context.Context, conn *sql.Conn, read map[string]bool) erro
 // have run already. It returns the first of their ids (at most 20) and
 // how many.
 func endDoubtful(ctx context.Context, conn *sql.Conn, c comparison, now time.Time) ([]string, int, error) {
-	queued, _, _, err := openUnconfirmed(ctx, conn, c.read)
+	queued, _, _, err := openUnconfirmed(ctx, conn, c)
 	if err != nil {
 		return nil, 0, err
 	}

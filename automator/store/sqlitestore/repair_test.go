@@ -686,3 +686,70 @@ func TestTrustingTheRowsNeverQueuesAUnitNoIndexConfirms(t *testing.T) {
 		t.Fatalf("Rebuild of an ended unit read back as claimed, the indexes that tell damaged: %v; want a DamagedTablesError naming work", err)
 	}
 }
+
+// TestRebuildOfAnOlderSchemaConfirmsTheUnitsByItsOwnIndexes: a database
+// at schema version 4, before the partial indexes of queued and claimed
+// units, with an index page damaged, has its units' state confirmed by
+// the indexes of that version that hold every unit's state: it is rebuilt
+// with nothing ended (it was refused, those partial indexes not there to
+// read, and trusting its rows ended every queued unit).
+func TestRebuildOfAnOlderSchemaConfirmsTheUnitsByItsOwnIndexes(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "automator.db")
+	db, err := sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := migrateWith(ctx, db, migrations[:4]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO accounts (name, token_hash, key_id, sealed_key, created_at) VALUES ('acme', x'01', 1, x'02', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 300 {
+		if _, err := db.Exec(`INSERT INTO work (id, account, state, key_id, sealed_command, queued_at, deadline) VALUES (?, 'acme', 'queued', 1, x'03', ?, ?)`,
+			fmt.Sprintf("w-%d", i), 1000+i, int64(1e18)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	sqlitetest.DamageFirstPage(t, path, "work_queued_at_id")
+	for _, trust := range []bool{false, true} {
+		rep, err := Rebuild(ctx, path, filepath.Join(dir, fmt.Sprintf("rebuilt-%v.db", trust)), path, RebuildOptions{TrustRows: trust, Now: testNow})
+		if err != nil || rep.EndedCount != 0 {
+			t.Errorf("Rebuild (rows trusted %v) of a version 4 database with an index damaged: ended %d, %v; want it rebuilt, nothing ended", trust, rep.EndedCount, err)
+		}
+	}
+}
+
+// TestRebuildTakesTheAuditLogsEndOfAUnitOverARolledBackRegion: the pages
+// of the work table and of the queue's index that held a unit roll back
+// together to before it was claimed and ended (a region of the disk
+// rolled back), and agree: it reads as queued, confirmed; the index that
+// would tell is damaged. The audit log's work.ended event of the unit,
+// written in the transaction that ended it, tells: Rebuild refuses the
+// table, and trusting the rows ends the unit rather than queue it again.
+func TestRebuildTakesTheAuditLogsEndOfAUnitOverARolledBackRegion(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "automator.db")
+	damagedFixture(t, path)
+	sqlitetest.StaleRegion(t, path, []string{"work", "work_queued"},
+		`UPDATE work SET state = 'succeeded', claimed_at = 7, instance_id = 'i-9', claim_id = 'c-9', finished_at = 9, sealed_result = x'0102' WHERE id = 'w-000390'`,
+		`INSERT INTO audit (at, kind, actor, account, work_id, outcome) VALUES (9, 'work.ended', 'test', 'acme', 'w-000390', 'succeeded')`)
+	sqlitetest.DamageFirstPage(t, path, "work_open_deadline")
+	_, err := Rebuild(ctx, path, filepath.Join(dir, "refused.db"), path, RebuildOptions{Salvage: true, Now: testNow})
+	var dt *store.DamagedTablesError
+	if !errors.As(err, &dt) || fmt.Sprint(dt.Tables) != "[work]" || !strings.Contains(err.Error(), "audit log's work.ended events") {
+		t.Fatalf("Rebuild of a unit that ended, rolled back with its queue index: %v; want the work table refused by the audit log", err)
+	}
+	rep, err := Rebuild(ctx, path, filepath.Join(dir, "rebuilt.db"), path, RebuildOptions{TrustRows: true, Now: testNow})
+	if err != nil || fmt.Sprint(rep.Ended) != "[w-000390]" {
+		t.Fatalf("Rebuild trusting the rows: ended %v, %v; want w-000390 ended, not queued", rep.Ended, err)
+	}
+}
