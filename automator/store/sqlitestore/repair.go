@@ -369,12 +369,32 @@ func staleEntries(ctx context.Context, conn *sql.Conn, tables []string) ([]strin
 				return nil, err
 			}
 			if n > 0 {
-				lines = append(lines, fmt.Sprintf("rows of table %s differ from their entries in index %s (found by comparing each index with its table's rows; SQLite's integrity_check does not see them all)", table, ix.name))
+				lines = append(lines, fmt.Sprintf("%srows of table %s differ from their entries in index %s (SQLite's integrity_check does not see them all)", comparedPrefix, table, ix.name))
 			}
 		}
 	}
+	// A unit open in the table, and its indexes, that the audit log says
+	// ended: pages rolled back together.
+	if !slices.Contains(tables, "audit") {
+		return lines, nil // a schema from before the audit log
+	}
+	var ended int
+	err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM work NOT INDEXED WHERE state IN ('queued', 'claimed') AND id IN
+		(SELECT work_id FROM audit NOT INDEXED WHERE kind = '`+store.AuditWorkEnded+`' AND work_id IN
+			(SELECT id FROM work NOT INDEXED WHERE state IN ('queued', 'claimed')))`).Scan(&ended)
+	if err != nil {
+		return nil, err
+	}
+	if ended > 0 {
+		lines = append(lines, fmt.Sprintf("%s%d units of table work are queued or claimed that the audit log's work.ended events say ended", comparedPrefix, ended))
+	}
 	return lines, nil
 }
+
+// comparedPrefix begins the findings of staleEntries, which compares
+// what SQLite's integrity_check does not: Rebuild compares them again
+// (compareIndexes, endedInAudit), and blameTables passes them over.
+const comparedPrefix = "compared with the rows: "
 
 // compareIndexes reads, for table (copied into main), each index the
 // damaged database old has of it (on columns alone, not expressions) that
@@ -456,6 +476,10 @@ type comparison struct {
 // (a region of the disk rolled back), and agree. An audit log that
 // cannot be read whole gives no such evidence.
 func (c *comparison) endedInAudit(ctx context.Context, conn *sql.Conn) error {
+	var audit int
+	if err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM old.sqlite_schema WHERE type = 'table' AND name = 'audit'`).Scan(&audit); err != nil || audit == 0 {
+		return err // none in a schema from before the audit log
+	}
 	ids, err := rowids(ctx, conn, `SELECT w.rowid FROM main.work w NOT INDEXED WHERE w.state IN ('queued', 'claimed') AND w.id IN
 		(SELECT a.work_id FROM old.audit a NOT INDEXED WHERE a.kind = '`+store.AuditWorkEnded+`' AND a.work_id IN
 			(SELECT id FROM main.work NOT INDEXED WHERE state IN ('queued', 'claimed')))`)
@@ -807,7 +831,7 @@ func blameTables(ctx context.Context, conn *sql.Conn, findings []string, salvage
 		case strings.HasPrefix(f, stoppedPrefix):
 			// Where SQLite stopped is said by the other findings, and by
 			// the copy, which reads every table.
-		case indexFinding.MatchString(f):
+		case indexFinding.MatchString(f), strings.HasPrefix(f, comparedPrefix):
 		case strings.Contains(strings.ToLower(f), "freelist"):
 		default:
 			if m := treeFinding.FindStringSubmatch(f); m != nil {

@@ -753,3 +753,24 @@ func TestRebuildTakesTheAuditLogsEndOfAUnitOverARolledBackRegion(t *testing.T) {
 		t.Fatalf("Rebuild trusting the rows: ended %v, %v; want w-000390 ended, not queued", rep.Ended, err)
 	}
 }
+
+// TestRebuildFindsAWholeDatabaseWhoseUnitTheAuditLogSaysEnded: the pages
+// of the work table and of all its indexes that list open units roll back
+// together to before a unit ended, so SQLite's check and the comparison
+// of each index with its rows find nothing; the audit log's work.ended
+// event of the unit still tells, and the database is not called whole.
+func TestRebuildFindsAWholeDatabaseWhoseUnitTheAuditLogSaysEnded(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "automator.db")
+	damagedFixture(t, path)
+	sqlitetest.StaleRegion(t, path, []string{"work", "work_queued", "work_open_deadline", "work_unsuccessful", "work_account_unsuccessful"},
+		`UPDATE work SET state = 'failed', claimed_at = 7, instance_id = 'i-9', claim_id = 'c-9', finished_at = 9, sealed_result = x'0102' WHERE id = 'w-000390'`,
+		`INSERT INTO audit (at, kind, actor, account, work_id, outcome) VALUES (9, 'work.ended', 'test', 'acme', 'w-000390', 'failed')`)
+	_, err := Rebuild(ctx, path, filepath.Join(dir, "refused.db"), path, RebuildOptions{Now: testNow})
+	var dt *store.DamagedTablesError
+	if errors.Is(err, ErrWhole) || !errors.As(err, &dt) || !strings.Contains(err.Error(), "audit log's work.ended events") {
+		t.Fatalf("Rebuild of a whole database whose unit the audit log says ended: %v; want the work table refused by the audit log", err)
+	}
+}
