@@ -634,16 +634,7 @@ func TestTrustingTheRowsNeverQueuesAUnitNoIndexConfirms(t *testing.T) {
 	claim := `UPDATE work SET state = 'claimed', claimed_at = 7, instance_id = 'i-9', claim_id = 'c-9' WHERE id = 'w-000390'`
 	queuedIn := func(path string) int {
 		t.Helper()
-		db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?mode=ro")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer db.Close()
-		var n int
-		if err := db.QueryRow(`SELECT COUNT(*) FROM work NOT INDEXED WHERE state = 'queued'`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
+		return int(queryInt(t, path, `SELECT COUNT(*) FROM work NOT INDEXED WHERE state = 'queued'`))
 	}
 
 	path := filepath.Join(dir, "stale.db")

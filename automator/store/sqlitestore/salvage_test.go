@@ -285,14 +285,7 @@ func TestSalvageKeepsTheAuditLogsSequence(t *testing.T) {
 	db.Close()
 	// The last leaf: the newest events, whose numbers a store would give
 	// again if their places were not kept.
-	var leaves int
-	if db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?mode=ro"); err == nil {
-		err = db.QueryRow(`SELECT COUNT(*) FROM dbstat WHERE name = 'audit' AND pagetype = 'leaf'`).Scan(&leaves)
-		db.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	leaves := int(queryInt(t, path, `SELECT COUNT(*) FROM dbstat WHERE name = 'audit' AND pagetype = 'leaf'`))
 	sqlitetest.DamagePage(t, path, "audit", "leaf", leaves-1)
 
 	dst := filepath.Join(dir, "salvaged.db")
@@ -385,16 +378,23 @@ func TestSalvageRefusesTablesItCannotMakeUp(t *testing.T) {
 // counts).
 func leafCells(t *testing.T, path, name string, n int) int {
 	t.Helper()
+	return int(queryInt(t, path, `SELECT ncell FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY path LIMIT 1 OFFSET ?`, name, n))
+}
+
+// queryInt runs query, whose answer is one number, on the database at
+// path, read only.
+func queryInt(t *testing.T, path, query string, args ...any) int64 {
+	t.Helper()
 	db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?mode=ro")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	var cells int
-	if err := db.QueryRow(`SELECT ncell FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY path LIMIT 1 OFFSET ?`, name, n).Scan(&cells); err != nil {
-		t.Fatal(err)
+	var n int64
+	if err := db.QueryRow(query, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
 	}
-	return cells
+	return n
 }
 
 // TestSalvageRefusesAPageWrittenWhereAnotherBelongs: a leaf of units
@@ -446,15 +446,8 @@ func TestSalvageKeepsThePlacesOfEventsNoIndexNamed(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "automator.db")
 	damagedFixture(t, path)
-	var maxSeq int64
-	var leaves int
-	if db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?mode=ro"); err == nil {
-		err = db.QueryRow(`SELECT (SELECT MAX(seq) FROM audit), (SELECT COUNT(*) FROM dbstat WHERE name = 'audit' AND pagetype = 'leaf')`).Scan(&maxSeq, &leaves)
-		db.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	maxSeq := queryInt(t, path, `SELECT MAX(seq) FROM audit`)
+	leaves := int(queryInt(t, path, `SELECT COUNT(*) FROM dbstat WHERE name = 'audit' AND pagetype = 'leaf'`))
 	if leaves < 3 {
 		t.Fatalf("the audit table has %d leaves; want a middle one and a last", leaves)
 	}
