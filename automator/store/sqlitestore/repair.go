@@ -379,9 +379,7 @@ func staleEntries(ctx context.Context, conn *sql.Conn, tables []string) ([]strin
 		return lines, nil // a schema from before the audit log
 	}
 	var ended int
-	err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM work NOT INDEXED WHERE state IN ('queued', 'claimed') AND id IN
-		(SELECT work_id FROM audit NOT INDEXED WHERE kind = '`+store.AuditWorkEnded+`' AND work_id IN
-			(SELECT id FROM work NOT INDEXED WHERE state IN ('queued', 'claimed')))`).Scan(&ended)
+	err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM (`+endedOpenQuery("main", "main")+`)`).Scan(&ended)
 	if err != nil {
 		return nil, err
 	}
@@ -480,9 +478,7 @@ func (c *comparison) endedInAudit(ctx context.Context, conn *sql.Conn) error {
 	if err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM old.sqlite_schema WHERE type = 'table' AND name = 'audit'`).Scan(&audit); err != nil || audit == 0 {
 		return err // none in a schema from before the audit log
 	}
-	ids, err := rowids(ctx, conn, `SELECT w.rowid FROM main.work w NOT INDEXED WHERE w.state IN ('queued', 'claimed') AND w.id IN
-		(SELECT a.work_id FROM old.audit a NOT INDEXED WHERE a.kind = '`+store.AuditWorkEnded+`' AND a.work_id IN
-			(SELECT id FROM main.work NOT INDEXED WHERE state IN ('queued', 'claimed')))`)
+	ids, err := rowids(ctx, conn, endedOpenQuery("main", "old"))
 	if err != nil && !store.IsDamaged(err) {
 		return fmt.Errorf("reading the audit log's ends of units: %w", err)
 	}
@@ -493,6 +489,16 @@ func (c *comparison) endedInAudit(ctx context.Context, conn *sql.Conn) error {
 		c.disputed[id] = true
 	}
 	return nil
+}
+
+// endedOpenQuery selects the rowids of the units the work table of the
+// schema work holds as queued or claimed that the audit log of the schema
+// audit says ended (work.ended): the audit log is read once, for those
+// units alone.
+func endedOpenQuery(work, audit string) string {
+	return `SELECT rowid FROM ` + work + `.work NOT INDEXED WHERE state IN ('queued', 'claimed') AND id IN
+		(SELECT work_id FROM ` + audit + `.audit NOT INDEXED WHERE kind = '` + store.AuditWorkEnded + `' AND work_id IN
+			(SELECT id FROM ` + work + `.work NOT INDEXED WHERE state IN ('queued', 'claimed')))`
 }
 
 // ErrRowsDiffer is matched by Rebuild's refusal of a table whose rows
