@@ -23,7 +23,24 @@ var (
 	// (?s): a quoted key or value may hold a line break.
 	unknownField = regexp.MustCompile(`(?s)^(line \d+: )field (.+) not found in type .+$`)
 	wrongType    = regexp.MustCompile("(?s)^(line \\d+: )cannot unmarshal !!\\w+ `(.*)` into (.+)$") // a backquote inside
+	// A list or a mapping has no text of its own to quote.
+	wrongShape = regexp.MustCompile(`^(line \d+: )cannot unmarshal !!(seq|map) into (.+)$`)
 )
+
+// shapes names a list and a mapping as a YAML writer knows them.
+var shapes = map[string]string{
+	"seq": "a list",
+	"map": "a mapping (key: value pairs)",
+}
+
+// kind names the Go type t as a YAML writer knows it: a type outside
+// kinds is a section of settings (a struct: the file itself, or limits:).
+func kind(t string) string {
+	if k, ok := kinds[t]; ok {
+		return k
+	}
+	return "a section of settings, one key: value per line"
+}
 
 // kinds names the Go types of the configs' settings as a YAML writer knows them.
 var kinds = map[string]string{
@@ -51,11 +68,9 @@ func Word(err error) error {
 			}
 			m = g[1] + "unknown setting " + name
 		} else if g := wrongType.FindStringSubmatch(m); g != nil {
-			kind, ok := kinds[g[3]]
-			if !ok {
-				kind = "of the setting's kind"
-			}
-			m = g[1] + strconv.Quote(g[2]) + " is not " + kind
+			m = g[1] + strconv.Quote(g[2]) + " is not " + kind(g[3])
+		} else if g := wrongShape.FindStringSubmatch(m); g != nil {
+			m = g[1] + shapes[g[2]] + " is not " + kind(g[3])
 		}
 		// Whatever else the library says stays on the line too.
 		m = strings.NewReplacer("\r", `\r`, "\n", `\n`).Replace(m)

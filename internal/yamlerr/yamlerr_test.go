@@ -13,6 +13,10 @@ import (
 type settings struct {
 	Window time.Duration `yaml:"window"`
 	Max    int           `yaml:"max"`
+	Names  []string      `yaml:"names"`
+	Limits struct {
+		Size int `yaml:"size"`
+	} `yaml:"limits"`
 }
 
 func decode(text string) error {
@@ -33,6 +37,17 @@ func TestWordSaysWhatAndWhereInOneLine(t *testing.T) {
 		// A quoted value or key may hold a line break; the error does not.
 		"max: \"a\\nb\"\n": `line 1: "a\nb" is not a whole number`,
 		"\"fo\\no\": 1\n":  `line 1: unknown setting "fo\no"`,
+		// A list or a mapping where another kind goes is named by its
+		// shape, and a section of settings as one.
+		"max: [1]\n":            `line 1: a list is not a whole number`,
+		"window: {a: b}\n":      `line 1: a mapping (key: value pairs) is not a duration such as 30s, 5m or 24h`,
+		"names: {a: b}\n":       `line 1: a mapping (key: value pairs) is not a list`,
+		"names: abc\n":          `line 1: "abc" is not a list`,
+		"limits: 5\n":           `line 1: "5" is not a section of settings, one key: value per line`,
+		"limits: [5]\n":         `line 1: a list is not a section of settings, one key: value per line`,
+		"- a\n":                 `line 1: a list is not a section of settings, one key: value per line`,
+		"abc\n":                 `line 1: "abc" is not a section of settings, one key: value per line`,
+		"max: [1]\nwindow: 1\n": `line 1: a list is not a whole number; line 2: "1" is not a duration such as 30s, 5m or 24h`,
 	} {
 		if got := Word(decode(text)); got == nil || got.Error() != want {
 			t.Errorf("%q: %v, want %s", text, got, want)
