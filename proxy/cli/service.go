@@ -156,8 +156,10 @@ func cmdInstall(args []string, env Env) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("invalid proxy config %s: %w", src, err)
 	}
-	if !filepath.IsAbs(cfg.ScriptsDir) {
-		return fmt.Errorf("scripts_dir in %s: %q must be an absolute path for a service (it does not run in your working directory)", src, cfg.ScriptsDir)
+	if w := cfg.ScriptsDirWritten(); !filepath.IsAbs(w) {
+		// The service reads the copy install makes, in another directory,
+		// against which a relative path would name another place.
+		return fmt.Errorf("scripts_dir in %s: %q must be an absolute path for a service (install copies the config elsewhere: give %s)", src, w, cfg.ScriptsDir)
 	}
 	stateDir := service.StateDir(*name)
 	if cfg.StateDir != "" && filepath.Clean(cfg.StateDir) != stateDir {

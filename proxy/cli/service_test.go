@@ -164,7 +164,7 @@ func TestInstalledConfigOfTheServicesOwnCopyHasOneMark(t *testing.T) {
 // TestInstallRefusesWhatAServiceCannotUse: checked before anything is
 // written, so these need no root.
 func TestInstallRefusesWhatAServiceCannotUse(t *testing.T) {
-	// Not parallel: a case changes this process's working directory.
+	t.Parallel()
 	dir := t.TempDir()
 	profile := "automator_url: http://127.0.0.1:1\ntoken: t\nkey: " + testKey(t) + "\n"
 	for _, tc := range []struct {
@@ -172,7 +172,9 @@ func TestInstallRefusesWhatAServiceCannotUse(t *testing.T) {
 		args        []string
 		want        string
 	}{
-		{"relative scripts_dir", "scripts_dir: scripts\n", nil, "must be an absolute path"},
+		// It is found (beside the file), but the service reads a copy
+		// elsewhere; the message gives the path to write.
+		{"relative scripts_dir", "scripts_dir: scripts\n", nil, `"scripts" must be an absolute path for a service (install copies the config elsewhere: give ` + filepath.Join(dir, "scripts") + ")"},
 		{"foreign state_dir", "scripts_dir: " + dir + "\nstate_dir: /srv/state\n", nil, "install sets it to"},
 		{"bad name", "scripts_dir: " + dir + "\n", []string{"--name", "../etc"}, "--name"},
 		{"unknown user", "scripts_dir: " + dir + "\n", []string{"--user", "no-such-user-opsgate"}, "--user"},
@@ -186,11 +188,6 @@ func TestInstallRefusesWhatAServiceCannotUse(t *testing.T) {
 				t.Fatal(err)
 			}
 			var stdout, stderr bytes.Buffer
-			wd, _ := os.Getwd()
-			if err := os.Chdir(dir); err != nil {
-				t.Fatal(err)
-			}
-			defer os.Chdir(wd)
 			code := Main(t.Context(), append([]string{"install", "--config", path}, tc.args...), Env{Stdout: &stdout, Stderr: &stderr})
 			if code != 1 || !strings.Contains(stderr.String(), tc.want) {
 				t.Fatalf("exit %d, stderr %q; want 1 and %q", code, stderr.String(), tc.want)

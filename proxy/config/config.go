@@ -59,8 +59,13 @@ type Config struct {
 	// be one of them. Optional.
 	PinSHA256 []string `yaml:"pin_sha256,omitempty"`
 
-	// ScriptsDir is the only directory scripts are run from.
+	// ScriptsDir is the only directory scripts are run from. Relative in a
+	// file, it is relative to the file's directory (Load makes it
+	// absolute), not to wherever the proxy was started.
 	ScriptsDir string `yaml:"scripts_dir"`
+	// scriptsDirWritten is scripts_dir as the file wrote it, before Load
+	// made it absolute.
+	scriptsDirWritten string
 	// InstanceID names this process among the account's instances; the host
 	// name by default.
 	InstanceID string `yaml:"instance_id"`
@@ -112,8 +117,20 @@ func LoadDigest(path string) (Config, string, error) {
 	if err != nil {
 		return Config{}, "", fmt.Errorf("parsing proxy config %s: %w", path, err)
 	}
+	c.scriptsDirWritten = c.ScriptsDir
+	if c.ScriptsDir != "" && !filepath.IsAbs(c.ScriptsDir) {
+		abs, err := filepath.Abs(filepath.Join(filepath.Dir(path), c.ScriptsDir))
+		if err != nil {
+			return Config{}, "", fmt.Errorf("proxy config %s: scripts_dir: %w", path, err)
+		}
+		c.ScriptsDir = abs
+	}
 	return c, Digest(data), nil
 }
+
+// ScriptsDirWritten is scripts_dir as the file wrote it: relative,
+// perhaps, where ScriptsDir is the absolute path Load made of it.
+func (c Config) ScriptsDirWritten() string { return c.scriptsDirWritten }
 
 // Digest is the hex SHA-256 of a config file's bytes as they are on disk.
 func Digest(data []byte) string {

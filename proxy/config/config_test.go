@@ -38,6 +38,37 @@ func TestUnknownKeyIsAnErrorNamingFileAndKey(t *testing.T) {
 	}
 }
 
+// TestRelativeScriptsDirIsRelativeToTheFile: `scripts_dir: scripts` names
+// the directory beside the config file wherever the proxy is started (a
+// service starts in / or System32), and an absolute one is kept as written.
+func TestRelativeScriptsDirIsRelativeToTheFile(t *testing.T) {
+	p := write(t, "scripts_dir: scripts\n")
+	// Loaded by a relative path from elsewhere, as `proxy run --config
+	// conf/proxy.yaml` is.
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(wd, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(filepath.Dir(p), "scripts"); c.ScriptsDir != want || c.ScriptsDirWritten() != "scripts" {
+		t.Errorf("scripts_dir: scripts read as %q (written %q), want %q", c.ScriptsDir, c.ScriptsDirWritten(), want)
+	}
+	abs := filepath.Join(t.TempDir(), "s")
+	if c, err := Load(write(t, "scripts_dir: "+abs+"\n")); err != nil || c.ScriptsDir != abs || c.ScriptsDirWritten() != abs {
+		t.Errorf("scripts_dir: %s read as %q (written %q), %v", abs, c.ScriptsDir, c.ScriptsDirWritten(), err)
+	}
+	if c, err := Load(write(t, "token: t\n")); err != nil || c.ScriptsDir != "" {
+		t.Errorf("no scripts_dir read as %q, %v", c.ScriptsDir, err)
+	}
+}
+
 func TestMalformedYAMLAndEmptyFileAreClearErrors(t *testing.T) {
 	for body, want := range map[string]string{
 		"automator_url: [unterminated\n": "parsing proxy config",

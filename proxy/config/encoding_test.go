@@ -45,8 +45,8 @@ func TestAProfileWrittenByPowerShellIsRead(t *testing.T) {
 			t.Errorf("%s: Load: %v", name, err)
 			continue
 		}
-		if c.AutomatorURL != "https://a.example:8443" || c.Token != "oat_secret" || c.Key != k || c.ScriptsDir != "s" {
-			t.Errorf("%s: Load = url %q token %q scripts_dir %q, key matches %v; want the profile's values", name, c.AutomatorURL, c.Token, c.ScriptsDir, c.Key == k)
+		if c.AutomatorURL != "https://a.example:8443" || c.Token != "oat_secret" || c.Key != k || c.ScriptsDirWritten() != "s" {
+			t.Errorf("%s: Load = url %q token %q scripts_dir %q, key matches %v; want the profile's values", name, c.AutomatorURL, c.Token, c.ScriptsDirWritten(), c.Key == k)
 		}
 		if _, err := c.Keys(); err != nil {
 			t.Errorf("%s: key: %v", name, err)
