@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -179,6 +180,9 @@ func LatestVersion() int { return migrations[len(migrations)-1].version }
 // process.
 func SchemaVersion(ctx context.Context, path string) (version, latest int, err error) {
 	latest = migrations[len(migrations)-1].version
+	if err := regularFile(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return 0, latest, fmt.Errorf("opening %s: %w", path, err)
+	}
 	db, err := sql.Open("sqlite", dsn(path, false))
 	if err != nil {
 		return 0, latest, fmt.Errorf("opening %s: %w", path, err)

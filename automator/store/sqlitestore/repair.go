@@ -88,6 +88,9 @@ const MaxProblems = 10000
 // remove.
 func Rebuild(ctx context.Context, src, dst, name string, opts RebuildOptions) (RebuildReport, error) {
 	var rep RebuildReport
+	if err := regularFile(src); err != nil {
+		return rep, err // not damage: no backup is needed
+	}
 	if err := checkHeader(src, name); err != nil {
 		return rep, damaged(err)
 	}

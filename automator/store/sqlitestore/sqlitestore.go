@@ -83,6 +83,8 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		}
 	} else if !errors.Is(err, fs.ErrExist) {
 		return nil, fmt.Errorf("opening sqlite store %q: %w", path, err)
+	} else if err := regularFile(path); err != nil {
+		return nil, fmt.Errorf("opening sqlite store %q: %w", path, err)
 	}
 
 	write, err := sql.Open("sqlite", dsn(path, false))
@@ -117,6 +119,23 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	}
 
 	return &Store{path: path, write: write, read: read, w: newWriter(write, path), reads: newPrepared(read)}, nil
+}
+
+// regularFile refuses a path that names a directory or a device rather
+// than a database file, which SQLite reports as "unable to open database
+// file" (a directory) or opens only to fail later.
+func regularFile(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	switch {
+	case fi.IsDir():
+		return errors.New("it is a directory; give the path of a database file")
+	case !fi.Mode().IsRegular():
+		return errors.New("it is a device, a pipe or a socket, not a file; give the path of a database file")
+	}
+	return nil
 }
 
 // OpenReaders opens every connection of the read pool now, and the pool

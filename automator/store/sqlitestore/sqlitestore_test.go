@@ -205,6 +205,39 @@ func TestOpenInAMissingDirectoryFailsClearly(t *testing.T) {
 	}
 }
 
+// TestOpenOfADirectoryOrADeviceSaysWhatItIs: SQLite says only "unable to
+// open database file" of a directory; a device would be opened.
+func TestOpenOfADirectoryOrADeviceSaysWhatItIs(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "automator.db")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{
+		dir:        "it is a directory; give the path of a database file",
+		os.DevNull: "it is a device, a pipe or a socket, not a file",
+	} {
+		s, err := Open(t.Context(), path)
+		if err == nil {
+			s.Close()
+			t.Errorf("Open(%s) succeeded", path)
+			continue
+		}
+		if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), path) {
+			t.Errorf("Open(%s): %v, want it named and %q", path, err, want)
+		}
+		// What commands read before they open it, and repair, say so too
+		// (repair called a directory damaged).
+		if _, _, err := SchemaVersion(t.Context(), path); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("SchemaVersion(%s): %v, want %q", path, err, want)
+		}
+		dst := filepath.Join(t.TempDir(), "rebuilt.db")
+		if _, err := Rebuild(t.Context(), path, dst, path, RebuildOptions{}); err == nil || !strings.Contains(err.Error(), want) || store.IsDamaged(err) {
+			t.Errorf("Rebuild(%s): %v, want %q, not damage", path, err, want)
+		}
+	}
+}
+
 // TestEveryConnectionHasTheDurabilityPragmas holds every pooled connection at
 // once, so a pragma applied to only the first one would show.
 func TestEveryConnectionHasTheDurabilityPragmas(t *testing.T) {
