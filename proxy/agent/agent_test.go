@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -441,6 +442,37 @@ func TestBuiltinPingNamesTheInstance(t *testing.T) {
 	proto.Unmarshal(plain, &r)
 	if got.GetOutcome() != automatorv1.Outcome_OUTCOME_SUCCEEDED || !strings.Contains(string(r.GetStdout()), "instance_id=a\n") {
 		t.Fatalf("@ping: %v %q", got.GetOutcome(), r.GetStdout())
+	}
+}
+
+// TestBuiltinPingRefusesWhatItWouldIgnore: arguments, stdin or variables
+// given to @ping fail the unit, saying so, rather than being dropped.
+func TestBuiltinPingRefusesWhatItWouldIgnore(t *testing.T) {
+	t.Parallel()
+	useRunner(t, func(context.Context, runner.Spec) (runner.Result, error) {
+		return runner.Result{}, errors.New("a built-in must not start a process")
+	})
+	f := newFake()
+	startAgent(t, f, 1, nil)
+	for i, cmd := range []*automatorv1.Command{
+		{Script: "@ping", Args: []string{"host-a"}},
+		{Script: "@ping", Stdin: []byte("x")},
+		{Script: "@ping", Env: map[string]string{"K": "V"}},
+	} {
+		id := fmt.Sprintf("w%d", i)
+		f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{claim(t, id, cmd)}}
+		got := waittest.Recv(t, f.completed, "the result of @ping to be posted")
+		plain, err := crypto.Open(crypto.Keys{testKey}, "acme", id, crypto.DirResult, got.GetSealedResult())
+		if err != nil {
+			t.Fatalf("%s: the result does not open: %v", id, err)
+		}
+		var r automatorv1.Result
+		if err := proto.Unmarshal(plain, &r); err != nil {
+			t.Fatal(err)
+		}
+		if got.GetOutcome() != automatorv1.Outcome_OUTCOME_FAILED || r.GetFailure() != "@ping takes no arguments, stdin or environment variables" {
+			t.Errorf("%v: %v %q; want it failed, saying what @ping takes", cmd, got.GetOutcome(), r.GetFailure())
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -16,6 +17,11 @@ func (a *Agent) builtin(cmd *automatorv1.Command) (*automatorv1.Result, error) {
 	now := time.Now()
 	switch cmd.GetScript() {
 	case "@ping":
+		// It reads none of them: a caller who gave some expected them
+		// to do something, and hears that nothing would.
+		if len(cmd.GetArgs()) > 0 || len(cmd.GetStdin()) > 0 || len(cmd.GetEnv()) > 0 {
+			return nil, errors.New("@ping takes no arguments, stdin or environment variables")
+		}
 		out := fmt.Sprintf("instance_id=%s\nhostname=%s\nversion=%s\nuptime=%s\n",
 			a.o.InstanceID, a.o.Hostname, a.o.Version, now.Sub(a.started).Round(time.Second))
 		return &automatorv1.Result{
