@@ -76,7 +76,10 @@ func cmdAudit(ctx context.Context, args []string, env Env) error {
 		p.Since = time.Now().Add(-*since)
 	}
 	if *work == "" {
-		_, err := printAudit(ctx, st, master, p, env.Stdout, *asJSON)
+		n, err := printAudit(ctx, st, master, p, env.Stdout, *asJSON)
+		if err == nil && n == 0 && *account != "" {
+			err = knownAccount(ctx, st, *account, *dir, *db)
+		}
 		return err
 	}
 	// No index holds the work id: start at the unit's time rather than
@@ -97,6 +100,22 @@ func cmdAudit(ctx context.Context, args []string, env Env) error {
 		_, err = printAudit(ctx, st, master, p, env.Stdout, *asJSON)
 	}
 	return err
+}
+
+// knownAccount returns nil when account exists or the audit log holds an
+// event of it (a deleted account's), and otherwise an error saying it is
+// unknown: a misspelt name listed nothing, as an account without events
+// since --since does, and exited 0.
+func knownAccount(ctx context.Context, st store.Store, account, dir, db string) error {
+	_, err := st.AccountGet(ctx, account)
+	if !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	events, err := st.AuditList(ctx, store.AuditListParams{Limit: 1, Account: account})
+	if err != nil || len(events) > 0 {
+		return err
+	}
+	return fmt.Errorf("--account: there is no account %q, now or in the audit log; `automator account list --data-dir %s%s` lists them", account, dir, withSameDB(db))
 }
 
 // printAudit prints the events p selects, a page at a time, as JSON or as

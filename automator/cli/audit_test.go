@@ -96,6 +96,10 @@ func TestAuditListsTheEventsOfAnAccountAUnitOrSomeKinds(t *testing.T) {
 		{[]string{"--kind", "auth.failed,auth.denied", "--since", "24h"}, []string{"acme denied"}},
 		{[]string{"--kind", "auth.failed,auth.denied"}, []string{"a wrong token", "acme denied"}},
 		{[]string{"--account", "acme", "--work", random}, nil},
+		// Nothing listed, exit 0: an account that exists, and one only
+		// the log knows (deleted since).
+		{[]string{"--account", "acct-" + stored, "--kind", "auth"}, nil},
+		{[]string{"--account", "initech", "--kind", "auth"}, nil},
 	} {
 		if got := auditDetails(t, dir, c.args...); !slices.Equal(got, c.want) {
 			t.Errorf("audit %q listed %q; want %q", c.args, got, c.want)
@@ -120,6 +124,8 @@ func TestAuditRefusesFiltersItCannotUse(t *testing.T) {
 		{[]string{"--work", ""}, "--work is empty; leave it out to list the events of every unit"},
 		{[]string{"--account", ""}, "--account is empty; leave it out to list the events of every account"},
 		{[]string{"--kind", ""}, "--kind is empty"},
+		// A name that is no account's, and never was (a typo).
+		{[]string{"--account", "acmee"}, `--account: there is no account "acmee", now or in the audit log; ` + "`automator account list --data-dir " + dir + "` lists them"},
 	} {
 		code, out, stderr := runMain(t, append([]string{"audit", "--data-dir", dir}, c.args...)...)
 		if code != ExitError || out != "" || !strings.Contains(stderr, c.want) || strings.Count(stderr, "\n") != 1 {
