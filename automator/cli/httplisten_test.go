@@ -4,10 +4,12 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/automator/metrics"
 	"github.com/opsgate/opsgate/internal/waittest"
 )
 
@@ -158,12 +161,13 @@ func TestRequestBodyCutOffSaysItDidNotArriveInTime(t *testing.T) {
 	}
 }
 
-// TestHTTPConnectionsPastTheCapWaitForOneToClose: the HTTP listener holds
-// at most http_max_connections open; a connection past them is not
-// served (it waits in the kernel's queue, taking none of the process's
-// file descriptors, which gRPC's proxy connections need) until one of
-// them closes, and is then served.
-func TestHTTPConnectionsPastTheCapWaitForOneToClose(t *testing.T) {
+// TestHTTPConnectionsPastTheCapCloseTheOneIdleTheLongest: at
+// http_max_connections, a new connection is served, and the connection
+// kept alive idle the longest is closed for it (it waited, with
+// netutil.LimitListener, for the idle connections' whole idle timeout);
+// the metric counts it. What a connection does when every one held is in
+// a request (it waits) is internal/connlimit's test.
+func TestHTTPConnectionsPastTheCapCloseTheOneIdleTheLongest(t *testing.T) {
 	t.Parallel()
 	dir := initDir(t)
 	cfg, err := config.Load(dir)
@@ -176,50 +180,76 @@ func TestHTTPConnectionsPastTheCapWaitForOneToClose(t *testing.T) {
 	}
 	s := serveDirInProcess(t, dir)
 	addr := strings.TrimPrefix(s.http, "http://")
-	// healthz asks /healthz on conn and reads the answer.
-	healthz := func(conn net.Conn) error {
-		if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"); err != nil {
-			return err
+	// get asks path on conn and returns the answer's body.
+	get := func(conn net.Conn, path string) (string, error) {
+		conn.SetDeadline(time.Now().Add(time.Minute))
+		if _, err := io.WriteString(conn, "GET "+path+" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"); err != nil {
+			return "", err
 		}
 		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 		if err != nil {
-			return err
+			return "", err
 		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return errors.New(resp.Status)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = errors.New(resp.Status)
 		}
-		return nil
+		return string(body), err
 	}
-	var held []net.Conn
-	for range 2 {
+	dial := func() net.Conn {
 		conn, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { conn.Close() })
+		return conn
+	}
+	var held []net.Conn
+	for range 2 {
+		conn := dial()
 		// Answered: the automator has the connection, kept alive.
-		if err := healthz(conn); err != nil {
+		if _, err := get(conn, "/healthz"); err != nil {
 			t.Fatalf("/healthz on a connection under the cap: %v", err)
 		}
 		held = append(held, conn)
 	}
-	third, err := net.Dial("tcp", addr) // the kernel's queue takes it
+	if _, err := get(dial(), "/healthz"); err != nil {
+		t.Fatalf("/healthz on a connection past the cap, both held idle: %v; want it served", err)
+	}
+	held[0].SetReadDeadline(time.Now().Add(time.Minute))
+	if _, err := held[0].Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the connection idle the longest, read: %v; want it closed by the automator", err)
+	}
+	// This connection closes the other one idle (held[1]) in its turn.
+	metrics, err := get(dial(), "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { third.Close() })
-	answered := make(chan error, 1)
-	go func() { answered <- healthz(third) }()
-	// Not a timing assertion: how long the test looks for an answer that
-	// must not come while both connections are held.
-	select {
-	case err := <-answered:
-		t.Fatalf("a connection past the cap of 2 was served (%v) while 2 were open", err)
-	case <-time.After(300 * time.Millisecond):
+	if want := `automator_http_connection_cap_total{action="idle_closed"} 2`; !strings.Contains(metrics, want) {
+		t.Errorf("/metrics lacks %s", want)
 	}
-	held[0].Close()
-	if err := waittest.Recv(t, answered, "the connection past the cap to be served once one closed"); err != nil {
-		t.Fatalf("/healthz on the connection past the cap, once one closed: %v", err)
+}
+
+// TestAWaitAtTheHTTPCapIsCountedAndLoggedOnceAMinute: every wait counts,
+// and the log's warning comes once for a burst of them.
+func TestAWaitAtTheHTTPCapIsCountedAndLoggedOnceAMinute(t *testing.T) {
+	t.Parallel()
+	var log bytes.Buffer
+	m := metrics.New(metrics.Options{})
+	o := httpCapOptions(2, m, newLogger(&log, "json"))
+	for range 3 {
+		o.Waiting()
+	}
+	o.Evicted()
+	if n := strings.Count(log.String(), "the HTTP listener holds http_max_connections (2) connections, each in a request"); n != 1 {
+		t.Errorf("%d warnings for 3 waits in a row, want 1:\n%s", n, log.String())
+	}
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, want := range []string{`automator_http_connection_cap_total{action="waited"} 3`, `automator_http_connection_cap_total{action="idle_closed"} 1`} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }

@@ -10,9 +10,9 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"sync"
 	"time"
 
-	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -29,6 +29,7 @@ import (
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
 	"github.com/opsgate/opsgate/internal/acceptwait"
 	"github.com/opsgate/opsgate/internal/clihelp"
+	"github.com/opsgate/opsgate/internal/connlimit"
 	"github.com/opsgate/opsgate/internal/gctune"
 	"github.com/opsgate/opsgate/internal/grpcwire"
 	"github.com/opsgate/opsgate/internal/lastread"
@@ -228,9 +229,10 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return fmt.Errorf("listening for HTTP on %s: %w", cfg.HTTPListen, err)
 	}
-	// Past the cap, connections wait in the kernel's queue, holding none
-	// of the file descriptors that the proxies' gRPC connections need.
-	hlis := netutil.LimitListener(acceptwait.Wrap(hraw, headroom, acceptOptions("HTTP", metrics.ListenerHTTP, m, log)), httpMaxConnections(cfg))
+	// At the cap, the connection idle the longest is closed for a new
+	// one; with none idle, the next waits in the kernel's queue, holding
+	// none of the file descriptors that the proxies' gRPC connections need.
+	hlis := connlimit.New(acceptwait.Wrap(hraw, headroom, acceptOptions("HTTP", metrics.ListenerHTTP, m, log)), httpMaxConnections(cfg), httpCapOptions(httpMaxConnections(cfg), m, log))
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -246,6 +248,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	}
 	hosts := newHostGuard(cfg, served, log)
 	hs := newHTTPServer(hosts.wrap(mux), log)
+	hs.ConnState = hlis.ConnState
 	hs.RegisterOnShutdown(dash.Close)
 
 	runCtx, cancel := context.WithCancel(ctx)
@@ -322,6 +325,30 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 func acceptOptions(name, label string, m *metrics.Metrics, log *slog.Logger) acceptwait.Options {
 	return acceptwait.Options{Name: name, Who: "the automator", Log: log, Waited: func(d time.Duration) { m.AcceptWaited(label, d) }}
 }
+
+// httpCapOptions count what the HTTP listener does at its cap of max
+// connections, and warn, at most once every capWarnEvery, when a new
+// connection waits for one to close.
+func httpCapOptions(max int, m *metrics.Metrics, log *slog.Logger) connlimit.Options {
+	var mu sync.Mutex
+	var warned time.Time
+	return connlimit.Options{
+		Evicted: func() { m.HTTPCap(metrics.HTTPCapIdleClosed) },
+		Waiting: func() {
+			m.HTTPCap(metrics.HTTPCapWaited)
+			mu.Lock()
+			defer mu.Unlock()
+			if now := time.Now(); warned.IsZero() || now.Sub(warned) >= capWarnEvery {
+				warned = now
+				log.Warn(fmt.Sprintf("the HTTP listener holds http_max_connections (%d) connections, each in a request: new connections wait until one ends; raise http_max_connections for more HTTP callers at once, or call over gRPC (automator_http_connection_cap_total counts the waits; this line comes at most once a minute)", max))
+			}
+		},
+	}
+}
+
+// capWarnEvery is how often at most the log says that HTTP connections
+// wait at the cap.
+const capWarnEvery = time.Minute
 
 // mebibytes says n bytes in MiB.
 func mebibytes(n int64) string { return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20)) }

@@ -90,6 +90,7 @@ type Metrics struct {
 	waits       *prometheus.GaugeVec
 	storeCalls  *prometheus.HistogramVec
 	accepts     *prometheus.CounterVec
+	httpCap     *prometheus.CounterVec
 	accounts    *accountCollector // set by WatchAccounts
 	// clockOffset is registered at its first value (ClockOffset): with
 	// PostgreSQL only.
@@ -179,8 +180,12 @@ func New(o Options) *Metrics {
 			Name: "automator_accept_waited_seconds_total",
 			Help: "Time a listener did not accept new connections, by listener (grpc, http): the automator held all but the last of the file descriptors its limit allows (an eighth of the limit, from 8 to 64, kept for its database and files; on Linux), or an accept failed for want of descriptors or memory. Meanwhile new connections wait in the kernel's queue and those open are served. The log says when it begins and when it is over.",
 		}, []string{"listener"}),
+		httpCap: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "automator_http_connection_cap_total",
+			Help: "What the HTTP listener did for a new connection at http_max_connections, by action: idle_closed (the connection idle the longest between requests was closed to make room) or waited (every connection held was in a request, so the new one waited for one to close; the log warns, at most once a minute).",
+		}, []string{"action"}),
 	}
-	m.reg.MustRegister(m.queued, m.claimed, m.finished, m.undelivered, m.refused, m.unopened, m.authFailed, m.authDenied, m.storeErrors, m.claimWait, m.finishWait, m.polls, m.waits, m.storeCalls, m.accepts,
+	m.reg.MustRegister(m.queued, m.claimed, m.finished, m.undelivered, m.refused, m.unopened, m.authFailed, m.authDenied, m.storeErrors, m.claimWait, m.finishWait, m.polls, m.waits, m.storeCalls, m.accepts, m.httpCap,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, st := range endStates {
 		m.finishWait.WithLabelValues(string(st))
@@ -194,7 +199,22 @@ func New(o Options) *Metrics {
 	for _, l := range []string{ListenerGRPC, ListenerHTTP} {
 		m.accepts.WithLabelValues(l)
 	}
+	for _, a := range []string{HTTPCapIdleClosed, HTTPCapWaited} {
+		m.httpCap.WithLabelValues(a)
+	}
 	return m
+}
+
+// The action label's values of automator_http_connection_cap_total.
+const (
+	HTTPCapIdleClosed = "idle_closed"
+	HTTPCapWaited     = "waited"
+)
+
+// HTTPCap counts what the HTTP listener did for a new connection at its
+// cap (HTTPCapIdleClosed, HTTPCapWaited).
+func (m *Metrics) HTTPCap(action string) {
+	m.httpCap.WithLabelValues(action).Inc()
 }
 
 // The listener label's values.

@@ -1,0 +1,180 @@
+package connlimit
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/opsgate/opsgate/internal/waittest"
+)
+
+// server serves h on loopback, capped at n connections, and returns its
+// address and the listener.
+func server(t *testing.T, n int, h http.Handler, o Options) (string, *Listener) {
+	t.Helper()
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := New(raw, n, o)
+	srv := &http.Server{Handler: h, ConnState: l.ConnState, ReadHeaderTimeout: time.Minute}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return raw.Addr().String(), l
+}
+
+// client is one connection to the server, with its reader.
+type client struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func dial(t *testing.T, addr string) *client {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	// A test that fails fails, rather than hang for an answer.
+	c.SetDeadline(time.Now().Add(time.Minute))
+	return &client{c, bufio.NewReader(c)}
+}
+
+// get sends GET path and reads the answer's status.
+func (c *client) get(path string) (int, error) {
+	if _, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		return 0, err
+	}
+	resp, err := http.ReadResponse(c.r, nil)
+	if err != nil {
+		return 0, err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, err
+}
+
+// closedByServer reports whether the server closed c: a read ends (EOF or
+// a reset) rather than waiting.
+func (c *client) closedByServer() bool {
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err := c.r.ReadByte()
+	var ne net.Error
+	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
+}
+
+var ok = http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+
+// TestAConnectionPastTheCapClosesTheOneIdleTheLongest: with the cap's
+// worth of connections kept alive between requests, a new connection is
+// served, and the one idle the longest is closed for it; the other is
+// still served.
+func TestAConnectionPastTheCapClosesTheOneIdleTheLongest(t *testing.T) {
+	t.Parallel()
+	var evicted atomic.Int32
+	addr, _ := server(t, 2, ok, Options{Evicted: func() { evicted.Add(1) }, Waiting: func() { t.Error("a new connection waited while one was idle") }})
+	first, second := dial(t, addr), dial(t, addr)
+	for _, c := range []*client{first, second} {
+		if code, err := c.get("/"); err != nil || code != 200 {
+			t.Fatalf("a connection under the cap: %d %v", code, err)
+		}
+	}
+	third := dial(t, addr)
+	if code, err := third.get("/"); err != nil || code != 200 {
+		t.Fatalf("a connection past the cap, two idle: %d %v; want it served", code, err)
+	}
+	if !first.closedByServer() {
+		t.Error("the connection idle the longest was not closed")
+	}
+	if code, err := second.get("/"); err != nil || code != 200 {
+		t.Errorf("the other idle connection: %d %v; want it served still", code, err)
+	}
+	if n := evicted.Load(); n != 1 {
+		t.Errorf("Evicted told %d times, want 1", n)
+	}
+}
+
+// TestAConnectionPastTheCapWaitsWhileEveryOneIsBusy: with the cap's worth
+// of connections each in a request, a new one waits, and is served once
+// one of them closes.
+func TestAConnectionPastTheCapWaitsWhileEveryOneIsBusy(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	busy := make(chan struct{}, 2)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/busy" {
+			busy <- struct{}{}
+			select {
+			case <-release:
+			case <-r.Context().Done(): // its client went away
+			}
+		}
+	})
+	waiting := make(chan struct{}, 1)
+	addr, _ := server(t, 2, h, Options{
+		Waiting: func() { waiting <- struct{}{} },
+		Evicted: func() { t.Error("a busy connection was closed") },
+	})
+	var held []*client
+	for range 2 {
+		c := dial(t, addr)
+		if _, err := io.WriteString(c, "GET /busy HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		waittest.Recv(t, busy, "a connection under the cap to be in its request")
+		held = append(held, c)
+	}
+	third := dial(t, addr)
+	answered := make(chan error, 1)
+	go func() {
+		_, err := third.get("/")
+		answered <- err
+	}()
+	waittest.Recv(t, waiting, "the connection past the cap to wait")
+	select {
+	case err := <-answered:
+		t.Fatalf("a connection past the cap was served (%v) while every one held was busy", err)
+	default:
+	}
+	held[0].Close()
+	if err := waittest.Recv(t, answered, "the connection past the cap to be served once one closed"); err != nil {
+		t.Fatalf("the connection past the cap: %v", err)
+	}
+	close(release)
+}
+
+// TestCloseEndsAnAcceptWaitingForAPlace: a server shut down while a new
+// connection waits at the cap stops.
+func TestCloseEndsAnAcceptWaitingForAPlace(t *testing.T) {
+	t.Parallel()
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan struct{}, 1)
+	l := New(raw, 1, Options{Waiting: func() { waiting <- struct{}{} }})
+	held := dial(t, raw.Addr().String())
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	dial(t, raw.Addr().String())
+	accepted := make(chan error, 1)
+	go func() {
+		_, err := l.Accept()
+		accepted <- err
+	}()
+	waittest.Recv(t, waiting, "the second connection to wait")
+	l.Close()
+	if err := waittest.Recv(t, accepted, "Accept to return once the listener closed"); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Accept after Close: %v, want net.ErrClosed", err)
+	}
+	held.Close()
+}
