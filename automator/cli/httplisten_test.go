@@ -253,3 +253,26 @@ func TestAWaitAtTheHTTPCapIsCountedAndLoggedOnceAMinute(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestHeadersPastTheirBoundAreRefused: headers past 64 KiB get 431
+// without the automator holding more; headers of a few KiB, as a
+// caller's with a cookie, are served.
+func TestRequestHeadersPastTheirBoundAreRefused(t *testing.T) {
+	t.Parallel()
+	s := serveInProcess(t)
+	for size, want := range map[int]int{4 << 10: http.StatusOK, 100 << 10: http.StatusRequestHeaderFieldsTooLarge} {
+		req, err := http.NewRequest("GET", s.http+"/healthz", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Filler", strings.Repeat("a", size))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("headers of %d bytes: %v", size, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("headers of %d bytes: %s, want %d", size, resp.Status, want)
+		}
+	}
+}

@@ -368,8 +368,16 @@ func httpMaxConnections(cfg config.Config) int {
 // process's stderr.
 func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: httpReadTimeout, IdleTimeout: httpIdleTimeout,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}
+		MaxHeaderBytes: httpMaxHeaderBytes, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}
 }
+
+// httpMaxHeaderBytes bounds the headers of one request on the HTTP
+// listener (Go's default is 1 MiB). A caller's are well under 8 KiB (an
+// API key, a dashboard cookie of under 1 KiB). Headers are read before
+// any key is looked at, for up to 10 s: at 1 MiB, the cap's 1,024
+// connections each sending headers that never end made the automator hold
+// 0.5 GB, again every 10 s.
+const httpMaxHeaderBytes = 64 << 10
 
 // grpcHandshakeTimeout bounds the time a new connection to the gRPC
 // listener has to complete its TLS handshake and HTTP/2 preface, as
@@ -379,9 +387,10 @@ func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 var grpcHandshakeTimeout = 10 * time.Second
 
 // maxHeaderList bounds the metadata (HTTP/2 header list) of one gRPC
-// request: a proxy's or a caller's is well under 1 KiB. It is the HTTP
-// listener's own bound on request headers (1 MiB, Go's default), so the
-// headers that the HTTP/JSON gateway forwards as metadata stay within it.
+// request: a proxy's or a caller's is well under 1 KiB. It is above the
+// HTTP listener's own bound on request headers (httpMaxHeaderBytes), so
+// the headers that the HTTP/JSON gateway forwards as metadata stay within
+// it.
 // A request over it is reset (RST_STREAM) without being decoded further.
 const maxHeaderList = 1 << 20
 
