@@ -75,6 +75,7 @@ type Opener interface {
 // with it (store.DashboardSessionEndParams.Audit).
 type SignIns interface {
 	SignInFailed(ctx context.Context, source, why string) (retry time.Duration, limited bool)
+	SignInDenied(ctx context.Context, source, keyID, why string)
 	SignedIn(ctx context.Context, source, keyID string) error
 	SignOutEvent(source, keyID string) store.AuditEvent
 }
@@ -93,7 +94,9 @@ type Options struct {
 	// log (the server), neither made unless its record is written, and is
 	// told of each sign-in refused for a wrong or revoked
 	// API key (audited, and counted against the address's budget of failed
-	// authentications, as a refused call is).
+	// authentications, as a refused call is), and of each refused for a
+	// key that may not sign in (audited, as a call outside its key's scope
+	// is).
 	SignIns SignIns
 	// PublicURL is the automator's public_url. A form posted from its
 	// origin (scheme, host and port) is accepted as well as one from the

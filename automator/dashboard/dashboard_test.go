@@ -512,6 +512,18 @@ func TestRefusedSignInsAreAuditedAndLimitedLikeRefusedCalls(t *testing.T) {
 			t.Errorf("wrong key %d: HTTP %d with Retry-After %q; want %q", i, resp.StatusCode, ra, wantRetry)
 		}
 	}
+	// A key that may not sign in (a scoped one) is refused as a call
+	// outside its scope is: audited as denied, not as a failure.
+	for range 3 {
+		resp, err := c.PostForm(base+"/dashboard/login", url.Values{"api_key": {e.secrets["scoped"]}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("a scoped key: %d, want 403", resp.StatusCode)
+		}
+	}
 	if resp := e.signIn(c, base, "admin"); resp.StatusCode != http.StatusSeeOther {
 		t.Errorf("a valid key after the budget was spent: %d, want a redirect (signed in)", resp.StatusCode)
 	}
@@ -531,6 +543,9 @@ func TestRefusedSignInsAreAuditedAndLimitedLikeRefusedCalls(t *testing.T) {
 			if ev.Kind == store.AuditAuthFailed && ev.Detail != "dashboard sign-in: That is not a valid API key." {
 				t.Errorf("audit record of a wrong key: %q, want the reason alone", ev.Detail)
 			}
+			if ev.Kind == store.AuditAuthDenied && (ev.Actor != "apikey:scoped" || !strings.Contains(ev.Detail, "the dashboard needs an admin key")) {
+				t.Errorf("audit record of a scoped key: %+v, want it named, and why", ev)
+			}
 		}
 		if (ev.Kind == store.AuditDashboardSignIn || ev.Kind == store.AuditDashboardSignOut) && ev.Actor == "apikey:admin" && ev.Source == "127.0.0.1" {
 			kinds[ev.Kind]++
@@ -539,8 +554,8 @@ func TestRefusedSignInsAreAuditedAndLimitedLikeRefusedCalls(t *testing.T) {
 	if kinds[store.AuditDashboardSignIn] != 1 || kinds[store.AuditDashboardSignOut] != 1 {
 		t.Errorf("audit log holds %v; want one %s and one %s by apikey:admin from 127.0.0.1", kinds, store.AuditDashboardSignIn, store.AuditDashboardSignOut)
 	}
-	if kinds[store.AuditAuthFailed] != 2 || kinds[store.AuditAuthRateLimited] != 1 {
-		t.Errorf("audit log holds %v of the dashboard's sign-ins from 127.0.0.1; want 2 %s and 1 %s", kinds, store.AuditAuthFailed, store.AuditAuthRateLimited)
+	if kinds[store.AuditAuthFailed] != 2 || kinds[store.AuditAuthRateLimited] != 1 || kinds[store.AuditAuthDenied] != 3 {
+		t.Errorf("audit log holds %v of the dashboard's sign-ins from 127.0.0.1; want 2 %s, 1 %s and 3 %s", kinds, store.AuditAuthFailed, store.AuditAuthRateLimited, store.AuditAuthDenied)
 	}
 }
 

@@ -264,7 +264,11 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		// A valid key that may not sign in (a scoped one): its holder's.
-		d.log.Warn("dashboard sign-in refused", "peer", r.RemoteAddr, "api_key", k.ID, "reason", err.Error())
+		if d.o.SignIns == nil {
+			d.log.Warn("dashboard sign-in refused", "peer", r.RemoteAddr, "api_key", k.ID, "reason", err.Error())
+		} else {
+			d.o.SignIns.SignInDenied(r.Context(), remoteHost(r), k.ID, err.Error())
+		}
 		fail(http.StatusForbidden, capitalise(err.Error())+".")
 		return
 	}

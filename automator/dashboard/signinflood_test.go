@@ -31,7 +31,8 @@ func TestRefusedSignInsDoNotWriteALogLinePerAttempt(t *testing.T) {
 	_, base := e.start(replica{srv: srv, opts: func(o *dashboard.Options) { o.Logger = logger }})
 	c := client(t)
 	for i := range attempts {
-		for _, key := range []string{"oak_wrong", ""} {
+		// A wrong key, none, and a key that may not sign in.
+		for _, key := range []string{"oak_wrong", "", e.secrets["scoped"]} {
 			resp, err := c.PostForm(base+"/dashboard/login", url.Values{"api_key": {key}})
 			if err != nil {
 				t.Fatal(err)
@@ -47,6 +48,11 @@ func TestRefusedSignInsDoNotWriteALogLinePerAttempt(t *testing.T) {
 		t.Errorf("%d lines of failed authentications, want 3", n)
 	}
 	if n := strings.Count(log.String(), "sign-in refused"); n != 0 {
-		t.Errorf("%d refused sign-ins wrote %d lines of their own; want none (the automator's bounded line covers them)", 2*attempts, n)
+		t.Errorf("%d refused sign-ins wrote %d lines of their own; want none (the automator's bounded line covers them)", 3*attempts, n)
+	}
+	// The scoped key's, as a call outside its key's scope: a line each
+	// until the bound.
+	if n := strings.Count(log.String(), "API key may not sign in to the dashboard"); n < 1 || n >= attempts {
+		t.Errorf("%d lines for %d sign-ins with a scoped key; want at least one, and fewer", n, attempts)
 	}
 }

@@ -409,6 +409,16 @@ func (s *Server) SignInFailed(ctx context.Context, source, why string) (retry ti
 	return s.failedFrom(ctx, clip(source), "dashboard sign-in", why, "")
 }
 
+// SignInDenied records a sign-in to the dashboard refused for a valid API
+// key that may not sign in (a scoped one, why says so), from source, as a
+// call outside a key's scope is: counted, audited (auth.denied), and its
+// log lines bounded. It is not a failed authentication: the key is good.
+func (s *Server) SignInDenied(ctx context.Context, source, keyID, why string) {
+	s.refusalMetrics.AuthDenied()
+	s.deniedLog.Log("API key may not sign in to the dashboard", "api_key", keyID, "peer", clip(source), "reason", why)
+	s.record(ctx, store.AuditEvent{At: s.clock.Now(), Kind: store.AuditAuthDenied, Actor: "apikey:" + keyID, Source: clip(source), Detail: "dashboard sign-in: " + why})
+}
+
 // SignedIn records a sign-in to the dashboard with API key keyID from
 // source (the client's address) in the audit log. An error: the record was
 // not written, and the sign-in is to be refused (no session issued), as an
