@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -127,9 +128,9 @@ func TestSlowRequestBodyIsCutOff(t *testing.T) {
 // "read tcp ADDR->ADDR: i/o timeout", which names neither the body nor
 // what ran out.
 func TestRequestBodyCutOffSaysItDidNotArriveInTime(t *testing.T) {
-	saved := httpReadTimeout
-	httpReadTimeout = 300 * time.Millisecond
-	t.Cleanup(func() { httpReadTimeout = saved })
+	saved, savedBody := httpReadTimeout, httpBodyTimeout
+	httpReadTimeout, httpBodyTimeout = 300*time.Millisecond, 300*time.Millisecond
+	t.Cleanup(func() { httpReadTimeout, httpBodyTimeout = saved, savedBody })
 	s := serveInProcess(t)
 	s.account(t, "acme")
 	key, err := os.ReadFile(filepath.Join(s.dir, config.FileAPIKey))
@@ -158,6 +159,48 @@ func TestRequestBodyCutOffSaysItDidNotArriveInTime(t *testing.T) {
 	const want = "the request body did not arrive whole within the time the automator gives a request to arrive"
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), want) || strings.Contains(string(body), "i/o timeout") {
 		t.Fatalf("a body that stops coming: HTTP %d %s; want 400 saying %q", resp.StatusCode, body, want)
+	}
+}
+
+// TestAnAcceptedKeysBodyHasLongerToArrive: the body of an API call whose
+// key is accepted may arrive after the read timeout of requests without
+// one (which anyone may send, and which it keeps short), within its own.
+func TestAnAcceptedKeysBodyHasLongerToArrive(t *testing.T) {
+	saved, savedBody := httpReadTimeout, httpBodyTimeout
+	httpReadTimeout, httpBodyTimeout = 300*time.Millisecond, time.Minute
+	t.Cleanup(func() { httpReadTimeout, httpBodyTimeout = saved, savedBody })
+	s := serveInProcess(t)
+	s.account(t, "acme")
+	key, err := os.ReadFile(filepath.Join(s.dir, config.FileAPIKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.http, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"command": {"script": "x.sh"}}`
+	if _, err := io.WriteString(conn, "POST /v1/accounts/acme/submit HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "+
+		strings.TrimSpace(string(key))+"\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body[:5]); err != nil {
+		t.Fatal(err)
+	}
+	// The slow client under test: the rest comes after the short timeout.
+	time.Sleep(3 * httpReadTimeout)
+	if _, err := io.WriteString(conn, body[5:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.SetReadDeadline(time.Now().Add(waittest.Bound)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("reading the answer to a body that came slowly: %v", err)
+	}
+	answer, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(answer), `"work_id"`) {
+		t.Fatalf("a submit whose body came after the short read timeout: HTTP %d %s; want it queued", resp.StatusCode, answer)
 	}
 }
 

@@ -256,7 +256,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	startPprof(runCtx, log) // only with $AUTOMATOR_PPROF_ADDR (make bench PROFILE=1)
 	watchCertificates(runCtx, certs, *dir, m, log)
 	// HTTP/JSON API and /v1/openapi.json: calls of gs, authenticated by its interceptor.
-	if err := gateway.Mount(runCtx, mux, gs, gateway.Options{TLS: !cfg.InsecurePlaintext, MaxMessage: maxMessage, Authenticate: srv.AuthenticateCaller}); err != nil {
+	if err := gateway.Mount(runCtx, mux, gs, gateway.Options{TLS: !cfg.InsecurePlaintext, MaxMessage: maxMessage, Authenticate: srv.AuthenticateCaller, BodyTimeout: httpBodyTimeout}); err != nil {
 		return err
 	}
 	errc := make(chan error, 2)
@@ -410,9 +410,18 @@ var httpIdleTimeout = 2 * time.Minute
 // body before it answers). It bounds only the reading: the answer may take
 // as long as it takes (an execute or a wait, a dashboard event stream),
 // since the HTTP server lifts the deadline once the body has been read.
-// Two minutes carry the largest body (16 MiB) at about 1 Mbit/s. A
+// Ten seconds, as for the headers alone: no request that anyone may send
+// without a key has a body larger than the dashboard's sign-in form, and
+// with two minutes the cap's worth of connections sending bodies a byte
+// at a time held the listener for two minutes at a go. A request of the
+// API whose key is accepted has httpBodyTimeout for its body from then. A
 // variable for tests.
-var httpReadTimeout = 2 * time.Minute
+var httpReadTimeout = 10 * time.Second
+
+// httpBodyTimeout is the time the body of an API request whose key was
+// accepted has to arrive (gateway.Options.BodyTimeout): two minutes carry
+// the largest body (16 MiB) at about 1 Mbit/s. A variable for tests.
+var httpBodyTimeout = 2 * time.Minute
 
 // purgeEvery is how often serve deletes what it no longer needs: the ended
 // units past work_retention, the audit events past audit_retention, the records of dashboard sign-outs whose

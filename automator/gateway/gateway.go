@@ -70,6 +70,11 @@ type Options struct {
 	// the key again, as for every call. Required (server.Server's
 	// AuthenticateCaller).
 	Authenticate func(ctx context.Context, authorization []string, source, what string) error
+	// BodyTimeout, if set, is the time a request whose API key was
+	// accepted has, from then, for the rest of its body to arrive: the
+	// HTTP server's ReadTimeout, shorter, bounds the reading of requests
+	// no key has been accepted for, which anyone may send.
+	BodyTimeout time.Duration
 }
 
 // Mount serves the HTTP/JSON API under /v1/ on mux, calling gs through an
@@ -120,7 +125,7 @@ func Mount(ctx context.Context, mux *http.ServeMux, gs *grpc.Server, o Options) 
 		runtime.WithRoutingErrorHandler(routingError),
 		// After routing (a mistyped path or method is told so), before the
 		// handler reads the body.
-		runtime.WithMiddlewares(authenticateFirst(&gw, o.Authenticate)),
+		runtime.WithMiddlewares(authenticateFirst(&gw, o.Authenticate, o.BodyTimeout)),
 	)
 	if err := automatorgw.RegisterAutomatorServiceHandlerClient(ctx, gw, automatorv1.NewAutomatorServiceClient(conn)); err != nil {
 		conn.Close()
@@ -191,7 +196,7 @@ const openAPIPath = "/v1/openapi.json"
 // whose API key the server refuses, and then one with a query string
 // (noQuery), answering as for a refused call (gw is set once the mux is
 // made, before it serves).
-func authenticateFirst(gw **runtime.ServeMux, auth func(ctx context.Context, authorization []string, source, what string) error) runtime.Middleware {
+func authenticateFirst(gw **runtime.ServeMux, auth func(ctx context.Context, authorization []string, source, what string) error, bodyTimeout time.Duration) runtime.Middleware {
 	return func(next runtime.HandlerFunc) runtime.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request, params map[string]string) {
 			// What the call will carry: grpc-gateway passes Authorization
@@ -218,6 +223,13 @@ func authenticateFirst(gw **runtime.ServeMux, auth func(ctx context.Context, aut
 				_, out := runtime.MarshalerForRequest(*gw, r)
 				runtime.HTTPError(r.Context(), *gw, out, w, r, err)
 				return
+			}
+			if bodyTimeout > 0 && r.ContentLength != 0 {
+				// The key is good: its body may take longer than an
+				// unauthenticated request's may (a large stdin, a slow
+				// link). An error: the writer cannot set it, and the
+				// server's own deadline stands.
+				_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyTimeout))
 			}
 			next(w, r, params)
 		}
