@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -46,6 +48,9 @@ func (d bodyDecoder) Decode(v any) error {
 		err = d.end()
 	}
 	if err == nil {
+		err = noLoneSurrogate(raw)
+	}
+	if err == nil {
 		if m, ok := v.(proto.Message); ok {
 			err = d.opts.UnmarshalOptions.Unmarshal(raw, m) // as runtime.DecoderWrapper does
 		} else {
@@ -82,6 +87,47 @@ func (d bodyDecoder) Decode(v any) error {
 		return fmt.Errorf("%s... (cut at %d of its %d bytes)", msg[:n], n, len(msg))
 	}
 	return err
+}
+
+// noLoneSurrogate refuses a string of the JSON value raw that holds half
+// of a UTF-16 surrogate pair (a "\ud800" escape without its other half),
+// which is no character and has no UTF-8: protojson answers it "proto:
+// unexpected EOF", which says the body was cut short.
+func noLoneSurrogate(raw []byte) error {
+	in := false
+	for i := 0; i < len(raw); i++ {
+		switch c := raw[i]; {
+		case !in:
+			in = c == '"'
+		case c == '"':
+			in = false
+		case c == '\\' && i+1 < len(raw) && raw[i+1] == 'u':
+			r := hex4(raw, i+2)
+			switch {
+			case !utf16.IsSurrogate(r):
+				i += 5
+			case r < 0xdc00 && i+11 < len(raw) && raw[i+6] == '\\' && raw[i+7] == 'u' && hex4(raw, i+8) >= 0xdc00 && hex4(raw, i+8) <= 0xdfff:
+				i += 11 // a whole pair
+			default:
+				return fmt.Errorf("the request body holds %s at byte %d, half of a UTF-16 surrogate pair without its other half, which is no character (invalid UTF-8 in string): text is UTF-8, and bytes that are not go on stdin", raw[i:i+6], i+1)
+			}
+		case c == '\\':
+			i++ // the escaped character
+		}
+	}
+	return nil
+}
+
+// hex4 is the value of the 4 hexadecimal digits at raw[i:], or -1.
+func hex4(raw []byte, i int) rune {
+	if i+4 > len(raw) {
+		return -1
+	}
+	n, err := strconv.ParseUint(string(raw[i:i+4]), 16, 16)
+	if err != nil {
+		return -1
+	}
+	return rune(n)
 }
 
 // maxDecodeError bounds the error a body that does not decode is answered

@@ -653,6 +653,10 @@ func TestBodyThatIsNotJSONSaysSo(t *testing.T) {
 		{"a form", `script=hello.sh`, "the request body is not valid JSON: invalid character 's' looking for beginning of value (at byte 1)"},
 		{"a brace too many", `{"command": {"script": "hello.sh"}}}`, `the request body is not valid JSON: '}' follows its value (at byte 36)`},
 		{"two objects", `{"command": {"script": "hello.sh"}} {"command": {"script": "hello.sh"}}`, `the request body is not valid JSON: '{' follows its value (at byte 37)`},
+		// Complete, valid JSON, whose text is no UTF-8: not "cut short".
+		{"a lone surrogate", `{"command": {"script": "hello.sh", "args": ["\ud800"]}}`, `the request body holds \ud800 at byte 46, half of a UTF-16 surrogate pair without its other half, which is no character (invalid UTF-8 in string)`},
+		{"a lone low surrogate", `{"command": {"script": "hello.sh"}, "idempotency_key": "a\\\udc00"}`, `holds \udc00 at byte 60, half of a UTF-16 surrogate pair`},
+		{"a pair the wrong way round", `{"command": {"script": "\udc00\ud800"}}`, `holds \udc00 at byte 25`},
 	} {
 		r := c.do("POST", "/v1/accounts/acme/submit", "", tc.body)
 		if r.status != http.StatusBadRequest || r.body["code"] != float64(3) || !strings.Contains(r.str("message"), tc.message) {
@@ -662,6 +666,9 @@ func TestBodyThatIsNotJSONSaysSo(t *testing.T) {
 	if n := a.CountWork(t); n != 0 {
 		t.Fatalf("%d units queued by bodies that are not JSON", n)
 	}
+	// A whole pair is a character (U+1F600), and an escaped backslash
+	// before "u" no escape.
+	c.do("POST", "/v1/accounts/acme/submit", "", `{"command": {"script": "hello.sh", "args": ["\ud83d\ude00", "\\ud800"]}}`).want(t, http.StatusOK, "STATE_QUEUED")
 	// White space after the object is no more than a line's end.
 	c.do("POST", "/v1/accounts/acme/submit", "", "{\"command\": {\"script\": \"hello.sh\"}}\r\n\t \n").want(t, http.StatusOK, "STATE_QUEUED")
 }
