@@ -56,6 +56,9 @@ func TestAnUnreachableDatabaseIsUnavailable(t *testing.T) {
 		fmt.Errorf("getting work: %w", &pgconn.PgError{Severity: "FATAL", Code: "57P03", Message: "the database system is starting up"}),
 		fmt.Errorf("getting work: failed to connect: %w", refused),
 		fmt.Errorf("enqueueing work: %w", pgconn.ErrConnClosed),
+		// A replica (or its link) stalled inside a transaction, which
+		// PostgreSQL ended uncommitted.
+		fmt.Errorf("enqueueing work: %w", &pgconn.PgError{Severity: "FATAL", Code: "25P03", Message: "terminating connection due to idle-in-transaction timeout"}),
 	} {
 		var log bytes.Buffer
 		s := bareServer(slog.New(slog.NewTextHandler(&log, nil)))

@@ -198,7 +198,10 @@ func IsDamaged(err error) bool {
 // reached, or dropped the connection a call was on: PostgreSQL shutting
 // down, crashed or still starting (SQLSTATE 57P01, 57P02, 57P03), refusing
 // a new connection for now because it has too many (53300, for the server
-// or for the role), a connection exception (class 08), a network error, a connection that
+// or for the role), ending a session that sat in a transaction past
+// idle_in_transaction_session_timeout (25P03: the replica or its link to
+// the database stalled; the transaction did not commit), a connection
+// exception (class 08), a network error, a connection that
 // ended in the middle of an answer, one used after it broke (pgconn's
 // ErrConnClosed), or no answer within the store's bound (ErrUnavailable,
 // although the bound is a context's deadline). Such a call may or may not have taken
@@ -211,7 +214,7 @@ func IsUnavailable(err error) bool {
 	var sqlState interface{ SQLState() string }
 	if errors.As(err, &sqlState) {
 		code := sqlState.SQLState()
-		return code == "57P01" || code == "57P02" || code == "57P03" || code == "53300" || strings.HasPrefix(code, "08")
+		return code == "57P01" || code == "57P02" || code == "57P03" || code == "53300" || code == "25P03" || strings.HasPrefix(code, "08")
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false // a context's end (which is a net.Error too) is not the database's

@@ -100,7 +100,9 @@ func TestAReplicaHungAfterRecordingPollsHoldsNoInstanceBack(t *testing.T) {
 // inside a transaction of more than one round trip (here an enqueue with an
 // idempotency key, stopped before its COMMIT) holds its locks only until
 // PostgreSQL ends its idle session (idleInTransactionTimeout): the same
-// key's enqueue on another replica, a caller's retry, then goes through.
+// key's enqueue on another replica, a caller's retry, then goes through,
+// and the hung call, once it hears of it, fails as the database being out
+// of reach does.
 func TestAReplicaHungInsideATransactionLosesItsLocks(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.DSN(t)
@@ -119,7 +121,11 @@ func TestAReplicaHungInsideATransactionLosesItsLocks(t *testing.T) {
 	hung := open(t, r.dsn)
 	t.Cleanup(r.close) // before the store's own Close, which waits for the hung call
 	r.arm([]byte("commit"))
-	go func() { _, _ = hung.WorkEnqueue(context.Background(), keyed("first")) }()
+	hungErr := make(chan error, 1)
+	go func() {
+		_, err := hung.WorkEnqueue(context.Background(), keyed("first"))
+		hungErr <- err
+	}()
 	waittest.Recv(t, r.fired, "the hung replica's enqueue to send its COMMIT")
 
 	// The bound is well past the timeout, and far short of forever.
@@ -131,6 +137,14 @@ func TestAReplicaHungInsideATransactionLosesItsLocks(t *testing.T) {
 	}
 	if w.ID != "retry" {
 		t.Fatalf("the same key's enqueue on another replica returned unit %s; want retry (the hung one never committed)", w.ID)
+	}
+	// The hung replica's call hears that its session was ended
+	// (SQLSTATE 25P03): the database out of its reach, which callers
+	// retry, not an internal error, on which they give up (review: an
+	// `automator exec` exited 255 after a 6 s stall, its unit never
+	// stored).
+	if err := waittest.Recv(t, hungErr, "the hung enqueue to hear its session was ended"); !store.IsUnavailable(err) {
+		t.Errorf("the hung enqueue: %v; want an error store.IsUnavailable reports", err)
 	}
 }
 
