@@ -54,7 +54,7 @@ its serve was given, or it opens another database.
 
 exit codes: 0 done; 255 the command failed (a flag, a file, the automator unreachable or
 refusing the API key). exec: the remote exit code, 124 timed out, 125 the proxy could not run
-it, 126 cancelled. work wait: 1 when a unit did not succeed with exit code 0, or an ID was
+it, or killed it when it was stopped (the reason says which), 126 cancelled. work wait: 1 when a unit did not succeed with exit code 0, or an ID was
 malformed or refused (unknown, another account's; one line each): the other IDs are still
 waited for. work cancel: 1 when an ID was malformed or refused (unknown, another account's;
 one line each): the other IDs are still cancelled, and an ID whose unit had already ended
