@@ -793,7 +793,7 @@ func (a *Agent) start(workCtx context.Context, c *automatorv1.Claim) {
 // and are read again in the background (rereadSpooled) until ctx ends
 // (the proxy stops).
 func (a *Agent) resumeSpooled(ctx, postCtx context.Context) {
-	due, unread := a.spool.loadAll(a.o.InstanceID, time.Now())
+	due, others, unread := a.spool.loadAll(a.o.InstanceID, time.Now())
 	if len(due) > 0 {
 		now, late := time.Now(), 0
 		for _, p := range due {
@@ -803,6 +803,12 @@ func (a *Agent) resumeSpooled(ctx, postCtx context.Context) {
 		}
 		a.log.Info("posting results kept in the spool by an earlier run", "count", len(due),
 			"past_deadline_on_this_hosts_clock", late)
+	}
+	for _, id := range slices.Sorted(maps.Keys(others)) {
+		// A standby started on a dead proxy's state_dir, or this one
+		// under another instance_id: their units ran on that instance,
+		// whose results they are.
+		a.log.Info("posting results another instance kept in this state_dir: it stopped before it posted them", "instance_id", id, "count", others[id])
 	}
 	for _, p := range due {
 		a.resume(postCtx, p)
@@ -881,8 +887,8 @@ func (a *Agent) rereadSpooled(ctx, postCtx context.Context, unread map[string]er
 			case recordUnread:
 				errs[path] = err
 				still = append(still, path)
-			case recordDue:
-				a.log.Info("a record in the spool that could not be read reads now: posting its result", "path", path, "work_id", workID)
+			case recordDue, recordOthers:
+				a.log.Info("a record in the spool that could not be read reads now: posting its result", "path", path, "work_id", workID, "instance_id", p.req.GetInstanceId())
 				a.resume(postCtx, p)
 			case recordExpired:
 				a.log.Warn("dropped a spooled result far past its deadline, read only now; the automator has ended its unit", "path", path, "work_id", workID, "past_deadline_by", keepPastDeadline)

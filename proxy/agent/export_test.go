@@ -20,7 +20,7 @@ func WithStopBounds(o Options, heard, unheard time.Duration) Options {
 
 // load is loadAll without the records it could not read.
 func (s *spool) load(instanceID string, now time.Time) []pending {
-	due, _ := s.loadAll(instanceID, now)
+	due, _, _ := s.loadAll(instanceID, now)
 	return due
 }
 

@@ -452,22 +452,28 @@ type pending struct {
 // those past it (expired, of any instance sharing the directory: the
 // automator has ended their units), leftovers of interrupted writes, and sets aside
 // (*.bad) the records it read whose content does not decode. Records of
-// another instance not expired are left for it.
-func (s *spool) loadAll(instanceID string, now time.Time) (due []pending, unread map[string]error) {
+// another instance not expired are returned too (others counts them by
+// instance): the proxy that wrote them stopped before it posted them, and
+// no other can hold this directory while this one does, so a standby
+// started on a dead proxy's directory (or one restarted with another
+// instance_id) posts them. Each request still names the instance and
+// claim that ran its unit, which is what the automator checks; one it
+// refuses (its unit ended, or another account's) leaves the spool.
+func (s *spool) loadAll(instanceID string, now time.Time) (due []pending, others map[string]int, unread map[string]error) {
 	if s == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err := checkNotLinked(s.dir); err != nil {
 		s.log.Error("cannot read the spool; results kept there are not posted", "dir", s.dir, "err", err)
-		return nil, nil
+		return nil, nil, nil
 	}
 	entries, err := os.ReadDir(s.dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
 		s.log.Error("cannot read the spool; results kept there are not posted", "dir", s.dir, "err", err)
-		return nil, nil
+		return nil, nil, nil
 	}
 	var expired []string
 	for _, e := range entries {
@@ -486,6 +492,12 @@ func (s *spool) loadAll(instanceID string, now time.Time) (due []pending, unread
 		switch fate {
 		case recordDue:
 			due = append(due, p)
+		case recordOthers:
+			due = append(due, p)
+			if others == nil {
+				others = map[string]int{}
+			}
+			others[p.req.GetInstanceId()]++
 		case recordExpired:
 			expired = append(expired, workID)
 		case recordUnread:
@@ -507,7 +519,7 @@ func (s *spool) loadAll(instanceID string, now time.Time) (due []pending, unread
 	if len(due) == 0 {
 		s.removeDirIfEmpty() // fails, harmlessly, while a record is left in it
 	}
-	return due, unread
+	return due, others, unread
 }
 
 // recordFate is what loadRecord made of a record.
@@ -519,7 +531,7 @@ const (
 	recordDue recordFate = iota + 1
 	// recordExpired: keepPastDeadline past its deadline; removed.
 	recordExpired
-	// recordOthers: another instance's, not expired; left for it.
+	// recordOthers: as recordDue, of another instance.
 	recordOthers
 	// recordSetAside: read, but its content does not decode; renamed
 	// *.bad (logged).
@@ -554,15 +566,16 @@ func (s *spool) loadRecord(path, instanceID string, now time.Time) (pending, str
 		_ = os.Remove(path)
 		return pending{}, rec.WorkID, recordExpired, nil
 	}
-	if rec.InstanceID != instanceID {
-		return pending{}, "", recordOthers, nil
-	}
 	var req automatorv1.CompleteRequest
 	if err := proto.Unmarshal(rec.Complete, &req); err != nil || req.GetWorkId() != rec.WorkID {
 		s.setAside(path, fmt.Errorf("its request does not decode for work %q", rec.WorkID))
 		return pending{}, "", recordSetAside, nil
 	}
-	return pending{account: rec.Account, deadline: rec.Deadline, req: &req, path: path}, rec.WorkID, recordDue, nil
+	fate := recordDue
+	if rec.InstanceID != instanceID {
+		fate = recordOthers
+	}
+	return pending{account: rec.Account, deadline: rec.Deadline, req: &req, path: path}, rec.WorkID, fate, nil
 }
 
 // gone reports whether nothing is at path, after a read of it failed as
