@@ -131,21 +131,7 @@ func TestRequestBodyCutOffSaysItDidNotArriveInTime(t *testing.T) {
 	saved, savedBody := httpReadTimeout, httpBodyTimeout
 	httpReadTimeout, httpBodyTimeout = 300*time.Millisecond, 300*time.Millisecond
 	t.Cleanup(func() { httpReadTimeout, httpBodyTimeout = saved, savedBody })
-	s := serveInProcess(t)
-	s.account(t, "acme")
-	key, err := os.ReadFile(filepath.Join(s.dir, config.FileAPIKey))
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := net.Dial("tcp", strings.TrimPrefix(s.http, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := io.WriteString(conn, "POST /v1/accounts/acme/submit HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "+
-		strings.TrimSpace(string(key))+"\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"com\r\n"); err != nil {
-		t.Fatal(err)
-	}
+	conn := keyedSubmit(t, "Transfer-Encoding: chunked\r\n\r\n5\r\n{\"com\r\n")
 	// Not a timing assertion: only how long the test waits for the answer.
 	if err := conn.SetReadDeadline(time.Now().Add(waittest.Bound)); err != nil {
 		t.Fatal(err)
@@ -162,13 +148,12 @@ func TestRequestBodyCutOffSaysItDidNotArriveInTime(t *testing.T) {
 	}
 }
 
-// TestAnAcceptedKeysBodyHasLongerToArrive: the body of an API call whose
-// key is accepted may arrive after the read timeout of requests without
-// one (which anyone may send, and which it keeps short), within its own.
-func TestAnAcceptedKeysBodyHasLongerToArrive(t *testing.T) {
-	saved, savedBody := httpReadTimeout, httpBodyTimeout
-	httpReadTimeout, httpBodyTimeout = 300*time.Millisecond, time.Minute
-	t.Cleanup(func() { httpReadTimeout, httpBodyTimeout = saved, savedBody })
+// keyedSubmit starts an automator with account acme and sends, on a
+// connection of its own, a submit with the data directory's API key: its
+// headers, then rest (the last headers, their blank line and a body's
+// start). The connection closes with the test.
+func keyedSubmit(t *testing.T, rest string) net.Conn {
+	t.Helper()
 	s := serveInProcess(t)
 	s.account(t, "acme")
 	key, err := os.ReadFile(filepath.Join(s.dir, config.FileAPIKey))
@@ -179,12 +164,23 @@ func TestAnAcceptedKeysBodyHasLongerToArrive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	body := `{"command": {"script": "x.sh"}}`
+	t.Cleanup(func() { conn.Close() })
 	if _, err := io.WriteString(conn, "POST /v1/accounts/acme/submit HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "+
-		strings.TrimSpace(string(key))+"\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body[:5]); err != nil {
+		strings.TrimSpace(string(key))+"\r\nContent-Type: application/json\r\n"+rest); err != nil {
 		t.Fatal(err)
 	}
+	return conn
+}
+
+// TestAnAcceptedKeysBodyHasLongerToArrive: the body of an API call whose
+// key is accepted may arrive after the read timeout of requests without
+// one (which anyone may send, and which it keeps short), within its own.
+func TestAnAcceptedKeysBodyHasLongerToArrive(t *testing.T) {
+	saved, savedBody := httpReadTimeout, httpBodyTimeout
+	httpReadTimeout, httpBodyTimeout = 300*time.Millisecond, time.Minute
+	t.Cleanup(func() { httpReadTimeout, httpBodyTimeout = saved, savedBody })
+	body := `{"command": {"script": "x.sh"}}`
+	conn := keyedSubmit(t, "Content-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body[:5])
 	// The slow client under test: the rest comes after the short timeout.
 	time.Sleep(3 * httpReadTimeout)
 	if _, err := io.WriteString(conn, body[5:]); err != nil {
