@@ -794,21 +794,24 @@ func (a *Agent) start(workCtx context.Context, c *automatorv1.Claim) {
 // (the proxy stops).
 func (a *Agent) resumeSpooled(ctx, postCtx context.Context) {
 	due, others, unread := a.spool.loadAll(a.o.InstanceID, time.Now())
-	if len(due) > 0 {
-		now, late := time.Now(), 0
-		for _, p := range due {
+	now, mine, late := time.Now(), 0, 0
+	for _, p := range due {
+		if !p.foreign {
+			mine++
 			if !now.Before(p.deadline) {
 				late++
 			}
 		}
-		a.log.Info("posting results kept in the spool by an earlier run", "count", len(due),
+	}
+	if mine > 0 {
+		a.log.Info("posting results kept in the spool by an earlier run", "count", mine,
 			"past_deadline_on_this_hosts_clock", late)
 	}
 	for _, id := range slices.Sorted(maps.Keys(others)) {
 		// A standby started on a dead proxy's state_dir, or this one
 		// under another instance_id: their units ran on that instance,
 		// whose results they are.
-		a.log.Info("posting results another instance kept in this state_dir: it stopped before it posted them", "instance_id", id, "count", others[id])
+		a.log.Info("posting results another instance kept in this state_dir: it stopped before it posted them", "other_instance_id", id, "count", others[id])
 	}
 	for _, p := range due {
 		a.resume(postCtx, p)
@@ -827,7 +830,11 @@ func (a *Agent) resume(postCtx context.Context, p pending) {
 	if least := time.Now().Add(latePostFor); deadline.Before(least) {
 		deadline = least
 	}
-	a.track(func() { a.deliver(postCtx, deadline, p.req, a.spool.written(p.req.GetWorkId(), p.path)) })
+	e := a.spool.written(p.req.GetWorkId(), p.path)
+	if e != nil {
+		e.foreign = p.foreign
+	}
+	a.track(func() { a.deliver(postCtx, deadline, p.req, e) })
 }
 
 // rereadFirst and rereadMax bound the wait before each new read of the
@@ -888,7 +895,7 @@ func (a *Agent) rereadSpooled(ctx, postCtx context.Context, unread map[string]er
 				errs[path] = err
 				still = append(still, path)
 			case recordDue, recordOthers:
-				a.log.Info("a record in the spool that could not be read reads now: posting its result", "path", path, "work_id", workID, "instance_id", p.req.GetInstanceId())
+				a.log.Info("a record in the spool that could not be read reads now: posting its result", "path", path, "work_id", workID, "of_instance_id", p.req.GetInstanceId())
 				a.resume(postCtx, p)
 			case recordExpired:
 				a.log.Warn("dropped a spooled result far past its deadline, read only now; the automator has ended its unit", "path", path, "work_id", workID, "past_deadline_by", keepPastDeadline)

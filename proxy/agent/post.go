@@ -113,8 +113,12 @@ func (a *Agent) deliver(ctx context.Context, deadline time.Time, req *automatorv
 			e.settle()
 			return
 		}
-		switch status.Code(err) {
+		switch code := status.Code(err); code {
 		case codes.FailedPrecondition, codes.NotFound, codes.InvalidArgument, codes.PermissionDenied:
+			if e.leftForItsInstance(code) {
+				log.Warn("result another instance left in the spool refused as no unit of this proxy's account: left in the spool for its instance", "other_instance_id", req.GetInstanceId(), "err", err)
+				return
+			}
 			log.Warn("result refused by the automator", "err", err)
 			e.settle()
 			return

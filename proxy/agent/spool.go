@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
@@ -136,6 +137,9 @@ type spoolEntry struct {
 	deadline time.Time
 	req      *automatorv1.CompleteRequest
 
+	// foreign: a record another instance left (pending.foreign).
+	foreign bool
+
 	// settled: accepted, refused for good, or past its deadline. Once the
 	// write has committed (see commit) it removes its file itself when it
 	// finds the entry settled at its end.
@@ -170,6 +174,15 @@ func (s *spool) written(workID, path string) *spoolEntry {
 	e := &spoolEntry{s: s, workID: workID, path: path, done: make(chan struct{}), onDisk: true}
 	close(e.done)
 	return e
+}
+
+// leftForItsInstance reports whether a refusal with code of e's result
+// leaves its record in place rather than settling it: e is another
+// instance's record, refused as no unit this proxy's account holds
+// (NotFound, PermissionDenied), so it may be another account's, or
+// another automator's, which its own instance posts when it starts.
+func (e *spoolEntry) leftForItsInstance(code codes.Code) bool {
+	return e != nil && e.foreign && (code == codes.NotFound || code == codes.PermissionDenied)
 }
 
 // write writes the record unless the entry is settled before the fsyncs
@@ -442,6 +455,8 @@ type pending struct {
 	deadline time.Time
 	req      *automatorv1.CompleteRequest
 	path     string
+	// foreign: another instance's record (recordOthers).
+	foreign bool
 }
 
 // loadAll returns this instance's spooled results that are not
@@ -458,7 +473,9 @@ type pending struct {
 // started on a dead proxy's directory (or one restarted with another
 // instance_id) posts them. Each request still names the instance and
 // claim that ran its unit, which is what the automator checks; one it
-// refuses (its unit ended, or another account's) leaves the spool.
+// refuses for its unit having ended leaves the spool, one it refuses as
+// no unit of this proxy's account (the directory served another account,
+// or another automator, before) is left for its own instance.
 func (s *spool) loadAll(instanceID string, now time.Time) (due []pending, others map[string]int, unread map[string]error) {
 	if s == nil {
 		return nil, nil, nil
@@ -571,11 +588,11 @@ func (s *spool) loadRecord(path, instanceID string, now time.Time) (pending, str
 		s.setAside(path, fmt.Errorf("its request does not decode for work %q", rec.WorkID))
 		return pending{}, "", recordSetAside, nil
 	}
-	fate := recordDue
-	if rec.InstanceID != instanceID {
-		fate = recordOthers
+	p := pending{account: rec.Account, deadline: rec.Deadline, req: &req, path: path, foreign: rec.InstanceID != instanceID}
+	if p.foreign {
+		return p, rec.WorkID, recordOthers, nil
 	}
-	return pending{account: rec.Account, deadline: rec.Deadline, req: &req, path: path}, rec.WorkID, fate, nil
+	return p, rec.WorkID, recordDue, nil
 }
 
 // gone reports whether nothing is at path, after a read of it failed as

@@ -376,9 +376,10 @@ func TestRefusedResultLeavesTheSpool(t *testing.T) {
 // refuses it; one of another instance that stopped before it posted it (a
 // standby started on a dead proxy's state_dir) is posted as well, as it
 // was made, naming the instance that ran its unit (it was left, and its
-// unit timed out though its script had run: review 4); records that do
-// not decode are set aside (those that cannot be read are not:
-// spoolread_test.go).
+// unit timed out though its script had run: review 4), but one refused as
+// no unit of this proxy's account is left for its instance (review 5: it
+// was deleted); records that do not decode are set aside (those that
+// cannot be read are not: spoolread_test.go).
 func TestExpiredSpooledResultIsDroppedNotPosted(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "spool")
@@ -388,6 +389,7 @@ func TestExpiredSpooledResultIsDroppedNotPosted(t *testing.T) {
 	s.put("acme", now.Add(-keepPastDeadline-time.Second), &automatorv1.CompleteRequest{WorkId: "w-old", ClaimId: "c", InstanceId: "a"}, inline)
 	s.put("acme", now.Add(-time.Second), &automatorv1.CompleteRequest{WorkId: "w-late", ClaimId: "c", InstanceId: "a"}, inline)
 	s.put("acme", now.Add(time.Minute), &automatorv1.CompleteRequest{WorkId: "w-other", ClaimId: "c", InstanceId: "b"}, inline)
+	s.put("globex", now.Add(time.Minute), &automatorv1.CompleteRequest{WorkId: "w-notours", ClaimId: "c", InstanceId: "b"}, inline)
 	s.put("acme", now.Add(time.Minute), &automatorv1.CompleteRequest{WorkId: "w-due", ClaimId: "c", InstanceId: "a", Outcome: automatorv1.Outcome_OUTCOME_FAILED, Failure: "f"}, inline)
 	if err := os.WriteFile(filepath.Join(dir, "w-bad.json"), []byte("{not json"), 0o600); err != nil {
 		t.Fatal(err)
@@ -397,8 +399,11 @@ func TestExpiredSpooledResultIsDroppedNotPosted(t *testing.T) {
 	}
 
 	f := newSpoolAutomator(func(req *automatorv1.CompleteRequest) error {
-		if req.GetWorkId() == "w-late" {
+		switch req.GetWorkId() {
+		case "w-late":
 			return status.Error(codes.FailedPrecondition, "work w-late has ended (timed_out)")
+		case "w-notours":
+			return status.Error(codes.NotFound, "work w-notours not found for this account")
 		}
 		return nil
 	})
@@ -412,16 +417,21 @@ func TestExpiredSpooledResultIsDroppedNotPosted(t *testing.T) {
 			t.Fatalf("posted %v, want the due results of w-due and w-other, each naming its instance", got)
 		}
 	}
-	waittest.Until(t, "the spool to settle", func() bool { return len(spoolFiles(t, dir)) == 1 })
-	if files := strings.Join(spoolFiles(t, dir), " "); files != "w-bad.json.bad" {
-		t.Fatalf("spool holds %q, want the bad record set aside alone", files)
+	// Refused as no unit of this proxy's account (another account's, or
+	// another automator's): left for its instance, not deleted.
+	waittest.Until(t, "the refusal of another account's result", func() bool {
+		return slices.ContainsFunc(f.callsMade(), func(c *automatorv1.CompleteRequest) bool { return c.GetWorkId() == "w-notours" })
+	})
+	waittest.Until(t, "the spool to settle", func() bool { return len(spoolFiles(t, dir)) == 2 })
+	if files := strings.Join(spoolFiles(t, dir), " "); files != "w-bad.json.bad w-notours.json" {
+		t.Fatalf("spool holds %q, want the bad record set aside and another account's result left", files)
 	}
 	var posted []string
 	for _, c := range f.callsMade() {
 		posted = append(posted, c.GetWorkId())
 	}
 	slices.Sort(posted)
-	if want := []string{"w-due", "w-late", "w-other"}; !slices.Equal(posted, want) {
+	if want := []string{"w-due", "w-late", "w-notours", "w-other"}; !slices.Equal(posted, want) {
 		t.Fatalf("Complete calls for %q, want %q (once each; the expired result is never sent)", posted, want)
 	}
 }
