@@ -340,7 +340,7 @@ func httpCapOptions(max int, m *metrics.Metrics, log *slog.Logger) connlimit.Opt
 			defer mu.Unlock()
 			if now := time.Now(); warned.IsZero() || now.Sub(warned) >= capWarnEvery {
 				warned = now
-				log.Warn(fmt.Sprintf("the HTTP listener holds http_max_connections (%d) connections, each in a request: new connections wait until one ends; raise http_max_connections for more HTTP callers at once, or call over gRPC (automator_http_connection_cap_total counts the waits; this line comes at most once a minute)", max))
+				log.Warn(fmt.Sprintf("the HTTP listener holds http_max_connections (%d) connections, each in a request or idle for less than %v: new connections wait until one ends or has been idle that long; raise http_max_connections for more HTTP callers at once, or call over gRPC (automator_http_connection_cap_total counts the waits; this line comes at most once a minute)", max, connlimit.DefaultMinIdle))
 			}
 		},
 	}

@@ -182,7 +182,7 @@ func New(o Options) *Metrics {
 		}, []string{"listener"}),
 		httpCap: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "automator_http_connection_cap_total",
-			Help: "What the HTTP listener did for a new connection at http_max_connections, by action: idle_closed (the connection idle the longest between requests was closed to make room) or waited (every connection held was in a request, so the new one waited for one to close; the log warns, at most once a minute).",
+			Help: "What the HTTP listener did for a new connection at http_max_connections, by action: idle_closed (the connection idle the longest between requests, for 2 s at least, was closed to make room) or waited (every connection held was in a request or idle for less than 2 s, so the new one waited for one to close or to have been idle that long; the log warns, at most once a minute).",
 		}, []string{"action"}),
 	}
 	m.reg.MustRegister(m.queued, m.claimed, m.finished, m.undelivered, m.refused, m.unopened, m.authFailed, m.authDenied, m.storeErrors, m.claimWait, m.finishWait, m.polls, m.waits, m.storeCalls, m.accepts, m.httpCap,

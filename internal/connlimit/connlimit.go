@@ -7,12 +7,13 @@
 // worth of kept-alive connections (a client that opened them and went
 // quiet, for the server's whole IdleTimeout) made every new connection
 // wait, /healthz's included. Here a connection past the cap is accepted,
-// and the connection idle the longest is closed to make room for it: an
-// idle connection holds no request, and a client whose idle connection
-// was closed opens another. Only when every connection held is busy with
-// a request does the new one wait for one to close, holding one file
-// descriptor past the cap meanwhile (the next wait in the kernel's
-// queue, holding none).
+// and the connection idle the longest is closed to make room for it, once
+// it has been idle for Options.MinIdle: an idle connection holds no
+// request, and a client whose idle connection was closed opens another.
+// Until one has, or while every connection held is busy with a request,
+// the new one waits (holding one file descriptor past the cap; the next
+// wait in the kernel's queue, holding none) until one closes or has been
+// idle long enough.
 package connlimit
 
 import (
@@ -20,17 +21,32 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 )
 
 // Options configure New.
 type Options struct {
 	// Waiting, if set, is told when a new connection begins to wait for
-	// one to close (every connection held being in a request).
+	// a place (every connection held being in a request, or idle for
+	// less than MinIdle).
 	Waiting func()
 	// Evicted, if set, is told of each idle connection closed to make
 	// room.
 	Evicted func()
+	// MinIdle is how long a connection must have been idle before it is
+	// closed for a new one (DefaultMinIdle if 0). An HTTP/1 server calls a
+	// connection idle once its answer is sent, and active only once the
+	// next request's headers are whole: a connection just answered may
+	// already carry its client's next request, and closing it would fail
+	// that request (a POST, which clients do not send again), or answer it
+	// to no one once the server has read it. A client that sends its next
+	// request after this long risks no more than the server's IdleTimeout
+	// makes it risk.
+	MinIdle time.Duration
 }
+
+// DefaultMinIdle is Options.MinIdle's default.
+const DefaultMinIdle = 2 * time.Second
 
 // Listener is a net.Listener holding at most its cap of connections open.
 // Its ConnState must be the http.Server's ConnState, for it to know which
@@ -44,40 +60,70 @@ type Listener struct {
 
 	mu   sync.Mutex
 	idle list.List // of *conn, idle the longest first
+	// wentIdle is sent to (without blocking) when a connection goes
+	// idle: an Accept waiting for a place looks again.
+	wentIdle chan struct{}
 }
 
 // New caps l at n connections (n >= 1).
 func New(l net.Listener, n int, o Options) *Listener {
-	return &Listener{Listener: l, o: o, slots: make(chan struct{}, n), closed: make(chan struct{})}
+	if o.MinIdle <= 0 {
+		o.MinIdle = DefaultMinIdle
+	}
+	return &Listener{Listener: l, o: o, slots: make(chan struct{}, n), closed: make(chan struct{}), wentIdle: make(chan struct{}, 1)}
 }
 
 // Accept waits for the next connection and returns it once it has a
 // place: at once under the cap; at the cap, once the connection idle the
-// longest has been closed for it, or, with none idle, once one closes.
+// longest has been idle for MinIdle and is closed for it, or one closes.
 func (l *Listener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
-	select {
-	case l.slots <- struct{}{}:
-		return l.wrap(c), nil
-	default:
-	}
-	if l.evictIdle() {
-		if l.o.Evicted != nil {
-			l.o.Evicted()
+	told := false
+	for {
+		select {
+		case l.slots <- struct{}{}:
+			return l.wrap(c), nil
+		default:
 		}
-	} else if l.o.Waiting != nil {
-		l.o.Waiting()
+		after, evicted := l.evictIdle()
+		if evicted {
+			if l.o.Evicted != nil {
+				l.o.Evicted()
+			}
+			continue // its place is back
+		}
+		if !told && l.o.Waiting != nil {
+			l.o.Waiting()
+		}
+		told = true
+		var timer *time.Timer
+		var ripe <-chan time.Time
+		if after > 0 { // the one idle the longest may be closed then
+			timer = time.NewTimer(after)
+			ripe = timer.C
+		}
+		select {
+		case l.slots <- struct{}{}:
+			stop(timer)
+			return l.wrap(c), nil
+		case <-l.wentIdle:
+		case <-ripe:
+		case <-l.closed:
+			stop(timer)
+			c.Close()
+			return nil, net.ErrClosed
+		}
+		stop(timer)
 	}
-	select {
-	case l.slots <- struct{}{}:
-	case <-l.closed:
-		c.Close()
-		return nil, net.ErrClosed
+}
+
+func stop(t *time.Timer) {
+	if t != nil {
+		t.Stop()
 	}
-	return l.wrap(c), nil
 }
 
 // Close closes the listener; an Accept waiting for a place returns.
@@ -102,31 +148,41 @@ func (l *Listener) ConnState(nc net.Conn, s http.ConnState) {
 	defer l.mu.Unlock()
 	if s == http.StateIdle {
 		if c.elem == nil && !c.gone {
+			c.idleSince = time.Now()
 			c.elem = l.idle.PushBack(c)
+			select {
+			case l.wentIdle <- struct{}{}:
+			default:
+			}
 		}
 		return
 	}
 	l.forget(c)
 }
 
-// evictIdle closes the connection idle the longest, which gives its place
-// back at once; false if none is idle.
-func (l *Listener) evictIdle() bool {
+// evictIdle closes the connection idle the longest if it has been idle
+// for MinIdle, which gives its place back at once. Else it returns how
+// long until it has been (0: none is idle).
+func (l *Listener) evictIdle() (after time.Duration, evicted bool) {
 	l.mu.Lock()
 	front := l.idle.Front()
 	var c *conn
 	if front != nil {
 		c = front.Value.(*conn)
+		if after = l.o.MinIdle - time.Since(c.idleSince); after > 0 {
+			l.mu.Unlock()
+			return after, false
+		}
 		l.forget(c)
 	}
 	l.mu.Unlock()
 	if c == nil {
-		return false
+		return 0, false
 	}
 	// The server's read of the next request fails, and it lets the
 	// connection go. Its place is back once Close returns.
 	c.Close()
-	return true
+	return 0, true
 }
 
 // forget takes c off the idle list (l.mu held).
@@ -144,10 +200,11 @@ type conn struct {
 	net.Conn
 	l    *Listener
 	once sync.Once
-	// elem is c's place in l.idle while it is idle; gone, once it has
-	// closed (both under l.mu).
-	elem *list.Element
-	gone bool
+	// elem is c's place in l.idle while it is idle, since idleSince;
+	// gone, once it has closed (all under l.mu).
+	elem      *list.Element
+	idleSince time.Time
+	gone      bool
 }
 
 func (c *conn) Close() error {

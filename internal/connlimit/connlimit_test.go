@@ -78,7 +78,7 @@ var ok = http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
 func TestAConnectionPastTheCapClosesTheOneIdleTheLongest(t *testing.T) {
 	t.Parallel()
 	var evicted atomic.Int32
-	addr, _ := server(t, 2, ok, Options{Evicted: func() { evicted.Add(1) }, Waiting: func() { t.Error("a new connection waited while one was idle") }})
+	addr, _ := server(t, 2, ok, Options{MinIdle: time.Nanosecond, Evicted: func() { evicted.Add(1) }, Waiting: func() { t.Error("a new connection waited while one was idle") }})
 	first, second := dial(t, addr), dial(t, addr)
 	for _, c := range []*client{first, second} {
 		if code, err := c.get("/"); err != nil || code != 200 {
@@ -147,6 +147,77 @@ func TestAConnectionPastTheCapWaitsWhileEveryOneIsBusy(t *testing.T) {
 		t.Fatalf("the connection past the cap: %v", err)
 	}
 	close(release)
+}
+
+// TestAConnectionJustAnsweredIsNotClosed: a connection idle for less than
+// MinIdle may carry its client's next request already, and is not closed
+// for a new one, which waits (here until one of them closes).
+func TestAConnectionJustAnsweredIsNotClosed(t *testing.T) {
+	t.Parallel()
+	waiting := make(chan struct{}, 1)
+	addr, _ := server(t, 2, ok, Options{MinIdle: time.Hour,
+		Waiting: func() { waiting <- struct{}{} },
+		Evicted: func() { t.Error("a connection idle for less than MinIdle was closed") },
+	})
+	first, second := dial(t, addr), dial(t, addr)
+	for _, c := range []*client{first, second} {
+		if code, err := c.get("/"); err != nil || code != 200 {
+			t.Fatalf("a connection under the cap: %d %v", code, err)
+		}
+	}
+	third := dial(t, addr)
+	answered := make(chan error, 1)
+	go func() {
+		_, err := third.get("/")
+		answered <- err
+	}()
+	waittest.Recv(t, waiting, "the connection past the cap to wait")
+	if code, err := second.get("/"); err != nil || code != 200 {
+		t.Errorf("a connection idle for less than MinIdle, used again: %d %v; want it served", code, err)
+	}
+	first.Close()
+	if err := waittest.Recv(t, answered, "the connection past the cap to be served once one closed"); err != nil {
+		t.Fatalf("the connection past the cap: %v", err)
+	}
+}
+
+// TestAWaitingConnectionTakesTheNextToGoIdle: a connection waiting at the
+// cap while every one is in a request gets its place when one of them goes
+// idle (its answer sent, its client keeping it), not only when one closes
+// (it waited for the idle one's whole idle timeout: review 5).
+func TestAWaitingConnectionTakesTheNextToGoIdle(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	busy := make(chan struct{}, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/busy" {
+			busy <- struct{}{}
+			<-release
+		}
+	})
+	waiting := make(chan struct{}, 1)
+	addr, _ := server(t, 1, h, Options{MinIdle: time.Nanosecond, Waiting: func() { waiting <- struct{}{} }})
+	first := dial(t, addr)
+	answeredFirst := make(chan error, 1)
+	go func() {
+		_, err := first.get("/busy")
+		answeredFirst <- err
+	}()
+	waittest.Recv(t, busy, "the first connection to be in its request")
+	second := dial(t, addr)
+	answered := make(chan error, 1)
+	go func() {
+		_, err := second.get("/")
+		answered <- err
+	}()
+	waittest.Recv(t, waiting, "the second connection to wait")
+	close(release) // the first is answered, and kept alive: idle
+	if err := waittest.Recv(t, answeredFirst, "the first request's answer"); err != nil {
+		t.Fatal(err)
+	}
+	if err := waittest.Recv(t, answered, "the waiting connection to be served once the other went idle"); err != nil {
+		t.Fatalf("the waiting connection: %v", err)
+	}
 }
 
 // TestCloseEndsAnAcceptWaitingForAPlace: a server shut down while a new
