@@ -60,8 +60,8 @@ type Config struct {
 	PinSHA256 []string `yaml:"pin_sha256,omitempty"`
 
 	// ScriptsDir is the only directory scripts are run from. Relative in a
-	// file, it is relative to the file's directory (Load makes it
-	// absolute), not to wherever the proxy was started.
+	// file, it is relative to the directory of the file's path as given
+	// (Load makes it absolute), not to wherever the proxy was started.
 	ScriptsDir string `yaml:"scripts_dir"`
 	// scriptsDirWritten is scripts_dir as the file wrote it, before Load
 	// made it absolute.
@@ -119,13 +119,26 @@ func LoadDigest(path string) (Config, string, error) {
 	}
 	c.scriptsDirWritten = c.ScriptsDir
 	if c.ScriptsDir != "" && !filepath.IsAbs(c.ScriptsDir) {
-		abs, err := filepath.Abs(filepath.Join(filepath.Dir(path), c.ScriptsDir))
+		dir := c.ScriptsDir
+		if fromFile(dir) {
+			dir = filepath.Join(filepath.Dir(path), dir)
+		}
+		abs, err := filepath.Abs(dir)
 		if err != nil {
 			return Config{}, "", fmt.Errorf("proxy config %s: scripts_dir: %w", path, err)
 		}
 		c.ScriptsDir = abs
 	}
 	return c, Digest(data), nil
+}
+
+// fromFile reports whether the relative path p is relative to a
+// directory (the config file's), as "scripts" or "..\scripts" is; on
+// Windows, "\scripts" (the current drive's root) and "C:scripts" (drive
+// C's current directory) are relative too, but to no directory a file
+// lies in, and are taken as filepath.Abs takes them.
+func fromFile(p string) bool {
+	return filepath.VolumeName(p) == "" && !os.IsPathSeparator(p[0])
 }
 
 // ScriptsDirWritten is scripts_dir as the file wrote it: relative,

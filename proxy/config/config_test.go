@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -418,4 +419,22 @@ func TestAConfigLargerThanAnyIsRefusedUnread(t *testing.T) {
 			t.Errorf("/dev/zero as the config: %v; want it refused unopened, as not a regular file", err)
 		}
 	})
+}
+
+// TestScriptsDirRelativeToNoDirectoryIsNotJoined: on Windows, "\scripts"
+// and "C:scripts" are relative paths, but not to a directory a file lies
+// in: joined under the config's directory they would name nothing
+// (…\conf\C:scripts). Elsewhere every relative path is a directory's.
+func TestScriptsDirRelativeToNoDirectoryIsNotJoined(t *testing.T) {
+	cases := map[string]bool{"scripts": true, "../scripts": true}
+	if runtime.GOOS == "windows" {
+		cases[`..\scripts`] = true
+		cases[`\scripts`] = false
+		cases[`C:scripts`] = false
+	}
+	for p, want := range cases {
+		if got := fromFile(p); got != want {
+			t.Errorf("fromFile(%q) = %v, want %v", p, got, want)
+		}
+	}
 }
