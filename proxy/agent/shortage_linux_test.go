@@ -367,7 +367,8 @@ func TestAUnitWaitingToStartItsScriptWhenTheProxyStopsFailsSayingNothingRan(t *t
 // deadline the proxy kills the script's process tree, looking in /proc for
 // what left its group; a proxy at its limit of open files cannot, and logs
 // that some of the tree may still run, and why. It logged that the tree
-// was killed.
+// was killed. (Its own deadline, or the automator's timeout of the unit
+// told first, on a loaded machine: a clean-clone run saw the second.)
 func TestAKillAtTheDeadlineThatCannotListProcessesIsLogged(t *testing.T) {
 	t.Parallel()
 	a := automatortest.Start(t, automatortest.Options{Plaintext: true})
@@ -375,11 +376,17 @@ func TestAKillAtTheDeadlineThatCannotListProcessesIsLogged(t *testing.T) {
 	p := startShortProxy(t, a, time.Hour)
 	// leave.sh runs until its deadline: nothing makes its release file.
 	st, restore := leaveWithoutFiles(t, caller, a.Account, p, filepath.Join(t.TempDir(), "never"), 5*time.Second)
-	line := p.waitLine(t, "the proxy to say at the deadline that some of the tree may still run", "deadline reached")
-	for _, want := range []string{"but some of it may still run", "work_id=" + st.GetWorkId(), "too many open files"} {
+	line := p.waitLine(t, "the proxy to say at the deadline that some of the tree may still run", "but some of it may still run")
+	for _, want := range []string{"work_id=" + st.GetWorkId(), "too many open files"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("the proxy logged %q; want it to say %q", line, want)
 		}
+	}
+	// The proxy's own deadline, or the automator's, which a loaded
+	// machine may tell it of first (the unit timed out there): the same
+	// kill, either way.
+	if !strings.Contains(line, "deadline reached") && !strings.Contains(line, "unit ended on the automator") {
+		t.Errorf("the proxy logged %q; want it to say the deadline was reached, or that the automator ended the unit", line)
 	}
 	restore()
 	if got := waitEnded(t, caller, st.GetWorkId()); got.GetState() != automatorv1.State_STATE_TIMED_OUT {
