@@ -202,7 +202,7 @@ func TestAnAcceptedKeysBodyHasLongerToArrive(t *testing.T) {
 
 // TestHTTPConnectionsPastTheCapCloseTheOneIdleTheLongest: at
 // http_max_connections, a new connection is served, and the connection
-// kept alive idle the longest is closed for it (it waited, with
+// kept alive idle the longest (for 2 s at least) is closed for it (it waited, with
 // netutil.LimitListener, for the idle connections' whole idle timeout);
 // the metric counts it. What a connection does when every one held is in
 // a request (it waits) is internal/connlimit's test.
@@ -256,11 +256,20 @@ func TestHTTPConnectionsPastTheCapCloseTheOneIdleTheLongest(t *testing.T) {
 	if _, err := get(dial(), "/healthz"); err != nil {
 		t.Fatalf("/healthz on a connection past the cap, both held idle: %v; want it served", err)
 	}
-	held[0].SetReadDeadline(time.Now().Add(time.Minute))
-	if _, err := held[0].Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Errorf("the connection idle the longest, read: %v; want it closed by the automator", err)
+	// One of the two was closed for it, and the other is served still.
+	// (Which one was idle longer is the server's to say: it calls a
+	// connection idle after its answer is sent, and on a loaded machine
+	// the second's may come first.)
+	var closed int
+	for _, conn := range held {
+		if _, err := get(conn, "/healthz"); err != nil {
+			closed++
+		}
 	}
-	// This connection closes the other one idle (held[1]) in its turn.
+	if closed != 1 {
+		t.Errorf("%d of the 2 connections held idle were closed for the one past the cap; want 1", closed)
+	}
+	// This connection closes another one idle in its turn.
 	metrics, err := get(dial(), "/metrics")
 	if err != nil {
 		t.Fatal(err)

@@ -14,18 +14,25 @@ import (
 )
 
 // server serves h on loopback, capped at n connections, and returns its
-// address and the listener.
-func server(t *testing.T, n int, h http.Handler, o Options) (string, *Listener) {
+// address and a channel told each time the listener hears a connection
+// went idle.
+func server(t *testing.T, n int, h http.Handler, o Options) (string, <-chan struct{}) {
 	t.Helper()
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := New(raw, n, o)
-	srv := &http.Server{Handler: h, ConnState: l.ConnState, ReadHeaderTimeout: time.Minute}
+	idle := make(chan struct{}, 64)
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: time.Minute, ConnState: func(c net.Conn, s http.ConnState) {
+		l.ConnState(c, s)
+		if s == http.StateIdle {
+			idle <- struct{}{}
+		}
+	}}
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
-	return raw.Addr().String(), l
+	return raw.Addr().String(), idle
 }
 
 // client is one connection to the server, with its reader.
@@ -78,12 +85,15 @@ var ok = http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
 func TestAConnectionPastTheCapClosesTheOneIdleTheLongest(t *testing.T) {
 	t.Parallel()
 	var evicted atomic.Int32
-	addr, _ := server(t, 2, ok, Options{MinIdle: time.Nanosecond, Evicted: func() { evicted.Add(1) }, Waiting: func() { t.Error("a new connection waited while one was idle") }})
+	addr, idle := server(t, 2, ok, Options{MinIdle: time.Nanosecond, Evicted: func() { evicted.Add(1) }, Waiting: func() { t.Error("a new connection waited while one was idle") }})
 	first, second := dial(t, addr), dial(t, addr)
 	for _, c := range []*client{first, second} {
 		if code, err := c.get("/"); err != nil || code != 200 {
 			t.Fatalf("a connection under the cap: %d %v", code, err)
 		}
+		// Idle on the server's side too (it says so after the answer
+		// has left), before the next is used.
+		waittest.Recv(t, idle, "the connection to go idle")
 	}
 	third := dial(t, addr)
 	if code, err := third.get("/"); err != nil || code != 200 {
