@@ -78,6 +78,23 @@ func (c *client) closedByServer() bool {
 
 var ok = http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
 
+// busyHandler answers /busy once release is closed (or its client went
+// away), after telling busy that a request is in it (n at once without
+// blocking), and any other path at once.
+func busyHandler(n int) (h http.Handler, busy <-chan struct{}, release chan struct{}) {
+	in := make(chan struct{}, n)
+	release = make(chan struct{})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/busy" {
+			in <- struct{}{}
+			select {
+			case <-release:
+			case <-r.Context().Done(): // its client went away
+			}
+		}
+	}), in, release
+}
+
 // TestAConnectionPastTheCapClosesTheOneIdleTheLongest: with the cap's
 // worth of connections kept alive between requests, a new connection is
 // served, and the one idle the longest is closed for it; the other is
@@ -115,17 +132,7 @@ func TestAConnectionPastTheCapClosesTheOneIdleTheLongest(t *testing.T) {
 // one of them closes.
 func TestAConnectionPastTheCapWaitsWhileEveryOneIsBusy(t *testing.T) {
 	t.Parallel()
-	release := make(chan struct{})
-	busy := make(chan struct{}, 2)
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/busy" {
-			busy <- struct{}{}
-			select {
-			case <-release:
-			case <-r.Context().Done(): // its client went away
-			}
-		}
-	})
+	h, busy, release := busyHandler(2)
 	waiting := make(chan struct{}, 1)
 	addr, _ := server(t, 2, h, Options{
 		Waiting: func() { waiting <- struct{}{} },
@@ -197,14 +204,7 @@ func TestAConnectionJustAnsweredIsNotClosed(t *testing.T) {
 // (it waited for the idle one's whole idle timeout: review 5).
 func TestAWaitingConnectionTakesTheNextToGoIdle(t *testing.T) {
 	t.Parallel()
-	release := make(chan struct{})
-	busy := make(chan struct{}, 1)
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/busy" {
-			busy <- struct{}{}
-			<-release
-		}
-	})
+	h, busy, release := busyHandler(1)
 	waiting := make(chan struct{}, 1)
 	addr, _ := server(t, 1, h, Options{MinIdle: time.Nanosecond, Waiting: func() { waiting <- struct{}{} }})
 	first := dial(t, addr)
