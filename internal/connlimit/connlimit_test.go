@@ -67,6 +67,17 @@ func (c *client) get(path string) (int, error) {
 	return resp.StatusCode, err
 }
 
+// getLater sends GET path on c in the background; get's error comes on
+// the channel returned.
+func (c *client) getLater(path string) <-chan error {
+	ch := make(chan error, 1)
+	go func() {
+		_, err := c.get(path)
+		ch <- err
+	}()
+	return ch
+}
+
 // closedByServer reports whether the server closed c: a read ends (EOF or
 // a reset) rather than waiting.
 func (c *client) closedByServer() bool {
@@ -148,11 +159,7 @@ func TestAConnectionPastTheCapWaitsWhileEveryOneIsBusy(t *testing.T) {
 		held = append(held, c)
 	}
 	third := dial(t, addr)
-	answered := make(chan error, 1)
-	go func() {
-		_, err := third.get("/")
-		answered <- err
-	}()
+	answered := third.getLater("/")
 	waittest.Recv(t, waiting, "the connection past the cap to wait")
 	select {
 	case err := <-answered:
@@ -183,11 +190,7 @@ func TestAConnectionJustAnsweredIsNotClosed(t *testing.T) {
 		}
 	}
 	third := dial(t, addr)
-	answered := make(chan error, 1)
-	go func() {
-		_, err := third.get("/")
-		answered <- err
-	}()
+	answered := third.getLater("/")
 	waittest.Recv(t, waiting, "the connection past the cap to wait")
 	if code, err := second.get("/"); err != nil || code != 200 {
 		t.Errorf("a connection idle for less than MinIdle, used again: %d %v; want it served", code, err)
@@ -208,18 +211,10 @@ func TestAWaitingConnectionTakesTheNextToGoIdle(t *testing.T) {
 	waiting := make(chan struct{}, 1)
 	addr, _ := server(t, 1, h, Options{MinIdle: time.Nanosecond, Waiting: func() { waiting <- struct{}{} }})
 	first := dial(t, addr)
-	answeredFirst := make(chan error, 1)
-	go func() {
-		_, err := first.get("/busy")
-		answeredFirst <- err
-	}()
+	answeredFirst := first.getLater("/busy")
 	waittest.Recv(t, busy, "the first connection to be in its request")
 	second := dial(t, addr)
-	answered := make(chan error, 1)
-	go func() {
-		_, err := second.get("/")
-		answered <- err
-	}()
+	answered := second.getLater("/")
 	waittest.Recv(t, waiting, "the second connection to wait")
 	close(release) // the first is answered, and kept alive: idle
 	if err := waittest.Recv(t, answeredFirst, "the first request's answer"); err != nil {
