@@ -452,13 +452,16 @@ func TestBuiltinPingRefusesWhatItWouldIgnore(t *testing.T) {
 	useRunner(t, func(context.Context, runner.Spec) (runner.Result, error) {
 		return runner.Result{}, errors.New("a built-in must not start a process")
 	})
-	f := newFake()
-	startAgent(t, f, 1, nil)
 	for i, cmd := range []*automatorv1.Command{
 		{Script: "@ping", Args: []string{"host-a"}},
 		{Script: "@ping", Stdin: []byte("x")},
 		{Script: "@ping", Env: map[string]string{"K": "V"}},
 	} {
+		// An agent each: one that ran a unit may have a poll for no
+		// units waiting, which would take the next claim as one it did
+		// not ask for (and not run it).
+		f := newFake()
+		startAgent(t, f, 1, nil)
 		id := fmt.Sprintf("w%d", i)
 		f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{claim(t, id, cmd)}}
 		got := waittest.Recv(t, f.completed, "the result of @ping to be posted")
