@@ -82,7 +82,7 @@ func cmdExec(ctx context.Context, args []string, env Env) (int, error) {
 	code, rerr := report(ctx, res, err, env)
 	switch {
 	case rerr != nil && mayStillRun(res, err):
-		rerr = stillQueued(res.WorkID, rerr, caller)
+		rerr = stillQueued(res.WorkID, res.LocalDeadline, rerr, caller)
 	case rerr != nil && res.WorkID == "" && status.Code(err) == codes.NotFound && *caller.dir != "":
 		// The account is unknown. Away from the automator's host
 		// (--server) no command lists the accounts.
@@ -129,7 +129,10 @@ func mayStillRun(res client.Result, err error) bool {
 // the unit may still run, and how to follow it: work wait and work cancel
 // take its id, with an API key the automator accepts when this one was
 // refused. The commands carry the flags of caller, which reached the
-// automator, so that they run as printed.
+// automator, so that they run as printed. Past the unit's deadline (the
+// wait gives up on automators that do not answer a minute after it) the
+// unit has ended, or ends as soon as an automator serves: exec says so,
+// and how to learn how it ended.
 //
 // A NotFound for the unit with the data directory's admin key (no
 // --api-key-file), which init makes for every account, is not a key that
@@ -138,7 +141,7 @@ func mayStillRun(res client.Result, err error) bool {
 // units as unreadable. The unit, acknowledged as queued, is gone from the
 // database: a commit lost after it was acknowledged (docs/several-
 // automators.md), so no proxy claims it any more and no wait would end.
-func stillQueued(id string, err error, caller callerFlags) error {
+func stillQueued(id string, deadline time.Time, err error, caller callerFlags) error {
 	if status.Code(err) == codes.NotFound && *caller.dir != "" && *caller.apiKeyFile == "" {
 		return fmt.Errorf("%w; work %s was queued, but the database has lost it since (the data directory's admin key sees every account): a commit undone after it was acknowledged, by a PostgreSQL failover to an asynchronous standby or a crash with synchronous_commit off (docs/several-automators.md); no proxy will claim it from now on (one that claimed it before may still run it): run exec again if it has to run", err, id)
 	}
@@ -150,7 +153,14 @@ func stillQueued(id string, err error, caller callerFlags) error {
 		with = ", with an API key that may use its account"
 	}
 	target := caller.target()
-	return fmt.Errorf("%w; work %s was queued and may still run: follow it with `automator work wait %s %s`, or end it with `automator work cancel %s %s`%s", err, id, id, target, id, target, with)
+	if !deadline.IsZero() && !time.Now().Before(deadline) {
+		return fmt.Errorf("%w; work %s was queued, and its deadline passed at %s: it has ended, or ends as soon as an automator serves (none hands it out or takes its result after its deadline, and a proxy stops its script then); learn how with `automator work wait %s %s`%s", err, id, deadline.Format(time.TimeOnly), id, target, with)
+	}
+	until := ""
+	if !deadline.IsZero() {
+		until = fmt.Sprintf(" until its deadline at %s", deadline.Format(time.TimeOnly))
+	}
+	return fmt.Errorf("%w; work %s was queued and may still run%s: follow it with `automator work wait %s %s`, or end it with `automator work cancel %s %s`%s", err, id, until, id, target, id, target, with)
 }
 
 // report writes the outcome and returns the exit code DESIGN.md names.

@@ -248,7 +248,7 @@ func (c *Client) ExecuteOnProxy(ctx context.Context, account string, cmd Command
 		return w.outcome()
 	}
 	if ctx.Err() == nil {
-		return Result{WorkID: w.ID}, err
+		return Result{WorkID: w.ID, LocalDeadline: b.deadline}, err
 	}
 	// The cancel starts on the automator the wait was on, which may be
 	// the reason the wait got nowhere (hung): it has one try of tryBound
@@ -257,7 +257,7 @@ func (c *Client) ExecuteOnProxy(ctx context.Context, account string, cmd Command
 	defer cancel()
 	cw, cerr := c.cancel(cctx, w.ID, b)
 	if cerr != nil {
-		return Result{WorkID: w.ID}, fmt.Errorf("work %s: %w; cancelling it: %w", w.ID, ctx.Err(), cerr)
+		return Result{WorkID: w.ID, LocalDeadline: b.deadline}, fmt.Errorf("work %s: %w; cancelling it: %w", w.ID, ctx.Err(), cerr)
 	}
 	res, err := cw.outcome()
 	var we *WorkError

@@ -80,6 +80,13 @@ type Result struct {
 	StderrTruncated bool
 	StartedAt       time.Time
 	FinishedAt      time.Time
+	// LocalDeadline is set by ExecuteOnProxy with an error that leaves a
+	// queued unit's outcome unknown (no automator answering, the API key
+	// refused since): the unit's deadline on this process's clock, when
+	// known. Past it the unit has ended, or ends as soon as an automator
+	// serves: none hands it out or takes its result after it, and its
+	// proxy stops its script then.
+	LocalDeadline time.Time
 }
 
 // Err is nil for a unit that succeeded or has not ended yet, and a

@@ -1,0 +1,61 @@
+package cli
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestExecGivenUpSaysWhetherItsUnitMayStillRun: exec that gives up on a
+// queued unit's outcome (no automator answering: the client's wait gives
+// up a minute past the unit's deadline) says that a unit whose deadline
+// has passed has ended, or ends as soon as an automator serves, and how
+// to learn how: not that it may still run, nor how to cancel it. Before
+// its deadline it may still run, until then. Before, exec said "may still
+// run" and "end it with work cancel" of a unit a minute past its deadline.
+func TestExecGivenUpSaysWhetherItsUnitMayStillRun(t *testing.T) {
+	t.Parallel()
+	dir, none := "/var/lib/automator", ""
+	caller := callerFlags{dir: &dir, server: &none, apiKeyFile: &none, caFile: &none}
+	past, ahead := time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
+	gaveUp := errors.New("waiting for work w_1 (no automator answered; giving up)")
+	for _, tc := range []struct {
+		name     string
+		deadline time.Time
+		want     []string
+		not      []string
+	}{
+		{"past its deadline", past, []string{
+			"work w_1 was queued, and its deadline passed at " + past.Format(time.TimeOnly) + ":",
+			"it has ended, or ends as soon as an automator serves",
+			"learn how with `automator work wait w_1 --data-dir /var/lib/automator`",
+		}, []string{"may still run", "work cancel"}},
+		{"before its deadline", ahead, []string{
+			"work w_1 was queued and may still run until its deadline at " + ahead.Format(time.TimeOnly) + ":",
+			"`automator work wait w_1 --data-dir /var/lib/automator`",
+			"`automator work cancel w_1 --data-dir /var/lib/automator`",
+		}, []string{"passed", "has ended"}},
+		{"its deadline unknown", time.Time{}, []string{
+			"work w_1 was queued and may still run: follow it",
+			"`automator work cancel w_1 --data-dir /var/lib/automator`",
+		}, []string{"passed", "has ended"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			msg := stillQueued("w_1", tc.deadline, gaveUp, caller).Error()
+			if !strings.HasPrefix(msg, gaveUp.Error()+"; ") {
+				t.Errorf("%q does not begin with the error that ended exec", msg)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("%q does not say %q", msg, w)
+				}
+			}
+			for _, n := range tc.not {
+				if strings.Contains(msg, n) {
+					t.Errorf("%q says %q", msg, n)
+				}
+			}
+		})
+	}
+}
