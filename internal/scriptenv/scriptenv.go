@@ -5,7 +5,9 @@
 package scriptenv
 
 import (
+	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 )
 
@@ -99,12 +101,46 @@ var homeDir = map[string]bool{
 	"USERPROFILE": true, "HOMEDRIVE": true, "HOMEPATH": true, "APPDATA": true, "LOCALAPPDATA": true,
 }
 
+// tools are the variables of programs that scripts call all the time
+// which make them run a command, or load code, of the value's choosing:
+// GNU tar takes options from TAR_OPTIONS
+// (--checkpoint-action=exec=CMD, --use-compress-program=CMD); every
+// program linked with OpenSSL (curl, wget, python's ssl, …) loads the
+// config file OPENSSL_CONF names, whose engines and providers are shared
+// objects it loads, from OPENSSL_ENGINES or OPENSSL_MODULES as it says;
+// rsync runs RSYNC_RSH as its remote shell and RSYNC_CONNECT_PROG as its
+// connection; ssh runs SSH_ASKPASS for a passphrase or a host key's
+// confirmation; wget reads the wgetrc WGETRC names, whose use_askpass is
+// a command it runs. git's variables are a prefix of their own
+// (toolPrefixes).
+var tools = map[string]bool{
+	"TAR_OPTIONS":  true,
+	"OPENSSL_CONF": true, "OPENSSL_ENGINES": true, "OPENSSL_MODULES": true,
+	"RSYNC_RSH": true, "RSYNC_CONNECT_PROG": true,
+	"SSH_ASKPASS": true, "WGETRC": true,
+}
+
+// toolPrefixes: git takes its configuration from variables with no file
+// needed (GIT_CONFIG_COUNT with GIT_CONFIG_KEY_0 and GIT_CONFIG_VALUE_0,
+// GIT_CONFIG_PARAMETERS; core.fsmonitor, core.sshCommand, … are commands
+// it runs), or from files they name (GIT_CONFIG_GLOBAL,
+// GIT_CONFIG_SYSTEM), as well as its repository, whose hooks and config it
+// runs (GIT_DIR, GIT_COMMON_DIR), its helpers (GIT_EXEC_PATH,
+// GIT_TEMPLATE_DIR) and the programs it runs (GIT_SSH_COMMAND, GIT_SSH,
+// GIT_EXTERNAL_DIFF, GIT_ASKPASS, GIT_PROXY_COMMAND, GIT_PAGER,
+// GIT_EDITOR); GIT_TRACE writes to any file it names. Every GIT_ name is
+// refused, the harmless ones (GIT_AUTHOR_NAME) with them: a script that
+// wants one sets it itself, from an argument say.
+var toolPrefixes = []string{"GIT_"}
+
 // Refused returns an error naming variable k when a command may not set
 // it, nil otherwise. Names are compared in upper case on every OS:
 // refusing a lower-case twin costs nothing, and windows names are
 // case-insensitive. The list cannot be complete (a script may hand a
 // variable to any program it calls): it holds those that make the common
-// interpreters and the loader run code before the script's own.
+// interpreters and the loader run code before the script's own, and
+// those of the programs scripts call most that make them run a command.
+// A proxy's allowed_env narrows what it takes to the names it lists.
 func Refused(k string) error {
 	u := strings.ToUpper(k)
 	if searchPath[u] {
@@ -115,6 +151,13 @@ func Refused(k string) error {
 	}
 	if homeDir[u] {
 		return fmt.Errorf("environment variable %q is refused: it chooses the folder where programs find their user's own configuration and code (python's user site-packages, whose .pth files it runs as it starts; git's config, whose core.fsmonitor it runs); the script gets the proxy's own, and sets another itself if it needs one", k)
+	}
+	tool := tools[u]
+	for _, p := range toolPrefixes {
+		tool = tool || strings.HasPrefix(u, p)
+	}
+	if tool {
+		return fmt.Errorf("environment variable %q is refused: it makes a program that scripts call (git, tar, rsync, ssh, wget, any linked with OpenSSL) run a command or load code of its choosing; a script that needs it sets it itself", k)
 	}
 	refused := names[u]
 	for _, p := range prefixes {
@@ -131,4 +174,57 @@ func Refused(k string) error {
 // NUL-terminated strings of NAME=value). Its value may hold no NUL byte.
 func ValidName(k string) bool {
 	return k != "" && !strings.ContainsAny(k, "=\x00")
+}
+
+// Allowlist is a proxy's allowed_env: the only variables a command may set
+// for its scripts, besides the PROXY_ ones the proxy sets itself. An entry
+// ending in '*' allows every name it begins; the others allow one name
+// each. Names are compared as the OS does (in upper case on windows). It
+// narrows what Refused lets through, and never widens it. An empty list
+// allows every name Refused does.
+type Allowlist []string
+
+// Allows reports whether the list lets a command set variable k.
+func (l Allowlist) Allows(k string) bool {
+	if len(l) == 0 {
+		return true
+	}
+	k = foldName(k)
+	for _, e := range l {
+		e = foldName(e)
+		if p, prefix := strings.CutSuffix(e, "*"); prefix && strings.HasPrefix(k, p) || e == k {
+			return true
+		}
+	}
+	return false
+}
+
+// Check refuses an entry that allows nothing a command could set: empty,
+// holding '=' or NUL, a '*' elsewhere than at its end, or a name Refused
+// refuses, which no list lets through.
+func (l Allowlist) Check() error {
+	var errs []error
+	for _, e := range l {
+		name, prefix := strings.CutSuffix(e, "*")
+		switch {
+		case e == "" || strings.ContainsAny(e, "=\x00"):
+			errs = append(errs, fmt.Errorf("%q is not a variable name (empty, or holding '=' or NUL)", e))
+		case strings.Contains(name, "*"):
+			errs = append(errs, fmt.Errorf("%q: '*' may only end an entry (NAME_* allows every name beginning NAME_)", e))
+		case !prefix:
+			if err := Refused(e); err != nil {
+				errs = append(errs, fmt.Errorf("%w, whatever allowed_env says: it only narrows what a command may set", err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// foldName is a variable's identity: names are case-insensitive on
+// windows only.
+func foldName(k string) string {
+	if runtime.GOOS == "windows" {
+		return strings.ToUpper(k)
+	}
+	return k
 }

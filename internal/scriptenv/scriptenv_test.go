@@ -32,6 +32,9 @@ func TestRefusesVariablesThatMakeAnInterpreterRunOtherCode(t *testing.T) {
 		"PATH", "Path", "PATHEXT",
 		"CDPATH", "cdpath", "CD", "Cd", "__CD__",
 		"HOME", "home", "XDG_CONFIG_HOME", "USERPROFILE", "UserProfile", "HOMEDRIVE", "HOMEPATH", "APPDATA", "LocalAppData",
+		"GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_0", "GIT_CONFIG_VALUE_0", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM",
+		"GIT_DIR", "GIT_EXEC_PATH", "GIT_TEMPLATE_DIR", "GIT_SSH_COMMAND", "GIT_EXTERNAL_DIFF", "GIT_ASKPASS", "GIT_TRACE", "git_dir",
+		"TAR_OPTIONS", "OPENSSL_CONF", "OPENSSL_ENGINES", "OPENSSL_MODULES", "RSYNC_RSH", "RSYNC_CONNECT_PROG", "SSH_ASKPASS", "WGETRC",
 	} {
 		err := Refused(k)
 		if err == nil {
@@ -52,6 +55,7 @@ func TestAcceptsCommonNames(t *testing.T) {
 		"PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING", "NODE_ENV", "RUBY_ENV", "RAILS_ENV",
 		"DEPLOY_TARGET", "LUA", "PHP_VERSION", "PROXY_WORK_ID",
 		"DOTNET_ENVIRONMENT", "DOTNET_CLI_TELEMETRY_OPTOUT", "CORS_ORIGIN", "CD_TARGET", "CDN_URL",
+		"GITHUB_TOKEN", "GITLAB_URL", "TAR_FILE", "OPENSSL_VERSION", "RSYNC_TARGET", "SSH_HOST",
 	} {
 		if err := Refused(k); err != nil {
 			t.Errorf("Refused(%q) = %v, want it accepted", k, err)
@@ -100,6 +104,40 @@ func TestValidName(t *testing.T) {
 	} {
 		if got := ValidName(tc.name); got != tc.want {
 			t.Errorf("ValidName(%q) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestAllowlist: allowed_env allows the names it lists, and those its
+// NAME_* entries begin, and nothing else; an empty list allows every name.
+// An entry that allows nothing a command could set (a name refused
+// everywhere, one no process takes, a '*' inside) is refused, saying why.
+func TestAllowlist(t *testing.T) {
+	l := Allowlist{"DEPLOY_TARGET", "APP_*"}
+	for k, want := range map[string]bool{
+		"DEPLOY_TARGET": true, "APP_MODE": true, "APP_": true,
+		"APP": false, "DEPLOY_TARGET2": false, "OTHER": false, "DEPLOY": false,
+	} {
+		if got := l.Allows(k); got != want {
+			t.Errorf("%v.Allows(%q) = %v, want %v", l, k, got, want)
+		}
+	}
+	if !(Allowlist{}).Allows("ANY") {
+		t.Error("an empty list refuses a name; want every name allowed")
+	}
+	if err := l.Check(); err != nil {
+		t.Errorf("%v.Check() = %v, want nil", l, err)
+	}
+	for _, tc := range []struct{ entry, says string }{
+		{"PATH", `environment variable "PATH" is refused`},
+		{"GIT_DIR", "whatever allowed_env says"},
+		{"", "not a variable name"},
+		{"A=B", "not a variable name"},
+		{"A*B", "'*' may only end an entry"},
+	} {
+		err := Allowlist{"DEPLOY_TARGET", tc.entry}.Check()
+		if err == nil || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("Check of %q = %v, want an error saying %q", tc.entry, err, tc.says)
 		}
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/opsgate/opsgate/internal/ctxtime"
 	"github.com/opsgate/opsgate/internal/grpcwire"
 	"github.com/opsgate/opsgate/internal/loglimit"
+	"github.com/opsgate/opsgate/internal/scriptenv"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"github.com/opsgate/opsgate/proxy/runner"
 )
@@ -72,6 +73,9 @@ type Options struct {
 	ScriptsDir     string
 	MaxConcurrency int
 	MaxOutput      int
+	// AllowedEnv, when not empty, is the only variables a command may set
+	// (the config's allowed_env).
+	AllowedEnv scriptenv.Allowlist
 	// PollWait is the wait the agent asks for; the automator clamps it (30s).
 	PollWait time.Duration
 	// GracePeriod: on stop, running scripts get this long to finish before

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -118,6 +120,9 @@ func (a *Agent) execute(ctx context.Context, c *automatorv1.Claim, cmd *automato
 	if strings.HasPrefix(cmd.GetScript(), "@") {
 		return a.builtin(cmd)
 	}
+	if err := a.allowedEnv(cmd.GetEnv()); err != nil {
+		return nil, err
+	}
 	env := make(map[string]string, len(cmd.GetEnv())+4)
 	for k, v := range cmd.GetEnv() {
 		env[k] = v
@@ -184,4 +189,15 @@ const deadlineSecondsVar = "PROXY_DEADLINE_SECONDS"
 // starts now: the whole seconds left, rounded down.
 func deadlineSeconds(deadline time.Time) string {
 	return strconv.Itoa(int(time.Until(deadline).Seconds()))
+}
+
+// allowedEnv refuses a command that sets a variable this proxy's
+// allowed_env does not list, naming the first in order.
+func (a *Agent) allowedEnv(env map[string]string) error {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		if !a.o.AllowedEnv.Allows(k) {
+			return fmt.Errorf("environment variable %q is refused: instance %s's allowed_env does not list it; nothing ran", k, a.o.InstanceID)
+		}
+	}
+	return nil
 }

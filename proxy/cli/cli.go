@@ -222,6 +222,7 @@ func runProxy(ctx context.Context, cfg config.Config, file loadedConfig, env Env
 		ScriptsDir:     cfg.ScriptsDir,
 		MaxConcurrency: cfg.MaxConcurrency,
 		MaxOutput:      cfg.MaxOutputBytes,
+		AllowedEnv:     cfg.AllowedEnv,
 		GracePeriod:    cfg.GracePeriod,
 		EndGrace:       endGrace,
 		Logger:         log,

@@ -23,6 +23,7 @@ import (
 
 	"github.com/opsgate/opsgate/internal/hostport"
 	"github.com/opsgate/opsgate/internal/printable"
+	"github.com/opsgate/opsgate/internal/scriptenv"
 
 	"github.com/opsgate/opsgate/crypto"
 	"github.com/opsgate/opsgate/internal/secretfile"
@@ -89,6 +90,13 @@ type Config struct {
 	// Unset: no state file. One state_dir serves one running proxy, which
 	// holds it with a lock (agent.LockStateDir); a second is refused.
 	StateDir string `yaml:"state_dir"`
+	// AllowedEnv, when set, lists the only environment variables a command
+	// may set for this proxy's scripts (NAME, or NAME_* for every name
+	// beginning NAME_); a unit setting another fails and nothing runs. It
+	// narrows the automator's and the proxy's own refusals
+	// (scriptenv.Refused), never widens them. Unset: any name those let
+	// through.
+	AllowedEnv []string `yaml:"allowed_env,omitempty"`
 	// LogFormat is how `proxy run` logs: "text" (the default) or "json",
 	// one object per line, for a log collector.
 	LogFormat string `yaml:"log_format,omitempty"`
@@ -262,6 +270,9 @@ func (c Config) Validate() error {
 	}
 	if c.LogFormat != "" && c.LogFormat != "text" && c.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("log_format: %q is not text or json", c.LogFormat))
+	}
+	if err := scriptenv.Allowlist(c.AllowedEnv).Check(); err != nil {
+		errs = append(errs, fmt.Errorf("allowed_env: %w", err))
 	}
 	if err := noNUL(c.StateDir); err != nil {
 		errs = append(errs, fmt.Errorf("state_dir: %w", err))

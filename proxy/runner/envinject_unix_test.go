@@ -323,3 +323,70 @@ func TestCommandEnvCannotChooseWhereTheScriptChangesDirectory(t *testing.T) {
 		t.Errorf("Run without CDPATH: stdout %q, %v; want the deployed script's output", res.Stdout, err)
 	}
 }
+
+// TestCommandEnvCannotMakeGitOrTarRunACommand: git takes its config from
+// variables with no file needed (GIT_CONFIG_COUNT/KEY/VALUE,
+// GIT_CONFIG_PARAMETERS) or from a file one names (GIT_CONFIG_GLOBAL), and
+// runs its core.fsmonitor at a script's git status; GNU tar takes options
+// from TAR_OPTIONS, and runs --checkpoint-action=exec's command. A command
+// setting them would run a command of the caller's choosing as the
+// proxy's user, through a deployed script that calls git or tar. The run is
+// refused, and nothing runs. Before, all of them ran it (a review, as
+// root).
+func TestCommandEnvCannotMakeGitOrTarRunACommand(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, tool, script string
+		env                func(t *testing.T, injected, dir string) map[string]string
+	}{
+		{"GIT_CONFIG_COUNT", "git", "git init -q repo && cd repo && git status --short", func(_ *testing.T, injected, _ string) map[string]string {
+			return map[string]string{"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.fsmonitor", "GIT_CONFIG_VALUE_0": ": >" + injected + "; false"}
+		}},
+		{"GIT_CONFIG_PARAMETERS", "git", "git init -q repo && cd repo && git status --short", func(_ *testing.T, injected, _ string) map[string]string {
+			return map[string]string{"GIT_CONFIG_PARAMETERS": "'core.fsmonitor'=': >" + injected + "; false'"}
+		}},
+		{"GIT_CONFIG_GLOBAL", "git", "git init -q repo && cd repo && git status --short", func(t *testing.T, injected, dir string) map[string]string {
+			planted := filepath.Join(dir, "planted.cfg")
+			if err := writeFileNoFork(planted, []byte("[core]\n\tfsmonitor = \": >"+injected+"; false\"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return map[string]string{"GIT_CONFIG_GLOBAL": planted}
+		}},
+		{"TAR_OPTIONS", "tar", "tar -cf archive.tar deployed.sh", func(_ *testing.T, injected, _ string) map[string]string {
+			return map[string]string{"TAR_OPTIONS": "--checkpoint=1 --checkpoint-action=exec=touch\\ " + injected}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tool, err := exec.LookPath(tc.tool)
+			if err != nil {
+				t.Skipf("no %s", tc.tool)
+			}
+			dir := t.TempDir()
+			injected := filepath.Join(dir, "injected")
+			env := tc.env(t, injected, dir)
+			script := "#!/bin/sh\ncd " + dir + " && PATH=" + filepath.Dir(tool) + ":$PATH && " + tc.script + "\n"
+			if err := writeFileNoFork(filepath.Join(dir, "deployed.sh"), []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			// The variable works: the script run with it runs the command.
+			check := exec.Command("/bin/sh", filepath.Join(dir, "deployed.sh"))
+			check.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + dir}
+			for k, v := range env {
+				check.Env = append(check.Env, k+"="+v)
+			}
+			if out, err := check.CombinedOutput(); err != nil {
+				t.Skipf("%s does not run here: %v: %s", tc.tool, err, out)
+			}
+			if err := os.Remove(injected); err != nil {
+				t.Skipf("this %s does not run the command (%v): nothing to refuse", tc.tool, err)
+			}
+			for _, f := range []string{"repo", "archive.tar"} {
+				if err := os.RemoveAll(filepath.Join(dir, f)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			runRefused(t, Spec{ScriptsDir: dir, Script: "deployed.sh", Env: env}, injected, tc.name, tc.tool)
+		})
+	}
+}
