@@ -17,11 +17,12 @@ import (
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/internal/clihelp"
 	"github.com/opsgate/opsgate/proxy/service"
+	"github.com/opsgate/opsgate/version"
 )
 
 const usage = `usage:
   automator init    --data-dir DIR [--public-url https://HOST:PORT] [--db DSN]
-  automator serve   --data-dir DIR [--listen ADDR] [--http-listen ADDR] [--db DSN] [--replica-id ID] [--log-format text|json]
+  automator serve   --data-dir DIR [--listen ADDR] [--http-listen ADDR] [--db DSN] [--replica-id ID] [--log-format text|json] [--insecure-plaintext]
   automator account create NAME --data-dir DIR [--db DSN]
   automator account list --data-dir DIR [--db DSN] [--json]
   automator account rotate-token NAME --data-dir DIR [--db DSN] [--overlap DUR]   # prints the new profile
@@ -46,6 +47,7 @@ const usage = `usage:
   automator exec    --server URL --api-key-file F --ca FILE --account NAME ... SCRIPT [ARG...]
   automator install --data-dir DIR [--db DSN] [--name NAME] [--user USER] [--manual-start]
   automator start|stop|status|uninstall [--name NAME]
+  automator version                                              # this build's version (also --version)
 
 --db DSN, wherever it is taken, overrides db in DIR/automator.yaml: give a command the --db
 its serve was given, or it opens another database.
@@ -171,6 +173,16 @@ func run(ctx context.Context, args []string, env Env) (int, error) {
 		return 0, cmdRepair(ctx, args[1:], env)
 	case "install", "start", "stop", "status", "uninstall":
 		return 0, serviceCommand(args[0], args[1:], env)
+	case "version", "--version":
+		if len(args) > 1 && slices.Contains([]string{"-h", "--help", "help"}, args[1]) {
+			fmt.Fprintln(env.Stdout, "usage:\n"+strings.Join(clihelp.Forms(usage, "automator", "version"), "\n"))
+			return 0, nil
+		}
+		if len(args) > 1 {
+			return 0, fmt.Errorf("%s takes no arguments", args[0])
+		}
+		fmt.Fprintln(env.Stdout, version.Line("automator"))
+		return 0, nil
 	case "help", "-h", "--help":
 		if len(args) > 1 && args[0] == "help" {
 			// `automator help exec` is `automator exec --help`, and

@@ -3,6 +3,7 @@
 package cli
 
 import (
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,6 +13,8 @@ import (
 // into every profile as automator_url, so an http:// one on an automator
 // serving TLS (or the other way round) makes profiles no proxy can use.
 // serve says so as it starts, naming the fix, and serves all the same.
+// The plaintext URL it suggests names the port serve listens on, not
+// public_url's (before, it named public_url's, where nothing listened).
 func TestServeWarnsWhenPublicURLsSchemeIsNotTheOneItSpeaks(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -34,6 +37,9 @@ func TestServeWarnsWhenPublicURLsSchemeIsNotTheOneItSpeaks(t *testing.T) {
 			t.Errorf("serve %v of a public_url %s: its log lacks %q:\n%s", c.more, c.url, c.want, log)
 		case c.want == "" && strings.Contains(log, "public_url is"):
 			t.Errorf("serve %v of a public_url %s warns of its scheme:\n%s", c.more, c.url, log)
+		}
+		if _, port, _ := net.SplitHostPort(s.grpc); len(c.more) > 0 && !strings.Contains(log, "set public_url to http://127.0.0.1:"+port+" in ") {
+			t.Errorf("serve %v listening on %s: its log does not suggest http://127.0.0.1:%s:\n%s", c.more, s.grpc, port, log)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -283,7 +284,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		}
 	}()
 	warnExposedSecrets(log, *dir)
-	warnSchemeMismatch(log, *dir, cfg)
+	warnSchemeMismatch(log, *dir, cfg, lis.Addr())
 	log.Info("serving", "grpc", lis.Addr().String(), "http", hlis.Addr().String(), "tls", !cfg.InsecurePlaintext, "db", describeDB(*dir, cfg))
 	checkDone := startCheck(runCtx, st, repairHint(*dir, *db, cfg), log)
 
@@ -530,8 +531,10 @@ func warnExposedSecrets(log *slog.Logger, dir string) {
 // speaks: the profiles `account create` prints name it as automator_url,
 // and no proxy given one could use it (a plaintext connection to a TLS
 // listener is closed unanswered; a TLS handshake to a plaintext one fails),
-// which would otherwise be found only at each proxy.
-func warnSchemeMismatch(log *slog.Logger, dir string, cfg config.Config) {
+// which would otherwise be found only at each proxy. The plaintext URL it
+// suggests has the port of listen, where serve listens: plaintext is
+// served on loopback only, with nothing in between.
+func warnSchemeMismatch(log *slog.Logger, dir string, cfg config.Config, listen net.Addr) {
 	u, err := url.Parse(cfg.PublicURL)
 	if err != nil {
 		return // Validate refused it
@@ -541,6 +544,10 @@ func warnSchemeMismatch(log *slog.Logger, dir string, cfg config.Config) {
 	case u.Scheme == "http" && !cfg.InsecurePlaintext:
 		log.Warn("public_url is http://, but serve serves TLS: the profiles `account create` prints name an automator_url no proxy can use; set public_url to https://"+u.Host+" in "+path+", or serve plaintext on loopback (--insecure-plaintext)", "public_url", cfg.PublicURL)
 	case u.Scheme == "https" && cfg.InsecurePlaintext:
-		log.Warn("serving plaintext (insecure_plaintext), but public_url is https://: the profiles `account create` prints name an automator_url whose TLS handshake this automator does not answer; set public_url to http://"+u.Host+" in "+path, "public_url", cfg.PublicURL)
+		host := u.Host
+		if tcp, ok := listen.(*net.TCPAddr); ok {
+			host = net.JoinHostPort(u.Hostname(), strconv.Itoa(tcp.Port))
+		}
+		log.Warn("serving plaintext (insecure_plaintext), but public_url is https://: the profiles `account create` prints name an automator_url whose TLS handshake this automator does not answer; set public_url to http://"+host+" in "+path, "public_url", cfg.PublicURL)
 	}
 }

@@ -41,9 +41,14 @@ const usage = `usage:
   proxy run     --config FILE [--instance-id ID] [--scripts-dir DIR] [--state-dir DIR] [--log-format text|json]
   proxy install --config FILE [--name NAME] [--user USER] [--manual-start]
   proxy start|stop|status|uninstall [--name NAME]
+  proxy version                     # this build's version (also --version)
 
 install makes the OS service NAME (default "proxy") that runs
   proxy --service NAME run --config <its copy of FILE>
+
+exit codes: 0 done (run: stopped by a signal or the service manager); 1 the command failed,
+with one line on stderr (run: a config, a flag or a file refused, or the proxy ended on an
+error; status: the service is not installed).
 
 ` + "`proxy help COMMAND`" + ` (or ` + "`proxy COMMAND --help`" + `) shows one command's flags.
 `
@@ -91,6 +96,16 @@ func run(ctx context.Context, args []string, env Env) error {
 		return cmdRun(ctx, args[1:], env)
 	case "install", "start", "stop", "status", "uninstall":
 		return serviceCommand(args[0], args[1:], env)
+	case "version", "--version":
+		if len(args) > 1 && slices.Contains([]string{"-h", "--help", "help"}, args[1]) {
+			fmt.Fprintln(env.Stdout, "usage:\n"+strings.Join(clihelp.Forms(usage, "proxy", "version"), "\n"))
+			return nil
+		}
+		if len(args) > 1 {
+			return fmt.Errorf("%s takes no arguments", args[0])
+		}
+		fmt.Fprintln(env.Stdout, version.Line("proxy"))
+		return nil
 	case "help", "-h", "--help":
 		if len(args) > 1 && args[0] == "help" {
 			// `proxy help run` is `proxy run --help`.
