@@ -184,10 +184,13 @@ func cmdWorkList(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	views, err := workViews(ctx, st, srv, store.WorkListParams{Account: *account, State: store.State(*state)}, *limit)
+	// One more than asked tells whether the listing leaves units out.
+	views, err := workViews(ctx, st, srv, store.WorkListParams{Account: *account, State: store.State(*state)}, *limit+1)
 	if err != nil {
 		return err
 	}
+	more := len(views) > *limit
+	views = views[:min(len(views), *limit)]
 	if *l.json {
 		return writeJSON(env.Stdout, views)
 	}
@@ -206,7 +209,15 @@ func cmdWorkList(ctx context.Context, args []string, env Env) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	return reasons.note(env.Stdout, "`automator work show ID` (or --json)")
+	if err := reasons.note(env.Stdout, "`automator work show ID` (or --json)"); err != nil {
+		return err
+	}
+	if more {
+		// Silently cut, a listing reads as every unit there is.
+		_, err := fmt.Fprintf(env.Stdout, "the newest %d listed; older ones match too: --limit N lists up to N (10000 at most)\n", *limit)
+		return err
+	}
+	return nil
 }
 
 // workListChunk is the most units work list reads at a time. Each comes

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -69,6 +71,36 @@ func TestWorkListReadsItsUnitsAChunkAtATime(t *testing.T) {
 		}
 		if rec.max > workListChunk {
 			t.Errorf("--limit %d: a listing of %d units at once; want at most %d", limit, rec.max, workListChunk)
+		}
+	}
+}
+
+// TestWorkListSaysWhenItLeavesUnitsOut: a listing cut at --limit says so
+// under its table, and how to list more; one that lists every unit that
+// matches says nothing of the kind. Before, 54 units listed as 50 with no
+// word of the other 4 (a review).
+func TestWorkListSaysWhenItLeavesUnitsOut(t *testing.T) {
+	t.Parallel()
+	dir := seedListings(t)
+	code, out, stderr := runMain(t, "work", "list", "--data-dir", dir, "--limit", "10000", "--json")
+	if code != 0 {
+		t.Fatalf("work list --json: exit %d: %s", code, stderr)
+	}
+	n := strings.Count(out, `"work_id"`)
+	if n < 2 {
+		t.Fatalf("seeded %d units; want 2 or more", n)
+	}
+	const note = "older ones match too: --limit N lists up to N"
+	for limit, cut := range map[int]bool{n - 1: true, n: false, n + 1: false} {
+		code, out, stderr := runMain(t, "work", "list", "--data-dir", dir, "--limit", strconv.Itoa(limit))
+		if code != 0 {
+			t.Fatalf("work list --limit %d: exit %d: %s", limit, code, stderr)
+		}
+		if got := strings.Contains(out, fmt.Sprintf("the newest %d listed; ", limit)+note); got != cut {
+			t.Errorf("work list --limit %d of %d units says it left some out: %v, want %v:\n%s", limit, n, got, cut, out)
+		}
+		if !cut && strings.Contains(out, note) {
+			t.Errorf("work list --limit %d of %d units:\n%s", limit, n, out)
 		}
 	}
 }
