@@ -191,6 +191,11 @@ func restoreSQLite(ctx context.Context, dir, db string, cfg config.Config, file 
 	if err == nil && prevErr == nil {
 		accountLines, err = accountWarnings(ctx, st, prev.accounts, dir, db)
 	}
+	if err == nil && prevErr == nil {
+		var keyLines []string
+		keyLines, err = apiKeyWarnings(ctx, st, prev.apiKeys, dir, db)
+		accountLines = append(accountLines, keyLines...)
+	}
 	if err == nil {
 		// Putting the copy in place is no transaction of the database:
 		// the restore's event goes into the copy before the copy takes
@@ -514,6 +519,34 @@ func accountWarnings(ctx context.Context, st store.Store, prevAccounts []store.A
 		case !bytes.Equal(r.TokenHash, p.TokenHash) || r.KeyID != p.KeyID:
 			lines = append(lines, fmt.Sprintf("warning: account %s had its token or key rotated after the backup was taken: the restored database accepts its earlier token again and refuses proxies given the newer profile; run `automator account rotate-token %s --data-dir %s --overlap 0` (or rotate-key)%s and deploy the new profile", p.Name, p.Name, dir, withSameDB(db)))
 		}
+	}
+	return lines, nil
+}
+
+// apiKeyWarnings names each API key the replaced database held, valid,
+// that st, the restored database, lacks: one made after the backup was
+// taken, whose callers are now refused as unknown. Each warning names the
+// command that makes another, runnable as printed (with the data directory
+// dir).
+func apiKeyWarnings(ctx context.Context, st store.Store, prevKeys []store.APIKey, dir, db string) ([]string, error) {
+	restored, err := st.APIKeyList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	inBackup := map[string]bool{}
+	for _, k := range restored {
+		inBackup[k.ID] = true
+	}
+	var lines []string
+	for _, k := range prevKeys {
+		if inBackup[k.ID] || !k.RevokedAt.IsZero() {
+			continue
+		}
+		scope := "--all-accounts"
+		if len(k.Accounts) > 0 {
+			scope = "--accounts " + shellArg(strings.Join(k.Accounts, ","))
+		}
+		lines = append(lines, fmt.Sprintf("warning: API key %s (%s) was made after the backup was taken and is not in it: its callers are refused as unauthenticated until they are given another (`automator apikey create %s --data-dir %s %s`%s)", k.ID, k.Name, shellArg(k.Name), shellArg(dir), scope, withSameDB(db)))
 	}
 	return lines, nil
 }
