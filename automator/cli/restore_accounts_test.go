@@ -69,7 +69,8 @@ func TestRestoreSaysWhatToRunForAnAccountRotatedOrMadeAfterTheBackup(t *testing.
 }
 
 // shellWords splits a command line as shellArg quotes its words: words
-// apart at spaces, 'quoted' runs taken as they are, '\'' a quote.
+// apart at spaces, runs between single quotes taken as they are, and a
+// backslash escaping the next byte.
 func shellWords(t *testing.T, line string) []string {
 	t.Helper()
 	var words []string
