@@ -213,6 +213,10 @@ func (o *openCalls) give(src string) {
 	}
 }
 
+// tokenExpired refuses an account token past its overlap: replaced by a
+// rotation whose overlap has ended (at once, with none).
+const tokenExpired = "account token expired: it was rotated and its overlap window has ended; install the account's new profile"
+
 // errExpiredToInterceptor: TapHandle met an expired account token, which
 // the interceptor refuses once it has the poll to record.
 var errExpiredToInterceptor = errors.New("expired account token: left to the interceptor")
@@ -241,7 +245,7 @@ func (s *Server) authenticate(ctx context.Context, method string, req any) (cont
 		case errors.Is(err, store.ErrExpired):
 			// The presenter held this token: telling it that it expired
 			// reveals nothing, and tells its operator what to do.
-			err := s.authFailed(ctx, method, "account token expired: it was rotated and its overlap window has ended; install the account's new profile", "account:"+a.Name)
+			err := s.authFailed(ctx, method, tokenExpired, "account:"+a.Name)
 			if poll, ok := req.(*automatorv1.PollRequest); ok && method == proxyPrefix+"Poll" && status.Code(err) == codes.Unauthenticated {
 				// Within the source's budget only (over it, the refusal
 				// is ResourceExhausted and nothing more is written).

@@ -24,9 +24,9 @@ import (
 //     began, in every process sharing the store.
 //   - claiming one itself after a wake-up: it looks its token up again,
 //     through the same cache, before it claims (recheckToken). A token
-//     withdrawn ends the poll with Unauthenticated, as the interceptor
-//     would; a token that became a previous one works until its overlap
-//     ends, as one presented as such does.
+//     withdrawn, or past its overlap, ends the poll with Unauthenticated,
+//     as the interceptor would; a token that became a previous one works
+//     until its overlap ends, as one presented as such does.
 
 // pollToken is what a waiting poll knows of the token that authenticated
 // it, renewed by every recheckToken. Its accepts check reads it under the
@@ -72,9 +72,10 @@ func (t *pollToken) renew(a store.Account) {
 
 // recheckToken looks up again the token of a poll woken to claim, before
 // it claims: a rotation made while it waited applies to it. A token
-// withdrawn is refused (Unauthenticated, audited, counted against the
-// source as a refused call is); one whose overlap has ended makes the poll
-// claim nothing more (pollToken.expired).
+// withdrawn, or past its overlap (a rotation without overlap makes the
+// token it replaces so at once), is refused (Unauthenticated, audited,
+// counted against the source as a refused call is), in the interceptor's
+// words for it.
 func (s *Server) recheckToken(ctx context.Context, account string, t *pollToken) error {
 	a, err := s.store.AccountGetByToken(ctx, store.AccountGetByTokenParams{TokenHash: t.hash, Now: s.clock.Now()})
 	switch {
@@ -83,6 +84,7 @@ func (s *Server) recheckToken(ctx context.Context, account string, t *pollToken)
 		// names the account the token was withdrawn from.
 		return s.authFailed(ctx, proxyPrefix+"Poll", "invalid account token", "account:"+account)
 	case errors.Is(err, store.ErrExpired):
+		return s.authFailed(ctx, proxyPrefix+"Poll", tokenExpired, "account:"+account)
 	case err != nil:
 		return s.internal(ctx, "looking up account token", err)
 	}

@@ -66,8 +66,8 @@ func TestPollWaitingAcrossRotateTokenWithoutOverlapGetsNothing(t *testing.T) {
 	if len(r.resp.GetClaims()) > 0 {
 		t.Fatalf("the poll waiting across rotate-token --overlap 0 got unit %s", r.resp.GetClaims()[0].GetWorkId())
 	}
-	if status.Code(r.err) != codes.Unauthenticated || !strings.Contains(r.err.Error(), "invalid account token") {
-		t.Fatalf("the poll waiting across rotate-token --overlap 0 ended with %v, want Unauthenticated: invalid account token", r.err)
+	if status.Code(r.err) != codes.Unauthenticated || !strings.Contains(r.err.Error(), "account token expired") {
+		t.Fatalf("the poll waiting across rotate-token --overlap 0 ended with %v, want Unauthenticated: account token expired", r.err)
 	}
 	if _, err := pollNow(oldProxy, "old", 1); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("the next poll with the withdrawn token: %v, want Unauthenticated", err)
@@ -77,7 +77,7 @@ func TestPollWaitingAcrossRotateTokenWithoutOverlapGetsNothing(t *testing.T) {
 	}
 	var audited bool
 	for _, ev := range e.auditLog() {
-		if ev.Kind == store.AuditAuthFailed && ev.Actor == "account:acme" && strings.Contains(ev.Detail, "Poll: invalid account token") {
+		if ev.Kind == store.AuditAuthFailed && ev.Actor == "account:acme" && strings.Contains(ev.Detail, "Poll: account token expired") {
 			audited = true
 		}
 	}

@@ -145,10 +145,16 @@ func testRotationWithoutOverlapEndsEveryWindow(f *fixture) {
 	f.rotate(store.AccountRotateParams{Name: "acme", TokenHash: hash("t3"), PreviousUntil: at(time.Hour), Now: at(time.Minute)})
 	// The answer to a leak: a new token and key, no overlap.
 	f.rotate(store.AccountRotateParams{Name: "acme", TokenHash: hash("t4"), KeyID: 3, SealedKey: []byte("k3"), PreviousUntil: at(2 * time.Minute), Now: at(2 * time.Minute)})
-	for _, h := range [][]byte{acme.TokenHash, hash("t2"), hash("t3")} {
-		if a, err := f.byToken(h, at(2*time.Minute)); err == nil {
-			f.t.Errorf("AccountGetByToken(%x…) after a rotation without overlap = %q; want it refused", h[:4], a.Name)
-		}
+	for _, h := range [][]byte{acme.TokenHash, hash("t2")} {
+		_, err := f.byToken(h, at(2*time.Minute))
+		f.wantErr(fmt.Sprintf("AccountGetByToken(%x…) of an earlier rotation's token after a rotation without overlap", h[:4]), err, store.ErrNotFound)
+	}
+	// The token it replaced is refused as expired, naming its account: a
+	// proxy still polling with it is told to install the new profile, and
+	// listed refused (before, it was refused as unknown, and listed
+	// online, then offline).
+	if a, err := f.byToken(hash("t3"), at(2*time.Minute)); !errors.Is(err, store.ErrExpired) || a.Name != "acme" {
+		f.t.Errorf("AccountGetByToken(t3) after the rotation without overlap that replaced it = %q, %v; want acme, ErrExpired", a.Name, err)
 	}
 	if a, err := f.byToken(hash("t4"), at(2*time.Minute)); err != nil || a.KeyID != 3 {
 		f.t.Errorf("AccountGetByToken(t4) = %s, %v; want acme with key 3", fmtAccount(a), err)
