@@ -626,10 +626,14 @@ type budget struct {
 
 // answered tells that an automator answered a try under way (and the
 // unit's deadline, when it is known): the budget starts again from the
-// next failure.
+// next failure. A unit's deadline does not move: the earliest told is
+// kept. A later one is a later answer's trip, or an answer past the
+// deadline, whose time left is 0 however long ago it passed (each read of
+// a unit an automator failed to time out, its disk full, moved the
+// deadline to the read, and the budget with it).
 func (b *budget) answered(deadline time.Time) {
 	b.giveUp, b.told = time.Time{}, false
-	if !deadline.IsZero() {
+	if !deadline.IsZero() && (b.deadline.IsZero() || deadline.Before(b.deadline)) {
 		b.deadline = deadline
 	}
 }

@@ -508,11 +508,21 @@ func (s *Server) wait(ctx context.Context, id string, sub *doneSub, known *store
 			sub = s.hub.WaitDone(id)
 		case <-recheck: // read it again
 		case <-timer.C:
-			if _, err := s.expireDue(ctx, id); store.IsDamaged(err) {
+			_, err := s.expireDue(ctx, id)
+			switch {
+			case store.IsDamaged(err):
 				// It cannot be timed out, and would be waited for until
 				// the database is repaired, with nothing said: the
 				// caller is told why at its deadline.
 				return nil, status.Errorf(codes.DataLoss, "the automator's database is damaged: timing work %q out at its deadline failed, and fails until its operator repairs the database", id)
+			case store.IsStorageFull(err) && !s.clock.Now().Before(w.Deadline.Add(s.sweepInterval)):
+				// Its end is timed_out, written or not: no claim and no
+				// result is taken past the deadline. The caller hears
+				// so now (guarantee 2), not once space is freed, which
+				// may be hours. A SweepInterval past the deadline, so
+				// that a replica whose clock is a little behind this one
+				// has taken its last result by then.
+				return s.workStatus(ctx, timedOutUnwritten(w))
 			}
 			fired = true
 		case <-s.shutdown:
@@ -521,6 +531,19 @@ func (s *Server) wait(ctx context.Context, id string, sub *doneSub, known *store
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
 	}
+}
+
+// timedOutUnwritten is w, open past its deadline, as WorkExpire would end
+// it, for a caller to hear while a full disk keeps that from being
+// written (the sweeper writes it once space is freed).
+func timedOutUnwritten(w store.Work) store.Work {
+	reason := store.UnclaimedReason
+	if w.State == store.StateClaimed {
+		reason = store.ExpireReason(w, store.AccountInstances{})
+	}
+	w.State, w.FinishedAt = store.StateTimedOut, w.Deadline
+	w.Reason = reason + "; the automator's database is out of disk space: it records the unit timed_out once space is freed"
+	return w
 }
 
 // workStatus turns a stored unit into what callers see, opening the result.

@@ -260,3 +260,39 @@ func TestADiskFillingAndFreedByTurnsIsLoggedWithinABound(t *testing.T) {
 		t.Fatalf("%d lines for %d turns of a disk full then not within a minute, want at most %d:\n%s", n, loglimit.DefaultLines, loglimit.DefaultLines, log.lines())
 	}
 }
+
+// expiryFull is a store whose units cannot be timed out, as on a full
+// disk, while reads go on.
+type expiryFull struct{ store.Store }
+
+func (expiryFull) WorkExpire(context.Context, store.WorkExpireParams) ([]store.Work, error) {
+	return nil, errFull
+}
+
+// TestACallerWaitingForAUnitThatCannotBeTimedOutOnAFullDiskHearsItTimedOut:
+// a unit open past its deadline while a full disk keeps it from being
+// timed out in the database has ended all the same (no claim and no
+// result is taken past the deadline): its waiting caller hears it timed
+// out, its reason saying why it is not recorded yet, a SweepInterval past
+// the deadline (guarantee 2). Before, the caller waited until space was
+// freed (113 s for a 45 s timeout, in a review).
+func TestACallerWaitingForAUnitThatCannotBeTimedOutOnAFullDiskHearsItTimedOut(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{sweepInterval: 200 * time.Millisecond, wrap: func(st store.Store) store.Store { return expiryFull{st} }})
+	ctx, cancel := context.WithTimeout(t.Context(), waittest.Bound)
+	defer cancel()
+	st, err := e.callerClient().ExecuteOnProxy(ctx, &automatorv1.ExecuteRequest{Account: e.account,
+		Command: &automatorv1.Command{Script: "hello.sh"}, Timeout: durationpb.New(time.Second)})
+	if err != nil || st.GetState() != automatorv1.State_STATE_TIMED_OUT ||
+		!strings.HasPrefix(st.GetReason(), store.UnclaimedReason) || !strings.Contains(st.GetReason(), "out of disk space: it records the unit timed_out once space is freed") {
+		t.Fatalf("ExecuteOnProxy of a unit that cannot be timed out for a full disk: %v, %v; want it timed out, saying why it is not recorded", st, err)
+	}
+	if st.GetRemaining() != nil || st.GetFinishedAt().AsTime() != st.GetDeadline().AsTime() {
+		t.Errorf("the unit heard timed out: remaining %v, finished %v; want none, at its deadline %v", st.GetRemaining(), st.GetFinishedAt().AsTime(), st.GetDeadline().AsTime())
+	}
+	// The store still holds it open: a read says so.
+	got, err := e.callerClient().Get(t.Context(), &automatorv1.GetRequest{WorkId: st.GetWorkId()})
+	if err != nil || got.GetState() != automatorv1.State_STATE_QUEUED {
+		t.Errorf("Get: %v, %v; want it still queued in the database", got.GetState(), err)
+	}
+}
