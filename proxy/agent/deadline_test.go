@@ -156,3 +156,37 @@ func TestNoResultIsPostedAfterTheDeadline(t *testing.T) {
 		}
 	}
 }
+
+// TestAResultIsPostedOnceMoreJustBeforeTheDeadline: a result whose post
+// failed, and whose backoff would wake past the unit's deadline, is posted
+// once more a second before it, rather than given up at once: an
+// automator back by then (its disk freed) takes it. Before, the proxy
+// gave up as soon as the backoff reached past the deadline, up to 15 s
+// before it (a review: 11 s).
+func TestAResultIsPostedOnceMoreJustBeforeTheDeadline(t *testing.T) {
+	t.Parallel()
+	useRunner(t, func(context.Context, runner.Spec) (runner.Result, error) {
+		return runner.Result{Stdout: []byte("done")}, nil
+	})
+	f := newFake()
+	f.completeErr = []error{status.Error(codes.ResourceExhausted, "the automator's database is out of disk space")}
+	log := &lockedWriter{b: &bytes.Buffer{}}
+	a := New(Options{
+		tune:   testTuning(t),
+		Client: f, Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(),
+		MaxConcurrency: 1, PollWait: time.Second, GracePeriod: 5 * time.Second,
+		// Every backoff after the failed post wakes past the deadline.
+		BackoffMin: time.Minute, BackoffMax: time.Minute,
+		Logger: slog.New(slog.NewTextHandler(log, nil)),
+	})
+	runInBackground(t, a)
+	// No post outlives the deadline (TestNoResultIsPostedAfterTheDeadline):
+	// this one is taken, so it was sent before.
+	f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{claimWithin(t, "w1", 3*time.Second)}}
+	if got := waittest.Recv(t, f.completed, "the result to be posted once more before the deadline"); got.GetWorkId() != "w1" {
+		t.Errorf("posted %s; want w1", got.GetWorkId())
+	}
+	if strings.Contains(log.String(), "giving up") {
+		t.Errorf("the proxy gave the result up:\n%s", log.String())
+	}
+}

@@ -36,6 +36,11 @@ func (t tuning) postBound(size int) time.Duration {
 	return t.postAttempt + time.Duration(size)*time.Second/time.Duration(t.minPostRate)
 }
 
+// lastPostLead is how long before a unit's deadline the last attempt to
+// post its result begins, when the backoff would wake past the deadline:
+// the attempt has that long (the deadline bounds every attempt).
+const lastPostLead = time.Second
+
 // maxPostPatience is how many times at most an attempt's bound is doubled
 // for the attempts before it that ran out of their own time (deliver).
 const maxPostPatience = 3
@@ -84,6 +89,7 @@ func (a *Agent) deliver(ctx context.Context, deadline time.Time, req *automatorv
 	// result, and attempts given the same bound again and again would
 	// each be cut off, until the deadline.
 	ranOut := 0
+	last := false // the next attempt is the last, lastPostLead before the deadline
 	for attempt := 1; ; attempt++ {
 		parent := ctx
 		if attempt == 1 {
@@ -128,10 +134,18 @@ func (a *Agent) deliver(ctx context.Context, deadline time.Time, req *automatorv
 			a.keptInSpool(log, e, attempt, err)
 			return
 		}
-		if time.Now().Add(wait).After(deadline) {
-			log.Warn("result not posted before the deadline; giving up", "attempts", attempt, "err", err)
-			e.settle()
-			return
+		if left := time.Until(deadline); wait >= left-lastPostLead {
+			// A backoff that would wake past the deadline leaves one
+			// last attempt, lastPostLead before it, rather than none:
+			// an automator back (its disk freed) in those seconds takes
+			// the result. With the backoff at its 15 s, the proxy gave
+			// up up to 15 s before the deadline.
+			if last || left <= lastPostLead {
+				log.Warn("result not posted before the deadline; giving up", "attempts", attempt, "err", err)
+				e.settle()
+				return
+			}
+			wait, last = left-lastPostLead, true
 		}
 		if attempt == 1 {
 			log.Info("posting the result failed; retrying until the deadline", "err", err)
