@@ -22,6 +22,7 @@ import (
 	"github.com/opsgate/opsgate/internal/grpcwire"
 	"github.com/opsgate/opsgate/internal/printable"
 	"github.com/opsgate/opsgate/internal/scriptenv"
+	"github.com/opsgate/opsgate/internal/scriptname"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -415,6 +416,11 @@ func (s *Server) checkCommand(c *automatorv1.Command) error {
 	// any proxy, which would report the unit failed.
 	if strings.ContainsRune(c.GetScript(), 0) {
 		return errors.New("command.script holds a NUL byte, which no file name can")
+	}
+	// No proxy runs it (proxy/runner refuses it again): refused here, it
+	// takes no proxy's slot and its caller hears why at once.
+	if p := scriptname.Problem(c.GetScript()); p != "" && !strings.HasPrefix(c.GetScript(), "@") {
+		return fmt.Errorf("command.script %s is refused: %s; a script is a plain file name inside the proxy's scripts directory", printable.Quote(c.GetScript()), p)
 	}
 	for i, a := range c.GetArgs() {
 		if strings.ContainsRune(a, 0) {

@@ -139,6 +139,15 @@ func TestCommandNoProcessCanTakeIsRefusedAtSubmit(t *testing.T) {
 		{"env value with NUL", &automatorv1.Command{Script: "x.sh", Env: map[string]string{"A": "v\x00w"}}, `command.env: the value of "A" holds a NUL byte`},
 		{"arg with NUL", &automatorv1.Command{Script: "x.sh", Args: []string{"ok", "a\x00b"}}, `command.args[1] holds a NUL byte`},
 		{"script with NUL", &automatorv1.Command{Script: "x\x00.sh"}, `command.script holds a NUL byte`},
+		// No proxy runs a name that is not a plain file name in its
+		// scripts directory (proxy/runner refuses it too): refused here,
+		// it takes no proxy's slot, and its caller hears why at once.
+		{"script out of the scripts directory", &automatorv1.Command{Script: "../outside/evil.sh"}, `command.script "../outside/evil.sh" is refused: contains a path separator; a script is a plain file name`},
+		{"absolute script", &automatorv1.Command{Script: "/bin/sh"}, `command.script "/bin/sh" is refused: is an absolute path`},
+		{"script named ..", &automatorv1.Command{Script: ".."}, `command.script ".." is refused: names a directory`},
+		{"hidden script", &automatorv1.Command{Script: ".x.sh"}, `command.script ".x.sh" is refused: starts with '.' (a hidden file)`},
+		{"script's backup", &automatorv1.Command{Script: "x.sh~"}, `command.script "x.sh~" is refused: ends in '~' (an editor's backup)`},
+		{"script with a control character", &automatorv1.Command{Script: "x\n.sh"}, `command.script "x\n.sh" is refused: contains a control character`},
 	} {
 		_, err := e.callerClient().Submit(context.Background(), &automatorv1.ExecuteRequest{Account: e.account, Command: tc.cmd})
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tc.want) {

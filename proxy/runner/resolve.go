@@ -10,9 +10,8 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
-	"unicode"
-	"unicode/utf8"
 
+	"github.com/opsgate/opsgate/internal/scriptname"
 	"github.com/opsgate/opsgate/internal/winname"
 )
 
@@ -70,31 +69,15 @@ func ResolveScript(dir, name string) (string, error) {
 	return real, nil
 }
 
-// badNameReason says why name is not a plain file name, or "" when it is.
+// badNameReason says why name is not a plain file name, or "" when it is:
+// scriptname.Problem, then the length and this OS's own rules.
 func badNameReason(name string) string {
+	if p := scriptname.Problem(name); p != "" {
+		return p
+	}
 	switch {
-	case name == "":
-		return "empty"
-	case name == "." || name == "..":
-		return "names a directory"
 	case len(name) > maxNameLen:
 		return fmt.Sprintf("longer than %d bytes", maxNameLen)
-	case name[0] == '/' || name[0] == '\\':
-		return "is an absolute path"
-	case strings.ContainsAny(name, `/\`):
-		return "contains a path separator"
-	case strings.Contains(name, ":"):
-		// A drive ("C:x") or an alternate data stream ("x:s") on windows;
-		// refused everywhere so a name means the same on every proxy.
-		return "contains ':'"
-	case !utf8.ValidString(name):
-		return "is not valid UTF-8"
-	case strings.IndexFunc(name, unicode.IsControl) >= 0:
-		return "contains a control character"
-	case name[0] == '-':
-		// Harmless for the absolute path we run, but a trap for every tool
-		// (and person) that later passes the name on a command line.
-		return "starts with '-'"
 	case windowsNames && strings.ContainsAny(name, `<>"|?*`):
 		return `contains a character windows does not allow in a file name (< > " | ? *)`
 	case windowsNames && (strings.HasSuffix(name, ".") || strings.HasSuffix(name, " ")):

@@ -12,6 +12,11 @@ import (
 func TestResolveScriptRefusesNamesThatAreNotPlainFileNames(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
+	for _, name := range []string{".hidden.sh", "deploy.sh~"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// Each name with the reason its refusal gives: an operator reads what
 	// is wrong with the name, not only that it is.
 	for name, reason := range map[string]string{
@@ -20,6 +25,9 @@ func TestResolveScriptRefusesNamesThatAreNotPlainFileNames(t *testing.T) {
 		`\x`: "absolute path", `..\x`: "path separator", `C:\x`: "path separator", "C:x": "':'", "x:stream": "':'",
 		"a\x00b": "control character", "a\nb": "control character", "\tx": "control character", "x\x7f": "control character",
 		"x\u0085": "control character", "\xff": "not valid UTF-8", "-rf": "starts with '-'", strings.Repeat("a", 256): "longer than 255 bytes",
+		// Runnable files, but no deployed scripts: a hidden file, an
+		// editor's backup (which keeps the script's mode).
+		".hidden.sh": "starts with '.' (a hidden file)", "deploy.sh~": "ends in '~' (an editor's backup)",
 	} {
 		_, err := ResolveScript(dir, name)
 		if !errors.Is(err, ErrBadScriptName) {

@@ -123,8 +123,10 @@ func TestTamperedCommandFailsAndRunsNothing(t *testing.T) {
 }
 
 // The proxy runs only scripts inside its scripts directory: a relative path
-// out of it, an absolute path and a symlink leading out are refused, and
-// nothing outside runs.
+// out of it and an absolute path are refused at submit (exec exits 255,
+// nothing queued), as are a hidden file and an editor's backup, which are
+// no deployed scripts; a symlink leading out is refused by the proxy
+// (125); nothing outside runs, nor the hidden file or the backup.
 func TestScriptsOutsideScriptsDirAreRefused(t *testing.T) {
 	t.Parallel()
 	a := startAutomator(t)
@@ -143,21 +145,26 @@ func TestScriptsOutsideScriptsDirAreRefused(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(scripts, "link.sh")); err != nil {
 		t.Fatal(err)
 	}
+	writeScript(t, scripts, ".hidden.sh", `touch "`+markers+`/hidden"`)
+	writeScript(t, scripts, "x.sh~", `touch "`+markers+`/backup"`)
 	startProxy(t, cfg, scripts, "a").WaitPolling(t)
 
 	for _, tc := range []struct {
 		name   string
 		args   []string
+		code   int
 		reason string
 	}{
-		{"relative path out", []string{"../x"}, "bad script name"},
-		{"absolute path", []string{"/bin/sh", "-c", "touch " + markers + "/sh"}, "bad script name"},
-		{"symlink out", []string{"link.sh"}, "outside the scripts directory"},
+		{"relative path out", []string{"../x"}, 255, `command.script "../x" is refused: contains a path separator`},
+		{"absolute path", []string{"/bin/sh", "-c", "touch " + markers + "/sh"}, 255, `command.script "/bin/sh" is refused: is an absolute path`},
+		{"hidden file", []string{".hidden.sh"}, 255, "starts with '.' (a hidden file)"},
+		{"editor's backup", []string{"x.sh~"}, 255, "ends in '~' (an editor's backup)"},
+		{"symlink out", []string{"link.sh"}, 125, "outside the scripts directory"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := a.Exec(append([]string{"--account", "acme", "--timeout", "20s"}, tc.args...)...)
-			if r.Code != 125 || !strings.Contains(r.Stderr, tc.reason) || strings.Count(r.Stderr, "\n") != 1 {
-				t.Errorf("exec %q: %v; want exit 125 and one line naming the refusal (%q)", tc.args[0], r, tc.reason)
+			if r.Code != tc.code || !strings.Contains(r.Stderr, tc.reason) || strings.Count(r.Stderr, "\n") != 1 {
+				t.Errorf("exec %q: %v; want exit %d and one line naming the refusal (%q)", tc.args[0], r, tc.code, tc.reason)
 			}
 		})
 	}
