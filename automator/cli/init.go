@@ -15,6 +15,7 @@ import (
 	"github.com/opsgate/opsgate/automator/store/pgstore"
 	"github.com/opsgate/opsgate/crypto"
 	"github.com/opsgate/opsgate/internal/clihelp"
+	"github.com/opsgate/opsgate/internal/secretfile"
 )
 
 // initDraft is the directory of the data directory where init writes its
@@ -52,6 +53,12 @@ func cmdInit(ctx context.Context, args []string, env Env) (err error) {
 	}
 	if _, err := os.Stat(filepath.Join(*dir, config.FileConfig)); err == nil {
 		return fmt.Errorf("%s is already initialised (%s exists); use another --data-dir", *dir, config.FileConfig)
+	}
+	if who := secretfile.WritableByOthers(*dir); who != "" && !madeDir {
+		// Made here, it is 0700; one that was there keeps its mode, and
+		// the master key and CA key would sit where others may replace
+		// them (serve warns of it, after the fact).
+		return fmt.Errorf("--data-dir %s is writable by %s: whoever may write it may replace the master key, the CA's key and the config init writes there; %s, or give a directory that does not exist yet (init makes it, mode 0700)", *dir, who, secretfile.RestrictDir)
 	}
 	path := func(name string) string { return filepath.Join(*dir, name) }
 	// made is every file this init created (each is created anew, never

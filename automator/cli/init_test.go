@@ -169,6 +169,50 @@ func TestInitWritesItsSecretsForItsOwnerOnly(t *testing.T) {
 	}
 }
 
+// TestInitRefusesADirectoryOthersMayWrite: init into an existing directory
+// that others may write (its keys could be replaced there) is refused,
+// naming the mode and the fix, and writes nothing; the same directory
+// made private is initialised, and a directory init makes is 0700. Before,
+// init wrote its keys into a world-writable directory without a word (a
+// review).
+func TestInitRefusesADirectoryOthersMayWrite(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS == "windows" {
+		t.Skip("no unix permission bits on windows")
+	}
+	dir := filepath.Join(t.TempDir(), "data")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil { // past the umask
+		t.Fatal(err)
+	}
+	code, _, stderr := runMain(t, "init", "--data-dir", dir)
+	if code != ExitError || !strings.Contains(stderr, "is writable by every user (mode drwxrwxrwx)") || !strings.Contains(stderr, "chmod 700 it") {
+		t.Fatalf("init into a world-writable directory: exit %d, %q; want it refused, naming the mode and the fix", code, stderr)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("the refused init wrote %d files", len(entries))
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := runMain(t, "init", "--data-dir", dir); code != 0 {
+		t.Fatalf("init into the directory made private: exit %d: %s", code, stderr)
+	}
+	made := filepath.Join(t.TempDir(), "made")
+	if code, _, stderr := runMain(t, "init", "--data-dir", made); code != 0 {
+		t.Fatalf("init into a new directory: exit %d: %s", code, stderr)
+	}
+	fi, err := os.Stat(made)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o700 {
+		t.Errorf("the directory init made has mode %v; want 0700", fi.Mode())
+	}
+}
+
 // TestAnErrorOfSeveralProblemsIsOneLine: a command that finds several
 // problems at once (two --server addresses without a port, two settings of
 // automator.yaml out of bounds) names them all on one line of stderr and
