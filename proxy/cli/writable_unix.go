@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/user"
+	"strconv"
+	"syscall"
 
 	"github.com/opsgate/opsgate/internal/secretfile"
 )
@@ -17,7 +20,8 @@ const looseScriptsWarning = "users other than the scripts' owners may change wha
 // writableByOthers lists what lets users other than the scripts' owners
 // choose the programs that the scripts directory dir runs (as the proxy's
 // user, often root): a path of scriptPaths that every user may write to,
-// or a group other than root's. A directory above dir or inside it with
+// or a group other than root's, or that a user other than root and the
+// proxy's own owns. A directory above dir or inside it with
 // the sticky bit (/var/tmp, say) is not listed: there no one may rename or
 // replace what is not theirs. Each entry names the path, who may write it
 // and its mode. Empty when dir cannot be read.
@@ -32,8 +36,28 @@ func writableByOthers(dir string) []string {
 		if w := writers(fi, other); w != "" {
 			found = append(found, fmt.Sprintf("%s: writable by %s (mode %v)", p.path, w, fi.Mode()))
 		}
+		if o := otherOwner(fi); o != "" {
+			found = append(found, fmt.Sprintf("%s: owned by %s, not root or this proxy's user (mode %v)", p.path, o, fi.Mode()))
+		}
 	}
 	return found
+}
+
+// otherOwner names fi's owner, "user NAME" (its id when it has no name),
+// when that is neither root nor this process's user: whoever owns a
+// script, the scripts directory or a directory above it may change what
+// the proxy runs, its mode whatever it is (an owner may chmod; the sticky
+// bit keeps no one from what they own). "" for root or this user.
+func otherOwner(fi fs.FileInfo) string {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || st.Uid == 0 || int(st.Uid) == os.Geteuid() {
+		return ""
+	}
+	uid := strconv.FormatUint(uint64(st.Uid), 10)
+	if u, err := user.LookupId(uid); err == nil {
+		return "user " + u.Username
+	}
+	return "user " + uid
 }
 
 // writers says who, beyond its owner and root, may write fi ("" for no

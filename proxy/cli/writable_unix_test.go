@@ -202,3 +202,45 @@ func TestWritableByOthersListsADirectoryInsideHoldingAScript(t *testing.T) {
 		chmod(t, d, 0o755)
 	}
 }
+
+// TestWritableByOthersListsWhatAnotherUserOwns: a script, the scripts
+// directory or a directory above it owned by a user other than root and
+// the proxy's own is listed, naming the owner, whatever its mode: its
+// owner may change it (chmod, or rename what a sticky directory holds).
+// Before, only the mode was looked at, so a script that user nobody owned,
+// mode 0755, run by a proxy as root, went unsaid (a review).
+func TestWritableByOthersListsWhatAnotherUserOwns(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("chown to another user needs root")
+	}
+	nobody := "user 65534"
+	if u, err := user.LookupId("65534"); err == nil {
+		nobody = "user " + u.Username
+	}
+	for _, owned := range []string{"script", "scripts directory", "directory above"} {
+		t.Run(owned, func(t *testing.T) {
+			above := filepath.Join(t.TempDir(), "above")
+			dir := filepath.Join(above, "scripts")
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			script := filepath.Join(dir, "s.sh")
+			if err := os.WriteFile(script, []byte("#!/bin/sh\necho ok\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			chmod(t, script, 0o755)
+			if got := writableByOthers(dir); len(got) != 0 {
+				t.Fatalf("all owned by root: %q, want nothing listed", got)
+			}
+			path := map[string]string{"script": script, "scripts directory": dir, "directory above": above}[owned]
+			if err := os.Chown(path, 65534, -1); err != nil {
+				t.Fatal(err)
+			}
+			got := writableByOthers(dir)
+			if want := path + ": owned by " + nobody + ", not root or this proxy's user"; len(got) != 1 || !strings.HasPrefix(got[0], want) {
+				t.Errorf("the %s owned by %s: listed %q, want it alone: %q", owned, nobody, got, want)
+			}
+		})
+	}
+}
