@@ -24,7 +24,7 @@ var (
 	descOnline = prometheus.NewDesc("automator_instances_online",
 		"Proxy instances that polled within two poll windows, did not say at that poll that they were stopping, and were not refused at it (for want of a usable key, or for an expired account token), by account.", []string{"account"}, nil)
 	descRefused = prometheus.NewDesc("automator_instances_refused",
-		"Proxy instances that polled within two poll windows, did not say at that poll that they were stopping, and were refused at it for want of a usable key or for an expired account token (a profile of before a key rotation: install the account's latest profile), by account.", []string{"account"}, nil)
+		"Proxy instances that polled within two poll windows, did not say at that poll that they were stopping, and were refused at it: for want of a usable key or for an expired account token (a profile of before a rotation), or for a key that is not the account's (a wrong key line); install the account's latest profile. By account.", []string{"account"}, nil)
 )
 
 // accountCollector reads the per-account gauges from the store at each

@@ -67,8 +67,9 @@ def execute(script, args, stdin=b"", timeout="300s", tries=5):
     The idempotency key makes a retry safe: if the connection drops, the
     same request again returns the same unit (and waits for its outcome)
     instead of running the script twice. A 429 with Retry-After is tried
-    again after it, at most `tries` times in all and never for a wait over
-    a minute: the last refusal is then the answer, not hidden.
+    again after it, a 503 or a connection that failed after 1, 2, 3… s, at
+    most `tries` times in all and never for a wait over a minute: the last
+    refusal is then the answer, not hidden.
     """
     body = {
         "command": {"script": script, "args": args, "stdin": base64.b64encode(stdin).decode()},

@@ -71,7 +71,12 @@ func (a *Agent) handle(runCtx, postCtx context.Context, c *automatorv1.Claim) {
 	outcome := automatorv1.Outcome_OUTCOME_SUCCEEDED
 	if res.GetFailure() != "" {
 		outcome = automatorv1.Outcome_OUTCOME_FAILED
-		a.failLog.Log("could not run the command", "work_id", c.GetWorkId(), "account", c.GetAccount(), "script", cmd.GetScript(), "reason", res.GetFailure())
+		msg := "could not run the command"
+		if errors.Is(err, runner.ErrCancelled) && !errors.Is(err, runner.ErrNotStarted) {
+			// It ran, in part: a stop past its grace period killed it.
+			msg = "the command was killed before it ended; reported failed"
+		}
+		a.failLog.Log(msg, "work_id", c.GetWorkId(), "account", c.GetAccount(), "script", cmd.GetScript(), "reason", res.GetFailure())
 		// The reason may quote a path whose bytes are not UTF-8 (a
 		// scripts_dir named in Latin-1): a protobuf string takes none, and
 		// the result would not seal, leaving the unit to time out.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/logtest"
 	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"github.com/opsgate/opsgate/proxy/agent"
@@ -40,7 +41,9 @@ func startStopping(t *testing.T, o agent.Options, spool bool) (*stopping, string
 	automatortest.WriteScript(t, scripts, "forever.sh", "touch '"+s.started+"'\nexec sleep 600\n")
 	o.Client, o.Keys, o.InstanceID, o.ScriptsDir = automatorv1.NewProxyServiceClient(a.ProxyConn(t)), crypto.Keys{a.Key}, "stopping", scripts
 	o.MaxConcurrency, o.PollWait, o.BackoffMin, o.BackoffMax = 1, time.Second, time.Millisecond, 5*time.Millisecond
-	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
 	if spool {
 		o.SpoolDir = filepath.Join(s.state, agent.SpoolDirName)
 	}
@@ -78,10 +81,12 @@ func (s *stopping) wantFailed(t *testing.T, id, why string) {
 // script and posts the unit's failure before it exits (the automator is
 // up), so the caller learns at once that the proxy stopped, instead of the
 // result waiting in the spool for a start that may never come and the unit
-// timing out.
+// timing out. Its log line says the script was killed, not that it could
+// not be run: it ran, in part.
 func TestUnitKilledAtTheEndOfTheGracePeriodIsReportedFailed(t *testing.T) {
 	t.Parallel()
-	s, id := startStopping(t, agent.Options{GracePeriod: 50 * time.Millisecond}, true)
+	var logged logtest.Buffer
+	s, id := startStopping(t, agent.Options{GracePeriod: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logged, nil))}, true)
 	t.Cleanup(func() {
 		s.cancel()
 		waittest.Recv(t, s.done, "the agent's Run to return after its context was cancelled")
@@ -89,6 +94,9 @@ func TestUnitKilledAtTheEndOfTheGracePeriodIsReportedFailed(t *testing.T) {
 	s.cancel()
 	waittest.Recv(t, s.done, "the stopped agent's Run to return at the end of its grace period")
 	s.wantFailed(t, id, "grace period over")
+	if log := logged.String(); !strings.Contains(log, `msg="the command was killed before it ended; reported failed"`) || strings.Contains(log, "could not run the command") {
+		t.Errorf("the log of a script killed at the end of the grace period:\n%s\nwant it said killed, not that it could not run", log)
+	}
 	if entries, err := os.ReadDir(filepath.Join(s.state, agent.SpoolDirName)); err == nil && len(entries) > 0 {
 		t.Fatalf("the spool still holds %d files for a result the automator took", len(entries))
 	}
