@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/opsgate/opsgate/automator/config"
@@ -111,6 +112,13 @@ func restoreSQLite(ctx context.Context, dir, db string, cfg config.Config, file 
 		}
 	}()
 	if err := copyFile(file, tmp); err != nil {
+		if errors.Is(err, syscall.ENOSPC) {
+			size := "its size"
+			if fi, serr := os.Stat(file); serr == nil {
+				size = fmt.Sprintf("%d bytes", fi.Size())
+			}
+			return fmt.Errorf("no room beside the database in %s for the copy of %s the restore makes first (it needs %s; the replaced database is then kept beside it too): nothing was replaced; free space there: %w", filepath.Dir(dbPath), file, size, err)
+		}
 		return err
 	}
 	// Owned like the database it replaces (or its directory): run as root

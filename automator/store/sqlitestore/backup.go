@@ -35,10 +35,25 @@ func (s *Store) Backup(ctx context.Context, path string) error {
 	}
 	defer db.Close()
 	if _, err := db.ExecContext(ctx, `VACUUM INTO ?`, path); err != nil {
-		return fmt.Errorf("copying sqlite store %q into %q: %w", s.path, path, outOfSpace(err, filepath.Dir(path)))
+		dir := filepath.Dir(path)
+		if full := outOfSpace(err, dir); store.IsStorageFull(full) {
+			// The copy's file system is full, not the database's (which
+			// VACUUM INTO only reads): said so, not as the database out
+			// of space. Still ErrStorageFull, for callers that tell it.
+			free, _ := freeSpace(dir)
+			return fmt.Errorf("copying sqlite store %q into %q: %w (%d bytes free in %s; it needs about the database's size): %w", s.path, path, copyFull{}, free, dir, err)
+		}
+		return fmt.Errorf("copying sqlite store %q into %q: %w", s.path, path, err)
 	}
 	return nil
 }
+
+// copyFull is store.ErrStorageFull of a copy's file system, worded for
+// it: the database's own may have room to spare.
+type copyFull struct{}
+
+func (copyFull) Error() string        { return "no room for the copy" }
+func (copyFull) Is(target error) bool { return target == store.ErrStorageFull }
 
 // sqliteHeader starts every SQLite database file.
 var sqliteHeader = []byte("SQLite format 3\x00")

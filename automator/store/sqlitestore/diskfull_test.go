@@ -133,3 +133,34 @@ func TestOpenOnAFullDiskSaysSo(t *testing.T) {
 		t.Errorf("the account after the full disk: %v", err)
 	}
 }
+
+// TestABackupOntoAFullFileSystemSaysTheCopysIsFull: a backup whose
+// destination has no room fails saying there is no room for the copy,
+// naming the destination's directory and its free space, still an
+// ErrStorageFull; not that the database is out of disk space, which has
+// room to spare (before, it said the database was).
+func TestABackupOntoAFullFileSystemSaysTheCopysIsFull(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "automator.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.AccountCreate(ctx, store.AccountCreateParams{Name: "acme", TokenHash: []byte("h"), KeyID: 1, SealedKey: []byte("k"), Now: testNow}); err != nil {
+		t.Fatal(err)
+	}
+	// 400 KiB of units: more than the destination holds.
+	for i := range 50 {
+		if _, err := s.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: fmt.Sprintf("w%d", i), Account: "acme", KeyID: 1,
+			SealedCommand: bytes.Repeat([]byte{'c'}, 8<<10), Now: testNow, Deadline: testNow.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	full := disktest.Small(t, 64<<10)
+	err = s.Backup(ctx, filepath.Join(full, "backup.db"))
+	if !store.IsStorageFull(err) || !strings.Contains(err.Error(), "no room for the copy") || !strings.Contains(err.Error(), "bytes free in "+full) ||
+		strings.Contains(err.Error(), store.ErrStorageFull.Error()) {
+		t.Fatalf("Backup onto a full file system: %v; want ErrStorageFull saying there is no room for the copy in %s, not that the database is out of space", err, full)
+	}
+}
