@@ -164,6 +164,14 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return fmt.Errorf("listening for gRPC on %s: %w", cfg.Listen, err)
 	}
+	if cfg.InsecurePlaintext {
+		// The config allows "localhost", which /etc/hosts may map to
+		// another address: the address bound is what counts.
+		if err := grpcwire.CheckLoopbackPeer(raw.Addr()); err != nil {
+			raw.Close()
+			return fmt.Errorf("listening for gRPC in plaintext on %s: bound %v, not a loopback address (\"localhost\" resolved elsewhere?): serve TLS, or listen on 127.0.0.1", cfg.Listen, raw.Addr())
+		}
+	}
 	// Both listeners leave the automator a reserve of file descriptors
 	// (internal/acceptwait). And which connections were heard from
 	// lately: a poll on one silent for long (its proxy's host lost power)

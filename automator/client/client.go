@@ -109,7 +109,7 @@ func New(cfg Config) (*Client, error) {
 }
 
 func dial(cfg Config, t target, caPEM []byte, check *certCheck, w *addrWatch) (*grpc.ClientConn, error) {
-	creds := insecure.NewCredentials()
+	creds := grpcwire.LoopbackOnly(insecure.NewCredentials())
 	if !t.plaintext {
 		name := cfg.ServerName
 		if name == "" {

@@ -323,7 +323,7 @@ func dial(cfg config.Config, opts ...grpc.DialOption) (*grpc.ClientConn, error) 
 	if err != nil {
 		return nil, err
 	}
-	creds := insecure.NewCredentials()
+	creds := grpcwire.LoopbackOnly(insecure.NewCredentials())
 	if useTLS {
 		host, _, _ := net.SplitHostPort(addr)
 		pins, err := cfg.Pins()
