@@ -1295,3 +1295,34 @@ func TestAnOverLongIDOrNameInAPageIsQuotedCut(t *testing.T) {
 		}
 	}
 }
+
+// fullAudit is a server whose audit log cannot take a sign-in's record:
+// its database is out of disk space.
+type fullAudit struct{ *server.Server }
+
+func (fullAudit) SignedIn(context.Context, string, string) error {
+	return fmt.Errorf("writing the audit log: %w", store.ErrStorageFull)
+}
+
+// TestASignInOnAFullDiskSaysSo: a sign-in whose audit record a full disk
+// keeps from being written is refused (no sign-in the audit log does not
+// hold), and the page says why and when to sign in again, with 507: not
+// "try again", which would fail the same until space is freed (a review).
+func TestASignInOnAFullDiskSaysSo(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, base := e.start(replica{opts: func(o *dashboard.Options) { o.SignIns = fullAudit{e.srv} }})
+	c := client(t)
+	resp, err := c.PostForm(base+"/dashboard/login", url.Values{"api_key": {e.secrets["admin"]}, "next": {"/dashboard/work"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusInsufficientStorage || !strings.Contains(string(body), "out of disk space") || !strings.Contains(string(body), "once its operator has freed space") {
+		t.Errorf("sign-in on a full disk: %d\n%s\nwant 507, saying the disk is full and when to sign in again", resp.StatusCode, body)
+	}
+	if code, _ := get(t, c, base+"/dashboard/work"); code != http.StatusSeeOther {
+		t.Errorf("a page after the refused sign-in: %d; want 303 to the sign-in form", code)
+	}
+}

@@ -283,6 +283,11 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	if d.o.SignIns != nil {
 		if err := d.o.SignIns.SignedIn(r.Context(), remoteHost(r), k.ID); err != nil {
 			d.log.Error("dashboard sign-in: writing it to the audit log", "api_key", k.ID, "peer", r.RemoteAddr, "err", err)
+			if store.IsStorageFull(err) {
+				// Trying again would not help until space is freed.
+				fail(http.StatusInsufficientStorage, "The automator's database is out of disk space, so the audit log cannot take the record of this sign-in and you are not signed in; sign in once its operator has freed space.")
+				return
+			}
 			fail(http.StatusServiceUnavailable, "The audit log did not take the record of this sign-in, so you are not signed in; try again.")
 			return
 		}
