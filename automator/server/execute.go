@@ -527,8 +527,11 @@ func (s *Server) wait(ctx context.Context, id string, sub *doneSub, known *store
 				// so now (guarantee 2), not once space is freed, which
 				// may be hours. A SweepInterval past the deadline, so
 				// that a replica whose clock is a little behind this one
-				// has taken its last result by then.
-				return s.workStatus(ctx, timedOutUnwritten(w))
+				// has taken its last result by then, and read again
+				// now, so that such a result is not missed.
+				if cur, err := s.getWork(ctx, id); err == nil && !cur.State.Terminal() {
+					return s.workStatus(ctx, timedOutUnwritten(cur))
+				}
 			}
 			fired = true
 		case <-s.shutdown:
