@@ -180,8 +180,9 @@ func TestPythonExample(t *testing.T) {
 	if code != 125 || !strings.Contains(errs, "not-deployed.sh") {
 		t.Errorf("execute.py not-deployed.sh: exit %d, stderr %q; want 125 naming the script", code, errs)
 	}
-	if code, _, errs = run("", "../../bin/sh"); code != 125 {
-		t.Errorf("execute.py ../../bin/sh: exit %d, stderr %q; want 125", code, errs)
+	// Refused at submit (400), no unit made: a call that failed.
+	if code, _, errs = run("", "../../bin/sh"); code != 255 || !strings.Contains(errs, `HTTP 400: command.script "../../bin/sh" is refused: contains a path separator`) {
+		t.Errorf("execute.py ../../bin/sh: exit %d, stderr %q; want 255 and the refusal", code, errs)
 	}
 }
 

@@ -67,12 +67,12 @@ func TestProxyNeverImportsTheStore(t *testing.T) {
 }
 
 // TestRunnerStandsAlone: the script runner imports nothing else of ours
-// but two leaves: the list of environment variables a command may not set,
-// which the automator checks too, and Windows's device names, which
-// service names are checked against too.
+// but three leaves: the list of environment variables a command may not
+// set and the rules of a script's name, which the automator checks too,
+// and Windows's device names, which service names are checked against too.
 func TestRunnerStandsAlone(t *testing.T) {
 	self := module + "/proxy/runner"
-	shared := []string{module + "/internal/scriptenv", module + "/internal/winname"}
+	shared := []string{module + "/internal/scriptenv", module + "/internal/scriptname", module + "/internal/winname"}
 	for _, goos := range []string{"linux", "windows"} {
 		for _, d := range deps(t, goos, self) {
 			if strings.HasPrefix(d, module+"/") && d != self && !slices.Contains(shared, d) {
