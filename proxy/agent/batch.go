@@ -95,6 +95,9 @@ type postOp struct {
 	ctx  context.Context
 	req  *automatorv1.CompleteRequest
 	size int // encoded
+	// waitReady: the call waits for a connection within ctx, rather than
+	// failing at once while there is none (grpc.WaitForReady).
+	waitReady bool
 }
 
 // newPoster posts with c, and with uploads, when not nil, what is larger
@@ -122,9 +125,18 @@ func newPoster(c, uploads Client, tune tuning) *poster {
 
 // complete posts req and returns its answer, as Complete would.
 func (p *poster) complete(ctx context.Context, req *automatorv1.CompleteRequest) error {
+	return p.completeWaiting(ctx, req, false)
+}
+
+// completeWaiting is complete; with waitReady, a call made while there is
+// no connection waits for one within ctx (grpc.WaitForReady) instead of
+// failing at once with the last error of the connection's dial: a retry
+// then goes out as soon as the link is back, not at the end of its
+// backoff.
+func (p *poster) completeWaiting(ctx context.Context, req *automatorv1.CompleteRequest, waitReady bool) error {
 	size := proto.Size(req)
 	if p.batch != nil && size <= postAlonePast && p.sinceBorn() >= p.noBatchUntil.Load() {
-		err := p.group.Do(ctx, &postOp{ctx: ctx, req: req, size: size})
+		err := p.group.Do(ctx, &postOp{ctx: ctx, req: req, size: size, waitReady: waitReady})
 		if !errors.Is(err, errNoBatch) {
 			return err
 		}
@@ -133,7 +145,7 @@ func (p *poster) complete(ctx context.Context, req *automatorv1.CompleteRequest)
 	if size > postAlonePast {
 		client = p.uploads
 	}
-	_, err := client.Complete(ctx, req)
+	_, err := client.Complete(ctx, req, grpc.WaitForReady(waitReady))
 	return err
 }
 
@@ -174,14 +186,16 @@ func (p *poster) post(batch []*postOp) []error {
 		defer stop()
 	}
 	req := &automatorv1.CompleteBatchRequest{Results: make([]*automatorv1.CompleteRequest, len(batch))}
+	waitReady := false
 	for i, o := range batch {
 		req.Results[i] = o.req
+		waitReady = waitReady || o.waitReady
 	}
 	client := p.batch
 	if size > postAlonePast {
 		client = p.uploadBatch
 	}
-	resp, err := client.CompleteBatch(ctx, req)
+	resp, err := client.CompleteBatch(ctx, req, grpc.WaitForReady(waitReady))
 	switch {
 	case status.Code(err) == codes.Unimplemented:
 		p.noBatchUntil.Store(p.sinceBorn() + int64(batchRetryAfter))

@@ -190,3 +190,80 @@ func TestAResultIsPostedOnceMoreJustBeforeTheDeadline(t *testing.T) {
 		t.Errorf("the proxy gave the result up:\n%s", log.String())
 	}
 }
+
+// linkDown answers Complete as gRPC does while its connection is down: a
+// call that may fail fast fails at once, Unavailable; one made with
+// grpc.WaitForReady waits for the link, until its context ends or the
+// link is back (up), and is then taken. It records each call's
+// WaitForReady.
+type linkDown struct {
+	*fakeAutomator
+	up      chan struct{}
+	mu      sync.Mutex
+	waiting []bool
+}
+
+func (l *linkDown) Complete(ctx context.Context, in *automatorv1.CompleteRequest, opts ...grpc.CallOption) (*automatorv1.CompleteResponse, error) {
+	waits := false
+	for _, o := range opts {
+		if f, ok := o.(grpc.FailFastCallOption); ok {
+			waits = !f.FailFast
+		}
+	}
+	l.mu.Lock()
+	l.waiting = append(l.waiting, waits)
+	l.mu.Unlock()
+	select {
+	case <-l.up:
+		return l.fakeAutomator.Complete(ctx, in)
+	default:
+	}
+	if !waits {
+		return nil, status.Error(codes.Unavailable, "connection error: dial tcp: i/o timeout")
+	}
+	select {
+	case <-l.up:
+		return l.fakeAutomator.Complete(ctx, in)
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// TestARetriedResultWaitsForTheLinkToComeBack: a result whose first post
+// failed for want of a connection is posted again with grpc.WaitForReady,
+// so that it goes out as soon as the link is back, however far its
+// backoff has grown; the first post fails fast (a stopping proxy makes it
+// with no connection to wait for). Before, every retry failed at once on
+// the last dial's error while the connection was still down, and one
+// whose backoff reached past the deadline was given up: a review lost the
+// result of a partition that healed 3 s before the deadline, every time.
+func TestARetriedResultWaitsForTheLinkToComeBack(t *testing.T) {
+	t.Parallel()
+	useRunner(t, func(context.Context, runner.Spec) (runner.Result, error) {
+		return runner.Result{Stdout: []byte("done")}, nil
+	})
+	l := &linkDown{fakeAutomator: newFake(), up: make(chan struct{})}
+	a := New(Options{
+		tune:   testTuning(t),
+		Client: l, Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(),
+		MaxConcurrency: 1, PollWait: time.Second, GracePeriod: 5 * time.Second,
+		BackoffMin: time.Millisecond, BackoffMax: time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&lockedWriter{b: &bytes.Buffer{}}, nil)),
+	})
+	runInBackground(t, a)
+	l.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{claimWithin(t, "w1", time.Minute)}}
+	waittest.Until(t, "a retry to wait for the link", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return len(l.waiting) >= 2
+	})
+	close(l.up)
+	if got := waittest.Recv(t, l.completed, "the result to be posted once the link is back"); got.GetWorkId() != "w1" {
+		t.Fatalf("posted %s; want w1", got.GetWorkId())
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.waiting[0] || !l.waiting[1] {
+		t.Errorf("the posts waited for the link: %v; want the first to fail fast and the retries to wait", l.waiting)
+	}
+}

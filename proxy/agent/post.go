@@ -103,14 +103,22 @@ func (a *Agent) deliver(ctx context.Context, deadline time.Time, req *automatorv
 			end = deadline
 		}
 		actx, cancel := context.WithDeadline(parent, end)
-		err := a.poster.complete(actx, req)
+		// A retry waits for a connection, within its bound, rather than
+		// failing at once on the error of the last dial while the link
+		// is down: it goes out as soon as the link is back (a review:
+		// every retry of a partition that healed 3 s before the deadline
+		// failed so, and the result was lost). The first attempt does
+		// not: a stopping proxy makes it with no connection to wait for.
+		waited := attempt > 1
+		err := a.poster.completeWaiting(actx, req, waited)
 		// Its time is up when its deadline has passed, whether or not
 		// actx's timer has fired yet: a batch's call, whose own deadline
 		// is about the same, may end first on a loaded machine, and an
 		// attempt that did not count as run out left the next one the
 		// same bound, every time (seen under load: 46 attempts of 100 ms
 		// to an automator taking 150 ms, none given longer).
-		if errors.Is(actx.Err(), context.DeadlineExceeded) || !time.Now().Before(end) {
+		ranOutNow := errors.Is(actx.Err(), context.DeadlineExceeded) || !time.Now().Before(end)
+		if ranOutNow {
 			ranOut++
 		}
 		cancel()
@@ -130,6 +138,11 @@ func (a *Agent) deliver(ctx context.Context, deadline time.Time, req *automatorv
 			return
 		}
 		wait := bo.next()
+		if waited && ranOutNow {
+			// It waited out its bound for a connection, or for an
+			// answer: that was its backoff.
+			wait = 0
+		}
 		if ctx.Err() != nil {
 			a.keptInSpool(log, e, attempt, err)
 			return
