@@ -233,10 +233,18 @@ type Account struct {
 	SealedKey []byte // the current account key, sealed with the master key
 	CreatedAt time.Time
 	// PreviousTokenUntil is set by AccountGetByToken when the token it
-	// matched is a previous one: the end of that token's overlap window.
-	// Zero for the current token.
+	// matched is a previous one: the end of that token's overlap window
+	// (WithdrawnTokenUntil for one replaced with no overlap). Zero for
+	// the current token.
 	PreviousTokenUntil time.Time
 }
+
+// WithdrawnTokenUntil is the end of the window that AccountRotate keeps
+// the token it replaces with no overlap under: long past on every clock,
+// so that no replica, however far behind the rotating host's clock its own
+// is, takes the token; kept, the token is refused as expired rather than
+// unknown, which tells its proxies to install the new profile.
+var WithdrawnTokenUntil = time.Unix(1, 0).UTC()
 
 // Work is one executeOnProxy call.
 type Work struct {

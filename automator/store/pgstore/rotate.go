@@ -89,13 +89,15 @@ func (s *Store) AccountRotate(ctx context.Context, p store.AccountRotateParams) 
 			if _, err := tx.Exec(ctx, `DELETE FROM account_tokens WHERE account = $1 AND (valid_until <= $2 OR $3)`, p.Name, p.Now, !until.After(p.Now)); err != nil {
 				return err
 			}
-			// The replaced token is kept, past its window at once with no
-			// overlap, until the next rotation: a proxy still polling
-			// with it is told that it expired, and listed refused, not
-			// offline (AccountGetByToken's ErrExpired).
+			// The replaced token is kept, past its window with no overlap
+			// (store.WithdrawnTokenUntil, not this host's now, which a
+			// replica whose clock is behind would still be before),
+			// until the next rotation: a proxy still polling with it is
+			// told that it expired, and listed refused, not offline
+			// (AccountGetByToken's ErrExpired).
 			kept := until
 			if !kept.After(p.Now) {
-				kept = p.Now
+				kept = store.WithdrawnTokenUntil
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO account_tokens (token_hash, account, valid_until) VALUES ($1, $2, $3)`,
 				nonNil(cur.TokenHash), p.Name, kept); err != nil {

@@ -85,12 +85,18 @@ func (s *Store) AccountRotate(ctx context.Context, p store.AccountRotateParams) 
 			if _, err := tx.ExecContext(ctx, `DELETE FROM account_tokens WHERE account = ? AND (valid_until <= ? OR ? <= ?)`, p.Name, now, until, now); err != nil {
 				return err
 			}
-			// The replaced token is kept, past its window at once with no
-			// overlap, until the next rotation: a proxy still polling
-			// with it is told that it expired, and listed refused, not
-			// offline (AccountGetByToken's ErrExpired).
+			// The replaced token is kept, past its window with no overlap
+			// (store.WithdrawnTokenUntil, not this host's now, which a
+			// replica whose clock is behind would still be before),
+			// until the next rotation: a proxy still polling with it is
+			// told that it expired, and listed refused, not offline
+			// (AccountGetByToken's ErrExpired).
+			kept := until
+			if until <= now {
+				kept = toNanos(store.WithdrawnTokenUntil)
+			}
 			if _, err := tx.ExecContext(ctx, `INSERT INTO account_tokens (token_hash, account, valid_until) VALUES (?, ?, ?)`,
-				nonNil(cur.TokenHash), p.Name, max(until, now)); err != nil {
+				nonNil(cur.TokenHash), p.Name, kept); err != nil {
 				return err
 			}
 			if _, err := tx.ExecContext(ctx, `UPDATE accounts SET token_hash = ? WHERE name = ?`, p.TokenHash, p.Name); err != nil {

@@ -156,6 +156,11 @@ func testRotationWithoutOverlapEndsEveryWindow(f *fixture) {
 	if a, err := f.byToken(hash("t3"), at(2*time.Minute)); !errors.Is(err, store.ErrExpired) || a.Name != "acme" {
 		f.t.Errorf("AccountGetByToken(t3) after the rotation without overlap that replaced it = %q, %v; want acme, ErrExpired", a.Name, err)
 	}
+	// Also to a replica whose clock is behind the rotating host's: the
+	// token was withdrawn at once, on every clock.
+	if a, err := f.byToken(hash("t3"), at(time.Minute)); !errors.Is(err, store.ErrExpired) {
+		f.t.Errorf("AccountGetByToken(t3) on a clock a minute behind the rotation without overlap = %q, %v; want ErrExpired", a.Name, err)
+	}
 	if a, err := f.byToken(hash("t4"), at(2*time.Minute)); err != nil || a.KeyID != 3 {
 		f.t.Errorf("AccountGetByToken(t4) = %s, %v; want acme with key 3", fmtAccount(a), err)
 	}
