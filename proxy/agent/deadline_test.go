@@ -267,3 +267,36 @@ func TestARetriedResultWaitsForTheLinkToComeBack(t *testing.T) {
 		t.Errorf("the posts waited for the link: %v; want the first to fail fast and the retries to wait", l.waiting)
 	}
 }
+
+// TestAResultWhosePostFailsInItsLastSecondIsPostedAgain: a result whose
+// first post fails less than a second before the deadline is posted again
+// after its (short) backoff, as any other, not given up at once: the last
+// attempt a second before the deadline is for a backoff that would wake
+// past it (a review of that change).
+func TestAResultWhosePostFailsInItsLastSecondIsPostedAgain(t *testing.T) {
+	t.Parallel()
+	const remaining = 2 * time.Second
+	useRunner(t, func(context.Context, runner.Spec) (runner.Result, error) {
+		// Ends with well under a second left.
+		time.Sleep(remaining - 700*time.Millisecond)
+		return runner.Result{Stdout: []byte("done")}, nil
+	})
+	f := newFake()
+	f.completeErr = []error{status.Error(codes.Unavailable, "the automator is restarting")}
+	log := &lockedWriter{b: &bytes.Buffer{}}
+	a := New(Options{
+		tune:   testTuning(t),
+		Client: f, Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(),
+		MaxConcurrency: 1, PollWait: time.Second, GracePeriod: 5 * time.Second,
+		BackoffMin: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(log, nil)),
+	})
+	runInBackground(t, a)
+	f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{claimWithin(t, "w1", remaining)}}
+	if got := waittest.Recv(t, f.completed, "the result to be posted again in its last second"); got.GetWorkId() != "w1" {
+		t.Errorf("posted %s; want w1", got.GetWorkId())
+	}
+	if strings.Contains(log.String(), "giving up") {
+		t.Errorf("the proxy gave the result up:\n%s", log.String())
+	}
+}

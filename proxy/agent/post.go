@@ -147,12 +147,13 @@ func (a *Agent) deliver(ctx context.Context, deadline time.Time, req *automatorv
 			a.keptInSpool(log, e, attempt, err)
 			return
 		}
-		if left := time.Until(deadline); wait >= left-lastPostLead {
+		if left := time.Until(deadline); wait >= left {
 			// A backoff that would wake past the deadline leaves one
 			// last attempt, lastPostLead before it, rather than none:
 			// an automator back (its disk freed) in those seconds takes
 			// the result. With the backoff at its 15 s, the proxy gave
-			// up up to 15 s before the deadline.
+			// up up to 15 s before the deadline. A backoff that wakes
+			// before the deadline is kept, in its last second too.
 			if last || left <= lastPostLead {
 				log.Warn("result not posted before the deadline; giving up", "attempts", attempt, "err", err)
 				e.settle()
