@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 )
 
@@ -109,29 +110,47 @@ var homeDir = map[string]bool{
 // config file OPENSSL_CONF names, whose engines and providers are shared
 // objects it loads, from OPENSSL_ENGINES or OPENSSL_MODULES as it says;
 // rsync runs RSYNC_RSH as its remote shell and RSYNC_CONNECT_PROG as its
-// connection; ssh runs SSH_ASKPASS for a passphrase or a host key's
-// confirmation; wget reads the wgetrc WGETRC names, whose use_askpass is
-// a command it runs. git's variables are a prefix of their own
-// (toolPrefixes).
+// connection; ssh runs SSH_ASKPASS, sudo SUDO_ASKPASS, for a password;
+// wget reads the wgetrc WGETRC names, whose use_askpass is a command it
+// runs; less runs LESSOPEN and LESSCLOSE; make takes options from
+// MAKEFLAGS (SHELL=CMD) and reads the makefiles MAKEFILES names; go takes
+// flags from GOFLAGS (-toolexec=CMD); java loads classes from CLASSPATH;
+// cargo runs RUSTC_WRAPPER; bundler loads BUNDLE_GEMFILE; kubectl runs the
+// exec plugin of the kubeconfig KUBECONFIG names, the AWS CLI and SDKs the
+// credential_process of AWS_CONFIG_FILE or AWS_SHARED_CREDENTIALS_FILE.
+// And git, which takes its configuration from variables (GIT_CONFIG_COUNT
+// with GIT_CONFIG_KEY_0 and GIT_CONFIG_VALUE_0, GIT_CONFIG_PARAMETERS:
+// core.fsmonitor, core.sshCommand, … are commands it runs) or from files
+// they name (GIT_CONFIG_GLOBAL, GIT_CONFIG_SYSTEM), its repository, whose
+// hooks and config it runs (GIT_DIR, GIT_COMMON_DIR, GIT_WORK_TREE,
+// GIT_INDEX_FILE, GIT_OBJECT_DIRECTORY, GIT_DISCOVERY_ACROSS_FILESYSTEM),
+// its helpers (GIT_EXEC_PATH, GIT_TEMPLATE_DIR), the programs it runs
+// (GIT_SSH, GIT_SSH_COMMAND, GIT_EXTERNAL_DIFF, GIT_ASKPASS,
+// GIT_PROXY_COMMAND, GIT_PAGER, GIT_EDITOR, GIT_SEQUENCE_EDITOR) and the
+// transports it may use (GIT_ALLOW_PROTOCOL: ext:: runs a command); it
+// writes its trace to any file GIT_TRACE* names. Names git does not read
+// (GIT_COMMIT, GIT_BRANCH, set by CI systems) pass.
 var tools = map[string]bool{
 	"TAR_OPTIONS":  true,
 	"OPENSSL_CONF": true, "OPENSSL_ENGINES": true, "OPENSSL_MODULES": true,
 	"RSYNC_RSH": true, "RSYNC_CONNECT_PROG": true,
-	"SSH_ASKPASS": true, "WGETRC": true,
+	"SSH_ASKPASS": true, "SUDO_ASKPASS": true, "WGETRC": true, "LESSOPEN": true, "LESSCLOSE": true,
+	"MAKEFLAGS": true, "MAKEFILES": true, "GOFLAGS": true, "CLASSPATH": true, "RUSTC_WRAPPER": true, "BUNDLE_GEMFILE": true,
+	"KUBECONFIG": true, "AWS_CONFIG_FILE": true, "AWS_SHARED_CREDENTIALS_FILE": true,
+	"GIT_DIR": true, "GIT_COMMON_DIR": true, "GIT_WORK_TREE": true, "GIT_INDEX_FILE": true,
+	"GIT_OBJECT_DIRECTORY": true, "GIT_ALTERNATE_OBJECT_DIRECTORIES": true, "GIT_DISCOVERY_ACROSS_FILESYSTEM": true,
+	"GIT_EXEC_PATH": true, "GIT_TEMPLATE_DIR": true,
+	"GIT_EXTERNAL_DIFF": true, "GIT_ASKPASS": true, "GIT_PROXY_COMMAND": true,
+	"GIT_PAGER": true, "GIT_EDITOR": true, "GIT_SEQUENCE_EDITOR": true,
+	"GIT_ALLOW_PROTOCOL": true, "GIT_PROTOCOL_FROM_USER": true,
 }
 
-// toolPrefixes: git takes its configuration from variables with no file
-// needed (GIT_CONFIG_COUNT with GIT_CONFIG_KEY_0 and GIT_CONFIG_VALUE_0,
-// GIT_CONFIG_PARAMETERS; core.fsmonitor, core.sshCommand, … are commands
-// it runs), or from files they name (GIT_CONFIG_GLOBAL,
-// GIT_CONFIG_SYSTEM), as well as its repository, whose hooks and config it
-// runs (GIT_DIR, GIT_COMMON_DIR), its helpers (GIT_EXEC_PATH,
-// GIT_TEMPLATE_DIR) and the programs it runs (GIT_SSH_COMMAND, GIT_SSH,
-// GIT_EXTERNAL_DIFF, GIT_ASKPASS, GIT_PROXY_COMMAND, GIT_PAGER,
-// GIT_EDITOR); GIT_TRACE writes to any file it names. Every GIT_ name is
-// refused, the harmless ones (GIT_AUTHOR_NAME) with them: a script that
-// wants one sets it itself, from an argument say.
-var toolPrefixes = []string{"GIT_"}
+// toolPrefixes are tools' families of names: git's config and trace
+// variables, its ssh (GIT_SSH, GIT_SSH_COMMAND, GIT_SSH_VARIANT) and, on
+// windows, the files it redirects its standard streams to; npm's config
+// (npm_config_script_shell runs a command); pip's (PIP_INDEX_URL installs
+// what that index serves, PIP_CONFIG_FILE).
+var toolPrefixes = []string{"GIT_CONFIG", "GIT_TRACE", "GIT_SSH", "GIT_REDIRECT_", "NPM_CONFIG_", "PIP_"}
 
 // Refused returns an error naming variable k when a command may not set
 // it, nil otherwise. Names are compared in upper case on every OS:
@@ -157,7 +176,7 @@ func Refused(k string) error {
 		tool = tool || strings.HasPrefix(u, p)
 	}
 	if tool {
-		return fmt.Errorf("environment variable %q is refused: it makes a program that scripts call (git, tar, rsync, ssh, wget, any linked with OpenSSL) run a command or load code of its choosing; a script that needs it sets it itself", k)
+		return fmt.Errorf("environment variable %q is refused: a program that scripts call (git, tar, make, go, npm, pip, rsync, ssh, kubectl, aws, any linked with OpenSSL, …) reads it, and may run a command or load code of its choosing; a script that needs it sets it itself", k)
 	}
 	refused := names[u]
 	for _, p := range prefixes {
@@ -214,6 +233,14 @@ func (l Allowlist) Check() error {
 		case !prefix:
 			if err := Refused(e); err != nil {
 				errs = append(errs, fmt.Errorf("%w, whatever allowed_env says: it only narrows what a command may set", err))
+			}
+		default:
+			// NAME_* inside a family refused as a whole allows nothing.
+			for _, p := range append(slices.Clone(prefixes), toolPrefixes...) {
+				if strings.HasPrefix(strings.ToUpper(name), p) {
+					errs = append(errs, fmt.Errorf("%q allows nothing: every name beginning %s is refused, whatever allowed_env says: it only narrows what a command may set", e, p))
+					break
+				}
 			}
 		}
 	}

@@ -33,8 +33,11 @@ func TestRefusesVariablesThatMakeAnInterpreterRunOtherCode(t *testing.T) {
 		"CDPATH", "cdpath", "CD", "Cd", "__CD__",
 		"HOME", "home", "XDG_CONFIG_HOME", "USERPROFILE", "UserProfile", "HOMEDRIVE", "HOMEPATH", "APPDATA", "LocalAppData",
 		"GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_0", "GIT_CONFIG_VALUE_0", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM",
-		"GIT_DIR", "GIT_EXEC_PATH", "GIT_TEMPLATE_DIR", "GIT_SSH_COMMAND", "GIT_EXTERNAL_DIFF", "GIT_ASKPASS", "GIT_TRACE", "git_dir",
+		"GIT_DIR", "GIT_EXEC_PATH", "GIT_TEMPLATE_DIR", "GIT_SSH_COMMAND", "GIT_SSH", "GIT_EXTERNAL_DIFF", "GIT_ASKPASS", "GIT_TRACE",
+		"GIT_TRACE_PACKET", "GIT_ALLOW_PROTOCOL", "GIT_REDIRECT_STDERR", "git_dir",
 		"TAR_OPTIONS", "OPENSSL_CONF", "OPENSSL_ENGINES", "OPENSSL_MODULES", "RSYNC_RSH", "RSYNC_CONNECT_PROG", "SSH_ASKPASS", "WGETRC",
+		"SUDO_ASKPASS", "LESSOPEN", "MAKEFLAGS", "MAKEFILES", "GOFLAGS", "CLASSPATH", "RUSTC_WRAPPER", "BUNDLE_GEMFILE",
+		"KUBECONFIG", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "npm_config_script_shell", "PIP_INDEX_URL", "PIP_CONFIG_FILE",
 	} {
 		err := Refused(k)
 		if err == nil {
@@ -56,6 +59,8 @@ func TestAcceptsCommonNames(t *testing.T) {
 		"DEPLOY_TARGET", "LUA", "PHP_VERSION", "PROXY_WORK_ID",
 		"DOTNET_ENVIRONMENT", "DOTNET_CLI_TELEMETRY_OPTOUT", "CORS_ORIGIN", "CD_TARGET", "CDN_URL",
 		"GITHUB_TOKEN", "GITLAB_URL", "TAR_FILE", "OPENSSL_VERSION", "RSYNC_TARGET", "SSH_HOST",
+		// Names git does not read, which CI systems set and deploys pass on.
+		"GIT_COMMIT", "GIT_BRANCH", "GIT_SHA", "GIT_TAG", "GIT_URL", "GIT_AUTHOR_NAME", "MAKE_TARGET", "AWS_REGION", "PIPELINE_ID",
 	} {
 		if err := Refused(k); err != nil {
 			t.Errorf("Refused(%q) = %v, want it accepted", k, err)
@@ -134,6 +139,9 @@ func TestAllowlist(t *testing.T) {
 		{"", "not a variable name"},
 		{"A=B", "not a variable name"},
 		{"A*B", "'*' may only end an entry"},
+		{"LD_*", "every name beginning LD_ is refused"},
+		{"GIT_CONFIG*", "every name beginning GIT_CONFIG is refused"},
+		{"pip_*", "every name beginning PIP_ is refused"},
 	} {
 		err := Allowlist{"DEPLOY_TARGET", tc.entry}.Check()
 		if err == nil || !strings.Contains(err.Error(), tc.says) {
