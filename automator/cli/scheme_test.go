@@ -13,8 +13,10 @@ import (
 // into every profile as automator_url, so an http:// one on an automator
 // serving TLS (or the other way round) makes profiles no proxy can use.
 // serve says so as it starts, naming the fix, and serves all the same.
-// The plaintext URL it suggests names the port serve listens on, not
-// public_url's (before, it named public_url's, where nothing listened).
+// The plaintext URL it suggests is the address serve listens on, not
+// public_url's (before, it named public_url's port, where nothing
+// listened, then public_url's host, which a plaintext public_url may not
+// name off loopback).
 func TestServeWarnsWhenPublicURLsSchemeIsNotTheOneItSpeaks(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -23,6 +25,8 @@ func TestServeWarnsWhenPublicURLsSchemeIsNotTheOneItSpeaks(t *testing.T) {
 	}{
 		{"http://127.0.0.1:8443", "public_url is http://, but serve serves TLS", nil},
 		{"https://127.0.0.1:8443", "serving plaintext (insecure_plaintext), but public_url is https://", []string{"--insecure-plaintext"}},
+		// Its host is not loopback: the suggestion is where serve listens.
+		{"https://automator.example:8443", "serving plaintext (insecure_plaintext), but public_url is https://", []string{"--insecure-plaintext"}},
 		{"https://127.0.0.1:8443", "", nil},
 	} {
 		dir := filepath.Join(t.TempDir(), "data")

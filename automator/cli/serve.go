@@ -540,8 +540,8 @@ func warnExposedSecrets(log *slog.Logger, dir string) {
 // and no proxy given one could use it (a plaintext connection to a TLS
 // listener is closed unanswered; a TLS handshake to a plaintext one fails),
 // which would otherwise be found only at each proxy. The plaintext URL it
-// suggests has the port of listen, where serve listens: plaintext is
-// served on loopback only, with nothing in between.
+// suggests is listen, where serve listens: plaintext is served on
+// loopback only, with nothing in between.
 func warnSchemeMismatch(log *slog.Logger, dir string, cfg config.Config, listen net.Addr) {
 	u, err := url.Parse(cfg.PublicURL)
 	if err != nil {
@@ -552,9 +552,11 @@ func warnSchemeMismatch(log *slog.Logger, dir string, cfg config.Config, listen 
 	case u.Scheme == "http" && !cfg.InsecurePlaintext:
 		log.Warn("public_url is http://, but serve serves TLS: the profiles `account create` prints name an automator_url no proxy can use; set public_url to https://"+u.Host+" in "+path+", or serve plaintext on loopback (--insecure-plaintext)", "public_url", cfg.PublicURL)
 	case u.Scheme == "https" && cfg.InsecurePlaintext:
+		// The loopback address serve listens on: public_url's host, off
+		// loopback, would be refused as a plaintext public_url.
 		host := u.Host
 		if tcp, ok := listen.(*net.TCPAddr); ok {
-			host = net.JoinHostPort(u.Hostname(), strconv.Itoa(tcp.Port))
+			host = net.JoinHostPort(tcp.IP.String(), strconv.Itoa(tcp.Port))
 		}
 		log.Warn("serving plaintext (insecure_plaintext), but public_url is https://: the profiles `account create` prints name an automator_url whose TLS handshake this automator does not answer; set public_url to http://"+host+" in "+path, "public_url", cfg.PublicURL)
 	}

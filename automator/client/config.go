@@ -55,7 +55,9 @@ type Config struct {
 	// later: KindCallStuck, KindCallUnanswered).
 	OnUnreachable func(Unreachable)
 	// Dial opens the connections, when set (a proxy, a test relay). By
-	// default the address is dialled directly over TCP.
+	// default the address is dialled directly over TCP. A plaintext
+	// (http://) connection it opens must end at a loopback TCP address or
+	// a unix socket: any other is closed before anything is sent on it.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
 }
 

@@ -31,6 +31,7 @@ func TestLoopbackOnlyRefusesAPlaintextPeerElsewhere(t *testing.T) {
 	}{
 		{&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 8443}, true},
 		{&net.TCPAddr{IP: net.IPv6loopback, Port: 8443}, true},
+		{&net.UnixAddr{Name: "/run/automator.sock", Net: "unix"}, true},
 		{&net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 8443}, false},
 		{&net.TCPAddr{IP: net.ParseIP("2001:db8::1"), Port: 8443}, false},
 	} {
