@@ -741,7 +741,7 @@ func cmdStatus(args []string, env Env) error {
 		} else {
 			fmt.Fprintf(w, "scripts:        %d runnable in %s, digest %s (the same on each instance that runs the same scripts)\n", n, cfg.ScriptsDir, digest)
 		}
-		if loose := writableByOthers(cfg.ScriptsDir); len(loose) > 0 {
+		if loose := writableByOthersAs(cfg.ScriptsDir, cfg.StateDir); len(loose) > 0 {
 			fmt.Fprintf(w, "scripts:        %s: %s\n", looseScriptsWarning, strings.Join(loose, "; "))
 		}
 		// A stopped standby's profile goes out of date without a sign

@@ -25,7 +25,24 @@ const looseScriptsWarning = "users other than the scripts' owners may change wha
 // the sticky bit (/var/tmp, say) is not listed: there no one may rename or
 // replace what is not theirs. Each entry names the path, who may write it
 // and its mode. Empty when dir cannot be read.
-func writableByOthers(dir string) []string {
+func writableByOthers(dir string) []string { return writableByOthersThan(dir, os.Geteuid()) }
+
+// writableByOthersAs is writableByOthers for `proxy status`, run by the
+// operator rather than as the proxy: the proxy's user is taken to be the
+// owner of stateDir, which `proxy install --user` gives the service's
+// user, or this process's when there is none.
+func writableByOthersAs(dir, stateDir string) []string {
+	uid := os.Geteuid()
+	if fi, err := os.Stat(stateDir); stateDir != "" && err == nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			uid = int(st.Uid)
+		}
+	}
+	return writableByOthersThan(dir, uid)
+}
+
+// writableByOthersThan is writableByOthers, uid being the proxy's user.
+func writableByOthersThan(dir string, uid int) []string {
 	var found []string
 	for _, p := range scriptPaths(dir) {
 		fi, err := os.Stat(p.path)
@@ -36,7 +53,7 @@ func writableByOthers(dir string) []string {
 		if w := writers(fi, other); w != "" {
 			found = append(found, fmt.Sprintf("%s: writable by %s (mode %v)", p.path, w, fi.Mode()))
 		}
-		if o := otherOwner(fi); o != "" {
+		if o := otherOwner(fi, uid); o != "" {
 			found = append(found, fmt.Sprintf("%s: owned by %s, not root or this proxy's user (mode %v)", p.path, o, fi.Mode()))
 		}
 	}
@@ -44,20 +61,20 @@ func writableByOthers(dir string) []string {
 }
 
 // otherOwner names fi's owner, "user NAME" (its id when it has no name),
-// when that is neither root nor this process's user: whoever owns a
+// when that is neither root nor the proxy's user, uid: whoever owns a
 // script, the scripts directory or a directory above it may change what
 // the proxy runs, its mode whatever it is (an owner may chmod; the sticky
-// bit keeps no one from what they own). "" for root or this user.
-func otherOwner(fi fs.FileInfo) string {
+// bit keeps no one from what they own). "" for root or the proxy's user.
+func otherOwner(fi fs.FileInfo, uid int) string {
 	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok || st.Uid == 0 || int(st.Uid) == os.Geteuid() {
+	if !ok || st.Uid == 0 || int(st.Uid) == uid {
 		return ""
 	}
-	uid := strconv.FormatUint(uint64(st.Uid), 10)
-	if u, err := user.LookupId(uid); err == nil {
+	id := strconv.FormatUint(uint64(st.Uid), 10)
+	if u, err := user.LookupId(id); err == nil {
 		return "user " + u.Username
 	}
-	return "user " + uid
+	return "user " + id
 }
 
 // writers says who, beyond its owner and root, may write fi ("" for no

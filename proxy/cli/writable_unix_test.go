@@ -244,3 +244,46 @@ func TestWritableByOthersListsWhatAnotherUserOwns(t *testing.T) {
 		})
 	}
 }
+
+// TestStatusTakesTheStateDirsOwnerForTheProxysUser: `proxy status`, run by
+// root for a service that runs as another user, takes the owner of the
+// service's state_dir (which install gives the service's user) for the
+// proxy's user: scripts that user owns are not listed as another user's,
+// and those of a third user are. Before, status compared with its own
+// user, root, and listed the service user's scripts (a review).
+func TestStatusTakesTheStateDirsOwnerForTheProxysUser(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("chown to another user needs root")
+	}
+	base := t.TempDir()
+	dir, state := filepath.Join(base, "scripts"), filepath.Join(base, "state")
+	for _, d := range []string{dir, state} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script := filepath.Join(dir, "s.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho ok\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	chmod(t, script, 0o755)
+	const service, third = 65534, 65533
+	for _, p := range []string{state, script} {
+		if err := os.Chown(p, service, -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := writableByOthersAs(dir, state); len(got) != 0 {
+		t.Errorf("a script the service's user owns: listed %q, want nothing", got)
+	}
+	if got := writableByOthers(dir); len(got) != 1 || !strings.Contains(got[0], script+": owned by ") {
+		t.Errorf("the same, as root's own proxy: listed %q, want the script", got)
+	}
+	if err := os.Chown(script, third, -1); err != nil {
+		t.Fatal(err)
+	}
+	if got := writableByOthersAs(dir, state); len(got) != 1 || !strings.Contains(got[0], script+": owned by ") {
+		t.Errorf("a script a third user owns: listed %q, want it", got)
+	}
+}

@@ -41,3 +41,7 @@ func writableByOthers(dir string) []string {
 	}
 	return found
 }
+
+// writableByOthersAs is writableByOthers for `proxy status`: on windows
+// the accounts allowed are the same whoever asks.
+func writableByOthersAs(dir, _ string) []string { return writableByOthers(dir) }
