@@ -14,7 +14,7 @@ func TestVersionSaysTheBuild(t *testing.T) {
 	t.Parallel()
 	for _, cmd := range []string{"version", "--version"} {
 		code, out, stderr := runMain(t, cmd)
-		if want := "automator " + version.Version + " ("; code != 0 || !strings.HasPrefix(out, want) || strings.Count(out, "\n") != 1 || stderr != "" {
+		if want := "automator " + version.Version; code != 0 || !strings.HasPrefix(out, want) || strings.Count(out, "\n") != 1 || stderr != "" {
 			t.Errorf("automator %s: exit %d, stdout %q, stderr %q; want one line beginning %q", cmd, code, out, stderr, want)
 		}
 	}

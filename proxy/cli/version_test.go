@@ -23,7 +23,7 @@ func TestVersionSaysTheBuild(t *testing.T) {
 			continue
 		}
 		out := stdout.String()
-		if want := "proxy " + version.Version + " ("; code != 0 || !strings.HasPrefix(out, want) || strings.Count(out, "\n") != 1 || stderr.Len() != 0 {
+		if want := "proxy " + version.Version; code != 0 || !strings.HasPrefix(out, want) || strings.Count(out, "\n") != 1 || stderr.Len() != 0 {
 			t.Errorf("proxy %v: exit %d, stdout %q, stderr %q; want one line beginning %q", args, code, out, stderr.String(), want)
 		}
 	}
