@@ -171,15 +171,8 @@ func TestAResultIsPostedOnceMoreJustBeforeTheDeadline(t *testing.T) {
 	f := newFake()
 	f.completeErr = []error{status.Error(codes.ResourceExhausted, "the automator's database is out of disk space")}
 	log := &lockedWriter{b: &bytes.Buffer{}}
-	a := New(Options{
-		tune:   testTuning(t),
-		Client: f, Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(),
-		MaxConcurrency: 1, PollWait: time.Second, GracePeriod: 5 * time.Second,
-		// Every backoff after the failed post wakes past the deadline.
-		BackoffMin: time.Minute, BackoffMax: time.Minute,
-		Logger: slog.New(slog.NewTextHandler(log, nil)),
-	})
-	runInBackground(t, a)
+	// Every backoff after the failed post wakes past the deadline.
+	runPosting(t, f, time.Minute, log)
 	// No post outlives the deadline (TestNoResultIsPostedAfterTheDeadline):
 	// this one is taken, so it was sent before.
 	f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{claimWithin(t, "w1", 3*time.Second)}}
@@ -243,14 +236,7 @@ func TestARetriedResultWaitsForTheLinkToComeBack(t *testing.T) {
 		return runner.Result{Stdout: []byte("done")}, nil
 	})
 	l := &linkDown{fakeAutomator: newFake(), up: make(chan struct{})}
-	a := New(Options{
-		tune:   testTuning(t),
-		Client: l, Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(),
-		MaxConcurrency: 1, PollWait: time.Second, GracePeriod: 5 * time.Second,
-		BackoffMin: time.Millisecond, BackoffMax: time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(&lockedWriter{b: &bytes.Buffer{}}, nil)),
-	})
-	runInBackground(t, a)
+	runPosting(t, l, time.Millisecond, &lockedWriter{b: &bytes.Buffer{}})
 	l.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{claimWithin(t, "w1", time.Minute)}}
 	waittest.Until(t, "a retry to wait for the link", func() bool {
 		l.mu.Lock()
@@ -284,14 +270,7 @@ func TestAResultWhosePostFailsInItsLastSecondIsPostedAgain(t *testing.T) {
 	f := newFake()
 	f.completeErr = []error{status.Error(codes.Unavailable, "the automator is restarting")}
 	log := &lockedWriter{b: &bytes.Buffer{}}
-	a := New(Options{
-		tune:   testTuning(t),
-		Client: f, Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(),
-		MaxConcurrency: 1, PollWait: time.Second, GracePeriod: 5 * time.Second,
-		BackoffMin: 10 * time.Millisecond, BackoffMax: 10 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(log, nil)),
-	})
-	runInBackground(t, a)
+	runPosting(t, f, 10*time.Millisecond, log)
 	f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{claimWithin(t, "w1", remaining)}}
 	if got := waittest.Recv(t, f.completed, "the result to be posted again in its last second"); got.GetWorkId() != "w1" {
 		t.Errorf("posted %s; want w1", got.GetWorkId())
@@ -299,4 +278,17 @@ func TestAResultWhosePostFailsInItsLastSecondIsPostedAgain(t *testing.T) {
 	if strings.Contains(log.String(), "giving up") {
 		t.Errorf("the proxy gave the result up:\n%s", log.String())
 	}
+}
+
+// runPosting runs an agent of one slot on client c, which posts results
+// again after a backoff of backoff, logging to log.
+func runPosting(t *testing.T, c Client, backoff time.Duration, log *lockedWriter) {
+	t.Helper()
+	runInBackground(t, New(Options{
+		tune:   testTuning(t),
+		Client: c, Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(),
+		MaxConcurrency: 1, PollWait: time.Second, GracePeriod: 5 * time.Second,
+		BackoffMin: backoff, BackoffMax: backoff,
+		Logger: slog.New(slog.NewTextHandler(log, nil)),
+	}))
 }

@@ -225,11 +225,7 @@ func TestWritableByOthersListsWhatAnotherUserOwns(t *testing.T) {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			script := filepath.Join(dir, "s.sh")
-			if err := os.WriteFile(script, []byte("#!/bin/sh\necho ok\n"), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			chmod(t, script, 0o755)
+			script := writeRunnable(t, dir, "s.sh")
 			if got := writableByOthers(dir); len(got) != 0 {
 				t.Fatalf("all owned by root: %q, want nothing listed", got)
 			}
@@ -263,11 +259,7 @@ func TestStatusTakesTheStateDirsOwnerForTheProxysUser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	script := filepath.Join(dir, "s.sh")
-	if err := os.WriteFile(script, []byte("#!/bin/sh\necho ok\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	chmod(t, script, 0o755)
+	script := writeRunnable(t, dir, "s.sh")
 	const service, third = 65534, 65533
 	for _, p := range []string{state, script} {
 		if err := os.Chown(p, service, -1); err != nil {
@@ -286,4 +278,16 @@ func TestStatusTakesTheStateDirsOwnerForTheProxysUser(t *testing.T) {
 	if got := writableByOthersAs(dir, state); len(got) != 1 || !strings.Contains(got[0], script+": owned by ") {
 		t.Errorf("a script a third user owns: listed %q, want it", got)
 	}
+}
+
+// writeRunnable writes a script named name in dir, mode 0755 whatever the
+// umask, and returns its path.
+func writeRunnable(t *testing.T, dir, name string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte("#!/bin/sh\necho ok\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	chmod(t, p, 0o755)
+	return p
 }
