@@ -401,10 +401,22 @@ func tail(path string, n int) string {
 func WriteScript(t testing.TB, dir, name, body string) string {
 	t.Helper()
 	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+	WriteExecutable(t, path, []byte("#!/bin/sh\n"+body+"\n"))
+	return path
+}
+
+// WriteExecutable writes data to path, mode 0755, with no process forked
+// meanwhile (every fork takes syscall.ForkLock): one forked by a test
+// running beside it would inherit the file open for writing until its own
+// exec, and running the file then would fail with "text file busy"
+// (ETXTBSY; a clean-clone run failed so, running a copied proxy binary).
+func WriteExecutable(t testing.TB, path string, data []byte) {
+	t.Helper()
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
+	if err := os.WriteFile(path, data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return path
 }
 
 // Lines returns the non-empty lines of a file (none if it does not exist).

@@ -21,6 +21,7 @@ import (
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/proctest"
 )
 
 // page is a headless Chromium tab with the test's helpers.
@@ -276,9 +277,7 @@ func TestDashboardInARealBrowser(t *testing.T) {
 		"hello.sh": `echo "hello $1 from $PROXY_INSTANCE_ID"`,
 		"fail.sh":  `echo "disk full" >&2; exit 3`,
 	} {
-		if err := os.WriteFile(filepath.Join(scripts, name), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		proctest.WriteScript(t, scripts, name, body)
 	}
 	p1 := startProxy(t, acme, scripts, "p1")
 	exec := func(args ...string) string {

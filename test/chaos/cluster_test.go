@@ -359,9 +359,7 @@ func writeScripts(t *testing.T, dir string) string {
 	if err := os.MkdirAll(scripts, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(scripts, "echo.sh"), []byte(echoScript), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	proctest.WriteExecutable(t, filepath.Join(scripts, "echo.sh"), []byte(echoScript))
 	return scripts
 }
 

@@ -168,9 +168,7 @@ printf 'E %s %s %s %s\n' "$PROXY_WORK_ID" "$PROXY_INSTANCE_ID" "$s" "$EPOCHREALT
 
 func newGate(t *testing.T, s *small) *gate {
 	t.Helper()
-	if err := os.WriteFile(filepath.Join(s.scripts, "gate.sh"), []byte(gateScript), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	proctest.WriteExecutable(t, filepath.Join(s.scripts, "gate.sh"), []byte(gateScript))
 	g := &gate{started: filepath.Join(s.dir, "started.fifo"), release: filepath.Join(s.dir, "release.fifo")}
 	for _, p := range []string{g.started, g.release} {
 		if err := syscall.Mkfifo(p, 0o600); err != nil {

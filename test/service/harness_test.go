@@ -261,9 +261,7 @@ echo done`)
 
 func (w *workDir) script(t *testing.T, name, body string) {
 	t.Helper()
-	if err := os.WriteFile(filepath.Join(w.scripts, name), []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	proctest.WriteScript(t, w.scripts, name, body)
 }
 
 // config writes a proxy config: the profile plus local settings.

@@ -333,9 +333,7 @@ func TestStatusRunByAUserWhoCannotReadTheConfigSaysItWasNotChecked(t *testing.T)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(exe, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	proctest.WriteExecutable(t, exe, data)
 	var stdout, stderr strings.Builder
 	cmd := exec.Command(exe, "status", "--name", name)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
