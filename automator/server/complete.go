@@ -17,6 +17,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/grpcwire"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -246,9 +247,6 @@ func (p *ProxyService) complete(ctx context.Context, req *automatorv1.CompleteRe
 		})
 	}
 	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrClaimMismatch) || errors.Is(err, store.ErrNotClaimable) {
-		// Counted even when it is a result recorded already, answered
-		// as taken below: each cost the writer a transaction all the
-		// same, and a holder of the token can replay one at will.
 		s.results.refused(account, now)
 	}
 	switch {
@@ -274,11 +272,7 @@ func (p *ProxyService) complete(ctx context.Context, req *automatorv1.CompleteRe
 			if s.mayBeUnannounced(cur) {
 				s.emit(ctx, Event{Kind: EventWorkEnded, Account: cur.Account, WorkID: cur.ID, ended: &cur})
 			}
-			// Posting a result is idempotent: the proxy is answered as
-			// the first post would have been, and stops posting. Before,
-			// it was refused, and the proxy logged a delivered result as
-			// refused.
-			return nil
+			return status.Errorf(codes.FailedPrecondition, "work %q is %s: "+grpcwire.ResultRecordedAlready, w.ID, cur.State)
 		}
 		return status.Errorf(codes.FailedPrecondition, "work %q is %s; result refused", w.ID, cur.State)
 	case err != nil:

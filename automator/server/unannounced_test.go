@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/opsgate/opsgate/automator/server"
@@ -50,8 +52,8 @@ func TestAResultRecordedByAReplicaThatDiedUnannouncedWakesItsWaiterWhenPostedAga
 	drain(b.published)
 
 	// The proxy, unanswered, posts the same result again here.
-	if _, err := px.Complete(t.Context(), req); err != nil {
-		t.Fatalf("the result posted again: %v; want it taken as the first post was (posting a result is idempotent)", err)
+	if _, err := px.Complete(t.Context(), req); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("the result posted again: %v; want FAILED_PRECONDITION (the unit has ended)", err)
 	}
 	select {
 	case a := <-waited:
@@ -180,8 +182,8 @@ func TestAnEndLongPastIsNotAnnouncedAgain(t *testing.T) {
 	if _, err := api.Cancel(t.Context(), &automatorv1.CancelRequest{WorkId: cancelled.GetWorkId()}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := px.Complete(t.Context(), complete); err != nil {
-		t.Fatalf("the result posted again: %v; want it answered as taken", err)
+	if _, err := px.Complete(t.Context(), complete); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("the result posted again: %v; want FailedPrecondition", err)
 	}
 	// Both answered: anything they announced is published already.
 	select {

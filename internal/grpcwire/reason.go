@@ -22,3 +22,9 @@ const (
 	// caller of patience.
 	ReasonStorageFull = "STORAGE_FULL"
 )
+
+// ResultRecordedAlready ends the FAILED_PRECONDITION message of a result
+// posted again after it was recorded (its answer lost): DESIGN.md has
+// every result posted after a terminal state refused, and the proxy tells
+// this one, which it delivered, from a refusal by these words.
+const ResultRecordedAlready = "this result was recorded already"

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/grpcwire"
 	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"github.com/opsgate/opsgate/proxy/runner"
@@ -291,4 +292,34 @@ func runPosting(t *testing.T, c Client, backoff time.Duration, log *lockedWriter
 		BackoffMin: backoff, BackoffMax: backoff,
 		Logger: slog.New(slog.NewTextHandler(log, nil)),
 	}))
+}
+
+// TestAResultRecordedAlreadyIsLoggedAsDelivered: a result posted again
+// after an attempt whose answer was lost is refused by the automator as
+// recorded already (DESIGN.md: a result posted after a terminal state is
+// refused); the proxy logs it as delivered, at Info, and posts it no
+// more. Before, it logged a WARN "result refused by the automator" for a
+// delivered result (a review: 8 such lines at 50 % loss, 4 of them units
+// that had succeeded).
+func TestAResultRecordedAlreadyIsLoggedAsDelivered(t *testing.T) {
+	t.Parallel()
+	useRunner(t, func(context.Context, runner.Spec) (runner.Result, error) {
+		return runner.Result{Stdout: []byte("done")}, nil
+	})
+	f := newFake()
+	f.completeErr = []error{status.Error(codes.FailedPrecondition, `work "w1" is succeeded: `+grpcwire.ResultRecordedAlready)}
+	log := &lockedWriter{b: &bytes.Buffer{}}
+	runPosting(t, f, time.Millisecond, log)
+	f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{claimWithin(t, "w1", time.Minute)}}
+	waittest.Until(t, "the result to be logged as recorded already", func() bool {
+		return strings.Contains(log.String(), `level=INFO msg="result recorded by an earlier attempt, whose answer was lost"`)
+	})
+	if l := log.String(); strings.Contains(l, "refused") && strings.Contains(l, "level=WARN") {
+		t.Errorf("a result recorded already was logged as refused:\n%s", l)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.completes) != 1 {
+		t.Errorf("posted %d times; want once, then no more", len(f.completes))
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/opsgate/opsgate/internal/ctxtime"
+	"github.com/opsgate/opsgate/internal/grpcwire"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -129,6 +131,12 @@ func (a *Agent) deliver(ctx context.Context, deadline time.Time, req *automatorv
 		}
 		switch code := status.Code(err); code {
 		case codes.FailedPrecondition, codes.NotFound, codes.InvalidArgument, codes.PermissionDenied:
+			if code == codes.FailedPrecondition && strings.HasSuffix(status.Convert(err).Message(), grpcwire.ResultRecordedAlready) {
+				// An earlier attempt's answer was lost: delivered.
+				log.Info("result recorded by an earlier attempt, whose answer was lost", "attempts", attempt, "err", err)
+				e.settle()
+				return
+			}
 			if e.leftForItsInstance(code) {
 				log.Warn("result another instance left in the spool refused as no unit of this proxy's account: left in the spool for its instance", "other_instance_id", req.GetInstanceId(), "err", err)
 				return
