@@ -218,33 +218,45 @@ func (l Allowlist) Allows(k string) bool {
 	return false
 }
 
-// Check refuses an entry that allows nothing a command could set: empty,
-// holding '=' or NUL, a '*' elsewhere than at its end, or a name Refused
-// refuses, which no list lets through.
+// Check refuses an entry that names no variable: empty, holding '=' or
+// NUL, or a '*' elsewhere than at its end.
 func (l Allowlist) Check() error {
 	var errs []error
 	for _, e := range l {
-		name, prefix := strings.CutSuffix(e, "*")
+		name, _ := strings.CutSuffix(e, "*")
 		switch {
 		case e == "" || strings.ContainsAny(e, "=\x00"):
 			errs = append(errs, fmt.Errorf("%q is not a variable name (empty, or holding '=' or NUL)", e))
 		case strings.Contains(name, "*"):
 			errs = append(errs, fmt.Errorf("%q: '*' may only end an entry (NAME_* allows every name beginning NAME_)", e))
-		case !prefix:
-			if err := Refused(e); err != nil {
-				errs = append(errs, fmt.Errorf("%w, whatever allowed_env says: it only narrows what a command may set", err))
-			}
-		default:
-			// NAME_* inside a family refused as a whole allows nothing.
-			for _, p := range append(slices.Clone(prefixes), toolPrefixes...) {
-				if strings.HasPrefix(strings.ToUpper(name), p) {
-					errs = append(errs, fmt.Errorf("%q allows nothing: every name beginning %s is refused, whatever allowed_env says: it only narrows what a command may set", e, p))
-					break
-				}
-			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Useless says, for each entry that allows nothing Refused lets through
+// (a name refused for every command, or NAME_* inside a family refused as
+// a whole), why; the proxy warns of them as it starts. Not refused as an
+// error: a proxy whose allowed_env lists a name that a newer release
+// refuses starts all the same after an upgrade.
+func (l Allowlist) Useless() []string {
+	var out []string
+	for _, e := range l {
+		name, prefix := strings.CutSuffix(e, "*")
+		if !prefix {
+			if err := Refused(e); err != nil {
+				out = append(out, fmt.Sprintf("%v, whatever allowed_env says: it only narrows what a command may set", err))
+			}
+			continue
+		}
+		for _, p := range append(slices.Clone(prefixes), toolPrefixes...) {
+			if strings.HasPrefix(strings.ToUpper(name), p) {
+				out = append(out, fmt.Sprintf("%q allows nothing: every name beginning %s is refused, whatever allowed_env says: it only narrows what a command may set", e, p))
+				break
+			}
+		}
+	}
+	return out
 }
 
 // foldName is a variable's identity: names are case-insensitive on

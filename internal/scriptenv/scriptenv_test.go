@@ -115,8 +115,11 @@ func TestValidName(t *testing.T) {
 
 // TestAllowlist: allowed_env allows the names it lists, and those its
 // NAME_* entries begin, and nothing else; an empty list allows every name.
-// An entry that allows nothing a command could set (a name refused
-// everywhere, one no process takes, a '*' inside) is refused, saying why.
+// An entry that names no variable (empty, '=', a '*' inside) is refused,
+// saying why; one that allows nothing a command could set (a name refused
+// everywhere, NAME_* inside a family refused as a whole) is told as
+// useless, not refused, so that a proxy's config stays valid when a newer
+// release refuses more.
 func TestAllowlist(t *testing.T) {
 	l := Allowlist{"DEPLOY_TARGET", "APP_*"}
 	for k, want := range map[string]bool{
@@ -130,22 +133,32 @@ func TestAllowlist(t *testing.T) {
 	if !(Allowlist{}).Allows("ANY") {
 		t.Error("an empty list refuses a name; want every name allowed")
 	}
-	if err := l.Check(); err != nil {
-		t.Errorf("%v.Check() = %v, want nil", l, err)
+	if err, useless := l.Check(), l.Useless(); err != nil || len(useless) != 0 {
+		t.Errorf("%v: Check() = %v, Useless() = %q; want neither", l, err, useless)
 	}
 	for _, tc := range []struct{ entry, says string }{
-		{"PATH", `environment variable "PATH" is refused`},
-		{"GIT_DIR", "whatever allowed_env says"},
 		{"", "not a variable name"},
 		{"A=B", "not a variable name"},
 		{"A*B", "'*' may only end an entry"},
-		{"LD_*", "every name beginning LD_ is refused"},
-		{"GIT_CONFIG*", "every name beginning GIT_CONFIG is refused"},
-		{"pip_*", "every name beginning PIP_ is refused"},
 	} {
 		err := Allowlist{"DEPLOY_TARGET", tc.entry}.Check()
 		if err == nil || !strings.Contains(err.Error(), tc.says) {
 			t.Errorf("Check of %q = %v, want an error saying %q", tc.entry, err, tc.says)
+		}
+	}
+	for _, tc := range []struct{ entry, says string }{
+		{"PATH", `environment variable "PATH" is refused`},
+		{"GIT_DIR", "whatever allowed_env says"},
+		{"LD_*", "every name beginning LD_ is refused"},
+		{"GIT_CONFIG*", "every name beginning GIT_CONFIG is refused"},
+		{"pip_*", "every name beginning PIP_ is refused"},
+	} {
+		l := Allowlist{"DEPLOY_TARGET", tc.entry, "GIT_*"}
+		if err := l.Check(); err != nil {
+			t.Errorf("Check of %q = %v, want it valid (told as useless)", tc.entry, err)
+		}
+		if u := l.Useless(); len(u) != 1 || !strings.Contains(u[0], tc.says) {
+			t.Errorf("Useless of %q = %q, want one line saying %q", tc.entry, u, tc.says)
 		}
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/opsgate/opsgate/automator/pki"
 	"github.com/opsgate/opsgate/internal/clihelp"
 	"github.com/opsgate/opsgate/internal/grpcwire"
+	"github.com/opsgate/opsgate/internal/scriptenv"
 	"github.com/opsgate/opsgate/internal/secretfile"
 	"github.com/opsgate/opsgate/internal/stopsignal"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
@@ -255,6 +256,9 @@ func runProxy(ctx context.Context, cfg config.Config, file loadedConfig, env Env
 		// Not refused: the operator may mean it. But whoever may write
 		// there decides what this proxy runs, as its user.
 		log.Warn(looseScriptsWarning, "writable", loose)
+	}
+	for _, why := range scriptenv.Allowlist(cfg.AllowedEnv).Useless() {
+		log.Warn("allowed_env lists what no command may set: "+why, "config", file.path)
 	}
 	return a.Run(ctx)
 }

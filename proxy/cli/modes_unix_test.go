@@ -79,3 +79,34 @@ func TestRunWarnsOfAConfigOthersMayRead(t *testing.T) {
 		t.Errorf("a config every user may read: want a WARN naming it:\n%s", log)
 	}
 }
+
+// TestRunWarnsOfAllowedEnvThatAllowsNothing: an allowed_env entry that
+// allows nothing a command could set (a name refused for every command,
+// NAME_* inside a family refused as a whole) is said at start, at WARN,
+// and the proxy runs all the same: a release that refuses more does not
+// stop a proxy whose config listed the name (a review: it was a config
+// error, and an upgraded service would not start).
+func TestRunWarnsOfAllowedEnvThatAllowsNothing(t *testing.T) {
+	t.Parallel()
+	path, run := startStopped(t, t.TempDir())
+	if log := run(); strings.Contains(log, "allowed_env") {
+		t.Errorf("no allowed_env: the log speaks of it:\n%s", log)
+	}
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("allowed_env: [DEPLOY_TARGET, PATH, LD_*]\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	log := run()
+	for _, want := range []string{`environment variable \"PATH\" is refused`, `\"LD_*\" allows nothing: every name beginning LD_ is refused`} {
+		if !strings.Contains(log, "level=WARN msg=\"allowed_env lists what no command may set: "+want) {
+			t.Errorf("allowed_env naming what no command may set: want a WARN saying %s:\n%s", want, log)
+		}
+	}
+	if strings.Contains(log, "DEPLOY_TARGET") {
+		t.Errorf("the entry that allows something is warned of:\n%s", log)
+	}
+}
