@@ -365,7 +365,11 @@ func TestDashboardInARealBrowser(t *testing.T) {
 	if code := getWithCookie(t, a.http+"/dashboard/", copied); code != http.StatusSeeOther {
 		t.Errorf("the copied session cookie after sign-out: %d, want 303 to the sign-in form", code)
 	}
-	p.do(chromedp.SetValue(chromedp.CSS("#api-key"), strings.TrimSpace(string(adminKey))), chromedp.Click(chromedp.CSS("#sign-in")),
+	// The sign-in form loaded anew: the one sign-out led to may still be
+	// replacing its nodes (a clean-clone run failed on "No node with
+	// given id found" filling it).
+	p.do(chromedp.Navigate(a.http+"/dashboard/login"), chromedp.WaitVisible(chromedp.CSS("#api-key")),
+		chromedp.SetValue(chromedp.CSS("#api-key"), strings.TrimSpace(string(adminKey))), chromedp.Click(chromedp.CSS("#sign-in")),
 		chromedp.WaitVisible(chromedp.CSS("table#accounts")))
 	p.do(chromedp.Navigate(unitURL), chromedp.WaitVisible(chromedp.CSS("#unit-script")))
 	p.wantText("#signed-in-key", "admin")
