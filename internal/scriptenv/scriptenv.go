@@ -135,8 +135,10 @@ var tools = map[string]bool{
 	"OPENSSL_CONF": true, "OPENSSL_ENGINES": true, "OPENSSL_MODULES": true,
 	"RSYNC_RSH": true, "RSYNC_CONNECT_PROG": true,
 	"SSH_ASKPASS": true, "SUDO_ASKPASS": true, "WGETRC": true, "LESSOPEN": true, "LESSCLOSE": true,
-	"MAKEFLAGS": true, "MAKEFILES": true, "GOFLAGS": true, "CLASSPATH": true, "RUSTC_WRAPPER": true, "BUNDLE_GEMFILE": true,
-	"KUBECONFIG": true, "AWS_CONFIG_FILE": true, "AWS_SHARED_CREDENTIALS_FILE": true,
+	"MAKEFLAGS": true, "GNUMAKEFLAGS": true, "MAKEFILES": true, "GOFLAGS": true, "GOENV": true, "CLASSPATH": true,
+	"RUSTC": true, "RUSTC_WRAPPER": true, "RUSTC_WORKSPACE_WRAPPER": true, "CARGO_BUILD_RUSTC": true, "CARGO_BUILD_RUSTC_WRAPPER": true,
+	"BUNDLE_GEMFILE": true, "BUNDLE_APP_CONFIG": true, "SUDO_EDITOR": true, "LESSKEY": true, "LESSKEYIN": true,
+	"KUBECONFIG": true, "KUBECTL_EXTERNAL_DIFF": true, "AWS_CONFIG_FILE": true, "AWS_SHARED_CREDENTIALS_FILE": true,
 	"GIT_DIR": true, "GIT_COMMON_DIR": true, "GIT_WORK_TREE": true, "GIT_INDEX_FILE": true,
 	"GIT_OBJECT_DIRECTORY": true, "GIT_ALTERNATE_OBJECT_DIRECTORIES": true, "GIT_DISCOVERY_ACROSS_FILESYSTEM": true,
 	"GIT_EXEC_PATH": true, "GIT_TEMPLATE_DIR": true,
@@ -146,11 +148,13 @@ var tools = map[string]bool{
 }
 
 // toolPrefixes are tools' families of names: git's config and trace
-// variables, its ssh (GIT_SSH, GIT_SSH_COMMAND, GIT_SSH_VARIANT) and, on
+// variables, its ssh (GIT_SSH, GIT_SSH_COMMAND, GIT_SSH_VARIANT), its TLS
+// settings (GIT_SSL_NO_VERIFY turns the server's checking off,
+// GIT_SSL_CAINFO trusts another CA) and, on
 // windows, the files it redirects its standard streams to; npm's config
 // (npm_config_script_shell runs a command); pip's (PIP_INDEX_URL installs
 // what that index serves, PIP_CONFIG_FILE).
-var toolPrefixes = []string{"GIT_CONFIG", "GIT_TRACE", "GIT_SSH", "GIT_REDIRECT_", "NPM_CONFIG_", "PIP_"}
+var toolPrefixes = []string{"GIT_CONFIG", "GIT_TRACE", "GIT_SSH", "GIT_SSL", "GIT_REDIRECT_", "NPM_CONFIG_", "PIP_"}
 
 // Refused returns an error naming variable k when a command may not set
 // it, nil otherwise. Names are compared in upper case on every OS:
