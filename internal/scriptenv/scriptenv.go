@@ -114,10 +114,16 @@ var homeDir = map[string]bool{
 // wget reads the wgetrc WGETRC names, whose use_askpass is a command it
 // runs; less runs LESSOPEN and LESSCLOSE; make takes options from
 // MAKEFLAGS (SHELL=CMD) and reads the makefiles MAKEFILES names; go takes
-// flags from GOFLAGS (-toolexec=CMD); java loads classes from CLASSPATH;
-// cargo runs RUSTC_WRAPPER; bundler loads BUNDLE_GEMFILE; kubectl runs the
-// exec plugin of the kubeconfig KUBECONFIG names, the AWS CLI and SDKs the
-// credential_process of AWS_CONFIG_FILE or AWS_SHARED_CREDENTIALS_FILE.
+// flags from GOFLAGS (-toolexec=CMD), also from the file GOENV names, and
+// GNU make from GNUMAKEFLAGS too; java loads classes from CLASSPATH; cargo
+// runs RUSTC, RUSTDOC and their wrappers (RUSTC_WRAPPER, and the
+// CARGO_BUILD_ forms), passes RUSTFLAGS to rustc (-C linker=CMD) and runs
+// the linker and runner of CARGO_TARGET_*; bundler loads BUNDLE_GEMFILE
+// and the config in BUNDLE_APP_CONFIG; kubectl runs the exec plugin of
+// the kubeconfig KUBECONFIG names, and KUBECTL_EXTERNAL_DIFF; the AWS CLI
+// and SDKs the credential_process of AWS_CONFIG_FILE or
+// AWS_SHARED_CREDENTIALS_FILE; sudoedit runs SUDO_EDITOR; less reads the
+// key bindings of LESSKEY and LESSKEYIN, which may set LESSOPEN.
 // And git, which takes its configuration from variables (GIT_CONFIG_COUNT
 // with GIT_CONFIG_KEY_0 and GIT_CONFIG_VALUE_0, GIT_CONFIG_PARAMETERS:
 // core.fsmonitor, core.sshCommand, … are commands it runs) or from files
@@ -136,7 +142,8 @@ var tools = map[string]bool{
 	"RSYNC_RSH": true, "RSYNC_CONNECT_PROG": true,
 	"SSH_ASKPASS": true, "SUDO_ASKPASS": true, "WGETRC": true, "LESSOPEN": true, "LESSCLOSE": true,
 	"MAKEFLAGS": true, "GNUMAKEFLAGS": true, "MAKEFILES": true, "GOFLAGS": true, "GOENV": true, "CLASSPATH": true,
-	"RUSTC": true, "RUSTC_WRAPPER": true, "RUSTC_WORKSPACE_WRAPPER": true, "CARGO_BUILD_RUSTC": true, "CARGO_BUILD_RUSTC_WRAPPER": true,
+	"RUSTC": true, "RUSTC_WRAPPER": true, "RUSTC_WORKSPACE_WRAPPER": true, "RUSTDOC": true, "RUSTFLAGS": true, "CARGO_ENCODED_RUSTFLAGS": true,
+	"CARGO_BUILD_RUSTC": true, "CARGO_BUILD_RUSTC_WRAPPER": true, "CARGO_BUILD_RUSTC_WORKSPACE_WRAPPER": true, "CARGO_BUILD_RUSTDOC": true,
 	"BUNDLE_GEMFILE": true, "BUNDLE_APP_CONFIG": true, "SUDO_EDITOR": true, "LESSKEY": true, "LESSKEYIN": true,
 	"KUBECONFIG": true, "KUBECTL_EXTERNAL_DIFF": true, "AWS_CONFIG_FILE": true, "AWS_SHARED_CREDENTIALS_FILE": true,
 	"GIT_DIR": true, "GIT_COMMON_DIR": true, "GIT_WORK_TREE": true, "GIT_INDEX_FILE": true,
@@ -147,14 +154,15 @@ var tools = map[string]bool{
 	"GIT_ALLOW_PROTOCOL": true, "GIT_PROTOCOL_FROM_USER": true,
 }
 
-// toolPrefixes are tools' families of names: git's config and trace
+// toolPrefixes are tools' families of names: cargo's per-target linker
+// and runner (CARGO_TARGET_<TRIPLE>_LINKER, _RUNNER), git's config and trace
 // variables, its ssh (GIT_SSH, GIT_SSH_COMMAND, GIT_SSH_VARIANT), its TLS
 // settings (GIT_SSL_NO_VERIFY turns the server's checking off,
 // GIT_SSL_CAINFO trusts another CA) and, on
 // windows, the files it redirects its standard streams to; npm's config
 // (npm_config_script_shell runs a command); pip's (PIP_INDEX_URL installs
 // what that index serves, PIP_CONFIG_FILE).
-var toolPrefixes = []string{"GIT_CONFIG", "GIT_TRACE", "GIT_SSH", "GIT_SSL", "GIT_REDIRECT_", "NPM_CONFIG_", "PIP_"}
+var toolPrefixes = []string{"GIT_CONFIG", "GIT_TRACE", "GIT_SSH", "GIT_SSL", "GIT_REDIRECT_", "NPM_CONFIG_", "PIP_", "CARGO_TARGET_"}
 
 // Refused returns an error naming variable k when a command may not set
 // it, nil otherwise. Names are compared in upper case on every OS:
@@ -180,7 +188,7 @@ func Refused(k string) error {
 		tool = tool || strings.HasPrefix(u, p)
 	}
 	if tool {
-		return fmt.Errorf("environment variable %q is refused: a program that scripts call (git, tar, make, go, npm, pip, rsync, ssh, kubectl, aws, any linked with OpenSSL, …) reads it, and may run a command or load code of its choosing; a script that needs it sets it itself", k)
+		return fmt.Errorf("environment variable %q is refused: a program that scripts call (git, tar, make, go, npm, pip, rsync, ssh, kubectl, aws, any linked with OpenSSL, …) reads it, and may run a command, load code or trust a server of its choosing; a script that needs it sets it itself", k)
 	}
 	refused := names[u]
 	for _, p := range prefixes {

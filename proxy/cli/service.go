@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/internal/clihelp"
+	"github.com/opsgate/opsgate/internal/scriptenv"
 	"github.com/opsgate/opsgate/internal/secretfile"
 	"github.com/opsgate/opsgate/proxy/agent"
 	"github.com/opsgate/opsgate/proxy/config"
@@ -730,6 +731,10 @@ func cmdStatus(args []string, env Env) error {
 		} else {
 			cfgOK = true
 			fmt.Fprintf(w, "config:         %s (valid: instance %s, automator %s, scripts %s)\n", cfgPath, cfg.InstanceID, cfg.AutomatorURL, cfg.ScriptsDir)
+			// What proxy run warns of as it starts.
+			for _, why := range scriptenv.Allowlist(cfg.AllowedEnv).Useless() {
+				fmt.Fprintf(w, "config:         allowed_env lists what no command may set: %s\n", why)
+			}
 		}
 	}
 	var check profileCheck

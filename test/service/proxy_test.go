@@ -30,7 +30,8 @@ func TestProxyServiceInstallServeStopStartUninstall(t *testing.T) {
 	a := startAutomator(t)
 	c := a.Client(t)
 	w := newWorkDir(t)
-	cfg := w.config(t, a.profile(t, "acme"), "acme", "instance_id: svc-a", "grace_period: 20s")
+	// An allowed_env entry no command may set: status says it, as run does.
+	cfg := w.config(t, a.profile(t, "acme"), "acme", "instance_id: svc-a", "grace_period: 20s", "allowed_env: [DEPLOY_TARGET, PATH]")
 	name := uniqueName(t)
 	before := snapshot(t)
 
@@ -49,7 +50,8 @@ func TestProxyServiceInstallServeStopStartUninstall(t *testing.T) {
 		t.Errorf("the config copy does not set state_dir:\n%s", data)
 	}
 	status := proxyCLI(t, "status", "--name", name)
-	for _, want := range []string{"running:        no", "starts at boot: yes", "(valid: instance svc-a", "last poll:      never", "=> stopped but configured"} {
+	for _, want := range []string{"running:        no", "starts at boot: yes", "(valid: instance svc-a", "last poll:      never", "=> stopped but configured",
+		`config:         allowed_env lists what no command may set: environment variable "PATH" is refused`} {
 		if !strings.Contains(status, want) {
 			t.Errorf("status of the installed service lacks %q:\n%s", want, status)
 		}
