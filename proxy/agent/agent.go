@@ -42,6 +42,10 @@ type Client interface {
 // Options configure an Agent.
 type Options struct {
 	Client Client
+	// Conn, when set, is the connection Client's polls go on: when a poll
+	// fails while it cannot be set up, the next is made as soon as it is
+	// (backOff), not after all of the backoff.
+	Conn Conn
 	// Uploads, when set, carries the calls that post more than
 	// postAlonePast bytes of results; Client carries the polls and the
 	// rest. Given its own connection, a large result on a thin uplink is
@@ -126,6 +130,9 @@ type tuning struct {
 	rereadFirst, rereadMax, rereadFor time.Duration
 	// startWaitFor: as the constant of the same name (shortage.go).
 	startWaitFor time.Duration
+	// reconnectedPollAfter: as the constant of the same name
+	// (reconnect.go).
+	reconnectedPollAfter time.Duration
 }
 
 func (t tuning) withDefaults() tuning {
@@ -161,6 +168,9 @@ func (t tuning) withDefaults() tuning {
 	}
 	if t.startWaitFor <= 0 {
 		t.startWaitFor = startWaitFor
+	}
+	if t.reconnectedPollAfter <= 0 {
+		t.reconnectedPollAfter = reconnectedPollAfter
 	}
 	return t
 }
@@ -400,7 +410,7 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
 				}
 				st.failed(err)
 				quick = true
-				if !ctxtime.Sleep(ctx, bo.next()) {
+				if !a.backOff(ctx, bo.next()) {
 					return seq, lostFrom
 				}
 				continue
@@ -470,7 +480,7 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
 			}
 			st.failed(err)
 			quick = true
-			if !ctxtime.Sleep(ctx, bo.next()) {
+			if !a.backOff(ctx, bo.next()) {
 				return
 			}
 			continue
@@ -613,7 +623,7 @@ func (a *Agent) hearEnds(ctx context.Context, seq, lostFrom uint64) (uint64, uin
 		// come back at once. Only an unreachable automator may answer
 		// the next try; a refusal (the token revoked, say) would be
 		// repeated.
-		if status.Code(err) != codes.Unavailable || !ctxtime.Sleep(rctx, bo.next()) {
+		if status.Code(err) != codes.Unavailable || !a.backOff(rctx, bo.next()) {
 			break
 		}
 	}
@@ -633,7 +643,7 @@ func (a *Agent) hearEnds(ctx context.Context, seq, lostFrom uint64) (uint64, uin
 			if ctx.Err() == nil && lostFrom != 0 {
 				lastErr = err
 			}
-			if !ctxtime.Sleep(ctx, bo.next()) {
+			if !a.backOff(ctx, bo.next()) {
 				return seq, lostFrom, lastErr
 			}
 			continue

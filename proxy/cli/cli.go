@@ -225,6 +225,7 @@ func runProxy(ctx context.Context, cfg config.Config, file loadedConfig, env Env
 	route := dialRoute(os.Getenv, addr)
 	a := agent.New(agent.Options{
 		Client:    automatorv1.NewProxyServiceClient(conn),
+		Conn:      conn,
 		Uploads:   automatorv1.NewProxyServiceClient(uploads),
 		Automator: cfg.AutomatorURL,
 		Route:     route,
