@@ -92,6 +92,22 @@ func (r *readiness) check(ctx context.Context, bound time.Duration) error {
 	return err
 }
 
+// healthz answers 200 while the process serves gRPC, from before its HTTP
+// listener opens until it begins to shut down, and 503 once it does: its
+// gRPC listener is closed then, and a check that took the 200 for a
+// served port would be wrong for up to the 5 s the calls still open are
+// given to end.
+func healthz(stopping func() bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if stopping() {
+			http.Error(w, "shutting down: gRPC is no longer served", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+}
+
 // readyz answers 200 while the automator is ready, 503 otherwise, saying
 // only whether it is shutting down or its store check failed.
 func readyz(st pinger, stopping func() bool, log *slog.Logger) http.Handler {

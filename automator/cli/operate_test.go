@@ -367,6 +367,27 @@ type pingerFunc func(context.Context) error
 
 func (f pingerFunc) Ping(ctx context.Context) error { return f(ctx) }
 
+// TestHealthzSaysShuttingDownOnceItIs: /healthz answers 200 while gRPC is
+// served and 503 once the automator shuts down, when its gRPC listener is
+// closed (DESIGN.md: 200 once it serves gRPC).
+func TestHealthzSaysShuttingDownOnceItIs(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		stopping bool
+		code     int
+		body     string
+	}{
+		{false, http.StatusOK, "ok\n"},
+		{true, http.StatusServiceUnavailable, "shutting down: gRPC is no longer served\n"},
+	} {
+		rec := httptest.NewRecorder()
+		healthz(func() bool { return tc.stopping }).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+		if rec.Code != tc.code || rec.Body.String() != tc.body {
+			t.Errorf("shutting down %v: %d %q, want %d %q", tc.stopping, rec.Code, rec.Body.String(), tc.code, tc.body)
+		}
+	}
+}
+
 // TestReadyzSaysNotReadyOnceShuttingDown: /readyz answers 503 once the
 // automator is shutting down, when its calls answer UNAVAILABLE, though
 // its store still answers; and 503 when the store check fails.

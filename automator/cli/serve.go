@@ -243,10 +243,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	// none of the file descriptors that the proxies' gRPC connections need.
 	hlis := connlimit.New(acceptwait.Wrap(hraw, headroom, acceptOptions("HTTP", metrics.ListenerHTTP, m, log)), httpMaxConnections(cfg), httpCapOptions(httpMaxConnections(cfg), m, log))
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprintln(w, "ok")
-	})
+	mux.Handle("GET /healthz", healthz(srv.ShuttingDown))
 	dash, err := operatorHandlers(mux, timed, ready, m, srv, master, *dir, cfg, *db, log)
 	if err != nil {
 		return err
