@@ -19,6 +19,9 @@ type ProxyOptions struct {
 	// ScriptsDir holds the scripts it may run.
 	ScriptsDir     string
 	MaxConcurrency int // 4
+	// MaxOutput bounds each output stream of a script (the proxy's
+	// max_output_bytes; its default when zero).
+	MaxOutput int
 	// Log receives the instance's log (discarded when nil).
 	Log io.Writer
 }
@@ -47,6 +50,7 @@ func (a *Automator) StartProxy(t testing.TB, o ProxyOptions) *Proxy {
 		Version:        "test",
 		ScriptsDir:     o.ScriptsDir,
 		MaxConcurrency: o.MaxConcurrency,
+		MaxOutput:      o.MaxOutput,
 		PollWait:       time.Second,
 		GracePeriod:    5 * time.Second,
 		BackoffMin:     10 * time.Millisecond,

@@ -31,6 +31,20 @@ import (
 // that is refused with a message naming limits.max_stdin.
 const maxStdin = config.MaxStdinLimit
 
+// truncatedStreams names the remote streams the proxy cut at its output
+// limit, as the subject of "cut": "" when none was.
+func truncatedStreams(stdout, stderr bool) string {
+	switch {
+	case stdout && stderr:
+		return "its stdout and stderr were"
+	case stdout:
+		return "its stdout was"
+	case stderr:
+		return "its stderr was"
+	}
+	return ""
+}
+
 // cmdExec is executeOnProxy from the shell, through the Go client: it
 // submits once (a retried submit carries the same idempotency key), then
 // waits by work id, resuming on a new connection if the automator restarts,
@@ -179,11 +193,18 @@ func report(ctx context.Context, res client.Result, err error, env Env) (int, er
 		if errErr != nil {
 			return 0, fmt.Errorf("work %s exited with %d, but writing its stderr failed: %w", res.WorkID, res.ExitCode, errErr)
 		}
-		if res.StdoutTruncated || res.StderrTruncated {
-			fmt.Fprintf(env.Stderr, "automator: output of work %s was truncated by the proxy's output limit\n", res.WorkID)
+		// exec's own lines begin a line of their own, after a remote
+		// stderr that does not end one.
+		ownLine := "automator: "
+		if n := len(res.Stderr); n > 0 && res.Stderr[n-1] != '\n' {
+			ownLine = "\n" + ownLine
+		}
+		if cut := truncatedStreams(res.StdoutTruncated, res.StderrTruncated); cut != "" {
+			fmt.Fprintf(env.Stderr, "%swork %s: %s cut at the proxy's output limit (its max_output_bytes)\n", ownLine, res.WorkID, cut)
+			ownLine = "automator: "
 		}
 		if res.ExitCode < 0 || res.ExitCode > 255 {
-			fmt.Fprintf(env.Stderr, "automator: work %s exited with %d, outside 0-255\n", res.WorkID, res.ExitCode)
+			fmt.Fprintf(env.Stderr, "%swork %s exited with %d, outside 0-255\n", ownLine, res.WorkID, res.ExitCode)
 			return ExitError, nil
 		}
 		return res.ExitCode, nil

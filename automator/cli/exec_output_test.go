@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/cli"
 )
 
@@ -31,5 +32,30 @@ func TestExecReportsOutputItCouldNotWrite(t *testing.T) {
 	if code != cli.ExitError || strings.Count(errb.String(), "\n") != 2 {
 		// Two lines: the remote stderr ("exiting 0"), then exec's reason.
 		t.Fatalf("exec whose stdout fails: exit %d, stderr %q; want %d and a line saying the output was not written", code, errb.String(), cli.ExitError)
+	}
+}
+
+// TestExecSaysWhichStreamWasCutOnALineOfItsOwn: a remote output past the
+// proxy's output limit is written as far as it was kept, and exec says
+// which stream was cut on a line of its own after the remote stderr, also
+// when that stderr does not end a line (it was glued to the remote's last
+// line, and did not say which stream).
+func TestExecSaysWhichStreamWasCutOnALineOfItsOwn(t *testing.T) {
+	t.Parallel()
+	a := automatortest.Start(t, automatortest.Options{})
+	scripts := t.TempDir()
+	automatortest.WriteScript(t, scripts, "loud.sh", `printf 0123456789abcdef; printf oops >&2`)
+	a.StartProxy(t, automatortest.ProxyOptions{InstanceID: "a", ScriptsDir: scripts, MaxOutput: 10}).WaitPolling(t)
+	var out, errb bytes.Buffer
+	code := cli.Main(context.Background(),
+		[]string{"exec", "--server", a.URL(), "--api-key-file", a.APIKeyFile, "--ca", a.CAFile, "--account", "acme", "loud.sh"},
+		cli.Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb})
+	if code != 0 || out.String() != "0123456789" {
+		t.Fatalf("exec: exit %d, stdout %q; want 0 and the first 10 bytes", code, out.String())
+	}
+	lines := strings.Split(errb.String(), "\n")
+	if len(lines) != 3 || lines[0] != "oops" || lines[2] != "" ||
+		!strings.HasPrefix(lines[1], "automator: work ") || !strings.HasSuffix(lines[1], ": its stdout was cut at the proxy's output limit (its max_output_bytes)") {
+		t.Errorf("stderr %q; want the remote's \"oops\", then a line of exec's own saying its stdout was cut", errb.String())
 	}
 }
