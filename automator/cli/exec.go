@@ -469,6 +469,9 @@ func clientConfig(dir, server, apiKeyFile, caFile string) (cfg client.Config, fr
 		var bad []error
 		for _, s := range strings.Split(server, ",") {
 			s = strings.TrimSpace(s)
+			if i := strings.Index(s, "://"); i > 0 {
+				s = strings.ToLower(s[:i]) + s[i:] // HTTPS:// is https://
+			}
 			if !strings.HasPrefix(s, "https://") && !strings.HasPrefix(s, "http://") {
 				return cfg, from, fmt.Errorf("--server %q must be https://HOST:PORT", s)
 			}

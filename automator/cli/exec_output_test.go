@@ -59,3 +59,19 @@ func TestExecSaysWhichStreamWasCutOnALineOfItsOwn(t *testing.T) {
 		t.Errorf("stderr %q; want the remote's \"oops\", then a line of exec's own saying its stdout was cut", errb.String())
 	}
 }
+
+// TestExecTakesAServerURLsSchemeInAnyCase: URL schemes are not case
+// sensitive, so --server HTTPS://HOST:PORT is the automator at
+// https://HOST:PORT (it was refused as not https://HOST:PORT).
+func TestExecTakesAServerURLsSchemeInAnyCase(t *testing.T) {
+	t.Parallel()
+	a := startWithScripts(t)
+	var out, errb bytes.Buffer
+	server := "HTTPS" + strings.TrimPrefix(a.URL(), "https")
+	code := cli.Main(context.Background(),
+		[]string{"exec", "--server", server, "--api-key-file", a.APIKeyFile, "--ca", a.CAFile, "--account", "acme", "--stdin", "-", "exit.sh", "0"},
+		cli.Env{Stdin: strings.NewReader("hi\n"), Stdout: &out, Stderr: &errb})
+	if code != 0 || out.String() != "hi\n" {
+		t.Errorf("exec --server %s: exit %d, stdout %q, stderr %q; want 0 and the remote output", server, code, out.String(), errb.String())
+	}
+}
