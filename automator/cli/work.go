@@ -191,7 +191,12 @@ func cmdWorkList(ctx context.Context, args []string, env Env) error {
 	}
 	more := len(views) > *limit
 	views = views[:min(len(views), *limit)]
+	cut := fmt.Sprintf("the newest %d listed; older ones match too: --limit N lists up to N (10000 at most)", *limit)
 	if *l.json {
+		if more {
+			// On stderr: stdout is the JSON array alone.
+			fmt.Fprintln(env.Stderr, "automator: work list: "+cut)
+		}
 		return writeJSON(env.Stdout, views)
 	}
 	if len(views) == 0 {
@@ -214,7 +219,7 @@ func cmdWorkList(ctx context.Context, args []string, env Env) error {
 	}
 	if more {
 		// Silently cut, a listing reads as every unit there is.
-		_, err := fmt.Fprintf(env.Stdout, "the newest %d listed; older ones match too: --limit N lists up to N (10000 at most)\n", *limit)
+		_, err := fmt.Fprintln(env.Stdout, cut)
 		return err
 	}
 	return nil

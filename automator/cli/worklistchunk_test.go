@@ -76,9 +76,10 @@ func TestWorkListReadsItsUnitsAChunkAtATime(t *testing.T) {
 }
 
 // TestWorkListSaysWhenItLeavesUnitsOut: a listing cut at --limit says so
-// under its table, and how to list more; one that lists every unit that
-// matches says nothing of the kind. Before, 54 units listed as 50 with no
-// word of the other 4 (a review).
+// under its table, and how to list more, or with --json on stderr (stdout
+// is the array alone); one that lists every unit that matches says
+// nothing of the kind. Before, 54 units listed as 50 with no word of the
+// other 4 (a review), and --json said nothing (another).
 func TestWorkListSaysWhenItLeavesUnitsOut(t *testing.T) {
 	t.Parallel()
 	dir := seedListings(t)
@@ -101,6 +102,13 @@ func TestWorkListSaysWhenItLeavesUnitsOut(t *testing.T) {
 		}
 		if !cut && strings.Contains(out, note) {
 			t.Errorf("work list --limit %d of %d units:\n%s", limit, n, out)
+		}
+		code, out, stderr = runMain(t, "work", "list", "--data-dir", dir, "--limit", strconv.Itoa(limit), "--json")
+		if code != 0 || strings.Count(out, `"work_id"`) != min(limit, n) || strings.Contains(out, note) {
+			t.Errorf("work list --limit %d --json of %d units: exit %d, stdout %q; want 0 and the array alone", limit, n, code, out)
+		}
+		if got := strings.Contains(stderr, fmt.Sprintf("the newest %d listed; ", limit)+note); got != cut {
+			t.Errorf("work list --limit %d --json of %d units says on stderr it left some out: %v, want %v: %q", limit, n, got, cut, stderr)
 		}
 	}
 }
