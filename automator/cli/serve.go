@@ -278,6 +278,15 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	go func() { srv.RecordInstances(recordCtx); close(recorderDone) }()
 	heartbeatDone := startHeartbeat(runCtx, st, cfg.ReplicaID, log)
 	purgeDone := startPurge(runCtx, srv, dash, timed, cfg.WorkRetention, cfg.AuditRetention, log)
+	sendAwayDone := make(chan struct{})
+	if broadcasterFor(st) != nil {
+		// Replicas on one database: one cut off from it sends its
+		// proxies and callers to the others (sendaway.go).
+		sa := &sendAway{since: srv.DatabaseUnreachableSince, ping: timed.Ping, closeAll: lis.CloseAll, log: log}
+		go func() { sa.run(runCtx); close(sendAwayDone) }()
+	} else {
+		close(sendAwayDone)
+	}
 
 	serving := config.Serving{GRPC: lis.Addr().String(), HTTP: hlis.Addr().String(), Plaintext: cfg.InsecurePlaintext, DB: servedDB(*dir, cfg)}
 	if err := config.WriteServing(*dir, serving); err != nil {
@@ -305,6 +314,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	<-heartbeatDone
 	<-purgeDone
 	<-checkDone
+	<-sendAwayDone
 	stopped := make(chan struct{})
 	go func() { gs.GracefulStop(); close(stopped) }()
 	select {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/opsgate/opsgate/automator/store"
 )
@@ -23,11 +24,23 @@ import (
 // reach: a warning for the first of an outage, debug for the others.
 func (s *Server) databaseUnreachable(attrs ...any) {
 	s.dbFailures.Add(1)
+	if !s.dbDown.Load() {
+		s.dbDownSince.Store(time.Now().UnixNano())
+	}
 	if !s.dbDown.Swap(true) {
 		s.log.Warn("the database is unreachable: calls that need it answer UNAVAILABLE, and units are not timed out, until it answers again; further failures are logged at debug level", attrs...)
 		return
 	}
 	s.log.Debug("the database is unreachable", attrs...)
+}
+
+// DatabaseUnreachableSince is when the store calls began to find the
+// database out of reach, in the outage under way; zero when there is none.
+func (s *Server) DatabaseUnreachableSince() time.Time {
+	if !s.dbDown.Load() {
+		return time.Time{}
+	}
+	return time.Unix(0, s.dbDownSince.Load())
 }
 
 // databaseMark is taken before a store call whose success may end an

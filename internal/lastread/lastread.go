@@ -64,6 +64,22 @@ func (l *Listener) Silence(peer net.Addr) func() time.Duration {
 	}
 }
 
+// CloseAll closes every connection the listener accepted that is still
+// open, and returns how many: their clients dial again (through a load
+// balancer, possibly to another server).
+func (l *Listener) CloseAll() int {
+	l.mu.Lock()
+	open := make([]*conn, 0, len(l.conns))
+	for _, c := range l.conns {
+		open = append(open, c)
+	}
+	l.mu.Unlock()
+	for _, c := range open {
+		c.Close()
+	}
+	return len(open)
+}
+
 func (l *Listener) since() int64 { return int64(l.now().Sub(l.epoch)) }
 
 type conn struct {

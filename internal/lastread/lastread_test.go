@@ -84,3 +84,42 @@ func TestSilenceIsTheTimeSinceTheConnectionLastDeliveredData(t *testing.T) {
 		t.Fatal("a closed connection is still known")
 	}
 }
+
+// TestCloseAllClosesEveryOpenConnection: CloseAll closes the connections
+// accepted and still open, and counts them; one closed before is not
+// counted.
+func TestCloseAllClosesEveryOpenConnection(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := lastread.Wrap(raw, nil)
+	defer l.Close()
+	var clients []net.Conn
+	for range 3 {
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		clients = append(clients, c)
+		s, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(clients) == 3 {
+			s.Close()
+		}
+	}
+	if n := l.CloseAll(); n != 2 {
+		t.Errorf("CloseAll closed %d; want the 2 still open", n)
+	}
+	for i, c := range clients[:2] {
+		if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+			t.Errorf("client %d reads %v; want EOF, its connection closed", i, err)
+		}
+	}
+	if n := l.CloseAll(); n != 0 {
+		t.Errorf("CloseAll again closed %d; want 0", n)
+	}
+}
