@@ -303,7 +303,8 @@ func (f callerFlags) target() string {
 // as by a load balancer without a backend, or answered by something that
 // is not an automator; or refused by TLS), or the automators it connects
 // to do not answer (hung: a stopped process, whose kernel still accepts
-// connections; a call stuck in one that answers pings: hungWhy), it
+// connections; a call stuck in one that answers pings: hungWhy), or
+// answer that their database does not (client.KindDatabaseUnreachable), it
 // says so on stderr, in one line, as soon as the client knows (the
 // connection's setup or its keepalive gave up, or a try's bound passed):
 // where the address came from, why, what it does and until when it keeps
@@ -329,6 +330,14 @@ func (f callerFlags) connect(stderr io.Writer) (*client.Client, error) {
 				what = "none of the automators --server names (the last tried, " + u.Address + ")"
 			}
 			fmt.Fprintf(stderr, "automator: %s is not answering: %v (%s); %s\n", what, u.Err, hungWhy(u.Kind), until)
+			return
+		}
+		if u.Kind == client.KindDatabaseUnreachable {
+			what := "the automator at " + u.Address + from + " cannot"
+			if several {
+				what = "none of the automators --server names (the last tried, " + u.Address + ") can"
+			}
+			fmt.Fprintf(stderr, "automator: %s serve the call now: %v; %s\n", what, u.Err, until)
 			return
 		}
 		what := "the automator at " + u.Address

@@ -32,6 +32,7 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"net"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -721,6 +722,12 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 			}
 			unreachable = &Unreachable{Address: c.urls[i], Err: why, Kind: KindCallUnanswered, Hung: true}
 			stuck = &unansweredTry{addr: i, began: na.began}
+		} else if st, ok := status.FromError(err); ok && st.Code() == codes.Unavailable && strings.HasPrefix(st.Message(), databaseUnreachable) {
+			// It answered, that it cannot serve the call: said as
+			// promptly as an automator that cannot be reached (it was
+			// silent for the budget's minute).
+			unreachable = &Unreachable{Address: c.urls[i], Err: errors.New(strings.TrimSuffix(st.Message(), "; retry")), Kind: KindDatabaseUnreachable}
+			stuck = nil
 		}
 		// Each address once at full speed, then back off.
 		if tried >= left {
@@ -748,6 +755,10 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 		}
 	}
 }
+
+// databaseUnreachable begins the automator's UNAVAILABLE answers that say
+// its database does not answer (automator/server).
+const databaseUnreachable = "the automator's database "
 
 // unansweredTry is a try whose answer did not begin within its bound, on
 // address addr, begun at began (zero when not known).

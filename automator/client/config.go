@@ -126,6 +126,11 @@ const (
 	// automator's process stopped or frozen, or its packets dropped (or a
 	// link with a round trip longer than the probe's bound).
 	KindCallUnanswered
+	// KindDatabaseUnreachable: the automator answered, UNAVAILABLE, that
+	// its database does not answer (a replica cut off from PostgreSQL,
+	// PostgreSQL down); Err is its answer. Another replica, or this one
+	// once the database is back, serves the call.
+	KindDatabaseUnreachable
 )
 
 func (k UnreachableKind) String() string {
@@ -144,6 +149,8 @@ func (k UnreachableKind) String() string {
 		return "call stuck"
 	case KindCallUnanswered:
 		return "call unanswered"
+	case KindDatabaseUnreachable:
+		return "database unreachable"
 	}
 	return fmt.Sprintf("UnreachableKind(%d)", int(k))
 }
