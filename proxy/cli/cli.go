@@ -312,7 +312,7 @@ func spoolDir(cfg config.Config) string {
 // profile's CA, the token on every call, and keepalives so a connection cut
 // by a middlebox is noticed within seconds. Outbound HTTP CONNECT proxies
 // from HTTPS_PROXY are honoured by grpc-go's default dialer; without one,
-// it dials with grpcwire.Redial.
+// it dials with grpcwire.FastSYNDial.
 func Dial(cfg config.Config) (*grpc.ClientConn, error) {
 	return dial(cfg, grpc.WithKeepaliveParams(Keepalive))
 }
@@ -346,11 +346,11 @@ func dial(cfg config.Config, opts ...grpc.DialOption) (*grpc.ClientConn, error) 
 	opts = append(opts, grpcwire.WatchAnswers()...)
 	if v, _ := firstSet(os.Getenv, "HTTPS_PROXY", "https_proxy"); v == "" {
 		// Direct, as gRPC would dial: a connection attempt over a link
-		// that drops packets is joined by another every second, so the
+		// that drops packets sends its SYN again every second, so the
 		// proxy connects within a second of the link's return, not at
-		// its SYN's next retransmission, up to 8 s and more later. Not
-		// through a web proxy: gRPC's own dialer sets up its tunnel.
-		opts = append(opts, grpc.WithContextDialer(grpcwire.Redial))
+		// the kernel's next retransmission, up to 8 s and more later.
+		// Not through a web proxy: gRPC's own dialer sets up its tunnel.
+		opts = append(opts, grpc.WithContextDialer(grpcwire.FastSYNDial))
 	}
 	return grpc.NewClient(addr, append(opts,
 		grpc.WithTransportCredentials(lowatCreds{creds}),
