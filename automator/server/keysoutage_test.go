@@ -85,3 +85,33 @@ func TestAResultPostedWhileTheDatabaseIsDownIsNotRefused(t *testing.T) {
 		}
 	}
 }
+
+// silentCredentialsStore leaves the lookups of an API key unanswered
+// until their context ends, as a database cut off without a word does.
+type silentCredentialsStore struct{ store.Store }
+
+func (s silentCredentialsStore) APIKeyGetByHash(ctx context.Context, hash []byte) (store.APIKey, error) {
+	<-ctx.Done()
+	return store.APIKey{}, ctx.Err()
+}
+
+// TestACredentialLookupThatGetsNoAnswerBeginsAnOutage: a call whose
+// credential lookup gets no answer within its bound is answered
+// UNAVAILABLE, and the automator counts the database out of reach from
+// then (DatabaseUnreachableSince), as for its own store calls' errors: a
+// replica cut off without a word met it first there, 3 s in, and counted
+// it only from a background call's 30 s bound (a review).
+func TestACredentialLookupThatGetsNoAnswerBeginsAnOutage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{wrap: func(st store.Store) store.Store { return silentCredentialsStore{st} }})
+	if !e.srv.DatabaseUnreachableSince().IsZero() {
+		t.Fatal("an outage before any call")
+	}
+	_, err := e.callerClient().Submit(context.Background(), &automatorv1.ExecuteRequest{Account: e.account, Command: &automatorv1.Command{Script: "x.sh"}})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("submit whose credential lookup gets no answer: %v; want UNAVAILABLE", err)
+	}
+	if e.srv.DatabaseUnreachableSince().IsZero() {
+		t.Error("the automator does not count the database out of reach after a credential lookup got no answer")
+	}
+}
