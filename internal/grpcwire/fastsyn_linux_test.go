@@ -110,30 +110,30 @@ func TestFastSYNDialConnectsSoonAfterSilenceEnds(t *testing.T) {
 	}
 }
 
-// defaultRTOMax is a new TCP socket's TCP_RTO_MAX_MS.
-func defaultRTOMax(t *testing.T) int {
+// newSocketRTOMax is a new TCP socket's TCP_RTO_MAX_MS, and the error of
+// a kernel that has no such option.
+func newSocketRTOMax(t *testing.T) (int, error) {
 	t.Helper()
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer syscall.Close(fd)
-	v, err := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_RTO_MAX_MS)
+	return unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_RTO_MAX_MS)
+}
+
+func rtoMaxSupported(t *testing.T) bool {
+	_, err := newSocketRTOMax(t)
+	return err == nil
+}
+
+// defaultRTOMax is a new TCP socket's TCP_RTO_MAX_MS.
+func defaultRTOMax(t *testing.T) int {
+	v, err := newSocketRTOMax(t)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return v
-}
-
-func rtoMaxSupported(t *testing.T) bool {
-	t.Helper()
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Close(fd)
-	_, err = unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_RTO_MAX_MS)
-	return err == nil
 }
 
 // rtoMax is c's TCP_RTO_MAX_MS.
