@@ -64,3 +64,27 @@ func TestWorkWaitOnAnAutomatorWithoutItsDatabaseSaysSoAtOnce(t *testing.T) {
 		t.Errorf("work wait: exit %d; want %d (the unit timed out, no proxy): %s", code, ExitNotAllSucceeded, r.errText())
 	}
 }
+
+// TestAClientGivingUpOnAutomatorsWithoutTheirDatabaseSaysSo: a call that
+// every automator answered UNAVAILABLE for want of its database gives up
+// at the end of its budget saying that none could serve it, not that none
+// answered (they did; a review).
+func TestAClientGivingUpOnAutomatorsWithoutTheirDatabaseSaysSo(t *testing.T) {
+	t.Parallel()
+	var cut atomic.Bool
+	a := automatortest.Start(t, automatortest.Options{WrapStore: func(s store.Store) store.Store { return cutOffStore{s, &cut} }})
+	c, err := client.New(client.Config{Addresses: []string{a.URL()}, APIKey: a.APIKey, CAPEM: a.CAPEM, RetryFor: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	w, err := c.Submit(t.Context(), a.Account, client.Command{Script: "x.sh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut.Store(true)
+	_, err = c.Get(t.Context(), w.ID)
+	if err == nil || !strings.Contains(err.Error(), "no automator could serve it, its database unreachable; giving up") {
+		t.Errorf("Get with the database cut off: %v; want it to say no automator could serve it", err)
+	}
+}

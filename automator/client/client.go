@@ -699,6 +699,10 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 			}
 		}
 		if time.Now().After(b.giveUp) {
+			if databaseUnreachableAnswer(err) {
+				// They answered: that they could not serve it.
+				return wrapCall(doing+" (no automator could serve it, its database unreachable; giving up)", err)
+			}
 			return wrapCall(doing+" (no automator answered; giving up)", err)
 		}
 		var na noAnswer
@@ -722,7 +726,7 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 			}
 			unreachable = &Unreachable{Address: c.urls[i], Err: why, Kind: KindCallUnanswered, Hung: true}
 			stuck = &unansweredTry{addr: i, began: na.began}
-		} else if st, ok := status.FromError(err); ok && st.Code() == codes.Unavailable && strings.HasPrefix(st.Message(), databaseUnreachable) {
+		} else if st, ok := status.FromError(err); ok && databaseUnreachableAnswer(err) {
 			// It answered, that it cannot serve the call: said as
 			// promptly as an automator that cannot be reached (it was
 			// silent for the budget's minute).
@@ -756,9 +760,13 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 	}
 }
 
-// databaseUnreachable begins the automator's UNAVAILABLE answers that say
-// its database does not answer (automator/server).
-const databaseUnreachable = "the automator's database "
+// databaseUnreachableAnswer tells whether err is an automator's answer,
+// UNAVAILABLE, that its database does not answer (automator/server's
+// words).
+func databaseUnreachableAnswer(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.Unavailable && strings.HasPrefix(st.Message(), "the automator's database ")
+}
 
 // unansweredTry is a try whose answer did not begin within its bound, on
 // address addr, begun at began (zero when not known).
