@@ -26,36 +26,46 @@ const cutOffFor = 5 * time.Second
 // sendAway is what a replica does while cut off from its database.
 type sendAway struct {
 	since    func() time.Time // when calls began to find it out of reach (zero: they do not)
-	ping     func(context.Context) error
+	reach    func(context.Context) error
 	closeAll func() int // the gRPC connections
 	log      *slog.Logger
 
-	last time.Time // when it last closed them
+	last    time.Time // when it last closed them
+	reached time.Time // when the database was last reached while calls found it out of reach
 }
 
-// step closes the gRPC connections when the database has been out of
-// reach for cutOffFor and the last close was at least cutOffFor ago, and
-// the store's ping, given a second, fails too (the calls' outage may have
-// ended without a call to end it: they were all cut). It returns how
-// many it closed.
+// step closes the gRPC connections when calls have found the database out
+// of reach for cutOffFor, the last close was at least cutOffFor ago, and
+// the database cannot be reached on a connection of its own, set up
+// within cutOffFor. Calls that wait for one of the pool's connections, all
+// busy (waiting on a lock, say), or for a slow database, find it out of
+// reach too, and every replica alike: closing their connections then
+// cut polls whose claims were waiting to commit, and their units failed
+// unrun (a review: a table locked for 25 s failed 28 of 90). A database
+// reached is not tried again for cutOffFor. It returns how many
+// connections it closed.
 func (s *sendAway) step(ctx context.Context, now time.Time) int {
 	since := s.since()
-	if since.IsZero() || now.Sub(since) < cutOffFor || now.Sub(s.last) < cutOffFor {
+	if since.IsZero() || now.Sub(since) < cutOffFor || now.Sub(s.last) < cutOffFor || now.Sub(s.reached) < cutOffFor {
 		return 0
 	}
-	pctx, cancel := context.WithTimeout(ctx, time.Second)
-	err := s.ping(pctx)
+	rctx, cancel := context.WithTimeout(ctx, cutOffFor)
+	err := s.reach(rctx)
 	cancel()
-	if err == nil || ctx.Err() != nil {
+	if ctx.Err() != nil {
+		return 0
+	}
+	if err == nil {
+		s.reached = now
 		return 0
 	}
 	first := s.last.Before(since)
 	s.last = now
 	n := s.closeAll()
 	if first {
-		s.log.Warn("the database has been out of reach for "+now.Sub(since).Round(time.Second).String()+": closed this replica's gRPC connections so that their proxies and callers dial again, through a load balancer to a replica that reaches it (this one's /readyz answers 503); again every "+cutOffFor.String()+" while it lasts", "connections", n)
+		s.log.Warn("the database has been out of reach for "+now.Sub(since).Round(time.Second).String()+": closed this replica's gRPC connections so that their proxies and callers dial again, through a load balancer to a replica that reaches it (this one's /readyz answers 503); again every "+cutOffFor.String()+" while it lasts", "connections", n, "err", err)
 	} else {
-		s.log.Debug("the database is still out of reach: closed this replica's gRPC connections again", "connections", n)
+		s.log.Debug("the database is still out of reach: closed this replica's gRPC connections again", "connections", n, "err", err)
 	}
 	return n
 }

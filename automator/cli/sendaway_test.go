@@ -14,13 +14,15 @@ import (
 	"github.com/opsgate/opsgate/internal/lastread"
 )
 
-// TestAReplicaCutOffFromItsDatabaseClosesItsConnections: once the
-// database has been out of reach for cutOffFor (and the store's ping
-// fails too), the replica closes its gRPC connections, so that their
-// proxies and callers dial again, through the load balancer to another
-// replica; again every cutOffFor while it lasts, a warning the first
-// time. Not before cutOffFor, not while the ping answers, not with no
-// outage.
+// TestAReplicaCutOffFromItsDatabaseClosesItsConnections: once calls have
+// found the database out of reach for cutOffFor, and it cannot be reached
+// on a connection of its own either, the replica closes its gRPC
+// connections, so that their proxies and callers dial again, through the
+// load balancer to another replica; again every cutOffFor while it lasts,
+// a warning the first time. Not before cutOffFor, not with no outage, and
+// not while the database can be reached (busy, its pool's connections
+// waiting on a lock: every replica then cut polls whose claims were
+// waiting to commit, a review), which is not tried again for cutOffFor.
 func TestAReplicaCutOffFromItsDatabaseClosesItsConnections(t *testing.T) {
 	t.Parallel()
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
@@ -49,11 +51,12 @@ func TestAReplicaCutOffFromItsDatabaseClosesItsConnections(t *testing.T) {
 		return err == io.EOF || errors.Is(err, net.ErrClosed) || (err != nil && strings.Contains(err.Error(), "reset"))
 	}
 	var since time.Time
-	var pingErr error
+	var reachErr error
+	reaches := 0
 	var log bytes.Buffer
 	sa := &sendAway{
 		since:    func() time.Time { return since },
-		ping:     func(context.Context) error { return pingErr },
+		reach:    func(context.Context) error { reaches++; return reachErr },
 		closeAll: lis.CloseAll,
 		log:      slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
@@ -63,23 +66,26 @@ func TestAReplicaCutOffFromItsDatabaseClosesItsConnections(t *testing.T) {
 	if n := sa.step(ctx, t0); n != 0 {
 		t.Errorf("no outage: closed %d connections", n)
 	}
-	since, pingErr = t0, errors.New("no answer")
+	since, reachErr = t0, errors.New("no answer")
 	if n := sa.step(ctx, t0.Add(cutOffFor-time.Millisecond)); n != 0 {
 		t.Errorf("out of reach for less than %v: closed %d connections", cutOffFor, n)
 	}
-	pingErr = nil
-	if n := sa.step(ctx, t0.Add(cutOffFor)); n != 0 {
-		t.Errorf("the calls' outage %v old, but the ping answers: closed %d connections", cutOffFor, n)
+	reachErr = nil
+	if n := sa.step(ctx, t0.Add(cutOffFor)); n != 0 || closed(c1) {
+		t.Errorf("the calls' outage %v old, but the database reached: closed %d connections", cutOffFor, n)
 	}
-	pingErr = errors.New("no answer")
-	if n := sa.step(ctx, t0.Add(cutOffFor)); n != 1 || !closed(c1) {
-		t.Errorf("out of reach for %v: closed %d connections (the client's closed: %v); want its one", cutOffFor, n, closed(c1))
+	reachErr = errors.New("no answer")
+	if n := sa.step(ctx, t0.Add(2*cutOffFor-time.Millisecond)); n != 0 || reaches != 1 {
+		t.Errorf("less than %v after the database was reached: closed %d connections, %d tries to reach it; want 0 and 1", cutOffFor, n, reaches)
+	}
+	if n := sa.step(ctx, t0.Add(2*cutOffFor)); n != 1 || !closed(c1) {
+		t.Errorf("out of reach for %v, and %v after it was last reached: closed %d connections (the client's closed: %v); want its one", 2*cutOffFor, cutOffFor, n, closed(c1))
 	}
 	c2 := connect()
-	if n := sa.step(ctx, t0.Add(2*cutOffFor-time.Millisecond)); n != 0 || closed(c2) {
+	if n := sa.step(ctx, t0.Add(3*cutOffFor-time.Millisecond)); n != 0 || closed(c2) {
 		t.Errorf("less than %v after the last close: closed %d connections", cutOffFor, n)
 	}
-	if n := sa.step(ctx, t0.Add(2*cutOffFor)); n != 1 || !closed(c2) {
+	if n := sa.step(ctx, t0.Add(3*cutOffFor)); n != 1 || !closed(c2) {
 		t.Errorf("%v after the last close, still out of reach: closed %d connections; want the new one", cutOffFor, n)
 	}
 	if got := strings.Count(log.String(), "level=WARN"); got != 1 || !strings.Contains(log.String(), "closed this replica's gRPC connections so that their proxies and callers dial again") {

@@ -279,10 +279,10 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	heartbeatDone := startHeartbeat(runCtx, st, cfg.ReplicaID, log)
 	purgeDone := startPurge(runCtx, srv, dash, timed, cfg.WorkRetention, cfg.AuditRetention, log)
 	sendAwayDone := make(chan struct{})
-	if broadcasterFor(st) != nil {
+	if reach := reachOf(st); reach != nil {
 		// Replicas on one database: one cut off from it sends its
 		// proxies and callers to the others (sendaway.go).
-		sa := &sendAway{since: srv.DatabaseUnreachableSince, ping: timed.Ping, closeAll: lis.CloseAll, log: log}
+		sa := &sendAway{since: srv.DatabaseUnreachableSince, reach: reach, closeAll: lis.CloseAll, log: log}
 		go func() { sa.run(runCtx); close(sendAwayDone) }()
 	} else {
 		close(sendAwayDone)

@@ -245,6 +245,16 @@ func broadcasterFor(st store.Store) server.Broadcaster {
 	return nil
 }
 
+// reachOf is how a replica on PostgreSQL tells whether it can reach the
+// database (pgstore.Store.Reach, on a connection of its own); nil for a
+// store of one automator (SQLite).
+func reachOf(st store.Store) func(context.Context) error {
+	if pg, ok := store.Uncached(st).(*pgstore.Store); ok {
+		return pg.Reach
+	}
+	return nil
+}
+
 // batchesOf is what the store runs in shared batches, for /metrics; nil
 // for a store without them.
 func batchesOf(st store.Store) metrics.BatchSource {

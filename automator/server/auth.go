@@ -146,11 +146,12 @@ func (s *Server) TapHandle() tap.ServerInHandle {
 		case errors.Is(err, errExpiredToInterceptor):
 			return ctx, nil
 		case err != nil && lctx.Err() != nil && ctx.Err() == nil:
-			// An outage as the store's own errors are (a connection
-			// cut off without a word answers nothing): the calls that
-			// meet it first may be these (serve's sendAway counts it
-			// from then).
-			s.databaseUnreachable("doing", "looking up a call's credential", "method", method, "err", fmt.Errorf("no answer within %v: %w", tapLookupTimeout, err))
+			// An outage, maybe (a connection cut off without a word
+			// answers nothing): the calls that meet it first may be
+			// these, and serve's sendAway counts it from then, to
+			// check whether the database can be reached. A slow one
+			// does this too: no warning.
+			s.databaseSilent("doing", "looking up a call's credential", "method", method, "err", fmt.Errorf("no answer within %v: %w", tapLookupTimeout, err))
 			return ctx, status.Errorf(codes.Unavailable, "the automator's database did not answer within %v while looking up the call's credential; retry", tapLookupTimeout)
 		case err != nil:
 			return ctx, err

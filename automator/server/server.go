@@ -160,6 +160,7 @@ type Server struct {
 	authMetrics    AuthMetrics       // the Metrics, when it counts failed authentications
 	dbDown         atomic.Bool       // the database is out of reach, since a store call found it so (unreachable.go)
 	dbDownSince    atomic.Int64      // when dbDown was last set (UnixNano)
+	dbWarned       atomic.Bool       // the outage under way was logged as one (databaseUnreachable)
 	dbFailures     atomic.Uint64     // store calls that found the database out of reach
 
 	// timedOutLog, diskFullLog and damagedLog bound the lines of units

@@ -23,15 +23,32 @@ import (
 // databaseUnreachable logs a store call that found the database out of
 // reach: a warning for the first of an outage, debug for the others.
 func (s *Server) databaseUnreachable(attrs ...any) {
-	s.dbFailures.Add(1)
-	if !s.dbDown.Load() {
-		s.dbDownSince.Store(time.Now().UnixNano())
-	}
-	if !s.dbDown.Swap(true) {
+	s.databaseDown()
+	if !s.dbWarned.Swap(true) {
 		s.log.Warn("the database is unreachable: calls that need it answer UNAVAILABLE, and units are not timed out, until it answers again; further failures are logged at debug level", attrs...)
 		return
 	}
 	s.log.Debug("the database is unreachable", attrs...)
+}
+
+// databaseSilent counts a call's credential lookup that got no answer
+// within its bound as the database out of reach, for
+// DatabaseUnreachableSince, without the outage's warning: a database that
+// is only slow does that too, and the store calls' own errors say when it
+// is out of reach.
+func (s *Server) databaseSilent(attrs ...any) {
+	s.databaseDown()
+	s.log.Debug("the database did not answer in time", attrs...)
+}
+
+// databaseDown marks the database out of reach from now, unless it is
+// already.
+func (s *Server) databaseDown() {
+	s.dbFailures.Add(1)
+	if !s.dbDown.Load() {
+		s.dbDownSince.Store(time.Now().UnixNano())
+	}
+	s.dbDown.Store(true)
 }
 
 // DatabaseUnreachableSince is when the store calls began to find the
@@ -51,7 +68,7 @@ func (s *Server) databaseMark() uint64 { return s.dbFailures.Load() }
 // once, when the store call begun at mark succeeded and no call has failed
 // since it began. It costs one atomic load when there is no outage.
 func (s *Server) databaseAnswered(mark uint64) {
-	if s.dbDown.Load() && s.dbFailures.Load() == mark && s.dbDown.CompareAndSwap(true, false) {
+	if s.dbDown.Load() && s.dbFailures.Load() == mark && s.dbDown.CompareAndSwap(true, false) && s.dbWarned.Swap(false) {
 		s.log.Info("the database answers again")
 	}
 }
