@@ -333,7 +333,9 @@ func (f callerFlags) connect(stderr io.Writer) (*client.Client, error) {
 			return
 		}
 		if u.Kind == client.KindDatabaseUnreachable {
-			what := "the automator at " + u.Address + from + " cannot"
+			// It answered: where its address came from, and whether
+			// serve runs, are beside the point.
+			what := "the automator at " + u.Address + " cannot"
 			if several {
 				what = "none of the automators --server names (the last tried, " + u.Address + ") can"
 			}
