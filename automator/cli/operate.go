@@ -94,8 +94,8 @@ func (r *readiness) check(ctx context.Context, bound time.Duration) error {
 
 // healthz answers 200 while the process serves gRPC, from before its HTTP
 // listener opens until it begins to shut down, and 503 once it does: its
-// gRPC listener is closed then, and a check that took the 200 for a
-// served port would be wrong for up to the 5 s the calls still open are
+// gRPC listener is closed at once then, and a check that took the 200 for
+// a served port would be wrong for up to the 5 s the calls still open are
 // given to end.
 func healthz(stopping func() bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
