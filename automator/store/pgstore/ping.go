@@ -2,10 +2,12 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/opsgate/opsgate/automator/store"
 )
@@ -28,9 +30,17 @@ func (s *Store) Ping(ctx context.Context) error {
 // connection of its own, set up for the purpose and closed after, not one
 // of the pool's, which may all be busy (waiting on a lock, say) while the
 // database answers. For a replica to tell a database out of reach from
-// a busy one (automator/cli's sendAway).
+// a busy one (automator/cli's sendAway). PostgreSQL refusing the
+// connection with an error of its own (too many clients, say) is reached.
 func (s *Store) Reach(ctx context.Context) error {
 	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	var answered *pgconn.PgError
+	if errors.As(err, &answered) {
+		// PostgreSQL answered, refusing the connection (too many
+		// clients, starting up or shutting down, …): reached, and as
+		// it refuses this replica, it refuses the others.
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("connecting to postgres store %s: %w", s.redacted, err)
 	}

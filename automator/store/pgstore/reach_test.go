@@ -3,8 +3,11 @@ package pgstore
 import (
 	"context"
 	"net/url"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/opsgate/opsgate/automator/store/pgstore/pgtest"
 )
@@ -46,5 +49,32 @@ func TestReachAnswersWhileThePoolIsBusyAndNotWhenTheDatabaseIsGone(t *testing.T)
 	defer cancel()
 	if err := s.Reach(ctx); err == nil {
 		t.Error("Reach with the way to the database closed: answered; want an error")
+	}
+}
+
+// TestReachTakesARefusalFromPostgreSQLForReached: PostgreSQL refusing the
+// connection with an error of its own (here a database that does not
+// exist; at max_connections, too many clients) has answered: the
+// database is reached, and every replica is refused alike, so none
+// should send its proxies to another.
+func TestReachTakesARefusalFromPostgreSQLForReached(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/no_such_database_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	cfg, err := pgxpool.ParseConfig(u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg) // connects lazily
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s := &Store{pool: pool}
+	if err := s.Reach(t.Context()); err != nil {
+		t.Errorf("Reach of a database PostgreSQL says does not exist: %v; want it reached", err)
 	}
 }
