@@ -105,20 +105,33 @@ func dialRoute(getenv func(string) string, addr string) string {
 // automator's URL has. localhost and loopback addresses are never proxied,
 // and a proxy that is not a URL is ignored.
 func route(addr, proxyVar, proxy, noVar, noProxy string) string {
-	via := func(noProxy string) bool {
-		cfg := httpproxy.Config{HTTPSProxy: proxy, NoProxy: noProxy}
-		u, err := cfg.ProxyFunc()(&url.URL{Scheme: "https", Host: addr})
-		return err == nil && u != nil
-	}
 	switch {
 	case loopback(addr):
 		return addr + " directly: a loopback address is never proxied"
-	case !via(""):
+	case !proxied(addr, proxy, ""):
 		return addr + " directly: " + proxyVar + " is not a URL, and is ignored"
-	case !via(noProxy):
+	case !proxied(addr, proxy, noProxy):
 		return addr + " directly: " + noVar + " covers it"
 	}
 	return addr + " through that web proxy"
+}
+
+// proxied tells whether a dial to addr goes through the web proxy proxy
+// (HTTPS_PROXY's value) with the exclusions noProxy, by net/http's
+// ProxyFromEnvironment's rules, which grpc-go dials by.
+func proxied(addr, proxy, noProxy string) bool {
+	cfg := httpproxy.Config{HTTPSProxy: proxy, NoProxy: noProxy}
+	u, err := cfg.ProxyFunc()(&url.URL{Scheme: "https", Host: addr})
+	return err == nil && u != nil
+}
+
+// dialsDirect tells whether grpc-go, in a process whose environment getenv
+// reads, dials addr directly rather than through a web proxy: no
+// HTTPS_PROXY, or one that does not apply to addr (route).
+func dialsDirect(getenv func(string) string, addr string) bool {
+	_, via := firstSet(getenv, "HTTPS_PROXY", "https_proxy")
+	_, no := firstSet(getenv, "NO_PROXY", "no_proxy")
+	return via == "" || !proxied(addr, via, no)
 }
 
 // loopback reports whether addr (host:port) names a loopback host as

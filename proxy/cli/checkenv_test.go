@@ -143,3 +143,31 @@ func TestResolveProblemNamesTheNameThatDoesNotResolve(t *testing.T) {
 		}
 	}
 }
+
+// TestDialsDirectAsGRPCDoes: the proxy dials with its own dialer (a SYN
+// every second, grpcwire.FastSYNDial) exactly where grpc-go would dial
+// directly, since grpc-go goes through no web proxy with a dialer given:
+// with no HTTPS_PROXY (or https_proxy), or one NO_PROXY exempts the
+// automator from, one that is not a URL, or a loopback automator; not
+// where a web proxy applies.
+func TestDialsDirectAsGRPCDoes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		env    map[string]string
+		addr   string
+		direct bool
+	}{
+		{nil, "automator.example:8443", true},
+		{map[string]string{"HTTPS_PROXY": "http://webproxy:3128"}, "automator.example:8443", false},
+		{map[string]string{"https_proxy": "http://webproxy:3128"}, "automator.example:8443", false},
+		{map[string]string{"HTTPS_PROXY": "http://webproxy:3128", "NO_PROXY": ".example"}, "automator.example:8443", true},
+		{map[string]string{"HTTPS_PROXY": "http://webproxy:3128", "no_proxy": "automator.example"}, "automator.example:8443", true},
+		{map[string]string{"HTTPS_PROXY": "http://webproxy:3128", "NO_PROXY": "other.example"}, "automator.example:8443", false},
+		{map[string]string{"HTTPS_PROXY": "http://webproxy:3128"}, "127.0.0.1:8443", true},
+		{map[string]string{"HTTP_PROXY": "http://webproxy:3128"}, "automator.example:8443", true},
+	} {
+		if got := dialsDirect(func(k string) string { return tc.env[k] }, tc.addr); got != tc.direct {
+			t.Errorf("%v, %s: dials directly %v, want %v", tc.env, tc.addr, got, tc.direct)
+		}
+	}
+}

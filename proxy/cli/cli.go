@@ -312,7 +312,8 @@ func spoolDir(cfg config.Config) string {
 // profile's CA, the token on every call, and keepalives so a connection cut
 // by a middlebox is noticed within seconds. Outbound HTTP CONNECT proxies
 // from HTTPS_PROXY are honoured by grpc-go's default dialer; without one,
-// it dials with grpcwire.FastSYNDial.
+// or with one that does not apply to the automator (NO_PROXY), it dials
+// with grpcwire.FastSYNDial.
 func Dial(cfg config.Config) (*grpc.ClientConn, error) {
 	return dial(cfg, grpc.WithKeepaliveParams(Keepalive))
 }
@@ -344,7 +345,7 @@ func dial(cfg config.Config, opts ...grpc.DialOption) (*grpc.ClientConn, error) 
 	}
 	opts = append(opts, grpcwire.DialOptions()...)
 	opts = append(opts, grpcwire.WatchAnswers()...)
-	if v, _ := firstSet(os.Getenv, "HTTPS_PROXY", "https_proxy"); v == "" {
+	if dialsDirect(os.Getenv, addr) {
 		// Direct, as gRPC would dial: a connection attempt over a link
 		// that drops packets sends its SYN again every second, so the
 		// proxy connects within a second of the link's return, not at
