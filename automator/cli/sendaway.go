@@ -50,8 +50,10 @@ func (s *sendAway) step(ctx context.Context, now time.Time) int {
 		return 0
 	}
 	rctx, cancel := context.WithTimeout(ctx, cutOffFor)
+	begun := time.Now()
 	err := s.reach(rctx)
 	cancel()
+	outFor := now.Sub(since) + time.Since(begun) // the try to reach it included
 	if ctx.Err() != nil {
 		return 0
 	}
@@ -63,7 +65,7 @@ func (s *sendAway) step(ctx context.Context, now time.Time) int {
 	s.last = now
 	n := s.closeAll()
 	if first {
-		s.log.Warn("the database has been out of reach for "+now.Sub(since).Round(time.Second).String()+": closed this replica's gRPC connections so that their proxies and callers dial again, through a load balancer to a replica that reaches it (this one's /readyz answers 503); again every "+cutOffFor.String()+" while it lasts", "connections", n, "err", err)
+		s.log.Warn("the database has been out of reach for "+outFor.Round(time.Second).String()+": closed this replica's gRPC connections so that their proxies and callers dial again, through a load balancer to a replica that reaches it (this one's /readyz answers 503); again every "+cutOffFor.String()+" while it lasts", "connections", n, "err", err)
 	} else {
 		s.log.Debug("the database is still out of reach: closed this replica's gRPC connections again", "connections", n, "err", err)
 	}
