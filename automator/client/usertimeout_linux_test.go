@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/opsgate/opsgate/internal/socktest"
 )
 
 // TestTheClientsConnectionsKeepTheirUserTimeout: data sent on a connection
@@ -31,15 +33,7 @@ func TestTheClientsConnectionsKeepTheirUserTimeout(t *testing.T) {
 	if !ok {
 		t.Fatalf("the dialer returned a %T, want a *watchedConn", conn)
 	}
-	raw, err := w.Conn.(*net.TCPConn).SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ms int
-	var gerr error
-	if err := raw.Control(func(fd uintptr) { ms, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT) }); err != nil || gerr != nil {
-		t.Fatal(err, gerr)
-	}
+	ms := socktest.TCPInt(t, w.Conn, unix.TCP_USER_TIMEOUT)
 	if want := int(keepaliveTimeout.Milliseconds()); ms != want {
 		t.Fatalf("TCP_USER_TIMEOUT of the client's connection: %d ms, want %d ms (the keepalive's timeout)", ms, want)
 	}

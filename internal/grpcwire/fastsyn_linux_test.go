@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/opsgate/opsgate/internal/socktest"
 )
 
 // fullListener listens on loopback with an accept queue of one, filled
@@ -105,7 +107,7 @@ func TestFastSYNDialConnectsSoonAfterSilenceEnds(t *testing.T) {
 			p.c.Close()
 		}
 	}
-	if got, want := rtoMax(t, r.c), defaultRTOMax(t); got != want {
+	if got, want := socktest.TCPInt(t, r.c, unix.TCP_RTO_MAX_MS), defaultRTOMax(t); got != want {
 		t.Errorf("the connected socket's TCP_RTO_MAX_MS is %d; want it restored to %d", got, want)
 	}
 }
@@ -132,21 +134,6 @@ func defaultRTOMax(t *testing.T) int {
 	v, err := newSocketRTOMax(t)
 	if err != nil {
 		t.Fatal(err)
-	}
-	return v
-}
-
-// rtoMax is c's TCP_RTO_MAX_MS.
-func rtoMax(t *testing.T, c net.Conn) int {
-	t.Helper()
-	raw, err := c.(*net.TCPConn).SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v int
-	var gerr error
-	if err := raw.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_RTO_MAX_MS) }); err != nil || gerr != nil {
-		t.Fatal(err, gerr)
 	}
 	return v
 }

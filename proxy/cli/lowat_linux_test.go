@@ -7,6 +7,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/opsgate/opsgate/internal/socktest"
 )
 
 // TestTheConnectionToTheAutomatorHoldsLittleUnsent: the proxy's connection
@@ -44,17 +46,5 @@ func TestTheConnectionToTheAutomatorHoldsLittleUnsent(t *testing.T) {
 
 func notSent(t *testing.T, c net.Conn) int {
 	t.Helper()
-	raw, err := c.(*net.TCPConn).SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v int
-	var gerr error
-	if err := raw.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT) }); err != nil {
-		t.Fatal(err)
-	}
-	if gerr != nil {
-		t.Fatal(gerr)
-	}
-	return v
+	return socktest.TCPInt(t, c, unix.TCP_NOTSENT_LOWAT)
 }

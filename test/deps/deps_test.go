@@ -104,12 +104,13 @@ func TestStoreTypesImportNothingOfOurs(t *testing.T) {
 // internal/readmetest, the config tests' README check, internal/logtest,
 // the service log tests' checks, internal/pidtest, the tests' check that
 // a process ended, internal/closedport, the tests' refused addresses,
-// internal/delayline, the tests' link with a long round trip, and
-// internal/testparallel, the tests' raised -test.parallel, are for
+// internal/delayline, the tests' link with a long round trip,
+// internal/testparallel, the tests' raised -test.parallel, and
+// internal/socktest, the tests' reads of TCP options, are for
 // tests only; no package of automator/ or proxy/ (their tests aside)
 // depends on them.
 func TestNothingOfOursImportsTheTestHarness(t *testing.T) {
-	harnesses := []string{module + "/internal/proctest", module + "/internal/waittest", module + "/internal/readmetest", module + "/internal/logtest", module + "/internal/pidtest", module + "/internal/closedport", module + "/internal/delayline", module + "/internal/testparallel"}
+	harnesses := []string{module + "/internal/proctest", module + "/internal/waittest", module + "/internal/readmetest", module + "/internal/logtest", module + "/internal/pidtest", module + "/internal/closedport", module + "/internal/delayline", module + "/internal/testparallel", module + "/internal/socktest"}
 	for _, goos := range []string{"linux", "windows"} {
 		for _, tree := range []string{module + "/automator/...", module + "/proxy/..."} {
 			for _, d := range deps(t, goos, tree) {
