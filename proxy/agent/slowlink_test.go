@@ -260,9 +260,14 @@ func (s *slowStore) store(ctx context.Context) error {
 	}
 	// Both may be ready when this goroutine runs (a loaded machine woke it
 	// late): a call whose end has passed was cut off, however the select
-	// chose (seen in CI: a first call accepted past its bound).
+	// chose (seen in CI: a first call accepted past its bound), and
+	// whether or not the context's own timer has run to mark it done yet
+	// (its cancel runs on a goroutine of its own; seen in CI too).
 	if err := ctx.Err(); err != nil {
 		return status.FromContextError(err).Err()
+	}
+	if end, ok := ctx.Deadline(); ok && !time.Now().Before(end) {
+		return status.FromContextError(context.DeadlineExceeded).Err()
 	}
 	s.mu.Lock()
 	s.accepted = true
