@@ -21,6 +21,14 @@ import (
 // connection lost; a poll cut whose claim the database committed without
 // the replica hearing of it is reported by the proxy's next poll, and the
 // unit fails unrun, as for any poll whose answer was lost.
+//
+// Its HTTP/JSON callers are in the same place behind a balancer that
+// passes connections through: their kept-alive connections stay with this
+// replica, each call answered 503. So it turns HTTP keep-alives off too,
+// until calls find the database again: idle connections are closed, and
+// each answer closes its own (an HTTP/2 connection once its calls are
+// done), so the caller's next call dials again. HTTP's calls go to the
+// gRPC server over a connection in memory, which closeAll leaves alone.
 const cutOffFor = 5 * time.Second
 
 // sendAway is what a replica does while cut off from its database.
@@ -28,10 +36,14 @@ type sendAway struct {
 	since    func() time.Time // when calls began to find it out of reach (zero: they do not)
 	reach    func(context.Context) error
 	closeAll func() int // the gRPC connections
-	log      *slog.Logger
+	// keepAlives turns the HTTP listener's keep-alives on or off
+	// (http.Server.SetKeepAlivesEnabled); nil: none to turn.
+	keepAlives func(on bool)
+	log        *slog.Logger
 
 	last    time.Time // when it last closed them
 	reached time.Time // when the database was last reached while calls found it out of reach
+	httpOff bool      // keep-alives are off
 }
 
 // step closes the gRPC connections when calls have found the database out
@@ -43,9 +55,14 @@ type sendAway struct {
 // cut polls whose claims were waiting to commit, and their units failed
 // unrun (a review: a table locked for 25 s failed 28 of 90). A database
 // reached is not tried again for cutOffFor. It returns how many
-// connections it closed.
+// connections it closed. Keep-alives, off from the first close, are
+// turned on again once calls find the database again.
 func (s *sendAway) step(ctx context.Context, now time.Time) int {
 	since := s.since()
+	if since.IsZero() && s.httpOff {
+		s.httpOff = false
+		s.keepAlives(true)
+	}
 	if since.IsZero() || now.Sub(since) < cutOffFor || now.Sub(s.last) < cutOffFor || now.Sub(s.reached) < cutOffFor {
 		return 0
 	}
@@ -64,8 +81,12 @@ func (s *sendAway) step(ctx context.Context, now time.Time) int {
 	first := s.last.Before(since)
 	s.last = now
 	n := s.closeAll()
+	if s.keepAlives != nil && !s.httpOff {
+		s.httpOff = true
+		s.keepAlives(false)
+	}
 	if first {
-		s.log.Warn("the database has been out of reach for "+outFor.Round(time.Second).String()+": closed this replica's gRPC connections so that their proxies and callers dial again, through a load balancer to a replica that reaches it (this one's /readyz answers 503); again every "+cutOffFor.String()+" while it lasts", "connections", n, "err", err)
+		s.log.Warn("the database has been out of reach for "+outFor.Round(time.Second).String()+": closed this replica's gRPC connections so that their proxies and callers dial again, through a load balancer to a replica that reaches it (this one's /readyz answers 503), again every "+cutOffFor.String()+" while it lasts; HTTP keep-alives are off until it is back", "connections", n, "err", err)
 	} else {
 		s.log.Debug("the database is still out of reach: closed this replica's gRPC connections again", "connections", n, "err", err)
 	}

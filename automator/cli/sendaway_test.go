@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -96,5 +98,74 @@ func TestAReplicaCutOffFromItsDatabaseClosesItsConnections(t *testing.T) {
 	connect()
 	if n := sa.step(ctx, since.Add(cutOffFor)); n != 1 || strings.Count(log.String(), "level=WARN") != 2 {
 		t.Errorf("a second outage: closed %d, log:\n%s", n, log.String())
+	}
+}
+
+// TestACutOffReplicaTurnsHTTPKeepAlivesOff: HTTP/JSON callers kept alive
+// on a cut-off replica (a balancer passing connections through) would
+// retry there, each call answered 503: from its first close of the gRPC
+// connections until calls find the database again, its HTTP server closes
+// its idle connections and each answer closes its own.
+func TestACutOffReplicaTurnsHTTPKeepAlivesOff(t *testing.T) {
+	t.Parallel()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })}
+	go hs.Serve(lis)
+	defer hs.Close()
+	// get makes a call on c and tells whether the server keeps c open.
+	get := func(c net.Conn, r *bufio.Reader) (keptAlive bool) {
+		t.Helper()
+		if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: replica\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(r, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return !resp.Close
+	}
+	dial := func() (net.Conn, *bufio.Reader) {
+		t.Helper()
+		c, err := net.Dial("tcp", lis.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c, bufio.NewReader(c)
+	}
+	var since time.Time
+	sa := &sendAway{
+		since:      func() time.Time { return since },
+		reach:      func(context.Context) error { return errors.New("no answer") },
+		closeAll:   func() int { return 0 },
+		keepAlives: hs.SetKeepAlivesEnabled,
+		log:        slog.New(slog.DiscardHandler),
+	}
+	ctx := t.Context()
+	idle, idleR := dial()
+	if !get(idle, idleR) {
+		t.Fatal("keep-alives off before any outage")
+	}
+	t0 := time.Now()
+	since = t0
+	sa.step(ctx, t0.Add(cutOffFor))
+	idle.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := idleR.ReadByte(); err != io.EOF {
+		t.Errorf("the idle kept-alive connection, once cut off: read %v; want it closed (EOF)", err)
+	}
+	c, r := dial()
+	if get(c, r) {
+		t.Error("a call during the outage kept its connection open; want it closed after the answer")
+	}
+	since = time.Time{}
+	sa.step(ctx, t0.Add(2*cutOffFor))
+	c, r = dial()
+	if !get(c, r) {
+		t.Error("a call once the database is back closed its connection; want keep-alives on again")
 	}
 }

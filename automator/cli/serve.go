@@ -282,7 +282,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	if reach := reachOf(st); reach != nil {
 		// Replicas on one database: one cut off from it sends its
 		// proxies and callers to the others (sendaway.go).
-		sa := &sendAway{since: srv.DatabaseUnreachableSince, reach: reach, closeAll: lis.CloseAll, log: log}
+		sa := &sendAway{since: srv.DatabaseUnreachableSince, reach: reach, closeAll: lis.CloseAll, keepAlives: hs.SetKeepAlivesEnabled, log: log}
 		go func() { sa.run(runCtx); close(sendAwayDone) }()
 	} else {
 		close(sendAwayDone)
