@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/client"
@@ -120,5 +122,39 @@ func TestAConnectionClosedOrAnsweredByOtherThanAnAutomatorIsToldAtOnce(t *testin
 				}
 			}
 		})
+	}
+}
+
+// TestAConnectionClosedUnansweredWhereAnAutomatorAnsweredSaysSo: on an
+// address where an automator answered before, connections closed
+// unanswered are most likely its own (stopping, or a replica cut off from
+// its database closing every connection it has), not a load balancer
+// without a backend, as a review saw them told.
+func TestAConnectionClosedUnansweredWhereAnAutomatorAnsweredSaysSo(t *testing.T) {
+	t.Parallel()
+	a := automatortest.Start(t, automatortest.Options{})
+	r := startRelay(t, a.GRPCAddr)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var told unreachables
+	c, err := client.New(client.Config{Addresses: []string{r.url()}, APIKey: a.APIKey, CAPEM: a.CAPEM, ServerName: "127.0.0.1", RetryFor: 3 * time.Second,
+		OnUnreachable: told.tellAndEnd(cancel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const id = "w_0123456789abcdef0123456789abcdef"
+	if _, err := c.Get(ctx, id); status.Code(err) != codes.NotFound {
+		t.Fatalf("Get of an unknown unit through the relay: %v; want NotFound, from the automator", err)
+	}
+	// From now on the relay accepts connections and closes them.
+	r.retarget(closedport.Addr(t))
+	r.cut()
+	if _, err := c.Get(ctx, id); err == nil {
+		t.Fatal("Get succeeded")
+	}
+	u := told.once(t, " before the call ended")
+	if u.Kind != client.KindClosed || u.Err == nil || !strings.Contains(u.Err.Error(), "though an automator answered there before") {
+		t.Errorf("OnUnreachable told %q as %v; want %v, saying an automator answered there before", u.Err, u.Kind, client.KindClosed)
 	}
 }

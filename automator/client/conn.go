@@ -36,6 +36,16 @@ type addrWatch struct {
 	// heard is when anything last came from it, over any connection
 	// (UnixNano): the answer to a ping, to another call.
 	heard atomic.Int64
+	// answered is set once an automator answered on it, over any
+	// connection.
+	answered atomic.Bool
+}
+
+// setAnswered notes that an automator answered on the address: its
+// trouble is past.
+func (w *addrWatch) setAnswered() {
+	w.answered.Store(true)
+	w.trouble.Store(nil)
 }
 
 // lastHeard is when anything last came from the address (the zero time
@@ -65,7 +75,13 @@ type trouble struct {
 // backend, or is another program on the port; or, over plaintext, it is
 // an automator serving TLS, which closes a connection that does not begin
 // with a TLS handshake without a word.
+// errClosedAfterAnswering is that trouble on an address where an
+// automator answered before: the automator itself closes connections it
+// has just accepted as it stops, and a replica cut off from its database
+// closes all of its own (an address given directly was told as a load
+// balancer without a backend, a review found).
 var (
+	errClosedAfterAnswering      = errors.New("it accepted the connection and closed it without answering, though an automator answered there before (stopping? a replica cut off from its database? a load balancer whose backends went away?)")
 	errClosedUnanswered          = errors.New("it accepted the connection and closed it without answering (is something in front of the automator, a load balancer or a relay, without a backend? another program on its port?)")
 	errClosedUnansweredPlaintext = errors.New("it accepted the connection and closed it without answering (is something in front of the automator, a load balancer or a relay, without a backend? another program on its port? an automator serving TLS, to be given as https://?)")
 )
@@ -144,7 +160,7 @@ func (c *watchedConn) Read(b []byte) (int, error) {
 	c.endedBy(err)
 	c.mu.Unlock()
 	if first {
-		c.watch.trouble.Store(nil) // an automator answered on this address
+		c.watch.setAnswered()
 	}
 	return n, err
 }
@@ -155,7 +171,7 @@ func (c *watchedConn) automatorAnswered() {
 	c.mu.Lock()
 	c.automator = true
 	c.mu.Unlock()
-	c.watch.trouble.Store(nil)
+	c.watch.setAnswered()
 }
 
 // tlsFailed notes err, of the TLS layer over the connection (its
@@ -178,7 +194,7 @@ func (c *watchedConn) tlsFailed(err error) {
 		// An alert that came is what refused this side, even when a
 		// write failed first: a server that closes after its alert,
 		// what was written meanwhile unread, resets the connection.
-		c.tls = &trouble{kind: KindClosed, err: errClosedUnanswered}
+		c.tls = c.closedUnanswered()
 	default:
 		c.tls = &trouble{kind: KindTLS, err: fmt.Errorf("TLS failed: %w", err)}
 	}
@@ -248,16 +264,26 @@ func (c *watchedConn) trouble() *trouble {
 		return c.tls
 	case c.timedOut && !c.ended:
 		return &trouble{kind: KindSilent, err: fmt.Errorf("what was sent to it went unacknowledged for %v, and the connection ended", keepaliveTimeout)}
-	case c.heard.IsZero() && c.ended && c.plaintext:
-		return &trouble{kind: KindClosed, err: errClosedUnansweredPlaintext}
 	case c.heard.IsZero() && c.ended:
-		return &trouble{kind: KindClosed, err: errClosedUnanswered}
+		return c.closedUnanswered()
 	case c.heard.IsZero():
 		return &trouble{kind: KindSilent, err: fmt.Errorf("it accepted the connection, then sent nothing for %v", since(c.opened))}
 	case !c.ended && time.Since(c.heard) >= keepaliveTime:
 		return &trouble{kind: KindSilent, err: fmt.Errorf("nothing came over its connection for %v", since(c.heard))}
 	}
 	return nil
+}
+
+// closedUnanswered is the trouble of a connection the other side closed
+// before an automator answered over it.
+func (c *watchedConn) closedUnanswered() *trouble {
+	switch {
+	case c.watch.answered.Load():
+		return &trouble{kind: KindClosed, err: errClosedAfterAnswering}
+	case c.plaintext:
+		return &trouble{kind: KindClosed, err: errClosedUnansweredPlaintext}
+	}
+	return &trouble{kind: KindClosed, err: errClosedUnanswered}
 }
 
 // tlsWatched is the TLS connection over a watchedConn (raw): what it

@@ -170,7 +170,10 @@ func (r *relay) accept() {
 		if err != nil {
 			return
 		}
-		out, err := net.Dial("tcp", r.target)
+		r.mu.Lock()
+		target := r.target
+		r.mu.Unlock()
+		out, err := net.Dial("tcp", target)
 		if err != nil {
 			in.Close()
 			continue
@@ -222,6 +225,13 @@ func (r *relay) isHung() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.hung
+}
+
+// retarget relays the connections accepted from now on to target.
+func (r *relay) retarget(target string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.target = target
 }
 
 // cut closes every connection through the relay; new ones are accepted.
