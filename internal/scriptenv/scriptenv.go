@@ -123,7 +123,21 @@ var homeDir = map[string]bool{
 // the kubeconfig KUBECONFIG names, and KUBECTL_EXTERNAL_DIFF; the AWS CLI
 // and SDKs the credential_process of AWS_CONFIG_FILE or
 // AWS_SHARED_CREDENTIALS_FILE; sudoedit runs SUDO_EDITOR; less reads the
-// key bindings of LESSKEY and LESSKEYIN, which may set LESSOPEN.
+// key bindings of LESSKEY and LESSKEYIN, which may set LESSOPEN. The
+// generic EDITOR and VISUAL, which git (for a commit without a message,
+// a rebase, …), sudoedit, crontab and others run, through a shell, when
+// their own names are unset (a review: git ran EDITOR's command, with
+// GIT_EDITOR refused), and PAGER, which git, psql and man run in the same
+// way; psql's PSQLRC, whose \! lines it runs; gcloud's CLOUDSDK_PYTHON and
+// CLOUDSDK_PYTHON_ARGS (its launcher runs python with them: "-c CODE"), and
+// GOOGLE_EXTERNAL_ACCOUNT_ALLOW_EXECUTABLES, which lets Google's
+// libraries run the executable a credential file names; terraform's
+// TF_CLI_CONFIG_FILE (and its old name TERRAFORM_CONFIG), whose
+// provider_installation runs providers from a directory it names;
+// ansible's ANSIBLE_CONFIG, whose plugin paths are code it loads; the az
+// CLI's AZURE_EXTENSION_DIR, python it loads; and SSLKEYLOGFILE, where
+// programs linked with OpenSSL, curl and the like write the keys of their
+// TLS sessions.
 // And git, which takes its configuration from variables (GIT_CONFIG_COUNT
 // with GIT_CONFIG_KEY_0 and GIT_CONFIG_VALUE_0, GIT_CONFIG_PARAMETERS:
 // core.fsmonitor, core.sshCommand, … are commands it runs) or from files
@@ -152,6 +166,10 @@ var tools = map[string]bool{
 	"GIT_EXTERNAL_DIFF": true, "GIT_ASKPASS": true, "GIT_PROXY_COMMAND": true,
 	"GIT_PAGER": true, "GIT_EDITOR": true, "GIT_SEQUENCE_EDITOR": true,
 	"GIT_ALLOW_PROTOCOL": true, "GIT_PROTOCOL_FROM_USER": true,
+	"EDITOR": true, "VISUAL": true, "PAGER": true, "PSQLRC": true,
+	"CLOUDSDK_PYTHON": true, "CLOUDSDK_PYTHON_ARGS": true, "GOOGLE_EXTERNAL_ACCOUNT_ALLOW_EXECUTABLES": true,
+	"TF_CLI_CONFIG_FILE": true, "TERRAFORM_CONFIG": true, "ANSIBLE_CONFIG": true, "AZURE_EXTENSION_DIR": true,
+	"SSLKEYLOGFILE": true,
 }
 
 // toolPrefixes are tools' families of names: cargo's per-target linker
@@ -188,7 +206,7 @@ func Refused(k string) error {
 		tool = tool || strings.HasPrefix(u, p)
 	}
 	if tool {
-		return fmt.Errorf("environment variable %q is refused: a program that scripts call (git, tar, make, go, npm, pip, rsync, ssh, kubectl, aws, any linked with OpenSSL, …) reads it, and may run a command, load code or trust a server of its choosing; a script that needs it sets it itself", k)
+		return fmt.Errorf("environment variable %q is refused: a program that scripts call (git, tar, make, go, npm, pip, rsync, ssh, kubectl, aws, gcloud, psql, terraform, any linked with OpenSSL, …) reads it, and may run a command, load code, trust a server or write its secrets where it says; a script that needs it sets it itself", k)
 	}
 	refused := names[u]
 	for _, p := range prefixes {

@@ -41,6 +41,8 @@ func TestRefusesVariablesThatMakeAnInterpreterRunOtherCode(t *testing.T) {
 		"GIT_SSL_NO_VERIFY", "GIT_SSL_CAINFO", "GNUMAKEFLAGS", "GOENV", "RUSTC", "CARGO_BUILD_RUSTC_WRAPPER", "KUBECTL_EXTERNAL_DIFF",
 		"BUNDLE_APP_CONFIG", "SUDO_EDITOR", "LESSKEYIN", "CARGO_BUILD_RUSTC_WORKSPACE_WRAPPER", "RUSTDOC", "RUSTFLAGS",
 		"CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER",
+		"EDITOR", "VISUAL", "PAGER", "PSQLRC", "CLOUDSDK_PYTHON", "CLOUDSDK_PYTHON_ARGS", "GOOGLE_EXTERNAL_ACCOUNT_ALLOW_EXECUTABLES",
+		"TF_CLI_CONFIG_FILE", "TERRAFORM_CONFIG", "ANSIBLE_CONFIG", "AZURE_EXTENSION_DIR", "SSLKEYLOGFILE", "editor",
 	} {
 		err := Refused(k)
 		if err == nil {
@@ -64,6 +66,8 @@ func TestAcceptsCommonNames(t *testing.T) {
 		"GITHUB_TOKEN", "GITLAB_URL", "TAR_FILE", "OPENSSL_VERSION", "RSYNC_TARGET", "SSH_HOST",
 		// Names git does not read, which CI systems set and deploys pass on.
 		"GIT_COMMIT", "GIT_BRANCH", "GIT_SHA", "GIT_TAG", "GIT_URL", "GIT_AUTHOR_NAME", "MAKE_TARGET", "AWS_REGION", "PIPELINE_ID",
+		// Settings of the same tools that run nothing.
+		"CLOUDSDK_CORE_PROJECT", "GOOGLE_APPLICATION_CREDENTIALS", "PGHOST", "TF_VAR_region", "ANSIBLE_HOST_KEY_CHECKING",
 	} {
 		if err := Refused(k); err != nil {
 			t.Errorf("Refused(%q) = %v, want it accepted", k, err)

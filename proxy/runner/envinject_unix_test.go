@@ -352,6 +352,11 @@ func TestCommandEnvCannotMakeGitOrTarRunACommand(t *testing.T) {
 			}
 			return map[string]string{"GIT_CONFIG_GLOBAL": planted}
 		}},
+		// git runs EDITOR, when GIT_EDITOR and core.editor are unset, for
+		// a commit without a message (a review).
+		{"EDITOR", "git", "git init -q repo && cd repo && git -c user.email=a@b -c user.name=a commit -q --allow-empty", func(_ *testing.T, injected, _ string) map[string]string {
+			return map[string]string{"EDITOR": ": >" + injected + "; echo message >"}
+		}},
 		{"TAR_OPTIONS", "tar", "tar -cf archive.tar deployed.sh", func(_ *testing.T, injected, _ string) map[string]string {
 			return map[string]string{"TAR_OPTIONS": "--checkpoint=1 --checkpoint-action=exec=touch\\ " + injected}
 		}},
