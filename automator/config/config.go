@@ -331,6 +331,12 @@ func PublicHost(publicURL string) (string, error) {
 		// every profile would send its proxies to their own host.
 		return "", fmt.Errorf("%q: %s is no address a proxy can reach (to a listener it means every address); give the automator's host name, or an address of it", publicURL, u.Hostname())
 	}
+	if strings.Contains(u.Hostname(), "*") {
+		// A certificate's wildcard names many hosts, a dialler none: init
+		// made a server certificate for it and every profile named a host
+		// no proxy resolves (a review).
+		return "", fmt.Errorf("%q: a wildcard names no host a proxy can dial; give the automator's own host name", publicURL)
+	}
 	if h := u.Hostname(); strings.ContainsFunc(h, func(r rune) bool { return r >= utf8.RuneSelf }) {
 		// A certificate names hosts in ASCII only (x509 would refuse it
 		// with "cannot be encoded as an IA5String").

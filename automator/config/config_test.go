@@ -334,6 +334,17 @@ func TestPublicURLIsHostAndPortOnly(t *testing.T) {
 	}
 }
 
+// TestPublicURLIsNotAWildcard: a wildcard host (a certificate's
+// *.example.com) names no host to dial: refused, saying so.
+func TestPublicURLIsNotAWildcard(t *testing.T) {
+	for _, u := range []string{"https://*.example.com:8443", "https://*:8443"} {
+		err := Default(u).Validate()
+		if err == nil || !strings.Contains(err.Error(), "public_url:") || !strings.Contains(err.Error(), "a wildcard names no host") {
+			t.Errorf("Default(%q).Validate() = %v, want public_url refused as a wildcard", u, err)
+		}
+	}
+}
+
 // TestPublicURLIsNotTheUnspecifiedAddress: 0.0.0.0 and :: mean every
 // address to a listener and none to a dialler (each proxy would dial its
 // own host): init and serve refuse them in public_url, naming them.
