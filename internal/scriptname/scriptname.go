@@ -31,6 +31,11 @@ func Problem(name string) string {
 		return "is not valid UTF-8"
 	case strings.IndexFunc(name, unicode.IsControl) >= 0:
 		return "contains a control character"
+	case strings.IndexFunc(name, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
+		// A zero-width space, a bidi override, a no-break space: listings
+		// and logs would show another name than the file's (a review),
+		// which instance ids refuse too (internal/printable).
+		return "contains an invisible, format or separator character (only printable characters and the ASCII space)"
 	case name[0] == '-':
 		// Harmless for the absolute path the proxy runs, but a trap for
 		// every tool (and person) that later passes the name on a

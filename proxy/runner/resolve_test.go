@@ -25,6 +25,7 @@ func TestResolveScriptRefusesNamesThatAreNotPlainFileNames(t *testing.T) {
 		`\x`: "absolute path", `..\x`: "path separator", `C:\x`: "path separator", "C:x": "':'", "x:stream": "':'",
 		"a\x00b": "control character", "a\nb": "control character", "\tx": "control character", "x\x7f": "control character",
 		"x\u0085": "control character", "\xff": "not valid UTF-8", "-rf": "starts with '-'", strings.Repeat("a", 256): "longer than 255 bytes",
+		"ech\u200bo.sh": "invisible, format or separator character", "\u202eecho.sh": "invisible, format or separator character", "a\u00a0b.sh": "invisible, format or separator character",
 		// Runnable files, but no deployed scripts: a hidden file, an
 		// editor's backup (which keeps the script's mode).
 		".hidden.sh": "starts with '.' (a hidden file)", "deploy.sh~": "ends in '~' (an editor's backup)",
