@@ -3,6 +3,7 @@
 package cli
 
 import (
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -84,8 +85,11 @@ func TestServeHoldsGRPCMessagesToTheLimit(t *testing.T) {
 }
 
 // TestServeHoldsHTTPBodiesToTheLimit: the HTTP gateway of `automator
-// serve` runs a body of exactly 16 MiB (a small command padded with white
-// space) and refuses one byte more, 400, as docs/api.md says.
+// serve` runs a body of exactly the most the largest command within its
+// limits takes as JSON (a small command padded with white space), under
+// the 16 MiB of two gRPC messages, and refuses one byte more, 400, saying
+// what the limit is: a review's API key made the automator hold 44 MB
+// for each body of 15 MB it sent at once, refused only once decoded.
 func TestServeHoldsHTTPBodiesToTheLimit(t *testing.T) {
 	t.Parallel()
 	s := serveInProcess(t)
@@ -94,7 +98,11 @@ func TestServeHoldsHTTPBodiesToTheLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	submit := func(size int) int {
+	limit := int(serverLimits(config.Limits{}).JSONBodyBound())
+	if limit >= 2*documentedMaxMessage || limit < 4<<20 {
+		t.Fatalf("the body limit of the default limits is %d bytes; want under 16 MiB, and room for max_stdin's 1 MiB escaped", limit)
+	}
+	submit := func(size int) (int, string) {
 		t.Helper()
 		object := `{"command": {"script": "x.sh"}}`
 		body := object + strings.Repeat(" ", size-len(object))
@@ -107,14 +115,15 @@ func TestServeHoldsHTTPBodiesToTheLimit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
-		return resp.StatusCode
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
 	}
-	if code := submit(2 * documentedMaxMessage); code != http.StatusOK {
-		t.Fatalf("a body of exactly 16 MiB: HTTP %d, want 200", code)
+	if code, body := submit(limit); code != http.StatusOK {
+		t.Fatalf("a body of exactly the limit, %d bytes: HTTP %d %.300s, want 200", limit, code, body)
 	}
-	if code := submit(2*documentedMaxMessage + 1); code != http.StatusBadRequest {
-		t.Fatalf("a body of 16 MiB + 1 byte: HTTP %d, want 400", code)
+	if code, body := submit(limit + 1); code != http.StatusBadRequest || !strings.Contains(body, "the most the largest command within the automator's limits takes as JSON") {
+		t.Fatalf("a body of the limit + 1 byte: HTTP %d %.300s, want 400 saying what the limit is", code, body)
 	}
 	http.DefaultClient.CloseIdleConnections()
 }

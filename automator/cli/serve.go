@@ -262,7 +262,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	startPprof(runCtx, log) // only with $AUTOMATOR_PPROF_ADDR (make bench PROFILE=1)
 	watchCertificates(runCtx, certs, *dir, m, log)
 	// HTTP/JSON API and /v1/openapi.json: calls of gs, authenticated by its interceptor.
-	if err := gateway.Mount(runCtx, mux, gs, gateway.Options{TLS: !cfg.InsecurePlaintext, MaxMessage: maxMessage, Authenticate: srv.AuthenticateCaller, BodyTimeout: httpBodyTimeout}); err != nil {
+	if err := gateway.Mount(runCtx, mux, gs, gateway.Options{TLS: !cfg.InsecurePlaintext, MaxMessage: maxMessage, MaxBody: serverLimits(cfg.Limits).JSONBodyBound(), Authenticate: srv.AuthenticateCaller, BodyTimeout: httpBodyTimeout}); err != nil {
 		return err
 	}
 	errc := make(chan error, 2)

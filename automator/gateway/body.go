@@ -27,16 +27,19 @@ import (
 // ignoring whatever follows it, so `{...}}` would be run as `{...}`.
 type jsonBody struct {
 	*runtime.JSONPb
+	// limitNote says what the body's limit is, after its size.
+	limitNote string
 }
 
 func (m jsonBody) NewDecoder(r io.Reader) runtime.Decoder {
-	return bodyDecoder{r: r, dec: json.NewDecoder(r), opts: m.JSONPb}
+	return bodyDecoder{r: r, dec: json.NewDecoder(r), opts: m.JSONPb, limitNote: m.limitNote}
 }
 
 type bodyDecoder struct {
-	r    io.Reader
-	dec  *json.Decoder
-	opts *runtime.JSONPb
+	r         io.Reader
+	dec       *json.Decoder
+	opts      *runtime.JSONPb
+	limitNote string
 }
 
 // Decode decodes the request body into v. An empty body is io.EOF, which
@@ -65,7 +68,7 @@ func (d bodyDecoder) Decode(v any) error {
 	var netErr net.Error
 	switch {
 	case errors.As(err, &tooLarge):
-		return fmt.Errorf("the request body is larger than the limit of %s", size(tooLarge.Limit))
+		return fmt.Errorf("the request body is larger than the limit of %s%s", size(tooLarge.Limit), d.limitNote)
 	case errors.As(err, &netErr) && netErr.Timeout():
 		// The HTTP server's read deadline passed with the body still
 		// coming: the socket's "read tcp ADDR->ADDR: i/o timeout" names

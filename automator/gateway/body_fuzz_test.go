@@ -37,7 +37,7 @@ func FuzzRequestBody(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
-	m := jsonBody{&runtime.JSONPb{UnmarshalOptions: protojson.UnmarshalOptions{}}}
+	m := jsonBody{JSONPb: &runtime.JSONPb{UnmarshalOptions: protojson.UnmarshalOptions{}}}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var req automatorv1.ExecuteRequest
 		err := m.NewDecoder(bytes.NewReader(body)).Decode(&req)

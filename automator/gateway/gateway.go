@@ -58,6 +58,10 @@ type Options struct {
 	// (default 8 MiB). An HTTP request body may be twice as large, for
 	// base64 and JSON.
 	MaxMessage int
+	// MaxBody, if set and under twice MaxMessage, bounds a request body
+	// instead: the most the largest command within the automator's
+	// limits takes as JSON (server.Limits.JSONBodyBound).
+	MaxBody int64
 	// Authenticate checks the API key of a request that reached a route
 	// of the API, before its body is read: the values of its
 	// Authorization header (what the gateway passes on to the server as
@@ -107,9 +111,13 @@ func Mount(ctx context.Context, mux *http.ServeMux, gs *grpc.Server, o Options) 
 		lis.Close()
 		return fmt.Errorf("connecting the HTTP gateway to the gRPC server: %w", err)
 	}
+	limit, limitNote := int64(2*o.MaxMessage), ""
+	if o.MaxBody > 0 && o.MaxBody < limit {
+		limit, limitNote = o.MaxBody, ", the most the largest command within the automator's limits takes as JSON (limits.max_stdin, max_args_bytes, max_env_bytes, …)"
+	}
 	var gw *runtime.ServeMux
 	gw = runtime.NewServeMux(
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonBody{&runtime.JSONPb{
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonBody{limitNote: limitNote, JSONPb: &runtime.JSONPb{
 			// The words of DESIGN.md (exit_code, instance_id, ...), and every
 			// field present, so exit_code 0 is not left out.
 			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
@@ -138,7 +146,6 @@ func Mount(ctx context.Context, mux *http.ServeMux, gs *grpc.Server, o Options) 
 		lis.Close()
 	}()
 
-	limit := int64(2 * o.MaxMessage)
 	mux.Handle("/v1/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// An answer holds a unit's output, which may be secret, and is
 		// current only when made: no cache along the way or in a

@@ -85,6 +85,31 @@ func TestMountDefaultsToTheDocumentedLimits(t *testing.T) {
 	}
 }
 
+// TestMaxBodyBoundsARequestBody: MaxBody, under twice MaxMessage, is the
+// most of a body read (automator serve gives the most the largest command
+// within its limits takes as JSON), and a body past it is refused saying
+// what the limit is.
+func TestMaxBodyBoundsARequestBody(t *testing.T) {
+	gs := grpc.NewServer()
+	automatorv1.RegisterAutomatorServiceServer(gs, fakeService{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	t.Cleanup(gs.Stop)
+	h := http.NewServeMux()
+	const limit = 1 << 20
+	if err := Mount(ctx, h, gs, Options{MaxBody: limit, Authenticate: func(context.Context, []string, string, string) error { return nil }}); err != nil {
+		t.Fatal(err)
+	}
+	object := `{"command": {"script": "x"}}`
+	if w := serve(t, h, "POST", "/v1/accounts/acme/submit", object+strings.Repeat(" ", limit-len(object))); w.Code != http.StatusOK {
+		t.Fatalf("a body of exactly MaxBody: HTTP %d %.200s; want 200", w.Code, w.Body)
+	}
+	w := serve(t, h, "POST", "/v1/accounts/acme/submit", object+strings.Repeat(" ", limit+1-len(object)))
+	if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "larger than the limit of 1 MiB, the most the largest command within the automator's limits takes as JSON") {
+		t.Fatalf("a body of MaxBody + 1 byte: HTTP %d %.300s; want 400 naming the limit and what it is", w.Code, w.Body)
+	}
+}
+
 // TestMountRequiresAuthenticate: without it a caller with no key could
 // make the gateway read a whole body before the server refused the call.
 func TestMountRequiresAuthenticate(t *testing.T) {

@@ -107,6 +107,22 @@ type Limits struct {
 	FailedAuthRefill time.Duration
 }
 
+// JSONBodyBound is the most bytes the largest command within l can take
+// as the JSON body of an HTTP/JSON execute or submit, every character
+// escaped as JSON lets a client escape it: stdin as base64, each '/' of
+// it as "\/" (2 bytes a character); each byte of the script name, an
+// argument or a variable as "\u003c" (6); each argument and variable
+// with its quotes, separator and a line of deep indentation (32); and 64 KiB
+// for the rest (the other fields, white space). The HTTP listener reads
+// no more of a body: the 16 MiB of two gRPC messages let one API key make
+// the automator hold some 44 MB for each body it sent at once, refused
+// only once decoded (a review).
+func (l Limits) JSONBodyBound() int64 {
+	l.applyDefaults()
+	base64 := 4 * ((int64(l.MaxStdin) + 2) / 3)
+	return 2*base64 + 6*int64(l.MaxScriptName+l.MaxArgsBytes+l.MaxEnvBytes) + 32*int64(l.MaxArgs+l.MaxEnv) + 64<<10
+}
+
 func (l *Limits) applyDefaults() {
 	def := func(v *int, d int) {
 		if *v <= 0 {
