@@ -296,6 +296,11 @@ func allowedMethods(mux *http.ServeMux, r *http.Request) []string {
 		other.Method = m
 		if _, pattern := mux.Handler(other); pattern != "" && pattern != Prefix {
 			allow = append(allow, m)
+			if m == http.MethodGet {
+				// Served wherever GET is (net/http's patterns), as the
+				// API's Allow says too.
+				allow = append(allow, http.MethodHead)
+			}
 		}
 	}
 	return allow

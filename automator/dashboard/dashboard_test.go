@@ -743,7 +743,14 @@ func TestWorkFiltersAndPages(t *testing.T) {
 	}
 	next := body[i+len(`id="older" href="`):]
 	next = strings.ReplaceAll(next[:strings.IndexByte(next, '"')], "&amp;", "&")
-	check(strings.TrimPrefix(next, "/dashboard/work"), "w_a")
+	if last := check(strings.TrimPrefix(next, "/dashboard/work"), "w_a"); strings.Contains(last, `id="older"`) {
+		t.Errorf("the last page links to older units:\n%s", last)
+	}
+	// A list of exactly a page has no older one to offer (it led to an
+	// empty page, a review found).
+	if exact := check("?account=acme&state=queued", "w_e", "w_d", "w_c"); strings.Contains(exact, `id="older"`) {
+		t.Errorf("a list of exactly a page links to older units:\n%s", exact)
+	}
 	check("?state=succeeded", "w_a")
 	check("?account=globex&state=queued", "w_b")
 	if code, body := get(t, c, e.url+"/dashboard/work?state=done"); code != http.StatusBadRequest || !strings.Contains(body, "is not a state") {
@@ -1180,7 +1187,7 @@ func TestAnInstanceRefusedForWantOfAUsableKeyIsShownRefused(t *testing.T) {
 	for _, want := range []string{
 		`<tr data-account="acme" class="status-stranded">`,
 		`<td class="online">0 of 1, <span class="refused">1 refused</span></td>`,
-		`<li data-account="acme"><a href="/dashboard/accounts/acme"><b>acme</b></a>: 1 unit queued, the oldest for 0s; last poll 1s ago; 1 instance refused (no usable key, or an expired account token): install the account's latest profile.</li>`,
+		`<li data-account="acme"><a href="/dashboard/accounts/acme"><b>acme</b></a>: 1 unit queued, the oldest for 0s; last poll 1s ago; 1 instance refused (no usable key, an expired account token, or a key that is not the account's): install the account's latest profile.</li>`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("accounts page lacks %s:\n%s", want, body)
@@ -1211,7 +1218,7 @@ func TestAnAccountWhoseOnlyInstancesAreRefusedIsShownRefused(t *testing.T) {
 		`<span class="badge status status-refused">refused</span>`,
 		`<td class="online">0 of 2, <span class="refused">2 refused</span></td>`,
 		`id="refused-warning"`,
-		`<li data-account="acme"><a href="/dashboard/accounts/acme"><b>acme</b></a>: 2 instances refused (no usable key, or an expired account token): install the account's latest profile; last poll 1s ago.</li>`,
+		`<li data-account="acme"><a href="/dashboard/accounts/acme"><b>acme</b></a>: 2 instances refused (no usable key, an expired account token, or a key that is not the account's): install the account's latest profile; last poll 1s ago.</li>`,
 		`<tr data-account="globex" class="status-offline">`,
 	} {
 		if code != http.StatusOK || !strings.Contains(body, want) {

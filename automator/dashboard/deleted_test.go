@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/crypto"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -36,8 +37,9 @@ func TestUnitsOfADeletedAccountAreListedAsUnreadable(t *testing.T) {
 	}
 	for _, id := range []string{"w_ran", "w_queued"} {
 		code, unit := get(t, admin, e.url+"/dashboard/work/"+id)
-		if code != http.StatusOK || !strings.Contains(unit, "acme (deleted ") || strings.Contains(unit, "backup.sh") {
-			t.Errorf("the page of unit %s of a deleted account: %d\n%s", id, code, unit)
+		if code != http.StatusOK || !strings.Contains(unit, "acme (deleted ") || strings.Contains(unit, "backup.sh") ||
+			!strings.Contains(unit, "unreadable: the unit&#39;s account was deleted") || strings.Contains(unit, "log says why") {
+			t.Errorf("the page of unit %s of a deleted account: %d\n%s\nwant it saying its command is unreadable, its account deleted (not to see the log: it says nothing of it)", id, code, unit)
 		}
 		// Its links lead somewhere: the work list of the deleted name
 		// (it lists the unit), and no account page of a name that is
@@ -114,5 +116,49 @@ SELECT 'w' || i, 'acme', 'succeeded', 1, randomblob(64), i, i + 1000, i + 1 FROM
 	}
 	if code, body := get(t, c, e.url+"/dashboard/"); code != http.StatusOK || strings.Contains(body, "accounts-deleting") || strings.Contains(body, "acme") {
 		t.Errorf("accounts page (%d) once acme's deletion is finished still lists it:\n%s", code, body)
+	}
+}
+
+// TestAUnitWhoseSealedBlobsDoNotOpenSaysSo: a unit whose stored result
+// does not open (altered in the database) is not shown as having "ran to
+// the end" with no exit code and no output and nothing of why (a review):
+// its outcome says the result could not be opened, on its page for every
+// key and in the work list; one whose command does not open says so where
+// the command would be.
+func TestAUnitWhoseSealedBlobsDoNotOpenSaysSo(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	now := e.clock.Now()
+	e.enqueue("w_altered", "acme", now.Add(-time.Minute), &automatorv1.Command{Script: "backup.sh"})
+	ws, err := e.st.WorkClaim(ctx, store.WorkClaimParams{Account: "acme", InstanceID: "a-1", Max: 1, ClaimIDs: []string{"c"}, Now: now.Add(-59 * time.Second)})
+	if err != nil || len(ws) != 1 {
+		t.Fatalf("claim: %v %v", ws, err)
+	}
+	// A result sealed for another unit: what an altered one is to the key.
+	if _, err := e.st.WorkComplete(ctx, store.WorkCompleteParams{ID: "w_altered", ClaimID: ws[0].ClaimID, State: store.StateSucceeded,
+		SealedResult: e.seal("acme", "w_other", crypto.DirResult, &automatorv1.Result{ExitCode: 3, Stdout: []byte("done")}), Now: now.Add(-58 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.WorkEnqueue(ctx, store.WorkEnqueueParams{ID: "w_badcmd", Account: "acme", KeyID: 1, Now: now, Deadline: now.Add(time.Hour),
+		SealedCommand: e.seal("acme", "w_other", crypto.DirCommand, &automatorv1.Command{Script: "backup.sh"})}); err != nil {
+		t.Fatal(err)
+	}
+	const unopened = "its stored result could not be opened (altered in the database?)"
+	for _, key := range []string{"admin", "viewer"} {
+		c := client(t)
+		e.signIn(c, e.url, key)
+		code, page := get(t, c, e.url+"/dashboard/work/w_altered")
+		if code != http.StatusOK || !strings.Contains(page, unopened) || strings.Contains(page, "ran to the end") {
+			t.Errorf("%s: the page of a unit whose result does not open: %d\n%s\nwant it saying %q", key, code, page, unopened)
+		}
+		code, list := get(t, c, e.url+"/dashboard/work")
+		if code != http.StatusOK || !strings.Contains(list, unopened) {
+			t.Errorf("%s: the work list: %d\n%s\nwant the unit's outcome %q", key, code, list, unopened)
+		}
+	}
+	admin := client(t)
+	e.signIn(admin, e.url, "admin")
+	if code, page := get(t, admin, e.url+"/dashboard/work/w_badcmd"); code != http.StatusOK || !strings.Contains(page, "The stored command could not be opened (altered in the database?)") {
+		t.Errorf("the page of a unit whose command does not open: %d\n%s", code, page)
 	}
 }

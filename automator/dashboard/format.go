@@ -12,15 +12,18 @@ import (
 )
 
 var funcs = template.FuncMap{
-	"ago":     ago,
-	"age":     age,
-	"dur":     dur,
-	"clock":   clock,
-	"stamp":   stamp,
-	"plural":  plural,
-	"slug":    slug,
-	"shown":   printable.Shown,
-	"text":    func(b []byte) string { return string(b) },
+	"ago":    ago,
+	"age":    age,
+	"dur":    dur,
+	"clock":  clock,
+	"stamp":  stamp,
+	"plural": plural,
+	"slug":   slug,
+	"shown":  printable.Shown,
+	// text: a script's output, which may be any bytes, on a page served
+	// as UTF-8: bytes that are not UTF-8 are shown as U+FFFD (a review
+	// found raw ones in a page, which a strict reader refuses).
+	"text":    func(b []byte) string { return strings.ToValidUTF8(string(b), "\uFFFD") },
 	"isState": func(a store.State, b string) bool { return string(a) == b },
 	// deleted: the name a unit of a deleted account keeps (no account
 	// page is it).

@@ -21,9 +21,9 @@ func TestWrongMethodIsMethodNotAllowed(t *testing.T) {
 		allow        string
 	}{
 		{"GET", "/dashboard/logout", http.StatusMethodNotAllowed, "POST"},
-		{"POST", "/dashboard/work", http.StatusMethodNotAllowed, "GET"},
-		{"DELETE", "/dashboard/work/w_0123", http.StatusMethodNotAllowed, "GET"},
-		{"PUT", "/dashboard/login", http.StatusMethodNotAllowed, "GET, POST"},
+		{"POST", "/dashboard/work", http.StatusMethodNotAllowed, "GET, HEAD"},
+		{"DELETE", "/dashboard/work/w_0123", http.StatusMethodNotAllowed, "GET, HEAD"},
+		{"PUT", "/dashboard/login", http.StatusMethodNotAllowed, "GET, HEAD, POST"},
 		{"GET", "/dashboard/nothing", http.StatusNotFound, ""},
 		{"POST", "/dashboard/nothing", http.StatusNotFound, ""},
 	} {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
@@ -44,5 +45,22 @@ func TestAScriptNameOrArgumentNotShownAsItIsIsQuoted(t *testing.T) {
 				t.Errorf("%s lacks %s:\n%s", page, w, body)
 			}
 		}
+	}
+}
+
+// TestOutputThatIsNotUTF8IsShownAsReplacementCharacters: a script's
+// output may be any bytes; its page, served as UTF-8, stays UTF-8, bytes
+// that are not shown as U+FFFD (a review found them raw in a page), and
+// markup in it escaped.
+func TestOutputThatIsNotUTF8IsShownAsReplacementCharacters(t *testing.T) {
+	e := newEnv(t)
+	now := e.clock.Now()
+	e.enqueue("w_bytes", "acme", now.Add(-time.Minute), &automatorv1.Command{Script: "dump.sh"})
+	e.run("acme", "a-1", now.Add(-59*time.Second), now.Add(-58*time.Second), &automatorv1.Result{Stdout: []byte("ok \xff\xfe <b>"), Stderr: []byte("é\xc3")})
+	c := client(t)
+	e.signIn(c, e.url, "admin")
+	code, body := get(t, c, e.url+"/dashboard/work/w_bytes")
+	if code != http.StatusOK || !utf8.ValidString(body) || !strings.Contains(body, "ok \uFFFD &lt;b&gt;") || !strings.Contains(body, "é\uFFFD") {
+		t.Errorf("the page of a unit whose output is not UTF-8: %d, valid UTF-8 %v\n%s", code, utf8.ValidString(body), body)
 	}
 }

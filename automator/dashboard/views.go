@@ -185,6 +185,7 @@ func (d *Dashboard) row(ctx context.Context, w store.Work, reveal bool) workRow 
 		o, err := d.o.Opener.ListedOutcome(ctx, w)
 		if err != nil {
 			d.log.Warn("dashboard: opening a result", "work_id", w.ID, "err", err)
+			row.Outcome = resultUnopened
 		}
 		if o != nil {
 			row.setOutcome(o.ExitCode, o.Failure)
@@ -207,29 +208,41 @@ func (d *Dashboard) row(ctx context.Context, w store.Work, reveal bool) workRow 
 }
 
 // fullRow is row for a key that may see the command and output (reveal):
-// it opens them whole and returns them too.
-func (d *Dashboard) fullRow(ctx context.Context, w store.Work) (workRow, *automatorv1.Command, *automatorv1.Result) {
-	row := workRow{Work: w, Outcome: w.Reason}
+// it opens them whole and returns them too, or why the command is not
+// shown (unshown).
+func (d *Dashboard) fullRow(ctx context.Context, w store.Work) (row workRow, cmd *automatorv1.Command, res *automatorv1.Result, unshown string) {
+	row = workRow{Work: w, Outcome: w.Reason}
 	if _, deleted := store.DeletedAccount(w.Account); deleted {
 		row.Script = deletedScript
 		row.finish(true)
-		return row, nil, nil
+		return row, nil, nil, "The command and output are unreadable: the unit's account was deleted, and its key with it."
 	}
 	res, err := d.o.Opener.OpenResult(ctx, w)
 	if err != nil {
 		d.log.Warn("dashboard: opening a result", "work_id", w.ID, "err", err)
+		row.Outcome = resultUnopened
 	}
 	if res != nil {
 		row.setOutcome(res.GetExitCode(), res.GetFailure())
 	}
-	cmd, err := d.o.Opener.OpenCommand(ctx, w)
-	if err != nil && !errors.Is(err, server.ErrCommandLost) {
+	cmd, err = d.o.Opener.OpenCommand(ctx, w)
+	switch {
+	case errors.Is(err, server.ErrCommandLost):
+		unshown = "The command was lost with its row in a damaged database (automator repair --salvage kept the unit, ended)."
+	case err != nil:
 		d.log.Warn("dashboard: opening a command", "work_id", w.ID, "err", err)
+		unshown = "The stored command could not be opened (altered in the database?); the automator's log says why."
 	}
 	row.Script = cmd.GetScript()
 	row.finish(true)
-	return row, cmd, res
+	return row, cmd, res, unshown
 }
+
+// resultUnopened is the outcome of a unit whose stored result could not
+// be opened: the page said "ran to the end" with no exit code and no
+// output, and nothing of why (a review, with a result altered in the
+// database).
+const resultUnopened = "its stored result could not be opened (altered in the database?); the automator's log says why"
 
 // deletedScript is the script name shown, to keys that may see it, of a
 // unit whose account was deleted.
@@ -255,7 +268,7 @@ func (row *workRow) finish(reveal bool) {
 	if row.State == store.StateSucceeded && row.Outcome == "" {
 		row.Outcome = "ran to the end"
 	}
-	if row.State == store.StateFailed && !reveal {
+	if row.State == store.StateFailed && !reveal && row.Outcome != resultUnopened {
 		row.Outcome = hiddenFailure
 	}
 }
@@ -313,10 +326,16 @@ func (d *Dashboard) workList(r *http.Request, s *session) (string, any, error) {
 			data.Accounts = append(data.Accounts, a.Name)
 		}
 	}
+	// One more than a page: whether there is an older page (a list of
+	// exactly a page offered one, which was empty, a review found).
+	p.Limit++
 	list, err := d.o.Store.WorkList(ctx, p)
+	p.Limit--
 	if err != nil {
 		return "", nil, err
 	}
+	more := len(list) > p.Limit
+	list = list[:min(len(list), p.Limit)]
 	unknown := 0
 	for _, w := range list {
 		if !d.o.Opener.ListedKnown(w, s.Reveal) {
@@ -337,7 +356,7 @@ func (d *Dashboard) workList(r *http.Request, s *session) (string, any, error) {
 			data.Rows = append(data.Rows, d.row(ctx, w, s.Reveal))
 		}
 	}
-	if len(data.Rows) == p.Limit {
+	if more && len(data.Rows) > 0 {
 		last := data.Rows[len(data.Rows)-1]
 		next := url.Values{}
 		if data.Account != "" {
@@ -402,6 +421,8 @@ type unitData struct {
 	// Set only when Reveal.
 	Command *automatorv1.Command
 	Result  *automatorv1.Result
+	// CommandUnshown says why Command is not shown, when it is not.
+	CommandUnshown string
 }
 
 // unit: one unit's timeline, outcome and, for keys that may see them, its
@@ -448,7 +469,7 @@ func (d *Dashboard) unit(r *http.Request, s *session) (string, any, error) {
 	}
 	data := unitData{Reveal: s.Reveal, RevealKeys: d.revealKeys()}
 	if s.Reveal {
-		data.workRow, data.Command, data.Result = d.fullRow(r.Context(), w)
+		data.workRow, data.Command, data.Result, data.CommandUnshown = d.fullRow(r.Context(), w)
 	} else {
 		data.workRow = d.row(r.Context(), w, false)
 	}
