@@ -86,6 +86,11 @@ func cmdRepair(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	defer lock.Release()
+	dbLock, err := lockSQLiteAlone(*dir, cfg, "repair")
+	if err != nil {
+		return err
+	}
+	defer dbLock.Release()
 	dbPath := cfg.DBPath(*dir)
 	fi, err := os.Lstat(dbPath)
 	if err != nil {

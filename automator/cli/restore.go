@@ -77,6 +77,11 @@ func restoreSQLite(ctx context.Context, dir, db string, cfg config.Config, file 
 		return err
 	}
 	defer lock.Release()
+	dbLock, err := lockSQLiteAlone(dir, cfg, "restore")
+	if err != nil {
+		return err
+	}
+	defer dbLock.Release()
 	if fi, err := os.Stat(file); err != nil {
 		return fmt.Errorf("reading the backup: %w", err)
 	} else if !fi.Mode().IsRegular() {
@@ -698,6 +703,11 @@ func restoreOpenWork(ctx context.Context, dir, db string, cfg config.Config, env
 			return err
 		}
 		defer lock.Release()
+		dbLock, err := lockSQLiteAlone(dir, cfg, "restore --open-work-only")
+		if err != nil {
+			return err
+		}
+		defer dbLock.Release()
 		open = openLockedStore
 	}
 	st, err := open(ctx, dir, cfg)

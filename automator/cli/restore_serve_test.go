@@ -63,6 +63,56 @@ func TestRestoreAndServeExcludeEachOther(t *testing.T) {
 	}
 }
 
+// TestRestoreAndRepairAreRefusedWhileAServeOfAnotherDirectoryUsesTheDatabase:
+// a serve of one data directory holds its SQLite database's own lock, and
+// a restore or repair through another directory given that database
+// (--db) is refused by it, replacing nothing: it took only its own
+// directory's lock, and replaced the database under the serve, whose
+// units then went to the file set aside (a review: a unit lost, and an
+// idempotency key's unit run twice).
+func TestRestoreAndRepairAreRefusedWhileAServeOfAnotherDirectoryUsesTheDatabase(t *testing.T) {
+	t.Parallel()
+	dir := initDir(t)
+	file := takeBackup(t, dir)
+	cfg := listenOnAnyPort(t, dir)
+	db := cfg.DBPath(dir)
+	other := initDir(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan int, 1)
+	log := &logtest.Buffer{}
+	go func() {
+		done <- Main(ctx, []string{"serve", "--data-dir", dir}, Env{Stdout: &bytes.Buffer{}, Stderr: log})
+	}()
+	automatortest.WaitFor(t, 15*time.Second, "serve to write serving.yaml", func() bool {
+		_, ok, _ := config.ReadServing(dir)
+		return ok
+	})
+	for _, args := range [][]string{
+		{"restore", "--data-dir", other, "--db", db, file},
+		{"restore", "--data-dir", other, "--db", db, "--open-work-only"},
+		{"repair", "--data-dir", other, "--db", db},
+	} {
+		code, _, stderr := runCLI(t, args...)
+		if code != ExitError || !strings.Contains(stderr, "an automator serve is using the SQLite database "+db) {
+			t.Errorf("%s while a serve of another directory runs on the database: exit %d, stderr %q; want %d and that a serve uses it", strings.Join(args, " "), code, stderr, ExitError)
+		}
+	}
+	if matches, _ := filepath.Glob(db + ".*"); len(matches) != 0 {
+		t.Errorf("a refused restore or repair left %v", matches)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("serve exited %d:\n%s", code, log)
+	}
+	// With the serve stopped, the restore through the other directory
+	// is made (the backup holds no account key for the other directory's
+	// master key to open).
+	if code, _, stderr := runCLI(t, "restore", "--data-dir", other, "--db", db, file); code != 0 {
+		t.Errorf("restore once the serve stopped: exit %d, stderr %q; want 0", code, stderr)
+	}
+}
+
 // TestRestoreKeepsTheSignOutsMadeAfterTheBackup: a dashboard session
 // signed out of after the backup was taken stays signed out once the backup
 // is restored, as one signed out of before it does; a session nobody

@@ -84,6 +84,25 @@ func lockSQLiteForServe(dir string, cfg config.Config) (*filelock.Lock, error) {
 		return nil, nil
 	}
 	db := cfg.DBPath(dir)
+	return lockSQLiteDB(dir, db, fmt.Sprintf("another automator serve is using the SQLite database %s%s: SQLite serves one automator; stop that one first, or share a PostgreSQL database between replicas (docs/several-automators.md)", db, servingAt(dir)))
+}
+
+// lockSQLiteAlone takes, exclusive, the lock of the SQLite database of
+// cfg, as serve does, for the command named cmd (restore, repair), which
+// replaces it: the data directory's serve lock (lockAlone) keeps out the
+// serves of that directory only, and a serve of another directory given
+// the same database (--db) kept it open while the restore replaced it, its
+// units then written to the file set aside (a review: a unit lost, and an
+// idempotency key's unit run twice).
+func lockSQLiteAlone(dir string, cfg config.Config, cmd string) (*filelock.Lock, error) {
+	db := cfg.DBPath(dir)
+	return lockSQLiteDB(dir, db, fmt.Sprintf("an automator serve is using the SQLite database %s (of another data directory, given it with --db or in its automator.yaml?); stop it first (%s replaces the database it has open)", db, cmd))
+}
+
+// lockSQLiteDB takes, exclusive, the lock beside the SQLite database db
+// (DB-serve.lock), trying again for serveLockPatience; refused is the
+// error while another holds it.
+func lockSQLiteDB(dir, db, refused string) (*filelock.Lock, error) {
 	path := db + "-serve.lock"
 	l, err := filelock.Exclusive(path)
 	// A command holds the lock for a moment to look whether a serve runs
@@ -96,7 +115,7 @@ func lockSQLiteForServe(dir string, cfg config.Config) (*filelock.Lock, error) {
 		l, err = filelock.Exclusive(path)
 	}
 	if errors.Is(err, filelock.ErrLocked) {
-		return nil, fmt.Errorf("another automator serve is using the SQLite database %s%s: SQLite serves one automator; stop that one first, or share a PostgreSQL database between replicas (docs/several-automators.md)", db, servingAt(dir))
+		return nil, errors.New(refused)
 	}
 	if err != nil {
 		return nil, err
