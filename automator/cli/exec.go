@@ -157,7 +157,13 @@ func mayStillRun(res client.Result, err error) bool {
 // automators.md), so no proxy claims it any more and no wait would end.
 func stillQueued(id string, deadline time.Time, err error, caller callerFlags) error {
 	if status.Code(err) == codes.NotFound && *caller.dir != "" && *caller.apiKeyFile == "" {
-		return fmt.Errorf("%w; work %s was queued, but the database has lost it since (the data directory's admin key sees every account): a commit undone after it was acknowledged, by a PostgreSQL failover to an asynchronous standby or a crash with synchronous_commit off (docs/several-automators.md); no proxy will claim it from now on (one that claimed it before may still run it): run exec again if it has to run", err, id)
+		// A restore of a backup taken before it was queued loses it too
+		// (a review: the rollback of an upgrade was told as a failover).
+		after := ""
+		if !deadline.IsZero() && time.Now().Before(deadline) {
+			after = fmt.Sprintf(", once its deadline at %s has passed if the script must not run twice", deadline.Format(time.TimeOnly))
+		}
+		return fmt.Errorf("%w; work %s was queued, but the database has lost it since (the data directory's admin key sees every account): the database was restored from a backup taken before (docs/backup.md), or a commit was undone after it was acknowledged, by a PostgreSQL failover to an asynchronous standby or a crash with synchronous_commit off (docs/several-automators.md); no proxy will claim it from now on, but one that claimed it before may still be running it: run exec again if it has to run%s", err, id, after)
 	}
 	with := ""
 	switch status.Code(err) {

@@ -82,7 +82,7 @@ func TestExecWhoseUnitTheDatabaseLostSaysSo(t *testing.T) {
 	}
 
 	_, id, msg := run("--data-dir", dir)
-	for _, want := range []string{"work " + id + " was queued", "the database has lost it", "synchronous", "docs/several-automators.md", "no proxy will claim it"} {
+	for _, want := range []string{"work " + id + " was queued", "the database has lost it", "restored from a backup", "docs/backup.md", "synchronous", "docs/several-automators.md", "no proxy will claim it", "if the script must not run twice"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("exec --data-dir with its admin key, the unit lost: stderr %q does not say %q", msg, want)
 		}
