@@ -202,7 +202,10 @@ func restoreSQLite(ctx context.Context, dir, db string, cfg config.Config, file 
 		signOuts, err = carrySignOuts(ctx, st, prev.signOuts)
 	}
 	if err == nil && prevErr == nil {
-		accountLines, err = accountWarnings(ctx, st, prev.accounts, dir, db)
+		var changed map[string]time.Time
+		if changed, err = st.CredentialsChanged(ctx); err == nil {
+			accountLines, err = accountWarnings(ctx, st, prev, changed, dir, db)
+		}
 	}
 	if err == nil && prevErr == nil {
 		var keyLines []string
@@ -232,8 +235,14 @@ func restoreSQLite(ctx context.Context, dir, db string, cfg config.Config, file 
 	}
 
 	as := ""
-	if !snap.LastEvent.IsZero() {
+	switch {
+	case snap.LastEvent.IsZero():
+	case snap.LastEventKind == store.AuditBackup:
 		as = fmt.Sprintf("; its latest audit event is from %s, when the backup began", snap.LastEvent.UTC().Format(time.RFC3339))
+	default:
+		// A copy `automator backup` did not make: a database a restore
+		// kept aside, a file system's snapshot.
+		as = fmt.Sprintf("; its latest audit event is from %s, of kind %s: not a copy `automator backup` made", snap.LastEvent.UTC().Format(time.RFC3339), snap.LastEventKind)
 	}
 	version := fmt.Sprintf("schema version %d", snap.Version)
 	if latest := sqlitestore.LatestVersion(); snap.Version < latest {
@@ -331,6 +340,9 @@ type previous struct {
 	accounts  []store.Account
 	deletions []store.AccountDeletion
 	signOuts  []store.DashboardSessionEndParams // of sessions not expired yet
+	// changed is when each account's token or key last changed, by its
+	// audit log (sqlitestore.Store.CredentialsChanged).
+	changed map[string]time.Time
 }
 
 // readPrevious reads the credentials of the database about to be replaced,
@@ -408,7 +420,11 @@ func readPrevious(ctx context.Context, dbPath string, now time.Time) (prev previ
 	if err != nil {
 		return prev, err, nil
 	}
-	return previous{exists: true, apiKeys: keys, accounts: accounts, deletions: deletions, signOuts: signOuts}, st.Close(), nil
+	changed, err := st.CredentialsChanged(ctx)
+	if err != nil {
+		return prev, err, nil
+	}
+	return previous{exists: true, apiKeys: keys, accounts: accounts, deletions: deletions, signOuts: signOuts, changed: changed}, st.Close(), nil
 }
 
 // carryRevocations revokes in st, the restored database, every API key the
@@ -513,8 +529,12 @@ func carrySignOuts(ctx context.Context, st store.Store, prevSignOuts []store.Das
 // with the replaced database's: an account made or rotated after the
 // backup was taken is refused to the proxies given its newer profile. Each
 // warning names the command that mends it, runnable as printed (with the
-// data directory dir).
-func accountWarnings(ctx context.Context, st store.Store, prevAccounts []store.Account, dir, db string) ([]string, error) {
+// data directory dir). An account whose token or key changed later in the
+// backup than in the replaced database (changed, by the audit logs: a
+// restore undone by restoring the database it kept aside) holds its newer
+// ones: proxies given the latest profile are served, and rotating it
+// again, as the warning said, would cut them all off (a review).
+func accountWarnings(ctx context.Context, st store.Store, prev previous, changed map[string]time.Time, dir, db string) ([]string, error) {
 	restored, err := st.AccountList(ctx)
 	if err != nil {
 		return nil, err
@@ -524,16 +544,28 @@ func accountWarnings(ctx context.Context, st store.Store, prevAccounts []store.A
 		byName[a.Name] = a
 	}
 	var lines []string
-	for _, p := range prevAccounts {
+	for _, p := range prev.accounts {
 		r, ok := byName[p.Name]
+		differ := ok && (!bytes.Equal(r.TokenHash, p.TokenHash) || r.KeyID != p.KeyID)
 		switch {
+		case differ && changed[p.Name].After(prev.changed[p.Name]):
+			lines = append(lines, fmt.Sprintf("account %s's token or key changed later in the backup (%s) than in the replaced database (%s): the restored database serves the proxies given its latest profile, and refuses those given an earlier one (nothing to rotate)",
+				p.Name, changed[p.Name].UTC().Format(time.RFC3339), stamp(prev.changed[p.Name])))
 		case !ok:
 			lines = append(lines, fmt.Sprintf("warning: account %s was made after the backup was taken and is not in it: its proxies are refused until it is made again (`automator account create %s --data-dir %s`%s) and they get its new profile", p.Name, p.Name, dir, withSameDB(db)))
-		case !bytes.Equal(r.TokenHash, p.TokenHash) || r.KeyID != p.KeyID:
+		case differ:
 			lines = append(lines, fmt.Sprintf("warning: account %s had its token or key rotated after the backup was taken: the restored database accepts its earlier token again and refuses proxies given the newer profile; run `automator account rotate-token %s --data-dir %s --overlap 0` (or rotate-key)%s and deploy the new profile", p.Name, p.Name, dir, withSameDB(db)))
 		}
 	}
 	return lines, nil
+}
+
+// stamp is t in RFC 3339, or "none recorded" for the zero time.
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "none recorded"
+	}
+	return t.UTC().Format(time.RFC3339)
 }
 
 // apiKeyWarnings names each API key the replaced database held, valid,

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -106,4 +108,45 @@ func shellWords(t *testing.T, line string) []string {
 		words = append(words, w.String())
 	}
 	return words
+}
+
+// TestRestoreOfANewerDatabaseAdvisesNoRotation: a restore undone by
+// restoring the database it kept aside (newer than the backup it put in
+// place) finds the account's token changed, later in what it restores:
+// it says the restored database serves the latest profile, and gives no
+// advice to rotate it again (which would cut off every proxy given that
+// profile, a review found); the restore it undid did advise it. Its first
+// line does not take the kept database for a copy `automator backup` made.
+func TestRestoreOfANewerDatabaseAdvisesNoRotation(t *testing.T) {
+	t.Parallel()
+	dir := initDir(t)
+	if code, _, stderr := runCLI(t, "account", "create", "acme", "--data-dir", dir); code != 0 {
+		t.Fatalf("account create acme: exit %d: %s", code, stderr)
+	}
+	file := takeBackup(t, dir)
+	if code, _, stderr := runCLI(t, "account", "rotate-token", "acme", "--data-dir", dir); code != 0 {
+		t.Fatalf("rotate-token: exit %d: %s", code, stderr)
+	}
+	code, stdout, stderr := runCLI(t, "restore", "--data-dir", dir, file)
+	if code != 0 || !strings.Contains(stdout, "warning: account acme had its token or key rotated after the backup was taken") || !strings.Contains(stdout, "when the backup began") {
+		t.Fatalf("restore of the backup: exit %d, %s\n%s\nwant the warning that acme was rotated after it", code, stderr, stdout)
+	}
+	kept := regexp.MustCompile(`the database it replaced is kept as (\S+)`).FindStringSubmatch(stdout)
+	if kept == nil {
+		t.Fatalf("restore printed:\n%s\nwant the file the replaced database is kept as", stdout)
+	}
+	// Moved out of the data directory first: the restore keeps the
+	// database it replaces under a name of the second.
+	newer := filepath.Join(t.TempDir(), "newer.db")
+	if err := os.Rename(kept[1], newer); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr = runCLI(t, "restore", "--data-dir", dir, newer)
+	if code != 0 {
+		t.Fatalf("restore of the database kept aside: exit %d: %s", code, stderr)
+	}
+	if strings.Contains(stdout, "rotate-token") || !strings.Contains(stdout, "account acme's token or key changed later in the backup") ||
+		strings.Contains(stdout, "when the backup began") || !strings.Contains(stdout, ", of kind account.token_rotated: not a copy `automator backup` made") {
+		t.Errorf("restore of the newer database kept aside printed:\n%s\nwant it saying acme's token is the newer, no advice to rotate it, and its latest event for what it is", stdout)
+	}
 }

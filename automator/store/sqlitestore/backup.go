@@ -116,8 +116,10 @@ type Snapshot struct {
 	// Version is its schema version.
 	Version int
 	// LastEvent is the time of the latest event of its audit log (a backup
-	// records one as it starts), zero when it has none.
-	LastEvent time.Time
+	// records one as it starts), zero when it has none, and LastEventKind
+	// its kind (store.AuditBackup in a copy `automator backup` made).
+	LastEvent     time.Time
+	LastEventKind string
 }
 
 // Inspect checks, without changing it, that the file at path is an
@@ -171,15 +173,40 @@ func Inspect(ctx context.Context, path, name string) (Snapshot, error) {
 		return snap, fmt.Errorf("%s is damaged (SQLite's quick_check: %s)", name, strings.Join(problems[:min(len(problems), 3)], "; "))
 	}
 	if snap.Version >= 3 { // the audit log came with version 3
-		var last sql.NullInt64
-		if err := db.QueryRowContext(ctx, `SELECT MAX(at) FROM audit`).Scan(&last); err != nil {
+		var last int64
+		err := db.QueryRowContext(ctx, `SELECT at, kind FROM audit ORDER BY at DESC, seq DESC LIMIT 1`).Scan(&last, &snap.LastEventKind)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
 			return snap, fmt.Errorf("reading the audit log of %s: %w", name, err)
-		}
-		if last.Valid {
-			snap.LastEvent = fromNanos(last.Int64)
+		default:
+			snap.LastEvent = fromNanos(last)
 		}
 	}
 	return snap, nil
+}
+
+// CredentialsChanged returns, for each account its audit log names, when
+// its token or key last changed: its latest account.created,
+// account.token_rotated or account.key_rotated event (one purged past
+// audit_retention is not counted).
+func (s *Store) CredentialsChanged(ctx context.Context) (map[string]time.Time, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT account, MAX(at) FROM audit WHERE kind IN (?, ?, ?) GROUP BY account`,
+		store.AuditAccountCreated, store.AuditTokenRotated, store.AuditKeyRotated)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	changed := map[string]time.Time{}
+	for rows.Next() {
+		var account string
+		var at int64
+		if err := rows.Scan(&account, &at); err != nil {
+			return nil, err
+		}
+		changed[account] = fromNanos(at)
+	}
+	return changed, rows.Err()
 }
 
 // LatestVersion is the latest schema version this binary knows: Open
