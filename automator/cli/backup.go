@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/opsgate/opsgate/automator/config"
@@ -87,37 +88,90 @@ func cmdBackup(ctx context.Context, args []string, env Env) error {
 			removeSQLiteFiles(tmpPath)
 		}
 	}()
+	removeStaleParts(filepath.Dir(file), tmpPath, time.Now(), env)
 	// Recorded before the copy, so that the copy holds it too: a restore
-	// then tells when its backup was taken.
+	// then tells when its backup was taken. How it ended is recorded
+	// after, in the database only: an auditor told a backup that wrote
+	// nothing (a full disk, Ctrl-C) from one that did by their records
+	// alone, which said the same (a review).
 	now := time.Now()
 	audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditBackup, Detail: "backup of the database"}, env)
-	if err := st.Backup(ctx, tmpPath); err != nil {
-		return err
-	}
-	if err := syncFile(tmpPath); err != nil {
-		return fmt.Errorf("syncing the backup %s: %w", tmpPath, err)
-	}
-	if err := linkNew(tmpPath, file); err != nil {
+	size, err := backupTo(ctx, st, tmpPath, file)
+	if err != nil {
+		audit(context.WithoutCancel(ctx), st, store.AuditEvent{At: time.Now(), Kind: store.AuditBackup, Detail: "backup of the database failed, nothing written: " + err.Error()}, env)
 		return err
 	}
 	done = true
-	removeSQLiteFiles(tmpPath)
-	if err := syncDir(filepath.Dir(file)); err != nil {
-		return fmt.Errorf("syncing the directory of %s: %w", file, err)
-	}
+	audit(ctx, st, store.AuditEvent{At: time.Now(), Kind: store.AuditBackup, Detail: fmt.Sprintf("backup of the database written: %d bytes", size)}, env)
 	snap, err := sqlitestore.Inspect(ctx, file, file)
 	if err != nil {
 		return fmt.Errorf("checking the backup just written: %w", err)
 	}
-	fi, err := os.Stat(file)
-	if err != nil {
-		return err
-	}
 	fmt.Fprintf(env.Stdout, "backed up %s to %s (%d bytes, schema version %d, as of %s)\n",
-		dbPath, file, fi.Size(), snap.Version, now.UTC().Format(time.RFC3339))
+		dbPath, file, size, snap.Version, now.UTC().Format(time.RFC3339))
 	fmt.Fprintf(env.Stdout, "it holds the database only, its secrets sealed: keep %s, %s, %s and %s (and the API key files you made) backed up separately and privately\n",
 		config.FileMasterKey, config.FileCAKey, config.FileKey, config.FileAPIKey)
 	return nil
+}
+
+// backupTo copies the database of st to tmpPath, syncs it and gives it the
+// name file, synced too, and returns its size.
+func backupTo(ctx context.Context, st *sqlitestore.Store, tmpPath, file string) (int64, error) {
+	if err := st.Backup(ctx, tmpPath); err != nil {
+		return 0, err
+	}
+	if err := syncFile(tmpPath); err != nil {
+		return 0, fmt.Errorf("syncing the backup %s: %w", tmpPath, err)
+	}
+	if err := linkNew(tmpPath, file); err != nil {
+		return 0, err
+	}
+	removeSQLiteFiles(tmpPath)
+	if err := syncDir(filepath.Dir(file)); err != nil {
+		return 0, fmt.Errorf("syncing the directory of %s: %w", file, err)
+	}
+	fi, err := os.Stat(file)
+	if err != nil {
+		return 0, err
+	}
+	return fi.Size(), nil
+}
+
+// staleAfter is how long a backup's temporary file (".FILE.partial-N")
+// has not been written to before a later backup into its directory takes
+// it for one left by a backup that was killed (SIGKILL, an OOM kill, a
+// cron timeout; Ctrl-C removes its own), and removes it: each was a copy
+// of the database that nothing else removed (a review), and a backup
+// under way writes its file all along.
+const staleAfter = 10 * time.Minute
+
+// removeStaleParts removes the temporary files of backups killed before
+// they ended from dir, but own (this backup's), and says which.
+func removeStaleParts(dir, own string, now time.Time, env Env) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		name := e.Name()
+		base := strings.TrimSuffix(name, "-journal")
+		i := strings.LastIndex(base, ".partial-")
+		if !strings.HasPrefix(name, ".") || i < 0 || !allDigits(base[i+len(".partial-"):]) || filepath.Join(dir, name) == own || !e.Type().IsRegular() {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil || now.Sub(fi.ModTime()) < staleAfter {
+			continue
+		}
+		if os.Remove(filepath.Join(dir, name)) == nil {
+			fmt.Fprintf(env.Stdout, "removed %s, left by a backup that did not finish (unchanged for %s)\n", filepath.Join(dir, name), now.Sub(fi.ModTime()).Round(time.Minute))
+		}
+	}
+}
+
+// allDigits tells whether s is one or more ASCII digits.
+func allDigits(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789") == ""
 }
 
 // refuseExisting refuses a backup's FILE that exists: a backup never
