@@ -27,6 +27,12 @@ const idempotencyWindow = 24 * time.Hour
 // restoreReason is the reason of every unit a restore ends.
 const restoreReason = "ended by a restore: it was open when the backup was taken and may have run after it, so it is not run again"
 
+// carriedReason ends the open units a restore copied from the database it
+// replaced, queued after the backup was taken with an idempotency key: not
+// open when the backup was taken, as restoreReason said of them too (a
+// review).
+const carriedReason = "ended by a restore: it was queued after the backup was taken (copied from the replaced database for its idempotency key) and may have run, so it is not run again"
+
 // cmdRestore puts a backup made by `automator backup` in place of the
 // data directory's SQLite database, or, with --open-work-only, ends the
 // open units of a database restored by other means (PostgreSQL's tools):
@@ -163,7 +169,7 @@ func restoreSQLite(ctx context.Context, dir, db string, cfg config.Config, file 
 	if err != nil {
 		return fmt.Errorf("opening the copy of %s: %w", file, err)
 	}
-	queued, claimed, err := endOpenWork(ctx, st, now)
+	queued, claimed, err := endOpenWork(ctx, st, now, restoreReason)
 	// The units queued with an idempotency key after the backup was taken
 	// are copied from the replaced database, with their audit records: a
 	// caller's retry with such a key must not run the command again (at
@@ -185,7 +191,7 @@ func restoreSQLite(ctx context.Context, dir, db string, cfg config.Config, file 
 			return fmt.Errorf("opening the copy of %s: %w", file, err)
 		}
 		var q, c int
-		q, c, err = endOpenWork(ctx, st, now)
+		q, c, err = endOpenWork(ctx, st, now, carriedReason)
 		carriedOpen = q + c
 	}
 	var reRevoked []store.APIKey
@@ -295,11 +301,11 @@ func checkBackupMasterKey(ctx context.Context, st store.Store, dir, file string)
 
 // endOpenWork ends every open unit of st as timed_out, a batch per write,
 // each with an audit record, and returns how many were queued and claimed.
-func endOpenWork(ctx context.Context, st store.Store, now time.Time) (queued, claimed int, err error) {
+func endOpenWork(ctx context.Context, st store.Store, now time.Time, reason string) (queued, claimed int, err error) {
 	const batch = 1000
 	tmpl := cliEvent(store.AuditEvent{At: now, Kind: store.AuditWorkEnded, Detail: "restore"})
 	for {
-		ws, err := st.WorkEndOpen(ctx, store.WorkEndOpenParams{Reason: restoreReason, Now: now, Max: batch, Audit: tmpl})
+		ws, err := st.WorkEndOpen(ctx, store.WorkEndOpenParams{Reason: reason, Now: now, Max: batch, Audit: tmpl})
 		for _, w := range ws {
 			if w.ClaimID != "" {
 				claimed++
@@ -775,7 +781,7 @@ func restoreOpenWork(ctx context.Context, dir, db string, cfg config.Config, env
 			}
 		}
 	}
-	queued, claimed, err := endOpenWork(ctx, st, now)
+	queued, claimed, err := endOpenWork(ctx, st, now, restoreReason)
 	if err != nil {
 		return err
 	}

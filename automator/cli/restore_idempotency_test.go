@@ -121,7 +121,7 @@ func TestRestoreRecordsTheUnitsItCopiesFromTheReplacedDatabase(t *testing.T) {
 	withStore(t, dir, func(st *sqlitestore.Store) {
 		ctx := t.Context()
 		w, err := st.WorkGet(ctx, "w-running")
-		if want := restoreReason + " (claimed by instance host-a at "; err != nil || w.State != store.StateTimedOut || !strings.HasPrefix(w.Reason, want) {
+		if want := carriedReason + " (claimed by instance host-a at "; err != nil || w.State != store.StateTimedOut || !strings.HasPrefix(w.Reason, want) {
 			t.Errorf("w-running after the restore: %s (%q), %v; want timed_out, its reason starting %q", w.State, w.Reason, err, want)
 		}
 		if w, err := st.WorkGet(ctx, "w-after"); err != nil || w.State != store.StateSucceeded {
