@@ -177,8 +177,12 @@ func allDigits(s string) bool {
 // refuseExisting refuses a backup's FILE that exists: a backup never
 // overwrites a file.
 func refuseExisting(file string) error {
-	_, err := os.Lstat(file)
+	fi, err := os.Lstat(file)
 	switch {
+	case err == nil && fi.IsDir():
+		// A directory given for the file (a review was told it
+		// "exists", as a file would be).
+		return fmt.Errorf("%s is a directory: name the backup's file in it, such as %s", file, filepath.Join(file, "automator-"+time.Now().UTC().Format("20060102T150405Z")+".db"))
 	case err == nil:
 		return fmt.Errorf("%s exists; a backup never overwrites a file: name a new one", file)
 	case !errors.Is(err, os.ErrNotExist):

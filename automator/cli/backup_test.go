@@ -461,8 +461,11 @@ func TestBackupToABadFileRecordsNoBackup(t *testing.T) {
 	t.Parallel()
 	dir := initDir(t)
 	missing := filepath.Join(t.TempDir(), "missing")
+	backups := t.TempDir()
 	for _, c := range []struct{ file, want string }{
 		{"", "automator: backup: FILE is empty; name the new file to write the backup to\n"},
+		// A directory is told as one, not as a file that exists.
+		{backups, "automator: " + backups + " is a directory: name the backup's file in it, such as " + backups + "/automator-"},
 		// The directory named, not the temporary file made in it.
 		{filepath.Join(missing, "b.db"), "automator: backup: the directory " + missing + " of " + filepath.Join(missing, "b.db") + " does not exist; make it first, private (mode 0700)\n"},
 	} {
