@@ -5,6 +5,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -205,5 +206,34 @@ func TestRestoreKeepsTheSignOutsMadeAfterTheBackup(t *testing.T) {
 		if got := status(s, c.ck); got != c.want {
 			t.Errorf("the session %s, after the restore: %d, want %d", name, got, c.want)
 		}
+	}
+}
+
+// TestServeLogsTheMigrationItMakes: serve of a database of an older schema
+// migrates it as it starts, and says so in its log, from which version to
+// which (a review saw one migrated with nothing said).
+func TestServeLogsTheMigrationItMakes(t *testing.T) {
+	t.Parallel()
+	dir := initDir(t)
+	cfg := listenOnAnyPort(t, dir)
+	downgradeToVersion8(t, cfg.DBPath(dir))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan int, 1)
+	log := &logtest.Buffer{}
+	go func() {
+		done <- Main(ctx, []string{"serve", "--data-dir", dir}, Env{Stdout: &bytes.Buffer{}, Stderr: log})
+	}()
+	automatortest.WaitFor(t, 15*time.Second, "serve to write serving.yaml", func() bool {
+		_, ok, _ := config.ReadServing(dir)
+		return ok
+	})
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("serve exited %d:\n%s", code, log)
+	}
+	want := fmt.Sprintf(" db=%s from_version=8 to_version=%d", cfg.DBPath(dir), sqlitestore.LatestVersion())
+	if !strings.Contains(log.String(), "msg=\"migrated the database to this binary's schema\"") || !strings.Contains(log.String(), want) {
+		t.Errorf("serve's log:\n%s\nwant %s", log, want)
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/opsgate/opsgate/automator/pki"
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/automator/store/pgstore"
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
 	"github.com/opsgate/opsgate/internal/acceptwait"
 	"github.com/opsgate/opsgate/internal/clihelp"
@@ -110,6 +111,14 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		}
 		creds = credentials.NewTLS(pki.ServerTLSFrom(certs))
 	}
+	// SQLite: its schema before opening it migrates it, for the log (a
+	// review saw a migration with nothing said of it).
+	fromVersion := 0
+	if !pgstore.IsDSN(cfg.DB) {
+		if v, _, err := sqlitestore.SchemaVersion(ctx, cfg.DBPath(*dir)); err == nil {
+			fromVersion = v
+		}
+	}
 	st, err := openLockedStore(ctx, *dir, cfg)
 	if err != nil {
 		return err
@@ -128,6 +137,9 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		cfg.ReplicaID = defaultReplicaID(*dir)
 	}
 	log := newLogger(env.Stderr, cfg.LogFormat).With("replica_id", cfg.ReplicaID)
+	if latest := sqlitestore.LatestVersion(); fromVersion > 0 && fromVersion < latest {
+		log.Info("migrated the database to this binary's schema", "db", cfg.DBPath(*dir), "from_version", fromVersion, "to_version", latest)
+	}
 	// In a container (or a systemd unit) with a memory limit, the collector
 	// works harder near it rather than let the kernel kill the automator
 	// for garbage (internal/gctune).
