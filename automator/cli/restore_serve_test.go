@@ -28,17 +28,7 @@ func TestRestoreAndServeExcludeEachOther(t *testing.T) {
 	dir := initDir(t)
 	file := takeBackup(t, dir)
 	cfg := listenOnAnyPort(t, dir)
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	done := make(chan int, 1)
-	log := &logtest.Buffer{}
-	go func() {
-		done <- Main(ctx, []string{"serve", "--data-dir", dir}, Env{Stdout: &bytes.Buffer{}, Stderr: log})
-	}()
-	automatortest.WaitFor(t, 15*time.Second, "serve to write serving.yaml", func() bool {
-		_, ok, _ := config.ReadServing(dir)
-		return ok
-	})
+	stop := serveInBackground(t, dir)
 	for _, args := range [][]string{{"restore", "--data-dir", dir, file}, {"restore", "--data-dir", dir, "--open-work-only"}} {
 		code, _, stderr := runCLI(t, args...)
 		if code != ExitError || !strings.Contains(stderr, "an automator serve or another command is using "+dir) {
@@ -48,10 +38,7 @@ func TestRestoreAndServeExcludeEachOther(t *testing.T) {
 	if matches, _ := filepath.Glob(cfg.DBPath(dir) + ".*"); len(matches) != 0 {
 		t.Errorf("a refused restore left %v", matches)
 	}
-	cancel()
-	if code := <-done; code != 0 {
-		t.Fatalf("serve exited %d:\n%s", code, log)
-	}
+	stop()
 
 	lock, err := lockForRestore(dir)
 	if err != nil {
@@ -78,17 +65,7 @@ func TestRestoreAndRepairAreRefusedWhileAServeOfAnotherDirectoryUsesTheDatabase(
 	cfg := listenOnAnyPort(t, dir)
 	db := cfg.DBPath(dir)
 	other := initDir(t)
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	done := make(chan int, 1)
-	log := &logtest.Buffer{}
-	go func() {
-		done <- Main(ctx, []string{"serve", "--data-dir", dir}, Env{Stdout: &bytes.Buffer{}, Stderr: log})
-	}()
-	automatortest.WaitFor(t, 15*time.Second, "serve to write serving.yaml", func() bool {
-		_, ok, _ := config.ReadServing(dir)
-		return ok
-	})
+	stop := serveInBackground(t, dir)
 	for _, args := range [][]string{
 		{"restore", "--data-dir", other, "--db", db, file},
 		{"restore", "--data-dir", other, "--db", db, "--open-work-only"},
@@ -102,10 +79,7 @@ func TestRestoreAndRepairAreRefusedWhileAServeOfAnotherDirectoryUsesTheDatabase(
 	if matches, _ := filepath.Glob(db + ".*"); len(matches) != 0 {
 		t.Errorf("a refused restore or repair left %v", matches)
 	}
-	cancel()
-	if code := <-done; code != 0 {
-		t.Fatalf("serve exited %d:\n%s", code, log)
-	}
+	stop()
 	// With the serve stopped, the restore through the other directory
 	// is made (the backup holds no account key for the other directory's
 	// master key to open).
@@ -217,23 +191,44 @@ func TestServeLogsTheMigrationItMakes(t *testing.T) {
 	dir := initDir(t)
 	cfg := listenOnAnyPort(t, dir)
 	downgradeToVersion8(t, cfg.DBPath(dir))
+	stop := serveInBackground(t, dir)
+	log := stop()
+	want := fmt.Sprintf(" db=%s from_version=8 to_version=%d", cfg.DBPath(dir), sqlitestore.LatestVersion())
+	if !strings.Contains(log.String(), "msg=\"migrated the database to this binary's schema\"") || !strings.Contains(log.String(), want) {
+		t.Errorf("serve's log:\n%s\nwant %s", log, want)
+	}
+}
+
+// serveInBackground runs `serve --data-dir dir` until the stop it returns
+// is called, and returns once it serves (its serving.yaml written). stop
+// waits for it to exit, fails the test unless it exits 0, and returns its
+// log.
+func serveInBackground(t *testing.T, dir string) (stop func() *logtest.Buffer) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
 	done := make(chan int, 1)
 	log := &logtest.Buffer{}
 	go func() {
 		done <- Main(ctx, []string{"serve", "--data-dir", dir}, Env{Stdout: &bytes.Buffer{}, Stderr: log})
 	}()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			cancel()
+			<-done
+		}
+	})
 	automatortest.WaitFor(t, 15*time.Second, "serve to write serving.yaml", func() bool {
 		_, ok, _ := config.ReadServing(dir)
 		return ok
 	})
-	cancel()
-	if code := <-done; code != 0 {
-		t.Fatalf("serve exited %d:\n%s", code, log)
-	}
-	want := fmt.Sprintf(" db=%s from_version=8 to_version=%d", cfg.DBPath(dir), sqlitestore.LatestVersion())
-	if !strings.Contains(log.String(), "msg=\"migrated the database to this binary's schema\"") || !strings.Contains(log.String(), want) {
-		t.Errorf("serve's log:\n%s\nwant %s", log, want)
+	return func() *logtest.Buffer {
+		t.Helper()
+		stopped = true
+		cancel()
+		if code := <-done; code != 0 {
+			t.Fatalf("serve exited %d:\n%s", code, log)
+		}
+		return log
 	}
 }
