@@ -274,7 +274,14 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	startPprof(runCtx, log) // only with $AUTOMATOR_PPROF_ADDR (make bench PROFILE=1)
 	watchCertificates(runCtx, certs, *dir, m, log)
 	// HTTP/JSON API and /v1/openapi.json: calls of gs, authenticated by its interceptor.
-	if err := gateway.Mount(runCtx, mux, gs, gateway.Options{TLS: !cfg.InsecurePlaintext, MaxMessage: maxMessage, MaxBody: serverLimits(cfg.Limits).JSONBodyBound(), Authenticate: srv.AuthenticateCaller, BodyTimeout: httpBodyTimeout}); err != nil {
+	// The gateway's connection to the gRPC server lives until the HTTP
+	// server has shut down: closed with runCtx, at the start of the
+	// shutdown, it cut the answers of the calls that shutdown ends, an
+	// execute's "wait for work ID again" among them, and an HTTP caller
+	// without an idempotency key got a 503 that named no unit (a review).
+	gatewayCtx, stopGateway := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopGateway()
+	if err := gateway.Mount(gatewayCtx, mux, gs, gateway.Options{TLS: !cfg.InsecurePlaintext, MaxMessage: maxMessage, MaxBody: serverLimits(cfg.Limits).JSONBodyBound(), Authenticate: srv.AuthenticateCaller, BodyTimeout: httpBodyTimeout}); err != nil {
 		return err
 	}
 	errc := make(chan error, 2)
@@ -339,6 +346,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	shutCtx, cancelShut := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancelShut()
 	_ = hs.Shutdown(shutCtx)
+	stopGateway()
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) && !errors.Is(serveErr, grpc.ErrServerStopped) {
 		return fmt.Errorf("serving: %w", serveErr)
 	}
