@@ -97,6 +97,14 @@ type endedErr string
 
 func (e endedErr) Error() string { return string(e) }
 
+// The ends of a session whose API key may still sign in: the sign-in form
+// asks for it again, rather than telling how to make a new admin key, as
+// for a key revoked (a review: a copy of a signed-out cookie was told so).
+const (
+	sessionExpired   endedErr = "it expired"
+	sessionSignedOut endedErr = "it was signed out of"
+)
+
 // newSessionID returns a random session id, 128 bits in base64url.
 func newSessionID() (string, error) {
 	b := make([]byte, 16)
@@ -141,14 +149,14 @@ func (d *Dashboard) authenticate(ctx context.Context, r *http.Request) (*session
 // key may still use the dashboard.
 func (d *Dashboard) recheck(ctx context.Context, s *session) error {
 	if d.o.Now().Unix() >= s.Expires {
-		return endedErr("it expired")
+		return sessionExpired
 	}
 	ended, err := d.o.Store.DashboardSessionEnded(ctx, s.ID)
 	if err != nil {
 		return fmt.Errorf("checking for a sign-out of the session: %w", err)
 	}
 	if ended {
-		return endedErr("it was signed out of")
+		return sessionSignedOut
 	}
 	h, err := hex.DecodeString(s.Hash)
 	if err != nil {
@@ -180,7 +188,10 @@ func (d *Dashboard) loginForm(w http.ResponseWriter, r *http.Request) {
 			err = d.recheck(r.Context(), &s)
 		}
 		var ended endedErr
-		if errors.As(err, &ended) {
+		switch {
+		case errors.As(err, &ended) && (ended == sessionExpired || ended == sessionSignedOut):
+			data.Error = "Your session ended: " + ended.Error() + ". Sign in again with your API key."
+		case errors.As(err, &ended):
 			data.Error = "Your session ended: " + ended.Error() + ". " + d.newAdminKeyHelp()
 		}
 	}

@@ -3,6 +3,7 @@ package dashboard_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -87,6 +88,20 @@ func TestSignOutEndsTheSessionOnEveryReplica(t *testing.T) {
 		if code := getWith(t, base+"/dashboard/", copied); code != http.StatusSeeOther {
 			t.Errorf("the copied cookie on replica %s after sign-out: %d, want 303 to the sign-in form", name, code)
 		}
+	}
+	// The sign-in form the copy is sent to says the session was signed
+	// out of, and to sign in again: not how to make a new admin key,
+	// which is for a key revoked (a review).
+	req, _ := http.NewRequest(http.MethodGet, b+"/dashboard/login", nil)
+	req.AddCookie(copied)
+	resp, err := client(t).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	form, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(form), "Your session ended: it was signed out of. Sign in again with your API key.") || strings.Contains(string(form), "To make a new admin key") {
+		t.Errorf("the sign-in form for the signed-out cookie:\n%s\nwant it saying the session was signed out of, and to sign in again", form)
 	}
 	// The stream on B ends with "signedout" (at its next refresh).
 	if last := lastEvent(t, events); last.name != "signedout" {
