@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -32,8 +33,18 @@ type jsonBody struct {
 }
 
 func (m jsonBody) NewDecoder(r io.Reader) runtime.Decoder {
-	return bodyDecoder{r: r, dec: json.NewDecoder(r), opts: m.JSONPb, limitNote: m.limitNote}
+	// A UTF-8 byte-order mark before the JSON (Windows PowerShell 5 writes
+	// one to a file) is skipped, as RFC 8259 8.1 lets a parser: it was
+	// refused as "invalid character 'ï'" (a review).
+	br := bufio.NewReader(r)
+	if b, _ := br.Peek(len(utf8BOM)); bytes.Equal(b, utf8BOM) {
+		_, _ = br.Discard(len(utf8BOM))
+	}
+	return bodyDecoder{r: br, dec: json.NewDecoder(br), opts: m.JSONPb, limitNote: m.limitNote}
 }
+
+// utf8BOM is the UTF-8 encoding of U+FEFF, the byte-order mark.
+var utf8BOM = []byte{0xef, 0xbb, 0xbf}
 
 type bodyDecoder struct {
 	r         io.Reader

@@ -156,6 +156,15 @@ func Mount(ctx context.Context, mux *http.ServeMux, gs *grpc.Server, o Options) 
 			serveOpenAPI(gw, w, r)
 			return
 		}
+		if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+			// A compressed body was read as JSON, and refused as
+			// "invalid character '\x1f'" (a review): the API takes
+			// none, and says so (RFC 9110 15.5.16).
+			_, out := runtime.MarshalerForRequest(gw, r)
+			runtime.HTTPError(r.Context(), gw, out, w, r, &runtime.HTTPStatusError{HTTPStatus: http.StatusUnsupportedMediaType,
+				Err: status.Errorf(codes.InvalidArgument, "the request body is encoded (Content-Encoding: %s): the API takes it as it is; send it without the encoding", printable.Token(ce))})
+			return
+		}
 		r.Body = http.MaxBytesReader(w, r.Body, limit)
 		// grpc-gateway would make a Grpc-Timeout header the call's
 		// deadline, and answer 504 when it passed, though what the call

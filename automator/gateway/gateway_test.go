@@ -671,6 +671,34 @@ func TestBodyThatIsNotJSONSaysSo(t *testing.T) {
 	c.do("POST", "/v1/accounts/acme/submit", "", `{"command": {"script": "hello.sh", "args": ["\ud83d\ude00", "\\ud800"]}}`).want(t, http.StatusOK, "STATE_QUEUED")
 	// White space after the object is no more than a line's end.
 	c.do("POST", "/v1/accounts/acme/submit", "", "{\"command\": {\"script\": \"hello.sh\"}}\r\n\t \n").want(t, http.StatusOK, "STATE_QUEUED")
+	// A UTF-8 byte-order mark before it (Windows PowerShell 5's files) is
+	// skipped: it was refused as "invalid character 'ï'".
+	c.do("POST", "/v1/accounts/acme/submit", "", "\xef\xbb\xbf{\"command\": {\"script\": \"hello.sh\"}}").want(t, http.StatusOK, "STATE_QUEUED")
+}
+
+// TestAnEncodedBodyIsUnsupported: a body sent with a Content-Encoding
+// (gzip) was read as JSON and refused as "invalid character '\x1f'": it
+// is 415, saying the API takes the body as it is; nothing is queued.
+func TestAnEncodedBodyIsUnsupported(t *testing.T) {
+	a := automatortest.Start(t, automatortest.Options{})
+	req, err := http.NewRequest("POST", a.HTTPURL+"/v1/accounts/acme/submit", strings.NewReader("\x1f\x8b\x08\x00"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+a.APIKey)
+	req.Header.Set("Content-Encoding", "gzip")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnsupportedMediaType || !strings.Contains(string(body), `"message":"the request body is encoded (Content-Encoding: gzip): the API takes it as it is`) {
+		t.Errorf("a gzip body: HTTP %d %s; want 415 saying the API takes no encoding", resp.StatusCode, body)
+	}
+	if n := a.CountWork(t); n != 0 {
+		t.Errorf("%d units queued by an encoded body", n)
+	}
 }
 
 // TestBodyOfACallWithoutAValidKeyIsNotRead: a call with no key or a wrong
