@@ -112,9 +112,11 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		creds = credentials.NewTLS(pki.ServerTLSFrom(certs))
 	}
 	// SQLite: its schema before opening it migrates it, for the log (a
-	// review saw a migration with nothing said of it).
+	// review saw a migration with nothing said of it). Read once the file
+	// is known for an automator's: reading it so puts another program's
+	// database in WAL mode.
 	fromVersion := 0
-	if !pgstore.IsDSN(cfg.DB) {
+	if !pgstore.IsDSN(cfg.DB) && sqliteExists(*dir, cfg) == nil && sqliteIsAutomators(ctx, *dir, cfg) == nil {
 		if v, _, err := sqlitestore.SchemaVersion(ctx, cfg.DBPath(*dir)); err == nil {
 			fromVersion = v
 		}
