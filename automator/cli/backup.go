@@ -95,7 +95,7 @@ func cmdBackup(ctx context.Context, args []string, env Env) error {
 	// nothing (a full disk, Ctrl-C) from one that did by their records
 	// alone, which said the same (a review).
 	now := time.Now()
-	audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditBackup, Detail: "backup of the database"}, env)
+	audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditBackup, Detail: sqlitestore.BackupBeganDetail}, env)
 	size, err := backupTo(ctx, st, tmpPath, file)
 	if err != nil {
 		audit(context.WithoutCancel(ctx), st, store.AuditEvent{At: time.Now(), Kind: store.AuditBackup, Detail: "backup of the database failed, nothing written: " + err.Error()}, env)

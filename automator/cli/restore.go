@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -243,7 +244,10 @@ func restoreSQLite(ctx context.Context, dir, db string, cfg config.Config, file 
 	as := ""
 	switch {
 	case snap.LastEvent.IsZero():
+	case !snap.Copied.IsZero():
+		as = fmt.Sprintf("; the backup began at %s", cmp.Or(snap.BackupBegan, snap.Copied).UTC().Format(time.RFC3339))
 	case snap.LastEventKind == store.AuditBackup:
+		// A copy of an earlier release's backup, which marked none.
 		as = fmt.Sprintf("; its latest audit event is from %s, when the backup began", snap.LastEvent.UTC().Format(time.RFC3339))
 	default:
 		// A copy `automator backup` did not make: a database a restore
@@ -554,9 +558,13 @@ func accountWarnings(ctx context.Context, st store.Store, prev previous, changed
 		r, ok := byName[p.Name]
 		differ := ok && (!bytes.Equal(r.TokenHash, p.TokenHash) || r.KeyID != p.KeyID)
 		switch {
-		case differ && changed[p.Name].After(prev.changed[p.Name]):
+		// Both recorded: a side whose records were purged (past
+		// audit_retention) tells nothing, and the warning stands (a
+		// review: "nothing to rotate" of a token rotated after the
+		// backup, the replaced database's records purged).
+		case differ && !prev.changed[p.Name].IsZero() && changed[p.Name].After(prev.changed[p.Name]):
 			lines = append(lines, fmt.Sprintf("account %s's token or key changed later in the backup (%s) than in the replaced database (%s): the restored database serves the proxies given its latest profile, and refuses those given an earlier one (nothing to rotate)",
-				p.Name, changed[p.Name].UTC().Format(time.RFC3339), stamp(prev.changed[p.Name])))
+				p.Name, changed[p.Name].UTC().Format(time.RFC3339), prev.changed[p.Name].UTC().Format(time.RFC3339)))
 		case !ok:
 			lines = append(lines, fmt.Sprintf("warning: account %s was made after the backup was taken and is not in it: its proxies are refused until it is made again (`automator account create %s --data-dir %s`%s) and they get its new profile", p.Name, p.Name, dir, withSameDB(db)))
 		case differ:
@@ -564,14 +572,6 @@ func accountWarnings(ctx context.Context, st store.Store, prev previous, changed
 		}
 	}
 	return lines, nil
-}
-
-// stamp is t in RFC 3339, or "none recorded" for the zero time.
-func stamp(t time.Time) string {
-	if t.IsZero() {
-		return "none recorded"
-	}
-	return t.UTC().Format(time.RFC3339)
 }
 
 // apiKeyWarnings names each API key the replaced database held, valid,

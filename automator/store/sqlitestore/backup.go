@@ -45,7 +45,20 @@ func (s *Store) Backup(ctx context.Context, path string) error {
 		}
 		return fmt.Errorf("copying sqlite store %q into %q: %w", s.path, path, err)
 	}
-	return nil
+	// The copy's own record, appended to it alone: it says, once
+	// restored, what the file was.
+	cp, err := sql.Open("sqlite", "file:"+uriPath(path)+"?_pragma=synchronous(FULL)")
+	if err != nil {
+		return fmt.Errorf("opening the copy %q: %w", path, err)
+	}
+	defer cp.Close()
+	if _, err := cp.ExecContext(ctx, `INSERT INTO audit (at, kind, detail) VALUES (?, ?, ?)`, time.Now().UnixNano(), store.AuditBackup, BackupCopyDetail); err != nil {
+		if full := outOfSpace(err, filepath.Dir(path)); store.IsStorageFull(full) {
+			return fmt.Errorf("marking the copy %q: %w: %w", path, copyFull{}, err)
+		}
+		return fmt.Errorf("marking the copy %q: %w", path, err)
+	}
+	return cp.Close()
 }
 
 // copyFull is store.ErrStorageFull of a copy's file system, worded for
@@ -115,12 +128,31 @@ func checkHeader(path, name string) error {
 type Snapshot struct {
 	// Version is its schema version.
 	Version int
-	// LastEvent is the time of the latest event of its audit log (a backup
-	// records one as it starts), zero when it has none, and LastEventKind
-	// its kind (store.AuditBackup in a copy `automator backup` made).
+	// LastEvent is the time of the latest event of its audit log, zero
+	// when it has none, and LastEventKind its kind.
 	LastEvent     time.Time
 	LastEventKind string
+	// BackupBegan is the time of the latest record of a backup's start
+	// (BackupBeganDetail), zero when it has none.
+	BackupBegan time.Time
+	// Copied is the time Backup made the file, from the record it
+	// appends to its copy (BackupCopyDetail), which no other database
+	// holds last; zero when that is not its last record (a database kept
+	// aside by a restore, a file system's snapshot, a copy made by an
+	// earlier release).
+	Copied time.Time
 }
+
+// BackupBeganDetail is the detail of the store.AuditBackup record a backup
+// appends as it begins (its end's record has another).
+const BackupBeganDetail = "backup of the database"
+
+// BackupCopyDetail is the detail of the store.AuditBackup record Backup
+// appends to the copy it makes, and only there: a restore tells a copy
+// that `automator backup` made by it, however many events of calls served
+// while the copy began follow its start's record (a review saw those
+// taken for a file of another kind).
+const BackupCopyDetail = "this file is a copy of the database made by automator backup"
 
 // Inspect checks, without changing it, that the file at path is an
 // automator's SQLite database that this binary can serve: not newer than
@@ -181,6 +213,22 @@ func Inspect(ctx context.Context, path, name string) (Snapshot, error) {
 			return snap, fmt.Errorf("reading the audit log of %s: %w", name, err)
 		default:
 			snap.LastEvent = fromNanos(last)
+		}
+		var copied int64
+		err = db.QueryRowContext(ctx, `SELECT at FROM audit WHERE seq = (SELECT MAX(seq) FROM audit) AND kind = ? AND detail = ?`, store.AuditBackup, BackupCopyDetail).Scan(&copied)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return snap, fmt.Errorf("reading the audit log of %s: %w", name, err)
+		default:
+			snap.Copied = fromNanos(copied)
+		}
+		var began sql.NullInt64
+		if err := db.QueryRowContext(ctx, `SELECT MAX(at) FROM audit WHERE kind = ? AND detail = ?`, store.AuditBackup, BackupBeganDetail).Scan(&began); err != nil {
+			return snap, fmt.Errorf("reading the audit log of %s: %w", name, err)
+		}
+		if began.Valid {
+			snap.BackupBegan = fromNanos(began.Int64)
 		}
 	}
 	return snap, nil
