@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -66,13 +67,20 @@ func TestRestoreAndRepairAreRefusedWhileAServeOfAnotherDirectoryUsesTheDatabase(
 	db := cfg.DBPath(dir)
 	other := initDir(t)
 	stop := serveInBackground(t, dir)
+	// The database through a symbolic link is the same database (a
+	// review: its lock was named after the link).
+	link := filepath.Join(t.TempDir(), "link.db")
+	if err := os.Symlink(db, link); err != nil {
+		t.Fatal(err)
+	}
 	for _, args := range [][]string{
 		{"restore", "--data-dir", other, "--db", db, file},
 		{"restore", "--data-dir", other, "--db", db, "--open-work-only"},
 		{"repair", "--data-dir", other, "--db", db},
+		{"restore", "--data-dir", other, "--db", link, file},
 	} {
 		code, _, stderr := runCLI(t, args...)
-		if code != ExitError || !strings.Contains(stderr, "an automator serve is using the SQLite database "+db) {
+		if code != ExitError || !strings.Contains(stderr, "an automator serve is using the SQLite database "+args[4]) {
 			t.Errorf("%s while a serve of another directory runs on the database: exit %d, stderr %q; want %d and that a serve uses it", strings.Join(args, " "), code, stderr, ExitError)
 		}
 	}

@@ -84,7 +84,7 @@ func lockSQLiteForServe(dir string, cfg config.Config) (*filelock.Lock, error) {
 		return nil, nil
 	}
 	db := cfg.DBPath(dir)
-	return lockSQLiteDB(dir, db, fmt.Sprintf("another automator serve is using the SQLite database %s%s: SQLite serves one automator; stop that one first, or share a PostgreSQL database between replicas (docs/several-automators.md)", db, servingAt(dir)))
+	return lockSQLiteDB(dir, db, fmt.Sprintf("another automator serve is using the SQLite database %s%s, or a restore or repair is replacing it: SQLite serves one automator; stop that one first, or share a PostgreSQL database between replicas (docs/several-automators.md)", db, servingAt(dir)))
 }
 
 // lockSQLiteAlone takes, exclusive, the lock of the SQLite database of
@@ -96,14 +96,18 @@ func lockSQLiteForServe(dir string, cfg config.Config) (*filelock.Lock, error) {
 // idempotency key's unit run twice).
 func lockSQLiteAlone(dir string, cfg config.Config, cmd string) (*filelock.Lock, error) {
 	db := cfg.DBPath(dir)
-	return lockSQLiteDB(dir, db, fmt.Sprintf("an automator serve is using the SQLite database %s (of another data directory, given it with --db or in its automator.yaml?); stop it first (%s replaces the database it has open)", db, cmd))
+	what := cmd + " replaces the database it has open"
+	if cmd == "restore --open-work-only" {
+		what = cmd + " ends the units it may be serving"
+	}
+	return lockSQLiteDB(dir, db, fmt.Sprintf("an automator serve is using the SQLite database %s (of another data directory, given it with --db or in its automator.yaml?); stop it first (%s)", db, what))
 }
 
 // lockSQLiteDB takes, exclusive, the lock beside the SQLite database db
 // (DB-serve.lock), trying again for serveLockPatience; refused is the
 // error while another holds it.
 func lockSQLiteDB(dir, db, refused string) (*filelock.Lock, error) {
-	path := db + "-serve.lock"
+	path := sqliteLockPath(db)
 	l, err := filelock.Exclusive(path)
 	// A command holds the lock for a moment to look whether a serve runs
 	// (refuseMigratingUnderServe); a serve holds it as long as it runs.
@@ -121,6 +125,18 @@ func lockSQLiteDB(dir, db, refused string) (*filelock.Lock, error) {
 		return nil, err
 	}
 	return l, ownLock(path, dir, l)
+}
+
+// sqliteLockPath is the lock file beside the SQLite database db
+// (DB-serve.lock), named after the file db leads to: a serve given the
+// database through a symbolic link took a lock of another name, and a
+// restore through the database's own name replaced it under that serve (a
+// review). (A hard link still has a name of its own.)
+func sqliteLockPath(db string) string {
+	if real, err := filepath.EvalSymlinks(db); err == nil {
+		db = real
+	}
+	return db + "-serve.lock"
 }
 
 // serveLockPatience is how long serve tries again for the SQLite

@@ -178,7 +178,7 @@ func refuseMigratingUnderServe(ctx context.Context, dir string, cfg config.Confi
 		return nil
 	}
 	db := cfg.DBPath(dir)
-	lockPath := db + "-serve.lock"
+	lockPath := sqliteLockPath(db)
 	if _, err := os.Stat(lockPath); err != nil {
 		return nil // no serve has run on it
 	}
