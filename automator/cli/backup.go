@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -98,11 +100,11 @@ func cmdBackup(ctx context.Context, args []string, env Env) error {
 	audit(ctx, st, store.AuditEvent{At: now, Kind: store.AuditBackup, Detail: sqlitestore.BackupBeganDetail}, env)
 	size, err := backupTo(ctx, st, tmpPath, file)
 	if err != nil {
-		audit(context.WithoutCancel(ctx), st, store.AuditEvent{At: time.Now(), Kind: store.AuditBackup, Detail: "backup of the database failed, nothing written: " + err.Error()}, env)
+		audit(context.WithoutCancel(ctx), st, store.AuditEvent{At: time.Now(), Kind: store.AuditBackup, Detail: "backup of the database to " + file + " failed, nothing written: " + err.Error()}, env)
 		return err
 	}
 	done = true
-	audit(ctx, st, store.AuditEvent{At: time.Now(), Kind: store.AuditBackup, Detail: fmt.Sprintf("backup of the database written: %d bytes", size)}, env)
+	audit(ctx, st, store.AuditEvent{At: time.Now(), Kind: store.AuditBackup, Detail: fmt.Sprintf("backup of the database written to %s: %d bytes", file, size)}, env)
 	snap, err := sqlitestore.Inspect(ctx, file, file)
 	if err != nil {
 		return fmt.Errorf("checking the backup just written: %w", err)
@@ -160,13 +162,37 @@ func removeStaleParts(dir, own string, now time.Time, env Env) {
 			continue
 		}
 		fi, err := e.Info()
-		if err != nil || now.Sub(fi.ModTime()) < staleAfter {
+		if err != nil || now.Sub(fi.ModTime()) < staleAfter || !ownedHere(fi) || !backupPart(filepath.Join(dir, name), fi, name != base) {
 			continue
 		}
 		if os.Remove(filepath.Join(dir, name)) == nil {
 			fmt.Fprintf(env.Stdout, "removed %s, left by a backup that did not finish (unchanged for %s)\n", filepath.Join(dir, name), now.Sub(fi.ModTime()).Round(time.Minute))
 		}
 	}
+}
+
+// backupPart tells whether the file at path (fi) holds what a backup's
+// temporary file does: nothing yet, an SQLite database's start, or, for
+// its rollback journal (journal), a journal's. A dot file of another
+// program that happens to have the name is left alone (a review removed
+// text files so named).
+func backupPart(path string, fi os.FileInfo, journal bool) bool {
+	if fi.Size() == 0 {
+		return true
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	head := make([]byte, 16)
+	if _, err := io.ReadFull(f, head); err != nil {
+		return false
+	}
+	if journal {
+		return bytes.Equal(head[:8], []byte{0xd9, 0xd5, 0x05, 0xf9, 0x20, 0xa1, 0x63, 0xd7})
+	}
+	return bytes.Equal(head, []byte("SQLite format 3\x00"))
 }
 
 // allDigits tells whether s is one or more ASCII digits.

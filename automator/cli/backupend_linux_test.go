@@ -25,7 +25,7 @@ func TestABackupRecordsHowItEnded(t *testing.T) {
 		t.Fatalf("backup: exit %d: %s", code, stderr)
 	}
 	_, audit, _ := runCLI(t, "audit", "--data-dir", dir)
-	if strings.Count(audit, "backup of the database failed, nothing written") != 1 || strings.Count(audit, "backup of the database written: ") != 1 {
+	if strings.Count(audit, "backup of the database to "+full+" failed, nothing written") != 1 || strings.Count(audit, "backup of the database written to ") != 1 {
 		t.Errorf("audit after a failed and a written backup:\n%s\nwant one record of each end", audit)
 	}
 }
@@ -44,14 +44,27 @@ func TestABackupRemovesThePartsOfBackupsKilledBeforeTheyEnded(t *testing.T) {
 	files := map[string]bool{ // name: removed
 		".a.db.partial-123":         true,
 		".a.db.partial-123-journal": true,
+		".e.db.partial-654":         true,  // empty: the copy not begun
 		".b.db.partial-456":         false, // written to a moment ago
 		".c.db.partial-x":           false, // not a backup's name
 		"a.db.partial-789":          false, // not hidden
+		".d.db.partial-321":         false, // another program's: no SQLite database
 		"keep.db":                   false,
 	}
+	sqliteStart := append([]byte("SQLite format 3\x00"), make([]byte, 84)...)
+	journalStart := append([]byte{0xd9, 0xd5, 0x05, 0xf9, 0x20, 0xa1, 0x63, 0xd7}, make([]byte, 20)...)
 	for name, removed := range files {
 		path := filepath.Join(backups, name)
-		if err := os.WriteFile(path, []byte("x"), 0o600); err != nil {
+		content := sqliteStart
+		switch {
+		case strings.HasSuffix(name, "-journal"):
+			content = journalStart
+		case name == ".e.db.partial-654":
+			content = nil
+		case name == ".d.db.partial-321":
+			content = []byte("data of another program\n")
+		}
+		if err := os.WriteFile(path, content, 0o600); err != nil {
 			t.Fatal(err)
 		}
 		if removed || name != ".b.db.partial-456" {
