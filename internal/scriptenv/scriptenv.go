@@ -127,17 +127,22 @@ var homeDir = map[string]bool{
 // generic EDITOR and VISUAL, which git (for a commit without a message,
 // a rebase, …), sudoedit, crontab and others run, through a shell, when
 // their own names are unset (a review: git ran EDITOR's command, with
-// GIT_EDITOR refused), and PAGER, which git, psql and man run in the same
-// way; psql's PSQLRC, whose \! lines it runs; gcloud's CLOUDSDK_PYTHON and
+// GIT_EDITOR refused), and the editors of psql, kubectl (edit), systemctl
+// (edit), gh, svn and hg, which run with no terminal too (pagers are run
+// only when the output is a terminal, never a script's: PAGER=cat and
+// AWS_PAGER="", which callers set to turn paging off, pass); psql's
+// PSQLRC, whose \! lines it runs; gcloud's CLOUDSDK_PYTHON and
 // CLOUDSDK_PYTHON_ARGS (its launcher runs python with them: "-c CODE"), and
 // GOOGLE_EXTERNAL_ACCOUNT_ALLOW_EXECUTABLES, which lets Google's
 // libraries run the executable a credential file names; terraform's
 // TF_CLI_CONFIG_FILE (and its old name TERRAFORM_CONFIG), whose
 // provider_installation runs providers from a directory it names;
-// ansible's ANSIBLE_CONFIG, whose plugin paths are code it loads; the az
-// CLI's AZURE_EXTENSION_DIR, python it loads; and SSLKEYLOGFILE, where
-// programs linked with OpenSSL, curl and the like write the keys of their
-// TLS sessions.
+// terraform's TF_CLI_ARGS (and TF_CLI_ARGS_cmd), options such as
+// -plugin-dir; ansible's ANSIBLE_CONFIG, whose plugin paths are code it
+// loads, and those paths themselves (ansiblePath); the az CLI's
+// AZURE_EXTENSION_DIR, python it loads; and SSLKEYLOGFILE (libpq's
+// PGSSLKEYLOGFILE), where programs linked with OpenSSL, curl and the like
+// write the keys of their TLS sessions.
 // And git, which takes its configuration from variables (GIT_CONFIG_COUNT
 // with GIT_CONFIG_KEY_0 and GIT_CONFIG_VALUE_0, GIT_CONFIG_PARAMETERS:
 // core.fsmonitor, core.sshCommand, … are commands it runs) or from files
@@ -166,10 +171,28 @@ var tools = map[string]bool{
 	"GIT_EXTERNAL_DIFF": true, "GIT_ASKPASS": true, "GIT_PROXY_COMMAND": true,
 	"GIT_PAGER": true, "GIT_EDITOR": true, "GIT_SEQUENCE_EDITOR": true,
 	"GIT_ALLOW_PROTOCOL": true, "GIT_PROTOCOL_FROM_USER": true,
-	"EDITOR": true, "VISUAL": true, "PAGER": true, "PSQLRC": true,
+	"EDITOR": true, "VISUAL": true, "PSQLRC": true,
+	"PSQL_EDITOR": true, "KUBE_EDITOR": true, "SYSTEMD_EDITOR": true, "GH_EDITOR": true, "SVN_EDITOR": true, "HGEDITOR": true,
 	"CLOUDSDK_PYTHON": true, "CLOUDSDK_PYTHON_ARGS": true, "GOOGLE_EXTERNAL_ACCOUNT_ALLOW_EXECUTABLES": true,
 	"TF_CLI_CONFIG_FILE": true, "TERRAFORM_CONFIG": true, "ANSIBLE_CONFIG": true, "AZURE_EXTENSION_DIR": true,
-	"SSLKEYLOGFILE": true,
+	"SSLKEYLOGFILE": true, "PGSSLKEYLOGFILE": true,
+}
+
+// ansiblePath tells whether u names one of ansible's paths to code it
+// loads: its plugins (ANSIBLE_ACTION_PLUGINS, ANSIBLE_CALLBACK_PLUGINS,
+// …), modules (ANSIBLE_LIBRARY, ANSIBLE_MODULE_UTILS), roles and
+// collections (ANSIBLE_ROLES_PATH, ANSIBLE_COLLECTIONS_PATH), and the
+// vault password file, which it runs when it is executable.
+func ansiblePath(u string) bool {
+	if !strings.HasPrefix(u, "ANSIBLE_") {
+		return false
+	}
+	for _, suffix := range []string{"_PLUGINS", "_PATH", "_PATHS", "_LIBRARY", "_MODULE_UTILS", "_PASSWORD_FILE"} {
+		if strings.HasSuffix(u, suffix) {
+			return true
+		}
+	}
+	return false
 }
 
 // toolPrefixes are tools' families of names: cargo's per-target linker
@@ -180,7 +203,7 @@ var tools = map[string]bool{
 // windows, the files it redirects its standard streams to; npm's config
 // (npm_config_script_shell runs a command); pip's (PIP_INDEX_URL installs
 // what that index serves, PIP_CONFIG_FILE).
-var toolPrefixes = []string{"GIT_CONFIG", "GIT_TRACE", "GIT_SSH", "GIT_SSL", "GIT_REDIRECT_", "NPM_CONFIG_", "PIP_", "CARGO_TARGET_"}
+var toolPrefixes = []string{"GIT_CONFIG", "GIT_TRACE", "GIT_SSH", "GIT_SSL", "GIT_REDIRECT_", "NPM_CONFIG_", "PIP_", "CARGO_TARGET_", "TF_CLI_ARGS"}
 
 // Refused returns an error naming variable k when a command may not set
 // it, nil otherwise. Names are compared in upper case on every OS:
@@ -201,7 +224,7 @@ func Refused(k string) error {
 	if homeDir[u] {
 		return fmt.Errorf("environment variable %q is refused: it chooses the folder where programs find their user's own configuration and code (python's user site-packages, whose .pth files it runs as it starts; git's config, whose core.fsmonitor it runs); the script gets the proxy's own, and sets another itself if it needs one", k)
 	}
-	tool := tools[u]
+	tool := tools[u] || ansiblePath(u)
 	for _, p := range toolPrefixes {
 		tool = tool || strings.HasPrefix(u, p)
 	}
