@@ -422,6 +422,11 @@ func (s *Server) checkCommand(c *automatorv1.Command) error {
 	if p := scriptname.Problem(c.GetScript()); p != "" && !strings.HasPrefix(c.GetScript(), "@") {
 		return fmt.Errorf("command.script %s is refused: %s; a script is a plain file name inside the proxy's scripts directory", printable.Quote(c.GetScript()), p)
 	}
+	// A built-in's name (@ping) is printable too: one that is not shows
+	// as another in listings, and no proxy has it (a review).
+	if err := printable.Check(c.GetScript()); err != nil && strings.HasPrefix(c.GetScript(), "@") {
+		return fmt.Errorf("command.script: the built-in name %w", err)
+	}
 	for i, a := range c.GetArgs() {
 		if strings.ContainsRune(a, 0) {
 			return fmt.Errorf("command.args[%d] holds a NUL byte, which no process argument can", i)

@@ -149,6 +149,7 @@ func TestCommandNoProcessCanTakeIsRefusedAtSubmit(t *testing.T) {
 		{"script's backup", &automatorv1.Command{Script: "x.sh~"}, `command.script "x.sh~" is refused: ends in '~' (an editor's backup)`},
 		{"script with a control character", &automatorv1.Command{Script: "x\n.sh"}, `command.script "x\n.sh" is refused: contains a control character`},
 		{"script with a bidi override", &automatorv1.Command{Script: "\u202ehs.x"}, `command.script "\u202ehs.x" is refused: contains an invisible, format or separator character`},
+		{"built-in with a zero-width space", &automatorv1.Command{Script: "@p\u200bing"}, `command.script: the built-in name "@p\u200bing" contains an invisible, format or separator character`},
 	} {
 		_, err := e.callerClient().Submit(context.Background(), &automatorv1.ExecuteRequest{Account: e.account, Command: tc.cmd})
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tc.want) {
