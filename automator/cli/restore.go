@@ -162,7 +162,13 @@ func restoreSQLite(ctx context.Context, dir, db string, cfg config.Config, file 
 	if err != nil {
 		return err
 	}
-	prev, prevErr, err := readPrevious(ctx, dbPath, now)
+	// When the file was taken: its backup's start, or, for a file backup
+	// did not make, its latest event.
+	taken := snap.LastEvent
+	if !snap.Copied.IsZero() {
+		taken = cmp.Or(snap.BackupBegan, snap.Copied)
+	}
+	prev, prevErr, err := readPrevious(ctx, dbPath, now, taken)
 	if err != nil {
 		return err
 	}
@@ -263,6 +269,12 @@ func restoreSQLite(ctx context.Context, dir, db string, cfg config.Config, file 
 		fmt.Fprintf(env.Stdout, "the database it replaced is kept as %s\n", aside)
 	}
 	printEnded(env, queued, claimed)
+	if n := prev.lostQueued + prev.lostClaimed; n > 0 {
+		// Said, not only documented: a claimed one's script may be
+		// running now, and its caller, told "not found", may run its
+		// command again (a review).
+		fmt.Fprintf(env.Stdout, "warning: lost with the replaced database, not in the backup: %s queued after the backup was taken without an idempotency key, open (%d queued, %d claimed: a claimed one's script may still be running); waiting for one by id answers \"not found\", and a caller that runs its command again may run it twice\n", unitCount(n), prev.lostQueued, prev.lostClaimed)
+	}
 	if carryErr != nil {
 		fmt.Fprintf(env.Stdout, "warning: the units queued with an idempotency key after the backup was taken could not be copied from the replaced database (%v): a retry with such a key queues its command again\n", carryErr)
 	}
@@ -353,6 +365,10 @@ type previous struct {
 	// changed is when each account's token or key last changed, by its
 	// audit log (sqlitestore.Store.CredentialsChanged).
 	changed map[string]time.Time
+	// lostQueued and lostClaimed count its units open and queued after
+	// the file restored was taken, without an idempotency key: lost with
+	// it (openKeylessSince).
+	lostQueued, lostClaimed int
 }
 
 // readPrevious reads the credentials of the database about to be replaced,
@@ -364,7 +380,7 @@ type previous struct {
 // it as it was, for the binary that made it): a copy of it beside it is,
 // and read; err, when that copy cannot be made or the disk is too full to
 // migrate it.
-func readPrevious(ctx context.Context, dbPath string, now time.Time) (prev previous, prevErr, err error) {
+func readPrevious(ctx context.Context, dbPath string, now, taken time.Time) (prev previous, prevErr, err error) {
 	if _, err := os.Stat(dbPath); errors.Is(err, os.ErrNotExist) {
 		return previous{}, nil, nil
 	}
@@ -434,7 +450,51 @@ func readPrevious(ctx context.Context, dbPath string, now time.Time) (prev previ
 	if err != nil {
 		return prev, err, nil
 	}
-	return previous{exists: true, apiKeys: keys, accounts: accounts, deletions: deletions, signOuts: signOuts, changed: changed}, st.Close(), nil
+	lostQueued, lostClaimed, err := openKeylessSince(ctx, st, taken)
+	if err != nil {
+		return prev, err, nil
+	}
+	return previous{exists: true, apiKeys: keys, accounts: accounts, deletions: deletions, signOuts: signOuts, changed: changed,
+		lostQueued: lostQueued, lostClaimed: lostClaimed}, st.Close(), nil
+}
+
+// openKeylessSince counts the units of st open (queued, claimed) that were
+// queued after taken without an idempotency key: those of the database a
+// restore replaces are in no backup taken at taken, nor copied (a key
+// makes a unit copied), and are lost with it. Zero taken: none counted.
+func openKeylessSince(ctx context.Context, st store.Store, taken time.Time) (queued, claimed int, err error) {
+	if taken.IsZero() {
+		return 0, 0, nil
+	}
+	for _, state := range []store.State{store.StateQueued, store.StateClaimed} {
+		p := store.WorkListParams{State: state, Limit: 1000, WithoutSealed: true}
+		for {
+			ws, err := st.WorkList(ctx, p)
+			if err != nil {
+				return 0, 0, err
+			}
+			for _, w := range ws {
+				if !w.QueuedAt.After(taken) {
+					ws = nil // listed newest first: the rest are older
+					break
+				}
+				if w.IdempotencyKey != "" {
+					continue
+				}
+				if state == store.StateQueued {
+					queued++
+				} else {
+					claimed++
+				}
+			}
+			if len(ws) < p.Limit {
+				break
+			}
+			last := ws[len(ws)-1]
+			p.BeforeQueuedAt, p.BeforeID = last.QueuedAt, last.ID
+		}
+	}
+	return queued, claimed, nil
 }
 
 // carryRevocations revokes in st, the restored database, every API key the

@@ -302,3 +302,47 @@ func TestRestoreCopiesTheKeyOfAUnitQueuedAfterARotation(t *testing.T) {
 		}
 	})
 }
+
+// TestRestoreSaysWhichKeylessUnitsItLoses: units queued after the backup
+// was taken without an idempotency key, open in the replaced database, are
+// in no backup and not copied: the restore counts them, the claimed ones
+// apart (their scripts may still be running), and says that a caller who
+// runs its command again may run it twice. Before, it said nothing of them
+// (a review). A keyed one is copied, and not counted; an ended one is not.
+func TestRestoreSaysWhichKeylessUnitsItLoses(t *testing.T) {
+	t.Parallel()
+	dir := initDir(t)
+	backupFixture(t, dir)
+	file := takeBackup(t, dir)
+	withStore(t, dir, func(st *sqlitestore.Store) {
+		ctx := t.Context()
+		now := time.Now()
+		enqueue := func(i int, id, key string) {
+			queued := now.Add(time.Duration(i) * time.Millisecond)
+			p := store.WorkEnqueueParams{ID: id, Account: "acme", KeyID: 1, SealedCommand: []byte("deploy"), Now: queued, Deadline: now.Add(time.Hour)}
+			if key != "" {
+				p.IdempotencyKey, p.IdempotencySince = key, now.Add(-24*time.Hour)
+			}
+			if _, err := st.WorkEnqueue(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		enqueue(0, "w-lost-claimed", "")
+		// Claimed with the backup's queued units (older, in the backup).
+		if _, err := st.WorkClaim(ctx, store.WorkClaimParams{Account: "acme", InstanceID: "host-a", Max: 10, ClaimIDs: claimIDsFor(10), Now: now}); err != nil {
+			t.Fatal(err)
+		}
+		if w, err := st.WorkGet(ctx, "w-lost-claimed"); err != nil || w.State != store.StateClaimed {
+			t.Fatalf("w-lost-claimed: %v, %v; want claimed", w.State, err)
+		}
+		enqueue(1, "w-lost-queued", "")
+		enqueue(2, "w-keyed", "key-w-keyed")
+	})
+	code, stdout, stderr := runCLI(t, "restore", "--data-dir", dir, file)
+	if code != 0 {
+		t.Fatalf("restore: exit %d: %s", code, stderr)
+	}
+	if want := "warning: lost with the replaced database, not in the backup: 2 units queued after the backup was taken without an idempotency key, open (1 queued, 1 claimed: a claimed one's script may still be running)"; !strings.Contains(stdout, want) || !strings.Contains(stdout, "may run it twice") {
+		t.Errorf("restore printed:\n%s\nwant %q", stdout, want)
+	}
+}
