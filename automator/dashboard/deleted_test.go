@@ -161,4 +161,7 @@ func TestAUnitWhoseSealedBlobsDoNotOpenSaysSo(t *testing.T) {
 	if code, page := get(t, admin, e.url+"/dashboard/work/w_badcmd"); code != http.StatusOK || !strings.Contains(page, "The stored command could not be opened (altered in the database?)") {
 		t.Errorf("the page of a unit whose command does not open: %d\n%s", code, page)
 	}
+	if code, list := get(t, admin, e.url+"/dashboard/work"); code != http.StatusOK || !strings.Contains(list, "(unreadable: its stored command does not open)") {
+		t.Errorf("the work list with a unit whose command does not open: %d\n%s\nwant its script cell saying so", code, list)
+	}
 }

@@ -195,8 +195,12 @@ func (d *Dashboard) row(ctx context.Context, w store.Work, reveal bool) workRow 
 		row.Script = deletedScript
 	} else if reveal {
 		script, err := d.o.Opener.ListedScript(ctx, w)
-		if err != nil && !errors.Is(err, server.ErrCommandLost) {
+		switch {
+		case errors.Is(err, server.ErrCommandLost):
+			script = lostScript
+		case err != nil:
 			d.log.Warn("dashboard: opening a command", "work_id", w.ID, "err", err)
+			script = unopenedScript
 		}
 		row.Script = script
 	}
@@ -247,6 +251,14 @@ const resultUnopened = "its stored result could not be opened (altered in the da
 // deletedScript is the script name shown, to keys that may see it, of a
 // unit whose account was deleted.
 const deletedScript = "(unreadable: its account was deleted)"
+
+// unopenedScript and lostScript are the script name shown, to keys that
+// may see it, of a unit whose stored command does not open, or was lost
+// with its row (its cell was empty, with nothing said: a review).
+const (
+	unopenedScript = "(unreadable: its stored command does not open)"
+	lostScript     = "(lost with its row in a damaged database)"
+)
 
 // setOutcome sets what the unit's opened result says: its exit code if it
 // succeeded, the proxy's reason if it failed, as the API shows it (the
