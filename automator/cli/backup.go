@@ -192,7 +192,7 @@ func backupPart(path string, fi os.FileInfo, journal bool) bool {
 	if journal {
 		return bytes.Equal(head[:8], []byte{0xd9, 0xd5, 0x05, 0xf9, 0x20, 0xa1, 0x63, 0xd7})
 	}
-	return bytes.Equal(head, []byte("SQLite format 3\x00"))
+	return sqlitestore.StartsAsDatabase(head)
 }
 
 // allDigits tells whether s is one or more ASCII digits.

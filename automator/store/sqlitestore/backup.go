@@ -71,6 +71,10 @@ func (copyFull) Is(target error) bool { return target == store.ErrStorageFull }
 // sqliteHeader starts every SQLite database file.
 var sqliteHeader = []byte("SQLite format 3\x00")
 
+// StartsAsDatabase tells whether head, the first bytes of a file, begin
+// as every SQLite database file's do.
+func StartsAsDatabase(head []byte) bool { return bytes.HasPrefix(head, sqliteHeader) }
+
 // ErrNotAutomatorDB: a file is not an automator's SQLite database.
 var ErrNotAutomatorDB = errors.New("not an automator database")
 
