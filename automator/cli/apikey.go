@@ -12,7 +12,6 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/opsgate/opsgate/automator/config"
@@ -165,7 +164,7 @@ const maxAPIKeyName = 64
 // in characters, so a name in any script gets the same 64.
 func checkAPIKeyName(name string) error {
 	n := utf8.RuneCountInString(name)
-	if n == 0 || n > maxAPIKeyName || !utf8.ValidString(name) || strings.ContainsFunc(name, func(r rune) bool { return !unicode.IsPrint(r) }) {
+	if n == 0 || n > maxAPIKeyName || !utf8.ValidString(name) || strings.ContainsFunc(name, printable.NotShown) {
 		return fmt.Errorf("API key name %q must be 1 to %d printable characters", name, maxAPIKeyName)
 	}
 	return nil

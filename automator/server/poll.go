@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/internal/printable"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -592,9 +593,9 @@ func validID(field, v string) error {
 // format character (a zero-width space, which makes an instance id that is
 // listed as another's, or a bidi override, which reverses what follows), a
 // line or paragraph separator, or a space other than U+0020. It is the
-// rule API key names follow (unicode.IsPrint).
+// rule API key names and script names follow (printable.NotShown).
 func plainText(field, v string) error {
-	if i := strings.IndexFunc(v, notShown); i >= 0 {
+	if i := strings.IndexFunc(v, printable.NotShown); i >= 0 {
 		r, _ := utf8.DecodeRuneInString(v[i:])
 		what := "an invisible, format or separator character"
 		if unicode.IsControl(r) {
@@ -605,11 +606,6 @@ func plainText(field, v string) error {
 	return nil
 }
 
-// notShown reports whether r is not shown as it is: anything but a
-// printable character (letters, marks, numbers, punctuation, symbols and
-// the ASCII space).
-func notShown(r rune) bool { return !unicode.IsPrint(r) }
-
 // PrintableFailure is a failure a proxy reports, as operators are shown it
 // (by the API, the CLI and the dashboard): a line break, a tab or another
 // white space becomes a space, any other character that is not shown as it
@@ -618,12 +614,12 @@ func notShown(r rune) bool { return !unicode.IsPrint(r) }
 // would then stay claimed until its deadline, and an older proxy's message
 // may hold a line break.
 func PrintableFailure(v string) string {
-	if strings.IndexFunc(v, notShown) < 0 {
+	if strings.IndexFunc(v, printable.NotShown) < 0 {
 		return v
 	}
 	return strings.Map(func(r rune) rune {
 		switch {
-		case !notShown(r):
+		case !printable.NotShown(r):
 			return r
 		case unicode.IsSpace(r):
 			return ' '

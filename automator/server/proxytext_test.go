@@ -150,6 +150,7 @@ func TestCommandNoProcessCanTakeIsRefusedAtSubmit(t *testing.T) {
 		{"script with a control character", &automatorv1.Command{Script: "x\n.sh"}, `command.script "x\n.sh" is refused: contains a control character`},
 		{"script with a bidi override", &automatorv1.Command{Script: "\u202ehs.x"}, `command.script "\u202ehs.x" is refused: contains an invisible, format or separator character`},
 		{"built-in with a zero-width space", &automatorv1.Command{Script: "@p\u200bing"}, `command.script: the built-in name "@p\u200bing" contains an invisible, format or separator character`},
+		{"script with a Hangul filler", &automatorv1.Command{Script: "x\u3164.sh"}, `command.script "x\u3164.sh" is refused: contains an invisible, format or separator character`},
 	} {
 		_, err := e.callerClient().Submit(context.Background(), &automatorv1.ExecuteRequest{Account: e.account, Command: tc.cmd})
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tc.want) {
@@ -185,6 +186,8 @@ func TestProxyTextsHoldNoInvisibleOrReorderingCharacters(t *testing.T) {
 		{"a bidi isolate", "\u2066p1", "U+2066"},
 		{"a line separator", "p1\u2028p2", "U+2028"},
 		{"a byte order mark", "\ufeffp1", "U+FEFF"},
+		{"a Hangul filler, printable but blank", "p1\u3164", "U+3164"},
+		{"the braille blank", "p1\u2800", "U+2800"},
 	} {
 		for field, req := range map[string]*automatorv1.PollRequest{
 			"instance_id": {InstanceId: c.text, Wait: durationpb.New(0)},

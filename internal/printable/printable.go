@@ -18,11 +18,24 @@ import (
 func Check(s string) error {
 	switch {
 	case !utf8.ValidString(s):
-		return fmt.Errorf("%q is not valid UTF-8", s)
+		return fmt.Errorf("%s is not valid UTF-8", quoted(s))
 	case strings.ContainsFunc(s, unicode.IsControl):
-		return fmt.Errorf("%q contains a control character", s)
-	case strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }):
-		return fmt.Errorf("%q contains an invisible, format or separator character (only printable characters and the ASCII space)", s)
+		return fmt.Errorf("%s contains a control character", quoted(s))
+	case strings.ContainsFunc(s, NotShown):
+		return fmt.Errorf("%s contains an invisible, format or separator character (only printable characters and the ASCII space)", quoted(s))
 	}
 	return nil
+}
+
+// NotShown reports whether r is not shown as it is: anything but a
+// printable character (letters, marks, numbers, punctuation, symbols and
+// the ASCII space: unicode.IsPrint), and among those the ones that print
+// as nothing, which Unicode lists as ignorable beside the format
+// characters (the Hangul fillers U+115F, U+1160, U+3164 and U+FFA0, the
+// combining grapheme joiner, the Khmer inherent vowels), the variation
+// selectors, and the braille pattern blank U+2800. Each would make a name
+// that is shown as another's ("host-a" and "host-a" + U+3164).
+func NotShown(r rune) bool {
+	return !unicode.IsPrint(r) || r == '\u2800' ||
+		unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r) || unicode.Is(unicode.Variation_Selector, r)
 }

@@ -9,7 +9,9 @@ import (
 // and ASCII spaces passes, beyond ASCII too; one that is not UTF-8, or
 // holds a control character, or a character shown otherwise or not at
 // all (a space other than U+0020, a zero-width space, a bidi override, a
-// line separator), is refused, saying which of these it is.
+// line separator, a Hangul filler or the braille blank, which are
+// printable but print as nothing, a variation selector), is refused,
+// saying which of these it is. Hangul itself and combining accents pass.
 func TestCheckPassesOnlyWhatIsShownAsItIs(t *testing.T) {
 	for s, want := range map[string]string{
 		"host-a":       "",
@@ -25,6 +27,14 @@ func TestCheckPassesOnlyWhatIsShownAsItIs(t *testing.T) {
 		"host-a\u200b": "contains an invisible, format or separator character",
 		"host-\u202ea": "contains an invisible, format or separator character",
 		"host\u2028a":  "contains an invisible, format or separator character",
+		"host-a\u3164": "contains an invisible, format or separator character",
+		"\u115fhost":   "contains an invisible, format or separator character",
+		"host\uffa0a":  "contains an invisible, format or separator character",
+		"host\u2800":   "contains an invisible, format or separator character",
+		"host\u034fa":  "contains an invisible, format or separator character",
+		"host-a\ufe0f": "contains an invisible, format or separator character",
+		"한국-호스트":       "",
+		"café\u0301":   "",
 	} {
 		err := Check(s)
 		switch {

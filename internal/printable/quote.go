@@ -17,13 +17,36 @@ const MaxQuoted = 80
 // its length given: "abc…" (7000 bytes).
 func Quote(s string) string {
 	if len(s) <= MaxQuoted {
-		return strconv.Quote(s)
+		return quoted(s)
 	}
 	cut := MaxQuoted
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
-	return fmt.Sprintf("%q… (%d bytes)", s[:cut], len(s))
+	return fmt.Sprintf("%s… (%d bytes)", quoted(s[:cut]), len(s))
+}
+
+// quoted is s in Go syntax, as strconv.Quote writes it, with the
+// characters that strconv.Quote leaves as they are but NotShown counts
+// invisible (a Hangul filler, the braille blank, a variation selector)
+// escaped too: "x\u3164", not a quoted name that looks like "x".
+func quoted(s string) string {
+	q := strconv.Quote(s)
+	if !strings.ContainsFunc(q, NotShown) {
+		return q
+	}
+	var b strings.Builder
+	for _, r := range q {
+		switch {
+		case !NotShown(r):
+			b.WriteRune(r)
+		case r > 0xffff:
+			fmt.Fprintf(&b, `\U%08x`, r)
+		default:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		}
+	}
+	return b.String()
 }
 
 // Token is a token a message names (an HTTP method: printable ASCII, but
@@ -45,7 +68,7 @@ func Token(s string) string {
 // another name or argument.
 func Shown(s string) string {
 	if s == "" || Check(s) != nil || strings.HasPrefix(s, " ") || strings.HasSuffix(s, " ") || strings.Contains(s, "  ") {
-		return strconv.Quote(s)
+		return quoted(s)
 	}
 	return s
 }

@@ -25,3 +25,30 @@ func TestQuoteCutsALongValueAtACharacterAndSaysItsLength(t *testing.T) {
 		}
 	}
 }
+
+// TestQuoteEscapesWhatPrintsAsNothing: a character strconv.Quote leaves as
+// it is because Unicode counts it printable, but which prints as nothing
+// (a Hangul filler, the braille blank, a variation selector), is escaped
+// as \u is for the invisible characters strconv.Quote escapes itself, so a
+// refused name is not shown as the name it imitates; Shown quotes such a
+// name the same way, and other scripts are left as they are.
+func TestQuoteEscapesWhatPrintsAsNothing(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"host-a\u3164":  `"host-a\u3164"`,
+		"host\u2800":    `"host\u2800"`,
+		"a\ufe0f\u200b": `"a\ufe0f\u200b"`,
+		"x\U000e0100":   `"x\U000e0100"`,
+		"호스트-é":         `"호스트-é"`,
+	} {
+		if got := Quote(in); got != want {
+			t.Errorf("Quote(%+q) = %s; want %s", in, got, want)
+		}
+	}
+	if got, want := Shown("host-a\u3164"), `"host-a\u3164"`; got != want {
+		t.Errorf("Shown(%+q) = %s; want %s", "host-a\u3164", got, want)
+	}
+	if err := Check("host-a\u3164"); err == nil || !strings.Contains(err.Error(), `"host-a\u3164"`) {
+		t.Errorf("Check(%+q) = %v; want an error quoting it escaped", "host-a\u3164", err)
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/opsgate/opsgate/internal/printable"
 )
 
 // Problem says why name is not a script name a command may give, or ""
@@ -31,7 +33,7 @@ func Problem(name string) string {
 		return "is not valid UTF-8"
 	case strings.IndexFunc(name, unicode.IsControl) >= 0:
 		return "contains a control character"
-	case strings.IndexFunc(name, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
+	case strings.IndexFunc(name, printable.NotShown) >= 0:
 		// A zero-width space, a bidi override, a no-break space: listings
 		// and logs would show another name than the file's (a review),
 		// which instance ids refuse too (internal/printable).

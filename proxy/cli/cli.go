@@ -15,7 +15,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
@@ -27,6 +26,7 @@ import (
 	"github.com/opsgate/opsgate/automator/pki"
 	"github.com/opsgate/opsgate/internal/clihelp"
 	"github.com/opsgate/opsgate/internal/grpcwire"
+	"github.com/opsgate/opsgate/internal/printable"
 	"github.com/opsgate/opsgate/internal/scriptenv"
 	"github.com/opsgate/opsgate/internal/secretfile"
 	"github.com/opsgate/opsgate/internal/stopsignal"
@@ -409,7 +409,7 @@ const maxReportedHostname = 255
 // host name, which is only shown, does not get every poll refused.
 func reportedHostname(h string) string {
 	h = strings.Map(func(r rune) rune {
-		if !unicode.IsPrint(r) {
+		if printable.NotShown(r) {
 			return utf8.RuneError
 		}
 		return r
