@@ -115,6 +115,9 @@ func serviceCommand(verb string, args []string, env Env) error {
 			return err
 		}
 		fmt.Fprintf(env.Stdout, "Uninstalled service %s; its data directory is untouched.\n", *name)
+		if log := service.KeptLog(*name); log != "" {
+			fmt.Fprintf(env.Stdout, "Its log is kept: %s (an install of %s again writes on in it).\n", log, *name)
+		}
 	}
 	return nil
 }

@@ -624,6 +624,9 @@ func uninstall(name string, env Env) error {
 	for _, p := range removed {
 		fmt.Fprintf(env.Stdout, "  %s\n", p)
 	}
+	if log := service.KeptLog(name); log != "" && !notInstalled {
+		fmt.Fprintf(env.Stdout, "kept:\n  %s (the service's log; an install of %s again writes on in it)\n", log, name)
+	}
 	if len(left) > 0 {
 		return fmt.Errorf("left behind: %s", strings.Join(left, "; "))
 	}

@@ -44,8 +44,10 @@ func Install(s Spec) error {
 }
 
 // Uninstall stops the service if it runs and removes its definition and
-// everything Install or the service manager made for it (SysV rc.d links,
-// pid and log files). Files of the program itself are the caller's.
+// everything Install or the service manager made for it (SysV rc.d links
+// and pid file), but its log: a SysV service's log gets a last line saying
+// it is kept, which lets a new install of the name write on in it
+// (KeptLog). Files of the program itself are the caller's.
 func Uninstall(name string) error {
 	svc, err := installed(name)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/kardianos/service"
 )
@@ -64,17 +65,116 @@ func checkPlatformSpec(s Spec) error {
 		return nil
 	}
 	// The init script keeps its pid and its log in these files, and
-	// uninstall removes them: files of another program by that name (a
-	// daemon's pid file, a syslog file) would be taken over, their process
-	// signalled by stop, and deleted.
+	// uninstall removes the pid file: files of another program by that
+	// name (a daemon's pid file, a syslog file) would be taken over, their
+	// process signalled by stop, the pid file deleted and the log written
+	// in. The log an earlier uninstall of this name kept is this service's.
 	for _, p := range sysvFiles(s.Name) {
 		if _, err := os.Lstat(p); err == nil {
-			return fmt.Errorf("service %q: %s exists already: the init script would use it and uninstall would delete it; choose another --name (or remove the file, if an earlier install left it)", s.Name, p)
+			if p == sysvLogFile(s.Name) && keptLog(p, s.Name) {
+				continue
+			}
+			use := "the init script would use it and uninstall would delete it"
+			if p == sysvLogFile(s.Name) {
+				use = "the init script would write the service's log in it"
+			}
+			return fmt.Errorf("service %q: %s exists already: %s; choose another --name (or remove the file, if an earlier install left it)", s.Name, p, use)
 		} else if !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 	}
 	return nil
+}
+
+// sysvLogFile is the log the SysV init script of service name writes: the
+// service's output and the supervisor's notes.
+func sysvLogFile(name string) string { return filepath.Join(sysvLogDir, name+".log") }
+
+// keptLogNote is what uninstall appends to the log of a SysV service,
+// which it keeps: after a failover, say, that log is the only record on a
+// host without syslog of what the service did. A new install of the name
+// takes a log whose last line ends with it for its own, and writes on in
+// it.
+func keptLogNote(name string) string {
+	return "service " + name + " uninstalled; its log is kept, and an install of " + name + " again writes on in it"
+}
+
+// maxLastLine bounds how much of a log's end keptLog and keepLog read for
+// its last line: the note, or the start of a JSON record, is within it.
+const maxLastLine = 4096
+
+// lastLine is the last line of the file at path (without its newline),
+// from its last maxLastLine bytes.
+func lastLine(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	off := max(fi.Size()-maxLastLine, 0)
+	b := make([]byte, fi.Size()-off)
+	if _, err := f.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
+		return "", err
+	}
+	b = bytes.TrimSuffix(b, []byte("\n"))
+	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
+		b = b[i+1:]
+	}
+	return string(b), nil
+}
+
+// keptLog reports whether the file at path is the log of service name
+// that an uninstall kept: a regular file whose last line is the note.
+func keptLog(path, name string) bool {
+	fi, err := os.Lstat(path)
+	if err != nil || !fi.Mode().IsRegular() {
+		return false
+	}
+	line, err := lastLine(path)
+	note := keptLogNote(name)
+	return err == nil && (strings.HasSuffix(line, " "+note) || strings.HasSuffix(line, `"msg":"`+note+`"}`))
+}
+
+// keepLog appends the note to the log of service name, if it has one, in
+// the log's format: a JSON record after a JSON record (log_format json),
+// as the supervisor's own notes.
+func keepLog(name string) error {
+	path := sysvLogFile(name)
+	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) || (err == nil && !fi.Mode().IsRegular()) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	line, err := lastLine(path)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	note := now.Format("2006-01-02T15:04:05-0700") + " " + keptLogNote(name) + "\n"
+	if strings.HasPrefix(line, "{") {
+		note = `{"time":"` + now.UTC().Format("2006-01-02T15:04:05Z") + `","level":"INFO","msg":"` + keptLogNote(name) + `"}` + "\n"
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(note)
+	return errors.Join(err, f.Close())
+}
+
+// KeptLog is the log of service name that Uninstall kept, or "" when
+// there is none: the SysV init script's.
+func KeptLog(name string) string {
+	if p := sysvLogFile(name); keptLog(p, name) {
+		return p
+	}
+	return ""
 }
 
 // systemdUnitDirs are the directories other than systemdUnitDir where
@@ -119,8 +219,9 @@ func definitionText(_ string, path string) (string, error) {
 }
 
 // DefinitionFiles are the files of service name that exist now and that
-// Uninstall removes: its systemd unit, or its init script, rc.d links, pid
-// file and log. Uninstall's caller lists them as removed.
+// Uninstall removes: its systemd unit, or its init script, rc.d links and
+// pid file; Uninstall's caller lists them as removed. The log Uninstall
+// keeps (KeptLog).
 func DefinitionFiles(name string) []string {
 	candidates := []string{filepath.Join(systemdUnitDir, name+".service"), filepath.Join(sysvInitDir, name)}
 	links, _ := filepath.Glob("/etc/rc[0-6S].d/[SK][0-9][0-9]" + name)
@@ -130,7 +231,7 @@ func DefinitionFiles(name string) []string {
 		}
 	}
 	var out []string
-	for _, p := range append(candidates, sysvFiles(name)...) {
+	for _, p := range append(candidates, sysvPIDFile(name)) {
 		if _, err := os.Lstat(p); err == nil {
 			out = append(out, p)
 		}
@@ -141,8 +242,12 @@ func DefinitionFiles(name string) []string {
 // sysvFiles are the files the SysV init script of service name makes: its
 // pid file and its log.
 func sysvFiles(name string) []string {
-	return []string{filepath.Join(sysvPIDDir, name+".pid"), filepath.Join(sysvLogDir, name+".log")}
+	return []string{sysvPIDFile(name), sysvLogFile(name)}
 }
+
+// sysvPIDFile is the SysV init script's pid file of service name, which
+// Uninstall removes.
+func sysvPIDFile(name string) string { return filepath.Join(sysvPIDDir, name+".pid") }
 
 func definition(svc service.Service, name string) (string, bool, error) {
 	path := filepath.Join(sysvInitDir, name)
@@ -248,11 +353,10 @@ func afterUninstall(name string) error {
 	}
 	var errs []error
 	errs = append(errs, removeRCLinks(name, "SK"))
-	for _, p := range sysvFiles(name) {
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
-		}
+	if err := os.Remove(sysvPIDFile(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
 	}
+	errs = append(errs, keepLog(name))
 	return errors.Join(errs...)
 }
 

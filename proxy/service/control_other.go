@@ -30,6 +30,10 @@ func afterInstall(service.Service, Spec) error { return errUnsupported }
 
 func afterUninstall(string) error { return nil }
 
+// KeptLog is the log of service name that Uninstall kept: none here, the
+// service manager keeps the log.
+func KeptLog(string) string { return "" }
+
 // DefinitionFiles are the files of service name that Uninstall removes:
 // none here, the service manager keeps the definition.
 func DefinitionFiles(string) []string { return nil }

@@ -194,6 +194,10 @@ func afterInstall(_ service.Service, s Spec) error {
 
 func afterUninstall(string) error { return nil }
 
+// KeptLog is the log of service name that Uninstall kept: none here, the
+// service manager keeps the log.
+func KeptLog(string) string { return "" }
+
 // DefinitionFiles are the files of service name that Uninstall removes:
 // none here, the service manager keeps the definition.
 func DefinitionFiles(string) []string { return nil }

@@ -8,14 +8,15 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
 
 // TestSysVInstallLeavesAnotherProgramsPidAndLogFilesAlone: the SysV init
 // script keeps its pid in /var/run/NAME.pid and its log in
-// /var/log/NAME.log, and uninstall (or an install that fails) removes
-// them. When a file of that path exists already (another daemon's pid
+// /var/log/NAME.log; uninstall (or an install that fails) removes the
+// first and writes in the second. When a file of that path exists already (another daemon's pid
 // file, a syslog file, such as cron's /var/run/crond.pid or
 // /var/log/kern.log), install must refuse the name: otherwise `start` takes
 // the other daemon for this service, `stop` sends it SIGTERM, and
@@ -99,6 +100,74 @@ func TestAnotherProgramsServiceIsLeftAlone(t *testing.T) {
 
 // sysvTestName skips the test unless it runs as root on a host where SysV
 // init is used, and names a service no one else's test uses.
+// TestSysVUninstallKeepsTheLogAndAnInstallAgainWritesOnInIt: uninstall
+// removes the pid file but keeps the service's log, the only record on a
+// host without syslog of what the service did (a failover, before the
+// standby is installed again for good), with a last line that says so, in
+// the log's format; KeptLog names it. An install of the same name takes
+// that log for its own and writes on in it, where one of another program
+// (TestSysVInstallLeavesAnotherProgramsPidAndLogFilesAlone) is refused.
+// Before, uninstall deleted it. Needs root on a host where SysV is used.
+func TestSysVUninstallKeepsTheLogAndAnInstallAgainWritesOnInIt(t *testing.T) {
+	name := sysvTestName(t)
+	log := filepath.Join(sysvLogDir, name+".log")
+	t.Cleanup(func() {
+		_ = Uninstall(name)
+		_ = os.Remove(log)
+	})
+	spec := Spec{Name: name, Description: "opsgate test", Executable: "/bin/sleep", Arguments: []string{Flag, name, "run"}}
+	for i, c := range []struct{ line, want string }{
+		{"2026-12-07T08:00:00+0000 the service's own line\n", "^[0-9T:+-]+ " + regexp.QuoteMeta(keptLogNote(name)) + "$"},
+		{`{"time":"2026-12-07T08:00:00Z","level":"INFO","msg":"the service's own record"}` + "\n", `^\{"time":"[0-9T:Z-]+","level":"INFO","msg":"` + regexp.QuoteMeta(keptLogNote(name)) + `"\}$`},
+	} {
+		if err := Install(spec); err != nil {
+			t.Fatalf("install %d: %v", i+1, err)
+		}
+		if err := Start(name); err != nil {
+			t.Fatal(err)
+		}
+		if err := Stop(name); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.OpenFile(log, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatalf("the service's log after a start: %v", err)
+		}
+		if _, err := f.WriteString(c.line); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		before, _ := os.ReadFile(log)
+		if err := Uninstall(name); err != nil {
+			t.Fatalf("uninstall %d: %v", i+1, err)
+		}
+		if _, err := os.Lstat(filepath.Join(sysvPIDDir, name+".pid")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("pid file after uninstall: %v; want it removed", err)
+		}
+		after, err := os.ReadFile(log)
+		if err != nil || !strings.HasPrefix(string(after), string(before)) || !strings.HasSuffix(string(after), "\n") {
+			t.Fatalf("log after uninstall %d: %q, %v; want what it held, and a line more", i+1, after, err)
+		}
+		if last := strings.TrimPrefix(strings.TrimSuffix(string(after), "\n"), string(before)); !regexp.MustCompile(c.want).MatchString(last) {
+			t.Errorf("log's last line after uninstall %d: %q; want it to match %s", i+1, last, c.want)
+		}
+		if got := KeptLog(name); got != log {
+			t.Errorf("KeptLog after uninstall %d: %q, want %s", i+1, got, log)
+		}
+	}
+	// A kept log whose last line another hand wrote is not taken for the
+	// service's: install refuses it as another program's.
+	if err := os.WriteFile(log, []byte("someone else's line\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := Install(spec); err == nil || !strings.Contains(err.Error(), log) {
+		t.Errorf("install over a log not ending with the note: %v; want it refused, naming %s", err, log)
+	}
+	if got := KeptLog(name); got != "" {
+		t.Errorf("KeptLog of a log not ending with the note: %q, want none", got)
+	}
+}
+
 func sysvTestName(t *testing.T) string {
 	t.Helper()
 	if os.Geteuid() != 0 {

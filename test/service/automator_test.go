@@ -29,11 +29,12 @@ func TestAutomatorServiceInstallStartStopUninstall(t *testing.T) {
 	before := snapshot(t)
 	r := runCLI(bin.automator, "install", "--data-dir", dir, "--name", name)
 	t.Cleanup(func() {
-		runCLI(bin.automator, "uninstall", "--name", name)
 		if t.Failed() {
-			log, _ := os.ReadFile("/var/log/" + name + ".log")
+			log, _ := os.ReadFile(serviceLog(name))
 			t.Logf("---- service log ----\n%s", log)
 		}
+		runCLI(bin.automator, "uninstall", "--name", name)
+		removeLog(name)
 	})
 	if r.Code != 0 || !strings.Contains(r.Stdout, "serve --data-dir "+dir) {
 		t.Fatalf("automator install: %v", r)
@@ -86,9 +87,11 @@ func TestAutomatorServiceInstallStartStopUninstall(t *testing.T) {
 	if r := runCLI(bin.automator, "stop", "--name", name); r.Code != 0 || r.Stdout != "Service "+name+" is not running: nothing to stop.\n" {
 		t.Fatalf("automator stop of the stopped service: %v; want exit 0 saying it is not running", r)
 	}
-	if r := runCLI(bin.automator, "uninstall", "--name", name); r.Code != 0 {
+	r = runCLI(bin.automator, "uninstall", "--name", name)
+	if r.Code != 0 {
 		t.Fatalf("automator uninstall: %v", r)
 	}
+	assertLogKept(t, name, r.Stdout)
 	assertNothingLeft(t, name, before, snapshot(t))
 	if _, err := os.Stat(filepath.Join(dir, config.FileMasterKey)); err != nil {
 		t.Fatalf("uninstall touched the data directory: %v", err)
@@ -118,11 +121,12 @@ func TestAutomatorInstallRefusesAUserWhoCannotReachItsFiles(t *testing.T) {
 	}
 	name := uniqueName(t)
 	t.Cleanup(func() {
-		runCLI(bin.automator, "uninstall", "--name", name)
 		if t.Failed() {
-			log, _ := os.ReadFile("/var/log/" + name + ".log")
+			log, _ := os.ReadFile(serviceLog(name))
 			t.Logf("---- service log ----\n%s", log)
 		}
+		runCLI(bin.automator, "uninstall", "--name", name)
+		removeLog(name)
 	})
 	install := func(exe string) result {
 		return runCLI(exe, "install", "--data-dir", dir, "--name", name, "--user", "nobody")
@@ -213,11 +217,12 @@ func TestAutomatorStartAndStatusSayWhetherTheServiceServes(t *testing.T) {
 	name := uniqueName(t)
 	r := runCLI(bin.automator, "install", "--data-dir", dir, "--name", name)
 	t.Cleanup(func() {
-		runCLI(bin.automator, "uninstall", "--name", name)
 		if t.Failed() {
-			log, _ := os.ReadFile("/var/log/" + name + ".log")
+			log, _ := os.ReadFile(serviceLog(name))
 			t.Logf("---- service log ----\n%s", log)
 		}
+		runCLI(bin.automator, "uninstall", "--name", name)
+		removeLog(name)
 	})
 	if r.Code != 0 {
 		t.Fatalf("automator install: %v", r)

@@ -318,6 +318,7 @@ func install(t *testing.T, name, cfgPath string, extra ...string) string {
 		if r := runCLI(bin.proxy, "uninstall", "--name", name); r.Code != 0 && t.Failed() {
 			t.Logf("cleanup: proxy uninstall --name %s: %v", name, r)
 		}
+		removeLog(name)
 		if st.PID > 0 && !gone(st.PID) {
 			_ = syscall.Kill(st.PID, syscall.SIGKILL)
 		}
@@ -387,6 +388,32 @@ func inServiceDirs(p string) bool {
 	}
 	matched, _ := filepath.Match("/etc/rc?.d/*", p)
 	return matched
+}
+
+// serviceLog is the log a SysV service writes, which uninstall keeps.
+func serviceLog(name string) string { return "/var/log/" + name + ".log" }
+
+// removeLog removes the log uninstall kept of the test's service name
+// (SysV), as the host keeps nothing of a test.
+func removeLog(name string) { _ = os.Remove(serviceLog(name)) }
+
+// assertLogKept checks, when the service manager is SysV init, that the
+// uninstall of service name, which said out, kept the service's log with
+// a last line saying so, and named it; then removes it.
+func assertLogKept(t *testing.T, name, out string) {
+	t.Helper()
+	if psvc.Platform() != "unix-systemv" {
+		return
+	}
+	defer removeLog(name)
+	data, err := os.ReadFile(serviceLog(name))
+	lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+	if err != nil || !strings.Contains(lines[len(lines)-1], "service "+name+" uninstalled; its log is kept") {
+		t.Errorf("the service's log after uninstall: %v, last line %q; want it kept, saying so", err, lines[len(lines)-1])
+	}
+	if !strings.Contains(out, serviceLog(name)) {
+		t.Errorf("uninstall does not name the log it kept, %s:\n%s", serviceLog(name), out)
+	}
 }
 
 // assertNothingLeft fails the test if a path that was not there before

@@ -169,9 +169,9 @@ func TestProxyServiceInstallServeStopStartUninstall(t *testing.T) {
 		supervisor = atoi(t, string(data))
 	}
 	// What the service manager holds: its definition and, for SysV, the
-	// rc.d links and the log (the pid file goes with the stop).
+	// rc.d links (the pid file goes with the stop; the log is kept).
 	made := []string{installedCfg, filepath.Join("/etc", name), filepath.Join("/var/lib", name)}
-	for _, pattern := range []string{"/etc/init.d/" + name, "/etc/systemd/system/" + name + ".service", "/etc/rc[0-6S].d/[SK][0-9][0-9]" + name, "/var/log/" + name + ".log"} {
+	for _, pattern := range []string{"/etc/init.d/" + name, "/etc/systemd/system/" + name + ".service", "/etc/rc[0-6S].d/[SK][0-9][0-9]" + name} {
 		m, _ := filepath.Glob(pattern)
 		made = append(made, m...)
 	}
@@ -184,6 +184,7 @@ func TestProxyServiceInstallServeStopStartUninstall(t *testing.T) {
 			t.Errorf("uninstall does not say it removed %s:\n%s", p, out)
 		}
 	}
+	assertLogKept(t, name, out)
 	assertNothingLeft(t, name, before, snapshot(t))
 	if r := runCLI(bin.proxy, "status", "--name", name); r.Code != 1 || !strings.Contains(r.Stderr, "not installed") {
 		t.Errorf("status after uninstall: %v, want exit 1, not installed", r)
@@ -224,7 +225,7 @@ func TestProxyServiceRunsAsAnUnprivilegedUser(t *testing.T) {
 	if r := a.Exec("--account", "acme", "--timeout", "60s", "record.sh", w.trace, "who"); r.Code != 0 || r.Stdout != "ran who on svc-nobody as nobody\n" {
 		t.Fatalf("exec: %v, want the script to run as nobody", r)
 	}
-	proxyCLI(t, "uninstall", "--name", name)
+	assertLogKept(t, name, proxyCLI(t, "uninstall", "--name", name))
 	assertNothingLeft(t, name, before, snapshot(t))
 }
 
