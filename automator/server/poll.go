@@ -612,14 +612,16 @@ func plainText(field, v string) error {
 // is (an escape sequence's control characters, a bidi override, a
 // zero-width space) U+FFFD. The failure itself is not refused: the unit
 // would then stay claimed until its deadline, and an older proxy's message
-// may hold a line break.
+// may hold a line break. It is prose, not a name: a character that prints
+// as nothing but is no format character (a variation selector after an
+// emoji) stays.
 func PrintableFailure(v string) string {
-	if strings.IndexFunc(v, printable.NotShown) < 0 {
+	if strings.IndexFunc(v, unprintable) < 0 {
 		return v
 	}
 	return strings.Map(func(r rune) rune {
 		switch {
-		case !printable.NotShown(r):
+		case !unprintable(r):
 			return r
 		case unicode.IsSpace(r):
 			return ' '
@@ -627,6 +629,10 @@ func PrintableFailure(v string) string {
 		return '\uFFFD'
 	}, v)
 }
+
+// unprintable reports whether r is neither printable (unicode.IsPrint) nor
+// the ASCII space.
+func unprintable(r rune) bool { return !unicode.IsPrint(r) }
 
 // endedOf returns the ids among running whose units have ended (cancelled
 // or timed out: the instance kills them), read from the store. Only units

@@ -224,7 +224,7 @@ func TestProxyTextsHoldNoInvisibleOrReorderingCharacters(t *testing.T) {
 	}
 	if _, err = proxy.Complete(ctx, &automatorv1.CompleteRequest{
 		WorkId: cl.GetWorkId(), ClaimId: cl.GetClaimId(), InstanceId: "i-2",
-		Outcome: automatorv1.Outcome_OUTCOME_FAILED, Failure: "no such file:\u202e hs.txt\u2028second line",
+		Outcome: automatorv1.Outcome_OUTCOME_FAILED, Failure: "no such file:\u202e hs.txt\u2028second line \u26a0\ufe0f",
 	}); err != nil {
 		t.Fatalf("failure reason with a bidi override and a line separator: %v, want it taken", err)
 	}
@@ -232,7 +232,8 @@ func TestProxyTextsHoldNoInvisibleOrReorderingCharacters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "no such file:\ufffd hs.txt second line"; st.GetState() != automatorv1.State_STATE_FAILED || st.GetReason() != want {
+	// Prose, not a name: the variation selector after the emoji stays.
+	if want := "no such file:\ufffd hs.txt second line \u26a0\ufe0f"; st.GetState() != automatorv1.State_STATE_FAILED || st.GetReason() != want {
 		t.Errorf("unit %s is %v with reason %q; want it failed with reason %q", cl.GetWorkId(), st.GetState(), st.GetReason(), want)
 	}
 }
