@@ -104,27 +104,29 @@ func keptLogNote(name string) string {
 const maxLastLine = 4096
 
 // lastLine is the last line of the file at path (without its newline),
-// from its last maxLastLine bytes.
-func lastLine(path string) (string, error) {
+// from its last maxLastLine bytes, and whether the file ends with a
+// newline (an empty one does).
+func lastLine(path string) (string, bool, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	off := max(fi.Size()-maxLastLine, 0)
 	b := make([]byte, fi.Size()-off)
 	if _, err := f.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
-		return "", err
+		return "", false, err
 	}
+	ended := len(b) == 0 || b[len(b)-1] == '\n'
 	b = bytes.TrimSuffix(b, []byte("\n"))
 	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
 		b = b[i+1:]
 	}
-	return string(b), nil
+	return string(b), ended, nil
 }
 
 // keptLog reports whether the file at path is the log of service name
@@ -134,7 +136,7 @@ func keptLog(path, name string) bool {
 	if err != nil || !fi.Mode().IsRegular() {
 		return false
 	}
-	line, err := lastLine(path)
+	line, _, err := lastLine(path)
 	note := keptLogNote(name)
 	return err == nil && (strings.HasSuffix(line, " "+note) || strings.HasSuffix(line, `"msg":"`+note+`"}`))
 }
@@ -151,7 +153,7 @@ func keepLog(name string) error {
 	if err != nil {
 		return err
 	}
-	line, err := lastLine(path)
+	line, ended, err := lastLine(path)
 	if err != nil {
 		return err
 	}
@@ -159,6 +161,11 @@ func keepLog(name string) error {
 	note := now.Format("2006-01-02T15:04:05-0700") + " " + keptLogNote(name) + "\n"
 	if strings.HasPrefix(line, "{") {
 		note = `{"time":"` + now.UTC().Format("2006-01-02T15:04:05Z") + `","level":"INFO","msg":"` + keptLogNote(name) + `"}` + "\n"
+	}
+	if !ended {
+		// A service killed in the middle of a line: the note on a line
+		// of its own.
+		note = "\n" + note
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {

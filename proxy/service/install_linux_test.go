@@ -119,6 +119,9 @@ func TestSysVUninstallKeepsTheLogAndAnInstallAgainWritesOnInIt(t *testing.T) {
 	for i, c := range []struct{ line, want string }{
 		{"2026-12-07T08:00:00+0000 the service's own line\n", "^[0-9T:+-]+ " + regexp.QuoteMeta(keptLogNote(name)) + "$"},
 		{`{"time":"2026-12-07T08:00:00Z","level":"INFO","msg":"the service's own record"}` + "\n", `^\{"time":"[0-9T:Z-]+","level":"INFO","msg":"` + regexp.QuoteMeta(keptLogNote(name)) + `"\}$`},
+		// A service killed in the middle of a record: the note on a
+		// line of its own.
+		{`{"time":"2026-12-07T08:00:00Z","level":"INFO","msg":"cut`, `^\{"time":"[0-9T:Z-]+","level":"INFO","msg":"` + regexp.QuoteMeta(keptLogNote(name)) + `"\}$`},
 	} {
 		if err := Install(spec); err != nil {
 			t.Fatalf("install %d: %v", i+1, err)
@@ -145,11 +148,16 @@ func TestSysVUninstallKeepsTheLogAndAnInstallAgainWritesOnInIt(t *testing.T) {
 			t.Errorf("pid file after uninstall: %v; want it removed", err)
 		}
 		after, err := os.ReadFile(log)
-		if err != nil || !strings.HasPrefix(string(after), string(before)) || !strings.HasSuffix(string(after), "\n") {
+		lines := strings.Split(strings.TrimSuffix(string(after), "\n"), "\n")
+		last := lines[len(lines)-1]
+		if err != nil || (string(after) != string(before)+last+"\n" && string(after) != string(before)+"\n"+last+"\n") {
 			t.Fatalf("log after uninstall %d: %q, %v; want what it held, and a line more", i+1, after, err)
 		}
-		if last := strings.TrimPrefix(strings.TrimSuffix(string(after), "\n"), string(before)); !regexp.MustCompile(c.want).MatchString(last) {
+		if !regexp.MustCompile(c.want).MatchString(last) {
 			t.Errorf("log's last line after uninstall %d: %q; want it to match %s", i+1, last, c.want)
+		}
+		if strings.HasSuffix(string(before), "\n") == strings.HasPrefix(strings.TrimPrefix(string(after), string(before)), "\n") {
+			t.Errorf("log after uninstall %d: %q; want the note on a line of its own, after a newline only where the log had none at its end", i+1, after)
 		}
 		if got := KeptLog(name); got != log {
 			t.Errorf("KeptLog after uninstall %d: %q, want %s", i+1, got, log)
