@@ -35,7 +35,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(ShortProxyEnv); spec != "" {
 		os.Exit(runShortProxy(spec)) // a proxy process of shortage_linux_test.go
 	}
-	goleak.VerifyTestMain(m)
+	// The thread scripts are started from lives as long as the process
+	// (runner's startScript).
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/opsgate/opsgate/proxy/runner.spawnLoop"))
 }
 
 // fakeAutomator implements Client behind the agent's narrow interface: each

@@ -16,5 +16,7 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(proxyChildEnv); dir != "" {
 		os.Exit(runAsProxy(dir)) // a child of TestScriptsOfAProxyKilledWithSIGKILLAreKilled
 	}
-	goleak.VerifyTestMain(m)
+	// The thread scripts are started from lives as long as the process
+	// (startScript).
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/opsgate/opsgate/proxy/runner.spawnLoop"))
 }

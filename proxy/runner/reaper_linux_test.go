@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -298,4 +299,97 @@ func TestReaperKillsADescendantThatLeftTheSession(t *testing.T) {
 		t.Errorf("reaper exited %d, want 0; it said %q", code, out.String())
 	}
 	waitFor(t, "the script's child "+strconv.Itoa(child)+", which left its session, to be gone", func() bool { return pidtest.Gone(child) }, 10*time.Second)
+}
+
+// TestAScriptStartedAMomentBeforeItsProxyDiedDiesWithIt: a proxy that dies
+// (SIGKILL, the OOM killer) after a script's start but before it told the
+// reaper of it leaves the reaper nothing to kill; the script still dies
+// with it, by its parent-death signal, rather than running on past its
+// deadline. The child proxy here never tells its reaper (a registration
+// that never comes), and its script kills it first thing, then runs on as
+// `sleep 600` (one process, the same pid). Before, the script ran on (a
+// review: 9 of 30 runs of such a script with a real proxy).
+func TestAScriptStartedAMomentBeforeItsProxyDiedDiesWithIt(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	writeScript(t, dir, "s.sh", `echo $$ > "$1/pids.tmp" && mv "$1/pids.tmp" "$1/pids"
+kill -KILL $PPID
+exec sleep 600
+`)
+	log := filepath.Join(t.TempDir(), "proxy.log")
+	logf, err := os.Create(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	proxy := exec.Command(os.Args[0], "-test.run=^$")
+	proxy.Env = append(os.Environ(), proxyChildEnv+"="+dir, proxyUnregisteredEnv+"=1")
+	proxy.Stdout, proxy.Stderr = logf, logf
+	if err := proxy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Process.Kill(); _ = proxy.Wait() })
+	waitFor(t, "the script to write its pid", func() bool { _, err := os.Stat(filepath.Join(dir, "pids")); return err == nil }, 10*time.Second)
+	pids := readPids(t, filepath.Join(dir, "pids"))
+	t.Cleanup(func() { _ = syscall.Kill(pids[0], syscall.SIGKILL) })
+	if err := proxy.Wait(); err == nil {
+		t.Fatal("the child proxy exited by itself; want it killed by its script")
+	}
+	end := time.Now().Add(10 * time.Second)
+	for !pidtest.Gone(pids[0]) {
+		if time.Now().After(end) {
+			data, _ := os.ReadFile(log)
+			t.Fatalf("10s after its proxy died, the script (pid %d), never registered with the reaper, still runs; the proxy's log:\n%s", pids[0], data)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestAScriptOutlivesTheEndOfOtherThreads: the parent-death signal comes
+// when the thread that forked the script ends, not only the process. The
+// Go runtime ends a thread whose goroutine ends locked to it, so scripts
+// are started from a thread that no other goroutine gets
+// (startScript): here goroutines that end locked, many threads' worth,
+// kill none of the scripts started before them.
+func TestAScriptOutlivesTheEndOfOtherThreads(t *testing.T) {
+	t.Parallel()
+	var cmds []*exec.Cmd
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			cmd := exec.Command("sleep", "600")
+			configureCmd(cmd)
+			if err := startScript(cmd); err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			cmds = append(cmds, cmd)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, cmd := range cmds {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	for range 8 {
+		var ended sync.WaitGroup
+		for range 32 {
+			ended.Go(func() {
+				runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+				time.Sleep(time.Millisecond)
+			})
+		}
+		ended.Wait()
+	}
+	time.Sleep(100 * time.Millisecond) // a signal sent is delivered within it
+	for _, cmd := range cmds {
+		if pidtest.Gone(cmd.Process.Pid) {
+			t.Errorf("script %d ended when other threads did", cmd.Process.Pid)
+		}
+	}
 }

@@ -82,6 +82,9 @@ func TestScriptsOfAProxyKilledWithSIGKILLAreKilled(t *testing.T) {
 	}, 10*time.Second)
 }
 
+// holdBackFromReaper makes r never tell its process of a script.
+func holdBackFromReaper(r *Reaper) { r.beforeRegister = func() { select {} } }
+
 func readPids(t *testing.T, path string) []int {
 	t.Helper()
 	data, err := os.ReadFile(path)
