@@ -281,22 +281,35 @@ func secondStop(ctx context.Context) (<-chan struct{}, func()) {
 	signal.Notify(sigs, stopSignals...) // the first one too: it stopped ctx
 	again := make(chan struct{})
 	quit := make(chan struct{})
-	go func() {
-		seen := 0
-		for {
-			select {
-			case <-sigs:
-				seen++
-			case <-quit:
-				return
-			}
-			if seen >= 2 && ctx.Err() != nil {
-				close(again)
-				return
-			}
-		}
-	}()
+	go watchSecondStop(ctx, sigs, again, quit)
 	return again, func() { signal.Stop(sigs); close(quit) }
+}
+
+// watchSecondStop closes again once sigs has delivered two stop signals
+// and ctx is done (the first stop), whichever comes last, unless quit is
+// closed first. Both signals may come before the first has cancelled ctx
+// (they were counted before it was done): the second stop is then waited
+// for on ctx, not on a third signal (a review: the grace period was waited
+// out).
+func watchSecondStop(ctx context.Context, sigs <-chan os.Signal, again, quit chan struct{}) {
+	seen := 0
+	for {
+		var stopped <-chan struct{}
+		if seen >= 2 {
+			stopped = ctx.Done()
+		}
+		select {
+		case <-sigs:
+			seen++
+		case <-stopped:
+		case <-quit:
+			return
+		}
+		if seen >= 2 && ctx.Err() != nil {
+			close(again)
+			return
+		}
+	}
 }
 
 // spoolDir is where the agent keeps results until they are posted: the
