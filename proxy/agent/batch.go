@@ -95,9 +95,10 @@ type postOp struct {
 	ctx  context.Context
 	req  *automatorv1.CompleteRequest
 	size int // encoded
-	// waitReady: the call waits for a connection within ctx, rather than
-	// failing at once while there is none (grpc.WaitForReady).
-	waitReady bool
+	// deadline is the unit's, when known: no call carries the result past
+	// it (the automator would refuse it, and guarantee 7 says nothing is
+	// reported after it).
+	deadline time.Time
 }
 
 // newPoster posts with c, and with uploads, when not nil, what is larger
@@ -125,18 +126,21 @@ func newPoster(c, uploads Client, tune tuning) *poster {
 
 // complete posts req and returns its answer, as Complete would.
 func (p *poster) complete(ctx context.Context, req *automatorv1.CompleteRequest) error {
-	return p.completeWaiting(ctx, req, false)
+	return p.completeWaiting(ctx, req, time.Time{}, false)
 }
 
-// completeWaiting is complete; with waitReady, a call made while there is
-// no connection waits for one within ctx (grpc.WaitForReady) instead of
-// failing at once with the last error of the connection's dial: a retry
-// then goes out as soon as the link is back, not at the end of its
-// backoff.
-func (p *poster) completeWaiting(ctx context.Context, req *automatorv1.CompleteRequest, waitReady bool) error {
+// completeWaiting is complete, for a unit whose deadline is deadline (zero:
+// not known); with waitReady, a call made while there is no connection
+// waits for one within ctx (grpc.WaitForReady) instead of failing at once
+// with the last error of the connection's dial: a retry then goes out as
+// soon as the link is back, not at the end of its backoff. Such a call
+// goes alone, within its own ctx: in a batch it would wait as long as the
+// batch's call, the longest of its results' bounds, and go out past its
+// own deadline once the link is back (a review).
+func (p *poster) completeWaiting(ctx context.Context, req *automatorv1.CompleteRequest, deadline time.Time, waitReady bool) error {
 	size := proto.Size(req)
-	if p.batch != nil && size <= postAlonePast && p.sinceBorn() >= p.noBatchUntil.Load() {
-		err := p.group.Do(ctx, &postOp{ctx: ctx, req: req, size: size, waitReady: waitReady})
+	if p.batch != nil && !waitReady && size <= postAlonePast && p.sinceBorn() >= p.noBatchUntil.Load() {
+		err := p.group.Do(ctx, &postOp{ctx: ctx, req: req, size: size, deadline: deadline})
 		if !errors.Is(err, errNoBatch) {
 			return err
 		}
@@ -153,7 +157,8 @@ func (p *poster) completeWaiting(ctx context.Context, req *automatorv1.CompleteR
 // results. The call ends when every result's caller has given up (the proxy
 // stops, or its attempt's bound passed), and in any case after postBound of
 // its size or the latest of its results' bounds, whichever is later (an
-// attempt after one that ran out of time is given longer: deliver).
+// attempt after one that ran out of time is given longer: deliver), or at
+// the earliest of its units' deadlines, if that comes first.
 func (p *poster) post(batch []*postOp) []error {
 	errs := make([]error, len(batch))
 	if p.sinceBorn() < p.noBatchUntil.Load() {
@@ -173,6 +178,11 @@ func (p *poster) post(batch []*postOp) []error {
 			end = d
 		}
 	}
+	for _, o := range batch {
+		if !o.deadline.IsZero() && o.deadline.Before(end) {
+			end = o.deadline
+		}
+	}
 	ctx, cancel := context.WithDeadline(context.Background(), end)
 	defer cancel()
 	var waiting atomic.Int32
@@ -186,16 +196,14 @@ func (p *poster) post(batch []*postOp) []error {
 		defer stop()
 	}
 	req := &automatorv1.CompleteBatchRequest{Results: make([]*automatorv1.CompleteRequest, len(batch))}
-	waitReady := false
 	for i, o := range batch {
 		req.Results[i] = o.req
-		waitReady = waitReady || o.waitReady
 	}
 	client := p.batch
 	if size > postAlonePast {
 		client = p.uploadBatch
 	}
-	resp, err := client.CompleteBatch(ctx, req, grpc.WaitForReady(waitReady))
+	resp, err := client.CompleteBatch(ctx, req)
 	switch {
 	case status.Code(err) == codes.Unimplemented:
 		p.noBatchUntil.Store(p.sinceBorn() + int64(batchRetryAfter))

@@ -208,3 +208,78 @@ func TestLargePostsGoOverTheUploadsClient(t *testing.T) {
 		t.Errorf("posted over the uploads connection: %v, want [w_large w_half1 w_half2]", got)
 	}
 }
+
+// deadlineBatch is a BatchClient that records the deadline of each
+// CompleteBatch call's context.
+type deadlineBatch struct {
+	completeOnly
+	mu      sync.Mutex
+	batches []time.Time
+}
+
+func (d *deadlineBatch) CompleteBatch(ctx context.Context, in *automatorv1.CompleteBatchRequest, _ ...grpc.CallOption) (*automatorv1.CompleteBatchResponse, error) {
+	dl, _ := ctx.Deadline()
+	d.mu.Lock()
+	d.batches = append(d.batches, dl)
+	d.mu.Unlock()
+	return &automatorv1.CompleteBatchResponse{Outcomes: make([]*automatorv1.CompleteOutcome, len(in.GetResults()))}, nil
+}
+
+// TestABatchCallEndsByItsUnitsDeadline: a batch's call lasts as long as
+// the longest bound of its results' attempts (one given longer after it
+// ran out), but never past the deadline of one of its units: a result
+// that went out later would be reported after its unit's deadline
+// (guarantee 7), once a link that was connecting came back. Before, the
+// call's end was the latest bound, whatever the units' deadlines.
+func TestABatchCallEndsByItsUnitsDeadline(t *testing.T) {
+	t.Parallel()
+	c := &deadlineBatch{}
+	p := newPoster(c, nil, tuning{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // its attempt's bound
+	defer cancel()
+	deadline := time.Now().Add(time.Minute) // its unit's
+	if err := p.completeWaiting(ctx, &automatorv1.CompleteRequest{WorkId: "w_a"}, deadline, false); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.batches) != 1 || c.batches[0].After(deadline) {
+		t.Fatalf("CompleteBatch calls ending at %v; want one, ending by the unit's deadline %v", c.batches, deadline)
+	}
+}
+
+// TestARetryWaitingForAConnectionGoesAlone: a retry, which waits for a
+// connection (grpc.WaitForReady), is posted with a Complete of its own,
+// within its own bound, not in a batch, whose call waits as long as the
+// longest bound of its results: it would go out past its own once the
+// link came back (a review: 324 ms past its deadline). It does not wait
+// for a batch on its way either.
+func TestARetryWaitingForAConnectionGoesAlone(t *testing.T) {
+	t.Parallel()
+	c := &scriptedBatch{release: make(chan struct{}), started: make(chan struct{})}
+	p := newPoster(c, nil, tuning{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(c.release) }) }
+	t.Cleanup(release)
+	first := make(chan error, 1)
+	go func() { first <- p.complete(context.Background(), &automatorv1.CompleteRequest{WorkId: "w_0"}) }()
+	waittest.Recv(t, c.started, "the first result's CompleteBatch call to start")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	retry := make(chan error, 1)
+	go func() {
+		retry <- p.completeWaiting(ctx, &automatorv1.CompleteRequest{WorkId: "w_retry"}, time.Now().Add(time.Hour), true)
+	}()
+	if err := waittest.Recv(t, retry, "the retry to be posted while a batch is on its way"); err != nil {
+		t.Fatalf("the retry: %v", err)
+	}
+	release()
+	if err := waittest.Recv(t, first, "the first post to return"); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.calls) != 1 || len(c.calls[0]) != 1 || c.calls[0][0] != "w_0" {
+		t.Fatalf("CompleteBatch calls %v; want only [[w_0]]: the retry alone, with Complete", c.calls)
+	}
+}

@@ -112,7 +112,7 @@ func (a *Agent) deliver(ctx context.Context, deadline time.Time, req *automatorv
 		// failed so, and the result was lost). The first attempt does
 		// not: a stopping proxy makes it with no connection to wait for.
 		waited := attempt > 1
-		err := a.poster.completeWaiting(actx, req, waited)
+		err := a.poster.completeWaiting(actx, req, deadline, waited)
 		// Its time is up when its deadline has passed, whether or not
 		// actx's timer has fired yet: a batch's call, whose own deadline
 		// is about the same, may end first on a loaded machine, and an
