@@ -67,12 +67,14 @@ func TestProxyNeverImportsTheStore(t *testing.T) {
 }
 
 // TestRunnerStandsAlone: the script runner imports nothing else of ours
-// but three leaves: the list of environment variables a command may not
+// but four leaves: the list of environment variables a command may not
 // set and the rules of a script's name, which the automator checks too,
-// and Windows's device names, which service names are checked against too.
+// the characters shown as they are, which script names and instance ids
+// are held to, and Windows's device names, which service names are
+// checked against too. They import the standard library, and each other.
 func TestRunnerStandsAlone(t *testing.T) {
 	self := module + "/proxy/runner"
-	shared := []string{module + "/internal/scriptenv", module + "/internal/scriptname", module + "/internal/winname"}
+	shared := []string{module + "/internal/scriptenv", module + "/internal/scriptname", module + "/internal/printable", module + "/internal/winname"}
 	for _, goos := range []string{"linux", "windows"} {
 		for _, d := range deps(t, goos, self) {
 			if strings.HasPrefix(d, module+"/") && d != self && !slices.Contains(shared, d) {
@@ -81,7 +83,7 @@ func TestRunnerStandsAlone(t *testing.T) {
 		}
 		for _, leaf := range shared {
 			for _, d := range deps(t, goos, leaf) {
-				if !isStd(d) && d != leaf {
+				if !isStd(d) && !slices.Contains(shared, d) {
 					t.Errorf("GOOS=%s: %s, which proxy/runner imports, depends on %s", goos, leaf, d)
 				}
 			}
@@ -105,12 +107,13 @@ func TestStoreTypesImportNothingOfOurs(t *testing.T) {
 // the service log tests' checks, internal/pidtest, the tests' check that
 // a process ended, internal/closedport, the tests' refused addresses,
 // internal/delayline, the tests' link with a long round trip,
-// internal/testparallel, the tests' raised -test.parallel, and
-// internal/socktest, the tests' reads of TCP options, are for
+// internal/testparallel, the tests' raised -test.parallel,
+// internal/socktest, the tests' reads of TCP options, and
+// internal/leaktest, the tests' goroutine-leak options, are for
 // tests only; no package of automator/ or proxy/ (their tests aside)
 // depends on them.
 func TestNothingOfOursImportsTheTestHarness(t *testing.T) {
-	harnesses := []string{module + "/internal/proctest", module + "/internal/waittest", module + "/internal/readmetest", module + "/internal/logtest", module + "/internal/pidtest", module + "/internal/closedport", module + "/internal/delayline", module + "/internal/testparallel", module + "/internal/socktest"}
+	harnesses := []string{module + "/internal/proctest", module + "/internal/waittest", module + "/internal/readmetest", module + "/internal/logtest", module + "/internal/pidtest", module + "/internal/closedport", module + "/internal/delayline", module + "/internal/testparallel", module + "/internal/socktest", module + "/internal/leaktest"}
 	for _, goos := range []string{"linux", "windows"} {
 		for _, tree := range []string{module + "/automator/...", module + "/proxy/..."} {
 			for _, d := range deps(t, goos, tree) {
