@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/opsgate/opsgate/crypto"
+	"github.com/opsgate/opsgate/internal/leaktest"
 	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"github.com/opsgate/opsgate/proxy/runner"
@@ -35,9 +36,7 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(ShortProxyEnv); spec != "" {
 		os.Exit(runShortProxy(spec)) // a proxy process of shortage_linux_test.go
 	}
-	// The thread scripts are started from lives as long as the process
-	// (runner's startScript).
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/opsgate/opsgate/proxy/runner.spawnLoop"))
+	goleak.VerifyTestMain(m, leaktest.Options()...)
 }
 
 // fakeAutomator implements Client behind the agent's narrow interface: each

@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/opsgate/opsgate/internal/leaktest"
 	"go.uber.org/goleak"
 )
 
@@ -16,7 +17,5 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(proxyChildEnv); dir != "" {
 		os.Exit(runAsProxy(dir)) // a child of TestScriptsOfAProxyKilledWithSIGKILLAreKilled
 	}
-	// The thread scripts are started from lives as long as the process
-	// (startScript).
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/opsgate/opsgate/proxy/runner.spawnLoop"))
+	goleak.VerifyTestMain(m, leaktest.Options()...)
 }

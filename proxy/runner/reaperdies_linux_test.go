@@ -21,7 +21,9 @@ func TestAReaperThatEndsByItselfIsStartedAgainAMinuteLaterNotAtEveryScript(t *te
 	dir := t.TempDir()
 	starts := filepath.Join(dir, "starts")
 	exe := filepath.Join(dir, "reaper")
-	if err := os.WriteFile(exe, []byte("#!/bin/sh\necho started >> '"+starts+"'\nexit 2\n"), 0o755); err != nil {
+	// Not os.WriteFile: a test forking beside it would hold the file
+	// open for writing, and its start fail, "text file busy".
+	if err := writeFileNoFork(exe, []byte("#!/bin/sh\necho started >> '"+starts+"'\nexit 2\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	r, _, warned := newTestReaper(t)

@@ -3,7 +3,8 @@ package service
 import (
 	"testing"
 
+	"github.com/opsgate/opsgate/internal/leaktest"
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leaktest.Options()...) }

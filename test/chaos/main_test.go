@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/opsgate/opsgate/internal/leaktest"
 	"github.com/opsgate/opsgate/internal/proctest"
 )
 
@@ -34,7 +35,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	bins.Remove()
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		if err := goleak.Find(leaktest.Options()...); err != nil {
 			fmt.Fprintln(os.Stderr, "chaos: leaked goroutines:", err)
 			code = 1
 		}
