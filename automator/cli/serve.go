@@ -191,7 +191,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	// lately: a poll on one silent for long (its proxy's host lost power)
 	// is handed work last.
 	headroom := acceptwait.NewHeadroom(log)
-	lis := lastread.Wrap(acceptwait.Wrap(raw, headroom, acceptOptions("gRPC", metrics.ListenerGRPC, m, log)), nil)
+	lis := lastread.Wrap(acceptwait.Wrap(grpcwire.LimitNotSentListener(raw), headroom, acceptOptions("gRPC", metrics.ListenerGRPC, m, log)), nil)
 	defer lis.Close()
 	srv, err := server.New(server.Options{
 		Store:          timed,
@@ -231,7 +231,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		// Proxies ping every 10 s so middleboxes keep idle connections open
 		// and dead ones are noticed; allow that, refuse faster pings.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: serverPingTimeout}),
 		// Anyone who can reach the listener can open a connection: one that
 		// never finishes its TLS handshake and HTTP/2 preface holds a file
 		// descriptor and a goroutine for grpcHandshakeTimeout (gRPC's own
@@ -354,6 +354,19 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	}
 	return nil
 }
+
+// serverPingTimeout is how long the automator's keepalive waits for the
+// answer to its ping, sent to a connection it has read nothing from for
+// 30 s (grpc-go also makes it the socket's TCP_USER_TIMEOUT). The ping
+// waits behind what the automator has already written to the connection
+// (gRPC's write buffer, 32 KiB, and what the kernel holds unsent,
+// grpcwire.NotSentLowat, and in flight): a large command on its way to a
+// proxy behind 64 kbit/s is 70–120 KB of it, 9–15 s (measured in network
+// namespaces), and with 10 s the connection was dropped in the middle of
+// the command (a review). 20 s, as the proxy gives the pings of its
+// connection that posts large results; a dead connection is given up
+// within 50 s.
+const serverPingTimeout = 20 * time.Second
 
 // acceptOptions are those of a listener named name in the log, counted
 // under label on /metrics. Short of file descriptors, it waits to accept

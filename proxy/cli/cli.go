@@ -398,7 +398,7 @@ var Keepalive = keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * 
 
 // UploadKeepalive is the keepalive of the connection that posts large
 // results (DialUploads). Its ping waits behind what of the result gRPC
-// (its write buffer, 32 KiB) and the kernel (notSentLowat, and the bytes in
+// (its write buffer, 32 KiB) and the kernel (grpcwire.NotSentLowat, and the bytes in
 // flight) already hold: about 60 KB, 7.5 s at 64 kbit/s, the slowest
 // upload a post is given time for. 20 s leaves room for that and a slow
 // round trip; a connection cut mid-upload is noticed within 30 s. The

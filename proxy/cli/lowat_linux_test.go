@@ -8,11 +8,12 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/opsgate/opsgate/internal/grpcwire"
 	"github.com/opsgate/opsgate/internal/socktest"
 )
 
 // TestTheConnectionToTheAutomatorHoldsLittleUnsent: the proxy's connection
-// to the automator lets the kernel hold at most notSentLowat bytes not yet
+// to the automator lets the kernel hold at most grpcwire.NotSentLowat bytes not yet
 // sent, so a keepalive ping or a poll is not queued behind megabytes of a
 // large result on a thin uplink (and the connection is not dropped as dead
 // while the ping waits).
@@ -39,8 +40,8 @@ func TestTheConnectionToTheAutomatorHoldsLittleUnsent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := notSent(t, conn); got != notSentLowat {
-		t.Fatalf("TCP_NOTSENT_LOWAT %d after the handshake (%d before), want %d", got, before, notSentLowat)
+	if got := notSent(t, conn); got != grpcwire.NotSentLowat {
+		t.Fatalf("TCP_NOTSENT_LOWAT %d after the handshake (%d before), want %d", got, before, grpcwire.NotSentLowat)
 	}
 }
 

@@ -82,7 +82,7 @@ func startEcho(dir string) (addr string, stop func(), err error) {
 		grpc.MaxRecvMsgSize(maxMessage),
 		grpc.MaxSendMsgSize(maxMessage),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 20 * time.Second}),
 	)...)
 	automatorv1.RegisterAutomatorServiceServer(gs, echoService{})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

@@ -1,6 +1,6 @@
 //go:build linux || darwin
 
-package cli
+package grpcwire
 
 import "golang.org/x/sys/unix"
 

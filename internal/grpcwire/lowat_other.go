@@ -1,6 +1,6 @@
 //go:build !linux && !darwin
 
-package cli
+package grpcwire
 
 // setNotSentLowat does nothing: the system has no TCP_NOTSENT_LOWAT.
 func setNotSentLowat(uintptr, int) {}
