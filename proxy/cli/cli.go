@@ -358,6 +358,7 @@ func dial(cfg config.Config, opts ...grpc.DialOption) (*grpc.ClientConn, error) 
 	}
 	opts = append(opts, grpcwire.DialOptions()...)
 	opts = append(opts, grpcwire.WatchAnswers()...)
+	opts = append(opts, resolveOptions...)
 	if dialsDirect(os.Getenv, addr) {
 		// Direct, as gRPC would dial: a connection attempt over a link
 		// that drops packets sends its SYN again every second, so the
@@ -373,6 +374,14 @@ func dial(cfg config.Config, opts ...grpc.DialOption) (*grpc.ClientConn, error) 
 		grpc.WithConnectParams(Reconnect),
 	)...)
 }
+
+// resolveOptions are how the proxy resolves the automator's name: gRPC's
+// DNS resolver without its lookup of a service config (a TXT record,
+// _grpc_config.HOST), which the proxy has no use for. That lookup asks the
+// DNS servers even for a name the hosts file has, and a DNS server that
+// does not answer held every start, and every new connection after a
+// failover, 10 s (two tries 5 s apart; a review, in network namespaces).
+var resolveOptions = []grpc.DialOption{grpc.WithDisableServiceConfig()}
 
 // Reconnect is how the proxy dials the automator again after losing it:
 // within a few seconds of its return (a restart, an upgrade), where
