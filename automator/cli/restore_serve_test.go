@@ -240,3 +240,21 @@ func serveInBackground(t *testing.T, dir string) (stop func() *logtest.Buffer) {
 		return log
 	}
 }
+
+// TestServeSaysWhenItHasStopped: the last line serve logs, once it has
+// shut down, says it has stopped; "shutting down" comes before it (a
+// review: that was the last line, and said nothing of whether the
+// shutdown finished).
+func TestServeSaysWhenItHasStopped(t *testing.T) {
+	t.Parallel()
+	dir := initDir(t)
+	listenOnAnyPort(t, dir)
+	log := serveInBackground(t, dir)().String()
+	lines := strings.Split(strings.TrimSpace(log), "\n")
+	if last := lines[len(lines)-1]; !strings.Contains(last, "msg=stopped") {
+		t.Fatalf("serve's last log line: %q; want it to say it stopped. Its log:\n%s", last, log)
+	}
+	if !strings.Contains(log, `msg="shutting down"`) {
+		t.Errorf("serve's log does not say it shuts down:\n%s", log)
+	}
+}

@@ -352,6 +352,10 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) && !errors.Is(serveErr, grpc.ErrServerStopped) {
 		return fmt.Errorf("serving: %w", serveErr)
 	}
+	// The last line: the listeners are closed and the store is about to
+	// be (a review: "shutting down" was the last, and said nothing of
+	// whether the shutdown finished).
+	log.Info("stopped")
 	return nil
 }
 
