@@ -27,7 +27,7 @@ func TestSlowStoreCallsAreLoggedAtMostOncePerWindow(t *testing.T) {
 		buf.Reset()
 		return out
 	}
-	const msg = `level=WARN msg="store calls were slow: the database's disk or its connection holds up the calls that write, units' ends and timeouts among them"`
+	const msg = `level=WARN msg="store calls were slow: the database's disk or its connection, or another program holding the database locked, holds up the calls that write, units' ends and timeouts among them"`
 
 	c.note("WorkClaim", 900*time.Millisecond)
 	if got := lines(); len(got) != 0 {

@@ -88,7 +88,7 @@ func (c *slowCalls) note(method string, took time.Duration) {
 	if len(attrs) == 0 {
 		return
 	}
-	c.log.Warn("store calls were slow: the database's disk or its connection holds up the calls that write, units' ends and timeouts among them", attrs...)
+	c.log.Warn("store calls were slow: the database's disk or its connection, or another program holding the database locked, holds up the calls that write, units' ends and timeouts among them", attrs...)
 	c.logged, c.more, c.slowest, c.which = now, 0, 0, ""
 	c.pending.Store(false)
 }

@@ -142,5 +142,6 @@ func TestACallUnderWayWhenTheDatabaseWentEndsNoOutage(t *testing.T) {
 // its log, its bounded log lines and no metrics.
 func bareServer(log *slog.Logger) *Server {
 	return &Server{log: log, storeMetrics: noStoreMetrics{},
-		timedOutLog: newTimedOutLog(log, realClock{}), diskFullLog: newDiskFullLog(log, realClock{})}
+		timedOutLog: newTimedOutLog(log, realClock{}), diskFullLog: newDiskFullLog(log, realClock{}),
+		lockedLog: newLockedLog(log, realClock{}), internalLog: newInternalLog(log, realClock{}), unfailedLog: newUnfailedLog(log, realClock{})}
 }

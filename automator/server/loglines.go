@@ -29,6 +29,33 @@ func newDiskFullLog(log *slog.Logger, clock Clock) *loglimit.Limiter {
 		SummaryAttrs: []any{"see", `automator_store_errors_total{kind="storage_full"}`}}
 }
 
+// newLockedLog bounds the lines of store calls that failed because another
+// program held the SQLite database locked: each call that writes fails so
+// while it lasts.
+func newLockedLog(log *slog.Logger, clock Clock) *loglimit.Limiter {
+	return &loglimit.Limiter{Logger: log, Level: slog.LevelError, Now: clock.Now,
+		Summary:      "store calls that found the database locked by another program, not logged one by one",
+		SummaryAttrs: []any{"see", `automator_store_errors_total{kind="locked"}`}}
+}
+
+// newInternalLog bounds the lines of internal errors: each call may meet
+// one while a fault of a kind not told apart lasts.
+func newInternalLog(log *slog.Logger, clock Clock) *loglimit.Limiter {
+	return &loglimit.Limiter{Logger: log, Level: slog.LevelError, Now: clock.Now,
+		Summary:      "internal errors, not logged one by one",
+		SummaryAttrs: []any{"see", `automator_store_errors_total{kind="other"}`}}
+}
+
+// newUnfailedLog bounds the lines of units handed to a poll whose answer
+// never reached its proxy, which could not be failed: while the database
+// fails every write (locked, out of reach), one a unit, at the callers'
+// pace, most of them units whose storing failed too.
+func newUnfailedLog(log *slog.Logger, clock Clock) *loglimit.Limiter {
+	return &loglimit.Limiter{Logger: log, Level: slog.LevelWarn, Now: clock.Now,
+		Summary:      "units claimed for polls whose answers never reached their proxies that could not be failed, not logged one by one: those stored time out at their deadlines",
+		SummaryAttrs: []any{"see", "automator_store_errors_total"}}
+}
+
 // newDamagedLog bounds the lines of store calls that failed on a damaged
 // database: each call that reads or writes the damaged part fails, every
 // time, until it is repaired. Each caller is told; the lines say what to

@@ -71,6 +71,9 @@ const (
 	StoreErrorStorageFull = "storage_full"
 	// StoreErrorDamaged: the database is damaged (store.IsDamaged).
 	StoreErrorDamaged = "damaged"
+	// StoreErrorLocked: another program held the database locked past
+	// the store's wait (store.IsLocked).
+	StoreErrorLocked = "locked"
 	// StoreErrorOther: any other failure (an internal error).
 	StoreErrorOther = "other"
 )
@@ -132,6 +135,8 @@ func (s *Server) storeFailed(err error) {
 		s.storeMetrics.StoreFailed(StoreErrorStorageFull)
 	case store.IsDamaged(err):
 		s.storeMetrics.StoreFailed(StoreErrorDamaged)
+	case store.IsLocked(err):
+		s.storeMetrics.StoreFailed(StoreErrorLocked)
 	default:
 		s.storeMetrics.StoreFailed(StoreErrorOther)
 	}

@@ -568,7 +568,7 @@ func (s *Server) failUnsent(ctx context.Context, proxySaid bool, why string, ws 
 				// Not this claim's, or not stored.
 			default:
 				claimed(w)
-				s.log.Warn("unit claimed for a poll whose answer never reached its proxy: could not fail it; if it is stored (a unit whose storing failed may not be), it times out at its deadline",
+				s.unfailedLog.Log("unit claimed for a poll whose answer never reached its proxy: could not fail it; if it is stored (a unit whose storing failed may not be), it times out at its deadline",
 					"work_id", w.ID, "account", w.Account, "instance_id", w.InstanceID, "why", why, "deadline", w.Deadline, "err", err)
 			}
 		})

@@ -183,8 +183,12 @@ type Server struct {
 	// timed out, of store calls refused for lack of disk space, and of
 	// those that met a damaged database (loglines.go).
 	timedOutLog, diskFullLog, damagedLog *loglimit.Limiter
-	ownDamagedLog                        *loglimit.Limiter // the automator's own calls that met a damaged database (storeFailure)
-	repair                               string            // what to do about a damaged database (Options.Repair)
+	// lockedLog and internalLog bound the lines of calls that found the
+	// database locked by another program, and of other internal errors;
+	// unfailedLog those of units of lost poll answers not failed.
+	lockedLog, internalLog, unfailedLog *loglimit.Limiter
+	ownDamagedLog                       *loglimit.Limiter // the automator's own calls that met a damaged database (storeFailure)
+	repair                              string            // what to do about a damaged database (Options.Repair)
 	// refusedPollLog, queueFullLog and deniedLog bound the lines of polls
 	// refused for their keys, units refused for a full queue, and calls of
 	// API keys outside their accounts (loglines.go).
@@ -298,6 +302,8 @@ func New(o Options) (*Server, error) {
 	}
 	s.authFailLog = newAuthFailLog(o.Logger, o.Clock)
 	s.timedOutLog, s.diskFullLog = newTimedOutLog(o.Logger, o.Clock), newDiskFullLog(o.Logger, o.Clock)
+	s.lockedLog, s.internalLog = newLockedLog(o.Logger, o.Clock), newInternalLog(o.Logger, o.Clock)
+	s.unfailedLog = newUnfailedLog(o.Logger, o.Clock)
 	s.damagedLog, s.repair = newDamagedLog(o.Logger, o.Clock, "of callers and proxies", o.Repair), o.Repair
 	s.ownDamagedLog = newDamagedLog(o.Logger, o.Clock, "of the automator's own (the sweeper's, the instances', the audit log's)", o.Repair)
 	s.refusedPollLog, s.queueFullLog, s.deniedLog = newRefusedPollLog(o.Logger, o.Clock), newQueueFullLog(o.Logger, o.Clock), newDeniedLog(o.Logger, o.Clock)

@@ -194,6 +194,20 @@ func IsDamaged(err error) bool {
 	return false
 }
 
+// IsLocked reports whether err says another program held the database
+// locked past the store's wait for it: SQLite's SQLITE_BUSY or
+// SQLITE_LOCKED (a sqlite3 shell or a tool holding a write transaction
+// open on the file). The call took no effect; it may succeed once the
+// other program lets go.
+func IsLocked(err error) bool {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		code := se.Code() & 0xff
+		return code == sqlite3.SQLITE_BUSY || code == sqlite3.SQLITE_LOCKED
+	}
+	return false
+}
+
 // IsUnavailable reports whether err says the database could not be
 // reached, or dropped the connection a call was on: PostgreSQL shutting
 // down, crashed or still starting (SQLSTATE 57P01, 57P02, 57P03), refusing

@@ -1,0 +1,78 @@
+package server_test
+
+import (
+	"database/sql"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/opsgate/opsgate/automator/server"
+	"github.com/opsgate/opsgate/internal/loglimit"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// TestADatabaseLockedByAnotherProgramIsUnavailableAndSaysSo: while another
+// program holds the SQLite database in a write transaction (a sqlite3
+// shell's BEGIN IMMEDIATE, here a connection of the test's own), a caller
+// that queues work is told the database is locked by another program and
+// that nothing was stored, with Unavailable, which it may retry, rather
+// than an internal error; the failure is counted as kind "locked", and the
+// log has at most loglimit.DefaultLines lines of it a minute, not one per
+// call (a review: 74 "internal error" lines in 130 s). Each call waits the
+// store's 5 s for the lock first.
+func TestADatabaseLockedByAnotherProgramIsUnavailableAndSaysSo(t *testing.T) {
+	t.Parallel()
+	var log syncLog
+	m := &storeFailures{}
+	e := newEnv(t, envOptions{log: &log, metrics: m, clock: newFakeClock(), sweepInterval: time.Hour})
+	other, err := sql.Open("sqlite", "file:"+e.dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	tx, err := other.BeginTx(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	// Taken at the first write: the lock a sqlite3 shell's BEGIN
+	// IMMEDIATE takes.
+	if _, err := tx.Exec("CREATE TABLE other_programs (x)"); err != nil {
+		t.Fatal(err)
+	}
+	const calls = loglimit.DefaultLines + 2
+	errs := make(chan error, calls)
+	for range calls {
+		go func() {
+			_, err := e.callerClient().Submit(t.Context(), &automatorv1.ExecuteRequest{Account: e.account,
+				Command: &automatorv1.Command{Script: "@ping"}, Timeout: durationpb.New(time.Minute)})
+			errs <- err
+		}()
+	}
+	for range calls {
+		err := <-errs
+		if st := status.Convert(err); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "database is locked by another program while queueing work: nothing was stored") {
+			t.Fatalf("Submit while another program holds the database: %v; want Unavailable saying the database is locked by another program and nothing was stored", err)
+		}
+	}
+	if n := m.count(server.StoreErrorLocked); n < calls {
+		t.Errorf("%d store errors of kind %s counted for %d calls, want at least %d", n, server.StoreErrorLocked, calls, calls)
+	}
+	if n := len(log.lines("locked by another program")); n > loglimit.DefaultLines {
+		t.Errorf("%d lines for %d calls within a minute, want at most %d", n, calls, loglimit.DefaultLines)
+	}
+	if n := len(log.lines("internal error")); n > 0 {
+		t.Errorf("%d internal error lines; want none:\n%s", n, log.lines("internal error"))
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.callerClient().Submit(t.Context(), &automatorv1.ExecuteRequest{Account: e.account,
+		Command: &automatorv1.Command{Script: "@ping"}, Timeout: durationpb.New(time.Minute)}); err != nil {
+		t.Fatalf("Submit once the other program let go: %v", err)
+	}
+}
