@@ -86,6 +86,7 @@ func BeginWithinUnlessHeard(ctx context.Context, begin, whole time.Duration, hea
 	ctx = context.WithValue(ctx, sentKey{}, new(callMarks))
 	b := &beginTimer{heard: heard, stop: stop}
 	b.mu.Lock()
+	b.due = time.Now().Add(begin)
 	b.t = time.AfterFunc(begin, b.fire)
 	b.mu.Unlock()
 	ctx = WhenAnswerStarts(ctx, b.settle)
@@ -96,14 +97,27 @@ func BeginWithinUnlessHeard(ctx context.Context, begin, whole time.Duration, hea
 	}
 }
 
+// lateFire is how late past its time a timer that fires tells that this
+// process, or its host, was stopped meanwhile (SIGSTOP, a frozen virtual
+// machine): its timers then all fire at once when it resumes, before the
+// goroutines that read what came meanwhile have run.
+const lateFire = time.Second
+
 // beginTimer ends a call whose answer did not begin in time
 // (BeginWithinUnlessHeard).
 type beginTimer struct {
 	heard func() time.Time
 	stop  context.CancelCauseFunc
 
-	mu sync.Mutex
-	t  *time.Timer
+	mu  sync.Mutex
+	t   *time.Timer
+	due time.Time // when t was set to fire
+	// resumed is set once t fired lateFire or more past due: it was set
+	// again, once, for Quiet, so that an answer that came while the
+	// process was stopped is read rather than given up (a review: a
+	// proxy paused 48 s blamed the automator as it resumed, and its poll
+	// was tried again).
+	resumed bool
 	// settled is set once the answer began or the call ended: the timer
 	// is not set again.
 	settled bool
@@ -117,9 +131,17 @@ func (b *beginTimer) fire() {
 		b.mu.Unlock()
 		return
 	}
+	if now := time.Now(); !b.resumed && now.Sub(b.due) >= lateFire {
+		b.resumed = true
+		b.due = now.Add(Quiet)
+		b.t.Reset(Quiet)
+		b.mu.Unlock()
+		return
+	}
 	cause := ErrNoAnswer
 	if b.heard != nil {
 		if wait := time.Until(b.heard().Add(Quiet)); wait > 0 {
+			b.due = time.Now().Add(wait)
 			b.t.Reset(wait)
 			b.busy = true
 			b.mu.Unlock()
