@@ -193,7 +193,7 @@ func cmdAccountList(ctx context.Context, args []string, env Env) error {
 
 // printRefused says, after the account table (whose columns it would
 // widen), how many instances of each account poll and are refused (for want
-// of a usable key, or for an expired account token), and the fix: a stranded or refused account with such
+// of a usable key, for an expired account token, or for a wrong key), and the fix: a stranded or refused account with such
 // instances has proxies up, not down.
 func printRefused(out io.Writer, stats []store.AccountStats) error {
 	var refused []store.AccountStats
@@ -205,7 +205,7 @@ func printRefused(out io.Writer, stats []store.AccountStats) error {
 	if len(refused) == 0 {
 		return nil
 	}
-	fmt.Fprintln(out, "\ninstances refused: they poll but hold no usable key of their account or an expired account token (a profile of before a key rotation); install the account's latest profile on them (`automator instances --account NAME` names them):")
+	fmt.Fprintln(out, "\ninstances refused: they poll but hold no usable key of their account or an expired account token (a profile of before a key rotation), or a key that is not the account's key of its id (another account's key line); install the account's latest profile on them (`automator instances --account NAME` names them and the cause):")
 	w := table(out)
 	for _, a := range refused {
 		fmt.Fprintf(w, "%s\t%d refused\n", a.Account, a.InstancesRefused)
