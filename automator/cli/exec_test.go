@@ -20,7 +20,6 @@ import (
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/pgstore/pgtest"
 	"github.com/opsgate/opsgate/internal/closedport"
-	"github.com/opsgate/opsgate/internal/leaktest"
 	"github.com/opsgate/opsgate/internal/pidtest"
 	"github.com/opsgate/opsgate/internal/waittest"
 )
@@ -31,7 +30,7 @@ import (
 func TestMain(m *testing.M) {
 	code := pgtest.Main(m)
 	if code == 0 {
-		if err := goleak.Find(leaktest.Options()...); err != nil {
+		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "automator/cli: leaked goroutines:", err)
 			code = 1
 		}

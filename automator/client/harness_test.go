@@ -14,7 +14,6 @@ import (
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/client"
 	"github.com/opsgate/opsgate/crypto"
-	"github.com/opsgate/opsgate/internal/leaktest"
 	"github.com/opsgate/opsgate/internal/testparallel"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
@@ -26,7 +25,7 @@ import (
 // `make test` mostly idle (123 s of wall for 15 s of CPU).
 func TestMain(m *testing.M) {
 	testparallel.Default(6)
-	goleak.VerifyTestMain(m, leaktest.Options()...)
+	goleak.VerifyTestMain(m)
 }
 
 // unreachables records what a client's OnUnreachable (tell) is told.

@@ -26,12 +26,11 @@ import (
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
 	"github.com/opsgate/opsgate/crypto"
-	"github.com/opsgate/opsgate/internal/leaktest"
 	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leaktest.Options()...) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const pollWindow = time.Second
 

@@ -18,11 +18,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/opsgate/opsgate/automator/automatortest"
-	"github.com/opsgate/opsgate/internal/leaktest"
 	"github.com/opsgate/opsgate/internal/waittest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leaktest.Options()...) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // api is an HTTP caller of one automator.
 type api struct {

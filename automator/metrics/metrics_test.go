@@ -22,10 +22,9 @@ import (
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/sqlitestore"
-	"github.com/opsgate/opsgate/internal/leaktest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leaktest.Options()...) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // scrape serves /metrics once and parses it.
 func scrape(t *testing.T, m *metrics.Metrics) map[string]*dto.MetricFamily {

@@ -21,10 +21,9 @@ import (
 
 	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/internal/closedport"
-	"github.com/opsgate/opsgate/internal/leaktest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leaktest.Options()...) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // start runs an automator and one proxy instance serving the repository's
 // example scripts (deploy/scripts), as `make demo` does.

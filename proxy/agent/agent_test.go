@@ -23,7 +23,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/opsgate/opsgate/crypto"
-	"github.com/opsgate/opsgate/internal/leaktest"
 	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 	"github.com/opsgate/opsgate/proxy/runner"
@@ -36,7 +35,7 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(ShortProxyEnv); spec != "" {
 		os.Exit(runShortProxy(spec)) // a proxy process of shortage_linux_test.go
 	}
-	goleak.VerifyTestMain(m, leaktest.Options()...)
+	goleak.VerifyTestMain(m)
 }
 
 // fakeAutomator implements Client behind the agent's narrow interface: each

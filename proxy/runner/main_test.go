@@ -4,7 +4,6 @@ import (
 	"os"
 	"testing"
 
-	"github.com/opsgate/opsgate/internal/leaktest"
 	"go.uber.org/goleak"
 )
 
@@ -17,5 +16,5 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(proxyChildEnv); dir != "" {
 		os.Exit(runAsProxy(dir)) // a child of TestScriptsOfAProxyKilledWithSIGKILLAreKilled
 	}
-	goleak.VerifyTestMain(m, leaktest.Options()...)
+	goleak.VerifyTestMain(m)
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -342,54 +341,5 @@ exec sleep 600
 			t.Fatalf("10s after its proxy died, the script (pid %d), never registered with the reaper, still runs; the proxy's log:\n%s", pids[0], data)
 		}
 		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// TestAScriptOutlivesTheEndOfOtherThreads: the parent-death signal comes
-// when the thread that forked the script ends, not only the process. The
-// Go runtime ends a thread whose goroutine ends locked to it, so scripts
-// are started from a thread that no other goroutine gets
-// (startScript): here goroutines that end locked, many threads' worth,
-// kill none of the scripts started before them.
-func TestAScriptOutlivesTheEndOfOtherThreads(t *testing.T) {
-	t.Parallel()
-	var cmds []*exec.Cmd
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Go(func() {
-			cmd := exec.Command("sleep", "600")
-			configureCmd(cmd)
-			if err := startScript(cmd); err != nil {
-				t.Error(err)
-				return
-			}
-			mu.Lock()
-			cmds = append(cmds, cmd)
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	t.Cleanup(func() {
-		for _, cmd := range cmds {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
-	for range 8 {
-		var ended sync.WaitGroup
-		for range 32 {
-			ended.Go(func() {
-				runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-				time.Sleep(time.Millisecond)
-			})
-		}
-		ended.Wait()
-	}
-	time.Sleep(100 * time.Millisecond) // a signal sent is delivered within it
-	for _, cmd := range cmds {
-		if pidtest.Gone(cmd.Process.Pid) {
-			t.Errorf("script %d ended when other threads did", cmd.Process.Pid)
-		}
 	}
 }

@@ -8,13 +8,12 @@ import (
 // threadReserve is how many threads ReserveThreads makes beyond one per
 // GOMAXPROCS (counted up to maxReservedProcs): more than a proxy running 64
 // scripts at once has been seen to use (14 in all with GOMAXPROCS 2, in
-// make bench's tiny.sh section), and on Linux the one scripts are started
-// from, which it keeps (startScript). The cap keeps the reserve of a proxy on a
+// make bench's tiny.sh section). The cap keeps the reserve of a proxy on a
 // host of many cores within a container's limit of processes (it could not
 // start under one below the reserve: its runtime aborts at the first thread
 // it cannot make).
 const (
-	threadReserve    = 17
+	threadReserve    = 16
 	maxReservedProcs = 8
 )
 

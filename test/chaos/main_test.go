@@ -12,7 +12,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/opsgate/opsgate/internal/leaktest"
 	"github.com/opsgate/opsgate/internal/proctest"
 )
 
@@ -35,7 +34,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	bins.Remove()
 	if code == 0 {
-		if err := goleak.Find(leaktest.Options()...); err != nil {
+		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "chaos: leaked goroutines:", err)
 			code = 1
 		}

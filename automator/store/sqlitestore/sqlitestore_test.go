@@ -18,14 +18,13 @@ import (
 
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/storetest"
-	"github.com/opsgate/opsgate/internal/leaktest"
 )
 
 func TestMain(m *testing.M) {
 	if path := os.Getenv(childEnv); path != "" {
 		os.Exit(runEnqueueChild(path))
 	}
-	goleak.VerifyTestMain(m, leaktest.Options()...)
+	goleak.VerifyTestMain(m)
 }
 
 // open opens a store for t and closes it when t ends.

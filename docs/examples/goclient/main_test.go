@@ -19,11 +19,10 @@ import (
 	"github.com/opsgate/opsgate/automator/client"
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/crypto"
-	"github.com/opsgate/opsgate/internal/leaktest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leaktest.Options()...) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestGoExample runs the documented Go example against a real automator
 // and proxy: a result, a failure and an unknown account.
