@@ -48,9 +48,6 @@ type Reaper struct {
 	// stderr is the reaper's: where the proxy's own stderr goes, which
 	// outlives the proxy. A field so tests can read it.
 	stderr *os.File
-	// beforeRegister, when set (by tests), runs first in register: a
-	// proxy that dies there has not told the reaper of its script.
-	beforeRegister func()
 }
 
 // NewReaper returns the reaper of this process's scripts; it starts no
@@ -225,9 +222,6 @@ func (r *Reaper) ensureLocked() {
 func (r *Reaper) register(pid int) (deregister func()) {
 	if r == nil {
 		return func() {}
-	}
-	if r.beforeRegister != nil {
-		r.beforeRegister()
 	}
 	start, err := processStartTime(pid)
 	if err != nil {

@@ -45,7 +45,7 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 		return Result{}, fmt.Errorf("%w %q: %w", ErrStart, spec.Script, startFailed(fmt.Errorf("making pipes: %w", err)))
 	}
 	spec.Reaper.prepare() // at the first script: so that this one is registered a moment after its start
-	if err := startScript(cmd); err != nil {
+	if err := cmd.Start(); err != nil {
 		streams.abort()
 		if short := startFailed(err); short != err {
 			return Result{}, fmt.Errorf("%w %q: %w", ErrStart, spec.Script, short)

@@ -240,7 +240,3 @@ func TestAStartStepShortOfHandlesMemoryOrQuotaIsAShortage(t *testing.T) {
 		t.Errorf("access denied gave a shortage: %v", err)
 	}
 }
-
-// holdBackFromReaper: no reaper process on Windows, whose job objects end
-// with the proxy.
-func holdBackFromReaper(*Reaper) {}

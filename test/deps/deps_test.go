@@ -3,10 +3,7 @@
 package deps
 
 import (
-	"bytes"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -138,46 +135,5 @@ func TestTestHarnessesBuildOnEveryUnix(t *testing.T) {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("GOOS=%s go vet of the test harnesses: %v\n%s", goos, err, out)
 		}
-	}
-}
-
-// TestNothingInTheProxyEndsAGoroutineLockedToItsThread: on Linux a script
-// gets SIGKILL when the thread that started it ends (its parent-death
-// signal, proxy/runner's startScript), and the Go runtime ends a thread
-// when a goroutine ends locked to it. So no package linked into the proxy
-// (its own and its dependencies', the runtime's own aside) may lock a
-// goroutine to its thread without unlocking it: here, every source file
-// that calls LockOSThread calls UnlockOSThread too. A dependency that
-// fails this needs reading before it is taken: a thread it ends would kill
-// the scripts started from it.
-func TestNothingInTheProxyEndsAGoroutineLockedToItsThread(t *testing.T) {
-	cmd := exec.Command("go", "list", "-deps", "-f", `{{.ImportPath}}|{{.Dir}}|{{join .GoFiles ","}}|{{join .CgoFiles ","}}`, module+"/proxy/cmd/proxy")
-	cmd.Env = append(cmd.Environ(), "GOOS=linux")
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list -deps: %v", err)
-	}
-	checked := 0
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		f := strings.Split(line, "|")
-		if len(f) != 4 || f[0] == "runtime" {
-			continue
-		}
-		for _, name := range strings.Split(f[2]+","+f[3], ",") {
-			if name == "" {
-				continue
-			}
-			src, err := os.ReadFile(filepath.Join(f[1], name))
-			if err != nil {
-				t.Fatal(err)
-			}
-			checked++
-			if bytes.Contains(src, []byte("LockOSThread()")) && !bytes.Contains(src, []byte("UnlockOSThread()")) {
-				t.Errorf("%s (%s) locks a goroutine to its thread and never unlocks it", filepath.Join(f[1], name), f[0])
-			}
-		}
-	}
-	if checked < 100 {
-		t.Fatalf("%d source files checked; want the proxy's whole build", checked)
 	}
 }
