@@ -164,7 +164,7 @@ const maxAPIKeyName = 64
 // in characters, so a name in any script gets the same 64.
 func checkAPIKeyName(name string) error {
 	n := utf8.RuneCountInString(name)
-	if n == 0 || n > maxAPIKeyName || !utf8.ValidString(name) || strings.ContainsFunc(name, printable.NotShown) {
+	if n == 0 || n > maxAPIKeyName || !utf8.ValidString(name) || printable.FirstNotShown(name) >= 0 {
 		return fmt.Errorf("API key name %q must be 1 to %d printable characters", name, maxAPIKeyName)
 	}
 	return nil

@@ -593,9 +593,9 @@ func validID(field, v string) error {
 // format character (a zero-width space, which makes an instance id that is
 // listed as another's, or a bidi override, which reverses what follows), a
 // line or paragraph separator, or a space other than U+0020. It is the
-// rule API key names and script names follow (printable.NotShown).
+// rule API key names and script names follow (printable.FirstNotShown).
 func plainText(field, v string) error {
-	if i := strings.IndexFunc(v, printable.NotShown); i >= 0 {
+	if i := printable.FirstNotShown(v); i >= 0 {
 		r, _ := utf8.DecodeRuneInString(v[i:])
 		what := "an invisible, format or separator character"
 		if unicode.IsControl(r) {

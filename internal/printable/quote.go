@@ -28,17 +28,19 @@ func Quote(s string) string {
 
 // quoted is s in Go syntax, as strconv.Quote writes it, with the
 // characters that strconv.Quote leaves as they are but NotShown counts
-// invisible (a Hangul filler, the braille blank, a variation selector)
-// escaped too: "x\u3164", not a quoted name that looks like "x".
+// invisible (a Hangul filler, the braille blank), and variation
+// selectors, escaped too: "x\u3164", not a quoted name that looks like
+// "x".
 func quoted(s string) string {
 	q := strconv.Quote(s)
-	if !strings.ContainsFunc(q, NotShown) {
+	escaped := func(r rune) bool { return NotShown(r) || isVariationSelector(r) }
+	if !strings.ContainsFunc(q, escaped) {
 		return q
 	}
 	var b strings.Builder
 	for _, r := range q {
 		switch {
-		case !NotShown(r):
+		case !escaped(r):
 			b.WriteRune(r)
 		case r > 0xffff:
 			fmt.Fprintf(&b, `\U%08x`, r)

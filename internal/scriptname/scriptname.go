@@ -33,7 +33,7 @@ func Problem(name string) string {
 		return "is not valid UTF-8"
 	case strings.IndexFunc(name, unicode.IsControl) >= 0:
 		return "contains a control character"
-	case strings.IndexFunc(name, printable.NotShown) >= 0:
+	case printable.FirstNotShown(name) >= 0:
 		// A zero-width space, a bidi override, a no-break space: listings
 		// and logs would show another name than the file's (a review),
 		// which instance ids refuse too (internal/printable).

@@ -430,12 +430,11 @@ const maxReportedHostname = 255
 // hold) replaced by U+FFFD, and cut to the length it takes, so that an odd
 // host name, which is only shown, does not get every poll refused.
 func reportedHostname(h string) string {
-	h = strings.Map(func(r rune) rune {
-		if printable.NotShown(r) {
-			return utf8.RuneError
-		}
-		return r
-	}, h)
+	h = strings.ToValidUTF8(h, string(utf8.RuneError))
+	for i := printable.FirstNotShown(h); i >= 0; i = printable.FirstNotShown(h) {
+		_, n := utf8.DecodeRuneInString(h[i:])
+		h = h[:i] + string(utf8.RuneError) + h[i+n:]
+	}
 	for len(h) > maxReportedHostname {
 		_, n := utf8.DecodeLastRuneInString(h)
 		h = h[:len(h)-n]
