@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -157,10 +158,14 @@ func (p *poster) completeWaiting(ctx context.Context, req *automatorv1.CompleteR
 // results. The call ends when every result's caller has given up (the proxy
 // stops, or its attempt's bound passed), and in any case after postBound of
 // its size or the latest of its results' bounds, whichever is later (an
-// attempt after one that ran out of time is given longer: deliver), or at
-// the earliest of its units' deadlines, if that comes first.
-func (p *poster) post(batch []*postOp) []error {
-	errs := make([]error, len(batch))
+// attempt after one that ran out of time is given longer: deliver). A
+// result whose unit's deadline comes before that end is posted alone,
+// beside the call, within its own bound: the call must not carry it past
+// its deadline, nor be cut off at it with the other results (a review:
+// ended at the earliest deadline, it failed the others, and in a stop
+// lost them).
+func (p *poster) post(all []*postOp) []error {
+	errs := make([]error, len(all))
 	if p.sinceBorn() < p.noBatchUntil.Load() {
 		// They waited for the call that found out: each goes alone.
 		for i := range errs {
@@ -168,22 +173,27 @@ func (p *poster) post(batch []*postOp) []error {
 		}
 		return errs
 	}
+	// Without some results the batch's end is no later: those kept have
+	// deadlines past it.
+	batch := make([]*postOp, 0, len(all))
+	callEnd := p.callEnd(all)
+	var alone sync.WaitGroup
+	defer alone.Wait()
+	for i, o := range all {
+		if !o.deadline.IsZero() && o.deadline.Before(callEnd) {
+			alone.Go(func() { _, errs[i] = p.client.Complete(o.ctx, o.req) })
+			continue
+		}
+		batch = append(batch, o)
+	}
+	if len(batch) == 0 {
+		return errs
+	}
 	size := 0
 	for _, o := range batch {
 		size += o.size
 	}
-	end := time.Now().Add(p.tune.postBound(size))
-	for _, o := range batch {
-		if d, ok := o.ctx.Deadline(); ok && d.After(end) {
-			end = d
-		}
-	}
-	for _, o := range batch {
-		if !o.deadline.IsZero() && o.deadline.Before(end) {
-			end = o.deadline
-		}
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), end)
+	ctx, cancel := context.WithDeadline(context.Background(), p.callEnd(batch))
 	defer cancel()
 	var waiting atomic.Int32
 	waiting.Store(int32(len(batch)))
@@ -211,13 +221,34 @@ func (p *poster) post(batch []*postOp) []error {
 	case err == nil && len(resp.GetOutcomes()) != len(batch):
 		err = status.Errorf(codes.Internal, "the automator answered %d outcomes for %d results", len(resp.GetOutcomes()), len(batch))
 	}
-	for i := range errs {
+	j := 0 // batch[j] is the next result the call carried
+	for i, o := range all {
+		if j == len(batch) || o != batch[j] {
+			continue // posted alone
+		}
 		errs[i] = err
 		if err == nil {
-			if out := resp.GetOutcomes()[i]; out.GetCode() != int32(codes.OK) {
+			if out := resp.GetOutcomes()[j]; out.GetCode() != int32(codes.OK) {
 				errs[i] = status.Error(codes.Code(out.GetCode()), out.GetMessage())
 			}
 		}
+		j++
 	}
 	return errs
+}
+
+// callEnd is when a call posting batch ends at the latest: postBound of its
+// size from now, or the latest of its results' bounds.
+func (p *poster) callEnd(batch []*postOp) time.Time {
+	size := 0
+	for _, o := range batch {
+		size += o.size
+	}
+	end := time.Now().Add(p.tune.postBound(size))
+	for _, o := range batch {
+		if d, ok := o.ctx.Deadline(); ok && d.After(end) {
+			end = d
+		}
+	}
+	return end
 }
