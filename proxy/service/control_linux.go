@@ -8,8 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/kardianos/service"
@@ -100,8 +102,9 @@ func keptLogNote(name string) string {
 }
 
 // maxLastLine bounds how much of a log's end keptLog and keepLog read for
-// its last line: the note, or the start of a JSON record, is within it.
-const maxLastLine = 4096
+// its last line: from 4 KiB, growing to it while no line starts within
+// what was read (a JSON record may be long).
+const maxLastLine = 1 << 20
 
 // lastLine is the last line of the file at path (without its newline),
 // from its last maxLastLine bytes, and whether the file ends with a
@@ -116,17 +119,21 @@ func lastLine(path string) (string, bool, error) {
 	if err != nil {
 		return "", false, err
 	}
-	off := max(fi.Size()-maxLastLine, 0)
-	b := make([]byte, fi.Size()-off)
-	if _, err := f.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
-		return "", false, err
+	for window := int64(4096); ; window *= 16 {
+		window = min(window, maxLastLine)
+		off := max(fi.Size()-window, 0)
+		b := make([]byte, fi.Size()-off)
+		if _, err := f.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
+			return "", false, err
+		}
+		ended := len(b) == 0 || b[len(b)-1] == '\n'
+		b = bytes.TrimSuffix(b, []byte("\n"))
+		i := bytes.LastIndexByte(b, '\n')
+		if i < 0 && off > 0 && window < maxLastLine {
+			continue // the line starts further back
+		}
+		return string(b[i+1:]), ended, nil
 	}
-	ended := len(b) == 0 || b[len(b)-1] == '\n'
-	b = bytes.TrimSuffix(b, []byte("\n"))
-	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
-		b = b[i+1:]
-	}
-	return string(b), ended, nil
 }
 
 // keptLog reports whether the file at path is the log of service name
@@ -137,8 +144,11 @@ func keptLog(path, name string) bool {
 		return false
 	}
 	line, _, err := lastLine(path)
-	note := keptLogNote(name)
-	return err == nil && (strings.HasSuffix(line, " "+note) || strings.HasSuffix(line, `"msg":"`+note+`"}`))
+	note := regexp.QuoteMeta(keptLogNote(name))
+	// The whole line, as keepLog writes it: a line of another's that
+	// merely ends with the note (a syslog file's, say) is not it.
+	kept := regexp.MustCompile(`^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4} ` + note + `|\{"time":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ","level":"INFO","msg":"` + note + `"\})$`)
+	return err == nil && kept.MatchString(line)
 }
 
 // keepLog appends the note to the log of service name, if it has one, in
@@ -167,7 +177,8 @@ func keepLog(name string) error {
 		// of its own.
 		note = "\n" + note
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	// Not through a link put there since the Lstat above.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return err
 	}

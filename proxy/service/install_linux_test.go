@@ -119,6 +119,9 @@ func TestSysVUninstallKeepsTheLogAndAnInstallAgainWritesOnInIt(t *testing.T) {
 	for i, c := range []struct{ line, want string }{
 		{"2026-12-07T08:00:00+0000 the service's own line\n", "^[0-9T:+-]+ " + regexp.QuoteMeta(keptLogNote(name)) + "$"},
 		{`{"time":"2026-12-07T08:00:00Z","level":"INFO","msg":"the service's own record"}` + "\n", `^\{"time":"[0-9T:Z-]+","level":"INFO","msg":"` + regexp.QuoteMeta(keptLogNote(name)) + `"\}$`},
+		// A record longer than the first read of the log's end: JSON
+		// still.
+		{`{"time":"2026-12-07T08:00:00Z","level":"INFO","msg":"` + strings.Repeat("x", 5000) + `"}` + "\n", `^\{"time":"[0-9T:Z-]+","level":"INFO","msg":"` + regexp.QuoteMeta(keptLogNote(name)) + `"\}$`},
 		// A service killed in the middle of a record: the note on a
 		// line of its own.
 		{`{"time":"2026-12-07T08:00:00Z","level":"INFO","msg":"cut`, `^\{"time":"[0-9T:Z-]+","level":"INFO","msg":"` + regexp.QuoteMeta(keptLogNote(name)) + `"\}$`},
@@ -164,15 +167,20 @@ func TestSysVUninstallKeepsTheLogAndAnInstallAgainWritesOnInIt(t *testing.T) {
 		}
 	}
 	// A kept log whose last line another hand wrote is not taken for the
-	// service's: install refuses it as another program's.
-	if err := os.WriteFile(log, []byte("someone else's line\n"), 0o640); err != nil {
-		t.Fatal(err)
-	}
-	if err := Install(spec); err == nil || !strings.Contains(err.Error(), log) {
-		t.Errorf("install over a log not ending with the note: %v; want it refused, naming %s", err, log)
-	}
-	if got := KeptLog(name); got != "" {
-		t.Errorf("KeptLog of a log not ending with the note: %q, want none", got)
+	// service's: install refuses it as another program's, also when that
+	// line merely ends with the note (a syslog file's, written with
+	// logger(1) by anyone).
+	for _, last := range []string{"someone else's line\n", "2026-12-07T09:00:00.123456+00:00 vm someuser: " + keptLogNote(name) + "\n"} {
+		if err := os.WriteFile(log, []byte(last), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		if err := Install(spec); err == nil || !strings.Contains(err.Error(), log) {
+			t.Errorf("install over a log whose last line is %q: %v; want it refused, naming %s", last, err, log)
+			_ = Uninstall(name)
+		}
+		if got := KeptLog(name); got != "" {
+			t.Errorf("KeptLog of a log whose last line is %q: %q, want none", last, got)
+		}
 	}
 }
 
