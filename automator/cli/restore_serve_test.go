@@ -244,12 +244,20 @@ func serveInBackground(t *testing.T, dir string) (stop func() *logtest.Buffer) {
 // TestServeSaysWhenItHasStopped: the last line serve logs, once it has
 // shut down, says it has stopped; "shutting down" comes before it (a
 // review: that was the last line, and said nothing of whether the
-// shutdown finished).
+// shutdown finished), and so do the stop's own complaints: here, a
+// serving.yaml replaced by something else meanwhile, which it leaves.
 func TestServeSaysWhenItHasStopped(t *testing.T) {
 	t.Parallel()
 	dir := initDir(t)
 	listenOnAnyPort(t, dir)
-	log := serveInBackground(t, dir)().String()
+	stop := serveInBackground(t, dir)
+	if err := os.WriteFile(filepath.Join(dir, config.FileServing), []byte("grpc: [\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	log := stop().String()
+	if !strings.Contains(log, "removing "+config.FileServing+" at stop") {
+		t.Errorf("serve's log does not say it left the serving.yaml it did not write:\n%s", log)
+	}
 	lines := strings.Split(strings.TrimSpace(log), "\n")
 	if last := lines[len(lines)-1]; !strings.Contains(last, "msg=stopped") {
 		t.Fatalf("serve's last log line: %q; want it to say it stopped. Its log:\n%s", last, log)

@@ -139,6 +139,16 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		cfg.ReplicaID = defaultReplicaID(*dir)
 	}
 	log := newLogger(env.Stderr, cfg.LogFormat).With("replica_id", cfg.ReplicaID)
+	// Set once it has shut down: its last line then says it stopped,
+	// after what the deferred steps of the stop log (a serving.yaml it
+	// could not remove, say: a review saw that after "stopped"), before
+	// the store's quiet close.
+	shutDown := false
+	defer func() {
+		if shutDown {
+			log.Info("stopped")
+		}
+	}()
 	if latest := sqlitestore.LatestVersion(); fromVersion > 0 && fromVersion < latest {
 		log.Info("migrated the database to this binary's schema", "db", cfg.DBPath(*dir), "from_version", fromVersion, "to_version", latest)
 	}
@@ -352,10 +362,9 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) && !errors.Is(serveErr, grpc.ErrServerStopped) {
 		return fmt.Errorf("serving: %w", serveErr)
 	}
-	// The last line: the listeners are closed and the store is about to
-	// be (a review: "shutting down" was the last, and said nothing of
-	// whether the shutdown finished).
-	log.Info("stopped")
+	// A review: "shutting down" was the last line, and said nothing of
+	// whether the shutdown finished.
+	shutDown = true
 	return nil
 }
 
