@@ -251,6 +251,21 @@ func (h *heldBatch) CompleteBatch(ctx context.Context, in *automatorv1.CompleteB
 	return &automatorv1.CompleteBatchResponse{Outcomes: make([]*automatorv1.CompleteOutcome, len(ids))}, nil
 }
 
+// postHeld posts w_0 with p, whose client is c, and returns once its
+// CompleteBatch call has begun and is held: results posted meanwhile wait
+// for it. release lets it go (also at the test's end); first is its post's
+// answer.
+func postHeld(t *testing.T, p *poster, c *heldBatch) (release func(), first <-chan error) {
+	t.Helper()
+	var once sync.Once
+	release = func() { once.Do(func() { close(c.release) }) }
+	t.Cleanup(release)
+	answer := make(chan error, 1)
+	go func() { answer <- p.complete(context.Background(), &automatorv1.CompleteRequest{WorkId: "w_0"}) }()
+	waittest.Recv(t, c.started, "the first result's CompleteBatch call to start")
+	return release, answer
+}
+
 // TestAResultDueBeforeItsBatchsEndIsPostedAlone: a batch's call lasts as
 // long as the longest bound of its results' attempts (one given longer
 // after it ran out). A result whose unit's deadline comes before that is
@@ -262,12 +277,7 @@ func TestAResultDueBeforeItsBatchsEndIsPostedAlone(t *testing.T) {
 	t.Parallel()
 	c := &heldBatch{release: make(chan struct{}), started: make(chan struct{})}
 	p := newPoster(c, nil, tuning{})
-	var once sync.Once
-	release := func() { once.Do(func() { close(c.release) }) }
-	t.Cleanup(release)
-	first := make(chan error, 1)
-	go func() { first <- p.complete(context.Background(), &automatorv1.CompleteRequest{WorkId: "w_0"}) }()
-	waittest.Recv(t, c.started, "the first result's CompleteBatch call to start")
+	release, first := postHeld(t, p, c)
 	near := time.Now().Add(time.Minute) // the unit's deadline, and its attempt's bound
 	nctx, ncancel := context.WithDeadline(context.Background(), near)
 	defer ncancel()
@@ -283,7 +293,7 @@ func TestAResultDueBeforeItsBatchsEndIsPostedAlone(t *testing.T) {
 	release()
 	for _, r := range []struct {
 		id string
-		ch chan error
+		ch <-chan error
 	}{{"w_0", first}, {"w_near", a}, {"w_far", b}} {
 		if err := waittest.Recv(t, r.ch, "the post of "+r.id+" to return"); err != nil {
 			t.Errorf("%s: %v", r.id, err)
@@ -307,14 +317,9 @@ func TestAResultDueBeforeItsBatchsEndIsPostedAlone(t *testing.T) {
 // for a batch on its way either.
 func TestARetryWaitingForAConnectionGoesAlone(t *testing.T) {
 	t.Parallel()
-	c := &scriptedBatch{release: make(chan struct{}), started: make(chan struct{})}
+	c := &heldBatch{release: make(chan struct{}), started: make(chan struct{})}
 	p := newPoster(c, nil, tuning{})
-	var once sync.Once
-	release := func() { once.Do(func() { close(c.release) }) }
-	t.Cleanup(release)
-	first := make(chan error, 1)
-	go func() { first <- p.complete(context.Background(), &automatorv1.CompleteRequest{WorkId: "w_0"}) }()
-	waittest.Recv(t, c.started, "the first result's CompleteBatch call to start")
+	release, first := postHeld(t, p, c)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	retry := make(chan error, 1)
@@ -330,7 +335,7 @@ func TestARetryWaitingForAConnectionGoesAlone(t *testing.T) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.calls) != 1 || len(c.calls[0]) != 1 || c.calls[0][0] != "w_0" {
-		t.Fatalf("CompleteBatch calls %v; want only [[w_0]]: the retry alone, with Complete", c.calls)
+	if len(c.batches) != 1 || len(c.batches[0]) != 1 || c.batches[0][0] != "w_0" || len(c.completes) != 1 || c.completes[0] != "w_retry" {
+		t.Fatalf("CompleteBatch calls %v and Complete calls %v; want only [[w_0]] and [w_retry]: the retry alone, with Complete", c.batches, c.completes)
 	}
 }
