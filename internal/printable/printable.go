@@ -27,7 +27,7 @@ func Check(s string) error {
 	return nil
 }
 
-// NotShown reports whether r is not shown as it is: anything but a
+// notShown reports whether r is not shown as it is: anything but a
 // printable character (letters, marks, numbers, punctuation, symbols and
 // the ASCII space: unicode.IsPrint), and among those the ones that print
 // as nothing, which Unicode lists as ignorable beside the format
@@ -36,12 +36,12 @@ func Check(s string) error {
 // pattern blank U+2800. Each would make a name that is shown as
 // another's ("host-a" and "host-a" + U+3164). A variation selector is
 // told by FirstNotShown, which knows what it follows.
-func NotShown(r rune) bool {
+func notShown(r rune) bool {
 	return !unicode.IsPrint(r) || r == '\u2800' || unicode.Is(unicode.Other_Default_Ignorable_Code_Point, r)
 }
 
 // FirstNotShown is the index in s of the first character not shown as it
-// is, or -1: one NotShown says so of, or a variation selector that does
+// is, or -1: one notShown says so of, or a variation selector that does
 // not follow a character beyond ASCII shown as it is. After an emoji
 // (U+2764 U+FE0F), a Han ideograph (an ideographic variation sequence) or
 // a Mongolian letter (its free variation selectors) it is part of how the
@@ -52,7 +52,7 @@ func NotShown(r rune) bool {
 func FirstNotShown(s string) int {
 	prev := rune(-1)
 	for i, r := range s {
-		if NotShown(r) {
+		if notShown(r) {
 			return i
 		}
 		if isVariationSelector(r) && (prev < utf8.RuneSelf || isVariationSelector(prev)) {

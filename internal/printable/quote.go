@@ -27,13 +27,13 @@ func Quote(s string) string {
 }
 
 // quoted is s in Go syntax, as strconv.Quote writes it, with the
-// characters that strconv.Quote leaves as they are but NotShown counts
+// characters that strconv.Quote leaves as they are but notShown counts
 // invisible (a Hangul filler, the braille blank), and variation
 // selectors, escaped too: "x\u3164", not a quoted name that looks like
 // "x".
 func quoted(s string) string {
 	q := strconv.Quote(s)
-	escaped := func(r rune) bool { return NotShown(r) || isVariationSelector(r) }
+	escaped := func(r rune) bool { return notShown(r) || isVariationSelector(r) }
 	if !strings.ContainsFunc(q, escaped) {
 		return q
 	}

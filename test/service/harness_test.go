@@ -311,9 +311,9 @@ func install(t *testing.T, name, cfgPath string, extra ...string) string {
 	t.Cleanup(func() {
 		st, _ := agent.ReadState(filepath.Join(psvc.StateDir(name), agent.StateFileName))
 		if t.Failed() {
-			// Read before the uninstall, which removes it.
-			log, _ := os.ReadFile("/var/log/" + name + ".log")
-			t.Logf("---- service log /var/log/%s.log ----\n%s", name, log)
+			// Read before the cleanup removes it.
+			log, _ := os.ReadFile(serviceLog(name))
+			t.Logf("---- service log %s ----\n%s", serviceLog(name), log)
 		}
 		if r := runCLI(bin.proxy, "uninstall", "--name", name); r.Code != 0 && t.Failed() {
 			t.Logf("cleanup: proxy uninstall --name %s: %v", name, r)

@@ -99,7 +99,7 @@ func refusedAgain(t *testing.T, name, held string, pid int) {
 		t.Fatalf("init script start: %v: %s", err, out)
 	}
 	waitFor(t, 30*time.Second, "the service to be refused by the held state directory", func() bool {
-		log, _ := os.ReadFile("/var/log/" + name + ".log")
+		log, _ := os.ReadFile(serviceLog(name))
 		return strings.Contains(string(log), held)
 	})
 	r := runCLI(bin.proxy, "start", "--name", name)
