@@ -329,6 +329,39 @@ func (c *tlsWatched) Read(b []byte) (int, error) {
 	return n, err
 }
 
+// Close closes the connection. When the other side ended it (a write
+// failed: a reset) before an automator answered over it, and no read
+// told why, it first reads what came before the end, within alertWait:
+// TLS 1.3 ends the client's handshake before the server checks it, so a
+// server that wants a client certificate sends its alert after it, then
+// closes, and what the client wrote meanwhile, left unread, makes that
+// close a reset. gRPC closes the connection once a write of its setup
+// fails, its reader maybe not yet at the alert, which the close would
+// then discard: nothing was told of the address (a clean-clone run,
+// loaded, failed so).
+func (c *tlsWatched) Close() error {
+	c.mu.Lock()
+	done := c.done
+	c.mu.Unlock()
+	if !done && c.raw.endedUntold() {
+		_ = c.Conn.SetReadDeadline(time.Now().Add(alertWait))
+		_, _ = c.Read(make([]byte, 1)) // tells tlsFailed
+	}
+	return c.Conn.Close()
+}
+
+// alertWait bounds the read of what came before the other side ended a
+// connection (tlsWatched.Close): it is in the kernel already.
+const alertWait = 100 * time.Millisecond
+
+// endedUntold tells whether the other side ended the connection before an
+// automator answered over it, with nothing yet to tell why.
+func (c *watchedConn) endedUntold() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ended && !c.automator && c.tls == nil && c.foreign == nil && !c.closed
+}
+
 // headLen is how much of what comes first judge is given: enough to tell
 // TLS and HTTP/2 from anything else, and to quote an HTTP/1 status line.
 const headLen = 64

@@ -20,6 +20,34 @@ import (
 // as a connection closed unanswered. Before, the failed write decided.
 func TestATLSAlertAfterAFailedWriteIsToldAsTheTLSError(t *testing.T) {
 	t.Parallel()
+	conn, watched, w := refusedAfterHandshake(t)
+	_, err := conn.Read(make([]byte, 64))
+	if err == nil || !strings.Contains(err.Error(), "certificate required") {
+		t.Skipf("the read after the reset: %v; this kernel dropped the alert", err)
+	}
+	watched.Close()
+	assertCertificateRequired(t, w)
+}
+
+// TestATLSAlertNotYetReadWhenAFailedWriteClosesTheConnectionIsTold: gRPC
+// closes a connection once a write of its setup fails, and its reader
+// may not have come to the alert before the reset by then (a clean-clone
+// run, loaded, failed so). The close reads it first: the TLS error is
+// told. Before, nothing was, and a call gave up after RetryFor with
+// OnUnreachable never told.
+func TestATLSAlertNotYetReadWhenAFailedWriteClosesTheConnectionIsTold(t *testing.T) {
+	t.Parallel()
+	conn, _, w := refusedAfterHandshake(t)
+	conn.Close()
+	assertCertificateRequired(t, w)
+}
+
+// refusedAfterHandshake is a client's connection, watched, to a server
+// that refused it with an alert after TLS 1.3's handshake (it wants a
+// client certificate) and reset it, once a write of the client's failed,
+// nothing read over it yet; and the watch of its address.
+func refusedAfterHandshake(t *testing.T) (*tlsWatched, *watchedConn, *addrWatch) {
+	t.Helper()
 	ca, err := pki.NewCA("test CA", time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -50,14 +78,13 @@ func TestATLSAlertAfterAFailedWriteIsToldAsTheTLSError(t *testing.T) {
 	}
 	w := &addrWatch{}
 	watched := watch(raw, w, false)
-	defer watched.Close()
+	t.Cleanup(func() { watched.Close() })
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(ca.CertPEM)
 	tc := tls.Client(watched, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13})
 	if err := tc.Handshake(); err != nil {
 		t.Fatalf("client handshake: %v (TLS 1.3 ends it before the server checks)", err)
 	}
-	conn := &tlsWatched{Conn: tc, raw: watched}
 	if err := <-closed; err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("server handshake: %v; want it refused for the missing client certificate", err)
 	}
@@ -72,11 +99,13 @@ func TestATLSAlertAfterAFailedWriteIsToldAsTheTLSError(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	_, err = conn.Read(make([]byte, 64))
-	if err == nil || !strings.Contains(err.Error(), "certificate required") {
-		t.Skipf("the read after the reset: %v; this kernel dropped the alert", err)
-	}
-	watched.Close()
+	return &tlsWatched{Conn: tc, raw: watched}, watched, w
+}
+
+// assertCertificateRequired fails t unless w's trouble is the TLS error
+// of a client certificate required.
+func assertCertificateRequired(t *testing.T, w *addrWatch) {
+	t.Helper()
 	tr := w.trouble.Load()
 	if tr == nil || tr.kind != KindTLS || !strings.Contains(tr.err.Error(), "certificate required") {
 		t.Fatalf("trouble = %+v; want the TLS error, saying certificate required", tr)
