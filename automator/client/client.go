@@ -50,6 +50,7 @@ import (
 	"github.com/opsgate/opsgate/automator/pki"
 	"github.com/opsgate/opsgate/internal/ctxtime"
 	"github.com/opsgate/opsgate/internal/grpcwire"
+	"github.com/opsgate/opsgate/internal/racedial"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -142,8 +143,7 @@ func dial(cfg Config, t target, caPEM []byte, check *certCheck, w *addrWatch) (*
 	opts = append(opts, grpcwire.WatchAnswers()...)
 	dialer := cfg.Dial
 	if dialer == nil {
-		var d net.Dialer
-		dialer = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+		dialer = racedial.Dialer{}.DialContext
 	}
 	opts = append(opts, grpc.WithContextDialer(watchedDialer(dialer, check, w, t.plaintext)))
 	return grpc.NewClient("passthrough:///"+t.hostPort, opts...)

@@ -55,7 +55,11 @@ type Config struct {
 	// later: KindCallStuck, KindCallUnanswered).
 	OnUnreachable func(Unreachable)
 	// Dial opens the connections, when set (a proxy, a test relay). By
-	// default the address is dialled directly over TCP. A plaintext
+	// default the address is dialled directly over TCP; a host name that
+	// resolves to several addresses has them raced, each next one dialled
+	// 250 ms after the last began (at once when one fails) and the first
+	// that connects kept, so that a black-holed one does not hold a
+	// connection up (RFC 8305). A plaintext
 	// (http://) connection it opens must end at a loopback TCP address or
 	// a unix socket: any other is closed before anything is sent on it.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
