@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"regexp"
 	"strings"
 	"time"
 
@@ -56,7 +57,8 @@ func NotTLS(err error) bool {
 const NotTLSHelp = "what answers at automator_url does not speak TLS: is its port the automator's HTTP listener (http_listen, 8080 by default) rather than its gRPC one (listen, 8443 by default)? an automator started with --insecure-plaintext is given as http://"
 
 // connState logs the connection to the automator once per change of state,
-// not once per attempt.
+// not once per attempt, and once more when the cause of a failure changes
+// (causeRelog).
 type connState struct {
 	log       *slog.Logger
 	automator string                      // its URL, named when it fails
@@ -65,7 +67,24 @@ type connState struct {
 	up        bool
 	known     bool
 	lastKind  string
+	// lastCause is the failure last logged (its message, without the
+	// local end of a connection), loggedAt when; now is the clock (nil:
+	// time.Now).
+	lastCause string
+	loggedAt  time.Time
+	now       func() time.Time
 }
+
+// causeRelog is how long after the last line of an outage a failure of the
+// same kind but another cause is logged: a web proxy's 502 once its name
+// resolved again, a 403 after a reset, a handshake that times out where
+// connections were refused. Before, the first cause stood for the whole
+// outage (a review).
+const causeRelog = time.Minute
+
+// localEnd matches the local end of a connection in an error
+// ("read tcp 10.0.0.2:51234->"), which differs at each try.
+var localEnd = regexp.MustCompile(`[^\s"]+->`)
 
 func (s *connState) ok() {
 	if s.known && s.up {
@@ -73,6 +92,13 @@ func (s *connState) ok() {
 	}
 	s.log.Info("connected to the automator; polling")
 	s.up, s.known = true, true
+}
+
+func (s *connState) clock() time.Time {
+	if s.now != nil {
+		return s.now()
+	}
+	return time.Now()
 }
 
 // lookupWithin bounds connState's lookup of the name it dials.
@@ -97,7 +123,7 @@ const unresolvedHelp = ": check it and this machine's DNS (retrying with backoff
 // are then not logged again for the same cause.
 func (s *connState) checkName() {
 	if err := s.lookup(); err != nil {
-		s.up, s.known, s.lastKind = false, true, "unresolved"
+		s.up, s.known, s.lastKind, s.lastCause, s.loggedAt = false, true, "unresolved", err.Error(), s.clock()
 		s.log.Error(err.Error()+unresolvedHelp, s.withRoute([]any{"automator", s.automator})...)
 	}
 }
@@ -140,10 +166,17 @@ func (s *connState) failed(err error) {
 			kind = "unresolved"
 		}
 	}
-	if s.known && !s.up && kind == s.lastKind {
+	cause := localEnd.ReplaceAllString(msg, "")
+	switch kind {
+	case "no answer", "no connection":
+		cause = kind // its message holds the bound, which may differ at each try
+	case "unresolved":
+		cause = unresolved.Error()
+	}
+	if s.known && !s.up && kind == s.lastKind && (cause == s.lastCause || s.clock().Sub(s.loggedAt) < causeRelog) {
 		return
 	}
-	s.up, s.known, s.lastKind = false, true, kind
+	s.up, s.known, s.lastKind, s.lastCause, s.loggedAt = false, true, kind, cause, s.clock()
 	attrs := []any{"automator", s.automator, "code", code.String(), "err", msg} // its name, in JSON too
 	switch {
 	case code == codes.Unauthenticated || code == codes.PermissionDenied:

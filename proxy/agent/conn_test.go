@@ -85,6 +85,51 @@ func TestConnectionLogsOneLinePerStateChange(t *testing.T) {
 	}
 }
 
+// TestAnOutageWhoseCauseChangesIsLoggedAgainAMinuteOrMoreAfterItsLastLine:
+// a failure of the kind already logged but of another cause (a web
+// proxy's 502 where connections were refused) is logged once a minute has
+// passed since the last line, not sooner, and not at all when only the
+// local end of the connection differs.
+func TestAnOutageWhoseCauseChangesIsLoggedAgainAMinuteOrMoreAfterItsLastLine(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	s := &connState{log: slog.New(slog.NewJSONHandler(&buf, nil)), automator: "https://automator.example:8443", now: func() time.Time { return now }}
+	refused := status.Error(codes.Unavailable, `connection error: desc = "transport: Error while dialing: dial tcp 10.0.0.1:8443: connect: connection refused"`)
+	badGateway := status.Error(codes.Unavailable, `connection error: desc = "transport: Error while dialing: proxy: failed to do connect handshake, status code: 502 Bad Gateway"`)
+	reset := func(port int) error {
+		return status.Errorf(codes.Unavailable, `connection error: desc = "transport: read tcp 10.0.0.2:%d->10.0.0.1:8443: read: connection reset by peer"`, port)
+	}
+	step := func(d time.Duration, err error) {
+		now = now.Add(d)
+		s.failed(err)
+	}
+	step(0, refused)                 // logged
+	step(10*time.Second, badGateway) // another cause, too soon
+	step(time.Minute, badGateway)    // logged
+	step(5*time.Minute, badGateway)  // the same cause
+	step(time.Minute, reset(40001))  // logged
+	step(time.Minute, reset(40002))  // only the local end differs
+	step(time.Minute, reset(40003))  // and again
+	step(time.Second, refused)       // too soon
+	step(59*time.Second, refused)    // a minute since the last line: logged
+	var errs []string
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var rec struct{ Msg, Err string }
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q is not JSON: %v", line, err)
+		}
+		if rec.Msg != "automator unreachable; retrying with backoff" {
+			t.Errorf("log line %q; want the unreachable line", line)
+		}
+		errs = append(errs, rec.Err)
+	}
+	want := []string{status.Convert(refused).Message(), status.Convert(badGateway).Message(), status.Convert(reset(40001)).Message(), status.Convert(refused).Message()}
+	if strings.Join(errs, "\n") != strings.Join(want, "\n") {
+		t.Errorf("the causes logged:\n%s\nwant:\n%s", strings.Join(errs, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 // TestConnectionLogNamesTheCodeInJSONAsInText: the gRPC code of a failure
 // is its name in a JSON record ("Unavailable"), as in text, not the number
 // JSON would make of it.
