@@ -150,6 +150,7 @@ func (a *Agent) execute(ctx context.Context, c *automatorv1.Claim, cmd *automato
 		Deadline:   deadline,
 		Limits:     runner.Limits{MaxOutput: a.o.MaxOutput},
 		Reaper:     a.o.Reaper,
+		WorkID:     c.GetWorkId(),
 	}, deadline)
 	if err != nil {
 		return nil, err

@@ -218,7 +218,8 @@ func runProxy(ctx context.Context, cfg config.Config, file loadedConfig, env Env
 	defer stopWatching()
 	var reaper *runner.Reaper
 	if env.Reaper {
-		reaper = runner.NewReaper(func(err error) { log.Warn("scripts may outlive this proxy if it dies", "err", err) })
+		reaper = runner.NewReaper(func(err error) { log.Warn("scripts may outlive this proxy if it dies", "err", err) },
+			runner.ReaperLog{JSON: cfg.LogFormat == "json", InstanceID: cfg.InstanceID})
 		defer reaper.Close() // after a.Run: no script runs any more
 	}
 	addr, _, _ := cfg.Target() // valid

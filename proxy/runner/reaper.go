@@ -2,8 +2,9 @@ package runner
 
 import (
 	"bufio"
-	"fmt"
 	"io"
+	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -29,24 +30,57 @@ import (
 // which is why it is an environment variable, not a flag or a command.
 const ReaperEnv = "PROXY_REAPER"
 
+// ReaperLog is how the reaper writes its lines, so that they read as the
+// proxy's own: in its log format (JSON, or slog's text), naming its
+// instance. The proxy passes them in the reaper's environment.
+type ReaperLog struct {
+	JSON       bool
+	InstanceID string
+}
+
+// The reaper's environment besides ReaperEnv: ReaperLog's fields. A reaper
+// started by an older proxy, which sets neither, logs text naming no
+// instance.
+const (
+	reaperFormatEnv   = "PROXY_REAPER_LOG_FORMAT" // "json", or text
+	reaperInstanceEnv = "PROXY_REAPER_INSTANCE_ID"
+)
+
+// reaperLogger is the reaper's logger, writing to w as getenv's variables
+// say (ReaperLog.environ).
+func reaperLogger(w io.Writer, getenv func(string) string) *slog.Logger {
+	var h slog.Handler = slog.NewTextHandler(w, nil)
+	if getenv(reaperFormatEnv) == "json" {
+		h = slog.NewJSONHandler(w, nil)
+	}
+	log := slog.New(h)
+	if id := getenv(reaperInstanceEnv); id != "" {
+		log = log.With("instance_id", id)
+	}
+	return log
+}
+
 // ServeReaper is the reaper's main: it reads registrations from in until
 // EOF, then kills the process tree of every session still registered and
-// returns the exit code. It writes to errOut only when it killed something
-// or failed to, and only once it is done killing (errOut may be a pipe of
-// something that died with the proxy).
+// returns the exit code. It writes to errOut, in the proxy's log format
+// (ReaperLog), only when it killed something or failed to, and only once
+// it is done killing (errOut may be a pipe of something that died with
+// the proxy).
 //
 // The lines it reads: "+ SID START" registers the session SID (the
 // script's pid) whose leader started at START (clock ticks since boot, from
-// /proc/PID/stat; 0 where unknown), "- SID" forgets it. Anything else is
-// ignored, so that a reaper of a newer binary (the file replaced under a
-// running proxy) still serves an older proxy.
+// /proc/PID/stat; 0 where unknown), "= SID WORK_ID" names the unit whose
+// script leads it, "- SID" forgets it. Anything else is ignored, so that a
+// reaper of a newer binary (the file replaced under a running proxy) still
+// serves an older proxy, and one of an older binary a newer proxy.
 func ServeReaper(in io.Reader, errOut io.Writer) int {
 	ignoreStopSignals()
-	return serveReaper(in, errOut)
+	return serveReaper(in, reaperLogger(errOut, os.Getenv))
 }
 
-func serveReaper(in io.Reader, errOut io.Writer) int {
+func serveReaper(in io.Reader, log *slog.Logger) int {
 	sessions := map[int]uint64{}
+	works := map[int]string{}
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
@@ -62,8 +96,11 @@ func serveReaper(in io.Reader, errOut io.Writer) int {
 			if start, err := strconv.ParseUint(f[2], 10, 64); err == nil {
 				sessions[sid] = start
 			}
+		case f[0] == "=" && len(f) == 3:
+			works[sid] = f[2]
 		case f[0] == "-":
 			delete(sessions, sid)
+			delete(works, sid)
 		}
 	}
 	// EOF, or a read error: either way the proxy can no longer tell us
@@ -71,30 +108,29 @@ func serveReaper(in io.Reader, errOut io.Writer) int {
 	if len(sessions) == 0 {
 		return 0
 	}
-	var killed []string
-	var failed []error
-	for _, sid := range slices.Sorted(func(yield func(int) bool) {
-		for sid := range sessions {
-			if !yield(sid) {
-				return
-			}
-		}
-	}) {
+	var killed []int
+	var killedWorks []string
+	failed := 0
+	for _, sid := range slices.Sorted(maps.Keys(sessions)) {
 		switch ok, err := reapSession(sid, sessions[sid]); {
 		case err != nil:
-			failed = append(failed, err)
+			failed++
+			attrs := []any{"reaper_pid", os.Getpid(), "session", sid}
+			if w := works[sid]; w != "" {
+				attrs = append(attrs, "work_id", w)
+			}
+			log.Error("the proxy ended with scripts running; its reaper could not kill all of a script's processes", append(attrs, "err", err)...)
 		case ok:
-			killed = append(killed, strconv.Itoa(sid))
+			killed = append(killed, sid)
+			if w := works[sid]; w != "" {
+				killedWorks = append(killedWorks, w)
+			}
 		}
 	}
 	if len(killed) > 0 {
-		fmt.Fprintf(errOut, "proxy reaper (pid %d): the proxy ended with scripts running; killed the process trees of sessions %s\n",
-			os.Getpid(), strings.Join(killed, ", "))
+		log.Error("the proxy ended with scripts running; its reaper killed the process trees of their sessions", "reaper_pid", os.Getpid(), "sessions", killed, "work_ids", killedWorks)
 	}
-	for _, err := range failed {
-		fmt.Fprintf(errOut, "proxy reaper (pid %d): the proxy ended with scripts running; %v\n", os.Getpid(), err)
-	}
-	if len(failed) > 0 {
+	if failed > 0 {
 		return 1
 	}
 	return 0

@@ -3,6 +3,8 @@ package runner
 import (
 	"bytes"
 	"context"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,6 +46,20 @@ func line(sign string, pid int, start ...uint64) string {
 	return s + "\n"
 }
 
+// textLog is the reaper's logger as a proxy that logs text starts it,
+// writing to w.
+func textLog(w io.Writer) *slog.Logger { return reaperLogger(w, func(string) string { return "" }) }
+
+// killedLine is what the reaper's text line says of the sessions it
+// killed.
+func killedLine(sids ...int) string {
+	s := make([]string, len(sids))
+	for i, sid := range sids {
+		s[i] = strconv.Itoa(sid)
+	}
+	return "sessions=[" + strings.Join(s, " ") + "]"
+}
+
 // TestReaperKillsTheSessionsStillRegisteredAtEOF: what the reaper reads
 // decides what it kills when its input ends (the proxy died): a session
 // still registered, and nothing else.
@@ -52,15 +68,15 @@ func TestReaperKillsTheSessionsStillRegisteredAtEOF(t *testing.T) {
 	registered, start := startSession(t)
 	finished, startF := startSession(t)
 	var out bytes.Buffer
-	if code := serveReaper(strings.NewReader(line("+", registered, start)+line("+", finished, startF)+line("-", finished)), &out); code != 0 {
+	if code := serveReaper(strings.NewReader(line("+", registered, start)+line("+", finished, startF)+line("-", finished)), textLog(&out)); code != 0 {
 		t.Errorf("reaper exited %d, want 0; it said %q", code, out.String())
 	}
 	waitFor(t, "the registered session to be killed", func() bool { return pidtest.Gone(registered) }, 10*time.Second)
 	if pidtest.Gone(finished) {
 		t.Errorf("the reaper killed session %d, which the proxy had deregistered", finished)
 	}
-	if want := "killed the process trees of sessions " + strconv.Itoa(registered) + "\n"; !strings.HasSuffix(out.String(), want) {
-		t.Errorf("the reaper said %q, want it to end in %q", out.String(), want)
+	if want := killedLine(registered); !strings.Contains(out.String(), want) {
+		t.Errorf("the reaper said %q, want it to say %q", out.String(), want)
 	}
 }
 
@@ -87,12 +103,12 @@ func TestReaperSaysNothingOfSessionsThatHadEnded(t *testing.T) {
 	_ = cmd.Wait()
 	running, startR := startSession(t)
 	var out bytes.Buffer
-	if code := serveReaper(strings.NewReader(line("+", ended, start)+line("+", running, startR)), &out); code != 0 {
+	if code := serveReaper(strings.NewReader(line("+", ended, start)+line("+", running, startR)), textLog(&out)); code != 0 {
 		t.Errorf("reaper exited %d, want 0; it said %q", code, out.String())
 	}
 	waitFor(t, "the running session to be killed", func() bool { return pidtest.Gone(running) }, 10*time.Second)
-	if want := "killed the process trees of sessions " + strconv.Itoa(running) + "\n"; !strings.HasSuffix(out.String(), want) {
-		t.Errorf("the reaper said %q, want it to end in %q (the session %d had ended: nothing of it was killed)", out.String(), want, ended)
+	if want := killedLine(running); !strings.Contains(out.String(), want) {
+		t.Errorf("the reaper said %q, want it to say %q (the session %d had ended: nothing of it was killed)", out.String(), want, ended)
 	}
 }
 
@@ -103,7 +119,7 @@ func TestReaperSparesAProcessThatReusedThePid(t *testing.T) {
 	t.Parallel()
 	pid, start := startSession(t)
 	var out bytes.Buffer
-	serveReaper(strings.NewReader(line("+", pid, start-1)), &out)
+	serveReaper(strings.NewReader(line("+", pid, start-1)), textLog(&out))
 	if pidtest.Gone(pid) {
 		t.Errorf("the reaper killed process %d, whose start time differs from the one registered for its pid", pid)
 	}
@@ -125,7 +141,7 @@ func newTestReaper(t *testing.T) (r *Reaper, said func() string, warned func() [
 	t.Cleanup(func() { f.Close() })
 	var mu sync.Mutex
 	var warnings []string
-	r = NewReaper(func(err error) { mu.Lock(); warnings = append(warnings, err.Error()); mu.Unlock() })
+	r = NewReaper(func(err error) { mu.Lock(); warnings = append(warnings, err.Error()); mu.Unlock() }, ReaperLog{})
 	r.stderr = f
 	t.Cleanup(func() { r.Close() })
 	return r, func() string { b, _ := os.ReadFile(path); return string(b) },
@@ -258,7 +274,7 @@ func TestAKilledReaperIsReplacedForLaterScripts(t *testing.T) {
 	}
 	waitFor(t, "the running script to be killed by the new reaper", func() bool { return pidtest.Gone(running) }, 10*time.Second)
 	<-done
-	waitFor(t, "the new reaper to say so", func() bool { return strings.Contains(said(), "sessions "+strconv.Itoa(running)+"\n") }, 10*time.Second)
+	waitFor(t, "the new reaper to say so", func() bool { return strings.Contains(said(), killedLine(running)) }, 10*time.Second)
 }
 
 func newSpecWith(t *testing.T, r *Reaper, body string) Spec {
@@ -294,7 +310,7 @@ func TestReaperKillsADescendantThatLeftTheSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if code := serveReaper(strings.NewReader(line("+", cmd.Process.Pid, start)), &out); code != 0 {
+	if code := serveReaper(strings.NewReader(line("+", cmd.Process.Pid, start)), textLog(&out)); code != 0 {
 		t.Errorf("reaper exited %d, want 0; it said %q", code, out.String())
 	}
 	waitFor(t, "the script's child "+strconv.Itoa(child)+", which left its session, to be gone", func() bool { return pidtest.Gone(child) }, 10*time.Second)

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -33,7 +34,8 @@ type Reaper struct {
 	cmd     *exec.Cmd       // the running reaper, when w is set
 	exited  chan struct{}   // closed once cmd has been waited for
 	retryAt time.Time       // after a failed start: no new try before
-	live    map[int]uint64
+	env     []string        // the reaper's environment (ReaperLog)
+	live    map[int]session
 	// gone holds the deregistrations not yet written: they go with the
 	// next registration, in its write, so that a script costs the reaper
 	// one wake-up, not two (a session left registered a while after it
@@ -50,16 +52,24 @@ type Reaper struct {
 	stderr *os.File
 }
 
+// session is a script's session registered with the reaper: its leader's
+// start time, and the unit whose script it is.
+type session struct {
+	start uint64
+	work  string
+}
+
 // NewReaper returns the reaper of this process's scripts; it starts no
 // process yet. Only a binary whose main serves ReaperEnv first (the proxy's)
 // may make one: the reaper is that binary run again. onError is told,
 // once per failure, when the reaper cannot be started or reached: scripts
-// then run without it (they outlive a proxy that dies).
-func NewReaper(onError func(error)) *Reaper {
+// then run without it (they outlive a proxy that dies). The reaper writes
+// its lines as log says.
+func NewReaper(onError func(error), log ReaperLog) *Reaper {
 	if onError == nil {
 		onError = func(error) {}
 	}
-	return &Reaper{onError: onError, live: map[int]uint64{}, exe: os.Executable, stderr: os.Stderr}
+	return &Reaper{onError: onError, env: log.environ(), live: map[int]session{}, exe: os.Executable, stderr: os.Stderr}
 }
 
 // Close ends the reaper, if one runs: it reads EOF and exits, killing the
@@ -123,7 +133,7 @@ func (r *Reaper) startLocked() error {
 		return fmt.Errorf("making its pipe: %w", err)
 	}
 	cmd := exec.Command(exe)
-	cmd.Env = []string{ReaperEnv + "=1"}
+	cmd.Env = r.env
 	cmd.Dir = "/" // hold no directory of the proxy's busy
 	cmd.Stdin = rd
 	cmd.Stderr = r.stderr
@@ -141,19 +151,38 @@ func (r *Reaper) startLocked() error {
 	}()
 	r.w, r.wc, r.cmd, r.exited = w, wc, cmd, exited
 	r.gone = nil // the new one was told of none of those
-	for sid, start := range r.live {
-		if err := r.writeLocked(registration(sid, start)); err != nil {
+	for sid, s := range r.live {
+		if err := r.writeLocked(registration(sid, s)); err != nil {
 			return nil // the new one is gone already: the next script tries again
 		}
 	}
 	return nil
 }
 
-func registration(sid int, start uint64) []byte {
+// environ is the reaper's environment: ReaperEnv, and how it logs.
+func (l ReaperLog) environ() []string {
+	env := []string{ReaperEnv + "=1"}
+	if l.JSON {
+		env = append(env, reaperFormatEnv+"=json")
+	}
+	if l.InstanceID != "" && !strings.ContainsRune(l.InstanceID, 0) {
+		env = append(env, reaperInstanceEnv+"="+l.InstanceID)
+	}
+	return env
+}
+
+// registration is the lines that register session sid: "+ SID START", and
+// "= SID WORK_ID" when its unit is known (ServeReaper).
+func registration(sid int, s session) []byte {
 	b := append([]byte("+ "), strconv.Itoa(sid)...)
 	b = append(b, ' ')
-	b = strconv.AppendUint(b, start, 10)
-	return append(b, '\n')
+	b = strconv.AppendUint(b, s.start, 10)
+	b = append(b, '\n')
+	if s.work != "" {
+		b = append(append(b, "= "...), strconv.Itoa(sid)...)
+		b = append(append(append(b, ' '), s.work...), '\n')
+	}
+	return b
 }
 
 // writeLocked writes one line to the reaper. When that fails (the reaper
@@ -215,11 +244,12 @@ func (r *Reaper) ensureLocked() {
 	}
 }
 
-// register tells the reaper of the session the script pid leads. Run calls
-// it before it waits for the script, so the pid cannot have been reused
-// yet. It returns the deregistration, for when Run is done with the
-// session (its tree killed, the script reaped).
-func (r *Reaper) register(pid int) (deregister func()) {
+// register tells the reaper of the session the script pid leads, of unit
+// work (its id; "" when not known). Run calls it before it waits for the
+// script, so the pid cannot have been reused yet. It returns the
+// deregistration, for when Run is done with the session (its tree killed,
+// the script reaped).
+func (r *Reaper) register(pid int, work string) (deregister func()) {
 	if r == nil {
 		return func() {}
 	}
@@ -230,9 +260,13 @@ func (r *Reaper) register(pid int) (deregister func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.ensureLocked()
-	r.live[pid] = start
+	if !plainWord(work) {
+		work = "" // a line of its own would say something else
+	}
+	s := session{start: start, work: work}
+	r.live[pid] = s
 	if r.w != nil {
-		line := append(r.gone, registration(pid, start)...)
+		line := append(r.gone, registration(pid, s)...)
 		r.gone = nil
 		if r.writeLocked(line) != nil {
 			r.ensureLocked() // a new one, told of every live session, this one too
@@ -255,6 +289,20 @@ func (r *Reaper) register(pid int) (deregister func()) {
 			r.ensureLocked() // for the sessions still live
 		}
 	}
+}
+
+// plainWord tells whether w is one word of printable ASCII, at most 64
+// bytes: what a registration line may hold.
+func plainWord(w string) bool {
+	if len(w) > 64 {
+		return false
+	}
+	for i := 0; i < len(w); i++ {
+		if w[i] <= ' ' || w[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // ignoreStopSignals keeps the reaper running when the proxy is asked to

@@ -3,10 +3,12 @@
 package runner
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -83,10 +85,30 @@ func TestScriptsOfAProxyKilledWithSIGKILLAreKilled(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
+	// Its line is the proxy's: JSON, naming the instance and the unit.
+	var said reaperRecord
 	waitFor(t, "the reaper to say what it killed", func() bool {
 		data, _ := os.ReadFile(log)
-		return strings.Contains(string(data), fmt.Sprintf("killed the process trees of sessions %d\n", pids[0]))
+		for _, l := range strings.Split(string(data), "\n") {
+			if json.Unmarshal([]byte(l), &said) == nil && said.Msg != "" {
+				return true
+			}
+		}
+		return false
 	}, 10*time.Second)
+	if said.Level != "ERROR" || said.Msg != "the proxy ended with scripts running; its reaper killed the process trees of their sessions" ||
+		said.InstanceID != childInstance || !slices.Equal(said.Sessions, pids[:1]) || !slices.Equal(said.WorkIDs, []string{childWorkID}) || said.ReaperPID <= 1 {
+		t.Errorf("the reaper said %+v; want an ERROR that it killed session %d of unit %s, naming instance %s and its own pid", said, pids[0], childWorkID, childInstance)
+	}
+}
+
+// reaperRecord is the reaper's JSON line.
+type reaperRecord struct {
+	Level, Msg string
+	InstanceID string   `json:"instance_id"`
+	ReaperPID  int      `json:"reaper_pid"`
+	Sessions   []int    `json:"sessions"`
+	WorkIDs    []string `json:"work_ids"`
 }
 
 func readPids(t *testing.T, path string) []int {

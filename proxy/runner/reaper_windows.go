@@ -7,14 +7,14 @@ package runner
 type Reaper struct{}
 
 // NewReaper returns a Reaper that starts no process.
-func NewReaper(func(error)) *Reaper { return &Reaper{} }
+func NewReaper(func(error), ReaperLog) *Reaper { return &Reaper{} }
 
 // Close does nothing.
 func (*Reaper) Close() error { return nil }
 
 func (*Reaper) prepare() {}
 
-func (*Reaper) register(int) (deregister func()) { return func() {} }
+func (*Reaper) register(int, string) (deregister func()) { return func() {} }
 
 func ignoreStopSignals() {}
 

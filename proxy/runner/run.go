@@ -57,7 +57,7 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	// before its stdin is fed: a script that reads it first does nothing
 	// else before it is registered. Deregistered last, once the tree was
 	// killed (tree.release) and the script reaped.
-	defer spec.Reaper.register(cmd.Process.Pid)()
+	defer spec.Reaper.register(cmd.Process.Pid, spec.WorkID)()
 	startedAt := time.Now()
 	streams.started()
 	tree, err := afterStart(cmd)

@@ -50,6 +50,9 @@ type Spec struct {
 	// Reaper, when set, kills the script's process tree if this process
 	// dies while the script runs (see NewReaper). Nil: nothing does.
 	Reaper *Reaper
+	// WorkID is the unit's id, which the reaper names when it kills the
+	// script ("" when there is none).
+	WorkID string
 	// Started, when set, is called once the script has started (its
 	// process created and handed its tree), before Run waits for it: a
 	// caller that waited for the resources an earlier start lacked knows

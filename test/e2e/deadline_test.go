@@ -114,7 +114,8 @@ wait`)
 			"the proxy's reaper (proxy/runner, ServeReaper) must kill it", tree)
 	}
 	waitFor(t, 10*time.Second, "the reaper to say so in the proxy's log", func() bool {
-		return strings.Contains(p.Log(), "killed the process trees of sessions "+strconv.Itoa(tree[0]))
+		return strings.Contains(p.Log(), "its reaper killed the process trees of their sessions\" instance_id=a reaper_pid=") &&
+			strings.Contains(p.Log(), " sessions=["+strconv.Itoa(tree[0])+"] work_ids=[w_")
 	})
 }
 
