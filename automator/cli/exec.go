@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -22,6 +23,7 @@ import (
 	"github.com/opsgate/opsgate/internal/clihelp"
 	"github.com/opsgate/opsgate/internal/hostport"
 	"github.com/opsgate/opsgate/internal/secretfile"
+	"github.com/opsgate/opsgate/internal/stopsignal"
 )
 
 // maxStdin is what exec reads from --stdin at most: the most any
@@ -88,11 +90,24 @@ func cmdExec(ctx context.Context, args []string, env Env) (int, error) {
 	}
 	defer c.Close()
 
-	opts := []client.Option{client.WithStdin(stdin)}
+	// Once the unit is queued, an interrupt cancels it, which may take a
+	// while (an automator slow to answer): a second one leaves it as it
+	// is, and says how to follow it.
+	left := &leaving{out: env.Stderr}
+	opts := []client.Option{client.WithStdin(stdin), client.WithOnQueued(func(id string, deadline time.Time) {
+		left.queued(id, deadline)
+		stopsignal.SetLastWords(func() {
+			fmt.Fprintf(env.Stderr, "automator: %s\n", clihelp.OneLine(stillQueued(id, deadline, errors.New("interrupted again: stopped waiting for its cancel"), caller)))
+		})
+	})}
+	defer stopsignal.SetLastWords(nil)
+	stopNotice := context.AfterFunc(ctx, left.interrupted)
 	if *timeout > 0 {
 		opts = append(opts, client.WithTimeout(*timeout))
 	}
 	res, err := c.ExecuteOnProxy(ctx, *account, client.Command{Script: fs.Arg(0), Args: fs.Args()[1:]}, opts...)
+	stopNotice()
+	left.finished()
 	code, rerr := report(ctx, res, err, env)
 	switch {
 	case rerr != nil && mayStillRun(res, err):
@@ -121,6 +136,54 @@ func whenToRetry(err error) error {
 		return fmt.Errorf("%w; try again in %v", err, d)
 	}
 	return err
+}
+
+// cancelNotice is how long the cancel of an interrupted exec's unit may
+// take before exec says what it waits for (leaving).
+const cancelNotice = time.Second
+
+// leaving tells, when exec's cancel of its unit after an interrupt takes
+// cancelNotice or more, that it cancels the unit, and what a second
+// interrupt does: most cancels are answered at once, and say nothing
+// more than the unit's end.
+type leaving struct {
+	out io.Writer
+
+	mu       sync.Mutex
+	id       string
+	deadline time.Time
+	done     bool
+}
+
+// queued notes the unit exec waits for.
+func (l *leaving) queued(id string, deadline time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.id, l.deadline = id, deadline
+}
+
+// interrupted, called once exec is interrupted, waits cancelNotice and
+// says that exec cancels its unit, unless it is done by then.
+func (l *leaving) interrupted() {
+	time.Sleep(cancelNotice)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done || l.id == "" {
+		return
+	}
+	until := ""
+	if !l.deadline.IsZero() {
+		until = " until its deadline at " + l.deadline.Format(time.TimeOnly)
+	}
+	fmt.Fprintf(l.out, "automator: interrupted: cancelling work %s, which is taking a while; interrupt again to stop waiting and leave it to run%s\n", l.id, until)
+}
+
+// finished tells that exec's wait, or its cancel, is over: nothing more is
+// said.
+func (l *leaving) finished() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.done = true
 }
 
 // mayStillRun reports whether ExecuteOnProxy's err leaves its unit queued

@@ -337,9 +337,10 @@ func (p *pausable) close() {
 // until when, and that Ctrl-C stops it. When the automator continues in
 // time, exec gets the unit's result and exits with its code, its stdout
 // clean and nothing more said; when Ctrl-C comes first, it tries to cancel
-// the unit without saying so again, and exits 255 with one line naming the
-// unit, which may still run. Before, exec said nothing until a minute past
-// the unit's deadline (up to 6 minutes).
+// the unit (saying, a second on, that it does and what a second Ctrl-C
+// does, not again that the automator is not answering), and exits 255
+// with one line naming the unit, which may still run. Before, exec said
+// nothing until a minute past the unit's deadline (up to 6 minutes).
 func TestExecWhoseAutomatorStopsWhileItWaitsSaysSoOnce(t *testing.T) {
 	t.Parallel()
 	for _, resumes := range []bool{true, false} {
@@ -389,9 +390,10 @@ func TestExecWhoseAutomatorStopsWhileItWaitsSaysSoOnce(t *testing.T) {
 			}
 			interrupt()
 			code := waittest.Recv(t, r.done, "exec to end after Ctrl-C")
-			_, last, _ := strings.Cut(r.errText(), "\n")
-			if code != ExitError || r.outText() != "" || strings.Count(last, "\n") != 1 || !strings.Contains(last, "work "+id+" was queued and may still run") {
-				t.Errorf("exec interrupted: exit %d, stdout %q, stderr %q; want exit %d, nothing on stdout, and after the notice one line naming work %s, which may still run", code, r.outText(), r.errText(), ExitError, id)
+			lines := strings.Split(strings.TrimSuffix(r.errText(), "\n"), "\n")
+			if code != ExitError || r.outText() != "" || len(lines) != 3 || !strings.HasPrefix(lines[1], "automator: interrupted: cancelling work "+id+", which is taking a while") ||
+				!strings.Contains(lines[2], "work "+id+" was queued and may still run") || !strings.Contains(lines[2], "no automator answered its cancel within") {
+				t.Errorf("exec interrupted: exit %d, stdout %q, stderr %q; want exit %d, nothing on stdout, and after the notice one line saying it cancels work %s, then one that no automator answered the cancel, naming the unit, which may still run", code, r.outText(), r.errText(), ExitError, id)
 			}
 		})
 	}

@@ -240,6 +240,9 @@ func (c *Client) ExecuteOnProxy(ctx context.Context, account string, cmd Command
 	if err != nil {
 		return Result{}, err
 	}
+	if f := collect(opts).onQueued; f != nil {
+		f(w.ID, w.waitUntil)
+	}
 	// The wait and the cancel that may follow it are one call to the
 	// caller: OnUnreachable, told by the wait, is not told again by the
 	// cancel.
@@ -254,9 +257,14 @@ func (c *Client) ExecuteOnProxy(ctx context.Context, account string, cmd Command
 	// The cancel starts on the automator the wait was on, which may be
 	// the reason the wait got nowhere (hung): it has one try of tryBound
 	// on each address, so that a hung one is given up for the next.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(len(c.apis))*tryBound+time.Second)
+	within := time.Duration(len(c.apis))*tryBound + time.Second
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), within)
 	defer cancel()
 	cw, cerr := c.cancel(cctx, w.ID, b)
+	if cerr != nil && cctx.Err() != nil && errors.Is(cerr, context.DeadlineExceeded) {
+		// Its own bound, not the caller's: said in words.
+		cerr = fmt.Errorf("no automator answered its cancel within %v", within)
+	}
 	if cerr != nil {
 		return Result{WorkID: w.ID, LocalDeadline: b.deadline}, fmt.Errorf("work %s: %w; cancelling it: %w", w.ID, ctx.Err(), cerr)
 	}

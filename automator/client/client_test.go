@@ -45,6 +45,50 @@ func TestExecuteOnProxyReturnsTheResult(t *testing.T) {
 	}
 }
 
+// TestExecuteOnProxyTellsWhenItsUnitIsQueued: WithOnQueued is called once,
+// before the wait ends, with the unit's id and its deadline on this
+// clock, so that a caller that stops waiting can say which unit it leaves
+// (automator exec does at a second Ctrl-C).
+func TestExecuteOnProxyTellsWhenItsUnitIsQueued(t *testing.T) {
+	t.Parallel()
+	a := automatortest.Start(t, automatortest.Options{})
+	scripts := t.TempDir()
+	automatortest.WriteScript(t, scripts, "gate.sh", `read line; echo "$line"`)
+	a.StartProxy(t, automatortest.ProxyOptions{InstanceID: "a", ScriptsDir: scripts}).WaitPolling(t)
+	c := newClient(t, a)
+	type queued struct {
+		id       string
+		deadline time.Time
+	}
+	told := make(chan queued, 2)
+	const timeout = 30 * time.Second
+	start := time.Now()
+	type outcome struct {
+		res client.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := c.ExecuteOnProxy(waittest.Context(t, "ExecuteOnProxy of gate.sh"), a.Account, client.Command{Script: "gate.sh"},
+			client.WithStdin([]byte("go\n")), client.WithTimeout(timeout),
+			client.WithOnQueued(func(id string, deadline time.Time) { told <- queued{id, deadline} }))
+		done <- outcome{res, err}
+	}()
+	q := waittest.Recv(t, told, "WithOnQueued's call")
+	o := waittest.Recv(t, done, "ExecuteOnProxy to return")
+	if o.err != nil {
+		t.Fatalf("ExecuteOnProxy: %v", o.err)
+	}
+	if q.id != o.res.WorkID || q.deadline.Before(start.Add(timeout-time.Second)) || q.deadline.After(time.Now().Add(timeout)) {
+		t.Errorf("told %s, deadline %v; want the unit's id %s and its deadline, %v from the call", q.id, q.deadline, o.res.WorkID, timeout)
+	}
+	select {
+	case <-told:
+		t.Error("WithOnQueued's function was called twice")
+	default:
+	}
+}
+
 // TestPingReturnsTheInstanceThatAnswered: the built-in @ping, run through
 // executeOnProxy, names the instance that claimed the unit.
 func TestPingReturnsTheInstanceThatAnswered(t *testing.T) {

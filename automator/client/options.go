@@ -9,10 +9,11 @@ import (
 type Option func(*callOptions)
 
 type callOptions struct {
-	timeout time.Duration
-	stdin   []byte
-	env     map[string]string
-	key     string
+	timeout  time.Duration
+	stdin    []byte
+	env      map[string]string
+	key      string
+	onQueued func(id string, deadline time.Time)
 }
 
 // WithTimeout sets the time from queueing to the unit's deadline (the
@@ -43,6 +44,15 @@ func WithEnv(env map[string]string) Option {
 // makes a fresh key per call, which covers its own retries only. At most 128
 // printable ASCII characters.
 func WithIdempotencyKey(key string) Option { return func(o *callOptions) { o.key = key } }
+
+// WithOnQueued has ExecuteOnProxy call f once the automator has queued the
+// unit, before it waits for it: with the unit's id and its deadline on
+// this host's clock (from the time remaining the automator told), so
+// that a caller that stops waiting, cut short, can still say which unit
+// it leaves. Submit, which returns them, does not call it.
+func WithOnQueued(f func(id string, deadline time.Time)) Option {
+	return func(o *callOptions) { o.onQueued = f }
+}
 
 func collect(opts []Option) callOptions {
 	var o callOptions

@@ -7,6 +7,8 @@ import (
 	"context"
 	"os"
 	"os/signal"
+	"slices"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -34,36 +36,57 @@ func List() []os.Signal {
 
 // Stopping is called once the first signal of List has come, with the
 // stop function of the signal.NotifyContext that watched for them: a
-// second interrupt or SIGTERM then ends the process at once, as their
-// default does. A second SIGHUP does not: a closed terminal sends more
+// second interrupt or SIGTERM then ends the process at once, by that
+// signal, as its default does, once the last words set (SetLastWords), if
+// any, are said. A second SIGHUP does not: a closed terminal sends more
 // than one (the shell passes its own on to its jobs, and the kernel sends
 // the foreground group another when the shell exits), and it would kill
 // the command while it stops (exec cancelling its unit). It is ignored
 // from then on.
 //
 // An interrupt or SIGTERM the process was started with ignored (a
-// background job of a script ignores SIGINT) is ignored again once stop
-// lets it go, so the second would change nothing: such a one is caught
-// instead, and ends the process with the code a shell gives a command the
-// signal killed (128 + its number).
+// background job of a script ignores SIGINT) would be ignored again once
+// let go, so that a second one changed nothing: such a one ends the
+// process with the code a shell gives a command the signal killed (128 +
+// its number).
 func Stopping(stop func()) {
 	signal.Ignore(syscall.SIGHUP)
 	var again chan os.Signal
-	if len(ignoredAtStart) > 0 && len(List()) > 0 {
+	if len(List()) > 0 {
 		again = make(chan os.Signal, 1)
-		signal.Notify(again, ignoredAtStart...) // before stop: never ignored in between
+		signal.Notify(again, os.Interrupt, syscall.SIGTERM) // before stop: never let go in between
 	}
 	stop()
 	if again != nil {
 		go func() {
 			s := <-again
+			if f := lastWords.Load(); f != nil {
+				(*f)()
+			}
 			code := 1
 			if n, ok := s.(syscall.Signal); ok {
 				code = 128 + int(n)
 			}
+			if !slices.Contains(ignoredAtStart, s) {
+				raise(s)
+			}
 			os.Exit(code)
 		}()
 	}
+}
+
+// lastWords is what is said before a second signal ends the process.
+var lastWords atomic.Pointer[func()]
+
+// SetLastWords makes f what is said before a second interrupt or SIGTERM
+// ends the process (Stopping): exec, waiting for the cancel of its unit,
+// says how to follow the unit it leaves. nil says nothing.
+func SetLastWords(f func()) {
+	if f == nil {
+		lastWords.Store(nil)
+		return
+	}
+	lastWords.Store(&f)
 }
 
 // ignoredAtStart are the interrupt and SIGTERM when this process was

@@ -4,6 +4,7 @@ package stopsignal_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -26,7 +27,10 @@ func TestMain(m *testing.M) {
 		fmt.Println(slices.Contains(stopsignal.List(), os.Signal(syscall.SIGHUP)))
 		os.Exit(0)
 	}
-	if os.Getenv(helperEnv) == "1" {
+	if h := os.Getenv(helperEnv); h == "1" || h == "words" {
+		if h == "words" {
+			stopsignal.SetLastWords(func() { fmt.Fprintln(os.Stderr, "the last words") })
+		}
 		ctx, stop := signal.NotifyContext(context.Background(), stopsignal.List()...)
 		fmt.Println("running")
 		<-ctx.Done()
@@ -118,13 +122,49 @@ func TestASecondInterruptEndsACommandStartedWithItIgnored(t *testing.T) {
 	}
 }
 
+// TestASecondInterruptSaysTheLastWordsAndEndsTheCommandByTheSignal: a
+// second Ctrl-C or SIGTERM ends the command at once, by that signal, as
+// its default does (a shell stops a script whose command SIGINT killed),
+// once it has said the last words set (exec: how to follow the unit it
+// leaves running).
+func TestASecondInterruptSaysTheLastWordsAndEndsTheCommandByTheSignal(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) {
+			var stderr bytes.Buffer
+			cmd, _ := stopTwiceAs(t, "words", &stderr, sig, os.Args[0]) // its stdin left open: it would wait
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case err := <-done:
+				ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+				if !ok || !ws.Signaled() || ws.Signal() != sig {
+					t.Errorf("after a second %v the command ended with %v; want it killed by %v", sig, err, sig)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the command still runs 10 s after a second %v; want it ended at once", sig)
+			}
+			if stderr.String() != "the last words\n" {
+				t.Errorf("the command said %q on its way out; want the last words set", stderr.String())
+			}
+		})
+	}
+}
+
 // stopTwice starts the helper command by argv, sends it sig once it runs,
 // and sig again once it stops; it returns the command and its stdin,
 // which it reads to its end before it exits.
 func stopTwice(t *testing.T, sig syscall.Signal, argv ...string) (*exec.Cmd, io.WriteCloser) {
 	t.Helper()
+	return stopTwiceAs(t, "1", nil, sig, argv...)
+}
+
+// stopTwiceAs is stopTwice of the helper as helper says (helperEnv), its
+// stderr to stderr.
+func stopTwiceAs(t *testing.T, helper string, stderr io.Writer, sig syscall.Signal, argv ...string) (*exec.Cmd, io.WriteCloser) {
+	t.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), helperEnv+"=1")
+	cmd.Env = append(os.Environ(), helperEnv+"="+helper)
+	cmd.Stderr = stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

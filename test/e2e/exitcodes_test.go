@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"net"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -209,5 +211,74 @@ func TestASecondCtrlCEndsExecAtOnce(t *testing.T) {
 		case <-giveUp:
 			t.Fatalf("exec still ran 5 s after a second Ctrl-C; want it ended at once")
 		}
+	}
+}
+
+// TestASecondCtrlCWhileTheCancelWaitsSaysHowToFollowTheUnit: once exec's
+// unit is queued, the first Ctrl-C cancels it; when the automator is slow
+// to answer the cancel (stopped here, SIGSTOP), exec says, after a
+// second, what it waits for and what a second Ctrl-C does. The second
+// ends exec at once, by SIGINT, saying which unit it leaves, until when
+// it may run, and how to follow or end it (a review: it ended without a
+// word, the unit running on, its id nowhere).
+func TestASecondCtrlCWhileTheCancelWaitsSaysHowToFollowTheUnit(t *testing.T) {
+	t.Parallel()
+	a := startAutomator(t)
+	cfg := a.createAccount(t, "acme")
+	scripts := t.TempDir()
+	writeScript(t, scripts, "sleeper.sh", sleeperScript)
+	startProxy(t, cfg, scripts, "a").WaitPolling(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	killPIDFilesAtCleanup(t, pidFile)
+	stderr := filepath.Join(t.TempDir(), "stderr")
+	errf, err := os.Create(stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer errf.Close()
+	cmd := exec.Command(bin.automator, "exec", "--data-dir", a.DataDir, "--account", "acme", "--timeout", "60s", "sleeper.sh", pidFile)
+	cmd.Stderr = errf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		waittest.Recv(t, done, "exec to end once killed")
+	})
+	said := func() string { b, _ := os.ReadFile(stderr); return string(b) }
+	waitFor(t, 10*time.Second, "the script to start", func() bool { return exists(pidFile) })
+
+	a.proc.Signal(t, syscall.SIGSTOP)
+	t.Cleanup(func() { a.proc.Signal(t, syscall.SIGCONT) })
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "exec to say that it cancels the unit and what a second Ctrl-C does", func() bool {
+		return strings.Contains(said(), "automator: interrupted: cancelling work w_")
+	})
+	if l := said(); strings.Count(l, "\n") != 1 || !strings.Contains(l, "which is taking a while; interrupt again to stop waiting and leave it to run until its deadline at ") {
+		t.Fatalf("exec said %q after the first Ctrl-C; want one line saying it cancels the unit, and what a second Ctrl-C does", l)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	waittest.Recv(t, done, "exec to end at the second Ctrl-C")
+	done <- nil // for the cleanup
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGINT {
+		// Started with SIGINT ignored (a test run in the background of
+		// a script), it exits 130 instead (stopsignal.Stopping).
+		if cmd.ProcessState.ExitCode() != 130 {
+			t.Errorf("exec after a second Ctrl-C: %v; want it ended by SIGINT", cmd.ProcessState)
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(said()), "\n")
+	id := strings.Fields(strings.TrimPrefix(lines[0], "automator: interrupted: cancelling work "))[0]
+	id = strings.TrimSuffix(id, ",")
+	want := "automator: interrupted again: stopped waiting for its cancel; work " + id + " was queued and may still run until its deadline at "
+	if len(lines) != 2 || !strings.HasPrefix(lines[1], want) ||
+		!strings.Contains(lines[1], "follow it with `automator work wait "+id+" --data-dir "+a.DataDir+"`, or end it with `automator work cancel "+id+" --data-dir "+a.DataDir+"`") {
+		t.Errorf("exec's last words after the second Ctrl-C: %q; want them to begin %q and say how to follow and end it", lines[1:], want)
 	}
 }
