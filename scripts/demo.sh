@@ -67,7 +67,7 @@ set +e
 runex exit-code.sh 3
 echo "exit code: $?"
 
-say "a script that is not deployed fails (exit 125), and so does a name outside the scripts directory"
+say "a script that is not deployed fails (exit 125); a name outside the scripts directory is refused before anything is queued (exit 255)"
 runex not-deployed.sh
 echo "exit code: $?"
 runex ../../bin/sh
