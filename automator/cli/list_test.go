@@ -98,7 +98,7 @@ func seedListings(t *testing.T) string {
 		&automatorv1.Result{ExitCode: 0, Stdout: []byte("backed up 3 files\n")}, "", at(1320*time.Millisecond))
 	enqueue("w_02", "acme", at(1*time.Second), later, "report.sh")
 	complete(claim("acme", "host-b", at(1015*time.Millisecond)), store.StateSucceeded,
-		&automatorv1.Result{ExitCode: 3, Stdout: []byte("partial"), Stderr: []byte("disk full\n")}, "", at(3*time.Second))
+		&automatorv1.Result{ExitCode: 3, Stdout: []byte("partial\xff"), Stderr: []byte("disk full\n")}, "", at(3*time.Second)) // its stdout not UTF-8
 	enqueue("w_03", "acme", at(2*time.Second), later, "nope.sh")
 	complete(claim("acme", "host-a", at(2030*time.Millisecond)), store.StateFailed,
 		&automatorv1.Result{Failure: `script "nope.sh" is not in the scripts directory`}, "the proxy could not run the command", at(2040*time.Millisecond))
@@ -202,6 +202,8 @@ func TestListingsPrintTablesAndJSON(t *testing.T) {
 		{"work-show-w_02-reveal.txt", []string{"work", "show", "w_02", "--reveal"}},
 		{"work-show-w_01-reveal.txt", []string{"work", "show", "w_01", "--reveal"}},
 		{"work-show-w_03-reveal.json", []string{"work", "show", "w_03", "--reveal", "--json"}},
+		// A stream that is not UTF-8 is null as text, exact in base64.
+		{"work-show-w_02-reveal.json", []string{"work", "show", "w_02", "--reveal", "--json"}},
 		{"work-show-w_05.txt", []string{"work", "show", "w_05"}},
 	} {
 		t.Run(c.golden, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+	"unicode/utf8"
 
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
@@ -72,11 +73,32 @@ type commandView struct {
 	Args   []string `json:"args"`
 }
 
+// outputView is a unit's output. In JSON each stream is given as text
+// when it is UTF-8 (null when not: JSON would replace each byte that is
+// not with U+FFFD, for good), and always byte for byte in base64, as the
+// API gives it.
 type outputView struct {
-	Stdout          string `json:"stdout"`
-	Stderr          string `json:"stderr"`
-	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
-	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
+	Stdout          *string `json:"stdout"`
+	Stderr          *string `json:"stderr"`
+	StdoutBase64    []byte  `json:"stdout_base64"`
+	StderrBase64    []byte  `json:"stderr_base64"`
+	StdoutTruncated bool    `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool    `json:"stderr_truncated,omitempty"`
+}
+
+// newOutputView is the view of stdout and stderr.
+func newOutputView(stdout, stderr []byte, stdoutTruncated, stderrTruncated bool) *outputView {
+	text := func(b []byte) *string {
+		if !utf8.Valid(b) {
+			return nil
+		}
+		s := string(b)
+		return &s
+	}
+	// Never nil: JSON gives an empty stream as "", not null.
+	exact := func(b []byte) []byte { return append([]byte{}, b...) }
+	return &outputView{Stdout: text(stdout), Stderr: text(stderr), StdoutBase64: exact(stdout), StderrBase64: exact(stderr),
+		StdoutTruncated: stdoutTruncated, StderrTruncated: stderrTruncated}
 }
 
 func viewOf(ctx context.Context, srv *server.Server, w store.Work, reveal bool) (workView, error) {
@@ -120,8 +142,7 @@ func viewOf(ctx context.Context, srv *server.Server, w store.Work, reveal bool) 
 	}
 	v.Command = &commandView{Script: cmd.GetScript(), Args: append([]string{}, cmd.GetArgs()...)}
 	if res != nil {
-		v.Output = &outputView{Stdout: string(res.GetStdout()), Stderr: string(res.GetStderr()),
-			StdoutTruncated: res.GetStdoutTruncated(), StderrTruncated: res.GetStderrTruncated()}
+		v.Output = newOutputView(res.GetStdout(), res.GetStderr(), res.GetStdoutTruncated(), res.GetStderrTruncated())
 	}
 	return v, nil
 }
@@ -389,8 +410,8 @@ func cmdWorkShow(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	if v.Output != nil {
-		fmt.Fprintf(env.Stdout, "---- stdout%s ----\n%s", truncNote(v.Output.StdoutTruncated), ensureNL(v.Output.Stdout))
-		fmt.Fprintf(env.Stdout, "---- stderr%s ----\n%s", truncNote(v.Output.StderrTruncated), ensureNL(v.Output.Stderr))
+		fmt.Fprintf(env.Stdout, "---- stdout%s ----\n%s", truncNote(v.Output.StdoutTruncated), ensureNL(string(v.Output.StdoutBase64)))
+		fmt.Fprintf(env.Stdout, "---- stderr%s ----\n%s", truncNote(v.Output.StderrTruncated), ensureNL(string(v.Output.StderrBase64)))
 	}
 	return nil
 }
