@@ -35,7 +35,7 @@ const usage = `usage:
   automator cert renew --data-dir DIR [--db DSN]
   automator instances --account NAME --data-dir DIR [--db DSN] [--json]
   automator work list --data-dir DIR [--db DSN] [--account NAME] [--state STATE] [--limit N] [--json]
-  automator work show ID --data-dir DIR [--db DSN] [--reveal] [--json]
+  automator work show ID (--data-dir DIR [--db DSN] | --server URL --api-key-file F --ca FILE) [--reveal] [--json]
   automator work wait ID... (--data-dir DIR | --server URL --api-key-file F --ca FILE) [--json]
   automator work cancel ID... (--data-dir DIR | --server URL --api-key-file F --ca FILE) [--json]
   automator replicas --data-dir DIR [--db DSN]

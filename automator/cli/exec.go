@@ -237,13 +237,13 @@ func stillQueued(id string, deadline time.Time, err error, caller callerFlags) e
 	}
 	target := caller.target()
 	if !deadline.IsZero() && !time.Now().Before(deadline) {
-		return fmt.Errorf("%w; work %s was queued, and its deadline passed at %s: it has ended, or ends as soon as an automator serves (none hands it out or takes its result after its deadline, and a proxy stops its script then); learn how with `automator work wait %s %s`%s", err, id, deadline.Format(time.TimeOnly), id, target, with)
+		return fmt.Errorf("%w; work %s was queued, and its deadline passed at %s: it has ended, or ends as soon as an automator serves (none hands it out or takes its result after its deadline, and a proxy stops its script then); learn how with `automator work wait %s %s`%s, and what it printed with `automator work show %s %s --reveal`", err, id, deadline.Format(time.TimeOnly), id, target, with, id, target)
 	}
 	until := ""
 	if !deadline.IsZero() {
 		until = fmt.Sprintf(" until its deadline at %s", deadline.Format(time.TimeOnly))
 	}
-	return fmt.Errorf("%w; work %s was queued and may still run%s: follow it with `automator work wait %s %s`, or end it with `automator work cancel %s %s`%s", err, id, until, id, target, id, target, with)
+	return fmt.Errorf("%w; work %s was queued and may still run%s: follow it with `automator work wait %s %s`, or end it with `automator work cancel %s %s`%s; once it has ended, `automator work show %s %s --reveal` gives what it printed", err, id, until, id, target, id, target, with, id, target)
 }
 
 // report writes the outcome and returns the exit code DESIGN.md names.

@@ -30,16 +30,18 @@ func TestExecGivenUpSaysWhetherItsUnitMayStillRun(t *testing.T) {
 			"work w_1 was queued, and its deadline passed at " + past.Format(time.TimeOnly) + ":",
 			"it has ended, or ends as soon as an automator serves",
 			"learn how with `automator work wait w_1 --data-dir /var/lib/automator`",
+			"and what it printed with `automator work show w_1 --data-dir /var/lib/automator --reveal`",
 		}, []string{"may still run", "work cancel"}},
 		{"before its deadline", ahead, []string{
 			"work w_1 was queued and may still run until its deadline at " + ahead.Format(time.TimeOnly) + ":",
 			"`automator work wait w_1 --data-dir /var/lib/automator`",
 			"`automator work cancel w_1 --data-dir /var/lib/automator`",
-		}, []string{"passed", "has ended"}},
+			"once it has ended, `automator work show w_1 --data-dir /var/lib/automator --reveal` gives what it printed",
+		}, []string{"passed", "it has ended, or ends"}},
 		{"its deadline unknown", time.Time{}, []string{
 			"work w_1 was queued and may still run: follow it",
 			"`automator work cancel w_1 --data-dir /var/lib/automator`",
-		}, []string{"passed", "has ended"}},
+		}, []string{"passed", "it has ended, or ends"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			msg := stillQueued("w_1", tc.deadline, gaveUp, caller).Error()

@@ -10,10 +10,13 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/opsgate/opsgate/automator/client"
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/internal/clihelp"
 	"github.com/opsgate/opsgate/internal/printable"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // cmdWork dispatches the work subcommands.
@@ -336,37 +339,28 @@ func firstOf(a, b time.Time) time.Time {
 func cmdWorkShow(ctx context.Context, args []string, env Env) error {
 	fs := newFlags("work show", env)
 	l := listingFlags(fs)
-	reveal := fs.Bool("reveal", false, "also open and print the script name, arguments and output (sealed in the store)")
+	caller := callerFlags{dir: l.dir,
+		server:     fs.String("server", "", "automator URL https://HOST:PORT (away from its host: the unit is read through the API, which gives its output but not its command); several, comma-separated, fail over"),
+		apiKeyFile: fs.String("api-key-file", "", "file holding the API key (with --server)"),
+		caFile:     fs.String("ca", "", "the automator's CA certificate (with --server)"),
+	}
+	reveal := fs.Bool("reveal", false, "also open and print the script name, arguments and output (sealed in the store; with --server, the output)")
 	pos, err := clihelp.ParseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
-	if _, err := oneArg(fs, "ID", pos, "usage: automator work show ID --data-dir DIR [--reveal] [--json]"); err != nil {
+	if _, err := oneArg(fs, "ID", pos, "usage: automator work show ID (--data-dir DIR | --server URL --api-key-file F --ca FILE) [--reveal] [--json]"); err != nil {
 		return err
 	}
-	st, _, err := l.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	srv, err := opener(*l.dir, st)
-	if err != nil {
-		return err
-	}
-	w, err := st.WorkGet(ctx, pos[0])
-	if errors.Is(err, store.ErrNotFound) && !store.ValidWorkID(pos[0]) {
-		// Worded as work wait and work cancel word it. Looked up first:
-		// the store takes any id, and what it holds is shown.
-		return refuse("showing", pos[0], notAWorkID)
-	}
-	if errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("there is no unit of work %q", pos[0])
-	}
-	if err != nil {
-		return err
-	}
-	v, err := viewOf(ctx, srv, w, *reveal)
-	if err != nil {
+	var v workView
+	if *caller.server != "" {
+		if *l.db != "" {
+			return errors.New("--db is for --data-dir, on the automator's host: with --server the automator reads its own database")
+		}
+		if v, err = remoteView(ctx, pos[0], caller, *reveal, env); err != nil {
+			return err
+		}
+	} else if v, err = localView(ctx, pos[0], l, *reveal); err != nil {
 		return err
 	}
 	if *l.json {
@@ -398,13 +392,18 @@ func cmdWorkShow(ctx context.Context, args []string, env Env) error {
 		line("command", "(lost with its row)")
 		return t.Flush()
 	}
-	if v.Command == nil {
+	switch {
+	case v.Command == nil && v.Output != nil:
+		line("command", "(not given by the API: `work show --data-dir` on the automator's host opens it)")
+	case v.Command == nil:
 		line("command", "(sealed; --reveal opens the script name, arguments and output)")
 		return t.Flush()
 	}
-	line("script", printable.Shown(v.Command.Script))
-	for i, a := range v.Command.Args {
-		line(fmt.Sprintf("arg %d", i+1), fmt.Sprintf("%q", a))
+	if v.Command != nil {
+		line("script", printable.Shown(v.Command.Script))
+		for i, a := range v.Command.Args {
+			line(fmt.Sprintf("arg %d", i+1), fmt.Sprintf("%q", a))
+		}
 	}
 	if err := t.Flush(); err != nil {
 		return err
@@ -414,6 +413,75 @@ func cmdWorkShow(ctx context.Context, args []string, env Env) error {
 		fmt.Fprintf(env.Stdout, "---- stderr%s ----\n%s", truncNote(v.Output.StderrTruncated), ensureNL(string(v.Output.StderrBase64)))
 	}
 	return nil
+}
+
+// localView is the view of unit id read from the store of the data
+// directory l names (the automator's host), revealed when reveal.
+func localView(ctx context.Context, id string, l listing, reveal bool) (workView, error) {
+	st, _, err := l.open(ctx)
+	if err != nil {
+		return workView{}, err
+	}
+	defer st.Close()
+	srv, err := opener(*l.dir, st)
+	if err != nil {
+		return workView{}, err
+	}
+	w, err := st.WorkGet(ctx, id)
+	if errors.Is(err, store.ErrNotFound) && !store.ValidWorkID(id) {
+		// Worded as work wait and work cancel word it. Looked up first:
+		// the store takes any id, and what it holds is shown.
+		return workView{}, refuse("showing", id, notAWorkID)
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return workView{}, fmt.Errorf("there is no unit of work %q", id)
+	}
+	if err != nil {
+		return workView{}, err
+	}
+	return viewOf(ctx, srv, w, reveal)
+}
+
+// remoteView is the view of unit id read through the API (Get) from the
+// automator caller names, with its output when reveal: what a caller away
+// from the automator's host can learn of a unit exec left (its command is
+// not given back by the API).
+func remoteView(ctx context.Context, id string, caller callerFlags, reveal bool, env Env) (workView, error) {
+	if !store.ValidWorkID(id) {
+		return workView{}, refuse("showing", id, notAWorkID)
+	}
+	c, err := caller.connect(env.Stderr)
+	if err != nil {
+		return workView{}, err
+	}
+	defer c.Close()
+	w, err := c.Get(ctx, id)
+	if ended, ok := client.UnreadableWork(err); ok {
+		// Its account deleted since (or its result altered in the
+		// database): how it ended is known, not what it gave.
+		if reveal {
+			return workView{}, caller.explain(err)
+		}
+		w, err = ended, nil
+	}
+	if status.Code(err) == codes.NotFound {
+		return workView{}, fmt.Errorf("there is no unit of work %q that this API key may see", id)
+	}
+	if err != nil {
+		return workView{}, caller.explain(err)
+	}
+	v := workView{ID: w.ID, Account: w.Account, State: string(w.State), QueuedAt: w.QueuedAt, ClaimedAt: w.ClaimedAt,
+		FinishedAt: w.FinishedAt, Deadline: w.Deadline, InstanceID: w.InstanceID, Reason: w.Reason}
+	if r := w.Result; r != nil {
+		if w.State == client.StateSucceeded {
+			code := int32(r.ExitCode)
+			v.ExitCode = &code
+		}
+		if reveal {
+			v.Output = newOutputView(r.Stdout, r.Stderr, r.StdoutTruncated, r.StderrTruncated)
+		}
+	}
+	return v, nil
 }
 
 func truncNote(t bool) string {
