@@ -57,7 +57,7 @@ func cmdExec(ctx context.Context, args []string, env Env) (int, error) {
 	account := fs.String("account", "", "account whose proxies run the command")
 	timeout := clihelp.Duration(fs, "timeout", 0, "time from queueing to the deadline (default: the server's, 5m)")
 	stdinFrom := fs.String("stdin", "", "file to send as the script's stdin, or - for this process's stdin")
-	if err := fs.Parse(args); err != nil {
+	if err := clihelp.Parse(fs, args); err != nil {
 		return 0, err
 	}
 	if fs.NArg() == 0 {
@@ -354,6 +354,18 @@ func addCallerFlags(fs *flag.FlagSet) callerFlags {
 	}
 }
 
+// retrying says what a call doing what does at now while no automator
+// answers: it tries again until until, and Ctrl-C stops it; or, its
+// budget about spent (a cancel's, after an interrupt), once more ("for 0s
+// more" said nothing).
+func retrying(doing string, until, now time.Time) string {
+	left := until.Sub(now).Round(time.Second)
+	if left < time.Second {
+		return doing + ": trying once more"
+	}
+	return fmt.Sprintf("%s: trying again for %v more (until %s), Ctrl-C stops", doing, left, until.Format(time.TimeOnly))
+}
+
 // target is the flags given that say how to reach the automator, for a
 // command of the same flags (work wait, work cancel) printed to be run as
 // it is.
@@ -388,8 +400,7 @@ func (f callerFlags) connect(stderr io.Writer) (*client.Client, error) {
 	several := len(cfg.Addresses) > 1
 	cfg.OnUnreachable = func(u client.Unreachable) {
 		from := fromNow()
-		left := time.Until(u.Until).Round(time.Second)
-		until := fmt.Sprintf("%s: trying again for %v more (until %s), Ctrl-C stops", u.Doing, left, u.Until.Format(time.TimeOnly))
+		until := retrying(u.Doing, u.Until, time.Now())
 		if u.Hung {
 			what := "the automator at " + u.Address
 			if from != "" {

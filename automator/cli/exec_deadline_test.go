@@ -61,3 +61,24 @@ func TestExecGivenUpSaysWhetherItsUnitMayStillRun(t *testing.T) {
 		})
 	}
 }
+
+// TestRetryingSaysOnceMoreWhenItsBudgetIsSpent: the line of an automator
+// not answering says how long exec keeps trying; with under half a second
+// left (a cancel's budget after an interrupt), "for 0s more" said nothing.
+func TestRetryingSaysOnceMoreWhenItsBudgetIsSpent(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, c := range []struct {
+		left time.Duration
+		want string
+	}{
+		{time.Minute, "cancelling work w_1: trying again for 1m0s more (until 03:05:05), Ctrl-C stops"},
+		{700 * time.Millisecond, "cancelling work w_1: trying again for 1s more (until 03:04:05), Ctrl-C stops"},
+		{400 * time.Millisecond, "cancelling work w_1: trying once more"},
+		{-time.Second, "cancelling work w_1: trying once more"},
+	} {
+		if got := retrying("cancelling work w_1", now.Add(c.left), now); got != c.want {
+			t.Errorf("%v left: %q, want %q", c.left, got, c.want)
+		}
+	}
+}

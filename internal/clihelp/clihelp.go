@@ -5,6 +5,7 @@ package clihelp
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -131,13 +132,39 @@ func OneLineStopped(ctx context.Context, err error) string {
 	return strings.ReplaceAll(line, context.Canceled.Error(), "stopped: "+cause.Error())
 }
 
+// Parse is fs.Parse, its error worded as the commands write their flags
+// (ParseError).
+func Parse(fs *flag.FlagSet, args []string) error {
+	return ParseError(fs, fs.Parse(args))
+}
+
+// ParseError words err, of fs.Parse: the flag package names a flag with
+// one dash (`flag provided but not defined: -bogus`), where the commands
+// and their help write two, and an unknown one is told with where the
+// flags are listed. flag.ErrHelp, and nil, are returned as they are.
+func ParseError(fs *flag.FlagSet, err error) error {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		return fmt.Errorf("unknown flag --%s: `%s --help` lists the flags", strings.TrimPrefix(name, "-"), fs.Name())
+	}
+	for _, p := range []string{"flag needs an argument: -", " for flag -"} {
+		if i := strings.Index(msg, p); i >= 0 && !strings.HasPrefix(msg[i+len(p):], "-") {
+			msg = msg[:i+len(p)] + "-" + msg[i+len(p):]
+		}
+	}
+	return errors.New(msg)
+}
+
 // ParseInterspersed parses the flags of fs that may stand before or after
 // the positional arguments (as in `account create NAME --data-dir DIR`)
 // and returns the positional arguments.
 func ParseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := Parse(fs, args); err != nil {
 			return nil, err
 		}
 		args = fs.Args()

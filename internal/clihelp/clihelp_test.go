@@ -174,3 +174,34 @@ func TestADurationTooLongIsSaidSo(t *testing.T) {
 		}
 	}
 }
+
+// TestParseErrorsNameFlagsAsTheCommandsWriteThem: the flag package names
+// a flag with one dash; the commands, their help and their docs write two.
+// An unknown flag is told with where the flags are listed.
+func TestParseErrorsNameFlagsAsTheCommandsWriteThem(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--bogus"}, "unknown flag --bogus: `automator exec --help` lists the flags"},
+		{[]string{"-bogus"}, "unknown flag --bogus: `automator exec --help` lists the flags"},
+		{[]string{"--timeout"}, "flag needs an argument: --timeout"},
+		{[]string{"--timeout", "5"}, `invalid value "5" for flag --timeout: not a duration: write it with its unit, such as 30s, 5m or 1h`},
+		{[]string{"--limit", "x"}, `invalid value "x" for flag --limit: parse error`},
+	} {
+		fs := flag.NewFlagSet("automator exec", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		Duration(fs, "timeout", 0, "")
+		fs.Int("limit", 1, "")
+		_, err := ParseInterspersed(fs, c.args)
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%q: %v; want %q", c.args, err, c.want)
+		}
+	}
+	fs := flag.NewFlagSet("automator exec", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	if err := Parse(fs, []string{"--help"}); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("--help: %v; want flag.ErrHelp, as it is", err)
+	}
+}
