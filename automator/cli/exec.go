@@ -254,8 +254,15 @@ func report(ctx context.Context, res client.Result, err error, env Env) (int, er
 		// Output that could not be written (a full disk, a closed
 		// descriptor) is lost: the remote exit code would report a
 		// success that did not reach its reader.
-		_, outErr := env.Stdout.Write(res.Stdout)
-		_, errErr := env.Stderr.Write(res.Stderr)
+		// A stream the script left empty is not written: a write of
+		// nothing to a full disk fails all the same (/dev/full).
+		var outErr, errErr error
+		if len(res.Stdout) > 0 {
+			_, outErr = env.Stdout.Write(res.Stdout)
+		}
+		if len(res.Stderr) > 0 {
+			_, errErr = env.Stderr.Write(res.Stderr)
+		}
 		if outErr != nil {
 			return 0, fmt.Errorf("work %s exited with %d, but writing its stdout failed: %w", res.WorkID, res.ExitCode, outErr)
 		}

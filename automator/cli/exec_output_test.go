@@ -35,6 +35,22 @@ func TestExecReportsOutputItCouldNotWrite(t *testing.T) {
 	}
 }
 
+// TestExecWritesNothingOfAnEmptyStream: a script that printed nothing on
+// stdout leaves exec's stdout alone, so a stdout that cannot be written
+// (a full disk: /dev/full) fails nothing (a review: exec wrote the empty
+// output, which failed, and exited 255 though nothing was lost).
+func TestExecWritesNothingOfAnEmptyStream(t *testing.T) {
+	t.Parallel()
+	a := startWithScripts(t)
+	var errb bytes.Buffer
+	code := cli.Main(context.Background(),
+		[]string{"exec", "--server", a.URL(), "--api-key-file", a.APIKeyFile, "--ca", a.CAFile, "--account", "acme", "exit.sh", "3"},
+		cli.Env{Stdin: strings.NewReader(""), Stdout: failingWriter{}, Stderr: &errb})
+	if code != 3 || errb.String() != "exiting 3\n" {
+		t.Fatalf("exec of a script that prints nothing on stdout, its stdout failing: exit %d, stderr %q; want the script's 3 and its stderr", code, errb.String())
+	}
+}
+
 // TestExecSaysWhichStreamWasCutOnALineOfItsOwn: a remote output past the
 // proxy's output limit is written as far as it was kept, and exec says
 // which stream was cut on a line of its own after the remote stderr, also
