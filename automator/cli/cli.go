@@ -43,7 +43,7 @@ const usage = `usage:
   automator restore --data-dir DIR [--db DSN] FILE               # serve stopped; ends the units open in FILE
   automator restore --data-dir DIR [--db DSN] --open-work-only   # after a PostgreSQL restore
   automator repair  --data-dir DIR [--db DSN] [--trust-rows] [--salvage]  # rebuilds a damaged database (SQLite: serve stopped)
-  automator exec    --data-dir DIR --account NAME [--timeout DUR] [--stdin FILE|-] SCRIPT [ARG...]
+  automator exec    --data-dir DIR --account NAME [--timeout DUR] [--stdin FILE|-] [--env NAME=VALUE]... [--idempotency-key KEY] SCRIPT [ARG...]
   automator exec    --server URL --api-key-file F --ca FILE --account NAME ... SCRIPT [ARG...]
   automator install --data-dir DIR [--db DSN] [--name NAME] [--user USER] [--manual-start]
   automator start|stop|status|uninstall [--name NAME]

@@ -57,6 +57,9 @@ func cmdExec(ctx context.Context, args []string, env Env) (int, error) {
 	account := fs.String("account", "", "account whose proxies run the command")
 	timeout := clihelp.Duration(fs, "timeout", 0, "time from queueing to the deadline (default: the server's, 5m)")
 	stdinFrom := fs.String("stdin", "", "file to send as the script's stdin, or - for this process's stdin")
+	env1 := envFlag{}
+	fs.Var(env1, "env", "a variable for the script (repeat it for more); those that would make a shell or a program run code of the caller's are refused, as by the API (docs/api.md)")
+	key := fs.String("idempotency-key", "", "the unit's idempotency key: exec run again with it, within the keys' retention window (24h by default), returns the first run's unit and outcome instead of running the script again")
 	if err := clihelp.Parse(fs, args); err != nil {
 		return 0, err
 	}
@@ -66,11 +69,16 @@ func cmdExec(ctx context.Context, args []string, env Env) (int, error) {
 	if err := requireFlag("account", *account); err != nil {
 		return 0, err
 	}
-	timeoutSet, stdinSet := false, false
+	timeoutSet, stdinSet, keySet := false, false, false
 	fs.Visit(func(f *flag.Flag) {
 		timeoutSet = timeoutSet || f.Name == "timeout"
 		stdinSet = stdinSet || f.Name == "stdin"
+		keySet = keySet || f.Name == "idempotency-key"
 	})
+	if keySet && *key == "" {
+		// A script's variable left empty: not taken for a fresh key.
+		return 0, errors.New("--idempotency-key is empty; give one, or leave it out for a fresh key per run")
+	}
 	if stdinSet && *stdinFrom == "" {
 		// A script's variable left empty: not taken for no stdin.
 		return 0, errors.New("--stdin is empty; give a FILE, or - for this process's stdin (leave it out for none)")
@@ -105,6 +113,12 @@ func cmdExec(ctx context.Context, args []string, env Env) (int, error) {
 	if *timeout > 0 {
 		opts = append(opts, client.WithTimeout(*timeout))
 	}
+	if len(env1) > 0 {
+		opts = append(opts, client.WithEnv(env1))
+	}
+	if *key != "" {
+		opts = append(opts, client.WithIdempotencyKey(*key))
+	}
 	res, err := c.ExecuteOnProxy(ctx, *account, client.Command{Script: fs.Arg(0), Args: fs.Args()[1:]}, opts...)
 	stopNotice()
 	left.finished()
@@ -136,6 +150,27 @@ func whenToRetry(err error) error {
 		return fmt.Errorf("%w; try again in %v", err, d)
 	}
 	return err
+}
+
+// envFlag is exec's --env: NAME=VALUE, repeated. A name given twice is
+// refused: which value the script was to see would be a guess.
+type envFlag map[string]string
+
+func (e envFlag) String() string { return "" }
+
+func (e envFlag) Kind() string { return "NAME=VALUE" }
+
+func (e envFlag) Set(s string) error {
+	name, value, ok := strings.Cut(s, "=")
+	switch {
+	case !ok || name == "":
+		return errors.New("want NAME=VALUE")
+	}
+	if _, twice := e[name]; twice {
+		return fmt.Errorf("%s is given twice", name)
+	}
+	e[name] = value
+	return nil
 }
 
 // cancelNotice is how long the cancel of an interrupted exec's unit may
