@@ -44,7 +44,7 @@ func TestAClientCommandWhoseConnectionsAreClosedUnansweredSaysSoAtOnce(t *testin
 	}{
 		{name: "exec, closed", serve: func(net.Conn) {}, args: []string{"exec", "--data-dir", "DIR", "--account", "acme", "x.sh"}, doing: `submitting work to account "acme"`, says: closed},
 		{name: "work wait, reset", serve: closedport.Reset, args: []string{"work", "wait", "--data-dir", "DIR", id}, doing: "waiting for work " + id, says: closed, reset: true},
-		{name: "work cancel, HTTP/1 server", serve: http1, args: []string{"work", "cancel", "--data-dir", "DIR", id}, doing: "getting work " + id, says: []string{`what answers there is not an automator: it sent "HTTP/1.1 400 Bad Request"`}},
+		{name: "work cancel, HTTP/1 server", serve: http1, args: []string{"work", "cancel", "--data-dir", "DIR", id}, doing: "getting work " + id, says: []string{`what answers there is not an automator: it sent "HTTP/1.1 400 Bad Request", an HTTP server's answer (the automator's HTTP listener, http_listen, 8080 by default, given for its gRPC one`}},
 		{name: "exec --server, closed", serve: func(net.Conn) {}, args: []string{"exec", "--account", "acme", "x.sh"}, doing: `submitting work to account "acme"`, says: closed, server: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

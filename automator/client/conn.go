@@ -393,6 +393,9 @@ func judge(head []byte, plaintext, final bool) (answered bool, foreign error) {
 	if len(line) > 40 {
 		line = line[:40]
 	}
+	if bytes.HasPrefix(line, []byte("HTTP/")) {
+		return false, fmt.Errorf("what answers there is not an automator: it sent %q, an HTTP server's answer (the automator's HTTP listener, http_listen, 8080 by default, given for its gRPC one, listen, 8443 by default? another program on the port?)", line)
+	}
 	return false, fmt.Errorf("what answers there is not an automator: it sent %q (another program on the port?)", line)
 }
 
