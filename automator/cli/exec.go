@@ -499,7 +499,15 @@ func hungWhy(kind client.UnreachableKind) string {
 // waiting mends it adds when to try again (whenToRetry).
 func (f callerFlags) explain(err error) error {
 	err = whenToRetry(err)
-	if status.Code(err) != codes.Unauthenticated || *f.dir == "" || *f.apiKeyFile != "" {
+	if status.Code(err) != codes.Unauthenticated {
+		return err
+	}
+	if *f.apiKeyFile != "" && status.Convert(err).Message() == "invalid API key" {
+		// Not a revoked key, which its message names: one the
+		// automator does not know.
+		return fmt.Errorf("%w; that is the key in %s (--api-key-file): the automator knows no such key (another automator's? mistyped? `automator apikey list` on the automator's host lists its keys, `apikey create` makes one)", err, *f.apiKeyFile)
+	}
+	if *f.dir == "" || *f.apiKeyFile != "" {
 		return err
 	}
 	path := filepath.Join(*f.dir, config.FileAPIKey)

@@ -106,7 +106,9 @@ func TestExecExitCodes(t *testing.T) {
 	if code != cli.ExitError {
 		t.Errorf("wrong API key: exit %d; want 255", code)
 	}
-	oneLine(t, execResult{stderr: errb.String()}, "Unauthenticated")
+	// The key the automator does not know is named by its file, with
+	// what to check.
+	oneLine(t, execResult{stderr: errb.String()}, "Unauthenticated: invalid API key; that is the key in "+wrongKey+" (--api-key-file): the automator knows no such key")
 	if n := a.CountWork(t); n != 3 {
 		t.Errorf("%d units of work after 3 accepted execs, want 3 (one each)", n)
 	}
