@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // List is the interrupt (Ctrl-C), SIGTERM (a service manager's stop) and
@@ -61,7 +62,17 @@ func Stopping(stop func()) {
 		go func() {
 			s := <-again
 			if f := lastWords.Load(); f != nil {
-				(*f)()
+				// Said within lastWordsWithin: a stderr that does not
+				// drain (a pager that stopped reading, a terminal
+				// paused with Ctrl-S) must not keep the process from
+				// ending; nor must a third signal wait for them.
+				said := make(chan struct{})
+				go func() { (*f)(); close(said) }()
+				select {
+				case <-said:
+				case <-time.After(lastWordsWithin):
+				case s = <-again:
+				}
 			}
 			code := 1
 			if n, ok := s.(syscall.Signal); ok {
@@ -74,6 +85,10 @@ func Stopping(stop func()) {
 		}()
 	}
 }
+
+// lastWordsWithin bounds the saying of the last words: a write to a
+// stderr that drains takes far less.
+const lastWordsWithin = 200 * time.Millisecond
 
 // lastWords is what is said before a second signal ends the process.
 var lastWords atomic.Pointer[func()]

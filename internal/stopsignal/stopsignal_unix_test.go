@@ -27,9 +27,13 @@ func TestMain(m *testing.M) {
 		fmt.Println(slices.Contains(stopsignal.List(), os.Signal(syscall.SIGHUP)))
 		os.Exit(0)
 	}
-	if h := os.Getenv(helperEnv); h == "1" || h == "words" {
-		if h == "words" {
+	if h := os.Getenv(helperEnv); h == "1" || h == "words" || h == "stuck" {
+		switch h {
+		case "words":
 			stopsignal.SetLastWords(func() { fmt.Fprintln(os.Stderr, "the last words") })
+		case "stuck":
+			// A write to a stderr that does not drain.
+			stopsignal.SetLastWords(func() { select {} })
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), stopsignal.List()...)
 		fmt.Println("running")
@@ -147,6 +151,26 @@ func TestASecondInterruptSaysTheLastWordsAndEndsTheCommandByTheSignal(t *testing
 				t.Errorf("the command said %q on its way out; want the last words set", stderr.String())
 			}
 		})
+	}
+}
+
+// TestASecondInterruptEndsTheCommandThoughItsLastWordsCannotBeSaid: last
+// words whose write blocks (a stderr that does not drain: a pager that
+// stopped reading, a terminal paused with Ctrl-S) do not keep the second
+// signal from ending the command (a review: it ran on, a third signal
+// too, until SIGKILL).
+func TestASecondInterruptEndsTheCommandThoughItsLastWordsCannotBeSaid(t *testing.T) {
+	cmd, _ := stopTwiceAs(t, "stuck", nil, syscall.SIGINT, os.Args[0])
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+		if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGINT {
+			t.Errorf("after a second SIGINT the command ended with %v; want it killed by SIGINT", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the command still runs 10 s after a second SIGINT, its last words stuck; want it ended")
 	}
 }
 
