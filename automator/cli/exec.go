@@ -101,13 +101,8 @@ func cmdExec(ctx context.Context, args []string, env Env) (int, error) {
 	// Once the unit is queued, an interrupt cancels it, which may take a
 	// while (an automator slow to answer): a second one leaves it as it
 	// is, and says how to follow it.
-	left := &leaving{out: env.Stderr}
-	opts := []client.Option{client.WithStdin(stdin), client.WithOnQueued(func(id string, deadline time.Time) {
-		left.queued(id, deadline)
-		stopsignal.SetLastWords(func() {
-			fmt.Fprintf(env.Stderr, "automator: %s\n", clihelp.OneLine(stillQueued(id, deadline, errors.New("interrupted again: stopped waiting for its cancel"), caller)))
-		})
-	})}
+	left := &leaving{out: env.Stderr, account: *account, caller: caller}
+	opts := []client.Option{client.WithStdin(stdin), client.WithOnQueued(left.queued)}
 	defer stopsignal.SetLastWords(nil)
 	stopNotice := context.AfterFunc(ctx, left.interrupted)
 	if *timeout > 0 {
@@ -173,44 +168,94 @@ func (e envFlag) Set(s string) error {
 	return nil
 }
 
-// cancelNotice is how long the cancel of an interrupted exec's unit may
-// take before exec says what it waits for (leaving).
+// cancelNotice is how long exec, interrupted, may wait for the answer to
+// its submit or for the cancel of its unit before it says what it waits
+// for (leaving).
 const cancelNotice = time.Second
 
-// leaving tells, when exec's cancel of its unit after an interrupt takes
-// cancelNotice or more, that it cancels the unit, and what a second
-// interrupt does: most cancels are answered at once, and say nothing
-// more than the unit's end.
+// leaving is what exec, interrupted, says of the unit it leaves: when the
+// answer to its submit (which may have queued a unit) or the cancel of its
+// unit takes cancelNotice or more, that it waits for it, and what a second
+// interrupt does (most are answered at once, and say nothing more than
+// the unit's end); and, as the last words of a second interrupt
+// (stopsignal.SetLastWords), which unit it leaves and how to follow it.
 type leaving struct {
-	out io.Writer
+	out     io.Writer
+	account string
+	caller  callerFlags
 
-	mu       sync.Mutex
-	id       string
-	deadline time.Time
-	done     bool
+	mu         sync.Mutex
+	id         string
+	deadline   time.Time
+	interrupt  bool
+	timer      *time.Timer
+	saidSubmit bool
+	saidCancel bool
+	done       bool
 }
 
-// queued notes the unit exec waits for.
+// queued notes the unit exec waits for (client.WithOnQueued). Once
+// interrupted, its cancel begins now.
 func (l *leaving) queued(id string, deadline time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.id, l.deadline = id, deadline
+	stopsignal.SetLastWords(func() {
+		fmt.Fprintf(l.out, "automator: %s\n", clihelp.OneLine(stillQueued(id, deadline, errors.New("interrupted again: stopped waiting for its cancel"), l.caller)))
+	})
+	if l.interrupt {
+		l.armLocked()
+	}
 }
 
-// interrupted, called once exec is interrupted, waits cancelNotice and
-// says that exec cancels its unit, unless it is done by then.
+// interrupted notes that exec was interrupted: it waits for its submit's
+// answer, to cancel the unit it names, or cancels its unit.
 func (l *leaving) interrupted() {
-	time.Sleep(cancelNotice)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.done || l.id == "" {
+	l.interrupt = true
+	if l.id == "" {
+		where := ""
+		if *l.caller.dir != "" {
+			where = fmt.Sprintf(" (`automator work list --account %s --data-dir %s` lists the account's units)", shellArg(l.account), shellArg(*l.caller.dir))
+		}
+		stopsignal.SetLastWords(func() {
+			fmt.Fprintf(l.out, "automator: interrupted again before the automator answered the submit: it may have queued the unit, which may then run%s\n", where)
+		})
+	}
+	l.armLocked()
+}
+
+// armLocked says, cancelNotice from now, what exec waits for, unless it is
+// done by then.
+func (l *leaving) armLocked() {
+	if l.done {
 		return
 	}
-	until := ""
-	if !l.deadline.IsZero() {
-		until = " until its deadline at " + l.deadline.Format(time.TimeOnly)
+	if l.timer != nil {
+		l.timer.Stop()
 	}
-	fmt.Fprintf(l.out, "automator: interrupted: cancelling work %s, which is taking a while; interrupt again to stop waiting and leave it to run%s\n", l.id, until)
+	l.timer = time.AfterFunc(cancelNotice, l.notice)
+}
+
+func (l *leaving) notice() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.done:
+	case l.id == "" && !l.saidSubmit:
+		l.saidSubmit = true
+		// The client awaits a submit's answer within its try's bound,
+		// 10 s, once interrupted.
+		fmt.Fprintf(l.out, "automator: interrupted: waiting for the automator's answer to the submit (10s at most), to cancel the unit it may have queued; interrupt again to stop waiting\n")
+	case l.id != "" && !l.saidCancel:
+		l.saidCancel = true
+		until := ""
+		if !l.deadline.IsZero() {
+			until = " until its deadline at " + l.deadline.Format(time.TimeOnly)
+		}
+		fmt.Fprintf(l.out, "automator: interrupted: cancelling work %s, which is taking a while; interrupt again to stop waiting and leave it to run%s\n", l.id, until)
+	}
 }
 
 // finished tells that exec's wait, or its cancel, is over: nothing more is
@@ -219,6 +264,9 @@ func (l *leaving) finished() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.done = true
+	if l.timer != nil {
+		l.timer.Stop()
+	}
 }
 
 // mayStillRun reports whether ExecuteOnProxy's err leaves its unit queued
