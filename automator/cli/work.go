@@ -78,8 +78,9 @@ type commandView struct {
 
 // outputView is a unit's output. In JSON each stream is given as text
 // when it is UTF-8 (null when not: JSON would replace each byte that is
-// not with U+FFFD, for good), and always byte for byte in base64, as the
-// API gives it.
+// not with U+FFFD, for good; a stream cut at the output limit within a
+// character, as text up to that character), and always byte for byte in
+// base64, as the API gives it.
 type outputView struct {
 	Stdout          *string `json:"stdout"`
 	Stderr          *string `json:"stderr"`
@@ -91,7 +92,19 @@ type outputView struct {
 
 // newOutputView is the view of stdout and stderr.
 func newOutputView(stdout, stderr []byte, stdoutTruncated, stderrTruncated bool) *outputView {
-	text := func(b []byte) *string {
+	text := func(b []byte, truncated bool) *string {
+		if truncated {
+			// Cut at the proxy's output limit, which may fall within a
+			// character: the text is what comes before it.
+			for k := 1; k <= utf8.UTFMax-1 && k <= len(b); k++ {
+				if utf8.RuneStart(b[len(b)-k]) {
+					if !utf8.FullRune(b[len(b)-k:]) {
+						b = b[:len(b)-k]
+					}
+					break
+				}
+			}
+		}
 		if !utf8.Valid(b) {
 			return nil
 		}
@@ -100,7 +113,7 @@ func newOutputView(stdout, stderr []byte, stdoutTruncated, stderrTruncated bool)
 	}
 	// Never nil: JSON gives an empty stream as "", not null.
 	exact := func(b []byte) []byte { return append([]byte{}, b...) }
-	return &outputView{Stdout: text(stdout), Stderr: text(stderr), StdoutBase64: exact(stdout), StderrBase64: exact(stderr),
+	return &outputView{Stdout: text(stdout, stdoutTruncated), Stderr: text(stderr, stderrTruncated), StdoutBase64: exact(stdout), StderrBase64: exact(stderr),
 		StdoutTruncated: stdoutTruncated, StderrTruncated: stderrTruncated}
 }
 
