@@ -68,8 +68,8 @@ type connState struct {
 	known     bool
 	lastKind  string
 	// lastCause is the failure last logged (its message, without the
-	// local end of a connection), loggedAt when; now is the clock (nil:
-	// time.Now).
+	// addresses of a connection's ends), loggedAt when; now is the clock
+	// (nil: time.Now).
 	lastCause string
 	loggedAt  time.Time
 	now       func() time.Time
@@ -82,9 +82,12 @@ type connState struct {
 // outage (a review).
 const causeRelog = time.Minute
 
-// localEnd matches the local end of a connection in an error
-// ("read tcp 10.0.0.2:51234->"), which differs at each try.
-var localEnd = regexp.MustCompile(`[^\s"]+->`)
+// endpoints matches the ends of a connection in an error ("read tcp
+// 10.0.0.2:51234->10.0.0.1:8443", "dial tcp 10.0.0.1:8443"): the local
+// one differs at each try, and so does the remote one of a name that
+// resolves to several addresses, which are tried in turn; the cause is
+// the same.
+var endpoints = regexp.MustCompile(`(\[[0-9A-Fa-f:.%]+\]|[0-9]{1,3}(\.[0-9]{1,3}){3}):[0-9]+`)
 
 func (s *connState) ok() {
 	if s.known && s.up {
@@ -166,7 +169,7 @@ func (s *connState) failed(err error) {
 			kind = "unresolved"
 		}
 	}
-	cause := localEnd.ReplaceAllString(msg, "")
+	cause := endpoints.ReplaceAllString(msg, "ADDR")
 	switch kind {
 	case "no answer", "no connection":
 		cause = kind // its message holds the bound, which may differ at each try

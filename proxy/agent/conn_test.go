@@ -89,7 +89,8 @@ func TestConnectionLogsOneLinePerStateChange(t *testing.T) {
 // a failure of the kind already logged but of another cause (a web
 // proxy's 502 where connections were refused) is logged once a minute has
 // passed since the last line, not sooner, and not at all when only the
-// local end of the connection differs.
+// addresses of the connection's ends differ (a name of several addresses
+// tried in turn: a review saw a line a minute for one refusal).
 func TestAnOutageWhoseCauseChangesIsLoggedAgainAMinuteOrMoreAfterItsLastLine(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
@@ -100,19 +101,27 @@ func TestAnOutageWhoseCauseChangesIsLoggedAgainAMinuteOrMoreAfterItsLastLine(t *
 	reset := func(port int) error {
 		return status.Errorf(codes.Unavailable, `connection error: desc = "transport: read tcp 10.0.0.2:%d->10.0.0.1:8443: read: connection reset by peer"`, port)
 	}
+	// A name of several addresses: each refuses in turn.
+	refusedAt := func(addr string) error {
+		return status.Errorf(codes.Unavailable, `connection error: desc = "transport: Error while dialing: dial tcp %s: connect: connection refused"`, addr)
+	}
 	step := func(d time.Duration, err error) {
 		now = now.Add(d)
 		s.failed(err)
 	}
-	step(0, refused)                 // logged
-	step(10*time.Second, badGateway) // another cause, too soon
-	step(time.Minute, badGateway)    // logged
-	step(5*time.Minute, badGateway)  // the same cause
-	step(time.Minute, reset(40001))  // logged
-	step(time.Minute, reset(40002))  // only the local end differs
-	step(time.Minute, reset(40003))  // and again
-	step(time.Second, refused)       // too soon
-	step(59*time.Second, refused)    // a minute since the last line: logged
+	step(0, refused)                                   // logged
+	step(10*time.Second, badGateway)                   // another cause, too soon
+	step(time.Minute, badGateway)                      // logged
+	step(5*time.Minute, badGateway)                    // the same cause
+	step(time.Minute, reset(40001))                    // logged
+	step(time.Minute, reset(40002))                    // only the local end differs
+	step(time.Minute, reset(40003))                    // and again
+	step(time.Minute, refusedAt("10.0.0.3:8443"))      // logged: refused, not reset
+	step(time.Minute, refusedAt("10.0.0.4:8443"))      // only the address differs
+	step(time.Minute, refusedAt("[2001:db8::1]:8443")) // and again
+	step(time.Second, refused)                         // refused at the first address: the cause of the others
+	step(time.Second, badGateway)                      // too soon
+	step(58*time.Second, badGateway)                   // a minute since the last line: logged
 	var errs []string
 	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
 		var rec struct{ Msg, Err string }
@@ -124,7 +133,7 @@ func TestAnOutageWhoseCauseChangesIsLoggedAgainAMinuteOrMoreAfterItsLastLine(t *
 		}
 		errs = append(errs, rec.Err)
 	}
-	want := []string{status.Convert(refused).Message(), status.Convert(badGateway).Message(), status.Convert(reset(40001)).Message(), status.Convert(refused).Message()}
+	want := []string{status.Convert(refused).Message(), status.Convert(badGateway).Message(), status.Convert(reset(40001)).Message(), status.Convert(refusedAt("10.0.0.3:8443")).Message(), status.Convert(badGateway).Message()}
 	if strings.Join(errs, "\n") != strings.Join(want, "\n") {
 		t.Errorf("the causes logged:\n%s\nwant:\n%s", strings.Join(errs, "\n"), strings.Join(want, "\n"))
 	}
