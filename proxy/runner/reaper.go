@@ -121,10 +121,14 @@ func serveReaper(in io.Reader, log *slog.Logger) int {
 			}
 			log.Error("the proxy ended with scripts running; its reaper could not kill all of a script's processes", append(attrs, "err", err)...)
 		case ok:
-			killed = append(killed, sid)
-			if w := works[sid]; w != "" {
-				killedWorks = append(killedWorks, w)
+			// In the order of sessions, "-" where the proxy named no
+			// unit (an older one): the lists line up.
+			w := works[sid]
+			if w == "" {
+				w = "-"
 			}
+			killed = append(killed, sid)
+			killedWorks = append(killedWorks, w)
 		}
 	}
 	if len(killed) > 0 {

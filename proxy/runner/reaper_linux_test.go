@@ -57,6 +57,9 @@ func killedLine(sids ...int) string {
 	for i, sid := range sids {
 		s[i] = strconv.Itoa(sid)
 	}
+	if len(s) > 1 {
+		return `sessions="[` + strings.Join(s, " ") + `]"` // quoted: it holds a space
+	}
 	return "sessions=[" + strings.Join(s, " ") + "]"
 }
 
@@ -75,7 +78,31 @@ func TestReaperKillsTheSessionsStillRegisteredAtEOF(t *testing.T) {
 	if pidtest.Gone(finished) {
 		t.Errorf("the reaper killed session %d, which the proxy had deregistered", finished)
 	}
-	if want := killedLine(registered); !strings.Contains(out.String(), want) {
+	// Registered as an older proxy does, naming no unit: "-".
+	if want := killedLine(registered) + " work_ids=[-]"; !strings.Contains(out.String(), want) {
+		t.Errorf("the reaper said %q, want it to say %q", out.String(), want)
+	}
+}
+
+// TestReaperNamesTheUnitOfEachSessionItKilledInTheSameOrder: the work ids
+// line up with the sessions, "-" for one whose unit was not named, and a
+// session deregistered takes its unit with it.
+func TestReaperNamesTheUnitOfEachSessionItKilledInTheSameOrder(t *testing.T) {
+	t.Parallel()
+	named, startN := startSession(t)
+	unnamed, startU := startSession(t)
+	ended, startE := startSession(t)
+	in := line("+", named, startN) + "= " + strconv.Itoa(named) + " w_named\n" + line("+", unnamed, startU) +
+		line("+", ended, startE) + "= " + strconv.Itoa(ended) + " w_ended\n" + line("-", ended)
+	var out bytes.Buffer
+	if code := serveReaper(strings.NewReader(in), textLog(&out)); code != 0 {
+		t.Errorf("reaper exited %d, want 0; it said %q", code, out.String())
+	}
+	want := killedLine(named, unnamed) + " work_ids=\"[w_named -]\""
+	if unnamed < named {
+		want = killedLine(unnamed, named) + " work_ids=\"[- w_named]\""
+	}
+	if !strings.Contains(out.String(), want) {
 		t.Errorf("the reaper said %q, want it to say %q", out.String(), want)
 	}
 }
