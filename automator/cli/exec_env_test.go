@@ -20,16 +20,10 @@ import (
 // command is refused, naming the first unit.
 func TestExecPassesVariablesAndAnIdempotencyKey(t *testing.T) {
 	t.Parallel()
-	a := automatortest.Start(t, automatortest.Options{})
-	scripts := t.TempDir()
+	a := startWithScript(t, "vars.sh", `echo run >> "$1"; echo "$GREETING, $WHO ($EMPTY)"`)
 	runs := filepath.Join(t.TempDir(), "runs")
-	automatortest.WriteScript(t, scripts, "vars.sh", `echo run >> "$1"; echo "$GREETING, $WHO ($EMPTY)"`)
-	a.StartProxy(t, automatortest.ProxyOptions{InstanceID: "a", ScriptsDir: scripts}).WaitPolling(t)
 	exec := func(args ...string) (int, string, string) {
-		var out, errb bytes.Buffer
-		full := append([]string{"exec", "--server", a.URL(), "--api-key-file", a.APIKeyFile, "--ca", a.CAFile, "--account", "acme", "--timeout", "30s"}, args...)
-		code := cli.Main(context.Background(), full, cli.Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb})
-		return code, out.String(), errb.String()
+		return mainCLI(append(append([]string{"exec"}, remoteFlags(a)...), append([]string{"--account", "acme", "--timeout", "30s"}, args...)...)...)
 	}
 	if code, out, stderr := exec("--env", "GREETING=hello", "--env", "WHO=a=b", "--env", "EMPTY=", "vars.sh", runs); code != 0 || out != "hello, a=b ()\n" {
 		t.Errorf("exec --env: exit %d, stdout %q, stderr %q; want the variables given", code, out, stderr)
@@ -61,4 +55,29 @@ func TestExecPassesVariablesAndAnIdempotencyKey(t *testing.T) {
 	if code, _, stderr := exec("--idempotency-key", "deploy-42", "--env", "GREETING=other", "vars.sh", runs); code != cli.ExitError || !strings.Contains(stderr, "w_") {
 		t.Errorf("exec with the key of another command: exit %d, stderr %q; want it refused, naming the first unit", code, stderr)
 	}
+}
+
+// startWithScript starts an automator and one proxy instance, a, of
+// account acme whose scripts directory holds the script name.
+func startWithScript(t *testing.T, name, body string) *automatortest.Automator {
+	t.Helper()
+	a := automatortest.Start(t, automatortest.Options{})
+	scripts := t.TempDir()
+	automatortest.WriteScript(t, scripts, name, body)
+	a.StartProxy(t, automatortest.ProxyOptions{InstanceID: "a", ScriptsDir: scripts}).WaitPolling(t)
+	return a
+}
+
+// remoteFlags are the flags that reach a from afar, as a caller away from
+// its host gives them.
+func remoteFlags(a *automatortest.Automator) []string {
+	return []string{"--server", a.URL(), "--api-key-file", a.APIKeyFile, "--ca", a.CAFile}
+}
+
+// mainCLI runs the command args in this process, its stdin empty, and
+// returns its exit code, stdout and stderr.
+func mainCLI(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := cli.Main(context.Background(), args, cli.Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb})
+	return code, out.String(), errb.String()
 }

@@ -1,13 +1,11 @@
 package cli_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 
-	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/cli"
 	"github.com/opsgate/opsgate/automator/store"
 )
@@ -20,16 +18,9 @@ import (
 // is refused without a call, an unknown one named.
 func TestWorkShowThroughTheServerGivesTheUnitAndItsOutput(t *testing.T) {
 	t.Parallel()
-	a := automatortest.Start(t, automatortest.Options{})
-	scripts := t.TempDir()
-	automatortest.WriteScript(t, scripts, "bin.sh", `printf 'out\377'; printf 'err\n' >&2; exit 4`)
-	a.StartProxy(t, automatortest.ProxyOptions{InstanceID: "a", ScriptsDir: scripts}).WaitPolling(t)
-	remote := []string{"--server", a.URL(), "--api-key-file", a.APIKeyFile, "--ca", a.CAFile}
-	run := func(args ...string) (int, string, string) {
-		var out, errb bytes.Buffer
-		code := cli.Main(context.Background(), args, cli.Env{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &errb})
-		return code, out.String(), errb.String()
-	}
+	a := startWithScript(t, "bin.sh", `printf 'out\377'; printf 'err\n' >&2; exit 4`)
+	remote := remoteFlags(a)
+	run := mainCLI
 	code, _, stderr := run(append(append([]string{"exec"}, remote...), "--account", "acme", "--timeout", "30s", "bin.sh")...)
 	if code != 4 {
 		t.Fatalf("exec: exit %d, stderr %q; want the script's 4", code, stderr)
