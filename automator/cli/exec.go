@@ -157,8 +157,7 @@ func (e envFlag) Kind() string { return "NAME=VALUE" }
 
 func (e envFlag) Set(s string) error {
 	name, value, ok := strings.Cut(s, "=")
-	switch {
-	case !ok || name == "":
+	if !ok || name == "" {
 		return errors.New("want NAME=VALUE")
 	}
 	if _, twice := e[name]; twice {
