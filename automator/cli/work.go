@@ -69,6 +69,9 @@ type workView struct {
 	// row, with its command, lost.
 	CommandLost bool        `json:"command_lost,omitempty"`
 	Output      *outputView `json:"output,omitempty"`
+	// viaAPI: read through the API (work show --server), which gives no
+	// command.
+	viaAPI bool
 }
 
 type commandView struct {
@@ -406,13 +409,15 @@ func cmdWorkShow(ctx context.Context, args []string, env Env) error {
 		return t.Flush()
 	}
 	switch {
-	case v.Command == nil && v.Output != nil:
+	case v.viaAPI && !*reveal:
+		line("command", "(not given by the API; --reveal gives the output)")
+		return t.Flush()
+	case v.viaAPI:
 		line("command", "(not given by the API: `work show --data-dir` on the automator's host opens it)")
 	case v.Command == nil:
 		line("command", "(sealed; --reveal opens the script name, arguments and output)")
 		return t.Flush()
-	}
-	if v.Command != nil {
+	default:
 		line("script", printable.Shown(v.Command.Script))
 		for i, a := range v.Command.Args {
 			line(fmt.Sprintf("arg %d", i+1), fmt.Sprintf("%q", a))
@@ -484,7 +489,7 @@ func remoteView(ctx context.Context, id string, caller callerFlags, reveal bool,
 		return workView{}, caller.explain(err)
 	}
 	v := workView{ID: w.ID, Account: w.Account, State: string(w.State), QueuedAt: w.QueuedAt, ClaimedAt: w.ClaimedAt,
-		FinishedAt: w.FinishedAt, Deadline: w.Deadline, InstanceID: w.InstanceID, Reason: w.Reason}
+		FinishedAt: w.FinishedAt, Deadline: w.Deadline, InstanceID: w.InstanceID, Reason: w.Reason, viaAPI: true}
 	if r := w.Result; r != nil {
 		if w.State == client.StateSucceeded {
 			code := int32(r.ExitCode)

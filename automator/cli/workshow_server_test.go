@@ -55,7 +55,7 @@ func TestWorkShowThroughTheServerGivesTheUnitAndItsOutput(t *testing.T) {
 			t.Errorf("work show --server --reveal: exit %d, %q; want it to hold %q", code, out, want)
 		}
 	}
-	if code, out, _ = run(append([]string{"work", "show", id}, remote...)...); code != 0 || strings.Contains(out, "out\xff") || !strings.Contains(out, "(sealed; --reveal opens") {
+	if code, out, _ = run(append([]string{"work", "show", id}, remote...)...); code != 0 || strings.Contains(out, "out\xff") || !strings.Contains(out, "command    (not given by the API; --reveal gives the output)") {
 		t.Errorf("work show --server without --reveal: exit %d, %q; want no output, and how to reveal it", code, out)
 	}
 
