@@ -155,7 +155,9 @@ func dial(cfg Config, t target, caPEM []byte, check *certCheck, w *addrWatch) (*
 func watchedDialer(dialer func(context.Context, string) (net.Conn, error), check *certCheck, w *addrWatch, plaintext bool) func(context.Context, string) (net.Conn, error) {
 	return func(ctx context.Context, addr string) (net.Conn, error) {
 		check.err.Store(nil) // a new connection: what failed the last one is past
+		w.dialing.Add(1)
 		conn, err := dialer(ctx, addr)
+		w.dialing.Add(-1)
 		if err != nil {
 			w.trouble.Store(&trouble{kind: KindNotConnected, err: err})
 			return nil, err
@@ -719,6 +721,14 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 		}
 		if p := c.watches[i].trouble.Load(); p != nil {
 			unreachable = &Unreachable{Address: c.urls[i], Err: p.err, Kind: p.kind, Hung: p.kind.hung()}
+			stuck = nil
+		} else if errors.As(err, &na) && na.why == nil && c.watches[i].dialing.Load() > 0 {
+			// The try waited for a connection whose dial goes
+			// unanswered: nothing accepted it, so nothing is stuck or
+			// silent there (it was told as an automator not answering
+			// its call).
+			unreachable = &Unreachable{Address: c.urls[i], Kind: KindNotConnected,
+				Err: fmt.Errorf("no connection to it was made within %v: its dial goes unanswered (its host down, or the packets dropped on the way: a firewall?)", since(began))}
 			stuck = nil
 		} else if errors.As(err, &na) {
 			why := na.why

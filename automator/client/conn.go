@@ -39,6 +39,9 @@ type addrWatch struct {
 	// answered is set once an automator answered on it, over any
 	// connection.
 	answered atomic.Bool
+	// dialing counts its dials under way: a TCP connection asked for and
+	// neither made nor refused yet.
+	dialing atomic.Int32
 }
 
 // setAnswered notes that an automator answered on the address: its

@@ -1,5 +1,6 @@
 // Package closedport gives tests an address on which every TCP connection is
-// refused, for as long as the test runs.
+// refused, for as long as the test runs; and, on Linux, one on which every
+// connection goes unanswered (Blackholed).
 //
 // A port taken with net.Listen on :0 and closed is free only a moment ago:
 // another process on the machine may listen on it before the test dials

@@ -5,52 +5,13 @@ import (
 	"errors"
 	"io"
 	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/opsgate/opsgate/internal/closedport"
 )
-
-// blackholed returns the address of a port on loopback that takes no more
-// connections and refuses none: a listener with a backlog of 0 whose one
-// place is taken, so the kernel drops every SYN that comes, as a host
-// powered off behind a firewall does. A dial of it waits for its bound.
-func blackholed(t *testing.T) string {
-	t.Helper()
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Close(fd) })
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Listen(fd, 0); err != nil {
-		t.Fatal(err)
-	}
-	sa, err := unix.Getsockname(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*unix.SockaddrInet4).Port))
-	// The one place: a connection never accepted.
-	first, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { first.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	var d net.Dialer
-	if c, err := d.DialContext(ctx, "tcp", addr); err == nil {
-		c.Close()
-		t.Fatalf("%s took a second connection: this kernel does not drop SYNs to a full accept queue", addr)
-	}
-	return addr
-}
 
 // listening returns the address of a listener on loopback, and a channel
 // of the connections it accepts.
@@ -128,7 +89,7 @@ func (d *dials) dial(ctx context.Context, network, addr string) (net.Conn, error
 // 20 s) before it tried the second.
 func TestANameWhoseFirstAddressIsBlackholedConnectsToTheNext(t *testing.T) {
 	t.Parallel()
-	hole := blackholed(t)
+	hole := closedport.Blackholed(t)
 	live, accepted := listening(t)
 	d := newDials(hole, live)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
