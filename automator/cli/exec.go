@@ -258,7 +258,9 @@ func (l *leaving) notice() {
 }
 
 // finished tells that exec's wait, or its cancel, is over: nothing more is
-// said.
+// said, nor as the last words of a second interrupt, which no longer
+// leaves a unit (exec says what became of it; a review: a second Ctrl-C
+// while exec wrote an ended unit's output said it might still run).
 func (l *leaving) finished() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -266,6 +268,7 @@ func (l *leaving) finished() {
 	if l.timer != nil {
 		l.timer.Stop()
 	}
+	stopsignal.SetLastWords(nil)
 }
 
 // mayStillRun reports whether ExecuteOnProxy's err leaves its unit queued

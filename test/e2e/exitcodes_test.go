@@ -282,3 +282,60 @@ func TestASecondCtrlCWhileTheCancelWaitsSaysHowToFollowTheUnit(t *testing.T) {
 		t.Errorf("exec's last words after the second Ctrl-C: %q; want them to begin %q and say how to follow and end it", lines[1:], want)
 	}
 }
+
+// TestASecondCtrlCWhileExecWritesAnEndedUnitsOutputSaysNothingOfIt: once
+// its unit has ended, exec has no unit to leave: a second Ctrl-C while it
+// still writes the output (its reader slow) ends it without saying that
+// the unit may still run, or how to cancel it (a review: it did).
+func TestASecondCtrlCWhileExecWritesAnEndedUnitsOutputSaysNothingOfIt(t *testing.T) {
+	t.Parallel()
+	a := startAutomator(t)
+	cfg := a.createAccount(t, "acme")
+	scripts := t.TempDir()
+	writeScript(t, scripts, "loud.sh", `head -c 1000000 /dev/zero`)
+	startProxy(t, cfg, scripts, "a").WaitPolling(t)
+	// A stdout nobody reads: exec blocks writing the output.
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	stderr := filepath.Join(t.TempDir(), "stderr")
+	errf, err := os.Create(stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer errf.Close()
+	cmd := exec.Command(bin.automator, "exec", "--data-dir", a.DataDir, "--account", "acme", "--timeout", "60s", "loud.sh")
+	cmd.Stdout, cmd.Stderr = w, errf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done; done <- nil })
+	waitFor(t, 20*time.Second, "the unit to succeed", func() bool {
+		return strings.Contains(runCLI(bin.automator, "work", "list", "--data-dir", a.DataDir, "--state", "succeeded", "--json").Stdout, `"work_id"`)
+	})
+	// The first is caught; whether it was handled yet shows nowhere, so
+	// the next is sent again until one ends exec.
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	giveUp := time.After(10 * time.Second)
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	for ended := false; !ended; {
+		select {
+		case <-done:
+			ended = true
+			done <- nil
+		case <-tick.C:
+			_ = cmd.Process.Signal(syscall.SIGINT)
+		case <-giveUp:
+			t.Fatal("exec still ran 10 s after its second Ctrl-C")
+		}
+	}
+	if b, _ := os.ReadFile(stderr); strings.Contains(string(b), "may still run") || strings.Contains(string(b), "work cancel") {
+		t.Errorf("exec said %q at a second Ctrl-C after its unit ended; want nothing of a unit that may still run", b)
+	}
+}
