@@ -317,6 +317,11 @@ func (c *Client) submit(ctx context.Context, account string, cmd Command, outliv
 	var st *automatorv1.WorkStatus
 	size := proto.Size(req)
 	doing := fmt.Sprintf("submitting work to account %q", account)
+	// sent: a try was given to a connection, so an automator may have
+	// stored the unit though no answer came. answer is the last try's,
+	// when an automator answered that its database could not serve it.
+	sent := false
+	var answer error
 	for {
 		err := c.call(ctx, doing, nil, func(ctx context.Context, api automatorv1.AutomatorServiceClient) (err error) {
 			tryCtx := ctx
@@ -329,10 +334,27 @@ func (c *Client) submit(ctx context.Context, account string, cmd Command, outliv
 			tctx, cancel := answerBegins(tryCtx, sendBound(size))
 			defer cancel()
 			st, err = api.Submit(tctx, req)
+			if !grpcwire.Unsent(tctx) {
+				sent = true
+			}
+			if answer = nil; databaseUnreachableAnswer(err) {
+				answer = err
+			}
 			return unanswered(ctx, tctx, err)
 		})
 		if err == nil {
 			return workFromProto(st), nil
+		}
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			// Ended by the caller: whether a unit may exist is what it
+			// needs to know.
+			switch {
+			case !sent:
+				return Work{}, fmt.Errorf("%w; it reached no automator: nothing was queued", err)
+			case answer != nil:
+				return Work{}, fmt.Errorf("%w; the automator's last answer: %s", err, status.Convert(answer).Message())
+			}
+			return Work{}, fmt.Errorf("%w; no answer came to it: the automator may have queued the unit (submitted again with the same idempotency key, it returns that unit rather than queue another)", err)
 		}
 		// The account's queue is full: nothing was queued. Submitted again
 		// after the delay the automator asks for (with the same key, so
