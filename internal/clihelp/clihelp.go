@@ -150,7 +150,13 @@ func ParseError(fs *flag.FlagSet, err error) error {
 	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
 		return fmt.Errorf("unknown flag --%s: `%s --help` lists the flags", strings.TrimPrefix(name, "-"), fs.Name())
 	}
-	for _, p := range []string{"flag needs an argument: -", " for flag -"} {
+	// Where the flag package names a flag: "flag needs an argument: -x",
+	// "invalid value "v" for flag -x: ...", "invalid boolean value "v"
+	// for -x: ...".
+	for _, p := range []string{"flag needs an argument: -", " for flag -", `" for -`} {
+		if p == `" for -` && !strings.HasPrefix(msg, "invalid boolean value ") {
+			continue
+		}
 		if i := strings.Index(msg, p); i >= 0 && !strings.HasPrefix(msg[i+len(p):], "-") {
 			msg = msg[:i+len(p)] + "-" + msg[i+len(p):]
 		}

@@ -189,11 +189,13 @@ func TestParseErrorsNameFlagsAsTheCommandsWriteThem(t *testing.T) {
 		{[]string{"--timeout"}, "flag needs an argument: --timeout"},
 		{[]string{"--timeout", "5"}, `invalid value "5" for flag --timeout: not a duration: write it with its unit, such as 30s, 5m or 1h`},
 		{[]string{"--limit", "x"}, `invalid value "x" for flag --limit: parse error`},
+		{[]string{"--json=maybe"}, `invalid boolean value "maybe" for --json: parse error`},
 	} {
 		fs := flag.NewFlagSet("automator exec", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
 		Duration(fs, "timeout", 0, "")
 		fs.Int("limit", 1, "")
+		fs.Bool("json", false, "")
 		_, err := ParseInterspersed(fs, c.args)
 		if err == nil || err.Error() != c.want {
 			t.Errorf("%q: %v; want %q", c.args, err, c.want)

@@ -87,7 +87,7 @@ const causeRelog = time.Minute
 // one differs at each try, and so does the remote one of a name that
 // resolves to several addresses, which are tried in turn; the cause is
 // the same.
-var endpoints = regexp.MustCompile(`(\[[0-9A-Fa-f:.%]+\]|[0-9]{1,3}(\.[0-9]{1,3}){3}):[0-9]+`)
+var endpoints = regexp.MustCompile(`(\[[0-9A-Fa-f:.]+(%[^\]\s]+)?\]|[0-9]{1,3}(\.[0-9]{1,3}){3}):[0-9]+`)
 
 func (s *connState) ok() {
 	if s.known && s.up {

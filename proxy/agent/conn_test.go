@@ -109,19 +109,20 @@ func TestAnOutageWhoseCauseChangesIsLoggedAgainAMinuteOrMoreAfterItsLastLine(t *
 		now = now.Add(d)
 		s.failed(err)
 	}
-	step(0, refused)                                   // logged
-	step(10*time.Second, badGateway)                   // another cause, too soon
-	step(time.Minute, badGateway)                      // logged
-	step(5*time.Minute, badGateway)                    // the same cause
-	step(time.Minute, reset(40001))                    // logged
-	step(time.Minute, reset(40002))                    // only the local end differs
-	step(time.Minute, reset(40003))                    // and again
-	step(time.Minute, refusedAt("10.0.0.3:8443"))      // logged: refused, not reset
-	step(time.Minute, refusedAt("10.0.0.4:8443"))      // only the address differs
-	step(time.Minute, refusedAt("[2001:db8::1]:8443")) // and again
-	step(time.Second, refused)                         // refused at the first address: the cause of the others
-	step(time.Second, badGateway)                      // too soon
-	step(58*time.Second, badGateway)                   // a minute since the last line: logged
+	step(0, refused)                                    // logged
+	step(10*time.Second, badGateway)                    // another cause, too soon
+	step(time.Minute, badGateway)                       // logged
+	step(5*time.Minute, badGateway)                     // the same cause
+	step(time.Minute, reset(40001))                     // logged
+	step(time.Minute, reset(40002))                     // only the local end differs
+	step(time.Minute, reset(40003))                     // and again
+	step(time.Minute, refusedAt("10.0.0.3:8443"))       // logged: refused, not reset
+	step(time.Minute, refusedAt("10.0.0.4:8443"))       // only the address differs
+	step(time.Minute, refusedAt("[2001:db8::1]:8443"))  // and again
+	step(time.Minute, refusedAt("[fe80::1%eth0]:8443")) // a link-local one, its zone named
+	step(time.Second, refused)                          // refused at the first address: the cause of the others
+	step(time.Second, badGateway)                       // too soon
+	step(58*time.Second, badGateway)                    // a minute since the last line: logged
 	var errs []string
 	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
 		var rec struct{ Msg, Err string }
