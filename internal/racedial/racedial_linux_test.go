@@ -24,28 +24,27 @@ func listening(t *testing.T) (string, <-chan net.Conn) {
 	t.Cleanup(func() { ln.Close() })
 	accepted := make(chan net.Conn, 4)
 	go func() {
+		// Closed once the listener is, at the test's end (no t.Cleanup
+		// from here: it may come after the test has ended).
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			t.Cleanup(func() { c.Close() })
-			accepted <- c
+			conns = append(conns, c)
+			select {
+			case accepted <- c:
+			default:
+			}
 		}
 	}()
 	return ln.Addr().String(), accepted
-}
-
-// refused returns an address on loopback where nothing listens.
-func refused(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }
 
 // dials records the dials Race makes: which began while which others were
@@ -127,7 +126,7 @@ func TestAnAddressThatFailsStartsTheNextAtOnce(t *testing.T) {
 	live, _ := listening(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := Race(ctx, []string{refused(t), live}, time.Hour, (&net.Dialer{}).DialContext)
+	c, err := Race(ctx, []string{closedport.Addr(t), live}, time.Hour, (&net.Dialer{}).DialContext)
 	if err != nil {
 		t.Fatalf("Race: %v; want the connection to %s", err, live)
 	}
@@ -138,7 +137,7 @@ func TestAnAddressThatFailsStartsTheNextAtOnce(t *testing.T) {
 // returns it.
 func TestWhenEveryAddressFailsTheFirstsErrorIsReturned(t *testing.T) {
 	t.Parallel()
-	first, second := refused(t), refused(t)
+	first, second := closedport.Addr(t), closedport.Addr(t)
 	_, err := Race(context.Background(), []string{first, second}, time.Hour, (&net.Dialer{}).DialContext)
 	if err == nil || !strings.Contains(err.Error(), first) || !strings.Contains(err.Error(), "refused") {
 		t.Fatalf("Race: %v; want %s's refusal", err, first)
