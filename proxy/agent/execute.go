@@ -135,7 +135,7 @@ func (a *Agent) execute(ctx context.Context, c *automatorv1.Claim, cmd *automato
 	// Set last: a caller cannot forge them. (A command's variable that
 	// differs from one of them only in case is the same variable on
 	// windows; the runner refuses such a pair.)
-	env["PROXY_WORK_ID"] = c.GetWorkId()
+	env[runner.WorkIDVar] = c.GetWorkId() // also how its reaper finds the script (runner.Spec.WorkID)
 	env["PROXY_ACCOUNT"] = c.GetAccount()
 	env["PROXY_INSTANCE_ID"] = a.o.InstanceID
 	env[deadlineSecondsVar] = deadlineSeconds(deadline)

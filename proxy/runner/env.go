@@ -10,6 +10,11 @@ import (
 	"github.com/opsgate/opsgate/internal/scriptenv"
 )
 
+// WorkIDVar is the variable that holds the unit's id in its script's
+// environment, which the agent sets (Spec.Env). The reaper finds by it a
+// script that the proxy started but had not registered when it died.
+const WorkIDVar = "PROXY_WORK_ID"
+
 // environ returns the script's environment: the variables of baseEnvKeys
 // that the proxy has, then extra, which wins over a base variable of the same
 // name. Nothing else of the proxy's environment is passed: it may hold

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // The reaper kills the scripts of a proxy that died (SIGKILL, a crash, the
@@ -60,6 +61,19 @@ func reaperLogger(w io.Writer, getenv func(string) string) *slog.Logger {
 	return log
 }
 
+// startingWait bounds how long a reaper whose proxy died while starting
+// scripts looks for them (startingScripts): a script's leader is found by
+// its environment only once it has exec'd, a moment after its fork. A
+// variable so a test can give a slow start longer.
+var startingWait = 200 * time.Millisecond
+
+// foundSession is a session found by startingScripts: its leader's start
+// time, and the unit whose id its environment holds.
+type foundSession struct {
+	start uint64
+	work  string
+}
+
 // ServeReaper is the reaper's main: it reads registrations from in until
 // EOF, then kills the process tree of every session still registered and
 // returns the exit code. It writes to errOut, in the proxy's log format
@@ -70,9 +84,13 @@ func reaperLogger(w io.Writer, getenv func(string) string) *slog.Logger {
 // The lines it reads: "+ SID START" registers the session SID (the
 // script's pid) whose leader started at START (clock ticks since boot, from
 // /proc/PID/stat; 0 where unknown), "= SID WORK_ID" names the unit whose
-// script leads it, "- SID" forgets it. Anything else is ignored, so that a
-// reaper of a newer binary (the file replaced under a running proxy) still
-// serves an older proxy, and one of an older binary a newer proxy.
+// script leads it, "- SID" forgets it. "? WORK_ID", written before the
+// script is started, says that the script of that unit is starting, until
+// its "= SID WORK_ID" or a "! WORK_ID" (it did not start): if the proxy
+// dies in between, the reaper looks for the session by the unit's id in
+// its leader's environment (startingScripts). Anything else is ignored, so
+// that a reaper of a newer binary (the file replaced under a running proxy)
+// still serves an older proxy, and one of an older binary a newer proxy.
 func ServeReaper(in io.Reader, errOut io.Writer) int {
 	ignoreStopSignals()
 	return serveReaper(in, reaperLogger(errOut, os.Getenv))
@@ -81,9 +99,18 @@ func ServeReaper(in io.Reader, errOut io.Writer) int {
 func serveReaper(in io.Reader, log *slog.Logger) int {
 	sessions := map[int]uint64{}
 	works := map[int]string{}
+	starting := map[string]bool{} // units whose script is starting, not yet registered
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
+		if len(f) == 2 && (f[0] == "?" || f[0] == "!") {
+			if f[0] == "?" {
+				starting[f[1]] = true
+			} else {
+				delete(starting, f[1])
+			}
+			continue
+		}
 		if len(f) < 2 {
 			continue
 		}
@@ -98,6 +125,7 @@ func serveReaper(in io.Reader, log *slog.Logger) int {
 			}
 		case f[0] == "=" && len(f) == 3:
 			works[sid] = f[2]
+			delete(starting, f[2])
 		case f[0] == "-":
 			delete(sessions, sid)
 			delete(works, sid)
@@ -105,6 +133,13 @@ func serveReaper(in io.Reader, log *slog.Logger) int {
 	}
 	// EOF, or a read error: either way the proxy can no longer tell us
 	// anything, and it may be gone.
+	if len(starting) > 0 {
+		for sid, s := range startingScripts(starting, startingWait) {
+			if _, registered := sessions[sid]; !registered {
+				sessions[sid], works[sid] = s.start, s.work
+			}
+		}
+	}
 	if len(sessions) == 0 {
 		return 0
 	}

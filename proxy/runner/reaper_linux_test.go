@@ -3,6 +3,7 @@ package runner
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -36,6 +37,21 @@ func startSession(t *testing.T) (int, uint64) {
 		t.Fatal(err)
 	}
 	return cmd.Process.Pid, start
+}
+
+// startScriptOf starts `sleep 600` leading a session of its own with
+// WorkIDVar set to work in its environment, as the agent starts the script
+// of unit work, and returns its pid; the test's end kills and reaps it.
+func startScriptOf(t *testing.T, work string) int {
+	t.Helper()
+	cmd := exec.Command("sleep", "600")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), WorkIDVar + "=" + work}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd.Process.Pid
 }
 
 func line(sign string, pid int, start ...uint64) string {
@@ -137,6 +153,64 @@ func TestReaperSaysNothingOfSessionsThatHadEnded(t *testing.T) {
 	if want := killedLine(running); !strings.Contains(out.String(), want) {
 		t.Errorf("the reaper said %q, want it to say %q (the session %d had ended: nothing of it was killed)", out.String(), want, ended)
 	}
+}
+
+// TestReaperFindsTheScriptOfAUnitStartingByItsEnvironment: a proxy that
+// died after "? WORK_ID" and before the script's registration had started
+// it, or not: the reaper kills the session whose leader's environment
+// holds that unit's id, and names it; a unit whose start was called off
+// ("! WORK_ID"), or whose script was registered, is not looked for.
+func TestReaperFindsTheScriptOfAUnitStartingByItsEnvironment(t *testing.T) {
+	t.Parallel()
+	starting := startScriptOf(t, "w_starting_a")
+	calledOff := startScriptOf(t, "w_called_off_a")
+	registered := startScriptOf(t, "w_registered_a")
+	regStart, err := processStartTime(registered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := "? w_starting_a\n? w_called_off_a\n! w_called_off_a\n? w_registered_a\n" +
+		line("+", registered, regStart) + "= " + strconv.Itoa(registered) + " w_registered_a\n" + line("-", registered)
+	var out bytes.Buffer
+	if code := serveReaper(strings.NewReader(in), textLog(&out)); code != 0 {
+		t.Errorf("reaper exited %d, want 0; it said %q", code, out.String())
+	}
+	waitFor(t, "the starting unit's script to be killed", func() bool { return pidtest.Gone(starting) }, 10*time.Second)
+	for _, pid := range []int{calledOff, registered} {
+		if pidtest.Gone(pid) {
+			t.Errorf("the reaper killed session %d, whose unit was not starting when the proxy died", pid)
+		}
+	}
+	if want := killedLine(starting) + " work_ids=[w_starting_a]"; !strings.Contains(out.String(), want) {
+		t.Errorf("the reaper said %q, want it to say %q", out.String(), want)
+	}
+}
+
+// TestReaperLooksForAStartingScriptUntilItHasExeced: a script whose proxy
+// died between its fork and its exec still has the proxy's environment
+// when the reaper reads EOF; the reaper looks again until it finds the
+// unit's id (here the script appears after EOF).
+func TestReaperLooksForAStartingScriptUntilItHasExeced(t *testing.T) {
+	// Not parallel: it sets startingWait, which parallel tests read.
+	defer func(w time.Duration) { startingWait = w }(startingWait)
+	startingWait = 30 * time.Second // generous: a loaded machine starts sleep(1) late
+	done := make(chan string, 1)
+	go func() {
+		var out bytes.Buffer
+		serveReaper(strings.NewReader("? w_late_exec\n"), textLog(&out))
+		done <- out.String()
+	}()
+	time.Sleep(100 * time.Millisecond) // the script starts after the reaper read EOF
+	pid := startScriptOf(t, "w_late_exec")
+	select {
+	case said := <-done:
+		if !strings.Contains(said, killedLine(pid)) {
+			t.Errorf("the reaper said %q, want it to name session %d", said, pid)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the reaper did not end within 60s")
+	}
+	waitFor(t, "the late script to be killed", func() bool { return pidtest.Gone(pid) }, 10*time.Second)
 }
 
 // TestReaperSparesAProcessThatReusedThePid: a registered session whose
@@ -302,6 +376,64 @@ func TestAKilledReaperIsReplacedForLaterScripts(t *testing.T) {
 	waitFor(t, "the running script to be killed by the new reaper", func() bool { return pidtest.Gone(running) }, 10*time.Second)
 	<-done
 	waitFor(t, "the new reaper to say so", func() bool { return strings.Contains(said(), killedLine(running)) }, 10*time.Second)
+}
+
+// TestAReaperStartedAgainIsToldOfTheScriptsStarting: a reaper started in
+// place of one that died is told of the units whose script is starting, as
+// of those running: a proxy that dies before it registers such a script
+// still has it killed.
+func TestAReaperStartedAgainIsToldOfTheScriptsStarting(t *testing.T) {
+	t.Parallel()
+	r, said, _ := newTestReaper(t)
+	r.prepare("w_starting_b")
+	script := startScriptOf(t, "w_starting_b") // started; the proxy has not registered it yet
+	first := reaperProcess(t, r)
+	r.mu.Lock()
+	firstExited := r.exited
+	r.mu.Unlock()
+	if err := first.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-firstExited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the killed reaper was not reaped within 10s")
+	}
+	r.prepare("w_other_b") // the write fails: a new reaper is started
+	if reaperProcess(t, r) == first {
+		t.Fatal("no new reaper was started")
+	}
+	r.notStarted("w_other_b")
+	// EOF with the script still unregistered, as when the proxy dies.
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the starting script to be killed by the new reaper", func() bool { return pidtest.Gone(script) }, 10*time.Second)
+	waitFor(t, "the new reaper to say so", func() bool { return strings.Contains(said(), killedLine(script)) }, 10*time.Second)
+}
+
+// TestAScriptThatDoesNotStartIsNoLongerStarting: a unit whose script could
+// not be started is called off with the reaper ("! WORK_ID", with the next
+// write) and forgotten: else every failed start would stay in the proxy's
+// memory, and the reaper of a proxy that dies would look for each of them.
+func TestAScriptThatDoesNotStartIsNoLongerStarting(t *testing.T) {
+	t.Parallel()
+	r, _, _ := newTestReaper(t)
+	dir := t.TempDir()
+	if err := writeFileNoFork(filepath.Join(dir, "s.sh"), []byte("#!/nonexistent/interpreter\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spec := Spec{ScriptsDir: dir, Script: "s.sh", Deadline: time.Now().Add(30 * time.Second), Reaper: r,
+		WorkID: "w_no_start", Env: map[string]string{WorkIDVar: "w_no_start"}}
+	if _, err := Run(context.Background(), spec); !errors.Is(err, ErrStart) {
+		t.Fatalf("Run: %v, want ErrStart", err)
+	}
+	r.mu.Lock()
+	starting, gone := len(r.starting), string(r.gone)
+	r.mu.Unlock()
+	if starting != 0 || gone != "! w_no_start\n" {
+		t.Errorf("after a failed start the proxy holds %d units starting and is to tell its reaper %q; want none, and \"! w_no_start\"", starting, gone)
+	}
 }
 
 func newSpecWith(t *testing.T, r *Reaper, body string) Spec {

@@ -36,9 +36,14 @@ type Reaper struct {
 	retryAt time.Time       // after a failed start: no new try before
 	env     []string        // the reaper's environment (ReaperLog)
 	live    map[int]session
-	// gone holds the deregistrations not yet written: they go with the
-	// next registration, in its write, so that a script costs the reaper
-	// one wake-up, not two (a session left registered a while after it
+	// starting holds the units whose script is being started: told to the
+	// reaper ("? WORK_ID") before the start, so that a proxy that dies
+	// before it registers the script's session still has it killed, until
+	// the registration or notStarted.
+	starting map[string]bool
+	// gone holds the deregistrations (and called-off starts) not yet
+	// written: they go with the next write, so that a script's end costs
+	// the reaper no wake-up of its own (a session left registered a while after it
 	// ended is harmless: reapSession finds nothing of it, and a reused pid
 	// has another start time). Close writes them first, and so does a
 	// write once they reach maxGone bytes.
@@ -69,7 +74,7 @@ func NewReaper(onError func(error), log ReaperLog) *Reaper {
 	if onError == nil {
 		onError = func(error) {}
 	}
-	return &Reaper{onError: onError, env: log.environ(), live: map[int]session{}, exe: os.Executable, stderr: os.Stderr}
+	return &Reaper{onError: onError, env: log.environ(), live: map[int]session{}, starting: map[string]bool{}, exe: os.Executable, stderr: os.Stderr}
 }
 
 // Close ends the reaper, if one runs: it reads EOF and exits, killing the
@@ -156,7 +161,18 @@ func (r *Reaper) startLocked() error {
 			return nil // the new one is gone already: the next script tries again
 		}
 	}
+	for work := range r.starting {
+		if err := r.writeLocked(startingLine(work)); err != nil {
+			return nil
+		}
+	}
 	return nil
+}
+
+// startingLine is the line that says the script of unit work is starting
+// ("? WORK_ID", ServeReaper).
+func startingLine(work string) []byte {
+	return append(append([]byte("? "), work...), '\n')
 }
 
 // environ is the reaper's environment: ReaperEnv, and how it logs.
@@ -222,14 +238,62 @@ func (r *Reaper) writeLocked(line []byte) error {
 }
 
 // prepare starts the reaper unless one runs, before a script is started,
-// so that the script is registered a moment after its fork.
-func (r *Reaper) prepare() {
+// so that the script is registered a moment after its fork, and tells it
+// that the script of unit work is starting ("" when its environment does
+// not hold its id in WorkIDVar: nothing is told). A proxy that dies after
+// the start and before the registration still has the script killed: the
+// reaper finds it by that variable. Every prepare with a work id is
+// followed by the script's registration or by notStarted.
+func (r *Reaper) prepare(work string) {
 	if r == nil {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.ensureLocked()
+	if work == "" || !plainWord(work) {
+		return
+	}
+	r.starting[work] = true
+	if r.w != nil {
+		line := append(r.gone, startingLine(work)...)
+		r.gone = nil
+		if r.writeLocked(line) != nil {
+			r.ensureLocked() // a new one, told of this start too
+		}
+	}
+}
+
+// notStarted tells the reaper that the script of unit work, prepared, did
+// not start. It goes with the next write, as deregistrations do: a reaper
+// that looks for a script that never started finds nothing.
+func (r *Reaper) notStarted(work string) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.starting[work] {
+		return
+	}
+	delete(r.starting, work)
+	if r.w != nil {
+		r.gone = append(append(append(r.gone, "! "...), work...), '\n')
+		r.flushGoneLocked()
+	}
+}
+
+// flushGoneLocked writes r.gone once it reaches maxGone bytes; until then
+// it goes with the next registration, or Close.
+func (r *Reaper) flushGoneLocked() {
+	if len(r.gone) < maxGone {
+		return
+	}
+	gone := r.gone
+	r.gone = nil
+	if r.writeLocked(gone) != nil && (len(r.live) > 0 || len(r.starting) > 0) {
+		r.ensureLocked() // for the sessions still live, and the starts
+	}
 }
 
 // ensureLocked starts the reaper unless one runs, or a start failed less
@@ -265,6 +329,7 @@ func (r *Reaper) register(pid int, work string) (deregister func()) {
 	}
 	s := session{start: start, work: work}
 	r.live[pid] = s
+	delete(r.starting, work) // its "= SID WORK_ID" ends the start for the reaper too
 	if r.w != nil {
 		line := append(r.gone, registration(pid, s)...)
 		r.gone = nil
@@ -280,14 +345,7 @@ func (r *Reaper) register(pid int, work string) (deregister func()) {
 			return
 		}
 		r.gone = append(append(append(r.gone, "- "...), strconv.Itoa(pid)...), '\n')
-		if len(r.gone) < maxGone {
-			return // written with the next registration, or by Close
-		}
-		gone := r.gone
-		r.gone = nil
-		if r.writeLocked(gone) != nil && len(r.live) > 0 {
-			r.ensureLocked() // for the sessions still live
-		}
+		r.flushGoneLocked()
 	}
 }
 

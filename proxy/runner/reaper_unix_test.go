@@ -39,6 +39,27 @@ wait
 // to run on: a review.)
 func TestScriptsOfAProxyKilledWithSIGKILLAreKilled(t *testing.T) {
 	t.Parallel()
+	killProxyMidScript(t, false)
+}
+
+// TestAScriptStartedAsItsProxyDiedIsKilled: a proxy that dies between a
+// script's start and its registration with the reaper (the proxy held
+// there, as a script that kills its proxy first thing found it in one run
+// in three: a review) still has the script's whole tree killed: the reaper
+// was told the unit's script was starting, and finds its session by the
+// unit's id in its environment.
+func TestAScriptStartedAsItsProxyDiedIsKilled(t *testing.T) {
+	t.Parallel()
+	killProxyMidScript(t, true)
+}
+
+// killProxyMidScript runs deathTreeScript in a child of this test binary
+// acting as a proxy (runAsProxy), held between the script's start and its
+// registration with the reaper when unregistered, SIGKILLs the child once
+// the script wrote its pids, and checks that the reaper killed the
+// script's whole tree and said so in the proxy's log format.
+func killProxyMidScript(t *testing.T, unregistered bool) {
+	t.Helper()
 	for _, c := range []string{"timeout", "setsid"} {
 		if _, err := exec.LookPath(c); err != nil {
 			t.Skipf("no %s command", c)
@@ -54,6 +75,9 @@ func TestScriptsOfAProxyKilledWithSIGKILLAreKilled(t *testing.T) {
 	defer logf.Close()
 	proxy := exec.Command(os.Args[0], "-test.run=^$")
 	proxy.Env = append(os.Environ(), proxyChildEnv+"="+dir)
+	if unregistered {
+		proxy.Env = append(proxy.Env, proxyChildUnregisteredEnv+"=1")
+	}
 	proxy.Stdout, proxy.Stderr = logf, logf
 	if err := proxy.Start(); err != nil {
 		t.Fatal(err)
@@ -96,9 +120,21 @@ func TestScriptsOfAProxyKilledWithSIGKILLAreKilled(t *testing.T) {
 		}
 		return false
 	}, 10*time.Second)
+	// The script's session; when the reaper found the script by its unit's
+	// id, also the one its setsid(1) child leads, if the child had called
+	// setsid by then: it carries the id too.
+	want, work := pids[:1], childWorkID
+	if unregistered {
+		want, work = []int{pids[0], pids[3]}, childUnregisteredWork
+		slices.Sort(want)
+		if !slices.Contains(said.Sessions, pids[3]) {
+			want = pids[:1]
+		}
+	}
 	if said.Level != "ERROR" || said.Msg != "the proxy ended with scripts running; its reaper killed the process trees of their sessions" ||
-		said.InstanceID != childInstance || !slices.Equal(said.Sessions, pids[:1]) || !slices.Equal(said.WorkIDs, []string{childWorkID}) || said.ReaperPID <= 1 {
-		t.Errorf("the reaper said %+v; want an ERROR that it killed session %d of unit %s, naming instance %s and its own pid", said, pids[0], childWorkID, childInstance)
+		said.InstanceID != childInstance || !slices.Equal(said.Sessions, want) || said.ReaperPID <= 1 ||
+		len(said.WorkIDs) != len(want) || slices.ContainsFunc(said.WorkIDs, func(w string) bool { return w != work }) {
+		t.Errorf("the reaper said %+v; want an ERROR that it killed sessions %v of unit %s, naming instance %s and its own pid", said, want, work, childInstance)
 	}
 }
 

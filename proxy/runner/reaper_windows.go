@@ -2,6 +2,8 @@
 
 package runner
 
+import "time"
+
 // Reaper does nothing on windows: each script's job object is closed when
 // the proxy dies, however it dies, which kills the script's tree.
 type Reaper struct{}
@@ -12,7 +14,9 @@ func NewReaper(func(error), ReaperLog) *Reaper { return &Reaper{} }
 // Close does nothing.
 func (*Reaper) Close() error { return nil }
 
-func (*Reaper) prepare() {}
+func (*Reaper) prepare(string) {}
+
+func (*Reaper) notStarted(string) {}
 
 func (*Reaper) register(int, string) (deregister func()) { return func() {} }
 
@@ -20,3 +24,6 @@ func ignoreStopSignals() {}
 
 // reapSession is never needed: no reaper is started on windows.
 func reapSession(int, uint64) (bool, error) { return false, nil }
+
+// startingScripts is never needed either.
+func startingScripts(map[string]bool, time.Duration) map[int]foundSession { return nil }

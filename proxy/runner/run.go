@@ -7,6 +7,10 @@ import (
 	"time"
 )
 
+// beforeRegister, when set, runs between a script's start and its
+// registration with the reaper: a test stops a proxy there.
+var beforeRegister func()
+
 // Run resolves and runs the script of spec.
 //
 // It returns a Result when the script ran and exited, whatever its exit code.
@@ -44,8 +48,16 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("%w %q: %w", ErrStart, spec.Script, startFailed(fmt.Errorf("making pipes: %w", err)))
 	}
-	spec.Reaper.prepare() // at the first script: so that this one is registered a moment after its start
+	// The reaper is told before the start (started at the first script,
+	// so that this one is registered a moment after it), and finds the
+	// script by its unit's id if the proxy dies before it registers it.
+	starting := spec.WorkID
+	if spec.Env[WorkIDVar] != starting {
+		starting = ""
+	}
+	spec.Reaper.prepare(starting)
 	if err := cmd.Start(); err != nil {
+		spec.Reaper.notStarted(starting)
 		streams.abort()
 		if short := startFailed(err); short != err {
 			return Result{}, fmt.Errorf("%w %q: %w", ErrStart, spec.Script, short)
@@ -57,6 +69,9 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	// before its stdin is fed: a script that reads it first does nothing
 	// else before it is registered. Deregistered last, once the tree was
 	// killed (tree.release) and the script reaped.
+	if beforeRegister != nil {
+		beforeRegister()
+	}
 	defer spec.Reaper.register(cmd.Process.Pid, spec.WorkID)()
 	startedAt := time.Now()
 	streams.started()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"iter"
+	"maps"
 	"os"
 	"strconv"
 	"syscall"
@@ -287,6 +288,65 @@ func processChildren() (map[int][]int, error) {
 		}
 	}
 	return children, nil
+}
+
+// startingScripts finds the sessions of the scripts of the units in
+// starting: scripts that a proxy which died was starting, and had not yet
+// registered with its reaper. Each is found as a session leader whose
+// environment (/proc/PID/environ) holds WorkIDVar set to one of those ids,
+// descendants in sessions of their own included. A leader between its fork
+// and its exec still has the proxy's environment, so it looks again every
+// 10 ms until a session of each unit was found or within has passed (a
+// script that never started is looked for that long).
+func startingScripts(starting map[string]bool, within time.Duration) map[int]foundSession {
+	found := map[int]foundSession{}
+	missing := maps.Clone(starting)
+	deadline := time.Now().Add(within)
+	for {
+		pids, err := allPids()
+		if err != nil {
+			return found
+		}
+		for pid := range pids {
+			if _, ok := found[pid]; ok {
+				continue
+			}
+			if sid, err := unix.Getsid(pid); err != nil || sid != pid {
+				continue
+			}
+			work, ok := environValue(pid, WorkIDVar)
+			if !ok || !starting[work] {
+				continue
+			}
+			start, err := processStartTime(pid)
+			if err != nil {
+				continue
+			}
+			found[pid] = foundSession{start: start, work: work}
+			delete(missing, work)
+		}
+		if len(missing) == 0 || time.Now().After(deadline) {
+			return found
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// environValue returns the value of variable name in process pid's
+// environment as it was exec'd, and false when it has none or it cannot be
+// read (another user's process, or gone).
+func environValue(pid int, name string) (string, bool) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return "", false
+	}
+	prefix := name + "="
+	for kv := range bytes.SplitSeq(data, []byte{0}) {
+		if v, ok := bytes.CutPrefix(kv, []byte(prefix)); ok {
+			return string(v), true
+		}
+	}
+	return "", false
 }
 
 // statFields returns the fields of /proc/PID/stat from the third (state)

@@ -21,3 +21,7 @@ func killSessionAfterExit(int, time.Duration) error { return nil }
 // processStartTime is unknown (0) without /proc: the reaper kills a
 // registered session's group without checking that its pid was not reused.
 func processStartTime(int) (uint64, error) { return 0, nil }
+
+// startingScripts finds nothing without /proc: a script started as its
+// proxy died, before the proxy told the reaper of it, outlives the proxy.
+func startingScripts(map[string]bool, time.Duration) map[int]foundSession { return nil }
