@@ -406,3 +406,41 @@ func TestInstanceIsOnlineWhileItPolledWithinTheWindowsAsListingsSay(t *testing.T
 		}
 	}
 }
+
+// TestAPollIsToldOnlyOfItsRunningUnitsThatWereCutShort: a unit the proxy
+// still lists as running whose result it posted (the poll crossed the
+// result) ended as the proxy said, and is not reported: the proxy would
+// take it for one cancelled by the automator. A cancelled one is.
+func TestAPollIsToldOnlyOfItsRunningUnitsThatWereCutShort(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{pollWindow: time.Minute})
+	ctx := context.Background()
+	caller, proxy := e.callerClient(), e.proxyClient()
+	done := submit(t, caller, e.account, time.Minute)
+	cut := submit(t, caller, e.account, time.Minute)
+	resp, err := proxy.Poll(ctx, &automatorv1.PollRequest{InstanceId: "a", MaxUnits: 2})
+	if err != nil || len(resp.GetClaims()) != 2 {
+		t.Fatalf("poll: %d claims, %v; want 2", len(resp.GetClaims()), err)
+	}
+	for _, c := range resp.GetClaims() {
+		if c.GetWorkId() != done.GetWorkId() {
+			continue
+		}
+		if _, err := proxy.Complete(ctx, &automatorv1.CompleteRequest{
+			WorkId: c.GetWorkId(), ClaimId: c.GetClaimId(), InstanceId: "a",
+			Outcome: automatorv1.Outcome_OUTCOME_SUCCEEDED, SealedResult: e.sealResult(c.GetWorkId(), &automatorv1.Result{}),
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := caller.Cancel(ctx, &automatorv1.CancelRequest{WorkId: cut.GetWorkId()}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := proxy.Poll(ctx, &automatorv1.PollRequest{InstanceId: "a", MaxUnits: 0, Running: []string{done.GetWorkId(), cut.GetWorkId()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.GetCancelled()) != 1 || r.GetCancelled()[0] != cut.GetWorkId() {
+		t.Errorf("poll returned cancelled=%v, want only the cancelled unit [%s] (not %s, whose result the instance posted)", r.GetCancelled(), cut.GetWorkId(), done.GetWorkId())
+	}
+}
