@@ -24,6 +24,9 @@ type ProxyOptions struct {
 	MaxOutput int
 	// Log receives the instance's log (discarded when nil).
 	Log io.Writer
+	// GracePeriod is how long Stop lets running scripts end (5s when
+	// zero) before it kills them and reports their units failed.
+	GracePeriod time.Duration
 }
 
 // Proxy is a running proxy instance of the automator's account.
@@ -41,6 +44,10 @@ func (a *Automator) StartProxy(t testing.TB, o ProxyOptions) *Proxy {
 	if logW == nil {
 		logW = io.Discard
 	}
+	grace := o.GracePeriod
+	if grace == 0 {
+		grace = 5 * time.Second
+	}
 	conn := a.ProxyConn(t)
 	ag := agent.New(agent.Options{
 		Client:         automatorv1.NewProxyServiceClient(conn),
@@ -52,7 +59,7 @@ func (a *Automator) StartProxy(t testing.TB, o ProxyOptions) *Proxy {
 		MaxConcurrency: o.MaxConcurrency,
 		MaxOutput:      o.MaxOutput,
 		PollWait:       time.Second,
-		GracePeriod:    5 * time.Second,
+		GracePeriod:    grace,
 		BackoffMin:     10 * time.Millisecond,
 		BackoffMax:     200 * time.Millisecond,
 		Logger:         slog.New(slog.NewTextHandler(logW, nil)),

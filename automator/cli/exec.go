@@ -373,7 +373,19 @@ func report(ctx context.Context, res client.Result, err error, env Env) (int, er
 		fmt.Fprintf(env.Stderr, "automator: work %s cancelled (interrupted)\n", we.WorkID)
 		return ExitCancelled, nil
 	case errors.As(err, &we):
-		fmt.Fprintf(env.Stderr, "automator: %v\n", we)
+		// What a script killed before it ended (its proxy stopped) wrote
+		// until then: how far it got. Best effort: the unit failed anyway.
+		if len(res.Stdout) > 0 {
+			_, _ = env.Stdout.Write(res.Stdout)
+		}
+		ownLine := "automator: "
+		if n := len(res.Stderr); n > 0 {
+			_, _ = env.Stderr.Write(res.Stderr)
+			if res.Stderr[n-1] != '\n' {
+				ownLine = "\n" + ownLine
+			}
+		}
+		fmt.Fprintf(env.Stderr, "%s%v\n", ownLine, we)
 		switch we.State {
 		case client.StateTimedOut:
 			return ExitTimeout, nil

@@ -114,6 +114,28 @@ func TestExecExitCodes(t *testing.T) {
 	}
 }
 
+// TestExecShowsWhatAScriptKilledAtItsProxysStopWrote: a script killed when
+// its proxy stopped (the grace period over) ran in part: exec exits 125
+// with the failure, after what the script wrote until then, which tells
+// how far it got (a review: it was dropped).
+func TestExecShowsWhatAScriptKilledAtItsProxysStopWrote(t *testing.T) {
+	t.Parallel()
+	a := automatortest.Start(t, automatortest.Options{})
+	scripts := t.TempDir()
+	automatortest.WriteScript(t, scripts, "partial.sh", `echo step1 done; printf 'step1 warned' >&2; touch "$1"; exec sleep 60`)
+	p := a.StartProxy(t, automatortest.ProxyOptions{InstanceID: "a", ScriptsDir: scripts, GracePeriod: 50 * time.Millisecond})
+	p.WaitPolling(t)
+	marker := filepath.Join(t.TempDir(), "started")
+	done := make(chan execResult, 1)
+	go func() { done <- execCLI(context.Background(), a, "", "--account", "acme", "partial.sh", marker) }()
+	automatortest.WaitFor(t, 10*time.Second, "the script to start", func() bool { _, err := os.Stat(marker); return err == nil })
+	p.Stop()
+	r := waittest.Recv(t, done, "exec to end once the proxy stopped")
+	if r.code != cli.ExitFailed || r.stdout != "step1 done\n" || !strings.HasPrefix(r.stderr, "step1 warned\nautomator: work ") || !strings.Contains(r.stderr, "grace period over") {
+		t.Errorf("exec of a script killed at its proxy's stop: %+v; want exit 125, the script's stdout, then its stderr and the failure on a line of its own", r)
+	}
+}
+
 // TestExecInterruptedCancelsItsUnit: Ctrl-C (the context ending) cancels
 // the running unit; the proxy kills the script's whole process tree, and
 // exec exits 126.

@@ -228,7 +228,10 @@ func (c *Client) Close() error {
 // connection drops.
 //
 // A unit that did not succeed is an error matching ErrTimeout, ErrFailed or
-// ErrCancelled (a *WorkError with the work id and reason). When ctx ends
+// ErrCancelled (a *WorkError with the work id and reason); for one that
+// failed after its script ran in part (killed when its proxy stopped, its
+// grace period over) the Result holds what the script wrote until then,
+// and its ExitCode is 0. When ctx ends
 // first, the unit is cancelled, so its script does not run on unobserved,
 // and the error matches both ErrCancelled and ctx.Err() (unless the unit
 // ended just before: then its outcome is returned). That holds when ctx ends

@@ -103,6 +103,13 @@ func (w Work) Err() error {
 func (w Work) outcome() (Result, error) {
 	if err := w.Err(); err != nil {
 		r := Result{WorkID: w.ID, InstanceID: w.InstanceID}
+		if w.State == StateFailed && w.Result != nil {
+			// A script killed before it ended (its proxy stopped, the
+			// grace period over) ran in part: what it wrote until then,
+			// with no exit code.
+			r = *w.Result
+			r.WorkID, r.InstanceID, r.ExitCode = w.ID, w.InstanceID, 0
+		}
 		return r, err
 	}
 	if w.Result == nil {

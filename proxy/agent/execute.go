@@ -61,9 +61,9 @@ func (a *Agent) handle(runCtx, postCtx context.Context, c *automatorv1.Claim) {
 		// Waiting for what its start lacked, say: nothing was killed.
 		res = &automatorv1.Result{Failure: fmt.Sprintf("%v: not started on instance %s, nothing of it ran: %v", context.Cause(runCtx), a.o.InstanceID, err)}
 	case errors.Is(err, runner.ErrCancelled) && errors.Is(err, runner.ErrKillFailed):
-		res = &automatorv1.Result{Failure: fmt.Sprintf("%v: killed on instance %s, but some of its process tree may still run: %v", context.Cause(runCtx), a.o.InstanceID, err)}
+		res = cutShort(res, fmt.Sprintf("%v: killed on instance %s, but some of its process tree may still run: %v", context.Cause(runCtx), a.o.InstanceID, err))
 	case errors.Is(err, runner.ErrCancelled):
-		res = &automatorv1.Result{Failure: fmt.Sprintf("%v: killed on instance %s", context.Cause(runCtx), a.o.InstanceID)}
+		res = cutShort(res, fmt.Sprintf("%v: killed on instance %s", context.Cause(runCtx), a.o.InstanceID))
 	case err != nil:
 		res = &automatorv1.Result{Failure: err.Error()}
 	}
@@ -88,6 +88,17 @@ func (a *Agent) handle(runCtx, postCtx context.Context, c *automatorv1.Claim) {
 		return
 	}
 	a.post(postCtx, c, deadline, &automatorv1.CompleteRequest{Outcome: outcome, SealedResult: sealed})
+}
+
+// cutShort is the failed result of a script killed before it ended (the
+// proxy stopped, its grace period over): partial, what it wrote until then
+// and when it started (nil when that is not known), with the failure.
+func cutShort(partial *automatorv1.Result, failure string) *automatorv1.Result {
+	if partial == nil {
+		return &automatorv1.Result{Failure: failure}
+	}
+	partial.ExitCode, partial.Failure = 0, failure
+	return partial
 }
 
 // logStopped logs a unit whose run was stopped (at its deadline, or ended
@@ -153,11 +164,19 @@ func (a *Agent) execute(ctx context.Context, c *automatorv1.Claim, cmd *automato
 		WorkID:     c.GetWorkId(),
 	}, deadline)
 	if err != nil {
-		return nil, err
+		if r.StartedAt.IsZero() {
+			return nil, err
+		}
+		return resultOf(r), err // what it wrote until it was killed
 	}
 	if r.Leftovers != nil {
 		a.leftLog.Log("script exited, but what it left running may still run: killing it failed", "work_id", c.GetWorkId(), "account", c.GetAccount(), "script", cmd.GetScript(), "err", r.Leftovers)
 	}
+	return resultOf(r), nil
+}
+
+// resultOf is the result a script's run reports.
+func resultOf(r runner.Result) *automatorv1.Result {
 	return &automatorv1.Result{
 		ExitCode:        int32(r.ExitCode),
 		Stdout:          r.Stdout,
@@ -166,7 +185,7 @@ func (a *Agent) execute(ctx context.Context, c *automatorv1.Claim, cmd *automato
 		StderrTruncated: r.StderrTruncated,
 		StartedAt:       timestamppb.New(r.StartedAt),
 		FinishedAt:      timestamppb.New(r.FinishedAt),
-	}, nil
+	}
 }
 
 func (a *Agent) sealResult(c *automatorv1.Claim, r *automatorv1.Result) ([]byte, error) {

@@ -38,7 +38,7 @@ func startStopping(t *testing.T, o agent.Options, spool bool) (*stopping, string
 	scripts := t.TempDir()
 	s := &stopping{caller: automatorv1.NewAutomatorServiceClient(a.CallerConn(t)), state: t.TempDir(), done: make(chan struct{})}
 	s.started = filepath.Join(s.state, "started")
-	automatortest.WriteScript(t, scripts, "forever.sh", "touch '"+s.started+"'\nexec sleep 600\n")
+	automatortest.WriteScript(t, scripts, "forever.sh", "echo step1 done; echo step1 warned >&2\ntouch '"+s.started+"'\nexec sleep 600\n")
 	o.Client, o.Keys, o.InstanceID, o.ScriptsDir = automatorv1.NewProxyServiceClient(a.ProxyConn(t)), crypto.Keys{a.Key}, "stopping", scripts
 	o.MaxConcurrency, o.PollWait, o.BackoffMin, o.BackoffMax = 1, time.Second, time.Millisecond, 5*time.Millisecond
 	if o.Logger == nil {
@@ -82,7 +82,9 @@ func (s *stopping) wantFailed(t *testing.T, id, why string) {
 // up), so the caller learns at once that the proxy stopped, instead of the
 // result waiting in the spool for a start that may never come and the unit
 // timing out. Its log line says the script was killed, not that it could
-// not be run: it ran, in part.
+// not be run: it ran, in part; and its result holds what the script wrote
+// until then, and when it started: how far it got (a review: both were
+// dropped).
 func TestUnitKilledAtTheEndOfTheGracePeriodIsReportedFailed(t *testing.T) {
 	t.Parallel()
 	var logged logtest.Buffer
@@ -94,6 +96,14 @@ func TestUnitKilledAtTheEndOfTheGracePeriodIsReportedFailed(t *testing.T) {
 	s.cancel()
 	waittest.Recv(t, s.done, "the stopped agent's Run to return at the end of its grace period")
 	s.wantFailed(t, id, "grace period over")
+	got, err := s.caller.Get(context.Background(), &automatorv1.GetRequest{WorkId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := got.GetResult(); string(r.GetStdout()) != "step1 done\n" || string(r.GetStderr()) != "step1 warned\n" || r.GetStartedAt() == nil || r.GetExitCode() != 0 {
+		t.Errorf("the failed unit's result holds stdout %q, stderr %q, started_at %v, exit code %d; want what the script wrote before it was killed, when it started, and no exit code",
+			r.GetStdout(), r.GetStderr(), r.GetStartedAt(), r.GetExitCode())
+	}
 	if log := logged.String(); !strings.Contains(log, `msg="the command was killed before it ended; reported failed"`) || strings.Contains(log, "could not run the command") {
 		t.Errorf("the log of a script killed at the end of the grace period:\n%s\nwant it said killed, not that it could not run", log)
 	}

@@ -17,11 +17,13 @@ var beforeRegister func()
 // It returns an error and no Result when the script could not be resolved
 // (ErrBadScriptName, ErrUnknownScript, ErrOutsideScripts) or started
 // (ErrStart; also ErrNoResources when the host was out of file
-// descriptors, processes or memory, and nothing of the script ran), when
-// spec.Deadline passed (ErrDeadline) or when ctx was cancelled
-// (ErrCancelled). In the last two cases the whole process tree has
-// been killed; if the deadline had passed or ctx was done before the start,
-// nothing was started (ErrNotStarted); a kill that failed is ErrKillFailed.
+// descriptors, processes or memory, and nothing of the script ran). It
+// returns an error when spec.Deadline passed (ErrDeadline) or ctx was
+// cancelled (ErrCancelled): the whole process tree has been killed, and
+// the Result holds what the script wrote until then, and when it started
+// and was killed (no exit code); if the deadline had passed or ctx was
+// done before the start, nothing was started (ErrNotStarted) and the
+// Result is empty. A kill that failed is ErrKillFailed.
 func Run(ctx context.Context, spec Spec) (Result, error) {
 	path, err := ResolveScript(spec.ScriptsDir, spec.Script)
 	if err != nil {
@@ -136,10 +138,20 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	streams.finish(waitDelay)
 
 	if stop != nil {
-		if killErr != nil {
-			return Result{}, fmt.Errorf("script %q: %w; %w: %v", spec.Script, stop, ErrKillFailed, killErr)
+		// What it wrote until it was killed, which a run cut short by the
+		// proxy's stop reports (one cut at its deadline reports nothing).
+		partial := Result{
+			Stdout:          streams.stdout.buf,
+			Stderr:          streams.stderr.buf,
+			StdoutTruncated: streams.stdout.truncated,
+			StderrTruncated: streams.stderr.truncated,
+			StartedAt:       startedAt,
+			FinishedAt:      finishedAt,
 		}
-		return Result{}, fmt.Errorf("script %q: %w; its process tree was killed", spec.Script, stop)
+		if killErr != nil {
+			return partial, fmt.Errorf("script %q: %w; %w: %v", spec.Script, stop, ErrKillFailed, killErr)
+		}
+		return partial, fmt.Errorf("script %q: %w; its process tree was killed", spec.Script, stop)
 	}
 	if cmd.ProcessState == nil {
 		return Result{}, fmt.Errorf("waiting for script %q: %w", spec.Script, waitErr)
