@@ -34,6 +34,11 @@ var names = map[string]bool{
 	// (a relative path leads out of its prefix), and loads the compiled
 	// modules under PYTHONPYCACHEPREFIX: both before the script's first line.
 	"PYTHONPLATLIBDIR": true, "PYTHONPYCACHEPREFIX": true,
+	// python calls the callable PYTHONBREAKPOINT names at a breakpoint();
+	// rubygems loads gems from GEM_HOME and GEM_PATH, as RUBYLIB; glibc
+	// loads locale data from LOCPATH and message catalogs from NLSPATH,
+	// files it parses in every program (a review).
+	"PYTHONBREAKPOINT": true, "GEM_HOME": true, "GEM_PATH": true, "LOCPATH": true, "NLSPATH": true,
 	"NODE_OPTIONS": true, "NODE_PATH": true, "RUBYOPT": true, "RUBYLIB": true, "RUBYGEMS_GEMDEPS": true,
 	"PHPRC": true, "PHP_INI_SCAN_DIR": true,
 	"JAVA_TOOL_OPTIONS": true, "_JAVA_OPTIONS": true, "JDK_JAVA_OPTIONS": true,
@@ -142,7 +147,14 @@ var homeDir = map[string]bool{
 // loads, and those paths themselves (ansiblePath); the az CLI's
 // AZURE_EXTENSION_DIR, python it loads; and SSLKEYLOGFILE (libpq's
 // PGSSLKEYLOGFILE), where programs linked with OpenSSL, curl and the like
-// write the keys of their TLS sessions.
+// write the keys of their TLS sessions. SHELL, the program that flock -c,
+// ssh's ProxyCommand and LocalCommand, script(1), screen and others run
+// their command with (a review: flock ran perl). The proxies that curl,
+// wget, pip, npm, git and most HTTP libraries send their requests through
+// (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, FTP_PROXY, in either case), and
+// glibc's HOSTALIASES and RESOLV_HOST_CONF, which rename the hosts they
+// reach: whoever answers there serves what a script downloads over plain
+// HTTP and installs or runs.
 // And git, which takes its configuration from variables (GIT_CONFIG_COUNT
 // with GIT_CONFIG_KEY_0 and GIT_CONFIG_VALUE_0, GIT_CONFIG_PARAMETERS:
 // core.fsmonitor, core.sshCommand, … are commands it runs) or from files
@@ -176,6 +188,9 @@ var tools = map[string]bool{
 	"CLOUDSDK_PYTHON": true, "CLOUDSDK_PYTHON_ARGS": true, "GOOGLE_EXTERNAL_ACCOUNT_ALLOW_EXECUTABLES": true,
 	"TF_CLI_CONFIG_FILE": true, "TERRAFORM_CONFIG": true, "ANSIBLE_CONFIG": true, "AZURE_EXTENSION_DIR": true,
 	"SSLKEYLOGFILE": true, "PGSSLKEYLOGFILE": true,
+	"SHELL":      true,
+	"HTTP_PROXY": true, "HTTPS_PROXY": true, "ALL_PROXY": true, "FTP_PROXY": true,
+	"HOSTALIASES": true, "RESOLV_HOST_CONF": true,
 }
 
 // ansiblePath tells whether u names one of ansible's paths to code it
@@ -229,7 +244,7 @@ func Refused(k string) error {
 		tool = tool || strings.HasPrefix(u, p)
 	}
 	if tool {
-		return fmt.Errorf("environment variable %q is refused: a program that scripts call (git, tar, make, go, npm, pip, rsync, ssh, kubectl, aws, gcloud, psql, terraform, any linked with OpenSSL, …) reads it, and may run a command, load code, trust a server or write its secrets where it says; a script that needs it sets it itself", k)
+		return fmt.Errorf("environment variable %q is refused: a program that scripts call (git, tar, make, go, npm, pip, rsync, ssh, flock, curl, kubectl, aws, gcloud, psql, terraform, any linked with OpenSSL, …) reads it, and may run a command, load code, trust a server, send its requests through another host or write its secrets where it says; a script that needs it sets it itself", k)
 	}
 	refused := names[u]
 	for _, p := range prefixes {

@@ -16,7 +16,7 @@ import (
 const WorkIDVar = "PROXY_WORK_ID"
 
 // environ returns the script's environment: the variables of baseEnvKeys
-// that the proxy has, then extra, which wins over a base variable of the same
+// that the proxy has (or userEnv gives), then extra, which wins over a base variable of the same
 // name. Nothing else of the proxy's environment is passed: it may hold
 // secrets. Two names in extra for one variable (on windows, names that
 // differ only in case) are refused: which value the script saw would depend
@@ -25,7 +25,11 @@ const WorkIDVar = "PROXY_WORK_ID"
 func environ(extra map[string]string) ([]string, error) {
 	vars := make(map[string]string) // folded name -> "NAME=value"
 	for _, k := range baseEnvKeys {
-		if v, ok := os.LookupEnv(k); ok {
+		v, ok := os.LookupEnv(k)
+		if !ok {
+			v, ok = userEnv()[k]
+		}
+		if ok {
 			vars[foldEnvKey(k)] = k + "=" + v
 		}
 	}

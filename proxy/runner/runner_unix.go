@@ -11,14 +11,36 @@ import (
 	"os/exec"
 	"os/user"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// baseEnvKeys are the proxy's variables a script inherits, when set.
+// baseEnvKeys are the proxy's variables a script inherits, when set
+// (HOME and USER from userEnv when not).
 var baseEnvKeys = []string{"PATH", "HOME", "USER", "LANG", "TMPDIR"}
+
+// userEnv holds what a script gets for HOME and USER when the proxy's
+// environment has neither, from the proxy's user's entry in the user
+// database (nothing when it has none): a service manager may set neither
+// (systemd sets them only for a unit with User=, which `proxy install`
+// without --user does not write), and scripts expect them (git, ssh, ~).
+var userEnv = sync.OnceValue(func() map[string]string {
+	u, err := user.Current()
+	if err != nil {
+		return nil
+	}
+	env := map[string]string{}
+	if u.HomeDir != "" {
+		env["HOME"] = u.HomeDir
+	}
+	if u.Username != "" {
+		env["USER"] = u.Username
+	}
+	return env
+})
 
 // commandFor executes the script directly: its #! line picks the
 // interpreter, and args reach it as an argument vector.
@@ -141,6 +163,10 @@ func startHint(path string, err error) string {
 			return "it is a program for another system or processor: "
 		case bytes.HasPrefix(head, []byte("MZ")):
 			return "it is a Windows program: "
+		case bytes.HasPrefix(head, []byte("#!")) && len(head) == shebangMax && bytes.IndexByte(head, '\n') < 0:
+			return fmt.Sprintf("its #! line is longer than the %d bytes the system reads of it: name a shorter path to the interpreter (a link to it): ", shebangMax-1)
+		case bytes.HasPrefix(bytes.TrimLeft(head, " \t\r\n"), []byte("#!")):
+			return "its #! does not begin the file (white space comes before it), so the system sees no #! line: remove what comes before it: "
 		}
 		return "it is not a program and has no #! line: "
 	case errors.Is(err, syscall.EACCES):
@@ -151,15 +177,19 @@ func startHint(path string, err error) string {
 	return ""
 }
 
-// fileHead returns the first bytes of the file at path (at most 256), or
-// none.
+// shebangMax is as much of a file as Linux reads to find its #! line
+// (BINPRM_BUF_SIZE): an interpreter's path must end within it.
+const shebangMax = 256
+
+// fileHead returns the first bytes of the file at path (at most
+// shebangMax), or none.
 func fileHead(path string) []byte {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
-	buf := make([]byte, 256)
+	buf := make([]byte, shebangMax)
 	n, _ := io.ReadFull(f, buf)
 	return buf[:n]
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -432,6 +433,8 @@ func TestResolveScriptFollowsSymlinksOnlyInside(t *testing.T) {
 		"nested.sh":   "lib/nested.sh",
 		"dangling.sh": filepath.Join(dir, "missing.sh"),
 		"etc":         "/etc",
+		"loop.sh":     "loop2.sh",
+		"loop2.sh":    "loop.sh",
 	} {
 		if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
 			t.Fatal(err)
@@ -443,20 +446,26 @@ func TestResolveScriptFollowsSymlinksOnlyInside(t *testing.T) {
 		name    string
 		want    string
 		wantErr error
+		says    string // in the error
 	}{
-		{"real.sh", realInside, nil},
-		{"in.sh", realInside, nil},
-		{"relin.sh", realInside, nil},
-		{"nested.sh", realNested, nil},
-		{"out.sh", "", ErrOutsideScripts},
-		{"relout.sh", "", ErrOutsideScripts},
-		{"etc", "", ErrOutsideScripts},
-		{"dangling.sh", "", ErrUnknownScript},
-		{"lib", "", ErrUnknownScript},
+		{"real.sh", realInside, nil, ""},
+		{"in.sh", realInside, nil, ""},
+		{"relin.sh", realInside, nil, ""},
+		{"nested.sh", realNested, nil, ""},
+		{"out.sh", "", ErrOutsideScripts, ""},
+		{"relout.sh", "", ErrOutsideScripts, ""},
+		{"etc", "", ErrOutsideScripts, ""},
+		// Named as the link it is, which ls shows (a review: "no such file").
+		{"dangling.sh", "", ErrUnknownScript, "it is a symbolic link in scripts directory " + strconv.Quote(dir) + " to " + strconv.Quote(filepath.Join(dir, "missing.sh")) + ", which does not exist"},
+		{"loop.sh", "", ErrUnknownScript, "it is a symbolic link that leads to itself"},
+		{"lib", "", ErrUnknownScript, ""},
 	} {
 		got, err := ResolveScript(dir, tc.name)
 		if !errors.Is(err, tc.wantErr) || got != tc.want {
 			t.Errorf("ResolveScript(%q) = %q, %v; want %q, %v", tc.name, got, err, tc.want, tc.wantErr)
+		}
+		if err != nil && !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("ResolveScript(%q): %v; want it to say %q", tc.name, err, tc.says)
 		}
 		if err != nil && !strings.Contains(err.Error(), strconv.Quote(tc.name)) {
 			t.Errorf("error %q does not name the script %q", err, tc.name)
@@ -549,6 +558,31 @@ func TestAMissingInterpreterIsNamed(t *testing.T) {
 	}
 }
 
+// TestAHashBangTheSystemDoesNotSeeIsNamed: a #! line the system does not
+// take for one is not "no #! line" (a review): one too long for what the
+// system reads of it, one after white space.
+func TestAHashBangTheSystemDoesNotSeeIsNamed(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"long.sh":   "#!/" + strings.Repeat("d/", 140) + "sh\necho hi\n",
+		"spaced.sh": "  #!/bin/sh\necho hi\n",
+	} {
+		if err := writeFileNoFork(filepath.Join(dir, name), []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for script, want := range map[string]string{
+		"long.sh":   "its #! line is longer than the 255 bytes the system reads of it",
+		"spaced.sh": "its #! does not begin the file (white space comes before it)",
+	} {
+		_, err := Run(context.Background(), Spec{ScriptsDir: dir, Script: script, Deadline: time.Now().Add(10 * time.Second)})
+		if !errors.Is(err, ErrStart) || !strings.Contains(err.Error(), want) {
+			t.Errorf("Run %s = %v, want ErrStart saying %q", script, err, want)
+		}
+	}
+}
+
 // TestAnArgumentLongerThanTheSystemPassesSaysSo: one argument of 200 KiB,
 // within the automator's limits on all the arguments, is more than Linux
 // passes in one (128 KiB): the start fails saying so, and how to pass
@@ -565,5 +599,31 @@ func TestAnArgumentLongerThanTheSystemPassesSaysSo(t *testing.T) {
 	_, err := Run(context.Background(), Spec{ScriptsDir: dir, Script: "echo.sh", Args: []string{strings.Repeat("a", 200<<10)}, Deadline: time.Now().Add(10 * time.Second)})
 	if !errors.Is(err, ErrStart) || !strings.Contains(err.Error(), "more than this system passes to a program") || !strings.Contains(err.Error(), "pass large data on stdin") {
 		t.Errorf("Run with a 200 KiB argument = %v, want ErrStart saying what the system passes", err)
+	}
+}
+
+// TestAScriptGetsHOMEAndUSEREvenWhenTheProxyHasNone: a proxy started by a
+// service manager that sets neither (systemd without User=) still gives
+// its scripts HOME and USER, its user's, which git, ssh and ~ need (a
+// review: git said "$HOME not set" once the proxy was installed).
+func TestAScriptGetsHOMEAndUSEREvenWhenTheProxyHasNone(t *testing.T) {
+	// Not parallel: it unsets the process's HOME and USER.
+	u, err := user.Current()
+	if err != nil || u.HomeDir == "" || u.Username == "" {
+		t.Skipf("this user has no entry with a home and a name: %v", err)
+	}
+	t.Setenv("HOME", "") // restored at the end
+	t.Setenv("USER", "")
+	os.Unsetenv("HOME")
+	os.Unsetenv("USER")
+	res := run(t, newSpec(t, `echo "${HOME-unset}:${USER-unset}"`+"\n"))
+	if got, want := string(res.Stdout), u.HomeDir+":"+u.Username+"\n"; got != want {
+		t.Errorf("the script saw HOME:USER %q, want %q (its user's)", got, want)
+	}
+	// One the proxy has wins.
+	t.Setenv("HOME", "/proxy/home")
+	res = run(t, newSpec(t, `echo "$HOME"`+"\n"))
+	if got := string(res.Stdout); got != "/proxy/home\n" {
+		t.Errorf("with the proxy's HOME set, the script saw %q, want /proxy/home", got)
 	}
 }

@@ -27,6 +27,10 @@ var baseEnvKeys = []string{
 	"COMPUTERNAME", "USERNAME", "USERDOMAIN",
 }
 
+// userEnv gives nothing on windows: the service's environment has the
+// user's folders and names.
+func userEnv() map[string]string { return nil }
+
 // commandFor runs .ps1 through PowerShell, .cmd and .bat through cmd.exe with
 // a command line quoted for it, and .exe directly. The interpreters are the
 // ones of the system directory, not whatever PATH finds first.
