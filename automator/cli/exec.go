@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -67,6 +68,10 @@ func cmdExec(ctx context.Context, args []string, env Env) (int, error) {
 		return 0, errors.New("exec: SCRIPT is required")
 	}
 	if err := requireFlag("account", *account); err != nil {
+		if script := fs.Arg(0); slices.ContainsFunc(fs.Args()[1:], func(a string) bool { return a == "--account" || strings.HasPrefix(a, "--account=") }) {
+			// Everything after SCRIPT is the script's (a review).
+			return 0, fmt.Errorf("%w: the --account after %s is one of the script's arguments, as is everything after SCRIPT; give exec's flags before it", err, script)
+		}
 		return 0, err
 	}
 	timeoutSet, stdinSet, keySet := false, false, false
@@ -361,7 +366,11 @@ func report(ctx context.Context, res client.Result, err error, env Env) (int, er
 			ownLine = "\n" + ownLine
 		}
 		if cut := truncatedStreams(res.StdoutTruncated, res.StderrTruncated); cut != "" {
-			fmt.Fprintf(env.Stderr, "%swork %s: %s cut at the proxy's output limit (its max_output_bytes)\n", ownLine, res.WorkID, cut)
+			kept := len(res.Stdout)
+			if res.StderrTruncated && (!res.StdoutTruncated || len(res.Stderr) > kept) {
+				kept = len(res.Stderr)
+			}
+			fmt.Fprintf(env.Stderr, "%swork %s: %s cut at the proxy's output limit (its max_output_bytes): the first %d bytes are kept, the rest was dropped\n", ownLine, res.WorkID, cut, kept)
 			ownLine = "automator: "
 		}
 		if res.ExitCode < 0 || res.ExitCode > 255 {

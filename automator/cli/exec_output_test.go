@@ -71,7 +71,7 @@ func TestExecSaysWhichStreamWasCutOnALineOfItsOwn(t *testing.T) {
 	}
 	lines := strings.Split(errb.String(), "\n")
 	if len(lines) != 3 || lines[0] != "oops" || lines[2] != "" ||
-		!strings.HasPrefix(lines[1], "automator: work ") || !strings.HasSuffix(lines[1], ": its stdout was cut at the proxy's output limit (its max_output_bytes)") {
+		!strings.HasPrefix(lines[1], "automator: work ") || !strings.HasSuffix(lines[1], ": its stdout was cut at the proxy's output limit (its max_output_bytes): the first 10 bytes are kept, the rest was dropped") {
 		t.Errorf("stderr %q; want the remote's \"oops\", then a line of exec's own saying its stdout was cut", errb.String())
 	}
 }

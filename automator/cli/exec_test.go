@@ -215,6 +215,19 @@ func TestExecNamesACAFileThatHoldsNoCertificate(t *testing.T) {
 // TestExecRefusesATimeoutThatIsNotPositive: --timeout 0s or below is one
 // line and exit 255 before anything is queued, not a unit silently given
 // the server's default deadline.
+// TestExecSaysItsFlagsGoBeforeTheScript: an --account after SCRIPT is the
+// script's argument; the missing --account says so (a review: it said only
+// "--account is required").
+func TestExecSaysItsFlagsGoBeforeTheScript(t *testing.T) {
+	t.Parallel()
+	var out, errb bytes.Buffer
+	code := cli.Main(t.Context(), []string{"exec", "--data-dir", t.TempDir(), "argv.py", "--account", "acme"}, cli.Env{Stdout: &out, Stderr: &errb})
+	want := "--account is required: the --account after argv.py is one of the script's arguments, as is everything after SCRIPT; give exec's flags before it"
+	if code != cli.ExitError || !strings.Contains(errb.String(), want) {
+		t.Errorf("exec with --account after the script: exit %d, stderr %q; want %d saying %q", code, errb.String(), cli.ExitError, want)
+	}
+}
+
 func TestExecRefusesATimeoutThatIsNotPositive(t *testing.T) {
 	t.Parallel()
 	for _, d := range []string{"0s", "0", "-1s"} {

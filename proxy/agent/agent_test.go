@@ -445,6 +445,30 @@ func TestBuiltinPingNamesTheInstance(t *testing.T) {
 	}
 }
 
+// TestAnUnknownBuiltinSaysNamesBeginningWithAtAreTheProxys: a script
+// deployed as "@mine" is never run; the failure says why (a review).
+func TestAnUnknownBuiltinSaysNamesBeginningWithAtAreTheProxys(t *testing.T) {
+	t.Parallel()
+	useRunner(t, func(context.Context, runner.Spec) (runner.Result, error) {
+		return runner.Result{}, errors.New("a built-in must not start a process")
+	})
+	f := newFake()
+	startAgent(t, f, 1, nil)
+	f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{claim(t, "w1", &automatorv1.Command{Script: "@mine"})}}
+	got := waittest.Recv(t, f.completed, "the failure of @mine to be posted")
+	plain, err := crypto.Open(crypto.Keys{testKey}, "acme", "w1", crypto.DirResult, got.GetSealedResult())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r automatorv1.Result
+	if err := proto.Unmarshal(plain, &r); err != nil {
+		t.Fatal(err)
+	}
+	if want := `unknown built-in command "@mine" (built-ins: @ping; names beginning with @ are the proxy's own, never a script's)`; got.GetOutcome() != automatorv1.Outcome_OUTCOME_FAILED || !strings.Contains(r.GetFailure(), want) {
+		t.Errorf("@mine: %v %q; want it failed, saying %q", got.GetOutcome(), r.GetFailure(), want)
+	}
+}
+
 // TestBuiltinPingRefusesWhatItWouldIgnore: arguments, stdin or variables
 // given to @ping fail the unit, saying so, rather than being dropped.
 func TestBuiltinPingRefusesWhatItWouldIgnore(t *testing.T) {

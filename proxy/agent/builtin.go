@@ -30,5 +30,5 @@ func (a *Agent) builtin(cmd *automatorv1.Command) (*automatorv1.Result, error) {
 			FinishedAt: timestamppb.New(time.Now()),
 		}, nil
 	}
-	return nil, fmt.Errorf("unknown built-in command %q (built-ins: @ping)", cmd.GetScript())
+	return nil, fmt.Errorf("unknown built-in command %q (built-ins: @ping; names beginning with @ are the proxy's own, never a script's)", cmd.GetScript())
 }

@@ -11,7 +11,7 @@ var (
 	ErrUnknownScript = errors.New("unknown script")
 	// ErrNotAllowed: the script, or the scripts directory, is there, but
 	// the proxy's user may not reach or run it (its permissions).
-	ErrNotAllowed = errors.New("script not allowed to the proxy's user")
+	ErrNotAllowed = errors.New("script the proxy's user may not run")
 	// ErrOutsideScripts: the name resolves, through symlinks, outside the
 	// scripts directory.
 	ErrOutsideScripts = errors.New("script outside the scripts directory")

@@ -58,8 +58,8 @@ func TestAScriptThisUserMayNotReachOrRunSaysWhy(t *testing.T) {
 	}
 	out := nobodytest.Run(t, dir, "TestAScriptThisUserMayNotReachOrRunSaysWhy", permissionChildEnv+"="+dir)
 	for _, want := range []string{
-		`resolve a.sh: allowed=false unknown=false script not allowed to the proxy's user "a.sh": the proxy's user (nobody) may not look it up in the scripts directory "` + filepath.Join(dir, "closed") + `" (or where its link leads): give it read and search (x) access: `,
-		`resolve root-only.sh: allowed=false unknown=false script not allowed to the proxy's user "root-only.sh": it is executable (mode -rwx------, owner root), but not by the proxy's user (nobody): give that user execute access, and read access to a script: `,
+		`resolve a.sh: allowed=false unknown=false script the proxy's user may not run "a.sh": the proxy's user (nobody) may not look it up in the scripts directory "` + filepath.Join(dir, "closed") + `" (or where its link leads): give it read and search (x) access: `,
+		`resolve root-only.sh: allowed=false unknown=false script the proxy's user may not run "root-only.sh": it is executable (mode -rwx------, owner root), but not by the proxy's user (nobody): give that user execute access, and read access to a script: `,
 		`resolve plain.sh: allowed=true unknown=true unknown script "plain.sh": not executable (chmod +x it): `,
 	} {
 		if !strings.Contains(out, want) {

@@ -51,11 +51,14 @@ func ResolveScript(dir, name string) (string, error) {
 		}
 	}
 	switch {
+	case errors.Is(err, fs.ErrNotExist) && fi != nil && fi.Mode()&fs.ModeSymlink != 0:
+		to, _ := os.Readlink(filepath.Join(realDir, name))
+		return "", fmt.Errorf("%w %q: it is a symbolic link in scripts directory %q to %q, which does not exist", ErrUnknownScript, name, dir, to)
 	case errors.Is(err, fs.ErrNotExist):
 		return "", fmt.Errorf("%w %q: no such file in scripts directory %q", ErrUnknownScript, name, dir)
 	case errors.Is(err, fs.ErrPermission):
 		return "", fmt.Errorf("%w %q: %s may not look it up in the scripts directory %q (or where its link leads): give it read and search (x) access: %w", ErrNotAllowed, name, proxyUser(), dir, err)
-	case errors.Is(err, syscall.ELOOP):
+	case errors.Is(err, syscall.ELOOP) || (err != nil && strings.Contains(err.Error(), "too many links")): // EvalSymlinks's own count
 		return "", fmt.Errorf("%w %q: it is a symbolic link that leads to itself, through other links: %w", ErrUnknownScript, name, err)
 	case err != nil:
 		return "", fmt.Errorf("%w %q: %w", ErrUnknownScript, name, err)
