@@ -19,6 +19,9 @@ func main() {
 	if os.Getenv(runner.ReaperEnv) == "1" {
 		os.Exit(runner.ServeReaper(os.Stdin, os.Stderr))
 	}
+	// A descriptor this process inherited (from a shell or a supervisor
+	// that leaks them) is not passed on to scripts (a review).
+	runner.KeepInheritedFromScripts()
 	// A container's first process, with no init before it: this one
 	// reaps the namespace's orphans (its scripts leave some) and passes
 	// signals to the proxy, which runs as its child.
