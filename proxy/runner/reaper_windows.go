@@ -27,7 +27,3 @@ func reapSession(int, uint64) (bool, error) { return false, nil }
 
 // startingScripts is never needed either.
 func startingScripts(map[string]bool, time.Duration) map[int]foundSession { return nil }
-
-// KeepInheritedFromScripts does nothing on windows: a process started by
-// Go inherits only the handles it is given.
-func KeepInheritedFromScripts() {}
