@@ -17,6 +17,9 @@ const (
 	// insideScriptsDir is a directory inside the scripts directory that
 	// holds a script (a link's target).
 	insideScriptsDir
+	// anInterpreter is the program a script's #! line names (its real
+	// path); the directories above it are aboveScriptsDir's kind.
+	anInterpreter
 )
 
 // scriptPath is a path whose writers choose what the scripts directory
@@ -31,7 +34,9 @@ type scriptPath struct {
 // it, each runnable script in it (its real path, as runner.ResolveScript
 // gives it) and each directory inside dir holding one (a link's target:
 // who may write that directory may put another file in the script's
-// place). Empty when dir cannot be resolved; without the scripts when it
+// place), and the interpreter each script's #! line names with the
+// directories above it (a review: one any user could replace went
+// unsaid). Empty when dir cannot be resolved; without the scripts when it
 // cannot be read.
 func scriptPaths(dir string) []scriptPath {
 	real, err := filepath.EvalSymlinks(dir)
@@ -54,6 +59,10 @@ func scriptPaths(dir string) []scriptPath {
 		return paths
 	}
 	inside := map[string]bool{}
+	seen := map[string]bool{} // interpreters and the directories above them
+	for _, p := range paths {
+		seen[p.path] = true
+	}
 	for _, e := range entries {
 		path, err := runner.ResolveScript(real, e.Name())
 		if err != nil {
@@ -63,6 +72,19 @@ func scriptPaths(dir string) []scriptPath {
 		for d := filepath.Dir(path); d != real && !inside[d]; d = filepath.Dir(d) {
 			inside[d] = true
 			paths = append(paths, scriptPath{d, insideScriptsDir})
+		}
+		interp := runner.Interpreter(path)
+		if !filepath.IsAbs(interp) {
+			continue // none, or not one the system runs
+		}
+		if interp, err = filepath.EvalSymlinks(interp); err != nil || seen[interp] {
+			continue
+		}
+		seen[interp] = true
+		paths = append(paths, scriptPath{interp, anInterpreter})
+		for d := filepath.Dir(interp); !seen[d]; d = filepath.Dir(d) {
+			seen[d] = true
+			paths = append(paths, scriptPath{d, aboveScriptsDir})
 		}
 	}
 	return paths

@@ -15,7 +15,7 @@ import (
 
 // looseScriptsWarning is what the proxy logs at start, and status says,
 // when writableByOthers lists anything.
-const looseScriptsWarning = "users other than the scripts' owners may change what this proxy runs, as its user: keep scripts_dir, the directories above it and its scripts writable by their owner (root) only"
+const looseScriptsWarning = "users other than the scripts' owners may change what this proxy runs, as its user: keep scripts_dir, the directories above it, its scripts and the interpreters their #! lines name writable by their owner (root) only"
 
 // writableByOthers lists what lets users other than the scripts' owners
 // choose the programs that the scripts directory dir runs (as the proxy's

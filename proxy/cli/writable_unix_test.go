@@ -203,6 +203,40 @@ func TestWritableByOthersListsADirectoryInsideHoldingAScript(t *testing.T) {
 	}
 }
 
+// TestWritableByOthersListsAScriptsInterpreter: the program a script's #!
+// line names, and a directory above it, that every user may write are
+// listed: whoever replaces the interpreter runs as the proxy's user at
+// the next unit (a review: only the scripts' side was looked at).
+func TestWritableByOthersListsAScriptsInterpreter(t *testing.T) {
+	t.Parallel()
+	dir, tools := filepath.Join(t.TempDir(), "scripts"), filepath.Join(t.TempDir(), "tools")
+	for _, d := range []string{dir, tools} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	interp := filepath.Join(tools, "myinterp")
+	if err := os.WriteFile(interp, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a.sh", "b.sh"} { // an interpreter is listed once
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!"+interp+" -e\necho ok\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := writableByOthers(dir); len(got) != 0 {
+		t.Fatalf("tidy scripts and interpreter: %q, want nothing listed", got)
+	}
+	chmod(t, tools, 0o777)
+	chmod(t, interp, 0o777)
+	got := strings.Join(writableByOthers(dir), "\n")
+	for _, want := range []string{interp + ": writable by every user (mode -rwxrwxrwx)", tools + ": writable by every user (mode drwxrwxrwx)"} {
+		if strings.Count(got, want) != 1 {
+			t.Errorf("listed:\n%s\nwant the line %q once", got, want)
+		}
+	}
+}
+
 // TestWritableByOthersListsWhatAnotherUserOwns: a script, the scripts
 // directory or a directory above it owned by a user other than root and
 // the proxy's own is listed, naming the owner, whatever its mode: its

@@ -194,6 +194,10 @@ func fileHead(path string) []byte {
 	return buf[:n]
 }
 
+// Interpreter returns the program the #! line of the script at path names,
+// as the system reads it, or "" when it has none (or is not readable).
+func Interpreter(path string) string { return shebang(path) }
+
 // shebang returns the interpreter a script's #! line names, as the system
 // reads it (up to a space, a tab or the line's end: a carriage return is
 // part of it), or "".

@@ -229,3 +229,7 @@ func shortOf(err error) string {
 	}
 	return ""
 }
+
+// Interpreter returns "": on windows a script's extension chooses its
+// interpreter, one of the system directory's.
+func Interpreter(string) string { return "" }

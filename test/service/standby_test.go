@@ -163,7 +163,7 @@ func TestStatusOfAStoppedStandbySaysWhenItsProfileWentStale(t *testing.T) {
 		t.Fatal(err)
 	}
 	status = proxyCLI(t, "status", "--name", name)
-	if want := "scripts:        users other than the scripts' owners may change what this proxy runs, as its user: keep scripts_dir, the directories above it and its scripts writable by their owner (root) only: " + w.scripts + ": writable by every user"; !strings.Contains(status, want) {
+	if want := "scripts:        users other than the scripts' owners may change what this proxy runs, as its user: keep scripts_dir, the directories above it, its scripts and the interpreters their #! lines name writable by their owner (root) only: " + w.scripts + ": writable by every user"; !strings.Contains(status, want) {
 		t.Errorf("status of the standby whose scripts directory every user may write lacks %q:\n%s", want, status)
 	}
 	if err := os.Chmod(w.scripts, 0o755); err != nil {
