@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -427,10 +428,49 @@ func cmdWorkShow(ctx context.Context, args []string, env Env) error {
 		return err
 	}
 	if v.Output != nil {
-		fmt.Fprintf(env.Stdout, "---- stdout%s ----\n%s", truncNote(v.Output.StdoutTruncated), ensureNL(string(v.Output.StdoutBase64)))
-		fmt.Fprintf(env.Stdout, "---- stderr%s ----\n%s", truncNote(v.Output.StderrTruncated), ensureNL(string(v.Output.StderrBase64)))
+		out, outNote := forTerminal(v.Output.StdoutBase64, isTerminal(env.Stdout))
+		errs, errNote := forTerminal(v.Output.StderrBase64, isTerminal(env.Stdout))
+		fmt.Fprintf(env.Stdout, "---- stdout%s%s ----\n%s", truncNote(v.Output.StdoutTruncated), outNote, ensureNL(out))
+		fmt.Fprintf(env.Stdout, "---- stderr%s%s ----\n%s", truncNote(v.Output.StderrTruncated), errNote, ensureNL(errs))
 	}
 	return nil
+}
+
+// forTerminal is a script's output b as work show writes it: as it is,
+// unless onTerminal, where a control character other than a newline or a
+// tab, and a byte that is not UTF-8, is written escaped (\x1b), so that
+// what a script printed cannot clear the operator's screen, set its title
+// or type into it (a review); note then says so.
+func forTerminal(b []byte, onTerminal bool) (s, note string) {
+	if !onTerminal {
+		return string(b), ""
+	}
+	var out strings.Builder
+	escaped := false
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		switch {
+		case r == utf8.RuneError && n <= 1:
+			fmt.Fprintf(&out, "\\x%02x", b[0])
+			escaped = true
+		case r == '\n' || r == '\t':
+			out.WriteRune(r)
+		case r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f):
+			if r < 0x80 {
+				fmt.Fprintf(&out, "\\x%02x", r)
+			} else {
+				fmt.Fprintf(&out, "\\u%04x", r)
+			}
+			escaped = true
+		default:
+			out.Write(b[:n])
+		}
+		b = b[n:]
+	}
+	if escaped {
+		note = " (control characters escaped on a terminal: piped, or with --json, it is given byte for byte)"
+	}
+	return out.String(), note
 }
 
 // localView is the view of unit id read from the store of the data

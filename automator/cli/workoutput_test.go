@@ -1,6 +1,9 @@
 package cli
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestAStreamCutWithinACharacterIsTextUpToIt: the proxy cuts a stream at
 // its output limit by bytes, within a character as often as not; such a
@@ -41,4 +44,26 @@ func show(s *string) string {
 		return "null"
 	}
 	return "\"" + *s + "\""
+}
+
+// TestWorkShowEscapesControlCharactersOnATerminal: a script's output
+// shown on a terminal cannot clear the screen, set its title or write
+// bytes the terminal takes for commands (a review: work show --reveal
+// passed ESC sequences through); piped, it is given byte for byte.
+func TestWorkShowEscapesControlCharactersOnATerminal(t *testing.T) {
+	t.Parallel()
+	in := []byte("ok\x1b[2J\x1b]0;pwned\a\n\xff\tč\u0085end")
+	got, note := forTerminal(in, true)
+	if want := `ok\x1b[2J\x1b]0;pwned\x07` + "\n" + `\xff` + "\tč" + `\u0085end`; got != want {
+		t.Errorf("on a terminal: %q, want %q", got, want)
+	}
+	if !strings.Contains(note, "control characters escaped on a terminal") {
+		t.Errorf("on a terminal the heading's note is %q, want it to say what was escaped", note)
+	}
+	if got, note := forTerminal(in, false); got != string(in) || note != "" {
+		t.Errorf("piped: %q with note %q, want the bytes as they are and no note", got, note)
+	}
+	if got, note := forTerminal([]byte("plain\ttext\n"), true); got != "plain\ttext\n" || note != "" {
+		t.Errorf("plain text on a terminal: %q with note %q, want it as it is and no note", got, note)
+	}
 }
