@@ -447,6 +447,18 @@ func (s *Server) SignOutEvent(source, keyID string) store.AuditEvent {
 	return store.AuditEvent{At: s.clock.Now(), Kind: store.AuditDashboardSignOut, Actor: "apikey:" + keyID, Source: clip(source)}
 }
 
+// claimedInstance is the instance id a proxy's call says it runs as
+// (grpcwire.HeaderInstance), when it is one an instance may have; "" when
+// none is said. The caller's claim, not a credential: it names the
+// instance in what the refusal of its call logs.
+func claimedInstance(ctx context.Context) string {
+	v := metadata.ValueFromIncomingContext(ctx, grpcwire.HeaderInstance)
+	if len(v) == 0 || validID("instance_id", v[0]) != nil {
+		return ""
+	}
+	return v[0]
+}
+
 // failedFrom counts a failed authentication of what (a method, the
 // dashboard's sign-in) from src against its budget and audits it.
 func (s *Server) failedFrom(ctx context.Context, src, what, why, actor string) (retry time.Duration, limited bool) {
@@ -458,6 +470,13 @@ func (s *Server) failedFrom(ctx context.Context, src, what, why, actor string) (
 	if actor != "" {
 		attrs = append(attrs, "actor", actor)
 	}
+	detail := what + ": " + why
+	if id := claimedInstance(ctx); id != "" {
+		// Which proxy holds the wrong credential: its address may be a
+		// NAT's, shared by every proxy of a site.
+		attrs = append(attrs, "instance_id", id)
+		detail += " (instance " + id + ")"
+	}
 	s.authMetrics.AuthFailed(!ok)
 	if !ok {
 		if first {
@@ -468,7 +487,7 @@ func (s *Server) failedFrom(ctx context.Context, src, what, why, actor string) (
 		return s.failures.retryAfter(src, now), true
 	}
 	s.authFailLog.Log("authentication failed", attrs...)
-	s.record(ctx, store.AuditEvent{At: now, Kind: store.AuditAuthFailed, Actor: actor, Source: src, Detail: what + ": " + why})
+	s.record(ctx, store.AuditEvent{At: now, Kind: store.AuditAuthFailed, Actor: actor, Source: src, Detail: detail})
 	return 0, false
 }
 

@@ -371,6 +371,9 @@ func dial(cfg config.Config, opts ...grpc.DialOption) (*grpc.ClientConn, error) 
 	return grpc.NewClient(addr, append(opts,
 		grpc.WithTransportCredentials(lowatCreds{creds}),
 		grpc.WithPerRPCCredentials(grpcwire.Bearer(cfg.Token, useTLS)),
+		// So that the automator names this instance when it refuses a
+		// call of it before reading the request (a wrong token).
+		grpc.WithPerRPCCredentials(grpcwire.Instance(cfg.InstanceID)),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20), grpc.MaxCallSendMsgSize(8<<20)),
 		grpc.WithConnectParams(Reconnect),
 	)...)

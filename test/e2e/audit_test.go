@@ -141,8 +141,10 @@ func TestAuditLogListsExecutionsAndFailuresWithoutSecrets(t *testing.T) {
 	has("execution ended on host-a", func(e auditEvent) bool {
 		return e.Kind == "work.ended" && e.Outcome == "succeeded" && e.InstanceID == "host-a" && e.WorkID == st.GetWorkId()
 	})
-	has("refused proxy token", func(e auditEvent) bool {
-		return e.Kind == "auth.failed" && e.Source == "127.0.0.1" && strings.Contains(e.Detail, "ProxyService/Poll") && strings.Contains(e.Detail, "invalid account token")
+	// Naming the instance the proxy runs as, which it says on every call.
+	has("refused proxy token, naming its instance", func(e auditEvent) bool {
+		return e.Kind == "auth.failed" && e.Source == "127.0.0.1" && strings.Contains(e.Detail, "ProxyService/Poll") &&
+			strings.Contains(e.Detail, "invalid account token") && strings.Contains(e.Detail, "(instance bad)")
 	})
 	has("refused API key", func(e auditEvent) bool {
 		return e.Kind == "auth.failed" && strings.Contains(e.Detail, "AutomatorService/") && strings.Contains(e.Detail, "invalid API key")
