@@ -163,7 +163,11 @@ func (s *Server) expireDue(ctx context.Context, id string) (full bool, err error
 	for _, w := range expired {
 		s.emit(ctx, Event{Kind: EventWorkEnded, Account: w.Account, WorkID: w.ID, InstanceID: w.InstanceID, ended: &w})
 		s.metrics.WorkFinished(w)
-		s.timedOutLog.Log("work timed out", "work_id", w.ID, "account", w.Account, "instance_id", w.InstanceID, "reason", w.Reason)
+		attrs := []any{"work_id", w.ID, "account", w.Account}
+		if w.InstanceID != "" { // no instance claimed it: the reason says why
+			attrs = append(attrs, "instance_id", w.InstanceID)
+		}
+		s.timedOutLog.Log("work timed out", append(attrs, "reason", w.Reason)...)
 	}
 	return len(expired) >= expireBatch, nil
 }

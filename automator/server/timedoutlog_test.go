@@ -44,4 +44,10 @@ func TestTimeoutsAreLoggedWithinABound(t *testing.T) {
 	if n := len(log.lines("work timed out")); n != loglimit.DefaultLines {
 		t.Fatalf("%d lines for %d units timed out within a minute, want %d:\n%s", n, units, loglimit.DefaultLines, log.lines())
 	}
+	// No instance claimed them: their lines name none (an empty
+	// instance_id read as an instance with no name), their reason says
+	// why.
+	if got := log.lines("work timed out", "instance_id"); len(got) != 0 {
+		t.Errorf("lines of units no instance claimed name an instance: %q", got)
+	}
 }
