@@ -1,12 +1,14 @@
 package service
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unicode/utf8"
 )
 
@@ -104,5 +106,21 @@ func TestLogWriterCutsAnEntryTheSystemLogWouldRefuse(t *testing.T) {
 	fmt.Fprint(w, "level=INFO msg=short\n")
 	if rec.lines[1] != "I msg=short" {
 		t.Errorf("a short line became %q", rec.lines[1])
+	}
+}
+
+// TestAJSONLogGivesDurationsAsText: a duration in a JSON log line reads as
+// in a text one ("1.5s"), not as a count of nanoseconds an operator has
+// to divide.
+func TestAJSONLogGivesDurationsAsText(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	NewLogger(&b, "json").Info("waited", "for", 1500*time.Millisecond, "n", 3)
+	var got map[string]any
+	if err := json.Unmarshal(b.Bytes(), &got); err != nil {
+		t.Fatalf("%q: %v", b.String(), err)
+	}
+	if got["for"] != "1.5s" || got["n"] != float64(3) {
+		t.Errorf("JSON line %q: want for \"1.5s\" and n 3", b.String())
 	}
 }

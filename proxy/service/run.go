@@ -28,11 +28,22 @@ type RunOptions struct {
 
 // NewLogger logs to w as text, or as one JSON object per line when format
 // is "json": the log of a program run as a service and of Run itself.
+// JSON gives a duration as text ("1.5s"), as the text format does, not as
+// a count of nanoseconds.
 func NewLogger(w io.Writer, format string) *slog.Logger {
 	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, nil))
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{ReplaceAttr: durationText}))
 	}
 	return slog.New(slog.NewTextHandler(w, nil))
+}
+
+// durationText is a slog.HandlerOptions.ReplaceAttr that writes a duration
+// as its text.
+func durationText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 // Run runs fn as the service o.Name until the service is stopped, and
