@@ -310,6 +310,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	// grace period is over.
 	workCtx, stopWork := context.WithCancelCause(context.Background())
 	defer stopWork(errShutdown)
+	// The last line of a run, after what the stop's report of lost polls
+	// says (deferred below, so run before this).
+	defer func() {
+		a.state.stopped(time.Now())
+		a.log.Info("stopped")
+	}()
 
 	// The threads scripts will need, made before they run: scripts that
 	// reach a limit of processes then cost the proxy a start, not its life.
@@ -371,8 +377,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Warn("asked to stop again: killing running units", "running", a.inFlight())
 		kill(errStoppedAgain)
 	}
-	a.state.stopped(time.Now())
-	a.log.Info("stopped")
 	return nil
 }
 

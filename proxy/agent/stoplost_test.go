@@ -267,6 +267,10 @@ func TestAStopRefusedWhileReportingItsLostPollsDoesNotTryAgain(t *testing.T) {
 	if !strings.Contains(line, "code=PermissionDenied") || !strings.Contains(line, "refused by the test") || strings.Contains(line, "could not be reached") {
 		t.Errorf("the stop's log line: %q; want it to give the refusal (PermissionDenied, its message), not to say the automator could not be reached", line)
 	}
+	// "stopped" is the run's last word, after what the stop could not tell.
+	if lines := strings.Split(strings.TrimSpace(logged.String()), "\n"); !strings.Contains(lines[len(lines)-1], "msg=stopped") {
+		t.Errorf("the run's last log line is %q; want \"stopped\", after the line about lost polls", lines[len(lines)-1])
+	}
 }
 
 // TestOldRecordsOfLostPollsAreDroppedFromTheSpool: a record of lost polls
