@@ -184,6 +184,10 @@ func (s *connState) failed(err error) {
 	switch {
 	case code == codes.Unauthenticated || code == codes.PermissionDenied:
 		s.log.Error("the automator refused this proxy's token: the account's token was rotated and its overlap has ended, or the account was deleted; install the account's current profile, or check `token` in the config (retrying with backoff)", attrs...)
+	case kind == "handshake" && strings.Contains(msg, "certificate has expired or is not yet valid"):
+		// The check that failed is the certificate's validity at this
+		// host's time: its clock may be what is wrong (a review).
+		s.log.Error("the TLS handshake with the automator failed: its certificate is not valid at this host's time (err gives both): check this host's clock (a certificate that `automator init` or `cert renew` made is valid from an hour before), or renew one that expired with `automator cert renew` (retrying with backoff)", attrs...)
 	case kind == "handshake":
 		s.log.Error("the TLS handshake with the automator failed: its certificate is not trusted by this proxy's `ca_cert` (or `pin_sha256`), or not valid for the host of `automator_url`; check them (retrying with backoff)", attrs...)
 	case kind == "plaintext":
