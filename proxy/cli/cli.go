@@ -262,6 +262,9 @@ func runProxy(ctx context.Context, cfg config.Config, file loadedConfig, env Env
 	for _, why := range scriptenv.Allowlist(cfg.AllowedEnv).Useless() {
 		log.Warn("allowed_env lists what no command may set: "+why, "config", file.path)
 	}
+	if missing := missingInterpreters(cfg.ScriptsDir); len(missing) > 0 {
+		log.Warn(missingInterpretersWarning, "scripts", missing)
+	}
 	return a.Run(ctx)
 }
 

@@ -61,6 +61,28 @@ func TestRunWarnsOfAScriptsDirOthersMayWrite(t *testing.T) {
 	}
 }
 
+// TestRunWarnsOfAScriptWhoseInterpreterThisHostLacks: a script naming an
+// interpreter this host does not have is said at start, at WARN, with it
+// (a review: the first sign was a unit failing on this instance only).
+func TestRunWarnsOfAScriptWhoseInterpreterThisHostLacks(t *testing.T) {
+	t.Parallel()
+	scripts := t.TempDir()
+	if err := os.WriteFile(filepath.Join(scripts, "ok.sh"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, run := startStopped(t, scripts)
+	if log := run(); strings.Contains(log, "interpreter this host does not have") {
+		t.Errorf("scripts whose interpreters exist: the log warns of them:\n%s", log)
+	}
+	if err := os.WriteFile(filepath.Join(scripts, "py.sh"), []byte("#!/usr/bin/nonexistent-python9\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if log := run(); !strings.Contains(log, "level=WARN msg=\"scripts whose #! interpreter this host does not have") ||
+		!strings.Contains(log, "py.sh (#!/usr/bin/nonexistent-python9)") {
+		t.Errorf("a script whose interpreter is missing: want a WARN naming it:\n%s", log)
+	}
+}
+
 // TestRunWarnsOfAConfigOthersMayRead: the config holds the account's token
 // and key; `proxy run` on one every user may read (a profile saved with a
 // shell's umask 022) says so at start, at WARN, naming it, and runs all

@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/opsgate/opsgate/proxy/runner"
 )
@@ -57,4 +60,37 @@ func scriptsDigest(dir string) (n int, digest string, err error) {
 		n++
 	}
 	return n, hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// missingInterpretersWarning is what the proxy logs at start, and status
+// says, when missingInterpreters lists anything.
+const missingInterpretersWarning = "scripts whose #! interpreter this host does not have: a unit naming one fails on this instance; install the interpreter, or fix the #! line"
+
+// missingInterpreters lists the runnable scripts of dir whose #! line names
+// an interpreter this host does not have (a path that does not exist, or
+// one with a carriage return: a file saved with Windows line endings), each
+// as "NAME (#!INTERPRETER)": a unit naming one fails on this instance, and
+// a standby that would fail them all looks as healthy as the active one
+// otherwise (a review). A name PATH resolves ("#!/usr/bin/env python3")
+// is not looked up: the service's PATH may not be this shell's.
+func missingInterpreters(dir string) []string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var missing []string
+	for _, e := range entries {
+		path, err := runner.ResolveScript(dir, e.Name())
+		if err != nil {
+			continue
+		}
+		interp := runner.Interpreter(path)
+		if interp == "" || !filepath.IsAbs(interp) {
+			continue
+		}
+		if _, err := os.Stat(interp); strings.ContainsRune(interp, '\r') || errors.Is(err, fs.ErrNotExist) {
+			missing = append(missing, fmt.Sprintf("%s (#!%s)", e.Name(), strings.ReplaceAll(interp, "\r", `\r`)))
+		}
+	}
+	return missing
 }

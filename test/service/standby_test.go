@@ -169,6 +169,22 @@ func TestStatusOfAStoppedStandbySaysWhenItsProfileWentStale(t *testing.T) {
 	if err := os.Chmod(w.scripts, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// A script whose interpreter this host lacks: a standby that would
+	// fail its units does not look healthy (a review).
+	if strings.Contains(status, "interpreter this host does not have") {
+		t.Errorf("status of the standby whose scripts' interpreters exist warns of them:\n%s", status)
+	}
+	py := filepath.Join(w.scripts, "py.sh")
+	if err := os.WriteFile(py, []byte("#!/usr/bin/nonexistent-python9\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	status = proxyCLI(t, "status", "--name", name)
+	if want := "scripts:        scripts whose #! interpreter this host does not have: a unit naming one fails on this instance; install the interpreter, or fix the #! line: py.sh (#!/usr/bin/nonexistent-python9)"; !strings.Contains(status, want) {
+		t.Errorf("status of the standby with a script whose interpreter is missing lacks %q:\n%s", want, status)
+	}
+	if err := os.Remove(py); err != nil {
+		t.Fatal(err)
+	}
 
 	if r := runCLI(bin.automator, "account", "rotate-token", "acme", "--data-dir", a.DataDir, "--overlap", "1h"); r.Code != 0 {
 		t.Fatalf("rotate-token: %v", r)
