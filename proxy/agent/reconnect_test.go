@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,6 +32,9 @@ import (
 type gate struct {
 	net.Listener
 	up, closing atomic.Bool
+
+	mu    sync.Mutex
+	conns []net.Conn // accepted, for resetAll
 }
 
 func (g *gate) Accept() (net.Conn, error) {
@@ -47,8 +51,22 @@ func (g *gate) Accept() (net.Conn, error) {
 		if g.closing.Load() {
 			time.AfterFunc(50*time.Millisecond, func() { closedport.Reset(c); c.Close() })
 		}
+		g.mu.Lock()
+		g.conns = append(g.conns, c)
+		g.mu.Unlock()
 		return c, nil
 	}
+}
+
+// resetAll resets every connection accepted so far.
+func (g *gate) resetAll() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, c := range g.conns {
+		closedport.Reset(c)
+		c.Close()
+	}
+	g.conns = nil
 }
 
 // heldPolls is an automator that tells each poll for units's arrival on
@@ -135,12 +153,16 @@ func TestABackoffOnAConnectionThatIsSetUpLastsAllOfIt(t *testing.T) {
 	for _, closing := range []bool{false, true} {
 		g, conn := gatedAutomator(t, heldPolls{polled: make(chan struct{}, 1)})
 		g.up.Store(true)
-		g.closing.Store(closing)
 		// The connection is set up first, as after a poll.
 		if _, err := automatorv1.NewProxyServiceClient(conn).Complete(t.Context(), &automatorv1.CompleteRequest{}); status.Code(err) != codes.Unimplemented {
 			t.Fatalf("a first call to set the connection up: %v, want Unimplemented", err)
 		}
 		if closing {
+			// From now on each connection is reset once set up, this one
+			// now (not 50 ms after its accept: a loaded machine may not
+			// have made the first call by then).
+			g.closing.Store(true)
+			g.resetAll()
 			// Down once: the backoff begins as after a poll that failed
 			// with its connection.
 			for s := conn.GetState(); s == connectivity.Ready; s = conn.GetState() {
