@@ -29,6 +29,14 @@ func newDiskFullLog(log *slog.Logger, clock Clock) *loglimit.Limiter {
 		SummaryAttrs: []any{"see", `automator_store_errors_total{kind="storage_full"}`}}
 }
 
+// newDiskBackLog bounds the lines saying that the database takes writes
+// again after its disk was full: a few a minute, for a disk that fills and
+// frees in turn, however many lines the full disk itself wrote.
+func newDiskBackLog(log *slog.Logger, clock Clock) *loglimit.Limiter {
+	return &loglimit.Limiter{Logger: log, Level: slog.LevelInfo, Now: clock.Now, Lines: 5,
+		Summary: "the database took writes again after its disk was full, not logged one by one"}
+}
+
 // newLockedLog bounds the lines of store calls that failed because another
 // program held the SQLite database locked: each call that writes fails so
 // while it lasts.
@@ -125,6 +133,7 @@ func (s *Server) flushLogLimits() {
 	s.authFailLog.Flush()
 	s.timedOutLog.Flush()
 	s.diskFullLog.Flush()
+	s.diskBackLog.Flush()
 	s.damagedLog.Flush()
 	s.ownDamagedLog.Flush()
 	s.refusedPollLog.Flush()
@@ -138,13 +147,14 @@ func (s *Server) writeMark() uint64 { return s.fullWrites.Load() }
 
 // wrote ends a full disk, saying so once, when the write begun at mark
 // succeeded and no write was refused for lack of space since it began (a
-// write under way when space ran out says nothing of it), within the
-// bound of the full disk's lines. It costs one
-// atomic load when the disk is not full.
+// write under way when space ran out says nothing of it), within a bound
+// of its own (diskBackLog). It costs one atomic load when the disk is not
+// full.
 func (s *Server) wrote(mark uint64) {
 	if s.diskFull.Load() && s.fullWrites.Load() == mark && s.diskFull.CompareAndSwap(true, false) {
-		// Within the full disk's bound: SQLite reuses the pages it
-		// freed, so a disk just full takes some writes between refusals.
-		s.diskFullLog.LogAt(slog.LevelInfo, "the database takes writes again: the disk has space")
+		// A bound of its own (SQLite reuses the pages it freed, so a
+		// disk just full takes some writes between refusals), apart from
+		// the full disk's: its lines may have used theirs up.
+		s.diskBackLog.Log("the database takes writes again: the disk has space")
 	}
 }

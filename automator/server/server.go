@@ -188,7 +188,11 @@ type Server struct {
 	// unfailedLog those of units of lost poll answers not failed.
 	lockedLog, internalLog, unfailedLog *loglimit.Limiter
 	ownDamagedLog                       *loglimit.Limiter // the automator's own calls that met a damaged database (storeFailure)
-	repair                              string            // what to do about a damaged database (Options.Repair)
+	// diskBackLog bounds the lines saying a full disk is over, apart
+	// from diskFullLog's: the end of a fault is said even when its lines
+	// used up their bound (a review).
+	diskBackLog *loglimit.Limiter
+	repair      string // what to do about a damaged database (Options.Repair)
 	// refusedPollLog, queueFullLog and deniedLog bound the lines of polls
 	// refused for their keys, units refused for a full queue, and calls of
 	// API keys outside their accounts (loglines.go).
@@ -302,6 +306,7 @@ func New(o Options) (*Server, error) {
 	}
 	s.authFailLog = newAuthFailLog(o.Logger, o.Clock)
 	s.timedOutLog, s.diskFullLog = newTimedOutLog(o.Logger, o.Clock), newDiskFullLog(o.Logger, o.Clock)
+	s.diskBackLog = newDiskBackLog(o.Logger, o.Clock)
 	s.lockedLog, s.internalLog = newLockedLog(o.Logger, o.Clock), newInternalLog(o.Logger, o.Clock)
 	s.unfailedLog = newUnfailedLog(o.Logger, o.Clock)
 	s.damagedLog, s.repair = newDamagedLog(o.Logger, o.Clock, "of callers and proxies", o.Repair), o.Repair
