@@ -252,6 +252,12 @@ func (m *Metrics) known(account string) {
 	for _, st := range endStates {
 		m.finished.WithLabelValues(account, string(st))
 	}
+	// The open polls and waits too: an account none of whose proxies
+	// polls this automator since it started (all stopped at once, say)
+	// shows 0, which an alert can see, not no series, which it cannot
+	// (a review).
+	m.polls.WithLabelValues(account)
+	m.waits.WithLabelValues(account)
 }
 
 // Handler serves the metrics in the Prometheus text (or OpenMetrics)

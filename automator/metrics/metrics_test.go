@@ -297,6 +297,13 @@ func TestCountersOfEveryAccountExistAtZeroBeforeTheirFirstEvent(t *testing.T) {
 			t.Errorf("%s{account=\"acme\"} = %v before any event; want 0", name, s)
 		}
 	}
+	// So are the gauges of open polls and waits: no poll since a restart
+	// is 0, which an alert sees.
+	for _, name := range []string{"automator_polls_open", "automator_waits_open"} {
+		if s := sample(fams, name, acme); s == nil || s.GetGauge().GetValue() != 0 {
+			t.Errorf("%s{account=\"acme\"} = %v before any poll or wait; want 0", name, s)
+		}
+	}
 	for _, state := range []store.State{store.StateSucceeded, store.StateFailed, store.StateTimedOut, store.StateCancelled} {
 		if s := sample(fams, "automator_work_finished_total", map[string]string{"account": "acme", "state": string(state)}); s == nil || s.GetCounter().GetValue() != 0 {
 			t.Errorf("automator_work_finished_total{account=\"acme\",state=%q} = %v before any event; want 0", state, s)
