@@ -367,3 +367,43 @@ func TestANewDatabaseIsItsOwnersAlone(t *testing.T) {
 		t.Errorf("an existing database has mode %04o after Open, want the 0640 it had", fi.Mode().Perm())
 	}
 }
+
+// TestOpenReadsWhileAnotherProgramHoldsTheDatabaseLocked: a database whose
+// schema is current is opened without a write transaction, so that while
+// another program holds it locked (a sqlite3 shell's BEGIN EXCLUSIVE) the
+// commands that only read still work (a review: work list, account list,
+// audit and instances each failed after 5 s, "migrating schema: database
+// is locked", during the very incident they were run for).
+func TestOpenReadsWhileAnotherProgramHoldsTheDatabaseLocked(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "automator.db")
+	s := open(t, path)
+	if _, err := s.AccountCreate(t.Context(), store.AccountCreateParams{Name: "acme", TokenHash: []byte("h"), KeyID: 1, SealedKey: []byte("k"), Now: testNow}); err != nil {
+		t.Fatal(err)
+	}
+	other, err := sql.Open("sqlite", dsn(path, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	conn, err := other.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(t.Context(), `BEGIN EXCLUSIVE`); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.ExecContext(context.Background(), `ROLLBACK`)
+	if _, err := conn.ExecContext(t.Context(), `UPDATE accounts SET key_id = key_id`); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Open(t.Context(), path)
+	if err != nil {
+		t.Fatalf("Open while another connection holds the database locked: %v; want it opened for reading", err)
+	}
+	defer again.Close()
+	if accounts, err := again.AccountList(t.Context()); err != nil || len(accounts) != 1 {
+		t.Errorf("AccountList while the database is locked: %v, %v; want the one account", accounts, err)
+	}
+}
