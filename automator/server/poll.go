@@ -634,12 +634,10 @@ func PrintableFailure(v string) string {
 // the ASCII space.
 func unprintable(r rune) bool { return !unicode.IsPrint(r) }
 
-// endedOf returns the ids among running whose units were cut short
-// (cancelled or timed out: the instance kills them), read from the store.
-// One that succeeded or failed ended with the result the instance posted,
-// which crossed this poll: it is not reported, since the instance would
-// take it for one cancelled. Only units of account (the poll's) are looked
-// at: a unit of another account is never reported, ended or not.
+// endedOf returns the ids among running whose units have ended (cancelled
+// or timed out: the instance kills them), read from the store. Only units
+// of account (the poll's) are looked at: a unit of another account is
+// never reported, ended or not.
 func (s *Server) endedOf(ctx context.Context, account string, running []string) ([]string, error) {
 	if len(running) == 0 {
 		return nil, nil
@@ -650,7 +648,7 @@ func (s *Server) endedOf(ctx context.Context, account string, running []string) 
 	}
 	var ended []string
 	for _, id := range running {
-		if st, ok := states[id]; ok && (st == store.StateCancelled || st == store.StateTimedOut) {
+		if st, ok := states[id]; ok && st.Terminal() {
 			ended = append(ended, id)
 		}
 	}
