@@ -48,6 +48,16 @@ func truncatedStreams(stdout, stderr bool) string {
 	return ""
 }
 
+// cutLine says that the streams cut (truncatedStreams) of res were cut at
+// the proxy's output limit, and how much of them is kept.
+func cutLine(res client.Result, cut string) string {
+	kept := len(res.Stdout)
+	if res.StderrTruncated && (!res.StdoutTruncated || len(res.Stderr) > kept) {
+		kept = len(res.Stderr)
+	}
+	return fmt.Sprintf("work %s: %s cut at the proxy's output limit (its max_output_bytes): the first %d bytes are kept, the rest was dropped", res.WorkID, cut, kept)
+}
+
 // cmdExec is executeOnProxy from the shell, through the Go client: it
 // submits once (a retried submit carries the same idempotency key), then
 // waits by work id, resuming on a new connection if the automator restarts,
@@ -68,7 +78,10 @@ func cmdExec(ctx context.Context, args []string, env Env) (int, error) {
 		return 0, errors.New("exec: SCRIPT is required")
 	}
 	if err := requireFlag("account", *account); err != nil {
-		if script := fs.Arg(0); slices.ContainsFunc(fs.Args()[1:], func(a string) bool { return a == "--account" || strings.HasPrefix(a, "--account=") }) {
+		if script := fs.Arg(0); slices.ContainsFunc(fs.Args()[1:], func(a string) bool {
+			name := strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-") // -account is --account to the flag package
+			return name != a && (name == "account" || strings.HasPrefix(name, "account="))
+		}) {
 			// Everything after SCRIPT is the script's (a review).
 			return 0, fmt.Errorf("%w: the --account after %s is one of the script's arguments, as is everything after SCRIPT; give exec's flags before it", err, script)
 		}
@@ -366,11 +379,7 @@ func report(ctx context.Context, res client.Result, err error, env Env) (int, er
 			ownLine = "\n" + ownLine
 		}
 		if cut := truncatedStreams(res.StdoutTruncated, res.StderrTruncated); cut != "" {
-			kept := len(res.Stdout)
-			if res.StderrTruncated && (!res.StdoutTruncated || len(res.Stderr) > kept) {
-				kept = len(res.Stderr)
-			}
-			fmt.Fprintf(env.Stderr, "%swork %s: %s cut at the proxy's output limit (its max_output_bytes): the first %d bytes are kept, the rest was dropped\n", ownLine, res.WorkID, cut, kept)
+			fmt.Fprintf(env.Stderr, "%s%s\n", ownLine, cutLine(res, cut))
 			ownLine = "automator: "
 		}
 		if res.ExitCode < 0 || res.ExitCode > 255 {
@@ -393,6 +402,10 @@ func report(ctx context.Context, res client.Result, err error, env Env) (int, er
 			if res.Stderr[n-1] != '\n' {
 				ownLine = "\n" + ownLine
 			}
+		}
+		if cut := truncatedStreams(res.StdoutTruncated, res.StderrTruncated); cut != "" {
+			fmt.Fprintf(env.Stderr, "%s%s\n", ownLine, cutLine(res, cut))
+			ownLine = "automator: "
 		}
 		fmt.Fprintf(env.Stderr, "%s%v\n", ownLine, we)
 		switch we.State {

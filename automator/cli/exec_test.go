@@ -136,6 +136,27 @@ func TestExecShowsWhatAScriptKilledAtItsProxysStopWrote(t *testing.T) {
 	}
 }
 
+// TestExecSaysAKilledScriptsOutputWasCut: what a script killed at its
+// proxy's stop wrote, cut at the output limit, is said cut, as a finished
+// script's is (a re-review: the failure's output came without the line).
+func TestExecSaysAKilledScriptsOutputWasCut(t *testing.T) {
+	t.Parallel()
+	a := automatortest.Start(t, automatortest.Options{})
+	scripts := t.TempDir()
+	automatortest.WriteScript(t, scripts, "loud.sh", `printf 0123456789abcdef; touch "$1"; exec sleep 60`)
+	p := a.StartProxy(t, automatortest.ProxyOptions{InstanceID: "a", ScriptsDir: scripts, MaxOutput: 10, GracePeriod: 50 * time.Millisecond})
+	p.WaitPolling(t)
+	marker := filepath.Join(t.TempDir(), "started")
+	done := make(chan execResult, 1)
+	go func() { done <- execCLI(context.Background(), a, "", "--account", "acme", "loud.sh", marker) }()
+	automatortest.WaitFor(t, 10*time.Second, "the script to start", func() bool { _, err := os.Stat(marker); return err == nil })
+	p.Stop()
+	r := waittest.Recv(t, done, "exec to end once the proxy stopped")
+	if r.code != cli.ExitFailed || r.stdout != "0123456789" || !strings.Contains(r.stderr, "its stdout was cut at the proxy's output limit (its max_output_bytes): the first 10 bytes are kept") || !strings.Contains(r.stderr, "grace period over") {
+		t.Errorf("exec of a script killed at its proxy's stop, its output cut: %+v; want exit 125, the first 10 bytes, the line saying they were cut and the failure", r)
+	}
+}
+
 // TestExecInterruptedCancelsItsUnit: Ctrl-C (the context ending) cancels
 // the running unit; the proxy kills the script's whole process tree, and
 // exec exits 126.
@@ -220,11 +241,13 @@ func TestExecNamesACAFileThatHoldsNoCertificate(t *testing.T) {
 // "--account is required").
 func TestExecSaysItsFlagsGoBeforeTheScript(t *testing.T) {
 	t.Parallel()
-	var out, errb bytes.Buffer
-	code := cli.Main(t.Context(), []string{"exec", "--data-dir", t.TempDir(), "argv.py", "--account", "acme"}, cli.Env{Stdout: &out, Stderr: &errb})
-	want := "--account is required: the --account after argv.py is one of the script's arguments, as is everything after SCRIPT; give exec's flags before it"
-	if code != cli.ExitError || !strings.Contains(errb.String(), want) {
-		t.Errorf("exec with --account after the script: exit %d, stderr %q; want %d saying %q", code, errb.String(), cli.ExitError, want)
+	for _, flag := range []string{"--account", "-account", "--account=acme", "-account=acme"} { // the flag package takes either
+		var out, errb bytes.Buffer
+		code := cli.Main(t.Context(), []string{"exec", "--data-dir", t.TempDir(), "argv.py", flag, "acme"}, cli.Env{Stdout: &out, Stderr: &errb})
+		want := "--account is required: the --account after argv.py is one of the script's arguments, as is everything after SCRIPT; give exec's flags before it"
+		if code != cli.ExitError || !strings.Contains(errb.String(), want) {
+			t.Errorf("exec with %s after the script: exit %d, stderr %q; want %d saying %q", flag, code, errb.String(), cli.ExitError, want)
+		}
 	}
 }
 

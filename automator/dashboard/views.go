@@ -286,8 +286,8 @@ func (row *workRow) finish(reveal bool) {
 }
 
 // hiddenFailure is the outcome of a failed unit for keys that may not see
-// its command.
-const hiddenFailure = "the proxy could not run the command (reason hidden)"
+// its command: either way a unit fails, without saying which.
+const hiddenFailure = "the proxy could not run the command, or killed it when the proxy stopped (reason hidden)"
 
 var states = []store.State{store.StateQueued, store.StateClaimed, store.StateSucceeded,
 	store.StateFailed, store.StateTimedOut, store.StateCancelled}

@@ -35,10 +35,9 @@ var names = map[string]bool{
 	// modules under PYTHONPYCACHEPREFIX: both before the script's first line.
 	"PYTHONPLATLIBDIR": true, "PYTHONPYCACHEPREFIX": true,
 	// python calls the callable PYTHONBREAKPOINT names at a breakpoint();
-	// rubygems loads gems from GEM_HOME and GEM_PATH, as RUBYLIB; glibc
-	// loads locale data from LOCPATH and message catalogs from NLSPATH,
-	// files it parses in every program (a review).
-	"PYTHONBREAKPOINT": true, "GEM_HOME": true, "GEM_PATH": true, "LOCPATH": true, "NLSPATH": true,
+	// rubygems loads gems from GEM_HOME and GEM_PATH, as RUBYLIB (a
+	// review).
+	"PYTHONBREAKPOINT": true, "GEM_HOME": true, "GEM_PATH": true,
 	"NODE_OPTIONS": true, "NODE_PATH": true, "RUBYOPT": true, "RUBYLIB": true, "RUBYGEMS_GEMDEPS": true,
 	"PHPRC": true, "PHP_INI_SCAN_DIR": true,
 	"JAVA_TOOL_OPTIONS": true, "_JAVA_OPTIONS": true, "JDK_JAVA_OPTIONS": true,
@@ -75,6 +74,12 @@ var names = map[string]bool{
 // COMPlus_InstallRoot and COMPlus_Version choose the runtime directory
 // whose DLLs powershell.exe loads).
 var prefixes = []string{"LD_", "DYLD_", "BASH_FUNC_", "LUA_INIT", "LUA_PATH", "LUA_CPATH", "COR_PROFILER", "CORECLR_", "DOTNET_PROFILER", "COMPLUS_"}
+
+// libcFiles are the variables that point the C library of every program a
+// script runs at files it parses as the program starts: glibc's locale
+// data (LOCPATH) and message catalogs (NLSPATH), which its parsers trust
+// (a review).
+var libcFiles = map[string]bool{"LOCPATH": true, "NLSPATH": true}
 
 // searchPath are the variables that choose which program a name runs: the
 // interpreter of a "#!/usr/bin/env python3" line, found before the
@@ -232,6 +237,9 @@ func Refused(k string) error {
 	u := strings.ToUpper(k)
 	if searchPath[u] {
 		return fmt.Errorf("environment variable %q is refused: it chooses the programs that the script's #! line and the commands it calls run; the script gets the proxy's own, and sets another itself if it needs one", k)
+	}
+	if libcFiles[u] {
+		return fmt.Errorf("environment variable %q is refused: it points the C library of every program the script runs at locale or message files of the caller's choosing, which it parses as each program starts", k)
 	}
 	if workingDir[u] {
 		return fmt.Errorf("environment variable %q is refused: it chooses the directory that the script's relative paths name (a shell's cd, cmd.exe's %%CD%%), hence the programs it runs by one", k)

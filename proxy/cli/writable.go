@@ -77,14 +77,23 @@ func scriptPaths(dir string) []scriptPath {
 		if !filepath.IsAbs(interp) {
 			continue // none, or not one the system runs
 		}
-		if interp, err = filepath.EvalSymlinks(interp); err != nil || seen[interp] {
+		program, err := filepath.EvalSymlinks(interp)
+		if err != nil {
 			continue
 		}
-		seen[interp] = true
-		paths = append(paths, scriptPath{interp, anInterpreter})
-		for d := filepath.Dir(interp); !seen[d]; d = filepath.Dir(d) {
-			seen[d] = true
-			paths = append(paths, scriptPath{d, aboveScriptsDir})
+		if !seen[program] {
+			seen[program] = true
+			paths = append(paths, scriptPath{program, anInterpreter})
+		}
+		// The directories above the program, and above the path as the
+		// #! line writes it: whoever may write one may put another
+		// program, or link, in its place (a virtualenv's python, a link
+		// to /usr/bin/python3 in a directory of a user's: a re-review).
+		for _, p := range []string{program, interp} {
+			for d := filepath.Dir(p); !seen[d]; d = filepath.Dir(d) {
+				seen[d] = true
+				paths = append(paths, scriptPath{d, aboveScriptsDir})
+			}
 		}
 	}
 	return paths

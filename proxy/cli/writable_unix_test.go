@@ -235,6 +235,28 @@ func TestWritableByOthersListsAScriptsInterpreter(t *testing.T) {
 			t.Errorf("listed:\n%s\nwant the line %q once", got, want)
 		}
 	}
+
+	// A link to a tidy interpreter in a directory others may write (a
+	// virtualenv's python): the link can be replaced (a re-review).
+	venv, scripts2 := filepath.Join(t.TempDir(), "venv"), filepath.Join(t.TempDir(), "scripts")
+	for _, d := range []string{venv, scripts2} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("/bin/sh", filepath.Join(venv, "sh")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(scripts2, "v.sh"), []byte("#!"+filepath.Join(venv, "sh")+"\necho ok\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := writableByOthers(scripts2); len(got) != 0 {
+		t.Fatalf("a tidy link to a tidy interpreter: %q, want nothing listed", got)
+	}
+	chmod(t, venv, 0o777)
+	if got := strings.Join(writableByOthers(scripts2), "\n"); !strings.Contains(got, venv+": writable by every user (mode drwxrwxrwx)") {
+		t.Errorf("the directory of the interpreter's link, writable by every user: listed %q, want it", got)
+	}
 }
 
 // TestWritableByOthersListsWhatAnotherUserOwns: a script, the scripts

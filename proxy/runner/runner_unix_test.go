@@ -435,6 +435,7 @@ func TestResolveScriptFollowsSymlinksOnlyInside(t *testing.T) {
 		"etc":         "/etc",
 		"loop.sh":     "loop2.sh",
 		"loop2.sh":    "loop.sh",
+		"chain.sh":    "dangling.sh",
 	} {
 		if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
 			t.Fatal(err)
@@ -458,6 +459,7 @@ func TestResolveScriptFollowsSymlinksOnlyInside(t *testing.T) {
 		// Named as the link it is, which ls shows (a review: "no such file").
 		{"dangling.sh", "", ErrUnknownScript, "it is a symbolic link in scripts directory " + strconv.Quote(dir) + " to " + strconv.Quote(filepath.Join(dir, "missing.sh")) + ", which does not exist"},
 		{"loop.sh", "", ErrUnknownScript, "it is a symbolic link that leads to itself"},
+		{"chain.sh", "", ErrUnknownScript, "to \"dangling.sh\", a symbolic link that leads to no file"},
 		{"lib", "", ErrUnknownScript, ""},
 	} {
 		got, err := ResolveScript(dir, tc.name)
