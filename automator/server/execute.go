@@ -293,7 +293,7 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, m
 	}
 	if to != nil && err != nil {
 		s.hub.release(to, len(sealed))
-		if !refused(err) {
+		if mayBeStored(err) {
 			// The unit may be stored all the same (with PostgreSQL, an
 			// answer lost after the commit), as the claim of a poll that
 			// is not answered with it and whose proxy will never say so:
@@ -341,6 +341,14 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, m
 // store refused it (the account is unknown, the id taken, the key used
 // before, the disk full). Any other failure may have come after the
 // commit.
+// mayBeStored tells whether a unit whose enqueue failed with err may be
+// stored all the same: not when the store refused it, nor when another
+// program held the database locked (SQLite rolled the write back; the
+// caller is told nothing was stored). Otherwise an answer lost after the
+// commit leaves it open. Trying to fail one that cannot be stored only
+// logged, while the lock lasted, units that never existed (a review).
+func mayBeStored(err error) bool { return !refused(err) && !store.IsLocked(err) }
+
 func refused(err error) bool {
 	return errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrExists) ||
 		errors.Is(err, store.ErrDuplicate) || errors.Is(err, store.ErrStorageFull)
