@@ -551,12 +551,16 @@ func (s *Server) internal(ctx context.Context, doing string, err error) error {
 		// Another program holds the SQLite file's lock: every call that
 		// writes waits for it, then fails, until it lets go (a review:
 		// an internal error, logged per call).
-		s.lockedLog.Log("the database is locked by another program: calls that write wait 5 s for it, then fail, until it lets go; look for a process that holds the database file open in a transaction (a sqlite3 shell, a script: `automator backup` is the way to copy it while serve runs)", attrs...)
+		s.lockedLog.Log(lockedHelp, attrs...)
 		return status.Errorf(codes.Unavailable, "the automator's database is locked by another program while %s: nothing was stored; retry once it lets go", doing)
 	}
 	s.internalLog.Log("internal error", attrs...)
 	return status.Errorf(codes.Internal, "internal error while %s", doing)
 }
+
+// lockedHelp is what the log says of a store call that failed because
+// another program held the SQLite database locked.
+const lockedHelp = "the database is locked by another program: calls that write wait 5 s for it, then fail, until it lets go; look for a process that holds the database file open in a transaction (a sqlite3 shell, a script: `automator backup` is the way to copy it while serve runs)"
 
 // callAttrs names, for a log line, the call of ctx (when it is one) and
 // who made it: the account whose proxy called, or the caller's API key.

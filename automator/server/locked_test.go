@@ -76,3 +76,35 @@ func TestADatabaseLockedByAnotherProgramIsUnavailableAndSaysSo(t *testing.T) {
 		t.Fatalf("Submit once the other program let go: %v", err)
 	}
 }
+
+// TestTheAutomatorsOwnWritesOnALockedDatabaseSayWhatToDo: the writes no
+// caller is told of (the sweeper's, the instances' polls') that find the
+// database locked by another program are logged as such, within the
+// lock's bound of lines and naming where to look, not as bare errors
+// (a review: one every 5 to 10 s for as long as the lock lasted).
+func TestTheAutomatorsOwnWritesOnALockedDatabaseSayWhatToDo(t *testing.T) {
+	t.Parallel()
+	var log syncLog
+	e := newEnv(t, envOptions{log: &log, sweepInterval: 100 * time.Millisecond})
+	other, err := sql.Open("sqlite", "file:"+e.dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	tx, err := other.BeginTx(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.Exec("CREATE TABLE other_programs (x)"); err != nil {
+		t.Fatal(err)
+	}
+	said := log.awaitLines(t, "the sweeper's write to be logged as one that found the database locked",
+		"the database is locked by another program", "doing=")
+	if !strings.Contains(said[0], "look for a process that holds the database file open") {
+		t.Errorf("the line %q does not say where to look", said[0])
+	}
+	if got := log.lines("level=ERROR", "err=", "database is locked"); len(got) != len(log.lines("level=ERROR", "err=", "database is locked", "locked by another program")) {
+		t.Errorf("bare error lines of the lock: %q", got)
+	}
+}

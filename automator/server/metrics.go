@@ -107,8 +107,10 @@ func (noStoreMetrics) StoreFailed(string) {}
 // storeFailure counts and logs a store call that failed with err where no
 // caller is told of it (the sweeper's, the instances' polls, the audit
 // log's records of refusals): with the database out of reach, once per
-// outage; out of disk space or damaged, within those faults' bounds of
-// lines; anything else, an error.
+// outage; out of disk space, damaged or locked by another program, within
+// those faults' bounds of lines, saying what to do (a review: a lock's
+// were bare errors, some every 5 s, while it lasted); anything else, an
+// error.
 func (s *Server) storeFailure(doing string, err error, attrs ...any) {
 	s.storeFailed(err)
 	attrs = append(attrs, "err", err)
@@ -119,6 +121,8 @@ func (s *Server) storeFailure(doing string, err error, attrs ...any) {
 		s.diskFullLog.Log(doing, attrs...)
 	case store.IsDamaged(err):
 		s.damagedOn(s.ownDamagedLog, doing, attrs...)
+	case store.IsLocked(err):
+		s.lockedLog.Log(lockedHelp, append([]any{"doing", doing}, attrs...)...)
 	default:
 		s.log.Error(doing, attrs...)
 	}
