@@ -29,21 +29,7 @@ func TestADatabaseLockedByAnotherProgramIsUnavailableAndSaysSo(t *testing.T) {
 	var log syncLog
 	m := &storeFailures{}
 	e := newEnv(t, envOptions{log: &log, metrics: m, clock: newFakeClock(), sweepInterval: time.Hour})
-	other, err := sql.Open("sqlite", "file:"+e.dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	tx, err := other.BeginTx(t.Context(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	// Taken at the first write: the lock a sqlite3 shell's BEGIN
-	// IMMEDIATE takes.
-	if _, err := tx.Exec("CREATE TABLE other_programs (x)"); err != nil {
-		t.Fatal(err)
-	}
+	tx := lockDatabase(t, e.dbPath)
 	const calls = loglimit.DefaultLines + 2
 	errs := make(chan error, calls)
 	for range calls {
@@ -86,19 +72,7 @@ func TestTheAutomatorsOwnWritesOnALockedDatabaseSayWhatToDo(t *testing.T) {
 	t.Parallel()
 	var log syncLog
 	e := newEnv(t, envOptions{log: &log, sweepInterval: 100 * time.Millisecond})
-	other, err := sql.Open("sqlite", "file:"+e.dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	tx, err := other.BeginTx(t.Context(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	if _, err := tx.Exec("CREATE TABLE other_programs (x)"); err != nil {
-		t.Fatal(err)
-	}
+	lockDatabase(t, e.dbPath)
 	said := log.awaitLines(t, "the sweeper's write to be logged as one that found the database locked",
 		"the database is locked by another program", "doing=")
 	if !strings.Contains(said[0], "look for a process that holds the database file open") {
@@ -107,4 +81,27 @@ func TestTheAutomatorsOwnWritesOnALockedDatabaseSayWhatToDo(t *testing.T) {
 	if got := log.lines("level=ERROR", "err=", "database is locked"); len(got) != len(log.lines("level=ERROR", "err=", "database is locked", "locked by another program")) {
 		t.Errorf("bare error lines of the lock: %q", got)
 	}
+}
+
+// lockDatabase holds the SQLite database at path locked, as another
+// program's write transaction does, until the test ends or the
+// transaction it returns is rolled back.
+func lockDatabase(t *testing.T, path string) *sql.Tx {
+	t.Helper()
+	other, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	tx, err := other.BeginTx(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback() })
+	// Taken at the first write: the lock a sqlite3 shell's BEGIN
+	// IMMEDIATE takes.
+	if _, err := tx.Exec("CREATE TABLE other_programs (x)"); err != nil {
+		t.Fatal(err)
+	}
+	return tx
 }

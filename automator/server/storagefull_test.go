@@ -210,20 +210,28 @@ func (f *fillingDisk) WorkEnqueue(ctx context.Context, p store.WorkEnqueueParams
 	return f.Store.WorkEnqueue(ctx, p)
 }
 
+// startFillingDisk starts an automator logging to log on a store that is
+// full until the disk returned says otherwise, and returns that and a
+// function that submits one unit.
+func startFillingDisk(t *testing.T, log *syncLog) (*fillingDisk, func() error) {
+	t.Helper()
+	disk := &fillingDisk{}
+	disk.full.Store(true)
+	e := newEnv(t, envOptions{log: log, sweepInterval: time.Hour, wrap: func(st store.Store) store.Store { disk.Store = st; return disk }})
+	return disk, func() error {
+		_, err := e.callerClient().Submit(t.Context(), &automatorv1.ExecuteRequest{Account: e.account,
+			Command: &automatorv1.Command{Script: "@ping"}, Timeout: durationpb.New(time.Minute)})
+		return err
+	}
+}
+
 // TestTheEndOfAFullDiskIsLoggedOnce: once a write succeeds after writes
 // were refused for lack of space, one line says the database takes writes
 // again; the writes after it say nothing.
 func TestTheEndOfAFullDiskIsLoggedOnce(t *testing.T) {
 	t.Parallel()
 	var log syncLog
-	disk := &fillingDisk{}
-	disk.full.Store(true)
-	e := newEnv(t, envOptions{log: &log, sweepInterval: time.Hour, wrap: func(st store.Store) store.Store { disk.Store = st; return disk }})
-	submit := func() error {
-		_, err := e.callerClient().Submit(t.Context(), &automatorv1.ExecuteRequest{Account: e.account,
-			Command: &automatorv1.Command{Script: "@ping"}, Timeout: durationpb.New(time.Minute)})
-		return err
-	}
+	disk, submit := startFillingDisk(t, &log)
 	if err := submit(); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("Submit on a full disk: %v; want ResourceExhausted", err)
 	}
@@ -272,14 +280,7 @@ func TestADiskFillingAndFreedByTurnsIsLoggedWithinABound(t *testing.T) {
 func TestTheEndOfAFullDiskIsSaidWhenItsLinesUsedUpTheirBound(t *testing.T) {
 	t.Parallel()
 	var log syncLog
-	disk := &fillingDisk{}
-	disk.full.Store(true)
-	e := newEnv(t, envOptions{log: &log, sweepInterval: time.Hour, wrap: func(st store.Store) store.Store { disk.Store = st; return disk }})
-	submit := func() error {
-		_, err := e.callerClient().Submit(t.Context(), &automatorv1.ExecuteRequest{Account: e.account,
-			Command: &automatorv1.Command{Script: "@ping"}, Timeout: durationpb.New(time.Minute)})
-		return err
-	}
+	disk, submit := startFillingDisk(t, &log)
 	for range loglimit.DefaultLines + 3 {
 		if err := submit(); status.Code(err) != codes.ResourceExhausted {
 			t.Fatalf("Submit on a full disk: %v; want ResourceExhausted", err)

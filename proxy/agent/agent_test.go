@@ -445,6 +445,21 @@ func TestBuiltinPingNamesTheInstance(t *testing.T) {
 	}
 }
 
+// openedResult opens the result of unit id (of account acme, sealed with
+// testKey) that got posts.
+func openedResult(t *testing.T, id string, got *automatorv1.CompleteRequest) *automatorv1.Result {
+	t.Helper()
+	plain, err := crypto.Open(crypto.Keys{testKey}, "acme", id, crypto.DirResult, got.GetSealedResult())
+	if err != nil {
+		t.Fatalf("%s: the result does not open: %v", id, err)
+	}
+	var r automatorv1.Result
+	if err := proto.Unmarshal(plain, &r); err != nil {
+		t.Fatal(err)
+	}
+	return &r
+}
+
 // TestAnUnknownBuiltinSaysNamesBeginningWithAtAreTheProxys: a script
 // deployed as "@mine" is never run; the failure says why (a review).
 func TestAnUnknownBuiltinSaysNamesBeginningWithAtAreTheProxys(t *testing.T) {
@@ -456,14 +471,7 @@ func TestAnUnknownBuiltinSaysNamesBeginningWithAtAreTheProxys(t *testing.T) {
 	startAgent(t, f, 1, nil)
 	f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{claim(t, "w1", &automatorv1.Command{Script: "@mine"})}}
 	got := waittest.Recv(t, f.completed, "the failure of @mine to be posted")
-	plain, err := crypto.Open(crypto.Keys{testKey}, "acme", "w1", crypto.DirResult, got.GetSealedResult())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r automatorv1.Result
-	if err := proto.Unmarshal(plain, &r); err != nil {
-		t.Fatal(err)
-	}
+	r := openedResult(t, "w1", got)
 	if want := `unknown built-in command "@mine" (built-ins: @ping; names beginning with @ are the proxy's own, never a script's)`; got.GetOutcome() != automatorv1.Outcome_OUTCOME_FAILED || !strings.Contains(r.GetFailure(), want) {
 		t.Errorf("@mine: %v %q; want it failed, saying %q", got.GetOutcome(), r.GetFailure(), want)
 	}
@@ -489,14 +497,7 @@ func TestBuiltinPingRefusesWhatItWouldIgnore(t *testing.T) {
 		id := fmt.Sprintf("w%d", i)
 		f.responses <- &automatorv1.PollResponse{Claims: []*automatorv1.Claim{claim(t, id, cmd)}}
 		got := waittest.Recv(t, f.completed, "the result of @ping to be posted")
-		plain, err := crypto.Open(crypto.Keys{testKey}, "acme", id, crypto.DirResult, got.GetSealedResult())
-		if err != nil {
-			t.Fatalf("%s: the result does not open: %v", id, err)
-		}
-		var r automatorv1.Result
-		if err := proto.Unmarshal(plain, &r); err != nil {
-			t.Fatal(err)
-		}
+		r := openedResult(t, id, got)
 		if got.GetOutcome() != automatorv1.Outcome_OUTCOME_FAILED || r.GetFailure() != "@ping takes no arguments, stdin or environment variables" {
 			t.Errorf("%v: %v %q; want it failed, saying what @ping takes", cmd, got.GetOutcome(), r.GetFailure())
 		}

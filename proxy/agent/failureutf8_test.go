@@ -13,8 +13,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/opsgate/opsgate/crypto"
 	"github.com/opsgate/opsgate/internal/waittest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
@@ -54,14 +52,7 @@ func TestAFailureNamingAPathThatIsNotUTF8IsReported(t *testing.T) {
 	if got.GetOutcome() != automatorv1.Outcome_OUTCOME_FAILED {
 		t.Fatalf("outcome %v, want FAILED", got.GetOutcome())
 	}
-	plain, err := crypto.Open(crypto.Keys{testKey}, "acme", "w1", crypto.DirResult, got.GetSealedResult())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r automatorv1.Result
-	if err := proto.Unmarshal(plain, &r); err != nil {
-		t.Fatal(err)
-	}
+	r := openedResult(t, "w1", got)
 	if !utf8.ValidString(r.GetFailure()) || !strings.Contains(r.GetFailure(), "noshebang.sh") || !strings.Contains(r.GetFailure(), "no #! line") {
 		t.Fatalf("failure %q, want valid UTF-8 naming the script and why it did not start", r.GetFailure())
 	}

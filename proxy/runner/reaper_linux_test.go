@@ -343,21 +343,7 @@ func TestAKilledReaperIsReplacedForLaterScripts(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { _, err := Run(ctx, spec); done <- err }()
 	running := readPid(t, filepath.Join(dir, "pid"))
-	first := reaperProcess(t, r)
-	r.mu.Lock()
-	firstExited := r.exited
-	r.mu.Unlock()
-	if err := first.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	// Reaped, not merely a zombie: the leader of a process of several
-	// threads is one while the others still hold its files, the pipe's
-	// read end among them.
-	select {
-	case <-firstExited:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the killed reaper was not reaped within 10s")
-	}
+	first := killReaper(t, r)
 
 	run(t, newSpecWith(t, r, "true\n"))
 	if w := warned(); len(w) != 1 || !strings.Contains(w[0], "cannot be reached") {
@@ -387,18 +373,7 @@ func TestAReaperStartedAgainIsToldOfTheScriptsStarting(t *testing.T) {
 	r, said, _ := newTestReaper(t)
 	r.prepare("w_starting_b")
 	script := startScriptOf(t, "w_starting_b") // started; the proxy has not registered it yet
-	first := reaperProcess(t, r)
-	r.mu.Lock()
-	firstExited := r.exited
-	r.mu.Unlock()
-	if err := first.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-firstExited:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the killed reaper was not reaped within 10s")
-	}
+	first := killReaper(t, r)
 	r.prepare("w_other_b") // the write fails: a new reaper is started
 	if reaperProcess(t, r) == first {
 		t.Fatal("no new reaper was started")
@@ -434,6 +409,28 @@ func TestAScriptThatDoesNotStartIsNoLongerStarting(t *testing.T) {
 	if starting != 0 || gone != "! w_no_start\n" {
 		t.Errorf("after a failed start the proxy holds %d units starting and is to tell its reaper %q; want none, and \"! w_no_start\"", starting, gone)
 	}
+}
+
+// killReaper SIGKILLs r's reaper process, waits until it is reaped, and
+// returns it.
+func killReaper(t *testing.T, r *Reaper) *exec.Cmd {
+	t.Helper()
+	cmd := reaperProcess(t, r)
+	r.mu.Lock()
+	exited := r.exited
+	r.mu.Unlock()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// Reaped, not merely a zombie: the leader of a process of several
+	// threads is one while the others still hold its files, the pipe's
+	// read end among them.
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the killed reaper was not reaped within 10s")
+	}
+	return cmd
 }
 
 func newSpecWith(t *testing.T, r *Reaper, body string) Spec {

@@ -137,35 +137,27 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	}
 	streams.finish(waitDelay)
 
-	if stop != nil {
-		// What it wrote until it was killed, which a run cut short by the
-		// proxy's stop reports (one cut at its deadline reports nothing).
-		partial := Result{
-			Stdout:          streams.stdout.buf,
-			Stderr:          streams.stderr.buf,
-			StdoutTruncated: streams.stdout.truncated,
-			StderrTruncated: streams.stderr.truncated,
-			StartedAt:       startedAt,
-			FinishedAt:      finishedAt,
-		}
-		if killErr != nil {
-			return partial, fmt.Errorf("script %q: %w; %w: %v", spec.Script, stop, ErrKillFailed, killErr)
-		}
-		return partial, fmt.Errorf("script %q: %w; its process tree was killed", spec.Script, stop)
-	}
-	if cmd.ProcessState == nil {
-		return Result{}, fmt.Errorf("waiting for script %q: %w", spec.Script, waitErr)
-	}
-	// A failed kill of leftovers after a normal exit does not undo the
-	// result: the script ran and exited. It is said beside it.
-	return Result{
-		ExitCode:        exitCode(cmd.ProcessState),
+	res := Result{
 		Stdout:          streams.stdout.buf,
 		Stderr:          streams.stderr.buf,
 		StdoutTruncated: streams.stdout.truncated,
 		StderrTruncated: streams.stderr.truncated,
 		StartedAt:       startedAt,
 		FinishedAt:      finishedAt,
-		Leftovers:       killErr,
-	}, nil
+	}
+	if stop != nil {
+		// What it wrote until it was killed, which a run cut short by the
+		// proxy's stop reports (one cut at its deadline reports nothing).
+		if killErr != nil {
+			return res, fmt.Errorf("script %q: %w; %w: %v", spec.Script, stop, ErrKillFailed, killErr)
+		}
+		return res, fmt.Errorf("script %q: %w; its process tree was killed", spec.Script, stop)
+	}
+	if cmd.ProcessState == nil {
+		return Result{}, fmt.Errorf("waiting for script %q: %w", spec.Script, waitErr)
+	}
+	// A failed kill of leftovers after a normal exit does not undo the
+	// result: the script ran and exited. It is said beside it.
+	res.ExitCode, res.Leftovers = exitCode(cmd.ProcessState), killErr
+	return res, nil
 }
