@@ -96,6 +96,11 @@ func Main(ctx context.Context, args []string, env Env) int {
 		if store.IsDamaged(err) && len(args) > 0 && args[0] != "repair" && !strings.Contains(msg, "restore") {
 			msg += " (the database is damaged: `automator repair` rebuilds it, with SQLite once serve is stopped, or says what to do; see docs/backup.md)"
 		}
+		if store.IsLocked(err) {
+			// A write waited 5 s for another program's lock (a re-review:
+			// it said only SQLITE_BUSY).
+			msg += " (another program holds the database locked: a sqlite3 shell or a script in a transaction on the file; run this again once it lets go; `automator backup` is the way to copy the database while serve runs)"
+		}
 		fmt.Fprintf(env.Stderr, "automator: %s\n", msg)
 		return ExitError
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/opsgate/opsgate/automator/client"
@@ -438,9 +439,11 @@ func cmdWorkShow(ctx context.Context, args []string, env Env) error {
 
 // forTerminal is a script's output b as work show writes it: as it is,
 // unless onTerminal, where a control character other than a newline or a
-// tab, and a byte that is not UTF-8, is written escaped (\x1b), so that
-// what a script printed cannot clear the operator's screen, set its title
-// or type into it (a review); note then says so.
+// tab, a character that does not print as itself (printable: a bidi
+// override, a zero-width space) and a byte that is not UTF-8 is written
+// escaped (\x1b, \u202e), so that what a script printed cannot clear the
+// operator's screen, set its title, type into it or pass for other text
+// (reviews); note then says so.
 func forTerminal(b []byte, onTerminal bool) (s, note string) {
 	if !onTerminal {
 		return string(b), ""
@@ -455,12 +458,15 @@ func forTerminal(b []byte, onTerminal bool) (s, note string) {
 			escaped = true
 		case r == '\n' || r == '\t':
 			out.WriteRune(r)
-		case r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f):
-			if r < 0x80 {
-				fmt.Fprintf(&out, "\\x%02x", r)
-			} else {
-				fmt.Fprintf(&out, "\\u%04x", r)
-			}
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&out, "\\x%02x", r)
+			escaped = true
+		case r != ' ' && !unicode.Is(unicode.Variation_Selector, r) && printable.FirstNotShown(string(b[:n])) == 0:
+			// C1 controls, and what does not print as itself (a bidi
+			// override that reverses what follows, a zero-width space:
+			// the rule of instance ids and script names; a re-review),
+			// but an emoji's variation selector.
+			fmt.Fprintf(&out, "\\u%04x", r)
 			escaped = true
 		default:
 			out.Write(b[:n])

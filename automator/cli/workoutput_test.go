@@ -52,9 +52,9 @@ func show(s *string) string {
 // passed ESC sequences through); piped, it is given byte for byte.
 func TestWorkShowEscapesControlCharactersOnATerminal(t *testing.T) {
 	t.Parallel()
-	in := []byte("ok\x1b[2J\x1b]0;pwned\a\n\xff\tč\u0085end")
+	in := []byte("ok\x1b[2J\x1b]0;pwned\a\n\xff\tč\u0085end \u202eevil")
 	got, note := forTerminal(in, true)
-	if want := `ok\x1b[2J\x1b]0;pwned\x07` + "\n" + `\xff` + "\tč" + `\u0085end`; got != want {
+	if want := `ok\x1b[2J\x1b]0;pwned\x07` + "\n" + `\xff` + "\tč" + `\u0085end \u202eevil`; got != want {
 		t.Errorf("on a terminal: %q, want %q", got, want)
 	}
 	if !strings.Contains(note, "control characters escaped on a terminal") {
@@ -63,7 +63,7 @@ func TestWorkShowEscapesControlCharactersOnATerminal(t *testing.T) {
 	if got, note := forTerminal(in, false); got != string(in) || note != "" {
 		t.Errorf("piped: %q with note %q, want the bytes as they are and no note", got, note)
 	}
-	if got, note := forTerminal([]byte("plain\ttext\n"), true); got != "plain\ttext\n" || note != "" {
+	if got, note := forTerminal([]byte("plain\ttext ❤️\n"), true); got != "plain\ttext ❤️\n" || note != "" {
 		t.Errorf("plain text on a terminal: %q with note %q, want it as it is and no note", got, note)
 	}
 }

@@ -165,7 +165,7 @@ func New(o Options) *Metrics {
 		}, []string{"account"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "automator_store_errors_total",
-			Help: "Store calls that failed, by kind: unavailable (the database out of reach), storage_full (out of disk space), damaged (the database's files damaged: the calls that touch the damaged part fail until it is repaired) or other. The log writes one line for an outage of the database, and at most 20 a minute for a full disk and for a damaged database.",
+			Help: "Store calls that failed, by kind: unavailable (the database out of reach), storage_full (out of disk space), damaged (the database's files damaged: the calls that touch the damaged part fail until it is repaired), locked (SQLite: another program held the database locked past the 5 s wait for it) or other. The log writes one line for an outage of the database, and at most 20 a minute for a full disk, a damaged database and a locked one.",
 		}, []string{"kind"}),
 		clockOffset: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "automator_clock_offset_seconds",
@@ -193,7 +193,7 @@ func New(o Options) *Metrics {
 	m.authFailed.WithLabelValues("unauthenticated")
 	m.authFailed.WithLabelValues("rate_limited")
 	// server.StoreError*: TestStoreErrorsAreCountedByKind checks they are these.
-	for _, k := range []string{"unavailable", "storage_full", "damaged", "other"} {
+	for _, k := range []string{"unavailable", "storage_full", "damaged", "locked", "other"} {
 		m.storeErrors.WithLabelValues(k)
 	}
 	for _, l := range []string{ListenerGRPC, ListenerHTTP} {

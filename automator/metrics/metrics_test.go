@@ -423,7 +423,7 @@ func TestFailedAuthenticationsAreCountedByOutcome(t *testing.T) {
 func TestStoreErrorsAreCountedByKind(t *testing.T) {
 	m := metrics.New(metrics.Options{})
 	var _ server.StoreMetrics = m
-	kinds := []string{server.StoreErrorUnavailable, server.StoreErrorStorageFull, server.StoreErrorDamaged, server.StoreErrorOther}
+	kinds := []string{server.StoreErrorUnavailable, server.StoreErrorStorageFull, server.StoreErrorDamaged, server.StoreErrorLocked, server.StoreErrorOther}
 	for _, k := range kinds {
 		if got := value(t, scrape(t, m), "automator_store_errors_total", map[string]string{"kind": k}); got != 0 {
 			t.Errorf("automator_store_errors_total{kind=%q} = %v before any error; want 0", k, got)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -301,11 +302,11 @@ func (s *Server) tokenExpiredPoll(ctx context.Context, a store.Account, req *aut
 // failure is counted against src's budget and audited under what.
 func (s *Server) apiKey(ctx context.Context, secret string, bearerErr error, src, what string) (*caller, error) {
 	if bearerErr != nil {
-		return nil, s.authFailedFrom(ctx, src, what, bearerErr.Error(), "")
+		return nil, s.authFailedFrom(ctx, src, what, bearerErr.Error(), "", "")
 	}
 	k, err := s.store.APIKeyGetByHash(ctx, crypto.HashToken(secret))
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, s.authFailedFrom(ctx, src, what, "invalid API key", "")
+		return nil, s.authFailedFrom(ctx, src, what, "invalid API key", "", "")
 	}
 	if err != nil {
 		return nil, s.internal(ctx, "looking up API key", err)
@@ -314,7 +315,7 @@ func (s *Server) apiKey(ctx context.Context, secret string, bearerErr error, src
 	// waits out (store.CachedCredentials): a revoke still applies to
 	// every call made after it returned.
 	if !k.RevokedAt.IsZero() {
-		return nil, s.authFailedFrom(ctx, src, what, "API key "+k.ID+" was revoked", "apikey:"+k.ID)
+		return nil, s.authFailedFrom(ctx, src, what, "API key "+k.ID+" was revoked", "apikey:"+k.ID, "")
 	}
 	return &caller{id: k.ID, accounts: k.Accounts}, nil
 }
@@ -381,12 +382,17 @@ func (s *Server) authFailed(ctx context.Context, method, why, actor string) erro
 		// Not a result posted: a config checked, a standby's perhaps.
 		what += " (`proxy status` checking a config)"
 	}
-	return s.authFailedFrom(ctx, sourceOf(ctx), what, why, actor)
+	instance := ""
+	if strings.HasPrefix(method, proxyPrefix) {
+		instance = claimedInstance(ctx) // a proxy's call only (a caller's would name what it likes)
+	}
+	return s.authFailedFrom(ctx, sourceOf(ctx), what, why, actor, instance)
 }
 
-// authFailedFrom is authFailed of a call from src, audited under what.
-func (s *Server) authFailedFrom(ctx context.Context, src, what, why, actor string) error {
-	if retry, limited := s.failedFrom(ctx, src, what, why, actor); limited {
+// authFailedFrom is authFailed of a call from src, audited under what;
+// instance is the instance a proxy's call says it runs as, or "".
+func (s *Server) authFailedFrom(ctx context.Context, src, what, why, actor, instance string) error {
+	if retry, limited := s.failedFrom(ctx, src, what, why, actor, instance); limited {
 		return retryLater(grpcwire.ReasonTooManyFailedAuthentications, nil, retry, "too many failed authentications from %s (this one: %s); retry in %v", src, why, retry)
 	}
 	return status.Error(codes.Unauthenticated, why)
@@ -417,7 +423,7 @@ func retryLater(reason string, metadata map[string]string, retry time.Duration, 
 // refused call is. limited: the budget is spent, and the sign-in is to be
 // refused as such until retry has passed.
 func (s *Server) SignInFailed(ctx context.Context, source, why string) (retry time.Duration, limited bool) {
-	return s.failedFrom(ctx, clip(source), "dashboard sign-in", why, "")
+	return s.failedFrom(ctx, clip(source), "dashboard sign-in", why, "", "")
 }
 
 // SignInDenied records a sign-in to the dashboard refused for a valid API
@@ -453,7 +459,10 @@ func (s *Server) SignOutEvent(source, keyID string) store.AuditEvent {
 // instance in what the refusal of its call logs.
 func claimedInstance(ctx context.Context) string {
 	v := metadata.ValueFromIncomingContext(ctx, grpcwire.HeaderInstance)
-	if len(v) == 0 || validID("instance_id", v[0]) != nil {
+	// Text: a binary header may carry any bytes, which a request's
+	// instance_id (protobuf checks it) never does, and the audit log
+	// takes text only (PostgreSQL refused the record: a re-review).
+	if len(v) == 0 || !utf8.ValidString(v[0]) || validID("instance_id", v[0]) != nil {
 		return ""
 	}
 	return v[0]
@@ -461,7 +470,7 @@ func claimedInstance(ctx context.Context) string {
 
 // failedFrom counts a failed authentication of what (a method, the
 // dashboard's sign-in) from src against its budget and audits it.
-func (s *Server) failedFrom(ctx context.Context, src, what, why, actor string) (retry time.Duration, limited bool) {
+func (s *Server) failedFrom(ctx context.Context, src, what, why, actor, instance string) (retry time.Duration, limited bool) {
 	now := s.clock.Now()
 	ok, first := s.failures.fail(src, now)
 	// The credential, when recognised, tells the operator whose it is:
@@ -471,11 +480,11 @@ func (s *Server) failedFrom(ctx context.Context, src, what, why, actor string) (
 		attrs = append(attrs, "actor", actor)
 	}
 	detail := what + ": " + why
-	if id := claimedInstance(ctx); id != "" {
+	if instance != "" {
 		// Which proxy holds the wrong credential: its address may be a
 		// NAT's, shared by every proxy of a site.
-		attrs = append(attrs, "instance_id", id)
-		detail += " (instance " + id + ")"
+		attrs = append(attrs, "instance_id", instance)
+		detail += " (instance " + instance + ")"
 	}
 	s.authMetrics.AuthFailed(!ok)
 	if !ok {

@@ -51,19 +51,32 @@ func TestARefusedProxyCallNamesItsInstance(t *testing.T) {
 	log := &syncLog{}
 	e := newEnv(t, envOptions{log: log})
 	wrong := automatorv1.NewProxyServiceClient(e.conn("opt_wrong"))
-	for _, id := range []string{"host-é 1", "bad\x1bid"} {
+	for _, id := range []string{"host-é 1", "bad\x1bid", "bad\xff\xfeid"} {
 		ctx := metadata.AppendToOutgoingContext(context.Background(), grpcwire.HeaderInstance, id)
-		if _, err := wrong.Poll(ctx, &automatorv1.PollRequest{InstanceId: id, MaxUnits: 1}); status.Code(err) != codes.Unauthenticated {
+		if _, err := wrong.Poll(ctx, &automatorv1.PollRequest{InstanceId: "x", MaxUnits: 1}); status.Code(err) != codes.Unauthenticated { // the header names it
 			t.Fatalf("poll with a wrong token: %v; want Unauthenticated", err)
 		}
 	}
 	if got := log.lines("authentication failed", "invalid account token", `instance_id="host-é 1"`); len(got) != 1 {
 		t.Errorf("the refusal's log line does not name instance \"host-é 1\": %q", log.lines("authentication failed"))
 	}
-	if got := log.lines("authentication failed", "bad"); len(got) != 0 {
-		t.Errorf("a claimed instance id with a control character was logged: %q", got)
+	if got := log.lines("authentication failed", "instance_id=", "bad"); len(got) != 0 {
+		t.Errorf("a claimed instance id with a control character, or not UTF-8, was logged: %q", got)
+	}
+	// A caller's call names no instance, whatever header it sends.
+	ctx := metadata.AppendToOutgoingContext(context.Background(), grpcwire.HeaderInstance, "caller-says-p1")
+	if _, err := automatorv1.NewAutomatorServiceClient(e.conn("oak_wrong")).Get(ctx, &automatorv1.GetRequest{WorkId: "w_0123456789abcdef0123456789abcdef"}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("a caller's call with a wrong API key: %v; want Unauthenticated", err)
+	}
+	if got := log.lines("caller-says-p1"); len(got) != 0 {
+		t.Errorf("a caller's refused call named the instance its header claims: %q", got)
 	}
 	events := e.auditLog()
+	for _, a := range events {
+		if strings.Contains(a.Detail, "bad") || strings.Contains(a.Detail, "caller-says") {
+			t.Errorf("audit detail %q names an instance that should have been left out", a.Detail)
+		}
+	}
 	if !slices.ContainsFunc(events, func(a store.AuditEvent) bool {
 		return a.Kind == store.AuditAuthFailed && strings.Contains(a.Detail, "(instance host-é 1)")
 	}) {

@@ -29,12 +29,12 @@ func newDiskFullLog(log *slog.Logger, clock Clock) *loglimit.Limiter {
 		SummaryAttrs: []any{"see", `automator_store_errors_total{kind="storage_full"}`}}
 }
 
-// newDiskBackLog bounds the lines saying that the database takes writes
-// again after its disk was full: a few a minute, for a disk that fills and
-// frees in turn, however many lines the full disk itself wrote.
-func newDiskBackLog(log *slog.Logger, clock Clock) *loglimit.Limiter {
-	return &loglimit.Limiter{Logger: log, Level: slog.LevelInfo, Now: clock.Now, Lines: 5,
-		Summary: "the database took writes again after its disk was full, not logged one by one"}
+// newBackLog bounds the lines saying that the database takes writes again
+// after a fault (a full disk, another program's lock): a few a minute, for
+// a fault that comes and goes in turn, however many lines the fault itself
+// wrote. summary is the line counting those not written.
+func newBackLog(log *slog.Logger, clock Clock, summary string) *loglimit.Limiter {
+	return &loglimit.Limiter{Logger: log, Level: slog.LevelInfo, Now: clock.Now, Lines: 5, Summary: summary}
 }
 
 // newLockedLog bounds the lines of store calls that failed because another
@@ -134,6 +134,7 @@ func (s *Server) flushLogLimits() {
 	s.timedOutLog.Flush()
 	s.diskFullLog.Flush()
 	s.diskBackLog.Flush()
+	s.lockBackLog.Flush()
 	s.damagedLog.Flush()
 	s.ownDamagedLog.Flush()
 	s.refusedPollLog.Flush()
@@ -141,20 +142,27 @@ func (s *Server) flushLogLimits() {
 	s.deniedLog.Flush()
 }
 
-// writeMark is taken before a write whose success may end a full disk: see
-// wrote.
-func (s *Server) writeMark() uint64 { return s.fullWrites.Load() }
+// writesMark is taken before a write whose success may end a full disk or
+// a lock: see wrote.
+type writesMark struct{ full, locked uint64 }
 
-// wrote ends a full disk, saying so once, when the write begun at mark
-// succeeded and no write was refused for lack of space since it began (a
-// write under way when space ran out says nothing of it), within a bound
-// of its own (diskBackLog). It costs one atomic load when the disk is not
-// full.
-func (s *Server) wrote(mark uint64) {
-	if s.diskFull.Load() && s.fullWrites.Load() == mark && s.diskFull.CompareAndSwap(true, false) {
-		// A bound of its own (SQLite reuses the pages it freed, so a
-		// disk just full takes some writes between refusals), apart from
-		// the full disk's: its lines may have used theirs up.
+func (s *Server) writeMark() writesMark {
+	return writesMark{full: s.fullWrites.Load(), locked: s.lockedWrites.Load()}
+}
+
+// wrote ends a full disk, or a lock another program held, saying so once,
+// when the write begun at mark succeeded and no write failed so since it
+// began (a write under way when the fault began says nothing of it),
+// within a bound of its own (diskBackLog, lockBackLog): the fault's lines
+// may have used theirs up. It costs two atomic loads when neither fault is
+// on.
+func (s *Server) wrote(mark writesMark) {
+	if s.diskFull.Load() && s.fullWrites.Load() == mark.full && s.diskFull.CompareAndSwap(true, false) {
+		// SQLite reuses the pages it freed, so a disk just full takes
+		// some writes between refusals.
 		s.diskBackLog.Log("the database takes writes again: the disk has space")
+	}
+	if s.dbLocked.Load() && s.lockedWrites.Load() == mark.locked && s.dbLocked.CompareAndSwap(true, false) {
+		s.lockBackLog.Log("the database takes writes again: the program that held it locked has let go")
 	}
 }

@@ -140,6 +140,8 @@ func (s *Server) storeFailed(err error) {
 	case store.IsDamaged(err):
 		s.storeMetrics.StoreFailed(StoreErrorDamaged)
 	case store.IsLocked(err):
+		s.lockedWrites.Add(1)
+		s.dbLocked.Store(true)
 		s.storeMetrics.StoreFailed(StoreErrorLocked)
 	default:
 		s.storeMetrics.StoreFailed(StoreErrorOther)

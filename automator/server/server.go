@@ -188,11 +188,12 @@ type Server struct {
 	// unfailedLog those of units of lost poll answers not failed.
 	lockedLog, internalLog, unfailedLog *loglimit.Limiter
 	ownDamagedLog                       *loglimit.Limiter // the automator's own calls that met a damaged database (storeFailure)
-	// diskBackLog bounds the lines saying a full disk is over, apart
-	// from diskFullLog's: the end of a fault is said even when its lines
-	// used up their bound (a review).
-	diskBackLog *loglimit.Limiter
-	repair      string // what to do about a damaged database (Options.Repair)
+	// diskBackLog and lockBackLog bound the lines saying a full disk, or
+	// a lock another program held, is over, apart from those faults'
+	// own: the end of a fault is said even when its lines used up their
+	// bound (reviews).
+	diskBackLog, lockBackLog *loglimit.Limiter
+	repair                   string // what to do about a damaged database (Options.Repair)
 	// refusedPollLog, queueFullLog and deniedLog bound the lines of polls
 	// refused for their keys, units refused for a full queue, and calls of
 	// API keys outside their accounts (loglines.go).
@@ -202,6 +203,8 @@ type Server struct {
 	waitMetrics                             WaitMetrics    // the Metrics, when it counts the calls waiting for a unit
 	diskFull                                atomic.Bool    // a write was refused for lack of disk space, and none has succeeded since (loglines.go)
 	fullWrites                              atomic.Uint64  // writes refused for lack of disk space
+	dbLocked                                atomic.Bool    // a write found the database locked by another program, and none has succeeded since
+	lockedWrites                            atomic.Uint64  // writes that found it so
 
 	keysMu sync.Mutex
 	keys   map[string]*keyRing // account → its opened keys (keys.go)
@@ -306,7 +309,8 @@ func New(o Options) (*Server, error) {
 	}
 	s.authFailLog = newAuthFailLog(o.Logger, o.Clock)
 	s.timedOutLog, s.diskFullLog = newTimedOutLog(o.Logger, o.Clock), newDiskFullLog(o.Logger, o.Clock)
-	s.diskBackLog = newDiskBackLog(o.Logger, o.Clock)
+	s.diskBackLog = newBackLog(o.Logger, o.Clock, "the database took writes again after its disk was full, not logged one by one")
+	s.lockBackLog = newBackLog(o.Logger, o.Clock, "the database took writes again after another program held it locked, not logged one by one")
 	s.lockedLog, s.internalLog = newLockedLog(o.Logger, o.Clock), newInternalLog(o.Logger, o.Clock)
 	s.unfailedLog = newUnfailedLog(o.Logger, o.Clock)
 	s.damagedLog, s.repair = newDamagedLog(o.Logger, o.Clock, "of callers and proxies", o.Repair), o.Repair

@@ -54,6 +54,17 @@ func NotTLS(err error) bool {
 }
 
 // NotTLSHelp is what to check when NotTLS.
+// CertTimeHelp is what the proxy (and `proxy status`) says when the
+// automator's certificate failed to verify on its dates (CertTime): this
+// host's clock may be what is wrong, not its ca_cert.
+const CertTimeHelp = "the automator's certificate is not valid at this host's time (err gives both): check this host's clock (a certificate that `automator init` or `cert renew` made is valid from an hour before), or renew one that expired with `automator cert renew`"
+
+// CertTime tells whether msg, a failed handshake's, says the certificate
+// is not valid at this host's time.
+func CertTime(msg string) bool {
+	return strings.Contains(msg, "certificate has expired or is not yet valid")
+}
+
 const NotTLSHelp = "what answers at automator_url does not speak TLS: is its port the automator's HTTP listener (http_listen, 8080 by default) rather than its gRPC one (listen, 8443 by default)? an automator started with --insecure-plaintext is given as http://"
 
 // connState logs the connection to the automator once per change of state,
@@ -184,10 +195,10 @@ func (s *connState) failed(err error) {
 	switch {
 	case code == codes.Unauthenticated || code == codes.PermissionDenied:
 		s.log.Error("the automator refused this proxy's token: the account's token was rotated and its overlap has ended, or the account was deleted; install the account's current profile, or check `token` in the config (retrying with backoff)", attrs...)
-	case kind == "handshake" && strings.Contains(msg, "certificate has expired or is not yet valid"):
+	case kind == "handshake" && CertTime(msg):
 		// The check that failed is the certificate's validity at this
 		// host's time: its clock may be what is wrong (a review).
-		s.log.Error("the TLS handshake with the automator failed: its certificate is not valid at this host's time (err gives both): check this host's clock (a certificate that `automator init` or `cert renew` made is valid from an hour before), or renew one that expired with `automator cert renew` (retrying with backoff)", attrs...)
+		s.log.Error("the TLS handshake with the automator failed: "+CertTimeHelp+" (retrying with backoff)", attrs...)
 	case kind == "handshake":
 		s.log.Error("the TLS handshake with the automator failed: its certificate is not trusted by this proxy's `ca_cert` (or `pin_sha256`), or not valid for the host of `automator_url`; check them (retrying with backoff)", attrs...)
 	case kind == "plaintext":

@@ -128,6 +128,11 @@ func judgeCheck(cfg config.Config, err error, trailer metadata.MD, now time.Time
 		// handshake the automator answered with a certificate this config
 		// does not trust, or one the network cut (EOF, a reset), which
 		// names no certificate and says nothing of the profile.
+		if strings.Contains(msg, "authentication handshake failed") && agent.CertTime(msg) {
+			// Its dates, at this host's time: the clock, not the profile
+			// (a re-review).
+			return profileCheck{unreached: true, line: fmt.Sprintf("not reached: %s (%s)", agent.CertTimeHelp, msg)}
+		}
 		if strings.Contains(msg, "authentication handshake failed") && strings.Contains(msg, "certificate") {
 			return profileCheck{stale: true, refused: true, line: fmt.Sprintf("the automator's certificate is not trusted by this config (ca_cert, pin_sha256): %s; install the account's current profile", msg)}
 		}

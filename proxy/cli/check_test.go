@@ -391,3 +391,46 @@ func TestStatusCheckOfANameThatDoesNotResolveSaysSo(t *testing.T) {
 		t.Errorf("check of an automator_url whose host does not resolve: %+v; want unreached, %q…", c, want)
 	}
 }
+
+// TestStatusCheckOfACertificateNotValidAtThisHostsTimeNamesTheClock: a
+// certificate whose dates do not hold at this host's time (made two days
+// ahead: as this host's clock two days behind sees it) is not an untrusted
+// profile: the check says to look at the clock, not to install another
+// profile (a re-review: it said so).
+func TestStatusCheckOfACertificateNotValidAtThisHostsTimeNamesTheClock(t *testing.T) {
+	t.Parallel()
+	a := automatortest.Start(t, automatortest.Options{})
+	later := time.Now().Add(48 * time.Hour)
+	ca, err := pki.NewCA("an automator ahead", later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := pki.NewServer(ca, []string{"127.0.0.1"}, later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(srv.CertPEM, srv.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair}, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _ = c.(*tls.Conn).Handshake(); c.Close() }()
+		}
+	}()
+	cfg := standbyConfig(t, a, a.Token, a.Key)
+	cfg.AutomatorURL, cfg.CACert = "https://"+l.Addr().String(), string(ca.CertPEM)
+	c := checkProfile(t.Context(), cfg, time.Now())
+	if c.stale || c.refused || !c.unreached || !strings.Contains(c.line, "not valid at this host's time") || !strings.Contains(c.line, "check this host's clock") {
+		t.Errorf("check of an automator whose certificate is valid only from two days ahead: %+v; want it not reached, saying to check the clock, not a stale profile", c)
+	}
+}

@@ -263,7 +263,7 @@ func runProxy(ctx context.Context, cfg config.Config, file loadedConfig, env Env
 		log.Warn("allowed_env lists what no command may set: "+why, "config", file.path)
 	}
 	if missing := missingInterpreters(cfg.ScriptsDir); len(missing) > 0 {
-		log.Warn(missingInterpretersWarning, "scripts", missing)
+		log.Warn(missingInterpretersWarning, "scripts", listed(missing))
 	}
 	return a.Run(ctx)
 }

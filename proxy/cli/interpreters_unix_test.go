@@ -3,9 +3,11 @@
 package cli
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -21,6 +23,7 @@ func TestMissingInterpretersListsScriptsThisHostCannotRun(t *testing.T) {
 		"ok.sh":      "#!/bin/sh\necho ok\n",
 		"env.sh":     "#!/usr/bin/env nonexistent-python9\nprint(1)\n",
 		"py.sh":      "#!/usr/bin/nonexistent-python9\nprint(1)\n",
+		"through.sh": "#!/bin/sh/x\n", // a path through a file
 		"crlf.sh":    "#!/bin/sh\r\necho ok\r\n",
 		"notes.txt":  "#!/nowhere\n", // not runnable: not listed
 		"nobang.bin": "\x7fELF",
@@ -34,8 +37,26 @@ func TestMissingInterpretersListsScriptsThisHostCannotRun(t *testing.T) {
 		}
 	}
 	got := missingInterpreters(dir)
-	want := []string{`crlf.sh (#!/bin/sh\r)`, "py.sh (#!/usr/bin/nonexistent-python9)"}
+	want := []string{`crlf.sh (#!/bin/sh\r)`, "py.sh (#!/usr/bin/nonexistent-python9)", "through.sh (#!/bin/sh/x)"}
 	if !slices.Equal(got, want) {
 		t.Errorf("missingInterpreters = %q, want %q", got, want)
+	}
+}
+
+// TestAWarningNamesAtMost20Scripts: the rest are counted, so that a
+// directory of thousands of broken scripts does not write a line journald
+// and syslog cut (a re-review: 149 KB).
+func TestAWarningNamesAtMost20Scripts(t *testing.T) {
+	t.Parallel()
+	var items []string
+	for i := range 25 {
+		items = append(items, fmt.Sprintf("s%02d.sh (#!/x)", i))
+	}
+	got := listed(items)
+	if !strings.HasPrefix(got, "s00.sh (#!/x); s01.sh (#!/x)") || !strings.HasSuffix(got, "s19.sh (#!/x); and 5 more") || strings.Contains(got, "s20.sh") {
+		t.Errorf("listed(25 items) = %q; want the first 20, then \"and 5 more\"", got)
+	}
+	if got := listed(items[:2]); got != "s00.sh (#!/x); s01.sh (#!/x)" {
+		t.Errorf("listed(2 items) = %q; want both, joined", got)
 	}
 }

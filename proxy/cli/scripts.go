@@ -66,6 +66,19 @@ func scriptsDigest(dir string) (n int, digest string, err error) {
 // says, when missingInterpreters lists anything.
 const missingInterpretersWarning = "scripts whose #! interpreter this host does not have: a unit naming one fails on this instance; install the interpreter, or fix the #! line"
 
+// maxListed bounds the scripts a warning names: the rest are counted (a
+// line of 5,000 is cut by journald and syslog alike).
+const maxListed = 20
+
+// listed joins items for a warning, at most maxListed of them, then how
+// many more there are.
+func listed(items []string) string {
+	if len(items) <= maxListed {
+		return strings.Join(items, "; ")
+	}
+	return fmt.Sprintf("%s; and %d more", strings.Join(items[:maxListed], "; "), len(items)-maxListed)
+}
+
 // missingInterpreters lists the runnable scripts of dir whose #! line names
 // an interpreter this host does not have (a path that does not exist, or
 // one with a carriage return: a file saved with Windows line endings), each
@@ -88,7 +101,9 @@ func missingInterpreters(dir string) []string {
 		if interp == "" || !filepath.IsAbs(interp) {
 			continue
 		}
-		if _, err := os.Stat(interp); strings.ContainsRune(interp, '\r') || errors.Is(err, fs.ErrNotExist) {
+		// Any failure to find it but a permission's (a path through a
+		// file, #!/bin/sh/x, is ENOTDIR: a re-review).
+		if _, err := os.Stat(interp); strings.ContainsRune(interp, '\r') || (err != nil && !errors.Is(err, fs.ErrPermission)) {
 			missing = append(missing, fmt.Sprintf("%s (#!%s)", e.Name(), strings.ReplaceAll(interp, "\r", `\r`)))
 		}
 	}

@@ -753,7 +753,7 @@ func cmdStatus(args []string, env Env) error {
 			fmt.Fprintf(w, "scripts:        %s: %s\n", looseScriptsWarning, strings.Join(loose, "; "))
 		}
 		if missing := missingInterpreters(cfg.ScriptsDir); len(missing) > 0 {
-			fmt.Fprintf(w, "scripts:        %s: %s\n", missingInterpretersWarning, strings.Join(missing, "; "))
+			fmt.Fprintf(w, "scripts:        %s: %s\n", missingInterpretersWarning, listed(missing))
 		}
 		// A stopped standby's profile goes out of date without a sign
 		// (a rotation, a deleted account): it is asked now, not at

@@ -53,8 +53,12 @@ func ResolveScript(dir, name string) (string, error) {
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && fi != nil && fi.Mode()&fs.ModeSymlink != 0:
 		to, _ := os.Readlink(filepath.Join(realDir, name))
+		next := to
+		if !filepath.IsAbs(next) {
+			next = filepath.Join(realDir, to)
+		}
 		what := "which does not exist"
-		if next, err := os.Lstat(filepath.Join(realDir, to)); err == nil && next.Mode()&fs.ModeSymlink != 0 {
+		if fi, err := os.Lstat(next); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
 			what = "a symbolic link that leads to no file" // a chain: name the first link's target as ls shows it
 		}
 		return "", fmt.Errorf("%w %q: it is a symbolic link in scripts directory %q to %q, %s", ErrUnknownScript, name, dir, to, what)

@@ -436,6 +436,7 @@ func TestResolveScriptFollowsSymlinksOnlyInside(t *testing.T) {
 		"loop.sh":     "loop2.sh",
 		"loop2.sh":    "loop.sh",
 		"chain.sh":    "dangling.sh",
+		"abschain.sh": filepath.Join(dir, "dangling.sh"),
 	} {
 		if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
 			t.Fatal(err)
@@ -460,6 +461,7 @@ func TestResolveScriptFollowsSymlinksOnlyInside(t *testing.T) {
 		{"dangling.sh", "", ErrUnknownScript, "it is a symbolic link in scripts directory " + strconv.Quote(dir) + " to " + strconv.Quote(filepath.Join(dir, "missing.sh")) + ", which does not exist"},
 		{"loop.sh", "", ErrUnknownScript, "it is a symbolic link that leads to itself"},
 		{"chain.sh", "", ErrUnknownScript, "to \"dangling.sh\", a symbolic link that leads to no file"},
+		{"abschain.sh", "", ErrUnknownScript, "to " + strconv.Quote(filepath.Join(dir, "dangling.sh")) + ", a symbolic link that leads to no file"},
 		{"lib", "", ErrUnknownScript, ""},
 	} {
 		got, err := ResolveScript(dir, tc.name)
