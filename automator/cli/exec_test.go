@@ -120,17 +120,7 @@ func TestExecExitCodes(t *testing.T) {
 // how far it got (a review: it was dropped).
 func TestExecShowsWhatAScriptKilledAtItsProxysStopWrote(t *testing.T) {
 	t.Parallel()
-	a := automatortest.Start(t, automatortest.Options{})
-	scripts := t.TempDir()
-	automatortest.WriteScript(t, scripts, "partial.sh", `echo step1 done; printf 'step1 warned' >&2; touch "$1"; exec sleep 60`)
-	p := a.StartProxy(t, automatortest.ProxyOptions{InstanceID: "a", ScriptsDir: scripts, GracePeriod: 50 * time.Millisecond})
-	p.WaitPolling(t)
-	marker := filepath.Join(t.TempDir(), "started")
-	done := make(chan execResult, 1)
-	go func() { done <- execCLI(context.Background(), a, "", "--account", "acme", "partial.sh", marker) }()
-	automatortest.WaitFor(t, 10*time.Second, "the script to start", func() bool { _, err := os.Stat(marker); return err == nil })
-	p.Stop()
-	r := waittest.Recv(t, done, "exec to end once the proxy stopped")
+	r := execKilledAtStop(t, `echo step1 done; printf 'step1 warned' >&2`, 0)
 	if r.code != cli.ExitFailed || r.stdout != "step1 done\n" || !strings.HasPrefix(r.stderr, "step1 warned\nautomator: work ") || !strings.Contains(r.stderr, "grace period over") {
 		t.Errorf("exec of a script killed at its proxy's stop: %+v; want exit 125, the script's stdout, then its stderr and the failure on a line of its own", r)
 	}
@@ -141,20 +131,29 @@ func TestExecShowsWhatAScriptKilledAtItsProxysStopWrote(t *testing.T) {
 // script's is (a re-review: the failure's output came without the line).
 func TestExecSaysAKilledScriptsOutputWasCut(t *testing.T) {
 	t.Parallel()
-	a := automatortest.Start(t, automatortest.Options{})
-	scripts := t.TempDir()
-	automatortest.WriteScript(t, scripts, "loud.sh", `printf 0123456789abcdef; touch "$1"; exec sleep 60`)
-	p := a.StartProxy(t, automatortest.ProxyOptions{InstanceID: "a", ScriptsDir: scripts, MaxOutput: 10, GracePeriod: 50 * time.Millisecond})
-	p.WaitPolling(t)
-	marker := filepath.Join(t.TempDir(), "started")
-	done := make(chan execResult, 1)
-	go func() { done <- execCLI(context.Background(), a, "", "--account", "acme", "loud.sh", marker) }()
-	automatortest.WaitFor(t, 10*time.Second, "the script to start", func() bool { _, err := os.Stat(marker); return err == nil })
-	p.Stop()
-	r := waittest.Recv(t, done, "exec to end once the proxy stopped")
+	r := execKilledAtStop(t, `printf 0123456789abcdef`, 10)
 	if r.code != cli.ExitFailed || r.stdout != "0123456789" || !strings.Contains(r.stderr, "its stdout was cut at the proxy's output limit (its max_output_bytes): the first 10 bytes are kept") || !strings.Contains(r.stderr, "grace period over") {
 		t.Errorf("exec of a script killed at its proxy's stop, its output cut: %+v; want exit 125, the first 10 bytes, the line saying they were cut and the failure", r)
 	}
+}
+
+// execKilledAtStop runs exec of a script that runs first, then waits,
+// on a proxy (output limit maxOutput, its default when 0) stopped once
+// the script waits, with a grace period of 50 ms, and returns what exec
+// did.
+func execKilledAtStop(t *testing.T, first string, maxOutput int) execResult {
+	t.Helper()
+	a := automatortest.Start(t, automatortest.Options{})
+	scripts := t.TempDir()
+	automatortest.WriteScript(t, scripts, "s.sh", first+`; touch "$1"; exec sleep 60`)
+	p := a.StartProxy(t, automatortest.ProxyOptions{InstanceID: "a", ScriptsDir: scripts, MaxOutput: maxOutput, GracePeriod: 50 * time.Millisecond})
+	p.WaitPolling(t)
+	marker := filepath.Join(t.TempDir(), "started")
+	done := make(chan execResult, 1)
+	go func() { done <- execCLI(context.Background(), a, "", "--account", "acme", "s.sh", marker) }()
+	automatortest.WaitFor(t, 10*time.Second, "the script to start", func() bool { _, err := os.Stat(marker); return err == nil })
+	p.Stop()
+	return waittest.Recv(t, done, "exec to end once the proxy stopped")
 }
 
 // TestExecInterruptedCancelsItsUnit: Ctrl-C (the context ending) cancels
