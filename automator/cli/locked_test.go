@@ -2,12 +2,12 @@ package cli
 
 import (
 	"bytes"
-	"database/sql"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/opsgate/opsgate/automator/config"
+	"github.com/opsgate/opsgate/internal/sqlitetest"
 )
 
 // TestCommandsWhileAnotherProgramHoldsTheDatabaseLocked: with a sqlite3
@@ -18,19 +18,7 @@ import (
 func TestCommandsWhileAnotherProgramHoldsTheDatabaseLocked(t *testing.T) {
 	t.Parallel()
 	dir := initDir(t)
-	other, err := sql.Open("sqlite", "file:"+filepath.Join(dir, config.FileDB))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	tx, err := other.BeginTx(t.Context(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	if _, err := tx.Exec("CREATE TABLE other_programs (x)"); err != nil {
-		t.Fatal(err)
-	}
+	sqlitetest.Lock(t, filepath.Join(dir, config.FileDB))
 	var out, errb bytes.Buffer
 	if code := Main(t.Context(), []string{"account", "list", "--data-dir", dir}, Env{Stdout: &out, Stderr: &errb}); code != 0 {
 		t.Errorf("account list while the database is locked: exit %d, %s; want it answered", code, errb.String())

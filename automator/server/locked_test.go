@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"database/sql"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/internal/loglimit"
+	"github.com/opsgate/opsgate/internal/sqlitetest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -29,7 +29,7 @@ func TestADatabaseLockedByAnotherProgramIsUnavailableAndSaysSo(t *testing.T) {
 	var log syncLog
 	m := &storeFailures{}
 	e := newEnv(t, envOptions{log: &log, metrics: m, clock: newFakeClock(), sweepInterval: time.Hour})
-	tx := lockDatabase(t, e.dbPath)
+	tx := sqlitetest.Lock(t, e.dbPath)
 	const calls = loglimit.DefaultLines + 2
 	errs := make(chan error, calls)
 	for range calls {
@@ -83,7 +83,7 @@ func TestTheAutomatorsOwnWritesOnALockedDatabaseSayWhatToDo(t *testing.T) {
 	t.Parallel()
 	var log syncLog
 	e := newEnv(t, envOptions{log: &log, sweepInterval: 100 * time.Millisecond})
-	lockDatabase(t, e.dbPath)
+	sqlitetest.Lock(t, e.dbPath)
 	said := log.awaitLines(t, "the sweeper's write to be logged as one that found the database locked",
 		"the database is locked by another program", "doing=")
 	if !strings.Contains(said[0], "look for a process that holds the database file open") {
@@ -92,27 +92,4 @@ func TestTheAutomatorsOwnWritesOnALockedDatabaseSayWhatToDo(t *testing.T) {
 	if got := log.lines("level=ERROR", "err=", "database is locked"); len(got) != len(log.lines("level=ERROR", "err=", "database is locked", "locked by another program")) {
 		t.Errorf("bare error lines of the lock: %q", got)
 	}
-}
-
-// lockDatabase holds the SQLite database at path locked, as another
-// program's write transaction does, until the test ends or the
-// transaction it returns is rolled back.
-func lockDatabase(t *testing.T, path string) *sql.Tx {
-	t.Helper()
-	other, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { other.Close() })
-	tx, err := other.BeginTx(t.Context(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tx.Rollback() })
-	// Taken at the first write: the lock a sqlite3 shell's BEGIN
-	// IMMEDIATE takes.
-	if _, err := tx.Exec("CREATE TABLE other_programs (x)"); err != nil {
-		t.Fatal(err)
-	}
-	return tx
 }

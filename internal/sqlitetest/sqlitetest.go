@@ -220,3 +220,22 @@ func mixPages(t testing.TB, path string, trees []string, changedTree bool, chang
 		t.Fatal(err)
 	}
 }
+
+// Lock holds the SQLite database at path locked, as another program's
+// write transaction (a sqlite3 shell's BEGIN IMMEDIATE) does, until the
+// test ends or the transaction it returns is rolled back. It waits up to
+// 30 s for the lock: an automator just started may be writing.
+func Lock(t testing.TB, path string) *sql.Tx {
+	t.Helper()
+	other, err := sql.Open("sqlite", "file:"+path+"?_txlock=immediate&_pragma=busy_timeout(30000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	tx, err := other.BeginTx(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback() })
+	return tx
+}
