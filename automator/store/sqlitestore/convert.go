@@ -64,14 +64,20 @@ func outOfSpace(err error, dir string) error {
 	return fmt.Errorf("%w (%d bytes free in %s): %w", store.ErrStorageFull, free, dir, err)
 }
 
+// isReadOnly reports whether err is SQLite's SQLITE_READONLY, of any
+// extended code: this process may not write the database's files.
+func isReadOnly(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_READONLY
+}
+
 // notWritable says, for a SQLITE_READONLY err of the database at path,
 // which of its files this process may not write: SQLite names only the
 // database, though a -shm or -wal file beside it, made while the database
 // itself was read only (SQLite gives them its mode) and left, makes it
 // read only as well once the database is writable again.
 func notWritable(err error, path string) error {
-	var se *sqlite.Error
-	if !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_READONLY {
+	if !isReadOnly(err) {
 		return err
 	}
 	for _, p := range []string{path, path + "-wal", path + "-shm"} {

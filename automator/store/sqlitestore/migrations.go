@@ -319,8 +319,15 @@ func migrateWith(ctx context.Context, db *sql.DB, steps []migration) error {
 		// is not waited for, so that the commands that only read work
 		// then (a review: each said "migrating schema: database is
 		// locked" after 5 s). Writes wait for it as they do anyway.
-		if err := writableNow(ctx, db); err == nil || store.IsLocked(err) {
+		err := writableNow(ctx, db)
+		if err == nil || store.IsLocked(err) {
 			return nil
+		}
+		if isReadOnly(err) {
+			// Nor would the migration below write, so a database this
+			// user may not write opened, and serve served it, every
+			// write failing (a review).
+			return err
 		}
 	}
 	tx, err := db.BeginTx(ctx, nil)
@@ -379,10 +386,12 @@ func schemaCurrent(ctx context.Context, db *sql.DB, latest int) bool {
 	return err == nil && current == latest && keys > 0
 }
 
-// writableNow begins and rolls back a write transaction on db without
-// waiting for a lock another connection holds (busy_timeout 0 meanwhile):
-// an error that store.IsLocked reports means the files are writable, only
-// busy.
+// writableNow begins a write transaction on db without waiting for a lock
+// another connection holds (busy_timeout 0 meanwhile), writes a row as it
+// was, and rolls back: an error that store.IsLocked reports means the
+// files are writable, only busy. The write is what finds a database file
+// this user may not write: in WAL mode BEGIN IMMEDIATE takes its lock in
+// the -shm file, and succeeds.
 func writableNow(ctx context.Context, db *sql.DB) (err error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
@@ -400,7 +409,10 @@ func writableNow(ctx context.Context, db *sql.DB) (err error) {
 	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
 		return err
 	}
-	_, err = conn.ExecContext(ctx, `ROLLBACK`)
+	_, err = conn.ExecContext(ctx, `UPDATE schema_migrations SET applied_at = applied_at WHERE version = (SELECT MAX(version) FROM schema_migrations)`)
+	if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), `ROLLBACK`); err == nil {
+		err = rerr
+	}
 	return err
 }
 
