@@ -312,7 +312,15 @@ func migrate(ctx context.Context, db *sql.DB) error {
 // migrateWith is migrate with the given steps (a prefix of migrations, for a
 // test that needs a database of an older schema).
 func migrateWith(ctx context.Context, db *sql.DB, steps []migration) error {
-	if schemaCurrent(ctx, db, steps[len(steps)-1].version) {
+	latest := steps[len(steps)-1].version
+	current, known := schemaVersion(ctx, db)
+	if known && current > latest {
+		// Said without waiting for a write lock: another program
+		// holding one made this "database is locked" after 5 s (a
+		// review).
+		return newerSchema(current, latest)
+	}
+	if schemaCurrent(ctx, db, latest) {
 		// Nothing to write. Whether this user may write the files is
 		// still found out here, where the error names why (the migration
 		// below does): but another program holding the database locked
@@ -346,13 +354,11 @@ func migrateWith(ctx context.Context, db *sql.DB, steps []migration) error {
 		return fmt.Errorf("migrating schema: creating schema_migrations: %w", err)
 	}
 
-	var current int
 	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
 		return fmt.Errorf("migrating schema: reading the version: %w", err)
 	}
-	latest := steps[len(steps)-1].version
 	if current > latest {
-		return fmt.Errorf("migrating schema: the database is at version %d, newer than this binary knows (%d); run a newer automator", current, latest)
+		return newerSchema(current, latest)
 	}
 
 	for _, m := range steps {
@@ -374,6 +380,20 @@ func migrateWith(ctx context.Context, db *sql.DB, steps []migration) error {
 		return fmt.Errorf("migrating schema: %w", err)
 	}
 	return nil
+}
+
+// newerSchema is the error for a database at schema version current, newer
+// than latest, the last this binary knows.
+func newerSchema(current, latest int) error {
+	return fmt.Errorf("migrating schema: the database is at version %d, newer than this binary knows (%d); run a newer automator", current, latest)
+}
+
+// schemaVersion reads, without a write transaction, the database's schema
+// version; known is false when it cannot (no schema yet, a read that
+// failed).
+func schemaVersion(ctx context.Context, db *sql.DB) (current int, known bool) {
+	err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current)
+	return current, err == nil
 }
 
 // schemaCurrent tells, reading without a write transaction, whether the

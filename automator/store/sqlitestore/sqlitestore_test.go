@@ -18,6 +18,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/automator/store/storetest"
+	"github.com/opsgate/opsgate/internal/sqlitetest"
 )
 
 func TestMain(m *testing.M) {
@@ -158,6 +159,13 @@ func TestOpenRefusesANewerSchema(t *testing.T) {
 	_, err := Open(t.Context(), path)
 	if err == nil || !strings.Contains(err.Error(), "999") || !strings.Contains(err.Error(), path) {
 		t.Errorf("Open of a database from the future: error = %v, want one naming the path and version 999", err)
+	}
+	// Said so while another program holds the database locked too (a
+	// review: it said "database is locked", after 5 s).
+	sqlitetest.Lock(t, path)
+	_, err = Open(t.Context(), path)
+	if err == nil || !strings.Contains(err.Error(), "is at version 999, newer than this binary knows") {
+		t.Errorf("Open of a database from the future, locked by another program: error = %v, want one saying it is newer than this binary knows", err)
 	}
 }
 
