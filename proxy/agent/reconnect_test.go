@@ -26,12 +26,10 @@ import (
 
 // gate is a listener for a gRPC server that resets every connection while
 // the automator is to look down (as a host does whose port nothing listens
-// on), hands them to the server once up, and, while closing is set, closes
-// each connection the server got a short while after it was accepted (a
-// link that fails every connection once set up).
+// on), and hands them to the server once up.
 type gate struct {
 	net.Listener
-	up, closing atomic.Bool
+	up atomic.Bool
 
 	mu    sync.Mutex
 	conns []net.Conn // accepted, for resetAll
@@ -47,9 +45,6 @@ func (g *gate) Accept() (net.Conn, error) {
 			closedport.Reset(c)
 			c.Close()
 			continue
-		}
-		if g.closing.Load() {
-			time.AfterFunc(50*time.Millisecond, func() { closedport.Reset(c); c.Close() })
 		}
 		g.mu.Lock()
 		g.conns = append(g.conns, c)
@@ -92,7 +87,7 @@ func (s heldPolls) Poll(ctx context.Context, in *automatorv1.PollRequest) (*auto
 // gatedAutomator serves srv through a gate, down at first, and returns
 // the gate and a connection to it set up as the proxy's is for its polls
 // (grpcwire.WatchAnswers), reconnecting as the proxy's does
-// (cli.Reconnect), faster.
+// (cli.Reconnect), its backoff shorter.
 func gatedAutomator(t *testing.T, srv automatorv1.ProxyServiceServer) (*gate, *grpc.ClientConn) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -107,6 +102,10 @@ func gatedAutomator(t *testing.T, srv automatorv1.ProxyServiceServer) (*gate, *g
 	opts := append(grpcwire.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff: grpcbackoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 500 * time.Millisecond},
+			// As the proxy's: left out, a connection had its backoff's
+			// 50 ms to be set up, and on a loaded machine was not (a
+			// dial's i/o timeout failed the first call).
+			MinConnectTimeout: grpcwire.SetupWithin,
 		}))
 	conn, err := grpc.NewClient("passthrough:///"+lis.Addr().String(), append(opts, grpcwire.WatchAnswers()...)...)
 	if err != nil {
@@ -158,11 +157,23 @@ func TestABackoffOnAConnectionThatIsSetUpLastsAllOfIt(t *testing.T) {
 			t.Fatalf("a first call to set the connection up: %v, want Unimplemented", err)
 		}
 		if closing {
-			// From now on each connection is reset once set up, this one
-			// now (not 50 ms after its accept: a loaded machine may not
-			// have made the first call by then).
-			g.closing.Store(true)
-			g.resetAll()
+			// From now on each connection is reset once the proxy's side
+			// has it set up, this one now. Not a fixed while after its
+			// accept: on a loaded machine that came before the handshake
+			// ended, a connection that could not be set up, which may
+			// end the backoff (twice in CI).
+			watch, stop := context.WithCancel(t.Context())
+			defer stop()
+			go func() {
+				for s := conn.GetState(); ; s = conn.GetState() {
+					if s == connectivity.Ready {
+						g.resetAll()
+					}
+					if !conn.WaitForStateChange(watch, s) {
+						return
+					}
+				}
+			}()
 			// Down once: the backoff begins as after a poll that failed
 			// with its connection.
 			for s := conn.GetState(); s == connectivity.Ready; s = conn.GetState() {
