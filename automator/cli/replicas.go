@@ -33,12 +33,16 @@ const (
 // while one stopped for a long weekend is still shown.
 const replicaForgetAfter = 7 * 24 * time.Hour
 
+// storeFailure logs a store call of serve's own that failed
+// (server.Server.LogStoreFailure).
+type storeFailure func(doing string, err error, attrs ...any)
+
 // forgetReplicas deletes the heartbeats of the replicas not heard from
-// since replicaForgetAfter before now.
-func forgetReplicas(ctx context.Context, st store.Store, now time.Time, log *slog.Logger) {
+// since replicaForgetAfter before now; a failure is told to failed.
+func forgetReplicas(ctx context.Context, st store.Store, now time.Time, failed storeFailure, log *slog.Logger) {
 	n, err := st.ReplicaPurge(ctx, store.ReplicaPurgeParams{SeenBefore: now.Add(-replicaForgetAfter)})
 	if err != nil && ctx.Err() == nil {
-		log.Error("deleting the heartbeats of replicas not heard from for a week", "err", err)
+		failed("deleting the heartbeats of replicas not heard from for a week", err)
 	}
 	if n > 0 {
 		log.Info("deleted the heartbeats of replicas not heard from for a week", "count", n)
@@ -46,11 +50,12 @@ func forgetReplicas(ctx context.Context, st store.Store, now time.Time, log *slo
 }
 
 // forgetInstances deletes the records of the instances that have not
-// polled since store.InstanceForgetAfter before now.
-func forgetInstances(ctx context.Context, st store.Store, now time.Time, log *slog.Logger) {
+// polled since store.InstanceForgetAfter before now; a failure is told to
+// failed.
+func forgetInstances(ctx context.Context, st store.Store, now time.Time, failed storeFailure, log *slog.Logger) {
 	n, err := st.InstancePurge(ctx, store.InstancePurgeParams{PolledBefore: now.Add(-store.InstanceForgetAfter)})
 	if err != nil && ctx.Err() == nil {
-		log.Error(fmt.Sprintf("deleting the records of instances that have not polled for %d days", store.InstanceForgetDays), "err", err)
+		failed(fmt.Sprintf("deleting the records of instances that have not polled for %d days", store.InstanceForgetDays), err)
 	}
 	if n > 0 {
 		log.Info(fmt.Sprintf("deleted the records of instances that have not polled for %d days", store.InstanceForgetDays), "count", n)
@@ -120,7 +125,7 @@ func describeHolder(ctx context.Context, st store.Store, replicaID string) strin
 // until ctx is done; the returned channel closes when it has stopped. A
 // failed heartbeat is logged and retried at the next beat: it only makes
 // the replica look dead in listings.
-func startHeartbeat(ctx context.Context, st store.Store, replicaID string, log *slog.Logger) <-chan struct{} {
+func startHeartbeat(ctx context.Context, st store.Store, replicaID string, failed storeFailure, log *slog.Logger) <-chan struct{} {
 	host, _ := os.Hostname()
 	p := store.ReplicaHeartbeatParams{
 		ReplicaID: replicaID,
@@ -128,16 +133,18 @@ func startHeartbeat(ctx context.Context, st store.Store, replicaID string, log *
 		Version:   version.Version,
 		StartedAt: time.Now(),
 	}
-	beat := heartbeat(ctx, st, p, log)
+	beat := heartbeat(ctx, st, p, failed, log)
 	beat()
 	return every(ctx, heartbeatInterval, beat)
 }
 
 // heartbeat returns the function that records one heartbeat of p. A
-// failure is logged as a warning when the one before succeeded, and at
-// debug level while they go on failing (a database out of reach fails
-// every beat); the first success after them says so.
-func heartbeat(ctx context.Context, st store.Store, p store.ReplicaHeartbeatParams, log *slog.Logger) func() {
+// failure is logged as a warning when the one before succeeded (told to
+// failed instead when the database is locked by another program, out of
+// disk space or damaged, whose lines say what to do), and at debug level
+// while they go on failing (a database out of reach fails every beat);
+// the first success after them says so.
+func heartbeat(ctx context.Context, st store.Store, p store.ReplicaHeartbeatParams, failed storeFailure, log *slog.Logger) func() {
 	failing := false // beats run one at a time
 	return func() {
 		p.Now = time.Now()
@@ -146,7 +153,12 @@ func heartbeat(ctx context.Context, st store.Store, p store.ReplicaHeartbeatPara
 		case err != nil && ctx.Err() != nil:
 		case err != nil && !failing:
 			failing = true
-			log.Warn("recording this replica's heartbeat: `automator replicas` shows it as not alive while this lasts; further failures are logged at debug level", "err", err)
+			const doing = "recording this replica's heartbeat: `automator replicas` shows it as not alive while this lasts; further failures are logged at debug level"
+			if store.IsLocked(err) || store.IsStorageFull(err) || store.IsDamaged(err) {
+				failed(doing, err)
+			} else {
+				log.Warn(doing, "err", err)
+			}
 		case err != nil:
 			log.Debug("recording this replica's heartbeat", "err", err)
 		case failing:

@@ -6,10 +6,14 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/opsgate/opsgate/automator/store"
+	"github.com/opsgate/opsgate/automator/store/sqlitestore"
+	"github.com/opsgate/opsgate/internal/logtest"
+	"github.com/opsgate/opsgate/internal/sqlitetest"
 	"github.com/opsgate/opsgate/internal/waittest"
 )
 
@@ -66,7 +70,7 @@ func TestReplicasListsHeartbeatsAndWhoIsAlive(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
-	done := startHeartbeat(ctx, st, "live", slog.New(slog.DiscardHandler))
+	done := startHeartbeat(ctx, st, "live", func(string, error, ...any) {}, slog.New(slog.DiscardHandler))
 	// The first heartbeat is recorded before startHeartbeat returns.
 	out := replicasCLI(t, dir)
 	cancel()
@@ -108,7 +112,9 @@ func TestAFailingHeartbeatIsLoggedOncePerChange(t *testing.T) {
 	t.Parallel()
 	var log bytes.Buffer
 	st := &heartbeatStore{down: true}
-	beat := heartbeat(t.Context(), st, store.ReplicaHeartbeatParams{ReplicaID: "a"}, slog.New(slog.NewTextHandler(&log, nil)))
+	beat := heartbeat(t.Context(), st, store.ReplicaHeartbeatParams{ReplicaID: "a"}, func(doing string, err error, _ ...any) {
+		t.Errorf("%s: %v told as a fault of its own; want it warned of", doing, err)
+	}, slog.New(slog.NewTextHandler(&log, nil)))
 	for range 4 {
 		beat()
 	}
@@ -120,5 +126,43 @@ func TestAFailingHeartbeatIsLoggedOncePerChange(t *testing.T) {
 	}
 	if n := strings.Count(log.String(), "heartbeat again"); n != 1 {
 		t.Errorf("lines saying heartbeats are recorded again: %d; want 1:\n%s", n, log.String())
+	}
+}
+
+// TestServesOwnWritesOnALockedDatabaseAreToldAsSuch: the heartbeat's and
+// the hourly purges' writes that find the database locked by another
+// program are told to serve's log of its own store failures
+// (server.Server.LogStoreFailure), whose lines say what to do within the
+// lock's bound, not logged as bare errors (a review).
+func TestServesOwnWritesOnALockedDatabaseAreToldAsSuch(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "automator.db")
+	st, err := sqlitestore.Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	sqlitetest.Lock(t, path)
+	var mu sync.Mutex
+	var told []string
+	failed := func(doing string, err error, _ ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		if store.IsLocked(err) {
+			told = append(told, doing)
+		}
+	}
+	var log logtest.Buffer
+	logger := slog.New(slog.NewTextHandler(&log, nil))
+	var wg sync.WaitGroup
+	wg.Go(func() { heartbeat(t.Context(), st, store.ReplicaHeartbeatParams{ReplicaID: "a"}, failed, logger)() })
+	wg.Go(func() { forgetReplicas(t.Context(), st, time.Now(), failed, logger) })
+	wg.Go(func() { forgetInstances(t.Context(), st, time.Now(), failed, logger) })
+	wg.Wait()
+	if len(told) != 3 {
+		t.Errorf("writes told as finding the database locked: %q; want the heartbeat's and both purges'", told)
+	}
+	if s := log.String(); s != "" {
+		t.Errorf("logged besides:\n%s", s)
 	}
 }

@@ -307,7 +307,7 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	defer stopRecording()
 	recorderDone := make(chan struct{})
 	go func() { srv.RecordInstances(recordCtx); close(recorderDone) }()
-	heartbeatDone := startHeartbeat(runCtx, st, cfg.ReplicaID, log)
+	heartbeatDone := startHeartbeat(runCtx, st, cfg.ReplicaID, srv.LogStoreFailure, log)
 	purgeDone := startPurge(runCtx, srv, dash, timed, cfg.WorkRetention, cfg.AuditRetention, log)
 	sendAwayDone := make(chan struct{})
 	if reach := reachOf(st); reach != nil {
@@ -505,23 +505,23 @@ func startPurge(ctx context.Context, srv *server.Server, dash *dashboard.Dashboa
 	purge := func() {
 		if retention > 0 {
 			if _, err := srv.PurgeEnded(ctx, retention); err != nil && ctx.Err() == nil {
-				log.Error("deleting ended units past work_retention", "err", err)
+				srv.LogStoreFailure("deleting ended units past work_retention", err)
 			}
 		}
 		if auditRetention > 0 {
 			if _, err := srv.PurgeAudit(ctx, auditRetention); err != nil && ctx.Err() == nil {
-				log.Error("deleting audit events past audit_retention", "err", err)
+				srv.LogStoreFailure("deleting audit events past audit_retention", err)
 			}
 		}
 		n, err := dash.PurgeEndedSessions(ctx)
 		if err != nil && ctx.Err() == nil {
-			log.Error("deleting the sign-outs of expired dashboard sessions", "err", err)
+			srv.LogStoreFailure("deleting the sign-outs of expired dashboard sessions", err)
 		}
 		if n > 0 {
 			log.Info("deleted the sign-outs of expired dashboard sessions", "count", n)
 		}
-		forgetReplicas(ctx, st, time.Now(), log)
-		forgetInstances(ctx, st, time.Now(), log)
+		forgetReplicas(ctx, st, time.Now(), srv.LogStoreFailure, log)
+		forgetInstances(ctx, st, time.Now(), srv.LogStoreFailure, log)
 		// Last, as it may take minutes; after the purge, whose units
 		// need no moving.
 		srv.FinishDeletions(ctx)

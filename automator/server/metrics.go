@@ -128,6 +128,14 @@ func (s *Server) storeFailure(doing string, err error, attrs ...any) {
 	}
 }
 
+// LogStoreFailure is storeFailure for the writes serve makes of its own
+// (the hourly purges, the replica's heartbeat): counted, and logged
+// within the bounds of their fault's lines, saying what to do (a review:
+// a lock's were bare errors).
+func (s *Server) LogStoreFailure(doing string, err error, attrs ...any) {
+	s.storeFailure(doing, err, attrs...)
+}
+
 // storeFailed tells the metrics of a store call that failed with err.
 func (s *Server) storeFailed(err error) {
 	switch {
