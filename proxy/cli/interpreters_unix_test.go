@@ -13,7 +13,8 @@ import (
 
 // TestMissingInterpretersListsScriptsThisHostCannotRun: a script whose #!
 // line names an interpreter this host does not have, or one saved with
-// Windows line endings, is listed with it, so the proxy warns as it starts
+// Windows line endings (a carriage return after the interpreter or after
+// its argument), is listed with it, so the proxy warns as it starts
 // and status says so (a review: a standby missing python looked healthy);
 // one whose interpreter exists, or is found through PATH, is not.
 func TestMissingInterpretersListsScriptsThisHostCannotRun(t *testing.T) {
@@ -25,6 +26,8 @@ func TestMissingInterpretersListsScriptsThisHostCannotRun(t *testing.T) {
 		"py.sh":      "#!/usr/bin/nonexistent-python9\nprint(1)\n",
 		"through.sh": "#!/bin/sh/x\n", // a path through a file
 		"crlf.sh":    "#!/bin/sh\r\necho ok\r\n",
+		"crlfenv.py": "#!/usr/bin/env python3\r\nprint(1)\r\n", // env looks for "python3\r"
+		"crlfarg.sh": "#!/bin/sh -e\r\necho ok\r\n",
 		"notes.txt":  "#!/nowhere\n", // not runnable: not listed
 		"nobang.bin": "\x7fELF",
 	} {
@@ -37,7 +40,7 @@ func TestMissingInterpretersListsScriptsThisHostCannotRun(t *testing.T) {
 		}
 	}
 	got := missingInterpreters(dir)
-	want := []string{`crlf.sh (#!/bin/sh\r)`, "py.sh (#!/usr/bin/nonexistent-python9)", "through.sh (#!/bin/sh/x)"}
+	want := []string{`crlf.sh (#!/bin/sh\r)`, `crlfarg.sh (#!/bin/sh -e\r)`, `crlfenv.py (#!/usr/bin/env python3\r)`, "py.sh (#!/usr/bin/nonexistent-python9)", "through.sh (#!/bin/sh/x)"}
 	if !slices.Equal(got, want) {
 		t.Errorf("missingInterpreters = %q, want %q", got, want)
 	}

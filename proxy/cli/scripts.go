@@ -80,9 +80,10 @@ func listed(items []string) string {
 }
 
 // missingInterpreters lists the runnable scripts of dir whose #! line names
-// an interpreter this host does not have (a path that does not exist, or
-// one with a carriage return: a file saved with Windows line endings), each
-// as "NAME (#!INTERPRETER)": a unit naming one fails on this instance, and
+// an interpreter this host does not have (a path that does not exist), or
+// ends in a carriage return (a file saved with Windows line endings: the
+// interpreter or its argument has it), each as "NAME (#!INTERPRETER)", the
+// whole line for the latter: a unit naming one fails on this instance, and
 // a standby that would fail them all looks as healthy as the active one
 // otherwise (a review). A name PATH resolves ("#!/usr/bin/env python3")
 // is not looked up: the service's PATH may not be this shell's.
@@ -98,7 +99,17 @@ func missingInterpreters(dir string) []string {
 			continue
 		}
 		interp := runner.Interpreter(path)
-		if interp == "" || !filepath.IsAbs(interp) {
+		if interp == "" {
+			continue
+		}
+		if line := runner.ShebangLine(path); strings.HasSuffix(line, "\r") {
+			// Saved with Windows line endings: the interpreter, or its
+			// last argument, ends in a carriage return ("#!/usr/bin/env
+			// python3\r": env looks for "python3\r"), whichever it is.
+			missing = append(missing, fmt.Sprintf("%s (#!%s)", e.Name(), strings.ReplaceAll(line, "\r", `\r`)))
+			continue
+		}
+		if !filepath.IsAbs(interp) {
 			continue
 		}
 		// Any failure to find it but a permission's (a path through a

@@ -198,6 +198,18 @@ func fileHead(path string) []byte {
 // as the system reads it, or "" when it has none (or is not readable).
 func Interpreter(path string) string { return shebang(path) }
 
+// ShebangLine returns the #! line of the script at path after the "#!",
+// up to its newline (a carriage return before it kept), or "" when it has
+// none (or is not readable).
+func ShebangLine(path string) string {
+	line, ok := bytes.CutPrefix(fileHead(path), []byte("#!"))
+	if !ok {
+		return ""
+	}
+	line, _, _ = bytes.Cut(line, []byte("\n"))
+	return string(line)
+}
+
 // shebang returns the interpreter a script's #! line names, as the system
 // reads it (up to a space, a tab or the line's end: a carriage return is
 // part of it), or "".

@@ -233,3 +233,6 @@ func shortOf(err error) string {
 // Interpreter returns "": on windows a script's extension chooses its
 // interpreter, one of the system directory's.
 func Interpreter(string) string { return "" }
+
+// ShebangLine returns "": on windows no #! line is read.
+func ShebangLine(string) string { return "" }
