@@ -1,7 +1,7 @@
 //go:build linux
 
-// Package disktest gives tests a small real file system to fill: a tmpfs
-// mounted for the test alone. Mounting needs root; without it the test is
+// Package disktest gives tests a small real file system to fill, or one
+// mounted noexec: a tmpfs mounted for the test alone. Mounting needs root; without it the test is
 // skipped, saying why.
 package disktest
 
@@ -21,11 +21,29 @@ func Small(t testing.TB, size int64) string {
 	if os.Geteuid() != 0 {
 		t.Skip("mounting a small file system to fill needs root: run as root to run this test")
 	}
+	return mount(t, syscall.MS_NOSUID|syscall.MS_NODEV, size)
+}
+
+// NoExec mounts a tmpfs with noexec, from which the system runs no
+// program, on a new directory and returns the directory. It is unmounted
+// when the test ends.
+func NoExec(t testing.TB) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a file system noexec needs root: run as root to run this test")
+	}
+	return mount(t, syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, 1<<20)
+}
+
+// mount mounts a tmpfs of size bytes with flags on a new directory and
+// returns the directory, unmounted when the test ends.
+func mount(t testing.TB, flags uintptr, size int64) string {
+	t.Helper()
 	dir := filepath.Join(t.TempDir(), "disk")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, fmt.Sprintf("size=%d,mode=0755", size)); err != nil {
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", flags, fmt.Sprintf("size=%d,mode=0755", size)); err != nil {
 		t.Fatalf("mounting a tmpfs of %d bytes on %s: %v", size, dir, err)
 	}
 	// Registered after t.TempDir, so it runs before the directory's removal;

@@ -265,6 +265,9 @@ func runProxy(ctx context.Context, cfg config.Config, file loadedConfig, env Env
 	if missing := missingInterpreters(cfg.ScriptsDir); len(missing) > 0 {
 		log.Warn(missingInterpretersWarning, "scripts", listed(missing))
 	}
+	if noexec := noExecScripts(cfg.ScriptsDir); len(noexec) > 0 {
+		log.Warn(noExecWarning, "scripts", listed(noexec))
+	}
 	return a.Run(ctx)
 }
 

@@ -66,6 +66,36 @@ func scriptsDigest(dir string) (n int, digest string, err error) {
 // says, when missingInterpreters lists anything.
 const missingInterpretersWarning = "scripts whose #! interpreter this host does not have: a unit naming one fails on this instance; install the interpreter, or fix the #! line"
 
+// noExecWarning is what the proxy logs at start, and status says, when
+// noExecScripts lists anything.
+const noExecWarning = "scripts the system will not run, on a file system mounted noexec (the script's own, or its #! interpreter's): a unit naming one fails on this instance; mount it without noexec, or move them"
+
+// noExecScripts lists the runnable scripts of dir that are, or whose #!
+// interpreter is, on a file system mounted noexec (a hardened /tmp, /home
+// or /var), each as "NAME (PATH)", PATH the one found there: a unit naming
+// one fails on this instance, as "permission denied", though its modes
+// allow it (a review). Only on Linux.
+func noExecScripts(dir string) []string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var found []string
+	for _, e := range entries {
+		path, err := runner.ResolveScript(dir, e.Name())
+		switch {
+		case errors.Is(err, runner.ErrNoExec):
+			found = append(found, fmt.Sprintf("%s (%s)", e.Name(), filepath.Join(dir, e.Name())))
+		case err != nil:
+		default:
+			if interp := runner.Interpreter(path); filepath.IsAbs(interp) && runner.OnNoExec(interp) {
+				found = append(found, fmt.Sprintf("%s (#!%s)", e.Name(), interp))
+			}
+		}
+	}
+	return found
+}
+
 // maxListed bounds the scripts a warning names: the rest are counted (a
 // line of 5,000 is cut by journald and syslog alike).
 const maxListed = 20

@@ -755,6 +755,9 @@ func cmdStatus(args []string, env Env) error {
 		if missing := missingInterpreters(cfg.ScriptsDir); len(missing) > 0 {
 			fmt.Fprintf(w, "scripts:        %s: %s\n", missingInterpretersWarning, listed(missing))
 		}
+		if noexec := noExecScripts(cfg.ScriptsDir); len(noexec) > 0 {
+			fmt.Fprintf(w, "scripts:        %s: %s\n", noExecWarning, listed(noexec))
+		}
 		// A stopped standby's profile goes out of date without a sign
 		// (a rotation, a deleted account): it is asked now, not at
 		// failover.

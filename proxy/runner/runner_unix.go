@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/user"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -124,6 +125,11 @@ func checkRunnable(name, path string) error {
 	if err == nil {
 		return nil
 	}
+	if OnNoExec(path) {
+		// Not its mode, nor its owner (a review: "executable, but not
+		// by root").
+		return fmt.Errorf("%w %q: %w: mount it without noexec, or keep the scripts on another file system: %w", ErrNotAllowed, name, ErrNoExec, err)
+	}
 	if fi, serr := os.Stat(path); serr == nil && fi.Mode().Perm()&0o111 != 0 {
 		// Executable, but not by this user (its owner's alone, say).
 		owner := ""
@@ -170,6 +176,9 @@ func startHint(path string, err error) string {
 		}
 		return "it is not a program and has no #! line: "
 	case errors.Is(err, syscall.EACCES):
+		if interp := shebang(path); filepath.IsAbs(interp) && OnNoExec(interp) {
+			return fmt.Sprintf("its #! interpreter %q is on a file system mounted noexec, from which the system runs no program: ", interp)
+		}
 		return "its #! interpreter is not executable, or its file system is mounted noexec: "
 	case errors.Is(err, syscall.E2BIG):
 		return "its arguments and environment are more than this system passes to a program (on Linux at most 128 KiB in one argument): pass large data on stdin: "
