@@ -29,10 +29,26 @@ func List() []os.Signal {
 		return nil
 	}
 	sigs := []os.Signal{os.Interrupt, syscall.SIGTERM}
-	if !signal.Ignored(syscall.SIGHUP) {
+	if !hupIgnoredAtStart {
 		sigs = append(sigs, syscall.SIGHUP)
 	}
 	return sigs
+}
+
+// hupIgnoredAtStart tells that this process was started with SIGHUP
+// ignored (read before any Notify, which takes the ignoring off).
+var hupIgnoredAtStart = signal.Ignored(syscall.SIGHUP)
+
+// ChildrenGetDefaultHUP gives the programs this process starts SIGHUP's
+// default action when it was started with SIGHUP ignored (nohup), which
+// they would inherit otherwise: a signal ignored stays ignored across
+// exec, one a handler takes is reset to its default. This process goes on
+// dropping it. The proxy calls it first thing: the scripts of a proxy
+// started with nohup ignored SIGHUP (a review).
+func ChildrenGetDefaultHUP() {
+	if hupIgnoredAtStart {
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
+	}
 }
 
 // Stopping is called once the first signal of List has come, with the

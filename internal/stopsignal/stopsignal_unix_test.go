@@ -23,6 +23,31 @@ import (
 // TestMain runs the test binary as a command that stops on a signal, as
 // the mains do, when asked to (helperEnv).
 func TestMain(m *testing.M) {
+	if h := os.Getenv(helperEnv); h == "hup" || h == "hup-untouched" {
+		// What a program it starts ignores, and whether this process
+		// still takes SIGHUP (to drop it) rather than dying of it.
+		if h == "hup" {
+			stopsignal.ChildrenGetDefaultHUP()
+		}
+		out, err := exec.Command("/bin/sh", "-c", "grep -E '^Sig(Ign|Cgt):' /proc/$$/status").Output()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		self, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		for who, status := range map[string][]byte{"child": out, "self": self} {
+			for _, l := range bytes.Split(status, []byte("\n")) {
+				if bytes.HasPrefix(l, []byte("SigIgn:")) || bytes.HasPrefix(l, []byte("SigCgt:")) {
+					fmt.Printf("%s %s\n", who, l)
+				}
+			}
+		}
+		os.Exit(0)
+	}
 	if os.Getenv(helperEnv) == "list" {
 		fmt.Println(slices.Contains(stopsignal.List(), os.Signal(syscall.SIGHUP)))
 		os.Exit(0)

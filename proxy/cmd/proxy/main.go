@@ -22,6 +22,9 @@ func main() {
 	// A descriptor this process inherited (from a shell or a supervisor
 	// that leaks them) is not passed on to scripts (a review).
 	runner.KeepInheritedFromScripts()
+	// Nor is a SIGHUP this process was started ignoring (nohup): it
+	// goes on ignoring it, its scripts get the default.
+	stopsignal.ChildrenGetDefaultHUP()
 	// A container's first process, with no init before it: this one
 	// reaps the namespace's orphans (its scripts leave some) and passes
 	// signals to the proxy, which runs as its child.
