@@ -39,6 +39,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -78,6 +79,9 @@ type Client struct {
 	next atomic.Int64
 	// closed is set by Close: a call cut by it is not retried.
 	closed atomic.Bool
+	// firstPause and lastPause are a call's first pause between two
+	// rounds of tries, and the most it doubles to.
+	firstPause, lastPause time.Duration
 }
 
 // New makes a Client. Connections are opened lazily, on the first call.
@@ -89,7 +93,10 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{retryFor: cfg.RetryFor, onUnreachable: cfg.OnUnreachable}
+	c := &Client{retryFor: cfg.RetryFor, onUnreachable: cfg.OnUnreachable, firstPause: 50 * time.Millisecond, lastPause: 2 * time.Second}
+	if cfg.retryPause > 0 {
+		c.firstPause, c.lastPause = cfg.retryPause, cfg.retryPause
+	}
 	if c.retryFor == 0 {
 		c.retryFor = defaultRetryFor
 	}
@@ -136,7 +143,7 @@ func dial(cfg Config, t target, caPEM []byte, check *certCheck, w *addrWatch) (*
 		// TLS handshake 5 s of it (checkedTLS), so a link with a round
 		// trip of up to about 5 s connects.
 		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 3 * time.Second},
+			Backoff:           reconnectBackoff(cfg.reconnectWait),
 			MinConnectTimeout: grpcwire.SetupWithin,
 		}),
 	)
@@ -147,6 +154,21 @@ func dial(cfg Config, t target, caPEM []byte, check *certCheck, w *addrWatch) (*
 	}
 	opts = append(opts, grpc.WithContextDialer(watchedDialer(dialer, check, w, t.plaintext)))
 	return grpc.NewClient("passthrough:///"+t.hostPort, opts...)
+}
+
+// reconnect is gRPC's wait between the attempts to connect to an address
+// that refuses or fails them. A call retried (Client.call) cuts it short,
+// at its own pace.
+var reconnect = backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 3 * time.Second}
+
+// reconnectBackoff is reconnect, or with wait (when set) its least and
+// greatest wait.
+func reconnectBackoff(wait time.Duration) backoff.Config {
+	b := reconnect
+	if wait > 0 {
+		b.BaseDelay, b.MaxDelay = wait, wait
+	}
+	return b
 }
 
 // watchedDialer is the dialer of one address's connections: dialer's,
@@ -688,7 +710,8 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 	}
 	n := int64(len(c.apis))
 	start := c.next.Load()
-	delay := 50 * time.Millisecond
+	delay := c.firstPause
+	wokeEarly := false // a pause of this call ended early (pause)
 	// untrusted marks the addresses whose certificate did not verify:
 	// this call tries them no more.
 	untrusted := make([]bool, n)
@@ -795,12 +818,50 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 				c.onUnreachable(*unreachable)
 			}
 			unreachable, stuck = nil, nil
-			if !ctxtime.Sleep(ctx, delay) {
+			ok, early := c.pause(ctx, delay, !wokeEarly)
+			if !ok {
 				return fmt.Errorf("%s: %w", doing, ctx.Err())
 			}
-			delay = min(2*delay, 2*time.Second)
+			wokeEarly = wokeEarly || early
+			delay = min(2*delay, c.lastPause)
 		}
 	}
+}
+
+// pause waits d between two rounds of a call's tries, and reports
+// whether ctx allowed it (ok), and whether it ended early (early). The
+// connections that failed are dialled anew meanwhile, not when gRPC's own
+// wait between connection attempts (up to 3.6 s) ends, and, with
+// mayEndEarly, the pause ends once one of them is set up: an automator
+// back from a restart was used up to 8 s after it served again (a soak),
+// now within gRPC's first waits after the reset (100 ms, then growing).
+// A call's pauses end early once at most: an automator that fails each
+// call and drops its connection would otherwise be called again at the
+// pace its connections are set up.
+func (c *Client) pause(ctx context.Context, d time.Duration, mayEndEarly bool) (ok, early bool) {
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var up atomic.Bool
+	for _, cc := range c.conns {
+		if cc.GetState() != connectivity.TransientFailure {
+			continue
+		}
+		cc.ResetConnectBackoff()
+		if !mayEndEarly {
+			continue
+		}
+		go func() {
+			for s := cc.GetState(); s != connectivity.Ready; s = cc.GetState() {
+				if !cc.WaitForStateChange(wctx, s) {
+					return
+				}
+			}
+			up.Store(true)
+			cancel()
+		}()
+	}
+	<-wctx.Done()
+	return ctx.Err() == nil, up.Load()
 }
 
 // databaseUnreachableAnswer tells whether err is an automator's answer,

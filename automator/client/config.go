@@ -63,6 +63,13 @@ type Config struct {
 	// (http://) connection it opens must end at a loopback TCP address or
 	// a unix socket: any other is closed before anything is sent on it.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
+
+	// reconnectWait, when set (a test), is gRPC's least and greatest wait
+	// between connection attempts, in place of reconnect's.
+	reconnectWait time.Duration
+	// retryPause, when set (a test), is a call's pause between two rounds
+	// of tries, in place of 50 ms doubling to 2 s.
+	retryPause time.Duration
 }
 
 const defaultRetryFor = time.Minute
