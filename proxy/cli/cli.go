@@ -262,10 +262,11 @@ func runProxy(ctx context.Context, cfg config.Config, file loadedConfig, env Env
 	for _, why := range scriptenv.Allowlist(cfg.AllowedEnv).Useless() {
 		log.Warn("allowed_env lists what no command may set: "+why, "config", file.path)
 	}
-	if missing := missingInterpreters(cfg.ScriptsDir); len(missing) > 0 {
+	missing, noexec := unrunnable(cfg.ScriptsDir)
+	if len(missing) > 0 {
 		log.Warn(missingInterpretersWarning, "scripts", listed(missing))
 	}
-	if noexec := noExecScripts(cfg.ScriptsDir); len(noexec) > 0 {
+	if len(noexec) > 0 {
 		log.Warn(noExecWarning, "scripts", listed(noexec))
 	}
 	return a.Run(ctx)

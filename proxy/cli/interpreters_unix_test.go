@@ -39,10 +39,10 @@ func TestMissingInterpretersListsScriptsThisHostCannotRun(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := missingInterpreters(dir)
+	got, _ := unrunnable(dir)
 	want := []string{`crlf.sh (#!/bin/sh\r)`, `crlfarg.sh (#!/bin/sh -e\r)`, `crlfenv.py (#!/usr/bin/env python3\r)`, "py.sh (#!/usr/bin/nonexistent-python9)", "through.sh (#!/bin/sh/x)"}
 	if !slices.Equal(got, want) {
-		t.Errorf("missingInterpreters = %q, want %q", got, want)
+		t.Errorf("unrunnable's missing = %q, want %q", got, want)
 	}
 }
 

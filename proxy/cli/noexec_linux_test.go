@@ -15,7 +15,7 @@ import (
 
 // TestAScriptTheSystemWillNotRunForANoexecMountIsSaid: a script on a file
 // system mounted noexec, or one whose #! interpreter is there, is named at
-// start, at WARN, and by status (noExecScripts), though its modes allow
+// start, at WARN, and by status (unrunnable), though its modes allow
 // it: the system refuses to run it ("permission denied"), so a unit
 // naming it fails on this instance, and a standby that would fail them
 // all looked healthy (a review). A script and interpreter elsewhere are
@@ -35,8 +35,9 @@ func TestAScriptTheSystemWillNotRunForANoexecMountIsSaid(t *testing.T) {
 	if err := exec.Command(filepath.Join(noexec, "there.sh")).Run(); !errors.Is(err, syscall.EACCES) {
 		t.Fatalf("running a script on the noexec mount: %v, want permission denied", err)
 	}
-	if got, want := noExecScripts(noexec), []string{"interp (" + filepath.Join(noexec, "interp") + ")", "there.sh (" + filepath.Join(noexec, "there.sh") + ")"}; !slices.Equal(got, want) {
-		t.Errorf("noExecScripts(the noexec mount) = %q, want %q", got, want)
+	want := []string{"interp (" + filepath.Join(noexec, "interp") + ")", "there.sh (" + filepath.Join(noexec, "there.sh") + ")"}
+	if _, got := unrunnable(noexec); !slices.Equal(got, want) {
+		t.Errorf("unrunnable's noexec, of the noexec mount = %q, want %q", got, want)
 	}
 
 	scripts := t.TempDir()

@@ -63,38 +63,12 @@ func scriptsDigest(dir string) (n int, digest string, err error) {
 }
 
 // missingInterpretersWarning is what the proxy logs at start, and status
-// says, when missingInterpreters lists anything.
+// says, when unrunnable lists scripts as missing their interpreter.
 const missingInterpretersWarning = "scripts whose #! interpreter this host does not have: a unit naming one fails on this instance; install the interpreter, or fix the #! line"
 
 // noExecWarning is what the proxy logs at start, and status says, when
-// noExecScripts lists anything.
+// unrunnable lists scripts on a noexec file system.
 const noExecWarning = "scripts the system will not run, on a file system mounted noexec (the script's own, or its #! interpreter's): a unit naming one fails on this instance; mount it without noexec, or move them"
-
-// noExecScripts lists the runnable scripts of dir that are, or whose #!
-// interpreter is, on a file system mounted noexec (a hardened /tmp, /home
-// or /var), each as "NAME (PATH)", PATH the one found there: a unit naming
-// one fails on this instance, as "permission denied", though its modes
-// allow it (a review). Only on Linux.
-func noExecScripts(dir string) []string {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil
-	}
-	var found []string
-	for _, e := range entries {
-		path, err := runner.ResolveScript(dir, e.Name())
-		switch {
-		case errors.Is(err, runner.ErrNoExec):
-			found = append(found, fmt.Sprintf("%s (%s)", e.Name(), filepath.Join(dir, e.Name())))
-		case err != nil:
-		default:
-			if interp := runner.Interpreter(path); filepath.IsAbs(interp) && runner.OnNoExec(interp) {
-				found = append(found, fmt.Sprintf("%s (#!%s)", e.Name(), interp))
-			}
-		}
-	}
-	return found
-}
 
 // maxListed bounds the scripts a warning names: the rest are counted (a
 // line of 5,000 is cut by journald and syslog alike).
@@ -109,22 +83,31 @@ func listed(items []string) string {
 	return fmt.Sprintf("%s; and %d more", strings.Join(items[:maxListed], "; "), len(items)-maxListed)
 }
 
-// missingInterpreters lists the runnable scripts of dir whose #! line names
-// an interpreter this host does not have (a path that does not exist), or
-// ends in a carriage return (a file saved with Windows line endings: the
-// interpreter or its argument has it), each as "NAME (#!INTERPRETER)", the
-// whole line for the latter: a unit naming one fails on this instance, and
-// a standby that would fail them all looks as healthy as the active one
-// otherwise (a review). A name PATH resolves ("#!/usr/bin/env python3")
-// is not looked up: the service's PATH may not be this shell's.
-func missingInterpreters(dir string) []string {
+// unrunnable walks the runnable scripts of dir once, and lists, each as
+// "NAME (#!INTERPRETER)" or "NAME (PATH)", those a unit naming would fail
+// on this instance, while a standby that would fail them all looks as
+// healthy as the active one otherwise (a review):
+//
+//   - missing: those whose #! line names an interpreter this host does
+//     not have (a path that does not exist), or ends in a carriage return
+//     (a file saved with Windows line endings: the interpreter or its
+//     argument has it; the whole line is given). A name PATH resolves
+//     ("#!/usr/bin/env python3") is not looked up: the service's PATH may
+//     not be this shell's.
+//   - noexec: those that are, or whose #! interpreter is, on a file system
+//     mounted noexec (a hardened /tmp, /home or /var), from which the
+//     system runs nothing ("permission denied") though their modes allow
+//     it. Only on Linux.
+func unrunnable(dir string) (missing, noexec []string) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil
+		return nil, nil
 	}
-	var missing []string
 	for _, e := range entries {
 		path, err := runner.ResolveScript(dir, e.Name())
+		if errors.Is(err, runner.ErrNoExec) {
+			noexec = append(noexec, fmt.Sprintf("%s (%s)", e.Name(), filepath.Join(dir, e.Name())))
+		}
 		if err != nil {
 			continue
 		}
@@ -146,7 +129,9 @@ func missingInterpreters(dir string) []string {
 		// file, #!/bin/sh/x, is ENOTDIR: a re-review).
 		if _, err := os.Stat(interp); strings.ContainsRune(interp, '\r') || (err != nil && !errors.Is(err, fs.ErrPermission)) {
 			missing = append(missing, fmt.Sprintf("%s (#!%s)", e.Name(), strings.ReplaceAll(interp, "\r", `\r`)))
+		} else if runner.OnNoExec(interp) {
+			noexec = append(noexec, fmt.Sprintf("%s (#!%s)", e.Name(), interp))
 		}
 	}
-	return missing
+	return missing, noexec
 }

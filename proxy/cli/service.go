@@ -752,10 +752,11 @@ func cmdStatus(args []string, env Env) error {
 		if loose := writableByOthersAs(cfg.ScriptsDir, cfg.StateDir); len(loose) > 0 {
 			fmt.Fprintf(w, "scripts:        %s: %s\n", looseScriptsWarning, strings.Join(loose, "; "))
 		}
-		if missing := missingInterpreters(cfg.ScriptsDir); len(missing) > 0 {
+		missing, noexec := unrunnable(cfg.ScriptsDir)
+		if len(missing) > 0 {
 			fmt.Fprintf(w, "scripts:        %s: %s\n", missingInterpretersWarning, listed(missing))
 		}
-		if noexec := noExecScripts(cfg.ScriptsDir); len(noexec) > 0 {
+		if len(noexec) > 0 {
 			fmt.Fprintf(w, "scripts:        %s: %s\n", noExecWarning, listed(noexec))
 		}
 		// A stopped standby's profile goes out of date without a sign
