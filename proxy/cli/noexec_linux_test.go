@@ -19,7 +19,7 @@ import (
 // it: the system refuses to run it ("permission denied"), so a unit
 // naming it fails on this instance, and a standby that would fail them
 // all looked healthy (a review). A script and interpreter elsewhere are
-// not named.
+// not named, nor a file there that is no script (no x bit: a re-review).
 func TestAScriptTheSystemWillNotRunForANoexecMountIsSaid(t *testing.T) {
 	t.Parallel()
 	noexec := disktest.NoExec(t)
@@ -31,6 +31,10 @@ func TestAScriptTheSystemWillNotRunForANoexecMountIsSaid(t *testing.T) {
 	}
 	write(filepath.Join(noexec, "there.sh"), "#!/bin/sh\necho ok\n")
 	write(filepath.Join(noexec, "interp"), "#!/bin/sh\nexec /bin/sh \"$@\"\n")
+	// Not a script: no one may run it, on any file system.
+	if err := os.WriteFile(filepath.Join(noexec, "README.txt"), []byte("notes\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	// The premise: the system refuses it, though its mode allows it.
 	if err := exec.Command(filepath.Join(noexec, "there.sh")).Run(); !errors.Is(err, syscall.EACCES) {
 		t.Fatalf("running a script on the noexec mount: %v, want permission denied", err)

@@ -125,9 +125,10 @@ func checkRunnable(name, path string) error {
 	if err == nil {
 		return nil
 	}
-	if OnNoExec(path) {
+	if fi, serr := os.Stat(path); serr == nil && fi.Mode().Perm()&0o111 != 0 && OnNoExec(path) {
 		// Not its mode, nor its owner (a review: "executable, but not
-		// by root").
+		// by root"). A file no one may run is not a script: said as
+		// before (a re-review: a README was listed).
 		return fmt.Errorf("%w %q: %w: mount it without noexec, or keep the scripts on another file system: %w", ErrNotAllowed, name, ErrNoExec, err)
 	}
 	if fi, serr := os.Stat(path); serr == nil && fi.Mode().Perm()&0o111 != 0 {
