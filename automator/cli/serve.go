@@ -130,6 +130,11 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	// never need a file descriptor the automator's connections may hold
 	// by then.
 	if s, ok := store.Uncached(st).(*sqlitestore.Store); ok {
+		// One it may not write would be served, every write failing (a
+		// review); the commands that only read still read it.
+		if err := s.Unwritable(); err != nil {
+			return fmt.Errorf("serve cannot write its database: %w", err)
+		}
 		if err := s.OpenReaders(ctx); err != nil {
 			return err
 		}

@@ -162,6 +162,14 @@ func (s *Server) wrote(mark writesMark) {
 		// some writes between refusals.
 		s.diskBackLog.Log("the database takes writes again: the disk has space")
 	}
+	s.lockTaken(mark)
+}
+
+// lockTaken is wrote for a write transaction that may have written
+// nothing (the sweeper's, with nothing due): it ends a lock another
+// program held, as taking the lock shows, but not a full disk, which a
+// transaction that writes nothing does not test.
+func (s *Server) lockTaken(mark writesMark) {
 	if s.dbLocked.Load() && s.lockedWrites.Load() == mark.locked && s.dbLocked.CompareAndSwap(true, false) {
 		s.lockBackLog.Log("the database takes writes again: the program that held it locked has let go")
 	}

@@ -143,7 +143,7 @@ const expireBatch = 256
 // says that it timed out a whole batch, so more may be due.
 func (s *Server) expireDue(ctx context.Context, id string) (full bool, err error) {
 	now := s.clock.Now()
-	mark := s.databaseMark()
+	mark, writes := s.databaseMark(), s.writeMark()
 	sctx, cancel := s.sweepContext(ctx)
 	defer cancel()
 	// The reason of a unit no instance claimed says what its account's
@@ -160,6 +160,15 @@ func (s *Server) expireDue(ctx context.Context, id string) (full bool, err error
 		return false, err
 	}
 	s.databaseAnswered(mark)
+	// The end of another program's lock (the expiry's transaction took
+	// it, though none may be due), or of a full disk (when it wrote), is
+	// said within a sweep of it, not at the next unit queued or poll
+	// recorded: never on an idle automator (a re-review).
+	if len(expired) > 0 {
+		s.wrote(writes)
+	} else {
+		s.lockTaken(writes)
+	}
 	for _, w := range expired {
 		s.emit(ctx, Event{Kind: EventWorkEnded, Account: w.Account, WorkID: w.ID, InstanceID: w.InstanceID, ended: &w})
 		s.metrics.WorkFinished(w)

@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"time"
 
 	"modernc.org/sqlite"
@@ -86,13 +88,25 @@ func notWritable(err error, path string) error {
 			f.Close()
 			continue
 		}
+		if errors.Is(oerr, syscall.EROFS) {
+			return fmt.Errorf("%s is on a read-only file system: %w", p, err)
+		}
 		if errors.Is(oerr, fs.ErrPermission) {
 			mode := ""
-			if fi, serr := os.Stat(p); serr == nil {
+			fi, serr := os.Stat(p)
+			if serr == nil {
 				mode = fmt.Sprintf(" (mode %v)", fi.Mode().Perm())
 			}
 			fix := "give it to the automator's user, mode 0600"
-			if p != path {
+			switch {
+			case errors.Is(oerr, syscall.EPERM) && serr == nil && (os.Geteuid() == 0 || fi.Mode().Perm()&0o200 != 0 && ownedByMe(fi)):
+				// Neither its owner nor its mode stops this user.
+				fix = "its owner and mode allow it, so an attribute forbids it: immutable or append-only (lsattr; chattr -i or -a)"
+			case strings.HasSuffix(p, "-wal"):
+				// It may hold committed transactions not yet in the
+				// database (a re-review: removing it was advised).
+				fix = "give it the database's owner and mode 0600 (do not remove it: it may hold committed transactions)"
+			case p != path:
 				fix = "SQLite made it beside the database with the database's mode, when the database was read only; with serve stopped, remove it, or give it the database's owner and mode 0600"
 			}
 			return fmt.Errorf("%s is not writable by this user%s: %s: %w", p, mode, fix, err)

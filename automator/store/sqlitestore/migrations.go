@@ -332,10 +332,10 @@ func migrateWith(ctx context.Context, db *sql.DB, steps []migration) error {
 			return nil
 		}
 		if isReadOnly(err) {
-			// Nor would the migration below write, so a database this
-			// user may not write opened, and serve served it, every
-			// write failing (a review).
-			return err
+			// Nor would the migration below write: said, for serve to
+			// refuse it (Store.Unwritable), while the commands that
+			// only read go on.
+			return &readOnlyError{err}
 		}
 	}
 	tx, err := db.BeginTx(ctx, nil)
@@ -381,6 +381,13 @@ func migrateWith(ctx context.Context, db *sql.DB, steps []migration) error {
 	}
 	return nil
 }
+
+// readOnlyError is migrateWith's error for a database whose schema is
+// current, which this process may not write (SQLITE_READONLY, wrapped).
+type readOnlyError struct{ err error }
+
+func (e *readOnlyError) Error() string { return e.err.Error() }
+func (e *readOnlyError) Unwrap() error { return e.err }
 
 // newerSchema is the error for a database at schema version current, newer
 // than latest, the last this binary knows.

@@ -2,7 +2,12 @@
 
 package sqlitestore
 
-import "golang.org/x/sys/unix"
+import (
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
 
 // freeSpace returns the bytes of dir's file system available to this
 // process (root may use the blocks reserved for it); ok is false when it
@@ -17,4 +22,10 @@ func freeSpace(dir string) (free uint64, ok bool) {
 		blocks = uint64(st.Bfree)
 	}
 	return blocks * uint64(st.Bsize), true
+}
+
+// ownedByMe reports whether this process's user owns the file fi describes.
+func ownedByMe(fi os.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) == os.Geteuid()
 }

@@ -50,6 +50,9 @@ type Store struct {
 	closeOnce sync.Once
 	closeErr  error
 
+	// unwritable is Unwritable's.
+	unwritable error
+
 	// movedBatch, when set (by a test), is called after each batch of a
 	// deleted account's units AccountDelete moves to its tombstone once
 	// the deletion itself committed.
@@ -98,7 +101,14 @@ func Open(ctx context.Context, path string) (*Store, error) {
 
 	// Migrate before the read pool exists: the first write connection turns
 	// the file into WAL mode, and the readers then find it so.
-	if err := migrate(ctx, write); err != nil {
+	var unwritable error
+	if err := migrate(ctx, write); errors.As(err, new(*readOnlyError)) {
+		// Opened all the same: the commands that only read, and a
+		// restore's reading of the database it replaces, read it (a
+		// re-review: the restore left out its units queued with an
+		// idempotency key). Serve refuses it (Unwritable).
+		unwritable = notWritable(errors.Unwrap(err), path)
+	} else if err != nil {
 		write.Close()
 		return nil, fmt.Errorf("opening sqlite store %q: %w", path, notWritable(outOfSpace(err, dir), path))
 	}
@@ -118,8 +128,14 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("opening sqlite store %q: %w", path, outOfSpace(err, dir))
 	}
 
-	return &Store{path: path, write: write, read: read, w: newWriter(write, path), reads: newPrepared(read)}, nil
+	return &Store{path: path, write: write, read: read, w: newWriter(write, path), reads: newPrepared(read), unwritable: unwritable}, nil
 }
+
+// Unwritable says why this process may not write the database (its file,
+// its -wal or -shm, their directory), found as it was opened, or is nil.
+// Such a database is opened all the same, for reading; a write to it fails.
+// Serve refuses it: it would serve, every write failing.
+func (s *Store) Unwritable() error { return s.unwritable }
 
 // regularFile refuses a path that names a directory or a device rather
 // than a database file, which SQLite reports as "unable to open database
