@@ -111,11 +111,12 @@ func unrunnable(dir string) (missing, noexec []string) {
 		if err != nil {
 			continue
 		}
-		interp := runner.Interpreter(path)
+		line := runner.ShebangLine(path)
+		interp := runner.InterpreterIn(line)
 		if interp == "" {
 			continue
 		}
-		if line := runner.ShebangLine(path); strings.HasSuffix(line, "\r") {
+		if strings.HasSuffix(line, "\r") {
 			// Saved with Windows line endings: the interpreter, or its
 			// last argument, ends in a carriage return ("#!/usr/bin/env
 			// python3\r": env looks for "python3\r"), whichever it is.

@@ -149,3 +149,14 @@ func extension(path string) string {
 func baseName(path string) string {
 	return path[strings.LastIndexAny(path, `/\`)+1:]
 }
+
+// InterpreterIn returns the interpreter a #! line (ShebangLine) names, as
+// the system reads it: up to a space, a tab or the line's end, a carriage
+// return part of it; or "".
+func InterpreterIn(line string) string {
+	line = strings.TrimLeft(line, " \t")
+	if i := strings.IndexAny(line, " \t"); i >= 0 {
+		line = line[:i]
+	}
+	return line
+}

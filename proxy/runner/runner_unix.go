@@ -125,13 +125,14 @@ func checkRunnable(name, path string) error {
 	if err == nil {
 		return nil
 	}
-	if fi, serr := os.Stat(path); serr == nil && fi.Mode().Perm()&0o111 != 0 && OnNoExec(path) {
-		// Not its mode, nor its owner (a review: "executable, but not
-		// by root"). A file no one may run is not a script: said as
-		// before (a re-review: a README was listed).
-		return fmt.Errorf("%w %q: %w: mount it without noexec, or keep the scripts on another file system: %w", ErrNotAllowed, name, ErrNoExec, err)
-	}
 	if fi, serr := os.Stat(path); serr == nil && fi.Mode().Perm()&0o111 != 0 {
+		if OnNoExec(path) {
+			// Not its mode, nor its owner (a review: "executable,
+			// but not by root"). A file no one may run is not a
+			// script: said as below (a re-review: a README was
+			// listed).
+			return fmt.Errorf("%w %q: %w: mount it without noexec, or keep the scripts on another file system: %w", ErrNotAllowed, name, ErrNoExec, err)
+		}
 		// Executable, but not by this user (its owner's alone, say).
 		owner := ""
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
@@ -221,20 +222,8 @@ func ShebangLine(path string) string {
 }
 
 // shebang returns the interpreter a script's #! line names, as the system
-// reads it (up to a space, a tab or the line's end: a carriage return is
-// part of it), or "".
-func shebang(path string) string {
-	line, ok := bytes.CutPrefix(fileHead(path), []byte("#!"))
-	if !ok {
-		return ""
-	}
-	line, _, _ = bytes.Cut(line, []byte("\n"))
-	line = bytes.TrimLeft(line, " \t")
-	if i := bytes.IndexAny(line, " \t"); i >= 0 {
-		line = line[:i]
-	}
-	return string(line)
-}
+// reads it (InterpreterIn), or "".
+func shebang(path string) string { return InterpreterIn(ShebangLine(path)) }
 
 // shortOf says which resource of the host a failed start (making its
 // pipes, fork, exec) lacked, or "" when err is no shortage. The words

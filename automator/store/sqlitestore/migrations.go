@@ -313,14 +313,14 @@ func migrate(ctx context.Context, db *sql.DB) error {
 // test that needs a database of an older schema).
 func migrateWith(ctx context.Context, db *sql.DB, steps []migration) error {
 	latest := steps[len(steps)-1].version
-	current, known := schemaVersion(ctx, db)
+	current, keys, known := schemaState(ctx, db)
 	if known && current > latest {
 		// Said without waiting for a write lock: another program
 		// holding one made this "database is locked" after 5 s (a
 		// review).
 		return newerSchema(current, latest)
 	}
-	if schemaCurrent(ctx, db, latest) {
+	if known && current == latest && keys {
 		// Nothing to write. Whether this user may write the files is
 		// still found out here, where the error names why (the migration
 		// below does): but another program holding the database locked
@@ -395,22 +395,15 @@ func newerSchema(current, latest int) error {
 	return fmt.Errorf("migrating schema: the database is at version %d, newer than this binary knows (%d); run a newer automator", current, latest)
 }
 
-// schemaVersion reads, without a write transaction, the database's schema
-// version; known is false when it cannot (no schema yet, a read that
-// failed).
-func schemaVersion(ctx context.Context, db *sql.DB) (current int, known bool) {
-	err := db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current)
-	return current, err == nil
-}
-
-// schemaCurrent tells, reading without a write transaction, whether the
-// database's schema is at version latest with nothing for migrateWith to
-// add; false when it cannot tell (no schema yet, or a read that failed).
-func schemaCurrent(ctx context.Context, db *sql.DB, latest int) bool {
-	var current, keys int
+// schemaState reads, without a write transaction, the database's schema
+// version, and whether its work table has the idempotency keys (which
+// migrateWith adds where the first releases' version 1 lacked them);
+// known is false when it cannot (no schema yet, a read that failed).
+func schemaState(ctx context.Context, db *sql.DB) (current int, keys, known bool) {
+	var n int
 	err := db.QueryRowContext(ctx, `SELECT (SELECT COALESCE(MAX(version), 0) FROM schema_migrations),
-	(SELECT COALESCE(SUM(name = 'idempotency_key'), 0) FROM pragma_table_info('work'))`).Scan(&current, &keys)
-	return err == nil && current == latest && keys > 0
+	(SELECT COALESCE(SUM(name = 'idempotency_key'), 0) FROM pragma_table_info('work'))`).Scan(&current, &n)
+	return current, n > 0, err == nil
 }
 
 // writableNow begins a write transaction on db without waiting for a lock
