@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/opsgate/opsgate/automator/store"
 	"github.com/opsgate/opsgate/internal/nobodytest"
 )
 
@@ -30,6 +32,8 @@ func TestAShmFileLeftReadOnlyIsNamed(t *testing.T) {
 		s, err := Open(t.Context(), path)
 		if err == nil {
 			fmt.Printf("unwritable: %v\n", s.Unwritable())
+			_, werr := s.AuditAppend(t.Context(), store.AuditEvent{At: time.Now(), Kind: store.AuditWorkEnded, Actor: "test"})
+			fmt.Printf("write: %v\n", werr)
 			s.Close()
 		}
 		fmt.Printf("open: %v\n", err)
@@ -67,6 +71,11 @@ func TestAShmFileLeftReadOnlyIsNamed(t *testing.T) {
 	want := "unwritable: " + path + " is not writable by this user (mode -r--r--r--): give it to the automator's user, mode 0600: "
 	if !strings.Contains(out, want) || !strings.Contains(out, "open: <nil>") {
 		t.Errorf("the open of the read-only database said:\n%s\nwant it opened, for reading, and to say %q", out, want)
+	}
+	// A write says it too: it said only SQLite's "attempt to write a
+	// readonly database" (a review).
+	if want := "write: " + path + " is not writable by this user (mode -r--r--r--): "; !strings.Contains(out, want) {
+		t.Errorf("a write to the read-only database said:\n%s\nwant %q", out, want)
 	}
 	if fi, err := os.Stat(path + "-shm"); err != nil || fi.Mode().Perm() != 0o444 {
 		t.Fatalf("the open of the read-only database left no read-only -shm file: %v, %v", fi, err)

@@ -101,7 +101,10 @@ func (s *Store) write1(ctx context.Context, syncLater bool, fn func(ctx context.
 	}
 	err := s.w.group.Do(ctx, &writeOp{ctx: ctx, fn: fn, syncLater: syncLater})
 	if err != nil {
-		return outOfSpace(err, filepath.Dir(s.path))
+		// A file this user may not write is named, with what to do:
+		// SQLite's "attempt to write a readonly database" names none
+		// (a review: account create on a database made read only).
+		return notWritable(outOfSpace(err, filepath.Dir(s.path)), s.path)
 	}
 	return nil
 }
