@@ -262,12 +262,8 @@ func runProxy(ctx context.Context, cfg config.Config, file loadedConfig, env Env
 	for _, why := range scriptenv.Allowlist(cfg.AllowedEnv).Useless() {
 		log.Warn("allowed_env lists what no command may set: "+why, "config", file.path)
 	}
-	missing, noexec := unrunnable(cfg.ScriptsDir)
-	if len(missing) > 0 {
-		log.Warn(missingInterpretersWarning, "scripts", listed(missing))
-	}
-	if len(noexec) > 0 {
-		log.Warn(noExecWarning, "scripts", listed(noexec))
+	for _, t := range unrunnable(cfg.ScriptsDir) {
+		log.Warn(t.warning, "scripts", listed(t.scripts))
 	}
 	return a.Run(ctx)
 }

@@ -66,6 +66,10 @@ func scriptsDigest(dir string) (n int, digest string, err error) {
 // says, when unrunnable lists scripts as missing their interpreter.
 const missingInterpretersWarning = "scripts whose #! interpreter this host does not have: a unit naming one fails on this instance; install the interpreter, or fix the #! line"
 
+// crlfWarning is what the proxy logs at start, and status says, when
+// unrunnable lists scripts saved with Windows line endings.
+const crlfWarning = "scripts saved with Windows line endings (CRLF), whose #! line ends in a carriage return the system takes as part of the interpreter's name, or of its last argument: a unit naming one fails on this instance; convert them to LF (dos2unix)"
+
 // noExecWarning is what the proxy logs at start, and status says, when
 // unrunnable lists scripts on a noexec file system.
 const noExecWarning = "scripts the system will not run, on a file system mounted noexec (the script's own, or its #! interpreter's): a unit naming one fails on this instance; mount it without noexec, or move them"
@@ -83,26 +87,39 @@ func listed(items []string) string {
 	return fmt.Sprintf("%s; and %d more", strings.Join(items[:maxListed], "; "), len(items)-maxListed)
 }
 
+// scriptTrouble is a kind of script a unit naming fails on this
+// instance, and those of scripts_dir that are of it.
+type scriptTrouble struct {
+	warning string // what to log and show, and what to do
+	scripts []string
+}
+
 // unrunnable walks the runnable scripts of dir once, and lists, each as
 // "NAME (#!INTERPRETER)" or "NAME (PATH)", those a unit naming would fail
 // on this instance, while a standby that would fail them all looks as
-// healthy as the active one otherwise (a review):
+// healthy as the active one otherwise (a review); by kind, in this order,
+// the kinds with none left out:
 //
-//   - missing: those whose #! line names an interpreter this host does
-//     not have (a path that does not exist), or ends in a carriage return
-//     (a file saved with Windows line endings: the interpreter or its
-//     argument has it; the whole line is given). A name PATH resolves
-//     ("#!/usr/bin/env python3") is not looked up: the service's PATH may
-//     not be this shell's.
-//   - noexec: those that are, or whose #! interpreter is, on a file system
-//     mounted noexec (a hardened /tmp, /home or /var), from which the
-//     system runs nothing ("permission denied") though their modes allow
-//     it. Only on Linux.
-func unrunnable(dir string) (missing, noexec []string) {
+//   - missingInterpretersWarning: those whose #! line names an interpreter
+//     this host does not have (a path that does not exist). A name PATH
+//     resolves ("#!/usr/bin/env python3") is not looked up: the service's
+//     PATH may not be this shell's.
+//   - crlfWarning: those whose #! line ends in a carriage return (a file
+//     saved with Windows line endings: the interpreter, or its argument,
+//     has it, "#!/usr/bin/env python3\r" making env look for "python3\r");
+//     listed with the line without it, which the warning names (a review:
+//     they were listed as missing their interpreter, and the text log
+//     escaped the "\r" they were shown with twice).
+//   - noExecWarning: those that are, or whose #! interpreter is, on a file
+//     system mounted noexec (a hardened /tmp, /home or /var), from which
+//     the system runs nothing ("permission denied") though their modes
+//     allow it. Only on Linux.
+func unrunnable(dir string) []scriptTrouble {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, nil
+		return nil
 	}
+	var missing, crlf, noexec []string
 	for _, e := range entries {
 		path, err := runner.ResolveScript(dir, e.Name())
 		if errors.Is(err, runner.ErrNoExec) {
@@ -116,11 +133,8 @@ func unrunnable(dir string) (missing, noexec []string) {
 		if interp == "" {
 			continue
 		}
-		if strings.HasSuffix(line, "\r") {
-			// Saved with Windows line endings: the interpreter, or its
-			// last argument, ends in a carriage return ("#!/usr/bin/env
-			// python3\r": env looks for "python3\r"), whichever it is.
-			missing = append(missing, fmt.Sprintf("%s (#!%s)", e.Name(), strings.ReplaceAll(line, "\r", `\r`)))
+		if l, ok := strings.CutSuffix(line, "\r"); ok {
+			crlf = append(crlf, fmt.Sprintf("%s (#!%s)", e.Name(), l))
 			continue
 		}
 		if !filepath.IsAbs(interp) {
@@ -134,5 +148,11 @@ func unrunnable(dir string) (missing, noexec []string) {
 			noexec = append(noexec, fmt.Sprintf("%s (#!%s)", e.Name(), interp))
 		}
 	}
-	return missing, noexec
+	var out []scriptTrouble
+	for _, t := range []scriptTrouble{{missingInterpretersWarning, missing}, {crlfWarning, crlf}, {noExecWarning, noexec}} {
+		if len(t.scripts) > 0 {
+			out = append(out, t)
+		}
+	}
+	return out
 }

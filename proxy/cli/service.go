@@ -752,12 +752,8 @@ func cmdStatus(args []string, env Env) error {
 		if loose := writableByOthersAs(cfg.ScriptsDir, cfg.StateDir); len(loose) > 0 {
 			fmt.Fprintf(w, "scripts:        %s: %s\n", looseScriptsWarning, strings.Join(loose, "; "))
 		}
-		missing, noexec := unrunnable(cfg.ScriptsDir)
-		if len(missing) > 0 {
-			fmt.Fprintf(w, "scripts:        %s: %s\n", missingInterpretersWarning, listed(missing))
-		}
-		if len(noexec) > 0 {
-			fmt.Fprintf(w, "scripts:        %s: %s\n", noExecWarning, listed(noexec))
+		for _, t := range unrunnable(cfg.ScriptsDir) {
+			fmt.Fprintf(w, "scripts:        %s: %s\n", t.warning, listed(t.scripts))
 		}
 		// A stopped standby's profile goes out of date without a sign
 		// (a rotation, a deleted account): it is asked now, not at

@@ -12,9 +12,10 @@ var (
 	// ErrNotAllowed: the script, or the scripts directory, is there, but
 	// the proxy's user may not reach or run it (its permissions).
 	ErrNotAllowed = errors.New("script the proxy's user may not run")
-	// ErrNoExec, wrapped with ErrNotAllowed: the script is on a file
-	// system mounted noexec (OnNoExec).
-	ErrNoExec = errors.New("it is on a file system mounted noexec, from which the system runs no program, whatever its mode")
+	// ErrNoExec, with ErrNotAllowed: the script is on a file system
+	// mounted noexec (OnNoExec). Its own text is not in the error's
+	// message (noExec, on unix).
+	ErrNoExec = errors.New("script on a file system mounted noexec")
 	// ErrOutsideScripts: the name resolves, through symlinks, outside the
 	// scripts directory.
 	ErrOutsideScripts = errors.New("script outside the scripts directory")

@@ -119,6 +119,23 @@ func exitCode(state *os.ProcessState) int {
 	return state.ExitCode()
 }
 
+// noExec is the error of a script on a file system mounted noexec
+// (ErrNoExec and ErrNotAllowed), err the OS's. Its message says so first,
+// so that a table's reason cut short still does (a review: "script the
+// proxy's user may not run" came first, and `work list` cut the rest).
+type noExec struct {
+	name string
+	err  error
+}
+
+func (e *noExec) Error() string {
+	return fmt.Sprintf("script %q is on a file system mounted noexec, from which the system runs no program, whatever its mode: mount it without noexec, or keep the scripts on another file system: %v", e.name, e.err)
+}
+func (e *noExec) Unwrap() error { return e.err }
+func (e *noExec) Is(target error) bool {
+	return target == ErrNoExec || target == ErrNotAllowed
+}
+
 // checkRunnable refuses a script the proxy may not execute.
 func checkRunnable(name, path string) error {
 	err := unix.Access(path, unix.X_OK)
@@ -131,7 +148,7 @@ func checkRunnable(name, path string) error {
 			// but not by root"). A file no one may run is not a
 			// script: said as below (a re-review: a README was
 			// listed).
-			return fmt.Errorf("%w %q: %w: mount it without noexec, or keep the scripts on another file system: %w", ErrNotAllowed, name, ErrNoExec, err)
+			return &noExec{name: name, err: err}
 		}
 		// Executable, but not by this user (its owner's alone, say).
 		owner := ""
