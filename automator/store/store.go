@@ -532,6 +532,10 @@ type AccountInstances struct {
 	// (Instance.RefusedKeyIDs), and did not say they were stopping: they
 	// poll, and claim nothing until their profile is replaced.
 	Refused int
+	// Claimed is how many units of the account the Online instances held
+	// claimed at the expiry: those they were running, when they claimed
+	// none of those that timed out (busy, at their max_concurrency).
+	Claimed int
 	// Latest holds up to ExpireNamed of them: the Refused ones first, then
 	// the others, each part latest poll first (then by instance id); only
 	// Account, InstanceID, LastPollAt, Stopped, RefusedKeyIDs,
@@ -662,7 +666,8 @@ const UnclaimedReason = "no instance claimed it before the deadline"
 // one sentence its caller can act on: the account has no instance; none
 // was online (the latest few named, stopped or when each last polled); or
 // some were online and still claimed nothing (all busy at their
-// max_concurrency, or polling for no units). Either way, the instances
+// max_concurrency, or polling for no units), with how many units of the
+// account they were running at the deadline. Either way, the instances
 // that polled and were refused, for want of a usable key or for an
 // expired account token (a profile of before a key rotation), are named
 // first, with the cause and the fix.
@@ -690,6 +695,15 @@ func neverClaimedReason(account string, a AccountInstances) string {
 		online := "1 instance online"
 		if a.Online > 1 {
 			online = fmt.Sprintf("%d instances online", a.Online)
+		}
+		// What they were doing instead, most often: running others (a
+		// review; the reason said only that they were online).
+		switch a.Claimed {
+		case 0:
+		case 1:
+			online += ", running 1 of the account's units"
+		default:
+			online += fmt.Sprintf(", running %d of the account's units", a.Claimed)
 		}
 		if refused != "" {
 			online += "; " + refused

@@ -125,6 +125,29 @@ ORDER BY account, nth`, accounts, onlineSince, store.ExpireNamed)
 	if err != nil {
 		return nil, fmt.Errorf("reading the instances of %d accounts: %w", len(accounts), err)
 	}
+	// The units the online instances run (store.AccountInstances.Claimed):
+	// the accounts' claimed units (the work_claimed index), each with its
+	// instance's record.
+	rows, err = s.pool.Query(ctx, `SELECT w.account, count(*) FROM work w
+	JOIN instances i ON i.account = w.account AND i.instance_id = w.instance_id
+	WHERE w.state = 'claimed' AND w.account = ANY($1::text[])
+		AND i.last_poll_at >= $2 AND NOT `+instanceStopped+` AND NOT `+instanceRefused+`
+	GROUP BY w.account`, accounts, onlineSince)
+	if err != nil {
+		return nil, fmt.Errorf("counting the units the instances of %d accounts run: %w", len(accounts), err)
+	}
+	var account string
+	var claimed int
+	_, err = pgx.ForEachRow(rows, []any{&account, &claimed}, func() error {
+		if a, ok := out[account]; ok {
+			a.Claimed = claimed
+			out[account] = a
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("counting the units the instances of %d accounts run: %w", len(accounts), err)
+	}
 	return out, nil
 }
 

@@ -176,5 +176,40 @@ func unclaimedInstances(ctx context.Context, tx querier, due []store.Work, onlin
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("reading the instances of %d accounts: %w", len(accounts), err)
 	}
+	if err := claimedByOnline(ctx, tx, list, onlineSince, out); err != nil {
+		return nil, fmt.Errorf("counting the units the instances of %d accounts run: %w", len(accounts), err)
+	}
 	return out, nil
+}
+
+// claimedByOnlineQuery counts, for each account of a JSON array (?1), the
+// units claimed by its instances online since ?2
+// (store.AccountInstances.Claimed): the account's claimed units (the
+// work_claimed index), each with its instance's record.
+const claimedByOnlineQuery = `SELECT w.account, count(*) FROM work w
+	JOIN instances i ON i.account = w.account AND i.instance_id = w.instance_id
+	WHERE w.state = 'claimed' AND w.account IN (SELECT value FROM json_each(?1))
+		AND i.last_poll_at >= ?2 AND NOT ` + instanceStopped + ` AND NOT ` + instanceRefused + `
+	GROUP BY w.account`
+
+// claimedByOnline sets the Claimed of the accounts of out, those of the
+// JSON array list (claimedByOnlineQuery).
+func claimedByOnline(ctx context.Context, tx querier, list []byte, onlineSince int64, out map[string]store.AccountInstances) error {
+	rows, err := tx.QueryContext(ctx, claimedByOnlineQuery, string(list), onlineSince)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var account string
+		var n int
+		if err := rows.Scan(&account, &n); err != nil {
+			return err
+		}
+		if a, ok := out[account]; ok {
+			a.Claimed = n
+			out[account] = a
+		}
+	}
+	return rows.Err()
 }

@@ -25,7 +25,9 @@ var expireCases = []testCase{
 // testExpireReasonNamesInstances: the reason of a unit no instance claimed
 // says, from the instances the store holds at the expiry, why: the account
 // has none, none was online (naming the latest few: stopped, or when they
-// last polled), or how many were online and still did not claim it; the
+// last polled), or how many were online and still did not claim it, and
+// how many units of the account those were running (not counting those of
+// an instance not online); the
 // instances that poll but are refused for want of a usable key are named
 // first, with the fix. Both backends give it in the same words. A claimed
 // unit's reason names its claimer as before.
@@ -82,6 +84,12 @@ func testExpireReasonNamesInstances(f *fixture) {
 	}
 	f.enqueue("initech-claimed", "initech", at(time.Second), at(50*time.Minute))
 	f.claimOne("initech", "i-1", "initech-claimed", at(3*time.Second))
+	// What initech's online instances were doing: running these two
+	// (one timing out now); the unit of i-4, not online, is not counted.
+	f.enqueue("initech-running", "initech", at(1500*time.Millisecond), at(2*time.Hour))
+	f.claimOne("initech", "i-2", "initech-running", at(3*time.Second))
+	f.enqueue("initech-offline", "initech", at(1600*time.Millisecond), at(2*time.Hour))
+	f.claimOne("initech", "i-4", "initech-offline", at(3*time.Second))
 
 	got, err := f.s.WorkExpire(f.ctx, store.WorkExpireParams{Now: now, OnlineSince: onlineSince})
 	if err != nil {
@@ -96,7 +104,7 @@ func testExpireReasonNamesInstances(f *fixture) {
 		"globex-1": unclaimed + ": no instance of account globex was online (g-stopped stopped at 2026-01-02T04:03:35Z; " +
 			"g-old last polled at 2026-01-02T03:44:05Z; g-older last polled at 2026-01-02T03:34:05Z; and 2 more)",
 		"hooli-1":    unclaimed + ": no instance of account hooli was online (h-1 last polled at 2026-01-02T03:09:05Z)",
-		"initech-1":  unclaimed + " (2 instances online)",
+		"initech-1":  unclaimed + " (2 instances online, running 2 of the account's units)",
 		"umbrella-1": unclaimed + " (1 instance online; instance u-refused polls but holds no usable key: install the account's latest profile)",
 		"stark-1": unclaimed + ": no instance of account stark was online (instance s-refused polls but holds no usable key: install the account's latest profile; " +
 			"s-stopped stopped at 2026-01-02T04:03:45Z; s-gone last polled at 2026-01-02T03:34:05Z; and 1 more)",
