@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -17,9 +18,11 @@ import (
 // interpreter or after its argument) with its line, each kind under its
 // own warning, so the proxy warns as it starts and status says so (a
 // review: a standby missing python looked healthy); one whose interpreter
-// exists, or is found through PATH, is not.
+// exists, or is found through PATH, is not. A "#!/usr/bin/env NAME" whose
+// NAME is in no directory of PATH is listed by the running proxy, which
+// looks it up, and one giving env NAME and an option, which on Linux env
+// takes for one name, by both. (Not parallel: it sets PATH.)
 func TestMissingInterpretersListsScriptsThisHostCannotRun(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	for name, body := range map[string]string{
 		"ok.sh":      "#!/bin/sh\necho ok\n",
@@ -31,6 +34,10 @@ func TestMissingInterpretersListsScriptsThisHostCannotRun(t *testing.T) {
 		"crlfarg.sh": "#!/bin/sh -e\r\necho ok\r\n",
 		"notes.txt":  "#!/nowhere\n", // not runnable: not listed
 		"nobang.bin": "\x7fELF",
+		"envsh.sh":   "#!/usr/bin/env sh\necho ok\n",
+		"envarg.sh":  "#!/usr/bin/env sh -e \necho ok\n", // env looks for "sh -e" (Linux)
+		"envS.sh":    "#!/usr/bin/env -S sh -e\necho ok\n",
+		"envvar.sh":  "#!/usr/bin/env LC_ALL=C sh\necho ok\n",
 	} {
 		mode := os.FileMode(0o755)
 		if name == "notes.txt" {
@@ -40,15 +47,32 @@ func TestMissingInterpretersListsScriptsThisHostCannotRun(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want := []scriptTrouble{
+	crlf := scriptTrouble{crlfWarning, []string{"crlf.sh (#!/bin/sh)", "crlfarg.sh (#!/bin/sh -e)", "crlfenv.py (#!/usr/bin/env python3)"}}
+	var envOneArg []scriptTrouble
+	if runtime.GOOS == "linux" {
+		envOneArg = []scriptTrouble{{envOneArgWarning, []string{"envarg.sh (#!/usr/bin/env sh -e)"}}}
+	}
+	equal := func(a, b scriptTrouble) bool { return a.warning == b.warning && slices.Equal(a.scripts, b.scripts) }
+	// As status lists them: a name env looks up is not looked up, this
+	// shell's PATH not being the service's.
+	want := append([]scriptTrouble{
 		{missingInterpretersWarning, []string{"py.sh (#!/usr/bin/nonexistent-python9)", "through.sh (#!/bin/sh/x)"}},
 		// Listed on their own, saying what to do (a review).
-		{crlfWarning, []string{"crlf.sh (#!/bin/sh)", "crlfarg.sh (#!/bin/sh -e)", "crlfenv.py (#!/usr/bin/env python3)"}},
+		crlf,
+	}, envOneArg...)
+	if got := unrunnable(dir, false); !slices.EqualFunc(got, want, equal) {
+		t.Errorf("unrunnable, PATH not looked up = %q,\nwant %q", got, want)
 	}
-	if got := unrunnable(dir); !slices.EqualFunc(got, want, func(a, b scriptTrouble) bool {
-		return a.warning == b.warning && slices.Equal(a.scripts, b.scripts)
-	}) {
-		t.Errorf("unrunnable = %q,\nwant %q", got, want)
+	// As the running proxy lists them: in its PATH, which its scripts get,
+	// env finds sh and not nonexistent-python9.
+	t.Setenv("PATH", "/usr/bin:/bin")
+	want = append([]scriptTrouble{
+		{missingInterpretersWarning, []string{"env.sh (#!/usr/bin/env nonexistent-python9: nonexistent-python9 is in no directory of the proxy's PATH)",
+			"py.sh (#!/usr/bin/nonexistent-python9)", "through.sh (#!/bin/sh/x)"}},
+		crlf,
+	}, envOneArg...)
+	if got := unrunnable(dir, true); !slices.EqualFunc(got, want, equal) {
+		t.Errorf("unrunnable, PATH looked up = %q,\nwant %q", got, want)
 	}
 }
 

@@ -62,7 +62,8 @@ func TestRunWarnsOfAScriptsDirOthersMayWrite(t *testing.T) {
 }
 
 // TestRunWarnsOfAScriptWhoseInterpreterThisHostLacks: a script naming an
-// interpreter this host does not have is said at start, at WARN, with it
+// interpreter this host does not have, by its path or by a name env finds
+// in no directory of the proxy's PATH, is said at start, at WARN, with it
 // (a review: the first sign was a unit failing on this instance only).
 func TestRunWarnsOfAScriptWhoseInterpreterThisHostLacks(t *testing.T) {
 	t.Parallel()
@@ -80,6 +81,15 @@ func TestRunWarnsOfAScriptWhoseInterpreterThisHostLacks(t *testing.T) {
 	if log := run(); !strings.Contains(log, "level=WARN msg=\"scripts whose #! interpreter this host does not have") ||
 		!strings.Contains(log, "py.sh (#!/usr/bin/nonexistent-python9)") {
 		t.Errorf("a script whose interpreter is missing: want a WARN naming it:\n%s", log)
+	}
+	// One env finds in no directory of the proxy's PATH, which the
+	// scripts get: the running proxy looks it up (a review: the most
+	// common #! line of a python script was never checked).
+	if err := os.WriteFile(filepath.Join(scripts, "env.py"), []byte("#!/usr/bin/env nonexistent-python9\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if log := run(); !strings.Contains(log, "env.py (#!/usr/bin/env nonexistent-python9: nonexistent-python9 is in no directory of the proxy's PATH)") {
+		t.Errorf("a script whose interpreter env finds nowhere in PATH: want a WARN naming it:\n%s", log)
 	}
 }
 

@@ -40,7 +40,7 @@ func TestAScriptTheSystemWillNotRunForANoexecMountIsSaid(t *testing.T) {
 		t.Fatalf("running a script on the noexec mount: %v, want permission denied", err)
 	}
 	want := []string{"interp (" + filepath.Join(noexec, "interp") + ")", "there.sh (" + filepath.Join(noexec, "there.sh") + ")"}
-	if got := unrunnable(noexec); len(got) != 1 || got[0].warning != noExecWarning || !slices.Equal(got[0].scripts, want) {
+	if got := unrunnable(noexec, false); len(got) != 1 || got[0].warning != noExecWarning || !slices.Equal(got[0].scripts, want) {
 		t.Errorf("unrunnable, of the noexec mount = %q, want %q under noExecWarning alone", got, want)
 	}
 

@@ -8,7 +8,9 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -70,6 +72,10 @@ const missingInterpretersWarning = "scripts whose #! interpreter this host does 
 // unrunnable lists scripts saved with Windows line endings.
 const crlfWarning = "scripts saved with Windows line endings (CRLF), whose #! line ends in a carriage return the system takes as part of the interpreter's name, or of its last argument: a unit naming one fails on this instance; convert them to LF (dos2unix)"
 
+// envOneArgWarning is what the proxy logs at start, and status says, when
+// unrunnable lists scripts whose #! line gives env a name with options.
+const envOneArgWarning = "scripts whose #! line gives env a program's name and more after it, which Linux passes to env as one argument, so that env looks for a program named all of it: a unit naming one fails on this instance; use env -S, or give the interpreter's path"
+
 // noExecWarning is what the proxy logs at start, and status says, when
 // unrunnable lists scripts on a noexec file system.
 const noExecWarning = "scripts the system will not run, on a file system mounted noexec (the script's own, or its #! interpreter's): a unit naming one fails on this instance; mount it without noexec, or move them"
@@ -101,9 +107,15 @@ type scriptTrouble struct {
 // the kinds with none left out:
 //
 //   - missingInterpretersWarning: those whose #! line names an interpreter
-//     this host does not have (a path that does not exist). A name PATH
-//     resolves ("#!/usr/bin/env python3") is not looked up: the service's
-//     PATH may not be this shell's.
+//     this host does not have (a path that does not exist); with lookPath,
+//     also those whose line is "#!/usr/bin/env NAME" where NAME is found
+//     nowhere in this process's PATH, which the scripts get (a command may
+//     not set another: scriptenv). Only the running proxy passes lookPath:
+//     the PATH of `proxy status`, a shell's, may not be the service's.
+//   - envOneArgWarning: on Linux, those whose line is "#!/usr/bin/env NAME
+//     MORE" (options, or another argument), which the system passes to env
+//     as the one argument "NAME MORE": env finds no such program (a review:
+//     "#!/usr/bin/env python3 -u" fails with 127 on Linux) unless told -S.
 //   - crlfWarning: those whose #! line ends in a carriage return (a file
 //     saved with Windows line endings: the interpreter, or its argument,
 //     has it, "#!/usr/bin/env python3\r" making env look for "python3\r");
@@ -114,12 +126,12 @@ type scriptTrouble struct {
 //     system mounted noexec (a hardened /tmp, /home or /var), from which
 //     the system runs nothing ("permission denied") though their modes
 //     allow it. Only on Linux.
-func unrunnable(dir string) []scriptTrouble {
+func unrunnable(dir string, lookPath bool) []scriptTrouble {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil
 	}
-	var missing, crlf, noexec []string
+	var missing, crlf, envOneArg, noexec []string
 	for _, e := range entries {
 		path, err := runner.ResolveScript(dir, e.Name())
 		if errors.Is(err, runner.ErrNoExec) {
@@ -144,15 +156,61 @@ func unrunnable(dir string) []scriptTrouble {
 		// file, #!/bin/sh/x, is ENOTDIR: a re-review).
 		if _, err := os.Stat(interp); strings.ContainsRune(interp, '\r') || (err != nil && !errors.Is(err, fs.ErrPermission)) {
 			missing = append(missing, fmt.Sprintf("%s (#!%s)", e.Name(), strings.ReplaceAll(interp, "\r", `\r`)))
+			continue
 		} else if runner.OnNoExec(interp) {
 			noexec = append(noexec, fmt.Sprintf("%s (#!%s)", e.Name(), interp))
+			continue
+		}
+		switch name, oneArg := envProgram(line); {
+		case oneArg:
+			envOneArg = append(envOneArg, fmt.Sprintf("%s (#!%s)", e.Name(), strings.TrimSpace(line)))
+		case name != "" && lookPath && !inPath(name):
+			missing = append(missing, fmt.Sprintf("%s (#!%s: %s is in no directory of the proxy's PATH)", e.Name(), strings.TrimSpace(line), name))
 		}
 	}
 	var out []scriptTrouble
-	for _, t := range []scriptTrouble{{missingInterpretersWarning, missing}, {crlfWarning, crlf}, {noExecWarning, noexec}} {
+	for _, t := range []scriptTrouble{{missingInterpretersWarning, missing}, {crlfWarning, crlf}, {envOneArgWarning, envOneArg}, {noExecWarning, noexec}} {
 		if len(t.scripts) > 0 {
 			out = append(out, t)
 		}
 	}
 	return out
+}
+
+// envProgram reads a #! line (runner.ShebangLine) that runs env: name is
+// the program env is to look up in PATH, when the line names one alone
+// ("/usr/bin/env python3"); oneArg says that, on Linux, the line gives env
+// more after the name ("/usr/bin/env python3 -u"), which the system
+// passes as one argument with it, so env looks for a program called all
+// of it. A line with env's own options (-S, -i, …) or a variable
+// (NAME=value) first is neither: env reads those itself.
+func envProgram(line string) (name string, oneArg bool) {
+	interp := runner.InterpreterIn(line)
+	if filepath.Base(interp) != "env" {
+		return "", false
+	}
+	// The system passes the rest of the line, white space around it
+	// dropped, as the interpreter's one argument.
+	arg := strings.Trim(strings.TrimLeft(line, " \t")[len(interp):], " \t")
+	if arg == "" || strings.HasPrefix(arg, "-") || strings.Contains(strings.Fields(arg)[0], "=") {
+		return "", false
+	}
+	if strings.ContainsAny(arg, " \t") {
+		return "", runtime.GOOS == "linux"
+	}
+	if strings.Contains(arg, "/") {
+		return "", false // a path: env runs it as it is
+	}
+	return arg, false
+}
+
+// inPath reports whether name is an executable file in a directory of this
+// process's PATH (exec.LookPath), or PATH is not set (env then searches a
+// default of its own: not said missing).
+func inPath(name string) bool {
+	if _, ok := os.LookupEnv("PATH"); !ok {
+		return true
+	}
+	_, err := exec.LookPath(name)
+	return err == nil || errors.Is(err, exec.ErrDot)
 }

@@ -752,7 +752,7 @@ func cmdStatus(args []string, env Env) error {
 		if loose := writableByOthersAs(cfg.ScriptsDir, cfg.StateDir); len(loose) > 0 {
 			fmt.Fprintf(w, "scripts:        %s: %s\n", looseScriptsWarning, strings.Join(loose, "; "))
 		}
-		for _, t := range unrunnable(cfg.ScriptsDir) {
+		for _, t := range unrunnable(cfg.ScriptsDir, false) {
 			fmt.Fprintf(w, "scripts:        %s: %s\n", t.warning, listed(t.scripts))
 		}
 		// A stopped standby's profile goes out of date without a sign
