@@ -76,6 +76,14 @@ const crlfWarning = "scripts saved with Windows line endings (CRLF), whose #! li
 // unrunnable lists scripts whose #! line gives env a name with options.
 const envOneArgWarning = "scripts whose #! line gives env a program's name and more after it, which Linux passes to env as one argument, so that env looks for a program named all of it: a unit naming one fails on this instance; use env -S, or give the interpreter's path"
 
+// unreadableWarning is what the proxy logs at start when unrunnable lists
+// scripts its user may run but not read.
+const unreadableWarning = "scripts the proxy's user may run but not read: a unit naming one that has a #! line fails on this instance, its interpreter unable to read it (a compiled program needs no read access); give that user read access"
+
+// notAllowedWarning is what the proxy logs at start when unrunnable lists
+// scripts its user may not run.
+const notAllowedWarning = "scripts the proxy's user may not run: a unit naming one fails on this instance"
+
 // noExecWarning is what the proxy logs at start, and status says, when
 // unrunnable lists scripts on a noexec file system.
 const noExecWarning = "scripts the system will not run, on a file system mounted noexec (the script's own, or its #! interpreter's): a unit naming one fails on this instance; mount it without noexec, or move them"
@@ -107,37 +115,55 @@ type scriptTrouble struct {
 // the kinds with none left out:
 //
 //   - missingInterpretersWarning: those whose #! line names an interpreter
-//     this host does not have (a path that does not exist); with lookPath,
+//     this host does not have (a path that does not exist); when running,
 //     also those whose line is "#!/usr/bin/env NAME" where NAME is found
 //     nowhere in this process's PATH, which the scripts get (a command may
-//     not set another: scriptenv). Only the running proxy passes lookPath:
-//     the PATH of `proxy status`, a shell's, may not be the service's.
-//   - envOneArgWarning: on Linux, those whose line is "#!/usr/bin/env NAME
-//     MORE" (options, or another argument), which the system passes to env
-//     as the one argument "NAME MORE": env finds no such program (a review:
-//     "#!/usr/bin/env python3 -u" fails with 127 on Linux) unless told -S.
+//     not set another: scriptenv).
 //   - crlfWarning: those whose #! line ends in a carriage return (a file
 //     saved with Windows line endings: the interpreter, or its argument,
 //     has it, "#!/usr/bin/env python3\r" making env look for "python3\r");
 //     listed with the line without it, which the warning names (a review:
 //     they were listed as missing their interpreter, and the text log
 //     escaped the "\r" they were shown with twice).
+//   - envOneArgWarning: on Linux, those whose line is "#!/usr/bin/env NAME
+//     MORE" (options, or another argument), which the system passes to env
+//     as the one argument "NAME MORE": env finds no such program (a review:
+//     "#!/usr/bin/env python3 -u" fails with 127 on Linux) unless told -S.
+//   - notAllowedWarning: when running, those this process may not run or
+//     reach (runner.ErrNotAllowed), each with why and what to do (a
+//     review: a proxy installed --user nobody counted a root-only script
+//     as runnable, and said nothing until a unit failed).
+//   - unreadableWarning: when running, on unix, those this process may run
+//     but not read (a #! script's interpreter cannot: it "succeeded" with
+//     the interpreter's exit status 2 or 126), listed with their mode and
+//     owner; whether one is a script no one here can tell.
 //   - noExecWarning: those that are, or whose #! interpreter is, on a file
 //     system mounted noexec (a hardened /tmp, /home or /var), from which
 //     the system runs nothing ("permission denied") though their modes
 //     allow it. Only on Linux.
-func unrunnable(dir string, lookPath bool) []scriptTrouble {
+//
+// running is set by the running proxy: what depends on its process (its
+// PATH, its user) is looked at only then, `proxy status` being run from a
+// shell, by another user.
+func unrunnable(dir string, running bool) []scriptTrouble {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil
 	}
-	var missing, crlf, envOneArg, noexec []string
+	var missing, crlf, envOneArg, notAllowed, unread, noexec []string
 	for _, e := range entries {
 		path, err := runner.ResolveScript(dir, e.Name())
-		if errors.Is(err, runner.ErrNoExec) {
+		switch {
+		case errors.Is(err, runner.ErrNoExec):
 			noexec = append(noexec, fmt.Sprintf("%s (%s)", e.Name(), filepath.Join(dir, e.Name())))
+		case errors.Is(err, runner.ErrNotAllowed) && running:
+			notAllowed = append(notAllowed, fmt.Sprintf("%s (%s)", e.Name(), notAllowedWhy(err, e.Name())))
 		}
 		if err != nil {
+			continue
+		}
+		if why := unreadable(path); running && why != "" {
+			unread = append(unread, fmt.Sprintf("%s (%s)", e.Name(), why))
 			continue
 		}
 		line := runner.ShebangLine(path)
@@ -164,12 +190,12 @@ func unrunnable(dir string, lookPath bool) []scriptTrouble {
 		switch name, oneArg := envProgram(line); {
 		case oneArg:
 			envOneArg = append(envOneArg, fmt.Sprintf("%s (#!%s)", e.Name(), strings.TrimSpace(line)))
-		case name != "" && lookPath && !inPath(name):
+		case name != "" && running && !inPath(name):
 			missing = append(missing, fmt.Sprintf("%s (#!%s: %s is in no directory of the proxy's PATH)", e.Name(), strings.TrimSpace(line), name))
 		}
 	}
 	var out []scriptTrouble
-	for _, t := range []scriptTrouble{{missingInterpretersWarning, missing}, {crlfWarning, crlf}, {envOneArgWarning, envOneArg}, {noExecWarning, noexec}} {
+	for _, t := range []scriptTrouble{{missingInterpretersWarning, missing}, {crlfWarning, crlf}, {envOneArgWarning, envOneArg}, {notAllowedWarning, notAllowed}, {unreadableWarning, unread}, {noExecWarning, noexec}} {
 		if len(t.scripts) > 0 {
 			out = append(out, t)
 		}
@@ -213,4 +239,16 @@ func inPath(name string) bool {
 	}
 	_, err := exec.LookPath(name)
 	return err == nil || errors.Is(err, exec.ErrDot)
+}
+
+// notAllowedWhy is the part of ResolveScript's error err of the script
+// name that says why and what to do: after `script the proxy's user may
+// not run "NAME": `, up to the OS's own words.
+func notAllowedWhy(err error, name string) string {
+	why := err.Error()
+	_, why, _ = strings.Cut(why, strconv.Quote(name)+": ")
+	if i := strings.LastIndex(why, ": "); i >= 0 {
+		why = why[:i] // "permission denied"
+	}
+	return why
 }

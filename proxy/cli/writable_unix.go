@@ -88,3 +88,26 @@ func writers(fi fs.FileInfo, other bool) string {
 	}
 	return secretfile.Others(fi, true)
 }
+
+// unreadable says, of a script this process may run, why it may not read
+// it ("mode -rwx--x--x, owner user deploy"), or "" when it may: the
+// interpreter of a #! script, run as this process's user, must read it
+// (a compiled program need not, so what it is cannot be told).
+func unreadable(path string) string {
+	const readOK = 4 // R_OK
+	if syscall.Access(path, readOK) == nil {
+		return ""
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return ""
+	}
+	owner := ""
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		owner = ", owner uid " + strconv.FormatUint(uint64(st.Uid), 10)
+		if u, err := user.LookupId(strconv.FormatUint(uint64(st.Uid), 10)); err == nil {
+			owner = ", owner " + u.Username
+		}
+	}
+	return fmt.Sprintf("mode %v%s", fi.Mode().Perm(), owner)
+}

@@ -45,3 +45,7 @@ func writableByOthers(dir string) []string {
 // writableByOthersAs is writableByOthers for `proxy status`: on windows
 // the accounts allowed are the same whoever asks.
 func writableByOthersAs(dir, _ string) []string { return writableByOthers(dir) }
+
+// unreadable is "" on windows: a script runs as whoever may read it, and
+// its access list is what writableByOthers reads.
+func unreadable(string) string { return "" }
