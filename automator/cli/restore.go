@@ -156,6 +156,10 @@ func restoreSQLite(ctx context.Context, dir, db string, cfg config.Config, file 
 	// directory's master key does not open, would leave a database serve
 	// refuses: refused here, before anything is replaced.
 	unopened, err := checkBackupMasterKey(ctx, st, dir, file)
+	var lineage backupLineage
+	if err == nil {
+		lineage, err = readLineage(ctx, st, file)
+	}
 	if cerr := st.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -170,6 +174,9 @@ func restoreSQLite(ctx context.Context, dir, db string, cfg config.Config, file 
 	}
 	prev, prevErr, err := readPrevious(ctx, dbPath, now, taken)
 	if err != nil {
+		return err
+	}
+	if err := lineage.check(prev, prevErr, dir, dbPath, file); err != nil {
 		return err
 	}
 	st, err = sqlitestore.Open(ctx, tmp)
@@ -313,6 +320,54 @@ func checkBackupMasterKey(ctx context.Context, st store.Store, dir, file string)
 			filepath.Join(dir, config.FileMasterKey), len(accounts), file, strings.Join(firstNames(unopened, 5), ", "), config.FileMasterKey)
 	}
 	return unopened, nil
+}
+
+// backupLineage is what tells whether a backup is of this automator's
+// database when it holds no account (checkBackupMasterKey tells it by the
+// accounts' keys otherwise): its API keys, whose hashes (of random
+// secrets) it shares with the database it replaces when both descend from
+// one `automator init`.
+type backupLineage struct {
+	accounts int
+	apiKeys  []store.APIKey
+}
+
+// readLineage reads the backupLineage of st, the copy of the backup file.
+func readLineage(ctx context.Context, st store.Store, file string) (backupLineage, error) {
+	accounts, err := st.AccountList(ctx)
+	if err != nil {
+		return backupLineage{}, fmt.Errorf("reading the accounts of %s: %w", file, err)
+	}
+	keys, err := st.APIKeyList(ctx)
+	if err != nil {
+		return backupLineage{}, fmt.Errorf("reading the API keys of %s: %w", file, err)
+	}
+	return backupLineage{accounts: len(accounts), apiKeys: keys}, nil
+}
+
+// check refuses a backup of no account that shares no API key with the
+// database prev it would replace, nor holds the data directory's
+// admin.apikey: another automator's (a review: a fresh one's was
+// restored, its admin key with it, every exec then refused, and the
+// restore said this automator's accounts were made after it). Without a
+// database to compare with nothing is refused: moving the database aside
+// is how to restore such a backup all the same.
+func (l backupLineage) check(prev previous, prevErr error, dir, dbPath, file string) error {
+	if l.accounts > 0 || prevErr != nil || !prev.exists || len(prev.apiKeys) == 0 {
+		return nil
+	}
+	// By hash: every init names its admin key "admin".
+	hashes := map[string]bool{}
+	for _, k := range prev.apiKeys {
+		hashes[string(k.Hash)] = true
+	}
+	for _, k := range l.apiKeys {
+		if hashes[string(k.Hash)] || holdsKey(filepath.Join(dir, config.FileAPIKey), k) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s holds no account, and none of the %d API keys of %s, nor the key in %s: it is not a backup of this automator's database but of another's (each `automator init` makes its own); nothing was replaced. If it is this automator's all the same, move %s aside and restore again",
+		file, len(prev.apiKeys), dbPath, filepath.Join(dir, config.FileAPIKey), dbPath)
 }
 
 // endOpenWork ends every open unit of st as timed_out, a batch per write,
