@@ -58,6 +58,9 @@ func serviceCommand(verb string, args []string, env Env) error {
 		return installService(*name, *dir, *db, *userName, *manual, env)
 	case "start":
 		before, _ := service.Query(*name)
+		if err := startableServe(before); err != nil {
+			return err
+		}
 		if err := service.Start(*name); err != nil {
 			return err
 		}
@@ -95,7 +98,7 @@ func serviceCommand(verb string, args []string, env Env) error {
 			return err
 		}
 		if !st.Installed {
-			return fmt.Errorf("service %s is not installed (%s); install it with `automator install --data-dir DIR --name %s`", *name, st.Platform, *name)
+			return fmt.Errorf("service %s is not installed (%s)%s; install it with `automator install --data-dir DIR --name %s`", *name, st.Platform, service.InstalledHere(), *name)
 		}
 		running := yesNo(st.Running)
 		if st.Detail != "" {
@@ -372,4 +375,41 @@ func yesNo(b bool) string {
 		return "yes"
 	}
 	return "no"
+}
+
+// flagValue is the value of --flag (or -flag, or with "=") in args.
+func flagValue(args []string, flag string) string {
+	for i, a := range args {
+		for _, f := range []string{"--" + flag, "-" + flag} {
+			if a == f && i+1 < len(args) {
+				return args[i+1]
+			}
+			if v, ok := strings.CutPrefix(a, f+"="); ok {
+				return v
+			}
+		}
+	}
+	return ""
+}
+
+// startableServe refuses to start the stopped service st whose data
+// directory's automator.yaml serve would refuse (a typo in a setting, a
+// value of the wrong kind): it would only log that, and be started again
+// every few seconds (a review: start said "it does not serve yet", exit
+// 0). A data directory the definition does not name plainly, or this user
+// may not read, is left to serve.
+func startableServe(st service.Status) error {
+	dir := flagValue(st.Args, "data-dir")
+	if st.Running || dir == "" {
+		return nil
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return nil
+	}
+	// Its syntax and names only: the bounds of its values are checked by
+	// serve, with the flags of the definition, which may override them.
+	if _, err := config.Load(dir); err != nil && !errors.Is(err, os.ErrPermission) {
+		return fmt.Errorf("service %s was not started: %w; fix it, then `automator start --name %s` again", st.Name, err, st.Name)
+	}
+	return nil
 }

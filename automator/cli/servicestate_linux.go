@@ -39,18 +39,3 @@ func serviceServe(name string) (pid int, dir string, ok bool) {
 	}
 	return 0, "", true
 }
-
-// flagValue is the value of --flag (or -flag, or with "=") in args.
-func flagValue(args []string, flag string) string {
-	for i, a := range args {
-		for _, f := range []string{"--" + flag, "-" + flag} {
-			if a == f && i+1 < len(args) {
-				return args[i+1]
-			}
-			if v, ok := strings.CutPrefix(a, f+"="); ok {
-				return v
-			}
-		}
-	}
-	return ""
-}

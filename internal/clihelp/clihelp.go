@@ -197,6 +197,12 @@ func ParseNoArgs(fs *flag.FlagSet, args []string) error {
 		if _, command, ok := strings.Cut(name, " "); ok {
 			name = command
 		}
+		named := false // --name given too
+		fs.Visit(func(f *flag.Flag) { named = named || f.Name == "name" })
+		if f := fs.Lookup("name"); f != nil && !named && len(pos) == 1 && !strings.HasPrefix(pos[0], "-") {
+			// `proxy stop NAME`: the service's name is a flag (a review).
+			return fmt.Errorf("%s takes no arguments, got %q: to name it, give --name %s", name, pos, pos[0])
+		}
 		return fmt.Errorf("%s takes no arguments, got %q", name, pos)
 	}
 	return nil

@@ -207,3 +207,22 @@ func TestParseErrorsNameFlagsAsTheCommandsWriteThem(t *testing.T) {
 		t.Errorf("--help: %v; want flag.ErrHelp, as it is", err)
 	}
 }
+
+// TestAnArgumentWhereANameFlagIsWantedSaysToGiveIt: `proxy stop NAME`, the
+// service's name given as an argument, is refused saying to give it as
+// --name (a review: "stop takes no arguments" said nothing of the flag);
+// a command without a --name flag says only that it takes none.
+func TestAnArgumentWhereANameFlagIsWantedSaysToGiveIt(t *testing.T) {
+	fs := flag.NewFlagSet("proxy stop", flag.ContinueOnError)
+	fs.String("name", "proxy", "service name")
+	if err := ParseNoArgs(fs, []string{"proxy-b"}); err == nil || err.Error() != `stop takes no arguments, got ["proxy-b"]: to name it, give --name proxy-b` {
+		t.Errorf("ParseNoArgs with a --name flag and one argument = %v", err)
+	}
+	if err := ParseNoArgs(fs, []string{"extra", "--name", "proxy-b"}); err == nil || err.Error() != `stop takes no arguments, got ["extra"]` {
+		t.Errorf("ParseNoArgs with --name given and one argument = %v; want no word of --name", err)
+	}
+	other := flag.NewFlagSet("automator backup-check", flag.ContinueOnError)
+	if err := ParseNoArgs(other, []string{"x"}); err == nil || err.Error() != `backup-check takes no arguments, got ["x"]` {
+		t.Errorf("ParseNoArgs without a --name flag = %v", err)
+	}
+}

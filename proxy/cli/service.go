@@ -154,6 +154,11 @@ func cmdInstall(args []string, env Env) error {
 		return err
 	}
 	cfg.ApplyDefaults()
+	if cfg.ScriptsDir == "" {
+		// Validate's words name run's --scripts-dir, which install does
+		// not take (a review).
+		return fmt.Errorf("invalid proxy config %s: scripts_dir: required: a service runs the scripts of the absolute scripts_dir in its config (install takes no --scripts-dir): add scripts_dir: /opt/opsgate/scripts, say, to %s", src, src)
+	}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("invalid proxy config %s: %w", src, err)
 	}
@@ -397,6 +402,13 @@ func cmdControl(verb string, args []string, env Env) error {
 			return err
 		}
 		before, _ := service.Query(*name)
+		cfgPath := filepath.Join(service.ConfigDir(*name), configFileName)
+		cfg, cfgErr := validConfig(cfgPath)
+		if before.Installed && !before.Running && cfgErr != nil && !errors.Is(cfgErr, os.ErrPermission) {
+			// It would only log that, and be started again every few
+			// seconds (a review: start said "not polled yet", exit 0).
+			return fmt.Errorf("service %s was not started: %w; fix it, then `proxy start --name %s` again", *name, cfgErr, *name)
+		}
 		begin := time.Now()
 		if err := service.Start(*name); err != nil {
 			return err
@@ -413,9 +425,16 @@ func cmdControl(verb string, args []string, env Env) error {
 		}
 		if st, ok := waitFirstPoll(*name, begin, startWait); ok {
 			fmt.Fprintf(env.Stdout, "Started service %s: it polled the automator at %s as instance %s.\n", *name, st.LastPoll.Format(time.RFC3339), st.InstanceID)
-		} else {
-			fmt.Fprintf(env.Stdout, "Started service %s; it has not polled the automator yet. `proxy status --name %s` tells when it does, and where its log is.\n", *name, *name)
+			break
 		}
+		if cfgErr == nil {
+			// Why, when the automator says: a token it refuses is no
+			// start to report as under way (a review).
+			if check := checkProfile(context.Background(), cfg, time.Now()); check.refused {
+				return fmt.Errorf("started service %s, but it polls nothing: the automator refuses its config: %s; `proxy status --name %s` tells where its log is", *name, check.line, *name)
+			}
+		}
+		fmt.Fprintf(env.Stdout, "Started service %s; it has not polled the automator yet. `proxy status --name %s` tells when it does, and where its log is.\n", *name, *name)
 	case "stop":
 		wasRunning, err := service.StopReported(*name)
 		if err != nil {
@@ -430,6 +449,20 @@ func cmdControl(verb string, args []string, env Env) error {
 		return uninstall(*name, env)
 	}
 	return nil
+}
+
+// validConfig is the config at path, with its defaults, when it is valid,
+// as `proxy run` would read it.
+func validConfig(path string) (config.Config, error) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("its config %s is not valid: %s", path, strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	return cfg, nil
 }
 
 // startable refuses to start service name while a proxy that is not the
@@ -702,7 +735,7 @@ func cmdStatus(args []string, env Env) error {
 		return err
 	}
 	if !st.Installed {
-		return fmt.Errorf("service %s is not installed (%s); install it with `proxy install --config FILE --name %s`", *name, st.Platform, *name)
+		return fmt.Errorf("service %s is not installed (%s)%s; install it with `proxy install --config FILE --name %s`", *name, st.Platform, service.InstalledHere(), *name)
 	}
 	now := time.Now()
 	w := env.Stdout

@@ -175,6 +175,9 @@ func TestInstallRefusesWhatAServiceCannotUse(t *testing.T) {
 		// It is found (beside the file), but the service reads a copy
 		// elsewhere; the message gives the path to write.
 		{"relative scripts_dir", "scripts_dir: scripts\n", nil, `"scripts" must be an absolute path for a service (install copies the config elsewhere: give ` + filepath.Join(dir, "scripts") + ")"},
+		// Not run's words, which name a --scripts-dir install does not
+		// take (a review).
+		{"no scripts_dir", "", nil, "scripts_dir: required: a service runs the scripts of the absolute scripts_dir in its config (install takes no --scripts-dir)"},
 		{"foreign state_dir", "scripts_dir: " + dir + "\nstate_dir: /srv/state\n", nil, "install sets it to"},
 		{"bad name", "scripts_dir: " + dir + "\n", []string{"--name", "../etc"}, "--name"},
 		{"unknown user", "scripts_dir: " + dir + "\n", []string{"--user", "no-such-user-opsgate"}, "--user"},

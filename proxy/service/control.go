@@ -1,7 +1,12 @@
 package service
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"runtime"
+	"slices"
+	"strings"
 
 	"github.com/kardianos/service"
 )
@@ -33,12 +38,12 @@ func Install(s Spec) error {
 		// The name was free (checked above): what a failed install made is ours.
 		_ = svc.Uninstall()
 		_ = afterUninstall(s.Name)
-		return fmt.Errorf("installing service %q (%s): %w", s.Name, svc.Platform(), err)
+		return asAdmin(fmt.Errorf("installing service %q (%s): %w", s.Name, svc.Platform(), err))
 	}
 	if err := afterInstall(svc, s); err != nil {
 		_ = svc.Uninstall()
 		_ = afterUninstall(s.Name)
-		return fmt.Errorf("installing service %q (%s): %w", s.Name, svc.Platform(), err)
+		return asAdmin(fmt.Errorf("installing service %q (%s): %w", s.Name, svc.Platform(), err))
 	}
 	return nil
 }
@@ -59,10 +64,10 @@ func Uninstall(name string) error {
 		}
 	}
 	if err := svc.Uninstall(); err != nil {
-		return fmt.Errorf("uninstalling service %q (%s): %w", name, svc.Platform(), err)
+		return asAdmin(fmt.Errorf("uninstalling service %q (%s): %w", name, svc.Platform(), err))
 	}
 	if err := afterUninstall(name); err != nil {
-		return fmt.Errorf("uninstalling service %q (%s): %w", name, svc.Platform(), err)
+		return asAdmin(fmt.Errorf("uninstalling service %q (%s): %w", name, svc.Platform(), err))
 	}
 	return nil
 }
@@ -75,7 +80,7 @@ func Start(name string) error {
 		return err
 	}
 	if err := start(svc, name); err != nil {
-		return fmt.Errorf("starting service %q (%s): %w", name, svc.Platform(), err)
+		return asAdmin(fmt.Errorf("starting service %q (%s): %w", name, svc.Platform(), err))
 	}
 	return nil
 }
@@ -88,7 +93,7 @@ func Stop(name string) error {
 		return err
 	}
 	if err := stop(svc, name); err != nil {
-		return fmt.Errorf("stopping service %q (%s): %w", name, svc.Platform(), err)
+		return asAdmin(fmt.Errorf("stopping service %q (%s): %w", name, svc.Platform(), err))
 	}
 	return nil
 }
@@ -124,7 +129,7 @@ func Query(name string) (Status, error) {
 	if err != nil {
 		return st, fmt.Errorf("service %q: reading its definition %s: %w", name, st.Definition, err)
 	}
-	if st.Runs = runsAfterFlag(text, name); st.Runs == "" {
+	if st.Runs, st.Args = runsAndArgs(text, name); st.Runs == "" {
 		// Another program's: its init script is not run to ask.
 		st.Detail = ErrNotOurs.Error()
 		return st, nil
@@ -149,7 +154,7 @@ func installed(name string) (service.Service, error) {
 		return nil, err
 	}
 	if !st.Installed {
-		return nil, fmt.Errorf("service %q is %w (%s)", name, ErrNotInstalled, st.Platform)
+		return nil, fmt.Errorf("service %q is %w (%s)%s", name, ErrNotInstalled, st.Platform, InstalledHere())
 	}
 	if st.Runs == "" {
 		return nil, notOurs(st)
@@ -205,3 +210,46 @@ type nopProgram struct{}
 
 func (nopProgram) Start(service.Service) error { return nil }
 func (nopProgram) Stop(service.Service) error  { return nil }
+
+// InstalledHere names the proxy and automator services installed on this
+// host ("; installed here: proxy-b (a proxy), automator (an automator):
+// give the name as --name"), or "" when there is none: what a command
+// given no --name, or a misspelt one, says besides that the service is
+// not installed (a review: it advised installing one).
+func InstalledHere() string {
+	found := installedHere()
+	if len(found) == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(found))
+	for n := range found {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s (%s)", n, article(programs[found[n]]))
+	}
+	return "; installed here: " + strings.Join(parts, ", ") + ": give the name as --name"
+}
+
+// asAdmin adds to err, of a change to a service that this process was not
+// allowed to make, that only root (an administrator, on windows) may make
+// it: the service manager's own words name a file or an access it was
+// denied (a review: "cannot create /var/run/NAME.pid.lock…: Permission
+// denied", and nothing of who may).
+func asAdmin(err error) error {
+	if err == nil || isAdmin() {
+		return err
+	}
+	msg := err.Error()
+	if !errors.Is(err, fs.ErrPermission) && !strings.Contains(msg, "ermission denied") && !strings.Contains(msg, "Access is denied") &&
+		!strings.Contains(msg, "Interactive authentication required") {
+		return err
+	}
+	who := "root"
+	if runtime.GOOS == "windows" {
+		who = "an administrator"
+	}
+	return fmt.Errorf("%w (this user may not change services: run it as %s)", err, who)
+}

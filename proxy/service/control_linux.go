@@ -420,3 +420,27 @@ func IsServiceProcess(name string, pid int) (bool, error) {
 	got, _, ok, _ := SplitServiceFlag(args[1:])
 	return ok && got == name, nil
 }
+
+// installedHere lists the services of this host whose definitions run
+// --service NAME with one of programs' commands (their Runs): the proxies'
+// and automators' installed here, by name, each with its command.
+func installedHere() map[string]string {
+	out := map[string]string{}
+	units, _ := filepath.Glob(filepath.Join(systemdUnitDir, "*.service"))
+	scripts, _ := filepath.Glob(filepath.Join(sysvInitDir, "*"))
+	for _, p := range append(units, scripts...) {
+		name := strings.TrimSuffix(filepath.Base(p), ".service")
+		if CheckName(name) != nil {
+			continue
+		}
+		if text, err := definitionText(name, p); err == nil {
+			if cmd := runsAfterFlag(text, name); cmd != "" {
+				out[name] = cmd
+			}
+		}
+	}
+	return out
+}
+
+// isAdmin reports whether this process may change services: root.
+func isAdmin() bool { return os.Geteuid() == 0 }

@@ -40,3 +40,9 @@ func DefinitionFiles(string) []string { return nil }
 
 // IsServiceProcess: no service manager here.
 func IsServiceProcess(string, int) (bool, error) { return false, errUnsupported }
+
+// installedHere lists none here: a service not installed is named alone.
+func installedHere() map[string]string { return nil }
+
+// isAdmin: no service manager here; nothing to add to its errors.
+func isAdmin() bool { return true }

@@ -221,3 +221,10 @@ func IsServiceProcess(name string, pid int) (bool, error) {
 	}
 	return st.ProcessId != 0 && st.ProcessId == uint32(pid), nil
 }
+
+// installedHere lists none here: a service not installed is named alone.
+func installedHere() map[string]string { return nil }
+
+// isAdmin reports whether this process may change services: its token is
+// elevated (an administrator's, run as one).
+func isAdmin() bool { return windows.GetCurrentProcessToken().IsElevated() }

@@ -124,6 +124,10 @@ type Status struct {
 	// (Running, BootStart and Detail are then not asked: its init script
 	// is not run). See Expect.
 	Runs string
+	// Args are the words of the definition after Runs, unquoted (the
+	// command's flags, and on some platforms what follows them in the
+	// definition): for a look at a flag's value, not to run.
+	Args []string
 	// Definition is where the definition lives (a file, or the Windows
 	// registry key).
 	Definition string
@@ -171,15 +175,25 @@ func notOurs(st Status) error {
 // service's command line), each word perhaps quoted: one of programs'
 // commands, or empty when there is none.
 func runsAfterFlag(def, name string) string {
+	cmd, _ := runsAndArgs(def, name)
+	return cmd
+}
+
+// runsAndArgs is runsAfterFlag, and the words after it, unquoted.
+func runsAndArgs(def, name string) (string, []string) {
 	words := strings.Fields(def)
 	for i := 0; i+2 < len(words); i++ {
 		if unquote(words[i]) == Flag && unquote(words[i+1]) == name {
 			if cmd := unquote(words[i+2]); programs[cmd] != "" {
-				return cmd
+				var args []string
+				for _, w := range words[i+3:] {
+					args = append(args, unquote(w))
+				}
+				return cmd, args
 			}
 		}
 	}
-	return ""
+	return "", nil
 }
 
 func unquote(w string) string {

@@ -228,8 +228,22 @@ func TestAutomatorStartAndStatusSayWhetherTheServiceServes(t *testing.T) {
 		t.Fatalf("automator install: %v", r)
 	}
 
-	// A typo in automator.yaml after install: serve refuses it at every start.
-	if err := os.WriteFile(filepath.Join(dir, config.FileConfig), append(good, "poll_windw: 5s\n"...), 0o600); err != nil {
+	// A typo in automator.yaml after install: serve would refuse it at
+	// every start, so start starts nothing and names it (a review: it
+	// said "does not serve yet", exit 0).
+	if err := os.WriteFile(filepath.Join(dir, config.FileConfig), append(append([]byte(nil), good...), "poll_windw: 5s\n"...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = runCLI(bin.automator, "start", "--name", name)
+	if r.Code == 0 || !strings.Contains(r.Stderr, "service "+name+" was not started") || !strings.Contains(r.Stderr, "poll_windw") {
+		t.Fatalf("automator start of a serve whose automator.yaml has a typo: %v; want it refused, naming the setting", r)
+	}
+	if r := runCLI(bin.automator, "status", "--name", name); r.Code != 0 || !strings.Contains(r.Stdout, "running:        no") {
+		t.Fatalf("status after a refused start: %v; want it not running", r)
+	}
+	// A value serve refuses with its flags only (out of bounds): start
+	// starts it, and says that it does not serve.
+	if err := os.WriteFile(filepath.Join(dir, config.FileConfig), append(append([]byte(nil), good...), "http_max_connections: -1\n"...), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	r = runCLI(bin.automator, "start", "--name", name)

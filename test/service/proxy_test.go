@@ -322,4 +322,16 @@ func TestStopOfAStoppedProxyServiceSaysItWasNotRunning(t *testing.T) {
 	if status := proxyCLI(t, "status", "--name", name); !strings.Contains(status, "running:        no") {
 		t.Errorf("status after a stop of the stopped service:\n%s", status)
 	}
+	// Its name given as an argument, or a name not installed: the
+	// messages say to give --name, and which are installed (a review: they
+	// advised installing the service the operator had misnamed).
+	if r := runCLI(bin.proxy, "stop", name); r.Code == 0 || !strings.Contains(r.Stderr, "to name it, give --name "+name) {
+		t.Errorf("proxy stop NAME: %v; want it to say to give --name %s", r, name)
+	}
+	for _, verb := range []string{"status", "start"} {
+		r := runCLI(bin.proxy, verb, "--name", name+"-x")
+		if r.Code == 0 || !strings.Contains(r.Stderr, "installed here: ") || !strings.Contains(r.Stderr, name+" (a proxy)") {
+			t.Errorf("proxy %s of a name not installed: %v; want it to name %s as a proxy installed here", verb, r, name)
+		}
+	}
 }

@@ -366,6 +366,15 @@ func TestStatusRunByAUserWhoCannotReadTheConfigSaysItWasNotChecked(t *testing.T)
 	if strings.Contains(status, "needs attention") {
 		t.Errorf("status as nobody says the config it could not read needs attention:\n%s", status)
 	}
+	// A start it may not make says who may (a review: the init script's
+	// "Permission denied" on a pid lock file, alone).
+	stderr.Reset()
+	start := exec.Command(exe, "start", "--name", name)
+	start.Stderr = &stderr
+	start.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(u.UID), Gid: uint32(u.GID)}}
+	if err := start.Run(); err == nil || !strings.Contains(stderr.String(), "(this user may not change services: run it as root)") {
+		t.Errorf("start as nobody: %v, stderr %q; want it refused, saying to run it as root", err, stderr.String())
+	}
 }
 
 // TestStatusSaysARunningProxyHasNotReadItsChangedConfig: a running service
@@ -497,4 +506,50 @@ func TestInstallNotesAConfigOthersMayRead(t *testing.T) {
 	if want := "Note: " + cfg + ", which install copied, holds the account's token and key and is readable by every user (mode -rw-r--r--): remove it, or chmod 600 it"; !strings.Contains(out, want) {
 		t.Errorf("install of a config every user may read: want %q in:\n%s", want, out)
 	}
+}
+
+// TestProxyStartSaysWhyItsServiceCannotRun: `proxy start` of a service
+// whose config copy is not valid (a typo in a setting, made editing it as
+// the docs say) starts nothing and says why, naming the setting; one whose
+// token the automator refuses is started (it polls again with backoff) but
+// start fails saying so. Both said "has not polled the automator yet" and
+// exited 0 (a review), the first service started again every few seconds.
+func TestProxyStartSaysWhyItsServiceCannotRun(t *testing.T) {
+	t.Parallel()
+	requireRoot(t)
+	a := startAutomator(t)
+	w := newWorkDir(t)
+	cfg := w.config(t, a.profile(t, "acme"), "cannotrun", "instance_id: cannotrun-a")
+	name := uniqueName(t)
+	// After the uninstall of install's cleanup: a stop the refused token
+	// could not report leaves a spool.
+	t.Cleanup(func() { _ = os.RemoveAll(psvc.StateDir(name)) })
+	install(t, name, cfg)
+	installed := filepath.Join(psvc.ConfigDir(name), "proxy.yaml")
+	good, err := os.ReadFile(installed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(installed, append(append([]byte(nil), good...), "grace_periodd: 5s\n"...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := runCLI(bin.proxy, "start", "--name", name)
+	if r.Code == 0 || !strings.Contains(r.Stderr, "service "+name+" was not started") || !strings.Contains(r.Stderr, "grace_periodd") {
+		t.Errorf("start of a service whose config has a typo: %v; want it refused, naming the setting", r)
+	}
+	if status := proxyCLI(t, "status", "--name", name); !strings.Contains(status, "running:        no") {
+		t.Errorf("a refused start started the service:\n%s", status)
+	}
+
+	if err := os.WriteFile(installed, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := runCLI(bin.automator, "account", "delete", "acme", "--data-dir", a.DataDir); r.Code != 0 {
+		t.Fatalf("account delete: %v", r)
+	}
+	r = runCLI(bin.proxy, "start", "--name", name)
+	if r.Code == 0 || !strings.Contains(r.Stderr, "started service "+name+", but it polls nothing: the automator refuses its config: token refused") {
+		t.Errorf("start of a service whose token the automator refuses: %v; want it to fail saying so", r)
+	}
+	proxyCLI(t, "stop", "--name", name)
 }
