@@ -84,7 +84,9 @@ func cmdAccountCreate(ctx context.Context, args []string, env Env) error {
 		Audit:     cliEvent(store.AuditEvent{At: now, Kind: store.AuditAccountCreated, Account: name, Detail: fmt.Sprintf("key %d", key.ID)}),
 	})
 	if errors.Is(err, store.ErrExists) {
-		return fmt.Errorf("account %q already exists", name)
+		// Said with how to get a profile: a second `account create NAME
+		// > proxy.yaml` has emptied that file by now (a review).
+		return fmt.Errorf("account %q already exists, and its profile is printed only when it is created: `automator account rotate-token %s --data-dir %s`%s prints one with a new token (its proxies keep the old one for the overlap, 24h by default)", name, name, *dir, withSameDB(*db))
 	}
 	if errors.Is(err, store.ErrBeingDeleted) {
 		return fmt.Errorf("account %q is still being deleted: an earlier `automator account delete` stopped before it moved every unit of the old account under its tombstone; a serving automator finishes that as it starts and every hour, or run `automator account delete %s --data-dir %s`%s again to finish now, then create the account", name, name, *dir, withSameDB(*db))

@@ -360,7 +360,9 @@ func Load(dir string) (Config, error) {
 	data, err := secretfile.ReadRegularFile(path, MaxFileSize)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return Config{}, fmt.Errorf("reading %s: not found; run `automator init --data-dir %s` first", path, dir)
+			// Not "run init": a misspelt --data-dir would get a second
+			// automator, with its own CA and keys (a review).
+			return Config{}, fmt.Errorf("reading %s: not found: %s is not an automator's data directory; give the one `automator init` made as --data-dir (a new automator is made with `automator init --data-dir DIR`)", path, dir)
 		}
 		return Config{}, fmt.Errorf("reading %s: %w", path, err)
 	}
