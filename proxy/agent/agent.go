@@ -189,6 +189,9 @@ type Agent struct {
 	// and start again (shortage.go); leftLog those of scripts that exited
 	// leaving processes the proxy could not kill.
 	failLog, killLog, shortLog, leftLog *loglimit.Limiter
+	// freeze tells when a claim read after this process was stopped
+	// arrived (freeze.go): its deadline counts from then.
+	freeze freezeWatch
 
 	mu      sync.Mutex
 	running map[string]context.CancelCauseFunc // work id → cancel of its run
@@ -320,6 +323,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	// The threads scripts will need, made before they run: scripts that
 	// reach a limit of processes then cost the proxy a start, not its life.
 	runner.ReserveThreads()
+	fctx, stopFreeze := context.WithCancel(context.Background())
+	defer stopFreeze()
+	go a.freeze.run(fctx)
 	a.state.started(a.o, time.Now())
 	a.resumeSpooled(ctx, workCtx)
 	a.loadEarlier()
@@ -447,7 +453,9 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
 			wait = 0
 		}
 		seq++
+		sent := time.Now()
 		resp, err := a.poll(pctx, n, wait, seq, lostFrom)
+		arrived := a.freeze.arrived(sent)
 		// A poll for no units that answered as it was dropped is still
 		// read: its answer may say which running units were cancelled.
 		dropped := err != nil && pctx.Err() != nil && ctx.Err() == nil && n == 0
@@ -516,7 +524,7 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
 				a.log.Error("automator sent a claim for a unit already running here: not run again", "work_id", c.GetWorkId())
 				continue
 			}
-			a.start(workCtx, c)
+			a.start(workCtx, c, arrived)
 		}
 		if len(claims) > 0 {
 			// Let the units just started run up to their first wait before
@@ -778,9 +786,9 @@ func (a *Agent) pollAs(ctx context.Context, run string, n int, wait time.Duratio
 	})
 }
 
-// start runs one claim in its own goroutine; its slot is busy until the
-// result is posted (or given up).
-func (a *Agent) start(workCtx context.Context, c *automatorv1.Claim) {
+// start runs one claim, which arrived at arrived, in its own goroutine;
+// its slot is busy until the result is posted (or given up).
+func (a *Agent) start(workCtx context.Context, c *automatorv1.Claim, arrived time.Time) {
 	runCtx, cancel := context.WithCancelCause(workCtx)
 	a.mu.Lock()
 	a.running[c.GetWorkId()] = cancel
@@ -799,7 +807,7 @@ func (a *Agent) start(workCtx context.Context, c *automatorv1.Claim) {
 			default:
 			}
 		}()
-		a.handle(runCtx, workCtx, c)
+		a.handle(runCtx, workCtx, c, arrived)
 	}()
 }
 

@@ -111,7 +111,7 @@ func BenchmarkHandleTinyScript(b *testing.B) {
 				return
 			}
 			c := &automatorv1.Claim{WorkId: id, ClaimId: "c", Account: "acme", SealedCommand: sealed, Remaining: durationpb.New(time.Minute)}
-			a.handle(context.Background(), context.Background(), c)
+			a.handle(context.Background(), context.Background(), c, time.Now())
 		}
 	})
 }

@@ -22,17 +22,20 @@ import (
 
 // handle opens, runs and reports one claim. The deadline comes from the
 // time remaining on the automator's clock, measured from when the claim
-// arrived here, so this host's clock skew changes nothing (guarantee 6).
-func (a *Agent) handle(runCtx, postCtx context.Context, c *automatorv1.Claim) {
+// arrived here (arrived: before it was read, when this process was
+// stopped meanwhile, freezeWatch), so this host's clock skew changes
+// nothing (guarantee 6).
+func (a *Agent) handle(runCtx, postCtx context.Context, c *automatorv1.Claim, arrived time.Time) {
 	remaining := c.GetRemaining().AsDuration()
-	deadline := time.Now().Add(remaining)
+	deadline := arrived.Add(remaining)
 	log := a.log.With("work_id", c.GetWorkId(), "account", c.GetAccount())
-	if remaining <= 0 {
+	if remaining <= 0 || !time.Now().Before(deadline) {
 		// The automator's answer came after the deadline it was computed
-		// for: the unit times out there. Nothing runs, not even a built-in
-		// or a failure report, since nothing is reported after the
-		// deadline (guarantee 7).
-		log.Warn("claim arrived past its deadline: nothing runs, nothing reported", "remaining", remaining)
+		// for, or was read after it, this process stopped meanwhile: the
+		// unit times out there. Nothing runs, not even a built-in or a
+		// failure report, since nothing is reported after the deadline
+		// (guarantee 7).
+		log.Warn("claim arrived past its deadline: nothing runs, nothing reported", "remaining", remaining, "read_after", time.Since(arrived).Round(time.Millisecond))
 		return
 	}
 
