@@ -375,8 +375,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		switch {
 		case scripts > 0:
 			a.log.Warn("grace period over: killing running scripts", "scripts_running", scripts, "results_unposted", max(n-scripts, 0))
+		case n > 0 && a.spool != nil:
+			a.log.Warn("grace period over: no script is running, only results are still unposted; posting them ends here, and the next start posts them from the spool", "results_unposted", n)
 		case n > 0:
-			a.log.Warn("grace period over: no script is running, only results are still unposted; posting them ends here", "results_unposted", n)
+			// Without a spool they would be lost: they are posted on,
+			// until their deadlines, and the stop waits (a review: this
+			// line said their posting ended, and the proxy ran on 47 s).
+			a.log.Warn("grace period over: no script is running, only results are still unposted; without a state_dir to keep them, the stop waits while they are posted, until their units' deadlines at the latest (a stop asked again ends it, losing them)", "results_unposted", n)
 		}
 		kill(errShutdown)
 	case <-a.o.EndGrace:
