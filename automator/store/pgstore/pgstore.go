@@ -191,6 +191,12 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		if code, _ := pgCode(err); code == codeInvalidPassword && cfg.ConnConfig.Password == "" {
 			return nil, fmt.Errorf("opening postgres store %s: %w; no password was given (the URL has none, and neither PGPASSWORD nor a password file, ~/.pgpass or PGPASSFILE, supplies one): give it as PGPASSWORD in this command's environment", redacted, err)
 		}
+		// Said as such, not as the driver's words alone (a review): a
+		// replica serving rides out an outage, one starting does not.
+		var ce *pgconn.ConnectError
+		if code, _ := pgCode(err); code == "" && errors.As(err, &ce) { // no answer of PostgreSQL's
+			return nil, fmt.Errorf("opening postgres store %s: PostgreSQL could not be reached (%w): start it, or mend the host and port of db; this command needs it now (a serve that was running waits for it, one starting exits, and its service manager starts it again)", redacted, err)
+		}
 		return nil, fmt.Errorf("opening postgres store %s: %w", redacted, err)
 	}
 	var schema string

@@ -483,3 +483,18 @@ func TestRedactHidesTheClientKeyPassword(t *testing.T) {
 		t.Errorf("Redact = %q; want the rest of the DSN kept", got)
 	}
 }
+
+// TestOpenOfADatabaseThatDoesNotAnswerSaysSo: an open (a command's, a
+// serve starting) that reaches no PostgreSQL says so and what to do, not
+// the driver's dial error alone (a review); one PostgreSQL refuses says
+// its refusal (no such word).
+func TestOpenOfADatabaseThatDoesNotAnswerSaysSo(t *testing.T) {
+	t.Parallel()
+	_, err := Open(t.Context(), fmt.Sprintf("postgres://u:p@%s/db?sslmode=disable&connect_timeout=5", closedport.Addr(t)))
+	if want := "PostgreSQL could not be reached ("; err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "start it, or mend the host and port of db") {
+		t.Errorf("Open of a port nothing listens on: %v; want it to say %q and what to do", err, want)
+	}
+	if _, err := Open(t.Context(), pgtest.DSN(t)+"&dbname=opsgate_no_such_database"); err == nil || strings.Contains(err.Error(), "could not be reached") {
+		t.Errorf("Open of a database that does not exist: %v; want PostgreSQL's refusal, not that it could not be reached", err)
+	}
+}
