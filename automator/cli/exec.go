@@ -339,6 +339,12 @@ func stillQueued(id string, deadline time.Time, err error, caller callerFlags) e
 		with = ", with an API key that may use its account"
 	}
 	target := caller.target()
+	if !deadline.IsZero() && !time.Now().Before(deadline) && *caller.dir != "" && *caller.server == "" {
+		// work show with --data-dir reads the database itself: work wait
+		// would ask the automator that did not answer (a review: it
+		// spent another minute so, on a hung replica).
+		return fmt.Errorf("%w; work %s was queued, and its deadline passed at %s: it has ended, or ends as soon as an automator serves (none hands it out or takes its result after its deadline, and a proxy stops its script then); learn how, and what it printed, with `automator work show %s %s --reveal`, which reads the database itself, whether an automator answers or not", err, id, deadline.Format(time.TimeOnly), id, target)
+	}
 	if !deadline.IsZero() && !time.Now().Before(deadline) {
 		return fmt.Errorf("%w; work %s was queued, and its deadline passed at %s: it has ended, or ends as soon as an automator serves (none hands it out or takes its result after its deadline, and a proxy stops its script then); learn how with `automator work wait %s %s`%s, and what it printed with `automator work show %s %s --reveal`", err, id, deadline.Format(time.TimeOnly), id, target, with, id, target)
 	}

@@ -29,9 +29,10 @@ func TestExecGivenUpSaysWhetherItsUnitMayStillRun(t *testing.T) {
 		{"past its deadline", past, []string{
 			"work w_1 was queued, and its deadline passed at " + past.Format(time.TimeOnly) + ":",
 			"it has ended, or ends as soon as an automator serves",
-			"learn how with `automator work wait w_1 --data-dir /var/lib/automator`",
-			"and what it printed with `automator work show w_1 --data-dir /var/lib/automator --reveal`",
-		}, []string{"may still run", "work cancel"}},
+			// work show reads the database itself; work wait would ask
+			// the automator that did not answer (a review).
+			"learn how, and what it printed, with `automator work show w_1 --data-dir /var/lib/automator --reveal`, which reads the database itself",
+		}, []string{"may still run", "work cancel", "work wait"}},
 		{"before its deadline", ahead, []string{
 			"work w_1 was queued and may still run until its deadline at " + ahead.Format(time.TimeOnly) + ":",
 			"`automator work wait w_1 --data-dir /var/lib/automator`",
