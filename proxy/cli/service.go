@@ -857,6 +857,9 @@ func cmdStatus(args []string, env Env) error {
 		// the rotation's overlap ends (keys the account no longer has at
 		// all are refused at the first poll, which the check cannot tell).
 		fmt.Fprintf(w, "=> stopped, and its config is out of date (automator: above): started, it may claim units only until the rotation's overlap ends, and none after; put the account's current profile in %s before a failover needs it\n", cfgPath)
+	case cfgOK && check.unreached && st.BootStart:
+		// Not a standby: no failover to speak of (a review).
+		fmt.Fprintf(w, "=> stopped and configured, but the automator is not reachable from here now: started, it would poll nothing until it is\n")
 	case cfgOK && check.unreached:
 		fmt.Fprintf(w, "=> stopped and configured, but the automator is not reachable from here now: a failover to it would poll nothing until it is\n")
 	case cfgOK && st.BootStart:

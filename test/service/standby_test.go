@@ -552,4 +552,10 @@ func TestProxyStartSaysWhyItsServiceCannotRun(t *testing.T) {
 		t.Errorf("start of a service whose token the automator refuses: %v; want it to fail saying so", r)
 	}
 	proxyCLI(t, "stop", "--name", name)
+	// Stopped, started at boot (no standby), its automator down: its
+	// status speaks of no failover (a review).
+	a.proc.Kill(t)
+	if status := proxyCLI(t, "status", "--name", name); !strings.Contains(status, "=> stopped and configured, but the automator is not reachable from here now: started, it would poll nothing until it is") {
+		t.Errorf("status of a stopped service started at boot, its automator down:\n%s", status)
+	}
 }
