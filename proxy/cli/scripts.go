@@ -162,9 +162,11 @@ func unrunnable(dir string, running bool) []scriptTrouble {
 		if err != nil {
 			continue
 		}
-		if why := unreadable(path); running && why != "" {
-			unread = append(unread, fmt.Sprintf("%s (%s)", e.Name(), why))
-			continue
+		if running {
+			if why := unreadable(path); why != "" {
+				unread = append(unread, fmt.Sprintf("%s (%s)", e.Name(), why))
+				continue
+			}
 		}
 		line := runner.ShebangLine(path)
 		interp := runner.InterpreterIn(line)
@@ -183,7 +185,8 @@ func unrunnable(dir string, running bool) []scriptTrouble {
 		if _, err := os.Stat(interp); strings.ContainsRune(interp, '\r') || (err != nil && !errors.Is(err, fs.ErrPermission)) {
 			missing = append(missing, fmt.Sprintf("%s (#!%s)", e.Name(), strings.ReplaceAll(interp, "\r", `\r`)))
 			continue
-		} else if runner.OnNoExec(interp) {
+		}
+		if runner.OnNoExec(interp) {
 			noexec = append(noexec, fmt.Sprintf("%s (#!%s)", e.Name(), interp))
 			continue
 		}
