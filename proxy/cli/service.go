@@ -445,10 +445,29 @@ func cmdControl(verb string, args []string, env Env) error {
 			break
 		}
 		fmt.Fprintf(env.Stdout, "Stopped service %s.\n", *name)
+		if n := spooled(service.StateDir(*name)); n > 0 {
+			fmt.Fprintf(env.Stdout, "%d results of units it ran could not be posted and wait in %s: its next start posts them.\n", n, filepath.Join(service.StateDir(*name), agent.SpoolDirName))
+		}
 	case "uninstall":
 		return uninstall(*name, env)
 	}
 	return nil
+}
+
+// spooled counts the results in the spool of stateDir, waiting to be
+// posted (those of units whose scripts ran), or 0 when it cannot be read.
+func spooled(stateDir string) int {
+	if agent.CheckSpoolDir(stateDir) != nil {
+		return 0
+	}
+	entries, _ := os.ReadDir(filepath.Join(stateDir, agent.SpoolDirName))
+	n := 0
+	for _, e := range entries {
+		if !e.IsDir() && strings.HasSuffix(e.Name(), ".json") && !strings.HasPrefix(e.Name(), ".tmp-") {
+			n++
+		}
+	}
+	return n
 }
 
 // validConfig is the config at path, with its defaults, when it is valid,
@@ -828,6 +847,11 @@ func cmdStatus(args []string, env Env) error {
 	held := foreignHolder(*name, st)
 	if held != nil {
 		fmt.Fprintf(w, "state dir:      %s is held by %s: the service cannot run until it stops\n", held.Dir, holderName(held))
+	}
+	if n := spooled(service.StateDir(*name)); n > 0 && !st.Running {
+		// Said, not only logged (a review: a stop that could not post a
+		// result left it there without a word).
+		fmt.Fprintf(w, "spool:          %d results of units this proxy ran wait in %s to be posted: its next start posts them (the automator refuses those whose units ended)\n", n, filepath.Join(service.StateDir(*name), agent.SpoolDirName))
 	}
 	fmt.Fprintf(w, "log:            %s\n", service.LogLocation(st))
 

@@ -559,3 +559,44 @@ func TestProxyStartSaysWhyItsServiceCannotRun(t *testing.T) {
 		t.Errorf("status of a stopped service started at boot, its automator down:\n%s", status)
 	}
 }
+
+// TestAStopThatLeavesResultsInTheSpoolSaysSo: a service stopped while a
+// result it could not post (its automator gone) waits in its spool says so
+// as it stops, and its status says so while it is stopped, with how many
+// and that its next start posts them (a review: the stop took its grace
+// period and said only "Stopped service").
+func TestAStopThatLeavesResultsInTheSpoolSaysSo(t *testing.T) {
+	t.Parallel()
+	requireRoot(t)
+	a := startAutomator(t)
+	w := newWorkDir(t)
+	cfg := w.config(t, a.profile(t, "acme"), "spooled", "instance_id: spooled-a", "grace_period: 1s")
+	name := uniqueName(t)
+	// After the uninstall of install's cleanup, which leaves the spool.
+	t.Cleanup(func() { _ = os.RemoveAll(psvc.StateDir(name)) })
+	install(t, name, cfg)
+	proxyCLI(t, "start", "--name", name)
+	// Killed as the test ends: it waits for its unit's end, which the
+	// automator, killed below, never gives.
+	proctest.Start(t, "exec", bin.automator, "exec", "--data-dir", a.DataDir, "--account", "acme", "--timeout", "5m", "slow.sh", w.dir)
+	started := filepath.Join(w.dir, "trace", "slow.started")
+	for end := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(started); err == nil {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("slow.sh did not start within a minute")
+		}
+	}
+	a.proc.Kill(t)
+	if err := os.WriteFile(filepath.Join(w.dir, "trace", "release"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := proxyCLI(t, "stop", "--name", name)
+	if want := "1 results of units it ran could not be posted and wait in " + filepath.Join(psvc.StateDir(name), "spool") + ": its next start posts them."; !strings.Contains(out, want) {
+		t.Errorf("proxy stop with a result unposted said:\n%s\nwant %q", out, want)
+	}
+	if status := proxyCLI(t, "status", "--name", name); !strings.Contains(status, "spool:          1 results of units this proxy ran wait in ") {
+		t.Errorf("status of the stopped service with a result in its spool:\n%s", status)
+	}
+}
