@@ -14,6 +14,11 @@ const (
 	freezeGap  = time.Second
 )
 
+// freezeRead is how soon after a stop's end, as the ticker noted it, a
+// claim read is taken to have waited through the stop: both run as the
+// process resumes, the ticker's note being overdue.
+const freezeRead = 2 * freezeTick
+
 // freezeWatch tells when a claim read now may have come: a claim's
 // deadline is the time remaining the automator gave it, counted from its
 // arrival, and an answer that came while this process was stopped is read
@@ -64,10 +69,15 @@ func (f *freezeWatch) note(now time.Time) {
 }
 
 // arrived is when a claim read now, of a poll sent at sent, is taken to
-// have come: now, unless this process was stopped since sent (a gap the
-// ticker saw end after it, or one under way it has not noted the end of
-// yet), then the gap's start or sent, whichever is later. Without notes
-// (the watch not running) it is now.
+// have come: now, unless this process was stopped since sent and is read
+// as it resumes (a gap under way the ticker has not noted the end of yet,
+// or one it saw end after sent and at most freezeRead before now), then
+// the gap's start or sent, whichever is later. An answer that waited in
+// the socket through a stop is read at once as the process runs again: a
+// claim read later came after the stop, and its time is its own (a
+// re-review: every claim of the rest of a poll was cut by a stop long
+// over, short ones to nothing). Without notes (the watch not running) it
+// is now.
 func (f *freezeWatch) arrived(sent time.Time) time.Time {
 	now := f.clock()
 	f.mu.Lock()
@@ -76,7 +86,7 @@ func (f *freezeWatch) arrived(sent time.Time) time.Time {
 	switch {
 	case !f.last.IsZero() && now.Sub(f.last) > freezeGap:
 		from = f.last
-	case f.gapEnd.After(sent):
+	case f.gapEnd.After(sent) && now.Sub(f.gapEnd) <= freezeRead:
 		from = f.gapStart
 	default:
 		return now

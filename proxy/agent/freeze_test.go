@@ -5,11 +5,12 @@ import (
 	"time"
 )
 
-// TestAClaimReadAfterAStopIsCountedFromTheStop: a claim read once the
+// TestAClaimReadAfterAStopIsCountedFromTheStop: a claim read as the
 // process runs again after a stop is taken to have arrived when the stop
 // began (its poll's send, when later), whether the watch has noted the
-// stop's end or not yet; without a stop since its poll's send, when it is
-// read. The real stop is in test/e2e
+// stop's end or not yet; one read later than that, or without a stop since
+// its poll's send, when it is read (a re-review: a stop long over cut the
+// claims of the rest of its poll). The real stop is in test/e2e
 // (TestAProxyStoppedWhileItsClaimWaitedKeepsTheAutomatorsDeadline).
 func TestAClaimReadAfterAStopIsCountedFromTheStop(t *testing.T) {
 	t.Parallel()
@@ -34,11 +35,20 @@ func TestAClaimReadAfterAStopIsCountedFromTheStop(t *testing.T) {
 			t.Errorf("%s: arrived at %v, want %v", c.name, got.Sub(base), c.want.Sub(base))
 		}
 	}
-	// Stopped again from 10.5 s, read at 20 s before the watch notes it.
-	f.note(at(10500 * time.Millisecond))
+	// Read 4 s after the stop ended, the watch running on: the claim came
+	// after the stop.
+	for d := 10500 * time.Millisecond; d <= 14250*time.Millisecond; d += 250 * time.Millisecond {
+		f.note(at(d))
+	}
+	now = at(14300 * time.Millisecond)
+	if got := f.arrived(at(100 * time.Millisecond)); !got.Equal(now) {
+		t.Errorf("a claim read 4 s after the stop's end: arrived at %v, want when read (14.3s)", got.Sub(base))
+	}
+	// Stopped again from 14.5 s, read at 20 s before the watch notes it.
+	f.note(at(14500 * time.Millisecond))
 	now = at(20 * time.Second)
-	if got := f.arrived(at(10400 * time.Millisecond)); !got.Equal(at(10500 * time.Millisecond)) {
-		t.Errorf("a stop under way: arrived at %v, want its start, 10.5s", got.Sub(base))
+	if got := f.arrived(at(14400 * time.Millisecond)); !got.Equal(at(14500 * time.Millisecond)) {
+		t.Errorf("a stop under way: arrived at %v, want its start, 14.5s", got.Sub(base))
 	}
 	// Run on: nothing stops it any more.
 	for d := 20 * time.Second; d <= 22*time.Second; d += 250 * time.Millisecond {
