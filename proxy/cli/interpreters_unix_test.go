@@ -37,7 +37,14 @@ func TestMissingInterpretersListsScriptsThisHostCannotRun(t *testing.T) {
 		"envsh.sh":   "#!/usr/bin/env sh\necho ok\n",
 		"envarg.sh":  "#!/usr/bin/env sh -e \necho ok\n", // env looks for "sh -e" (Linux)
 		"envS.sh":    "#!/usr/bin/env -S sh -e\necho ok\n",
+		// On Linux one argument: a variable, and the script run again by
+		// env forever; an option env refuses (a re-review).
 		"envvar.sh":  "#!/usr/bin/env LC_ALL=C sh\necho ok\n",
+		"envvar1.sh": "#!/usr/bin/env FOO=1\necho ok\n",
+		"envi.sh":    "#!/usr/bin/env -i sh\necho ok\n",
+		// Missing: after -S, the program env splits out; a path.
+		"envSmissing.sh": "#!/usr/bin/env -S nonexistent-python9 -u\nprint(1)\n",
+		"envpath.sh":     "#!/usr/bin/env /nonexistent/python9\nprint(1)\n",
 	} {
 		mode := os.FileMode(0o755)
 		if name == "notes.txt" {
@@ -50,13 +57,15 @@ func TestMissingInterpretersListsScriptsThisHostCannotRun(t *testing.T) {
 	crlf := scriptTrouble{crlfWarning, []string{"crlf.sh (#!/bin/sh)", "crlfarg.sh (#!/bin/sh -e)", "crlfenv.py (#!/usr/bin/env python3)"}}
 	var envOneArg []scriptTrouble
 	if runtime.GOOS == "linux" {
-		envOneArg = []scriptTrouble{{envOneArgWarning, []string{"envarg.sh (#!/usr/bin/env sh -e)"}}}
+		envOneArg = []scriptTrouble{{envOneArgWarning, []string{"envarg.sh (#!/usr/bin/env sh -e)", "envi.sh (#!/usr/bin/env -i sh)",
+			"envvar.sh (#!/usr/bin/env LC_ALL=C sh)", "envvar1.sh (#!/usr/bin/env FOO=1)"}}}
 	}
 	equal := func(a, b scriptTrouble) bool { return a.warning == b.warning && slices.Equal(a.scripts, b.scripts) }
 	// As status lists them: a name env looks up is not looked up, this
 	// shell's PATH not being the service's.
+	envPath := "envpath.sh (#!/usr/bin/env /nonexistent/python9: /nonexistent/python9 does not exist)"
 	want := append([]scriptTrouble{
-		{missingInterpretersWarning, []string{"py.sh (#!/usr/bin/nonexistent-python9)", "through.sh (#!/bin/sh/x)"}},
+		{missingInterpretersWarning, []string{envPath, "py.sh (#!/usr/bin/nonexistent-python9)", "through.sh (#!/bin/sh/x)"}},
 		// Listed on their own, saying what to do (a review).
 		crlf,
 	}, envOneArg...)
@@ -68,7 +77,8 @@ func TestMissingInterpretersListsScriptsThisHostCannotRun(t *testing.T) {
 	t.Setenv("PATH", "/usr/bin:/bin")
 	want = append([]scriptTrouble{
 		{missingInterpretersWarning, []string{"env.sh (#!/usr/bin/env nonexistent-python9: nonexistent-python9 is in no directory of the proxy's PATH)",
-			"py.sh (#!/usr/bin/nonexistent-python9)", "through.sh (#!/bin/sh/x)"}},
+			"envSmissing.sh (#!/usr/bin/env -S nonexistent-python9 -u: nonexistent-python9 is in no directory of the proxy's PATH)",
+			envPath, "py.sh (#!/usr/bin/nonexistent-python9)", "through.sh (#!/bin/sh/x)"}},
 		crlf,
 	}, envOneArg...)
 	if got := unrunnable(dir, true); !slices.EqualFunc(got, want, equal) {

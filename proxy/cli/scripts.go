@@ -74,7 +74,7 @@ const crlfWarning = "scripts saved with Windows line endings (CRLF), whose #! li
 
 // envOneArgWarning is what the proxy logs at start, and status says, when
 // unrunnable lists scripts whose #! line gives env a name with options.
-const envOneArgWarning = "scripts whose #! line gives env a program's name and more after it, which Linux passes to env as one argument, so that env looks for a program named all of it: a unit naming one fails on this instance; use env -S, or give the interpreter's path"
+const envOneArgWarning = "scripts whose #! line gives env more than a program's name without -S (options, a variable, an argument), which Linux passes to env as one argument: env looks for a program named all of it, refuses it as an option, or sets a variable and runs the script itself again; a unit naming one fails on this instance; use env -S, or give the interpreter's path"
 
 // unreadableWarning is what the proxy logs at start when unrunnable lists
 // scripts its user may run but not read.
@@ -116,19 +116,19 @@ type scriptTrouble struct {
 //
 //   - missingInterpretersWarning: those whose #! line names an interpreter
 //     this host does not have (a path that does not exist); when running,
-//     also those whose line is "#!/usr/bin/env NAME" where NAME is found
-//     nowhere in this process's PATH, which the scripts get (a command may
-//     not set another: scriptenv).
+//     also those whose line is "#!/usr/bin/env NAME" (or "-S NAME ...")
+//     where NAME is found nowhere in this process's PATH, which the
+//     scripts get (a command may not set another: scriptenv); and those
+//     whose line gives env a path that does not exist.
 //   - crlfWarning: those whose #! line ends in a carriage return (a file
 //     saved with Windows line endings: the interpreter, or its argument,
 //     has it, "#!/usr/bin/env python3\r" making env look for "python3\r");
 //     listed with the line without it, which the warning names (a review:
 //     they were listed as missing their interpreter, and the text log
 //     escaped the "\r" they were shown with twice).
-//   - envOneArgWarning: on Linux, those whose line is "#!/usr/bin/env NAME
-//     MORE" (options, or another argument), which the system passes to env
-//     as the one argument "NAME MORE": env finds no such program (a review:
-//     "#!/usr/bin/env python3 -u" fails with 127 on Linux) unless told -S.
+//   - envOneArgWarning: on Linux, those whose line gives env more than a
+//     program's name without -S (envProgram): "#!/usr/bin/env python3 -u"
+//     fails with 127 (a review).
 //   - notAllowedWarning: when running, those this process may not run or
 //     reach (runner.ErrNotAllowed), each with why and what to do (a
 //     review: a proxy installed --user nobody counted a root-only script
@@ -190,11 +190,15 @@ func unrunnable(dir string, running bool) []scriptTrouble {
 			noexec = append(noexec, fmt.Sprintf("%s (#!%s)", e.Name(), interp))
 			continue
 		}
-		switch name, oneArg := envProgram(line); {
+		switch prog, oneArg := envProgram(line); {
 		case oneArg:
 			envOneArg = append(envOneArg, fmt.Sprintf("%s (#!%s)", e.Name(), strings.TrimSpace(line)))
-		case name != "" && running && !inPath(name):
-			missing = append(missing, fmt.Sprintf("%s (#!%s: %s is in no directory of the proxy's PATH)", e.Name(), strings.TrimSpace(line), name))
+		case strings.Contains(prog, "/"):
+			if _, err := os.Stat(prog); err != nil && !errors.Is(err, fs.ErrPermission) {
+				missing = append(missing, fmt.Sprintf("%s (#!%s: %s does not exist)", e.Name(), strings.TrimSpace(line), prog))
+			}
+		case prog != "" && running && !inPath(prog):
+			missing = append(missing, fmt.Sprintf("%s (#!%s: %s is in no directory of the proxy's PATH)", e.Name(), strings.TrimSpace(line), prog))
 		}
 	}
 	var out []scriptTrouble
@@ -206,14 +210,16 @@ func unrunnable(dir string, running bool) []scriptTrouble {
 	return out
 }
 
-// envProgram reads a #! line (runner.ShebangLine) that runs env: name is
-// the program env is to look up in PATH, when the line names one alone
-// ("/usr/bin/env python3"); oneArg says that, on Linux, the line gives env
-// more after the name ("/usr/bin/env python3 -u"), which the system
-// passes as one argument with it, so env looks for a program called all
-// of it. A line with env's own options (-S, -i, …) or a variable
-// (NAME=value) first is neither: env reads those itself.
-func envProgram(line string) (name string, oneArg bool) {
+// envProgram reads a #! line (runner.ShebangLine) that runs env: program
+// is the program env is to run, when the line names one ("/usr/bin/env
+// python3", "/usr/bin/env -S python3 -u", "/usr/bin/env /opt/py/bin/python"):
+// a name env looks up in PATH, or a path. oneArg says that, on Linux, the
+// line gives env more than a program's name without -S: the system passes
+// the rest of the line as one argument, so env looks for a program called
+// all of it ("python3 -u"), refuses it as an option ("-i sh"), or sets a
+// variable and runs the script itself again, forever ("FOO=1 sh", "FOO=1")
+// (a re-review: the last two were not listed).
+func envProgram(line string) (program string, oneArg bool) {
 	interp := runner.InterpreterIn(line)
 	if filepath.Base(interp) != "env" {
 		return "", false
@@ -221,14 +227,32 @@ func envProgram(line string) (name string, oneArg bool) {
 	// The system passes the rest of the line, white space around it
 	// dropped, as the interpreter's one argument.
 	arg := strings.Trim(strings.TrimLeft(line, " \t")[len(interp):], " \t")
-	if arg == "" || strings.HasPrefix(arg, "-") || strings.Contains(strings.Fields(arg)[0], "=") {
+	if arg == "" {
 		return "", false
 	}
-	if strings.ContainsAny(arg, " \t") {
-		return "", runtime.GOOS == "linux"
+	linux := runtime.GOOS == "linux"
+	if rest, ok := strings.CutPrefix(arg, "-S"); ok || strings.HasPrefix(arg, "--split-string") {
+		if !ok {
+			rest = strings.TrimLeft(strings.TrimPrefix(arg, "--split-string"), "=")
+		}
+		// env splits the rest itself: its first word is the program,
+		// unless it is another option or a variable.
+		fields := strings.Fields(rest)
+		if len(fields) == 0 || strings.HasPrefix(fields[0], "-") || strings.Contains(fields[0], "=") {
+			return "", false
+		}
+		return fields[0], false
 	}
-	if strings.Contains(arg, "/") {
-		return "", false // a path: env runs it as it is
+	first := strings.Fields(arg)[0]
+	switch {
+	case strings.HasPrefix(arg, "-"):
+		// An option alone ("-i") is env's; with more after it, one
+		// argument env refuses.
+		return "", linux && strings.ContainsAny(arg, " \t")
+	case strings.Contains(first, "="):
+		return "", linux
+	case strings.ContainsAny(arg, " \t"):
+		return "", linux
 	}
 	return arg, false
 }

@@ -92,14 +92,16 @@ func writers(fi fs.FileInfo, other bool) string {
 // unreadable says, of a script this process may run, why it may not read
 // it ("mode -rwx--x--x, owner user deploy"), or "" when it may: the
 // interpreter of a #! script, run as this process's user, must read it
-// (a compiled program need not, so what it is cannot be told).
+// (a compiled program need not, so what it is cannot be told). A file no
+// one may read (mode 0111) is taken for a program made execute-only on
+// purpose, and not said (a re-review: /bin/true so, which runs, was).
 func unreadable(path string) string {
 	const readOK = 4 // R_OK
 	if syscall.Access(path, readOK) == nil {
 		return ""
 	}
 	fi, err := os.Stat(path)
-	if err != nil {
+	if err != nil || fi.Mode().Perm()&0o444 == 0 {
 		return ""
 	}
 	owner := ""
