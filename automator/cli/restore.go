@@ -366,8 +366,8 @@ func (l backupLineage) check(prev previous, prevErr error, dir, dbPath, file str
 			return nil
 		}
 	}
-	return fmt.Errorf("%s holds no account, and none of the %d API keys of %s, nor the key in %s: it is not a backup of this automator's database but of another's (each `automator init` makes its own); nothing was replaced. If it is this automator's all the same, move %s aside and restore again",
-		file, len(prev.apiKeys), dbPath, filepath.Join(dir, config.FileAPIKey), dbPath)
+	return fmt.Errorf("%s holds no account, no API key of %s, nor the key in %s: it is not a backup of this automator's database but of another's (each `automator init` makes its own); nothing was replaced. If it is this automator's all the same, move %s aside and restore again",
+		file, dbPath, filepath.Join(dir, config.FileAPIKey), dbPath)
 }
 
 // endOpenWork ends every open unit of st as timed_out, a batch per write,

@@ -212,8 +212,8 @@ func (nopProgram) Start(service.Service) error { return nil }
 func (nopProgram) Stop(service.Service) error  { return nil }
 
 // InstalledHere names the proxy and automator services installed on this
-// host ("; installed here: proxy-b (a proxy), automator (an automator):
-// give the name as --name"), or "" when there is none: what a command
+// host ("; installed here: proxy-b (a proxy), automator (an automator)"),
+// or "" when there is none: what a command
 // given no --name, or a misspelt one, says besides that the service is
 // not installed (a review: it advised installing one).
 func InstalledHere() string {
@@ -230,7 +230,7 @@ func InstalledHere() string {
 	for i, n := range names {
 		parts[i] = fmt.Sprintf("%s (%s)", n, article(programs[found[n]]))
 	}
-	return "; installed here: " + strings.Join(parts, ", ") + ": give the name as --name"
+	return "; installed here: " + strings.Join(parts, ", ")
 }
 
 // asAdmin adds to err, of a change to a service that this process was not

@@ -28,6 +28,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -191,11 +192,12 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		if code, _ := pgCode(err); code == codeInvalidPassword && cfg.ConnConfig.Password == "" {
 			return nil, fmt.Errorf("opening postgres store %s: %w; no password was given (the URL has none, and neither PGPASSWORD nor a password file, ~/.pgpass or PGPASSFILE, supplies one): give it as PGPASSWORD in this command's environment", redacted, err)
 		}
-		// Said as such, not as the driver's words alone (a review): a
-		// replica serving rides out an outage, one starting does not.
-		var ce *pgconn.ConnectError
-		if code, _ := pgCode(err); code == "" && errors.As(err, &ce) { // no answer of PostgreSQL's
-			return nil, fmt.Errorf("opening postgres store %s: PostgreSQL could not be reached (%w): start it, or mend the host and port of db; this command needs it now (a serve that was running waits for it, one starting exits, and its service manager starts it again)", redacted, err)
+		// Said as such, not as the driver's words alone (a review):
+		// only a dial that failed (a refusal, no route, a name that does
+		// not resolve), not a server that answered and refused (TLS, say:
+		// a re-review).
+		if unreached(err) {
+			return nil, fmt.Errorf("opening postgres store %s: PostgreSQL could not be reached (%w): start it, or mend the host and port of db", redacted, err)
 		}
 		return nil, fmt.Errorf("opening postgres store %s: %w", redacted, err)
 	}
@@ -278,6 +280,15 @@ const (
 	codeDeadlockDetected     = "40P01"
 	codeSerializationFailure = "40001"
 )
+
+// unreached reports whether err, of a connection to PostgreSQL, is that
+// no server could be reached: its dial failed, or its name does not
+// resolve.
+func unreached(err error) bool {
+	var dns *net.DNSError
+	var op *net.OpError
+	return errors.As(err, &dns) || errors.As(err, &op) && op.Op == "dial"
+}
 
 func pgCode(err error) (code, constraint string) {
 	var pgErr *pgconn.PgError

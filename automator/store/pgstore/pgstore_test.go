@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -493,6 +495,17 @@ func TestOpenOfADatabaseThatDoesNotAnswerSaysSo(t *testing.T) {
 	_, err := Open(t.Context(), fmt.Sprintf("postgres://u:p@%s/db?sslmode=disable&connect_timeout=5", closedport.Addr(t)))
 	if want := "PostgreSQL could not be reached ("; err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "start it, or mend the host and port of db") {
 		t.Errorf("Open of a port nothing listens on: %v; want it to say %q and what to do", err, want)
+	}
+	// A server that answers, refusing TLS (a re-review: told as not
+	// reached).
+	noTLS := closedport.Accepting(t, func(conn net.Conn) {
+		buf := make([]byte, 8) // the SSLRequest
+		if _, err := io.ReadFull(conn, buf); err == nil {
+			_, _ = conn.Write([]byte("N"))
+		}
+	})
+	if _, err := Open(t.Context(), fmt.Sprintf("postgres://u:p@%s/db?sslmode=require&connect_timeout=5", noTLS)); err == nil || strings.Contains(err.Error(), "could not be reached") {
+		t.Errorf("Open of a server that refuses TLS: %v; want its refusal, not that it could not be reached", err)
 	}
 	if _, err := Open(t.Context(), pgtest.DSN(t)+"&dbname=opsgate_no_such_database"); err == nil || strings.Contains(err.Error(), "could not be reached") {
 		t.Errorf("Open of a database that does not exist: %v; want PostgreSQL's refusal, not that it could not be reached", err)
