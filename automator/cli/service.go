@@ -377,21 +377,6 @@ func yesNo(b bool) string {
 	return "no"
 }
 
-// flagValue is the value of --flag (or -flag, or with "=") in args.
-func flagValue(args []string, flag string) string {
-	for i, a := range args {
-		for _, f := range []string{"--" + flag, "-" + flag} {
-			if a == f && i+1 < len(args) {
-				return args[i+1]
-			}
-			if v, ok := strings.CutPrefix(a, f+"="); ok {
-				return v
-			}
-		}
-	}
-	return ""
-}
-
 // startableServe refuses to start the stopped service st whose data
 // directory's automator.yaml serve would refuse (a typo in a setting, a
 // value of the wrong kind): it would only log that, and be started again
@@ -399,7 +384,7 @@ func flagValue(args []string, flag string) string {
 // 0). A data directory the definition does not name plainly, or this user
 // may not read, is left to serve.
 func startableServe(st service.Status) error {
-	dir := flagValue(st.Args, "data-dir")
+	dir, _ := clihelp.FlagValue(st.Args, "data-dir")
 	if st.Running || dir == "" {
 		return nil
 	}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/opsgate/opsgate/internal/clihelp"
 	"github.com/opsgate/opsgate/proxy/service"
 )
 
@@ -33,7 +34,7 @@ func serviceServe(name string) (pid int, dir string, ok bool) {
 		if !isService || got != name || rest[0] != "serve" {
 			continue
 		}
-		if d := flagValue(rest[1:], "data-dir"); d != "" {
+		if d, _ := clihelp.FlagValue(rest[1:], "data-dir"); d != "" {
 			return p, d, true
 		}
 	}

@@ -70,11 +70,16 @@ func otherOwner(fi fs.FileInfo, uid int) string {
 	if !ok || st.Uid == 0 || int(st.Uid) == uid {
 		return ""
 	}
-	id := strconv.FormatUint(uint64(st.Uid), 10)
+	return "user " + userName(st.Uid)
+}
+
+// userName is the name of user uid, or its id when it has none.
+func userName(uid uint32) string {
+	id := strconv.FormatUint(uint64(uid), 10)
 	if u, err := user.LookupId(id); err == nil {
-		return "user " + u.Username
+		return u.Username
 	}
-	return "user " + id
+	return id
 }
 
 // writers says who, beyond its owner and root, may write fi ("" for no
@@ -106,9 +111,9 @@ func unreadable(path string) string {
 	}
 	owner := ""
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		owner = ", owner uid " + strconv.FormatUint(uint64(st.Uid), 10)
-		if u, err := user.LookupId(strconv.FormatUint(uint64(st.Uid), 10)); err == nil {
-			owner = ", owner " + u.Username
+		owner = ", owner " + userName(st.Uid)
+		if u := strconv.FormatUint(uint64(st.Uid), 10); owner == ", owner "+u {
+			owner = ", owner uid " + u // no name
 		}
 	}
 	return fmt.Sprintf("mode %v%s", fi.Mode().Perm(), owner)
