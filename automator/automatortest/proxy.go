@@ -27,6 +27,9 @@ type ProxyOptions struct {
 	// GracePeriod is how long Stop lets running scripts end (5s when
 	// zero) before it kills them and reports their units failed.
 	GracePeriod time.Duration
+	// AllowedEnv is the variables a command may set (the proxy's
+	// allowed_env; none when empty).
+	AllowedEnv []string
 }
 
 // Proxy is a running proxy instance of the automator's account.
@@ -58,6 +61,7 @@ func (a *Automator) StartProxy(t testing.TB, o ProxyOptions) *Proxy {
 		ScriptsDir:     o.ScriptsDir,
 		MaxConcurrency: o.MaxConcurrency,
 		MaxOutput:      o.MaxOutput,
+		AllowedEnv:     o.AllowedEnv,
 		PollWait:       time.Second,
 		GracePeriod:    grace,
 		BackoffMin:     10 * time.Millisecond,

@@ -69,7 +69,7 @@ func cmdExec(ctx context.Context, args []string, env Env) (int, error) {
 	timeout := clihelp.Duration(fs, "timeout", 0, "time from queueing to the deadline (default: the server's, 5m)")
 	stdinFrom := fs.String("stdin", "", "file to send as the script's stdin, or - for this process's stdin")
 	env1 := envFlag{}
-	fs.Var(env1, "env", "a variable for the script (repeat it for more); those that would make a shell or a program run code of the caller's are refused, as by the API (docs/api.md)")
+	fs.Var(env1, "env", "a variable for the script (repeat it for more), which a proxy sets only when its allowed_env lists it; those that would make a shell or a program run code of the caller's are refused, as by the API (docs/api.md)")
 	key := fs.String("idempotency-key", "", "the unit's idempotency key: exec run again with it, within the keys' retention window (24h by default), returns the first run's unit and outcome instead of running the script again")
 	if err := clihelp.Parse(fs, args); err != nil {
 		return 0, err

@@ -20,7 +20,10 @@ import (
 // command is refused, naming the first unit.
 func TestExecPassesVariablesAndAnIdempotencyKey(t *testing.T) {
 	t.Parallel()
-	a := startWithScript(t, "vars.sh", `echo run >> "$1"; echo "$GREETING, $WHO ($EMPTY)"`)
+	a := automatortest.Start(t, automatortest.Options{})
+	scripts := t.TempDir()
+	automatortest.WriteScript(t, scripts, "vars.sh", `echo run >> "$1"; echo "$GREETING, $WHO ($EMPTY)"`)
+	a.StartProxy(t, automatortest.ProxyOptions{InstanceID: "a", ScriptsDir: scripts, AllowedEnv: []string{"GREETING", "WHO", "EMPTY"}}).WaitPolling(t)
 	runs := filepath.Join(t.TempDir(), "runs")
 	exec := func(args ...string) (int, string, string) {
 		return mainCLI(append(append([]string{"exec"}, remoteFlags(a)...), append([]string{"--account", "acme", "--timeout", "30s"}, args...)...)...)

@@ -273,17 +273,16 @@ func ValidName(k string) bool {
 
 // Allowlist is a proxy's allowed_env: the only variables a command may set
 // for its scripts, besides the PROXY_ ones the proxy sets itself. An entry
-// ending in '*' allows every name it begins; the others allow one name
-// each. Names are compared as the OS does (in upper case on windows). It
-// narrows what Refused lets through, and never widens it. An empty list
-// allows every name Refused does.
+// ending in '*' allows every name it begins ("*" alone: every name); the
+// others allow one name each. Names are compared as the OS does (in upper
+// case on windows). It narrows what Refused lets through, and never widens
+// it. An empty list allows nothing: Refused cannot be complete (zip runs
+// a command from ZIPOPT, make's built-in rules one from CC), so a command
+// sets only the variables the proxy's operator named (a review).
 type Allowlist []string
 
 // Allows reports whether the list lets a command set variable k.
 func (l Allowlist) Allows(k string) bool {
-	if len(l) == 0 {
-		return true
-	}
 	k = foldName(k)
 	for _, e := range l {
 		e = foldName(e)
@@ -309,6 +308,15 @@ func (l Allowlist) Check() error {
 	}
 	return errors.Join(errs...)
 }
+
+// AllowsAny reports whether the list holds "*", which lets a command set
+// every variable Refused lets through; the proxy warns of it as it starts.
+func (l Allowlist) AllowsAny() bool {
+	return slices.Contains(l, "*")
+}
+
+// AnyWarning is the proxy's warning of an allowed_env holding "*".
+const AnyWarning = `allowed_env holds "*": a command may set any variable not refused everywhere, and the refusals cannot be complete: one that a program the scripts call reads a command or code from (zip's ZIPOPT, make's CC, ...) runs it as this proxy's user; list the names the scripts take instead`
 
 // Useless says, for each entry that allows nothing Refused lets through
 // (a name refused for every command, or NAME_* inside a family refused as

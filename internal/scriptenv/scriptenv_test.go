@@ -128,7 +128,8 @@ func TestValidName(t *testing.T) {
 }
 
 // TestAllowlist: allowed_env allows the names it lists, and those its
-// NAME_* entries begin, and nothing else; an empty list allows every name.
+// NAME_* entries begin, and nothing else ("*" every name); an empty list
+// allows none.
 // An entry that names no variable (empty, '=', a '*' inside) is refused,
 // saying why; one that allows nothing a command could set (a name refused
 // everywhere, NAME_* inside a family refused as a whole) is told as
@@ -144,8 +145,14 @@ func TestAllowlist(t *testing.T) {
 			t.Errorf("%v.Allows(%q) = %v, want %v", l, k, got, want)
 		}
 	}
-	if !(Allowlist{}).Allows("ANY") {
-		t.Error("an empty list refuses a name; want every name allowed")
+	if (Allowlist{}).Allows("ANY") || (Allowlist{}).AllowsAny() {
+		t.Error("an empty list allows a name; want none allowed")
+	}
+	if any := (Allowlist{"DEPLOY_TARGET", "*"}); !any.Allows("ANY") || !any.AllowsAny() || any.Check() != nil || len(any.Useless()) != 0 {
+		t.Errorf(`%v: Allows("ANY") = %v, AllowsAny() = %v, Check() = %v, Useless() = %q; want every name allowed, told, valid and not useless`, any, any.Allows("ANY"), any.AllowsAny(), any.Check(), any.Useless())
+	}
+	if l.AllowsAny() {
+		t.Errorf("%v.AllowsAny() = true", l)
 	}
 	if err, useless := l.Check(), l.Useless(); err != nil || len(useless) != 0 {
 		t.Errorf("%v: Check() = %v, Useless() = %q; want neither", l, err, useless)

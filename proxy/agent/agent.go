@@ -77,8 +77,8 @@ type Options struct {
 	ScriptsDir     string
 	MaxConcurrency int
 	MaxOutput      int
-	// AllowedEnv, when not empty, is the only variables a command may set
-	// (the config's allowed_env).
+	// AllowedEnv is the only variables a command may set (the config's
+	// allowed_env); empty, none.
 	AllowedEnv scriptenv.Allowlist
 	// PollWait is the wait the agent asks for; the automator clamps it (30s).
 	PollWait time.Duration

@@ -17,24 +17,32 @@ import (
 )
 
 // TestAllowedEnvNarrowsWhatACommandMaySet: a proxy with allowed_env runs a
-// command whose variables it lists (by name, or by a NAME_* prefix), and
-// fails one that sets another, naming it, without starting anything: the
-// operator's lock on what callers may hand its scripts, past the
-// variables refused everywhere.
+// command whose variables it lists (by name, by a NAME_* prefix, or all
+// with "*"), and fails one that sets another, naming it, without starting
+// anything: the operator's lock on what callers may hand its scripts, past
+// the variables refused everywhere, which cannot be complete. Without
+// allowed_env a command may set none (a review: zip ran a command from a
+// ZIPOPT, make's built-in rules one from a CC).
 func TestAllowedEnvNarrowsWhatACommandMaySet(t *testing.T) {
 	t.Parallel()
+	list := []string{"DEPLOY_TARGET", "TAR_FILE", "APP_*"}
 	for _, tc := range []struct {
-		name   string
-		env    map[string]string
-		runs   bool
-		reason string
+		name    string
+		allowed []string
+		env     map[string]string
+		runs    bool
+		reason  string
 	}{
-		{"listed", map[string]string{"DEPLOY_TARGET": "web-1", "APP_MODE": "blue"}, true, ""},
-		{"none", nil, true, ""},
-		{"not listed", map[string]string{"DEPLOY_TARGET": "web-1", "TAR_FILE": "x", "OTHER": "y"}, false,
+		{"listed", list, map[string]string{"DEPLOY_TARGET": "web-1", "APP_MODE": "blue"}, true, ""},
+		{"none", list, nil, true, ""},
+		{"not listed", list, map[string]string{"DEPLOY_TARGET": "web-1", "TAR_FILE": "x", "OTHER": "y"}, false,
 			`environment variable "OTHER" is refused: instance a's allowed_env does not list it; nothing ran`},
-		{"the prefix itself", map[string]string{"APP": "x"}, false,
+		{"the prefix itself", list, map[string]string{"APP": "x"}, false,
 			`environment variable "APP" is refused: instance a's allowed_env does not list it; nothing ran`},
+		{"no allowed_env", nil, map[string]string{"ZIPOPT": "-T -TT=id"}, false,
+			`environment variable "ZIPOPT" is refused: instance a's config has no allowed_env, the only variables a command may set for its scripts (allowed_env: [ZIPOPT] lets it); nothing ran`},
+		{"no allowed_env, no variable", nil, nil, true, ""},
+		{"any", []string{"*"}, map[string]string{"OTHER": "y", "ENV": "production"}, true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -51,7 +59,7 @@ func TestAllowedEnvNarrowsWhatACommandMaySet(t *testing.T) {
 				Client: f, Keys: crypto.Keys{testKey}, InstanceID: "a", ScriptsDir: t.TempDir(),
 				MaxConcurrency: 1, PollWait: time.Second, GracePeriod: 5 * time.Second,
 				BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
-				AllowedEnv: []string{"DEPLOY_TARGET", "TAR_FILE", "APP_*"},
+				AllowedEnv: tc.allowed,
 				Logger:     slog.New(slog.NewTextHandler(&lockedWriter{b: &bytes.Buffer{}}, nil)),
 			})
 			runInBackground(t, a)

@@ -220,10 +220,15 @@ func deadlineSeconds(deadline time.Time) string {
 }
 
 // allowedEnv refuses a command that sets a variable this proxy's
-// allowed_env does not list, naming the first in order.
+// allowed_env does not list, naming the first in order. Without
+// allowed_env, a command may set none.
 func (a *Agent) allowedEnv(env map[string]string) error {
 	for _, k := range slices.Sorted(maps.Keys(env)) {
-		if !a.o.AllowedEnv.Allows(k) {
+		switch {
+		case a.o.AllowedEnv.Allows(k):
+		case len(a.o.AllowedEnv) == 0:
+			return fmt.Errorf("environment variable %q is refused: instance %s's config has no allowed_env, the only variables a command may set for its scripts (allowed_env: [%s] lets it); nothing ran", k, a.o.InstanceID, k)
+		default:
 			return fmt.Errorf("environment variable %q is refused: instance %s's allowed_env does not list it; nothing ran", k, a.o.InstanceID)
 		}
 	}

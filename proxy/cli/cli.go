@@ -262,6 +262,9 @@ func runProxy(ctx context.Context, cfg config.Config, file loadedConfig, env Env
 	for _, why := range scriptenv.Allowlist(cfg.AllowedEnv).Useless() {
 		log.Warn("allowed_env lists what no command may set: "+why, "config", file.path)
 	}
+	if scriptenv.Allowlist(cfg.AllowedEnv).AllowsAny() {
+		log.Warn(scriptenv.AnyWarning, "config", file.path)
+	}
 	for _, t := range unrunnable(cfg.ScriptsDir, true) {
 		log.Warn(t.warning, "scripts", listed(t.scripts))
 	}

@@ -142,3 +142,23 @@ func TestRunWarnsOfAllowedEnvThatAllowsNothing(t *testing.T) {
 		t.Errorf("the entry that allows something is warned of:\n%s", log)
 	}
 }
+
+// TestRunWarnsOfAllowedEnvThatAllowsAny: allowed_env: ["*"] lets a command
+// set any variable not refused everywhere, as every proxy did before
+// allowed_env became required for any (a review: zip ran a command from a
+// ZIPOPT); the proxy runs, and says at WARN what that lets a caller do.
+func TestRunWarnsOfAllowedEnvThatAllowsAny(t *testing.T) {
+	t.Parallel()
+	path, run := startStopped(t, t.TempDir())
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("allowed_env: [\"*\"]\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if log := run(); !strings.Contains(log, `level=WARN msg="allowed_env holds \"*\": a command may set any variable not refused everywhere`) || !strings.Contains(log, "zip's ZIPOPT") {
+		t.Errorf(`allowed_env: ["*"]: want a WARN saying what it lets a command do:\n%s`, log)
+	}
+}

@@ -790,6 +790,9 @@ func cmdStatus(args []string, env Env) error {
 			for _, why := range scriptenv.Allowlist(cfg.AllowedEnv).Useless() {
 				fmt.Fprintf(w, "config:         allowed_env lists what no command may set: %s\n", why)
 			}
+			if scriptenv.Allowlist(cfg.AllowedEnv).AllowsAny() {
+				fmt.Fprintf(w, "config:         %s\n", scriptenv.AnyWarning)
+			}
 		}
 	}
 	var check profileCheck

@@ -90,12 +90,11 @@ type Config struct {
 	// Unset: no state file. One state_dir serves one running proxy, which
 	// holds it with a lock (agent.LockStateDir); a second is refused.
 	StateDir string `yaml:"state_dir"`
-	// AllowedEnv, when set, lists the only environment variables a command
-	// may set for this proxy's scripts (NAME, or NAME_* for every name
-	// beginning NAME_); a unit setting another fails and nothing runs. It
-	// narrows the automator's and the proxy's own refusals
-	// (scriptenv.Refused), never widens them. Unset: any name those let
-	// through.
+	// AllowedEnv lists the only environment variables a command may set
+	// for this proxy's scripts (NAME, or NAME_* for every name beginning
+	// NAME_, or "*" for any); a unit setting another fails and nothing
+	// runs. It narrows the automator's and the proxy's own refusals
+	// (scriptenv.Refused), never widens them. Unset: none.
 	AllowedEnv []string `yaml:"allowed_env,omitempty"`
 	// LogFormat is how `proxy run` logs: "text" (the default) or "json",
 	// one object per line, for a log collector.

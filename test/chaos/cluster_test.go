@@ -274,6 +274,7 @@ func newInstance(t *testing.T, dir, id, profile, url, scripts string, maxConcurr
 		fmt.Sprintf("max_concurrency: %d", maxConcurrency),
 		"state_dir: "+in.StateDir,
 		"grace_period: 2s",
+		"allowed_env: [CHAOS_LOG]",
 	)
 	if err := os.WriteFile(in.cfgPath, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -54,6 +54,11 @@ func TestAuditLogListsExecutionsAndFailuresWithoutSecrets(t *testing.T) {
 	writeScript(t, scripts, script, `read line; echo "OUTPUT-CANARY $ENV_CANARY"; echo "STDERR-CANARY $line" >&2`)
 	stdin := filepath.Join(dir, "stdin")
 	writeFile(t, stdin, "STDIN-CANARY\n")
+	// The variable the command below sets, which a proxy runs only when
+	// its allowed_env lists it.
+	if b, err := os.ReadFile(profile); err != nil || os.WriteFile(profile, append(b, "allowed_env: [ENV_CANARY]\n"...), 0o600) != nil {
+		t.Fatal("adding allowed_env to the profile", err)
+	}
 	startProxy(t, profile, scripts, "host-a").WaitPolling(t)
 
 	if r := a.Exec("--account", "acme", "--timeout", "20s", "--stdin", stdin, script, "ARG-CANARY"); r.Code != 0 || !strings.Contains(r.Stdout, "OUTPUT-CANARY") {
