@@ -29,7 +29,7 @@ func TestExecuteOnProxyReturnsTheResult(t *testing.T) {
 	a := automatortest.Start(t, automatortest.Options{})
 	scripts := t.TempDir()
 	automatortest.WriteScript(t, scripts, "greet.sh", `read name; echo "hello $name ($1, $GREETING) from $PROXY_INSTANCE_ID"; echo warn >&2; exit 3`)
-	a.StartProxy(t, automatortest.ProxyOptions{InstanceID: "a", ScriptsDir: scripts}).WaitPolling(t)
+	a.StartProxy(t, automatortest.ProxyOptions{InstanceID: "a", ScriptsDir: scripts, AllowedEnv: []string{"GREETING"}}).WaitPolling(t)
 	c := newClient(t, a)
 
 	res, err := c.ExecuteOnProxy(waittest.Context(t, "ExecuteOnProxy of greet.sh to return its result"), a.Account, client.Command{Script: "greet.sh", Args: []string{"x"}},
