@@ -316,6 +316,9 @@ func TestAUnitWhoseSealedBlobsDoNotOpenIsListedAndMarked(t *testing.T) {
 	for _, q := range []string{
 		`UPDATE work SET sealed_result = CAST(substr(sealed_result, 1, length(sealed_result) - 1) || CASE WHEN substr(sealed_result, -1) = x'00' THEN x'01' ELSE x'00' END AS BLOB) WHERE id = 'w_02'`,
 		`UPDATE work SET sealed_command = CAST(substr(sealed_command, 1, length(sealed_command) - 1) || CASE WHEN substr(sealed_command, -1) = x'00' THEN x'01' ELSE x'00' END AS BLOB) WHERE id = 'w_08'`,
+		// A failed unit set to succeeded: its result, which opens, says
+		// the proxy could not run the command.
+		`UPDATE work SET state = 'succeeded', reason = '' WHERE id = 'w_03'`,
 	} {
 		if _, err := db.Exec(q); err != nil {
 			t.Fatal(err)
@@ -343,5 +346,9 @@ func TestAUnitWhoseSealedBlobsDoNotOpenIsListedAndMarked(t *testing.T) {
 	code, stdout, stderr = runCLI(t, "work", "show", "w_08", "--data-dir", dir, "--reveal")
 	if code != 0 || !strings.Contains(stdout, "its stored command does not open") {
 		t.Errorf("work show --reveal of a unit whose command does not open: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	code, stdout, stderr = runCLI(t, "work", "show", "w_03", "--data-dir", dir, "--json")
+	if code != 0 || !strings.Contains(stdout, `"problem": "it is recorded succeeded, but its sealed result says its proxy could not run the command (altered in the database? its outcome is unknown)"`) || strings.Contains(stdout, `"exit_code"`) {
+		t.Errorf("work show of a failed unit set to succeeded in the database: exit %d, stdout %q, stderr %q; want the contradiction as its problem, and no exit code", code, stdout, stderr)
 	}
 }

@@ -138,6 +138,9 @@ func viewOf(ctx context.Context, srv *server.Server, w store.Work, reveal bool) 
 		// One unit's blob that does not open fails neither a listing nor
 		// the rest of what is shown of it.
 		v.Problem = fmt.Sprintf("its stored result does not open (altered in the database?): %v", err)
+		if errors.Is(err, server.ErrResultContradicted) {
+			v.Problem = err.Error()
+		}
 	}
 	if res != nil && w.State == store.StateSucceeded {
 		code := res.GetExitCode()

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"fmt"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -111,6 +112,12 @@ func (w Work) outcome() (Result, error) {
 			r.WorkID, r.InstanceID, r.ExitCode = w.ID, w.InstanceID, 0
 		}
 		return r, err
+	}
+	if w.Result == nil && w.State == StateSucceeded {
+		// Told succeeded with no result (an automator of before
+		// 2026-12-07 reading a row altered in its database): no exit code
+		// to give, and not a success to tell (a review: exit 0).
+		return Result{WorkID: w.ID, InstanceID: w.InstanceID}, fmt.Errorf("work %s: the automator says it succeeded but gave no result (its row altered in the database?): its outcome is unknown", w.ID)
 	}
 	if w.Result == nil {
 		return Result{WorkID: w.ID, InstanceID: w.InstanceID}, nil

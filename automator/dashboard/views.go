@@ -185,7 +185,7 @@ func (d *Dashboard) row(ctx context.Context, w store.Work, reveal bool) workRow 
 		o, err := d.o.Opener.ListedOutcome(ctx, w)
 		if err != nil {
 			d.log.Warn("dashboard: opening a result", "work_id", w.ID, "err", err)
-			row.Outcome = resultUnopened
+			row.Outcome = unopened(err)
 		}
 		if o != nil {
 			row.setOutcome(o.ExitCode, o.Failure)
@@ -224,7 +224,7 @@ func (d *Dashboard) fullRow(ctx context.Context, w store.Work) (row workRow, cmd
 	res, err := d.o.Opener.OpenResult(ctx, w)
 	if err != nil {
 		d.log.Warn("dashboard: opening a result", "work_id", w.ID, "err", err)
-		row.Outcome = resultUnopened
+		row.Outcome = unopened(err)
 	}
 	if res != nil {
 		row.setOutcome(res.GetExitCode(), res.GetFailure())
@@ -247,6 +247,16 @@ func (d *Dashboard) fullRow(ctx context.Context, w store.Work) (row workRow, cmd
 // output, and nothing of why (a review, with a result altered in the
 // database).
 const resultUnopened = "its stored result could not be opened (altered in the database?); the automator's log says why"
+
+// unopened is the outcome shown of a unit whose result OpenResult or
+// ListedOutcome refused with err: what contradicts its state, or
+// resultUnopened.
+func unopened(err error) string {
+	if errors.Is(err, server.ErrResultContradicted) {
+		return err.Error()
+	}
+	return resultUnopened
+}
 
 // deletedScript is the script name shown, to keys that may see it, of a
 // unit whose account was deleted.

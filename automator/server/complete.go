@@ -215,7 +215,12 @@ func (p *ProxyService) complete(ctx context.Context, req *automatorv1.CompleteRe
 		return status.Errorf(codes.InvalidArgument, "outcome %v is not SUCCEEDED or FAILED", req.GetOutcome())
 	}
 	if len(req.GetSealedResult()) > 0 {
-		if _, err := s.openResult(ctx, w, req.GetSealedResult()); err != nil {
+		r, err := s.openResult(ctx, w, req.GetSealedResult())
+		if err == nil && st == store.StateSucceeded && r.GetFailure() != "" {
+			// Recorded, it would read as altered (contradicted).
+			return status.Errorf(codes.InvalidArgument, "sealed result of work %q says its proxy could not run the command, posted with outcome SUCCEEDED: post it as FAILED", w.ID)
+		}
+		if err != nil {
 			if unread := (*keysUnread)(nil); errors.As(err, &unread) {
 				// Not the result's fault: the proxy posts it again
 				// (UNAVAILABLE, or INTERNAL), where a refusal would make

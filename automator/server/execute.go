@@ -588,8 +588,10 @@ func (s *Server) workStatus(ctx context.Context, w store.Work) (*automatorv1.Wor
 	if !w.State.Terminal() {
 		st.Remaining = durationpb.New(max(0, w.Deadline.Sub(s.clock.Now())))
 	}
+	var r *automatorv1.Result
 	if len(w.SealedResult) > 0 {
-		r, err := s.openResult(ctx, w, w.SealedResult)
+		var err error
+		r, err = s.openResult(ctx, w, w.SealedResult)
 		if errors.Is(err, ErrAccountDeleted) {
 			// The unit has ended for good: its status, all but the
 			// result, goes with the refusal as its detail, so that a
@@ -619,6 +621,17 @@ func (s *Server) workStatus(ctx context.Context, w store.Work) (*automatorv1.Wor
 		if w.State == store.StateFailed && r.GetFailure() != "" {
 			st.Reason = PrintableFailure(r.GetFailure())
 		}
+	}
+	if err := contradicted(w, r != nil, r.GetFailure()); err != nil {
+		// As a result that does not open: the unit has ended, and how is
+		// not known.
+		s.log.Error("a unit recorded succeeded holds no result that says so: altered in the database?", "work_id", w.ID, "account", w.Account, "err", err)
+		st.Result = nil
+		refused := status.Newf(codes.DataLoss, "work %s: %v", w.ID, err)
+		if withStatus, derr := refused.WithDetails(st); derr == nil {
+			refused = withStatus
+		}
+		return nil, refused.Err()
 	}
 	return st, nil
 }

@@ -53,6 +53,25 @@ type Outcome struct {
 // again if its outcome is not known. The caller decides who may see a
 // failure's reason, which may name the script.
 func (s *Server) ListedOutcome(ctx context.Context, w store.Work) (*Outcome, error) {
+	o, err := s.listedOutcome(ctx, w)
+	if err == nil {
+		// The state is the listing's, the outcome perhaps one kept.
+		err = contradicted(w, o != nil, o.failure())
+	}
+	if err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+func (o *Outcome) failure() string {
+	if o == nil {
+		return ""
+	}
+	return o.Failure
+}
+
+func (s *Server) listedOutcome(ctx context.Context, w store.Work) (*Outcome, error) {
 	if w.State != store.StateSucceeded && w.State != store.StateFailed {
 		return nil, nil
 	}

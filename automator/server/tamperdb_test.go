@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"database/sql"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/opsgate/opsgate/automator/client"
+	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/crypto"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
@@ -94,5 +96,100 @@ func TestTamperedCommandInTheDatabaseEndsItsUnit(t *testing.T) {
 		if st := e.stateOf(u.GetWorkId()); st != automatorv1.State_STATE_FAILED {
 			t.Errorf("%s altered: the unit is %v; want failed", name, st)
 		}
+	}
+}
+
+// TestAUnitSetToSucceededInTheDatabaseIsNotToldAsASuccess: the sealed
+// result binds a unit, its account and the direction, not its state. A
+// unit whose row says succeeded while its result is missing, or says its
+// proxy could not run the command, was altered in the database (no proxy's
+// result records that): Get and Wait answer DATA_LOSS saying so, with the
+// unit's status and no result as the detail; the listing's outcome and
+// OpenResult (the dashboard, work show) fail alike, so none tells it as a
+// success with exit code 0 (a review: a failed unit, and one never run,
+// set to succeeded in the database were). The other units are served as
+// before, and a proxy may not post a failure as SUCCEEDED.
+func TestAUnitSetToSucceededInTheDatabaseIsNotToldAsASuccess(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{pollWindow: time.Hour})
+	ctx := t.Context()
+	api, px := e.callerClient(), e.proxyClient()
+	end := func(outcome automatorv1.Outcome, r *automatorv1.Result) (*automatorv1.WorkStatus, error) {
+		t.Helper()
+		u := submit(t, api, e.account, time.Hour)
+		c := claimOne(t, px, "a")
+		_, err := px.Complete(ctx, &automatorv1.CompleteRequest{WorkId: c.GetWorkId(), ClaimId: c.GetClaimId(), InstanceId: "a",
+			Outcome: outcome, SealedResult: e.sealResult(c.GetWorkId(), r)})
+		return u, err
+	}
+	failure := &automatorv1.Result{Failure: "script outside the scripts directory"}
+	failed, err := end(automatorv1.Outcome_OUTCOME_FAILED, failure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	emptied, err := end(automatorv1.Outcome_OUTCOME_SUCCEEDED, &automatorv1.Result{Stdout: []byte("ran")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := end(automatorv1.Outcome_OUTCOME_SUCCEEDED, &automatorv1.Result{ExitCode: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	never := submit(t, api, e.account, time.Hour)
+	db, err := sql.Open("sqlite", "file:"+e.dbPath+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, q := range []struct {
+		sql string
+		id  string
+	}{
+		{`UPDATE work SET state = 'succeeded', reason = '' WHERE id = ?`, failed.GetWorkId()},
+		{`UPDATE work SET sealed_result = NULL WHERE id = ?`, emptied.GetWorkId()},
+		{`UPDATE work SET state = 'succeeded', claimed_at = queued_at, finished_at = queued_at, instance_id = 'a' WHERE id = ?`, never.GetWorkId()},
+	} {
+		if _, err := db.Exec(q.sql, q.id); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	for _, tc := range []struct {
+		name, id, says string
+	}{
+		{"a failed unit set to succeeded", failed.GetWorkId(), "its sealed result says its proxy could not run the command"},
+		{"a succeeded unit whose result was removed", emptied.GetWorkId(), "holds no result"},
+		{"a queued unit set to succeeded", never.GetWorkId(), "holds no result"},
+	} {
+		_, getErr := api.Get(ctx, &automatorv1.GetRequest{WorkId: tc.id})
+		_, waitErr := api.Wait(ctx, &automatorv1.WaitRequest{WorkId: tc.id})
+		for call, err := range map[string]error{"Get": getErr, "Wait": waitErr} {
+			if status.Code(err) != codes.DataLoss || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), "its outcome is unknown") {
+				t.Errorf("%s: %s: %v; want DataLoss saying %q and that its outcome is unknown", tc.name, call, err, tc.says)
+				continue
+			}
+			if w, ok := client.UnreadableWork(err); !ok || w.ID != tc.id || w.Result != nil {
+				t.Errorf("%s: %s: the refusal's detail: %+v, %v; want the unit without a result", tc.name, call, w, ok)
+			}
+		}
+		w, err := e.store.WorkGet(ctx, tc.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, err := e.srv.OpenResult(ctx, w); !errors.Is(err, server.ErrResultContradicted) || r != nil {
+			t.Errorf("%s: OpenResult: %v, %v; want ErrResultContradicted", tc.name, r, err)
+		}
+		if o, err := e.srv.ListedOutcome(ctx, w); !errors.Is(err, server.ErrResultContradicted) || o != nil {
+			t.Errorf("%s: ListedOutcome: %+v, %v; want ErrResultContradicted", tc.name, o, err)
+		}
+	}
+	if st, err := api.Get(ctx, &automatorv1.GetRequest{WorkId: kept.GetWorkId()}); err != nil || st.GetResult().GetExitCode() != 3 {
+		t.Errorf("a unit left as it was: %v, %v; want it served, exit code 3", st, err)
+	}
+
+	// A proxy's failure posted as a success is refused, and the unit
+	// stays claimed for the proxy to post it as it is.
+	if _, err := end(automatorv1.Outcome_OUTCOME_SUCCEEDED, failure); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "post it as FAILED") {
+		t.Errorf("a result saying the command could not run, posted as SUCCEEDED: %v; want InvalidArgument", err)
 	}
 }
