@@ -16,15 +16,16 @@ import (
 // fields take the server's defaults).
 func serverLimits(l config.Limits) server.Limits {
 	return server.Limits{
-		MaxScriptName:       l.MaxScriptName,
-		MaxArgs:             l.MaxArgs,
-		MaxArgsBytes:        l.MaxArgsBytes,
-		MaxEnv:              l.MaxEnv,
-		MaxEnvBytes:         l.MaxEnvBytes,
-		MaxStdin:            l.MaxStdin,
-		MaxQueuedPerAccount: l.MaxQueuedPerAccount,
-		FailedAuthBurst:     l.FailedAuthBurst,
-		FailedAuthRefill:    l.FailedAuthRefill,
+		MaxScriptName:          l.MaxScriptName,
+		MaxArgs:                l.MaxArgs,
+		MaxArgsBytes:           l.MaxArgsBytes,
+		MaxEnv:                 l.MaxEnv,
+		MaxEnvBytes:            l.MaxEnvBytes,
+		MaxStdin:               l.MaxStdin,
+		MaxQueuedPerAccount:    l.MaxQueuedPerAccount,
+		MaxInstancesPerAccount: l.MaxInstancesPerAccount,
+		FailedAuthBurst:        l.FailedAuthBurst,
+		FailedAuthRefill:       l.FailedAuthRefill,
 	}
 }
 

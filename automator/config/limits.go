@@ -33,6 +33,9 @@ type Limits struct {
 	// MaxQueuedPerAccount bounds the units queued (not yet claimed) on one
 	// account (10000); more get ResourceExhausted.
 	MaxQueuedPerAccount int `yaml:"max_queued_per_account,omitempty"`
+	// MaxInstancesPerAccount bounds the instance records of one account
+	// (20000); a poll of a new instance id past it gets ResourceExhausted.
+	MaxInstancesPerAccount int `yaml:"max_instances_per_account,omitempty"`
 	// FailedAuthBurst is how many failed authentications one source
 	// address may make (30) before further failures get ResourceExhausted;
 	// it regains one every FailedAuthRefill (2s). Successful calls never
@@ -57,6 +60,7 @@ func (l Limits) validate() []error {
 	// With the args and env bounds, a command stays under MaxMessage.
 	check("max_stdin", l.MaxStdin, MaxStdinLimit)
 	check("max_queued_per_account", l.MaxQueuedPerAccount, 10_000_000)
+	check("max_instances_per_account", l.MaxInstancesPerAccount, 1_000_000)
 	check("failed_auth_burst", l.FailedAuthBurst, 1_000_000)
 	if l.FailedAuthRefill < 0 || l.FailedAuthRefill > time.Hour {
 		errs = append(errs, fmt.Errorf("limits.failed_auth_refill: %v is outside (0, 1h] (0 or left out: the default)", l.FailedAuthRefill))

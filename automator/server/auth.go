@@ -292,7 +292,7 @@ func (s *Server) tokenExpiredPoll(ctx context.Context, a store.Account, req *aut
 	}
 	seen := pollRecord(req, a.Name, a.CreatedAt, s.clock.Now())
 	seen.TokenExpired = true
-	if err := s.instanceSeen(ctx, seen, pollSeen{run: req.GetRunId(), seq: req.GetPollSeq()}); err != nil {
+	if err := s.instanceSeen(ctx, seen, pollSeen{run: req.GetRunId(), seq: req.GetPollSeq()}); err != nil && !errors.Is(err, store.ErrTooManyInstances) {
 		_ = s.internal(ctx, "recording the instance's poll refused for an expired account token", err)
 	}
 }

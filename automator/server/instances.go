@@ -133,6 +133,7 @@ func (s *Server) instanceSeen(ctx context.Context, p store.InstanceSeenParams, p
 	// Not ordered with the other polls of its run from here on: a later
 	// one (the stop) may be written first, by this replica or another.
 	// The store orders them by their numbers (InstanceSeenParams.Run).
+	p.MaxPerAccount = s.limits.MaxInstancesPerAccount
 	if err := s.store.InstanceSeen(ctx, p); err != nil {
 		return err
 	}

@@ -116,6 +116,15 @@ func newQueueFullLog(log *slog.Logger, clock Clock) *loglimit.Limiter {
 		SummaryAttrs: []any{"see", `the audit log (work.refused), and automator_work_refused_total{reason="queue_full"}`}}
 }
 
+// newInstanceCapLog bounds the lines of polls refused because their
+// account holds as many instance records as it may: a proxy choosing a new
+// instance id for each poll would write one per poll.
+func newInstanceCapLog(log *slog.Logger, clock Clock) *loglimit.Limiter {
+	return &loglimit.Limiter{Logger: log, Level: slog.LevelWarn, Now: clock.Now,
+		Summary:      "polls of new instances refused for their account's bound of instance records, not logged one by one",
+		SummaryAttrs: []any{"see", "automator instances --account A"}}
+}
+
 // newDeniedLog bounds the lines of calls refused because the API key may
 // not use the account they name: a caller given the wrong account would
 // write one per call. Each is in the audit log and
@@ -139,6 +148,7 @@ func (s *Server) flushLogLimits() {
 	s.ownDamagedLog.Flush()
 	s.refusedPollLog.Flush()
 	s.queueFullLog.Flush()
+	s.instanceCapLog.Flush()
 	s.deniedLog.Flush()
 }
 

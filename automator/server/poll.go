@@ -84,7 +84,7 @@ func (p *ProxyService) Poll(ctx context.Context, req *automatorv1.PollRequest) (
 		// proxy is told why all the same if it cannot be recorded.
 		seen.RefusedKeyIDs = req.GetKeyIds()
 		seen.WrongKey = wrongKey
-		if rerr := s.instanceSeen(ctx, seen, ps); rerr != nil {
+		if rerr := s.instanceSeen(ctx, seen, ps); rerr != nil && !errors.Is(rerr, store.ErrTooManyInstances) {
 			_ = s.internal(ctx, "recording the instance's refused poll", rerr)
 		}
 		return nil, err
@@ -185,7 +185,11 @@ func (p *ProxyService) poll(ctx context.Context, req *automatorv1.PollRequest, a
 	}
 	defer s.metrics.PollOpened(account)()
 
-	if err := s.instanceSeen(ctx, seen, ps); err != nil {
+	if err := s.instanceSeen(ctx, seen, ps); errors.Is(err, store.ErrTooManyInstances) {
+		max := s.limits.MaxInstancesPerAccount
+		s.instanceCapLog.Log("poll of a new instance refused: its account holds as many instance records as it may", "account", account, "instance_id", req.GetInstanceId(), "max", max)
+		return nil, status.Errorf(codes.ResourceExhausted, "instance %q is not recorded, and its polls are refused: account %q holds %d instance records, the most it may (limits.max_instances_per_account in automator.yaml); the records of instances silent for %d days are forgotten, or raise the limit", req.GetInstanceId(), account, max, store.InstanceForgetDays)
+	} else if err != nil {
 		return nil, s.internal(ctx, "recording the instance's poll", err)
 	}
 

@@ -100,6 +100,11 @@ type Limits struct {
 	// account (10,000): a caller flooding an account whose proxies are
 	// down or slow gets ResourceExhausted, and other accounts are served.
 	MaxQueuedPerAccount int
+	// MaxInstancesPerAccount bounds the instance records of one account
+	// (20,000): a poll of a new instance id past it is refused with
+	// ResourceExhausted and not recorded, so one account's token cannot
+	// fill the database, nor slow every account's listings and metrics.
+	MaxInstancesPerAccount int
 	// FailedAuthBurst failed authentications from one source address
 	// (30), then one more every FailedAuthRefill (2 s), before further
 	// failures get ResourceExhausted. Successful calls never count.
@@ -136,6 +141,7 @@ func (l *Limits) applyDefaults() {
 	def(&l.MaxEnvBytes, 64<<10)
 	def(&l.MaxStdin, 1<<20)
 	def(&l.MaxQueuedPerAccount, 10_000)
+	def(&l.MaxInstancesPerAccount, 20_000)
 	def(&l.FailedAuthBurst, 30)
 	if l.FailedAuthRefill <= 0 {
 		l.FailedAuthRefill = 2 * time.Second
@@ -198,13 +204,16 @@ type Server struct {
 	// refused for their keys, units refused for a full queue, and calls of
 	// API keys outside their accounts (loglines.go).
 	refusedPollLog, queueFullLog, deniedLog *loglimit.Limiter
-	storeMetrics                            StoreMetrics   // the Metrics, when it counts failed store calls
-	refusalMetrics                          RefusalMetrics // the Metrics, when it counts refused units and denied calls
-	waitMetrics                             WaitMetrics    // the Metrics, when it counts the calls waiting for a unit
-	diskFull                                atomic.Bool    // a write was refused for lack of disk space, and none has succeeded since (loglines.go)
-	fullWrites                              atomic.Uint64  // writes refused for lack of disk space
-	dbLocked                                atomic.Bool    // a write found the database locked by another program, and none has succeeded since
-	lockedWrites                            atomic.Uint64  // writes that found it so
+	// instanceCapLog bounds the lines of polls refused for their account's
+	// bound of instance records (MaxInstancesPerAccount).
+	instanceCapLog *loglimit.Limiter
+	storeMetrics   StoreMetrics   // the Metrics, when it counts failed store calls
+	refusalMetrics RefusalMetrics // the Metrics, when it counts refused units and denied calls
+	waitMetrics    WaitMetrics    // the Metrics, when it counts the calls waiting for a unit
+	diskFull       atomic.Bool    // a write was refused for lack of disk space, and none has succeeded since (loglines.go)
+	fullWrites     atomic.Uint64  // writes refused for lack of disk space
+	dbLocked       atomic.Bool    // a write found the database locked by another program, and none has succeeded since
+	lockedWrites   atomic.Uint64  // writes that found it so
 
 	keysMu sync.Mutex
 	keys   map[string]*keyRing // account → its opened keys (keys.go)
@@ -316,6 +325,7 @@ func New(o Options) (*Server, error) {
 	s.damagedLog, s.repair = newDamagedLog(o.Logger, o.Clock, "of callers and proxies", o.Repair), o.Repair
 	s.ownDamagedLog = newDamagedLog(o.Logger, o.Clock, "of the automator's own (the sweeper's, the instances', the audit log's)", o.Repair)
 	s.refusedPollLog, s.queueFullLog, s.deniedLog = newRefusedPollLog(o.Logger, o.Clock), newQueueFullLog(o.Logger, o.Clock), newDeniedLog(o.Logger, o.Clock)
+	s.instanceCapLog = newInstanceCapLog(o.Logger, o.Clock)
 	return s, nil
 }
 

@@ -91,6 +91,10 @@ var (
 	// returns it stored nothing; writes succeed again once space is freed,
 	// and reads go on meanwhile. Test for it with IsStorageFull.
 	ErrStorageFull = errors.New("the database is out of disk space")
+	// ErrTooManyInstances: InstanceSeen of an instance not recorded, for
+	// an account that already holds InstanceSeenParams.MaxPerAccount
+	// instance records. Nothing was written.
+	ErrTooManyInstances = errors.New("the account holds as many instance records as it may")
 	// ErrUnavailable: the database did not answer a call that was sent to
 	// it within the store's own bound (it is out of reach, or stalled), so
 	// the call may or may not have taken effect. Test for it with
@@ -877,7 +881,17 @@ type InstanceSeenParams struct {
 	// not under an account created again under the name after the one
 	// polled was deleted. Zero: under any account of the name.
 	AccountCreatedAt time.Time
-	Now              time.Time
+	// MaxPerAccount, when positive, bounds the account's instance records
+	// for InstanceSeen: a poll of an instance not recorded, while the
+	// account holds that many, is not recorded (ErrTooManyInstances). The
+	// instance id is the proxy's to choose, so without it one account's
+	// token could fill the database (a review: 437,584 rows in two
+	// minutes, and every account's metrics failing to read). Polls written
+	// at once by several replicas may pass it by their number: it bounds
+	// a flood, not the last record. InstancesSeen does not check it (it
+	// writes instances recorded before).
+	MaxPerAccount int
+	Now           time.Time
 }
 
 type InstancePurgeParams struct {

@@ -112,6 +112,18 @@ const batchedNotOlder = `
 			AND (excluded.stopped_at IS NOT NULL OR NOT COALESCE(instances.stopped_at >= instances.last_poll_at, false))))`
 
 func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) error {
+	if p.MaxPerAccount > 0 {
+		// Read before the upsert, not with it: concurrent polls of new
+		// instances may pass the bound by their number (MaxPerAccount).
+		var known bool
+		var n int
+		if err := s.pool.QueryRow(ctx, instanceCapQuery, p.Account, p.InstanceID, p.MaxPerAccount).Scan(&known, &n); err != nil {
+			return fmt.Errorf("recording a poll of instance %q of account %q: %w", p.InstanceID, p.Account, err)
+		}
+		if !known && n >= p.MaxPerAccount {
+			return fmt.Errorf("recording a poll of instance %q of account %q: %w", p.InstanceID, p.Account, store.ErrTooManyInstances)
+		}
+	}
 	// A poll of an account deleted meanwhile is not recorded.
 	_, err := s.sentExec(ctx, instanceUpsert(""), instanceArgs(p)...)
 	if err != nil {
@@ -119,6 +131,11 @@ func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) er
 	}
 	return nil
 }
+
+// instanceCapQuery tells whether instance $2 of account $1 is recorded,
+// and how many instances the account has recorded, counted up to $3.
+const instanceCapQuery = `SELECT EXISTS (SELECT 1 FROM instances WHERE account = $1 AND instance_id = $2),
+	(SELECT COUNT(*) FROM (SELECT 1 FROM instances WHERE account = $1 LIMIT $3) c)`
 
 // InstancesSeen writes ps in one transaction, as one batch of upserts
 // (one round trip). The rows are upserted in key order, so replicas

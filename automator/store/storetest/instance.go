@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -12,6 +13,7 @@ var instanceCases = []testCase{
 	{"InstanceSeenUpsertsAndInstanceListIsOrderedByID", testInstanceSeenAndList},
 	{"InstancesSeenUpsertsABatchAndNeverMovesARecordBack", testInstancesSeenBatch},
 	{"InstancePurgeForgetsInstancesThatStoppedPolling", testInstancePurge},
+	{"InstanceSeenRecordsNoNewInstanceOfAnAccountAtItsBound", testInstanceCap},
 	{"InstanceListCountsInFlightTheUnitsEachInstanceHoldsClaimed", testInstanceInFlight},
 	{"AStoppingPollShowsTheInstanceStoppedUntilItPollsAgain", testInstanceStopped},
 	{"APollOfARunNumberedBeforeItsStopNeverEndsIt", testInstanceStopOrderedByPollSeq},
@@ -541,4 +543,41 @@ func testInstanceRefusedWrongKey(f *fixture) {
 	f.seen(a2)
 	f.wantInstances("acme", []store.Instance{listedAs(a2), listedAs(b2)})
 	online(1, 1)
+}
+
+// testInstanceCap: with MaxPerAccount, a poll of an instance not recorded
+// is refused (ErrTooManyInstances, nothing written) while its account
+// holds that many records; the recorded instances' polls are written as
+// before, another account is not bounded by this one's, and once a record
+// is purged a new instance is recorded again.
+func testInstanceCap(f *fixture) {
+	f.account("acme")
+	f.account("globex")
+	seen := func(account, id string, now time.Time) error {
+		return f.s.InstanceSeen(f.ctx, store.InstanceSeenParams{Account: account, InstanceID: id, Hostname: "h", Version: "v", Now: now, MaxPerAccount: 2})
+	}
+	for i, id := range []string{"a", "b"} {
+		if err := seen("acme", id, at(time.Duration(i)*time.Second)); err != nil {
+			f.t.Fatalf("InstanceSeen(acme, %s) under the bound: %v", id, err)
+		}
+	}
+	if err := seen("acme", "c", at(2*time.Second)); !errors.Is(err, store.ErrTooManyInstances) {
+		f.t.Errorf("InstanceSeen of a third instance of acme, bound 2: %v; want ErrTooManyInstances", err)
+	}
+	if err := seen("acme", "b", at(time.Hour)); err != nil {
+		f.t.Errorf("InstanceSeen of a recorded instance at the bound: %v; want it written", err)
+	}
+	if err := seen("globex", "c", at(2*time.Second)); err != nil {
+		f.t.Errorf("InstanceSeen of another account's instance: %v; want it written", err)
+	}
+	f.wantInstances("acme", []store.Instance{
+		{Account: "acme", InstanceID: "a", Hostname: "h", Version: "v", LastPollAt: at(0)},
+		{Account: "acme", InstanceID: "b", Hostname: "h", Version: "v", LastPollAt: at(time.Hour)},
+	})
+	if _, err := f.s.InstancePurge(f.ctx, store.InstancePurgeParams{PolledBefore: at(time.Minute)}); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := seen("acme", "c", at(2*time.Hour)); err != nil {
+		f.t.Errorf("InstanceSeen of a new instance after one was purged: %v; want it written", err)
+	}
 }

@@ -1,0 +1,78 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/opsgate/opsgate/automator/server"
+	"github.com/opsgate/opsgate/internal/loglimit"
+	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
+)
+
+// TestPollsOfNewInstancesPastTheAccountsBoundAreRefused: the instance id
+// is the proxy's to choose, so an account's token could record a new
+// instance with every poll (a review: 437,584 rows in two minutes, the
+// account's listing past the largest message, and every account's gauges
+// missing from /metrics while they were read). Past
+// limits.max_instances_per_account, a poll of a new instance id is refused
+// with ResourceExhausted saying so, and not recorded; the recorded
+// instances poll as before, and a unit is still handed to them.
+func TestPollsOfNewInstancesPastTheAccountsBoundAreRefused(t *testing.T) {
+	t.Parallel()
+	var log syncBuffer
+	e := newEnv(t, envOptions{limits: server.Limits{MaxInstancesPerAccount: 2}, log: &log})
+	ctx := context.Background()
+	px := e.proxyClient()
+	poll := func(id string) error {
+		_, err := px.Poll(ctx, &automatorv1.PollRequest{InstanceId: id, MaxUnits: 1, Wait: durationpb.New(0)})
+		return err
+	}
+	for _, id := range []string{"a", "b"} {
+		if err := poll(id); err != nil {
+			t.Fatalf("poll of instance %s under the bound: %v", id, err)
+		}
+	}
+	for i := range 30 {
+		err := poll(fmt.Sprintf("c%d", i))
+		if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), `instance "c`+fmt.Sprint(i)+`" is not recorded, and its polls are refused: account "`+e.account+`" holds 2 instance records, the most it may (limits.max_instances_per_account`) {
+			t.Fatalf("poll of a third instance, bound 2: %v; want ResourceExhausted saying why", err)
+		}
+	}
+	list, err := e.store.InstanceList(ctx, e.account)
+	if err != nil || len(list) != 2 {
+		t.Errorf("instances recorded: %v, %v; want a and b only", list, err)
+	}
+	if n := strings.Count(log.String(), "poll of a new instance refused"); n < 1 || n > loglimit.DefaultLines {
+		t.Errorf("%d log lines of 30 refused polls in a minute; want 1 to %d:\n%s", n, loglimit.DefaultLines, log.String())
+	}
+	u := submit(t, e.callerClient(), e.account, 0)
+	if c := claimOne(t, px, "b"); c.GetWorkId() != u.GetWorkId() {
+		t.Errorf("a recorded instance claimed %s; want %s", c.GetWorkId(), u.GetWorkId())
+	}
+}
+
+// syncBuffer is a log writer safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
