@@ -324,3 +324,21 @@ func TestRequestHeadersPastTheirBoundAreRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestServeWarnsOfAPlainHTTPListenerOffLoopback: the HTTP listener serves
+// plain HTTP, and its API and dashboard sign-in take API keys; serve warns
+// of one off loopback (a review: 0.0.0.0 was served without a word), and
+// of none on it. The address is judged as gRPC's plaintext one is
+// (config.RequireLoopback); a test binds no address off loopback.
+func TestServeWarnsOfAPlainHTTPListenerOffLoopback(t *testing.T) {
+	t.Parallel()
+	for addr, warns := range map[string]bool{
+		"127.0.0.1:8080": false, "localhost:8080": false, "[::1]:8080": false, "127.0.0.2:0": false,
+		"0.0.0.0:8080": true, ":8080": true, "[::]:8080": true, "10.1.2.3:8080": true, "automator.example:8080": true,
+	} {
+		w := plainHTTPWarning(addr)
+		if got := w != ""; got != warns || (warns && !strings.Contains(w, "API keys, which cross the network in clear")) {
+			t.Errorf("plainHTTPWarning(%q) = %q; want a warning: %v", addr, w, warns)
+		}
+	}
+}

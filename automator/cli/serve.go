@@ -267,6 +267,9 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return fmt.Errorf("listening for HTTP on %s: %w", cfg.HTTPListen, err)
 	}
+	if w := plainHTTPWarning(cfg.HTTPListen); w != "" {
+		log.Warn(w, "http_listen", cfg.HTTPListen)
+	}
 	// At the cap, the connection idle the longest is closed for a new
 	// one; with none idle, the next waits in the kernel's queue, holding
 	// none of the file descriptors that the proxies' gRPC connections need.
@@ -542,6 +545,21 @@ func startPurge(ctx context.Context, srv *server.Server, dash *dashboard.Dashboa
 
 // readBufferSize is gRPC's read buffer per connection: none over TLS (the
 // TLS connection buffers what it reads), 4 KiB in plaintext.
+// plainHTTPWarning is what serve warns of an HTTP listener at addr off
+// loopback, "" for one on loopback. It serves plain HTTP only, and its
+// HTTP/JSON API and dashboard sign-in take API keys, the admin's
+// included: off loopback they cross the network in clear unless a
+// TLS-terminating reverse proxy is the only client that reaches it (a
+// review: 0.0.0.0 was served without a word, where gRPC's plaintext is
+// refused off loopback). Not refused: a load balancer's health checks
+// and a reverse proxy on another host of a private network are common.
+func plainHTTPWarning(addr string) string {
+	if config.RequireLoopback(addr) == nil {
+		return ""
+	}
+	return "http_listen is not a loopback address, and the HTTP listener serves plain HTTP: its HTTP/JSON API and dashboard sign-in take API keys, which cross the network in clear unless a TLS-terminating reverse proxy is all that reaches it (docs/security.md); listen on 127.0.0.1 behind one, or let only it reach this address"
+}
+
 func readBufferSize(plaintext bool) int {
 	if plaintext {
 		return 4 << 10
