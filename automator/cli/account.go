@@ -49,7 +49,7 @@ func cmdAccountCreate(ctx context.Context, args []string, env Env) error {
 	if err != nil {
 		return err
 	}
-	if err := secretOut(env.Stdout, "the account's profile, with its token"); err != nil {
+	if err := secretOut(env.Stdout, env.Stderr, "the account's profile, with its token"); err != nil {
 		return err
 	}
 	d, err := openAccountAdmin(ctx, *dir, *db)

@@ -96,7 +96,7 @@ func cmdAPIKeyCreate(ctx context.Context, args []string, env Env) error {
 		}
 		scope = store.DistinctAccounts(scope) // as the store keeps it
 	}
-	if err := secretOut(env.Stdout, "the API key"); err != nil {
+	if err := secretOut(env.Stdout, env.Stderr, "the API key"); err != nil {
 		return err
 	}
 	st, err := openDataStore(ctx, *dir, *db)

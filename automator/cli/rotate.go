@@ -40,7 +40,7 @@ func cmdAccountRotate(ctx context.Context, rotateKey bool, args []string, env En
 	if *overlap < 0 || *overlap > maxOverlap {
 		return fmt.Errorf("--overlap %v is outside [0, %v]", *overlap, maxOverlap)
 	}
-	if err := secretOut(env.Stdout, "the account's new profile, with its new token"); err != nil {
+	if err := secretOut(env.Stdout, env.Stderr, "the account's new profile, with its new token"); err != nil {
 		return err
 	}
 	d, err := openAccountAdmin(ctx, *dir, *db)
