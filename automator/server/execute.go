@@ -389,6 +389,14 @@ func (s *Server) sameCommand(ctx context.Context, w store.Work, cmd *automatorv1
 	return nil
 }
 
+// maxOneArg is the most bytes one argument, or one variable as NAME=VALUE,
+// may hold: Linux passes a program at most 128 KiB in one, its NUL
+// included (MAX_ARG_STRLEN), and windows at most 32,767 characters in the
+// whole command line. limits.max_args_bytes and max_env_bytes allow more
+// than that in one, and a unit queued with it would fail on any proxy
+// (a review).
+const maxOneArg = 128<<10 - 1
+
 // checkCommand enforces the size limits, and that every part of the command
 // can reach a process, with one precise message.
 func (s *Server) checkCommand(c *automatorv1.Command) error {
@@ -403,8 +411,11 @@ func (s *Server) checkCommand(c *automatorv1.Command) error {
 		return fmt.Errorf("command.args has %d arguments, more than the limit of %d (limits.max_args)", len(c.GetArgs()), l.MaxArgs)
 	}
 	n := 0
-	for _, a := range c.GetArgs() {
+	for i, a := range c.GetArgs() {
 		n += len(a)
+		if len(a) > maxOneArg {
+			return fmt.Errorf("command.args[%d] is %d bytes, more than one argument may be (%d: no Linux proxy passes more in one, nor a windows one in all); pass large data on stdin", i, len(a), maxOneArg)
+		}
 	}
 	if n > l.MaxArgsBytes {
 		return fmt.Errorf("command.args total %d bytes, more than the limit of %d (limits.max_args_bytes)", n, l.MaxArgsBytes)
@@ -413,8 +424,12 @@ func (s *Server) checkCommand(c *automatorv1.Command) error {
 		return fmt.Errorf("command.env has %d variables, more than the limit of %d (limits.max_env)", len(c.GetEnv()), l.MaxEnv)
 	}
 	n = 0
-	for k, v := range c.GetEnv() {
+	for _, k := range slices.Sorted(maps.Keys(c.GetEnv())) {
+		v := c.GetEnv()[k]
 		n += len(k) + len(v)
+		if len(k)+1+len(v) > maxOneArg {
+			return fmt.Errorf("command.env %q is %d bytes with its name, more than one variable may be (%d: no Linux proxy passes more in one, nor a windows one in all); pass large data on stdin", k, len(k)+1+len(v), maxOneArg)
+		}
 	}
 	if n > l.MaxEnvBytes {
 		return fmt.Errorf("command.env totals %d bytes, more than the limit of %d (limits.max_env_bytes)", n, l.MaxEnvBytes)

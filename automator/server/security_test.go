@@ -594,6 +594,39 @@ func TestACommandAtEveryLimitIsAccepted(t *testing.T) {
 	}
 }
 
+// TestAnArgumentNoProxyCouldPassIsRefused: one argument, or one variable
+// as NAME=VALUE, of more than 128 KiB less one byte is more than any proxy
+// passes to a script (Linux's MAX_ARG_STRLEN, its NUL included; windows
+// takes less in its whole command line), though within max_args_bytes or
+// max_env_bytes: refused with InvalidArgument naming it and stdin, rather
+// than queued to fail on the proxy (a review); one at that size is queued.
+func TestAnArgumentNoProxyCouldPassIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{limits: server.Limits{MaxEnvBytes: 1 << 20}})
+	caller := e.callerClient()
+	const most = 128<<10 - 1
+	for _, tc := range []struct {
+		cmd  *automatorv1.Command
+		says string
+	}{
+		{&automatorv1.Command{Script: "x", Args: []string{"a", strings.Repeat("b", most+1)}}, "command.args[1] is 131072 bytes, more than one argument may be (131071"},
+		{&automatorv1.Command{Script: "x", Env: map[string]string{"BIG": strings.Repeat("v", most-3)}}, `command.env "BIG" is 131072 bytes with its name, more than one variable may be`},
+	} {
+		_, err := caller.Submit(context.Background(), &automatorv1.ExecuteRequest{Account: e.account, Command: tc.cmd})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), "stdin") {
+			t.Errorf("a command with one part too large for any proxy: %v; want InvalidArgument saying %q", err, tc.says)
+		}
+	}
+	for _, cmd := range []*automatorv1.Command{
+		{Script: "x", Args: []string{strings.Repeat("b", most)}},
+		{Script: "x", Env: map[string]string{"BIG": strings.Repeat("v", most-4)}},
+	} {
+		if _, err := caller.Submit(context.Background(), &automatorv1.ExecuteRequest{Account: e.account, Command: cmd}); err != nil {
+			t.Errorf("a command with one part of 131071 bytes: %v; want it queued", err)
+		}
+	}
+}
+
 // TestReplayedResultDirectionIsRefused: a command blob posted back as the
 // unit's result (same account, work id and key: only the direction
 // differs) does not open, and the claim stays intact.
