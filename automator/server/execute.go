@@ -240,6 +240,13 @@ func (s *Server) enqueue(ctx context.Context, req *automatorv1.ExecuteRequest, m
 		// Deleted since acc was read (a cached copy, kept up to a second).
 		return store.Work{}, accountNotFound(acc.Name)
 	}
+	if errors.Is(err, crypto.ErrOpen) {
+		// Its row altered, or the database another automator's: a
+		// caller is told what, not an internal error (a review); the
+		// log says it too, bounded, as for any internal error.
+		_ = s.internal(ctx, "opening the account key", err)
+		return store.Work{}, status.Errorf(codes.DataLoss, "account %q: its key does not open with this automator's master key (its row altered in the database, or the database another automator's); nothing was queued", acc.Name)
+	}
 	if err != nil {
 		return store.Work{}, s.internal(ctx, "opening the account key", err)
 	}

@@ -193,3 +193,29 @@ func TestAUnitSetToSucceededInTheDatabaseIsNotToldAsASuccess(t *testing.T) {
 		t.Errorf("a result saying the command could not run, posted as SUCCEEDED: %v; want InvalidArgument", err)
 	}
 }
+
+// TestASubmitToAnAccountWhoseKeyDoesNotOpenIsDataLoss: an account whose
+// sealed key was altered in the database (or copied from another
+// account's row) cannot have a unit sealed: the submit is refused with
+// DATA_LOSS saying so and that nothing was queued, not an internal error
+// (a review), and nothing is queued.
+func TestASubmitToAnAccountWhoseKeyDoesNotOpenIsDataLoss(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	db, err := sql.Open("sqlite", "file:"+e.dbPath+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	// The current key's last byte changed.
+	if _, err := db.Exec(`UPDATE accounts SET sealed_key = CAST(substr(sealed_key, 1, length(sealed_key) - 1) || CASE WHEN substr(sealed_key, -1) = x'00' THEN x'01' ELSE x'00' END AS BLOB) WHERE name = ?`, e.account); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.callerClient().Submit(t.Context(), &automatorv1.ExecuteRequest{Account: e.account, Command: &automatorv1.Command{Script: "x.sh"}})
+	if status.Code(err) != codes.DataLoss || !strings.Contains(err.Error(), "its key does not open with this automator's master key") || !strings.Contains(err.Error(), "nothing was queued") {
+		t.Fatalf("submit to an account whose key does not open: %v; want DataLoss saying so", err)
+	}
+	if n, err := e.store.WorkQueuedCount(t.Context(), e.account, 10); err != nil || n != 0 {
+		t.Errorf("units queued: %d, %v; want none", n, err)
+	}
+}
