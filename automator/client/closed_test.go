@@ -158,3 +158,25 @@ func TestAConnectionClosedUnansweredWhereAnAutomatorAnsweredSaysSo(t *testing.T)
 		t.Errorf("OnUnreachable told %q as %v; want %v, saying an automator answered there before", u.Err, u.Kind, client.KindClosed)
 	}
 }
+
+// TestAGiveUpSaysWhatWentWrongAtTheLastAddress: a call that gives up
+// (RetryFor over) on an address whose connections were closed unanswered
+// says what OnUnreachable would have been told of it, in the error: an
+// http:// URL of an automator serving TLS gave only "no automator answered;
+// giving up" and gRPC's "error reading server preface: EOF" (a review).
+func TestAGiveUpSaysWhatWentWrongAtTheLastAddress(t *testing.T) {
+	t.Parallel()
+	automator := automatortest.Start(t, automatortest.Options{})
+	url := "http://" + automator.GRPCAddr
+	c, err := client.New(client.Config{Addresses: []string{url}, APIKey: "oak_x", RetryFor: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.Get(t.Context(), "w_0123456789abcdef0123456789abcdef")
+	for _, want := range []string{"giving up; " + url + ": ", "closed it without answering", "TLS", "https://"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Get of an http:// URL of a TLS automator, given up: %v; want it to say %q", err, want)
+		}
+	}
+}
