@@ -1,11 +1,9 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/internal/loglimit"
+	"github.com/opsgate/opsgate/internal/logtest"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
@@ -27,7 +26,7 @@ import (
 // instances poll as before, and a unit is still handed to them.
 func TestPollsOfNewInstancesPastTheAccountsBoundAreRefused(t *testing.T) {
 	t.Parallel()
-	var log syncBuffer
+	var log logtest.Buffer
 	e := newEnv(t, envOptions{limits: server.Limits{MaxInstancesPerAccount: 2}, log: &log})
 	ctx := context.Background()
 	px := e.proxyClient()
@@ -57,22 +56,4 @@ func TestPollsOfNewInstancesPastTheAccountsBoundAreRefused(t *testing.T) {
 	if c := claimOne(t, px, "b"); c.GetWorkId() != u.GetWorkId() {
 		t.Errorf("a recorded instance claimed %s; want %s", c.GetWorkId(), u.GetWorkId())
 	}
-}
-
-// syncBuffer is a log writer safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
