@@ -115,12 +115,11 @@ func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) er
 	if p.MaxPerAccount > 0 {
 		// Read before the upsert, not with it: concurrent polls of new
 		// instances may pass the bound by their number (MaxPerAccount).
-		var known bool
 		var n int
-		if err := s.pool.QueryRow(ctx, instanceCapQuery, p.Account, p.InstanceID, p.MaxPerAccount).Scan(&known, &n); err != nil {
+		if err := s.pool.QueryRow(ctx, instanceCapQuery, p.Account, p.InstanceID, p.MaxPerAccount).Scan(&n); err != nil {
 			return fmt.Errorf("recording a poll of instance %q of account %q: %w", p.InstanceID, p.Account, err)
 		}
-		if !known && n >= p.MaxPerAccount {
+		if n >= p.MaxPerAccount {
 			return fmt.Errorf("recording a poll of instance %q of account %q: %w", p.InstanceID, p.Account, store.ErrTooManyInstances)
 		}
 	}
@@ -132,10 +131,12 @@ func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) er
 	return nil
 }
 
-// instanceCapQuery tells whether instance $2 of account $1 is recorded,
-// and how many instances the account has recorded, counted up to $3.
-const instanceCapQuery = `SELECT EXISTS (SELECT 1 FROM instances WHERE account = $1 AND instance_id = $2),
-	(SELECT COUNT(*) FROM (SELECT 1 FROM instances WHERE account = $1 LIMIT $3) c)`
+// instanceCapQuery is -1 when instance $2 of account $1 is recorded, else
+// how many instances the account has recorded, counted up to $3: counted
+// only for an instance not recorded (CASE), so the polls of an automator
+// restarted under thousands of proxies do not count them each.
+const instanceCapQuery = `SELECT CASE WHEN EXISTS (SELECT 1 FROM instances WHERE account = $1 AND instance_id = $2) THEN -1
+	ELSE (SELECT COUNT(*) FROM (SELECT 1 FROM instances WHERE account = $1 LIMIT $3) c) END`
 
 // InstancesSeen writes ps in one transaction, as one batch of upserts
 // (one round trip). The rows are upserted in key order, so replicas

@@ -105,12 +105,11 @@ const batchedNotOlder = `
 func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) error {
 	err := s.writeTx(ctx, func(ctx context.Context, tx querier) error {
 		if p.MaxPerAccount > 0 {
-			var known bool
 			var n int
-			if err := tx.QueryRowContext(ctx, instanceCapQuery, p.Account, p.InstanceID, p.MaxPerAccount).Scan(&known, &n); err != nil {
+			if err := tx.QueryRowContext(ctx, instanceCapQuery, p.Account, p.InstanceID, p.MaxPerAccount).Scan(&n); err != nil {
 				return err
 			}
-			if !known && n >= p.MaxPerAccount {
+			if n >= p.MaxPerAccount {
 				return store.ErrTooManyInstances
 			}
 		}
@@ -124,10 +123,12 @@ func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) er
 	return nil
 }
 
-// instanceCapQuery tells whether instance ?2 of account ?1 is recorded, and
-// how many instances the account has recorded, counted up to ?3.
-const instanceCapQuery = `SELECT EXISTS (SELECT 1 FROM instances WHERE account = ?1 AND instance_id = ?2),
-	(SELECT COUNT(*) FROM (SELECT 1 FROM instances WHERE account = ?1 LIMIT ?3))`
+// instanceCapQuery is -1 when instance ?2 of account ?1 is recorded, else
+// how many instances the account has recorded, counted up to ?3: counted
+// only for an instance not recorded (CASE), so the polls of an automator
+// restarted under thousands of proxies do not count them each.
+const instanceCapQuery = `SELECT CASE WHEN EXISTS (SELECT 1 FROM instances WHERE account = ?1 AND instance_id = ?2) THEN -1
+	ELSE (SELECT COUNT(*) FROM (SELECT 1 FROM instances WHERE account = ?1 LIMIT ?3)) END`
 
 // instanceListQuery lists an account's instances (?1) with the number of
 // its units each has claimed, counted through work_claimed, which holds only
