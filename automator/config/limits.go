@@ -34,7 +34,9 @@ type Limits struct {
 	// account (10000); more get ResourceExhausted.
 	MaxQueuedPerAccount int `yaml:"max_queued_per_account,omitempty"`
 	// MaxInstancesPerAccount bounds the instance records of one account
-	// (20000); a poll of a new instance id past it gets ResourceExhausted.
+	// (20000); at it, a poll of a new instance id takes the place of the
+	// record of one offline, and gets ResourceExhausted when all are
+	// online.
 	MaxInstancesPerAccount int `yaml:"max_instances_per_account,omitempty"`
 	// FailedAuthBurst is how many failed authentications one source
 	// address may make (30) before further failures get ResourceExhausted;

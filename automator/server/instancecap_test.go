@@ -2,9 +2,11 @@ package server_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -16,15 +18,16 @@ import (
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
-// TestPollsOfNewInstancesPastTheAccountsBoundAreRefused: the instance id
+// TestANewInstanceAtTheAccountsBoundTakesAnOfflineOnesPlaceOrIsRefused: the instance id
 // is the proxy's to choose, so an account's token could record a new
 // instance with every poll (a review: 437,584 rows in two minutes, the
 // account's listing past the largest message, and every account's gauges
 // missing from /metrics while they were read). Past
 // limits.max_instances_per_account, a poll of a new instance id is refused
 // with ResourceExhausted saying so, and not recorded; the recorded
-// instances poll as before, and a unit is still handed to them.
-func TestPollsOfNewInstancesPastTheAccountsBoundAreRefused(t *testing.T) {
+// instances poll as before, and a unit is still handed to them. A new
+// instance takes the place of the record of one offline.
+func TestANewInstanceAtTheAccountsBoundTakesAnOfflineOnesPlaceOrIsRefused(t *testing.T) {
 	t.Parallel()
 	var log logtest.Buffer
 	e := newEnv(t, envOptions{limits: server.Limits{MaxInstancesPerAccount: 2}, log: &log})
@@ -55,5 +58,25 @@ func TestPollsOfNewInstancesPastTheAccountsBoundAreRefused(t *testing.T) {
 	u := submit(t, e.callerClient(), e.account, 0)
 	if c := claimOne(t, px, "b"); c.GetWorkId() != u.GetWorkId() {
 		t.Errorf("a recorded instance claimed %s; want %s", c.GetWorkId(), u.GetWorkId())
+	}
+
+	// Once a has been offline for longer than "online" allows (its last
+	// poll an hour ago), a new instance takes its place: a standby
+	// started under a new id is not locked out by the records of gone
+	// ones, or of a flood's.
+	db, err := sql.Open("sqlite", "file:"+e.dbPath+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`UPDATE instances SET last_poll_at = last_poll_at - ? WHERE instance_id = 'a'`, time.Hour.Nanoseconds()); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll("standby"); err != nil {
+		t.Fatalf("poll of a new instance, bound 2, one record offline: %v; want it recorded in that one's place", err)
+	}
+	list, err = e.store.InstanceList(ctx, e.account)
+	if err != nil || len(list) != 2 || list[0].InstanceID != "b" || list[1].InstanceID != "standby" {
+		t.Errorf("instances recorded: %+v, %v; want b and standby", list, err)
 	}
 }

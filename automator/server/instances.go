@@ -133,7 +133,11 @@ func (s *Server) instanceSeen(ctx context.Context, p store.InstanceSeenParams, p
 	// Not ordered with the other polls of its run from here on: a later
 	// one (the stop) may be written first, by this replica or another.
 	// The store orders them by their numbers (InstanceSeenParams.Run).
+	// At the bound, a new instance takes the place of one offline (listed
+	// so): a standby started under a new id, or a host renamed, is not
+	// locked out by the records of a flood of made-up ids (a review).
 	p.MaxPerAccount = s.limits.MaxInstancesPerAccount
+	p.EvictBefore = p.Now.Add(-InstanceOnlineWithin(s.pollWindow))
 	if err := s.store.InstanceSeen(ctx, p); err != nil {
 		return err
 	}

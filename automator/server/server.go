@@ -101,9 +101,11 @@ type Limits struct {
 	// down or slow gets ResourceExhausted, and other accounts are served.
 	MaxQueuedPerAccount int
 	// MaxInstancesPerAccount bounds the instance records of one account
-	// (20,000): a poll of a new instance id past it is refused with
-	// ResourceExhausted and not recorded, so one account's token cannot
-	// fill the database, nor slow every account's listings and metrics.
+	// (20,000), so one account's token cannot fill the database, nor slow
+	// every account's listings and metrics: at it, a poll of a new
+	// instance id takes the place of the record of the instance offline
+	// the longest, and is refused with ResourceExhausted, not recorded,
+	// when every one is online.
 	MaxInstancesPerAccount int
 	// FailedAuthBurst failed authentications from one source address
 	// (30), then one more every FailedAuthRefill (2 s), before further

@@ -120,7 +120,13 @@ func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) er
 			return fmt.Errorf("recording a poll of instance %q of account %q: %w", p.InstanceID, p.Account, err)
 		}
 		if n >= p.MaxPerAccount {
-			return fmt.Errorf("recording a poll of instance %q of account %q: %w", p.InstanceID, p.Account, store.ErrTooManyInstances)
+			tag, err := s.pool.Exec(ctx, instanceEvict, p.Account, p.EvictBefore)
+			if err == nil && tag.RowsAffected() == 0 {
+				err = store.ErrTooManyInstances
+			}
+			if err != nil {
+				return fmt.Errorf("recording a poll of instance %q of account %q: %w", p.InstanceID, p.Account, err)
+			}
 		}
 	}
 	// A poll of an account deleted meanwhile is not recorded.
@@ -130,6 +136,11 @@ func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) er
 	}
 	return nil
 }
+
+// instanceEvict deletes the record of account $1 whose last poll is the
+// oldest, if that is before $2 (MaxPerAccount).
+const instanceEvict = `DELETE FROM instances WHERE account = $1 AND instance_id = (
+	SELECT instance_id FROM instances WHERE account = $1 AND last_poll_at < $2 ORDER BY last_poll_at LIMIT 1)`
 
 // instanceCapQuery is -1 when instance $2 of account $1 is recorded, else
 // how many instances the account has recorded, counted up to $3: counted

@@ -1,6 +1,7 @@
 package sqlitestore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -110,7 +111,13 @@ func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) er
 				return err
 			}
 			if n >= p.MaxPerAccount {
-				return store.ErrTooManyInstances
+				res, err := tx.ExecContext(ctx, instanceEvict, p.Account, toNanos(p.EvictBefore))
+				if err != nil {
+					return err
+				}
+				if evicted, err := res.RowsAffected(); err != nil || evicted == 0 {
+					return cmp.Or(err, store.ErrTooManyInstances)
+				}
 			}
 		}
 		// A poll of an account deleted meanwhile is not recorded.
@@ -122,6 +129,11 @@ func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) er
 	}
 	return nil
 }
+
+// instanceEvict deletes the record of account ?1 whose last poll is the
+// oldest, if that is before ?2 (MaxPerAccount).
+const instanceEvict = `DELETE FROM instances WHERE account = ?1 AND instance_id = (
+	SELECT instance_id FROM instances WHERE account = ?1 AND last_poll_at < ?2 ORDER BY last_poll_at LIMIT 1)`
 
 // instanceCapQuery is -1 when instance ?2 of account ?1 is recorded, else
 // how many instances the account has recorded, counted up to ?3: counted

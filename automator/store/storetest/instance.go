@@ -13,7 +13,7 @@ var instanceCases = []testCase{
 	{"InstanceSeenUpsertsAndInstanceListIsOrderedByID", testInstanceSeenAndList},
 	{"InstancesSeenUpsertsABatchAndNeverMovesARecordBack", testInstancesSeenBatch},
 	{"InstancePurgeForgetsInstancesThatStoppedPolling", testInstancePurge},
-	{"InstanceSeenRecordsNoNewInstanceOfAnAccountAtItsBound", testInstanceCap},
+	{"ANewInstanceAtTheAccountsBoundTakesThePlaceOfTheOldestOffline", testInstanceCap},
 	{"InstanceListCountsInFlightTheUnitsEachInstanceHoldsClaimed", testInstanceInFlight},
 	{"AStoppingPollShowsTheInstanceStoppedUntilItPollsAgain", testInstanceStopped},
 	{"APollOfARunNumberedBeforeItsStopNeverEndsIt", testInstanceStopOrderedByPollSeq},
@@ -545,39 +545,47 @@ func testInstanceRefusedWrongKey(f *fixture) {
 	online(1, 1)
 }
 
-// testInstanceCap: with MaxPerAccount, a poll of an instance not recorded
-// is refused (ErrTooManyInstances, nothing written) while its account
-// holds that many records; the recorded instances' polls are written as
-// before, another account is not bounded by this one's, and once a record
-// is purged a new instance is recorded again.
+// testInstanceCap: with MaxPerAccount, a poll of an instance not recorded,
+// while its account holds that many records, takes the place of the one
+// whose last poll is the oldest if that is before EvictBefore, and is
+// refused (ErrTooManyInstances, nothing written) when none is; the
+// recorded instances' polls are written as before, and another account is
+// not bounded by this one's.
 func testInstanceCap(f *fixture) {
 	f.account("acme")
 	f.account("globex")
-	seen := func(account, id string, now time.Time) error {
-		return f.s.InstanceSeen(f.ctx, store.InstanceSeenParams{Account: account, InstanceID: id, Hostname: "h", Version: "v", Now: now, MaxPerAccount: 2})
+	seen := func(account, id string, now, evictBefore time.Time) error {
+		return f.s.InstanceSeen(f.ctx, store.InstanceSeenParams{Account: account, InstanceID: id, Hostname: "h", Version: "v", Now: now,
+			MaxPerAccount: 2, EvictBefore: evictBefore})
 	}
 	for i, id := range []string{"a", "b"} {
-		if err := seen("acme", id, at(time.Duration(i)*time.Second)); err != nil {
+		if err := seen("acme", id, at(time.Duration(i)*time.Second), time.Time{}); err != nil {
 			f.t.Fatalf("InstanceSeen(acme, %s) under the bound: %v", id, err)
 		}
 	}
-	if err := seen("acme", "c", at(2*time.Second)); !errors.Is(err, store.ErrTooManyInstances) {
-		f.t.Errorf("InstanceSeen of a third instance of acme, bound 2: %v; want ErrTooManyInstances", err)
+	if err := seen("acme", "c", at(2*time.Second), at(0)); !errors.Is(err, store.ErrTooManyInstances) {
+		f.t.Errorf("InstanceSeen of a third instance of acme, bound 2, no record polled last before its EvictBefore: %v; want ErrTooManyInstances", err)
 	}
-	if err := seen("acme", "b", at(time.Hour)); err != nil {
+	if err := seen("acme", "b", at(time.Hour), time.Time{}); err != nil {
 		f.t.Errorf("InstanceSeen of a recorded instance at the bound: %v; want it written", err)
 	}
-	if err := seen("globex", "c", at(2*time.Second)); err != nil {
+	if err := seen("globex", "c", at(2*time.Second), time.Time{}); err != nil {
 		f.t.Errorf("InstanceSeen of another account's instance: %v; want it written", err)
 	}
 	f.wantInstances("acme", []store.Instance{
 		{Account: "acme", InstanceID: "a", Hostname: "h", Version: "v", LastPollAt: at(0)},
 		{Account: "acme", InstanceID: "b", Hostname: "h", Version: "v", LastPollAt: at(time.Hour)},
 	})
-	if _, err := f.s.InstancePurge(f.ctx, store.InstancePurgeParams{PolledBefore: at(time.Minute)}); err != nil {
-		f.t.Fatal(err)
+	// a's last poll is the oldest, before EvictBefore: c takes its place.
+	if err := seen("acme", "c", at(2*time.Hour), at(time.Minute)); err != nil {
+		f.t.Errorf("InstanceSeen of a new instance at the bound, a record polled last before its EvictBefore: %v; want it written", err)
 	}
-	if err := seen("acme", "c", at(2*time.Hour)); err != nil {
-		f.t.Errorf("InstanceSeen of a new instance after one was purged: %v; want it written", err)
+	if err := seen("acme", "d", at(2*time.Hour), at(time.Minute)); !errors.Is(err, store.ErrTooManyInstances) {
+		f.t.Errorf("InstanceSeen of a new instance at the bound, every record polled since its EvictBefore: %v; want ErrTooManyInstances", err)
 	}
+	f.wantInstances("acme", []store.Instance{
+		{Account: "acme", InstanceID: "b", Hostname: "h", Version: "v", LastPollAt: at(time.Hour)},
+		{Account: "acme", InstanceID: "c", Hostname: "h", Version: "v", LastPollAt: at(2 * time.Hour)},
+	})
+	f.wantInstances("globex", []store.Instance{{Account: "globex", InstanceID: "c", Hostname: "h", Version: "v", LastPollAt: at(2 * time.Second)}})
 }
