@@ -146,7 +146,7 @@ func ProfileWithPrevious(account, url, token, key string, previous []string, caP
 	b.WriteString("# Local settings (flags of `proxy run` override them):\n")
 	b.WriteString("# scripts_dir: /etc/proxy/scripts   # required, here or as --scripts-dir\n")
 	b.WriteString("# instance_id: host-a               # defaults to the host name\n")
-	b.WriteString("# allowed_env: [DEPLOY_TARGET]     # the only variables a command may set (none without it)\n")
+	b.WriteString("# allowed_env: [DEPLOY_TARGET]      # the only variables a command may set (none without it)\n")
 	b.WriteString("# max_concurrency: 4                # units run at once\n")
 	return b.String()
 }

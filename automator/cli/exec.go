@@ -298,7 +298,7 @@ func (l *leaving) finished() {
 // not.
 func mayStillRun(res client.Result, err error) bool {
 	var we *client.WorkError
-	if err == nil || res.WorkID == "" || errors.As(err, &we) {
+	if err == nil || res.WorkID == "" || errors.As(err, &we) || errors.Is(err, client.ErrOutcomeUnknown) {
 		return false
 	}
 	_, ended := client.UnreadableWork(err)

@@ -3,10 +3,12 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 
 	"github.com/opsgate/opsgate/internal/secretfile"
 )
@@ -22,8 +24,17 @@ func restrictSecretFile(f *os.File, fi fs.FileInfo, stderr io.Writer, what strin
 	}
 	mode := fi.Mode().Perm() &^ 0o077
 	if err := f.Chmod(mode); err != nil {
-		fmt.Fprintf(stderr, "automator: warning: stdout is a file %s may read (mode %v), and %s is a secret; making it readable by its owner only failed: %v; chmod 600 it\n", who, fi.Mode(), what, err)
+		fmt.Fprintf(stderr, "automator: warning: stdout is a file %s may read (mode %v), %s, and it receives %s; making it readable by its owner only failed (%v): chmod 600 it\n", who, fi.Mode(), fileName(f), what, errors.Unwrap(err))
 		return
 	}
-	fmt.Fprintf(stderr, "automator: stdout is a file %s could read (mode %v): made it mode %v, as %s is a secret\n", who, fi.Mode(), fs.FileMode(mode), what)
+	fmt.Fprintf(stderr, "automator: stdout is a file %s may read (mode %v), %s, and it receives %s: made it mode %v, readable by its owner only\n", who, fi.Mode(), fileName(f), what, fs.FileMode(mode))
+}
+
+// fileName is the path of the file f is open on, as the system names it
+// (stdout's name is /dev/stdout), or "" when not known.
+func fileName(f *os.File) string {
+	if p, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd())); err == nil && filepath.IsAbs(p) {
+		return p
+	}
+	return f.Name()
 }

@@ -45,7 +45,7 @@ func TestASecretPrintedToAFileOthersMayReadIsRestricted(t *testing.T) {
 			t.Fatal(err)
 		}
 		data, _ := os.ReadFile(path)
-		noted := strings.Contains(stderr.String(), "made it mode -rw-------, as the account's profile, with its token is a secret")
+		noted := strings.Contains(stderr.String(), "stdout is a file every user may read (mode -rw-r--r--), "+path+", and it receives the account's profile, with its token: made it mode -rw-------, readable by its owner only")
 		if code != 0 || fi.Mode().Perm() != tc.wantMode || noted != tc.wantNotes || !strings.Contains(string(data), "token: ") {
 			t.Errorf("account create to a file readable by %s: exit %d, mode %v, noted %v, stderr %q; want exit 0, mode %v, noted %v, the profile written",
 				tc.name, code, fi.Mode().Perm(), noted, stderr.String(), tc.wantMode, tc.wantNotes)

@@ -761,12 +761,13 @@ func (c *Client) call(ctx context.Context, doing string, b *budget, f func(conte
 				// They answered: that they could not serve it.
 				return wrapCall(doing+" (no automator could serve it, its database unreachable; giving up)", err)
 			}
-			if p := c.watches[i].trouble.Load(); p != nil {
-				// What went wrong there, as OnUnreachable was told it:
+			if p := c.watches[i].trouble.Load(); p != nil && !strings.Contains(err.Error(), p.err.Error()) {
+				// What went wrong there, as OnUnreachable was told it,
+				// unless the error says it already (a refused dial):
 				// the transport's own words ("error reading server
 				// preface: EOF") lose it (a review: an http:// URL of a
 				// TLS automator).
-				return wrapCall(fmt.Sprintf("%s (no automator answered; giving up; %s: %v)", doing, c.urls[i], p.err), err)
+				return wrapCall(fmt.Sprintf("%s (no automator answered; giving up) at %s: %v", doing, c.urls[i], p.err), err)
 			}
 			return wrapCall(doing+" (no automator answered; giving up)", err)
 		}

@@ -174,7 +174,7 @@ func TestAGiveUpSaysWhatWentWrongAtTheLastAddress(t *testing.T) {
 	}
 	defer c.Close()
 	_, err = c.Get(t.Context(), "w_0123456789abcdef0123456789abcdef")
-	for _, want := range []string{"giving up; " + url + ": ", "closed it without answering", "TLS", "https://"} {
+	for _, want := range []string{"giving up) at " + url + ": it accepted the connection and closed it without answering", "TLS", "https://"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Get of an http:// URL of a TLS automator, given up: %v; want it to say %q", err, want)
 		}

@@ -30,6 +30,12 @@ var (
 	// key). Submit and ExecuteOnProxy do so themselves while the context's
 	// deadline leaves time for it (see Submit).
 	ErrQueueFull = errors.New("the account's queue is full")
+	// ErrOutcomeUnknown: the automator told the unit succeeded but gave
+	// no result, as an automator before 2026-12-07 does for a unit whose
+	// row was set to succeeded in its database (a newer one answers
+	// DATA_LOSS, which UnreadableWork reads). The unit has ended; how is
+	// not known.
+	ErrOutcomeUnknown = errors.New("the automator says it succeeded but gave no result (its row altered in the database?): its outcome is unknown")
 )
 
 // RetryDelay returns how long the automator asked the caller to wait

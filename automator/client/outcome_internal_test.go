@@ -1,6 +1,7 @@
 package client
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -12,7 +13,7 @@ import (
 // result, and a failed unit without one, are told as before.
 func TestASuccessWithoutAResultIsNotToldAsExitZero(t *testing.T) {
 	t.Parallel()
-	if res, err := (Work{ID: "w_1", State: StateSucceeded}).outcome(); err == nil || !strings.Contains(err.Error(), "gave no result") || res.WorkID != "w_1" {
+	if res, err := (Work{ID: "w_1", State: StateSucceeded}).outcome(); !errors.Is(err, ErrOutcomeUnknown) || !strings.Contains(err.Error(), "w_1: the automator says it succeeded but gave no result") || res.WorkID != "w_1" {
 		t.Errorf("succeeded without a result: %+v, %v; want an error saying it gave no result", res, err)
 	}
 	if res, err := (Work{ID: "w_2", State: StateSucceeded, Result: &Result{ExitCode: 3}}).outcome(); err != nil || res.ExitCode != 3 {

@@ -117,7 +117,7 @@ func (w Work) outcome() (Result, error) {
 		// Told succeeded with no result (an automator of before
 		// 2026-12-07 reading a row altered in its database): no exit code
 		// to give, and not a success to tell (a review: exit 0).
-		return Result{WorkID: w.ID, InstanceID: w.InstanceID}, fmt.Errorf("work %s: the automator says it succeeded but gave no result (its row altered in the database?): its outcome is unknown", w.ID)
+		return Result{WorkID: w.ID, InstanceID: w.InstanceID}, fmt.Errorf("work %s: %w", w.ID, ErrOutcomeUnknown)
 	}
 	if w.Result == nil {
 		return Result{WorkID: w.ID, InstanceID: w.InstanceID}, nil
