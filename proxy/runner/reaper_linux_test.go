@@ -155,6 +155,40 @@ func TestReaperSaysNothingOfSessionsThatHadEnded(t *testing.T) {
 	}
 }
 
+// TestReaperSaysNothingOfASessionOfZombies: a session whose processes
+// have all ended but are not yet collected (zombies: their parent, PID 1
+// on a host whose init reaps late, has not waited for them) has ended:
+// the reaper says nothing of it, as of a session gone (a review: it named
+// units that had ended before their proxy was killed, as killed by it).
+func TestReaperSaysNothingOfASessionOfZombies(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command("true")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	zombie := cmd.Process.Pid
+	t.Cleanup(func() { _ = cmd.Wait() })
+	start, err := processStartTime(zombie)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not waited for (until the test's end): a zombie.
+	waitFor(t, "the session's leader to be a zombie", func() bool {
+		f, err := statFields(zombie)
+		return err == nil && len(f) > 0 && string(f[0]) == "Z"
+	}, 10*time.Second)
+	running, startR := startSession(t)
+	var out bytes.Buffer
+	if code := serveReaper(strings.NewReader(line("+", zombie, start)+line("+", running, startR)), textLog(&out)); code != 0 {
+		t.Errorf("reaper exited %d, want 0; it said %q", code, out.String())
+	}
+	waitFor(t, "the running session to be killed", func() bool { return pidtest.Gone(running) }, 10*time.Second)
+	if want := killedLine(running); !strings.Contains(out.String(), want) {
+		t.Errorf("the reaper said %q, want it to say %q (the session %d holds a zombie only: nothing of it was killed)", out.String(), want, zombie)
+	}
+}
+
 // TestReaperFindsTheScriptOfAUnitStartingByItsEnvironment: a proxy that
 // died after "? WORK_ID" and before the script's registration had started
 // it, or not: the reaper kills the session whose leader's environment

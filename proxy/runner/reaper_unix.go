@@ -392,10 +392,14 @@ func reapSession(sid int, start uint64) (bool, error) {
 	return true, errors.Join(t.killDescendants(), t.kill(), t.killRest())
 }
 
-// sessionLives reports whether a process of session sid may still live: a
-// member of its process group (or one that cannot be asked: EPERM), or,
-// where /proc lists the processes, one of the session outside the group.
+// sessionLives reports whether a process of session sid may still live:
+// where /proc lists the processes, one of the session that is not a
+// zombie (liveSessionMember); elsewhere a member of its process group (or
+// one that cannot be asked: EPERM).
 func sessionLives(sid int) bool {
+	if live, known := liveSessionMember(sid); known {
+		return live
+	}
 	if err := syscall.Kill(-sid, 0); !errors.Is(err, syscall.ESRCH) {
 		return true
 	}

@@ -349,6 +349,28 @@ func environValue(pid int, name string) (string, bool) {
 	return "", false
 }
 
+// liveSessionMember reports whether a process of session sid lives that
+// is not a zombie, by /proc (known false when /proc cannot be listed). A
+// zombie, killed already and waiting for its parent (PID 1, on a host
+// whose init reaps late) to collect it, takes no signal and runs nothing:
+// a session of zombies only has ended (a review: the reaper's line named
+// units that had ended before their proxy was killed, as killed by it).
+func liveSessionMember(sid int) (live, known bool) {
+	pids, err := allPids()
+	if err != nil {
+		return false, false
+	}
+	for pid := range pids {
+		if s, err := unix.Getsid(pid); err != nil || s != sid {
+			continue
+		}
+		if f, err := statFields(pid); err != nil || len(f) == 0 || (string(f[0]) != "Z" && string(f[0]) != "X") {
+			return true, true // a zombie's stat is always there: one that cannot be read is taken as living
+		}
+	}
+	return false, true
+}
+
 // statFields returns the fields of /proc/PID/stat from the third (state)
 // on: field n is at index n-3.
 func statFields(pid int) ([][]byte, error) {

@@ -15,6 +15,10 @@ func killDescendants(int) error { return nil }
 // same reason.
 func sessionHasMember(int) bool { return false }
 
+// liveSessionMember is not known without /proc: sessionLives asks the
+// process group.
+func liveSessionMember(int) (live, known bool) { return false, false }
+
 // killSessionAfterExit does nothing either, for the same reason.
 func killSessionAfterExit(int, time.Duration) error { return nil }
 
