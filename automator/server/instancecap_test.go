@@ -79,4 +79,16 @@ func TestANewInstanceAtTheAccountsBoundTakesAnOfflineOnesPlaceOrIsRefused(t *tes
 	if err != nil || len(list) != 2 || list[0].InstanceID != "b" || list[1].InstanceID != "standby" {
 		t.Errorf("instances recorded: %+v, %v; want b and standby", list, err)
 	}
+	// a, whose record made room, polls again: it is known no more, so its
+	// poll is not kept in memory to be written in a batch past the bound
+	// (a re-review), but refused, b and standby online.
+	if err := poll("a"); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("poll of the instance whose record made room, the others online: %v; want ResourceExhausted", err)
+	}
+	if err := e.srv.FlushInstances(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if list, err = e.store.InstanceList(ctx, e.account); err != nil || len(list) != 2 {
+		t.Errorf("instances recorded after the polls kept in memory were written: %+v, %v; want 2", list, err)
+	}
 }

@@ -188,7 +188,7 @@ func (p *ProxyService) poll(ctx context.Context, req *automatorv1.PollRequest, a
 	if err := s.instanceSeen(ctx, seen, ps); errors.Is(err, store.ErrTooManyInstances) {
 		max := s.limits.MaxInstancesPerAccount
 		s.instanceCapLog.Log("poll of a new instance refused: its account holds as many instance records as it may", "account", account, "instance_id", req.GetInstanceId(), "max", max)
-		return nil, status.Errorf(codes.ResourceExhausted, "instance %q is not recorded, and its polls are refused: account %q holds %d instance records, the most it may (limits.max_instances_per_account in automator.yaml), all of instances online (a new one takes the place of one offline); raise it", req.GetInstanceId(), account, max)
+		return nil, status.Errorf(codes.ResourceExhausted, "instance %q is not recorded, and its polls are refused: account %q holds %d instance records, the most it may (limits.max_instances_per_account in automator.yaml), and all of them are of instances online (a new instance takes the place of one offline); raise it", req.GetInstanceId(), account, max)
 	} else if err != nil {
 		return nil, s.internal(ctx, "recording the instance's poll", err)
 	}

@@ -103,9 +103,9 @@ type Limits struct {
 	// MaxInstancesPerAccount bounds the instance records of one account
 	// (20,000), so one account's token cannot fill the database, nor slow
 	// every account's listings and metrics: at it, a poll of a new
-	// instance id takes the place of the record of the instance offline
-	// the longest, and is refused with ResourceExhausted, not recorded,
-	// when every one is online.
+	// instance id takes the place of the record of an instance offline,
+	// and is refused with ResourceExhausted, not recorded, when every one
+	// is online.
 	MaxInstancesPerAccount int
 	// FailedAuthBurst failed authentications from one source address
 	// (30), then one more every FailedAuthRefill (2 s), before further

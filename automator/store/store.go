@@ -883,10 +883,10 @@ type InstanceSeenParams struct {
 	AccountCreatedAt time.Time
 	// MaxPerAccount, when positive, bounds the account's instance records
 	// for InstanceSeen: a poll of an instance not recorded, while the
-	// account holds that many, takes the place of the record whose last
-	// poll is the oldest, if that is before EvictBefore (an instance
-	// offline: gone, stopped, or an id a flood made up once); with none
-	// such, it is not recorded (ErrTooManyInstances). The
+	// account holds that many, takes the place of a record whose last
+	// poll is before EvictBefore (an instance offline: gone, stopped, or
+	// an id a flood made up once), whose id is given to Evicted when set;
+	// with none such, it is not recorded (ErrTooManyInstances). The
 	// instance id is the proxy's to choose, so without it one account's
 	// token could fill the database (a review: 437,584 rows in two
 	// minutes, and every account's metrics failing to read). Polls written
@@ -895,6 +895,7 @@ type InstanceSeenParams struct {
 	// writes instances recorded before).
 	MaxPerAccount int
 	EvictBefore   time.Time
+	Evicted       func(instanceID string)
 	Now           time.Time
 }
 

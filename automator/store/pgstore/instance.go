@@ -3,6 +3,7 @@ package pgstore
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -120,12 +121,16 @@ func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) er
 			return fmt.Errorf("recording a poll of instance %q of account %q: %w", p.InstanceID, p.Account, err)
 		}
 		if n >= p.MaxPerAccount {
-			tag, err := s.pool.Exec(ctx, instanceEvict, p.Account, p.EvictBefore)
-			if err == nil && tag.RowsAffected() == 0 {
+			var evicted string
+			err := s.pool.QueryRow(ctx, instanceEvict, p.Account, p.EvictBefore).Scan(&evicted)
+			if errors.Is(err, pgx.ErrNoRows) {
 				err = store.ErrTooManyInstances
 			}
 			if err != nil {
 				return fmt.Errorf("recording a poll of instance %q of account %q: %w", p.InstanceID, p.Account, err)
+			}
+			if p.Evicted != nil {
+				p.Evicted(evicted)
 			}
 		}
 	}
@@ -137,10 +142,12 @@ func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) er
 	return nil
 }
 
-// instanceEvict deletes the record of account $1 whose last poll is the
-// oldest, if that is before $2 (MaxPerAccount).
+// instanceEvict deletes a record of account $1 whose last poll is before
+// $2 (MaxPerAccount), the first found, and returns its instance id: not
+// sorted by the last poll, which under a flood of made-up ids cost every
+// new id a sort of the account's records (a re-review).
 const instanceEvict = `DELETE FROM instances WHERE account = $1 AND instance_id = (
-	SELECT instance_id FROM instances WHERE account = $1 AND last_poll_at < $2 ORDER BY last_poll_at LIMIT 1)`
+	SELECT instance_id FROM instances WHERE account = $1 AND last_poll_at < $2 LIMIT 1) RETURNING instance_id`
 
 // instanceCapQuery is -1 when instance $2 of account $1 is recorded, else
 // how many instances the account has recorded, counted up to $3: counted

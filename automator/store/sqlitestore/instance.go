@@ -1,8 +1,9 @@
 package sqlitestore
 
 import (
-	"cmp"
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -111,12 +112,16 @@ func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) er
 				return err
 			}
 			if n >= p.MaxPerAccount {
-				res, err := tx.ExecContext(ctx, instanceEvict, p.Account, toNanos(p.EvictBefore))
+				var evicted string
+				err := tx.QueryRowContext(ctx, instanceEvict, p.Account, toNanos(p.EvictBefore)).Scan(&evicted)
+				if errors.Is(err, sql.ErrNoRows) {
+					return store.ErrTooManyInstances
+				}
 				if err != nil {
 					return err
 				}
-				if evicted, err := res.RowsAffected(); err != nil || evicted == 0 {
-					return cmp.Or(err, store.ErrTooManyInstances)
+				if p.Evicted != nil {
+					p.Evicted(evicted)
 				}
 			}
 		}
@@ -130,10 +135,12 @@ func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) er
 	return nil
 }
 
-// instanceEvict deletes the record of account ?1 whose last poll is the
-// oldest, if that is before ?2 (MaxPerAccount).
+// instanceEvict deletes a record of account ?1 whose last poll is before
+// ?2 (MaxPerAccount), the first found in the account's index, and returns
+// its instance id: not sorted by the last poll, which under a flood of
+// made-up ids took the write lock for up to a second (a re-review).
 const instanceEvict = `DELETE FROM instances WHERE account = ?1 AND instance_id = (
-	SELECT instance_id FROM instances WHERE account = ?1 AND last_poll_at < ?2 ORDER BY last_poll_at LIMIT 1)`
+	SELECT instance_id FROM instances WHERE account = ?1 AND last_poll_at < ?2 LIMIT 1) RETURNING instance_id`
 
 // instanceCapQuery is -1 when instance ?2 of account ?1 is recorded, else
 // how many instances the account has recorded, counted up to ?3: counted

@@ -13,7 +13,7 @@ var instanceCases = []testCase{
 	{"InstanceSeenUpsertsAndInstanceListIsOrderedByID", testInstanceSeenAndList},
 	{"InstancesSeenUpsertsABatchAndNeverMovesARecordBack", testInstancesSeenBatch},
 	{"InstancePurgeForgetsInstancesThatStoppedPolling", testInstancePurge},
-	{"ANewInstanceAtTheAccountsBoundTakesThePlaceOfTheOldestOffline", testInstanceCap},
+	{"ANewInstanceAtTheAccountsBoundTakesThePlaceOfOneOffline", testInstanceCap},
 	{"InstanceListCountsInFlightTheUnitsEachInstanceHoldsClaimed", testInstanceInFlight},
 	{"AStoppingPollShowsTheInstanceStoppedUntilItPollsAgain", testInstanceStopped},
 	{"APollOfARunNumberedBeforeItsStopNeverEndsIt", testInstanceStopOrderedByPollSeq},
@@ -546,8 +546,8 @@ func testInstanceRefusedWrongKey(f *fixture) {
 }
 
 // testInstanceCap: with MaxPerAccount, a poll of an instance not recorded,
-// while its account holds that many records, takes the place of the one
-// whose last poll is the oldest if that is before EvictBefore, and is
+// while its account holds that many records, takes the place of one whose
+// last poll is before EvictBefore (told to Evicted), and is
 // refused (ErrTooManyInstances, nothing written) when none is; the
 // recorded instances' polls are written as before, and another account is
 // not bounded by this one's.
@@ -576,9 +576,12 @@ func testInstanceCap(f *fixture) {
 		{Account: "acme", InstanceID: "a", Hostname: "h", Version: "v", LastPollAt: at(0)},
 		{Account: "acme", InstanceID: "b", Hostname: "h", Version: "v", LastPollAt: at(time.Hour)},
 	})
-	// a's last poll is the oldest, before EvictBefore: c takes its place.
-	if err := seen("acme", "c", at(2*time.Hour), at(time.Minute)); err != nil {
-		f.t.Errorf("InstanceSeen of a new instance at the bound, a record polled last before its EvictBefore: %v; want it written", err)
+	// a's last poll is before EvictBefore: c takes its place, and Evicted
+	// is told a.
+	var evicted []string
+	if err := f.s.InstanceSeen(f.ctx, store.InstanceSeenParams{Account: "acme", InstanceID: "c", Hostname: "h", Version: "v", Now: at(2 * time.Hour),
+		MaxPerAccount: 2, EvictBefore: at(time.Minute), Evicted: func(id string) { evicted = append(evicted, id) }}); err != nil || !slices.Equal(evicted, []string{"a"}) {
+		f.t.Errorf("InstanceSeen of a new instance at the bound, a record polled last before its EvictBefore: %v, evicted %q; want it written in a's place", err, evicted)
 	}
 	if err := seen("acme", "d", at(2*time.Hour), at(time.Minute)); !errors.Is(err, store.ErrTooManyInstances) {
 		f.t.Errorf("InstanceSeen of a new instance at the bound, every record polled since its EvictBefore: %v; want ErrTooManyInstances", err)
