@@ -430,8 +430,10 @@ func (s *Server) checkCommand(c *automatorv1.Command) error {
 	if len(c.GetEnv()) > l.MaxEnv {
 		return fmt.Errorf("command.env has %d variables, more than the limit of %d (limits.max_env)", len(c.GetEnv()), l.MaxEnv)
 	}
+	// In order, so that the one named is the same on every try.
+	names := slices.Sorted(maps.Keys(c.GetEnv()))
 	n = 0
-	for _, k := range slices.Sorted(maps.Keys(c.GetEnv())) {
+	for _, k := range names {
 		v := c.GetEnv()[k]
 		n += len(k) + len(v)
 		if len(k)+1+len(v) > maxOneArg {
@@ -462,7 +464,7 @@ func (s *Server) checkCommand(c *automatorv1.Command) error {
 			return fmt.Errorf("command.args[%d] holds a NUL byte, which no process argument can", i)
 		}
 	}
-	for _, k := range slices.Sorted(maps.Keys(c.GetEnv())) {
+	for _, k := range names {
 		if !scriptenv.ValidName(k) {
 			return fmt.Errorf("command.env: variable name %s is not valid: a name is not empty and holds no '=' or NUL byte", printable.Quote(k))
 		}
