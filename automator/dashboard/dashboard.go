@@ -133,6 +133,9 @@ type Options struct {
 	// an account. The warnings above it name every account they concern,
 	// on every page.
 	AccountsPageSize int
+	// InstancesPageSize is the number of instances on a page of an
+	// account's instances (100), each some 700 bytes.
+	InstancesPageSize int
 	// MaxLiveStreamsPerKey bounds the live pages (event streams) one API
 	// key's sessions hold open on this replica at once (64): each reads
 	// the store every Refresh, so one key could otherwise hold a replica
@@ -190,6 +193,9 @@ func New(o Options) (*Dashboard, error) {
 	}
 	if o.AccountsPageSize <= 0 {
 		o.AccountsPageSize = 100
+	}
+	if o.InstancesPageSize <= 0 {
+		o.InstancesPageSize = 100
 	}
 	if o.MaxLiveStreamsPerKey <= 0 {
 		o.MaxLiveStreamsPerKey = 64
