@@ -185,7 +185,7 @@ func (s *timedStore) InstanceSeen(ctx context.Context, p store.InstanceSeenParam
 	return s.Store.InstanceSeen(ctx, p)
 }
 
-func (s *timedStore) InstancesSeen(ctx context.Context, ps []store.InstanceSeenParams) error {
+func (s *timedStore) InstancesSeen(ctx context.Context, ps []store.InstanceSeenParams) ([]store.InstanceSeenParams, error) {
 	defer s.since("InstancesSeen", time.Now())
 	return s.Store.InstancesSeen(ctx, ps)
 }

@@ -92,3 +92,54 @@ func TestANewInstanceAtTheAccountsBoundTakesAnOfflineOnesPlaceOrIsRefused(t *tes
 		t.Errorf("instances recorded after the polls kept in memory were written: %+v, %v; want 2", list, err)
 	}
 }
+
+// TestAnInstanceMadeRoomForByAnotherReplicaIsNotWrittenBackPastTheBound:
+// another replica (here, SQL as its eviction makes it) made room at the
+// account's bound for a new instance's record by deleting the record of
+// an instance this automator keeps in memory; that instance's next poll,
+// kept in memory, is not written back by a batch past the bound (which a
+// batch does not check: a re-review found the records of a flood's ids
+// written back so, past it), but as a new instance's is: at the bound,
+// with every record online, it is not recorded, and its next poll is
+// refused.
+func TestAnInstanceMadeRoomForByAnotherReplicaIsNotWrittenBackPastTheBound(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{limits: server.Limits{MaxInstancesPerAccount: 2}})
+	ctx := context.Background()
+	e.srv.BatchPolls()
+	px := e.proxyClient()
+	poll := func(id string) error {
+		_, err := px.Poll(ctx, &automatorv1.PollRequest{InstanceId: id, MaxUnits: 1, Wait: durationpb.New(0)})
+		return err
+	}
+	for _, id := range []string{"a", "b"} {
+		if err := poll(id); err != nil {
+			t.Fatalf("poll of instance %s under the bound: %v", id, err)
+		}
+	}
+	db, err := sql.Open("sqlite", "file:"+e.dbPath+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, refused_key_ids)
+		SELECT account, 'z', 'z', version, last_poll_at, 0, '' FROM instances WHERE instance_id = 'a'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`DELETE FROM instances WHERE instance_id = 'a'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll("a"); err != nil {
+		t.Fatalf("poll of instance a, known to the automator: %v", err)
+	}
+	if err := e.srv.FlushInstances(ctx); err != nil {
+		t.Fatal(err)
+	}
+	list, err := e.store.InstanceList(ctx, e.account)
+	if err != nil || len(list) != 2 || list[0].InstanceID != "b" || list[1].InstanceID != "z" {
+		t.Errorf("instances recorded after the polls kept in memory were written: %+v, %v; want b and z", list, err)
+	}
+	if err := poll("a"); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("next poll of the instance whose record made room, the others online: %v; want ResourceExhausted", err)
+	}
+}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -129,7 +130,14 @@ func (s *Server) instanceSeen(ctx context.Context, p store.InstanceSeenParams, p
 		}
 	}
 	c.mu.Unlock()
+	return s.writeSeen(ctx, p, ps)
+}
 
+// writeSeen writes poll p at once, checking the account's bound of
+// instance records, and keeps it in memory as written.
+func (s *Server) writeSeen(ctx context.Context, p store.InstanceSeenParams, ps pollSeen) error {
+	c := &s.seen
+	key := [2]string{p.Account, p.InstanceID}
 	// Not ordered with the other polls of its run from here on: a later
 	// one (the stop) may be written first, by this replica or another.
 	// The store orders them by their numbers (InstanceSeenParams.Run).
@@ -269,7 +277,7 @@ func (s *Server) FlushInstances(ctx context.Context) error {
 			return nil
 		}
 		mark := s.writeMark()
-		err := s.store.InstancesSeen(ctx, batch)
+		unrecorded, err := s.store.InstancesSeen(ctx, batch)
 		if err == nil {
 			s.wrote(mark)
 		}
@@ -304,5 +312,39 @@ func (s *Server) FlushInstances(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if err := s.writeUnrecorded(ctx, unrecorded); err != nil {
+			return err
+		}
 	}
+}
+
+// writeUnrecorded writes at once, as new instances' polls are, the polls
+// of a batch that InstancesSeen left out because their instances have no
+// record: made room for at the account's bound by another instance's
+// poll (on another replica, which could not make this one forget them),
+// or deleted. A batch checks no bound, and wrote them back past it.
+// Refused at the bound, such a poll is not recorded, and the instance's
+// next poll is refused.
+func (s *Server) writeUnrecorded(ctx context.Context, polls []store.InstanceSeenParams) error {
+	c := &s.seen
+	var first error
+	for _, p := range polls {
+		key := [2]string{p.Account, p.InstanceID}
+		c.mu.Lock()
+		r := c.m[key]
+		if r == nil || r.otherAccountLocked(p) {
+			// Forgotten meanwhile: its next poll is written at once.
+			c.mu.Unlock()
+			continue
+		}
+		// The latest poll kept, p or one since, pending or not.
+		last, ps := r.last, pollSeen{run: r.run, seq: r.seq}
+		delete(c.m, key)
+		c.mu.Unlock()
+		err := s.writeSeen(ctx, last, ps)
+		if err != nil && !errors.Is(err, store.ErrTooManyInstances) && first == nil {
+			first = err
+		}
+	}
+	return first
 }

@@ -33,14 +33,14 @@ func (c *seenCounter) InstanceSeen(ctx context.Context, p store.InstanceSeenPara
 	return c.Store.InstanceSeen(ctx, p)
 }
 
-func (c *seenCounter) InstancesSeen(ctx context.Context, ps []store.InstanceSeenParams) error {
+func (c *seenCounter) InstancesSeen(ctx context.Context, ps []store.InstanceSeenParams) ([]store.InstanceSeenParams, error) {
 	c.mu.Lock()
 	fail := c.failBatch
 	c.failBatch = false
 	c.batches = append(c.batches, ps)
 	c.mu.Unlock()
 	if fail {
-		return errors.New("injected failure")
+		return nil, errors.New("injected failure")
 	}
 	return c.Store.InstancesSeen(ctx, ps)
 }

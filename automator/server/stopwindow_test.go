@@ -48,7 +48,7 @@ func (h *heldWrites) InstanceSeen(ctx context.Context, p store.InstanceSeenParam
 	return h.Store.InstanceSeen(ctx, p)
 }
 
-func (h *heldWrites) InstancesSeen(ctx context.Context, ps []store.InstanceSeenParams) error {
+func (h *heldWrites) InstancesSeen(ctx context.Context, ps []store.InstanceSeenParams) ([]store.InstanceSeenParams, error) {
 	h.hold(&h.batch)
 	return h.Store.InstancesSeen(ctx, ps)
 }

@@ -176,7 +176,7 @@ func (c *writeCounter) InstanceSeen(ctx context.Context, p store.InstanceSeenPar
 	return c.Store.InstanceSeen(ctx, p)
 }
 
-func (c *writeCounter) InstancesSeen(ctx context.Context, ps []store.InstanceSeenParams) error {
+func (c *writeCounter) InstancesSeen(ctx context.Context, ps []store.InstanceSeenParams) ([]store.InstanceSeenParams, error) {
 	c.mu.Lock()
 	c.batches++
 	c.mu.Unlock()

@@ -889,10 +889,10 @@ type InstanceSeenParams struct {
 	// with none such, it is not recorded (ErrTooManyInstances). The
 	// instance id is the proxy's to choose, so without it one account's
 	// token could fill the database (a review: 437,584 rows in two
-	// minutes, and every account's metrics failing to read). Polls written
-	// at once by several replicas may pass it by their number: it bounds
-	// a flood, not the last record. InstancesSeen does not check it (it
-	// writes instances recorded before).
+	// minutes, and every account's metrics failing to read). Polls of new
+	// instances of one account are counted and written one at a time, on
+	// every replica. InstancesSeen does not check it: it writes only
+	// instances recorded.
 	MaxPerAccount int
 	EvictBefore   time.Time
 	Evicted       func(instanceID string)
@@ -1120,17 +1120,23 @@ type Store interface {
 	// (InstanceSeenParams.AccountCreatedAt), nor one of the run of the
 	// stored poll numbered before it (InstanceSeenParams.Run).
 	InstanceSeen(ctx context.Context, p InstanceSeenParams) error
-	// InstancesSeen records polls of many instances in one transaction
-	// (upserts), for an automator that keeps its instances' latest polls in
-	// memory and writes them in batches. A poll older than the one stored
+	// InstancesSeen records polls of many instances in one transaction,
+	// for an automator that keeps its instances' latest polls in memory
+	// and writes them in batches. It writes only the records of instances
+	// recorded before: a poll of an instance with no record (its record
+	// made room for at the account's bound by another instance's poll, on
+	// any replica, or deleted) is left out and returned, for the caller to
+	// write with InstanceSeen, which checks the bound (a batch written
+	// back such records past it). A poll older than the one stored
 	// for its instance changes nothing, so batches written late or by
 	// several replicas never move a record back in time, nor, numbered
 	// before the stored poll of their run, back in its run. A poll of that
 	// run numbered after it is newer, even earlier on the clock (a step
 	// back of the automator's clock): the record follows the clock. Polls
 	// of accounts that no longer exist, or are not the account polled
-	// (AccountCreatedAt), are left out, as by InstanceSeen.
-	InstancesSeen(ctx context.Context, ps []InstanceSeenParams) error
+	// (AccountCreatedAt), are left out, as by InstanceSeen, and not
+	// returned.
+	InstancesSeen(ctx context.Context, ps []InstanceSeenParams) (unrecorded []InstanceSeenParams, err error)
 	// InstanceList returns the instances of an account, ordered by id,
 	// each with the number of the account's units it has claimed that have
 	// not ended (Instance.InFlight), read in the same statement from the

@@ -54,12 +54,14 @@ func TestAReplicaTimesOutAnUnclaimedUnitNamingTheInstancesAnotherRecorded(t *tes
 		t.Fatal(err)
 	}
 	stopped, gone := now.Add(-10*time.Second), now.Add(-time.Hour)
-	if err := other.InstancesSeen(ctx, []store.InstanceSeenParams{
+	for _, p := range []store.InstanceSeenParams{
 		{Account: "acme", InstanceID: "p1", Hostname: "p1", Version: "v1", Stopping: true, Now: stopped},
 		{Account: "acme", InstanceID: "p2", Hostname: "p2", Version: "v1", Now: gone},
 		{Account: "acme", InstanceID: "p3", Hostname: "p3", Version: "v1", RefusedKeyIDs: []uint32{1}, Now: now.Add(-20 * time.Second)},
-	}); err != nil {
-		t.Fatal(err)
+	} {
+		if err := other.InstanceSeen(ctx, p); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if list, err := sweeping.InstanceList(ctx, "acme"); err != nil || len(list) != 3 || len(list[2].RefusedKeyIDs) != 1 || list[2].RefusedKeyIDs[0] != 1 {
 		t.Fatalf("InstanceList on the sweeping replica = %+v, %v; want p3 refused holding key id 1", list, err)

@@ -71,13 +71,20 @@ func TestAReplicaHungAfterRecordingPollsHoldsNoInstanceBack(t *testing.T) {
 	seen := func(at time.Time) []store.InstanceSeenParams {
 		return []store.InstanceSeenParams{{Account: "acme", InstanceID: "host-a", Hostname: "host-a", Now: at}}
 	}
+	// A batch writes only instances recorded.
+	if err := other.InstanceSeen(ctx, seen(testNow.Add(-time.Second))[0]); err != nil {
+		t.Fatal(err)
+	}
 
 	r := startMarkerRelay(t, dsn, hang)
 	hung := open(t, r.dsn)
 	t.Cleanup(r.close) // before the store's own Close, which waits for the hung call
 	r.arm([]byte("commit"))
 	done := make(chan error, 1)
-	go func() { done <- hung.InstancesSeen(context.Background(), seen(testNow)) }()
+	go func() {
+		_, err := hung.InstancesSeen(context.Background(), seen(testNow))
+		done <- err
+	}()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -91,7 +98,7 @@ func TestAReplicaHungAfterRecordingPollsHoldsNoInstanceBack(t *testing.T) {
 
 	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := other.InstancesSeen(octx, seen(testNow.Add(time.Second))); err != nil {
+	if _, err := other.InstancesSeen(octx, seen(testNow.Add(time.Second))); err != nil {
 		t.Fatalf("the other replica recording a poll of the same instance: %v; want it recorded (the hung replica must hold no lock on its row)", err)
 	}
 }

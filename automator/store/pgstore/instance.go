@@ -67,20 +67,14 @@ func instanceArgs(p store.InstanceSeenParams) []any {
 // last_poll_at past it.
 const instanceStopped = `COALESCE(i.stopped_at >= i.last_poll_at, false)`
 
-// instanceUpsert records a poll (the arguments: account, instance id,
-// hostname, version, last_poll_at, in_flight, stopped_at, poll_run,
-// poll_seq, the account's created_at or NULL, refused_at,
-// refused_key_ids, refused_cause), unless its account is
-// gone, or is another than the one polled (deleted and created again
-// under its name: its created_at differs), or the poll is of the run of
-// the stored poll and numbered before it (polls of one run are ordered by
-// their numbers, not by when they are written); where, when not empty,
-// adds a condition on the update ("AND ...").
-func instanceUpsert(where string) string {
-	return `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at, poll_run, poll_seq, refused_at, refused_key_ids, refused_cause)
-SELECT $1::text, $2::text, $3::text, $4::text, $5::timestamptz, $6::integer, $7::timestamptz, $8::text, $9::bigint, $11::timestamptz, $12::text, $13::text WHERE EXISTS (SELECT 1 FROM accounts WHERE name = $1 AND key_id <> 0
-	AND ($10::timestamptz IS NULL OR created_at = $10))
-ON CONFLICT (account, instance_id) DO UPDATE SET
+// instanceAccountIs is true while the account polled ($1, created at $10,
+// or any of the name when NULL) exists: a poll of an account deleted, or
+// deleted and created again under its name, is not recorded.
+const instanceAccountIs = `EXISTS (SELECT 1 FROM accounts WHERE name = $1 AND key_id <> 0
+	AND ($10::timestamptz IS NULL OR created_at = $10))`
+
+// instanceSet is what a poll (excluded) sets of its instance's record.
+const instanceSet = `
 	hostname = excluded.hostname,
 	version = excluded.version,
 	last_poll_at = excluded.last_poll_at,
@@ -90,12 +84,44 @@ ON CONFLICT (account, instance_id) DO UPDATE SET
 	poll_seq = excluded.poll_seq,
 	refused_at = excluded.refused_at,
 	refused_key_ids = excluded.refused_key_ids,
-	refused_cause = excluded.refused_cause
-WHERE NOT (excluded.poll_run <> '' AND excluded.poll_run = instances.poll_run
-	AND excluded.poll_seq <> 0 AND excluded.poll_seq < instances.poll_seq)` + where
-}
+	refused_cause = excluded.refused_cause`
 
-// batchedNotOlder is what a batch adds to instanceUpsert: a poll kept in
+// instanceNotStale is false for a poll (excluded) of the run of the
+// stored poll and numbered before it: polls of one run are ordered by
+// their numbers, not by when they are written.
+const instanceNotStale = `NOT (excluded.poll_run <> '' AND excluded.poll_run = instances.poll_run
+	AND excluded.poll_seq <> 0 AND excluded.poll_seq < instances.poll_seq)`
+
+// instanceUpsert records a poll (the arguments: account, instance id,
+// hostname, version, last_poll_at, in_flight, stopped_at, poll_run,
+// poll_seq, the account's created_at or NULL, refused_at,
+// refused_key_ids, refused_cause), unless its account is not the one
+// polled (instanceAccountIs) or it is stale (instanceNotStale).
+const instanceUpsert = `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at, poll_run, poll_seq, refused_at, refused_key_ids, refused_cause)
+SELECT $1::text, $2::text, $3::text, $4::text, $5::timestamptz, $6::integer, $7::timestamptz, $8::text, $9::bigint, $11::timestamptz, $12::text, $13::text
+WHERE ` + instanceAccountIs + `
+ON CONFLICT (account, instance_id) DO UPDATE SET` + instanceSet + `
+WHERE ` + instanceNotStale
+
+// instanceBatchUpdate records a poll of a batch (instanceUpsert's
+// arguments) in its instance's record, as instanceUpsert does when newer
+// (batchedNotOlder), and never makes a record: an instance with none was
+// recorded once, but its record was made room for at the account's bound
+// since (InstanceSeenParams.MaxPerAccount), perhaps by another replica, or
+// deleted (`automator instance forget`, a purge). Written back by a batch,
+// which checks no bound, such records took an account past it (a
+// re-review). It answers whether the instance had no record while the
+// account polled exists (the statement's snapshot is from before its
+// update).
+const instanceBatchUpdate = `WITH u AS (UPDATE instances SET` + instanceSet + `
+FROM (SELECT $2::text AS instance_id, $3::text AS hostname, $4::text AS version, $5::timestamptz AS last_poll_at,
+	$6::integer AS in_flight, $7::timestamptz AS stopped_at, $8::text AS poll_run, $9::bigint AS poll_seq,
+	$11::timestamptz AS refused_at, $12::text AS refused_key_ids, $13::text AS refused_cause) AS excluded
+WHERE instances.account = $1 AND instances.instance_id = $2 AND ` + instanceAccountIs + `
+	AND ` + instanceNotStale + batchedNotOlder + `)
+SELECT NOT EXISTS (SELECT 1 FROM instances WHERE account = $1 AND instance_id = $2) AND ` + instanceAccountIs
+
+// batchedNotOlder is what a batch adds to instanceUpsert's conditions: a poll kept in
 // memory while a later one was written (one at a time, or by another
 // replica) changes nothing. A poll of the stored poll's run is later when
 // numbered after it, whatever the clock says: after a step back of the
@@ -114,30 +140,64 @@ const batchedNotOlder = `
 
 func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) error {
 	if p.MaxPerAccount > 0 {
-		// Read before the upsert, not with it: concurrent polls of new
-		// instances may pass the bound by their number (MaxPerAccount).
-		var n int
-		if err := s.pool.QueryRow(ctx, instanceCapQuery, p.Account, p.InstanceID, p.MaxPerAccount).Scan(&n); err != nil {
+		var recorded bool
+		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM instances WHERE account = $1 AND instance_id = $2)`,
+			p.Account, p.InstanceID).Scan(&recorded); err != nil {
 			return fmt.Errorf("recording a poll of instance %q of account %q: %w", p.InstanceID, p.Account, err)
 		}
-		if n >= p.MaxPerAccount {
-			var evicted string
-			err := s.pool.QueryRow(ctx, instanceEvict, p.Account, p.EvictBefore).Scan(&evicted)
-			if errors.Is(err, pgx.ErrNoRows) {
-				err = store.ErrTooManyInstances
-			}
-			if err != nil {
+		if !recorded {
+			// Not recorded: counted and written under the account's lock,
+			// so that first polls of new instances at once, on any
+			// replica, do not pass the bound by their number (a
+			// re-review: 5 to 44 records at a bound of 3).
+			if err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error { return instanceSeenBounded(ctx, tx, p) }); err != nil {
 				return fmt.Errorf("recording a poll of instance %q of account %q: %w", p.InstanceID, p.Account, err)
 			}
-			if p.Evicted != nil {
-				p.Evicted(evicted)
-			}
+			return nil
 		}
 	}
 	// A poll of an account deleted meanwhile is not recorded.
-	_, err := s.sentExec(ctx, instanceUpsert(""), instanceArgs(p)...)
+	_, err := s.sentExec(ctx, instanceUpsert, instanceArgs(p)...)
 	if err != nil {
 		return fmt.Errorf("recording a poll of instance %q of account %q: %w", p.InstanceID, p.Account, err)
+	}
+	return nil
+}
+
+// instanceSeenBounded records poll p of an instance not recorded (as
+// InstanceSeen) holding its account's row locked (FOR NO KEY UPDATE: the
+// foreign keys' checks of units queued meanwhile, FOR KEY SHARE, do not
+// wait for it), so that the polls of new instances of one account are
+// counted and written one at a time on every replica. Evicted is told of
+// a record made room for only once the transaction commits: it may run
+// again (inTx).
+func instanceSeenBounded(ctx context.Context, tx pgx.Tx, p store.InstanceSeenParams) error {
+	if _, err := tx.Exec(ctx, `SELECT FROM accounts WHERE name = $1 FOR NO KEY UPDATE`, p.Account); err != nil {
+		return err
+	}
+	var n int
+	if err := tx.QueryRow(ctx, instanceCapQuery, p.Account, p.InstanceID, p.MaxPerAccount).Scan(&n); err != nil {
+		return err
+	}
+	var evicted string
+	if n >= p.MaxPerAccount {
+		err := tx.QueryRow(ctx, instanceEvict, p.Account, p.EvictBefore).Scan(&evicted)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return store.ErrTooManyInstances
+		}
+		if err != nil {
+			return err
+		}
+	}
+	// A poll of an account deleted meanwhile is not recorded.
+	if _, err := tx.Exec(ctx, instanceUpsert, instanceArgs(p)...); err != nil {
+		return err
+	}
+	if evicted != "" && p.Evicted != nil {
+		// The transaction commits after this, or fails: a failure to
+		// commit forgets an instance whose record stays, which is
+		// harmless (its next poll is written at once).
+		p.Evicted(evicted)
 	}
 	return nil
 }
@@ -151,45 +211,50 @@ const instanceEvict = `DELETE FROM instances WHERE account = $1 AND instance_id 
 
 // instanceCapQuery is -1 when instance $2 of account $1 is recorded, else
 // how many instances the account has recorded, counted up to $3: counted
-// only for an instance not recorded (CASE), so the polls of an automator
-// restarted under thousands of proxies do not count them each.
+// only for an instance not recorded (CASE), as another replica may have
+// recorded it since InstanceSeen looked.
 const instanceCapQuery = `SELECT CASE WHEN EXISTS (SELECT 1 FROM instances WHERE account = $1 AND instance_id = $2) THEN -1
 	ELSE (SELECT COUNT(*) FROM (SELECT 1 FROM instances WHERE account = $1 LIMIT $3) c) END`
 
-// InstancesSeen writes ps in one transaction, as one batch of upserts
-// (one round trip). The rows are upserted in key order, so replicas
+// InstancesSeen writes ps in one transaction, as one batch of updates
+// (one round trip). The rows are updated in key order, so replicas
 // flushing overlapping batches at once lock them in the same order and
 // cannot deadlock. The batch is its own (implicit) transaction, ended by
 // the batch's one Sync, not an explicit one whose COMMIT is another round
 // trip: a replica that hangs after sending it holds none of the rows'
 // locks, which would stall every other replica's polls of those instances.
-func (s *Store) InstancesSeen(ctx context.Context, ps []store.InstanceSeenParams) error {
+func (s *Store) InstancesSeen(ctx context.Context, ps []store.InstanceSeenParams) ([]store.InstanceSeenParams, error) {
 	if len(ps) == 0 {
-		return nil
+		return nil, nil
 	}
 	sorted := slices.Clone(ps)
 	slices.SortStableFunc(sorted, func(a, b store.InstanceSeenParams) int {
 		return cmp.Or(cmp.Compare(a.Account, b.Account), cmp.Compare(a.InstanceID, b.InstanceID))
 	})
+	var unrecorded []store.InstanceSeenParams
 	err := s.sent(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
 		b := &pgx.Batch{}
 		for _, p := range sorted {
 			// A poll of an account deleted meanwhile is left out.
-			b.Queue(instanceUpsert(batchedNotOlder), instanceArgs(p)...)
+			b.Queue(instanceBatchUpdate, instanceArgs(p)...)
 		}
 		br := c.SendBatch(ctx, b)
 		for _, p := range sorted {
-			if _, err := br.Exec(); err != nil {
+			var none bool
+			if err := br.QueryRow().Scan(&none); err != nil {
 				br.Close()
 				return fmt.Errorf("instance %q of account %q: %w", p.InstanceID, p.Account, err)
+			}
+			if none {
+				unrecorded = append(unrecorded, p)
 			}
 		}
 		return br.Close()
 	})
 	if err != nil {
-		return fmt.Errorf("recording the polls of %d instances: %w", len(ps), err)
+		return nil, fmt.Errorf("recording the polls of %d instances: %w", len(ps), err)
 	}
-	return nil
+	return unrecorded, nil
 }
 
 // InstanceList counts each instance's claimed units through work_claimed,

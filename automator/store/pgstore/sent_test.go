@@ -103,11 +103,20 @@ func TestWritesUnderWayRunToTheirEnd(t *testing.T) {
 				t.Errorf("unit u: %s, want cancelled", w.State)
 			}
 		}},
-		{"InstancesSeen", nil, lockAccount, func(t *testing.T, ctx context.Context, s *Store) error {
-			return s.InstancesSeen(ctx, []store.InstanceSeenParams{{Account: "acme", InstanceID: "i-1", Hostname: "h", Version: "v", Now: testNow}})
+		{"InstancesSeen", func(t *testing.T, s *Store) {
+			// A batch writes only instances recorded.
+			if err := s.InstanceSeen(t.Context(), store.InstanceSeenParams{Account: "acme", InstanceID: "i-1", Hostname: "h", Version: "v", Now: testNow}); err != nil {
+				t.Fatal(err)
+			}
+		}, `SELECT FROM instances WHERE account = 'acme' AND instance_id = 'i-1' FOR UPDATE`, func(t *testing.T, ctx context.Context, s *Store) error {
+			unrecorded, err := s.InstancesSeen(ctx, []store.InstanceSeenParams{{Account: "acme", InstanceID: "i-1", Hostname: "h", Version: "v2", Now: testNow.Add(time.Second)}})
+			if err == nil && len(unrecorded) != 0 {
+				t.Errorf("InstancesSeen returned %+v as not recorded, want none", unrecorded)
+			}
+			return err
 		}, func(t *testing.T, s *Store) {
-			if in, err := s.InstanceList(t.Context(), "acme"); err != nil || len(in) != 1 {
-				t.Errorf("InstanceList = %v, %v; want instance i-1", in, err)
+			if in, err := s.InstanceList(t.Context(), "acme"); err != nil || len(in) != 1 || in[0].Version != "v2" {
+				t.Errorf("InstanceList = %v, %v; want instance i-1 at v2", in, err)
 			}
 		}},
 		{"InstanceSeen", nil, lockAccount, func(t *testing.T, ctx context.Context, s *Store) error {

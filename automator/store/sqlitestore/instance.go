@@ -59,20 +59,13 @@ func instanceArgs(p store.InstanceSeenParams) []any {
 		toNanos(p.AccountCreatedAt), refusedAt(p), store.KeyIDsText(p.RefusedKeyIDs), store.RefusedCauseText(p)}
 }
 
-// instanceUpsert records a poll (the arguments: account, instance id,
-// hostname, version, last_poll_at, in_flight, stopped_at, poll_run,
-// poll_seq, the account's created_at or 0, refused_at, refused_key_ids,
-// refused_cause),
-// unless its account is gone,
-// or is another than the one polled (deleted and created again under its
-// name: its created_at differs), or the poll is of the run of the
-// stored poll and numbered before it (polls of one run are ordered by
-// their numbers, not by when they are written); where, when not empty,
-// adds a condition on the update ("AND ...").
-func instanceUpsert(where string) string {
-	return `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at, poll_run, poll_seq, refused_at, refused_key_ids, refused_cause)
-SELECT ?1, ?, ?, ?, ?, ?, ?, ?, ?, ?11, ?12, ?13 WHERE EXISTS (SELECT 1 FROM accounts WHERE name = ?1 AND key_id <> 0 AND (?10 = 0 OR created_at = ?10))
-ON CONFLICT (account, instance_id) DO UPDATE SET
+// instanceAccountIs is true while the account polled (?1, created at ?10,
+// or any of the name when 0) exists: a poll of an account deleted, or
+// deleted and created again under its name, is not recorded.
+const instanceAccountIs = `EXISTS (SELECT 1 FROM accounts WHERE name = ?1 AND key_id <> 0 AND (?10 = 0 OR created_at = ?10))`
+
+// instanceSet is what a poll (excluded) sets of its instance's record.
+const instanceSet = `
 	hostname = excluded.hostname,
 	version = excluded.version,
 	last_poll_at = excluded.last_poll_at,
@@ -82,12 +75,44 @@ ON CONFLICT (account, instance_id) DO UPDATE SET
 	poll_seq = excluded.poll_seq,
 	refused_at = excluded.refused_at,
 	refused_key_ids = excluded.refused_key_ids,
-	refused_cause = excluded.refused_cause
-WHERE NOT (excluded.poll_run <> '' AND excluded.poll_run = instances.poll_run
-	AND excluded.poll_seq <> 0 AND excluded.poll_seq < instances.poll_seq)` + where
-}
+	refused_cause = excluded.refused_cause`
 
-// batchedNotOlder is what a batch adds to instanceUpsert: a poll kept in
+// instanceNotStale is false for a poll (excluded) of the run of the
+// stored poll and numbered before it: polls of one run are ordered by
+// their numbers, not by when they are written.
+const instanceNotStale = `NOT (excluded.poll_run <> '' AND excluded.poll_run = instances.poll_run
+	AND excluded.poll_seq <> 0 AND excluded.poll_seq < instances.poll_seq)`
+
+// instanceUpsert records a poll (the arguments: account, instance id,
+// hostname, version, last_poll_at, in_flight, stopped_at, poll_run,
+// poll_seq, the account's created_at or 0, refused_at, refused_key_ids,
+// refused_cause), unless its account is not the one polled
+// (instanceAccountIs) or it is stale (instanceNotStale).
+const instanceUpsert = `INSERT INTO instances (account, instance_id, hostname, version, last_poll_at, in_flight, stopped_at, poll_run, poll_seq, refused_at, refused_key_ids, refused_cause)
+SELECT ?1, ?, ?, ?, ?, ?, ?, ?, ?, ?11, ?12, ?13 WHERE ` + instanceAccountIs + `
+ON CONFLICT (account, instance_id) DO UPDATE SET` + instanceSet + `
+WHERE ` + instanceNotStale
+
+// instanceBatchUpdate records a poll of a batch (instanceUpsert's
+// arguments) in its instance's record, as instanceUpsert does when newer
+// (batchedNotOlder), and never makes a record: an instance with none was
+// recorded once, but its record was made room for at the account's bound
+// since (InstanceSeenParams.MaxPerAccount), perhaps by another replica, or
+// deleted (`automator instance forget`, a purge). Written back by a batch,
+// which checks no bound, such records took an account past it (a
+// re-review).
+const instanceBatchUpdate = `UPDATE instances SET` + instanceSet + `
+FROM (SELECT ?2 AS instance_id, ?3 AS hostname, ?4 AS version, ?5 AS last_poll_at, ?6 AS in_flight, ?7 AS stopped_at,
+	?8 AS poll_run, ?9 AS poll_seq, ?11 AS refused_at, ?12 AS refused_key_ids, ?13 AS refused_cause) AS excluded
+WHERE instances.account = ?1 AND instances.instance_id = ?2 AND ` + instanceAccountIs + `
+	AND ` + instanceNotStale + batchedNotOlder
+
+// instanceUnrecorded is true when instance ?2 of account ?1 (created at
+// ?3, or any of the name when 0) has no record while the account exists.
+const instanceUnrecorded = `SELECT NOT EXISTS (SELECT 1 FROM instances WHERE account = ?1 AND instance_id = ?2)
+	AND EXISTS (SELECT 1 FROM accounts WHERE name = ?1 AND key_id <> 0 AND (?3 = 0 OR created_at = ?3))`
+
+// batchedNotOlder is what a batch adds to instanceUpsert's conditions: a poll kept in
 // memory while a later one was written (one at a time, or by another
 // replica) changes nothing. A poll of the stored poll's run is later when
 // numbered after it, whatever the clock says: after a step back of the
@@ -126,7 +151,7 @@ func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) er
 			}
 		}
 		// A poll of an account deleted meanwhile is not recorded.
-		_, err := tx.ExecContext(ctx, instanceUpsert(""), instanceArgs(p)...)
+		_, err := tx.ExecContext(ctx, instanceUpsert, instanceArgs(p)...)
 		return err
 	})
 	if err != nil {

@@ -162,12 +162,13 @@ func testDeletedAccountsCredentialsAreGone(f *fixture) {
 	if err := f.s.InstanceSeen(f.ctx, store.InstanceSeenParams{Account: "acme", InstanceID: "host-a", Hostname: "a", Version: "1", Now: now}); err != nil {
 		f.t.Errorf("InstanceSeen of a deleted account: %v; want it left out", err)
 	}
-	err = f.s.InstancesSeen(f.ctx, []store.InstanceSeenParams{
+	f.seen(store.InstanceSeenParams{Account: "globex", InstanceID: "host-g", Hostname: "g", Version: "1", Now: now.Add(-time.Second)})
+	unrecorded, err := f.s.InstancesSeen(f.ctx, []store.InstanceSeenParams{
 		{Account: "acme", InstanceID: "host-a", Hostname: "a", Version: "1", Now: now},
 		{Account: "globex", InstanceID: "host-g", Hostname: "g", Version: "1", Now: now},
 	})
-	if err != nil {
-		f.t.Errorf("InstancesSeen with a poll of a deleted account: %v; want it left out", err)
+	if err != nil || len(unrecorded) != 0 {
+		f.t.Errorf("InstancesSeen with a poll of a deleted account: %v, polls of instances not recorded %+v; want it left out, not returned", err, unrecorded)
 	}
 	if in, err := f.s.InstanceList(f.ctx, "acme"); err != nil || len(in) != 0 {
 		f.t.Errorf("InstanceList(acme) after late polls = %+v, %v; want none", in, err)
@@ -376,7 +377,11 @@ func testDeletedAccountsPollsStayOut(f *fixture) {
 	f.seen(late)
 	late.InstanceID, late.Hostname = "host-old-2", "old-2"
 	newPoll := store.InstanceSeenParams{Account: "acme", InstanceID: "host-new", Hostname: "new", Version: "1",
-		AccountCreatedAt: fresh.CreatedAt, Now: at(3 * time.Minute)}
+		AccountCreatedAt: fresh.CreatedAt, Now: at(150 * time.Second)}
+	f.seen(newPoll) // a batch writes only instances recorded
+	newPoll.Now = at(3 * time.Minute)
+	// late's instance has no record, but its account is not the one
+	// polled: it is left out, not returned for InstanceSeen.
 	f.seenBatch(late, newPoll)
 	f.wantInstances("acme", []store.Instance{listedAs(newPoll)})
 

@@ -76,7 +76,8 @@ func testAWriteWhoseContextHasEnded(f *fixture) {
 			return err
 		}},
 		{"InstancesSeen", func() error {
-			return f.s.InstancesSeen(ended, []store.InstanceSeenParams{{Account: "acme", InstanceID: "i-3", Hostname: "h", Version: "v", Now: later}})
+			_, err := f.s.InstancesSeen(ended, []store.InstanceSeenParams{{Account: "acme", InstanceID: "i-3", Hostname: "h", Version: "v", Now: later}})
+			return err
 		}},
 		{"InstanceSeen", func() error {
 			return f.s.InstanceSeen(ended, store.InstanceSeenParams{Account: "acme", InstanceID: "i-4", Hostname: "h", Version: "v", Now: later})

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/opsgate/opsgate/automator/store"
@@ -11,9 +12,10 @@ import (
 
 var instanceCases = []testCase{
 	{"InstanceSeenUpsertsAndInstanceListIsOrderedByID", testInstanceSeenAndList},
-	{"InstancesSeenUpsertsABatchAndNeverMovesARecordBack", testInstancesSeenBatch},
+	{"InstancesSeenUpdatesABatchOfRecordedInstancesAndNeverMovesARecordBack", testInstancesSeenBatch},
 	{"InstancePurgeForgetsInstancesThatStoppedPolling", testInstancePurge},
 	{"ANewInstanceAtTheAccountsBoundTakesThePlaceOfOneOffline", testInstanceCap},
+	{"NewInstancesPollingAtOnceDoNotPassTheAccountsBound", testInstanceCapConcurrent},
 	{"InstanceListCountsInFlightTheUnitsEachInstanceHoldsClaimed", testInstanceInFlight},
 	{"AStoppingPollShowsTheInstanceStoppedUntilItPollsAgain", testInstanceStopped},
 	{"APollOfARunNumberedBeforeItsStopNeverEndsIt", testInstanceStopOrderedByPollSeq},
@@ -30,12 +32,24 @@ func (f *fixture) seen(p store.InstanceSeenParams) {
 	}
 }
 
-// seenBatch records polls ps in one batch (InstancesSeen).
+// seenBatch records polls ps in one batch (InstancesSeen), of instances
+// recorded.
 func (f *fixture) seenBatch(ps ...store.InstanceSeenParams) {
 	f.t.Helper()
-	if err := f.s.InstancesSeen(f.ctx, ps); err != nil {
+	if unrecorded := f.seenBatchUnrecorded(ps...); len(unrecorded) != 0 {
+		f.t.Fatalf("InstancesSeen(%d polls) returned %d polls as of instances not recorded: %+v", len(ps), len(unrecorded), unrecorded)
+	}
+}
+
+// seenBatchUnrecorded records polls ps in one batch (InstancesSeen) and
+// returns those of instances not recorded.
+func (f *fixture) seenBatchUnrecorded(ps ...store.InstanceSeenParams) []store.InstanceSeenParams {
+	f.t.Helper()
+	unrecorded, err := f.s.InstancesSeen(f.ctx, ps)
+	if err != nil {
 		f.t.Fatalf("InstancesSeen(%d polls): %v", len(ps), err)
 	}
+	return unrecorded
 }
 
 // listedAs is the instance a listing shows after poll p was recorded.
@@ -106,8 +120,8 @@ func testInstanceSeenAndList(f *fixture) {
 func testInstancesSeenBatch(f *fixture) {
 	f.account("acme")
 	f.account("globex")
-	if err := f.s.InstancesSeen(f.ctx, nil); err != nil {
-		f.t.Fatalf("InstancesSeen(nil): %v", err)
+	if unrecorded, err := f.s.InstancesSeen(f.ctx, nil); err != nil || len(unrecorded) != 0 {
+		f.t.Fatalf("InstancesSeen(nil): %v, %v", unrecorded, err)
 	}
 	f.wantInstances("acme", nil)
 
@@ -116,16 +130,30 @@ func testInstancesSeenBatch(f *fixture) {
 			Version: version, Running: running, Now: now}
 	}
 
-	// One record written one by one, then a batch that inserts new
-	// instances of two accounts and updates the existing one.
-	old := p("acme", "b-host", "v1", 0, at(time.Second))
-	f.seen(old)
+	// Records written one by one, then a batch that updates those of two
+	// accounts.
+	f.seen(p("acme", "b-host", "v1", 0, at(time.Second)))
+	f.seen(p("acme", "a-host", "v0", 0, at(time.Second)))
+	f.seen(p("globex", "a-host", "v0", 0, at(time.Second)))
 	b := p("acme", "b-host", "v2", 2, at(time.Minute+time.Microsecond))
 	a := p("acme", "a-host", "v1", 1, at(30*time.Second))
 	g := p("globex", "a-host", "v1", 0, at(40*time.Second))
 	f.seenBatch(b, g, a)
 	f.wantInstances("acme", []store.Instance{listedAs(a), listedAs(b)})
 	f.wantInstances("globex", []store.Instance{listedAs(g)})
+
+	// A poll of an instance with no record (made room for at the
+	// account's bound by another's poll, perhaps on another replica, or
+	// deleted) is not written but returned, for InstanceSeen to write
+	// checking the bound; the rest of its batch is written.
+	c := p("acme", "c-host", "v1", 0, at(50*time.Second))
+	b1 := b
+	b1.Running, b1.Now = 4, at(time.Minute+2*time.Microsecond)
+	if unrecorded := f.seenBatchUnrecorded(c, b1); len(unrecorded) != 1 || unrecorded[0].InstanceID != "c-host" || unrecorded[0].Account != "acme" {
+		f.t.Errorf("InstancesSeen of a poll of an instance not recorded and one recorded returned %+v; want the first", unrecorded)
+	}
+	f.wantInstances("acme", []store.Instance{listedAs(a), listedAs(b1)})
+	b = b1
 
 	// A late batch holding older polls changes nothing of what is newer,
 	// and still writes what is newer in the same batch.
@@ -144,7 +172,9 @@ func testInstancesSeenBatch(f *fixture) {
 	var many []store.InstanceSeenParams
 	var want []store.Instance
 	for i := range 300 {
-		q := p("globex", fmt.Sprintf("host-%03d", i), "v3", i%7, at(time.Hour+time.Duration(i)*time.Millisecond))
+		id := fmt.Sprintf("host-%03d", i)
+		f.seen(p("globex", id, "v2", 0, at(time.Minute)))
+		q := p("globex", id, "v3", i%7, at(time.Hour+time.Duration(i)*time.Millisecond))
 		many = append(many, q)
 		want = append(want, listedAs(q))
 	}
@@ -304,9 +334,7 @@ func testInstanceStopOrderedByPollSeq(f *fixture) {
 	late := runPoll("r1", 2, false, at(3*time.Second))
 	f.seen(late)
 	f.wantInstances("acme", []store.Instance{listedAs(stop)})
-	if err := f.s.InstancesSeen(f.ctx, []store.InstanceSeenParams{late}); err != nil {
-		f.t.Fatalf("InstancesSeen: %v", err)
-	}
+	f.seenBatch(late)
 	f.wantInstances("acme", []store.Instance{listedAs(stop)})
 	// The run's further polls while it stops are recorded.
 	stop4 := runPoll("r1", 4, true, at(4*time.Second))
@@ -322,9 +350,7 @@ func testInstanceStopOrderedByPollSeq(f *fixture) {
 	f.seen(stop2)
 	f.wantInstances("acme", []store.Instance{listedAs(stop2)})
 	again2 := runPoll("r3", 1, false, at(7*time.Second))
-	if err := f.s.InstancesSeen(f.ctx, []store.InstanceSeenParams{again2}); err != nil {
-		f.t.Fatalf("InstancesSeen: %v", err)
-	}
+	f.seenBatch(again2)
 	f.wantInstances("acme", []store.Instance{listedAs(again2)})
 }
 
@@ -523,6 +549,7 @@ func testInstanceRefusedWrongKey(f *fixture) {
 		f.t.Fatalf("a poll refused for a wrong key has cause %q, kept as %q; want wrong_key", a1.RefusedCause(), store.RefusedCauseText(a1))
 	}
 	f.seen(a1)
+	f.seen(poll("b", at(0))) // a batch writes only instances recorded
 	f.seenBatch(b1)
 	f.wantInstances("acme", []store.Instance{listedAs(a1), listedAs(b1)})
 	if got, err := f.s.InstanceList(f.ctx, "acme"); err == nil && len(got) == 2 && got[0].RefusedCause() != store.RefusedWrongKey {
@@ -591,4 +618,41 @@ func testInstanceCap(f *fixture) {
 		{Account: "acme", InstanceID: "c", Hostname: "h", Version: "v", LastPollAt: at(2 * time.Hour)},
 	})
 	f.wantInstances("globex", []store.Instance{{Account: "globex", InstanceID: "c", Hostname: "h", Version: "v", LastPollAt: at(2 * time.Second)}})
+}
+
+// testInstanceCapConcurrent: polls of new instances of one account
+// written at once (on one replica or several: the store's connections)
+// record no more instances than MaxPerAccount (a re-review: 5 to 44 at a
+// bound of 3 on PostgreSQL, each poll counting the records before any
+// was written); the others are refused, no record being offline.
+func testInstanceCapConcurrent(f *fixture) {
+	f.account("acme")
+	const polls, bound = 16, 3
+	start := make(chan struct{})
+	errs := make([]error, polls)
+	var wg sync.WaitGroup
+	for i := range polls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			errs[i] = f.s.InstanceSeen(f.ctx, store.InstanceSeenParams{Account: "acme", InstanceID: fmt.Sprintf("n-%02d", i), Hostname: "h", Version: "v",
+				Now: at(time.Hour), MaxPerAccount: bound, EvictBefore: at(0)})
+		}()
+	}
+	close(start)
+	wg.Wait()
+	written := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			written++
+		case !errors.Is(err, store.ErrTooManyInstances):
+			f.t.Errorf("InstanceSeen of new instance n-%02d: %v; want it written or ErrTooManyInstances", i, err)
+		}
+	}
+	list, err := f.s.InstanceList(f.ctx, "acme")
+	if err != nil || len(list) != bound || written != bound {
+		f.t.Errorf("%d polls of new instances at once, bound %d: %d written, %d recorded (%v); want %d", polls, bound, written, len(list), err, bound)
+	}
 }

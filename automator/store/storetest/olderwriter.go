@@ -105,8 +105,8 @@ func OlderWriterStopIsNotEndedByALateBatch(t *testing.T, s store.Store, now time
 	if err := olderStop(stop); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.InstancesSeen(ctx, []store.InstanceSeenParams{poll(2, now.Add(time.Second))}); err != nil {
-		t.Fatal(err)
+	if unrecorded, err := s.InstancesSeen(ctx, []store.InstanceSeenParams{poll(2, now.Add(time.Second))}); err != nil || len(unrecorded) != 0 {
+		t.Fatal(unrecorded, err)
 	}
 	list, err := s.InstanceList(ctx, "acme")
 	if err != nil {
