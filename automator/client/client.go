@@ -295,6 +295,13 @@ func (c *Client) ExecuteOnProxy(ctx context.Context, account string, cmd Command
 	if cerr != nil {
 		return Result{WorkID: w.ID, LocalDeadline: b.deadline}, fmt.Errorf("work %s: %w; cancelling it: %w", w.ID, ctx.Err(), cerr)
 	}
+	if !cw.State.Terminal() {
+		// Answered open: a cancel past the deadline on an automator of
+		// before 2026-12-07, whose expiry passed over the unit (another
+		// session held it). It is not a success (a review: exec exited 0
+		// for a unit that never ran); its end is not known yet.
+		return Result{WorkID: w.ID, LocalDeadline: b.deadline}, fmt.Errorf("work %s: %w; its cancel answered it still %s: its end is not known yet", w.ID, ctx.Err(), cw.State)
+	}
 	res, err := cw.outcome()
 	var we *WorkError
 	if errors.As(err, &we) && we.State == StateCancelled {

@@ -22,4 +22,9 @@ func TestASuccessWithoutAResultIsNotToldAsExitZero(t *testing.T) {
 	if _, err := (Work{ID: "w_3", State: StateFailed}).outcome(); err == nil || strings.Contains(err.Error(), "gave no result") {
 		t.Errorf("failed without a result: %v; want its WorkError", err)
 	}
+	for _, open := range []State{StateQueued, StateClaimed} {
+		if _, err := (Work{ID: "w_4", State: open}).outcome(); err == nil || !strings.Contains(err.Error(), "still "+string(open)) {
+			t.Errorf("a unit still %s: %v; want an error saying so, not a success", open, err)
+		}
+	}
 }

@@ -119,8 +119,8 @@ func (w Work) outcome() (Result, error) {
 		// to give, and not a success to tell (a review: exit 0).
 		return Result{WorkID: w.ID, InstanceID: w.InstanceID}, fmt.Errorf("work %s: %w", w.ID, ErrOutcomeUnknown)
 	}
-	if w.Result == nil {
-		return Result{WorkID: w.ID, InstanceID: w.InstanceID}, nil
+	if !w.State.Terminal() {
+		return Result{WorkID: w.ID, InstanceID: w.InstanceID}, fmt.Errorf("work %s is still %s: it has no outcome yet", w.ID, w.State)
 	}
 	return *w.Result, nil
 }

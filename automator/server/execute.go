@@ -94,6 +94,10 @@ func (a *AutomatorService) Get(ctx context.Context, req *automatorv1.GetRequest)
 	return a.s.workStatus(ctx, w)
 }
 
+// cancelEndWait bounds Cancel's wait for the end of a unit past its
+// deadline that its expiry left open.
+const cancelEndWait = 5 * time.Second
+
 // Cancel ends a queued or claimed unit as cancelled and wakes its claimer's
 // poll so the process tree is killed at once. Cancelling a unit that has
 // already ended returns its status unchanged; one past its deadline times
@@ -119,12 +123,20 @@ func (a *AutomatorService) Cancel(ctx context.Context, req *automatorv1.CancelRe
 		return nil, status.Errorf(codes.NotFound, "work %q not found", req.GetWorkId())
 	case errors.Is(err, store.ErrNotClaimable) && !w.State.Terminal():
 		// Past its deadline: it times out, as its waiting callers are
-		// told, whoever cancels it first. The sweep may not have come yet.
-		s.expireDue(ctx, req.GetWorkId())
-		if w, err = s.getWork(ctx, req.GetWorkId()); err != nil {
-			return nil, err
+		// told, whoever cancels it first. The sweep may not have come
+		// yet; and the expiry passes over a unit whose row another
+		// session holds (a sweep on another replica, its result being
+		// written) or may fail, leaving it open: its end is awaited as a
+		// waiting caller's is, within cancelEndWait. Answered open, a
+		// caller took it for a success (a review: an interrupted exec
+		// exited 0 for a unit that never ran).
+		wctx, cancel := context.WithTimeout(ctx, cancelEndWait)
+		defer cancel()
+		st, err := s.wait(wctx, req.GetWorkId(), nil, nil)
+		if err != nil && wctx.Err() != nil && ctx.Err() == nil {
+			return nil, status.Errorf(codes.Unavailable, "work %q is past its deadline, and its end was not written within %v (another replica holds it, or the database fails): ask again", req.GetWorkId(), cancelEndWait)
 		}
-		return s.workStatus(ctx, w)
+		return st, err
 	case errors.Is(err, store.ErrNotClaimable):
 		if w.State == store.StateCancelled && w.Reason == reason && s.mayBeUnannounced(w) {
 			// This caller's cancel made again, its answer lost: the replica
