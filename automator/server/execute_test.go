@@ -255,18 +255,21 @@ func TestWaitLeavesNoSubscriptionBehind(t *testing.T) {
 }
 
 // TestPollFieldsPastTheirLimitsAreRefused: a poll whose running ids, host
-// name or version are longer than their limits gets one precise
-// InvalidArgument, records nothing, and polls within them are served.
+// name or version are longer than their limits, or that lists a running
+// unit twice (each would be told ended, and kept so, again: a review), gets
+// one precise InvalidArgument, records nothing, and polls within them are
+// served.
 func TestPollFieldsPastTheirLimitsAreRefused(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{})
 	proxy := e.proxyClient()
 	for field, req := range map[string]*automatorv1.PollRequest{
 		"running[1]": {Running: []string{"w_1", strings.Repeat("w", 129)}},
-		"hostname":   {Hostname: strings.Repeat("h", 256)},
-		"version":    {Version: strings.Repeat("v", 129)},
+		`running[2] lists unit "w_1" again (running[0])`: {Running: []string{"w_1", "w_2", "w_1"}},
+		"hostname": {Hostname: strings.Repeat("h", 256)},
+		"version":  {Version: strings.Repeat("v", 129)},
 	} {
-		req.InstanceId, req.MaxUnits, req.Wait = "big-"+field, 1, durationpb.New(0)
+		req.InstanceId, req.MaxUnits, req.Wait = "big-"+field[:min(len(field), 10)], 1, durationpb.New(0)
 		_, err := proxy.Poll(context.Background(), req)
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), field) {
 			t.Errorf("poll with %s over its limit: %v, want InvalidArgument naming it", field, err)

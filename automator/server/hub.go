@@ -51,6 +51,8 @@ type hub struct {
 	// processes sharing an instance id run different units.
 	cut     map[string]uint64
 	checked map[[3]string]look
+	// checkedTold counts the ids the looks in checked hold (look.told).
+	checkedTold int
 	// filling: per account, the poller that further units may still be
 	// handed to (reserve).
 	filling map[string]*poller
@@ -79,6 +81,13 @@ type hub struct {
 // maxChecked bounds hub.checked; past it the map starts again (every
 // instance then looks at its running units once more).
 const maxChecked = 1 << 17
+
+// maxCheckedTold bounds the ids the looks of hub.checked hold together
+// (some 64 bytes each); past it the map starts again too. A poll may list
+// up to maxRunning units, and a token's holder could poll under ever new
+// run ids listing thousands of ended units each: by its number of looks
+// alone, the map grew by some 270 KiB a poll, to tens of GiB (a review).
+const maxCheckedTold = 1 << 18
 
 // seenAt: a look at the store at time at, begun when a hub count stood at
 // n (empty: a claim that found nothing, with the account's NotifyWork
@@ -134,10 +143,14 @@ func (h *hub) checkedRunning(account, instance, run string, cut uint64, now time
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.checked) >= maxChecked {
+	key := [3]string{account, instance, run}
+	h.checkedTold -= len(h.checked[key].told)
+	if len(h.checked) >= maxChecked || h.checkedTold+len(told) > maxCheckedTold {
 		clear(h.checked)
+		h.checkedTold = 0
 	}
-	h.checked[[3]string{account, instance, run}] = look{seenAt: seenAt{n: cut, at: now}, told: told}
+	h.checked[key] = look{seenAt: seenAt{n: cut, at: now}, told: told}
+	h.checkedTold += len(told)
 }
 
 // retellAt returns when a poll of a proxy process that still lists running
@@ -825,6 +838,7 @@ func (h *hub) resumed() {
 		delete(h.done, id)
 	}
 	clear(h.checked)
+	h.checkedTold = 0
 }
 
 // forgetAccount drops the counts and records the hub keeps per account,
@@ -838,8 +852,9 @@ func (h *hub) forgetAccount(account string) {
 	delete(h.empty, account)
 	delete(h.cut, account)
 	delete(h.drained, account)
-	for k := range h.checked {
+	for k, c := range h.checked {
 		if k[0] == account {
+			h.checkedTold -= len(c.told)
 			delete(h.checked, k)
 		}
 	}

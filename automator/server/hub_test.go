@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -565,6 +566,42 @@ func TestRetellAtOnlyForUnitsTheLookTold(t *testing.T) {
 	h.checkedRunning("acme", "i-1", "run-1", h.cutSeen("acme"), t0.Add(time.Second), nil)
 	if _, ok := h.retellAt("acme", "i-1", "run-1", []string{"w-1"}, time.Second); ok {
 		t.Error("a retell after a later look that told nothing")
+	}
+}
+
+// TestTheLooksHoldABoundedNumberOfTellings: the units the processes'
+// latest looks told ended are held within maxCheckedTold ids in all,
+// however many processes look (a token's holder polling under ever new
+// run ids, each listing thousands of ended units: a review measured the
+// looks growing by 270 KiB a poll), and a process's look that replaces its
+// earlier one counts once.
+func TestTheLooksHoldABoundedNumberOfTellings(t *testing.T) {
+	t.Parallel()
+	h := newHub()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	told := make([]string, maxRunning)
+	for i := range told {
+		told[i] = fmt.Sprintf("w_%032d", i)
+	}
+	for range 3 {
+		h.checkedRunning("acme", "i-1", "run-0", h.cutSeen("acme"), t0, told)
+	}
+	if h.checkedTold != len(told) {
+		t.Fatalf("one process's look made 3 times holds %d ids; want %d", h.checkedTold, len(told))
+	}
+	runs := 2 * maxCheckedTold / maxRunning
+	for i := range runs {
+		h.checkedRunning("acme", "i-1", fmt.Sprintf("run-%d", i+1), h.cutSeen("acme"), t0, told)
+		n := 0
+		for _, c := range h.checked {
+			n += len(c.told)
+		}
+		if n > maxCheckedTold || n != h.checkedTold {
+			t.Fatalf("after %d looks of %d ids each, the looks hold %d ids (counted %d); want at most %d", i+2, len(told), n, h.checkedTold, maxCheckedTold)
+		}
+	}
+	if _, ok := h.retellAt("acme", "i-1", fmt.Sprintf("run-%d", runs), told[:1], time.Second); !ok {
+		t.Error("the latest look is not held")
 	}
 }
 

@@ -118,6 +118,17 @@ func validPoll(req *automatorv1.PollRequest) error {
 			return err
 		}
 	}
+	// Each unit once: a proxy runs a unit once. Listed again, it was told
+	// ended again, and kept in the hub's look as often (a review).
+	if running := req.GetRunning(); len(running) > 1 {
+		listed := make(map[string]int, len(running))
+		for i, id := range running {
+			if j, ok := listed[id]; ok {
+				return status.Errorf(codes.InvalidArgument, "running[%d] lists unit %s again (running[%d])", i, printable.Quote(id), j)
+			}
+			listed[id] = i
+		}
+	}
 	if len(req.GetRunId()) > maxIDLen {
 		return status.Errorf(codes.InvalidArgument, "run_id is longer than %d bytes", maxIDLen)
 	}
