@@ -470,3 +470,32 @@ func TestAUnitHandedToAPollWhoseEnqueueAnswerWasLostFailsAtOnce(t *testing.T) {
 	default:
 	}
 }
+
+// TestAnAnswerWithClaimsSaysHowLongThePollWasHeld: a poll's answer with
+// claims says how long the automator held the poll before measuring the
+// claims' remaining times (PollResponse.held), so that the proxy counts
+// them from its sending of the poll plus that, not from the answer's
+// arrival, which a slow link makes later (a review: a script ran 2 s past
+// its unit's deadline); an answer without claims says nothing.
+func TestAnAnswerWithClaimsSaysHowLongThePollWasHeld(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	e := newEnv(t, envOptions{clock: clock, pollWindow: time.Minute})
+	api, px := e.callerClient(), e.proxyClient()
+	polled := pollAsync(t.Context(), px, "a", 1)
+	e.awaitWaiting(1)
+	clock.Advance(7 * time.Second)
+	st := submit(t, api, e.account, time.Minute)
+	r := waittest.Recv(t, polled, "the waiting poll to answer with the unit handed to it")
+	if r.err != nil || len(r.resp.GetClaims()) != 1 || r.resp.GetClaims()[0].GetWorkId() != st.GetWorkId() {
+		t.Fatalf("poll: %v, claims %v, want %s", r.err, r.resp.GetClaims(), st.GetWorkId())
+	}
+	if held, remaining := r.resp.GetHeld().AsDuration(), r.resp.GetClaims()[0].GetRemaining().AsDuration(); held != 7*time.Second || remaining != time.Minute {
+		t.Errorf("the answer says the poll was held %v (set: %t), the claim's remaining %v; want 7s and 1m", held, r.resp.GetHeld() != nil, remaining)
+	}
+	e.completeClaim(px, "a", r.resp.GetClaims()[0])
+	resp, err := px.Poll(t.Context(), &automatorv1.PollRequest{InstanceId: "a", MaxUnits: 1, Wait: durationpb.New(0)})
+	if err != nil || len(resp.GetClaims()) != 0 || resp.Held != nil {
+		t.Errorf("an answer without claims: %v, held %v; want none", err, resp.GetHeld())
+	}
+}

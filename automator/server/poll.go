@@ -256,7 +256,7 @@ func (p *ProxyService) poll(ctx context.Context, req *automatorv1.PollRequest, a
 	var handed []store.Work
 	woken := false
 	for {
-		resp, declined, err := p.tryOnce(ctx, account, req, max, ring, w, tok, handed)
+		resp, declined, err := p.tryOnce(ctx, account, req, seen.Now, max, ring, w, tok, handed)
 		if woken && declined {
 			// Woken for a unit it cannot take: another poll may. (It is
 			// waiting again, and not woken: it takes nothing.)
@@ -314,7 +314,7 @@ func (p *ProxyService) poll(ctx context.Context, req *automatorv1.PollRequest, a
 		w.leave(ctx)
 		resp = &automatorv1.PollResponse{}
 		if handed = w.take(); len(handed) > 0 {
-			if resp, _, err = p.tryOnce(ctx, account, req, max, ring, w, tok, handed); err != nil {
+			if resp, _, err = p.tryOnce(ctx, account, req, seen.Now, max, ring, w, tok, handed); err != nil {
 				return nil, err
 			}
 		}
@@ -325,10 +325,11 @@ func (p *ProxyService) poll(ctx context.Context, req *automatorv1.PollRequest, a
 
 // tryOnce reports ended running units and claims what it can, or answers
 // with the units handed to the poll (stored as its claims: hub.reserve
-// checked that the poll could take them) when there are some. reg is the
-// poll's registration in the hub, tok its token. declined: the poll may
-// not claim (its caller left, its token or keys expired), so it did not.
-func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automatorv1.PollRequest, max int, ring *keyRing, reg *poller, tok *pollToken, handed []store.Work) (*automatorv1.PollResponse, bool, error) {
+// checked that the poll could take them) when there are some. received is
+// when the poll's handler began, reg the poll's registration in the hub,
+// tok its token. declined: the poll may not claim (its caller left, its
+// token or keys expired), so it did not.
+func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automatorv1.PollRequest, received time.Time, max int, ring *keyRing, reg *poller, tok *pollToken, handed []store.Work) (*automatorv1.PollResponse, bool, error) {
 	s := p.s
 	ring = s.latestRing(account, ring) // a rotation since the poll began applies
 	resp := &automatorv1.PollResponse{}
@@ -456,6 +457,18 @@ func (p *ProxyService) tryOnce(ctx context.Context, account string, req *automat
 		})
 		s.metrics.WorkClaimed(w.Account, now.Sub(w.QueuedAt))
 		s.log.Debug("work claimed", "work_id", w.ID, "account", account, "instance_id", w.InstanceID, "handed", i >= fromQueue)
+	}
+	if len(resp.Claims) > 0 {
+		// The proxy counts the claims' remaining times from its sending of
+		// the poll plus this, never from the answer's arrival, later by the
+		// request's way here and the answer's back: a script ran on past
+		// its unit's deadline by the answer's transit (a review: 2 s over
+		// a slow link).
+		held := now.Sub(received)
+		if held < 0 {
+			held = 0 // the automator's clock stepped back (a fake one in tests)
+		}
+		resp.Held = durationpb.New(held)
 	}
 	return resp, false, nil
 }

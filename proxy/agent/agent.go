@@ -514,6 +514,7 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
 		for _, id := range resp.GetCancelled() {
 			a.ended(id)
 		}
+		from := claimedAt(sent, arrived, resp)
 		claims := resp.GetClaims()
 		if len(claims) > n {
 			// Never more than asked; the excess is not run (it times out).
@@ -529,7 +530,7 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
 				a.log.Error("automator sent a claim for a unit already running here: not run again", "work_id", c.GetWorkId())
 				continue
 			}
-			a.start(workCtx, c, arrived)
+			a.start(workCtx, c, from)
 		}
 		if len(claims) > 0 {
 			// Let the units just started run up to their first wait before
@@ -791,9 +792,9 @@ func (a *Agent) pollAs(ctx context.Context, run string, n int, wait time.Duratio
 	})
 }
 
-// start runs one claim, which arrived at arrived, in its own goroutine;
+// start runs one claim, made at from (claimedAt), in its own goroutine;
 // its slot is busy until the result is posted (or given up).
-func (a *Agent) start(workCtx context.Context, c *automatorv1.Claim, arrived time.Time) {
+func (a *Agent) start(workCtx context.Context, c *automatorv1.Claim, from time.Time) {
 	runCtx, cancel := context.WithCancelCause(workCtx)
 	a.mu.Lock()
 	a.running[c.GetWorkId()] = cancel
@@ -812,7 +813,7 @@ func (a *Agent) start(workCtx context.Context, c *automatorv1.Claim, arrived tim
 			default:
 			}
 		}()
-		a.handle(runCtx, workCtx, c, arrived)
+		a.handle(runCtx, workCtx, c, from)
 	}()
 }
 
@@ -1013,4 +1014,24 @@ func keyIDs(ring crypto.KeyRing) []uint32 {
 		return ks.IDs()
 	}
 	return nil
+}
+
+// claimedAt is when the claims of resp, a poll's answer, are taken to have
+// been made, on this host's clock: the poll's sending (sent) plus the time
+// the automator held it (PollResponse.held) when that is earlier than
+// arrived (when the answer was read: freezeWatch.arrived), which is later
+// by the request's way to the automator and the answer's back. Counted from
+// arrived, a claim's remaining time let its script run past the unit's
+// deadline by that transit, seconds over a slow link (a review); counted
+// from sent plus held, the script ends by the deadline, and its result is
+// on its way by then. An automator predating held gives none: arrived.
+func claimedAt(sent, arrived time.Time, resp *automatorv1.PollResponse) time.Time {
+	h := resp.GetHeld()
+	if h == nil || h.CheckValid() != nil || h.AsDuration() < 0 {
+		return arrived
+	}
+	if at := sent.Add(h.AsDuration()); at.Before(arrived) {
+		return at
+	}
+	return arrived
 }

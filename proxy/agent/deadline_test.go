@@ -63,6 +63,73 @@ func TestScriptGetsTheTimeRemainingAsItsDeadline(t *testing.T) {
 	}
 }
 
+// pollTimes is a fake automator that tells when each poll reached it.
+type pollTimes struct {
+	*fakeAutomator
+	at chan time.Time
+}
+
+func (p *pollTimes) Poll(ctx context.Context, in *automatorv1.PollRequest, opts ...grpc.CallOption) (*automatorv1.PollResponse, error) {
+	p.at <- time.Now()
+	return p.fakeAutomator.Poll(ctx, in, opts...)
+}
+
+// TestAClaimsTimeIsCountedFromItsMakingNotItsArrival (guarantees 6 and 7):
+// an answer that took long to come (a slow link, a large one) does not
+// give its claims' scripts that time past their units' deadlines: their
+// remaining time counts from the poll's sending plus the time the
+// automator says it held the poll (PollResponse.held), not from the
+// answer's arrival (a review: a script ran 2 s past its unit's deadline
+// over a link whose answer took 2 s). From an automator that does not say
+// (predating held), from the arrival, as before.
+func TestAClaimsTimeIsCountedFromItsMakingNotItsArrival(t *testing.T) {
+	t.Parallel()
+	runs := make(chan runner.Spec, 2)
+	useRunner(t, func(_ context.Context, s runner.Spec) (runner.Result, error) {
+		runs <- s
+		return runner.Result{}, nil
+	})
+	f := &pollTimes{fakeAutomator: newFake(), at: make(chan time.Time, 16)}
+	startAgent(t, f, 1, nil)
+	const held, remaining = 10 * time.Millisecond, time.Hour
+	polled := waittest.Recv(t, f.at, "the agent's poll")
+	// The answer on its way, after the automator held the poll 10 ms: it
+	// comes later than that.
+	time.Sleep(50 * time.Millisecond)
+	answered := time.Now()
+	f.responses <- &automatorv1.PollResponse{Held: durationpb.New(held), Claims: []*automatorv1.Claim{claimWithin(t, "w1", remaining)}}
+	s := waittest.Recv(t, runs, "the claim to run")
+	if latest := polled.Add(held + remaining); s.Deadline.After(latest) {
+		t.Errorf("the run's deadline is %v past the poll's arrival at the automator plus held plus remaining (the answer came %v after the poll); want it at most that",
+			s.Deadline.Sub(latest), answered.Sub(polled))
+	}
+	waittest.Recv(t, f.completed, "the result to be posted")
+}
+
+// TestClaimedAt: a poll's claims count from its sending plus the time the
+// automator held it, when that is before the answer's arrival; from the
+// arrival when the automator does not say (predating held), or says a
+// held past the arrival or one that is not a duration.
+func TestClaimedAt(t *testing.T) {
+	t.Parallel()
+	sent := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	arrived := sent.Add(3 * time.Second)
+	for _, c := range []struct {
+		held *durationpb.Duration
+		want time.Time
+	}{
+		{durationpb.New(time.Second), sent.Add(time.Second)},
+		{nil, arrived},
+		{durationpb.New(5 * time.Second), arrived},
+		{durationpb.New(-time.Second), arrived},
+		{&durationpb.Duration{Seconds: 1, Nanos: -1}, arrived},
+	} {
+		if got := claimedAt(sent, arrived, &automatorv1.PollResponse{Held: c.held}); !got.Equal(c.want) {
+			t.Errorf("held %v: claims counted from %v after sending; want %v", c.held, got.Sub(sent), c.want.Sub(sent))
+		}
+	}
+}
+
 // TestAScriptKilledAtTheDeadlineIsNotReported (guarantee 7): when the run
 // ends at the deadline (the runner killed the tree), the proxy posts
 // nothing: the unit is the automator's to time out.

@@ -21,13 +21,15 @@ import (
 )
 
 // handle opens, runs and reports one claim. The deadline comes from the
-// time remaining on the automator's clock, measured from when the claim
-// arrived here (arrived: before it was read, when this process was
-// stopped meanwhile, freezeWatch), so this host's clock skew changes
-// nothing (guarantee 6).
-func (a *Agent) handle(runCtx, postCtx context.Context, c *automatorv1.Claim, arrived time.Time) {
+// time remaining on the automator's clock, counted from when the claim was
+// made as this host's clock tells it (from: the poll's sending plus the
+// time the automator held it, or when the answer arrived if earlier,
+// before it was read when this process was stopped meanwhile: claimedAt,
+// freezeWatch), so this host's clock skew changes nothing (guarantee 6),
+// nor does a slow link give the script time past its unit's deadline.
+func (a *Agent) handle(runCtx, postCtx context.Context, c *automatorv1.Claim, from time.Time) {
 	remaining := c.GetRemaining().AsDuration()
-	deadline := arrived.Add(remaining)
+	deadline := from.Add(remaining)
 	log := a.log.With("work_id", c.GetWorkId(), "account", c.GetAccount())
 	if remaining <= 0 || !time.Now().Before(deadline) {
 		// The automator's answer came after the deadline it was computed
@@ -35,7 +37,7 @@ func (a *Agent) handle(runCtx, postCtx context.Context, c *automatorv1.Claim, ar
 		// unit times out there. Nothing runs, not even a built-in or a
 		// failure report, since nothing is reported after the deadline
 		// (guarantee 7).
-		log.Warn("claim arrived past its deadline: nothing runs, nothing reported", "remaining", remaining, "read_after", time.Since(arrived).Round(time.Millisecond))
+		log.Warn("claim arrived past its deadline: nothing runs, nothing reported", "remaining", remaining, "read_after", time.Since(from).Round(time.Millisecond))
 		return
 	}
 

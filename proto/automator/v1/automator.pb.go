@@ -655,7 +655,15 @@ type PollResponse struct {
 	// nothing.
 	Cancelled []string `protobuf:"bytes,2,rep,name=cancelled,proto3" json:"cancelled,omitempty"`
 	// wait is the window the server actually used.
-	Wait          *durationpb.Duration `protobuf:"bytes,3,opt,name=wait,proto3" json:"wait,omitempty"`
+	Wait *durationpb.Duration `protobuf:"bytes,3,opt,name=wait,proto3" json:"wait,omitempty"`
+	// held is how long the automator held the poll, from its handler's start
+	// to the moment the claims' remaining times were measured (unset
+	// without claims, and from automators predating it). The instance counts
+	// a claim's remaining time from the poll's sending plus held, not from
+	// the answer's arrival, which is later by the time the request took to
+	// come and the answer to go: so a script is never given time past its
+	// unit's deadline, however slow the link.
+	Held          *durationpb.Duration `protobuf:"bytes,4,opt,name=held,proto3" json:"held,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -707,6 +715,13 @@ func (x *PollResponse) GetCancelled() []string {
 func (x *PollResponse) GetWait() *durationpb.Duration {
 	if x != nil {
 		return x.Wait
+	}
+	return nil
+}
+
+func (x *PollResponse) GetHeld() *durationpb.Duration {
+	if x != nil {
+		return x.Held
 	}
 	return nil
 }
@@ -1589,11 +1604,12 @@ const file_automator_v1_automator_proto_rawDesc = "" +
 	"\bclaim_id\x18\x02 \x01(\tR\aclaimId\x12\x18\n" +
 	"\aaccount\x18\x03 \x01(\tR\aaccount\x12%\n" +
 	"\x0esealed_command\x18\x04 \x01(\fR\rsealedCommand\x127\n" +
-	"\tremaining\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\tremaining\"\x88\x01\n" +
+	"\tremaining\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\tremaining\"\xb7\x01\n" +
 	"\fPollResponse\x12+\n" +
 	"\x06claims\x18\x01 \x03(\v2\x13.automator.v1.ClaimR\x06claims\x12\x1c\n" +
 	"\tcancelled\x18\x02 \x03(\tR\tcancelled\x12-\n" +
-	"\x04wait\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\xd6\x01\n" +
+	"\x04wait\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12-\n" +
+	"\x04held\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04held\"\xd6\x01\n" +
 	"\x0fCompleteRequest\x12\x17\n" +
 	"\awork_id\x18\x01 \x01(\tR\x06workId\x12\x19\n" +
 	"\bclaim_id\x18\x02 \x01(\tR\aclaimId\x12\x1f\n" +
@@ -1734,44 +1750,45 @@ var file_automator_v1_automator_proto_depIdxs = []int32{
 	23, // 4: automator.v1.Claim.remaining:type_name -> google.protobuf.Duration
 	6,  // 5: automator.v1.PollResponse.claims:type_name -> automator.v1.Claim
 	23, // 6: automator.v1.PollResponse.wait:type_name -> google.protobuf.Duration
-	1,  // 7: automator.v1.CompleteRequest.outcome:type_name -> automator.v1.Outcome
-	8,  // 8: automator.v1.CompleteBatchRequest.results:type_name -> automator.v1.CompleteRequest
-	12, // 9: automator.v1.CompleteBatchResponse.outcomes:type_name -> automator.v1.CompleteOutcome
-	3,  // 10: automator.v1.ExecuteRequest.command:type_name -> automator.v1.Command
-	23, // 11: automator.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
-	0,  // 12: automator.v1.WorkStatus.state:type_name -> automator.v1.State
-	4,  // 13: automator.v1.WorkStatus.result:type_name -> automator.v1.Result
-	22, // 14: automator.v1.WorkStatus.queued_at:type_name -> google.protobuf.Timestamp
-	22, // 15: automator.v1.WorkStatus.deadline:type_name -> google.protobuf.Timestamp
-	22, // 16: automator.v1.WorkStatus.claimed_at:type_name -> google.protobuf.Timestamp
-	22, // 17: automator.v1.WorkStatus.finished_at:type_name -> google.protobuf.Timestamp
-	23, // 18: automator.v1.WorkStatus.remaining:type_name -> google.protobuf.Duration
-	22, // 19: automator.v1.Instance.last_poll_at:type_name -> google.protobuf.Timestamp
-	2,  // 20: automator.v1.Instance.refused_cause:type_name -> automator.v1.RefusedCause
-	19, // 21: automator.v1.ListInstancesResponse.instances:type_name -> automator.v1.Instance
-	5,  // 22: automator.v1.ProxyService.Poll:input_type -> automator.v1.PollRequest
-	8,  // 23: automator.v1.ProxyService.Complete:input_type -> automator.v1.CompleteRequest
-	10, // 24: automator.v1.ProxyService.CompleteBatch:input_type -> automator.v1.CompleteBatchRequest
-	13, // 25: automator.v1.AutomatorService.ExecuteOnProxy:input_type -> automator.v1.ExecuteRequest
-	13, // 26: automator.v1.AutomatorService.Submit:input_type -> automator.v1.ExecuteRequest
-	14, // 27: automator.v1.AutomatorService.Wait:input_type -> automator.v1.WaitRequest
-	15, // 28: automator.v1.AutomatorService.Get:input_type -> automator.v1.GetRequest
-	16, // 29: automator.v1.AutomatorService.Cancel:input_type -> automator.v1.CancelRequest
-	18, // 30: automator.v1.AutomatorService.ListInstances:input_type -> automator.v1.ListInstancesRequest
-	7,  // 31: automator.v1.ProxyService.Poll:output_type -> automator.v1.PollResponse
-	9,  // 32: automator.v1.ProxyService.Complete:output_type -> automator.v1.CompleteResponse
-	11, // 33: automator.v1.ProxyService.CompleteBatch:output_type -> automator.v1.CompleteBatchResponse
-	17, // 34: automator.v1.AutomatorService.ExecuteOnProxy:output_type -> automator.v1.WorkStatus
-	17, // 35: automator.v1.AutomatorService.Submit:output_type -> automator.v1.WorkStatus
-	17, // 36: automator.v1.AutomatorService.Wait:output_type -> automator.v1.WorkStatus
-	17, // 37: automator.v1.AutomatorService.Get:output_type -> automator.v1.WorkStatus
-	17, // 38: automator.v1.AutomatorService.Cancel:output_type -> automator.v1.WorkStatus
-	20, // 39: automator.v1.AutomatorService.ListInstances:output_type -> automator.v1.ListInstancesResponse
-	31, // [31:40] is the sub-list for method output_type
-	22, // [22:31] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	23, // 7: automator.v1.PollResponse.held:type_name -> google.protobuf.Duration
+	1,  // 8: automator.v1.CompleteRequest.outcome:type_name -> automator.v1.Outcome
+	8,  // 9: automator.v1.CompleteBatchRequest.results:type_name -> automator.v1.CompleteRequest
+	12, // 10: automator.v1.CompleteBatchResponse.outcomes:type_name -> automator.v1.CompleteOutcome
+	3,  // 11: automator.v1.ExecuteRequest.command:type_name -> automator.v1.Command
+	23, // 12: automator.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
+	0,  // 13: automator.v1.WorkStatus.state:type_name -> automator.v1.State
+	4,  // 14: automator.v1.WorkStatus.result:type_name -> automator.v1.Result
+	22, // 15: automator.v1.WorkStatus.queued_at:type_name -> google.protobuf.Timestamp
+	22, // 16: automator.v1.WorkStatus.deadline:type_name -> google.protobuf.Timestamp
+	22, // 17: automator.v1.WorkStatus.claimed_at:type_name -> google.protobuf.Timestamp
+	22, // 18: automator.v1.WorkStatus.finished_at:type_name -> google.protobuf.Timestamp
+	23, // 19: automator.v1.WorkStatus.remaining:type_name -> google.protobuf.Duration
+	22, // 20: automator.v1.Instance.last_poll_at:type_name -> google.protobuf.Timestamp
+	2,  // 21: automator.v1.Instance.refused_cause:type_name -> automator.v1.RefusedCause
+	19, // 22: automator.v1.ListInstancesResponse.instances:type_name -> automator.v1.Instance
+	5,  // 23: automator.v1.ProxyService.Poll:input_type -> automator.v1.PollRequest
+	8,  // 24: automator.v1.ProxyService.Complete:input_type -> automator.v1.CompleteRequest
+	10, // 25: automator.v1.ProxyService.CompleteBatch:input_type -> automator.v1.CompleteBatchRequest
+	13, // 26: automator.v1.AutomatorService.ExecuteOnProxy:input_type -> automator.v1.ExecuteRequest
+	13, // 27: automator.v1.AutomatorService.Submit:input_type -> automator.v1.ExecuteRequest
+	14, // 28: automator.v1.AutomatorService.Wait:input_type -> automator.v1.WaitRequest
+	15, // 29: automator.v1.AutomatorService.Get:input_type -> automator.v1.GetRequest
+	16, // 30: automator.v1.AutomatorService.Cancel:input_type -> automator.v1.CancelRequest
+	18, // 31: automator.v1.AutomatorService.ListInstances:input_type -> automator.v1.ListInstancesRequest
+	7,  // 32: automator.v1.ProxyService.Poll:output_type -> automator.v1.PollResponse
+	9,  // 33: automator.v1.ProxyService.Complete:output_type -> automator.v1.CompleteResponse
+	11, // 34: automator.v1.ProxyService.CompleteBatch:output_type -> automator.v1.CompleteBatchResponse
+	17, // 35: automator.v1.AutomatorService.ExecuteOnProxy:output_type -> automator.v1.WorkStatus
+	17, // 36: automator.v1.AutomatorService.Submit:output_type -> automator.v1.WorkStatus
+	17, // 37: automator.v1.AutomatorService.Wait:output_type -> automator.v1.WorkStatus
+	17, // 38: automator.v1.AutomatorService.Get:output_type -> automator.v1.WorkStatus
+	17, // 39: automator.v1.AutomatorService.Cancel:output_type -> automator.v1.WorkStatus
+	20, // 40: automator.v1.AutomatorService.ListInstances:output_type -> automator.v1.ListInstancesResponse
+	32, // [32:41] is the sub-list for method output_type
+	23, // [23:32] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_automator_v1_automator_proto_init() }
