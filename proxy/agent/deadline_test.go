@@ -208,7 +208,7 @@ func TestNoResultIsPostedAfterTheDeadline(t *testing.T) {
 	// plus the time remaining.
 	latest := waittest.Recv(t, ran, "the claim to run").Add(remaining)
 	waittest.Until(t, "the proxy to give the result up at the deadline", func() bool {
-		return strings.Contains(log.String(), "result not posted before the deadline; giving up")
+		return strings.Contains(log.String(), "result not acknowledged by the automator before the deadline; giving up")
 	})
 	cancel()
 	waittest.Recv(t, done, "the agent's Run to return")

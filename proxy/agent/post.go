@@ -163,7 +163,7 @@ func (a *Agent) deliver(ctx context.Context, deadline time.Time, req *automatorv
 			// up up to 15 s before the deadline. A backoff that wakes
 			// before the deadline is kept, in its last second too.
 			if last || left <= lastPostLead {
-				log.Warn("result not posted before the deadline; giving up", "attempts", attempt, "err", err)
+				log.Warn("result not acknowledged by the automator before the deadline; giving up (a post whose answer was lost may have been taken)", "attempts", attempt, "err", err)
 				e.settle()
 				return
 			}
