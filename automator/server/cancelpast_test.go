@@ -2,9 +2,13 @@ package server_test
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/opsgate/opsgate/automator/store"
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
@@ -51,5 +55,30 @@ func TestACancelPastTheDeadlineWhoseExpiryIsPassedOverAnswersTheUnitsEnd(t *test
 	}
 	if !st.named.Load() {
 		t.Fatal("no expiry named the unit: the store passed over nothing")
+	}
+}
+
+// passedOverAlways is a store whose expiries pass over every unit (its
+// row held by another session that does not end it).
+type passedOverAlways struct{ store.Store }
+
+func (passedOverAlways) WorkExpire(context.Context, store.WorkExpireParams) ([]store.Work, error) {
+	return nil, nil
+}
+
+// TestACancelPastTheDeadlineWhoseEndIsNotWrittenAsksToBeMadeAgain: when
+// the end of a unit past its deadline is not written within the 5 s a
+// cancel waits for it, the cancel answers UNAVAILABLE saying so, never the
+// unit still open.
+func TestACancelPastTheDeadlineWhoseEndIsNotWrittenAsksToBeMadeAgain(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	e := newEnv(t, envOptions{clock: clock, sweepInterval: 100 * time.Millisecond, wrap: func(s store.Store) store.Store { return passedOverAlways{s} }})
+	api := e.callerClient()
+	u := submit(t, api, e.account, time.Minute)
+	clock.Advance(time.Minute + time.Second)
+	got, err := api.Cancel(context.Background(), &automatorv1.CancelRequest{WorkId: u.GetWorkId()})
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "is past its deadline, and its end was not written within 5s") {
+		t.Fatalf("cancel past the deadline, its expiry always passed over: %v, %v; want UNAVAILABLE saying its end was not written", got.GetState(), err)
 	}
 }
