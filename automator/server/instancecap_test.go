@@ -18,6 +18,12 @@ import (
 	automatorv1 "github.com/opsgate/opsgate/proto/automator/v1"
 )
 
+// pollOnce polls as instance id for a unit, answered at once.
+func pollOnce(ctx context.Context, px automatorv1.ProxyServiceClient, id string) error {
+	_, err := px.Poll(ctx, &automatorv1.PollRequest{InstanceId: id, MaxUnits: 1, Wait: durationpb.New(0)})
+	return err
+}
+
 // TestANewInstanceAtTheAccountsBoundTakesAnOfflineOnesPlaceOrIsRefused: the instance id
 // is the proxy's to choose, so an account's token could record a new
 // instance with every poll (a review: 437,584 rows in two minutes, the
@@ -33,10 +39,7 @@ func TestANewInstanceAtTheAccountsBoundTakesAnOfflineOnesPlaceOrIsRefused(t *tes
 	e := newEnv(t, envOptions{limits: server.Limits{MaxInstancesPerAccount: 2}, log: &log})
 	ctx := context.Background()
 	px := e.proxyClient()
-	poll := func(id string) error {
-		_, err := px.Poll(ctx, &automatorv1.PollRequest{InstanceId: id, MaxUnits: 1, Wait: durationpb.New(0)})
-		return err
-	}
+	poll := func(id string) error { return pollOnce(ctx, px, id) }
 	for _, id := range []string{"a", "b"} {
 		if err := poll(id); err != nil {
 			t.Fatalf("poll of instance %s under the bound: %v", id, err)
@@ -108,10 +111,7 @@ func TestAnInstanceMadeRoomForByAnotherReplicaIsNotWrittenBackPastTheBound(t *te
 	ctx := context.Background()
 	e.srv.BatchPolls()
 	px := e.proxyClient()
-	poll := func(id string) error {
-		_, err := px.Poll(ctx, &automatorv1.PollRequest{InstanceId: id, MaxUnits: 1, Wait: durationpb.New(0)})
-		return err
-	}
+	poll := func(id string) error { return pollOnce(ctx, px, id) }
 	for _, id := range []string{"a", "b"} {
 		if err := poll(id); err != nil {
 			t.Fatalf("poll of instance %s under the bound: %v", id, err)
