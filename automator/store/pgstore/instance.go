@@ -103,23 +103,25 @@ WHERE ` + instanceAccountIs + `
 ON CONFLICT (account, instance_id) DO UPDATE SET` + instanceSet + `
 WHERE ` + instanceNotStale
 
-// instanceBatchUpdate records a poll of a batch (instanceUpsert's
-// arguments) in its instance's record, as instanceUpsert does when newer
-// (batchedNotOlder), and never makes a record: an instance with none was
-// recorded once, but its record was made room for at the account's bound
-// since (InstanceSeenParams.MaxPerAccount), perhaps by another replica, or
-// deleted (`automator instance forget`, a purge). Written back by a batch,
-// which checks no bound, such records took an account past it (a
-// re-review). It answers whether the instance had no record while the
-// account polled exists (the statement's snapshot is from before its
-// update).
-const instanceBatchUpdate = `WITH u AS (UPDATE instances SET` + instanceSet + `
+// instanceUpdate records a poll (instanceUpsert's arguments) in its
+// instance's record, as instanceUpsert does, where adding where to its
+// conditions ("AND ..."), and never makes a record: an instance with none
+// was recorded once, but its record was made room for at the account's
+// bound since (InstanceSeenParams.MaxPerAccount), perhaps by another
+// replica, or deleted (a purge). Written back by a batch, or by a write
+// outside the account's lock, neither of which checks the bound, such
+// records took an account past it (two re-reviews). It answers whether the
+// instance had no record while the account polled exists (the statement's
+// snapshot is from before its update).
+func instanceUpdate(where string) string {
+	return `WITH u AS (UPDATE instances SET` + instanceSet + `
 FROM (SELECT $2::text AS instance_id, $3::text AS hostname, $4::text AS version, $5::timestamptz AS last_poll_at,
 	$6::integer AS in_flight, $7::timestamptz AS stopped_at, $8::text AS poll_run, $9::bigint AS poll_seq,
 	$11::timestamptz AS refused_at, $12::text AS refused_key_ids, $13::text AS refused_cause) AS excluded
 WHERE instances.account = $1 AND instances.instance_id = $2 AND ` + instanceAccountIs + `
-	AND ` + instanceNotStale + batchedNotOlder + `)
+	AND ` + instanceNotStale + where + `)
 SELECT NOT EXISTS (SELECT 1 FROM instances WHERE account = $1 AND instance_id = $2) AND ` + instanceAccountIs
+}
 
 // batchedNotOlder is what a batch adds to instanceUpsert's conditions: a poll kept in
 // memory while a later one was written (one at a time, or by another
@@ -140,21 +142,24 @@ const batchedNotOlder = `
 
 func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) error {
 	if p.MaxPerAccount > 0 {
-		var recorded bool
-		if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM instances WHERE account = $1 AND instance_id = $2)`,
-			p.Account, p.InstanceID).Scan(&recorded); err != nil {
+		// A recorded instance's record is updated, never made: another
+		// replica may have made room for another's in its place since it
+		// was read (a re-review: an upsert here took 3 records to 256).
+		var unrecorded bool
+		err := s.sent(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+			return c.QueryRow(ctx, instanceUpdate(""), instanceArgs(p)...).Scan(&unrecorded)
+		})
+		if err == nil && unrecorded {
+			// Counted and written under the account's lock, so that
+			// first polls of new instances at once, on any replica, do
+			// not pass the bound by their number (a re-review: 5 to 44
+			// records at a bound of 3).
+			err = s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error { return instanceSeenBounded(ctx, tx, p) })
+		}
+		if err != nil {
 			return fmt.Errorf("recording a poll of instance %q of account %q: %w", p.InstanceID, p.Account, err)
 		}
-		if !recorded {
-			// Not recorded: counted and written under the account's lock,
-			// so that first polls of new instances at once, on any
-			// replica, do not pass the bound by their number (a
-			// re-review: 5 to 44 records at a bound of 3).
-			if err := s.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error { return instanceSeenBounded(ctx, tx, p) }); err != nil {
-				return fmt.Errorf("recording a poll of instance %q of account %q: %w", p.InstanceID, p.Account, err)
-			}
-			return nil
-		}
+		return nil
 	}
 	// A poll of an account deleted meanwhile is not recorded.
 	_, err := s.sentExec(ctx, instanceUpsert, instanceArgs(p)...)
@@ -236,7 +241,7 @@ func (s *Store) InstancesSeen(ctx context.Context, ps []store.InstanceSeenParams
 		b := &pgx.Batch{}
 		for _, p := range sorted {
 			// A poll of an account deleted meanwhile is left out.
-			b.Queue(instanceBatchUpdate, instanceArgs(p)...)
+			b.Queue(instanceUpdate(batchedNotOlder), instanceArgs(p)...)
 		}
 		br := c.SendBatch(ctx, b)
 		for _, p := range sorted {

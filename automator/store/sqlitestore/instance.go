@@ -98,7 +98,7 @@ WHERE ` + instanceNotStale
 // (batchedNotOlder), and never makes a record: an instance with none was
 // recorded once, but its record was made room for at the account's bound
 // since (InstanceSeenParams.MaxPerAccount), perhaps by another replica, or
-// deleted (`automator instance forget`, a purge). Written back by a batch,
+// deleted (a purge of records 30 days silent). Written back by a batch,
 // which checks no bound, such records took an account past it (a
 // re-review).
 const instanceBatchUpdate = `UPDATE instances SET` + instanceSet + `
