@@ -458,8 +458,9 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
 			wait = 0
 		}
 		seq++
+		rctx, written := recordSent(pctx)
 		sent := time.Now()
-		resp, err := a.poll(pctx, n, wait, seq, lostFrom)
+		resp, err := a.poll(rctx, n, wait, seq, lostFrom)
 		arrived := a.freeze.arrived(sent)
 		// A poll for no units that answered as it was dropped is still
 		// read: its answer may say which running units were cancelled.
@@ -514,7 +515,7 @@ func (a *Agent) pollLoop(ctx, workCtx context.Context) (seq, lostFrom uint64) {
 		for _, id := range resp.GetCancelled() {
 			a.ended(id)
 		}
-		from := claimedAt(sent, arrived, resp)
+		from := claimedAt(written(sent), arrived, resp)
 		claims := resp.GetClaims()
 		if len(claims) > n {
 			// Never more than asked; the excess is not run (it times out).
@@ -1017,7 +1018,8 @@ func keyIDs(ring crypto.KeyRing) []uint32 {
 }
 
 // claimedAt is when the claims of resp, a poll's answer, are taken to have
-// been made, on this host's clock: the poll's sending (sent) plus the time
+// been made, on this host's clock: the poll's sending (sent: when its
+// request was written to a connection, SendTimes) plus the time
 // the automator held it (PollResponse.held) when that is earlier than
 // arrived (when the answer was read: freezeWatch.arrived), which is later
 // by the request's way to the automator and the answer's back. Counted from

@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -102,6 +103,49 @@ func TestAClaimsTimeIsCountedFromItsMakingNotItsArrival(t *testing.T) {
 	if latest := polled.Add(held + remaining); s.Deadline.After(latest) {
 		t.Errorf("the run's deadline is %v past the poll's arrival at the automator plus held plus remaining (the answer came %v after the poll); want it at most that",
 			s.Deadline.Sub(latest), answered.Sub(polled))
+	}
+	waittest.Recv(t, f.completed, "the result to be posted")
+}
+
+// setupTimes is a fake automator whose polls wait for a connection to be
+// set up before their requests are written, as gRPC's do on a new
+// connection, and tell SendTimes, as gRPC does, when they were written.
+type setupTimes struct {
+	*fakeAutomator
+	setup   time.Duration
+	written chan time.Time
+}
+
+func (p *setupTimes) Poll(ctx context.Context, in *automatorv1.PollRequest, opts ...grpc.CallOption) (*automatorv1.PollResponse, error) {
+	time.Sleep(p.setup) // the handshakes of a new connection over a slow link
+	at := time.Now()
+	SendTimes().HandleRPC(ctx, &stats.OutPayload{Client: true, SentTime: at})
+	p.written <- at
+	return p.fakeAutomator.Poll(ctx, in, opts...)
+}
+
+// TestAClaimsTimeIsNotCutByTheWaitForAConnection: a poll that waited for
+// its connection to be set up before its request was written counts its
+// claims' time from the writing, not from before the wait, which would cut
+// its scripts short by it (a re-review: 7.5 s of 11.5 s over a link of
+// 1.5 s each way).
+func TestAClaimsTimeIsNotCutByTheWaitForAConnection(t *testing.T) {
+	t.Parallel()
+	runs := make(chan runner.Spec, 1)
+	useRunner(t, func(_ context.Context, s runner.Spec) (runner.Result, error) {
+		runs <- s
+		return runner.Result{}, nil
+	})
+	f := &setupTimes{fakeAutomator: newFake(), setup: 50 * time.Millisecond, written: make(chan time.Time, 16)}
+	startAgent(t, f, 1, nil)
+	// Answered at once: held 0, so that the answer cannot come before
+	// the poll's writing plus held.
+	const held, remaining = 0, time.Hour
+	written := waittest.Recv(t, f.written, "the agent's poll to be written")
+	f.responses <- &automatorv1.PollResponse{Held: durationpb.New(held), Claims: []*automatorv1.Claim{claimWithin(t, "w1", remaining)}}
+	s := waittest.Recv(t, runs, "the claim to run")
+	if want := written.Add(held + remaining); !s.Deadline.Equal(want) {
+		t.Errorf("the run's deadline is %v from the poll's writing plus held plus remaining; want it there (not before it by the wait for a connection, %v)", s.Deadline.Sub(want), f.setup)
 	}
 	waittest.Recv(t, f.completed, "the result to be posted")
 }

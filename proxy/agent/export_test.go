@@ -32,3 +32,7 @@ func readSpooled(path string) (spooled, error) {
 	}
 	return decodeSpooled(data)
 }
+
+// RecordSent is recordSent: ctx carrying a record of when a call made with
+// it writes its request, and its reader.
+var RecordSent = recordSent

@@ -382,6 +382,9 @@ func dial(cfg config.Config, opts ...grpc.DialOption) (*grpc.ClientConn, error) 
 		grpc.WithPerRPCCredentials(grpcwire.Instance(cfg.InstanceID)),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20), grpc.MaxCallSendMsgSize(8<<20)),
 		grpc.WithConnectParams(Reconnect),
+		// A poll's claims count from when its request was written, after
+		// any wait for the connection (agent.SendTimes).
+		grpc.WithStatsHandler(agent.SendTimes()),
 	)...)
 }
 
