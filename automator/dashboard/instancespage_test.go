@@ -79,6 +79,9 @@ func TestTheInstancesPageShowsAPageOfInstancesAndCountsThemByStatus(t *testing.T
 			t.Errorf("%s has %s:\n%s", page.url, page.lastLinks, body)
 		}
 	}
+	if code, body := get(t, c, base+"/dashboard/accounts/acme?after=%FF%FE"); code != http.StatusBadRequest || !strings.Contains(body, `is not an instance id`) {
+		t.Errorf("GET ?after=%%FF%%FE: %d\n%s\nwant 400, not an instance id", code, body)
+	}
 	if code, body := get(t, c, base+"/dashboard/accounts/acme?status=gone"); code != http.StatusBadRequest || !strings.Contains(body, `&#34;gone&#34; is not an instance status`) {
 		t.Errorf("GET ?status=gone: %d\n%s\nwant 400, not an instance status", code, body)
 	}

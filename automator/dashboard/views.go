@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/opsgate/opsgate/automator/server"
 	"github.com/opsgate/opsgate/automator/store"
@@ -152,6 +153,12 @@ func (d *Dashboard) instances(r *http.Request, _ *session) (string, any, error) 
 	name := r.PathValue("account")
 	q := r.URL.Query()
 	after, status := q.Get("after"), server.InstanceStatus(q.Get("status"))
+	if after != "" && (!utf8.ValidString(after) || printable.FirstNotShown(after) >= 0) {
+		// No instance id is (the automator refuses it: server.validID),
+		// and the page would show it as it came (a re-review: invalid
+		// UTF-8 in the HTML).
+		return "", nil, errBadRequest(fmt.Sprintf("%s is not an instance id; start from the first page.", printable.Quote(after)))
+	}
 	if status != "" && !slices.Contains(instanceStatuses, status) {
 		return "", nil, errBadRequest(fmt.Sprintf("%s is not an instance status; the statuses are online, refused, stopped and offline.", printable.Quote(string(status))))
 	}
