@@ -112,7 +112,9 @@ WHERE ` + instanceNotStale
 // outside the account's lock, neither of which checks the bound, such
 // records took an account past it (two re-reviews). It answers whether the
 // instance had no record while the account polled exists (the statement's
-// snapshot is from before its update).
+// snapshot is from before its update: a record deleted while it runs is
+// answered as there, its poll not written, and the instance's next poll
+// finds it gone).
 func instanceUpdate(where string) string {
 	return `WITH u AS (UPDATE instances SET` + instanceSet + `
 FROM (SELECT $2::text AS instance_id, $3::text AS hostname, $4::text AS version, $5::timestamptz AS last_poll_at,
@@ -174,8 +176,9 @@ func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) er
 // foreign keys' checks of units queued meanwhile, FOR KEY SHARE, do not
 // wait for it), so that the polls of new instances of one account are
 // counted and written one at a time on every replica. Evicted is told of
-// a record made room for only once the transaction commits: it may run
-// again (inTx).
+// a record made room for inside the transaction, which may yet fail or run
+// again (inTx): an instance forgotten whose record stays is written at
+// its next poll, which is harmless.
 func instanceSeenBounded(ctx context.Context, tx pgx.Tx, p store.InstanceSeenParams) error {
 	if _, err := tx.Exec(ctx, `SELECT FROM accounts WHERE name = $1 FOR NO KEY UPDATE`, p.Account); err != nil {
 		return err
