@@ -110,19 +110,34 @@ WHERE ` + instanceNotStale
 // bound since (InstanceSeenParams.MaxPerAccount), perhaps by another
 // replica, or deleted (a purge). Written back by a batch, or by a write
 // outside the account's lock, neither of which checks the bound, such
-// records took an account past it (two re-reviews). It answers whether the
-// instance had no record while the account polled exists (the statement's
-// snapshot is from before its update: a record deleted while it runs is
-// answered as there, its poll not written, and the instance's next poll
-// finds it gone).
+// records took an account past it (two re-reviews). A poll it updates no
+// record for is looked for again with instanceUnrecorded.
 func instanceUpdate(where string) string {
-	return `WITH u AS (UPDATE instances SET` + instanceSet + `
+	return `UPDATE instances SET` + instanceSet + `
 FROM (SELECT $2::text AS instance_id, $3::text AS hostname, $4::text AS version, $5::timestamptz AS last_poll_at,
 	$6::integer AS in_flight, $7::timestamptz AS stopped_at, $8::text AS poll_run, $9::bigint AS poll_seq,
 	$11::timestamptz AS refused_at, $12::text AS refused_key_ids, $13::text AS refused_cause) AS excluded
 WHERE instances.account = $1 AND instances.instance_id = $2 AND ` + instanceAccountIs + `
-	AND ` + instanceNotStale + where + `)
-SELECT NOT EXISTS (SELECT 1 FROM instances WHERE account = $1 AND instance_id = $2) AND ` + instanceAccountIs
+	AND ` + instanceNotStale + where
+}
+
+// instanceUnrecorded is true when instance $2 of account $1 (created at
+// $3, or any of the name when NULL) has no record while the account
+// exists: asked, in a statement of its own, of a poll instanceUpdate
+// updated nothing for, which is older than its record or has none. Not in
+// the update's statement, whose snapshot predates it: a record another
+// replica deleted while the update waited for its lock would be seen
+// there, and the poll neither written nor made a record of (a re-review).
+const instanceUnrecorded = `SELECT NOT EXISTS (SELECT 1 FROM instances WHERE account = $1 AND instance_id = $2)
+	AND EXISTS (SELECT 1 FROM accounts WHERE name = $1 AND key_id <> 0 AND ($3::timestamptz IS NULL OR created_at = $3))`
+
+// accountCreated is the created_at instanceUnrecorded is given for poll
+// p: NULL for one that names no account creation.
+func accountCreated(p store.InstanceSeenParams) *time.Time {
+	if p.AccountCreatedAt.IsZero() {
+		return nil
+	}
+	return &p.AccountCreatedAt
 }
 
 // batchedNotOlder is what a batch adds to instanceUpsert's conditions: a poll kept in
@@ -149,7 +164,11 @@ func (s *Store) InstanceSeen(ctx context.Context, p store.InstanceSeenParams) er
 		// was read (a re-review: an upsert here took 3 records to 256).
 		var unrecorded bool
 		err := s.sent(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
-			return c.QueryRow(ctx, instanceUpdate(""), instanceArgs(p)...).Scan(&unrecorded)
+			tag, err := c.Exec(ctx, instanceUpdate(""), instanceArgs(p)...)
+			if err != nil || tag.RowsAffected() != 0 {
+				return err
+			}
+			return c.QueryRow(ctx, instanceUnrecorded, p.Account, p.InstanceID, accountCreated(p)).Scan(&unrecorded)
 		})
 		if err == nil && unrecorded {
 			// Counted and written under the account's lock, so that
@@ -188,13 +207,23 @@ func instanceSeenBounded(ctx context.Context, tx pgx.Tx, p store.InstanceSeenPar
 		return err
 	}
 	var evicted string
-	if n >= p.MaxPerAccount {
+	for try := 1; n >= p.MaxPerAccount && evicted == ""; try++ {
+		// Each try a statement of its own, with a snapshot of its own.
 		err := tx.QueryRow(ctx, instanceEvict, p.Account, p.EvictBefore).Scan(&evicted)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return store.ErrTooManyInstances
+		if !errors.Is(err, pgx.ErrNoRows) {
+			if err != nil {
+				return err
+			}
+			continue
 		}
-		if err != nil {
+		// None deleted: none offline, or the one found was polled as it
+		// was deleted (another may be offline).
+		var offline bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM instances WHERE account = $1 AND last_poll_at < $2)`, p.Account, p.EvictBefore).Scan(&offline); err != nil {
 			return err
+		}
+		if !offline || try == instanceEvictTries {
+			return store.ErrTooManyInstances
 		}
 	}
 	// A poll of an account deleted meanwhile is not recorded.
@@ -213,8 +242,16 @@ func instanceSeenBounded(ctx context.Context, tx pgx.Tx, p store.InstanceSeenPar
 // instanceEvict deletes a record of account $1 whose last poll is before
 // $2 (MaxPerAccount), the first found, and returns its instance id: not
 // sorted by the last poll, which under a flood of made-up ids cost every
-// new id a sort of the account's records (a re-review).
-const instanceEvict = `DELETE FROM instances WHERE account = $1 AND instance_id = (
+// new id a sort of the account's records (a re-review). The last poll is
+// checked again on the row the DELETE locks: one polled while the DELETE
+// waited for its lock is kept, not deleted as the subquery's snapshot,
+// from before that poll, found it (a re-review: an instance online,
+// answered, then refused). Nothing is deleted then (instanceEvictTries).
+// instanceEvictTries bounds the eviction's tries: one finds no record
+// offline, or finds one that is polled as it deletes it.
+const instanceEvictTries = 3
+
+const instanceEvict = `DELETE FROM instances WHERE account = $1 AND last_poll_at < $2 AND instance_id = (
 	SELECT instance_id FROM instances WHERE account = $1 AND last_poll_at < $2 LIMIT 1) RETURNING instance_id`
 
 // instanceCapQuery is -1 when instance $2 of account $1 is recorded, else
@@ -247,17 +284,31 @@ func (s *Store) InstancesSeen(ctx context.Context, ps []store.InstanceSeenParams
 			b.Queue(instanceUpdate(batchedNotOlder), instanceArgs(p)...)
 		}
 		br := c.SendBatch(ctx, b)
+		var none []store.InstanceSeenParams // updated nothing: older than its record, or without one
 		for _, p := range sorted {
-			var none bool
-			if err := br.QueryRow().Scan(&none); err != nil {
+			tag, err := br.Exec()
+			if err != nil {
 				br.Close()
 				return fmt.Errorf("instance %q of account %q: %w", p.InstanceID, p.Account, err)
 			}
-			if none {
+			if tag.RowsAffected() == 0 {
+				none = append(none, p)
+			}
+		}
+		if err := br.Close(); err != nil {
+			return err
+		}
+		// Looked for again after the batch's transaction (instanceUnrecorded).
+		for _, p := range none {
+			var gone bool
+			if err := c.QueryRow(ctx, instanceUnrecorded, p.Account, p.InstanceID, accountCreated(p)).Scan(&gone); err != nil {
+				return fmt.Errorf("instance %q of account %q: %w", p.InstanceID, p.Account, err)
+			}
+			if gone {
 				unrecorded = append(unrecorded, p)
 			}
 		}
-		return br.Close()
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("recording the polls of %d instances: %w", len(ps), err)

@@ -663,11 +663,14 @@ func testInstanceCapConcurrent(f *fixture) {
 // places (their records deleted under them), never put a record back past
 // MaxPerAccount (a re-review: on PostgreSQL, an upsert of a record read as
 // there, deleted before it was written, made it again: 256 records at a
-// bound of 3 in 200 rounds).
+// bound of 3 in 200 rounds), and every poll answered as written is
+// recorded (another re-review: an eviction deleted a record polled as it
+// waited for it, and a poll whose record was deleted as it waited was
+// answered as written, and written nowhere).
 func testInstanceCapEvictedAtOnce(f *fixture) {
 	f.account("acme")
 	const bound = 3
-	for round := range 40 {
+	for round := range 100 {
 		now := at(time.Duration(round+1) * time.Hour)
 		list, err := f.s.InstanceList(f.ctx, "acme")
 		if err != nil {
@@ -698,6 +701,13 @@ func testInstanceCapEvictedAtOnce(f *fixture) {
 		}
 		if list, err = f.s.InstanceList(f.ctx, "acme"); err != nil || len(list) > bound {
 			f.t.Fatalf("round %d: %d records (%v); want at most %d", round, len(list), err, bound)
+		}
+		// Polled at now, none of them is offline within the round: each
+		// one answered as written is recorded.
+		for i, err := range errs {
+			if err == nil && !slices.ContainsFunc(list, func(in store.Instance) bool { return in.InstanceID == ids[i] && in.LastPollAt.Equal(now) }) {
+				f.t.Fatalf("round %d: InstanceSeen of %s answered it written, but its record is not there, polled then: %+v", round, ids[i], list)
+			}
 		}
 	}
 }
