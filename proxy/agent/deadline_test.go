@@ -64,6 +64,16 @@ func TestScriptGetsTheTimeRemainingAsItsDeadline(t *testing.T) {
 	}
 }
 
+// runSpecs makes the test's runs end at once, each handing over its spec.
+func runSpecs(t *testing.T) <-chan runner.Spec {
+	runs := make(chan runner.Spec, 4)
+	useRunner(t, func(_ context.Context, s runner.Spec) (runner.Result, error) {
+		runs <- s
+		return runner.Result{}, nil
+	})
+	return runs
+}
+
 // pollTimes is a fake automator that tells when each poll reached it.
 type pollTimes struct {
 	*fakeAutomator
@@ -82,14 +92,10 @@ func (p *pollTimes) Poll(ctx context.Context, in *automatorv1.PollRequest, opts 
 // automator says it held the poll (PollResponse.held), not from the
 // answer's arrival (a review: a script ran 2 s past its unit's deadline
 // over a link whose answer took 2 s). From an automator that does not say
-// (predating held), from the arrival, as before.
+// (predating held), from the arrival, as before: TestClaimedAt.
 func TestAClaimsTimeIsCountedFromItsMakingNotItsArrival(t *testing.T) {
 	t.Parallel()
-	runs := make(chan runner.Spec, 2)
-	useRunner(t, func(_ context.Context, s runner.Spec) (runner.Result, error) {
-		runs <- s
-		return runner.Result{}, nil
-	})
+	runs := runSpecs(t)
 	f := &pollTimes{fakeAutomator: newFake(), at: make(chan time.Time, 16)}
 	startAgent(t, f, 1, nil)
 	const held, remaining = 10 * time.Millisecond, time.Hour
@@ -131,11 +137,7 @@ func (p *setupTimes) Poll(ctx context.Context, in *automatorv1.PollRequest, opts
 // 1.5 s each way).
 func TestAClaimsTimeIsNotCutByTheWaitForAConnection(t *testing.T) {
 	t.Parallel()
-	runs := make(chan runner.Spec, 1)
-	useRunner(t, func(_ context.Context, s runner.Spec) (runner.Result, error) {
-		runs <- s
-		return runner.Result{}, nil
-	})
+	runs := runSpecs(t)
 	f := &setupTimes{fakeAutomator: newFake(), setup: 50 * time.Millisecond, written: make(chan time.Time, 16)}
 	startAgent(t, f, 1, nil)
 	// Answered at once: held 0, so that the answer cannot come before
