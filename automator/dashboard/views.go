@@ -176,8 +176,7 @@ func (d *Dashboard) instances(r *http.Request, _ *session) (string, any, error) 
 	if err != nil {
 		return "", nil, err
 	}
-	// By id, byte by byte, as the store lists them and After compares.
-	slices.SortFunc(list, func(a, b store.Instance) int { return strings.Compare(a.InstanceID, b.InstanceID) })
+	// The store lists them by id, byte by byte, as After compares.
 	since := d.onlineSince(d.o.Now())
 	counts := make(map[server.InstanceStatus]int, len(instanceStatuses))
 	var shown []instanceRow

@@ -1137,10 +1137,11 @@ type Store interface {
 	// (AccountCreatedAt), are left out, as by InstanceSeen, and not
 	// returned.
 	InstancesSeen(ctx context.Context, ps []InstanceSeenParams) (unrecorded []InstanceSeenParams, err error)
-	// InstanceList returns the instances of an account, ordered by id,
-	// each with the number of the account's units it has claimed that have
-	// not ended (Instance.InFlight), read in the same statement from the
-	// index of claimed units: a few rows, however many units ended.
+	// InstanceList returns the instances of an account, ordered by id
+	// (byte by byte), each with the number of the account's units it has
+	// claimed that have not ended (Instance.InFlight), read in the same
+	// statement from the index of claimed units: a few rows, however many
+	// units ended.
 	InstanceList(ctx context.Context, account string) ([]Instance, error)
 	// InstancePurge deletes the records of the instances whose latest poll
 	// is older than p.PolledBefore, and returns how many. An instance that

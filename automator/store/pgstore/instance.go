@@ -54,11 +54,7 @@ const instanceRefused = `COALESCE(i.refused_at >= i.last_poll_at, false)`
 
 // instanceArgs are instanceUpsert's arguments for poll p.
 func instanceArgs(p store.InstanceSeenParams) []any {
-	var created *time.Time
-	if !p.AccountCreatedAt.IsZero() {
-		created = &p.AccountCreatedAt
-	}
-	return []any{p.Account, p.InstanceID, p.Hostname, p.Version, p.Now, p.Running, stoppedAt(p), p.Run, p.PollSeq, created,
+	return []any{p.Account, p.InstanceID, p.Hostname, p.Version, p.Now, p.Running, stoppedAt(p), p.Run, p.PollSeq, accountCreated(p),
 		refusedAt(p), store.KeyIDsText(p.RefusedKeyIDs), store.RefusedCauseText(p)}
 }
 
@@ -131,8 +127,8 @@ WHERE instances.account = $1 AND instances.instance_id = $2 AND ` + instanceAcco
 const instanceUnrecorded = `SELECT NOT EXISTS (SELECT 1 FROM instances WHERE account = $1 AND instance_id = $2)
 	AND EXISTS (SELECT 1 FROM accounts WHERE name = $1 AND key_id <> 0 AND ($3::timestamptz IS NULL OR created_at = $3))`
 
-// accountCreated is the created_at instanceUnrecorded is given for poll
-// p: NULL for one that names no account creation.
+// accountCreated is the created_at of the account poll p names
+// (instanceArgs, instanceUnrecorded): NULL for one that names none.
 func accountCreated(p store.InstanceSeenParams) *time.Time {
 	if p.AccountCreatedAt.IsZero() {
 		return nil

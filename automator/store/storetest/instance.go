@@ -629,20 +629,12 @@ func testInstanceCap(f *fixture) {
 func testInstanceCapConcurrent(f *fixture) {
 	f.account("acme")
 	const polls, bound = 16, 3
-	start := make(chan struct{})
-	errs := make([]error, polls)
-	var wg sync.WaitGroup
-	for i := range polls {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			errs[i] = f.s.InstanceSeen(f.ctx, store.InstanceSeenParams{Account: "acme", InstanceID: fmt.Sprintf("n-%02d", i), Hostname: "h", Version: "v",
-				Now: at(time.Hour), MaxPerAccount: bound, EvictBefore: at(0)})
-		}()
+	ps := make([]store.InstanceSeenParams, polls)
+	for i := range ps {
+		ps[i] = store.InstanceSeenParams{Account: "acme", InstanceID: fmt.Sprintf("n-%02d", i), Hostname: "h", Version: "v",
+			Now: at(time.Hour), MaxPerAccount: bound, EvictBefore: at(0)}
 	}
-	close(start)
-	wg.Wait()
+	errs := f.seenAtOnce(ps)
 	written := 0
 	for i, err := range errs {
 		switch {
@@ -680,20 +672,12 @@ func testInstanceCapEvictedAtOnce(f *fixture) {
 		for _, in := range list {
 			ids = append(ids, in.InstanceID)
 		}
-		start := make(chan struct{})
-		errs := make([]error, len(ids))
-		var wg sync.WaitGroup
+		ps := make([]store.InstanceSeenParams, len(ids))
 		for i, id := range ids {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				errs[i] = f.s.InstanceSeen(f.ctx, store.InstanceSeenParams{Account: "acme", InstanceID: id, Hostname: "h2", Version: "v",
-					Now: now, MaxPerAccount: bound, EvictBefore: now.Add(-time.Minute)})
-			}()
+			ps[i] = store.InstanceSeenParams{Account: "acme", InstanceID: id, Hostname: "h2", Version: "v",
+				Now: now, MaxPerAccount: bound, EvictBefore: now.Add(-time.Minute)}
 		}
-		close(start)
-		wg.Wait()
+		errs := f.seenAtOnce(ps)
 		for i, err := range errs {
 			if err != nil && !errors.Is(err, store.ErrTooManyInstances) {
 				f.t.Fatalf("round %d: InstanceSeen of %s: %v; want it written or ErrTooManyInstances", round, ids[i], err)
@@ -710,4 +694,23 @@ func testInstanceCapEvictedAtOnce(f *fixture) {
 			}
 		}
 	}
+}
+
+// seenAtOnce records polls ps with InstanceSeen, each in a goroutine of
+// its own, all let go at once, and returns their errors, in ps's order.
+func (f *fixture) seenAtOnce(ps []store.InstanceSeenParams) []error {
+	start := make(chan struct{})
+	errs := make([]error, len(ps))
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			errs[i] = f.s.InstanceSeen(f.ctx, p)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return errs
 }
