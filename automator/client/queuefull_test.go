@@ -147,7 +147,7 @@ func TestQueueFullSubmitIsMadeAgainWithinTheDeadline(t *testing.T) {
 	t.Parallel()
 	for _, call := range []string{"Submit", "ExecuteOnProxy"} {
 		t.Run(call, func(t *testing.T) {
-			a := &refusingAutomator{refusal: refusal(t, "account \"acme\" has 1 units queued, its limit", queueFullInfo)(10 * time.Millisecond), refuse: 2}
+			a := &refusingAutomator{refusal: refusal(t, "account \"acme\" has as many units queued as its limit allows (1, limits.max_queued_per_account)", queueFullInfo)(10 * time.Millisecond), refuse: 2}
 			c := a.start(t)
 			ctx, cancel := context.WithTimeout(waittest.Context(t, call+" refused twice for a full queue to get through"), time.Minute)
 			defer cancel()

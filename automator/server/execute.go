@@ -743,10 +743,10 @@ func (s *Server) checkQueue(ctx context.Context, p store.WorkEnqueueParams, meth
 	}
 	s.refusalMetrics.WorkRefused(account)
 	s.queueFullLog.Log("account queue full: unit refused", "account", account, "queued", n, "caller", callerFrom(ctx))
-	e := s.event(ctx, store.AuditWorkRefused, fmt.Sprintf("%s: queue full (%d units queued, the limit)", method, max))
+	e := s.event(ctx, store.AuditWorkRefused, fmt.Sprintf("%s: queue full (as many units queued as its limit, %d)", method, max))
 	e.Account = account
 	s.record(ctx, e)
-	return retryLater(grpcwire.ReasonQueueFull, map[string]string{"account": account}, queueFullRetry, "account %q has %d units queued, its limit (limits.max_queued_per_account): no instance claims them fast enough; check the account's proxies, or submit again later", account, n)
+	return retryLater(grpcwire.ReasonQueueFull, map[string]string{"account": account}, queueFullRetry, "account %q has as many units queued as its limit allows (%d, limits.max_queued_per_account): no instance claims them fast enough; check the account's proxies, or submit again later", account, n)
 }
 
 // queueFullRetry is when a unit refused for a full queue is worth

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -65,6 +66,8 @@ func TestQueueCapCountsOnlyNearTheCapOrWhenStale(t *testing.T) {
 	}
 	if err := srv.checkQueue(ctx, store.WorkEnqueueParams{Account: "acme"}, "Submit"); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("9th unit: %v, want ResourceExhausted", err)
+	} else if want := `account "acme" has as many units queued as its limit allows (8, limits.max_queued_per_account)`; !strings.Contains(err.Error(), want) {
+		t.Errorf("9th unit: %v, want it to say %q", err, want)
 	}
 
 	// A count is trusted only briefly: units queued elsewhere (another

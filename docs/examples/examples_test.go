@@ -124,7 +124,7 @@ func TestCurlExampleSubmitHonoursRetryAfter(t *testing.T) {
 		if n == 1 {
 			w.Header().Set("Retry-After", "1")
 			w.WriteHeader(http.StatusTooManyRequests)
-			io.WriteString(w, `{"code": 8, "message": "account \"acme\" has 1 units queued, its limit", "details": []}`)
+			io.WriteString(w, `{"code": 8, "message": "account \"acme\" has as many units queued as its limit allows (1, limits.max_queued_per_account)", "details": []}`)
 			return
 		}
 		io.WriteString(w, unit)
@@ -252,7 +252,7 @@ func TestPythonExampleHonoursRetryAfter(t *testing.T) {
 	if err != nil {
 		t.Skip("python3 is not installed (not in PATH); the Python example cannot run here")
 	}
-	const refusal = `{"code": 8, "message": "account \"acme\" has 1 units queued, its limit", "details": []}`
+	const refusal = `{"code": 8, "message": "account \"acme\" has as many units queued as its limit allows (1, limits.max_queued_per_account)", "details": []}`
 	const diskFull = `{"code": 8, "message": "the automator's database is out of disk space while queueing work: nothing was stored; retry once space is freed", "details": []}`
 	for _, tc := range []struct {
 		name       string
@@ -264,8 +264,8 @@ func TestPythonExampleHonoursRetryAfter(t *testing.T) {
 		status     int    // of the refusals: 429 when 0, or 507 (a full disk)
 	}{
 		{"refused twice, then run", "1", 2, 3, 0, "hello", 0},
-		{"refused every time", "0", 100, 5, 255, "HTTP 429: account \"acme\" has 1 units queued, its limit (try again in 0s)", 0},
-		{"a 429 that says no time", "", 100, 1, 255, "HTTP 429: account \"acme\" has 1 units queued, its limit", 0},
+		{"refused every time", "0", 100, 5, 255, "HTTP 429: account \"acme\" has as many units queued as its limit allows (1, limits.max_queued_per_account) (try again in 0s)", 0},
+		{"a 429 that says no time", "", 100, 1, 255, "HTTP 429: account \"acme\" has as many units queued as its limit allows (1, limits.max_queued_per_account)", 0},
 		{"a wait over a minute", "3600", 100, 1, 255, "(try again in 3600s)", 0},
 		{"a full disk", "", 100, 1, 255, "HTTP 507: the automator's database is out of disk space while queueing work", http.StatusInsufficientStorage},
 	} {
