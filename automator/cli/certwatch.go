@@ -23,8 +23,9 @@ const certCheckEvery = 24 * time.Hour
 
 // watchCertificates puts the end of the served certificate and of the CA
 // on /metrics (automator_certificate_expiration_timestamp_seconds) and
-// warns in the log while either ends within certWarnBefore: at the start
-// and then once a day, until ctx ends. Proxies refuse an expired
+// warns in the log while either ends within certWarnBefore: at the start,
+// when a renewed server certificate is put in service, and then once a
+// day, until ctx ends. Proxies refuse an expired
 // certificate, so every instance of every account would go offline at
 // once, with nothing in the automator's log to say why.
 func watchCertificates(ctx context.Context, certs *pki.CertReloader, dir string, m *metrics.Metrics, log *slog.Logger) {
@@ -49,7 +50,18 @@ func watchCertificates(ctx context.Context, certs *pki.CertReloader, dir string,
 		}
 	}
 	check()
-	every(ctx, certCheckEvery, check)
+	// The files are looked at as often as the handshakes may look
+	// (pki.DefaultReloadEvery), so that a renewed certificate is logged
+	// as loaded, and warned of if it too ends soon, within that long of
+	// its renewal, not at the first new connection after it; and once a
+	// day besides.
+	end, checked := served(), time.Now()
+	every(ctx, pki.DefaultReloadEvery, func() {
+		if e := served(); !e.Equal(end) || time.Since(checked) >= certCheckEvery {
+			end, checked = e, time.Now()
+			check()
+		}
+	})
 }
 
 // warnOfEnd logs what, ending at end, when that is within certWarnBefore of

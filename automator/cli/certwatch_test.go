@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opsgate/opsgate/automator/automatortest"
 	"github.com/opsgate/opsgate/automator/config"
 	"github.com/opsgate/opsgate/automator/pki"
 )
@@ -60,6 +61,38 @@ func TestCertificateEndsAreOnMetricsAndWarnedOf(t *testing.T) {
 	warning := "the server certificate expires in 9 days: proxies will refuse it then; renew it with `automator cert renew --data-dir " + dir + "`"
 	if log := s.log.String(); !strings.Contains(log, warning) || strings.Contains(log, "the CA certificate") {
 		t.Errorf("serve's log does not warn of the server certificate alone; want %q in:\n%s", warning, log)
+	}
+
+	// A certificate renewed as serve runs, with five days left: /metrics
+	// and the log say so within seconds, though no new connection made a
+	// handshake that would put it in service (a review: the alert on the
+	// old one's end kept firing while proxies kept their connections).
+	renewed, err := pki.NewServer(ca, pki.ServerHosts("127.0.0.1"), time.Now().Add(5*24*time.Hour-pki.ServerValidity))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []struct {
+		name string
+		pem  []byte
+	}{{config.FileKey, renewed.KeyPEM}, {config.FileCert, renewed.CertPEM}} {
+		if err := os.WriteFile(path(f.name+".new"), f.pem, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(path(f.name+".new"), path(f.name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	renewedCert, err := pki.ParseCertPEM(renewed.CertPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewedWarning := "the server certificate expires in 4 days"
+	automatortest.WaitFor(t, 3*pki.DefaultReloadEvery, "the renewed certificate's end on /metrics and its warning in the log", func() bool {
+		got, ok := metricValue(scrape(t, s.http), "automator_certificate_expiration_timestamp_seconds", "certificate", "server")
+		return ok && got == float64(renewedCert.NotAfter.Unix()) && strings.Contains(s.log.String(), renewedWarning)
+	})
+	if log := s.log.String(); !strings.Contains(log, "renewed server certificate loaded") {
+		t.Errorf("serve's log does not say the renewed certificate was loaded:\n%s", log)
 	}
 }
 

@@ -159,6 +159,13 @@ func TestRenewedCertificateIsServedWithoutRestart(t *testing.T) {
 		t.Fatalf("certificate changed before the reloader looked (%s)", got)
 	}
 	advance()
+	// A look made for Certificate, with no handshake: what /metrics and
+	// the log say of the certificate in service.
+	if leaf, err := x509.ParseCertificate(r.Certificate().Certificate[0]); err != nil {
+		t.Fatal(err)
+	} else if got, want := leaf.SerialNumber.String(), leafOf(t, renewed).SerialNumber.String(); got != want {
+		t.Fatalf("Certificate after a renewal and a look: %s, want the renewed %s", got, want)
+	}
 	if got, want := serial(), leafOf(t, renewed).SerialNumber.String(); got != want {
 		t.Fatalf("after a renewal and a look: serving %s, want the renewed %s", got, want)
 	}

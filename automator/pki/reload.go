@@ -14,11 +14,12 @@ const DefaultReloadEvery = 5 * time.Second
 
 // CertReloader serves a certificate from a pair of PEM files and picks up
 // a renewed pair without a restart: at most every Every, on a TLS
-// handshake, it looks at the files' size, modification time and identity
-// (a renewal that renames new files into place changes the identity), and
-// loads them again when one changed. A pair that does not load (for
-// example a look between the renames of a renewal) leaves the current
-// certificate in service and is tried again at the next look.
+// handshake or a call of Certificate, it looks at the files' size,
+// modification time and identity (a renewal that renames new files into
+// place changes the identity), and loads them again when one changed. A
+// pair that does not load (for example a look between the renames of a
+// renewal) leaves the current certificate in service and is tried again
+// at the next look.
 type CertReloader struct {
 	certFile, keyFile string
 	// Every bounds how often the files are looked at; 0 looks at every
@@ -79,13 +80,23 @@ func (r *CertReloader) stat() ([2]fileStamp, error) {
 
 // GetCertificate is tls.Config.GetCertificate.
 func (r *CertReloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	return r.Certificate(), nil
+}
+
+// Certificate returns the certificate in service, after a look at the
+// files when Every has passed since the last: what /metrics and the log
+// say of the certificate in service follows a renewal as the handshakes
+// do, not only once a new connection has made one (a review: proxies on
+// their long-lived connections kept the alert on an expiring certificate
+// firing after its renewal).
+func (r *CertReloader) Certificate() *tls.Certificate {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if now := r.now(); now.Sub(r.lastLook) >= r.Every {
 		r.lastLook = now
 		r.look()
 	}
-	return r.cert, nil
+	return r.cert
 }
 
 // look loads the pair again if it changed since it was loaded.
@@ -110,11 +121,4 @@ func (r *CertReloader) look() {
 	if r.OnReload != nil {
 		r.OnReload(nil)
 	}
-}
-
-// Certificate returns the certificate in service.
-func (r *CertReloader) Certificate() *tls.Certificate {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.cert
 }
