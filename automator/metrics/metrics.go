@@ -339,6 +339,18 @@ func (m *Metrics) ClockOffset(offset time.Duration) {
 	m.clockOffset.Set(offset.Seconds())
 }
 
+// AccountDeleted drops the gauges of the polls and waits of account open
+// here, at 0 once its deletion has woken them: served at 0 until the rest
+// of its series go (AccountGone), they made an alert on an account no
+// proxy polls fire for an account deleted on purpose, for ten minutes (a
+// review). Its counters stay until then, for increase() to see their last
+// events.
+func (m *Metrics) AccountDeleted(account string) {
+	l := prometheus.Labels{"account": account}
+	m.polls.DeletePartialMatch(l)
+	m.waits.DeletePartialMatch(l)
+}
+
 // AccountGone drops the series of account: it was deleted, a while ago,
 // and is no account again (server.AccountMetrics). Without this every
 // account ever deleted kept its counters, at their last values, in every

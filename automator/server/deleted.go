@@ -126,14 +126,11 @@ func (s *Server) checkDeletions(ctx context.Context, seen map[string]seenDeletio
 // not answer, so that the next check tries again (an answer missed once
 // kept a deleted account's series until the automator restarted).
 func (s *Server) accountGone(ctx context.Context, name string) bool {
-	gctx, cancel := s.sweepContext(ctx)
-	defer cancel()
-	switch _, err := s.store.AccountGet(gctx, name); {
-	case err == nil:
-		// The name is an account again: keep them.
-		return true
-	case !errors.Is(err, store.ErrNotFound):
+	switch again, answered := s.accountAgain(ctx, name); {
+	case !answered:
 		return false
+	case again:
+		return true // keep them
 	}
 	if m, ok := s.metrics.(AccountMetrics); ok {
 		m.AccountGone(name)
@@ -143,6 +140,20 @@ func (s *Server) accountGone(ctx context.Context, name string) bool {
 	s.seen.forgetAccount(name)
 	s.sharedIDs.forgetAccount(name)
 	return true
+}
+
+// accountAgain reports whether name is an account again (created after
+// its deletion), and whether the store answered.
+func (s *Server) accountAgain(ctx context.Context, name string) (again, answered bool) {
+	gctx, cancel := s.sweepContext(ctx)
+	defer cancel()
+	switch _, err := s.store.AccountGet(gctx, name); {
+	case err == nil:
+		return true, true
+	case errors.Is(err, store.ErrNotFound):
+		return false, true
+	}
+	return false, false
 }
 
 // accountDeleted drops what this automator holds of a deleted account (its
@@ -196,6 +207,15 @@ func (s *Server) accountDeleted(ctx context.Context, d store.AccountDeletion) {
 		}
 		last := ws[len(ws)-1]
 		p.BeforeQueuedAt, p.BeforeID = last.QueuedAt, last.ID
+	}
+	// The gauges of its polls and waits open here go at once, all of
+	// them woken: at 0 until the rest of its series go (accountGone), an
+	// alert on an account no proxy polls fired for it. Kept when the
+	// name is an account again, or may be (no answer).
+	if m, ok := s.metrics.(AccountMetrics); ok {
+		if again, answered := s.accountAgain(ctx, d.Name); answered && !again {
+			m.AccountDeleted(d.Name)
+		}
 	}
 	// A deletion made before this automator started is looked at again
 	// after each restart (deletionLookBack): no news then.

@@ -211,17 +211,20 @@ func TestDeletedAccountIsForgottenAfterTheLookBack(t *testing.T) {
 		_, err := caller.Wait(context.Background(), &automatorv1.WaitRequest{WorkId: queued.GetWorkId()})
 		waited <- err
 	}()
-	waitsOf := func(account string) (float64, bool) {
+	gaugeOf := func(name, account string) (float64, bool) {
 		for _, f := range gather(t, m) {
 			for _, s := range f.GetMetric() {
-				if f.GetName() == "automator_waits_open" && label(s, "account") == account {
+				if f.GetName() == name && label(s, "account") == account {
 					return s.GetGauge().GetValue(), true
 				}
 			}
 		}
 		return 0, false
 	}
-	waittest.Until(t, "the caller's wait for acme's unit to be open", func() bool { n, _ := waitsOf(e.account); return n == 1 })
+	waittest.Until(t, "the caller's wait for acme's unit to be open", func() bool { n, _ := gaugeOf("automator_waits_open", e.account); return n == 1 })
+	if _, ok := gaugeOf("automator_polls_open", e.account); !ok {
+		t.Fatal("no automator_polls_open series for acme: the test needs one")
+	}
 
 	e.deleteAccount(e.account)
 	e.deleteAccount("initech")
@@ -233,9 +236,14 @@ func TestDeletedAccountIsForgottenAfterTheLookBack(t *testing.T) {
 	if n := e.srv.AccountEntries(e.account); n == 0 || !hasSeries(t, m, e.account) {
 		t.Fatalf("before the look back: %d entries and series %v kept for acme; the test needs some", n, hasSeries(t, m, e.account))
 	}
-	if _, ok := waitsOf(e.account); !ok {
-		t.Fatal("before the look back: no automator_waits_open series for acme; the test needs it")
-	}
+	// Its polls and waits open here, woken by the deletion, are not shown
+	// at 0 until then, where an alert on an account no proxy polls saw
+	// them (a review).
+	waittest.Until(t, "acme's automator_polls_open and automator_waits_open to go with its deletion", func() bool {
+		_, polls := gaugeOf("automator_polls_open", e.account)
+		_, waits := gaugeOf("automator_waits_open", e.account)
+		return !polls && !waits
+	})
 	initechEntries := e.srv.AccountEntries("initech")
 
 	clock.Advance(server.ForgetDeletedAfter + time.Minute)
@@ -301,4 +309,52 @@ func TestADeletedAccountIsForgottenOnceTheStoreAnswersAgain(t *testing.T) {
 	waittest.Until(t, "the automator to drop acme's series once the store answers again", func() bool {
 		return !hasSeries(t, m, e.account) && e.srv.AccountEntries(e.account) == 0
 	})
+}
+
+// deletionsHeld holds the automator's looks for deletions until release
+// is closed.
+type deletionsHeld struct {
+	store.Store
+	release chan struct{}
+}
+
+func (s *deletionsHeld) AccountDeletions(ctx context.Context, since time.Time) ([]store.AccountDeletion, error) {
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.Store.AccountDeletions(ctx, since)
+}
+
+// TestTheOpenPollsOfAnAccountCreatedAgainAreKeptWhenItsDeletionIsSeen: a
+// deletion seen after its name was made an account again leaves the new
+// account's gauge of open polls alone; dropping it, as a deleted
+// account's is, showed a poll of the new account open as none.
+func TestTheOpenPollsOfAnAccountCreatedAgainAreKeptWhenItsDeletionIsSeen(t *testing.T) {
+	t.Parallel()
+	var log syncLog
+	m := metrics.New(metrics.Options{})
+	held := &deletionsHeld{release: make(chan struct{})}
+	e := newEnv(t, envOptions{pollWindow: time.Hour, sweepInterval: 20 * time.Millisecond, metrics: m, log: &log,
+		wrap: func(s store.Store) store.Store { held.Store = s; return held }})
+	e.deleteAccount(e.account)
+	token, _ := e.addAccount(e.account)
+	go automatorv1.NewProxyServiceClient(e.conn(token)).Poll(t.Context(), &automatorv1.PollRequest{InstanceId: "host-a", MaxUnits: 1, RunId: "run-1", PollSeq: 1})
+	polls := func() float64 {
+		for _, f := range gather(t, m) {
+			for _, s := range f.GetMetric() {
+				if f.GetName() == "automator_polls_open" && label(s, "account") == e.account {
+					return s.GetGauge().GetValue()
+				}
+			}
+		}
+		return 0
+	}
+	waittest.Until(t, "a poll of acme, made again, to be open", func() bool { return polls() == 1 })
+	close(held.release)
+	log.awaitLines(t, "the automator to see acme's deletion", "account deleted")
+	if n := polls(); n != 1 {
+		t.Errorf("automator_polls_open{account=%q} = %v once the deletion was seen, with a poll of the account made again open; want 1", e.account, n)
+	}
 }

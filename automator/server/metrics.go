@@ -26,6 +26,9 @@ type Metrics interface {
 // AccountMetrics is implemented by Metrics that keep series per account
 // (package metrics does).
 type AccountMetrics interface {
+	// AccountDeleted: account was deleted and is no account again; the
+	// gauges of its polls and waits open here may go (they were woken).
+	AccountDeleted(account string)
 	// AccountGone: account was deleted more than forgetDeletedAfter ago and
 	// is no account again; its series may go.
 	AccountGone(account string)
