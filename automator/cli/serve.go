@@ -112,7 +112,8 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 		creds = credentials.NewTLS(pki.ServerTLSFrom(certs))
 	}
 	// SQLite: its schema before opening it migrates it, for the log (a
-	// review saw a migration with nothing said of it). Read once the file
+	// review saw a migration with nothing said of it; PostgreSQL's Open
+	// says what it migrated). Read once the file
 	// is known for an automator's: reading it so puts another program's
 	// database in WAL mode.
 	fromVersion := 0
@@ -154,8 +155,14 @@ func cmdServe(ctx context.Context, args []string, env Env) error {
 			log.Info("stopped")
 		}
 	}()
-	if latest := sqlitestore.LatestVersion(); fromVersion > 0 && fromVersion < latest {
-		log.Info("migrated the database to this binary's schema", "db", cfg.DBPath(*dir), "from_version", fromVersion, "to_version", latest)
+	toVersion := sqlitestore.LatestVersion()
+	if s, ok := store.Uncached(st).(*pgstore.Store); ok {
+		// PostgreSQL: Open says what it migrated (a review: a rolling
+		// upgrade's migration was never said, nor which replica made it).
+		fromVersion, toVersion = s.Migrated()
+	}
+	if fromVersion > 0 && fromVersion < toVersion {
+		log.Info("migrated the database to this binary's schema", "db", servedDB(*dir, cfg), "from_version", fromVersion, "to_version", toVersion)
 	}
 	// In a container (or a systemd unit) with a memory limit, the collector
 	// works harder near it rather than let the kernel kill the automator

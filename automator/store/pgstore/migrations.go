@@ -275,14 +275,16 @@ const migrationLockKey = `pg_advisory_xact_lock(hashtext('opsgate automator sche
 // never leaves it held. It refuses a schema newer than this binary knows,
 // and one that holds another application's tables and not the automator's
 // (refuseOtherApplications).
-func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+// It returns the version the schema was at, 0 for a new one, and the one
+// it is at now: the same when nothing was applied.
+func migrate(ctx context.Context, pool *pgxpool.Pool) (from, to int, err error) {
 	return migrateWith(ctx, pool, migrations)
 }
 
 // migrateWith is migrate with the given steps (a prefix of migrations, for a
 // test that needs a database of an older schema).
-func migrateWith(ctx context.Context, pool *pgxpool.Pool, steps []migration) error {
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+func migrateWith(ctx context.Context, pool *pgxpool.Pool, steps []migration) (from, to int, err error) {
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var schema *string
 		var searchPath string
 		if err := tx.QueryRow(ctx, `SELECT current_schema(), current_setting('search_path')`).Scan(&schema, &searchPath); err != nil {
@@ -311,6 +313,7 @@ func migrateWith(ctx context.Context, pool *pgxpool.Pool, steps []migration) err
 		if current > latest {
 			return fmt.Errorf("migrating schema: the database is at version %d, newer than this binary knows (%d); run a newer automator", current, latest)
 		}
+		from, to = current, latest
 		for _, m := range steps {
 			if m.version <= current {
 				continue
@@ -324,4 +327,8 @@ func migrateWith(ctx context.Context, pool *pgxpool.Pool, steps []migration) err
 		}
 		return nil
 	})
+	if err != nil {
+		return 0, 0, err
+	}
+	return from, to, nil
 }

@@ -83,6 +83,9 @@ type Store struct {
 	origin string
 	// redacted is the connection string without its password, for errors.
 	redacted string
+	// migrated: the schema's version before Open, 0 for a new one, and
+	// after it (Migrated).
+	migrated [2]int
 
 	listenMu sync.Mutex
 	// heard is when a Listen connection of this Store was last known to be
@@ -185,7 +188,8 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening postgres store %s: %w", redacted, err)
 	}
-	if err := migrate(ctx, pool); err != nil {
+	from, to, err := migrate(ctx, pool)
+	if err != nil {
 		pool.Close()
 		// A command run by hand lacks the PGPASSWORD of the replicas'
 		// environment: PostgreSQL says only that authentication failed.
@@ -213,6 +217,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		origin:       randomID(),
 		redacted:     redacted,
 		heard:        time.Now(),
+		migrated:     [2]int{from, to},
 		writeTimeout: groupTimeout,
 		listenSetup:  defaultListenSetup,
 		holdWait:     defaultHoldWait,
@@ -223,6 +228,11 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	s.initGrouper(&s.reads)
 	return s, nil
 }
+
+// Migrated returns the version of the database's schema before Open
+// brought it up to date, 0 when Open made it, and after: the same when it
+// was current.
+func (s *Store) Migrated() (from, to int) { return s.migrated[0], s.migrated[1] }
 
 // Close closes the pool. It is safe to call more than once.
 func (s *Store) Close() error {

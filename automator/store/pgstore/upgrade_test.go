@@ -49,7 +49,7 @@ func atVersion(t *testing.T, n int) (string, *pgxpool.Pool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := migrateWith(t.Context(), pool, migrations[:n]); err != nil {
+	if _, _, err := migrateWith(t.Context(), pool, migrations[:n]); err != nil {
 		pool.Close()
 		t.Fatalf("migrating to version %d: %v", n, err)
 	}
@@ -88,6 +88,9 @@ func TestEveryEarlierSchemaUpgradesWithNothingLost(t *testing.T) {
 			s := open(t, dsn)
 			if rows := migrationRows(t, s); len(rows) != len(migrations) {
 				t.Fatalf("schema_migrations holds %d rows after migrating from version %d, want %d", len(rows), v, len(migrations))
+			}
+			if from, to := s.Migrated(); from != v || to != latest {
+				t.Errorf("Migrated() = %d, %d after opening a schema of version %d; want %d, %d", from, to, v, v, latest)
 			}
 			storetest.CheckUpgraded(t, s, d, f.has)
 		})
@@ -190,4 +193,19 @@ func nullString(s string) *string {
 		return nil
 	}
 	return &s
+}
+
+// TestMigratedSaysWhatOpenApplied: a new schema is made from version 0,
+// and one already current is not migrated (serve logs a migration only
+// from a version of its own to a later one).
+func TestMigratedSaysWhatOpenApplied(t *testing.T) {
+	t.Parallel()
+	latest := migrations[len(migrations)-1].version
+	dsn := pgtest.DSN(t)
+	if from, to := open(t, dsn).Migrated(); from != 0 || to != latest {
+		t.Errorf("Migrated() = %d, %d after making the schema; want 0, %d", from, to, latest)
+	}
+	if from, to := open(t, dsn).Migrated(); from != latest || to != latest {
+		t.Errorf("Migrated() = %d, %d after opening a current schema; want %d, %d", from, to, latest, latest)
+	}
 }
