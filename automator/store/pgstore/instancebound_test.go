@@ -108,3 +108,44 @@ func TestAPollOfARecordDeletedWhileItWaitedIsWritten(t *testing.T) {
 		wantInstanceIDs(t, s, "x")
 	}
 }
+
+// TestAPollOfAnAccountDeletedWhileItWaitsIsNotRecorded: a poll whose
+// account a transaction deletes, and commits, while the poll's write
+// waits for the account's row is not recorded, and is no error
+// (InstanceSeen: "a poll of an account that no longer exists (deleted
+// meanwhile) is not recorded"), at a bound or without one. Without one,
+// the upsert's check of the account, in a snapshot from before the
+// deletion, let it through to the foreign key's, which failed: the poll
+// was answered Internal (found by storetest.RunRandomized).
+func TestAPollOfAnAccountDeletedWhileItWaitsIsNotRecorded(t *testing.T) {
+	t.Parallel()
+	for _, max := range []int{0, 3} {
+		s := storeWithClaims(t, 0)
+		del, delPID := lockWith(t, s, `SELECT FROM accounts WHERE name = 'acme' FOR UPDATE`)
+		for _, q := range []string{
+			`DELETE FROM account_tokens WHERE account = 'acme'`,
+			`DELETE FROM account_keys WHERE account = 'acme'`,
+			`DELETE FROM accounts WHERE name = 'acme'`,
+		} {
+			if _, err := del.Exec(t.Context(), q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		done := make(chan error, 1)
+		go func() { done <- s.InstanceSeen(t.Context(), boundedPoll("x", testNow, max)) }()
+		waitBlockedBy(t, s, delPID, "the poll's write")
+		if err := del.Commit(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("at a bound of %d: a poll of an account deleted while it waited: %v; want nil, the poll not recorded", max, err)
+		}
+		var n int
+		if err := s.pool.QueryRow(t.Context(), `SELECT count(*) FROM instances`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 {
+			t.Errorf("at a bound of %d: %d instance records after a poll of an account deleted while it waited; want none", max, n)
+		}
+	}
+}
