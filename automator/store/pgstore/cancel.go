@@ -16,7 +16,7 @@ func (s *Store) WorkCancel(ctx context.Context, p store.WorkCancelParams) (store
 	// after a refusal only explains it. Once sent, it runs to its end
 	// (Store.sent): its caller learns whether the unit was cancelled.
 	var w store.Work
-	err := s.sent(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+	err := s.sentAgain(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
 		var err error
 		w, err = scanWork(c.QueryRow(ctx, withAudit(`UPDATE work
 SET state = 'cancelled', reason = $1, finished_at = $2

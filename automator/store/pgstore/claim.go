@@ -54,7 +54,7 @@ func (s *Store) WorkClaim(ctx context.Context, p store.WorkClaimParams) ([]store
 	var claimed []numbered
 	// Once sent, the claim runs to its end (Store.sent): its caller gets
 	// the units it committed.
-	err := s.sent(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+	err := s.sentAgain(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
 		rows, err := c.Query(ctx, claimSQL, p.Account, p.Now, p.Max, p.InstanceID, p.ClaimIDs[:p.Max], p.Run, p.Poll, p.MaxBytes)
 		if err != nil {
 			return err

@@ -64,7 +64,7 @@ WHERE id = $1 AND state IN ('queued', 'claimed') AND deadline <= $2`, p.ID, p.No
 		return fail(err)
 	}
 	var expired []store.Work
-	if err := s.sent(ctx, func(ctx context.Context, c *pgxpool.Conn) (err error) {
+	if err := s.sentAgain(ctx, func(ctx context.Context, c *pgxpool.Conn) (err error) {
 		expired, err = timeOut(ctx, c, p.Now, due, store.ExpireReasons(instances), p.Audit)
 		return err
 	}); err != nil {

@@ -159,13 +159,20 @@ func (s *Store) send(batch []*groupWrite) []error {
 	return errs
 }
 
-// sendAlone runs one write as a statement of its own. Its caller's context
-// does not cut it short either: cut off under way, the statement might
-// commit all the same, and its caller would be told it failed.
+// sendAlone runs one write as a statement of its own, again when
+// PostgreSQL rolled it back for another transaction's sake (sentAgain).
+// Its caller's context does not cut it short either: cut off under way,
+// the statement might commit all the same, and its caller would be told
+// it failed.
 func (s *Store) sendAlone(w *groupWrite) error {
 	ctx, cancel := s.detach(w.ctx)
 	defer cancel()
-	return s.noAnswer(ctx, w.scan(s.pool.QueryRow(ctx, w.sql, w.args...)))
+	for attempt := 1; ; attempt++ {
+		err := w.scan(s.pool.QueryRow(ctx, w.sql, w.args...))
+		if attempt == txAttempts || !rolledBackForAnother(err) {
+			return s.noAnswer(ctx, err)
+		}
+	}
 }
 
 // noAnswer is err, from a call run under dctx (detach), said to be the
@@ -209,10 +216,39 @@ func (s *Store) sent(ctx context.Context, fn func(ctx context.Context, c *pgxpoo
 	return s.noAnswer(dctx, fn(dctx, c))
 }
 
-// sentExec runs one statement as a write of its own (Store.sent).
+// sentAgain is sent, fn run again, txAttempts in all, when PostgreSQL
+// rolled it back to break a deadlock (or for a serialization failure): it
+// changed nothing, and the next run finds the other transaction done. For
+// a write that is one statement, or one transaction (inTx), whose fn sets
+// what it returns afresh each run. A lone statement meets deadlocks too:
+// a claim's or completion's UPDATE waiting on an enqueue's insertion of a
+// unit with the same id, sent again to another replica, while that
+// insertion waits on the UPDATE's transaction in its check of the
+// idempotency key (a randomized test of the store's contract: the poll or
+// the result was answered Internal).
+func (s *Store) sentAgain(ctx context.Context, fn func(ctx context.Context, c *pgxpool.Conn) error) error {
+	return s.sent(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		for attempt := 1; ; attempt++ {
+			err := fn(ctx, c)
+			if attempt == txAttempts || !rolledBackForAnother(err) {
+				return err
+			}
+		}
+	})
+}
+
+// rolledBackForAnother reports whether err is PostgreSQL rolling back a
+// statement or transaction for another transaction's sake: a deadlock
+// broken, or a serialization failure.
+func rolledBackForAnother(err error) bool {
+	code, _ := pgCode(err)
+	return code == codeDeadlockDetected || code == codeSerializationFailure
+}
+
+// sentExec runs one statement as a write of its own (Store.sentAgain).
 func (s *Store) sentExec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	var tag pgconn.CommandTag
-	err := s.sent(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+	err := s.sentAgain(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
 		var err error
 		tag, err = c.Exec(ctx, sql, args...)
 		return err

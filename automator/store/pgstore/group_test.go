@@ -515,3 +515,72 @@ func TestConcurrentReadsShareOneRoundTrip(t *testing.T) {
 		t.Errorf("BatchStats counts %d write batches for reads alone, want 0", b)
 	}
 }
+
+// TestAWriteRolledBackToBreakADeadlockIsRunAgain: a write of one
+// statement, through the grouper or on its own, that PostgreSQL rolls
+// back to break a deadlock (it changed nothing) runs again, and its
+// caller gets the outcome of that run, not the deadlock (a randomized
+// test of the store's contract saw claims and completions answered so).
+func TestAWriteRolledBackToBreakADeadlockIsRunAgain(t *testing.T) {
+	t.Parallel()
+	const both = `UPDATE work SET reason = 'the write' WHERE id IN ('claimed-0', 'claimed-1')`
+	for name, write := range map[string]func(s *Store) error{
+		"sentExec": func(s *Store) error {
+			tag, err := s.sentExec(t.Context(), both)
+			if err == nil && tag.RowsAffected() != 2 {
+				err = fmt.Errorf("%d rows updated, want 2", tag.RowsAffected())
+			}
+			return err
+		},
+		"grouped": func(s *Store) error {
+			var n int
+			return s.write(t.Context(), `WITH u AS (`+both+` RETURNING 1) SELECT count(*) FROM u`, nil, func(r pgx.Row) error {
+				if err := r.Scan(&n); err != nil {
+					return err
+				}
+				if n != 2 {
+					return fmt.Errorf("%d rows updated, want 2", n)
+				}
+				return nil
+			})
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := storeWithClaims(t, 2)
+			// The other transaction holds claimed-1; the write takes
+			// claimed-0 and waits for claimed-1; then the other asks
+			// for claimed-0. The write, waiting first, finds the
+			// deadlock first (deadlock_timeout) and is rolled back.
+			other, otherPID := lockWith(t, s, `UPDATE work SET reason = 'the other' WHERE id = 'claimed-1'`)
+			done := make(chan error, 1)
+			go func() { done <- write(s) }()
+			waitBlockedBy(t, s, otherPID, "the write")
+			second := make(chan error, 1)
+			go func() {
+				_, err := other.Exec(context.Background(), `UPDATE work SET reason = 'the other' WHERE id = 'claimed-0'`)
+				if err == nil {
+					err = other.Commit(context.Background())
+				}
+				second <- err
+			}()
+			if err := waittest.Recv(t, second, "the other transaction to take claimed-0 and commit"); err != nil {
+				t.Fatalf("the other transaction: %v; want it to commit, the write rolled back", err)
+			}
+			if err := waittest.Recv(t, done, "the write to end"); err != nil {
+				t.Fatalf("a write rolled back to break a deadlock: %v; want it run again", err)
+			}
+			var reasons []string
+			rows, err := s.pool.Query(t.Context(), `SELECT reason FROM work WHERE id IN ('claimed-0', 'claimed-1') ORDER BY id`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if reasons, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+				t.Fatal(err)
+			}
+			if len(reasons) != 2 || reasons[0] != "the write" || reasons[1] != "the write" {
+				t.Errorf("the units' reasons: %q; want both the write's, run after the other transaction", reasons)
+			}
+		})
+	}
+}

@@ -267,17 +267,12 @@ func randomID() string {
 // attempt finds the other transaction done. So fn may run more than once,
 // and must set what it returns afresh each time.
 func (s *Store) inTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	return s.sent(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
-		for attempt := 1; ; attempt++ {
-			err := pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error { return fn(ctx, tx) })
-			if code, _ := pgCode(err); attempt == txAttempts || (code != codeDeadlockDetected && code != codeSerializationFailure) {
-				return err
-			}
-		}
+	return s.sentAgain(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
+		return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error { return fn(ctx, tx) })
 	})
 }
 
-// txAttempts bounds the runs of one transaction (inTx).
+// txAttempts bounds the runs of one transaction or statement (sentAgain).
 const txAttempts = 3
 
 // PostgreSQL error codes the store turns into sentinels.
@@ -285,8 +280,8 @@ const (
 	codeUniqueViolation     = "23505"
 	codeInvalidPassword     = "28P01"
 	codeForeignKeyViolation = "23503"
-	// Rolled back by PostgreSQL for another transaction's sake: inTx runs
-	// the transaction again.
+	// Rolled back by PostgreSQL for another transaction's sake: sentAgain
+	// runs the statement or transaction again.
 	codeDeadlockDetected     = "40P01"
 	codeSerializationFailure = "40001"
 )
