@@ -57,7 +57,7 @@ func watchCertificates(ctx context.Context, certs *pki.CertReloader, dir string,
 	// day besides.
 	end, checked := served(), time.Now()
 	every(ctx, pki.DefaultReloadEvery, func() {
-		if e := served(); !e.Equal(end) || time.Since(checked) >= certCheckEvery {
+		if e := notAfter(certs.Look()); !e.Equal(end) || time.Since(checked) >= certCheckEvery {
 			end, checked = e, time.Now()
 			check()
 		}

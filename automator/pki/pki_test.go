@@ -201,10 +201,25 @@ func TestRenewedCertificateIsServedWithoutRestart(t *testing.T) {
 	}
 	advance()
 	serial()
+	// Look looks whenever the last look was (the serve's own ticker of
+	// the reloader's period, which a throttled look would skip every
+	// other tick).
+	looked, _ := NewServer(ca, ServerHosts("127.0.0.1"), time.Now())
+	if err := os.WriteFile(keyFile, looked.KeyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(certFile, looked.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if leaf, err := x509.ParseCertificate(r.Look().Certificate[0]); err != nil {
+		t.Fatal(err)
+	} else if got, want := leaf.SerialNumber.String(), leafOf(t, looked).SerialNumber.String(); got != want {
+		t.Fatalf("Look with no time passed since the last look: %s, want the renewed %s", got, want)
+	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(reloads) != 3 || reloads[0] != nil || reloads[1] != nil || reloads[2] == nil || !strings.Contains(reloads[2].Error(), "keeping the current one") {
-		t.Fatalf("OnReload calls: %v; want two successes, then one error for the mismatched pair", reloads)
+	if len(reloads) != 4 || reloads[0] != nil || reloads[1] != nil || reloads[2] == nil || !strings.Contains(reloads[2].Error(), "keeping the current one") || reloads[3] != nil {
+		t.Fatalf("OnReload calls: %v; want two successes, one error for the mismatched pair, then a success", reloads)
 	}
 }
 

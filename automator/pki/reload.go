@@ -83,6 +83,18 @@ func (r *CertReloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, e
 	return r.Certificate(), nil
 }
 
+// Look looks at the files now, whenever the last look was, and returns
+// the certificate in service: for a caller that looks every Every itself
+// (a throttled look on a ticker of that period skips every other tick, its
+// ticks a little less than Every apart).
+func (r *CertReloader) Look() *tls.Certificate {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lastLook = r.now()
+	r.look()
+	return r.cert
+}
+
 // Certificate returns the certificate in service, after a look at the
 // files when Every has passed since the last: what /metrics and the log
 // say of the certificate in service follows a renewal as the handshakes
