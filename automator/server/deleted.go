@@ -51,8 +51,9 @@ const forgetDeletedAfter = 10 * time.Minute
 // whether it forgot the account since (accountGone).
 type seenDeletion struct {
 	store.AccountDeletion
-	seenAt time.Time
-	gone   bool
+	seenAt    time.Time
+	gone      bool
+	redropped bool // its open polls' and waits' gauges dropped again (dropOpenGauges)
 }
 
 // watchDeletions acts on every account deletion it finds, once, until ctx
@@ -97,6 +98,14 @@ func (s *Server) checkDeletions(ctx context.Context, seen map[string]seenDeletio
 	}
 	s.databaseAnswered(mark)
 	for tomb, d := range seen {
+		// Dropped again once any poll that slipped past the deletion's
+		// wake-up has ended: one that began before the credential cache
+		// forgot the account, or a scrape's listing read before the
+		// deletion, made the gauges again after they were dropped.
+		if !d.gone && !d.redropped && now.Sub(d.seenAt) > 2*s.pollWindow && s.dropOpenGauges(ctx, d.Name) {
+			d.redropped = true
+			seen[tomb] = d
+		}
 		if !d.gone && now.Sub(d.seenAt) > forgetDeletedAfter && s.accountGone(ctx, d.Name) {
 			d.gone = true
 			seen[tomb] = d
@@ -140,6 +149,23 @@ func (s *Server) accountGone(ctx context.Context, name string) bool {
 	s.seen.forgetAccount(name)
 	s.sharedIDs.forgetAccount(name)
 	return true
+}
+
+// dropOpenGauges drops the gauges of the polls and waits of deleted
+// account name open here, all woken by its deletion: at 0 until the rest of
+// its series go (accountGone), an alert on an account no proxy polls fired
+// for it (a review). They are kept when the name is an account again. It
+// reports whether the store answered that.
+func (s *Server) dropOpenGauges(ctx context.Context, name string) bool {
+	m, ok := s.metrics.(AccountMetrics)
+	if !ok {
+		return true
+	}
+	again, answered := s.accountAgain(ctx, name)
+	if answered && !again {
+		m.AccountDeleted(name)
+	}
+	return answered
 }
 
 // accountAgain reports whether name is an account again (created after
@@ -208,15 +234,7 @@ func (s *Server) accountDeleted(ctx context.Context, d store.AccountDeletion) {
 		last := ws[len(ws)-1]
 		p.BeforeQueuedAt, p.BeforeID = last.QueuedAt, last.ID
 	}
-	// The gauges of its polls and waits open here go at once, all of
-	// them woken: at 0 until the rest of its series go (accountGone), an
-	// alert on an account no proxy polls fired for it. Kept when the
-	// name is an account again, or may be (no answer).
-	if m, ok := s.metrics.(AccountMetrics); ok {
-		if again, answered := s.accountAgain(ctx, d.Name); answered && !again {
-			m.AccountDeleted(d.Name)
-		}
-	}
+	s.dropOpenGauges(ctx, d.Name)
 	// A deletion made before this automator started is looked at again
 	// after each restart (deletionLookBack): no news then.
 	level := slog.LevelInfo

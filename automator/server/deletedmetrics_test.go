@@ -358,3 +358,41 @@ func TestTheOpenPollsOfAnAccountCreatedAgainAreKeptWhenItsDeletionIsSeen(t *test
 		t.Errorf("automator_polls_open{account=%q} = %v once the deletion was seen, with a poll of the account made again open; want 1", e.account, n)
 	}
 }
+
+// TestADeletedAccountsGaugesMadeAgainAreDroppedAgain: a poll of a deleted
+// account that slipped past the deletion's wake-up (it began before the
+// credential cache forgot the account), or a scrape that listed the
+// account before the deletion, makes its open polls' gauge again after it
+// was dropped; it is dropped again once such a poll has ended, two poll
+// windows after the deletion was seen, not left at 0 until the rest of the
+// account's series go (a re-review).
+func TestADeletedAccountsGaugesMadeAgainAreDroppedAgain(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	m := metrics.New(metrics.Options{})
+	var log syncLog
+	e := newEnv(t, envOptions{pollWindow: time.Second, clock: clock, sweepInterval: 20 * time.Millisecond, metrics: m, log: &log})
+	submit(t, e.callerClient(), e.account, time.Hour)
+	e.deleteAccount(e.account)
+	log.awaitLines(t, "the automator to see acme's deletion", "account deleted")
+	gauge := func() bool {
+		for _, f := range gather(t, m) {
+			for _, s := range f.GetMetric() {
+				if f.GetName() == "automator_polls_open" && label(s, "account") == e.account {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	waittest.Until(t, "acme's automator_polls_open to go with its deletion", func() bool { return !gauge() })
+	m.PollOpened(e.account)() // a poll that slipped past the wake-up, and ended
+	if !gauge() {
+		t.Fatal("no automator_polls_open series for acme after a poll of it: the test needs one")
+	}
+	clock.Advance(3 * time.Second)
+	waittest.Until(t, "acme's automator_polls_open, made again, to go again", func() bool { return !gauge() })
+	if !hasSeries(t, m, e.account) {
+		t.Error("acme's counters went with its gauges, before forgetDeletedAfter")
+	}
+}
