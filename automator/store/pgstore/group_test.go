@@ -521,6 +521,13 @@ func TestConcurrentReadsShareOneRoundTrip(t *testing.T) {
 // back to break a deadlock (it changed nothing) runs again, and its
 // caller gets the outcome of that run, not the deadlock (a randomized
 // test of the store's contract saw claims and completions answered so).
+//
+// The other session looks for a deadlock 3 s after it begins to wait, the
+// write 1 s after (deadlock_timeout), so the write finds it first (with
+// both at 1 s a busy machine let the other look first: a re-review),
+// unless the other began to wait over 1 s after the write, whose look then
+// found nothing yet: the scenario is then tried again, a few times, as
+// TestATransactionRolledBackToBreakADeadlockRunsAgain does.
 func TestAWriteRolledBackToBreakADeadlockIsRunAgain(t *testing.T) {
 	t.Parallel()
 	const both = `UPDATE work SET reason = 'the write' WHERE id IN ('claimed-0', 'claimed-1')`
@@ -547,40 +554,61 @@ func TestAWriteRolledBackToBreakADeadlockIsRunAgain(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			s := storeWithClaims(t, 2)
-			// The other transaction holds claimed-1; the write takes
-			// claimed-0 and waits for claimed-1; then the other asks
-			// for claimed-0. The write, waiting first, finds the
-			// deadlock first (deadlock_timeout) and is rolled back.
-			other, otherPID := lockWith(t, s, `UPDATE work SET reason = 'the other' WHERE id = 'claimed-1'`)
-			done := make(chan error, 1)
-			go func() { done <- write(s) }()
-			waitBlockedBy(t, s, otherPID, "the write")
-			second := make(chan error, 1)
-			go func() {
-				_, err := other.Exec(context.Background(), `UPDATE work SET reason = 'the other' WHERE id = 'claimed-0'`)
-				if err == nil {
-					err = other.Commit(context.Background())
+			const tries = 5
+			for try := 1; try <= tries; try++ {
+				if writeRolledBack(t, write) {
+					return
 				}
-				second <- err
-			}()
-			if err := waittest.Recv(t, second, "the other transaction to take claimed-0 and commit"); err != nil {
-				t.Fatalf("the other transaction: %v; want it to commit, the write rolled back", err)
+				t.Logf("try %d: the other session was chosen to break the deadlock (its wait began over deadlock_timeout after the write's); trying again", try)
 			}
-			if err := waittest.Recv(t, done, "the write to end"); err != nil {
-				t.Fatalf("a write rolled back to break a deadlock: %v; want it run again", err)
-			}
-			var reasons []string
-			rows, err := s.pool.Query(t.Context(), `SELECT reason FROM work WHERE id IN ('claimed-0', 'claimed-1') ORDER BY id`)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if reasons, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
-				t.Fatal(err)
-			}
-			if len(reasons) != 2 || reasons[0] != "the write" || reasons[1] != "the write" {
-				t.Errorf("the units' reasons: %q; want both the write's, run after the other transaction", reasons)
-			}
+			t.Fatalf("in %d tries, PostgreSQL never rolled the write back to break the deadlock: this test needs it to", tries)
 		})
 	}
+}
+
+// writeRolledBack plays the deadlock once on a store of its own and
+// reports whether the write was the one rolled back; when it was, it
+// checks that the write ran again and its caller got that run's outcome.
+func writeRolledBack(t *testing.T, write func(s *Store) error) bool {
+	t.Helper()
+	s := storeWithClaims(t, 2)
+	// The other transaction holds claimed-1; the write takes claimed-0 and
+	// waits for claimed-1; then the other asks for claimed-0.
+	other, otherPID := lockWith(t, s, `UPDATE work SET reason = 'the other' WHERE id = 'claimed-1'`)
+	if _, err := other.Exec(t.Context(), `SET LOCAL deadlock_timeout = '3s'`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- write(s) }()
+	waitBlockedBy(t, s, otherPID, "the write")
+	second := make(chan error, 1)
+	go func() {
+		_, err := other.Exec(context.Background(), `UPDATE work SET reason = 'the other' WHERE id = 'claimed-0'`)
+		if err == nil {
+			err = other.Commit(context.Background())
+		}
+		second <- err
+	}()
+	if err := waittest.Recv(t, second, "the other transaction to take claimed-0 and commit"); err != nil {
+		if code, _ := pgCode(err); code == codeDeadlockDetected {
+			waittest.Recv(t, done, "the write to end once the other was rolled back")
+			return false
+		}
+		t.Fatalf("the other transaction: %v", err)
+	}
+	if err := waittest.Recv(t, done, "the write to end"); err != nil {
+		t.Fatalf("a write rolled back to break a deadlock: %v; want it run again", err)
+	}
+	var reasons []string
+	rows, err := s.pool.Query(t.Context(), `SELECT reason FROM work WHERE id IN ('claimed-0', 'claimed-1') ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reasons, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	if len(reasons) != 2 || reasons[0] != "the write" || reasons[1] != "the write" {
+		t.Errorf("the units' reasons: %q; want both the write's, run after the other transaction", reasons)
+	}
+	return true
 }
