@@ -35,6 +35,7 @@ type CertReloader struct {
 	stamp    [2]fileStamp // of the pair in cert
 	lastLook time.Time
 	failed   [2]fileStamp // of the last pair that did not load
+	failedAt time.Time    // when a look first found it
 	reported bool         // that pair's error was passed to OnReload
 	now      func() time.Time
 }
@@ -121,12 +122,20 @@ func (r *CertReloader) look() {
 	if err != nil {
 		// A renewal renames its two files one after the other, so a look
 		// between them sees a pair that does not match: reported only if
-		// the next look finds the same pair, and then once.
-		again := st[0].same(r.failed[0]) && st[1].same(r.failed[1])
-		if again && !r.reported && r.OnReload != nil {
-			r.OnReload(fmt.Errorf("loading renewed server certificate %q (keeping the current one): %w", r.certFile, err))
+		// a look Every later finds the same pair (Look and a handshake's
+		// look may come a moment apart, both between the renames), and
+		// then once.
+		now := r.now()
+		if !st[0].same(r.failed[0]) || !st[1].same(r.failed[1]) {
+			r.failed, r.failedAt, r.reported = st, now, false
+			return
 		}
-		r.failed, r.reported = st, again
+		if !r.reported && now.Sub(r.failedAt) >= r.Every {
+			r.reported = true
+			if r.OnReload != nil {
+				r.OnReload(fmt.Errorf("loading renewed server certificate %q (keeping the current one): %w", r.certFile, err))
+			}
+		}
 		return
 	}
 	r.cert, r.stamp = &cert, st
