@@ -97,18 +97,28 @@ func (s *Server) checkDeletions(ctx context.Context, seen map[string]seenDeletio
 		return
 	}
 	s.databaseAnswered(mark)
+	// Once the store leaves a look at a name unanswered, the rest wait for
+	// the next check: each would wait out its bound, and the deletions
+	// found meanwhile with them (a re-review).
+	answering := true
 	for tomb, d := range seen {
 		// Dropped again once any poll that slipped past the deletion's
 		// wake-up has ended: one that began before the credential cache
 		// forgot the account, or a scrape's listing read before the
 		// deletion, made the gauges again after they were dropped.
-		if !d.gone && !d.redropped && now.Sub(d.seenAt) > 2*s.pollWindow && s.dropOpenGauges(ctx, d.Name) {
-			d.redropped = true
-			seen[tomb] = d
+		if answering && !d.gone && !d.redropped && now.Sub(d.seenAt) > 2*s.pollWindow {
+			if d.redropped = s.dropOpenGauges(ctx, d.Name); d.redropped {
+				seen[tomb] = d
+			} else {
+				answering = false
+			}
 		}
-		if !d.gone && now.Sub(d.seenAt) > forgetDeletedAfter && s.accountGone(ctx, d.Name) {
-			d.gone = true
-			seen[tomb] = d
+		if answering && !d.gone && now.Sub(d.seenAt) > forgetDeletedAfter {
+			if d.gone = s.accountGone(ctx, d.Name); d.gone {
+				seen[tomb] = d
+			} else {
+				answering = false
+			}
 		}
 		if d.gone && d.DeletedAt.Before(since) {
 			delete(seen, tomb) // no longer read: it cannot be seen again
