@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -172,6 +173,7 @@ func (s *Store) sendAlone(w *groupWrite) error {
 		if attempt == txAttempts || !rolledBackForAnother(err) {
 			return s.noAnswer(ctx, err)
 		}
+		pauseAfterRollback(attempt)
 	}
 }
 
@@ -233,8 +235,18 @@ func (s *Store) sentAgain(ctx context.Context, fn func(ctx context.Context, c *p
 			if attempt == txAttempts || !rolledBackForAnother(err) {
 				return err
 			}
+			pauseAfterRollback(attempt)
 		}
 	})
+}
+
+// pauseAfterRollback waits a moment before a write rolled back for another
+// transaction's sake runs again (10 to 50 ms times the attempt): run again
+// at once, it could take the row it freed before the other transaction's
+// backend woke to take it, and meet the same deadlock, every attempt (a
+// re-review: three in a row).
+func pauseAfterRollback(attempt int) {
+	time.Sleep(time.Duration(attempt) * (10*time.Millisecond + rand.N(40*time.Millisecond)))
 }
 
 // rolledBackForAnother reports whether err is PostgreSQL rolling back a
