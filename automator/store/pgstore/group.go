@@ -168,13 +168,7 @@ func (s *Store) send(batch []*groupWrite) []error {
 func (s *Store) sendAlone(w *groupWrite) error {
 	ctx, cancel := s.detach(w.ctx)
 	defer cancel()
-	for attempt := 1; ; attempt++ {
-		err := w.scan(s.pool.QueryRow(ctx, w.sql, w.args...))
-		if attempt == txAttempts || !rolledBackForAnother(err) {
-			return s.noAnswer(ctx, err)
-		}
-		pauseAfterRollback(attempt)
-	}
+	return s.noAnswer(ctx, runAgain(func() error { return w.scan(s.pool.QueryRow(ctx, w.sql, w.args...)) }))
 }
 
 // noAnswer is err, from a call run under dctx (detach), said to be the
@@ -230,23 +224,24 @@ func (s *Store) sent(ctx context.Context, fn func(ctx context.Context, c *pgxpoo
 // the result was answered Internal).
 func (s *Store) sentAgain(ctx context.Context, fn func(ctx context.Context, c *pgxpool.Conn) error) error {
 	return s.sent(ctx, func(ctx context.Context, c *pgxpool.Conn) error {
-		for attempt := 1; ; attempt++ {
-			err := fn(ctx, c)
-			if attempt == txAttempts || !rolledBackForAnother(err) {
-				return err
-			}
-			pauseAfterRollback(attempt)
-		}
+		return runAgain(func() error { return fn(ctx, c) })
 	})
 }
 
-// pauseAfterRollback waits a moment before a write rolled back for another
-// transaction's sake runs again (10 to 50 ms times the attempt): run again
-// at once, it could take the row it freed before the other transaction's
-// backend woke to take it, and meet the same deadlock, every attempt (a
-// re-review: three in a row).
-func pauseAfterRollback(attempt int) {
-	time.Sleep(time.Duration(attempt) * (10*time.Millisecond + rand.N(40*time.Millisecond)))
+// runAgain runs fn, and again, txAttempts in all, while PostgreSQL rolls it
+// back for another transaction's sake (sentAgain, sendAlone). It waits a
+// moment before each run again (10 to 50 ms times the attempt): run again
+// at once, a write could take the row it freed before the other
+// transaction's backend woke to take it, and meet the same deadlock, every
+// attempt (a re-review: three in a row).
+func runAgain(fn func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		if attempt == txAttempts || !rolledBackForAnother(err) {
+			return err
+		}
+		time.Sleep(time.Duration(attempt) * (10*time.Millisecond + rand.N(40*time.Millisecond)))
+	}
 }
 
 // rolledBackForAnother reports whether err is PostgreSQL rolling back a
